@@ -1,0 +1,8 @@
+/*
+ * acl_base_mdl.h: part of CANN's header set that npu-sim does not implement (operator
+ * and model execution). It is shipped empty so that programs which include
+ * acl/acl.h, as CANN's samples do, compile unchanged against npu-rs's headers.
+ */
+#ifndef NPU_RS_ACL_ACL_BASE_MDL_H
+#define NPU_RS_ACL_ACL_BASE_MDL_H
+#endif /* NPU_RS_ACL_ACL_BASE_MDL_H */
