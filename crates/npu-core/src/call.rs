@@ -1,0 +1,38 @@
+//! Checked ACL calls.
+
+/// Calls a required ACL function through a [`Runtime`](crate::Runtime)'s table and checks the
+/// result, producing an [`Error::Acl`](crate::Error::Acl) that names the function.
+///
+/// The expansion calls a raw C function pointer, so it must be written inside an `unsafe`
+/// block whose `// SAFETY:` comment justifies the arguments.
+///
+/// ```
+/// use npu_core::{acl_call, Runtime};
+///
+/// let rt = Runtime::global()?;
+/// let mut count = 0u32;
+/// // SAFETY: `count` is a valid out-pointer for the duration of the call.
+/// unsafe { acl_call!(&rt, aclrtGetDeviceCount(&mut count)) }?;
+/// assert!(count >= 1);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[macro_export]
+macro_rules! acl_call {
+    ($runtime:expr, $function:ident ( $($argument:expr),* $(,)? )) => {{
+        let runtime: &$crate::Runtime = $runtime;
+        runtime.check(stringify!($function), (runtime.api().$function)($($argument),*))
+    }};
+}
+
+/// Like [`acl_call!`], for functions only newer runtimes export: when the loaded runtime lacks
+/// the function, the result is [`Error::Unsupported`](crate::Error::Unsupported).
+#[macro_export]
+macro_rules! acl_call_opt {
+    ($runtime:expr, $function:ident ( $($argument:expr),* $(,)? )) => {{
+        let runtime: &$crate::Runtime = $runtime;
+        match runtime.api().$function {
+            Some(function) => runtime.check(stringify!($function), function($($argument),*)),
+            None => Err($crate::Error::Unsupported { api: stringify!($function) }),
+        }
+    }};
+}

@@ -1,0 +1,191 @@
+//! Completions: the shared state of one device operation, and work deferred until it is done.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+
+use crate::error::Result;
+
+mod state;
+mod uses;
+
+#[cfg(test)]
+mod model;
+
+pub use uses::UseList;
+
+/// Std-backed primitives for [`state`]; the loom model test supplies loom's instead.
+mod sync {
+    pub(crate) use futures::task::AtomicWaker;
+    pub(crate) use std::sync::Mutex;
+    pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
+}
+
+/// The completion of one device operation, shared by whoever completes it (the reactor) and
+/// whoever waits for it (a future, a buffer's deferred release).
+///
+/// Completing wakes the registered waker outside every lock, then hands the deferred actions
+/// to the reaper thread, so nothing a user owns is ever freed on the completing thread.
+///
+/// ```
+/// use npu_core::Completion;
+///
+/// let done = Completion::new();
+/// let seen = done.clone();
+/// assert!(!seen.is_complete());
+/// done.complete(Ok(()));
+/// assert!(seen.result().unwrap().is_ok());
+/// ```
+#[derive(Clone)]
+pub struct Completion {
+    state: Arc<state::State<Result<()>>>,
+}
+
+impl Completion {
+    /// A new, pending completion.
+    pub fn new() -> Self {
+        Completion {
+            state: Arc::new(state::State::new()),
+        }
+    }
+
+    /// Completes with `result`; later calls are ignored.
+    ///
+    /// Wakes the waiter and sends the deferred actions to the reaper thread.
+    pub fn complete(&self, result: Result<()>) {
+        let actions = self.state.complete(result);
+        if !actions.is_empty() {
+            crate::reaper::run_later(actions);
+        }
+    }
+
+    /// Whether the operation has completed.
+    pub fn is_complete(&self) -> bool {
+        self.state.is_complete()
+    }
+
+    /// The result, once complete.
+    pub fn result(&self) -> Option<Result<()>> {
+        self.state.value()
+    }
+
+    /// Polls for the result, registering `cx`'s waker while pending. Only the most recently
+    /// registered waker is woken, as with Tokio's single-waiter primitives.
+    pub fn poll_result(&self, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
+        self.state.poll(cx.waker())
+    }
+
+    /// A future resolving to the result.
+    pub fn wait(&self) -> Wait {
+        Wait {
+            completion: self.clone(),
+        }
+    }
+
+    /// Runs `action` after completion, on the reaper thread; at once on this thread if the
+    /// operation already completed.
+    pub fn defer(&self, action: impl FnOnce() + Send + 'static) {
+        if let Some(action) = self.state.defer(Box::new(action)) {
+            action();
+        }
+    }
+
+    /// Whether two handles refer to the same operation.
+    pub fn same(&self, other: &Completion) -> bool {
+        Arc::ptr_eq(&self.state, &other.state)
+    }
+}
+
+impl Default for Completion {
+    fn default() -> Self {
+        Completion::new()
+    }
+}
+
+impl fmt::Debug for Completion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Completion")
+            .field("result", &self.result())
+            .finish()
+    }
+}
+
+/// Future returned by [`Completion::wait`].
+///
+/// Cancel safety: dropping it only stops waiting; the operation is unaffected.
+#[derive(Debug)]
+#[must_use = "futures do nothing unless polled"]
+pub struct Wait {
+    completion: Completion,
+}
+
+impl Future for Wait {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
+        self.completion.poll_result(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn deferred_actions_run_once_after_completion() {
+        let done = Completion::new();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let counter = runs.clone();
+        done.defer(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tx.send(()).unwrap();
+        });
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        done.complete(Ok(()));
+        rx.recv().unwrap();
+        done.complete(Err(Error::invalid("test", "x", "ignored")));
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert!(done.result().unwrap().is_ok(), "the first result wins");
+    }
+
+    #[test]
+    fn defer_after_completion_runs_inline() {
+        let done = Completion::new();
+        done.complete(Ok(()));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counter = runs.clone();
+        done.defer(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn wait_is_woken_by_completion() {
+        let done = Completion::new();
+        let mut wait = tokio_test::task::spawn(done.wait());
+        assert!(wait.poll().is_pending());
+        // A spurious poll keeps it pending and keeps the registration.
+        assert!(wait.poll().is_pending());
+        done.complete(Ok(()));
+        assert!(wait.is_woken());
+        assert!(matches!(wait.poll(), Poll::Ready(Ok(()))));
+    }
+
+    #[test]
+    fn a_replaced_waker_is_the_one_woken() {
+        let done = Completion::new();
+        let mut first = tokio_test::task::spawn(done.wait());
+        let mut second = tokio_test::task::spawn(done.wait());
+        assert!(first.poll().is_pending());
+        assert!(second.poll().is_pending());
+        done.complete(Ok(()));
+        assert!(second.is_woken());
+        assert!(first.poll().is_ready());
+    }
+}

@@ -1,0 +1,85 @@
+//! The completion protocol, written against `super::sync` so the same code runs on std
+//! primitives in the library and on loom's in the model test (`completion::model`).
+
+use std::task::{Poll, Waker};
+
+use super::sync::{AtomicBool, AtomicWaker, Mutex, Ordering};
+
+/// Work to run once, after completion, off the completing thread's critical path.
+pub(crate) type Action = Box<dyn FnOnce() + Send + 'static>;
+
+/// Shared by the one party that completes an operation and everyone who waits for it.
+///
+/// Protocol: the completer stores the value, then raises `done` (Release), then wakes the
+/// registered waker, then takes the deferred actions. A poller checks `done` (Acquire),
+/// registers its waker, and checks `done` again, so a completion racing the registration is
+/// never missed. `deferred` becomes `None` exactly once, when the completer takes it, so an
+/// action is either taken by the completer or handed back to its deferrer, never both.
+pub(crate) struct State<T> {
+    done: AtomicBool,
+    value: Mutex<Option<T>>,
+    waker: AtomicWaker,
+    deferred: Mutex<Option<Vec<Action>>>,
+}
+
+impl<T: Clone> State<T> {
+    pub(crate) fn new() -> Self {
+        State {
+            done: AtomicBool::new(false),
+            value: Mutex::new(None),
+            waker: AtomicWaker::new(),
+            deferred: Mutex::new(Some(Vec::new())),
+        }
+    }
+
+    /// Completes with `value` unless already complete. Returns the deferred actions, which the
+    /// caller must run outside any lock; they are empty for a repeated completion.
+    pub(crate) fn complete(&self, value: T) -> Vec<Action> {
+        {
+            let mut slot = self.value.lock().unwrap_or_else(|e| e.into_inner());
+            if slot.is_some() {
+                return Vec::new();
+            }
+            *slot = Some(value);
+        }
+        self.done.store(true, Ordering::Release);
+        self.waker.wake();
+        let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        deferred.take().unwrap_or_default()
+    }
+
+    pub(crate) fn is_complete(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// The value, once complete.
+    pub(crate) fn value(&self) -> Option<T> {
+        if !self.is_complete() {
+            return None;
+        }
+        self.value.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn poll(&self, waker: &Waker) -> Poll<T> {
+        if let Some(value) = self.value() {
+            return Poll::Ready(value);
+        }
+        self.waker.register(waker);
+        match self.value() {
+            Some(value) => Poll::Ready(value),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Queues `action` to run after completion; hands it back if completion already happened.
+    pub(crate) fn defer(&self, action: Action) -> Option<Action> {
+        let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        match deferred.as_mut() {
+            Some(actions) => {
+                actions.push(action);
+                None
+            }
+            None => Some(action),
+        }
+    }
+}

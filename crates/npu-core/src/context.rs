@@ -1,0 +1,249 @@
+//! ACL contexts, and binding them to whichever thread runs the task.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::device::Device;
+use crate::error::Result;
+use crate::ffi;
+use crate::runtime::Runtime;
+
+/// An ACL context: the device's primary context or an explicit one.
+///
+/// Every object that needs a context (streams, events, buffers, modules) holds a `Context`,
+/// and npu-rs calls [`Context::bind`] before each context-dependent ACL call. ACL's current
+/// context is thread-local while Tokio moves tasks between threads; binding per call means no
+/// API ever asks you to "set the device first".
+///
+/// `Context` is `Send + Sync` (ACL lets threads share a context) and cheap to clone. The
+/// context is destroyed when the last clone, and everything created in it, is gone; an explicit
+/// context keeps its device's primary context alive, so the device is reset last.
+///
+/// ```
+/// use npu_core::Device;
+///
+/// let device = Device::open(0)?;
+/// let ctx = device.create_context()?;
+/// ctx.bind()?;
+/// assert_eq!(ctx.device().id(), 0);
+/// assert!(!ctx.is_primary());
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+pub(crate) struct ContextInner {
+    runtime: Runtime,
+    device_id: i32,
+    handle: ffi::aclrtContext,
+    /// Process-unique, never reused: thread caches compare ids, never handles, because ACL
+    /// may hand out a destroyed context's address again.
+    id: u64,
+    /// For explicit contexts: the device's primary context, which must outlive them.
+    primary: Option<Arc<ContextInner>>,
+}
+
+// SAFETY: an aclrtContext is an opaque handle that ACL allows any thread to use (contexts can
+// be shared by threads); npu-rs binds it on the using thread before every call.
+unsafe impl Send for ContextInner {}
+// SAFETY: as above; `ContextInner` has no interior mutability.
+unsafe impl Sync for ContextInner {}
+
+fn next_context_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+thread_local! {
+    /// The context npu-rs last made current on this thread, per loaded library.
+    static BOUND: RefCell<Vec<(usize, u64)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn bound(library: usize) -> Option<u64> {
+    BOUND.with(|b| {
+        b.borrow()
+            .iter()
+            .find(|(lib, _)| *lib == library)
+            .map(|(_, ctx)| *ctx)
+    })
+}
+
+fn set_bound(library: usize, context: Option<u64>) {
+    BOUND.with(|b| {
+        let mut b = b.borrow_mut();
+        b.retain(|(lib, _)| *lib != library);
+        if let Some(context) = context {
+            b.push((library, context));
+        }
+    });
+}
+
+impl Context {
+    /// Retains device `device_id`'s primary context (`aclrtSetDevice`) on the calling thread.
+    pub(crate) fn retain_primary(runtime: &Runtime, device_id: i32) -> Result<Context> {
+        runtime.with_shared(|shared| {
+            if let Some(inner) = shared.primaries.get(&device_id).and_then(|w| w.upgrade()) {
+                return Ok(Context { inner });
+            }
+            // SAFETY: plain integer argument; ACL validates the id.
+            unsafe { crate::acl_call!(runtime, aclrtSetDevice(device_id)) }?;
+            let mut handle: ffi::aclrtContext = std::ptr::null_mut();
+            // SAFETY: `handle` is a valid out-pointer; SetDevice just made a context current.
+            let got = unsafe { crate::acl_call!(runtime, aclrtGetCurrentContext(&mut handle)) };
+            if let Err(err) = got {
+                // SAFETY: undoes the SetDevice above.
+                let _ = unsafe { (runtime.api().aclrtResetDevice)(device_id) };
+                set_bound(runtime.library_id(), None);
+                return Err(err);
+            }
+            let inner = Arc::new(ContextInner {
+                runtime: runtime.clone(),
+                device_id,
+                handle,
+                id: next_context_id(),
+                primary: None,
+            });
+            set_bound(runtime.library_id(), Some(inner.id));
+            shared.primaries.insert(device_id, Arc::downgrade(&inner));
+            Ok(Context { inner })
+        })
+    }
+
+    /// Creates an explicit context on `device` (`aclrtCreateContext`).
+    pub(crate) fn create(device: &Device) -> Result<Context> {
+        let primary = device.primary_context().inner.clone();
+        let runtime = &primary.runtime;
+        let mut handle: ffi::aclrtContext = std::ptr::null_mut();
+        // SAFETY: `handle` is a valid out-pointer; ACL validates the device id.
+        unsafe { crate::acl_call!(runtime, aclrtCreateContext(&mut handle, primary.device_id)) }?;
+        let inner = Arc::new(ContextInner {
+            runtime: runtime.clone(),
+            device_id: primary.device_id,
+            handle,
+            id: next_context_id(),
+            primary: Some(primary.clone()),
+        });
+        // aclrtCreateContext makes the new context current on this thread.
+        set_bound(runtime.library_id(), Some(inner.id));
+        Ok(Context { inner })
+    }
+
+    /// Makes this context current on the calling thread, unless npu-rs already did.
+    ///
+    /// Call it before any raw ACL call that depends on the current context; npu-rs's own
+    /// types do so themselves.
+    pub fn bind(&self) -> Result<()> {
+        let inner = &self.inner;
+        let library = inner.runtime.library_id();
+        if bound(library) == Some(inner.id) {
+            return Ok(());
+        }
+        // SAFETY: the handle is a live context: `self` keeps it from being destroyed.
+        unsafe { crate::acl_call!(&inner.runtime, aclrtSetCurrentContext(inner.handle)) }?;
+        set_bound(library, Some(inner.id));
+        Ok(())
+    }
+
+    /// Forgets which context npu-rs believes is current on this thread.
+    ///
+    /// Needed only after changing the current context through the raw API; the next
+    /// [`bind`](Context::bind) then calls `aclrtSetCurrentContext` again.
+    pub fn forget_binding(runtime: &Runtime) {
+        set_bound(runtime.library_id(), None);
+    }
+
+    /// The runtime this context belongs to.
+    pub fn runtime(&self) -> &Runtime {
+        &self.inner.runtime
+    }
+
+    /// The device this context runs on.
+    pub fn device(&self) -> Device {
+        let primary = self
+            .inner
+            .primary
+            .clone()
+            .unwrap_or_else(|| self.inner.clone());
+        Device::from_primary(Context { inner: primary })
+    }
+
+    /// The device id.
+    pub fn device_id(&self) -> u32 {
+        self.inner.device_id as u32
+    }
+
+    /// Whether this is the device's primary context.
+    pub fn is_primary(&self) -> bool {
+        self.inner.primary.is_none()
+    }
+
+    /// A process-unique id for this context (never reused).
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// The raw handle. Using it is `unsafe`; `self` must outlive every use.
+    pub fn as_raw(&self) -> ffi::aclrtContext {
+        self.inner.handle
+    }
+
+    /// Whether two handles refer to the same context.
+    pub fn same(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Blocks the calling thread until all streams of this context are idle
+    /// (`aclrtSynchronizeDevice`), returning the first task error.
+    ///
+    /// This blocks: in async code, await a stream's `synchronize()` from npu-stream instead.
+    pub fn synchronize_blocking(&self) -> Result<()> {
+        self.bind()?;
+        // SAFETY: no arguments; the context is bound on this thread.
+        unsafe { crate::acl_call!(self.runtime(), aclrtSynchronizeDevice()) }
+    }
+}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        let runtime = &self.runtime;
+        let library = runtime.library_id();
+        if bound(library) == Some(self.id) {
+            set_bound(library, None);
+        }
+        let result = match self.primary {
+            None => {
+                runtime.with_shared(|shared| {
+                    if shared
+                        .primaries
+                        .get(&self.device_id)
+                        .is_some_and(|w| w.strong_count() == 0)
+                    {
+                        shared.primaries.remove(&self.device_id);
+                    }
+                });
+                // SAFETY: releases the reference `retain_primary` took with aclrtSetDevice.
+                unsafe { crate::acl_call!(runtime, aclrtResetDevice(self.device_id)) }
+            }
+            // SAFETY: the context is explicit and nothing created in it is alive any more
+            // (every such object holds a clone of its Context).
+            Some(_) => unsafe { crate::acl_call!(runtime, aclrtDestroyContext(self.handle)) },
+        };
+        if let Err(err) = result {
+            tracing::warn!(%err, device = self.device_id, "releasing an ACL context failed");
+        }
+    }
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("device", &self.inner.device_id)
+            .field("primary", &self.is_primary())
+            .field("id", &self.inner.id)
+            .finish()
+    }
+}

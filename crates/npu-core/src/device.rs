@@ -1,0 +1,366 @@
+//! Devices: opening, properties, memory information and peer access.
+
+use std::fmt;
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::runtime::Runtime;
+
+/// One NPU, opened through a [`Runtime`].
+///
+/// A `Device` holds the device's primary context (`aclrtSetDevice` once per process, shared by
+/// every handle) and is `Send + Sync` and cheap to clone. The device is reset when the last
+/// handle and everything created on it are gone.
+///
+/// ```
+/// use npu_core::{Device, MemAttr};
+///
+/// let device = Device::open(0)?;
+/// let memory = device.memory_info(MemAttr::Normal)?;
+/// assert!(memory.free <= memory.total);
+/// let range = device.stream_priority_range()?;
+/// assert!(range.greatest <= range.least);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Device {
+    primary: Context,
+}
+
+/// A device attribute for [`Device::attribute`] (`aclrtDevAttr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DeviceAttr {
+    /// Number of AI CPU cores.
+    AicpuCoreNum,
+    /// Number of AI Cores.
+    AicoreCoreNum,
+    /// Number of Cube cores.
+    CubeCoreNum,
+    /// Number of Vector cores.
+    VectorCoreNum,
+    /// SIMT warp size (0 on parts without SIMT).
+    WarpSize,
+    /// Total global memory, in bytes.
+    TotalGlobalMemSize,
+    /// L2 cache size, in bytes.
+    L2CacheSize,
+    /// Physical chip id.
+    PhyChipId,
+    /// Whether the device is virtual.
+    IsVirtual,
+    /// NPU architecture number (e.g. 2201 for Atlas A2/A3).
+    NpuArch,
+    /// Any other `aclrtDevAttr` value.
+    Raw(ffi::aclrtDevAttr),
+}
+
+impl DeviceAttr {
+    /// The `aclrtDevAttr` value.
+    pub fn raw(self) -> ffi::aclrtDevAttr {
+        match self {
+            DeviceAttr::AicpuCoreNum => ffi::ACL_DEV_ATTR_AICPU_CORE_NUM,
+            DeviceAttr::AicoreCoreNum => ffi::ACL_DEV_ATTR_AICORE_CORE_NUM,
+            DeviceAttr::CubeCoreNum => ffi::ACL_DEV_ATTR_CUBE_CORE_NUM,
+            DeviceAttr::VectorCoreNum => ffi::ACL_DEV_ATTR_VECTOR_CORE_NUM,
+            DeviceAttr::WarpSize => ffi::ACL_DEV_ATTR_WARP_SIZE,
+            DeviceAttr::TotalGlobalMemSize => ffi::ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE,
+            DeviceAttr::L2CacheSize => ffi::ACL_DEV_ATTR_L2_CACHE_SIZE,
+            DeviceAttr::PhyChipId => ffi::ACL_DEV_ATTR_PHY_CHIP_ID,
+            DeviceAttr::IsVirtual => ffi::ACL_DEV_ATTR_IS_VIRTUAL,
+            DeviceAttr::NpuArch => ffi::ACL_DEV_ATTR_NPU_ARCH,
+            DeviceAttr::Raw(raw) => raw,
+        }
+    }
+}
+
+/// Which memory [`Device::memory_info`] reports on (`aclrtMemAttr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MemAttr {
+    /// Normal pages of whatever memory the device has (`ACL_MEM_NORMAL`).
+    Normal,
+    /// 2 MiB huge pages (`ACL_MEM_HUGE`).
+    Huge,
+    /// DDR (`ACL_DDR_MEM`).
+    Ddr,
+    /// HBM (`ACL_HBM_MEM`).
+    Hbm,
+    /// Any other `aclrtMemAttr` value.
+    Raw(ffi::aclrtMemAttr),
+}
+
+impl MemAttr {
+    /// The `aclrtMemAttr` value.
+    pub fn raw(self) -> ffi::aclrtMemAttr {
+        match self {
+            MemAttr::Normal => ffi::ACL_MEM_NORMAL,
+            MemAttr::Huge => ffi::ACL_MEM_HUGE,
+            MemAttr::Ddr => ffi::ACL_DDR_MEM,
+            MemAttr::Hbm => ffi::ACL_HBM_MEM,
+            MemAttr::Raw(raw) => raw,
+        }
+    }
+}
+
+/// Free and total bytes of one kind of device memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemInfo {
+    /// Bytes not allocated.
+    pub free: usize,
+    /// Bytes in total.
+    pub total: usize,
+}
+
+/// Stream priorities the device accepts; numerically smaller is more urgent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PriorityRange {
+    /// The least urgent priority (the largest number).
+    pub least: i32,
+    /// The most urgent priority (the smallest number).
+    pub greatest: i32,
+}
+
+/// Device health (`aclrtQueryDeviceStatus`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceStatus {
+    /// Working normally.
+    Normal,
+    /// Faulted or lost.
+    Abnormal,
+}
+
+impl Device {
+    /// Opens device `id` on the [global runtime](Runtime::global).
+    pub fn open(id: u32) -> Result<Device> {
+        Device::open_on(&Runtime::global()?, id)
+    }
+
+    /// The number of devices visible to the [global runtime](Runtime::global).
+    pub fn count() -> Result<u32> {
+        Runtime::global()?.device_count()
+    }
+
+    pub(crate) fn open_on(runtime: &Runtime, id: u32) -> Result<Device> {
+        let count = runtime.device_count()?;
+        if id >= count {
+            return Err(Error::invalid(
+                "Device::open",
+                "id",
+                format!("device {id} does not exist: {count} device(s) are visible"),
+            ));
+        }
+        Ok(Device {
+            primary: Context::retain_primary(runtime, id as i32)?,
+        })
+    }
+
+    pub(crate) fn from_primary(primary: Context) -> Device {
+        Device { primary }
+    }
+
+    /// The device id (a logical index after `ASCEND_RT_VISIBLE_DEVICES` filtering).
+    pub fn id(&self) -> u32 {
+        self.primary.device_id()
+    }
+
+    /// The runtime this device belongs to.
+    pub fn runtime(&self) -> &Runtime {
+        self.primary.runtime()
+    }
+
+    /// The device's primary context, shared by every handle of this device.
+    pub fn primary_context(&self) -> &Context {
+        &self.primary
+    }
+
+    /// Creates an explicit context on this device.
+    pub fn create_context(&self) -> Result<Context> {
+        Context::create(self)
+    }
+
+    /// One device attribute (`aclrtGetDeviceInfo`).
+    pub fn attribute(&self, attr: DeviceAttr) -> Result<i64> {
+        let mut value = 0i64;
+        let (id, raw) = (self.id(), attr.raw());
+        // SAFETY: `value` is a valid out-pointer for the duration of the call.
+        unsafe { crate::acl_call_opt!(self.runtime(), aclrtGetDeviceInfo(id, raw, &mut value)) }?;
+        Ok(value)
+    }
+
+    /// The SoC name of the devices in this process (`aclrtGetSocName`).
+    pub fn soc_name(&self) -> Option<String> {
+        self.runtime().soc_name()
+    }
+
+    /// Free and total memory of one kind (`aclrtGetMemInfo`, on this device's context).
+    pub fn memory_info(&self, attr: MemAttr) -> Result<MemInfo> {
+        self.primary.bind()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: both out-pointers are valid; the device's context is bound on this thread.
+        unsafe {
+            crate::acl_call!(
+                self.runtime(),
+                aclrtGetMemInfo(attr.raw(), &mut free, &mut total)
+            )
+        }?;
+        Ok(MemInfo { free, total })
+    }
+
+    /// The stream priorities this device accepts.
+    pub fn stream_priority_range(&self) -> Result<PriorityRange> {
+        self.primary.bind()?;
+        let (mut least, mut greatest) = (0i32, 0i32);
+        // SAFETY: both out-pointers are valid for the duration of the call.
+        unsafe {
+            crate::acl_call!(
+                self.runtime(),
+                aclrtDeviceGetStreamPriorityRange(&mut least, &mut greatest)
+            )
+        }?;
+        Ok(PriorityRange { least, greatest })
+    }
+
+    /// Health of the device (`aclrtQueryDeviceStatus`).
+    pub fn status(&self) -> Result<DeviceStatus> {
+        let mut status: ffi::aclrtDeviceStatus = ffi::ACL_RT_DEVICE_STATUS_NORMAL;
+        let id = self.id() as i32;
+        // SAFETY: `status` is a valid out-pointer for the duration of the call.
+        unsafe { crate::acl_call_opt!(self.runtime(), aclrtQueryDeviceStatus(id, &mut status)) }?;
+        Ok(if status == ffi::ACL_RT_DEVICE_STATUS_NORMAL {
+            DeviceStatus::Normal
+        } else {
+            DeviceStatus::Abnormal
+        })
+    }
+
+    fn check_peer(&self, api: &'static str, peer: &Device) -> Result<()> {
+        if !self.runtime().same_library(peer.runtime()) {
+            return Err(Error::invalid(api, "peer", "belongs to another runtime"));
+        }
+        if self.id() == peer.id() {
+            return Err(Error::invalid(
+                api,
+                "peer",
+                "a device cannot be its own peer",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether this device can access `peer`'s memory (`aclrtDeviceCanAccessPeer`).
+    pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
+        self.check_peer("Device::can_access_peer", peer)?;
+        let mut can = 0i32;
+        let (id, peer_id) = (self.id() as i32, peer.id() as i32);
+        // SAFETY: `can` is a valid out-pointer for the duration of the call.
+        unsafe {
+            crate::acl_call!(
+                self.runtime(),
+                aclrtDeviceCanAccessPeer(&mut can, id, peer_id)
+            )
+        }?;
+        Ok(can == 1)
+    }
+
+    /// Lets this device access `peer`'s memory until the returned guard is dropped.
+    ///
+    /// Access is directional, as in ACL: enable it on both devices for copies both ways.
+    /// Guards nest: access stays enabled while any guard for the direction is alive.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let (a, b) = (Device::open(0)?, Device::open(1)?);
+    /// if a.can_access_peer(&b)? {
+    ///     let a_to_b = a.enable_peer_access(&b)?;
+    ///     let b_to_a = b.enable_peer_access(&a)?;
+    ///     drop((a_to_b, b_to_a)); // both directions disabled again
+    /// }
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn enable_peer_access(&self, peer: &Device) -> Result<PeerAccess> {
+        self.check_peer("Device::enable_peer_access", peer)?;
+        let key = (self.id() as i32, peer.id() as i32);
+        self.runtime().with_shared(|shared| {
+            let users = shared.peer_access.entry(key).or_insert(0);
+            if *users == 0 {
+                self.primary.bind()?;
+                // SAFETY: plain integer arguments; this device's context is bound.
+                unsafe { crate::acl_call!(self.runtime(), aclrtDeviceEnablePeerAccess(key.1, 0)) }?;
+            }
+            *users += 1;
+            Ok(PeerAccess {
+                from: self.clone(),
+                peer: peer.clone(),
+            })
+        })
+    }
+}
+
+/// Keeps peer access from one device to another enabled; see [`Device::enable_peer_access`].
+#[must_use = "peer access is disabled again when the guard is dropped"]
+pub struct PeerAccess {
+    from: Device,
+    peer: Device,
+}
+
+impl PeerAccess {
+    /// The device that gained access.
+    pub fn from(&self) -> &Device {
+        &self.from
+    }
+
+    /// The device whose memory became accessible.
+    pub fn peer(&self) -> &Device {
+        &self.peer
+    }
+}
+
+impl Drop for PeerAccess {
+    fn drop(&mut self) {
+        let key = (self.from.id() as i32, self.peer.id() as i32);
+        let runtime = self.from.runtime();
+        let result = runtime.with_shared(|shared| {
+            let users = shared.peer_access.entry(key).or_insert(1);
+            *users -= 1;
+            if *users > 0 {
+                return Ok(());
+            }
+            shared.peer_access.remove(&key);
+            self.from.primary.bind()?;
+            // SAFETY: plain integer argument; the accessing device's context is bound.
+            unsafe { crate::acl_call!(runtime, aclrtDeviceDisablePeerAccess(key.1)) }
+        });
+        if let Err(err) = result {
+            tracing::warn!(%err, from = key.0, peer = key.1, "disabling peer access failed");
+        }
+    }
+}
+
+impl fmt::Debug for PeerAccess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PeerAccess")
+            .field("from", &self.from.id())
+            .field("peer", &self.peer.id())
+            .finish()
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device")
+            .field("id", &self.id())
+            .field("backend", self.runtime().backend())
+            .finish()
+    }
+}
+
+impl PartialEq for Device {
+    fn eq(&self, other: &Device) -> bool {
+        self.primary.same(&other.primary)
+    }
+}
+
+impl Eq for Device {}

@@ -1,0 +1,196 @@
+//! The one error type of npu-rs.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::code::{AclCode, ErrorClass};
+
+/// Result alias used across npu-rs.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in npu-rs.
+///
+/// ```
+/// use npu_core::{AclCode, AclError, Error};
+///
+/// let err = Error::from(AclError::new("aclrtMemcpyAsync", AclCode(107003), None));
+/// assert_eq!(
+///     err.to_string(),
+///     "aclrtMemcpyAsync failed: ACL_ERROR_RT_STREAM_CONTEXT (107003): \
+///      stream belongs to another context"
+/// );
+/// assert_eq!(err.acl_code(), Some(AclCode(107003)));
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An ACL call returned a failure code.
+    #[error(transparent)]
+    Acl(#[from] AclError),
+    /// npu-rs rejected an argument before calling ACL.
+    #[error("{api}: invalid argument `{argument}`: {rule}")]
+    InvalidArgument {
+        /// The npu-rs or ACL API that was called.
+        api: &'static str,
+        /// The argument that broke the rule.
+        argument: &'static str,
+        /// The rule, phrased for the caller.
+        rule: Cow<'static, str>,
+    },
+    /// The loaded runtime does not export a function this operation needs.
+    #[error("{api} is not exported by the loaded AscendCL runtime (an older CANN release?)")]
+    Unsupported {
+        /// The missing ACL function.
+        api: &'static str,
+    },
+    /// No runtime could be loaded.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+}
+
+impl Error {
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub fn invalid(
+        api: &'static str,
+        argument: &'static str,
+        rule: impl Into<Cow<'static, str>>,
+    ) -> Self {
+        Error::InvalidArgument {
+            api,
+            argument,
+            rule: rule.into(),
+        }
+    }
+
+    /// The ACL return code, when the error came from an ACL call.
+    pub fn acl_code(&self) -> Option<AclCode> {
+        match self {
+            Error::Acl(e) => Some(e.code),
+            _ => None,
+        }
+    }
+}
+
+/// A failed ACL call: which function, the code it returned and what the runtime said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclError {
+    /// The ACL function that failed, e.g. `aclrtMemcpyAsync`.
+    pub api: &'static str,
+    /// The code it returned.
+    pub code: AclCode,
+    /// The text of `aclGetRecentErrMsg` right after the failure, when there was one.
+    pub message: Option<String>,
+}
+
+impl AclError {
+    /// Creates an error record for `api` failing with `code`.
+    pub fn new(api: &'static str, code: AclCode, message: Option<String>) -> Self {
+        AclError { api, code, message }
+    }
+
+    /// The code's class (caller, resource, business or internal).
+    pub fn class(&self) -> ErrorClass {
+        self.code.class()
+    }
+}
+
+impl fmt::Display for AclError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed: {}", self.api, self.code)?;
+        if let Some(description) = self.code.description() {
+            write!(f, ": {description}")?;
+        }
+        if let Some(message) = &self.message {
+            write!(f, " (runtime: {message})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for AclError {}
+
+/// One place the loader looked for an AscendCL runtime, and why it was not used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadAttempt {
+    /// The path or library name handed to the dynamic loader.
+    pub path: PathBuf,
+    /// Why it could not be used.
+    pub reason: String,
+}
+
+/// Selecting or loading the ACL runtime failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// No candidate library could be loaded.
+    #[error("no usable AscendCL runtime (libascendcl.so) was found; tried:{}", list(.tried))]
+    NotFound {
+        /// Every candidate, in the order tried.
+        tried: Vec<LoadAttempt>,
+    },
+    /// `NPU_BACKEND` holds something other than `sim`, `acl` or `auto`.
+    #[error("NPU_BACKEND={0:?} is not a backend: use sim, acl or auto")]
+    InvalidBackend(String),
+    /// The simulator backend was requested but npu-core was built without its `sim` feature.
+    #[error("the sim backend was requested but npu-core was built without the `sim` feature")]
+    SimulatorNotBuilt,
+}
+
+fn list(tried: &[LoadAttempt]) -> String {
+    tried
+        .iter()
+        .map(|a| format!("\n  {}: {}", a.path.display(), a.reason))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_includes_runtime_message() {
+        let err = AclError::new("aclrtMalloc", AclCode(207001), Some("4096 bytes".into()));
+        assert_eq!(
+            err.to_string(),
+            "aclrtMalloc failed: ACL_ERROR_RT_MEMORY_ALLOCATION (207001): device out of memory \
+             (runtime: 4096 bytes)"
+        );
+        assert_eq!(err.class(), ErrorClass::Resource);
+    }
+
+    #[test]
+    fn load_error_lists_attempts() {
+        let err = LoadError::NotFound {
+            tried: vec![
+                LoadAttempt {
+                    path: "/a/libascendcl.so".into(),
+                    reason: "no such file".into(),
+                },
+                LoadAttempt {
+                    path: "libascendcl.so".into(),
+                    reason: "not found".into(),
+                },
+            ],
+        };
+        assert_eq!(
+            err.to_string(),
+            "no usable AscendCL runtime (libascendcl.so) was found; tried:\n  \
+             /a/libascendcl.so: no such file\n  libascendcl.so: not found"
+        );
+    }
+
+    #[test]
+    fn invalid_argument_names_api_argument_and_rule() {
+        let err = Error::invalid(
+            "Stream::copy_2d",
+            "width",
+            "must not exceed the source pitch",
+        );
+        assert_eq!(
+            err.to_string(),
+            "Stream::copy_2d: invalid argument `width`: must not exceed the source pitch"
+        );
+        assert_eq!(err.acl_code(), None);
+    }
+}

@@ -1,0 +1,38 @@
+//! The foundation of npu-rs: loading the AscendCL runtime, typed errors, devices, and contexts
+//! that follow the task rather than the thread.
+//!
+//! - [`Runtime`] loads a real `libascendcl.so` or the npu-sim simulator (`NPU_BACKEND`) and
+//!   initialises ACL once.
+//! - [`Device`] and [`Context`] wrap devices and contexts; every context-dependent object holds
+//!   its `Context` and binds it before each call, so a Tokio task may migrate between threads.
+//! - [`Error`] names the failed API, the code, its symbolic name and the runtime's message.
+//! - [`Completion`] and [`UseList`] are the building blocks the stream and memory crates use to
+//!   complete operations and to release resources only after the device is done with them.
+//!
+//! ```
+//! use npu_core::Device;
+//!
+//! let device = Device::open(0)?;
+//! println!("{} on {}", device.soc_name().unwrap_or_default(), device.runtime().backend());
+//! # Ok::<(), npu_core::Error>(())
+//! ```
+
+pub use npu_sys as ffi;
+
+mod backend;
+mod call;
+mod code;
+mod completion;
+mod context;
+mod device;
+mod error;
+pub mod reaper;
+mod runtime;
+
+pub use backend::{Backend, BackendChoice};
+pub use code::{AclCode, ErrorClass};
+pub use completion::{Completion, UseList, Wait};
+pub use context::Context;
+pub use device::{Device, DeviceAttr, DeviceStatus, MemAttr, MemInfo, PeerAccess, PriorityRange};
+pub use error::{AclError, Error, LoadAttempt, LoadError, Result};
+pub use runtime::{Runtime, RuntimeBuilder};

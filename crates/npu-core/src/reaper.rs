@@ -1,0 +1,75 @@
+//! The reaper: one background thread that runs deferred releases.
+//!
+//! Releasing a resource can mean an ACL call (`aclrtFree`, `aclrtDestroyStream`, which waits
+//! for the stream's work) or returning a block to a pool. None of that may run on the reactor
+//! thread, inside a lock, or inside an ACL callback, so completions hand their deferred actions
+//! here.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
+use std::sync::mpsc::{Sender, channel};
+
+type Action = Box<dyn FnOnce() + Send + 'static>;
+
+fn sender() -> Option<&'static Sender<Vec<Action>>> {
+    static SENDER: OnceLock<Option<Sender<Vec<Action>>>> = OnceLock::new();
+    SENDER
+        .get_or_init(|| {
+            let (tx, rx) = channel::<Vec<Action>>();
+            let spawned = std::thread::Builder::new()
+                .name("npu-reaper".into())
+                .spawn(move || {
+                    for batch in rx {
+                        batch.into_iter().for_each(run);
+                    }
+                });
+            match spawned {
+                Ok(_) => Some(tx),
+                Err(err) => {
+                    tracing::error!(%err, "cannot start the npu-reaper thread; releasing inline");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+fn run(action: Action) {
+    if catch_unwind(AssertUnwindSafe(action)).is_err() {
+        tracing::error!("a deferred release panicked; the reaper continues");
+    }
+}
+
+/// Queues actions for the reaper thread (or runs them here if it could not be started).
+pub(crate) fn run_later(actions: Vec<Action>) {
+    let rejected = match sender() {
+        Some(tx) => match tx.send(actions) {
+            Ok(()) => return,
+            Err(err) => err.0,
+        },
+        None => actions,
+    };
+    rejected.into_iter().for_each(run);
+}
+
+/// Runs `release` on the reaper thread: for dropping something whose destructor may block
+/// (destroying a stream waits for its work) from a thread that must not block.
+pub fn release_later(release: impl FnOnce() + Send + 'static) {
+    run_later(vec![Box::new(release)]);
+}
+
+/// Blocks until every release queued before this call has run.
+///
+/// Tests use it to observe that resources really were released; production code never needs
+/// it.
+///
+/// ```
+/// npu_core::reaper::flush();
+/// ```
+pub fn flush() {
+    let (tx, rx) = channel();
+    run_later(vec![Box::new(move || {
+        let _ = tx.send(());
+    })]);
+    let _ = rx.recv();
+}

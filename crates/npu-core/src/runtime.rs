@@ -1,0 +1,253 @@
+//! The process's handle on one loaded ACL runtime.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use crate::backend::{self, Backend, BackendChoice, Loaded};
+use crate::code::AclCode;
+use crate::context::ContextInner;
+use crate::device::Device;
+use crate::error::{AclError, Error, Result};
+use crate::ffi;
+
+/// A loaded AscendCL runtime (real or simulated), initialised with `aclInit`.
+///
+/// `Runtime` is `Send + Sync` and cheap to clone. ACL is initialised once per loaded library
+/// and finalised when the last `Runtime` of that library (and everything holding one: devices,
+/// contexts, streams, buffers) is gone. [`Runtime::global`] is the shared process-wide runtime
+/// chosen by `NPU_BACKEND`; it is never finalised.
+///
+/// ```
+/// use npu_core::{Backend, BackendChoice, Runtime};
+///
+/// let rt = Runtime::builder().backend(BackendChoice::Sim).build()?;
+/// assert_eq!(rt.backend(), &Backend::Simulator);
+/// assert!(rt.device_count()? >= 1);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<RuntimeInner>,
+}
+
+struct RuntimeInner {
+    loaded: &'static Loaded,
+}
+
+/// Per loaded library: primary contexts, shared by every `Device` handle of a device, and peer
+/// access reference counts, so nested enables do not undo each other.
+#[derive(Default)]
+pub(crate) struct SharedState {
+    pub(crate) primaries: HashMap<i32, Weak<ContextInner>>,
+    pub(crate) peer_access: HashMap<(i32, i32), usize>,
+}
+
+fn shared_states() -> &'static Mutex<HashMap<usize, SharedState>> {
+    static STATES: OnceLock<Mutex<HashMap<usize, SharedState>>> = OnceLock::new();
+    STATES.get_or_init(Default::default)
+}
+
+/// Configures and builds a [`Runtime`].
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeBuilder {
+    choice: Option<BackendChoice>,
+    config: Option<PathBuf>,
+}
+
+impl RuntimeBuilder {
+    /// Selects the backend; without this, `NPU_BACKEND` decides (default `auto`).
+    pub fn backend(mut self, choice: BackendChoice) -> Self {
+        self.choice = Some(choice);
+        self
+    }
+
+    /// Uses the AscendCL runtime library at `path` (for example npu-sim's `libascendcl.so`).
+    pub fn library(self, path: impl Into<PathBuf>) -> Self {
+        self.backend(BackendChoice::Library(path.into()))
+    }
+
+    /// Passes a JSON configuration file to `aclInit` when this runtime initialises ACL.
+    pub fn acl_config(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config = Some(path.into());
+        self
+    }
+
+    /// Loads the runtime and takes an `aclInit` reference on it.
+    pub fn build(self) -> Result<Runtime> {
+        let choice = match self.choice {
+            Some(choice) => choice,
+            None => BackendChoice::from_env()?,
+        };
+        let loaded = backend::load(&choice)?;
+        acquire(loaded, self.config.as_deref())?;
+        Ok(Runtime {
+            inner: Arc::new(RuntimeInner { loaded }),
+        })
+    }
+}
+
+fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<()> {
+    let mut users = loaded.init_users.lock().unwrap_or_else(|e| e.into_inner());
+    if *users == 0 {
+        let config = config
+            .map(|p| {
+                CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| {
+                    Error::invalid("Runtime::build", "acl_config", "path contains a NUL byte")
+                })
+            })
+            .transpose()?;
+        let path = config.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        // SAFETY: `path` is NULL or a NUL-terminated string that outlives the call.
+        let code = unsafe { (loaded.api.aclInit)(path) };
+        // Another component of the process may have initialised ACL first; aclInit then
+        // counts our reference and says so, which is success for us.
+        if code != ffi::ACL_SUCCESS && code != ffi::ACL_ERROR_REPEAT_INITIALIZE {
+            return Err(AclError::new("aclInit", AclCode(code), recent_message(loaded)).into());
+        }
+    }
+    *users += 1;
+    Ok(())
+}
+
+impl Drop for RuntimeInner {
+    fn drop(&mut self) {
+        let mut users = self
+            .loaded
+            .init_users
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *users -= 1;
+        if *users > 0 {
+            return;
+        }
+        let api = &self.loaded.api;
+        // aclFinalize drops every reference at once, so prefer releasing only ours.
+        let code = match api.aclFinalizeReference {
+            // SAFETY: a NULL count pointer is allowed; ACL was initialised by `acquire`.
+            Some(finalize_reference) => unsafe { finalize_reference(std::ptr::null_mut()) },
+            // SAFETY: ACL was initialised by `acquire` and nothing of ours still uses it.
+            None => unsafe { (api.aclFinalize)() },
+        };
+        if code != ffi::ACL_SUCCESS {
+            tracing::warn!(code = %AclCode(code), "finalising AscendCL failed");
+        }
+    }
+}
+
+fn recent_message(loaded: &Loaded) -> Option<String> {
+    // SAFETY: aclGetRecentErrMsg takes no arguments and returns NULL or a NUL-terminated string
+    // that stays valid until the next call on this thread; it is copied out at once.
+    unsafe {
+        let text = (loaded.api.aclGetRecentErrMsg)();
+        (!text.is_null()).then(|| CStr::from_ptr(text).to_string_lossy().into_owned())
+    }
+}
+
+impl Runtime {
+    /// A builder for a runtime with an explicit backend or `aclInit` configuration.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// The shared process-wide runtime, selected by `NPU_BACKEND` on first use.
+    ///
+    /// Every later call returns the same runtime (or the same error).
+    pub fn global() -> Result<Runtime> {
+        static GLOBAL: OnceLock<Result<Runtime, Error>> = OnceLock::new();
+        GLOBAL.get_or_init(|| Runtime::builder().build()).clone()
+    }
+
+    /// The runtime that was loaded.
+    pub fn backend(&self) -> &Backend {
+        &self.inner.loaded.backend
+    }
+
+    /// The raw function table.
+    ///
+    /// Obtaining it is safe; calling through it is `unsafe` and bypasses every guarantee npu-rs
+    /// gives. If you change the current context through it, call
+    /// [`Context::forget_binding`](crate::Context::forget_binding) afterwards.
+    pub fn api(&self) -> &'static ffi::AclApi {
+        &self.inner.loaded.api
+    }
+
+    /// Turns an ACL return code into a `Result`, attaching `aclGetRecentErrMsg` on failure.
+    pub fn check(&self, api: &'static str, code: ffi::aclError) -> Result<()> {
+        if code == ffi::ACL_SUCCESS {
+            return Ok(());
+        }
+        Err(AclError::new(api, AclCode(code), recent_message(self.inner.loaded)).into())
+    }
+
+    /// Identifies the loaded library: ACL's global and thread-local state is per library, so
+    /// caches of that state (per device, per thread) are keyed by it.
+    pub fn library_id(&self) -> usize {
+        self.inner.loaded.id
+    }
+
+    /// Runs `f` on this library's shared primary-context and peer-access state.
+    pub(crate) fn with_shared<R>(&self, f: impl FnOnce(&mut SharedState) -> R) -> R {
+        let mut states = shared_states().lock().unwrap_or_else(|e| e.into_inner());
+        f(states.entry(self.library_id()).or_default())
+    }
+
+    /// Whether both handles use the same loaded library.
+    pub fn same_library(&self, other: &Runtime) -> bool {
+        self.library_id() == other.library_id()
+    }
+
+    /// The number of visible devices (`aclrtGetDeviceCount`).
+    pub fn device_count(&self) -> Result<u32> {
+        let mut count = 0u32;
+        // SAFETY: `count` is a valid out-pointer for the duration of the call.
+        unsafe { crate::acl_call!(self, aclrtGetDeviceCount(&mut count)) }?;
+        Ok(count)
+    }
+
+    /// Opens device `id` on this runtime (see [`Device::open`]).
+    pub fn device(&self, id: u32) -> Result<Device> {
+        Device::open_on(self, id)
+    }
+
+    /// The SoC name (`aclrtGetSocName`), e.g. `Ascend910B3`.
+    pub fn soc_name(&self) -> Option<String> {
+        // SAFETY: no arguments; the result is NULL or a NUL-terminated static string.
+        unsafe {
+            let name = (self.api().aclrtGetSocName)();
+            (!name.is_null()).then(|| CStr::from_ptr(name).to_string_lossy().into_owned())
+        }
+    }
+
+    /// The version string of a CANN package (`aclsysGetVersionStr`), e.g. for `"runtime"`.
+    pub fn package_version(&self, package: &str) -> Result<String> {
+        let mut name = CString::new(package)
+            .map_err(|_| Error::invalid("aclsysGetVersionStr", "package", "contains a NUL byte"))?
+            .into_bytes_with_nul();
+        let mut version = vec![0u8; ffi::ACL_PKG_VERSION_MAX_SIZE as usize];
+        let name_ptr = name.as_mut_ptr().cast();
+        let version_ptr = version.as_mut_ptr().cast();
+        // SAFETY: `name` is NUL-terminated; `version` has the documented maximum size.
+        unsafe { crate::acl_call_opt!(self, aclsysGetVersionStr(name_ptr, version_ptr)) }?;
+        let end = version
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(version.len());
+        Ok(String::from_utf8_lossy(&version[..end]).into_owned())
+    }
+
+    /// The optional ACL functions the loaded runtime does not export.
+    pub fn unsupported_functions(&self) -> Vec<&'static str> {
+        self.api().unsupported()
+    }
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("backend", self.backend())
+            .finish()
+    }
+}

@@ -1,0 +1,268 @@
+//! Typed device memory.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::marker::PhantomData;
+
+use bytemuck::Pod;
+use npu_core::ffi;
+use npu_core::{Completion, Context, Error, Result, UseList, acl_call};
+
+use crate::slice::{DeviceSlice, Memory, MemoryMut};
+
+/// How `aclrtMalloc` should back an allocation (`aclrtMemMallocPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum MallocPolicy {
+    /// 2 MiB pages for allocations over 1 MiB, falling back to normal pages (ACL's default).
+    #[default]
+    HugeFirst,
+    /// 2 MiB pages or fail.
+    HugeOnly,
+    /// Normal pages or fail.
+    NormalOnly,
+    /// Like `HugeFirst`, usable for copies between devices.
+    HugeFirstP2p,
+    /// Like `HugeOnly`, usable for copies between devices.
+    HugeOnlyP2p,
+    /// Like `NormalOnly`, usable for copies between devices.
+    NormalOnlyP2p,
+}
+
+impl MallocPolicy {
+    /// The `aclrtMemMallocPolicy` value.
+    pub fn raw(self) -> ffi::aclrtMemMallocPolicy {
+        match self {
+            MallocPolicy::HugeFirst => ffi::ACL_MEM_MALLOC_HUGE_FIRST,
+            MallocPolicy::HugeOnly => ffi::ACL_MEM_MALLOC_HUGE_ONLY,
+            MallocPolicy::NormalOnly => ffi::ACL_MEM_MALLOC_NORMAL_ONLY,
+            MallocPolicy::HugeFirstP2p => ffi::ACL_MEM_MALLOC_HUGE_FIRST_P2P,
+            MallocPolicy::HugeOnlyP2p => ffi::ACL_MEM_MALLOC_HUGE_ONLY_P2P,
+            MallocPolicy::NormalOnlyP2p => ffi::ACL_MEM_MALLOC_NORMAL_ONLY_P2P,
+        }
+    }
+}
+
+/// `len` elements of `T` in device memory (`aclrtMalloc`), tied to the context it was
+/// allocated in.
+///
+/// Operations take a `DeviceBuffer` by value and give it back when the device is done, so
+/// safe code can never touch it while the device does. Dropping it frees the memory
+/// (`aclrtFree`) only once every operation recorded against it has completed; until then the
+/// release waits on the reaper thread, never on the dropping thread.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::{DeviceBuffer, DeviceSlice};
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let mut buffer = DeviceBuffer::<u32>::new(&ctx, 1024)?;
+/// assert_eq!(buffer.byte_len(), 4096);
+///
+/// // Blocking copies are handy for set-up and tests; use a stream in async code.
+/// buffer.copy_from_host_blocking(&vec![7; 1024])?;
+/// let mut back = vec![0; 1024];
+/// buffer.copy_to_host_blocking(&mut back)?;
+/// assert!(back.iter().all(|&x| x == 7));
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+pub struct DeviceBuffer<T: Pod> {
+    context: Context,
+    ptr: *mut c_void,
+    len: usize,
+    uses: UseList,
+    _elements: PhantomData<T>,
+}
+
+// SAFETY: the buffer owns its allocation; the raw pointer is a device address that any thread
+// may pass to ACL, and element values are plain data.
+unsafe impl<T: Pod> Send for DeviceBuffer<T> {}
+// SAFETY: shared access only reads the address and records uses (a mutex-protected list).
+unsafe impl<T: Pod> Sync for DeviceBuffer<T> {}
+
+/// Checks an element count for an allocation and returns its size in bytes.
+pub(crate) fn byte_size<T>(api: &'static str, len: usize) -> Result<usize> {
+    if size_of::<T>() == 0 {
+        return Err(Error::invalid(
+            api,
+            "T",
+            "zero-sized element types cannot be allocated",
+        ));
+    }
+    if len == 0 {
+        return Err(Error::invalid(
+            api,
+            "len",
+            "must be at least 1: ACL rejects empty allocations",
+        ));
+    }
+    len.checked_mul(size_of::<T>()).ok_or_else(|| {
+        Error::invalid(
+            api,
+            "len",
+            format!("{len} elements overflow the address space"),
+        )
+    })
+}
+
+impl<T: Pod> DeviceBuffer<T> {
+    /// Allocates `len` uninitialised-on-device elements with ACL's default policy.
+    ///
+    /// The contents are whatever the device memory held; on the simulator, zeros.
+    pub fn new(context: &Context, len: usize) -> Result<Self> {
+        DeviceBuffer::with_policy(context, len, MallocPolicy::HugeFirst)
+    }
+
+    /// Allocates with an explicit page policy.
+    pub fn with_policy(context: &Context, len: usize, policy: MallocPolicy) -> Result<Self> {
+        let bytes = byte_size::<T>("DeviceBuffer::new", len)?;
+        context.bind()?;
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: `ptr` is a valid out-pointer; the context is bound on this thread.
+        unsafe {
+            acl_call!(
+                context.runtime(),
+                aclrtMalloc(&mut ptr, bytes, policy.raw())
+            )
+        }?;
+        Ok(DeviceBuffer {
+            context: context.clone(),
+            ptr,
+            len,
+            uses: UseList::new(),
+            _elements: PhantomData,
+        })
+    }
+
+    /// Allocates a buffer holding a copy of `data`, copying synchronously (blocking).
+    pub fn from_host_blocking(context: &Context, data: &[T]) -> Result<Self> {
+        let mut buffer = DeviceBuffer::new(context, data.len())?;
+        buffer.copy_from_host_blocking(data)?;
+        Ok(buffer)
+    }
+
+    /// The raw device address. Using it is `unsafe`; `self` must outlive every use.
+    pub fn as_raw(&self) -> *mut c_void {
+        self.ptr
+    }
+
+    /// Copies `src` into the buffer with the synchronous `aclrtMemcpy`, blocking this thread.
+    ///
+    /// Fails if the lengths differ. Use a stream's copy in async code.
+    pub fn copy_from_host_blocking(&mut self, src: &[T]) -> Result<()> {
+        self.check_len("DeviceBuffer::copy_from_host_blocking", src.len())?;
+        self.context.bind()?;
+        let (dst, bytes) = (self.ptr, self.byte_len());
+        let kind = ffi::ACL_MEMCPY_HOST_TO_DEVICE;
+        // SAFETY: `src` holds `bytes` readable bytes and the buffer has room for them; `&mut
+        // self` means no operation is using the buffer (operations own what they touch).
+        unsafe {
+            acl_call!(
+                self.context.runtime(),
+                aclrtMemcpy(dst, bytes, src.as_ptr().cast(), bytes, kind)
+            )
+        }
+    }
+
+    /// Copies the buffer into `dst` with the synchronous `aclrtMemcpy`, blocking this thread.
+    ///
+    /// Fails if the lengths differ. Use a stream's copy in async code.
+    pub fn copy_to_host_blocking(&self, dst: &mut [T]) -> Result<()> {
+        self.check_len("DeviceBuffer::copy_to_host_blocking", dst.len())?;
+        self.context.bind()?;
+        let (src, bytes) = (self.ptr, self.byte_len());
+        let kind = ffi::ACL_MEMCPY_DEVICE_TO_HOST;
+        // SAFETY: `dst` has room for `bytes` bytes and any byte pattern is a valid `T: Pod`.
+        unsafe {
+            acl_call!(
+                self.context.runtime(),
+                aclrtMemcpy(dst.as_mut_ptr().cast(), bytes, src, bytes, kind)
+            )
+        }
+    }
+
+    /// Reads the whole buffer into a new `Vec` (blocking).
+    pub fn to_vec_blocking(&self) -> Result<Vec<T>> {
+        let mut out = vec![T::zeroed(); self.len];
+        self.copy_to_host_blocking(&mut out)?;
+        Ok(out)
+    }
+
+    fn check_len(&self, api: &'static str, other: usize) -> Result<()> {
+        if other != self.len {
+            return Err(Error::invalid(
+                api,
+                "host slice",
+                format!(
+                    "has {other} elements but the device buffer has {}",
+                    self.len
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+// SAFETY: `ptr` is this buffer's own allocation of `len` elements in `context`; `Drop` frees it
+// only after every recorded use has completed.
+unsafe impl<T: Pod> Memory for DeviceBuffer<T> {
+    type Elem = T;
+
+    fn context(&self) -> &Context {
+        &self.context
+    }
+
+    fn addr(&self) -> *const c_void {
+        self.ptr
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn record_use(&self, completion: &Completion) {
+        self.uses.record(completion);
+    }
+}
+
+// SAFETY: the buffer is the only owner of its allocation.
+unsafe impl<T: Pod> MemoryMut for DeviceBuffer<T> {
+    fn addr_mut(&mut self) -> *mut c_void {
+        self.ptr
+    }
+}
+
+// SAFETY: the allocation comes from aclrtMalloc.
+unsafe impl<T: Pod> DeviceSlice for DeviceBuffer<T> {}
+
+/// Moves a raw device address into a deferred release.
+struct DevicePtr(*mut c_void);
+
+// SAFETY: a device address is an integer to the host; it is only handed back to aclrtFree.
+unsafe impl Send for DevicePtr {}
+
+impl<T: Pod> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        let context = self.context.clone();
+        let ptr = DevicePtr(self.ptr);
+        self.uses.release(move || {
+            let ptr = ptr;
+            // SAFETY: the allocation is ours and no operation uses it any more; aclrtFree needs
+            // no current context.
+            if let Err(err) = unsafe { acl_call!(context.runtime(), aclrtFree(ptr.0)) } {
+                tracing::warn!(%err, "freeing device memory failed");
+            }
+        });
+    }
+}
+
+impl<T: Pod> fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("device", &self.context.device_id())
+            .field("len", &self.len)
+            .field("ptr", &self.ptr)
+            .field("uses", &self.uses)
+            .finish()
+    }
+}

@@ -1,0 +1,228 @@
+//! What an asynchronous device operation may touch: the traits every safe operation accepts.
+
+use std::ffi::c_void;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use bytemuck::Pod;
+use npu_core::{Completion, Context, Error, Result};
+
+/// Memory an asynchronous device operation may access: what every copy, memset and kernel
+/// argument has in common. [`DeviceSlice`] and [`HostSlice`] say which side it lives on.
+///
+/// # Safety
+///
+/// Implementors guarantee that:
+/// - `addr()` is the address of `len()` contiguous, initialised elements that `context()`'s
+///   runtime can access asynchronously, and stays the same for the value's lifetime;
+/// - that memory stays allocated (and, for host memory, page-locked), and is not reused for
+///   anything else, until every [`Completion`] passed to [`record_use`](Memory::record_use)
+///   has completed, even if the value is dropped first (see [`npu_core::UseList`]).
+pub unsafe trait Memory: Send + 'static {
+    /// The element type.
+    type Elem: Pod;
+
+    /// The context whose runtime allocated, pinned or registered the memory.
+    fn context(&self) -> &Context;
+
+    /// The address of the first element: a device address for device memory, a host pointer
+    /// for host memory.
+    fn addr(&self) -> *const c_void;
+
+    /// The number of elements.
+    fn len(&self) -> usize;
+
+    /// Whether there are no elements.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The size in bytes.
+    fn byte_len(&self) -> usize {
+        self.len() * size_of::<Self::Elem>()
+    }
+
+    /// Records that the operation behind `completion` may access this memory.
+    fn record_use(&self, completion: &Completion);
+
+    /// An owned view of elements `range`.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, Memory};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let view = DeviceBuffer::<f32>::new(&ctx, 100)?.view(10..20)?;
+    /// assert_eq!(view.len(), 10);
+    /// assert!(view.into_inner().view(90..101).is_err());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    fn view(self, range: impl RangeBounds<usize>) -> Result<View<Self>>
+    where
+        Self: Sized,
+    {
+        let total = self.len();
+        View::checked(self, range, total)
+    }
+}
+
+/// Memory an operation may write: the caller owns it exclusively.
+///
+/// # Safety
+///
+/// As for [`Memory`], and no other live value grants access to the same memory.
+pub unsafe trait MemoryMut: Memory {
+    /// The address of the first element, for writing.
+    fn addr_mut(&mut self) -> *mut c_void;
+}
+
+/// Device memory: a [`DeviceBuffer`](crate::DeviceBuffer), a view of one, or an `Arc` of
+/// either.
+///
+/// # Safety
+///
+/// `addr()` is a device address allocated by `context()`'s runtime.
+pub unsafe trait DeviceSlice: Memory {}
+
+/// Host memory the runtime knows is page-locked: [`PinnedBuffer`](crate::PinnedBuffer),
+/// [`PooledBuffer`](crate::PooledBuffer), [`HostRegistration`](crate::HostRegistration),
+/// views of them, or `Arc`s of those.
+///
+/// Ordinary (pageable) memory such as a `Vec` does not implement it on purpose: ACL silently
+/// turns an async copy from pageable memory into a blocking one, which would stall a Tokio
+/// worker thread. Register such memory, or stage it through a pool.
+///
+/// # Safety
+///
+/// `addr()` is a host pointer to memory that `context()`'s runtime pinned (`aclrtMallocHost`)
+/// or registered, for at least as long as [`Memory`] requires.
+pub unsafe trait HostSlice: Memory {
+    /// The first element, as a host pointer.
+    fn host_ptr(&self) -> *const Self::Elem {
+        self.addr().cast()
+    }
+}
+
+// SAFETY: an `Arc` shares the inner memory read-only; the inner value, and with it the memory,
+// lives until the last clone is dropped, and its own guarantees cover pending uses.
+unsafe impl<S: Memory + Sync> Memory for Arc<S> {
+    type Elem = S::Elem;
+
+    fn context(&self) -> &Context {
+        (**self).context()
+    }
+
+    fn addr(&self) -> *const c_void {
+        (**self).addr()
+    }
+
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+
+    fn record_use(&self, completion: &Completion) {
+        (**self).record_use(completion)
+    }
+}
+
+// SAFETY: the inner value is device memory.
+unsafe impl<S: DeviceSlice + Sync> DeviceSlice for Arc<S> {}
+// SAFETY: the inner value is page-locked host memory.
+unsafe impl<S: HostSlice + Sync> HostSlice for Arc<S> {}
+
+/// An owned sub-range of a device or host slice; it keeps the whole underlying buffer.
+///
+/// Obtained with [`DeviceSlice::view`] or [`HostSlice::view`]; [`View::into_inner`] gives the
+/// buffer back.
+#[derive(Debug)]
+pub struct View<S> {
+    inner: S,
+    offset: usize,
+    len: usize,
+}
+
+impl<S> View<S> {
+    fn checked(inner: S, range: impl RangeBounds<usize>, total: usize) -> Result<Self> {
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.saturating_add(1),
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => total,
+        };
+        if start > end || end > total {
+            return Err(Error::invalid(
+                "view",
+                "range",
+                format!("{start}..{end} is outside the slice's {total} elements"),
+            ));
+        }
+        Ok(View {
+            inner,
+            offset: start,
+            len: end - start,
+        })
+    }
+
+    /// The element offset of the view within the underlying slice.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Gives back the underlying slice.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The underlying slice.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+// SAFETY: the view's range lies within the inner memory (checked at construction), whose
+// guarantees it forwards; the address arithmetic stays inside that allocation (and device
+// addresses are never dereferenced on the host).
+unsafe impl<S: Memory> Memory for View<S> {
+    type Elem = S::Elem;
+
+    fn context(&self) -> &Context {
+        self.inner.context()
+    }
+
+    fn addr(&self) -> *const c_void {
+        self.inner
+            .addr()
+            .cast::<u8>()
+            .wrapping_add(self.offset * size_of::<S::Elem>())
+            .cast()
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn record_use(&self, completion: &Completion) {
+        self.inner.record_use(completion)
+    }
+}
+
+// SAFETY: exclusive ownership of the inner memory gives exclusive access to any part of it.
+unsafe impl<S: MemoryMut> MemoryMut for View<S> {
+    fn addr_mut(&mut self) -> *mut c_void {
+        let offset = self.offset * size_of::<S::Elem>();
+        self.inner
+            .addr_mut()
+            .cast::<u8>()
+            .wrapping_add(offset)
+            .cast()
+    }
+}
+
+// SAFETY: part of device memory is device memory.
+unsafe impl<S: DeviceSlice> DeviceSlice for View<S> {}
+// SAFETY: part of page-locked host memory is page-locked host memory.
+unsafe impl<S: HostSlice> HostSlice for View<S> {}

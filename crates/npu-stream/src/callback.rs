@@ -1,0 +1,240 @@
+//! The callback-thread completion strategy: `aclrtLaunchCallback` after each operation, run
+//! by a per-device thread looping `aclrtProcessReport`.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::time::{Duration, Instant};
+
+use npu_core::ffi;
+use npu_core::{Completion, Error, Result, acl_call};
+
+use crate::event_pool::PooledEvent;
+use crate::reactor::stream_status;
+use crate::strategy::{self, CompletionStrategy};
+use crate::stream::StreamShared;
+
+/// How long one `aclrtProcessReport` waits; also the fault-probe period.
+const REPORT_TIMEOUT_MS: i32 = 50;
+
+pub(crate) struct CallbackStrategy;
+
+/// One subscribed thread per (loaded runtime, device): ACL lets a thread serve streams of
+/// one device only.
+struct Worker {
+    /// `pthread_self()` of the worker, ACL's identity for subscriptions.
+    tid: u64,
+    outstanding: Mutex<HashMap<u64, Outstanding>>,
+}
+
+struct Outstanding {
+    stream: Arc<StreamShared>,
+    event: PooledEvent,
+    completion: Completion,
+    api: &'static str,
+    since: Instant,
+}
+
+thread_local! {
+    /// Operation ids whose callbacks ran during the current `aclrtProcessReport` on this
+    /// worker thread. Callbacks must not call ACL, so they only note the id here.
+    static FIRED: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+unsafe extern "C" fn on_callback(user_data: *mut c_void) {
+    let id = user_data as usize as u64;
+    FIRED.with(|fired| fired.borrow_mut().push(id));
+}
+
+/// Workers by (loaded runtime, device).
+type Workers = Mutex<HashMap<(usize, u32), Arc<Worker>>>;
+
+fn workers() -> &'static Workers {
+    static WORKERS: OnceLock<Workers> = OnceLock::new();
+    WORKERS.get_or_init(Default::default)
+}
+
+fn next_op_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The worker for the stream's device, started on first use.
+fn worker_for(stream: &StreamShared) -> Result<Arc<Worker>> {
+    let context = &stream.context;
+    let key = (context.runtime().library_id(), context.device_id());
+    let mut workers = workers().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(worker) = workers.get(&key) {
+        return Ok(worker.clone());
+    }
+    let (tx, rx) = mpsc::channel();
+    let runtime = context.runtime().clone();
+    std::thread::Builder::new()
+        .name(format!("npu-callback-{}", key.1))
+        .spawn(move || {
+            // SAFETY: pthread_self has no preconditions.
+            let tid = unsafe { libc::pthread_self() } as u64;
+            let worker = Arc::new(Worker {
+                tid,
+                outstanding: Mutex::new(HashMap::new()),
+            });
+            if tx.send(worker.clone()).is_ok() {
+                worker.run(&runtime);
+            }
+        })
+        .map_err(|e| Error::invalid("Strategy::CallbackThread", "thread", e.to_string()))?;
+    let worker = rx
+        .recv()
+        .map_err(|_| Error::invalid("Strategy::CallbackThread", "thread", "exited at start"))?;
+    workers.insert(key, worker.clone());
+    Ok(worker)
+}
+
+impl Worker {
+    fn run(&self, runtime: &npu_core::Runtime) {
+        loop {
+            // SAFETY: plain integer argument; callbacks run inside this call on this thread.
+            let code = unsafe { (runtime.api().aclrtProcessReport)(REPORT_TIMEOUT_MS) };
+            let fired: Vec<u64> = FIRED.with(|fired| std::mem::take(&mut *fired.borrow_mut()));
+            for id in fired {
+                let entry = self
+                    .outstanding
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
+                if let Some(op) = entry {
+                    op.completion.complete(strategy::settle(op.event, op.api));
+                }
+            }
+            match code {
+                ffi::ACL_SUCCESS => {}
+                // Nothing arrived, or no stream is subscribed yet: a quiet moment to check
+                // that the streams we wait on are healthy.
+                ffi::ACL_ERROR_RT_REPORT_TIMEOUT | ffi::ACL_ERROR_RT_THREAD_SUBSCRIBE => {
+                    self.probe();
+                    if code == ffi::ACL_ERROR_RT_THREAD_SUBSCRIBE {
+                        std::thread::sleep(Duration::from_millis(REPORT_TIMEOUT_MS as u64));
+                    }
+                }
+                other => {
+                    tracing::warn!(code = other, "aclrtProcessReport failed");
+                    self.probe();
+                }
+            }
+        }
+    }
+
+    /// Fails the outstanding operations of streams that stopped making progress with an error.
+    fn probe(&self) {
+        let now = Instant::now();
+        let stale: Vec<Arc<StreamShared>> = {
+            let outstanding = self.outstanding.lock().unwrap_or_else(|e| e.into_inner());
+            let mut streams: Vec<Arc<StreamShared>> = Vec::new();
+            for op in outstanding.values() {
+                let old =
+                    now.duration_since(op.since) >= Duration::from_millis(REPORT_TIMEOUT_MS as u64);
+                if old && !streams.iter().any(|s| Arc::ptr_eq(s, &op.stream)) {
+                    streams.push(op.stream.clone());
+                }
+            }
+            streams
+        };
+        for stream in stale {
+            if let Err(err) = stream_status(&stream) {
+                let failed: Vec<Outstanding> = {
+                    let mut outstanding =
+                        self.outstanding.lock().unwrap_or_else(|e| e.into_inner());
+                    let ids: Vec<u64> = outstanding
+                        .iter()
+                        .filter(|(_, op)| Arc::ptr_eq(&op.stream, &stream))
+                        .map(|(id, _)| *id)
+                        .collect();
+                    ids.iter().filter_map(|id| outstanding.remove(id)).collect()
+                };
+                for op in failed {
+                    op.event.discard();
+                    op.completion
+                        .complete(Err(strategy::attribute(err.clone(), op.api)));
+                }
+            }
+        }
+    }
+}
+
+impl CompletionStrategy for CallbackStrategy {
+    fn watch(
+        &self,
+        stream: &Arc<StreamShared>,
+        api: &'static str,
+        completion: Completion,
+    ) -> Result<()> {
+        let subscription = stream.strategy_state.subscription.get_or_init(|| {
+            let worker = worker_for(stream)?;
+            let (tid, handle) = (worker.tid, stream.handle);
+            // SAFETY: the stream is alive and its context is bound by the submitter.
+            unsafe { acl_call!(stream.context.runtime(), aclrtSubscribeReport(tid, handle)) }?;
+            Ok(tid)
+        });
+        subscription.clone()?;
+        let worker = worker_for(stream)?;
+        let event = strategy::record(stream)?;
+        let id = next_op_id();
+        worker
+            .outstanding
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                id,
+                Outstanding {
+                    stream: stream.clone(),
+                    event,
+                    completion,
+                    api,
+                    since: Instant::now(),
+                },
+            );
+        let handle = stream.handle;
+        // SAFETY: `on_callback` only records the id; the stream is alive and bound.
+        let launched = unsafe {
+            acl_call!(
+                stream.context.runtime(),
+                aclrtLaunchCallback(
+                    Some(on_callback),
+                    id as usize as *mut c_void,
+                    ffi::ACL_CALLBACK_NO_BLOCK,
+                    handle
+                )
+            )
+        };
+        if let Err(err) = launched {
+            // The operation itself was queued; hand its completion back so the submitter
+            // drains the stream before releasing anything.
+            if let Some(op) = worker
+                .outstanding
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id)
+            {
+                drop(op.event);
+            }
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    fn release(&self, stream: &StreamShared) {
+        let Some(Ok(tid)) = stream.strategy_state.subscription.get() else {
+            return;
+        };
+        let runtime = stream.context.runtime();
+        let result = stream.context.bind().and_then(|()| {
+            // SAFETY: the stream is alive until this returns; its context is bound.
+            unsafe { acl_call!(runtime, aclrtUnSubscribeReport(*tid, stream.handle)) }
+        });
+        if let Err(err) = result {
+            tracing::warn!(%err, stream = stream.id, "unsubscribing the callback thread failed");
+        }
+    }
+}

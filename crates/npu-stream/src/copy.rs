@@ -1,0 +1,343 @@
+//! Copies and memsets: each takes the buffers it touches and returns them when done.
+
+use npu_core::ffi;
+use npu_core::{Error, Result, acl_call};
+use npu_mem::{DeviceSlice, HostSlice, Memory, MemoryMut};
+
+use crate::op::Op;
+use crate::stream::Stream;
+
+/// ACL's limit on the rows of a 2D copy.
+pub const MAX_2D_HEIGHT: usize = 5 * 1024 * 1024;
+/// ACL's limit on the width of a 2D copy, in bytes.
+pub const MAX_2D_WIDTH_BYTES: usize = 5_000_000;
+
+/// The shape of a pitched (2D) copy, in elements: `height` rows of `width` elements, rows
+/// `src_pitch` elements apart in the source and `dst_pitch` apart in the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Copy2d {
+    /// Elements copied per row.
+    pub width: usize,
+    /// Number of rows.
+    pub height: usize,
+    /// Distance between row starts in the source, in elements.
+    pub src_pitch: usize,
+    /// Distance between row starts in the destination, in elements.
+    pub dst_pitch: usize,
+}
+
+impl Copy2d {
+    /// Checks the shape against ACL's limits and both buffers' lengths; returns the byte
+    /// values for the ACL call: `(width, src_pitch, dst_pitch)`.
+    fn check<T>(
+        &self,
+        api: &'static str,
+        src_len: usize,
+        dst_len: usize,
+    ) -> Result<(usize, usize, usize)> {
+        let size = size_of::<T>();
+        if self.width > self.src_pitch {
+            return Err(Error::invalid(
+                api,
+                "width",
+                format!("{} exceeds the source pitch {}", self.width, self.src_pitch),
+            ));
+        }
+        if self.width > self.dst_pitch {
+            return Err(Error::invalid(
+                api,
+                "width",
+                format!(
+                    "{} exceeds the destination pitch {}",
+                    self.width, self.dst_pitch
+                ),
+            ));
+        }
+        if self.height > MAX_2D_HEIGHT {
+            return Err(Error::invalid(
+                api,
+                "height",
+                format!(
+                    "{} exceeds ACL's limit of {MAX_2D_HEIGHT} rows",
+                    self.height
+                ),
+            ));
+        }
+        let width_bytes = self
+            .width
+            .checked_mul(size)
+            .filter(|&w| w <= MAX_2D_WIDTH_BYTES)
+            .ok_or_else(|| {
+                Error::invalid(
+                    api,
+                    "width",
+                    format!(
+                        "{} elements exceed ACL's limit of {MAX_2D_WIDTH_BYTES} bytes per row",
+                        self.width
+                    ),
+                )
+            })?;
+        for (pitch, len, argument) in [
+            (self.src_pitch, src_len, "src"),
+            (self.dst_pitch, dst_len, "dst"),
+        ] {
+            let needed = match self.height {
+                0 => Some(0),
+                rows => pitch
+                    .checked_mul(rows - 1)
+                    .and_then(|n| n.checked_add(self.width)),
+            };
+            match needed {
+                Some(needed) if needed <= len => {}
+                Some(needed) => {
+                    let rule = format!("holds {len} elements but the copy spans {needed}");
+                    return Err(Error::invalid(api, argument, rule));
+                }
+                None => return Err(Error::invalid(api, argument, "the copy's extent overflows")),
+            }
+        }
+        Ok((width_bytes, self.src_pitch * size, self.dst_pitch * size))
+    }
+}
+
+impl Stream {
+    /// Copies host memory the runtime knows is page-locked to device memory
+    /// (`aclrtMemcpyAsync`, host to device). Both must have the same length.
+    ///
+    /// Resolves to `(src, dst)` once the device has finished.
+    ///
+    /// Cancel safety: not cancel-safe: dropping the future gives up both buffers (they are
+    /// released only after the copy finishes); the copy itself still happens.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, PinnedBuffer};
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// let host = PinnedBuffer::from_slice(&ctx, &[1u32, 2, 3])?;
+    /// let device = DeviceBuffer::<u32>::new(&ctx, 3)?;
+    /// let (_host, device) = stream.copy_h2d(host, device).await?;
+    /// let back = PinnedBuffer::<u32>::new(&ctx, 3)?;
+    /// let (_device, back) = stream.copy_d2h(device, back).await?;
+    /// assert_eq!(&back[..], &[1, 2, 3]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn copy_h2d<S, D>(&self, src: S, dst: D) -> Op<(S, D)>
+    where
+        S: HostSlice,
+        D: DeviceSlice + MemoryMut<Elem = S::Elem>,
+    {
+        self.copy_linear("Stream::copy_h2d", ffi::ACL_MEMCPY_HOST_TO_DEVICE, src, dst)
+    }
+
+    /// Copies device memory to page-locked host memory (`aclrtMemcpyAsync`, device to host).
+    ///
+    /// Resolves to `(src, dst)`. Cancel safety as for [`copy_h2d`](Stream::copy_h2d).
+    pub fn copy_d2h<S, D>(&self, src: S, dst: D) -> Op<(S, D)>
+    where
+        S: DeviceSlice,
+        D: HostSlice + MemoryMut<Elem = S::Elem>,
+    {
+        self.copy_linear("Stream::copy_d2h", ffi::ACL_MEMCPY_DEVICE_TO_HOST, src, dst)
+    }
+
+    /// Copies between device buffers (`aclrtMemcpyAsync`, device to device), on one device or
+    /// across devices once peer access is enabled from the stream's device.
+    ///
+    /// Resolves to `(src, dst)`. Cancel safety as for [`copy_h2d`](Stream::copy_h2d).
+    pub fn copy_d2d<S, D>(&self, src: S, dst: D) -> Op<(S, D)>
+    where
+        S: DeviceSlice,
+        D: DeviceSlice + MemoryMut<Elem = S::Elem>,
+    {
+        self.copy_linear(
+            "Stream::copy_d2d",
+            ffi::ACL_MEMCPY_DEVICE_TO_DEVICE,
+            src,
+            dst,
+        )
+    }
+
+    /// Copies between page-locked host buffers on the stream (`aclrtMemcpyAsync`, host to
+    /// host). ACL supports this only on some deployments; elsewhere it fails with
+    /// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`.
+    ///
+    /// Resolves to `(src, dst)`. Cancel safety as for [`copy_h2d`](Stream::copy_h2d).
+    pub fn copy_h2h<S, D>(&self, src: S, dst: D) -> Op<(S, D)>
+    where
+        S: HostSlice,
+        D: HostSlice + MemoryMut<Elem = S::Elem>,
+    {
+        self.copy_linear("Stream::copy_h2h", ffi::ACL_MEMCPY_HOST_TO_HOST, src, dst)
+    }
+
+    /// A pitched copy from page-locked host memory to device memory (`aclrtMemcpy2dAsync`).
+    ///
+    /// The shape is checked against both buffers and ACL's limits (width ≤ both pitches,
+    /// height ≤ 5,242,880 rows, rows ≤ 5,000,000 bytes) before anything is submitted.
+    /// Resolves to `(src, dst)`. Cancel safety as for [`copy_h2d`](Stream::copy_h2d).
+    pub fn copy_2d_h2d<S, D>(&self, src: S, dst: D, shape: Copy2d) -> Op<(S, D)>
+    where
+        S: HostSlice,
+        D: DeviceSlice + MemoryMut<Elem = S::Elem>,
+    {
+        self.copy_pitched(
+            "Stream::copy_2d_h2d",
+            ffi::ACL_MEMCPY_HOST_TO_DEVICE,
+            src,
+            dst,
+            shape,
+        )
+    }
+
+    /// A pitched copy from device memory to page-locked host memory (`aclrtMemcpy2dAsync`).
+    ///
+    /// Checks as for [`copy_2d_h2d`](Stream::copy_2d_h2d). Resolves to `(src, dst)`.
+    pub fn copy_2d_d2h<S, D>(&self, src: S, dst: D, shape: Copy2d) -> Op<(S, D)>
+    where
+        S: DeviceSlice,
+        D: HostSlice + MemoryMut<Elem = S::Elem>,
+    {
+        self.copy_pitched(
+            "Stream::copy_2d_d2h",
+            ffi::ACL_MEMCPY_DEVICE_TO_HOST,
+            src,
+            dst,
+            shape,
+        )
+    }
+
+    /// A pitched copy between device buffers (`aclrtMemcpy2dAsync`; ACL supports it on
+    /// Atlas A2/A3 and newer). Checks as for [`copy_2d_h2d`](Stream::copy_2d_h2d).
+    pub fn copy_2d_d2d<S, D>(&self, src: S, dst: D, shape: Copy2d) -> Op<(S, D)>
+    where
+        S: DeviceSlice,
+        D: DeviceSlice + MemoryMut<Elem = S::Elem>,
+    {
+        self.copy_pitched(
+            "Stream::copy_2d_d2d",
+            ffi::ACL_MEMCPY_DEVICE_TO_DEVICE,
+            src,
+            dst,
+            shape,
+        )
+    }
+
+    /// Sets every byte of `dst` to `value` (`aclrtMemsetAsync`). Resolves to `dst`.
+    ///
+    /// Cancel safety: not cancel-safe: dropping the future gives up `dst` (released after the
+    /// memset finishes).
+    pub fn memset<D: DeviceSlice + MemoryMut>(&self, dst: D, value: u8) -> Op<D> {
+        let bytes = dst.byte_len();
+        self.submit(
+            "aclrtMemsetAsync",
+            bytes,
+            dst,
+            |dst, done| dst.record_use(done),
+            |dst, stream| {
+                self.check_runtime("Stream::memset", "dst", dst.context())?;
+                let ptr = dst.addr_mut();
+                // SAFETY: `dst` covers `bytes` bytes and stays valid until the memset completes.
+                unsafe {
+                    acl_call!(
+                        self.context().runtime(),
+                        aclrtMemsetAsync(ptr, bytes, i32::from(value), bytes, stream)
+                    )
+                }
+            },
+        )
+    }
+
+    fn copy_linear<S, D>(
+        &self,
+        api: &'static str,
+        kind: ffi::aclrtMemcpyKind,
+        src: S,
+        dst: D,
+    ) -> Op<(S, D)>
+    where
+        S: Memory,
+        D: MemoryMut<Elem = S::Elem>,
+    {
+        let bytes = src.byte_len();
+        self.submit(
+            "aclrtMemcpyAsync",
+            bytes,
+            (src, dst),
+            record_both,
+            |(src, dst), stream| {
+                self.check_pair(api, src, dst)?;
+                if src.len() != dst.len() {
+                    let rule = format!(
+                        "holds {} elements but the source has {}",
+                        dst.len(),
+                        src.len()
+                    );
+                    return Err(Error::invalid(api, "dst", rule));
+                }
+                let (d, s) = (dst.addr_mut(), src.addr());
+                // SAFETY: both ranges are `bytes` long and stay valid until the copy completes
+                // (both owners recorded this operation as a use).
+                unsafe {
+                    acl_call!(
+                        self.context().runtime(),
+                        aclrtMemcpyAsync(d, bytes, s, bytes, kind, stream)
+                    )
+                }
+            },
+        )
+    }
+
+    fn copy_pitched<S, D>(
+        &self,
+        api: &'static str,
+        kind: ffi::aclrtMemcpyKind,
+        src: S,
+        dst: D,
+        shape: Copy2d,
+    ) -> Op<(S, D)>
+    where
+        S: Memory,
+        D: MemoryMut<Elem = S::Elem>,
+    {
+        let bytes = shape
+            .width
+            .saturating_mul(shape.height)
+            .saturating_mul(size_of::<S::Elem>());
+        self.submit(
+            "aclrtMemcpy2dAsync",
+            bytes,
+            (src, dst),
+            record_both,
+            |(src, dst), stream| {
+                self.check_pair(api, src, dst)?;
+                let (width, spitch, dpitch) = shape.check::<S::Elem>(api, src.len(), dst.len())?;
+                let (d, s, height) = (dst.addr_mut(), src.addr(), shape.height);
+                // SAFETY: the shape was checked against both buffers, which stay valid until the
+                // copy completes.
+                unsafe {
+                    acl_call!(
+                        self.context().runtime(),
+                        aclrtMemcpy2dAsync(d, dpitch, s, spitch, width, height, kind, stream)
+                    )
+                }
+            },
+        )
+    }
+
+    fn check_pair(&self, api: &'static str, src: &impl Memory, dst: &impl Memory) -> Result<()> {
+        self.check_runtime(api, "src", src.context())?;
+        self.check_runtime(api, "dst", dst.context())
+    }
+}
+
+/// Records an operation as a user of both of its buffers.
+fn record_both<S: Memory, D: Memory>((src, dst): &(S, D), done: &npu_core::Completion) {
+    src.record_use(done);
+    dst.record_use(done);
+}

@@ -1,0 +1,294 @@
+//! User events: record on a stream, await, time, and order streams.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use npu_core::ffi;
+use npu_core::{Completion, Context, Error, Result, acl_call, acl_call_opt};
+
+use crate::stream::Stream;
+
+/// Which ACL event model an [`Event`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum EventKind {
+    /// `aclrtCreateEvent`/`aclrtCreateEventWithFlag`: available on every CANN release.
+    #[default]
+    Legacy,
+    /// `aclrtCreateEventExWithFlag` (newer releases): every record re-captures the stream's
+    /// work, and a never-recorded event counts as complete.
+    Ex,
+}
+
+/// An ACL event, recorded on a stream to mark a point in its work.
+///
+/// Use it to await that point, to time the work between two events, or to make another
+/// stream wait for it. `Event` is `Send + Sync` and cheap to clone; the ACL event is destroyed
+/// with the last clone.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_stream::{Event, Stream};
+///
+/// # tokio_test::block_on(async {
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let (producer, consumer) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+/// let (start, end) = (Event::new(&ctx)?, Event::new(&ctx)?);
+/// start.record(&producer)?;
+/// end.record(&producer)?;
+/// consumer.wait_event(&end)?; // later work on `consumer` runs after `end`
+/// end.wait().await?;
+/// let elapsed = Event::elapsed(&start, &end)?;
+/// assert!(elapsed.as_secs() < 60);
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Event {
+    inner: Arc<EventInner>,
+}
+
+struct EventInner {
+    context: Context,
+    handle: ffi::aclrtEvent,
+    kind: EventKind,
+    flags: u32,
+    /// Completes when the device reaches the latest record.
+    last_record: Mutex<Option<Completion>>,
+}
+
+// SAFETY: an aclrtEvent is an opaque handle ACL lets any thread use; records are serialised
+// by the recording stream's submission lock and `last_record` is behind a mutex.
+unsafe impl Send for EventInner {}
+// SAFETY: as above.
+unsafe impl Sync for EventInner {}
+
+/// Creation options for an [`Event`].
+#[derive(Debug, Clone)]
+pub struct EventBuilder {
+    context: Context,
+    kind: EventKind,
+    flags: u32,
+}
+
+impl EventBuilder {
+    /// The event model.
+    pub fn kind(mut self, kind: EventKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Raw `ACL_EVENT_*` flags. The default, `ACL_EVENT_SYNC | ACL_EVENT_TIME_LINE`, allows
+    /// both cross-stream waits and timing.
+    pub fn flags(mut self, flags: u32) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    /// Creates the event.
+    pub fn build(self) -> Result<Event> {
+        let context = self.context;
+        context.bind()?;
+        let runtime = context.runtime();
+        let mut handle: ffi::aclrtEvent = std::ptr::null_mut();
+        let flags = self.flags;
+        match self.kind {
+            // SAFETY: `handle` is a valid out-pointer; the context is bound.
+            EventKind::Legacy => unsafe {
+                acl_call!(runtime, aclrtCreateEventWithFlag(&mut handle, flags))
+            },
+            // SAFETY: as above.
+            EventKind::Ex => unsafe {
+                acl_call_opt!(runtime, aclrtCreateEventExWithFlag(&mut handle, flags))
+            },
+        }?;
+        Ok(Event {
+            inner: Arc::new(EventInner {
+                context,
+                handle,
+                kind: self.kind,
+                flags,
+                last_record: Mutex::new(None),
+            }),
+        })
+    }
+}
+
+impl Event {
+    /// A legacy event that supports waits and timing.
+    pub fn new(context: &Context) -> Result<Event> {
+        Event::builder(context).build()
+    }
+
+    /// Options for an event in `context`.
+    pub fn builder(context: &Context) -> EventBuilder {
+        EventBuilder {
+            context: context.clone(),
+            kind: EventKind::Legacy,
+            flags: ffi::ACL_EVENT_SYNC | ffi::ACL_EVENT_TIME_LINE,
+        }
+    }
+
+    /// The event model.
+    pub fn kind(&self) -> EventKind {
+        self.inner.kind
+    }
+
+    /// The context the event belongs to.
+    pub fn context(&self) -> &Context {
+        &self.inner.context
+    }
+
+    /// The raw handle. Using it is `unsafe`; `self` must outlive every use.
+    pub fn as_raw(&self) -> ffi::aclrtEvent {
+        self.inner.handle
+    }
+
+    /// Records the event after all work submitted to `stream` so far (`aclrtRecordEvent`).
+    ///
+    /// Re-recording moves the event to the new point; [`wait`](Event::wait) then waits for it.
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        stream.check_runtime("Event::record", "stream", self.context())?;
+        let handle = self.inner.handle;
+        let op = stream.submit(
+            "aclrtRecordEvent",
+            0,
+            (),
+            |_, _| {},
+            |_, raw| {
+                // SAFETY: event and stream are alive; the stream's context is bound.
+                unsafe { acl_call!(stream.context().runtime(), aclrtRecordEvent(handle, raw)) }
+            },
+        );
+        if let Some(Err(err)) = op.completion().result() {
+            return Err(err);
+        }
+        *self
+            .inner
+            .last_record
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(op.completion().clone());
+        Ok(())
+    }
+
+    /// Resolves when the device reaches the latest record, with the first task failure
+    /// among the work it captured. Resolves at once if the event was never recorded.
+    ///
+    /// Cancel safety: cancel-safe; dropping the future only stops waiting.
+    pub fn wait(&self) -> EventWait {
+        let completion = self
+            .inner
+            .last_record
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        EventWait { completion }
+    }
+
+    /// Whether the work captured by the latest record has completed
+    /// (`aclrtQueryEventStatus`). A never-recorded legacy event reports `false`, an `Ex`
+    /// event `true`, as in ACL.
+    pub fn is_complete(&self) -> Result<bool> {
+        let runtime = self.context().runtime();
+        let handle = self.inner.handle;
+        let mut status = ffi::ACL_EVENT_RECORDED_STATUS_NOT_READY;
+        // SAFETY: the event is alive; the query checks no context.
+        unsafe { acl_call_opt!(runtime, aclrtQueryEventStatus(handle, &mut status)) }?;
+        Ok(status == ffi::ACL_EVENT_RECORDED_STATUS_COMPLETE)
+    }
+
+    /// The device time between two recorded and completed events (`aclrtEventElapsedTime`).
+    pub fn elapsed(start: &Event, end: &Event) -> Result<Duration> {
+        for (event, argument) in [(start, "start"), (end, "end")] {
+            if event.inner.flags & ffi::ACL_EVENT_TIME_LINE == 0 {
+                return Err(Error::invalid(
+                    "Event::elapsed",
+                    argument,
+                    "was created without ACL_EVENT_TIME_LINE, so it records no timestamp",
+                ));
+            }
+        }
+        let runtime = start.context().runtime();
+        let mut ms = 0f32;
+        let (a, b) = (start.inner.handle, end.inner.handle);
+        // SAFETY: both events are alive and `ms` is a valid out-pointer.
+        unsafe { acl_call!(runtime, aclrtEventElapsedTime(&mut ms, a, b)) }?;
+        Duration::try_from_secs_f64(f64::from(ms) / 1e3).map_err(|_| {
+            Error::invalid("Event::elapsed", "end", format!("is {ms} ms before start"))
+        })
+    }
+
+    /// The device time of the latest record, in microseconds (`aclrtEventGetTimestamp`).
+    pub fn timestamp_us(&self) -> Result<u64> {
+        let runtime = self.context().runtime();
+        let handle = self.inner.handle;
+        let mut timestamp = 0u64;
+        // SAFETY: the event is alive and `timestamp` is a valid out-pointer.
+        unsafe { acl_call_opt!(runtime, aclrtEventGetTimestamp(handle, &mut timestamp)) }?;
+        Ok(timestamp)
+    }
+}
+
+impl Stream {
+    /// Makes all work submitted to this stream after this call wait until `event`'s latest
+    /// record is reached (`aclrtStreamWaitEvent`). Does not block the caller.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        self.check_runtime("Stream::wait_event", "event", event.context())?;
+        self.context().bind()?;
+        let _order = self.lock_submission();
+        let (stream, handle) = (self.as_raw(), event.inner.handle);
+        // SAFETY: stream and event are alive; the stream's context is bound.
+        unsafe {
+            acl_call!(
+                self.context().runtime(),
+                aclrtStreamWaitEvent(stream, handle)
+            )
+        }
+    }
+}
+
+impl Drop for EventInner {
+    fn drop(&mut self) {
+        let runtime = self.context.runtime();
+        let result = self.context.bind().and_then(|()| {
+            // SAFETY: the event is ours; ACL allows destroying an event whose record has not
+            // completed (it frees it once the record completes).
+            unsafe { acl_call!(runtime, aclrtDestroyEvent(self.handle)) }
+        });
+        if let Err(err) = result {
+            tracing::warn!(%err, "destroying an event failed");
+        }
+    }
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Event")
+            .field("kind", &self.inner.kind)
+            .field("flags", &self.inner.flags)
+            .field("device", &self.inner.context.device_id())
+            .finish()
+    }
+}
+
+/// Future returned by [`Event::wait`].
+#[derive(Debug)]
+#[must_use = "futures do nothing unless polled"]
+pub struct EventWait {
+    completion: Option<Completion>,
+}
+
+impl Future for EventWait {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
+        match &self.completion {
+            Some(completion) => completion.poll_result(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! Ascend NPU streams and events as Rust futures.
+//!
+//! Every stream operation (copies, 2D copies, memsets, event records) is submitted on the
+//! calling thread, followed by an event record; one reactor thread polls
+//! `aclrtQueryEventStatus` for the oldest pending event of each stream and wakes the task. A
+//! Tokio server can therefore `.await` device work inside the same `select!` as its socket
+//! reads, without blocking a worker thread and without a blocking-pool thread per operation.
+//!
+//! ```
+//! use npu_core::Device;
+//! use npu_mem::{DeviceBuffer, PinnedBuffer};
+//! use npu_stream::Stream;
+//!
+//! # tokio_test::block_on(async {
+//! let ctx = Device::open(0)?.primary_context().clone();
+//! let stream = Stream::new(&ctx)?;
+//! let input = PinnedBuffer::from_slice(&ctx, &[1.0f32; 1024])?;
+//! let device = DeviceBuffer::<f32>::new(&ctx, 1024)?;
+//! let (input, device) = stream.copy_h2d(input, device).await?;
+//! let device = stream.memset(device, 0).await?;
+//! let (_device, output) = stream.copy_d2h(device, input).await?;
+//! assert!(output.iter().all(|&x| x == 0.0));
+//! # Ok::<(), npu_core::Error>(())
+//! # })?;
+//! # Ok::<(), npu_core::Error>(())
+//! ```
+//!
+//! See docs/cancellation.md for what dropping a future at any point does (and does not) do.
+
+mod callback;
+mod copy;
+mod event;
+mod event_pool;
+mod op;
+mod reactor;
+mod strategy;
+mod stream;
+
+pub use copy::{Copy2d, MAX_2D_HEIGHT, MAX_2D_WIDTH_BYTES};
+pub use event::{Event, EventBuilder, EventKind, EventWait};
+pub use op::Op;
+pub use reactor::ReactorStats;
+pub use strategy::Strategy;
+pub use stream::{FailureMode, Stream, StreamBuilder};
+
+/// A snapshot of the reactor's counters (operations registered and completed, event queries,
+/// parks).
+pub fn reactor_stats() -> ReactorStats {
+    reactor::Reactor::get().stats()
+}

@@ -1,0 +1,331 @@
+//! The reactor: one thread that polls the oldest pending event of every active stream and
+//! completes the operations whose events have completed.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use npu_core::{Completion, Error, Result};
+
+use crate::event_pool::PooledEvent;
+use crate::strategy::{self, CompletionStrategy};
+use crate::stream::StreamShared;
+
+mod backoff;
+mod stats;
+mod wakeup;
+
+#[cfg(test)]
+mod model;
+
+use backoff::Backoff;
+use stats::Counters;
+pub use stats::ReactorStats;
+use wakeup::Wakeup;
+
+/// Std-backed primitives for [`wakeup`]; the loom model supplies loom's instead.
+mod sync {
+    pub(crate) use std::sync::atomic::{AtomicU8, Ordering};
+}
+
+/// A stream without progress for this long is health-checked with `aclrtStreamQuery`.
+const PROBE_AFTER: Duration = Duration::from_millis(10);
+
+/// One operation the reactor is waiting for.
+pub(crate) struct Pending {
+    event: PooledEvent,
+    completion: Completion,
+    api: &'static str,
+}
+
+/// The process-wide reactor.
+pub(crate) struct Reactor {
+    /// Streams that went from no pending operation to one, not yet picked up by the thread.
+    inbox: Mutex<Vec<Arc<StreamShared>>>,
+    wakeup: Wakeup,
+    thread: OnceLock<Thread>,
+    counters: Counters,
+}
+
+impl Reactor {
+    /// The reactor, starting its thread on first use.
+    pub(crate) fn get() -> &'static Reactor {
+        static REACTOR: OnceLock<&'static Reactor> = OnceLock::new();
+        REACTOR.get_or_init(|| {
+            let reactor: &'static Reactor = Box::leak(Box::new(Reactor {
+                inbox: Mutex::new(Vec::new()),
+                wakeup: Wakeup::new(),
+                thread: OnceLock::new(),
+                counters: Counters::default(),
+            }));
+            match std::thread::Builder::new()
+                .name("npu-reactor".into())
+                .spawn(|| reactor.run())
+            {
+                Ok(handle) => {
+                    let _ = reactor.thread.set(handle.thread().clone());
+                }
+                Err(err) => tracing::error!(%err, "cannot start the npu-reactor thread"),
+            }
+            reactor
+        })
+    }
+
+    /// A snapshot of the reactor's counters.
+    pub(crate) fn stats(&self) -> ReactorStats {
+        self.counters.snapshot()
+    }
+
+    fn register(&self, stream: &Arc<StreamShared>, pending: Pending) -> Result<()> {
+        if self.thread.get().is_none() {
+            return Err(Error::invalid(
+                "Strategy::EventPoll",
+                "reactor",
+                "the reactor thread could not be started",
+            ));
+        }
+        self.counters.registered();
+        let activate = {
+            let mut queue = stream.queue.lock().unwrap_or_else(|e| e.into_inner());
+            queue.pending.push_back(pending);
+            !std::mem::replace(&mut queue.in_reactor, true)
+        };
+        if activate {
+            self.inbox
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(stream.clone());
+            if self.wakeup.notify() {
+                if let Some(thread) = self.thread.get() {
+                    thread.unpark();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn run(&self) {
+        let mut active: Vec<Active> = Vec::new();
+        let mut finished: Vec<(Completion, Result<()>)> = Vec::new();
+        let mut retired: Vec<Arc<StreamShared>> = Vec::new();
+        let mut backoff = Backoff::new();
+        loop {
+            if self.wakeup.take_notification() {
+                self.adopt(&mut active);
+            }
+            let now = Instant::now();
+            let mut progressed = false;
+            active.retain_mut(|stream| {
+                let keep = self.poll_stream(stream, now, &mut finished, &mut progressed);
+                if !keep {
+                    retired.push(stream.stream.clone());
+                }
+                keep
+            });
+            // Wake tasks with no lock held; their buffers are released on the reaper.
+            for (completion, result) in finished.drain(..) {
+                completion.complete(result);
+            }
+            retire(&mut retired);
+            if active.is_empty() {
+                self.counters.parked();
+                if self.wakeup.sleep(std::thread::park) {
+                    self.adopt(&mut active);
+                }
+                backoff.reset();
+            } else if progressed {
+                backoff.reset();
+            } else if let Some(timeout) = backoff.next() {
+                self.counters.parked();
+                if self.wakeup.sleep(|| std::thread::park_timeout(timeout)) {
+                    self.adopt(&mut active);
+                }
+            }
+        }
+    }
+
+    fn adopt(&self, active: &mut Vec<Active>) {
+        let now = Instant::now();
+        let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+        active.extend(inbox.drain(..).map(|stream| Active {
+            stream,
+            last_progress: now,
+            last_probe: None,
+        }));
+    }
+
+    /// Completes what finished on one stream. Returns whether the stream stays active.
+    fn poll_stream(
+        &self,
+        active: &mut Active,
+        now: Instant,
+        finished: &mut Vec<(Completion, Result<()>)>,
+        progressed: &mut bool,
+    ) -> bool {
+        let stream = active.stream.clone();
+        let stream = &*stream;
+        loop {
+            let head = {
+                let mut queue = stream.queue.lock().unwrap_or_else(|e| e.into_inner());
+                match queue.pending.front() {
+                    Some(pending) => pending.event.handle(),
+                    None => {
+                        queue.in_reactor = false;
+                        return false;
+                    }
+                }
+            };
+            self.counters.queried();
+            match query(stream, head) {
+                Ok(true) => {
+                    let Some(pending) = pop(stream) else { continue };
+                    let result = strategy::settle(pending.event, pending.api);
+                    finished.push((pending.completion, result));
+                    self.counters.completed();
+                    active.last_progress = now;
+                    *progressed = true;
+                }
+                Ok(false) => {
+                    if let Err(err) = active.probe(now) {
+                        self.fail_all(stream, err, finished);
+                    }
+                    return true;
+                }
+                Err(err) => {
+                    // A failing query means the event or the whole stream is broken; the
+                    // stream's own status tells which.
+                    match stream_status(stream) {
+                        Err(stream_err) => self.fail_all(stream, stream_err, finished),
+                        Ok(()) => {
+                            if let Some(pending) = pop(stream) {
+                                pending.event.discard();
+                                finished.push((
+                                    pending.completion,
+                                    Err(strategy::attribute(err, pending.api)),
+                                ));
+                                self.counters.completed();
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fails every pending operation of a stream whose device work can no longer complete.
+    fn fail_all(
+        &self,
+        stream: &StreamShared,
+        err: Error,
+        finished: &mut Vec<(Completion, Result<()>)>,
+    ) {
+        let drained: Vec<Pending> = {
+            let mut queue = stream.queue.lock().unwrap_or_else(|e| e.into_inner());
+            queue.pending.drain(..).collect()
+        };
+        tracing::warn!(%err, stream = stream.id, failed = drained.len(), "stream failed");
+        for pending in drained {
+            pending.event.discard();
+            finished.push((
+                pending.completion,
+                Err(strategy::attribute(err.clone(), pending.api)),
+            ));
+            self.counters.completed();
+        }
+    }
+}
+
+impl CompletionStrategy for Reactor {
+    fn watch(
+        &self,
+        stream: &Arc<StreamShared>,
+        api: &'static str,
+        completion: Completion,
+    ) -> Result<()> {
+        let event = strategy::record(stream)?;
+        self.register(
+            stream,
+            Pending {
+                event,
+                completion,
+                api,
+            },
+        )
+    }
+}
+
+/// A stream the reactor is watching.
+struct Active {
+    stream: Arc<StreamShared>,
+    last_progress: Instant,
+    last_probe: Option<Instant>,
+}
+
+impl Active {
+    /// Health-checks a stream that has made no progress for a while.
+    fn probe(&mut self, now: Instant) -> Result<()> {
+        let due = now.duration_since(self.last_progress) >= PROBE_AFTER
+            && self
+                .last_probe
+                .is_none_or(|at| now.duration_since(at) >= PROBE_AFTER);
+        if !due {
+            return Ok(());
+        }
+        self.last_probe = Some(now);
+        stream_status(&self.stream)
+    }
+}
+
+fn pop(stream: &StreamShared) -> Option<Pending> {
+    stream
+        .queue
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pending
+        .pop_front()
+}
+
+/// Whether an event's captured work has completed, in ACL's newer or deprecated numbering.
+fn query(stream: &StreamShared, event: npu_core::ffi::aclrtEvent) -> Result<bool> {
+    use npu_core::ffi;
+    let runtime = stream.context.runtime();
+    let api = runtime.api();
+    match api.aclrtQueryEventStatus {
+        Some(query_status) => {
+            let mut status = ffi::ACL_EVENT_RECORDED_STATUS_NOT_READY;
+            // SAFETY: the event is alive (owned by the pending entry); no context needed.
+            let code = unsafe { query_status(event, &mut status) };
+            runtime.check("aclrtQueryEventStatus", code)?;
+            Ok(status == ffi::ACL_EVENT_RECORDED_STATUS_COMPLETE)
+        }
+        None => {
+            let mut status = ffi::ACL_EVENT_STATUS_NOT_READY;
+            // SAFETY: as above; older runtimes only have the deprecated query.
+            let code = unsafe { (api.aclrtQueryEvent)(event, &mut status) };
+            runtime.check("aclrtQueryEvent", code)?;
+            Ok(status == ffi::ACL_EVENT_STATUS_COMPLETE)
+        }
+    }
+}
+
+/// The stream's health: `Err` with its first task failure, if any.
+pub(crate) fn stream_status(stream: &StreamShared) -> Result<()> {
+    let runtime = stream.context.runtime();
+    let Some(stream_query) = runtime.api().aclrtStreamQuery else {
+        return Ok(());
+    };
+    let mut status = npu_core::ffi::ACL_STREAM_STATUS_NOT_READY;
+    // SAFETY: the stream is alive (`stream`); aclrtStreamQuery checks no context.
+    let code = unsafe { stream_query(stream.handle, &mut status) };
+    runtime.check("aclrtStreamQuery", code)
+}
+
+/// Drops streams the reactor no longer watches. The last reference destroys the ACL stream,
+/// which may wait for the device, so that happens on the reaper thread, not here.
+fn retire(retired: &mut Vec<Arc<StreamShared>>) {
+    for stream in retired.drain(..) {
+        if Arc::strong_count(&stream) == 1 {
+            npu_core::reaper::release_later(move || drop(stream));
+        }
+    }
+}

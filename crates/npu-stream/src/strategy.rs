@@ -1,0 +1,143 @@
+//! How a stream learns that an operation finished: the completion strategies.
+
+use std::sync::{Arc, OnceLock};
+
+use npu_core::{AclError, Completion, Error, Result, acl_call};
+
+use crate::event_pool::PooledEvent;
+use crate::stream::StreamShared;
+use crate::{callback, reactor};
+
+/// How a stream detects completions. Every strategy records a pooled event after each
+/// operation; they differ in who notices that it completed.
+///
+/// The choice is per stream, at run time, so the three can be compared on the same work (see
+/// the benches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Strategy {
+    /// The reactor thread polls `aclrtQueryEventStatus` on the oldest pending event of each
+    /// stream and wakes the task. One thread for the whole process; no blocking anywhere.
+    #[default]
+    EventPoll,
+    /// A per-device thread loops `aclrtProcessReport`; each operation is followed by an
+    /// `aclrtLaunchCallback` that signals the task.
+    CallbackThread,
+    /// Each operation occupies a blocking thread in `aclrtSynchronizeEvent` (Tokio's blocking
+    /// pool inside a runtime, a plain thread outside): what `spawn_blocking` code does.
+    BlockingSync,
+}
+
+/// The interface every strategy implements.
+pub(crate) trait CompletionStrategy: Send + Sync {
+    /// Called under the stream's submission lock, right after the operation was enqueued:
+    /// arranges for `completion` to be completed when the device has run it.
+    fn watch(
+        &self,
+        stream: &Arc<StreamShared>,
+        api: &'static str,
+        completion: Completion,
+    ) -> Result<()>;
+
+    /// Called when the stream is being destroyed.
+    fn release(&self, _stream: &StreamShared) {}
+}
+
+impl Strategy {
+    fn implementation(self) -> &'static dyn CompletionStrategy {
+        match self {
+            Strategy::EventPoll => reactor::Reactor::get(),
+            Strategy::CallbackThread => &callback::CallbackStrategy,
+            Strategy::BlockingSync => &BlockingSync,
+        }
+    }
+
+    pub(crate) fn watch(
+        self,
+        stream: &Arc<StreamShared>,
+        api: &'static str,
+        completion: Completion,
+    ) -> Result<()> {
+        self.implementation().watch(stream, api, completion)
+    }
+
+    pub(crate) fn release(self, stream: &StreamShared) {
+        self.implementation().release(stream)
+    }
+}
+
+/// Per-stream state a strategy may need (the callback thread's subscription).
+#[derive(Default)]
+pub(crate) struct StrategyState {
+    pub(crate) subscription: OnceLock<Result<u64, Error>>,
+}
+
+/// Records a pooled event on the stream, after the operation just submitted.
+pub(crate) fn record(stream: &StreamShared) -> Result<PooledEvent> {
+    let event = stream.events.take()?;
+    let (handle, raw) = (event.handle(), stream.handle);
+    // SAFETY: both handles are alive; the stream's context is bound by the submitter.
+    unsafe { acl_call!(stream.context.runtime(), aclrtRecordEvent(handle, raw)) }?;
+    Ok(event)
+}
+
+/// Turns a completed event into the operation's result, and recycles the event.
+///
+/// `aclrtSynchronizeEvent` returns at once for a completed event and reports a task failure
+/// among the work its record captured; the failure is attributed to the operation's own API.
+pub(crate) fn settle(event: PooledEvent, api: &'static str) -> Result<()> {
+    let context = event.pool().context().clone();
+    let runtime = context.runtime();
+    let handle = event.handle();
+    let code = match runtime.api().aclrtSynchronizeEventWithTimeout {
+        // SAFETY: the event is alive (owned by `event`); a timeout of -1 waits as long as
+        // needed, which for a completed event is not at all.
+        Some(sync) => unsafe { sync(handle, -1) },
+        // SAFETY: as above.
+        None => unsafe { (runtime.api().aclrtSynchronizeEvent)(handle) },
+    };
+    match runtime.check("aclrtSynchronizeEvent", code) {
+        Ok(()) => Ok(()),
+        Err(err) => {
+            event.discard();
+            Err(attribute(err, api))
+        }
+    }
+}
+
+/// Reports a device-side failure under the API of the operation it belongs to.
+pub(crate) fn attribute(err: Error, api: &'static str) -> Error {
+    match err {
+        Error::Acl(AclError { code, message, .. }) => Error::Acl(AclError { api, code, message }),
+        other => other,
+    }
+}
+
+/// One blocking wait per operation.
+struct BlockingSync;
+
+impl CompletionStrategy for BlockingSync {
+    fn watch(
+        &self,
+        stream: &Arc<StreamShared>,
+        api: &'static str,
+        completion: Completion,
+    ) -> Result<()> {
+        let event = record(stream)?;
+        let stream = stream.clone();
+        let wait = move || {
+            completion.complete(settle(event, api));
+            drop(stream);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn_blocking(wait);
+                Ok(())
+            }
+            Err(_) => std::thread::Builder::new()
+                .name("npu-sync".into())
+                .spawn(wait)
+                .map(drop)
+                .map_err(|e| Error::invalid("Strategy::BlockingSync", "thread", e.to_string())),
+        }
+    }
+}

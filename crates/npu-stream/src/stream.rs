@@ -1,0 +1,347 @@
+//! Streams: creation, the submission path every operation shares, and teardown.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use npu_core::ffi;
+use npu_core::{Completion, Context, Error, Result, acl_call, acl_call_opt};
+
+use crate::event_pool::EventPool;
+use crate::op::Op;
+use crate::reactor::Pending;
+use crate::strategy::{Strategy, StrategyState};
+
+/// An ACL stream: a FIFO queue of device work that runs concurrently with other streams.
+///
+/// Every operation on a stream is submitted on the calling thread (with the stream's context
+/// bound there), followed by an event record, and returns an [`Op`] future that resolves when
+/// the device has finished it. Operations take ownership of the buffers they touch and give
+/// them back on completion.
+///
+/// `Stream` is `Send + Sync` and cheap to clone; clones submit to the same ACL stream. The ACL
+/// stream is destroyed once the last clone is dropped and the reactor has seen its last
+/// operation complete; that happens off the dropping thread, so dropping never blocks.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_stream::Stream;
+///
+/// # tokio_test::block_on(async {
+/// let device = Device::open(0)?;
+/// let stream = Stream::new(device.primary_context())?;
+/// stream.synchronize().await?;
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Stream {
+    pub(crate) shared: Arc<StreamShared>,
+}
+
+/// What the stream, the reactor and the completion strategies share.
+pub(crate) struct StreamShared {
+    pub(crate) context: Context,
+    pub(crate) handle: ffi::aclrtStream,
+    pub(crate) id: u64,
+    /// Held from the ACL call until the completion is registered, so the order of pending
+    /// completions is the order the device runs them in.
+    submit: Mutex<()>,
+    /// Completions awaiting the reactor, oldest first (event-polling strategy).
+    pub(crate) queue: Mutex<Queue>,
+    pub(crate) events: Arc<EventPool>,
+    pub(crate) strategy: Strategy,
+    pub(crate) strategy_state: StrategyState,
+}
+
+/// A stream's pending completions and whether the reactor is currently watching it.
+#[derive(Default)]
+pub(crate) struct Queue {
+    pub(crate) pending: VecDeque<Pending>,
+    pub(crate) in_reactor: bool,
+}
+
+// SAFETY: an aclrtStream is an opaque handle ACL lets any thread use; every call binds the
+// stream's context first, and submissions are serialised by `submit`.
+unsafe impl Send for StreamShared {}
+// SAFETY: as above; all mutable state is behind mutexes.
+unsafe impl Sync for StreamShared {}
+
+/// Where a submission failed: before the device accepted the work, or after.
+enum Submission {
+    Rejected(npu_core::Error),
+    Unwatched(npu_core::Error),
+}
+
+/// Creation options for a [`Stream`].
+#[derive(Debug, Clone)]
+pub struct StreamBuilder {
+    context: Context,
+    priority: u32,
+    flags: u32,
+    strategy: Strategy,
+}
+
+impl StreamBuilder {
+    /// Stream priority: 0 is the most urgent; see `Device::stream_priority_range`. ACL clamps
+    /// out-of-range values.
+    pub fn priority(mut self, priority: u32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Raw `ACL_STREAM_*` creation flags (OR-ed).
+    pub fn flags(mut self, flags: u32) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    /// How completions are detected (event polling by default).
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    /// Creates the stream (`aclrtCreateStreamWithConfig`).
+    pub fn build(self) -> Result<Stream> {
+        let context = self.context;
+        context.bind()?;
+        let mut handle: ffi::aclrtStream = std::ptr::null_mut();
+        // SAFETY: `handle` is a valid out-pointer; the context is bound on this thread.
+        unsafe {
+            acl_call!(
+                context.runtime(),
+                aclrtCreateStreamWithConfig(&mut handle, self.priority, self.flags)
+            )
+        }?;
+        let events = EventPool::for_context(&context);
+        let shared = Arc::new(StreamShared {
+            context,
+            handle,
+            id: next_stream_id(),
+            submit: Mutex::new(()),
+            queue: Mutex::new(Queue::default()),
+            events,
+            strategy: self.strategy,
+            strategy_state: StrategyState::default(),
+        });
+        Ok(Stream { shared })
+    }
+}
+
+fn next_stream_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Stream {
+    /// Creates a stream in `context` with default priority, flags and completion strategy.
+    pub fn new(context: &Context) -> Result<Stream> {
+        Stream::builder(context).build()
+    }
+
+    /// Options for creating a stream in `context`.
+    pub fn builder(context: &Context) -> StreamBuilder {
+        StreamBuilder {
+            context: context.clone(),
+            priority: 0,
+            flags: 0,
+            strategy: Strategy::default(),
+        }
+    }
+
+    /// The context the stream belongs to.
+    pub fn context(&self) -> &Context {
+        &self.shared.context
+    }
+
+    /// A process-unique id for this stream (for logs and traces).
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The completion strategy this stream uses.
+    pub fn strategy(&self) -> Strategy {
+        self.shared.strategy
+    }
+
+    /// The raw handle. Using it is `unsafe`; `self` must outlive every use.
+    pub fn as_raw(&self) -> ffi::aclrtStream {
+        self.shared.handle
+    }
+
+    /// The ACL stream id (`aclrtStreamGetId`).
+    pub fn acl_id(&self) -> Result<i32> {
+        let mut id = 0;
+        let handle = self.shared.handle;
+        // SAFETY: the stream is alive (`self`) and `id` is a valid out-pointer.
+        unsafe { acl_call_opt!(self.context().runtime(), aclrtStreamGetId(handle, &mut id)) }?;
+        Ok(id)
+    }
+
+    /// Chooses what happens to the rest of the context's work after a task fails
+    /// (`aclrtSetStreamFailureMode`).
+    pub fn set_failure_mode(&self, mode: FailureMode) -> Result<()> {
+        self.context().bind()?;
+        let (handle, raw) = (self.shared.handle, mode.raw());
+        // SAFETY: the stream is alive and belongs to the bound context.
+        unsafe {
+            acl_call_opt!(
+                self.context().runtime(),
+                aclrtSetStreamFailureMode(handle, raw)
+            )
+        }
+    }
+
+    /// Whether two handles refer to the same stream.
+    pub fn same(&self, other: &Stream) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// Resolves once all work submitted to the stream before this call has finished, with the
+    /// first task failure among it.
+    ///
+    /// Cancel safety: cancel-safe. Dropping the future only stops waiting.
+    pub fn synchronize(&self) -> Op<()> {
+        self.submit("aclrtSynchronizeStream", 0, (), |_, _| {}, |_, _| Ok(()))
+    }
+
+    /// Checks that a buffer from `context` can be used on this stream's runtime.
+    pub(crate) fn check_runtime(
+        &self,
+        api: &'static str,
+        argument: &'static str,
+        context: &Context,
+    ) -> Result<()> {
+        if !context.runtime().same_library(self.context().runtime()) {
+            return Err(Error::invalid(
+                api,
+                argument,
+                "belongs to a different AscendCL runtime than the stream",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The one submission path: record uses, issue `call` under the submission lock, then let
+    /// the completion strategy watch it.
+    ///
+    /// A failure before the device accepted the work resolves the future at once. A failure
+    /// after it (recording the event, say) must not release the buffers while the device may
+    /// still use them, so the stream is drained first, off this thread.
+    pub(crate) fn submit<T: Send + 'static>(
+        &self,
+        api: &'static str,
+        bytes: usize,
+        mut value: T,
+        record_uses: impl FnOnce(&T, &Completion),
+        call: impl FnOnce(&mut T, ffi::aclrtStream) -> Result<()>,
+    ) -> Op<T> {
+        let span = tracing::debug_span!(
+            "npu_op",
+            op = api,
+            stream = self.shared.id,
+            device = self.context().device_id(),
+            bytes
+        );
+        let completion = Completion::new();
+        record_uses(&value, &completion);
+        let outcome = span.in_scope(|| {
+            self.context().bind().map_err(Submission::Rejected)?;
+            let _order = self.lock_submission();
+            call(&mut value, self.shared.handle).map_err(Submission::Rejected)?;
+            self.shared
+                .strategy
+                .watch(&self.shared, api, completion.clone())
+                .map_err(Submission::Unwatched)
+        });
+        match outcome {
+            Ok(()) => {}
+            Err(Submission::Rejected(err)) => completion.complete(Err(err)),
+            Err(Submission::Unwatched(err)) => self.drain_then_fail(completion.clone(), err),
+        }
+        Op::new(completion, value, span)
+    }
+
+    /// Completes `completion` with `err` once everything queued on the stream has finished.
+    fn drain_then_fail(&self, completion: Completion, err: npu_core::Error) {
+        tracing::warn!(%err, stream = self.shared.id, "cannot watch an operation; draining the stream");
+        let shared = self.shared.clone();
+        let drain = move || {
+            let runtime = shared.context.runtime();
+            let drained = shared.context.bind().and_then(|()| {
+                // SAFETY: the stream is alive (`shared`) and its context is bound.
+                unsafe { acl_call!(runtime, aclrtSynchronizeStream(shared.handle)) }
+            });
+            if let Err(sync_err) = drained {
+                tracing::warn!(%sync_err, "draining the stream failed");
+            }
+            completion.complete(Err(err));
+        };
+        let (tx, rx) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        let spawned = std::thread::Builder::new()
+            .name("npu-drain".into())
+            .spawn(move || {
+                if let Ok(drain) = rx.recv() {
+                    drain();
+                }
+            });
+        match spawned {
+            Ok(_) => {
+                let _ = tx.send(Box::new(drain));
+            }
+            // No thread to wait on: waiting here is the only way to stay sound.
+            Err(_) => drain(),
+        }
+    }
+
+    pub(crate) fn lock_submission(&self) -> MutexGuard<'_, ()> {
+        self.shared.submit.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What a context does after one of its tasks fails (`aclrtSetStreamFailureMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum FailureMode {
+    /// Later tasks still run; the failure is reported to the failed task's operation.
+    #[default]
+    Continue,
+    /// Every stream of the context stops; pending operations fail.
+    Stop,
+}
+
+impl FailureMode {
+    fn raw(self) -> u64 {
+        match self {
+            FailureMode::Continue => u64::from(ffi::ACL_CONTINUE_ON_FAILURE),
+            FailureMode::Stop => u64::from(ffi::ACL_STOP_ON_FAILURE),
+        }
+    }
+}
+
+impl Drop for StreamShared {
+    fn drop(&mut self) {
+        self.strategy.release(self);
+        let runtime = self.context.runtime();
+        let result = self.context.bind().and_then(|()| {
+            // SAFETY: the stream is ours, idle (every operation has completed: pending entries
+            // keep it alive), and its context is bound.
+            unsafe { acl_call!(runtime, aclrtDestroyStream(self.handle)) }
+        });
+        if let Err(err) = result {
+            tracing::warn!(%err, stream = self.id, "destroying a stream failed");
+        }
+    }
+}
+
+impl fmt::Debug for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stream")
+            .field("id", &self.shared.id)
+            .field("device", &self.context().device_id())
+            .field("strategy", &self.shared.strategy)
+            .finish()
+    }
+}
