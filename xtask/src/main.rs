@@ -140,7 +140,10 @@ fn generate(root: &Path) -> Result<String, String> {
             // The subset is defined by our header: take exactly its names from the real one.
             let names = item_names(&ours);
             let generated = run_bindgen(&include, Some(&names))?;
-            (format!("the CANN headers in {}", include.display()), generated)
+            (
+                format!("the CANN headers in {}", include.display()),
+                generated,
+            )
         }
         None => (format!("{PROJECT_INCLUDE}/acl/acl.h"), ours),
     };
@@ -186,7 +189,9 @@ fn run_bindgen(include: &Path, only: Option<&BTreeSet<String>>) -> Result<syn::F
         None => builder.allowlist_file(r".*[/\\]acl[/\\].*\.h"),
         Some(names) => names.iter().fold(builder, |b, name| {
             let exact = format!("^{name}$");
-            b.allowlist_function(&exact).allowlist_type(&exact).allowlist_var(&exact)
+            b.allowlist_function(&exact)
+                .allowlist_type(&exact)
+                .allowlist_var(&exact)
         }),
     };
     let bindings = builder
@@ -298,10 +303,14 @@ fn render(file: &syn::File, source: &str) -> Result<String, String> {
             writeln!(target, "                {line}").expect("writing to a String");
         }
     }
-    let missing: Vec<_> =
-        OPTIONAL_FUNCTIONS.iter().filter(|n| !seen_optional.contains(**n)).collect();
+    let missing: Vec<_> = OPTIONAL_FUNCTIONS
+        .iter()
+        .filter(|n| !seen_optional.contains(**n))
+        .collect();
     if !missing.is_empty() {
-        return Err(format!("optional functions not declared by the header: {missing:?}"));
+        return Err(format!(
+            "optional functions not declared by the header: {missing:?}"
+        ));
     }
 
     Ok(format!(
@@ -321,7 +330,10 @@ fn render(file: &syn::File, source: &str) -> Result<String, String> {
 fn rustfmt(root: &Path, text: &str) -> Result<String, String> {
     let mut child = Command::new(env::var("RUSTFMT").unwrap_or_else(|_| "rustfmt".into()))
         .arg("--edition=2024")
-        .arg(format!("--config-path={}", root.join("rustfmt.toml").display()))
+        .arg(format!(
+            "--config-path={}",
+            root.join("rustfmt.toml").display()
+        ))
         .arg("--emit=stdout")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -333,7 +345,9 @@ fn rustfmt(root: &Path, text: &str) -> Result<String, String> {
         .expect("stdin is piped")
         .write_all(text.as_bytes())
         .map_err(|e| format!("writing to rustfmt: {e}"))?;
-    let out = child.wait_with_output().map_err(|e| format!("rustfmt: {e}"))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("rustfmt: {e}"))?;
     if !out.status.success() {
         return Err("rustfmt rejected the generated bindings".into());
     }

@@ -11,7 +11,11 @@ pub struct MissingSymbols {
 
 impl fmt::Display for MissingSymbols {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "missing required ACL symbols: {}", self.missing.join(", "))
+        write!(
+            f,
+            "missing required ACL symbols: {}",
+            self.missing.join(", ")
+        )
     }
 }
 
@@ -116,7 +120,10 @@ mod tests {
     #[test]
     fn required_and_optional_lists_are_disjoint_and_complete() {
         for name in AclApi::OPTIONAL {
-            assert!(!AclApi::REQUIRED.contains(name), "{name} is both required and optional");
+            assert!(
+                !AclApi::REQUIRED.contains(name),
+                "{name} is both required and optional"
+            );
         }
         assert!(AclApi::REQUIRED.contains(&"aclrtQueryEvent"));
         assert!(AclApi::OPTIONAL.contains(&"aclrtQueryEventStatus"));
@@ -130,6 +137,9 @@ mod tests {
         // SAFETY: no symbol is found, so no pointer of a wrong type is ever produced.
         let err = unsafe { AclApi::from_library(&lib) }.unwrap_err();
         assert_eq!(err.missing.len(), AclApi::REQUIRED.len());
-        assert!(err.to_string().starts_with("missing required ACL symbols: "));
+        assert!(
+            err.to_string()
+                .starts_with("missing required ACL symbols: ")
+        );
     }
 }

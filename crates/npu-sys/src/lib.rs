@@ -16,7 +16,7 @@
 
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
-#[allow(missing_docs, clippy::all)]
+#[allow(missing_docs, clippy::all, clippy::undocumented_unsafe_blocks)]
 mod bindings;
 
 pub use bindings::*;
