@@ -79,22 +79,23 @@ unsafe fn round_trip(table: &mut Table, stream: aclrtStream) {
     }
 }
 
-/// 64 MiB pinned-host → device copies on a stream (timing model off) against `memcpy` of the
-/// same size between two pre-touched host buffers.
+/// 64 MiB pinned-host → device copies on a stream (timing model off) against a plain
+/// `memcpy` between the same two buffers, interleaved round by round so both see the same
+/// memory system state. Throughput is taken from the best round of each (the least disturbed
+/// by the rest of the machine); medians are shown alongside.
 ///
 /// # Safety
 /// `stream` must be a live stream of the current context.
 unsafe fn copy_throughput(table: &mut Table, stream: aclrtStream) {
-    const ROUNDS: usize = 15;
-    // SAFETY: buffers of COPY_BYTES each; every copy is synchronised before the next round.
+    const ROUNDS: usize = 31;
+    // SAFETY: buffers of COPY_BYTES each; every copy is synchronised before the next one.
     unsafe {
         let (mut host, mut dev) = (ptr::null_mut::<c_void>(), ptr::null_mut::<c_void>());
         check(aclrtMallocHost(&mut host, COPY_BYTES), "aclrtMallocHost");
         check(aclrtMalloc(&mut dev, COPY_BYTES, 0), "aclrtMalloc");
+        // Touch every page first, so no round pays for page faults.
         host.cast::<u8>().write_bytes(0x5a, COPY_BYTES);
         dev.cast::<u8>().write_bytes(0, COPY_BYTES);
-        let src = vec![0x5au8; COPY_BYTES];
-        let mut dst = vec![0u8; COPY_BYTES];
 
         let (mut sim_samples, mut memcpy_samples) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
@@ -114,29 +115,34 @@ unsafe fn copy_throughput(table: &mut Table, stream: aclrtStream) {
             sim_samples.push(start.elapsed());
 
             let start = Instant::now();
-            ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), COPY_BYTES);
-            black_box(&mut dst);
+            ptr::copy_nonoverlapping(host.cast::<u8>(), dev.cast::<u8>(), COPY_BYTES);
+            black_box(dev);
             memcpy_samples.push(start.elapsed());
         }
         let gib = |d: Duration| COPY_BYTES as f64 / d.as_secs_f64() / f64::from(1u32 << 30);
-        let (sim, plain) = (gib(median(sim_samples)), gib(median(memcpy_samples)));
+        let best = |samples: &[Duration]| samples.iter().copied().min().unwrap_or_default();
+        let (sim_best, memcpy_best) = (gib(best(&sim_samples)), gib(best(&memcpy_samples)));
+        let (sim_median, memcpy_median) = (gib(median(sim_samples)), gib(median(memcpy_samples)));
         table.push(
             SECTION,
-            "64 MiB H2D copy on a stream (timing off), median",
-            format!("{sim:.2} GiB/s"),
-            "",
+            "64 MiB H2D copy on a stream (timing off), best",
+            format!("{sim_best:.2} GiB/s"),
+            format!("median {sim_median:.2} GiB/s, {ROUNDS} rounds"),
         );
         table.push(
             SECTION,
-            "64 MiB plain memcpy, median",
-            format!("{plain:.2} GiB/s"),
-            "",
+            "64 MiB plain memcpy, same buffers, best",
+            format!("{memcpy_best:.2} GiB/s"),
+            format!("median {memcpy_median:.2} GiB/s, {ROUNDS} rounds"),
         );
         table.push(
             SECTION,
-            "H2D copy / memcpy throughput ratio",
-            format!("{:.3}", sim / plain),
-            "target ≥ 0.9",
+            "H2D copy / memcpy throughput ratio (best rounds)",
+            format!("{:.3}", sim_best / memcpy_best),
+            format!(
+                "target ≥ 0.9; medians give {:.3}",
+                sim_median / memcpy_median
+            ),
         );
         check(aclrtFree(dev), "aclrtFree");
         check(aclrtFreeHost(host), "aclrtFreeHost");
