@@ -1,7 +1,8 @@
 //! Helpers shared by the integration tests (each test file is its own process with its own
 //! simulator; tests inside a file run in parallel threads and share it).
 
-#![allow(dead_code, unreachable_pub)]
+// Not every test file uses every helper.
+#![allow(dead_code, unused_macros, unreachable_pub)]
 
 use std::ffi::{CStr, CString, c_void};
 use std::ptr;
@@ -10,17 +11,21 @@ use ascendcl::abi::*;
 use npu_sys::*;
 
 /// Asserts an ACL call succeeded, showing the simulator's message otherwise.
-#[macro_export]
 macro_rules! acl {
     ($call:expr) => {{
         // SAFETY: the tests pass valid pointers and live handles unless a case says otherwise.
         let code = unsafe { $call };
-        assert_eq!(code, 0, "{} failed: {}", stringify!($call), $crate::common::recent_message());
+        assert_eq!(
+            code,
+            0,
+            "{} failed: {}",
+            stringify!($call),
+            $crate::common::recent_message()
+        );
     }};
 }
 
 /// Calls an ACL function and returns its code.
-#[macro_export]
 macro_rules! code {
     ($call:expr) => {{
         // SAFETY: the tests pass valid pointers and live handles unless a case says otherwise;
@@ -37,7 +42,9 @@ pub fn recent_message() -> String {
         return String::new();
     }
     // SAFETY: non-NULL results are NUL-terminated and valid until the next call.
-    unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(text) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 pub fn set_device(device: i32) {
@@ -71,14 +78,26 @@ pub fn malloc_host(bytes: usize) -> *mut c_void {
 /// Copies host data to a device pointer synchronously.
 pub fn upload<T: Copy>(dev: *mut c_void, data: &[T]) {
     let bytes = std::mem::size_of_val(data);
-    acl!(aclrtMemcpy(dev, bytes, data.as_ptr().cast(), bytes, ACL_MEMCPY_HOST_TO_DEVICE));
+    acl!(aclrtMemcpy(
+        dev,
+        bytes,
+        data.as_ptr().cast(),
+        bytes,
+        ACL_MEMCPY_HOST_TO_DEVICE
+    ));
 }
 
 /// Copies `len` elements back from a device pointer.
 pub fn download<T: Copy + Default>(dev: *const c_void, len: usize) -> Vec<T> {
     let mut out = vec![T::default(); len];
     let bytes = std::mem::size_of_val(out.as_slice());
-    acl!(aclrtMemcpy(out.as_mut_ptr().cast(), bytes, dev, bytes, ACL_MEMCPY_DEVICE_TO_HOST));
+    acl!(aclrtMemcpy(
+        out.as_mut_ptr().cast(),
+        bytes,
+        dev,
+        bytes,
+        ACL_MEMCPY_DEVICE_TO_HOST
+    ));
     out
 }
 
@@ -90,7 +109,12 @@ pub fn c_string(text: &str) -> CString {
 pub fn registry_binary(names: &[&str]) -> aclrtBinHandle {
     let image = ascendcl::kernel::registry_image(names);
     let mut bin = ptr::null_mut();
-    acl!(aclrtBinaryLoadFromData(image.as_ptr().cast(), image.len(), ptr::null(), &mut bin));
+    acl!(aclrtBinaryLoadFromData(
+        image.as_ptr().cast(),
+        image.len(),
+        ptr::null(),
+        &mut bin
+    ));
     bin
 }
 
@@ -102,7 +126,13 @@ pub fn function(bin: aclrtBinHandle, name: &str) -> aclrtFuncHandle {
 }
 
 /// Launches with host-packed arguments (the bytes of `args`).
-pub fn launch<T: Copy>(func: aclrtFuncHandle, blocks: u32, stream: aclrtStream, args: &T, cfg: *mut aclrtLaunchKernelCfg) -> aclError {
+pub fn launch<T: Copy>(
+    func: aclrtFuncHandle,
+    blocks: u32,
+    stream: aclrtStream,
+    args: &T,
+    cfg: *mut aclrtLaunchKernelCfg,
+) -> aclError {
     let mut args = *args;
     code!(aclrtLaunchKernelWithHostArgs(
         func,
@@ -137,8 +167,10 @@ pub fn register_test_kernels() {
 /// A launch configuration selecting the vector (AIV) engine. Keep the attribute alive while the
 /// configuration is used.
 pub fn aiv_attr() -> aclrtLaunchKernelAttr {
-    let mut attr = aclrtLaunchKernelAttr::default();
-    attr.id = ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE;
-    attr.value.engineType = ACL_RT_ENGINE_TYPE_AIV;
-    attr
+    aclrtLaunchKernelAttr {
+        id: ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE,
+        value: aclrtLaunchKernelAttrValue {
+            engineType: ACL_RT_ENGINE_TYPE_AIV,
+        },
+    }
 }
