@@ -1,0 +1,7 @@
+//! `cargo bench -p npu-benches`: runs every section and prints one table.
+
+fn main() {
+    let mut table = npu_benches::Table::default();
+    npu_benches::sim::run(&mut table);
+    println!("{table}");
+}

@@ -1,0 +1,9 @@
+//! Benchmarks of npu-rs, printed as one table by `cargo bench -p npu-benches`.
+//!
+//! Each area measures in its own module and adds rows to a [`Table`]; `benches/npu.rs` runs
+//! them all.
+
+pub mod sim;
+mod table;
+
+pub use table::{Row, Table};

@@ -1,0 +1,82 @@
+/*
+ * npusim/control.h: controls of npu-sim, the software Ascend device of npu-rs, for tests and
+ * tools written in C (or loading libascendcl.so with dlopen). Every function returns an ACL
+ * error code and, on failure, sets the thread's last error and aclGetRecentErrMsg like the ACL
+ * functions do. The Rust forms live in npu_sim::control, npu_sim::trace and npu_sim::kernel.
+ */
+#ifndef NPUSIM_CONTROL_H
+#define NPUSIM_CONTROL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "acl/acl.h"
+#include "npusim/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A timing model: bandwidths in bytes per second (0 = instantaneous), times in ns. */
+typedef struct npusimTimingModel {
+    uint64_t h2dBytesPerSec;
+    uint64_t d2hBytesPerSec;
+    uint64_t d2dBytesPerSec;
+    uint64_t launchLatencyNs;
+    uint64_t minTaskNs;
+} npusimTimingModel;
+
+typedef struct npusimDeviceStats {
+    uint64_t bytesAllocated;  /* device memory accounted to live allocations */
+    uint64_t liveAllocations;
+    uint64_t liveStreams;     /* default streams included */
+    uint64_t liveEvents;
+    uint64_t capacity;
+    int32_t lost;             /* 1 once the device was lost */
+    int32_t reserved;
+} npusimDeviceStats;
+
+typedef struct npusimHostStats {
+    uint64_t pinnedBytes;
+    uint64_t pinnedAllocations;
+    uint64_t registrations;
+} npusimHostStats;
+
+/* Installs a JSON configuration ({"devices":2,"memory_per_device":...,"soc_name":"...",
+ * "timing":{...}}) before the simulator starts; fails if it already runs with another one. */
+aclError npusimConfigure(const char *json);
+/* Sets a device's timing model; NULL clears it. Per-kernel durations are kept. */
+aclError npusimSetTiming(int32_t deviceId, const npusimTimingModel *model);
+/* Sets how long the kernel kernelName takes on a device, in ns. */
+aclError npusimSetKernelDuration(int32_t deviceId, const char *kernelName, uint64_t ns);
+/* The nth work task (copy, memset, kernel, callback, host function) submitted to stream from
+ * now on (1 = the next; NULL = current default stream) fails with code when it runs. */
+aclError npusimFailTask(aclrtStream stream, uint64_t nth, aclError code);
+/* Loses a device: queued work is abandoned; later calls on it fail with 507010. */
+aclError npusimLoseDevice(int32_t deviceId);
+/* The next device allocation on the device fails with 207001. */
+aclError npusimFailNextAlloc(int32_t deviceId);
+/* Hold gate: tasks not started wait until npusimRelease, then start at one simulated instant. */
+aclError npusimHold(int32_t deviceId);
+aclError npusimRelease(int32_t deviceId);
+aclError npusimGetDeviceStats(int32_t deviceId, npusimDeviceStats *stats);
+aclError npusimGetHostStats(npusimHostStats *stats);
+/* The device's simulated clock now, in ns. */
+aclError npusimGetTimeNs(int32_t deviceId, uint64_t *ns);
+/* Timeline (Chrome/Perfetto trace JSON): start recording into path; write what was recorded. */
+aclError npusimTraceEnable(const char *path);
+aclError npusimTraceFlush(void);
+/* Registers a C function as the in-process kernel name. */
+aclError npusimRegisterKernel(const char *name, npusimKernel kernel);
+/* Writes a registry image naming count registered kernels (count 0: all) into buffer; *size
+ * receives its size (pass buffer NULL to learn it). Load it with aclrtBinaryLoadFromData. */
+aclError npusimRegistryImage(const char *const *names, size_t count, uint8_t *buffer, size_t capacity,
+                             size_t *size);
+/* Path of the shared object with the shipped kernels, as built with this simulator. */
+const char *npusimKernelLibraryPath(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NPUSIM_CONTROL_H */

@@ -1,0 +1,69 @@
+/*
+ * npusim/kernel.h: the kernel ABI of npu-sim, the software Ascend device of npu-rs.
+ *
+ * On the simulator a kernel is a host function. A launch with numBlocks blocks calls it once
+ * per block (in parallel where the host has cores), with the block's index, the block count and
+ * a pointer to the packed arguments (the launch's args buffer). Returning 0 means success; any
+ * other value is a trap: the launch fails with ACL_ERROR_RT_AICORE_EXCEPTION (507015), or
+ * ACL_ERROR_RT_VECTOR_CORE_EXCEPTION (507035) when launched on the AIV engine.
+ *
+ * Build a kernel library as an ordinary shared object exporting such functions by name:
+ *     cc -shared -fPIC -I<npu-sim>/include -o libmykernels.so mykernels.c
+ * load it with aclrtBinaryLoadFromFile (or aclrtBinaryLoadFromData with the file's bytes) and
+ * resolve kernels with aclrtBinaryGetFunction(bin, "name", &func).
+ */
+#ifndef NPUSIM_KERNEL_H
+#define NPUSIM_KERNEL_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NPUSIM_KERNEL __attribute__((visibility("default")))
+
+/* The signature every simulated kernel has. */
+typedef int32_t (*npusimKernel)(uint32_t blockIdx, uint32_t blockNum, void *args);
+
+/* vector_add_f32: c[i] = a[i] + b[i] for i < n. */
+typedef struct npusimVectorAddArgs {
+    const float *a;
+    const float *b;
+    float *c;
+    uint64_t n;
+} npusimVectorAddArgs;
+
+/* scale_f32: x[i] *= alpha for i < n, in place. */
+typedef struct npusimScaleArgs {
+    float *x;
+    uint64_t n;
+    float alpha;
+    uint32_t reserved;
+} npusimScaleArgs;
+
+/*
+ * reduce_sum_f32: partials[blockIdx] = sum of the block's share of x[0..n). A full sum is two
+ * launches: B blocks over x into B partials, then 1 block over the B partials.
+ */
+typedef struct npusimReduceSumArgs {
+    const float *x;
+    float *partials;
+    uint64_t n;
+} npusimReduceSumArgs;
+
+/* The share of n elements block blockIdx of blockNum handles: [*begin, *end). */
+static inline void npusimBlockRange(uint32_t blockIdx, uint32_t blockNum, uint64_t n, uint64_t *begin,
+                                    uint64_t *end)
+{
+    uint64_t chunk = blockNum == 0 ? n : (n + blockNum - 1) / blockNum;
+    uint64_t first = (uint64_t)blockIdx * chunk;
+    *begin = first < n ? first : n;
+    *end = (n - *begin) < chunk ? n : *begin + chunk;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NPUSIM_KERNEL_H */

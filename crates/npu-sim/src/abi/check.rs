@@ -1,0 +1,67 @@
+//! Argument conversions shared by the exported functions.
+
+use std::ffi::{CStr, c_char, c_void};
+use std::time::{Duration, Instant};
+
+use npu_sys::*;
+
+use crate::error::{Res, ensure, non_null};
+
+/// Converts an ACL timeout in ms (-1 = forever, > 0) into a deadline. 0 and values below -1 are
+/// rejected with 107000, as the runtime does (the header's "0 polls" is not implemented by CANN).
+pub(super) fn deadline(timeout_ms: i32) -> Res<Option<Instant>> {
+    ensure!(
+        timeout_ms == -1 || timeout_ms > 0,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "timeout {timeout_ms} is invalid: use -1 (wait forever) or a positive number of ms"
+    );
+    Ok((timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64)))
+}
+
+/// Reads a C string argument.
+pub(super) fn c_str<'a>(ptr: *const c_char, what: &str) -> Res<&'a str> {
+    non_null(ptr, what)?;
+    // SAFETY: non-NULL; C string arguments are NUL-terminated by the API contract, and the
+    // borrow does not outlive the call.
+    let text = unsafe { CStr::from_ptr(ptr) };
+    match text.to_str() {
+        Ok(text) => Ok(text),
+        Err(_) => crate::error::fail!(ACL_ERROR_RT_PARAM_INVALID, "{what} is not valid UTF-8"),
+    }
+}
+
+/// Borrows `len` bytes at a non-NULL pointer.
+pub(super) fn bytes<'a>(ptr: *const c_void, len: usize, what: &str) -> Res<&'a [u8]> {
+    non_null(ptr, what)?;
+    // SAFETY: non-NULL; the API contract is that the caller's buffer holds `len` readable bytes
+    // for the duration of the call.
+    Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
+}
+
+/// Reads a caller-supplied array of `count` elements (NULL allowed only when empty).
+pub(super) fn array<'a, T>(ptr: *const T, count: usize, what: &str) -> Res<&'a [T]> {
+    if count == 0 {
+        return Ok(&[]);
+    }
+    non_null(ptr, what)?;
+    ensure!(
+        count <= 1 << 16,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{what} has an implausible {count} entries"
+    );
+    ensure!(
+        ptr.is_aligned(),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{what} is not aligned for its element type"
+    );
+    // SAFETY: non-NULL and aligned; the API contract is that the array holds `count` elements
+    // for the duration of the call.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, count) })
+}
+
+/// Reads a caller-supplied struct (NULL → `None`).
+pub(super) fn optional<T: Copy>(ptr: *const T) -> Option<T> {
+    // SAFETY: a non-NULL struct argument points at a readable T by the API contract; it may be
+    // unaligned in packed C code, hence read_unaligned.
+    (!ptr.is_null()).then(|| unsafe { ptr.read_unaligned() })
+}

@@ -1,0 +1,94 @@
+//! Context management.
+
+use npu_sys::*;
+
+use crate::context::{self, Context};
+use crate::error::{ensure, fail, guard, non_null, write_out};
+use crate::handle;
+use crate::sim::sim;
+
+/// Creates a context (with its own default stream) on a device and makes it the calling
+/// thread's current context.
+///
+/// # Safety
+/// `context` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtCreateContext(context: *mut aclrtContext, deviceId: i32) -> aclError {
+    guard("aclrtCreateContext", || {
+        non_null(context, "context")?;
+        let sim = sim()?;
+        let device = sim.device(deviceId.into())?;
+        device.check_alive()?;
+        let ctx = Context::create(sim, device, false)?;
+        context::bind_explicit(ctx.handle);
+        write_out(context, "context", handle::to_ptr(ctx.handle))
+    })
+}
+
+/// Destroys a context made by aclrtCreateContext (its streams' work finishes first). The
+/// primary context of aclrtSetDevice is rejected with 107002.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtDestroyContext(context: aclrtContext) -> aclError {
+    guard("aclrtDestroyContext", || {
+        non_null(context, "context")?;
+        let sim = sim()?;
+        let ctx = sim.contexts.resolve(handle::from_ptr(context))?;
+        ensure!(
+            !ctx.primary,
+            ACL_ERROR_RT_CONTEXT_NULL,
+            "the primary context of device {} is released with aclrtResetDevice, not destroyed",
+            ctx.device.id
+        );
+        ctx.destroy(sim);
+        Ok(())
+    })
+}
+
+/// Makes a context current on the calling thread. NULL → 100000; a destroyed context → 107000.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtSetCurrentContext(context: aclrtContext) -> aclError {
+    guard("aclrtSetCurrentContext", || {
+        non_null(context, "context")?;
+        let handle = handle::from_ptr(context);
+        if sim()?.contexts.get(handle).is_none() {
+            fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "{handle:#x} is not a live context"
+            );
+        }
+        context::bind_explicit(handle);
+        Ok(())
+    })
+}
+
+/// The calling thread's current context (explicit, else the primary one of its device).
+///
+/// # Safety
+/// `context` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetCurrentContext(context: *mut aclrtContext) -> aclError {
+    guard("aclrtGetCurrentContext", || {
+        non_null(context, "context")?;
+        let ctx = context::current(sim()?)?;
+        write_out(context, "context", handle::to_ptr(ctx.handle))
+    })
+}
+
+/// The default stream of the calling thread's current context.
+///
+/// # Safety
+/// `stream` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtCtxGetCurrentDefaultStream(stream: *mut aclrtStream) -> aclError {
+    guard("aclrtCtxGetCurrentDefaultStream", || {
+        non_null(stream, "stream")?;
+        let ctx = context::current(sim()?)?;
+        write_out(stream, "stream", handle::to_ptr(ctx.default_stream.handle))
+    })
+}

@@ -1,0 +1,327 @@
+//! The simulator's own controls, exported to C (`include/npusim/control.h`). They mirror
+//! [`crate::control`], [`crate::trace`] and [`crate::kernel`], so C programs and the dlopen'ed
+//! `libascendcl.so` can configure and steer the simulator they run on.
+
+use std::ffi::c_char;
+
+use npu_sys::*;
+
+use super::check::{c_str, optional};
+use crate::config::{SimConfig, TimingModel};
+use crate::control::*;
+use crate::error::{Res, fail, guard, non_null, write_out};
+use crate::kernel::{self, KernelEntry};
+use crate::sim::sim;
+
+/// C form of [`TimingModel`] without per-kernel durations (see npusimSetKernelDuration).
+/// Bandwidths in bytes per second (0 = instantaneous), times in ns.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct npusimTimingModel {
+    /// Host-to-device bandwidth.
+    pub h2dBytesPerSec: u64,
+    /// Device-to-host bandwidth.
+    pub d2hBytesPerSec: u64,
+    /// Device-to-device (and memset) bandwidth.
+    pub d2dBytesPerSec: u64,
+    /// Launch latency added to every work task.
+    pub launchLatencyNs: u64,
+    /// Lower bound of every work task.
+    pub minTaskNs: u64,
+}
+
+/// C form of [`DeviceStats`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct npusimDeviceStats {
+    /// Device memory accounted to live allocations, in bytes.
+    pub bytesAllocated: u64,
+    /// Live device allocations.
+    pub liveAllocations: u64,
+    /// Live streams, default streams included.
+    pub liveStreams: u64,
+    /// Live events.
+    pub liveEvents: u64,
+    /// Capacity in bytes.
+    pub capacity: u64,
+    /// 1 once the device was lost.
+    pub lost: i32,
+    /// Zero.
+    pub reserved: i32,
+}
+
+/// C form of [`HostStats`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct npusimHostStats {
+    /// Bytes of live aclrtMallocHost memory.
+    pub pinnedBytes: u64,
+    /// Live aclrtMallocHost allocations.
+    pub pinnedAllocations: u64,
+    /// Live host registrations.
+    pub registrations: u64,
+}
+
+/// Installs a JSON simulator configuration (see [`SimConfig`]); fails with 100000 if it is
+/// invalid or the simulator already runs with a different one.
+///
+/// # Safety
+/// `json` must be NULL or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimConfigure(json: *const c_char) -> aclError {
+    guard("npusimConfigure", || {
+        let config = SimConfig::from_json(c_str(json, "json")?);
+        match config.and_then(SimConfig::install) {
+            Ok(()) => Ok(()),
+            Err(e) => fail!(ACL_ERROR_INVALID_PARAM, "{e}"),
+        }
+    })
+}
+
+/// Sets a device's timing model (NULL clears it). Per-kernel durations set before are kept.
+///
+/// # Safety
+/// `model` must be NULL or valid for a read.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimSetTiming(
+    deviceId: i32,
+    model: *const npusimTimingModel,
+) -> aclError {
+    guard("npusimSetTiming", || {
+        let timing = optional(model).map(|m| TimingModel {
+            h2d_bytes_per_sec: m.h2dBytesPerSec,
+            d2h_bytes_per_sec: m.d2hBytesPerSec,
+            d2d_bytes_per_sec: m.d2dBytesPerSec,
+            launch_latency_ns: m.launchLatencyNs,
+            min_task_ns: m.minTaskNs,
+            kernel_ns: current_kernel_durations(deviceId),
+        });
+        set_timing_impl(deviceId, timing)
+    })
+}
+
+fn current_kernel_durations(device: i32) -> std::collections::BTreeMap<String, u64> {
+    let device = sim()
+        .ok()
+        .and_then(|sim| sim.devices.get(usize::try_from(device).ok()?).cloned());
+    device
+        .and_then(|d| d.clock.timing())
+        .map(|m| m.kernel_ns.clone())
+        .unwrap_or_default()
+}
+
+/// Sets how long a kernel takes on a device, in ns.
+///
+/// # Safety
+/// `kernelName` must be NULL or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimSetKernelDuration(
+    deviceId: i32,
+    kernelName: *const c_char,
+    ns: u64,
+) -> aclError {
+    guard("npusimSetKernelDuration", || {
+        set_kernel_ns_impl(deviceId, c_str(kernelName, "kernelName")?, ns)
+    })
+}
+
+/// Makes the `nth` work task submitted to `stream` from now on (1 = the next) fail with
+/// `code`. NULL is the current context's default stream.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimFailTask(stream: aclrtStream, nth: u64, code: aclError) -> aclError {
+    guard("npusimFailTask", || fail_task_impl(stream, nth, code))
+}
+
+/// Loses a device (every later call on it fails with 507010).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimLoseDevice(deviceId: i32) -> aclError {
+    guard("npusimLoseDevice", || lose_device_impl(deviceId))
+}
+
+/// Makes the next device allocation on a device fail with 207001.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimFailNextAlloc(deviceId: i32) -> aclError {
+    guard("npusimFailNextAlloc", || fail_next_alloc_impl(deviceId))
+}
+
+/// Closes a device's hold gate.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimHold(deviceId: i32) -> aclError {
+    guard("npusimHold", || hold_impl(deviceId, true))
+}
+
+/// Opens a device's hold gate: waiting tasks become ready at this simulated instant.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimRelease(deviceId: i32) -> aclError {
+    guard("npusimRelease", || hold_impl(deviceId, false))
+}
+
+/// A device's live counters.
+///
+/// # Safety
+/// `stats` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimGetDeviceStats(
+    deviceId: i32,
+    stats: *mut npusimDeviceStats,
+) -> aclError {
+    guard("npusimGetDeviceStats", || {
+        non_null(stats, "stats")?;
+        let s = device_stats_impl(deviceId)?;
+        let value = npusimDeviceStats {
+            bytesAllocated: s.bytes_allocated,
+            liveAllocations: s.live_allocations,
+            liveStreams: s.live_streams,
+            liveEvents: s.live_events,
+            capacity: s.capacity,
+            lost: i32::from(s.lost),
+            reserved: 0,
+        };
+        write_out(stats, "stats", value)
+    })
+}
+
+/// Host memory counters.
+///
+/// # Safety
+/// `stats` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimGetHostStats(stats: *mut npusimHostStats) -> aclError {
+    guard("npusimGetHostStats", || {
+        non_null(stats, "stats")?;
+        let s = host_stats_impl()?;
+        let value = npusimHostStats {
+            pinnedBytes: s.pinned_bytes,
+            pinnedAllocations: s.pinned_allocations,
+            registrations: s.registrations,
+        };
+        write_out(stats, "stats", value)
+    })
+}
+
+/// The device's simulated clock now, in ns.
+///
+/// # Safety
+/// `ns` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimGetTimeNs(deviceId: i32, ns: *mut u64) -> aclError {
+    guard("npusimGetTimeNs", || {
+        non_null(ns, "ns")?;
+        write_out(ns, "ns", now_ns_impl(deviceId)?)
+    })
+}
+
+/// Starts recording the timeline into `path` (written by aclFinalize and npusimTraceFlush).
+///
+/// # Safety
+/// `path` must be NULL or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimTraceEnable(path: *const c_char) -> aclError {
+    guard("npusimTraceEnable", || {
+        crate::trace::enable(c_str(path, "path")?);
+        Ok(())
+    })
+}
+
+/// Writes the timeline recorded so far (107000 if tracing was never enabled).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimTraceFlush() -> aclError {
+    guard("npusimTraceFlush", || match crate::trace::flush() {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => fail!(ACL_ERROR_RT_PARAM_INVALID, "tracing was never enabled"),
+        Err(e) => fail!(ACL_ERROR_RT_FILE_WRITE, "writing the trace failed: {e}"),
+    })
+}
+
+/// Registers a C function as the in-process kernel `name` (loadable through a registry image).
+///
+/// # Safety
+/// `name` must be NULL or NUL-terminated; `kernel` a function with the npusim/kernel.h ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimRegisterKernel(
+    name: *const c_char,
+    kernel: Option<KernelEntry>,
+) -> aclError {
+    guard("npusimRegisterKernel", || {
+        let name = c_str(name, "name")?;
+        let Some(kernel) = kernel else {
+            fail!(ACL_ERROR_INVALID_PARAM, "kernel is NULL")
+        };
+        kernel::register_entry(name, kernel).or_else(|e| fail!(ACL_ERROR_INVALID_PARAM, "{e}"))
+    })
+}
+
+/// Writes a registry image naming `count` registered kernels (see
+/// `npu_sim::kernel::registry_image`) into `buffer` of `capacity` bytes; `*size` receives the
+/// image's size (call with `buffer` NULL to learn it).
+///
+/// # Safety
+/// `names` must hold `count` NUL-terminated strings; `buffer` NULL or writable for `capacity`
+/// bytes; `size` NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimRegistryImage(
+    names: *const *const c_char,
+    count: usize,
+    buffer: *mut u8,
+    capacity: usize,
+    size: *mut usize,
+) -> aclError {
+    guard("npusimRegistryImage", || {
+        non_null(size, "size")?;
+        let names = image_names(names, count)?;
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let image = kernel::registry_image(&refs);
+        write_out(size, "size", image.len())?;
+        if buffer.is_null() {
+            return Ok(());
+        }
+        if capacity < image.len() {
+            fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "the image needs {} bytes, the buffer has {capacity}",
+                image.len()
+            );
+        }
+        // SAFETY: the caller provides `capacity` writable bytes, at least the image's size.
+        unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), buffer, image.len()) };
+        Ok(())
+    })
+}
+
+fn image_names(names: *const *const c_char, count: usize) -> Res<Vec<String>> {
+    let pointers = super::check::array(names, count, "names")?;
+    pointers
+        .iter()
+        .map(|&p| c_str(p, "names[i]").map(str::to_owned))
+        .collect()
+}
+
+/// Path of the shipped C kernel library (vector_add_f32, scale_f32, reduce_sum_f32) as built
+/// with this simulator.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimKernelLibraryPath() -> *const c_char {
+    static PATH: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| std::ffi::CString::new(kernel::LIBRARY_PATH).unwrap_or_default())
+        .as_ptr()
+}

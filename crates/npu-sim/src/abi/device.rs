@@ -1,0 +1,315 @@
+//! Device management.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use npu_sys::*;
+
+use super::check::deadline;
+use crate::context::{self, Context};
+use crate::error::{Res, ensure, fail, guard, non_null, write_out};
+use crate::sim::{Sim, sim};
+use crate::sync::lock;
+
+/// Stream priorities: 0 is the greatest, 7 the least (out-of-range values are clamped).
+pub(crate) const LEAST_PRIORITY: u32 = 7;
+
+/// Binds the calling thread to a device's primary context, creating it on first use (shared by
+/// all threads, reference-counted) and clearing any explicit context of the thread.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtSetDevice(deviceId: i32) -> aclError {
+    guard("aclrtSetDevice", || {
+        let sim = sim()?;
+        let device = sim.device(deviceId.into())?;
+        device.check_alive()?;
+        let mut primary = lock(&device.primary);
+        if primary.ctx.is_none() {
+            primary.ctx = Some(Context::create(sim, device, true)?.handle);
+            primary.refs = 0;
+        }
+        primary.refs += 1;
+        drop(primary);
+        context::bind_primary(deviceId);
+        Ok(())
+    })
+}
+
+fn reset(sim: &Sim, device_id: i32, force: bool) -> Res<()> {
+    let device = sim.device(device_id.into())?;
+    let released = {
+        let mut primary = lock(&device.primary);
+        ensure!(
+            primary.ctx.is_some() && primary.refs > 0,
+            ACL_ERROR_RT_CONTEXT_RELEASE_ERROR,
+            "device {device_id} is not set (no aclrtSetDevice reference is left to release)"
+        );
+        primary.refs = if force { 0 } else { primary.refs - 1 };
+        if primary.refs == 0 {
+            primary.ctx.take()
+        } else {
+            None
+        }
+    };
+    if let Some(ctx) = released.and_then(|handle| sim.contexts.get(handle)) {
+        ctx.destroy(sim);
+    }
+    Ok(())
+}
+
+/// Drops one reference to the device's primary context; at zero the context, its streams and
+/// their pending work are torn down (after the work finishes). Not set → 507007.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtResetDevice(deviceId: i32) -> aclError {
+    guard("aclrtResetDevice", || reset(sim()?, deviceId, false))
+}
+
+/// Releases the device's primary context regardless of its reference count. A second force, or
+/// one after the count reached zero, fails with 507007.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtResetDeviceForce(deviceId: i32) -> aclError {
+    guard("aclrtResetDeviceForce", || reset(sim()?, deviceId, true))
+}
+
+/// The device of the calling thread's current context.
+///
+/// # Safety
+/// `deviceId` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetDevice(deviceId: *mut i32) -> aclError {
+    guard("aclrtGetDevice", || {
+        non_null(deviceId, "deviceId")?;
+        let ctx = context::current(sim()?)?;
+        write_out(deviceId, "deviceId", ctx.device.id)
+    })
+}
+
+/// The number of simulated devices.
+///
+/// # Safety
+/// `count` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetDeviceCount(count: *mut u32) -> aclError {
+    guard("aclrtGetDeviceCount", || {
+        non_null(count, "count")?;
+        write_out(count, "count", sim()?.devices.len() as u32)
+    })
+}
+
+/// Device attributes of the simulated SoC (an Ascend 910B3: 20 AI cores, 40 vector cores).
+///
+/// # Safety
+/// `value` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetDeviceInfo(
+    deviceId: u32,
+    attr: aclrtDevAttr,
+    value: *mut i64,
+) -> aclError {
+    guard("aclrtGetDeviceInfo", || {
+        non_null(value, "value")?;
+        let device = sim()?.device(deviceId.into())?;
+        let v: i64 = match attr {
+            ACL_DEV_ATTR_AICPU_CORE_NUM => 6,
+            ACL_DEV_ATTR_AICORE_CORE_NUM | ACL_DEV_ATTR_CUBE_CORE_NUM => 20,
+            ACL_DEV_ATTR_VECTOR_CORE_NUM => 40,
+            ACL_DEV_ATTR_WARP_SIZE..=ACL_DEV_ATTR_MAX_BLOCK_DIM_Z => 0,
+            ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE => device.capacity as i64,
+            ACL_DEV_ATTR_L2_CACHE_SIZE => 192 << 20,
+            ACL_DEV_ATTR_PHY_CHIP_ID => i64::from(device.id),
+            ACL_DEV_ATTR_SMP_ID
+            | ACL_DEV_ATTR_SUPER_POD_DEVICE_ID
+            | ACL_DEV_ATTR_SUPER_POD_SERVER_ID
+            | ACL_DEV_ATTR_SUPER_POD_ID
+            | ACL_DEV_ATTR_CUST_OP_PRIVILEGE
+            | ACL_DEV_ATTR_MAINBOARD_ID
+            | ACL_DEV_ATTR_IS_VIRTUAL => 0,
+            ACL_DEV_ATTR_HD_CONNECT_TYPE => 0,
+            ACL_DEV_ATTR_DEVICE_FORM_FACTOR => 3,
+            ACL_DEV_ATTR_NPU_ARCH => 2201,
+            other => fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "unknown device attribute {other}"
+            ),
+        };
+        write_out(value, "value", v)
+    })
+}
+
+/// NORMAL, or ABNORMAL once the device was lost.
+///
+/// # Safety
+/// `deviceStatus` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtQueryDeviceStatus(
+    deviceId: i32,
+    deviceStatus: *mut aclrtDeviceStatus,
+) -> aclError {
+    guard("aclrtQueryDeviceStatus", || {
+        non_null(deviceStatus, "deviceStatus")?;
+        let device = sim()?.device(deviceId.into())?;
+        let status = if device.is_lost() {
+            ACL_RT_DEVICE_STATUS_ABNORMAL
+        } else {
+            ACL_RT_DEVICE_STATUS_NORMAL
+        };
+        write_out(deviceStatus, "deviceStatus", status)
+    })
+}
+
+fn synchronize_context(ctx: &Arc<Context>, deadline: Option<Instant>) -> Res<()> {
+    ctx.device.check_alive()?;
+    let mut first = Ok(());
+    for stream in ctx.all_streams() {
+        let result = stream.synchronize(deadline);
+        if first.is_ok() {
+            first = result;
+        }
+    }
+    first
+}
+
+/// Waits for every stream of the calling thread's current context (not of other contexts on
+/// the device); returns the first task error among them (and clears them).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtSynchronizeDevice() -> aclError {
+    guard("aclrtSynchronizeDevice", || {
+        synchronize_context(&context::current(sim()?)?, None)
+    })
+}
+
+/// aclrtSynchronizeDevice with a timeout in ms (-1 = forever); expiry → 507046.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtSynchronizeDeviceWithTimeout(timeout: i32) -> aclError {
+    guard("aclrtSynchronizeDeviceWithTimeout", || {
+        let deadline = deadline(timeout)?;
+        synchronize_context(&context::current(sim()?)?, deadline)
+    })
+}
+
+/// Every pair of simulated devices can access each other (1), once enabled.
+///
+/// # Safety
+/// `canAccessPeer` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtDeviceCanAccessPeer(
+    canAccessPeer: *mut i32,
+    deviceId: i32,
+    peerDeviceId: i32,
+) -> aclError {
+    guard("aclrtDeviceCanAccessPeer", || {
+        non_null(canAccessPeer, "canAccessPeer")?;
+        ensure!(
+            deviceId != peerDeviceId,
+            ACL_ERROR_INVALID_PARAM,
+            "deviceId and peerDeviceId are both {deviceId}"
+        );
+        let sim = sim()?;
+        sim.device(deviceId.into())?;
+        sim.device(peerDeviceId.into())?;
+        write_out(canAccessPeer, "canAccessPeer", 1)
+    })
+}
+
+fn peer_access(api_flags: u32, peer: i32, enable: bool) -> Res<()> {
+    ensure!(
+        api_flags == 0,
+        ACL_ERROR_FEATURE_UNSUPPORTED,
+        "flags must be 0, not {api_flags}"
+    );
+    let sim = sim()?;
+    let ctx = context::current(sim)?;
+    ensure!(
+        peer != ctx.device.id,
+        ACL_ERROR_INVALID_PARAM,
+        "peer device {peer} is the current device"
+    );
+    sim.device(peer.into())?;
+    ctx.device.check_alive()?;
+    if enable {
+        ctx.device.enable_peer(peer)
+    } else {
+        ctx.device.disable_peer(peer)
+    }
+    Ok(())
+}
+
+/// Lets the current device access `peerDeviceId`'s memory (directional; enabling twice is
+/// harmless). flags must be 0 (else 200006).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtDeviceEnablePeerAccess(peerDeviceId: i32, flags: u32) -> aclError {
+    guard("aclrtDeviceEnablePeerAccess", || {
+        peer_access(flags, peerDeviceId, true)
+    })
+}
+
+/// Withdraws the current device's access to `peerDeviceId` (disabling twice is harmless).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtDeviceDisablePeerAccess(peerDeviceId: i32) -> aclError {
+    guard("aclrtDeviceDisablePeerAccess", || {
+        peer_access(0, peerDeviceId, false)
+    })
+}
+
+/// Free and total memory of the current device. The simulated device has one memory pool;
+/// every attribute reports it (attributes outside the enum report 0 / 0).
+///
+/// # Safety
+/// `free` and `total` must be NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetMemInfo(
+    attr: aclrtMemAttr,
+    free: *mut usize,
+    total: *mut usize,
+) -> aclError {
+    guard("aclrtGetMemInfo", || {
+        non_null(free, "free")?;
+        non_null(total, "total")?;
+        let ctx = context::current(sim()?)?;
+        ctx.device.check_alive()?;
+        let (f, t) = if attr <= ACL_MEM_P2P_HUGE1G {
+            (ctx.device.free() as usize, ctx.device.capacity as usize)
+        } else {
+            (0, 0)
+        };
+        write_out(free, "free", f)?;
+        write_out(total, "total", t)
+    })
+}
+
+/// Stream priorities: least 7, greatest 0.
+///
+/// # Safety
+/// Both pointers must be NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtDeviceGetStreamPriorityRange(
+    leastPriority: *mut i32,
+    greatestPriority: *mut i32,
+) -> aclError {
+    guard("aclrtDeviceGetStreamPriorityRange", || {
+        non_null(leastPriority, "leastPriority")?;
+        non_null(greatestPriority, "greatestPriority")?;
+        write_out(leastPriority, "leastPriority", LEAST_PRIORITY as i32)?;
+        write_out(greatestPriority, "greatestPriority", 0)
+    })
+}

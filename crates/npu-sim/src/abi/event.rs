@@ -1,0 +1,382 @@
+//! Event management.
+
+use std::sync::Arc;
+
+use npu_sys::*;
+
+use super::check::deadline;
+use crate::context;
+use crate::error::{Res, SimError, ensure, fail, guard, non_null, write_out};
+use crate::event::{Event, LEGACY_DEFAULT_FLAGS, Outcome, Record};
+use crate::handle;
+use crate::sim::sim;
+use crate::stream::Stream;
+use crate::task::{Op, Task};
+
+/// Flags aclrtCreateEventWithFlag knows.
+const LEGACY_FLAGS: u32 = ACL_EVENT_SYNC
+    | ACL_EVENT_CAPTURE_STREAM_PROGRESS
+    | ACL_EVENT_TIME_LINE
+    | ACL_EVENT_DEVICE_USE_ONLY
+    | ACL_EVENT_EXTERNAL;
+/// Flags that must stand alone.
+const EXCLUSIVE_FLAGS: [u32; 3] = [ACL_EVENT_DEVICE_USE_ONLY, ACL_EVENT_EXTERNAL, ACL_EVENT_IPC];
+
+fn create(out: *mut aclrtEvent, flags: u32, ex: bool) -> Res<()> {
+    non_null(out, "event")?;
+    let sim = sim()?;
+    let ctx = context::current(sim)?;
+    ctx.device.check_alive()?;
+    let handle = sim
+        .events
+        .insert(Arc::new(Event::new(ctx.device.clone(), flags, ex)))?;
+    write_out(out, "event", handle::to_ptr(handle))
+}
+
+fn check_flags(flags: u32, known: u32) -> Res<()> {
+    ensure!(
+        flags & !known == 0,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "event flag {flags:#x} has unknown bits"
+    );
+    for exclusive in EXCLUSIVE_FLAGS {
+        ensure!(
+            flags & exclusive == 0 || flags == exclusive,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "event flag {exclusive:#x} cannot be combined with other flags ({flags:#x})"
+        );
+    }
+    Ok(())
+}
+
+/// Event of another device than the stream's → 107003 (the simulator's reading of the
+/// multi-device rules; see docs/simulator.md).
+pub(super) fn check_same_device(event: &Event, stream: &Stream) -> Res<()> {
+    ensure!(
+        event.device.id == stream.device.id,
+        ACL_ERROR_RT_STREAM_CONTEXT,
+        "the event belongs to device {}, the stream to device {}",
+        event.device.id,
+        stream.device.id
+    );
+    Ok(())
+}
+
+/// ACL_EVENT_DEVICE_USE_ONLY events cannot be recorded, waited or reset from the host.
+pub(super) fn check_host_usable(event: &Event) -> Res<()> {
+    ensure!(
+        event.flags != ACL_EVENT_DEVICE_USE_ONLY,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "an ACL_EVENT_DEVICE_USE_ONLY event cannot be used from the host"
+    );
+    Ok(())
+}
+
+/// Creates a legacy event (timing and waiting supported) in the current context.
+///
+/// # Safety
+/// `event` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtCreateEvent(event: *mut aclrtEvent) -> aclError {
+    guard("aclrtCreateEvent", || {
+        create(event, LEGACY_DEFAULT_FLAGS, false)
+    })
+}
+
+/// Creates a legacy event with flags: at least one known bit (0 or unknown bits → 107000);
+/// DEVICE_USE_ONLY and EXTERNAL stand alone.
+///
+/// # Safety
+/// `event` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtCreateEventWithFlag(event: *mut aclrtEvent, flag: u32) -> aclError {
+    guard("aclrtCreateEventWithFlag", || {
+        non_null(event, "event")?;
+        ensure!(
+            flag != 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "event flag 0 has no known bit"
+        );
+        check_flags(flag, LEGACY_FLAGS)?;
+        create(event, flag, false)
+    })
+}
+
+/// Creates a new-mode (Ex) event: every record overwrites the capture; never-recorded events
+/// report COMPLETE; reset, aclrtQueryEvent and wait-status queries are rejected (207000).
+///
+/// # Safety
+/// `event` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtCreateEventExWithFlag(event: *mut aclrtEvent, flag: u32) -> aclError {
+    guard("aclrtCreateEventExWithFlag", || {
+        non_null(event, "event")?;
+        check_flags(flag, LEGACY_FLAGS | ACL_EVENT_IPC)?;
+        create(event, flag, true)
+    })
+}
+
+/// Destroys an event; pending records still complete for the waits that captured them.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtDestroyEvent(event: aclrtEvent) -> aclError {
+    guard("aclrtDestroyEvent", || {
+        non_null(event, "event")?;
+        let sim = sim()?;
+        match sim.events.remove(handle::from_ptr(event)) {
+            Some(_) => Ok(()),
+            None => sim.events.resolve(handle::from_ptr(event)).map(drop),
+        }
+    })
+}
+
+/// Records the event on a stream of the current context: it captures all work submitted to
+/// the stream so far.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream) -> aclError {
+    guard("aclrtRecordEvent", || {
+        non_null(event, "event")?;
+        let sim = sim()?;
+        let stream = context::submit_stream(sim, stream)?;
+        let event = sim.events.resolve(handle::from_ptr(event))?;
+        check_same_device(&event, &stream)?;
+        check_host_usable(&event)?;
+        let record = Arc::new(Record::new(stream.clone()));
+        stream.submit(Task::new(Op::Record(record.clone())))?;
+        event.set_current(record);
+        Ok(())
+    })
+}
+
+/// Resets the event when the stream reaches this point (legacy events with a wait capability
+/// only; Ex events and TIME_LINE/STREAM_PROGRESS-only events → 207000).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtResetEvent(event: aclrtEvent, stream: aclrtStream) -> aclError {
+    guard("aclrtResetEvent", || {
+        non_null(event, "event")?;
+        let sim = sim()?;
+        let stream = context::submit_stream(sim, stream)?;
+        let event = sim.events.resolve(handle::from_ptr(event))?;
+        check_same_device(&event, &stream)?;
+        check_host_usable(&event)?;
+        ensure!(
+            !event.ex,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "Ex events cannot be reset"
+        );
+        ensure!(
+            event.waitable(),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "the event has no wait capability (created without ACL_EVENT_SYNC) and cannot be reset"
+        );
+        let captured = event.current();
+        stream.submit(Task::new(Op::Reset { event, captured }))
+    })
+}
+
+/// The event's record, after the checks every query does (live handle, device not lost).
+fn lookup(event: aclrtEvent) -> Res<(Arc<Event>, Option<Arc<Record>>)> {
+    non_null(event, "event")?;
+    let event = sim()?.events.resolve(handle::from_ptr(event))?;
+    event.device.check_alive()?;
+    let record = event.current();
+    Ok((event, record))
+}
+
+fn is_done(record: &Option<Arc<Record>>) -> Option<bool> {
+    record
+        .as_ref()
+        .map(|r| matches!(r.outcome(), Outcome::Done { .. }))
+}
+
+/// Deprecated query: COMPLETE (0) unless the latest record is still pending (NOT_READY, 1);
+/// never recorded → COMPLETE. Ex events → 207000.
+///
+/// # Safety
+/// `status` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtQueryEvent(
+    event: aclrtEvent,
+    status: *mut aclrtEventStatus,
+) -> aclError {
+    guard("aclrtQueryEvent", || {
+        non_null(status, "status")?;
+        let (event, record) = lookup(event)?;
+        ensure!(
+            !event.ex,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "aclrtQueryEvent does not support Ex events"
+        );
+        let value = match is_done(&record) {
+            Some(false) => ACL_EVENT_STATUS_NOT_READY,
+            _ => ACL_EVENT_STATUS_COMPLETE,
+        };
+        write_out(status, "status", value)
+    })
+}
+
+/// COMPLETE (1) once the captured work is done, else NOT_READY (0). Never recorded: legacy
+/// events NOT_READY, Ex events COMPLETE. Work that can never complete (context stopped) stays
+/// NOT_READY.
+///
+/// # Safety
+/// `status` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtQueryEventStatus(
+    event: aclrtEvent,
+    status: *mut aclrtEventRecordedStatus,
+) -> aclError {
+    guard("aclrtQueryEventStatus", || {
+        non_null(status, "status")?;
+        let (event, record) = lookup(event)?;
+        let complete = is_done(&record).unwrap_or(event.ex);
+        let value = if complete {
+            ACL_EVENT_RECORDED_STATUS_COMPLETE
+        } else {
+            ACL_EVENT_RECORDED_STATUS_NOT_READY
+        };
+        write_out(status, "status", value)
+    })
+}
+
+/// Whether a wait on the event would be satisfied: COMPLETE (0) once the latest record
+/// completed, NOT_READY (1) before (and when never recorded). Ex events → 207000.
+///
+/// # Safety
+/// `status` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtQueryEventWaitStatus(
+    event: aclrtEvent,
+    status: *mut aclrtEventWaitStatus,
+) -> aclError {
+    guard("aclrtQueryEventWaitStatus", || {
+        non_null(status, "status")?;
+        let (event, record) = lookup(event)?;
+        ensure!(
+            !event.ex,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "wait status is not supported for Ex events"
+        );
+        let value = match is_done(&record) {
+            Some(true) => ACL_EVENT_WAIT_STATUS_COMPLETE,
+            _ => ACL_EVENT_WAIT_STATUS_NOT_READY,
+        };
+        write_out(status, "status", value)
+    })
+}
+
+fn synchronize(event: aclrtEvent, timeout: i32) -> Res<()> {
+    let deadline = deadline(timeout)?;
+    let (_, record) = lookup(event)?;
+    let Some(record) = record else { return Ok(()) };
+    match record.wait(deadline)? {
+        None => fail!(
+            ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
+            "the event did not complete in time"
+        ),
+        Some(None) => Ok(()),
+        Some(Some(code)) => Err(SimError::new(
+            code,
+            "a task captured by the event (since the previous record on its stream) failed",
+        )),
+    }
+}
+
+/// Waits for the work captured by the event's latest record (never recorded → returns at
+/// once). Returns the first error among the tasks that record captured since the previous
+/// record on the same stream.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtSynchronizeEvent(event: aclrtEvent) -> aclError {
+    guard("aclrtSynchronizeEvent", || synchronize(event, -1))
+}
+
+/// aclrtSynchronizeEvent with a timeout in ms (-1 = forever; 0 and < -1 → 107000); expiry →
+/// 507047.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtSynchronizeEventWithTimeout(
+    event: aclrtEvent,
+    timeout: i32,
+) -> aclError {
+    guard("aclrtSynchronizeEventWithTimeout", || {
+        synchronize(event, timeout)
+    })
+}
+
+/// The simulated timestamp (ns) of a completed record, after the timing checks.
+fn timestamp_ns(event: &Event, record: Option<Arc<Record>>) -> Res<u64> {
+    ensure!(
+        event.flags & (ACL_EVENT_IPC | ACL_EVENT_EXTERNAL) == 0,
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "IPC and EXTERNAL events carry no timestamps"
+    );
+    let Some(record) = record else {
+        fail!(
+            ACL_ERROR_RT_INTERNAL_ERROR,
+            "the event has not been recorded"
+        );
+    };
+    match record.outcome() {
+        Outcome::Done { ts_ns, .. } => Ok(ts_ns),
+        Outcome::Pending => fail!(
+            ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID,
+            "the event's timestamp is not written yet (its record has not completed)"
+        ),
+    }
+}
+
+/// Milliseconds between two completed records, on the simulated device clock.
+///
+/// # Safety
+/// `ms` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtEventElapsedTime(
+    ms: *mut f32,
+    startEvent: aclrtEvent,
+    endEvent: aclrtEvent,
+) -> aclError {
+    guard("aclrtEventElapsedTime", || {
+        non_null(ms, "ms")?;
+        non_null(startEvent, "startEvent")?;
+        non_null(endEvent, "endEvent")?;
+        let (start, start_record) = lookup(startEvent)?;
+        let (end, end_record) = lookup(endEvent)?;
+        let start_ns = timestamp_ns(&start, start_record)?;
+        let end_ns = timestamp_ns(&end, end_record)?;
+        ensure!(
+            end_ns >= start_ns,
+            ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL,
+            "the end event completed before the start event"
+        );
+        write_out(ms, "ms", (end_ns - start_ns) as f32 / 1e6)
+    })
+}
+
+/// The completion time of the event's record in µs on the simulated device clock.
+///
+/// # Safety
+/// `timestamp` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtEventGetTimestamp(
+    event: aclrtEvent,
+    timestamp: *mut u64,
+) -> aclError {
+    guard("aclrtEventGetTimestamp", || {
+        non_null(timestamp, "timestamp")?;
+        let (event, record) = lookup(event)?;
+        write_out(timestamp, "timestamp", timestamp_ns(&event, record)? / 1000)
+    })
+}

@@ -1,0 +1,164 @@
+//! Host memory registration.
+
+use std::ffi::c_void;
+
+use npu_sys::*;
+
+use crate::context;
+use crate::error::{Res, ensure, fail, guard, non_null, write_out};
+use crate::memory::PAGE;
+use crate::sim::sim;
+
+fn register(ptr: *mut c_void, size: u64, mapped: bool, pin: bool) -> Res<()> {
+    let sim = sim()?;
+    context::current(sim)?;
+    ensure!(
+        ptr as usize % PAGE == 0,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{ptr:p} is not aligned to the {PAGE}-byte page size"
+    );
+    let Ok(len) = usize::try_from(size) else {
+        fail!(
+            ACL_ERROR_RT_PARAM_INVALID,
+            "size {size} does not fit the address space"
+        );
+    };
+    ensure!(
+        !(pin && sim.memory.is_pinned_allocation(ptr as usize)),
+        ACL_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+        "{ptr:p} is aclrtMallocHost memory, which is already pinned"
+    );
+    sim.memory.register(ptr as usize, len, mapped, pin)
+}
+
+/// Registers (maps) host memory for device access; `*devPtr` receives the device alias (on
+/// the simulator, the same address). `ptr` must be 4 KiB aligned (107000); type bits other
+/// than IOMEMORY/READONLY → 207000 (IOMEMORY and READONLY are accepted and have no effect).
+///
+/// # Safety
+/// `ptr` must be host memory valid for `size` bytes while registered; `devPtr` NULL or
+/// valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtHostRegister(
+    ptr: *mut c_void,
+    size: u64,
+    type_: aclrtHostRegisterType,
+    devPtr: *mut *mut c_void,
+) -> aclError {
+    guard("aclrtHostRegister", || {
+        non_null(ptr, "ptr")?;
+        non_null(devPtr, "devPtr")?;
+        ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+        ensure!(
+            type_ & !(ACL_HOST_REGISTER_IOMEMORY | ACL_HOST_REGISTER_READONLY) == 0,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "registration type {type_:#x} is not supported"
+        );
+        register(ptr, size, true, false)?;
+        write_out(devPtr, "devPtr", ptr)
+    })
+}
+
+/// Registers host memory with flags (MAPPED: device-accessible through
+/// aclrtHostGetDevicePointer; PINNED: page-locked, for pageable memory only). No valid bit or
+/// an unknown bit → 107000; overlap with a registered range (or PINNED on aclrtMallocHost
+/// memory) → 507910.
+///
+/// # Safety
+/// `ptr` must be host memory valid for `size` bytes while registered.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: u32) -> aclError {
+    guard("aclrtHostRegisterV2", || {
+        non_null(ptr, "ptr")?;
+        ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+        let known = ACL_HOST_REG_MAPPED
+            | ACL_HOST_REG_IOMEMORY
+            | ACL_HOST_REG_READONLY
+            | ACL_HOST_REG_PINNED;
+        ensure!(
+            flag != 0 && flag & !known == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "flag {flag:#x} has no valid bit or an unknown bit"
+        );
+        register(
+            ptr,
+            size,
+            flag & ACL_HOST_REG_MAPPED != 0,
+            flag & ACL_HOST_REG_PINNED != 0,
+        )
+    })
+}
+
+/// The device alias of mapped registered host memory (same address on the simulator).
+/// flag must be 0 (100000); memory not registered as MAPPED → 507911.
+///
+/// # Safety
+/// `pDevice` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtHostGetDevicePointer(
+    pHost: *mut c_void,
+    pDevice: *mut *mut c_void,
+    flag: u32,
+) -> aclError {
+    guard("aclrtHostGetDevicePointer", || {
+        non_null(pHost, "pHost")?;
+        non_null(pDevice, "pDevice")?;
+        ensure!(
+            flag == 0,
+            ACL_ERROR_INVALID_PARAM,
+            "flag must be 0, not {flag}"
+        );
+        let mapped = sim()?
+            .memory
+            .registration_of(pHost as usize)
+            .is_some_and(|(_, reg)| reg.mapped);
+        ensure!(
+            mapped,
+            ACL_ERROR_HOST_MEMORY_NOT_REGISTERED,
+            "{pHost:p} is not in host memory registered with ACL_HOST_REG_MAPPED"
+        );
+        write_out(pDevice, "pDevice", pHost)
+    })
+}
+
+/// Undoes aclrtHostRegister / aclrtHostRegisterV2 (by the registered start address); not
+/// registered → 507911.
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (pointers are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtHostUnregister(ptr: *mut c_void) -> aclError {
+    guard("aclrtHostUnregister", || {
+        non_null(ptr, "ptr")?;
+        sim()?.memory.unregister(ptr as usize)
+    })
+}
+
+/// Whether an engine can access registered host memory: yes for the task scheduler, AI CPU,
+/// AI cores, vector cores and the DMA engines; no for RDMA, DVPP, UDMA and CCU.
+///
+/// # Safety
+/// `capabilities` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtHostMemMapCapabilities(
+    deviceId: u32,
+    hacType: aclrtHacType,
+    capabilities: *mut aclrtHostMemMapCapability,
+) -> aclError {
+    guard("aclrtHostMemMapCapabilities", || {
+        non_null(capabilities, "capabilities")?;
+        sim()?.device(deviceId.into())?;
+        let capability = match hacType {
+            ACL_RT_HAC_TYPE_STARS
+            | ACL_RT_HAC_TYPE_AICPU
+            | ACL_RT_HAC_TYPE_AIC
+            | ACL_RT_HAC_TYPE_AIV
+            | ACL_RT_HAC_TYPE_PCIEDMA
+            | ACL_RT_HAC_TYPE_SDMA => ACL_RT_HOST_MEM_MAP_SUPPORTED,
+            ACL_RT_HAC_TYPE_RDMA | ACL_RT_HAC_TYPE_DVPP | ACL_RT_HAC_TYPE_UDMA
+            | ACL_RT_HAC_TYPE_CCU => ACL_RT_HOST_MEM_MAP_NOT_SUPPORTED,
+            other => fail!(ACL_ERROR_RT_PARAM_INVALID, "unknown engine type {other}"),
+        };
+        write_out(capabilities, "capabilities", capability)
+    })
+}

@@ -1,0 +1,276 @@
+//! Initialisation, version and error-reporting functions.
+
+use std::ffi::{CString, c_char};
+use std::sync::{Mutex, OnceLock};
+
+use npu_sys::*;
+
+use super::check::c_str;
+use crate::config::{ConfigError, SimConfig};
+use crate::error::{self, Res, ensure, fail, guard, guard_value, non_null, write_out};
+use crate::sim::sim;
+use crate::sync::lock;
+
+/// The simulated runtime's version ("ACL 1.17.0", as the header declares).
+const VERSION: &str = "1.17.0";
+/// [`VERSION`] as a number: major * 10000 + minor * 100 + patch.
+const VERSION_NUM: i32 = 11700;
+
+struct InitState {
+    refs: u64,
+    finalized: bool,
+    /// The text of the first configuration file, compared on re-initialisation.
+    first_config: Option<String>,
+}
+
+static INIT: Mutex<InitState> = Mutex::new(InitState {
+    refs: 0,
+    finalized: false,
+    first_config: None,
+});
+
+fn apply_config(text: &str) -> Res<()> {
+    let json: serde_json::Value = match serde_json::from_str(text) {
+        Ok(json) => json,
+        Err(e) => fail!(
+            ACL_ERROR_PARSE_FILE,
+            "the configuration file is not valid JSON: {e}"
+        ),
+    };
+    let Some(sim_json) = json.get("npu_sim") else {
+        return Ok(());
+    };
+    let config: SimConfig = match serde_json::from_value(sim_json.clone()) {
+        Ok(config) => config,
+        Err(e) => fail!(
+            ACL_ERROR_INVALID_PARAM,
+            "\"npu_sim\" is not a simulator configuration: {e}"
+        ),
+    };
+    match config.install() {
+        Ok(()) => Ok(()),
+        Err(ConfigError::AlreadyInitialised { current }) => fail!(
+            ACL_ERROR_INVALID_PARAM,
+            "\"npu_sim\" differs from the configuration the simulator already runs with ({current:?})"
+        ),
+        Err(e) => fail!(ACL_ERROR_INVALID_PARAM, "{e}"),
+    }
+}
+
+fn flush_trace() {
+    if let Err(e) = crate::trace::flush() {
+        tracing::warn!(target: "npu_sim", "writing the trace failed: {e}");
+    }
+}
+
+/// Initialises AscendCL (reference-counted; a repeat counts and returns
+/// ACL_ERROR_REPEAT_INITIALIZE). A JSON config file may carry the simulator's configuration
+/// under `"npu_sim"`.
+///
+/// # Safety
+/// `configPath` must be NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
+    guard("aclInit", || {
+        let mut state = lock(&INIT);
+        if state.refs > 0 {
+            state.refs += 1;
+            fail!(
+                ACL_ERROR_REPEAT_INITIALIZE,
+                "AscendCL is already initialised (the call was counted)"
+            );
+        }
+        let text = match configPath.is_null() {
+            true => None,
+            false => match c_str(configPath, "configPath")? {
+                "" => None,
+                path => match std::fs::read_to_string(path) {
+                    Ok(text) => Some(text),
+                    Err(e) => fail!(
+                        ACL_ERROR_INVALID_FILE,
+                        "cannot read the configuration file {path:?}: {e}"
+                    ),
+                },
+            },
+        };
+        if let (Some(first), Some(text)) = (&state.first_config, &text) {
+            ensure!(
+                first == text,
+                ACL_ERROR_INVALID_PARAM,
+                "re-initialising with a configuration that differs from the first one"
+            );
+        }
+        if let Some(text) = &text {
+            apply_config(text)?;
+        }
+        sim()?;
+        if state.first_config.is_none() {
+            state.first_config = text;
+        }
+        state.refs = 1;
+        state.finalized = false;
+        Ok(())
+    })
+}
+
+/// Finalises AscendCL: drops every aclInit reference and writes the trace, if one is recorded.
+/// A second call without a new aclInit returns ACL_ERROR_REPEAT_FINALIZE. Devices keep their
+/// state (reset them with aclrtResetDevice).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclFinalize() -> aclError {
+    guard("aclFinalize", || {
+        let mut state = lock(&INIT);
+        ensure!(
+            state.refs > 0 || !state.finalized,
+            ACL_ERROR_REPEAT_FINALIZE,
+            "AscendCL is already finalised"
+        );
+        state.refs = 0;
+        state.finalized = true;
+        drop(state);
+        flush_trace();
+        Ok(())
+    })
+}
+
+/// Drops one aclInit reference, finalising at zero; `refCount` (nullable) receives the count
+/// left.
+///
+/// # Safety
+/// `refCount` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclFinalizeReference(refCount: *mut u64) -> aclError {
+    guard("aclFinalizeReference", || {
+        let mut state = lock(&INIT);
+        ensure!(
+            state.refs > 0,
+            ACL_ERROR_REPEAT_FINALIZE,
+            "AscendCL is not initialised"
+        );
+        state.refs -= 1;
+        let left = state.refs;
+        if left == 0 {
+            state.finalized = true;
+        }
+        drop(state);
+        if left == 0 {
+            flush_trace();
+        }
+        if !refCount.is_null() {
+            write_out(refCount, "refCount", left)?;
+        }
+        Ok(())
+    })
+}
+
+/// Writes the version string of a package ("1.17.0" for every package) into `versionStr`
+/// (at least ACL_PKG_VERSION_MAX_SIZE bytes).
+///
+/// # Safety
+/// `pkgName` must be NULL or NUL-terminated; `versionStr` NULL or writable for
+/// ACL_PKG_VERSION_MAX_SIZE bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclsysGetVersionStr(
+    pkgName: *mut c_char,
+    versionStr: *mut c_char,
+) -> aclError {
+    guard("aclsysGetVersionStr", || {
+        c_str(pkgName, "pkgName")?;
+        non_null(versionStr, "versionStr")?;
+        let bytes = CString::new(VERSION).unwrap_or_default();
+        let bytes = bytes.as_bytes_with_nul();
+        // SAFETY: the caller provides ACL_PKG_VERSION_MAX_SIZE (128) writable bytes, more than
+        // the version string with its NUL.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), versionStr.cast::<u8>(), bytes.len())
+        };
+        Ok(())
+    })
+}
+
+/// Writes the version of a package as a number (major * 10000 + minor * 100 + patch).
+///
+/// # Safety
+/// `pkgName` must be NULL or NUL-terminated; `versionNum` NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclsysGetVersionNum(
+    pkgName: *mut c_char,
+    versionNum: *mut i32,
+) -> aclError {
+    guard("aclsysGetVersionNum", || {
+        c_str(pkgName, "pkgName")?;
+        write_out(versionNum, "versionNum", VERSION_NUM)
+    })
+}
+
+/// Returns and clears the calling thread's error messages, newest first (NULL when none). The
+/// string stays valid until the next call on the same thread.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclGetRecentErrMsg() -> *const c_char {
+    error::take_recent_message()
+}
+
+/// Reports the run mode: the simulator is a host-side (EP) deployment, ACL_HOST.
+///
+/// # Safety
+/// `runMode` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetRunMode(runMode: *mut aclrtRunMode) -> aclError {
+    guard("aclrtGetRunMode", || {
+        write_out(runMode, "runMode", ACL_HOST)
+    })
+}
+
+/// The configured SoC name (NULL if the simulator cannot start).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetSocName() -> *const c_char {
+    static NAME: OnceLock<CString> = OnceLock::new();
+    guard_value("aclrtGetSocName", std::ptr::null(), || {
+        let sim = sim()?;
+        Ok(NAME
+            .get_or_init(|| CString::new(sim.config.soc_name.clone()).unwrap_or_default())
+            .as_ptr())
+    })
+}
+
+fn check_level(level: aclrtLastErrLevel) -> Res<()> {
+    ensure!(
+        level == ACL_RT_THREAD_LEVEL,
+        ACL_ERROR_INVALID_PARAM,
+        "level {level} is not ACL_RT_THREAD_LEVEL"
+    );
+    Ok(())
+}
+
+/// The thread's last runtime error, cleared by this call.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetLastError(level: aclrtLastErrLevel) -> aclError {
+    match check_level(level) {
+        Ok(()) => error::take_last_error(),
+        Err(e) => e.code,
+    }
+}
+
+/// The thread's last runtime error, left in place.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtPeekAtLastError(level: aclrtLastErrLevel) -> aclError {
+    match check_level(level) {
+        Ok(()) => error::peek_last_error(),
+        Err(e) => e.code,
+    }
+}

@@ -1,0 +1,481 @@
+//! Kernel binaries, functions, argument builders and launches.
+
+use std::ffi::{c_char, c_void};
+use std::sync::Arc;
+
+use npu_sys::*;
+
+use super::check::{array, bytes, c_str, optional};
+use crate::context;
+use crate::error::{Res, ensure, fail, guard, non_null, write_out};
+use crate::handle::{self, Handle};
+use crate::kernel::{ArgsBlob, ArgsBuilder, Binary, Function, Launch, LaunchArgs, ParamRef};
+use crate::memory::AllocKind;
+use crate::sim::{Sim, sim};
+use crate::sync::lock;
+use crate::task::{Op, Task};
+
+fn check_options(options: *const aclrtBinaryLoadOptions) -> Res<()> {
+    if let Some(options) = optional(options) {
+        // The options (lazy load, magic, CPU kernel mode) do not change how a host-function
+        // kernel is loaded; they are only validated.
+        array(options.options, options.numOpt, "options->options")?;
+    }
+    Ok(())
+}
+
+fn store_binary(binary: Binary, out: *mut aclrtBinHandle) -> Res<()> {
+    let handle = sim()?.binaries.insert(Arc::new(binary))?;
+    write_out(out, "binHandle", handle::to_ptr(handle))
+}
+
+/// Loads a kernel binary: on the simulator, a shared object exporting kernels with the
+/// `npusim/kernel.h` signature. Unreadable file → 107009; not loadable → 100003.
+///
+/// # Safety
+/// `binPath` must be NULL or NUL-terminated; `options` NULL or valid; `binHandle` NULL or valid
+/// for a write. Loading runs the library's initialisers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtBinaryLoadFromFile(
+    binPath: *const c_char,
+    options: *mut aclrtBinaryLoadOptions,
+    binHandle: *mut aclrtBinHandle,
+) -> aclError {
+    guard("aclrtBinaryLoadFromFile", || {
+        let path = c_str(binPath, "binPath")?;
+        non_null(binHandle, "binHandle")?;
+        check_options(options)?;
+        store_binary(Binary::from_file(path)?, binHandle)
+    })
+}
+
+/// Loads a kernel binary from memory: an ELF shared object, or an npu-sim registry image
+/// (`npu_sim::kernel::registry_image`). Anything else → 107000.
+///
+/// # Safety
+/// `data` must be NULL or valid for `length` bytes; `options` NULL or valid; `binHandle` NULL
+/// or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtBinaryLoadFromData(
+    data: *const c_void,
+    length: usize,
+    options: *const aclrtBinaryLoadOptions,
+    binHandle: *mut aclrtBinHandle,
+) -> aclError {
+    guard("aclrtBinaryLoadFromData", || {
+        non_null(data, "data")?;
+        non_null(binHandle, "binHandle")?;
+        ensure!(length != 0, ACL_ERROR_INVALID_PARAM, "length is 0");
+        check_options(options)?;
+        store_binary(Binary::from_data(bytes(data, length, "data")?)?, binHandle)
+    })
+}
+
+fn retire_function(sim: &Sim, handle: Handle) {
+    let Some(function) = sim.functions.remove(handle) else {
+        return;
+    };
+    for args in lock(&function.args).clone() {
+        if let Some(builder) = sim.args.remove(args) {
+            for param in builder.param_handles() {
+                sim.params.remove(param);
+            }
+        }
+    }
+}
+
+/// Unloads a binary: its function and args handles become invalid (launches already queued
+/// still run; the library is closed after them).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtBinaryUnLoad(binHandle: aclrtBinHandle) -> aclError {
+    guard("aclrtBinaryUnLoad", || {
+        non_null(binHandle, "binHandle")?;
+        let sim = sim()?;
+        let handle = handle::from_ptr(binHandle);
+        let binary = sim.binaries.resolve(handle)?;
+        sim.binaries.remove(handle);
+        for function in binary.function_handles() {
+            retire_function(sim, function);
+        }
+        Ok(())
+    })
+}
+
+/// Resolves a kernel of a binary by name (a symbol, or a registered kernel). Unknown name →
+/// 107042. Needs a current context.
+///
+/// # Safety
+/// `kernelName` must be NULL or NUL-terminated; `funcHandle` NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtBinaryGetFunction(
+    binHandle: aclrtBinHandle,
+    kernelName: *const c_char,
+    funcHandle: *mut aclrtFuncHandle,
+) -> aclError {
+    guard("aclrtBinaryGetFunction", || {
+        non_null(binHandle, "binHandle")?;
+        let name = c_str(kernelName, "kernelName")?;
+        non_null(funcHandle, "funcHandle")?;
+        let sim = sim()?;
+        context::current(sim)?;
+        let binary = sim.binaries.resolve(handle::from_ptr(binHandle))?;
+        let handle = match binary
+            .cached(name)
+            .filter(|&h| sim.functions.get(h).is_some())
+        {
+            Some(handle) => handle,
+            None => {
+                let handle = sim.functions.insert(Arc::new(binary.function(name)?))?;
+                binary.remember(name, handle);
+                handle
+            }
+        };
+        write_out(funcHandle, "funcHandle", handle::to_ptr(handle))
+    })
+}
+
+/// Whether a launch configuration selects the AIV (vector) engine.
+fn vector_engine(cfg: *mut aclrtLaunchKernelCfg) -> Res<bool> {
+    let Some(cfg) = optional(cfg) else {
+        return Ok(false);
+    };
+    let mut vector = false;
+    for attr in array(cfg.attrs, cfg.numAttrs, "cfg->attrs")? {
+        match attr.id {
+            ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE => {
+                // SAFETY: every member of the 16-byte union is plain data; ENGINE_TYPE
+                // carries engineType.
+                let engine = unsafe { attr.value.engineType };
+                vector = match engine {
+                    ACL_RT_ENGINE_TYPE_AIC => false,
+                    ACL_RT_ENGINE_TYPE_AIV => true,
+                    other => fail!(ACL_ERROR_RT_PARAM_INVALID, "unknown engine type {other}"),
+                };
+            }
+            ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE..=ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING => {}
+            other => fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "unknown launch attribute {other}"
+            ),
+        }
+    }
+    Ok(vector)
+}
+
+/// Validation shared by the launches; returns the function.
+fn launch_target(func: aclrtFuncHandle, blocks: u32) -> Res<Arc<Function>> {
+    non_null(func, "funcHandle")?;
+    ensure!(blocks != 0, ACL_ERROR_INVALID_PARAM, "numBlocks is 0");
+    sim()?.functions.resolve(handle::from_ptr(func))
+}
+
+fn submit_launch(stream: aclrtStream, launch: Launch) -> Res<()> {
+    let stream = context::submit_stream(sim()?, stream)?;
+    stream.submit(Task::new(Op::Kernel(launch)))
+}
+
+/// Launches a kernel with its arguments already in device memory (on the stream's device):
+/// the kernel gets `argsData` itself.
+///
+/// # Safety
+/// `argsData` must be NULL (with `argsSize` 0) or device memory; the kernel's contract governs
+/// what it points at.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtLaunchKernel(
+    funcHandle: aclrtFuncHandle,
+    numBlocks: u32,
+    argsData: *const c_void,
+    argsSize: usize,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtLaunchKernel", || {
+        let function = launch_target(funcHandle, numBlocks)?;
+        ensure!(
+            !argsData.is_null() || argsSize == 0,
+            ACL_ERROR_INVALID_PARAM,
+            "argsData is NULL but argsSize is {argsSize}"
+        );
+        let sim = sim()?;
+        let target = context::submit_stream(sim, stream)?;
+        if !argsData.is_null() {
+            let address = argsData as usize;
+            let in_device = matches!(
+                sim.memory.allocation_of(address),
+                Some((base, len, AllocKind::Device { device, .. }))
+                    if device == target.device.id && address - base + argsSize <= len
+            );
+            ensure!(
+                in_device,
+                ACL_ERROR_RT_PARAM_INVALID,
+                "argsData ({argsData:p}+{argsSize}) is not device memory of device {}",
+                target.device.id
+            );
+        }
+        let launch = Launch {
+            function,
+            blocks: numBlocks,
+            args: LaunchArgs::Device(argsData as usize),
+            vector_engine: false,
+        };
+        target.submit(Task::new(Op::Kernel(launch)))
+    })
+}
+
+/// Launches a kernel with arguments packed in host memory (copied at the call, so the buffer
+/// may be reused at once). Each placeholder's pointer slot (`addrOffset`) is set to the copy
+/// of its data (`dataOffset`).
+///
+/// # Safety
+/// `hostArgs` must be valid for `argsSize` bytes; `placeHolderArray` for `placeHolderNum`
+/// entries; `cfg` NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
+    funcHandle: aclrtFuncHandle,
+    numBlocks: u32,
+    stream: aclrtStream,
+    cfg: *mut aclrtLaunchKernelCfg,
+    hostArgs: *mut c_void,
+    argsSize: usize,
+    placeHolderArray: *mut aclrtPlaceHolderInfo,
+    placeHolderNum: usize,
+) -> aclError {
+    guard("aclrtLaunchKernelWithHostArgs", || {
+        let function = launch_target(funcHandle, numBlocks)?;
+        ensure!(
+            !hostArgs.is_null() || argsSize == 0,
+            ACL_ERROR_INVALID_PARAM,
+            "hostArgs is NULL but argsSize is {argsSize}"
+        );
+        let placeholders = array(
+            placeHolderArray.cast_const(),
+            placeHolderNum,
+            "placeHolderArray",
+        )?;
+        let vector_engine = vector_engine(cfg)?;
+        let mut blob = ArgsBlob::zeroed(argsSize);
+        if argsSize > 0 {
+            blob.bytes_mut()
+                .copy_from_slice(bytes(hostArgs, argsSize, "hostArgs")?);
+        }
+        for (i, placeholder) in placeholders.iter().enumerate() {
+            let (slot, data) = (
+                placeholder.addrOffset as usize,
+                placeholder.dataOffset as usize,
+            );
+            ensure!(
+                slot + 8 <= argsSize && data < argsSize,
+                ACL_ERROR_RT_PARAM_INVALID,
+                "placeholder {i} (addrOffset {slot}, dataOffset {data}) lies outside the {argsSize} bytes of arguments"
+            );
+            let address = blob.address_of(data);
+            blob.bytes_mut()[slot..slot + 8].copy_from_slice(&address.to_ne_bytes());
+        }
+        submit_launch(
+            stream,
+            Launch {
+                function,
+                blocks: numBlocks,
+                args: LaunchArgs::Owned(blob),
+                vector_engine,
+            },
+        )
+    })
+}
+
+/// Launches a kernel with arguments built by aclrtKernelArgs* (finalized; else 107000).
+/// `reserve` must be NULL.
+///
+/// # Safety
+/// `cfg` must be NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtLaunchKernelWithConfig(
+    funcHandle: aclrtFuncHandle,
+    numBlocks: u32,
+    stream: aclrtStream,
+    cfg: *mut aclrtLaunchKernelCfg,
+    argsHandle: aclrtArgsHandle,
+    reserve: *mut c_void,
+) -> aclError {
+    guard("aclrtLaunchKernelWithConfig", || {
+        let function = launch_target(funcHandle, numBlocks)?;
+        non_null(argsHandle, "argsHandle")?;
+        ensure!(
+            reserve.is_null(),
+            ACL_ERROR_INVALID_PARAM,
+            "reserve must be NULL"
+        );
+        let vector_engine = vector_engine(cfg)?;
+        let args = sim()?.args.resolve(handle::from_ptr(argsHandle))?;
+        ensure!(
+            args.function == handle::from_ptr(funcHandle),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "the args were built for another function"
+        );
+        let blob = args.blob()?;
+        submit_launch(
+            stream,
+            Launch {
+                function,
+                blocks: numBlocks,
+                args: LaunchArgs::Owned(blob),
+                vector_engine,
+            },
+        )
+    })
+}
+
+/// Starts building the arguments of a launch of `funcHandle`.
+///
+/// # Safety
+/// `argsHandle` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtKernelArgsInit(
+    funcHandle: aclrtFuncHandle,
+    argsHandle: *mut aclrtArgsHandle,
+) -> aclError {
+    guard("aclrtKernelArgsInit", || {
+        non_null(funcHandle, "funcHandle")?;
+        non_null(argsHandle, "argsHandle")?;
+        let sim = sim()?;
+        let func = handle::from_ptr(funcHandle);
+        let function = sim.functions.resolve(func)?;
+        let handle = sim.args.insert(Arc::new(ArgsBuilder::new(func)))?;
+        lock(&function.args).push(handle);
+        write_out(argsHandle, "argsHandle", handle::to_ptr(handle))
+    })
+}
+
+fn new_param(
+    sim: &Sim,
+    args: Handle,
+    builder: &ArgsBuilder,
+    index: usize,
+    out: *mut aclrtParamHandle,
+) -> Res<()> {
+    let handle = sim.params.insert(Arc::new(ParamRef { args, index }))?;
+    builder.remember_param(handle);
+    write_out(out, "paramHandle", handle::to_ptr(handle))
+}
+
+/// Appends a parameter (the value is copied), aligned as in a C struct; at most 128.
+///
+/// # Safety
+/// `param` must be valid for `paramSize` bytes; `paramHandle` NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtKernelArgsAppend(
+    argsHandle: aclrtArgsHandle,
+    param: *mut c_void,
+    paramSize: usize,
+    paramHandle: *mut aclrtParamHandle,
+) -> aclError {
+    guard("aclrtKernelArgsAppend", || {
+        non_null(argsHandle, "argsHandle")?;
+        non_null(paramHandle, "paramHandle")?;
+        ensure!(paramSize != 0, ACL_ERROR_INVALID_PARAM, "paramSize is 0");
+        let value = bytes(param, paramSize, "param")?;
+        let sim = sim()?;
+        let args = handle::from_ptr(argsHandle);
+        let builder = sim.args.resolve(args)?;
+        let index = builder.append(value)?;
+        new_param(sim, args, &builder, index, paramHandle)
+    })
+}
+
+/// Appends a placeholder: a pointer slot set at launch to a copy of the data written into its
+/// buffer (aclrtKernelArgsGetPlaceHolderBuffer).
+///
+/// # Safety
+/// `paramHandle` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtKernelArgsAppendPlaceHolder(
+    argsHandle: aclrtArgsHandle,
+    paramHandle: *mut aclrtParamHandle,
+) -> aclError {
+    guard("aclrtKernelArgsAppendPlaceHolder", || {
+        non_null(argsHandle, "argsHandle")?;
+        non_null(paramHandle, "paramHandle")?;
+        let sim = sim()?;
+        let args = handle::from_ptr(argsHandle);
+        let builder = sim.args.resolve(args)?;
+        let index = builder.append_placeholder()?;
+        new_param(sim, args, &builder, index, paramHandle)
+    })
+}
+
+/// The parameter a param handle names, checked to belong to `args`.
+fn param_of(
+    sim: &Sim,
+    args: aclrtArgsHandle,
+    param: aclrtParamHandle,
+) -> Res<(Arc<ArgsBuilder>, usize)> {
+    non_null(args, "argsHandle")?;
+    non_null(param, "paramHandle")?;
+    let builder = sim.args.resolve(handle::from_ptr(args))?;
+    let param = sim.params.resolve(handle::from_ptr(param))?;
+    ensure!(
+        param.args == handle::from_ptr(args),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "the parameter belongs to other kernel args"
+    );
+    Ok((builder, param.index))
+}
+
+/// A zeroed host buffer of `dataSize` bytes for a placeholder's data (valid until the next call
+/// for the same placeholder).
+///
+/// # Safety
+/// `bufferAddr` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtKernelArgsGetPlaceHolderBuffer(
+    argsHandle: aclrtArgsHandle,
+    paramHandle: aclrtParamHandle,
+    dataSize: usize,
+    bufferAddr: *mut *mut c_void,
+) -> aclError {
+    guard("aclrtKernelArgsGetPlaceHolderBuffer", || {
+        non_null(bufferAddr, "bufferAddr")?;
+        ensure!(dataSize != 0, ACL_ERROR_INVALID_PARAM, "dataSize is 0");
+        let (builder, index) = param_of(sim()?, argsHandle, paramHandle)?;
+        let buffer = builder.placeholder_buffer(index, dataSize)?;
+        write_out(bufferAddr, "bufferAddr", buffer.cast::<c_void>())
+    })
+}
+
+/// Replaces a value parameter (same size; placeholders cannot be updated). Finalize again
+/// before the next launch.
+///
+/// # Safety
+/// `param` must be valid for `paramSize` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtKernelArgsParaUpdate(
+    argsHandle: aclrtArgsHandle,
+    paramHandle: aclrtParamHandle,
+    param: *mut c_void,
+    paramSize: usize,
+) -> aclError {
+    guard("aclrtKernelArgsParaUpdate", || {
+        ensure!(paramSize != 0, ACL_ERROR_INVALID_PARAM, "paramSize is 0");
+        let value = bytes(param, paramSize, "param")?;
+        let (builder, index) = param_of(sim()?, argsHandle, paramHandle)?;
+        builder.update(index, value)
+    })
+}
+
+/// Marks the arguments complete; launches use them as they are now.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtKernelArgsFinalize(argsHandle: aclrtArgsHandle) -> aclError {
+    guard("aclrtKernelArgsFinalize", || {
+        non_null(argsHandle, "argsHandle")?;
+        sim()?
+            .args
+            .resolve(handle::from_ptr(argsHandle))?
+            .finalize();
+        Ok(())
+    })
+}

@@ -1,0 +1,310 @@
+//! Device and pinned host memory: allocation, release and pointer attributes.
+
+use std::ffi::c_void;
+
+use npu_sys::*;
+
+use super::check::array;
+use crate::context;
+use crate::error::{Res, ensure, fail, guard, non_null, write_out};
+use crate::memory::{AllocKind, PAGE, PtrClass};
+use crate::sim::{Sim, sim};
+
+/// Padding the runtime adds to every aclrtMalloc allocation (SoC spec "padding_size").
+const PADDING: u64 = 32;
+const HUGE_PAGE: u32 = 2 << 20;
+const GIANT_PAGE: u32 = 1 << 30;
+
+/// The page size an allocation of `size` bytes gets under `policy`.
+fn page_size(policy: aclrtMemMallocPolicy, size: usize) -> u32 {
+    match policy & 0xff {
+        ACL_MEM_MALLOC_HUGE_ONLY | ACL_MEM_MALLOC_HUGE_ONLY_P2P => HUGE_PAGE,
+        ACL_MEM_MALLOC_HUGE1G_ONLY | ACL_MEM_MALLOC_HUGE1G_ONLY_P2P => GIANT_PAGE,
+        ACL_MEM_MALLOC_NORMAL_ONLY | ACL_MEM_MALLOC_NORMAL_ONLY_P2P => PAGE as u32,
+        // HUGE_FIRST, and unknown values (treated as the default by the ACL layer).
+        _ if size > 1 << 20 => HUGE_PAGE,
+        _ => PAGE as u32,
+    }
+}
+
+/// The bytes the runtime reserves for `size`: rounded to 32, plus 32 bytes of padding unless
+/// `padded` is false (aclrtMallocAlign32, 1 GiB pages).
+fn reserved_size(size: usize, padded: bool) -> Res<u64> {
+    let padding = if padded { PADDING } else { 0 };
+    match (size as u64).checked_add(padding + 31) {
+        Some(total) => Ok(total / 32 * 32),
+        None => fail!(
+            ACL_ERROR_RT_MEMORY_ALLOCATION,
+            "{size} bytes cannot be allocated"
+        ),
+    }
+}
+
+fn device_malloc(
+    sim: &Sim,
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    policy: aclrtMemMallocPolicy,
+    padded: bool,
+    required_device: Option<u32>,
+) -> Res<()> {
+    non_null(dev_ptr, "devPtr")?;
+    ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+    let ctx = context::current(sim)?;
+    if let Some(id) = required_device {
+        ensure!(
+            i64::from(id) == i64::from(ctx.device.id),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "the DEVICE_ID attribute ({id}) is not the current device ({})",
+            ctx.device.id
+        );
+    }
+    let device = &ctx.device;
+    device.check_alive()?;
+    let page = page_size(policy, size);
+    let bytes = reserved_size(size, padded && page != GIANT_PAGE)?;
+    device.reserve(bytes)?;
+    let kind = AllocKind::Device {
+        device: device.id,
+        accounted: bytes,
+        page_size: page,
+    };
+    match sim.memory.allocate(bytes as usize, kind) {
+        Ok(address) => write_out(dev_ptr, "devPtr", address as *mut c_void),
+        Err(error) => {
+            device.unreserve(bytes);
+            Err(error)
+        }
+    }
+}
+
+/// Allocates device memory on the current context's device: 64-byte aligned, zero-filled,
+/// `size` rounded up to 32 plus 32 bytes of padding counted against the device's capacity.
+///
+/// # Safety
+/// `devPtr` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMalloc(
+    devPtr: *mut *mut c_void,
+    size: usize,
+    policy: aclrtMemMallocPolicy,
+) -> aclError {
+    guard("aclrtMalloc", || {
+        device_malloc(sim()?, devPtr, size, policy, true, None)
+    })
+}
+
+/// aclrtMalloc without the 32 bytes of padding (size rounded up to 32 only).
+///
+/// # Safety
+/// `devPtr` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMallocAlign32(
+    devPtr: *mut *mut c_void,
+    size: usize,
+    policy: aclrtMemMallocPolicy,
+) -> aclError {
+    guard("aclrtMallocAlign32", || {
+        device_malloc(sim()?, devPtr, size, policy, false, None)
+    })
+}
+
+/// The DEVICE_ID attribute of a malloc configuration, after validating it.
+fn config_device(cfg: *mut aclrtMallocConfig) -> Res<Option<u32>> {
+    let Some(cfg) = super::check::optional(cfg) else {
+        return Ok(None);
+    };
+    ensure!(
+        cfg.numAttrs == 0 || !cfg.attrs.is_null(),
+        ACL_ERROR_INVALID_PARAM,
+        "cfg->attrs is NULL but cfg->numAttrs is {}",
+        cfg.numAttrs
+    );
+    let mut device = None;
+    for attr in array(cfg.attrs, cfg.numAttrs, "cfg->attrs")? {
+        match attr.attr {
+            ACL_RT_MEM_ATTR_RSV | ACL_RT_MEM_ATTR_MODULE_ID | ACL_RT_MEM_ATTR_VA_FLAG => {}
+            // SAFETY: every member of the 8-byte union is plain data; deviceId is what the
+            // DEVICE_ID attribute carries.
+            ACL_RT_MEM_ATTR_DEVICE_ID => device = Some(unsafe { attr.value.deviceId }),
+            other => fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "unknown malloc attribute {other}"
+            ),
+        }
+    }
+    Ok(device)
+}
+
+/// aclrtMalloc with a configuration (NULL allowed; DEVICE_ID must name the current device).
+///
+/// # Safety
+/// `devPtr` must be NULL or valid for a write; `cfg` NULL or a valid configuration.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMallocWithCfg(
+    devPtr: *mut *mut c_void,
+    size: usize,
+    policy: aclrtMemMallocPolicy,
+    cfg: *mut aclrtMallocConfig,
+) -> aclError {
+    guard("aclrtMallocWithCfg", || {
+        let device = config_device(cfg)?;
+        device_malloc(sim()?, devPtr, size, policy, true, device)
+    })
+}
+
+fn free_device(sim: &Sim, ptr: *mut c_void) -> Res<()> {
+    non_null(ptr, "devPtr")?;
+    if let AllocKind::Device {
+        device, accounted, ..
+    } = sim.memory.free(ptr as usize, false)?
+    {
+        sim.device(device.into())?.unreserve(accounted);
+    }
+    Ok(())
+}
+
+/// Frees device memory immediately (no synchronisation; needs no current context).
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (pointers are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtFree(devPtr: *mut c_void) -> aclError {
+    guard("aclrtFree", || free_device(sim()?, devPtr))
+}
+
+/// Waits for the work of every stream of the device owning the memory, then frees it.
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (pointers are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtFreeWithDevSync(devPtr: *mut c_void) -> aclError {
+    guard("aclrtFreeWithDevSync", || {
+        non_null(devPtr, "devPtr")?;
+        let sim = sim()?;
+        if let Some((_, _, AllocKind::Device { device, .. })) =
+            sim.memory.allocation_of(devPtr as usize)
+        {
+            wait_streams(sim, Some(device));
+        }
+        free_device(sim, devPtr)
+    })
+}
+
+/// Waits (without consuming task errors) for the streams of one device, or of all devices.
+fn wait_streams(sim: &Sim, device: Option<i32>) {
+    for stream in sim.streams.live() {
+        if device.is_none_or(|d| d == stream.device.id) {
+            // Doomed streams return at once; their errors belong to their owners.
+            let _ = stream.wait_idle(None);
+        }
+    }
+}
+
+fn host_malloc(sim: &Sim, ptr: *mut *mut c_void, size: u64) -> Res<()> {
+    non_null(ptr, "hostPtr")?;
+    ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+    context::current(sim)?;
+    let Some(bytes) = usize::try_from(size)
+        .ok()
+        .and_then(|s| s.checked_next_multiple_of(PAGE))
+    else {
+        fail!(
+            ACL_ERROR_RT_MEMORY_ALLOCATION,
+            "{size} bytes cannot be allocated"
+        );
+    };
+    let address = sim.memory.allocate(bytes, AllocKind::Pinned)?;
+    write_out(ptr, "hostPtr", address as *mut c_void)
+}
+
+/// Allocates page-locked host memory (mlock'ed where the OS allows), 64-byte aligned and
+/// zero-filled. Needs a current context.
+///
+/// # Safety
+/// `hostPtr` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMallocHost(hostPtr: *mut *mut c_void, size: usize) -> aclError {
+    guard("aclrtMallocHost", || {
+        host_malloc(sim()?, hostPtr, size as u64)
+    })
+}
+
+/// aclrtMallocHost with a configuration (NULL allowed).
+///
+/// # Safety
+/// `ptr` must be NULL or valid for a write; `cfg` NULL or a valid configuration.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMallocHostWithCfg(
+    ptr: *mut *mut c_void,
+    size: u64,
+    cfg: *mut aclrtMallocConfig,
+) -> aclError {
+    guard("aclrtMallocHostWithCfg", || {
+        config_device(cfg)?;
+        host_malloc(sim()?, ptr, size)
+    })
+}
+
+/// Frees aclrtMallocHost memory immediately.
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (pointers are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtFreeHost(hostPtr: *mut c_void) -> aclError {
+    guard("aclrtFreeHost", || {
+        non_null(hostPtr, "hostPtr")?;
+        sim()?.memory.free(hostPtr as usize, true).map(drop)
+    })
+}
+
+/// Waits for the work of every stream (pinned memory may be used by any device), then frees.
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (pointers are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtFreeHostWithDevSync(hostPtr: *mut c_void) -> aclError {
+    guard("aclrtFreeHostWithDevSync", || {
+        non_null(hostPtr, "hostPtr")?;
+        let sim = sim()?;
+        if sim.memory.is_pinned_allocation(hostPtr as usize) {
+            wait_streams(sim, None);
+        }
+        sim.memory.free(hostPtr as usize, true).map(drop)
+    })
+}
+
+/// Where a pointer lives: device memory (with its device and page size), pinned or registered
+/// host memory, or memory the runtime does not know (UNREGISTERED).
+///
+/// # Safety
+/// `attributes` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtPointerGetAttributes(
+    ptr: *const c_void,
+    attributes: *mut aclrtPtrAttributes,
+) -> aclError {
+    guard("aclrtPointerGetAttributes", || {
+        non_null(ptr, "ptr")?;
+        non_null(attributes, "attributes")?;
+        let sim = sim()?;
+        let address = ptr as usize;
+        let (id, type_, page) = match sim.memory.classify(address) {
+            PtrClass::Device(device) => {
+                let page = match sim.memory.allocation_of(address) {
+                    Some((_, _, AllocKind::Device { page_size, .. })) => page_size,
+                    _ => PAGE as u32,
+                };
+                (device as u32, ACL_MEM_LOCATION_TYPE_DEVICE, page)
+            }
+            PtrClass::Host => (0, ACL_MEM_LOCATION_TYPE_HOST, PAGE as u32),
+            PtrClass::Unregistered => (0, ACL_MEM_LOCATION_TYPE_UNREGISTERED, PAGE as u32),
+        };
+        let value = aclrtPtrAttributes {
+            location: aclrtMemLocation { id, type_ },
+            pageSize: page,
+            rsv: [0; 4],
+        };
+        write_out(attributes, "attributes", value)
+    })
+}

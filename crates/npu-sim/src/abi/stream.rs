@@ -1,0 +1,247 @@
+//! Stream management.
+
+use npu_sys::*;
+
+use super::check::deadline;
+use super::device::LEAST_PRIORITY;
+use crate::context;
+use crate::error::{Res, ensure, guard, non_null, write_out};
+use crate::handle;
+use crate::sim::sim;
+use crate::stream::Stream;
+use crate::task::{Op, Task};
+
+/// Stream flags the runtime knows; other bits are ignored.
+const KNOWN_STREAM_FLAGS: u32 = ACL_STREAM_FAST_LAUNCH
+    | ACL_STREAM_FAST_SYNC
+    | ACL_STREAM_PERSISTENT
+    | ACL_STREAM_HUGE
+    | ACL_STREAM_CPU_SCHEDULE
+    | ACL_STREAM_DEVICE_USE_ONLY;
+
+fn create(out: *mut aclrtStream, priority: u32, flags: u32) -> Res<()> {
+    non_null(out, "stream")?;
+    let sim = sim()?;
+    let ctx = context::current(sim)?;
+    ctx.device.check_alive()?;
+    let stream = Stream::create(
+        sim,
+        ctx.handle,
+        &ctx.device,
+        &ctx.health,
+        priority.min(LEAST_PRIORITY),
+        flags & KNOWN_STREAM_FLAGS,
+        false,
+    )?;
+    ctx.add_stream(stream.clone());
+    write_out(out, "stream", handle::to_ptr(stream.handle))
+}
+
+/// Creates a stream in the current context (priority 0, no flags). Its worker thread starts
+/// with its first task.
+///
+/// # Safety
+/// `stream` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtCreateStream(stream: *mut aclrtStream) -> aclError {
+    guard("aclrtCreateStream", || create(stream, 0, 0))
+}
+
+/// Creates a stream with a priority (clamped to 0..=7) and flags (unknown bits ignored).
+/// PERSISTENT / DEVICE_USE_ONLY / CPU_SCHEDULE streams are not synchronised from the host.
+///
+/// # Safety
+/// `stream` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtCreateStreamWithConfig(
+    stream: *mut aclrtStream,
+    priority: u32,
+    flag: u32,
+) -> aclError {
+    guard("aclrtCreateStreamWithConfig", || {
+        create(stream, priority, flag)
+    })
+}
+
+fn destroy(stream: aclrtStream, force: bool) -> Res<()> {
+    non_null(stream, "stream")?;
+    let sim = sim()?;
+    let (ctx, stream) = context::owned_stream(sim, stream)?;
+    ensure!(
+        !stream.is_default,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "the default stream is destroyed with its context, not with aclrtDestroyStream"
+    );
+    stream.destroy(sim, force);
+    ctx.remove_stream(stream.handle);
+    Ok(())
+}
+
+/// Destroys a stream of the current context after its work completes.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtDestroyStream(stream: aclrtStream) -> aclError {
+    guard("aclrtDestroyStream", || destroy(stream, false))
+}
+
+/// Destroys a stream of the current context at once; queued work is dropped (a task already
+/// running finishes).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtDestroyStreamForce(stream: aclrtStream) -> aclError {
+    guard("aclrtDestroyStreamForce", || destroy(stream, true))
+}
+
+fn synchronize(stream: aclrtStream, timeout: i32) -> Res<()> {
+    let deadline = deadline(timeout)?;
+    let sim = sim()?;
+    // A current context is required, but the stream may belong to another one.
+    context::current(sim)?;
+    context::any_stream(sim, stream)?.synchronize(deadline)
+}
+
+/// Waits for a stream's work; returns (and clears) the first task error of the stream. NULL is
+/// the current context's default stream; streams of other contexts are accepted.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtSynchronizeStream(stream: aclrtStream) -> aclError {
+    guard("aclrtSynchronizeStream", || synchronize(stream, -1))
+}
+
+/// aclrtSynchronizeStream with a timeout in ms (-1 = forever; 0 and < -1 → 107000); expiry →
+/// 507046.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtSynchronizeStreamWithTimeout(
+    stream: aclrtStream,
+    timeout: i32,
+) -> aclError {
+    guard("aclrtSynchronizeStreamWithTimeout", || {
+        synchronize(stream, timeout)
+    })
+}
+
+/// COMPLETE when all submitted work is done, else NOT_READY. Returns the first unreported task
+/// error without clearing it (the error is returned, and cleared, by aclrtSynchronizeStream).
+///
+/// # Safety
+/// `status` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtStreamQuery(
+    stream: aclrtStream,
+    status: *mut aclrtStreamStatus,
+) -> aclError {
+    guard("aclrtStreamQuery", || {
+        non_null(status, "status")?;
+        let done = context::any_stream(sim()?, stream)?.query()?;
+        let value = if done {
+            ACL_STREAM_STATUS_COMPLETE
+        } else {
+            ACL_STREAM_STATUS_NOT_READY
+        };
+        write_out(status, "status", value)
+    })
+}
+
+/// Makes later work on `stream` wait for the work captured by the event's latest record (an
+/// event never recorded imposes no wait). Event of another device → 107003; event without
+/// ACL_EVENT_SYNC → 207000.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtStreamWaitEvent(stream: aclrtStream, event: aclrtEvent) -> aclError {
+    guard("aclrtStreamWaitEvent", || {
+        non_null(event, "event")?;
+        let sim = sim()?;
+        let stream = context::submit_stream(sim, stream)?;
+        let event = sim.events.resolve(handle::from_ptr(event))?;
+        super::event::check_same_device(&event, &stream)?;
+        super::event::check_host_usable(&event)?;
+        ensure!(
+            event.waitable(),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "the event was created without ACL_EVENT_SYNC and cannot be waited on"
+        );
+        // A completed record still matters: under a timing model the waiting stream cannot
+        // start before the record's timestamp.
+        match event.current() {
+            Some(record) => stream.submit(Task::new(Op::Wait(record))),
+            None => Ok(()),
+        }
+    })
+}
+
+/// Sets the stream's failure mode: ACL_CONTINUE_ON_FAILURE (default) or ACL_STOP_ON_FAILURE
+/// (a failing task stops every stream of the context).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtSetStreamFailureMode(stream: aclrtStream, mode: u64) -> aclError {
+    guard("aclrtSetStreamFailureMode", || {
+        ensure!(
+            mode == u64::from(ACL_CONTINUE_ON_FAILURE) || mode == u64::from(ACL_STOP_ON_FAILURE),
+            ACL_ERROR_INVALID_PARAM,
+            "failure mode {mode} is neither ACL_CONTINUE_ON_FAILURE nor ACL_STOP_ON_FAILURE"
+        );
+        let (_, stream) = context::owned_stream(sim()?, stream)?;
+        stream.set_failure_mode(mode);
+        Ok(())
+    })
+}
+
+/// The stream's id (unique per device).
+///
+/// # Safety
+/// `streamId` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtStreamGetId(stream: aclrtStream, streamId: *mut i32) -> aclError {
+    guard("aclrtStreamGetId", || {
+        non_null(streamId, "streamId")?;
+        write_out(
+            streamId,
+            "streamId",
+            context::any_stream(sim()?, stream)?.id,
+        )
+    })
+}
+
+/// The stream's (clamped) priority.
+///
+/// # Safety
+/// `priority` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtStreamGetPriority(
+    stream: aclrtStream,
+    priority: *mut u32,
+) -> aclError {
+    guard("aclrtStreamGetPriority", || {
+        non_null(priority, "priority")?;
+        write_out(
+            priority,
+            "priority",
+            context::any_stream(sim()?, stream)?.priority,
+        )
+    })
+}
+
+/// The stream's creation flags (known bits only).
+///
+/// # Safety
+/// `flags` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtStreamGetFlags(stream: aclrtStream, flags: *mut u32) -> aclError {
+    guard("aclrtStreamGetFlags", || {
+        non_null(flags, "flags")?;
+        write_out(flags, "flags", context::any_stream(sim()?, stream)?.flags)
+    })
+}

@@ -1,0 +1,273 @@
+//! Process-level configuration of the simulator: device count, memory per device, SoC name and
+//! the optional timing model.
+//!
+//! The same options come from three places, all with the same JSON shape:
+//! - Rust: [`SimConfig`]'s builder and [`SimConfig::install`];
+//! - the environment: `NPU_SIM_CONFIG` holding the JSON object;
+//! - `aclInit`'s JSON file, under the key `"npu_sim"`.
+//!
+//! They are fixed when the simulator first initialises (the first ACL call, an `install`, or
+//! an `aclInit` carrying `"npu_sim"`). A later attempt to set a *different* configuration fails;
+//! per-device runtime controls live in [`crate::control`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Default number of simulated devices.
+pub const DEFAULT_DEVICES: u32 = 2;
+/// Default memory capacity of each simulated device: 16 GiB.
+pub const DEFAULT_MEMORY_PER_DEVICE: u64 = 16 << 30;
+/// Default SoC name reported by `aclrtGetSocName`.
+pub const DEFAULT_SOC_NAME: &str = "Ascend910B3";
+/// The environment variable holding a JSON [`SimConfig`].
+pub const CONFIG_ENV: &str = "NPU_SIM_CONFIG";
+/// Most devices a simulator may have (peer-access masks are 64 bits wide).
+pub const MAX_DEVICES: u32 = 64;
+
+/// Process-level simulator configuration.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+/// use npu_sim::{SimConfig, TimingModel};
+///
+/// let config = SimConfig::default()
+///     .devices(4)
+///     .memory_per_device(1 << 30)
+///     .timing(TimingModel::default().h2d_bandwidth(25_000_000_000).launch_latency_ns(5_000));
+/// config.clone().install().unwrap();
+/// // Installing the same configuration again is fine; a different one is refused.
+/// config.install().unwrap();
+/// assert!(SimConfig::default().install().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimConfig {
+    /// Number of devices (`aclrtGetDeviceCount`), 1 to [`MAX_DEVICES`].
+    pub devices: u32,
+    /// Memory capacity of each device in bytes (`aclrtGetMemInfo`'s total).
+    pub memory_per_device: u64,
+    /// SoC name (`aclrtGetSocName`).
+    pub soc_name: String,
+    /// Timing model applied to every device at start-up; `None` runs as fast as the host can.
+    pub timing: Option<TimingModel>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            devices: DEFAULT_DEVICES,
+            memory_per_device: DEFAULT_MEMORY_PER_DEVICE,
+            soc_name: DEFAULT_SOC_NAME.to_owned(),
+            timing: None,
+        }
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The simulator already runs with another configuration (process-level options are fixed
+    /// at first initialisation).
+    #[error("the simulator is already initialised with a different configuration: {current:?}")]
+    AlreadyInitialised {
+        /// The configuration in force.
+        current: Box<SimConfig>,
+    },
+    /// A value is out of range.
+    #[error("invalid simulator configuration: {0}")]
+    Invalid(String),
+    /// The JSON text does not describe a configuration.
+    #[error("invalid simulator configuration JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The simulator could not start with the configuration from the environment.
+    #[error("the simulator failed to initialise: {0}")]
+    Startup(String),
+}
+
+impl SimConfig {
+    /// Sets the device count.
+    pub fn devices(mut self, devices: u32) -> Self {
+        self.devices = devices;
+        self
+    }
+
+    /// Sets each device's memory capacity in bytes.
+    pub fn memory_per_device(mut self, bytes: u64) -> Self {
+        self.memory_per_device = bytes;
+        self
+    }
+
+    /// Sets the SoC name.
+    pub fn soc_name(mut self, name: impl Into<String>) -> Self {
+        self.soc_name = name.into();
+        self
+    }
+
+    /// Sets the timing model every device starts with.
+    pub fn timing(mut self, timing: TimingModel) -> Self {
+        self.timing = Some(timing);
+        self
+    }
+
+    /// Parses a configuration from JSON; absent keys keep their defaults.
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    /// let config = npu_sim::SimConfig::from_json(r#"{"devices": 3, "timing": {"launch_latency_ns": 1000}}"#).unwrap();
+    /// assert_eq!(config.devices, 3);
+    /// assert_eq!(config.timing.unwrap().launch_latency_ns, 1000);
+    /// ```
+    pub fn from_json(text: &str) -> Result<Self, ConfigError> {
+        let config: Self = serde_json::from_str(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the values are in range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.devices == 0 || self.devices > MAX_DEVICES {
+            return Err(ConfigError::Invalid(format!(
+                "devices must be 1 to {MAX_DEVICES}, not {}",
+                self.devices
+            )));
+        }
+        if self.memory_per_device == 0 {
+            return Err(ConfigError::Invalid(
+                "memory_per_device must not be 0".into(),
+            ));
+        }
+        if self.soc_name.is_empty() || self.soc_name.contains('\0') {
+            return Err(ConfigError::Invalid(
+                "soc_name must be non-empty text without NUL".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Makes this the simulator's configuration.
+    ///
+    /// Succeeds if the simulator is not initialised yet (it initialises now) or already runs
+    /// with an equal configuration; fails with [`ConfigError::AlreadyInitialised`] otherwise.
+    pub fn install(self) -> Result<(), ConfigError> {
+        self.validate()?;
+        crate::sim::install(self)
+    }
+
+    /// The configuration in force, if the simulator is initialised.
+    pub fn current() -> Option<SimConfig> {
+        crate::sim::current_config()
+    }
+}
+
+/// How long simulated device tasks take.
+///
+/// A task's duration is the launch latency plus its bytes divided by the bandwidth of its
+/// direction (copies and memsets) or its kernel's configured duration (kernels), and at least
+/// `min_task_ns`. A bandwidth of 0 means "infinitely fast". Event records and waits take no time.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimingModel {
+    /// Host-to-device copy bandwidth in bytes per second (0 = instantaneous).
+    pub h2d_bytes_per_sec: u64,
+    /// Device-to-host copy bandwidth in bytes per second (0 = instantaneous).
+    pub d2h_bytes_per_sec: u64,
+    /// Device-to-device copy and memset bandwidth in bytes per second (0 = instantaneous).
+    pub d2d_bytes_per_sec: u64,
+    /// Fixed cost added to every copy, memset, kernel and host task, in ns.
+    pub launch_latency_ns: u64,
+    /// Lower bound of every copy, memset, kernel and host task, in ns.
+    pub min_task_ns: u64,
+    /// Duration of kernels by name, in ns (kernels not listed take only the launch latency).
+    pub kernel_ns: BTreeMap<String, u64>,
+}
+
+impl TimingModel {
+    /// Sets the host-to-device bandwidth (bytes per second).
+    pub fn h2d_bandwidth(mut self, bytes_per_sec: u64) -> Self {
+        self.h2d_bytes_per_sec = bytes_per_sec;
+        self
+    }
+
+    /// Sets the device-to-host bandwidth (bytes per second).
+    pub fn d2h_bandwidth(mut self, bytes_per_sec: u64) -> Self {
+        self.d2h_bytes_per_sec = bytes_per_sec;
+        self
+    }
+
+    /// Sets the device-to-device bandwidth (bytes per second).
+    pub fn d2d_bandwidth(mut self, bytes_per_sec: u64) -> Self {
+        self.d2d_bytes_per_sec = bytes_per_sec;
+        self
+    }
+
+    /// Sets the launch latency (ns).
+    pub fn launch_latency_ns(mut self, ns: u64) -> Self {
+        self.launch_latency_ns = ns;
+        self
+    }
+
+    /// Sets the per-task minimum duration (ns).
+    pub fn min_task_ns(mut self, ns: u64) -> Self {
+        self.min_task_ns = ns;
+        self
+    }
+
+    /// Sets the duration of the kernel `name` (ns).
+    pub fn kernel(mut self, name: impl Into<String>, ns: u64) -> Self {
+        self.kernel_ns.insert(name.into(), ns);
+        self
+    }
+
+    /// The duration of a task moving `bytes` at `bytes_per_sec` (0 = no transfer time).
+    pub(crate) fn transfer_ns(&self, bytes: u64, bytes_per_sec: u64) -> u64 {
+        let transfer = if bytes_per_sec == 0 {
+            0
+        } else {
+            (u128::from(bytes) * 1_000_000_000 / u128::from(bytes_per_sec))
+                .min(u128::from(u64::MAX)) as u64
+        };
+        self.work_ns(transfer)
+    }
+
+    /// Applies the launch latency and the minimum to a task's own work time.
+    pub(crate) fn work_ns(&self, work: u64) -> u64 {
+        self.launch_latency_ns
+            .saturating_add(work)
+            .max(self.min_task_ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_follow_the_model() {
+        let model = TimingModel::default()
+            .h2d_bandwidth(1_000_000_000)
+            .launch_latency_ns(500)
+            .min_task_ns(2_000);
+        assert_eq!(
+            model.transfer_ns(1_000_000, model.h2d_bytes_per_sec),
+            1_000_500
+        );
+        assert_eq!(
+            model.transfer_ns(10, model.h2d_bytes_per_sec),
+            2_000,
+            "the minimum wins"
+        );
+        assert_eq!(model.transfer_ns(10, 0), 2_000);
+    }
+
+    #[test]
+    fn json_round_trips_and_rejects_unknown_keys() {
+        let config = SimConfig::default()
+            .devices(3)
+            .timing(TimingModel::default().kernel("k", 7));
+        let text = serde_json::to_string(&config).unwrap();
+        assert_eq!(SimConfig::from_json(&text).unwrap(), config);
+        assert!(SimConfig::from_json(r#"{"device": 3}"#).is_err());
+        assert!(SimConfig::from_json(r#"{"devices": 0}"#).is_err());
+    }
+}

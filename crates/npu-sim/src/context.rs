@@ -1,0 +1,194 @@
+//! Contexts, the thread's current context, and the stream lookups every stream-taking API uses.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use npu_sys::*;
+
+use crate::device::Device;
+use crate::error::{Res, ensure, fail};
+use crate::handle::{self, Handle};
+use crate::sim::Sim;
+use crate::stream::Stream;
+use crate::sync::{BELL, lock};
+
+/// Whether a context stopped on a task failure (ACL_STOP_ON_FAILURE): shared by its streams.
+#[derive(Default)]
+pub(crate) struct Health {
+    stopped: AtomicI32,
+}
+
+impl Health {
+    /// Stops the context with the failing task's code (the first failure wins).
+    pub(crate) fn stop(&self, code: aclError) {
+        let _ = self
+            .stopped
+            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    pub(crate) fn stopped(&self) -> Option<aclError> {
+        match self.stopped.load(Ordering::Acquire) {
+            0 => None,
+            code => Some(code),
+        }
+    }
+}
+
+pub(crate) struct Context {
+    pub(crate) handle: Handle,
+    pub(crate) device: Arc<Device>,
+    /// The device's primary context (aclrtSetDevice), as opposed to aclrtCreateContext's.
+    pub(crate) primary: bool,
+    pub(crate) health: Arc<Health>,
+    pub(crate) default_stream: Arc<Stream>,
+    streams: Mutex<Vec<Arc<Stream>>>,
+}
+
+impl Context {
+    /// Creates a context with its default stream on `device`.
+    pub(crate) fn create(sim: &Sim, device: &Arc<Device>, primary: bool) -> Res<Arc<Context>> {
+        let handle = sim.contexts.reserve()?;
+        let health = Arc::new(Health::default());
+        let default_stream = match Stream::create(sim, handle, device, &health, 0, 0, true) {
+            Ok(stream) => stream,
+            Err(error) => {
+                sim.contexts.remove(handle);
+                return Err(error);
+            }
+        };
+        let ctx = Arc::new(Context {
+            handle,
+            device: device.clone(),
+            primary,
+            health,
+            default_stream,
+            streams: Mutex::new(Vec::new()),
+        });
+        sim.contexts.fill(handle, ctx.clone());
+        Ok(ctx)
+    }
+
+    pub(crate) fn add_stream(&self, stream: Arc<Stream>) {
+        lock(&self.streams).push(stream);
+    }
+
+    pub(crate) fn remove_stream(&self, handle: Handle) {
+        lock(&self.streams).retain(|s| s.handle != handle);
+    }
+
+    /// The default stream and every explicit stream.
+    pub(crate) fn all_streams(&self) -> Vec<Arc<Stream>> {
+        let mut all = vec![self.default_stream.clone()];
+        all.extend(lock(&self.streams).iter().cloned());
+        all
+    }
+
+    /// Destroys the context: waits for its streams' work (unless it can never complete),
+    /// destroys them and retires the handle.
+    pub(crate) fn destroy(&self, sim: &Sim) {
+        sim.contexts.remove(self.handle);
+        for stream in self.all_streams() {
+            stream.destroy(sim, false);
+        }
+        lock(&self.streams).clear();
+        BELL.ring();
+    }
+
+    /// Fails if work can no longer be submitted in this context (device lost, or stopped on a
+    /// failure in STOP mode).
+    pub(crate) fn check_usable(&self) -> Res<()> {
+        self.device.check_alive()?;
+        if let Some(code) = self.health.stopped() {
+            fail!(
+                code,
+                "the context of device {} stopped after a task failed ({code}) in ACL_STOP_ON_FAILURE mode; no more work is accepted",
+                self.device.id
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The calling thread's context binding (thread-local, as on CANN).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Binding {
+    None,
+    /// aclrtSetCurrentContext / aclrtCreateContext.
+    Explicit(Handle),
+    /// aclrtSetDevice: the device's primary context, whichever that is now.
+    Primary(i32),
+}
+
+thread_local! {
+    static CURRENT: Cell<Binding> = const { Cell::new(Binding::None) };
+}
+
+pub(crate) fn bind_explicit(handle: Handle) {
+    CURRENT.set(Binding::Explicit(handle));
+}
+
+pub(crate) fn bind_primary(device: i32) {
+    CURRENT.set(Binding::Primary(device));
+}
+
+/// The calling thread's current context, if any (and alive).
+pub(crate) fn current_opt(sim: &Sim) -> Option<Arc<Context>> {
+    match CURRENT.get() {
+        Binding::None => None,
+        Binding::Explicit(handle) => sim.contexts.get(handle),
+        Binding::Primary(device) => {
+            let device = sim.devices.get(usize::try_from(device).ok()?)?;
+            let primary = lock(&device.primary).ctx?;
+            sim.contexts.get(primary)
+        }
+    }
+}
+
+/// The calling thread's current context, or ACL_ERROR_RT_CONTEXT_NULL.
+pub(crate) fn current(sim: &Sim) -> Res<Arc<Context>> {
+    match current_opt(sim) {
+        Some(ctx) => Ok(ctx),
+        None => fail!(
+            ACL_ERROR_RT_CONTEXT_NULL,
+            "the calling thread has no current context (call aclrtSetDevice or aclrtSetCurrentContext first)"
+        ),
+    }
+}
+
+/// Resolves a stream argument for APIs without an ownership check (synchronize, query):
+/// NULL is the current context's default stream.
+pub(crate) fn any_stream(sim: &Sim, stream: aclrtStream) -> Res<Arc<Stream>> {
+    if stream.is_null() {
+        return Ok(current(sim)?.default_stream.clone());
+    }
+    sim.streams.resolve(handle::from_ptr(stream))
+}
+
+/// Resolves a stream argument for APIs that require the stream to belong to the current
+/// context (ACL_ERROR_RT_STREAM_CONTEXT otherwise).
+pub(crate) fn owned_stream(sim: &Sim, stream: aclrtStream) -> Res<(Arc<Context>, Arc<Stream>)> {
+    if stream.is_null() {
+        let ctx = current(sim)?;
+        let stream = ctx.default_stream.clone();
+        return Ok((ctx, stream));
+    }
+    let resolved = sim.streams.resolve(handle::from_ptr(stream))?;
+    let ctx = current(sim)?;
+    ensure!(
+        resolved.ctx == ctx.handle,
+        ACL_ERROR_RT_STREAM_CONTEXT,
+        "stream {} (device {}) does not belong to the current context (device {})",
+        resolved.id,
+        resolved.device.id,
+        ctx.device.id
+    );
+    Ok((ctx, resolved))
+}
+
+/// Like [`owned_stream`], and also checks new work can be submitted to it.
+pub(crate) fn submit_stream(sim: &Sim, stream: aclrtStream) -> Res<Arc<Stream>> {
+    let (ctx, stream) = owned_stream(sim, stream)?;
+    ctx.check_usable()?;
+    Ok(stream)
+}

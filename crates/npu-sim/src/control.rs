@@ -1,0 +1,225 @@
+//! Runtime controls for tests: timing, fault injection, device loss, the hold gate, counters.
+//!
+//! Every control is also exported to C with an `npusim` prefix (`include/npusim/control.h`),
+//! so C programs and the dlopen'ed `libascendcl.so` can use them too.
+//!
+//! The hold gate makes overlap deterministic: [`hold`] a device, queue work on several
+//! streams, then [`release`] it; every queued task becomes ready at the same simulated instant.
+//!
+//! ```
+//! # extern crate ascendcl as npu_sim;
+//! use std::ptr;
+//! use npu_sim::{abi::*, control, TimingModel};
+//!
+//! // SAFETY: every pointer passed is valid for the call's contract.
+//! unsafe {
+//!     assert_eq!(aclrtSetDevice(0), 0);
+//!     let mut dev = ptr::null_mut();
+//!     assert_eq!(aclrtMalloc(&mut dev, 1 << 20, 0), 0);
+//!     assert_eq!(control::device_stats(0).unwrap().live_allocations, 1);
+//!
+//!     // The second work task submitted to the default stream fails with 507015.
+//!     control::fail_task(ptr::null_mut(), 2, 507015).unwrap();
+//!     assert_eq!(aclrtMemsetAsync(dev, 1 << 20, 1, 1 << 20, ptr::null_mut()), 0);
+//!     assert_eq!(aclrtMemsetAsync(dev, 1 << 20, 2, 1 << 20, ptr::null_mut()), 0);
+//!     assert_eq!(aclrtSynchronizeStream(ptr::null_mut()), 507015);
+//!
+//!     // With a timing model, a 1 MiB copy at 1 GB/s takes ~1 ms of simulated time.
+//!     control::set_timing(0, Some(TimingModel::default().d2d_bandwidth(1_000_000_000))).unwrap();
+//!     assert_eq!(aclrtFree(dev), 0);
+//! }
+//! ```
+
+use std::time::Duration;
+
+use npu_sys::*;
+
+use crate::config::TimingModel;
+use crate::context;
+use crate::error::{Res, SimError, ensure};
+use crate::sim::sim;
+
+/// A refused control call: the ACL code the C form returns, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message} (ACL error {code})")]
+pub struct ControlError {
+    /// The ACL error code.
+    pub code: aclError,
+    /// What was wrong.
+    pub message: String,
+}
+
+impl From<SimError> for ControlError {
+    fn from(error: SimError) -> Self {
+        ControlError {
+            code: error.code,
+            message: error.msg,
+        }
+    }
+}
+
+/// Live counters of one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeviceStats {
+    /// Device memory accounted to live allocations (after ACL's rounding), in bytes.
+    pub bytes_allocated: u64,
+    /// Live device allocations.
+    pub live_allocations: u64,
+    /// Live streams, default streams included.
+    pub live_streams: u64,
+    /// Live events.
+    pub live_events: u64,
+    /// The device's capacity in bytes.
+    pub capacity: u64,
+    /// Whether the device was lost.
+    pub lost: bool,
+}
+
+/// Live counters of host memory the simulator manages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HostStats {
+    /// Bytes of live aclrtMallocHost memory.
+    pub pinned_bytes: u64,
+    /// Live aclrtMallocHost allocations.
+    pub pinned_allocations: u64,
+    /// Live host registrations.
+    pub registrations: u64,
+}
+
+pub(crate) fn set_timing_impl(device: i32, model: Option<TimingModel>) -> Res<()> {
+    sim()?.device(device.into())?.clock.set_timing(model);
+    Ok(())
+}
+
+pub(crate) fn set_kernel_ns_impl(device: i32, name: &str, ns: u64) -> Res<()> {
+    sim()?.device(device.into())?.clock.set_kernel_ns(name, ns);
+    Ok(())
+}
+
+pub(crate) fn fail_task_impl(stream: aclrtStream, nth: u64, code: aclError) -> Res<()> {
+    ensure!(
+        nth > 0,
+        ACL_ERROR_INVALID_PARAM,
+        "nth counts from 1 (the next task)"
+    );
+    ensure!(
+        code != ACL_SUCCESS,
+        ACL_ERROR_INVALID_PARAM,
+        "the injected code must be an error"
+    );
+    let stream = context::any_stream(sim()?, stream)?;
+    stream.inject_failure(nth, code);
+    Ok(())
+}
+
+pub(crate) fn lose_device_impl(device: i32) -> Res<()> {
+    sim()?.device(device.into())?.lose();
+    Ok(())
+}
+
+pub(crate) fn fail_next_alloc_impl(device: i32) -> Res<()> {
+    sim()?.device(device.into())?.fail_next_alloc();
+    Ok(())
+}
+
+pub(crate) fn hold_impl(device: i32, hold: bool) -> Res<()> {
+    let device = sim()?.device(device.into())?;
+    if hold {
+        device.hold()
+    } else {
+        device.release()
+    }
+    Ok(())
+}
+
+pub(crate) fn device_stats_impl(device: i32) -> Res<DeviceStats> {
+    let device = sim()?.device(device.into())?;
+    Ok(DeviceStats {
+        bytes_allocated: device.used(),
+        live_allocations: device.live_allocations(),
+        live_streams: device
+            .live_streams
+            .load(std::sync::atomic::Ordering::Relaxed),
+        live_events: device
+            .live_events
+            .load(std::sync::atomic::Ordering::Relaxed),
+        capacity: device.capacity,
+        lost: device.is_lost(),
+    })
+}
+
+pub(crate) fn host_stats_impl() -> Res<HostStats> {
+    let memory = &sim()?.memory;
+    let (pinned_bytes, pinned_allocations) = memory.pinned_stats();
+    Ok(HostStats {
+        pinned_bytes,
+        pinned_allocations,
+        registrations: memory.registration_count(),
+    })
+}
+
+pub(crate) fn now_ns_impl(device: i32) -> Res<u64> {
+    Ok(sim()?.device(device.into())?.clock.now_ns())
+}
+
+/// Sets (or with `None` clears) a device's timing model. Tasks already started keep their
+/// times.
+pub fn set_timing(device: i32, model: Option<TimingModel>) -> Result<(), ControlError> {
+    Ok(set_timing_impl(device, model)?)
+}
+
+/// Sets how long the kernel `name` takes on a device (turning the timing model on, with no
+/// other costs, if it was off).
+pub fn set_kernel_duration(
+    device: i32,
+    name: &str,
+    duration: Duration,
+) -> Result<(), ControlError> {
+    let ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+    Ok(set_kernel_ns_impl(device, name, ns)?)
+}
+
+/// Makes the `nth` work task (copy, memset, kernel, callback or host function; event
+/// operations do not count) submitted to `stream` from now on fail with `code` when it runs,
+/// without touching memory. `nth` = 1 is the next one; NULL is the calling thread's current
+/// default stream. The failure then follows the stream's failure mode.
+pub fn fail_task(stream: aclrtStream, nth: u64, code: aclError) -> Result<(), ControlError> {
+    Ok(fail_task_impl(stream, nth, code)?)
+}
+
+/// Loses a device: queued work is abandoned (a task already touching memory finishes first)
+/// and every later call on the device fails with ACL_ERROR_RT_LOST_HEARTBEAT (507010).
+/// Irreversible for the life of the process.
+pub fn lose_device(device: i32) -> Result<(), ControlError> {
+    Ok(lose_device_impl(device)?)
+}
+
+/// Makes the next device allocation on `device` fail with ACL_ERROR_RT_MEMORY_ALLOCATION.
+pub fn fail_next_alloc(device: i32) -> Result<(), ControlError> {
+    Ok(fail_next_alloc_impl(device)?)
+}
+
+/// Closes a device's hold gate: tasks that have not started wait until [`release`].
+pub fn hold(device: i32) -> Result<(), ControlError> {
+    Ok(hold_impl(device, true)?)
+}
+
+/// Opens a device's hold gate: every waiting task becomes ready at this simulated instant.
+pub fn release(device: i32) -> Result<(), ControlError> {
+    Ok(hold_impl(device, false)?)
+}
+
+/// A device's live counters.
+pub fn device_stats(device: i32) -> Result<DeviceStats, ControlError> {
+    Ok(device_stats_impl(device)?)
+}
+
+/// Host memory counters.
+pub fn host_stats() -> Result<HostStats, ControlError> {
+    Ok(host_stats_impl()?)
+}
+
+/// The device's simulated clock now, in ns.
+pub fn now_ns(device: i32) -> Result<u64, ControlError> {
+    Ok(now_ns_impl(device)?)
+}

@@ -1,0 +1,193 @@
+//! A simulated device: memory accounting, loss, the hold gate, peer access and its clock.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock, RwLockReadGuard};
+use std::time::Instant;
+
+use npu_sys::*;
+
+use crate::clock::Clock;
+use crate::config::TimingModel;
+use crate::error::{Res, SimError, ensure};
+use crate::handle::Handle;
+use crate::sync::{BELL, lock, read, write};
+
+/// The device's primary context and its reference count (aclrtSetDevice / aclrtResetDevice).
+#[derive(Default)]
+pub(crate) struct Primary {
+    pub(crate) ctx: Option<Handle>,
+    pub(crate) refs: u32,
+}
+
+#[derive(Default)]
+struct Hold {
+    held: bool,
+    released_ns: u64,
+}
+
+pub(crate) struct Device {
+    pub(crate) id: i32,
+    pub(crate) capacity: u64,
+    used: AtomicU64,
+    live_allocations: AtomicU64,
+    fail_next_alloc: AtomicBool,
+    lost: AtomicBool,
+    /// Held for reading while a task touches memory; taken for writing before a loss is
+    /// reported, so that work already executing has finished when a caller sees the loss.
+    exec_gate: RwLock<()>,
+    pub(crate) primary: Mutex<Primary>,
+    peers: AtomicU64,
+    pub(crate) clock: Clock,
+    hold: Mutex<Hold>,
+    next_stream_id: AtomicI32,
+    pub(crate) live_streams: AtomicU64,
+    pub(crate) live_events: AtomicU64,
+}
+
+impl Device {
+    pub(crate) fn new(id: i32, capacity: u64, epoch: Instant, timing: Option<TimingModel>) -> Self {
+        Self {
+            id,
+            capacity,
+            used: AtomicU64::new(0),
+            live_allocations: AtomicU64::new(0),
+            fail_next_alloc: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
+            exec_gate: RwLock::new(()),
+            primary: Mutex::new(Primary::default()),
+            peers: AtomicU64::new(0),
+            clock: Clock::new(epoch, timing),
+            hold: Mutex::new(Hold::default()),
+            next_stream_id: AtomicI32::new(1),
+            live_streams: AtomicU64::new(0),
+            live_events: AtomicU64::new(0),
+        }
+    }
+
+    /// Accounts `bytes` of device memory, failing with ACL_ERROR_RT_MEMORY_ALLOCATION when the
+    /// capacity would be exceeded or a failure was injected.
+    pub(crate) fn reserve(&self, bytes: u64) -> Res<()> {
+        ensure!(
+            !self.fail_next_alloc.swap(false, Ordering::AcqRel),
+            ACL_ERROR_RT_MEMORY_ALLOCATION,
+            "out of memory on device {} (injected failure)",
+            self.id
+        );
+        let reserved = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes)
+                    .filter(|&total| total <= self.capacity)
+            });
+        ensure!(
+            reserved.is_ok(),
+            ACL_ERROR_RT_MEMORY_ALLOCATION,
+            "out of memory on device {}: {} bytes requested, {} of {} free",
+            self.id,
+            bytes,
+            self.free(),
+            self.capacity
+        );
+        self.live_allocations.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Returns accounted memory.
+    pub(crate) fn unreserve(&self, bytes: u64) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+        self.live_allocations.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn used(&self) -> u64 {
+        self.used.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn free(&self) -> u64 {
+        self.capacity.saturating_sub(self.used())
+    }
+
+    pub(crate) fn live_allocations(&self) -> u64 {
+        self.live_allocations.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn fail_next_alloc(&self) {
+        self.fail_next_alloc.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// ACL_ERROR_RT_LOST_HEARTBEAT, returned only once no task is touching memory any more.
+    pub(crate) fn loss_error(&self) -> SimError {
+        drop(write(&self.exec_gate));
+        SimError::new(
+            ACL_ERROR_RT_LOST_HEARTBEAT,
+            format!("device {} is lost (no heartbeat)", self.id),
+        )
+    }
+
+    /// Fails with the loss error if the device is lost.
+    pub(crate) fn check_alive(&self) -> Res<()> {
+        if self.is_lost() {
+            Err(self.loss_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Marks the device lost. Returns once every task that was touching memory has finished.
+    pub(crate) fn lose(&self) {
+        self.lost.store(true, Ordering::Release);
+        drop(write(&self.exec_gate));
+        BELL.ring();
+    }
+
+    /// Admits a task to touch memory, unless the device is lost.
+    pub(crate) fn admit(&self) -> Option<RwLockReadGuard<'_, ()>> {
+        let gate = read(&self.exec_gate);
+        (!self.is_lost()).then_some(gate)
+    }
+
+    /// Closes the hold gate: tasks not yet started wait until [`Self::release`].
+    pub(crate) fn hold(&self) {
+        lock(&self.hold).held = true;
+    }
+
+    /// Opens the hold gate; every waiting task starts at this simulated instant.
+    pub(crate) fn release(&self) {
+        {
+            let mut hold = lock(&self.hold);
+            hold.held = false;
+            hold.released_ns = self.clock.now_ns();
+        }
+        BELL.ring();
+    }
+
+    /// `None` while held, else the simulated time of the last release.
+    pub(crate) fn hold_state(&self) -> Option<u64> {
+        let hold = lock(&self.hold);
+        (!hold.held).then_some(hold.released_ns)
+    }
+
+    fn peer_bit(peer: i32) -> u64 {
+        1u64 << (peer as u32 % 64)
+    }
+
+    pub(crate) fn enable_peer(&self, peer: i32) {
+        self.peers.fetch_or(Self::peer_bit(peer), Ordering::AcqRel);
+    }
+
+    pub(crate) fn disable_peer(&self, peer: i32) {
+        self.peers
+            .fetch_and(!Self::peer_bit(peer), Ordering::AcqRel);
+    }
+
+    pub(crate) fn peer_enabled(&self, peer: i32) -> bool {
+        self.peers.load(Ordering::Acquire) & Self::peer_bit(peer) != 0
+    }
+
+    pub(crate) fn next_stream_id(&self) -> i32 {
+        self.next_stream_id.fetch_add(1, Ordering::Relaxed)
+    }
+}

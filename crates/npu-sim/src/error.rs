@@ -1,0 +1,228 @@
+//! Error reporting at the C boundary: the thread's last error, the accumulated error messages
+//! (aclGetRecentErrMsg), and the guard every exported function runs its body in.
+
+use std::cell::{Cell, RefCell};
+use std::ffi::{CString, c_char};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr;
+
+use npu_sys::*;
+
+/// A failed call: the ACL code it returns and a description of what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SimError {
+    pub(crate) code: aclError,
+    pub(crate) msg: String,
+}
+
+impl SimError {
+    pub(crate) fn new(code: aclError, msg: impl Into<String>) -> Self {
+        Self {
+            code,
+            msg: msg.into(),
+        }
+    }
+}
+
+/// Result of the simulator's internal operations.
+pub(crate) type Res<T> = Result<T, SimError>;
+
+/// Returns early with a [`SimError`] built from a code and a format string.
+macro_rules! fail {
+    ($code:expr, $($arg:tt)+) => {
+        return Err($crate::error::SimError::new($code, format!($($arg)+)))
+    };
+}
+
+/// Returns early with a [`SimError`] unless the condition holds.
+macro_rules! ensure {
+    ($cond:expr, $code:expr, $($arg:tt)+) => {
+        if !$cond {
+            $crate::error::fail!($code, $($arg)+);
+        }
+    };
+}
+
+pub(crate) use {ensure, fail};
+
+/// Checks a required pointer argument: NULL is rejected by the ACL layer with 100000.
+pub(crate) fn non_null<T>(ptr: *const T, what: &str) -> Res<()> {
+    ensure!(!ptr.is_null(), ACL_ERROR_INVALID_PARAM, "{what} is NULL");
+    Ok(())
+}
+
+/// Writes a result through a caller-supplied out pointer after checking it is not NULL.
+pub(crate) fn write_out<T>(ptr: *mut T, what: &str, value: T) -> Res<()> {
+    non_null(ptr, what)?;
+    // SAFETY: the pointer is non-NULL, and the C contract of every ACL out parameter is that a
+    // non-NULL pointer is valid for a write of its type. It may be unaligned when C code packs
+    // structures, hence write_unaligned.
+    unsafe { ptr.write_unaligned(value) };
+    Ok(())
+}
+
+/// Most messages a thread accumulates before the oldest are dropped (nobody may ever read
+/// them, and a long-lived thread must not grow without bound).
+const MAX_PENDING_MESSAGES: usize = 64;
+
+thread_local! {
+    static LAST_ERROR: Cell<aclError> = const { Cell::new(ACL_SUCCESS) };
+    static PENDING: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    static RETURNED: RefCell<Option<CString>> = const { RefCell::new(None) };
+}
+
+/// Records a failure of `api` on the calling thread: last error and message.
+pub(crate) fn record(api: &str, error: &SimError) {
+    LAST_ERROR.set(error.code);
+    let line = format!(
+        "{api} failed with {} ({}): {}",
+        error.code,
+        code_name(error.code),
+        error.msg
+    );
+    tracing::debug!(target: "npu_sim", "{line}");
+    PENDING.with_borrow_mut(|pending| {
+        if pending.len() == MAX_PENDING_MESSAGES {
+            pending.remove(0);
+        }
+        pending.push(line);
+    });
+}
+
+/// aclGetRecentErrMsg: returns and clears the pending messages, newest first; NULL when none.
+/// The string stays valid until the next call on the same thread.
+pub(crate) fn take_recent_message() -> *const c_char {
+    let pending = PENDING.with_borrow_mut(std::mem::take);
+    if pending.is_empty() {
+        RETURNED.set(None);
+        return ptr::null();
+    }
+    let joined: Vec<String> = pending.into_iter().rev().collect();
+    // Messages never contain NUL (they are built from format strings and C strings).
+    let text = CString::new(joined.join("\n").replace('\0', " ")).unwrap_or_default();
+    RETURNED.with_borrow_mut(|slot| slot.insert(text).as_ptr())
+}
+
+/// aclrtPeekAtLastError.
+pub(crate) fn peek_last_error() -> aclError {
+    LAST_ERROR.get()
+}
+
+/// aclrtGetLastError.
+pub(crate) fn take_last_error() -> aclError {
+    LAST_ERROR.replace(ACL_SUCCESS)
+}
+
+/// Runs the body of an exported function: converts its error into the returned code (recording
+/// it for the thread), and a panic into ACL_ERROR_RT_INTERNAL_ERROR, so no unwinding crosses the
+/// C boundary.
+pub(crate) fn guard(api: &'static str, body: impl FnOnce() -> Res<()>) -> aclError {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => ACL_SUCCESS,
+        Ok(Err(error)) => {
+            record(api, &error);
+            error.code
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_owned());
+            let error = SimError::new(
+                ACL_ERROR_RT_INTERNAL_ERROR,
+                format!("internal error: {what}"),
+            );
+            record(api, &error);
+            error.code
+        }
+    }
+}
+
+/// Like [`guard`] for the few functions that return a value instead of a code; `fallback` is
+/// returned on failure.
+pub(crate) fn guard_value<T>(api: &'static str, fallback: T, body: impl FnOnce() -> Res<T>) -> T {
+    let mut out = None;
+    let code = guard(api, || {
+        out = Some(body()?);
+        Ok(())
+    });
+    match out {
+        Some(value) if code == ACL_SUCCESS => value,
+        _ => fallback,
+    }
+}
+
+/// The symbolic name of an ACL code, for messages.
+pub(crate) fn code_name(code: aclError) -> &'static str {
+    match code {
+        0 => "ACL_SUCCESS",
+        100000 => "ACL_ERROR_INVALID_PARAM",
+        100001 => "ACL_ERROR_UNINITIALIZE",
+        100002 => "ACL_ERROR_REPEAT_INITIALIZE",
+        100003 => "ACL_ERROR_INVALID_FILE",
+        100006 => "ACL_ERROR_PARSE_FILE",
+        100037 => "ACL_ERROR_REPEAT_FINALIZE",
+        200006 => "ACL_ERROR_FEATURE_UNSUPPORTED",
+        107000 => "ACL_ERROR_RT_PARAM_INVALID",
+        107001 => "ACL_ERROR_RT_INVALID_DEVICEID",
+        107002 => "ACL_ERROR_RT_CONTEXT_NULL",
+        107003 => "ACL_ERROR_RT_STREAM_CONTEXT",
+        107006 => "ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID",
+        107007 => "ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL",
+        107009 => "ACL_ERROR_RT_FILE_OPEN",
+        107011 => "ACL_ERROR_RT_STREAM_SUBSCRIBE",
+        107012 => "ACL_ERROR_RT_THREAD_SUBSCRIBE",
+        107015 => "ACL_ERROR_RT_STREAM_NO_CB_REG",
+        107017 => "ACL_ERROR_RT_INVALID_HANDLE",
+        107023 => "ACL_ERROR_RT_STREAM_ABORT",
+        207000 => "ACL_ERROR_RT_FEATURE_NOT_SUPPORT",
+        207001 => "ACL_ERROR_RT_MEMORY_ALLOCATION",
+        207002 => "ACL_ERROR_RT_MEMORY_FREE",
+        207005 => "ACL_ERROR_RT_RESOURCE_ALLOC_FAIL",
+        207006 => "ACL_ERROR_RT_NO_PERMISSION",
+        207008 => "ACL_ERROR_RT_NO_STREAM_RESOURCE",
+        207012 => "ACL_ERROR_RT_OVER_LIMIT",
+        507000 => "ACL_ERROR_RT_INTERNAL_ERROR",
+        507007 => "ACL_ERROR_RT_CONTEXT_RELEASE_ERROR",
+        507010 => "ACL_ERROR_RT_LOST_HEARTBEAT",
+        507012 => "ACL_ERROR_RT_REPORT_TIMEOUT",
+        507013 => "ACL_ERROR_RT_SYS_DMA",
+        507015 => "ACL_ERROR_RT_AICORE_EXCEPTION",
+        507035 => "ACL_ERROR_RT_VECTOR_CORE_EXCEPTION",
+        507046 => "ACL_ERROR_RT_STREAM_SYNC_TIMEOUT",
+        507047 => "ACL_ERROR_RT_EVENT_SYNC_TIMEOUT",
+        507910 => "ACL_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+        507911 => "ACL_ERROR_HOST_MEMORY_NOT_REGISTERED",
+        _ => "an ACL error code",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    #[test]
+    fn recent_message_is_newest_first_and_cleared() {
+        record("first", &SimError::new(ACL_ERROR_INVALID_PARAM, "one"));
+        record("second", &SimError::new(ACL_ERROR_RT_PARAM_INVALID, "two"));
+        let text = take_recent_message();
+        assert!(!text.is_null());
+        // SAFETY: non-NULL results point at the thread's NUL-terminated message.
+        let text = unsafe { CStr::from_ptr(text) }.to_str().unwrap().to_owned();
+        assert!(text.starts_with("second failed with 107000 (ACL_ERROR_RT_PARAM_INVALID): two"));
+        assert!(text.ends_with("first failed with 100000 (ACL_ERROR_INVALID_PARAM): one"));
+        assert!(take_recent_message().is_null());
+        assert_eq!(take_last_error(), ACL_ERROR_RT_PARAM_INVALID);
+        assert_eq!(peek_last_error(), ACL_SUCCESS);
+    }
+
+    #[test]
+    fn a_panic_becomes_an_internal_error() {
+        let code = guard("panicky", || panic!("boom"));
+        assert_eq!(code, ACL_ERROR_RT_INTERNAL_ERROR);
+        assert_eq!(peek_last_error(), ACL_ERROR_RT_INTERNAL_ERROR);
+        let _ = take_recent_message();
+    }
+}

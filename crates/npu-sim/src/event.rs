@@ -1,0 +1,156 @@
+//! Events and their records.
+//!
+//! Every aclrtRecordEvent creates a [`Record`]: the capture of the work submitted to a stream
+//! so far. The event points at its latest record; waits and syncs hold on to the record that
+//! was current when they were issued, which gives the Ex events' "every record overwrites the
+//! capture" semantics and the legacy events' behaviour alike.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use npu_sys::*;
+
+use crate::device::Device;
+use crate::error::{Res, SimError};
+use crate::stream::Stream;
+use crate::sync::{BELL, lock};
+
+/// What became of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Not reached yet by its stream.
+    Pending,
+    /// Reached: the first error among the tasks it captured since the previous record on its
+    /// stream, and its simulated timestamp (ns).
+    Done { error: Option<aclError>, ts_ns: u64 },
+}
+
+pub(crate) struct Record {
+    stream: Arc<Stream>,
+    outcome: Mutex<Outcome>,
+}
+
+impl Record {
+    pub(crate) fn new(stream: Arc<Stream>) -> Self {
+        Self {
+            stream,
+            outcome: Mutex::new(Outcome::Pending),
+        }
+    }
+
+    pub(crate) fn outcome(&self) -> Outcome {
+        *lock(&self.outcome)
+    }
+
+    pub(crate) fn device(&self) -> &Arc<Device> {
+        &self.stream.device
+    }
+
+    /// Called by the stream's worker when it reaches the record. The caller rings the bell.
+    pub(crate) fn complete(&self, error: Option<aclError>, ts_ns: u64) {
+        *lock(&self.outcome) = Outcome::Done { error, ts_ns };
+    }
+
+    /// Why this record will never complete, if that is known: its device was lost, its
+    /// context stopped on a failure, or its stream was force-destroyed.
+    pub(crate) fn doom(&self) -> Option<aclError> {
+        self.stream.doom()
+    }
+
+    /// Blocks until the record completes (its captured error is returned), it is doomed, or
+    /// `deadline` passes (`Ok(None)` then).
+    pub(crate) fn wait(&self, deadline: Option<Instant>) -> Res<Option<Option<aclError>>> {
+        let outcome = BELL.wait_until(deadline, || match self.outcome() {
+            Outcome::Done { error, .. } => Some(Ok(error)),
+            Outcome::Pending => self.doom().map(Err),
+        });
+        match outcome {
+            None => Ok(None),
+            Some(Ok(error)) => Ok(Some(error)),
+            Some(Err(code)) => Err(self.doom_error(code)),
+        }
+    }
+
+    /// The error a caller sees for a doomed record.
+    pub(crate) fn doom_error(&self, code: aclError) -> SimError {
+        if code == ACL_ERROR_RT_LOST_HEARTBEAT {
+            return self.device().loss_error();
+        }
+        SimError::new(
+            code,
+            format!(
+                "the work captured by the event can never complete: stream {} of device {} {}",
+                self.stream.id,
+                self.device().id,
+                if code == ACL_ERROR_RT_STREAM_ABORT {
+                    "was destroyed with aclrtDestroyStreamForce".to_owned()
+                } else {
+                    format!("stopped on a task failure ({code})")
+                }
+            ),
+        )
+    }
+}
+
+/// An event (aclrtCreateEvent*).
+pub(crate) struct Event {
+    pub(crate) device: Arc<Device>,
+    pub(crate) flags: u32,
+    /// Created with aclrtCreateEventExWithFlag ("new mode").
+    pub(crate) ex: bool,
+    current: Mutex<Option<Arc<Record>>>,
+}
+
+impl Event {
+    pub(crate) fn new(device: Arc<Device>, flags: u32, ex: bool) -> Self {
+        device.live_events.fetch_add(1, Ordering::Relaxed);
+        Self {
+            device,
+            flags,
+            ex,
+            current: Mutex::new(None),
+        }
+    }
+
+    /// Whether other streams may wait on it (and it may be reset).
+    pub(crate) fn waitable(&self) -> bool {
+        // Legacy aclrtCreateEvent events carry the internal DDSYNC flag; WithFlag/Ex events
+        // need ACL_EVENT_SYNC.
+        self.flags & ACL_EVENT_SYNC != 0 || self.flags == LEGACY_DEFAULT_FLAGS
+    }
+
+    /// The record the event points at (`None`: never recorded, or reset).
+    pub(crate) fn current(&self) -> Option<Arc<Record>> {
+        lock(&self.current).clone()
+    }
+
+    pub(crate) fn set_current(&self, record: Arc<Record>) {
+        *lock(&self.current) = Some(record);
+    }
+
+    /// An executed aclrtResetEvent: back to "never recorded", unless the event was recorded
+    /// again after the reset was submitted.
+    pub(crate) fn reset_if(&self, captured: Option<&Arc<Record>>) {
+        let mut current = lock(&self.current);
+        let unchanged = match (current.as_ref(), captured) {
+            (Some(now), Some(then)) => Arc::ptr_eq(now, then),
+            (None, None) => true,
+            _ => false,
+        };
+        if unchanged {
+            *current = None;
+        }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        self.device.live_events.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Flags of a legacy aclrtCreateEvent event: the runtime's DDSYNC (0x4, internal) | TIME_LINE
+/// | STREAM_MARK.
+pub(crate) const LEGACY_DEFAULT_FLAGS: u32 =
+    0x4 | ACL_EVENT_TIME_LINE | ACL_EVENT_CAPTURE_STREAM_PROGRESS;

@@ -1,0 +1,212 @@
+//! The aclrtKernelArgs* builder: parameters appended in order, packed like a C struct.
+//!
+//! Each value is placed at the next offset aligned to its natural alignment (its size rounded
+//! up to a power of two, at most 8), which is how a C compiler lays out a struct of those
+//! fields. A placeholder is an 8-byte pointer slot; its data (from
+//! aclrtKernelArgsGetPlaceHolderBuffer) is copied with the arguments at launch and the slot is
+//! set to the copy's address.
+
+use std::sync::Mutex;
+
+use npu_sys::*;
+
+use super::ArgsBlob;
+use crate::error::{Res, ensure};
+use crate::handle::Handle;
+use crate::sync::lock;
+
+/// Most parameters one launch may have.
+pub(crate) const MAX_PARAMS: usize = 128;
+
+struct Param {
+    offset: usize,
+    size: usize,
+    /// Placeholder data, if this parameter is a placeholder.
+    placeholder: Option<Vec<u8>>,
+}
+
+#[derive(Default)]
+struct State {
+    data: Vec<u8>,
+    params: Vec<Param>,
+    param_handles: Vec<Handle>,
+    finalized: bool,
+}
+
+pub(crate) struct ArgsBuilder {
+    pub(crate) function: Handle,
+    state: Mutex<State>,
+}
+
+/// What a param handle refers to.
+pub(crate) struct ParamRef {
+    pub(crate) args: Handle,
+    pub(crate) index: usize,
+}
+
+fn align_for(size: usize) -> usize {
+    size.next_power_of_two().min(8)
+}
+
+impl ArgsBuilder {
+    pub(crate) fn new(function: Handle) -> Self {
+        Self {
+            function,
+            state: Mutex::default(),
+        }
+    }
+
+    fn push(&self, size: usize, value: Option<&[u8]>) -> Res<usize> {
+        let mut state = lock(&self.state);
+        ensure!(
+            state.params.len() < MAX_PARAMS,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "a launch takes at most {MAX_PARAMS} parameters"
+        );
+        let offset = state.data.len().next_multiple_of(align_for(size));
+        state.data.resize(offset, 0);
+        match value {
+            Some(bytes) => state.data.extend_from_slice(bytes),
+            None => state.data.resize(offset + size, 0),
+        }
+        let placeholder = value.is_none().then(Vec::new);
+        state.params.push(Param {
+            offset,
+            size,
+            placeholder,
+        });
+        state.finalized = false;
+        Ok(state.params.len() - 1)
+    }
+
+    /// aclrtKernelArgsAppend: copies the value; returns the parameter's index.
+    pub(crate) fn append(&self, value: &[u8]) -> Res<usize> {
+        self.push(value.len(), Some(value))
+    }
+
+    /// aclrtKernelArgsAppendPlaceHolder.
+    pub(crate) fn append_placeholder(&self) -> Res<usize> {
+        self.push(8, None)
+    }
+
+    pub(crate) fn remember_param(&self, handle: Handle) {
+        lock(&self.state).param_handles.push(handle);
+    }
+
+    pub(crate) fn param_handles(&self) -> Vec<Handle> {
+        lock(&self.state).param_handles.clone()
+    }
+
+    /// aclrtKernelArgsGetPlaceHolderBuffer: a zeroed host buffer of `size` bytes the caller
+    /// fills; valid until the next call for the same placeholder.
+    pub(crate) fn placeholder_buffer(&self, index: usize, size: usize) -> Res<*mut u8> {
+        let mut state = lock(&self.state);
+        let param = state.params.get_mut(index);
+        let Some(buffer) = param.and_then(|p| p.placeholder.as_mut()) else {
+            crate::error::fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "parameter {index} is not a placeholder"
+            );
+        };
+        buffer.clear();
+        buffer.resize(size, 0);
+        Ok(buffer.as_mut_ptr())
+    }
+
+    /// aclrtKernelArgsParaUpdate: replaces a value parameter (same size).
+    pub(crate) fn update(&self, index: usize, value: &[u8]) -> Res<()> {
+        let mut state = lock(&self.state);
+        let Some(param) = state.params.get(index) else {
+            crate::error::fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "parameter {index} does not exist"
+            );
+        };
+        ensure!(
+            param.placeholder.is_none(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "parameter {index} is a placeholder"
+        );
+        ensure!(
+            param.size == value.len(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "parameter {index} has {} bytes, not {}",
+            param.size,
+            value.len()
+        );
+        let offset = param.offset;
+        state.data[offset..offset + value.len()].copy_from_slice(value);
+        state.finalized = false;
+        Ok(())
+    }
+
+    /// aclrtKernelArgsFinalize.
+    pub(crate) fn finalize(&self) {
+        lock(&self.state).finalized = true;
+    }
+
+    /// The packed arguments for one launch, placeholders resolved.
+    pub(crate) fn blob(&self) -> Res<ArgsBlob> {
+        let state = lock(&self.state);
+        ensure!(
+            state.finalized,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "the kernel args were changed after aclrtKernelArgsFinalize (or never finalized)"
+        );
+        let mut layout = Vec::new();
+        let mut len = state.data.len();
+        for param in &state.params {
+            if let Some(data) = &param.placeholder {
+                let at = len.next_multiple_of(8);
+                layout.push((param.offset, at, data.as_slice()));
+                len = at + data.len();
+            }
+        }
+        let mut blob = ArgsBlob::zeroed(len);
+        blob.bytes_mut()[..state.data.len()].copy_from_slice(&state.data);
+        for (slot, at, data) in layout {
+            let address = blob.address_of(at);
+            let bytes = blob.bytes_mut();
+            bytes[at..at + data.len()].copy_from_slice(data);
+            bytes[slot..slot + 8].copy_from_slice(&address.to_ne_bytes());
+        }
+        Ok(blob)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_packed_like_a_c_struct_and_placeholders_point_at_their_data() {
+        let args = ArgsBuilder::new(0);
+        args.append(&[1u8]).unwrap(); // u8 at 0
+        args.append(&7u32.to_ne_bytes()).unwrap(); // u32 at 4
+        let slot = args.append_placeholder().unwrap(); // pointer at 8
+        args.append(&9u16.to_ne_bytes()).unwrap(); // u16 at 16
+        let buffer = args.placeholder_buffer(slot, 4).unwrap();
+        // SAFETY: the buffer has 4 bytes.
+        unsafe { buffer.cast::<u32>().write_unaligned(0xabcd) };
+        assert_eq!(
+            args.blob().unwrap_err().code,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "not finalized"
+        );
+        args.finalize();
+        let mut blob = args.blob().unwrap();
+        let base = blob.address_of(0);
+        let bytes = blob.bytes_mut();
+        assert_eq!(bytes[0], 1);
+        assert_eq!(u32::from_ne_bytes(bytes[4..8].try_into().unwrap()), 7);
+        assert_eq!(u16::from_ne_bytes(bytes[16..18].try_into().unwrap()), 9);
+        let pointer = u64::from_ne_bytes(bytes[8..16].try_into().unwrap());
+        assert_eq!(pointer, base + 24);
+        assert_eq!(
+            u32::from_ne_bytes(bytes[24..28].try_into().unwrap()),
+            0xabcd
+        );
+        assert!(args.update(1, &[0u8; 2]).is_err(), "size mismatch");
+        assert!(args.update(slot, &[0u8; 8]).is_err(), "placeholder");
+    }
+}

@@ -1,0 +1,125 @@
+//! A kernel launch as a stream task: every block of the kernel, in parallel across blocks.
+
+use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use npu_sys::*;
+use rayon::prelude::*;
+
+use super::Function;
+use super::registry::KernelCode;
+use crate::error::SimError;
+
+/// Launch arguments owned by the task (host-packed arguments are copied at submission, so the
+/// caller may reuse its buffer when the launch call returns). 8-byte aligned.
+#[derive(Debug)]
+pub(crate) struct ArgsBlob {
+    words: Box<[u64]>,
+    len: usize,
+}
+
+impl ArgsBlob {
+    pub(crate) fn zeroed(len: usize) -> Self {
+        Self {
+            words: vec![0u64; len.div_ceil(8).max(1)].into_boxed_slice(),
+            len,
+        }
+    }
+
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+
+    /// The address of byte `offset`.
+    pub(crate) fn address_of(&self, offset: usize) -> u64 {
+        self.words.as_ptr() as u64 + offset as u64
+    }
+
+    fn as_ptr(&self) -> *mut c_void {
+        self.words.as_ptr() as *mut c_void
+    }
+}
+
+pub(crate) enum LaunchArgs {
+    /// aclrtLaunchKernel: arguments already in device memory, read when the kernel runs.
+    Device(usize),
+    Owned(ArgsBlob),
+}
+
+pub(crate) struct Launch {
+    pub(crate) function: Arc<Function>,
+    pub(crate) blocks: u32,
+    pub(crate) args: LaunchArgs,
+    /// Launched on the AIV (vector) engine: traps report VECTOR_CORE_EXCEPTION.
+    pub(crate) vector_engine: bool,
+}
+
+/// The argument pointer, shared by the block invocations on rayon's threads.
+struct ArgsPtr(*mut c_void);
+
+// SAFETY: the pointer is only handed to kernel code, whose ABI contract is that blocks may run
+// concurrently on any thread with the same argument pointer.
+unsafe impl Send for ArgsPtr {}
+// SAFETY: as above; the wrapper itself is never written through.
+unsafe impl Sync for ArgsPtr {}
+
+impl ArgsPtr {
+    /// The pointer (a method, so closures capture the `Sync` wrapper, not the raw field).
+    fn get(&self) -> *mut c_void {
+        self.0
+    }
+}
+
+impl Launch {
+    pub(crate) fn name(&self) -> &str {
+        &self.function.name
+    }
+
+    /// Runs every block; the first trapping block (lowest index) fails the launch.
+    pub(crate) fn run(&self) -> Result<(), SimError> {
+        let args = ArgsPtr(match &self.args {
+            LaunchArgs::Device(address) => *address as *mut c_void,
+            LaunchArgs::Owned(blob) => blob.as_ptr(),
+        });
+        let blocks = self.blocks;
+        let code = &self.function.code;
+        let call = |block: u32| -> i32 {
+            match code {
+                // SAFETY: kernel ABI: a kernel function may be called with any block index
+                // below the block count and the launch's argument pointer.
+                KernelCode::Entry(entry) => unsafe { entry(block, blocks, args.get()) },
+                KernelCode::Closure(kernel) => {
+                    catch_unwind(AssertUnwindSafe(|| kernel(block, blocks, args.get())))
+                        .unwrap_or(-1)
+                }
+            }
+        };
+        let trap = if blocks == 1 {
+            Some((0, call(0))).filter(|&(_, status)| status != 0)
+        } else {
+            (0..blocks)
+                .into_par_iter()
+                .map(|block| (block, call(block)))
+                .filter(|&(_, status)| status != 0)
+                .min_by_key(|&(block, _)| block)
+        };
+        match trap {
+            None => Ok(()),
+            Some((block, status)) => {
+                let (code, engine) = if self.vector_engine {
+                    (ACL_ERROR_RT_VECTOR_CORE_EXCEPTION, "vector core (AIV)")
+                } else {
+                    (ACL_ERROR_RT_AICORE_EXCEPTION, "AI core (AIC)")
+                };
+                Err(SimError::new(
+                    code,
+                    format!(
+                        "kernel {:?} trapped on the {engine}: block {block} of {blocks} returned {status}",
+                        self.function.name
+                    ),
+                ))
+            }
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Loaded binaries (aclrtBinaryLoad*) and their functions (aclrtBinaryGetFunction).
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::io::Write;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+
+use npu_sys::*;
+
+use super::KernelEntry;
+use super::registry::{self, KernelCode};
+use crate::error::{Res, ensure, fail};
+use crate::handle::Handle;
+use crate::sync::lock;
+
+/// Where a binary's kernels come from.
+enum Source {
+    /// A dlopen'ed shared object; kept alive by every function (and so every queued launch).
+    Library(Arc<libloading::Library>),
+    /// The in-process registry, restricted to these names (empty: any).
+    Registry(Vec<String>),
+}
+
+pub(crate) struct Binary {
+    source: Source,
+    /// Functions resolved so far, by name.
+    functions: Mutex<HashMap<String, Handle>>,
+}
+
+pub(crate) struct Function {
+    pub(crate) name: String,
+    pub(crate) code: KernelCode,
+    /// Args handles created for this function (aclrtKernelArgsInit), retired with it.
+    pub(crate) args: Mutex<Vec<Handle>>,
+    _library: Option<Arc<libloading::Library>>,
+}
+
+fn open(path: &str) -> Result<libloading::Library, libloading::Error> {
+    // SAFETY: loading runs the library's initialisers; the caller asked for exactly this file
+    // to be loaded as kernel code, which is what the ACL call means.
+    unsafe { libloading::Library::new(path) }
+}
+
+impl Binary {
+    /// aclrtBinaryLoadFromFile: dlopens a kernel library.
+    pub(crate) fn from_file(path: &str) -> Res<Binary> {
+        ensure!(
+            std::fs::File::open(path).is_ok(),
+            ACL_ERROR_RT_FILE_OPEN,
+            "cannot open kernel binary {path:?}"
+        );
+        match open(path) {
+            Ok(library) => Ok(Binary::library(library)),
+            Err(error) => fail!(
+                ACL_ERROR_INVALID_FILE,
+                "{path:?} is not a loadable kernel library: {error}"
+            ),
+        }
+    }
+
+    /// aclrtBinaryLoadFromData: an ELF shared object (loaded through a memfd) or a registry
+    /// image (see `registry_image`).
+    pub(crate) fn from_data(data: &[u8]) -> Res<Binary> {
+        if let Some(names) = registry::parse_image(data) {
+            return Ok(Binary {
+                source: Source::Registry(names),
+                functions: Mutex::default(),
+            });
+        }
+        ensure!(
+            data.starts_with(b"\x7fELF"),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "the data is neither an ELF shared object nor an npu-sim registry image"
+        );
+        let name = c"npu-sim-kernels";
+        // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new fd or -1.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        ensure!(
+            fd >= 0,
+            ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
+            "memfd_create failed: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: `fd` is a freshly created descriptor nobody else owns.
+        let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        if let Err(error) = file.write_all(data) {
+            fail!(
+                ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
+                "could not stage the binary in memory: {error}"
+            );
+        }
+        match open(&format!("/proc/self/fd/{fd}")) {
+            // The loader keeps its own mapping; the descriptor closes with `file`.
+            Ok(library) => Ok(Binary::library(library)),
+            Err(error) => fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "the ELF image is not a loadable shared object: {error}"
+            ),
+        }
+    }
+
+    fn library(library: libloading::Library) -> Binary {
+        Binary {
+            source: Source::Library(Arc::new(library)),
+            functions: Mutex::default(),
+        }
+    }
+
+    /// Resolves a kernel by name.
+    pub(crate) fn function(&self, name: &str) -> Res<Function> {
+        let (code, library) = match &self.source {
+            Source::Library(library) => {
+                let Ok(symbol) = CString::new(name) else {
+                    fail!(ACL_ERROR_RT_PARAM_INVALID, "kernel name contains NUL");
+                };
+                // SAFETY: a kernel library exports kernels with the npusim/kernel.h signature;
+                // that is the contract of loading it as a kernel binary.
+                let entry = unsafe { library.get::<KernelEntry>(symbol.as_bytes_with_nul()) };
+                match entry {
+                    Ok(entry) => (KernelCode::Entry(*entry), Some(library.clone())),
+                    Err(_) => fail!(
+                        ACL_ERROR_RT_SYMBOL_NOT_FOUND,
+                        "the binary exports no kernel named {name:?}"
+                    ),
+                }
+            }
+            Source::Registry(names) => {
+                let listed = names.is_empty() || names.iter().any(|n| n == name);
+                match registry::lookup(name).filter(|_| listed) {
+                    Some(code) => (code, None),
+                    None => fail!(
+                        ACL_ERROR_RT_SYMBOL_NOT_FOUND,
+                        "no registered kernel named {name:?} in this registry image"
+                    ),
+                }
+            }
+        };
+        Ok(Function {
+            name: name.to_owned(),
+            code,
+            args: Mutex::default(),
+            _library: library,
+        })
+    }
+
+    /// The handle of an already resolved function.
+    pub(crate) fn cached(&self, name: &str) -> Option<Handle> {
+        lock(&self.functions).get(name).copied()
+    }
+
+    pub(crate) fn remember(&self, name: &str, handle: Handle) {
+        lock(&self.functions).insert(name.to_owned(), handle);
+    }
+
+    /// Every function handle resolved from this binary.
+    pub(crate) fn function_handles(&self) -> Vec<Handle> {
+        lock(&self.functions).values().copied().collect()
+    }
+}

@@ -1,0 +1,310 @@
+//! The simulator's memory: device and pinned allocations (host memory the simulator owns),
+//! host registrations, and the pointer classification copies are corrected by.
+
+use std::alloc::Layout;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{RwLock, RwLockReadGuard};
+
+use npu_sys::*;
+
+use crate::error::{Res, ensure, fail};
+use crate::sync::{read, write};
+
+/// Address alignment of device and pinned allocations.
+pub(crate) const ALIGN: usize = 64;
+/// Allocations at least this large are mapped directly, so their pages are committed lazily.
+const MAP_THRESHOLD: usize = 64 << 10;
+/// Host page size assumed for registrations.
+pub(crate) const PAGE: usize = 4096;
+
+/// Where a pointer lives, as the runtime's copy-kind correction sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PtrClass {
+    /// Device memory of this device.
+    Device(i32),
+    /// Pinned (aclrtMallocHost) or registered host memory.
+    Host,
+    /// Host memory the runtime knows nothing about (malloc, stack, ...).
+    Unregistered,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AllocKind {
+    Device {
+        device: i32,
+        accounted: u64,
+        page_size: u32,
+    },
+    Pinned,
+}
+
+enum Backing {
+    Mapped,
+    Heap(Layout),
+}
+
+struct Allocation {
+    len: usize,
+    kind: AllocKind,
+    backing: Backing,
+    locked: bool,
+}
+
+/// A host registration (aclrtHostRegister / aclrtHostRegisterV2).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Registration {
+    pub(crate) len: usize,
+    pub(crate) mapped: bool,
+    pub(crate) locked: bool,
+}
+
+/// Every allocation and registration, by base address.
+pub(crate) struct MemoryMap {
+    allocations: RwLock<BTreeMap<usize, Allocation>>,
+    registrations: RwLock<BTreeMap<usize, Registration>>,
+    pinned_bytes: AtomicU64,
+    pinned_allocations: AtomicU64,
+}
+
+/// Read access to the allocation map, held while a task touches memory so a concurrent free
+/// waits for it (and a task never touches memory that was freed before it ran).
+pub(crate) struct LiveMemory<'a>(RwLockReadGuard<'a, BTreeMap<usize, Allocation>>);
+
+impl LiveMemory<'_> {
+    /// Whether `[ptr, ptr+len)` lies inside one live allocation.
+    pub(crate) fn covers(&self, ptr: usize, len: usize) -> bool {
+        find(&self.0, ptr).is_some_and(|(base, alloc)| ptr - base + len <= alloc.len)
+    }
+}
+
+fn find(map: &BTreeMap<usize, Allocation>, ptr: usize) -> Option<(usize, &Allocation)> {
+    let (&base, alloc) = map.range(..=ptr).next_back()?;
+    (ptr - base < alloc.len.max(1)).then_some((base, alloc))
+}
+
+static MLOCK_WARNED: AtomicBool = AtomicBool::new(false);
+
+/// Page-locks a range where the OS allows it; falls back (with a one-time warning) if not.
+fn try_mlock(ptr: usize, len: usize) -> bool {
+    // SAFETY: mlock only changes paging attributes of a range this process owns; a failure is
+    // reported through the return value.
+    let ok = unsafe { libc::mlock(ptr as *const libc::c_void, len) } == 0;
+    if !ok && !MLOCK_WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            target: "npu_sim",
+            "mlock of pinned host memory failed ({}); pinned memory stays pageable (raise RLIMIT_MEMLOCK to lock it)",
+            std::io::Error::last_os_error()
+        );
+    }
+    ok
+}
+
+fn munlock(ptr: usize, len: usize) {
+    // SAFETY: undoes a successful mlock on a range this process still owns.
+    unsafe { libc::munlock(ptr as *const libc::c_void, len) };
+}
+
+/// Allocates `len` zeroed bytes, 64-byte aligned; large (or page-locked) blocks are mapped so
+/// untouched pages cost nothing.
+fn allocate(len: usize, mapped: bool) -> Option<(usize, Backing)> {
+    if mapped || len >= MAP_THRESHOLD {
+        // SAFETY: an anonymous private mapping with no address hint has no preconditions.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        (ptr != libc::MAP_FAILED).then_some((ptr as usize, Backing::Mapped))
+    } else {
+        let layout = Layout::from_size_align(len, ALIGN).ok()?;
+        // SAFETY: the layout has a non-zero size (callers never allocate 0 bytes).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        (!ptr.is_null()).then_some((ptr as usize, Backing::Heap(layout)))
+    }
+}
+
+fn release(base: usize, alloc: &Allocation) {
+    if alloc.locked {
+        munlock(base, alloc.len);
+    }
+    match alloc.backing {
+        // SAFETY: the range was mapped by `allocate` with this length and is no longer in the
+        // map, so nothing can reach it any more.
+        Backing::Mapped => unsafe {
+            libc::munmap(base as *mut libc::c_void, alloc.len);
+        },
+        // SAFETY: allocated by `alloc_zeroed` with this layout and removed from the map.
+        Backing::Heap(layout) => unsafe { std::alloc::dealloc(base as *mut u8, layout) },
+    }
+}
+
+impl MemoryMap {
+    pub(crate) fn new() -> Self {
+        Self {
+            allocations: RwLock::new(BTreeMap::new()),
+            registrations: RwLock::new(BTreeMap::new()),
+            pinned_bytes: AtomicU64::new(0),
+            pinned_allocations: AtomicU64::new(0),
+        }
+    }
+
+    /// Allocates zeroed memory of `len` bytes (already rounded by the caller).
+    pub(crate) fn allocate(&self, len: usize, kind: AllocKind) -> Res<usize> {
+        let pinned = kind == AllocKind::Pinned;
+        let Some((base, backing)) = allocate(len, pinned) else {
+            fail!(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                "the host could not provide {len} bytes"
+            );
+        };
+        let locked = pinned && try_mlock(base, len);
+        if pinned {
+            self.pinned_bytes.fetch_add(len as u64, Ordering::Relaxed);
+            self.pinned_allocations.fetch_add(1, Ordering::Relaxed);
+        }
+        write(&self.allocations).insert(
+            base,
+            Allocation {
+                len,
+                kind,
+                backing,
+                locked,
+            },
+        );
+        Ok(base)
+    }
+
+    /// Frees an allocation of the given family by its base address; returns its kind.
+    pub(crate) fn free(&self, ptr: usize, pinned: bool) -> Res<AllocKind> {
+        let mut map = write(&self.allocations);
+        let matches = map
+            .get(&ptr)
+            .is_some_and(|a| (a.kind == AllocKind::Pinned) == pinned);
+        ensure!(
+            matches,
+            ACL_ERROR_RT_MEMORY_FREE,
+            "{ptr:#x} is not the address of a live {} allocation",
+            if pinned { "aclrtMallocHost" } else { "device" }
+        );
+        let Some(alloc) = map.remove(&ptr) else {
+            fail!(
+                ACL_ERROR_RT_MEMORY_FREE,
+                "{ptr:#x} vanished while being freed"
+            );
+        };
+        drop(map);
+        release(ptr, &alloc);
+        if pinned {
+            self.pinned_bytes
+                .fetch_sub(alloc.len as u64, Ordering::Relaxed);
+            self.pinned_allocations.fetch_sub(1, Ordering::Relaxed);
+        }
+        Ok(alloc.kind)
+    }
+
+    /// The allocation containing `ptr`: (base, length, kind).
+    pub(crate) fn allocation_of(&self, ptr: usize) -> Option<(usize, usize, AllocKind)> {
+        let map = read(&self.allocations);
+        find(&map, ptr).map(|(base, alloc)| (base, alloc.len, alloc.kind))
+    }
+
+    /// The registration containing `ptr`: (base, registration).
+    pub(crate) fn registration_of(&self, ptr: usize) -> Option<(usize, Registration)> {
+        let map = read(&self.registrations);
+        let (&base, reg) = map.range(..=ptr).next_back()?;
+        (ptr - base < reg.len).then_some((base, *reg))
+    }
+
+    /// Classifies a pointer for copy-kind correction.
+    pub(crate) fn classify(&self, ptr: usize) -> PtrClass {
+        match self.allocation_of(ptr) {
+            Some((_, _, AllocKind::Device { device, .. })) => PtrClass::Device(device),
+            Some((_, _, AllocKind::Pinned)) => PtrClass::Host,
+            None if self.registration_of(ptr).is_some() => PtrClass::Host,
+            None => PtrClass::Unregistered,
+        }
+    }
+
+    /// For a pointer the simulator owns (device or pinned), checks `[ptr, ptr+len)` stays inside
+    /// its allocation. Returns whether the range is simulator-owned (and so re-checked when a
+    /// task runs).
+    pub(crate) fn check_range(&self, ptr: usize, len: usize, what: &str) -> Res<bool> {
+        match self.allocation_of(ptr) {
+            Some((base, alloc_len, _)) => {
+                ensure!(
+                    ptr - base + len <= alloc_len,
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    "{what} range {ptr:#x}+{len} runs past the end of its allocation ({base:#x}+{alloc_len})"
+                );
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Locks the allocation map for a task's memory work.
+    pub(crate) fn live(&self) -> LiveMemory<'_> {
+        LiveMemory(read(&self.allocations))
+    }
+
+    /// Registers host memory; fails with 507910 if any of it is already registered.
+    pub(crate) fn register(&self, ptr: usize, len: usize, mapped: bool, pin: bool) -> Res<()> {
+        let mut map = write(&self.registrations);
+        let overlaps = map
+            .range(..ptr.saturating_add(len))
+            .next_back()
+            .is_some_and(|(&base, reg)| base + reg.len > ptr);
+        ensure!(
+            !overlaps,
+            ACL_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+            "host range {ptr:#x}+{len} overlaps a registered range"
+        );
+        let locked = pin && try_mlock(ptr, len);
+        map.insert(
+            ptr,
+            Registration {
+                len,
+                mapped,
+                locked,
+            },
+        );
+        Ok(())
+    }
+
+    /// Unregisters the registration starting at `ptr`.
+    pub(crate) fn unregister(&self, ptr: usize) -> Res<()> {
+        let Some(reg) = write(&self.registrations).remove(&ptr) else {
+            fail!(
+                ACL_ERROR_HOST_MEMORY_NOT_REGISTERED,
+                "{ptr:#x} is not the start of a registered host range"
+            );
+        };
+        if reg.locked {
+            munlock(ptr, reg.len);
+        }
+        Ok(())
+    }
+
+    /// Whether `ptr` lies in pinned (aclrtMallocHost) memory.
+    pub(crate) fn is_pinned_allocation(&self, ptr: usize) -> bool {
+        matches!(self.allocation_of(ptr), Some((_, _, AllocKind::Pinned)))
+    }
+
+    /// (bytes, allocations) of pinned host memory.
+    pub(crate) fn pinned_stats(&self) -> (u64, u64) {
+        (
+            self.pinned_bytes.load(Ordering::Relaxed),
+            self.pinned_allocations.load(Ordering::Relaxed),
+        )
+    }
+
+    pub(crate) fn registration_count(&self) -> u64 {
+        read(&self.registrations).len() as u64
+    }
+}

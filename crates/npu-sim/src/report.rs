@@ -1,0 +1,197 @@
+//! Host callbacks: aclrtSubscribeReport / aclrtLaunchCallback / aclrtProcessReport.
+//!
+//! A subscription binds a stream to a user thread, identified by its `pthread_self()` value.
+//! When the stream reaches a callback task, the callback is queued for that thread and runs
+//! inside its next aclrtProcessReport call; a BLOCK callback holds the stream until it has run.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use npu_sys::*;
+
+use crate::error::{Res, SimError, ensure, fail};
+use crate::handle::Handle;
+use crate::stream::Stream;
+use crate::sync::{BELL, lock};
+use crate::task::HostFn;
+
+/// Most threads that may be subscribed at once (CANN's limit).
+const MAX_THREADS: usize = 1024;
+
+struct Pending {
+    func: HostFn,
+    data: usize,
+    done: Arc<AtomicBool>,
+}
+
+struct Subscriber {
+    device: i32,
+    streams: usize,
+    queue: VecDeque<Pending>,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_stream: HashMap<Handle, u64>,
+    threads: HashMap<u64, Subscriber>,
+}
+
+#[derive(Default)]
+pub(crate) struct Reports {
+    inner: Mutex<Inner>,
+}
+
+/// The calling thread's id as CANN keys subscriptions: `pthread_self()`.
+pub(crate) fn current_thread_id() -> u64 {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as u64 }
+}
+
+impl Reports {
+    pub(crate) fn subscribe(&self, thread: u64, stream: &Stream) -> Res<()> {
+        let mut inner = lock(&self.inner);
+        ensure!(
+            !inner.by_stream.contains_key(&stream.handle),
+            ACL_ERROR_RT_STREAM_SUBSCRIBE,
+            "stream {} already has a subscribed report thread",
+            stream.id
+        );
+        if let Some(existing) = inner.threads.get(&thread) {
+            ensure!(
+                existing.device == stream.device.id,
+                ACL_ERROR_RT_THREAD_SUBSCRIBE,
+                "thread {thread:#x} already serves device {}; a thread serves streams of one device",
+                existing.device
+            );
+        } else {
+            ensure!(
+                inner.threads.len() < MAX_THREADS,
+                ACL_ERROR_RT_OVER_LIMIT,
+                "{MAX_THREADS} threads are already subscribed"
+            );
+        }
+        let subscriber = inner.threads.entry(thread).or_insert_with(|| Subscriber {
+            device: stream.device.id,
+            streams: 0,
+            queue: VecDeque::new(),
+        });
+        subscriber.streams += 1;
+        inner.by_stream.insert(stream.handle, thread);
+        Ok(())
+    }
+
+    pub(crate) fn unsubscribe(&self, thread: u64, stream: &Stream) -> Res<()> {
+        let dropped = {
+            let mut inner = lock(&self.inner);
+            match inner.by_stream.get(&stream.handle) {
+                None => fail!(
+                    ACL_ERROR_RT_STREAM_NO_CB_REG,
+                    "stream {} has no subscribed report thread",
+                    stream.id
+                ),
+                Some(&owner) => ensure!(
+                    owner == thread,
+                    ACL_ERROR_RT_THREAD_SUBSCRIBE,
+                    "stream {} is subscribed by thread {owner:#x}, not {thread:#x}",
+                    stream.id
+                ),
+            }
+            inner.by_stream.remove(&stream.handle);
+            let subscriber = inner.threads.get_mut(&thread);
+            let last = subscriber.is_some_and(|s| {
+                s.streams -= 1;
+                s.streams == 0
+            });
+            if last {
+                inner.threads.remove(&thread).map(|s| s.queue)
+            } else {
+                None
+            }
+        };
+        // Callbacks nobody will process any more release their streams.
+        for pending in dropped.into_iter().flatten() {
+            pending.done.store(true, Ordering::Release);
+        }
+        BELL.ring();
+        Ok(())
+    }
+
+    pub(crate) fn is_subscribed(&self, stream: Handle) -> bool {
+        lock(&self.inner).by_stream.contains_key(&stream)
+    }
+
+    /// Runs on the stream's worker when it reaches a callback task.
+    pub(crate) fn deliver(
+        &self,
+        stream: &Stream,
+        func: HostFn,
+        data: usize,
+        block: bool,
+    ) -> Result<(), Option<SimError>> {
+        let done = Arc::new(AtomicBool::new(false));
+        {
+            let mut inner = lock(&self.inner);
+            let thread = inner.by_stream.get(&stream.handle).copied();
+            let Some(subscriber) = thread.and_then(|t| inner.threads.get_mut(&t)) else {
+                return Err(Some(SimError::new(
+                    ACL_ERROR_RT_STREAM_NO_CB_REG,
+                    format!(
+                        "stream {} lost its report thread before the callback ran",
+                        stream.id
+                    ),
+                )));
+            };
+            subscriber.queue.push_back(Pending {
+                func,
+                data,
+                done: done.clone(),
+            });
+        }
+        BELL.ring();
+        if block {
+            let ran = BELL.wait_until(None, || {
+                if done.load(Ordering::Acquire) {
+                    Some(true)
+                } else {
+                    stream.doom().map(|_| false)
+                }
+            });
+            if ran != Some(true) {
+                return Err(None);
+            }
+        }
+        Ok(())
+    }
+
+    /// aclrtProcessReport on the calling thread: runs one queued callback.
+    pub(crate) fn process(&self, deadline: Option<Instant>) -> Res<()> {
+        let thread = current_thread_id();
+        let next = BELL.wait_until(deadline, || {
+            let mut inner = lock(&self.inner);
+            match inner.threads.get_mut(&thread) {
+                None => Some(None),
+                Some(subscriber) => subscriber.queue.pop_front().map(Some),
+            }
+        });
+        match next {
+            None => fail!(
+                ACL_ERROR_RT_REPORT_TIMEOUT,
+                "no callback arrived before the timeout"
+            ),
+            Some(None) => fail!(
+                ACL_ERROR_RT_THREAD_SUBSCRIBE,
+                "the calling thread ({thread:#x}) is not subscribed to any stream"
+            ),
+            Some(Some(pending)) => {
+                // SAFETY: the callback and its data were supplied by aclrtLaunchCallback's
+                // caller for exactly this invocation, on the thread they subscribed.
+                unsafe { (pending.func)(pending.data as *mut std::ffi::c_void) };
+                pending.done.store(true, Ordering::Release);
+                BELL.ring();
+                Ok(())
+            }
+        }
+    }
+}

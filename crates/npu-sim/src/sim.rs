@@ -1,0 +1,118 @@
+//! The process-wide simulator: configuration, devices, handle tables and memory.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use npu_sys::*;
+
+use crate::config::{CONFIG_ENV, ConfigError, SimConfig};
+use crate::context::Context;
+use crate::device::Device;
+use crate::error::{Res, fail};
+use crate::event::Event;
+use crate::handle::{HandleTable, Kind};
+use crate::kernel::{ArgsBuilder, Binary, Function, ParamRef};
+use crate::memory::MemoryMap;
+use crate::report::Reports;
+use crate::stream::Stream;
+
+pub(crate) struct Sim {
+    pub(crate) config: SimConfig,
+    pub(crate) devices: Vec<Arc<Device>>,
+    pub(crate) contexts: HandleTable<Context>,
+    pub(crate) streams: HandleTable<Stream>,
+    pub(crate) events: HandleTable<Event>,
+    pub(crate) binaries: HandleTable<Binary>,
+    pub(crate) functions: HandleTable<Function>,
+    pub(crate) args: HandleTable<ArgsBuilder>,
+    pub(crate) params: HandleTable<ParamRef>,
+    pub(crate) memory: MemoryMap,
+    pub(crate) reports: Reports,
+}
+
+impl Sim {
+    fn new(config: SimConfig) -> Sim {
+        let epoch = Instant::now();
+        let devices = (0..config.devices)
+            .map(|id| {
+                Arc::new(Device::new(
+                    id as i32,
+                    config.memory_per_device,
+                    epoch,
+                    config.timing.clone(),
+                ))
+            })
+            .collect();
+        crate::trace::enable_from_env();
+        tracing::debug!(target: "npu_sim", ?config, "simulator initialised");
+        Sim {
+            config,
+            devices,
+            contexts: HandleTable::new(Kind::Context),
+            streams: HandleTable::new(Kind::Stream),
+            events: HandleTable::new(Kind::Event),
+            binaries: HandleTable::new(Kind::Binary),
+            functions: HandleTable::new(Kind::Function),
+            args: HandleTable::new(Kind::Args),
+            params: HandleTable::new(Kind::Param),
+            memory: MemoryMap::new(),
+            reports: Reports::default(),
+        }
+    }
+
+    /// A device by id, or ACL_ERROR_RT_INVALID_DEVICEID.
+    pub(crate) fn device(&self, id: i64) -> Res<&Arc<Device>> {
+        match usize::try_from(id).ok().and_then(|i| self.devices.get(i)) {
+            Some(device) => Ok(device),
+            None => fail!(
+                ACL_ERROR_RT_INVALID_DEVICEID,
+                "device {id} does not exist (the simulator has {} devices)",
+                self.devices.len()
+            ),
+        }
+    }
+}
+
+static SIM: OnceLock<Result<Sim, String>> = OnceLock::new();
+
+fn from_env() -> Result<Sim, String> {
+    let config = match std::env::var(CONFIG_ENV) {
+        Ok(text) => SimConfig::from_json(&text).map_err(|e| format!("{CONFIG_ENV}: {e}"))?,
+        Err(_) => SimConfig::default(),
+    };
+    Ok(Sim::new(config))
+}
+
+/// The simulator, initialised from `NPU_SIM_CONFIG` (or defaults) on first use.
+pub(crate) fn sim() -> Res<&'static Sim> {
+    match SIM.get_or_init(from_env) {
+        Ok(sim) => Ok(sim),
+        Err(error) => fail!(
+            ACL_ERROR_INVALID_PARAM,
+            "the simulator cannot start: {error}"
+        ),
+    }
+}
+
+/// Initialises the simulator with `config`, or checks it already runs with an equal one.
+pub(crate) fn install(config: SimConfig) -> Result<(), ConfigError> {
+    let mut fresh = false;
+    let installed = SIM.get_or_init(|| {
+        fresh = true;
+        Ok(Sim::new(config.clone()))
+    });
+    match installed {
+        Ok(_) if fresh => Ok(()),
+        Ok(sim) if sim.config == config => Ok(()),
+        Ok(sim) => Err(ConfigError::AlreadyInitialised {
+            current: Box::new(sim.config.clone()),
+        }),
+        Err(error) => Err(ConfigError::Startup(error.clone())),
+    }
+}
+
+pub(crate) fn current_config() -> Option<SimConfig> {
+    SIM.get()
+        .and_then(|sim| sim.as_ref().ok())
+        .map(|sim| sim.config.clone())
+}

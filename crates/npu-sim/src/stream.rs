@@ -1,0 +1,461 @@
+//! Streams: a FIFO of tasks run by the stream's own worker thread.
+//!
+//! The worker is spawned at the first submission, runs tasks in order, spins briefly when its
+//! queue empties (cheap back-to-back submissions) and then parks. Streams run truly in
+//! parallel with each other; StreamWaitEvent orders them.
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use npu_sys::*;
+
+use crate::context::Health;
+use crate::device::Device;
+use crate::error::{Res, SimError, ensure, fail};
+use crate::handle::Handle;
+use crate::sim::Sim;
+use crate::sync::{BELL, lock};
+use crate::task::{Op, Task};
+use crate::trace;
+
+/// How long an idle worker spins for new work before parking.
+const SPIN: Duration = Duration::from_micros(50);
+/// Streams per device, default streams included (Ascend 910B).
+pub(crate) const MAX_STREAMS_PER_DEVICE: u64 = 1984;
+/// Stream flags whose streams are not synchronised from the host.
+const UNSYNCED_FLAGS: u32 =
+    ACL_STREAM_PERSISTENT | ACL_STREAM_DEVICE_USE_ONLY | ACL_STREAM_CPU_SCHEDULE;
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Task>,
+    worker: bool,
+    parked: bool,
+    /// The first task error not yet returned by a stream synchronisation.
+    sticky: Option<SimError>,
+    /// The first task error since the last event record reached by the worker.
+    since_record: Option<SimError>,
+    /// Simulated end of the last task.
+    last_end_ns: u64,
+    /// Work tasks submitted so far (fault injection counts these).
+    work_seq: u64,
+    /// Injected failures: (work sequence number, code).
+    injections: Vec<(u64, aclError)>,
+}
+
+pub(crate) struct Stream {
+    pub(crate) handle: Handle,
+    pub(crate) id: i32,
+    pub(crate) ctx: Handle,
+    pub(crate) device: Arc<Device>,
+    pub(crate) health: Arc<Health>,
+    pub(crate) priority: u32,
+    pub(crate) flags: u32,
+    pub(crate) is_default: bool,
+    failure_mode: AtomicU64,
+    state: Mutex<State>,
+    wake: Condvar,
+    submitted: AtomicU64,
+    finished: AtomicU64,
+    destroyed: AtomicBool,
+    aborted: AtomicBool,
+}
+
+/// How a task left the stream.
+enum Retired {
+    Completed {
+        start_ns: u64,
+        end_ns: u64,
+        error: Option<SimError>,
+    },
+    Abandoned,
+}
+
+impl Stream {
+    /// Creates a stream in context `ctx` and registers its handle.
+    pub(crate) fn create(
+        sim: &Sim,
+        ctx: Handle,
+        device: &Arc<Device>,
+        health: &Arc<Health>,
+        priority: u32,
+        flags: u32,
+        is_default: bool,
+    ) -> Res<Arc<Stream>> {
+        let live = device.live_streams.fetch_add(1, Ordering::AcqRel);
+        if live >= MAX_STREAMS_PER_DEVICE {
+            device.live_streams.fetch_sub(1, Ordering::AcqRel);
+            fail!(
+                ACL_ERROR_RT_NO_STREAM_RESOURCE,
+                "device {} already has {MAX_STREAMS_PER_DEVICE} streams",
+                device.id
+            );
+        }
+        let handle = match sim.streams.reserve() {
+            Ok(handle) => handle,
+            Err(error) => {
+                device.live_streams.fetch_sub(1, Ordering::AcqRel);
+                return Err(error);
+            }
+        };
+        let stream = Arc::new(Stream {
+            handle,
+            id: device.next_stream_id(),
+            ctx,
+            device: device.clone(),
+            health: health.clone(),
+            priority,
+            flags,
+            is_default,
+            failure_mode: AtomicU64::new(u64::from(ACL_CONTINUE_ON_FAILURE)),
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+            submitted: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
+            destroyed: AtomicBool::new(false),
+            aborted: AtomicBool::new(false),
+        });
+        sim.streams.fill(handle, stream.clone());
+        Ok(stream)
+    }
+
+    pub(crate) fn set_failure_mode(&self, mode: u64) {
+        self.failure_mode.store(mode, Ordering::Release);
+    }
+
+    /// Why work on this stream can never complete: device lost, context stopped, or the stream
+    /// was force-destroyed.
+    pub(crate) fn doom(&self) -> Option<aclError> {
+        if self.device.is_lost() {
+            Some(ACL_ERROR_RT_LOST_HEARTBEAT)
+        } else if let Some(code) = self.health.stopped() {
+            Some(code)
+        } else if self.aborted.load(Ordering::Acquire) {
+            Some(ACL_ERROR_RT_STREAM_ABORT)
+        } else {
+            None
+        }
+    }
+
+    /// Injects a failure into the `nth` work task submitted from now on (1 = the next one).
+    pub(crate) fn inject_failure(&self, nth: u64, code: aclError) {
+        let mut state = lock(&self.state);
+        let target = state.work_seq + nth;
+        state.injections.push((target, code));
+    }
+
+    /// Queues a task. The caller has checked ownership and that the context is usable.
+    pub(crate) fn submit(self: &Arc<Self>, mut task: Task) -> Res<()> {
+        ensure!(
+            !self.destroyed.load(Ordering::Acquire),
+            ACL_ERROR_RT_INVALID_HANDLE,
+            "stream {} is being destroyed",
+            self.id
+        );
+        task.submit_ns = self.device.clock.now_ns();
+        let mut state = lock(&self.state);
+        if task.is_work() {
+            state.work_seq += 1;
+            let seq = state.work_seq;
+            if let Some(at) = state.injections.iter().position(|&(n, _)| n == seq) {
+                task.inject = Some(state.injections.swap_remove(at).1);
+            }
+        }
+        state.queue.push_back(task);
+        self.submitted.fetch_add(1, Ordering::AcqRel);
+        if !state.worker {
+            let worker = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("npu-sim-d{}-s{}", self.device.id, self.id))
+                .spawn(move || worker.run());
+            if let Err(error) = spawned {
+                state.queue.pop_back();
+                self.submitted.fetch_sub(1, Ordering::AcqRel);
+                fail!(
+                    ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
+                    "could not start the worker thread of stream {}: {error}",
+                    self.id
+                );
+            }
+            state.worker = true;
+        } else if state.parked {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    fn run(self: Arc<Self>) {
+        let Ok(sim) = crate::sim::sim() else { return };
+        while let Some(task) = self.next() {
+            self.execute(sim, task);
+        }
+    }
+
+    fn next(&self) -> Option<Task> {
+        let spin_until = Instant::now() + SPIN;
+        while self.submitted.load(Ordering::Acquire) == self.finished.load(Ordering::Acquire)
+            && !self.destroyed.load(Ordering::Acquire)
+            && Instant::now() < spin_until
+        {
+            std::thread::yield_now();
+        }
+        let mut state = lock(&self.state);
+        loop {
+            if let Some(task) = state.queue.pop_front() {
+                return Some(task);
+            }
+            if self.destroyed.load(Ordering::Acquire) {
+                state.worker = false;
+                return None;
+            }
+            state.parked = true;
+            state = self
+                .wake
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+            state.parked = false;
+        }
+    }
+
+    /// Waits for what must happen before the task may start: awaited events and the device's
+    /// hold gate. Returns the simulated time it became ready, or how it failed.
+    fn wait_ready(&self, task: &Task) -> Result<u64, Option<SimError>> {
+        let mut ready_ns = 0;
+        if let Op::Wait(record) = &task.op {
+            let outcome = BELL.wait_until(None, || {
+                if self.doom().is_some() {
+                    return Some(Err(None));
+                }
+                match record.outcome() {
+                    crate::event::Outcome::Done { ts_ns, .. } => Some(Ok(ts_ns)),
+                    crate::event::Outcome::Pending => {
+                        record.doom().map(|code| Err(Some(record.doom_error(code))))
+                    }
+                }
+            });
+            ready_ns = outcome.unwrap_or(Err(None))?;
+        }
+        let released = BELL.wait_until(None, || {
+            if self.doom().is_some() {
+                return Some(None);
+            }
+            self.device.hold_state().map(Some)
+        });
+        match released.flatten() {
+            Some(released_ns) => Ok(ready_ns.max(released_ns)),
+            None => Err(None),
+        }
+    }
+
+    /// Does the task's own work.
+    fn perform(&self, sim: &Sim, task: &Task) -> Result<(), Option<SimError>> {
+        if let Some(code) = task.inject {
+            return Err(Some(SimError::new(
+                code,
+                format!(
+                    "injected failure of a task on stream {} of device {}",
+                    self.id, self.device.id
+                ),
+            )));
+        }
+        match &task.op {
+            Op::Callback { func, data, block } => sim.reports.deliver(self, *func, *data, *block),
+            Op::HostFunc { func, data } => {
+                // SAFETY: the caller of aclrtLaunchHostFunc supplied a valid C function and the
+                // argument it expects; it runs on this runtime-owned thread, as on CANN.
+                unsafe { func(*data as *mut std::ffi::c_void) };
+                Ok(())
+            }
+            Op::Reset { event, captured } => {
+                event.reset_if(captured.as_ref());
+                Ok(())
+            }
+            Op::Record(_) | Op::Wait(_) => Ok(()),
+            Op::Copy { .. } | Op::Memset { .. } | Op::Kernel(_) => {
+                let Some(_admitted) = self.device.admit() else {
+                    return Err(None);
+                };
+                let live = sim.memory.live();
+                task.run_memory(&live).map_err(Some)
+            }
+        }
+    }
+
+    fn execute(&self, sim: &Sim, task: Task) {
+        if self.doom().is_some() {
+            return self.retire(task, Retired::Abandoned);
+        }
+        let (ready_ns, failure) = match self.wait_ready(&task) {
+            Ok(ready_ns) => (ready_ns, None),
+            Err(None) => return self.retire(task, Retired::Abandoned),
+            Err(Some(error)) => (0, Some(error)),
+        };
+        let timing = self.device.clock.timing();
+        let start_ns = match &timing {
+            Some(_) => {
+                let last_end = lock(&self.state).last_end_ns;
+                last_end.max(ready_ns).max(task.submit_ns)
+            }
+            None => self.device.clock.now_ns(),
+        };
+        let result = match failure {
+            Some(error) => Err(Some(error)),
+            None => {
+                catch_unwind(AssertUnwindSafe(|| self.perform(sim, &task))).unwrap_or_else(|_| {
+                    Err(Some(SimError::new(
+                        ACL_ERROR_RT_INTERNAL_ERROR,
+                        "a task panicked in the simulator",
+                    )))
+                })
+            }
+        };
+        let error = match result {
+            Ok(()) => None,
+            Err(None) => return self.retire(task, Retired::Abandoned),
+            Err(Some(error)) => Some(error),
+        };
+        let end_ns = match &timing {
+            Some(model) => start_ns.saturating_add(task.duration_ns(model)),
+            None => self.device.clock.now_ns(),
+        };
+        if timing.is_some() {
+            let deadline = self.device.clock.instant_of(end_ns);
+            if BELL.wait_until(Some(deadline), || self.doom()).is_some() {
+                return self.retire(task, Retired::Abandoned);
+            }
+        }
+        self.retire(
+            task,
+            Retired::Completed {
+                start_ns,
+                end_ns,
+                error,
+            },
+        );
+    }
+
+    fn retire(&self, task: Task, retired: Retired) {
+        if let Retired::Completed {
+            start_ns,
+            end_ns,
+            error,
+        } = retired
+        {
+            let mut state = lock(&self.state);
+            state.last_end_ns = state.last_end_ns.max(end_ns);
+            if let Some(error) = error {
+                if self.failure_mode.load(Ordering::Acquire) == u64::from(ACL_STOP_ON_FAILURE) {
+                    self.health.stop(error.code);
+                }
+                state.since_record.get_or_insert_with(|| error.clone());
+                state.sticky.get_or_insert(error);
+            }
+            if let Op::Record(record) = &task.op {
+                record.complete(state.since_record.take().map(|e| e.code), end_ns);
+            }
+            drop(state);
+            trace::record_task(self.device.id, self.id, &task, start_ns, end_ns);
+        }
+        self.finished.fetch_add(1, Ordering::AcqRel);
+        // Dropping the task may release a kernel library or staged data: outside every lock.
+        drop(task);
+        BELL.ring();
+    }
+
+    /// Waits for every task submitted so far, leaving task errors in place. Fails if the
+    /// stream is doomed, or with ACL_ERROR_RT_STREAM_SYNC_TIMEOUT at the deadline.
+    pub(crate) fn wait_idle(&self, deadline: Option<Instant>) -> Res<()> {
+        if self.flags & UNSYNCED_FLAGS != 0 {
+            return Ok(());
+        }
+        let target = self.submitted.load(Ordering::Acquire);
+        let outcome = BELL.wait_until(deadline, || {
+            if let Some(code) = self.doom() {
+                return Some(Err(code));
+            }
+            (self.finished.load(Ordering::Acquire) >= target).then_some(Ok(()))
+        });
+        match outcome {
+            None => fail!(
+                ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+                "stream {} of device {} did not finish its work in time",
+                self.id,
+                self.device.id
+            ),
+            Some(Err(code)) => Err(self.doom_error(code)),
+            Some(Ok(())) => Ok(()),
+        }
+    }
+
+    /// Waits for every task submitted so far; returns (and clears) the first task error.
+    pub(crate) fn synchronize(&self, deadline: Option<Instant>) -> Res<()> {
+        self.wait_idle(deadline)?;
+        match lock(&self.state).sticky.take() {
+            Some(error) => Err(self.task_error(error)),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether all submitted work is done; fails with the first unreported task error
+    /// (without clearing it) or the stream's doom.
+    pub(crate) fn query(&self) -> Res<bool> {
+        if let Some(code) = self.doom() {
+            return Err(self.doom_error(code));
+        }
+        if let Some(error) = lock(&self.state).sticky.clone() {
+            return Err(self.task_error(error));
+        }
+        Ok(self.flags & UNSYNCED_FLAGS != 0
+            || self.finished.load(Ordering::Acquire) >= self.submitted.load(Ordering::Acquire))
+    }
+
+    fn task_error(&self, error: SimError) -> SimError {
+        SimError::new(
+            error.code,
+            format!(
+                "a task on stream {} of device {} failed: {}",
+                self.id, self.device.id, error.msg
+            ),
+        )
+    }
+
+    /// The error for a doomed stream.
+    pub(crate) fn doom_error(&self, code: aclError) -> SimError {
+        if code == ACL_ERROR_RT_LOST_HEARTBEAT {
+            return self.device.loss_error();
+        }
+        let why = if code == ACL_ERROR_RT_STREAM_ABORT {
+            "was destroyed with aclrtDestroyStreamForce".to_owned()
+        } else {
+            format!("stopped: a task of its context failed with {code} in ACL_STOP_ON_FAILURE mode")
+        };
+        SimError::new(
+            code,
+            format!("stream {} of device {} {why}", self.id, self.device.id),
+        )
+    }
+
+    /// Destroys the stream: waits for its work unless `force` (then queued work is dropped).
+    pub(crate) fn destroy(&self, sim: &Sim, force: bool) {
+        if self.destroyed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if force {
+            self.aborted.store(true, Ordering::Release);
+        } else {
+            // Errors were the owner's to collect; destruction proceeds either way.
+            let _ = self.wait_idle(None);
+        }
+        sim.streams.remove(self.handle);
+        self.device.live_streams.fetch_sub(1, Ordering::AcqRel);
+        let state = lock(&self.state);
+        if state.parked {
+            self.wake.notify_one();
+        }
+        drop(state);
+        BELL.ring();
+    }
+}

@@ -1,0 +1,151 @@
+//! C programs compiled at test time against npu-sim's headers and linked to its
+//! libascendcl.so; their output is compared byte for byte.
+
+extern crate ascendcl as npu_sim;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The directory holding this test binary and libascendcl.so (target/<profile>/deps).
+fn deps_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().to_owned()
+}
+
+fn include_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
+}
+
+/// Compiles `tests/c/<name>.c` into an executable linked to the simulator's cdylib.
+fn compile(name: &str, extra: &[&str]) -> PathBuf {
+    let deps = deps_dir();
+    assert!(
+        deps.join("libascendcl.so").exists(),
+        "libascendcl.so not found in {}",
+        deps.display()
+    );
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(format!("{name}.c"));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("npu-sim-{name}"));
+    let compiler = cc::Build::new()
+        .target(env!("NPU_SIM_TARGET"))
+        .host(env!("NPU_SIM_TARGET"))
+        .opt_level(1)
+        .cargo_metadata(false)
+        .get_compiler();
+    let output = Command::new(compiler.path())
+        .args(compiler.args())
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .args(extra)
+        .arg("-I")
+        .arg(include_dir())
+        .arg(&source)
+        .arg("-o")
+        .arg(&out)
+        .arg("-L")
+        .arg(&deps)
+        .arg(format!("-Wl,-rpath,{}", deps.display()))
+        .arg("-lascendcl")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "compiling {} failed:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    out
+}
+
+/// Runs a compiled program with a clean simulator environment; returns its stdout.
+fn run(program: &Path) -> String {
+    let output = Command::new(program)
+        .env_remove("NPU_SIM_CONFIG")
+        .env_remove("NPU_TRACE")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{} exited with {}:\n{stdout}{}",
+        program.display(),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+fn fnv1a(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf29ce484222325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+#[test]
+fn typical_flow_runs_byte_for_byte() {
+    const BYTES: usize = 1 << 20;
+    let expected: Vec<u8> = (0..BYTES)
+        .map(|i| if i < 4096 { 0xAB } else { (i * 7 + 3) as u8 })
+        .collect();
+    let stdout = run(&compile("typical_flow", &[]));
+    assert_eq!(
+        stdout,
+        format!(
+            "event status after sync: 1\nbytes: {BYTES}, mismatches: 0\nfnv1a: {:016x}\ntypical flow ok\n",
+            fnv1a(&expected)
+        )
+    );
+}
+
+#[test]
+fn two_device_peer_copy_flow() {
+    let stdout = run(&compile("peer_copy", &[]));
+    assert_eq!(
+        stdout,
+        "can access peer: 0->1 1, 1->0 1\n\
+         device 1 after copy from device 0: 0 bytes differ from 103\n\
+         device 0 after copy from device 1: 0 bytes differ from 42\n\
+         copy after disabling peer access: 207006\n\
+         peer copy ok\n"
+    );
+}
+
+#[test]
+fn kernels_load_from_the_shipped_shared_object_in_c() {
+    let stdout = run(&compile("kernel_flow", &[]));
+    assert_eq!(
+        stdout,
+        "live allocations: 3\nvector_add_f32 over 10000 elements in 8 blocks: 0 wrong\nkernel flow ok\n"
+    );
+}
+
+#[test]
+fn headers_compile_warning_free_and_errors_are_reported_once() {
+    let stdout = run(&compile("header_check", &["-pedantic"]));
+    assert_eq!(
+        stdout,
+        "soc Ascend910B3, mode 1, devices 2\nerror 100000, peek 100000, last 100000, message set, then 0, NULL\n"
+    );
+}
+
+#[test]
+fn the_cdylib_exports_every_header_function() {
+    let path = deps_dir().join("libascendcl.so");
+    // SAFETY: loading the simulator's own library runs no foreign initialisers; it stays
+    // loaded until the end of the test, longer than the table is used.
+    let library = unsafe { libloading::Library::new(&path) }.unwrap();
+    // SAFETY: the library is npu-sim, whose exports have the header's prototypes.
+    let api = unsafe { npu_sys::AclApi::from_library(&library) }.unwrap();
+    assert!(
+        api.unsupported().is_empty(),
+        "missing: {:?}",
+        api.unsupported()
+    );
+    let mut count = 0u32;
+    // SAFETY: a valid out pointer.
+    assert_eq!(unsafe { (api.aclrtGetDeviceCount)(&mut count) }, 0);
+    assert_eq!(count, npu_sim::config::DEFAULT_DEVICES);
+    // The loaded copy is a separate simulator with its own state (as on a real dlopen path).
+    std::mem::forget(library);
+}

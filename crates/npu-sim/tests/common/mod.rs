@@ -1,0 +1,176 @@
+//! Helpers shared by the integration tests (each test file is its own process with its own
+//! simulator; tests inside a file run in parallel threads and share it).
+
+// Not every test file uses every helper.
+#![allow(dead_code, unused_macros, unreachable_pub)]
+
+use std::ffi::{CStr, CString, c_void};
+use std::ptr;
+
+use ascendcl::abi::*;
+use npu_sys::*;
+
+/// Asserts an ACL call succeeded, showing the simulator's message otherwise.
+macro_rules! acl {
+    ($call:expr) => {{
+        // SAFETY: the tests pass valid pointers and live handles unless a case says otherwise.
+        let code = unsafe { $call };
+        assert_eq!(
+            code,
+            0,
+            "{} failed: {}",
+            stringify!($call),
+            $crate::common::recent_message()
+        );
+    }};
+}
+
+/// Calls an ACL function and returns its code.
+macro_rules! code {
+    ($call:expr) => {{
+        // SAFETY: the tests pass valid pointers and live handles unless a case says otherwise;
+        // invalid handles are opaque tokens the simulator checks, never dereferences.
+        unsafe { $call }
+    }};
+}
+
+/// The calling thread's pending error messages (cleared).
+pub fn recent_message() -> String {
+    // SAFETY: no preconditions.
+    let text = unsafe { aclGetRecentErrMsg() };
+    if text.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-NULL results are NUL-terminated and valid until the next call.
+    unsafe { CStr::from_ptr(text) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+pub fn set_device(device: i32) {
+    acl!(aclrtSetDevice(device));
+}
+
+pub fn create_stream() -> aclrtStream {
+    let mut stream = ptr::null_mut();
+    acl!(aclrtCreateStream(&mut stream));
+    stream
+}
+
+pub fn create_event() -> aclrtEvent {
+    let mut event = ptr::null_mut();
+    acl!(aclrtCreateEvent(&mut event));
+    event
+}
+
+pub fn malloc(bytes: usize) -> *mut c_void {
+    let mut ptr = ptr::null_mut();
+    acl!(aclrtMalloc(&mut ptr, bytes, ACL_MEM_MALLOC_HUGE_FIRST));
+    ptr
+}
+
+pub fn malloc_host(bytes: usize) -> *mut c_void {
+    let mut ptr = ptr::null_mut();
+    acl!(aclrtMallocHost(&mut ptr, bytes));
+    ptr
+}
+
+/// Copies host data to a device pointer synchronously.
+pub fn upload<T: Copy>(dev: *mut c_void, data: &[T]) {
+    let bytes = std::mem::size_of_val(data);
+    acl!(aclrtMemcpy(
+        dev,
+        bytes,
+        data.as_ptr().cast(),
+        bytes,
+        ACL_MEMCPY_HOST_TO_DEVICE
+    ));
+}
+
+/// Copies `len` elements back from a device pointer.
+pub fn download<T: Copy + Default>(dev: *const c_void, len: usize) -> Vec<T> {
+    let mut out = vec![T::default(); len];
+    let bytes = std::mem::size_of_val(out.as_slice());
+    acl!(aclrtMemcpy(
+        out.as_mut_ptr().cast(),
+        bytes,
+        dev,
+        bytes,
+        ACL_MEMCPY_DEVICE_TO_HOST
+    ));
+    out
+}
+
+pub fn c_string(text: &str) -> CString {
+    CString::new(text).unwrap()
+}
+
+/// Loads the in-process registry kernels `names` as a binary.
+pub fn registry_binary(names: &[&str]) -> aclrtBinHandle {
+    let image = ascendcl::kernel::registry_image(names);
+    let mut bin = ptr::null_mut();
+    acl!(aclrtBinaryLoadFromData(
+        image.as_ptr().cast(),
+        image.len(),
+        ptr::null(),
+        &mut bin
+    ));
+    bin
+}
+
+pub fn function(bin: aclrtBinHandle, name: &str) -> aclrtFuncHandle {
+    let name = c_string(name);
+    let mut func = ptr::null_mut();
+    acl!(aclrtBinaryGetFunction(bin, name.as_ptr(), &mut func));
+    func
+}
+
+/// Launches with host-packed arguments (the bytes of `args`).
+pub fn launch<T: Copy>(
+    func: aclrtFuncHandle,
+    blocks: u32,
+    stream: aclrtStream,
+    args: &T,
+    cfg: *mut aclrtLaunchKernelCfg,
+) -> aclError {
+    let mut args = *args;
+    code!(aclrtLaunchKernelWithHostArgs(
+        func,
+        blocks,
+        stream,
+        cfg,
+        (&raw mut args).cast(),
+        std::mem::size_of::<T>(),
+        ptr::null_mut(),
+        0
+    ))
+}
+
+/// Registers `add_one_u32` (args: one u64 address of a u32; adds 1) and `trap` (always
+/// returns 1) once per process.
+pub fn register_test_kernels() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        ascendcl::kernel::register("add_one_u32", |_, _, args: *mut c_void| {
+            // SAFETY: launched with 8 bytes of arguments holding the address of a u32.
+            unsafe {
+                let target = args.cast::<u64>().read_unaligned() as *mut u32;
+                *target += 1;
+            }
+            0
+        })
+        .unwrap();
+        ascendcl::kernel::register("trap", |_, _, _| 1).unwrap();
+    });
+}
+
+/// A launch configuration selecting the vector (AIV) engine. Keep the attribute alive while the
+/// configuration is used.
+pub fn aiv_attr() -> aclrtLaunchKernelAttr {
+    aclrtLaunchKernelAttr {
+        id: ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE,
+        value: aclrtLaunchKernelAttrValue {
+            engineType: ACL_RT_ENGINE_TYPE_AIV,
+        },
+    }
+}

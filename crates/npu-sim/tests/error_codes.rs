@@ -1,0 +1,1281 @@
+//! Every error code the simulator returns, each reached through the exported C ABI from a table
+//! of bad inputs. docs/simulator.md maps each code to the case names used here.
+//!
+//! Devices (this process has 8): 0 and 1 for the general tables, 2 is lost, 3 is held (hold
+//! gate), 6 has its reference count exercised, 7 runs trapping kernels. Tests in this file run
+//! in parallel, so none touches another's device. Process-wide limits (streams, subscribed
+//! threads) are exhausted in tests/limits.rs, a process of their own.
+
+extern crate ascendcl as npu_sim;
+
+#[macro_use]
+mod common;
+
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::Once;
+
+use common::*;
+use npu_sim::abi::*;
+use npu_sim::control;
+use npu_sys::*;
+
+fn install() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        npu_sim::SimConfig::default()
+            .devices(8)
+            .memory_per_device(1 << 30)
+            .install()
+            .unwrap();
+        register_test_kernels();
+    });
+}
+
+/// One bad input: the API expected to fail, the code, and the call (run on a fresh thread bound
+/// to `device`, or with no context when `device` is -1).
+struct Case {
+    name: &'static str,
+    api: &'static str,
+    code: aclError,
+    device: i32,
+    run: fn() -> aclError,
+}
+
+const fn case(
+    name: &'static str,
+    api: &'static str,
+    code: aclError,
+    device: i32,
+    run: fn() -> aclError,
+) -> Case {
+    Case {
+        name,
+        api,
+        code,
+        device,
+        run,
+    }
+}
+
+/// Runs every case; checks the code, the thread's last error and that the message names the
+/// API.
+fn run_table(cases: &[Case]) {
+    install();
+    let mut failures = Vec::new();
+    for case in cases {
+        let (device, run) = (case.device, case.run);
+        let (code, last, message) = std::thread::spawn(move || {
+            if device >= 0 {
+                set_device(device);
+            }
+            let code = run();
+            // SAFETY: no preconditions.
+            let last = unsafe { aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL) };
+            (code, last, recent_message())
+        })
+        .join()
+        .unwrap();
+        if code != case.code || last != case.code || !message.contains(case.api) {
+            failures.push(format!(
+                "{}: expected {} from {}, got {code} (last error {last}, message {message:?})",
+                case.name, case.code, case.api
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failing cases:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+fn stream_of_other_context() -> aclrtStream {
+    let stream = create_stream();
+    let mut ctx = ptr::null_mut();
+    acl!(aclrtCreateContext(&mut ctx, 0));
+    stream
+}
+
+fn destroyed_stream() -> aclrtStream {
+    let stream = create_stream();
+    acl!(aclrtDestroyStream(stream));
+    stream
+}
+
+fn finalized_args(func: aclrtFuncHandle) -> aclrtArgsHandle {
+    let mut args = ptr::null_mut();
+    acl!(aclrtKernelArgsInit(func, &mut args));
+    acl!(aclrtKernelArgsFinalize(args));
+    args
+}
+
+fn add_one() -> aclrtFuncHandle {
+    function(registry_binary(&["add_one_u32", "trap"]), "add_one_u32")
+}
+
+fn page_aligned_buffer() -> *mut c_void {
+    // A leaked, page-aligned heap buffer (pageable host memory).
+    let layout = std::alloc::Layout::from_size_align(1 << 16, 4096).unwrap();
+    // SAFETY: non-zero size.
+    unsafe { std::alloc::alloc_zeroed(layout) }.cast()
+}
+
+static INVALID_PARAM: &[Case] = &[
+    case("null out pointer", "aclrtGetDevice", 100000, 0, || {
+        code!(aclrtGetDevice(ptr::null_mut()))
+    }),
+    case("null devPtr", "aclrtMalloc", 100000, 0, || {
+        code!(aclrtMalloc(ptr::null_mut(), 1, 0))
+    }),
+    case("size 0", "aclrtMalloc", 100000, 0, || {
+        let mut p = ptr::null_mut();
+        code!(aclrtMalloc(&mut p, 0, 0))
+    }),
+    case("host size 0", "aclrtMallocHost", 100000, 0, || {
+        let mut p = ptr::null_mut();
+        code!(aclrtMallocHost(&mut p, 0))
+    }),
+    case("cfg attrs NULL", "aclrtMallocWithCfg", 100000, 0, || {
+        let mut p = ptr::null_mut();
+        let mut cfg = aclrtMallocConfig {
+            attrs: ptr::null_mut(),
+            numAttrs: 1,
+        };
+        code!(aclrtMallocWithCfg(&mut p, 64, 0, &mut cfg))
+    }),
+    case("null dst", "aclrtMemcpy", 100000, 0, || {
+        let src = [0u8; 4];
+        code!(aclrtMemcpy(
+            ptr::null_mut(),
+            4,
+            src.as_ptr().cast(),
+            4,
+            ACL_MEMCPY_HOST_TO_HOST
+        ))
+    }),
+    case("memcpy kind 6", "aclrtMemcpy", 100000, 0, || {
+        let (mut a, b) = ([0u8; 4], [0u8; 4]);
+        code!(aclrtMemcpy(
+            a.as_mut_ptr().cast(),
+            4,
+            b.as_ptr().cast(),
+            4,
+            ACL_MEMCPY_INNER_DEVICE_TO_DEVICE
+        ))
+    }),
+    case("width > spitch", "aclrtMemcpy2d", 100000, 0, || {
+        let d = malloc(4096);
+        let h = malloc_host(4096);
+        code!(aclrtMemcpy2d(
+            d,
+            64,
+            h,
+            16,
+            32,
+            4,
+            ACL_MEMCPY_HOST_TO_DEVICE
+        ))
+    }),
+    case("2D kind H2H", "aclrtMemcpy2d", 100000, 0, || {
+        let h = malloc_host(4096);
+        code!(aclrtMemcpy2d(h, 64, h, 64, 32, 4, ACL_MEMCPY_HOST_TO_HOST))
+    }),
+    case("null context", "aclrtSetCurrentContext", 100000, 0, || {
+        code!(aclrtSetCurrentContext(ptr::null_mut()))
+    }),
+    case("null callback", "aclrtLaunchCallback", 100000, 0, || {
+        code!(aclrtLaunchCallback(
+            None,
+            ptr::null_mut(),
+            ACL_CALLBACK_BLOCK,
+            ptr::null_mut()
+        ))
+    }),
+    case("bad block type", "aclrtLaunchCallback", 100000, 0, || {
+        unsafe extern "C" fn cb(_: *mut c_void) {}
+        code!(aclrtLaunchCallback(
+            Some(cb),
+            ptr::null_mut(),
+            2,
+            ptr::null_mut()
+        ))
+    }),
+    case("report timeout 0", "aclrtProcessReport", 100000, 0, || {
+        code!(aclrtProcessReport(0))
+    }),
+    case("report timeout -2", "aclrtProcessReport", 100000, 0, || {
+        code!(aclrtProcessReport(-2))
+    }),
+    case(
+        "peer of itself",
+        "aclrtDeviceCanAccessPeer",
+        100000,
+        0,
+        || {
+            let mut can = 0;
+            code!(aclrtDeviceCanAccessPeer(&mut can, 1, 1))
+        },
+    ),
+    case(
+        "enable peer on itself",
+        "aclrtDeviceEnablePeerAccess",
+        100000,
+        0,
+        || code!(aclrtDeviceEnablePeerAccess(0, 0)),
+    ),
+    case(
+        "bad failure mode",
+        "aclrtSetStreamFailureMode",
+        100000,
+        0,
+        || code!(aclrtSetStreamFailureMode(ptr::null_mut(), 2)),
+    ),
+    case("0 blocks", "aclrtLaunchKernelWithConfig", 100000, 0, || {
+        let func = add_one();
+        let args = finalized_args(func);
+        code!(aclrtLaunchKernelWithConfig(
+            func,
+            0,
+            ptr::null_mut(),
+            ptr::null_mut(),
+            args,
+            ptr::null_mut()
+        ))
+    }),
+    case(
+        "reserve not NULL",
+        "aclrtLaunchKernelWithConfig",
+        100000,
+        0,
+        || {
+            let func = add_one();
+            let args = finalized_args(func);
+            let mut reserve = 0u8;
+            code!(aclrtLaunchKernelWithConfig(
+                func,
+                1,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                args,
+                (&raw mut reserve).cast()
+            ))
+        },
+    ),
+    case("0 blocks", "aclrtLaunchKernel", 100000, 0, || {
+        code!(aclrtLaunchKernel(
+            add_one(),
+            0,
+            ptr::null(),
+            0,
+            ptr::null_mut()
+        ))
+    }),
+    case(
+        "device pointer flag",
+        "aclrtHostGetDevicePointer",
+        100000,
+        0,
+        || {
+            let mut d = ptr::null_mut();
+            code!(aclrtHostGetDevicePointer(page_aligned_buffer(), &mut d, 1))
+        },
+    ),
+    case("free NULL", "aclrtFree", 100000, 0, || {
+        code!(aclrtFree(ptr::null_mut()))
+    }),
+    case(
+        "destroy NULL stream",
+        "aclrtDestroyStream",
+        100000,
+        0,
+        || code!(aclrtDestroyStream(ptr::null_mut())),
+    ),
+    case("record NULL event", "aclrtRecordEvent", 100000, 0, || {
+        code!(aclrtRecordEvent(ptr::null_mut(), ptr::null_mut()))
+    }),
+    case("load 0 bytes", "aclrtBinaryLoadFromData", 100000, 0, || {
+        let mut bin = ptr::null_mut();
+        let data = [0u8; 4];
+        code!(aclrtBinaryLoadFromData(
+            data.as_ptr().cast(),
+            0,
+            ptr::null(),
+            &mut bin
+        ))
+    }),
+];
+
+static PARAM_INVALID: &[Case] = &[
+    case("count > destMax", "aclrtMemcpy", 107000, 0, || {
+        let (d, h) = (malloc(16), malloc_host(16));
+        code!(aclrtMemcpy(d, 8, h, 16, ACL_MEMCPY_HOST_TO_DEVICE))
+    }),
+    case("count > maxCount", "aclrtMemsetAsync", 107000, 0, || {
+        code!(aclrtMemsetAsync(malloc(16), 8, 0, 16, ptr::null_mut()))
+    }),
+    case("height over 5242880", "aclrtMemcpy2d", 107000, 0, || {
+        let (d, h) = (malloc(64), malloc_host(64));
+        code!(aclrtMemcpy2d(
+            d,
+            1,
+            h,
+            1,
+            1,
+            5 * 1024 * 1024 + 1,
+            ACL_MEMCPY_HOST_TO_DEVICE
+        ))
+    }),
+    case("width over 5000000", "aclrtMemcpy2d", 107000, 0, || {
+        let (d, h) = (malloc(64), malloc_host(64));
+        code!(aclrtMemcpy2d(
+            d,
+            5_000_001,
+            h,
+            5_000_001,
+            5_000_001,
+            1,
+            ACL_MEMCPY_HOST_TO_DEVICE
+        ))
+    }),
+    case(
+        "stream timeout 0",
+        "aclrtSynchronizeStreamWithTimeout",
+        107000,
+        0,
+        || code!(aclrtSynchronizeStreamWithTimeout(ptr::null_mut(), 0)),
+    ),
+    case(
+        "stream timeout -2",
+        "aclrtSynchronizeStreamWithTimeout",
+        107000,
+        0,
+        || code!(aclrtSynchronizeStreamWithTimeout(ptr::null_mut(), -2)),
+    ),
+    case(
+        "event timeout 0",
+        "aclrtSynchronizeEventWithTimeout",
+        107000,
+        0,
+        || code!(aclrtSynchronizeEventWithTimeout(create_event(), 0)),
+    ),
+    case(
+        "device timeout 0",
+        "aclrtSynchronizeDeviceWithTimeout",
+        107000,
+        0,
+        || code!(aclrtSynchronizeDeviceWithTimeout(0)),
+    ),
+    case(
+        "event flag 0",
+        "aclrtCreateEventWithFlag",
+        107000,
+        0,
+        || {
+            let mut e = ptr::null_mut();
+            code!(aclrtCreateEventWithFlag(&mut e, 0))
+        },
+    ),
+    case(
+        "unknown event flag",
+        "aclrtCreateEventWithFlag",
+        107000,
+        0,
+        || {
+            let mut e = ptr::null_mut();
+            code!(aclrtCreateEventWithFlag(&mut e, 0x80))
+        },
+    ),
+    case(
+        "exclusive event flag combined",
+        "aclrtCreateEventExWithFlag",
+        107000,
+        0,
+        || {
+            let mut e = ptr::null_mut();
+            code!(aclrtCreateEventExWithFlag(
+                &mut e,
+                ACL_EVENT_IPC | ACL_EVENT_SYNC
+            ))
+        },
+    ),
+    case(
+        "destroyed context",
+        "aclrtSetCurrentContext",
+        107000,
+        0,
+        || {
+            let mut ctx = ptr::null_mut();
+            acl!(aclrtCreateContext(&mut ctx, 0));
+            acl!(aclrtDestroyContext(ctx));
+            code!(aclrtSetCurrentContext(ctx))
+        },
+    ),
+    case(
+        "kind contradicts pageable pointers",
+        "aclrtMemcpy",
+        107000,
+        0,
+        || {
+            let (mut a, b) = ([0u8; 8], [0u8; 8]);
+            code!(aclrtMemcpy(
+                a.as_mut_ptr().cast(),
+                8,
+                b.as_ptr().cast(),
+                8,
+                ACL_MEMCPY_HOST_TO_DEVICE
+            ))
+        },
+    ),
+    case("past the allocation", "aclrtMemcpy", 107000, 0, || {
+        let d = malloc(64);
+        let h = vec![0u8; 4096];
+        code!(aclrtMemcpy(
+            d,
+            4096,
+            h.as_ptr().cast(),
+            4096,
+            ACL_MEMCPY_HOST_TO_DEVICE
+        ))
+    }),
+    case(
+        "register misaligned",
+        "aclrtHostRegister",
+        107000,
+        0,
+        || {
+            let mut d = ptr::null_mut();
+            let p = page_aligned_buffer().cast::<u8>().wrapping_add(8).cast();
+            code!(aclrtHostRegister(p, 4096, ACL_HOST_REGISTER_MAPPED, &mut d))
+        },
+    ),
+    case("register flag 0", "aclrtHostRegisterV2", 107000, 0, || {
+        code!(aclrtHostRegisterV2(page_aligned_buffer(), 4096, 0))
+    }),
+    case(
+        "register unknown flag",
+        "aclrtHostRegisterV2",
+        107000,
+        0,
+        || code!(aclrtHostRegisterV2(page_aligned_buffer(), 4096, 0x40)),
+    ),
+    case(
+        "engine 10",
+        "aclrtHostMemMapCapabilities",
+        107000,
+        0,
+        || {
+            let mut cap = 0;
+            code!(aclrtHostMemMapCapabilities(0, 10, &mut cap))
+        },
+    ),
+    case("unknown attribute", "aclrtGetDeviceInfo", 107000, 0, || {
+        let mut v = 0;
+        code!(aclrtGetDeviceInfo(0, 9999, &mut v))
+    }),
+    case(
+        "args not device memory",
+        "aclrtLaunchKernel",
+        107000,
+        0,
+        || {
+            let h = malloc_host(64);
+            code!(aclrtLaunchKernel(add_one(), 1, h, 8, ptr::null_mut()))
+        },
+    ),
+    case(
+        "placeholder out of range",
+        "aclrtLaunchKernelWithHostArgs",
+        107000,
+        0,
+        || {
+            let mut args = [0u64; 2];
+            let mut holder = aclrtPlaceHolderInfo {
+                addrOffset: 12,
+                dataOffset: 0,
+            };
+            code!(aclrtLaunchKernelWithHostArgs(
+                add_one(),
+                1,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                args.as_mut_ptr().cast(),
+                16,
+                &mut holder,
+                1
+            ))
+        },
+    ),
+    case(
+        "args not finalized",
+        "aclrtLaunchKernelWithConfig",
+        107000,
+        0,
+        || {
+            let func = add_one();
+            let mut args = ptr::null_mut();
+            acl!(aclrtKernelArgsInit(func, &mut args));
+            code!(aclrtLaunchKernelWithConfig(
+                func,
+                1,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                args,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "update size mismatch",
+        "aclrtKernelArgsParaUpdate",
+        107000,
+        0,
+        || {
+            let mut args = ptr::null_mut();
+            acl!(aclrtKernelArgsInit(add_one(), &mut args));
+            let (mut value, mut param) = (0u64, ptr::null_mut());
+            acl!(aclrtKernelArgsAppend(
+                args,
+                (&raw mut value).cast(),
+                8,
+                &mut param
+            ));
+            let mut small = 0u32;
+            code!(aclrtKernelArgsParaUpdate(
+                args,
+                param,
+                (&raw mut small).cast(),
+                4
+            ))
+        },
+    ),
+    case(
+        "more than 128 params",
+        "aclrtKernelArgsAppend",
+        107000,
+        0,
+        || {
+            let mut args = ptr::null_mut();
+            acl!(aclrtKernelArgsInit(add_one(), &mut args));
+            let (mut value, mut param) = (0u32, ptr::null_mut());
+            for _ in 0..128 {
+                acl!(aclrtKernelArgsAppend(
+                    args,
+                    (&raw mut value).cast(),
+                    4,
+                    &mut param
+                ));
+            }
+            code!(aclrtKernelArgsAppend(
+                args,
+                (&raw mut value).cast(),
+                4,
+                &mut param
+            ))
+        },
+    ),
+    case(
+        "destroy the default stream",
+        "aclrtDestroyStream",
+        107000,
+        0,
+        || {
+            let mut s = ptr::null_mut();
+            acl!(aclrtCtxGetCurrentDefaultStream(&mut s));
+            code!(aclrtDestroyStream(s))
+        },
+    ),
+    case(
+        "garbage binary",
+        "aclrtBinaryLoadFromData",
+        107000,
+        0,
+        || {
+            let mut bin = ptr::null_mut();
+            let data = *b"not a kernel binary";
+            code!(aclrtBinaryLoadFromData(
+                data.as_ptr().cast(),
+                data.len(),
+                ptr::null(),
+                &mut bin
+            ))
+        },
+    ),
+    case(
+        "DEVICE_ID of another device",
+        "aclrtMallocWithCfg",
+        107000,
+        0,
+        || {
+            let mut attr = aclrtMallocAttribute {
+                attr: ACL_RT_MEM_ATTR_DEVICE_ID,
+                value: aclrtMallocAttrValue { deviceId: 1 },
+            };
+            let mut cfg = aclrtMallocConfig {
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            let mut p = ptr::null_mut();
+            code!(aclrtMallocWithCfg(&mut p, 64, 0, &mut cfg))
+        },
+    ),
+    case(
+        "elapsed end before start",
+        "aclrtEventElapsedTime",
+        107007,
+        0,
+        || {
+            let (end, start) = (create_event(), create_event());
+            let d = malloc(1 << 20);
+            acl!(aclrtRecordEvent(end, ptr::null_mut()));
+            acl!(aclrtMemsetAsync(d, 1 << 20, 1, 1 << 20, ptr::null_mut()));
+            acl!(aclrtRecordEvent(start, ptr::null_mut()));
+            acl!(aclrtSynchronizeStream(ptr::null_mut()));
+            let mut ms = 0.0;
+            code!(aclrtEventElapsedTime(&mut ms, start, end))
+        },
+    ),
+];
+
+static CONTEXTS_AND_HANDLES: &[Case] = &[
+    case("device 99", "aclrtSetDevice", 107001, -1, || {
+        code!(aclrtSetDevice(99))
+    }),
+    case("device -1", "aclrtCreateContext", 107001, -1, || {
+        let mut ctx = ptr::null_mut();
+        code!(aclrtCreateContext(&mut ctx, -1))
+    }),
+    case(
+        "info of device 99",
+        "aclrtGetDeviceInfo",
+        107001,
+        -1,
+        || {
+            let mut v = 0;
+            code!(aclrtGetDeviceInfo(99, ACL_DEV_ATTR_AICORE_CORE_NUM, &mut v))
+        },
+    ),
+    case("no context", "aclrtGetDevice", 107002, -1, || {
+        let mut d = 0;
+        code!(aclrtGetDevice(&mut d))
+    }),
+    case("no context", "aclrtMalloc", 107002, -1, || {
+        let mut p = ptr::null_mut();
+        code!(aclrtMalloc(&mut p, 64, 0))
+    }),
+    case("no context", "aclrtCreateStream", 107002, -1, || {
+        let mut s = ptr::null_mut();
+        code!(aclrtCreateStream(&mut s))
+    }),
+    case("no context", "aclrtSynchronizeStream", 107002, -1, || {
+        code!(aclrtSynchronizeStream(ptr::null_mut()))
+    }),
+    case(
+        "destroy the primary context",
+        "aclrtDestroyContext",
+        107002,
+        0,
+        || {
+            let mut ctx = ptr::null_mut();
+            acl!(aclrtGetCurrentContext(&mut ctx));
+            code!(aclrtDestroyContext(ctx))
+        },
+    ),
+    case(
+        "wrong stream context",
+        "aclrtMemcpyAsync",
+        107003,
+        0,
+        || {
+            let s = stream_of_other_context();
+            let (d, h) = (malloc(64), malloc_host(64));
+            code!(aclrtMemcpyAsync(d, 64, h, 64, ACL_MEMCPY_HOST_TO_DEVICE, s))
+        },
+    ),
+    case(
+        "wrong stream context",
+        "aclrtLaunchKernel",
+        107003,
+        0,
+        || {
+            let func = add_one();
+            let s = stream_of_other_context();
+            code!(aclrtLaunchKernel(func, 1, ptr::null(), 0, s))
+        },
+    ),
+    case(
+        "wrong stream context",
+        "aclrtDestroyStream",
+        107003,
+        0,
+        || code!(aclrtDestroyStream(stream_of_other_context())),
+    ),
+    case(
+        "wrong stream context",
+        "aclrtLaunchHostFunc",
+        107003,
+        0,
+        || {
+            unsafe extern "C" fn f(_: *mut c_void) {}
+            code!(aclrtLaunchHostFunc(
+                stream_of_other_context(),
+                Some(f),
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "event of another device",
+        "aclrtRecordEvent",
+        107003,
+        0,
+        || {
+            set_device(1);
+            let event = create_event();
+            set_device(0);
+            code!(aclrtRecordEvent(event, ptr::null_mut()))
+        },
+    ),
+    case("stale stream", "aclrtMemsetAsync", 107017, 0, || {
+        code!(aclrtMemsetAsync(malloc(64), 64, 0, 64, destroyed_stream()))
+    }),
+    case("stale stream", "aclrtSynchronizeStream", 107017, 0, || {
+        code!(aclrtSynchronizeStream(destroyed_stream()))
+    }),
+    case("garbage event", "aclrtQueryEventStatus", 107017, 0, || {
+        let mut st = 0;
+        code!(aclrtQueryEventStatus(0x1234 as aclrtEvent, &mut st))
+    }),
+    case(
+        "event passed as stream",
+        "aclrtStreamQuery",
+        107017,
+        0,
+        || {
+            let mut st = 0;
+            code!(aclrtStreamQuery(create_event(), &mut st))
+        },
+    ),
+    case("stale context", "aclrtDestroyContext", 107017, 0, || {
+        let mut ctx = ptr::null_mut();
+        acl!(aclrtCreateContext(&mut ctx, 0));
+        acl!(aclrtDestroyContext(ctx));
+        code!(aclrtDestroyContext(ctx))
+    }),
+    case(
+        "function of an unloaded binary",
+        "aclrtLaunchKernel",
+        107017,
+        0,
+        || {
+            let bin = registry_binary(&["add_one_u32"]);
+            let func = function(bin, "add_one_u32");
+            acl!(aclrtBinaryUnLoad(bin));
+            code!(aclrtLaunchKernel(func, 1, ptr::null(), 0, ptr::null_mut()))
+        },
+    ),
+    case("stale event", "aclrtDestroyEvent", 107017, 0, || {
+        let e = create_event();
+        acl!(aclrtDestroyEvent(e));
+        code!(aclrtDestroyEvent(e))
+    }),
+];
+
+static RESOURCES: &[Case] = &[
+    case(
+        "unreadable file",
+        "aclrtBinaryLoadFromFile",
+        107009,
+        0,
+        || {
+            let mut bin = ptr::null_mut();
+            let path = c_string("/nonexistent/kernels.so");
+            code!(aclrtBinaryLoadFromFile(
+                path.as_ptr(),
+                ptr::null_mut(),
+                &mut bin
+            ))
+        },
+    ),
+    case(
+        "not a shared object",
+        "aclrtBinaryLoadFromFile",
+        100003,
+        0,
+        || {
+            let mut bin = ptr::null_mut();
+            let path = c_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"));
+            code!(aclrtBinaryLoadFromFile(
+                path.as_ptr(),
+                ptr::null_mut(),
+                &mut bin
+            ))
+        },
+    ),
+    case(
+        "unknown kernel",
+        "aclrtBinaryGetFunction",
+        107042,
+        0,
+        || {
+            let bin = registry_binary(&[]);
+            let name = c_string("no_such_kernel");
+            let mut func = ptr::null_mut();
+            code!(aclrtBinaryGetFunction(bin, name.as_ptr(), &mut func))
+        },
+    ),
+    case("subscribe twice", "aclrtSubscribeReport", 107011, 0, || {
+        let s = create_stream();
+        acl!(aclrtSubscribeReport(11, s));
+        code!(aclrtSubscribeReport(12, s))
+    }),
+    case(
+        "thread serves another device",
+        "aclrtSubscribeReport",
+        107012,
+        0,
+        || {
+            acl!(aclrtSubscribeReport(21, create_stream()));
+            set_device(1);
+            code!(aclrtSubscribeReport(21, create_stream()))
+        },
+    ),
+    case(
+        "unsubscribed thread",
+        "aclrtProcessReport",
+        107012,
+        0,
+        || code!(aclrtProcessReport(10)),
+    ),
+    case(
+        "unsubscribed callback stream",
+        "aclrtLaunchCallback",
+        107015,
+        0,
+        || {
+            unsafe extern "C" fn cb(_: *mut c_void) {}
+            code!(aclrtLaunchCallback(
+                Some(cb),
+                ptr::null_mut(),
+                ACL_CALLBACK_NO_BLOCK,
+                create_stream()
+            ))
+        },
+    ),
+    case(
+        "unsubscribe a stream never subscribed",
+        "aclrtUnSubscribeReport",
+        107015,
+        0,
+        || code!(aclrtUnSubscribeReport(31, create_stream())),
+    ),
+    case(
+        "nothing to process",
+        "aclrtProcessReport",
+        507012,
+        0,
+        || {
+            // SAFETY: no preconditions.
+            let me = unsafe { libc::pthread_self() } as u64;
+            acl!(aclrtSubscribeReport(me, create_stream()));
+            code!(aclrtProcessReport(5))
+        },
+    ),
+    case("async host to host", "aclrtMemcpyAsync", 207000, 0, || {
+        let (a, b) = (malloc_host(64), malloc_host(64));
+        code!(aclrtMemcpyAsync(
+            a,
+            64,
+            b,
+            64,
+            ACL_MEMCPY_HOST_TO_HOST,
+            ptr::null_mut()
+        ))
+    }),
+    case(
+        "sync 2D device to device",
+        "aclrtMemcpy2d",
+        207000,
+        0,
+        || {
+            let (a, b) = (malloc(4096), malloc(4096));
+            code!(aclrtMemcpy2d(
+                a,
+                64,
+                b,
+                64,
+                64,
+                4,
+                ACL_MEMCPY_DEVICE_TO_DEVICE
+            ))
+        },
+    ),
+    case(
+        "wait on a TIME_LINE event",
+        "aclrtStreamWaitEvent",
+        207000,
+        0,
+        || {
+            let mut e = ptr::null_mut();
+            acl!(aclrtCreateEventWithFlag(&mut e, ACL_EVENT_TIME_LINE));
+            code!(aclrtStreamWaitEvent(ptr::null_mut(), e))
+        },
+    ),
+    case("reset an Ex event", "aclrtResetEvent", 207000, 0, || {
+        let mut e = ptr::null_mut();
+        acl!(aclrtCreateEventExWithFlag(&mut e, ACL_EVENT_SYNC));
+        code!(aclrtResetEvent(e, ptr::null_mut()))
+    }),
+    case(
+        "deprecated query of an Ex event",
+        "aclrtQueryEvent",
+        207000,
+        0,
+        || {
+            let mut e = ptr::null_mut();
+            acl!(aclrtCreateEventExWithFlag(&mut e, ACL_EVENT_SYNC));
+            let mut st = 0;
+            code!(aclrtQueryEvent(e, &mut st))
+        },
+    ),
+    case("register type 0x1", "aclrtHostRegister", 207000, 0, || {
+        let mut d = ptr::null_mut();
+        code!(aclrtHostRegister(page_aligned_buffer(), 4096, 0x1, &mut d))
+    }),
+    case("more than the capacity", "aclrtMalloc", 207001, 0, || {
+        let mut p = ptr::null_mut();
+        code!(aclrtMalloc(&mut p, 2 << 30, 0))
+    }),
+    case("free twice", "aclrtFree", 207002, 0, || {
+        let d = malloc(64);
+        acl!(aclrtFree(d));
+        code!(aclrtFree(d))
+    }),
+    case(
+        "pinned memory freed as device memory",
+        "aclrtFree",
+        207002,
+        0,
+        || code!(aclrtFree(malloc_host(64))),
+    ),
+    case(
+        "cross-device copy without peer access",
+        "aclrtMemcpy",
+        207006,
+        0,
+        || {
+            set_device(1);
+            let remote = malloc(64);
+            set_device(0);
+            code!(aclrtMemcpy(
+                remote,
+                64,
+                malloc(64),
+                64,
+                ACL_MEMCPY_DEVICE_TO_DEVICE
+            ))
+        },
+    ),
+    case(
+        "peer flags",
+        "aclrtDeviceEnablePeerAccess",
+        200006,
+        0,
+        || code!(aclrtDeviceEnablePeerAccess(1, 1)),
+    ),
+    case(
+        "elapsed time of unrecorded events",
+        "aclrtEventElapsedTime",
+        507000,
+        0,
+        || {
+            let mut ms = 0.0;
+            code!(aclrtEventElapsedTime(
+                &mut ms,
+                create_event(),
+                create_event()
+            ))
+        },
+    ),
+    case(
+        "timestamp of an unrecorded event",
+        "aclrtEventGetTimestamp",
+        507000,
+        0,
+        || {
+            let mut ts = 0;
+            code!(aclrtEventGetTimestamp(create_event(), &mut ts))
+        },
+    ),
+    case("register twice", "aclrtHostRegisterV2", 507910, 0, || {
+        let p = page_aligned_buffer();
+        acl!(aclrtHostRegisterV2(p, 4096, ACL_HOST_REG_MAPPED));
+        code!(aclrtHostRegisterV2(p, 4096, ACL_HOST_REG_PINNED))
+    }),
+    case(
+        "pin aclrtMallocHost memory",
+        "aclrtHostRegisterV2",
+        507910,
+        0,
+        || {
+            code!(aclrtHostRegisterV2(
+                malloc_host(4096),
+                4096,
+                ACL_HOST_REG_PINNED
+            ))
+        },
+    ),
+    case(
+        "unregister unregistered",
+        "aclrtHostUnregister",
+        507911,
+        0,
+        || code!(aclrtHostUnregister(page_aligned_buffer())),
+    ),
+    case(
+        "device pointer of unregistered memory",
+        "aclrtHostGetDevicePointer",
+        507911,
+        0,
+        || {
+            let mut d = ptr::null_mut();
+            code!(aclrtHostGetDevicePointer(page_aligned_buffer(), &mut d, 0))
+        },
+    ),
+    case(
+        "trace to an unwritable path",
+        "npusimTraceFlush",
+        107010,
+        0,
+        || {
+            let path = c_string("/nonexistent-dir/trace.json");
+            acl!(npusimTraceEnable(path.as_ptr()));
+            let code = code!(npusimTraceFlush());
+            npu_sim::trace::disable();
+            code
+        },
+    ),
+    case(
+        "injected failure",
+        "aclrtSynchronizeStream",
+        507899,
+        0,
+        || {
+            let s = create_stream();
+            control::fail_task(s, 1, 507899).unwrap();
+            acl!(aclrtMemsetAsync(malloc(64), 64, 0, 64, s));
+            code!(aclrtSynchronizeStream(s))
+        },
+    ),
+    case(
+        "injected allocation failure",
+        "aclrtMalloc",
+        207001,
+        0,
+        || {
+            let mut p = ptr::null_mut();
+            acl!(npusimFailNextAlloc(0));
+            code!(aclrtMalloc(&mut p, 64, 0))
+        },
+    ),
+    case(
+        "reset a device never set",
+        "aclrtResetDevice",
+        507007,
+        -1,
+        || code!(aclrtResetDevice(6)),
+    ),
+    case(
+        "kernel trap on the AI core",
+        "aclrtSynchronizeStream",
+        507015,
+        7,
+        || {
+            let trap = function(registry_binary(&["trap"]), "trap");
+            let s = create_stream();
+            assert_eq!(launch(trap, 4, s, &0u64, ptr::null_mut()), 0);
+            code!(aclrtSynchronizeStream(s))
+        },
+    ),
+    case(
+        "kernel trap on the vector core",
+        "aclrtSynchronizeStream",
+        507035,
+        7,
+        || {
+            let trap = function(registry_binary(&["trap"]), "trap");
+            let s = create_stream();
+            let mut attr = aiv_attr();
+            let mut cfg = aclrtLaunchKernelCfg {
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            assert_eq!(launch(trap, 4, s, &0u64, &mut cfg), 0);
+            code!(aclrtSynchronizeStream(s))
+        },
+    ),
+];
+
+#[test]
+fn invalid_parameters_are_rejected_by_the_acl_layer() {
+    run_table(INVALID_PARAM);
+}
+
+#[test]
+fn range_errors_are_rejected_by_the_runtime_layer() {
+    run_table(PARAM_INVALID);
+}
+
+#[test]
+fn device_context_and_handle_errors() {
+    run_table(CONTEXTS_AND_HANDLES);
+}
+
+#[test]
+fn resource_and_execution_errors() {
+    run_table(RESOURCES);
+}
+
+#[test]
+fn held_work_times_out_and_fails_with_the_documented_codes() {
+    install();
+    set_device(3);
+    let stream = create_stream();
+    let (dev, host) = (malloc(1 << 20), malloc_host(1 << 20));
+    let (event, mut ms, mut ts) = (create_event(), 0.0f32, 0u64);
+    control::hold(3).unwrap();
+    acl!(aclrtMemcpyAsync(
+        dev,
+        1 << 20,
+        host,
+        1 << 20,
+        ACL_MEMCPY_HOST_TO_DEVICE,
+        stream
+    ));
+    acl!(aclrtRecordEvent(event, stream));
+    assert_eq!(
+        code!(aclrtSynchronizeStreamWithTimeout(stream, 20)),
+        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+    );
+    assert!(recent_message().contains("aclrtSynchronizeStreamWithTimeout"));
+    assert_eq!(
+        code!(aclrtSynchronizeEventWithTimeout(event, 20)),
+        ACL_ERROR_RT_EVENT_SYNC_TIMEOUT
+    );
+    assert_eq!(
+        code!(aclrtSynchronizeDeviceWithTimeout(20)),
+        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+    );
+    assert_eq!(
+        code!(aclrtEventGetTimestamp(event, &mut ts)),
+        ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID
+    );
+    assert_eq!(
+        code!(aclrtEventElapsedTime(&mut ms, event, event)),
+        ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID
+    );
+    // Freeing memory a queued copy still targets: the copy faults instead of touching it.
+    acl!(aclrtFree(dev));
+    control::release(3).unwrap();
+    assert_eq!(code!(aclrtSynchronizeStream(stream)), ACL_ERROR_RT_SYS_DMA);
+    assert!(recent_message().contains("freed before the task ran"));
+
+    // A record on a force-destroyed stream never completes: waiting on it reports the abort.
+    control::hold(3).unwrap();
+    let doomed = create_stream();
+    let late = create_event();
+    acl!(aclrtRecordEvent(late, doomed));
+    acl!(aclrtDestroyStreamForce(doomed));
+    assert_eq!(
+        code!(aclrtSynchronizeEvent(late)),
+        ACL_ERROR_RT_STREAM_ABORT
+    );
+    control::release(3).unwrap();
+    acl!(aclrtResetDevice(3));
+}
+
+#[test]
+fn a_lost_device_reports_lost_heartbeat_everywhere() {
+    install();
+    set_device(2);
+    let stream = create_stream();
+    let event = create_event();
+    let dev = malloc(4096);
+    acl!(aclrtRecordEvent(event, stream));
+    acl!(npusimLoseDevice(2));
+    let mut p = ptr::null_mut();
+    let (mut status, mut recorded, mut device_status) = (0, 0, 0);
+    assert_eq!(
+        code!(aclrtMalloc(&mut p, 64, 0)),
+        ACL_ERROR_RT_LOST_HEARTBEAT
+    );
+    assert!(recent_message().contains("aclrtMalloc failed with 507010"));
+    assert_eq!(
+        code!(aclrtMemsetAsync(dev, 4096, 0, 4096, stream)),
+        ACL_ERROR_RT_LOST_HEARTBEAT
+    );
+    assert_eq!(
+        code!(aclrtSynchronizeStream(stream)),
+        ACL_ERROR_RT_LOST_HEARTBEAT
+    );
+    assert_eq!(
+        code!(aclrtStreamQuery(stream, &mut status)),
+        ACL_ERROR_RT_LOST_HEARTBEAT
+    );
+    assert_eq!(
+        code!(aclrtQueryEventStatus(event, &mut recorded)),
+        ACL_ERROR_RT_LOST_HEARTBEAT
+    );
+    assert_eq!(
+        code!(aclrtSynchronizeEvent(event)),
+        ACL_ERROR_RT_LOST_HEARTBEAT
+    );
+    assert_eq!(code!(aclrtSynchronizeDevice()), ACL_ERROR_RT_LOST_HEARTBEAT);
+    assert_eq!(code!(aclrtSetDevice(2)), ACL_ERROR_RT_LOST_HEARTBEAT);
+    acl!(aclrtQueryDeviceStatus(2, &mut device_status));
+    assert_eq!(device_status, ACL_RT_DEVICE_STATUS_ABNORMAL);
+    // Teardown still works, so owners can release what they hold.
+    acl!(aclrtFree(dev));
+    acl!(aclrtDestroyEvent(event));
+    assert!(control::device_stats(2).unwrap().lost);
+}
+
+#[test]
+fn init_and_finalize_reference_counting() {
+    install();
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        c_string(path.to_str().unwrap())
+    };
+    let missing = c_string("/nonexistent/acl.json");
+    let broken = write("npu-sim-broken.json", "{ not json");
+    let other = write("npu-sim-other.json", r#"{"npu_sim": {"devices": 3}}"#);
+    let same = write(
+        "npu-sim-same.json",
+        r#"{"npu_sim": {"devices": 8, "memory_per_device": 1073741824}}"#,
+    );
+    let mut left = 7u64;
+    assert_eq!(
+        code!(aclFinalizeReference(&mut left)),
+        ACL_ERROR_REPEAT_FINALIZE
+    );
+    assert_eq!(code!(aclInit(missing.as_ptr())), ACL_ERROR_INVALID_FILE);
+    assert_eq!(code!(aclInit(broken.as_ptr())), ACL_ERROR_PARSE_FILE);
+    assert_eq!(code!(aclInit(other.as_ptr())), ACL_ERROR_INVALID_PARAM);
+    assert!(recent_message().contains("aclInit failed with 100000"));
+    acl!(aclInit(same.as_ptr()));
+    assert_eq!(code!(aclInit(ptr::null())), ACL_ERROR_REPEAT_INITIALIZE);
+    acl!(aclFinalizeReference(&mut left));
+    assert_eq!(left, 1, "the repeated aclInit was counted");
+    acl!(aclFinalize());
+    assert_eq!(code!(aclFinalize()), ACL_ERROR_REPEAT_FINALIZE);
+    assert!(recent_message().contains("aclFinalize failed with 100037"));
+    // Re-initialising after aclFinalize with a file that differs from the first one.
+    assert_eq!(code!(aclInit(other.as_ptr())), ACL_ERROR_INVALID_PARAM);
+    assert!(recent_message().contains("differs from the first one"));
+    acl!(aclInit(same.as_ptr()));
+    acl!(aclFinalize());
+}

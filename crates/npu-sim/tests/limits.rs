@@ -1,0 +1,50 @@
+//! Process-wide resource limits, exhausted in a process of their own so that no other test
+//! sees them: streams per device (207008) and subscribed report threads (207012).
+
+extern crate ascendcl as npu_sim;
+
+#[macro_use]
+mod common;
+
+use std::ptr;
+
+use common::*;
+use npu_sim::abi::*;
+use npu_sys::*;
+
+#[test]
+fn running_out_of_streams() {
+    set_device(0);
+    let limit = 1984 - 1; // the primary context's default stream counts
+    let streams: Vec<aclrtStream> = (0..limit).map(|_| create_stream()).collect();
+    let mut extra = ptr::null_mut();
+    assert_eq!(
+        code!(aclrtCreateStream(&mut extra)),
+        ACL_ERROR_RT_NO_STREAM_RESOURCE
+    );
+    assert!(recent_message().contains("aclrtCreateStream failed with 207008"));
+    for stream in streams {
+        acl!(aclrtDestroyStream(stream));
+    }
+    assert_eq!(npu_sim::control::device_stats(0).unwrap().live_streams, 1);
+    let stream = create_stream();
+    acl!(aclrtDestroyStream(stream));
+}
+
+#[test]
+fn running_out_of_subscribed_threads() {
+    set_device(1);
+    let streams: Vec<aclrtStream> = (0..1025).map(|_| create_stream()).collect();
+    for (thread, &stream) in (0x1000u64..).zip(&streams[..1024]) {
+        acl!(aclrtSubscribeReport(thread, stream));
+    }
+    assert_eq!(
+        code!(aclrtSubscribeReport(0x9999, streams[1024])),
+        ACL_ERROR_RT_OVER_LIMIT
+    );
+    assert!(recent_message().contains("aclrtSubscribeReport failed with 207012"));
+    // A thread already subscribed may take more streams of the same device.
+    acl!(aclrtSubscribeReport(0x1000, streams[1024]));
+    acl!(aclrtUnSubscribeReport(0x1001, streams[1]));
+    acl!(aclrtSubscribeReport(0x9999, create_stream()));
+}
