@@ -209,7 +209,7 @@ fn load_path(path: &Path) -> Result<&'static Loaded, String> {
     // the library is leaked below, so the pointers stay valid for the rest of the process.
     let api = unsafe { AclApi::from_library(&library) }.map_err(|e| e.to_string())?;
     // SAFETY: only the symbol's presence is checked; it is never dereferenced or called.
-    let simulated = unsafe { library.get::<*const ()>(b"npusimVersion\0") }.is_ok();
+    let simulated = unsafe { library.get::<*const ()>(b"npusimConfigure\0") }.is_ok();
     std::mem::forget(library);
     let unsupported = api.unsupported();
     if !unsupported.is_empty() {

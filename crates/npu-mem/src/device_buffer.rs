@@ -53,7 +53,7 @@ impl MallocPolicy {
 ///
 /// ```
 /// use npu_core::Device;
-/// use npu_mem::{DeviceBuffer, DeviceSlice};
+/// use npu_mem::{DeviceBuffer, Memory};
 ///
 /// let ctx = Device::open(0)?.primary_context().clone();
 /// let mut buffer = DeviceBuffer::<u32>::new(&ctx, 1024)?;

@@ -9,7 +9,9 @@
 pub use bytemuck::{Pod, Zeroable};
 
 mod device_buffer;
+mod pinned;
 mod slice;
 
 pub use device_buffer::{DeviceBuffer, MallocPolicy};
+pub use pinned::PinnedBuffer;
 pub use slice::{DeviceSlice, HostSlice, Memory, MemoryMut, View};
