@@ -160,12 +160,23 @@ fn simulator() -> Result<&'static Loaded, LoadError> {
     Err(LoadError::SimulatorNotBuilt)
 }
 
+/// A place to look for libascendcl.so.
+pub(crate) struct Candidate {
+    path: PathBuf,
+    /// Named by the user (`NPU_ACL_LIB`): accepted even if it is npu-sim's build.
+    explicit: bool,
+}
+
 /// Where a CANN installation keeps libascendcl.so, in the order they are tried.
-pub(crate) fn candidates() -> Vec<PathBuf> {
-    let mut paths = Vec::new();
+pub(crate) fn candidates() -> Vec<Candidate> {
+    let mut candidates = Vec::new();
     if let Some(lib) = std::env::var_os("NPU_ACL_LIB").filter(|v| !v.is_empty()) {
-        paths.push(PathBuf::from(lib));
+        candidates.push(Candidate {
+            path: PathBuf::from(lib),
+            explicit: true,
+        });
     }
+    let mut paths = Vec::new();
     for var in ["ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"] {
         if let Some(home) = std::env::var_os(var).filter(|v| !v.is_empty()) {
             paths.push(Path::new(&home).join("lib64").join("libascendcl.so"));
@@ -177,18 +188,54 @@ pub(crate) fn candidates() -> Vec<PathBuf> {
     ));
     // A bare name makes the dynamic loader search LD_LIBRARY_PATH and its cache.
     paths.push(PathBuf::from("libascendcl.so"));
-    paths
+    candidates.extend(paths.into_iter().map(|path| Candidate {
+        path,
+        explicit: false,
+    }));
+    candidates
 }
 
 fn load_installed() -> Result<&'static Loaded, LoadError> {
+    load_first(candidates())
+}
+
+/// Loads the first candidate that is CANN's runtime. npu-sim's own libascendcl.so is skipped
+/// unless named explicitly: `cargo run` and `cargo test` put the build's `deps` directory on
+/// the loader path, where the simulator's cdylib would otherwise pass for a real install.
+fn load_first(candidates: Vec<Candidate>) -> Result<&'static Loaded, LoadError> {
     let mut tried = Vec::new();
-    for path in candidates() {
-        match load_path(&path) {
-            Ok(loaded) => return Ok(loaded),
-            Err(reason) => tried.push(LoadAttempt { path, reason }),
-        }
+    for Candidate { path, explicit } in candidates {
+        let reason = match load_path(&path) {
+            Ok(loaded) if explicit || !is_simulated(loaded) => return Ok(loaded),
+            Ok(_) => "is npu-sim's libascendcl.so, not CANN's (name it in NPU_ACL_LIB to use it)"
+                .to_string(),
+            Err(reason) => reason,
+        };
+        tried.push(LoadAttempt { path, reason });
     }
     Err(LoadError::NotFound { tried })
+}
+
+/// An error and its causes on one line: libloading keeps dlerror's text in the source.
+fn with_sources(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn is_simulated(loaded: &Loaded) -> bool {
+    matches!(
+        loaded.backend,
+        Backend::Library {
+            simulated: true,
+            ..
+        }
+    )
 }
 
 fn load_path(path: &Path) -> Result<&'static Loaded, String> {
@@ -204,7 +251,7 @@ fn load_path(path: &Path) -> Result<&'static Loaded, String> {
     }
     // SAFETY: loading runs the library's initialisers. The candidates are the AscendCL runtime
     // of a CANN install or npu-sim's build of it, both of which are designed to be dlopened.
-    let library = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
+    let library = unsafe { libloading::Library::new(path) }.map_err(|e| with_sources(&e))?;
     // SAFETY: an AscendCL runtime exports these functions with the header's prototypes, and
     // the library is leaked below, so the pointers stay valid for the rest of the process.
     let api = unsafe { AclApi::from_library(&library) }.map_err(|e| e.to_string())?;
@@ -257,7 +304,36 @@ mod tests {
 
     #[test]
     fn candidates_end_with_the_system_loader() {
-        let paths = candidates();
-        assert_eq!(paths.last().unwrap(), Path::new("libascendcl.so"));
+        let candidates = candidates();
+        let last = candidates.last().unwrap();
+        assert_eq!(last.path, Path::new("libascendcl.so"));
+        assert!(!last.explicit);
+    }
+
+    #[test]
+    fn every_failed_candidate_is_listed_with_its_reason() {
+        let candidates = [
+            "/nonexistent/a/libascendcl.so",
+            "libc.so.6",
+            "no-such-library.so",
+        ]
+        .into_iter()
+        .map(|p| Candidate {
+            path: p.into(),
+            explicit: false,
+        })
+        .collect();
+        let Err(LoadError::NotFound { tried }) = load_first(candidates) else {
+            panic!("nothing there is an ACL runtime")
+        };
+        let reasons: Vec<_> = tried.iter().map(|t| t.reason.as_str()).collect();
+        assert_eq!(tried.len(), 3, "{reasons:?}");
+        assert_eq!(reasons[0], "no such file");
+        assert!(
+            reasons[1].contains("missing required ACL symbols"),
+            "{}",
+            reasons[1]
+        );
+        assert!(reasons[2].contains("no-such-library.so"), "{}", reasons[2]);
     }
 }

@@ -1,0 +1,229 @@
+//! Runtime, devices, contexts and errors, on the in-process simulator and on its cdylib.
+
+mod common;
+
+use npu_core::{
+    AclCode, Backend, BackendChoice, Context, Device, DeviceAttr, ErrorClass, LoadError, MemAttr,
+    Runtime, acl_call,
+};
+
+#[test]
+fn backends_report_what_was_loaded() {
+    let [(_, in_process), (_, dlopened)] = common::runtimes().try_into().unwrap();
+    assert_eq!(in_process.backend(), &Backend::Simulator);
+    assert_eq!(
+        dlopened.backend(),
+        &Backend::Library {
+            path: common::simulator_library(),
+            simulated: true
+        }
+    );
+    assert!(
+        !in_process.same_library(&dlopened),
+        "two loaded libraries, two simulators"
+    );
+    for (name, runtime) in common::runtimes() {
+        assert!(
+            runtime.unsupported_functions().is_empty(),
+            "{name}: the sim exports everything"
+        );
+        assert!(
+            runtime.soc_name().is_some_and(|s| s.starts_with("Ascend")),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn devices_open_and_describe_themselves() {
+    for (name, runtime) in common::runtimes() {
+        let count = runtime.device_count().unwrap();
+        assert!(count >= 2, "{name}: the default simulator has two devices");
+        for id in 0..count {
+            let device = runtime.device(id).unwrap();
+            assert_eq!(device.id(), id);
+            assert!(
+                device.attribute(DeviceAttr::AicoreCoreNum).unwrap() > 0,
+                "{name}"
+            );
+            let total = device.attribute(DeviceAttr::TotalGlobalMemSize).unwrap();
+            let memory = device.memory_info(MemAttr::Normal).unwrap();
+            assert_eq!(
+                memory.total as i64, total,
+                "{name}: both report the capacity"
+            );
+            assert!(memory.free <= memory.total);
+            let range = device.stream_priority_range().unwrap();
+            assert_eq!((range.greatest, range.least), (0, 7), "{name}");
+        }
+        let err = runtime.device(count).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "Device::open: invalid argument `id`: device {count} does not exist: {count} device(s) are visible"
+            )
+        );
+    }
+}
+
+#[test]
+fn one_primary_context_per_device_is_shared() {
+    for (name, runtime) in common::runtimes() {
+        let a = runtime.device(0).unwrap();
+        let b = runtime.device(0).unwrap();
+        assert_eq!(a, b, "{name}: both handles share the primary context");
+        assert!(a.primary_context().is_primary());
+        let explicit = a.create_context().unwrap();
+        assert!(!explicit.is_primary());
+        assert_eq!(
+            explicit.device(),
+            a,
+            "{name}: an explicit context knows its device"
+        );
+        assert_ne!(explicit.id(), a.primary_context().id());
+    }
+}
+
+#[test]
+fn acl_failures_carry_code_class_and_runtime_message() {
+    for (name, runtime) in common::runtimes() {
+        let device = runtime.device(0).unwrap();
+        device.primary_context().bind().unwrap();
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: `ptr` is a valid out-pointer; a zero size is rejected before any allocation.
+        let err = unsafe { acl_call!(&runtime, aclrtMalloc(&mut ptr, 0, 0)) }.unwrap_err();
+        assert_eq!(err.acl_code(), Some(AclCode(100000)), "{name}");
+        let npu_core::Error::Acl(acl) = &err else {
+            panic!("{name}: {err:?}")
+        };
+        assert_eq!(acl.api, "aclrtMalloc");
+        assert_eq!(acl.class(), ErrorClass::Caller);
+        let message = acl
+            .message
+            .as_deref()
+            .expect("the simulator explains its errors");
+        assert!(message.contains("aclrtMalloc"), "{name}: {message}");
+        assert!(err.to_string().starts_with(
+            "aclrtMalloc failed: ACL_ERROR_INVALID_PARAM (100000): invalid parameter"
+        ));
+        assert!(err.to_string().contains("(runtime: "), "{name}: {err}");
+    }
+}
+
+#[test]
+fn peer_access_is_directional_and_nests() {
+    for (name, runtime) in common::runtimes() {
+        let (a, b) = (runtime.device(0).unwrap(), runtime.device(1).unwrap());
+        assert!(a.can_access_peer(&b).unwrap(), "{name}");
+        assert!(
+            a.can_access_peer(&a).is_err(),
+            "{name}: a device is not its own peer"
+        );
+        let copy = |from: &Device, to: &Device| -> npu_core::Result<()> {
+            let (src, dst) = (alloc(from, 64), alloc(to, 64));
+            from.primary_context().bind()?;
+            // SAFETY: both are fresh 64-byte device allocations.
+            let result = unsafe { acl_call!(from.runtime(), aclrtMemcpy(dst, 64, src, 64, 3)) };
+            free(from, src);
+            free(to, dst);
+            result
+        };
+        assert!(copy(&a, &b).is_err(), "{name}: no access before enabling");
+        let outer = a.enable_peer_access(&b).unwrap();
+        let inner = a.enable_peer_access(&b).unwrap();
+        copy(&a, &b).unwrap();
+        drop(inner);
+        copy(&a, &b).expect("the outer guard still holds access");
+        drop(outer);
+        assert!(
+            copy(&a, &b).is_err(),
+            "{name}: the last guard disabled access"
+        );
+    }
+}
+
+fn alloc(device: &Device, bytes: usize) -> *mut std::ffi::c_void {
+    device.primary_context().bind().unwrap();
+    let mut ptr = std::ptr::null_mut();
+    // SAFETY: `ptr` is a valid out-pointer and the device's context is bound.
+    unsafe { acl_call!(device.runtime(), aclrtMalloc(&mut ptr, bytes, 0)) }.unwrap();
+    ptr
+}
+
+fn free(device: &Device, ptr: *mut std::ffi::c_void) {
+    // SAFETY: `ptr` came from `alloc` and is freed once.
+    unsafe { acl_call!(device.runtime(), aclrtFree(ptr)) }.unwrap();
+}
+
+fn current(runtime: &Runtime) -> npu_core::ffi::aclrtContext {
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: `ctx` is a valid out-pointer.
+    unsafe { acl_call!(runtime, aclrtGetCurrentContext(&mut ctx)) }.unwrap();
+    ctx
+}
+
+#[test]
+fn forget_binding_recovers_from_raw_context_switches() {
+    for (name, runtime) in common::runtimes() {
+        let (a, b) = (runtime.device(0).unwrap(), runtime.device(1).unwrap());
+        a.primary_context().bind().unwrap();
+        // Switch behind npu-rs's back, as raw FFI code might.
+        let raw_b = b.primary_context().as_raw();
+        // SAFETY: `b` keeps its primary context alive.
+        unsafe { acl_call!(&runtime, aclrtSetCurrentContext(raw_b)) }.unwrap();
+        a.primary_context().bind().unwrap();
+        assert_eq!(
+            current(&runtime),
+            raw_b,
+            "{name}: the cache skipped the rebind, as documented"
+        );
+        Context::forget_binding(&runtime);
+        a.primary_context().bind().unwrap();
+        assert_eq!(current(&runtime), a.primary_context().as_raw(), "{name}");
+    }
+}
+
+#[test]
+fn asking_for_a_real_runtime_lists_every_place_tried() {
+    match Runtime::builder().backend(BackendChoice::Acl).build() {
+        // A CANN host: the real runtime loaded.
+        Ok(runtime) => assert!(matches!(
+            runtime.backend(),
+            Backend::Library {
+                simulated: false,
+                ..
+            }
+        )),
+        Err(npu_core::Error::Load(LoadError::NotFound { tried })) => {
+            let paths: Vec<String> = tried.iter().map(|t| t.path.display().to_string()).collect();
+            assert_eq!(
+                paths.last().map(String::as_str),
+                Some("libascendcl.so"),
+                "{paths:?}"
+            );
+            assert!(
+                paths
+                    .iter()
+                    .any(|p| p.ends_with("ascend-toolkit/latest/lib64/libascendcl.so"))
+            );
+            assert!(tried.iter().all(|t| !t.reason.is_empty()));
+            // cargo puts target/<profile>/deps on the loader path, so the system loader finds
+            // npu-sim's cdylib there; `acl` must not mistake it for CANN.
+            let system = tried.last().unwrap();
+            assert!(system.reason.contains("npu-sim"), "{}", system.reason);
+        }
+        Err(other) => panic!("unexpected {other:?}"),
+    }
+    assert!(matches!(
+        "cuda".parse::<BackendChoice>(),
+        Err(LoadError::InvalidBackend(_))
+    ));
+}
+
+#[test]
+fn runtimes_are_send_sync_and_cheap_to_clone() {
+    fn assert_send_sync<T: Send + Sync + Clone>() {}
+    assert_send_sync::<Runtime>();
+    assert_send_sync::<Device>();
+    assert_send_sync::<Context>();
+}
