@@ -148,28 +148,17 @@ impl ModuleLoader {
         })?;
         let c_path = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| Error::invalid(API, "path", "must not contain a NUL byte"))?;
-        let mut options = self.options();
-        let mut list = ffi::aclrtBinaryLoadOptions {
-            options: options.as_mut_ptr(),
-            numOpt: options.len(),
-        };
-        let list_ptr = if options.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            &raw mut list
-        };
-        self.context.bind()?;
-        let mut handle: ffi::aclrtBinHandle = std::ptr::null_mut();
-        // SAFETY: `c_path` is NUL-terminated, `list_ptr` is NULL or points at `options`, and
-        // `handle` is a valid out-pointer; all outlive the call. The caller vouches for the
-        // file's contents.
-        unsafe {
-            crate::acl_call_opt!(
-                self.context.runtime(),
-                aclrtBinaryLoadFromFile(c_path.as_ptr(), list_ptr, &mut handle)
-            )
-        }?;
-        Ok(Module::adopt(self.context, handle, Source::File(path)))
+        let c_path_ptr = c_path.as_ptr();
+        self.load(Source::File(path), |runtime, options, handle| {
+            // SAFETY: `c_path` is NUL-terminated and outlives the call; `options` and `handle`
+            // are as `load` documents. The caller vouches for the file's contents.
+            unsafe {
+                crate::acl_call_opt!(
+                    runtime,
+                    aclrtBinaryLoadFromFile(c_path_ptr, options, handle)
+                )
+            }
+        })
     }
 
     /// Loads a binary from memory (`aclrtBinaryLoadFromData`). The bytes are copied and kept
@@ -190,33 +179,42 @@ impl ModuleLoader {
             ));
         }
         let data: Box<[u8]> = data.into();
-        let options = self.options();
-        let list = ffi::aclrtBinaryLoadOptions {
-            options: options.as_ptr().cast_mut(),
+        let (bytes, len) = (data.as_ptr().cast::<c_void>(), data.len());
+        self.load(Source::Data(data), |runtime, options, handle| {
+            // SAFETY: `bytes` points at `len` bytes on the heap, owned by the module's source
+            // from now on and so alive as long as the binary; ACL only reads the options;
+            // `options` and `handle` are as `load` documents. The caller vouches for the
+            // contents.
+            unsafe {
+                crate::acl_call_opt!(
+                    runtime,
+                    aclrtBinaryLoadFromData(bytes, len, options.cast_const(), handle)
+                )
+            }
+        })
+    }
+
+    /// Binds the context and runs `load` with ACL's option list (NULL when no option was set)
+    /// and an out-pointer for the handle, which becomes the module's.
+    fn load(
+        self,
+        source: Source,
+        load: impl FnOnce(
+            &crate::Runtime,
+            *mut ffi::aclrtBinaryLoadOptions,
+            *mut ffi::aclrtBinHandle,
+        ) -> Result<()>,
+    ) -> Result<Module> {
+        let mut options = self.options();
+        let mut list = ffi::aclrtBinaryLoadOptions {
+            options: options.as_mut_ptr(),
             numOpt: options.len(),
         };
-        let list_ptr = if options.is_empty() {
-            std::ptr::null()
-        } else {
-            &raw const list
-        };
+        let list_ptr = null_if_empty(options.len(), &mut list);
         self.context.bind()?;
         let mut handle: ffi::aclrtBinHandle = std::ptr::null_mut();
-        // SAFETY: `data` holds `data.len()` readable bytes and lives as long as the binary
-        // (it is moved into the module); `list_ptr` is NULL or points at `options`, which ACL
-        // only reads; `handle` is a valid out-pointer. The caller vouches for the contents.
-        unsafe {
-            crate::acl_call_opt!(
-                self.context.runtime(),
-                aclrtBinaryLoadFromData(
-                    data.as_ptr().cast::<c_void>(),
-                    data.len(),
-                    list_ptr,
-                    &mut handle
-                )
-            )
-        }?;
-        Ok(Module::adopt(self.context, handle, Source::Data(data)))
+        load(self.context.runtime(), list_ptr, &mut handle)?;
+        Ok(Module::adopt(self.context, handle, source))
     }
 }
 
@@ -435,11 +433,7 @@ impl Function {
             attrs: attrs.as_mut_ptr(),
             numAttrs: attrs.len(),
         };
-        let cfg_ptr = if attrs.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            &raw mut cfg
-        };
+        let cfg_ptr = null_if_empty(attrs.len(), &mut cfg);
         let args_ptr = if args.is_empty() {
             std::ptr::null_mut()
         } else {
@@ -464,6 +458,16 @@ impl Function {
                 )
             )
         }
+    }
+}
+
+/// A pointer to an ACL array descriptor, or NULL when it describes no items: NULL is ACL's
+/// documented "no options", and an empty `Vec`'s dangling pointer is never handed to C.
+fn null_if_empty<L>(count: usize, list: &mut L) -> *mut L {
+    if count == 0 {
+        std::ptr::null_mut()
+    } else {
+        list
     }
 }
 
