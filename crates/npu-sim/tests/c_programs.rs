@@ -5,6 +5,7 @@ extern crate ascendcl as npu_sim;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The directory holding this test binary and libascendcl.so (target/<profile>/deps).
 fn deps_dir() -> PathBuf {
@@ -27,7 +28,11 @@ fn compile(name: &str, extra: &[&str]) -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/c")
         .join(format!("{name}.c"));
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("npu-sim-{name}"));
+    // Tests run in parallel and may build the same program: each build gets its own file.
+    static BUILDS: AtomicUsize = AtomicUsize::new(0);
+    let build = BUILDS.fetch_add(1, Ordering::Relaxed);
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("npu-sim-{name}-{}-{build}", std::process::id()));
     let compiler = cc::Build::new()
         .target(env!("NPU_SIM_TARGET"))
         .host(env!("NPU_SIM_TARGET"))

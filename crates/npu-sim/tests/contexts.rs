@@ -240,12 +240,8 @@ fn device_information() {
         &mut number
     ));
     // SAFETY: the buffer was NUL-terminated by the call.
-    assert_eq!(
-        unsafe { CStr::from_ptr(version.as_ptr()) }
-            .to_str()
-            .unwrap(),
-        "1.17.0"
-    );
+    let version = unsafe { CStr::from_ptr(version.as_ptr()) };
+    assert_eq!(version.to_str().unwrap(), "1.17.0");
     assert_eq!(number, 11700);
     let mut status = 9;
     acl!(aclrtQueryDeviceStatus(1, &mut status));
