@@ -147,7 +147,8 @@ fn pointers_are_classified() {
         plain.cast::<u8>().wrapping_add(4096).cast(),
         "the device alias of host memory"
     );
-    assert_eq!(control::host_stats().unwrap().registrations, 1);
+    // Process-wide counter: other tests of this file register memory concurrently.
+    assert!(control::host_stats().unwrap().registrations >= 1);
     acl!(aclrtHostUnregister(plain));
     assert_eq!(
         attributes(plain).location.type_,
