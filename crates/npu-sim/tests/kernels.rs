@@ -67,6 +67,37 @@ fn binaries() -> Vec<(&'static str, aclrtBinHandle)> {
     ]
 }
 
+/// Random inputs for vector_add_f32 on the device, with arguments for `c = a + b`.
+struct AddInputs {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    da: *mut c_void,
+    dc: *mut c_void,
+    args: VectorAddArgs,
+}
+
+impl AddInputs {
+    fn new(n: usize, seed: u64) -> AddInputs {
+        let (a, b) = (random(n, seed), random(n, seed + 1));
+        let (da, db, dc) = (upload_new(&a), upload_new(&b), malloc(n * 4));
+        let args = VectorAddArgs {
+            a: da as u64,
+            b: db as u64,
+            c: dc as u64,
+            n: n as u64,
+        };
+        AddInputs { a, b, da, dc, args }
+    }
+
+    fn sum(&self) -> Vec<f32> {
+        self.a.iter().zip(&self.b).map(|(x, y)| x + y).collect()
+    }
+
+    fn result(&self) -> Vec<f32> {
+        download::<f32>(self.dc, self.a.len())
+    }
+}
+
 fn upload_new(data: &[f32]) -> *mut c_void {
     let dev = malloc(std::mem::size_of_val(data));
     upload(dev, data);
@@ -76,24 +107,15 @@ fn upload_new(data: &[f32]) -> *mut c_void {
 #[test]
 fn vector_add_matches_the_cpu_on_every_path() {
     set_device(0);
-    const N: usize = 100_003;
-    let (a, b) = (random(N, 1), random(N, 2));
-    let expected: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
     for (path, bin) in binaries() {
         let add = function(bin, kernel::VECTOR_ADD_F32);
-        let (da, db, dc) = (upload_new(&a), upload_new(&b), malloc(N * 4));
-        let args = VectorAddArgs {
-            a: da as u64,
-            b: db as u64,
-            c: dc as u64,
-            n: N as u64,
-        };
-        assert_eq!(launch(add, 7, ptr::null_mut(), &args, ptr::null_mut()), 0);
+        let inputs = AddInputs::new(100_003, 1);
+        assert_eq!(
+            launch(add, 7, ptr::null_mut(), &inputs.args, ptr::null_mut()),
+            0
+        );
         acl!(aclrtSynchronizeStream(ptr::null_mut()));
-        assert_eq!(download::<f32>(dc, N), expected, "{path}");
-        for p in [da, db, dc] {
-            acl!(aclrtFree(p));
-        }
+        assert_eq!(inputs.result(), inputs.sum(), "{path}");
         acl!(aclrtBinaryUnLoad(bin));
     }
 }
@@ -155,30 +177,28 @@ fn scale_and_two_pass_reduction_match_the_cpu_on_every_path() {
 fn launch_copy_launch_on_one_stream_runs_in_order() {
     set_device(1);
     const N: usize = 4096;
-    let (a, b) = (random(N, 4), random(N, 5));
     let add = function(load_file(kernel::LIBRARY_PATH), kernel::VECTOR_ADD_F32);
-    let (da, db, dc) = (upload_new(&a), upload_new(&b), malloc(N * 4));
+    let inputs = AddInputs::new(N, 4);
     let stream = create_stream();
-    let args = VectorAddArgs {
-        a: da as u64,
-        b: db as u64,
-        c: dc as u64,
-        n: N as u64,
-    };
     // c = a + b; a = c; c = a + b  →  c = (a + b) + b
-    assert_eq!(launch(add, 4, stream, &args, ptr::null_mut()), 0);
+    assert_eq!(launch(add, 4, stream, &inputs.args, ptr::null_mut()), 0);
     acl!(aclrtMemcpyAsync(
-        da,
+        inputs.da,
         N * 4,
-        dc,
+        inputs.dc,
         N * 4,
         ACL_MEMCPY_DEVICE_TO_DEVICE,
         stream
     ));
-    assert_eq!(launch(add, 4, stream, &args, ptr::null_mut()), 0);
+    assert_eq!(launch(add, 4, stream, &inputs.args, ptr::null_mut()), 0);
     acl!(aclrtSynchronizeStream(stream));
-    let expected: Vec<f32> = a.iter().zip(&b).map(|(x, y)| (x + y) + y).collect();
-    assert_eq!(download::<f32>(dc, N), expected);
+    let expected: Vec<f32> = inputs
+        .sum()
+        .iter()
+        .zip(&inputs.b)
+        .map(|(x, y)| x + y)
+        .collect();
+    assert_eq!(inputs.result(), expected);
 }
 
 /// Kernel args: a placeholder pointer to a u32, and the address to store it at.
@@ -260,14 +280,7 @@ fn the_kernel_args_builder() {
     // SAFETY: the buffer has 4 bytes.
     unsafe { buffer.cast::<u32>().write_unaligned(41) };
     acl!(aclrtKernelArgsFinalize(args));
-    acl!(aclrtLaunchKernelWithConfig(
-        store,
-        1,
-        ptr::null_mut(),
-        ptr::null_mut(),
-        args,
-        ptr::null_mut()
-    ));
+    assert_eq!(launch_built(store, 1, args, ptr::null_mut()), 0);
     acl!(aclrtSynchronizeStream(ptr::null_mut()));
     assert_eq!(download::<u32>(out, 1), [41]);
 
@@ -281,25 +294,11 @@ fn the_kernel_args_builder() {
         8
     ));
     assert_eq!(
-        code!(aclrtLaunchKernelWithConfig(
-            store,
-            1,
-            ptr::null_mut(),
-            ptr::null_mut(),
-            args,
-            ptr::null_mut()
-        )),
+        launch_built(store, 1, args, ptr::null_mut()),
         ACL_ERROR_RT_PARAM_INVALID
     );
     acl!(aclrtKernelArgsFinalize(args));
-    acl!(aclrtLaunchKernelWithConfig(
-        store,
-        1,
-        ptr::null_mut(),
-        ptr::null_mut(),
-        args,
-        ptr::null_mut()
-    ));
+    assert_eq!(launch_built(store, 1, args, ptr::null_mut()), 0);
     acl!(aclrtSynchronizeStream(ptr::null_mut()));
     assert_eq!(download::<u32>(other, 1), [41]);
 }
@@ -307,28 +306,14 @@ fn the_kernel_args_builder() {
 #[test]
 fn args_in_device_memory() {
     set_device(1);
-    const N: usize = 1000;
     let add = function(registry_binary(&[]), kernel::VECTOR_ADD_F32);
-    let (a, b) = (random(N, 6), random(N, 7));
-    let (da, db, dc) = (upload_new(&a), upload_new(&b), malloc(N * 4));
-    let args = VectorAddArgs {
-        a: da as u64,
-        b: db as u64,
-        c: dc as u64,
-        n: N as u64,
-    };
-    let dargs = malloc(std::mem::size_of::<VectorAddArgs>());
-    upload(dargs, std::slice::from_ref(&args));
-    acl!(aclrtLaunchKernel(
-        add,
-        3,
-        dargs,
-        std::mem::size_of::<VectorAddArgs>(),
-        ptr::null_mut()
-    ));
+    let inputs = AddInputs::new(1000, 6);
+    let size = std::mem::size_of::<VectorAddArgs>();
+    let dargs = malloc(size);
+    upload(dargs, std::slice::from_ref(&inputs.args));
+    acl!(aclrtLaunchKernel(add, 3, dargs, size, ptr::null_mut()));
     acl!(aclrtSynchronizeStream(ptr::null_mut()));
-    let expected: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
-    assert_eq!(download::<f32>(dc, N), expected);
+    assert_eq!(inputs.result(), inputs.sum());
 }
 
 #[test]

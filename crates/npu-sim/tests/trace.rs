@@ -12,7 +12,6 @@ use common::*;
 use npu_sim::abi::*;
 use npu_sim::kernel::{self, VectorAddArgs};
 use npu_sim::{TimingModel, control};
-use npu_sys::*;
 use serde_json::Value;
 
 #[test]
@@ -34,14 +33,7 @@ fn the_trace_has_one_track_per_stream_with_named_sized_tasks() {
     let add = function(registry_binary(&[]), kernel::VECTOR_ADD_F32);
     control::hold(0).unwrap();
     for &stream in &streams {
-        acl!(aclrtMemcpyAsync(
-            dev,
-            1 << 20,
-            host,
-            1 << 20,
-            ACL_MEMCPY_HOST_TO_DEVICE,
-            stream
-        ));
+        h2d_async(dev, host, 1 << 20, stream);
         acl!(aclrtMemsetAsync(dev, 4096, 0, 4096, stream));
         let args = VectorAddArgs {
             a: 0,
