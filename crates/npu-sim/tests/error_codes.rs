@@ -1147,11 +1147,20 @@ fn held_work_times_out_and_fails_with_the_documented_codes() {
         code!(aclrtEventElapsedTime(&mut ms, event, event)),
         ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID
     );
+    // A kernel whose device-memory arguments are freed before it runs.
+    let kernel_stream = create_stream();
+    let args = malloc(8);
+    acl!(aclrtLaunchKernel(add_one(), 1, args, 8, kernel_stream));
     // Freeing memory a queued copy still targets: the copy faults instead of touching it.
     acl!(aclrtFree(dev));
+    acl!(aclrtFree(args));
     control::release(3).unwrap();
     assert_eq!(code!(aclrtSynchronizeStream(stream)), ACL_ERROR_RT_SYS_DMA);
     assert!(recent_message().contains("freed before the task ran"));
+    assert_eq!(
+        code!(aclrtSynchronizeStream(kernel_stream)),
+        ACL_ERROR_RT_SYS_DMA
+    );
 
     // A record on a force-destroyed stream never completes: waiting on it reports the abort.
     control::hold(3).unwrap();

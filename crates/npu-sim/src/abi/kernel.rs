@@ -231,7 +231,7 @@ pub unsafe extern "C" fn aclrtLaunchKernel(
         let launch = Launch {
             function,
             blocks: numBlocks,
-            args: LaunchArgs::Device(argsData as usize),
+            args: LaunchArgs::Device(argsData as usize, argsSize),
             vector_engine: false,
         };
         target.submit(Task::new(Op::Kernel(launch)))
