@@ -71,6 +71,8 @@ fn run_with(program: &Path, env: &[(&str, &Path)]) -> String {
         command.env(key, value);
     }
     let output = command.output().unwrap();
+    // Every build has its own file (see `compile`); do not let them pile up.
+    let _ = std::fs::remove_file(program);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
