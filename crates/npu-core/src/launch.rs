@@ -10,6 +10,12 @@ use crate::ffi;
 ///
 /// It also decides how a trapping kernel is reported: `ACL_ERROR_RT_AICORE_EXCEPTION` (507015)
 /// on the AIC engine, `ACL_ERROR_RT_VECTOR_CORE_EXCEPTION` (507035) on the AIV engine.
+///
+/// ```
+/// use npu_core::Engine;
+///
+/// assert_eq!(Engine::Aiv.raw(), npu_core::ffi::ACL_RT_ENGINE_TYPE_AIV);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Engine {

@@ -78,6 +78,12 @@ pub struct ModuleLoader {
 
 /// Which core a device ELF is built for (`ACL_RT_BINARY_LOAD_OPT_MAGIC`); CANN's Ascend C host
 /// stubs pass it with in-memory binaries. The simulator accepts and ignores it.
+///
+/// ```
+/// use npu_core::BinaryMagic;
+///
+/// assert_eq!(BinaryMagic::VectorCore.raw(), 0x4141_5246);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum BinaryMagic {
@@ -411,6 +417,27 @@ impl Function {
     /// Binds the function's context first, so a stream of another context is ACL's
     /// `ACL_ERROR_RT_STREAM_CONTEXT` (107003). A runtime without the function is
     /// [`Error::Unsupported`].
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use npu_core::{ArgPacker, Device, LaunchConfig, Module};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let image = npu_sim::kernel::registry_image(&["scale_f32"]);
+    /// // SAFETY: a registry image names in-process kernels; loading it runs no code.
+    /// let scale = unsafe { Module::from_data(&ctx, &image) }?.function("scale_f32")?;
+    /// // {float *x, uint64_t n, float alpha} over no elements: the kernel touches no memory.
+    /// let mut args = ArgPacker::new("example");
+    /// args.push(&0usize.to_ne_bytes(), 8)?;
+    /// args.push(&0u64.to_ne_bytes(), 8)?;
+    /// args.push(&1.0f32.to_ne_bytes(), 4)?;
+    /// let config = LaunchConfig::new(NonZeroU32::MIN);
+    /// // SAFETY: NULL is the default stream of the function's context; the arguments match
+    /// // the kernel and refer to no memory.
+    /// unsafe { scale.launch_raw(std::ptr::null_mut(), &config, &mut args.into_bytes()) }?;
+    /// ctx.synchronize_blocking()?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     ///
     /// # Safety
     ///

@@ -8,6 +8,44 @@ use npu_mem::{DeviceBuffer, DeviceSlice, Memory, View};
 
 /// Writes a launch's arguments: packs values with the C struct layout of [`ArgPacker`] and
 /// checks device memory against the kernel's context. [`KernelArg`] implementations use it.
+///
+/// A custom argument type, here a device buffer that passes its length along (two kernel
+/// parameters, `float *x, uint64_t n`):
+///
+/// ```
+/// use npu_core::{Completion, Device, Module, Result};
+/// use npu_mem::{DeviceBuffer, Memory};
+/// use npu_stream::{ArgWriter, KernelArg, Stream};
+///
+/// struct WithLen(DeviceBuffer<f32>);
+///
+/// // SAFETY: the only address packed is the buffer's, whose uses are recorded.
+/// unsafe impl KernelArg for WithLen {
+///     fn pack(&self, args: &mut ArgWriter<'_>) -> Result<()> {
+///         args.device(&self.0)?;
+///         args.value(&(self.0.len() as u64))
+///     }
+///
+///     fn record_use(&self, completion: &Completion) {
+///         Memory::record_use(&self.0, completion)
+///     }
+/// }
+///
+/// # tokio_test::block_on(async {
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let stream = Stream::new(&ctx)?;
+/// let image = npu_sim::kernel::registry_image(&["scale_f32"]);
+/// // SAFETY: a registry image names in-process kernels; loading it runs no code.
+/// let scale = unsafe { Module::from_data(&ctx, &image) }?.function("scale_f32")?;
+/// let x = WithLen(DeviceBuffer::from_host_blocking(&ctx, &[1.0f32, 2.0, 3.0])?);
+/// // SAFETY: scale_f32 takes {float *x, uint64_t n, float alpha}; WithLen packs x and its
+/// // length.
+/// let (x, _) = unsafe { stream.launch(&scale, 1, (x, 3.0f32)) }.await?;
+/// assert_eq!(x.0.to_vec_blocking()?, [3.0, 6.0, 9.0]);
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct ArgWriter<'a> {
     api: &'static str,
@@ -75,10 +113,29 @@ impl<'a> ArgWriter<'a> {
 /// - scalars, by value: integers, `f32`, `f64` and `bool` (as one byte, like C's `bool`);
 /// - any `#[repr(C)]` plain-old-data struct, by value, through [`ByValue`].
 ///
+/// ```
+/// use std::sync::Arc;
+/// use npu_core::Device;
+/// use npu_mem::{DeviceBuffer, Memory};
+/// use npu_stream::{ByValue, KernelArg};
+///
+/// fn is_arg<A: KernelArg>(_: &A) {}
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let buffer = DeviceBuffer::<f32>::new(&ctx, 8)?;
+/// let shared = Arc::new(DeviceBuffer::<u8>::new(&ctx, 8)?);
+/// is_arg(&shared);
+/// is_arg(&buffer.view(2..4)?);
+/// is_arg(&7u32);
+/// is_arg(&true);
+/// is_arg(&ByValue([1u16, 2, 3, 4]));
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+///
 /// Host memory is not an argument: a kernel cannot address it, so passing a pinned buffer or
 /// a `Vec` does not compile.
 ///
-/// ```compile_fail
+/// ```compile_fail,E0277
 /// # use npu_core::{Device, Function};
 /// # use npu_mem::PinnedBuffer;
 /// # use npu_stream::Stream;
@@ -88,7 +145,7 @@ impl<'a> ArgWriter<'a> {
 /// # }
 /// ```
 ///
-/// ```compile_fail
+/// ```compile_fail,E0277
 /// # use npu_core::Function;
 /// # use npu_stream::Stream;
 /// # fn f(stream: &Stream, function: &Function) {
@@ -192,6 +249,21 @@ device_args! {
 /// All arguments of a launch: `()` or a tuple of up to 12 [`KernelArg`]s, packed in order as
 /// the fields of a C struct. A launch takes them by value and gives them back when the kernel
 /// has finished.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::DeviceBuffer;
+/// use npu_stream::KernelArgs;
+///
+/// fn are_args<A: KernelArgs>(_: &A) {}
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let (a, b) = (DeviceBuffer::<f32>::new(&ctx, 4)?, DeviceBuffer::<f32>::new(&ctx, 4)?);
+/// are_args(&());
+/// are_args(&(a, b, 4u64));
+/// are_args(&(1u8, 2u8, 3u8, 4u8, 5u8, 6u8, 7u8, 8u8, 9u8, 10u8, 11u8, 12u8));
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 ///
 /// # Safety
 ///
