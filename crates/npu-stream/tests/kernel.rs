@@ -10,7 +10,7 @@ use kernel_support::{RUST_VECTOR_ADD, context, in_process, library, random_f32};
 use npu_core::{AclCode, ArgPacker, Error, Function, LaunchConfig, Module, Runtime};
 use npu_mem::{DeviceBuffer, PinnedBuffer};
 use npu_sim::kernel::{REDUCE_SUM_F32, SCALE_F32, VECTOR_ADD_F32, block_range};
-use npu_stream::{ByValue, Stream};
+use npu_stream::{ByValue, Strategy, Stream};
 
 /// `c = a + b` on the device, through the stream's async copies.
 async fn vector_add(stream: &Stream, add: &Function, a: &[f32], b: &[f32]) -> Vec<f32> {
@@ -139,6 +139,25 @@ async fn launch_copy_launch_runs_in_stream_order() {
     npu_sim::control::set_timing(1, None).unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn launches_complete_under_every_completion_strategy() {
+    let ctx = context(0);
+    let scale = in_process(&ctx, SCALE_F32);
+    for strategy in [
+        Strategy::EventPoll,
+        Strategy::CallbackThread,
+        Strategy::BlockingSync,
+    ] {
+        let stream = Stream::builder(&ctx).strategy(strategy).build().unwrap();
+        let x = DeviceBuffer::from_host_blocking(&ctx, &[1.5f32; 64]).unwrap();
+        // SAFETY: {float *x, uint64_t n, float alpha}; x holds 64 f32.
+        let (x, _, _) = unsafe { stream.launch(&scale, 4, (x, 64u64, 2.0f32)) }
+            .await
+            .unwrap();
+        assert_eq!(x.to_vec_blocking().unwrap(), [3.0; 64], "{strategy:?}");
+    }
+}
+
 fn assert_invalid<T>(result: npu_core::Result<T>, argument: &str, rule: &str) {
     match result {
         Err(Error::InvalidArgument {
@@ -209,6 +228,11 @@ async fn bad_launches_are_typed_errors() {
         }
         other => panic!("expected a typed error, got {other:?}"),
     }
+
+    let foreign_buffer = DeviceBuffer::<f32>::new(&foreign_ctx, 4).unwrap();
+    // SAFETY: rejected before ACL is called.
+    let launch = unsafe { stream.launch(&scale, 1, (foreign_buffer, 4u64, 1.0f32)) };
+    assert_invalid(launch.await, "args", "another AscendCL runtime");
 
     // Unknown kernels and missing files fail when loading, with ACL's codes.
     let err = library(&ctx).function("no_such_kernel").unwrap_err();
