@@ -132,7 +132,7 @@ unsafe impl<S: HostSlice + Sync> HostSlice for Arc<S> {}
 
 /// An owned sub-range of a device or host slice; it keeps the whole underlying buffer.
 ///
-/// Obtained with [`DeviceSlice::view`] or [`HostSlice::view`]; [`View::into_inner`] gives the
+/// Obtained with [`Memory::view`]; [`View::into_inner`] gives the
 /// buffer back.
 #[derive(Debug)]
 pub struct View<S> {
