@@ -1,0 +1,250 @@
+//! Testing your own async NPU code without hardware.
+//!
+//! `scale_on_device` below stands for your code: it takes host data, runs a kernel on the NPU
+//! and returns the result. The `#[tokio::test]`s at the bottom are how you would test it:
+//!
+//! - **configure the simulator from the test**: two devices, 16 MiB of memory each and a
+//!   timing model, installed before anything touches a device. The configuration is
+//!   process-wide and fixed at first use, which is why tests like these belong in a test
+//!   binary of their own (an example, or a separate file under `tests/`), never next to tests
+//!   that want another configuration;
+//! - **inject faults** with `npu::sim::control` (a failing kernel, an allocation failure,
+//!   running out of device memory) and assert that your code returns them as errors;
+//! - **check for leaks**: the simulator counts live allocations; after
+//!   `npu::reaper::flush()` (which waits for deferred frees) they must be back to where the
+//!   test started;
+//! - **time in simulated time**: with the timing model and the hold gate, event timestamps
+//!   are deterministic.
+//!
+//! ```sh
+//! cargo test --example test_harness     # the tests
+//! cargo run --example test_harness      # runs scale_on_device once and checks the result
+//! ```
+
+use std::process::ExitCode;
+
+use npu::prelude::*;
+
+#[path = "support/kernels.rs"]
+mod kernels;
+
+/// "Your code": multiplies `data` by `alpha` on the NPU.
+///
+/// It allocates device memory first, then a pinned staging buffer, copies in, launches
+/// `scale_f32`, copies out. Every failure (allocation, copy, kernel) is an `Err`; whatever it
+/// allocated is freed on the way out, because npu-rs buffers free themselves on drop once the
+/// device is done with them.
+async fn scale_on_device(
+    stream: &Stream,
+    scale: &Function,
+    data: &[f32],
+    alpha: f32,
+) -> npu::Result<Vec<f32>> {
+    let ctx = stream.context();
+    let device = DeviceBuffer::<f32>::new(ctx, data.len())?;
+    let host = PinnedBuffer::from_slice(ctx, data)?;
+    let (host, device) = stream.copy_h2d(host, device).await?;
+    // SAFETY: scale_f32(float *x, uint64_t n, float alpha) scales n elements of x in place;
+    // x holds data.len().
+    let launch = unsafe { stream.launch(scale, 4, (device, data.len() as u64, alpha)) };
+    let (device, _, _) = launch.await?;
+    let (_device, host) = stream.copy_d2h(device, host).await?;
+    Ok(host.to_vec())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let outcome = async {
+        let ctx = Device::open(0)?.primary_context().clone();
+        let stream = Stream::new(&ctx)?;
+        let scale = kernels::load(&ctx)?.function("scale_f32")?;
+        let data: Vec<f32> = (0..10_000).map(|i| i as f32).collect();
+        let out = scale_on_device(&stream, &scale, &data, 0.5).await?;
+        let ok = out.iter().zip(&data).all(|(y, x)| *y == x * 0.5);
+        Ok::<_, npu::Error>((ctx.runtime().backend().to_string(), data.len(), ok))
+    }
+    .await;
+    match outcome {
+        Ok((backend, n, ok)) => {
+            println!("backend: {backend}");
+            println!(
+                "scale_on_device(x, 0.5) over {n} elements: {}",
+                if ok { "verified" } else { "WRONG" }
+            );
+            println!("the tests: cargo test --example test_harness");
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(err) => {
+            eprintln!("test_harness failed: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    use npu::sim::{SimConfig, TimingModel, control};
+    use npu::{AclCode, Backend, Runtime};
+
+    use super::*;
+
+    /// Memory of each simulated device in these tests.
+    const DEVICE_MEMORY: u64 = 16 << 20;
+    /// Simulated duration of one `scale_f32` launch.
+    const SCALE_NS: u64 = 200_000;
+    /// The timing model's launch latency, added to every task.
+    const LATENCY_NS: u64 = 2_000;
+
+    /// Installs this binary's simulator configuration (once, before any device is touched)
+    /// and returns a runtime on the in-process simulator.
+    fn simulator() -> Runtime {
+        static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+        RUNTIME
+            .get_or_init(|| {
+                SimConfig::default()
+                    .devices(2)
+                    .memory_per_device(DEVICE_MEMORY)
+                    .timing(
+                        TimingModel::default()
+                            .h2d_bandwidth(10_000_000_000)
+                            .d2h_bandwidth(10_000_000_000)
+                            .launch_latency_ns(LATENCY_NS)
+                            .kernel("scale_f32", SCALE_NS),
+                    )
+                    .install()
+                    .expect("the simulator was already initialised with another configuration");
+                let runtime = Runtime::builder()
+                    .backend(npu::BackendChoice::Sim)
+                    .build()
+                    .unwrap();
+                assert_eq!(runtime.backend(), &Backend::Simulator);
+                runtime
+            })
+            .clone()
+    }
+
+    /// Live simulator allocations: device memory of `device` and pinned host memory.
+    fn live_allocations(device: u32) -> (u64, u64) {
+        npu::reaper::flush();
+        let device = control::device_stats(device as i32).unwrap();
+        let host = control::host_stats().unwrap();
+        (device.live_allocations, host.pinned_allocations)
+    }
+
+    /// Tests compare process-wide counters and use the hold gate, so they take turns.
+    async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+        static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        TURN.lock().await
+    }
+
+    /// A stream and the `scale_f32` kernel on device `id` of the configured simulator.
+    fn setup(id: u32) -> (Stream, Function) {
+        let device = simulator().device(id).unwrap();
+        let stream = Stream::new(device.primary_context()).unwrap();
+        let scale = kernels::load(device.primary_context())
+            .unwrap()
+            .function("scale_f32")
+            .unwrap();
+        (stream, scale)
+    }
+
+    #[tokio::test]
+    async fn the_simulator_has_the_configured_devices() {
+        let runtime = simulator();
+        assert_eq!(runtime.device_count().unwrap(), 2);
+        let memory = runtime.device(1).unwrap().memory_info(npu::MemAttr::Normal);
+        assert_eq!(memory.unwrap().total, DEVICE_MEMORY as usize);
+    }
+
+    #[tokio::test]
+    async fn scales_on_either_device() {
+        let _turn = serial().await;
+        for id in 0..2 {
+            let (stream, scale) = setup(id);
+            let out = scale_on_device(&stream, &scale, &[1.0, -2.0, 3.5], 2.0).await;
+            assert_eq!(out.unwrap(), [2.0, -4.0, 7.0]);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_kernel_is_an_error_and_leaks_nothing() {
+        let _turn = serial().await;
+        let (stream, scale) = setup(0);
+        let before = live_allocations(0);
+
+        // Task 1 on the stream is the copy in, task 2 the kernel: make the kernel trap.
+        control::fail_task(stream.as_raw(), 2, 507015).unwrap();
+        let err = scale_on_device(&stream, &scale, &[1.0; 1000], 3.0)
+            .await
+            .unwrap_err();
+        assert_eq!(err.acl_code(), Some(AclCode(507015)), "{err}");
+
+        // The stream is still usable, and nothing the failed call allocated is left.
+        let out = scale_on_device(&stream, &scale, &[1.0; 8], 3.0).await;
+        assert_eq!(out.unwrap(), [3.0; 8]);
+        assert_eq!(live_allocations(0), before);
+    }
+
+    #[tokio::test]
+    async fn a_failed_allocation_is_an_error_and_leaks_nothing() {
+        let _turn = serial().await;
+        let (stream, scale) = setup(1);
+        let before = live_allocations(1);
+        control::fail_next_alloc(1).unwrap();
+        let err = scale_on_device(&stream, &scale, &[1.0; 16], 1.0)
+            .await
+            .unwrap_err();
+        assert_eq!(err.acl_code(), Some(AclCode(207001)), "{err}");
+        assert_eq!(live_allocations(1), before);
+    }
+
+    #[tokio::test]
+    async fn input_larger_than_device_memory_is_an_error() {
+        let _turn = serial().await;
+        let (stream, scale) = setup(0);
+        let before = live_allocations(0);
+        // 5 Mi floats are 20 MiB: more than the 16 MiB device.
+        let data = vec![0.0f32; 5 << 20];
+        let err = scale_on_device(&stream, &scale, &data, 1.0)
+            .await
+            .unwrap_err();
+        assert_eq!(err.acl_code(), Some(AclCode(207001)), "{err}");
+        assert_eq!(live_allocations(0), before);
+    }
+
+    #[tokio::test]
+    async fn kernels_take_their_simulated_time() {
+        let _turn = serial().await;
+        let (stream, scale) = setup(1);
+        let ctx = stream.context().clone();
+        let x = DeviceBuffer::<f32>::new(&ctx, 64).unwrap();
+        let (start, end) = (Event::new(&ctx).unwrap(), Event::new(&ctx).unwrap());
+
+        // Hold the device so the kernel starts exactly when it is released, right after the
+        // start event: the elapsed time is then the kernel's simulated duration, however
+        // loaded the machine running the test is.
+        control::hold(1).unwrap();
+        start.record(&stream).unwrap();
+        // SAFETY: scale_f32(float *x, uint64_t n, float alpha); x holds 64 elements.
+        let launch = unsafe { stream.launch(&scale, 1, (x, 64u64, 1.0f32)) };
+        end.record(&stream).unwrap();
+        control::release(1).unwrap();
+        launch.await.unwrap();
+        end.wait().await.unwrap();
+
+        let elapsed = Event::elapsed(&start, &end).unwrap();
+        let expected = Duration::from_nanos(SCALE_NS + LATENCY_NS);
+        let error = elapsed.abs_diff(expected);
+        assert!(
+            error < Duration::from_micros(1),
+            "{elapsed:?} vs {expected:?}"
+        );
+    }
+}
