@@ -3,7 +3,9 @@
 //! Each area measures in its own module and adds rows to a [`Table`]; `benches/npu.rs` runs
 //! them all.
 
+pub mod alternatives;
 pub mod sim;
+pub mod stats;
 mod table;
 
 pub use table::{Row, Table};

@@ -74,6 +74,11 @@ pub use npu_core::*;
 pub use npu_mem::*;
 pub use npu_stream::*;
 
+/// The README's Rust code, run as doctests so that it keeps compiling and working.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 /// What nearly every npu-rs program uses: `use npu::prelude::*;`.
 ///
 /// Types: [`Runtime`], [`Device`], [`Context`], [`Stream`], [`Event`], [`DeviceBuffer`],
