@@ -9,9 +9,13 @@
 pub use bytemuck::{Pod, Zeroable};
 
 mod device_buffer;
+mod filled;
+mod host_block;
 mod pinned;
 mod slice;
 
 pub use device_buffer::{DeviceBuffer, MallocPolicy};
+pub use filled::Filled;
+pub use host_block::HostAllocConfig;
 pub use pinned::PinnedBuffer;
 pub use slice::{DeviceSlice, HostSlice, Memory, MemoryMut, View};

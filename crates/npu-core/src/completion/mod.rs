@@ -14,7 +14,7 @@ mod uses;
 #[cfg(test)]
 mod model;
 
-pub use uses::UseList;
+pub use uses::{Settled, UseList};
 
 /// Std-backed primitives for [`state`]; the loom model test supplies loom's instead.
 mod sync {
