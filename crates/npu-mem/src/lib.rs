@@ -10,6 +10,7 @@
 //! - [`PinnedBuffer`]: page-locked host memory; [`Filled`] lets socket reads land in it.
 //! - [`PinnedPool`]: a caching allocator of pinned blocks ([`PooledBuffer`]) that reuses a
 //!   block only after the device is done with it, with an optional capacity.
+//! - [`HostRegistration`]: memory the program already owns, registered with the runtime.
 //!
 //! Every one of them releases its memory only after the device operations recorded against
 //! it have completed, so dropping a buffer (or a future holding one) is always safe.
@@ -39,6 +40,7 @@ mod filled;
 mod host_block;
 mod pinned;
 mod pool;
+mod registration;
 mod slice;
 
 pub use device_buffer::{DeviceBuffer, MallocPolicy};
@@ -46,4 +48,8 @@ pub use filled::Filled;
 pub use host_block::HostAllocConfig;
 pub use pinned::PinnedBuffer;
 pub use pool::{PinnedPool, PinnedPoolBuilder, PoolStats, PooledBuffer};
+pub use registration::{
+    HacType, HostRegistration, PageAlignedBuffer, RegisterError, RegisterFlags, StableBuffer,
+    host_mem_map_capability,
+};
 pub use slice::{DeviceSlice, HostSlice, Memory, MemoryMut, View};

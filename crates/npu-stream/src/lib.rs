@@ -33,6 +33,7 @@ mod event;
 mod event_pool;
 mod op;
 mod reactor;
+mod staged;
 mod strategy;
 mod stream;
 
