@@ -196,3 +196,67 @@ impl HostBlock {
         }
     }
 }
+
+/// Implements `Deref<Target = [T]>`, `DerefMut`, `Memory`, `MemoryMut` and `HostSlice` for a
+/// buffer type `$type<T: Pod>` that owns a pinned block: fields `block: ManuallyDrop<HostBlock>`
+/// (at least `len` elements, aligned for `T`, checked with [`check_host_align`]), `len` and
+/// `uses: UseList`, and a `Drop` that gives the block up only through `uses.release`.
+/// `|$this| $context` reaches the buffer's `Context`.
+macro_rules! pinned_memory {
+    ($type:ident, |$this:ident| $context:expr) => {
+        impl<T: bytemuck::Pod> std::ops::Deref for $type<T> {
+            type Target = [T];
+
+            fn deref(&self) -> &[T] {
+                // SAFETY: the block holds at least `len` initialised elements (zero-filled when
+                // pinned, then written only as whole `T`s or by the device), aligned for `T`,
+                // and is owned by `self` until `Drop`. The device writes into it only while an
+                // operation owns the buffer, so no `&self` exists then.
+                unsafe { std::slice::from_raw_parts(self.block.ptr().cast(), self.len) }
+            }
+        }
+
+        impl<T: bytemuck::Pod> std::ops::DerefMut for $type<T> {
+            fn deref_mut(&mut self) -> &mut [T] {
+                // SAFETY: as for `deref`, and `&mut self` is exclusive.
+                unsafe { std::slice::from_raw_parts_mut(self.block.ptr().cast(), self.len) }
+            }
+        }
+
+        // SAFETY: the block is an aclrtMallocHost allocation of at least `len` initialised
+        // elements used by this buffer alone; `Drop` gives it up (to be freed or pooled) only
+        // after every recorded use has completed.
+        unsafe impl<T: bytemuck::Pod> $crate::slice::Memory for $type<T> {
+            type Elem = T;
+
+            fn context(&self) -> &npu_core::Context {
+                let $this = self;
+                $context
+            }
+
+            fn addr(&self) -> *const std::ffi::c_void {
+                self.block.ptr().cast()
+            }
+
+            fn len(&self) -> usize {
+                self.len
+            }
+
+            fn record_use(&self, completion: &npu_core::Completion) {
+                self.uses.record(completion);
+            }
+        }
+
+        // SAFETY: the buffer is the only user of its block.
+        unsafe impl<T: bytemuck::Pod> $crate::slice::MemoryMut for $type<T> {
+            fn addr_mut(&mut self) -> *mut std::ffi::c_void {
+                self.block.ptr().cast()
+            }
+        }
+
+        // SAFETY: the block comes from aclrtMallocHost(WithCfg), which page-locks it.
+        unsafe impl<T: bytemuck::Pod> $crate::slice::HostSlice for $type<T> {}
+    };
+}
+
+pub(crate) use pinned_memory;

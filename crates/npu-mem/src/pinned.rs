@@ -1,17 +1,14 @@
 //! Page-locked host memory from `aclrtMallocHost`.
 
-use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
-use std::ops::{Deref, DerefMut};
 
 use bytemuck::Pod;
-use npu_core::{Completion, Context, Result, UseList};
+use npu_core::{Context, Result, UseList};
 
 use crate::device_buffer::byte_size;
-use crate::host_block::{HostAllocConfig, HostBlock, check_host_align};
-use crate::slice::{HostSlice, Memory, MemoryMut};
+use crate::host_block::{HostAllocConfig, HostBlock, check_host_align, pinned_memory};
 
 /// `len` elements of `T` in page-locked host memory (`aclrtMallocHost`, 64-byte aligned).
 ///
@@ -119,56 +116,7 @@ impl<T: Pod> PinnedBuffer<T> {
     }
 }
 
-impl<T: Pod> Deref for PinnedBuffer<T> {
-    type Target = [T];
-
-    fn deref(&self) -> &[T] {
-        // SAFETY: the block holds `len` initialised (zero-filled, then only written through
-        // `&mut`) elements, aligned for `T` (checked at allocation), for the buffer's lifetime.
-        // The device writes into it only while an operation owns the buffer, so no `&self`
-        // exists then.
-        unsafe { std::slice::from_raw_parts(self.block.ptr().cast(), self.len) }
-    }
-}
-
-impl<T: Pod> DerefMut for PinnedBuffer<T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        // SAFETY: as for `deref`, and `&mut self` is exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.block.ptr().cast(), self.len) }
-    }
-}
-
-// SAFETY: the block is this buffer's own aclrtMallocHost allocation of `len` initialised
-// elements; `Drop` frees it only after every recorded use has completed.
-unsafe impl<T: Pod> Memory for PinnedBuffer<T> {
-    type Elem = T;
-
-    fn context(&self) -> &Context {
-        &self.context
-    }
-
-    fn addr(&self) -> *const c_void {
-        self.block.ptr().cast()
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn record_use(&self, completion: &Completion) {
-        self.uses.record(completion);
-    }
-}
-
-// SAFETY: the buffer is the only owner of its allocation.
-unsafe impl<T: Pod> MemoryMut for PinnedBuffer<T> {
-    fn addr_mut(&mut self) -> *mut c_void {
-        self.block.ptr().cast()
-    }
-}
-
-// SAFETY: the allocation comes from aclrtMallocHost(WithCfg), which page-locks it.
-unsafe impl<T: Pod> HostSlice for PinnedBuffer<T> {}
+pinned_memory!(PinnedBuffer, |buffer| &buffer.context);
 
 impl<T: Pod> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {

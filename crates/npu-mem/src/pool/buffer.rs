@@ -1,18 +1,15 @@
 //! A block on loan from the pool.
 
-use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
-use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use npu_core::{Completion, Context, UseList};
+use npu_core::UseList;
 
 use super::Shared;
-use crate::host_block::HostBlock;
-use crate::slice::{HostSlice, Memory, MemoryMut};
+use crate::host_block::{HostBlock, pinned_memory};
 
 /// `len` elements of `T` in a pinned block from a [`PinnedPool`](crate::PinnedPool).
 ///
@@ -74,57 +71,7 @@ impl<T: Pod> PooledBuffer<T> {
     }
 }
 
-impl<T: Pod> Deref for PooledBuffer<T> {
-    type Target = [T];
-
-    fn deref(&self) -> &[T] {
-        // SAFETY: the block holds at least `len` initialised elements (zero-filled when pinned,
-        // then only written as whole `T`s or by the device), aligned for `T` (checked before
-        // allocating), and is ours until `Drop`. The device writes into it only while an
-        // operation owns the buffer, so no `&self` exists then.
-        unsafe { std::slice::from_raw_parts(self.block.ptr().cast(), self.len) }
-    }
-}
-
-impl<T: Pod> DerefMut for PooledBuffer<T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        // SAFETY: as for `deref`, and `&mut self` is exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.block.ptr().cast(), self.len) }
-    }
-}
-
-// SAFETY: the block is an aclrtMallocHost allocation of at least `len` elements that only this
-// buffer uses; `Drop` returns it to the pool (where it can be reused or freed) only after every
-// recorded use has completed.
-unsafe impl<T: Pod> Memory for PooledBuffer<T> {
-    type Elem = T;
-
-    fn context(&self) -> &Context {
-        &self.shared.context
-    }
-
-    fn addr(&self) -> *const c_void {
-        self.block.ptr().cast()
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn record_use(&self, completion: &Completion) {
-        self.uses.record(completion);
-    }
-}
-
-// SAFETY: the buffer is the only user of its block.
-unsafe impl<T: Pod> MemoryMut for PooledBuffer<T> {
-    fn addr_mut(&mut self) -> *mut c_void {
-        self.block.ptr().cast()
-    }
-}
-
-// SAFETY: the block comes from aclrtMallocHost(WithCfg), which page-locks it.
-unsafe impl<T: Pod> HostSlice for PooledBuffer<T> {}
+pinned_memory!(PooledBuffer, |buffer| &buffer.shared.context);
 
 impl<T: Pod> Drop for PooledBuffer<T> {
     fn drop(&mut self) {
