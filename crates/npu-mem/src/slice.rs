@@ -139,8 +139,18 @@ unsafe impl<S: HostSlice + Sync> HostSlice for Arc<S> {}
 
 /// An owned sub-range of a device or host slice; it keeps the whole underlying buffer.
 ///
-/// Obtained with [`DeviceSlice::view`] or [`HostSlice::view`]; [`View::into_inner`] gives the
-/// buffer back.
+/// Obtained with [`Memory::view`]; [`View::into_inner`] gives the buffer back.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::{Memory, PinnedBuffer};
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let view = PinnedBuffer::<u8>::new(&ctx, 100)?.view(20..)?;
+/// assert_eq!((view.offset(), view.len()), (20, 80));
+/// assert_eq!(view.into_inner().len(), 100);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct View<S> {
     inner: S,

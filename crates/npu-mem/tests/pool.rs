@@ -3,6 +3,8 @@
 //! Tests that hold a device's task gate use device 1, and only one test does, so no other test
 //! in this process can open the gate under it.
 
+mod common;
+
 use std::task::Poll;
 
 use npu_core::{Context, Device};
@@ -202,7 +204,7 @@ async fn stats_add_up_while_blocks_await_device_work() {
 
     npu_sim::control::release(1).unwrap();
     done.wait().await.unwrap();
-    npu_core::reaper::flush();
+    common::await_releases(&pool);
     let stats = pool.stats();
     assert_adds_up(&stats);
     assert_eq!(stats.awaiting_blocks, 0);

@@ -2,6 +2,8 @@
 //!
 //! Its own process: the timing model and the hold gate apply to the whole device.
 
+mod common;
+
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -103,7 +105,7 @@ async fn a_block_is_not_reused_while_a_timed_copy_reads_it() {
         copied.iter().enumerate().all(|(i, &b)| b == pattern(i)),
         "the device received the block's data intact"
     );
-    npu_core::reaper::flush();
+    common::await_releases(&pool);
     let stats = pool.stats();
     assert_eq!(stats.awaiting_blocks, 0);
     assert_eq!(stats.reserved, stats.allocated + stats.cached);

@@ -64,6 +64,12 @@ impl BitOr for RegisterFlags {
 }
 
 /// An accelerator engine, as `aclrtHostMemMapCapabilities` names it (`aclrtHacType`).
+///
+/// ```
+/// use npu_mem::HacType;
+///
+/// assert_eq!(HacType::PcieDma.raw(), npu_core::ffi::ACL_RT_HAC_TYPE_PCIEDMA);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum HacType {
