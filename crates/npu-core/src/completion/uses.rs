@@ -232,6 +232,13 @@ mod tests {
     use crate::error::{AclError, Error};
     use std::sync::Arc;
 
+    /// Releases `uses` into a channel that receives how they settled.
+    fn released(uses: &UseList) -> std::sync::mpsc::Receiver<Settled> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        uses.release(move |settled| tx.send(settled).unwrap());
+        rx
+    }
+
     fn acl_failure() -> Error {
         AclError::new("aclrtMemcpyAsync", AclCode(507015), None).into()
     }
@@ -242,8 +249,7 @@ mod tests {
         let (a, b) = (Completion::new(), Completion::new());
         uses.record(&a);
         uses.record(&b);
-        let (tx, rx) = std::sync::mpsc::channel();
-        uses.release(move |settled| tx.send(settled).unwrap());
+        let rx = released(&uses);
         a.complete(Ok(()));
         assert!(rx.try_recv().is_err(), "one use is still pending");
         b.complete(Ok(()));
@@ -282,8 +288,7 @@ mod tests {
         failed.complete(Err(acl_failure()));
         let later = Completion::new();
         uses.record(&later); // prunes the failed use
-        let (tx, rx) = std::sync::mpsc::channel();
-        uses.release(move |settled| tx.send(settled).unwrap());
+        let rx = released(&uses);
         later.complete(Ok(()));
         assert_eq!(rx.recv().unwrap(), Settled::Failed);
     }
@@ -294,8 +299,7 @@ mod tests {
         let (a, b) = (Completion::new(), Completion::new());
         uses.record(&a);
         uses.record(&b);
-        let (tx, rx) = std::sync::mpsc::channel();
-        uses.release(move |settled| tx.send(settled).unwrap());
+        let rx = released(&uses);
         a.complete(Err(acl_failure()));
         b.complete(Ok(()));
         assert_eq!(rx.recv().unwrap(), Settled::Failed);
@@ -307,8 +311,7 @@ mod tests {
         let rejected = Completion::new();
         uses.record(&rejected);
         rejected.complete(Err(Error::invalid("Stream::copy_h2d", "dst", "too short")));
-        let (tx, rx) = std::sync::mpsc::channel();
-        uses.release(move |settled| tx.send(settled).unwrap());
+        let rx = released(&uses);
         assert_eq!(rx.recv().unwrap(), Settled::Clean);
     }
 }
