@@ -13,7 +13,8 @@
 //! - [npu-core](npu_core): [`Runtime`] (loads CANN or the simulator, `NPU_BACKEND`),
 //!   [`Device`], [`Context`], [`Module`]/[`Function`] (kernel binaries), [`LaunchConfig`],
 //!   the [`Error`] type, the raw [`ffi`] and the [`reaper`];
-//! - [npu-mem](npu_mem): [`DeviceBuffer`], [`PinnedBuffer`] and the memory traits
+//! - [npu-mem](npu_mem): [`DeviceBuffer`], [`PinnedBuffer`], the event-aware pinned pool
+//!   [`PinnedPool`] (with [`PooledBuffer`]), [`HostRegistration`], and the memory traits
 //!   ([`Memory`], [`MemoryMut`], [`DeviceSlice`], [`HostSlice`]), [`View`];
 //! - [npu-stream](npu_stream): [`Stream`] and its operations, [`Event`], [`Op`] (the future
 //!   every operation returns), [`Strategy`], [`reactor_stats`];
@@ -82,7 +83,8 @@ pub struct ReadmeDoctests;
 /// What nearly every npu-rs program uses: `use npu::prelude::*;`.
 ///
 /// Types: [`Runtime`], [`Device`], [`Context`], [`Stream`], [`Event`], [`DeviceBuffer`],
-/// [`PinnedBuffer`], [`Module`], [`Function`], [`LaunchConfig`]; traits: [`Memory`],
+/// [`PinnedBuffer`], [`PinnedPool`], [`PooledBuffer`], [`Module`], [`Function`],
+/// [`LaunchConfig`]; traits: [`Memory`],
 /// [`MemoryMut`], [`DeviceSlice`], [`HostSlice`] (for `len()`, `view()` and friends). The
 /// error type is left out so that it does not shadow yours; write [`npu::Result`](Result).
 ///
@@ -96,7 +98,10 @@ pub struct ReadmeDoctests;
 /// ```
 pub mod prelude {
     pub use npu_core::{Context, Device, Function, LaunchConfig, Module, Runtime};
-    pub use npu_mem::{DeviceBuffer, DeviceSlice, HostSlice, Memory, MemoryMut, PinnedBuffer};
+    pub use npu_mem::{
+        DeviceBuffer, DeviceSlice, HostSlice, Memory, MemoryMut, PinnedBuffer, PinnedPool,
+        PooledBuffer,
+    };
     pub use npu_stream::{Event, Stream};
 }
 
