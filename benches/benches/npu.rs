@@ -5,5 +5,6 @@ fn main() {
     npu_benches::sim::run(&mut table);
     npu_benches::pool::run(&mut table);
     npu_benches::alternatives::run(&mut table);
+    npu_benches::pipeline::run(&mut table);
     println!("{table}");
 }

@@ -4,6 +4,7 @@
 //! them all.
 
 pub mod alternatives;
+pub mod pipeline;
 pub mod pool;
 pub mod sim;
 pub mod stats;
