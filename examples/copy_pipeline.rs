@@ -9,6 +9,7 @@
 //!
 //! ```sh
 //! cargo run --example copy_pipeline                  # timeline in $NPU_TRACE or the temp dir
+//! cargo run --example copy_pipeline -- 8             # 8 chunks instead of 32
 //! NPU_BACKEND=acl NPU_EXAMPLE_KERNELS=/path/kernels.o cargo run --release --example copy_pipeline
 //! ```
 //!
@@ -113,7 +114,15 @@ fn trace_path() -> PathBuf {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let report = match run(CHUNKS, CHUNK_LEN, STAGE, &trace_path()).await {
+    let chunks = match std::env::args().nth(1).map(|arg| arg.parse::<usize>()) {
+        None => CHUNKS,
+        Some(Ok(chunks)) if chunks > 0 => chunks,
+        Some(_) => {
+            eprintln!("usage: copy_pipeline [chunks], with chunks a positive number");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = match run(chunks, CHUNK_LEN, STAGE, &trace_path()).await {
         Ok(report) => report,
         Err(err) => {
             eprintln!("copy_pipeline failed: {err}");
