@@ -173,50 +173,48 @@ mod tests {
         }
     }
 
+    /// Runs `scale_on_device` on `device` after `inject` set up a fault, and checks that it
+    /// fails with ACL error `code` and leaves no allocation behind.
+    async fn fails_cleanly(
+        device: u32,
+        data: &[f32],
+        inject: impl FnOnce(&Stream),
+        code: i32,
+    ) -> (Stream, Function) {
+        let (stream, scale) = setup(device);
+        let before = live_allocations(device);
+        inject(&stream);
+        let err = scale_on_device(&stream, &scale, data, 3.0)
+            .await
+            .unwrap_err();
+        assert_eq!(err.acl_code(), Some(AclCode(code)), "{err}");
+        assert_eq!(live_allocations(device), before, "leaked an allocation");
+        (stream, scale)
+    }
+
     #[tokio::test]
     async fn a_failing_kernel_is_an_error_and_leaks_nothing() {
         let _turn = serial().await;
-        let (stream, scale) = setup(0);
-        let before = live_allocations(0);
-
         // Task 1 on the stream is the copy in, task 2 the kernel: make the kernel trap.
-        control::fail_task(stream.as_raw(), 2, 507015).unwrap();
-        let err = scale_on_device(&stream, &scale, &[1.0; 1000], 3.0)
-            .await
-            .unwrap_err();
-        assert_eq!(err.acl_code(), Some(AclCode(507015)), "{err}");
-
-        // The stream is still usable, and nothing the failed call allocated is left.
+        let trap = |stream: &Stream| control::fail_task(stream.as_raw(), 2, 507015).unwrap();
+        let (stream, scale) = fails_cleanly(0, &[1.0; 1000], trap, 507015).await;
+        // The stream is still usable.
         let out = scale_on_device(&stream, &scale, &[1.0; 8], 3.0).await;
         assert_eq!(out.unwrap(), [3.0; 8]);
-        assert_eq!(live_allocations(0), before);
     }
 
     #[tokio::test]
     async fn a_failed_allocation_is_an_error_and_leaks_nothing() {
         let _turn = serial().await;
-        let (stream, scale) = setup(1);
-        let before = live_allocations(1);
-        control::fail_next_alloc(1).unwrap();
-        let err = scale_on_device(&stream, &scale, &[1.0; 16], 1.0)
-            .await
-            .unwrap_err();
-        assert_eq!(err.acl_code(), Some(AclCode(207001)), "{err}");
-        assert_eq!(live_allocations(1), before);
+        let fail_alloc = |_: &Stream| control::fail_next_alloc(1).unwrap();
+        fails_cleanly(1, &[1.0; 16], fail_alloc, 207001).await;
     }
 
     #[tokio::test]
     async fn input_larger_than_device_memory_is_an_error() {
         let _turn = serial().await;
-        let (stream, scale) = setup(0);
-        let before = live_allocations(0);
         // 5 Mi floats are 20 MiB: more than the 16 MiB device.
-        let data = vec![0.0f32; 5 << 20];
-        let err = scale_on_device(&stream, &scale, &data, 1.0)
-            .await
-            .unwrap_err();
-        assert_eq!(err.acl_code(), Some(AclCode(207001)), "{err}");
-        assert_eq!(live_allocations(0), before);
+        fails_cleanly(0, &vec![0.0f32; 5 << 20], |_| {}, 207001).await;
     }
 
     #[tokio::test]
