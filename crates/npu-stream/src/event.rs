@@ -213,6 +213,15 @@ impl Event {
             }
         }
         let runtime = start.context().runtime();
+        // Handles are meaningful only to the library that made them: another runtime's handle
+        // could name an unrelated event of this one.
+        if !end.context().runtime().same_library(runtime) {
+            return Err(Error::invalid(
+                "Event::elapsed",
+                "end",
+                "belongs to a different AscendCL runtime than start",
+            ));
+        }
         let mut ms = 0f32;
         let (a, b) = (start.inner.handle, end.inner.handle);
         // SAFETY: both events are alive and `ms` is a valid out-pointer.
