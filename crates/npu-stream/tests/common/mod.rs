@@ -4,7 +4,7 @@
 //! device-global simulator state (timing model, hold gate, lost device) keep it to themselves.
 
 // Every test file uses a different subset of these helpers.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unused_imports, unreachable_pub)]
 
 use std::future::Future;
 use std::time::Duration;
