@@ -97,6 +97,9 @@ impl Worker {
         loop {
             // SAFETY: plain integer argument; callbacks run inside this call on this thread.
             let code = unsafe { (runtime.api().aclrtProcessReport)(REPORT_TIMEOUT_MS) };
+            // Checking takes the runtime's message off this thread at once: an idle timeout's
+            // message would otherwise be attached to the next error settled here.
+            let reported = runtime.check("aclrtProcessReport", code);
             let fired: Vec<u64> = FIRED.with(|fired| std::mem::take(&mut *fired.borrow_mut()));
             for id in fired {
                 let entry = self
@@ -118,8 +121,10 @@ impl Worker {
                         std::thread::sleep(Duration::from_millis(REPORT_TIMEOUT_MS as u64));
                     }
                 }
-                other => {
-                    tracing::warn!(code = other, "aclrtProcessReport failed");
+                _ => {
+                    if let Err(err) = reported {
+                        tracing::warn!(%err, "aclrtProcessReport failed");
+                    }
                     self.probe();
                 }
             }
