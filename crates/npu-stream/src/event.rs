@@ -175,8 +175,12 @@ impl Event {
         Ok(())
     }
 
-    /// Resolves when the device reaches the latest record, with the first task failure
-    /// among the work it captured. Resolves at once if the event was never recorded.
+    /// Resolves when the device reaches the latest record. Resolves at once if the event was
+    /// never recorded.
+    ///
+    /// As with [`Stream::synchronize`], a task failure among the captured work is reported by
+    /// the failed operation's own future; this fails only when the recording stream's work
+    /// can no longer complete (device lost, context stopped).
     ///
     /// Cancel safety: cancel-safe; dropping the future only stops waiting.
     pub fn wait(&self) -> EventWait {

@@ -48,6 +48,8 @@ fn a_fault_fails_only_the_operation_that_faulted() {
         inject(&faulty, 1);
         let before = faulty.memset(DeviceBuffer::<u8>::new(&context, 3000).unwrap(), 1);
         let failing = faulty.memset(DeviceBuffer::<u8>::new(&context, 3000).unwrap(), 2);
+        let behind_the_fault = Event::new(&context).unwrap();
+        behind_the_fault.record(&faulty).unwrap();
         let after = faulty.copy_h2d(
             PinnedBuffer::from_slice(&context, &data).unwrap(),
             DeviceBuffer::<u8>::new(&context, 3000).unwrap(),
@@ -70,6 +72,10 @@ fn a_fault_fails_only_the_operation_that_faulted() {
             assert_eq!(copied.to_vec_blocking().unwrap(), data, "{strategy:?}");
             let (_, copied) = elsewhere.await.unwrap();
             assert_eq!(copied.to_vec_blocking().unwrap(), data, "{strategy:?}");
+            // The failure is reported once, on its own future: an event recorded behind it and
+            // synchronize() see the work done.
+            behind_the_fault.wait().await.unwrap();
+            faulty.synchronize().await.unwrap();
             // ACL_CONTINUE_ON_FAILURE (the default): the stream keeps working.
             let zeros = faulty.memset(ones, 0).await.unwrap();
             assert_eq!(zeros.to_vec_blocking().unwrap(), vec![0; 3000]);
