@@ -3,5 +3,6 @@
 fn main() {
     let mut table = npu_benches::Table::default();
     npu_benches::sim::run(&mut table);
+    npu_benches::stream::run(&mut table);
     println!("{table}");
 }

@@ -4,6 +4,7 @@
 //! them all.
 
 pub mod sim;
+pub mod stream;
 mod table;
 
 pub use table::{Row, Table};
