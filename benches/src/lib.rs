@@ -3,6 +3,7 @@
 //! Each area measures in its own module and adds rows to a [`Table`]; `benches/npu.rs` runs
 //! them all.
 
+pub mod pool;
 pub mod sim;
 pub mod stream;
 mod table;

@@ -6,6 +6,8 @@
 //! - [`Device`] and [`Context`] wrap devices and contexts; every context-dependent object holds
 //!   its `Context` and binds it before each call, so a Tokio task may migrate between threads.
 //! - [`Error`] names the failed API, the code, its symbolic name and the runtime's message.
+//! - [`Module`] and [`Function`] load kernel binaries and look kernels up; [`ArgPacker`] and
+//!   [`LaunchConfig`] describe a launch (npu-stream's `Stream::launch` awaits it).
 //! - [`Completion`] and [`UseList`] are the building blocks the stream and memory crates use to
 //!   complete operations and to release resources only after the device is done with them.
 //!
@@ -26,13 +28,17 @@ mod completion;
 mod context;
 mod device;
 mod error;
+mod launch;
+mod module;
 pub mod reaper;
 mod runtime;
 
 pub use backend::{Backend, BackendChoice};
 pub use code::{AclCode, ErrorClass};
-pub use completion::{Completion, UseList, Wait};
+pub use completion::{Completion, Settled, UseList, Wait};
 pub use context::Context;
 pub use device::{Device, DeviceAttr, DeviceStatus, MemAttr, MemInfo, PeerAccess, PriorityRange};
 pub use error::{AclError, Error, LoadAttempt, LoadError, Result};
+pub use launch::{ArgPacker, Engine, LaunchConfig};
+pub use module::{BinaryMagic, Function, Module, ModuleLoader};
 pub use runtime::{Runtime, RuntimeBuilder};

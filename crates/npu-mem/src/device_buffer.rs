@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 
 use bytemuck::Pod;
 use npu_core::ffi;
-use npu_core::{Completion, Context, Error, Result, UseList, acl_call};
+use npu_core::{Completion, Context, Error, Result, Settled, UseList, acl_call, acl_call_opt};
 
 use crate::slice::{DeviceSlice, Memory, MemoryMut};
 
@@ -96,13 +96,20 @@ pub(crate) fn byte_size<T>(api: &'static str, len: usize) -> Result<usize> {
             "must be at least 1: ACL rejects empty allocations",
         ));
     }
-    len.checked_mul(size_of::<T>()).ok_or_else(|| {
-        Error::invalid(
-            api,
-            "len",
-            format!("{len} elements overflow the address space"),
-        )
-    })
+    // Rust slices, and so every host view of the memory, are limited to isize::MAX bytes.
+    len.checked_mul(size_of::<T>())
+        .filter(|&bytes| bytes <= isize::MAX as usize)
+        .ok_or_else(|| {
+            Error::invalid(
+                api,
+                "len",
+                format!(
+                    "{len} elements of {} bytes exceed the largest possible allocation \
+                     (isize::MAX bytes)",
+                    size_of::<T>()
+                ),
+            )
+        })
 }
 
 impl<T: Pod> DeviceBuffer<T> {
@@ -245,12 +252,22 @@ impl<T: Pod> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         let context = self.context.clone();
         let ptr = DevicePtr(self.ptr);
-        self.uses.release(move || {
+        self.uses.release(move |settled| {
             let ptr = ptr;
-            // SAFETY: the allocation is ours and no operation uses it any more; aclrtFree needs
-            // no current context.
-            if let Err(err) = unsafe { acl_call!(context.runtime(), aclrtFree(ptr.0)) } {
-                tracing::warn!(%err, "freeing device memory failed");
+            let runtime = context.runtime();
+            let freed = match settled {
+                // SAFETY: the allocation is ours and no operation uses it any more; aclrtFree
+                // needs no current context.
+                Settled::Clean => unsafe { acl_call!(runtime, aclrtFree(ptr.0)) },
+                // A failed operation may still be queued (see `Settled`): let the runtime wait
+                // for the device before freeing.
+                Settled::Failed => context.bind().and_then(|()| {
+                    // SAFETY: the allocation is ours; the call synchronises before freeing.
+                    unsafe { acl_call_opt!(runtime, aclrtFreeWithDevSync(ptr.0)) }
+                }),
+            };
+            if let Err(err) = freed {
+                tracing::warn!(%err, "device memory was not freed (leaked)");
             }
         });
     }

@@ -1,25 +1,27 @@
 //! Page-locked host memory from `aclrtMallocHost`.
 
-use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
-use std::ops::{Deref, DerefMut};
+use std::mem::ManuallyDrop;
 
 use bytemuck::Pod;
-use npu_core::{Completion, Context, Result, UseList, acl_call};
+use npu_core::{Context, Result, UseList};
 
 use crate::device_buffer::byte_size;
-use crate::slice::{HostSlice, Memory, MemoryMut};
+use crate::host_block::{HostAllocConfig, HostBlock, check_host_align, pinned_memory};
 
 /// `len` elements of `T` in page-locked host memory (`aclrtMallocHost`, 64-byte aligned).
 ///
 /// The device can copy to and from it asynchronously, so it is what stream copies accept on the
 /// host side. It dereferences to `[T]`: operations take the buffer by value while the device
-/// uses it, so whoever holds it may read and write freely. It is zero-initialised.
+/// uses it, so whoever holds it may read and write freely. It is zero-initialised. For socket
+/// I/O, wrap it in [`Filled`](crate::Filled), which implements `bytes::Buf` and
+/// `bytes::BufMut`.
 ///
-/// Dropping it frees the memory (`aclrtFreeHost`) once every operation recorded against it has
-/// completed. Pinning is expensive (milliseconds per allocation); recycle buffers through a
-/// [`PinnedPool`](crate::PinnedPool) in hot paths.
+/// Dropping it frees the memory once every operation recorded against it has completed (see
+/// `Settled` in npu-core for when `aclrtFreeHostWithDevSync` is used instead of
+/// `aclrtFreeHost`). Pinning is expensive (milliseconds per allocation); recycle buffers
+/// through a [`PinnedPool`](crate::PinnedPool) in hot paths.
 ///
 /// ```
 /// use npu_core::Device;
@@ -34,7 +36,8 @@ use crate::slice::{HostSlice, Memory, MemoryMut};
 /// ```
 pub struct PinnedBuffer<T: Pod> {
     context: Context,
-    ptr: *mut T,
+    /// Taken only by `Drop`.
+    block: ManuallyDrop<HostBlock>,
     len: usize,
     uses: UseList,
     _elements: PhantomData<T>,
@@ -46,19 +49,50 @@ unsafe impl<T: Pod> Send for PinnedBuffer<T> {}
 unsafe impl<T: Pod> Sync for PinnedBuffer<T> {}
 
 impl<T: Pod> PinnedBuffer<T> {
-    /// Allocates `len` zeroed elements of page-locked memory.
+    /// Allocates `len` zeroed elements of page-locked memory (`aclrtMallocHost`).
+    ///
+    /// Fails with [`npu_core::Error::InvalidArgument`] for `len == 0`, a size over
+    /// `isize::MAX` bytes or an element type aligned to more than 64 bytes, and with the ACL
+    /// error (`ACL_ERROR_RT_MEMORY_ALLOCATION`) when the host cannot pin that much.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::PinnedBuffer;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// assert!(PinnedBuffer::<f32>::new(&ctx, 0).is_err());
+    /// assert!(PinnedBuffer::<f32>::new(&ctx, 256)?.iter().all(|&x| x == 0.0));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn new(context: &Context, len: usize) -> Result<Self> {
-        let bytes = byte_size::<T>("PinnedBuffer::new", len)?;
-        context.bind()?;
-        let mut raw: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the context is bound on this thread.
-        unsafe { acl_call!(context.runtime(), aclrtMallocHost(&mut raw, bytes)) }?;
-        // SAFETY: aclrtMallocHost returned `bytes` writable bytes; zeroing makes every element
-        // a valid `T` (`Pod` allows all-zero), so the slice views below are sound.
-        unsafe { std::ptr::write_bytes(raw.cast::<u8>(), 0, bytes) };
+        PinnedBuffer::allocate(context, len, None)
+    }
+
+    /// Allocates like [`new`](PinnedBuffer::new), with `aclrtMallocHostWithCfg` and the
+    /// attributes in `config`.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{HostAllocConfig, PinnedBuffer};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let config = HostAllocConfig::new().module_id(HostAllocConfig::APP_MODULE);
+    /// let buffer = PinnedBuffer::<u64>::with_config(&ctx, 8, &config)?;
+    /// assert_eq!(&buffer[..], &[0; 8]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn with_config(context: &Context, len: usize, config: &HostAllocConfig) -> Result<Self> {
+        PinnedBuffer::allocate(context, len, Some(config))
+    }
+
+    fn allocate(context: &Context, len: usize, config: Option<&HostAllocConfig>) -> Result<Self> {
+        let api = "PinnedBuffer::new";
+        check_host_align::<T>(api)?;
+        let bytes = byte_size::<T>(api, len)?;
+        let block = HostBlock::alloc(context, bytes, config)?;
         Ok(PinnedBuffer {
             context: context.clone(),
-            ptr: raw.cast(),
+            block: ManuallyDrop::new(block),
             len,
             uses: UseList::new(),
             _elements: PhantomData,
@@ -66,6 +100,15 @@ impl<T: Pod> PinnedBuffer<T> {
     }
 
     /// Allocates a pinned copy of `data`.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::PinnedBuffer;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// assert_eq!(&PinnedBuffer::from_slice(&ctx, &[1u8, 2, 3])?[..], &[1, 2, 3]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn from_slice(context: &Context, data: &[T]) -> Result<Self> {
         let mut buffer = PinnedBuffer::new(context, data.len())?;
         buffer.copy_from_slice(data);
@@ -73,80 +116,23 @@ impl<T: Pod> PinnedBuffer<T> {
     }
 }
 
-impl<T: Pod> Deref for PinnedBuffer<T> {
-    type Target = [T];
-
-    fn deref(&self) -> &[T] {
-        // SAFETY: `ptr` holds `len` initialised elements for the buffer's lifetime. The device
-        // writes into it only while an operation owns the buffer, so no `&self` exists then.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
-
-impl<T: Pod> DerefMut for PinnedBuffer<T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        // SAFETY: as for `deref`, and `&mut self` is exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-// SAFETY: `ptr` is this buffer's own aclrtMallocHost allocation of `len` initialised elements;
-// `Drop` frees it only after every recorded use has completed.
-unsafe impl<T: Pod> Memory for PinnedBuffer<T> {
-    type Elem = T;
-
-    fn context(&self) -> &Context {
-        &self.context
-    }
-
-    fn addr(&self) -> *const c_void {
-        self.ptr.cast()
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn record_use(&self, completion: &Completion) {
-        self.uses.record(completion);
-    }
-}
-
-// SAFETY: the buffer is the only owner of its allocation.
-unsafe impl<T: Pod> MemoryMut for PinnedBuffer<T> {
-    fn addr_mut(&mut self) -> *mut c_void {
-        self.ptr.cast()
-    }
-}
-
-// SAFETY: the allocation comes from aclrtMallocHost, which page-locks it.
-unsafe impl<T: Pod> HostSlice for PinnedBuffer<T> {}
-
-/// Moves a host allocation's address into a deferred release.
-struct HostPtr(*mut c_void);
-
-// SAFETY: the address is only handed back to aclrtFreeHost.
-unsafe impl Send for HostPtr {}
+pinned_memory!(PinnedBuffer, |buffer| &buffer.context);
 
 impl<T: Pod> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
+        // SAFETY: `drop` runs once and nothing reads `block` afterwards.
+        let block = unsafe { ManuallyDrop::take(&mut self.block) };
         let context = self.context.clone();
-        let ptr = HostPtr(self.ptr.cast());
-        self.uses.release(move || {
-            let ptr = ptr;
-            // SAFETY: the allocation is ours and no operation uses it any more.
-            if let Err(err) = unsafe { acl_call!(context.runtime(), aclrtFreeHost(ptr.0)) } {
-                tracing::warn!(%err, "freeing pinned host memory failed");
-            }
-        });
+        self.uses
+            .release(move |settled| block.free(&context, settled));
     }
 }
 
-impl<T: Pod + fmt::Debug> fmt::Debug for PinnedBuffer<T> {
+impl<T: Pod> fmt::Debug for PinnedBuffer<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PinnedBuffer")
             .field("len", &self.len)
-            .field("ptr", &self.ptr)
+            .field("ptr", &self.block.ptr())
             .field("uses", &self.uses)
             .finish()
     }

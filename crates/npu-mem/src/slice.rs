@@ -90,7 +90,14 @@ pub unsafe trait DeviceSlice: Memory {}
 ///
 /// Ordinary (pageable) memory such as a `Vec` does not implement it on purpose: ACL silently
 /// turns an async copy from pageable memory into a blocking one, which would stall a Tokio
-/// worker thread. Register such memory, or stage it through a pool.
+/// worker thread. Two ways out:
+///
+/// - register memory you own and keep, with [`HostRegistration`](crate::HostRegistration)
+///   (use a [`PageAlignedBuffer`](crate::PageAlignedBuffer): ACL registers whole pages);
+/// - for one-off pageable data, the explicitly named escape hatch in npu-stream,
+///   `Stream::copy_from_slice_staged(&pool, &data, dst)` and
+///   `Stream::copy_to_vec_staged(&pool, src)`, which copy through a
+///   [`PinnedPool`](crate::PinnedPool) block at the price of one extra CPU copy.
 ///
 /// # Safety
 ///
@@ -132,8 +139,18 @@ unsafe impl<S: HostSlice + Sync> HostSlice for Arc<S> {}
 
 /// An owned sub-range of a device or host slice; it keeps the whole underlying buffer.
 ///
-/// Obtained with [`DeviceSlice::view`] or [`HostSlice::view`]; [`View::into_inner`] gives the
-/// buffer back.
+/// Obtained with [`Memory::view`]; [`View::into_inner`] gives the buffer back.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::{Memory, PinnedBuffer};
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let view = PinnedBuffer::<u8>::new(&ctx, 100)?.view(20..)?;
+/// assert_eq!((view.offset(), view.len()), (20, 80));
+/// assert_eq!(view.into_inner().len(), 100);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct View<S> {
     inner: S,

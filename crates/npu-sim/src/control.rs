@@ -24,8 +24,24 @@
 //!     assert_eq!(aclrtMemsetAsync(dev, 1 << 20, 2, 1 << 20, ptr::null_mut()), 0);
 //!     assert_eq!(aclrtSynchronizeStream(ptr::null_mut()), 507015);
 //!
-//!     // With a timing model, a 1 MiB copy at 1 GB/s takes ~1 ms of simulated time.
+//!     // With a 1 GB/s timing model and the device held, a 1 MiB memset starts at the release
+//!     // instant and takes 1,048,576 ns of simulated time.
 //!     control::set_timing(0, Some(TimingModel::default().d2d_bandwidth(1_000_000_000))).unwrap();
+//!     let mut stream = ptr::null_mut();
+//!     assert_eq!(aclrtCreateStream(&mut stream), 0);
+//!     let (mut start, mut end) = (ptr::null_mut(), ptr::null_mut());
+//!     assert_eq!(aclrtCreateEvent(&mut start), 0);
+//!     assert_eq!(aclrtCreateEvent(&mut end), 0);
+//!     control::hold(0).unwrap();
+//!     assert_eq!(aclrtRecordEvent(start, stream), 0);
+//!     assert_eq!(aclrtMemsetAsync(dev, 1 << 20, 3, 1 << 20, stream), 0);
+//!     assert_eq!(aclrtRecordEvent(end, stream), 0);
+//!     control::release(0).unwrap();
+//!     assert_eq!(aclrtSynchronizeStream(stream), 0);
+//!     let mut ms = 0.0f32;
+//!     assert_eq!(aclrtEventElapsedTime(&mut ms, start, end), 0);
+//!     assert_eq!(ms, 1.048576);
+//!     control::set_timing(0, None).unwrap();
 //!     assert_eq!(aclrtFree(dev), 0);
 //! }
 //! ```

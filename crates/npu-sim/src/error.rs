@@ -72,8 +72,11 @@ thread_local! {
 }
 
 /// Records a failure of `api` on the calling thread: last error and message.
+///
+/// `try_with`: a call from a thread-exit destructor (after the thread's locals are gone) still
+/// returns its code instead of panicking outside the guard.
 pub(crate) fn record(api: &str, error: &SimError) {
-    LAST_ERROR.set(error.code);
+    let _ = LAST_ERROR.try_with(|last| last.set(error.code));
     let line = format!(
         "{api} failed with {} ({}): {}",
         error.code,
@@ -81,7 +84,8 @@ pub(crate) fn record(api: &str, error: &SimError) {
         error.msg
     );
     tracing::debug!(target: "npu_sim", "{line}");
-    PENDING.with_borrow_mut(|pending| {
+    let _ = PENDING.try_with(|pending| {
+        let mut pending = pending.borrow_mut();
         if pending.len() == MAX_PENDING_MESSAGES {
             pending.remove(0);
         }

@@ -9,7 +9,7 @@ use npu_sys::*;
 use crate::config::TimingModel;
 use crate::error::SimError;
 use crate::event::{Event, Record};
-use crate::kernel::Launch;
+use crate::kernel::{Launch, LaunchArgs};
 use crate::memory::LiveMemory;
 
 /// Direction of a copy after kind correction.
@@ -221,7 +221,13 @@ impl Task {
                 unsafe { ptr::write_bytes(*dst as *mut u8, *value, *len) };
                 Ok(())
             }
-            Op::Kernel(launch) => launch.run(),
+            Op::Kernel(launch) => {
+                // Device-memory arguments freed since the launch: fault instead of reading them.
+                if let LaunchArgs::Device(address, len) = launch.args {
+                    check_live(live, address != 0, address, len)?;
+                }
+                launch.run()
+            }
             _ => Ok(()),
         }
     }

@@ -5,6 +5,7 @@ extern crate ascendcl as npu_sim;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The directory holding this test binary and libascendcl.so (target/<profile>/deps).
 fn deps_dir() -> PathBuf {
@@ -27,7 +28,11 @@ fn compile(name: &str, extra: &[&str]) -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/c")
         .join(format!("{name}.c"));
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("npu-sim-{name}"));
+    // Tests run in parallel and may build the same program: each build gets its own file.
+    static BUILDS: AtomicUsize = AtomicUsize::new(0);
+    let build = BUILDS.fetch_add(1, Ordering::Relaxed);
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("npu-sim-{name}-{}-{build}", std::process::id()));
     let compiler = cc::Build::new()
         .target(env!("NPU_SIM_TARGET"))
         .host(env!("NPU_SIM_TARGET"))
@@ -58,13 +63,16 @@ fn compile(name: &str, extra: &[&str]) -> PathBuf {
     out
 }
 
-/// Runs a compiled program with a clean simulator environment; returns its stdout.
-fn run(program: &Path) -> String {
-    let output = Command::new(program)
-        .env_remove("NPU_SIM_CONFIG")
-        .env_remove("NPU_TRACE")
-        .output()
-        .unwrap();
+/// Runs a compiled program with a clean simulator environment plus `env`; returns its stdout.
+fn run_with(program: &Path, env: &[(&str, &Path)]) -> String {
+    let mut command = Command::new(program);
+    command.env_remove("NPU_SIM_CONFIG").env_remove("NPU_TRACE");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().unwrap();
+    // Every build has its own file (see `compile`); do not let them pile up.
+    let _ = std::fs::remove_file(program);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
@@ -74,6 +82,10 @@ fn run(program: &Path) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     stdout
+}
+
+fn run(program: &Path) -> String {
+    run_with(program, &[])
 }
 
 fn fnv1a(data: &[u8]) -> u64 {
@@ -148,4 +160,24 @@ fn the_cdylib_exports_every_header_function() {
     assert_eq!(count, npu_sim::config::DEFAULT_DEVICES);
     // The loaded copy is a separate simulator with its own state (as on a real dlopen path).
     std::mem::forget(library);
+}
+
+#[test]
+fn npu_trace_is_written_by_acl_finalize() {
+    let trace = Path::new(env!("CARGO_TARGET_TMPDIR")).join("npu-sim-typical-flow.trace.json");
+    let _ = std::fs::remove_file(&trace);
+    run_with(&compile("typical_flow", &[]), &[("NPU_TRACE", &trace)]);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let names: Vec<&str> = json["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["H2D (sync)", "D2D", "memset", "record", "D2H (sync)"]
+    );
 }

@@ -235,14 +235,7 @@ static INVALID_PARAM: &[Case] = &[
     case("0 blocks", "aclrtLaunchKernelWithConfig", 100000, 0, || {
         let func = add_one();
         let args = finalized_args(func);
-        code!(aclrtLaunchKernelWithConfig(
-            func,
-            0,
-            ptr::null_mut(),
-            ptr::null_mut(),
-            args,
-            ptr::null_mut()
-        ))
+        launch_built(func, 0, args, ptr::null_mut())
     }),
     case(
         "reserve not NULL",
@@ -253,14 +246,7 @@ static INVALID_PARAM: &[Case] = &[
             let func = add_one();
             let args = finalized_args(func);
             let mut reserve = 0u8;
-            code!(aclrtLaunchKernelWithConfig(
-                func,
-                1,
-                ptr::null_mut(),
-                ptr::null_mut(),
-                args,
-                (&raw mut reserve).cast()
-            ))
+            launch_built(func, 1, args, (&raw mut reserve).cast())
         },
     ),
     case("0 blocks", "aclrtLaunchKernel", 100000, 0, || {
@@ -516,14 +502,7 @@ static PARAM_INVALID: &[Case] = &[
             let func = add_one();
             let mut args = ptr::null_mut();
             acl!(aclrtKernelArgsInit(func, &mut args));
-            code!(aclrtLaunchKernelWithConfig(
-                func,
-                1,
-                ptr::null_mut(),
-                ptr::null_mut(),
-                args,
-                ptr::null_mut()
-            ))
+            launch_built(func, 1, args, ptr::null_mut())
         },
     ),
     case(
@@ -1145,14 +1124,7 @@ fn held_work_times_out_and_fails_with_the_documented_codes() {
     let (dev, host) = (malloc(1 << 20), malloc_host(1 << 20));
     let (event, mut ms, mut ts) = (create_event(), 0.0f32, 0u64);
     control::hold(3).unwrap();
-    acl!(aclrtMemcpyAsync(
-        dev,
-        1 << 20,
-        host,
-        1 << 20,
-        ACL_MEMCPY_HOST_TO_DEVICE,
-        stream
-    ));
+    h2d_async(dev, host, 1 << 20, stream);
     acl!(aclrtRecordEvent(event, stream));
     assert_eq!(
         code!(aclrtSynchronizeStreamWithTimeout(stream, 20)),
@@ -1175,11 +1147,20 @@ fn held_work_times_out_and_fails_with_the_documented_codes() {
         code!(aclrtEventElapsedTime(&mut ms, event, event)),
         ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID
     );
+    // A kernel whose device-memory arguments are freed before it runs.
+    let kernel_stream = create_stream();
+    let args = malloc(8);
+    acl!(aclrtLaunchKernel(add_one(), 1, args, 8, kernel_stream));
     // Freeing memory a queued copy still targets: the copy faults instead of touching it.
     acl!(aclrtFree(dev));
+    acl!(aclrtFree(args));
     control::release(3).unwrap();
     assert_eq!(code!(aclrtSynchronizeStream(stream)), ACL_ERROR_RT_SYS_DMA);
     assert!(recent_message().contains("freed before the task ran"));
+    assert_eq!(
+        code!(aclrtSynchronizeStream(kernel_stream)),
+        ACL_ERROR_RT_SYS_DMA
+    );
 
     // A record on a force-destroyed stream never completes: waiting on it reports the abort.
     control::hold(3).unwrap();

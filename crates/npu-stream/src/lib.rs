@@ -1,7 +1,7 @@
 //! Ascend NPU streams and events as Rust futures.
 //!
-//! Every stream operation (copies, 2D copies, memsets, event records) is submitted on the
-//! calling thread, followed by an event record; one reactor thread polls
+//! Every stream operation (copies, 2D copies, memsets, kernel launches, event records) is
+//! submitted on the calling thread, followed by an event record; one reactor thread polls
 //! `aclrtQueryEventStatus` for the oldest pending event of each stream and wakes the task. A
 //! Tokio server can therefore `.await` device work inside the same `select!` as its socket
 //! reads, without blocking a worker thread and without a blocking-pool thread per operation.
@@ -31,13 +31,16 @@ mod callback;
 mod copy;
 mod event;
 mod event_pool;
+mod kernel;
 mod op;
 mod reactor;
+mod staged;
 mod strategy;
 mod stream;
 
 pub use copy::{Copy2d, MAX_2D_HEIGHT, MAX_2D_WIDTH_BYTES};
 pub use event::{Event, EventBuilder, EventKind, EventWait};
+pub use kernel::{ArgWriter, ByValue, KernelArg, KernelArgs};
 pub use op::Op;
 pub use reactor::ReactorStats;
 pub use strategy::Strategy;

@@ -234,9 +234,10 @@ fn dropping_futures_at_random_points_corrupts_nothing_and_leaks_nothing() {
     assert!(verified > 0);
 
     // Every buffer is released: those dropped with their futures after their operations
-    // completed, the recycled ones now. A completion becomes visible a moment before its
-    // deferred releases reach the reaper, so the reaper is flushed until the counts settle
-    // (bounded by the hang detector).
+    // completed, the recycled ones now. A completion that was already done when it was
+    // awaited above may still be handing its releases to the reaper (Completion::complete
+    // marks it done first), so the reaper is flushed until the counts settle, bounded by the
+    // hang detector.
     drop(reports);
     let deadline = Instant::now() + HANG;
     loop {

@@ -14,7 +14,7 @@ mod uses;
 #[cfg(test)]
 mod model;
 
-pub use uses::UseList;
+pub use uses::{Settled, UseList};
 
 /// Std-backed primitives for [`state`]; the loom model test supplies loom's instead.
 mod sync {
@@ -53,12 +53,17 @@ impl Completion {
 
     /// Completes with `result`; later calls are ignored.
     ///
-    /// Wakes the waiter and sends the deferred actions to the reaper thread.
+    /// Sends the deferred actions to the reaper thread, then wakes the waiter: a task woken by
+    /// the completion finds the releases already queued, so `reaper::flush` after an `.await`
+    /// observes them.
     pub fn complete(&self, result: Result<()>) {
-        let actions = self.state.complete(result);
+        let Some(actions) = self.state.complete(result) else {
+            return;
+        };
         if !actions.is_empty() {
             crate::reaper::run_later(actions);
         }
+        self.state.wake();
     }
 
     /// Whether the operation has completed.

@@ -10,11 +10,13 @@ pub(crate) type Action = Box<dyn FnOnce() + Send + 'static>;
 
 /// Shared by the one party that completes an operation and everyone who waits for it.
 ///
-/// Protocol: the completer stores the value, then raises `done` (Release), then wakes the
-/// registered waker, then takes the deferred actions. A poller checks `done` (Acquire),
-/// registers its waker, and checks `done` again, so a completion racing the registration is
-/// never missed. `deferred` becomes `None` exactly once, when the completer takes it, so an
-/// action is either taken by the completer or handed back to its deferrer, never both.
+/// Protocol: the completer stores the value, then raises `done` (Release), then takes the
+/// deferred actions, and only then wakes the registered waker ([`State::wake`]), so that a
+/// woken task finds the operation's releases already handed on. A poller checks `done`
+/// (Acquire), registers its waker, and checks `done` again, so a completion racing the
+/// registration is never missed. `deferred` becomes `None` exactly once, when the completer
+/// takes it, so an action is either taken by the completer or handed back to its deferrer,
+/// never both.
 pub(crate) struct State<T> {
     done: AtomicBool,
     value: Mutex<Option<T>>,
@@ -33,19 +35,24 @@ impl<T: Clone> State<T> {
     }
 
     /// Completes with `value` unless already complete. Returns the deferred actions, which the
-    /// caller must run outside any lock; they are empty for a repeated completion.
-    pub(crate) fn complete(&self, value: T) -> Vec<Action> {
+    /// caller must hand on outside any lock before calling [`State::wake`]; `None` for a
+    /// repeated completion, which must not wake anyone.
+    pub(crate) fn complete(&self, value: T) -> Option<Vec<Action>> {
         {
             let mut slot = self.value.lock().unwrap_or_else(|e| e.into_inner());
             if slot.is_some() {
-                return Vec::new();
+                return None;
             }
             *slot = Some(value);
         }
         self.done.store(true, Ordering::Release);
-        self.waker.wake();
         let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
-        deferred.take().unwrap_or_default()
+        Some(deferred.take().unwrap_or_default())
+    }
+
+    /// Wakes the registered waiter; called by the completer after [`State::complete`].
+    pub(crate) fn wake(&self) {
+        self.waker.wake();
     }
 
     pub(crate) fn is_complete(&self) -> bool {

@@ -6,7 +6,7 @@ use npu_core::{BackendChoice, Runtime};
 
 /// npu-sim's `libascendcl.so`, which cargo builds next to the test binaries because npu-sim is
 /// a dependency of npu-core.
-pub fn simulator_library() -> PathBuf {
+pub(crate) fn simulator_library() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let deps = exe
         .parent()
@@ -22,7 +22,7 @@ pub fn simulator_library() -> PathBuf {
 
 /// Both ways of reaching the simulator: linked in-process, and dlopened as a real
 /// libascendcl.so would be. Every test that takes a runtime runs on both.
-pub fn runtimes() -> Vec<(&'static str, Runtime)> {
+pub(crate) fn runtimes() -> Vec<(&'static str, Runtime)> {
     let in_process = Runtime::builder()
         .backend(BackendChoice::Sim)
         .build()

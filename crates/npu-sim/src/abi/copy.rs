@@ -19,8 +19,44 @@ const MAX_2D_HEIGHT: usize = 5 * 1024 * 1024;
 /// Widest row of a 2D copy.
 const MAX_2D_WIDTH: usize = 5_000_000;
 
-/// Runs a memory task on the calling thread (synchronous APIs, and the pageable fallback of
-/// the async ones), paced by the device's timing model.
+/// Where an operation runs: on the calling thread (synchronous APIs) or on a stream.
+enum On {
+    Caller(Arc<Device>),
+    Stream(Arc<Stream>),
+}
+
+impl On {
+    /// The current context's device for `None`, else the stream after the submission checks.
+    fn resolve(sim: &Sim, stream: Option<aclrtStream>) -> Res<On> {
+        Ok(match stream {
+            None => On::Caller(context::current(sim)?.device.clone()),
+            Some(stream) => On::Stream(context::submit_stream(sim, stream)?),
+        })
+    }
+
+    fn device(&self) -> &Arc<Device> {
+        match self {
+            On::Caller(device) => device,
+            On::Stream(stream) => &stream.device,
+        }
+    }
+
+    /// Runs the task: synchronously, or as a stream task — except that work involving
+    /// pageable host memory runs synchronously once the stream's earlier work is done (CANN's
+    /// documented fallback).
+    fn run(&self, sim: &Sim, task: Task, pageable: bool) -> Res<()> {
+        match self {
+            On::Caller(device) => run_now(sim, device, task),
+            On::Stream(stream) if pageable => {
+                stream.wait_idle(None)?;
+                run_now(sim, &stream.device, task)
+            }
+            On::Stream(stream) => stream.submit(task),
+        }
+    }
+}
+
+/// Runs a memory task on the calling thread, paced by the device's timing model.
 fn run_now(sim: &Sim, device: &Device, task: Task) -> Res<()> {
     let start_ns = device.clock.now_ns();
     {
@@ -43,16 +79,6 @@ fn run_now(sim: &Sim, device: &Device, task: Task) -> Res<()> {
     let (_, name) = task.label();
     trace::record_sync(device.id, &name, task.bytes(), start_ns, end_ns);
     Ok(())
-}
-
-/// Runs a task on a stream: as a stream task, or, when it involves pageable host memory,
-/// synchronously once the stream's earlier work is done (CANN's documented fallback).
-fn run_on_stream(sim: &Sim, stream: &Arc<Stream>, task: Task, pageable: bool) -> Res<()> {
-    if pageable {
-        stream.wait_idle(None)?;
-        return run_now(sim, &stream.device, task);
-    }
-    stream.submit(task)
 }
 
 /// The copy direction the runtime uses for these pointers, given the requested kind.
@@ -172,19 +198,80 @@ fn check_memcpy(
     Ok(true)
 }
 
-fn copy_op(dst: usize, src: Source, extent: Extent, plan: &Plan) -> Op {
-    // Staged data belongs to the task, not to an allocation that could be freed.
+/// Every direction; the directions of asynchronous copies; of synchronous 2D copies.
+const ALL: &[Direction] = &[
+    Direction::HostToHost,
+    Direction::HostToDevice,
+    Direction::DeviceToHost,
+    Direction::DeviceToDevice,
+];
+const ASYNC: &[Direction] = &[
+    Direction::HostToDevice,
+    Direction::DeviceToHost,
+    Direction::DeviceToDevice,
+];
+const SYNC_2D: &[Direction] = &[Direction::HostToDevice, Direction::DeviceToHost];
+
+/// A copy of `extent` after the argument checks: classifies the pointers, checks the direction
+/// is one of `allowed` (207000 otherwise), and runs it where `on` says.
+fn copy(
+    sim: &Sim,
+    on: &On,
+    dst: *mut c_void,
+    src: *const c_void,
+    kind: aclrtMemcpyKind,
+    extent: Extent,
+    allowed: &[Direction],
+) -> Res<()> {
+    let plan = plan(sim, on.device(), dst as usize, src as usize, kind, &extent)?;
+    ensure!(
+        allowed.contains(&plan.dir),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "{} {}copies are not supported",
+        plan.dir.name(),
+        if extent.rows > 1 { "2D " } else { "" }
+    );
+    // Staged host data (HOST_TO_BUF_TO_DEVICE on a stream) belongs to the task, so the caller
+    // may reuse its buffer at once, and it is not an allocation that could be freed.
+    let staged =
+        kind == ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE && matches!(on, On::Stream(_)) && !plan.pageable;
+    let source = if staged {
+        Source::Staged(super::check::bytes(src, extent.width, "src")?.into())
+    } else {
+        Source::Ptr(src as usize)
+    };
     let owned = Owned {
-        src: plan.owned.src && matches!(src, Source::Ptr(_)),
+        src: plan.owned.src && !staged,
         ..plan.owned
     };
-    Op::Copy {
-        dst,
-        src,
+    let op = Op::Copy {
+        dst: dst as usize,
+        src: source,
         extent,
         dir: plan.dir,
         owned,
+    };
+    on.run(sim, Task::new(op), plan.pageable)
+}
+
+fn memcpy(
+    dst: *mut c_void,
+    dest_max: usize,
+    src: *const c_void,
+    count: usize,
+    kind: aclrtMemcpyKind,
+    stream: Option<aclrtStream>,
+) -> Res<()> {
+    if !check_memcpy(dst, dest_max, src, count, kind)? {
+        return Ok(());
     }
+    let sim = sim()?;
+    let on = On::resolve(sim, stream)?;
+    if std::ptr::eq(dst.cast_const(), src) {
+        return Ok(());
+    }
+    let allowed = if stream.is_some() { ASYNC } else { ALL };
+    copy(sim, &on, dst, src, kind, Extent::linear(count), allowed)
 }
 
 /// Copies synchronously. The direction is inferred from the pointers (kind is checked only
@@ -201,26 +288,7 @@ pub unsafe extern "C" fn aclrtMemcpy(
     kind: aclrtMemcpyKind,
 ) -> aclError {
     guard("aclrtMemcpy", || {
-        if !check_memcpy(dst, destMax, src, count, kind)? {
-            return Ok(());
-        }
-        let sim = sim()?;
-        let ctx = context::current(sim)?;
-        if std::ptr::eq(dst.cast_const(), src) {
-            return Ok(());
-        }
-        let extent = Extent::linear(count);
-        let plan = plan(sim, &ctx.device, dst as usize, src as usize, kind, &extent)?;
-        run_now(
-            sim,
-            &ctx.device,
-            Task::new(copy_op(
-                dst as usize,
-                Source::Ptr(src as usize),
-                extent,
-                &plan,
-            )),
-        )
+        memcpy(dst, destMax, src, count, kind, None)
     })
 }
 
@@ -242,50 +310,26 @@ pub unsafe extern "C" fn aclrtMemcpyAsync(
     stream: aclrtStream,
 ) -> aclError {
     guard("aclrtMemcpyAsync", || {
-        if !check_memcpy(dst, destMax, src, count, kind)? {
-            return Ok(());
-        }
-        let sim = sim()?;
-        let stream = context::submit_stream(sim, stream)?;
-        if std::ptr::eq(dst.cast_const(), src) {
-            return Ok(());
-        }
-        let extent = Extent::linear(count);
-        let plan = plan(
-            sim,
-            &stream.device,
-            dst as usize,
-            src as usize,
-            kind,
-            &extent,
-        )?;
-        ensure!(
-            plan.dir != Direction::HostToHost,
-            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            "asynchronous host-to-host copies are not supported"
-        );
-        let source = if kind == ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE && !plan.pageable {
-            Source::Staged(super::check::bytes(src, count, "src")?.into())
-        } else {
-            Source::Ptr(src as usize)
-        };
-        let task = Task::new(copy_op(dst as usize, source, extent, &plan));
-        run_on_stream(sim, &stream, task, plan.pageable)
+        memcpy(dst, destMax, src, count, kind, Some(stream))
     })
 }
 
-/// Checks shared by the 2D copies, in the runtime's order; `Ok(None)`: nothing to do.
-fn check_2d(
-    dst: *mut c_void,
-    dpitch: usize,
-    src: *const c_void,
-    spitch: usize,
-    width: usize,
-    height: usize,
-    kind: aclrtMemcpyKind,
-) -> Res<Option<Extent>> {
+/// The arguments of a 2D copy: dst, dpitch, src, spitch, width, height, kind.
+type Copy2d = (
+    *mut c_void,
+    usize,
+    *const c_void,
+    usize,
+    usize,
+    usize,
+    aclrtMemcpyKind,
+);
+
+/// A 2D copy: checks in the runtime's order, then [`copy`].
+fn memcpy_2d(args: Copy2d, stream: Option<aclrtStream>) -> Res<()> {
+    let (dst, dpitch, src, spitch, width, height, kind) = args;
     if width == 0 || height == 0 {
-        return Ok(None);
+        return Ok(());
     }
     non_null(dst, "dst")?;
     non_null(src, "src")?;
@@ -320,12 +364,6 @@ fn check_2d(
         ACL_ERROR_RT_PARAM_INVALID,
         "width ({width}) exceeds {MAX_2D_WIDTH}"
     );
-    let extent = Extent {
-        width,
-        rows: height,
-        dpitch,
-        spitch,
-    };
     let spans = (height - 1)
         .checked_mul(dpitch.max(spitch))
         .and_then(|s| s.checked_add(width));
@@ -334,7 +372,16 @@ fn check_2d(
         ACL_ERROR_RT_PARAM_INVALID,
         "the 2D copy spans more than the address space"
     );
-    Ok(Some(extent))
+    let sim = sim()?;
+    let on = On::resolve(sim, stream)?;
+    let extent = Extent {
+        width,
+        rows: height,
+        dpitch,
+        spitch,
+    };
+    let allowed = if stream.is_some() { ASYNC } else { SYNC_2D };
+    copy(sim, &on, dst, src, kind, extent, allowed)
 }
 
 /// Copies a 2D region synchronously: host to device or device to host only (others → 207000).
@@ -351,30 +398,8 @@ pub unsafe extern "C" fn aclrtMemcpy2d(
     height: usize,
     kind: aclrtMemcpyKind,
 ) -> aclError {
-    guard("aclrtMemcpy2d", || {
-        let Some(extent) = check_2d(dst, dpitch, src, spitch, width, height, kind)? else {
-            return Ok(());
-        };
-        let sim = sim()?;
-        let ctx = context::current(sim)?;
-        let plan = plan(sim, &ctx.device, dst as usize, src as usize, kind, &extent)?;
-        ensure!(
-            matches!(plan.dir, Direction::HostToDevice | Direction::DeviceToHost),
-            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            "synchronous 2D copies support only host-to-device and device-to-host, not {}",
-            plan.dir.name()
-        );
-        run_now(
-            sim,
-            &ctx.device,
-            Task::new(copy_op(
-                dst as usize,
-                Source::Ptr(src as usize),
-                extent,
-                &plan,
-            )),
-        )
-    })
+    let args = (dst, dpitch, src, spitch, width, height, kind);
+    guard("aclrtMemcpy2d", || memcpy_2d(args, None))
 }
 
 /// Copies a 2D region on a stream (host to device, device to host, device to device);
@@ -394,33 +419,8 @@ pub unsafe extern "C" fn aclrtMemcpy2dAsync(
     kind: aclrtMemcpyKind,
     stream: aclrtStream,
 ) -> aclError {
-    guard("aclrtMemcpy2dAsync", || {
-        let Some(extent) = check_2d(dst, dpitch, src, spitch, width, height, kind)? else {
-            return Ok(());
-        };
-        let sim = sim()?;
-        let stream = context::submit_stream(sim, stream)?;
-        let plan = plan(
-            sim,
-            &stream.device,
-            dst as usize,
-            src as usize,
-            kind,
-            &extent,
-        )?;
-        ensure!(
-            plan.dir != Direction::HostToHost,
-            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            "asynchronous host-to-host copies are not supported"
-        );
-        let task = Task::new(copy_op(
-            dst as usize,
-            Source::Ptr(src as usize),
-            extent,
-            &plan,
-        ));
-        run_on_stream(sim, &stream, task, plan.pageable)
-    })
+    let args = (dst, dpitch, src, spitch, width, height, kind);
+    guard("aclrtMemcpy2dAsync", || memcpy_2d(args, Some(stream)))
 }
 
 /// Checks shared by the memsets; `Ok(false)`: nothing to do (count 0).
@@ -437,18 +437,31 @@ fn check_memset(dev_ptr: *mut c_void, max_count: usize, count: usize) -> Res<boo
     Ok(true)
 }
 
-fn memset_task(sim: &Sim, dev_ptr: *mut c_void, value: i32, count: usize) -> Res<Task> {
+fn memset(
+    dev_ptr: *mut c_void,
+    max_count: usize,
+    value: i32,
+    count: usize,
+    stream: Option<aclrtStream>,
+) -> Res<()> {
+    if !check_memset(dev_ptr, max_count, count)? {
+        return Ok(());
+    }
+    let sim = sim()?;
+    let on = On::resolve(sim, stream)?;
     let owned = sim.memory.check_range(dev_ptr as usize, count, "devPtr")?;
-    if let PtrClass::Device(id) = sim.memory.classify(dev_ptr as usize) {
+    let class = sim.memory.classify(dev_ptr as usize);
+    if let PtrClass::Device(id) = class {
         sim.device(id.into())?.check_alive()?;
     }
     // Byte-wise like C memset: the low byte of `value`.
-    Ok(Task::new(Op::Memset {
+    let op = Op::Memset {
         dst: dev_ptr as usize,
         len: count,
         value: value as u8,
         owned,
-    }))
+    };
+    on.run(sim, Task::new(op), class == PtrClass::Unregistered)
 }
 
 /// Sets `count` bytes to the low byte of `value`, synchronously (device or host memory).
@@ -463,13 +476,7 @@ pub unsafe extern "C" fn aclrtMemset(
     count: usize,
 ) -> aclError {
     guard("aclrtMemset", || {
-        if !check_memset(devPtr, maxCount, count)? {
-            return Ok(());
-        }
-        let sim = sim()?;
-        let ctx = context::current(sim)?;
-        let task = memset_task(sim, devPtr, value, count)?;
-        run_now(sim, &ctx.device, task)
+        memset(devPtr, maxCount, value, count, None)
     })
 }
 
@@ -487,13 +494,6 @@ pub unsafe extern "C" fn aclrtMemsetAsync(
     stream: aclrtStream,
 ) -> aclError {
     guard("aclrtMemsetAsync", || {
-        if !check_memset(devPtr, maxCount, count)? {
-            return Ok(());
-        }
-        let sim = sim()?;
-        let stream = context::submit_stream(sim, stream)?;
-        let task = memset_task(sim, devPtr, value, count)?;
-        let pageable = sim.memory.classify(devPtr as usize) == PtrClass::Unregistered;
-        run_on_stream(sim, &stream, task, pageable)
+        memset(devPtr, maxCount, value, count, Some(stream))
     })
 }

@@ -51,7 +51,7 @@ fn check_flags(flags: u32, known: u32) -> Res<()> {
 
 /// Event of another device than the stream's → 107003 (the simulator's reading of the
 /// multi-device rules; see docs/simulator.md).
-pub(super) fn check_same_device(event: &Event, stream: &Stream) -> Res<()> {
+fn check_same_device(event: &Event, stream: &Stream) -> Res<()> {
     ensure!(
         event.device.id == stream.device.id,
         ACL_ERROR_RT_STREAM_CONTEXT,
@@ -63,13 +63,28 @@ pub(super) fn check_same_device(event: &Event, stream: &Stream) -> Res<()> {
 }
 
 /// ACL_EVENT_DEVICE_USE_ONLY events cannot be recorded, waited or reset from the host.
-pub(super) fn check_host_usable(event: &Event) -> Res<()> {
+fn check_host_usable(event: &Event) -> Res<()> {
     ensure!(
         event.flags != ACL_EVENT_DEVICE_USE_ONLY,
         ACL_ERROR_RT_PARAM_INVALID,
         "an ACL_EVENT_DEVICE_USE_ONLY event cannot be used from the host"
     );
     Ok(())
+}
+
+/// The event and stream of an event operation submitted to a stream (record, reset, wait),
+/// after the checks they share.
+pub(super) fn event_on_stream(
+    event: aclrtEvent,
+    stream: aclrtStream,
+) -> Res<(Arc<Event>, Arc<Stream>)> {
+    non_null(event, "event")?;
+    let sim = sim()?;
+    let stream = context::submit_stream(sim, stream)?;
+    let event = sim.events.resolve(handle::from_ptr(event))?;
+    check_same_device(&event, &stream)?;
+    check_host_usable(&event)?;
+    Ok((event, stream))
 }
 
 /// Creates a legacy event (timing and waiting supported) in the current context.
@@ -140,12 +155,7 @@ pub unsafe extern "C" fn aclrtDestroyEvent(event: aclrtEvent) -> aclError {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream) -> aclError {
     guard("aclrtRecordEvent", || {
-        non_null(event, "event")?;
-        let sim = sim()?;
-        let stream = context::submit_stream(sim, stream)?;
-        let event = sim.events.resolve(handle::from_ptr(event))?;
-        check_same_device(&event, &stream)?;
-        check_host_usable(&event)?;
+        let (event, stream) = event_on_stream(event, stream)?;
         let record = Arc::new(Record::new(stream.clone()));
         stream.submit(Task::new(Op::Record(record.clone())))?;
         event.set_current(record);
@@ -161,12 +171,7 @@ pub unsafe extern "C" fn aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtResetEvent(event: aclrtEvent, stream: aclrtStream) -> aclError {
     guard("aclrtResetEvent", || {
-        non_null(event, "event")?;
-        let sim = sim()?;
-        let stream = context::submit_stream(sim, stream)?;
-        let event = sim.events.resolve(handle::from_ptr(event))?;
-        check_same_device(&event, &stream)?;
-        check_host_usable(&event)?;
+        let (event, stream) = event_on_stream(event, stream)?;
         ensure!(
             !event.ex,
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
@@ -191,10 +196,26 @@ fn lookup(event: aclrtEvent) -> Res<(Arc<Event>, Option<Arc<Record>>)> {
     Ok((event, record))
 }
 
-fn is_done(record: &Option<Arc<Record>>) -> Option<bool> {
-    record
-        .as_ref()
-        .map(|r| matches!(r.outcome(), Outcome::Done { .. }))
+/// A status query: writes `pick(event, state)` through `status`, where state is `None` (never
+/// recorded, or reset) or whether the latest record completed. `legacy_api` names queries Ex
+/// events do not support (207000).
+fn query<T>(
+    event: aclrtEvent,
+    status: *mut T,
+    legacy_api: Option<&str>,
+    pick: impl FnOnce(&Event, Option<bool>) -> T,
+) -> Res<()> {
+    non_null(status, "status")?;
+    let (event, record) = lookup(event)?;
+    if let Some(api) = legacy_api {
+        ensure!(
+            !event.ex,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "{api} does not support Ex events"
+        );
+    }
+    let state = record.map(|r| matches!(r.outcome(), Outcome::Done { .. }));
+    write_out(status, "status", pick(&event, state))
 }
 
 /// Deprecated query: COMPLETE (0) unless the latest record is still pending (NOT_READY, 1);
@@ -208,18 +229,15 @@ pub unsafe extern "C" fn aclrtQueryEvent(
     status: *mut aclrtEventStatus,
 ) -> aclError {
     guard("aclrtQueryEvent", || {
-        non_null(status, "status")?;
-        let (event, record) = lookup(event)?;
-        ensure!(
-            !event.ex,
-            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            "aclrtQueryEvent does not support Ex events"
-        );
-        let value = match is_done(&record) {
-            Some(false) => ACL_EVENT_STATUS_NOT_READY,
-            _ => ACL_EVENT_STATUS_COMPLETE,
-        };
-        write_out(status, "status", value)
+        query(
+            event,
+            status,
+            Some("aclrtQueryEvent"),
+            |_, state| match state {
+                Some(false) => ACL_EVENT_STATUS_NOT_READY,
+                _ => ACL_EVENT_STATUS_COMPLETE,
+            },
+        )
     })
 }
 
@@ -235,15 +253,13 @@ pub unsafe extern "C" fn aclrtQueryEventStatus(
     status: *mut aclrtEventRecordedStatus,
 ) -> aclError {
     guard("aclrtQueryEventStatus", || {
-        non_null(status, "status")?;
-        let (event, record) = lookup(event)?;
-        let complete = is_done(&record).unwrap_or(event.ex);
-        let value = if complete {
-            ACL_EVENT_RECORDED_STATUS_COMPLETE
-        } else {
-            ACL_EVENT_RECORDED_STATUS_NOT_READY
-        };
-        write_out(status, "status", value)
+        query(event, status, None, |event, state| {
+            if state.unwrap_or(event.ex) {
+                ACL_EVENT_RECORDED_STATUS_COMPLETE
+            } else {
+                ACL_EVENT_RECORDED_STATUS_NOT_READY
+            }
+        })
     })
 }
 
@@ -258,18 +274,15 @@ pub unsafe extern "C" fn aclrtQueryEventWaitStatus(
     status: *mut aclrtEventWaitStatus,
 ) -> aclError {
     guard("aclrtQueryEventWaitStatus", || {
-        non_null(status, "status")?;
-        let (event, record) = lookup(event)?;
-        ensure!(
-            !event.ex,
-            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            "wait status is not supported for Ex events"
-        );
-        let value = match is_done(&record) {
-            Some(true) => ACL_EVENT_WAIT_STATUS_COMPLETE,
-            _ => ACL_EVENT_WAIT_STATUS_NOT_READY,
-        };
-        write_out(status, "status", value)
+        query(
+            event,
+            status,
+            Some("aclrtQueryEventWaitStatus"),
+            |_, state| match state {
+                Some(true) => ACL_EVENT_WAIT_STATUS_COMPLETE,
+                _ => ACL_EVENT_WAIT_STATUS_NOT_READY,
+            },
+        )
     })
 }
 

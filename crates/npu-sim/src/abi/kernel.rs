@@ -172,8 +172,22 @@ fn launch_target(func: aclrtFuncHandle, blocks: u32) -> Res<Arc<Function>> {
     sim()?.functions.resolve(handle::from_ptr(func))
 }
 
-fn submit_launch(stream: aclrtStream, launch: Launch) -> Res<()> {
+/// Queues a launch with arguments owned by the task.
+fn submit_launch(
+    stream: aclrtStream,
+    function: Arc<Function>,
+    blocks: u32,
+    blob: ArgsBlob,
+    vector_engine: bool,
+) -> Res<()> {
     let stream = context::submit_stream(sim()?, stream)?;
+    let args = LaunchArgs::Owned(blob);
+    let launch = Launch {
+        function,
+        blocks,
+        args,
+        vector_engine,
+    };
     stream.submit(Task::new(Op::Kernel(launch)))
 }
 
@@ -217,7 +231,7 @@ pub unsafe extern "C" fn aclrtLaunchKernel(
         let launch = Launch {
             function,
             blocks: numBlocks,
-            args: LaunchArgs::Device(argsData as usize),
+            args: LaunchArgs::Device(argsData as usize, argsSize),
             vector_engine: false,
         };
         target.submit(Task::new(Op::Kernel(launch)))
@@ -273,15 +287,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
             let address = blob.address_of(data);
             blob.bytes_mut()[slot..slot + 8].copy_from_slice(&address.to_ne_bytes());
         }
-        submit_launch(
-            stream,
-            Launch {
-                function,
-                blocks: numBlocks,
-                args: LaunchArgs::Owned(blob),
-                vector_engine,
-            },
-        )
+        submit_launch(stream, function, numBlocks, blob, vector_engine)
     })
 }
 
@@ -315,15 +321,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithConfig(
             "the args were built for another function"
         );
         let blob = args.blob()?;
-        submit_launch(
-            stream,
-            Launch {
-                function,
-                blocks: numBlocks,
-                args: LaunchArgs::Owned(blob),
-                vector_engine,
-            },
-        )
+        submit_launch(stream, function, numBlocks, blob, vector_engine)
     })
 }
 

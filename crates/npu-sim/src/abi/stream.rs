@@ -160,12 +160,7 @@ pub unsafe extern "C" fn aclrtStreamQuery(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtStreamWaitEvent(stream: aclrtStream, event: aclrtEvent) -> aclError {
     guard("aclrtStreamWaitEvent", || {
-        non_null(event, "event")?;
-        let sim = sim()?;
-        let stream = context::submit_stream(sim, stream)?;
-        let event = sim.events.resolve(handle::from_ptr(event))?;
-        super::event::check_same_device(&event, &stream)?;
-        super::event::check_host_usable(&event)?;
+        let (event, stream) = super::event::event_on_stream(event, stream)?;
         ensure!(
             event.waitable(),
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT,

@@ -42,8 +42,9 @@ impl ArgsBlob {
 }
 
 pub(crate) enum LaunchArgs {
-    /// aclrtLaunchKernel: arguments already in device memory, read when the kernel runs.
-    Device(usize),
+    /// aclrtLaunchKernel: arguments already in device memory (address, bytes), read when the
+    /// kernel runs.
+    Device(usize, usize),
     Owned(ArgsBlob),
 }
 
@@ -79,7 +80,7 @@ impl Launch {
     /// Runs every block; the first trapping block (lowest index) fails the launch.
     pub(crate) fn run(&self) -> Result<(), SimError> {
         let args = ArgsPtr(match &self.args {
-            LaunchArgs::Device(address) => *address as *mut c_void,
+            LaunchArgs::Device(address, _) => *address as *mut c_void,
             LaunchArgs::Owned(blob) => blob.as_ptr(),
         });
         let blocks = self.blocks;

@@ -7,16 +7,8 @@
 #include <stdio.h>
 
 #include "acl/acl.h"
+#include "check.h"
 #include "npusim/control.h"
-
-#define CHECK(call)                                                                   \
-    do {                                                                              \
-        aclError err_ = (call);                                                       \
-        if (err_ != ACL_SUCCESS) {                                                    \
-            printf("%s failed with %d: %s\n", #call, err_, aclGetRecentErrMsg());     \
-            return 1;                                                                 \
-        }                                                                             \
-    } while (0)
 
 enum { N = 10000, BLOCKS = 8 };
 

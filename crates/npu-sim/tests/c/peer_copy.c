@@ -8,15 +8,7 @@
 #include <string.h>
 
 #include "acl/acl.h"
-
-#define CHECK(call)                                                                   \
-    do {                                                                              \
-        aclError err_ = (call);                                                       \
-        if (err_ != ACL_SUCCESS) {                                                    \
-            printf("%s failed with %d: %s\n", #call, err_, aclGetRecentErrMsg());     \
-            return 1;                                                                 \
-        }                                                                             \
-    } while (0)
+#include "check.h"
 
 enum { BYTES = 256 * 1024 };
 

@@ -146,6 +146,35 @@ pub fn launch<T: Copy>(
     ))
 }
 
+/// Launches `func` on the default stream with arguments built by aclrtKernelArgs*.
+pub fn launch_built(
+    func: aclrtFuncHandle,
+    blocks: u32,
+    args: aclrtArgsHandle,
+    reserve: *mut c_void,
+) -> aclError {
+    code!(aclrtLaunchKernelWithConfig(
+        func,
+        blocks,
+        ptr::null_mut(),
+        ptr::null_mut(),
+        args,
+        reserve
+    ))
+}
+
+/// Queues a host-to-device copy of `bytes` on `stream`.
+pub fn h2d_async(dev: *mut c_void, host: *const c_void, bytes: usize, stream: aclrtStream) {
+    acl!(aclrtMemcpyAsync(
+        dev,
+        bytes,
+        host,
+        bytes,
+        ACL_MEMCPY_HOST_TO_DEVICE,
+        stream
+    ));
+}
+
 /// Registers `add_one_u32` (args: one u64 address of a u32; adds 1) and `trap` (always
 /// returns 1) once per process.
 pub fn register_test_kernels() {

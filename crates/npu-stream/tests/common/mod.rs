@@ -16,7 +16,7 @@ use npu_stream::Strategy;
 #[path = "../../../npu-core/tests/common/mod.rs"]
 mod core_common;
 
-pub use core_common::runtimes;
+pub(crate) use core_common::runtimes;
 
 /// Every completion strategy, so each behaviour is checked under all three.
 pub const STRATEGIES: [Strategy; 3] = [

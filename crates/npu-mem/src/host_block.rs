@@ -1,0 +1,262 @@
+//! Raw page-locked host allocations, shared by [`PinnedBuffer`](crate::PinnedBuffer) and the
+//! [`PinnedPool`](crate::PinnedPool): how they are allocated, checked, zeroed and freed.
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+use npu_core::ffi;
+use npu_core::{Context, Error, Result, Settled, acl_call, acl_call_opt};
+
+/// The address alignment `aclrtMallocHost` guarantees.
+pub(crate) const HOST_ALIGN: usize = 64;
+
+/// Options for `aclrtMallocHostWithCfg`: the attributes of a pinned host allocation.
+///
+/// Passing a configuration (even an empty one) makes npu-rs allocate with
+/// `aclrtMallocHostWithCfg`, which only newer CANN releases export; on older ones the
+/// allocation fails with [`Error::Unsupported`].
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::{HostAllocConfig, PinnedBuffer};
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let config = HostAllocConfig::new().module_id(HostAllocConfig::APP_MODULE);
+/// let buffer = PinnedBuffer::<u16>::with_config(&ctx, 512, &config)?;
+/// assert_eq!(buffer.len(), 512);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct HostAllocConfig {
+    module_id: Option<u16>,
+    device_va: bool,
+}
+
+impl HostAllocConfig {
+    /// The module id CANN recommends for application allocations.
+    pub const APP_MODULE: u16 = 33;
+
+    /// A configuration without attributes.
+    ///
+    /// ```
+    /// assert_eq!(npu_mem::HostAllocConfig::new(), Default::default());
+    /// ```
+    pub fn new() -> Self {
+        HostAllocConfig::default()
+    }
+
+    /// Attributes the memory to module `id` in the runtime's accounting
+    /// (`ACL_RT_MEM_ATTR_MODULE_ID`).
+    ///
+    /// ```
+    /// let config = npu_mem::HostAllocConfig::new().module_id(33);
+    /// assert_ne!(config, npu_mem::HostAllocConfig::new());
+    /// ```
+    pub fn module_id(mut self, id: u16) -> Self {
+        self.module_id = Some(id);
+        self
+    }
+
+    /// Asks for a host virtual address the device can use once the memory is registered
+    /// (`ACL_RT_MEM_ATTR_VA_FLAG` = 1; Atlas A2/A3 only).
+    ///
+    /// ```
+    /// let config = npu_mem::HostAllocConfig::new().device_va(true);
+    /// assert_ne!(config, npu_mem::HostAllocConfig::new());
+    /// ```
+    pub fn device_va(mut self, enabled: bool) -> Self {
+        self.device_va = enabled;
+        self
+    }
+
+    fn attributes(&self) -> Vec<ffi::aclrtMallocAttribute> {
+        let mut attributes = Vec::new();
+        if let Some(id) = self.module_id {
+            let mut value = ffi::aclrtMallocAttrValue::default();
+            value.moduleId = id;
+            attributes.push(ffi::aclrtMallocAttribute {
+                attr: ffi::ACL_RT_MEM_ATTR_MODULE_ID,
+                value,
+            });
+        }
+        if self.device_va {
+            let mut value = ffi::aclrtMallocAttrValue::default();
+            value.vaFlag = 1;
+            attributes.push(ffi::aclrtMallocAttribute {
+                attr: ffi::ACL_RT_MEM_ATTR_VA_FLAG,
+                value,
+            });
+        }
+        attributes
+    }
+}
+
+/// Checks that `T` can live in host memory ACL allocates (at most 64-byte aligned).
+pub(crate) fn check_host_align<T>(api: &'static str) -> Result<()> {
+    if align_of::<T>() > HOST_ALIGN {
+        return Err(Error::invalid(
+            api,
+            "T",
+            format!(
+                "its alignment of {} bytes exceeds the {HOST_ALIGN} bytes aclrtMallocHost \
+                 guarantees",
+                align_of::<T>()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// One zero-filled `aclrtMallocHost` allocation. Owning it means owning the memory; it is
+/// returned with [`HostBlock::free`], never implicitly (dropping it leaks).
+pub(crate) struct HostBlock {
+    ptr: NonNull<u8>,
+    bytes: usize,
+}
+
+// SAFETY: the block is an owned allocation; its address may be used and freed from any thread.
+unsafe impl Send for HostBlock {}
+
+impl HostBlock {
+    /// Allocates `bytes` (already checked to be non-zero and at most `isize::MAX`) of pinned
+    /// host memory in `context`, zero-filled so that every element type sees initialised
+    /// bytes.
+    pub(crate) fn alloc(
+        context: &Context,
+        bytes: usize,
+        config: Option<&HostAllocConfig>,
+    ) -> Result<HostBlock> {
+        context.bind()?;
+        let runtime = context.runtime();
+        let mut raw: *mut c_void = std::ptr::null_mut();
+        match config {
+            None => {
+                // SAFETY: `raw` is a valid out-pointer; the context is bound on this thread.
+                unsafe { acl_call!(runtime, aclrtMallocHost(&mut raw, bytes)) }?
+            }
+            Some(config) => {
+                let mut attributes = config.attributes();
+                let mut cfg = ffi::aclrtMallocConfig {
+                    attrs: attributes.as_mut_ptr(),
+                    numAttrs: attributes.len(),
+                };
+                // SAFETY: `raw` is a valid out-pointer and `cfg` points at `attributes`, both
+                // alive for the call; the context is bound on this thread.
+                unsafe {
+                    acl_call_opt!(
+                        runtime,
+                        aclrtMallocHostWithCfg(&mut raw, bytes as u64, &mut cfg)
+                    )
+                }?
+            }
+        }
+        let Some(ptr) = NonNull::new(raw.cast::<u8>()) else {
+            return Err(Error::invalid(
+                "aclrtMallocHost",
+                "hostPtr",
+                "the runtime reported success but returned NULL",
+            ));
+        };
+        // SAFETY: the runtime returned `bytes` writable bytes at `ptr`.
+        unsafe { ptr.as_ptr().write_bytes(0, bytes) };
+        Ok(HostBlock { ptr, bytes })
+    }
+
+    /// The first byte.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The size in bytes.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Frees the block. The caller has seen every operation that used it settle.
+    ///
+    /// After [`Settled::Clean`] nothing can still use the memory, so `aclrtFreeHost` frees it
+    /// at once; `aclrtFreeHostWithDevSync` would stall the reaper on a device-wide
+    /// synchronisation for nothing. After [`Settled::Failed`] the device may still run an
+    /// operation the reactor gave up on, which is exactly what `aclrtFreeHostWithDevSync`
+    /// exists for; a runtime without it gets the block leaked rather than freed under the
+    /// device.
+    pub(crate) fn free(self, context: &Context, settled: Settled) {
+        let runtime = context.runtime();
+        let ptr = self.ptr.as_ptr().cast::<c_void>();
+        let freed = match settled {
+            // SAFETY: the allocation is ours and every recorded use has completed.
+            Settled::Clean => unsafe { acl_call!(runtime, aclrtFreeHost(ptr)) },
+            Settled::Failed => context.bind().and_then(|()| {
+                // SAFETY: the allocation is ours; the call waits for the device before freeing.
+                unsafe { acl_call_opt!(runtime, aclrtFreeHostWithDevSync(ptr)) }
+            }),
+        };
+        if let Err(err) = freed {
+            tracing::warn!(%err, bytes = self.bytes, "pinned host memory was not freed (leaked)");
+        }
+    }
+}
+
+/// Implements `Deref<Target = [T]>`, `DerefMut`, `Memory`, `MemoryMut` and `HostSlice` for a
+/// buffer type `$type<T: Pod>` that owns a pinned block: fields `block: ManuallyDrop<HostBlock>`
+/// (at least `len` elements, aligned for `T`, checked with [`check_host_align`]), `len` and
+/// `uses: UseList`, and a `Drop` that gives the block up only through `uses.release`.
+/// `|$this| $context` reaches the buffer's `Context`.
+macro_rules! pinned_memory {
+    ($type:ident, |$this:ident| $context:expr) => {
+        impl<T: bytemuck::Pod> std::ops::Deref for $type<T> {
+            type Target = [T];
+
+            fn deref(&self) -> &[T] {
+                // SAFETY: the block holds at least `len` initialised elements (zero-filled when
+                // pinned, then written only as whole `T`s or by the device), aligned for `T`,
+                // and is owned by `self` until `Drop`. The device writes into it only while an
+                // operation owns the buffer, so no `&self` exists then.
+                unsafe { std::slice::from_raw_parts(self.block.ptr().cast(), self.len) }
+            }
+        }
+
+        impl<T: bytemuck::Pod> std::ops::DerefMut for $type<T> {
+            fn deref_mut(&mut self) -> &mut [T] {
+                // SAFETY: as for `deref`, and `&mut self` is exclusive.
+                unsafe { std::slice::from_raw_parts_mut(self.block.ptr().cast(), self.len) }
+            }
+        }
+
+        // SAFETY: the block is an aclrtMallocHost allocation of at least `len` initialised
+        // elements used by this buffer alone; `Drop` gives it up (to be freed or pooled) only
+        // after every recorded use has completed.
+        unsafe impl<T: bytemuck::Pod> $crate::slice::Memory for $type<T> {
+            type Elem = T;
+
+            fn context(&self) -> &npu_core::Context {
+                let $this = self;
+                $context
+            }
+
+            fn addr(&self) -> *const std::ffi::c_void {
+                self.block.ptr().cast()
+            }
+
+            fn len(&self) -> usize {
+                self.len
+            }
+
+            fn record_use(&self, completion: &npu_core::Completion) {
+                self.uses.record(completion);
+            }
+        }
+
+        // SAFETY: the buffer is the only user of its block.
+        unsafe impl<T: bytemuck::Pod> $crate::slice::MemoryMut for $type<T> {
+            fn addr_mut(&mut self) -> *mut std::ffi::c_void {
+                self.block.ptr().cast()
+            }
+        }
+
+        // SAFETY: the block comes from aclrtMallocHost(WithCfg), which page-locks it.
+        unsafe impl<T: bytemuck::Pod> $crate::slice::HostSlice for $type<T> {}
+    };
+}
+
+pub(crate) use pinned_memory;

@@ -1,0 +1,397 @@
+//! The pool's bookkeeping: free lists, byte accounting, and the FIFO queue of waiting
+//! requests.
+//!
+//! Everything here runs under the pool's lock, so none of it calls ACL or wakes a task: it
+//! decides, and returns what the caller must do after unlocking (blocks to free, grants to
+//! send). That keeps "no ACL call while a pool lock is held" true by construction. It is
+//! generic over the block and the waiter's reply channel so its rules are tested without a
+//! device.
+
+use std::collections::{BTreeMap, VecDeque};
+
+/// What a request is given: a cached block, or the right to allocate a new one of the
+/// given size within the capacity.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Granted<B> {
+    Block(B),
+    Room(usize),
+}
+
+/// The byte and event counters `PoolStats` reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub(crate) allocated: usize,
+    pub(crate) cached: usize,
+    pub(crate) awaiting_bytes: usize,
+    pub(crate) awaiting_blocks: usize,
+    /// Room granted for allocations in progress (counted against the capacity only).
+    pub(crate) growing: usize,
+    pub(crate) peak_allocated: usize,
+    pub(crate) peak_reserved: usize,
+    pub(crate) hits: u64,
+    pub(crate) misses: u64,
+    pub(crate) evictions: u64,
+    pub(crate) waiters: usize,
+}
+
+impl Counts {
+    /// Pinned bytes the pool holds: in use, awaiting events, cached.
+    pub(crate) fn reserved(&self) -> usize {
+        self.allocated + self.awaiting_bytes + self.cached
+    }
+
+    fn held(&self) -> usize {
+        self.reserved() + self.growing
+    }
+
+    fn note_peaks(&mut self) {
+        self.peak_allocated = self.peak_allocated.max(self.allocated);
+        self.peak_reserved = self.peak_reserved.max(self.reserved());
+    }
+}
+
+struct Waiter<W> {
+    id: u64,
+    class: usize,
+    reply: W,
+}
+
+/// Free lists, counters and waiters of one pool.
+pub(crate) struct State<B, W> {
+    capacity: Option<usize>,
+    /// Cached blocks by size class; each list is a stack, so the most recently returned
+    /// (cache-warm) block is reused first.
+    free: BTreeMap<usize, Vec<B>>,
+    waiters: VecDeque<Waiter<W>>,
+    next_waiter: u64,
+    counts: Counts,
+}
+
+impl<B, W> State<B, W> {
+    pub(crate) fn new(capacity: Option<usize>) -> Self {
+        State {
+            capacity,
+            free: BTreeMap::new(),
+            waiters: VecDeque::new(),
+            next_waiter: 0,
+            counts: Counts::default(),
+        }
+    }
+
+    pub(crate) fn counts(&self) -> Counts {
+        Counts {
+            waiters: self.waiters.len(),
+            ..self.counts
+        }
+    }
+
+    /// Asks for a block of `class` bytes without waiting. Requests are served in arrival
+    /// order, so while anyone waits this gives nothing.
+    pub(crate) fn try_request(&mut self, class: usize, evicted: &mut Vec<B>) -> Option<Granted<B>> {
+        if !self.waiters.is_empty() {
+            return None;
+        }
+        self.grant(class, evicted)
+    }
+
+    /// Asks for a block of `class` bytes, or queues the request behind earlier ones; the
+    /// error is the waiter's id, and `reply` is what [`pump`](State::pump) hands back with
+    /// its grant.
+    pub(crate) fn request(
+        &mut self,
+        class: usize,
+        reply: W,
+        evicted: &mut Vec<B>,
+    ) -> Result<Granted<B>, u64> {
+        if let Some(granted) = self.try_request(class, evicted) {
+            return Ok(granted);
+        }
+        let id = self.next_waiter;
+        self.next_waiter += 1;
+        self.waiters.push_back(Waiter { id, class, reply });
+        Err(id)
+    }
+
+    /// A cached block of `class`, or room for a new one (evicting cached blocks of other
+    /// classes if that makes room), or nothing.
+    fn grant(&mut self, class: usize, evicted: &mut Vec<B>) -> Option<Granted<B>> {
+        if let Some(block) = self.free.get_mut(&class).and_then(Vec::pop) {
+            self.counts.cached -= class;
+            self.counts.allocated += class;
+            self.counts.hits += 1;
+            self.counts.note_peaks();
+            return Some(Granted::Block(block));
+        }
+        if !self.make_room(class, evicted) {
+            return None;
+        }
+        self.counts.growing += class;
+        Some(Granted::Room(class))
+    }
+
+    /// Whether `bytes` more fit under the capacity, evicting cached blocks (largest first,
+    /// so the fewest frees make the room) when that is enough.
+    fn make_room(&mut self, bytes: usize, evicted: &mut Vec<B>) -> bool {
+        let Some(capacity) = self.capacity else {
+            return true;
+        };
+        if self.counts.held() + bytes <= capacity {
+            return true;
+        }
+        if self.counts.held() - self.counts.cached + bytes > capacity {
+            return false;
+        }
+        while self.counts.held() + bytes > capacity {
+            let Some(mut largest) = self.free.last_entry() else {
+                break;
+            };
+            let class = *largest.key();
+            if let Some(block) = largest.get_mut().pop() {
+                self.counts.cached -= class;
+                self.counts.evictions += 1;
+                evicted.push(block);
+            }
+            if largest.get().is_empty() {
+                largest.remove();
+            }
+        }
+        true
+    }
+
+    /// A new block filled granted room: it is now in use.
+    pub(crate) fn room_filled(&mut self, class: usize) {
+        self.counts.growing -= class;
+        self.counts.allocated += class;
+        self.counts.misses += 1;
+        self.counts.note_peaks();
+    }
+
+    /// Granted room went unused (the allocation failed, or nobody took the grant).
+    pub(crate) fn room_unused(&mut self, class: usize) {
+        self.counts.growing -= class;
+    }
+
+    /// A block's owner dropped it; it returns once its recorded operations complete.
+    pub(crate) fn retire(&mut self, class: usize) {
+        self.counts.allocated -= class;
+        self.counts.awaiting_bytes += class;
+        self.counts.awaiting_blocks += 1;
+    }
+
+    /// A grant whose requester went away before taking it.
+    pub(crate) fn untaken(&mut self, granted: Granted<B>, class: usize) {
+        match granted {
+            Granted::Room(room) => self.room_unused(room),
+            Granted::Block(block) => {
+                self.counts.allocated -= class;
+                self.counts.hits -= 1;
+                self.cache(block, class);
+            }
+        }
+    }
+
+    /// A retired block's operations have completed: cache it for reuse, or (`reuse` false)
+    /// hand it back to be freed.
+    pub(crate) fn returned(&mut self, block: B, class: usize, reuse: bool) -> Option<B> {
+        self.counts.awaiting_bytes -= class;
+        self.counts.awaiting_blocks -= 1;
+        if !reuse {
+            return Some(block);
+        }
+        self.cache(block, class);
+        None
+    }
+
+    fn cache(&mut self, block: B, class: usize) {
+        self.counts.cached += class;
+        self.free.entry(class).or_default().push(block);
+    }
+
+    /// Removes a waiter that stopped waiting; false if it was already served.
+    pub(crate) fn cancel(&mut self, id: u64) -> bool {
+        let before = self.waiters.len();
+        self.waiters.retain(|w| w.id != id);
+        self.waiters.len() != before
+    }
+
+    /// Serves waiters from the front of the queue for as long as the head can be served.
+    /// The head is never overtaken: a small request behind a large one waits too, so large
+    /// requests cannot starve.
+    pub(crate) fn pump(&mut self, evicted: &mut Vec<B>) -> Vec<(W, Granted<B>)> {
+        let mut served = Vec::new();
+        while let Some(head) = self.waiters.front() {
+            let Some(granted) = self.grant(head.class, evicted) else {
+                break;
+            };
+            if let Some(head) = self.waiters.pop_front() {
+                served.push((head.reply, granted));
+            }
+        }
+        served
+    }
+
+    /// Takes every cached block, for freeing.
+    pub(crate) fn trim(&mut self) -> Vec<B> {
+        self.counts.cached = 0;
+        std::mem::take(&mut self.free)
+            .into_values()
+            .flatten()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    /// Blocks are labelled by a number; replies by a name.
+    type Test = State<u32, &'static str>;
+
+    fn granted(state: &mut Test, class: usize, evicted: &mut Vec<u32>) -> Granted<u32> {
+        state.try_request(class, evicted).expect("a grant")
+    }
+
+    /// Allocates a fresh block of `class` bytes (room, then filled).
+    fn fresh(state: &mut Test, class: usize) {
+        assert_eq!(granted(state, class, &mut Vec::new()), Granted::Room(class));
+        state.room_filled(class);
+    }
+
+    fn free_block(state: &mut Test, label: u32, class: usize) {
+        state.retire(class);
+        assert_eq!(state.returned(label, class, true), None);
+    }
+
+    #[test]
+    fn a_returned_block_is_reused_for_its_class() {
+        let mut state = Test::new(None);
+        fresh(&mut state, MIB);
+        free_block(&mut state, 7, MIB);
+        assert_eq!(granted(&mut state, MIB, &mut Vec::new()), Granted::Block(7));
+        let counts = state.counts();
+        assert_eq!((counts.hits, counts.misses), (1, 1));
+        assert_eq!((counts.allocated, counts.cached), (MIB, 0));
+    }
+
+    #[test]
+    fn a_block_awaiting_events_is_counted_but_not_reusable() {
+        let mut state = Test::new(None);
+        fresh(&mut state, MIB);
+        state.retire(MIB);
+        let counts = state.counts();
+        assert_eq!((counts.awaiting_blocks, counts.awaiting_bytes), (1, MIB));
+        assert_eq!(counts.reserved(), MIB);
+        assert_eq!(
+            granted(&mut state, MIB, &mut Vec::new()),
+            Granted::Room(MIB)
+        );
+    }
+
+    #[test]
+    fn at_capacity_requests_queue_and_are_served_in_order() {
+        let mut state = Test::new(Some(2 * MIB));
+        fresh(&mut state, MIB);
+        fresh(&mut state, MIB);
+        let mut evicted = Vec::new();
+        assert_eq!(state.request(MIB, "first", &mut evicted), Err(0));
+        assert_eq!(state.request(MIB, "second", &mut evicted), Err(1));
+        assert_eq!(state.try_request(MIB, &mut evicted), None);
+
+        state.retire(MIB);
+        assert_eq!(state.returned(1, MIB, true), None);
+        assert_eq!(state.pump(&mut evicted), vec![("first", Granted::Block(1))]);
+        assert_eq!(state.counts().waiters, 1);
+    }
+
+    #[test]
+    fn the_head_is_never_overtaken() {
+        let mut state = Test::new(Some(2 * MIB));
+        fresh(&mut state, MIB);
+        fresh(&mut state, MIB);
+        let mut evicted = Vec::new();
+        assert!(state.request(2 * MIB, "big", &mut evicted).is_err());
+        assert!(state.request(MIB, "small", &mut evicted).is_err());
+        free_block(&mut state, 1, MIB);
+        assert!(
+            state.pump(&mut evicted).is_empty(),
+            "the big request needs both blocks"
+        );
+        free_block(&mut state, 2, MIB);
+        let served = state.pump(&mut evicted);
+        assert_eq!(served, vec![("big", Granted::Room(2 * MIB))]);
+        assert_eq!(evicted.len(), 2, "both cached blocks make the room");
+        assert_eq!(state.counts().evictions, 2);
+    }
+
+    #[test]
+    fn cached_blocks_of_other_classes_are_evicted_for_room() {
+        let mut state = Test::new(Some(3 * MIB));
+        fresh(&mut state, MIB);
+        fresh(&mut state, 2 * MIB);
+        free_block(&mut state, 1, MIB);
+        free_block(&mut state, 2, 2 * MIB);
+        let mut evicted = Vec::new();
+        let class = MIB + MIB / 2;
+        assert_eq!(
+            granted(&mut state, class, &mut evicted),
+            Granted::Room(class)
+        );
+        assert_eq!(
+            evicted,
+            vec![2],
+            "the largest block goes first and is enough"
+        );
+        assert_eq!(state.counts().cached, MIB);
+    }
+
+    #[test]
+    fn a_cancelled_waiter_leaves_the_queue() {
+        let mut state = Test::new(Some(MIB));
+        fresh(&mut state, MIB);
+        let id = state.request(MIB, "gone", &mut Vec::new()).unwrap_err();
+        assert!(state.cancel(id));
+        assert!(!state.cancel(id));
+        free_block(&mut state, 1, MIB);
+        assert!(state.pump(&mut Vec::new()).is_empty());
+        assert_eq!(state.counts().cached, MIB);
+    }
+
+    #[test]
+    fn untaken_grants_are_returned() {
+        let mut state = Test::new(Some(MIB));
+        let room = granted(&mut state, MIB, &mut Vec::new());
+        state.untaken(room, MIB);
+        fresh(&mut state, MIB);
+        free_block(&mut state, 3, MIB);
+        let block = granted(&mut state, MIB, &mut Vec::new());
+        assert_eq!(block, Granted::Block(3));
+        state.untaken(block, MIB);
+        let counts = state.counts();
+        assert_eq!((counts.allocated, counts.cached, counts.hits), (0, MIB, 0));
+    }
+
+    #[test]
+    fn a_block_not_for_reuse_leaves_the_pool() {
+        let mut state = Test::new(None);
+        fresh(&mut state, MIB);
+        state.retire(MIB);
+        assert_eq!(state.returned(5, MIB, false), Some(5));
+        assert_eq!(state.counts().reserved(), 0);
+    }
+
+    #[test]
+    fn trim_takes_every_cached_block() {
+        let mut state = Test::new(None);
+        fresh(&mut state, MIB);
+        fresh(&mut state, 2 * MIB);
+        free_block(&mut state, 1, MIB);
+        free_block(&mut state, 2, 2 * MIB);
+        let mut trimmed = state.trim();
+        trimmed.sort();
+        assert_eq!(trimmed, vec![1, 2]);
+        assert_eq!(state.counts().reserved(), 0);
+        assert_eq!(state.counts().peak_reserved, 3 * MIB);
+    }
+}

@@ -1,0 +1,102 @@
+//! What the pool reports about itself.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::state::Counts;
+
+/// A snapshot of a [`PinnedPool`](crate::PinnedPool)'s counters.
+///
+/// Byte counts are in whole blocks (requests rounded to their size class). They add up:
+/// `reserved == allocated + awaiting_bytes + cached`, and every successful allocation was
+/// either a hit or a miss.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::PinnedPool;
+///
+/// # tokio_test::block_on(async {
+/// let pool = PinnedPool::new(Device::open(0)?.primary_context());
+/// drop(pool.alloc::<u8>(1000).await?);
+/// let _again = pool.alloc::<u8>(4000).await?; // same 4 KiB class: a hit
+/// let stats = pool.stats();
+/// assert_eq!((stats.hits, stats.misses), (1, 1));
+/// assert_eq!(stats.reserved, stats.allocated + stats.awaiting_bytes + stats.cached);
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolStats {
+    /// Bytes of blocks handed out and not yet dropped.
+    pub allocated: usize,
+    /// Pinned bytes the pool holds: allocated, awaiting events, and cached.
+    pub reserved: usize,
+    /// Bytes of free blocks ready for reuse.
+    pub cached: usize,
+    /// Dropped blocks waiting for the device operations that used them to complete.
+    pub awaiting_blocks: usize,
+    /// Bytes of those blocks.
+    pub awaiting_bytes: usize,
+    /// The most `allocated` has been.
+    pub peak_allocated: usize,
+    /// The most `reserved` has been.
+    pub peak_reserved: usize,
+    /// Allocations served from the cache.
+    pub hits: u64,
+    /// Allocations that pinned new memory (`aclrtMallocHost`).
+    pub misses: u64,
+    /// Cached blocks freed to make room under the capacity.
+    pub evictions: u64,
+    /// Requests waiting for capacity.
+    pub waiters: usize,
+    /// Blocks the pool returned to the OS (`aclrtFreeHost`).
+    pub frees: u64,
+    /// Time spent pinning new memory, in total.
+    pub alloc_time: Duration,
+    /// Time spent returning memory to the OS, in total.
+    pub free_time: Duration,
+}
+
+/// The time counters, kept outside the lock because they are measured outside it.
+#[derive(Debug, Default)]
+pub(crate) struct Timing {
+    alloc_ns: AtomicU64,
+    free_ns: AtomicU64,
+    frees: AtomicU64,
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Timing {
+    pub(crate) fn allocated(&self, took: Duration) {
+        self.alloc_ns.fetch_add(nanos(took), Ordering::Relaxed);
+    }
+
+    pub(crate) fn freed(&self, blocks: u64, took: Duration) {
+        self.frees.fetch_add(blocks, Ordering::Relaxed);
+        self.free_ns.fetch_add(nanos(took), Ordering::Relaxed);
+    }
+
+    pub(crate) fn stats(&self, counts: Counts) -> PoolStats {
+        PoolStats {
+            allocated: counts.allocated,
+            reserved: counts.reserved(),
+            cached: counts.cached,
+            awaiting_blocks: counts.awaiting_blocks,
+            awaiting_bytes: counts.awaiting_bytes,
+            peak_allocated: counts.peak_allocated,
+            peak_reserved: counts.peak_reserved,
+            hits: counts.hits,
+            misses: counts.misses,
+            evictions: counts.evictions,
+            waiters: counts.waiters,
+            frees: self.frees.load(Ordering::Relaxed),
+            alloc_time: Duration::from_nanos(self.alloc_ns.load(Ordering::Relaxed)),
+            free_time: Duration::from_nanos(self.free_ns.load(Ordering::Relaxed)),
+        }
+    }
+}

@@ -1,0 +1,422 @@
+//! Registering memory the program already owns with the runtime, so the device can copy from
+//! it asynchronously (and, mapped, access it directly).
+
+use std::ffi::c_void;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+use npu_core::ffi;
+use npu_core::{Completion, Context, Error, Result, Settled, UseList, acl_call_opt};
+
+use crate::slice::{HostSlice, Memory, MemoryMut};
+
+mod flags;
+mod page_aligned;
+mod stable;
+
+pub use flags::{HacType, RegisterFlags, host_mem_map_capability};
+pub use page_aligned::PageAlignedBuffer;
+pub use stable::StableBuffer;
+
+use page_aligned::PAGE;
+
+/// A host buffer registered with the runtime (`aclrtHostRegisterV2`), owned for as long as it
+/// is registered.
+///
+/// Registration makes memory the program already has usable where pinned memory is needed:
+/// stream copies accept it ([`HostSlice`]), and with [`RegisterFlags::MAPPED`] kernels can
+/// reach it through [`device_ptr`](HostRegistration::device_ptr). Registering costs about as
+/// much as pinning (up to ~100 ms for large buffers), so register long-lived buffers once.
+///
+/// The registration owns the buffer `B` (a [`StableBuffer`]), so the memory can be neither
+/// freed nor moved while registered. Dropping it unregisters (`aclrtHostUnregister`) and then
+/// drops the buffer, once every operation recorded against it has completed; if one of them
+/// failed with an ACL error, the device may not be done with the memory and both are leaked
+/// instead (ACL has no synchronising unregister). [`into_inner`](HostRegistration::into_inner)
+/// gives the buffer back.
+///
+/// The rules ACL sets are checked before calling it, with an error naming the rule: the
+/// address must be 4 KiB aligned, and the registered size non-zero and whole pages (the
+/// runtime pins and maps whole pages, so a partial last page would drag in, and conflict
+/// with, neighbouring allocations). [`PageAlignedBuffer`] always qualifies. Registering a
+/// range that is already registered fails with ACL's `ACL_ERROR_HOST_MEMORY_ALREADY_REGISTERED`
+/// (507910).
+///
+/// On runtimes without `aclrtHostRegisterV2`, `aclrtHostRegister` (which always pins and
+/// maps) is used instead.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::{DeviceBuffer, HostRegistration, PageAlignedBuffer, RegisterFlags};
+/// use npu_stream::Stream;
+///
+/// # tokio_test::block_on(async {
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let stream = Stream::new(&ctx)?;
+/// let data = PageAlignedBuffer::from_slice(&[3u8; 8192])?;
+/// let host = HostRegistration::new(&ctx, data, RegisterFlags::PINNED)?;
+/// let device = DeviceBuffer::<u8>::new(&ctx, 8192)?;
+/// let (host, device) = stream.copy_h2d(host, device).await?;
+/// assert_eq!(device.to_vec_blocking()?, vec![3u8; 8192]);
+/// let data: PageAlignedBuffer<u8> = host.into_inner().await?; // unregistered, ours again
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+pub struct HostRegistration<B: StableBuffer> {
+    context: Context,
+    /// `None` only after `into_inner` took it.
+    buffer: Option<B>,
+    /// The buffer's elements, fixed for its lifetime (a `StableBuffer` guarantee).
+    ptr: *mut B::Elem,
+    len: usize,
+    flags: RegisterFlags,
+    device_ptr: Option<*mut c_void>,
+    uses: UseList,
+}
+
+// SAFETY: the registration owns the buffer (`Send + Sync` by the `StableBuffer` bound); the
+// raw pointers are addresses into it, or a device alias only handed back to the caller.
+unsafe impl<B: StableBuffer> Send for HostRegistration<B> {}
+// SAFETY: shared access only reads; use recording is behind a mutex.
+unsafe impl<B: StableBuffer> Sync for HostRegistration<B> {}
+
+/// A registration that failed: the error, and the buffer handed back.
+///
+/// It converts into [`npu_core::Error`] (dropping the buffer), so `?` works in functions
+/// returning `npu_core::Result`.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::{HostRegistration, RegisterFlags};
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let rejected = HostRegistration::new(&ctx, vec![0u8; 100], RegisterFlags::PINNED).unwrap_err();
+/// assert!(rejected.error.to_string().contains("HostRegistration::new"));
+/// assert_eq!(rejected.buffer.len(), 100);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct RegisterError<B> {
+    /// Why the registration failed.
+    pub error: Error,
+    /// The buffer, unregistered and unchanged.
+    pub buffer: B,
+}
+
+impl<B> fmt::Display for RegisterError<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl<B: fmt::Debug> std::error::Error for RegisterError<B> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<B> From<RegisterError<B>> for Error {
+    fn from(rejected: RegisterError<B>) -> Error {
+        rejected.error
+    }
+}
+
+/// Checks ACL's registration rules before calling it.
+fn check_range(ptr: *const c_void, bytes: usize) -> Result<()> {
+    let api = "HostRegistration::new";
+    if bytes == 0 {
+        return Err(Error::invalid(
+            api,
+            "buffer",
+            "is empty: ACL rejects zero-size registrations",
+        ));
+    }
+    if ptr as usize % PAGE != 0 {
+        return Err(Error::invalid(
+            api,
+            "buffer",
+            format!(
+                "starts at {ptr:p}, which is not 4 KiB aligned: ACL registers page-aligned \
+                 memory only (PageAlignedBuffer always is)"
+            ),
+        ));
+    }
+    if bytes % PAGE != 0 {
+        return Err(Error::invalid(
+            api,
+            "buffer",
+            format!(
+                "spans {bytes} bytes, not whole 4 KiB pages: the runtime would pin and map the \
+                 partial last page, which other allocations share"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl<B: StableBuffer> HostRegistration<B> {
+    /// Registers `buffer` with `flags` in `context`'s runtime and takes ownership of it.
+    ///
+    /// On failure the buffer comes back in the [`RegisterError`].
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{HostRegistration, PageAlignedBuffer, RegisterFlags};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let buffer = PageAlignedBuffer::<f32>::new(1024)?;
+    /// let mapped = HostRegistration::new(&ctx, buffer, RegisterFlags::PINNED | RegisterFlags::MAPPED)?;
+    /// assert!(mapped.device_ptr().is_some());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn new(
+        context: &Context,
+        mut buffer: B,
+        flags: RegisterFlags,
+    ) -> Result<Self, RegisterError<B>> {
+        let slice = buffer.as_mut_slice();
+        let (ptr, len) = (slice.as_mut_ptr(), slice.len());
+        let bytes = buffer.registered_bytes();
+        match register(context, ptr.cast(), bytes, flags) {
+            Ok(device_ptr) => Ok(HostRegistration {
+                context: context.clone(),
+                buffer: Some(buffer),
+                ptr,
+                len,
+                flags,
+                device_ptr,
+                uses: UseList::new(),
+            }),
+            Err(error) => Err(RegisterError { error, buffer }),
+        }
+    }
+
+    /// The device's alias of the memory, for kernel arguments, when registered with
+    /// [`RegisterFlags::MAPPED`]. ACL forbids passing it to copies; use the registration
+    /// itself there. Dereferencing it is up to device code, and it is valid only while the
+    /// registration lives.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{HostRegistration, PageAlignedBuffer, RegisterFlags};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let pinned = HostRegistration::new(&ctx, PageAlignedBuffer::<u8>::new(4096)?, RegisterFlags::PINNED)?;
+    /// assert!(pinned.device_ptr().is_none());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn device_ptr(&self) -> Option<*mut c_void> {
+        self.device_ptr
+    }
+
+    /// The flags the memory was registered with.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{HostRegistration, PageAlignedBuffer, RegisterFlags};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let reg = HostRegistration::new(&ctx, PageAlignedBuffer::<u8>::new(1)?, RegisterFlags::PINNED)?;
+    /// assert_eq!(reg.flags(), RegisterFlags::PINNED);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn flags(&self) -> RegisterFlags {
+        self.flags
+    }
+
+    /// Waits until every operation recorded against the memory has completed, unregisters
+    /// it, and gives the buffer back.
+    ///
+    /// Fails if an operation that used the memory failed with an ACL error (the device may
+    /// not be done with it: the registration is then dropped, and so leaked, see the type's
+    /// documentation), or if unregistering fails (the buffer is leaked, as the runtime may
+    /// still map it).
+    ///
+    /// Cancel safety: not cancel-safe. Dropping the future drops the registration: the memory
+    /// is unregistered and the buffer freed after the pending work, as on drop, and the
+    /// buffer is not returned.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{HostRegistration, RegisterFlags};
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let buffer = npu_mem::PageAlignedBuffer::from_slice(&[1u16; 2048])?;
+    /// let reg = HostRegistration::new(&ctx, buffer, RegisterFlags::PINNED)?;
+    /// assert_eq!(reg.into_inner().await?[0], 1);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub async fn into_inner(mut self) -> Result<B> {
+        let api = "HostRegistration::into_inner";
+        for operation in self.uses.pending_uses() {
+            // How it ended is read from the use list below.
+            let _ = operation.wait().await;
+        }
+        if self.uses.settled() != Some(Settled::Clean) {
+            return Err(Error::invalid(
+                api,
+                "self",
+                "an operation that used the memory failed with an ACL error, so the device \
+                 may still access it; the buffer cannot be handed back",
+            ));
+        }
+        let unregistered = unregister(&self.context, self.ptr.cast());
+        let buffer = self
+            .buffer
+            .take()
+            .ok_or_else(|| Error::invalid(api, "self", "the buffer was already taken"))?;
+        match unregistered {
+            Ok(()) => Ok(buffer),
+            Err(err) => {
+                std::mem::forget(buffer);
+                Err(err)
+            }
+        }
+    }
+}
+
+/// Registers `[ptr, ptr + bytes)`, returning the device alias if `flags` asks for a mapping.
+fn register(
+    context: &Context,
+    ptr: *mut c_void,
+    bytes: usize,
+    flags: RegisterFlags,
+) -> Result<Option<*mut c_void>> {
+    check_range(ptr, bytes)?;
+    context.bind()?;
+    let runtime = context.runtime();
+    let size = bytes as u64;
+    if runtime.api().aclrtHostRegisterV2.is_none() {
+        let mut alias: *mut c_void = std::ptr::null_mut();
+        let kind = ffi::ACL_HOST_REGISTER_MAPPED;
+        // SAFETY: the range is owned by the caller's buffer and outlives the registration;
+        // `alias` is a valid out-pointer.
+        unsafe { acl_call_opt!(runtime, aclrtHostRegister(ptr, size, kind, &mut alias)) }?;
+        return Ok(flags.is_mapped().then_some(alias));
+    }
+    let raw = flags.raw();
+    // SAFETY: the range is owned by the caller's buffer, which the registration keeps alive
+    // and unmoved until it unregisters.
+    unsafe { acl_call_opt!(runtime, aclrtHostRegisterV2(ptr, size, raw)) }?;
+    if !flags.is_mapped() {
+        return Ok(None);
+    }
+    let mut alias: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `ptr` was just registered as MAPPED; `alias` is a valid out-pointer.
+    let mapped = unsafe { acl_call_opt!(runtime, aclrtHostGetDevicePointer(ptr, &mut alias, 0)) };
+    match mapped {
+        Ok(()) => Ok(Some(alias)),
+        Err(err) => {
+            if let Err(undo) = unregister(context, ptr) {
+                tracing::warn!(%undo, "undoing a registration failed");
+            }
+            Err(err)
+        }
+    }
+}
+
+fn unregister(context: &Context, ptr: *mut c_void) -> Result<()> {
+    context.bind()?;
+    // SAFETY: `ptr` is the start of a range this registration registered.
+    unsafe { acl_call_opt!(context.runtime(), aclrtHostUnregister(ptr)) }
+}
+
+impl<B: StableBuffer> Deref for HostRegistration<B> {
+    type Target = [B::Elem];
+
+    fn deref(&self) -> &[B::Elem] {
+        // SAFETY: `ptr`/`len` are the owned buffer's elements, which a `StableBuffer` keeps at
+        // this address while it lives (it lives as long as `self`). The device writes into
+        // them only while an operation owns the registration, so no `&self` exists then.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl<B: StableBuffer> DerefMut for HostRegistration<B> {
+    fn deref_mut(&mut self) -> &mut [B::Elem] {
+        // SAFETY: as for `deref`, and `&mut self` is exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+// SAFETY: the elements belong to the owned buffer, registered with the context's runtime until
+// `Drop` unregisters it after every recorded use has completed (or leaks it).
+unsafe impl<B: StableBuffer> Memory for HostRegistration<B> {
+    type Elem = B::Elem;
+
+    fn context(&self) -> &Context {
+        &self.context
+    }
+
+    fn addr(&self) -> *const c_void {
+        self.ptr.cast()
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn record_use(&self, completion: &Completion) {
+        self.uses.record(completion);
+    }
+}
+
+// SAFETY: the registration owns the buffer exclusively.
+unsafe impl<B: StableBuffer> MemoryMut for HostRegistration<B> {
+    fn addr_mut(&mut self) -> *mut c_void {
+        self.ptr.cast()
+    }
+}
+
+// SAFETY: the memory is registered (pinned) with the context's runtime while the value lives.
+unsafe impl<B: StableBuffer> HostSlice for HostRegistration<B> {}
+
+/// Moves a registered address into a deferred release.
+struct HostAddr(*mut c_void);
+
+// SAFETY: the address is only handed back to aclrtHostUnregister.
+unsafe impl Send for HostAddr {}
+
+impl<B: StableBuffer> Drop for HostRegistration<B> {
+    fn drop(&mut self) {
+        let Some(buffer) = self.buffer.take() else {
+            return;
+        };
+        let context = self.context.clone();
+        let ptr = HostAddr(self.ptr.cast());
+        self.uses.release(move |settled| {
+            let ptr = ptr;
+            let released = match settled {
+                Settled::Clean => unregister(&context, ptr.0),
+                Settled::Failed => Err(Error::invalid(
+                    "HostRegistration::drop",
+                    "self",
+                    "an operation that used the memory failed with an ACL error",
+                )),
+            };
+            match released {
+                Ok(()) => drop(buffer),
+                Err(err) => {
+                    tracing::warn!(%err, "a host registration was leaked with its buffer");
+                    std::mem::forget(buffer);
+                }
+            }
+        });
+    }
+}
+
+impl<B: StableBuffer> fmt::Debug for HostRegistration<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostRegistration")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("flags", &self.flags)
+            .field("device_ptr", &self.device_ptr)
+            .field("uses", &self.uses)
+            .finish()
+    }
+}

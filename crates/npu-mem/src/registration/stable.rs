@@ -1,0 +1,72 @@
+//! Owned buffers whose storage never moves: what a registration may hold.
+
+use bytemuck::Pod;
+
+/// An owned buffer whose elements stay at one address, allocated, for as long as the value
+/// exists, however the value itself is moved: what
+/// [`HostRegistration`](crate::HostRegistration) takes ownership of, so the memory cannot be
+/// freed or moved while the device may access it.
+///
+/// Implemented for `Vec<T>`, `Box<[T]>` and [`PageAlignedBuffer<T>`](crate::PageAlignedBuffer).
+/// The registration never resizes the buffer (it hands out `[T]`, not the `Vec`).
+///
+/// # Safety
+///
+/// Implementors guarantee that:
+/// - [`as_slice`](StableBuffer::as_slice) and [`as_mut_slice`](StableBuffer::as_mut_slice)
+///   always return the same address and length, for the value's whole lifetime, moves
+///   included;
+/// - the memory is owned by the value alone (no other handle reads or writes it) and is
+///   released only when the value is dropped;
+/// - [`registered_bytes`](StableBuffer::registered_bytes) bytes from that address belong to
+///   the allocation.
+///
+/// ```
+/// use npu_mem::StableBuffer;
+///
+/// let buffer = vec![1u32, 2, 3];
+/// assert_eq!(buffer.registered_bytes(), 12);
+/// ```
+pub unsafe trait StableBuffer: Send + Sync + 'static {
+    /// The element type.
+    type Elem: Pod;
+
+    /// The elements.
+    fn as_slice(&self) -> &[Self::Elem];
+
+    /// The elements, for writing.
+    fn as_mut_slice(&mut self) -> &mut [Self::Elem];
+
+    /// How many bytes to register: the elements' bytes, unless the buffer owns whole pages
+    /// beyond them.
+    fn registered_bytes(&self) -> usize {
+        size_of_val(self.as_slice())
+    }
+}
+
+// SAFETY: a Vec's heap buffer moves only when it grows or shrinks, which needs `&mut Vec`;
+// the registration exposes only the slice. Its heap storage is owned and freed on drop.
+unsafe impl<T: Pod + Send + Sync> StableBuffer for Vec<T> {
+    type Elem = T;
+
+    fn as_slice(&self) -> &[T] {
+        self
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [T] {
+        self
+    }
+}
+
+// SAFETY: a boxed slice never reallocates; its storage is owned and freed on drop.
+unsafe impl<T: Pod + Send + Sync> StableBuffer for Box<[T]> {
+    type Elem = T;
+
+    fn as_slice(&self) -> &[T] {
+        self
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [T] {
+        self
+    }
+}

@@ -1,0 +1,182 @@
+//! Event models: legacy vs Ex events, their (inverted) status numbering, reset, and what a
+//! never-recorded event reports. Each test has its own device (some use the hold gate).
+
+extern crate ascendcl as npu_sim;
+
+#[macro_use]
+mod common;
+
+use std::ptr;
+use std::sync::Once;
+
+use common::*;
+use npu_sim::abi::*;
+use npu_sim::control;
+use npu_sys::*;
+
+fn install() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| npu_sim::SimConfig::default().devices(4).install().unwrap());
+}
+
+fn ex_event(flags: u32) -> aclrtEvent {
+    let mut event = ptr::null_mut();
+    acl!(aclrtCreateEventExWithFlag(&mut event, flags));
+    event
+}
+
+/// (aclrtQueryEventStatus, deprecated aclrtQueryEvent, aclrtQueryEventWaitStatus); the last two
+/// are `None` for Ex events, which reject them.
+fn statuses(
+    event: aclrtEvent,
+) -> (
+    aclrtEventRecordedStatus,
+    Option<aclrtEventStatus>,
+    Option<aclrtEventWaitStatus>,
+) {
+    let (mut recorded, mut legacy, mut wait) = (9, 9, 9);
+    acl!(aclrtQueryEventStatus(event, &mut recorded));
+    let legacy = (code!(aclrtQueryEvent(event, &mut legacy)) == 0).then_some(legacy);
+    let wait = (code!(aclrtQueryEventWaitStatus(event, &mut wait)) == 0).then_some(wait);
+    recent_message();
+    (recorded, legacy, wait)
+}
+
+const NOT_RECORDED: aclrtEventRecordedStatus = ACL_EVENT_RECORDED_STATUS_NOT_READY;
+const RECORDED: aclrtEventRecordedStatus = ACL_EVENT_RECORDED_STATUS_COMPLETE;
+
+#[test]
+fn legacy_events_through_their_life() {
+    install();
+    set_device(0);
+    let stream = create_stream();
+    let event = create_event();
+    // Never recorded: NOT_READY (0) in the new numbering, COMPLETE (0) in the deprecated one.
+    assert_eq!(
+        statuses(event),
+        (
+            NOT_RECORDED,
+            Some(ACL_EVENT_STATUS_COMPLETE),
+            Some(ACL_EVENT_WAIT_STATUS_NOT_READY)
+        )
+    );
+    acl!(aclrtSynchronizeEvent(event)); // returns at once
+    control::hold(0).unwrap();
+    acl!(aclrtRecordEvent(event, stream));
+    assert_eq!(
+        statuses(event),
+        (
+            NOT_RECORDED,
+            Some(ACL_EVENT_STATUS_NOT_READY),
+            Some(ACL_EVENT_WAIT_STATUS_NOT_READY)
+        )
+    );
+    control::release(0).unwrap();
+    acl!(aclrtSynchronizeEvent(event));
+    assert_eq!(
+        statuses(event),
+        (
+            RECORDED,
+            Some(ACL_EVENT_STATUS_COMPLETE),
+            Some(ACL_EVENT_WAIT_STATUS_COMPLETE)
+        )
+    );
+    // Reset is a stream task; afterwards the event is as never recorded.
+    acl!(aclrtResetEvent(event, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(statuses(event).0, NOT_RECORDED);
+}
+
+#[test]
+fn ex_events_through_their_life() {
+    install();
+    set_device(1);
+    let stream = create_stream();
+    let event = ex_event(ACL_EVENT_SYNC);
+    // Never recorded: COMPLETE; the deprecated and wait-status queries are not supported.
+    assert_eq!(statuses(event), (RECORDED, None, None));
+    control::hold(1).unwrap();
+    acl!(aclrtRecordEvent(event, stream));
+    assert_eq!(statuses(event).0, NOT_RECORDED);
+    control::release(1).unwrap();
+    acl!(aclrtSynchronizeEvent(event));
+    assert_eq!(statuses(event).0, RECORDED);
+    // Every record overwrites the capture.
+    control::hold(1).unwrap();
+    acl!(aclrtRecordEvent(event, stream));
+    assert_eq!(statuses(event).0, NOT_RECORDED);
+    control::release(1).unwrap();
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(statuses(event).0, RECORDED);
+}
+
+#[test]
+fn a_wait_uses_the_capture_current_when_it_was_issued() {
+    install();
+    set_device(2);
+    let (first, second, waiter) = (create_stream(), create_stream(), create_stream());
+    let event = ex_event(ACL_EVENT_SYNC);
+    let dev = malloc(64);
+    acl!(aclrtRecordEvent(event, first));
+    acl!(aclrtSynchronizeStream(first));
+    acl!(aclrtStreamWaitEvent(waiter, event)); // captures the completed record
+    control::hold(2).unwrap();
+    acl!(aclrtRecordEvent(event, second)); // a new capture, held
+    acl!(aclrtMemsetAsync(dev, 64, 7, 64, waiter));
+    // The waiter's memset depends only on the first capture, but the whole device is held:
+    // release and check everything ran.
+    control::release(2).unwrap();
+    acl!(aclrtSynchronizeStream(waiter));
+    acl!(aclrtSynchronizeStream(second));
+    assert!(download::<u8>(dev, 64).iter().all(|&b| b == 7));
+}
+
+#[test]
+fn flags_decide_what_an_event_supports() {
+    install();
+    set_device(3);
+    let mut timeline = ptr::null_mut();
+    acl!(aclrtCreateEventWithFlag(&mut timeline, ACL_EVENT_TIME_LINE));
+    assert_eq!(
+        code!(aclrtStreamWaitEvent(ptr::null_mut(), timeline)),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    );
+    assert_eq!(
+        code!(aclrtResetEvent(timeline, ptr::null_mut())),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    );
+    let mut device_only = ptr::null_mut();
+    acl!(aclrtCreateEventWithFlag(
+        &mut device_only,
+        ACL_EVENT_DEVICE_USE_ONLY
+    ));
+    assert_eq!(
+        code!(aclrtRecordEvent(device_only, ptr::null_mut())),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    let ipc = ex_event(ACL_EVENT_IPC);
+    acl!(aclrtRecordEvent(ipc, ptr::null_mut()));
+    acl!(aclrtSynchronizeEvent(ipc));
+    let mut ts = 0;
+    assert_eq!(
+        code!(aclrtEventGetTimestamp(ipc, &mut ts)),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    );
+    let mut sync = ptr::null_mut();
+    acl!(aclrtCreateEventWithFlag(
+        &mut sync,
+        ACL_EVENT_SYNC | ACL_EVENT_TIME_LINE
+    ));
+    acl!(aclrtRecordEvent(sync, ptr::null_mut()));
+    acl!(aclrtStreamWaitEvent(ptr::null_mut(), sync));
+    acl!(aclrtResetEvent(sync, ptr::null_mut()));
+    acl!(aclrtSynchronizeStream(ptr::null_mut()));
+    let stats = control::device_stats(3).unwrap();
+    for event in [timeline, device_only, ipc, sync] {
+        acl!(aclrtDestroyEvent(event));
+    }
+    assert_eq!(
+        control::device_stats(3).unwrap().live_events,
+        stats.live_events - 4
+    );
+}

@@ -1,0 +1,329 @@
+//! Kernels: the shipped vector add / scale / reduction through the shared-object path (file and
+//! memory image) and the in-process path, checked against the CPU; argument packing (host
+//! args, placeholders, the aclrtKernelArgs builder, device args); launch-copy-launch ordering.
+
+extern crate ascendcl as npu_sim;
+
+#[macro_use]
+mod common;
+
+use std::ffi::c_void;
+use std::ptr;
+
+use common::*;
+use npu_sim::abi::*;
+use npu_sim::kernel::{self, ReduceSumArgs, ScaleArgs, VectorAddArgs};
+use npu_sys::*;
+
+/// Deterministic pseudo-random f32s in [-100, 100).
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed;
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 200.0 - 100.0
+        })
+        .collect()
+}
+
+fn load_file(path: &str) -> aclrtBinHandle {
+    let path = c_string(path);
+    let mut bin = ptr::null_mut();
+    acl!(aclrtBinaryLoadFromFile(
+        path.as_ptr(),
+        ptr::null_mut(),
+        &mut bin
+    ));
+    bin
+}
+
+fn load_image(bytes: &[u8]) -> aclrtBinHandle {
+    let mut bin = ptr::null_mut();
+    acl!(aclrtBinaryLoadFromData(
+        bytes.as_ptr().cast(),
+        bytes.len(),
+        ptr::null(),
+        &mut bin
+    ));
+    bin
+}
+
+/// The three ways to get a kernel binary.
+fn binaries() -> Vec<(&'static str, aclrtBinHandle)> {
+    let so = std::fs::read(kernel::LIBRARY_PATH).unwrap();
+    vec![
+        ("shared object file", load_file(kernel::LIBRARY_PATH)),
+        ("shared object image", load_image(&so)),
+        (
+            "in-process registry",
+            registry_binary(&[
+                kernel::VECTOR_ADD_F32,
+                kernel::SCALE_F32,
+                kernel::REDUCE_SUM_F32,
+            ]),
+        ),
+    ]
+}
+
+/// Random inputs for vector_add_f32 on the device, with arguments for `c = a + b`.
+struct AddInputs {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    da: *mut c_void,
+    dc: *mut c_void,
+    args: VectorAddArgs,
+}
+
+impl AddInputs {
+    fn new(n: usize, seed: u64) -> AddInputs {
+        let (a, b) = (random(n, seed), random(n, seed + 1));
+        let (da, db, dc) = (upload_new(&a), upload_new(&b), malloc(n * 4));
+        let args = VectorAddArgs {
+            a: da as u64,
+            b: db as u64,
+            c: dc as u64,
+            n: n as u64,
+        };
+        AddInputs { a, b, da, dc, args }
+    }
+
+    fn sum(&self) -> Vec<f32> {
+        self.a.iter().zip(&self.b).map(|(x, y)| x + y).collect()
+    }
+
+    fn result(&self) -> Vec<f32> {
+        download::<f32>(self.dc, self.a.len())
+    }
+}
+
+fn upload_new(data: &[f32]) -> *mut c_void {
+    let dev = malloc(std::mem::size_of_val(data));
+    upload(dev, data);
+    dev
+}
+
+#[test]
+fn vector_add_matches_the_cpu_on_every_path() {
+    set_device(0);
+    for (path, bin) in binaries() {
+        let add = function(bin, kernel::VECTOR_ADD_F32);
+        let inputs = AddInputs::new(100_003, 1);
+        assert_eq!(
+            launch(add, 7, ptr::null_mut(), &inputs.args, ptr::null_mut()),
+            0
+        );
+        acl!(aclrtSynchronizeStream(ptr::null_mut()));
+        assert_eq!(inputs.result(), inputs.sum(), "{path}");
+        acl!(aclrtBinaryUnLoad(bin));
+    }
+}
+
+#[test]
+fn scale_and_two_pass_reduction_match_the_cpu_on_every_path() {
+    set_device(0);
+    const N: usize = 50_000;
+    const BLOCKS: u32 = 16;
+    let x = random(N, 3);
+    let scaled: Vec<f32> = x.iter().map(|v| v * 0.25).collect();
+    // The CPU sum in the kernels' order: per-block partial sums, then their sum.
+    let partials: Vec<f32> = (0..BLOCKS)
+        .map(|b| {
+            scaled[kernel::block_range(b, BLOCKS, N as u64)]
+                .iter()
+                .sum()
+        })
+        .collect();
+    let total: f32 = partials.iter().sum();
+    for (path, bin) in binaries() {
+        let (scale, reduce) = (
+            function(bin, kernel::SCALE_F32),
+            function(bin, kernel::REDUCE_SUM_F32),
+        );
+        let (dx, dp, dt) = (upload_new(&x), malloc(BLOCKS as usize * 4), malloc(4));
+        let stream = create_stream();
+        let scale_args = ScaleArgs {
+            x: dx as u64,
+            n: N as u64,
+            alpha: 0.25,
+            reserved: 0,
+        };
+        let pass1 = ReduceSumArgs {
+            x: dx as u64,
+            partials: dp as u64,
+            n: N as u64,
+        };
+        let pass2 = ReduceSumArgs {
+            x: dp as u64,
+            partials: dt as u64,
+            n: u64::from(BLOCKS),
+        };
+        assert_eq!(
+            launch(scale, BLOCKS, stream, &scale_args, ptr::null_mut()),
+            0
+        );
+        assert_eq!(launch(reduce, BLOCKS, stream, &pass1, ptr::null_mut()), 0);
+        assert_eq!(launch(reduce, 1, stream, &pass2, ptr::null_mut()), 0);
+        acl!(aclrtSynchronizeStream(stream));
+        assert_eq!(download::<f32>(dx, N), scaled, "{path}");
+        assert_eq!(download::<f32>(dp, BLOCKS as usize), partials, "{path}");
+        assert_eq!(download::<f32>(dt, 1), [total], "{path}");
+        acl!(aclrtDestroyStream(stream));
+    }
+}
+
+#[test]
+fn launch_copy_launch_on_one_stream_runs_in_order() {
+    set_device(1);
+    const N: usize = 4096;
+    let add = function(load_file(kernel::LIBRARY_PATH), kernel::VECTOR_ADD_F32);
+    let inputs = AddInputs::new(N, 4);
+    let stream = create_stream();
+    // c = a + b; a = c; c = a + b  →  c = (a + b) + b
+    assert_eq!(launch(add, 4, stream, &inputs.args, ptr::null_mut()), 0);
+    acl!(aclrtMemcpyAsync(
+        inputs.da,
+        N * 4,
+        inputs.dc,
+        N * 4,
+        ACL_MEMCPY_DEVICE_TO_DEVICE,
+        stream
+    ));
+    assert_eq!(launch(add, 4, stream, &inputs.args, ptr::null_mut()), 0);
+    acl!(aclrtSynchronizeStream(stream));
+    let expected: Vec<f32> = inputs
+        .sum()
+        .iter()
+        .zip(&inputs.b)
+        .map(|(x, y)| x + y)
+        .collect();
+    assert_eq!(inputs.result(), expected);
+}
+
+/// Kernel args: a placeholder pointer to a u32, and the address to store it at.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct StoreArgs {
+    value: u64,
+    out: u64,
+}
+
+fn register_store() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        kernel::register("store_u32", |_, _, args: *mut c_void| {
+            // SAFETY: launched with a StoreArgs whose `value` points at a u32 and whose `out`
+            // is the device address of a u32.
+            unsafe {
+                let args = args.cast::<StoreArgs>().read_unaligned();
+                *(args.out as *mut u32) = *(args.value as *const u32);
+            }
+            0
+        })
+        .unwrap();
+    });
+}
+
+#[test]
+fn host_args_with_placeholders() {
+    set_device(1);
+    register_store();
+    let store = function(registry_binary(&["store_u32"]), "store_u32");
+    let out = malloc(4);
+    // Layout: StoreArgs (16 bytes) followed by the placeholder's data (a u32 at offset 16).
+    let mut blob = [0u64; 3];
+    blob[1] = out as u64;
+    blob[2] = 0xC0FFEE;
+    let mut holder = aclrtPlaceHolderInfo {
+        addrOffset: 0,
+        dataOffset: 16,
+    };
+    acl!(aclrtLaunchKernelWithHostArgs(
+        store,
+        1,
+        ptr::null_mut(),
+        ptr::null_mut(),
+        blob.as_mut_ptr().cast(),
+        24,
+        &mut holder,
+        1
+    ));
+    blob.fill(0); // the arguments were copied at the call
+    acl!(aclrtSynchronizeStream(ptr::null_mut()));
+    assert_eq!(download::<u32>(out, 1), [0xC0FFEE]);
+}
+
+#[test]
+fn the_kernel_args_builder() {
+    set_device(1);
+    register_store();
+    let store = function(registry_binary(&["store_u32"]), "store_u32");
+    let out = malloc(4);
+    let (mut args, mut value, mut out_param) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+    acl!(aclrtKernelArgsInit(store, &mut args));
+    acl!(aclrtKernelArgsAppendPlaceHolder(args, &mut value));
+    let mut address = out as u64;
+    acl!(aclrtKernelArgsAppend(
+        args,
+        (&raw mut address).cast(),
+        8,
+        &mut out_param
+    ));
+    let mut buffer = ptr::null_mut();
+    acl!(aclrtKernelArgsGetPlaceHolderBuffer(
+        args,
+        value,
+        4,
+        &mut buffer
+    ));
+    // SAFETY: the buffer has 4 bytes.
+    unsafe { buffer.cast::<u32>().write_unaligned(41) };
+    acl!(aclrtKernelArgsFinalize(args));
+    assert_eq!(launch_built(store, 1, args, ptr::null_mut()), 0);
+    acl!(aclrtSynchronizeStream(ptr::null_mut()));
+    assert_eq!(download::<u32>(out, 1), [41]);
+
+    // Updating a parameter requires finalizing again.
+    let other = malloc(4);
+    let mut other_address = other as u64;
+    acl!(aclrtKernelArgsParaUpdate(
+        args,
+        out_param,
+        (&raw mut other_address).cast(),
+        8
+    ));
+    assert_eq!(
+        launch_built(store, 1, args, ptr::null_mut()),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    acl!(aclrtKernelArgsFinalize(args));
+    assert_eq!(launch_built(store, 1, args, ptr::null_mut()), 0);
+    acl!(aclrtSynchronizeStream(ptr::null_mut()));
+    assert_eq!(download::<u32>(other, 1), [41]);
+}
+
+#[test]
+fn args_in_device_memory() {
+    set_device(1);
+    let add = function(registry_binary(&[]), kernel::VECTOR_ADD_F32);
+    let inputs = AddInputs::new(1000, 6);
+    let size = std::mem::size_of::<VectorAddArgs>();
+    let dargs = malloc(size);
+    upload(dargs, std::slice::from_ref(&inputs.args));
+    acl!(aclrtLaunchKernel(add, 3, dargs, size, ptr::null_mut()));
+    acl!(aclrtSynchronizeStream(ptr::null_mut()));
+    assert_eq!(inputs.result(), inputs.sum());
+}
+
+#[test]
+fn function_handles_are_cached_per_binary() {
+    set_device(1);
+    let bin = load_file(kernel::LIBRARY_PATH);
+    assert_eq!(
+        function(bin, kernel::SCALE_F32),
+        function(bin, kernel::SCALE_F32)
+    );
+    acl!(aclrtBinaryUnLoad(bin));
+    assert_eq!(code!(aclrtBinaryUnLoad(bin)), ACL_ERROR_RT_INVALID_HANDLE);
+}

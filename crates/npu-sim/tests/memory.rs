@@ -1,0 +1,358 @@
+//! Device and host memory: rounding and capacity accounting, alignment, zero fill, pointer
+//! classes, copy-kind correction, the pageable fallback of async copies, host registration and
+//! 2D copies. Devices have 64 MiB here, and each test has its own device.
+
+extern crate ascendcl as npu_sim;
+
+#[macro_use]
+mod common;
+
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::Once;
+
+use common::*;
+use npu_sim::abi::*;
+use npu_sim::control;
+use npu_sys::*;
+
+const CAPACITY: usize = 64 << 20;
+
+fn install() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        npu_sim::SimConfig::default()
+            .devices(6)
+            .memory_per_device(CAPACITY as u64)
+            .install()
+            .unwrap();
+    });
+}
+
+fn used(device: i32) -> u64 {
+    control::device_stats(device).unwrap().bytes_allocated
+}
+
+fn mem_info() -> (usize, usize) {
+    let (mut free, mut total) = (0, 0);
+    acl!(aclrtGetMemInfo(ACL_HBM_MEM, &mut free, &mut total));
+    (free, total)
+}
+
+fn attributes(ptr: *const c_void) -> aclrtPtrAttributes {
+    let mut attributes = aclrtPtrAttributes::default();
+    acl!(aclrtPointerGetAttributes(ptr, &mut attributes));
+    attributes
+}
+
+/// A page-aligned, leaked heap buffer (pageable host memory).
+fn pageable(bytes: usize) -> *mut c_void {
+    let layout = std::alloc::Layout::from_size_align(bytes, 4096).unwrap();
+    // SAFETY: non-zero size.
+    unsafe { std::alloc::alloc_zeroed(layout) }.cast()
+}
+
+#[test]
+fn allocations_are_rounded_aligned_zeroed_and_counted_against_the_capacity() {
+    install();
+    set_device(0);
+    assert_eq!(mem_info(), (CAPACITY, CAPACITY));
+    let mut p = ptr::null_mut();
+    acl!(aclrtMalloc(&mut p, 1, ACL_MEM_MALLOC_HUGE_FIRST));
+    assert_eq!(
+        used(0),
+        64,
+        "1 byte: rounded to 32 plus 32 bytes of padding"
+    );
+    assert_eq!(p as usize % 64, 0);
+    let mut q = ptr::null_mut();
+    acl!(aclrtMalloc(&mut q, 100, ACL_MEM_MALLOC_NORMAL_ONLY));
+    assert_eq!(used(0), 64 + 160);
+    let mut r = ptr::null_mut();
+    acl!(aclrtMallocAlign32(&mut r, 100, ACL_MEM_MALLOC_HUGE_FIRST));
+    assert_eq!(
+        used(0),
+        64 + 160 + 128,
+        "aclrtMallocAlign32 adds no padding"
+    );
+    assert_eq!(mem_info(), (CAPACITY - 352, CAPACITY));
+    assert!(
+        download::<u8>(q, 100).iter().all(|&b| b == 0),
+        "device memory starts zeroed"
+    );
+    for ptr in [p, q, r] {
+        acl!(aclrtFree(ptr));
+    }
+    assert_eq!(control::device_stats(0).unwrap().live_allocations, 0);
+
+    // The capacity is exact: 64 MiB - 64 requested takes 64 MiB - 32 with padding.
+    let mut big = ptr::null_mut();
+    assert_eq!(
+        code!(aclrtMalloc(&mut big, CAPACITY, 0)),
+        ACL_ERROR_RT_MEMORY_ALLOCATION
+    );
+    acl!(aclrtMalloc(&mut big, CAPACITY - 64, 0));
+    assert_eq!(mem_info().0, 32);
+    assert_eq!(
+        code!(aclrtMalloc(&mut p, 1, 0)),
+        ACL_ERROR_RT_MEMORY_ALLOCATION
+    );
+    acl!(aclrtMallocAlign32(&mut p, 32, 0));
+    assert_eq!(mem_info().0, 0);
+    acl!(aclrtFree(p));
+    acl!(aclrtFreeWithDevSync(big));
+    assert_eq!(mem_info(), (CAPACITY, CAPACITY));
+}
+
+#[test]
+fn pointers_are_classified() {
+    install();
+    set_device(1);
+    let dev = malloc(4096);
+    let pinned = malloc_host(4096);
+    let plain = pageable(8192);
+    assert_eq!(pinned as usize % 64, 0);
+    let device = attributes(dev);
+    assert_eq!(
+        (device.location.type_, device.location.id, device.pageSize),
+        (ACL_MEM_LOCATION_TYPE_DEVICE, 1, 4096)
+    );
+    assert_eq!(
+        attributes(pinned).location.type_,
+        ACL_MEM_LOCATION_TYPE_HOST
+    );
+    assert_eq!(
+        attributes(plain).location.type_,
+        ACL_MEM_LOCATION_TYPE_UNREGISTERED
+    );
+    acl!(aclrtHostRegisterV2(
+        plain,
+        8192,
+        ACL_HOST_REG_MAPPED | ACL_HOST_REG_PINNED
+    ));
+    assert_eq!(
+        attributes(plain.cast::<u8>().wrapping_add(100).cast())
+            .location
+            .type_,
+        ACL_MEM_LOCATION_TYPE_HOST
+    );
+    let mut alias = ptr::null_mut();
+    acl!(aclrtHostGetDevicePointer(
+        plain.cast::<u8>().wrapping_add(4096).cast(),
+        &mut alias,
+        0
+    ));
+    assert_eq!(
+        alias,
+        plain.cast::<u8>().wrapping_add(4096).cast(),
+        "the device alias of host memory"
+    );
+    // Process-wide counter: other tests of this file register memory concurrently.
+    assert!(control::host_stats().unwrap().registrations >= 1);
+    acl!(aclrtHostUnregister(plain));
+    assert_eq!(
+        attributes(plain).location.type_,
+        ACL_MEM_LOCATION_TYPE_UNREGISTERED
+    );
+    let mut huge = ptr::null_mut();
+    acl!(aclrtMalloc(&mut huge, 4 << 20, ACL_MEM_MALLOC_HUGE_FIRST));
+    assert_eq!(
+        attributes(huge).pageSize,
+        2 << 20,
+        "HUGE_FIRST above 1 MiB uses 2 MiB pages"
+    );
+    // aclrtMallocHost memory may be registered (MAPPED) too.
+    let mut mapped = ptr::null_mut();
+    acl!(aclrtHostRegister(
+        pinned,
+        4096,
+        ACL_HOST_REGISTER_MAPPED,
+        &mut mapped
+    ));
+    assert_eq!(mapped, pinned);
+    acl!(aclrtHostUnregister(pinned));
+    acl!(aclrtFreeHostWithDevSync(pinned));
+}
+
+#[test]
+fn copy_kinds_are_corrected_from_the_pointers() {
+    install();
+    set_device(2);
+    let dev = malloc(64);
+    let pinned = malloc_host(64);
+    // SAFETY: 64 bytes of pinned memory.
+    unsafe { pinned.cast::<u8>().write_bytes(0x11, 64) };
+    // Pinned host → device with a contradicting kind: the pointers decide.
+    acl!(aclrtMemcpy(dev, 64, pinned, 64, ACL_MEMCPY_DEVICE_TO_HOST));
+    assert!(download::<u8>(dev, 64).iter().all(|&b| b == 0x11));
+    // Pageable memory with DEFAULT: inferred.
+    let data = [0x22u8; 64];
+    acl!(aclrtMemcpy(
+        dev,
+        64,
+        data.as_ptr().cast(),
+        64,
+        ACL_MEMCPY_DEFAULT
+    ));
+    assert!(download::<u8>(dev, 64).iter().all(|&b| b == 0x22));
+    // Zero bytes, or dst == src, succeed without looking at anything else.
+    acl!(aclrtMemcpy(ptr::null_mut(), 0, ptr::null(), 0, 99));
+    acl!(aclrtMemcpy(dev, 64, dev, 64, ACL_MEMCPY_DEVICE_TO_DEVICE));
+    // Staged host data may be reused as soon as the call returns.
+    let mut staged = [0x33u8; 64];
+    acl!(aclrtMemcpyAsync(
+        dev,
+        64,
+        staged.as_ptr().cast(),
+        64,
+        ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE,
+        ptr::null_mut()
+    ));
+    staged.fill(0);
+    acl!(aclrtSynchronizeStream(ptr::null_mut()));
+    assert!(download::<u8>(dev, 64).iter().all(|&b| b == 0x33));
+    // memset is byte-wise: the low byte of the value.
+    acl!(aclrtMemset(dev, 64, 0x1ff, 64));
+    assert!(download::<u8>(dev, 64).iter().all(|&b| b == 0xff));
+}
+
+#[test]
+fn async_copies_of_pageable_memory_are_synchronous_and_pinned_ones_are_queued() {
+    install();
+    set_device(3);
+    let stream = create_stream();
+    let dev = malloc(4096);
+    control::hold(3).unwrap();
+    // Pageable source: the call itself copies (the stream has nothing queued to wait for).
+    let data = [7u8; 4096];
+    acl!(aclrtMemcpyAsync(
+        dev,
+        4096,
+        data.as_ptr().cast(),
+        4096,
+        ACL_MEMCPY_HOST_TO_DEVICE,
+        stream
+    ));
+    assert!(download::<u8>(dev, 4096).iter().all(|&b| b == 7));
+    // Pinned and registered sources: genuine stream tasks, held with the device.
+    let pinned = malloc_host(4096);
+    // SAFETY: 4096 bytes of pinned memory.
+    unsafe { pinned.cast::<u8>().write_bytes(8, 4096) };
+    acl!(aclrtMemcpyAsync(
+        dev,
+        4096,
+        pinned,
+        4096,
+        ACL_MEMCPY_HOST_TO_DEVICE,
+        stream
+    ));
+    let registered = pageable(4096);
+    acl!(aclrtHostRegisterV2(registered, 4096, ACL_HOST_REG_PINNED));
+    acl!(aclrtMemcpyAsync(
+        registered,
+        4096,
+        dev,
+        4096,
+        ACL_MEMCPY_DEVICE_TO_HOST,
+        stream
+    ));
+    let mut status = 0;
+    acl!(aclrtStreamQuery(stream, &mut status));
+    assert_eq!(status, ACL_STREAM_STATUS_NOT_READY);
+    assert!(
+        download::<u8>(dev, 4096).iter().all(|&b| b == 7),
+        "not copied while held"
+    );
+    control::release(3).unwrap();
+    acl!(aclrtSynchronizeStream(stream));
+    // SAFETY: 4096 bytes of registered memory, no longer written by the stream.
+    let back = unsafe { std::slice::from_raw_parts(registered.cast::<u8>(), 4096) };
+    assert!(back.iter().all(|&b| b == 8));
+    acl!(aclrtHostUnregister(registered));
+}
+
+#[test]
+fn two_dimensional_copies() {
+    install();
+    set_device(4);
+    const WIDTH: usize = 48;
+    const HEIGHT: usize = 10;
+    const HOST_PITCH: usize = 64;
+    const DEV_PITCH: usize = 128;
+    let host: Vec<u8> = (0..HOST_PITCH * HEIGHT).map(|i| (i % 251) as u8).collect();
+    let dev = malloc(DEV_PITCH * HEIGHT);
+    acl!(aclrtMemcpy2d(
+        dev,
+        DEV_PITCH,
+        host.as_ptr().cast(),
+        HOST_PITCH,
+        WIDTH,
+        HEIGHT,
+        ACL_MEMCPY_HOST_TO_DEVICE
+    ));
+    let on_device = download::<u8>(dev, DEV_PITCH * HEIGHT);
+    for row in 0..HEIGHT {
+        assert_eq!(
+            on_device[row * DEV_PITCH..][..WIDTH],
+            host[row * HOST_PITCH..][..WIDTH]
+        );
+        assert!(
+            on_device[row * DEV_PITCH + WIDTH..(row + 1) * DEV_PITCH]
+                .iter()
+                .all(|&b| b == 0)
+        );
+    }
+    // Device to device on a stream, then back to the host with the host pitch.
+    let dev2 = malloc(DEV_PITCH * HEIGHT);
+    acl!(aclrtMemcpy2dAsync(
+        dev2,
+        DEV_PITCH,
+        dev,
+        DEV_PITCH,
+        WIDTH,
+        HEIGHT,
+        ACL_MEMCPY_DEVICE_TO_DEVICE,
+        ptr::null_mut()
+    ));
+    acl!(aclrtSynchronizeStream(ptr::null_mut()));
+    let mut back = vec![0u8; HOST_PITCH * HEIGHT];
+    acl!(aclrtMemcpy2d(
+        back.as_mut_ptr().cast(),
+        HOST_PITCH,
+        dev2,
+        DEV_PITCH,
+        WIDTH,
+        HEIGHT,
+        ACL_MEMCPY_DEVICE_TO_HOST
+    ));
+    for row in 0..HEIGHT {
+        assert_eq!(
+            back[row * HOST_PITCH..][..WIDTH],
+            host[row * HOST_PITCH..][..WIDTH]
+        );
+    }
+    // Zero width or height is a successful no-op, checked before anything else.
+    acl!(aclrtMemcpy2d(ptr::null_mut(), 0, ptr::null(), 0, 0, 5, 99));
+}
+
+#[test]
+fn engines_that_can_reach_registered_host_memory() {
+    install();
+    let capability = |hac| {
+        let mut cap = 9;
+        acl!(aclrtHostMemMapCapabilities(5, hac, &mut cap));
+        cap
+    };
+    assert_eq!(
+        capability(ACL_RT_HAC_TYPE_AIC),
+        ACL_RT_HOST_MEM_MAP_SUPPORTED
+    );
+    assert_eq!(
+        capability(ACL_RT_HAC_TYPE_SDMA),
+        ACL_RT_HOST_MEM_MAP_SUPPORTED
+    );
+    assert_eq!(
+        capability(ACL_RT_HAC_TYPE_RDMA),
+        ACL_RT_HOST_MEM_MAP_NOT_SUPPORTED
+    );
+}

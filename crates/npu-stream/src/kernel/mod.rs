@@ -1,0 +1,167 @@
+//! Kernel launches: stream operations like copies, with typed arguments.
+
+use std::num::NonZeroU32;
+
+use npu_core::{Error, Function, LaunchConfig};
+
+use crate::op::Op;
+use crate::stream::Stream;
+
+mod args;
+
+pub use args::{ArgWriter, ByValue, KernelArg, KernelArgs};
+
+/// The API launches report in errors.
+const API: &str = "Stream::launch";
+
+impl Stream {
+    /// Launches `function` with `blocks` blocks (`aclrtLaunchKernelWithHostArgs`).
+    ///
+    /// `args` are packed in order as the fields of a C struct (see [`KernelArgs`]): device
+    /// memory as its address, values by value. The launch takes them and the future resolves
+    /// to them once the kernel has finished on the device, with the kernel's failure if it
+    /// trapped (`ACL_ERROR_RT_AICORE_EXCEPTION`, 507015, or 507035 on the vector engine).
+    ///
+    /// Rejected before ACL is called, with [`Error::InvalidArgument`]: `blocks` = 0, a function
+    /// or buffer of another runtime, a buffer of another device, more than
+    /// [`ArgPacker::MAX_ARGS`](npu_core::ArgPacker::MAX_ARGS) values or more than
+    /// [`ArgPacker::MAX_BYTES`](npu_core::ArgPacker::MAX_BYTES) bytes of arguments. The launch
+    /// binds the function's context, the one its binary was loaded in, so a stream of another
+    /// context fails with ACL's `ACL_ERROR_RT_STREAM_CONTEXT` (107003). A runtime without
+    /// `aclrtLaunchKernelWithHostArgs` gives [`Error::Unsupported`].
+    ///
+    /// The function, and so its binary, stays loaded until the kernel has run.
+    ///
+    /// Cancel safety: not cancel-safe, like the copies: dropping the future gives up the
+    /// arguments, whose memory is released only after the kernel has finished; the kernel
+    /// itself still runs. See docs/cancellation.md.
+    ///
+    /// ```
+    /// use npu_core::{Device, Module};
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// // SAFETY: npu-sim's shipped kernel library, built for its kernel ABI.
+    /// let module = unsafe { Module::from_file(&ctx, npu_sim::kernel::LIBRARY_PATH) }?;
+    /// let add = module.function("vector_add_f32")?;
+    ///
+    /// let a = DeviceBuffer::from_host_blocking(&ctx, &[1.0f32, 2.0, 3.0])?;
+    /// let b = DeviceBuffer::from_host_blocking(&ctx, &[10.0f32, 20.0, 30.0])?;
+    /// let c = DeviceBuffer::<f32>::new(&ctx, 3)?;
+    /// // SAFETY: vector_add_f32 takes {const float *a, const float *b, float *c, uint64_t n}
+    /// // and touches n elements of each; all three hold 3.
+    /// let (_a, _b, c, _n) = unsafe { stream.launch(&add, 2, (a, b, c, 3u64)) }.await?;
+    /// assert_eq!(c.to_vec_blocking()?, [11.0, 22.0, 33.0]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    ///
+    /// # Safety
+    ///
+    /// A kernel is foreign code, and npu-rs cannot check `args` against its parameters:
+    /// - `args` must match the kernel's parameters in order and type;
+    /// - the kernel may access only memory its arguments refer to, within that memory's
+    ///   extent (element counts it is passed must agree with the buffers), and memory whose
+    ///   address is passed as a value (inside a [`ByValue`] struct, say) must stay allocated
+    ///   until the launch has completed;
+    /// - memory the kernel writes must not be accessed by device work that may run at the same
+    ///   time: work on other streams not ordered with this launch by events (through a
+    ///   shared `Arc` argument, for example);
+    /// - on npu-sim a kernel is host code running in this process: it must be sound for these
+    ///   arguments, with its blocks running concurrently.
+    pub unsafe fn launch<A: KernelArgs>(&self, function: &Function, blocks: u32, args: A) -> Op<A> {
+        let config = NonZeroU32::new(blocks).map(LaunchConfig::new);
+        // SAFETY: the caller upholds the kernel's contract, as `launch` requires.
+        unsafe { self.enqueue(function, config, args) }
+    }
+
+    /// Launches `function` with an explicit [`LaunchConfig`]: the block count, which cannot be
+    /// 0, and the engine (`ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE`). Otherwise as
+    /// [`launch`](Stream::launch), including cancel safety.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use npu_core::{Device, Engine, LaunchConfig, Module};
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// let image = npu_sim::kernel::registry_image(&["scale_f32"]);
+    /// // SAFETY: a registry image names in-process kernels; loading it runs no code.
+    /// let scale = unsafe { Module::from_data(&ctx, &image) }?.function("scale_f32")?;
+    ///
+    /// let x = DeviceBuffer::from_host_blocking(&ctx, &[1.0f32, 2.0])?;
+    /// let config = LaunchConfig::new(NonZeroU32::MIN).engine(Engine::Aiv);
+    /// // SAFETY: scale_f32 takes {float *x, uint64_t n, float alpha} and scales n elements
+    /// // of x in place; x holds 2.
+    /// let (x, _, _) = unsafe { stream.launch_with(&scale, config, (x, 2u64, 0.5f32)) }.await?;
+    /// assert_eq!(x.to_vec_blocking()?, [0.5, 1.0]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    ///
+    /// # Safety
+    ///
+    /// As for [`launch`](Stream::launch).
+    pub unsafe fn launch_with<A: KernelArgs>(
+        &self,
+        function: &Function,
+        config: LaunchConfig,
+        args: A,
+    ) -> Op<A> {
+        // SAFETY: the caller upholds the kernel's contract, as `launch_with` requires.
+        unsafe { self.enqueue(function, Some(config), args) }
+    }
+
+    /// Submits a launch; `config` is `None` when the caller asked for 0 blocks.
+    ///
+    /// # Safety
+    ///
+    /// As for [`launch`](Stream::launch).
+    unsafe fn enqueue<A: KernelArgs>(
+        &self,
+        function: &Function,
+        config: Option<LaunchConfig>,
+        args: A,
+    ) -> Op<A> {
+        self.submit(
+            "aclrtLaunchKernelWithHostArgs",
+            0,
+            args,
+            |args, done| {
+                args.record_uses(done);
+                // The binary must stay loaded until the kernel has run.
+                let function = function.clone();
+                done.defer(move || drop(function));
+            },
+            |args, stream| {
+                let config = config.ok_or_else(|| {
+                    Error::invalid(
+                        API,
+                        "blocks",
+                        "must be at least 1: a launch runs 1 or more blocks",
+                    )
+                })?;
+                self.check_runtime(API, "function", function.context())?;
+                let mut writer = ArgWriter::new(API, function.context());
+                args.pack(&mut writer)?;
+                let mut bytes = writer.into_bytes();
+                // SAFETY: `stream` is this stream's live handle, of the same runtime as the
+                // function (checked above). Every buffer the arguments refer to recorded this
+                // launch as a use and stays allocated until it completes, and the function is
+                // kept until then (above); the caller vouches for the kernel. `launch_raw`
+                // binds the function's context: a successful launch means the stream belongs
+                // to it (ACL checks), so the event record that follows runs in the stream's
+                // context.
+                unsafe { function.launch_raw(stream, &config, &mut bytes) }
+            },
+        )
+    }
+}
