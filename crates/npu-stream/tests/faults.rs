@@ -10,18 +10,14 @@ mod common;
 
 use std::sync::Once;
 
-use common::{STRATEGIES, code, in_process, nth_task, pattern, run};
+use common::{STRATEGIES, code, in_process, nth_task, pattern, run, stream};
 use npu_core::{Context, ffi};
 use npu_mem::{DeviceBuffer, PinnedBuffer};
 use npu_sim::{TimingModel, control};
-use npu_stream::{Event, FailureMode, Strategy, Stream};
+use npu_stream::{Event, FailureMode, Stream};
 
 /// The code the tests inject: an AI Core exception.
 const FAULT: i32 = ffi::ACL_ERROR_RT_AICORE_EXCEPTION;
-
-fn stream(context: &Context, strategy: Strategy) -> Stream {
-    Stream::builder(context).strategy(strategy).build().unwrap()
-}
 
 /// Makes `stream`'s `index`-th operation from now on fail when the device runs it.
 fn inject(stream: &Stream, index: u64) {

@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{STRATEGIES, code, invalid, pattern, run, runtimes};
+use common::{STRATEGIES, code, invalid, pattern, run, runtimes, stream};
 use npu_core::{Context, acl_call, ffi};
 use npu_mem::{DeviceBuffer, Memory, MemoryMut, PinnedBuffer};
 use npu_stream::{
@@ -28,13 +28,6 @@ const _: () = {
     send_sync::<Stream>();
     send_sync::<Event>();
 };
-
-fn stream(context: &Context, strategy: Strategy) -> Stream {
-    Stream::builder(context)
-        .strategy(strategy)
-        .build()
-        .expect("stream")
-}
 
 /// Reads device memory back with the synchronous aclrtMemcpy, a path independent of streams.
 fn read_back<T: npu_mem::Pod>(buffer: &DeviceBuffer<T>) -> Vec<T> {

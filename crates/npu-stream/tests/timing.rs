@@ -9,27 +9,22 @@
 
 mod common;
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::MutexGuard;
 use std::time::Duration;
 
-use common::{STRATEGIES, in_process, run};
+use common::{STRATEGIES, exclusive_device0, run, stream};
 use npu_core::Context;
 use npu_mem::DeviceBuffer;
 use npu_sim::{TimingModel, control};
-use npu_stream::{Event, Op, Strategy, Stream};
+use npu_stream::{Event, Op, Stream};
 
-/// Serialises the tests: the hold gate and the timing model are device-wide.
+/// Exclusive use of device 0 (the hold gate and the timing model are device-wide), under the
+/// timing model.
 fn device() -> (MutexGuard<'static, ()>, Context) {
-    static DEVICE: Mutex<()> = Mutex::new(());
-    let guard = DEVICE.lock().unwrap_or_else(|e| e.into_inner());
+    let (guard, context) = exclusive_device0();
     let model = TimingModel::default().d2d_bandwidth(1_000_000_000);
     control::set_timing(0, Some(model)).unwrap();
-    let context = in_process().device(0).unwrap().primary_context().clone();
     (guard, context)
-}
-
-fn stream(context: &Context, strategy: Strategy) -> Stream {
-    Stream::builder(context).strategy(strategy).build().unwrap()
 }
 
 /// A memset that takes `us` microseconds of device time.

@@ -6,31 +6,15 @@
 mod common;
 
 use std::sync::mpsc;
-use std::sync::{Mutex, MutexGuard};
 use std::task::Poll;
 use std::time::Instant;
 
-use common::{HANG, STRATEGIES, pattern};
-use npu_core::{Context, Error};
+use common::{HANG, STRATEGIES, exclusive_device0, pattern, stream};
+use npu_core::Error;
 use npu_mem::{DeviceBuffer, Memory, PinnedBuffer};
 use npu_sim::control;
-use npu_stream::{Event, Strategy, Stream};
+use npu_stream::Event;
 use tokio_test::task::spawn;
-
-fn device() -> (MutexGuard<'static, ()>, Context) {
-    static DEVICE: Mutex<()> = Mutex::new(());
-    let guard = DEVICE.lock().unwrap_or_else(|e| e.into_inner());
-    let context = common::in_process()
-        .device(0)
-        .unwrap()
-        .primary_context()
-        .clone();
-    (guard, context)
-}
-
-fn stream(context: &Context, strategy: Strategy) -> Stream {
-    Stream::builder(context).strategy(strategy).build().unwrap()
-}
 
 /// Waits (spinning, with a hang detector) until another thread makes `done` true.
 fn until(what: &str, done: impl Fn() -> bool) {
@@ -43,7 +27,7 @@ fn until(what: &str, done: impl Fn() -> bool) {
 
 #[test]
 fn spurious_polls_stay_pending_and_keep_one_registration() {
-    let (_serial, context) = device();
+    let (_serial, context) = exclusive_device0();
     for strategy in STRATEGIES {
         let s = stream(&context, strategy);
         control::hold(0).unwrap();
@@ -75,7 +59,7 @@ fn spurious_polls_stay_pending_and_keep_one_registration() {
 
 #[test]
 fn only_the_latest_waker_is_woken() {
-    let (_serial, context) = device();
+    let (_serial, context) = exclusive_device0();
     for strategy in STRATEGIES {
         let s = stream(&context, strategy);
         control::hold(0).unwrap();
@@ -108,7 +92,7 @@ fn only_the_latest_waker_is_woken() {
 /// that work is done; they are released right after it.
 #[test]
 fn a_future_dropped_while_pending_releases_its_buffers_after_the_device() {
-    let (_serial, context) = device();
+    let (_serial, context) = exclusive_device0();
     for strategy in STRATEGIES {
         let s = stream(&context, strategy);
         let before_device = control::device_stats(0).unwrap().live_allocations;
@@ -147,7 +131,7 @@ fn a_future_dropped_while_pending_releases_its_buffers_after_the_device() {
 
 #[test]
 fn polling_after_completion_is_an_error_not_a_panic() {
-    let (_serial, context) = device();
+    let (_serial, context) = exclusive_device0();
     for strategy in STRATEGIES {
         let s = stream(&context, strategy);
         control::hold(0).unwrap();

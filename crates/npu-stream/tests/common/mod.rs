@@ -7,10 +7,11 @@
 #![allow(dead_code, unused_imports, unreachable_pub)]
 
 use std::future::Future;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use npu_core::{AclCode, BackendChoice, Error, Runtime};
-use npu_stream::Strategy;
+use npu_core::{AclCode, BackendChoice, Context, Error, Runtime};
+use npu_stream::{Strategy, Stream};
 
 // The runtime helpers (and the path of npu-sim's cdylib) are npu-core's, reused as they are.
 #[path = "../../../npu-core/tests/common/mod.rs"]
@@ -31,6 +32,23 @@ pub fn in_process() -> Runtime {
         .backend(BackendChoice::Sim)
         .build()
         .expect("in-process sim")
+}
+
+/// Device 0's primary context on the in-process simulator, with exclusive use of the device
+/// for as long as the guard lives: for tests that close its hold gate or change its timing.
+pub fn exclusive_device0() -> (MutexGuard<'static, ()>, Context) {
+    static DEVICE: Mutex<()> = Mutex::new(());
+    let guard = DEVICE.lock().unwrap_or_else(|e| e.into_inner());
+    let device = in_process().device(0).expect("device 0");
+    (guard, device.primary_context().clone())
+}
+
+/// A stream of `context` using `strategy`.
+pub fn stream(context: &Context, strategy: Strategy) -> Stream {
+    Stream::builder(context)
+        .strategy(strategy)
+        .build()
+        .expect("stream")
 }
 
 /// A hang detector, not a synchronisation: every awaited operation must finish long before.
