@@ -277,89 +277,91 @@ fn pitched_copies_run_on_the_dlopened_library_too() {
 fn bad_arguments_are_typed_errors_before_any_acl_call() {
     let runtime = common::in_process();
     let context = runtime.device(0).unwrap().primary_context().clone();
-    let stream = stream(&context, Strategy::EventPoll);
-    let host = |len| PinnedBuffer::<u32>::new(&context, len).unwrap();
-    let device = |len| DeviceBuffer::<u32>::new(&context, len).unwrap();
-    let rejected = |op: Op<(PinnedBuffer<u32>, DeviceBuffer<u32>)>| {
-        assert!(op.is_complete(), "rejected before anything was submitted");
-        run(op).unwrap_err()
-    };
+    for strategy in STRATEGIES {
+        let stream = stream(&context, strategy);
+        let host = |len| PinnedBuffer::<u32>::new(&context, len).unwrap();
+        let device = |len| DeviceBuffer::<u32>::new(&context, len).unwrap();
+        let rejected = |op: Op<(PinnedBuffer<u32>, DeviceBuffer<u32>)>| {
+            assert!(op.is_complete(), "rejected before anything was submitted");
+            run(op).unwrap_err()
+        };
 
-    let err = rejected(stream.copy_h2d(host(10), device(11)));
-    assert_eq!(invalid(&err), ("Stream::copy_h2d", "dst"));
-    assert_eq!(
-        err.to_string(),
-        "Stream::copy_h2d: invalid argument `dst`: holds 11 elements but the source has 10"
-    );
-    let err = run(stream.copy_d2h(device(4), host(3))).unwrap_err();
-    assert_eq!(invalid(&err), ("Stream::copy_d2h", "dst"));
-
-    let shape = |width, height, src_pitch, dst_pitch| Copy2d {
-        width,
-        height,
-        src_pitch,
-        dst_pitch,
-    };
-    let cases = [
-        (shape(5, 2, 4, 8), "width", "exceeds the source pitch 4"),
-        (
-            shape(5, 2, 8, 4),
-            "width",
-            "exceeds the destination pitch 4",
-        ),
-        (
-            shape(1, MAX_2D_HEIGHT + 1, 1, 1),
-            "height",
-            "exceeds ACL's limit of 5242880 rows",
-        ),
-        (
-            shape(MAX_2D_WIDTH_BYTES / 4 + 1, 1, 2_000_000, 2_000_000),
-            "width",
-            "exceed ACL's limit of 5000000 bytes per row",
-        ),
-        (
-            shape(4, 3, 8, 4),
-            "src",
-            "holds 16 elements but the copy spans 20",
-        ),
-        (
-            shape(4, 3, 4, 8),
-            "dst",
-            "holds 16 elements but the copy spans 20",
-        ),
-        (
-            shape(1, 4, usize::MAX / 2, 1),
-            "src",
-            "the copy's extent overflows",
-        ),
-        // A pitch so large that its size in bytes overflows, on a one-row copy whose extent
-        // is only `width` and therefore fits.
-        (
-            shape(1, 1, usize::MAX / 2, 1),
-            "src_pitch",
-            "overflow as a byte count",
-        ),
-        (
-            shape(1, 1, 1, usize::MAX / 2),
-            "dst_pitch",
-            "overflow as a byte count",
-        ),
-    ];
-    for (shape, argument, rule) in cases {
-        let err = rejected(stream.copy_2d_h2d(host(16), device(16), shape));
+        let err = rejected(stream.copy_h2d(host(10), device(11)));
+        assert_eq!(invalid(&err), ("Stream::copy_h2d", "dst"));
         assert_eq!(
-            invalid(&err),
-            ("Stream::copy_2d_h2d", argument),
-            "{shape:?}"
+            err.to_string(),
+            "Stream::copy_h2d: invalid argument `dst`: holds 11 elements but the source has 10"
         );
-        assert!(err.to_string().contains(rule), "{shape:?}: {err}");
-    }
-    // The D2H direction names its own API and checks the same rules.
-    let err = run(stream.copy_2d_d2h(device(16), host(16), shape(4, 3, 4, 8))).unwrap_err();
-    assert_eq!(invalid(&err), ("Stream::copy_2d_d2h", "dst"));
+        let err = run(stream.copy_d2h(device(4), host(3))).unwrap_err();
+        assert_eq!(invalid(&err), ("Stream::copy_d2h", "dst"));
 
-    // Nothing was left pending: the stream still works.
-    run(linear_round_trip(&context, Strategy::EventPoll));
+        let shape = |width, height, src_pitch, dst_pitch| Copy2d {
+            width,
+            height,
+            src_pitch,
+            dst_pitch,
+        };
+        let cases = [
+            (shape(5, 2, 4, 8), "width", "exceeds the source pitch 4"),
+            (
+                shape(5, 2, 8, 4),
+                "width",
+                "exceeds the destination pitch 4",
+            ),
+            (
+                shape(1, MAX_2D_HEIGHT + 1, 1, 1),
+                "height",
+                "exceeds ACL's limit of 5242880 rows",
+            ),
+            (
+                shape(MAX_2D_WIDTH_BYTES / 4 + 1, 1, 2_000_000, 2_000_000),
+                "width",
+                "exceed ACL's limit of 5000000 bytes per row",
+            ),
+            (
+                shape(4, 3, 8, 4),
+                "src",
+                "holds 16 elements but the copy spans 20",
+            ),
+            (
+                shape(4, 3, 4, 8),
+                "dst",
+                "holds 16 elements but the copy spans 20",
+            ),
+            (
+                shape(1, 4, usize::MAX / 2, 1),
+                "src",
+                "the copy's extent overflows",
+            ),
+            // A pitch so large that its size in bytes overflows, on a one-row copy whose extent
+            // is only `width` and therefore fits.
+            (
+                shape(1, 1, usize::MAX / 2, 1),
+                "src_pitch",
+                "overflow as a byte count",
+            ),
+            (
+                shape(1, 1, 1, usize::MAX / 2),
+                "dst_pitch",
+                "overflow as a byte count",
+            ),
+        ];
+        for (shape, argument, rule) in cases {
+            let err = rejected(stream.copy_2d_h2d(host(16), device(16), shape));
+            assert_eq!(
+                invalid(&err),
+                ("Stream::copy_2d_h2d", argument),
+                "{shape:?}"
+            );
+            assert!(err.to_string().contains(rule), "{shape:?}: {err}");
+        }
+        // The D2H direction names its own API and checks the same rules.
+        let err = run(stream.copy_2d_d2h(device(16), host(16), shape(4, 3, 4, 8))).unwrap_err();
+        assert_eq!(invalid(&err), ("Stream::copy_2d_d2h", "dst"));
+
+        // Nothing was left pending: the stream still works.
+        run(linear_round_trip(&context, strategy));
+    }
 }
 
 #[test]
@@ -367,35 +369,37 @@ fn buffers_events_and_streams_of_another_runtime_are_refused() {
     let [(_, local), (_, library)] = runtimes().try_into().unwrap();
     let here = local.device(0).unwrap().primary_context().clone();
     let there = library.device(0).unwrap().primary_context().clone();
-    let stream = stream(&here, Strategy::EventPoll);
+    for strategy in STRATEGIES {
+        let stream = stream(&here, strategy);
 
-    let foreign_host = PinnedBuffer::<u8>::new(&there, 64).unwrap();
-    let err = run(stream.copy_h2d(foreign_host, DeviceBuffer::<u8>::new(&here, 64).unwrap()))
-        .unwrap_err();
-    assert_eq!(invalid(&err), ("Stream::copy_h2d", "src"));
-    assert!(
-        err.to_string().contains("different AscendCL runtime"),
-        "{err}"
-    );
+        let foreign_host = PinnedBuffer::<u8>::new(&there, 64).unwrap();
+        let err = run(stream.copy_h2d(foreign_host, DeviceBuffer::<u8>::new(&here, 64).unwrap()))
+            .unwrap_err();
+        assert_eq!(invalid(&err), ("Stream::copy_h2d", "src"));
+        assert!(
+            err.to_string().contains("different AscendCL runtime"),
+            "{err}"
+        );
 
-    let foreign_device = DeviceBuffer::<u8>::new(&there, 64).unwrap();
-    let err = run(stream.memset(foreign_device, 1)).unwrap_err();
-    assert_eq!(invalid(&err), ("Stream::memset", "dst"));
+        let foreign_device = DeviceBuffer::<u8>::new(&there, 64).unwrap();
+        let err = run(stream.memset(foreign_device, 1)).unwrap_err();
+        assert_eq!(invalid(&err), ("Stream::memset", "dst"));
 
-    let foreign_device = DeviceBuffer::<u8>::new(&there, 64).unwrap();
-    let local_host = PinnedBuffer::<u8>::new(&here, 64).unwrap();
-    let err = run(stream.copy_d2h(foreign_device, local_host)).unwrap_err();
-    assert_eq!(invalid(&err), ("Stream::copy_d2h", "src"));
+        let foreign_device = DeviceBuffer::<u8>::new(&there, 64).unwrap();
+        let local_host = PinnedBuffer::<u8>::new(&here, 64).unwrap();
+        let err = run(stream.copy_d2h(foreign_device, local_host)).unwrap_err();
+        assert_eq!(invalid(&err), ("Stream::copy_d2h", "src"));
 
-    let foreign_event = Event::new(&there).unwrap();
-    let err = foreign_event.record(&stream).unwrap_err();
-    assert_eq!(invalid(&err), ("Event::record", "stream"));
-    let err = stream.wait_event(&foreign_event).unwrap_err();
-    assert_eq!(invalid(&err), ("Stream::wait_event", "event"));
+        let foreign_event = Event::new(&there).unwrap();
+        let err = foreign_event.record(&stream).unwrap_err();
+        assert_eq!(invalid(&err), ("Event::record", "stream"));
+        let err = stream.wait_event(&foreign_event).unwrap_err();
+        assert_eq!(invalid(&err), ("Stream::wait_event", "event"));
 
-    let local_event = Event::new(&here).unwrap();
-    let err = Event::elapsed(&local_event, &foreign_event).unwrap_err();
-    assert_eq!(invalid(&err), ("Event::elapsed", "end"));
+        let local_event = Event::new(&here).unwrap();
+        let err = Event::elapsed(&local_event, &foreign_event).unwrap_err();
+        assert_eq!(invalid(&err), ("Event::elapsed", "end"));
+    }
 }
 
 #[test]
@@ -403,37 +407,39 @@ fn events_and_streams_of_different_devices_fail_with_107003() {
     for (name, runtime) in runtimes() {
         let c0 = runtime.device(0).unwrap().primary_context().clone();
         let c1 = runtime.device(1).unwrap().primary_context().clone();
-        let (s0, e1) = (stream(&c0, Strategy::EventPoll), Event::new(&c1).unwrap());
+        for strategy in STRATEGIES {
+            let (s0, e1) = (stream(&c0, strategy), Event::new(&c1).unwrap());
 
-        let err = e1.record(&s0).unwrap_err();
-        assert_eq!(
-            code(&err),
-            ffi::ACL_ERROR_RT_STREAM_CONTEXT,
-            "{name}: {err}"
-        );
-        let err = s0.wait_event(&e1).unwrap_err();
-        assert_eq!(
-            code(&err),
-            ffi::ACL_ERROR_RT_STREAM_CONTEXT,
-            "{name}: {err}"
-        );
-        assert!(err.to_string().contains("aclrtStreamWaitEvent"), "{err}");
+            let err = e1.record(&s0).unwrap_err();
+            assert_eq!(
+                code(&err),
+                ffi::ACL_ERROR_RT_STREAM_CONTEXT,
+                "{name}: {err}"
+            );
+            let err = s0.wait_event(&e1).unwrap_err();
+            assert_eq!(
+                code(&err),
+                ffi::ACL_ERROR_RT_STREAM_CONTEXT,
+                "{name}: {err}"
+            );
+            assert!(err.to_string().contains("aclrtStreamWaitEvent"), "{err}");
 
-        // ACL itself rejects a stream of another context with 107003: with device 1's
-        // context current, a raw memset on device 0's stream fails...
-        let mut on_0 = DeviceBuffer::<u8>::new(&c0, 64).unwrap();
-        let (ptr, raw_stream) = (on_0.addr_mut(), s0.as_raw());
-        c1.bind().unwrap();
-        // SAFETY: a valid 64-byte device allocation; the call is expected to be refused.
-        let raw = unsafe { acl_call!(&runtime, aclrtMemsetAsync(ptr, 64, 1, 64, raw_stream)) };
-        assert_eq!(
-            code(&raw.unwrap_err()),
-            ffi::ACL_ERROR_RT_STREAM_CONTEXT,
-            "{name}"
-        );
-        // ...while npu-rs binds the stream's context itself, from the same thread.
-        let on_0 = run(s0.memset(on_0, 1)).unwrap();
-        assert_eq!(read_back(&on_0), vec![1; 64], "{name}");
+            // ACL itself rejects a stream of another context with 107003: with device 1's
+            // context current, a raw memset on device 0's stream fails...
+            let mut on_0 = DeviceBuffer::<u8>::new(&c0, 64).unwrap();
+            let (ptr, raw_stream) = (on_0.addr_mut(), s0.as_raw());
+            c1.bind().unwrap();
+            // SAFETY: a valid 64-byte device allocation; the call is expected to be refused.
+            let raw = unsafe { acl_call!(&runtime, aclrtMemsetAsync(ptr, 64, 1, 64, raw_stream)) };
+            assert_eq!(
+                code(&raw.unwrap_err()),
+                ffi::ACL_ERROR_RT_STREAM_CONTEXT,
+                "{name}"
+            );
+            // ...while npu-rs binds the stream's context itself, from the same thread.
+            let on_0 = run(s0.memset(on_0, 1)).unwrap();
+            assert_eq!(read_back(&on_0), vec![1; 64], "{name}");
+        }
     }
 }
 
