@@ -1,7 +1,8 @@
 //! Waker behaviour of the operation futures, polled by hand with `tokio_test::task::spawn`:
 //! spurious polls, a waker replaced between polls, a drop while pending, and polling after
-//! completion. Device 0's hold gate keeps the operations pending for exactly as long as a test
-//! needs; the tests share a mutex because the gate is device-wide.
+//! completion; and dropping a stream with work queued. Device 0's hold gate keeps the
+//! operations pending for exactly as long as a test needs; the tests share a mutex because the
+//! gate is device-wide.
 
 mod common;
 
@@ -170,4 +171,32 @@ fn polling_after_completion_is_an_error_not_a_panic() {
             assert!(matches!(wait.poll(), Poll::Ready(Ok(()))));
         }
     }
+}
+
+/// Dropping the last handle of a stream with work still queued neither blocks nor loses the
+/// work: the futures still resolve, and the ACL stream is destroyed once that work is done.
+#[test]
+fn dropping_a_stream_with_pending_work_does_not_block() {
+    let (_serial, context) = exclusive_device0();
+    let streams_before = control::device_stats(0).unwrap().live_streams;
+    for strategy in STRATEGIES {
+        let s = stream(&context, strategy);
+        control::hold(0).unwrap();
+        let op = s.memset(DeviceBuffer::<u8>::new(&context, 256).unwrap(), 0x77);
+        let (dropped, wait) = mpsc::channel();
+        std::thread::spawn(move || {
+            drop(s);
+            dropped.send(()).unwrap();
+        });
+        // The device is held, so a drop that waited for the stream's work would never return.
+        wait.recv_timeout(HANG)
+            .expect("dropping the stream returned");
+        control::release(0).unwrap();
+        let buffer = common::run(op).expect("the queued memset still ran");
+        assert_eq!(buffer.to_vec_blocking().unwrap(), vec![0x77; 256]);
+    }
+    until("every stream is destroyed", || {
+        npu_core::reaper::flush();
+        control::device_stats(0).unwrap().live_streams == streams_before
+    });
 }
