@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use npu_core::{Completion, Error, Result};
 
+use crate::event::query_event;
 use crate::event_pool::PooledEvent;
 use crate::strategy::{self, CompletionStrategy};
 use crate::stream::StreamShared;
@@ -66,8 +67,10 @@ impl Reactor {
             }));
             match std::thread::Builder::new()
                 .name("npu-reactor".into())
-                .spawn(|| reactor.run())
-            {
+                .spawn(|| {
+                    precise_timers();
+                    reactor.run()
+                }) {
                 Ok(handle) => {
                     let _ = reactor.thread.set(handle.thread().clone());
                 }
@@ -183,7 +186,7 @@ impl Reactor {
                 }
             };
             self.counters.queried();
-            match query(stream, head) {
+            match query_event(stream.context.runtime(), head) {
                 Ok(true) => {
                     let Some(pending) = pop(stream) else { continue };
                     let result = strategy::settle(pending.event, pending.api);
@@ -300,29 +303,6 @@ fn pop(stream: &StreamShared) -> Option<Pending> {
         .pop_front()
 }
 
-/// Whether an event's captured work has completed, in ACL's newer or deprecated numbering.
-fn query(stream: &StreamShared, event: npu_core::ffi::aclrtEvent) -> Result<bool> {
-    use npu_core::ffi;
-    let runtime = stream.context.runtime();
-    let api = runtime.api();
-    match api.aclrtQueryEventStatus {
-        Some(query_status) => {
-            let mut status = ffi::ACL_EVENT_RECORDED_STATUS_NOT_READY;
-            // SAFETY: the event is alive (owned by the pending entry); no context needed.
-            let code = unsafe { query_status(event, &mut status) };
-            runtime.check("aclrtQueryEventStatus", code)?;
-            Ok(status == ffi::ACL_EVENT_RECORDED_STATUS_COMPLETE)
-        }
-        None => {
-            let mut status = ffi::ACL_EVENT_STATUS_NOT_READY;
-            // SAFETY: as above; older runtimes only have the deprecated query.
-            let code = unsafe { (api.aclrtQueryEvent)(event, &mut status) };
-            runtime.check("aclrtQueryEvent", code)?;
-            Ok(status == ffi::ACL_EVENT_STATUS_COMPLETE)
-        }
-    }
-}
-
 /// `Err` when the work pending on a stream can never complete (device lost, context stopped on
 /// a failure), with the device's error; `oldest` is the stream's oldest pending event.
 ///
@@ -354,7 +334,7 @@ pub(crate) fn stream_failure(
         Err(_) if code == ffi::ACL_ERROR_RT_EVENT_SYNC_TIMEOUT => Ok(()),
         // The wait also fails for a completed event whose captured work failed: that
         // operation is settled by the next pass like any other.
-        Err(_) if query(stream, oldest).unwrap_or(false) => Ok(()),
+        Err(_) if query_event(runtime, oldest).unwrap_or(false) => Ok(()),
         result => result,
     }
 }
@@ -369,6 +349,19 @@ fn stream_status(stream: &StreamShared) -> Result<()> {
     // SAFETY: the stream is alive (`stream`); aclrtStreamQuery checks no context.
     let code = unsafe { stream_query(stream.handle, &mut status) };
     runtime.check("aclrtStreamQuery", code)
+}
+
+/// Linux lets a timed sleep overrun by the thread's timer slack, 50 µs by default: more than
+/// the first parks themselves. The reactor's parks are its latency, so it asks for 1 µs.
+fn precise_timers() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects only this thread.
+        let result = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1_000 as libc::c_ulong) };
+        if result != 0 {
+            tracing::debug!("the reactor keeps the default timer slack");
+        }
+    }
 }
 
 /// Drops streams the reactor no longer watches. The last reference destroys the ACL stream,
