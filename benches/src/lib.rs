@@ -8,6 +8,7 @@ pub mod pipeline;
 pub mod pool;
 pub mod sim;
 pub mod stats;
+pub mod stream;
 mod table;
 
 pub use table::{Row, Table};

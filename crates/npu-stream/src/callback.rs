@@ -12,7 +12,7 @@ use npu_core::ffi;
 use npu_core::{Completion, Error, Result, acl_call};
 
 use crate::event_pool::PooledEvent;
-use crate::reactor::stream_status;
+use crate::reactor::stream_failure;
 use crate::strategy::{self, CompletionStrategy};
 use crate::stream::StreamShared;
 
@@ -97,6 +97,9 @@ impl Worker {
         loop {
             // SAFETY: plain integer argument; callbacks run inside this call on this thread.
             let code = unsafe { (runtime.api().aclrtProcessReport)(REPORT_TIMEOUT_MS) };
+            // Checking takes the runtime's message off this thread at once: an idle timeout's
+            // message would otherwise be attached to the next error settled here.
+            let reported = runtime.check("aclrtProcessReport", code);
             let fired: Vec<u64> = FIRED.with(|fired| std::mem::take(&mut *fired.borrow_mut()));
             for id in fired {
                 let entry = self
@@ -118,47 +121,52 @@ impl Worker {
                         std::thread::sleep(Duration::from_millis(REPORT_TIMEOUT_MS as u64));
                     }
                 }
-                other => {
-                    tracing::warn!(code = other, "aclrtProcessReport failed");
+                _ => {
+                    if let Err(err) = reported {
+                        tracing::warn!(%err, "aclrtProcessReport failed");
+                    }
                     self.probe();
                 }
             }
         }
     }
 
-    /// Fails the outstanding operations of streams that stopped making progress with an error.
+    /// Fails the outstanding operations of streams whose work can no longer complete.
     fn probe(&self) {
+        let stale_after = Duration::from_millis(REPORT_TIMEOUT_MS as u64);
         let now = Instant::now();
-        let stale: Vec<Arc<StreamShared>> = {
-            let outstanding = self.outstanding.lock().unwrap_or_else(|e| e.into_inner());
-            let mut streams: Vec<Arc<StreamShared>> = Vec::new();
-            for op in outstanding.values() {
-                let old =
-                    now.duration_since(op.since) >= Duration::from_millis(REPORT_TIMEOUT_MS as u64);
-                if old && !streams.iter().any(|s| Arc::ptr_eq(s, &op.stream)) {
-                    streams.push(op.stream.clone());
-                }
+        let mut outstanding = self.outstanding.lock().unwrap_or_else(|e| e.into_inner());
+        // The oldest operation of each stream that has one waiting for a while (ids grow in
+        // submission order). The lock stays held so that its event cannot be recycled while
+        // the probe waits on it.
+        let mut heads: Vec<(Arc<StreamShared>, u64)> = Vec::new();
+        for (&id, op) in outstanding.iter() {
+            if now.duration_since(op.since) < stale_after {
+                continue;
             }
-            streams
-        };
-        for stream in stale {
-            if let Err(err) = stream_status(&stream) {
-                let failed: Vec<Outstanding> = {
-                    let mut outstanding =
-                        self.outstanding.lock().unwrap_or_else(|e| e.into_inner());
-                    let ids: Vec<u64> = outstanding
-                        .iter()
-                        .filter(|(_, op)| Arc::ptr_eq(&op.stream, &stream))
-                        .map(|(id, _)| *id)
-                        .collect();
-                    ids.iter().filter_map(|id| outstanding.remove(id)).collect()
-                };
-                for op in failed {
-                    op.event.discard();
-                    op.completion
-                        .complete(Err(strategy::attribute(err.clone(), op.api)));
-                }
+            match heads.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &op.stream)) {
+                Some(head) => head.1 = head.1.min(id),
+                None => heads.push((op.stream.clone(), id)),
             }
+        }
+        let mut failed: Vec<(Outstanding, Error)> = Vec::new();
+        for (stream, id) in heads {
+            let oldest = outstanding[&id].event.handle();
+            if let Err(err) = stream_failure(&stream, oldest) {
+                let ids: Vec<u64> = outstanding
+                    .iter()
+                    .filter(|(_, op)| Arc::ptr_eq(&op.stream, &stream))
+                    .map(|(id, _)| *id)
+                    .collect();
+                let ops = ids.iter().filter_map(|id| outstanding.remove(id));
+                failed.extend(ops.map(|op| (op, err.clone())));
+            }
+        }
+        drop(outstanding);
+        for (op, err) in failed {
+            op.event.discard();
+            op.completion
+                .complete(Err(strategy::attribute(err, op.api)));
         }
     }
 }

@@ -96,7 +96,20 @@ impl Copy2d {
                 None => return Err(Error::invalid(api, argument, "the copy's extent overflows")),
             }
         }
-        Ok((width_bytes, self.src_pitch * size, self.dst_pitch * size))
+        // A one-row copy never multiplies its pitch by a row count above, so the pitch alone
+        // may still be too large to express in bytes.
+        let pitch_bytes = |pitch: usize, argument| {
+            pitch.checked_mul(size).ok_or_else(|| {
+                Error::invalid(
+                    api,
+                    argument,
+                    format!("{pitch} elements overflow as a byte count"),
+                )
+            })
+        };
+        let src_pitch = pitch_bytes(self.src_pitch, "src_pitch")?;
+        let dst_pitch = pitch_bytes(self.dst_pitch, "dst_pitch")?;
+        Ok((width_bytes, src_pitch, dst_pitch))
     }
 }
 

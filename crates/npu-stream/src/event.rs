@@ -8,7 +8,7 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use npu_core::ffi;
-use npu_core::{Completion, Context, Error, Result, acl_call, acl_call_opt};
+use npu_core::{Completion, Context, Error, Result, Runtime, acl_call, acl_call_opt};
 
 use crate::stream::Stream;
 
@@ -175,8 +175,12 @@ impl Event {
         Ok(())
     }
 
-    /// Resolves when the device reaches the latest record, with the first task failure
-    /// among the work it captured. Resolves at once if the event was never recorded.
+    /// Resolves when the device reaches the latest record. Resolves at once if the event was
+    /// never recorded.
+    ///
+    /// As with [`Stream::synchronize`], a task failure among the captured work is reported by
+    /// the failed operation's own future; this fails only when the recording stream's work
+    /// can no longer complete (device lost, context stopped).
     ///
     /// Cancel safety: cancel-safe; dropping the future only stops waiting.
     pub fn wait(&self) -> EventWait {
@@ -190,15 +194,10 @@ impl Event {
     }
 
     /// Whether the work captured by the latest record has completed
-    /// (`aclrtQueryEventStatus`). A never-recorded legacy event reports `false`, an `Ex`
-    /// event `true`, as in ACL.
+    /// (`aclrtQueryEventStatus`, or the deprecated `aclrtQueryEvent` on runtimes that predate
+    /// it). A never-recorded legacy event reports `false`, an `Ex` event `true`, as in ACL.
     pub fn is_complete(&self) -> Result<bool> {
-        let runtime = self.context().runtime();
-        let handle = self.inner.handle;
-        let mut status = ffi::ACL_EVENT_RECORDED_STATUS_NOT_READY;
-        // SAFETY: the event is alive; the query checks no context.
-        unsafe { acl_call_opt!(runtime, aclrtQueryEventStatus(handle, &mut status)) }?;
-        Ok(status == ffi::ACL_EVENT_RECORDED_STATUS_COMPLETE)
+        query_event(self.context().runtime(), self.inner.handle)
     }
 
     /// The device time between two recorded and completed events (`aclrtEventElapsedTime`).
@@ -213,6 +212,15 @@ impl Event {
             }
         }
         let runtime = start.context().runtime();
+        // Handles are meaningful only to the library that made them: another runtime's handle
+        // could name an unrelated event of this one.
+        if !end.context().runtime().same_library(runtime) {
+            return Err(Error::invalid(
+                "Event::elapsed",
+                "end",
+                "belongs to a different AscendCL runtime than start",
+            ));
+        }
         let mut ms = 0f32;
         let (a, b) = (start.inner.handle, end.inner.handle);
         // SAFETY: both events are alive and `ms` is a valid out-pointer.
@@ -230,6 +238,29 @@ impl Event {
         // SAFETY: the event is alive and `timestamp` is a valid out-pointer.
         unsafe { acl_call_opt!(runtime, aclrtEventGetTimestamp(handle, &mut timestamp)) }?;
         Ok(timestamp)
+    }
+}
+
+/// Whether an event's latest record has completed, hiding ACL's two status numberings: the
+/// current `aclrtEventRecordedStatus` (1 = complete) and, on runtimes without
+/// `aclrtQueryEventStatus`, the deprecated `aclrtEventStatus` (0 = complete).
+pub(crate) fn query_event(runtime: &Runtime, event: ffi::aclrtEvent) -> Result<bool> {
+    let api = runtime.api();
+    match api.aclrtQueryEventStatus {
+        Some(query_status) => {
+            let mut status = ffi::ACL_EVENT_RECORDED_STATUS_NOT_READY;
+            // SAFETY: the caller keeps the event alive; the query checks no context.
+            let code = unsafe { query_status(event, &mut status) };
+            runtime.check("aclrtQueryEventStatus", code)?;
+            Ok(status == ffi::ACL_EVENT_RECORDED_STATUS_COMPLETE)
+        }
+        None => {
+            let mut status = ffi::ACL_EVENT_STATUS_NOT_READY;
+            // SAFETY: as above; older runtimes only have the deprecated query.
+            let code = unsafe { (api.aclrtQueryEvent)(event, &mut status) };
+            runtime.check("aclrtQueryEvent", code)?;
+            Ok(status == ffi::ACL_EVENT_STATUS_COMPLETE)
+        }
     }
 }
 

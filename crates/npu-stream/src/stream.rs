@@ -200,8 +200,12 @@ impl Stream {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
-    /// Resolves once all work submitted to the stream before this call has finished, with the
-    /// first task failure among it.
+    /// Resolves once all work submitted to the stream before this call has finished.
+    ///
+    /// A task failure is reported by the future of the operation that failed, not again here:
+    /// this resolves `Ok` after a failed operation in `FailureMode::Continue`. It fails when
+    /// the stream's work can no longer complete (device lost, context stopped by
+    /// `FailureMode::Stop`).
     ///
     /// Cancel safety: cancel-safe. Dropping the future only stops waiting.
     pub fn synchronize(&self) -> Op<()> {

@@ -2,12 +2,21 @@
 
 use std::time::Duration;
 
-/// Passes that only spin (`spin_loop` hint) after the last progress.
-const SPIN_PASSES: u32 = 64;
+/// Passes that only spin after the last progress. Pass `k` spins `2^k` pause instructions (up
+/// to [`MAX_SPINS`]) before the next query, so a short operation is noticed within a
+/// microsecond or so while a longer one costs few queries: each query takes the simulator's or
+/// the driver's time, which on a small host is taken from the threads doing the work.
+const SPIN_PASSES: u32 = 16;
+/// The most pause instructions between two queries while spinning.
+const MAX_SPINS: u32 = 128;
 /// Further passes that yield the core before each retry.
-const YIELD_PASSES: u32 = 32;
-/// The first timed park, doubled after every fruitless park up to `MAX_PARK`.
+const YIELD_PASSES: u32 = 16;
+/// The first timed park; each fruitless park makes the next one [`GROWTH`] times longer, up to
+/// `MAX_PARK`. Growing by half rather than doubling bounds how late a completion is noticed to
+/// a third of the time already waited, at the price of a few more wake-ups.
 const FIRST_PARK: Duration = Duration::from_micros(20);
+/// Growth of the park between fruitless parks (3/2).
+const GROWTH: (u32, u32) = (3, 2);
 /// Long enough to cost no measurable CPU, short enough not to matter next to device work
 /// that has been running for a while already.
 const MAX_PARK: Duration = Duration::from_millis(1);
@@ -36,14 +45,16 @@ impl Backoff {
     pub(super) fn next(&mut self) -> Option<Duration> {
         self.idle_passes = self.idle_passes.saturating_add(1);
         if self.idle_passes <= SPIN_PASSES {
-            std::hint::spin_loop();
+            for _ in 0..(1u32 << self.idle_passes.min(7)).min(MAX_SPINS) {
+                std::hint::spin_loop();
+            }
             None
         } else if self.idle_passes <= SPIN_PASSES + YIELD_PASSES {
             std::thread::yield_now();
             None
         } else {
             let park = self.park;
-            self.park = (self.park * 2).min(MAX_PARK);
+            self.park = (self.park * GROWTH.0 / GROWTH.1).min(MAX_PARK);
             Some(park)
         }
     }
@@ -60,7 +71,7 @@ mod tests {
             assert_eq!(backoff.next(), None);
         }
         assert_eq!(backoff.next(), Some(FIRST_PARK));
-        assert_eq!(backoff.next(), Some(FIRST_PARK * 2));
+        assert_eq!(backoff.next(), Some(FIRST_PARK * 3 / 2));
         for _ in 0..20 {
             backoff.next();
         }

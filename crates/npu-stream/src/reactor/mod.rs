@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use npu_core::{Completion, Error, Result};
 
+use crate::event::query_event;
 use crate::event_pool::PooledEvent;
 use crate::strategy::{self, CompletionStrategy};
 use crate::stream::StreamShared;
@@ -28,8 +29,14 @@ mod sync {
     pub(crate) use std::sync::atomic::{AtomicU8, Ordering};
 }
 
-/// A stream without progress for this long is health-checked with `aclrtStreamQuery`.
+/// A stream without progress for this long is health-checked (see [`stream_failure`]).
 const PROBE_AFTER: Duration = Duration::from_millis(10);
+/// Probes of a stream that keeps running without progress grow apart up to this interval:
+/// each one may wait [`CONFIRM_MS`] on the reactor thread.
+const MAX_PROBE_INTERVAL: Duration = Duration::from_millis(160);
+/// How long a probe waits for a stream's oldest pending event to tell a dead stream (the wait
+/// fails at once) from one that still runs (the wait times out). ACL's minimum timeout.
+const CONFIRM_MS: i32 = 1;
 
 /// One operation the reactor is waiting for.
 pub(crate) struct Pending {
@@ -60,8 +67,10 @@ impl Reactor {
             }));
             match std::thread::Builder::new()
                 .name("npu-reactor".into())
-                .spawn(|| reactor.run())
-            {
+                .spawn(|| {
+                    precise_timers();
+                    reactor.run()
+                }) {
                 Ok(handle) => {
                     let _ = reactor.thread.set(handle.thread().clone());
                 }
@@ -151,6 +160,7 @@ impl Reactor {
             stream,
             last_progress: now,
             last_probe: None,
+            probe_every: PROBE_AFTER,
         }));
     }
 
@@ -176,17 +186,18 @@ impl Reactor {
                 }
             };
             self.counters.queried();
-            match query(stream, head) {
+            match query_event(stream.context.runtime(), head) {
                 Ok(true) => {
                     let Some(pending) = pop(stream) else { continue };
                     let result = strategy::settle(pending.event, pending.api);
                     finished.push((pending.completion, result));
                     self.counters.completed();
                     active.last_progress = now;
+                    active.probe_every = PROBE_AFTER;
                     *progressed = true;
                 }
                 Ok(false) => {
-                    if let Err(err) = active.probe(now) {
+                    if let Err(err) = active.probe(now, head) {
                         self.fail_all(stream, err, finished);
                     }
                     return true;
@@ -194,7 +205,7 @@ impl Reactor {
                 Err(err) => {
                     // A failing query means the event or the whole stream is broken; the
                     // stream's own status tells which.
-                    match stream_status(stream) {
+                    match stream_failure(stream, head) {
                         Err(stream_err) => self.fail_all(stream, stream_err, finished),
                         Ok(()) => {
                             if let Some(pending) = pop(stream) {
@@ -259,20 +270,27 @@ struct Active {
     stream: Arc<StreamShared>,
     last_progress: Instant,
     last_probe: Option<Instant>,
+    /// The current probe interval: [`PROBE_AFTER`], doubled after each probe that found the
+    /// stream alive, back to [`PROBE_AFTER`] on progress.
+    probe_every: Duration,
 }
 
 impl Active {
-    /// Health-checks a stream that has made no progress for a while.
-    fn probe(&mut self, now: Instant) -> Result<()> {
-        let due = now.duration_since(self.last_progress) >= PROBE_AFTER
+    /// Health-checks a stream that has made no progress for a while; `head` is its oldest
+    /// pending event.
+    fn probe(&mut self, now: Instant, head: npu_core::ffi::aclrtEvent) -> Result<()> {
+        let every = self.probe_every;
+        let due = now.duration_since(self.last_progress) >= every
             && self
                 .last_probe
-                .is_none_or(|at| now.duration_since(at) >= PROBE_AFTER);
+                .is_none_or(|at| now.duration_since(at) >= every);
         if !due {
             return Ok(());
         }
         self.last_probe = Some(now);
-        stream_status(&self.stream)
+        stream_failure(&self.stream, head)?;
+        self.probe_every = (every * 2).min(MAX_PROBE_INTERVAL);
+        Ok(())
     }
 }
 
@@ -285,31 +303,44 @@ fn pop(stream: &StreamShared) -> Option<Pending> {
         .pop_front()
 }
 
-/// Whether an event's captured work has completed, in ACL's newer or deprecated numbering.
-fn query(stream: &StreamShared, event: npu_core::ffi::aclrtEvent) -> Result<bool> {
+/// `Err` when the work pending on a stream can never complete (device lost, context stopped on
+/// a failure), with the device's error; `oldest` is the stream's oldest pending event.
+///
+/// aclrtStreamQuery alone cannot tell: it reports the stream's first task failure until
+/// aclrtSynchronizeStream clears it, and in ACL_CONTINUE_ON_FAILURE mode the work queued after
+/// a failed task still runs. Failing the futures of that work would release their buffers
+/// while the device still uses them. So an error from the query is confirmed on the oldest
+/// pending event: a short wait for it fails at once if the work is dead, and succeeds or
+/// times out if it completed or still runs. Runtimes without the timed wait fall back to
+/// trusting the query.
+pub(crate) fn stream_failure(
+    stream: &StreamShared,
+    oldest: npu_core::ffi::aclrtEvent,
+) -> Result<()> {
     use npu_core::ffi;
+    let err = match stream_status(stream) {
+        Ok(()) => return Ok(()),
+        Err(err) => err,
+    };
     let runtime = stream.context.runtime();
-    let api = runtime.api();
-    match api.aclrtQueryEventStatus {
-        Some(query_status) => {
-            let mut status = ffi::ACL_EVENT_RECORDED_STATUS_NOT_READY;
-            // SAFETY: the event is alive (owned by the pending entry); no context needed.
-            let code = unsafe { query_status(event, &mut status) };
-            runtime.check("aclrtQueryEventStatus", code)?;
-            Ok(status == ffi::ACL_EVENT_RECORDED_STATUS_COMPLETE)
-        }
-        None => {
-            let mut status = ffi::ACL_EVENT_STATUS_NOT_READY;
-            // SAFETY: as above; older runtimes only have the deprecated query.
-            let code = unsafe { (api.aclrtQueryEvent)(event, &mut status) };
-            runtime.check("aclrtQueryEvent", code)?;
-            Ok(status == ffi::ACL_EVENT_STATUS_COMPLETE)
-        }
+    let Some(wait) = runtime.api().aclrtSynchronizeEventWithTimeout else {
+        return Err(err);
+    };
+    // SAFETY: the event is alive (owned by its pending entry); no context is needed.
+    let code = unsafe { wait(oldest, CONFIRM_MS) };
+    // `check` also takes the runtime's message about an expected timeout off this thread, so
+    // that it is not attached to a later, unrelated error.
+    match runtime.check("aclrtSynchronizeEventWithTimeout", code) {
+        Err(_) if code == ffi::ACL_ERROR_RT_EVENT_SYNC_TIMEOUT => Ok(()),
+        // The wait also fails for a completed event whose captured work failed: that
+        // operation is settled by the next pass like any other.
+        Err(_) if query_event(runtime, oldest).unwrap_or(false) => Ok(()),
+        result => result,
     }
 }
 
-/// The stream's health: `Err` with its first task failure, if any.
-pub(crate) fn stream_status(stream: &StreamShared) -> Result<()> {
+/// The stream's status: `Err` with its first unreported task failure, if any.
+fn stream_status(stream: &StreamShared) -> Result<()> {
     let runtime = stream.context.runtime();
     let Some(stream_query) = runtime.api().aclrtStreamQuery else {
         return Ok(());
@@ -318,6 +349,19 @@ pub(crate) fn stream_status(stream: &StreamShared) -> Result<()> {
     // SAFETY: the stream is alive (`stream`); aclrtStreamQuery checks no context.
     let code = unsafe { stream_query(stream.handle, &mut status) };
     runtime.check("aclrtStreamQuery", code)
+}
+
+/// Linux lets a timed sleep overrun by the thread's timer slack, 50 µs by default: more than
+/// the first parks themselves. The reactor's parks are its latency, so it asks for 1 µs.
+fn precise_timers() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects only this thread.
+        let result = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1_000 as libc::c_ulong) };
+        if result != 0 {
+            tracing::debug!("the reactor keeps the default timer slack");
+        }
+    }
 }
 
 /// Drops streams the reactor no longer watches. The last reference destroys the ACL stream,

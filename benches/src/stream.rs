@@ -1,0 +1,341 @@
+//! npu-stream against the alternatives a Tokio user would pick: the await overhead of one tiny
+//! operation against the synchronous floor, throughput of the three completion strategies
+//! (`BlockingSync` is what `spawn_blocking` + synchronize code does), and the reactor
+//! thread's CPU time while idle.
+//!
+//! Everything runs on device 0 of the in-process simulator. Task durations come from the
+//! simulator's timing model; host costs are real.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use npu_core::{BackendChoice, Context, Runtime, acl_call};
+use npu_mem::{DeviceBuffer, MemoryMut};
+use npu_sim::{TimingModel, control};
+use npu_stream::{Strategy, Stream};
+
+use crate::Table;
+
+const SECTION: &str = "npu-stream";
+const STRATEGIES: [Strategy; 3] = [
+    Strategy::EventPoll,
+    Strategy::CallbackThread,
+    Strategy::BlockingSync,
+];
+/// Bytes each throughput operation sets; the timing model turns it into 10 or 100 µs.
+const TASK_BYTES: u64 = 1000;
+/// How long each strategy runs in each throughput cell, split into three interleaved runs,
+/// after a warm-up of a tenth of that.
+const WINDOW: Duration = Duration::from_millis(240);
+
+fn strategy_name(strategy: Strategy) -> &'static str {
+    match strategy {
+        Strategy::EventPoll => "event polling",
+        Strategy::CallbackThread => "callback thread",
+        Strategy::BlockingSync => "spawn_blocking+sync",
+    }
+}
+
+/// Runs the npu-stream section.
+pub fn run(table: &mut Table) {
+    let runtime = Runtime::builder()
+        .backend(BackendChoice::Sim)
+        .build()
+        .expect("the in-process simulator");
+    let context = runtime
+        .device(0)
+        .expect("device 0")
+        .primary_context()
+        .clone();
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a Tokio runtime");
+    await_overhead(table, &tokio, &context);
+    throughput(table, &tokio, &context);
+    idle_reactor(table);
+}
+
+/// The `q`-quantile of sorted samples, in µs.
+fn quantile(sorted: &[Duration], q: f64) -> f64 {
+    let index = ((sorted.len() as f64 * q) as usize).min(sorted.len() - 1);
+    sorted[index].as_secs_f64() * 1e6
+}
+
+/// p50 and p99 of one awaited 64-byte memset, per strategy, against the sync floor: the same
+/// memset followed by aclrtSynchronizeStream.
+///
+/// Each strategy is measured in its own phase, in small rounds alternating with rounds of
+/// the floor, and compared with the floor measured alongside it: the machine's background
+/// load and the threads earlier phases left behind (the callback thread, which the
+/// simulator wakes at every task it finishes) then weigh on both sides alike. Event polling
+/// goes first, before any such thread exists.
+fn await_overhead(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Context) {
+    const ROUNDS: usize = 200;
+    const PER_ROUND: usize = 50;
+    control::set_timing(0, None).expect("timing off");
+    let mut buffer = Some(DeviceBuffer::<u8>::new(context, 64).expect("buffer"));
+    for strategy in STRATEGIES {
+        let stream = Stream::builder(context)
+            .strategy(strategy)
+            .build()
+            .expect("stream");
+        let (mut floor, mut awaited) = (Vec::new(), Vec::new());
+        for round in 0..=ROUNDS {
+            // Round 0 warms up and is discarded.
+            let keep = round > 0;
+            let device = buffer.as_mut().expect("the buffer is back");
+            let (ptr, raw) = (device.addr_mut(), stream.as_raw());
+            context.bind().expect("bind");
+            for i in 0..PER_ROUND {
+                let start = Instant::now();
+                // SAFETY: `ptr` is a live 64-byte device allocation of this context, which
+                // is bound; the stream belongs to it; the memset is synchronised before the
+                // buffer is used again.
+                unsafe {
+                    acl_call!(
+                        context.runtime(),
+                        aclrtMemsetAsync(ptr, 64, i as i32, 64, raw)
+                    )
+                    .and_then(|()| acl_call!(context.runtime(), aclrtSynchronizeStream(raw)))
+                    .expect("memset + synchronize");
+                }
+                if keep {
+                    floor.push(start.elapsed());
+                }
+            }
+            tokio.block_on(async {
+                for i in 0..PER_ROUND {
+                    let start = Instant::now();
+                    let device = buffer.take().expect("the buffer is back");
+                    buffer = Some(stream.memset(device, i as u8).await.expect("memset"));
+                    if keep {
+                        awaited.push(start.elapsed());
+                    }
+                }
+            });
+        }
+        floor.sort();
+        awaited.sort();
+        let (floor_p50, floor_p99) = (quantile(&floor, 0.5), quantile(&floor, 0.99));
+        let (p50, p99) = (quantile(&awaited, 0.5), quantile(&awaited, 0.99));
+        let target = if strategy == Strategy::EventPoll {
+            " (target ≤ 2×)"
+        } else {
+            ""
+        };
+        table.push(
+            SECTION,
+            format!(
+                "awaited 64 B memset, {}, p50 / p99",
+                strategy_name(strategy)
+            ),
+            format!("{p50:.1} / {p99:.1} µs"),
+            format!(
+                "p50 {:.2}× the sync floor{target}; floor (memset + aclrtSynchronizeStream) \
+                 {floor_p50:.1} / {floor_p99:.1} µs; {} samples each",
+                p50 / floor_p50,
+                awaited.len()
+            ),
+        );
+    }
+}
+
+/// Operations completed per second with `in_flight` chains of memsets spread over `streams`
+/// streams, each chain awaiting its memset before submitting the next.
+fn ops_per_sec(
+    tokio: &tokio::runtime::Runtime,
+    context: &Context,
+    strategy: Strategy,
+    streams: usize,
+    in_flight: usize,
+    window: Duration,
+) -> f64 {
+    let streams: Vec<Stream> = (0..streams)
+        .map(|_| {
+            Stream::builder(context)
+                .strategy(strategy)
+                .build()
+                .expect("stream")
+        })
+        .collect();
+    let completed = Rc::new(Cell::new(0u64));
+    let start = Instant::now();
+    let end = start + window;
+    tokio.block_on(async {
+        let local = tokio::task::LocalSet::new();
+        for chain in 0..in_flight {
+            let stream = streams[chain % streams.len()].clone();
+            let mut buffer = DeviceBuffer::<u8>::new(context, TASK_BYTES as usize).expect("buffer");
+            let completed = completed.clone();
+            local.spawn_local(async move {
+                while Instant::now() < end {
+                    buffer = stream.memset(buffer, chain as u8).await.expect("memset");
+                    completed.set(completed.get() + 1);
+                }
+            });
+        }
+        local.await;
+    });
+    completed.get() as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Each strategy's throughput for one cell: the median of three runs, the strategies taking
+/// turns so that they share the machine's background load; after one warm-up run each.
+fn rates(
+    tokio: &tokio::runtime::Runtime,
+    context: &Context,
+    streams: usize,
+    in_flight: usize,
+) -> Vec<f64> {
+    const RUNS: usize = 3;
+    let mut runs: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
+    for run in 0..=RUNS {
+        for (strategy, samples) in STRATEGIES.into_iter().zip(&mut runs) {
+            let window = if run == 0 {
+                WINDOW / 10
+            } else {
+                WINDOW / RUNS as u32
+            };
+            let rate = ops_per_sec(tokio, context, strategy, streams, in_flight, window);
+            if run > 0 {
+                samples.push(rate);
+            }
+        }
+    }
+    runs.into_iter()
+        .map(|mut samples| {
+            samples.sort_by(f64::total_cmp);
+            samples[RUNS / 2]
+        })
+        .collect()
+}
+
+/// The throughput matrix: for each task length, in-flight count and stream count, every
+/// strategy, with the ratios the design targets at 256 in flight.
+fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Context) {
+    for task_us in [10u64, 100] {
+        let model = TimingModel::default().d2d_bandwidth(TASK_BYTES * 1_000_000 / task_us);
+        control::set_timing(0, Some(model)).expect("timing model");
+        for in_flight in [1usize, 16, 256] {
+            for streams in [1usize, 4, 16] {
+                let rates = rates(tokio, context, streams, in_flight);
+                let device_bound = 1e6 / task_us as f64 * streams.min(in_flight) as f64;
+                let (over_callback, over_blocking) = (rates[0] / rates[1], rates[0] / rates[2]);
+                // Where event polling already runs the device flat out, no strategy can be
+                // ahead of another by more than the device leaves them.
+                let at_bound = if rates[0] >= 0.9 * device_bound {
+                    ", event polling at the device's bound"
+                } else {
+                    ""
+                };
+                let targets = if in_flight == 256 {
+                    format!(
+                        " (targets ≥ 1.5× / ≥ 3×: {} / {}{at_bound})",
+                        verdict(over_callback >= 1.5),
+                        verdict(over_blocking >= 3.0)
+                    )
+                } else {
+                    String::new()
+                };
+                table.push(
+                    SECTION,
+                    format!(
+                        "ops/s, {task_us} µs tasks, {in_flight} in flight, {streams} stream(s): \
+                         event polling"
+                    ),
+                    format!("{:.0}", rates[0]),
+                    format!(
+                        "callback {:.0}, spawn_blocking+sync {:.0}; EP/CB {over_callback:.2}×, \
+                         EP/BS {over_blocking:.2}×{targets}; device bound {device_bound:.0}",
+                        rates[1], rates[2]
+                    ),
+                );
+            }
+        }
+    }
+    control::set_timing(0, None).expect("timing off");
+    let stats = npu_stream::reactor_stats();
+    table.push(
+        SECTION,
+        "reactor event queries per completed operation (whole run)",
+        format!("{:.2}", stats.polls_per_completion()),
+        format!("{} completed, {} parks", stats.completed, stats.parks),
+    );
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "missed" }
+}
+
+/// The `npu-reactor` thread's id, from /proc/self/task/*/comm.
+fn reactor_tid() -> Option<String> {
+    std::fs::read_dir("/proc/self/task")
+        .ok()?
+        .flatten()
+        .find_map(|task| {
+            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            (comm.trim() == "npu-reactor").then(|| task.file_name().to_string_lossy().into_owned())
+        })
+}
+
+/// CPU time of a thread: (utime + stime from `stat`, in clock ticks converted to ns; on-CPU
+/// time from `schedstat`, in ns, when the kernel provides it).
+fn thread_cpu(tid: &str) -> (u64, Option<u64>) {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command name start with field 3 (state); utime and
+    // stime are fields 14 and 15.
+    let fields: Vec<u64> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let ticks = fields.get(10).copied().unwrap_or(0) + fields.get(11).copied().unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let schedstat = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok());
+    (ticks * 1_000_000_000 / hz, schedstat)
+}
+
+/// The reactor's CPU time over one second with nothing pending.
+fn idle_reactor(table: &mut Table) {
+    let Some(tid) = reactor_tid() else {
+        table.push(
+            SECTION,
+            "reactor CPU while idle",
+            "n/a",
+            "no npu-reactor thread found",
+        );
+        return;
+    };
+    let before = (
+        thread_cpu(&tid),
+        npu_stream::reactor_stats(),
+        Instant::now(),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let after = (
+        thread_cpu(&tid),
+        npu_stream::reactor_stats(),
+        Instant::now(),
+    );
+    let wall = (after.2 - before.2).as_nanos() as f64;
+    let percent = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / wall * 100.0;
+    let stat = percent(before.0.0, after.0.0);
+    let precise = before.0.1.zip(after.0.1).map(|(a, b)| percent(a, b));
+    table.push(
+        SECTION,
+        "npu-reactor thread CPU over 1 s idle",
+        format!("{:.4} %", precise.unwrap_or(stat)),
+        format!(
+            "target < 1%; /proc stat ticks give {stat:.2} %; {} queries, {} parks meanwhile",
+            after.1.queries - before.1.queries,
+            after.1.parks - before.1.parks
+        ),
+    );
+}

@@ -1,0 +1,120 @@
+//! Helpers shared by npu-stream's integration tests.
+//!
+//! Each test file is its own process, so it has its own in-process simulator; files that change
+//! device-global simulator state (timing model, hold gate, lost device) keep it to themselves.
+
+// Every test file uses a different subset of these helpers.
+#![allow(dead_code, unused_imports, unreachable_pub)]
+
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use npu_core::{AclCode, BackendChoice, Context, Error, Runtime};
+use npu_stream::{Strategy, Stream};
+
+// The runtime helpers (and the path of npu-sim's cdylib) are npu-core's, reused as they are.
+#[path = "../../../npu-core/tests/common/mod.rs"]
+mod core_common;
+
+pub(crate) use core_common::runtimes;
+
+/// Every completion strategy, so each behaviour is checked under all three.
+pub const STRATEGIES: [Strategy; 3] = [
+    Strategy::EventPoll,
+    Strategy::CallbackThread,
+    Strategy::BlockingSync,
+];
+
+/// The in-process simulator, which `npu_sim::control` steers.
+pub fn in_process() -> Runtime {
+    Runtime::builder()
+        .backend(BackendChoice::Sim)
+        .build()
+        .expect("in-process sim")
+}
+
+/// Device 0's primary context on the in-process simulator, with exclusive use of the device
+/// for as long as the guard lives: for tests that close its hold gate or change its timing.
+pub fn exclusive_device0() -> (MutexGuard<'static, ()>, Context) {
+    static DEVICE: Mutex<()> = Mutex::new(());
+    let guard = DEVICE.lock().unwrap_or_else(|e| e.into_inner());
+    let device = in_process().device(0).expect("device 0");
+    (guard, device.primary_context().clone())
+}
+
+/// A stream of `context` using `strategy`.
+pub fn stream(context: &Context, strategy: Strategy) -> Stream {
+    Stream::builder(context)
+        .strategy(strategy)
+        .build()
+        .expect("stream")
+}
+
+/// A hang detector, not a synchronisation: every awaited operation must finish long before.
+pub const HANG: Duration = Duration::from_secs(60);
+
+/// Runs `future` to completion on a current-thread Tokio runtime, failing the test if it has
+/// not finished after [`HANG`].
+pub fn run<F: Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("tokio runtime")
+        .block_on(async {
+            tokio::time::timeout(HANG, future)
+                .await
+                .expect("the test hung")
+        })
+}
+
+/// Deterministic, seed-dependent bytes (SplitMix64), so every copy moves distinctive data.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = Rng(seed);
+    (0..len).map(|_| rng.next() as u8).collect()
+}
+
+/// SplitMix64: a tiny seeded generator for reproducible random choices in tests.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The ACL code of an error, failing the test if it is not an ACL error.
+pub fn code(err: &Error) -> i32 {
+    match err.acl_code() {
+        Some(AclCode(code)) => code,
+        None => panic!("expected an ACL error, got {err:?}"),
+    }
+}
+
+/// The `(api, argument)` of an `InvalidArgument` error, failing the test for anything else.
+pub fn invalid(err: &Error) -> (&'static str, &'static str) {
+    match err {
+        Error::InvalidArgument { api, argument, .. } => (api, argument),
+        other => panic!("expected an invalid-argument error, got {other:?}"),
+    }
+}
+
+/// The work-task number (as `npu_sim::control::fail_task` counts them) of the stream's
+/// `index`-th operation (0-based) from now on: the callback strategy queues a host callback
+/// after every operation, and callbacks are work tasks too.
+pub fn nth_task(strategy: Strategy, index: u64) -> u64 {
+    match strategy {
+        Strategy::CallbackThread => 2 * index + 1,
+        _ => index + 1,
+    }
+}
