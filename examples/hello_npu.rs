@@ -44,11 +44,14 @@ async fn run(elements: usize) -> npu::Result<Report> {
     // 1. The device: the simulator unless NPU_BACKEND picks CANN.
     let device = Device::open(0)?;
     let ctx = device.primary_context();
-    let report_base = (
-        device.id(),
-        device.soc_name().unwrap_or_default(),
-        device.runtime().backend().to_string(),
-    );
+    let mut report = Report {
+        device: device.id(),
+        soc: device.soc_name().unwrap_or_default(),
+        backend: device.runtime().backend().to_string(),
+        elements,
+        head: Vec::new(),
+        mismatches: 0,
+    };
     // 2. A stream.
     let stream = Stream::new(ctx)?;
     let add = kernels::load(ctx)?.function("vector_add_f32")?;
@@ -80,7 +83,7 @@ async fn run(elements: usize) -> npu::Result<Report> {
     let (dc, c) = stream.copy_d2h(dc, a).await?;
 
     // 9. Verify on the host.
-    let mismatches = c
+    report.mismatches = c
         .iter()
         .enumerate()
         .filter(|&(i, &c)| {
@@ -88,7 +91,7 @@ async fn run(elements: usize) -> npu::Result<Report> {
             c != x + y
         })
         .count();
-    let head = c.iter().take(4).copied().collect();
+    report.head = c.iter().take(4).copied().collect();
 
     // 10. Free and reset: dropping a buffer frees it once the device is done with it (here it
     // already is), and the device is reset when its last handle is gone.
@@ -96,15 +99,7 @@ async fn run(elements: usize) -> npu::Result<Report> {
     drop(device);
     npu::reaper::flush();
 
-    let (device, soc, backend) = report_base;
-    Ok(Report {
-        device,
-        soc,
-        backend,
-        elements,
-        head,
-        mismatches,
-    })
+    Ok(report)
 }
 
 #[tokio::main]

@@ -263,14 +263,15 @@ impl IntoResponse for ApiError {
 }
 
 /// Checks a request against the model; returns its data.
-fn validate(body: Result<Bytes, BytesRejection>, input_len: usize) -> Result<Vec<f32>, ApiError> {
+fn validate(body: Result<Bytes, BytesRejection>, config: &Config) -> Result<Vec<f32>, ApiError> {
+    let input_len = config.input_len;
     let body = body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
             format!(
                 "the body is over the limit of {} bytes",
-                32 * input_len + 1024
+                config.body_limit()
             ),
         ),
         status => ApiError::new(status, "bad_body", rejection.body_text()),
@@ -318,7 +319,7 @@ async fn infer(
             ));
         }
     };
-    let data = validate(body, state.config.input_len).inspect_err(|_| {
+    let data = validate(body, &state.config).inspect_err(|_| {
         state.rejected.fetch_add(1, Ordering::Relaxed);
     })?;
     match state.infer(&data).await {
