@@ -13,8 +13,9 @@
 //! NPU_BACKEND=acl NPU_EXAMPLE_KERNELS=/path/kernels.o cargo run --release --example copy_pipeline
 //! ```
 //!
-//! On CANN the hardware sets the speeds and no simulator trace is written. `support/pipeline.rs`
-//! explains how the stages are ordered.
+//! On CANN the hardware sets the speeds, and the timeline is built from the device timestamps
+//! of events recorded around every operation (`support/event_timeline.rs`) instead of the
+//! simulator's trace. `support/pipeline.rs` explains how the stages are ordered.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -23,6 +24,8 @@ use std::time::Duration;
 use npu::prelude::*;
 use npu::sim::{control, trace};
 
+#[path = "support/event_timeline.rs"]
+mod event_timeline;
 #[path = "support/kernels.rs"]
 mod kernels;
 #[path = "support/pipeline.rs"]
@@ -42,8 +45,20 @@ struct Report {
     chunks: usize,
     serial: pipeline::Outcome,
     pipelined: pipeline::Outcome,
-    /// The timeline file, when the simulator wrote one.
-    trace: Option<PathBuf>,
+    /// Where the timeline came from.
+    timeline: Timeline,
+    /// The timeline file.
+    trace: PathBuf,
+}
+
+/// Where the timeline comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timeline {
+    /// The simulator records every device task (its `NPU_TRACE` trace).
+    SimulatorTrace,
+    /// Events recorded around each operation, read back with their device timestamps: what
+    /// works on CANN.
+    EventTimestamps,
 }
 
 impl Report {
@@ -56,39 +71,54 @@ impl Report {
     }
 }
 
-/// Runs both versions on device 0. On the simulator, with a timing model of `stage` per
-/// stage, recording the timeline to `trace_path`.
+/// Runs both versions on device 0, writing the timeline to `trace_path`. On the simulator,
+/// with a timing model of `stage` per stage.
 async fn run(
     chunks: usize,
     chunk_len: usize,
     stage: Duration,
+    timeline: Timeline,
     trace_path: &Path,
 ) -> npu::Result<Report> {
     let device = Device::open(0)?;
     let ctx = device.primary_context();
     let add = kernels::load(ctx)?.function(pipeline::KERNEL)?;
     let simulated = matches!(device.runtime().backend(), npu::Backend::Simulator);
+    if timeline == Timeline::SimulatorTrace && !simulated {
+        let rule = "the simulator's trace needs the in-process simulator (NPU_BACKEND=sim)";
+        return Err(npu::Error::invalid("copy_pipeline", "timeline", rule));
+    }
     let chunk_bytes = chunk_len * size_of::<f32>();
     if simulated {
         let model = pipeline::equal_stages(chunk_bytes, stage);
         control::set_timing(0, Some(model)).map_err(sim_error)?;
+    }
+    if timeline == Timeline::SimulatorTrace {
         trace::enable(trace_path);
     }
     let outcome: npu::Result<_> = async {
         let work = pipeline::Work::new(ctx, add, chunks, chunk_len).await?;
-        Ok((work.serial().await?, work.pipelined().await?))
+        match timeline {
+            Timeline::SimulatorTrace => Ok((work.serial(&()).await?, work.pipelined(&()).await?)),
+            Timeline::EventTimestamps => {
+                let marks = event_timeline::EventTimeline::default();
+                let runs = (work.serial(&marks).await?, work.pipelined(&marks).await?);
+                marks.write(trace_path).await?;
+                Ok(runs)
+            }
+        }
     }
     .await;
     // Undo the process-wide settings whatever happened.
-    let trace = if simulated {
+    if timeline == Timeline::SimulatorTrace {
         trace::disable();
-        control::set_timing(0, None).map_err(sim_error)?;
         trace::flush().map_err(|err| {
             npu::Error::invalid("copy_pipeline", "trace", format!("cannot write it: {err}"))
-        })?
-    } else {
-        None
-    };
+        })?;
+    }
+    if simulated {
+        control::set_timing(0, None).map_err(sim_error)?;
+    }
     let (serial, pipelined) = outcome?;
     Ok(Report {
         backend: device.runtime().backend().to_string(),
@@ -96,7 +126,8 @@ async fn run(
         chunks,
         serial,
         pipelined,
-        trace,
+        timeline,
+        trace: trace_path.to_owned(),
     })
 }
 
@@ -122,7 +153,12 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let report = match run(chunks, CHUNK_LEN, STAGE, &trace_path()).await {
+    // The simulator's trace where there is one, event timestamps elsewhere.
+    let timeline = match Device::open(0).map(|d| d.runtime().backend().clone()) {
+        Ok(npu::Backend::Simulator) => Timeline::SimulatorTrace,
+        _ => Timeline::EventTimestamps,
+    };
+    let report = match run(chunks, CHUNK_LEN, STAGE, timeline, &trace_path()).await {
         Ok(report) => report,
         Err(err) => {
             eprintln!("copy_pipeline failed: {err}");
@@ -135,7 +171,7 @@ async fn main() -> ExitCode {
         report.chunks,
         report.chunk_bytes >> 10
     );
-    if report.trace.is_some() {
+    if report.timeline == Timeline::SimulatorTrace {
         println!(
             "timing model: each stage takes {} ms of simulated time",
             STAGE.as_millis()
@@ -152,13 +188,14 @@ async fn main() -> ExitCode {
         );
     }
     println!("speedup: {:.2}x (target >= 1.8x)", report.speedup());
-    match &report.trace {
-        Some(path) => println!(
-            "timeline: {} (chrome://tracing or Perfetto)",
-            path.display()
-        ),
-        None => println!("timeline: only on the simulator (its NPU_TRACE)"),
-    }
+    let source = match report.timeline {
+        Timeline::SimulatorTrace => "the simulator's trace",
+        Timeline::EventTimestamps => "event timestamps",
+    };
+    println!(
+        "timeline from {source}: {} (open it in ui.perfetto.dev, or offline in docs/timeline-viewer.html)",
+        report.trace.display()
+    );
     if report.correct() {
         println!("verified: every chunk of both runs is correct");
         ExitCode::SUCCESS
@@ -179,16 +216,26 @@ mod tests {
 
     use super::*;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn both_runs_are_correct_and_the_timeline_has_a_track_per_stream() {
-        let path = std::env::temp_dir().join(format!("copy_pipeline-{}.json", std::process::id()));
-        let report = run(6, 4096, Duration::from_micros(100), &path)
+    /// Runs the example small, with `timeline`, and checks the results and the timeline file:
+    /// it parses, and has exactly one (named) track per stream the runs used.
+    async fn check(timeline: Timeline) {
+        // The runs set device 0's timing model: one at a time.
+        static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        let _turn = TURN.lock().await;
+        let path = std::env::temp_dir().join(format!(
+            "copy_pipeline-{timeline:?}-{}.json",
+            std::process::id()
+        ));
+        let report = run(6, 4096, Duration::from_micros(100), timeline, &path)
             .await
             .unwrap();
         assert!(report.correct(), "wrong chunks");
-        println!("speedup with small chunks: {:.2}x", report.speedup());
+        println!(
+            "{timeline:?}: speedup with small chunks {:.2}x",
+            report.speedup()
+        );
 
-        let text = std::fs::read_to_string(report.trace.as_deref().unwrap()).unwrap();
+        let text = std::fs::read_to_string(&report.trace).unwrap();
         std::fs::remove_file(&path).ok();
         let json: Value = serde_json::from_str(&text).unwrap();
         let events = json["traceEvents"].as_array().unwrap();
@@ -228,7 +275,17 @@ mod tests {
         }
         for copy in spans.iter().filter(|e| e["cat"] == "copy") {
             assert!(copy["args"]["bytes"].as_u64().unwrap() <= chunk_bytes);
-            assert!(copy["dur"].as_f64().unwrap() > 0.0);
+            assert!(copy["dur"].as_f64().unwrap() > 0.0, "{copy}");
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn results_check_out_and_the_simulator_trace_has_a_track_per_stream() {
+        check(Timeline::SimulatorTrace).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_timeline_from_event_timestamps_has_a_track_per_stream() {
+        check(Timeline::EventTimestamps).await;
     }
 }

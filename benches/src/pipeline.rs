@@ -42,7 +42,7 @@ pub fn run(table: &mut Table) {
         let work = work::Work::new(&ctx, add, CHUNKS, CHUNK_LEN).await?;
         let mut rounds = Vec::new();
         for _ in 0..ROUNDS {
-            let (serial, pipelined) = (work.serial().await?, work.pipelined().await?);
+            let (serial, pipelined) = (work.serial(&()).await?, work.pipelined(&()).await?);
             assert_eq!(
                 serial.wrong_chunks + pipelined.wrong_chunks,
                 0,

@@ -48,6 +48,33 @@ pub(crate) fn equal_stages(chunk_bytes: usize, stage: Duration) -> TimingModel {
         .kernel(KERNEL, stage_ns)
 }
 
+/// Watches the operations a run submits. The example records events around each one to draw
+/// its timeline from event timestamps where there is no simulator trace (on CANN); `()`
+/// watches nothing.
+pub(crate) trait Marks {
+    /// Submits `op` (on `stream`; `bytes` it moves, 0 for a kernel), recording whatever marks
+    /// the implementation wants before and after it.
+    fn mark<T>(
+        &self,
+        stream: &Stream,
+        name: &'static str,
+        bytes: usize,
+        op: impl FnOnce() -> npu::Op<T>,
+    ) -> npu::Result<npu::Op<T>>;
+}
+
+impl Marks for () {
+    fn mark<T>(
+        &self,
+        _: &Stream,
+        _: &'static str,
+        _: usize,
+        op: impl FnOnce() -> npu::Op<T>,
+    ) -> npu::Result<npu::Op<T>> {
+        Ok(op())
+    }
+}
+
 /// The kernel's arguments: input, bias, output, element count.
 type KernelArgs = (
     DeviceBuffer<f32>,
@@ -156,18 +183,29 @@ impl Work {
     }
 
     /// Every chunk on one stream, each stage awaited before the next.
-    pub(crate) async fn serial(&self) -> npu::Result<Outcome> {
+    pub(crate) async fn serial(&self, marks: &impl Marks) -> npu::Result<Outcome> {
         let stream = &self.stream;
         let mut input = DeviceBuffer::<f32>::new(&self.ctx, self.chunk_len)?;
         let output = Arc::new(DeviceBuffer::<f32>::new(&self.ctx, self.chunk_len)?);
         let mut wrong_chunks = 0;
         let start = Instant::now();
+        let bytes = self.chunk_len * size_of::<f32>();
         for t in 0..self.chunks {
             let host = self.staged_input(t).await?;
-            let (host, device_in) = stream.copy_h2d(host, input).await?;
-            let (device_in, ..) = self.launch(stream, device_in, output.clone()).await?;
+            let (host, device_in) = marks
+                .mark(stream, "H2D", bytes, || stream.copy_h2d(host, input))?
+                .await?;
+            let (device_in, ..) = marks
+                .mark(stream, KERNEL, 0, || {
+                    self.launch(stream, device_in, output.clone())
+                })?
+                .await?;
             input = device_in;
-            let (_, host) = stream.copy_d2h(output.clone(), host).await?;
+            let (_, host) = marks
+                .mark(stream, "D2H", bytes, || {
+                    stream.copy_d2h(output.clone(), host)
+                })?
+                .await?;
             wrong_chunks += usize::from(!self.is_correct(t, &host));
         }
         Ok(Outcome {
@@ -178,8 +216,9 @@ impl Work {
     }
 
     /// The same chunks on three streams (copy in, compute, copy out), overlapped.
-    pub(crate) async fn pipelined(&self) -> npu::Result<Outcome> {
+    pub(crate) async fn pipelined(&self, marks: &impl Marks) -> npu::Result<Outcome> {
         let ctx = &self.ctx;
+        let bytes = self.chunk_len * size_of::<f32>();
         let (h2d, compute, d2h) = (Stream::new(ctx)?, Stream::new(ctx)?, Stream::new(ctx)?);
         // Device input buffers circulate between the copy-in and compute stages.
         let (free_tx, mut free_rx) = mpsc::channel::<DeviceBuffer<f32>>(SLOTS);
@@ -196,7 +235,8 @@ impl Work {
             for t in 0..self.chunks {
                 let host = self.staged_input(t).await?;
                 let buffer = free_rx.recv().await.ok_or_else(closed)?;
-                let (_host, buffer) = h2d.copy_h2d(host, buffer).await?;
+                let copy = marks.mark(&h2d, "H2D", bytes, || h2d.copy_h2d(host, buffer))?;
+                let (_host, buffer) = copy.await?;
                 loaded_tx.send((t, buffer)).await.map_err(|_| closed())?;
             }
             Ok::<_, npu::Error>(())
@@ -216,11 +256,14 @@ impl Work {
                     // The copy out of chunk t - 2 reads this output buffer.
                     compute.wait_event(&copied_out[slot])?;
                 }
-                let launch = self.launch(&compute, input, outputs[slot].clone());
+                let output = outputs[slot].clone();
+                let launch =
+                    marks.mark(&compute, KERNEL, 0, || self.launch(&compute, input, output))?;
                 kernel_done[slot].record(&compute)?;
                 d2h.wait_event(&kernel_done[slot])?;
                 let host = self.pool.alloc::<f32>(self.chunk_len).await?;
-                let copy = d2h.copy_d2h(outputs[slot].clone(), host);
+                let output = outputs[slot].clone();
+                let copy = marks.mark(&d2h, "D2H", bytes, || d2h.copy_d2h(output, host))?;
                 copied_out[slot].record(&d2h)?;
                 out_tx.send((t, copy)).await.map_err(|_| closed())?;
                 let (input, ..) = launch.await?;
