@@ -11,20 +11,26 @@ use crate::error::{Res, ensure, fail};
 use crate::handle::{self, Handle};
 use crate::sim::Sim;
 use crate::stream::Stream;
-use crate::sync::{BELL, lock};
+use crate::sync::{Bell, lock};
 
 /// Whether a context stopped on a task failure (ACL_STOP_ON_FAILURE): shared by its streams.
 #[derive(Default)]
 pub(crate) struct Health {
     stopped: AtomicI32,
+    /// Rung when the context stops.
+    pub(crate) bell: Bell,
 }
 
 impl Health {
     /// Stops the context with the failing task's code (the first failure wins).
     pub(crate) fn stop(&self, code: aclError) {
-        let _ = self
+        let first = self
             .stopped
-            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if first {
+            self.bell.ring();
+        }
     }
 
     pub(crate) fn stopped(&self) -> Option<aclError> {
@@ -92,7 +98,6 @@ impl Context {
             stream.destroy(sim, false);
         }
         lock(&self.streams).clear();
-        BELL.ring();
     }
 
     /// Fails if work can no longer be submitted in this context (device lost, or stopped on a
