@@ -3,7 +3,7 @@
 
 use std::alloc::Layout;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
 
 use npu_sys::*;
@@ -65,6 +65,8 @@ pub(crate) struct MemoryMap {
     registrations: RwLock<BTreeMap<usize, Registration>>,
     pinned_bytes: AtomicU64,
     pinned_allocations: AtomicU64,
+    /// The code the next host allocation fails with (0: none injected).
+    host_failure: AtomicI32,
 }
 
 /// Read access to the allocation map, held while a task touches memory so a concurrent free
@@ -151,6 +153,20 @@ impl MemoryMap {
             registrations: RwLock::new(BTreeMap::new()),
             pinned_bytes: AtomicU64::new(0),
             pinned_allocations: AtomicU64::new(0),
+            host_failure: AtomicI32::new(0),
+        }
+    }
+
+    /// Makes the next host allocation ([`Self::take_host_failure`]) fail with `code`.
+    pub(crate) fn fail_next_host_alloc(&self, code: aclError) {
+        self.host_failure.store(code, Ordering::Release);
+    }
+
+    /// The injected failure of this host allocation, if one is pending (it is used up).
+    pub(crate) fn take_host_failure(&self) -> Option<aclError> {
+        match self.host_failure.swap(0, Ordering::AcqRel) {
+            0 => None,
+            code => Some(code),
         }
     }
 

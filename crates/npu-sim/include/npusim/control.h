@@ -56,6 +56,9 @@ aclError npusimFailTask(aclrtStream stream, uint64_t nth, aclError code);
 aclError npusimLoseDevice(int32_t deviceId);
 /* The next device allocation on the device fails with 207001. */
 aclError npusimFailNextAlloc(int32_t deviceId);
+/* The next host allocation of the process (aclrtMallocHost / aclrtMallocHostWithCfg) fails with
+ * code (not 0). */
+aclError npusimFailNextHostAlloc(aclError code);
 /* Hold gate: tasks not started wait until npusimRelease, then start at one simulated instant. */
 aclError npusimHold(int32_t deviceId);
 aclError npusimRelease(int32_t deviceId);

@@ -153,6 +153,18 @@ pub unsafe extern "C" fn npusimFailNextAlloc(deviceId: i32) -> aclError {
     guard("npusimFailNextAlloc", || fail_next_alloc_impl(deviceId))
 }
 
+/// Makes the next host allocation (aclrtMallocHost / aclrtMallocHostWithCfg) fail with `code`
+/// (0 → 100000).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimFailNextHostAlloc(code: aclError) -> aclError {
+    guard("npusimFailNextHostAlloc", || {
+        fail_next_host_alloc_impl(code)
+    })
+}
+
 /// Closes a device's hold gate.
 ///
 /// # Safety
