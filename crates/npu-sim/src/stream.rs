@@ -304,8 +304,7 @@ impl Stream {
                 let Some(_admitted) = self.device.admit() else {
                     return Err(None);
                 };
-                let live = sim.memory.live();
-                task.run_memory(&live).map_err(Some)
+                task.run_memory(&sim.memory).map_err(Some)
             }
         }
     }
