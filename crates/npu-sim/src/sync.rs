@@ -24,7 +24,8 @@ pub(crate) fn write<T>(rw: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 }
 
 /// A waiter's registration: its key, a ticket unique to the wait, and the position of the
-/// bell in the wait's list (a wait may listen to one bell twice, with two keys or not).
+/// bell in the wait's list (a wait may list one bell twice, e.g. the context bell of two
+/// streams of one context, and each listing is a registration of its own).
 type Registration = (u64, u64, usize);
 
 /// Tickets tell the registrations of concurrent waits apart.
