@@ -67,9 +67,9 @@ fn quantile(sorted: &[Duration], q: f64) -> f64 {
 ///
 /// Each strategy is measured in its own phase, in small rounds alternating with rounds of
 /// the floor, and compared with the floor measured alongside it: the machine's background
-/// load and the threads earlier phases left behind (the callback thread, which the
-/// simulator wakes at every task it finishes) then weigh on both sides alike. Event polling
-/// goes first, before any such thread exists.
+/// load and the threads earlier phases left behind (the callback thread, the blocking pool's
+/// threads) then weigh on both sides alike. Event polling goes first, before any such thread
+/// exists.
 fn await_overhead(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Context) {
     const ROUNDS: usize = 200;
     const PER_ROUND: usize = 50;

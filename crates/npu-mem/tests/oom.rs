@@ -1,13 +1,12 @@
 //! Out-of-memory is a typed error and leaves every counter as it was.
 //!
-//! Its own process, and one test: it injects a failure into device 1's next allocation and
-//! compares process-wide host counters, which a concurrent test would disturb.
+//! Its own process, and one test: it injects failures into the process's next host allocation
+//! and device 1's next allocation and compares process-wide host counters, which a concurrent
+//! test would disturb.
 
 use npu_core::{AclCode, Device};
 use npu_mem::{DeviceBuffer, PinnedBuffer, PinnedPool};
 
-/// More pinned memory than any host can map: the simulator's aclrtMallocHost fails.
-const HUGE: usize = 1 << 50;
 const OOM: AclCode = AclCode(npu_core::ffi::ACL_ERROR_RT_MEMORY_ALLOCATION);
 
 #[tokio::test]
@@ -16,7 +15,8 @@ async fn out_of_memory_is_typed_and_leaves_usage_unchanged() {
     let kept = PinnedBuffer::<u8>::new(&ctx, 4096).unwrap();
     let host_before = npu_sim::control::host_stats().unwrap();
 
-    let pinned = PinnedBuffer::<u8>::new(&ctx, HUGE).unwrap_err();
+    npu_sim::control::fail_next_host_alloc(OOM.0).unwrap();
+    let pinned = PinnedBuffer::<u8>::new(&ctx, 4096).unwrap_err();
     assert_eq!(pinned.acl_code(), Some(OOM), "{pinned}");
     assert!(pinned.to_string().contains("aclrtMallocHost"), "{pinned}");
     assert_eq!(npu_sim::control::host_stats().unwrap(), host_before);
@@ -24,7 +24,9 @@ async fn out_of_memory_is_typed_and_leaves_usage_unchanged() {
     let pool = PinnedPool::new(&ctx);
     let warm = pool.alloc::<u8>(4096).await.unwrap();
     let pool_before = pool.stats();
-    let pooled = pool.alloc::<u8>(HUGE).await.unwrap_err();
+    // A size class with no cached block: the pool allocates, and that allocation fails.
+    npu_sim::control::fail_next_host_alloc(OOM.0).unwrap();
+    let pooled = pool.alloc::<u8>(8192).await.unwrap_err();
     assert_eq!(pooled.acl_code(), Some(OOM), "{pooled}");
     let pool_after = pool.stats();
     assert_eq!(

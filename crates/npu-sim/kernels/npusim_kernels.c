@@ -1,11 +1,18 @@
 /*
  * The kernels npu-sim ships as a shared object (built by build.rs into OUT_DIR and exposed as
  * npu_sim::kernel::LIBRARY_PATH). The same kernels exist as in-process Rust kernels; tests check
- * both paths compute the same results. Argument layouts are in npusim/kernel.h.
+ * both paths compute the same results. Argument layouts are in npusim/kernel.h; each kernel
+ * declares the size of its layout, so the simulator refuses launches with fewer bytes and the
+ * kernels read whole structs. They still refuse a NULL buffer, for callers other than the
+ * simulator.
  */
 #include <stddef.h>
 
 #include "npusim/kernel.h"
+
+NPUSIM_KERNEL_ARGS_SIZE(vector_add_f32, sizeof(npusimVectorAddArgs));
+NPUSIM_KERNEL_ARGS_SIZE(scale_f32, sizeof(npusimScaleArgs));
+NPUSIM_KERNEL_ARGS_SIZE(reduce_sum_f32, sizeof(npusimReduceSumArgs));
 
 NPUSIM_KERNEL int32_t vector_add_f32(uint32_t blockIdx, uint32_t blockNum, void *args)
 {

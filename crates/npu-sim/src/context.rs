@@ -11,20 +11,26 @@ use crate::error::{Res, ensure, fail};
 use crate::handle::{self, Handle};
 use crate::sim::Sim;
 use crate::stream::Stream;
-use crate::sync::{BELL, lock};
+use crate::sync::{Bell, lock};
 
 /// Whether a context stopped on a task failure (ACL_STOP_ON_FAILURE): shared by its streams.
 #[derive(Default)]
 pub(crate) struct Health {
     stopped: AtomicI32,
+    /// Rung when the context stops.
+    pub(crate) bell: Bell,
 }
 
 impl Health {
     /// Stops the context with the failing task's code (the first failure wins).
     pub(crate) fn stop(&self, code: aclError) {
-        let _ = self
+        let first = self
             .stopped
-            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if first {
+            self.bell.ring();
+        }
     }
 
     pub(crate) fn stopped(&self) -> Option<aclError> {
@@ -92,7 +98,6 @@ impl Context {
             stream.destroy(sim, false);
         }
         lock(&self.streams).clear();
-        BELL.ring();
     }
 
     /// Fails if work can no longer be submitted in this context (device lost, or stopped on a
@@ -124,16 +129,42 @@ thread_local! {
     static CURRENT: Cell<Binding> = const { Cell::new(Binding::None) };
 }
 
+/// aclInit's `"defaultDevice"`: the device a thread that never set a device or context uses
+/// (-1: none).
+static DEFAULT_DEVICE: AtomicI32 = AtomicI32::new(-1);
+
+/// Sets (or with `None` clears) the device of threads without a binding.
+pub(crate) fn set_default_device(device: Option<i32>) {
+    DEFAULT_DEVICE.store(device.unwrap_or(-1), Ordering::Release);
+}
+
+/// aclrtSetDevice: binds the calling thread to a device's primary context, creating it on
+/// first use (shared by all threads, reference-counted) and clearing any explicit context of
+/// the thread.
+pub(crate) fn set_device(sim: &Sim, device_id: i32) -> Res<()> {
+    let device = sim.device(device_id.into())?;
+    device.check_alive()?;
+    let mut primary = lock(&device.primary);
+    if primary.ctx.is_none() {
+        primary.ctx = Some(Context::create(sim, device, true)?.handle);
+        primary.refs = 0;
+    }
+    primary.refs += 1;
+    drop(primary);
+    bind_primary(device_id);
+    Ok(())
+}
+
 pub(crate) fn bind_explicit(handle: Handle) {
     CURRENT.set(Binding::Explicit(handle));
 }
 
-pub(crate) fn bind_primary(device: i32) {
+fn bind_primary(device: i32) {
     CURRENT.set(Binding::Primary(device));
 }
 
 /// The calling thread's current context, if any (and alive).
-pub(crate) fn current_opt(sim: &Sim) -> Option<Arc<Context>> {
+fn current_opt(sim: &Sim) -> Option<Arc<Context>> {
     match CURRENT.get() {
         Binding::None => None,
         Binding::Explicit(handle) => sim.contexts.get(handle),
@@ -145,8 +176,16 @@ pub(crate) fn current_opt(sim: &Sim) -> Option<Arc<Context>> {
     }
 }
 
-/// The calling thread's current context, or ACL_ERROR_RT_CONTEXT_NULL.
+/// The calling thread's current context, or ACL_ERROR_RT_CONTEXT_NULL. A thread that never
+/// set a device or context, in a process whose aclInit configured a default device, first
+/// sets that device, as an aclrtSetDevice of its own.
 pub(crate) fn current(sim: &Sim) -> Res<Arc<Context>> {
+    if CURRENT.get() == Binding::None {
+        let default = DEFAULT_DEVICE.load(Ordering::Acquire);
+        if default >= 0 {
+            set_device(sim, default)?;
+        }
+    }
     match current_opt(sim) {
         Some(ctx) => Ok(ctx),
         None => fail!(

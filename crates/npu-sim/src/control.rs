@@ -138,6 +138,16 @@ pub(crate) fn fail_next_alloc_impl(device: i32) -> Res<()> {
     Ok(())
 }
 
+pub(crate) fn fail_next_host_alloc_impl(code: aclError) -> Res<()> {
+    ensure!(
+        code != ACL_SUCCESS,
+        ACL_ERROR_INVALID_PARAM,
+        "the injected code must be an error"
+    );
+    sim()?.memory.fail_next_host_alloc(code);
+    Ok(())
+}
+
 pub(crate) fn hold_impl(device: i32, hold: bool) -> Res<()> {
     let device = sim()?.device(device.into())?;
     if hold {
@@ -213,6 +223,29 @@ pub fn lose_device(device: i32) -> Result<(), ControlError> {
 /// Makes the next device allocation on `device` fail with ACL_ERROR_RT_MEMORY_ALLOCATION.
 pub fn fail_next_alloc(device: i32) -> Result<(), ControlError> {
     Ok(fail_next_alloc_impl(device)?)
+}
+
+/// Makes the next host allocation of the process (aclrtMallocHost or aclrtMallocHostWithCfg,
+/// once its arguments and context are checked) fail with `code`, allocating nothing. A code of
+/// 0 is refused. The host-memory counterpart of [`fail_next_alloc`].
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+/// use std::ptr;
+/// use npu_sim::{abi::*, control};
+///
+/// // SAFETY: valid out pointers.
+/// unsafe {
+///     assert_eq!(aclrtSetDevice(0), 0);
+///     control::fail_next_host_alloc(207001).unwrap();
+///     let mut host = ptr::null_mut();
+///     assert_eq!(aclrtMallocHost(&mut host, 4096), 207001);
+///     assert_eq!(aclrtMallocHost(&mut host, 4096), 0, "only the next one fails");
+///     assert_eq!(aclrtFreeHost(host), 0);
+/// }
+/// ```
+pub fn fail_next_host_alloc(code: aclError) -> Result<(), ControlError> {
+    Ok(fail_next_host_alloc_impl(code)?)
 }
 
 /// Closes a device's hold gate: tasks that have not started wait until [`release`].

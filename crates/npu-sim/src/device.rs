@@ -10,7 +10,7 @@ use crate::clock::Clock;
 use crate::config::TimingModel;
 use crate::error::{Res, SimError, ensure};
 use crate::handle::Handle;
-use crate::sync::{BELL, lock, read, write};
+use crate::sync::{Bell, lock, read, write};
 
 /// The device's primary context and its reference count (aclrtSetDevice / aclrtResetDevice).
 #[derive(Default)]
@@ -32,6 +32,8 @@ pub(crate) struct Device {
     live_allocations: AtomicU64,
     fail_next_alloc: AtomicBool,
     lost: AtomicBool,
+    /// Rung when the device is lost.
+    pub(crate) lost_bell: Bell,
     /// Held for reading while a task touches memory; taken for writing before a loss is
     /// reported, so that work already executing has finished when a caller sees the loss.
     exec_gate: RwLock<()>,
@@ -39,6 +41,8 @@ pub(crate) struct Device {
     peers: AtomicU64,
     pub(crate) clock: Clock,
     hold: Mutex<Hold>,
+    /// Rung when the hold gate opens.
+    pub(crate) hold_bell: Bell,
     next_stream_id: AtomicI32,
     pub(crate) live_streams: AtomicU64,
     pub(crate) live_events: AtomicU64,
@@ -53,11 +57,13 @@ impl Device {
             live_allocations: AtomicU64::new(0),
             fail_next_alloc: AtomicBool::new(false),
             lost: AtomicBool::new(false),
+            lost_bell: Bell::new(),
             exec_gate: RwLock::new(()),
             primary: Mutex::new(Primary::default()),
             peers: AtomicU64::new(0),
             clock: Clock::new(epoch, timing),
             hold: Mutex::new(Hold::default()),
+            hold_bell: Bell::new(),
             next_stream_id: AtomicI32::new(1),
             live_streams: AtomicU64::new(0),
             live_events: AtomicU64::new(0),
@@ -139,8 +145,8 @@ impl Device {
     /// Marks the device lost. Returns once every task that was touching memory has finished.
     pub(crate) fn lose(&self) {
         self.lost.store(true, Ordering::Release);
+        self.lost_bell.ring();
         drop(write(&self.exec_gate));
-        BELL.ring();
     }
 
     /// Admits a task to touch memory, unless the device is lost.
@@ -161,7 +167,7 @@ impl Device {
             hold.held = false;
             hold.released_ns = self.clock.now_ns();
         }
-        BELL.ring();
+        self.hold_bell.ring();
     }
 
     /// `None` while held, else the simulated time of the last release.

@@ -5,6 +5,8 @@ use std::cell::{Cell, RefCell};
 use std::ffi::{CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use npu_sys::*;
 
@@ -71,7 +73,29 @@ thread_local! {
     static RETURNED: RefCell<Option<CString>> = const { RefCell::new(None) };
 }
 
-/// Records a failure of `api` on the calling thread: last error and message.
+/// Whether messages are kept for the whole process (aclInit's `"err_msg_mode": "1"`) instead
+/// of per thread.
+static PROCESS_LEVEL: AtomicBool = AtomicBool::new(false);
+/// The pending messages of every thread, at process level.
+static PROCESS_PENDING: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Switches between thread-level (the default) and process-level messages. Messages pending at
+/// process level are dropped; those pending on each thread stay for thread level.
+pub(crate) fn set_process_level_messages(process: bool) {
+    PROCESS_LEVEL.store(process, Ordering::Release);
+    crate::sync::lock(&PROCESS_PENDING).clear();
+}
+
+/// Appends a message, dropping the oldest beyond [`MAX_PENDING_MESSAGES`].
+fn push_message(pending: &mut Vec<String>, line: String) {
+    if pending.len() == MAX_PENDING_MESSAGES {
+        pending.remove(0);
+    }
+    pending.push(line);
+}
+
+/// Records a failure of `api` on the calling thread: last error and message (the message for
+/// the whole process at process level).
 ///
 /// `try_with`: a call from a thread-exit destructor (after the thread's locals are gone) still
 /// returns its code instead of panicking outside the guard.
@@ -84,19 +108,22 @@ pub(crate) fn record(api: &str, error: &SimError) {
         error.msg
     );
     tracing::debug!(target: "npu_sim", "{line}");
-    let _ = PENDING.try_with(|pending| {
-        let mut pending = pending.borrow_mut();
-        if pending.len() == MAX_PENDING_MESSAGES {
-            pending.remove(0);
-        }
-        pending.push(line);
-    });
+    if PROCESS_LEVEL.load(Ordering::Acquire) {
+        push_message(&mut crate::sync::lock(&PROCESS_PENDING), line);
+    } else {
+        let _ = PENDING.try_with(|pending| push_message(&mut pending.borrow_mut(), line));
+    }
 }
 
-/// aclGetRecentErrMsg: returns and clears the pending messages, newest first; NULL when none.
-/// The string stays valid until the next call on the same thread.
+/// aclGetRecentErrMsg: returns and clears the pending messages (of the thread, or of the
+/// process at process level), newest first; NULL when none. The string stays valid until the
+/// next call on the same thread.
 pub(crate) fn take_recent_message() -> *const c_char {
-    let pending = PENDING.with_borrow_mut(std::mem::take);
+    let pending = if PROCESS_LEVEL.load(Ordering::Acquire) {
+        std::mem::take(&mut *crate::sync::lock(&PROCESS_PENDING))
+    } else {
+        PENDING.with_borrow_mut(std::mem::take)
+    };
     if pending.is_empty() {
         RETURNED.set(None);
         return ptr::null();

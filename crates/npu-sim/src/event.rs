@@ -5,7 +5,7 @@
 //! was current when they were issued, which gives the Ex events' "every record overwrites the
 //! capture" semantics and the legacy events' behaviour alike.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -14,7 +14,7 @@ use npu_sys::*;
 use crate::device::Device;
 use crate::error::{Res, SimError};
 use crate::stream::Stream;
-use crate::sync::{BELL, lock};
+use crate::sync::{Listen, lock, wait_until};
 
 /// What became of a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +28,8 @@ pub(crate) enum Outcome {
 
 pub(crate) struct Record {
     stream: Arc<Stream>,
+    /// The record's position in its stream ([`Stream::submit`]).
+    position: AtomicU64,
     outcome: Mutex<Outcome>,
 }
 
@@ -35,8 +37,19 @@ impl Record {
     pub(crate) fn new(stream: Arc<Stream>) -> Self {
         Self {
             stream,
+            position: AtomicU64::new(0),
             outcome: Mutex::new(Outcome::Pending),
         }
+    }
+
+    /// Called by [`Stream::submit`] as it queues the record, before anyone can wait on it.
+    pub(crate) fn place(&self, position: u64) {
+        self.position.store(position, Ordering::Release);
+    }
+
+    /// What a wait for the record listens to: its stream reaching it, or being doomed.
+    pub(crate) fn listens(&self) -> [Listen<'_>; 3] {
+        self.stream.listens(self.position.load(Ordering::Acquire))
     }
 
     pub(crate) fn outcome(&self) -> Outcome {
@@ -47,7 +60,8 @@ impl Record {
         &self.stream.device
     }
 
-    /// Called by the stream's worker when it reaches the record. The caller rings the bell.
+    /// Called by the stream's worker when it reaches the record (it rings its bell once the
+    /// record counts as finished).
     pub(crate) fn complete(&self, error: Option<aclError>, ts_ns: u64) {
         *lock(&self.outcome) = Outcome::Done { error, ts_ns };
     }
@@ -61,7 +75,7 @@ impl Record {
     /// Blocks until the record completes (its captured error is returned), it is doomed, or
     /// `deadline` passes (`Ok(None)` then).
     pub(crate) fn wait(&self, deadline: Option<Instant>) -> Res<Option<Option<aclError>>> {
-        let outcome = BELL.wait_until(deadline, || match self.outcome() {
+        let outcome = wait_until(&self.listens(), deadline, || match self.outcome() {
             Outcome::Done { error, .. } => Some(Ok(error)),
             Outcome::Pending => self.doom().map(Err),
         });

@@ -3,13 +3,13 @@
 
 use std::alloc::Layout;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 
 use npu_sys::*;
 
 use crate::error::{Res, ensure, fail};
-use crate::sync::{read, write};
+use crate::sync::{Bell, read, wait_until, write};
 
 /// Address alignment of device and pinned allocations.
 pub(crate) const ALIGN: usize = 64;
@@ -49,6 +49,10 @@ struct Allocation {
     kind: AllocKind,
     backing: Backing,
     locked: bool,
+    /// Tasks touching the memory now ([`Lease`]s).
+    users: AtomicUsize,
+    /// Rung when the last user is done.
+    idle: Bell,
 }
 
 /// A host registration (aclrtHostRegister / aclrtHostRegisterV2).
@@ -60,25 +64,33 @@ pub(crate) struct Registration {
 }
 
 /// Every allocation and registration, by base address.
+///
+/// The map's locks are held only to look up, insert or remove: a task touching memory holds a
+/// [`Lease`] on the allocation instead, so a 64 MiB copy delays the free of its own memory
+/// only, never other allocations, frees or lookups.
 pub(crate) struct MemoryMap {
-    allocations: RwLock<BTreeMap<usize, Allocation>>,
+    allocations: RwLock<BTreeMap<usize, Arc<Allocation>>>,
     registrations: RwLock<BTreeMap<usize, Registration>>,
     pinned_bytes: AtomicU64,
     pinned_allocations: AtomicU64,
+    /// The code the next host allocation fails with (0: none injected).
+    host_failure: AtomicI32,
 }
 
-/// Read access to the allocation map, held while a task touches memory so a concurrent free
-/// waits for it (and a task never touches memory that was freed before it ran).
-pub(crate) struct LiveMemory<'a>(RwLockReadGuard<'a, BTreeMap<usize, Allocation>>);
+/// A task's hold on one live allocation while it touches the memory: freeing the allocation
+/// waits until the lease is dropped, so a task never touches memory freed under it (and one
+/// that starts after the free finds no allocation to lease).
+pub(crate) struct Lease(Arc<Allocation>);
 
-impl LiveMemory<'_> {
-    /// Whether `[ptr, ptr+len)` lies inside one live allocation.
-    pub(crate) fn covers(&self, ptr: usize, len: usize) -> bool {
-        find(&self.0, ptr).is_some_and(|(base, alloc)| ptr - base + len <= alloc.len)
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.0.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.ring();
+        }
     }
 }
 
-fn find(map: &BTreeMap<usize, Allocation>, ptr: usize) -> Option<(usize, &Allocation)> {
+fn find(map: &BTreeMap<usize, Arc<Allocation>>, ptr: usize) -> Option<(usize, &Arc<Allocation>)> {
     let (&base, alloc) = map.range(..=ptr).next_back()?;
     (ptr - base < alloc.len.max(1)).then_some((base, alloc))
 }
@@ -151,6 +163,20 @@ impl MemoryMap {
             registrations: RwLock::new(BTreeMap::new()),
             pinned_bytes: AtomicU64::new(0),
             pinned_allocations: AtomicU64::new(0),
+            host_failure: AtomicI32::new(0),
+        }
+    }
+
+    /// Makes the next host allocation ([`Self::take_host_failure`]) fail with `code`.
+    pub(crate) fn fail_next_host_alloc(&self, code: aclError) {
+        self.host_failure.store(code, Ordering::Release);
+    }
+
+    /// The injected failure of this host allocation, if one is pending (it is used up).
+    pub(crate) fn take_host_failure(&self) -> Option<aclError> {
+        match self.host_failure.swap(0, Ordering::AcqRel) {
+            0 => None,
+            code => Some(code),
         }
     }
 
@@ -168,19 +194,20 @@ impl MemoryMap {
             self.pinned_bytes.fetch_add(len as u64, Ordering::Relaxed);
             self.pinned_allocations.fetch_add(1, Ordering::Relaxed);
         }
-        write(&self.allocations).insert(
-            base,
-            Allocation {
-                len,
-                kind,
-                backing,
-                locked,
-            },
-        );
+        let allocation = Allocation {
+            len,
+            kind,
+            backing,
+            locked,
+            users: AtomicUsize::new(0),
+            idle: Bell::new(),
+        };
+        write(&self.allocations).insert(base, Arc::new(allocation));
         Ok(base)
     }
 
-    /// Frees an allocation of the given family by its base address; returns its kind.
+    /// Frees an allocation of the given family by its base address; returns its kind. A task
+    /// touching the memory finishes first.
     pub(crate) fn free(&self, ptr: usize, pinned: bool) -> Res<AllocKind> {
         let mut map = write(&self.allocations);
         let matches = map
@@ -199,6 +226,10 @@ impl MemoryMap {
             );
         };
         drop(map);
+        // Out of the map, nobody can lease it any more; tasks holding a lease finish first.
+        wait_until(&[alloc.idle.any()], None, || {
+            (alloc.users.load(Ordering::Acquire) == 0).then_some(())
+        });
         release(ptr, &alloc);
         if pinned {
             self.pinned_bytes
@@ -248,9 +279,18 @@ impl MemoryMap {
         }
     }
 
-    /// Locks the allocation map for a task's memory work.
-    pub(crate) fn live(&self) -> LiveMemory<'_> {
-        LiveMemory(read(&self.allocations))
+    /// Leases the live allocation holding all of `[ptr, ptr+len)`, for a task about to touch
+    /// it; `None` if there is none (it was freed).
+    pub(crate) fn lease(&self, ptr: usize, len: usize) -> Option<Lease> {
+        let map = read(&self.allocations);
+        let (base, alloc) = find(&map, ptr)?;
+        if ptr - base + len > alloc.len {
+            return None;
+        }
+        // Under the map's read lock: a free, which removes the allocation under the write
+        // lock before waiting for its users, either sees this user or came first.
+        alloc.users.fetch_add(1, Ordering::AcqRel);
+        Some(Lease(alloc.clone()))
     }
 
     /// Registers host memory; fails with 507910 if any of it is already registered.
@@ -306,5 +346,50 @@ impl MemoryMap {
 
     pub(crate) fn registration_count(&self) -> u64 {
         read(&self.registrations).len() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KIND: AllocKind = AllocKind::Device {
+        device: 0,
+        accounted: 4096,
+        page_size: PAGE as u32,
+    };
+
+    #[test]
+    fn a_free_waits_for_the_leases_of_its_allocation_only() {
+        let memory = Arc::new(MemoryMap::new());
+        let (a, b) = (
+            memory.allocate(4096, KIND).unwrap(),
+            memory.allocate(4096, KIND).unwrap(),
+        );
+        let held = memory.lease(a + 64, 128).expect("a live range");
+        assert!(memory.lease(a, 4097).is_none(), "past the allocation");
+        let allocation = read(&memory.allocations)[&a].clone();
+
+        let freeing = {
+            let memory = memory.clone();
+            std::thread::spawn(move || memory.free(a, false))
+        };
+        while allocation.idle.waiters() == 0 {
+            std::thread::yield_now();
+        }
+        // The free of `a` waits for the task touching it; it is already out of the map, so
+        // later tasks fault instead of leasing it.
+        assert!(memory.lease(a, 64).is_none());
+        assert_eq!(memory.classify(a), PtrClass::Unregistered);
+        // Everything else goes on meanwhile.
+        let c = memory.allocate(1 << 20, KIND).unwrap();
+        assert!(memory.lease(c, 1 << 20).is_some());
+        assert_eq!(memory.free(b, false).unwrap(), KIND);
+        assert_eq!(memory.free(c, false).unwrap(), KIND);
+        assert!(!freeing.is_finished());
+
+        drop(held);
+        assert_eq!(freeing.join().unwrap().unwrap(), KIND);
+        assert_eq!(allocation.users.load(Ordering::Relaxed), 0);
     }
 }

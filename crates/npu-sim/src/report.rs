@@ -14,7 +14,7 @@ use npu_sys::*;
 use crate::error::{Res, SimError, ensure, fail};
 use crate::handle::Handle;
 use crate::stream::Stream;
-use crate::sync::{BELL, lock};
+use crate::sync::{Bell, lock, wait_until};
 use crate::task::HostFn;
 
 /// Most threads that may be subscribed at once (CANN's limit).
@@ -23,7 +23,25 @@ const MAX_THREADS: usize = 1024;
 struct Pending {
     func: HostFn,
     data: usize,
-    done: Arc<AtomicBool>,
+    done: Arc<Done>,
+}
+
+/// Whether a queued callback was run (or dropped): a BLOCK callback's stream waits for it.
+#[derive(Default)]
+struct Done {
+    flag: AtomicBool,
+    bell: Bell,
+}
+
+impl Done {
+    fn set(&self) {
+        self.flag.store(true, Ordering::Release);
+        self.bell.ring();
+    }
+
+    fn is_set(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
 }
 
 struct Subscriber {
@@ -41,6 +59,9 @@ struct Inner {
 #[derive(Default)]
 pub(crate) struct Reports {
     inner: Mutex<Inner>,
+    /// aclrtProcessReport waits listen with their thread's id as key: rung for that key when
+    /// a callback is queued for the thread or the thread is unsubscribed.
+    bell: Bell,
 }
 
 /// The calling thread's id as CANN keys subscriptions: `pthread_self()`.
@@ -112,9 +133,9 @@ impl Reports {
         };
         // Callbacks nobody will process any more release their streams.
         for pending in dropped.into_iter().flatten() {
-            pending.done.store(true, Ordering::Release);
+            pending.done.set();
         }
-        BELL.ring();
+        self.bell.ring_key(thread);
         Ok(())
     }
 
@@ -130,13 +151,15 @@ impl Reports {
         data: usize,
         block: bool,
     ) -> Result<(), Option<SimError>> {
-        let done = Arc::new(AtomicBool::new(false));
-        {
+        let done = Arc::new(Done::default());
+        let thread = {
             let mut inner = lock(&self.inner);
             let thread = inner.by_stream.get(&stream.handle).copied();
             // Unsubscribed since the launch: the callback is dropped, like the ones still
             // queued when a thread unsubscribes.
-            let Some(subscriber) = thread.and_then(|t| inner.threads.get_mut(&t)) else {
+            let Some((thread, subscriber)) =
+                thread.and_then(|t| Some((t, inner.threads.get_mut(&t)?)))
+            else {
                 return Ok(());
             };
             subscriber.queue.push_back(Pending {
@@ -144,11 +167,14 @@ impl Reports {
                 data,
                 done: done.clone(),
             });
-        }
-        BELL.ring();
+            thread
+        };
+        self.bell.ring_key(thread);
         if block {
-            let ran = BELL.wait_until(None, || {
-                if done.load(Ordering::Acquire) {
+            let [doomed, stopped, lost] = stream.listens(Bell::RING_ONLY);
+            let listens = [done.bell.any(), doomed, stopped, lost];
+            let ran = wait_until(&listens, None, || {
+                if done.is_set() {
                     Some(true)
                 } else {
                     stream.doom().map(|_| false)
@@ -164,7 +190,7 @@ impl Reports {
     /// aclrtProcessReport on the calling thread: runs one queued callback.
     pub(crate) fn process(&self, deadline: Option<Instant>) -> Res<()> {
         let thread = current_thread_id();
-        let next = BELL.wait_until(deadline, || {
+        let next = wait_until(&[self.bell.at(thread)], deadline, || {
             let mut inner = lock(&self.inner);
             match inner.threads.get_mut(&thread) {
                 None => Some(None),
@@ -184,8 +210,7 @@ impl Reports {
                 // SAFETY: the callback and its data were supplied by aclrtLaunchCallback's
                 // caller for exactly this invocation, on the thread they subscribed.
                 unsafe { (pending.func)(pending.data as *mut std::ffi::c_void) };
-                pending.done.store(true, Ordering::Release);
-                BELL.ring();
+                pending.done.set();
                 Ok(())
             }
         }

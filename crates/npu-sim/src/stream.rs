@@ -17,7 +17,7 @@ use crate::device::Device;
 use crate::error::{Res, SimError, ensure, fail};
 use crate::handle::Handle;
 use crate::sim::Sim;
-use crate::sync::{BELL, lock};
+use crate::sync::{Bell, Listen, lock, wait_until};
 use crate::task::{Op, Task};
 use crate::trace;
 
@@ -58,6 +58,9 @@ pub(crate) struct Stream {
     failure_mode: AtomicU64,
     state: Mutex<State>,
     wake: Condvar,
+    /// Rung through the count of finished tasks as they finish, and fully when the stream is
+    /// force-destroyed.
+    bell: Bell,
     submitted: AtomicU64,
     finished: AtomicU64,
     destroyed: AtomicBool,
@@ -113,6 +116,7 @@ impl Stream {
             failure_mode: AtomicU64::new(u64::from(ACL_CONTINUE_ON_FAILURE)),
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
+            bell: Bell::new(),
             submitted: AtomicU64::new(0),
             finished: AtomicU64::new(0),
             destroyed: AtomicBool::new(false),
@@ -140,6 +144,18 @@ impl Stream {
         }
     }
 
+    /// What a wait for this stream's first `mark` tasks listens to (with
+    /// [`Bell::RING_ONLY`]: a wait for the stream's doom alone): the stream finishing them
+    /// (or being force-destroyed), its context stopping, its device being lost. Every state
+    /// change [`Self::doom`] reports rings one of them.
+    pub(crate) fn listens(&self, mark: u64) -> [Listen<'_>; 3] {
+        [
+            self.bell.at(mark),
+            self.health.bell.any(),
+            self.device.lost_bell.any(),
+        ]
+    }
+
     /// Injects a failure into the `nth` work task submitted from now on (1 = the next one).
     pub(crate) fn inject_failure(&self, nth: u64, code: aclError) {
         let mut state = lock(&self.state);
@@ -148,6 +164,9 @@ impl Stream {
     }
 
     /// Queues a task. The caller has checked ownership and that the context is usable.
+    ///
+    /// A task's position in the stream (1 for its first task) is the count of finished tasks
+    /// at which it is finished; a record is told its position here.
     pub(crate) fn submit(self: &Arc<Self>, mut task: Task) -> Res<()> {
         ensure!(
             !self.destroyed.load(Ordering::Acquire),
@@ -164,8 +183,11 @@ impl Stream {
                 task.inject = Some(state.injections.swap_remove(at).1);
             }
         }
+        let position = self.submitted.fetch_add(1, Ordering::AcqRel) + 1;
+        if let Op::Record(record) = &task.op {
+            record.place(position);
+        }
         state.queue.push_back(task);
-        self.submitted.fetch_add(1, Ordering::AcqRel);
         if !state.worker {
             let worker = self.clone();
             let spawned = std::thread::Builder::new()
@@ -223,9 +245,12 @@ impl Stream {
     /// Waits for what must happen before the task may start: awaited events and the device's
     /// hold gate. Returns the simulated time it became ready, or how it failed.
     fn wait_ready(&self, task: &Task) -> Result<u64, Option<SimError>> {
+        let [doomed, stopped, lost] = self.listens(Bell::RING_ONLY);
         let mut ready_ns = 0;
         if let Op::Wait(record) = &task.op {
-            let outcome = BELL.wait_until(None, || {
+            let [progress, record_stopped, record_lost] = record.listens();
+            let listens = [progress, record_stopped, record_lost, doomed, stopped, lost];
+            let outcome = wait_until(&listens, None, || {
                 if self.doom().is_some() {
                     return Some(Err(None));
                 }
@@ -238,7 +263,8 @@ impl Stream {
             });
             ready_ns = outcome.unwrap_or(Err(None))?;
         }
-        let released = BELL.wait_until(None, || {
+        let listens = [self.device.hold_bell.any(), doomed, stopped, lost];
+        let released = wait_until(&listens, None, || {
             if self.doom().is_some() {
                 return Some(None);
             }
@@ -278,8 +304,7 @@ impl Stream {
                 let Some(_admitted) = self.device.admit() else {
                     return Err(None);
                 };
-                let live = sim.memory.live();
-                task.run_memory(&live).map_err(Some)
+                task.run_memory(&sim.memory).map_err(Some)
             }
         }
     }
@@ -323,7 +348,8 @@ impl Stream {
         };
         if timing.is_some() {
             let deadline = self.device.clock.instant_of(end_ns);
-            if BELL.wait_until(Some(deadline), || self.doom()).is_some() {
+            let listens = self.listens(Bell::RING_ONLY);
+            if wait_until(&listens, Some(deadline), || self.doom()).is_some() {
                 return self.retire(task, Retired::Abandoned);
             }
         }
@@ -346,9 +372,10 @@ impl Stream {
         {
             let mut state = lock(&self.state);
             state.last_end_ns = state.last_end_ns.max(end_ns);
+            let mut stop = None;
             if let Some(error) = error {
                 if self.failure_mode.load(Ordering::Acquire) == u64::from(ACL_STOP_ON_FAILURE) {
-                    self.health.stop(error.code);
+                    stop = Some(error.code);
                 }
                 state.since_record.get_or_insert_with(|| error.clone());
                 state.sticky.get_or_insert(error);
@@ -357,12 +384,16 @@ impl Stream {
                 record.complete(state.since_record.take().map(|e| e.code), end_ns);
             }
             drop(state);
+            // Before the task counts as finished: whoever sees it finished sees the stop.
+            if let Some(code) = stop {
+                self.health.stop(code);
+            }
             trace::record_task(self.device.id, self.id, &task, start_ns, end_ns);
         }
-        self.finished.fetch_add(1, Ordering::AcqRel);
+        let finished = self.finished.fetch_add(1, Ordering::AcqRel) + 1;
         // Dropping the task may release a kernel library or staged data: outside every lock.
         drop(task);
-        BELL.ring();
+        self.bell.ring_through(finished);
     }
 
     /// Waits for every task submitted so far, leaving task errors in place. Fails if the
@@ -372,7 +403,7 @@ impl Stream {
             return Ok(());
         }
         let target = self.submitted.load(Ordering::Acquire);
-        let outcome = BELL.wait_until(deadline, || {
+        let outcome = wait_until(&self.listens(target), deadline, || {
             if let Some(code) = self.doom() {
                 return Some(Err(code));
             }
@@ -445,6 +476,7 @@ impl Stream {
         }
         if force {
             self.aborted.store(true, Ordering::Release);
+            self.bell.ring();
         } else {
             // Errors were the owner's to collect; destruction proceeds either way.
             let _ = self.wait_idle(None);
@@ -455,7 +487,72 @@ impl Stream {
         if state.parked {
             self.wake.notify_one();
         }
-        drop(state);
-        BELL.ring();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::c_void;
+    use std::ptr;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use crate::abi::*;
+    use crate::handle;
+
+    static GATE: AtomicBool = AtomicBool::new(false);
+
+    /// A host function that holds its stream until GATE opens (without using a bell, so the
+    /// stream's bell only has the test's waiters).
+    unsafe extern "C" fn wait_for_gate(_: *mut c_void) {
+        while !GATE.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn event_syncs_on_one_stream_are_each_woken_once() {
+        const WAITERS: usize = 32;
+        let mut stream = ptr::null_mut();
+        // SAFETY: valid out pointers, a host function that ignores its argument.
+        unsafe {
+            assert_eq!(aclrtSetDevice(1), 0);
+            assert_eq!(aclrtCreateStream(&mut stream), 0);
+            assert_eq!(
+                aclrtLaunchHostFunc(stream, Some(wait_for_gate), ptr::null_mut()),
+                0
+            );
+        }
+        let events: Vec<usize> = (0..WAITERS)
+            .map(|_| {
+                let mut event = ptr::null_mut();
+                // SAFETY: a valid out pointer; the stream is live.
+                unsafe {
+                    assert_eq!(aclrtCreateEvent(&mut event), 0);
+                    assert_eq!(aclrtRecordEvent(event, stream), 0);
+                }
+                event as usize
+            })
+            .collect();
+        let sim = crate::sim::sim().unwrap();
+        let held = sim.streams.resolve(handle::from_ptr(stream)).unwrap();
+        let syncs: Vec<_> = events
+            .iter()
+            .map(|&event| {
+                // SAFETY: the event is live until the test ends.
+                std::thread::spawn(move || unsafe { aclrtSynchronizeEvent(event as aclrtEvent) })
+            })
+            .collect();
+        while held.bell.waiters() < WAITERS {
+            std::thread::yield_now();
+        }
+        GATE.store(true, Ordering::Release);
+        for sync in syncs {
+            assert_eq!(sync.join().unwrap(), 0);
+        }
+        // Each record finishing woke the one thread waiting for it; with one bell for every
+        // wait, each would have woken all the threads still waiting.
+        assert_eq!(held.bell.woken(), WAITERS);
+        // SAFETY: live handles.
+        unsafe { assert_eq!(aclrtDestroyStream(stream), 0) };
     }
 }

@@ -1,9 +1,10 @@
-//! Locking helpers and the bell every blocking wait of the simulator sleeps on.
+//! Locking helpers and the bells the simulator's blocking waits sleep on.
 
-use std::sync::atomic::{AtomicUsize, Ordering, fence};
-use std::sync::{
-    Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
-};
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread::Thread;
 use std::time::Instant;
 
 /// Locks a mutex, ignoring poisoning: the C boundary catches panics, and the simulator's state
@@ -22,81 +23,197 @@ pub(crate) fn write<T>(rw: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     rw.write().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A process-wide wake-up bell.
+/// A waiter's registration: its key, a ticket unique to the wait, and the position of the
+/// bell in the wait's list (a wait may list one bell twice, e.g. the context bell of two
+/// streams of one context, and each listing is a registration of its own).
+type Registration = (u64, u64, usize);
+
+/// Tickets tell the registrations of concurrent waits apart.
+static NEXT_TICKET: AtomicU64 = AtomicU64::new(0);
+
+/// A wake-up bell for one kind of state change of one object (a stream's progress, a
+/// device's loss, a hold gate opening, a callback having run, ...).
 ///
-/// Every state change another thread may be blocked on (a task finished, an event record
-/// completed, a device was lost, a hold gate opened, a callback was processed) rings it; every
-/// blocking wait re-evaluates its own condition when it rings. One bell instead of a condition
-/// variable per object keeps the waits composable ("the record is done *or* the device is lost
-/// *or* the context stopped") without lock-ordering puzzles. Ringing costs one atomic load when
-/// nobody waits, which is the common case on the hot path.
+/// A blocked thread registers with every bell whose ringing may make its condition true
+/// ([`wait_until`]), each with a *key*, and re-checks its condition when woken. A ring wakes
+/// a chosen set of keys: [`Bell::ring`] every waiter, [`Bell::ring_through`] the waiters
+/// whose key is at most a mark (a stream wakes exactly the waiters for the work it has
+/// finished), [`Bell::ring_key`] the waiters of one key (a callback queued for one thread).
+/// So a state change wakes the threads it concerns and no others, while a wait can still
+/// combine conditions ("the record completed, or its device was lost, or its context
+/// stopped") by listening to several bells.
 ///
-/// Rule: never ring while holding another lock (waiters evaluate their condition under the
-/// bell's lock and take object locks inside it).
+/// Ringing costs a fence and one atomic load when nobody waits, the common case on the hot
+/// path. The bell's lock is a leaf: nothing else is locked, and nobody is woken, while it is
+/// held; so a bell may be rung whatever locks the ringer holds, and a waiter's condition is
+/// evaluated outside it.
 pub(crate) struct Bell {
-    lock: Mutex<()>,
-    cv: Condvar,
-    waiters: AtomicUsize,
+    waiters: Mutex<BTreeMap<Registration, Thread>>,
+    /// Registrations in `waiters`, read without the lock by rings.
+    count: AtomicUsize,
+    /// Wake-ups delivered, for tests that check who was woken.
+    #[cfg(test)]
+    woken: AtomicUsize,
+}
+
+impl Default for Bell {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One bell a wait listens to, with its key.
+#[derive(Clone, Copy)]
+pub(crate) struct Listen<'a> {
+    bell: &'a Bell,
+    key: u64,
 }
 
 impl Bell {
+    /// The key of waiters that only [`Bell::ring`] wakes.
+    pub(crate) const RING_ONLY: u64 = u64::MAX;
+
     pub(crate) const fn new() -> Self {
         Self {
-            lock: Mutex::new(()),
-            cv: Condvar::new(),
-            waiters: AtomicUsize::new(0),
+            waiters: Mutex::new(BTreeMap::new()),
+            count: AtomicUsize::new(0),
+            #[cfg(test)]
+            woken: AtomicUsize::new(0),
         }
     }
 
-    /// Wakes every waiter so it re-checks its condition.
+    /// Listens with `key`: woken by [`Bell::ring`], by [`Bell::ring_through`] a mark at least
+    /// `key`, and by [`Bell::ring_key`] of `key`.
+    pub(crate) fn at(&self, key: u64) -> Listen<'_> {
+        Listen { bell: self, key }
+    }
+
+    /// Listens for every ring (key 0).
+    pub(crate) fn any(&self) -> Listen<'_> {
+        self.at(0)
+    }
+
+    /// Wakes every waiter.
     pub(crate) fn ring(&self) {
-        // Pairs with the SeqCst increment in `wait_until`: either the waiter sees the state
-        // change in its condition check, or this load sees the waiter (Dekker-style).
+        self.wake(0, u64::MAX);
+    }
+
+    /// Wakes the waiters whose key is at most `mark`.
+    pub(crate) fn ring_through(&self, mark: u64) {
+        self.wake(0, mark);
+    }
+
+    /// Wakes the waiters whose key is `key`.
+    pub(crate) fn ring_key(&self, key: u64) {
+        self.wake(key, key);
+    }
+
+    /// Unregisters and unparks the waiters whose key lies in `first..=last`.
+    fn wake(&self, first: u64, last: u64) {
+        // Pairs with the fence after a registration (Dekker-style): either the waiter's next
+        // check of its condition sees the state change the ringer made before ringing, or
+        // this load sees the registration.
         fence(Ordering::SeqCst);
-        if self.waiters.load(Ordering::SeqCst) > 0 {
-            drop(lock(&self.lock));
-            self.cv.notify_all();
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let woken: Vec<Thread> = {
+            let mut waiters = lock(&self.waiters);
+            let entries: Vec<Registration> = waiters
+                .range((first, 0, 0)..=(last, u64::MAX, usize::MAX))
+                .map(|(entry, _)| *entry)
+                .collect();
+            self.count.fetch_sub(entries.len(), Ordering::Relaxed);
+            entries
+                .iter()
+                .filter_map(|entry| waiters.remove(entry))
+                .collect()
+        };
+        #[cfg(test)]
+        self.woken.fetch_add(woken.len(), Ordering::Relaxed);
+        for thread in woken {
+            thread.unpark();
         }
     }
 
-    /// Blocks until `poll` returns `Some`, or until `deadline` passes (then `None`).
-    pub(crate) fn wait_until<T>(
-        &self,
-        deadline: Option<Instant>,
-        mut poll: impl FnMut() -> Option<T>,
-    ) -> Option<T> {
-        if let Some(value) = poll() {
-            return Some(value);
+    /// Registers a waiter (idempotent: a registration still in place is left as it is).
+    fn register(&self, entry: Registration, thread: &Thread) {
+        if let Entry::Vacant(vacant) = lock(&self.waiters).entry(entry) {
+            vacant.insert(thread.clone());
+            self.count.fetch_add(1, Ordering::Relaxed);
         }
-        let mut guard = lock(&self.lock);
-        self.waiters.fetch_add(1, Ordering::SeqCst);
-        let result = loop {
-            if let Some(value) = poll() {
-                break Some(value);
-            }
-            match deadline {
-                None => guard = self.cv.wait(guard).unwrap_or_else(PoisonError::into_inner),
-                Some(deadline) => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        break None;
-                    }
-                    guard = self
-                        .cv
-                        .wait_timeout(guard, deadline - now)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0;
-                }
-            }
-        };
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
-        drop(guard);
-        result
+    }
+
+    /// Removes a registration a ring has not taken.
+    fn unregister(&self, entry: Registration) {
+        if lock(&self.waiters).remove(&entry).is_some() {
+            self.count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Waiters registered now.
+    #[cfg(test)]
+    pub(crate) fn waiters(&self) -> usize {
+        lock(&self.waiters).len()
+    }
+
+    /// Wake-ups delivered so far.
+    #[cfg(test)]
+    pub(crate) fn woken(&self) -> usize {
+        self.woken.load(Ordering::Relaxed)
     }
 }
 
-/// The simulator's bell.
-pub(crate) static BELL: Bell = Bell::new();
+/// Blocks until `poll` returns `Some`, or until `deadline` passes (then `None`). The thread
+/// sleeps until one of `listens` rings, so every state change that can make `poll` succeed
+/// must ring one of them (after the change).
+pub(crate) fn wait_until<T>(
+    listens: &[Listen<'_>],
+    deadline: Option<Instant>,
+    mut poll: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    if let Some(value) = poll() {
+        return Some(value);
+    }
+    let ticket = NEXT_TICKET.fetch_add(1, Ordering::Relaxed);
+    let entries = || {
+        listens
+            .iter()
+            .enumerate()
+            .map(move |(slot, listen)| (listen.bell, (listen.key, ticket, slot)))
+    };
+    let thread = std::thread::current();
+    let result = loop {
+        // A ring takes the registrations it wakes: registering again re-arms them. A
+        // registration that was not rung stays as it is.
+        for (bell, entry) in entries() {
+            bell.register(entry, &thread);
+        }
+        fence(Ordering::SeqCst);
+        if let Some(value) = poll() {
+            break Some(value);
+        }
+        match deadline {
+            None => std::thread::park(),
+            Some(deadline) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    break None;
+                }
+                std::thread::park_timeout(deadline - now);
+            }
+        }
+        // Checked before registering again, so a wake-up that satisfied the condition
+        // leaves no registration behind for a later ring to take.
+        if let Some(value) = poll() {
+            break Some(value);
+        }
+    };
+    for (bell, entry) in entries() {
+        bell.unregister(entry);
+    }
+    result
+}
 
 #[cfg(test)]
 mod tests {
@@ -105,25 +222,116 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::time::Duration;
 
+    /// Spawns a thread waiting on `bell` with `key` until `flag` is set; returns once it is
+    /// registered.
+    fn waiter(
+        bell: &Arc<Bell>,
+        flag: &Arc<AtomicBool>,
+        key: u64,
+    ) -> std::thread::JoinHandle<Option<u64>> {
+        let registered = bell.waiters() + 1;
+        let (bell, flag) = (bell.clone(), flag.clone());
+        let handle = {
+            let bell = bell.clone();
+            std::thread::spawn(move || {
+                wait_until(&[bell.at(key)], None, || {
+                    flag.load(Ordering::SeqCst).then_some(key)
+                })
+            })
+        };
+        while bell.waiters() < registered {
+            std::thread::yield_now();
+        }
+        handle
+    }
+
     #[test]
     fn a_ring_after_the_state_change_wakes_the_waiter() {
         let bell = Arc::new(Bell::new());
         let flag = Arc::new(AtomicBool::new(false));
-        let waiter = {
-            let (bell, flag) = (bell.clone(), flag.clone());
-            std::thread::spawn(move || {
-                bell.wait_until(None, || flag.load(Ordering::SeqCst).then_some(7))
-            })
-        };
+        let waiter = waiter(&bell, &flag, 0);
         flag.store(true, Ordering::SeqCst);
         bell.ring();
-        assert_eq!(waiter.join().unwrap(), Some(7));
+        assert_eq!(waiter.join().unwrap(), Some(0));
+        assert_eq!(bell.waiters(), 0, "the wait left no registration behind");
     }
 
     #[test]
     fn a_deadline_ends_the_wait_with_none() {
         let bell = Bell::new();
         let deadline = Instant::now() + Duration::from_millis(1);
-        assert_eq!(bell.wait_until(Some(deadline), || None::<()>), None);
+        assert_eq!(
+            wait_until(&[bell.any()], Some(deadline), || None::<()>),
+            None
+        );
+        assert_eq!(bell.waiters(), 0);
+    }
+
+    #[test]
+    fn rings_wake_only_the_keys_they_select() {
+        let bell = Arc::new(Bell::new());
+        let flags: Vec<Arc<AtomicBool>> = (0..4).map(|_| Arc::default()).collect();
+        let keys = [3, 5, 9, Bell::RING_ONLY];
+        let waiters: Vec<_> = keys
+            .iter()
+            .zip(&flags)
+            .map(|(&key, flag)| waiter(&bell, flag, key))
+            .collect();
+
+        flags[0].store(true, Ordering::SeqCst);
+        flags[1].store(true, Ordering::SeqCst);
+        bell.ring_through(5);
+        assert_eq!(bell.woken(), 2, "keys 3 and 5, not 9 or RING_ONLY");
+
+        flags[2].store(true, Ordering::SeqCst);
+        bell.ring_key(9);
+        assert_eq!(bell.woken(), 3);
+
+        flags[3].store(true, Ordering::SeqCst);
+        bell.ring_through(u64::MAX - 1);
+        assert_eq!(bell.woken(), 3, "a mark never reaches RING_ONLY");
+        bell.ring();
+        assert_eq!(bell.woken(), 4);
+        let results: Vec<_> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+        assert_eq!(results, keys.map(Some));
+        assert_eq!(bell.waiters(), 0);
+    }
+
+    #[test]
+    fn a_wait_combines_bells_and_leaves_none_registered() {
+        let (a, b) = (Arc::new(Bell::new()), Arc::new(Bell::new()));
+        let flag = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (a, b, flag) = (a.clone(), b.clone(), flag.clone());
+            std::thread::spawn(move || {
+                wait_until(&[a.any(), b.any(), b.at(7)], None, || {
+                    flag.load(Ordering::SeqCst).then_some(())
+                })
+            })
+        };
+        while a.waiters() + b.waiters() < 3 {
+            std::thread::yield_now();
+        }
+        flag.store(true, Ordering::SeqCst);
+        b.ring_key(7);
+        assert_eq!(waiter.join().unwrap(), Some(()));
+        assert_eq!((a.waiters(), b.waiters()), (0, 0));
+        assert_eq!((a.woken(), b.woken()), (0, 1));
+    }
+
+    #[test]
+    fn a_ring_before_the_condition_holds_is_survived() {
+        let bell = Arc::new(Bell::new());
+        let flag = Arc::new(AtomicBool::new(false));
+        let waiter = waiter(&bell, &flag, 0);
+        // Woken with the condition still false: the waiter registers again.
+        bell.ring();
+        while bell.waiters() == 0 {
+            std::thread::yield_now();
+        }
+        flag.store(true, Ordering::SeqCst);
+        bell.ring();
+        assert_eq!(waiter.join().unwrap(), Some(0));
+        assert_eq!(bell.woken(), 2);
     }
 }

@@ -10,7 +10,7 @@ use crate::config::TimingModel;
 use crate::error::SimError;
 use crate::event::{Event, Record};
 use crate::kernel::{Launch, LaunchArgs};
-use crate::memory::LiveMemory;
+use crate::memory::{Lease, MemoryMap};
 
 /// Direction of a copy after kind correction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,8 +178,9 @@ impl Task {
         }
     }
 
-    /// Runs a copy, memset or kernel. `live` keeps frees out while memory is touched.
-    pub(crate) fn run_memory(&self, live: &LiveMemory<'_>) -> Result<(), SimError> {
+    /// Runs a copy, memset or kernel, leasing the simulator-owned memory it touches (so it is
+    /// not freed meanwhile; memory freed before is a DMA fault).
+    pub(crate) fn run_memory(&self, memory: &MemoryMap) -> Result<(), SimError> {
         match &self.op {
             Op::Copy {
                 dst,
@@ -192,11 +193,11 @@ impl Task {
                     Source::Ptr(ptr) => *ptr,
                     Source::Staged(data) => data.as_ptr() as usize,
                 };
-                check_live(live, owned.dst, *dst, extent.span(extent.dpitch))?;
-                check_live(live, owned.src, src_ptr, extent.span(extent.spitch))?;
+                let _dst = lease(memory, owned.dst, *dst, extent.span(extent.dpitch))?;
+                let _src = lease(memory, owned.src, src_ptr, extent.span(extent.spitch))?;
                 for row in 0..extent.rows {
                     // SAFETY: simulator-owned ranges were checked against their allocations at
-                    // submission and are re-checked live above (and `live` keeps them
+                    // submission and are leased above (which checks them again and keeps them
                     // allocated); staged data is ours; any other host range is the caller's,
                     // who promised (C contract) it stays valid until the task completes.
                     // `ptr::copy` tolerates overlap.
@@ -216,16 +217,17 @@ impl Task {
                 value,
                 owned,
             } => {
-                check_live(live, *owned, *dst, *len)?;
+                let _dst = lease(memory, *owned, *dst, *len)?;
                 // SAFETY: as for copies: checked if simulator-owned, else the caller's promise.
                 unsafe { ptr::write_bytes(*dst as *mut u8, *value, *len) };
                 Ok(())
             }
             Op::Kernel(launch) => {
                 // Device-memory arguments freed since the launch: fault instead of reading them.
-                if let LaunchArgs::Device(address, len) = launch.args {
-                    check_live(live, address != 0, address, len)?;
-                }
+                let _args = match launch.args {
+                    LaunchArgs::Device(address, len) => lease(memory, address != 0, address, len)?,
+                    LaunchArgs::Owned(_) => None,
+                };
                 launch.run()
             }
             _ => Ok(()),
@@ -233,12 +235,22 @@ impl Task {
     }
 }
 
-fn check_live(live: &LiveMemory<'_>, owned: bool, ptr: usize, len: usize) -> Result<(), SimError> {
-    if owned && !live.covers(ptr, len) {
-        return Err(SimError::new(
+/// Leases `[ptr, ptr+len)` if it is simulator-owned memory (`owned`); a DMA fault if it was
+/// freed since the task was submitted.
+fn lease(
+    memory: &MemoryMap,
+    owned: bool,
+    ptr: usize,
+    len: usize,
+) -> Result<Option<Lease>, SimError> {
+    if !owned {
+        return Ok(None);
+    }
+    match memory.lease(ptr, len) {
+        Some(lease) => Ok(Some(lease)),
+        None => Err(SimError::new(
             ACL_ERROR_RT_SYS_DMA,
             format!("DMA fault: {ptr:#x}+{len} was freed before the task ran"),
-        ));
+        )),
     }
-    Ok(())
 }

@@ -33,6 +33,7 @@ pub const TRACE_ENV: &str = "NPU_TRACE";
 /// Most spans kept in memory; later ones are counted but dropped.
 const MAX_SPANS: usize = 1 << 20;
 
+#[derive(Clone)]
 struct Span {
     device: i32,
     stream: i32,
@@ -76,14 +77,16 @@ pub fn is_enabled() -> bool {
 /// Writes every span recorded so far to the trace file; returns its path (`None` if tracing
 /// was never enabled).
 pub fn flush() -> std::io::Result<Option<PathBuf>> {
-    let (path, text) = {
+    // Rendering and writing up to MAX_SPANS spans takes a while: a copy is rendered outside the
+    // lock, so the stream workers recording tasks meanwhile do not wait for it.
+    let (path, spans, dropped) = {
         let trace = lock(&TRACE);
         let Some(path) = trace.path.clone() else {
             return Ok(None);
         };
-        (path, render(&trace).to_string())
+        (path, trace.spans.clone(), trace.dropped)
     };
-    std::fs::write(&path, text)?;
+    std::fs::write(&path, render(&spans, dropped).to_string())?;
     Ok(Some(path))
 }
 
@@ -141,10 +144,9 @@ fn micros(ns: u64) -> f64 {
     ns as f64 / 1000.0
 }
 
-fn render(trace: &Trace) -> Value {
+fn render(spans: &[Span], dropped: u64) -> Value {
     let mut tracks = std::collections::BTreeSet::new();
-    let mut events: Vec<Value> = trace
-        .spans
+    let mut events: Vec<Value> = spans
         .iter()
         .map(|span| {
             tracks.insert((span.device, span.stream));
@@ -181,6 +183,6 @@ fn render(trace: &Trace) -> Value {
     json!({
         "traceEvents": events,
         "displayTimeUnit": "ns",
-        "otherData": { "producer": "npu-sim", "droppedSpans": trace.dropped },
+        "otherData": { "producer": "npu-sim", "droppedSpans": dropped },
     })
 }

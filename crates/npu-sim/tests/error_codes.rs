@@ -494,6 +494,26 @@ static PARAM_INVALID: &[Case] = &[
         },
     ),
     case(
+        "args shorter than the kernel declares",
+        "aclrtLaunchKernelWithHostArgs",
+        107000,
+        0,
+        || {
+            let add = function(registry_binary(&[]), npu_sim::kernel::VECTOR_ADD_F32);
+            let mut args = [0u64; 2];
+            code!(aclrtLaunchKernelWithHostArgs(
+                add,
+                1,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                args.as_mut_ptr().cast(),
+                16,
+                ptr::null_mut(),
+                0
+            ))
+        },
+    ),
+    case(
         "args not finalized",
         "aclrtLaunchKernelWithConfig",
         107000,

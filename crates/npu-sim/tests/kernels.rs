@@ -1,6 +1,7 @@
 //! Kernels: the shipped vector add / scale / reduction through the shared-object path (file and
 //! memory image) and the in-process path, checked against the CPU; argument packing (host
-//! args, placeholders, the aclrtKernelArgs builder, device args); launch-copy-launch ordering.
+//! args, placeholders, the aclrtKernelArgs builder, device args); declared argument sizes and
+//! NULL for no arguments; launch-copy-launch ordering.
 
 extern crate ascendcl as npu_sim;
 
@@ -326,4 +327,116 @@ fn function_handles_are_cached_per_binary() {
     );
     acl!(aclrtBinaryUnLoad(bin));
     assert_eq!(code!(aclrtBinaryUnLoad(bin)), ACL_ERROR_RT_INVALID_HANDLE);
+}
+
+/// Every way of launching `func` with `size` bytes of arguments (zeroed; NULL when 0): host
+/// args, device args and the args builder. Returns the launch codes.
+fn launch_codes(func: aclrtFuncHandle, size: usize) -> [aclError; 3] {
+    let mut host = vec![0u8; size];
+    let host_ptr = if size == 0 {
+        ptr::null_mut()
+    } else {
+        host.as_mut_ptr().cast()
+    };
+    let device = if size == 0 {
+        ptr::null_mut()
+    } else {
+        malloc(size)
+    };
+    let mut args = ptr::null_mut();
+    acl!(aclrtKernelArgsInit(func, &mut args));
+    if size > 0 {
+        let mut param = ptr::null_mut();
+        acl!(aclrtKernelArgsAppend(
+            args,
+            host.as_mut_ptr().cast(),
+            size,
+            &mut param
+        ));
+    }
+    acl!(aclrtKernelArgsFinalize(args));
+    [
+        code!(aclrtLaunchKernelWithHostArgs(
+            func,
+            1,
+            ptr::null_mut(),
+            ptr::null_mut(),
+            host_ptr,
+            size,
+            ptr::null_mut(),
+            0
+        )),
+        code!(aclrtLaunchKernel(func, 1, device, size, ptr::null_mut())),
+        launch_built(func, 1, args, ptr::null_mut()),
+    ]
+}
+
+#[test]
+fn shipped_kernels_refuse_arguments_shorter_than_they_declare() {
+    set_device(0);
+    let sizes = [
+        (kernel::VECTOR_ADD_F32, size_of::<VectorAddArgs>()),
+        (kernel::SCALE_F32, size_of::<ScaleArgs>()),
+        (kernel::REDUCE_SUM_F32, size_of::<ReduceSumArgs>()),
+    ];
+    for (path, bin) in binaries() {
+        for (name, size) in sizes {
+            let func = function(bin, name);
+            for short in [0, 8, size - 4] {
+                assert_eq!(
+                    launch_codes(func, short),
+                    [ACL_ERROR_RT_PARAM_INVALID; 3],
+                    "{name} with {short} bytes, {path}"
+                );
+            }
+        }
+        acl!(aclrtBinaryUnLoad(bin));
+    }
+}
+
+#[test]
+fn a_launch_without_arguments_passes_null() {
+    set_device(1);
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Traps unless it gets NULL.
+        kernel::register("expects_null_args", |_, _, args: *mut c_void| {
+            i32::from(!args.is_null())
+        })
+        .unwrap();
+    });
+    let func = function(registry_binary(&["expects_null_args"]), "expects_null_args");
+    assert_eq!(launch_codes(func, 0), [0; 3]);
+    // A kernel given a buffer would have trapped (507015).
+    acl!(aclrtSynchronizeStream(ptr::null_mut()));
+}
+
+unsafe extern "C" fn store_block_count(_: u32, blocks: u32, args: *mut c_void) -> i32 {
+    // SAFETY: registered as reading 8 bytes: the address of a u32.
+    unsafe { *(args.cast::<u64>().read_unaligned() as *mut u32) = blocks };
+    0
+}
+
+#[test]
+fn kernels_registered_from_c_declare_their_argument_size() {
+    set_device(1);
+    let name = c_string("store_block_count");
+    assert_eq!(
+        code!(npusimRegisterKernelWithArgsSize(
+            name.as_ptr(),
+            Some(store_block_count),
+            8
+        )),
+        0
+    );
+    let func = function(registry_binary(&["store_block_count"]), "store_block_count");
+    assert_eq!(launch_codes(func, 4), [ACL_ERROR_RT_PARAM_INVALID; 3]);
+    let out = malloc(4);
+    let address = out as u64;
+    assert_eq!(
+        launch(func, 3, ptr::null_mut(), &address, ptr::null_mut()),
+        0
+    );
+    acl!(aclrtSynchronizeStream(ptr::null_mut()));
+    assert_eq!(download::<u32>(out, 1), [3]);
 }

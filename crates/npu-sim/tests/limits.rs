@@ -1,5 +1,6 @@
-//! Process-wide resource limits, exhausted in a process of their own so that no other test
-//! sees them: streams per device (207008) and subscribed report threads (207012).
+//! Process-wide resource limits and faults, exhausted or injected in a process of their own so
+//! that no other test sees them: streams per device (207008), subscribed report threads
+//! (207012), and an injected failure of the next host allocation.
 
 extern crate ascendcl as npu_sim;
 
@@ -47,4 +48,39 @@ fn running_out_of_subscribed_threads() {
     acl!(aclrtSubscribeReport(0x1000, streams[1024]));
     acl!(aclrtUnSubscribeReport(0x1001, streams[1]));
     acl!(aclrtSubscribeReport(0x9999, create_stream()));
+}
+
+#[test]
+fn the_next_host_allocation_fails_with_the_injected_code() {
+    set_device(1);
+    let before = npu_sim::control::host_stats().unwrap();
+    let mut host = ptr::null_mut();
+
+    npu_sim::control::fail_next_host_alloc(ACL_ERROR_RT_MEMORY_ALLOCATION).unwrap();
+    assert_eq!(
+        code!(aclrtMallocHost(&mut host, 4096)),
+        ACL_ERROR_RT_MEMORY_ALLOCATION
+    );
+    assert!(recent_message().contains("aclrtMallocHost failed with 207001"));
+    assert!(host.is_null());
+    assert_eq!(npu_sim::control::host_stats().unwrap(), before);
+
+    // The C control, another code, the other allocation function.
+    acl!(npusimFailNextHostAlloc(ACL_ERROR_RT_DRV_INTERNAL_ERROR));
+    assert_eq!(
+        code!(aclrtMallocHostWithCfg(&mut host, 4096, ptr::null_mut())),
+        ACL_ERROR_RT_DRV_INTERNAL_ERROR
+    );
+    assert_eq!(npu_sim::control::host_stats().unwrap(), before);
+
+    // Only the next allocation fails; a code of 0 is refused.
+    acl!(aclrtMallocHost(&mut host, 4096));
+    acl!(aclrtFreeHost(host));
+    assert_eq!(
+        code!(npusimFailNextHostAlloc(ACL_SUCCESS)),
+        ACL_ERROR_INVALID_PARAM
+    );
+    assert!(npu_sim::control::fail_next_host_alloc(ACL_SUCCESS).is_err());
+    acl!(aclrtMallocHost(&mut host, 4096));
+    acl!(aclrtFreeHost(host));
 }

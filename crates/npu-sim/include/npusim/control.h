@@ -56,6 +56,9 @@ aclError npusimFailTask(aclrtStream stream, uint64_t nth, aclError code);
 aclError npusimLoseDevice(int32_t deviceId);
 /* The next device allocation on the device fails with 207001. */
 aclError npusimFailNextAlloc(int32_t deviceId);
+/* The next host allocation of the process (aclrtMallocHost / aclrtMallocHostWithCfg) fails with
+ * code (not 0). */
+aclError npusimFailNextHostAlloc(aclError code);
 /* Hold gate: tasks not started wait until npusimRelease, then start at one simulated instant. */
 aclError npusimHold(int32_t deviceId);
 aclError npusimRelease(int32_t deviceId);
@@ -66,8 +69,11 @@ aclError npusimGetTimeNs(int32_t deviceId, uint64_t *ns);
 /* Timeline (Chrome/Perfetto trace JSON): start recording into path; write what was recorded. */
 aclError npusimTraceEnable(const char *path);
 aclError npusimTraceFlush(void);
-/* Registers a C function as the in-process kernel name. */
+/* Registers a C function as the in-process kernel name (declaring no argument size). */
 aclError npusimRegisterKernel(const char *name, npusimKernel kernel);
+/* Registers a C function as the in-process kernel name that reads argsSize bytes of arguments:
+ * launches passing fewer are refused with ACL_ERROR_RT_PARAM_INVALID. */
+aclError npusimRegisterKernelWithArgsSize(const char *name, npusimKernel kernel, size_t argsSize);
 /* Writes a registry image naming count registered kernels (count 0: all) into buffer; *size
  * receives its size (pass buffer NULL to learn it). Load it with aclrtBinaryLoadFromData. */
 aclError npusimRegistryImage(const char *const *names, size_t count, uint8_t *buffer, size_t capacity,

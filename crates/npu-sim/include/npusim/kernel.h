@@ -3,9 +3,14 @@
  *
  * On the simulator a kernel is a host function. A launch with numBlocks blocks calls it once
  * per block (in parallel where the host has cores), with the block's index, the block count and
- * a pointer to the packed arguments (the launch's args buffer). Returning 0 means success; any
- * other value is a trap: the launch fails with ACL_ERROR_RT_AICORE_EXCEPTION (507015), or
- * ACL_ERROR_RT_VECTOR_CORE_EXCEPTION (507035) when launched on the AIV engine.
+ * a pointer to the packed arguments (the launch's args buffer; NULL when the launch passes no
+ * arguments). Returning 0 means success; any other value is a trap: the launch fails with
+ * ACL_ERROR_RT_AICORE_EXCEPTION (507015), or ACL_ERROR_RT_VECTOR_CORE_EXCEPTION (507035) when
+ * launched on the AIV engine.
+ *
+ * The signature carries no argument size, so a kernel declares how many bytes of arguments it
+ * reads with NPUSIM_KERNEL_ARGS_SIZE (below): the simulator refuses a launch passing fewer with
+ * ACL_ERROR_RT_PARAM_INVALID (107000), and the kernel never sees a NULL or short buffer.
  *
  * Build a kernel library as an ordinary shared object exporting such functions by name:
  *     cc -shared -fPIC -I<npu-sim>/include -o libmykernels.so mykernels.c
@@ -25,6 +30,21 @@ extern "C" {
 
 /* The signature every simulated kernel has. */
 typedef int32_t (*npusimKernel)(uint32_t blockIdx, uint32_t blockNum, void *args);
+
+/*
+ * Declares that the kernel `kernel` of this library reads `size` bytes of arguments, e.g.
+ *     NPUSIM_KERNEL_ARGS_SIZE(vector_add_f32, sizeof(npusimVectorAddArgs));
+ * at file scope. It defines the exported constant npusimArgsSize_<kernel>, which
+ * aclrtBinaryGetFunction reads. A kernel without it gets whatever its launches pass.
+ */
+#ifdef __cplusplus
+#define NPUSIM_EXTERN_C extern "C"
+#else
+#define NPUSIM_EXTERN_C extern
+#endif
+#define NPUSIM_KERNEL_ARGS_SIZE(kernel, size)                                      \
+    NPUSIM_EXTERN_C NPUSIM_KERNEL const uint64_t npusimArgsSize_##kernel;            \
+    const uint64_t npusimArgsSize_##kernel = (size)
 
 /* vector_add_f32: c[i] = a[i] + b[i] for i < n. */
 typedef struct npusimVectorAddArgs {

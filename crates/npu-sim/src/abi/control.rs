@@ -153,6 +153,18 @@ pub unsafe extern "C" fn npusimFailNextAlloc(deviceId: i32) -> aclError {
     guard("npusimFailNextAlloc", || fail_next_alloc_impl(deviceId))
 }
 
+/// Makes the next host allocation (aclrtMallocHost / aclrtMallocHostWithCfg) fail with `code`
+/// (0 → 100000).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimFailNextHostAlloc(code: aclError) -> aclError {
+    guard("npusimFailNextHostAlloc", || {
+        fail_next_host_alloc_impl(code)
+    })
+}
+
 /// Closes a device's hold gate.
 ///
 /// # Safety
@@ -251,7 +263,8 @@ pub unsafe extern "C" fn npusimTraceFlush() -> aclError {
     })
 }
 
-/// Registers a C function as the in-process kernel `name` (loadable through a registry image).
+/// Registers a C function as the in-process kernel `name` (loadable through a registry image),
+/// declaring no argument size.
 ///
 /// # Safety
 /// `name` must be NULL or NUL-terminated; `kernel` a function with the npusim/kernel.h ABI.
@@ -260,13 +273,32 @@ pub unsafe extern "C" fn npusimRegisterKernel(
     name: *const c_char,
     kernel: Option<KernelEntry>,
 ) -> aclError {
-    guard("npusimRegisterKernel", || {
-        let name = c_str(name, "name")?;
-        let Some(kernel) = kernel else {
-            fail!(ACL_ERROR_INVALID_PARAM, "kernel is NULL")
-        };
-        kernel::register_entry(name, kernel).or_else(|e| fail!(ACL_ERROR_INVALID_PARAM, "{e}"))
+    guard("npusimRegisterKernel", || register_kernel(name, kernel, 0))
+}
+
+/// Registers a C function as the in-process kernel `name` that reads `argsSize` bytes of
+/// arguments: launches passing fewer are refused with 107000.
+///
+/// # Safety
+/// `name` must be NULL or NUL-terminated; `kernel` a function with the npusim/kernel.h ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimRegisterKernelWithArgsSize(
+    name: *const c_char,
+    kernel: Option<KernelEntry>,
+    argsSize: usize,
+) -> aclError {
+    guard("npusimRegisterKernelWithArgsSize", || {
+        register_kernel(name, kernel, argsSize)
     })
+}
+
+fn register_kernel(name: *const c_char, kernel: Option<KernelEntry>, args_size: usize) -> Res<()> {
+    let name = c_str(name, "name")?;
+    let Some(kernel) = kernel else {
+        fail!(ACL_ERROR_INVALID_PARAM, "kernel is NULL")
+    };
+    kernel::register_entry_with_args_size(name, kernel, args_size)
+        .or_else(|e| fail!(ACL_ERROR_INVALID_PARAM, "{e}"))
 }
 
 /// Writes a registry image naming `count` registered kernels (see

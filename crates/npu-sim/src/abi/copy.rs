@@ -63,8 +63,7 @@ fn run_now(sim: &Sim, device: &Device, task: Task) -> Res<()> {
         let Some(_admitted) = device.admit() else {
             return Err(device.loss_error());
         };
-        let live = sim.memory.live();
-        task.run_memory(&live)?;
+        task.run_memory(&sim.memory)?;
     }
     let end_ns = match device.clock.timing() {
         Some(model) => {

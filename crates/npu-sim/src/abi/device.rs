@@ -21,20 +21,7 @@ pub(crate) const LEAST_PRIORITY: u32 = 7;
 /// No preconditions; `unsafe` only because it is part of the C ABI.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtSetDevice(deviceId: i32) -> aclError {
-    guard("aclrtSetDevice", || {
-        let sim = sim()?;
-        let device = sim.device(deviceId.into())?;
-        device.check_alive()?;
-        let mut primary = lock(&device.primary);
-        if primary.ctx.is_none() {
-            primary.ctx = Some(Context::create(sim, device, true)?.handle);
-            primary.refs = 0;
-        }
-        primary.refs += 1;
-        drop(primary);
-        context::bind_primary(deviceId);
-        Ok(())
-    })
+    guard("aclrtSetDevice", || context::set_device(sim()?, deviceId))
 }
 
 fn reset(sim: &Sim, device_id: i32, force: bool) -> Res<()> {

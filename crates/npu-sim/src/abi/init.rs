@@ -7,6 +7,7 @@ use npu_sys::*;
 
 use super::check::c_str;
 use crate::config::{ConfigError, SimConfig};
+use crate::context;
 use crate::error::{self, Res, ensure, fail, guard, guard_value, non_null, write_out};
 use crate::sim::sim;
 use crate::sync::lock;
@@ -29,7 +30,18 @@ static INIT: Mutex<InitState> = Mutex::new(InitState {
     first_config: None,
 });
 
-fn apply_config(text: &str) -> Res<()> {
+/// What an aclInit configuration file asks of the simulator.
+#[derive(Default)]
+struct InitConfig {
+    /// `"npu_sim"`: the simulator's own configuration.
+    sim: Option<SimConfig>,
+    /// `"err_msg_mode": "1"`: aclGetRecentErrMsg reports the messages of the whole process.
+    process_messages: bool,
+    /// `"defaultDevice": {"default_device": "N"}`: the device of threads that set none.
+    default_device: Option<i32>,
+}
+
+fn parse_config(text: &str) -> Res<InitConfig> {
     let json: serde_json::Value = match serde_json::from_str(text) {
         Ok(json) => json,
         Err(e) => fail!(
@@ -37,24 +49,82 @@ fn apply_config(text: &str) -> Res<()> {
             "the configuration file is not valid JSON: {e}"
         ),
     };
-    let Some(sim_json) = json.get("npu_sim") else {
-        return Ok(());
+    let sim = match json.get("npu_sim") {
+        None => None,
+        Some(sim_json) => match serde_json::from_value(sim_json.clone()) {
+            Ok(config) => Some(config),
+            Err(e) => fail!(
+                ACL_ERROR_INVALID_PARAM,
+                "\"npu_sim\" is not a simulator configuration: {e}"
+            ),
+        },
     };
-    let config: SimConfig = match serde_json::from_value(sim_json.clone()) {
-        Ok(config) => config,
-        Err(e) => fail!(
-            ACL_ERROR_INVALID_PARAM,
-            "\"npu_sim\" is not a simulator configuration: {e}"
-        ),
+    let process_messages = match json.get("err_msg_mode") {
+        None => false,
+        Some(mode) => match mode.as_str() {
+            Some("0") => false,
+            Some("1") => true,
+            _ => fail!(
+                ACL_ERROR_INVALID_PARAM,
+                "\"err_msg_mode\" is {mode}, not \"0\" (thread level) or \"1\" (process level)"
+            ),
+        },
     };
-    match config.install() {
-        Ok(()) => Ok(()),
-        Err(ConfigError::AlreadyInitialised { current }) => fail!(
-            ACL_ERROR_INVALID_PARAM,
-            "\"npu_sim\" differs from the configuration the simulator already runs with ({current:?})"
-        ),
-        Err(e) => fail!(ACL_ERROR_INVALID_PARAM, "{e}"),
+    let default_device = match json.get("defaultDevice") {
+        None => None,
+        Some(section) => {
+            let Some(section) = section.as_object() else {
+                fail!(
+                    ACL_ERROR_INVALID_PARAM,
+                    "\"defaultDevice\" is {section}, not an object"
+                );
+            };
+            match section.get("default_device") {
+                None => None,
+                Some(id) => match id.as_str().and_then(|id| id.parse::<i32>().ok()) {
+                    Some(id) => Some(id),
+                    None => fail!(
+                        ACL_ERROR_INVALID_PARAM,
+                        "\"default_device\" is {id}, not a device id in a string (\"0\")"
+                    ),
+                },
+            }
+        }
+    };
+    Ok(InitConfig {
+        sim,
+        process_messages,
+        default_device,
+    })
+}
+
+/// Applies a parsed configuration: the simulator's (which starts the simulator), then the
+/// default device (checked against the device count) and the message level.
+fn apply_config(config: InitConfig) -> Res<()> {
+    if let Some(sim_config) = config.sim {
+        match sim_config.install() {
+            Ok(()) => {}
+            Err(ConfigError::AlreadyInitialised { current }) => fail!(
+                ACL_ERROR_INVALID_PARAM,
+                "\"npu_sim\" differs from the configuration the simulator already runs with ({current:?})"
+            ),
+            Err(e) => fail!(ACL_ERROR_INVALID_PARAM, "{e}"),
+        }
     }
+    let sim = sim()?;
+    if let Some(device) = config.default_device {
+        sim.device(device.into())?;
+    }
+    context::set_default_device(config.default_device);
+    error::set_process_level_messages(config.process_messages);
+    Ok(())
+}
+
+/// What aclFinalize undoes of aclInit's configuration (the simulator's own stays).
+fn finalize() {
+    context::set_default_device(None);
+    error::set_process_level_messages(false);
+    flush_trace();
 }
 
 fn flush_trace() {
@@ -64,8 +134,11 @@ fn flush_trace() {
 }
 
 /// Initialises AscendCL (reference-counted; a repeat counts and returns
-/// ACL_ERROR_REPEAT_INITIALIZE). A JSON config file may carry the simulator's configuration
-/// under `"npu_sim"`.
+/// ACL_ERROR_REPEAT_INITIALIZE). The JSON config file may carry `"err_msg_mode": "1"`
+/// (aclGetRecentErrMsg reports the messages of every thread), `"defaultDevice":
+/// {"default_device": "N"}` (threads that set no device or context use device N, as if they
+/// had called aclrtSetDevice(N)) and the simulator's configuration under `"npu_sim"`. A value
+/// of the wrong form → 100000; a default device that does not exist → 107001.
 ///
 /// # Safety
 /// `configPath` must be NULL or a NUL-terminated string.
@@ -100,10 +173,11 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
                 "re-initialising with a configuration that differs from the first one"
             );
         }
-        if let Some(text) = &text {
-            apply_config(text)?;
-        }
-        sim()?;
+        let config = match &text {
+            Some(text) => parse_config(text)?,
+            None => InitConfig::default(),
+        };
+        apply_config(config)?;
         if state.first_config.is_none() {
             state.first_config = text;
         }
@@ -113,9 +187,10 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
     })
 }
 
-/// Finalises AscendCL: drops every aclInit reference and writes the trace, if one is recorded.
-/// A second call without a new aclInit returns ACL_ERROR_REPEAT_FINALIZE. Devices keep their
-/// state (reset them with aclrtResetDevice).
+/// Finalises AscendCL: drops every aclInit reference, undoes the file's `"err_msg_mode"` and
+/// `"defaultDevice"`, and writes the trace, if one is recorded. A second call without a new
+/// aclInit returns ACL_ERROR_REPEAT_FINALIZE. Devices keep their state (reset them with
+/// aclrtResetDevice).
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -131,7 +206,7 @@ pub unsafe extern "C" fn aclFinalize() -> aclError {
         state.refs = 0;
         state.finalized = true;
         drop(state);
-        flush_trace();
+        finalize();
         Ok(())
     })
 }
@@ -157,7 +232,7 @@ pub unsafe extern "C" fn aclFinalizeReference(refCount: *mut u64) -> aclError {
         }
         drop(state);
         if left == 0 {
-            flush_trace();
+            finalize();
         }
         if !refCount.is_null() {
             write_out(refCount, "refCount", left)?;

@@ -165,7 +165,8 @@ fn vector_engine(cfg: *mut aclrtLaunchKernelCfg) -> Res<bool> {
     Ok(vector)
 }
 
-/// Validation shared by the launches; returns the function.
+/// Validation shared by the launches; returns the function. The argument size is checked
+/// against the kernel's declaration separately, once it is known.
 fn launch_target(func: aclrtFuncHandle, blocks: u32) -> Res<Arc<Function>> {
     non_null(func, "funcHandle")?;
     ensure!(blocks != 0, ACL_ERROR_INVALID_PARAM, "numBlocks is 0");
@@ -212,6 +213,7 @@ pub unsafe extern "C" fn aclrtLaunchKernel(
             ACL_ERROR_INVALID_PARAM,
             "argsData is NULL but argsSize is {argsSize}"
         );
+        function.check_args(argsSize)?;
         let sim = sim()?;
         let target = context::submit_stream(sim, stream)?;
         if !argsData.is_null() {
@@ -263,6 +265,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
             ACL_ERROR_INVALID_PARAM,
             "hostArgs is NULL but argsSize is {argsSize}"
         );
+        function.check_args(argsSize)?;
         let placeholders = array(
             placeHolderArray.cast_const(),
             placeHolderNum,
@@ -321,6 +324,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithConfig(
             "the args were built for another function"
         );
         let blob = args.blob()?;
+        function.check_args(blob.len())?;
         submit_launch(stream, function, numBlocks, blob, vector_engine)
     })
 }

@@ -214,6 +214,12 @@ fn host_malloc(sim: &Sim, ptr: *mut *mut c_void, size: u64) -> Res<()> {
             "{size} bytes cannot be allocated"
         );
     };
+    if let Some(code) = sim.memory.take_host_failure() {
+        fail!(
+            code,
+            "allocating {size} bytes of pinned host memory failed (injected failure)"
+        );
+    }
     let address = sim.memory.allocate(bytes, AllocKind::Pinned)?;
     write_out(ptr, "hostPtr", address as *mut c_void)
 }

@@ -12,7 +12,8 @@ use super::registry::KernelCode;
 use crate::error::SimError;
 
 /// Launch arguments owned by the task (host-packed arguments are copied at submission, so the
-/// caller may reuse its buffer when the launch call returns). 8-byte aligned.
+/// caller may reuse its buffer when the launch call returns). 8-byte aligned; an empty blob
+/// owns no memory and is passed to the kernel as NULL.
 #[derive(Debug)]
 pub(crate) struct ArgsBlob {
     words: Box<[u64]>,
@@ -22,9 +23,13 @@ pub(crate) struct ArgsBlob {
 impl ArgsBlob {
     pub(crate) fn zeroed(len: usize) -> Self {
         Self {
-            words: vec![0u64; len.div_ceil(8).max(1)].into_boxed_slice(),
+            words: vec![0u64; len.div_ceil(8)].into_boxed_slice(),
             len,
         }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 
     pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
@@ -36,8 +41,13 @@ impl ArgsBlob {
         self.words.as_ptr() as u64 + offset as u64
     }
 
+    /// The pointer the kernel gets: NULL for no arguments, so a kernel can tell.
     fn as_ptr(&self) -> *mut c_void {
-        self.words.as_ptr() as *mut c_void
+        if self.len == 0 {
+            std::ptr::null_mut()
+        } else {
+            self.words.as_ptr() as *mut c_void
+        }
     }
 }
 

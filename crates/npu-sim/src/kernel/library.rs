@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use npu_sys::*;
 
-use super::KernelEntry;
 use super::registry::{self, KernelCode};
+use super::{ARGS_SIZE_PREFIX, KernelEntry};
 use crate::error::{Res, ensure, fail};
 use crate::handle::Handle;
 use crate::sync::lock;
@@ -31,15 +31,49 @@ pub(crate) struct Binary {
 pub(crate) struct Function {
     pub(crate) name: String,
     pub(crate) code: KernelCode,
+    /// The bytes of arguments the kernel declared it reads (0: none declared).
+    pub(crate) args_size: usize,
     /// Args handles created for this function (aclrtKernelArgsInit), retired with it.
     pub(crate) args: Mutex<Vec<Handle>>,
     _library: Option<Arc<libloading::Library>>,
+}
+
+impl Function {
+    /// Fails with ACL_ERROR_RT_PARAM_INVALID if a launch passes fewer bytes of arguments than
+    /// the kernel declared it reads.
+    pub(crate) fn check_args(&self, size: usize) -> Res<()> {
+        ensure!(
+            size >= self.args_size,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "kernel {:?} reads {} bytes of arguments, the launch passes {size}",
+            self.name,
+            self.args_size
+        );
+        Ok(())
+    }
 }
 
 fn open(path: &str) -> Result<libloading::Library, libloading::Error> {
     // SAFETY: loading runs the library's initialisers; the caller asked for exactly this file
     // to be loaded as kernel code, which is what the ACL call means.
     unsafe { libloading::Library::new(path) }
+}
+
+/// The argument size a kernel library declares for `kernel` with `NPUSIM_KERNEL_ARGS_SIZE`
+/// (the `uint64_t` symbol `npusimArgsSize_<kernel>`), or 0.
+fn declared_args_size(library: &libloading::Library, kernel: &str) -> usize {
+    let Ok(symbol) = CString::new(format!("{ARGS_SIZE_PREFIX}{kernel}")) else {
+        return 0;
+    };
+    // SAFETY: in a kernel library this symbol is the `const uint64_t` NPUSIM_KERNEL_ARGS_SIZE
+    // defines; looking it up yields its address.
+    let size = unsafe { library.get::<*const u64>(symbol.as_bytes_with_nul()) };
+    match size {
+        // SAFETY: the address of a `const uint64_t` of the loaded library, which `library`
+        // keeps mapped.
+        Ok(size) => usize::try_from(unsafe { size.read_unaligned() }).unwrap_or(usize::MAX),
+        Err(_) => 0,
+    }
 }
 
 impl Binary {
@@ -109,7 +143,7 @@ impl Binary {
 
     /// Resolves a kernel by name.
     pub(crate) fn function(&self, name: &str) -> Res<Function> {
-        let (code, library) = match &self.source {
+        let (code, args_size, library) = match &self.source {
             Source::Library(library) => {
                 let Ok(symbol) = CString::new(name) else {
                     fail!(ACL_ERROR_RT_PARAM_INVALID, "kernel name contains NUL");
@@ -118,7 +152,11 @@ impl Binary {
                 // that is the contract of loading it as a kernel binary.
                 let entry = unsafe { library.get::<KernelEntry>(symbol.as_bytes_with_nul()) };
                 match entry {
-                    Ok(entry) => (KernelCode::Entry(*entry), Some(library.clone())),
+                    Ok(entry) => (
+                        KernelCode::Entry(*entry),
+                        declared_args_size(library, name),
+                        Some(library.clone()),
+                    ),
                     Err(_) => fail!(
                         ACL_ERROR_RT_SYMBOL_NOT_FOUND,
                         "the binary exports no kernel named {name:?}"
@@ -128,7 +166,7 @@ impl Binary {
             Source::Registry(names) => {
                 let listed = names.is_empty() || names.iter().any(|n| n == name);
                 match registry::lookup(name).filter(|_| listed) {
-                    Some(code) => (code, None),
+                    Some(registered) => (registered.code, registered.args_size, None),
                     None => fail!(
                         ACL_ERROR_RT_SYMBOL_NOT_FOUND,
                         "no registered kernel named {name:?} in this registry image"
@@ -139,6 +177,7 @@ impl Binary {
         Ok(Function {
             name: name.to_owned(),
             code,
+            args_size,
             args: Mutex::default(),
             _library: library,
         })

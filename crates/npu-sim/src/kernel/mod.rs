@@ -7,12 +7,20 @@
 //! ACL_ERROR_RT_AICORE_EXCEPTION (507015), or ACL_ERROR_RT_VECTOR_CORE_EXCEPTION (507035) on the
 //! AIV engine.
 //!
+//! `args` is NULL when the launch passes no arguments. The ABI passes no size, so a kernel
+//! declares how many bytes of arguments it reads, as a real kernel binary describes its
+//! parameters: a shared object with `NPUSIM_KERNEL_ARGS_SIZE(kernel, bytes)`, an in-process
+//! kernel with [`register_with_args_size`]. A launch passing fewer bytes is refused with
+//! ACL_ERROR_RT_PARAM_INVALID (107000) before it is queued, so such a kernel never sees a NULL
+//! or short argument buffer. Kernels that declare nothing get whatever the launch passes.
+//!
 //! Kernels reach the ACL API in two ways:
 //! - a shared object exporting them by name, loaded with `aclrtBinaryLoadFromFile` (or
 //!   `aclrtBinaryLoadFromData` with the file's bytes); [`LIBRARY_PATH`] is such a library with
 //!   the shipped kernels;
-//! - kernels registered in-process with [`register`] / [`register_entry`], made loadable by
-//!   passing [`registry_image`] to `aclrtBinaryLoadFromData`.
+//! - kernels registered in-process with [`register`] / [`register_entry`] (or their
+//!   `_with_args_size` forms), made loadable by passing [`registry_image`] to
+//!   `aclrtBinaryLoadFromData`.
 //!
 //! Either way `aclrtBinaryGetFunction(bin, name, &func)` yields the function handle.
 //!
@@ -64,11 +72,19 @@ pub use builtin::{
 };
 pub(crate) use launch::{ArgsBlob, Launch, LaunchArgs};
 pub(crate) use library::{Binary, Function};
-pub use registry::{KernelError, register, register_entry, registry_image};
+pub use registry::{
+    KernelError, register, register_entry, register_entry_with_args_size, register_with_args_size,
+    registry_image,
+};
 
 /// The C signature of a simulated kernel.
 pub type KernelEntry =
     unsafe extern "C" fn(block_idx: u32, block_num: u32, args: *mut c_void) -> i32;
+
+/// The prefix of the symbol through which a kernel library declares a kernel's argument size:
+/// `NPUSIM_KERNEL_ARGS_SIZE(kernel, bytes)` in `npusim/kernel.h` defines the `uint64_t`
+/// `npusimArgsSize_<kernel>`.
+pub(crate) const ARGS_SIZE_PREFIX: &str = "npusimArgsSize_";
 
 /// Path of the shared object with the shipped C kernels ([`VECTOR_ADD_F32`], [`SCALE_F32`],
 /// [`REDUCE_SUM_F32`]), built by npu-sim's build script; load it with

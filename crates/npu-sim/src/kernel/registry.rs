@@ -16,6 +16,13 @@ pub(crate) enum KernelCode {
     Closure(Arc<dyn Fn(u32, u32, *mut c_void) -> i32 + Send + Sync>),
 }
 
+/// A registered kernel: its code and the bytes of arguments it declared it reads (0: none).
+#[derive(Clone)]
+pub(crate) struct Registered {
+    pub(crate) code: KernelCode,
+    pub(crate) args_size: usize,
+}
+
 /// Why a kernel could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KernelError {
@@ -27,24 +34,39 @@ pub enum KernelError {
     InvalidName(String),
 }
 
-fn registry() -> &'static Mutex<HashMap<String, KernelCode>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<String, KernelCode>>> = OnceLock::new();
+fn registry() -> &'static Mutex<HashMap<String, Registered>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<String, Registered>>> = OnceLock::new();
     REGISTRY.get_or_init(|| {
-        let builtins: [(&str, KernelEntry); 3] = [
-            (builtin::VECTOR_ADD_F32, builtin::vector_add_f32),
-            (builtin::SCALE_F32, builtin::scale_f32),
-            (builtin::REDUCE_SUM_F32, builtin::reduce_sum_f32),
+        let builtins: [(&str, KernelEntry, usize); 3] = [
+            (
+                builtin::VECTOR_ADD_F32,
+                builtin::vector_add_f32,
+                size_of::<builtin::VectorAddArgs>(),
+            ),
+            (
+                builtin::SCALE_F32,
+                builtin::scale_f32,
+                size_of::<builtin::ScaleArgs>(),
+            ),
+            (
+                builtin::REDUCE_SUM_F32,
+                builtin::reduce_sum_f32,
+                size_of::<builtin::ReduceSumArgs>(),
+            ),
         ];
         Mutex::new(
             builtins
                 .into_iter()
-                .map(|(name, entry)| (name.to_owned(), KernelCode::Entry(entry)))
+                .map(|(name, entry, args_size)| {
+                    let code = KernelCode::Entry(entry);
+                    (name.to_owned(), Registered { code, args_size })
+                })
                 .collect(),
         )
     })
 }
 
-fn insert(name: &str, code: KernelCode) -> Result<(), KernelError> {
+fn insert(name: &str, code: KernelCode, args_size: usize) -> Result<(), KernelError> {
     if name.is_empty() || name.contains('\0') {
         return Err(KernelError::InvalidName(name.to_owned()));
     }
@@ -52,30 +74,85 @@ fn insert(name: &str, code: KernelCode) -> Result<(), KernelError> {
     if map.contains_key(name) {
         return Err(KernelError::AlreadyRegistered(name.to_owned()));
     }
-    map.insert(name.to_owned(), code);
+    map.insert(name.to_owned(), Registered { code, args_size });
     Ok(())
 }
 
-/// Registers a Rust closure as the kernel `name`.
+/// Registers a Rust closure as the kernel `name`, declaring no argument size (see
+/// [`register_with_args_size`]).
 ///
 /// The closure gets `(block_idx, block_num, args)` and returns 0, or non-zero to trap. It runs
 /// on the simulator's threads, once per block, concurrently for different blocks; `args` is the
-/// launch's argument buffer (host-packed arguments, or device memory for aclrtLaunchKernel). A
-/// panic counts as a trap.
+/// launch's argument buffer (host-packed arguments, or device memory for aclrtLaunchKernel),
+/// NULL when the launch passes none. A panic counts as a trap.
 pub fn register<F>(name: &str, kernel: F) -> Result<(), KernelError>
 where
     F: Fn(u32, u32, *mut c_void) -> i32 + Send + Sync + 'static,
 {
-    insert(name, KernelCode::Closure(Arc::new(kernel)))
+    register_with_args_size(name, 0, kernel)
+}
+
+/// Registers a Rust closure as the kernel `name` that reads `args_size` bytes of arguments: a
+/// launch passing fewer is refused with ACL_ERROR_RT_PARAM_INVALID (107000), so the kernel
+/// never sees a NULL or short argument buffer.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+/// use std::ffi::c_void;
+/// use std::ptr;
+/// use npu_sim::abi::*;
+///
+/// // Reads the address of a u32 (8 bytes of arguments) and increments the u32.
+/// npu_sim::kernel::register_with_args_size("increment_u32", 8, |_, _, args: *mut c_void| {
+///     // SAFETY: the simulator passes at least 8 bytes of arguments, the address of a u32.
+///     unsafe { *(args.cast::<u64>().read_unaligned() as *mut u32) += 1 };
+///     0
+/// })
+/// .unwrap();
+/// let image = npu_sim::kernel::registry_image(&["increment_u32"]);
+/// // SAFETY: every pointer passed is valid for the call's contract.
+/// unsafe {
+///     assert_eq!(aclrtSetDevice(0), 0);
+///     let (mut bin, mut func) = (ptr::null_mut(), ptr::null_mut());
+///     assert_eq!(aclrtBinaryLoadFromData(image.as_ptr().cast(), image.len(), ptr::null(), &mut bin), 0);
+///     assert_eq!(aclrtBinaryGetFunction(bin, c"increment_u32".as_ptr(), &mut func), 0);
+///     let launch = |args: *mut c_void, size| {
+///         aclrtLaunchKernelWithHostArgs(func, 1, ptr::null_mut(), ptr::null_mut(), args, size, ptr::null_mut(), 0)
+///     };
+///     // No arguments, or 4 bytes: refused before the kernel could read past them.
+///     assert_eq!(launch(ptr::null_mut(), 0), 107000);
+///     let mut short = 0u32;
+///     assert_eq!(launch((&raw mut short).cast(), 4), 107000);
+/// }
+/// ```
+pub fn register_with_args_size<F>(
+    name: &str,
+    args_size: usize,
+    kernel: F,
+) -> Result<(), KernelError>
+where
+    F: Fn(u32, u32, *mut c_void) -> i32 + Send + Sync + 'static,
+{
+    insert(name, KernelCode::Closure(Arc::new(kernel)), args_size)
 }
 
 /// Registers a C-ABI function (e.g. from a statically linked C or Rust object) as the kernel
-/// `name`.
+/// `name`, declaring no argument size.
 pub fn register_entry(name: &str, entry: KernelEntry) -> Result<(), KernelError> {
-    insert(name, KernelCode::Entry(entry))
+    register_entry_with_args_size(name, entry, 0)
 }
 
-pub(crate) fn lookup(name: &str) -> Option<KernelCode> {
+/// Registers a C-ABI function as the kernel `name` that reads `args_size` bytes of arguments
+/// (see [`register_with_args_size`]).
+pub fn register_entry_with_args_size(
+    name: &str,
+    entry: KernelEntry,
+    args_size: usize,
+) -> Result<(), KernelError> {
+    insert(name, KernelCode::Entry(entry), args_size)
+}
+
+pub(crate) fn lookup(name: &str) -> Option<Registered> {
     lock(registry()).get(name).cloned()
 }
 
