@@ -33,6 +33,8 @@ struct Report {
     head: Vec<f32>,
     /// Indices whose result differs from the expected value.
     mismatches: usize,
+    /// What each of the ten steps (some reported together) did, in order.
+    steps: Vec<(&'static str, String)>,
 }
 
 /// The inputs: `a[i] = i`, `b[i] = 2 i`, so `c[i] = 3 i` (exact in f32 below 2^24).
@@ -51,10 +53,27 @@ async fn run(elements: usize) -> npu::Result<Report> {
         elements,
         head: Vec::new(),
         mismatches: 0,
+        steps: Vec::new(),
     };
+    let mut step = |number: &'static str, text: String| report.steps.push((number, text));
+    step(
+        "1",
+        format!(
+            "opened device {} ({})",
+            device.id(),
+            device.runtime().backend()
+        ),
+    );
     // 2. A stream.
     let stream = Stream::new(ctx)?;
     let add = kernels::load(ctx)?.function("vector_add_f32")?;
+    step(
+        "2",
+        format!(
+            "created stream {} and loaded kernel vector_add_f32",
+            stream.id()
+        ),
+    );
 
     // 3. Pinned host memory, filled on the host.
     let mut a = PinnedBuffer::<f32>::new(ctx, elements)?;
@@ -68,19 +87,39 @@ async fn run(elements: usize) -> npu::Result<Report> {
         DeviceBuffer::new(ctx, elements)?,
     );
     let dc = DeviceBuffer::<f32>::new(ctx, elements)?;
+    let bytes = elements * size_of::<f32>();
+    step(
+        "3-4",
+        format!("allocated 2 pinned host buffers and 3 device buffers of {bytes} bytes"),
+    );
 
     // 5. Host to device. Each copy takes its buffers and hands them back when done.
     let (a, da) = stream.copy_h2d(a, da).await?;
     let (b, db) = stream.copy_h2d(b, db).await?;
+    step(
+        "5",
+        format!(
+            "copied a and b to the device ({} bytes, awaited)",
+            2 * bytes
+        ),
+    );
 
     // 6 and 7. The kernel, awaited: no worker thread blocks while the device computes.
     // SAFETY: vector_add_f32(const float *a, const float *b, float *c, uint64_t n) reads n
     // elements of a and b and writes n elements of c; all three hold `elements`.
     let launch = unsafe { stream.launch(&add, 16, (da, db, dc, elements as u64)) };
     let (da, db, dc, _) = launch.await?;
+    step(
+        "6-7",
+        "launched c = a + b on 16 blocks and awaited it".to_string(),
+    );
 
     // 8. Device to host, into the pinned buffer `a` (its input is no longer needed).
     let (dc, c) = stream.copy_d2h(dc, a).await?;
+    step(
+        "8",
+        format!("copied c back to the host ({bytes} bytes, awaited)"),
+    );
 
     // 9. Verify on the host.
     report.mismatches = c
@@ -91,14 +130,20 @@ async fn run(elements: usize) -> npu::Result<Report> {
             c != x + y
         })
         .count();
-    report.head = c.iter().take(4).copied().collect();
+    let head = c.iter().take(4).copied().collect();
+    step("9", "checked every element of c on the host".to_string());
 
     // 10. Free and reset: dropping a buffer frees it once the device is done with it (here it
     // already is), and the device is reset when its last handle is gone.
     drop((b, c, da, db, dc, stream, add));
     drop(device);
     npu::reaper::flush();
+    step(
+        "10",
+        "freed every buffer and released the device".to_string(),
+    );
 
+    report.head = head;
     Ok(report)
 }
 
@@ -106,6 +151,9 @@ async fn run(elements: usize) -> npu::Result<Report> {
 async fn main() -> ExitCode {
     match run(ELEMENTS).await {
         Ok(report) => {
+            for (number, text) in &report.steps {
+                println!("step {number:>4}: {text}");
+            }
             println!("device:  {} ({})", report.device, report.soc);
             println!("backend: {}", report.backend);
             println!(
@@ -137,6 +185,7 @@ mod tests {
         assert_eq!(report.mismatches, 0);
         assert_eq!(report.head, [0.0, 3.0, 6.0, 9.0]);
         assert!(!report.backend.is_empty());
+        assert_eq!(report.steps.len(), 8, "{:?}", report.steps);
         // Step 10 left nothing behind on the simulator.
         if matches!(
             Device::open(0).unwrap().runtime().backend(),
