@@ -13,7 +13,7 @@ use npu_core::{Completion, Error, Result, acl_call};
 
 use crate::event_pool::PooledEvent;
 use crate::reactor::stream_failure;
-use crate::strategy::{self, CompletionStrategy};
+use crate::strategy::{self, CompletionStrategy, OpInfo};
 use crate::stream::StreamShared;
 
 /// How long one `aclrtProcessReport` waits; also the fault-probe period.
@@ -33,7 +33,7 @@ struct Outstanding {
     stream: Arc<StreamShared>,
     event: PooledEvent,
     completion: Completion,
-    api: &'static str,
+    op: OpInfo,
     since: Instant,
 }
 
@@ -107,8 +107,11 @@ impl Worker {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&id);
-                if let Some(op) = entry {
-                    op.completion.complete(strategy::settle(op.event, op.api));
+                if let Some(entry) = entry {
+                    let result = strategy::settle(entry.event, entry.op.api);
+                    entry
+                        .completion
+                        .complete(entry.stream.finish(entry.op, result));
                 }
             }
             match code {
@@ -153,31 +156,30 @@ impl Worker {
         for (stream, id) in heads {
             let oldest = outstanding[&id].event.handle();
             if let Err(err) = stream_failure(&stream, oldest) {
-                let ids: Vec<u64> = outstanding
+                // In submission order, so that a failed synchronize sees the failures before it.
+                let mut ids: Vec<u64> = outstanding
                     .iter()
                     .filter(|(_, op)| Arc::ptr_eq(&op.stream, &stream))
                     .map(|(id, _)| *id)
                     .collect();
+                ids.sort_unstable();
                 let ops = ids.iter().filter_map(|id| outstanding.remove(id));
                 failed.extend(ops.map(|op| (op, err.clone())));
             }
         }
         drop(outstanding);
-        for (op, err) in failed {
-            op.event.discard();
-            op.completion
-                .complete(Err(strategy::attribute(err, op.api)));
+        for (entry, err) in failed {
+            entry.event.discard();
+            let result = Err(strategy::attribute(err, entry.op.api));
+            entry
+                .completion
+                .complete(entry.stream.finish(entry.op, result));
         }
     }
 }
 
 impl CompletionStrategy for CallbackStrategy {
-    fn watch(
-        &self,
-        stream: &Arc<StreamShared>,
-        api: &'static str,
-        completion: Completion,
-    ) -> Result<()> {
+    fn watch(&self, stream: &Arc<StreamShared>, op: OpInfo, completion: Completion) -> Result<()> {
         let subscription = stream.strategy_state.subscription.get_or_init(|| {
             let worker = worker_for(stream)?;
             let (tid, handle) = (worker.tid, stream.handle);
@@ -199,7 +201,7 @@ impl CompletionStrategy for CallbackStrategy {
                     stream: stream.clone(),
                     event,
                     completion,
-                    api,
+                    op,
                     since: Instant::now(),
                 },
             );

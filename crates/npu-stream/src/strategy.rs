@@ -27,16 +27,34 @@ pub enum Strategy {
     BlockingSync,
 }
 
+/// What a completer needs to know about an operation besides its completion.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OpInfo {
+    /// The ACL function that submitted it; device-side failures are reported under it.
+    pub(crate) api: &'static str,
+    /// Whether it is a `Stream::synchronize`, which also reports the stream's earlier failures.
+    pub(crate) synchronizes: bool,
+}
+
+impl OpInfo {
+    /// An ordinary operation, reporting only its own failure.
+    pub(crate) fn new(api: &'static str) -> Self {
+        OpInfo {
+            api,
+            synchronizes: false,
+        }
+    }
+}
+
 /// The interface every strategy implements.
+///
+/// Every strategy completes the operations of one stream in submission order, and passes each
+/// result through [`StreamShared::finish`] first, so a `synchronize` sees every failure before
+/// it.
 pub(crate) trait CompletionStrategy: Send + Sync {
     /// Called under the stream's submission lock, right after the operation was enqueued:
     /// arranges for `completion` to be completed when the device has run it.
-    fn watch(
-        &self,
-        stream: &Arc<StreamShared>,
-        api: &'static str,
-        completion: Completion,
-    ) -> Result<()>;
+    fn watch(&self, stream: &Arc<StreamShared>, op: OpInfo, completion: Completion) -> Result<()>;
 
     /// Called when the stream is being destroyed.
     fn release(&self, _stream: &StreamShared) {}
@@ -54,10 +72,10 @@ impl Strategy {
     pub(crate) fn watch(
         self,
         stream: &Arc<StreamShared>,
-        api: &'static str,
+        op: OpInfo,
         completion: Completion,
     ) -> Result<()> {
-        self.implementation().watch(stream, api, completion)
+        self.implementation().watch(stream, op, completion)
     }
 
     pub(crate) fn release(self, stream: &StreamShared) {
@@ -116,17 +134,18 @@ pub(crate) fn attribute(err: Error, api: &'static str) -> Error {
 struct BlockingSync;
 
 impl CompletionStrategy for BlockingSync {
-    fn watch(
-        &self,
-        stream: &Arc<StreamShared>,
-        api: &'static str,
-        completion: Completion,
-    ) -> Result<()> {
+    fn watch(&self, stream: &Arc<StreamShared>, op: OpInfo, completion: Completion) -> Result<()> {
         let event = record(stream)?;
+        // Waits run on threads of their own, so they finish in any order; each one completes
+        // only after the operation submitted before it, as the other strategies do.
+        let previous = stream.replace_tail(&completion);
         let stream = stream.clone();
         let wait = move || {
-            completion.complete(settle(event, api));
-            drop(stream);
+            let result = settle(event, op.api);
+            if let Some(previous) = previous {
+                let _ = previous.wait_blocking();
+            }
+            completion.complete(stream.finish(op, result));
         };
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {

@@ -11,7 +11,7 @@ use npu_core::{Completion, Context, Error, Result, acl_call, acl_call_opt};
 use crate::event_pool::EventPool;
 use crate::op::Op;
 use crate::reactor::Pending;
-use crate::strategy::{Strategy, StrategyState};
+use crate::strategy::{OpInfo, Strategy, StrategyState};
 
 /// An ACL stream: a FIFO queue of device work that runs concurrently with other streams.
 ///
@@ -54,6 +54,11 @@ pub(crate) struct StreamShared {
     pub(crate) events: Arc<EventPool>,
     pub(crate) strategy: Strategy,
     pub(crate) strategy_state: StrategyState,
+    /// The first device-side failure since the last `synchronize` completed.
+    failure: Mutex<Option<npu_core::Error>>,
+    /// The most recently watched operation, for strategies that must complete in order on
+    /// their own (`BlockingSync`).
+    tail: Mutex<Option<Completion>>,
 }
 
 /// A stream's pending completions and whether the reactor is currently watching it.
@@ -126,6 +131,8 @@ impl StreamBuilder {
             events,
             strategy: self.strategy,
             strategy_state: StrategyState::default(),
+            failure: Mutex::new(None),
+            tail: Mutex::new(None),
         });
         Ok(Stream { shared })
     }
@@ -200,16 +207,24 @@ impl Stream {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
-    /// Resolves once all work submitted to the stream before this call has finished.
+    /// Resolves once all work submitted to the stream before this call has finished, with the
+    /// first device-side failure among the operations that completed since the previous
+    /// `synchronize` (like `aclrtSynchronizeStream`), or when the stream's work can no longer
+    /// complete (device lost, context stopped by `FailureMode::Stop`).
     ///
-    /// A task failure is reported by the future of the operation that failed, not again here:
-    /// this resolves `Ok` after a failed operation in `FailureMode::Continue`. It fails when
-    /// the stream's work can no longer complete (device lost, context stopped by
-    /// `FailureMode::Stop`).
+    /// A failed operation's own future reports its failure too; `synchronize` is where the
+    /// failure of an operation whose future was dropped surfaces. The error names the failed
+    /// operation's ACL function.
     ///
-    /// Cancel safety: cancel-safe. Dropping the future only stops waiting.
+    /// Cancel safety: cancel-safe in that no device work is lost; but a failure it would have
+    /// reported is consumed when the synchronisation completes, whether or not the future is
+    /// still polled.
     pub fn synchronize(&self) -> Op<()> {
-        self.submit("aclrtSynchronizeStream", 0, (), |_, _| {}, |_, _| Ok(()))
+        let op = OpInfo {
+            api: "aclrtSynchronizeStream",
+            synchronizes: true,
+        };
+        self.submit_op(op, 0, (), |_, _| {}, |_, _| Ok(()))
     }
 
     /// Checks that a buffer from `context` can be used on this stream's runtime.
@@ -239,13 +254,24 @@ impl Stream {
         &self,
         api: &'static str,
         bytes: usize,
+        value: T,
+        record_uses: impl FnOnce(&T, &Completion),
+        call: impl FnOnce(&mut T, ffi::aclrtStream) -> Result<()>,
+    ) -> Op<T> {
+        self.submit_op(OpInfo::new(api), bytes, value, record_uses, call)
+    }
+
+    fn submit_op<T: Send + 'static>(
+        &self,
+        op: OpInfo,
+        bytes: usize,
         mut value: T,
         record_uses: impl FnOnce(&T, &Completion),
         call: impl FnOnce(&mut T, ffi::aclrtStream) -> Result<()>,
     ) -> Op<T> {
         let span = tracing::debug_span!(
             "npu_op",
-            op = api,
+            op = op.api,
             stream = self.shared.id,
             device = self.context().device_id(),
             bytes
@@ -258,7 +284,7 @@ impl Stream {
             call(&mut value, self.shared.handle).map_err(Submission::Rejected)?;
             self.shared
                 .strategy
-                .watch(&self.shared, api, completion.clone())
+                .watch(&self.shared, op, completion.clone())
                 .map_err(Submission::Unwatched)
         });
         match outcome {
@@ -322,6 +348,31 @@ impl FailureMode {
             FailureMode::Continue => u64::from(ffi::ACL_CONTINUE_ON_FAILURE),
             FailureMode::Stop => u64::from(ffi::ACL_STOP_ON_FAILURE),
         }
+    }
+}
+
+impl StreamShared {
+    /// Passes an operation's result through the stream's failure record, in completion order:
+    /// an ordinary operation's failure is remembered for the next `synchronize`; a
+    /// `synchronize` reports (and clears) the first one remembered.
+    pub(crate) fn finish(&self, op: OpInfo, result: Result<()>) -> Result<()> {
+        let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        if !op.synchronizes {
+            if let Err(err) = &result {
+                failure.get_or_insert_with(|| err.clone());
+            }
+            return result;
+        }
+        match (result, failure.take()) {
+            (Err(err), _) | (Ok(()), Some(err)) => Err(err),
+            (Ok(()), None) => Ok(()),
+        }
+    }
+
+    /// Makes `completion` the most recently watched operation; returns the previous one.
+    pub(crate) fn replace_tail(&self, completion: &Completion) -> Option<Completion> {
+        let mut tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
+        tail.replace(completion.clone())
     }
 }
 

@@ -68,13 +68,43 @@ fn a_fault_fails_only_the_operation_that_faulted() {
             assert_eq!(copied.to_vec_blocking().unwrap(), data, "{strategy:?}");
             let (_, copied) = elsewhere.await.unwrap();
             assert_eq!(copied.to_vec_blocking().unwrap(), data, "{strategy:?}");
-            // The failure is reported once, on its own future: an event recorded behind it and
-            // synchronize() see the work done.
+            // An event recorded behind the failure sees the work done; synchronize() reports
+            // the stream's first failure since the last synchronize, once, as
+            // aclrtSynchronizeStream does.
             behind_the_fault.wait().await.unwrap();
+            let reported = faulty.synchronize().await.unwrap_err();
+            assert_eq!(code(&reported), FAULT, "{strategy:?}: {reported}");
             faulty.synchronize().await.unwrap();
             // ACL_CONTINUE_ON_FAILURE (the default): the stream keeps working.
             let zeros = faulty.memset(ones, 0).await.unwrap();
             assert_eq!(zeros.to_vec_blocking().unwrap(), vec![0; 3000]);
+        });
+    }
+}
+
+#[test]
+fn synchronize_reports_the_failure_of_a_dropped_operation() {
+    let context = in_process().device(0).unwrap().primary_context().clone();
+    for strategy in STRATEGIES {
+        let stream = stream(&context, strategy);
+        inject(&stream, 1);
+        let healthy = stream.memset(DeviceBuffer::<u8>::new(&context, 64).unwrap(), 1);
+        // Nobody waits for the failing memset: its failure must not be lost.
+        drop(stream.memset(DeviceBuffer::<u8>::new(&context, 64).unwrap(), 2));
+        let later = stream.memset(DeviceBuffer::<u8>::new(&context, 64).unwrap(), 3);
+        run(async {
+            let err = stream.synchronize().await.unwrap_err();
+            assert_eq!(code(&err), FAULT, "{strategy:?}: {err}");
+            let npu_core::Error::Acl(acl) = &err else {
+                unreachable!()
+            };
+            assert_eq!(
+                acl.api, "aclrtMemsetAsync",
+                "names the operation that failed"
+            );
+            healthy.await.unwrap();
+            later.await.unwrap();
+            stream.synchronize().await.expect("reported once");
         });
     }
 }

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 mod state;
 mod uses;
@@ -87,6 +87,40 @@ impl Completion {
         Wait {
             completion: self.clone(),
         }
+    }
+
+    /// Blocks the calling thread until the operation completes, and returns its result.
+    ///
+    /// Only for threads that may block (a blocking-pool thread, a test); an async task awaits
+    /// [`wait`](Completion::wait) instead. It waits through a deferred action rather than the
+    /// waker slot, so it never displaces the waker of a task awaiting the same operation.
+    ///
+    /// ```
+    /// use npu_core::Completion;
+    ///
+    /// let done = Completion::new();
+    /// let completer = done.clone();
+    /// std::thread::spawn(move || completer.complete(Ok(())));
+    /// assert!(done.wait_blocking().is_ok());
+    /// ```
+    pub fn wait_blocking(&self) -> Result<()> {
+        if let Some(result) = self.result() {
+            return result;
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.defer(move || {
+            let _ = tx.send(());
+        });
+        // The action runs after completion; a closed channel means it was dropped unrun,
+        // which only happens if the operation itself was dropped without completing.
+        let _ = rx.recv();
+        self.result().unwrap_or_else(|| {
+            Err(Error::invalid(
+                "Completion::wait_blocking",
+                "self",
+                "the operation was abandoned without completing",
+            ))
+        })
     }
 
     /// Runs `action` after completion, on the reaper thread; at once on this thread if the

@@ -9,7 +9,7 @@ use npu_core::{Completion, Error, Result};
 
 use crate::event::query_event;
 use crate::event_pool::PooledEvent;
-use crate::strategy::{self, CompletionStrategy};
+use crate::strategy::{self, CompletionStrategy, OpInfo};
 use crate::stream::StreamShared;
 
 mod backoff;
@@ -42,7 +42,7 @@ const CONFIRM_MS: i32 = 1;
 pub(crate) struct Pending {
     event: PooledEvent,
     completion: Completion,
-    api: &'static str,
+    op: OpInfo,
 }
 
 /// The process-wide reactor.
@@ -189,8 +189,8 @@ impl Reactor {
             match query_event(stream.context.runtime(), head) {
                 Ok(true) => {
                     let Some(pending) = pop(stream) else { continue };
-                    let result = strategy::settle(pending.event, pending.api);
-                    finished.push((pending.completion, result));
+                    let result = strategy::settle(pending.event, pending.op.api);
+                    finished.push((pending.completion, stream.finish(pending.op, result)));
                     self.counters.completed();
                     active.last_progress = now;
                     active.probe_every = PROBE_AFTER;
@@ -210,10 +210,9 @@ impl Reactor {
                         Ok(()) => {
                             if let Some(pending) = pop(stream) {
                                 pending.event.discard();
-                                finished.push((
-                                    pending.completion,
-                                    Err(strategy::attribute(err, pending.api)),
-                                ));
+                                let result = Err(strategy::attribute(err, pending.op.api));
+                                finished
+                                    .push((pending.completion, stream.finish(pending.op, result)));
                                 self.counters.completed();
                             }
                         }
@@ -237,29 +236,22 @@ impl Reactor {
         tracing::warn!(%err, stream = stream.id, failed = drained.len(), "stream failed");
         for pending in drained {
             pending.event.discard();
-            finished.push((
-                pending.completion,
-                Err(strategy::attribute(err.clone(), pending.api)),
-            ));
+            let result = Err(strategy::attribute(err.clone(), pending.op.api));
+            finished.push((pending.completion, stream.finish(pending.op, result)));
             self.counters.completed();
         }
     }
 }
 
 impl CompletionStrategy for Reactor {
-    fn watch(
-        &self,
-        stream: &Arc<StreamShared>,
-        api: &'static str,
-        completion: Completion,
-    ) -> Result<()> {
+    fn watch(&self, stream: &Arc<StreamShared>, op: OpInfo, completion: Completion) -> Result<()> {
         let event = strategy::record(stream)?;
         self.register(
             stream,
             Pending {
                 event,
                 completion,
-                api,
+                op,
             },
         )
     }
