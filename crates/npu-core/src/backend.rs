@@ -45,6 +45,21 @@ impl FromStr for BackendChoice {
 
 impl BackendChoice {
     /// Reads `NPU_BACKEND`; unset means [`BackendChoice::Auto`].
+    ///
+    /// ```
+    /// use npu_core::BackendChoice;
+    ///
+    /// # let saved = std::env::var_os("NPU_BACKEND");
+    /// // SAFETY: no other thread of this program reads or writes the environment.
+    /// unsafe { std::env::set_var("NPU_BACKEND", "sim") };
+    /// assert_eq!(BackendChoice::from_env()?, BackendChoice::Sim);
+    /// unsafe { std::env::set_var("NPU_BACKEND", "tpu") };
+    /// assert!(BackendChoice::from_env().is_err());
+    /// unsafe { std::env::remove_var("NPU_BACKEND") };
+    /// assert_eq!(BackendChoice::from_env()?, BackendChoice::Auto);
+    /// # if let Some(value) = saved { unsafe { std::env::set_var("NPU_BACKEND", value) } }
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn from_env() -> Result<Self, LoadError> {
         match std::env::var("NPU_BACKEND") {
             Ok(value) => value.parse(),
@@ -54,6 +69,17 @@ impl BackendChoice {
 }
 
 /// The runtime that was actually loaded.
+///
+/// ```
+/// use npu_core::{Backend, BackendChoice, Runtime};
+///
+/// let rt = Runtime::builder().backend(BackendChoice::Sim).build()?;
+/// assert_eq!(rt.backend(), &Backend::Simulator);
+/// assert_eq!(rt.backend().to_string(), "npu-sim (in-process)");
+/// let cann = Backend::Library { path: "/opt/lib64/libascendcl.so".into(), simulated: false };
+/// assert_eq!(cann.to_string(), "AscendCL (/opt/lib64/libascendcl.so)");
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backend {
     /// npu-sim, linked into this process.

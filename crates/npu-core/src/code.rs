@@ -18,6 +18,14 @@ use crate::ffi;
 pub struct AclCode(pub i32);
 
 /// Who is at fault, by ACL's code-class rule (the leading digit of the code).
+///
+/// ```
+/// use npu_core::{AclCode, ErrorClass};
+///
+/// let out_of_memory = AclCode(207001);
+/// assert_eq!(out_of_memory.class(), ErrorClass::Resource);
+/// assert_eq!(out_of_memory.class().to_string(), "resource error");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorClass {
     /// 1xxxxx: the caller passed something invalid or called in the wrong state.
@@ -46,19 +54,48 @@ impl fmt::Display for ErrorClass {
 
 impl AclCode {
     /// `ACL_SUCCESS`.
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert_eq!(AclCode::SUCCESS, AclCode(0));
+    /// assert_eq!(AclCode::SUCCESS.name(), Some("ACL_SUCCESS"));
+    /// ```
     pub const SUCCESS: AclCode = AclCode(ffi::ACL_SUCCESS);
 
     /// The symbolic name, e.g. `ACL_ERROR_RT_STREAM_CONTEXT`, for every documented code.
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert_eq!(AclCode(507010).name(), Some("ACL_ERROR_RT_LOST_HEARTBEAT"));
+    /// assert_eq!(AclCode(42).name(), None);
+    /// ```
     pub fn name(self) -> Option<&'static str> {
         lookup(self.0).map(|entry| entry.1)
     }
 
     /// A short explanation of what the code means, for every documented code.
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert_eq!(AclCode(207001).description(), Some("device out of memory"));
+    /// assert_eq!(AclCode(42).description(), None);
+    /// ```
     pub fn description(self) -> Option<&'static str> {
         lookup(self.0).map(|entry| entry.2)
     }
 
     /// The code's class by ACL's leading-digit rule.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, ErrorClass};
+    ///
+    /// assert_eq!(AclCode(100000).class(), ErrorClass::Caller);
+    /// assert_eq!(AclCode(507015).class(), ErrorClass::Internal);
+    /// assert_eq!(AclCode(42).class(), ErrorClass::Unknown);
+    /// ```
     pub fn class(self) -> ErrorClass {
         match self.0 / 100_000 {
             1 => ErrorClass::Caller,

@@ -136,6 +136,20 @@ impl Context {
     ///
     /// Call it before any raw ACL call that depends on the current context; npu-rs's own
     /// types do so themselves.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let device = Device::open(0)?;
+    /// let _explicit = device.create_context()?; // creating a context makes it current
+    /// device.primary_context().bind()?;
+    /// let (rt, mut current) = (device.runtime(), std::ptr::null_mut());
+    /// // SAFETY: `current` is a valid out-pointer.
+    /// let code = unsafe { (rt.api().aclrtGetCurrentContext)(&mut current) };
+    /// rt.check("aclrtGetCurrentContext", code)?;
+    /// assert_eq!(current, device.primary_context().as_raw());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn bind(&self) -> Result<()> {
         let inner = &self.inner;
         let library = inner.runtime.library_id();
@@ -152,16 +166,52 @@ impl Context {
     ///
     /// Needed only after changing the current context through the raw API; the next
     /// [`bind`](Context::bind) then calls `aclrtSetCurrentContext` again.
+    ///
+    /// ```
+    /// use npu_core::{Context, Device};
+    ///
+    /// let device = Device::open(0)?;
+    /// let (a, b) = (device.create_context()?, device.create_context()?);
+    /// a.bind()?;
+    /// let api = device.runtime().api();
+    /// // SAFETY: `b` is a live context. This switch bypasses npu-rs ...
+    /// unsafe { (api.aclrtSetCurrentContext)(b.as_raw()) };
+    /// Context::forget_binding(device.runtime()); // ... so npu-rs must forget what it bound
+    /// a.bind()?; // sets `a` again instead of assuming it is still current
+    /// let mut current = std::ptr::null_mut();
+    /// // SAFETY: `current` is a valid out-pointer.
+    /// unsafe { (api.aclrtGetCurrentContext)(&mut current) };
+    /// assert_eq!(current, a.as_raw());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn forget_binding(runtime: &Runtime) {
         set_bound(runtime.library_id(), None);
     }
 
     /// The runtime this context belongs to.
+    ///
+    /// ```
+    /// use npu_core::{Device, Runtime};
+    ///
+    /// let ctx = Device::open(0)?.create_context()?;
+    /// assert!(ctx.runtime().same_library(&Runtime::global()?));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn runtime(&self) -> &Runtime {
         &self.inner.runtime
     }
 
     /// The device this context runs on.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let device = Device::open(1)?;
+    /// let ctx = device.create_context()?;
+    /// assert_eq!(ctx.device(), device);
+    /// assert_eq!(device.primary_context().device(), device);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn device(&self) -> Device {
         let primary = self
             .inner
@@ -172,26 +222,73 @@ impl Context {
     }
 
     /// The device id.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let ctx = Device::open(1)?.create_context()?;
+    /// assert_eq!(ctx.device_id(), 1);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn device_id(&self) -> u32 {
         self.inner.device_id as u32
     }
 
     /// Whether this is the device's primary context.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let device = Device::open(0)?;
+    /// assert!(device.primary_context().is_primary());
+    /// assert!(!device.create_context()?.is_primary());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn is_primary(&self) -> bool {
         self.inner.primary.is_none()
     }
 
     /// A process-unique id for this context (never reused).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let device = Device::open(0)?;
+    /// let (a, b) = (device.create_context()?, device.create_context()?);
+    /// assert_eq!(a.id(), a.clone().id());
+    /// assert_ne!(a.id(), b.id());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn id(&self) -> u64 {
         self.inner.id
     }
 
     /// The raw handle. Using it is `unsafe`; `self` must outlive every use.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let device = Device::open(0)?;
+    /// let ctx = device.create_context()?;
+    /// assert_eq!(ctx.clone().as_raw(), ctx.as_raw(), "clones share the ACL context");
+    /// assert_ne!(ctx.as_raw(), device.primary_context().as_raw());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn as_raw(&self) -> ffi::aclrtContext {
         self.inner.handle
     }
 
     /// Whether two handles refer to the same context.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let device = Device::open(0)?;
+    /// // Every handle of a device shares its primary context.
+    /// assert!(Device::open(0)?.primary_context().same(device.primary_context()));
+    /// assert!(!device.create_context()?.same(device.primary_context()));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn same(&self, other: &Context) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
@@ -200,6 +297,25 @@ impl Context {
     /// (`aclrtSynchronizeDevice`), returning the first task error.
     ///
     /// This blocks: in async code, await a stream's `synchronize()` from npu-stream instead.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, Device};
+    ///
+    /// let ctx = Device::open(1)?.create_context()?;
+    /// let (rt, api) = (ctx.runtime(), ctx.runtime().api());
+    /// let mut dev = std::ptr::null_mut();
+    /// ctx.bind()?;
+    /// // SAFETY: `dev` is a valid out-pointer; `ctx` is current.
+    /// rt.check("aclrtMalloc", unsafe { (api.aclrtMalloc)(&mut dev, 64, 0) })?;
+    /// // npu-sim: the next task on the context's default stream fails with 507015.
+    /// npu_sim::control::fail_task(std::ptr::null_mut(), 1, 507015).unwrap();
+    /// // SAFETY: `dev` holds 64 bytes; NULL is the current context's default stream.
+    /// let code = unsafe { (api.aclrtMemsetAsync)(dev, 64, 0, 64, std::ptr::null_mut()) };
+    /// rt.check("aclrtMemsetAsync", code)?;
+    /// assert_eq!(ctx.synchronize_blocking().unwrap_err().acl_code(), Some(AclCode(507015)));
+    /// # unsafe { (api.aclrtFree)(dev) };
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn synchronize_blocking(&self) -> Result<()> {
         self.bind()?;
         // SAFETY: no arguments; the context is bound on this thread.

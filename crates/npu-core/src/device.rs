@@ -29,6 +29,16 @@ pub struct Device {
 }
 
 /// A device attribute for [`Device::attribute`] (`aclrtDevAttr`).
+///
+/// ```
+/// use npu_core::{Device, DeviceAttr};
+///
+/// let device = Device::open(0)?;
+/// assert!(device.attribute(DeviceAttr::AicoreCoreNum)? > 0);
+/// let memory = device.attribute(DeviceAttr::TotalGlobalMemSize)?;
+/// assert_eq!(memory, device.memory_info(npu_core::MemAttr::Normal)?.total as i64);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DeviceAttr {
@@ -58,6 +68,14 @@ pub enum DeviceAttr {
 
 impl DeviceAttr {
     /// The `aclrtDevAttr` value.
+    ///
+    /// ```
+    /// use npu_core::{DeviceAttr, ffi};
+    ///
+    /// assert_eq!(DeviceAttr::NpuArch.raw(), ffi::ACL_DEV_ATTR_NPU_ARCH);
+    /// // An attribute without a variant of its own passes through unchanged.
+    /// assert_eq!(DeviceAttr::Raw(ffi::ACL_DEV_ATTR_SMP_ID).raw(), ffi::ACL_DEV_ATTR_SMP_ID);
+    /// ```
     pub fn raw(self) -> ffi::aclrtDevAttr {
         match self {
             DeviceAttr::AicpuCoreNum => ffi::ACL_DEV_ATTR_AICPU_CORE_NUM,
@@ -76,6 +94,16 @@ impl DeviceAttr {
 }
 
 /// Which memory [`Device::memory_info`] reports on (`aclrtMemAttr`).
+///
+/// ```
+/// use npu_core::{Device, MemAttr};
+///
+/// let device = Device::open(0)?;
+/// let normal = device.memory_info(MemAttr::Normal)?;
+/// let huge = device.memory_info(MemAttr::Huge)?;
+/// assert!(normal.total > 0 && huge.free <= huge.total);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum MemAttr {
@@ -93,6 +121,13 @@ pub enum MemAttr {
 
 impl MemAttr {
     /// The `aclrtMemAttr` value.
+    ///
+    /// ```
+    /// use npu_core::{MemAttr, ffi};
+    ///
+    /// assert_eq!(MemAttr::Hbm.raw(), ffi::ACL_HBM_MEM);
+    /// assert_eq!(MemAttr::Raw(ffi::ACL_MEM_P2P_HUGE1G).raw(), ffi::ACL_MEM_P2P_HUGE1G);
+    /// ```
     pub fn raw(self) -> ffi::aclrtMemAttr {
         match self {
             MemAttr::Normal => ffi::ACL_MEM_NORMAL,
@@ -105,6 +140,16 @@ impl MemAttr {
 }
 
 /// Free and total bytes of one kind of device memory.
+///
+/// ```
+/// use npu_core::{Device, MemAttr};
+///
+/// let info = Device::open(0)?.memory_info(MemAttr::Normal)?;
+/// assert!(info.free <= info.total);
+/// let capacity = npu_sim::SimConfig::current().unwrap().memory_per_device;
+/// assert_eq!(info.total as u64, capacity); // npu-sim reports its configured capacity
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemInfo {
     /// Bytes not allocated.
@@ -114,6 +159,14 @@ pub struct MemInfo {
 }
 
 /// Stream priorities the device accepts; numerically smaller is more urgent.
+///
+/// ```
+/// use npu_core::Device;
+///
+/// let range = Device::open(0)?.stream_priority_range()?;
+/// assert_eq!((range.greatest, range.least), (0, 7)); // npu-sim's range
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PriorityRange {
     /// The least urgent priority (the largest number).
@@ -123,6 +176,13 @@ pub struct PriorityRange {
 }
 
 /// Device health (`aclrtQueryDeviceStatus`).
+///
+/// ```
+/// use npu_core::{Device, DeviceStatus};
+///
+/// assert_eq!(Device::open(0)?.status()?, DeviceStatus::Normal);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceStatus {
     /// Working normally.
@@ -133,11 +193,32 @@ pub enum DeviceStatus {
 
 impl Device {
     /// Opens device `id` on the [global runtime](Runtime::global).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let device = Device::open(0)?;
+    /// assert_eq!(device.id(), 0);
+    /// let missing = Device::open(64).unwrap_err();
+    /// assert!(missing.to_string().contains("device 64 does not exist"), "{missing}");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn open(id: u32) -> Result<Device> {
         Device::open_on(&Runtime::global()?, id)
     }
 
     /// The number of devices visible to the [global runtime](Runtime::global).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let count = Device::count()?;
+    /// for id in 0..count {
+    ///     Device::open(id)?;
+    /// }
+    /// assert!(Device::open(count).is_err());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn count() -> Result<u32> {
         Runtime::global()?.device_count()
     }
@@ -161,26 +242,69 @@ impl Device {
     }
 
     /// The device id (a logical index after `ASCEND_RT_VISIBLE_DEVICES` filtering).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// assert_eq!(Device::open(1)?.id(), 1);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn id(&self) -> u32 {
         self.primary.device_id()
     }
 
     /// The runtime this device belongs to.
+    ///
+    /// ```
+    /// use npu_core::{Device, Runtime};
+    ///
+    /// let device = Device::open(0)?;
+    /// assert!(device.runtime().same_library(&Runtime::global()?));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn runtime(&self) -> &Runtime {
         self.primary.runtime()
     }
 
     /// The device's primary context, shared by every handle of this device.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let (a, b) = (Device::open(0)?, Device::open(0)?);
+    /// assert!(a.primary_context().is_primary());
+    /// assert!(a.primary_context().same(b.primary_context()), "one primary context per device");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn primary_context(&self) -> &Context {
         &self.primary
     }
 
     /// Creates an explicit context on this device.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let device = Device::open(0)?;
+    /// let ctx = device.create_context()?;
+    /// assert!(!ctx.is_primary());
+    /// assert_eq!(ctx.device(), device);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn create_context(&self) -> Result<Context> {
         Context::create(self)
     }
 
     /// One device attribute (`aclrtGetDeviceInfo`).
+    ///
+    /// ```
+    /// use npu_core::{Device, DeviceAttr};
+    ///
+    /// let device = Device::open(0)?;
+    /// assert_eq!(device.attribute(DeviceAttr::NpuArch)?, 2201); // Atlas A2, as npu-sim reports
+    /// assert_eq!(device.attribute(DeviceAttr::IsVirtual)?, 0);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn attribute(&self, attr: DeviceAttr) -> Result<i64> {
         let mut value = 0i64;
         let (id, raw) = (self.id(), attr.raw());
@@ -190,11 +314,33 @@ impl Device {
     }
 
     /// The SoC name of the devices in this process (`aclrtGetSocName`).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let name = Device::open(0)?.soc_name();
+    /// assert_eq!(name, Some(npu_sim::SimConfig::current().unwrap().soc_name));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn soc_name(&self) -> Option<String> {
         self.runtime().soc_name()
     }
 
     /// Free and total memory of one kind (`aclrtGetMemInfo`, on this device's context).
+    ///
+    /// ```
+    /// use npu_core::{Device, MemAttr};
+    ///
+    /// let device = Device::open(1)?;
+    /// let before = device.memory_info(MemAttr::Normal)?;
+    /// let (rt, mut ptr) = (device.runtime(), std::ptr::null_mut());
+    /// device.primary_context().bind()?;
+    /// // SAFETY: `ptr` is a valid out-pointer; the device's context is current.
+    /// rt.check("aclrtMalloc", unsafe { (rt.api().aclrtMalloc)(&mut ptr, 1 << 20, 0) })?;
+    /// assert!(device.memory_info(MemAttr::Normal)?.free <= before.free - (1 << 20));
+    /// # unsafe { (rt.api().aclrtFree)(ptr) };
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn memory_info(&self, attr: MemAttr) -> Result<MemInfo> {
         self.primary.bind()?;
         let (mut free, mut total) = (0usize, 0usize);
@@ -209,6 +355,15 @@ impl Device {
     }
 
     /// The stream priorities this device accepts.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let range = Device::open(0)?.stream_priority_range()?;
+    /// let urgent = range.greatest; // the most urgent priority, for a latency-critical stream
+    /// assert!(urgent <= range.least);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn stream_priority_range(&self) -> Result<PriorityRange> {
         self.primary.bind()?;
         let (mut least, mut greatest) = (0i32, 0i32);
@@ -223,6 +378,16 @@ impl Device {
     }
 
     /// Health of the device (`aclrtQueryDeviceStatus`).
+    ///
+    /// ```standalone_crate
+    /// use npu_core::{Device, DeviceStatus};
+    ///
+    /// let device = Device::open(1)?;
+    /// assert_eq!(device.status()?, DeviceStatus::Normal);
+    /// npu_sim::control::lose_device(1).unwrap(); // irreversible: this example runs alone
+    /// assert_eq!(device.status()?, DeviceStatus::Abnormal);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn status(&self) -> Result<DeviceStatus> {
         let mut status: ffi::aclrtDeviceStatus = ffi::ACL_RT_DEVICE_STATUS_NORMAL;
         let id = self.id() as i32;
@@ -250,6 +415,15 @@ impl Device {
     }
 
     /// Whether this device can access `peer`'s memory (`aclrtDeviceCanAccessPeer`).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let (a, b) = (Device::open(0)?, Device::open(1)?);
+    /// assert!(a.can_access_peer(&b)?); // every pair of simulated devices can
+    /// assert!(a.can_access_peer(&a).is_err(), "a device is not its own peer");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
         self.check_peer("Device::can_access_peer", peer)?;
         let mut can = 0i32;
@@ -300,6 +474,17 @@ impl Device {
 }
 
 /// Keeps peer access from one device to another enabled; see [`Device::enable_peer_access`].
+///
+/// ```
+/// use npu_core::Device;
+///
+/// let (a, b) = (Device::open(0)?, Device::open(1)?);
+/// let first = a.enable_peer_access(&b)?;
+/// let second = a.enable_peer_access(&b)?; // nests: ACL is not asked twice
+/// drop(first); // access stays enabled while `second` lives
+/// assert_eq!(second.peer(), &b);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[must_use = "peer access is disabled again when the guard is dropped"]
 pub struct PeerAccess {
     from: Device,
@@ -308,11 +493,27 @@ pub struct PeerAccess {
 
 impl PeerAccess {
     /// The device that gained access.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let (a, b) = (Device::open(0)?, Device::open(1)?);
+    /// assert_eq!(a.enable_peer_access(&b)?.from(), &a);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn from(&self) -> &Device {
         &self.from
     }
 
     /// The device whose memory became accessible.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let (a, b) = (Device::open(0)?, Device::open(1)?);
+    /// assert_eq!(a.enable_peer_access(&b)?.peer().id(), 1);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn peer(&self) -> &Device {
         &self.peer
     }

@@ -7,6 +7,16 @@ use std::path::PathBuf;
 use crate::code::{AclCode, ErrorClass};
 
 /// Result alias used across npu-rs.
+///
+/// ```
+/// use npu_core::{Device, Result};
+///
+/// fn devices() -> Result<u32> {
+///     Device::count() // the error type defaults to npu_core::Error
+/// }
+/// assert!(devices()? >= 1);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in npu-rs.
@@ -51,6 +61,20 @@ pub enum Error {
 
 impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
+    ///
+    /// ```
+    /// use npu_core::Error;
+    ///
+    /// fn check_even(len: usize) -> Result<(), Error> {
+    ///     if len % 2 == 1 {
+    ///         return Err(Error::invalid("check_even", "len", format!("{len} is odd")));
+    ///     }
+    ///     Ok(())
+    /// }
+    /// let err = check_even(3).unwrap_err();
+    /// assert_eq!(err.to_string(), "check_even: invalid argument `len`: 3 is odd");
+    /// assert!(matches!(err, Error::InvalidArgument { argument: "len", .. }));
+    /// ```
     pub fn invalid(
         api: &'static str,
         argument: &'static str,
@@ -64,6 +88,16 @@ impl Error {
     }
 
     /// The ACL return code, when the error came from an ACL call.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, Error, Runtime};
+    ///
+    /// let rt = Runtime::global()?;
+    /// let failed = rt.check("aclrtMalloc", 207001).unwrap_err();
+    /// assert_eq!(failed.acl_code(), Some(AclCode(207001)));
+    /// assert_eq!(Error::invalid("example", "len", "must not be 0").acl_code(), None);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn acl_code(&self) -> Option<AclCode> {
         match self {
             Error::Acl(e) => Some(e.code),
@@ -73,6 +107,17 @@ impl Error {
 }
 
 /// A failed ACL call: which function, the code it returned and what the runtime said.
+///
+/// ```
+/// use npu_core::{AclCode, Error, Runtime};
+///
+/// let rt = Runtime::global()?;
+/// let Err(Error::Acl(failure)) = rt.check("aclrtFree", 507899) else { unreachable!() };
+/// assert_eq!(failure.api, "aclrtFree");
+/// assert_eq!(failure.code, AclCode(507899));
+/// assert_eq!(failure.code.name(), Some("ACL_ERROR_RT_DRV_INTERNAL_ERROR"));
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AclError {
     /// The ACL function that failed, e.g. `aclrtMemcpyAsync`.
@@ -85,11 +130,29 @@ pub struct AclError {
 
 impl AclError {
     /// Creates an error record for `api` failing with `code`.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError};
+    ///
+    /// let err = AclError::new("aclrtMalloc", AclCode(207001), Some("4096 bytes".into()));
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "aclrtMalloc failed: ACL_ERROR_RT_MEMORY_ALLOCATION (207001): device out of memory \
+    ///      (runtime: 4096 bytes)"
+    /// );
+    /// ```
     pub fn new(api: &'static str, code: AclCode, message: Option<String>) -> Self {
         AclError { api, code, message }
     }
 
     /// The code's class (caller, resource, business or internal).
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, ErrorClass};
+    ///
+    /// let trap = AclError::new("aclrtLaunchKernelWithHostArgs", AclCode(507015), None);
+    /// assert_eq!(trap.class(), ErrorClass::Internal);
+    /// ```
     pub fn class(&self) -> ErrorClass {
         self.code.class()
     }
@@ -111,6 +174,15 @@ impl fmt::Display for AclError {
 impl std::error::Error for AclError {}
 
 /// One place the loader looked for an AscendCL runtime, and why it was not used.
+///
+/// ```
+/// use npu_core::{Error, LoadError, Runtime};
+///
+/// let missing = Runtime::builder().library("/nonexistent/libascendcl.so").build().unwrap_err();
+/// let Error::Load(LoadError::NotFound { tried }) = missing else { unreachable!() };
+/// assert_eq!(tried[0].path, std::path::Path::new("/nonexistent/libascendcl.so"));
+/// assert_eq!(tried[0].reason, "no such file");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadAttempt {
     /// The path or library name handed to the dynamic loader.
@@ -120,6 +192,14 @@ pub struct LoadAttempt {
 }
 
 /// Selecting or loading the ACL runtime failed.
+///
+/// ```
+/// use npu_core::{BackendChoice, LoadError};
+///
+/// let err = "cuda".parse::<BackendChoice>().unwrap_err();
+/// assert_eq!(err, LoadError::InvalidBackend("cuda".into()));
+/// assert_eq!(err.to_string(), "NPU_BACKEND=\"cuda\" is not a backend: use sim, acl or auto");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LoadError {

@@ -27,6 +27,13 @@ pub enum Engine {
 
 impl Engine {
     /// The `aclrtEngineType` value.
+    ///
+    /// ```
+    /// use npu_core::{Engine, ffi};
+    ///
+    /// assert_eq!(Engine::Aic.raw(), ffi::ACL_RT_ENGINE_TYPE_AIC);
+    /// assert_ne!(Engine::Aic.raw(), Engine::Aiv.raw());
+    /// ```
     pub fn raw(self) -> ffi::aclrtEngineType {
         match self {
             Engine::Aic => ffi::ACL_RT_ENGINE_TYPE_AIC,
@@ -54,6 +61,15 @@ pub struct LaunchConfig {
 impl LaunchConfig {
     /// `blocks` blocks on the runtime's default engine. The type rules out 0 blocks, which
     /// ACL rejects.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use npu_core::LaunchConfig;
+    ///
+    /// let config = LaunchConfig::new(NonZeroU32::new(16).unwrap());
+    /// assert_eq!(config.blocks().get(), 16);
+    /// assert_eq!(config.engine_type(), None, "the runtime's default engine");
+    /// ```
     pub fn new(blocks: NonZeroU32) -> Self {
         LaunchConfig {
             blocks,
@@ -62,17 +78,41 @@ impl LaunchConfig {
     }
 
     /// Runs the kernel on `engine`.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use npu_core::{Engine, LaunchConfig};
+    ///
+    /// let config = LaunchConfig::new(NonZeroU32::MIN).engine(Engine::Aic);
+    /// assert_eq!(config.engine_type(), Some(Engine::Aic));
+    /// ```
     pub fn engine(mut self, engine: Engine) -> Self {
         self.engine = Some(engine);
         self
     }
 
     /// The block count.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use npu_core::LaunchConfig;
+    ///
+    /// assert_eq!(LaunchConfig::new(NonZeroU32::new(4).unwrap()).blocks().get(), 4);
+    /// ```
     pub fn blocks(&self) -> NonZeroU32 {
         self.blocks
     }
 
     /// The engine, if one was chosen.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use npu_core::{Engine, LaunchConfig};
+    ///
+    /// let default = LaunchConfig::new(NonZeroU32::MIN);
+    /// assert_eq!(default.engine_type(), None);
+    /// assert_eq!(default.engine(Engine::Aiv).engine_type(), Some(Engine::Aiv));
+    /// ```
     pub fn engine_type(&self) -> Option<Engine> {
         self.engine
     }
@@ -121,15 +161,52 @@ pub struct ArgPacker {
 
 impl ArgPacker {
     /// The most values one launch may take: ACL's limit for `aclrtKernelArgsAppend`.
+    ///
+    /// ```
+    /// use npu_core::ArgPacker;
+    ///
+    /// let mut args = ArgPacker::new("example");
+    /// for _ in 0..ArgPacker::MAX_ARGS {
+    ///     args.push(&[0], 1)?;
+    /// }
+    /// assert!(args.push(&[0], 1).is_err(), "one argument too many");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub const MAX_ARGS: usize = 128;
     /// The most bytes of packed arguments npu-rs accepts. This is npu-rs's own bound, not a
     /// documented ACL limit (the reference records none for host-packed arguments); a lower
     /// limit of the device is reported by ACL at launch.
+    ///
+    /// ```
+    /// use npu_core::ArgPacker;
+    ///
+    /// let mut args = ArgPacker::new("example");
+    /// args.push(&vec![0; ArgPacker::MAX_BYTES], 1)?;
+    /// assert!(args.push(&[0], 1).is_err(), "one byte too many");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub const MAX_BYTES: usize = 64 * 1024;
     /// The largest alignment a value may ask for.
+    ///
+    /// ```
+    /// use npu_core::ArgPacker;
+    ///
+    /// let mut args = ArgPacker::new("example");
+    /// assert_eq!(args.push(&[1], ArgPacker::MAX_ALIGN)?, 0);
+    /// assert!(args.push(&[1], 2 * ArgPacker::MAX_ALIGN).is_err());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub const MAX_ALIGN: usize = 4096;
 
     /// An empty argument buffer; errors will name `api`.
+    ///
+    /// ```
+    /// use npu_core::ArgPacker;
+    ///
+    /// let mut args = ArgPacker::new("my_kernel");
+    /// let err = args.push(&[0; 3], 3).unwrap_err(); // 3 is not a power of two
+    /// assert!(err.to_string().starts_with("my_kernel: invalid argument `args`"), "{err}");
+    /// ```
     pub fn new(api: &'static str) -> Self {
         ArgPacker {
             api,
@@ -141,6 +218,16 @@ impl ArgPacker {
 
     /// Appends `value` at the next multiple of `align` (a power of two, at most
     /// [`MAX_ALIGN`](ArgPacker::MAX_ALIGN)); returns its offset.
+    ///
+    /// ```
+    /// use npu_core::ArgPacker;
+    ///
+    /// // struct { uint16_t tag; float *x; } on a 64-bit host
+    /// let mut args = ArgPacker::new("example");
+    /// assert_eq!(args.push(&7u16.to_ne_bytes(), 2)?, 0);
+    /// assert_eq!(args.push(&0x1000usize.to_ne_bytes(), 8)?, 8); // after 6 bytes of padding
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn push(&mut self, value: &[u8], align: usize) -> Result<usize> {
         let index = self.count;
         if !align.is_power_of_two() || align > Self::MAX_ALIGN {
@@ -184,11 +271,33 @@ impl ArgPacker {
     }
 
     /// How many values were pushed.
+    ///
+    /// ```
+    /// use npu_core::ArgPacker;
+    ///
+    /// let mut args = ArgPacker::new("example");
+    /// args.push(&1u32.to_ne_bytes(), 4)?;
+    /// args.push(&2u32.to_ne_bytes(), 4)?;
+    /// assert_eq!(args.count(), 2);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn count(&self) -> usize {
         self.count
     }
 
     /// The packed arguments, padded to the largest alignment pushed.
+    ///
+    /// ```
+    /// use npu_core::ArgPacker;
+    ///
+    /// let mut args = ArgPacker::new("example");
+    /// args.push(&1u32.to_ne_bytes(), 4)?;
+    /// args.push(&[9], 1)?;
+    /// let bytes = args.into_bytes();
+    /// assert_eq!(bytes.len(), 8, "padded to the u32's alignment, like sizeof in C");
+    /// assert_eq!(bytes[4], 9);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn into_bytes(mut self) -> Vec<u8> {
         let len = self.bytes.len().next_multiple_of(self.align);
         self.bytes.resize(len, 0);

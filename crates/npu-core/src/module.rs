@@ -97,6 +97,13 @@ pub enum BinaryMagic {
 
 impl BinaryMagic {
     /// The `ACL_RT_BINARY_MAGIC_ELF_*` value.
+    ///
+    /// ```
+    /// use npu_core::{BinaryMagic, ffi};
+    ///
+    /// assert_eq!(BinaryMagic::AiCore.raw(), ffi::ACL_RT_BINARY_MAGIC_ELF_AICORE);
+    /// assert_eq!(BinaryMagic::CubeCore.raw(), ffi::ACL_RT_BINARY_MAGIC_ELF_CUBE_CORE);
+    /// ```
     pub fn raw(self) -> u32 {
         match self {
             BinaryMagic::AiCore => ffi::ACL_RT_BINARY_MAGIC_ELF_AICORE,
@@ -109,12 +116,35 @@ impl BinaryMagic {
 impl ModuleLoader {
     /// Whether ACL may defer copying the binary to the device until a kernel is first looked
     /// up (`ACL_RT_BINARY_LOAD_OPT_LAZY_LOAD`).
+    ///
+    /// ```
+    /// use npu_core::{Device, Module};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let loader = Module::loader(&ctx).lazy_load(true);
+    /// // SAFETY: npu-sim's shipped kernel library, built for the simulator's kernel ABI.
+    /// let module = unsafe { loader.file(npu_sim::kernel::LIBRARY_PATH) }?;
+    /// assert_eq!(module.function("reduce_sum_f32")?.name(), "reduce_sum_f32");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn lazy_load(mut self, lazy: bool) -> Self {
         self.lazy_load = Some(lazy);
         self
     }
 
     /// The kind of device ELF (`ACL_RT_BINARY_LOAD_OPT_MAGIC`).
+    ///
+    /// ```
+    /// use npu_core::{BinaryMagic, Device, Module};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let image = npu_sim::kernel::registry_image(&["vector_add_f32"]);
+    /// let loader = Module::loader(&ctx).magic(BinaryMagic::AiCore); // npu-sim ignores it
+    /// // SAFETY: a registry image names in-process kernels; loading it runs no code.
+    /// let module = unsafe { loader.data(&image) }?;
+    /// module.function("vector_add_f32")?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn magic(mut self, magic: BinaryMagic) -> Self {
         self.magic = Some(magic);
         self
@@ -140,6 +170,20 @@ impl ModuleLoader {
     /// ACL wants an absolute path; a relative one is made absolute against the current
     /// directory first. A path with a NUL byte is rejected before ACL is called; a missing or
     /// unreadable file is ACL's `ACL_ERROR_RT_FILE_OPEN` (107009).
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use npu_core::{AclCode, Device, Module};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// // SAFETY: npu-sim's shipped kernel library, built for the simulator's kernel ABI.
+    /// let module = unsafe { Module::loader(&ctx).file(npu_sim::kernel::LIBRARY_PATH) }?;
+    /// assert_eq!(module.path(), Some(Path::new(npu_sim::kernel::LIBRARY_PATH)));
+    /// // SAFETY: nothing is loaded: the file does not exist.
+    /// let missing = unsafe { Module::loader(&ctx).file("/nonexistent/kernels.so") }.unwrap_err();
+    /// assert_eq!(missing.acl_code(), Some(AclCode(107009)));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     ///
     /// # Safety
     ///
@@ -169,6 +213,19 @@ impl ModuleLoader {
 
     /// Loads a binary from memory (`aclrtBinaryLoadFromData`). The bytes are copied and kept
     /// until the binary is unloaded. Empty data is rejected before ACL is called.
+    ///
+    /// ```
+    /// use npu_core::{Device, Module};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let image = npu_sim::kernel::registry_image(&["scale_f32"]);
+    /// // SAFETY: a registry image names in-process kernels; loading it runs no code.
+    /// let module = unsafe { Module::loader(&ctx).data(&image) }?;
+    /// assert_eq!(module.path(), None);
+    /// // SAFETY: nothing is loaded: empty data is rejected first.
+    /// assert!(unsafe { Module::loader(&ctx).data(&[]) }.is_err());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     ///
     /// # Safety
     ///
@@ -226,6 +283,17 @@ impl ModuleLoader {
 
 impl Module {
     /// A loader for binaries in `context`, to set load options.
+    ///
+    /// ```
+    /// use npu_core::{Device, Module};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let image = npu_sim::kernel::registry_image(&[]); // every registered kernel
+    /// // SAFETY: a registry image names in-process kernels; loading it runs no code.
+    /// let module = unsafe { Module::loader(&ctx).lazy_load(false).data(&image) }?;
+    /// assert!(module.context().same(&ctx));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn loader(context: &Context) -> ModuleLoader {
         ModuleLoader {
             context: context.clone(),
@@ -235,6 +303,18 @@ impl Module {
     }
 
     /// Loads the binary at `path` in `context`; see [`ModuleLoader::file`].
+    ///
+    /// ```
+    /// use npu_core::{Device, Module};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// // SAFETY: npu-sim's shipped kernel library, built for the simulator's kernel ABI.
+    /// let module = unsafe { Module::from_file(&ctx, npu_sim::kernel::LIBRARY_PATH) }?;
+    /// for kernel in ["vector_add_f32", "scale_f32", "reduce_sum_f32"] {
+    ///     module.function(kernel)?;
+    /// }
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     ///
     /// # Safety
     ///
@@ -281,6 +361,20 @@ impl Module {
     /// An empty name or one with a NUL byte is rejected before ACL is called; a name the
     /// binary does not define is ACL's error (`ACL_ERROR_RT_SYMBOL_NOT_FOUND`, 107042, on
     /// npu-sim).
+    ///
+    /// ```
+    /// use npu_core::{AclCode, Device, Module};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let image = npu_sim::kernel::registry_image(&["scale_f32"]);
+    /// // SAFETY: a registry image names in-process kernels; loading it runs no code.
+    /// let module = unsafe { Module::from_data(&ctx, &image) }?;
+    /// assert_eq!(module.function("scale_f32")?.name(), "scale_f32");
+    /// let missing = module.function("vector_add_f32").unwrap_err(); // not in the image
+    /// assert_eq!(missing.acl_code(), Some(AclCode(107042)));
+    /// assert!(module.function("").is_err());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn function(&self, name: &str) -> Result<Function> {
         const API: &str = "Module::function";
         if name.is_empty() {
@@ -309,11 +403,33 @@ impl Module {
     }
 
     /// The context the binary was loaded in.
+    ///
+    /// ```
+    /// use npu_core::{Device, Module};
+    ///
+    /// let ctx = Device::open(0)?.create_context()?;
+    /// let image = npu_sim::kernel::registry_image(&[]);
+    /// // SAFETY: a registry image names in-process kernels; loading it runs no code.
+    /// let module = unsafe { Module::from_data(&ctx, &image) }?;
+    /// assert!(module.context().same(&ctx));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn context(&self) -> &Context {
         &self.inner.context
     }
 
     /// The path the binary was loaded from, if it came from a file.
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use npu_core::{Device, Module};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// // SAFETY: npu-sim's shipped kernel library, built for the simulator's kernel ABI.
+    /// let module = unsafe { Module::from_file(&ctx, npu_sim::kernel::LIBRARY_PATH) }?;
+    /// assert_eq!(module.path(), Some(Path::new(npu_sim::kernel::LIBRARY_PATH)));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn path(&self) -> Option<&Path> {
         match &self.inner.source {
             Source::File(path) => Some(path),
@@ -322,6 +438,23 @@ impl Module {
     }
 
     /// The raw handle. Using it is `unsafe`; `self` must outlive every use.
+    ///
+    /// ```
+    /// use npu_core::{Device, Module};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let image = npu_sim::kernel::registry_image(&["scale_f32"]);
+    /// // SAFETY: a registry image names in-process kernels; loading it runs no code.
+    /// let module = unsafe { Module::from_data(&ctx, &image) }?;
+    /// let (rt, mut function) = (ctx.runtime(), std::ptr::null_mut());
+    /// let get_function = rt.api().aclrtBinaryGetFunction.expect("an optional ACL function");
+    /// ctx.bind()?;
+    /// // SAFETY: the binary is loaded (`module` lives), the name is NUL-terminated and
+    /// // `function` is a valid out-pointer.
+    /// let code = unsafe { get_function(module.as_raw(), c"scale_f32".as_ptr(), &mut function) };
+    /// rt.check("aclrtBinaryGetFunction", code)?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn as_raw(&self) -> ffi::aclrtBinHandle {
         self.inner.handle
     }
@@ -390,21 +523,71 @@ unsafe impl Sync for FunctionInner {}
 
 impl Function {
     /// The kernel's name.
+    ///
+    /// ```
+    /// use npu_core::{Device, Module};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// // SAFETY: npu-sim's shipped kernel library, built for the simulator's kernel ABI.
+    /// let module = unsafe { Module::from_file(&ctx, npu_sim::kernel::LIBRARY_PATH) }?;
+    /// assert_eq!(module.function("scale_f32")?.name(), "scale_f32");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn name(&self) -> &str {
         &self.inner.name
     }
 
     /// The binary the kernel belongs to.
+    ///
+    /// ```
+    /// use npu_core::{Device, Module};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let function = {
+    ///     // SAFETY: npu-sim's shipped kernel library, built for the simulator's kernel ABI.
+    ///     let module = unsafe { Module::from_file(&ctx, npu_sim::kernel::LIBRARY_PATH) }?;
+    ///     module.function("scale_f32")?
+    /// }; // `module` is gone, but the function keeps the binary loaded:
+    /// let add = function.module().function("vector_add_f32")?;
+    /// assert_eq!(add.module().as_raw(), function.module().as_raw());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn module(&self) -> &Module {
         &self.inner.module
     }
 
     /// The context the binary was loaded in: launches bind it.
+    ///
+    /// ```
+    /// use npu_core::{Device, Module};
+    ///
+    /// let ctx = Device::open(1)?.create_context()?;
+    /// let image = npu_sim::kernel::registry_image(&["scale_f32"]);
+    /// // SAFETY: a registry image names in-process kernels; loading it runs no code.
+    /// let scale = unsafe { Module::from_data(&ctx, &image) }?.function("scale_f32")?;
+    /// assert!(scale.context().same(&ctx));
+    /// assert_eq!(scale.context().device_id(), 1);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn context(&self) -> &Context {
         self.inner.module.context()
     }
 
     /// The raw handle. Using it is `unsafe`; `self` must outlive every use.
+    ///
+    /// ```
+    /// use npu_core::{Device, Module};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let image = npu_sim::kernel::registry_image(&["scale_f32"]);
+    /// // SAFETY: a registry image names in-process kernels; loading it runs no code.
+    /// let scale = unsafe { Module::from_data(&ctx, &image) }?.function("scale_f32")?;
+    /// let (rt, mut args) = (ctx.runtime(), std::ptr::null_mut());
+    /// let args_init = rt.api().aclrtKernelArgsInit.expect("an optional ACL function");
+    /// // SAFETY: the function is loaded (`scale` lives) and `args` is a valid out-pointer.
+    /// rt.check("aclrtKernelArgsInit", unsafe { args_init(scale.as_raw(), &mut args) })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn as_raw(&self) -> ffi::aclrtFuncHandle {
         self.inner.handle
     }

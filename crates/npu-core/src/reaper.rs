@@ -54,6 +54,15 @@ pub(crate) fn run_later(actions: Vec<Action>) {
 
 /// Runs `release` on the reaper thread: for dropping something whose destructor may block
 /// (destroying a stream waits for its work) from a thread that must not block.
+///
+/// ```
+/// let (tx, rx) = std::sync::mpsc::channel();
+/// npu_core::reaper::release_later(move || {
+///     let thread = std::thread::current().name().map(str::to_owned);
+///     tx.send(thread).unwrap();
+/// });
+/// assert_eq!(rx.recv().unwrap().as_deref(), Some("npu-reaper"));
+/// ```
 pub fn release_later(release: impl FnOnce() + Send + 'static) {
     run_later(vec![Box::new(release)]);
 }
@@ -64,7 +73,14 @@ pub fn release_later(release: impl FnOnce() + Send + 'static) {
 /// it.
 ///
 /// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicBool, Ordering};
+///
+/// let released = Arc::new(AtomicBool::new(false));
+/// let flag = released.clone();
+/// npu_core::reaper::release_later(move || flag.store(true, Ordering::SeqCst));
 /// npu_core::reaper::flush();
+/// assert!(released.load(Ordering::SeqCst));
 /// ```
 pub fn flush() {
     let (tx, rx) = channel();

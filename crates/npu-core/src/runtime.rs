@@ -51,6 +51,15 @@ fn shared_states() -> &'static Mutex<HashMap<usize, SharedState>> {
 }
 
 /// Configures and builds a [`Runtime`].
+///
+/// ```
+/// use npu_core::{BackendChoice, Runtime};
+///
+/// let builder = Runtime::builder().backend(BackendChoice::Sim);
+/// let rt = builder.build()?;
+/// assert_eq!(rt.device(0)?.id(), 0);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct RuntimeBuilder {
     choice: Option<BackendChoice>,
@@ -59,23 +68,61 @@ pub struct RuntimeBuilder {
 
 impl RuntimeBuilder {
     /// Selects the backend; without this, `NPU_BACKEND` decides (default `auto`).
+    ///
+    /// ```
+    /// use npu_core::{Backend, BackendChoice, Runtime};
+    ///
+    /// let rt = Runtime::builder().backend(BackendChoice::Sim).build()?;
+    /// assert_eq!(rt.backend(), &Backend::Simulator);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn backend(mut self, choice: BackendChoice) -> Self {
         self.choice = Some(choice);
         self
     }
 
     /// Uses the AscendCL runtime library at `path` (for example npu-sim's `libascendcl.so`).
+    ///
+    /// ```
+    /// use npu_core::Runtime;
+    ///
+    /// // npu-sim's cdylib or CANN's lib64/libascendcl.so; a missing file is named in the error.
+    /// let err = Runtime::builder().library("/nonexistent/libascendcl.so").build().unwrap_err();
+    /// assert!(err.to_string().contains("/nonexistent/libascendcl.so: no such file"), "{err}");
+    /// ```
     pub fn library(self, path: impl Into<PathBuf>) -> Self {
         self.backend(BackendChoice::Library(path.into()))
     }
 
     /// Passes a JSON configuration file to `aclInit` when this runtime initialises ACL.
+    ///
+    /// ```standalone_crate
+    /// use npu_core::{BackendChoice, Runtime};
+    ///
+    /// // npu-sim reads its own configuration from the "npu_sim" key of aclInit's file.
+    /// let path = std::env::temp_dir().join(format!("npu-doc-acl-{}.json", std::process::id()));
+    /// std::fs::write(&path, r#"{"npu_sim": {"devices": 3}}"#).unwrap();
+    /// let rt = Runtime::builder().backend(BackendChoice::Sim).acl_config(&path).build()?;
+    /// assert_eq!(rt.device_count()?, 3);
+    /// # std::fs::remove_file(&path).ok();
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn acl_config(mut self, path: impl Into<PathBuf>) -> Self {
         self.config = Some(path.into());
         self
     }
 
     /// Loads the runtime and takes an `aclInit` reference on it.
+    ///
+    /// ```
+    /// use npu_core::{BackendChoice, Runtime};
+    ///
+    /// let rt = Runtime::builder().backend(BackendChoice::Sim).build()?;
+    /// assert!(rt.device_count()? >= 1);
+    /// let no_runtime = Runtime::builder().library("/nonexistent/libascendcl.so").build();
+    /// assert!(no_runtime.is_err());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn build(self) -> Result<Runtime> {
         let choice = match self.choice {
             Some(choice) => choice,
@@ -148,6 +195,14 @@ fn recent_message(loaded: &Loaded) -> Option<String> {
 
 impl Runtime {
     /// A builder for a runtime with an explicit backend or `aclInit` configuration.
+    ///
+    /// ```
+    /// use npu_core::{BackendChoice, Runtime};
+    ///
+    /// let rt = Runtime::builder().backend(BackendChoice::Sim).build()?;
+    /// assert!(rt.same_library(&Runtime::builder().backend(BackendChoice::Sim).build()?));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn builder() -> RuntimeBuilder {
         RuntimeBuilder::default()
     }
@@ -155,12 +210,30 @@ impl Runtime {
     /// The shared process-wide runtime, selected by `NPU_BACKEND` on first use.
     ///
     /// Every later call returns the same runtime (or the same error).
+    ///
+    /// ```
+    /// use npu_core::{Device, Runtime};
+    ///
+    /// let rt = Runtime::global()?;
+    /// assert!(rt.same_library(&Runtime::global()?));
+    /// assert!(rt.same_library(Device::open(0)?.runtime()), "Device::open uses it");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn global() -> Result<Runtime> {
         static GLOBAL: OnceLock<Result<Runtime, Error>> = OnceLock::new();
         GLOBAL.get_or_init(|| Runtime::builder().build()).clone()
     }
 
     /// The runtime that was loaded.
+    ///
+    /// ```
+    /// use npu_core::{Backend, BackendChoice, Runtime};
+    ///
+    /// let rt = Runtime::builder().backend(BackendChoice::Sim).build()?;
+    /// assert_eq!(rt.backend(), &Backend::Simulator);
+    /// assert_eq!(rt.backend().to_string(), "npu-sim (in-process)");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn backend(&self) -> &Backend {
         &self.inner.loaded.backend
     }
@@ -170,11 +243,33 @@ impl Runtime {
     /// Obtaining it is safe; calling through it is `unsafe` and bypasses every guarantee npu-rs
     /// gives. If you change the current context through it, call
     /// [`Context::forget_binding`](crate::Context::forget_binding) afterwards.
+    ///
+    /// ```
+    /// use npu_core::Runtime;
+    ///
+    /// let rt = Runtime::global()?;
+    /// let mut count = 0u32;
+    /// // SAFETY: `count` is a valid out-pointer.
+    /// rt.check("aclrtGetDeviceCount", unsafe { (rt.api().aclrtGetDeviceCount)(&mut count) })?;
+    /// assert_eq!(count, rt.device_count()?);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn api(&self) -> &'static ffi::AclApi {
         &self.inner.loaded.api
     }
 
     /// Turns an ACL return code into a `Result`, attaching `aclGetRecentErrMsg` on failure.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, Runtime};
+    ///
+    /// let rt = Runtime::global()?;
+    /// assert!(rt.check("aclrtMalloc", 0).is_ok());
+    /// let err = rt.check("aclrtMalloc", 207001).unwrap_err();
+    /// assert_eq!(err.acl_code(), Some(AclCode(207001)));
+    /// assert!(err.to_string().starts_with("aclrtMalloc failed: ACL_ERROR_RT_MEMORY_ALLOCATION"));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn check(&self, api: &'static str, code: ffi::aclError) -> Result<()> {
         if code == ffi::ACL_SUCCESS {
             return Ok(());
@@ -184,6 +279,14 @@ impl Runtime {
 
     /// Identifies the loaded library: ACL's global and thread-local state is per library, so
     /// caches of that state (per device, per thread) are keyed by it.
+    ///
+    /// ```
+    /// use npu_core::{BackendChoice, Runtime};
+    ///
+    /// let sim = || Runtime::builder().backend(BackendChoice::Sim).build();
+    /// assert_eq!(sim()?.library_id(), sim()?.library_id(), "one simulator per process");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn library_id(&self) -> usize {
         self.inner.loaded.id
     }
@@ -195,11 +298,28 @@ impl Runtime {
     }
 
     /// Whether both handles use the same loaded library.
+    ///
+    /// ```
+    /// use npu_core::{BackendChoice, Runtime};
+    ///
+    /// let a = Runtime::builder().backend(BackendChoice::Sim).build()?;
+    /// let b = Runtime::builder().backend(BackendChoice::Sim).build()?;
+    /// assert!(a.same_library(&b), "both use the in-process simulator");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn same_library(&self, other: &Runtime) -> bool {
         self.library_id() == other.library_id()
     }
 
     /// The number of visible devices (`aclrtGetDeviceCount`).
+    ///
+    /// ```
+    /// use npu_core::Runtime;
+    ///
+    /// let count = Runtime::global()?.device_count()?;
+    /// assert_eq!(count, npu_sim::SimConfig::current().unwrap().devices);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn device_count(&self) -> Result<u32> {
         let mut count = 0u32;
         // SAFETY: `count` is a valid out-pointer for the duration of the call.
@@ -208,11 +328,28 @@ impl Runtime {
     }
 
     /// Opens device `id` on this runtime (see [`Device::open`]).
+    ///
+    /// ```
+    /// use npu_core::Runtime;
+    ///
+    /// let rt = Runtime::global()?;
+    /// assert_eq!(rt.device(1)?.id(), 1);
+    /// assert!(rt.device(rt.device_count()?).is_err());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn device(&self, id: u32) -> Result<Device> {
         Device::open_on(self, id)
     }
 
     /// The SoC name (`aclrtGetSocName`), e.g. `Ascend910B3`.
+    ///
+    /// ```
+    /// use npu_core::Runtime;
+    ///
+    /// let name = Runtime::global()?.soc_name();
+    /// assert_eq!(name.as_deref(), Some("Ascend910B3")); // npu-sim's default
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn soc_name(&self) -> Option<String> {
         // SAFETY: no arguments; the result is NULL or a NUL-terminated static string.
         unsafe {
@@ -222,6 +359,14 @@ impl Runtime {
     }
 
     /// The version string of a CANN package (`aclsysGetVersionStr`), e.g. for `"runtime"`.
+    ///
+    /// ```
+    /// use npu_core::Runtime;
+    ///
+    /// let version = Runtime::global()?.package_version("runtime")?;
+    /// assert_eq!(version.split('.').count(), 3, "{version}"); // e.g. npu-sim's "1.17.0"
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn package_version(&self, package: &str) -> Result<String> {
         let mut name = CString::new(package)
             .map_err(|_| Error::invalid("aclsysGetVersionStr", "package", "contains a NUL byte"))?
@@ -239,6 +384,14 @@ impl Runtime {
     }
 
     /// The optional ACL functions the loaded runtime does not export.
+    ///
+    /// ```
+    /// use npu_core::Runtime;
+    ///
+    /// let rt = Runtime::global()?;
+    /// assert!(rt.unsupported_functions().is_empty(), "npu-sim exports every function");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn unsupported_functions(&self) -> Vec<&'static str> {
         self.api().unsupported()
     }

@@ -26,8 +26,9 @@ mod sync {
 /// The completion of one device operation, shared by whoever completes it (the reactor) and
 /// whoever waits for it (a future, a buffer's deferred release).
 ///
-/// Completing wakes the registered waker outside every lock, then hands the deferred actions
-/// to the reaper thread, so nothing a user owns is ever freed on the completing thread.
+/// Completing hands the deferred actions to the reaper thread, then wakes the registered
+/// waker outside every lock, so nothing a user owns is ever freed on the completing thread and
+/// a woken task finds its releases already queued.
 ///
 /// ```
 /// use npu_core::Completion;
@@ -45,6 +46,14 @@ pub struct Completion {
 
 impl Completion {
     /// A new, pending completion.
+    ///
+    /// ```
+    /// use npu_core::Completion;
+    ///
+    /// let done = Completion::new();
+    /// assert!(!done.is_complete());
+    /// assert!(done.result().is_none());
+    /// ```
     pub fn new() -> Self {
         Completion {
             state: Arc::new(state::State::new()),
@@ -56,6 +65,15 @@ impl Completion {
     /// Sends the deferred actions to the reaper thread, then wakes the waiter: a task woken by
     /// the completion finds the releases already queued, so `reaper::flush` after an `.await`
     /// observes them.
+    ///
+    /// ```
+    /// use npu_core::{Completion, Error};
+    ///
+    /// let done = Completion::new();
+    /// done.complete(Ok(()));
+    /// done.complete(Err(Error::invalid("example", "result", "ignored")));
+    /// assert!(done.result().unwrap().is_ok(), "the first result wins");
+    /// ```
     pub fn complete(&self, result: Result<()>) {
         let Some(actions) = self.state.complete(result) else {
             return;
@@ -67,22 +85,63 @@ impl Completion {
     }
 
     /// Whether the operation has completed.
+    ///
+    /// ```
+    /// use npu_core::Completion;
+    ///
+    /// let done = Completion::new();
+    /// let seen = done.clone();
+    /// done.complete(Ok(()));
+    /// assert!(seen.is_complete(), "every clone sees the completion");
+    /// ```
     pub fn is_complete(&self) -> bool {
         self.state.is_complete()
     }
 
     /// The result, once complete.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, Completion};
+    ///
+    /// let done = Completion::new();
+    /// assert!(done.result().is_none(), "still pending");
+    /// done.complete(Err(AclError::new("aclrtMemcpyAsync", AclCode(507015), None).into()));
+    /// let err = done.result().unwrap().unwrap_err();
+    /// assert_eq!(err.acl_code(), Some(AclCode(507015)));
+    /// ```
     pub fn result(&self) -> Option<Result<()>> {
         self.state.value()
     }
 
     /// Polls for the result, registering `cx`'s waker while pending. Only the most recently
     /// registered waker is woken, as with Tokio's single-waiter primitives.
+    ///
+    /// ```
+    /// use std::task::{Context, Poll, Waker};
+    /// use npu_core::Completion;
+    ///
+    /// let done = Completion::new();
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// assert!(done.poll_result(&mut cx).is_pending());
+    /// done.complete(Ok(()));
+    /// assert!(matches!(done.poll_result(&mut cx), Poll::Ready(Ok(()))));
+    /// ```
     pub fn poll_result(&self, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
         self.state.poll(cx.waker())
     }
 
     /// A future resolving to the result.
+    ///
+    /// ```
+    /// use npu_core::Completion;
+    ///
+    /// let done = Completion::new();
+    /// let completer = done.clone();
+    /// std::thread::spawn(move || completer.complete(Ok(())));
+    /// tokio_test::block_on(done.wait())?;
+    /// assert!(done.is_complete());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn wait(&self) -> Wait {
         Wait {
             completion: self.clone(),
@@ -125,6 +184,17 @@ impl Completion {
 
     /// Runs `action` after completion, on the reaper thread; at once on this thread if the
     /// operation already completed.
+    ///
+    /// ```
+    /// use npu_core::Completion;
+    ///
+    /// let done = Completion::new();
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// done.defer(move || tx.send("released").unwrap());
+    /// assert!(rx.try_recv().is_err(), "nothing runs before completion");
+    /// done.complete(Ok(()));
+    /// assert_eq!(rx.recv().unwrap(), "released"); // sent from the reaper thread
+    /// ```
     pub fn defer(&self, action: impl FnOnce() + Send + 'static) {
         if let Some(action) = self.state.defer(Box::new(action)) {
             action();
@@ -132,6 +202,14 @@ impl Completion {
     }
 
     /// Whether two handles refer to the same operation.
+    ///
+    /// ```
+    /// use npu_core::Completion;
+    ///
+    /// let done = Completion::new();
+    /// assert!(done.same(&done.clone()));
+    /// assert!(!done.same(&Completion::new()));
+    /// ```
     pub fn same(&self, other: &Completion) -> bool {
         Arc::ptr_eq(&self.state, &other.state)
     }
@@ -154,6 +232,17 @@ impl fmt::Debug for Completion {
 /// Future returned by [`Completion::wait`].
 ///
 /// Cancel safety: dropping it only stops waiting; the operation is unaffected.
+///
+/// ```
+/// use npu_core::Completion;
+///
+/// let done = Completion::new();
+/// drop(done.wait()); // stops waiting; the operation is unaffected
+/// let wait = done.wait();
+/// done.complete(Ok(()));
+/// tokio_test::block_on(wait)?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug)]
 #[must_use = "futures do nothing unless polled"]
 pub struct Wait {

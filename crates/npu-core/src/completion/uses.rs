@@ -89,11 +89,31 @@ impl Uses {
 
 impl UseList {
     /// An empty list.
+    ///
+    /// ```
+    /// use npu_core::{Settled, UseList};
+    ///
+    /// let uses = UseList::new();
+    /// assert_eq!(uses.pending(), 0);
+    /// assert_eq!(uses.settled(), Some(Settled::Clean), "nothing to wait for");
+    /// ```
     pub fn new() -> Self {
         UseList::default()
     }
 
     /// Records that the operation behind `completion` may touch the resource.
+    ///
+    /// ```
+    /// use npu_core::{Completion, UseList};
+    ///
+    /// let uses = UseList::new();
+    /// let (copy, kernel) = (Completion::new(), Completion::new());
+    /// uses.record(&copy);
+    /// uses.record(&kernel);
+    /// assert_eq!(uses.pending(), 2);
+    /// copy.complete(Ok(()));
+    /// assert_eq!(uses.pending(), 1);
+    /// ```
     pub fn record(&self, completion: &Completion) {
         let mut uses = self.lock();
         uses.prune();
@@ -101,6 +121,17 @@ impl UseList {
     }
 
     /// How many recorded operations have not completed.
+    ///
+    /// ```
+    /// use npu_core::{Completion, UseList};
+    ///
+    /// let uses = UseList::new();
+    /// let finished = Completion::new();
+    /// finished.complete(Ok(()));
+    /// uses.record(&finished);
+    /// uses.record(&Completion::new());
+    /// assert_eq!(uses.pending(), 1, "only the unfinished operation counts");
+    /// ```
     pub fn pending(&self) -> usize {
         self.lock()
             .pending
@@ -155,6 +186,16 @@ impl UseList {
     /// With nothing pending it runs at once on this thread; otherwise on the reaper thread
     /// after the last one. A [`Settled::Failed`] release always runs on the reaper thread,
     /// because it may synchronise the device and the dropping thread must never block.
+    ///
+    /// ```
+    /// use npu_core::{Settled, UseList};
+    ///
+    /// let uses = UseList::new();
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// uses.release(move |settled| tx.send(settled).unwrap());
+    /// // Nothing was pending, so the release already ran, on this thread.
+    /// assert_eq!(rx.try_recv(), Ok(Settled::Clean));
+    /// ```
     pub fn release(&self, release: impl FnOnce(Settled) + Send + 'static) {
         let (pending, failed) = {
             let mut uses = self.lock();
