@@ -11,6 +11,17 @@ use npu_core::{Completion, Context, Error, Result, Settled, UseList, acl_call, a
 use crate::slice::{DeviceSlice, Memory, MemoryMut};
 
 /// How `aclrtMalloc` should back an allocation (`aclrtMemMallocPolicy`).
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::{DeviceBuffer, MallocPolicy, Memory};
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let small = DeviceBuffer::<u8>::with_policy(&ctx, 4096, MallocPolicy::NormalOnly)?;
+/// assert_eq!(small.len(), 4096);
+/// assert_eq!(MallocPolicy::default(), MallocPolicy::HugeFirst);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum MallocPolicy {
@@ -31,6 +42,14 @@ pub enum MallocPolicy {
 
 impl MallocPolicy {
     /// The `aclrtMemMallocPolicy` value.
+    ///
+    /// ```
+    /// use npu_core::ffi;
+    /// use npu_mem::MallocPolicy;
+    ///
+    /// assert_eq!(MallocPolicy::HugeFirst.raw(), ffi::ACL_MEM_MALLOC_HUGE_FIRST);
+    /// assert_eq!(MallocPolicy::NormalOnlyP2p.raw(), ffi::ACL_MEM_MALLOC_NORMAL_ONLY_P2P);
+    /// ```
     pub fn raw(self) -> ffi::aclrtMemMallocPolicy {
         match self {
             MallocPolicy::HugeFirst => ffi::ACL_MEM_MALLOC_HUGE_FIRST,
@@ -116,11 +135,33 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Allocates `len` uninitialised-on-device elements with ACL's default policy.
     ///
     /// The contents are whatever the device memory held; on the simulator, zeros.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let buffer = DeviceBuffer::<f32>::new(&ctx, 256)?;
+    /// assert_eq!(buffer.to_vec_blocking()?, vec![0.0; 256]); // npu-sim's memory starts zeroed
+    /// assert!(DeviceBuffer::<f32>::new(&ctx, 0).is_err(), "ACL rejects empty allocations");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn new(context: &Context, len: usize) -> Result<Self> {
         DeviceBuffer::with_policy(context, len, MallocPolicy::HugeFirst)
     }
 
     /// Allocates with an explicit page policy.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, MallocPolicy, Memory};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// // Memory another device will copy from, once peer access is enabled.
+    /// let shared = DeviceBuffer::<u64>::with_policy(&ctx, 1 << 20, MallocPolicy::HugeFirstP2p)?;
+    /// assert_eq!(shared.byte_len(), 8 << 20);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn with_policy(context: &Context, len: usize, policy: MallocPolicy) -> Result<Self> {
         let bytes = byte_size::<T>("DeviceBuffer::new", len)?;
         context.bind()?;
@@ -142,6 +183,16 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// Allocates a buffer holding a copy of `data`, copying synchronously (blocking).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let buffer = DeviceBuffer::from_host_blocking(&ctx, &[1u16, 2, 3])?;
+    /// assert_eq!(buffer.to_vec_blocking()?, [1, 2, 3]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn from_host_blocking(context: &Context, data: &[T]) -> Result<Self> {
         let mut buffer = DeviceBuffer::new(context, data.len())?;
         buffer.copy_from_host_blocking(data)?;
@@ -149,6 +200,20 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// The raw device address. Using it is `unsafe`; `self` must outlive every use.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let buffer = DeviceBuffer::<u8>::new(&ctx, 16)?;
+    /// let rt = ctx.runtime();
+    /// ctx.bind()?;
+    /// // SAFETY: the buffer holds 16 bytes and no operation uses it.
+    /// rt.check("aclrtMemset", unsafe { (rt.api().aclrtMemset)(buffer.as_raw(), 16, 0xab, 16) })?;
+    /// assert_eq!(buffer.to_vec_blocking()?, [0xab; 16]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn as_raw(&self) -> *mut c_void {
         self.ptr
     }
@@ -156,6 +221,18 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Copies `src` into the buffer with the synchronous `aclrtMemcpy`, blocking this thread.
     ///
     /// Fails if the lengths differ. Use a stream's copy in async code.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let mut buffer = DeviceBuffer::<i32>::new(&ctx, 4)?;
+    /// buffer.copy_from_host_blocking(&[-1, 0, 1, 2])?;
+    /// assert_eq!(buffer.to_vec_blocking()?, [-1, 0, 1, 2]);
+    /// assert!(buffer.copy_from_host_blocking(&[1, 2]).is_err(), "lengths differ");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn copy_from_host_blocking(&mut self, src: &[T]) -> Result<()> {
         self.check_len("DeviceBuffer::copy_from_host_blocking", src.len())?;
         self.context.bind()?;
@@ -174,6 +251,19 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Copies the buffer into `dst` with the synchronous `aclrtMemcpy`, blocking this thread.
     ///
     /// Fails if the lengths differ. Use a stream's copy in async code.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let buffer = DeviceBuffer::from_host_blocking(&ctx, &[5u8; 8])?;
+    /// let mut back = [0u8; 8];
+    /// buffer.copy_to_host_blocking(&mut back)?;
+    /// assert_eq!(back, [5; 8]);
+    /// assert!(buffer.copy_to_host_blocking(&mut [0u8; 9]).is_err(), "lengths differ");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn copy_to_host_blocking(&self, dst: &mut [T]) -> Result<()> {
         self.check_len("DeviceBuffer::copy_to_host_blocking", dst.len())?;
         self.context.bind()?;
@@ -189,6 +279,16 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// Reads the whole buffer into a new `Vec` (blocking).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let buffer = DeviceBuffer::from_host_blocking(&ctx, &[0.5f64, 1.5])?;
+    /// assert_eq!(buffer.to_vec_blocking()?, vec![0.5, 1.5]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn to_vec_blocking(&self) -> Result<Vec<T>> {
         let mut out = vec![T::zeroed(); self.len];
         self.copy_to_host_blocking(&mut out)?;

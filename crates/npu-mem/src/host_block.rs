@@ -34,6 +34,17 @@ pub struct HostAllocConfig {
 
 impl HostAllocConfig {
     /// The module id CANN recommends for application allocations.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{HostAllocConfig, PinnedBuffer};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let config = HostAllocConfig::new().module_id(HostAllocConfig::APP_MODULE);
+    /// let buffer = PinnedBuffer::<u8>::with_config(&ctx, 64, &config)?;
+    /// assert!(buffer.iter().all(|&b| b == 0));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub const APP_MODULE: u16 = 33;
 
     /// A configuration without attributes.

@@ -10,6 +10,21 @@ use npu_core::{Completion, Context, Error, Result};
 /// Memory an asynchronous device operation may access: what every copy, memset and kernel
 /// argument has in common. [`DeviceSlice`] and [`HostSlice`] say which side it lives on.
 ///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::{DeviceBuffer, Memory, PinnedBuffer};
+///
+/// /// Where the memory lives and how big it is, for any kind of memory.
+/// fn describe<M: Memory>(memory: &M) -> (u32, usize) {
+///     (memory.context().device_id(), memory.byte_len())
+/// }
+///
+/// let ctx = Device::open(1)?.primary_context().clone();
+/// assert_eq!(describe(&DeviceBuffer::<f32>::new(&ctx, 8)?), (1, 32));
+/// assert_eq!(describe(&PinnedBuffer::<u8>::new(&ctx, 8)?.view(2..)?), (1, 6));
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+///
 /// # Safety
 ///
 /// Implementors guarantee that:
@@ -23,26 +38,95 @@ pub unsafe trait Memory: Send + 'static {
     type Elem: Pod;
 
     /// The context whose runtime allocated, pinned or registered the memory.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, Memory};
+    ///
+    /// let ctx = Device::open(0)?.create_context()?;
+    /// let buffer = DeviceBuffer::<u8>::new(&ctx, 16)?;
+    /// assert!(buffer.context().same(&ctx));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     fn context(&self) -> &Context;
 
     /// The address of the first element: a device address for device memory, a host pointer
     /// for host memory.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, Memory};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let buffer = DeviceBuffer::<u32>::new(&ctx, 8)?;
+    /// let start = buffer.addr() as usize;
+    /// assert_eq!(buffer.view(2..)?.addr() as usize, start + 2 * 4);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     fn addr(&self) -> *const c_void;
 
     /// The number of elements.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, Memory};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let buffer = DeviceBuffer::<f32>::new(&ctx, 100)?;
+    /// assert_eq!(buffer.len(), 100);
+    /// assert_eq!(buffer.view(..40)?.len(), 40);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     fn len(&self) -> usize;
 
     /// Whether there are no elements.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, Memory};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let buffer = DeviceBuffer::<u8>::new(&ctx, 8)?;
+    /// assert!(!buffer.is_empty()); // an allocation holds at least one element
+    /// assert!(buffer.view(3..3)?.is_empty());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The size in bytes.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{Memory, PinnedBuffer};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// assert_eq!(PinnedBuffer::<u64>::new(&ctx, 10)?.byte_len(), 80);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     fn byte_len(&self) -> usize {
         self.len() * size_of::<Self::Elem>()
     }
 
     /// Records that the operation behind `completion` may access this memory.
+    ///
+    /// ```
+    /// use npu_core::{Completion, Device};
+    /// use npu_mem::{DeviceBuffer, Memory};
+    /// use npu_sim::control::device_stats;
+    ///
+    /// let ctx = Device::open(1)?.primary_context().clone();
+    /// let buffer = DeviceBuffer::<u8>::new(&ctx, 64)?;
+    /// let op = Completion::new();
+    /// buffer.record_use(&op); // what every stream operation does with its buffers
+    /// drop(buffer);
+    /// assert_eq!(device_stats(1).unwrap().live_allocations, 1, "still in use");
+    /// op.complete(Ok(()));
+    /// npu_core::reaper::flush();
+    /// assert_eq!(device_stats(1).unwrap().live_allocations, 0, "freed after the operation");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     fn record_use(&self, completion: &Completion);
 
     /// An owned view of elements `range`.
@@ -68,16 +152,62 @@ pub unsafe trait Memory: Send + 'static {
 
 /// Memory an operation may write: the caller owns it exclusively.
 ///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::{DeviceBuffer, Memory, MemoryMut};
+///
+/// /// Takes memory an operation may write: owned buffers and views of them, not `Arc`s.
+/// fn writable<M: MemoryMut>(memory: M) -> M {
+///     memory
+/// }
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let view = writable(DeviceBuffer::<u8>::new(&ctx, 64)?.view(32..)?);
+/// assert_eq!(view.len(), 32);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+///
 /// # Safety
 ///
 /// As for [`Memory`], and no other live value grants access to the same memory.
 pub unsafe trait MemoryMut: Memory {
     /// The address of the first element, for writing.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, Memory, MemoryMut};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let mut view = DeviceBuffer::<u32>::new(&ctx, 8)?.view(2..)?;
+    /// let start = view.get_ref().addr() as usize;
+    /// assert_eq!(view.addr_mut() as usize, start + 2 * 4);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     fn addr_mut(&mut self) -> *mut c_void;
 }
 
 /// Device memory: a [`DeviceBuffer`](crate::DeviceBuffer), a view of one, or an `Arc` of
 /// either.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::{DeviceBuffer, DeviceSlice, Memory, MemoryMut};
+/// use npu_stream::Stream;
+///
+/// async fn clear<D: DeviceSlice + MemoryMut>(stream: &Stream, dst: D) -> npu_core::Result<D> {
+///     stream.memset(dst, 0).await
+/// }
+///
+/// # tokio_test::block_on(async {
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let stream = Stream::new(&ctx)?;
+/// let buffer = DeviceBuffer::from_host_blocking(&ctx, &[7u8; 4])?;
+/// let buffer = clear(&stream, buffer.view(..2)?).await?.into_inner();
+/// assert_eq!(buffer.to_vec_blocking()?, [0, 0, 7, 7]);
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 ///
 /// # Safety
 ///
@@ -99,12 +229,50 @@ pub unsafe trait DeviceSlice: Memory {}
 ///   `Stream::copy_to_vec_staged(&pool, src)`, which copy through a
 ///   [`PinnedPool`](crate::PinnedPool) block at the price of one extra CPU copy.
 ///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::{HostRegistration, HostSlice, PageAlignedBuffer, PinnedBuffer, RegisterFlags};
+///
+/// fn first<H: HostSlice>(host: &H) -> H::Elem {
+///     // SAFETY: the memory holds at least one initialised element and nothing writes it now.
+///     unsafe { *host.host_ptr() }
+/// }
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// assert_eq!(first(&PinnedBuffer::from_slice(&ctx, &[4u8, 5])?), 4);
+/// let owned = PageAlignedBuffer::from_slice(&[6u8; 4096])?;
+/// assert_eq!(first(&HostRegistration::new(&ctx, owned, RegisterFlags::PINNED)?), 6);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+///
+/// A `Vec` is not accepted where page-locked memory is needed:
+///
+/// ```compile_fail,E0277
+/// # use npu_mem::DeviceBuffer;
+/// # use npu_stream::Stream;
+/// # fn f(stream: &Stream, dst: DeviceBuffer<u8>) {
+/// // error: `Vec<u8>` is not a `HostSlice`
+/// let _ = stream.copy_h2d(vec![0u8; 16], dst);
+/// # }
+/// ```
+///
 /// # Safety
 ///
 /// `addr()` is a host pointer to memory that `context()`'s runtime pinned (`aclrtMallocHost`)
 /// or registered, for at least as long as [`Memory`] requires.
 pub unsafe trait HostSlice: Memory {
     /// The first element, as a host pointer.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{HostSlice, Memory, PinnedBuffer};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let view = PinnedBuffer::from_slice(&ctx, &[1u16, 2, 3])?.view(1..)?;
+    /// // SAFETY: the view holds two initialised elements and nothing writes them now.
+    /// assert_eq!(unsafe { *view.host_ptr() }, 2);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     fn host_ptr(&self) -> *const Self::Elem {
         self.addr().cast()
     }
@@ -185,16 +353,47 @@ impl<S> View<S> {
     }
 
     /// The element offset of the view within the underlying slice.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, Memory};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// assert_eq!(DeviceBuffer::<u8>::new(&ctx, 10)?.view(4..)?.offset(), 4);
+    /// assert_eq!(DeviceBuffer::<u8>::new(&ctx, 10)?.view(..)?.offset(), 0);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn offset(&self) -> usize {
         self.offset
     }
 
     /// Gives back the underlying slice.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, Memory};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let view = DeviceBuffer::<u8>::new(&ctx, 10)?.view(2..4)?;
+    /// let whole: DeviceBuffer<u8> = view.into_inner();
+    /// assert_eq!(whole.len(), 10);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn into_inner(self) -> S {
         self.inner
     }
 
     /// The underlying slice.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{Memory, PinnedBuffer};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let view = PinnedBuffer::from_slice(&ctx, &[1u8, 2, 3, 4])?.view(1..3)?;
+    /// assert_eq!(view.get_ref()[..], [1, 2, 3, 4]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn get_ref(&self) -> &S {
         &self.inner
     }

@@ -96,6 +96,19 @@ type Reply = oneshot::Sender<Granted<HostBlock>>;
 type PoolState = State<HostBlock, Reply>;
 
 /// Options for a [`PinnedPool`].
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::{HostAllocConfig, PinnedPool};
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let pool = PinnedPool::builder(&ctx)
+///     .capacity(1 << 20)
+///     .alloc_config(HostAllocConfig::new().module_id(HostAllocConfig::APP_MODULE))
+///     .build()?;
+/// assert_eq!(pool.capacity(), Some(1 << 20));
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct PinnedPoolBuilder {
     context: Context,

@@ -21,10 +21,32 @@ pub struct RegisterFlags(u32);
 impl RegisterFlags {
     /// Page-lock the memory, so async copies from and to it are real stream tasks
     /// (`ACL_HOST_REG_PINNED`).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{HostRegistration, PageAlignedBuffer, RegisterFlags};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let buffer = PageAlignedBuffer::<u8>::new(4096)?;
+    /// let pinned = HostRegistration::new(&ctx, buffer, RegisterFlags::PINNED)?;
+    /// assert!(pinned.device_ptr().is_none(), "pinned, but not mapped for kernels");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub const PINNED: RegisterFlags = RegisterFlags(ffi::ACL_HOST_REG_PINNED);
     /// Map the memory into the device's address space, for kernels to access through
     /// [`HostRegistration::device_ptr`](crate::HostRegistration::device_ptr)
     /// (`ACL_HOST_REG_MAPPED`).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{HostRegistration, PageAlignedBuffer, RegisterFlags};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let buffer = PageAlignedBuffer::<u8>::new(4096)?;
+    /// let mapped = HostRegistration::new(&ctx, buffer, RegisterFlags::MAPPED)?;
+    /// assert!(mapped.device_ptr().is_some(), "kernels may reach it");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub const MAPPED: RegisterFlags = RegisterFlags(ffi::ACL_HOST_REG_MAPPED);
 
     /// Whether `PINNED` is set.

@@ -32,13 +32,37 @@ pub unsafe trait StableBuffer: Send + Sync + 'static {
     type Elem: Pod;
 
     /// The elements.
+    ///
+    /// ```
+    /// use npu_mem::StableBuffer;
+    ///
+    /// let boxed: Box<[u16]> = vec![1, 2, 3].into_boxed_slice();
+    /// assert_eq!(StableBuffer::as_slice(&boxed), &[1, 2, 3]);
+    /// ```
     fn as_slice(&self) -> &[Self::Elem];
 
     /// The elements, for writing.
+    ///
+    /// ```
+    /// use npu_mem::StableBuffer;
+    ///
+    /// let mut buffer = vec![0u8; 4];
+    /// StableBuffer::as_mut_slice(&mut buffer)[0] = 9;
+    /// assert_eq!(buffer, [9, 0, 0, 0]);
+    /// ```
     fn as_mut_slice(&mut self) -> &mut [Self::Elem];
 
     /// How many bytes to register: the elements' bytes, unless the buffer owns whole pages
     /// beyond them.
+    ///
+    /// ```
+    /// use npu_mem::{PageAlignedBuffer, StableBuffer};
+    ///
+    /// assert_eq!(vec![0u8; 100].registered_bytes(), 100);
+    /// // A page-aligned buffer registers the whole page it owns.
+    /// assert_eq!(PageAlignedBuffer::<u8>::new(100)?.registered_bytes(), 4096);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     fn registered_bytes(&self) -> usize {
         size_of_val(self.as_slice())
     }
