@@ -8,12 +8,66 @@ use crate::op::Op;
 use crate::stream::Stream;
 
 /// ACL's limit on the rows of a 2D copy.
+///
+/// ```
+/// # use npu_core::Device;
+/// use npu_mem::{DeviceBuffer, PinnedBuffer};
+/// use npu_stream::{Copy2d, MAX_2D_HEIGHT, Stream};
+///
+/// # tokio_test::block_on(async {
+/// # let ctx = Device::open(0)?.primary_context().clone();
+/// # let stream = Stream::new(&ctx)?;
+/// let too_tall = Copy2d { width: 1, height: MAX_2D_HEIGHT + 1, src_pitch: 1, dst_pitch: 1 };
+/// let (src, dst) = (PinnedBuffer::<u8>::new(&ctx, 1)?, DeviceBuffer::<u8>::new(&ctx, 1)?);
+/// let err = stream.copy_2d_h2d(src, dst, too_tall).await.unwrap_err();
+/// assert!(err.to_string().contains("exceeds ACL's limit of 5242880 rows"), "{err}");
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 pub const MAX_2D_HEIGHT: usize = 5 * 1024 * 1024;
 /// ACL's limit on the width of a 2D copy, in bytes.
+///
+/// ```
+/// # use npu_core::Device;
+/// use npu_mem::{DeviceBuffer, PinnedBuffer};
+/// use npu_stream::{Copy2d, MAX_2D_WIDTH_BYTES, Stream};
+///
+/// # tokio_test::block_on(async {
+/// # let ctx = Device::open(0)?.primary_context().clone();
+/// # let stream = Stream::new(&ctx)?;
+/// let width = MAX_2D_WIDTH_BYTES / 4 + 1; // u32 elements: one too many bytes per row
+/// let too_wide = Copy2d { width, height: 1, src_pitch: width, dst_pitch: width };
+/// let (src, dst) = (PinnedBuffer::<u32>::new(&ctx, 1)?, DeviceBuffer::<u32>::new(&ctx, 1)?);
+/// let err = stream.copy_2d_h2d(src, dst, too_wide).await.unwrap_err();
+/// assert!(err.to_string().contains("bytes per row"), "{err}");
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 pub const MAX_2D_WIDTH_BYTES: usize = 5_000_000;
 
 /// The shape of a pitched (2D) copy, in elements: `height` rows of `width` elements, rows
 /// `src_pitch` elements apart in the source and `dst_pitch` apart in the destination.
+///
+/// ```
+/// # use npu_core::Device;
+/// use npu_mem::{DeviceBuffer, Memory, PinnedBuffer};
+/// use npu_stream::{Copy2d, Stream};
+///
+/// # tokio_test::block_on(async {
+/// # let ctx = Device::open(0)?.primary_context().clone();
+/// # let stream = Stream::new(&ctx)?;
+/// // Column 1 of a 3×3 row-major matrix: 3 rows of 1 element, 3 elements apart in the source.
+/// let column = Copy2d { width: 1, height: 3, src_pitch: 3, dst_pitch: 1 };
+/// let matrix = PinnedBuffer::from_slice(&ctx, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])?;
+/// let dst = DeviceBuffer::new(&ctx, 3)?;
+/// let (_matrix, dst) = stream.copy_2d_h2d(matrix.view(1..)?, dst, column).await?;
+/// assert_eq!(dst.to_vec_blocking()?, [2.0, 5.0, 8.0]);
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Copy2d {
     /// Elements copied per row.
@@ -151,6 +205,22 @@ impl Stream {
     /// Copies device memory to page-locked host memory (`aclrtMemcpyAsync`, device to host).
     ///
     /// Resolves to `(src, dst)`. Cancel safety as for [`copy_h2d`](Stream::copy_h2d).
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, PinnedBuffer};
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// let device = DeviceBuffer::from_host_blocking(&ctx, &[9u32; 4])?;
+    /// let (_device, host) = stream.copy_d2h(device, PinnedBuffer::new(&ctx, 4)?).await?;
+    /// assert_eq!(&host[..], &[9; 4]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn copy_d2h<S, D>(&self, src: S, dst: D) -> Op<(S, D)>
     where
         S: DeviceSlice,
@@ -163,6 +233,22 @@ impl Stream {
     /// across devices once peer access is enabled from the stream's device.
     ///
     /// Resolves to `(src, dst)`. Cancel safety as for [`copy_h2d`](Stream::copy_h2d).
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, Memory};
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// let src = DeviceBuffer::from_host_blocking(&ctx, &[1i16, 2, 3, 4])?;
+    /// let (_src, dst) = stream.copy_d2d(src.view(2..)?, DeviceBuffer::new(&ctx, 2)?).await?;
+    /// assert_eq!(dst.to_vec_blocking()?, [3, 4]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn copy_d2d<S, D>(&self, src: S, dst: D) -> Op<(S, D)>
     where
         S: DeviceSlice,
@@ -181,6 +267,27 @@ impl Stream {
     /// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`.
     ///
     /// Resolves to `(src, dst)`. Cancel safety as for [`copy_h2d`](Stream::copy_h2d).
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    /// # use npu_core::Device;
+    /// use npu_mem::PinnedBuffer;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// let src = PinnedBuffer::from_slice(&ctx, &[1u8; 16])?;
+    /// let dst = PinnedBuffer::<u8>::new(&ctx, 16)?;
+    /// match stream.copy_h2h(src, dst).await {
+    ///     Ok((_src, dst)) => assert_eq!(&dst[..], &[1; 16]),
+    ///     // npu-sim, like most deployments, has no asynchronous host-to-host copies.
+    ///     Err(err) => assert_eq!(err.acl_code(), Some(AclCode(207000))),
+    /// }
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn copy_h2h<S, D>(&self, src: S, dst: D) -> Op<(S, D)>
     where
         S: HostSlice,
@@ -194,6 +301,26 @@ impl Stream {
     /// The shape is checked against both buffers and ACL's limits (width ≤ both pitches,
     /// height ≤ 5,242,880 rows, rows ≤ 5,000,000 bytes) before anything is submitted.
     /// Resolves to `(src, dst)`. Cancel safety as for [`copy_h2d`](Stream::copy_h2d).
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, PinnedBuffer};
+    /// use npu_stream::{Copy2d, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// // The left 2×2 block of a 2×3 host matrix, packed densely on the device.
+    /// let matrix = PinnedBuffer::from_slice(&ctx, &[1u16, 2, 3, 4, 5, 6])?;
+    /// let block = Copy2d { width: 2, height: 2, src_pitch: 3, dst_pitch: 2 };
+    /// let (matrix, dst) = stream.copy_2d_h2d(matrix, DeviceBuffer::new(&ctx, 4)?, block).await?;
+    /// assert_eq!(dst.to_vec_blocking()?, [1, 2, 4, 5]);
+    /// let wider = Copy2d { width: 4, ..block }; // rows wider than the source pitch
+    /// assert!(stream.copy_2d_h2d(matrix, dst, wider).await.is_err());
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn copy_2d_h2d<S, D>(&self, src: S, dst: D, shape: Copy2d) -> Op<(S, D)>
     where
         S: HostSlice,
@@ -211,6 +338,24 @@ impl Stream {
     /// A pitched copy from device memory to page-locked host memory (`aclrtMemcpy2dAsync`).
     ///
     /// Checks as for [`copy_2d_h2d`](Stream::copy_2d_h2d). Resolves to `(src, dst)`.
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, PinnedBuffer};
+    /// use npu_stream::{Copy2d, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// // Two rows of 2 elements, stored 3 apart on the device, packed densely on the host.
+    /// let padded = DeviceBuffer::from_host_blocking(&ctx, &[1u8, 2, 0, 3, 4, 0])?;
+    /// let rows = Copy2d { width: 2, height: 2, src_pitch: 3, dst_pitch: 2 };
+    /// let (_padded, host) = stream.copy_2d_d2h(padded, PinnedBuffer::new(&ctx, 4)?, rows).await?;
+    /// assert_eq!(&host[..], &[1, 2, 3, 4]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn copy_2d_d2h<S, D>(&self, src: S, dst: D, shape: Copy2d) -> Op<(S, D)>
     where
         S: DeviceSlice,
@@ -227,6 +372,24 @@ impl Stream {
 
     /// A pitched copy between device buffers (`aclrtMemcpy2dAsync`; ACL supports it on
     /// Atlas A2/A3 and newer). Checks as for [`copy_2d_h2d`](Stream::copy_2d_h2d).
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::{Copy2d, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// // Two dense rows of 2 elements, spread 4 elements apart.
+    /// let dense = DeviceBuffer::from_host_blocking(&ctx, &[1u8, 2, 3, 4])?;
+    /// let rows = Copy2d { width: 2, height: 2, src_pitch: 2, dst_pitch: 4 };
+    /// let (_dense, padded) = stream.copy_2d_d2d(dense, DeviceBuffer::new(&ctx, 6)?, rows).await?;
+    /// assert_eq!(padded.to_vec_blocking()?, [1, 2, 0, 0, 3, 4]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn copy_2d_d2d<S, D>(&self, src: S, dst: D, shape: Copy2d) -> Op<(S, D)>
     where
         S: DeviceSlice,
@@ -245,6 +408,23 @@ impl Stream {
     ///
     /// Cancel safety: not cancel-safe: dropping the future gives up `dst` (released after the
     /// memset finishes).
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, Memory};
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// let buffer = stream.memset(DeviceBuffer::<u32>::new(&ctx, 4)?, 0xff).await?;
+    /// assert_eq!(buffer.to_vec_blocking()?, [u32::MAX; 4]); // every byte, not every element
+    /// let tail = stream.memset(buffer.view(2..)?, 0).await?;
+    /// assert_eq!(tail.into_inner().to_vec_blocking()?, [u32::MAX, u32::MAX, 0, 0]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn memset<D: DeviceSlice + MemoryMut>(&self, dst: D, value: u8) -> Op<D> {
         let bytes = dst.byte_len();
         self.submit(

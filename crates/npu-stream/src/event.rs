@@ -13,6 +13,18 @@ use npu_core::{Completion, Context, Error, Result, Runtime, acl_call, acl_call_o
 use crate::stream::Stream;
 
 /// Which ACL event model an [`Event`] uses.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_stream::{Event, EventKind};
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let legacy = Event::new(&ctx)?;
+/// let ex = Event::builder(&ctx).kind(EventKind::Ex).build()?;
+/// assert!(!legacy.is_complete()?, "a never-recorded legacy event is not complete");
+/// assert!(ex.is_complete()?, "a never-recorded Ex event is");
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum EventKind {
     /// `aclrtCreateEvent`/`aclrtCreateEventWithFlag`: available on every CANN release.
@@ -68,6 +80,19 @@ unsafe impl Send for EventInner {}
 unsafe impl Sync for EventInner {}
 
 /// Creation options for an [`Event`].
+///
+/// ```
+/// use npu_core::{Device, ffi};
+/// use npu_stream::{Event, EventKind};
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let event = Event::builder(&ctx)
+///     .kind(EventKind::Ex)
+///     .flags(ffi::ACL_EVENT_SYNC | ffi::ACL_EVENT_TIME_LINE)
+///     .build()?;
+/// assert_eq!(event.kind(), EventKind::Ex);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct EventBuilder {
     context: Context,
@@ -77,6 +102,15 @@ pub struct EventBuilder {
 
 impl EventBuilder {
     /// The event model.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{Event, EventKind};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// assert_eq!(Event::builder(&ctx).kind(EventKind::Ex).build()?.kind(), EventKind::Ex);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn kind(mut self, kind: EventKind) -> Self {
         self.kind = kind;
         self
@@ -84,12 +118,34 @@ impl EventBuilder {
 
     /// Raw `ACL_EVENT_*` flags. The default, `ACL_EVENT_SYNC | ACL_EVENT_TIME_LINE`, allows
     /// both cross-stream waits and timing.
+    ///
+    /// ```
+    /// use npu_core::{Device, ffi};
+    /// use npu_stream::Event;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// // Without ACL_EVENT_TIME_LINE an event orders streams but records no timestamp.
+    /// let sync_only = Event::builder(&ctx).flags(ffi::ACL_EVENT_SYNC).build()?;
+    /// let err = Event::elapsed(&sync_only, &sync_only).unwrap_err();
+    /// assert!(err.to_string().contains("without ACL_EVENT_TIME_LINE"), "{err}");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn flags(mut self, flags: u32) -> Self {
         self.flags = flags;
         self
     }
 
     /// Creates the event.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::Event;
+    ///
+    /// let ctx = Device::open(1)?.create_context()?;
+    /// let event = Event::builder(&ctx).build()?;
+    /// assert!(event.context().same(&ctx));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn build(self) -> Result<Event> {
         let context = self.context;
         context.bind()?;
@@ -120,11 +176,36 @@ impl EventBuilder {
 
 impl Event {
     /// A legacy event that supports waits and timing.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{Event, EventKind, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let event = Event::new(&ctx)?;
+    /// assert_eq!(event.kind(), EventKind::Legacy);
+    /// event.record(&Stream::new(&ctx)?)?;
+    /// event.wait().await?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn new(context: &Context) -> Result<Event> {
         Event::builder(context).build()
     }
 
     /// Options for an event in `context`.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{Event, EventKind};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let event = Event::builder(&ctx).build()?; // the same as Event::new
+    /// assert_eq!(event.kind(), EventKind::Legacy);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn builder(context: &Context) -> EventBuilder {
         EventBuilder {
             context: context.clone(),
@@ -134,16 +215,50 @@ impl Event {
     }
 
     /// The event model.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{Event, EventKind};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// assert_eq!(Event::new(&ctx)?.kind(), EventKind::Legacy);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn kind(&self) -> EventKind {
         self.inner.kind
     }
 
     /// The context the event belongs to.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::Event;
+    ///
+    /// let device = Device::open(1)?;
+    /// let event = Event::new(device.primary_context())?;
+    /// assert_eq!(event.context().device_id(), 1);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn context(&self) -> &Context {
         &self.inner.context
     }
 
     /// The raw handle. Using it is `unsafe`; `self` must outlive every use.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{Event, Stream};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let event = Event::new(&ctx)?;
+    /// event.record(&Stream::new(&ctx)?)?;
+    /// let rt = ctx.runtime();
+    /// // SAFETY: the event is alive (`event`). This blocks the thread, unlike `event.wait()`.
+    /// let code = unsafe { (rt.api().aclrtSynchronizeEvent)(event.as_raw()) };
+    /// rt.check("aclrtSynchronizeEvent", code)?;
+    /// assert!(event.is_complete()?);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn as_raw(&self) -> ffi::aclrtEvent {
         self.inner.handle
     }
@@ -151,6 +266,24 @@ impl Event {
     /// Records the event after all work submitted to `stream` so far (`aclrtRecordEvent`).
     ///
     /// Re-recording moves the event to the new point; [`wait`](Event::wait) then waits for it.
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::{Event, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// let filled = stream.memset(DeviceBuffer::<u8>::new(&ctx, 1 << 20)?, 1);
+    /// let event = Event::new(&ctx)?;
+    /// event.record(&stream)?; // after the memset
+    /// event.wait().await?;
+    /// assert!(filled.is_complete(), "the memset came before the record");
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn record(&self, stream: &Stream) -> Result<()> {
         stream.check_runtime("Event::record", "stream", self.context())?;
         let handle = self.inner.handle;
@@ -178,11 +311,33 @@ impl Event {
     /// Resolves when the device reaches the latest record. Resolves at once if the event was
     /// never recorded.
     ///
-    /// As with [`Stream::synchronize`], a task failure among the captured work is reported by
-    /// the failed operation's own future; this fails only when the recording stream's work
-    /// can no longer complete (device lost, context stopped).
+    /// Unlike [`Stream::synchronize`], it does not report a task failure among the captured
+    /// work: the failed operation's own future does, and so does the stream's next
+    /// `synchronize`. This fails only when the recording stream's work can no longer complete
+    /// (device lost, context stopped).
     ///
     /// Cancel safety: cancel-safe; dropping the future only stops waiting.
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::{Event, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(1)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// let event = Event::new(&ctx)?;
+    /// event.wait().await?; // never recorded: resolves at once
+    /// npu_sim::control::fail_task(stream.as_raw(), 1, 507015).unwrap(); // the next task fails
+    /// let memset = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0);
+    /// event.record(&stream)?;
+    /// event.wait().await?; // the device got past the failed memset
+    /// assert!(memset.await.is_err(), "the memset's own future reports the failure");
+    /// assert!(stream.synchronize().await.is_err(), "and so does the next synchronize");
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn wait(&self) -> EventWait {
         let completion = self
             .inner
@@ -196,11 +351,56 @@ impl Event {
     /// Whether the work captured by the latest record has completed
     /// (`aclrtQueryEventStatus`, or the deprecated `aclrtQueryEvent` on runtimes that predate
     /// it). A never-recorded legacy event reports `false`, an `Ex` event `true`, as in ACL.
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_stream::{Event, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(1)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// let event = Event::new(&ctx)?;
+    /// npu_sim::control::hold(1).unwrap(); // npu-sim: nothing on device 1 starts until release
+    /// event.record(&stream)?;
+    /// assert!(!event.is_complete()?);
+    /// npu_sim::control::release(1).unwrap();
+    /// event.wait().await?;
+    /// assert!(event.is_complete()?);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn is_complete(&self) -> Result<bool> {
         query_event(self.context().runtime(), self.inner.handle)
     }
 
     /// The device time between two recorded and completed events (`aclrtEventElapsedTime`).
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_sim::{TimingModel, control};
+    /// use npu_stream::{Event, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(1)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// let (start, end) = (Event::new(&ctx)?, Event::new(&ctx)?);
+    /// // npu-sim: memsets on device 1 run at 1 GB/s on its simulated clock, all from one instant.
+    /// control::set_timing(1, Some(TimingModel::default().d2d_bandwidth(1_000_000_000))).unwrap();
+    /// control::hold(1).unwrap();
+    /// start.record(&stream)?;
+    /// let memset = stream.memset(DeviceBuffer::<u8>::new(&ctx, 1 << 20)?, 0);
+    /// end.record(&stream)?;
+    /// control::release(1).unwrap();
+    /// memset.await?;
+    /// end.wait().await?;
+    /// assert_eq!(Event::elapsed(&start, &end)?.as_micros(), 1048); // 1 MiB at 1 GB/s
+    /// # control::set_timing(1, None).unwrap();
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn elapsed(start: &Event, end: &Event) -> Result<Duration> {
         for (event, argument) in [(start, "start"), (end, "end")] {
             if event.inner.flags & ffi::ACL_EVENT_TIME_LINE == 0 {
@@ -231,6 +431,23 @@ impl Event {
     }
 
     /// The device time of the latest record, in microseconds (`aclrtEventGetTimestamp`).
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_stream::{Event, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// let event = Event::new(&ctx)?;
+    /// event.record(&stream)?;
+    /// event.wait().await?;
+    /// let device_now_us = npu_sim::control::now_ns(0).unwrap() / 1000;
+    /// assert!(event.timestamp_us()? <= device_now_us, "a past instant of the device clock");
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn timestamp_us(&self) -> Result<u64> {
         let runtime = self.context().runtime();
         let handle = self.inner.handle;
@@ -267,6 +484,25 @@ pub(crate) fn query_event(runtime: &Runtime, event: ffi::aclrtEvent) -> Result<b
 impl Stream {
     /// Makes all work submitted to this stream after this call wait until `event`'s latest
     /// record is reached (`aclrtStreamWaitEvent`). Does not block the caller.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::{Event, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let (producer, consumer) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// let ready = Event::new(&ctx)?;
+    /// let _filled = producer.memset(DeviceBuffer::<u8>::new(&ctx, 1 << 20)?, 7);
+    /// ready.record(&producer)?;
+    /// consumer.wait_event(&ready)?; // the consumer's later work starts after `ready`
+    /// consumer.synchronize().await?;
+    /// assert!(ready.is_complete()?, "the consumer waited for the producer");
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         self.check_runtime("Stream::wait_event", "event", event.context())?;
         self.context().bind()?;
@@ -307,6 +543,22 @@ impl fmt::Debug for Event {
 }
 
 /// Future returned by [`Event::wait`].
+///
+/// ```
+/// # use npu_core::Device;
+/// use npu_stream::{Event, Stream};
+///
+/// # tokio_test::block_on(async {
+/// # let ctx = Device::open(0)?.primary_context().clone();
+/// # let stream = Stream::new(&ctx)?;
+/// let event = Event::new(&ctx)?;
+/// event.record(&stream)?;
+/// drop(event.wait()); // stops waiting; the event and the stream are unaffected
+/// event.wait().await?;
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug)]
 #[must_use = "futures do nothing unless polled"]
 pub struct EventWait {

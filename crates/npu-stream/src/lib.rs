@@ -48,6 +48,22 @@ pub use stream::{FailureMode, Stream, StreamBuilder};
 
 /// A snapshot of the reactor's counters (operations registered and completed, event queries,
 /// parks).
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_stream::Stream;
+///
+/// # tokio_test::block_on(async {
+/// let stream = Stream::new(Device::open(0)?.primary_context())?;
+/// let before = npu_stream::reactor_stats();
+/// stream.synchronize().await?; // watched by the reactor (Strategy::EventPoll)
+/// let after = npu_stream::reactor_stats();
+/// assert!(after.registered > before.registered);
+/// assert!(after.completed > before.completed);
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 pub fn reactor_stats() -> ReactorStats {
     reactor::Reactor::get().stats()
 }

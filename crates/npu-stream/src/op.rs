@@ -18,6 +18,23 @@ use npu_core::{Completion, Error, Result};
 /// - Polling after it resolved yields an error rather than a panic.
 ///
 /// `Op<T>` is `Send` when `T` is, and `Unpin`.
+///
+/// ```
+/// # use npu_core::Device;
+/// use npu_mem::DeviceBuffer;
+/// use npu_stream::{Op, Stream};
+///
+/// # tokio_test::block_on(async {
+/// # let ctx = Device::open(0)?.primary_context().clone();
+/// # let stream = Stream::new(&ctx)?;
+/// let op: Op<DeviceBuffer<u8>> = stream.memset(DeviceBuffer::new(&ctx, 64)?, 1); // submitted
+/// let buffer = op.await?; // the buffer comes back once the device is done
+/// assert_eq!(buffer.to_vec_blocking()?, [1; 64]);
+/// drop(stream.memset(buffer, 2)); // dropping runs the memset all the same, then frees
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[must_use = "an Op does nothing when dropped except release its buffers once the device is done"]
 pub struct Op<T> {
     completion: Completion,
@@ -35,11 +52,48 @@ impl<T> Op<T> {
     }
 
     /// Whether the device has finished (successfully or not).
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(1)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// npu_sim::control::hold(1).unwrap(); // npu-sim: nothing on device 1 starts until release
+    /// let op = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0);
+    /// assert!(!op.is_complete());
+    /// npu_sim::control::release(1).unwrap();
+    /// op.completion().wait().await?;
+    /// assert!(op.is_complete());
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn is_complete(&self) -> bool {
         self.completion.is_complete()
     }
 
     /// The operation's completion, for waiting on it from elsewhere.
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// let op = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0);
+    /// let done = op.completion().clone();
+    /// std::thread::spawn(move || done.wait_blocking()).join().unwrap()?; // waited for elsewhere
+    /// assert!(op.is_complete());
+    /// let _buffer = op.await?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn completion(&self) -> &Completion {
         &self.completion
     }

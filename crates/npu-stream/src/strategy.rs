@@ -13,6 +13,23 @@ use crate::{callback, reactor};
 ///
 /// The choice is per stream, at run time, so the three can be compared on the same work (see
 /// the benches).
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::DeviceBuffer;
+/// use npu_stream::{Strategy, Stream};
+///
+/// # tokio_test::block_on(async {
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// for strategy in [Strategy::EventPoll, Strategy::CallbackThread, Strategy::BlockingSync] {
+///     let stream = Stream::builder(&ctx).strategy(strategy).build()?;
+///     let buffer = stream.memset(DeviceBuffer::<u8>::new(&ctx, 16)?, 3).await?;
+///     assert_eq!(buffer.to_vec_blocking()?, [3; 16]);
+/// }
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Strategy {
     /// The reactor thread polls `aclrtQueryEventStatus` on the oldest pending event of each

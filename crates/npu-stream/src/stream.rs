@@ -81,6 +81,20 @@ enum Submission {
 }
 
 /// Creation options for a [`Stream`].
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_stream::{Strategy, Stream};
+///
+/// let device = Device::open(0)?;
+/// let urgent = device.stream_priority_range()?.greatest;
+/// let stream = Stream::builder(device.primary_context())
+///     .priority(urgent as u32)
+///     .strategy(Strategy::CallbackThread)
+///     .build()?;
+/// assert_eq!(stream.strategy(), Strategy::CallbackThread);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct StreamBuilder {
     context: Context,
@@ -92,24 +106,78 @@ pub struct StreamBuilder {
 impl StreamBuilder {
     /// Stream priority: 0 is the most urgent; see `Device::stream_priority_range`. ACL clamps
     /// out-of-range values.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::Stream;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::builder(&ctx).priority(3).build()?;
+    /// let (rt, mut priority) = (ctx.runtime(), 0);
+    /// let get_priority = rt.api().aclrtStreamGetPriority.expect("an optional ACL function");
+    /// // SAFETY: the stream is alive and `priority` is a valid out-pointer.
+    /// let code = unsafe { get_priority(stream.as_raw(), &mut priority) };
+    /// rt.check("aclrtStreamGetPriority", code)?;
+    /// assert_eq!(priority, 3);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn priority(mut self, priority: u32) -> Self {
         self.priority = priority;
         self
     }
 
     /// Raw `ACL_STREAM_*` creation flags (OR-ed).
+    ///
+    /// ```
+    /// use npu_core::{Device, ffi};
+    /// use npu_stream::Stream;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::builder(&ctx).flags(ffi::ACL_STREAM_FAST_LAUNCH).build()?;
+    /// let (rt, mut flags) = (ctx.runtime(), 0);
+    /// let get_flags = rt.api().aclrtStreamGetFlags.expect("an optional ACL function");
+    /// // SAFETY: the stream is alive and `flags` is a valid out-pointer.
+    /// rt.check("aclrtStreamGetFlags", unsafe { get_flags(stream.as_raw(), &mut flags) })?;
+    /// assert_eq!(flags & ffi::ACL_STREAM_FAST_LAUNCH, ffi::ACL_STREAM_FAST_LAUNCH);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn flags(mut self, flags: u32) -> Self {
         self.flags = flags;
         self
     }
 
     /// How completions are detected (event polling by default).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{Strategy, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::builder(&ctx).strategy(Strategy::BlockingSync).build()?;
+    /// stream.synchronize().await?; // waited for on a blocking thread
+    /// assert_eq!(stream.strategy(), Strategy::BlockingSync);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn strategy(mut self, strategy: Strategy) -> Self {
         self.strategy = strategy;
         self
     }
 
     /// Creates the stream (`aclrtCreateStreamWithConfig`).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{Strategy, Stream};
+    ///
+    /// let ctx = Device::open(1)?.create_context()?;
+    /// let stream = Stream::builder(&ctx).build()?;
+    /// assert!(stream.context().same(&ctx));
+    /// assert_eq!(stream.strategy(), Strategy::EventPoll);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn build(self) -> Result<Stream> {
         let context = self.context;
         context.bind()?;
@@ -145,11 +213,36 @@ fn next_stream_id() -> u64 {
 
 impl Stream {
     /// Creates a stream in `context` with default priority, flags and completion strategy.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// let buffer = stream.memset(DeviceBuffer::<u8>::new(&ctx, 8)?, 1).await?;
+    /// assert_eq!(buffer.to_vec_blocking()?, [1; 8]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn new(context: &Context) -> Result<Stream> {
         Stream::builder(context).build()
     }
 
     /// Options for creating a stream in `context`.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{Strategy, Stream};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let polled = Stream::builder(&ctx).build()?; // the same as Stream::new
+    /// assert_eq!(polled.strategy(), Strategy::default());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn builder(context: &Context) -> StreamBuilder {
         StreamBuilder {
             context: context.clone(),
@@ -160,26 +253,82 @@ impl Stream {
     }
 
     /// The context the stream belongs to.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::Stream;
+    ///
+    /// let device = Device::open(1)?;
+    /// let stream = Stream::new(device.primary_context())?;
+    /// assert!(stream.context().same(device.primary_context()));
+    /// assert_eq!(stream.context().device_id(), 1);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn context(&self) -> &Context {
         &self.shared.context
     }
 
     /// A process-unique id for this stream (for logs and traces).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::Stream;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// assert_ne!(a.id(), b.id());
+    /// assert_eq!(a.clone().id(), a.id());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn id(&self) -> u64 {
         self.shared.id
     }
 
     /// The completion strategy this stream uses.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{Strategy, Stream};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// assert_eq!(Stream::new(&ctx)?.strategy(), Strategy::EventPoll);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn strategy(&self) -> Strategy {
         self.shared.strategy
     }
 
     /// The raw handle. Using it is `unsafe`; `self` must outlive every use.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::Stream;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// let rt = ctx.runtime();
+    /// ctx.bind()?;
+    /// // SAFETY: the stream is alive (`stream`) and belongs to the bound context.
+    /// let code = unsafe { (rt.api().aclrtSynchronizeStream)(stream.as_raw()) };
+    /// rt.check("aclrtSynchronizeStream", code)?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn as_raw(&self) -> ffi::aclrtStream {
         self.shared.handle
     }
 
     /// The ACL stream id (`aclrtStreamGetId`).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::Stream;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// assert_ne!(a.acl_id()?, b.acl_id()?, "unique on the device");
+    /// assert_eq!(a.clone().acl_id()?, a.acl_id()?);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn acl_id(&self) -> Result<i32> {
         let mut id = 0;
         let handle = self.shared.handle;
@@ -190,6 +339,25 @@ impl Stream {
 
     /// Chooses what happens to the rest of the context's work after a task fails
     /// (`aclrtSetStreamFailureMode`).
+    ///
+    /// ```
+    /// use npu_core::{AclCode, Device};
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::{FailureMode, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(1)?.create_context()?;
+    /// let stream = Stream::new(&ctx)?;
+    /// stream.set_failure_mode(FailureMode::Stop)?;
+    /// npu_sim::control::fail_task(stream.as_raw(), 1, 507015).unwrap();
+    /// let failing = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0);
+    /// let later = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 1);
+    /// assert_eq!(failing.await.unwrap_err().acl_code(), Some(AclCode(507015)));
+    /// assert!(later.await.is_err(), "the context stopped: later work fails too");
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn set_failure_mode(&self, mode: FailureMode) -> Result<()> {
         self.context().bind()?;
         let (handle, raw) = (self.shared.handle, mode.raw());
@@ -203,6 +371,17 @@ impl Stream {
     }
 
     /// Whether two handles refer to the same stream.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::Stream;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// assert!(stream.same(&stream.clone()));
+    /// assert!(!stream.same(&Stream::new(&ctx)?));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn same(&self, other: &Stream) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
@@ -219,6 +398,25 @@ impl Stream {
     /// Cancel safety: cancel-safe in that no device work is lost; but a failure it would have
     /// reported is consumed when the synchronisation completes, whether or not the future is
     /// still polled.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, Device};
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(1)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// npu_sim::control::fail_task(stream.as_raw(), 1, 507015).unwrap(); // the next task fails
+    /// drop(stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0)); // nobody awaits the memset ...
+    /// let err = stream.synchronize().await.unwrap_err(); // ... so synchronize reports it
+    /// assert_eq!(err.acl_code(), Some(AclCode(507015)));
+    /// assert!(err.to_string().starts_with("aclrtMemsetAsync failed"), "{err}");
+    /// stream.synchronize().await?; // reported once
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn synchronize(&self) -> Op<()> {
         let op = OpInfo {
             api: "aclrtSynchronizeStream",
@@ -333,6 +531,25 @@ impl Stream {
 }
 
 /// What a context does after one of its tasks fails (`aclrtSetStreamFailureMode`).
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::DeviceBuffer;
+/// use npu_stream::{FailureMode, Stream};
+///
+/// # tokio_test::block_on(async {
+/// let ctx = Device::open(1)?.primary_context().clone();
+/// let stream = Stream::new(&ctx)?;
+/// assert_eq!(FailureMode::default(), FailureMode::Continue); // what a new stream uses
+/// npu_sim::control::fail_task(stream.as_raw(), 1, 507015).unwrap();
+/// let failing = stream.memset(DeviceBuffer::<u8>::new(&ctx, 4)?, 0);
+/// let later = stream.memset(DeviceBuffer::<u8>::new(&ctx, 4)?, 9);
+/// assert!(failing.await.is_err());
+/// assert_eq!(later.await?.to_vec_blocking()?, [9; 4], "later work still runs");
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum FailureMode {
     /// Later tasks still run; the failure is reported to the failed task's operation.

@@ -64,6 +64,39 @@ impl<'a> ArgWriter<'a> {
     }
 
     /// Packs `value`'s bytes at its natural alignment.
+    ///
+    /// ```
+    /// use npu_core::{Completion, Device, Module, Result};
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::{ArgWriter, KernelArg, Stream};
+    ///
+    /// /// `uint64_t n, float alpha` as one Rust value.
+    /// struct Scaling { n: u64, alpha: f32 }
+    ///
+    /// // SAFETY: packs no address.
+    /// unsafe impl KernelArg for Scaling {
+    ///     fn pack(&self, args: &mut ArgWriter<'_>) -> Result<()> {
+    ///         args.value(&self.n)?;
+    ///         args.value(&self.alpha)
+    ///     }
+    ///
+    ///     fn record_use(&self, _completion: &Completion) {}
+    /// }
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// # let image = npu_sim::kernel::registry_image(&["scale_f32"]);
+    /// # // SAFETY: a registry image names in-process kernels; loading it runs no code.
+    /// # let scale = unsafe { Module::from_data(&ctx, &image) }?.function("scale_f32")?;
+    /// let x = DeviceBuffer::from_host_blocking(&ctx, &[1.0f32, 2.0])?;
+    /// // SAFETY: scale_f32 takes {float *x, uint64_t n, float alpha}; x holds n = 2 elements.
+    /// let (x, _) = unsafe { stream.launch(&scale, 1, (x, Scaling { n: 2, alpha: 4.0 })) }.await?;
+    /// assert_eq!(x.to_vec_blocking()?, [4.0, 8.0]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn value<T: Pod>(&mut self, value: &T) -> Result<()> {
         self.packer
             .push(bytemuck::bytes_of(value), align_of::<T>())
@@ -72,6 +105,28 @@ impl<'a> ArgWriter<'a> {
 
     /// Packs the device address of `slice`, as a C pointer. The memory must belong to the
     /// kernel's runtime and device: a kernel cannot address another device's memory.
+    ///
+    /// ```
+    /// use npu_core::{Device, Module};
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// # let image = npu_sim::kernel::registry_image(&["scale_f32"]);
+    /// # // SAFETY: a registry image names in-process kernels; loading it runs no code.
+    /// # let scale = unsafe { Module::from_data(&ctx, &image) }?.function("scale_f32")?;
+    /// // Device memory packs through `ArgWriter::device`, which refuses another device's memory.
+    /// let elsewhere = DeviceBuffer::<f32>::new(Device::open(1)?.primary_context(), 2)?;
+    /// // SAFETY: rejected before anything runs.
+    /// let err = unsafe { stream.launch(&scale, 1, (elsewhere, 2u64, 1.0f32)) }.await.unwrap_err();
+    /// assert!(err.to_string().contains("the buffer is on device 1 but the kernel runs on device 0"),
+    ///     "{err}");
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn device<S: DeviceSlice>(&mut self, slice: &S) -> Result<()> {
         let index = self.packer.count();
         let context = slice.context();
@@ -160,10 +215,65 @@ impl<'a> ArgWriter<'a> {
 /// until every [`Completion`] passed to `record_use` has completed (see [`npu_mem::Memory`]).
 pub unsafe trait KernelArg: Send + 'static {
     /// Packs the argument.
+    ///
+    /// ```
+    /// use npu_core::{Completion, Device, Module, Result};
+    /// use npu_mem::{DeviceBuffer, Memory};
+    /// use npu_stream::{ArgWriter, KernelArg, Stream};
+    ///
+    /// /// A buffer that passes its length along: `float *x, uint64_t n`.
+    /// struct WithLen(DeviceBuffer<f32>);
+    ///
+    /// // SAFETY: packs only the buffer, through its own `KernelArg` implementation.
+    /// unsafe impl KernelArg for WithLen {
+    ///     fn pack(&self, args: &mut ArgWriter<'_>) -> Result<()> {
+    ///         self.0.pack(args)?;
+    ///         (self.0.len() as u64).pack(args)
+    ///     }
+    ///
+    ///     fn record_use(&self, completion: &Completion) {
+    ///         KernelArg::record_use(&self.0, completion)
+    ///     }
+    /// }
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// # let image = npu_sim::kernel::registry_image(&["scale_f32"]);
+    /// # // SAFETY: a registry image names in-process kernels; loading it runs no code.
+    /// # let scale = unsafe { Module::from_data(&ctx, &image) }?.function("scale_f32")?;
+    /// let x = WithLen(DeviceBuffer::from_host_blocking(&ctx, &[1.0f32, 2.0, 3.0])?);
+    /// // SAFETY: scale_f32 takes {float *x, uint64_t n, float alpha}; WithLen packs x and
+    /// // its length.
+    /// let (x, _) = unsafe { stream.launch(&scale, 1, (x, 2.0f32)) }.await?;
+    /// assert_eq!(x.0.to_vec_blocking()?, [2.0, 4.0, 6.0]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     fn pack(&self, args: &mut ArgWriter<'_>) -> Result<()>;
 
     /// Records that the launch behind `completion` may access the memory the argument refers
     /// to. Values refer to none.
+    ///
+    /// ```
+    /// use npu_core::{Completion, Device};
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_sim::control::device_stats;
+    /// use npu_stream::KernelArg;
+    ///
+    /// let ctx = Device::open(1)?.primary_context().clone();
+    /// let buffer = DeviceBuffer::<f32>::new(&ctx, 16)?;
+    /// let launch = Completion::new();
+    /// KernelArg::record_use(&buffer, &launch); // what a launch does with each argument
+    /// KernelArg::record_use(&7u32, &launch); // a value: nothing to keep alive
+    /// drop(buffer);
+    /// assert_eq!(device_stats(1).unwrap().live_allocations, 1, "kept for the launch");
+    /// launch.complete(Ok(()));
+    /// npu_core::reaper::flush();
+    /// assert_eq!(device_stats(1).unwrap().live_allocations, 0);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     fn record_use(&self, completion: &Completion);
 }
 
@@ -271,9 +381,63 @@ device_args! {
 /// to `record_uses` has completed.
 pub unsafe trait KernelArgs: Send + 'static {
     /// Packs every argument, in order.
+    ///
+    /// ```
+    /// use npu_core::{Completion, Device, Module, Result};
+    /// use npu_mem::{DeviceBuffer, Memory};
+    /// use npu_stream::{ArgWriter, KernelArgs, Stream};
+    ///
+    /// /// scale_f32's parameters as a named struct instead of a tuple.
+    /// struct ScaleArgs { x: DeviceBuffer<f32>, n: u64, alpha: f32 }
+    ///
+    /// // SAFETY: the only address packed is `x`'s, whose uses are recorded.
+    /// unsafe impl KernelArgs for ScaleArgs {
+    ///     fn pack(&self, args: &mut ArgWriter<'_>) -> Result<()> {
+    ///         args.device(&self.x)?;
+    ///         args.value(&self.n)?;
+    ///         args.value(&self.alpha)
+    ///     }
+    ///
+    ///     fn record_uses(&self, completion: &Completion) {
+    ///         self.x.record_use(completion)
+    ///     }
+    /// }
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// # let image = npu_sim::kernel::registry_image(&["scale_f32"]);
+    /// # // SAFETY: a registry image names in-process kernels; loading it runs no code.
+    /// # let scale = unsafe { Module::from_data(&ctx, &image) }?.function("scale_f32")?;
+    /// let x = DeviceBuffer::from_host_blocking(&ctx, &[1.0f32, 2.0])?;
+    /// // SAFETY: ScaleArgs matches scale_f32's parameters, and x holds n elements.
+    /// let args = unsafe { stream.launch(&scale, 1, ScaleArgs { x, n: 2, alpha: 3.0 }) }.await?;
+    /// assert_eq!(args.x.to_vec_blocking()?, [3.0, 6.0]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     fn pack(&self, args: &mut ArgWriter<'_>) -> Result<()>;
 
     /// Records the launch behind `completion` as a use of every argument's memory.
+    ///
+    /// ```
+    /// use npu_core::{Completion, Device};
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_sim::control::device_stats;
+    /// use npu_stream::KernelArgs;
+    ///
+    /// let ctx = Device::open(1)?.primary_context().clone();
+    /// let args = (DeviceBuffer::<f32>::new(&ctx, 4)?, DeviceBuffer::<f32>::new(&ctx, 4)?, 4u64);
+    /// let launch = Completion::new();
+    /// args.record_uses(&launch); // what a launch does with its arguments
+    /// drop(args);
+    /// assert_eq!(device_stats(1).unwrap().live_allocations, 2, "both kept for the launch");
+    /// launch.complete(Ok(()));
+    /// npu_core::reaper::flush();
+    /// assert_eq!(device_stats(1).unwrap().live_allocations, 0);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     fn record_uses(&self, completion: &Completion);
 }
 

@@ -22,12 +22,44 @@ pub struct ReactorStats {
 
 impl ReactorStats {
     /// Operations registered but not yet completed.
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(1)?.primary_context().clone();
+    /// # let stream = Stream::new(&ctx)?;
+    /// npu_sim::control::hold(1).unwrap(); // npu-sim: nothing on device 1 starts until release
+    /// let op = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0);
+    /// assert!(npu_stream::reactor_stats().pending() >= 1, "the memset is registered, not done");
+    /// npu_sim::control::release(1).unwrap();
+    /// op.await?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn pending(&self) -> u64 {
         self.registered.saturating_sub(self.completed)
     }
 
     /// Event queries per completed operation: 1.0 is the floor (every query found its event
     /// done); larger values mean the reactor polled events that were still running.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{ReactorStats, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// assert_eq!(ReactorStats::default().polls_per_completion(), 0.0, "nothing completed yet");
+    /// Stream::new(Device::open(0)?.primary_context())?.synchronize().await?;
+    /// let stats = npu_stream::reactor_stats();
+    /// assert!(stats.polls_per_completion() >= 1.0, "every completion took a query");
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn polls_per_completion(&self) -> f64 {
         if self.completed == 0 {
             0.0
