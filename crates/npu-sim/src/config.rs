@@ -15,14 +15,70 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// Default number of simulated devices.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use npu_sim::{SimConfig, config::DEFAULT_DEVICES};
+///
+/// assert_eq!(SimConfig::default().devices, DEFAULT_DEVICES);
+/// let mut count = 0u32;
+/// // SAFETY: a valid out pointer.
+/// assert_eq!(unsafe { npu_sim::abi::aclrtGetDeviceCount(&mut count) }, 0);
+/// assert_eq!(count, DEFAULT_DEVICES); // without NPU_SIM_CONFIG or an installed configuration
+/// ```
 pub const DEFAULT_DEVICES: u32 = 2;
 /// Default memory capacity of each simulated device: 16 GiB.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use npu_sim::{config::DEFAULT_MEMORY_PER_DEVICE, control};
+///
+/// assert_eq!(DEFAULT_MEMORY_PER_DEVICE, 16 << 30);
+/// assert_eq!(control::device_stats(0).unwrap().capacity, DEFAULT_MEMORY_PER_DEVICE);
+/// ```
 pub const DEFAULT_MEMORY_PER_DEVICE: u64 = 16 << 30;
 /// Default SoC name reported by `aclrtGetSocName`.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ffi::CStr;
+/// use npu_sim::config::DEFAULT_SOC_NAME;
+///
+/// // SAFETY: aclrtGetSocName returns NULL or a NUL-terminated static string.
+/// let name = unsafe { CStr::from_ptr(npu_sim::abi::aclrtGetSocName()) };
+/// assert_eq!(name.to_str(), Ok(DEFAULT_SOC_NAME));
+/// ```
 pub const DEFAULT_SOC_NAME: &str = "Ascend910B3";
 /// The environment variable holding a JSON [`SimConfig`].
+///
+/// ```standalone_crate
+/// # extern crate ascendcl as npu_sim;
+///
+/// use npu_sim::{SimConfig, config::CONFIG_ENV};
+///
+/// // As a test runner would set it, before the simulator starts:
+/// // SAFETY: no other thread of this program reads or writes the environment.
+/// unsafe { std::env::set_var(CONFIG_ENV, r#"{"devices": 3, "soc_name": "Ascend910B4"}"#) };
+/// let mut count = 0u32;
+/// // SAFETY: a valid out pointer. The first ACL call starts the simulator.
+/// assert_eq!(unsafe { npu_sim::abi::aclrtGetDeviceCount(&mut count) }, 0);
+/// assert_eq!(count, 3);
+/// assert_eq!(SimConfig::current().unwrap().soc_name, "Ascend910B4");
+/// ```
 pub const CONFIG_ENV: &str = "NPU_SIM_CONFIG";
 /// Most devices a simulator may have (peer-access masks are 64 bits wide).
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use npu_sim::{SimConfig, config::MAX_DEVICES};
+///
+/// assert!(SimConfig::default().devices(MAX_DEVICES).validate().is_ok());
+/// assert!(SimConfig::default().devices(MAX_DEVICES + 1).validate().is_err());
+/// ```
 pub const MAX_DEVICES: u32 = 64;
 
 /// Process-level simulator configuration.
@@ -65,6 +121,17 @@ impl Default for SimConfig {
 }
 
 /// Why a configuration was refused.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use npu_sim::{ConfigError, SimConfig};
+///
+/// let out_of_range = SimConfig::from_json(r#"{"devices": 0}"#).unwrap_err();
+/// assert!(matches!(out_of_range, ConfigError::Invalid(_)));
+/// let misspelt = SimConfig::from_json(r#"{"device": 2}"#).unwrap_err();
+/// assert!(matches!(misspelt, ConfigError::Json(_)), "unknown keys are refused");
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The simulator already runs with another configuration (process-level options are fixed
@@ -87,24 +154,68 @@ pub enum ConfigError {
 
 impl SimConfig {
     /// Sets the device count.
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    ///
+    /// use npu_sim::SimConfig;
+    ///
+    /// let config = SimConfig::default().devices(8);
+    /// assert_eq!(config, SimConfig::from_json(r#"{"devices": 8}"#).unwrap()); // the JSON form
+    /// ```
     pub fn devices(mut self, devices: u32) -> Self {
         self.devices = devices;
         self
     }
 
     /// Sets each device's memory capacity in bytes.
+    ///
+    /// ```standalone_crate
+    /// # extern crate ascendcl as npu_sim;
+    ///
+    /// use std::ptr;
+    /// use npu_sim::{SimConfig, abi::*};
+    ///
+    /// SimConfig::default().memory_per_device(1 << 20).install().unwrap(); // 1 MiB devices
+    /// // SAFETY: valid out pointers.
+    /// unsafe {
+    ///     assert_eq!(aclrtSetDevice(0), 0);
+    ///     let mut dev = ptr::null_mut();
+    ///     assert_eq!(aclrtMalloc(&mut dev, 2 << 20, 0), 207001, "more than the device holds");
+    /// }
+    /// ```
     pub fn memory_per_device(mut self, bytes: u64) -> Self {
         self.memory_per_device = bytes;
         self
     }
 
     /// Sets the SoC name.
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    ///
+    /// use npu_sim::SimConfig;
+    ///
+    /// let config = SimConfig::default().soc_name("Ascend310P3");
+    /// assert_eq!(config, SimConfig::from_json(r#"{"soc_name": "Ascend310P3"}"#).unwrap());
+    /// assert!(SimConfig::default().soc_name("").validate().is_err());
+    /// ```
     pub fn soc_name(mut self, name: impl Into<String>) -> Self {
         self.soc_name = name.into();
         self
     }
 
     /// Sets the timing model every device starts with.
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    ///
+    /// use npu_sim::{SimConfig, TimingModel};
+    ///
+    /// let config = SimConfig::default().timing(TimingModel::default().launch_latency_ns(2_000));
+    /// let json = r#"{"timing": {"launch_latency_ns": 2000}}"#;
+    /// assert_eq!(config, SimConfig::from_json(json).unwrap());
+    /// ```
     pub fn timing(mut self, timing: TimingModel) -> Self {
         self.timing = Some(timing);
         self
@@ -125,6 +236,17 @@ impl SimConfig {
     }
 
     /// Checks the values are in range.
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    ///
+    /// use npu_sim::SimConfig;
+    ///
+    /// assert!(SimConfig::default().validate().is_ok());
+    /// let mut config = SimConfig::default();
+    /// config.memory_per_device = 0; // the fields are public: validate before installing
+    /// assert!(config.validate().is_err());
+    /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.devices == 0 || self.devices > MAX_DEVICES {
             return Err(ConfigError::Invalid(format!(
@@ -149,12 +271,37 @@ impl SimConfig {
     ///
     /// Succeeds if the simulator is not initialised yet (it initialises now) or already runs
     /// with an equal configuration; fails with [`ConfigError::AlreadyInitialised`] otherwise.
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    ///
+    /// use npu_sim::{ConfigError, SimConfig};
+    ///
+    /// let mut count = 0u32;
+    /// // SAFETY: a valid out pointer. The first ACL call starts the simulator.
+    /// assert_eq!(unsafe { npu_sim::abi::aclrtGetDeviceCount(&mut count) }, 0);
+    /// let running = SimConfig::current().unwrap();
+    /// assert!(running.clone().install().is_ok(), "the configuration in force");
+    /// let other = running.devices(count + 1).install();
+    /// assert!(matches!(other, Err(ConfigError::AlreadyInitialised { .. })));
+    /// ```
     pub fn install(self) -> Result<(), ConfigError> {
         self.validate()?;
         crate::sim::install(self)
     }
 
     /// The configuration in force, if the simulator is initialised.
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    ///
+    /// use npu_sim::SimConfig;
+    ///
+    /// let mut count = 0u32;
+    /// // SAFETY: a valid out pointer. The first ACL call starts the simulator.
+    /// assert_eq!(unsafe { npu_sim::abi::aclrtGetDeviceCount(&mut count) }, 0);
+    /// assert_eq!(SimConfig::current().unwrap().devices, count);
+    /// ```
     pub fn current() -> Option<SimConfig> {
         crate::sim::current_config()
     }
@@ -165,6 +312,21 @@ impl SimConfig {
 /// A task's duration is the launch latency plus its bytes divided by the bandwidth of its
 /// direction (copies and memsets) or its kernel's configured duration (kernels), and at least
 /// `min_task_ns`. A bandwidth of 0 means "infinitely fast". Event records and waits take no time.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use npu_sim::{SimConfig, TimingModel};
+///
+/// // 25 GB/s host-to-device, 3 µs per launch, vector_add_f32 takes 50 µs, the rest is free:
+/// let model = TimingModel::default()
+///     .h2d_bandwidth(25_000_000_000)
+///     .launch_latency_ns(3_000)
+///     .kernel("vector_add_f32", 50_000);
+/// let json = r#"{"timing": {"h2d_bytes_per_sec": 25000000000, "launch_latency_ns": 3000,
+///                           "kernel_ns": {"vector_add_f32": 50000}}}"#;
+/// assert_eq!(SimConfig::from_json(json).unwrap().timing, Some(model));
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TimingModel {
@@ -184,36 +346,101 @@ pub struct TimingModel {
 
 impl TimingModel {
     /// Sets the host-to-device bandwidth (bytes per second).
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    ///
+    /// use npu_sim::{SimConfig, TimingModel};
+    ///
+    /// let model = TimingModel::default().h2d_bandwidth(25_000_000_000);
+    /// // The same in NPU_SIM_CONFIG, or under "npu_sim" in aclInit's file:
+    /// let json = r#"{"timing": {"h2d_bytes_per_sec": 25000000000}}"#;
+    /// assert_eq!(SimConfig::from_json(json).unwrap().timing, Some(model));
+    /// ```
     pub fn h2d_bandwidth(mut self, bytes_per_sec: u64) -> Self {
         self.h2d_bytes_per_sec = bytes_per_sec;
         self
     }
 
     /// Sets the device-to-host bandwidth (bytes per second).
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    ///
+    /// use npu_sim::{SimConfig, TimingModel};
+    ///
+    /// let model = TimingModel::default().d2h_bandwidth(20_000_000_000);
+    /// // The same in NPU_SIM_CONFIG, or under "npu_sim" in aclInit's file:
+    /// let json = r#"{"timing": {"d2h_bytes_per_sec": 20000000000}}"#;
+    /// assert_eq!(SimConfig::from_json(json).unwrap().timing, Some(model));
+    /// ```
     pub fn d2h_bandwidth(mut self, bytes_per_sec: u64) -> Self {
         self.d2h_bytes_per_sec = bytes_per_sec;
         self
     }
 
     /// Sets the device-to-device bandwidth (bytes per second).
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    ///
+    /// use npu_sim::{SimConfig, TimingModel};
+    ///
+    /// let model = TimingModel::default().d2d_bandwidth(800_000_000_000);
+    /// // The same in NPU_SIM_CONFIG, or under "npu_sim" in aclInit's file:
+    /// let json = r#"{"timing": {"d2d_bytes_per_sec": 800000000000}}"#;
+    /// assert_eq!(SimConfig::from_json(json).unwrap().timing, Some(model));
+    /// ```
     pub fn d2d_bandwidth(mut self, bytes_per_sec: u64) -> Self {
         self.d2d_bytes_per_sec = bytes_per_sec;
         self
     }
 
     /// Sets the launch latency (ns).
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    ///
+    /// use npu_sim::{SimConfig, TimingModel};
+    ///
+    /// let model = TimingModel::default().launch_latency_ns(5_000);
+    /// let json = r#"{"timing": {"launch_latency_ns": 5000}}"#; // the same in NPU_SIM_CONFIG
+    /// assert_eq!(SimConfig::from_json(json).unwrap().timing, Some(model));
+    /// ```
     pub fn launch_latency_ns(mut self, ns: u64) -> Self {
         self.launch_latency_ns = ns;
         self
     }
 
     /// Sets the per-task minimum duration (ns).
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    ///
+    /// use npu_sim::{SimConfig, TimingModel};
+    ///
+    /// let model = TimingModel::default().min_task_ns(1_000);
+    /// let json = r#"{"timing": {"min_task_ns": 1000}}"#; // the same in NPU_SIM_CONFIG
+    /// assert_eq!(SimConfig::from_json(json).unwrap().timing, Some(model));
+    /// ```
     pub fn min_task_ns(mut self, ns: u64) -> Self {
         self.min_task_ns = ns;
         self
     }
 
     /// Sets the duration of the kernel `name` (ns).
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    ///
+    /// use npu_sim::TimingModel;
+    ///
+    /// let model = TimingModel::default()
+    ///     .kernel("vector_add_f32", 40_000)
+    ///     .kernel("scale_f32", 10_000);
+    /// assert_eq!(model.kernel_ns["vector_add_f32"], 40_000);
+    /// assert_eq!(model.kernel_ns.len(), 2);
+    /// ```
     pub fn kernel(mut self, name: impl Into<String>, ns: u64) -> Self {
         self.kernel_ns.insert(name.into(), ns);
         self

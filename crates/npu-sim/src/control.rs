@@ -56,6 +56,16 @@ use crate::error::{Res, SimError, ensure};
 use crate::sim::sim;
 
 /// A refused control call: the ACL code the C form returns, and why.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use npu_sim::control;
+///
+/// let err = control::set_timing(99, None).unwrap_err(); // there is no device 99
+/// assert_eq!(err.code, 107001); // ACL_ERROR_RT_INVALID_DEVICEID, as the C form returns
+/// assert!(err.to_string().ends_with("(ACL error 107001)"), "{err}");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message} (ACL error {code})")]
 pub struct ControlError {
@@ -75,6 +85,25 @@ impl From<SimError> for ControlError {
 }
 
 /// Live counters of one device.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ptr;
+/// use npu_sim::{abi::*, control};
+///
+/// // SAFETY: valid out pointers.
+/// unsafe {
+///     assert_eq!(aclrtSetDevice(1), 0);
+///     let mut dev = ptr::null_mut();
+///     assert_eq!(aclrtMalloc(&mut dev, 1000, 0), 0);
+///     let stats = control::device_stats(1).unwrap();
+///     assert_eq!(stats.live_allocations, 1);
+///     assert!(stats.bytes_allocated >= 1000, "counted after ACL's rounding");
+///     assert!(!stats.lost);
+///     assert_eq!(aclrtFree(dev), 0);
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DeviceStats {
     /// Device memory accounted to live allocations (after ACL's rounding), in bytes.
@@ -92,6 +121,23 @@ pub struct DeviceStats {
 }
 
 /// Live counters of host memory the simulator manages.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ptr;
+/// use npu_sim::{abi::*, control};
+///
+/// // SAFETY: valid out pointers.
+/// unsafe {
+///     assert_eq!(aclrtSetDevice(0), 0);
+///     let mut host = ptr::null_mut();
+///     assert_eq!(aclrtMallocHost(&mut host, 4096), 0);
+///     let stats = control::host_stats().unwrap();
+///     assert_eq!((stats.pinned_allocations, stats.pinned_bytes), (1, 4096));
+///     assert_eq!(aclrtFreeHost(host), 0);
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HostStats {
     /// Bytes of live aclrtMallocHost memory.
@@ -190,12 +236,107 @@ pub(crate) fn now_ns_impl(device: i32) -> Res<u64> {
 
 /// Sets (or with `None` clears) a device's timing model. Tasks already started keep their
 /// times.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ptr;
+/// use npu_sim::{TimingModel, abi::*, control};
+/// use npu_sys::ACL_MEMCPY_HOST_TO_DEVICE;
+///
+/// # /// Runs `work` on a new stream of `device` between two events, with every task starting
+/// # /// at one instant (the hold gate), and returns the simulated time between the events in ms.
+/// # fn timed(device: i32, work: impl FnOnce(aclrtStream)) -> f32 {
+/// #     // SAFETY: every pointer passed is valid for the call's contract.
+/// #     unsafe {
+/// #         assert_eq!(aclrtSetDevice(device), 0);
+/// #         let (mut stream, mut start, mut end) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+/// #         assert_eq!(aclrtCreateStream(&mut stream), 0);
+/// #         assert_eq!(aclrtCreateEvent(&mut start), 0);
+/// #         assert_eq!(aclrtCreateEvent(&mut end), 0);
+/// #         control::hold(device).unwrap();
+/// #         assert_eq!(aclrtRecordEvent(start, stream), 0);
+/// #         work(stream);
+/// #         assert_eq!(aclrtRecordEvent(end, stream), 0);
+/// #         control::release(device).unwrap();
+/// #         assert_eq!(aclrtSynchronizeStream(stream), 0);
+/// #         let mut ms = 0.0;
+/// #         assert_eq!(aclrtEventElapsedTime(&mut ms, start, end), 0);
+/// #         ms
+/// #     }
+/// # }
+///
+/// // SAFETY: every pointer passed is valid for the call's contract.
+/// unsafe {
+/// #   assert_eq!(aclrtSetDevice(1), 0);
+/// #   let (mut host, mut dev) = (ptr::null_mut(), ptr::null_mut());
+/// #   assert_eq!(aclrtMallocHost(&mut host, 1 << 20), 0);
+/// #   assert_eq!(aclrtMalloc(&mut dev, 1 << 20, 0), 0);
+///     // Host-to-device copies on device 1 move 1 GB/s from now on.
+///     control::set_timing(1, Some(TimingModel::default().h2d_bandwidth(1_000_000_000))).unwrap();
+///     let ms = timed(1, |stream| {
+///         let kind = ACL_MEMCPY_HOST_TO_DEVICE;
+///         assert_eq!(aclrtMemcpyAsync(dev, 1 << 20, host, 1 << 20, kind, stream), 0);
+///     });
+///     assert_eq!(ms, 1.048576); // 1 MiB at 1 GB/s, on the simulated clock
+///     control::set_timing(1, None).unwrap(); // as fast as the host can again
+/// }
+/// ```
 pub fn set_timing(device: i32, model: Option<TimingModel>) -> Result<(), ControlError> {
     Ok(set_timing_impl(device, model)?)
 }
 
 /// Sets how long the kernel `name` takes on a device (turning the timing model on, with no
 /// other costs, if it was off).
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::{ptr, time::Duration};
+/// use npu_sim::{abi::*, control, kernel::{SCALE_F32, ScaleArgs, registry_image}};
+///
+/// # /// Runs `work` on a new stream of `device` between two events, with every task starting
+/// # /// at one instant (the hold gate), and returns the simulated time between the events in ms.
+/// # fn timed(device: i32, work: impl FnOnce(aclrtStream)) -> f32 {
+/// #     // SAFETY: every pointer passed is valid for the call's contract.
+/// #     unsafe {
+/// #         assert_eq!(aclrtSetDevice(device), 0);
+/// #         let (mut stream, mut start, mut end) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+/// #         assert_eq!(aclrtCreateStream(&mut stream), 0);
+/// #         assert_eq!(aclrtCreateEvent(&mut start), 0);
+/// #         assert_eq!(aclrtCreateEvent(&mut end), 0);
+/// #         control::hold(device).unwrap();
+/// #         assert_eq!(aclrtRecordEvent(start, stream), 0);
+/// #         work(stream);
+/// #         assert_eq!(aclrtRecordEvent(end, stream), 0);
+/// #         control::release(device).unwrap();
+/// #         assert_eq!(aclrtSynchronizeStream(stream), 0);
+/// #         let mut ms = 0.0;
+/// #         assert_eq!(aclrtEventElapsedTime(&mut ms, start, end), 0);
+/// #         ms
+/// #     }
+/// # }
+///
+/// // SAFETY: every pointer passed is valid for the call's contract.
+/// unsafe {
+/// #   assert_eq!(aclrtSetDevice(1), 0);
+/// #   let image = registry_image(&[SCALE_F32]);
+/// #   let (mut bin, mut scale) = (ptr::null_mut(), ptr::null_mut());
+/// #   assert_eq!(aclrtBinaryLoadFromData(image.as_ptr().cast(), image.len(), ptr::null(), &mut bin), 0);
+/// #   assert_eq!(aclrtBinaryGetFunction(bin, c"scale_f32".as_ptr(), &mut scale), 0);
+///     control::set_kernel_duration(1, SCALE_F32, Duration::from_millis(2)).unwrap();
+///     let mut args = ScaleArgs { x: 0, n: 0, alpha: 1.0, reserved: 0 }; // over no elements
+///     let ms = timed(1, |stream| {
+///         let (bytes, size) = ((&raw mut args).cast(), size_of::<ScaleArgs>());
+///         let (cfg, holders) = (ptr::null_mut(), ptr::null_mut());
+///         let code =
+///             aclrtLaunchKernelWithHostArgs(scale, 1, stream, cfg, bytes, size, holders, 0);
+///         assert_eq!(code, 0);
+///     });
+///     assert_eq!(ms, 2.0);
+/// #   control::set_timing(1, None).unwrap();
+/// }
+/// ```
 pub fn set_kernel_duration(
     device: i32,
     name: &str,
@@ -209,6 +350,27 @@ pub fn set_kernel_duration(
 /// operations do not count) submitted to `stream` from now on fail with `code` when it runs,
 /// without touching memory. `nth` = 1 is the next one; NULL is the calling thread's current
 /// default stream. The failure then follows the stream's failure mode.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ptr;
+/// use npu_sim::{abi::*, control};
+///
+/// // SAFETY: every pointer passed is valid for the call's contract.
+/// unsafe {
+/// #   assert_eq!(aclrtSetDevice(1), 0);
+/// #   let (mut stream, mut event, mut dev) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+/// #   assert_eq!(aclrtCreateStream(&mut stream), 0);
+/// #   assert_eq!(aclrtCreateEvent(&mut event), 0);
+/// #   assert_eq!(aclrtMalloc(&mut dev, 64, 0), 0);
+///     control::fail_task(stream, 1, 507015).unwrap(); // the next work task on `stream`
+///     assert_eq!(aclrtRecordEvent(event, stream), 0); // event operations do not count ...
+///     assert_eq!(aclrtMemsetAsync(dev, 64, 0, 64, stream), 0); // ... this memset does
+///     assert_eq!(aclrtSynchronizeStream(stream), 507015);
+///     assert!(control::fail_task(stream, 0, 507015).is_err(), "nth counts from 1");
+/// }
+/// ```
 pub fn fail_task(stream: aclrtStream, nth: u64, code: aclError) -> Result<(), ControlError> {
     Ok(fail_task_impl(stream, nth, code)?)
 }
@@ -216,11 +378,44 @@ pub fn fail_task(stream: aclrtStream, nth: u64, code: aclError) -> Result<(), Co
 /// Loses a device: queued work is abandoned (a task already touching memory finishes first)
 /// and every later call on the device fails with ACL_ERROR_RT_LOST_HEARTBEAT (507010).
 /// Irreversible for the life of the process.
+///
+/// ```standalone_crate
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ptr;
+/// use npu_sim::{abi::*, control};
+///
+/// // SAFETY: valid out pointers.
+/// unsafe {
+///     assert_eq!(aclrtSetDevice(1), 0);
+///     control::lose_device(1).unwrap(); // for the rest of the process: this example runs alone
+///     let mut dev = ptr::null_mut();
+///     assert_eq!(aclrtMalloc(&mut dev, 64, 0), 507010); // ACL_ERROR_RT_LOST_HEARTBEAT
+///     assert!(control::device_stats(1).unwrap().lost);
+/// }
+/// ```
 pub fn lose_device(device: i32) -> Result<(), ControlError> {
     Ok(lose_device_impl(device)?)
 }
 
 /// Makes the next device allocation on `device` fail with ACL_ERROR_RT_MEMORY_ALLOCATION.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ptr;
+/// use npu_sim::{abi::*, control};
+///
+/// // SAFETY: valid out pointers.
+/// unsafe {
+///     assert_eq!(aclrtSetDevice(1), 0);
+///     control::fail_next_alloc(1).unwrap();
+///     let mut dev = ptr::null_mut();
+///     assert_eq!(aclrtMalloc(&mut dev, 64, 0), 207001); // ACL_ERROR_RT_MEMORY_ALLOCATION
+///     assert_eq!(aclrtMalloc(&mut dev, 64, 0), 0, "only the next one fails");
+///     assert_eq!(aclrtFree(dev), 0);
+/// }
+/// ```
 pub fn fail_next_alloc(device: i32) -> Result<(), ControlError> {
     Ok(fail_next_alloc_impl(device)?)
 }
@@ -249,26 +444,141 @@ pub fn fail_next_host_alloc(code: aclError) -> Result<(), ControlError> {
 }
 
 /// Closes a device's hold gate: tasks that have not started wait until [`release`].
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ptr;
+/// use npu_sim::{abi::*, control};
+/// use npu_sys::ACL_STREAM_STATUS_NOT_READY;
+///
+/// // SAFETY: every pointer passed is valid for the call's contract.
+/// unsafe {
+/// #   assert_eq!(aclrtSetDevice(1), 0);
+/// #   let (mut stream, mut dev) = (ptr::null_mut(), ptr::null_mut());
+/// #   assert_eq!(aclrtCreateStream(&mut stream), 0);
+/// #   assert_eq!(aclrtMalloc(&mut dev, 64, 0), 0);
+///     control::hold(1).unwrap();
+///     assert_eq!(aclrtMemsetAsync(dev, 64, 1, 64, stream), 0);
+///     let mut status = 0;
+///     assert_eq!(aclrtStreamQuery(stream, &mut status), 0);
+///     assert_eq!(status, ACL_STREAM_STATUS_NOT_READY, "held: the memset has not started");
+///     control::release(1).unwrap();
+///     assert_eq!(aclrtSynchronizeStream(stream), 0);
+/// }
+/// ```
 pub fn hold(device: i32) -> Result<(), ControlError> {
     Ok(hold_impl(device, true)?)
 }
 
 /// Opens a device's hold gate: every waiting task becomes ready at this simulated instant.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ptr;
+/// use npu_sim::{TimingModel, abi::*, control};
+///
+/// // SAFETY: every pointer passed is valid for the call's contract.
+/// unsafe {
+/// #   assert_eq!(aclrtSetDevice(1), 0);
+/// #   let mut work = Vec::new();
+/// #   for _ in 0..2 {
+/// #       let (mut stream, mut dev, mut done) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+/// #       assert_eq!(aclrtCreateStream(&mut stream), 0);
+/// #       assert_eq!(aclrtMalloc(&mut dev, 1 << 20, 0), 0);
+/// #       assert_eq!(aclrtCreateEvent(&mut done), 0);
+/// #       work.push((stream, dev, done));
+/// #   }
+///     control::set_timing(1, Some(TimingModel::default().d2d_bandwidth(1_000_000_000))).unwrap();
+///     control::hold(1).unwrap();
+///     for &(stream, dev, done) in &work {
+///         assert_eq!(aclrtMemsetAsync(dev, 1 << 20, 0, 1 << 20, stream), 0);
+///         assert_eq!(aclrtRecordEvent(done, stream), 0);
+///     }
+///     control::release(1).unwrap(); // both memsets start now, side by side
+///     assert_eq!(aclrtSynchronizeDevice(), 0);
+///     let mut ms = -1.0;
+///     assert_eq!(aclrtEventElapsedTime(&mut ms, work[0].2, work[1].2), 0);
+///     assert_eq!(ms, 0.0, "they ended at the same simulated instant");
+/// #   control::set_timing(1, None).unwrap();
+/// }
+/// ```
 pub fn release(device: i32) -> Result<(), ControlError> {
     Ok(hold_impl(device, false)?)
 }
 
 /// A device's live counters.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ptr;
+/// use npu_sim::{abi::*, control};
+///
+/// // SAFETY: valid out pointers.
+/// unsafe {
+///     assert_eq!(aclrtSetDevice(1), 0);
+///     let before = control::device_stats(1).unwrap();
+///     let mut stream = ptr::null_mut();
+///     assert_eq!(aclrtCreateStream(&mut stream), 0);
+///     assert_eq!(control::device_stats(1).unwrap().live_streams, before.live_streams + 1);
+///     assert_eq!(aclrtDestroyStream(stream), 0);
+///     assert_eq!(control::device_stats(1).unwrap(), before);
+/// }
+/// ```
 pub fn device_stats(device: i32) -> Result<DeviceStats, ControlError> {
     Ok(device_stats_impl(device)?)
 }
 
 /// Host memory counters.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ptr;
+/// use npu_sim::{abi::*, control};
+/// use npu_sys::ACL_HOST_REG_PINNED;
+///
+/// #[repr(C, align(4096))]
+/// struct Page([u8; 4096]);
+///
+/// let mut page = Box::new(Page([0; 4096]));
+/// let ptr = (&raw mut *page).cast();
+/// // SAFETY: `page` is 4096 writable bytes and outlives the registration.
+/// unsafe {
+///     assert_eq!(aclrtSetDevice(0), 0);
+///     assert_eq!(aclrtHostRegisterV2(ptr, 4096, ACL_HOST_REG_PINNED), 0);
+///     assert_eq!(control::host_stats().unwrap().registrations, 1);
+///     assert_eq!(aclrtHostUnregister(ptr), 0);
+/// }
+/// assert_eq!(control::host_stats().unwrap().registrations, 0);
+/// ```
 pub fn host_stats() -> Result<HostStats, ControlError> {
     Ok(host_stats_impl()?)
 }
 
 /// The device's simulated clock now, in ns.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ptr;
+/// use npu_sim::{abi::*, control};
+///
+/// // SAFETY: every pointer passed is valid for the call's contract.
+/// unsafe {
+/// #   assert_eq!(aclrtSetDevice(0), 0);
+/// #   let (mut stream, mut event) = (ptr::null_mut(), ptr::null_mut());
+/// #   assert_eq!(aclrtCreateStream(&mut stream), 0);
+/// #   assert_eq!(aclrtCreateEvent(&mut event), 0);
+///     assert_eq!(aclrtRecordEvent(event, stream), 0);
+///     assert_eq!(aclrtSynchronizeEvent(event), 0);
+///     let mut recorded_us = 0;
+///     assert_eq!(aclrtEventGetTimestamp(event, &mut recorded_us), 0);
+///     assert!(recorded_us <= control::now_ns(0).unwrap() / 1000, "on the same clock, earlier");
+/// }
+/// ```
 pub fn now_ns(device: i32) -> Result<u64, ControlError> {
     Ok(now_ns_impl(device)?)
 }

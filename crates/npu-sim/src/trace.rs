@@ -29,6 +29,41 @@ use crate::sync::lock;
 use crate::task::Task;
 
 /// The environment variable naming the trace file.
+///
+/// ```standalone_crate
+/// # extern crate ascendcl as npu_sim;
+/// # /// Runs one 64-byte memset on a new stream of device 0 and waits for it.
+/// # fn memset() {
+/// #     // SAFETY: every pointer passed is valid for the call's contract.
+/// #     unsafe {
+/// #         let (mut stream, mut dev) = (std::ptr::null_mut(), std::ptr::null_mut());
+/// #         assert_eq!(npu_sim::abi::aclrtSetDevice(0), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtCreateStream(&mut stream), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtMalloc(&mut dev, 64, 0), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtMemsetAsync(dev, 64, 0, 64, stream), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtSynchronizeStream(stream), 0);
+/// #     }
+/// # }
+/// # /// The complete events ("ph": "X") of the trace file at `path`.
+/// # fn spans(path: &std::path::Path) -> Vec<serde_json::Value> {
+/// #     let json: serde_json::Value =
+/// #         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+/// #     let events = json["traceEvents"].as_array().unwrap();
+/// #     events.iter().filter(|e| e["ph"] == "X").cloned().collect()
+/// # }
+/// # let path = std::env::temp_dir().join(format!("npu-sim-doc-{}.json", std::process::id()));
+///
+/// use npu_sim::trace::{self, TRACE_ENV};
+///
+/// // As a test runner would set it, before the simulator starts:
+/// // SAFETY: no other thread of this program reads or writes the environment.
+/// unsafe { std::env::set_var(TRACE_ENV, &path) };
+/// memset(); // starts the simulator, which starts recording
+/// assert!(trace::is_enabled());
+/// assert_eq!(trace::flush().unwrap().as_deref(), Some(path.as_path()));
+/// assert_eq!(spans(&path)[0]["cat"], "memset");
+/// # std::fs::remove_file(&path).ok();
+/// ```
 pub const TRACE_ENV: &str = "NPU_TRACE";
 /// Most spans kept in memory; later ones are counted but dropped.
 const MAX_SPANS: usize = 1 << 20;
@@ -59,23 +94,137 @@ static TRACE: Mutex<Trace> = Mutex::new(Trace {
 });
 
 /// Starts recording; [`flush`] writes to `path`. Spans recorded so far are kept.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+/// # /// Runs one 64-byte memset on a new stream of device 0 and waits for it.
+/// # fn memset() {
+/// #     // SAFETY: every pointer passed is valid for the call's contract.
+/// #     unsafe {
+/// #         let (mut stream, mut dev) = (std::ptr::null_mut(), std::ptr::null_mut());
+/// #         assert_eq!(npu_sim::abi::aclrtSetDevice(0), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtCreateStream(&mut stream), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtMalloc(&mut dev, 64, 0), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtMemsetAsync(dev, 64, 0, 64, stream), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtSynchronizeStream(stream), 0);
+/// #     }
+/// # }
+/// # /// The complete events ("ph": "X") of the trace file at `path`.
+/// # fn spans(path: &std::path::Path) -> Vec<serde_json::Value> {
+/// #     let json: serde_json::Value =
+/// #         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+/// #     let events = json["traceEvents"].as_array().unwrap();
+/// #     events.iter().filter(|e| e["ph"] == "X").cloned().collect()
+/// # }
+/// # let path = std::env::temp_dir().join(format!("npu-sim-doc-{}.json", std::process::id()));
+///
+/// use npu_sim::trace;
+///
+/// trace::enable(&path);
+/// memset();
+/// trace::flush().unwrap();
+/// let spans = spans(&path);
+/// assert_eq!(spans[0]["cat"], "memset");
+/// assert_eq!(spans[0]["pid"], 0, "one track group per device");
+/// # std::fs::remove_file(&path).ok();
+/// ```
 pub fn enable(path: impl AsRef<Path>) {
     lock(&TRACE).path = Some(path.as_ref().to_owned());
     ENABLED.store(true, Ordering::Release);
 }
 
 /// Stops recording (what was recorded is kept for [`flush`]).
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+/// # /// Runs one 64-byte memset on a new stream of device 0 and waits for it.
+/// # fn memset() {
+/// #     // SAFETY: every pointer passed is valid for the call's contract.
+/// #     unsafe {
+/// #         let (mut stream, mut dev) = (std::ptr::null_mut(), std::ptr::null_mut());
+/// #         assert_eq!(npu_sim::abi::aclrtSetDevice(0), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtCreateStream(&mut stream), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtMalloc(&mut dev, 64, 0), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtMemsetAsync(dev, 64, 0, 64, stream), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtSynchronizeStream(stream), 0);
+/// #     }
+/// # }
+/// # /// The complete events ("ph": "X") of the trace file at `path`.
+/// # fn spans(path: &std::path::Path) -> Vec<serde_json::Value> {
+/// #     let json: serde_json::Value =
+/// #         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+/// #     let events = json["traceEvents"].as_array().unwrap();
+/// #     events.iter().filter(|e| e["ph"] == "X").cloned().collect()
+/// # }
+/// # let path = std::env::temp_dir().join(format!("npu-sim-doc-{}.json", std::process::id()));
+///
+/// use npu_sim::trace;
+///
+/// trace::enable(&path);
+/// memset();
+/// trace::disable();
+/// memset(); // not recorded
+/// trace::flush().unwrap(); // still writes what was recorded
+/// assert_eq!(spans(&path).len(), 1);
+/// # std::fs::remove_file(&path).ok();
+/// ```
 pub fn disable() {
     ENABLED.store(false, Ordering::Release);
 }
 
 /// Whether tasks are being recorded.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use npu_sim::trace;
+///
+/// let path = std::env::temp_dir().join(format!("npu-sim-doc-{}.json", std::process::id()));
+/// trace::enable(&path);
+/// assert!(trace::is_enabled());
+/// trace::disable();
+/// assert!(!trace::is_enabled());
+/// ```
 pub fn is_enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
 /// Writes every span recorded so far to the trace file; returns its path (`None` if tracing
 /// was never enabled).
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+/// # /// Runs one 64-byte memset on a new stream of device 0 and waits for it.
+/// # fn memset() {
+/// #     // SAFETY: every pointer passed is valid for the call's contract.
+/// #     unsafe {
+/// #         let (mut stream, mut dev) = (std::ptr::null_mut(), std::ptr::null_mut());
+/// #         assert_eq!(npu_sim::abi::aclrtSetDevice(0), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtCreateStream(&mut stream), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtMalloc(&mut dev, 64, 0), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtMemsetAsync(dev, 64, 0, 64, stream), 0);
+/// #         assert_eq!(npu_sim::abi::aclrtSynchronizeStream(stream), 0);
+/// #     }
+/// # }
+/// # /// The complete events ("ph": "X") of the trace file at `path`.
+/// # fn spans(path: &std::path::Path) -> Vec<serde_json::Value> {
+/// #     let json: serde_json::Value =
+/// #         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+/// #     let events = json["traceEvents"].as_array().unwrap();
+/// #     events.iter().filter(|e| e["ph"] == "X").cloned().collect()
+/// # }
+/// # let path = std::env::temp_dir().join(format!("npu-sim-doc-{}.json", std::process::id()));
+///
+/// use npu_sim::trace;
+///
+/// trace::enable(&path);
+/// memset();
+/// assert_eq!(trace::flush().unwrap(), Some(path.clone()));
+/// let span = &spans(&path)[0];
+/// assert_eq!(span["args"]["bytes"], 64);
+/// assert_ne!(span["tid"], 0, "on the track of the stream that ran it");
+/// # std::fs::remove_file(&path).ok();
+/// ```
 pub fn flush() -> std::io::Result<Option<PathBuf>> {
     // Rendering and writing up to MAX_SPANS spans takes a while: a copy is rendered outside the
     // lock, so the stream workers recording tasks meanwhile do not wait for it.

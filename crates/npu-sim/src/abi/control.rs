@@ -15,6 +15,47 @@ use crate::sim::sim;
 
 /// C form of [`TimingModel`] without per-kernel durations (see npusimSetKernelDuration).
 /// Bandwidths in bytes per second (0 = instantaneous), times in ns.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+/// use std::ptr;
+/// use npu_sim::{abi::*, control};
+///
+/// # /// Runs `work` on a new stream of `device` between two events, with every task starting
+/// # /// at one instant (the hold gate), and returns the simulated time between the events in ms.
+/// # fn timed(device: i32, work: impl FnOnce(aclrtStream)) -> f32 {
+/// #     // SAFETY: every pointer passed is valid for the call's contract.
+/// #     unsafe {
+/// #         assert_eq!(aclrtSetDevice(device), 0);
+/// #         let (mut stream, mut start, mut end) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+/// #         assert_eq!(aclrtCreateStream(&mut stream), 0);
+/// #         assert_eq!(aclrtCreateEvent(&mut start), 0);
+/// #         assert_eq!(aclrtCreateEvent(&mut end), 0);
+/// #         control::hold(device).unwrap();
+/// #         assert_eq!(aclrtRecordEvent(start, stream), 0);
+/// #         work(stream);
+/// #         assert_eq!(aclrtRecordEvent(end, stream), 0);
+/// #         control::release(device).unwrap();
+/// #         assert_eq!(aclrtSynchronizeStream(stream), 0);
+/// #         let mut ms = 0.0;
+/// #         assert_eq!(aclrtEventElapsedTime(&mut ms, start, end), 0);
+/// #         ms
+/// #     }
+/// # }
+/// // SAFETY: every pointer passed is valid for the call's contract.
+/// unsafe {
+/// #   assert_eq!(aclrtSetDevice(1), 0);
+/// #   let mut dev = ptr::null_mut();
+/// #   assert_eq!(aclrtMalloc(&mut dev, 1 << 20, 0), 0);
+///     let model = npusimTimingModel { d2dBytesPerSec: 1_000_000_000, ..Default::default() };
+///     assert_eq!(npusimSetTiming(1, &model), 0);
+///     let ms = timed(1, |stream| {
+///         assert_eq!(aclrtMemsetAsync(dev, 1 << 20, 0, 1 << 20, stream), 0);
+///     });
+///     assert_eq!(ms, 1.048576); // 1 MiB at 1 GB/s
+///     assert_eq!(npusimSetTiming(1, ptr::null()), 0); // NULL: no timing model
+/// }
+/// ```
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct npusimTimingModel {
@@ -31,6 +72,18 @@ pub struct npusimTimingModel {
 }
 
 /// C form of [`DeviceStats`].
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use npu_sim::abi::*;
+///
+/// let mut stats = npusimDeviceStats::default();
+/// // SAFETY: `stats` is valid for a write.
+/// unsafe { assert_eq!(npusimGetDeviceStats(0, &mut stats), 0) };
+/// assert_eq!(stats.capacity, npu_sim::control::device_stats(0).unwrap().capacity);
+/// assert_eq!(stats.lost, 0);
+/// ```
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct npusimDeviceStats {
@@ -51,6 +104,22 @@ pub struct npusimDeviceStats {
 }
 
 /// C form of [`HostStats`].
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ptr;
+/// use npu_sim::abi::*;
+///
+/// let (mut stats, mut host) = (npusimHostStats::default(), ptr::null_mut());
+/// // SAFETY: valid out pointers.
+/// unsafe {
+///     assert_eq!(aclrtSetDevice(0), 0);
+///     assert_eq!(aclrtMallocHost(&mut host, 4096), 0);
+///     assert_eq!(npusimGetHostStats(&mut stats), 0);
+/// }
+/// assert_eq!((stats.pinnedAllocations, stats.pinnedBytes), (1, 4096));
+/// ```
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct npusimHostStats {

@@ -78,6 +78,23 @@ pub use registry::{
 };
 
 /// The C signature of a simulated kernel.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ffi::c_void;
+/// use npu_sim::kernel::{self, KernelEntry};
+///
+/// /// Sets the u32 its argument points at to the block count.
+/// unsafe extern "C" fn count_blocks(_block: u32, blocks: u32, args: *mut c_void) -> i32 {
+///     // SAFETY: launched with a pointer to one u32 as argument.
+///     unsafe { *args.cast::<u32>() = blocks };
+///     0
+/// }
+///
+/// let entry: KernelEntry = count_blocks;
+/// kernel::register_entry("count_blocks_entry", entry).unwrap();
+/// ```
 pub type KernelEntry =
     unsafe extern "C" fn(block_idx: u32, block_num: u32, args: *mut c_void) -> i32;
 
@@ -89,6 +106,23 @@ pub(crate) const ARGS_SIZE_PREFIX: &str = "npusimArgsSize_";
 /// Path of the shared object with the shipped C kernels ([`VECTOR_ADD_F32`], [`SCALE_F32`],
 /// [`REDUCE_SUM_F32`]), built by npu-sim's build script; load it with
 /// `aclrtBinaryLoadFromFile`.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::{ffi::CString, ptr};
+/// use npu_sim::{abi::*, kernel};
+///
+/// let path = CString::new(kernel::LIBRARY_PATH).unwrap();
+/// // SAFETY: every pointer passed is valid for the call's contract; the library is npu-sim's.
+/// unsafe {
+///     assert_eq!(aclrtSetDevice(0), 0);
+///     let (mut bin, mut add) = (ptr::null_mut(), ptr::null_mut());
+///     assert_eq!(aclrtBinaryLoadFromFile(path.as_ptr(), ptr::null_mut(), &mut bin), 0);
+///     assert_eq!(aclrtBinaryGetFunction(bin, c"vector_add_f32".as_ptr(), &mut add), 0);
+///     assert_eq!(aclrtBinaryUnLoad(bin), 0);
+/// }
+/// ```
 pub const LIBRARY_PATH: &str = env!("NPU_SIM_KERNELS_SO");
 
 /// The share of `n` elements that block `block_idx` of `block_num` handles (the same split as

@@ -24,6 +24,16 @@ pub(crate) struct Registered {
 }
 
 /// Why a kernel could not be registered.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use npu_sim::kernel::{self, KernelError};
+///
+/// let taken = kernel::register("vector_add_f32", |_, _, _| 0).unwrap_err(); // a shipped kernel
+/// assert_eq!(taken, KernelError::AlreadyRegistered("vector_add_f32".into()));
+/// assert!(matches!(kernel::register("", |_, _, _| 0), Err(KernelError::InvalidName(_))));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KernelError {
     /// A kernel with this name is already registered.
@@ -85,6 +95,27 @@ fn insert(name: &str, code: KernelCode, args_size: usize) -> Result<(), KernelEr
 /// on the simulator's threads, once per block, concurrently for different blocks; `args` is the
 /// launch's argument buffer (host-packed arguments, or device memory for aclrtLaunchKernel),
 /// NULL when the launch passes none. A panic counts as a trap.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ptr;
+/// use npu_sim::{abi::*, kernel};
+///
+/// // A kernel that traps in block 1: the launch fails with an AI Core exception.
+/// kernel::register("trap_in_block_1", |block, _, _| i32::from(block == 1)).unwrap();
+/// let image = kernel::registry_image(&["trap_in_block_1"]);
+/// // SAFETY: every pointer passed is valid for the call's contract.
+/// unsafe {
+///     assert_eq!(aclrtSetDevice(0), 0);
+///     let (mut bin, mut trap, null) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+///     assert_eq!(aclrtBinaryLoadFromData(image.as_ptr().cast(), image.len(), ptr::null(), &mut bin), 0);
+///     assert_eq!(aclrtBinaryGetFunction(bin, c"trap_in_block_1".as_ptr(), &mut trap), 0);
+///     let (cfg, holders) = (ptr::null_mut(), ptr::null_mut());
+///     assert_eq!(aclrtLaunchKernelWithHostArgs(trap, 4, null, cfg, null, 0, holders, 0), 0);
+///     assert_eq!(aclrtSynchronizeStream(null), 507015); // ACL_ERROR_RT_AICORE_EXCEPTION
+/// }
+/// ```
 pub fn register<F>(name: &str, kernel: F) -> Result<(), KernelError>
 where
     F: Fn(u32, u32, *mut c_void) -> i32 + Send + Sync + 'static,
@@ -138,12 +169,54 @@ where
 
 /// Registers a C-ABI function (e.g. from a statically linked C or Rust object) as the kernel
 /// `name`, declaring no argument size.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ffi::c_void;
+/// use npu_sim::kernel;
+///
+/// /// Does nothing, in every block.
+/// unsafe extern "C" fn nop(_block: u32, _blocks: u32, _args: *mut c_void) -> i32 {
+///     0
+/// }
+///
+/// kernel::register_entry("nop", nop).unwrap();
+/// assert!(kernel::register_entry("nop", nop).is_err(), "names are unique");
+/// ```
 pub fn register_entry(name: &str, entry: KernelEntry) -> Result<(), KernelError> {
     register_entry_with_args_size(name, entry, 0)
 }
 
 /// Registers a C-ABI function as the kernel `name` that reads `args_size` bytes of arguments
 /// (see [`register_with_args_size`]).
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::{ffi::c_void, ptr};
+/// use npu_sim::{abi::*, kernel};
+///
+/// /// Reads a u64 argument (and ignores it).
+/// unsafe extern "C" fn takes_u64(_block: u32, _blocks: u32, _args: *mut c_void) -> i32 {
+///     0
+/// }
+///
+/// kernel::register_entry_with_args_size("takes_u64", takes_u64, 8).unwrap();
+/// let image = kernel::registry_image(&["takes_u64"]);
+/// // SAFETY: every pointer passed is valid for the call's contract.
+/// unsafe {
+///     assert_eq!(aclrtSetDevice(0), 0);
+///     let (mut bin, mut function, null) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+///     assert_eq!(aclrtBinaryLoadFromData(image.as_ptr().cast(), image.len(), ptr::null(), &mut bin), 0);
+///     assert_eq!(aclrtBinaryGetFunction(bin, c"takes_u64".as_ptr(), &mut function), 0);
+///     let mut short = 0u32; // 4 bytes where the kernel reads 8: refused before it is queued
+///     let args = (&raw mut short).cast();
+///     let (cfg, holders) = (ptr::null_mut(), ptr::null_mut());
+///     let code = aclrtLaunchKernelWithHostArgs(function, 1, null, cfg, args, 4, holders, 0);
+///     assert_eq!(code, 107000);
+/// }
+/// ```
 pub fn register_entry_with_args_size(
     name: &str,
     entry: KernelEntry,
