@@ -223,6 +223,7 @@ impl PinnedPool {
     ///
     /// let ctx = Device::open(0)?.primary_context().clone();
     /// let pool = PinnedPool::builder(&ctx).capacity(16 << 20).build()?;
+    /// assert_eq!(pool.capacity(), Some(16 << 20));
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn builder(context: &Context) -> PinnedPoolBuilder {
