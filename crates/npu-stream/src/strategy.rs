@@ -39,8 +39,9 @@ pub enum Strategy {
     /// A per-device thread loops `aclrtProcessReport`; each operation is followed by an
     /// `aclrtLaunchCallback` that signals the task.
     CallbackThread,
-    /// Each operation occupies a blocking thread in `aclrtSynchronizeEvent` (Tokio's blocking
-    /// pool inside a runtime, a plain thread outside): what `spawn_blocking` code does.
+    /// Each operation occupies a blocking thread waiting in `aclrtSynchronizeEventWithTimeout`
+    /// (or `aclrtSynchronizeEvent` on runtimes without it), in Tokio's blocking pool inside a
+    /// runtime and on a plain thread outside: what `spawn_blocking` code does.
     BlockingSync,
 }
 
