@@ -23,7 +23,7 @@ pub(crate) struct CallbackStrategy;
 
 /// One subscribed thread per (loaded runtime, device): ACL lets a thread serve streams of
 /// one device only.
-struct Worker {
+pub(crate) struct Worker {
     /// `pthread_self()` of the worker, ACL's identity for subscriptions.
     tid: u64,
     outstanding: Mutex<HashMap<u64, Outstanding>>,
@@ -180,15 +180,16 @@ impl Worker {
 
 impl CompletionStrategy for CallbackStrategy {
     fn watch(&self, stream: &Arc<StreamShared>, op: OpInfo, completion: Completion) -> Result<()> {
+        // Subscribed once per stream; the worker is kept with the subscription so that the
+        // hot path never takes the global worker table's lock.
         let subscription = stream.strategy_state.subscription.get_or_init(|| {
             let worker = worker_for(stream)?;
             let (tid, handle) = (worker.tid, stream.handle);
             // SAFETY: the stream is alive and its context is bound by the submitter.
             unsafe { acl_call!(stream.context.runtime(), aclrtSubscribeReport(tid, handle)) }?;
-            Ok(tid)
+            Ok(worker)
         });
-        subscription.clone()?;
-        let worker = worker_for(stream)?;
+        let worker = subscription.as_ref().map_err(Clone::clone)?;
         let event = strategy::record(stream)?;
         let id = next_op_id();
         worker
@@ -235,13 +236,14 @@ impl CompletionStrategy for CallbackStrategy {
     }
 
     fn release(&self, stream: &StreamShared) {
-        let Some(Ok(tid)) = stream.strategy_state.subscription.get() else {
+        let Some(Ok(worker)) = stream.strategy_state.subscription.get() else {
             return;
         };
+        let tid = worker.tid;
         let runtime = stream.context.runtime();
         let result = stream.context.bind().and_then(|()| {
             // SAFETY: the stream is alive until this returns; its context is bound.
-            unsafe { acl_call!(runtime, aclrtUnSubscribeReport(*tid, stream.handle)) }
+            unsafe { acl_call!(runtime, aclrtUnSubscribeReport(tid, stream.handle)) }
         });
         if let Err(err) = result {
             tracing::warn!(%err, stream = stream.id, "unsubscribing the callback thread failed");

@@ -104,7 +104,8 @@ impl Strategy {
 /// Per-stream state a strategy may need (the callback thread's subscription).
 #[derive(Default)]
 pub(crate) struct StrategyState {
-    pub(crate) subscription: OnceLock<Result<u64, Error>>,
+    /// The callback worker the stream is subscribed to, once it is.
+    pub(crate) subscription: OnceLock<Result<Arc<callback::Worker>, Error>>,
 }
 
 /// Records a pooled event on the stream, after the operation just submitted.
