@@ -122,23 +122,22 @@ pub(crate) fn record(stream: &StreamShared) -> Result<PooledEvent> {
 /// `aclrtSynchronizeEvent` returns at once for a completed event and reports a task failure
 /// among the work its record captured; the failure is attributed to the operation's own API.
 pub(crate) fn settle(event: PooledEvent, api: &'static str) -> Result<()> {
-    let context = event.pool().context().clone();
-    let runtime = context.runtime();
-    let handle = event.handle();
-    let code = match runtime.api().aclrtSynchronizeEventWithTimeout {
-        // SAFETY: the event is alive (owned by `event`); a timeout of -1 waits as long as
-        // needed, which for a completed event is not at all.
-        Some(sync) => unsafe { sync(handle, -1) },
-        // SAFETY: as above.
-        None => unsafe { (runtime.api().aclrtSynchronizeEvent)(handle) },
+    let synced = {
+        let runtime = event.pool().context().runtime();
+        let handle = event.handle();
+        let code = match runtime.api().aclrtSynchronizeEventWithTimeout {
+            // SAFETY: the event is alive (owned by `event`); a timeout of -1 waits as long as
+            // needed, which for a completed event is not at all.
+            Some(sync) => unsafe { sync(handle, -1) },
+            // SAFETY: as above.
+            None => unsafe { (runtime.api().aclrtSynchronizeEvent)(handle) },
+        };
+        runtime.check("aclrtSynchronizeEvent", code)
     };
-    match runtime.check("aclrtSynchronizeEvent", code) {
-        Ok(()) => Ok(()),
-        Err(err) => {
-            event.discard();
-            Err(attribute(err, api))
-        }
-    }
+    synced.map_err(|err| {
+        event.discard();
+        attribute(err, api)
+    })
 }
 
 /// Reports a device-side failure under the API of the operation it belongs to.
