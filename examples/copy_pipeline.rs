@@ -5,7 +5,7 @@
 //! the same simulated time, so the pipelined run can approach 3x the serial one (the target
 //! is at least 1.8x). Both runs are recorded as a Chrome/Perfetto timeline: open the file it
 //! names in chrome://tracing or https://ui.perfetto.dev to see the stages overlap (one track
-//! per stream; docs/timeline.png is a screenshot).
+//! per stream; docs/timeline.png and docs/timeline-detail.png are screenshots).
 //!
 //! ```sh
 //! cargo run --example copy_pipeline                  # timeline in $NPU_TRACE or the temp dir
@@ -193,7 +193,7 @@ async fn main() -> ExitCode {
         Timeline::EventTimestamps => "event timestamps",
     };
     println!(
-        "timeline from {source}: {} (open it in ui.perfetto.dev, or offline in docs/timeline-viewer.html)",
+        "timeline from {source}: {} (open it in ui.perfetto.dev; docs/simulator.md shows it)",
         report.trace.display()
     );
     if report.correct() {
