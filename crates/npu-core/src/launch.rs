@@ -117,17 +117,16 @@ impl LaunchConfig {
         self.engine
     }
 
-    /// The launch attributes for `aclrtLaunchKernelCfg`; empty for a default launch.
-    pub(crate) fn attrs(&self) -> Vec<ffi::aclrtLaunchKernelAttr> {
-        self.engine
-            .map(|engine| ffi::aclrtLaunchKernelAttr {
-                id: ffi::ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE,
-                value: ffi::aclrtLaunchKernelAttrValue {
-                    engineType: engine.raw(),
-                },
-            })
-            .into_iter()
-            .collect()
+    /// The launch attribute for `aclrtLaunchKernelCfg`; none for a default launch. An
+    /// `Option` rather than a `Vec` so a launch allocates nothing for its at most one
+    /// attribute (`Option::as_mut_slice` gives ACL its array).
+    pub(crate) fn attr(&self) -> Option<ffi::aclrtLaunchKernelAttr> {
+        self.engine.map(|engine| ffi::aclrtLaunchKernelAttr {
+            id: ffi::ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE,
+            value: ffi::aclrtLaunchKernelAttrValue {
+                engineType: engine.raw(),
+            },
+        })
     }
 }
 

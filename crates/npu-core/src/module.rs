@@ -638,7 +638,8 @@ impl Function {
         args: &mut [u8],
     ) -> Result<()> {
         let context = self.context();
-        let mut attrs = config.attrs();
+        let mut attr = config.attr();
+        let attrs = attr.as_mut_slice();
         let mut cfg = ffi::aclrtLaunchKernelCfg {
             attrs: attrs.as_mut_ptr(),
             numAttrs: attrs.len(),
@@ -672,7 +673,7 @@ impl Function {
 }
 
 /// A pointer to an ACL array descriptor, or NULL when it describes no items: NULL is ACL's
-/// documented "no options", and an empty `Vec`'s dangling pointer is never handed to C.
+/// documented "no options", and an empty list's dangling pointer is never handed to C.
 fn null_if_empty<L>(count: usize, list: &mut L) -> *mut L {
     if count == 0 {
         std::ptr::null_mut()
