@@ -9,7 +9,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 use std::sync::mpsc::{Sender, channel};
 
-type Action = Box<dyn FnOnce() + Send + 'static>;
+/// Work to run once, after completion, off the completing thread's critical path.
+pub(crate) type Action = Box<dyn FnOnce() + Send + 'static>;
 
 fn sender() -> Option<&'static Sender<Vec<Action>>> {
     static SENDER: OnceLock<Option<Sender<Vec<Action>>>> = OnceLock::new();
@@ -84,8 +85,8 @@ pub fn release_later(release: impl FnOnce() + Send + 'static) {
 /// ```
 pub fn flush() {
     let (tx, rx) = channel();
-    run_later(vec![Box::new(move || {
+    release_later(move || {
         let _ = tx.send(());
-    })]);
+    });
     let _ = rx.recv();
 }

@@ -4,9 +4,7 @@
 use std::task::{Poll, Waker};
 
 use super::sync::{AtomicBool, AtomicWaker, Mutex, Ordering};
-
-/// Work to run once, after completion, off the completing thread's critical path.
-pub(crate) type Action = Box<dyn FnOnce() + Send + 'static>;
+use crate::reaper::Action;
 
 /// Shared by the one party that completes an operation and everyone who waits for it.
 ///
