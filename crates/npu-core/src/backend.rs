@@ -2,10 +2,11 @@
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use crate::error::{LoadAttempt, LoadError};
 use crate::ffi::AclApi;
+use crate::runtime::SharedState;
 
 /// Which runtime a [`Runtime`](crate::Runtime) should use.
 ///
@@ -120,13 +121,15 @@ pub(crate) struct Loaded {
     pub(crate) backend: Backend,
     /// Distinguishes runtimes in per-thread caches; ACL state is per loaded library.
     pub(crate) id: usize,
-    /// How many `Runtime`s hold an `aclInit` reference on this library.
+    /// How many `Runtime`s hold an `aclInit` reference on this library. Separate from
+    /// `shared`: `aclInit` and `aclFinalize` run under this lock.
     pub(crate) init_users: Mutex<usize>,
+    /// Primary contexts and peer-access counts of this library.
+    pub(crate) shared: Mutex<SharedState>,
 }
 
 /// Every library loaded so far, so loading the same path twice shares one table.
 static LIBRARIES: Mutex<Vec<&'static Loaded>> = Mutex::new(Vec::new());
-static SIMULATOR: OnceLock<&'static Loaded> = OnceLock::new();
 
 fn next_id() -> usize {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -140,6 +143,7 @@ fn leak(api: AclApi, backend: Backend) -> &'static Loaded {
         backend,
         id: next_id(),
         init_users: Mutex::new(0),
+        shared: Mutex::default(),
     }))
 }
 
@@ -177,12 +181,12 @@ pub(crate) fn load(choice: &BackendChoice) -> Result<&'static Loaded, LoadError>
 
 #[cfg(feature = "sim")]
 fn simulator() -> Result<&'static Loaded, LoadError> {
+    static SIMULATOR: std::sync::OnceLock<&'static Loaded> = std::sync::OnceLock::new();
     Ok(SIMULATOR.get_or_init(|| leak(npu_sim::api(), Backend::Simulator)))
 }
 
 #[cfg(not(feature = "sim"))]
 fn simulator() -> Result<&'static Loaded, LoadError> {
-    let _ = &SIMULATOR;
     Err(LoadError::SimulatorNotBuilt)
 }
 

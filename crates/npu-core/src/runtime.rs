@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use crate::backend::{self, Backend, BackendChoice, Loaded};
 use crate::code::AclCode;
@@ -43,11 +43,6 @@ struct RuntimeInner {
 pub(crate) struct SharedState {
     pub(crate) primaries: HashMap<i32, Weak<ContextInner>>,
     pub(crate) peer_access: HashMap<(i32, i32), usize>,
-}
-
-fn shared_states() -> &'static Mutex<HashMap<usize, SharedState>> {
-    static STATES: OnceLock<Mutex<HashMap<usize, SharedState>>> = OnceLock::new();
-    STATES.get_or_init(Default::default)
 }
 
 /// Configures and builds a [`Runtime`].
@@ -184,13 +179,23 @@ impl Drop for RuntimeInner {
     }
 }
 
+/// Copies a string ACL returned: `None` for NULL.
+///
+/// # Safety
+/// `text` must be NULL or point at a NUL-terminated string that stays valid for the call.
+unsafe fn owned_c_str(text: *const std::ffi::c_char) -> Option<String> {
+    (!text.is_null()).then(|| {
+        // SAFETY: not NULL (checked), so a live C string by the caller's guarantee.
+        unsafe { CStr::from_ptr(text) }
+            .to_string_lossy()
+            .into_owned()
+    })
+}
+
 fn recent_message(loaded: &Loaded) -> Option<String> {
     // SAFETY: aclGetRecentErrMsg takes no arguments and returns NULL or a NUL-terminated string
     // that stays valid until the next call on this thread; it is copied out at once.
-    unsafe {
-        let text = (loaded.api.aclGetRecentErrMsg)();
-        (!text.is_null()).then(|| CStr::from_ptr(text).to_string_lossy().into_owned())
-    }
+    unsafe { owned_c_str((loaded.api.aclGetRecentErrMsg)()) }
 }
 
 impl Runtime {
@@ -293,8 +298,12 @@ impl Runtime {
 
     /// Runs `f` on this library's shared primary-context and peer-access state.
     pub(crate) fn with_shared<R>(&self, f: impl FnOnce(&mut SharedState) -> R) -> R {
-        let mut states = shared_states().lock().unwrap_or_else(|e| e.into_inner());
-        f(states.entry(self.library_id()).or_default())
+        f(&mut self
+            .inner
+            .loaded
+            .shared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Whether both handles use the same loaded library.
@@ -352,10 +361,7 @@ impl Runtime {
     /// ```
     pub fn soc_name(&self) -> Option<String> {
         // SAFETY: no arguments; the result is NULL or a NUL-terminated static string.
-        unsafe {
-            let name = (self.api().aclrtGetSocName)();
-            (!name.is_null()).then(|| CStr::from_ptr(name).to_string_lossy().into_owned())
-        }
+        unsafe { owned_c_str((self.api().aclrtGetSocName)()) }
     }
 
     /// The version string of a CANN package (`aclsysGetVersionStr`), e.g. for `"runtime"`.
@@ -376,11 +382,8 @@ impl Runtime {
         let version_ptr = version.as_mut_ptr().cast();
         // SAFETY: `name` is NUL-terminated; `version` has the documented maximum size.
         unsafe { crate::acl_call_opt!(self, aclsysGetVersionStr(name_ptr, version_ptr)) }?;
-        let end = version
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(version.len());
-        Ok(String::from_utf8_lossy(&version[..end]).into_owned())
+        let text = CStr::from_bytes_until_nul(&version).map_or(&version[..], CStr::to_bytes);
+        Ok(String::from_utf8_lossy(text).into_owned())
     }
 
     /// The optional ACL functions the loaded runtime does not export.
