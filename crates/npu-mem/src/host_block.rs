@@ -9,6 +9,9 @@ use npu_core::{Context, Error, Result, Settled, acl_call, acl_call_opt};
 
 /// The address alignment `aclrtMallocHost` guarantees.
 pub(crate) const HOST_ALIGN: usize = 64;
+/// The host page size: the granularity of pinning and of registration, and the pool's
+/// smallest block.
+pub(crate) const PAGE: usize = 4096;
 
 /// Options for `aclrtMallocHostWithCfg`: the attributes of a pinned host allocation.
 ///

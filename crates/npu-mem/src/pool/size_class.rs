@@ -1,8 +1,8 @@
 //! The pool's size classes: page-granular for small blocks, four classes per power of two
 //! above 64 KiB.
 
-/// The host page size: the granularity of pinning, and the smallest block.
-pub(crate) const PAGE: usize = 4096;
+use crate::host_block::PAGE;
+
 /// Blocks up to this size are rounded to whole pages.
 const PAGE_GRANULAR_LIMIT: usize = 64 << 10;
 

@@ -18,7 +18,7 @@ pub use flags::{HacType, RegisterFlags, host_mem_map_capability};
 pub use page_aligned::PageAlignedBuffer;
 pub use stable::StableBuffer;
 
-use page_aligned::PAGE;
+use crate::host_block::PAGE;
 
 /// A host buffer registered with the runtime (`aclrtHostRegisterV2`), owned for as long as it
 /// is registered.

@@ -11,9 +11,7 @@ use npu_core::{Error, Result};
 
 use super::StableBuffer;
 use crate::device_buffer::byte_size;
-
-/// The page size registrations are aligned to.
-pub(crate) const PAGE: usize = 4096;
+use crate::host_block::PAGE;
 
 /// `len` zeroed elements of `T` in ordinary (pageable) heap memory that starts on a 4 KiB
 /// page boundary and occupies whole pages, so it can be registered with
