@@ -79,7 +79,8 @@ impl<T: Pod> Drop for PooledBuffer<T> {
         let block = unsafe { ManuallyDrop::take(&mut self.block) };
         let shared = self.shared.clone();
         let class = block.bytes();
-        shared.update(|state, _| state.retire(class));
+        // Bookkeeping only (nothing it frees can serve a waiter), so no `update`.
+        shared.lock().retire(class);
         self.uses
             .release(move |settled| shared.returned(block, settled));
     }

@@ -12,7 +12,7 @@ use npu_core::{Context, Error, Result, Settled, UseList};
 use tokio::sync::oneshot;
 
 use crate::device_buffer::byte_size;
-use crate::host_block::{HostAllocConfig, HostBlock, check_host_align};
+use crate::host_block::{HostAllocConfig, HostBlock, PAGE, check_host_align};
 
 mod buffer;
 mod size_class;
@@ -165,13 +165,13 @@ impl PinnedPoolBuilder {
     /// ```
     pub fn build(self) -> Result<PinnedPool> {
         if let Some(capacity) = self.capacity {
-            if capacity < size_class::PAGE {
+            if capacity < PAGE {
                 return Err(Error::invalid(
                     "PinnedPoolBuilder::capacity",
                     "bytes",
                     format!(
                         "{capacity} is less than the smallest block ({} bytes)",
-                        size_class::PAGE
+                        PAGE
                     ),
                 ));
             }
@@ -305,13 +305,15 @@ impl PinnedPool {
     /// ```
     pub async fn alloc<T: Pod>(&self, len: usize) -> Result<PooledBuffer<T>> {
         let class = self.class_of::<T>("PinnedPool::alloc", len)?;
-        let (reply, receiver) = oneshot::channel();
-        let answer = self
-            .shared
-            .update(|state, evicted| state.request(class, reply, evicted));
+        let answer = self.shared.update(|state, evicted| {
+            state.try_request(class, evicted).ok_or_else(|| {
+                let (reply, receiver) = oneshot::channel();
+                (state.enqueue(class, reply), receiver)
+            })
+        });
         let granted = match answer {
             Ok(granted) => granted,
-            Err(id) => {
+            Err((id, receiver)) => {
                 Waiting {
                     shared: self.shared.clone(),
                     id,
@@ -417,7 +419,9 @@ impl Shared {
     }
 
     /// Runs `change` on the locked state, serves whichever waiters it made servable, then,
-    /// after unlocking, frees the blocks evicted on the way and sends the grants.
+    /// after unlocking, frees the blocks evicted on the way and sends the grants. Only changes
+    /// that can free capacity or cached blocks need it; counter moves that keep the held bytes
+    /// the same (`retire`, `room_filled`) just lock.
     fn update<R>(
         self: &Arc<Self>,
         change: impl FnOnce(&mut PoolState, &mut Vec<HostBlock>) -> R,
@@ -465,7 +469,7 @@ impl Shared {
                 self.timing.allocated(started.elapsed());
                 match allocated {
                     Ok(block) => {
-                        self.update(|state, _| state.room_filled(class));
+                        self.lock().room_filled(class);
                         block
                     }
                     Err(err) => {

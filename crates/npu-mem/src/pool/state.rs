@@ -94,22 +94,15 @@ impl<B, W> State<B, W> {
         self.grant(class, evicted)
     }
 
-    /// Asks for a block of `class` bytes, or queues the request behind earlier ones; the
-    /// error is the waiter's id, and `reply` is what [`pump`](State::pump) hands back with
-    /// its grant.
-    pub(crate) fn request(
-        &mut self,
-        class: usize,
-        reply: W,
-        evicted: &mut Vec<B>,
-    ) -> Result<Granted<B>, u64> {
-        if let Some(granted) = self.try_request(class, evicted) {
-            return Ok(granted);
-        }
+    /// Queues a request for `class` bytes behind earlier ones, after
+    /// [`try_request`](State::try_request) found nothing; returns the waiter's id. `reply` is
+    /// what [`pump`](State::pump) hands back with its grant. Split from `try_request` so a
+    /// caller makes its reply channel only when the request really waits.
+    pub(crate) fn enqueue(&mut self, class: usize, reply: W) -> u64 {
         let id = self.next_waiter;
         self.next_waiter += 1;
         self.waiters.push_back(Waiter { id, class, reply });
-        Err(id)
+        id
     }
 
     /// A cached block of `class`, or room for a new one (evicting cached blocks of other
@@ -249,6 +242,18 @@ mod tests {
     /// Blocks are labelled by a number; replies by a name.
     type Test = State<u32, &'static str>;
 
+    /// A grant, or the id the request queued under (how `PinnedPool::alloc` asks).
+    fn request(
+        state: &mut Test,
+        class: usize,
+        reply: &'static str,
+        evicted: &mut Vec<u32>,
+    ) -> Result<Granted<u32>, u64> {
+        state
+            .try_request(class, evicted)
+            .ok_or_else(|| state.enqueue(class, reply))
+    }
+
     fn granted(state: &mut Test, class: usize, evicted: &mut Vec<u32>) -> Granted<u32> {
         state.try_request(class, evicted).expect("a grant")
     }
@@ -295,8 +300,8 @@ mod tests {
         fresh(&mut state, MIB);
         fresh(&mut state, MIB);
         let mut evicted = Vec::new();
-        assert_eq!(state.request(MIB, "first", &mut evicted), Err(0));
-        assert_eq!(state.request(MIB, "second", &mut evicted), Err(1));
+        assert_eq!(request(&mut state, MIB, "first", &mut evicted), Err(0));
+        assert_eq!(request(&mut state, MIB, "second", &mut evicted), Err(1));
         assert_eq!(state.try_request(MIB, &mut evicted), None);
 
         state.retire(MIB);
@@ -311,8 +316,8 @@ mod tests {
         fresh(&mut state, MIB);
         fresh(&mut state, MIB);
         let mut evicted = Vec::new();
-        assert!(state.request(2 * MIB, "big", &mut evicted).is_err());
-        assert!(state.request(MIB, "small", &mut evicted).is_err());
+        assert!(request(&mut state, 2 * MIB, "big", &mut evicted).is_err());
+        assert!(request(&mut state, MIB, "small", &mut evicted).is_err());
         free_block(&mut state, 1, MIB);
         assert!(
             state.pump(&mut evicted).is_empty(),
@@ -350,7 +355,7 @@ mod tests {
     fn a_cancelled_waiter_leaves_the_queue() {
         let mut state = Test::new(Some(MIB));
         fresh(&mut state, MIB);
-        let id = state.request(MIB, "gone", &mut Vec::new()).unwrap_err();
+        let id = request(&mut state, MIB, "gone", &mut Vec::new()).unwrap_err();
         assert!(state.cancel(id));
         assert!(!state.cancel(id));
         free_block(&mut state, 1, MIB);
