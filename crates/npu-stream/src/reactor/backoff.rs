@@ -2,13 +2,15 @@
 
 use std::time::Duration;
 
-/// Passes that only spin after the last progress. Pass `k` spins `2^k` pause instructions (up
-/// to [`MAX_SPINS`]) before the next query, so a short operation is noticed within a
+/// Passes that only spin after the last progress. Pass `k` spins `2^k` pause instructions (so
+/// at most 64) before the next query, so a short operation is noticed within a
 /// microsecond or so while a longer one costs few queries: each query takes the simulator's or
 /// the driver's time, which on a small host is taken from the threads doing the work.
 const SPIN_PASSES: u32 = 6;
-/// The most pause instructions between two queries while spinning.
-const MAX_SPINS: u32 = 128;
+const _: () = assert!(
+    SPIN_PASSES < u32::BITS,
+    "2^SPIN_PASSES spins must fit a u32"
+);
 /// Further passes that yield the core before each retry. Spinning holds a core that the
 /// submitting tasks (and, on the simulator, the device itself) may need; a yield costs a
 /// system call when nothing else wants the core and hands it over when something does. On a
@@ -49,7 +51,7 @@ impl Backoff {
     pub(super) fn next(&mut self) -> Option<Duration> {
         self.idle_passes = self.idle_passes.saturating_add(1);
         if self.idle_passes <= SPIN_PASSES {
-            for _ in 0..(1u32 << self.idle_passes.min(7)).min(MAX_SPINS) {
+            for _ in 0..1u32 << self.idle_passes {
                 std::hint::spin_loop();
             }
             None
