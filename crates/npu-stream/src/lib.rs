@@ -65,5 +65,5 @@ pub use stream::{FailureMode, Stream, StreamBuilder};
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 pub fn reactor_stats() -> ReactorStats {
-    reactor::Reactor::get().stats()
+    reactor::Reactor::stats()
 }

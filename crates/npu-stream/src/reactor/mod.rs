@@ -1,7 +1,7 @@
 //! The reactor: one thread that polls the oldest pending event of every active stream and
 //! completes the operations whose events have completed.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -10,7 +10,7 @@ use npu_core::{Completion, Error, Result};
 use crate::event::query_event;
 use crate::event_pool::PooledEvent;
 use crate::strategy::{self, CompletionStrategy, OpInfo};
-use crate::stream::StreamShared;
+use crate::stream::{Queue, StreamShared};
 
 mod backoff;
 mod stats;
@@ -45,6 +45,9 @@ pub(crate) struct Pending {
     op: OpInfo,
 }
 
+/// The process-wide reactor, once an `EventPoll` operation has started it.
+static REACTOR: OnceLock<&'static Reactor> = OnceLock::new();
+
 /// The process-wide reactor.
 pub(crate) struct Reactor {
     /// Streams that went from no pending operation to one, not yet picked up by the thread.
@@ -57,7 +60,6 @@ pub(crate) struct Reactor {
 impl Reactor {
     /// The reactor, starting its thread on first use.
     pub(crate) fn get() -> &'static Reactor {
-        static REACTOR: OnceLock<&'static Reactor> = OnceLock::new();
         REACTOR.get_or_init(|| {
             let reactor: &'static Reactor = Box::leak(Box::new(Reactor {
                 inbox: Mutex::new(Vec::new()),
@@ -80,9 +82,12 @@ impl Reactor {
         })
     }
 
-    /// A snapshot of the reactor's counters.
-    pub(crate) fn stats(&self) -> ReactorStats {
-        self.counters.snapshot()
+    /// A snapshot of the reactor's counters; all zero if it never started (asking does not
+    /// start it).
+    pub(crate) fn stats() -> ReactorStats {
+        REACTOR
+            .get()
+            .map_or_else(ReactorStats::default, |reactor| reactor.counters.snapshot())
     }
 
     fn register(&self, stream: &Arc<StreamShared>, pending: Pending) -> Result<()> {
@@ -95,7 +100,7 @@ impl Reactor {
         }
         self.counters.registered();
         let activate = {
-            let mut queue = stream.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let mut queue = lock_queue(stream);
             queue.pending.push_back(pending);
             !std::mem::replace(&mut queue.in_reactor, true)
         };
@@ -158,9 +163,7 @@ impl Reactor {
         let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
         active.extend(inbox.drain(..).map(|stream| Active {
             stream,
-            last_progress: now,
-            last_probe: None,
-            probe_every: PROBE_AFTER,
+            health: Health::new(now),
         }));
     }
 
@@ -172,54 +175,49 @@ impl Reactor {
         finished: &mut Vec<(Completion, Result<()>)>,
         progressed: &mut bool,
     ) -> bool {
-        let stream = active.stream.clone();
-        let stream = &*stream;
-        loop {
-            let head = {
-                let mut queue = stream.queue.lock().unwrap_or_else(|e| e.into_inner());
-                match queue.pending.front() {
-                    Some(pending) => pending.event.handle(),
-                    None => {
-                        queue.in_reactor = false;
-                        return false;
-                    }
-                }
-            };
+        let Active { stream, health } = active;
+        let mut next = head(&mut lock_queue(stream));
+        while let Some(oldest) = next {
             self.counters.queried();
-            match query_event(stream.context.runtime(), head) {
+            next = match query_event(stream.context.runtime(), oldest) {
                 Ok(true) => {
-                    let Some(pending) = pop(stream) else { continue };
-                    let result = strategy::settle(pending.event, pending.op.api);
-                    finished.push((pending.completion, stream.finish(pending.op, result)));
-                    self.counters.completed();
-                    active.last_progress = now;
-                    active.probe_every = PROBE_AFTER;
+                    let (done, next) = advance(stream);
+                    if let Some(pending) = done {
+                        let result = strategy::settle(pending.event, pending.op.api);
+                        finished.push((pending.completion, stream.finish(pending.op, result)));
+                        self.counters.completed();
+                    }
+                    health.progressed(now);
                     *progressed = true;
+                    next
                 }
                 Ok(false) => {
-                    if let Err(err) = active.probe(now, head) {
+                    if let Err(err) = health.probe(stream, now, oldest) {
                         self.fail_all(stream, err, finished);
                     }
                     return true;
                 }
-                Err(err) => {
-                    // A failing query means the event or the whole stream is broken; the
-                    // stream's own status tells which.
-                    match stream_failure(stream, head) {
-                        Err(stream_err) => self.fail_all(stream, stream_err, finished),
-                        Ok(()) => {
-                            if let Some(pending) = pop(stream) {
-                                pending.event.discard();
-                                let result = Err(strategy::attribute(err, pending.op.api));
-                                finished
-                                    .push((pending.completion, stream.finish(pending.op, result)));
-                                self.counters.completed();
-                            }
-                        }
+                // A failing query means the event or the whole stream is broken; the stream's
+                // own status tells which.
+                Err(err) => match stream_failure(stream, oldest) {
+                    Err(stream_err) => {
+                        self.fail_all(stream, stream_err, finished);
+                        head(&mut lock_queue(stream))
                     }
-                }
-            }
+                    Ok(()) => {
+                        let (done, next) = advance(stream);
+                        if let Some(pending) = done {
+                            pending.event.discard();
+                            let result = Err(strategy::attribute(err, pending.op.api));
+                            finished.push((pending.completion, stream.finish(pending.op, result)));
+                            self.counters.completed();
+                        }
+                        next
+                    }
+                },
+            };
         }
+        false
     }
 
     /// Fails every pending operation of a stream whose device work can no longer complete.
@@ -229,10 +227,7 @@ impl Reactor {
         err: Error,
         finished: &mut Vec<(Completion, Result<()>)>,
     ) {
-        let drained: Vec<Pending> = {
-            let mut queue = stream.queue.lock().unwrap_or_else(|e| e.into_inner());
-            queue.pending.drain(..).collect()
-        };
+        let drained: Vec<Pending> = { lock_queue(stream).pending.drain(..).collect() };
         tracing::warn!(%err, stream = stream.id, failed = drained.len(), "stream failed");
         for pending in drained {
             pending.event.discard();
@@ -260,6 +255,12 @@ impl CompletionStrategy for Reactor {
 /// A stream the reactor is watching.
 struct Active {
     stream: Arc<StreamShared>,
+    health: Health,
+}
+
+/// When a stream without progress is next health-checked. Apart from the stream so that
+/// probing (`&mut Health`) and the stream (`&StreamShared`) borrow separately.
+struct Health {
     last_progress: Instant,
     last_probe: Option<Instant>,
     /// The current probe interval: [`PROBE_AFTER`], doubled after each probe that found the
@@ -267,10 +268,28 @@ struct Active {
     probe_every: Duration,
 }
 
-impl Active {
+impl Health {
+    fn new(now: Instant) -> Self {
+        Health {
+            last_progress: now,
+            last_probe: None,
+            probe_every: PROBE_AFTER,
+        }
+    }
+
+    fn progressed(&mut self, now: Instant) {
+        self.last_progress = now;
+        self.probe_every = PROBE_AFTER;
+    }
+
     /// Health-checks a stream that has made no progress for a while; `head` is its oldest
     /// pending event.
-    fn probe(&mut self, now: Instant, head: npu_core::ffi::aclrtEvent) -> Result<()> {
+    fn probe(
+        &mut self,
+        stream: &StreamShared,
+        now: Instant,
+        head: npu_core::ffi::aclrtEvent,
+    ) -> Result<()> {
         let every = self.probe_every;
         let due = now.duration_since(self.last_progress) >= every
             && self
@@ -280,19 +299,32 @@ impl Active {
             return Ok(());
         }
         self.last_probe = Some(now);
-        stream_failure(&self.stream, head)?;
+        stream_failure(stream, head)?;
         self.probe_every = (every * 2).min(MAX_PROBE_INTERVAL);
         Ok(())
     }
 }
 
-fn pop(stream: &StreamShared) -> Option<Pending> {
-    stream
-        .queue
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .pending
-        .pop_front()
+fn lock_queue(stream: &StreamShared) -> MutexGuard<'_, Queue> {
+    stream.queue.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The event of the oldest pending operation; with none, the stream leaves the reactor (under
+/// the same lock, so a registration after it re-activates the stream).
+fn head(queue: &mut Queue) -> Option<npu_core::ffi::aclrtEvent> {
+    let head = queue.pending.front().map(|pending| pending.event.handle());
+    if head.is_none() {
+        queue.in_reactor = false;
+    }
+    head
+}
+
+/// Takes the oldest pending operation, which has finished, and returns it with the next head,
+/// under one lock.
+fn advance(stream: &StreamShared) -> (Option<Pending>, Option<npu_core::ffi::aclrtEvent>) {
+    let mut queue = lock_queue(stream);
+    let done = queue.pending.pop_front();
+    (done, head(&mut queue))
 }
 
 /// `Err` when the work pending on a stream can never complete (device lost, context stopped on
