@@ -222,31 +222,30 @@ impl CompletionStrategy for CallbackStrategy {
         if let Err(err) = launched {
             // The operation itself was queued; hand its completion back so the submitter
             // drains the stream before releasing anything.
-            if let Some(op) = worker
+            worker
                 .outstanding
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .remove(&id)
-            {
-                drop(op.event);
-            }
+                .remove(&id);
             return Err(err);
         }
         Ok(())
     }
+}
 
-    fn release(&self, stream: &StreamShared) {
-        let Some(Ok(worker)) = stream.strategy_state.subscription.get() else {
-            return;
-        };
-        let tid = worker.tid;
-        let runtime = stream.context.runtime();
-        let result = stream.context.bind().and_then(|()| {
-            // SAFETY: the stream is alive until this returns; its context is bound.
-            unsafe { acl_call!(runtime, aclrtUnSubscribeReport(tid, stream.handle)) }
-        });
-        if let Err(err) = result {
-            tracing::warn!(%err, stream = stream.id, "unsubscribing the callback thread failed");
-        }
+/// Unsubscribes a stream being destroyed from its callback worker, if it ever subscribed
+/// (only `Strategy::CallbackThread` streams do, on their first operation).
+pub(crate) fn release(stream: &StreamShared) {
+    let Some(Ok(worker)) = stream.strategy_state.subscription.get() else {
+        return;
+    };
+    let tid = worker.tid;
+    let runtime = stream.context.runtime();
+    let result = stream.context.bind().and_then(|()| {
+        // SAFETY: the stream is alive until this returns; its context is bound.
+        unsafe { acl_call!(runtime, aclrtUnSubscribeReport(tid, stream.handle)) }
+    });
+    if let Err(err) = result {
+        tracing::warn!(%err, stream = stream.id, "unsubscribing the callback thread failed");
     }
 }

@@ -73,9 +73,6 @@ pub(crate) trait CompletionStrategy: Send + Sync {
     /// Called under the stream's submission lock, right after the operation was enqueued:
     /// arranges for `completion` to be completed when the device has run it.
     fn watch(&self, stream: &Arc<StreamShared>, op: OpInfo, completion: Completion) -> Result<()>;
-
-    /// Called when the stream is being destroyed.
-    fn release(&self, _stream: &StreamShared) {}
 }
 
 impl Strategy {
@@ -94,10 +91,6 @@ impl Strategy {
         completion: Completion,
     ) -> Result<()> {
         self.implementation().watch(stream, op, completion)
-    }
-
-    pub(crate) fn release(self, stream: &StreamShared) {
-        self.implementation().release(stream)
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use npu_core::ffi;
 use npu_core::{Completion, Context, Error, Result, acl_call, acl_call_opt};
 
+use crate::callback;
 use crate::event_pool::EventPool;
 use crate::op::Op;
 use crate::reactor::Pending;
@@ -573,14 +574,15 @@ impl StreamShared {
     /// an ordinary operation's failure is remembered for the next `synchronize`; a
     /// `synchronize` reports (and clears) the first one remembered.
     pub(crate) fn finish(&self, op: OpInfo, result: Result<()>) -> Result<()> {
-        let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        let failure = || self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        // An ordinary operation that succeeded changes nothing: no lock on the common path.
         if !op.synchronizes {
             if let Err(err) = &result {
-                failure.get_or_insert_with(|| err.clone());
+                failure().get_or_insert_with(|| err.clone());
             }
             return result;
         }
-        match (result, failure.take()) {
+        match (result, failure().take()) {
             (Err(err), _) | (Ok(()), Some(err)) => Err(err),
             (Ok(()), None) => Ok(()),
         }
@@ -595,7 +597,7 @@ impl StreamShared {
 
 impl Drop for StreamShared {
     fn drop(&mut self) {
-        self.strategy.release(self);
+        callback::release(self);
         let runtime = self.context.runtime();
         let result = self.context.bind().and_then(|()| {
             // SAFETY: the stream is ours, idle (every operation has completed: pending entries
