@@ -169,8 +169,7 @@ impl Worker {
         }
         drop(outstanding);
         for (entry, err) in failed {
-            entry.event.discard();
-            let result = Err(strategy::attribute(err, entry.op.api));
+            let result = Err(strategy::fail(entry.event, err, entry.op.api));
             entry
                 .completion
                 .complete(entry.stream.finish(entry.op, result));

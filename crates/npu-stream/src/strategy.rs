@@ -127,14 +127,18 @@ pub(crate) fn settle(event: PooledEvent, api: &'static str) -> Result<()> {
         };
         runtime.check("aclrtSynchronizeEvent", code)
     };
-    synced.map_err(|err| {
-        event.discard();
-        attribute(err, api)
-    })
+    synced.map_err(|err| fail(event, err, api))
+}
+
+/// The error of an operation that failed on the device: its event, which captured the failure,
+/// is not recycled, and the error is reported under the operation's API.
+pub(crate) fn fail(event: PooledEvent, err: Error, api: &'static str) -> Error {
+    event.discard();
+    attribute(err, api)
 }
 
 /// Reports a device-side failure under the API of the operation it belongs to.
-pub(crate) fn attribute(err: Error, api: &'static str) -> Error {
+fn attribute(err: Error, api: &'static str) -> Error {
     match err {
         Error::Acl(AclError { code, message, .. }) => Error::Acl(AclError { api, code, message }),
         other => other,

@@ -207,8 +207,7 @@ impl Reactor {
                     Ok(()) => {
                         let (done, next) = advance(stream);
                         if let Some(pending) = done {
-                            pending.event.discard();
-                            let result = Err(strategy::attribute(err, pending.op.api));
+                            let result = Err(strategy::fail(pending.event, err, pending.op.api));
                             finished.push((pending.completion, stream.finish(pending.op, result)));
                             self.counters.completed();
                         }
@@ -230,8 +229,7 @@ impl Reactor {
         let drained: Vec<Pending> = { lock_queue(stream).pending.drain(..).collect() };
         tracing::warn!(%err, stream = stream.id, failed = drained.len(), "stream failed");
         for pending in drained {
-            pending.event.discard();
-            let result = Err(strategy::attribute(err.clone(), pending.op.api));
+            let result = Err(strategy::fail(pending.event, err.clone(), pending.op.api));
             finished.push((pending.completion, stream.finish(pending.op, result)));
             self.counters.completed();
         }
