@@ -246,35 +246,22 @@ pub(crate) fn enable_from_env() {
     }
 }
 
-/// Records a task a stream ran (or a synchronous operation with `stream` 0).
+/// Records a task a stream ran, or a synchronous copy or memset with `stream` 0 (the device's
+/// "synchronous ops" track; stream ids start at 1).
 pub(crate) fn record_task(device: i32, stream: i32, task: &Task, start_ns: u64, end_ns: u64) {
     if !is_enabled() {
         return;
     }
-    let (category, name) = task.label();
+    let (category, mut name) = task.label();
+    if stream == 0 {
+        name.push_str(" (sync)");
+    }
     record(Span {
         device,
         stream,
         category,
         name,
         bytes: task.bytes(),
-        start_ns,
-        end_ns,
-    });
-}
-
-/// Records a synchronous copy or memset (track 0 of the device).
-pub(crate) fn record_sync(device: i32, name: &str, bytes: u64, start_ns: u64, end_ns: u64) {
-    if !is_enabled() {
-        return;
-    }
-    let category = if name == "memset" { "memset" } else { "copy" };
-    record(Span {
-        device,
-        stream: 0,
-        category,
-        name: format!("{name} (sync)"),
-        bytes,
         start_ns,
         end_ns,
     });

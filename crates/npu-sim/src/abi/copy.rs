@@ -75,8 +75,7 @@ fn run_now(sim: &Sim, device: &Device, task: Task) -> Res<()> {
         }
         None => device.clock.now_ns(),
     };
-    let (_, name) = task.label();
-    trace::record_sync(device.id, &name, task.bytes(), start_ns, end_ns);
+    trace::record_task(device.id, 0, &task, start_ns, end_ns);
     Ok(())
 }
 
