@@ -45,6 +45,21 @@ impl Clock {
         *write(&self.timing) = model.map(Arc::new);
     }
 
+    /// Replaces the model's costs but keeps the per-kernel durations in force (what C's
+    /// `npusimSetTiming` does), under one lock so a concurrent [`set_kernel_ns`] is not lost;
+    /// `None` clears the model.
+    ///
+    /// [`set_kernel_ns`]: Clock::set_kernel_ns
+    pub(crate) fn set_costs(&self, model: Option<TimingModel>) {
+        let mut timing = write(&self.timing);
+        *timing = model.map(|mut model| {
+            if let Some(current) = timing.as_deref() {
+                model.kernel_ns = current.kernel_ns.clone();
+            }
+            Arc::new(model)
+        });
+    }
+
     /// Sets one kernel's duration, turning the timing model on (with no other costs) if it was
     /// off.
     pub(crate) fn set_kernel_ns(&self, name: &str, ns: u64) {

@@ -163,20 +163,11 @@ pub unsafe extern "C" fn npusimSetTiming(
             d2d_bytes_per_sec: m.d2dBytesPerSec,
             launch_latency_ns: m.launchLatencyNs,
             min_task_ns: m.minTaskNs,
-            kernel_ns: current_kernel_durations(deviceId),
+            kernel_ns: Default::default(),
         });
-        set_timing_impl(deviceId, timing)
+        sim()?.device(deviceId.into())?.clock.set_costs(timing);
+        Ok(())
     })
-}
-
-fn current_kernel_durations(device: i32) -> std::collections::BTreeMap<String, u64> {
-    let device = sim()
-        .ok()
-        .and_then(|sim| sim.devices.get(usize::try_from(device).ok()?).cloned());
-    device
-        .and_then(|d| d.clock.timing())
-        .map(|m| m.kernel_ns.clone())
-        .unwrap_or_default()
 }
 
 /// Sets how long a kernel takes on a device, in ns.
