@@ -3,6 +3,7 @@
 
 use std::alloc::Layout;
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -210,20 +211,15 @@ impl MemoryMap {
     /// touching the memory finishes first.
     pub(crate) fn free(&self, ptr: usize, pinned: bool) -> Res<AllocKind> {
         let mut map = write(&self.allocations);
-        let matches = map
-            .get(&ptr)
-            .is_some_and(|a| (a.kind == AllocKind::Pinned) == pinned);
-        ensure!(
-            matches,
-            ACL_ERROR_RT_MEMORY_FREE,
-            "{ptr:#x} is not the address of a live {} allocation",
-            if pinned { "aclrtMallocHost" } else { "device" }
-        );
-        let Some(alloc) = map.remove(&ptr) else {
-            fail!(
+        let alloc = match map.entry(ptr) {
+            Entry::Occupied(entry) if (entry.get().kind == AllocKind::Pinned) == pinned => {
+                entry.remove()
+            }
+            _ => fail!(
                 ACL_ERROR_RT_MEMORY_FREE,
-                "{ptr:#x} vanished while being freed"
-            );
+                "{ptr:#x} is not the address of a live {} allocation",
+                if pinned { "aclrtMallocHost" } else { "device" }
+            ),
         };
         drop(map);
         // Out of the map, nobody can lease it any more; tasks holding a lease finish first.
