@@ -86,12 +86,8 @@ pub unsafe extern "C" fn aclrtLaunchCallback(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtProcessReport(timeout: i32) -> aclError {
     guard("aclrtProcessReport", || {
-        ensure!(
-            timeout == -1 || timeout > 0,
-            ACL_ERROR_INVALID_PARAM,
-            "timeout {timeout} is invalid: use -1 (wait forever) or a positive number of ms"
-        );
-        sim()?.reports.process(deadline(timeout)?)
+        let deadline = deadline(timeout, ACL_ERROR_INVALID_PARAM)?;
+        sim()?.reports.process(deadline)
     })
 }
 

@@ -8,11 +8,12 @@ use npu_sys::*;
 use crate::error::{Res, ensure, non_null};
 
 /// Converts an ACL timeout in ms (-1 = forever, > 0) into a deadline. 0 and values below -1 are
-/// rejected with 107000, as the runtime does (the header's "0 polls" is not implemented by CANN).
-pub(super) fn deadline(timeout_ms: i32) -> Res<Option<Instant>> {
+/// rejected with `invalid` (107000 from the waits, 100000 from aclrtProcessReport), as the
+/// runtime does (the header's "0 polls" is not implemented by CANN).
+pub(super) fn deadline(timeout_ms: i32, invalid: aclError) -> Res<Option<Instant>> {
     ensure!(
         timeout_ms == -1 || timeout_ms > 0,
-        ACL_ERROR_RT_PARAM_INVALID,
+        invalid,
         "timeout {timeout_ms} is invalid: use -1 (wait forever) or a positive number of ms"
     );
     Ok((timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64)))

@@ -183,7 +183,7 @@ pub unsafe extern "C" fn aclrtSynchronizeDevice() -> aclError {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtSynchronizeDeviceWithTimeout(timeout: i32) -> aclError {
     guard("aclrtSynchronizeDeviceWithTimeout", || {
-        let deadline = deadline(timeout)?;
+        let deadline = deadline(timeout, ACL_ERROR_RT_PARAM_INVALID)?;
         synchronize_context(&context::current(sim()?)?, deadline)
     })
 }

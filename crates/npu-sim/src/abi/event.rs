@@ -287,7 +287,7 @@ pub unsafe extern "C" fn aclrtQueryEventWaitStatus(
 }
 
 fn synchronize(event: aclrtEvent, timeout: i32) -> Res<()> {
-    let deadline = deadline(timeout)?;
+    let deadline = deadline(timeout, ACL_ERROR_RT_PARAM_INVALID)?;
     let (_, record) = lookup(event)?;
     let Some(record) = record else { return Ok(()) };
     match record.wait(deadline)? {

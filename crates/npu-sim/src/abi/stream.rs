@@ -97,7 +97,7 @@ pub unsafe extern "C" fn aclrtDestroyStreamForce(stream: aclrtStream) -> aclErro
 }
 
 fn synchronize(stream: aclrtStream, timeout: i32) -> Res<()> {
-    let deadline = deadline(timeout)?;
+    let deadline = deadline(timeout, ACL_ERROR_RT_PARAM_INVALID)?;
     let sim = sim()?;
     // A current context is required, but the stream may belong to another one.
     context::current(sim)?;
