@@ -30,6 +30,33 @@ pub(crate) enum PtrClass {
     Unregistered,
 }
 
+/// A pointer as [`MemoryMap::locate`] found it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Located {
+    pub(crate) class: PtrClass,
+    /// The simulator's allocation holding the pointer: (base, length, kind).
+    pub(crate) allocation: Option<(usize, usize, AllocKind)>,
+}
+
+impl Located {
+    /// For a pointer the simulator owns (device or pinned), checks `[ptr, ptr+len)` stays
+    /// inside its allocation. Returns whether the range is simulator-owned (and so re-checked
+    /// when a task runs).
+    pub(crate) fn check_range(&self, ptr: usize, len: usize, what: &str) -> Res<bool> {
+        match self.allocation {
+            Some((base, alloc_len, _)) => {
+                ensure!(
+                    ptr - base + len <= alloc_len,
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    "{what} range {ptr:#x}+{len} runs past the end of its allocation ({base:#x}+{alloc_len})"
+                );
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AllocKind {
     Device {
@@ -248,31 +275,17 @@ impl MemoryMap {
         (ptr - base < reg.len).then_some((base, *reg))
     }
 
-    /// Classifies a pointer for copy-kind correction.
-    pub(crate) fn classify(&self, ptr: usize) -> PtrClass {
-        match self.allocation_of(ptr) {
+    /// Where a pointer lives, found with one lookup: what copy-kind correction needs, and the
+    /// simulator's allocation holding it, if any, for range checks.
+    pub(crate) fn locate(&self, ptr: usize) -> Located {
+        let allocation = self.allocation_of(ptr);
+        let class = match allocation {
             Some((_, _, AllocKind::Device { device, .. })) => PtrClass::Device(device),
             Some((_, _, AllocKind::Pinned)) => PtrClass::Host,
             None if self.registration_of(ptr).is_some() => PtrClass::Host,
             None => PtrClass::Unregistered,
-        }
-    }
-
-    /// For a pointer the simulator owns (device or pinned), checks `[ptr, ptr+len)` stays inside
-    /// its allocation. Returns whether the range is simulator-owned (and so re-checked when a
-    /// task runs).
-    pub(crate) fn check_range(&self, ptr: usize, len: usize, what: &str) -> Res<bool> {
-        match self.allocation_of(ptr) {
-            Some((base, alloc_len, _)) => {
-                ensure!(
-                    ptr - base + len <= alloc_len,
-                    ACL_ERROR_RT_PARAM_INVALID,
-                    "{what} range {ptr:#x}+{len} runs past the end of its allocation ({base:#x}+{alloc_len})"
-                );
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        };
+        Located { class, allocation }
     }
 
     /// Leases the live allocation holding all of `[ptr, ptr+len)`, for a task about to touch
@@ -376,7 +389,7 @@ mod tests {
         // The free of `a` waits for the task touching it; it is already out of the map, so
         // later tasks fault instead of leasing it.
         assert!(memory.lease(a, 64).is_none());
-        assert_eq!(memory.classify(a), PtrClass::Unregistered);
+        assert_eq!(memory.locate(a).class, PtrClass::Unregistered);
         // Everything else goes on meanwhile.
         let c = memory.allocate(1 << 20, KIND).unwrap();
         assert!(memory.lease(c, 1 << 20).is_some());

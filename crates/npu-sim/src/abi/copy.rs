@@ -121,6 +121,14 @@ fn correct_kind(src: PtrClass, dst: PtrClass, kind: aclrtMemcpyKind) -> Res<Dire
     }
 }
 
+/// Fails if `class` is memory of a device that is lost.
+fn check_alive(sim: &Sim, class: PtrClass) -> Res<()> {
+    match class {
+        PtrClass::Device(id) => sim.device(id.into())?.check_alive(),
+        PtrClass::Host | PtrClass::Unregistered => Ok(()),
+    }
+}
+
 /// A validated copy.
 struct Plan {
     dir: Direction,
@@ -136,20 +144,15 @@ fn plan(
     kind: aclrtMemcpyKind,
     extent: &Extent,
 ) -> Res<Plan> {
-    let (dst_class, src_class) = (sim.memory.classify(dst), sim.memory.classify(src));
+    let (dst_at, src_at) = (sim.memory.locate(dst), sim.memory.locate(src));
+    let (dst_class, src_class) = (dst_at.class, src_at.class);
     let dir = correct_kind(src_class, dst_class, kind)?;
     let owned = Owned {
-        dst: sim
-            .memory
-            .check_range(dst, extent.span(extent.dpitch), "destination")?,
-        src: sim
-            .memory
-            .check_range(src, extent.span(extent.spitch), "source")?,
+        dst: dst_at.check_range(dst, extent.span(extent.dpitch), "destination")?,
+        src: src_at.check_range(src, extent.span(extent.spitch), "source")?,
     };
     for class in [src_class, dst_class] {
-        if let PtrClass::Device(id) = class {
-            sim.device(id.into())?.check_alive()?;
-        }
+        check_alive(sim, class)?;
     }
     if let (PtrClass::Device(a), PtrClass::Device(b)) = (src_class, dst_class) {
         for peer in [a, b].into_iter().filter(|&d| a != b && d != current.id) {
@@ -447,11 +450,10 @@ fn memset(
     }
     let sim = sim()?;
     let on = On::resolve(sim, stream)?;
-    let owned = sim.memory.check_range(dev_ptr as usize, count, "devPtr")?;
-    let class = sim.memory.classify(dev_ptr as usize);
-    if let PtrClass::Device(id) = class {
-        sim.device(id.into())?.check_alive()?;
-    }
+    let at = sim.memory.locate(dev_ptr as usize);
+    let owned = at.check_range(dev_ptr as usize, count, "devPtr")?;
+    let class = at.class;
+    check_alive(sim, class)?;
     // Byte-wise like C memset: the low byte of `value`.
     let op = Op::Memset {
         dst: dev_ptr as usize,

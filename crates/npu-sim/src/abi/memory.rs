@@ -295,9 +295,10 @@ pub unsafe extern "C" fn aclrtPointerGetAttributes(
         non_null(attributes, "attributes")?;
         let sim = sim()?;
         let address = ptr as usize;
-        let (id, type_, page) = match sim.memory.classify(address) {
+        let at = sim.memory.locate(address);
+        let (id, type_, page) = match at.class {
             PtrClass::Device(device) => {
-                let page = match sim.memory.allocation_of(address) {
+                let page = match at.allocation {
                     Some((_, _, AllocKind::Device { page_size, .. })) => page_size,
                     _ => PAGE as u32,
                 };
