@@ -59,12 +59,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use npu::prelude::*;
+use percentile::percentile;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 #[path = "support/kernels.rs"]
 mod kernels;
+#[path = "support/percentile.rs"]
+mod percentile;
 
 /// How the server is set up.
 #[derive(Debug, Clone)]
@@ -465,14 +468,8 @@ impl LoadReport {
     }
 
     /// The `q` quantile of the successful requests' latencies (nearest rank).
-    fn latency(&self, q: f64) -> Duration {
-        let mut sorted = self.latencies.clone();
-        sorted.sort_unstable();
-        let rank = (q * sorted.len() as f64).ceil() as usize;
-        sorted
-            .get(rank.clamp(1, sorted.len().max(1)) - 1)
-            .copied()
-            .unwrap_or_default()
+    fn latency(&mut self, q: f64) -> Duration {
+        percentile(&mut self.latencies, q)
     }
 }
 
@@ -606,7 +603,7 @@ async fn self_load(
         "load: {requests} requests of f32[{}] over {connections} connections to http://{}",
         shape.0, server.addr
     );
-    let report = load(
+    let mut report = load(
         server.addr,
         connections,
         requests,
@@ -616,14 +613,15 @@ async fn self_load(
     .await;
     let state = server.state.clone();
     server.stop().await?;
+    let (p50, p99) = (report.latency(0.50), report.latency(0.99));
     println!(
         "{} ok, {} errors in {:.2} s: {:.0} requests/s, latency p50 {:.2} ms, p99 {:.2} ms",
         report.ok,
         report.errors,
         report.elapsed.as_secs_f64(),
         report.requests_per_sec(),
-        report.latency(0.50).as_secs_f64() * 1e3,
-        report.latency(0.99).as_secs_f64() * 1e3,
+        p50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3,
     );
     for err in &report.first_errors {
         println!("  error: {err}");
@@ -693,12 +691,11 @@ mod tests {
         };
         let shape = (config.input_len, config.alpha);
         let server = Server::start(config, loopback()).await.unwrap();
-        let report = load(server.addr, 64, 1000, Duration::from_secs(120), shape).await;
+        let mut report = load(server.addr, 64, 1000, Duration::from_secs(120), shape).await;
+        let (p50, p99) = (report.latency(0.5), report.latency(0.99));
         println!(
-            "{} requests/s, p50 {:?}, p99 {:?}",
-            report.requests_per_sec() as u64,
-            report.latency(0.5),
-            report.latency(0.99)
+            "{} requests/s, p50 {p50:?}, p99 {p99:?}",
+            report.requests_per_sec() as u64
         );
         assert_eq!(report.errors, 0, "{:?}", report.first_errors);
         assert_eq!(report.ok, 1000);

@@ -24,10 +24,11 @@ use npu::ffi::{
     ACL_CALLBACK_NO_BLOCK, ACL_ERROR_RT_REPORT_TIMEOUT, ACL_MEMCPY_HOST_TO_DEVICE, ACL_SUCCESS,
 };
 use npu::prelude::*;
+use npu_core::acl_call;
 use tokio::sync::oneshot;
 
 use crate::Table;
-use crate::stats::{percentile, thread_count};
+use crate::stats::{micros, percentile, thread_count};
 
 const SECTION: &str = "vs alternatives";
 /// Concurrent tasks, each with its own stream.
@@ -169,10 +170,6 @@ fn report(table: &mut Table, medians: &[(Variant, Round)]) {
     }
 }
 
-fn micros(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
 /// Runs the tasks of one variant to completion next to the heartbeat; gives the lanes back.
 async fn round(variant: Variant, ctx: Context, lanes: Vec<Lane>) -> (Round, Vec<Lane>) {
     let done = Arc::new(AtomicBool::new(false));
@@ -252,12 +249,6 @@ async fn task(variant: Variant, ctx: Context, lane: Lane) -> (Lane, Vec<Duration
     (lane, latencies)
 }
 
-fn check(ctx: &Context, api: &'static str, code: npu::ffi::aclError) {
-    if let Err(err) = ctx.runtime().check(api, code) {
-        panic!("{err}");
-    }
-}
-
 /// `aclrtMemcpyAsync` from `host` to `device` on `stream`, as a user of the C API writes it.
 fn submit_raw_copy(
     ctx: &Context,
@@ -269,25 +260,28 @@ fn submit_raw_copy(
     let (dst, src) = (device.addr_mut(), host.addr());
     // SAFETY: both buffers hold BYTES bytes and are not touched by anyone else until the
     // caller has waited for the stream; the stream is alive and of the bound context.
-    let code = unsafe {
-        (ctx.runtime().api().aclrtMemcpyAsync)(
-            dst,
-            BYTES,
-            src,
-            BYTES,
-            ACL_MEMCPY_HOST_TO_DEVICE,
-            stream.as_raw(),
+    unsafe {
+        acl_call!(
+            ctx.runtime(),
+            aclrtMemcpyAsync(
+                dst,
+                BYTES,
+                src,
+                BYTES,
+                ACL_MEMCPY_HOST_TO_DEVICE,
+                stream.as_raw()
+            )
         )
-    };
-    check(ctx, "aclrtMemcpyAsync", code);
+    }
+    .expect("aclrtMemcpyAsync");
 }
 
 /// `aclrtSynchronizeStream`: blocks the calling thread until the stream is idle.
 fn synchronize(ctx: &Context, stream: &Stream) {
     ctx.bind().expect("bind the context");
     // SAFETY: a live stream of the bound context.
-    let code = unsafe { (ctx.runtime().api().aclrtSynchronizeStream)(stream.as_raw()) };
-    check(ctx, "aclrtSynchronizeStream", code);
+    unsafe { acl_call!(ctx.runtime(), aclrtSynchronizeStream(stream.as_raw())) }
+        .expect("aclrtSynchronizeStream");
 }
 
 /// Runs on the callback thread when the stream reaches the callback: completes the oneshot
@@ -306,15 +300,18 @@ async fn callback_wait(ctx: &Context, stream: &Stream) {
     ctx.bind().expect("bind the context");
     // SAFETY: the stream is alive, of the bound context and subscribed to the callback
     // thread; `complete_oneshot` takes back ownership of `user_data` when it runs.
-    let code = unsafe {
-        (ctx.runtime().api().aclrtLaunchCallback)(
-            Some(complete_oneshot),
-            user_data,
-            ACL_CALLBACK_NO_BLOCK,
-            stream.as_raw(),
+    unsafe {
+        acl_call!(
+            ctx.runtime(),
+            aclrtLaunchCallback(
+                Some(complete_oneshot),
+                user_data,
+                ACL_CALLBACK_NO_BLOCK,
+                stream.as_raw()
+            )
         )
-    };
-    check(ctx, "aclrtLaunchCallback", code);
+    }
+    .expect("aclrtLaunchCallback");
     rx.await.expect("the callback ran");
 }
 
@@ -361,10 +358,13 @@ impl CallbackThread {
     fn subscribe(&mut self, lanes: &[Lane]) {
         for lane in lanes {
             // SAFETY: a live stream; `self.tid` is the callback thread's pthread id.
-            let code = unsafe {
-                (self.ctx.runtime().api().aclrtSubscribeReport)(self.tid, lane.stream.as_raw())
-            };
-            check(&self.ctx, "aclrtSubscribeReport", code);
+            unsafe {
+                acl_call!(
+                    self.ctx.runtime(),
+                    aclrtSubscribeReport(self.tid, lane.stream.as_raw())
+                )
+            }
+            .expect("aclrtSubscribeReport");
             self.subscribed.push(lane.stream.clone());
         }
     }
@@ -374,10 +374,13 @@ impl Drop for CallbackThread {
     fn drop(&mut self) {
         for stream in self.subscribed.drain(..) {
             // SAFETY: the stream is alive (held here) and subscribed to `self.tid`.
-            let code = unsafe {
-                (self.ctx.runtime().api().aclrtUnSubscribeReport)(self.tid, stream.as_raw())
-            };
-            check(&self.ctx, "aclrtUnSubscribeReport", code);
+            unsafe {
+                acl_call!(
+                    self.ctx.runtime(),
+                    aclrtUnSubscribeReport(self.tid, stream.as_raw())
+                )
+            }
+            .expect("aclrtUnSubscribeReport");
         }
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {

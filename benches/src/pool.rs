@@ -10,6 +10,7 @@ use npu_core::{Context, Device, acl_call};
 use npu_mem::PinnedPool;
 
 use crate::Table;
+use crate::stats::{micros, proc_status};
 
 const SECTION: &str = "pinned pool";
 const BLOCK: usize = 1 << 20;
@@ -61,10 +62,6 @@ fn best_of(mut round: impl FnMut() -> Duration) -> Duration {
     (0..ROUNDS).map(|_| round()).min().unwrap_or_default()
 }
 
-fn micros(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1e6
-}
-
 fn direct_round(context: &Context) -> Duration {
     context.bind().expect("binding the context");
     let runtime = context.runtime();
@@ -108,7 +105,5 @@ fn pinning_is_real(context: &Context) -> Option<bool> {
 
 /// The process's page-locked memory in KiB (`VmLck`), where the OS reports it.
 fn locked_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmLck:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    proc_status("VmLck:")
 }

@@ -12,6 +12,7 @@ use npu_sys::{
 };
 
 use crate::Table;
+use crate::stats::{micros, percentile};
 
 const SECTION: &str = "simulator";
 /// Size of the throughput copies.
@@ -19,12 +20,6 @@ const COPY_BYTES: usize = 64 << 20;
 
 fn check(code: aclError, what: &str) {
     assert_eq!(code, 0, "{what} failed with ACL error {code}");
-}
-
-/// Median of a sample.
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
 }
 
 /// Runs the simulator section.
@@ -69,11 +64,11 @@ unsafe fn round_trip(table: &mut Table, stream: aclrtStream) {
             samples.push(start.elapsed());
         }
         check(aclrtDestroyEvent(event), "aclrtDestroyEvent");
-        let median = median(samples);
+        let median = percentile(&mut samples, 0.5);
         table.push(
             SECTION,
             "empty task round trip (record + query until complete), median",
-            format!("{:.2} µs", median.as_secs_f64() * 1e6),
+            format!("{:.2} µs", micros(median)),
             format!("{ITERATIONS} iterations"),
         );
     }
@@ -81,16 +76,14 @@ unsafe fn round_trip(table: &mut Table, stream: aclrtStream) {
 
 /// 64 MiB pinned-host → device copies on a stream (timing model off) against a plain
 /// `memcpy` between the same two buffers, interleaved round by round so both see the same
-/// memory system state. A round is a batch of copies (queued, then one stream sync) — the
-/// stream's throughput, as a pipeline would see it — against the same number of memcpys.
-/// Throughput is taken from the best round of each (the least disturbed by the rest of the
+/// memory system state. A round is one copy queued and synchronised on the stream against one
+/// memcpy. Throughput is taken from the best round of each (the least disturbed by the rest of the
 /// machine); medians are shown alongside.
 ///
 /// # Safety
 /// `stream` must be a live stream of the current context.
 unsafe fn copy_throughput(table: &mut Table, stream: aclrtStream) {
     const ROUNDS: usize = 41;
-    const BATCH: usize = 4;
     // SAFETY: buffers of COPY_BYTES each; every copy is synchronised before the next one.
     unsafe {
         let (mut host, mut dev) = (ptr::null_mut::<c_void>(), ptr::null_mut::<c_void>());
@@ -125,18 +118,21 @@ unsafe fn copy_throughput(table: &mut Table, stream: aclrtStream) {
         let gib = |d: Duration| COPY_BYTES as f64 / d.as_secs_f64() / f64::from(1u32 << 30);
         let best = |samples: &[Duration]| samples.iter().copied().min().unwrap_or_default();
         let (sim_best, memcpy_best) = (gib(best(&sim_samples)), gib(best(&memcpy_samples)));
-        let (sim_median, memcpy_median) = (gib(median(sim_samples)), gib(median(memcpy_samples)));
+        let (sim_median, memcpy_median) = (
+            gib(percentile(&mut sim_samples, 0.5)),
+            gib(percentile(&mut memcpy_samples, 0.5)),
+        );
         table.push(
             SECTION,
             "64 MiB H2D copy on a stream (timing off), best",
             format!("{sim_best:.2} GiB/s"),
-            format!("median {sim_median:.2} GiB/s, {ROUNDS} rounds of {BATCH}"),
+            format!("median {sim_median:.2} GiB/s, {ROUNDS} rounds"),
         );
         table.push(
             SECTION,
             "64 MiB plain memcpy, same buffers, best",
             format!("{memcpy_best:.2} GiB/s"),
-            format!("median {memcpy_median:.2} GiB/s, {ROUNDS} rounds of {BATCH}"),
+            format!("median {memcpy_median:.2} GiB/s, {ROUNDS} rounds"),
         );
         table.push(
             SECTION,

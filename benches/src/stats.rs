@@ -1,30 +1,29 @@
-//! Small helpers the sections share: percentiles of samples, and the process's thread count.
+//! Small helpers the sections share: percentiles of samples, µs, and fields of
+//! /proc/self/status.
 
 use std::time::Duration;
 
-/// The `q` quantile (0 to 1) of `samples` by the nearest-rank method; sorts `samples`.
-/// Zero for an empty sample.
-pub fn percentile(samples: &mut [Duration], q: f64) -> Duration {
-    if samples.is_empty() {
-        return Duration::ZERO;
-    }
-    samples.sort_unstable();
-    let rank = (q.clamp(0.0, 1.0) * samples.len() as f64).ceil() as usize;
-    samples[rank.clamp(1, samples.len()) - 1]
+#[path = "../../examples/support/percentile.rs"]
+mod shared;
+pub(crate) use shared::percentile;
+
+/// A duration in µs, for the table.
+pub fn micros(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e6
+}
+
+/// A numeric field of /proc/self/status (`key` with its colon, e.g. `"VmLck:"`), where the OS
+/// reports it.
+pub fn proc_status(key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let value = status.lines().find_map(|line| line.strip_prefix(key))?;
+    value.split_whitespace().next()?.parse().ok()
 }
 
 /// The number of threads in this process now (`Threads:` in /proc/self/status; 0 where that
 /// cannot be read).
 pub fn thread_count() -> usize {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("Threads:"))
-                .and_then(|n| n.trim().parse().ok())
-        })
-        .unwrap_or(0)
+    proc_status("Threads:").map_or(0, |n| n as usize)
 }
 
 #[cfg(test)]

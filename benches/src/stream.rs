@@ -16,6 +16,7 @@ use npu_sim::{TimingModel, control};
 use npu_stream::{Strategy, Stream};
 
 use crate::Table;
+use crate::stats::{micros, percentile};
 
 const SECTION: &str = "npu-stream";
 const STRATEGIES: [Strategy; 3] = [
@@ -54,12 +55,6 @@ pub fn run(table: &mut Table) {
     await_overhead(table, &tokio, &context);
     throughput(table, &tokio, &context);
     idle_reactor(table);
-}
-
-/// The `q`-quantile of sorted samples, in µs.
-fn quantile(sorted: &[Duration], q: f64) -> f64 {
-    let index = ((sorted.len() as f64 * q) as usize).min(sorted.len() - 1);
-    sorted[index].as_secs_f64() * 1e6
 }
 
 /// p50 and p99 of one awaited 64-byte memset, per strategy, against the sync floor: the same
@@ -115,10 +110,9 @@ fn await_overhead(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &
                 }
             });
         }
-        floor.sort();
-        awaited.sort();
-        let (floor_p50, floor_p99) = (quantile(&floor, 0.5), quantile(&floor, 0.99));
-        let (p50, p99) = (quantile(&awaited, 0.5), quantile(&awaited, 0.99));
+        let quantile = |samples: &mut Vec<Duration>, q| micros(percentile(samples, q));
+        let (floor_p50, floor_p99) = (quantile(&mut floor, 0.5), quantile(&mut floor, 0.99));
+        let (p50, p99) = (quantile(&mut awaited, 0.5), quantile(&mut awaited, 0.99));
         let target = if strategy == Strategy::EventPoll {
             " (target ≤ 2×)"
         } else {
