@@ -10,7 +10,7 @@ use crate::clock::Clock;
 use crate::config::TimingModel;
 use crate::error::{Res, SimError, ensure};
 use crate::handle::Handle;
-use crate::sync::{Bell, lock, read, write};
+use crate::sync::{Bell, read, write};
 
 /// The device's primary context and its reference count (aclrtSetDevice / aclrtResetDevice).
 #[derive(Default)]
@@ -19,11 +19,9 @@ pub(crate) struct Primary {
     pub(crate) refs: u32,
 }
 
-#[derive(Default)]
-struct Hold {
-    held: bool,
-    released_ns: u64,
-}
+/// The hold gate's value while the gate is closed; otherwise it holds the simulated time of
+/// the last release (0 before any).
+const HELD: u64 = u64::MAX;
 
 pub(crate) struct Device {
     pub(crate) id: i32,
@@ -40,7 +38,9 @@ pub(crate) struct Device {
     pub(crate) primary: Mutex<Primary>,
     peers: AtomicU64,
     pub(crate) clock: Clock,
-    hold: Mutex<Hold>,
+    /// [`HELD`], or when the gate last opened: one atomic, as every task of every stream
+    /// reads it before it starts.
+    hold: AtomicU64,
     /// Rung when the hold gate opens.
     pub(crate) hold_bell: Bell,
     next_stream_id: AtomicI32,
@@ -62,7 +62,7 @@ impl Device {
             primary: Mutex::new(Primary::default()),
             peers: AtomicU64::new(0),
             clock: Clock::new(epoch, timing),
-            hold: Mutex::new(Hold::default()),
+            hold: AtomicU64::new(0),
             hold_bell: Bell::new(),
             next_stream_id: AtomicI32::new(1),
             live_streams: AtomicU64::new(0),
@@ -157,23 +157,18 @@ impl Device {
 
     /// Closes the hold gate: tasks not yet started wait until [`Self::release`].
     pub(crate) fn hold(&self) {
-        lock(&self.hold).held = true;
+        self.hold.store(HELD, Ordering::Release);
     }
 
     /// Opens the hold gate; every waiting task starts at this simulated instant.
     pub(crate) fn release(&self) {
-        {
-            let mut hold = lock(&self.hold);
-            hold.held = false;
-            hold.released_ns = self.clock.now_ns();
-        }
+        self.hold.store(self.clock.now_ns(), Ordering::Release);
         self.hold_bell.ring();
     }
 
     /// `None` while held, else the simulated time of the last release.
     pub(crate) fn hold_state(&self) -> Option<u64> {
-        let hold = lock(&self.hold);
-        (!hold.held).then_some(hold.released_ns)
+        Some(self.hold.load(Ordering::Acquire)).filter(|&released_ns| released_ns != HELD)
     }
 
     fn peer_bit(peer: i32) -> u64 {
