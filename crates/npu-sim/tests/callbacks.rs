@@ -28,11 +28,6 @@ struct Note {
     label: u32,
 }
 
-fn this_thread() -> u64 {
-    // SAFETY: no preconditions.
-    unsafe { libc::pthread_self() as u64 }
-}
-
 unsafe extern "C" fn note(data: *mut c_void) {
     // SAFETY: the tests pass a pointer to a Note they keep alive until the callback has run.
     let note = unsafe { &*data.cast::<Note>() };

@@ -115,13 +115,6 @@ fn add_one() -> aclrtFuncHandle {
     function(registry_binary(&["add_one_u32", "trap"]), "add_one_u32")
 }
 
-fn page_aligned_buffer() -> *mut c_void {
-    // A leaked, page-aligned heap buffer (pageable host memory).
-    let layout = std::alloc::Layout::from_size_align(1 << 16, 4096).unwrap();
-    // SAFETY: non-zero size.
-    unsafe { std::alloc::alloc_zeroed(layout) }.cast()
-}
-
 static INVALID_PARAM: &[Case] = &[
     case("null out pointer", "aclrtGetDevice", 100000, 0, || {
         code!(aclrtGetDevice(ptr::null_mut()))
@@ -265,7 +258,7 @@ static INVALID_PARAM: &[Case] = &[
         0,
         || {
             let mut d = ptr::null_mut();
-            code!(aclrtHostGetDevicePointer(page_aligned_buffer(), &mut d, 1))
+            code!(aclrtHostGetDevicePointer(pageable(1 << 16), &mut d, 1))
         },
     ),
     case("free NULL", "aclrtFree", 100000, 0, || {
@@ -432,19 +425,19 @@ static PARAM_INVALID: &[Case] = &[
         0,
         || {
             let mut d = ptr::null_mut();
-            let p = page_aligned_buffer().cast::<u8>().wrapping_add(8).cast();
+            let p = pageable(1 << 16).cast::<u8>().wrapping_add(8).cast();
             code!(aclrtHostRegister(p, 4096, ACL_HOST_REGISTER_MAPPED, &mut d))
         },
     ),
     case("register flag 0", "aclrtHostRegisterV2", 107000, 0, || {
-        code!(aclrtHostRegisterV2(page_aligned_buffer(), 4096, 0))
+        code!(aclrtHostRegisterV2(pageable(1 << 16), 4096, 0))
     }),
     case(
         "register unknown flag",
         "aclrtHostRegisterV2",
         107000,
         0,
-        || code!(aclrtHostRegisterV2(page_aligned_buffer(), 4096, 0x40)),
+        || code!(aclrtHostRegisterV2(pageable(1 << 16), 4096, 0x40)),
     ),
     case(
         "engine 10",
@@ -875,9 +868,7 @@ static RESOURCES: &[Case] = &[
         507012,
         0,
         || {
-            // SAFETY: no preconditions.
-            let me = unsafe { libc::pthread_self() } as u64;
-            acl!(aclrtSubscribeReport(me, create_stream()));
+            acl!(aclrtSubscribeReport(this_thread(), create_stream()));
             code!(aclrtProcessReport(5))
         },
     ),
@@ -940,7 +931,7 @@ static RESOURCES: &[Case] = &[
     ),
     case("register type 0x1", "aclrtHostRegister", 207000, 0, || {
         let mut d = ptr::null_mut();
-        code!(aclrtHostRegister(page_aligned_buffer(), 4096, 0x1, &mut d))
+        code!(aclrtHostRegister(pageable(1 << 16), 4096, 0x1, &mut d))
     }),
     case("more than the capacity", "aclrtMalloc", 207001, 0, || {
         let mut p = ptr::null_mut();
@@ -1008,7 +999,7 @@ static RESOURCES: &[Case] = &[
         },
     ),
     case("register twice", "aclrtHostRegisterV2", 507910, 0, || {
-        let p = page_aligned_buffer();
+        let p = pageable(1 << 16);
         acl!(aclrtHostRegisterV2(p, 4096, ACL_HOST_REG_MAPPED));
         code!(aclrtHostRegisterV2(p, 4096, ACL_HOST_REG_PINNED))
     }),
@@ -1030,7 +1021,7 @@ static RESOURCES: &[Case] = &[
         "aclrtHostUnregister",
         507911,
         0,
-        || code!(aclrtHostUnregister(page_aligned_buffer())),
+        || code!(aclrtHostUnregister(pageable(1 << 16))),
     ),
     case(
         "device pointer of unregistered memory",
@@ -1039,7 +1030,7 @@ static RESOURCES: &[Case] = &[
         0,
         || {
             let mut d = ptr::null_mut();
-            code!(aclrtHostGetDevicePointer(page_aligned_buffer(), &mut d, 0))
+            code!(aclrtHostGetDevicePointer(pageable(1 << 16), &mut d, 0))
         },
     ),
     case(
@@ -1245,16 +1236,10 @@ fn a_lost_device_reports_lost_heartbeat_everywhere() {
 #[test]
 fn init_and_finalize_reference_counting() {
     install();
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let write = |name: &str, text: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        c_string(path.to_str().unwrap())
-    };
     let missing = c_string("/nonexistent/acl.json");
-    let broken = write("npu-sim-broken.json", "{ not json");
-    let other = write("npu-sim-other.json", r#"{"npu_sim": {"devices": 3}}"#);
-    let same = write(
+    let broken = config_file("npu-sim-broken.json", "{ not json");
+    let other = config_file("npu-sim-other.json", r#"{"npu_sim": {"devices": 3}}"#);
+    let same = config_file(
         "npu-sim-same.json",
         r#"{"npu_sim": {"devices": 8, "memory_per_device": 1073741824}}"#,
     );

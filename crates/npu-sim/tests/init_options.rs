@@ -6,18 +6,11 @@ extern crate ascendcl as npu_sim;
 #[macro_use]
 mod common;
 
-use std::ffi::CString;
 use std::ptr;
 
 use common::*;
 use npu_sim::abi::*;
 use npu_sys::*;
-
-fn config_file(name: &str, text: &str) -> CString {
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    std::fs::write(&path, text).unwrap();
-    c_string(path.to_str().unwrap())
-}
 
 /// Runs `body` on a new thread (one that never set a device or context) and returns its
 /// result.

@@ -40,17 +40,6 @@ fn load_file(path: &str) -> aclrtBinHandle {
     bin
 }
 
-fn load_image(bytes: &[u8]) -> aclrtBinHandle {
-    let mut bin = ptr::null_mut();
-    acl!(aclrtBinaryLoadFromData(
-        bytes.as_ptr().cast(),
-        bytes.len(),
-        ptr::null(),
-        &mut bin
-    ));
-    bin
-}
-
 /// The three ways to get a kernel binary.
 fn binaries() -> Vec<(&'static str, aclrtBinHandle)> {
     let so = std::fs::read(kernel::LIBRARY_PATH).unwrap();

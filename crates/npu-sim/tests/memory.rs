@@ -45,13 +45,6 @@ fn attributes(ptr: *const c_void) -> aclrtPtrAttributes {
     attributes
 }
 
-/// A page-aligned, leaked heap buffer (pageable host memory).
-fn pageable(bytes: usize) -> *mut c_void {
-    let layout = std::alloc::Layout::from_size_align(bytes, 4096).unwrap();
-    // SAFETY: non-zero size.
-    unsafe { std::alloc::alloc_zeroed(layout) }.cast()
-}
-
 #[test]
 fn allocations_are_rounded_aligned_zeroed_and_counted_against_the_capacity() {
     install();

@@ -107,15 +107,39 @@ pub fn c_string(text: &str) -> CString {
 
 /// Loads the in-process registry kernels `names` as a binary.
 pub fn registry_binary(names: &[&str]) -> aclrtBinHandle {
-    let image = ascendcl::kernel::registry_image(names);
+    load_image(&ascendcl::kernel::registry_image(names))
+}
+
+/// Loads a kernel binary image from memory.
+pub fn load_image(bytes: &[u8]) -> aclrtBinHandle {
     let mut bin = ptr::null_mut();
     acl!(aclrtBinaryLoadFromData(
-        image.as_ptr().cast(),
-        image.len(),
+        bytes.as_ptr().cast(),
+        bytes.len(),
         ptr::null(),
         &mut bin
     ));
     bin
+}
+
+/// A page-aligned, leaked heap buffer (pageable host memory).
+pub fn pageable(bytes: usize) -> *mut c_void {
+    let layout = std::alloc::Layout::from_size_align(bytes, 4096).unwrap();
+    // SAFETY: non-zero size.
+    unsafe { std::alloc::alloc_zeroed(layout) }.cast()
+}
+
+/// Writes `text` to `name` in the tests' scratch directory; returns the path as a C string.
+pub fn config_file(name: &str, text: &str) -> CString {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::write(&path, text).unwrap();
+    c_string(path.to_str().unwrap())
+}
+
+/// The calling thread's id, as the callback APIs take it.
+pub fn this_thread() -> u64 {
+    // SAFETY: no preconditions.
+    unsafe { libc::pthread_self() as u64 }
 }
 
 pub fn function(bin: aclrtBinHandle, name: &str) -> aclrtFuncHandle {
