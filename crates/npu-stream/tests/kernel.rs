@@ -1,6 +1,7 @@
 //! Kernel launches on the simulator: results against the CPU through both ways of loading
 //! kernels, stream order across launches and copies, and the typed errors.
 
+mod common;
 mod kernel_support;
 
 use std::num::NonZeroU32;
@@ -215,7 +216,7 @@ async fn bad_launches_are_typed_errors() {
 
     // A function of another runtime (the simulator's cdylib) never reaches ACL.
     let dlopened = Runtime::builder()
-        .library(simulator_cdylib())
+        .library(common::simulator_library())
         .build()
         .unwrap();
     let foreign_ctx = dlopened.device(0).unwrap().primary_context().clone();
@@ -266,10 +267,4 @@ async fn launches_without_arguments_and_with_a_config() {
         8,
         "every block ran"
     );
-}
-
-/// npu-sim's `libascendcl.so`, built next to the test binaries (npu-core depends on npu-sim).
-fn simulator_cdylib() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().join("libascendcl.so")
 }

@@ -17,7 +17,7 @@ use npu_stream::{Strategy, Stream};
 #[path = "../../../npu-core/tests/common/mod.rs"]
 mod core_common;
 
-pub(crate) use core_common::runtimes;
+pub(crate) use core_common::{runtimes, simulator_library};
 
 /// Every completion strategy, so each behaviour is checked under all three.
 pub const STRATEGIES: [Strategy; 3] = [
