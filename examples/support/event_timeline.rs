@@ -31,7 +31,7 @@ pub(crate) struct EventTimeline {
 }
 
 impl Marks for EventTimeline {
-    fn mark<T>(
+    fn mark<T: Send + 'static>(
         &self,
         stream: &Stream,
         name: &'static str,

@@ -54,7 +54,7 @@ pub(crate) fn equal_stages(chunk_bytes: usize, stage: Duration) -> TimingModel {
 pub(crate) trait Marks {
     /// Submits `op` (on `stream`; `bytes` it moves, 0 for a kernel), recording whatever marks
     /// the implementation wants before and after it.
-    fn mark<T>(
+    fn mark<T: Send + 'static>(
         &self,
         stream: &Stream,
         name: &'static str,
@@ -64,7 +64,7 @@ pub(crate) trait Marks {
 }
 
 impl Marks for () {
-    fn mark<T>(
+    fn mark<T: Send + 'static>(
         &self,
         _: &Stream,
         _: &'static str,

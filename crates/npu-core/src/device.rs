@@ -471,6 +471,40 @@ impl Device {
             })
         })
     }
+
+    /// Another guard on this device's access to `peer`'s memory, if a [`PeerAccess`] keeps it
+    /// enabled right now; `None` otherwise (nothing is enabled by asking).
+    ///
+    /// A cross-device copy holds one until it completes, so dropping the caller's guard while
+    /// the copy is queued does not disable the access the device is about to use.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let (a, b) = (Device::open(0)?, Device::open(1)?);
+    /// assert!(a.peer_access_to(&b).is_none(), "not enabled");
+    /// let guard = a.enable_peer_access(&b)?;
+    /// let held = a.peer_access_to(&b).expect("enabled by `guard`");
+    /// drop(guard);
+    /// assert!(a.peer_access_to(&b).is_some(), "`held` keeps it enabled");
+    /// drop(held);
+    /// assert!(a.peer_access_to(&b).is_none());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn peer_access_to(&self, peer: &Device) -> Option<PeerAccess> {
+        if self.check_peer("Device::peer_access_to", peer).is_err() {
+            return None;
+        }
+        let key = (self.id() as i32, peer.id() as i32);
+        self.runtime().with_shared(|shared| {
+            let users = shared.peer_access.get_mut(&key)?;
+            *users += 1;
+            Some(PeerAccess {
+                from: self.clone(),
+                peer: peer.clone(),
+            })
+        })
+    }
 }
 
 /// Keeps peer access from one device to another enabled; see [`Device::enable_peer_access`].

@@ -35,7 +35,7 @@ mod runtime;
 
 pub use backend::{Backend, BackendChoice};
 pub use code::{AclCode, ErrorClass};
-pub use completion::{Completion, Settled, UseList, Wait};
+pub use completion::{Completer, Completion, UseList, Wait};
 pub use context::Context;
 pub use device::{Device, DeviceAttr, DeviceStatus, MemAttr, MemInfo, PeerAccess, PriorityRange};
 pub use error::{AclError, Error, LoadAttempt, LoadError, Result};

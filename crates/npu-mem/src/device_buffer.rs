@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 
 use bytemuck::Pod;
 use npu_core::ffi;
-use npu_core::{Completion, Context, Error, Result, Settled, UseList, acl_call, acl_call_opt};
+use npu_core::{Completion, Context, Error, Result, UseList, acl_call};
 
 use crate::slice::{DeviceSlice, Memory, MemoryMut};
 
@@ -352,20 +352,13 @@ impl<T: Pod> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         let context = self.context.clone();
         let ptr = DevicePtr(self.ptr);
-        self.uses.release(move |settled| {
+        self.uses.release(move || {
             let ptr = ptr;
             let runtime = context.runtime();
-            let freed = match settled {
-                // SAFETY: the allocation is ours and no operation uses it any more; aclrtFree
-                // needs no current context.
-                Settled::Clean => unsafe { acl_call!(runtime, aclrtFree(ptr.0)) },
-                // A failed operation may still be queued (see `Settled`): let the runtime wait
-                // for the device before freeing.
-                Settled::Failed => context.bind().and_then(|()| {
-                    // SAFETY: the allocation is ours; the call synchronises before freeing.
-                    unsafe { acl_call_opt!(runtime, aclrtFreeWithDevSync(ptr.0)) }
-                }),
-            };
+            // SAFETY: the allocation is ours and every operation that used it has completed,
+            // so the device will not touch it again (operations complete only then, failed or
+            // not); aclrtFree needs no current context and does not wait for the device.
+            let freed = unsafe { acl_call!(runtime, aclrtFree(ptr.0)) };
             if let Err(err) = freed {
                 tracing::warn!(%err, "device memory was not freed (leaked)");
             }

@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 
 use npu_core::ffi;
-use npu_core::{Context, Error, Result, Settled, acl_call, acl_call_opt};
+use npu_core::{Context, Error, Result, acl_call, acl_call_opt};
 
 /// The address alignment `aclrtMallocHost` guarantees.
 pub(crate) const HOST_ALIGN: usize = 64;
@@ -186,25 +186,14 @@ impl HostBlock {
         self.bytes
     }
 
-    /// Frees the block. The caller has seen every operation that used it settle.
-    ///
-    /// After [`Settled::Clean`] nothing can still use the memory, so `aclrtFreeHost` frees it
-    /// at once; `aclrtFreeHostWithDevSync` would stall the reaper on a device-wide
-    /// synchronisation for nothing. After [`Settled::Failed`] the device may still run an
-    /// operation the reactor gave up on, which is exactly what `aclrtFreeHostWithDevSync`
-    /// exists for; a runtime without it gets the block leaked rather than freed under the
-    /// device.
-    pub(crate) fn free(self, context: &Context, settled: Settled) {
+    /// Frees the block. The caller has seen every operation that used it complete, so nothing
+    /// can still use the memory and `aclrtFreeHost` frees it at once (the device-synchronising
+    /// `aclrtFreeHostWithDevSync` would stall the reaper for nothing).
+    pub(crate) fn free(self, context: &Context) {
         let runtime = context.runtime();
         let ptr = self.ptr.as_ptr().cast::<c_void>();
-        let freed = match settled {
-            // SAFETY: the allocation is ours and every recorded use has completed.
-            Settled::Clean => unsafe { acl_call!(runtime, aclrtFreeHost(ptr)) },
-            Settled::Failed => context.bind().and_then(|()| {
-                // SAFETY: the allocation is ours; the call waits for the device before freeing.
-                unsafe { acl_call_opt!(runtime, aclrtFreeHostWithDevSync(ptr)) }
-            }),
-        };
+        // SAFETY: the allocation is ours and every recorded use has completed.
+        let freed = unsafe { acl_call!(runtime, aclrtFreeHost(ptr)) };
         if let Err(err) = freed {
             tracing::warn!(%err, bytes = self.bytes, "pinned host memory was not freed (leaked)");
         }

@@ -18,9 +18,8 @@ use crate::host_block::{HostAllocConfig, HostBlock, check_host_align, pinned_mem
 /// I/O, wrap it in [`Filled`](crate::Filled), which implements `bytes::Buf` and
 /// `bytes::BufMut`.
 ///
-/// Dropping it frees the memory once every operation recorded against it has completed (see
-/// `Settled` in npu-core for when `aclrtFreeHostWithDevSync` is used instead of
-/// `aclrtFreeHost`). Pinning is expensive (milliseconds per allocation); recycle buffers
+/// Dropping it frees the memory once every operation recorded against it has completed.
+/// Pinning is expensive (milliseconds per allocation); recycle buffers
 /// through a [`PinnedPool`](crate::PinnedPool) in hot paths.
 ///
 /// ```
@@ -123,8 +122,7 @@ impl<T: Pod> Drop for PinnedBuffer<T> {
         // SAFETY: `drop` runs once and nothing reads `block` afterwards.
         let block = unsafe { ManuallyDrop::take(&mut self.block) };
         let context = self.context.clone();
-        self.uses
-            .release(move |settled| block.free(&context, settled));
+        self.uses.release(move || block.free(&context));
     }
 }
 

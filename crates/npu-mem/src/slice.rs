@@ -112,14 +112,15 @@ pub unsafe trait Memory: Send + 'static {
     /// Records that the operation behind `completion` may access this memory.
     ///
     /// ```
-    /// use npu_core::{Completion, Device};
+    /// use npu_core::{Completer, Device};
     /// use npu_mem::{DeviceBuffer, Memory};
     /// use npu_sim::control::device_stats;
     ///
     /// let ctx = Device::open(1)?.primary_context().clone();
     /// let buffer = DeviceBuffer::<u8>::new(&ctx, 64)?;
-    /// let op = Completion::new();
-    /// buffer.record_use(&op); // what every stream operation does with its buffers
+    /// // SAFETY: no device work stands behind this completion.
+    /// let op = unsafe { Completer::new() };
+    /// buffer.record_use(&op.completion()); // what every stream operation does with its buffers
     /// drop(buffer);
     /// assert_eq!(device_stats(1).unwrap().live_allocations, 1, "still in use");
     /// op.complete(Ok(()));

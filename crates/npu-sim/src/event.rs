@@ -69,7 +69,7 @@ impl Record {
     /// Why this record will never complete, if that is known: its device was lost, its
     /// context stopped on a failure, or its stream was force-destroyed.
     pub(crate) fn doom(&self) -> Option<aclError> {
-        self.stream.doom()
+        self.stream.settled_doom()
     }
 
     /// Blocks until the record completes (its captured error is returned), it is doomed, or

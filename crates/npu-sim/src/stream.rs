@@ -65,6 +65,8 @@ pub(crate) struct Stream {
     finished: AtomicU64,
     destroyed: AtomicBool,
     aborted: AtomicBool,
+    /// Whether a task is in its work right now (see [`Stream::settled_doom`]).
+    running: AtomicBool,
 }
 
 /// Workers sleep until a task's simulated end; Linux lets such a sleep overrun by the thread's
@@ -132,6 +134,7 @@ impl Stream {
             finished: AtomicU64::new(0),
             destroyed: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
+            running: AtomicBool::new(false),
         });
         sim.streams.fill(handle, stream.clone());
         Ok(stream)
@@ -153,6 +156,20 @@ impl Stream {
         } else {
             None
         }
+    }
+
+    /// The stream's doom as the host may see it: only once no task of it is running.
+    ///
+    /// On hardware a stopped stream's running task is halted before the runtime reports the
+    /// stop; here a task is a host function (a kernel, a copy) that cannot be interrupted, so
+    /// until it returns the stream counts as still running, and nothing waiting on the stream
+    /// learns of the doom. This is what keeps a program that frees memory once its waits have
+    /// failed from freeing it under a kernel that is still writing.
+    pub(crate) fn settled_doom(&self) -> Option<aclError> {
+        if self.running.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.doom()
     }
 
     /// What a wait for this stream's first `mark` tasks listens to (with
@@ -330,6 +347,7 @@ impl Stream {
             Err(None) => return self.retire(task, Retired::Abandoned),
             Err(Some(error)) => (0, Some(error)),
         };
+        self.running.store(true, Ordering::SeqCst);
         let timing = self.device.clock.timing();
         let start_ns = match &timing {
             Some(_) => {
@@ -376,6 +394,10 @@ impl Stream {
     }
 
     fn retire(&self, task: Task, retired: Retired) {
+        // Whoever saw the doom before this saw it unsettled; ring them to look again.
+        if self.running.swap(false, Ordering::SeqCst) && self.doom().is_some() {
+            self.bell.ring();
+        }
         if let Retired::Completed {
             start_ns,
             end_ns,
@@ -416,7 +438,7 @@ impl Stream {
         }
         let target = self.submitted.load(Ordering::Acquire);
         let outcome = wait_until(&self.listens(target), deadline, || {
-            if let Some(code) = self.doom() {
+            if let Some(code) = self.settled_doom() {
                 return Some(Err(code));
             }
             (self.finished.load(Ordering::Acquire) >= target).then_some(Ok(()))
@@ -445,7 +467,7 @@ impl Stream {
     /// Whether all submitted work is done; fails with the first unreported task error
     /// (without clearing it) or the stream's doom.
     pub(crate) fn query(&self) -> Res<bool> {
-        if let Some(code) = self.doom() {
+        if let Some(code) = self.settled_doom() {
             return Err(self.doom_error(code));
         }
         if let Some(error) = lock(&self.state).sticky.clone() {

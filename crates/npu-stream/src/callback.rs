@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use npu_core::ffi;
-use npu_core::{Completion, Error, Result, acl_call};
+use npu_core::{Completer, Error, Result, acl_call};
 
-use crate::event_pool::PooledEvent;
-use crate::reactor::stream_failure;
-use crate::strategy::{self, CompletionStrategy, OpInfo};
+use crate::reactor::Pending;
+use crate::sentinel::{self, Verdict};
+use crate::strategy::{self, CompletionStrategy, OpInfo, Unwatched};
 use crate::stream::StreamShared;
 
 /// How long one `aclrtProcessReport` waits; also the fault-probe period.
@@ -31,9 +31,7 @@ pub(crate) struct Worker {
 
 struct Outstanding {
     stream: Arc<StreamShared>,
-    event: PooledEvent,
-    completion: Completion,
-    op: OpInfo,
+    pending: Pending,
     since: Instant,
 }
 
@@ -94,6 +92,7 @@ fn worker_for(stream: &StreamShared) -> Result<Arc<Worker>> {
 
 impl Worker {
     fn run(&self, runtime: &npu_core::Runtime) {
+        let mut probes = Probes::default();
         loop {
             // SAFETY: plain integer argument; callbacks run inside this call on this thread.
             let code = unsafe { (runtime.api().aclrtProcessReport)(REPORT_TIMEOUT_MS) };
@@ -102,16 +101,10 @@ impl Worker {
             let reported = runtime.check("aclrtProcessReport", code);
             let fired: Vec<u64> = FIRED.with(|fired| std::mem::take(&mut *fired.borrow_mut()));
             for id in fired {
-                let entry = self
-                    .outstanding
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&id);
+                let entry = self.lock().remove(&id);
                 if let Some(entry) = entry {
-                    let result = strategy::settle(entry.event, entry.op.api);
-                    entry
-                        .completion
-                        .complete(entry.stream.finish(entry.op, result));
+                    entry.pending.settle(&entry.stream);
+                    strategy::release_stream(entry.stream);
                 }
             }
             match code {
@@ -119,7 +112,7 @@ impl Worker {
                 // Nothing arrived, or no stream is subscribed yet: a quiet moment to check
                 // that the streams we wait on are healthy.
                 ffi::ACL_ERROR_RT_REPORT_TIMEOUT | ffi::ACL_ERROR_RT_THREAD_SUBSCRIBE => {
-                    self.probe();
+                    self.probe(&mut probes);
                     if code == ffi::ACL_ERROR_RT_THREAD_SUBSCRIBE {
                         std::thread::sleep(Duration::from_millis(REPORT_TIMEOUT_MS as u64));
                     }
@@ -128,35 +121,30 @@ impl Worker {
                     if let Err(err) = reported {
                         tracing::warn!(%err, "aclrtProcessReport failed");
                     }
-                    self.probe();
+                    self.probe(&mut probes);
                 }
             }
         }
     }
 
-    /// Fails the outstanding operations of streams whose work can no longer complete.
-    fn probe(&self) {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Outstanding>> {
+        self.outstanding.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fails the outstanding operations of streams the sentinel found dead, and asks it about
+    /// streams with an operation waiting for a while. Never waits: the lock is held only to
+    /// look, and the checks themselves run on the sentinel.
+    fn probe(&self, probes: &mut Probes) {
+        let mut failed: Vec<(Outstanding, Error)> = Vec::new();
+        let answered = probes.answered();
         let stale_after = Duration::from_millis(REPORT_TIMEOUT_MS as u64);
         let now = Instant::now();
-        let mut outstanding = self.outstanding.lock().unwrap_or_else(|e| e.into_inner());
-        // The oldest operation of each stream that has one waiting for a while (ids grow in
-        // submission order). The lock stays held so that its event cannot be recycled while
-        // the probe waits on it.
-        let mut heads: Vec<(Arc<StreamShared>, u64)> = Vec::new();
-        for (&id, op) in outstanding.iter() {
-            if now.duration_since(op.since) < stale_after {
-                continue;
-            }
-            match heads.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &op.stream)) {
-                Some(head) => head.1 = head.1.min(id),
-                None => heads.push((op.stream.clone(), id)),
-            }
-        }
-        let mut failed: Vec<(Outstanding, Error)> = Vec::new();
-        for (stream, id) in heads {
-            let oldest = outstanding[&id].event.handle();
-            if let Err(err) = stream_failure(&stream, oldest) {
-                // In submission order, so that a failed synchronize sees the failures before it.
+        let mut stale: Vec<Arc<StreamShared>> = Vec::new();
+        {
+            let mut outstanding = self.lock();
+            for (stream, err) in answered {
+                // In submission order (ids grow with it), so that a failed synchronize sees
+                // the failures before it.
                 let mut ids: Vec<u64> = outstanding
                     .iter()
                     .filter(|(_, op)| Arc::ptr_eq(&op.stream, &stream))
@@ -165,20 +153,66 @@ impl Worker {
                 ids.sort_unstable();
                 let ops = ids.iter().filter_map(|id| outstanding.remove(id));
                 failed.extend(ops.map(|op| (op, err.clone())));
+                strategy::release_stream(stream);
+            }
+            for op in outstanding.values() {
+                if now.duration_since(op.since) >= stale_after
+                    && !stale.iter().any(|s| Arc::ptr_eq(s, &op.stream))
+                {
+                    stale.push(op.stream.clone());
+                }
             }
         }
-        drop(outstanding);
+        for stream in stale {
+            probes.ask(stream);
+        }
         for (entry, err) in failed {
-            let result = Err(strategy::fail(entry.event, err, entry.op.api));
-            entry
-                .completion
-                .complete(entry.stream.finish(entry.op, result));
+            entry.pending.fail(&entry.stream, err);
+            strategy::release_stream(entry.stream);
         }
     }
 }
 
+/// The probes a callback worker has in flight, one per stream at most.
+#[derive(Default)]
+struct Probes {
+    asked: Vec<(Arc<StreamShared>, Arc<Verdict>)>,
+}
+
+impl Probes {
+    /// Asks the sentinel about `stream` unless a probe of it is in flight.
+    fn ask(&mut self, stream: Arc<StreamShared>) {
+        if self.asked.iter().any(|(s, _)| Arc::ptr_eq(s, &stream)) {
+            strategy::release_stream(stream);
+            return;
+        }
+        let verdict = sentinel::probe(&stream);
+        self.asked.push((stream, verdict));
+    }
+
+    /// The streams found dead since the last look, with their errors; answered probes leave.
+    fn answered(&mut self) -> Vec<(Arc<StreamShared>, Error)> {
+        let mut dead = Vec::new();
+        let mut still = Vec::new();
+        for (stream, verdict) in self.asked.drain(..) {
+            match verdict.take() {
+                None => still.push((stream, verdict)),
+                Some(Ok(())) => strategy::release_stream(stream),
+                Some(Err(err)) => dead.push((stream, err)),
+            }
+        }
+        self.asked = still;
+        dead
+    }
+}
+
 impl CompletionStrategy for CallbackStrategy {
-    fn watch(&self, stream: &Arc<StreamShared>, op: OpInfo, completion: Completion) -> Result<()> {
+    fn watch(
+        &self,
+        stream: &Arc<StreamShared>,
+        op: OpInfo,
+        completer: Completer,
+    ) -> std::result::Result<(), Unwatched> {
         // Subscribed once per stream; the worker is kept with the subscription so that the
         // hot path never takes the global worker table's lock.
         let subscription = stream.strategy_state.subscription.get_or_init(|| {
@@ -188,23 +222,26 @@ impl CompletionStrategy for CallbackStrategy {
             unsafe { acl_call!(stream.context.runtime(), aclrtSubscribeReport(tid, handle)) }?;
             Ok(worker)
         });
-        let worker = subscription.as_ref().map_err(Clone::clone)?;
-        let event = strategy::record(stream)?;
+        let worker = match subscription {
+            Ok(worker) => worker,
+            Err(error) => {
+                let error = error.clone();
+                return Err(Unwatched { completer, error });
+            }
+        };
+        let event = match strategy::record(stream) {
+            Ok(event) => event,
+            Err(error) => return Err(Unwatched { completer, error }),
+        };
         let id = next_op_id();
-        worker
-            .outstanding
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                id,
-                Outstanding {
-                    stream: stream.clone(),
-                    event,
-                    completion,
-                    op,
-                    since: Instant::now(),
-                },
-            );
+        worker.lock().insert(
+            id,
+            Outstanding {
+                stream: stream.clone(),
+                pending: Pending::new(event, completer, op, None),
+                since: Instant::now(),
+            },
+        );
         let handle = stream.handle;
         // SAFETY: `on_callback` only records the id; the stream is alive and bound.
         let launched = unsafe {
@@ -218,15 +255,14 @@ impl CompletionStrategy for CallbackStrategy {
                 )
             )
         };
-        if let Err(err) = launched {
+        if let Err(error) = launched {
             // The operation itself was queued; hand its completion back so the submitter
-            // drains the stream before releasing anything.
-            worker
-                .outstanding
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&id);
-            return Err(err);
+            // drains the stream before releasing anything. The callback may have fired
+            // already only if the launch succeeded, so the entry is still there.
+            if let Some(entry) = worker.lock().remove(&id) {
+                let completer = entry.pending.into_completer();
+                return Err(Unwatched { completer, error });
+            }
         }
         Ok(())
     }

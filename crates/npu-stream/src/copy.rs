@@ -1,7 +1,7 @@
 //! Copies and memsets: each takes the buffers it touches and returns them when done.
 
 use npu_core::ffi;
-use npu_core::{Error, Result, acl_call};
+use npu_core::{Context, Error, Result, acl_call};
 use npu_mem::{DeviceSlice, HostSlice, Memory, MemoryMut};
 
 use crate::op::Op;
@@ -434,6 +434,7 @@ impl Stream {
             |dst, done| dst.record_use(done),
             |dst, stream| {
                 self.check_runtime("Stream::memset", "dst", dst.context())?;
+                self.check_device("Stream::memset", "dst", dst.context())?;
                 let ptr = dst.addr_mut();
                 // SAFETY: `dst` covers `bytes` bytes and stays valid until the memset completes.
                 unsafe {
@@ -462,9 +463,9 @@ impl Stream {
             "aclrtMemcpyAsync",
             bytes,
             (src, dst),
-            record_both,
+            |value, done| self.record_copy(kind, value, done),
             |(src, dst), stream| {
-                self.check_pair(api, src, dst)?;
+                self.check_pair(api, kind, src, dst)?;
                 if src.len() != dst.len() {
                     let rule = format!(
                         "holds {} elements but the source has {}",
@@ -506,9 +507,9 @@ impl Stream {
             "aclrtMemcpy2dAsync",
             bytes,
             (src, dst),
-            record_both,
+            |value, done| self.record_copy(kind, value, done),
             |(src, dst), stream| {
-                self.check_pair(api, src, dst)?;
+                self.check_pair(api, kind, src, dst)?;
                 let (width, spitch, dpitch) = shape.check::<S::Elem>(api, src.len(), dst.len())?;
                 let (d, s, height) = (dst.addr_mut(), src.addr(), shape.height);
                 // SAFETY: the shape was checked against both buffers, which stay valid until the
@@ -523,14 +524,76 @@ impl Stream {
         )
     }
 
-    fn check_pair(&self, api: &'static str, src: &impl Memory, dst: &impl Memory) -> Result<()> {
+    /// Checks that both buffers suit the stream: of its runtime, and device memory on its
+    /// device, except that one side of a device-to-device copy may be on a peer device (ACL
+    /// then checks that peer access is enabled).
+    fn check_pair(
+        &self,
+        api: &'static str,
+        kind: ffi::aclrtMemcpyKind,
+        src: &impl Memory,
+        dst: &impl Memory,
+    ) -> Result<()> {
         self.check_runtime(api, "src", src.context())?;
-        self.check_runtime(api, "dst", dst.context())
+        self.check_runtime(api, "dst", dst.context())?;
+        match kind {
+            ffi::ACL_MEMCPY_HOST_TO_DEVICE => self.check_device(api, "dst", dst.context()),
+            ffi::ACL_MEMCPY_DEVICE_TO_HOST => self.check_device(api, "src", src.context()),
+            ffi::ACL_MEMCPY_DEVICE_TO_DEVICE => self
+                .check_device(api, "src", src.context())
+                .or_else(|_| self.check_device(api, "dst", dst.context()))
+                .map_err(|_| {
+                    Error::invalid(
+                        api,
+                        "stream",
+                        "is on neither buffer's device: a device-to-device copy runs on a \
+                         stream of the source's or the destination's device",
+                    )
+                }),
+            _ => Ok(()),
+        }
     }
-}
 
-/// Records an operation as a user of both of its buffers.
-fn record_both<S: Memory, D: Memory>((src, dst): &(S, D), done: &npu_core::Completion) {
-    src.record_use(done);
-    dst.record_use(done);
+    /// Checks that device memory lives on the stream's device.
+    fn check_device(
+        &self,
+        api: &'static str,
+        argument: &'static str,
+        memory: &Context,
+    ) -> Result<()> {
+        let (theirs, ours) = (memory.device_id(), self.context().device_id());
+        if theirs != ours {
+            let rule = format!("is memory of device {theirs}, but the stream is on device {ours}");
+            return Err(Error::invalid(api, argument, rule));
+        }
+        Ok(())
+    }
+
+    /// Records a copy as a user of both of its buffers; a copy that reaches a peer device's
+    /// memory also keeps that peer access enabled until it completes.
+    fn record_copy<S: Memory, D: Memory>(
+        &self,
+        kind: ffi::aclrtMemcpyKind,
+        (src, dst): &(S, D),
+        done: &npu_core::Completion,
+    ) {
+        src.record_use(done);
+        dst.record_use(done);
+        if kind != ffi::ACL_MEMCPY_DEVICE_TO_DEVICE {
+            return;
+        }
+        let ours = self.context().device_id();
+        let peer = [src.context(), dst.context()]
+            .into_iter()
+            .find(|context| context.device_id() != ours);
+        let Some(peer) = peer else { return };
+        if !peer.runtime().same_library(self.context().runtime()) {
+            return;
+        }
+        if let Some(access) = self.context().device().peer_access_to(&peer.device()) {
+            // SAFETY: disabling peer access (when this is its last guard) does not wait for the
+            // device, and the copy that used it has completed by then.
+            unsafe { done.drop_after(access) };
+        }
+    }
 }

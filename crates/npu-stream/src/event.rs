@@ -505,15 +505,28 @@ impl Stream {
     /// ```
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         self.check_runtime("Stream::wait_event", "event", event.context())?;
-        self.context().bind()?;
-        let _order = self.lock_submission();
-        let (stream, handle) = (self.as_raw(), event.inner.handle);
-        // SAFETY: stream and event are alive; the stream's context is bound.
-        unsafe {
-            acl_call!(
-                self.context().runtime(),
-                aclrtStreamWaitEvent(stream, handle)
-            )
+        let handle = event.inner.handle;
+        // Submitted like any operation, so that it is watched: the stream (and the event)
+        // stay alive until the wait is over, and dropping the last `Stream` while the device
+        // still waits never lands a blocking aclrtDestroyStream on the dropping thread.
+        let op = self.submit(
+            "aclrtStreamWaitEvent",
+            0,
+            event.clone(),
+            |_, _| {},
+            |_, stream| {
+                // SAFETY: stream and event are alive; the stream's context is bound.
+                unsafe {
+                    acl_call!(
+                        self.context().runtime(),
+                        aclrtStreamWaitEvent(stream, handle)
+                    )
+                }
+            },
+        );
+        match op.completion().result() {
+            Some(Err(err)) => Err(err),
+            _ => Ok(()),
         }
     }
 }

@@ -34,6 +34,7 @@ mod event_pool;
 mod kernel;
 mod op;
 mod reactor;
+mod sentinel;
 mod staged;
 mod strategy;
 mod stream;

@@ -10,10 +10,13 @@ use npu_core::{Completion, Error, Result};
 /// A device operation in flight. Resolves to the buffers it took once the device is done.
 ///
 /// - **Cancel safety:** dropping an `Op` never cancels the device work, never frees or reuses
-///   memory the device may still touch, and never blocks: the buffers it owns are dropped at
-///   once, and each of them releases its memory only after this operation (and every other
-///   one that used it) has completed. Dropping is therefore safe at any point, but the buffers
-///   are gone: an `Op` is *not* cancel-safe in the sense of losing nothing.
+///   memory the device may still touch, and never blocks: the value it owns (the buffers, an
+///   `Arc` clone of a shared one) is kept until the operation completes, and dropped then, on
+///   npu-rs's reaper thread. So an `Arc` shared with the operation stays shared until the device
+///   is done (`Arc::get_mut` cannot succeed early), and each buffer releases its memory only
+///   after every operation that used it has completed. Dropping is therefore safe at any
+///   point, but the buffers are gone: an `Op` is *not* cancel-safe in the sense of losing
+///   nothing.
 /// - `std::mem::forget` on an `Op` only leaks the buffers it holds.
 /// - Polling after it resolved yields an error rather than a panic.
 ///
@@ -36,13 +39,13 @@ use npu_core::{Completion, Error, Result};
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 #[must_use = "an Op does nothing when dropped except release its buffers once the device is done"]
-pub struct Op<T> {
+pub struct Op<T: Send + 'static> {
     completion: Completion,
     value: Option<T>,
     span: tracing::Span,
 }
 
-impl<T> Op<T> {
+impl<T: Send + 'static> Op<T> {
     pub(crate) fn new(completion: Completion, value: T, span: tracing::Span) -> Self {
         Op {
             completion,
@@ -100,9 +103,9 @@ impl<T> Op<T> {
 }
 
 // The value is never pinned: it is moved out only once the device is done with it.
-impl<T> Unpin for Op<T> {}
+impl<T: Send + 'static> Unpin for Op<T> {}
 
-impl<T> Future for Op<T> {
+impl<T: Send + 'static> Future for Op<T> {
     type Output = Result<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<T>> {
@@ -122,7 +125,22 @@ impl<T> Future for Op<T> {
     }
 }
 
-impl<T> fmt::Debug for Op<T> {
+impl<T: Send + 'static> Drop for Op<T> {
+    fn drop(&mut self) {
+        if let Some(value) = self.value.take() {
+            // A value with nothing to drop (a synchronize's `()`) need not travel.
+            if !std::mem::needs_drop::<T>() || self.completion.is_complete() {
+                drop(value);
+            } else {
+                // SAFETY: the values operations own are buffers, views, `Arc`s of them and
+                // kernel arguments, whose drops hand any release on without blocking.
+                unsafe { self.completion.drop_after(value) };
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> fmt::Debug for Op<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Op")
             .field("completion", &self.completion)

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use npu_core::{AclError, Completion, Error, Result, acl_call};
+use npu_core::{AclError, Completer, Completion, Error, Result, acl_call, ffi};
 
 use crate::event_pool::PooledEvent;
 use crate::stream::StreamShared;
@@ -64,15 +64,28 @@ impl OpInfo {
     }
 }
 
+/// An operation the device accepted but no strategy could take on (recording its event
+/// failed, say): handed back to the submitter with the error, to be drained.
+pub(crate) struct Unwatched {
+    pub(crate) completer: Completer,
+    pub(crate) error: Error,
+}
+
 /// The interface every strategy implements.
 ///
 /// Every strategy completes the operations of one stream in submission order, and passes each
 /// result through [`StreamShared::finish`] first, so a `synchronize` sees every failure before
-/// it.
+/// it. None of them completes an operation before the device is done with it: its event
+/// completed, or the runtime confirmed that the stream's work can never run again.
 pub(crate) trait CompletionStrategy: Send + Sync {
     /// Called under the stream's submission lock, right after the operation was enqueued:
-    /// arranges for `completion` to be completed when the device has run it.
-    fn watch(&self, stream: &Arc<StreamShared>, op: OpInfo, completion: Completion) -> Result<()>;
+    /// arranges for `completer` to be completed when the device has run it.
+    fn watch(
+        &self,
+        stream: &Arc<StreamShared>,
+        op: OpInfo,
+        completer: Completer,
+    ) -> std::result::Result<(), Unwatched>;
 }
 
 impl Strategy {
@@ -88,9 +101,9 @@ impl Strategy {
         self,
         stream: &Arc<StreamShared>,
         op: OpInfo,
-        completion: Completion,
-    ) -> Result<()> {
-        self.implementation().watch(stream, op, completion)
+        completer: Completer,
+    ) -> std::result::Result<(), Unwatched> {
+        self.implementation().watch(stream, op, completer)
     }
 }
 
@@ -115,19 +128,26 @@ pub(crate) fn record(stream: &StreamShared) -> Result<PooledEvent> {
 /// `aclrtSynchronizeEvent` returns at once for a completed event and reports a task failure
 /// among the work its record captured; the failure is attributed to the operation's own API.
 pub(crate) fn settle(event: PooledEvent, api: &'static str) -> Result<()> {
-    let synced = {
-        let runtime = event.pool().context().runtime();
-        let handle = event.handle();
-        let code = match runtime.api().aclrtSynchronizeEventWithTimeout {
-            // SAFETY: the event is alive (owned by `event`); a timeout of -1 waits as long as
-            // needed, which for a completed event is not at all.
-            Some(sync) => unsafe { sync(handle, -1) },
-            // SAFETY: as above.
-            None => unsafe { (runtime.api().aclrtSynchronizeEvent)(handle) },
-        };
-        runtime.check("aclrtSynchronizeEvent", code)
+    match wait_event(&event, -1) {
+        Some(result) => result.map_err(|err| fail(event, err, api)),
+        // An unbounded wait does not time out.
+        None => Ok(()),
+    }
+}
+
+/// Waits up to `timeout_ms` (-1: as long as needed) for the event; `None` if it timed out.
+/// Runtimes without the timed wait wait as long as needed.
+pub(crate) fn wait_event(event: &PooledEvent, timeout_ms: i32) -> Option<Result<()>> {
+    let runtime = event.pool().context().runtime();
+    let handle = event.handle();
+    let code = match runtime.api().aclrtSynchronizeEventWithTimeout {
+        // SAFETY: the event is alive (owned by `event`).
+        Some(sync) => unsafe { sync(handle, timeout_ms) },
+        // SAFETY: as above.
+        None => unsafe { (runtime.api().aclrtSynchronizeEvent)(handle) },
     };
-    synced.map_err(|err| fail(event, err, api))
+    let checked = runtime.check("aclrtSynchronizeEvent", code);
+    (code != ffi::ACL_ERROR_RT_EVENT_SYNC_TIMEOUT).then_some(checked)
 }
 
 /// The error of an operation that failed on the device: its event, which captured the failure,
@@ -145,33 +165,111 @@ fn attribute(err: Error, api: &'static str) -> Error {
     }
 }
 
+/// Completes an operation of `stream` with `result`, after `after` (the operation submitted
+/// before it, for strategies that may finish out of order) has completed.
+///
+/// Never blocks: if `after` is still pending, the completion is chained behind it and runs on
+/// its completer's thread.
+pub(crate) fn complete_after(
+    stream: &Arc<StreamShared>,
+    op: OpInfo,
+    completer: Completer,
+    result: Result<()>,
+    after: Option<Completion>,
+) {
+    match after {
+        Some(previous) if !previous.is_complete() => {
+            let stream = stream.clone();
+            let finish = move || {
+                completer.complete(stream.finish(op, result));
+                release_stream(stream);
+            };
+            // SAFETY: completing and handing the stream to the reaper do not block or call ACL.
+            unsafe { previous.on_complete(finish) }
+        }
+        _ => completer.complete(stream.finish(op, result)),
+    }
+}
+
+/// Drops a reference to a stream from a thread that must not block: the last reference
+/// destroys the ACL stream, which happens on the reaper thread.
+pub(crate) fn release_stream(stream: Arc<StreamShared>) {
+    if let Some(last) = Arc::into_inner(stream) {
+        npu_core::reaper::release_later(move || drop(last));
+    }
+}
+
+/// How long a `BlockingSync` thread waits for its operation before handing it to the reactor:
+/// a blocking-pool thread must come back within a bound (a hung kernel would otherwise make
+/// dropping the Tokio runtime, which waits for its blocking threads, block for ever).
+const BLOCKING_WAIT_MS: i32 = 100;
+
 /// One blocking wait per operation.
 struct BlockingSync;
 
+/// An operation waiting for its blocking thread. If the thread never runs it (a Tokio runtime
+/// shutting down drops queued blocking tasks unrun), dropping it hands the operation to the
+/// reactor, so it still completes.
+struct BlockingWait {
+    state: Option<(reactor::Pending, Arc<StreamShared>)>,
+}
+
+impl BlockingWait {
+    fn run(mut self) {
+        let Some((pending, stream)) = self.state.take() else {
+            return;
+        };
+        // Still running after the bound: the reactor takes over, so this thread returns in
+        // bounded time.
+        if let Some(pending) = pending.wait_for(&stream, BLOCKING_WAIT_MS) {
+            reactor::Reactor::get().adopt_pending(&stream, pending);
+        }
+    }
+}
+
+impl Drop for BlockingWait {
+    fn drop(&mut self) {
+        if let Some((pending, stream)) = self.state.take() {
+            reactor::Reactor::get().adopt_pending(&stream, pending);
+        }
+    }
+}
+
 impl CompletionStrategy for BlockingSync {
-    fn watch(&self, stream: &Arc<StreamShared>, op: OpInfo, completion: Completion) -> Result<()> {
-        let event = record(stream)?;
+    fn watch(
+        &self,
+        stream: &Arc<StreamShared>,
+        op: OpInfo,
+        completer: Completer,
+    ) -> std::result::Result<(), Unwatched> {
+        let event = match record(stream) {
+            Ok(event) => event,
+            Err(error) => return Err(Unwatched { completer, error }),
+        };
         // Waits run on threads of their own, so they finish in any order; each one completes
         // only after the operation submitted before it, as the other strategies do.
-        let previous = stream.replace_tail(&completion);
-        let stream = stream.clone();
-        let wait = move || {
-            let result = settle(event, op.api);
-            if let Some(previous) = previous {
-                let _ = previous.wait_blocking();
-            }
-            completion.complete(stream.finish(op, result));
+        let after = stream.replace_tail(&completer.completion());
+        let wait = BlockingWait {
+            state: Some((
+                reactor::Pending::new(event, completer, op, after),
+                stream.clone(),
+            )),
         };
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                handle.spawn_blocking(wait);
-                Ok(())
+                handle.spawn_blocking(move || wait.run());
             }
-            Err(_) => std::thread::Builder::new()
-                .name("npu-sync".into())
-                .spawn(wait)
-                .map(drop)
-                .map_err(|e| Error::invalid("Strategy::BlockingSync", "thread", e.to_string())),
+            Err(_) => {
+                let spawned = std::thread::Builder::new()
+                    .name("npu-sync".into())
+                    .spawn(move || wait.run());
+                // No thread: the closure (and with it the wait) was dropped, which handed the
+                // operation to the reactor.
+                if let Err(err) = spawned {
+                    tracing::debug!(%err, "no thread for a blocking wait; the reactor watches it");
+                }
+            }
         }
+        Ok(())
     }
 }

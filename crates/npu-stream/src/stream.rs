@@ -6,13 +6,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use npu_core::ffi;
-use npu_core::{Completion, Context, Error, Result, acl_call, acl_call_opt};
+use npu_core::{Completer, Completion, Context, Error, Result, acl_call, acl_call_opt};
 
 use crate::callback;
 use crate::event_pool::EventPool;
 use crate::op::Op;
 use crate::reactor::Pending;
-use crate::strategy::{OpInfo, Strategy, StrategyState};
+use crate::sentinel;
+use crate::strategy::{OpInfo, Strategy, StrategyState, Unwatched};
 
 /// An ACL stream: a FIFO queue of device work that runs concurrently with other streams.
 ///
@@ -77,8 +78,8 @@ unsafe impl Sync for StreamShared {}
 
 /// Where a submission failed: before the device accepted the work, or after.
 enum Submission {
-    Rejected(npu_core::Error),
-    Unwatched(npu_core::Error),
+    Rejected(Completer, npu_core::Error),
+    Unwatched(Unwatched),
 }
 
 /// Creation options for a [`Stream`].
@@ -127,7 +128,9 @@ impl StreamBuilder {
         self
     }
 
-    /// Raw `ACL_STREAM_*` creation flags (OR-ed).
+    /// Raw `ACL_STREAM_*` creation flags (OR-ed). Flags that make a stream the host cannot
+    /// watch (`ACL_STREAM_PERSISTENT`, `ACL_STREAM_CPU_SCHEDULE`, `ACL_STREAM_DEVICE_USE_ONLY`)
+    /// are refused by [`build`](StreamBuilder::build).
     ///
     /// ```
     /// use npu_core::{Device, ffi};
@@ -180,6 +183,18 @@ impl StreamBuilder {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn build(self) -> Result<Stream> {
+        let unwatchable = self.flags & UNWATCHABLE_FLAGS;
+        if unwatchable != 0 {
+            return Err(Error::invalid(
+                "StreamBuilder::build",
+                "flags",
+                format!(
+                    "{unwatchable:#x} (ACL_STREAM_PERSISTENT, ACL_STREAM_CPU_SCHEDULE or \
+                     ACL_STREAM_DEVICE_USE_ONLY) makes a stream whose work the host cannot \
+                     watch, so its operations could never complete as futures"
+                ),
+            ));
+        }
         let context = self.context;
         context.bind()?;
         let mut handle: ffi::aclrtStream = std::ptr::null_mut();
@@ -206,6 +221,12 @@ impl StreamBuilder {
         Ok(Stream { shared })
     }
 }
+
+/// Creation flags whose streams ACL's queries and host synchronisation say nothing about:
+/// persistent streams hold work for a model run, CPU-scheduled and device-only streams are
+/// driven from elsewhere.
+const UNWATCHABLE_FLAGS: u32 =
+    ffi::ACL_STREAM_PERSISTENT | ffi::ACL_STREAM_CPU_SCHEDULE | ffi::ACL_STREAM_DEVICE_USE_ONLY;
 
 fn next_stream_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -475,55 +496,35 @@ impl Stream {
             device = self.context().device_id(),
             bytes
         );
-        let completion = Completion::new();
+        // SAFETY: this completer is completed only by a completion strategy (once the
+        // device is done with the operation), by the sentinel (once the stream has drained),
+        // or below for work the device never accepted; its deferred actions never block.
+        let completer = unsafe { Completer::new() };
+        let completion = completer.completion();
         record_uses(&value, &completion);
         let outcome = span.in_scope(|| {
-            self.context().bind().map_err(Submission::Rejected)?;
+            if let Err(err) = self.context().bind() {
+                return Err(Submission::Rejected(completer, err));
+            }
             let _order = self.lock_submission();
-            call(&mut value, self.shared.handle).map_err(Submission::Rejected)?;
+            if let Err(err) = call(&mut value, self.shared.handle) {
+                return Err(Submission::Rejected(completer, err));
+            }
             self.shared
                 .strategy
-                .watch(&self.shared, op, completion.clone())
+                .watch(&self.shared, op, completer)
                 .map_err(Submission::Unwatched)
         });
         match outcome {
             Ok(()) => {}
-            Err(Submission::Rejected(err)) => completion.complete(Err(err)),
-            Err(Submission::Unwatched(err)) => self.drain_then_fail(completion.clone(), err),
+            // The device never saw the work: nothing to wait for.
+            Err(Submission::Rejected(completer, err)) => completer.complete(Err(err)),
+            // The device may run it: it completes once the stream has drained.
+            Err(Submission::Unwatched(unwatched)) => {
+                sentinel::drain(self.shared.clone(), unwatched.completer, unwatched.error);
+            }
         }
         Op::new(completion, value, span)
-    }
-
-    /// Completes `completion` with `err` once everything queued on the stream has finished.
-    fn drain_then_fail(&self, completion: Completion, err: npu_core::Error) {
-        tracing::warn!(%err, stream = self.shared.id, "cannot watch an operation; draining the stream");
-        let shared = self.shared.clone();
-        let drain = move || {
-            let runtime = shared.context.runtime();
-            let drained = shared.context.bind().and_then(|()| {
-                // SAFETY: the stream is alive (`shared`) and its context is bound.
-                unsafe { acl_call!(runtime, aclrtSynchronizeStream(shared.handle)) }
-            });
-            if let Err(sync_err) = drained {
-                tracing::warn!(%sync_err, "draining the stream failed");
-            }
-            completion.complete(Err(err));
-        };
-        let (tx, rx) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
-        let spawned = std::thread::Builder::new()
-            .name("npu-drain".into())
-            .spawn(move || {
-                if let Ok(drain) = rx.recv() {
-                    drain();
-                }
-            });
-        match spawned {
-            Ok(_) => {
-                let _ = tx.send(Box::new(drain));
-            }
-            // No thread to wait on: waiting here is the only way to stay sound.
-            Err(_) => drain(),
-        }
     }
 
     pub(crate) fn lock_submission(&self) -> MutexGuard<'_, ()> {

@@ -65,7 +65,7 @@ struct Report {
 
 impl Report {
     /// Applies `fate` to `op`: returns its output if it is awaited, `None` if it is dropped.
-    async fn settle<T>(&mut self, mut op: Op<T>, fate: Fate) -> Option<T> {
+    async fn settle<T: Send + 'static>(&mut self, mut op: Op<T>, fate: Fate) -> Option<T> {
         self.operations += 1;
         self.fates[fate as usize] += 1;
         if fate == Fate::Await {

@@ -18,14 +18,14 @@ use npu_stream::{FailureMode, Op, Stream};
 /// Every wait here is bounded: a hang is a failure, not a stuck test.
 const DEADLINE: Duration = Duration::from_secs(10);
 
-async fn bounded<T>(op: Op<T>) -> npu_core::Result<T> {
+async fn bounded<T: Send + 'static>(op: Op<T>) -> npu_core::Result<T> {
     tokio::time::timeout(DEADLINE, op)
         .await
         .expect("the operation resolved instead of hanging")
 }
 
 /// An operation's outcome: its ACL error code, if it failed.
-async fn outcome<T>(op: Op<T>) -> Result<(), Option<AclCode>> {
+async fn outcome<T: Send + 'static>(op: Op<T>) -> Result<(), Option<AclCode>> {
     bounded(op).await.map(drop).map_err(|err| err.acl_code())
 }
 

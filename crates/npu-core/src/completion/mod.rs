@@ -2,11 +2,14 @@
 
 use std::fmt;
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
 use crate::error::{Error, Result};
+use crate::reaper::Action;
+use state::Deferred;
 
 mod state;
 mod uses;
@@ -14,7 +17,7 @@ mod uses;
 #[cfg(test)]
 mod model;
 
-pub use uses::{Settled, UseList};
+pub use uses::UseList;
 
 /// Std-backed primitives for [`state`]; the loom model test supplies loom's instead.
 mod sync {
@@ -23,20 +26,22 @@ mod sync {
     pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
 }
 
-/// The completion of one device operation, shared by whoever completes it (the reactor) and
-/// whoever waits for it (a future, a buffer's deferred release).
+/// The completion of one device operation: the read side, shared by whoever waits for it (a
+/// future, a buffer's deferred release, another thread).
 ///
-/// Completing hands the deferred actions to the reaper thread, then wakes the registered
-/// waker outside every lock, so nothing a user owns is ever freed on the completing thread and
-/// a woken task finds its releases already queued.
+/// A `Completion` can be waited for and inspected, never completed: only the operation's
+/// [`Completer`], held by npu-rs's completion machinery (the reactor, the callback worker, the
+/// blocking waiter), completes it, and only once the device will never again touch the memory
+/// the operation used. That is what lets a buffer's release wait for it.
 ///
 /// ```
-/// use npu_core::Completion;
+/// use npu_core::Completer;
 ///
-/// let done = Completion::new();
+/// // SAFETY: no device work or memory stands behind this completion.
+/// let completer = unsafe { Completer::new() };
+/// let done = completer.completion();
 /// let seen = done.clone();
-/// assert!(!seen.is_complete());
-/// done.complete(Ok(()));
+/// completer.complete(Ok(()));
 /// assert!(seen.result().unwrap().is_ok());
 /// ```
 #[derive(Clone)]
@@ -44,54 +49,111 @@ pub struct Completion {
     state: Arc<state::State<Result<()>>>,
 }
 
-impl Completion {
-    /// A new, pending completion.
+/// The write side of a [`Completion`]: completes it, exactly once.
+///
+/// Completing hands the deferred releases to the reaper thread, then wakes the registered
+/// waker outside every lock (a panicking waker is contained and logged), then notifies blocked
+/// threads, so nothing a user owns is freed on the completing thread and a woken task finds its
+/// releases already queued.
+///
+/// Dropping a `Completer` without completing leaves the completion pending for ever: the
+/// resources recorded against it are leaked rather than released while the device may use
+/// them.
+pub struct Completer {
+    state: Arc<state::State<Result<()>>>,
+}
+
+impl Completer {
+    /// A new, pending operation.
+    ///
+    /// # Safety
+    ///
+    /// The caller completes it (with [`Completer::complete`]) only once the device will never
+    /// again read or write memory that any operation recorded this completion against, and
+    /// never runs a blocking call from an action deferred on it. npu-rs's own crates are the
+    /// only intended callers: a completion completed early would let a buffer be freed while
+    /// the device still writes into it.
     ///
     /// ```
-    /// use npu_core::Completion;
+    /// use npu_core::Completer;
     ///
-    /// let done = Completion::new();
-    /// assert!(!done.is_complete());
-    /// assert!(done.result().is_none());
+    /// // SAFETY: no device work and no memory stand behind this completion.
+    /// let completer = unsafe { Completer::new() };
+    /// let done = completer.completion();
+    /// completer.complete(Ok(()));
+    /// assert!(done.is_complete());
     /// ```
-    pub fn new() -> Self {
-        Completion {
+    #[doc(hidden)]
+    pub unsafe fn new() -> Self {
+        Completer {
             state: Arc::new(state::State::new()),
         }
     }
 
-    /// Completes with `result`; later calls are ignored.
-    ///
-    /// Sends the deferred actions to the reaper thread, then wakes the waiter: a task woken by
-    /// the completion finds the releases already queued, so `reaper::flush` after an `.await`
-    /// observes them.
-    ///
-    /// ```
-    /// use npu_core::{Completion, Error};
-    ///
-    /// let done = Completion::new();
-    /// done.complete(Ok(()));
-    /// done.complete(Err(Error::invalid("example", "result", "ignored")));
-    /// assert!(done.result().unwrap().is_ok(), "the first result wins");
-    /// ```
-    pub fn complete(&self, result: Result<()>) {
-        let Some(actions) = self.state.complete(result) else {
-            return;
-        };
-        if !actions.is_empty() {
-            crate::reaper::run_later(actions);
+    /// The read side, for the operation's future and the resources it uses.
+    #[doc(hidden)]
+    pub fn completion(&self) -> Completion {
+        Completion {
+            state: self.state.clone(),
         }
-        self.state.wake();
     }
 
+    /// Completes with `result`.
+    #[doc(hidden)]
+    pub fn complete(self, result: Result<()>) {
+        let Some(deferred) = self.state.complete(result) else {
+            return;
+        };
+        let mut releases = Vec::new();
+        let mut notifies = Vec::new();
+        for action in deferred {
+            match action {
+                Deferred::Release(action) => releases.push(action),
+                Deferred::Notify(action) => notifies.push(action),
+            }
+        }
+        if !releases.is_empty() {
+            crate::reaper::run_later(releases);
+        }
+        // A waker is user code: a panic in it must not take the completing thread (the
+        // process-wide reactor, say) down with it.
+        if catch_unwind(AssertUnwindSafe(|| self.state.wake())).is_err() {
+            tracing::error!("a task's waker panicked while being woken; the completer continues");
+        }
+        notifies.into_iter().for_each(|notify| notify());
+    }
+}
+
+impl Drop for Completer {
+    fn drop(&mut self) {
+        if !self.state.is_complete() {
+            self.state.abandon();
+            tracing::error!(
+                "an operation was abandoned without completing; its resources stay allocated"
+            );
+        }
+    }
+}
+
+impl fmt::Debug for Completer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Completer")
+            .field("complete", &self.state.is_complete())
+            .finish()
+    }
+}
+
+impl Completion {
     /// Whether the operation has completed.
     ///
     /// ```
-    /// use npu_core::Completion;
+    /// use npu_core::Completer;
     ///
-    /// let done = Completion::new();
-    /// let seen = done.clone();
-    /// done.complete(Ok(()));
+    /// // SAFETY: no device work or memory stands behind this completion.
+    /// let completer = unsafe { Completer::new() };
+    /// let (done, seen) = (completer.completion(), completer.completion());
+    /// assert!(!done.is_complete());
+    /// completer.complete(Ok(()));
     /// assert!(seen.is_complete(), "every clone sees the completion");
     /// ```
     pub fn is_complete(&self) -> bool {
@@ -101,13 +163,14 @@ impl Completion {
     /// The result, once complete.
     ///
     /// ```
-    /// use npu_core::{AclCode, AclError, Completion};
+    /// use npu_core::{AclCode, AclError, Completer};
     ///
-    /// let done = Completion::new();
+    /// // SAFETY: no device work or memory stands behind this completion.
+    /// let completer = unsafe { Completer::new() };
+    /// let done = completer.completion();
     /// assert!(done.result().is_none(), "still pending");
-    /// done.complete(Err(AclError::new("aclrtMemcpyAsync", AclCode(507015), None).into()));
-    /// let err = done.result().unwrap().unwrap_err();
-    /// assert_eq!(err.acl_code(), Some(AclCode(507015)));
+    /// completer.complete(Err(AclError::new("aclrtMemcpyAsync", AclCode(507015), None).into()));
+    /// assert_eq!(done.result().unwrap().unwrap_err().acl_code(), Some(AclCode(507015)));
     /// ```
     pub fn result(&self) -> Option<Result<()>> {
         self.state.value()
@@ -118,12 +181,14 @@ impl Completion {
     ///
     /// ```
     /// use std::task::{Context, Poll, Waker};
-    /// use npu_core::Completion;
+    /// use npu_core::Completer;
     ///
-    /// let done = Completion::new();
+    /// // SAFETY: no device work or memory stands behind this completion.
+    /// let completer = unsafe { Completer::new() };
+    /// let done = completer.completion();
     /// let mut cx = Context::from_waker(Waker::noop());
     /// assert!(done.poll_result(&mut cx).is_pending());
-    /// done.complete(Ok(()));
+    /// completer.complete(Ok(()));
     /// assert!(matches!(done.poll_result(&mut cx), Poll::Ready(Ok(()))));
     /// ```
     pub fn poll_result(&self, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
@@ -133,10 +198,11 @@ impl Completion {
     /// A future resolving to the result.
     ///
     /// ```
-    /// use npu_core::Completion;
+    /// use npu_core::Completer;
     ///
-    /// let done = Completion::new();
-    /// let completer = done.clone();
+    /// // SAFETY: no device work or memory stands behind this completion.
+    /// let completer = unsafe { Completer::new() };
+    /// let done = completer.completion();
     /// std::thread::spawn(move || completer.complete(Ok(())));
     /// tokio_test::block_on(done.wait())?;
     /// assert!(done.is_complete());
@@ -151,14 +217,16 @@ impl Completion {
     /// Blocks the calling thread until the operation completes, and returns its result.
     ///
     /// Only for threads that may block (a blocking-pool thread, a test); an async task awaits
-    /// [`wait`](Completion::wait) instead. It waits through a deferred action rather than the
-    /// waker slot, so it never displaces the waker of a task awaiting the same operation.
+    /// [`wait`](Completion::wait) instead. The completer wakes the thread itself, so the wait
+    /// depends on no other thread, and never displaces the waker of a task awaiting the same
+    /// operation.
     ///
     /// ```
-    /// use npu_core::Completion;
+    /// use npu_core::Completer;
     ///
-    /// let done = Completion::new();
-    /// let completer = done.clone();
+    /// // SAFETY: no device work or memory stands behind this completion.
+    /// let completer = unsafe { Completer::new() };
+    /// let done = completer.completion();
     /// std::thread::spawn(move || completer.complete(Ok(())));
     /// assert!(done.wait_blocking().is_ok());
     /// ```
@@ -167,12 +235,19 @@ impl Completion {
             return result;
         }
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.defer(move || {
-            let _ = tx.send(());
+        let notify: Action = Box::new(move || {
+            // Capacity 1 and one send: never blocks the completer.
+            let _ = tx.try_send(());
         });
-        // The action runs after completion; a closed channel means it was dropped unrun,
-        // which only happens if the operation itself was dropped without completing.
-        let _ = rx.recv();
+        if let Some(Deferred::Notify(notify)) = self.state.defer(Deferred::Notify(notify)) {
+            notify();
+        }
+        // A completer dropped without completing leaves the operation pending for ever; its
+        // drop closes the channel of every notification it found, and `is_abandoned` covers
+        // one queued after it looked.
+        if !self.state.is_abandoned() {
+            let _ = rx.recv();
+        }
         self.result().unwrap_or_else(|| {
             Err(Error::invalid(
                 "Completion::wait_blocking",
@@ -182,21 +257,46 @@ impl Completion {
         })
     }
 
+    /// Drops `value` once the operation has completed (at once if it has): what keeps the
+    /// buffers of a dropped future alive until the device is done with them.
+    ///
+    /// # Safety
+    ///
+    /// Dropping `value` must not block: it runs on the reaper thread, which every deferred
+    /// release in the process shares. npu-rs's own crates are the intended callers.
+    #[doc(hidden)]
+    pub unsafe fn drop_after<T: Send + 'static>(&self, value: T) {
+        // SAFETY: the caller guarantees the action does not block.
+        unsafe { self.defer(move || drop(value)) }
+    }
+
+    /// Runs `action` on the completing thread right after completion (at once on this thread if
+    /// the operation already completed): for completing a later operation in order behind this
+    /// one.
+    ///
+    /// # Safety
+    ///
+    /// `action` must not block and must not call ACL: it may run on the process-wide reactor
+    /// thread. npu-rs's own crates are the intended callers.
+    #[doc(hidden)]
+    pub unsafe fn on_complete(&self, action: impl FnOnce() + Send + 'static) {
+        if let Some(Deferred::Notify(action)) = self.state.defer(Deferred::Notify(Box::new(action)))
+        {
+            action();
+        }
+    }
+
     /// Runs `action` after completion, on the reaper thread; at once on this thread if the
     /// operation already completed.
     ///
-    /// ```
-    /// use npu_core::Completion;
+    /// # Safety
     ///
-    /// let done = Completion::new();
-    /// let (tx, rx) = std::sync::mpsc::channel();
-    /// done.defer(move || tx.send("released").unwrap());
-    /// assert!(rx.try_recv().is_err(), "nothing runs before completion");
-    /// done.complete(Ok(()));
-    /// assert_eq!(rx.recv().unwrap(), "released"); // sent from the reaper thread
-    /// ```
-    pub fn defer(&self, action: impl FnOnce() + Send + 'static) {
-        if let Some(action) = self.state.defer(Box::new(action)) {
+    /// `action` must not block (it runs on the shared reaper thread) and must not wait for
+    /// another operation.
+    pub(crate) unsafe fn defer(&self, action: impl FnOnce() + Send + 'static) {
+        if let Some(Deferred::Release(action)) =
+            self.state.defer(Deferred::Release(Box::new(action)))
+        {
             action();
         }
     }
@@ -204,20 +304,15 @@ impl Completion {
     /// Whether two handles refer to the same operation.
     ///
     /// ```
-    /// use npu_core::Completion;
+    /// use npu_core::Completer;
     ///
-    /// let done = Completion::new();
-    /// assert!(done.same(&done.clone()));
-    /// assert!(!done.same(&Completion::new()));
+    /// // SAFETY: no device work or memory stands behind these completions.
+    /// let (a, b) = unsafe { (Completer::new(), Completer::new()) };
+    /// assert!(a.completion().same(&a.completion()));
+    /// assert!(!a.completion().same(&b.completion()));
     /// ```
     pub fn same(&self, other: &Completion) -> bool {
         Arc::ptr_eq(&self.state, &other.state)
-    }
-}
-
-impl Default for Completion {
-    fn default() -> Self {
-        Completion::new()
     }
 }
 
@@ -234,12 +329,14 @@ impl fmt::Debug for Completion {
 /// Cancel safety: dropping it only stops waiting; the operation is unaffected.
 ///
 /// ```
-/// use npu_core::Completion;
+/// use npu_core::Completer;
 ///
-/// let done = Completion::new();
+/// // SAFETY: no device work or memory stands behind this completion.
+/// let completer = unsafe { Completer::new() };
+/// let done = completer.completion();
 /// drop(done.wait()); // stops waiting; the operation is unaffected
 /// let wait = done.wait();
-/// done.complete(Ok(()));
+/// completer.complete(Ok(()));
 /// tokio_test::block_on(wait)?;
 /// # Ok::<(), npu_core::Error>(())
 /// ```
@@ -260,60 +357,109 @@ impl Future for Wait {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn pending() -> (Completer, Completion) {
+        // SAFETY: no device work or memory stands behind these test completions.
+        let completer = unsafe { Completer::new() };
+        let completion = completer.completion();
+        (completer, completion)
+    }
 
     #[test]
     fn deferred_actions_run_once_after_completion() {
-        let done = Completion::new();
+        let (completer, done) = pending();
         let runs = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = std::sync::mpsc::channel();
         let counter = runs.clone();
-        done.defer(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-            tx.send(()).unwrap();
-        });
+        // SAFETY: the action does not block.
+        unsafe {
+            done.defer(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                tx.send(()).unwrap();
+            })
+        };
         assert_eq!(runs.load(Ordering::SeqCst), 0);
-        done.complete(Ok(()));
+        completer.complete(Ok(()));
         rx.recv().unwrap();
-        done.complete(Err(Error::invalid("test", "x", "ignored")));
         assert_eq!(runs.load(Ordering::SeqCst), 1);
-        assert!(done.result().unwrap().is_ok(), "the first result wins");
+        assert!(done.result().unwrap().is_ok());
     }
 
     #[test]
     fn defer_after_completion_runs_inline() {
-        let done = Completion::new();
-        done.complete(Ok(()));
+        let (completer, done) = pending();
+        completer.complete(Ok(()));
         let runs = Arc::new(AtomicUsize::new(0));
         let counter = runs.clone();
-        done.defer(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-        });
+        // SAFETY: the action does not block.
+        unsafe {
+            done.defer(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+            })
+        };
         assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
 
     #[test]
     fn wait_is_woken_by_completion() {
-        let done = Completion::new();
+        let (completer, done) = pending();
         let mut wait = tokio_test::task::spawn(done.wait());
         assert!(wait.poll().is_pending());
         // A spurious poll keeps it pending and keeps the registration.
         assert!(wait.poll().is_pending());
-        done.complete(Ok(()));
+        completer.complete(Ok(()));
         assert!(wait.is_woken());
         assert!(matches!(wait.poll(), Poll::Ready(Ok(()))));
     }
 
     #[test]
     fn a_replaced_waker_is_the_one_woken() {
-        let done = Completion::new();
+        let (completer, done) = pending();
         let mut first = tokio_test::task::spawn(done.wait());
         let mut second = tokio_test::task::spawn(done.wait());
         assert!(first.poll().is_pending());
         assert!(second.poll().is_pending());
-        done.complete(Ok(()));
+        completer.complete(Ok(()));
         assert!(second.is_woken());
         assert!(first.poll().is_ready());
+    }
+
+    /// A deferred action that itself waits for another operation, the pattern that used to
+    /// deadlock the reaper: the blocked wait is woken by its completer, not by the reaper.
+    #[test]
+    fn a_blocking_wait_inside_a_deferred_action_does_not_need_the_reaper() {
+        let (first, first_done) = pending();
+        let (second, second_done) = pending();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // SAFETY: test only: the wait below is exactly what the contract forbids in library
+        // code; here it proves the waiter does not depend on the reaper it blocks.
+        unsafe { first_done.defer(move || tx.send(second_done.wait_blocking()).unwrap()) };
+        first.complete(Ok(()));
+        std::thread::spawn(move || second.complete(Ok(())));
+        assert!(rx.recv().unwrap().is_ok());
+    }
+
+    #[test]
+    fn a_panicking_waker_does_not_unwind_into_the_completer() {
+        struct Panics;
+        impl std::task::Wake for Panics {
+            fn wake(self: Arc<Self>) {
+                panic!("a hostile waker");
+            }
+        }
+        let (completer, done) = pending();
+        let waker = std::task::Waker::from(Arc::new(Panics));
+        let mut cx = TaskContext::from_waker(&waker);
+        assert!(done.poll_result(&mut cx).is_pending());
+        completer.complete(Ok(()));
+        assert!(done.is_complete());
+    }
+
+    #[test]
+    fn a_dropped_completer_fails_a_blocking_wait_instead_of_hanging() {
+        let (completer, done) = pending();
+        drop(completer);
+        assert!(done.wait_blocking().is_err());
     }
 }

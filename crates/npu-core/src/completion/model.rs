@@ -30,7 +30,13 @@ mod state;
 
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
-use state::State;
+use state::{Deferred, State};
+
+fn run(deferred: Deferred) {
+    match deferred {
+        Deferred::Release(action) | Deferred::Notify(action) => action(),
+    }
+}
 
 #[test]
 fn a_pending_poller_is_always_woken() {
@@ -38,8 +44,8 @@ fn a_pending_poller_is_always_woken() {
         let state = Arc::new(State::<u32>::new());
         let completer = state.clone();
         let thread = loom::thread::spawn(move || {
-            for action in completer.complete(7).unwrap() {
-                action();
+            for deferred in completer.complete(7).unwrap() {
+                run(deferred);
             }
             completer.wake();
         });
@@ -62,14 +68,14 @@ fn a_deferred_action_runs_exactly_once() {
             actions
         });
         let counter = runs.clone();
-        let action = Box::new(move || {
+        let action = Deferred::Release(Box::new(move || {
             counter.fetch_add(1, Ordering::SeqCst);
-        });
+        }));
         if let Some(returned) = state.defer(action) {
-            returned();
+            run(returned);
         }
-        for action in thread.join().unwrap() {
-            action();
+        for deferred in thread.join().unwrap() {
+            run(deferred);
         }
         assert_eq!(runs.load(Ordering::SeqCst), 1);
     });
@@ -92,5 +98,50 @@ fn the_first_completion_wins() {
             Some(value),
             "the value never changes once set"
         );
+    });
+}
+
+#[test]
+fn a_blocked_waiter_is_notified_exactly_once() {
+    loom::model(|| {
+        let state = Arc::new(State::<u32>::new());
+        let notified = Arc::new(AtomicUsize::new(0));
+        let completer = state.clone();
+        let thread = loom::thread::spawn(move || {
+            for deferred in completer.complete(3).unwrap() {
+                run(deferred);
+            }
+        });
+        let counter = notified.clone();
+        let notify = Deferred::Notify(Box::new(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }));
+        if let Some(returned) = state.defer(notify) {
+            run(returned);
+        }
+        thread.join().unwrap();
+        assert_eq!(notified.load(Ordering::SeqCst), 1);
+        assert_eq!(state.value(), Some(3));
+    });
+}
+
+#[test]
+fn an_abandoned_operation_leaks_its_releases_and_drops_its_notifications() {
+    loom::model(|| {
+        let state = Arc::new(State::<u32>::new());
+        // A std counter: the leaked release keeps its clone for ever, which loom would report.
+        let released = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let abandoner = state.clone();
+        let thread = loom::thread::spawn(move || abandoner.abandon());
+        let counter = released.clone();
+        let release = Deferred::Release(Box::new(move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }));
+        // Never handed back: the operation is not complete, so nothing may run.
+        assert!(state.defer(release).is_none());
+        thread.join().unwrap();
+        assert!(state.is_abandoned());
+        assert_eq!(released.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert!(!state.is_complete());
     });
 }

@@ -6,6 +6,17 @@ use std::task::{Poll, Waker};
 use super::sync::{AtomicBool, AtomicWaker, Mutex, Ordering};
 use crate::reaper::Action;
 
+/// Work queued to run after completion, and where it runs.
+pub(crate) enum Deferred {
+    /// A release (freeing memory, dropping a value): handed to the reaper thread, because it
+    /// may make an ACL call.
+    Release(Action),
+    /// A wake-up for a blocked thread (a channel send that never blocks): run by the completer
+    /// itself, so that a thread blocked on the operation never depends on the reaper, which may
+    /// itself be the thread that is blocked.
+    Notify(Action),
+}
+
 /// Shared by the one party that completes an operation and everyone who waits for it.
 ///
 /// Protocol: the completer stores the value, then raises `done` (Release), then takes the
@@ -17,15 +28,18 @@ use crate::reaper::Action;
 /// never both.
 pub(crate) struct State<T> {
     done: AtomicBool,
+    /// Set when the completer went away without completing (see [`State::abandon`]).
+    abandoned: AtomicBool,
     value: Mutex<Option<T>>,
     waker: AtomicWaker,
-    deferred: Mutex<Option<Vec<Action>>>,
+    deferred: Mutex<Option<Vec<Deferred>>>,
 }
 
 impl<T: Clone> State<T> {
     pub(crate) fn new() -> Self {
         State {
             done: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
             value: Mutex::new(None),
             waker: AtomicWaker::new(),
             deferred: Mutex::new(Some(Vec::new())),
@@ -35,7 +49,7 @@ impl<T: Clone> State<T> {
     /// Completes with `value` unless already complete. Returns the deferred actions, which the
     /// caller must hand on outside any lock before calling [`State::wake`]; `None` for a
     /// repeated completion, which must not wake anyone.
-    pub(crate) fn complete(&self, value: T) -> Option<Vec<Action>> {
+    pub(crate) fn complete(&self, value: T) -> Option<Vec<Deferred>> {
         {
             let mut slot = self.value.lock().unwrap_or_else(|e| e.into_inner());
             if slot.is_some() {
@@ -76,8 +90,31 @@ impl<T: Clone> State<T> {
         }
     }
 
+    /// The completer is gone without completing: the operation stays pending for ever. Its
+    /// releases are leaked (running them could free memory the device still uses) and its
+    /// notifications are dropped, which wakes their blocked threads with a closed channel.
+    /// `abandoned` is raised before the actions are taken, so a waiter that queues its
+    /// notification and then finds `abandoned` clear is sure to be woken by this drop.
+    pub(crate) fn abandon(&self) {
+        self.abandoned.store(true, Ordering::SeqCst);
+        let taken = {
+            let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+            deferred.as_mut().map(std::mem::take).unwrap_or_default()
+        };
+        for action in taken {
+            match action {
+                Deferred::Release(release) => std::mem::forget(release),
+                Deferred::Notify(notify) => drop(notify),
+            }
+        }
+    }
+
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::SeqCst)
+    }
+
     /// Queues `action` to run after completion; hands it back if completion already happened.
-    pub(crate) fn defer(&self, action: Action) -> Option<Action> {
+    pub(crate) fn defer(&self, action: Deferred) -> Option<Deferred> {
         let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
         match deferred.as_mut() {
             Some(actions) => {

@@ -16,8 +16,8 @@ use crate::host_block::{HostBlock, pinned_memory};
 /// It behaves like a [`PinnedBuffer`](crate::PinnedBuffer): it dereferences to `[T]`, stream
 /// copies accept it on the host side, and operations take it by value. Dropping it returns
 /// the block to the pool's free list once every operation recorded against it has completed
-/// (until then the pool counts it as awaiting events); a block used by an operation that
-/// failed with an ACL error is not reused but freed with `aclrtFreeHostWithDevSync`.
+/// (until then the pool counts it as awaiting events), failed or not: an operation completes
+/// only once the device will not touch its memory again.
 ///
 /// The contents are unspecified: zeros in a newly pinned block, the previous user's data in a
 /// reused one (every bit pattern is a valid `T`, which is `Pod`).
@@ -81,8 +81,7 @@ impl<T: Pod> Drop for PooledBuffer<T> {
         let class = block.bytes();
         // Bookkeeping only (nothing it frees can serve a waiter), so no `update`.
         shared.lock().retire(class);
-        self.uses
-            .release(move |settled| shared.returned(block, settled));
+        self.uses.release(move || shared.returned(block));
     }
 }
 

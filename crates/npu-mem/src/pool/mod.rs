@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use bytemuck::Pod;
-use npu_core::{Context, Error, Result, Settled, UseList};
+use npu_core::{Context, Error, Result, UseList};
 use tokio::sync::oneshot;
 
 use crate::device_buffer::byte_size;
@@ -368,7 +368,7 @@ impl PinnedPool {
     pub fn trim(&self) -> usize {
         let blocks = self.shared.update(|state, _| state.trim());
         let bytes = blocks.iter().map(HostBlock::bytes).sum();
-        self.shared.free_blocks(blocks, Settled::Clean);
+        self.shared.free_blocks(blocks);
         bytes
     }
 
@@ -438,7 +438,7 @@ impl Shared {
 
     /// What an update decided, done outside the lock.
     fn settle(self: &Arc<Self>, evicted: Vec<HostBlock>, served: Vec<(Reply, Granted<HostBlock>)>) {
-        self.free_blocks(evicted, Settled::Clean);
+        self.free_blocks(evicted);
         for (reply, granted) in served {
             // A waiter that went away after being served hands the grant back.
             if let Err(granted) = reply.send(granted) {
@@ -488,24 +488,21 @@ impl Shared {
         })
     }
 
-    /// A dropped block's operations have settled: back to the free list, or to the OS if an
-    /// operation failed (the device may not be done with it, see `Settled`).
-    fn returned(self: &Arc<Self>, block: HostBlock, settled: Settled) {
+    /// A dropped block's operations have completed (the device is done with it, whether they
+    /// succeeded or failed): back to the free list.
+    fn returned(self: &Arc<Self>, block: HostBlock) {
         let class = block.bytes();
-        let reuse = settled == Settled::Clean;
-        if let Some(block) = self.update(|state, _| state.returned(block, class, reuse)) {
-            self.free_blocks(vec![block], settled);
-        }
+        self.update(|state, _| state.returned(block, class));
     }
 
-    fn free_blocks(&self, blocks: Vec<HostBlock>, settled: Settled) {
+    fn free_blocks(&self, blocks: Vec<HostBlock>) {
         if blocks.is_empty() {
             return;
         }
         let started = Instant::now();
         let count = blocks.len() as u64;
         for block in blocks {
-            block.free(&self.context, settled);
+            block.free(&self.context);
         }
         self.timing.freed(count, started.elapsed());
     }
@@ -518,7 +515,7 @@ impl Drop for Shared {
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .trim();
-        self.free_blocks(blocks, Settled::Clean);
+        self.free_blocks(blocks);
     }
 }
 

@@ -128,13 +128,13 @@ impl<B, W> State<B, W> {
         let Some(capacity) = self.capacity else {
             return true;
         };
-        if self.counts.held() + bytes <= capacity {
+        if self.counts.held().saturating_add(bytes) <= capacity {
             return true;
         }
-        if self.counts.held() - self.counts.cached + bytes > capacity {
+        if (self.counts.held() - self.counts.cached).saturating_add(bytes) > capacity {
             return false;
         }
-        while self.counts.held() + bytes > capacity {
+        while self.counts.held().saturating_add(bytes) > capacity {
             let Some(mut largest) = self.free.last_entry() else {
                 break;
             };
@@ -183,16 +183,11 @@ impl<B, W> State<B, W> {
         }
     }
 
-    /// A retired block's operations have completed: cache it for reuse, or (`reuse` false)
-    /// hand it back to be freed.
-    pub(crate) fn returned(&mut self, block: B, class: usize, reuse: bool) -> Option<B> {
+    /// A retired block's operations have completed: cache it for reuse.
+    pub(crate) fn returned(&mut self, block: B, class: usize) {
         self.counts.awaiting_bytes -= class;
         self.counts.awaiting_blocks -= 1;
-        if !reuse {
-            return Some(block);
-        }
         self.cache(block, class);
-        None
     }
 
     fn cache(&mut self, block: B, class: usize) {
@@ -266,7 +261,7 @@ mod tests {
 
     fn free_block(state: &mut Test, label: u32, class: usize) {
         state.retire(class);
-        assert_eq!(state.returned(label, class, true), None);
+        state.returned(label, class);
     }
 
     #[test]
@@ -305,7 +300,7 @@ mod tests {
         assert_eq!(state.try_request(MIB, &mut evicted), None);
 
         state.retire(MIB);
-        assert_eq!(state.returned(1, MIB, true), None);
+        state.returned(1, MIB);
         assert_eq!(state.pump(&mut evicted), vec![("first", Granted::Block(1))]);
         assert_eq!(state.counts().waiters, 1);
     }
@@ -375,15 +370,6 @@ mod tests {
         state.untaken(block, MIB);
         let counts = state.counts();
         assert_eq!((counts.allocated, counts.cached, counts.hits), (0, MIB, 0));
-    }
-
-    #[test]
-    fn a_block_not_for_reuse_leaves_the_pool() {
-        let mut state = Test::new(None);
-        fresh(&mut state, MIB);
-        state.retire(MIB);
-        assert_eq!(state.returned(5, MIB, false), Some(5));
-        assert_eq!(state.counts().reserved(), 0);
     }
 
     #[test]

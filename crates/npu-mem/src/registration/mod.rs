@@ -6,7 +6,7 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 
 use npu_core::ffi;
-use npu_core::{Completion, Context, Error, Result, Settled, UseList, acl_call_opt};
+use npu_core::{Completion, Context, Error, Result, UseList, acl_call_opt};
 
 use crate::slice::{HostSlice, Memory, MemoryMut};
 
@@ -253,16 +253,8 @@ impl<B: StableBuffer> HostRegistration<B> {
     pub async fn into_inner(mut self) -> Result<B> {
         let api = "HostRegistration::into_inner";
         for operation in self.uses.pending_uses() {
-            // How it ended is read from the use list below.
+            // Failed or not, a completed operation no longer touches the memory.
             let _ = operation.wait().await;
-        }
-        if self.uses.settled() != Some(Settled::Clean) {
-            return Err(Error::invalid(
-                api,
-                "self",
-                "an operation that used the memory failed with an ACL error, so the device \
-                 may still access it; the buffer cannot be handed back",
-            ));
         }
         let unregistered = unregister(&self.context, self.ptr.cast());
         let buffer = self
@@ -388,17 +380,9 @@ impl<B: StableBuffer> Drop for HostRegistration<B> {
         };
         let context = self.context.clone();
         let ptr = HostAddr(self.ptr.cast());
-        self.uses.release(move |settled| {
+        self.uses.release(move || {
             let ptr = ptr;
-            let released = match settled {
-                Settled::Clean => unregister(&context, ptr.0),
-                Settled::Failed => Err(Error::invalid(
-                    "HostRegistration::drop",
-                    "self",
-                    "an operation that used the memory failed with an ACL error",
-                )),
-            };
-            match released {
+            match unregister(&context, ptr.0) {
                 Ok(()) => drop(buffer),
                 Err(err) => {
                     tracing::warn!(%err, "a host registration was leaked with its buffer");

@@ -257,16 +257,17 @@ pub unsafe trait KernelArg: Send + 'static {
     /// to. Values refer to none.
     ///
     /// ```
-    /// use npu_core::{Completion, Device};
+    /// use npu_core::{Completer, Device};
     /// use npu_mem::DeviceBuffer;
     /// use npu_sim::control::device_stats;
     /// use npu_stream::KernelArg;
     ///
     /// let ctx = Device::open(1)?.primary_context().clone();
     /// let buffer = DeviceBuffer::<f32>::new(&ctx, 16)?;
-    /// let launch = Completion::new();
-    /// KernelArg::record_use(&buffer, &launch); // what a launch does with each argument
-    /// KernelArg::record_use(&7u32, &launch); // a value: nothing to keep alive
+    /// // SAFETY: no device work stands behind this completion.
+    /// let launch = unsafe { Completer::new() };
+    /// KernelArg::record_use(&buffer, &launch.completion()); // what a launch does with each argument
+    /// KernelArg::record_use(&7u32, &launch.completion()); // a value: nothing to keep alive
     /// drop(buffer);
     /// assert_eq!(device_stats(1).unwrap().live_allocations, 1, "kept for the launch");
     /// launch.complete(Ok(()));
@@ -422,15 +423,16 @@ pub unsafe trait KernelArgs: Send + 'static {
     /// Records the launch behind `completion` as a use of every argument's memory.
     ///
     /// ```
-    /// use npu_core::{Completion, Device};
+    /// use npu_core::{Completer, Device};
     /// use npu_mem::DeviceBuffer;
     /// use npu_sim::control::device_stats;
     /// use npu_stream::KernelArgs;
     ///
     /// let ctx = Device::open(1)?.primary_context().clone();
     /// let args = (DeviceBuffer::<f32>::new(&ctx, 4)?, DeviceBuffer::<f32>::new(&ctx, 4)?, 4u64);
-    /// let launch = Completion::new();
-    /// args.record_uses(&launch); // what a launch does with its arguments
+    /// // SAFETY: no device work stands behind this completion.
+    /// let launch = unsafe { Completer::new() };
+    /// args.record_uses(&launch.completion()); // what a launch does with its arguments
     /// drop(args);
     /// assert_eq!(device_stats(1).unwrap().live_allocations, 2, "both kept for the launch");
     /// launch.complete(Ok(()));

@@ -138,8 +138,9 @@ impl Stream {
             |args, done| {
                 args.record_uses(done);
                 // The binary must stay loaded until the kernel has run.
-                let function = function.clone();
-                done.defer(move || drop(function));
+                // SAFETY: dropping a function clone unloads the binary at most, which does not
+                // wait for the device (the kernel has completed by then).
+                unsafe { done.drop_after(function.clone()) };
             },
             |args, stream| {
                 let config = config.ok_or_else(|| {

@@ -1,15 +1,18 @@
 //! The reactor: one thread that polls the oldest pending event of every active stream and
 //! completes the operations whose events have completed.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use npu_core::{Completion, Error, Result};
+use npu_core::{Completer, Completion, Error, Result};
 
 use crate::event::query_event;
 use crate::event_pool::PooledEvent;
-use crate::strategy::{self, CompletionStrategy, OpInfo};
+use crate::sentinel::{self, Verdict};
+use crate::strategy::{self, CompletionStrategy, OpInfo, Unwatched};
 use crate::stream::{Queue, StreamShared};
 
 mod backoff;
@@ -29,20 +32,71 @@ mod sync {
     pub(crate) use std::sync::atomic::{AtomicU8, Ordering};
 }
 
-/// A stream without progress for this long is health-checked (see [`stream_failure`]).
+/// A stream without progress for this long is health-checked by the sentinel.
 const PROBE_AFTER: Duration = Duration::from_millis(10);
-/// Probes of a stream that keeps running without progress grow apart up to this interval:
-/// each one may wait [`CONFIRM_MS`] on the reactor thread.
+/// Probes of a stream that keeps running without progress grow apart up to this interval.
 const MAX_PROBE_INTERVAL: Duration = Duration::from_millis(160);
-/// How long a probe waits for a stream's oldest pending event to tell a dead stream (the wait
-/// fails at once) from one that still runs (the wait times out). ACL's minimum timeout.
-const CONFIRM_MS: i32 = 1;
 
-/// One operation the reactor is waiting for.
+/// One operation waiting for its event.
 pub(crate) struct Pending {
-    event: PooledEvent,
-    completion: Completion,
-    op: OpInfo,
+    pub(crate) event: PooledEvent,
+    completer: Completer,
+    pub(crate) op: OpInfo,
+    /// The operation submitted before it, when strategies may finish them out of order
+    /// (`BlockingSync`): this one completes only after it.
+    after: Option<Completion>,
+}
+
+impl Pending {
+    pub(crate) fn new(
+        event: PooledEvent,
+        completer: Completer,
+        op: OpInfo,
+        after: Option<Completion>,
+    ) -> Self {
+        Pending {
+            event,
+            completer,
+            op,
+            after,
+        }
+    }
+
+    /// Completes an operation whose event has completed, with the result the event captured.
+    pub(crate) fn settle(self, stream: &Arc<StreamShared>) {
+        let result = strategy::settle(self.event, self.op.api);
+        strategy::complete_after(stream, self.op, self.completer, result, self.after);
+    }
+
+    /// Fails an operation whose stream can no longer run it (or whose event reported `err`).
+    pub(crate) fn fail(self, stream: &Arc<StreamShared>, err: Error) {
+        let err = strategy::fail(self.event, err, self.op.api);
+        strategy::complete_after(stream, self.op, self.completer, Err(err), self.after);
+    }
+
+    /// Waits up to `timeout_ms` for the event: completes the operation and returns `None` if
+    /// it completed, gives it back if not.
+    pub(crate) fn wait_for(self, stream: &Arc<StreamShared>, timeout_ms: i32) -> Option<Self> {
+        match strategy::wait_event(&self.event, timeout_ms) {
+            None => Some(self),
+            Some(Ok(())) => {
+                strategy::complete_after(stream, self.op, self.completer, Ok(()), self.after);
+                None
+            }
+            Some(Err(err)) => {
+                self.fail(stream, err);
+                None
+            }
+        }
+    }
+}
+
+/// What the reactor found out about an operation in a pass, acted on outside every lock.
+enum Outcome {
+    /// Its event completed.
+    Done,
+    /// Its stream can no longer run it.
+    Failed(Error),
 }
 
 /// The process-wide reactor, once an `EventPoll` operation has started it.
@@ -54,6 +108,8 @@ pub(crate) struct Reactor {
     inbox: Mutex<Vec<Arc<StreamShared>>>,
     wakeup: Wakeup,
     thread: OnceLock<Thread>,
+    /// Set if the reactor thread ever stops: registrations are then refused.
+    stopped: AtomicBool,
     counters: Counters,
 }
 
@@ -65,18 +121,29 @@ impl Reactor {
                 inbox: Mutex::new(Vec::new()),
                 wakeup: Wakeup::new(),
                 thread: OnceLock::new(),
+                stopped: AtomicBool::new(false),
                 counters: Counters::default(),
             }));
             match std::thread::Builder::new()
                 .name("npu-reactor".into())
                 .spawn(|| {
                     precise_timers();
-                    reactor.run()
+                    // Wakers and completions are contained where they run; this is the last
+                    // line: a reactor that stopped refuses work instead of accepting it silently.
+                    if catch_unwind(AssertUnwindSafe(|| reactor.run())).is_err() {
+                        tracing::error!(
+                            "the npu-reactor thread panicked; EventPoll is unavailable"
+                        );
+                    }
+                    reactor.stopped.store(true, sync::Ordering::SeqCst);
                 }) {
                 Ok(handle) => {
                     let _ = reactor.thread.set(handle.thread().clone());
                 }
-                Err(err) => tracing::error!(%err, "cannot start the npu-reactor thread"),
+                Err(err) => {
+                    reactor.stopped.store(true, sync::Ordering::SeqCst);
+                    tracing::error!(%err, "cannot start the npu-reactor thread");
+                }
             }
             reactor
         })
@@ -90,13 +157,14 @@ impl Reactor {
             .map_or_else(ReactorStats::default, |reactor| reactor.counters.snapshot())
     }
 
-    fn register(&self, stream: &Arc<StreamShared>, pending: Pending) -> Result<()> {
-        if self.thread.get().is_none() {
-            return Err(Error::invalid(
-                "Strategy::EventPoll",
-                "reactor",
-                "the reactor thread could not be started",
-            ));
+    /// Hands an operation to the reactor; gives it back if the reactor thread is not running.
+    fn register(
+        &self,
+        stream: &Arc<StreamShared>,
+        pending: Pending,
+    ) -> std::result::Result<(), Pending> {
+        if self.stopped.load(sync::Ordering::SeqCst) {
+            return Err(pending);
         }
         self.counters.registered();
         let activate = {
@@ -118,9 +186,17 @@ impl Reactor {
         Ok(())
     }
 
+    /// Takes over an operation another strategy was waiting for (a blocking wait that ran out
+    /// of time, or never ran); the sentinel waits for it if the reactor cannot.
+    pub(crate) fn adopt_pending(&self, stream: &Arc<StreamShared>, pending: Pending) {
+        if let Err(pending) = self.register(stream, pending) {
+            sentinel::watch(stream.clone(), pending);
+        }
+    }
+
     fn run(&self) {
         let mut active: Vec<Active> = Vec::new();
-        let mut finished: Vec<(Completion, Result<()>)> = Vec::new();
+        let mut finished: Vec<(Arc<StreamShared>, Pending, Outcome)> = Vec::new();
         let mut retired: Vec<Arc<StreamShared>> = Vec::new();
         let mut backoff = Backoff::new();
         loop {
@@ -136,11 +212,16 @@ impl Reactor {
                 }
                 keep
             });
-            // Wake tasks with no lock held; their buffers are released on the reaper.
-            for (completion, result) in finished.drain(..) {
-                completion.complete(result);
+            // Complete with no lock held; buffers are released on the reaper.
+            for (stream, pending, outcome) in finished.drain(..) {
+                match outcome {
+                    Outcome::Done => pending.settle(&stream),
+                    Outcome::Failed(err) => pending.fail(&stream, err),
+                }
+                self.counters.completed();
+                strategy::release_stream(stream);
             }
-            retire(&mut retired);
+            retired.drain(..).for_each(strategy::release_stream);
             if active.is_empty() {
                 self.counters.parked();
                 if self.wakeup.sleep(std::thread::park) {
@@ -167,54 +248,39 @@ impl Reactor {
         }));
     }
 
-    /// Completes what finished on one stream. Returns whether the stream stays active.
+    /// Collects what finished on one stream. Returns whether the stream stays active.
     fn poll_stream(
         &self,
         active: &mut Active,
         now: Instant,
-        finished: &mut Vec<(Completion, Result<()>)>,
+        finished: &mut Vec<(Arc<StreamShared>, Pending, Outcome)>,
         progressed: &mut bool,
     ) -> bool {
         let Active { stream, health } = active;
+        if let Some(Err(err)) = health.verdict() {
+            self.fail_all(stream, err, finished);
+        }
         let mut next = head(&mut lock_queue(stream));
         while let Some(oldest) = next {
             self.counters.queried();
-            next = match query_event(stream.context.runtime(), oldest) {
+            match query_event(stream.context.runtime(), oldest) {
                 Ok(true) => {
-                    let (done, next) = advance(stream);
+                    let (done, after) = advance(stream);
                     if let Some(pending) = done {
-                        let result = strategy::settle(pending.event, pending.op.api);
-                        finished.push((pending.completion, stream.finish(pending.op, result)));
-                        self.counters.completed();
+                        finished.push((stream.clone(), pending, Outcome::Done));
                     }
                     health.progressed(now);
                     *progressed = true;
-                    next
+                    next = after;
                 }
-                Ok(false) => {
-                    if let Err(err) = health.probe(stream, now, oldest) {
-                        self.fail_all(stream, err, finished);
-                    }
+                // Not done yet. A query that fails says the event or the stream is broken;
+                // either way the operation completes only once its event does or the sentinel
+                // finds the stream dead, never on the query's word alone.
+                Ok(false) | Err(_) => {
+                    health.probe_if_due(stream, now);
                     return true;
                 }
-                // A failing query means the event or the whole stream is broken; the stream's
-                // own status tells which.
-                Err(err) => match stream_failure(stream, oldest) {
-                    Err(stream_err) => {
-                        self.fail_all(stream, stream_err, finished);
-                        head(&mut lock_queue(stream))
-                    }
-                    Ok(()) => {
-                        let (done, next) = advance(stream);
-                        if let Some(pending) = done {
-                            let result = Err(strategy::fail(pending.event, err, pending.op.api));
-                            finished.push((pending.completion, stream.finish(pending.op, result)));
-                            self.counters.completed();
-                        }
-                        next
-                    }
-                },
-            };
+            }
         }
         false
     }
@@ -222,31 +288,47 @@ impl Reactor {
     /// Fails every pending operation of a stream whose device work can no longer complete.
     fn fail_all(
         &self,
-        stream: &StreamShared,
+        stream: &Arc<StreamShared>,
         err: Error,
-        finished: &mut Vec<(Completion, Result<()>)>,
+        finished: &mut Vec<(Arc<StreamShared>, Pending, Outcome)>,
     ) {
         let drained: Vec<Pending> = { lock_queue(stream).pending.drain(..).collect() };
         tracing::warn!(%err, stream = stream.id, failed = drained.len(), "stream failed");
         for pending in drained {
-            let result = Err(strategy::fail(pending.event, err.clone(), pending.op.api));
-            finished.push((pending.completion, stream.finish(pending.op, result)));
-            self.counters.completed();
+            finished.push((stream.clone(), pending, Outcome::Failed(err.clone())));
         }
     }
 }
 
 impl CompletionStrategy for Reactor {
-    fn watch(&self, stream: &Arc<StreamShared>, op: OpInfo, completion: Completion) -> Result<()> {
-        let event = strategy::record(stream)?;
-        self.register(
-            stream,
-            Pending {
-                event,
-                completion,
-                op,
-            },
-        )
+    fn watch(
+        &self,
+        stream: &Arc<StreamShared>,
+        op: OpInfo,
+        completer: Completer,
+    ) -> std::result::Result<(), Unwatched> {
+        let event = match strategy::record(stream) {
+            Ok(event) => event,
+            Err(error) => return Err(Unwatched { completer, error }),
+        };
+        self.register(stream, Pending::new(event, completer, op, None))
+            .map_err(|pending| Unwatched {
+                completer: pending.into_completer(),
+                error: Error::invalid(
+                    "Strategy::EventPoll",
+                    "reactor",
+                    "the reactor thread is not running",
+                ),
+            })
+    }
+}
+
+impl Pending {
+    /// The completer of an operation no strategy took on (the stream is drained instead); its
+    /// event, recorded but never to be waited on, is not recycled.
+    pub(crate) fn into_completer(self) -> Completer {
+        self.event.discard();
+        self.completer
     }
 }
 
@@ -256,14 +338,17 @@ struct Active {
     health: Health,
 }
 
-/// When a stream without progress is next health-checked. Apart from the stream so that
-/// probing (`&mut Health`) and the stream (`&StreamShared`) borrow separately.
+/// When a stream without progress is next health-checked, and the check in flight. Apart from
+/// the stream so that probing (`&mut Health`) and the stream (`&StreamShared`) borrow
+/// separately.
 struct Health {
     last_progress: Instant,
     last_probe: Option<Instant>,
     /// The current probe interval: [`PROBE_AFTER`], doubled after each probe that found the
     /// stream alive, back to [`PROBE_AFTER`] on progress.
     probe_every: Duration,
+    /// The sentinel's answer to the probe in flight, if one is.
+    asked: Option<Arc<Verdict>>,
 }
 
 impl Health {
@@ -272,6 +357,7 @@ impl Health {
             last_progress: now,
             last_probe: None,
             probe_every: PROBE_AFTER,
+            asked: None,
         }
     }
 
@@ -280,26 +366,29 @@ impl Health {
         self.probe_every = PROBE_AFTER;
     }
 
-    /// Health-checks a stream that has made no progress for a while; `head` is its oldest
-    /// pending event.
-    fn probe(
-        &mut self,
-        stream: &StreamShared,
-        now: Instant,
-        head: npu_core::ffi::aclrtEvent,
-    ) -> Result<()> {
+    /// The verdict of the probe in flight, once given: one lock, no ACL call.
+    fn verdict(&mut self) -> Option<Result<()>> {
+        let verdict = self.asked.as_ref()?.take()?;
+        self.asked = None;
+        if verdict.is_ok() {
+            self.probe_every = (self.probe_every * 2).min(MAX_PROBE_INTERVAL);
+        }
+        Some(verdict)
+    }
+
+    /// Asks the sentinel about a stream that has made no progress for a while, unless a probe
+    /// is in flight or was made too recently.
+    fn probe_if_due(&mut self, stream: &Arc<StreamShared>, now: Instant) {
         let every = self.probe_every;
-        let due = now.duration_since(self.last_progress) >= every
+        let due = self.asked.is_none()
+            && now.duration_since(self.last_progress) >= every
             && self
                 .last_probe
                 .is_none_or(|at| now.duration_since(at) >= every);
-        if !due {
-            return Ok(());
+        if due {
+            self.last_probe = Some(now);
+            self.asked = Some(sentinel::probe(stream));
         }
-        self.last_probe = Some(now);
-        stream_failure(stream, head)?;
-        self.probe_every = (every * 2).min(MAX_PROBE_INTERVAL);
-        Ok(())
     }
 }
 
@@ -325,54 +414,6 @@ fn advance(stream: &StreamShared) -> (Option<Pending>, Option<npu_core::ffi::acl
     (done, head(&mut queue))
 }
 
-/// `Err` when the work pending on a stream can never complete (device lost, context stopped on
-/// a failure), with the device's error; `oldest` is the stream's oldest pending event.
-///
-/// aclrtStreamQuery alone cannot tell: it reports the stream's first task failure until
-/// aclrtSynchronizeStream clears it, and in ACL_CONTINUE_ON_FAILURE mode the work queued after
-/// a failed task still runs. Failing the futures of that work would release their buffers
-/// while the device still uses them. So an error from the query is confirmed on the oldest
-/// pending event: a short wait for it fails at once if the work is dead, and succeeds or
-/// times out if it completed or still runs. Runtimes without the timed wait fall back to
-/// trusting the query.
-pub(crate) fn stream_failure(
-    stream: &StreamShared,
-    oldest: npu_core::ffi::aclrtEvent,
-) -> Result<()> {
-    use npu_core::ffi;
-    let err = match stream_status(stream) {
-        Ok(()) => return Ok(()),
-        Err(err) => err,
-    };
-    let runtime = stream.context.runtime();
-    let Some(wait) = runtime.api().aclrtSynchronizeEventWithTimeout else {
-        return Err(err);
-    };
-    // SAFETY: the event is alive (owned by its pending entry); no context is needed.
-    let code = unsafe { wait(oldest, CONFIRM_MS) };
-    // `check` also takes the runtime's message about an expected timeout off this thread, so
-    // that it is not attached to a later, unrelated error.
-    match runtime.check("aclrtSynchronizeEventWithTimeout", code) {
-        Err(_) if code == ffi::ACL_ERROR_RT_EVENT_SYNC_TIMEOUT => Ok(()),
-        // The wait also fails for a completed event whose captured work failed: that
-        // operation is settled by the next pass like any other.
-        Err(_) if query_event(runtime, oldest).unwrap_or(false) => Ok(()),
-        result => result,
-    }
-}
-
-/// The stream's status: `Err` with its first unreported task failure, if any.
-fn stream_status(stream: &StreamShared) -> Result<()> {
-    let runtime = stream.context.runtime();
-    let Some(stream_query) = runtime.api().aclrtStreamQuery else {
-        return Ok(());
-    };
-    let mut status = npu_core::ffi::ACL_STREAM_STATUS_NOT_READY;
-    // SAFETY: the stream is alive (`stream`); aclrtStreamQuery checks no context.
-    let code = unsafe { stream_query(stream.handle, &mut status) };
-    runtime.check("aclrtStreamQuery", code)
-}
-
 /// Linux lets a timed sleep overrun by the thread's timer slack, 50 µs by default: more than
 /// the first parks themselves. The reactor's parks are its latency, so it asks for 1 µs.
 fn precise_timers() {
@@ -382,16 +423,6 @@ fn precise_timers() {
         let result = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1_000 as libc::c_ulong) };
         if result != 0 {
             tracing::debug!("the reactor keeps the default timer slack");
-        }
-    }
-}
-
-/// Drops streams the reactor no longer watches. The last reference destroys the ACL stream,
-/// which may wait for the device, so that happens on the reaper thread, not here.
-fn retire(retired: &mut Vec<Arc<StreamShared>>) {
-    for stream in retired.drain(..) {
-        if Arc::strong_count(&stream) == 1 {
-            npu_core::reaper::release_later(move || drop(stream));
         }
     }
 }

@@ -1,0 +1,285 @@
+//! The sentinel: one thread that makes the short, bounded waits on device work that the
+//! reactor, the callback workers and the submitting threads must not make themselves.
+//!
+//! - **Probes.** Is a stream that makes no progress still alive? `aclrtStreamQuery` alone
+//!   cannot tell (it keeps reporting a task failure until the stream is synchronised, and in
+//!   `ACL_CONTINUE_ON_FAILURE` mode the work behind a failure still runs), so an error from it
+//!   is confirmed with a 1 ms `aclrtSynchronizeStreamWithTimeout`. A probe posts its verdict
+//!   into a [`Verdict`] slot that the asking thread reads on a later pass, so a faulted stream
+//!   costs the reactor O(1) per pass, however many there are.
+//! - **Drains.** An operation the device accepted but nothing watches (recording its event
+//!   failed) must not complete before the stream has run it: the sentinel waits for the stream
+//!   in 1 ms slices, round-robin with every other drain and probe, then completes it.
+//! - **Watches.** An operation whose strategy could not hand it to the reactor (its thread
+//!   could not start) is waited for on its own event the same way.
+//!
+//! Each wait is at most [`SLICE_MS`], so one slow stream delays the others by at most that
+//! much per round.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use npu_core::{Completer, Error, Result, ffi};
+
+use crate::reactor::Pending;
+use crate::strategy;
+use crate::stream::StreamShared;
+
+/// The longest single wait the sentinel makes (ACL's smallest timeout).
+pub(crate) const SLICE_MS: i32 = 1;
+
+/// The answer to a probe: `Some(Err)` once the stream is found dead, `Some(Ok)` if alive.
+#[derive(Default)]
+pub(crate) struct Verdict {
+    slot: Mutex<Option<Result<()>>>,
+}
+
+impl Verdict {
+    /// The verdict, once the sentinel has given it; taking it makes room for the next probe.
+    pub(crate) fn take(&self) -> Option<Result<()>> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn give(&self, verdict: Result<()>) {
+        *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(verdict);
+    }
+}
+
+enum Job {
+    Probe {
+        stream: Arc<StreamShared>,
+        verdict: Arc<Verdict>,
+    },
+    Drain {
+        stream: Arc<StreamShared>,
+        completer: Completer,
+        error: Error,
+    },
+    Watch {
+        stream: Arc<StreamShared>,
+        pending: Pending,
+    },
+}
+
+fn sender() -> &'static Mutex<Option<Sender<Job>>> {
+    static SENDER: OnceLock<Mutex<Option<Sender<Job>>>> = OnceLock::new();
+    SENDER.get_or_init(|| {
+        let (tx, rx) = channel();
+        let spawned = std::thread::Builder::new()
+            .name("npu-sentinel".into())
+            .spawn(move || run(rx));
+        match spawned {
+            Ok(_) => Mutex::new(Some(tx)),
+            Err(err) => {
+                tracing::error!(%err, "cannot start the npu-sentinel thread");
+                Mutex::new(None)
+            }
+        }
+    })
+}
+
+/// Hands a job to the sentinel; gives it back if the sentinel thread is not running, or if the
+/// runtime lacks the timed waits the sentinel's slices need.
+fn send(job: Job) -> std::result::Result<(), Job> {
+    let api = match &job {
+        Job::Probe { .. } => None,
+        Job::Drain { stream, .. } => Some(stream.context.runtime().api()),
+        Job::Watch { stream, .. } => Some(stream.context.runtime().api()),
+    };
+    if let Some(api) = api {
+        if api.aclrtSynchronizeStreamWithTimeout.is_none()
+            || api.aclrtSynchronizeEventWithTimeout.is_none()
+        {
+            return Err(job);
+        }
+    }
+    let sender = sender().lock().unwrap_or_else(|e| e.into_inner());
+    match sender.as_ref() {
+        Some(tx) => tx.send(job).map_err(|e| e.0),
+        None => Err(job),
+    }
+}
+
+/// Asks whether `stream`, whose query reported trouble or which makes no progress, can still
+/// complete its work. Without a sentinel the stream is taken to be alive: its operations then
+/// wait rather than release memory the device might still use.
+pub(crate) fn probe(stream: &Arc<StreamShared>) -> Arc<Verdict> {
+    let verdict = Arc::new(Verdict::default());
+    let job = Job::Probe {
+        stream: stream.clone(),
+        verdict: verdict.clone(),
+    };
+    if send(job).is_err() {
+        verdict.give(Ok(()));
+    }
+    verdict
+}
+
+/// Completes `completer` with `error` once the work queued on `stream` so far has finished
+/// (or can never run).
+pub(crate) fn drain(stream: Arc<StreamShared>, completer: Completer, error: Error) {
+    tracing::warn!(%error, stream = stream.id, "cannot watch an operation; draining the stream");
+    let job = Job::Drain {
+        stream,
+        completer,
+        error,
+    };
+    if let Err(job) = send(job) {
+        // No sentinel: a thread of the operation's own is the only sound way left.
+        spawn_fallback(job);
+    }
+}
+
+/// Waits for `pending` on its own event, for a strategy that could not hand it to the reactor.
+pub(crate) fn watch(stream: Arc<StreamShared>, pending: Pending) {
+    if let Err(job) = send(Job::Watch { stream, pending }) {
+        spawn_fallback(job);
+    }
+}
+
+/// Runs one job to its end on a thread of its own, with unbounded waits in slices. If even that
+/// thread cannot start, the job is leaked: its completion stays pending and its memory
+/// allocated, which is safe.
+fn spawn_fallback(job: Job) {
+    let spawned = std::thread::Builder::new()
+        .name("npu-drain".into())
+        .spawn(move || {
+            let mut job = job;
+            loop {
+                match step(job, -1) {
+                    Some(again) => job = again,
+                    None => return,
+                }
+            }
+        });
+    if let Err(err) = spawned {
+        tracing::error!(%err, "no thread to drain a stream; its operation is leaked");
+    }
+}
+
+fn run(rx: Receiver<Job>) {
+    let mut waiting: VecDeque<Job> = VecDeque::new();
+    loop {
+        // With nothing in progress, sleep until a job arrives; otherwise take what arrived
+        // and go round the jobs in progress once more.
+        let arrived = if waiting.is_empty() {
+            rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        } else {
+            rx.recv_timeout(Duration::ZERO)
+        };
+        match arrived {
+            Ok(job) => {
+                waiting.push_back(job);
+                continue;
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) if waiting.is_empty() => return,
+            Err(RecvTimeoutError::Disconnected) => {}
+        }
+        for _ in 0..waiting.len() {
+            if let Some(job) = waiting.pop_front() {
+                if let Some(again) = step(job, SLICE_MS) {
+                    waiting.push_back(again);
+                }
+            }
+        }
+    }
+}
+
+/// Advances a job by at most one wait of `timeout` ms (-1: as long as needed, on a thread of
+/// the job's own); returns it if it is not finished.
+fn step(job: Job, timeout: i32) -> Option<Job> {
+    match job {
+        Job::Probe { stream, verdict } => {
+            verdict.give(confirm(&stream));
+            strategy::release_stream(stream);
+            None
+        }
+        Job::Drain {
+            stream,
+            completer,
+            error,
+        } => match drained(&stream, timeout) {
+            None => Some(Job::Drain {
+                stream,
+                completer,
+                error,
+            }),
+            Some(()) => {
+                completer.complete(Err(error));
+                strategy::release_stream(stream);
+                None
+            }
+        },
+        Job::Watch { stream, pending } => {
+            let pending = pending.wait_for(&stream, timeout)?;
+            match confirm(&stream) {
+                Ok(()) => Some(Job::Watch { stream, pending }),
+                Err(err) => {
+                    pending.fail(&stream, err);
+                    strategy::release_stream(stream);
+                    None
+                }
+            }
+        }
+    }
+}
+
+/// `Err` when the work pending on `stream` can never complete (device lost, context stopped
+/// on a failure, stream aborted), with the device's error.
+///
+/// An error from `aclrtStreamQuery` is confirmed with a 1 ms `aclrtSynchronizeStreamWithTimeout`:
+/// a dead stream fails it at once; a live stream that is busy times out; a live stream that
+/// is idle returns its task failure and clears it, so the query that follows succeeds (and the
+/// next probe of that stream costs nothing). The failure itself has already reached the failed
+/// operation's future and the stream's failure record through that operation's event.
+/// Runtimes without the timed wait leave the stream taken to be alive.
+pub(crate) fn confirm(stream: &StreamShared) -> Result<()> {
+    if stream_status(stream).is_ok() {
+        return Ok(());
+    }
+    match sync_stream(stream, SLICE_MS) {
+        None | Some(Ok(())) => Ok(()),
+        Some(Err(_)) => stream_status(stream),
+    }
+}
+
+/// `Some(())` once everything submitted to `stream` so far has finished or can never run: the
+/// synchronisation returned (with a task failure, which it clears, or the stream's doom)
+/// rather than timing out.
+fn drained(stream: &StreamShared, timeout_ms: i32) -> Option<()> {
+    sync_stream(stream, timeout_ms).map(drop)
+}
+
+/// `aclrtSynchronizeStreamWithTimeout`: `None` if it timed out, `Some(result)` otherwise. A
+/// timeout of -1 waits as long as needed, with `aclrtSynchronizeStream` on runtimes without
+/// the timed call; with a bounded timeout such a runtime counts as never finishing in time.
+fn sync_stream(stream: &StreamShared, timeout_ms: i32) -> Option<Result<()>> {
+    let runtime = stream.context.runtime();
+    if let Err(err) = stream.context.bind() {
+        return Some(Err(err));
+    }
+    let code = match runtime.api().aclrtSynchronizeStreamWithTimeout {
+        // SAFETY: the stream is alive (`stream`) and its context is bound on this thread.
+        Some(sync) => unsafe { sync(stream.handle, timeout_ms) },
+        // SAFETY: as above.
+        None if timeout_ms < 0 => unsafe { (runtime.api().aclrtSynchronizeStream)(stream.handle) },
+        None => return None,
+    };
+    let checked = runtime.check("aclrtSynchronizeStreamWithTimeout", code);
+    (code != ffi::ACL_ERROR_RT_STREAM_SYNC_TIMEOUT).then_some(checked)
+}
+
+/// The stream's status: `Err` with its first unreported task failure or its doom, if any.
+pub(crate) fn stream_status(stream: &StreamShared) -> Result<()> {
+    let runtime = stream.context.runtime();
+    let Some(stream_query) = runtime.api().aclrtStreamQuery else {
+        return Ok(());
+    };
+    let mut status = ffi::ACL_STREAM_STATUS_NOT_READY;
+    // SAFETY: the stream is alive (`stream`); aclrtStreamQuery checks no context.
+    let code = unsafe { stream_query(stream.handle, &mut status) };
+    runtime.check("aclrtStreamQuery", code)
+}

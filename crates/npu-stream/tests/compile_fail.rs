@@ -1,0 +1,10 @@
+//! Misuse that must not compile: safe code cannot complete an operation (and so free its
+//! buffers while the device still uses them), create a completer, or run code on a completion.
+//! The expected compiler errors are in `tests/ui/*.stderr`; `TRYBUILD=overwrite` regenerates
+//! them after a deliberate change.
+
+#[test]
+fn forging_a_completion_does_not_compile() {
+    let cases = trybuild::TestCases::new();
+    cases.compile_fail("tests/ui/*.rs");
+}
