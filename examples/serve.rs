@@ -872,6 +872,10 @@ mod tests {
     /// The one request every test's model (input length 4) answers.
     const GOOD: &str = r#"{"dtype":"f32","shape":[4],"data":[1,2,3,4]}"#;
 
+    /// The head of a JSON `POST /v1/infer` up to its length header, which the tests choose.
+    const JSON_POST: &str =
+        "POST /v1/infer HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n";
+
     fn loopback() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 0))
     }
@@ -909,8 +913,11 @@ mod tests {
             found.next().map(|(_, value)| value.as_str())
         }
 
-        fn error_code(&self) -> (StatusCode, Option<&str>) {
-            (self.status, self.body["error"]["code"].as_str())
+        /// Checks an answer that leaves part of the body unread: the error, then the close.
+        fn assert_refused_and_closed(&self, status: StatusCode, code: &str) {
+            let got = (self.status, self.body["error"]["code"].as_str());
+            assert_eq!(got, (status, Some(code)), "{self:?}");
+            assert_eq!(self.header("connection"), Some("close"));
         }
     }
 
@@ -989,62 +996,39 @@ mod tests {
         assert_eq!(status, StatusCode::OK, "{body}");
         assert_eq!(body["data"], json!([2.0, 5.0, 8.0, 11.0]));
 
-        let bad_request = StatusCode::BAD_REQUEST;
-        let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
-        let cases: [(&str, StatusCode, &str); 10] = [
+        let (bad_request, unprocessable) =
+            (StatusCode::BAD_REQUEST, StatusCode::UNPROCESSABLE_ENTITY);
+        let data = |data: &str| format!(r#"{{"dtype":"f32","shape":[4],"data":[{data}]}}"#);
+        let cases = [
             (
-                r#"{"dtype":"f32","shape":[3],"data":[1,2,3]}"#,
+                r#"{"dtype":"f32","shape":[3],"data":[1,2,3]}"#.to_owned(),
                 unprocessable,
                 "wrong_length",
             ),
+            (data("1,2,3"), unprocessable, "wrong_length"),
             (
-                r#"{"dtype":"f32","shape":[4],"data":[1,2,3]}"#,
-                unprocessable,
-                "wrong_length",
-            ),
-            (
-                r#"{"dtype":"f16","shape":[4],"data":[1,2,3,4]}"#,
+                GOOD.replace("f32", "f16"),
                 unprocessable,
                 "unsupported_dtype",
             ),
+            (data(r#"1,2,"3",4"#), bad_request, "bad_json"),
             (
-                r#"{"dtype":"f32","shape":[4],"data":[1,2,"3",4]}"#,
+                r#"{"dtype":"f32","data":[1,2,3,4]}"#.to_owned(),
                 bad_request,
                 "bad_json",
             ),
-            (
-                r#"{"dtype":"f32","data":[1,2,3,4]}"#,
-                bad_request,
-                "bad_json",
-            ),
-            ("not json", bad_request, "bad_json"),
+            ("not json".to_owned(), bad_request, "bad_json"),
             // Finite in f64, infinite in f32: refused, not answered with `null`.
-            (
-                r#"{"dtype":"f32","shape":[4],"data":[1,1e300,3,4]}"#,
-                unprocessable,
-                "input_not_finite",
-            ),
+            (data("1,1e300,3,4"), unprocessable, "input_not_finite"),
             // Just past f32::MAX (3.4028235e38), negative.
-            (
-                r#"{"dtype":"f32","shape":[4],"data":[1,2,-3.5e38,4]}"#,
-                unprocessable,
-                "input_not_finite",
-            ),
+            (data("1,2,-3.5e38,4"), unprocessable, "input_not_finite"),
             // Beyond f64 too: serde_json refuses the number itself.
-            (
-                r#"{"dtype":"f32","shape":[4],"data":[1,2,3,1e400]}"#,
-                bad_request,
-                "bad_json",
-            ),
+            (data("1,2,3,1e400"), bad_request, "bad_json"),
             // A finite f32 input whose output (2 * 3e38) overflows.
-            (
-                r#"{"dtype":"f32","shape":[4],"data":[3e38,2,3,4]}"#,
-                unprocessable,
-                "output_not_finite",
-            ),
+            (data("3e38,2,3,4"), unprocessable, "output_not_finite"),
         ];
         for (request, status, code) in cases {
-            let (got_status, body) = post(&server, request).await;
+            let (got_status, body) = post(&server, request.clone()).await;
             assert_eq!(
                 (got_status, body["error"]["code"].as_str()),
                 (status, Some(code)),
@@ -1056,10 +1040,7 @@ mod tests {
                     .is_some_and(|m| !m.is_empty())
             );
         }
-        let huge = format!(
-            r#"{{"dtype":"f32","shape":[4],"data":[{}1]}}"#,
-            "1,".repeat(1000)
-        );
+        let huge = data(&format!("{}1", "1,".repeat(1000)));
         let (status, body) = post(&server, huge).await;
         assert_eq!(
             (status, body["error"]["code"].as_str()),
@@ -1136,23 +1117,19 @@ mod tests {
         // Declares a terabyte, sends less than the limit and waits: refused on the declared
         // length alone.
         let declared = format!(
-            "{head}Content-Length: 1000000000000\r\n\r\n{}",
+            "{JSON_POST}Content-Length: 1000000000000\r\n\r\n{}",
             "1".repeat(500)
         );
         // Declares nothing and sends one chunk past the 1152-byte limit, unterminated.
         let chunked = format!(
-            "{head}Transfer-Encoding: chunked\r\n\r\n7d0\r\n{}\r\n",
+            "{JSON_POST}Transfer-Encoding: chunked\r\n\r\n7d0\r\n{}\r\n",
             "1".repeat(2000)
         );
         for bytes in [declared, chunked] {
             let reply = raw(server.addr, bytes.into_bytes())
                 .await
                 .expect("an answer");
-            assert_eq!(
-                reply.error_code(),
-                (StatusCode::PAYLOAD_TOO_LARGE, Some("too_large"))
-            );
-            assert_eq!(reply.header("connection"), Some("close"));
+            reply.assert_refused_and_closed(StatusCode::PAYLOAD_TOO_LARGE, "too_large");
         }
         assert_eq!(server.state.stats()["requests"]["rejected"], 2);
         server.stop().await.unwrap();
@@ -1160,15 +1137,12 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn stalled_bodies_get_408_while_whole_requests_are_served() {
-        let config = Config {
-            body_timeout: Duration::from_millis(200),
-            ..small()
-        };
+        let mut config = small();
+        config.body_timeout = Duration::from_millis(200);
         let server = Server::start(config, loopback()).await.unwrap();
         let declared = GOOD.len();
         let stall = format!(
-            "POST /v1/infer HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
-             Content-Length: {declared}\r\n\r\n{}",
+            "{JSON_POST}Content-Length: {declared}\r\n\r\n{}",
             &GOOD[..10]
         );
         let stalled: Vec<_> = (0..4)
@@ -1178,11 +1152,7 @@ mod tests {
         assert_eq!(status, StatusCode::OK, "{body}");
         for client in stalled {
             let reply = client.await.unwrap().expect("an answer");
-            assert_eq!(
-                reply.error_code(),
-                (StatusCode::REQUEST_TIMEOUT, Some("request_timeout"))
-            );
-            assert_eq!(reply.header("connection"), Some("close"));
+            reply.assert_refused_and_closed(StatusCode::REQUEST_TIMEOUT, "request_timeout");
         }
         let stats = server.state.stats();
         assert_eq!(stats["requests"]["served"], 1);
@@ -1192,10 +1162,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn stalled_heads_and_idle_connections_are_closed_unanswered() {
-        let config = Config {
-            header_timeout: Duration::from_millis(100),
-            ..small()
-        };
+        let mut config = small();
+        config.header_timeout = Duration::from_millis(100);
         let server = Server::start(config, loopback()).await.unwrap();
         let partial_head = b"POST /v1/infer HTTP/1.1\r\nHost: localhost\r\nContent-Ty".to_vec();
         let clients: Vec<_> = (0..6)
