@@ -1112,8 +1112,6 @@ mod tests {
     async fn a_body_over_the_limit_gets_413_without_waiting_for_it() {
         // The default 10 s body timeout: a 408 here would mean the server waited for the body.
         let server = Server::start(small(), loopback()).await.unwrap();
-        let head =
-            "POST /v1/infer HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n";
         // Declares a terabyte, sends less than the limit and waits: refused on the declared
         // length alone.
         let declared = format!(
