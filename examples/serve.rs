@@ -32,7 +32,7 @@
 //! | 405 | `method_not_allowed` | the path's route takes another method (listed in `Allow`) |
 //! | 408 | `request_timeout` | the body did not arrive within the body timeout (10 s by default) |
 //! | 413 | `too_large` | the body is over the limit (32 bytes per element of the input plus 1 KiB) |
-//! | 415 | `unsupported_media_type` | `POST /v1/infer` without `Content-Type: application/json` |
+//! | 415 | `unsupported_media_type` | `POST /v1/infer`'s `Content-Type` is not `application/json` (parameters allowed) |
 //! | 422 | `unsupported_dtype` | `dtype` is not `"f32"` |
 //! | 422 | `wrong_length` | `data` or `shape` does not have the model's input length |
 //! | 422 | `input_not_finite` | an element of `data` is beyond f32's finite range (e.g. `1e300`) |
@@ -250,6 +250,7 @@ struct AppState {
 }
 
 impl AppState {
+    /// Loads the model onto the device; no request is admitted yet.
     async fn new(config: Config) -> npu::Result<AppState> {
         Ok(AppState {
             model: Model::load(&config).await?,
@@ -262,6 +263,7 @@ impl AppState {
         })
     }
 
+    /// Requests admitted to the device and not yet answered.
     fn in_flight(&self) -> usize {
         self.config.max_in_flight - self.admission.available_permits()
     }
@@ -277,23 +279,18 @@ impl AppState {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The request counters, the in-flight count and the device's statistics.
     fn stats(&self) -> serde_json::Value {
         let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let mut stats = json!({
-            "requests": {
-                "served": count(&self.served),
-                "overloaded": count(&self.overloaded),
-                "rejected": count(&self.rejected),
-                "failed": count(&self.failed),
-            },
-            "in_flight": self.in_flight(),
-            "max_in_flight": self.config.max_in_flight,
+        let mut stats = self.model.stats();
+        stats["requests"] = json!({
+            "served": count(&self.served),
+            "overloaded": count(&self.overloaded),
+            "rejected": count(&self.rejected),
+            "failed": count(&self.failed),
         });
-        if let (Some(stats), serde_json::Value::Object(device)) =
-            (stats.as_object_mut(), self.model.stats())
-        {
-            stats.extend(device);
-        }
+        stats["in_flight"] = json!(self.in_flight());
+        stats["max_in_flight"] = json!(self.config.max_in_flight);
         stats
     }
 }
@@ -446,6 +443,7 @@ fn finite_output(output: Vec<f32>) -> Result<Vec<f32>, ApiError> {
     }
 }
 
+/// `POST /v1/infer`: answers and counts the answer.
 async fn infer(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -456,7 +454,7 @@ async fn infer(
     answer.map(Json)
 }
 
-/// `POST /v1/infer`: the checks in the order that costs the server least, then the device.
+/// The answer to `POST /v1/infer`: the checks, cheapest first, then the device.
 async fn answer_infer(
     state: &AppState,
     headers: &HeaderMap,
@@ -486,6 +484,7 @@ async fn answer_infer(
     })
 }
 
+/// `GET /v1/model`: what the model takes and computes.
 async fn model(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     let config = &state.config;
     Json(json!({
@@ -496,10 +495,12 @@ async fn model(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     }))
 }
 
+/// `GET /stats`: the counters (see [`AppState::stats`]).
 async fn stats(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     Json(state.stats())
 }
 
+/// The answer for a path no route has.
 async fn not_found(uri: Uri) -> ApiError {
     let message = format!(
         "no route for {}; the routes are POST /v1/infer, GET /v1/model and GET /stats",
@@ -508,6 +509,7 @@ async fn not_found(uri: Uri) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
 }
 
+/// The answer for a route's path with a method it does not take; axum adds `Allow`.
 async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     let message = format!(
         "{method} is not allowed on {}; the Allow header lists the methods that are",
@@ -520,6 +522,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     )
 }
 
+/// The routes; every answer that is not a success is an [`ApiError`].
 fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/infer", post(infer))
