@@ -1139,7 +1139,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn stalled_bodies_get_408_while_whole_requests_are_served() {
         let mut config = small();
-        config.body_timeout = Duration::from_millis(200);
+        // Short for the stalled clients, yet ample for the whole request, whose body arrives
+        // with its head.
+        config.body_timeout = Duration::from_secs(1);
         let server = Server::start(config, loopback()).await.unwrap();
         let declared = GOOD.len();
         let stall = format!(
