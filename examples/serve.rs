@@ -22,47 +22,73 @@
 //! default, `GET /v1/model` tells) and `data` must hold `n` numbers. The answer, 200:
 //! `{"dtype": "f32", "shape": [n], "data": [...]}`.
 //!
-//! Errors are JSON, `{"error": {"code": "...", "message": "..."}}`, with these codes:
+//! Every error is JSON, `{"error": {"code": "...", "message": "..."}}`, with these codes:
 //!
 //! | status | code | when |
 //! | --- | --- | --- |
-//! | 400 | `bad_json` | the body is not the JSON above (syntax, missing or unknown fields, non-numbers) |
-//! | 400 | `bad_body` | the body could not be read |
+//! | 400 | `bad_json` | the body is not the JSON above (syntax, missing or unknown fields, non-numbers, numbers beyond f64) |
+//! | 400 | `bad_body` | the body could not be read (the connection failed mid-body) |
+//! | 404 | `not_found` | no route has the path |
+//! | 405 | `method_not_allowed` | the path's route takes another method (listed in `Allow`) |
+//! | 408 | `request_timeout` | the body did not arrive within the body timeout (10 s by default) |
 //! | 413 | `too_large` | the body is over the limit (32 bytes per element of the input plus 1 KiB) |
+//! | 415 | `unsupported_media_type` | `POST /v1/infer`'s `Content-Type` is not `application/json` (parameters allowed) |
 //! | 422 | `unsupported_dtype` | `dtype` is not `"f32"` |
 //! | 422 | `wrong_length` | `data` or `shape` does not have the model's input length |
+//! | 422 | `input_not_finite` | an element of `data` is beyond f32's finite range (e.g. `1e300`) |
+//! | 422 | `output_not_finite` | an element of the output overflows f32 (e.g. `3e38` with `alpha = 2`) |
 //! | 503 | `overloaded` | the in-flight limit is reached (with `Retry-After: 1`) |
-//! | 500 | `device_error` | the NPU reported a failure |
+//! | 500 | `device_error` | the NPU reported a failure (the detail goes to the log, not the client) |
+//!
+//! # Hostile clients: timeouts and limits
+//!
+//! A client has the header timeout (10 s by default) to send a request's head, counted from
+//! when the connection is ready for one (accepted, or the previous answer sent): a connection
+//! that stalls in its head, or stays idle that long, is closed without an answer. It then has
+//! the body timeout to send the whole body, or gets 408. A body declared (`Content-Length`)
+//! over the limit is refused with 413 before a byte of it is read; an undeclared (chunked) one
+//! when it passes the limit. After a 408 or a 413 the connection is closed (`Connection:
+//! close`), since the rest of the body is still unread. The one answer that is not JSON is the
+//! one hyper writes itself for a request head it cannot parse (400, 414 or 431 with an empty
+//! body), before any of this server's code runs.
 //!
 //! # Backpressure: 503, not a queue
 //!
-//! At most `max_in_flight` requests (64 by default) are admitted at once; a request beyond
-//! that is refused at once with 503 `overloaded`, before its body is parsed, so a client can
-//! retry elsewhere instead of waiting in a queue it cannot see. The pinned pool is sized for
-//! the admitted requests, so an admitted request never waits for host memory.
+//! At most `max_in_flight` requests (64 by default) are admitted to the device at once; a
+//! request beyond that is refused at once with 503 `overloaded`, when its body has arrived and
+//! before it is parsed, so a client can retry elsewhere instead of waiting in a queue it
+//! cannot see. Admission comes after the body so that slow senders cannot hold the device's
+//! slots. The pinned pool is sized for the admitted requests, so an admitted request never
+//! waits for host memory.
 //!
 //! `GET /stats` returns the request counters, the in-flight count, the pool's statistics and
 //! the reactor's counters. Shutdown (Ctrl-C) is graceful: the listener closes, the requests in
 //! flight finish and are answered, then the process exits.
 
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::Listener;
 use axum::{Json, Router};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use npu::prelude::*;
 use percentile::percentile;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, oneshot};
 
 #[path = "support/kernels.rs"]
 mod kernels;
@@ -82,6 +108,10 @@ struct Config {
     streams: usize,
     /// The model's scale factor.
     alpha: f32,
+    /// How long a connection may take to send a request's head once it is ready for one.
+    header_timeout: Duration,
+    /// How long a request may take to send its whole body once the handler reads it.
+    body_timeout: Duration,
 }
 
 impl Default for Config {
@@ -92,6 +122,8 @@ impl Default for Config {
             max_in_flight: 64,
             streams: 4,
             alpha: 2.0,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -108,9 +140,8 @@ fn bias(i: usize) -> f32 {
     (i % 7) as f32
 }
 
-/// What every handler shares.
-struct AppState {
-    config: Config,
+/// The model on the device: everything here touches the NPU, and nothing else does.
+struct Model {
     ctx: Context,
     streams: Vec<Stream>,
     next_stream: AtomicUsize,
@@ -118,15 +149,13 @@ struct AppState {
     scale: Function,
     add: Function,
     bias: Arc<DeviceBuffer<f32>>,
-    admission: Arc<Semaphore>,
-    served: AtomicU64,
-    overloaded: AtomicU64,
-    rejected: AtomicU64,
-    failed: AtomicU64,
+    alpha: f32,
 }
 
-impl AppState {
-    async fn new(config: Config) -> npu::Result<AppState> {
+impl Model {
+    /// Loads the kernels, creates the streams and a pinned pool with a block for each request
+    /// `config` admits (and one for the bias), and uploads the bias.
+    async fn load(config: &Config) -> npu::Result<Model> {
         let device = Device::open(config.device)?;
         let ctx = device.primary_context().clone();
         let kernels = kernels::load(&ctx)?;
@@ -148,9 +177,7 @@ impl AppState {
         }
         let device_bias = DeviceBuffer::new(&ctx, config.input_len)?;
         let (_, device_bias) = streams[0].copy_h2d(host, device_bias).await?;
-        Ok(AppState {
-            admission: Arc::new(Semaphore::new(config.max_in_flight)),
-            config,
+        Ok(Model {
             ctx,
             streams,
             next_stream: AtomicUsize::new(0),
@@ -158,19 +185,13 @@ impl AppState {
             scale,
             add,
             bias: Arc::new(device_bias),
-            served: AtomicU64::new(0),
-            overloaded: AtomicU64::new(0),
-            rejected: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
+            alpha: config.alpha,
         })
     }
 
-    fn in_flight(&self) -> usize {
-        self.config.max_in_flight - self.admission.available_permits()
-    }
-
-    /// Runs the model on the NPU: copy in, scale, add the bias, copy out, all awaited.
-    async fn infer(&self, data: &[f32]) -> npu::Result<Vec<f32>> {
+    /// Runs the model on `data` (of the model's input length): copy in, scale, add the bias,
+    /// copy out, all awaited.
+    async fn run(&self, data: &[f32]) -> npu::Result<Vec<f32>> {
         let n = data.len();
         let turn = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let stream = &self.streams[turn % self.streams.len()];
@@ -180,8 +201,7 @@ impl AppState {
         let (host, x) = stream.copy_h2d(host, x).await?;
         // SAFETY: scale_f32(float *x, uint64_t n, float alpha) scales n elements of x in
         // place; x holds n.
-        let (x, ..) =
-            unsafe { stream.launch(&self.scale, 4, (x, n as u64, self.config.alpha)) }.await?;
+        let (x, ..) = unsafe { stream.launch(&self.scale, 4, (x, n as u64, self.alpha)) }.await?;
         let y = DeviceBuffer::<f32>::new(&self.ctx, n)?;
         // SAFETY: vector_add_f32(const float *a, const float *b, float *c, uint64_t n) reads n
         // elements of x and the bias and writes n of y; all hold n (the bias has the model's
@@ -192,19 +212,11 @@ impl AppState {
         Ok(host.to_vec())
     }
 
+    /// The device-side statistics for `GET /stats`: the pinned pool's and the reactor's.
     fn stats(&self) -> serde_json::Value {
         let pool = self.pool.stats();
         let reactor = npu::reactor_stats();
-        let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
         json!({
-            "requests": {
-                "served": count(&self.served),
-                "overloaded": count(&self.overloaded),
-                "rejected": count(&self.rejected),
-                "failed": count(&self.failed),
-            },
-            "in_flight": self.in_flight(),
-            "max_in_flight": self.config.max_in_flight,
             "pool": {
                 "allocated_bytes": pool.allocated,
                 "reserved_bytes": pool.reserved,
@@ -226,13 +238,71 @@ impl AppState {
     }
 }
 
-/// A request or response tensor.
+/// What every handler shares.
+struct AppState {
+    config: Config,
+    model: Model,
+    admission: Arc<Semaphore>,
+    served: AtomicU64,
+    overloaded: AtomicU64,
+    rejected: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl AppState {
+    /// Loads the model onto the device; no request is admitted yet.
+    async fn new(config: Config) -> npu::Result<AppState> {
+        Ok(AppState {
+            model: Model::load(&config).await?,
+            admission: Arc::new(Semaphore::new(config.max_in_flight)),
+            config,
+            served: AtomicU64::new(0),
+            overloaded: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        })
+    }
+
+    /// Requests admitted to the device and not yet answered.
+    fn in_flight(&self) -> usize {
+        self.config.max_in_flight - self.admission.available_permits()
+    }
+
+    /// Counts an answer under the counter its outcome belongs to.
+    fn count<T>(&self, answer: &Result<T, ApiError>) {
+        let counter = match answer {
+            Ok(_) => &self.served,
+            Err(err) if err.status == StatusCode::SERVICE_UNAVAILABLE => &self.overloaded,
+            Err(err) if err.status.is_client_error() => &self.rejected,
+            Err(_) => &self.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The request counters, the in-flight count and the device's statistics.
+    fn stats(&self) -> serde_json::Value {
+        let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut stats = self.model.stats();
+        stats["requests"] = json!({
+            "served": count(&self.served),
+            "overloaded": count(&self.overloaded),
+            "rejected": count(&self.rejected),
+            "failed": count(&self.failed),
+        });
+        stats["in_flight"] = json!(self.in_flight());
+        stats["max_in_flight"] = json!(self.config.max_in_flight);
+        stats
+    }
+}
+
+/// A request or response tensor: requests carry f64 so that an element beyond f32's range is
+/// seen and refused instead of silently becoming infinite.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Tensor {
+struct Tensor<T> {
     dtype: String,
     shape: Vec<usize>,
-    data: Vec<f32>,
+    data: Vec<T>,
 }
 
 /// A typed error answer: `{"error": {"code": ..., "message": ...}}`.
@@ -257,29 +327,76 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = Json(json!({ "error": { "code": self.code, "message": self.message } }));
         let mut response = (self.status, body).into_response();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            let retry = HeaderValue::from_static("1");
-            response.headers_mut().insert(header::RETRY_AFTER, retry);
+        let headers = response.headers_mut();
+        match self.status {
+            StatusCode::SERVICE_UNAVAILABLE => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            // The rest of the body is still on the wire: the connection cannot carry another
+            // request.
+            StatusCode::REQUEST_TIMEOUT | StatusCode::PAYLOAD_TOO_LARGE => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            _ => {}
         }
         response
     }
 }
 
-/// Checks a request against the model; returns its data.
-fn validate(body: Result<Bytes, BytesRejection>, config: &Config) -> Result<Vec<f32>, ApiError> {
-    let input_len = config.input_len;
-    let body = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
+/// Refuses a request whose `Content-Type` is not `application/json` (parameters such as
+/// `charset` allowed).
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let content_type = headers.get(header::CONTENT_TYPE);
+    let essence = content_type
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .map(str::trim);
+    if essence.is_some_and(|essence| essence.eq_ignore_ascii_case("application/json")) {
+        return Ok(());
+    }
+    let got = content_type.map_or("none".to_owned(), |value| format!("{value:?}"));
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        format!("the body must be Content-Type: application/json; got {got}"),
+    ))
+}
+
+/// Reads the whole body within the body timeout and the size limit.
+async fn read_body(body: Body, config: &Config) -> Result<Bytes, ApiError> {
+    let limit = config.body_limit();
+    let too_large = || {
+        let message = format!("the body is over the limit of {limit} bytes");
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+    };
+    // A declared length over the limit is refused before any of the body is read, so that a
+    // client cannot make the server wait for a body it would refuse anyway.
+    if body.size_hint().lower() > limit as u64 {
+        return Err(too_large());
+    }
+    let read = tokio::time::timeout(config.body_timeout, Limited::new(body, limit).collect());
+    match read.await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(err)) if err.is::<LengthLimitError>() => Err(too_large()),
+        Ok(Err(err)) => {
+            tracing::debug!(error = %err, "reading a request body failed");
+            let message = "the body could not be read";
+            Err(ApiError::new(StatusCode::BAD_REQUEST, "bad_body", message))
+        }
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
             format!(
-                "the body is over the limit of {} bytes",
-                config.body_limit()
+                "the body did not arrive within {} ms",
+                config.body_timeout.as_millis()
             ),
-        ),
-        status => ApiError::new(status, "bad_body", rejection.body_text()),
-    })?;
-    let tensor: Tensor = serde_json::from_slice(&body)
+        )),
+    }
+}
+
+/// Checks a request body against the model; returns its data.
+fn validate(body: &[u8], input_len: usize) -> Result<Vec<f32>, ApiError> {
+    let tensor: Tensor<f64> = serde_json::from_slice(body)
         .map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, "bad_json", err.to_string()))?;
     let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
     if tensor.dtype != "f32" {
@@ -300,48 +417,74 @@ fn validate(body: Result<Bytes, BytesRejection>, config: &Config) -> Result<Vec<
         );
         return Err(ApiError::new(unprocessable, "wrong_length", message));
     }
-    Ok(tensor.data)
+    let finite = |(i, x): (usize, f64)| {
+        let narrowed = x as f32;
+        if narrowed.is_finite() {
+            return Ok(narrowed);
+        }
+        let message = format!(
+            "data[{i}] = {x:e} is beyond f32's finite range (±{:e})",
+            f32::MAX
+        );
+        Err(ApiError::new(unprocessable, "input_not_finite", message))
+    };
+    tensor.data.into_iter().enumerate().map(finite).collect()
 }
 
-async fn infer(
-    State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Tensor>, ApiError> {
-    let _permit: OwnedSemaphorePermit = match state.admission.clone().try_acquire_owned() {
-        Ok(permit) => permit,
-        Err(_) => {
-            state.overloaded.fetch_add(1, Ordering::Relaxed);
-            let message = format!(
-                "{} requests are in flight, the limit; retry later",
-                state.config.max_in_flight
-            );
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "overloaded",
-                message,
-            ));
-        }
-    };
-    let data = validate(body, &state.config).inspect_err(|_| {
-        state.rejected.fetch_add(1, Ordering::Relaxed);
-    })?;
-    match state.infer(&data).await {
-        Ok(data) => {
-            state.served.fetch_add(1, Ordering::Relaxed);
-            Ok(Json(Tensor {
-                dtype: "f32".into(),
-                shape: vec![data.len()],
-                data,
-            }))
-        }
-        Err(err) => {
-            state.failed.fetch_add(1, Ordering::Relaxed);
-            let status = StatusCode::INTERNAL_SERVER_ERROR;
-            Err(ApiError::new(status, "device_error", err.to_string()))
-        }
+/// Refuses an output that overflowed f32, which JSON could only carry as `null`.
+fn finite_output(output: Vec<f32>) -> Result<Vec<f32>, ApiError> {
+    match output.iter().position(|y| !y.is_finite()) {
+        None => Ok(output),
+        Some(i) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "output_not_finite",
+            format!("output[{i}] overflows f32: the input is too large for the model"),
+        )),
     }
 }
 
+/// `POST /v1/infer`: answers and counts the answer.
+async fn infer(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Tensor<f32>>, ApiError> {
+    let answer = answer_infer(&state, &headers, body).await;
+    state.count(&answer);
+    answer.map(Json)
+}
+
+/// The answer to `POST /v1/infer`: the checks, cheapest first, then the device.
+async fn answer_infer(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Tensor<f32>, ApiError> {
+    require_json(headers)?;
+    let body = read_body(body, &state.config).await?;
+    let _permit = state.admission.clone().try_acquire_owned().map_err(|_| {
+        let message = format!(
+            "{} requests are in flight, the limit; retry later",
+            state.config.max_in_flight
+        );
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message)
+    })?;
+    let data = validate(&body, state.config.input_len)?;
+    let output = state.model.run(&data).await.map_err(|err| {
+        // The client gets no ACL function names or codes: the detail is for the operator.
+        tracing::error!(error = %err, "the model failed on the device");
+        let message = "the device failed to run the model";
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "device_error", message)
+    })?;
+    let data = finite_output(output)?;
+    Ok(Tensor {
+        dtype: "f32".into(),
+        shape: vec![data.len()],
+        data,
+    })
+}
+
+/// `GET /v1/model`: what the model takes and computes.
 async fn model(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     let config = &state.config;
     Json(json!({
@@ -352,18 +495,73 @@ async fn model(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     }))
 }
 
+/// `GET /stats`: the counters (see [`AppState::stats`]).
 async fn stats(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     Json(state.stats())
 }
 
+/// The answer for a path no route has.
+async fn not_found(uri: Uri) -> ApiError {
+    let message = format!(
+        "no route for {}; the routes are POST /v1/infer, GET /v1/model and GET /stats",
+        uri.path()
+    );
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+}
+
+/// The answer for a route's path with a method it does not take; axum adds `Allow`.
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    let message = format!(
+        "{method} is not allowed on {}; the Allow header lists the methods that are",
+        uri.path()
+    );
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        message,
+    )
+}
+
+/// The routes; every answer that is not a success is an [`ApiError`].
 fn router(state: Arc<AppState>) -> Router {
-    let limit = state.config.body_limit();
     Router::new()
         .route("/v1/infer", post(infer))
         .route("/v1/model", get(model))
         .route("/stats", get(stats))
-        .layer(DefaultBodyLimit::max(limit))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+}
+
+/// Serves `app` over HTTP/1.1 on `listener` until `stop`, then lets the connections finish the
+/// requests they are in and returns. hyper's connection builder is used directly (not
+/// `axum::serve`) for its header read timeout, which needs a timer `axum::serve` does not give.
+async fn serve_http(
+    mut listener: TcpListener,
+    app: Router,
+    header_timeout: Duration,
+    stop: oneshot::Receiver<()>,
+) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    let connections = GracefulShutdown::new();
+    let mut stop = pin!(stop);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = Listener::accept(&mut listener) => accepted,
+            _ = &mut stop => break,
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let connection = connections.watch(http.serve_connection(TokioIo::new(tcp), service));
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(%peer, error = %err, "connection closed on an error");
+            }
+        });
+    }
+    drop(listener);
+    connections.shutdown().await;
 }
 
 /// A running server.
@@ -371,24 +569,19 @@ struct Server {
     addr: SocketAddr,
     state: Arc<AppState>,
     shutdown: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl Server {
     /// Sets up the model and serves on `addr` until [`Server::stop`].
     async fn start(config: Config, addr: SocketAddr) -> Result<Server, Box<dyn std::error::Error>> {
+        let header_timeout = config.header_timeout;
         let state = Arc::new(AppState::new(config).await?);
-        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (shutdown, stop) = oneshot::channel::<()>();
         let app = router(state.clone());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stop.await;
-                })
-                .await
-        });
+        let task = tokio::spawn(serve_http(listener, app, header_timeout, stop));
         Ok(Server {
             addr,
             state,
@@ -400,7 +593,7 @@ impl Server {
     /// Graceful shutdown: stops accepting, lets the requests in flight finish, then returns.
     async fn stop(self) -> std::io::Result<()> {
         let _ = self.shutdown.send(());
-        self.task.await.map_err(std::io::Error::other)?
+        self.task.await.map_err(std::io::Error::other)
     }
 }
 
@@ -515,7 +708,7 @@ async fn load(
                     let sent = Instant::now();
                     let answer = tokio::time::timeout(
                         left,
-                        connection.send(axum::http::Method::POST, "/v1/infer", body.clone()),
+                        connection.send(Method::POST, "/v1/infer", body.clone()),
                     )
                     .await;
                     outcomes.push(check_answer(answer, &expected).map(|()| sent.elapsed()));
@@ -564,7 +757,8 @@ fn check_answer(answer: Answer, expected: &[f32]) -> Result<(), String> {
     if status != StatusCode::OK {
         return Err(format!("{status}: {}", String::from_utf8_lossy(&body)));
     }
-    let tensor: Tensor = serde_json::from_slice(&body).map_err(|err| format!("answer: {err}"))?;
+    let tensor: Tensor<f32> =
+        serde_json::from_slice(&body).map_err(|err| format!("answer: {err}"))?;
     if tensor.data != expected {
         return Err("the answer differs from the model's output".to_owned());
     }
@@ -574,7 +768,7 @@ fn check_answer(answer: Answer, expected: &[f32]) -> Result<(), String> {
 /// Serves until Ctrl-C.
 async fn serve(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
     let server = Server::start(Config::default(), addr).await?;
-    println!("backend: {}", server.state.ctx.runtime().backend());
+    println!("backend: {}", server.state.model.ctx.runtime().backend());
     println!(
         "serving y = {} * x + bias (f32[{}]) on http://{}  (POST /v1/infer, GET /v1/model, GET /stats; Ctrl-C stops)",
         server.state.config.alpha, server.state.config.input_len, server.addr
@@ -598,7 +792,7 @@ async fn self_load(
     };
     let shape = (config.input_len, config.alpha);
     let server = Server::start(config, SocketAddr::from(([127, 0, 0, 1], 0))).await?;
-    println!("backend: {}", server.state.ctx.runtime().backend());
+    println!("backend: {}", server.state.model.ctx.runtime().backend());
     println!(
         "load: {requests} requests of f32[{}] over {connections} connections to http://{}",
         shape.0, server.addr
@@ -632,6 +826,10 @@ async fn self_load(
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Warnings and device errors by default; `RUST_LOG=debug` adds the connections' errors.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let number = |i: usize, default: usize| {
         args.get(i)
@@ -666,12 +864,101 @@ async fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use axum::http::Method;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
 
+    /// The longest a test waits for the server to answer or close a connection: a bound on a
+    /// hang, never a timing assertion.
+    const PATIENCE: Duration = Duration::from_secs(30);
+
+    /// The one request every test's model (input length 4) answers.
+    const GOOD: &str = r#"{"dtype":"f32","shape":[4],"data":[1,2,3,4]}"#;
+
+    /// The head of a JSON `POST /v1/infer` up to its length header, which the tests choose.
+    const JSON_POST: &str =
+        "POST /v1/infer HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n";
+
     fn loopback() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 0))
+    }
+
+    /// A model of input length 4, as the tests' requests expect.
+    fn small() -> Config {
+        Config {
+            input_len: 4,
+            ..Config::default()
+        }
+    }
+
+    /// A whole HTTP/1.1 request asking the server to close the connection after answering.
+    fn request(method: &str, path: &str, headers: &str, body: &str) -> Vec<u8> {
+        let length = body.len();
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{headers}\
+             Content-Length: {length}\r\n\r\n{body}"
+        )
+        .into_bytes()
+    }
+
+    /// An answer read off a raw connection.
+    #[derive(Debug)]
+    struct Reply {
+        status: StatusCode,
+        /// The header lines, names in lower case.
+        headers: Vec<(String, String)>,
+        body: serde_json::Value,
+    }
+
+    impl Reply {
+        fn header(&self, name: &str) -> Option<&str> {
+            let mut found = self.headers.iter().filter(|(n, _)| n == name);
+            found.next().map(|(_, value)| value.as_str())
+        }
+
+        /// Checks an answer that leaves part of the body unread: the error, then the close.
+        fn assert_refused_and_closed(&self, status: StatusCode, code: &str) {
+            let got = (self.status, self.body["error"]["code"].as_str());
+            assert_eq!(got, (status, Some(code)), "{self:?}");
+            assert_eq!(self.header("connection"), Some("close"));
+        }
+    }
+
+    /// Writes `bytes` as they are on a new connection, then reads until the server closes it
+    /// (within [`PATIENCE`]): `None` if it closed without answering.
+    async fn raw(addr: SocketAddr, bytes: Vec<u8>) -> Option<Reply> {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(&bytes).await.unwrap();
+        let mut received = Vec::new();
+        let read = tokio::time::timeout(PATIENCE, async {
+            let mut chunk = [0; 4096];
+            // A reset counts as a close: the server may close with bytes of ours unread.
+            while let Ok(n @ 1..) = tcp.read(&mut chunk).await {
+                received.extend_from_slice(&chunk[..n]);
+            }
+        });
+        assert!(
+            read.await.is_ok(),
+            "the server neither answered nor closed within {PATIENCE:?}"
+        );
+        if received.is_empty() {
+            return None;
+        }
+        let text = String::from_utf8(received).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let mut lines = head.split("\r\n");
+        let status = lines.next().unwrap().split(' ').nth(1).unwrap();
+        let headers = lines
+            .map(|line| {
+                let (name, value) = line.split_once(':').unwrap();
+                (name.to_ascii_lowercase(), value.trim().to_owned())
+            })
+            .collect();
+        Some(Reply {
+            status: StatusCode::from_bytes(status.as_bytes()).unwrap(),
+            headers,
+            body: serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+        })
     }
 
     async fn post(server: &Server, body: impl Into<Bytes>) -> (StatusCode, serde_json::Value) {
@@ -707,46 +994,44 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn bad_input_gets_typed_json_errors() {
-        let config = Config {
-            input_len: 4,
-            ..Config::default()
-        };
-        let server = Server::start(config, loopback()).await.unwrap();
-        let ok = r#"{"dtype":"f32","shape":[4],"data":[1,2,3,4]}"#;
-        let (status, body) = post(&server, ok).await;
+        let server = Server::start(small(), loopback()).await.unwrap();
+        let (status, body) = post(&server, GOOD).await;
         assert_eq!(status, StatusCode::OK, "{body}");
         assert_eq!(body["data"], json!([2.0, 5.0, 8.0, 11.0]));
 
-        let cases: [(&str, StatusCode, &str); 6] = [
+        let (bad_request, unprocessable) =
+            (StatusCode::BAD_REQUEST, StatusCode::UNPROCESSABLE_ENTITY);
+        let data = |data: &str| format!(r#"{{"dtype":"f32","shape":[4],"data":[{data}]}}"#);
+        let cases = [
             (
-                r#"{"dtype":"f32","shape":[3],"data":[1,2,3]}"#,
-                StatusCode::UNPROCESSABLE_ENTITY,
+                r#"{"dtype":"f32","shape":[3],"data":[1,2,3]}"#.to_owned(),
+                unprocessable,
                 "wrong_length",
             ),
+            (data("1,2,3"), unprocessable, "wrong_length"),
             (
-                r#"{"dtype":"f32","shape":[4],"data":[1,2,3]}"#,
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "wrong_length",
-            ),
-            (
-                r#"{"dtype":"f16","shape":[4],"data":[1,2,3,4]}"#,
-                StatusCode::UNPROCESSABLE_ENTITY,
+                GOOD.replace("f32", "f16"),
+                unprocessable,
                 "unsupported_dtype",
             ),
+            (data(r#"1,2,"3",4"#), bad_request, "bad_json"),
             (
-                r#"{"dtype":"f32","shape":[4],"data":[1,2,"3",4]}"#,
-                StatusCode::BAD_REQUEST,
+                r#"{"dtype":"f32","data":[1,2,3,4]}"#.to_owned(),
+                bad_request,
                 "bad_json",
             ),
-            (
-                r#"{"dtype":"f32","data":[1,2,3,4]}"#,
-                StatusCode::BAD_REQUEST,
-                "bad_json",
-            ),
-            ("not json", StatusCode::BAD_REQUEST, "bad_json"),
+            ("not json".to_owned(), bad_request, "bad_json"),
+            // Finite in f64, infinite in f32: refused, not answered with `null`.
+            (data("1,1e300,3,4"), unprocessable, "input_not_finite"),
+            // Just past f32::MAX (3.4028235e38), negative.
+            (data("1,2,-3.5e38,4"), unprocessable, "input_not_finite"),
+            // Beyond f64 too: serde_json refuses the number itself.
+            (data("1,2,3,1e400"), bad_request, "bad_json"),
+            // A finite f32 input whose output (2 * 3e38) overflows.
+            (data("3e38,2,3,4"), unprocessable, "output_not_finite"),
         ];
         for (request, status, code) in cases {
-            let (got_status, body) = post(&server, request).await;
+            let (got_status, body) = post(&server, request.clone()).await;
             assert_eq!(
                 (got_status, body["error"]["code"].as_str()),
                 (status, Some(code)),
@@ -758,10 +1043,7 @@ mod tests {
                     .is_some_and(|m| !m.is_empty())
             );
         }
-        let huge = format!(
-            r#"{{"dtype":"f32","shape":[4],"data":[{}1]}}"#,
-            "1,".repeat(1000)
-        );
+        let huge = data(&format!("{}1", "1,".repeat(1000)));
         let (status, body) = post(&server, huge).await;
         assert_eq!(
             (status, body["error"]["code"].as_str()),
@@ -770,7 +1052,166 @@ mod tests {
 
         let stats = server.state.stats();
         assert_eq!(stats["requests"]["served"], 1);
-        assert_eq!(stats["requests"]["rejected"], 7);
+        assert_eq!(stats["requests"]["rejected"], 11);
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn routing_and_content_type_errors_are_json_too() {
+        let server = Server::start(small(), loopback()).await.unwrap();
+        let json = "Content-Type: application/json\r\n";
+        let form = "Content-Type: application/x-www-form-urlencoded\r\n";
+        let cases = [
+            (request("GET", "/v2/infer", "", ""), "not_found", None),
+            (
+                request("DELETE", "/v1/infer", "", ""),
+                "method_not_allowed",
+                Some("POST"),
+            ),
+            (
+                request("POST", "/v1/model", json, GOOD),
+                "method_not_allowed",
+                Some("GET,HEAD"),
+            ),
+            (
+                request("POST", "/v1/infer", "Content-Type: text/plain\r\n", GOOD),
+                "unsupported_media_type",
+                None,
+            ),
+            (
+                request("POST", "/v1/infer", form, "dtype=f32"),
+                "unsupported_media_type",
+                None,
+            ),
+            (
+                request("POST", "/v1/infer", "", GOOD),
+                "unsupported_media_type",
+                None,
+            ),
+        ];
+        for (bytes, code, allow) in cases {
+            let reply = raw(server.addr, bytes).await.expect("an answer");
+            assert_eq!(
+                reply.body["error"]["code"].as_str(),
+                Some(code),
+                "{reply:?}"
+            );
+            assert!(reply.status.is_client_error(), "{reply:?}");
+            assert_eq!(reply.header("content-type"), Some("application/json"));
+            assert_eq!(reply.header("allow"), allow, "{reply:?}");
+        }
+        for content_type in ["application/json; charset=utf-8", "Application/JSON"] {
+            let headers = format!("Content-Type: {content_type}\r\n");
+            let reply = raw(server.addr, request("POST", "/v1/infer", &headers, GOOD)).await;
+            assert_eq!(reply.unwrap().status, StatusCode::OK, "{content_type}");
+        }
+        let stats = server.state.stats();
+        assert_eq!(stats["requests"]["served"], 2);
+        assert_eq!(stats["requests"]["rejected"], 3, "the three 415s");
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_body_over_the_limit_gets_413_without_waiting_for_it() {
+        // The default 10 s body timeout: a 408 here would mean the server waited for the body.
+        let server = Server::start(small(), loopback()).await.unwrap();
+        // Declares a terabyte, sends less than the limit and waits: refused on the declared
+        // length alone.
+        let declared = format!(
+            "{JSON_POST}Content-Length: 1000000000000\r\n\r\n{}",
+            "1".repeat(500)
+        );
+        // Declares nothing and sends one chunk past the 1152-byte limit, unterminated.
+        let chunked = format!(
+            "{JSON_POST}Transfer-Encoding: chunked\r\n\r\n7d0\r\n{}\r\n",
+            "1".repeat(2000)
+        );
+        for bytes in [declared, chunked] {
+            let reply = raw(server.addr, bytes.into_bytes())
+                .await
+                .expect("an answer");
+            reply.assert_refused_and_closed(StatusCode::PAYLOAD_TOO_LARGE, "too_large");
+        }
+        assert_eq!(server.state.stats()["requests"]["rejected"], 2);
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stalled_bodies_get_408_while_whole_requests_are_served() {
+        let mut config = small();
+        // Short for the stalled clients, yet ample for the whole request, whose body arrives
+        // with its head.
+        config.body_timeout = Duration::from_secs(1);
+        let server = Server::start(config, loopback()).await.unwrap();
+        let declared = GOOD.len();
+        let stall = format!(
+            "{JSON_POST}Content-Length: {declared}\r\n\r\n{}",
+            &GOOD[..10]
+        );
+        let stalled: Vec<_> = (0..4)
+            .map(|_| tokio::spawn(raw(server.addr, stall.clone().into_bytes())))
+            .collect();
+        let (status, body) = post(&server, GOOD).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        for client in stalled {
+            let reply = client.await.unwrap().expect("an answer");
+            reply.assert_refused_and_closed(StatusCode::REQUEST_TIMEOUT, "request_timeout");
+        }
+        let stats = server.state.stats();
+        assert_eq!(stats["requests"]["served"], 1);
+        assert_eq!(stats["requests"]["rejected"], 4);
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stalled_heads_and_idle_connections_are_closed_unanswered() {
+        let mut config = small();
+        config.header_timeout = Duration::from_millis(100);
+        let server = Server::start(config, loopback()).await.unwrap();
+        let partial_head = b"POST /v1/infer HTTP/1.1\r\nHost: localhost\r\nContent-Ty".to_vec();
+        let clients: Vec<_> = (0..6)
+            .map(|i| {
+                let bytes = if i % 2 == 0 {
+                    partial_head.clone()
+                } else {
+                    Vec::new()
+                };
+                tokio::spawn(raw(server.addr, bytes))
+            })
+            .collect();
+        for client in clients {
+            let reply = client.await.unwrap();
+            assert!(reply.is_none(), "closed without an answer: {reply:?}");
+        }
+        let stats = server.state.stats();
+        assert_eq!(
+            stats["requests"]["rejected"], 0,
+            "no request reached the handler"
+        );
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_device_error_reaches_the_client_without_internals() {
+        // One stream, so that the failure injected into it is the request's first task.
+        let config = Config {
+            streams: 1,
+            ..small()
+        };
+        let server = Server::start(config, loopback()).await.unwrap();
+        let stream = server.state.model.streams[0].as_raw();
+        npu::sim::control::fail_task(stream, 1, 507015).unwrap();
+        let (status, body) = post(&server, GOOD).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (StatusCode::INTERNAL_SERVER_ERROR, Some("device_error"))
+        );
+        // No ACL function name, no code: only this sentence.
+        assert_eq!(
+            body["error"]["message"],
+            "the device failed to run the model"
+        );
+        assert_eq!(server.state.stats()["requests"]["failed"], 1);
         server.stop().await.unwrap();
     }
 
