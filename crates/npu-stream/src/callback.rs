@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use npu_core::ffi;
 use npu_core::{Completer, Error, Result, acl_call};
 
+use crate::event::query_event;
 use crate::reactor::Pending;
 use crate::sentinel::{self, Verdict};
 use crate::strategy::{self, CompletionStrategy, OpInfo, Unwatched};
@@ -140,6 +141,7 @@ impl Worker {
         let stale_after = Duration::from_millis(REPORT_TIMEOUT_MS as u64);
         let now = Instant::now();
         let mut stale: Vec<Arc<StreamShared>> = Vec::new();
+        self.settle_lost_callbacks(now, stale_after);
         {
             let mut outstanding = self.lock();
             for (stream, err) in answered {
@@ -169,6 +171,31 @@ impl Worker {
         for (entry, err) in failed {
             entry.pending.fail(&entry.stream, err);
             strategy::release_stream(entry.stream);
+        }
+    }
+}
+
+impl Worker {
+    /// Settles stale operations whose event has completed although their callback never ran
+    /// (a callback task can fail on the device like any other): the device is done with their
+    /// memory, so their completion need not wait for a callback that may never come. The
+    /// queries run without the lock; an entry that settled meanwhile is simply gone.
+    fn settle_lost_callbacks(&self, now: Instant, stale_after: Duration) {
+        let stale: Vec<(u64, Arc<StreamShared>, ffi::aclrtEvent)> = self
+            .lock()
+            .iter()
+            .filter(|(_, op)| now.duration_since(op.since) >= stale_after)
+            .map(|(&id, op)| (id, op.stream.clone(), op.pending.event.handle()))
+            .collect();
+        for (id, stream, event) in stale {
+            if query_event(stream.context.runtime(), event).unwrap_or(false) {
+                let entry = self.lock().remove(&id);
+                if let Some(entry) = entry {
+                    entry.pending.settle(&entry.stream);
+                    strategy::release_stream(entry.stream);
+                }
+            }
+            strategy::release_stream(stream);
         }
     }
 }
