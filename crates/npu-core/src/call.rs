@@ -16,6 +16,7 @@
 /// assert!(count >= 1);
 /// # Ok::<(), npu_core::Error>(())
 /// ```
+#[doc(hidden)]
 #[macro_export]
 macro_rules! acl_call {
     ($runtime:expr, $function:ident ( $($argument:expr),* $(,)? )) => {{
@@ -26,6 +27,7 @@ macro_rules! acl_call {
 
 /// Like [`acl_call!`], for functions only newer runtimes export: when the loaded runtime lacks
 /// the function, the result is [`Error::Unsupported`](crate::Error::Unsupported).
+#[doc(hidden)]
 #[macro_export]
 macro_rules! acl_call_opt {
     ($runtime:expr, $function:ident ( $($argument:expr),* $(,)? )) => {{

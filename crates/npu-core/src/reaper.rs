@@ -64,6 +64,7 @@ pub(crate) fn run_later(actions: Vec<Action>) {
 /// });
 /// assert_eq!(rx.recv().unwrap().as_deref(), Some("npu-reaper"));
 /// ```
+#[doc(hidden)]
 pub fn release_later(release: impl FnOnce() + Send + 'static) {
     run_later(vec![Box::new(release)]);
 }
