@@ -498,6 +498,9 @@ mod tests {
         assert_eq!(SimConfig::from_json(&text).unwrap(), config);
         assert!(SimConfig::from_json(r#"{"device": 3}"#).is_err());
         assert!(SimConfig::from_json(r#"{"devices": 65}"#).is_err());
-        assert_eq!(SimConfig::from_json(r#"{"devices": 0}"#).unwrap().devices, 0);
+        assert_eq!(
+            SimConfig::from_json(r#"{"devices": 0}"#).unwrap().devices,
+            0
+        );
     }
 }

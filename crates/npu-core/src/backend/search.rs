@@ -3,7 +3,6 @@
 //! The order is a pure function of an [`SearchEnv`] snapshot and the root of the built-in
 //! prefixes, so it can be checked without a CANN install or writing to `/usr/local`.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 /// The names CANN ships the runtime API under, preferred first: `libacl_rt.so` is the current
@@ -49,8 +48,7 @@ impl SearchEnv {
             toolkit_home: var("ASCEND_TOOLKIT_HOME"),
             home_path: var("ASCEND_HOME_PATH"),
             home: var("HOME"),
-            allow_simulator: std::env::var_os(ALLOW_SIMULATOR_ENV)
-                .is_some_and(|v| v == OsString::from("1")),
+            allow_simulator: std::env::var_os(ALLOW_SIMULATOR_ENV).is_some_and(|v| v == "1"),
         }
     }
 }
