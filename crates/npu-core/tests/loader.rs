@@ -230,13 +230,7 @@ fn the_simulator_in_an_install_tree_is_refused_without_the_opt_in() {
             );
             // Named explicitly, the same file is accepted.
             let explicit = Runtime::builder().library(&tried[0].path).build().unwrap();
-            assert!(matches!(
-                explicit.backend(),
-                Backend::Library {
-                    simulated: true,
-                    ..
-                }
-            ));
+            assert!(is_the_simulator_library(explicit.backend()));
         },
     );
 }
@@ -351,12 +345,41 @@ fn a_missing_dependency_says_to_source_set_env() {
     );
 }
 
-/// Installs the in-process simulator's configuration first, so that `NPU_SIM_CONFIG` (read by
-/// the simulator loaded from the fake tree when its aclInit runs) does not reach it.
-fn configure_the_in_process_simulator() {
+/// A toolkit in the tree, found through `home_var`, whose `lib64/<name>` is a copy of npu-sim's
+/// library (accepted with the opt-in) running with `sim_config`.
+fn simulated_toolkit(tree: &Tree, name: &str, home_var: &'static str, sim_config: &str) -> Env {
+    tree.copy_simulator(&format!("toolkit/lib64/{name}"));
+    vec![
+        (home_var, tree.path("toolkit").into()),
+        ("NPU_ACL_ALLOW_SIMULATOR", "1".into()),
+        ("NPU_SIM_CONFIG", sim_config.into()),
+    ]
+}
+
+/// Builds an `auto` runtime expected to fall back, and says why it did. The in-process
+/// simulator is configured first, so that `NPU_SIM_CONFIG` (meant for the simulator loaded
+/// from the fake tree, read when its aclInit runs) does not reach it.
+fn fallback_of_auto() -> (Runtime, Fallback) {
     npu_sim::SimConfig::default()
         .install()
         .expect("the in-process simulator starts with defaults");
+    let runtime = auto();
+    assert_eq!(runtime.backend(), &Backend::Simulator);
+    let BackendReason::Fallback(why) = runtime.backend_reason() else {
+        panic!("unexpected reason: {}", runtime.backend_reason())
+    };
+    let why = why.clone();
+    (runtime, why)
+}
+
+fn is_the_simulator_library(backend: &Backend) -> bool {
+    matches!(
+        backend,
+        Backend::Library {
+            simulated: true,
+            ..
+        }
+    )
 }
 
 #[test]
@@ -364,29 +387,15 @@ fn auto_falls_back_when_acl_init_fails() {
     scenario(
         "auto_falls_back_when_acl_init_fails",
         |tree| {
-            tree.link_simulator("toolkit/lib64/libacl_rt.so");
-            vec![
-                ("ASCEND_TOOLKIT_HOME", tree.path("toolkit").into()),
-                ("NPU_ACL_ALLOW_SIMULATOR", "1".into()),
-                ("NPU_SIM_CONFIG", "not a configuration".into()),
-            ]
+            let toolkit = "ASCEND_TOOLKIT_HOME";
+            simulated_toolkit(tree, "libacl_rt.so", toolkit, "not a configuration")
         },
         || {
-            configure_the_in_process_simulator();
-            let runtime = auto();
-            assert_eq!(runtime.backend(), &Backend::Simulator);
-            let BackendReason::Fallback(Fallback::InitFailed { library, error }) =
-                runtime.backend_reason()
-            else {
-                panic!("unexpected reason: {}", runtime.backend_reason())
+            let (runtime, why) = fallback_of_auto();
+            let Fallback::InitFailed { library, error } = why else {
+                panic!("unexpected fallback: {why}")
             };
-            assert!(matches!(
-                library,
-                Backend::Library {
-                    simulated: true,
-                    ..
-                }
-            ));
+            assert!(is_the_simulator_library(&library));
             assert_eq!(error.acl_code(), Some(AclCode(100000)), "{error}");
             let text = runtime.backend_reason().to_string();
             assert!(
@@ -407,32 +416,21 @@ fn auto_falls_back_when_no_device_is_visible() {
     scenario(
         "auto_falls_back_when_no_device_is_visible",
         |tree| {
-            tree.link_simulator("toolkit/lib64/libascendcl.so");
-            vec![
-                ("ASCEND_TOOLKIT_HOME", tree.path("toolkit").into()),
-                ("NPU_ACL_ALLOW_SIMULATOR", "1".into()),
-                ("NPU_SIM_CONFIG", r#"{"devices": 0}"#.into()),
-                ("ASCEND_RT_VISIBLE_DEVICES", "4,5".into()),
-            ]
+            let toolkit = "ASCEND_TOOLKIT_HOME";
+            let mut env = simulated_toolkit(tree, "libascendcl.so", toolkit, r#"{"devices": 0}"#);
+            env.push(("ASCEND_RT_VISIBLE_DEVICES", "4,5".into()));
+            env
         },
         || {
-            configure_the_in_process_simulator();
-            let runtime = auto();
-            assert_eq!(runtime.backend(), &Backend::Simulator);
-            let BackendReason::Fallback(Fallback::NoDevice {
+            let (runtime, why) = fallback_of_auto();
+            let Fallback::NoDevice {
                 library,
                 visible_devices,
-            }) = runtime.backend_reason()
+            } = why
             else {
-                panic!("unexpected reason: {}", runtime.backend_reason())
+                panic!("unexpected fallback: {why}")
             };
-            assert!(matches!(
-                library,
-                Backend::Library {
-                    simulated: true,
-                    ..
-                }
-            ));
+            assert!(is_the_simulator_library(&library));
             assert_eq!(visible_devices.as_deref(), Some("4,5"));
             let text = runtime.backend_reason().to_string();
             assert!(
@@ -455,12 +453,12 @@ fn auto_uses_a_runtime_that_initialises_and_sees_devices() {
     scenario(
         "auto_uses_a_runtime_that_initialises_and_sees_devices",
         |tree| {
-            tree.copy_simulator("toolkit/lib64/libacl_rt.so");
-            vec![
-                ("ASCEND_HOME_PATH", tree.path("toolkit").into()),
-                ("NPU_ACL_ALLOW_SIMULATOR", "1".into()),
-                ("NPU_SIM_CONFIG", r#"{"devices": 3}"#.into()),
-            ]
+            simulated_toolkit(
+                tree,
+                "libacl_rt.so",
+                "ASCEND_HOME_PATH",
+                r#"{"devices": 3}"#,
+            )
         },
         || {
             let runtime = auto();

@@ -161,30 +161,29 @@ mod tests {
     use super::*;
     use crate::LoadFailure;
 
+    /// The one attempt an explicit library choice makes, when it fails.
+    fn failed_attempt(path: &str) -> LoadAttempt {
+        match load(&BackendChoice::Library(path.into())) {
+            Err(LoadError::NotFound { tried }) if tried.len() == 1 => tried[0].clone(),
+            Err(other) => panic!("unexpected {other:?}"),
+            Ok(_) => panic!("{path} is no AscendCL runtime"),
+        }
+    }
+
     #[test]
     fn a_missing_file_is_reported_with_its_path() {
-        let err = load(&BackendChoice::Library("/nonexistent/libacl_rt.so".into()))
-            .err()
-            .expect("no library there");
-        let LoadError::NotFound { tried } = err else {
-            panic!("unexpected {err:?}")
-        };
-        assert_eq!(tried[0].path, Path::new("/nonexistent/libacl_rt.so"));
-        assert_eq!(tried[0].reason, LoadFailure::NoSuchFile);
+        let attempt = failed_attempt("/nonexistent/libacl_rt.so");
+        assert_eq!(attempt.path, Path::new("/nonexistent/libacl_rt.so"));
+        assert_eq!(attempt.reason, LoadFailure::NoSuchFile);
     }
 
     #[test]
     fn a_library_without_acl_symbols_is_rejected_by_name() {
-        let err = load(&BackendChoice::Library("libc.so.6".into()))
-            .err()
-            .expect("not ACL");
-        let LoadError::NotFound { tried } = err else {
-            panic!("unexpected {err:?}")
-        };
+        let attempt = failed_attempt("libc.so.6");
         assert!(
-            matches!(&tried[0].reason, LoadFailure::NotAcl { missing } if missing.contains(&"aclInit")),
+            matches!(&attempt.reason, LoadFailure::NotAcl { missing } if missing.contains(&"aclInit")),
             "{}",
-            tried[0].reason
+            attempt.reason
         );
     }
 }
