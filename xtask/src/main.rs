@@ -84,11 +84,13 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
 const OUTPUT: &str = "crates/npu-sys/src/bindings.rs";
 const PROJECT_INCLUDE: &str = "crates/npu-sim/include";
 
-const USAGE: &str = "usage: cargo run -p xtask -- bindgen [--check | --out FILE]\n\n  \
-    bindgen       regenerate crates/npu-sys/src/bindings.rs from the ACL headers (CANN's when\n                \
-    ASCEND_TOOLKIT_HOME or ASCEND_HOME_PATH is set, else the project's)\n  \
-    --check       fail if the committed bindings differ from the project's header\n  \
-    --out FILE    write the bindings to FILE instead of the committed file";
+const USAGE: &str = "\
+usage: cargo run -p xtask -- bindgen [--check | --out FILE]
+
+  bindgen       regenerate crates/npu-sys/src/bindings.rs from the ACL headers (CANN's
+                when ASCEND_TOOLKIT_HOME or ASCEND_HOME_PATH is set, else the project's)
+  --check       fail if the committed bindings differ from the project's header
+  --out FILE    write the bindings to FILE instead of the committed file";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();

@@ -197,8 +197,9 @@ pub struct LoadAttempt {
 /// use npu_core::LoadFailure;
 ///
 /// let hal = LoadFailure::MissingDependency { library: "libascend_hal.so".into() };
-/// assert!(hal.to_string().starts_with("needs libascend_hal.so, which the dynamic loader cannot find"));
-/// assert!(hal.to_string().contains("set_env.sh"));
+/// let text = hal.to_string();
+/// assert!(text.starts_with("needs libascend_hal.so, which the dynamic loader cannot find"));
+/// assert!(text.contains("source the set_env.sh of your CANN install"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

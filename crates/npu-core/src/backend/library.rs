@@ -81,7 +81,8 @@ pub(crate) fn load_first(
 /// runtime already loaded from the same file.
 pub(crate) fn open(path: &Path) -> Result<&'static Loaded, LoadFailure> {
     let is_path = path.as_os_str().as_bytes().contains(&b'/');
-    if is_path && !path.exists() {
+    // An empty name would make dlopen return the main program.
+    if path.as_os_str().is_empty() || (is_path && !path.exists()) {
         return Err(LoadFailure::NoSuchFile);
     }
     // Held across the load, so two threads loading one file cannot make two runtimes of it.
@@ -212,6 +213,11 @@ mod tests {
             "{reasons:?}"
         );
         assert_eq!(reasons[2], LoadFailure::NotInLoaderPath);
+    }
+
+    #[test]
+    fn an_empty_path_names_no_file() {
+        assert!(matches!(open(Path::new("")), Err(LoadFailure::NoSuchFile)));
     }
 
     #[test]
