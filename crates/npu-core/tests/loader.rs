@@ -10,6 +10,7 @@ mod common;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 
 use npu_core::{
     AclCode, Backend, BackendChoice, BackendReason, Error, Fallback, LoadError, LoadFailure,
@@ -356,20 +357,46 @@ fn simulated_toolkit(tree: &Tree, name: &str, home_var: &'static str, sim_config
     ]
 }
 
-/// Builds an `auto` runtime expected to fall back, and says why it did. The in-process
-/// simulator is configured first, so that `NPU_SIM_CONFIG` (meant for the simulator loaded
-/// from the fake tree, read when its aclInit runs) does not reach it.
+/// Collects what a `tracing` subscriber writes.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Builds an `auto` runtime expected to fall back, checks that it warned why, and returns the
+/// reason. The in-process simulator is configured first, so that `NPU_SIM_CONFIG` (meant for
+/// the simulator loaded from the fake tree, read when its aclInit runs) does not reach it.
 fn fallback_of_auto() -> (Runtime, Fallback) {
     npu_sim::SimConfig::default()
         .install()
         .expect("the in-process simulator starts with defaults");
-    let runtime = auto();
+    let log = Log::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let runtime = tracing::subscriber::with_default(subscriber, auto);
     assert_eq!(runtime.backend(), &Backend::Simulator);
     let BackendReason::Fallback(why) = runtime.backend_reason() else {
         panic!("unexpected reason: {}", runtime.backend_reason())
     };
-    let why = why.clone();
-    (runtime, why)
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        text.contains("WARN") && text.contains("NPU_BACKEND=auto is using the simulator"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("reason={why}")), "{text}");
+    (runtime.clone(), why.clone())
 }
 
 fn is_the_simulator_library(backend: &Backend) -> bool {
