@@ -29,6 +29,7 @@ pub(crate) fn choose(config: Option<&Path>) -> Result<Runtime> {
 fn probe(config: Option<&Path>) -> std::result::Result<Runtime, Fallback> {
     let loaded = load_installed().map_err(|tried| Fallback::NotInstalled { tried })?;
     let library = loaded.backend.clone();
+    // The probe's reason is never seen: it is dropped here, or replaced below.
     let runtime = Runtime::start(loaded, config, BackendReason::Detected { devices: 0 }).map_err(
         |error| Fallback::InitFailed {
             library: library.clone(),
