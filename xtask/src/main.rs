@@ -3,10 +3,19 @@
 //! `cargo run -p xtask -- bindgen` regenerates `crates/npu-sys/src/bindings.rs` from the ACL
 //! header npu-sim ships (`crates/npu-sim/include/acl/acl.h`). With `ASCEND_TOOLKIT_HOME` (or
 //! `ASCEND_HOME_PATH`) set it reads the real CANN headers under `$ASCEND_TOOLKIT_HOME/include`
-//! instead, restricted to the same subset of names, so the rest of the workspace builds unchanged.
+//! instead, restricted to the same subset of names, so the rest of the workspace builds
+//! unchanged:
+//! - a header the toolkit lacks (a runtime-only toolkit has no `acl_base_mdl.h`, `acl_mdl.h`
+//!   or `acl_op.h`, which its `acl.h` and `acl_base.h` include) is taken from the project's
+//!   include directory;
+//! - an optional function, type or constant the toolkit's header does not declare (an older
+//!   toolkit) is taken from the project's header and listed in the generated file's
+//!   documentation; a missing *required* function is an error.
 //!
-//! `cargo run -p xtask -- bindgen --check` regenerates in memory and fails if the committed file
-//! differs; `.ci/run` uses it so stale bindings cannot land.
+//! `--out FILE` writes somewhere else than the committed file (CI builds the workspace against
+//! the real headers that way). `--check` regenerates from the project's header in memory,
+//! whatever the environment says, and fails if the committed file differs; `.ci/run` uses it
+//! so stale bindings cannot land.
 //!
 //! bindgen loads libclang at run time (the `runtime` feature), so building this crate needs no
 //! libclang; running the `bindgen` command does.
@@ -75,16 +84,21 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
 const OUTPUT: &str = "crates/npu-sys/src/bindings.rs";
 const PROJECT_INCLUDE: &str = "crates/npu-sim/include";
 
+const USAGE: &str = "\
+usage: cargo run -p xtask -- bindgen [--check | --out FILE]
+
+  bindgen       regenerate crates/npu-sys/src/bindings.rs from the ACL headers (CANN's
+                when ASCEND_TOOLKIT_HOME or ASCEND_HOME_PATH is set, else the project's)
+  --check       fail if the committed bindings differ from the project's header
+  --out FILE    write the bindings to FILE instead of the committed file";
+
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("bindgen") => bindgen_command(args.iter().skip(1).any(|a| a == "--check")),
-        _ => Err(
-            "usage: cargo run -p xtask -- bindgen [--check]\n\n  bindgen   regenerate \
-             crates/npu-sys/src/bindings.rs from the ACL headers\n  --check   fail if the \
-             committed bindings differ from a fresh generation"
-                .to_string(),
-        ),
+    let result = match args.split_first() {
+        Some((command, rest)) if command == "bindgen" => {
+            parse_bindgen(rest).and_then(|mode| bindgen_command(&mode))
+        }
+        _ => Err(USAGE.to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -95,6 +109,24 @@ fn main() -> ExitCode {
     }
 }
 
+/// What `bindgen` was asked to do.
+#[derive(Debug, PartialEq, Eq)]
+enum Mode {
+    /// Compare a generation from the project's header with the committed file.
+    Check,
+    /// Generate (from the toolkit's headers when the environment names a toolkit) into a file.
+    Write(PathBuf),
+}
+
+fn parse_bindgen(args: &[String]) -> Result<Mode, String> {
+    match args {
+        [] => Ok(Mode::Write(workspace_root().join(OUTPUT))),
+        [flag] if flag == "--check" => Ok(Mode::Check),
+        [flag, file] if flag == "--out" => Ok(Mode::Write(PathBuf::from(file))),
+        _ => Err(format!("unexpected arguments {args:?}\n{USAGE}")),
+    }
+}
+
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -102,24 +134,39 @@ fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-fn bindgen_command(check: bool) -> Result<(), String> {
+fn bindgen_command(mode: &Mode) -> Result<(), String> {
     let root = workspace_root();
-    let generated = generate(&root)?;
-    let output = root.join(OUTPUT);
-    if check {
-        let committed = fs::read_to_string(&output)
-            .map_err(|e| format!("cannot read {}: {e}", output.display()))?;
-        if committed != generated {
-            return Err(format!(
-                "{OUTPUT} is stale: the ACL header changed without regenerating the bindings.\n\
-                 Run `cargo run -p xtask -- bindgen` and commit the result."
-            ));
+    match mode {
+        Mode::Check => {
+            // Always the project's header: the answer must not depend on whether the shell
+            // sourced CANN's set_env.sh.
+            let generated = generate(&root, None)?;
+            let output = root.join(OUTPUT);
+            let committed = fs::read_to_string(&output)
+                .map_err(|e| format!("cannot read {}: {e}", output.display()))?;
+            if committed != generated {
+                return Err(format!(
+                    "{OUTPUT} is stale: the ACL header changed without regenerating the \
+                     bindings.\nRun `cargo run -p xtask -- bindgen` (without a toolkit in the \
+                     environment) and commit the result."
+                ));
+            }
+            println!("{OUTPUT} is up to date");
         }
-        println!("{OUTPUT} is up to date");
-    } else {
-        fs::write(&output, generated)
-            .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
-        println!("wrote {OUTPUT}");
+        Mode::Write(output) => {
+            let toolkit = toolkit_include();
+            let generated = generate(&root, toolkit.as_deref())?;
+            fs::write(output, generated)
+                .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+            println!("wrote {}", output.display());
+            if let Some(include) = toolkit {
+                println!(
+                    "(from the CANN headers in {}: for checking that toolkit, not for \
+                     committing; CI checks the committed file against the project's header)",
+                    include.display()
+                );
+            }
+        }
     }
     Ok(())
 }
@@ -132,23 +179,119 @@ fn toolkit_include() -> Option<PathBuf> {
         .map(|home| PathBuf::from(home).join("include"))
 }
 
-fn generate(root: &Path) -> Result<String, String> {
+fn generate(root: &Path, toolkit: Option<&Path>) -> Result<String, String> {
     let project_include = root.join(PROJECT_INCLUDE);
-    let ours = run_bindgen(&project_include, None)?;
-    let (source, file) = match toolkit_include() {
+    let ours = run_bindgen(
+        &project_include.join("acl/acl.h"),
+        &[&project_include],
+        None,
+    )?;
+    let (file, source, absent) = match toolkit {
         Some(include) => {
-            // The subset is defined by our header: take exactly its names from the real one.
-            let names = item_names(&ours);
-            let generated = run_bindgen(&include, Some(&names))?;
-            (
-                format!("the CANN headers in {}", include.display()),
-                generated,
-            )
+            let theirs = toolkit_bindings(include, &project_include, &ours)?;
+            let (file, absent) = complete(theirs, &ours)?;
+            if !absent.is_empty() {
+                eprintln!(
+                    "xtask: the toolkit's header does not declare {absent:?}; they are taken \
+                     from the project's header (a runtime without them reports the functions \
+                     unsupported)"
+                );
+            }
+            let source = format!("the CANN headers in {}", include.display());
+            (file, source, absent)
         }
-        None => (format!("{PROJECT_INCLUDE}/acl/acl.h"), ours),
+        None => (ours, format!("{PROJECT_INCLUDE}/acl/acl.h"), Vec::new()),
     };
-    let text = render(&file, &source)?;
+    let text = render(&file, &source, &absent)?;
     rustfmt(root, &text)
+}
+
+/// Runs bindgen on the toolkit's `acl/acl.h`, restricted to the names of our header. Headers
+/// the toolkit lacks are served from a scratch directory holding just those files copied from
+/// the project, searched after the toolkit's own directories, so a copied header that includes
+/// a sibling the toolkit has gets the toolkit's version.
+fn toolkit_bindings(
+    include: &Path,
+    project_include: &Path,
+    ours: &syn::File,
+) -> Result<syn::File, String> {
+    let scratch = env::temp_dir().join(format!("npu-xtask-headers-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&scratch);
+    copy_missing(project_include, include, &scratch).map_err(|e| {
+        format!(
+            "cannot lay out the fallback headers in {}: {e}",
+            scratch.display()
+        )
+    })?;
+    let dirs = [
+        include.to_path_buf(),
+        include.join("acl"),
+        scratch.clone(),
+        scratch.join("acl"),
+    ];
+    let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+    let names = item_names(ours);
+    let result = run_bindgen(&include.join("acl/acl.h"), &dirs, Some(&names));
+    let _ = fs::remove_dir_all(&scratch);
+    result
+}
+
+/// Copies every file under `from` whose relative path does not exist under `present` to `to`.
+fn copy_missing(from: &Path, present: &Path, to: &Path) -> std::io::Result<()> {
+    for entry in fs::read_dir(from)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let (source, target, existing) = (entry.path(), to.join(&name), present.join(&name));
+        if entry.file_type()?.is_dir() {
+            copy_missing(&source, &existing, &target)?;
+        } else if !existing.exists() {
+            fs::create_dir_all(to)?;
+            fs::copy(&source, &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// Adds to the toolkit's bindings what our header declares and the toolkit's does not
+/// (optional functions, types, constants), returning the names added. A required function
+/// the toolkit does not declare is an error: npu-rs cannot run without it.
+fn complete(theirs: syn::File, ours: &syn::File) -> Result<(syn::File, Vec<String>), String> {
+    let declared = item_names(&theirs);
+    let mut file = theirs;
+    let mut absent = Vec::new();
+    let mut required_missing = Vec::new();
+    for item in &ours.items {
+        let mut missing = item.clone();
+        if let syn::Item::ForeignMod(block) = &mut missing {
+            block.items.retain(|f| match f {
+                syn::ForeignItem::Fn(f) => !declared.contains(&f.sig.ident.to_string()),
+                _ => false,
+            });
+            for f in &block.items {
+                if let syn::ForeignItem::Fn(f) = f {
+                    let name = f.sig.ident.to_string();
+                    if OPTIONAL_FUNCTIONS.contains(&name.as_str()) {
+                        absent.push(name);
+                    } else {
+                        required_missing.push(name);
+                    }
+                }
+            }
+            if !block.items.is_empty() {
+                file.items.push(missing);
+            }
+        } else if let Some(name) = item_name(item).filter(|n| !declared.contains(n)) {
+            absent.push(name);
+            file.items.push(missing);
+        }
+    }
+    if !required_missing.is_empty() {
+        return Err(format!(
+            "the toolkit's header does not declare these required functions: \
+             {required_missing:?} (a toolkit too old for npu-rs?)"
+        ));
+    }
+    Ok((file, absent))
 }
 
 /// Makes `#define`d error codes `c_int` like `aclError`, and flags `u32` as ACL passes them.
@@ -165,14 +308,21 @@ impl ParseCallbacks for IntKinds {
     }
 }
 
-fn run_bindgen(include: &Path, only: Option<&BTreeSet<String>>) -> Result<syn::File, String> {
-    let header = include.join("acl").join("acl.h");
+fn run_bindgen(
+    header: &Path,
+    include_dirs: &[&Path],
+    only: Option<&BTreeSet<String>>,
+) -> Result<syn::File, String> {
     if !header.is_file() {
         return Err(format!("no ACL header at {}", header.display()));
     }
     let mut builder = bindgen::Builder::default()
         .header(header.to_string_lossy())
-        .clang_arg(format!("-I{}", include.display()))
+        .clang_args(
+            include_dirs
+                .iter()
+                .map(|dir| format!("-I{}", dir.display())),
+        )
         .default_enum_style(bindgen::EnumVariation::Consts)
         .prepend_enum_name(false)
         .derive_default(true)
@@ -204,30 +354,28 @@ fn run_bindgen(include: &Path, only: Option<&BTreeSet<String>>) -> Result<syn::F
 fn item_names(file: &syn::File) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for item in &file.items {
-        match item {
-            syn::Item::ForeignMod(block) => {
-                for f in &block.items {
-                    if let syn::ForeignItem::Fn(f) = f {
-                        names.insert(f.sig.ident.to_string());
-                    }
+        if let syn::Item::ForeignMod(block) = item {
+            for f in &block.items {
+                if let syn::ForeignItem::Fn(f) = f {
+                    names.insert(f.sig.ident.to_string());
                 }
             }
-            syn::Item::Type(t) => {
-                names.insert(t.ident.to_string());
-            }
-            syn::Item::Struct(s) => {
-                names.insert(s.ident.to_string());
-            }
-            syn::Item::Union(u) => {
-                names.insert(u.ident.to_string());
-            }
-            syn::Item::Const(c) => {
-                names.insert(c.ident.to_string());
-            }
-            _ => {}
+        } else {
+            names.extend(item_name(item));
         }
     }
     names
+}
+
+/// The name of a generated type or constant.
+fn item_name(item: &syn::Item) -> Option<String> {
+    match item {
+        syn::Item::Type(t) => Some(t.ident.to_string()),
+        syn::Item::Struct(s) => Some(s.ident.to_string()),
+        syn::Item::Union(u) => Some(u.ident.to_string()),
+        syn::Item::Const(c) => Some(c.ident.to_string()),
+        _ => None,
+    }
 }
 
 /// Prefixes every generated type name in a signature with `$crate` (spelled `__CRATE__` until
@@ -256,7 +404,9 @@ fn tidy(tokens: &str) -> String {
         .replace("__CRATE__", "$crate")
 }
 
-fn render(file: &syn::File, source: &str) -> Result<String, String> {
+/// The bindings' text. `absent` lists what the toolkit's header did not declare (taken from the
+/// project's header): it is written into the module documentation.
+fn render(file: &syn::File, source: &str, absent: &[String]) -> Result<String, String> {
     let types: BTreeSet<String> = file
         .items
         .iter()
@@ -309,14 +459,24 @@ fn render(file: &syn::File, source: &str) -> Result<String, String> {
         .collect();
     if !missing.is_empty() {
         return Err(format!(
-            "optional functions not declared by the header: {missing:?}"
+            "OPTIONAL_FUNCTIONS names functions the project's header does not declare: \
+             {missing:?}"
         ));
     }
+    let absent_note = if absent.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "//!\n//! Not declared by that header, so taken from npu-rs's own (a runtime \
+             without these\n//! functions reports them unsupported): {}.\n",
+            absent.join(", ")
+        )
+    };
 
     Ok(format!(
         "//! Raw ACL types, constants and the function list, generated by bindgen from \
-         {source}.\n//!\n//! Do not edit: run `cargo run -p xtask -- bindgen` instead.\n\n\
-         {items}\n\
+         {source}.\n{absent_note}//!\n//! Do not edit: run `cargo run -p xtask -- bindgen` \
+         instead.\n\n{items}\n\
          /// Expands `$callback! {{ $extra required {{ fn ...; }} optional {{ fn ...; }} }}` with \
          every\n/// ACL function npu-rs binds, in header order. `optional` lists the functions \
          only newer\n/// CANN releases export.\n\
@@ -352,4 +512,80 @@ fn rustfmt(root: &Path, text: &str) -> Result<String, String> {
         return Err("rustfmt rejected the generated bindings".into());
     }
     String::from_utf8(out.stdout).map_err(|e| format!("rustfmt output: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn arguments_select_a_mode_and_anything_else_is_refused() {
+        let committed = workspace_root().join(OUTPUT);
+        assert_eq!(parse_bindgen(&[]), Ok(Mode::Write(committed)));
+        assert_eq!(parse_bindgen(&args(&["--check"])), Ok(Mode::Check));
+        assert_eq!(
+            parse_bindgen(&args(&["--out", "/tmp/b.rs"])),
+            Ok(Mode::Write("/tmp/b.rs".into()))
+        );
+        for wrong in [&["--check", "--out", "x"][..], &["--out"], &["--chek"]] {
+            let err = parse_bindgen(&args(wrong)).unwrap_err();
+            assert!(err.starts_with("unexpected arguments"), "{err}");
+        }
+    }
+
+    fn file(text: &str) -> syn::File {
+        syn::parse_str(text).expect("valid Rust")
+    }
+
+    #[test]
+    fn what_an_older_toolkit_lacks_comes_from_our_header_and_is_listed() {
+        let ours = file(
+            "pub type aclError = i32; pub const ACL_NEW: u32 = 1; \
+             unsafe extern \"C\" { pub fn aclInit(p: *const u8) -> aclError; \
+             pub fn aclrtHostRegisterV2(p: *mut u8, n: u64, f: u32) -> aclError; }",
+        );
+        let theirs = file(
+            "pub type aclError = i32; \
+             unsafe extern \"C\" { pub fn aclInit(p: *const u8) -> aclError; }",
+        );
+        let (completed, absent) = complete(theirs, &ours).unwrap();
+        assert_eq!(absent, ["ACL_NEW", "aclrtHostRegisterV2"]);
+        assert_eq!(item_names(&completed), item_names(&ours));
+    }
+
+    #[test]
+    fn a_required_function_the_toolkit_lacks_is_an_error() {
+        let ours = file("unsafe extern \"C\" { pub fn aclInit(p: *const u8) -> i32; }");
+        let err = complete(file(""), &ours).unwrap_err();
+        assert!(err.contains("required functions: [\"aclInit\"]"), "{err}");
+    }
+
+    #[test]
+    fn only_the_headers_the_toolkit_lacks_are_copied() {
+        let base = env::temp_dir().join(format!("npu-xtask-test-{}", std::process::id()));
+        let (ours, toolkit, scratch) = (base.join("ours"), base.join("toolkit"), base.join("s"));
+        for dir in [ours.join("acl/error_codes"), toolkit.join("acl")] {
+            fs::create_dir_all(dir).unwrap();
+        }
+        for header in [
+            "acl/acl.h",
+            "acl/acl_op.h",
+            "acl/error_codes/rt_error_codes.h",
+        ] {
+            fs::write(ours.join(header), header).unwrap();
+        }
+        fs::write(toolkit.join("acl/acl.h"), "theirs").unwrap();
+        copy_missing(&ours, &toolkit, &scratch).unwrap();
+        assert!(!scratch.join("acl/acl.h").exists(), "the toolkit has it");
+        assert_eq!(
+            fs::read_to_string(scratch.join("acl/acl_op.h")).unwrap(),
+            "acl/acl_op.h"
+        );
+        assert!(scratch.join("acl/error_codes/rt_error_codes.h").exists());
+        fs::remove_dir_all(&base).unwrap();
+    }
 }

@@ -176,19 +176,67 @@ impl std::error::Error for AclError {}
 /// One place the loader looked for an AscendCL runtime, and why it was not used.
 ///
 /// ```
-/// use npu_core::{Error, LoadError, Runtime};
+/// use npu_core::{Error, LoadError, LoadFailure, Runtime};
 ///
-/// let missing = Runtime::builder().library("/nonexistent/libascendcl.so").build().unwrap_err();
+/// let missing = Runtime::builder().library("/nonexistent/libacl_rt.so").build().unwrap_err();
 /// let Error::Load(LoadError::NotFound { tried }) = missing else { unreachable!() };
-/// assert_eq!(tried[0].path, std::path::Path::new("/nonexistent/libascendcl.so"));
-/// assert_eq!(tried[0].reason, "no such file");
+/// assert_eq!(tried[0].path, std::path::Path::new("/nonexistent/libacl_rt.so"));
+/// assert_eq!(tried[0].reason, LoadFailure::NoSuchFile);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadAttempt {
     /// The path or library name handed to the dynamic loader.
     pub path: PathBuf,
     /// Why it could not be used.
-    pub reason: String,
+    pub reason: LoadFailure,
+}
+
+/// Why one candidate library could not be used.
+///
+/// ```
+/// use npu_core::LoadFailure;
+///
+/// let hal = LoadFailure::MissingDependency { library: "libascend_hal.so".into() };
+/// let text = hal.to_string();
+/// assert!(text.starts_with("needs libascend_hal.so, which the dynamic loader cannot find"));
+/// assert!(text.contains("source the set_env.sh of your CANN install"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadFailure {
+    /// The path names no file.
+    #[error("no such file")]
+    NoSuchFile,
+    /// A bare library name the system loader did not find.
+    #[error("not found by the system loader (LD_LIBRARY_PATH, the ld.so cache)")]
+    NotInLoaderPath,
+    /// The library exists, but a library it links against could not be found. CANN's runtime
+    /// needs the rest of the toolkit and the driver (`libascend_hal.so`), which only
+    /// `set_env.sh` puts on `LD_LIBRARY_PATH`.
+    #[error(
+        "needs {library}, which the dynamic loader cannot find: source the set_env.sh of your \
+         CANN install (e.g. `source /usr/local/Ascend/cann/set_env.sh`) so that LD_LIBRARY_PATH \
+         lists the toolkit's and the driver's libraries"
+    )]
+    MissingDependency {
+        /// The file name of the missing library, as the dynamic loader reported it.
+        library: String,
+    },
+    /// The library loaded but lacks required ACL functions: it is not an AscendCL runtime.
+    #[error("not an AscendCL runtime: missing required ACL symbols: {}", .missing.join(", "))]
+    NotAcl {
+        /// The required functions it does not export.
+        missing: Vec<&'static str>,
+    },
+    /// npu-sim's build of the runtime, found where CANN's was expected.
+    #[error(
+        "is npu-sim's build, not CANN's (name it in NPU_ACL_LIB, or set \
+         NPU_ACL_ALLOW_SIMULATOR=1, to load it)"
+    )]
+    Simulator,
+    /// Any other error of the dynamic loader, in its words.
+    #[error("{0}")]
+    Loader(String),
 }
 
 /// Selecting or loading the ACL runtime failed.
@@ -204,7 +252,10 @@ pub struct LoadAttempt {
 #[non_exhaustive]
 pub enum LoadError {
     /// No candidate library could be loaded.
-    #[error("no usable AscendCL runtime (libascendcl.so) was found; tried:{}", list(.tried))]
+    #[error(
+        "no usable AscendCL runtime (libacl_rt.so or libascendcl.so) was found; tried:{}",
+        list_attempts(.tried)
+    )]
     NotFound {
         /// Every candidate, in the order tried.
         tried: Vec<LoadAttempt>,
@@ -217,7 +268,7 @@ pub enum LoadError {
     SimulatorNotBuilt,
 }
 
-fn list(tried: &[LoadAttempt]) -> String {
+pub(crate) fn list_attempts(tried: &[LoadAttempt]) -> String {
     tried
         .iter()
         .map(|a| format!("\n  {}: {}", a.path.display(), a.reason))
@@ -244,19 +295,20 @@ mod tests {
         let err = LoadError::NotFound {
             tried: vec![
                 LoadAttempt {
-                    path: "/a/libascendcl.so".into(),
-                    reason: "no such file".into(),
+                    path: "/a/libacl_rt.so".into(),
+                    reason: LoadFailure::NoSuchFile,
                 },
                 LoadAttempt {
                     path: "libascendcl.so".into(),
-                    reason: "not found".into(),
+                    reason: LoadFailure::Simulator,
                 },
             ],
         };
         assert_eq!(
             err.to_string(),
-            "no usable AscendCL runtime (libascendcl.so) was found; tried:\n  \
-             /a/libascendcl.so: no such file\n  libascendcl.so: not found"
+            "no usable AscendCL runtime (libacl_rt.so or libascendcl.so) was found; tried:\n  \
+             /a/libacl_rt.so: no such file\n  libascendcl.so: is npu-sim's build, not CANN's \
+             (name it in NPU_ACL_LIB, or set NPU_ACL_ALLOW_SIMULATOR=1, to load it)"
         );
     }
 

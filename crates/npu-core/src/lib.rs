@@ -1,7 +1,7 @@
 //! The foundation of npu-rs: loading the AscendCL runtime, typed errors, devices, and contexts
 //! that follow the task rather than the thread.
 //!
-//! - [`Runtime`] loads a real `libascendcl.so` or the npu-sim simulator (`NPU_BACKEND`) and
+//! - [`Runtime`] loads CANN's runtime (`libacl_rt.so`) or the npu-sim simulator (`NPU_BACKEND`) and
 //!   initialises ACL once.
 //! - [`Device`] and [`Context`] wrap devices and contexts; every context-dependent object holds
 //!   its `Context` and binds it before each call, so a Tokio task may migrate between threads.
@@ -33,12 +33,12 @@ mod module;
 pub mod reaper;
 mod runtime;
 
-pub use backend::{Backend, BackendChoice};
+pub use backend::{Backend, BackendChoice, BackendReason, Fallback};
 pub use code::{AclCode, ErrorClass};
 pub use completion::{Completer, Completion, UseList, Wait};
 pub use context::Context;
 pub use device::{Device, DeviceAttr, DeviceStatus, MemAttr, MemInfo, PeerAccess, PriorityRange};
-pub use error::{AclError, Error, LoadAttempt, LoadError, Result};
+pub use error::{AclError, Error, LoadAttempt, LoadError, LoadFailure, Result};
 pub use launch::{ArgPacker, Engine, LaunchConfig};
 pub use module::{BinaryMagic, Function, Module, ModuleLoader};
 pub use runtime::{Runtime, RuntimeBuilder};

@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, Weak};
 
-use crate::backend::{self, Backend, BackendChoice, Loaded};
+use crate::backend::{self, Backend, BackendChoice, BackendReason, Loaded};
 use crate::code::AclCode;
 use crate::context::ContextInner;
 use crate::device::Device;
@@ -35,6 +35,7 @@ pub struct Runtime {
 
 struct RuntimeInner {
     loaded: &'static Loaded,
+    reason: BackendReason,
 }
 
 /// Per loaded library: primary contexts, shared by every `Device` handle of a device, and peer
@@ -123,11 +124,14 @@ impl RuntimeBuilder {
             Some(choice) => choice,
             None => BackendChoice::from_env()?,
         };
-        let loaded = backend::load(&choice)?;
-        acquire(loaded, self.config.as_deref())?;
-        Ok(Runtime {
-            inner: Arc::new(RuntimeInner { loaded }),
-        })
+        let config = self.config.as_deref();
+        match choice {
+            BackendChoice::Auto => backend::auto::choose(config),
+            explicit => {
+                let loaded = backend::load(&explicit)?;
+                Runtime::start(loaded, config, BackendReason::Requested(explicit))
+            }
+        }
     }
 }
 
@@ -199,6 +203,18 @@ fn recent_message(loaded: &Loaded) -> Option<String> {
 }
 
 impl Runtime {
+    /// Takes an `aclInit` reference on `loaded` (initialising ACL if it is the first).
+    pub(crate) fn start(
+        loaded: &'static Loaded,
+        config: Option<&std::path::Path>,
+        reason: BackendReason,
+    ) -> Result<Runtime> {
+        acquire(loaded, config)?;
+        Ok(Runtime {
+            inner: Arc::new(RuntimeInner { loaded, reason }),
+        })
+    }
+
     /// A builder for a runtime with an explicit backend or `aclInit` configuration.
     ///
     /// ```
@@ -241,6 +257,27 @@ impl Runtime {
     /// ```
     pub fn backend(&self) -> &Backend {
         &self.inner.loaded.backend
+    }
+
+    /// Why this runtime uses [`backend`](Self::backend): requested explicitly, or what `auto`
+    /// found (and, when it fell back to the simulator, why). `auto` also logs this.
+    ///
+    /// ```
+    /// use npu_core::{Backend, BackendChoice, BackendReason, Runtime};
+    ///
+    /// let rt = Runtime::builder().backend(BackendChoice::Auto).build()?;
+    /// match rt.backend_reason() {
+    ///     BackendReason::Detected { devices } => assert!(*devices >= 1), // a CANN host
+    ///     BackendReason::Fallback(why) => {
+    ///         assert_eq!(rt.backend(), &Backend::Simulator);
+    ///         println!("simulator: {why}"); // e.g. "no usable AscendCL runtime was found; ..."
+    ///     }
+    ///     other => panic!("auto cannot give {other}"),
+    /// }
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn backend_reason(&self) -> &BackendReason {
+        &self.inner.reason
     }
 
     /// The raw function table.
@@ -404,6 +441,7 @@ impl fmt::Debug for Runtime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Runtime")
             .field("backend", self.backend())
+            .field("reason", self.backend_reason())
             .finish()
     }
 }

@@ -99,7 +99,9 @@ pub const MAX_DEVICES: u32 = 64;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SimConfig {
-    /// Number of devices (`aclrtGetDeviceCount`), 1 to [`MAX_DEVICES`].
+    /// Number of devices (`aclrtGetDeviceCount`), 0 to [`MAX_DEVICES`]. 0 simulates a host with
+    /// the toolkit but no NPU: `aclInit` succeeds, the count is 0 and every device id is
+    /// invalid (how npu-core's `auto` is tested to fall back).
     pub devices: u32,
     /// Memory capacity of each device in bytes (`aclrtGetMemInfo`'s total).
     pub memory_per_device: u64,
@@ -127,7 +129,7 @@ impl Default for SimConfig {
 ///
 /// use npu_sim::{ConfigError, SimConfig};
 ///
-/// let out_of_range = SimConfig::from_json(r#"{"devices": 0}"#).unwrap_err();
+/// let out_of_range = SimConfig::from_json(r#"{"devices": 65}"#).unwrap_err();
 /// assert!(matches!(out_of_range, ConfigError::Invalid(_)));
 /// let misspelt = SimConfig::from_json(r#"{"device": 2}"#).unwrap_err();
 /// assert!(matches!(misspelt, ConfigError::Json(_)), "unknown keys are refused");
@@ -248,9 +250,9 @@ impl SimConfig {
     /// assert!(config.validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.devices == 0 || self.devices > MAX_DEVICES {
+        if self.devices > MAX_DEVICES {
             return Err(ConfigError::Invalid(format!(
-                "devices must be 1 to {MAX_DEVICES}, not {}",
+                "devices must be 0 to {MAX_DEVICES}, not {}",
                 self.devices
             )));
         }
@@ -495,6 +497,10 @@ mod tests {
         let text = serde_json::to_string(&config).unwrap();
         assert_eq!(SimConfig::from_json(&text).unwrap(), config);
         assert!(SimConfig::from_json(r#"{"device": 3}"#).is_err());
-        assert!(SimConfig::from_json(r#"{"devices": 0}"#).is_err());
+        assert!(SimConfig::from_json(r#"{"devices": 65}"#).is_err());
+        assert_eq!(
+            SimConfig::from_json(r#"{"devices": 0}"#).unwrap().devices,
+            0
+        );
     }
 }

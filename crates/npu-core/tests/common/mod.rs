@@ -22,6 +22,7 @@ pub(crate) fn simulator_library() -> PathBuf {
 
 /// Both ways of reaching the simulator: linked in-process, and dlopened as a real
 /// libascendcl.so would be. Every test that takes a runtime runs on both.
+#[allow(dead_code, reason = "the loader tests build their own runtimes")]
 pub(crate) fn runtimes() -> Vec<(&'static str, Runtime)> {
     let in_process = Runtime::builder()
         .backend(BackendChoice::Sim)

@@ -1,0 +1,231 @@
+//! Loading an AscendCL runtime library, once per file the dynamic loader maps.
+
+use std::ffi::{CStr, OsStr, c_void};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::Backend;
+use super::search::Candidate;
+use crate::error::{LoadAttempt, LoadFailure};
+use crate::ffi::AclApi;
+use crate::runtime::SharedState;
+
+/// A loaded runtime. Loaded runtimes live for the rest of the process: their worker threads and
+/// thread-local destructors must never outlive their code, so libraries are never unloaded.
+pub(crate) struct Loaded {
+    pub(crate) api: AclApi,
+    pub(crate) backend: Backend,
+    /// Distinguishes runtimes in per-thread caches; ACL state is per loaded library.
+    pub(crate) id: usize,
+    /// How many `Runtime`s hold an `aclInit` reference on this library. Separate from
+    /// `shared`: `aclInit` and `aclFinalize` run under this lock.
+    pub(crate) init_users: Mutex<usize>,
+    /// Primary contexts and peer-access counts of this library.
+    pub(crate) shared: Mutex<SharedState>,
+}
+
+impl Loaded {
+    pub(crate) fn leak(api: AclApi, backend: Backend) -> &'static Loaded {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+        Box::leak(Box::new(Loaded {
+            api,
+            backend,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            init_users: Mutex::new(0),
+            shared: Mutex::default(),
+        }))
+    }
+
+    pub(crate) fn is_simulated(&self) -> bool {
+        matches!(
+            self.backend,
+            Backend::Library {
+                simulated: true,
+                ..
+            }
+        )
+    }
+}
+
+/// Every library loaded so far. A library is identified by the address of its `aclInit`, not
+/// by the path it was asked for: the dynamic loader maps a file once however it is spelt (a
+/// symlink, `..`, a bare name found on `LD_LIBRARY_PATH`), so two handles to one mapped object
+/// resolve the symbol to one address, and they must share one runtime (its contexts, its
+/// `aclInit` count) as they share one ACL state.
+static LIBRARIES: Mutex<Vec<&'static Loaded>> = Mutex::new(Vec::new());
+
+/// Loads the first candidate that is an acceptable runtime, or lists why each was not.
+pub(crate) fn load_first(
+    candidates: impl IntoIterator<Item = Candidate>,
+) -> Result<&'static Loaded, Vec<LoadAttempt>> {
+    let mut tried = Vec::new();
+    for candidate in candidates {
+        let reason = match open(&candidate.path) {
+            Ok(loaded) if candidate.accepts_simulator || !loaded.is_simulated() => {
+                return Ok(loaded);
+            }
+            Ok(_) => LoadFailure::Simulator,
+            Err(reason) => reason,
+        };
+        tried.push(LoadAttempt {
+            path: candidate.path,
+            reason,
+        });
+    }
+    Err(tried)
+}
+
+/// Loads the library at `path` (a bare name is searched by the dynamic loader), or returns the
+/// runtime already loaded from the same file.
+pub(crate) fn open(path: &Path) -> Result<&'static Loaded, LoadFailure> {
+    let is_path = path.as_os_str().as_bytes().contains(&b'/');
+    // An empty name would make dlopen return the main program.
+    if path.as_os_str().is_empty() || (is_path && !path.exists()) {
+        return Err(LoadFailure::NoSuchFile);
+    }
+    // Held across the load, so two threads loading one file cannot make two runtimes of it.
+    let mut libraries = LIBRARIES.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: loading runs the library's initialisers. The candidates are the AscendCL runtime
+    // of a CANN install or npu-sim's build of it, both of which are designed to be dlopened.
+    let library =
+        unsafe { libloading::Library::new(path) }.map_err(|e| loader_failure(path, &e))?;
+    // SAFETY: an AscendCL runtime exports these functions with the header's prototypes, and
+    // the library is leaked below, so the pointers stay valid for the rest of the process.
+    let api = unsafe { AclApi::from_library(&library) }
+        .map_err(|e| LoadFailure::NotAcl { missing: e.missing })?;
+    // The handle is deliberately leaked: loaded runtimes are never unloaded (see `Loaded`).
+    // Loading an already mapped file again only raised its reference count.
+    let simulated = is_simulator(&library);
+    std::mem::forget(library);
+    if let Some(loaded) = libraries
+        .iter()
+        .find(|l| std::ptr::fn_addr_eq(l.api.aclInit, api.aclInit))
+    {
+        return Ok(loaded);
+    }
+    let unsupported = api.unsupported();
+    if !unsupported.is_empty() {
+        tracing::debug!(path = %path.display(), ?unsupported, "optional ACL functions absent");
+    }
+    let file = mapped_file(api.aclInit as *const c_void).unwrap_or_else(|| path.to_path_buf());
+    let loaded = Loaded::leak(
+        api,
+        Backend::Library {
+            path: file.canonicalize().unwrap_or(file),
+            simulated,
+        },
+    );
+    libraries.push(loaded);
+    Ok(loaded)
+}
+
+/// npu-sim's build exports its control functions (`npusim*`); CANN's runtime has none of them.
+fn is_simulator(library: &libloading::Library) -> bool {
+    // SAFETY: only the symbol's presence is checked; it is never dereferenced or called.
+    unsafe { library.get::<*const ()>(b"npusimConfigure\0") }.is_ok()
+}
+
+/// The file the dynamic loader mapped for the object holding `symbol`, as its link map names it
+/// (the path given to `dlopen`, or the one the loader found for a bare name).
+fn mapped_file(symbol: *const c_void) -> Option<PathBuf> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr only reads the loader's tables and writes the `Dl_info` it is given.
+    if unsafe { libc::dladdr(symbol, info.as_mut_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: dladdr succeeded, so it filled `info` (and it was zeroed before).
+    let info = unsafe { info.assume_init() };
+    if info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: a non-NULL dli_fname is a NUL-terminated string owned by the loader, which keeps
+    // it while the object is mapped (forever, here); it is copied out at once.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) };
+    Some(PathBuf::from(OsStr::from_bytes(name.to_bytes())))
+}
+
+/// Classifies a `dlopen` failure. glibc reports a library that cannot be found as
+/// `<name>: cannot open shared object file: ...`; when `<name>` is not the library asked for, a
+/// library it depends on is missing.
+fn loader_failure(path: &Path, err: &libloading::Error) -> LoadFailure {
+    let text = with_sources(err);
+    let Some(before) = text
+        .find(": cannot open shared object file")
+        .map(|end| &text[..end])
+    else {
+        return LoadFailure::Loader(text);
+    };
+    let missing = before.rsplit([' ', '"']).next().unwrap_or(before);
+    let wanted = path.file_name().and_then(OsStr::to_str);
+    let missing_name = Path::new(missing).file_name().and_then(OsStr::to_str);
+    if missing_name != wanted {
+        LoadFailure::MissingDependency {
+            library: missing.to_string(),
+        }
+    } else if path.as_os_str().as_bytes().contains(&b'/') {
+        LoadFailure::Loader(text)
+    } else {
+        LoadFailure::NotInLoaderPath
+    }
+}
+
+/// An error and its causes on one line: libloading keeps dlerror's text in the source.
+fn with_sources(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(path: &str) -> Candidate {
+        Candidate {
+            path: path.into(),
+            accepts_simulator: false,
+        }
+    }
+
+    #[test]
+    fn every_failed_candidate_is_listed_with_its_reason() {
+        let candidates = [
+            "/nonexistent/a/libacl_rt.so",
+            "libc.so.6",
+            "no-such-library.so",
+        ]
+        .map(candidate);
+        let Err(tried) = load_first(candidates) else {
+            panic!("nothing there is an ACL runtime")
+        };
+        let reasons: Vec<_> = tried.iter().map(|t| t.reason.clone()).collect();
+        assert_eq!(reasons.len(), 3, "{reasons:?}");
+        assert_eq!(reasons[0], LoadFailure::NoSuchFile);
+        assert!(
+            matches!(&reasons[1], LoadFailure::NotAcl { missing } if missing.contains(&"aclInit")),
+            "{reasons:?}"
+        );
+        assert_eq!(reasons[2], LoadFailure::NotInLoaderPath);
+    }
+
+    #[test]
+    fn an_empty_path_names_no_file() {
+        assert!(matches!(open(Path::new("")), Err(LoadFailure::NoSuchFile)));
+    }
+
+    #[test]
+    fn a_file_that_is_no_library_gives_the_loader_s_words() {
+        let not_elf = std::env::current_dir().unwrap().join("Cargo.toml");
+        let Err(LoadFailure::Loader(text)) = open(&not_elf) else {
+            panic!("Cargo.toml is not a shared object")
+        };
+        assert!(text.contains("Cargo.toml"), "{text}");
+    }
+}

@@ -1,0 +1,505 @@
+//! Finding and loading CANN's runtime, on fake install trees built in temporary folders from
+//! npu-sim's cdylib.
+//!
+//! The environment and the process's loaded libraries are global, so every scenario that sets
+//! variables runs in a child process: the test re-executes this binary for itself alone with
+//! `SCENARIO` set and the loader's variables replaced, and the child runs the test's body.
+
+mod common;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use npu_core::{
+    AclCode, Backend, BackendChoice, BackendReason, Error, Fallback, LoadError, LoadFailure,
+    Runtime,
+};
+
+/// Names the test a child process runs.
+const SCENARIO: &str = "NPU_LOADER_TEST_SCENARIO";
+/// The library a child expects the loader to choose.
+const EXPECT: &str = "NPU_LOADER_TEST_EXPECT";
+/// Every variable the loader or the simulator reads: cleared in children, then set as the test
+/// asks. (`LD_LIBRARY_PATH` is kept: cargo puts npu-sim's cdylib on it, as on a developer's
+/// machine.)
+const LOADER_VARS: &[&str] = &[
+    "NPU_BACKEND",
+    "NPU_ACL_LIB",
+    "NPU_ACL_ALLOW_SIMULATOR",
+    "ASCEND_TOOLKIT_HOME",
+    "ASCEND_HOME_PATH",
+    "ASCEND_RT_VISIBLE_DEVICES",
+    "HOME",
+    "NPU_SIM_CONFIG",
+];
+
+/// The variables a test sets in its child.
+type Env = Vec<(&'static str, OsString)>;
+
+/// Whether this process is the child running `test`.
+fn is_child(test: &str) -> bool {
+    std::env::var_os(SCENARIO).is_some_and(|s| s == test)
+}
+
+/// Runs `test` alone in a child process of this test binary, with the loader's variables
+/// replaced by `env`, and fails if it fails.
+fn spawn_child(test: &str, env: &Env) {
+    let mut child = Command::new(std::env::current_exe().expect("test binary"));
+    child.args([test, "--exact", "--nocapture", "--test-threads=1"]);
+    for var in LOADER_VARS {
+        child.env_remove(var);
+    }
+    child
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env(SCENARIO, test);
+    let out = child.output().expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "the child running {test} failed:\n{stdout}\n{stderr}"
+    );
+}
+
+/// One scenario: in the test's own process, `setup` lays out a tree and returns the child's
+/// environment; the child runs `body`.
+fn scenario(test: &str, setup: impl FnOnce(&Tree) -> Env, body: impl FnOnce()) {
+    if is_child(test) {
+        return body();
+    }
+    let tree = Tree::new(test);
+    let env = setup(&tree);
+    spawn_child(test, &env);
+}
+
+/// A variable of the child's environment, which `setup` put there.
+fn var(name: &str) -> PathBuf {
+    PathBuf::from(std::env::var_os(name).unwrap_or_else(|| panic!("{name} is set")))
+}
+
+/// A temporary folder for one test's install trees, removed when the test ends.
+struct Tree(PathBuf);
+
+impl Tree {
+    fn new(test: &str) -> Tree {
+        let dir = std::env::temp_dir().join(format!("npu-loader-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the tree");
+        Tree(dir.canonicalize().expect("canonical temp dir"))
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.0.join(relative)
+    }
+
+    /// A copy of npu-sim's cdylib at `relative`: a file of its own, so the loader maps it
+    /// separately and reports its path.
+    fn copy_simulator(&self, relative: &str) -> PathBuf {
+        let path = self.path(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::copy(common::simulator_library(), &path).expect("copy the simulator");
+        path
+    }
+
+    /// A symlink to npu-sim's cdylib at `relative`.
+    fn link_simulator(&self, relative: &str) -> PathBuf {
+        let path = self.path(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(common::simulator_library(), &path).expect("symlink");
+        path
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn acl() -> Result<Runtime, Error> {
+    Runtime::builder().backend(BackendChoice::Acl).build()
+}
+
+fn auto() -> Runtime {
+    Runtime::builder()
+        .backend(BackendChoice::Auto)
+        .build()
+        .expect("auto always has the simulator to fall back to")
+}
+
+fn library_path(runtime: &Runtime) -> &Path {
+    match runtime.backend() {
+        Backend::Library { path, .. } => path,
+        other => panic!("expected a loaded library, got {other}"),
+    }
+}
+
+/// Whether two paths name one file (hard links included).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
+    id(a).is_some() && id(a) == id(b)
+}
+
+fn not_found(result: Result<Runtime, Error>) -> Vec<npu_core::LoadAttempt> {
+    match result {
+        Err(Error::Load(LoadError::NotFound { tried })) => tried,
+        other => panic!("expected LoadError::NotFound, got {other:?}"),
+    }
+}
+
+#[test]
+fn each_location_is_tried_in_the_documented_order() {
+    const TEST: &str = "each_location_is_tried_in_the_documented_order";
+    if is_child(TEST) {
+        let runtime = acl().expect("a library is in the tree");
+        let (chosen, expected) = (library_path(&runtime), var(EXPECT));
+        assert!(
+            same_file(chosen, &expected),
+            "{chosen:?} is not {expected:?}"
+        );
+        assert!(matches!(
+            runtime.backend_reason(),
+            BackendReason::Requested(BackendChoice::Acl)
+        ));
+        return;
+    }
+    let tree = Tree::new(TEST);
+    let explicit = tree.copy_simulator("explicit/libmine.so");
+    let toolkit_new = tree.copy_simulator("toolkit/lib64/libacl_rt.so");
+    let toolkit_old = tree.copy_simulator("toolkit/lib64/libascendcl.so");
+    let home_path = tree.copy_simulator("home-path/lib64/libacl_rt.so");
+    let user = tree.copy_simulator("home/Ascend/cann/lib64/libascendcl.so");
+    let base: Env = vec![
+        ("NPU_ACL_ALLOW_SIMULATOR", "1".into()),
+        ("ASCEND_TOOLKIT_HOME", tree.path("toolkit").into()),
+        ("ASCEND_HOME_PATH", tree.path("home-path").into()),
+        ("HOME", tree.path("home").into()),
+    ];
+    let step = |expect: &Path, extra: Env| {
+        let mut env = base.clone();
+        env.extend(extra);
+        env.push((EXPECT, expect.into()));
+        spawn_child(TEST, &env);
+    };
+    // 1. NPU_ACL_LIB wins over everything.
+    step(&explicit, vec![("NPU_ACL_LIB", explicit.clone().into())]);
+    // 2. $ASCEND_TOOLKIT_HOME/lib64: libacl_rt.so before libascendcl.so.
+    step(&toolkit_new, vec![]);
+    std::fs::remove_file(&toolkit_new).unwrap();
+    step(&toolkit_old, vec![]);
+    std::fs::remove_file(&toolkit_old).unwrap();
+    // 3. $ASCEND_HOME_PATH/lib64.
+    step(&home_path, vec![]);
+    std::fs::remove_file(&home_path).unwrap();
+    // 4. /usr/local/Ascend/cann is not on this machine (the unit tests check its place);
+    // 5. $HOME/Ascend/cann/lib64, here with the compatibility name only.
+    step(&user, vec![]);
+    std::fs::remove_file(&user).unwrap();
+    // 6. /usr/local/Ascend/ascend-toolkit/latest: as 4.
+    // 7. The system loader, with the bare names: LD_LIBRARY_PATH here names a directory of the
+    // tree (cargo's own holds npu-sim's libascendcl.so, which the other tests meet).
+    let system = tree.copy_simulator("system/libacl_rt.so");
+    step(
+        &system,
+        vec![("LD_LIBRARY_PATH", tree.path("system").into())],
+    );
+}
+
+#[test]
+fn the_simulator_in_an_install_tree_is_refused_without_the_opt_in() {
+    scenario(
+        "the_simulator_in_an_install_tree_is_refused_without_the_opt_in",
+        |tree| {
+            tree.link_simulator("toolkit/lib64/libacl_rt.so");
+            vec![("ASCEND_TOOLKIT_HOME", tree.path("toolkit").into())]
+        },
+        || {
+            let tried = not_found(acl());
+            let toolkit = var("ASCEND_TOOLKIT_HOME");
+            assert_eq!(tried[0].path, toolkit.join("lib64/libacl_rt.so"));
+            assert_eq!(tried[0].reason, LoadFailure::Simulator);
+            assert_eq!(tried[1].reason, LoadFailure::NoSuchFile, "{tried:?}");
+            let last = tried.last().unwrap();
+            assert_eq!(last.path, Path::new("libascendcl.so"));
+            assert_eq!(
+                last.reason,
+                LoadFailure::Simulator,
+                "cargo's deps directory"
+            );
+            // Named explicitly, the same file is accepted.
+            let explicit = Runtime::builder().library(&tried[0].path).build().unwrap();
+            assert!(is_the_simulator_library(explicit.backend()));
+        },
+    );
+}
+
+#[test]
+fn a_symlink_and_the_real_path_are_one_runtime() {
+    let tree = Tree::new("symlink");
+    let link = tree.link_simulator("lib64/libacl_rt.so");
+    let real = common::simulator_library();
+    let via_link = Runtime::builder().library(&link).build().unwrap();
+    let via_real = Runtime::builder().library(&real).build().unwrap();
+    let dotted = real.parent().unwrap().join("../deps/libascendcl.so");
+    let via_dots = Runtime::builder().library(&dotted).build().unwrap();
+    assert!(via_link.same_library(&via_real) && via_real.same_library(&via_dots));
+    assert_eq!(via_link.backend(), via_real.backend());
+    assert_eq!(library_path(&via_link), real.canonicalize().unwrap());
+
+    // One runtime, so one primary context per device and one bound-context cache: binding
+    // device 1 through one spelling and device 0 through the other really switches devices.
+    let one = via_link.device(1).unwrap();
+    let zero = via_real.device(0).unwrap();
+    assert_eq!(
+        one.primary_context().id(),
+        via_real.device(1).unwrap().primary_context().id()
+    );
+    one.primary_context().bind().unwrap();
+    zero.primary_context().bind().unwrap();
+    let mut ptr = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the memory is freed below.
+    unsafe { npu_core::acl_call!(&via_link, aclrtMalloc(&mut ptr, 4096, 0)) }.unwrap();
+    let mut attributes = npu_core::ffi::aclrtPtrAttributes::default();
+    // SAFETY: `ptr` is a live allocation and `attributes` a valid out-pointer.
+    unsafe { npu_core::acl_call_opt!(&via_real, aclrtPointerGetAttributes(ptr, &mut attributes)) }
+        .unwrap();
+    assert_eq!(
+        attributes.location.id, 0,
+        "allocated on the device bound last"
+    );
+    // SAFETY: allocated above with aclrtMalloc and not used since.
+    unsafe { npu_core::acl_call!(&via_real, aclrtFree(ptr)) }.unwrap();
+}
+
+/// Builds `toolkit/lib64/libacl_rt.so` linked against a `libascend_hal.so` that is then
+/// deleted: a toolkit whose driver libraries are not on the loader path, as before sourcing
+/// `set_env.sh`.
+fn library_with_a_missing_dependency(tree: &Tree) -> PathBuf {
+    let lib64 = tree.path("toolkit/lib64");
+    std::fs::create_dir_all(&lib64).unwrap();
+    let source = tree.path("stub.c");
+    std::fs::write(&source, "int stub(void) { return 0; }\n").unwrap();
+    let compile = |output: &Path, extra: &[OsString]| {
+        let status = Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(output)
+            .arg(&source)
+            .args(extra)
+            .status()
+            .expect("a C compiler (cc)");
+        assert!(status.success(), "cc failed for {}", output.display());
+    };
+    let hal = lib64.join("libascend_hal.so");
+    compile(&hal, &[]);
+    let runtime = lib64.join("libacl_rt.so");
+    compile(
+        &runtime,
+        &[
+            format!("-L{}", lib64.display()).into(),
+            // Keep the dependency although the stub uses none of its symbols.
+            "-Wl,--no-as-needed".into(),
+            "-lascend_hal".into(),
+        ],
+    );
+    std::fs::remove_file(&hal).unwrap();
+    runtime
+}
+
+#[test]
+fn a_missing_dependency_says_to_source_set_env() {
+    scenario(
+        "a_missing_dependency_says_to_source_set_env",
+        |tree| {
+            let runtime = library_with_a_missing_dependency(tree);
+            let tried = not_found(Runtime::builder().library(&runtime).build());
+            assert_eq!(
+                tried[0].reason,
+                LoadFailure::MissingDependency {
+                    library: "libascend_hal.so".into()
+                }
+            );
+            vec![("ASCEND_TOOLKIT_HOME", tree.path("toolkit").into())]
+        },
+        || {
+            let err = acl().unwrap_err();
+            let text = err.to_string();
+            let runtime = var("ASCEND_TOOLKIT_HOME").join("lib64/libacl_rt.so");
+            assert!(
+                text.contains(&format!(
+                    "{}: needs libascend_hal.so, which the dynamic loader cannot find: source \
+                     the set_env.sh",
+                    runtime.display()
+                )),
+                "{text}"
+            );
+            // One error, listing every place tried.
+            let tried = not_found(Err(err));
+            assert!(tried.len() >= 8, "{tried:?}");
+            for attempt in &tried {
+                let line = format!("\n  {}: {}", attempt.path.display(), attempt.reason);
+                assert!(text.contains(&line), "{text}");
+            }
+        },
+    );
+}
+
+/// A toolkit in the tree, found through `home_var`, whose `lib64/<name>` is a copy of npu-sim's
+/// library (accepted with the opt-in) running with `sim_config`.
+fn simulated_toolkit(tree: &Tree, name: &str, home_var: &'static str, sim_config: &str) -> Env {
+    tree.copy_simulator(&format!("toolkit/lib64/{name}"));
+    vec![
+        (home_var, tree.path("toolkit").into()),
+        ("NPU_ACL_ALLOW_SIMULATOR", "1".into()),
+        ("NPU_SIM_CONFIG", sim_config.into()),
+    ]
+}
+
+/// Collects what a `tracing` subscriber writes.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Builds an `auto` runtime expected to fall back, checks that it warned why, and returns the
+/// reason. The in-process simulator is configured first, so that `NPU_SIM_CONFIG` (meant for
+/// the simulator loaded from the fake tree, read when its aclInit runs) does not reach it.
+fn fallback_of_auto() -> (Runtime, Fallback) {
+    npu_sim::SimConfig::default()
+        .install()
+        .expect("the in-process simulator starts with defaults");
+    let log = Log::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let runtime = tracing::subscriber::with_default(subscriber, auto);
+    assert_eq!(runtime.backend(), &Backend::Simulator);
+    let BackendReason::Fallback(why) = runtime.backend_reason() else {
+        panic!("unexpected reason: {}", runtime.backend_reason())
+    };
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        text.contains("WARN") && text.contains("NPU_BACKEND=auto is using the simulator"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("reason={why}")), "{text}");
+    (runtime.clone(), why.clone())
+}
+
+fn is_the_simulator_library(backend: &Backend) -> bool {
+    matches!(
+        backend,
+        Backend::Library {
+            simulated: true,
+            ..
+        }
+    )
+}
+
+#[test]
+fn auto_falls_back_when_acl_init_fails() {
+    scenario(
+        "auto_falls_back_when_acl_init_fails",
+        |tree| {
+            let toolkit = "ASCEND_TOOLKIT_HOME";
+            simulated_toolkit(tree, "libacl_rt.so", toolkit, "not a configuration")
+        },
+        || {
+            let (runtime, why) = fallback_of_auto();
+            let Fallback::InitFailed { library, error } = why else {
+                panic!("unexpected fallback: {why}")
+            };
+            assert!(is_the_simulator_library(&library));
+            assert_eq!(error.acl_code(), Some(AclCode(100000)), "{error}");
+            let text = runtime.backend_reason().to_string();
+            assert!(
+                text.starts_with("auto fell back to the simulator: npu-sim ("),
+                "{text}"
+            );
+            assert!(text.contains("aclInit failed"), "{text}");
+            assert!(runtime.device_count().unwrap() >= 1, "the simulator works");
+            // `acl` insists on the library and reports aclInit's failure.
+            let err = acl().unwrap_err();
+            assert_eq!(err.acl_code(), Some(AclCode(100000)), "{err}");
+        },
+    );
+}
+
+#[test]
+fn auto_falls_back_when_no_device_is_visible() {
+    scenario(
+        "auto_falls_back_when_no_device_is_visible",
+        |tree| {
+            let toolkit = "ASCEND_TOOLKIT_HOME";
+            let mut env = simulated_toolkit(tree, "libascendcl.so", toolkit, r#"{"devices": 0}"#);
+            env.push(("ASCEND_RT_VISIBLE_DEVICES", "4,5".into()));
+            env
+        },
+        || {
+            let (runtime, why) = fallback_of_auto();
+            let Fallback::NoDevice {
+                library,
+                visible_devices,
+            } = why
+            else {
+                panic!("unexpected fallback: {why}")
+            };
+            assert!(is_the_simulator_library(&library));
+            assert_eq!(visible_devices.as_deref(), Some("4,5"));
+            let text = runtime.backend_reason().to_string();
+            assert!(
+                text.ends_with(
+                    "aclInit succeeded but no device is visible \
+                     (ASCEND_RT_VISIBLE_DEVICES=\"4,5\")"
+                ),
+                "{text}"
+            );
+            // `acl` takes it anyway: that is the library in the tree, seeing no device.
+            let cann = acl().unwrap();
+            assert_eq!(cann.device_count().unwrap(), 0);
+            assert!(cann.device(0).is_err());
+        },
+    );
+}
+
+#[test]
+fn auto_uses_a_runtime_that_initialises_and_sees_devices() {
+    scenario(
+        "auto_uses_a_runtime_that_initialises_and_sees_devices",
+        |tree| {
+            simulated_toolkit(
+                tree,
+                "libacl_rt.so",
+                "ASCEND_HOME_PATH",
+                r#"{"devices": 3}"#,
+            )
+        },
+        || {
+            let runtime = auto();
+            let expected = var("ASCEND_HOME_PATH").join("lib64/libacl_rt.so");
+            assert_eq!(library_path(&runtime), expected);
+            assert!(matches!(
+                runtime.backend_reason(),
+                BackendReason::Detected { devices: 3 }
+            ));
+            assert_eq!(
+                runtime.backend_reason().to_string(),
+                "auto: aclInit succeeded and 3 device(s) are visible"
+            );
+            assert_eq!(runtime.device(2).unwrap().id(), 2);
+        },
+    );
+}
