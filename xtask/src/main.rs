@@ -1,7 +1,7 @@
 //! Project automation for npu-rs.
 //!
 //! `cargo run -p xtask -- bindgen` regenerates `crates/npu-sys/src/bindings.rs` from the ACL
-//! header npu-sim ships (`crates/npu-sim/include/acl/acl.h`). With `ASCEND_TOOLKIT_HOME` (or
+//! headers npu-sim ships (`crates/npu-sim/include/acl/`). With `ASCEND_TOOLKIT_HOME` (or
 //! `ASCEND_HOME_PATH`) set it reads the real CANN headers under `$ASCEND_TOOLKIT_HOME/include`
 //! instead, restricted to the same subset of names, so the rest of the workspace builds unchanged.
 //!
@@ -74,6 +74,9 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
 
 const OUTPUT: &str = "crates/npu-sys/src/bindings.rs";
 const PROJECT_INCLUDE: &str = "crates/npu-sim/include";
+/// The headers a program includes to reach every function we bind: acl.h gathers the
+/// runtime, but (as on CANN) the stream-ordered pools have a header of their own.
+const ENTRY_HEADERS: &[&str] = &["acl/acl.h", "acl/acl_rt_memory_soma.h"];
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -145,7 +148,7 @@ fn generate(root: &Path) -> Result<String, String> {
                 generated,
             )
         }
-        None => (format!("{PROJECT_INCLUDE}/acl/acl.h"), ours),
+        None => (format!("{PROJECT_INCLUDE}/acl"), ours),
     };
     let text = render(&file, &source)?;
     rustfmt(root, &text)
@@ -166,12 +169,15 @@ impl ParseCallbacks for IntKinds {
 }
 
 fn run_bindgen(include: &Path, only: Option<&BTreeSet<String>>) -> Result<syn::File, String> {
-    let header = include.join("acl").join("acl.h");
-    if !header.is_file() {
-        return Err(format!("no ACL header at {}", header.display()));
+    let mut builder = bindgen::Builder::default();
+    for entry in ENTRY_HEADERS {
+        let header = include.join(entry);
+        if !header.is_file() {
+            return Err(format!("no ACL header at {}", header.display()));
+        }
+        builder = builder.header(header.to_string_lossy());
     }
-    let mut builder = bindgen::Builder::default()
-        .header(header.to_string_lossy())
+    builder = builder
         .clang_arg(format!("-I{}", include.display()))
         .default_enum_style(bindgen::EnumVariation::Consts)
         .prepend_enum_name(false)
@@ -196,7 +202,7 @@ fn run_bindgen(include: &Path, only: Option<&BTreeSet<String>>) -> Result<syn::F
     };
     let bindings = builder
         .generate()
-        .map_err(|e| format!("bindgen failed on {}: {e}", header.display()))?;
+        .map_err(|e| format!("bindgen failed on the headers in {}: {e}", include.display()))?;
     syn::parse_file(&bindings.to_string()).map_err(|e| format!("bindgen output: {e}"))
 }
 
