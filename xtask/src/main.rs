@@ -8,6 +8,10 @@
 //! `cargo run -p xtask -- bindgen --check` regenerates in memory and fails if the committed file
 //! differs; `.ci/run` uses it so stale bindings cannot land.
 //!
+//! `cargo run -p xtask -- parity <CANN dir>` checks our headers against CANN's real ones under
+//! `<CANN dir>/include` (prototypes, enums, layouts, macros, deprecations, which header declares
+//! what); see `parity.rs`. `.ci/run` runs it when the reference headers are present.
+//!
 //! bindgen loads libclang at run time (the `runtime` feature), so building this crate needs no
 //! libclang; running the `bindgen` command does.
 
@@ -16,6 +20,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::{env, fs, io::Write as _};
+
+mod parity;
 
 use bindgen::callbacks::{IntKind, ParseCallbacks};
 use syn::visit_mut::VisitMut;
@@ -72,6 +78,9 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtKernelArgsFinalize",
 ];
 
+/// The enum style of the bindings: each enumerator a constant of the enum's integer type.
+const CONSTS: bindgen::EnumVariation = bindgen::EnumVariation::Consts;
+
 const OUTPUT: &str = "crates/npu-sys/src/bindings.rs";
 const PROJECT_INCLUDE: &str = "crates/npu-sim/include";
 /// The headers a program includes to reach every function we bind: acl.h gathers the
@@ -82,10 +91,12 @@ fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("bindgen") => bindgen_command(args.iter().skip(1).any(|a| a == "--check")),
+        Some("parity") if args.len() == 2 => parity::parity_command(Path::new(&args[1])),
         _ => Err(
-            "usage: cargo run -p xtask -- bindgen [--check]\n\n  bindgen   regenerate \
-             crates/npu-sys/src/bindings.rs from the ACL headers\n  --check   fail if the \
-             committed bindings differ from a fresh generation"
+            "usage: cargo run -p xtask -- bindgen [--check] | parity <CANN dir>\n\n  bindgen   \
+             regenerate crates/npu-sys/src/bindings.rs from the ACL headers\n  --check   fail \
+             if the committed bindings differ from a fresh generation\n  parity    check our \
+             ACL headers against CANN's under <CANN dir>/include"
                 .to_string(),
         ),
     };
@@ -137,12 +148,12 @@ fn toolkit_include() -> Option<PathBuf> {
 
 fn generate(root: &Path) -> Result<String, String> {
     let project_include = root.join(PROJECT_INCLUDE);
-    let ours = run_bindgen(&project_include, None)?;
+    let ours = run_bindgen(&project_include, ENTRY_HEADERS, None, CONSTS)?;
     let (source, file) = match toolkit_include() {
         Some(include) => {
             // The subset is defined by our header: take exactly its names from the real one.
             let names = item_names(&ours);
-            let generated = run_bindgen(&include, Some(&names))?;
+            let generated = run_bindgen(&include, ENTRY_HEADERS, Some(&names), CONSTS)?;
             (
                 format!("the CANN headers in {}", include.display()),
                 generated,
@@ -168,9 +179,18 @@ impl ParseCallbacks for IntKinds {
     }
 }
 
-fn run_bindgen(include: &Path, only: Option<&BTreeSet<String>>) -> Result<syn::File, String> {
+/// Runs bindgen on `headers` (relative to `include`), keeping only the names in `only` when
+/// given (otherwise everything declared under an `acl/` directory). `enums` is how enums are
+/// rendered: the bindings use plain constants; the parity check needs modules, which tell an
+/// enum from a typedef of an integer.
+fn run_bindgen(
+    include: &Path,
+    headers: &[&str],
+    only: Option<&BTreeSet<String>>,
+    enums: bindgen::EnumVariation,
+) -> Result<syn::File, String> {
     let mut builder = bindgen::Builder::default();
-    for entry in ENTRY_HEADERS {
+    for entry in headers {
         let header = include.join(entry);
         if !header.is_file() {
             return Err(format!("no ACL header at {}", header.display()));
@@ -179,7 +199,7 @@ fn run_bindgen(include: &Path, only: Option<&BTreeSet<String>>) -> Result<syn::F
     }
     builder = builder
         .clang_arg(format!("-I{}", include.display()))
-        .default_enum_style(bindgen::EnumVariation::Consts)
+        .default_enum_style(enums)
         .prepend_enum_name(false)
         .derive_default(true)
         .derive_debug(true)
@@ -200,9 +220,12 @@ fn run_bindgen(include: &Path, only: Option<&BTreeSet<String>>) -> Result<syn::F
                 .allowlist_var(&exact)
         }),
     };
-    let bindings = builder
-        .generate()
-        .map_err(|e| format!("bindgen failed on the headers in {}: {e}", include.display()))?;
+    let bindings = builder.generate().map_err(|e| {
+        format!(
+            "bindgen failed on the headers in {}: {e}",
+            include.display()
+        )
+    })?;
     syn::parse_file(&bindings.to_string()).map_err(|e| format!("bindgen output: {e}"))
 }
 
