@@ -76,6 +76,22 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtKernelArgsGetPlaceHolderBuffer",
     "aclrtKernelArgsParaUpdate",
     "aclrtKernelArgsFinalize",
+    // Devices and information
+    "aclrtSetDeviceResLimit",
+    "aclrtGetDeviceResLimit",
+    "aclrtResetDeviceResLimit",
+    "aclrtGetResInCurrentThread",
+    "aclrtGetDeviceUtilizationRate",
+    "aclrtGetDeviceCapability",
+    "aclrtDeviceGetUuid",
+    "aclrtDeviceGetPCIBusId",
+    "aclrtDeviceGetByPCIBusId",
+    "aclrtDevicePeerAccessStatus",
+    "aclrtGetDevicesTopo",
+    "aclrtCheckArchCompatibility",
+    "aclGetCannAttributeList",
+    "aclGetCannAttribute",
+    "aclGetDeviceCapability",
 ];
 
 /// The enum style of the bindings: each enumerator a constant of the enum's integer type.

@@ -159,6 +159,24 @@ fn headers_compile_warning_free_and_errors_are_reported_once() {
 }
 
 #[test]
+fn devices_and_information_flow_in_c() {
+    let stdout = run(&compile("device_info", &[]));
+    assert_eq!(
+        stdout,
+        "device 0 at 0000:01:00.0 (found 0), uuid starts npu-si\n\
+         device 1 at 0000:02:00.0 (found 1), uuid starts npu-si\n\
+         0-1 linked by HCCS: 1\n\
+         peer 0->1 after enabling: 1\n\
+         utilization cube 0 vector 0 aicpu 0 memory -1\n\
+         cube cores for this thread: 10\n\
+         after reset: 20\n\
+         task update 0, own soc compatible 1, 2 cann attributes, bf16 1\n\
+         0.5 as half 0x3800, back 0.5, float is 4 bytes\n\
+         device info ok\n"
+    );
+}
+
+#[test]
 fn acl_base_rt_h_alone_compiles_as_c_and_cxx() {
     for lang in [Lang::C, Lang::Cxx] {
         let stdout = run(&compile_as("only_base_rt", lang, &["-pedantic"]));

@@ -175,6 +175,15 @@ pub const ACL_HOST_REG_PINNED: u32 = 268435456;
 pub const ACL_RT_BINARY_MAGIC_ELF_AICORE: u32 = 1129660997;
 pub const ACL_RT_BINARY_MAGIC_ELF_VECTOR_CORE: u32 = 1094799942;
 pub const ACL_RT_BINARY_MAGIC_ELF_CUBE_CORE: u32 = 1095320387;
+pub const ACL_DEV_FEATURE_SUPPORT: u32 = 1;
+pub const ACL_DEV_FEATURE_NOT_SUPPORT: u32 = 0;
+pub const ACL_RT_DEVS_TOPOLOGY_HCCS: u32 = 1;
+pub const ACL_RT_DEVS_TOPOLOGY_PIX: u32 = 2;
+pub const ACL_RT_DEVS_TOPOLOGY_PIB: u32 = 4;
+pub const ACL_RT_DEVS_TOPOLOGY_PHB: u32 = 8;
+pub const ACL_RT_DEVS_TOPOLOGY_SYS: u32 = 16;
+pub const ACL_RT_DEVS_TOPOLOGY_SIO: u32 = 32;
+pub const ACL_RT_DEVS_TOPOLOGY_HCCS_SW: u32 = 64;
 pub type aclrtStream = *mut core::ffi::c_void;
 pub type aclrtEvent = *mut core::ffi::c_void;
 pub type aclrtContext = *mut core::ffi::c_void;
@@ -251,6 +260,45 @@ pub const ACL_ERROR_GE_FAILURE: core::ffi::c_int = 500002;
 pub const ACL_ERROR_RT_FAILURE: core::ffi::c_int = 500003;
 pub const ACL_ERROR_DRV_FAILURE: core::ffi::c_int = 500004;
 pub const ACL_ERROR_PROFILING_FAILURE: core::ffi::c_int = 500005;
+pub const ACL_DT_UNDEFINED: aclDataType = -1;
+pub const ACL_FLOAT: aclDataType = 0;
+pub const ACL_FLOAT16: aclDataType = 1;
+pub const ACL_INT8: aclDataType = 2;
+pub const ACL_INT32: aclDataType = 3;
+pub const ACL_UINT8: aclDataType = 4;
+pub const ACL_INT16: aclDataType = 6;
+pub const ACL_UINT16: aclDataType = 7;
+pub const ACL_UINT32: aclDataType = 8;
+pub const ACL_INT64: aclDataType = 9;
+pub const ACL_UINT64: aclDataType = 10;
+pub const ACL_DOUBLE: aclDataType = 11;
+pub const ACL_BOOL: aclDataType = 12;
+pub const ACL_STRING: aclDataType = 13;
+pub const ACL_COMPLEX64: aclDataType = 16;
+pub const ACL_COMPLEX128: aclDataType = 17;
+pub const ACL_BF16: aclDataType = 27;
+pub const ACL_INT4: aclDataType = 29;
+pub const ACL_UINT1: aclDataType = 30;
+pub const ACL_COMPLEX32: aclDataType = 33;
+pub const ACL_HIFLOAT8: aclDataType = 34;
+pub const ACL_FLOAT8_E5M2: aclDataType = 35;
+pub const ACL_FLOAT8_E4M3FN: aclDataType = 36;
+pub const ACL_FLOAT8_E8M0: aclDataType = 37;
+pub const ACL_FLOAT6_E3M2: aclDataType = 38;
+pub const ACL_FLOAT6_E2M3: aclDataType = 39;
+pub const ACL_FLOAT4_E2M1: aclDataType = 40;
+pub const ACL_FLOAT4_E1M2: aclDataType = 41;
+pub type aclDataType = core::ffi::c_int;
+pub const ACL_CANN_ATTR_UNDEFINED: aclCannAttr = -1;
+pub const ACL_CANN_ATTR_INF_NAN: aclCannAttr = 0;
+pub const ACL_CANN_ATTR_BF16: aclCannAttr = 1;
+pub const ACL_CANN_ATTR_JIT_COMPILE: aclCannAttr = 2;
+pub type aclCannAttr = core::ffi::c_int;
+pub const ACL_DEVICE_INFO_UNDEFINED: aclDeviceInfo = -1;
+pub const ACL_DEVICE_INFO_AI_CORE_NUM: aclDeviceInfo = 0;
+pub const ACL_DEVICE_INFO_VECTOR_CORE_NUM: aclDeviceInfo = 1;
+pub const ACL_DEVICE_INFO_L2_SIZE: aclDeviceInfo = 2;
+pub type aclDeviceInfo = core::ffi::c_int;
 pub const ACL_ERROR_GE_PARAM_INVALID: u32 = 145000;
 pub const ACL_ERROR_GE_EXEC_NOT_INIT: u32 = 145001;
 pub const ACL_ERROR_GE_EXEC_MODEL_PATH_INVALID: u32 = 145002;
@@ -785,6 +833,61 @@ pub type aclrtParamHandle = *mut core::ffi::c_void;
 pub type aclrtCallback =
     ::std::option::Option<unsafe extern "C" fn(userData: *mut core::ffi::c_void)>;
 pub type aclrtHostFunc = ::std::option::Option<unsafe extern "C" fn(args: *mut core::ffi::c_void)>;
+pub const ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV: aclrtDevFeatureType = 1;
+pub const ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV: aclrtDevFeatureType = 21;
+pub type aclrtDevFeatureType = core::ffi::c_uint;
+pub const ACL_RT_DEV_RES_CUBE_CORE: aclrtDevResLimitType = 0;
+pub const ACL_RT_DEV_RES_VECTOR_CORE: aclrtDevResLimitType = 1;
+pub type aclrtDevResLimitType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug)]
+pub struct aclrtUtilizationExtendInfo {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtUtilizationInfo {
+    pub cubeUtilization: i32,
+    pub vectorUtilization: i32,
+    pub aicpuUtilization: i32,
+    pub memoryUtilization: i32,
+    pub utilizationExtend: *mut aclrtUtilizationExtendInfo,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtUtilizationInfo"][::std::mem::size_of::<aclrtUtilizationInfo>() - 24usize];
+    ["Alignment of aclrtUtilizationInfo"][::std::mem::align_of::<aclrtUtilizationInfo>() - 8usize];
+    ["Offset of field: aclrtUtilizationInfo::cubeUtilization"]
+        [::std::mem::offset_of!(aclrtUtilizationInfo, cubeUtilization) - 0usize];
+    ["Offset of field: aclrtUtilizationInfo::vectorUtilization"]
+        [::std::mem::offset_of!(aclrtUtilizationInfo, vectorUtilization) - 4usize];
+    ["Offset of field: aclrtUtilizationInfo::aicpuUtilization"]
+        [::std::mem::offset_of!(aclrtUtilizationInfo, aicpuUtilization) - 8usize];
+    ["Offset of field: aclrtUtilizationInfo::memoryUtilization"]
+        [::std::mem::offset_of!(aclrtUtilizationInfo, memoryUtilization) - 12usize];
+    ["Offset of field: aclrtUtilizationInfo::utilizationExtend"]
+        [::std::mem::offset_of!(aclrtUtilizationInfo, utilizationExtend) - 16usize];
+};
+impl Default for aclrtUtilizationInfo {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct aclrtUuid {
+    pub bytes: [core::ffi::c_char; 16usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtUuid"][::std::mem::size_of::<aclrtUuid>() - 16usize];
+    ["Alignment of aclrtUuid"][::std::mem::align_of::<aclrtUuid>() - 1usize];
+    ["Offset of field: aclrtUuid::bytes"][::std::mem::offset_of!(aclrtUuid, bytes) - 0usize];
+};
 
 /// Expands `$callback! { $extra required { fn ...; } optional { fn ...; } }` with every
 /// ACL function npu-rs binds, in header order. `optional` lists the functions only newer
@@ -796,6 +899,9 @@ macro_rules! for_each_acl_function {
             $($extra)*
             required {
                 fn aclrtGetSocName() -> *const core::ffi::c_char;
+                fn aclFloat16ToFloat(value: $crate::aclFloat16) -> f32;
+                fn aclFloatToFloat16(value: f32) -> $crate::aclFloat16;
+                fn aclDataTypeSize(dataType: $crate::aclDataType) -> usize;
                 fn aclInit(configPath: *const core::ffi::c_char) -> $crate::aclError;
                 fn aclFinalize() -> $crate::aclError;
                 fn aclGetRecentErrMsg() -> *const core::ffi::c_char;
@@ -843,6 +949,9 @@ macro_rules! for_each_acl_function {
                 fn aclrtProcessReport(timeout: i32) -> $crate::aclError;
             }
             optional {
+                fn aclGetCannAttributeList(cannAttrList: *mut *const $crate::aclCannAttr, num: *mut usize) -> $crate::aclError;
+                fn aclGetCannAttribute(cannAttr: $crate::aclCannAttr, value: *mut i32) -> $crate::aclError;
+                fn aclGetDeviceCapability(deviceId: u32, deviceInfo: $crate::aclDeviceInfo, value: *mut i64) -> $crate::aclError;
                 fn aclFinalizeReference(refCount: *mut u64) -> $crate::aclError;
                 fn aclsysGetVersionStr(pkgName: *mut core::ffi::c_char, versionStr: *mut core::ffi::c_char) -> $crate::aclError;
                 fn aclsysGetVersionNum(pkgName: *mut core::ffi::c_char, versionNum: *mut i32) -> $crate::aclError;
@@ -890,6 +999,18 @@ macro_rules! for_each_acl_function {
                 fn aclrtKernelArgsGetPlaceHolderBuffer(argsHandle: $crate::aclrtArgsHandle, paramHandle: $crate::aclrtParamHandle, dataSize: usize, bufferAddr: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtKernelArgsParaUpdate(argsHandle: $crate::aclrtArgsHandle, paramHandle: $crate::aclrtParamHandle, param: *mut core::ffi::c_void, paramSize: usize) -> $crate::aclError;
                 fn aclrtKernelArgsFinalize(argsHandle: $crate::aclrtArgsHandle) -> $crate::aclError;
+                fn aclrtSetDeviceResLimit(deviceId: i32, type_: $crate::aclrtDevResLimitType, value: u32) -> $crate::aclError;
+                fn aclrtGetDeviceResLimit(deviceId: i32, type_: $crate::aclrtDevResLimitType, value: *mut u32) -> $crate::aclError;
+                fn aclrtResetDeviceResLimit(deviceId: i32) -> $crate::aclError;
+                fn aclrtGetResInCurrentThread(type_: $crate::aclrtDevResLimitType, value: *mut u32) -> $crate::aclError;
+                fn aclrtGetDeviceUtilizationRate(deviceId: i32, utilizationInfo: *mut $crate::aclrtUtilizationInfo) -> $crate::aclError;
+                fn aclrtGetDeviceCapability(deviceId: i32, devFeatureType: $crate::aclrtDevFeatureType, value: *mut i32) -> $crate::aclError;
+                fn aclrtDeviceGetUuid(deviceId: i32, uuid: *mut $crate::aclrtUuid) -> $crate::aclError;
+                fn aclrtDeviceGetPCIBusId(deviceId: i32, pciBusId: *mut core::ffi::c_char, len: i32) -> $crate::aclError;
+                fn aclrtDeviceGetByPCIBusId(pciBusId: *const core::ffi::c_char, deviceId: *mut i32) -> $crate::aclError;
+                fn aclrtDevicePeerAccessStatus(deviceId: i32, peerDeviceId: i32, status: *mut i32) -> $crate::aclError;
+                fn aclrtGetDevicesTopo(deviceId: u32, otherDeviceId: u32, value: *mut u64) -> $crate::aclError;
+                fn aclrtCheckArchCompatibility(socVersion: *const core::ffi::c_char, canCompatible: *mut i32) -> $crate::aclError;
             }
         }
     };
