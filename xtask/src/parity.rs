@@ -375,26 +375,27 @@ fn function_type(
     inputs: &syn::punctuated::Punctuated<syn::FnArg, syn::token::Comma>,
     output: &syn::ReturnType,
 ) -> Result<String, String> {
-    let mut parts = vec![match output {
-        syn::ReturnType::Default => "void".to_string(),
-        syn::ReturnType::Type(_, ty) => cxx(ty)?,
-    }];
+    let mut types = Vec::new();
     for input in inputs {
         let syn::FnArg::Typed(arg) = input else {
             return Err("a `self` parameter in a C prototype".into());
         };
-        parts.push(cxx(&arg.ty)?);
+        types.push(&*arg.ty);
     }
-    Ok(format!("parity::fnptr<{}>", parts.join(", ")))
+    fnptr(output, types)
 }
 
-fn bare_fn_type(f: &syn::TypeFnPtr) -> Result<String, String> {
-    let mut parts = vec![match &f.output {
+/// `parity::fnptr<R, A...>` for a function returning `output` and taking `inputs`.
+fn fnptr<'a>(
+    output: &syn::ReturnType,
+    inputs: impl IntoIterator<Item = &'a syn::Type>,
+) -> Result<String, String> {
+    let mut parts = vec![match output {
         syn::ReturnType::Default => "void".to_string(),
         syn::ReturnType::Type(_, ty) => cxx(ty)?,
     }];
-    for arg in &f.inputs {
-        parts.push(cxx(&arg.ty)?);
+    for ty in inputs {
+        parts.push(cxx(ty)?);
     }
     Ok(format!("parity::fnptr<{}>", parts.join(", ")))
 }
@@ -414,7 +415,7 @@ fn cxx(ty: &syn::Type) -> Result<String, String> {
             cxx(&a.elem)?,
             tokens(&a.len).trim_end_matches("usize")
         )),
-        syn::Type::FnPtr(f) => bare_fn_type(f),
+        syn::Type::FnPtr(f) => fnptr(&f.output, f.inputs.iter().map(|arg| &arg.ty)),
         syn::Type::Path(path) => {
             let segments: Vec<_> = path.path.segments.iter().collect();
             let last = segments.last().ok_or("an empty type path")?;
