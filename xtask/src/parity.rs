@@ -41,25 +41,7 @@ pub(crate) fn parity_command(cann: &Path) -> Result<(), String> {
         return Err(format!("no CANN headers under {}", theirs.display()));
     }
     let headers = header_files(&ours)?;
-
-    let file = run_bindgen(
-        &ours,
-        ENTRY_HEADERS,
-        None,
-        bindgen::EnumVariation::ModuleConsts,
-    )?;
-    let macros = integer_macros(&ours, &headers)?;
-    let (checks, count) = checks(&file, &macros)?;
-    let mut unit = String::from(PRELUDE);
-    for header in &headers {
-        writeln!(unit, "#include \"{header}\"").expect("writing to a String");
-    }
-    unit.push_str(&checks);
-
-    let dir = target_dir(&root).join("parity");
-    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let source = dir.join("acl_parity.cpp");
-    fs::write(&source, unit).map_err(|e| format!("cannot write {}: {e}", source.display()))?;
+    let (source, count) = write_checks(&root, &ours, &headers, "acl_parity.cpp")?;
     println!("{count} checks generated in {}", source.display());
 
     let deprecated_ours = compile(&source, &ours).map_err(|e| {
@@ -89,6 +71,34 @@ pub(crate) fn parity_command(cann: &Path) -> Result<(), String> {
     )?;
     println!("every header declares the same names as CANN's");
     Ok(())
+}
+
+/// Generates the checks of our headers into `<target>/parity/<name>`; returns its path and how
+/// many checks it holds.
+fn write_checks(
+    root: &Path,
+    ours: &Path,
+    headers: &[String],
+    name: &str,
+) -> Result<(PathBuf, usize), String> {
+    let file = run_bindgen(
+        ours,
+        ENTRY_HEADERS,
+        None,
+        bindgen::EnumVariation::ModuleConsts,
+    )?;
+    let macros = integer_macros(ours, headers)?;
+    let (checks, count) = checks(&file, &macros)?;
+    let mut unit = String::from(PRELUDE);
+    for header in headers {
+        writeln!(unit, "#include \"{header}\"").expect("writing to a String");
+    }
+    unit.push_str(&checks);
+    let dir = target_dir(root).join("parity");
+    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let source = dir.join(name);
+    fs::write(&source, unit).map_err(|e| format!("cannot write {}: {e}", source.display()))?;
+    Ok((source, count))
 }
 
 /// Our headers as the bindings see them (enumerators as plain constants, as `item_names` expects).
@@ -543,5 +553,61 @@ fn placement(
         Err(format!(
             "declarations are in other headers than CANN's:\n{problems}"
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without CANN's headers the generator is still exercised: its checks must hold for the
+    /// headers they were generated from, deprecations included.
+    #[test]
+    fn the_checks_hold_for_our_own_headers() {
+        let root = workspace_root();
+        let ours = root.join(PROJECT_INCLUDE);
+        let headers = header_files(&ours).unwrap();
+        assert!(
+            headers.contains(&"acl/acl_base_rt.h".to_string()),
+            "{headers:?}"
+        );
+        let (source, count) = write_checks(&root, &ours, &headers, "self_check.cpp").unwrap();
+        assert!(count > 500, "only {count} checks");
+        let deprecated = compile(&source, &ours).unwrap();
+        assert!(deprecated.contains("aclrtQueryEvent"), "{deprecated:?}");
+        assert!(
+            deprecated.contains("aclrtLaunchKernelAttrValue::localMemorySize"),
+            "{deprecated:?}"
+        );
+    }
+
+    #[test]
+    fn integer_literals_keep_their_suffix_and_nothing_else_passes() {
+        for literal in ["0", "0x10000000UL", "0x01ULL", "107000", "0X1fU"] {
+            assert!(is_integer_literal(literal), "{literal}");
+        }
+        for other in ["", "0x", "__attribute__((x))", "-1", "1.0", "ACL_X"] {
+            assert!(!is_integer_literal(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn deprecated_names_are_read_from_the_compiler() {
+        let function = "x.cpp:3:9: warning: 'aclError aclrtQueryEvent(aclrtEvent, aclrtEventStatus*)' \
+                        is deprecated: use aclrtQueryEventStatus [-Wdeprecated-declarations]";
+        assert_eq!(
+            deprecated_name(function).as_deref(),
+            Some("aclrtQueryEvent")
+        );
+        let field = "x.cpp:4:1: warning: 'T::f' is deprecated [-Wdeprecated-declarations]";
+        assert_eq!(deprecated_name(field).as_deref(), Some("T::f"));
+        assert_eq!(deprecated_name("x.cpp:5:1: note: declared here"), None);
+    }
+
+    #[test]
+    fn keyword_fields_lose_bindgen_s_underscore() {
+        assert_eq!(c_name("type_"), "type");
+        assert_eq!(c_name("rsv_"), "rsv_");
+        assert_eq!(c_name("id"), "id");
     }
 }
