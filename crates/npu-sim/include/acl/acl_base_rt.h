@@ -128,7 +128,7 @@ static const int ACL_ERROR_PROFILING_FAILURE = 500005;
 /* The configured SoC name ("Ascend910B3" by default); NULL if the simulator cannot start. */
 ACL_FUNC_VISIBILITY const char *aclrtGetSocName(void);
 
-/* ====================== devices and information (hdr) ================== */
+/* ========================= devices and information ======================= */
 
 typedef enum {
     ACL_DT_UNDEFINED = -1,

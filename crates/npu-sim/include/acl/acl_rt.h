@@ -348,6 +348,11 @@ ACL_FUNC_VISIBILITY aclError aclFinalize(void);
 /* Drops one aclInit reference; tears down when it reaches zero. */
 ACL_FUNC_VISIBILITY aclError aclFinalizeReference(uint64_t *refCount);
 
+/*
+ * The version of an installed package (a CANN package, "driver" or "firmware"): as text
+ * (versionStr holds ACL_PKG_VERSION_MAX_SIZE bytes), or as a number that orders as the
+ * versions do. An unknown package returns ACL_ERROR_INVALID_PARAM.
+ */
 ACL_FUNC_VISIBILITY aclError aclsysGetVersionStr(char *pkgName, char *versionStr);
 ACL_FUNC_VISIBILITY aclError aclsysGetVersionNum(char *pkgName, int32_t *versionNum);
 
@@ -494,7 +499,7 @@ ACL_FUNC_VISIBILITY aclError aclrtKernelArgsParaUpdate(aclrtArgsHandle argsHandl
                                                        void *param, size_t paramSize);
 ACL_FUNC_VISIBILITY aclError aclrtKernelArgsFinalize(aclrtArgsHandle argsHandle);
 
-/* ====================== devices and information (hdr) ================== */
+/* ========================= devices and information ======================= */
 
 /* aclrtGetDeviceCapability answers */
 #define ACL_DEV_FEATURE_SUPPORT 0x00000001

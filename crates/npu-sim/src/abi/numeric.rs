@@ -114,6 +114,7 @@ pub unsafe extern "C" fn aclDataTypeSize(dataType: aclDataType) -> usize {
     match dataType {
         ACL_INT8 | ACL_UINT8 | ACL_BOOL | ACL_HIFLOAT8 | ACL_FLOAT8_E5M2 | ACL_FLOAT8_E4M3FN
         | ACL_FLOAT8_E8M0 => 1,
+        // Narrower than a byte: a byte is the unit their buffers are sized in.
         ACL_INT4 | ACL_UINT1 | ACL_FLOAT6_E3M2 | ACL_FLOAT6_E2M3 | ACL_FLOAT4_E2M1
         | ACL_FLOAT4_E1M2 => 1,
         ACL_FLOAT16 | ACL_BF16 | ACL_INT16 | ACL_UINT16 => 2,
