@@ -1,7 +1,7 @@
 //! Project automation for npu-rs.
 //!
 //! `cargo run -p xtask -- bindgen` regenerates `crates/npu-sys/src/bindings.rs` from the ACL
-//! header npu-sim ships (`crates/npu-sim/include/acl/acl.h`). With `ASCEND_TOOLKIT_HOME` (or
+//! headers npu-sim ships (`crates/npu-sim/include/acl/`). With `ASCEND_TOOLKIT_HOME` (or
 //! `ASCEND_HOME_PATH`) set it reads the real CANN headers under `$ASCEND_TOOLKIT_HOME/include`
 //! instead, restricted to the same subset of names, so the rest of the workspace builds
 //! unchanged:
@@ -17,6 +17,10 @@
 //! whatever the environment says, and fails if the committed file differs; `.ci/run` uses it
 //! so stale bindings cannot land.
 //!
+//! `cargo run -p xtask -- parity <CANN dir>` checks our headers against CANN's real ones under
+//! `<CANN dir>/include` (prototypes, enums, layouts, macros, deprecations, which header declares
+//! what); see `parity.rs`. `.ci/run` runs it when the reference headers are present.
+//!
 //! bindgen loads libclang at run time (the `runtime` feature), so building this crate needs no
 //! libclang; running the `bindgen` command does.
 
@@ -25,6 +29,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::{env, fs, io::Write as _};
+
+mod parity;
 
 use bindgen::callbacks::{IntKind, ParseCallbacks};
 use syn::visit_mut::VisitMut;
@@ -79,18 +85,42 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtKernelArgsGetPlaceHolderBuffer",
     "aclrtKernelArgsParaUpdate",
     "aclrtKernelArgsFinalize",
+    // Devices and information
+    "aclrtSetDeviceResLimit",
+    "aclrtGetDeviceResLimit",
+    "aclrtResetDeviceResLimit",
+    "aclrtGetResInCurrentThread",
+    "aclrtGetDeviceUtilizationRate",
+    "aclrtGetDeviceCapability",
+    "aclrtDeviceGetUuid",
+    "aclrtDeviceGetPCIBusId",
+    "aclrtDeviceGetByPCIBusId",
+    "aclrtDevicePeerAccessStatus",
+    "aclrtGetDevicesTopo",
+    "aclrtCheckArchCompatibility",
+    "aclGetCannAttributeList",
+    "aclGetCannAttribute",
+    "aclGetDeviceCapability",
 ];
+
+/// The enum style of the bindings: each enumerator a constant of the enum's integer type.
+const CONSTS: bindgen::EnumVariation = bindgen::EnumVariation::Consts;
 
 const OUTPUT: &str = "crates/npu-sys/src/bindings.rs";
 const PROJECT_INCLUDE: &str = "crates/npu-sim/include";
+/// The headers a program includes to reach every function we bind: acl.h gathers the
+/// runtime, but (as on CANN) the stream-ordered pools have a header of their own.
+const ENTRY_HEADERS: &[&str] = &["acl/acl.h", "acl/acl_rt_memory_soma.h"];
 
 const USAGE: &str = "\
 usage: cargo run -p xtask -- bindgen [--check | --out FILE]
+       cargo run -p xtask -- parity <CANN dir>
 
   bindgen       regenerate crates/npu-sys/src/bindings.rs from the ACL headers (CANN's
                 when ASCEND_TOOLKIT_HOME or ASCEND_HOME_PATH is set, else the project's)
   --check       fail if the committed bindings differ from the project's header
-  --out FILE    write the bindings to FILE instead of the committed file";
+  --out FILE    write the bindings to FILE instead of the committed file
+  parity        check our ACL headers against CANN's under <CANN dir>/include";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -98,6 +128,7 @@ fn main() -> ExitCode {
         Some((command, rest)) if command == "bindgen" => {
             parse_bindgen(rest).and_then(|mode| bindgen_command(&mode))
         }
+        Some((command, [cann])) if command == "parity" => parity::parity_command(Path::new(cann)),
         _ => Err(USAGE.to_string()),
     };
     match result {
@@ -181,11 +212,7 @@ fn toolkit_include() -> Option<PathBuf> {
 
 fn generate(root: &Path, toolkit: Option<&Path>) -> Result<String, String> {
     let project_include = root.join(PROJECT_INCLUDE);
-    let ours = run_bindgen(
-        &project_include.join("acl/acl.h"),
-        &[&project_include],
-        None,
-    )?;
+    let ours = run_bindgen(&project_include, ENTRY_HEADERS, None, CONSTS)?;
     let (file, source, absent) = match toolkit {
         Some(include) => {
             let theirs = toolkit_bindings(include, &project_include, &ours)?;
@@ -200,7 +227,7 @@ fn generate(root: &Path, toolkit: Option<&Path>) -> Result<String, String> {
             let source = format!("the CANN headers in {}", include.display());
             (file, source, absent)
         }
-        None => (ours, format!("{PROJECT_INCLUDE}/acl/acl.h"), Vec::new()),
+        None => (ours, format!("{PROJECT_INCLUDE}/acl"), Vec::new()),
     };
     let text = render(&file, &source, &absent)?;
     rustfmt(root, &text)
@@ -231,7 +258,7 @@ fn toolkit_bindings(
     ];
     let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
     let names = item_names(ours);
-    let result = run_bindgen(&include.join("acl/acl.h"), &dirs, Some(&names));
+    let result = run_bindgen_in(&dirs, ENTRY_HEADERS, Some(&names), CONSTS);
     let _ = fs::remove_dir_all(&scratch);
     result
 }
@@ -308,22 +335,39 @@ impl ParseCallbacks for IntKinds {
     }
 }
 
+/// Runs bindgen on `headers` (relative to `include`), keeping only the names in `only` when
+/// given (otherwise everything declared under an `acl/` directory). `enums` is how enums are
+/// rendered: the bindings use plain constants; the parity check needs modules, which tell an
+/// enum from a typedef of an integer.
 fn run_bindgen(
-    header: &Path,
-    include_dirs: &[&Path],
+    include: &Path,
+    headers: &[&str],
     only: Option<&BTreeSet<String>>,
+    enums: bindgen::EnumVariation,
 ) -> Result<syn::File, String> {
-    if !header.is_file() {
-        return Err(format!("no ACL header at {}", header.display()));
+    run_bindgen_in(&[include], headers, only, enums)
+}
+
+/// [`run_bindgen`] over several include directories, searched in order: each of `headers` is
+/// taken from the first directory that has it, and every directory is on the include path.
+fn run_bindgen_in(
+    includes: &[&Path],
+    headers: &[&str],
+    only: Option<&BTreeSet<String>>,
+    enums: bindgen::EnumVariation,
+) -> Result<syn::File, String> {
+    let mut builder = bindgen::Builder::default();
+    for entry in headers {
+        let header = includes
+            .iter()
+            .map(|dir| dir.join(entry))
+            .find(|path| path.is_file())
+            .ok_or_else(|| format!("no ACL header {entry} in {includes:?}"))?;
+        builder = builder.header(header.to_string_lossy());
     }
-    let mut builder = bindgen::Builder::default()
-        .header(header.to_string_lossy())
-        .clang_args(
-            include_dirs
-                .iter()
-                .map(|dir| format!("-I{}", dir.display())),
-        )
-        .default_enum_style(bindgen::EnumVariation::Consts)
+    builder = builder
+        .clang_args(includes.iter().map(|dir| format!("-I{}", dir.display())))
+        .default_enum_style(enums)
         .prepend_enum_name(false)
         .derive_default(true)
         .derive_debug(true)
@@ -346,7 +390,7 @@ fn run_bindgen(
     };
     let bindings = builder
         .generate()
-        .map_err(|e| format!("bindgen failed on {}: {e}", header.display()))?;
+        .map_err(|e| format!("bindgen failed on the headers in {includes:?}: {e}"))?;
     syn::parse_file(&bindings.to_string()).map_err(|e| format!("bindgen output: {e}"))
 }
 

@@ -407,7 +407,7 @@ impl Runtime {
     /// use npu_core::Runtime;
     ///
     /// let version = Runtime::global()?.package_version("runtime")?;
-    /// assert_eq!(version.split('.').count(), 3, "{version}"); // e.g. npu-sim's "1.17.0"
+    /// assert_eq!(version.split('.').count(), 3, "{version}"); // e.g. npu-sim's "8.5.0"
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn package_version(&self, package: &str) -> Result<String> {

@@ -1,5 +1,5 @@
-//! Process-level configuration of the simulator: device count, memory per device, SoC name and
-//! the optional timing model.
+//! Process-level configuration of the simulator: device count, memory per device, SoC name, the
+//! CANN package versions it reports and the optional timing model.
 //!
 //! The same options come from three places, all with the same JSON shape:
 //! - Rust: [`SimConfig`]'s builder and [`SimConfig::install`];
@@ -52,6 +52,36 @@ pub const DEFAULT_MEMORY_PER_DEVICE: u64 = 16 << 30;
 /// assert_eq!(name.to_str(), Ok(DEFAULT_SOC_NAME));
 /// ```
 pub const DEFAULT_SOC_NAME: &str = "Ascend910B3";
+/// The CANN package version the simulator reports by default, for every CANN package in
+/// [`DEFAULT_PACKAGES`] (the CANN release of the ACL 1.17 header).
+pub const DEFAULT_CANN_VERSION: &str = "8.5.0";
+/// The packages `aclsysGetVersionStr` / `aclsysGetVersionNum` know by default, with their
+/// versions: the CANN packages (named as the directories of a CANN installation's
+/// `share/info`), the driver and the firmware.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ffi::{CStr, c_char};
+/// use npu_sim::config::{DEFAULT_CANN_VERSION, DEFAULT_PACKAGES};
+///
+/// assert!(DEFAULT_PACKAGES.contains(&("runtime", DEFAULT_CANN_VERSION)));
+/// let mut text = [0 as c_char; 128];
+/// // SAFETY: a NUL-terminated name and ACL_PKG_VERSION_MAX_SIZE writable bytes.
+/// let code = unsafe { npu_sim::abi::aclsysGetVersionStr(c"runtime".as_ptr().cast_mut(), text.as_mut_ptr()) };
+/// assert_eq!(code, 0);
+/// // SAFETY: the call NUL-terminated the buffer.
+/// assert_eq!(unsafe { CStr::from_ptr(text.as_ptr()) }.to_str(), Ok(DEFAULT_CANN_VERSION));
+/// ```
+pub const DEFAULT_PACKAGES: &[(&str, &str)] = &[
+    ("cann", DEFAULT_CANN_VERSION),
+    ("runtime", DEFAULT_CANN_VERSION),
+    ("compiler", DEFAULT_CANN_VERSION),
+    ("opp", DEFAULT_CANN_VERSION),
+    ("toolkit", DEFAULT_CANN_VERSION),
+    ("driver", "25.5.0"),
+    ("firmware", "7.8.0"),
+];
 /// The environment variable holding a JSON [`SimConfig`].
 ///
 /// ```standalone_crate
@@ -107,6 +137,9 @@ pub struct SimConfig {
     pub memory_per_device: u64,
     /// SoC name (`aclrtGetSocName`).
     pub soc_name: String,
+    /// Package name → version (`aclsysGetVersionStr`; `aclsysGetVersionNum` reports its weighted
+    /// number, see [`crate::version`]). Given in JSON, the map replaces the defaults whole.
+    pub packages: BTreeMap<String, String>,
     /// Timing model applied to every device at start-up; `None` runs as fast as the host can.
     pub timing: Option<TimingModel>,
 }
@@ -117,6 +150,10 @@ impl Default for SimConfig {
             devices: DEFAULT_DEVICES,
             memory_per_device: DEFAULT_MEMORY_PER_DEVICE,
             soc_name: DEFAULT_SOC_NAME.to_owned(),
+            packages: DEFAULT_PACKAGES
+                .iter()
+                .map(|&(name, version)| (name.to_owned(), version.to_owned()))
+                .collect(),
             timing: None,
         }
     }
@@ -207,6 +244,26 @@ impl SimConfig {
         self
     }
 
+    /// Sets the version reported for a package (adding the package if it is new).
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    ///
+    /// use npu_sim::SimConfig;
+    ///
+    /// let config = SimConfig::default().package_version("runtime", "9.0.0-rc.1");
+    /// assert_eq!(config.packages["runtime"], "9.0.0-rc.1");
+    /// assert!(SimConfig::default().package_version("runtime", "nine").validate().is_err());
+    /// ```
+    pub fn package_version(
+        mut self,
+        package: impl Into<String>,
+        version: impl Into<String>,
+    ) -> Self {
+        self.packages.insert(package.into(), version.into());
+        self
+    }
+
     /// Sets the timing model every device starts with.
     ///
     /// ```
@@ -265,6 +322,19 @@ impl SimConfig {
             return Err(ConfigError::Invalid(
                 "soc_name must be non-empty text without NUL".into(),
             ));
+        }
+        for (package, version) in &self.packages {
+            if package.is_empty() || package.contains('\0') {
+                return Err(ConfigError::Invalid(format!(
+                    "package name {package:?} must be non-empty text without NUL"
+                )));
+            }
+            if crate::version::package_version_number(version).is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "version {version:?} of package {package:?} is not MAJOR.MINOR.PATCH with an \
+                     optional -alpha.N, -beta.N or -rc.N (see npu_sim::version)"
+                )));
+            }
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ use crate::clock::Clock;
 use crate::config::TimingModel;
 use crate::error::{Res, SimError, ensure};
 use crate::handle::Handle;
+use crate::res_limit::ResLimits;
 use crate::sync::{Bell, read, write};
 
 /// The device's primary context and its reference count (aclrtSetDevice / aclrtResetDevice).
@@ -46,6 +47,7 @@ pub(crate) struct Device {
     next_stream_id: AtomicI32,
     pub(crate) live_streams: AtomicU64,
     pub(crate) live_events: AtomicU64,
+    pub(crate) res_limits: ResLimits,
 }
 
 impl Device {
@@ -67,6 +69,7 @@ impl Device {
             next_stream_id: AtomicI32::new(1),
             live_streams: AtomicU64::new(0),
             live_events: AtomicU64::new(0),
+            res_limits: ResLimits::default(),
         }
     }
 

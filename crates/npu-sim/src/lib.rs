@@ -14,6 +14,7 @@
 //! - [`control`]: runtime controls (timing, fault injection, device loss, hold gate, counters);
 //! - [`kernel`]: the kernel ABI, in-process registration and the shipped kernels;
 //! - [`trace`]: the Chrome/Perfetto timeline of device tasks.
+//! - [`version`]: the CANN package versions `aclsysGetVersionStr`/`Num` report.
 //!
 //! docs/simulator.md describes the semantics and every decision where CANN's documentation is
 //! silent.
@@ -49,6 +50,7 @@ pub mod config;
 pub mod control;
 pub mod kernel;
 pub mod trace;
+pub mod version;
 
 mod clock;
 mod context;
@@ -56,8 +58,10 @@ mod device;
 mod error;
 mod event;
 mod handle;
+mod hardware;
 mod memory;
 mod report;
+mod res_limit;
 mod sim;
 mod stream;
 mod sync;

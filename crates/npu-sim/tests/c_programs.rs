@@ -17,8 +17,20 @@ fn include_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
 }
 
-/// Compiles `tests/c/<name>.c` into an executable linked to the simulator's cdylib.
+/// The language a test program is compiled as.
+#[derive(Clone, Copy)]
+enum Lang {
+    C,
+    Cxx,
+}
+
+/// Compiles `tests/c/<name>.c` as C into an executable linked to the simulator's cdylib.
 fn compile(name: &str, extra: &[&str]) -> PathBuf {
+    compile_as(name, Lang::C, extra)
+}
+
+/// Compiles `tests/c/<name>.c` as `lang` into an executable linked to the simulator's cdylib.
+fn compile_as(name: &str, lang: Lang, extra: &[&str]) -> PathBuf {
     let deps = deps_dir();
     assert!(
         deps.join("libascendcl.so").exists(),
@@ -34,6 +46,7 @@ fn compile(name: &str, extra: &[&str]) -> PathBuf {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("npu-sim-{name}-{}-{build}", std::process::id()));
     let compiler = cc::Build::new()
+        .cpp(matches!(lang, Lang::Cxx))
         .target(env!("NPU_SIM_TARGET"))
         .host(env!("NPU_SIM_TARGET"))
         .opt_level(1)
@@ -41,7 +54,11 @@ fn compile(name: &str, extra: &[&str]) -> PathBuf {
         .get_compiler();
     let output = Command::new(compiler.path())
         .args(compiler.args())
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .args(match lang {
+            Lang::C => ["-std=c11"].as_slice(),
+            Lang::Cxx => ["-x", "c++", "-std=c++11"].as_slice(),
+        })
+        .args(["-Wall", "-Wextra", "-Werror"])
         .args(extra)
         .arg("-I")
         .arg(include_dir())
@@ -139,6 +156,43 @@ fn headers_compile_warning_free_and_errors_are_reported_once() {
         stdout,
         "soc Ascend910B3, mode 1, devices 2\nerror 100000, peek 100000, last 100000, message set, then 0, NULL\n"
     );
+}
+
+#[test]
+fn devices_and_information_flow_in_c() {
+    let stdout = run(&compile("device_info", &[]));
+    assert_eq!(
+        stdout,
+        "device 0 at 0000:01:00.0 (found 0), uuid starts npu-si\n\
+         device 1 at 0000:02:00.0 (found 1), uuid starts npu-si\n\
+         0-1 linked by HCCS: 1\n\
+         peer 0->1 after enabling: 1\n\
+         utilization cube 0 vector 0 aicpu 0 memory -1\n\
+         cube cores for this thread: 10\n\
+         after reset: 20\n\
+         task update 0, own soc compatible 1, 2 cann attributes, bf16 1\n\
+         0.5 as half 0x3800, back 0.5, float is 4 bytes\n\
+         device info ok\n"
+    );
+}
+
+#[test]
+fn acl_base_rt_h_or_acl_rt_h_alone_compiles_as_c_and_cxx() {
+    let programs = [
+        (
+            "only_base_rt",
+            "soc Ascend910B3, success 0, bad param 100000, handles 1, half 0\n",
+        ),
+        (
+            "only_rt",
+            "devices 2, version known 1, ge code 145000, rt code 107000\n",
+        ),
+    ];
+    for (program, expected) in programs {
+        for lang in [Lang::C, Lang::Cxx] {
+            assert_eq!(run(&compile_as(program, lang, &["-pedantic"])), expected);
+        }
+    }
 }
 
 #[test]

@@ -98,6 +98,25 @@ fn allocations_are_rounded_aligned_zeroed_and_counted_against_the_capacity() {
 }
 
 #[test]
+fn host_register_v2_checks_the_flags_not_the_alignment() {
+    install();
+    set_device(1);
+    // Not page-aligned: aclrtHostRegisterV2 accepts it (aclrtHostRegister refuses it, see
+    // tests/error_codes.rs "register misaligned").
+    let unaligned = pageable(3 * 4096).cast::<u8>().wrapping_add(100).cast();
+    acl!(aclrtHostRegisterV2(unaligned, 5000, ACL_HOST_REG_MAPPED));
+    let mut alias = ptr::null_mut();
+    acl!(aclrtHostGetDevicePointer(unaligned, &mut alias, 0));
+    assert_eq!(alias, unaligned);
+    acl!(aclrtHostUnregister(unaligned));
+    assert_eq!(
+        code!(aclrtHostRegisterV2(unaligned, 5000, 0x1)),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "the flags are still checked"
+    );
+}
+
+#[test]
 fn pointers_are_classified() {
     install();
     set_device(1);

@@ -5,5 +5,4 @@
  */
 #ifndef NPU_RS_ACL_ACL_OP_H
 #define NPU_RS_ACL_ACL_OP_H
-#include "acl_base.h"
 #endif /* NPU_RS_ACL_ACL_OP_H */

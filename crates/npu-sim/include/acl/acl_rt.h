@@ -1,14 +1,18 @@
 /*
- * acl_rt.h: the AscendCL runtime (aclrt*) subset implemented by npu-sim and
- * bound by npu-rs. Prototypes, enum values and flag values are CANN's (ACL
- * 1.17); the comments are ours and state the behaviour npu-sim reproduces.
+ * acl_rt.h: the AscendCL runtime subset implemented by npu-sim and bound by
+ * npu-rs: initialisation, versions and error messages (acl*, aclsys*) and the
+ * runtime proper (aclrt*). Prototypes, enum values and flag values are CANN's
+ * (ACL 1.17), each in the header CANN declares it in; the comments are ours and
+ * state the behaviour npu-sim reproduces.
  */
 #ifndef NPU_RS_ACL_RT_H
 #define NPU_RS_ACL_RT_H
 
 #include <stdint.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include "acl_base.h"
+#include "acl_rt_allocator.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,10 +49,10 @@ extern "C" {
 #define ACL_STOP_ON_FAILURE 0x00000001U
 
 /* ---- aclrtHostRegisterV2 flags ---- */
-#define ACL_HOST_REG_MAPPED 0x00000002U
-#define ACL_HOST_REG_IOMEMORY 0x00000004U
-#define ACL_HOST_REG_READONLY 0x00000008U
-#define ACL_HOST_REG_PINNED 0x10000000U
+#define ACL_HOST_REG_MAPPED 0x2UL
+#define ACL_HOST_REG_IOMEMORY 0x4UL
+#define ACL_HOST_REG_READONLY 0x8UL
+#define ACL_HOST_REG_PINNED 0x10000000UL
 
 /* ---- binary magics (aclrtBinaryLoadOption MAGIC) ---- */
 #define ACL_RT_BINARY_MAGIC_ELF_AICORE 0x43554245U
@@ -139,15 +143,15 @@ typedef enum aclrtMemAttr {
     ACL_MEM_P2P_HUGE1G = 17,
 } aclrtMemAttr;
 
-typedef enum aclrtDevAttr {
+typedef enum {
     ACL_DEV_ATTR_AICPU_CORE_NUM = 1,
     ACL_DEV_ATTR_AICORE_CORE_NUM = 101,
     ACL_DEV_ATTR_CUBE_CORE_NUM = 102,
     ACL_DEV_ATTR_VECTOR_CORE_NUM = 201,
     ACL_DEV_ATTR_WARP_SIZE = 202,
     ACL_DEV_ATTR_MAX_THREAD_PER_VECTOR_CORE = 203,
+    ACL_DEV_ATTR_LOCAL_MEM_PER_VECTOR_CORE ACL_DEPRECATED_MESSAGE("Use ACL_DEV_ATTR_UBUF_PER_VECTOR_CORE instead") = 204,
     ACL_DEV_ATTR_UBUF_PER_VECTOR_CORE = 204,
-    ACL_DEV_ATTR_LOCAL_MEM_PER_VECTOR_CORE = 204,
     ACL_DEV_ATTR_MAX_GRID_DIM_X = 205,
     ACL_DEV_ATTR_MAX_GRID_DIM_Y = 206,
     ACL_DEV_ATTR_MAX_GRID_DIM_Z = 207,
@@ -178,13 +182,13 @@ typedef enum aclrtDeviceStatus {
     ACL_RT_DEVICE_STATUS_END = 0xFFFF,
 } aclrtDeviceStatus;
 
-typedef enum aclrtHostRegisterType {
+typedef enum {
     ACL_HOST_REGISTER_MAPPED = 0,
     ACL_HOST_REGISTER_IOMEMORY = 0x04,
     ACL_HOST_REGISTER_READONLY = 0x08,
 } aclrtHostRegisterType;
 
-typedef enum aclrtHacType {
+typedef enum {
     ACL_RT_HAC_TYPE_STARS = 0,
     ACL_RT_HAC_TYPE_AICPU = 1,
     ACL_RT_HAC_TYPE_AIC = 2,
@@ -197,7 +201,7 @@ typedef enum aclrtHacType {
     ACL_RT_HAC_TYPE_CCU = 9,
 } aclrtHacType;
 
-typedef enum aclrtHostMemMapCapability {
+typedef enum {
     ACL_RT_HOST_MEM_MAP_NOT_SUPPORTED = 0,
     ACL_RT_HOST_MEM_MAP_SUPPORTED = 1,
 } aclrtHostMemMapCapability;
@@ -221,31 +225,31 @@ typedef struct aclrtPtrAttributes {
     uint32_t rsv[4];
 } aclrtPtrAttributes;
 
-typedef enum aclrtMallocAttrType {
+typedef enum {
     ACL_RT_MEM_ATTR_RSV = 0,
     ACL_RT_MEM_ATTR_MODULE_ID = 1,
     ACL_RT_MEM_ATTR_DEVICE_ID = 2,
     ACL_RT_MEM_ATTR_VA_FLAG = 3,
 } aclrtMallocAttrType;
 
-typedef union aclrtMallocAttrValue {
+typedef union {
     uint16_t moduleId;
     uint32_t deviceId;
     uint32_t vaFlag;
     uint8_t rsv[8];
 } aclrtMallocAttrValue;
 
-typedef struct aclrtMallocAttribute {
+typedef struct {
     aclrtMallocAttrType attr;
     aclrtMallocAttrValue value;
 } aclrtMallocAttribute;
 
-typedef struct aclrtMallocConfig {
+typedef struct {
     aclrtMallocAttribute *attrs;
     size_t numAttrs;
 } aclrtMallocConfig;
 
-typedef enum aclrtEngineType {
+typedef enum {
     ACL_RT_ENGINE_TYPE_AIC = 0,
     ACL_RT_ENGINE_TYPE_AIV = 1,
 } aclrtEngineType;
@@ -253,7 +257,7 @@ typedef enum aclrtEngineType {
 typedef enum aclrtLaunchKernelAttrId {
     ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE = 1,
     ACL_RT_LAUNCH_KERNEL_ATTR_DYN_UBUF_SIZE = 2,
-    ACL_RT_LAUNCH_KERNEL_ATTR_LOCAL_MEMORY_SIZE = 2,
+    ACL_RT_LAUNCH_KERNEL_ATTR_LOCAL_MEMORY_SIZE ACL_DEPRECATED_MESSAGE("Use ACL_RT_LAUNCH_KERNEL_ATTR_DYN_UBUF_SIZE instead") = 2,
     ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE = 3,
     ACL_RT_LAUNCH_KERNEL_ATTR_BLOCKDIM_OFFSET = 4,
     ACL_RT_LAUNCH_KERNEL_ATTR_BLOCK_TASK_PREFETCH = 5,
@@ -263,22 +267,23 @@ typedef enum aclrtLaunchKernelAttrId {
     ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING = 9,
 } aclrtLaunchKernelAttrId;
 
-typedef struct aclrtTimeoutUs {
+typedef struct {
     uint32_t timeoutLow;
     uint32_t timeoutHigh;
 } aclrtTimeoutUs;
 
 typedef union aclrtLaunchKernelAttrValue {
     uint8_t schemMode;
-    uint32_t dynUBufSize;
+    ACL_DEPRECATED_MESSAGE("Use dynUBufSize instead")
     uint32_t localMemorySize;
+    uint32_t dynUBufSize;
     aclrtEngineType engineType;
     uint32_t blockDimOffset;
     uint8_t isBlockTaskPrefetch;
     uint8_t isDataDump;
     uint16_t timeout;
     aclrtTimeoutUs timeoutUs;
-    uint8_t isProfiling;
+    uint8_t enableProfiling;
     uint32_t rsv[4];
 } aclrtLaunchKernelAttrValue;
 
@@ -292,7 +297,7 @@ typedef struct aclrtLaunchKernelCfg {
     size_t numAttrs;
 } aclrtLaunchKernelCfg;
 
-typedef struct aclrtPlaceHolderInfo {
+typedef struct {
     uint32_t addrOffset;
     uint32_t dataOffset;
 } aclrtPlaceHolderInfo;
@@ -311,7 +316,7 @@ typedef union aclrtBinaryLoadOptionValue {
     uint32_t rsv[4];
 } aclrtBinaryLoadOptionValue;
 
-typedef struct aclrtBinaryLoadOption {
+typedef struct {
     aclrtBinaryLoadOptionType type;
     aclrtBinaryLoadOptionValue value;
 } aclrtBinaryLoadOption;
@@ -321,10 +326,46 @@ typedef struct aclrtBinaryLoadOptions {
     size_t numOpt;
 } aclrtBinaryLoadOptions;
 
+typedef void *aclrtBinHandle;
+typedef void *aclrtFuncHandle;
+typedef void *aclrtArgsHandle;
+typedef void *aclrtParamHandle;
+
+/* Host callback run by the thread subscribed with aclrtSubscribeReport. */
+typedef void (*aclrtCallback)(void *userData);
+/* Host function run by a runtime-owned thread (aclrtLaunchHostFunc). */
+typedef void (*aclrtHostFunc)(void *args);
+
+/* ======================= initialisation and versions ================== */
+
+/*
+ * Initialises AscendCL. Process-wide and reference-counted: a further call
+ * while initialised counts and returns ACL_ERROR_REPEAT_INITIALIZE.
+ */
+ACL_FUNC_VISIBILITY aclError aclInit(const char *configPath);
+/* Tears AscendCL down; a second call without aclInit returns ACL_ERROR_REPEAT_FINALIZE. */
+ACL_FUNC_VISIBILITY aclError aclFinalize(void);
+/* Drops one aclInit reference; tears down when it reaches zero. */
+ACL_FUNC_VISIBILITY aclError aclFinalizeReference(uint64_t *refCount);
+
+/*
+ * The version of an installed package (a CANN package, "driver" or "firmware"): as text
+ * (versionStr holds ACL_PKG_VERSION_MAX_SIZE bytes), or as a number that orders as the
+ * versions do. An unknown package returns ACL_ERROR_INVALID_PARAM.
+ */
+ACL_FUNC_VISIBILITY aclError aclsysGetVersionStr(char *pkgName, char *versionStr);
+ACL_FUNC_VISIBILITY aclError aclsysGetVersionNum(char *pkgName, int32_t *versionNum);
+
+/*
+ * Returns and clears the calling thread's accumulated error description,
+ * newest first; NULL when nothing is pending. The pointer stays valid until
+ * the next call on the same thread.
+ */
+ACL_FUNC_VISIBILITY const char *aclGetRecentErrMsg(void);
+
 /* ================================ info ================================ */
 
 ACL_FUNC_VISIBILITY aclError aclrtGetRunMode(aclrtRunMode *runMode);
-ACL_FUNC_VISIBILITY const char *aclrtGetSocName(void);
 ACL_FUNC_VISIBILITY aclError aclrtGetLastError(aclrtLastErrLevel level);
 ACL_FUNC_VISIBILITY aclError aclrtPeekAtLastError(aclrtLastErrLevel level);
 
@@ -457,6 +498,66 @@ ACL_FUNC_VISIBILITY aclError aclrtKernelArgsGetPlaceHolderBuffer(aclrtArgsHandle
 ACL_FUNC_VISIBILITY aclError aclrtKernelArgsParaUpdate(aclrtArgsHandle argsHandle, aclrtParamHandle paramHandle,
                                                        void *param, size_t paramSize);
 ACL_FUNC_VISIBILITY aclError aclrtKernelArgsFinalize(aclrtArgsHandle argsHandle);
+
+/* ========================= devices and information ======================= */
+
+/* aclrtGetDeviceCapability answers */
+#define ACL_DEV_FEATURE_SUPPORT 0x00000001
+#define ACL_DEV_FEATURE_NOT_SUPPORT 0x00000000
+
+/* aclrtGetDevicesTopo: how two devices are linked */
+#define ACL_RT_DEVS_TOPOLOGY_HCCS 0x01ULL
+#define ACL_RT_DEVS_TOPOLOGY_PIX 0x02ULL
+#define ACL_RT_DEVS_TOPOLOGY_PIB 0x04ULL
+#define ACL_RT_DEVS_TOPOLOGY_PHB 0x08ULL
+#define ACL_RT_DEVS_TOPOLOGY_SYS 0x10ULL
+#define ACL_RT_DEVS_TOPOLOGY_SIO 0x20ULL
+#define ACL_RT_DEVS_TOPOLOGY_HCCS_SW 0x40ULL
+
+typedef enum {
+    ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV = 1,
+    ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV = 21,
+} aclrtDevFeatureType;
+
+typedef enum {
+    ACL_RT_DEV_RES_CUBE_CORE = 0,
+    ACL_RT_DEV_RES_VECTOR_CORE,
+} aclrtDevResLimitType;
+
+/* Reserved: the utilizationExtend field must be NULL. */
+typedef struct aclrtUtilizationExtendInfo aclrtUtilizationExtendInfo;
+
+typedef struct aclrtUtilizationInfo {
+    int32_t cubeUtilization;
+    int32_t vectorUtilization;
+    int32_t aicpuUtilization;
+    int32_t memoryUtilization;
+    aclrtUtilizationExtendInfo *utilizationExtend;
+} aclrtUtilizationInfo;
+
+typedef struct aclrtUuid {
+    char bytes[16];
+} aclrtUuid;
+
+/* Process-level core limits of a device; the hardware's counts until set, and after a reset. */
+ACL_FUNC_VISIBILITY aclError aclrtSetDeviceResLimit(int32_t deviceId, aclrtDevResLimitType type, uint32_t value);
+ACL_FUNC_VISIBILITY aclError aclrtGetDeviceResLimit(int32_t deviceId, aclrtDevResLimitType type, uint32_t *value);
+ACL_FUNC_VISIBILITY aclError aclrtResetDeviceResLimit(int32_t deviceId);
+/* The limit in force for the calling thread's current device. */
+ACL_FUNC_VISIBILITY aclError aclrtGetResInCurrentThread(aclrtDevResLimitType type, uint32_t *value);
+
+ACL_FUNC_VISIBILITY aclError aclrtGetDeviceUtilizationRate(int32_t deviceId, aclrtUtilizationInfo *utilizationInfo);
+ACL_FUNC_VISIBILITY aclError aclrtGetDeviceCapability(int32_t deviceId, aclrtDevFeatureType devFeatureType,
+                                                      int32_t *value);
+ACL_FUNC_VISIBILITY aclError aclrtDeviceGetUuid(int32_t deviceId, aclrtUuid *uuid);
+/* "domain:bus:device.function"; len must be at least 13. */
+ACL_FUNC_VISIBILITY aclError aclrtDeviceGetPCIBusId(int32_t deviceId, char *pciBusId, int32_t len);
+ACL_FUNC_VISIBILITY aclError aclrtDeviceGetByPCIBusId(const char *pciBusId, int32_t *deviceId);
+/* 1 once deviceId enabled access to peerDeviceId's memory, else 0. */
+ACL_FUNC_VISIBILITY aclError aclrtDevicePeerAccessStatus(int32_t deviceId, int32_t peerDeviceId, int32_t *status);
+ACL_FUNC_VISIBILITY aclError aclrtGetDevicesTopo(uint32_t deviceId, uint32_t otherDeviceId, uint64_t *value);
+/* Whether operator code built for socVersion runs on this device (1) or not (0). */
+ACL_FUNC_VISIBILITY aclError aclrtCheckArchCompatibility(const char *socVersion, int32_t *canCompatible);
 
 #ifdef __cplusplus
 }

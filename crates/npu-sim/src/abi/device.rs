@@ -8,6 +8,7 @@ use npu_sys::*;
 use super::check::deadline;
 use crate::context::{self, Context};
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
+use crate::hardware::{CUBE_CORES, L2_CACHE_BYTES, VECTOR_CORES};
 use crate::sim::{Sim, sim};
 use crate::sync::lock;
 
@@ -106,11 +107,11 @@ pub unsafe extern "C" fn aclrtGetDeviceInfo(
         let device = sim()?.device(deviceId.into())?;
         let v: i64 = match attr {
             ACL_DEV_ATTR_AICPU_CORE_NUM => 6,
-            ACL_DEV_ATTR_AICORE_CORE_NUM | ACL_DEV_ATTR_CUBE_CORE_NUM => 20,
-            ACL_DEV_ATTR_VECTOR_CORE_NUM => 40,
+            ACL_DEV_ATTR_AICORE_CORE_NUM | ACL_DEV_ATTR_CUBE_CORE_NUM => CUBE_CORES.into(),
+            ACL_DEV_ATTR_VECTOR_CORE_NUM => VECTOR_CORES.into(),
             ACL_DEV_ATTR_WARP_SIZE..=ACL_DEV_ATTR_MAX_BLOCK_DIM_Z => 0,
             ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE => device.capacity as i64,
-            ACL_DEV_ATTR_L2_CACHE_SIZE => 192 << 20,
+            ACL_DEV_ATTR_L2_CACHE_SIZE => L2_CACHE_BYTES,
             ACL_DEV_ATTR_PHY_CHIP_ID => i64::from(device.id),
             ACL_DEV_ATTR_SMP_ID
             | ACL_DEV_ATTR_SUPER_POD_DEVICE_ID

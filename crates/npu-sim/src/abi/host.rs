@@ -12,11 +12,6 @@ use crate::sim::sim;
 fn register(ptr: *mut c_void, size: u64, mapped: bool, pin: bool) -> Res<()> {
     let sim = sim()?;
     context::current(sim)?;
-    ensure!(
-        ptr as usize % PAGE == 0,
-        ACL_ERROR_RT_PARAM_INVALID,
-        "{ptr:p} is not aligned to the {PAGE}-byte page size"
-    );
     let Ok(len) = usize::try_from(size) else {
         fail!(
             ACL_ERROR_RT_PARAM_INVALID,
@@ -54,6 +49,14 @@ pub unsafe extern "C" fn aclrtHostRegister(
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
             "registration type {type_:#x} is not supported"
         );
+        context::current(sim()?)?;
+        // Only the V1 call checks the page alignment the reference asks of both: aclrtHostRegisterV2
+        // validates its flags and leaves the address to the driver.
+        ensure!(
+            ptr as usize % PAGE == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "{ptr:p} is not aligned to the {PAGE}-byte page size"
+        );
         register(ptr, size, true, false)?;
         write_out(devPtr, "devPtr", ptr)
     })
@@ -61,7 +64,8 @@ pub unsafe extern "C" fn aclrtHostRegister(
 
 /// Registers host memory with flags (MAPPED: device-accessible through
 /// aclrtHostGetDevicePointer; PINNED: page-locked, for pageable memory only). No valid bit or
-/// an unknown bit → 107000; overlap with a registered range (or PINNED on aclrtMallocHost
+/// an unknown bit → 107000; any address is accepted (unlike aclrtHostRegister, no alignment
+/// check); overlap with a registered range (or PINNED on aclrtMallocHost
 /// memory) → 507910.
 ///
 /// # Safety

@@ -12,11 +12,6 @@ use crate::error::{self, Res, ensure, fail, guard, guard_value, non_null, write_
 use crate::sim::sim;
 use crate::sync::lock;
 
-/// The simulated runtime's version ("ACL 1.17.0", as the header declares).
-const VERSION: &str = "1.17.0";
-/// [`VERSION`] as a number: major * 10000 + minor * 100 + patch.
-const VERSION_NUM: i32 = 11700;
-
 struct InitState {
     refs: u64,
     finalized: bool,
@@ -241,8 +236,29 @@ pub unsafe extern "C" fn aclFinalizeReference(refCount: *mut u64) -> aclError {
     })
 }
 
-/// Writes the version string of a package ("1.17.0" for every package) into `versionStr`
-/// (at least ACL_PKG_VERSION_MAX_SIZE bytes).
+/// The configured version of a package (see [`SimConfig::packages`]) and its weighted number;
+/// an unknown package is a parameter error.
+fn package_version(name: &str) -> Res<(String, i32)> {
+    let sim = sim()?;
+    match sim.config.packages.get(name) {
+        Some(version) => match crate::version::package_version_number(version) {
+            Some(number) => Ok((version.clone(), number)),
+            None => fail!(
+                ACL_ERROR_INTERNAL_ERROR,
+                "the configured version {version:?} of {name:?} has no number"
+            ),
+        },
+        None => fail!(
+            ACL_ERROR_INVALID_PARAM,
+            "no package {name:?} is installed (the simulator knows {:?})",
+            sim.config.packages.keys().collect::<Vec<_>>()
+        ),
+    }
+}
+
+/// Writes the version string of a package (as configured; CANN's packages default to
+/// [`crate::config::DEFAULT_CANN_VERSION`]) into `versionStr` (at least
+/// ACL_PKG_VERSION_MAX_SIZE bytes).
 ///
 /// # Safety
 /// `pkgName` must be NULL or NUL-terminated; `versionStr` NULL or writable for
@@ -253,12 +269,13 @@ pub unsafe extern "C" fn aclsysGetVersionStr(
     versionStr: *mut c_char,
 ) -> aclError {
     guard("aclsysGetVersionStr", || {
-        c_str(pkgName, "pkgName")?;
+        let name = c_str(pkgName, "pkgName")?;
         non_null(versionStr, "versionStr")?;
-        let bytes = CString::new(VERSION).unwrap_or_default();
+        let (version, _) = package_version(name)?;
+        let bytes = CString::new(version).unwrap_or_default();
         let bytes = bytes.as_bytes_with_nul();
         // SAFETY: the caller provides ACL_PKG_VERSION_MAX_SIZE (128) writable bytes, more than
-        // the version string with its NUL.
+        // the version string with its NUL (SimConfig::validate only admits short versions).
         unsafe {
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), versionStr.cast::<u8>(), bytes.len())
         };
@@ -266,7 +283,8 @@ pub unsafe extern "C" fn aclsysGetVersionStr(
     })
 }
 
-/// Writes the version of a package as a number (major * 10000 + minor * 100 + patch).
+/// Writes the version of a package as its weighted number ([`crate::version`]), which orders
+/// as the versions do.
 ///
 /// # Safety
 /// `pkgName` must be NULL or NUL-terminated; `versionNum` NULL or valid for a write.
@@ -276,8 +294,10 @@ pub unsafe extern "C" fn aclsysGetVersionNum(
     versionNum: *mut i32,
 ) -> aclError {
     guard("aclsysGetVersionNum", || {
-        c_str(pkgName, "pkgName")?;
-        write_out(versionNum, "versionNum", VERSION_NUM)
+        let name = c_str(pkgName, "pkgName")?;
+        non_null(versionNum, "versionNum")?;
+        let (_, number) = package_version(name)?;
+        write_out(versionNum, "versionNum", number)
     })
 }
 

@@ -15,28 +15,36 @@
 #![allow(non_snake_case, non_camel_case_types)]
 
 mod callback;
+mod cann_attr;
 mod check;
 mod context;
 mod control;
 mod copy;
 mod device;
+mod device_query;
 mod event;
 mod host;
 mod init;
 mod kernel;
 mod memory;
+mod numeric;
+mod res_limit;
 mod stream;
 
 pub use callback::*;
+pub use cann_attr::*;
 pub use context::*;
 pub use control::*;
 pub use copy::*;
 pub use device::*;
+pub use device_query::*;
 pub use event::*;
 pub use host::*;
 pub use init::*;
 pub use kernel::*;
 pub use memory::*;
+pub use numeric::*;
+pub use res_limit::*;
 pub use stream::*;
 
 pub use npu_sys::{aclError, aclrtContext, aclrtEvent, aclrtStream};

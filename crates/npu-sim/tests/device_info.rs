@@ -1,0 +1,526 @@
+//! The "Devices and information" group through the exported C ABI: resource limits, device
+//! queries (utilization, capabilities, UUID, PCI bus IDs, peer status, topology, architecture
+//! compatibility), CANN attributes and the numeric helpers, with every error path.
+//!
+//! Devices (this process has 4): 0 and 1 for queries, 2 has its limits changed, 3 is lost.
+
+extern crate ascendcl as npu_sim;
+
+#[macro_use]
+mod common;
+
+use std::ffi::{CStr, c_char};
+use std::ptr;
+
+use common::*;
+use npu_sim::abi::*;
+use npu_sys::*;
+
+fn install() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        npu_sim::SimConfig::default().devices(4).install().unwrap();
+        npu_sim::control::lose_device(3).unwrap();
+    });
+}
+
+/// Checks a failed call's code, that the thread's last error agrees and that the message names
+/// the API.
+#[track_caller]
+fn fails(code: aclError, expected: aclError, api: &str) {
+    assert_eq!(code, expected, "{api}");
+    // SAFETY: no preconditions.
+    let last = unsafe { aclrtGetLastError(ACL_RT_THREAD_LEVEL) };
+    assert_eq!(last, expected, "{api}");
+    let message = recent_message();
+    assert!(message.contains(api), "{api}: {message}");
+}
+
+fn limit(device: i32, kind: aclrtDevResLimitType) -> u32 {
+    let mut value = 0;
+    acl!(aclrtGetDeviceResLimit(device, kind, &mut value));
+    value
+}
+
+#[test]
+fn resource_limits_default_to_the_hardware_and_reset() {
+    install();
+    assert_eq!(limit(2, ACL_RT_DEV_RES_CUBE_CORE), 20);
+    assert_eq!(limit(2, ACL_RT_DEV_RES_VECTOR_CORE), 40);
+    acl!(aclrtSetDeviceResLimit(2, ACL_RT_DEV_RES_CUBE_CORE, 8));
+    acl!(aclrtSetDeviceResLimit(2, ACL_RT_DEV_RES_CUBE_CORE, 12));
+    assert_eq!(
+        limit(2, ACL_RT_DEV_RES_CUBE_CORE),
+        12,
+        "the last setting wins"
+    );
+    assert_eq!(limit(2, ACL_RT_DEV_RES_VECTOR_CORE), 40);
+    std::thread::spawn(|| {
+        set_device(2);
+        let mut value = 0;
+        acl!(aclrtGetResInCurrentThread(
+            ACL_RT_DEV_RES_CUBE_CORE,
+            &mut value
+        ));
+        assert_eq!(value, 12, "the thread's device limit");
+        acl!(aclrtResetDevice(2));
+    })
+    .join()
+    .unwrap();
+    acl!(aclrtResetDeviceResLimit(2));
+    assert_eq!(limit(2, ACL_RT_DEV_RES_CUBE_CORE), 20);
+}
+
+#[test]
+fn resource_limit_errors() {
+    install();
+    let mut value = 0;
+    let api = "aclrtSetDeviceResLimit";
+    fails(
+        code!(aclrtSetDeviceResLimit(9, ACL_RT_DEV_RES_CUBE_CORE, 1)),
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        api,
+    );
+    fails(
+        code!(aclrtSetDeviceResLimit(0, 7, 1)),
+        ACL_ERROR_RT_PARAM_INVALID,
+        api,
+    );
+    fails(
+        code!(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, 0)),
+        ACL_ERROR_RT_PARAM_INVALID,
+        api,
+    );
+    fails(
+        code!(aclrtSetDeviceResLimit(0, ACL_RT_DEV_RES_VECTOR_CORE, 41)),
+        ACL_ERROR_RT_PARAM_INVALID,
+        api,
+    );
+    let api = "aclrtGetDeviceResLimit";
+    fails(
+        code!(aclrtGetDeviceResLimit(
+            0,
+            ACL_RT_DEV_RES_CUBE_CORE,
+            ptr::null_mut()
+        )),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    fails(
+        code!(aclrtGetDeviceResLimit(
+            -1,
+            ACL_RT_DEV_RES_CUBE_CORE,
+            &mut value
+        )),
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        api,
+    );
+    fails(
+        code!(aclrtGetDeviceResLimit(0, 7, &mut value)),
+        ACL_ERROR_RT_PARAM_INVALID,
+        api,
+    );
+    fails(
+        code!(aclrtResetDeviceResLimit(4)),
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        "aclrtResetDeviceResLimit",
+    );
+    std::thread::spawn(|| {
+        let api = "aclrtGetResInCurrentThread";
+        let mut value = 0;
+        fails(
+            code!(aclrtGetResInCurrentThread(
+                ACL_RT_DEV_RES_CUBE_CORE,
+                ptr::null_mut()
+            )),
+            ACL_ERROR_INVALID_PARAM,
+            api,
+        );
+        fails(
+            code!(aclrtGetResInCurrentThread(
+                ACL_RT_DEV_RES_CUBE_CORE,
+                &mut value
+            )),
+            ACL_ERROR_RT_CONTEXT_NULL,
+            api,
+        );
+        set_device(0);
+        fails(
+            code!(aclrtGetResInCurrentThread(7, &mut value)),
+            ACL_ERROR_RT_PARAM_INVALID,
+            api,
+        );
+        acl!(aclrtResetDevice(0));
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn utilization_and_capabilities() {
+    install();
+    let mut info = aclrtUtilizationInfo {
+        cubeUtilization: 7,
+        vectorUtilization: 7,
+        aicpuUtilization: 7,
+        memoryUtilization: 7,
+        utilizationExtend: ptr::null_mut(),
+    };
+    acl!(aclrtGetDeviceUtilizationRate(0, &mut info));
+    assert_eq!(
+        (
+            info.cubeUtilization,
+            info.vectorUtilization,
+            info.aicpuUtilization,
+            info.memoryUtilization
+        ),
+        (0, 0, 0, -1)
+    );
+    let api = "aclrtGetDeviceUtilizationRate";
+    fails(
+        code!(aclrtGetDeviceUtilizationRate(0, ptr::null_mut())),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    fails(
+        code!(aclrtGetDeviceUtilizationRate(4, &mut info)),
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        api,
+    );
+    fails(
+        code!(aclrtGetDeviceUtilizationRate(3, &mut info)),
+        ACL_ERROR_RT_LOST_HEARTBEAT,
+        api,
+    );
+    info.utilizationExtend = ptr::NonNull::dangling().as_ptr();
+    fails(
+        code!(aclrtGetDeviceUtilizationRate(0, &mut info)),
+        ACL_ERROR_RT_PARAM_INVALID,
+        api,
+    );
+
+    let mut supported = 9;
+    for feature in [
+        ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV,
+        ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV,
+    ] {
+        acl!(aclrtGetDeviceCapability(1, feature, &mut supported));
+        assert_eq!(supported, ACL_DEV_FEATURE_NOT_SUPPORT as i32);
+    }
+    let api = "aclrtGetDeviceCapability";
+    fails(
+        code!(aclrtGetDeviceCapability(
+            0,
+            ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV,
+            ptr::null_mut()
+        )),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    fails(
+        code!(aclrtGetDeviceCapability(
+            4,
+            ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV,
+            &mut supported
+        )),
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        api,
+    );
+    fails(
+        code!(aclrtGetDeviceCapability(0, 2, &mut supported)),
+        ACL_ERROR_RT_PARAM_INVALID,
+        api,
+    );
+
+    let mut value = 0;
+    acl!(aclGetDeviceCapability(
+        0,
+        ACL_DEVICE_INFO_AI_CORE_NUM,
+        &mut value
+    ));
+    assert_eq!(value, 20);
+    acl!(aclGetDeviceCapability(
+        0,
+        ACL_DEVICE_INFO_VECTOR_CORE_NUM,
+        &mut value
+    ));
+    assert_eq!(value, 40);
+    acl!(aclGetDeviceCapability(
+        0,
+        ACL_DEVICE_INFO_L2_SIZE,
+        &mut value
+    ));
+    assert_eq!(value, 192 << 20);
+    let api = "aclGetDeviceCapability";
+    fails(
+        code!(aclGetDeviceCapability(
+            0,
+            ACL_DEVICE_INFO_L2_SIZE,
+            ptr::null_mut()
+        )),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    fails(
+        code!(aclGetDeviceCapability(
+            4,
+            ACL_DEVICE_INFO_L2_SIZE,
+            &mut value
+        )),
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        api,
+    );
+    fails(
+        code!(aclGetDeviceCapability(
+            0,
+            ACL_DEVICE_INFO_UNDEFINED,
+            &mut value
+        )),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+}
+
+fn uuid(device: i32) -> [c_char; 16] {
+    let mut out = aclrtUuid { bytes: [0; 16] };
+    acl!(aclrtDeviceGetUuid(device, &mut out));
+    out.bytes
+}
+
+fn bus_id(device: i32) -> String {
+    let mut text = [0 as c_char; 16];
+    acl!(aclrtDeviceGetPCIBusId(device, text.as_mut_ptr(), 13));
+    // SAFETY: the call NUL-terminated the buffer.
+    unsafe { CStr::from_ptr(text.as_ptr()) }
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn device_at(id: &str) -> Result<i32, aclError> {
+    let text = c_string(id);
+    let mut device = -1;
+    match code!(aclrtDeviceGetByPCIBusId(text.as_ptr(), &mut device)) {
+        0 => Ok(device),
+        code => Err(code),
+    }
+}
+
+#[test]
+fn uuids_and_pci_bus_ids_identify_devices() {
+    install();
+    assert_eq!(uuid(0), uuid(0), "stable");
+    assert_ne!(uuid(0), uuid(1), "unique");
+    assert_eq!(bus_id(0), "0000:01:00.0");
+    assert_eq!(bus_id(1), "0000:02:00.0");
+    assert_eq!(device_at("0000:02:00.0"), Ok(1));
+    assert_eq!(device_at("02:00.0"), Ok(1), "the domain may be left out");
+    assert_eq!(device_at(&bus_id(3).to_uppercase()), Ok(3));
+
+    fails(
+        code!(aclrtDeviceGetUuid(0, ptr::null_mut())),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtDeviceGetUuid",
+    );
+    let mut out = aclrtUuid { bytes: [0; 16] };
+    fails(
+        code!(aclrtDeviceGetUuid(4, &mut out)),
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        "aclrtDeviceGetUuid",
+    );
+    let api = "aclrtDeviceGetPCIBusId";
+    let mut text = [0 as c_char; 16];
+    fails(
+        code!(aclrtDeviceGetPCIBusId(0, ptr::null_mut(), 13)),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    fails(
+        code!(aclrtDeviceGetPCIBusId(0, text.as_mut_ptr(), 12)),
+        ACL_ERROR_RT_PARAM_INVALID,
+        api,
+    );
+    fails(
+        code!(aclrtDeviceGetPCIBusId(4, text.as_mut_ptr(), 13)),
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        api,
+    );
+    let api = "aclrtDeviceGetByPCIBusId";
+    let mut device = 0;
+    let id = c_string("0000:01:00.0");
+    fails(
+        code!(aclrtDeviceGetByPCIBusId(ptr::null(), &mut device)),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    fails(
+        code!(aclrtDeviceGetByPCIBusId(id.as_ptr(), ptr::null_mut())),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    for malformed in [
+        "",
+        "0000:01:00",
+        "0000:01:00.8",
+        "0000:100:00.0",
+        "x:01:00.0",
+        "1:2:3:4.0",
+    ] {
+        fails(
+            device_at(malformed).unwrap_err(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            api,
+        );
+    }
+    fails(
+        device_at("0000:05:00.0").unwrap_err(),
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        api,
+    );
+}
+
+fn peer_status(device: i32, peer: i32) -> i32 {
+    let mut status = -1;
+    acl!(aclrtDevicePeerAccessStatus(device, peer, &mut status));
+    status
+}
+
+#[test]
+fn peer_status_follows_enable_and_disable() {
+    install();
+    std::thread::spawn(|| {
+        set_device(1);
+        assert_eq!(peer_status(1, 0), 0);
+        acl!(aclrtDeviceEnablePeerAccess(0, 0));
+        assert_eq!(peer_status(1, 0), 1);
+        assert_eq!(peer_status(0, 1), 0, "access is directional");
+        acl!(aclrtDeviceDisablePeerAccess(0));
+        assert_eq!(peer_status(1, 0), 0);
+        assert_eq!(peer_status(1, 1), 0, "a device and itself");
+        acl!(aclrtResetDevice(1));
+    })
+    .join()
+    .unwrap();
+    let api = "aclrtDevicePeerAccessStatus";
+    let mut status = 0;
+    fails(
+        code!(aclrtDevicePeerAccessStatus(0, 1, ptr::null_mut())),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    fails(
+        code!(aclrtDevicePeerAccessStatus(0, 4, &mut status)),
+        ACL_ERROR_RT_PARAM_INVALID,
+        api,
+    );
+    fails(
+        code!(aclrtDevicePeerAccessStatus(-1, 0, &mut status)),
+        ACL_ERROR_RT_PARAM_INVALID,
+        api,
+    );
+}
+
+#[test]
+fn topology_and_architecture() {
+    install();
+    let mut link = 0;
+    acl!(aclrtGetDevicesTopo(0, 1, &mut link));
+    assert_eq!(link, u64::from(ACL_RT_DEVS_TOPOLOGY_HCCS));
+    let api = "aclrtGetDevicesTopo";
+    fails(
+        code!(aclrtGetDevicesTopo(0, 1, ptr::null_mut())),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    fails(
+        code!(aclrtGetDevicesTopo(0, 4, &mut link)),
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        api,
+    );
+    fails(
+        code!(aclrtGetDevicesTopo(1, 1, &mut link)),
+        ACL_ERROR_RT_PARAM_INVALID,
+        api,
+    );
+
+    let compatible = |soc: &str| {
+        let soc = c_string(soc);
+        let mut answer = -1;
+        acl!(aclrtCheckArchCompatibility(soc.as_ptr(), &mut answer));
+        answer
+    };
+    assert_eq!(compatible("Ascend910B3"), 1);
+    assert_eq!(compatible("Ascend910B1"), 1, "the same family");
+    assert_eq!(compatible("Ascend310P3"), 0);
+    assert_eq!(compatible(""), 0);
+    let api = "aclrtCheckArchCompatibility";
+    let soc = c_string("Ascend910B3");
+    let mut answer = 0;
+    fails(
+        code!(aclrtCheckArchCompatibility(ptr::null(), &mut answer)),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    fails(
+        code!(aclrtCheckArchCompatibility(soc.as_ptr(), ptr::null_mut())),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+}
+
+#[test]
+fn cann_attributes() {
+    install();
+    let (mut list, mut num) = (ptr::null(), 0);
+    acl!(aclGetCannAttributeList(&mut list, &mut num));
+    // SAFETY: the library owns `num` entries at `list` for the whole process.
+    let attrs = unsafe { std::slice::from_raw_parts(list, num) };
+    assert_eq!(attrs, [ACL_CANN_ATTR_INF_NAN, ACL_CANN_ATTR_BF16]);
+    let attribute = |attr| {
+        let mut value = -1;
+        acl!(aclGetCannAttribute(attr, &mut value));
+        value
+    };
+    assert_eq!(attribute(ACL_CANN_ATTR_BF16), 1);
+    assert_eq!(attribute(ACL_CANN_ATTR_JIT_COMPILE), 0);
+    let api = "aclGetCannAttributeList";
+    fails(
+        code!(aclGetCannAttributeList(ptr::null_mut(), &mut num)),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    fails(
+        code!(aclGetCannAttributeList(&mut list, ptr::null_mut())),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    let api = "aclGetCannAttribute";
+    let mut value = 0;
+    fails(
+        code!(aclGetCannAttribute(ACL_CANN_ATTR_BF16, ptr::null_mut())),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    fails(
+        code!(aclGetCannAttribute(ACL_CANN_ATTR_UNDEFINED, &mut value)),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    fails(
+        code!(aclGetCannAttribute(3, &mut value)),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+}
+
+#[test]
+fn half_precision_and_element_sizes() {
+    assert_eq!(code!(aclFloatToFloat16(-2.5)), 0xC100);
+    assert_eq!(code!(aclFloatToFloat16(f32::INFINITY)), 0x7BFF);
+    assert_eq!(code!(aclFloat16ToFloat(0xC100)), -2.5);
+    assert_eq!(code!(aclFloat16ToFloat(0x7E00)), 98304.0);
+    assert_eq!(code!(aclDataTypeSize(ACL_INT64)), 8);
+    assert_eq!(code!(aclDataTypeSize(ACL_INT4)), 1);
+    assert_eq!(code!(aclDataTypeSize(ACL_STRING)), 0);
+    assert_eq!(code!(aclDataTypeSize(99)), 0);
+}
