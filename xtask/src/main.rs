@@ -70,6 +70,28 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtKernelArgsGetPlaceHolderBuffer",
     "aclrtKernelArgsParaUpdate",
     "aclrtKernelArgsFinalize",
+    // streams, notifies, stream memory operations, exceptions (simstream)
+    "aclrtStreamStop",
+    "aclrtStreamAbort",
+    "aclrtRegStreamStateCallback",
+    "aclrtGetStreamAvailableNum",
+    "aclrtSetStreamAttribute",
+    "aclrtGetStreamAttribute",
+    "aclrtCreateStreamConfigHandle",
+    "aclrtDestroyStreamConfigHandle",
+    "aclrtSetStreamConfigOpt",
+    "aclrtCreateStreamV2",
+    "aclrtRecordEventWithFlag",
+    "aclrtStreamWaitEventWithFlag",
+    "aclrtStreamWaitEventWithTimeout",
+    "aclrtCreateNotify",
+    "aclrtDestroyNotify",
+    "aclrtRecordNotify",
+    "aclrtWaitAndResetNotify",
+    "aclrtGetNotifyId",
+    "aclrtValueWrite",
+    "aclrtValueWait",
+    "aclrtGetThreadLastTaskId",
 ];
 
 const OUTPUT: &str = "crates/npu-sys/src/bindings.rs";

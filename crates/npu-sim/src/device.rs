@@ -1,6 +1,6 @@
 //! A simulated device: memory accounting, loss, the hold gate, peer access and its clock.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
@@ -46,6 +46,11 @@ pub(crate) struct Device {
     next_stream_id: AtomicI32,
     pub(crate) live_streams: AtomicU64,
     pub(crate) live_events: AtomicU64,
+    pub(crate) live_notifies: AtomicU32,
+    pub(crate) next_notify_id: AtomicU32,
+    /// Rung after every task or synchronous operation that wrote device memory, for the
+    /// aclrtValueWait tasks polling it.
+    pub(crate) memory_bell: Bell,
 }
 
 impl Device {
@@ -67,6 +72,9 @@ impl Device {
             next_stream_id: AtomicI32::new(1),
             live_streams: AtomicU64::new(0),
             live_events: AtomicU64::new(0),
+            live_notifies: AtomicU32::new(0),
+            next_notify_id: AtomicU32::new(0),
+            memory_bell: Bell::new(),
         }
     }
 
@@ -146,6 +154,15 @@ impl Device {
     pub(crate) fn lose(&self) {
         self.lost.store(true, Ordering::Release);
         self.lost_bell.ring();
+        drop(write(&self.exec_gate));
+    }
+
+    /// Waits until no task is touching the device's memory. A synchronous copy or memset does
+    /// this first, so it sees the results of the work already running on the device: a task
+    /// submitted to an idle stream is running before its submission returns
+    /// ([`crate::stream::Stream::submit`]), and a kernel launched just before a synchronous
+    /// aclrtMemcpy of its output has finished when the copy reads it.
+    pub(crate) fn fence(&self) {
         drop(write(&self.exec_gate));
     }
 

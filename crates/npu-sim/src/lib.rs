@@ -57,9 +57,11 @@ mod error;
 mod event;
 mod handle;
 mod memory;
+mod notify;
 mod report;
 mod sim;
 mod stream;
+mod stream_state;
 mod sync;
 mod task;
 

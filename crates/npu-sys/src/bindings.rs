@@ -175,6 +175,14 @@ pub const ACL_HOST_REG_PINNED: u32 = 268435456;
 pub const ACL_RT_BINARY_MAGIC_ELF_AICORE: u32 = 1129660997;
 pub const ACL_RT_BINARY_MAGIC_ELF_VECTOR_CORE: u32 = 1094799942;
 pub const ACL_RT_BINARY_MAGIC_ELF_CUBE_CORE: u32 = 1095320387;
+pub const ACL_STREAM_WAIT_VALUE_GEQ: u32 = 0;
+pub const ACL_STREAM_WAIT_VALUE_EQ: u32 = 1;
+pub const ACL_STREAM_WAIT_VALUE_AND: u32 = 2;
+pub const ACL_STREAM_WAIT_VALUE_NOR: u32 = 3;
+pub const ACL_NOTIFY_DEFAULT: u32 = 0;
+pub const ACL_NOTIFY_DEVICE_USE_ONLY: u32 = 1;
+pub const ACL_EVENT_WAIT_DEFAULT: u32 = 0;
+pub const ACL_EVENT_WAIT_EXTERNAL: u32 = 1;
 pub type aclError = core::ffi::c_int;
 pub type aclFloat16 = u16;
 pub type aclrtStream = *mut core::ffi::c_void;
@@ -187,6 +195,7 @@ pub type aclrtParamHandle = *mut core::ffi::c_void;
 pub type aclrtCallback =
     ::std::option::Option<unsafe extern "C" fn(userData: *mut core::ffi::c_void)>;
 pub type aclrtHostFunc = ::std::option::Option<unsafe extern "C" fn(args: *mut core::ffi::c_void)>;
+pub type aclrtNotify = *mut core::ffi::c_void;
 pub const ACL_SUCCESS: core::ffi::c_int = 0;
 pub const ACL_ERROR_NONE: core::ffi::c_int = 0;
 pub const ACL_ERROR_INVALID_PARAM: core::ffi::c_int = 100000;
@@ -747,6 +756,90 @@ impl Default for aclrtBinaryLoadOptions {
         }
     }
 }
+pub const ACL_RT_STREAM_WORK_ADDR_PTR: aclrtStreamConfigAttr = 0;
+pub const ACL_RT_STREAM_WORK_SIZE: aclrtStreamConfigAttr = 1;
+pub const ACL_RT_STREAM_FLAG: aclrtStreamConfigAttr = 2;
+pub const ACL_RT_STREAM_PRIORITY: aclrtStreamConfigAttr = 3;
+pub type aclrtStreamConfigAttr = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtStreamConfigHandle {
+    pub workptr: *mut core::ffi::c_void,
+    pub workSize: usize,
+    pub flag: usize,
+    pub priority: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtStreamConfigHandle"][::std::mem::size_of::<aclrtStreamConfigHandle>() - 32usize];
+    ["Alignment of aclrtStreamConfigHandle"]
+        [::std::mem::align_of::<aclrtStreamConfigHandle>() - 8usize];
+    ["Offset of field: aclrtStreamConfigHandle::workptr"]
+        [::std::mem::offset_of!(aclrtStreamConfigHandle, workptr) - 0usize];
+    ["Offset of field: aclrtStreamConfigHandle::workSize"]
+        [::std::mem::offset_of!(aclrtStreamConfigHandle, workSize) - 8usize];
+    ["Offset of field: aclrtStreamConfigHandle::flag"]
+        [::std::mem::offset_of!(aclrtStreamConfigHandle, flag) - 16usize];
+    ["Offset of field: aclrtStreamConfigHandle::priority"]
+        [::std::mem::offset_of!(aclrtStreamConfigHandle, priority) - 24usize];
+};
+impl Default for aclrtStreamConfigHandle {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_STREAM_ATTR_FAILURE_MODE: aclrtStreamAttr = 1;
+pub const ACL_STREAM_ATTR_FLOAT_OVERFLOW_CHECK: aclrtStreamAttr = 2;
+pub const ACL_STREAM_ATTR_USER_CUSTOM_TAG: aclrtStreamAttr = 3;
+pub const ACL_STREAM_ATTR_CACHE_OP_INFO: aclrtStreamAttr = 4;
+pub const ACL_STREAM_ATTR_PRIORITY: aclrtStreamAttr = 5;
+pub type aclrtStreamAttr = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union aclrtStreamAttrValue {
+    pub failureMode: u64,
+    pub overflowSwitch: u32,
+    pub userCustomTag: u32,
+    pub cacheOpInfoSwitch: u32,
+    pub streamPriority: u32,
+    pub reserve: [u32; 4usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtStreamAttrValue"][::std::mem::size_of::<aclrtStreamAttrValue>() - 16usize];
+    ["Alignment of aclrtStreamAttrValue"][::std::mem::align_of::<aclrtStreamAttrValue>() - 8usize];
+    ["Offset of field: aclrtStreamAttrValue::failureMode"]
+        [::std::mem::offset_of!(aclrtStreamAttrValue, failureMode) - 0usize];
+    ["Offset of field: aclrtStreamAttrValue::overflowSwitch"]
+        [::std::mem::offset_of!(aclrtStreamAttrValue, overflowSwitch) - 0usize];
+    ["Offset of field: aclrtStreamAttrValue::userCustomTag"]
+        [::std::mem::offset_of!(aclrtStreamAttrValue, userCustomTag) - 0usize];
+    ["Offset of field: aclrtStreamAttrValue::cacheOpInfoSwitch"]
+        [::std::mem::offset_of!(aclrtStreamAttrValue, cacheOpInfoSwitch) - 0usize];
+    ["Offset of field: aclrtStreamAttrValue::streamPriority"]
+        [::std::mem::offset_of!(aclrtStreamAttrValue, streamPriority) - 0usize];
+    ["Offset of field: aclrtStreamAttrValue::reserve"]
+        [::std::mem::offset_of!(aclrtStreamAttrValue, reserve) - 0usize];
+};
+impl Default for aclrtStreamAttrValue {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_RT_STREAM_STATE_CREATE_POST: aclrtStreamState = 1;
+pub const ACL_RT_STREAM_STATE_DESTROY_PRE: aclrtStreamState = 2;
+pub type aclrtStreamState = core::ffi::c_uint;
+pub type aclrtStreamStateCallback = ::std::option::Option<
+    unsafe extern "C" fn(stm: aclrtStream, state: aclrtStreamState, args: *mut core::ffi::c_void),
+>;
 
 /// Expands `$callback! { $extra required { fn ...; } optional { fn ...; } }` with every
 /// ACL function npu-rs binds, in header order. `optional` lists the functions only newer
@@ -849,6 +942,27 @@ macro_rules! for_each_acl_function {
                 fn aclrtKernelArgsGetPlaceHolderBuffer(argsHandle: $crate::aclrtArgsHandle, paramHandle: $crate::aclrtParamHandle, dataSize: usize, bufferAddr: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtKernelArgsParaUpdate(argsHandle: $crate::aclrtArgsHandle, paramHandle: $crate::aclrtParamHandle, param: *mut core::ffi::c_void, paramSize: usize) -> $crate::aclError;
                 fn aclrtKernelArgsFinalize(argsHandle: $crate::aclrtArgsHandle) -> $crate::aclError;
+                fn aclrtStreamStop(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtStreamAbort(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtRegStreamStateCallback(regName: *const core::ffi::c_char, callback: $crate::aclrtStreamStateCallback, args: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtGetStreamAvailableNum(streamCount: *mut u32) -> $crate::aclError;
+                fn aclrtSetStreamAttribute(stream: $crate::aclrtStream, stmAttrType: $crate::aclrtStreamAttr, value: *mut $crate::aclrtStreamAttrValue) -> $crate::aclError;
+                fn aclrtGetStreamAttribute(stream: $crate::aclrtStream, stmAttrType: $crate::aclrtStreamAttr, value: *mut $crate::aclrtStreamAttrValue) -> $crate::aclError;
+                fn aclrtCreateStreamConfigHandle() -> *mut $crate::aclrtStreamConfigHandle;
+                fn aclrtDestroyStreamConfigHandle(handle: *mut $crate::aclrtStreamConfigHandle) -> $crate::aclError;
+                fn aclrtSetStreamConfigOpt(handle: *mut $crate::aclrtStreamConfigHandle, attr: $crate::aclrtStreamConfigAttr, attrValue: *const core::ffi::c_void, valueSize: usize) -> $crate::aclError;
+                fn aclrtCreateStreamV2(stream: *mut $crate::aclrtStream, handle: *const $crate::aclrtStreamConfigHandle) -> $crate::aclError;
+                fn aclrtRecordEventWithFlag(event: $crate::aclrtEvent, stream: $crate::aclrtStream, flag: u32) -> $crate::aclError;
+                fn aclrtStreamWaitEventWithFlag(stream: $crate::aclrtStream, event: $crate::aclrtEvent, timeout: u32, flag: u32) -> $crate::aclError;
+                fn aclrtStreamWaitEventWithTimeout(stream: $crate::aclrtStream, event: $crate::aclrtEvent, timeout: i32) -> $crate::aclError;
+                fn aclrtCreateNotify(notify: *mut $crate::aclrtNotify, flag: u64) -> $crate::aclError;
+                fn aclrtDestroyNotify(notify: $crate::aclrtNotify) -> $crate::aclError;
+                fn aclrtRecordNotify(notify: $crate::aclrtNotify, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtWaitAndResetNotify(notify: $crate::aclrtNotify, stream: $crate::aclrtStream, timeout: u32) -> $crate::aclError;
+                fn aclrtGetNotifyId(notify: $crate::aclrtNotify, notifyId: *mut u32) -> $crate::aclError;
+                fn aclrtValueWrite(devAddr: *mut core::ffi::c_void, value: u64, flag: u32, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtValueWait(devAddr: *mut core::ffi::c_void, value: u64, flag: u32, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtGetThreadLastTaskId(taskId: *mut u32) -> $crate::aclError;
                 fn aclFinalizeReference(refCount: *mut u64) -> $crate::aclError;
                 fn aclsysGetVersionStr(pkgName: *mut core::ffi::c_char, versionStr: *mut core::ffi::c_char) -> $crate::aclError;
                 fn aclsysGetVersionNum(pkgName: *mut core::ffi::c_char, versionNum: *mut i32) -> $crate::aclError;

@@ -26,6 +26,9 @@ typedef void (*aclrtCallback)(void *userData);
 /* Host function run by a runtime-owned thread (aclrtLaunchHostFunc). */
 typedef void (*aclrtHostFunc)(void *args);
 
+/* ---- streams, notifies and exceptions (simstream) ---- */
+typedef void *aclrtNotify;
+
 #ifdef __cplusplus
 }
 #endif
