@@ -17,7 +17,14 @@ use npu_sys::*;
 fn running_out_of_streams() {
     set_device(0);
     let limit = 1984 - 1; // the primary context's default stream counts
+    let available = || {
+        let mut count = u32::MAX;
+        acl!(aclrtGetStreamAvailableNum(&mut count));
+        count
+    };
+    assert_eq!(available(), limit);
     let streams: Vec<aclrtStream> = (0..limit).map(|_| create_stream()).collect();
+    assert_eq!(available(), 0);
     let mut extra = ptr::null_mut();
     assert_eq!(
         code!(aclrtCreateStream(&mut extra)),
