@@ -92,6 +92,20 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtValueWrite",
     "aclrtValueWait",
     "aclrtGetThreadLastTaskId",
+    "aclrtSetExceptionInfoCallback",
+    "aclrtExceptionInfoCallbackRegister",
+    "aclrtExceptionInfoCallbackUnregister",
+    "aclrtGetTaskIdFromExceptionInfo",
+    "aclrtGetStreamIdFromExceptionInfo",
+    "aclrtGetThreadIdFromExceptionInfo",
+    "aclrtGetDeviceIdFromExceptionInfo",
+    "aclrtGetErrorCodeFromExceptionInfo",
+    "aclrtGetArgsFromExceptionInfo",
+    "aclrtGetFuncHandleFromExceptionInfo",
+    "aclrtGetErrorVerbose",
+    "aclrtSubscribeHostFunc",
+    "aclrtProcessHostFunc",
+    "aclrtUnSubscribeHostFunc",
 ];
 
 const OUTPUT: &str = "crates/npu-sys/src/bindings.rs";

@@ -48,6 +48,8 @@ pub(crate) struct Device {
     pub(crate) live_events: AtomicU64,
     pub(crate) live_notifies: AtomicU32,
     pub(crate) next_notify_id: AtomicU32,
+    /// The code of the latest task failure on the device (0: none), for aclrtGetErrorVerbose.
+    last_fault: AtomicI32,
     /// Rung after every task or synchronous operation that wrote device memory, for the
     /// aclrtValueWait tasks polling it.
     pub(crate) memory_bell: Bell,
@@ -74,6 +76,7 @@ impl Device {
             live_events: AtomicU64::new(0),
             live_notifies: AtomicU32::new(0),
             next_notify_id: AtomicU32::new(0),
+            last_fault: AtomicI32::new(0),
             memory_bell: Bell::new(),
         }
     }
@@ -203,6 +206,15 @@ impl Device {
 
     pub(crate) fn peer_enabled(&self, peer: i32) -> bool {
         self.peers.load(Ordering::Acquire) & Self::peer_bit(peer) != 0
+    }
+
+    pub(crate) fn record_fault(&self, code: aclError) {
+        self.last_fault.store(code, Ordering::Release);
+    }
+
+    /// The code of the latest task failure on the device, if any.
+    pub(crate) fn last_fault(&self) -> Option<aclError> {
+        Some(self.last_fault.load(Ordering::Acquire)).filter(|&code| code != 0)
     }
 
     pub(crate) fn next_stream_id(&self) -> i32 {

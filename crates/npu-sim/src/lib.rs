@@ -55,6 +55,7 @@ mod context;
 mod device;
 mod error;
 mod event;
+mod exception;
 mod handle;
 mod memory;
 mod notify;

@@ -303,6 +303,8 @@ impl Stream {
             self.id
         );
         task.submit_ns = self.device.clock.now_ns();
+        // SAFETY: gettid has no preconditions.
+        task.thread_id = unsafe { libc::gettid() } as u32;
         let mut state = lock(&self.state);
         if task.is_work() {
             state.work_seq += 1;
@@ -595,6 +597,7 @@ impl Stream {
                 let mut state = lock(&self.state);
                 state.last_end_ns = state.last_end_ns.max(end_ns);
                 let mut stop = None;
+                let failure = error.clone();
                 if let Some(error) = error {
                     if self.failure_mode() == u64::from(ACL_STOP_ON_FAILURE) {
                         stop = Some(error.code);
@@ -606,7 +609,11 @@ impl Stream {
                     record.complete(state.since_record.take().map(|e| e.code), end_ns);
                 }
                 drop(state);
-                // Before the task counts as finished: whoever sees it finished sees the stop.
+                // Before the task counts as finished: whoever sees it finished sees the stop
+                // and the exception callbacks have run.
+                if let Some(error) = &failure {
+                    crate::exception::raise(self, &task, error);
+                }
                 if let Some(code) = stop {
                     self.health.stop(code);
                 }

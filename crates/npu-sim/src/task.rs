@@ -185,6 +185,8 @@ pub(crate) struct Task {
     pub(crate) op: Op,
     /// The task's position in its stream (1 for its first task), set at submission.
     pub(crate) position: u64,
+    /// The submitting thread's id (gettid), for exception reports.
+    pub(crate) thread_id: u32,
     pub(crate) submit_ns: u64,
     /// An injected failure: the task fails with this code instead of running.
     pub(crate) inject: Option<aclError>,
@@ -195,6 +197,7 @@ impl Task {
         Self {
             op,
             position: 0,
+            thread_id: 0,
             submit_ns: 0,
             inject: None,
         }

@@ -183,6 +183,8 @@ pub const ACL_NOTIFY_DEFAULT: u32 = 0;
 pub const ACL_NOTIFY_DEVICE_USE_ONLY: u32 = 1;
 pub const ACL_EVENT_WAIT_DEFAULT: u32 = 0;
 pub const ACL_EVENT_WAIT_EXTERNAL: u32 = 1;
+pub const UCE_INFO_RESERVED_SIZE: u32 = 14;
+pub const ACL_RT_MEM_UCE_INFO_MAX_NUM: u32 = 20;
 pub type aclError = core::ffi::c_int;
 pub type aclFloat16 = u16;
 pub type aclrtStream = *mut core::ffi::c_void;
@@ -840,6 +842,134 @@ pub type aclrtStreamState = core::ffi::c_uint;
 pub type aclrtStreamStateCallback = ::std::option::Option<
     unsafe extern "C" fn(stm: aclrtStream, state: aclrtStreamState, args: *mut core::ffi::c_void),
 >;
+#[repr(C)]
+#[derive(Debug)]
+pub struct rtExceptionInfo {
+    _unused: [u8; 0],
+}
+pub type aclrtExceptionInfo = rtExceptionInfo;
+pub type aclrtExceptionInfoCallback =
+    ::std::option::Option<unsafe extern "C" fn(exceptionInfo: *mut aclrtExceptionInfo)>;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtMemUceInfo {
+    pub addr: *mut core::ffi::c_void,
+    pub len: usize,
+    pub reserved: [usize; 14usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemUceInfo"][::std::mem::size_of::<aclrtMemUceInfo>() - 128usize];
+    ["Alignment of aclrtMemUceInfo"][::std::mem::align_of::<aclrtMemUceInfo>() - 8usize];
+    ["Offset of field: aclrtMemUceInfo::addr"]
+        [::std::mem::offset_of!(aclrtMemUceInfo, addr) - 0usize];
+    ["Offset of field: aclrtMemUceInfo::len"]
+        [::std::mem::offset_of!(aclrtMemUceInfo, len) - 8usize];
+    ["Offset of field: aclrtMemUceInfo::reserved"]
+        [::std::mem::offset_of!(aclrtMemUceInfo, reserved) - 16usize];
+};
+impl Default for aclrtMemUceInfo {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_RT_NO_ERROR: aclrtErrorType = 0;
+pub const ACL_RT_ERROR_MEMORY: aclrtErrorType = 1;
+pub const ACL_RT_ERROR_L2: aclrtErrorType = 2;
+pub const ACL_RT_ERROR_AICORE: aclrtErrorType = 3;
+pub const ACL_RT_ERROR_LINK: aclrtErrorType = 4;
+pub const ACL_RT_ERROR_L3_PORT: aclrtErrorType = 5;
+pub const ACL_RT_ERROR_OTHERS: aclrtErrorType = 65535;
+pub type aclrtErrorType = core::ffi::c_uint;
+pub const ACL_RT_AICORE_ERROR_UNKNOWN: aclrtAicoreErrorType = 0;
+pub const ACL_RT_AICORE_ERROR_SW: aclrtAicoreErrorType = 1;
+pub const ACL_RT_AICORE_ERROR_HW_LOCAL: aclrtAicoreErrorType = 2;
+pub type aclrtAicoreErrorType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtMemUceInfoArray {
+    pub arraySize: usize,
+    pub memUceInfoArray: [aclrtMemUceInfo; 20usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemUceInfoArray"][::std::mem::size_of::<aclrtMemUceInfoArray>() - 2568usize];
+    ["Alignment of aclrtMemUceInfoArray"][::std::mem::align_of::<aclrtMemUceInfoArray>() - 8usize];
+    ["Offset of field: aclrtMemUceInfoArray::arraySize"]
+        [::std::mem::offset_of!(aclrtMemUceInfoArray, arraySize) - 0usize];
+    ["Offset of field: aclrtMemUceInfoArray::memUceInfoArray"]
+        [::std::mem::offset_of!(aclrtMemUceInfoArray, memUceInfoArray) - 8usize];
+};
+impl Default for aclrtMemUceInfoArray {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union aclrtErrorInfoDetail {
+    pub uceInfo: aclrtMemUceInfoArray,
+    pub aicoreErrType: aclrtAicoreErrorType,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtErrorInfoDetail"][::std::mem::size_of::<aclrtErrorInfoDetail>() - 2568usize];
+    ["Alignment of aclrtErrorInfoDetail"][::std::mem::align_of::<aclrtErrorInfoDetail>() - 8usize];
+    ["Offset of field: aclrtErrorInfoDetail::uceInfo"]
+        [::std::mem::offset_of!(aclrtErrorInfoDetail, uceInfo) - 0usize];
+    ["Offset of field: aclrtErrorInfoDetail::aicoreErrType"]
+        [::std::mem::offset_of!(aclrtErrorInfoDetail, aicoreErrType) - 0usize];
+};
+impl Default for aclrtErrorInfoDetail {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct aclrtErrorInfo {
+    pub tryRepair: u8,
+    pub hasDetail: u8,
+    pub reserved: [u8; 2usize],
+    pub errorType: aclrtErrorType,
+    pub detail: aclrtErrorInfoDetail,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtErrorInfo"][::std::mem::size_of::<aclrtErrorInfo>() - 2576usize];
+    ["Alignment of aclrtErrorInfo"][::std::mem::align_of::<aclrtErrorInfo>() - 8usize];
+    ["Offset of field: aclrtErrorInfo::tryRepair"]
+        [::std::mem::offset_of!(aclrtErrorInfo, tryRepair) - 0usize];
+    ["Offset of field: aclrtErrorInfo::hasDetail"]
+        [::std::mem::offset_of!(aclrtErrorInfo, hasDetail) - 1usize];
+    ["Offset of field: aclrtErrorInfo::reserved"]
+        [::std::mem::offset_of!(aclrtErrorInfo, reserved) - 2usize];
+    ["Offset of field: aclrtErrorInfo::errorType"]
+        [::std::mem::offset_of!(aclrtErrorInfo, errorType) - 4usize];
+    ["Offset of field: aclrtErrorInfo::detail"]
+        [::std::mem::offset_of!(aclrtErrorInfo, detail) - 8usize];
+};
+impl Default for aclrtErrorInfo {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 
 /// Expands `$callback! { $extra required { fn ...; } optional { fn ...; } }` with every
 /// ACL function npu-rs binds, in header order. `optional` lists the functions only newer
@@ -963,6 +1093,20 @@ macro_rules! for_each_acl_function {
                 fn aclrtValueWrite(devAddr: *mut core::ffi::c_void, value: u64, flag: u32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtValueWait(devAddr: *mut core::ffi::c_void, value: u64, flag: u32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetThreadLastTaskId(taskId: *mut u32) -> $crate::aclError;
+                fn aclrtSetExceptionInfoCallback(callback: $crate::aclrtExceptionInfoCallback) -> $crate::aclError;
+                fn aclrtExceptionInfoCallbackRegister(callback: $crate::aclrtExceptionInfoCallback) -> $crate::aclError;
+                fn aclrtExceptionInfoCallbackUnregister(callback: $crate::aclrtExceptionInfoCallback) -> $crate::aclError;
+                fn aclrtGetTaskIdFromExceptionInfo(info: *const $crate::aclrtExceptionInfo) -> u32;
+                fn aclrtGetStreamIdFromExceptionInfo(info: *const $crate::aclrtExceptionInfo) -> u32;
+                fn aclrtGetThreadIdFromExceptionInfo(info: *const $crate::aclrtExceptionInfo) -> u32;
+                fn aclrtGetDeviceIdFromExceptionInfo(info: *const $crate::aclrtExceptionInfo) -> u32;
+                fn aclrtGetErrorCodeFromExceptionInfo(info: *const $crate::aclrtExceptionInfo) -> u32;
+                fn aclrtGetArgsFromExceptionInfo(info: *const $crate::aclrtExceptionInfo, devArgsPtr: *mut *mut core::ffi::c_void, devArgsLen: *mut u32) -> $crate::aclError;
+                fn aclrtGetFuncHandleFromExceptionInfo(info: *const $crate::aclrtExceptionInfo, func: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
+                fn aclrtGetErrorVerbose(deviceId: i32, errorInfo: *mut $crate::aclrtErrorInfo) -> $crate::aclError;
+                fn aclrtSubscribeHostFunc(hostFuncThreadId: u64, exeStream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtProcessHostFunc(timeout: i32) -> $crate::aclError;
+                fn aclrtUnSubscribeHostFunc(hostFuncThreadId: u64, exeStream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclFinalizeReference(refCount: *mut u64) -> $crate::aclError;
                 fn aclsysGetVersionStr(pkgName: *mut core::ffi::c_char, versionStr: *mut core::ffi::c_char) -> $crate::aclError;
                 fn aclsysGetVersionNum(pkgName: *mut core::ffi::c_char, versionNum: *mut i32) -> $crate::aclError;
