@@ -533,13 +533,7 @@ impl Stream {
         }
         let (ready_ns, failure) = match self.wait_ready(sim, &task) {
             Ok(ready_ns) => (ready_ns, None),
-            Err(None) => {
-                if self.draining.load(Ordering::Acquire) {
-                    // A forced destruction drops a task that cannot run, and what follows it.
-                    self.aborted.store(true, Ordering::Release);
-                }
-                return self.retire(task, Retired::Abandoned);
-            }
+            Err(None) => return self.give_up(task),
             Err(Some(error)) => (0, Some(error)),
         };
         let timing = self.device.clock.timing();
@@ -563,7 +557,7 @@ impl Stream {
         };
         let error = match result {
             Ok(()) => None,
-            Err(None) => return self.retire(task, Retired::Abandoned),
+            Err(None) => return self.give_up(task),
             Err(Some(error)) => Some(error),
         };
         let end_ns = match &timing {
@@ -585,6 +579,15 @@ impl Stream {
                 error,
             },
         );
+    }
+
+    /// Drops a task that could not run. Under a forced destruction, what follows it is
+    /// dropped too: it would have run after a task that never did.
+    fn give_up(&self, task: Task) {
+        if self.draining.load(Ordering::Acquire) {
+            self.aborted.store(true, Ordering::Release);
+        }
+        self.retire(task, Retired::Abandoned);
     }
 
     fn retire(&self, task: Task, retired: Retired) {

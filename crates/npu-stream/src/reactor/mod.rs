@@ -328,9 +328,10 @@ fn advance(stream: &StreamShared) -> (Option<Pending>, Option<npu_core::ffi::acl
 /// `Err` when the work pending on a stream can never complete (device lost, context stopped on
 /// a failure), with the device's error; `oldest` is the stream's oldest pending event.
 ///
-/// aclrtStreamQuery alone cannot tell: it reports the stream's first task failure until
-/// aclrtSynchronizeStream clears it, and in ACL_CONTINUE_ON_FAILURE mode the work queued after
-/// a failed task still runs. Failing the futures of that work would release their buffers
+/// aclrtStreamQuery alone cannot tell: a runtime may report the stream's first task failure
+/// through it until aclrtSynchronizeStream clears it (the reference leaves this open; npu-sim
+/// fails the query only for work that can never complete), and in ACL_CONTINUE_ON_FAILURE
+/// mode the work queued after a failed task still runs. Failing the futures of that work would release their buffers
 /// while the device still uses them. So an error from the query is confirmed on the oldest
 /// pending event: a short wait for it fails at once if the work is dead, and succeeds or
 /// times out if it completed or still runs. Runtimes without the timed wait fall back to
