@@ -46,7 +46,7 @@ pub(crate) struct Device {
     next_stream_id: AtomicI32,
     pub(crate) live_streams: AtomicU64,
     pub(crate) live_events: AtomicU64,
-    pub(crate) live_notifies: AtomicU32,
+    pub(crate) live_notifies: AtomicU64,
     pub(crate) next_notify_id: AtomicU32,
     /// The code of the latest task failure on the device (0: none), for aclrtGetErrorVerbose.
     last_fault: AtomicI32,
@@ -74,7 +74,7 @@ impl Device {
             next_stream_id: AtomicI32::new(1),
             live_streams: AtomicU64::new(0),
             live_events: AtomicU64::new(0),
-            live_notifies: AtomicU32::new(0),
+            live_notifies: AtomicU64::new(0),
             next_notify_id: AtomicU32::new(0),
             last_fault: AtomicI32::new(0),
             memory_bell: Bell::new(),
@@ -206,6 +206,22 @@ impl Device {
 
     pub(crate) fn peer_enabled(&self, peer: i32) -> bool {
         self.peers.load(Ordering::Acquire) & Self::peer_bit(peer) != 0
+    }
+
+    /// Counts one more live object in `live` (streams, notifies), failing with `code` when
+    /// the device already has `limit` of them.
+    pub(crate) fn take_slot(
+        &self,
+        live: &AtomicU64,
+        limit: u64,
+        code: aclError,
+        what: &str,
+    ) -> Res<()> {
+        if live.fetch_add(1, Ordering::AcqRel) >= limit {
+            live.fetch_sub(1, Ordering::AcqRel);
+            crate::error::fail!(code, "device {} already has {limit} {what}", self.id);
+        }
+        Ok(())
     }
 
     pub(crate) fn record_fault(&self, code: aclError) {

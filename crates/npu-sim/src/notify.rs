@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use npu_sys::*;
 
 use crate::device::Device;
-use crate::error::{Res, fail};
+use crate::error::Res;
 use crate::sync::{Bell, Listen};
 
 /// Notifies per device (Atlas A2).
-pub(crate) const MAX_NOTIFIES_PER_DEVICE: u32 = 8192;
+pub(crate) const MAX_NOTIFIES_PER_DEVICE: u64 = 8192;
 
 pub(crate) struct Notify {
     pub(crate) device: Arc<Device>,
@@ -25,15 +25,12 @@ pub(crate) struct Notify {
 impl Notify {
     /// A cleared notify of `device`, counted against the device's notify limit.
     pub(crate) fn new(device: &Arc<Device>, flags: u64) -> Res<Self> {
-        let live = device.live_notifies.fetch_add(1, Ordering::AcqRel);
-        if live >= MAX_NOTIFIES_PER_DEVICE {
-            device.live_notifies.fetch_sub(1, Ordering::AcqRel);
-            fail!(
-                ACL_ERROR_RT_NO_NOTIFY_RESOURCE,
-                "device {} already has {MAX_NOTIFIES_PER_DEVICE} notifies",
-                device.id
-            );
-        }
+        device.take_slot(
+            &device.live_notifies,
+            MAX_NOTIFIES_PER_DEVICE,
+            ACL_ERROR_RT_NO_NOTIFY_RESOURCE,
+            "notifies",
+        )?;
         Ok(Self {
             device: device.clone(),
             id: device.next_notify_id.fetch_add(1, Ordering::Relaxed),

@@ -153,15 +153,12 @@ impl Stream {
         flags: u32,
         is_default: bool,
     ) -> Res<Arc<Stream>> {
-        let live = device.live_streams.fetch_add(1, Ordering::AcqRel);
-        if live >= MAX_STREAMS_PER_DEVICE {
-            device.live_streams.fetch_sub(1, Ordering::AcqRel);
-            fail!(
-                ACL_ERROR_RT_NO_STREAM_RESOURCE,
-                "device {} already has {MAX_STREAMS_PER_DEVICE} streams",
-                device.id
-            );
-        }
+        device.take_slot(
+            &device.live_streams,
+            MAX_STREAMS_PER_DEVICE,
+            ACL_ERROR_RT_NO_STREAM_RESOURCE,
+            "streams",
+        )?;
         let handle = match sim.streams.reserve() {
             Ok(handle) => handle,
             Err(error) => {

@@ -14,6 +14,14 @@ fn unsupported(api: &str) -> Res<()> {
     )
 }
 
+/// A (un)subscription: the stream argument is checked (NULL → 100000), then refused.
+fn subscription(api: &'static str, stream: aclrtStream) -> aclError {
+    guard(api, || {
+        non_null(stream, "exeStream")?;
+        unsupported(api)
+    })
+}
+
 /// Not supported on an Atlas A2: NULL stream → 100000, else 207000.
 ///
 /// # Safety
@@ -23,11 +31,8 @@ pub unsafe extern "C" fn aclrtSubscribeHostFunc(
     hostFuncThreadId: u64,
     exeStream: aclrtStream,
 ) -> aclError {
-    guard("aclrtSubscribeHostFunc", || {
-        let _ = hostFuncThreadId;
-        non_null(exeStream, "exeStream")?;
-        unsupported("aclrtSubscribeHostFunc")
-    })
+    let _ = hostFuncThreadId;
+    subscription("aclrtSubscribeHostFunc", exeStream)
 }
 
 /// Not supported on an Atlas A2: 207000 (after the timeout check: 0 or below -1 → 100000).
@@ -51,9 +56,6 @@ pub unsafe extern "C" fn aclrtUnSubscribeHostFunc(
     hostFuncThreadId: u64,
     exeStream: aclrtStream,
 ) -> aclError {
-    guard("aclrtUnSubscribeHostFunc", || {
-        let _ = hostFuncThreadId;
-        non_null(exeStream, "exeStream")?;
-        unsupported("aclrtUnSubscribeHostFunc")
-    })
+    let _ = hostFuncThreadId;
+    subscription("aclrtUnSubscribeHostFunc", exeStream)
 }

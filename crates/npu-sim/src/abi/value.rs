@@ -7,11 +7,13 @@ use crate::context;
 use crate::error::{Res, ensure, guard, non_null};
 use crate::memory::PtrClass;
 use crate::sim::sim;
-use crate::stream::Stream;
 use crate::task::{Compare, Op, Task};
 
-/// Checks `devAddr` is an 8-byte aligned word of device memory of the stream's device.
-fn check_word(sim: &crate::sim::Sim, stream: &Stream, addr: usize) -> Res<()> {
+/// Queues on `stream` the operation `op` builds for the word at `addr`, once `addr` is checked
+/// to be an 8-byte aligned word of device memory of the stream's device.
+fn submit_on_word(addr: usize, stream: aclrtStream, op: impl FnOnce(usize) -> Op) -> Res<()> {
+    let sim = sim()?;
+    let stream = context::submit_stream(sim, stream)?;
     ensure!(
         addr % 8 == 0,
         ACL_ERROR_RT_PARAM_INVALID,
@@ -25,7 +27,7 @@ fn check_word(sim: &crate::sim::Sim, stream: &Stream, addr: usize) -> Res<()> {
         stream.device.id
     );
     located.check_range(addr, 8, "devAddr")?;
-    Ok(())
+    stream.submit(Task::new(op(addr)))
 }
 
 /// Queues a store of `value` to the 8-byte aligned 64-bit word at `devAddr` (device memory of
@@ -48,13 +50,10 @@ pub unsafe extern "C" fn aclrtValueWrite(
             ACL_ERROR_INVALID_PARAM,
             "flag {flag:#x} is reserved and must be 0"
         );
-        let sim = sim()?;
-        let stream = context::submit_stream(sim, stream)?;
-        check_word(sim, &stream, devAddr as usize)?;
-        stream.submit(Task::new(Op::ValueWrite {
-            dst: devAddr as usize,
+        submit_on_word(devAddr as usize, stream, |dst| Op::ValueWrite {
+            dst,
             value,
-        }))
+        })
     })
 }
 
@@ -80,13 +79,10 @@ pub unsafe extern "C" fn aclrtValueWait(
                 "flag {flag:#x} is not an ACL_STREAM_WAIT_VALUE_* comparison"
             );
         };
-        let sim = sim()?;
-        let stream = context::submit_stream(sim, stream)?;
-        check_word(sim, &stream, devAddr as usize)?;
-        stream.submit(Task::new(Op::ValueWait {
-            src: devAddr as usize,
+        submit_on_word(devAddr as usize, stream, |src| Op::ValueWait {
+            src,
             value,
             cmp,
-        }))
+        })
     })
 }
