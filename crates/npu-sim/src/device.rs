@@ -1,5 +1,6 @@
 //! A simulated device: memory accounting, loss, the hold gate, peer access and its clock.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock, RwLockReadGuard};
 use std::time::Instant;
@@ -10,7 +11,21 @@ use crate::clock::Clock;
 use crate::config::TimingModel;
 use crate::error::{Res, SimError, ensure};
 use crate::handle::Handle;
-use crate::sync::{Bell, read, write};
+use crate::sync::{Bell, lock, read, wait_until, write};
+
+/// A task's admission to touch a device's memory ([`Device::admit`]), held while it does.
+pub(crate) struct Admitted<'a> {
+    device: &'a Device,
+    ticket: u64,
+    _gate: RwLockReadGuard<'a, ()>,
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        lock(&self.device.running).remove(&self.ticket);
+        self.device.running_bell.ring();
+    }
+}
 
 /// The device's primary context and its reference count (aclrtSetDevice / aclrtResetDevice).
 #[derive(Default)]
@@ -35,6 +50,13 @@ pub(crate) struct Device {
     /// Held for reading while a task touches memory; taken for writing before a loss is
     /// reported, so that work already executing has finished when a caller sees the loss.
     exec_gate: RwLock<()>,
+    /// Admission tickets of the tasks touching memory now, for [`Self::fence`] (which must not
+    /// take the gate for writing: a writer waiting blocks new readers, and a kernel may wait
+    /// for one that has not started).
+    running: Mutex<BTreeSet<u64>>,
+    next_ticket: AtomicU64,
+    /// Rung when a task stops touching memory.
+    running_bell: Bell,
     pub(crate) primary: Mutex<Primary>,
     peers: AtomicU64,
     pub(crate) clock: Clock,
@@ -66,6 +88,9 @@ impl Device {
             lost: AtomicBool::new(false),
             lost_bell: Bell::new(),
             exec_gate: RwLock::new(()),
+            running: Mutex::new(BTreeSet::new()),
+            next_ticket: AtomicU64::new(0),
+            running_bell: Bell::new(),
             primary: Mutex::new(Primary::default()),
             peers: AtomicU64::new(0),
             clock: Clock::new(epoch, timing),
@@ -160,19 +185,37 @@ impl Device {
         drop(write(&self.exec_gate));
     }
 
-    /// Waits until no task is touching the device's memory. A synchronous copy or memset does
-    /// this first, so it sees the results of the work already running on the device: a task
+    /// Waits until every task that was touching the device's memory when called is done with
+    /// it (tasks admitted later are not waited for). A synchronous copy or memset does this
+    /// first, so it sees the results of the work already running on the device: a task
     /// submitted to an idle stream is running before its submission returns
     /// ([`crate::stream::Stream::submit`]), and a kernel launched just before a synchronous
     /// aclrtMemcpy of its output has finished when the copy reads it.
     pub(crate) fn fence(&self) {
-        drop(write(&self.exec_gate));
+        let before = self.next_ticket.load(Ordering::Acquire);
+        wait_until(&[self.running_bell.any()], None, || {
+            let oldest = lock(&self.running).first().copied();
+            oldest.is_none_or(|ticket| ticket >= before).then_some(())
+        });
     }
 
     /// Admits a task to touch memory, unless the device is lost.
-    pub(crate) fn admit(&self) -> Option<RwLockReadGuard<'_, ()>> {
+    pub(crate) fn admit(&self) -> Option<Admitted<'_>> {
         let gate = read(&self.exec_gate);
-        (!self.is_lost()).then_some(gate)
+        if self.is_lost() {
+            return None;
+        }
+        let ticket = {
+            let mut running = lock(&self.running);
+            let ticket = self.next_ticket.fetch_add(1, Ordering::AcqRel);
+            running.insert(ticket);
+            ticket
+        };
+        Some(Admitted {
+            device: self,
+            ticket,
+            _gate: gate,
+        })
     }
 
     /// Closes the hold gate: tasks not yet started wait until [`Self::release`].

@@ -1050,3 +1050,50 @@ fn submission_during_an_abort() -> aclError {
     aborter.join().unwrap();
     code
 }
+
+/// A synchronous copy waits for the kernels already running, but never keeps a kernel from
+/// starting: here the running kernel waits for one launched after the copy began.
+#[test]
+fn a_synchronous_copy_does_not_keep_later_kernels_from_starting() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static FLAG: AtomicBool = AtomicBool::new(false);
+    install();
+    set_device(4);
+    npu_sim::kernel::register("wait_for_flag", |_, _, _| {
+        while !FLAG.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        0
+    })
+    .unwrap();
+    npu_sim::kernel::register("set_flag", |_, _, _| {
+        FLAG.store(true, Ordering::Release);
+        0
+    })
+    .unwrap();
+    let bin = registry_binary(&["wait_for_flag", "set_flag"]);
+    let (waiter, setter) = (function(bin, "wait_for_flag"), function(bin, "set_flag"));
+    let (first, second) = (create_stream(), create_stream());
+    let launch = |func, stream| {
+        acl!(aclrtLaunchKernelWithHostArgs(
+            func,
+            1,
+            stream,
+            ptr::null_mut(),
+            ptr::null_mut(),
+            0,
+            ptr::null_mut(),
+            0
+        ));
+    };
+    let dev = malloc(64) as usize;
+    launch(waiter, first);
+    let copy = std::thread::spawn(move || {
+        set_device(4);
+        download::<u8>(dev as *const c_void, 64)
+    });
+    launch(setter, second);
+    assert!(copy.join().unwrap().iter().all(|&b| b == 0));
+    acl!(aclrtSynchronizeStream(first));
+    acl!(aclrtSynchronizeStream(second));
+}
