@@ -1,6 +1,7 @@
 //! A simulated device: memory accounting, loss, the hold gate, peer access and its clock.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
@@ -11,7 +12,21 @@ use crate::config::TimingModel;
 use crate::error::{Res, SimError, ensure};
 use crate::handle::Handle;
 use crate::res_limit::ResLimits;
-use crate::sync::{Bell, read, write};
+use crate::sync::{Bell, lock, read, wait_until, write};
+
+/// A task's admission to touch a device's memory ([`Device::admit`]), held while it does.
+pub(crate) struct Admitted<'a> {
+    device: &'a Device,
+    ticket: u64,
+    _gate: RwLockReadGuard<'a, ()>,
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        lock(&self.device.running).remove(&self.ticket);
+        self.device.running_bell.ring();
+    }
+}
 
 /// The device's primary context and its reference count (aclrtSetDevice / aclrtResetDevice).
 #[derive(Default)]
@@ -36,6 +51,13 @@ pub(crate) struct Device {
     /// Held for reading while a task touches memory; taken for writing before a loss is
     /// reported, so that work already executing has finished when a caller sees the loss.
     exec_gate: RwLock<()>,
+    /// Admission tickets of the tasks touching memory now, for [`Self::fence`] (which must not
+    /// take the gate for writing: a writer waiting blocks new readers, and a kernel may wait
+    /// for one that has not started).
+    running: Mutex<BTreeSet<u64>>,
+    next_ticket: AtomicU64,
+    /// Rung when a task stops touching memory.
+    running_bell: Bell,
     pub(crate) primary: Mutex<Primary>,
     peers: AtomicU64,
     pub(crate) clock: Clock,
@@ -48,6 +70,13 @@ pub(crate) struct Device {
     pub(crate) live_streams: AtomicU64,
     pub(crate) live_events: AtomicU64,
     pub(crate) res_limits: ResLimits,
+    pub(crate) live_notifies: AtomicU64,
+    pub(crate) next_notify_id: AtomicU32,
+    /// The code of the latest task failure on the device (0: none), for aclrtGetErrorVerbose.
+    last_fault: AtomicI32,
+    /// Rung after every task or synchronous operation that wrote device memory, for the
+    /// aclrtValueWait tasks polling it.
+    pub(crate) memory_bell: Bell,
 }
 
 impl Device {
@@ -61,6 +90,9 @@ impl Device {
             lost: AtomicBool::new(false),
             lost_bell: Bell::new(),
             exec_gate: RwLock::new(()),
+            running: Mutex::new(BTreeSet::new()),
+            next_ticket: AtomicU64::new(0),
+            running_bell: Bell::new(),
             primary: Mutex::new(Primary::default()),
             peers: AtomicU64::new(0),
             clock: Clock::new(epoch, timing),
@@ -70,6 +102,10 @@ impl Device {
             live_streams: AtomicU64::new(0),
             live_events: AtomicU64::new(0),
             res_limits: ResLimits::default(),
+            live_notifies: AtomicU64::new(0),
+            next_notify_id: AtomicU32::new(0),
+            last_fault: AtomicI32::new(0),
+            memory_bell: Bell::new(),
         }
     }
 
@@ -152,10 +188,37 @@ impl Device {
         drop(write(&self.exec_gate));
     }
 
+    /// Waits until every task that was touching the device's memory when called is done with
+    /// it (tasks admitted later are not waited for). A synchronous copy or memset does this
+    /// first, so it sees the results of the work already running on the device: a task
+    /// submitted to an idle stream is running before its submission returns
+    /// ([`crate::stream::Stream::submit`]), and a kernel launched just before a synchronous
+    /// aclrtMemcpy of its output has finished when the copy reads it.
+    pub(crate) fn fence(&self) {
+        let before = self.next_ticket.load(Ordering::Acquire);
+        wait_until(&[self.running_bell.any()], None, || {
+            let oldest = lock(&self.running).first().copied();
+            oldest.is_none_or(|ticket| ticket >= before).then_some(())
+        });
+    }
+
     /// Admits a task to touch memory, unless the device is lost.
-    pub(crate) fn admit(&self) -> Option<RwLockReadGuard<'_, ()>> {
+    pub(crate) fn admit(&self) -> Option<Admitted<'_>> {
         let gate = read(&self.exec_gate);
-        (!self.is_lost()).then_some(gate)
+        if self.is_lost() {
+            return None;
+        }
+        let ticket = {
+            let mut running = lock(&self.running);
+            let ticket = self.next_ticket.fetch_add(1, Ordering::AcqRel);
+            running.insert(ticket);
+            ticket
+        };
+        Some(Admitted {
+            device: self,
+            ticket,
+            _gate: gate,
+        })
     }
 
     /// Closes the hold gate: tasks not yet started wait until [`Self::release`].
@@ -189,6 +252,31 @@ impl Device {
 
     pub(crate) fn peer_enabled(&self, peer: i32) -> bool {
         self.peers.load(Ordering::Acquire) & Self::peer_bit(peer) != 0
+    }
+
+    /// Counts one more live object in `live` (streams, notifies), failing with `code` when
+    /// the device already has `limit` of them.
+    pub(crate) fn take_slot(
+        &self,
+        live: &AtomicU64,
+        limit: u64,
+        code: aclError,
+        what: &str,
+    ) -> Res<()> {
+        if live.fetch_add(1, Ordering::AcqRel) >= limit {
+            live.fetch_sub(1, Ordering::AcqRel);
+            crate::error::fail!(code, "device {} already has {limit} {what}", self.id);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn record_fault(&self, code: aclError) {
+        self.last_fault.store(code, Ordering::Release);
+    }
+
+    /// The code of the latest task failure on the device, if any.
+    pub(crate) fn last_fault(&self) -> Option<aclError> {
+        Some(self.last_fault.load(Ordering::Acquire)).filter(|&code| code != 0)
     }
 
     pub(crate) fn next_stream_id(&self) -> i32 {

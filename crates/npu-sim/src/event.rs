@@ -5,7 +5,7 @@
 //! was current when they were issued, which gives the Ex events' "every record overwrites the
 //! capture" semantics and the legacy events' behaviour alike.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -31,6 +31,9 @@ pub(crate) struct Record {
     /// The record's position in its stream ([`Stream::submit`]).
     position: AtomicU64,
     outcome: Mutex<Outcome>,
+    /// Why the stream dropped the record without reaching it (aclrtStreamAbort, a forced
+    /// destruction), 0 while it was not dropped: waits on it must not outlive the drop.
+    discarded: AtomicI32,
 }
 
 impl Record {
@@ -39,6 +42,7 @@ impl Record {
             stream,
             position: AtomicU64::new(0),
             outcome: Mutex::new(Outcome::Pending),
+            discarded: AtomicI32::new(0),
         }
     }
 
@@ -66,10 +70,19 @@ impl Record {
         *lock(&self.outcome) = Outcome::Done { error, ts_ns };
     }
 
-    /// Why this record will never complete, if that is known: its device was lost, its
-    /// context stopped on a failure, or its stream was force-destroyed.
+    /// Called by the stream's worker when it drops the record unreached.
+    pub(crate) fn discard(&self, code: aclError) {
+        self.discarded.store(code, Ordering::Release);
+    }
+
+    /// Why this record will never complete, if that is known: its stream dropped it, its
+    /// device was lost, its context stopped on a failure, or its stream was aborted, stopped
+    /// or force-destroyed.
     pub(crate) fn doom(&self) -> Option<aclError> {
-        self.stream.settled_doom()
+        match self.discarded.load(Ordering::Acquire) {
+            0 => self.stream.settled_doom(),
+            code => Some(code),
+        }
     }
 
     /// Blocks until the record completes (its captured error is returned), it is doomed, or
@@ -97,11 +110,7 @@ impl Record {
                 "the work captured by the event can never complete: stream {} of device {} {}",
                 self.stream.id,
                 self.device().id,
-                if code == ACL_ERROR_RT_STREAM_ABORT {
-                    "was destroyed with aclrtDestroyStreamForce".to_owned()
-                } else {
-                    format!("stopped on a task failure ({code})")
-                }
+                crate::stream::doom_reason(code)
             ),
         )
     }

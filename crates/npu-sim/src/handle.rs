@@ -1,7 +1,7 @@
 //! Generation-checked handle tables.
 //!
 //! Every ACL handle the simulator gives out (context, stream, event, binary, function, args,
-//! param) is an opaque token, never an address: bits 0..24 hold the slot index + 1, bits 24..48
+//! param, notify) is an opaque token, never an address: bits 0..24 hold the slot index + 1, bits 24..48
 //! the slot's generation, bits 48..52 the kind and bits 52..60 a magic byte. A lookup checks all
 //! of them, so a destroyed, forged or wrong-kind handle is reported as
 //! ACL_ERROR_RT_INVALID_HANDLE instead of being dereferenced.
@@ -32,6 +32,7 @@ pub(crate) enum Kind {
     Function = 5,
     Args = 6,
     Param = 7,
+    Notify = 8,
 }
 
 impl Kind {
@@ -44,6 +45,7 @@ impl Kind {
             Kind::Function => "function",
             Kind::Args => "kernel args",
             Kind::Param => "kernel param",
+            Kind::Notify => "notify",
         }
     }
 }

@@ -57,13 +57,16 @@ mod context;
 mod device;
 mod error;
 mod event;
+mod exception;
 mod handle;
 mod hardware;
 mod memory;
+mod notify;
 mod report;
 mod res_limit;
 mod sim;
 mod stream;
+mod stream_state;
 mod sync;
 mod task;
 

@@ -177,7 +177,7 @@ impl Reports {
                 if done.is_set() {
                     Some(true)
                 } else {
-                    stream.doom().map(|_| false)
+                    stream.gives_up_waiting().then_some(false)
                 }
             });
             if ran != Some(true) {

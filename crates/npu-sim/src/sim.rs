@@ -13,6 +13,7 @@ use crate::event::Event;
 use crate::handle::{HandleTable, Kind};
 use crate::kernel::{ArgsBuilder, Binary, Function, ParamRef};
 use crate::memory::MemoryMap;
+use crate::notify::Notify;
 use crate::report::Reports;
 use crate::stream::Stream;
 
@@ -26,6 +27,7 @@ pub(crate) struct Sim {
     pub(crate) functions: HandleTable<Function>,
     pub(crate) args: HandleTable<ArgsBuilder>,
     pub(crate) params: HandleTable<ParamRef>,
+    pub(crate) notifies: HandleTable<Notify>,
     pub(crate) memory: MemoryMap,
     pub(crate) reports: Reports,
 }
@@ -55,6 +57,7 @@ impl Sim {
             functions: HandleTable::new(Kind::Function),
             args: HandleTable::new(Kind::Args),
             params: HandleTable::new(Kind::Param),
+            notifies: HandleTable::new(Kind::Notify),
             memory: MemoryMap::new(),
             reports: Reports::default(),
         }

@@ -1,8 +1,14 @@
 //! Streams: a FIFO of tasks run by the stream's own worker thread.
 //!
-//! The worker is spawned at the first submission, runs tasks in order, spins briefly when its
-//! queue empties (cheap back-to-back submissions) and then parks. Streams run truly in
+//! The worker is spawned when the stream is created, runs tasks in order, spins briefly when
+//! its queue empties (cheap back-to-back submissions) and then parks. Streams run truly in
 //! parallel with each other; StreamWaitEvent orders them.
+//!
+//! Dispatch latency: a task that touches memory, submitted to an idle stream, is running (or
+//! is blocked on what it waits for) before [`Stream::submit`] returns: the submitting thread
+//! waits for the worker to take it, as a device takes a task within microseconds. With
+//! [`Device::fence`], which every synchronous copy and memset passes first, a synchronous
+//! aclrtMemcpy right after a kernel launch sees the kernel's output.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -18,21 +24,21 @@ use crate::error::{Res, SimError, ensure, fail};
 use crate::handle::Handle;
 use crate::sim::Sim;
 use crate::sync::{Bell, Listen, lock, wait_until};
-use crate::task::{Op, Task};
+use crate::task::{Op, Task, read_value};
 use crate::trace;
 
 /// How long an idle worker spins for new work before parking.
 const SPIN: Duration = Duration::from_micros(50);
 /// Streams per device, default streams included (Ascend 910B).
 pub(crate) const MAX_STREAMS_PER_DEVICE: u64 = 1984;
-/// Stream flags whose streams are not synchronised from the host.
+/// Stream flags whose streams the host does not synchronise: syncs return at once, as the
+/// reference documents.
 const UNSYNCED_FLAGS: u32 =
     ACL_STREAM_PERSISTENT | ACL_STREAM_DEVICE_USE_ONLY | ACL_STREAM_CPU_SCHEDULE;
 
 #[derive(Default)]
 struct State {
     queue: VecDeque<Task>,
-    worker: bool,
     parked: bool,
     /// The first task error not yet returned by a stream synchronisation.
     sticky: Option<SimError>,
@@ -44,6 +50,17 @@ struct State {
     work_seq: u64,
     /// Injected failures: (work sequence number, code).
     injections: Vec<(u64, aclError)>,
+    /// Tasks of a PERSISTENT stream: kept for a model, never run by the stream itself.
+    persistent: Vec<Task>,
+}
+
+/// The stream attributes the simulator stores without acting on them
+/// (aclrtSetStreamAttribute).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Attributes {
+    pub(crate) overflow_switch: u32,
+    pub(crate) user_custom_tag: u32,
+    pub(crate) cache_op_info: u32,
 }
 
 pub(crate) struct Stream {
@@ -52,21 +69,35 @@ pub(crate) struct Stream {
     pub(crate) ctx: Handle,
     pub(crate) device: Arc<Device>,
     pub(crate) health: Arc<Health>,
-    pub(crate) priority: u32,
+    priority: AtomicU64,
     pub(crate) flags: u32,
     pub(crate) is_default: bool,
     failure_mode: AtomicU64,
+    pub(crate) attributes: Mutex<Attributes>,
     state: Mutex<State>,
     wake: Condvar,
     /// Rung through the count of finished tasks as they finish, and fully when the stream is
-    /// force-destroyed.
+    /// force-destroyed, aborted or stopped.
     bell: Bell,
     submitted: AtomicU64,
     finished: AtomicU64,
+    /// Position of the latest task the worker has taken: running, blocked, or done.
+    begun: AtomicU64,
+    /// Rung through [`Self::begun`] as it grows.
+    begun_bell: Bell,
     destroyed: AtomicBool,
+    /// aclrtDestroyStreamForce: the queued work runs, but a task that would block is dropped
+    /// with everything after it.
+    draining: AtomicBool,
+    /// Every task not run yet is dropped for good (a forced destruction gave up on a blocked
+    /// task).
     aborted: AtomicBool,
+    /// aclrtStreamAbort in progress: queued work is dropped, submissions are refused.
+    aborting: AtomicBool,
     /// Whether a task is in its work right now (see [`Stream::settled_doom`]).
     running: AtomicBool,
+    /// aclrtStreamStop: the worker takes no task until aclrtStreamAbort.
+    stopped: AtomicBool,
 }
 
 /// Workers sleep until a task's simulated end; Linux lets such a sleep overrun by the thread's
@@ -90,8 +121,31 @@ enum Retired {
     Abandoned,
 }
 
+thread_local! {
+    /// The id of the last task the thread submitted (its position in its stream).
+    static LAST_TASK_ID: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// aclrtGetThreadLastTaskId: the id of the last task the calling thread submitted (0 if none).
+pub(crate) fn last_task_id() -> u32 {
+    LAST_TASK_ID.get()
+}
+
+/// Why work of a doomed stream cannot complete, for messages.
+pub(crate) fn doom_reason(code: aclError) -> String {
+    match code {
+        ACL_ERROR_RT_STREAM_ABORT => {
+            "was aborted (aclrtStreamAbort or aclrtDestroyStreamForce)".to_owned()
+        }
+        ACL_ERROR_RT_INTERNAL_ERROR => "was stopped with aclrtStreamStop".to_owned(),
+        _ => {
+            format!("stopped: a task of its context failed with {code} in ACL_STOP_ON_FAILURE mode")
+        }
+    }
+}
+
 impl Stream {
-    /// Creates a stream in context `ctx` and registers its handle.
+    /// Creates a stream in context `ctx`, registers its handle and starts its worker.
     pub(crate) fn create(
         sim: &Sim,
         ctx: Handle,
@@ -101,15 +155,12 @@ impl Stream {
         flags: u32,
         is_default: bool,
     ) -> Res<Arc<Stream>> {
-        let live = device.live_streams.fetch_add(1, Ordering::AcqRel);
-        if live >= MAX_STREAMS_PER_DEVICE {
-            device.live_streams.fetch_sub(1, Ordering::AcqRel);
-            fail!(
-                ACL_ERROR_RT_NO_STREAM_RESOURCE,
-                "device {} already has {MAX_STREAMS_PER_DEVICE} streams",
-                device.id
-            );
-        }
+        device.take_slot(
+            &device.live_streams,
+            MAX_STREAMS_PER_DEVICE,
+            ACL_ERROR_RT_NO_STREAM_RESOURCE,
+            "streams",
+        )?;
         let handle = match sim.streams.reserve() {
             Ok(handle) => handle,
             Err(error) => {
@@ -123,20 +174,41 @@ impl Stream {
             ctx,
             device: device.clone(),
             health: health.clone(),
-            priority,
+            priority: AtomicU64::new(u64::from(priority)),
             flags,
             is_default,
             failure_mode: AtomicU64::new(u64::from(ACL_CONTINUE_ON_FAILURE)),
+            attributes: Mutex::new(Attributes::default()),
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             bell: Bell::new(),
             submitted: AtomicU64::new(0),
             finished: AtomicU64::new(0),
+            begun: AtomicU64::new(0),
+            begun_bell: Bell::new(),
             destroyed: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
+            aborting: AtomicBool::new(false),
             running: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
         });
+        // Started now, so that the first task does not pay for a thread start.
+        let worker = stream.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("npu-sim-d{}-s{}", device.id, stream.id))
+            .spawn(move || worker.run());
+        if let Err(error) = spawned {
+            sim.streams.remove(handle);
+            device.live_streams.fetch_sub(1, Ordering::AcqRel);
+            fail!(
+                ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
+                "could not start the worker thread of stream {}: {error}",
+                stream.id
+            );
+        }
         sim.streams.fill(handle, stream.clone());
+        crate::stream_state::notify(handle, ACL_RT_STREAM_STATE_CREATE_POST);
         Ok(stream)
     }
 
@@ -144,14 +216,38 @@ impl Stream {
         self.failure_mode.store(mode, Ordering::Release);
     }
 
-    /// Why work on this stream can never complete: device lost, context stopped, or the stream
-    /// was force-destroyed.
+    pub(crate) fn failure_mode(&self) -> u64 {
+        self.failure_mode.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn priority(&self) -> u32 {
+        self.priority.load(Ordering::Acquire) as u32
+    }
+
+    pub(crate) fn set_priority(&self, priority: u32) {
+        self.priority.store(u64::from(priority), Ordering::Release);
+    }
+
+    /// Why work on this stream cannot complete: device lost, context stopped, the stream
+    /// aborted (being aborted, or force-destroyed past a blocked task) or stopped.
     pub(crate) fn doom(&self) -> Option<aclError> {
+        if let Some(code) = self.discarding() {
+            Some(code)
+        } else if self.stopped.load(Ordering::Acquire) {
+            Some(ACL_ERROR_RT_INTERNAL_ERROR)
+        } else {
+            None
+        }
+    }
+
+    /// Why the worker drops the tasks it has not run: the stream's doom, except a stop, which
+    /// only pauses it.
+    fn discarding(&self) -> Option<aclError> {
         if self.device.is_lost() {
             Some(ACL_ERROR_RT_LOST_HEARTBEAT)
         } else if let Some(code) = self.health.stopped() {
             Some(code)
-        } else if self.aborted.load(Ordering::Acquire) {
+        } else if self.aborted.load(Ordering::Acquire) || self.aborting.load(Ordering::Acquire) {
             Some(ACL_ERROR_RT_STREAM_ABORT)
         } else {
             None
@@ -172,10 +268,16 @@ impl Stream {
         self.doom()
     }
 
+    /// Whether a task that must wait gives up instead: the stream is discarding its work or
+    /// being force-destroyed (which runs only the work that can run).
+    pub(crate) fn gives_up_waiting(&self) -> bool {
+        self.discarding().is_some() || self.draining.load(Ordering::Acquire)
+    }
+
     /// What a wait for this stream's first `mark` tasks listens to (with
     /// [`Bell::RING_ONLY`]: a wait for the stream's doom alone): the stream finishing them
-    /// (or being force-destroyed), its context stopping, its device being lost. Every state
-    /// change [`Self::doom`] reports rings one of them.
+    /// (or being force-destroyed, aborted or stopped), its context stopping, its device being
+    /// lost. Every state change [`Self::doom`] reports rings one of them.
     pub(crate) fn listens(&self, mark: u64) -> [Listen<'_>; 3] {
         [
             self.bell.at(mark),
@@ -191,10 +293,16 @@ impl Stream {
         state.injections.push((target, code));
     }
 
+    /// Whether tasks on this stream are kept for a model instead of run (ACL_STREAM_PERSISTENT).
+    pub(crate) fn is_persistent(&self) -> bool {
+        self.flags & ACL_STREAM_PERSISTENT != 0
+    }
+
     /// Queues a task. The caller has checked ownership and that the context is usable.
     ///
     /// A task's position in the stream (1 for its first task) is the count of finished tasks
-    /// at which it is finished; a record is told its position here.
+    /// at which it is finished; a record is told its position here. A task touching memory
+    /// submitted to an idle stream has been taken by the worker when this returns.
     pub(crate) fn submit(self: &Arc<Self>, mut task: Task) -> Res<()> {
         ensure!(
             !self.destroyed.load(Ordering::Acquire),
@@ -202,7 +310,15 @@ impl Stream {
             "stream {} is being destroyed",
             self.id
         );
+        ensure!(
+            !self.aborting.load(Ordering::Acquire),
+            ACL_ERROR_RT_STREAM_ABORT,
+            "stream {} is being aborted (aclrtStreamAbort)",
+            self.id
+        );
         task.submit_ns = self.device.clock.now_ns();
+        // SAFETY: gettid has no preconditions.
+        task.thread_id = unsafe { libc::gettid() } as u32;
         let mut state = lock(&self.state);
         if task.is_work() {
             state.work_seq += 1;
@@ -211,30 +327,49 @@ impl Stream {
                 task.inject = Some(state.injections.swap_remove(at).1);
             }
         }
+        if self.is_persistent() {
+            state.persistent.push(task);
+            LAST_TASK_ID.set(state.persistent.len() as u32);
+            return Ok(());
+        }
         let position = self.submitted.fetch_add(1, Ordering::AcqRel) + 1;
+        task.position = position;
         if let Op::Record(record) = &task.op {
             record.place(position);
         }
+        let dispatch = task.touches_memory()
+            && self.finished.load(Ordering::Acquire) + 1 == position
+            && !self.stopped.load(Ordering::Acquire);
         state.queue.push_back(task);
-        if !state.worker {
-            let worker = self.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("npu-sim-d{}-s{}", self.device.id, self.id))
-                .spawn(move || worker.run());
-            if let Err(error) = spawned {
-                state.queue.pop_back();
-                self.submitted.fetch_sub(1, Ordering::AcqRel);
-                fail!(
-                    ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
-                    "could not start the worker thread of stream {}: {error}",
-                    self.id
-                );
-            }
-            state.worker = true;
-        } else if state.parked {
+        if state.parked {
             self.wake.notify_one();
         }
+        drop(state);
+        if dispatch {
+            self.await_dispatch(position);
+        }
+        LAST_TASK_ID.set(position as u32);
         Ok(())
+    }
+
+    /// Waits until the worker has taken the task at `position` (it runs, waits for what it
+    /// depends on, or is done) or can no longer take it.
+    fn await_dispatch(&self, position: u64) {
+        let [doomed, stopped, lost] = self.listens(Bell::RING_ONLY);
+        let listens = [self.begun_bell.at(position), doomed, stopped, lost];
+        wait_until(&listens, None, || {
+            (self.begun.load(Ordering::Acquire) >= position
+                || self.doom().is_some()
+                || self.draining.load(Ordering::Acquire))
+            .then_some(())
+        });
+    }
+
+    /// Records that the worker has taken the task at `position`.
+    fn begin(&self, position: u64) {
+        if self.begun.fetch_max(position, Ordering::AcqRel) < position {
+            self.begun_bell.ring_through(position);
+        }
     }
 
     fn run(self: Arc<Self>) {
@@ -242,6 +377,11 @@ impl Stream {
         pace_precisely();
         while let Some(task) = self.next() {
             self.execute(sim, task);
+        }
+        // Destroyed: whatever is left (a stopped stream's queue) is dropped.
+        let left: Vec<Task> = lock(&self.state).queue.drain(..).collect();
+        for task in left {
+            self.retire(task, Retired::Abandoned);
         }
     }
 
@@ -255,11 +395,11 @@ impl Stream {
         }
         let mut state = lock(&self.state);
         loop {
-            if let Some(task) = state.queue.pop_front() {
+            let paused = self.stopped.load(Ordering::Acquire) && self.discarding().is_none();
+            if !paused && let Some(task) = state.queue.pop_front() {
                 return Some(task);
             }
-            if self.destroyed.load(Ordering::Acquire) {
-                state.worker = false;
+            if self.destroyed.load(Ordering::Acquire) && (paused || state.queue.is_empty()) {
                 return None;
             }
             state.parked = true;
@@ -271,38 +411,90 @@ impl Stream {
         }
     }
 
-    /// Waits for what must happen before the task may start: awaited events and the device's
-    /// hold gate. Returns the simulated time it became ready, or how it failed.
-    fn wait_ready(&self, task: &Task) -> Result<u64, Option<SimError>> {
-        let [doomed, stopped, lost] = self.listens(Bell::RING_ONLY);
-        let mut ready_ns = 0;
-        if let Op::Wait(record) = &task.op {
-            let [progress, record_stopped, record_lost] = record.listens();
-            let listens = [progress, record_stopped, record_lost, doomed, stopped, lost];
-            let outcome = wait_until(&listens, None, || {
-                if self.doom().is_some() {
-                    return Some(Err(None));
-                }
-                match record.outcome() {
-                    crate::event::Outcome::Done { ts_ns, .. } => Some(Ok(ts_ns)),
-                    crate::event::Outcome::Pending => {
-                        record.doom().map(|code| Err(Some(record.doom_error(code))))
-                    }
-                }
-            });
-            ready_ns = outcome.unwrap_or(Err(None))?;
+    /// Wakes the worker if it is parked (it re-checks the stream's state).
+    fn nudge(&self) {
+        let state = lock(&self.state);
+        if state.parked {
+            self.wake.notify_one();
         }
-        let listens = [self.device.hold_bell.any(), doomed, stopped, lost];
-        let released = wait_until(&listens, None, || {
-            if self.doom().is_some() {
-                return Some(None);
+    }
+
+    /// Blocks a task until `poll` gives its outcome (`Ok(ready_ns)` or a failure), or the
+    /// stream gives up (`Err(None)`: the task is dropped), or `timeout` passes since the wait
+    /// began (ACL_ERROR_RT_WAIT_TIMEOUT, naming `what`). Marks the task taken when it blocks.
+    fn block_on(
+        &self,
+        task: &Task,
+        extra: &[Listen<'_>],
+        timeout: Option<Duration>,
+        what: &str,
+        mut poll: impl FnMut() -> Option<Result<u64, SimError>>,
+    ) -> Result<u64, Option<SimError>> {
+        let mut listens = extra.to_vec();
+        listens.extend(self.listens(Bell::RING_ONLY));
+        let deadline = timeout.map(|timeout| Instant::now() + timeout);
+        let outcome = wait_until(&listens, deadline, || {
+            if self.discarding().is_some() {
+                return Some(Err(None));
             }
-            self.device.hold_state().map(Some)
+            match poll() {
+                Some(outcome) => Some(outcome.map_err(Some)),
+                None if self.draining.load(Ordering::Acquire) => Some(Err(None)),
+                None => {
+                    self.begin(task.position);
+                    None
+                }
+            }
         });
-        match released.flatten() {
-            Some(released_ns) => Ok(ready_ns.max(released_ns)),
-            None => Err(None),
-        }
+        outcome.unwrap_or_else(|| {
+            Err(Some(SimError::new(
+                ACL_ERROR_RT_WAIT_TIMEOUT,
+                format!(
+                    "{what} on stream {} of device {} timed out",
+                    self.id, self.device.id
+                ),
+            )))
+        })
+    }
+
+    /// Waits for what must happen before the task may start: what it waits for and the
+    /// device's hold gate. Returns the simulated time it became ready, or how it failed.
+    fn wait_ready(&self, sim: &Sim, task: &Task) -> Result<u64, Option<SimError>> {
+        let ready_ns =
+            match &task.op {
+                Op::Wait { record, timeout } => {
+                    self.block_on(task, &record.listens(), *timeout, "an event wait", || {
+                        match record.outcome() {
+                            crate::event::Outcome::Done { ts_ns, .. } => Some(Ok(ts_ns)),
+                            crate::event::Outcome::Pending => {
+                                record.doom().map(|code| Err(record.doom_error(code)))
+                            }
+                        }
+                    })?
+                }
+                Op::NotifyWait { notify, timeout } => {
+                    self.block_on(task, &[notify.listen()], *timeout, "a notify wait", || {
+                        notify.take().then(|| Ok(self.device.clock.now_ns()))
+                    })?
+                }
+                Op::ValueWait { src, value, cmp } => {
+                    let listens = [self.device.memory_bell.any()];
+                    self.block_on(task, &listens, None, "a value wait", || {
+                        match read_value(&sim.memory, *src) {
+                            Ok(memory) => cmp
+                                .holds(memory, *value)
+                                .then(|| Ok(self.device.clock.now_ns())),
+                            Err(error) => Some(Err(error)),
+                        }
+                    })?
+                }
+                _ => 0,
+            };
+        let listens = [self.device.hold_bell.any()];
+        let released_ns = self.block_on(task, &listens, None, "the hold gate", || {
+            self.device.hold_state().map(Ok)
+        })?;
+        Ok(ready_ns.max(released_ns))
     }
 
     /// Does the task's own work.
@@ -328,23 +520,34 @@ impl Stream {
                 event.reset_if(captured.as_ref());
                 Ok(())
             }
-            Op::Record(_) | Op::Wait(_) => Ok(()),
-            Op::Copy { .. } | Op::Memset { .. } | Op::Kernel(_) => {
+            Op::NotifySet(notify) => {
+                notify.set();
+                Ok(())
+            }
+            Op::Record(_) | Op::Wait { .. } | Op::NotifyWait { .. } | Op::ValueWait { .. } => {
+                Ok(())
+            }
+            Op::Copy { .. } | Op::Memset { .. } | Op::Kernel(_) | Op::ValueWrite { .. } => {
                 let Some(_admitted) = self.device.admit() else {
                     return Err(None);
                 };
-                task.run_memory(&sim.memory).map_err(Some)
+                // Taken while admitted: a synchronous copy the submitter issues next passes
+                // the device's fence only once this task is done with memory.
+                self.begin(task.position);
+                let result = task.run_memory(&sim.memory).map_err(Some);
+                self.device.memory_bell.ring();
+                result
             }
         }
     }
 
     fn execute(&self, sim: &Sim, task: Task) {
-        if self.doom().is_some() {
+        if self.discarding().is_some() {
             return self.retire(task, Retired::Abandoned);
         }
-        let (ready_ns, failure) = match self.wait_ready(&task) {
+        let (ready_ns, failure) = match self.wait_ready(sim, &task) {
             Ok(ready_ns) => (ready_ns, None),
-            Err(None) => return self.retire(task, Retired::Abandoned),
+            Err(None) => return self.give_up(task),
             Err(Some(error)) => (0, Some(error)),
         };
         self.running.store(true, Ordering::SeqCst);
@@ -369,7 +572,7 @@ impl Stream {
         };
         let error = match result {
             Ok(()) => None,
-            Err(None) => return self.retire(task, Retired::Abandoned),
+            Err(None) => return self.give_up(task),
             Err(Some(error)) => Some(error),
         };
         let end_ns = match &timing {
@@ -379,7 +582,7 @@ impl Stream {
         if timing.is_some() {
             let deadline = self.device.clock.instant_of(end_ns);
             let listens = self.listens(Bell::RING_ONLY);
-            if wait_until(&listens, Some(deadline), || self.doom()).is_some() {
+            if wait_until(&listens, Some(deadline), || self.discarding()).is_some() {
                 return self.retire(task, Retired::Abandoned);
             }
         }
@@ -393,37 +596,58 @@ impl Stream {
         );
     }
 
+    /// Drops a task that could not run. Under a forced destruction, what follows it is
+    /// dropped too: it would have run after a task that never did.
+    fn give_up(&self, task: Task) {
+        if self.draining.load(Ordering::Acquire) {
+            self.aborted.store(true, Ordering::Release);
+        }
+        self.retire(task, Retired::Abandoned);
+    }
+
     fn retire(&self, task: Task, retired: Retired) {
         // Whoever saw the doom before this saw it unsettled; ring them to look again.
         if self.running.swap(false, Ordering::SeqCst) && self.doom().is_some() {
             self.bell.ring();
         }
-        if let Retired::Completed {
-            start_ns,
-            end_ns,
-            error,
-        } = retired
-        {
-            let mut state = lock(&self.state);
-            state.last_end_ns = state.last_end_ns.max(end_ns);
-            let mut stop = None;
-            if let Some(error) = error {
-                if self.failure_mode.load(Ordering::Acquire) == u64::from(ACL_STOP_ON_FAILURE) {
-                    stop = Some(error.code);
+        match retired {
+            Retired::Completed {
+                start_ns,
+                end_ns,
+                error,
+            } => {
+                let mut state = lock(&self.state);
+                state.last_end_ns = state.last_end_ns.max(end_ns);
+                let mut stop = None;
+                let failure = error.clone();
+                if let Some(error) = error {
+                    if self.failure_mode() == u64::from(ACL_STOP_ON_FAILURE) {
+                        stop = Some(error.code);
+                    }
+                    state.since_record.get_or_insert_with(|| error.clone());
+                    state.sticky.get_or_insert(error);
                 }
-                state.since_record.get_or_insert_with(|| error.clone());
-                state.sticky.get_or_insert(error);
+                if let Op::Record(record) = &task.op {
+                    record.complete(state.since_record.take().map(|e| e.code), end_ns);
+                }
+                drop(state);
+                // Before the task counts as finished: whoever sees it finished sees the stop
+                // and the exception callbacks have run.
+                if let Some(error) = &failure {
+                    crate::exception::raise(self, &task, error);
+                }
+                if let Some(code) = stop {
+                    self.health.stop(code);
+                }
+                trace::record_task(self.device.id, self.id, &task, start_ns, end_ns);
             }
-            if let Op::Record(record) = &task.op {
-                record.complete(state.since_record.take().map(|e| e.code), end_ns);
+            Retired::Abandoned => {
+                if let Op::Record(record) = &task.op {
+                    record.discard(self.discarding().unwrap_or(ACL_ERROR_RT_STREAM_ABORT));
+                }
             }
-            drop(state);
-            // Before the task counts as finished: whoever sees it finished sees the stop.
-            if let Some(code) = stop {
-                self.health.stop(code);
-            }
-            trace::record_task(self.device.id, self.id, &task, start_ns, end_ns);
         }
+        self.begin(task.position);
         let finished = self.finished.fetch_add(1, Ordering::AcqRel) + 1;
         // Dropping the task may release a kernel library or staged data: outside every lock.
         drop(task);
@@ -433,6 +657,9 @@ impl Stream {
     /// Waits for every task submitted so far, leaving task errors in place. Fails if the
     /// stream is doomed, or with ACL_ERROR_RT_STREAM_SYNC_TIMEOUT at the deadline.
     pub(crate) fn wait_idle(&self, deadline: Option<Instant>) -> Res<()> {
+        if let Some(code) = self.settled_doom() {
+            return Err(self.doom_error(code));
+        }
         if self.flags & UNSYNCED_FLAGS != 0 {
             return Ok(());
         }
@@ -464,17 +691,13 @@ impl Stream {
         }
     }
 
-    /// Whether all submitted work is done; fails with the first unreported task error
-    /// (without clearing it) or the stream's doom.
+    /// Whether all submitted work is done. Task errors are left to the synchronisations;
+    /// only a doom (the work cannot complete) fails the query.
     pub(crate) fn query(&self) -> Res<bool> {
         if let Some(code) = self.settled_doom() {
             return Err(self.doom_error(code));
         }
-        if let Some(error) = lock(&self.state).sticky.clone() {
-            return Err(self.task_error(error));
-        }
-        Ok(self.flags & UNSYNCED_FLAGS != 0
-            || self.finished.load(Ordering::Acquire) >= self.submitted.load(Ordering::Acquire))
+        Ok(self.finished.load(Ordering::Acquire) >= self.submitted.load(Ordering::Acquire))
     }
 
     fn task_error(&self, error: SimError) -> SimError {
@@ -492,35 +715,74 @@ impl Stream {
         if code == ACL_ERROR_RT_LOST_HEARTBEAT {
             return self.device.loss_error();
         }
-        let why = if code == ACL_ERROR_RT_STREAM_ABORT {
-            "was destroyed with aclrtDestroyStreamForce".to_owned()
-        } else {
-            format!("stopped: a task of its context failed with {code} in ACL_STOP_ON_FAILURE mode")
-        };
         SimError::new(
             code,
-            format!("stream {} of device {} {why}", self.id, self.device.id),
+            format!(
+                "stream {} of device {} {}",
+                self.id,
+                self.device.id,
+                doom_reason(code)
+            ),
         )
     }
 
-    /// Destroys the stream: waits for its work unless `force` (then queued work is dropped).
+    /// aclrtStreamStop: the worker takes no further task (the one running finishes); the
+    /// queued work stays until aclrtStreamAbort or the stream's destruction.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.bell.ring();
+    }
+
+    /// aclrtStreamAbort: drops every task not run yet (the one running finishes), clears the
+    /// stream's errors and a stop, and leaves the stream usable. Waits of other threads on the
+    /// dropped work fail with ACL_ERROR_RT_STREAM_ABORT.
+    pub(crate) fn abort(&self) {
+        self.aborting.store(true, Ordering::Release);
+        self.bell.ring();
+        self.nudge();
+        let target = self.submitted.load(Ordering::Acquire);
+        let [progress, _, _] = self.listens(target);
+        wait_until(&[progress], None, || {
+            (self.finished.load(Ordering::Acquire) >= target).then_some(())
+        });
+        {
+            let mut state = lock(&self.state);
+            state.sticky = None;
+            state.since_record = None;
+            state.persistent.clear();
+        }
+        self.stopped.store(false, Ordering::Release);
+        self.aborting.store(false, Ordering::Release);
+    }
+
+    /// Destroys the stream. Without `force` it first waits for its work; with `force` the
+    /// work already submitted still runs as far as it can without blocking (a task that would
+    /// wait is dropped with everything after it), and this returns once it has drained. Task
+    /// errors are not reported either way.
     pub(crate) fn destroy(&self, sim: &Sim, force: bool) {
         if self.destroyed.swap(true, Ordering::AcqRel) {
             return;
         }
+        crate::stream_state::notify(self.handle, ACL_RT_STREAM_STATE_DESTROY_PRE);
         if force {
-            self.aborted.store(true, Ordering::Release);
+            self.draining.store(true, Ordering::Release);
             self.bell.ring();
+            self.begun_bell.ring();
+            self.nudge();
+            let target = self.submitted.load(Ordering::Acquire);
+            let [progress, _, _] = self.listens(target);
+            wait_until(&[progress], None, || {
+                (self.finished.load(Ordering::Acquire) >= target
+                    || self.stopped.load(Ordering::Acquire))
+                .then_some(())
+            });
         } else {
             // Errors were the owner's to collect; destruction proceeds either way.
             let _ = self.wait_idle(None);
         }
         sim.streams.remove(self.handle);
         self.device.live_streams.fetch_sub(1, Ordering::AcqRel);
-        let state = lock(&self.state);
-        if state.parked {
-            self.wake.notify_one();
-        }
+        self.nudge();
     }
 }
 

@@ -3,6 +3,7 @@
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use npu_sys::*;
 
@@ -11,6 +12,7 @@ use crate::error::SimError;
 use crate::event::{Event, Record};
 use crate::kernel::{Launch, LaunchArgs};
 use crate::memory::{Lease, MemoryMap};
+use crate::notify::Notify;
 
 /// Direction of a copy after kind correction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,15 +115,78 @@ pub(crate) enum Op {
         data: usize,
     },
     Record(Arc<Record>),
-    Wait(Arc<Record>),
+    /// Waits for a record; fails with ACL_ERROR_RT_WAIT_TIMEOUT if it is still pending
+    /// `timeout` after the wait started.
+    Wait {
+        record: Arc<Record>,
+        timeout: Option<Duration>,
+    },
+    /// aclrtRecordNotify: sets the notify.
+    NotifySet(Arc<Notify>),
+    /// aclrtWaitAndResetNotify: waits until the notify is set, then clears it.
+    NotifyWait {
+        notify: Arc<Notify>,
+        timeout: Option<Duration>,
+    },
+    /// aclrtValueWrite: stores a 64-bit value in device memory.
+    ValueWrite {
+        dst: usize,
+        value: u64,
+    },
+    /// aclrtValueWait: waits until the 64-bit value in device memory satisfies `cmp`.
+    ValueWait {
+        src: usize,
+        value: u64,
+        cmp: Compare,
+    },
     Reset {
         event: Arc<Event>,
         captured: Option<Arc<Record>>,
     },
 }
 
+/// How aclrtValueWait compares the memory (`m`) with its value (`v`): the
+/// ACL_STREAM_WAIT_VALUE_* flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Compare {
+    /// `(int64_t)(m - v) >= 0`: wrap-around aware "at least".
+    Geq,
+    /// `m == v`.
+    Eq,
+    /// `(m & v) != 0`.
+    And,
+    /// `!(m | v) != 0`.
+    Nor,
+}
+
+impl Compare {
+    /// The comparison of an ACL_STREAM_WAIT_VALUE_* flag.
+    pub(crate) fn from_flag(flag: u32) -> Option<Self> {
+        match flag {
+            ACL_STREAM_WAIT_VALUE_GEQ => Some(Self::Geq),
+            ACL_STREAM_WAIT_VALUE_EQ => Some(Self::Eq),
+            ACL_STREAM_WAIT_VALUE_AND => Some(Self::And),
+            ACL_STREAM_WAIT_VALUE_NOR => Some(Self::Nor),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn holds(self, memory: u64, value: u64) -> bool {
+        match self {
+            Self::Geq => memory.wrapping_sub(value) as i64 >= 0,
+            Self::Eq => memory == value,
+            Self::And => memory & value != 0,
+            Self::Nor => !(memory | value) != 0,
+        }
+    }
+}
+
 pub(crate) struct Task {
     pub(crate) op: Op,
+    /// The task's position in its stream (1 for its first task), set at submission.
+    pub(crate) position: u64,
+    /// The submitting thread's id (gettid), for exception reports.
+    pub(crate) thread_id: u32,
     pub(crate) submit_ns: u64,
     /// An injected failure: the task fails with this code instead of running.
     pub(crate) inject: Option<aclError>,
@@ -131,15 +196,39 @@ impl Task {
     pub(crate) fn new(op: Op) -> Self {
         Self {
             op,
+            position: 0,
+            thread_id: 0,
             submit_ns: 0,
             inject: None,
         }
     }
 
     /// Whether the task is device work (counted by fault injection and timed by the model),
-    /// as opposed to an event operation.
+    /// as opposed to a synchronisation operation (events, notifies, value writes and waits).
     pub(crate) fn is_work(&self) -> bool {
-        !matches!(self.op, Op::Record(_) | Op::Wait(_) | Op::Reset { .. })
+        !self.is_sync()
+    }
+
+    fn is_sync(&self) -> bool {
+        matches!(
+            self.op,
+            Op::Record(_)
+                | Op::Wait { .. }
+                | Op::Reset { .. }
+                | Op::NotifySet(_)
+                | Op::NotifyWait { .. }
+                | Op::ValueWrite { .. }
+                | Op::ValueWait { .. }
+        )
+    }
+
+    /// Whether the task touches memory through the device's execution gate (copies, memsets,
+    /// kernels): the work a synchronous copy must see finished ([`crate::device::Device::fence`]).
+    pub(crate) fn touches_memory(&self) -> bool {
+        matches!(
+            self.op,
+            Op::Copy { .. } | Op::Memset { .. } | Op::Kernel(_) | Op::ValueWrite { .. }
+        )
     }
 
     /// Bytes moved or written, for the timing model and the trace.
@@ -160,7 +249,7 @@ impl Task {
                 model.work_ns(model.kernel_ns.get(launch.name()).copied().unwrap_or(0))
             }
             Op::Callback { .. } | Op::HostFunc { .. } => model.work_ns(0),
-            Op::Record(_) | Op::Wait(_) | Op::Reset { .. } => 0,
+            _ => 0,
         }
     }
 
@@ -173,7 +262,11 @@ impl Task {
             Op::Callback { .. } => ("host", "callback".to_owned()),
             Op::HostFunc { .. } => ("host", "host func".to_owned()),
             Op::Record(_) => ("event", "record".to_owned()),
-            Op::Wait(_) => ("event", "wait".to_owned()),
+            Op::Wait { .. } => ("event", "wait".to_owned()),
+            Op::NotifySet(_) => ("notify", "record".to_owned()),
+            Op::NotifyWait { .. } => ("notify", "wait and reset".to_owned()),
+            Op::ValueWrite { .. } => ("value", "write".to_owned()),
+            Op::ValueWait { .. } => ("value", "wait".to_owned()),
             Op::Reset { .. } => ("event", "reset".to_owned()),
         }
     }
@@ -230,9 +323,24 @@ impl Task {
                 };
                 launch.run()
             }
+            Op::ValueWrite { dst, value } => {
+                let _dst = lease(memory, true, *dst, 8)?;
+                // SAFETY: device memory checked (8 bytes, 8-aligned) at submission and leased
+                // above; the write is one aligned 64-bit store, as the device's.
+                unsafe { (*dst as *mut u64).write_volatile(*value) };
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
+}
+
+/// Reads the 64-bit value an aclrtValueWait compares; a DMA fault if the memory was freed
+/// since the wait was submitted.
+pub(crate) fn read_value(memory: &MemoryMap, src: usize) -> Result<u64, SimError> {
+    let _src = lease(memory, true, src, 8)?;
+    // SAFETY: device memory checked (8 bytes, 8-aligned) at submission and leased above.
+    Ok(unsafe { (src as *const u64).read_volatile() })
 }
 
 /// Leases `[ptr, ptr+len)` if it is simulator-owned memory (`owned`); a DMA fault if it was

@@ -150,6 +150,26 @@ fn kernels_load_from_the_shipped_shared_object_in_c() {
 }
 
 #[test]
+fn the_stream_group_flow_in_c() {
+    let stdout = run(&compile("stream_flow", &[]));
+    assert_eq!(
+        stdout,
+        "kernel output read at once: 0 wrong\n\
+         s2 waiting for the notify: yes\n\
+         after the notify: 2\n\
+         after the value write: 4\n\
+         timed wait: 107019\n\
+         sync after stop: 507000\n\
+         event of the aborted work: 107023\n\
+         after abort: 6\n\
+         after destroy force: 7\n\
+         trap: sync 507015, callback saw stream s1 with 507015\n\
+         error verbose type: 65535\n\
+         stream flow ok\n"
+    );
+}
+
+#[test]
 fn headers_compile_warning_free_and_errors_are_reported_once() {
     let stdout = run(&compile("header_check", &["-pedantic"]));
     assert_eq!(

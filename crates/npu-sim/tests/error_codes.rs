@@ -15,6 +15,7 @@ use std::ffi::c_void;
 use std::ptr;
 use std::sync::Once;
 
+use common::cases::{Case, case};
 use common::*;
 use npu_sim::abi::*;
 use npu_sim::control;
@@ -32,63 +33,10 @@ fn install() {
     });
 }
 
-/// One bad input: the API expected to fail, the code, and the call (run on a fresh thread bound
-/// to `device`, or with no context when `device` is -1).
-struct Case {
-    name: &'static str,
-    api: &'static str,
-    code: aclError,
-    device: i32,
-    run: fn() -> aclError,
-}
-
-const fn case(
-    name: &'static str,
-    api: &'static str,
-    code: aclError,
-    device: i32,
-    run: fn() -> aclError,
-) -> Case {
-    Case {
-        name,
-        api,
-        code,
-        device,
-        run,
-    }
-}
-
-/// Runs every case; checks the code, the thread's last error and that the message names the
-/// API.
+/// Installs the simulator, then runs the cases.
 fn run_table(cases: &[Case]) {
     install();
-    let mut failures = Vec::new();
-    for case in cases {
-        let (device, run) = (case.device, case.run);
-        let (code, last, message) = std::thread::spawn(move || {
-            if device >= 0 {
-                set_device(device);
-            }
-            let code = run();
-            // SAFETY: no preconditions.
-            let last = unsafe { aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL) };
-            (code, last, recent_message())
-        })
-        .join()
-        .unwrap();
-        if code != case.code || last != case.code || !message.contains(case.api) {
-            failures.push(format!(
-                "{}: expected {} from {}, got {code} (last error {last}, message {message:?})",
-                case.name, case.code, case.api
-            ));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} failing cases:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    common::cases::run_table(cases);
 }
 
 fn stream_of_other_context() -> aclrtStream {

@@ -1,6 +1,6 @@
 //! Process-wide resource limits and faults, exhausted or injected in a process of their own so
-//! that no other test sees them: streams per device (207008), subscribed report threads
-//! (207012), and an injected failure of the next host allocation.
+//! that no other test sees them: streams per device (207008), notifies per device (207009),
+//! subscribed report threads (207012), and an injected failure of the next host allocation.
 
 extern crate ascendcl as npu_sim;
 
@@ -17,7 +17,14 @@ use npu_sys::*;
 fn running_out_of_streams() {
     set_device(0);
     let limit = 1984 - 1; // the primary context's default stream counts
+    let available = || {
+        let mut count = u32::MAX;
+        acl!(aclrtGetStreamAvailableNum(&mut count));
+        count
+    };
+    assert_eq!(available(), limit);
     let streams: Vec<aclrtStream> = (0..limit).map(|_| create_stream()).collect();
+    assert_eq!(available(), 0);
     let mut extra = ptr::null_mut();
     assert_eq!(
         code!(aclrtCreateStream(&mut extra)),
@@ -83,4 +90,28 @@ fn the_next_host_allocation_fails_with_the_injected_code() {
     assert!(npu_sim::control::fail_next_host_alloc(ACL_SUCCESS).is_err());
     acl!(aclrtMallocHost(&mut host, 4096));
     acl!(aclrtFreeHost(host));
+}
+
+#[test]
+fn running_out_of_notifies() {
+    // Notifies are counted apart from streams, so this shares device 0 with the stream test.
+    set_device(0);
+    let notifies: Vec<aclrtNotify> = (0..8192)
+        .map(|_| {
+            let mut notify = ptr::null_mut();
+            acl!(aclrtCreateNotify(&mut notify, 0));
+            notify
+        })
+        .collect();
+    let mut extra = ptr::null_mut();
+    assert_eq!(
+        code!(aclrtCreateNotify(&mut extra, 0)),
+        ACL_ERROR_RT_NO_NOTIFY_RESOURCE
+    );
+    assert!(recent_message().contains("aclrtCreateNotify failed with 207009"));
+    for notify in notifies {
+        acl!(aclrtDestroyNotify(notify));
+    }
+    acl!(aclrtCreateNotify(&mut extra, 0));
+    acl!(aclrtDestroyNotify(extra));
 }

@@ -184,6 +184,16 @@ pub const ACL_RT_DEVS_TOPOLOGY_PHB: u32 = 8;
 pub const ACL_RT_DEVS_TOPOLOGY_SYS: u32 = 16;
 pub const ACL_RT_DEVS_TOPOLOGY_SIO: u32 = 32;
 pub const ACL_RT_DEVS_TOPOLOGY_HCCS_SW: u32 = 64;
+pub const ACL_STREAM_WAIT_VALUE_GEQ: u32 = 0;
+pub const ACL_STREAM_WAIT_VALUE_EQ: u32 = 1;
+pub const ACL_STREAM_WAIT_VALUE_AND: u32 = 2;
+pub const ACL_STREAM_WAIT_VALUE_NOR: u32 = 3;
+pub const ACL_NOTIFY_DEFAULT: u32 = 0;
+pub const ACL_NOTIFY_DEVICE_USE_ONLY: u32 = 1;
+pub const ACL_EVENT_WAIT_DEFAULT: u32 = 0;
+pub const ACL_EVENT_WAIT_EXTERNAL: u32 = 1;
+pub const UCE_INFO_RESERVED_SIZE: u32 = 14;
+pub const ACL_RT_MEM_UCE_INFO_MAX_NUM: u32 = 20;
 pub type aclrtStream = *mut core::ffi::c_void;
 pub type aclrtEvent = *mut core::ffi::c_void;
 pub type aclrtContext = *mut core::ffi::c_void;
@@ -299,6 +309,7 @@ pub const ACL_DEVICE_INFO_AI_CORE_NUM: aclDeviceInfo = 0;
 pub const ACL_DEVICE_INFO_VECTOR_CORE_NUM: aclDeviceInfo = 1;
 pub const ACL_DEVICE_INFO_L2_SIZE: aclDeviceInfo = 2;
 pub type aclDeviceInfo = core::ffi::c_int;
+pub type aclrtNotify = *mut core::ffi::c_void;
 pub const ACL_ERROR_GE_PARAM_INVALID: u32 = 145000;
 pub const ACL_ERROR_GE_EXEC_NOT_INIT: u32 = 145001;
 pub const ACL_ERROR_GE_EXEC_MODEL_PATH_INVALID: u32 = 145002;
@@ -888,6 +899,218 @@ const _: () = {
     ["Alignment of aclrtUuid"][::std::mem::align_of::<aclrtUuid>() - 1usize];
     ["Offset of field: aclrtUuid::bytes"][::std::mem::offset_of!(aclrtUuid, bytes) - 0usize];
 };
+pub const ACL_RT_STREAM_WORK_ADDR_PTR: aclrtStreamConfigAttr = 0;
+pub const ACL_RT_STREAM_WORK_SIZE: aclrtStreamConfigAttr = 1;
+pub const ACL_RT_STREAM_FLAG: aclrtStreamConfigAttr = 2;
+pub const ACL_RT_STREAM_PRIORITY: aclrtStreamConfigAttr = 3;
+pub type aclrtStreamConfigAttr = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtStreamConfigHandle {
+    pub workptr: *mut core::ffi::c_void,
+    pub workSize: usize,
+    pub flag: usize,
+    pub priority: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtStreamConfigHandle"][::std::mem::size_of::<aclrtStreamConfigHandle>() - 32usize];
+    ["Alignment of aclrtStreamConfigHandle"]
+        [::std::mem::align_of::<aclrtStreamConfigHandle>() - 8usize];
+    ["Offset of field: aclrtStreamConfigHandle::workptr"]
+        [::std::mem::offset_of!(aclrtStreamConfigHandle, workptr) - 0usize];
+    ["Offset of field: aclrtStreamConfigHandle::workSize"]
+        [::std::mem::offset_of!(aclrtStreamConfigHandle, workSize) - 8usize];
+    ["Offset of field: aclrtStreamConfigHandle::flag"]
+        [::std::mem::offset_of!(aclrtStreamConfigHandle, flag) - 16usize];
+    ["Offset of field: aclrtStreamConfigHandle::priority"]
+        [::std::mem::offset_of!(aclrtStreamConfigHandle, priority) - 24usize];
+};
+impl Default for aclrtStreamConfigHandle {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_STREAM_ATTR_FAILURE_MODE: aclrtStreamAttr = 1;
+pub const ACL_STREAM_ATTR_FLOAT_OVERFLOW_CHECK: aclrtStreamAttr = 2;
+pub const ACL_STREAM_ATTR_USER_CUSTOM_TAG: aclrtStreamAttr = 3;
+pub const ACL_STREAM_ATTR_CACHE_OP_INFO: aclrtStreamAttr = 4;
+pub const ACL_STREAM_ATTR_PRIORITY: aclrtStreamAttr = 5;
+pub type aclrtStreamAttr = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union aclrtStreamAttrValue {
+    pub failureMode: u64,
+    pub overflowSwitch: u32,
+    pub userCustomTag: u32,
+    pub cacheOpInfoSwitch: u32,
+    pub streamPriority: u32,
+    pub reserve: [u32; 4usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtStreamAttrValue"][::std::mem::size_of::<aclrtStreamAttrValue>() - 16usize];
+    ["Alignment of aclrtStreamAttrValue"][::std::mem::align_of::<aclrtStreamAttrValue>() - 8usize];
+    ["Offset of field: aclrtStreamAttrValue::failureMode"]
+        [::std::mem::offset_of!(aclrtStreamAttrValue, failureMode) - 0usize];
+    ["Offset of field: aclrtStreamAttrValue::overflowSwitch"]
+        [::std::mem::offset_of!(aclrtStreamAttrValue, overflowSwitch) - 0usize];
+    ["Offset of field: aclrtStreamAttrValue::userCustomTag"]
+        [::std::mem::offset_of!(aclrtStreamAttrValue, userCustomTag) - 0usize];
+    ["Offset of field: aclrtStreamAttrValue::cacheOpInfoSwitch"]
+        [::std::mem::offset_of!(aclrtStreamAttrValue, cacheOpInfoSwitch) - 0usize];
+    ["Offset of field: aclrtStreamAttrValue::streamPriority"]
+        [::std::mem::offset_of!(aclrtStreamAttrValue, streamPriority) - 0usize];
+    ["Offset of field: aclrtStreamAttrValue::reserve"]
+        [::std::mem::offset_of!(aclrtStreamAttrValue, reserve) - 0usize];
+};
+impl Default for aclrtStreamAttrValue {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_RT_STREAM_STATE_CREATE_POST: aclrtStreamState = 1;
+pub const ACL_RT_STREAM_STATE_DESTROY_PRE: aclrtStreamState = 2;
+pub type aclrtStreamState = core::ffi::c_uint;
+pub type aclrtStreamStateCallback = ::std::option::Option<
+    unsafe extern "C" fn(stm: aclrtStream, state: aclrtStreamState, args: *mut core::ffi::c_void),
+>;
+#[repr(C)]
+#[derive(Debug)]
+pub struct rtExceptionInfo {
+    _unused: [u8; 0],
+}
+pub type aclrtExceptionInfo = rtExceptionInfo;
+pub type aclrtExceptionInfoCallback =
+    ::std::option::Option<unsafe extern "C" fn(exceptionInfo: *mut aclrtExceptionInfo)>;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtMemUceInfo {
+    pub addr: *mut core::ffi::c_void,
+    pub len: usize,
+    pub reserved: [usize; 14usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemUceInfo"][::std::mem::size_of::<aclrtMemUceInfo>() - 128usize];
+    ["Alignment of aclrtMemUceInfo"][::std::mem::align_of::<aclrtMemUceInfo>() - 8usize];
+    ["Offset of field: aclrtMemUceInfo::addr"]
+        [::std::mem::offset_of!(aclrtMemUceInfo, addr) - 0usize];
+    ["Offset of field: aclrtMemUceInfo::len"]
+        [::std::mem::offset_of!(aclrtMemUceInfo, len) - 8usize];
+    ["Offset of field: aclrtMemUceInfo::reserved"]
+        [::std::mem::offset_of!(aclrtMemUceInfo, reserved) - 16usize];
+};
+impl Default for aclrtMemUceInfo {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_RT_NO_ERROR: aclrtErrorType = 0;
+pub const ACL_RT_ERROR_MEMORY: aclrtErrorType = 1;
+pub const ACL_RT_ERROR_L2: aclrtErrorType = 2;
+pub const ACL_RT_ERROR_AICORE: aclrtErrorType = 3;
+pub const ACL_RT_ERROR_LINK: aclrtErrorType = 4;
+pub const ACL_RT_ERROR_L3_PORT: aclrtErrorType = 5;
+pub const ACL_RT_ERROR_OTHERS: aclrtErrorType = 65535;
+pub type aclrtErrorType = core::ffi::c_uint;
+pub const ACL_RT_AICORE_ERROR_UNKNOWN: aclrtAicoreErrorType = 0;
+pub const ACL_RT_AICORE_ERROR_SW: aclrtAicoreErrorType = 1;
+pub const ACL_RT_AICORE_ERROR_HW_LOCAL: aclrtAicoreErrorType = 2;
+pub type aclrtAicoreErrorType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtMemUceInfoArray {
+    pub arraySize: usize,
+    pub memUceInfoArray: [aclrtMemUceInfo; 20usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemUceInfoArray"][::std::mem::size_of::<aclrtMemUceInfoArray>() - 2568usize];
+    ["Alignment of aclrtMemUceInfoArray"][::std::mem::align_of::<aclrtMemUceInfoArray>() - 8usize];
+    ["Offset of field: aclrtMemUceInfoArray::arraySize"]
+        [::std::mem::offset_of!(aclrtMemUceInfoArray, arraySize) - 0usize];
+    ["Offset of field: aclrtMemUceInfoArray::memUceInfoArray"]
+        [::std::mem::offset_of!(aclrtMemUceInfoArray, memUceInfoArray) - 8usize];
+};
+impl Default for aclrtMemUceInfoArray {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union aclrtErrorInfoDetail {
+    pub uceInfo: aclrtMemUceInfoArray,
+    pub aicoreErrType: aclrtAicoreErrorType,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtErrorInfoDetail"][::std::mem::size_of::<aclrtErrorInfoDetail>() - 2568usize];
+    ["Alignment of aclrtErrorInfoDetail"][::std::mem::align_of::<aclrtErrorInfoDetail>() - 8usize];
+    ["Offset of field: aclrtErrorInfoDetail::uceInfo"]
+        [::std::mem::offset_of!(aclrtErrorInfoDetail, uceInfo) - 0usize];
+    ["Offset of field: aclrtErrorInfoDetail::aicoreErrType"]
+        [::std::mem::offset_of!(aclrtErrorInfoDetail, aicoreErrType) - 0usize];
+};
+impl Default for aclrtErrorInfoDetail {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct aclrtErrorInfo {
+    pub tryRepair: u8,
+    pub hasDetail: u8,
+    pub reserved: [u8; 2usize],
+    pub errorType: aclrtErrorType,
+    pub detail: aclrtErrorInfoDetail,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtErrorInfo"][::std::mem::size_of::<aclrtErrorInfo>() - 2576usize];
+    ["Alignment of aclrtErrorInfo"][::std::mem::align_of::<aclrtErrorInfo>() - 8usize];
+    ["Offset of field: aclrtErrorInfo::tryRepair"]
+        [::std::mem::offset_of!(aclrtErrorInfo, tryRepair) - 0usize];
+    ["Offset of field: aclrtErrorInfo::hasDetail"]
+        [::std::mem::offset_of!(aclrtErrorInfo, hasDetail) - 1usize];
+    ["Offset of field: aclrtErrorInfo::reserved"]
+        [::std::mem::offset_of!(aclrtErrorInfo, reserved) - 2usize];
+    ["Offset of field: aclrtErrorInfo::errorType"]
+        [::std::mem::offset_of!(aclrtErrorInfo, errorType) - 4usize];
+    ["Offset of field: aclrtErrorInfo::detail"]
+        [::std::mem::offset_of!(aclrtErrorInfo, detail) - 8usize];
+};
+impl Default for aclrtErrorInfo {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 
 /// Expands `$callback! { $extra required { fn ...; } optional { fn ...; } }` with every
 /// ACL function npu-rs binds, in header order. `optional` lists the functions only newer
@@ -1011,6 +1234,41 @@ macro_rules! for_each_acl_function {
                 fn aclrtDevicePeerAccessStatus(deviceId: i32, peerDeviceId: i32, status: *mut i32) -> $crate::aclError;
                 fn aclrtGetDevicesTopo(deviceId: u32, otherDeviceId: u32, value: *mut u64) -> $crate::aclError;
                 fn aclrtCheckArchCompatibility(socVersion: *const core::ffi::c_char, canCompatible: *mut i32) -> $crate::aclError;
+                fn aclrtStreamStop(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtStreamAbort(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtRegStreamStateCallback(regName: *const core::ffi::c_char, callback: $crate::aclrtStreamStateCallback, args: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtGetStreamAvailableNum(streamCount: *mut u32) -> $crate::aclError;
+                fn aclrtSetStreamAttribute(stream: $crate::aclrtStream, stmAttrType: $crate::aclrtStreamAttr, value: *mut $crate::aclrtStreamAttrValue) -> $crate::aclError;
+                fn aclrtGetStreamAttribute(stream: $crate::aclrtStream, stmAttrType: $crate::aclrtStreamAttr, value: *mut $crate::aclrtStreamAttrValue) -> $crate::aclError;
+                fn aclrtCreateStreamConfigHandle() -> *mut $crate::aclrtStreamConfigHandle;
+                fn aclrtDestroyStreamConfigHandle(handle: *mut $crate::aclrtStreamConfigHandle) -> $crate::aclError;
+                fn aclrtSetStreamConfigOpt(handle: *mut $crate::aclrtStreamConfigHandle, attr: $crate::aclrtStreamConfigAttr, attrValue: *const core::ffi::c_void, valueSize: usize) -> $crate::aclError;
+                fn aclrtCreateStreamV2(stream: *mut $crate::aclrtStream, handle: *const $crate::aclrtStreamConfigHandle) -> $crate::aclError;
+                fn aclrtRecordEventWithFlag(event: $crate::aclrtEvent, stream: $crate::aclrtStream, flag: u32) -> $crate::aclError;
+                fn aclrtStreamWaitEventWithFlag(stream: $crate::aclrtStream, event: $crate::aclrtEvent, timeout: u32, flag: u32) -> $crate::aclError;
+                fn aclrtStreamWaitEventWithTimeout(stream: $crate::aclrtStream, event: $crate::aclrtEvent, timeout: i32) -> $crate::aclError;
+                fn aclrtCreateNotify(notify: *mut $crate::aclrtNotify, flag: u64) -> $crate::aclError;
+                fn aclrtDestroyNotify(notify: $crate::aclrtNotify) -> $crate::aclError;
+                fn aclrtRecordNotify(notify: $crate::aclrtNotify, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtWaitAndResetNotify(notify: $crate::aclrtNotify, stream: $crate::aclrtStream, timeout: u32) -> $crate::aclError;
+                fn aclrtGetNotifyId(notify: $crate::aclrtNotify, notifyId: *mut u32) -> $crate::aclError;
+                fn aclrtValueWrite(devAddr: *mut core::ffi::c_void, value: u64, flag: u32, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtValueWait(devAddr: *mut core::ffi::c_void, value: u64, flag: u32, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtGetThreadLastTaskId(taskId: *mut u32) -> $crate::aclError;
+                fn aclrtSetExceptionInfoCallback(callback: $crate::aclrtExceptionInfoCallback) -> $crate::aclError;
+                fn aclrtExceptionInfoCallbackRegister(callback: $crate::aclrtExceptionInfoCallback) -> $crate::aclError;
+                fn aclrtExceptionInfoCallbackUnregister(callback: $crate::aclrtExceptionInfoCallback) -> $crate::aclError;
+                fn aclrtGetTaskIdFromExceptionInfo(info: *const $crate::aclrtExceptionInfo) -> u32;
+                fn aclrtGetStreamIdFromExceptionInfo(info: *const $crate::aclrtExceptionInfo) -> u32;
+                fn aclrtGetThreadIdFromExceptionInfo(info: *const $crate::aclrtExceptionInfo) -> u32;
+                fn aclrtGetDeviceIdFromExceptionInfo(info: *const $crate::aclrtExceptionInfo) -> u32;
+                fn aclrtGetErrorCodeFromExceptionInfo(info: *const $crate::aclrtExceptionInfo) -> u32;
+                fn aclrtGetArgsFromExceptionInfo(info: *const $crate::aclrtExceptionInfo, devArgsPtr: *mut *mut core::ffi::c_void, devArgsLen: *mut u32) -> $crate::aclError;
+                fn aclrtGetFuncHandleFromExceptionInfo(info: *const $crate::aclrtExceptionInfo, func: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
+                fn aclrtGetErrorVerbose(deviceId: i32, errorInfo: *mut $crate::aclrtErrorInfo) -> $crate::aclError;
+                fn aclrtSubscribeHostFunc(hostFuncThreadId: u64, exeStream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtProcessHostFunc(timeout: i32) -> $crate::aclError;
+                fn aclrtUnSubscribeHostFunc(hostFuncThreadId: u64, exeStream: $crate::aclrtStream) -> $crate::aclError;
             }
         }
     };

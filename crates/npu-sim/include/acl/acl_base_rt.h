@@ -187,6 +187,9 @@ ACL_FUNC_VISIBILITY aclError aclGetCannAttributeList(const aclCannAttr **cannAtt
 ACL_FUNC_VISIBILITY aclError aclGetCannAttribute(aclCannAttr cannAttr, int32_t *value);
 ACL_FUNC_VISIBILITY aclError aclGetDeviceCapability(uint32_t deviceId, aclDeviceInfo deviceInfo, int64_t *value);
 
+/* ---- streams, notifies and exceptions (simstream) ---- */
+typedef void *aclrtNotify;
+
 #ifdef __cplusplus
 }
 #endif

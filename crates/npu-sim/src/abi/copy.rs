@@ -58,12 +58,15 @@ impl On {
 
 /// Runs a memory task on the calling thread, paced by the device's timing model.
 fn run_now(sim: &Sim, device: &Device, task: Task) -> Res<()> {
+    device.fence();
     let start_ns = device.clock.now_ns();
     {
         let Some(_admitted) = device.admit() else {
             return Err(device.loss_error());
         };
-        task.run_memory(&sim.memory)?;
+        let result = task.run_memory(&sim.memory);
+        device.memory_bell.ring();
+        result?;
     }
     let end_ns = match device.clock.timing() {
         Some(model) => {

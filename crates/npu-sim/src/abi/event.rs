@@ -154,13 +154,23 @@ pub unsafe extern "C" fn aclrtDestroyEvent(event: aclrtEvent) -> aclError {
 /// No preconditions; `unsafe` only because it is part of the C ABI.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream) -> aclError {
-    guard("aclrtRecordEvent", || {
-        let (event, stream) = event_on_stream(event, stream)?;
-        let record = Arc::new(Record::new(stream.clone()));
-        stream.submit(Task::new(Op::Record(record.clone())))?;
-        event.set_current(record);
-        Ok(())
-    })
+    guard("aclrtRecordEvent", || record(event, stream))
+}
+
+/// aclrtRecordEvent's work, shared with aclrtRecordEventWithFlag.
+pub(super) fn record(event: aclrtEvent, stream: aclrtStream) -> Res<()> {
+    let (event, stream) = event_on_stream(event, stream)?;
+    ensure!(
+        !stream.is_persistent(),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "stream {} is ACL_STREAM_PERSISTENT: its tasks run only in a model, which the \
+         simulator does not execute, so a record there could never complete",
+        stream.id
+    );
+    let record = Arc::new(Record::new(stream.clone()));
+    stream.submit(Task::new(Op::Record(record.clone())))?;
+    event.set_current(record);
+    Ok(())
 }
 
 /// Resets the event when the stream reaches this point (legacy events with a wait capability

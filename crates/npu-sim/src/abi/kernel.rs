@@ -176,6 +176,7 @@ fn launch_target(func: aclrtFuncHandle, blocks: u32) -> Res<Arc<Function>> {
 /// Queues a launch with arguments owned by the task.
 fn submit_launch(
     stream: aclrtStream,
+    func: aclrtFuncHandle,
     function: Arc<Function>,
     blocks: u32,
     blob: ArgsBlob,
@@ -185,6 +186,7 @@ fn submit_launch(
     let args = LaunchArgs::Owned(blob);
     let launch = Launch {
         function,
+        handle: handle::from_ptr(func),
         blocks,
         args,
         vector_engine,
@@ -232,6 +234,7 @@ pub unsafe extern "C" fn aclrtLaunchKernel(
         }
         let launch = Launch {
             function,
+            handle: handle::from_ptr(funcHandle),
             blocks: numBlocks,
             args: LaunchArgs::Device(argsData as usize, argsSize),
             vector_engine: false,
@@ -290,7 +293,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
             let address = blob.address_of(data);
             blob.bytes_mut()[slot..slot + 8].copy_from_slice(&address.to_ne_bytes());
         }
-        submit_launch(stream, function, numBlocks, blob, vector_engine)
+        submit_launch(stream, funcHandle, function, numBlocks, blob, vector_engine)
     })
 }
 
@@ -325,7 +328,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithConfig(
         );
         let blob = args.blob()?;
         function.check_args(blob.len())?;
-        submit_launch(stream, function, numBlocks, blob, vector_engine)
+        submit_launch(stream, funcHandle, function, numBlocks, blob, vector_engine)
     })
 }
 

@@ -19,7 +19,8 @@ const KNOWN_STREAM_FLAGS: u32 = ACL_STREAM_FAST_LAUNCH
     | ACL_STREAM_CPU_SCHEDULE
     | ACL_STREAM_DEVICE_USE_ONLY;
 
-fn create(out: *mut aclrtStream, priority: u32, flags: u32) -> Res<()> {
+/// Creates a stream in the current context (shared by every creation API).
+pub(super) fn create(out: *mut aclrtStream, priority: u32, flags: u32) -> Res<()> {
     non_null(out, "stream")?;
     let sim = sim()?;
     let ctx = context::current(sim)?;
@@ -38,7 +39,7 @@ fn create(out: *mut aclrtStream, priority: u32, flags: u32) -> Res<()> {
 }
 
 /// Creates a stream in the current context (priority 0, no flags). Its worker thread starts
-/// with its first task.
+/// with it.
 ///
 /// # Safety
 /// `stream` must be NULL or valid for a write.
@@ -86,8 +87,10 @@ pub unsafe extern "C" fn aclrtDestroyStream(stream: aclrtStream) -> aclError {
     guard("aclrtDestroyStream", || destroy(stream, false))
 }
 
-/// Destroys a stream of the current context at once; queued work is dropped (a task already
-/// running finishes).
+/// Destroys a stream of the current context without waiting for it to finish: submissions
+/// are refused at once, the work already submitted runs as far as it can without blocking (a
+/// task that would wait, and what follows it, is dropped), and this returns once that has
+/// drained. Task errors are not reported.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -129,8 +132,9 @@ pub unsafe extern "C" fn aclrtSynchronizeStreamWithTimeout(
     })
 }
 
-/// COMPLETE when all submitted work is done, else NOT_READY. Returns the first unreported task
-/// error without clearing it (the error is returned, and cleared, by aclrtSynchronizeStream).
+/// COMPLETE when all submitted work is done, else NOT_READY. Task failures are reported by
+/// the synchronisations, not here; work that can never complete (stopped or aborting stream,
+/// STOP-mode failure, lost device) fails the query.
 ///
 /// # Safety
 /// `status` must be NULL or valid for a write.
@@ -159,20 +163,28 @@ pub unsafe extern "C" fn aclrtStreamQuery(
 /// No preconditions; `unsafe` only because it is part of the C ABI.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtStreamWaitEvent(stream: aclrtStream, event: aclrtEvent) -> aclError {
-    guard("aclrtStreamWaitEvent", || {
-        let (event, stream) = super::event::event_on_stream(event, stream)?;
-        ensure!(
-            event.waitable(),
-            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            "the event was created without ACL_EVENT_SYNC and cannot be waited on"
-        );
-        // A completed record still matters: under a timing model the waiting stream cannot
-        // start before the record's timestamp.
-        match event.current() {
-            Some(record) => stream.submit(Task::new(Op::Wait(record))),
-            None => Ok(()),
-        }
-    })
+    guard("aclrtStreamWaitEvent", || wait_event(stream, event, None))
+}
+
+/// Queues a wait for the event's latest record, which fails with ACL_ERROR_RT_WAIT_TIMEOUT if
+/// the record is still pending `timeout` after the wait began.
+pub(super) fn wait_event(
+    stream: aclrtStream,
+    event: aclrtEvent,
+    timeout: Option<std::time::Duration>,
+) -> Res<()> {
+    let (event, stream) = super::event::event_on_stream(event, stream)?;
+    ensure!(
+        event.waitable(),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "the event was created without ACL_EVENT_SYNC and cannot be waited on"
+    );
+    // A completed record still matters: under a timing model the waiting stream cannot
+    // start before the record's timestamp.
+    match event.current() {
+        Some(record) => stream.submit(Task::new(Op::Wait { record, timeout })),
+        None => Ok(()),
+    }
 }
 
 /// Sets the stream's failure mode: ACL_CONTINUE_ON_FAILURE (default) or ACL_STOP_ON_FAILURE
@@ -224,7 +236,7 @@ pub unsafe extern "C" fn aclrtStreamGetPriority(
         write_out(
             priority,
             "priority",
-            context::any_stream(sim()?, stream)?.priority,
+            context::any_stream(sim()?, stream)?.priority(),
         )
     })
 }

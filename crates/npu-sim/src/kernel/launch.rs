@@ -60,6 +60,8 @@ pub(crate) enum LaunchArgs {
 
 pub(crate) struct Launch {
     pub(crate) function: Arc<Function>,
+    /// The function handle launched, for exception reports.
+    pub(crate) handle: crate::handle::Handle,
     pub(crate) blocks: u32,
     pub(crate) args: LaunchArgs,
     /// Launched on the AIV (vector) engine: traps report VECTOR_CORE_EXCEPTION.
@@ -87,12 +89,17 @@ impl Launch {
         &self.function.name
     }
 
+    /// The argument pointer the kernel gets and its length in bytes.
+    pub(crate) fn args(&self) -> (*mut c_void, usize) {
+        match &self.args {
+            LaunchArgs::Device(address, len) => (*address as *mut c_void, *len),
+            LaunchArgs::Owned(blob) => (blob.as_ptr(), blob.len()),
+        }
+    }
+
     /// Runs every block; the first trapping block (lowest index) fails the launch.
     pub(crate) fn run(&self) -> Result<(), SimError> {
-        let args = ArgsPtr(match &self.args {
-            LaunchArgs::Device(address, _) => *address as *mut c_void,
-            LaunchArgs::Owned(blob) => blob.as_ptr(),
-        });
+        let args = ArgsPtr(self.args().0);
         let blocks = self.blocks;
         let code = &self.function.code;
         let call = |block: u32| -> i32 {

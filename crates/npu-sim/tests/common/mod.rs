@@ -4,6 +4,8 @@
 // Not every test file uses every helper.
 #![allow(dead_code, unused_macros, unreachable_pub)]
 
+pub mod cases;
+
 use std::ffi::{CStr, CString, c_void};
 use std::ptr;
 

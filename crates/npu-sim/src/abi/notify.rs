@@ -1,0 +1,121 @@
+//! Notifies (aclrtCreateNotify / aclrtRecordNotify / aclrtWaitAndResetNotify).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use npu_sys::*;
+
+use crate::context;
+use crate::error::{Res, ensure, guard, non_null, write_out};
+use crate::handle;
+use crate::notify::Notify;
+use crate::sim::sim;
+use crate::stream::Stream;
+use crate::task::{Op, Task};
+
+fn lookup(notify: aclrtNotify) -> Res<Arc<Notify>> {
+    non_null(notify, "notify")?;
+    sim()?.notifies.resolve(handle::from_ptr(notify))
+}
+
+/// Resolves a notify and a stream of the current context that may queue operations on it.
+fn notify_on_stream(notify: aclrtNotify, stream: aclrtStream) -> Res<(Arc<Notify>, Arc<Stream>)> {
+    let notify = lookup(notify)?;
+    let stream = context::submit_stream(sim()?, stream)?;
+    ensure!(
+        notify.flags != u64::from(ACL_NOTIFY_DEVICE_USE_ONLY),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "an ACL_NOTIFY_DEVICE_USE_ONLY notify cannot be used from the host"
+    );
+    ensure!(
+        notify.device.id == stream.device.id,
+        ACL_ERROR_RT_STREAM_CONTEXT,
+        "the notify belongs to device {}, the stream to device {}",
+        notify.device.id,
+        stream.device.id
+    );
+    Ok((notify, stream))
+}
+
+/// Creates a cleared notify on the current context's device. flag: ACL_NOTIFY_DEFAULT or
+/// ACL_NOTIFY_DEVICE_USE_ONLY (other values → 107000). At most 8192 live notifies per device
+/// (ACL_ERROR_RT_NO_NOTIFY_RESOURCE, 207009).
+///
+/// # Safety
+/// `notify` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtCreateNotify(notify: *mut aclrtNotify, flag: u64) -> aclError {
+    guard("aclrtCreateNotify", || {
+        non_null(notify, "notify")?;
+        ensure!(
+            flag == u64::from(ACL_NOTIFY_DEFAULT) || flag == u64::from(ACL_NOTIFY_DEVICE_USE_ONLY),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "notify flag {flag:#x} is neither ACL_NOTIFY_DEFAULT nor ACL_NOTIFY_DEVICE_USE_ONLY"
+        );
+        let sim = sim()?;
+        let ctx = context::current(sim)?;
+        ctx.device.check_alive()?;
+        let handle = sim
+            .notifies
+            .insert(Arc::new(Notify::new(&ctx.device, flag)?))?;
+        write_out(notify, "notify", handle::to_ptr(handle))
+    })
+}
+
+/// Destroys a notify; waits already queued on it keep it alive until they ran.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtDestroyNotify(notify: aclrtNotify) -> aclError {
+    guard("aclrtDestroyNotify", || {
+        let sim = sim()?;
+        lookup(notify)?;
+        sim.notifies.remove(handle::from_ptr(notify));
+        Ok(())
+    })
+}
+
+/// Sets the notify when the stream reaches this point.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtRecordNotify(notify: aclrtNotify, stream: aclrtStream) -> aclError {
+    guard("aclrtRecordNotify", || {
+        let (notify, stream) = notify_on_stream(notify, stream)?;
+        stream.submit(Task::new(Op::NotifySet(notify)))
+    })
+}
+
+/// Holds the stream's later work until the notify is set, then clears it. `timeout` is in
+/// seconds (0 = forever); a wait still unsatisfied then fails with ACL_ERROR_RT_WAIT_TIMEOUT
+/// (107019), reported by the stream's synchronisation.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtWaitAndResetNotify(
+    notify: aclrtNotify,
+    stream: aclrtStream,
+    timeout: u32,
+) -> aclError {
+    guard("aclrtWaitAndResetNotify", || {
+        let (notify, stream) = notify_on_stream(notify, stream)?;
+        let timeout = (timeout != 0).then(|| Duration::from_secs(u64::from(timeout)));
+        stream.submit(Task::new(Op::NotifyWait { notify, timeout }))
+    })
+}
+
+/// The notify's id (unique per device).
+///
+/// # Safety
+/// `notifyId` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetNotifyId(notify: aclrtNotify, notifyId: *mut u32) -> aclError {
+    guard("aclrtGetNotifyId", || {
+        let notify = lookup(notify)?;
+        non_null(notifyId, "notifyId")?;
+        write_out(notifyId, "notifyId", notify.id)
+    })
+}

@@ -1,0 +1,92 @@
+//! Stream stop and abort, stream state callbacks and the thread's last task id.
+
+use std::ffi::c_char;
+
+use npu_sys::*;
+
+use super::check::c_str;
+use crate::context;
+use crate::error::{Res, ensure, guard, non_null, write_out};
+use crate::sim::sim;
+
+/// A stream argument that must name a created stream, not the default one.
+fn explicit_stream(api: &str, stream: aclrtStream) -> Res<std::sync::Arc<crate::stream::Stream>> {
+    ensure!(
+        !stream.is_null(),
+        ACL_ERROR_INVALID_PARAM,
+        "{api} does not take the default stream (NULL)"
+    );
+    let (_, stream) = context::owned_stream(sim()?, stream)?;
+    Ok(stream)
+}
+
+/// Stops a created stream of the current context: it takes no further task (the task running
+/// finishes: the simulator cannot interrupt host code); queued work stays, and
+/// synchronisations and queries of the stream fail with ACL_ERROR_RT_INTERNAL_ERROR (507000)
+/// until aclrtStreamAbort discards the work. NULL → 100000.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtStreamStop(stream: aclrtStream) -> aclError {
+    guard("aclrtStreamStop", || {
+        explicit_stream("aclrtStreamStop", stream)?.stop();
+        Ok(())
+    })
+}
+
+/// Discards every task of a stream of the current context not run yet (the task running
+/// finishes), clears its task errors and a stop, and returns with the stream empty and usable.
+/// Meanwhile submissions are refused and waits on the stream or its records fail with
+/// ACL_ERROR_RT_STREAM_ABORT (107023); records dropped by the abort fail their waits with it
+/// later too. NULL is the default stream.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtStreamAbort(stream: aclrtStream) -> aclError {
+    guard("aclrtStreamAbort", || {
+        let (_, stream) = context::owned_stream(sim()?, stream)?;
+        stream.abort();
+        Ok(())
+    })
+}
+
+/// Registers `callback` under the unique name `regName` (NULL `callback`: removes the
+/// registration). It is called with ACL_RT_STREAM_STATE_CREATE_POST after every stream
+/// (default streams included) is created and ACL_RT_STREAM_STATE_DESTROY_PRE before one is
+/// destroyed, on the creating or destroying thread. NULL or empty name → 100000; a name
+/// already registered, or removing one that is not → 107000.
+///
+/// # Safety
+/// `regName` must be NULL or a NUL-terminated string; `callback` must be safe to call with
+/// `args` from any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtRegStreamStateCallback(
+    regName: *const c_char,
+    callback: aclrtStreamStateCallback,
+    args: *mut std::ffi::c_void,
+) -> aclError {
+    guard("aclrtRegStreamStateCallback", || {
+        let name = c_str(regName, "regName")?;
+        ensure!(
+            !name.is_empty(),
+            ACL_ERROR_INVALID_PARAM,
+            "regName must not be empty"
+        );
+        crate::stream_state::register(name, callback, args as usize)
+    })
+}
+
+/// The id of the last task the calling thread submitted to a stream (its position in that
+/// stream; 0 before any).
+///
+/// # Safety
+/// `taskId` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetThreadLastTaskId(taskId: *mut u32) -> aclError {
+    guard("aclrtGetThreadLastTaskId", || {
+        non_null(taskId, "taskId")?;
+        write_out(taskId, "taskId", crate::stream::last_task_id())
+    })
+}

@@ -1,0 +1,88 @@
+//! Stream memory operations: aclrtValueWrite / aclrtValueWait on a 64-bit word of device
+//! memory.
+
+use npu_sys::*;
+
+use crate::context;
+use crate::error::{Res, ensure, guard, non_null};
+use crate::memory::PtrClass;
+use crate::sim::sim;
+use crate::task::{Compare, Op, Task};
+
+/// Queues on `stream` the operation `op` builds for the word at `addr`, once `addr` is checked
+/// to be an 8-byte aligned word of device memory of the stream's device.
+fn submit_on_word(addr: usize, stream: aclrtStream, op: impl FnOnce(usize) -> Op) -> Res<()> {
+    let sim = sim()?;
+    let stream = context::submit_stream(sim, stream)?;
+    ensure!(
+        addr % 8 == 0,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "devAddr {addr:#x} is not 8-byte aligned"
+    );
+    let located = sim.memory.locate(addr);
+    ensure!(
+        located.class == PtrClass::Device(stream.device.id),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "devAddr {addr:#x} is not device memory of device {}",
+        stream.device.id
+    );
+    located.check_range(addr, 8, "devAddr")?;
+    stream.submit(Task::new(op(addr)))
+}
+
+/// Queues a store of `value` to the 8-byte aligned 64-bit word at `devAddr` (device memory of
+/// the stream's device; else 107000). flag is reserved: 0 (else 100000). NULL stream is the
+/// default stream.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtValueWrite(
+    devAddr: *mut std::ffi::c_void,
+    value: u64,
+    flag: u32,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtValueWrite", || {
+        non_null(devAddr, "devAddr")?;
+        ensure!(
+            flag == 0,
+            ACL_ERROR_INVALID_PARAM,
+            "flag {flag:#x} is reserved and must be 0"
+        );
+        submit_on_word(devAddr as usize, stream, |dst| Op::ValueWrite {
+            dst,
+            value,
+        })
+    })
+}
+
+/// Holds the stream's later work until the 64-bit word at `devAddr` satisfies the flag's
+/// comparison with `value` (ACL_STREAM_WAIT_VALUE_GEQ / EQ / AND / NOR; others → 100000).
+/// `devAddr` as for aclrtValueWrite. The word is re-read whenever a task or a synchronous
+/// operation of the device writes memory.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtValueWait(
+    devAddr: *mut std::ffi::c_void,
+    value: u64,
+    flag: u32,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtValueWait", || {
+        non_null(devAddr, "devAddr")?;
+        let Some(cmp) = Compare::from_flag(flag) else {
+            crate::error::fail!(
+                ACL_ERROR_INVALID_PARAM,
+                "flag {flag:#x} is not an ACL_STREAM_WAIT_VALUE_* comparison"
+            );
+        };
+        submit_on_word(devAddr as usize, stream, |src| Op::ValueWait {
+            src,
+            value,
+            cmp,
+        })
+    })
+}

@@ -1,0 +1,400 @@
+//! Exception callbacks, the info getters, aclrtGetErrorVerbose, and the host-function APIs the
+//! Atlas A2 lacks. The callbacks are process-wide, so each test keeps to its own device and
+//! reads only the reports of that device.
+
+extern crate ascendcl as npu_sim;
+
+#[macro_use]
+mod common;
+
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::{Mutex, Once};
+
+use common::cases::{case, run_table};
+use common::*;
+use npu_sim::abi::*;
+use npu_sys::*;
+
+fn install() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        npu_sim::SimConfig::default().devices(4).install().unwrap();
+        register_test_kernels();
+    });
+}
+
+/// What a callback read through the getters.
+#[derive(Debug, Clone, PartialEq)]
+struct Report {
+    task: u32,
+    stream: u32,
+    thread: u32,
+    device: u32,
+    code: u32,
+    /// (args pointer, args length, function handle) or the getters' code for a non-kernel task.
+    kernel: Result<(usize, u32, usize), aclError>,
+}
+
+type Reports = Mutex<Vec<Report>>;
+
+static TRAP_REPORTS: Reports = Mutex::new(Vec::new());
+static DMA_REPORTS: Reports = Mutex::new(Vec::new());
+
+/// Reads every field of the info being delivered into `reports`.
+///
+/// # Safety
+/// `info` must be the info of an exception callback being run.
+unsafe fn collect(reports: &Reports, info: *mut aclrtExceptionInfo) {
+    let (mut args, mut len, mut func) = (ptr::null_mut(), 0, ptr::null_mut());
+    // SAFETY: `info` is the info being delivered; the out pointers are valid.
+    let report = unsafe {
+        let code = aclrtGetArgsFromExceptionInfo(info, &mut args, &mut len);
+        let kernel = if code == 0 {
+            assert_eq!(aclrtGetFuncHandleFromExceptionInfo(info, &mut func), 0);
+            Ok((args as usize, len, func as usize))
+        } else {
+            Err(code)
+        };
+        Report {
+            task: aclrtGetTaskIdFromExceptionInfo(info),
+            stream: aclrtGetStreamIdFromExceptionInfo(info),
+            thread: aclrtGetThreadIdFromExceptionInfo(info),
+            device: aclrtGetDeviceIdFromExceptionInfo(info),
+            code: aclrtGetErrorCodeFromExceptionInfo(info),
+            kernel,
+        }
+    };
+    reports.lock().unwrap().push(report);
+}
+
+// One callback per test: registrations are process-wide and the tests run in parallel.
+unsafe extern "C" fn collect_trap(info: *mut aclrtExceptionInfo) {
+    // SAFETY: called as an exception callback.
+    unsafe { collect(&TRAP_REPORTS, info) }
+}
+
+unsafe extern "C" fn collect_dma(info: *mut aclrtExceptionInfo) {
+    // SAFETY: called as an exception callback.
+    unsafe { collect(&DMA_REPORTS, info) }
+}
+
+fn reports_of(reports: &Reports, device: u32) -> Vec<Report> {
+    reports
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.device == device)
+        .cloned()
+        .collect()
+}
+
+fn error_type(device: i32) -> aclrtErrorType {
+    // SAFETY: aclrtErrorInfo is plain integers.
+    let mut info: aclrtErrorInfo = unsafe { std::mem::zeroed() };
+    info.errorType = 0x1234;
+    acl!(aclrtGetErrorVerbose(device, &mut info));
+    assert_eq!((info.tryRepair, info.hasDetail), (0, 0));
+    info.errorType
+}
+
+fn stream_id(stream: aclrtStream) -> u32 {
+    let mut id = 0;
+    acl!(aclrtStreamGetId(stream, &mut id));
+    id as u32
+}
+
+#[test]
+fn a_trapping_kernel_is_reported_to_every_callback() {
+    install();
+    set_device(0);
+    acl!(aclrtExceptionInfoCallbackRegister(Some(collect_trap)));
+    assert_eq!(error_type(0), ACL_RT_NO_ERROR);
+    let bin = registry_binary(&["trap", "add_one_u32"]);
+    let trap = function(bin, "trap");
+    let stream = create_stream();
+    let dev = malloc(64);
+    acl!(aclrtMemsetAsync(dev, 64, 0, 64, stream));
+    let mut args = [7u64, 8];
+    acl!(aclrtLaunchKernelWithHostArgs(
+        trap,
+        2,
+        stream,
+        ptr::null_mut(),
+        args.as_mut_ptr().cast(),
+        16,
+        ptr::null_mut(),
+        0
+    ));
+    let mut task = 0;
+    acl!(aclrtGetThreadLastTaskId(&mut task));
+    assert_eq!(
+        code!(aclrtSynchronizeStream(stream)),
+        ACL_ERROR_RT_AICORE_EXCEPTION
+    );
+    recent_message();
+    let reports = reports_of(&TRAP_REPORTS, 0);
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    let report = &reports[0];
+    assert_eq!(
+        (report.task, report.stream, report.device, report.code),
+        (
+            task,
+            stream_id(stream),
+            0,
+            ACL_ERROR_RT_AICORE_EXCEPTION as u32
+        )
+    );
+    // SAFETY: no preconditions.
+    assert_eq!(report.thread, unsafe { libc::gettid() } as u32);
+    let (args_ptr, args_len, func) = report.kernel.unwrap();
+    assert_eq!((args_len, func), (16, trap as usize));
+    assert_ne!(args_ptr, 0);
+    assert_eq!(error_type(0), ACL_RT_ERROR_OTHERS);
+    acl!(aclrtExceptionInfoCallbackUnregister(Some(collect_trap)));
+    acl!(aclrtDestroyStream(stream));
+}
+
+#[test]
+fn a_dma_fault_is_a_memory_error_of_a_task_that_is_no_kernel() {
+    install();
+    set_device(1);
+    acl!(aclrtExceptionInfoCallbackRegister(Some(collect_dma)));
+    // Registering twice keeps one entry: the fault is reported once.
+    acl!(aclrtExceptionInfoCallbackRegister(Some(collect_dma)));
+    let stream = create_stream();
+    let notify = {
+        let mut notify = ptr::null_mut();
+        acl!(aclrtCreateNotify(&mut notify, 0));
+        notify
+    };
+    let dev = malloc(64);
+    acl!(aclrtWaitAndResetNotify(notify, stream, 0));
+    acl!(aclrtMemsetAsync(dev, 64, 1, 64, stream));
+    acl!(aclrtFree(dev));
+    acl!(aclrtRecordNotify(notify, ptr::null_mut()));
+    assert_eq!(code!(aclrtSynchronizeStream(stream)), ACL_ERROR_RT_SYS_DMA);
+    recent_message();
+    let reports = reports_of(&DMA_REPORTS, 1);
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].kernel, Err(ACL_ERROR_RT_PARAM_INVALID));
+    assert_eq!(error_type(1), ACL_RT_ERROR_MEMORY);
+    acl!(aclrtExceptionInfoCallbackUnregister(Some(collect_dma)));
+    acl!(aclrtDestroyStream(stream));
+}
+
+static DEPRECATED_CALLS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+unsafe extern "C" fn count_deprecated(info: *mut aclrtExceptionInfo) {
+    // SAFETY: the info being delivered.
+    let device = unsafe { aclrtGetDeviceIdFromExceptionInfo(info) };
+    DEPRECATED_CALLS.lock().unwrap().push(device);
+}
+
+#[test]
+#[allow(deprecated)]
+fn the_deprecated_callback_is_one_per_process() {
+    install();
+    set_device(2);
+    acl!(aclrtSetExceptionInfoCallback(Some(count_deprecated)));
+    let stream = create_stream();
+    let trap = function(registry_binary(&["trap"]), "trap");
+    let launch = || {
+        acl!(aclrtLaunchKernelWithHostArgs(
+            trap,
+            1,
+            stream,
+            ptr::null_mut(),
+            ptr::null_mut(),
+            0,
+            ptr::null_mut(),
+            0
+        ));
+        assert_eq!(
+            code!(aclrtSynchronizeStream(stream)),
+            ACL_ERROR_RT_AICORE_EXCEPTION
+        );
+        recent_message();
+    };
+    launch();
+    acl!(aclrtSetExceptionInfoCallback(None));
+    launch();
+    let calls = DEPRECATED_CALLS.lock().unwrap();
+    assert_eq!(calls.iter().filter(|&&d| d == 2).count(), 1);
+    acl!(aclrtDestroyStream(stream));
+}
+
+fn info_outside_a_callback() -> *const aclrtExceptionInfo {
+    let mut word = 0u64;
+    (&raw mut word).cast::<aclrtExceptionInfo>()
+}
+
+#[test]
+fn getters_refuse_infos_that_are_not_being_delivered() {
+    install();
+    for info in [ptr::null(), info_outside_a_callback()] {
+        // SAFETY: the getters check the pointer before reading it.
+        let values = unsafe {
+            [
+                aclrtGetTaskIdFromExceptionInfo(info),
+                aclrtGetStreamIdFromExceptionInfo(info),
+                aclrtGetThreadIdFromExceptionInfo(info),
+                aclrtGetDeviceIdFromExceptionInfo(info),
+                aclrtGetErrorCodeFromExceptionInfo(info),
+            ]
+        };
+        assert_eq!(values, [u32::MAX; 5]);
+        recent_message();
+    }
+}
+
+#[test]
+fn every_error_path() {
+    install();
+    run_table(&[
+        case(
+            "register NULL",
+            "aclrtExceptionInfoCallbackRegister",
+            100000,
+            0,
+            || code!(aclrtExceptionInfoCallbackRegister(None)),
+        ),
+        case(
+            "unregister NULL",
+            "aclrtExceptionInfoCallbackUnregister",
+            100000,
+            0,
+            || code!(aclrtExceptionInfoCallbackUnregister(None)),
+        ),
+        case(
+            "task id of an unknown info",
+            "aclrtGetTaskIdFromExceptionInfo",
+            107000,
+            0,
+            || {
+                // SAFETY: the getter checks the pointer before reading it.
+                let id = unsafe { aclrtGetTaskIdFromExceptionInfo(info_outside_a_callback()) };
+                assert_eq!(id, u32::MAX);
+                // SAFETY: no preconditions.
+                unsafe { aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL) }
+            },
+        ),
+        case(
+            "args of NULL info",
+            "aclrtGetArgsFromExceptionInfo",
+            100000,
+            0,
+            || {
+                let (mut args, mut len) = (ptr::null_mut(), 0);
+                code!(aclrtGetArgsFromExceptionInfo(
+                    ptr::null(),
+                    &mut args,
+                    &mut len
+                ))
+            },
+        ),
+        case(
+            "args NULL out",
+            "aclrtGetArgsFromExceptionInfo",
+            100000,
+            0,
+            || {
+                let mut len = 0;
+                code!(aclrtGetArgsFromExceptionInfo(
+                    info_outside_a_callback(),
+                    ptr::null_mut(),
+                    &mut len
+                ))
+            },
+        ),
+        case(
+            "args of an unknown info",
+            "aclrtGetArgsFromExceptionInfo",
+            107000,
+            0,
+            || {
+                let (mut args, mut len) = (ptr::null_mut::<c_void>(), 0);
+                code!(aclrtGetArgsFromExceptionInfo(
+                    info_outside_a_callback(),
+                    &mut args,
+                    &mut len
+                ))
+            },
+        ),
+        case(
+            "func of NULL info",
+            "aclrtGetFuncHandleFromExceptionInfo",
+            100000,
+            0,
+            || {
+                let mut func = ptr::null_mut();
+                code!(aclrtGetFuncHandleFromExceptionInfo(ptr::null(), &mut func))
+            },
+        ),
+        case(
+            "func of an unknown info",
+            "aclrtGetFuncHandleFromExceptionInfo",
+            107000,
+            0,
+            || {
+                let mut func = ptr::null_mut();
+                code!(aclrtGetFuncHandleFromExceptionInfo(
+                    info_outside_a_callback(),
+                    &mut func
+                ))
+            },
+        ),
+        case(
+            "verbose of device 99",
+            "aclrtGetErrorVerbose",
+            107001,
+            0,
+            || {
+                // SAFETY: plain integers.
+                let mut info: aclrtErrorInfo = unsafe { std::mem::zeroed() };
+                code!(aclrtGetErrorVerbose(99, &mut info))
+            },
+        ),
+        case("verbose NULL", "aclrtGetErrorVerbose", 100000, 0, || {
+            code!(aclrtGetErrorVerbose(0, ptr::null_mut()))
+        }),
+        case(
+            "subscribe NULL",
+            "aclrtSubscribeHostFunc",
+            100000,
+            0,
+            || code!(aclrtSubscribeHostFunc(this_thread(), ptr::null_mut())),
+        ),
+        case(
+            "subscribe on A2",
+            "aclrtSubscribeHostFunc",
+            207000,
+            0,
+            || code!(aclrtSubscribeHostFunc(this_thread(), create_stream())),
+        ),
+        case(
+            "process timeout 0",
+            "aclrtProcessHostFunc",
+            100000,
+            0,
+            || code!(aclrtProcessHostFunc(0)),
+        ),
+        case("process on A2", "aclrtProcessHostFunc", 207000, 0, || {
+            code!(aclrtProcessHostFunc(-1))
+        }),
+        case(
+            "unsubscribe NULL",
+            "aclrtUnSubscribeHostFunc",
+            100000,
+            0,
+            || code!(aclrtUnSubscribeHostFunc(this_thread(), ptr::null_mut())),
+        ),
+        case(
+            "unsubscribe on A2",
+            "aclrtUnSubscribeHostFunc",
+            207000,
+            0,
+            || code!(aclrtUnSubscribeHostFunc(this_thread(), create_stream())),
+        ),
+    ]);
+}

@@ -1,0 +1,1099 @@
+//! Stream control through the C ABI: dispatch latency, forced destruction, stop and abort,
+//! timed and flagged event waits, persistent and device-use-only streams, configuration
+//! handles, attributes, state callbacks and task ids. Work that must stay pending waits on a
+//! notify nobody has recorded yet. Each test that needs a device of its own has one.
+
+extern crate ascendcl as npu_sim;
+
+#[macro_use]
+mod common;
+
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::{Mutex, Once};
+
+use common::cases::{case, run_table};
+use common::*;
+use npu_sim::abi::*;
+use npu_sys::*;
+
+fn install() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        npu_sim::SimConfig::default()
+            .devices(8)
+            .memory_per_device(1 << 30)
+            .install()
+            .unwrap();
+        register_test_kernels();
+    });
+}
+
+fn create_notify() -> aclrtNotify {
+    let mut notify = ptr::null_mut();
+    acl!(aclrtCreateNotify(
+        &mut notify,
+        u64::from(ACL_NOTIFY_DEFAULT)
+    ));
+    notify
+}
+
+/// Queues on `stream` a wait that holds it until `notify` is recorded.
+fn block(stream: aclrtStream, notify: aclrtNotify) {
+    acl!(aclrtWaitAndResetNotify(notify, stream, 0));
+}
+
+fn stream_with_flags(flags: u32) -> aclrtStream {
+    let mut stream = ptr::null_mut();
+    acl!(aclrtCreateStreamWithConfig(&mut stream, 0, flags));
+    stream
+}
+
+fn memset_async(dev: *mut c_void, len: usize, value: i32, stream: aclrtStream) {
+    acl!(aclrtMemsetAsync(dev, len, value, len, stream));
+}
+
+fn launch_add_one(func: aclrtFuncHandle, target: *mut c_void, stream: aclrtStream) {
+    let mut args = [target as u64];
+    acl!(aclrtLaunchKernelWithHostArgs(
+        func,
+        1,
+        stream,
+        ptr::null_mut(),
+        args.as_mut_ptr().cast(),
+        8,
+        ptr::null_mut(),
+        0
+    ));
+}
+
+fn status(stream: aclrtStream) -> aclrtStreamStatus {
+    let mut status = ACL_STREAM_STATUS_RESERVED;
+    acl!(aclrtStreamQuery(stream, &mut status));
+    status
+}
+
+/// CANN's samples launch a kernel and read its output with a synchronous aclrtMemcpy at once.
+#[test]
+fn a_synchronous_copy_right_after_a_launch_sees_the_kernels_output() {
+    install();
+    set_device(0);
+    let func = function(registry_binary(&["add_one_u32"]), "add_one_u32");
+    let dev = malloc(4);
+    for round in 1..=200u32 {
+        // A new stream each round: its worker is idle when the kernel arrives.
+        let stream = create_stream();
+        launch_add_one(func, dev, stream);
+        assert_eq!(download::<u32>(dev, 1), [round], "round {round}");
+        acl!(aclrtDestroyStream(stream));
+    }
+}
+
+#[test]
+fn destroy_force_runs_the_submitted_work_that_can_run_and_returns() {
+    install();
+    set_device(1);
+    let func = function(registry_binary(&["add_one_u32"]), "add_one_u32");
+    let dev = malloc(4096);
+    let stream = create_stream();
+    for value in 1..=8 {
+        memset_async(dev, 4096, value, stream);
+    }
+    launch_add_one(func, dev, stream);
+    acl!(aclrtDestroyStreamForce(stream));
+    // 0x08080808 + 1, in the first word.
+    assert_eq!(download::<u32>(dev, 1), [0x0808_0809]);
+    assert!(download::<u8>(dev, 4096)[4..].iter().all(|&b| b == 8));
+
+    // A task that cannot run (it waits for a notify) is dropped with the work behind it.
+    let blocked = create_stream();
+    let notify = create_notify();
+    let after = create_event();
+    block(blocked, notify);
+    memset_async(dev, 4096, 0x55, blocked);
+    acl!(aclrtRecordEvent(after, blocked));
+    acl!(aclrtDestroyStreamForce(blocked));
+    assert_eq!(
+        code!(aclrtSynchronizeEvent(after)),
+        ACL_ERROR_RT_STREAM_ABORT
+    );
+    assert!(recent_message().contains("aborted"));
+    assert!(download::<u8>(dev, 4096)[4..].iter().all(|&b| b == 8));
+    // Submissions to the destroyed stream are refused.
+    assert_eq!(
+        code!(aclrtMemsetAsync(dev, 64, 0, 64, blocked)),
+        ACL_ERROR_RT_INVALID_HANDLE
+    );
+    recent_message();
+}
+
+#[test]
+fn abort_discards_queued_work_and_leaves_the_stream_usable() {
+    install();
+    set_device(2);
+    let dev = malloc(64);
+    let stream = create_stream();
+    let notify = create_notify();
+    let event = create_event();
+    block(stream, notify);
+    memset_async(dev, 64, 9, stream);
+    acl!(aclrtRecordEvent(event, stream));
+    assert_eq!(status(stream), ACL_STREAM_STATUS_NOT_READY);
+    acl!(aclrtStreamAbort(stream));
+    assert_eq!(status(stream), ACL_STREAM_STATUS_COMPLETE);
+    assert_eq!(
+        code!(aclrtSynchronizeEvent(event)),
+        ACL_ERROR_RT_STREAM_ABORT
+    );
+    recent_message();
+    assert!(download::<u8>(dev, 64).iter().all(|&b| b == 0), "discarded");
+    memset_async(dev, 64, 3, stream);
+    acl!(aclrtSynchronizeStream(stream));
+    assert!(download::<u8>(dev, 64).iter().all(|&b| b == 3));
+    // The default stream can be aborted too.
+    acl!(aclrtStreamAbort(ptr::null_mut()));
+    acl!(aclrtDestroyStream(stream));
+}
+
+#[test]
+fn stop_pauses_the_stream_until_an_abort() {
+    install();
+    set_device(3);
+    let dev = malloc(64);
+    let notify = create_notify();
+    for flags in [0, ACL_STREAM_DEVICE_USE_ONLY] {
+        let stream = stream_with_flags(flags);
+        // The host does not synchronise a device-use-only stream: its sync returns at once.
+        block(stream, notify);
+        memset_async(dev, 64, 4, stream);
+        if flags != 0 {
+            acl!(aclrtSynchronizeStream(stream));
+        }
+        acl!(aclrtStreamStop(stream));
+        for _ in 0..2 {
+            assert_eq!(
+                code!(aclrtSynchronizeStream(stream)),
+                ACL_ERROR_RT_INTERNAL_ERROR
+            );
+            assert!(recent_message().contains("aclrtStreamStop"));
+        }
+        let mut st = 0;
+        assert_eq!(
+            code!(aclrtStreamQuery(stream, &mut st)),
+            ACL_ERROR_RT_INTERNAL_ERROR
+        );
+        recent_message();
+        acl!(aclrtStreamAbort(stream));
+        acl!(aclrtSynchronizeStream(stream));
+        assert!(download::<u8>(dev, 64).iter().all(|&b| b == 0), "never ran");
+        acl!(aclrtDestroyStream(stream));
+    }
+    // A stopped stream can still be destroyed (its queued work is dropped).
+    let stream = create_stream();
+    block(stream, notify);
+    acl!(aclrtStreamStop(stream));
+    acl!(aclrtDestroyStream(stream));
+    let stream = create_stream();
+    block(stream, notify);
+    acl!(aclrtStreamStop(stream));
+    acl!(aclrtDestroyStreamForce(stream));
+}
+
+#[test]
+fn persistent_streams_keep_their_tasks_for_a_model() {
+    install();
+    set_device(4);
+    let dev = malloc(64);
+    let stream = stream_with_flags(ACL_STREAM_PERSISTENT);
+    memset_async(dev, 64, 1, stream);
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(status(stream), ACL_STREAM_STATUS_COMPLETE);
+    assert!(download::<u8>(dev, 64).iter().all(|&b| b == 0), "not run");
+    let event = create_event();
+    assert_eq!(
+        code!(aclrtRecordEvent(event, stream)),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    );
+    assert!(recent_message().contains("PERSISTENT"));
+    acl!(aclrtDestroyStream(stream));
+}
+
+#[test]
+fn timed_event_waits_fail_the_waiting_stream_at_the_timeout() {
+    install();
+    set_device(5);
+    let (producer, consumer) = (create_stream(), create_stream());
+    let notify = create_notify();
+    let event = create_event();
+    block(producer, notify);
+    acl!(aclrtRecordEvent(event, producer));
+    acl!(aclrtStreamWaitEventWithTimeout(consumer, event, 1));
+    assert_eq!(
+        code!(aclrtSynchronizeStream(consumer)),
+        ACL_ERROR_RT_WAIT_TIMEOUT
+    );
+    assert!(recent_message().contains("timed out"));
+    // Satisfied waits in every form, on a stream without the failure (a record reports the
+    // failures since the stream's previous record).
+    acl!(aclrtRecordNotify(notify, ptr::null_mut()));
+    acl!(aclrtSynchronizeStream(producer));
+    let consumer = create_stream();
+    acl!(aclrtStreamWaitEventWithTimeout(consumer, event, 0));
+    acl!(aclrtStreamWaitEventWithFlag(
+        consumer,
+        event,
+        5,
+        ACL_EVENT_WAIT_DEFAULT
+    ));
+    acl!(aclrtRecordEventWithFlag(
+        event,
+        consumer,
+        ACL_EVENT_RECORD_DEFAULT
+    ));
+    acl!(aclrtSynchronizeEvent(event));
+    acl!(aclrtSynchronizeStream(consumer));
+}
+
+#[test]
+fn notifies_order_streams() {
+    install();
+    set_device(6);
+    let dev = malloc(64);
+    let (first, second) = (create_stream(), create_stream());
+    let notify = create_notify();
+    let mut id = u32::MAX;
+    acl!(aclrtGetNotifyId(notify, &mut id));
+    assert_ne!(id, u32::MAX);
+    block(second, notify);
+    memset_async(dev, 64, 7, second);
+    assert_eq!(status(second), ACL_STREAM_STATUS_NOT_READY);
+    memset_async(dev, 64, 1, first);
+    acl!(aclrtRecordNotify(notify, first));
+    acl!(aclrtSynchronizeStream(second));
+    assert!(download::<u8>(dev, 64).iter().all(|&b| b == 7));
+    // The wait reset the notify: a second wait blocks until the next record.
+    block(second, notify);
+    assert_eq!(status(second), ACL_STREAM_STATUS_NOT_READY);
+    acl!(aclrtRecordNotify(notify, first));
+    acl!(aclrtSynchronizeStream(second));
+    // A wait that times out fails its stream.
+    acl!(aclrtWaitAndResetNotify(notify, second, 1));
+    assert_eq!(
+        code!(aclrtSynchronizeStream(second)),
+        ACL_ERROR_RT_WAIT_TIMEOUT
+    );
+    recent_message();
+    acl!(aclrtDestroyNotify(notify));
+}
+
+#[test]
+fn value_waits_release_when_the_word_matches() {
+    install();
+    set_device(7);
+    let (writer, waiter) = (create_stream(), create_stream());
+    let word = malloc(8);
+    let out = malloc(64);
+    for (flag, initial, value, wanted) in [
+        (ACL_STREAM_WAIT_VALUE_EQ, 0u64, 5u64, 5u64),
+        (ACL_STREAM_WAIT_VALUE_GEQ, 0, 10, 12),
+        (ACL_STREAM_WAIT_VALUE_AND, 0, 0b100, 0b110),
+        (ACL_STREAM_WAIT_VALUE_NOR, u64::MAX, 0xff, 0xff00),
+    ] {
+        upload(word, &[initial]);
+        acl!(aclrtValueWait(word, value, flag, waiter));
+        memset_async(out, 64, flag as i32 + 1, waiter);
+        assert_eq!(status(waiter), ACL_STREAM_STATUS_NOT_READY, "flag {flag}");
+        acl!(aclrtValueWrite(word, wanted, 0, writer));
+        acl!(aclrtSynchronizeStream(waiter));
+        assert!(download::<u8>(out, 64).iter().all(|&b| b == flag as u8 + 1));
+    }
+    // A synchronous copy of the word releases a wait too.
+    acl!(aclrtValueWait(word, 99, ACL_STREAM_WAIT_VALUE_EQ, waiter));
+    upload(word, &[99u64]);
+    acl!(aclrtSynchronizeStream(waiter));
+}
+
+#[test]
+fn configuration_handles_create_streams() {
+    install();
+    set_device(0);
+    // SAFETY: no preconditions.
+    let config = unsafe { aclrtCreateStreamConfigHandle() };
+    assert!(!config.is_null());
+    let flags: u32 = ACL_STREAM_FAST_LAUNCH | ACL_STREAM_FAST_SYNC;
+    let priority: u32 = 3;
+    acl!(aclrtSetStreamConfigOpt(
+        config,
+        ACL_RT_STREAM_FLAG,
+        (&flags as *const u32).cast(),
+        4
+    ));
+    acl!(aclrtSetStreamConfigOpt(
+        config,
+        ACL_RT_STREAM_PRIORITY,
+        (&priority as *const u32).cast(),
+        4
+    ));
+    let mut stream = ptr::null_mut();
+    acl!(aclrtCreateStreamV2(&mut stream, config));
+    let (mut got_flags, mut got_priority) = (0, 0);
+    acl!(aclrtStreamGetFlags(stream, &mut got_flags));
+    acl!(aclrtStreamGetPriority(stream, &mut got_priority));
+    assert_eq!((got_flags, got_priority), (flags, priority));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtDestroyStreamConfigHandle(config));
+}
+
+#[test]
+fn attributes_round_trip() {
+    install();
+    set_device(1);
+    let stream = create_stream();
+    let set = |attr, value: aclrtStreamAttrValue| {
+        let mut value = value;
+        acl!(aclrtSetStreamAttribute(stream, attr, &mut value));
+        let mut back = aclrtStreamAttrValue::default();
+        acl!(aclrtGetStreamAttribute(stream, attr, &mut back));
+        // SAFETY: every union member is plain integers over the same bytes.
+        unsafe { back.reserve }
+    };
+    let value = |f: fn(&mut aclrtStreamAttrValue)| {
+        let mut v = aclrtStreamAttrValue::default();
+        f(&mut v);
+        v
+    };
+    assert_eq!(
+        set(
+            ACL_STREAM_ATTR_FAILURE_MODE,
+            value(|v| v.failureMode = u64::from(ACL_STOP_ON_FAILURE))
+        )[0],
+        1
+    );
+    assert_eq!(
+        set(
+            ACL_STREAM_ATTR_FLOAT_OVERFLOW_CHECK,
+            value(|v| v.overflowSwitch = 1)
+        )[0],
+        1
+    );
+    assert_eq!(
+        set(
+            ACL_STREAM_ATTR_USER_CUSTOM_TAG,
+            value(|v| v.userCustomTag = 77)
+        )[0],
+        77
+    );
+    assert_eq!(
+        set(
+            ACL_STREAM_ATTR_CACHE_OP_INFO,
+            value(|v| v.cacheOpInfoSwitch = 1)
+        )[0],
+        1
+    );
+    assert_eq!(
+        set(ACL_STREAM_ATTR_PRIORITY, value(|v| v.streamPriority = 6))[0],
+        6
+    );
+    let mut priority = 0;
+    acl!(aclrtStreamGetPriority(stream, &mut priority));
+    assert_eq!(priority, 6);
+    acl!(aclrtDestroyStream(stream));
+}
+
+type Seen = Mutex<Vec<(usize, aclrtStreamState)>>;
+
+unsafe extern "C" fn on_state(stream: aclrtStream, state: aclrtStreamState, args: *mut c_void) {
+    // SAFETY: registered with a pointer to a static `Seen`.
+    let seen = unsafe { &*args.cast::<Seen>() };
+    seen.lock().unwrap().push((stream as usize, state));
+}
+
+#[test]
+fn state_callbacks_see_creation_and_destruction() {
+    static SEEN: Seen = Mutex::new(Vec::new());
+    install();
+    set_device(2);
+    let name = c_string("streams-test");
+    let args = (&SEEN as *const Seen).cast_mut().cast();
+    acl!(aclrtRegStreamStateCallback(
+        name.as_ptr(),
+        Some(on_state),
+        args
+    ));
+    let stream = create_stream();
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtRegStreamStateCallback(name.as_ptr(), None, args));
+    let later = create_stream();
+    acl!(aclrtDestroyStream(later));
+    let seen = SEEN.lock().unwrap();
+    let ours: Vec<_> = seen.iter().filter(|(s, _)| *s == stream as usize).collect();
+    assert_eq!(
+        ours,
+        [
+            &(stream as usize, ACL_RT_STREAM_STATE_CREATE_POST),
+            &(stream as usize, ACL_RT_STREAM_STATE_DESTROY_PRE)
+        ]
+    );
+    assert!(
+        !seen.iter().any(|(s, _)| *s == later as usize),
+        "unregistered"
+    );
+}
+
+#[test]
+fn the_last_task_id_counts_the_threads_submissions() {
+    install();
+    set_device(3);
+    let stream = create_stream();
+    let dev = malloc(64);
+    for n in 1..=3 {
+        memset_async(dev, 64, n, stream);
+        let mut id = 0;
+        acl!(aclrtGetThreadLastTaskId(&mut id));
+        assert_eq!(id, n as u32);
+    }
+    acl!(aclrtDestroyStream(stream));
+}
+
+fn dropped_notify() -> aclrtNotify {
+    let notify = create_notify();
+    acl!(aclrtDestroyNotify(notify));
+    notify
+}
+
+fn device_only_notify() -> aclrtNotify {
+    let mut notify = ptr::null_mut();
+    acl!(aclrtCreateNotify(
+        &mut notify,
+        u64::from(ACL_NOTIFY_DEVICE_USE_ONLY)
+    ));
+    notify
+}
+
+fn live_config() -> *mut aclrtStreamConfigHandle {
+    // SAFETY: no preconditions.
+    unsafe { aclrtCreateStreamConfigHandle() }
+}
+
+fn dropped_config() -> *mut aclrtStreamConfigHandle {
+    let config = live_config();
+    acl!(aclrtDestroyStreamConfigHandle(config));
+    config
+}
+
+fn set_attribute(stream: aclrtStream, attr: aclrtStreamAttr, raw: u64) -> aclError {
+    let mut value = aclrtStreamAttrValue { failureMode: raw };
+    code!(aclrtSetStreamAttribute(stream, attr, &mut value))
+}
+
+fn config_opt(attr: aclrtStreamConfigAttr, size: usize) -> aclError {
+    let value = 0u64;
+    code!(aclrtSetStreamConfigOpt(
+        live_config(),
+        attr,
+        (&value as *const u64).cast(),
+        size
+    ))
+}
+
+#[test]
+fn every_error_path() {
+    install();
+    run_table(&[
+        case("stop NULL", "aclrtStreamStop", 100000, 0, || {
+            code!(aclrtStreamStop(ptr::null_mut()))
+        }),
+        case("stop stale", "aclrtStreamStop", 107017, 0, || {
+            let stream = create_stream();
+            acl!(aclrtDestroyStream(stream));
+            code!(aclrtStreamStop(stream))
+        }),
+        case("stop foreign", "aclrtStreamStop", 107003, 1, || {
+            let stream = create_stream();
+            set_device(0);
+            code!(aclrtStreamStop(stream))
+        }),
+        case("abort stale", "aclrtStreamAbort", 107017, 0, || {
+            let stream = create_stream();
+            acl!(aclrtDestroyStream(stream));
+            code!(aclrtStreamAbort(stream))
+        }),
+        case(
+            "abort without context",
+            "aclrtStreamAbort",
+            107002,
+            -1,
+            || code!(aclrtStreamAbort(ptr::null_mut())),
+        ),
+        case(
+            "state callback NULL name",
+            "aclrtRegStreamStateCallback",
+            100000,
+            0,
+            || {
+                code!(aclrtRegStreamStateCallback(
+                    ptr::null(),
+                    Some(on_state),
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "state callback empty name",
+            "aclrtRegStreamStateCallback",
+            100000,
+            0,
+            || {
+                let name = c_string("");
+                code!(aclrtRegStreamStateCallback(
+                    name.as_ptr(),
+                    Some(on_state),
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "state callback registered twice",
+            "aclrtRegStreamStateCallback",
+            107000,
+            0,
+            || {
+                static SEEN: Seen = Mutex::new(Vec::new());
+                let args = (&SEEN as *const Seen).cast_mut().cast();
+                let name = c_string("registered twice");
+                acl!(aclrtRegStreamStateCallback(
+                    name.as_ptr(),
+                    Some(on_state),
+                    args
+                ));
+                code!(aclrtRegStreamStateCallback(
+                    name.as_ptr(),
+                    Some(on_state),
+                    args
+                ))
+            },
+        ),
+        case(
+            "unregister an unknown name",
+            "aclrtRegStreamStateCallback",
+            107000,
+            0,
+            || {
+                let name = c_string("never registered");
+                code!(aclrtRegStreamStateCallback(
+                    name.as_ptr(),
+                    None,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "task id NULL",
+            "aclrtGetThreadLastTaskId",
+            100000,
+            0,
+            || code!(aclrtGetThreadLastTaskId(ptr::null_mut())),
+        ),
+        case(
+            "wait timeout negative",
+            "aclrtStreamWaitEventWithTimeout",
+            107000,
+            0,
+            || {
+                code!(aclrtStreamWaitEventWithTimeout(
+                    ptr::null_mut(),
+                    create_event(),
+                    -1
+                ))
+            },
+        ),
+        case(
+            "wait on a stale event",
+            "aclrtStreamWaitEventWithTimeout",
+            107017,
+            0,
+            || {
+                let event = create_event();
+                acl!(aclrtDestroyEvent(event));
+                code!(aclrtStreamWaitEventWithTimeout(ptr::null_mut(), event, 1))
+            },
+        ),
+        case(
+            "record flag unknown",
+            "aclrtRecordEventWithFlag",
+            100000,
+            0,
+            || code!(aclrtRecordEventWithFlag(create_event(), ptr::null_mut(), 7)),
+        ),
+        case(
+            "record flag EXTERNAL",
+            "aclrtRecordEventWithFlag",
+            207000,
+            0,
+            || {
+                code!(aclrtRecordEventWithFlag(
+                    create_event(),
+                    ptr::null_mut(),
+                    ACL_EVENT_RECORD_EXTERNAL
+                ))
+            },
+        ),
+        case(
+            "wait flag unknown",
+            "aclrtStreamWaitEventWithFlag",
+            100000,
+            0,
+            || {
+                code!(aclrtStreamWaitEventWithFlag(
+                    ptr::null_mut(),
+                    create_event(),
+                    0,
+                    3
+                ))
+            },
+        ),
+        case(
+            "wait flag EXTERNAL",
+            "aclrtStreamWaitEventWithFlag",
+            207000,
+            0,
+            || {
+                code!(aclrtStreamWaitEventWithFlag(
+                    ptr::null_mut(),
+                    create_event(),
+                    0,
+                    ACL_EVENT_WAIT_EXTERNAL
+                ))
+            },
+        ),
+        case("notify out NULL", "aclrtCreateNotify", 100000, 0, || {
+            code!(aclrtCreateNotify(ptr::null_mut(), 0))
+        }),
+        case("notify flag 2", "aclrtCreateNotify", 107000, 0, || {
+            let mut notify = ptr::null_mut();
+            code!(aclrtCreateNotify(&mut notify, 2))
+        }),
+        case(
+            "notify without context",
+            "aclrtCreateNotify",
+            107002,
+            -1,
+            || {
+                let mut notify = ptr::null_mut();
+                code!(aclrtCreateNotify(&mut notify, 0))
+            },
+        ),
+        case(
+            "destroy notify NULL",
+            "aclrtDestroyNotify",
+            100000,
+            0,
+            || code!(aclrtDestroyNotify(ptr::null_mut())),
+        ),
+        case(
+            "destroy notify twice",
+            "aclrtDestroyNotify",
+            107017,
+            0,
+            || code!(aclrtDestroyNotify(dropped_notify())),
+        ),
+        case(
+            "record a stale notify",
+            "aclrtRecordNotify",
+            107017,
+            0,
+            || code!(aclrtRecordNotify(dropped_notify(), ptr::null_mut())),
+        ),
+        case(
+            "record a device-only notify",
+            "aclrtRecordNotify",
+            107000,
+            0,
+            || code!(aclrtRecordNotify(device_only_notify(), ptr::null_mut())),
+        ),
+        case(
+            "notify of another device",
+            "aclrtWaitAndResetNotify",
+            107003,
+            1,
+            || {
+                let notify = create_notify();
+                set_device(0);
+                code!(aclrtWaitAndResetNotify(notify, ptr::null_mut(), 0))
+            },
+        ),
+        case(
+            "wait on a foreign stream",
+            "aclrtWaitAndResetNotify",
+            107003,
+            1,
+            || {
+                let stream = create_stream();
+                set_device(0);
+                code!(aclrtWaitAndResetNotify(create_notify(), stream, 0))
+            },
+        ),
+        case("notify id NULL", "aclrtGetNotifyId", 100000, 0, || {
+            code!(aclrtGetNotifyId(create_notify(), ptr::null_mut()))
+        }),
+        case("notify id of NULL", "aclrtGetNotifyId", 100000, 0, || {
+            let mut id = 0;
+            code!(aclrtGetNotifyId(ptr::null_mut(), &mut id))
+        }),
+        case("value write NULL", "aclrtValueWrite", 100000, 0, || {
+            code!(aclrtValueWrite(ptr::null_mut(), 1, 0, ptr::null_mut()))
+        }),
+        case("value write flag", "aclrtValueWrite", 100000, 0, || {
+            code!(aclrtValueWrite(malloc(8), 1, 1, ptr::null_mut()))
+        }),
+        case(
+            "value write misaligned",
+            "aclrtValueWrite",
+            107000,
+            0,
+            || {
+                let dev = malloc(16).cast::<u8>();
+                code!(aclrtValueWrite(
+                    dev.wrapping_add(4).cast(),
+                    1,
+                    0,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "value write host memory",
+            "aclrtValueWrite",
+            107000,
+            0,
+            || code!(aclrtValueWrite(malloc_host(8), 1, 0, ptr::null_mut())),
+        ),
+        case(
+            "value write past the allocation",
+            "aclrtValueWrite",
+            107000,
+            0,
+            || {
+                let dev = malloc(64).cast::<u8>();
+                // aclrtMalloc pads 32 bytes; the last word of the padding's end overruns.
+                code!(aclrtValueWrite(
+                    dev.wrapping_add(96).cast(),
+                    1,
+                    0,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "value write to another device",
+            "aclrtValueWrite",
+            107000,
+            1,
+            || {
+                let dev = malloc(8);
+                set_device(0);
+                code!(aclrtValueWrite(dev, 1, 0, ptr::null_mut()))
+            },
+        ),
+        case("value wait NULL", "aclrtValueWait", 100000, 0, || {
+            code!(aclrtValueWait(ptr::null_mut(), 1, 0, ptr::null_mut()))
+        }),
+        case("value wait flag 4", "aclrtValueWait", 100000, 0, || {
+            code!(aclrtValueWait(malloc(8), 1, 4, ptr::null_mut()))
+        }),
+        case(
+            "value wait without context",
+            "aclrtValueWait",
+            107002,
+            -1,
+            || {
+                let mut word = 0u64;
+                code!(aclrtValueWait(
+                    (&mut word as *mut u64).cast(),
+                    1,
+                    0,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "destroy config NULL",
+            "aclrtDestroyStreamConfigHandle",
+            100000,
+            0,
+            || code!(aclrtDestroyStreamConfigHandle(ptr::null_mut())),
+        ),
+        case(
+            "destroy config twice",
+            "aclrtDestroyStreamConfigHandle",
+            107000,
+            0,
+            || code!(aclrtDestroyStreamConfigHandle(dropped_config())),
+        ),
+        case(
+            "config opt NULL handle",
+            "aclrtSetStreamConfigOpt",
+            100000,
+            0,
+            || {
+                let value = 0u32;
+                code!(aclrtSetStreamConfigOpt(
+                    ptr::null_mut(),
+                    ACL_RT_STREAM_FLAG,
+                    (&value as *const u32).cast(),
+                    4
+                ))
+            },
+        ),
+        case(
+            "config opt NULL value",
+            "aclrtSetStreamConfigOpt",
+            100000,
+            0,
+            || {
+                code!(aclrtSetStreamConfigOpt(
+                    live_config(),
+                    ACL_RT_STREAM_FLAG,
+                    ptr::null(),
+                    4
+                ))
+            },
+        ),
+        case(
+            "config opt unknown",
+            "aclrtSetStreamConfigOpt",
+            100000,
+            0,
+            || config_opt(9, 4),
+        ),
+        case(
+            "config opt wrong size",
+            "aclrtSetStreamConfigOpt",
+            100000,
+            0,
+            || config_opt(ACL_RT_STREAM_PRIORITY, 8),
+        ),
+        case(
+            "config opt stale",
+            "aclrtSetStreamConfigOpt",
+            107000,
+            0,
+            || {
+                let value = 0u32;
+                code!(aclrtSetStreamConfigOpt(
+                    dropped_config(),
+                    ACL_RT_STREAM_PRIORITY,
+                    (&value as *const u32).cast(),
+                    4
+                ))
+            },
+        ),
+        case("V2 NULL stream", "aclrtCreateStreamV2", 100000, 0, || {
+            code!(aclrtCreateStreamV2(ptr::null_mut(), live_config()))
+        }),
+        case("V2 NULL config", "aclrtCreateStreamV2", 100000, 0, || {
+            let mut stream = ptr::null_mut();
+            code!(aclrtCreateStreamV2(&mut stream, ptr::null()))
+        }),
+        case("V2 stale config", "aclrtCreateStreamV2", 107000, 0, || {
+            let mut stream = ptr::null_mut();
+            code!(aclrtCreateStreamV2(&mut stream, dropped_config()))
+        }),
+        case(
+            "V2 without context",
+            "aclrtCreateStreamV2",
+            107002,
+            -1,
+            || {
+                let mut stream = ptr::null_mut();
+                code!(aclrtCreateStreamV2(&mut stream, live_config()))
+            },
+        ),
+        case(
+            "available NULL",
+            "aclrtGetStreamAvailableNum",
+            100000,
+            0,
+            || code!(aclrtGetStreamAvailableNum(ptr::null_mut())),
+        ),
+        case(
+            "available without context",
+            "aclrtGetStreamAvailableNum",
+            107002,
+            -1,
+            || {
+                let mut count = 0;
+                code!(aclrtGetStreamAvailableNum(&mut count))
+            },
+        ),
+        case(
+            "set attribute NULL",
+            "aclrtSetStreamAttribute",
+            100000,
+            0,
+            || {
+                code!(aclrtSetStreamAttribute(
+                    ptr::null_mut(),
+                    ACL_STREAM_ATTR_PRIORITY,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "set attribute unknown",
+            "aclrtSetStreamAttribute",
+            100000,
+            0,
+            || set_attribute(ptr::null_mut(), 42, 0),
+        ),
+        case(
+            "failure mode of the default stream",
+            "aclrtSetStreamAttribute",
+            107000,
+            0,
+            || set_attribute(ptr::null_mut(), ACL_STREAM_ATTR_FAILURE_MODE, 1),
+        ),
+        case(
+            "failure mode 2",
+            "aclrtSetStreamAttribute",
+            100000,
+            0,
+            || set_attribute(create_stream(), ACL_STREAM_ATTR_FAILURE_MODE, 2),
+        ),
+        case(
+            "overflow switch 2",
+            "aclrtSetStreamAttribute",
+            100000,
+            0,
+            || set_attribute(ptr::null_mut(), ACL_STREAM_ATTR_FLOAT_OVERFLOW_CHECK, 2),
+        ),
+        case(
+            "cache switch 2",
+            "aclrtSetStreamAttribute",
+            100000,
+            0,
+            || set_attribute(ptr::null_mut(), ACL_STREAM_ATTR_CACHE_OP_INFO, 2),
+        ),
+        case("priority 8", "aclrtSetStreamAttribute", 107000, 0, || {
+            set_attribute(ptr::null_mut(), ACL_STREAM_ATTR_PRIORITY, 8)
+        }),
+        case(
+            "set attribute stale",
+            "aclrtSetStreamAttribute",
+            107017,
+            0,
+            || {
+                let stream = create_stream();
+                acl!(aclrtDestroyStream(stream));
+                set_attribute(stream, ACL_STREAM_ATTR_PRIORITY, 1)
+            },
+        ),
+        case(
+            "get attribute NULL",
+            "aclrtGetStreamAttribute",
+            100000,
+            0,
+            || {
+                code!(aclrtGetStreamAttribute(
+                    ptr::null_mut(),
+                    ACL_STREAM_ATTR_PRIORITY,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "get attribute unknown",
+            "aclrtGetStreamAttribute",
+            100000,
+            0,
+            || {
+                let mut value = aclrtStreamAttrValue::default();
+                code!(aclrtGetStreamAttribute(ptr::null_mut(), 0, &mut value))
+            },
+        ),
+        case(
+            "submission during an abort",
+            "aclrtMemsetAsync",
+            107023,
+            0,
+            submission_during_an_abort,
+        ),
+    ]);
+}
+
+/// Submits to a stream while another thread aborts it: the abort waits for the host function
+/// running on the stream, which holds it until the submission has been refused.
+fn submission_during_an_abort() -> aclError {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static RELEASE: AtomicBool = AtomicBool::new(false);
+    unsafe extern "C" fn hold(_: *mut c_void) {
+        while !RELEASE.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+    }
+    let stream = create_stream();
+    let dev = malloc(64);
+    acl!(aclrtLaunchHostFunc(stream, Some(hold), ptr::null_mut()));
+    let handle = stream as usize;
+    let aborter = std::thread::spawn(move || {
+        set_device(0);
+        acl!(aclrtStreamAbort(handle as aclrtStream));
+    });
+    // The abort is under way once the stream's query fails with 107023.
+    let mut st = 0;
+    while code!(aclrtStreamQuery(stream, &mut st)) != ACL_ERROR_RT_STREAM_ABORT {
+        std::thread::yield_now();
+    }
+    recent_message();
+    let code = code!(aclrtMemsetAsync(dev, 64, 1, 64, stream));
+    RELEASE.store(true, Ordering::Release);
+    aborter.join().unwrap();
+    code
+}
+
+/// A synchronous copy waits for the kernels already running, but never keeps a kernel from
+/// starting: here the running kernel waits for one launched after the copy began.
+#[test]
+fn a_synchronous_copy_does_not_keep_later_kernels_from_starting() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static FLAG: AtomicBool = AtomicBool::new(false);
+    install();
+    set_device(4);
+    npu_sim::kernel::register("wait_for_flag", |_, _, _| {
+        while !FLAG.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        0
+    })
+    .unwrap();
+    npu_sim::kernel::register("set_flag", |_, _, _| {
+        FLAG.store(true, Ordering::Release);
+        0
+    })
+    .unwrap();
+    let bin = registry_binary(&["wait_for_flag", "set_flag"]);
+    let (waiter, setter) = (function(bin, "wait_for_flag"), function(bin, "set_flag"));
+    let (first, second) = (create_stream(), create_stream());
+    let launch = |func, stream| {
+        acl!(aclrtLaunchKernelWithHostArgs(
+            func,
+            1,
+            stream,
+            ptr::null_mut(),
+            ptr::null_mut(),
+            0,
+            ptr::null_mut(),
+            0
+        ));
+    };
+    let dev = malloc(64) as usize;
+    launch(waiter, first);
+    let copy = std::thread::spawn(move || {
+        set_device(4);
+        download::<u8>(dev as *const c_void, 64)
+    });
+    launch(setter, second);
+    assert!(copy.join().unwrap().iter().all(|&b| b == 0));
+    acl!(aclrtSynchronizeStream(first));
+    acl!(aclrtSynchronizeStream(second));
+}
