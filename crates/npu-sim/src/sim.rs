@@ -43,6 +43,7 @@ impl Sim {
                 ))
             })
             .collect();
+        let pinned_limit = config.pinned_host_limit.unwrap_or_else(physical_memory);
         crate::trace::enable_from_env();
         tracing::debug!(target: "npu_sim", ?config, "simulator initialised");
         Sim {
@@ -55,7 +56,7 @@ impl Sim {
             functions: HandleTable::new(Kind::Function),
             args: HandleTable::new(Kind::Args),
             params: HandleTable::new(Kind::Param),
-            memory: MemoryMap::new(),
+            memory: MemoryMap::new(pinned_limit),
             reports: Reports::default(),
         }
     }
@@ -70,6 +71,21 @@ impl Sim {
                 self.devices.len()
             ),
         }
+    }
+}
+
+/// The machine's physical memory in bytes (`u64::MAX` if the OS does not say).
+fn physical_memory() -> u64 {
+    // SAFETY: sysconf has no preconditions; it returns -1 for a value it does not know.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    match (u64::try_from(pages), u64::try_from(page)) {
+        (Ok(pages), Ok(page)) => pages.saturating_mul(page),
+        _ => u64::MAX,
     }
 }
 

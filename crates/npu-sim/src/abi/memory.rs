@@ -173,7 +173,10 @@ pub unsafe extern "C" fn aclrtFree(devPtr: *mut c_void) -> aclError {
     guard("aclrtFree", || free_device(sim()?, devPtr))
 }
 
-/// Waits for the work of every stream of the device owning the memory, then frees it.
+/// Synchronises the device owning the memory, then frees it: waits for the tasks of every
+/// stream of that device (of a stream that can no longer run its queued tasks, for the task
+/// running now), so no task is still touching the memory when it is freed. Task errors stay
+/// for their streams' owners.
 ///
 /// # Safety
 /// No preconditions beyond the ACL contract (pointers are looked up, never trusted).
@@ -185,18 +188,17 @@ pub unsafe extern "C" fn aclrtFreeWithDevSync(devPtr: *mut c_void) -> aclError {
         if let Some((_, _, AllocKind::Device { device, .. })) =
             sim.memory.allocation_of(devPtr as usize)
         {
-            wait_streams(sim, Some(device));
+            quiesce(sim, device);
         }
         free_device(sim, devPtr)
     })
 }
 
-/// Waits (without consuming task errors) for the streams of one device, or of all devices.
-fn wait_streams(sim: &Sim, device: Option<i32>) {
+/// Waits until no task of any stream of `device` can still touch memory.
+fn quiesce(sim: &Sim, device: i32) {
     for stream in sim.streams.live() {
-        if device.is_none_or(|d| d == stream.device.id) {
-            // Doomed streams return at once; their errors belong to their owners.
-            let _ = stream.wait_idle(None);
+        if stream.device.id == device {
+            stream.wait_quiescent();
         }
     }
 }
@@ -264,7 +266,9 @@ pub unsafe extern "C" fn aclrtFreeHost(hostPtr: *mut c_void) -> aclError {
     })
 }
 
-/// Waits for the work of every stream (pinned memory may be used by any device), then frees.
+/// Synchronises the current device (as aclrtSynchronizeDevice would, without consuming task
+/// errors), then frees aclrtMallocHost memory. Without a current context there is no device
+/// to synchronise and it frees at once, like aclrtFreeHost.
 ///
 /// # Safety
 /// No preconditions beyond the ACL contract (pointers are looked up, never trusted).
@@ -273,8 +277,10 @@ pub unsafe extern "C" fn aclrtFreeHostWithDevSync(hostPtr: *mut c_void) -> aclEr
     guard("aclrtFreeHostWithDevSync", || {
         non_null(hostPtr, "hostPtr")?;
         let sim = sim()?;
-        if sim.memory.is_pinned_allocation(hostPtr as usize) {
-            wait_streams(sim, None);
+        if sim.memory.is_pinned_allocation(hostPtr as usize)
+            && let Ok(ctx) = context::current(sim)
+        {
+            quiesce(sim, ctx.device.id);
         }
         sim.memory.free(hostPtr as usize, true).map(drop)
     })
