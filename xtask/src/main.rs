@@ -70,7 +70,22 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtKernelArgsGetPlaceHolderBuffer",
     "aclrtKernelArgsParaUpdate",
     "aclrtKernelArgsFinalize",
+    // Memory (simmem).
+    "aclrtMemsetD32",
+    "aclrtMemsetD32Async",
+    "aclrtMemGetAddressRange",
+    "aclrtGetMemUsageInfo",
+    "aclrtMemPoolCreate",
+    "aclrtMemPoolDestroy",
+    "aclrtMemPoolSetAttr",
+    "aclrtMemPoolGetAttr",
+    "aclrtMemPoolMallocAsync",
+    "aclrtMemPoolFreeAsync",
+    "aclrtMemPoolTrimTo",
 ];
+
+/// Headers CANN does not include from `acl/acl.h` that npu-rs binds too.
+const EXTRA_HEADERS: &[&str] = &["acl_rt_memory_soma.h"];
 
 const OUTPUT: &str = "crates/npu-sys/src/bindings.rs";
 const PROJECT_INCLUDE: &str = "crates/npu-sim/include";
@@ -170,8 +185,15 @@ fn run_bindgen(include: &Path, only: Option<&BTreeSet<String>>) -> Result<syn::F
     if !header.is_file() {
         return Err(format!("no ACL header at {}", header.display()));
     }
-    let mut builder = bindgen::Builder::default()
-        .header(header.to_string_lossy())
+    let extra = EXTRA_HEADERS
+        .iter()
+        .map(|name| include.join("acl").join(name))
+        .filter(|path| path.is_file());
+    let mut builder = extra
+        .fold(
+            bindgen::Builder::default().header(header.to_string_lossy()),
+            |builder, path| builder.header(path.to_string_lossy()),
+        )
         .clang_arg(format!("-I{}", include.display()))
         .default_enum_style(bindgen::EnumVariation::Consts)
         .prepend_enum_name(false)

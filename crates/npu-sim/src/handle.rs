@@ -32,6 +32,7 @@ pub(crate) enum Kind {
     Function = 5,
     Args = 6,
     Param = 7,
+    MemPool = 8,
 }
 
 impl Kind {
@@ -44,6 +45,7 @@ impl Kind {
             Kind::Function => "function",
             Kind::Args => "kernel args",
             Kind::Param => "kernel param",
+            Kind::MemPool => "memory pool",
         }
     }
 }

@@ -57,6 +57,7 @@ mod error;
 mod event;
 mod handle;
 mod memory;
+mod pool;
 mod report;
 mod sim;
 mod stream;

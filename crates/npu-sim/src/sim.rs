@@ -13,6 +13,7 @@ use crate::event::Event;
 use crate::handle::{HandleTable, Kind};
 use crate::kernel::{ArgsBuilder, Binary, Function, ParamRef};
 use crate::memory::MemoryMap;
+use crate::pool::Pools;
 use crate::report::Reports;
 use crate::stream::Stream;
 
@@ -27,6 +28,7 @@ pub(crate) struct Sim {
     pub(crate) args: HandleTable<ArgsBuilder>,
     pub(crate) params: HandleTable<ParamRef>,
     pub(crate) memory: MemoryMap,
+    pub(crate) pools: Pools,
     pub(crate) reports: Reports,
 }
 
@@ -57,6 +59,7 @@ impl Sim {
             args: HandleTable::new(Kind::Args),
             params: HandleTable::new(Kind::Param),
             memory: MemoryMap::new(pinned_limit),
+            pools: Pools::new(),
             reports: Reports::default(),
         }
     }

@@ -4,7 +4,7 @@
 //! queue empties (cheap back-to-back submissions) and then parks. Streams run truly in
 //! parallel with each other; StreamWaitEvent orders them.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -44,6 +44,8 @@ struct State {
     work_seq: u64,
     /// Injected failures: (work sequence number, code).
     injections: Vec<(u64, aclError)>,
+    /// For each stream this one was made to wait on: the furthest position waited for.
+    waited: HashMap<Handle, u64>,
 }
 
 pub(crate) struct Stream {
@@ -141,6 +143,12 @@ impl Stream {
         Ok(stream)
     }
 
+    /// The furthest position of stream `other` this stream's submitted work waits for (0:
+    /// none), which orders the work after everything `other` had queued up to there.
+    pub(crate) fn waited_through(&self, other: Handle) -> u64 {
+        lock(&self.state).waited.get(&other).copied().unwrap_or(0)
+    }
+
     pub(crate) fn set_failure_mode(&self, mode: u64) {
         self.failure_mode.store(mode, Ordering::Release);
     }
@@ -199,8 +207,13 @@ impl Stream {
             }
         }
         let position = self.submitted.fetch_add(1, Ordering::AcqRel) + 1;
-        if let Op::Record(record) = &task.op {
-            record.place(position);
+        match &task.op {
+            Op::Record(record) => record.place(position),
+            Op::Wait(record) => {
+                let waited = state.waited.entry(record.stream().handle).or_default();
+                *waited = (*waited).max(record.position());
+            }
+            _ => {}
         }
         state.queue.push_back(task);
         if !state.worker {
@@ -462,6 +475,9 @@ impl Stream {
     /// Waits for every task submitted so far; returns (and clears) the first task error.
     pub(crate) fn synchronize(&self, deadline: Option<Instant>) -> Res<()> {
         self.wait_idle(deadline)?;
+        if let Ok(sim) = crate::sim::sim() {
+            crate::pool::after_sync(sim, &self.device);
+        }
         match lock(&self.state).sticky.take() {
             Some(error) => Err(self.task_error(error)),
             None => Ok(()),

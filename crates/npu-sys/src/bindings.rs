@@ -747,6 +747,75 @@ impl Default for aclrtBinaryLoadOptions {
         }
     }
 }
+pub const ACL_MEM_ALLOCATION_TYPE_PINNED: aclrtMemAllocationType = 0;
+pub type aclrtMemAllocationType = core::ffi::c_uint;
+pub const ACL_MEM_HANDLE_TYPE_NONE: aclrtMemHandleType = 0;
+pub const ACL_MEM_HANDLE_TYPE_POSIX: aclrtMemHandleType = 2;
+pub type aclrtMemHandleType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct aclrtMemUsageInfo {
+    pub name: [core::ffi::c_char; 32usize],
+    pub curMemSize: u64,
+    pub memPeakSize: u64,
+    pub reserved: [usize; 8usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemUsageInfo"][::std::mem::size_of::<aclrtMemUsageInfo>() - 112usize];
+    ["Alignment of aclrtMemUsageInfo"][::std::mem::align_of::<aclrtMemUsageInfo>() - 8usize];
+    ["Offset of field: aclrtMemUsageInfo::name"]
+        [::std::mem::offset_of!(aclrtMemUsageInfo, name) - 0usize];
+    ["Offset of field: aclrtMemUsageInfo::curMemSize"]
+        [::std::mem::offset_of!(aclrtMemUsageInfo, curMemSize) - 32usize];
+    ["Offset of field: aclrtMemUsageInfo::memPeakSize"]
+        [::std::mem::offset_of!(aclrtMemUsageInfo, memPeakSize) - 40usize];
+    ["Offset of field: aclrtMemUsageInfo::reserved"]
+        [::std::mem::offset_of!(aclrtMemUsageInfo, reserved) - 48usize];
+};
+pub type aclrtMemPool = *mut core::ffi::c_void;
+pub const ACL_RT_MEM_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES: aclrtMemPoolAttr = 1;
+pub const ACL_RT_MEM_POOL_REUSE_ALLOW_OPPORTUNISTIC: aclrtMemPoolAttr = 2;
+pub const ACL_RT_MEM_POOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES: aclrtMemPoolAttr = 3;
+pub const ACL_RT_MEM_POOL_ATTR_RELEASE_THRESHOLD: aclrtMemPoolAttr = 4;
+pub const ACL_RT_MEM_POOL_ATTR_RESERVED_MEM_CURRENT: aclrtMemPoolAttr = 5;
+pub const ACL_RT_MEM_POOL_ATTR_RESERVED_MEM_HIGH: aclrtMemPoolAttr = 6;
+pub const ACL_RT_MEM_POOL_ATTR_USED_MEM_CURRENT: aclrtMemPoolAttr = 7;
+pub const ACL_RT_MEM_POOL_ATTR_USED_MEM_HIGH: aclrtMemPoolAttr = 8;
+pub type aclrtMemPoolAttr = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtMemPoolProps {
+    pub allocType: aclrtMemAllocationType,
+    pub handleType: aclrtMemHandleType,
+    pub location: aclrtMemLocation,
+    pub maxSize: usize,
+    pub reserved: [core::ffi::c_uchar; 32usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemPoolProps"][::std::mem::size_of::<aclrtMemPoolProps>() - 56usize];
+    ["Alignment of aclrtMemPoolProps"][::std::mem::align_of::<aclrtMemPoolProps>() - 8usize];
+    ["Offset of field: aclrtMemPoolProps::allocType"]
+        [::std::mem::offset_of!(aclrtMemPoolProps, allocType) - 0usize];
+    ["Offset of field: aclrtMemPoolProps::handleType"]
+        [::std::mem::offset_of!(aclrtMemPoolProps, handleType) - 4usize];
+    ["Offset of field: aclrtMemPoolProps::location"]
+        [::std::mem::offset_of!(aclrtMemPoolProps, location) - 8usize];
+    ["Offset of field: aclrtMemPoolProps::maxSize"]
+        [::std::mem::offset_of!(aclrtMemPoolProps, maxSize) - 16usize];
+    ["Offset of field: aclrtMemPoolProps::reserved"]
+        [::std::mem::offset_of!(aclrtMemPoolProps, reserved) - 24usize];
+};
+impl Default for aclrtMemPoolProps {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 
 /// Expands `$callback! { $extra required { fn ...; } optional { fn ...; } }` with every
 /// ACL function npu-rs binds, in header order. `optional` lists the functions only newer
@@ -849,9 +918,20 @@ macro_rules! for_each_acl_function {
                 fn aclrtKernelArgsGetPlaceHolderBuffer(argsHandle: $crate::aclrtArgsHandle, paramHandle: $crate::aclrtParamHandle, dataSize: usize, bufferAddr: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtKernelArgsParaUpdate(argsHandle: $crate::aclrtArgsHandle, paramHandle: $crate::aclrtParamHandle, param: *mut core::ffi::c_void, paramSize: usize) -> $crate::aclError;
                 fn aclrtKernelArgsFinalize(argsHandle: $crate::aclrtArgsHandle) -> $crate::aclError;
+                fn aclrtMemsetD32(ptr: *mut core::ffi::c_void, memSize: usize, value: u32, N: usize) -> $crate::aclError;
+                fn aclrtMemsetD32Async(ptr: *mut core::ffi::c_void, memSize: usize, value: u32, N: usize, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemGetAddressRange(ptr: *mut core::ffi::c_void, pbase: *mut *mut core::ffi::c_void, psize: *mut usize) -> $crate::aclError;
+                fn aclrtGetMemUsageInfo(deviceId: i32, memUsageInfo: *mut $crate::aclrtMemUsageInfo, inputNum: usize, outputNum: *mut usize) -> $crate::aclError;
                 fn aclFinalizeReference(refCount: *mut u64) -> $crate::aclError;
                 fn aclsysGetVersionStr(pkgName: *mut core::ffi::c_char, versionStr: *mut core::ffi::c_char) -> $crate::aclError;
                 fn aclsysGetVersionNum(pkgName: *mut core::ffi::c_char, versionNum: *mut i32) -> $crate::aclError;
+                fn aclrtMemPoolCreate(memPool: *mut $crate::aclrtMemPool, poolProps: *const $crate::aclrtMemPoolProps) -> $crate::aclError;
+                fn aclrtMemPoolDestroy(memPool: $crate::aclrtMemPool) -> $crate::aclError;
+                fn aclrtMemPoolSetAttr(memPool: $crate::aclrtMemPool, attr: $crate::aclrtMemPoolAttr, value: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtMemPoolGetAttr(memPool: $crate::aclrtMemPool, attr: $crate::aclrtMemPoolAttr, value: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtMemPoolMallocAsync(ptr: *mut *mut core::ffi::c_void, size: usize, memPool: $crate::aclrtMemPool, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemPoolFreeAsync(ptr: *mut core::ffi::c_void, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemPoolTrimTo(memPool: $crate::aclrtMemPool, minBytesToKeep: usize) -> $crate::aclError;
             }
         }
     };

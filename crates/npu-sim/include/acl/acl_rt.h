@@ -458,6 +458,38 @@ ACL_FUNC_VISIBILITY aclError aclrtKernelArgsParaUpdate(aclrtArgsHandle argsHandl
                                                        void *param, size_t paramSize);
 ACL_FUNC_VISIBILITY aclError aclrtKernelArgsFinalize(aclrtArgsHandle argsHandle);
 
+/* ================ memory (simmem: pools' types, fills, queries) ================ */
+
+/* Kind of physical memory behind a pool or a physical allocation. */
+typedef enum aclrtMemAllocationType {
+    ACL_MEM_ALLOCATION_TYPE_PINNED = 0,
+} aclrtMemAllocationType;
+
+/* How an allocation may be shared with other processes (NONE: it is not). */
+typedef enum aclrtMemHandleType {
+    ACL_MEM_HANDLE_TYPE_NONE = 0,
+    ACL_MEM_HANDLE_TYPE_POSIX = 2,
+} aclrtMemHandleType;
+
+/* One component's device memory use, as aclrtGetMemUsageInfo reports it. */
+typedef struct aclrtMemUsageInfo {
+    char name[32];
+    uint64_t curMemSize;
+    uint64_t memPeakSize;
+    size_t reserved[8];
+} aclrtMemUsageInfo;
+
+/* Fill N 32-bit words at ptr (device or aclrtMallocHost memory; memSize >= 4 * N). */
+ACL_FUNC_VISIBILITY aclError aclrtMemsetD32(void *ptr, size_t memSize, uint32_t value, size_t N);
+/* aclrtMemsetD32 as a stream task (host memory is filled at once, as by aclrtMemsetD32). */
+ACL_FUNC_VISIBILITY aclError aclrtMemsetD32Async(void *ptr, size_t memSize, uint32_t value, size_t N,
+                                                 aclrtStream stream);
+/* The start and size of the allocation that contains ptr. */
+ACL_FUNC_VISIBILITY aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize);
+/* Per-component device memory use of a device: up to inputNum entries, *outputNum of them filled. */
+ACL_FUNC_VISIBILITY aclError aclrtGetMemUsageInfo(int32_t deviceId, aclrtMemUsageInfo *memUsageInfo,
+                                                  size_t inputNum, size_t *outputNum);
+
 #ifdef __cplusplus
 }
 #endif

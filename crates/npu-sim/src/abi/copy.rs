@@ -448,20 +448,103 @@ fn memset(
     if !check_memset(dev_ptr, max_count, count)? {
         return Ok(());
     }
+    // Byte-wise like C memset: the low byte of `value`.
+    fill(dev_ptr, count, u32::from(value as u8), 1, stream, false)
+}
+
+/// Fills `len` bytes at `ptr` with the low `width` bytes of `value`, synchronously or on a
+/// stream. With `runtime_only`, the memory must be device or aclrtMallocHost memory, and host
+/// memory is filled at once even for a stream (aclrtMemsetD32Async's rules).
+fn fill(
+    ptr: *mut c_void,
+    len: usize,
+    value: u32,
+    width: usize,
+    stream: Option<aclrtStream>,
+    runtime_only: bool,
+) -> Res<()> {
     let sim = sim()?;
     let on = On::resolve(sim, stream)?;
-    let at = sim.memory.locate(dev_ptr as usize);
-    let owned = at.check_range(dev_ptr as usize, count, "devPtr")?;
+    let at = sim.memory.locate(ptr as usize);
+    ensure!(
+        !runtime_only || at.allocation.is_some(),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{ptr:p} is neither aclrtMalloc nor aclrtMallocHost memory"
+    );
+    let owned = at.check_range(ptr as usize, len, "ptr")?;
     let class = at.class;
     check_alive(sim, class)?;
-    // Byte-wise like C memset: the low byte of `value`.
     let op = Op::Memset {
-        dst: dev_ptr as usize,
-        len: count,
-        value: value as u8,
+        dst: ptr as usize,
+        len,
+        value,
+        width,
         owned,
     };
-    on.run(sim, Task::new(op), class == PtrClass::Unregistered)
+    let task = Task::new(op);
+    match on {
+        On::Stream(_) if runtime_only && class == PtrClass::Host => {
+            let device = on.device().clone();
+            run_now(sim, &device, task)
+        }
+        _ => on.run(sim, task, class == PtrClass::Unregistered),
+    }
+}
+
+/// The byte length of `n` 32-bit words, checked against `mem_size`; `Ok(None)`: nothing to do.
+fn check_memset_d32(ptr: *mut c_void, mem_size: usize, n: usize) -> Res<Option<usize>> {
+    if n == 0 {
+        return Ok(None);
+    }
+    non_null(ptr, "ptr")?;
+    match n.checked_mul(4) {
+        Some(len) if len <= mem_size => Ok(Some(len)),
+        _ => fail!(
+            ACL_ERROR_RT_PARAM_INVALID,
+            "{n} 32-bit values do not fit memSize ({mem_size} bytes)"
+        ),
+    }
+}
+
+/// Sets `N` 32-bit words at `ptr` to `value`, synchronously. The memory must be aclrtMalloc or
+/// aclrtMallocHost memory (107000 otherwise, and when `memSize` < 4 × `N`).
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (pointers are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemsetD32(
+    ptr: *mut c_void,
+    memSize: usize,
+    value: u32,
+    N: usize,
+) -> aclError {
+    guard("aclrtMemsetD32", || {
+        match check_memset_d32(ptr, memSize, N)? {
+            Some(len) => fill(ptr, len, value, 4, None, true),
+            None => Ok(()),
+        }
+    })
+}
+
+/// aclrtMemsetD32 as a task of `stream` (NULL: the default stream); aclrtMallocHost memory is
+/// filled at once, not on the stream.
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (pointers are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemsetD32Async(
+    ptr: *mut c_void,
+    memSize: usize,
+    value: u32,
+    N: usize,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtMemsetD32Async", || {
+        match check_memset_d32(ptr, memSize, N)? {
+            Some(len) => fill(ptr, len, value, 4, Some(stream), true),
+            None => Ok(()),
+        }
+    })
 }
 
 /// Sets `count` bytes to the low byte of `value`, synchronously (device or host memory).

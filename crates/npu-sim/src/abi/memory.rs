@@ -29,7 +29,7 @@ fn page_size(policy: aclrtMemMallocPolicy, size: usize) -> u32 {
 
 /// The bytes the runtime reserves for `size`: rounded to 32, plus 32 bytes of padding unless
 /// `padded` is false (aclrtMallocAlign32, 1 GiB pages).
-fn reserved_size(size: usize, padded: bool) -> Res<u64> {
+pub(super) fn reserved_size(size: usize, padded: bool) -> Res<u64> {
     let padding = if padded { PADDING } else { 0 };
     match (size as u64).checked_add(padding + 31) {
         Some(total) => Ok(total / 32 * 32),
@@ -155,6 +155,11 @@ pub unsafe extern "C" fn aclrtMallocWithCfg(
 
 fn free_device(sim: &Sim, ptr: *mut c_void) -> Res<()> {
     non_null(ptr, "devPtr")?;
+    ensure!(
+        !sim.pools.owns(ptr as usize),
+        ACL_ERROR_RT_MEMORY_FREE,
+        "{ptr:p} belongs to a memory pool: return it with aclrtMemPoolFreeAsync"
+    );
     if let AllocKind::Device {
         device, accounted, ..
     } = sim.memory.free(ptr as usize, false)?
@@ -195,7 +200,7 @@ pub unsafe extern "C" fn aclrtFreeWithDevSync(devPtr: *mut c_void) -> aclError {
 }
 
 /// Waits until no task of any stream of `device` can still touch memory.
-fn quiesce(sim: &Sim, device: i32) {
+pub(super) fn quiesce(sim: &Sim, device: i32) {
     for stream in sim.streams.live() {
         if stream.device.id == device {
             stream.wait_quiescent();

@@ -24,7 +24,9 @@ mod event;
 mod host;
 mod init;
 mod kernel;
+mod mem_query;
 mod memory;
+mod pool;
 mod stream;
 
 pub use callback::*;
@@ -36,7 +38,9 @@ pub use event::*;
 pub use host::*;
 pub use init::*;
 pub use kernel::*;
+pub use mem_query::*;
 pub use memory::*;
+pub use pool::*;
 pub use stream::*;
 
 pub use npu_sys::{aclError, aclrtContext, aclrtEvent, aclrtStream};

@@ -227,3 +227,27 @@ pub fn aiv_attr() -> aclrtLaunchKernelAttr {
         },
     }
 }
+
+/// Asserts an ACL call failed with `code`, left it as the thread's last error, and named
+/// `api` in its message.
+macro_rules! fails {
+    ($call:expr, $code:expr, $api:expr) => {{
+        // SAFETY: the tests pass valid pointers and live handles unless a case says otherwise;
+        // invalid handles are opaque tokens the simulator checks, never dereferences.
+        let code = unsafe { $call };
+        // SAFETY: no preconditions.
+        let last = unsafe { aclrtPeekAtLastError(npu_sys::ACL_RT_THREAD_LEVEL) };
+        let message = $crate::common::recent_message();
+        assert_eq!(
+            (code, last),
+            ($code, $code),
+            "{}: {message}",
+            stringify!($call)
+        );
+        assert!(
+            message.contains(concat!($api, " failed")),
+            "{}: {message}",
+            stringify!($call)
+        );
+    }};
+}
