@@ -75,6 +75,8 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtMemsetD32Async",
     "aclrtMemGetAddressRange",
     "aclrtGetMemUsageInfo",
+    "aclrtMemcpyBatch",
+    "aclrtMemcpyBatchAsync",
     "aclrtMemPoolCreate",
     "aclrtMemPoolDestroy",
     "aclrtMemPoolSetAttr",

@@ -773,6 +773,33 @@ const _: () = {
     ["Offset of field: aclrtMemUsageInfo::reserved"]
         [::std::mem::offset_of!(aclrtMemUsageInfo, reserved) - 48usize];
 };
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtMemcpyBatchAttr {
+    pub dstLoc: aclrtMemLocation,
+    pub srcLoc: aclrtMemLocation,
+    pub rsv: [u8; 16usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemcpyBatchAttr"][::std::mem::size_of::<aclrtMemcpyBatchAttr>() - 32usize];
+    ["Alignment of aclrtMemcpyBatchAttr"][::std::mem::align_of::<aclrtMemcpyBatchAttr>() - 4usize];
+    ["Offset of field: aclrtMemcpyBatchAttr::dstLoc"]
+        [::std::mem::offset_of!(aclrtMemcpyBatchAttr, dstLoc) - 0usize];
+    ["Offset of field: aclrtMemcpyBatchAttr::srcLoc"]
+        [::std::mem::offset_of!(aclrtMemcpyBatchAttr, srcLoc) - 8usize];
+    ["Offset of field: aclrtMemcpyBatchAttr::rsv"]
+        [::std::mem::offset_of!(aclrtMemcpyBatchAttr, rsv) - 16usize];
+};
+impl Default for aclrtMemcpyBatchAttr {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 pub type aclrtMemPool = *mut core::ffi::c_void;
 pub const ACL_RT_MEM_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES: aclrtMemPoolAttr = 1;
 pub const ACL_RT_MEM_POOL_REUSE_ALLOW_OPPORTUNISTIC: aclrtMemPoolAttr = 2;
@@ -921,6 +948,8 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemsetD32(ptr: *mut core::ffi::c_void, memSize: usize, value: u32, N: usize) -> $crate::aclError;
                 fn aclrtMemsetD32Async(ptr: *mut core::ffi::c_void, memSize: usize, value: u32, N: usize, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtMemGetAddressRange(ptr: *mut core::ffi::c_void, pbase: *mut *mut core::ffi::c_void, psize: *mut usize) -> $crate::aclError;
+                fn aclrtMemcpyBatch(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize, failIndex: *mut usize) -> $crate::aclError;
+                fn aclrtMemcpyBatchAsync(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize, failIndex: *mut usize, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetMemUsageInfo(deviceId: i32, memUsageInfo: *mut $crate::aclrtMemUsageInfo, inputNum: usize, outputNum: *mut usize) -> $crate::aclError;
                 fn aclFinalizeReference(refCount: *mut u64) -> $crate::aclError;
                 fn aclsysGetVersionStr(pkgName: *mut core::ffi::c_char, versionStr: *mut core::ffi::c_char) -> $crate::aclError;

@@ -479,6 +479,13 @@ typedef struct aclrtMemUsageInfo {
     size_t reserved[8];
 } aclrtMemUsageInfo;
 
+/* Where the two sides of the copies of a batch live (one attribute covers a run of copies). */
+typedef struct {
+    aclrtMemLocation dstLoc;
+    aclrtMemLocation srcLoc;
+    uint8_t rsv[16];
+} aclrtMemcpyBatchAttr;
+
 /* Fill N 32-bit words at ptr (device or aclrtMallocHost memory; memSize >= 4 * N). */
 ACL_FUNC_VISIBILITY aclError aclrtMemsetD32(void *ptr, size_t memSize, uint32_t value, size_t N);
 /* aclrtMemsetD32 as a stream task (host memory is filled at once, as by aclrtMemsetD32). */
@@ -486,6 +493,17 @@ ACL_FUNC_VISIBILITY aclError aclrtMemsetD32Async(void *ptr, size_t memSize, uint
                                                  aclrtStream stream);
 /* The start and size of the allocation that contains ptr. */
 ACL_FUNC_VISIBILITY aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize);
+/* numBatches copies, all host to device or all device to host; attrs[k] describes the copies
+ * from attrsIndexes[k] on. *failIndex names the copy whose attribute or direction is wrong
+ * (SIZE_MAX when the error concerns no single copy). */
+ACL_FUNC_VISIBILITY aclError aclrtMemcpyBatch(void **dsts, size_t *destMaxs, void **srcs, size_t *sizes,
+                                              size_t numBatches, aclrtMemcpyBatchAttr *attrs,
+                                              size_t *attrsIndexes, size_t numAttrs, size_t *failIndex);
+/* aclrtMemcpyBatch on a stream (pageable host memory: copied before the call returns). */
+ACL_FUNC_VISIBILITY aclError aclrtMemcpyBatchAsync(void **dsts, size_t *destMaxs, void **srcs, size_t *sizes,
+                                                   size_t numBatches, aclrtMemcpyBatchAttr *attrs,
+                                                   size_t *attrsIndexes, size_t numAttrs, size_t *failIndex,
+                                                   aclrtStream stream);
 /* Per-component device memory use of a device: up to inputNum entries, *outputNum of them filled. */
 ACL_FUNC_VISIBILITY aclError aclrtGetMemUsageInfo(int32_t deviceId, aclrtMemUsageInfo *memUsageInfo,
                                                   size_t inputNum, size_t *outputNum);

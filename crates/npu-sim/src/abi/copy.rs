@@ -20,14 +20,14 @@ const MAX_2D_HEIGHT: usize = 5 * 1024 * 1024;
 const MAX_2D_WIDTH: usize = 5_000_000;
 
 /// Where an operation runs: on the calling thread (synchronous APIs) or on a stream.
-enum On {
+pub(super) enum On {
     Caller(Arc<Device>),
     Stream(Arc<Stream>),
 }
 
 impl On {
     /// The current context's device for `None`, else the stream after the submission checks.
-    fn resolve(sim: &Sim, stream: Option<aclrtStream>) -> Res<On> {
+    pub(super) fn resolve(sim: &Sim, stream: Option<aclrtStream>) -> Res<On> {
         Ok(match stream {
             None => On::Caller(context::current(sim)?.device.clone()),
             Some(stream) => On::Stream(context::submit_stream(sim, stream)?),
@@ -200,13 +200,13 @@ fn check_memcpy(
 }
 
 /// Every direction; the directions of asynchronous copies; of synchronous 2D copies.
-const ALL: &[Direction] = &[
+pub(super) const ALL: &[Direction] = &[
     Direction::HostToHost,
     Direction::HostToDevice,
     Direction::DeviceToHost,
     Direction::DeviceToDevice,
 ];
-const ASYNC: &[Direction] = &[
+pub(super) const ASYNC: &[Direction] = &[
     Direction::HostToDevice,
     Direction::DeviceToHost,
     Direction::DeviceToDevice,
@@ -215,7 +215,7 @@ const SYNC_2D: &[Direction] = &[Direction::HostToDevice, Direction::DeviceToHost
 
 /// A copy of `extent` after the argument checks: classifies the pointers, checks the direction
 /// is one of `allowed` (207000 otherwise), and runs it where `on` says.
-fn copy(
+pub(super) fn copy(
     sim: &Sim,
     on: &On,
     dst: *mut c_void,
