@@ -33,6 +33,7 @@ pub(crate) enum Kind {
     Args = 6,
     Param = 7,
     MemPool = 8,
+    PhysicalMem = 9,
 }
 
 impl Kind {
@@ -46,6 +47,7 @@ impl Kind {
             Kind::Args => "kernel args",
             Kind::Param => "kernel param",
             Kind::MemPool => "memory pool",
+            Kind::PhysicalMem => "physical memory",
         }
     }
 }

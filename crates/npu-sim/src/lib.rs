@@ -63,6 +63,7 @@ mod sim;
 mod stream;
 mod sync;
 mod task;
+mod vmm;
 
 pub use config::{ConfigError, SimConfig, TimingModel};
 

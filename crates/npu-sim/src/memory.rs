@@ -70,6 +70,8 @@ pub(crate) enum AllocKind {
 enum Backing {
     Mapped,
     Heap(Layout),
+    /// Memory someone else maps and unmaps (virtual memory mapped with aclrtMapMem).
+    External,
 }
 
 struct Allocation {
@@ -81,6 +83,15 @@ struct Allocation {
     users: AtomicUsize,
     /// Rung when the last user is done.
     idle: Bell,
+}
+
+impl Allocation {
+    /// Waits until no task holds a lease (the allocation is out of the map, so none can start).
+    fn wait_idle(&self) {
+        wait_until(&[self.idle.any()], None, || {
+            (self.users.load(Ordering::Acquire) == 0).then_some(())
+        });
+    }
 }
 
 /// A host registration (aclrtHostRegister / aclrtHostRegisterV2).
@@ -185,6 +196,7 @@ fn release(base: usize, alloc: &Allocation) {
         },
         // SAFETY: allocated by `alloc_zeroed` with this layout and removed from the map.
         Backing::Heap(layout) => unsafe { std::alloc::dealloc(base as *mut u8, layout) },
+        Backing::External => {}
     }
 }
 
@@ -269,7 +281,10 @@ impl MemoryMap {
     pub(crate) fn free(&self, ptr: usize, pinned: bool) -> Res<AllocKind> {
         let mut map = write(&self.allocations);
         let alloc = match map.entry(ptr) {
-            Entry::Occupied(entry) if (entry.get().kind == AllocKind::Pinned) == pinned => {
+            Entry::Occupied(entry)
+                if (entry.get().kind == AllocKind::Pinned) == pinned
+                    && !matches!(entry.get().backing, Backing::External) =>
+            {
                 entry.remove()
             }
             _ => fail!(
@@ -279,10 +294,7 @@ impl MemoryMap {
             ),
         };
         drop(map);
-        // Out of the map, nobody can lease it any more; tasks holding a lease finish first.
-        wait_until(&[alloc.idle.any()], None, || {
-            (alloc.users.load(Ordering::Acquire) == 0).then_some(())
-        });
+        alloc.wait_idle();
         release(ptr, &alloc);
         if pinned {
             self.pinned_bytes
@@ -290,6 +302,35 @@ impl MemoryMap {
             self.pinned_allocations.fetch_sub(1, Ordering::Relaxed);
         }
         Ok(alloc.kind)
+    }
+
+    /// Records device memory mapped by someone else at `[base, base+len)`, so copies, memsets
+    /// and kernels treat it as device memory.
+    pub(crate) fn adopt(&self, base: usize, len: usize, kind: AllocKind) {
+        let allocation = Allocation {
+            len,
+            kind,
+            backing: Backing::External,
+            locked: false,
+            users: AtomicUsize::new(0),
+            idle: Bell::new(),
+        };
+        write(&self.allocations).insert(base, Arc::new(allocation));
+    }
+
+    /// Forgets memory recorded with [`Self::adopt`] once no task touches it; `false` if
+    /// `base` starts no such memory.
+    pub(crate) fn disown(&self, base: usize) -> bool {
+        let mut map = write(&self.allocations);
+        let alloc = match map.entry(base) {
+            Entry::Occupied(entry) if matches!(entry.get().backing, Backing::External) => {
+                entry.remove()
+            }
+            _ => return false,
+        };
+        drop(map);
+        alloc.wait_idle();
+        true
     }
 
     /// The allocation containing `ptr`: (base, length, kind).

@@ -16,6 +16,7 @@ use crate::memory::MemoryMap;
 use crate::pool::Pools;
 use crate::report::Reports;
 use crate::stream::Stream;
+use crate::vmm::Vmm;
 
 pub(crate) struct Sim {
     pub(crate) config: SimConfig,
@@ -29,6 +30,7 @@ pub(crate) struct Sim {
     pub(crate) params: HandleTable<ParamRef>,
     pub(crate) memory: MemoryMap,
     pub(crate) pools: Pools,
+    pub(crate) vmm: Vmm,
     pub(crate) reports: Reports,
 }
 
@@ -60,6 +62,7 @@ impl Sim {
             params: HandleTable::new(Kind::Param),
             memory: MemoryMap::new(pinned_limit),
             pools: Pools::new(),
+            vmm: Vmm::new(),
             reports: Reports::default(),
         }
     }

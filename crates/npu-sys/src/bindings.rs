@@ -753,6 +753,75 @@ pub const ACL_MEM_HANDLE_TYPE_NONE: aclrtMemHandleType = 0;
 pub const ACL_MEM_HANDLE_TYPE_POSIX: aclrtMemHandleType = 2;
 pub type aclrtMemHandleType = core::ffi::c_uint;
 #[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtPhysicalMemProp {
+    pub handleType: aclrtMemHandleType,
+    pub allocationType: aclrtMemAllocationType,
+    pub memAttr: aclrtMemAttr,
+    pub location: aclrtMemLocation,
+    pub reserve: u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtPhysicalMemProp"][::std::mem::size_of::<aclrtPhysicalMemProp>() - 32usize];
+    ["Alignment of aclrtPhysicalMemProp"][::std::mem::align_of::<aclrtPhysicalMemProp>() - 8usize];
+    ["Offset of field: aclrtPhysicalMemProp::handleType"]
+        [::std::mem::offset_of!(aclrtPhysicalMemProp, handleType) - 0usize];
+    ["Offset of field: aclrtPhysicalMemProp::allocationType"]
+        [::std::mem::offset_of!(aclrtPhysicalMemProp, allocationType) - 4usize];
+    ["Offset of field: aclrtPhysicalMemProp::memAttr"]
+        [::std::mem::offset_of!(aclrtPhysicalMemProp, memAttr) - 8usize];
+    ["Offset of field: aclrtPhysicalMemProp::location"]
+        [::std::mem::offset_of!(aclrtPhysicalMemProp, location) - 12usize];
+    ["Offset of field: aclrtPhysicalMemProp::reserve"]
+        [::std::mem::offset_of!(aclrtPhysicalMemProp, reserve) - 24usize];
+};
+impl Default for aclrtPhysicalMemProp {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM: aclrtMemGranularityOptions = 0;
+pub const ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED: aclrtMemGranularityOptions = 1;
+pub const ACL_RT_MEM_ALLOC_GRANULARITY_UNDEF: aclrtMemGranularityOptions = 65535;
+pub type aclrtMemGranularityOptions = core::ffi::c_uint;
+pub type aclrtDrvMemHandle = *mut core::ffi::c_void;
+pub const ACL_RT_MEM_ACCESS_FLAGS_NONE: aclrtMemAccessFlags = 0;
+pub const ACL_RT_MEM_ACCESS_FLAGS_READ: aclrtMemAccessFlags = 1;
+pub const ACL_RT_MEM_ACCESS_FLAGS_READWRITE: aclrtMemAccessFlags = 3;
+pub type aclrtMemAccessFlags = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtMemAccessDesc {
+    pub flags: aclrtMemAccessFlags,
+    pub location: aclrtMemLocation,
+    pub rsv: [u8; 12usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemAccessDesc"][::std::mem::size_of::<aclrtMemAccessDesc>() - 24usize];
+    ["Alignment of aclrtMemAccessDesc"][::std::mem::align_of::<aclrtMemAccessDesc>() - 4usize];
+    ["Offset of field: aclrtMemAccessDesc::flags"]
+        [::std::mem::offset_of!(aclrtMemAccessDesc, flags) - 0usize];
+    ["Offset of field: aclrtMemAccessDesc::location"]
+        [::std::mem::offset_of!(aclrtMemAccessDesc, location) - 4usize];
+    ["Offset of field: aclrtMemAccessDesc::rsv"]
+        [::std::mem::offset_of!(aclrtMemAccessDesc, rsv) - 12usize];
+};
+impl Default for aclrtMemAccessDesc {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct aclrtMemUsageInfo {
     pub name: [core::ffi::c_char; 32usize],
@@ -950,6 +1019,17 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemGetAddressRange(ptr: *mut core::ffi::c_void, pbase: *mut *mut core::ffi::c_void, psize: *mut usize) -> $crate::aclError;
                 fn aclrtMemcpyBatch(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize, failIndex: *mut usize) -> $crate::aclError;
                 fn aclrtMemcpyBatchAsync(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize, failIndex: *mut usize, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtReserveMemAddress(virPtr: *mut *mut core::ffi::c_void, size: usize, alignment: usize, expectPtr: *mut core::ffi::c_void, flags: u64) -> $crate::aclError;
+                fn aclrtReleaseMemAddress(virPtr: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtMallocPhysical(handle: *mut $crate::aclrtDrvMemHandle, size: usize, prop: *const $crate::aclrtPhysicalMemProp, flags: u64) -> $crate::aclError;
+                fn aclrtFreePhysical(handle: $crate::aclrtDrvMemHandle) -> $crate::aclError;
+                fn aclrtMapMem(virPtr: *mut core::ffi::c_void, size: usize, offset: usize, handle: $crate::aclrtDrvMemHandle, flags: u64) -> $crate::aclError;
+                fn aclrtUnmapMem(virPtr: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtMemSetAccess(virPtr: *mut core::ffi::c_void, size: usize, desc: *mut $crate::aclrtMemAccessDesc, count: usize) -> $crate::aclError;
+                fn aclrtMemGetAccess(virPtr: *mut core::ffi::c_void, location: *mut $crate::aclrtMemLocation, flag: *mut u64) -> $crate::aclError;
+                fn aclrtMemGetAllocationGranularity(prop: *mut $crate::aclrtPhysicalMemProp, option: $crate::aclrtMemGranularityOptions, granularity: *mut usize) -> $crate::aclError;
+                fn aclrtMemRetainAllocationHandle(virPtr: *mut core::ffi::c_void, handle: *mut $crate::aclrtDrvMemHandle) -> $crate::aclError;
+                fn aclrtMemGetAllocationPropertiesFromHandle(handle: $crate::aclrtDrvMemHandle, prop: *mut $crate::aclrtPhysicalMemProp) -> $crate::aclError;
                 fn aclrtGetMemUsageInfo(deviceId: i32, memUsageInfo: *mut $crate::aclrtMemUsageInfo, inputNum: usize, outputNum: *mut usize) -> $crate::aclError;
                 fn aclFinalizeReference(refCount: *mut u64) -> $crate::aclError;
                 fn aclsysGetVersionStr(pkgName: *mut core::ffi::c_char, versionStr: *mut core::ffi::c_char) -> $crate::aclError;

@@ -122,6 +122,17 @@ fn correct_kind(src: PtrClass, dst: PtrClass, kind: aclrtMemcpyKind) -> Res<Dire
 }
 
 /// Fails if `class` is memory of a device that is lost.
+/// Refuses an address of a reserved virtual range that nothing is mapped at: it is neither
+/// device memory nor host memory of the caller's.
+fn check_mapped(sim: &Sim, class: PtrClass, ptr: usize) -> Res<()> {
+    ensure!(
+        class != PtrClass::Unregistered || !sim.vmm.reserved(ptr),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{ptr:#x} is reserved virtual memory with no physical memory mapped at it"
+    );
+    Ok(())
+}
+
 fn check_alive(sim: &Sim, class: PtrClass) -> Res<()> {
     match class {
         PtrClass::Device(id) => sim.device(id.into())?.check_alive(),
@@ -146,6 +157,8 @@ fn plan(
 ) -> Res<Plan> {
     let (dst_at, src_at) = (sim.memory.locate(dst), sim.memory.locate(src));
     let (dst_class, src_class) = (dst_at.class, src_at.class);
+    check_mapped(sim, dst_class, dst)?;
+    check_mapped(sim, src_class, src)?;
     let dir = correct_kind(src_class, dst_class, kind)?;
     let owned = Owned {
         dst: dst_at.check_range(dst, extent.span(extent.dpitch), "destination")?,
@@ -466,6 +479,7 @@ fn fill(
     let sim = sim()?;
     let on = On::resolve(sim, stream)?;
     let at = sim.memory.locate(ptr as usize);
+    check_mapped(sim, at.class, ptr as usize)?;
     ensure!(
         !runtime_only || at.allocation.is_some(),
         ACL_ERROR_RT_PARAM_INVALID,

@@ -29,6 +29,7 @@ mod mem_query;
 mod memory;
 mod pool;
 mod stream;
+mod vmm;
 
 pub use callback::*;
 pub use context::*;
@@ -44,5 +45,6 @@ pub use mem_query::*;
 pub use memory::*;
 pub use pool::*;
 pub use stream::*;
+pub use vmm::*;
 
 pub use npu_sys::{aclError, aclrtContext, aclrtEvent, aclrtStream};
