@@ -304,6 +304,33 @@ impl MemoryMap {
         Ok(alloc.kind)
     }
 
+    /// Records `len` bytes the caller mapped at `base` (anonymous, private, zero-filled) as an
+    /// allocation of `kind`, released (unmapped) by [`Self::free`] like any other.
+    pub(crate) fn insert_mapped(&self, base: usize, len: usize, kind: AllocKind) {
+        let allocation = Allocation {
+            len,
+            kind,
+            backing: Backing::Mapped,
+            locked: false,
+            users: AtomicUsize::new(0),
+            idle: Bell::new(),
+        };
+        write(&self.allocations).insert(base, Arc::new(allocation));
+    }
+
+    /// The lowest address of `[start, end)` where `len` bytes overlap no allocation.
+    pub(crate) fn first_gap(&self, start: usize, end: usize, len: usize) -> Option<usize> {
+        let map = read(&self.allocations);
+        let mut at = start;
+        for (&base, alloc) in map.range(start..end) {
+            if base >= at + len {
+                break;
+            }
+            at = at.max(base + alloc.len);
+        }
+        (at.checked_add(len)? <= end).then_some(at)
+    }
+
     /// Records device memory mapped by someone else at `[base, base+len)`, so copies, memsets
     /// and kernels treat it as device memory.
     pub(crate) fn adopt(&self, base: usize, len: usize, kind: AllocKind) {

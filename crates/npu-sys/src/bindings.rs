@@ -175,6 +175,7 @@ pub const ACL_HOST_REG_PINNED: u32 = 268435456;
 pub const ACL_RT_BINARY_MAGIC_ELF_AICORE: u32 = 1129660997;
 pub const ACL_RT_BINARY_MAGIC_ELF_VECTOR_CORE: u32 = 1094799942;
 pub const ACL_RT_BINARY_MAGIC_ELF_CUBE_CORE: u32 = 1095320387;
+pub const ACL_RT_MEM_ATTACH_GLOBAL: u32 = 1;
 pub type aclError = core::ffi::c_int;
 pub type aclFloat16 = u16;
 pub type aclrtStream = *mut core::ffi::c_void;
@@ -821,6 +822,44 @@ impl Default for aclrtMemAccessDesc {
         }
     }
 }
+pub const ACL_MEM_ADVISE_SET_READ_MOSTLY: aclrtMemManagedAdviseType = 0;
+pub const ACL_MEM_ADVISE_UNSET_READ_MOSTLY: aclrtMemManagedAdviseType = 1;
+pub const ACL_MEM_ADVISE_SET_PREFERRED_LOCATION: aclrtMemManagedAdviseType = 2;
+pub const ACL_MEM_ADVISE_UNSET_PREFERRED_LOCATION: aclrtMemManagedAdviseType = 3;
+pub const ACL_MEM_ADVISE_SET_ACCESSED_BY: aclrtMemManagedAdviseType = 4;
+pub const ACL_MEM_ADVISE_UNSET_ACCESSED_BY: aclrtMemManagedAdviseType = 5;
+pub type aclrtMemManagedAdviseType = core::ffi::c_uint;
+pub const ACL_MEM_LOCATIONTYPE_INVALID: aclrtMemManagedLocationType = 0;
+pub const ACL_MEM_LOCATIONTYPE_DEVICE: aclrtMemManagedLocationType = 1;
+pub const ACL_MEM_LOCATIONTYPE_HOST: aclrtMemManagedLocationType = 2;
+pub const ACL_MEM_LOCATIONTYPE_HOST_NUMA: aclrtMemManagedLocationType = 3;
+pub const ACL_MEM_LOCATIONTYPE_HOST_NUMA_CURRENT: aclrtMemManagedLocationType = 4;
+pub type aclrtMemManagedLocationType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtMemManagedLocation {
+    pub type_: aclrtMemManagedLocationType,
+    pub id: i32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemManagedLocation"][::std::mem::size_of::<aclrtMemManagedLocation>() - 8usize];
+    ["Alignment of aclrtMemManagedLocation"]
+        [::std::mem::align_of::<aclrtMemManagedLocation>() - 4usize];
+    ["Offset of field: aclrtMemManagedLocation::type_"]
+        [::std::mem::offset_of!(aclrtMemManagedLocation, type_) - 0usize];
+    ["Offset of field: aclrtMemManagedLocation::id"]
+        [::std::mem::offset_of!(aclrtMemManagedLocation, id) - 4usize];
+};
+impl Default for aclrtMemManagedLocation {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct aclrtMemUsageInfo {
@@ -1030,6 +1069,9 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemGetAllocationGranularity(prop: *mut $crate::aclrtPhysicalMemProp, option: $crate::aclrtMemGranularityOptions, granularity: *mut usize) -> $crate::aclError;
                 fn aclrtMemRetainAllocationHandle(virPtr: *mut core::ffi::c_void, handle: *mut $crate::aclrtDrvMemHandle) -> $crate::aclError;
                 fn aclrtMemGetAllocationPropertiesFromHandle(handle: $crate::aclrtDrvMemHandle, prop: *mut $crate::aclrtPhysicalMemProp) -> $crate::aclError;
+                fn aclrtMemAllocManaged(ptr: *mut *mut core::ffi::c_void, size: u64, flag: u32) -> $crate::aclError;
+                fn aclrtMemManagedAdvise(ptr: *const core::ffi::c_void, size: u64, advise: $crate::aclrtMemManagedAdviseType, location: $crate::aclrtMemManagedLocation) -> $crate::aclError;
+                fn aclrtMemManagedPrefetchAsync(ptr: *const core::ffi::c_void, size: usize, location: $crate::aclrtMemManagedLocation, flags: u32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetMemUsageInfo(deviceId: i32, memUsageInfo: *mut $crate::aclrtMemUsageInfo, inputNum: usize, outputNum: *mut usize) -> $crate::aclError;
                 fn aclFinalizeReference(refCount: *mut u64) -> $crate::aclError;
                 fn aclsysGetVersionStr(pkgName: *mut core::ffi::c_char, versionStr: *mut core::ffi::c_char) -> $crate::aclError;

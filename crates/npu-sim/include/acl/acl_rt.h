@@ -501,6 +501,31 @@ typedef struct {
     uint8_t rsv[12];
 } aclrtMemAccessDesc;
 
+/* Managed memory: advice, where it should live, and the one allocation flag. */
+typedef enum aclrtMemManagedAdviseType {
+    ACL_MEM_ADVISE_SET_READ_MOSTLY = 0,
+    ACL_MEM_ADVISE_UNSET_READ_MOSTLY,
+    ACL_MEM_ADVISE_SET_PREFERRED_LOCATION,
+    ACL_MEM_ADVISE_UNSET_PREFERRED_LOCATION,
+    ACL_MEM_ADVISE_SET_ACCESSED_BY,
+    ACL_MEM_ADVISE_UNSET_ACCESSED_BY,
+} aclrtMemManagedAdviseType;
+
+typedef enum aclrtMemManagedLocationType {
+    ACL_MEM_LOCATIONTYPE_INVALID = 0,
+    ACL_MEM_LOCATIONTYPE_DEVICE,
+    ACL_MEM_LOCATIONTYPE_HOST,
+    ACL_MEM_LOCATIONTYPE_HOST_NUMA,
+    ACL_MEM_LOCATIONTYPE_HOST_NUMA_CURRENT,
+} aclrtMemManagedLocationType;
+
+typedef struct aclrtMemManagedLocation {
+    aclrtMemManagedLocationType type;
+    int32_t id;
+} aclrtMemManagedLocation;
+
+#define ACL_RT_MEM_ATTACH_GLOBAL 0x01U
+
 /* One component's device memory use, as aclrtGetMemUsageInfo reports it. */
 typedef struct aclrtMemUsageInfo {
     char name[32];
@@ -555,6 +580,14 @@ ACL_FUNC_VISIBILITY aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemPr
 ACL_FUNC_VISIBILITY aclError aclrtMemRetainAllocationHandle(void *virPtr, aclrtDrvMemHandle *handle);
 ACL_FUNC_VISIBILITY aclError aclrtMemGetAllocationPropertiesFromHandle(aclrtDrvMemHandle handle,
                                                                        aclrtPhysicalMemProp *prop);
+/* Managed memory (size rounded up to 2 MiB; flag ACL_RT_MEM_ATTACH_GLOBAL), freed with aclrtFree. */
+ACL_FUNC_VISIBILITY aclError aclrtMemAllocManaged(void **ptr, uint64_t size, uint32_t flag);
+ACL_FUNC_VISIBILITY aclError aclrtMemManagedAdvise(const void *const ptr, uint64_t size,
+                                                   aclrtMemManagedAdviseType advise,
+                                                   aclrtMemManagedLocation location);
+ACL_FUNC_VISIBILITY aclError aclrtMemManagedPrefetchAsync(const void *ptr, size_t size,
+                                                          aclrtMemManagedLocation location, uint32_t flags,
+                                                          aclrtStream stream);
 /* Per-component device memory use of a device: up to inputNum entries, *outputNum of them filled. */
 ACL_FUNC_VISIBILITY aclError aclrtGetMemUsageInfo(int32_t deviceId, aclrtMemUsageInfo *memUsageInfo,
                                                   size_t inputNum, size_t *outputNum);

@@ -313,7 +313,12 @@ pub unsafe extern "C" fn aclrtPointerGetAttributes(
                     Some((_, _, AllocKind::Device { page_size, .. })) => page_size,
                     _ => PAGE as u32,
                 };
-                (device as u32, ACL_MEM_LOCATION_TYPE_DEVICE, page)
+                let type_ = if super::managed::is_managed(sim, address) {
+                    ACL_MEM_LOCATION_TYPE_MANAGED
+                } else {
+                    ACL_MEM_LOCATION_TYPE_DEVICE
+                };
+                (device as u32, type_, page)
             }
             PtrClass::Host => (0, ACL_MEM_LOCATION_TYPE_HOST, PAGE as u32),
             PtrClass::Unregistered => (0, ACL_MEM_LOCATION_TYPE_UNREGISTERED, PAGE as u32),
