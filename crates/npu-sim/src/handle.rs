@@ -34,6 +34,7 @@ pub(crate) enum Kind {
     Param = 7,
     MemPool = 8,
     PhysicalMem = 9,
+    AllocatorDesc = 10,
 }
 
 impl Kind {
@@ -48,6 +49,7 @@ impl Kind {
             Kind::Param => "kernel param",
             Kind::MemPool => "memory pool",
             Kind::PhysicalMem => "physical memory",
+            Kind::AllocatorDesc => "allocator descriptor",
         }
     }
 }

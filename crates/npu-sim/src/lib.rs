@@ -50,6 +50,7 @@ pub mod control;
 pub mod kernel;
 pub mod trace;
 
+mod allocator;
 mod clock;
 mod context;
 mod device;

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use npu_sys::*;
 
+use crate::allocator::Allocators;
 use crate::config::{CONFIG_ENV, ConfigError, SimConfig};
 use crate::context::Context;
 use crate::device::Device;
@@ -31,6 +32,7 @@ pub(crate) struct Sim {
     pub(crate) memory: MemoryMap,
     pub(crate) pools: Pools,
     pub(crate) vmm: Vmm,
+    pub(crate) allocators: Allocators,
     pub(crate) reports: Reports,
 }
 
@@ -63,6 +65,7 @@ impl Sim {
             memory: MemoryMap::new(pinned_limit),
             pools: Pools::new(),
             vmm: Vmm::new(),
+            allocators: Allocators::new(),
             reports: Reports::default(),
         }
     }

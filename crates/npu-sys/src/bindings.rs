@@ -188,6 +188,10 @@ pub type aclrtParamHandle = *mut core::ffi::c_void;
 pub type aclrtCallback =
     ::std::option::Option<unsafe extern "C" fn(userData: *mut core::ffi::c_void)>;
 pub type aclrtHostFunc = ::std::option::Option<unsafe extern "C" fn(args: *mut core::ffi::c_void)>;
+pub type aclrtAllocatorDesc = *mut core::ffi::c_void;
+pub type aclrtAllocator = *mut core::ffi::c_void;
+pub type aclrtAllocatorBlock = *mut core::ffi::c_void;
+pub type aclrtAllocatorAddr = *mut core::ffi::c_void;
 pub const ACL_SUCCESS: core::ffi::c_int = 0;
 pub const ACL_ERROR_NONE: core::ffi::c_int = 0;
 pub const ACL_ERROR_INVALID_PARAM: core::ffi::c_int = 100000;
@@ -259,6 +263,22 @@ pub const ACL_ERROR_GE_FAILURE: core::ffi::c_int = 500002;
 pub const ACL_ERROR_RT_FAILURE: core::ffi::c_int = 500003;
 pub const ACL_ERROR_DRV_FAILURE: core::ffi::c_int = 500004;
 pub const ACL_ERROR_PROFILING_FAILURE: core::ffi::c_int = 500005;
+pub type aclrtAllocatorAllocFunc = ::std::option::Option<
+    unsafe extern "C" fn(allocator: aclrtAllocator, size: usize) -> *mut core::ffi::c_void,
+>;
+pub type aclrtAllocatorFreeFunc = ::std::option::Option<
+    unsafe extern "C" fn(allocator: aclrtAllocator, block: aclrtAllocatorBlock),
+>;
+pub type aclrtAllocatorAllocAdviseFunc = ::std::option::Option<
+    unsafe extern "C" fn(
+        allocator: aclrtAllocator,
+        size: usize,
+        addr: aclrtAllocatorAddr,
+    ) -> *mut core::ffi::c_void,
+>;
+pub type aclrtAllocatorGetAddrFromBlockFunc = ::std::option::Option<
+    unsafe extern "C" fn(block: aclrtAllocatorBlock) -> *mut core::ffi::c_void,
+>;
 pub const ACL_DEVICE: aclrtRunMode = 0;
 pub const ACL_HOST: aclrtRunMode = 1;
 pub type aclrtRunMode = core::ffi::c_uint;
@@ -1009,6 +1029,16 @@ macro_rules! for_each_acl_function {
                 fn aclFinalize() -> $crate::aclError;
             }
             optional {
+                fn aclrtAllocatorCreateDesc() -> $crate::aclrtAllocatorDesc;
+                fn aclrtAllocatorDestroyDesc(allocatorDesc: $crate::aclrtAllocatorDesc) -> $crate::aclError;
+                fn aclrtAllocatorSetObjToDesc(allocatorDesc: $crate::aclrtAllocatorDesc, allocator: $crate::aclrtAllocator) -> $crate::aclError;
+                fn aclrtAllocatorSetAllocFuncToDesc(allocatorDesc: $crate::aclrtAllocatorDesc, func: $crate::aclrtAllocatorAllocFunc) -> $crate::aclError;
+                fn aclrtAllocatorSetFreeFuncToDesc(allocatorDesc: $crate::aclrtAllocatorDesc, func: $crate::aclrtAllocatorFreeFunc) -> $crate::aclError;
+                fn aclrtAllocatorSetAllocAdviseFuncToDesc(allocatorDesc: $crate::aclrtAllocatorDesc, func: $crate::aclrtAllocatorAllocAdviseFunc) -> $crate::aclError;
+                fn aclrtAllocatorSetGetAddrFromBlockFuncToDesc(allocatorDesc: $crate::aclrtAllocatorDesc, func: $crate::aclrtAllocatorGetAddrFromBlockFunc) -> $crate::aclError;
+                fn aclrtAllocatorRegister(stream: $crate::aclrtStream, allocatorDesc: $crate::aclrtAllocatorDesc) -> $crate::aclError;
+                fn aclrtAllocatorGetByStream(stream: $crate::aclrtStream, allocatorDesc: *mut $crate::aclrtAllocatorDesc, allocator: *mut $crate::aclrtAllocator, allocFunc: *mut $crate::aclrtAllocatorAllocFunc, freeFunc: *mut $crate::aclrtAllocatorFreeFunc, allocAdviseFunc: *mut $crate::aclrtAllocatorAllocAdviseFunc, getAddrFromBlockFunc: *mut $crate::aclrtAllocatorGetAddrFromBlockFunc) -> $crate::aclError;
+                fn aclrtAllocatorUnregister(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetLastError(level: $crate::aclrtLastErrLevel) -> $crate::aclError;
                 fn aclrtPeekAtLastError(level: $crate::aclrtLastErrLevel) -> $crate::aclError;
                 fn aclrtResetDeviceForce(deviceId: i32) -> $crate::aclError;

@@ -26,6 +26,12 @@ typedef void (*aclrtCallback)(void *userData);
 /* Host function run by a runtime-owned thread (aclrtLaunchHostFunc). */
 typedef void (*aclrtHostFunc)(void *args);
 
+/* ---- custom allocators (simmem): opaque descriptors and the user's objects ---- */
+typedef void *aclrtAllocatorDesc;
+typedef void *aclrtAllocator;
+typedef void *aclrtAllocatorBlock;
+typedef void *aclrtAllocatorAddr;
+
 #ifdef __cplusplus
 }
 #endif

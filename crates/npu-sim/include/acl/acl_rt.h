@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include "acl_base.h"
+#include "acl_rt_allocator.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -14,6 +14,7 @@
 // the documentation.
 #![allow(non_snake_case, non_camel_case_types)]
 
+mod allocator;
 mod callback;
 mod check;
 mod context;
@@ -32,6 +33,7 @@ mod pool;
 mod stream;
 mod vmm;
 
+pub use allocator::*;
 pub use callback::*;
 pub use context::*;
 pub use control::*;
