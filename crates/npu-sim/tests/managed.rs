@@ -198,12 +198,7 @@ fn error_paths() {
     ));
 
     let stream = create_stream();
-    let foreign = std::thread::spawn(|| {
-        set_device(0);
-        create_stream() as usize
-    })
-    .join()
-    .unwrap() as aclrtStream;
+    let foreign = stream_of_device(0);
     for (p, size, location, flags, s, code) in [
         (
             ptr::null(),

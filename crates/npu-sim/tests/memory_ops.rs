@@ -75,12 +75,7 @@ fn d32_error_paths() {
         "aclrtMemsetD32Async"
     );
     assert_eq!(stack, [0; 4]);
-    let foreign = std::thread::spawn(|| {
-        set_device(1);
-        create_stream() as usize
-    })
-    .join()
-    .unwrap() as aclrtStream;
+    let foreign = stream_of_device(1);
     fails!(
         aclrtMemsetD32Async(dev, 64, 1, 4, foreign),
         ACL_ERROR_RT_STREAM_CONTEXT,

@@ -418,12 +418,7 @@ fn error_paths() {
         ACL_ERROR_RT_PARAM_INVALID,
         "aclrtMemPoolMallocAsync"
     );
-    let foreign = std::thread::spawn(|| {
-        set_device(1);
-        create_stream() as usize
-    })
-    .join()
-    .unwrap() as aclrtStream;
+    let foreign = stream_of_device(1);
     fails!(
         aclrtMemPoolMallocAsync(&mut out, 64, pool, foreign),
         ACL_ERROR_RT_STREAM_CONTEXT,

@@ -165,69 +165,58 @@ fn run(batch: Batch, stream: Option<aclrtStream>) -> Res<()> {
     Ok(())
 }
 
-/// Copies a batch synchronously: all host to device or all device to host, pinned or pageable
-/// host memory. Each copy's memory must be where its attribute says, and the batch one way
-/// (107000, with `*failIndex` naming the copy); NULL arrays → 100000; numAttrs 0 or above
-/// numBatches, or attrsIndexes not starting at 0 and increasing → 107000 (`*failIndex`
-/// SIZE_MAX).
-///
-/// # Safety
-/// The arrays must hold `numBatches` (`numAttrs`) elements; host memory the runtime does not
-/// own must be valid for its copy's size.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtMemcpyBatch(
-    dsts: *mut *mut c_void,
-    destMaxs: *mut usize,
-    srcs: *mut *mut c_void,
-    sizes: *mut usize,
-    numBatches: usize,
-    attrs: *mut aclrtMemcpyBatchAttr,
-    attrsIndexes: *mut usize,
-    numAttrs: usize,
-    failIndex: *mut usize,
-) -> aclError {
-    let batch = Batch {
-        dsts,
-        dest_maxs: destMaxs,
-        srcs,
-        sizes,
-        count: numBatches,
-        attrs,
-        attrs_indexes: attrsIndexes,
-        num_attrs: numAttrs,
-        fail_index: failIndex,
+/// Defines an exported batch copy: CANN's parameters, plus `$stream` for the form that runs
+/// on a stream.
+macro_rules! export_batch {
+    ($(#[$doc:meta])* $name:ident $(, $stream:ident)?) => {
+        $(#[$doc])*
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            dsts: *mut *mut c_void,
+            destMaxs: *mut usize,
+            srcs: *mut *mut c_void,
+            sizes: *mut usize,
+            numBatches: usize,
+            attrs: *mut aclrtMemcpyBatchAttr,
+            attrsIndexes: *mut usize,
+            numAttrs: usize,
+            failIndex: *mut usize,
+            $($stream: aclrtStream,)?
+        ) -> aclError {
+            let batch = Batch {
+                dsts,
+                dest_maxs: destMaxs,
+                srcs,
+                sizes,
+                count: numBatches,
+                attrs,
+                attrs_indexes: attrsIndexes,
+                num_attrs: numAttrs,
+                fail_index: failIndex,
+            };
+            guard(stringify!($name), || run(batch, None $(.or(Some($stream)))?))
+        }
     };
-    guard("aclrtMemcpyBatch", || run(batch, None))
 }
 
-/// aclrtMemcpyBatch as tasks of `stream`; copies involving pageable host memory are done
-/// before the call returns (after the stream's earlier work).
-///
-/// # Safety
-/// As aclrtMemcpyBatch; host memory must stay valid until the stream has run the copies.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtMemcpyBatchAsync(
-    dsts: *mut *mut c_void,
-    destMaxs: *mut usize,
-    srcs: *mut *mut c_void,
-    sizes: *mut usize,
-    numBatches: usize,
-    attrs: *mut aclrtMemcpyBatchAttr,
-    attrsIndexes: *mut usize,
-    numAttrs: usize,
-    failIndex: *mut usize,
-    stream: aclrtStream,
-) -> aclError {
-    let batch = Batch {
-        dsts,
-        dest_maxs: destMaxs,
-        srcs,
-        sizes,
-        count: numBatches,
-        attrs,
-        attrs_indexes: attrsIndexes,
-        num_attrs: numAttrs,
-        fail_index: failIndex,
-    };
-    guard("aclrtMemcpyBatchAsync", || run(batch, Some(stream)))
+export_batch! {
+    /// Copies a batch synchronously: all host to device or all device to host, pinned or
+    /// pageable host memory. Each copy's memory must be where its attribute says, and the
+    /// batch one way (107000, with `*failIndex` naming the copy); NULL arrays → 100000;
+    /// numAttrs 0 or above numBatches, or attrsIndexes not starting at 0 and increasing →
+    /// 107000 (`*failIndex` SIZE_MAX).
+    ///
+    /// # Safety
+    /// The arrays must hold `numBatches` (`numAttrs`) elements; host memory the runtime does
+    /// not own must be valid for its copy's size.
+    aclrtMemcpyBatch
+}
+
+export_batch! {
+    /// aclrtMemcpyBatch as tasks of `stream`; copies involving pageable host memory are done
+    /// before the call returns (after the stream's earlier work).
+    ///
+    /// # Safety
+    /// As aclrtMemcpyBatch; host memory must stay valid until the stream has run the copies.
+    aclrtMemcpyBatchAsync, stream
 }

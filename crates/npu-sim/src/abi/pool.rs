@@ -97,6 +97,18 @@ fn reuse_of(attr: aclrtMemPoolAttr) -> Option<Reuse> {
     }
 }
 
+/// The checks aclrtMemPoolSetAttr and GetAttr share: the pool, a value pointer, and the reuse
+/// switch the attribute names, if it names one.
+fn attr_target(
+    pool: aclrtMemPool,
+    attr: aclrtMemPoolAttr,
+    value: *mut c_void,
+) -> Res<(Arc<Pool>, Option<Reuse>)> {
+    let pool = resolve(pool)?;
+    non_null(value, "value")?;
+    Ok((pool, reuse_of(attr)))
+}
+
 /// Reads the attribute's value (uint32_t for the reuse switches, uint64_t otherwise).
 fn read_value<T: Copy>(value: *mut c_void) -> T {
     // SAFETY: the caller checked `value` is non-NULL; by the API contract it points at a value
@@ -117,9 +129,8 @@ pub unsafe extern "C" fn aclrtMemPoolSetAttr(
     value: *mut c_void,
 ) -> aclError {
     guard("aclrtMemPoolSetAttr", || {
-        let pool = resolve(memPool)?;
-        non_null(value, "value")?;
-        if let Some(reuse) = reuse_of(attr) {
+        let (pool, reuse) = attr_target(memPool, attr, value)?;
+        if let Some(reuse) = reuse {
             let on: u32 = read_value(value);
             ensure!(
                 on <= 1,
@@ -165,9 +176,8 @@ pub unsafe extern "C" fn aclrtMemPoolGetAttr(
     value: *mut c_void,
 ) -> aclError {
     guard("aclrtMemPoolGetAttr", || {
-        let pool = resolve(memPool)?;
-        non_null(value, "value")?;
-        if let Some(reuse) = reuse_of(attr) {
+        let (pool, reuse) = attr_target(memPool, attr, value)?;
+        if let Some(reuse) = reuse {
             return write_out(value.cast::<u32>(), "value", u32::from(pool.reuse(reuse)));
         }
         let usage = pool.usage();

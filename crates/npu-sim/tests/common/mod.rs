@@ -75,6 +75,18 @@ pub fn malloc_host(bytes: usize) -> *mut c_void {
     ptr
 }
 
+/// A stream of `device`'s primary context, created on another thread (so it belongs to
+/// another context than the caller's when the caller is bound to another device).
+pub fn stream_of_device(device: i32) -> aclrtStream {
+    let stream = std::thread::spawn(move || {
+        set_device(device);
+        create_stream() as usize
+    })
+    .join()
+    .unwrap();
+    stream as aclrtStream
+}
+
 /// Copies host data to a device pointer synchronously.
 pub fn upload<T: Copy>(dev: *mut c_void, data: &[T]) {
     let bytes = std::mem::size_of_val(data);
