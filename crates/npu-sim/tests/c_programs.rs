@@ -196,3 +196,16 @@ fn stream_ordered_pool_flow() {
          pool flow ok\n"
     );
 }
+
+#[test]
+fn memory_group_flows() {
+    let stdout = run(&compile("memory_flow", &[]));
+    assert_eq!(
+        stdout,
+        "granularity 2097152, access 3, last word cafef00d\n\
+         batch: failIndex is SIZE_MAX 1, copied 2 then 0\n\
+         device to device batch: 107000, failIndex 0\n\
+         managed: type 3, copied 7\n\
+         memory flow ok\n"
+    );
+}
