@@ -226,7 +226,7 @@ impl Task {
                 // The words may be unaligned, so they are written as bytes.
                 unsafe {
                     if *width == 1 {
-                        ptr::write_bytes(*dst as *mut u8, pattern[0], *len);
+                        ptr::write_bytes(*dst as *mut u8, *value as u8, *len);
                     } else {
                         for at in (0..*len).step_by(*width) {
                             ptr::copy_nonoverlapping(
