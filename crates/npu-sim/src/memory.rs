@@ -245,15 +245,7 @@ impl MemoryMap {
         if pinned {
             self.pinned_allocations.fetch_add(1, Ordering::Relaxed);
         }
-        let allocation = Allocation {
-            len,
-            kind,
-            backing,
-            locked,
-            users: AtomicUsize::new(0),
-            idle: Bell::new(),
-        };
-        write(&self.allocations).insert(base, Arc::new(allocation));
+        self.insert(base, len, kind, backing, locked);
         Ok(base)
     }
 
@@ -307,15 +299,7 @@ impl MemoryMap {
     /// Records `len` bytes the caller mapped at `base` (anonymous, private, zero-filled) as an
     /// allocation of `kind`, released (unmapped) by [`Self::free`] like any other.
     pub(crate) fn insert_mapped(&self, base: usize, len: usize, kind: AllocKind) {
-        let allocation = Allocation {
-            len,
-            kind,
-            backing: Backing::Mapped,
-            locked: false,
-            users: AtomicUsize::new(0),
-            idle: Bell::new(),
-        };
-        write(&self.allocations).insert(base, Arc::new(allocation));
+        self.insert(base, len, kind, Backing::Mapped, false);
     }
 
     /// The lowest address of `[start, end)` where `len` bytes overlap no allocation.
@@ -334,11 +318,15 @@ impl MemoryMap {
     /// Records device memory mapped by someone else at `[base, base+len)`, so copies, memsets
     /// and kernels treat it as device memory.
     pub(crate) fn adopt(&self, base: usize, len: usize, kind: AllocKind) {
+        self.insert(base, len, kind, Backing::External, false);
+    }
+
+    fn insert(&self, base: usize, len: usize, kind: AllocKind, backing: Backing, locked: bool) {
         let allocation = Allocation {
             len,
             kind,
-            backing: Backing::External,
-            locked: false,
+            backing,
+            locked,
             users: AtomicUsize::new(0),
             idle: Bell::new(),
         };
