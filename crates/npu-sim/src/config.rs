@@ -142,6 +142,9 @@ pub struct SimConfig {
     pub packages: BTreeMap<String, String>,
     /// Timing model applied to every device at start-up; `None` runs as fast as the host can.
     pub timing: Option<TimingModel>,
+    /// Most pinned host memory (aclrtMallocHost) live at once, in bytes; `None`: the machine's
+    /// physical memory. A request beyond it fails with ACL_ERROR_RT_MEMORY_ALLOCATION.
+    pub pinned_host_limit: Option<u64>,
 }
 
 impl Default for SimConfig {
@@ -155,6 +158,7 @@ impl Default for SimConfig {
                 .map(|&(name, version)| (name.to_owned(), version.to_owned()))
                 .collect(),
             timing: None,
+            pinned_host_limit: None,
         }
     }
 }
@@ -277,6 +281,31 @@ impl SimConfig {
     /// ```
     pub fn timing(mut self, timing: TimingModel) -> Self {
         self.timing = Some(timing);
+        self
+    }
+
+    /// Caps the pinned host memory live at once (the default is the machine's physical memory).
+    ///
+    /// ```standalone_crate
+    /// # extern crate ascendcl as npu_sim;
+    ///
+    /// use std::ptr;
+    /// use npu_sim::{SimConfig, abi::*};
+    ///
+    /// SimConfig::default().pinned_host_limit(1 << 20).install().unwrap();
+    /// // SAFETY: valid out pointers; the block is freed once.
+    /// unsafe {
+    ///     assert_eq!(aclrtSetDevice(0), 0);
+    ///     let (mut a, mut b) = (ptr::null_mut(), ptr::null_mut());
+    ///     assert_eq!(aclrtMallocHost(&mut a, 1 << 20), 0);
+    ///     assert_eq!(aclrtMallocHost(&mut b, 1), 207001, "over the limit");
+    ///     assert_eq!(aclrtFreeHost(a), 0);
+    ///     assert_eq!(aclrtMallocHost(&mut b, 1), 0);
+    ///     assert_eq!(aclrtFreeHost(b), 0);
+    /// }
+    /// ```
+    pub fn pinned_host_limit(mut self, bytes: u64) -> Self {
+        self.pinned_host_limit = Some(bytes);
         self
     }
 

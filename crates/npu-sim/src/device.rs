@@ -43,6 +43,8 @@ pub(crate) struct Device {
     pub(crate) id: i32,
     pub(crate) capacity: u64,
     used: AtomicU64,
+    /// The most `used` has been.
+    peak: AtomicU64,
     live_allocations: AtomicU64,
     fail_next_alloc: AtomicBool,
     lost: AtomicBool,
@@ -85,6 +87,7 @@ impl Device {
             id,
             capacity,
             used: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
             live_allocations: AtomicU64::new(0),
             fail_next_alloc: AtomicBool::new(false),
             lost: AtomicBool::new(false),
@@ -124,6 +127,9 @@ impl Device {
                 used.checked_add(bytes)
                     .filter(|&total| total <= self.capacity)
             });
+        if let Ok(before) = reserved {
+            self.peak.fetch_max(before + bytes, Ordering::AcqRel);
+        }
         ensure!(
             reserved.is_ok(),
             ACL_ERROR_RT_MEMORY_ALLOCATION,
@@ -145,6 +151,11 @@ impl Device {
 
     pub(crate) fn used(&self) -> u64 {
         self.used.load(Ordering::Acquire)
+    }
+
+    /// The most device memory that has been in use at once.
+    pub(crate) fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Acquire)
     }
 
     pub(crate) fn free(&self) -> u64 {

@@ -51,6 +51,16 @@ impl Record {
         self.position.store(position, Ordering::Release);
     }
 
+    /// The record's position in its stream (0 until it is queued).
+    pub(crate) fn position(&self) -> u64 {
+        self.position.load(Ordering::Acquire)
+    }
+
+    /// The stream the record was queued on.
+    pub(crate) fn stream(&self) -> &Arc<Stream> {
+        &self.stream
+    }
+
     /// What a wait for the record listens to: its stream reaching it, or being doomed.
     pub(crate) fn listens(&self) -> [Listen<'_>; 3] {
         self.stream.listens(self.position.load(Ordering::Acquire))

@@ -33,6 +33,9 @@ pub(crate) enum Kind {
     Args = 6,
     Param = 7,
     Notify = 8,
+    MemPool = 9,
+    PhysicalMem = 10,
+    AllocatorDesc = 11,
 }
 
 impl Kind {
@@ -46,6 +49,9 @@ impl Kind {
             Kind::Args => "kernel args",
             Kind::Param => "kernel param",
             Kind::Notify => "notify",
+            Kind::MemPool => "memory pool",
+            Kind::PhysicalMem => "physical memory",
+            Kind::AllocatorDesc => "allocator descriptor",
         }
     }
 }

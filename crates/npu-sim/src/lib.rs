@@ -52,6 +52,7 @@ pub mod kernel;
 pub mod trace;
 pub mod version;
 
+mod allocator;
 mod clock;
 mod context;
 mod device;
@@ -62,6 +63,7 @@ mod handle;
 mod hardware;
 mod memory;
 mod notify;
+mod pool;
 mod report;
 mod res_limit;
 mod sim;
@@ -69,6 +71,7 @@ mod stream;
 mod stream_state;
 mod sync;
 mod task;
+mod vmm;
 
 pub use config::{ConfigError, SimConfig, TimingModel};
 

@@ -70,6 +70,8 @@ pub(crate) enum AllocKind {
 enum Backing {
     Mapped,
     Heap(Layout),
+    /// Memory someone else maps and unmaps (virtual memory mapped with aclrtMapMem).
+    External,
 }
 
 struct Allocation {
@@ -81,6 +83,15 @@ struct Allocation {
     users: AtomicUsize,
     /// Rung when the last user is done.
     idle: Bell,
+}
+
+impl Allocation {
+    /// Waits until no task holds a lease (the allocation is out of the map, so none can start).
+    fn wait_idle(&self) {
+        wait_until(&[self.idle.any()], None, || {
+            (self.users.load(Ordering::Acquire) == 0).then_some(())
+        });
+    }
 }
 
 /// A host registration (aclrtHostRegister / aclrtHostRegisterV2).
@@ -100,6 +111,8 @@ pub(crate) struct MemoryMap {
     allocations: RwLock<BTreeMap<usize, Arc<Allocation>>>,
     registrations: RwLock<BTreeMap<usize, Registration>>,
     pinned_bytes: AtomicU64,
+    /// Most pinned bytes live at once.
+    pinned_limit: u64,
     pinned_allocations: AtomicU64,
     /// The code the next host allocation fails with (0: none injected).
     host_failure: AtomicI32,
@@ -146,16 +159,18 @@ fn munlock(ptr: usize, len: usize) {
 }
 
 /// Allocates `len` zeroed bytes, 64-byte aligned; large (or page-locked) blocks are mapped so
-/// untouched pages cost nothing.
-fn allocate(len: usize, mapped: bool) -> Option<(usize, Backing)> {
-    if mapped || len >= MAP_THRESHOLD {
+/// untouched pages cost nothing. Page-locked blocks are committed (no MAP_NORESERVE), so the
+/// kernel refuses what it cannot back instead of killing the process when they are touched.
+fn allocate(len: usize, pinned: bool) -> Option<(usize, Backing)> {
+    if pinned || len >= MAP_THRESHOLD {
+        let reserve = if pinned { 0 } else { libc::MAP_NORESERVE };
         // SAFETY: an anonymous private mapping with no address hint has no preconditions.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | reserve,
                 -1,
                 0,
             )
@@ -181,15 +196,18 @@ fn release(base: usize, alloc: &Allocation) {
         },
         // SAFETY: allocated by `alloc_zeroed` with this layout and removed from the map.
         Backing::Heap(layout) => unsafe { std::alloc::dealloc(base as *mut u8, layout) },
+        Backing::External => {}
     }
 }
 
 impl MemoryMap {
-    pub(crate) fn new() -> Self {
+    /// An empty map whose pinned host memory is capped at `pinned_limit` bytes.
+    pub(crate) fn new(pinned_limit: u64) -> Self {
         Self {
             allocations: RwLock::new(BTreeMap::new()),
             registrations: RwLock::new(BTreeMap::new()),
             pinned_bytes: AtomicU64::new(0),
+            pinned_limit,
             pinned_allocations: AtomicU64::new(0),
             host_failure: AtomicI32::new(0),
         }
@@ -211,7 +229,13 @@ impl MemoryMap {
     /// Allocates zeroed memory of `len` bytes (already rounded by the caller).
     pub(crate) fn allocate(&self, len: usize, kind: AllocKind) -> Res<usize> {
         let pinned = kind == AllocKind::Pinned;
+        if pinned {
+            self.reserve_pinned(len as u64)?;
+        }
         let Some((base, backing)) = allocate(len, pinned) else {
+            if pinned {
+                self.pinned_bytes.fetch_sub(len as u64, Ordering::AcqRel);
+            }
             fail!(
                 ACL_ERROR_RT_MEMORY_ALLOCATION,
                 "the host could not provide {len} bytes"
@@ -219,19 +243,29 @@ impl MemoryMap {
         };
         let locked = pinned && try_mlock(base, len);
         if pinned {
-            self.pinned_bytes.fetch_add(len as u64, Ordering::Relaxed);
             self.pinned_allocations.fetch_add(1, Ordering::Relaxed);
         }
-        let allocation = Allocation {
-            len,
-            kind,
-            backing,
-            locked,
-            users: AtomicUsize::new(0),
-            idle: Bell::new(),
-        };
-        write(&self.allocations).insert(base, Arc::new(allocation));
+        self.insert(base, len, kind, backing, locked);
         Ok(base)
+    }
+
+    /// Accounts `bytes` of pinned memory against the limit, before anything is allocated.
+    fn reserve_pinned(&self, bytes: u64) -> Res<()> {
+        let reserved =
+            self.pinned_bytes
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                    used.checked_add(bytes)
+                        .filter(|&total| total <= self.pinned_limit)
+                });
+        match reserved {
+            Ok(_) => Ok(()),
+            Err(used) => fail!(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                "{bytes} bytes of pinned host memory requested, {} of the {}-byte limit free",
+                self.pinned_limit.saturating_sub(used),
+                self.pinned_limit
+            ),
+        }
     }
 
     /// Frees an allocation of the given family by its base address; returns its kind. A task
@@ -239,7 +273,10 @@ impl MemoryMap {
     pub(crate) fn free(&self, ptr: usize, pinned: bool) -> Res<AllocKind> {
         let mut map = write(&self.allocations);
         let alloc = match map.entry(ptr) {
-            Entry::Occupied(entry) if (entry.get().kind == AllocKind::Pinned) == pinned => {
+            Entry::Occupied(entry)
+                if (entry.get().kind == AllocKind::Pinned) == pinned
+                    && !matches!(entry.get().backing, Backing::External) =>
+            {
                 entry.remove()
             }
             _ => fail!(
@@ -249,17 +286,66 @@ impl MemoryMap {
             ),
         };
         drop(map);
-        // Out of the map, nobody can lease it any more; tasks holding a lease finish first.
-        wait_until(&[alloc.idle.any()], None, || {
-            (alloc.users.load(Ordering::Acquire) == 0).then_some(())
-        });
+        alloc.wait_idle();
         release(ptr, &alloc);
         if pinned {
             self.pinned_bytes
-                .fetch_sub(alloc.len as u64, Ordering::Relaxed);
+                .fetch_sub(alloc.len as u64, Ordering::AcqRel);
             self.pinned_allocations.fetch_sub(1, Ordering::Relaxed);
         }
         Ok(alloc.kind)
+    }
+
+    /// Records `len` bytes the caller mapped at `base` (anonymous, private, zero-filled) as an
+    /// allocation of `kind`, released (unmapped) by [`Self::free`] like any other.
+    pub(crate) fn insert_mapped(&self, base: usize, len: usize, kind: AllocKind) {
+        self.insert(base, len, kind, Backing::Mapped, false);
+    }
+
+    /// The lowest address of `[start, end)` where `len` bytes overlap no allocation.
+    pub(crate) fn first_gap(&self, start: usize, end: usize, len: usize) -> Option<usize> {
+        let map = read(&self.allocations);
+        let mut at = start;
+        for (&base, alloc) in map.range(start..end) {
+            if base >= at + len {
+                break;
+            }
+            at = at.max(base + alloc.len);
+        }
+        (at.checked_add(len)? <= end).then_some(at)
+    }
+
+    /// Records device memory mapped by someone else at `[base, base+len)`, so copies, memsets
+    /// and kernels treat it as device memory.
+    pub(crate) fn adopt(&self, base: usize, len: usize, kind: AllocKind) {
+        self.insert(base, len, kind, Backing::External, false);
+    }
+
+    fn insert(&self, base: usize, len: usize, kind: AllocKind, backing: Backing, locked: bool) {
+        let allocation = Allocation {
+            len,
+            kind,
+            backing,
+            locked,
+            users: AtomicUsize::new(0),
+            idle: Bell::new(),
+        };
+        write(&self.allocations).insert(base, Arc::new(allocation));
+    }
+
+    /// Forgets memory recorded with [`Self::adopt`] once no task touches it; `false` if
+    /// `base` starts no such memory.
+    pub(crate) fn disown(&self, base: usize) -> bool {
+        let mut map = write(&self.allocations);
+        let alloc = match map.entry(base) {
+            Entry::Occupied(entry) if matches!(entry.get().backing, Backing::External) => {
+                entry.remove()
+            }
+            _ => return false,
+        };
+        drop(map);
+        alloc.wait_idle();
+        true
     }
 
     /// The allocation containing `ptr`: (base, length, kind).
@@ -348,7 +434,7 @@ impl MemoryMap {
     /// (bytes, allocations) of pinned host memory.
     pub(crate) fn pinned_stats(&self) -> (u64, u64) {
         (
-            self.pinned_bytes.load(Ordering::Relaxed),
+            self.pinned_bytes.load(Ordering::Acquire),
             self.pinned_allocations.load(Ordering::Relaxed),
         )
     }
@@ -370,7 +456,7 @@ mod tests {
 
     #[test]
     fn a_free_waits_for_the_leases_of_its_allocation_only() {
-        let memory = Arc::new(MemoryMap::new());
+        let memory = Arc::new(MemoryMap::new(u64::MAX));
         let (a, b) = (
             memory.allocate(4096, KIND).unwrap(),
             memory.allocate(4096, KIND).unwrap(),

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use npu_sys::*;
 
+use crate::allocator::Allocators;
 use crate::config::{CONFIG_ENV, ConfigError, SimConfig};
 use crate::context::Context;
 use crate::device::Device;
@@ -14,8 +15,10 @@ use crate::handle::{HandleTable, Kind};
 use crate::kernel::{ArgsBuilder, Binary, Function, ParamRef};
 use crate::memory::MemoryMap;
 use crate::notify::Notify;
+use crate::pool::Pools;
 use crate::report::Reports;
 use crate::stream::Stream;
+use crate::vmm::Vmm;
 
 pub(crate) struct Sim {
     pub(crate) config: SimConfig,
@@ -29,6 +32,9 @@ pub(crate) struct Sim {
     pub(crate) params: HandleTable<ParamRef>,
     pub(crate) notifies: HandleTable<Notify>,
     pub(crate) memory: MemoryMap,
+    pub(crate) pools: Pools,
+    pub(crate) vmm: Vmm,
+    pub(crate) allocators: Allocators,
     pub(crate) reports: Reports,
 }
 
@@ -45,6 +51,7 @@ impl Sim {
                 ))
             })
             .collect();
+        let pinned_limit = config.pinned_host_limit.unwrap_or_else(physical_memory);
         crate::trace::enable_from_env();
         tracing::debug!(target: "npu_sim", ?config, "simulator initialised");
         Sim {
@@ -58,7 +65,10 @@ impl Sim {
             args: HandleTable::new(Kind::Args),
             params: HandleTable::new(Kind::Param),
             notifies: HandleTable::new(Kind::Notify),
-            memory: MemoryMap::new(),
+            memory: MemoryMap::new(pinned_limit),
+            pools: Pools::new(),
+            vmm: Vmm::new(),
+            allocators: Allocators::new(),
             reports: Reports::default(),
         }
     }
@@ -73,6 +83,21 @@ impl Sim {
                 self.devices.len()
             ),
         }
+    }
+}
+
+/// The machine's physical memory in bytes (`u64::MAX` if the OS does not say).
+fn physical_memory() -> u64 {
+    // SAFETY: sysconf has no preconditions; it returns -1 for a value it does not know.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    match (u64::try_from(pages), u64::try_from(page)) {
+        (Ok(pages), Ok(page)) => pages.saturating_mul(page),
+        _ => u64::MAX,
     }
 }
 

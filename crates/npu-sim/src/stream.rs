@@ -10,7 +10,7 @@
 //! [`Device::fence`], which every synchronous copy and memset passes first, a synchronous
 //! aclrtMemcpy right after a kernel launch sees the kernel's output.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -50,6 +50,8 @@ struct State {
     work_seq: u64,
     /// Injected failures: (work sequence number, code).
     injections: Vec<(u64, aclError)>,
+    /// For each stream this one was made to wait on: the furthest position waited for.
+    waited: HashMap<Handle, u64>,
     /// Tasks of a PERSISTENT stream: kept for a model, never run by the stream itself.
     persistent: Vec<Task>,
 }
@@ -80,6 +82,9 @@ pub(crate) struct Stream {
     /// force-destroyed, aborted or stopped.
     bell: Bell,
     submitted: AtomicU64,
+    /// Tasks the worker has taken from the queue (the one it holds is running, or about to be
+    /// abandoned).
+    started: AtomicU64,
     finished: AtomicU64,
     /// Position of the latest task the worker has taken: running, blocked, or done.
     begun: AtomicU64,
@@ -183,6 +188,7 @@ impl Stream {
             wake: Condvar::new(),
             bell: Bell::new(),
             submitted: AtomicU64::new(0),
+            started: AtomicU64::new(0),
             finished: AtomicU64::new(0),
             begun: AtomicU64::new(0),
             begun_bell: Bell::new(),
@@ -210,6 +216,12 @@ impl Stream {
         sim.streams.fill(handle, stream.clone());
         crate::stream_state::notify(handle, ACL_RT_STREAM_STATE_CREATE_POST);
         Ok(stream)
+    }
+
+    /// The furthest position of stream `other` this stream's submitted work waits for (0:
+    /// none), which orders the work after everything `other` had queued up to there.
+    pub(crate) fn waited_through(&self, other: Handle) -> u64 {
+        lock(&self.state).waited.get(&other).copied().unwrap_or(0)
     }
 
     pub(crate) fn set_failure_mode(&self, mode: u64) {
@@ -334,8 +346,13 @@ impl Stream {
         }
         let position = self.submitted.fetch_add(1, Ordering::AcqRel) + 1;
         task.position = position;
-        if let Op::Record(record) = &task.op {
-            record.place(position);
+        match &task.op {
+            Op::Record(record) => record.place(position),
+            Op::Wait { record, .. } => {
+                let waited = state.waited.entry(record.stream().handle).or_default();
+                *waited = (*waited).max(record.position());
+            }
+            _ => {}
         }
         let dispatch = task.touches_memory()
             && self.finished.load(Ordering::Acquire) + 1 == position
@@ -397,6 +414,7 @@ impl Stream {
         loop {
             let paused = self.stopped.load(Ordering::Acquire) && self.discarding().is_none();
             if !paused && let Some(task) = state.queue.pop_front() {
+                self.started.fetch_add(1, Ordering::AcqRel);
                 return Some(task);
             }
             if self.destroyed.load(Ordering::Acquire) && (paused || state.queue.is_empty()) {
@@ -682,9 +700,33 @@ impl Stream {
         }
     }
 
+    /// Waits until no task submitted so far can still touch memory, leaving task errors in
+    /// place: until they have all finished, or, once the stream is doomed (its queued tasks
+    /// will never run), until the task running then has finished.
+    pub(crate) fn wait_quiescent(&self) {
+        let target = self.submitted.load(Ordering::Acquire);
+        let drained = wait_until(&self.listens(target), None, || {
+            if self.doom().is_some() {
+                return Some(false);
+            }
+            (self.finished.load(Ordering::Acquire) >= target).then_some(true)
+        });
+        if drained != Some(true) {
+            // Taken under the queue lock, so a task is counted before it can start; once it
+            // is counted, a doomed stream abandons it at once or it is the one running.
+            let running = self.started.load(Ordering::Acquire);
+            wait_until(&[self.bell.at(running)], None, || {
+                (self.finished.load(Ordering::Acquire) >= running).then_some(())
+            });
+        }
+    }
+
     /// Waits for every task submitted so far; returns (and clears) the first task error.
     pub(crate) fn synchronize(&self, deadline: Option<Instant>) -> Res<()> {
         self.wait_idle(deadline)?;
+        if let Ok(sim) = crate::sim::sim() {
+            crate::pool::after_sync(sim, &self.device);
+        }
         match lock(&self.state).sticky.take() {
             Some(error) => Err(self.task_error(error)),
             None => Ok(()),
@@ -850,5 +892,77 @@ mod tests {
         assert_eq!(held.bell.woken(), WAITERS);
         // SAFETY: live handles.
         unsafe { assert_eq!(aclrtDestroyStream(stream), 0) };
+    }
+
+    static RUNNING: AtomicBool = AtomicBool::new(false);
+    static FREE_GATE: AtomicBool = AtomicBool::new(false);
+
+    /// Marks itself running, then holds its stream until FREE_GATE opens.
+    unsafe extern "C" fn run_until_free_gate(_: *mut c_void) {
+        RUNNING.store(true, Ordering::Release);
+        while !FREE_GATE.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn free_with_dev_sync_waits_for_the_running_task_of_a_stopped_stream() {
+        let (mut ctx, mut failing, mut busy, mut buf) = (
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+        );
+        // SAFETY: valid out pointers and live handles; the host function ignores its argument.
+        unsafe {
+            assert_eq!(aclrtCreateContext(&mut ctx, 0), 0);
+            assert_eq!(aclrtCreateStream(&mut failing), 0);
+            assert_eq!(aclrtCreateStream(&mut busy), 0);
+            assert_eq!(aclrtMalloc(&mut buf, 4096, 0), 0);
+            assert_eq!(
+                aclrtSetStreamFailureMode(failing, npu_sys::ACL_STOP_ON_FAILURE.into()),
+                0
+            );
+            assert_eq!(
+                aclrtLaunchHostFunc(busy, Some(run_until_free_gate), ptr::null_mut()),
+                0
+            );
+        }
+        while !RUNNING.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        // A failure in STOP mode stops the context: `busy` can run nothing more, but its
+        // host function is still running.
+        // SAFETY: live handles and a live allocation.
+        unsafe {
+            assert_eq!(crate::abi::npusimFailTask(failing, 1, 507899), 0);
+            assert_eq!(aclrtMemsetAsync(buf, 64, 0, 64, failing), 0);
+            assert_eq!(aclrtSynchronizeStream(failing), 507899);
+        }
+        let held = crate::sim::sim()
+            .unwrap()
+            .streams
+            .resolve(handle::from_ptr(busy))
+            .unwrap();
+        assert!(held.doom().is_some());
+        let address = buf as usize;
+        // SAFETY: a live allocation, freed once.
+        let freer =
+            std::thread::spawn(move || unsafe { aclrtFreeWithDevSync(address as *mut c_void) });
+        while held.bell.waiters() == 0 && !freer.is_finished() {
+            std::thread::yield_now();
+        }
+        assert!(
+            !freer.is_finished(),
+            "the free did not wait for the running task"
+        );
+        FREE_GATE.store(true, Ordering::Release);
+        assert_eq!(freer.join().unwrap(), 0);
+        // SAFETY: live handles.
+        unsafe {
+            assert_eq!(aclrtDestroyStream(busy), 0);
+            assert_eq!(aclrtDestroyStream(failing), 0);
+            assert_eq!(aclrtDestroyContext(ctx), 0);
+        }
     }
 }

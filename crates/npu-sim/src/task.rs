@@ -98,10 +98,12 @@ pub(crate) enum Op {
         dir: Direction,
         owned: Owned,
     },
+    /// Fills `len` bytes with `value`'s low `width` bytes (1: memset, 4: 32-bit words).
     Memset {
         dst: usize,
         len: usize,
-        value: u8,
+        value: u32,
+        width: usize,
         owned: bool,
     },
     Kernel(Launch),
@@ -308,11 +310,26 @@ impl Task {
                 dst,
                 len,
                 value,
+                width,
                 owned,
             } => {
                 let _dst = lease(memory, *owned, *dst, *len)?;
+                let pattern = value.to_ne_bytes();
                 // SAFETY: as for copies: checked if simulator-owned, else the caller's promise.
-                unsafe { ptr::write_bytes(*dst as *mut u8, *value, *len) };
+                // The words may be unaligned, so they are written as bytes.
+                unsafe {
+                    if *width == 1 {
+                        ptr::write_bytes(*dst as *mut u8, *value as u8, *len);
+                    } else {
+                        for at in (0..*len).step_by(*width) {
+                            ptr::copy_nonoverlapping(
+                                pattern.as_ptr(),
+                                (*dst + at) as *mut u8,
+                                *width,
+                            );
+                        }
+                    }
+                }
                 Ok(())
             }
             Op::Kernel(launch) => {

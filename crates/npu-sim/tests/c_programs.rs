@@ -255,3 +255,31 @@ fn npu_trace_is_written_by_acl_finalize() {
         ["H2D (sync)", "D2D", "memset", "record", "D2H (sync)"]
     );
 }
+
+#[test]
+fn stream_ordered_pool_flow() {
+    let stdout = run(&compile("pool_flow", &[]));
+    assert_eq!(
+        stdout,
+        "range of the third block: starts there 1, 4128 bytes\n\
+         reserved 16512, used 16512\n\
+         reused a returned block: 1\n\
+         words read back: 1024, wrong: 0\n\
+         after the synchronisation: reserved 0, used high 16512\n\
+         components: 1, first: runtime\n\
+         pool flow ok\n"
+    );
+}
+
+#[test]
+fn memory_group_flows() {
+    let stdout = run(&compile("memory_flow", &[]));
+    assert_eq!(
+        stdout,
+        "granularity 2097152, access 3, last word cafef00d\n\
+         batch: failIndex is SIZE_MAX 1, copied 2 then 0\n\
+         device to device batch: 107000, failIndex 0\n\
+         managed: type 3, copied 7\n\
+         memory flow ok\n"
+    );
+}

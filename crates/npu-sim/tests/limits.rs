@@ -115,3 +115,35 @@ fn running_out_of_notifies() {
     acl!(aclrtCreateNotify(&mut extra, 0));
     acl!(aclrtDestroyNotify(extra));
 }
+
+#[test]
+fn a_request_beyond_the_machine_is_an_allocation_error() {
+    set_device(0);
+    const TIB: usize = 1 << 40;
+    let before = npu_sim::control::host_stats().unwrap();
+    let mut host = ptr::null_mut();
+    // The default pinned limit is the machine's physical memory: refused before any page is
+    // mapped or locked.
+    assert_eq!(
+        code!(aclrtMallocHost(&mut host, TIB)),
+        ACL_ERROR_RT_MEMORY_ALLOCATION
+    );
+    assert!(recent_message().contains("pinned host memory"));
+    assert_eq!(
+        code!(aclrtMallocHostWithCfg(
+            &mut host,
+            TIB as u64,
+            ptr::null_mut()
+        )),
+        ACL_ERROR_RT_MEMORY_ALLOCATION
+    );
+    assert!(host.is_null());
+    assert_eq!(npu_sim::control::host_stats().unwrap(), before);
+    // Device memory is capped by the device's configured capacity.
+    let mut dev = ptr::null_mut();
+    assert_eq!(
+        code!(aclrtMalloc(&mut dev, TIB, ACL_MEM_MALLOC_HUGE_FIRST)),
+        ACL_ERROR_RT_MEMORY_ALLOCATION
+    );
+    assert!(dev.is_null());
+}

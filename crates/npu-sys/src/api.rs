@@ -131,6 +131,7 @@ mod tests {
         assert!(AclApi::REQUIRED.contains(&"aclrtGetSocName"));
         assert!(AclApi::REQUIRED.contains(&"aclInit"));
         assert!(AclApi::OPTIONAL.contains(&"aclrtCheckArchCompatibility"));
+        assert!(AclApi::OPTIONAL.contains(&"aclrtMemPoolMallocAsync"));
         // The header declares each function once, so no name may repeat.
         let mut names: Vec<_> = AclApi::REQUIRED.iter().chain(AclApi::OPTIONAL).collect();
         let total = names.len();

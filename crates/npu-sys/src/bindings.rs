@@ -194,6 +194,7 @@ pub const ACL_EVENT_WAIT_DEFAULT: u32 = 0;
 pub const ACL_EVENT_WAIT_EXTERNAL: u32 = 1;
 pub const UCE_INFO_RESERVED_SIZE: u32 = 14;
 pub const ACL_RT_MEM_UCE_INFO_MAX_NUM: u32 = 20;
+pub const ACL_RT_MEM_ATTACH_GLOBAL: u32 = 1;
 pub type aclrtStream = *mut core::ffi::c_void;
 pub type aclrtEvent = *mut core::ffi::c_void;
 pub type aclrtContext = *mut core::ffi::c_void;
@@ -310,6 +311,10 @@ pub const ACL_DEVICE_INFO_VECTOR_CORE_NUM: aclDeviceInfo = 1;
 pub const ACL_DEVICE_INFO_L2_SIZE: aclDeviceInfo = 2;
 pub type aclDeviceInfo = core::ffi::c_int;
 pub type aclrtNotify = *mut core::ffi::c_void;
+pub type aclrtAllocatorDesc = *mut core::ffi::c_void;
+pub type aclrtAllocator = *mut core::ffi::c_void;
+pub type aclrtAllocatorBlock = *mut core::ffi::c_void;
+pub type aclrtAllocatorAddr = *mut core::ffi::c_void;
 pub const ACL_ERROR_GE_PARAM_INVALID: u32 = 145000;
 pub const ACL_ERROR_GE_EXEC_NOT_INIT: u32 = 145001;
 pub const ACL_ERROR_GE_EXEC_MODEL_PATH_INVALID: u32 = 145002;
@@ -348,6 +353,22 @@ pub const ACL_ERROR_GE_GET_TENSOR_INFO: u32 = 545008;
 pub const ACL_ERROR_GE_UNLOAD_MODEL: u32 = 545009;
 pub const ACL_ERROR_GE_MODEL_EXECUTE_TIMEOUT: u32 = 545601;
 pub const ACL_ERROR_GE_REDEPLOYING: u32 = 545602;
+pub type aclrtAllocatorAllocFunc = ::std::option::Option<
+    unsafe extern "C" fn(allocator: aclrtAllocator, size: usize) -> *mut core::ffi::c_void,
+>;
+pub type aclrtAllocatorFreeFunc = ::std::option::Option<
+    unsafe extern "C" fn(allocator: aclrtAllocator, block: aclrtAllocatorBlock),
+>;
+pub type aclrtAllocatorAllocAdviseFunc = ::std::option::Option<
+    unsafe extern "C" fn(
+        allocator: aclrtAllocator,
+        size: usize,
+        addr: aclrtAllocatorAddr,
+    ) -> *mut core::ffi::c_void,
+>;
+pub type aclrtAllocatorGetAddrFromBlockFunc = ::std::option::Option<
+    unsafe extern "C" fn(block: aclrtAllocatorBlock) -> *mut core::ffi::c_void,
+>;
 pub const ACL_DEVICE: aclrtRunMode = 0;
 pub const ACL_HOST: aclrtRunMode = 1;
 pub type aclrtRunMode = core::ffi::c_uint;
@@ -1111,6 +1132,209 @@ impl Default for aclrtErrorInfo {
         }
     }
 }
+pub const ACL_MEM_ALLOCATION_TYPE_PINNED: aclrtMemAllocationType = 0;
+pub type aclrtMemAllocationType = core::ffi::c_uint;
+pub const ACL_MEM_HANDLE_TYPE_NONE: aclrtMemHandleType = 0;
+pub const ACL_MEM_HANDLE_TYPE_POSIX: aclrtMemHandleType = 2;
+pub type aclrtMemHandleType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtPhysicalMemProp {
+    pub handleType: aclrtMemHandleType,
+    pub allocationType: aclrtMemAllocationType,
+    pub memAttr: aclrtMemAttr,
+    pub location: aclrtMemLocation,
+    pub reserve: u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtPhysicalMemProp"][::std::mem::size_of::<aclrtPhysicalMemProp>() - 32usize];
+    ["Alignment of aclrtPhysicalMemProp"][::std::mem::align_of::<aclrtPhysicalMemProp>() - 8usize];
+    ["Offset of field: aclrtPhysicalMemProp::handleType"]
+        [::std::mem::offset_of!(aclrtPhysicalMemProp, handleType) - 0usize];
+    ["Offset of field: aclrtPhysicalMemProp::allocationType"]
+        [::std::mem::offset_of!(aclrtPhysicalMemProp, allocationType) - 4usize];
+    ["Offset of field: aclrtPhysicalMemProp::memAttr"]
+        [::std::mem::offset_of!(aclrtPhysicalMemProp, memAttr) - 8usize];
+    ["Offset of field: aclrtPhysicalMemProp::location"]
+        [::std::mem::offset_of!(aclrtPhysicalMemProp, location) - 12usize];
+    ["Offset of field: aclrtPhysicalMemProp::reserve"]
+        [::std::mem::offset_of!(aclrtPhysicalMemProp, reserve) - 24usize];
+};
+impl Default for aclrtPhysicalMemProp {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM: aclrtMemGranularityOptions = 0;
+pub const ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED: aclrtMemGranularityOptions = 1;
+pub const ACL_RT_MEM_ALLOC_GRANULARITY_UNDEF: aclrtMemGranularityOptions = 65535;
+pub type aclrtMemGranularityOptions = core::ffi::c_uint;
+pub type aclrtDrvMemHandle = *mut core::ffi::c_void;
+pub const ACL_RT_MEM_ACCESS_FLAGS_NONE: aclrtMemAccessFlags = 0;
+pub const ACL_RT_MEM_ACCESS_FLAGS_READ: aclrtMemAccessFlags = 1;
+pub const ACL_RT_MEM_ACCESS_FLAGS_READWRITE: aclrtMemAccessFlags = 3;
+pub type aclrtMemAccessFlags = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtMemAccessDesc {
+    pub flags: aclrtMemAccessFlags,
+    pub location: aclrtMemLocation,
+    pub rsv: [u8; 12usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemAccessDesc"][::std::mem::size_of::<aclrtMemAccessDesc>() - 24usize];
+    ["Alignment of aclrtMemAccessDesc"][::std::mem::align_of::<aclrtMemAccessDesc>() - 4usize];
+    ["Offset of field: aclrtMemAccessDesc::flags"]
+        [::std::mem::offset_of!(aclrtMemAccessDesc, flags) - 0usize];
+    ["Offset of field: aclrtMemAccessDesc::location"]
+        [::std::mem::offset_of!(aclrtMemAccessDesc, location) - 4usize];
+    ["Offset of field: aclrtMemAccessDesc::rsv"]
+        [::std::mem::offset_of!(aclrtMemAccessDesc, rsv) - 12usize];
+};
+impl Default for aclrtMemAccessDesc {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_MEM_ADVISE_SET_READ_MOSTLY: aclrtMemManagedAdviseType = 0;
+pub const ACL_MEM_ADVISE_UNSET_READ_MOSTLY: aclrtMemManagedAdviseType = 1;
+pub const ACL_MEM_ADVISE_SET_PREFERRED_LOCATION: aclrtMemManagedAdviseType = 2;
+pub const ACL_MEM_ADVISE_UNSET_PREFERRED_LOCATION: aclrtMemManagedAdviseType = 3;
+pub const ACL_MEM_ADVISE_SET_ACCESSED_BY: aclrtMemManagedAdviseType = 4;
+pub const ACL_MEM_ADVISE_UNSET_ACCESSED_BY: aclrtMemManagedAdviseType = 5;
+pub type aclrtMemManagedAdviseType = core::ffi::c_uint;
+pub const ACL_MEM_LOCATIONTYPE_INVALID: aclrtMemManagedLocationType = 0;
+pub const ACL_MEM_LOCATIONTYPE_DEVICE: aclrtMemManagedLocationType = 1;
+pub const ACL_MEM_LOCATIONTYPE_HOST: aclrtMemManagedLocationType = 2;
+pub const ACL_MEM_LOCATIONTYPE_HOST_NUMA: aclrtMemManagedLocationType = 3;
+pub const ACL_MEM_LOCATIONTYPE_HOST_NUMA_CURRENT: aclrtMemManagedLocationType = 4;
+pub type aclrtMemManagedLocationType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtMemManagedLocation {
+    pub type_: aclrtMemManagedLocationType,
+    pub id: i32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemManagedLocation"][::std::mem::size_of::<aclrtMemManagedLocation>() - 8usize];
+    ["Alignment of aclrtMemManagedLocation"]
+        [::std::mem::align_of::<aclrtMemManagedLocation>() - 4usize];
+    ["Offset of field: aclrtMemManagedLocation::type_"]
+        [::std::mem::offset_of!(aclrtMemManagedLocation, type_) - 0usize];
+    ["Offset of field: aclrtMemManagedLocation::id"]
+        [::std::mem::offset_of!(aclrtMemManagedLocation, id) - 4usize];
+};
+impl Default for aclrtMemManagedLocation {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct aclrtMemUsageInfo {
+    pub name: [core::ffi::c_char; 32usize],
+    pub curMemSize: u64,
+    pub memPeakSize: u64,
+    pub reserved: [usize; 8usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemUsageInfo"][::std::mem::size_of::<aclrtMemUsageInfo>() - 112usize];
+    ["Alignment of aclrtMemUsageInfo"][::std::mem::align_of::<aclrtMemUsageInfo>() - 8usize];
+    ["Offset of field: aclrtMemUsageInfo::name"]
+        [::std::mem::offset_of!(aclrtMemUsageInfo, name) - 0usize];
+    ["Offset of field: aclrtMemUsageInfo::curMemSize"]
+        [::std::mem::offset_of!(aclrtMemUsageInfo, curMemSize) - 32usize];
+    ["Offset of field: aclrtMemUsageInfo::memPeakSize"]
+        [::std::mem::offset_of!(aclrtMemUsageInfo, memPeakSize) - 40usize];
+    ["Offset of field: aclrtMemUsageInfo::reserved"]
+        [::std::mem::offset_of!(aclrtMemUsageInfo, reserved) - 48usize];
+};
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtMemcpyBatchAttr {
+    pub dstLoc: aclrtMemLocation,
+    pub srcLoc: aclrtMemLocation,
+    pub rsv: [u8; 16usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemcpyBatchAttr"][::std::mem::size_of::<aclrtMemcpyBatchAttr>() - 32usize];
+    ["Alignment of aclrtMemcpyBatchAttr"][::std::mem::align_of::<aclrtMemcpyBatchAttr>() - 4usize];
+    ["Offset of field: aclrtMemcpyBatchAttr::dstLoc"]
+        [::std::mem::offset_of!(aclrtMemcpyBatchAttr, dstLoc) - 0usize];
+    ["Offset of field: aclrtMemcpyBatchAttr::srcLoc"]
+        [::std::mem::offset_of!(aclrtMemcpyBatchAttr, srcLoc) - 8usize];
+    ["Offset of field: aclrtMemcpyBatchAttr::rsv"]
+        [::std::mem::offset_of!(aclrtMemcpyBatchAttr, rsv) - 16usize];
+};
+impl Default for aclrtMemcpyBatchAttr {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type aclrtMemPool = *mut core::ffi::c_void;
+pub const ACL_RT_MEM_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES: aclrtMemPoolAttr = 1;
+pub const ACL_RT_MEM_POOL_REUSE_ALLOW_OPPORTUNISTIC: aclrtMemPoolAttr = 2;
+pub const ACL_RT_MEM_POOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES: aclrtMemPoolAttr = 3;
+pub const ACL_RT_MEM_POOL_ATTR_RELEASE_THRESHOLD: aclrtMemPoolAttr = 4;
+pub const ACL_RT_MEM_POOL_ATTR_RESERVED_MEM_CURRENT: aclrtMemPoolAttr = 5;
+pub const ACL_RT_MEM_POOL_ATTR_RESERVED_MEM_HIGH: aclrtMemPoolAttr = 6;
+pub const ACL_RT_MEM_POOL_ATTR_USED_MEM_CURRENT: aclrtMemPoolAttr = 7;
+pub const ACL_RT_MEM_POOL_ATTR_USED_MEM_HIGH: aclrtMemPoolAttr = 8;
+pub type aclrtMemPoolAttr = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtMemPoolProps {
+    pub allocType: aclrtMemAllocationType,
+    pub handleType: aclrtMemHandleType,
+    pub location: aclrtMemLocation,
+    pub maxSize: usize,
+    pub reserved: [core::ffi::c_uchar; 32usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemPoolProps"][::std::mem::size_of::<aclrtMemPoolProps>() - 56usize];
+    ["Alignment of aclrtMemPoolProps"][::std::mem::align_of::<aclrtMemPoolProps>() - 8usize];
+    ["Offset of field: aclrtMemPoolProps::allocType"]
+        [::std::mem::offset_of!(aclrtMemPoolProps, allocType) - 0usize];
+    ["Offset of field: aclrtMemPoolProps::handleType"]
+        [::std::mem::offset_of!(aclrtMemPoolProps, handleType) - 4usize];
+    ["Offset of field: aclrtMemPoolProps::location"]
+        [::std::mem::offset_of!(aclrtMemPoolProps, location) - 8usize];
+    ["Offset of field: aclrtMemPoolProps::maxSize"]
+        [::std::mem::offset_of!(aclrtMemPoolProps, maxSize) - 16usize];
+    ["Offset of field: aclrtMemPoolProps::reserved"]
+        [::std::mem::offset_of!(aclrtMemPoolProps, reserved) - 24usize];
+};
+impl Default for aclrtMemPoolProps {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 
 /// Expands `$callback! { $extra required { fn ...; } optional { fn ...; } }` with every
 /// ACL function npu-rs binds, in header order. `optional` lists the functions only newer
@@ -1175,6 +1399,16 @@ macro_rules! for_each_acl_function {
                 fn aclGetCannAttributeList(cannAttrList: *mut *const $crate::aclCannAttr, num: *mut usize) -> $crate::aclError;
                 fn aclGetCannAttribute(cannAttr: $crate::aclCannAttr, value: *mut i32) -> $crate::aclError;
                 fn aclGetDeviceCapability(deviceId: u32, deviceInfo: $crate::aclDeviceInfo, value: *mut i64) -> $crate::aclError;
+                fn aclrtAllocatorCreateDesc() -> $crate::aclrtAllocatorDesc;
+                fn aclrtAllocatorDestroyDesc(allocatorDesc: $crate::aclrtAllocatorDesc) -> $crate::aclError;
+                fn aclrtAllocatorSetObjToDesc(allocatorDesc: $crate::aclrtAllocatorDesc, allocator: $crate::aclrtAllocator) -> $crate::aclError;
+                fn aclrtAllocatorSetAllocFuncToDesc(allocatorDesc: $crate::aclrtAllocatorDesc, func: $crate::aclrtAllocatorAllocFunc) -> $crate::aclError;
+                fn aclrtAllocatorSetFreeFuncToDesc(allocatorDesc: $crate::aclrtAllocatorDesc, func: $crate::aclrtAllocatorFreeFunc) -> $crate::aclError;
+                fn aclrtAllocatorSetAllocAdviseFuncToDesc(allocatorDesc: $crate::aclrtAllocatorDesc, func: $crate::aclrtAllocatorAllocAdviseFunc) -> $crate::aclError;
+                fn aclrtAllocatorSetGetAddrFromBlockFuncToDesc(allocatorDesc: $crate::aclrtAllocatorDesc, func: $crate::aclrtAllocatorGetAddrFromBlockFunc) -> $crate::aclError;
+                fn aclrtAllocatorRegister(stream: $crate::aclrtStream, allocatorDesc: $crate::aclrtAllocatorDesc) -> $crate::aclError;
+                fn aclrtAllocatorGetByStream(stream: $crate::aclrtStream, allocatorDesc: *mut $crate::aclrtAllocatorDesc, allocator: *mut $crate::aclrtAllocator, allocFunc: *mut $crate::aclrtAllocatorAllocFunc, freeFunc: *mut $crate::aclrtAllocatorFreeFunc, allocAdviseFunc: *mut $crate::aclrtAllocatorAllocAdviseFunc, getAddrFromBlockFunc: *mut $crate::aclrtAllocatorGetAddrFromBlockFunc) -> $crate::aclError;
+                fn aclrtAllocatorUnregister(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclFinalizeReference(refCount: *mut u64) -> $crate::aclError;
                 fn aclsysGetVersionStr(pkgName: *mut core::ffi::c_char, versionStr: *mut core::ffi::c_char) -> $crate::aclError;
                 fn aclsysGetVersionNum(pkgName: *mut core::ffi::c_char, versionNum: *mut i32) -> $crate::aclError;
@@ -1269,6 +1503,33 @@ macro_rules! for_each_acl_function {
                 fn aclrtSubscribeHostFunc(hostFuncThreadId: u64, exeStream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtProcessHostFunc(timeout: i32) -> $crate::aclError;
                 fn aclrtUnSubscribeHostFunc(hostFuncThreadId: u64, exeStream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemsetD32(ptr: *mut core::ffi::c_void, memSize: usize, value: u32, N: usize) -> $crate::aclError;
+                fn aclrtMemsetD32Async(ptr: *mut core::ffi::c_void, memSize: usize, value: u32, N: usize, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemGetAddressRange(ptr: *mut core::ffi::c_void, pbase: *mut *mut core::ffi::c_void, psize: *mut usize) -> $crate::aclError;
+                fn aclrtMemcpyBatch(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize, failIndex: *mut usize) -> $crate::aclError;
+                fn aclrtMemcpyBatchAsync(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize, failIndex: *mut usize, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtReserveMemAddress(virPtr: *mut *mut core::ffi::c_void, size: usize, alignment: usize, expectPtr: *mut core::ffi::c_void, flags: u64) -> $crate::aclError;
+                fn aclrtReleaseMemAddress(virPtr: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtMallocPhysical(handle: *mut $crate::aclrtDrvMemHandle, size: usize, prop: *const $crate::aclrtPhysicalMemProp, flags: u64) -> $crate::aclError;
+                fn aclrtFreePhysical(handle: $crate::aclrtDrvMemHandle) -> $crate::aclError;
+                fn aclrtMapMem(virPtr: *mut core::ffi::c_void, size: usize, offset: usize, handle: $crate::aclrtDrvMemHandle, flags: u64) -> $crate::aclError;
+                fn aclrtUnmapMem(virPtr: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtMemSetAccess(virPtr: *mut core::ffi::c_void, size: usize, desc: *mut $crate::aclrtMemAccessDesc, count: usize) -> $crate::aclError;
+                fn aclrtMemGetAccess(virPtr: *mut core::ffi::c_void, location: *mut $crate::aclrtMemLocation, flag: *mut u64) -> $crate::aclError;
+                fn aclrtMemGetAllocationGranularity(prop: *mut $crate::aclrtPhysicalMemProp, option: $crate::aclrtMemGranularityOptions, granularity: *mut usize) -> $crate::aclError;
+                fn aclrtMemRetainAllocationHandle(virPtr: *mut core::ffi::c_void, handle: *mut $crate::aclrtDrvMemHandle) -> $crate::aclError;
+                fn aclrtMemGetAllocationPropertiesFromHandle(handle: $crate::aclrtDrvMemHandle, prop: *mut $crate::aclrtPhysicalMemProp) -> $crate::aclError;
+                fn aclrtMemAllocManaged(ptr: *mut *mut core::ffi::c_void, size: u64, flag: u32) -> $crate::aclError;
+                fn aclrtMemManagedAdvise(ptr: *const core::ffi::c_void, size: u64, advise: $crate::aclrtMemManagedAdviseType, location: $crate::aclrtMemManagedLocation) -> $crate::aclError;
+                fn aclrtMemManagedPrefetchAsync(ptr: *const core::ffi::c_void, size: usize, location: $crate::aclrtMemManagedLocation, flags: u32, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtGetMemUsageInfo(deviceId: i32, memUsageInfo: *mut $crate::aclrtMemUsageInfo, inputNum: usize, outputNum: *mut usize) -> $crate::aclError;
+                fn aclrtMemPoolCreate(memPool: *mut $crate::aclrtMemPool, poolProps: *const $crate::aclrtMemPoolProps) -> $crate::aclError;
+                fn aclrtMemPoolDestroy(memPool: $crate::aclrtMemPool) -> $crate::aclError;
+                fn aclrtMemPoolSetAttr(memPool: $crate::aclrtMemPool, attr: $crate::aclrtMemPoolAttr, value: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtMemPoolGetAttr(memPool: $crate::aclrtMemPool, attr: $crate::aclrtMemPoolAttr, value: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtMemPoolMallocAsync(ptr: *mut *mut core::ffi::c_void, size: usize, memPool: $crate::aclrtMemPool, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemPoolFreeAsync(ptr: *mut core::ffi::c_void, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemPoolTrimTo(memPool: $crate::aclrtMemPool, minBytesToKeep: usize) -> $crate::aclError;
             }
         }
     };

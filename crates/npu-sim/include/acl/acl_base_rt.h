@@ -190,6 +190,12 @@ ACL_FUNC_VISIBILITY aclError aclGetDeviceCapability(uint32_t deviceId, aclDevice
 /* ---- streams, notifies and exceptions (simstream) ---- */
 typedef void *aclrtNotify;
 
+/* ---- custom allocators (simmem): opaque descriptors and the user's objects ---- */
+typedef void *aclrtAllocatorDesc;
+typedef void *aclrtAllocator;
+typedef void *aclrtAllocatorBlock;
+typedef void *aclrtAllocatorAddr;
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,14 +20,14 @@ const MAX_2D_HEIGHT: usize = 5 * 1024 * 1024;
 const MAX_2D_WIDTH: usize = 5_000_000;
 
 /// Where an operation runs: on the calling thread (synchronous APIs) or on a stream.
-enum On {
+pub(super) enum On {
     Caller(Arc<Device>),
     Stream(Arc<Stream>),
 }
 
 impl On {
     /// The current context's device for `None`, else the stream after the submission checks.
-    fn resolve(sim: &Sim, stream: Option<aclrtStream>) -> Res<On> {
+    pub(super) fn resolve(sim: &Sim, stream: Option<aclrtStream>) -> Res<On> {
         Ok(match stream {
             None => On::Caller(context::current(sim)?.device.clone()),
             Some(stream) => On::Stream(context::submit_stream(sim, stream)?),
@@ -125,6 +125,17 @@ fn correct_kind(src: PtrClass, dst: PtrClass, kind: aclrtMemcpyKind) -> Res<Dire
 }
 
 /// Fails if `class` is memory of a device that is lost.
+/// Refuses an address of a reserved virtual range that nothing is mapped at: it is neither
+/// device memory nor host memory of the caller's.
+fn check_mapped(sim: &Sim, class: PtrClass, ptr: usize) -> Res<()> {
+    ensure!(
+        class != PtrClass::Unregistered || !sim.vmm.reserved(ptr),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{ptr:#x} is reserved virtual memory with no physical memory mapped at it"
+    );
+    Ok(())
+}
+
 fn check_alive(sim: &Sim, class: PtrClass) -> Res<()> {
     match class {
         PtrClass::Device(id) => sim.device(id.into())?.check_alive(),
@@ -149,6 +160,8 @@ fn plan(
 ) -> Res<Plan> {
     let (dst_at, src_at) = (sim.memory.locate(dst), sim.memory.locate(src));
     let (dst_class, src_class) = (dst_at.class, src_at.class);
+    check_mapped(sim, dst_class, dst)?;
+    check_mapped(sim, src_class, src)?;
     let dir = correct_kind(src_class, dst_class, kind)?;
     let owned = Owned {
         dst: dst_at.check_range(dst, extent.span(extent.dpitch), "destination")?,
@@ -203,13 +216,13 @@ fn check_memcpy(
 }
 
 /// Every direction; the directions of asynchronous copies; of synchronous 2D copies.
-const ALL: &[Direction] = &[
+pub(super) const ALL: &[Direction] = &[
     Direction::HostToHost,
     Direction::HostToDevice,
     Direction::DeviceToHost,
     Direction::DeviceToDevice,
 ];
-const ASYNC: &[Direction] = &[
+pub(super) const ASYNC: &[Direction] = &[
     Direction::HostToDevice,
     Direction::DeviceToHost,
     Direction::DeviceToDevice,
@@ -218,7 +231,7 @@ const SYNC_2D: &[Direction] = &[Direction::HostToDevice, Direction::DeviceToHost
 
 /// A copy of `extent` after the argument checks: classifies the pointers, checks the direction
 /// is one of `allowed` (207000 otherwise), and runs it where `on` says.
-fn copy(
+pub(super) fn copy(
     sim: &Sim,
     on: &On,
     dst: *mut c_void,
@@ -451,20 +464,104 @@ fn memset(
     if !check_memset(dev_ptr, max_count, count)? {
         return Ok(());
     }
+    // Byte-wise like C memset: the low byte of `value`.
+    fill(dev_ptr, count, u32::from(value as u8), 1, stream, false)
+}
+
+/// Fills `len` bytes at `ptr` with the low `width` bytes of `value`, synchronously or on a
+/// stream. With `runtime_only`, the memory must be device or aclrtMallocHost memory, and host
+/// memory is filled at once even for a stream (aclrtMemsetD32Async's rules).
+fn fill(
+    ptr: *mut c_void,
+    len: usize,
+    value: u32,
+    width: usize,
+    stream: Option<aclrtStream>,
+    runtime_only: bool,
+) -> Res<()> {
     let sim = sim()?;
     let on = On::resolve(sim, stream)?;
-    let at = sim.memory.locate(dev_ptr as usize);
-    let owned = at.check_range(dev_ptr as usize, count, "devPtr")?;
+    let at = sim.memory.locate(ptr as usize);
+    check_mapped(sim, at.class, ptr as usize)?;
+    ensure!(
+        !runtime_only || at.allocation.is_some(),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{ptr:p} is neither aclrtMalloc nor aclrtMallocHost memory"
+    );
+    let owned = at.check_range(ptr as usize, len, "ptr")?;
     let class = at.class;
     check_alive(sim, class)?;
-    // Byte-wise like C memset: the low byte of `value`.
     let op = Op::Memset {
-        dst: dev_ptr as usize,
-        len: count,
-        value: value as u8,
+        dst: ptr as usize,
+        len,
+        value,
+        width,
         owned,
     };
-    on.run(sim, Task::new(op), class == PtrClass::Unregistered)
+    let task = Task::new(op);
+    match on {
+        On::Stream(_) if runtime_only && class == PtrClass::Host => {
+            let device = on.device().clone();
+            run_now(sim, &device, task)
+        }
+        _ => on.run(sim, task, class == PtrClass::Unregistered),
+    }
+}
+
+/// The byte length of `n` 32-bit words, checked against `mem_size`; `Ok(None)`: nothing to do.
+fn check_memset_d32(ptr: *mut c_void, mem_size: usize, n: usize) -> Res<Option<usize>> {
+    if n == 0 {
+        return Ok(None);
+    }
+    non_null(ptr, "ptr")?;
+    match n.checked_mul(4) {
+        Some(len) if len <= mem_size => Ok(Some(len)),
+        _ => fail!(
+            ACL_ERROR_RT_PARAM_INVALID,
+            "{n} 32-bit values do not fit memSize ({mem_size} bytes)"
+        ),
+    }
+}
+
+/// Sets `N` 32-bit words at `ptr` to `value`, synchronously. The memory must be aclrtMalloc or
+/// aclrtMallocHost memory (107000 otherwise, and when `memSize` < 4 × `N`).
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (pointers are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemsetD32(
+    ptr: *mut c_void,
+    memSize: usize,
+    value: u32,
+    N: usize,
+) -> aclError {
+    guard("aclrtMemsetD32", || {
+        match check_memset_d32(ptr, memSize, N)? {
+            Some(len) => fill(ptr, len, value, 4, None, true),
+            None => Ok(()),
+        }
+    })
+}
+
+/// aclrtMemsetD32 as a task of `stream` (NULL: the default stream); aclrtMallocHost memory is
+/// filled at once, not on the stream.
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (pointers are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemsetD32Async(
+    ptr: *mut c_void,
+    memSize: usize,
+    value: u32,
+    N: usize,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtMemsetD32Async", || {
+        match check_memset_d32(ptr, memSize, N)? {
+            Some(len) => fill(ptr, len, value, 4, Some(stream), true),
+            None => Ok(()),
+        }
+    })
 }
 
 /// Sets `count` bytes to the low byte of `value`, synchronously (device or host memory).

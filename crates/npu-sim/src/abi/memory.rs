@@ -29,7 +29,7 @@ fn page_size(policy: aclrtMemMallocPolicy, size: usize) -> u32 {
 
 /// The bytes the runtime reserves for `size`: rounded to 32, plus 32 bytes of padding unless
 /// `padded` is false (aclrtMallocAlign32, 1 GiB pages).
-fn reserved_size(size: usize, padded: bool) -> Res<u64> {
+pub(super) fn reserved_size(size: usize, padded: bool) -> Res<u64> {
     let padding = if padded { PADDING } else { 0 };
     match (size as u64).checked_add(padding + 31) {
         Some(total) => Ok(total / 32 * 32),
@@ -155,6 +155,11 @@ pub unsafe extern "C" fn aclrtMallocWithCfg(
 
 fn free_device(sim: &Sim, ptr: *mut c_void) -> Res<()> {
     non_null(ptr, "devPtr")?;
+    ensure!(
+        !sim.pools.owns(ptr as usize),
+        ACL_ERROR_RT_MEMORY_FREE,
+        "{ptr:p} belongs to a memory pool: return it with aclrtMemPoolFreeAsync"
+    );
     if let AllocKind::Device {
         device, accounted, ..
     } = sim.memory.free(ptr as usize, false)?
@@ -173,7 +178,10 @@ pub unsafe extern "C" fn aclrtFree(devPtr: *mut c_void) -> aclError {
     guard("aclrtFree", || free_device(sim()?, devPtr))
 }
 
-/// Waits for the work of every stream of the device owning the memory, then frees it.
+/// Synchronises the device owning the memory, then frees it: waits for the tasks of every
+/// stream of that device (of a stream that can no longer run its queued tasks, for the task
+/// running now), so no task is still touching the memory when it is freed. Task errors stay
+/// for their streams' owners.
 ///
 /// # Safety
 /// No preconditions beyond the ACL contract (pointers are looked up, never trusted).
@@ -185,18 +193,17 @@ pub unsafe extern "C" fn aclrtFreeWithDevSync(devPtr: *mut c_void) -> aclError {
         if let Some((_, _, AllocKind::Device { device, .. })) =
             sim.memory.allocation_of(devPtr as usize)
         {
-            wait_streams(sim, Some(device));
+            quiesce(sim, device);
         }
         free_device(sim, devPtr)
     })
 }
 
-/// Waits (without consuming task errors) for the streams of one device, or of all devices.
-fn wait_streams(sim: &Sim, device: Option<i32>) {
+/// Waits until no task of any stream of `device` can still touch memory.
+pub(super) fn quiesce(sim: &Sim, device: i32) {
     for stream in sim.streams.live() {
-        if device.is_none_or(|d| d == stream.device.id) {
-            // Doomed streams return at once; their errors belong to their owners.
-            let _ = stream.wait_idle(None);
+        if stream.device.id == device {
+            stream.wait_quiescent();
         }
     }
 }
@@ -264,7 +271,9 @@ pub unsafe extern "C" fn aclrtFreeHost(hostPtr: *mut c_void) -> aclError {
     })
 }
 
-/// Waits for the work of every stream (pinned memory may be used by any device), then frees.
+/// Synchronises the current device (as aclrtSynchronizeDevice would, without consuming task
+/// errors), then frees aclrtMallocHost memory. Without a current context there is no device
+/// to synchronise and it frees at once, like aclrtFreeHost.
 ///
 /// # Safety
 /// No preconditions beyond the ACL contract (pointers are looked up, never trusted).
@@ -273,8 +282,10 @@ pub unsafe extern "C" fn aclrtFreeHostWithDevSync(hostPtr: *mut c_void) -> aclEr
     guard("aclrtFreeHostWithDevSync", || {
         non_null(hostPtr, "hostPtr")?;
         let sim = sim()?;
-        if sim.memory.is_pinned_allocation(hostPtr as usize) {
-            wait_streams(sim, None);
+        if sim.memory.is_pinned_allocation(hostPtr as usize)
+            && let Ok(ctx) = context::current(sim)
+        {
+            quiesce(sim, ctx.device.id);
         }
         sim.memory.free(hostPtr as usize, true).map(drop)
     })
@@ -302,7 +313,12 @@ pub unsafe extern "C" fn aclrtPointerGetAttributes(
                     Some((_, _, AllocKind::Device { page_size, .. })) => page_size,
                     _ => PAGE as u32,
                 };
-                (device as u32, ACL_MEM_LOCATION_TYPE_DEVICE, page)
+                let type_ = if super::managed::is_managed(sim, address) {
+                    ACL_MEM_LOCATION_TYPE_MANAGED
+                } else {
+                    ACL_MEM_LOCATION_TYPE_DEVICE
+                };
+                (device as u32, type_, page)
             }
             PtrClass::Host => (0, ACL_MEM_LOCATION_TYPE_HOST, PAGE as u32),
             PtrClass::Unregistered => (0, ACL_MEM_LOCATION_TYPE_UNREGISTERED, PAGE as u32),

@@ -14,12 +14,14 @@
 // the documentation.
 #![allow(non_snake_case, non_camel_case_types)]
 
+mod allocator;
 mod callback;
 mod cann_attr;
 mod check;
 mod context;
 mod control;
 mod copy;
+mod copy_batch;
 mod device;
 mod device_query;
 mod event;
@@ -29,20 +31,26 @@ mod host;
 mod host_func;
 mod init;
 mod kernel;
+mod managed;
+mod mem_query;
 mod memory;
-mod numeric;
-mod res_limit;
 mod notify;
+mod numeric;
+mod pool;
+mod res_limit;
 mod stream;
 mod stream_config;
 mod stream_control;
 mod value;
+mod vmm;
 
+pub use allocator::*;
 pub use callback::*;
 pub use cann_attr::*;
 pub use context::*;
 pub use control::*;
 pub use copy::*;
+pub use copy_batch::*;
 pub use device::*;
 pub use device_query::*;
 pub use event::*;
@@ -52,13 +60,17 @@ pub use host::*;
 pub use host_func::*;
 pub use init::*;
 pub use kernel::*;
+pub use managed::*;
+pub use mem_query::*;
 pub use memory::*;
-pub use numeric::*;
-pub use res_limit::*;
 pub use notify::*;
+pub use numeric::*;
+pub use pool::*;
+pub use res_limit::*;
 pub use stream::*;
 pub use stream_config::*;
 pub use stream_control::*;
 pub use value::*;
+pub use vmm::*;
 
 pub use npu_sys::{aclError, aclrtContext, aclrtEvent, aclrtStream};

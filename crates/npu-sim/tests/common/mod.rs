@@ -77,6 +77,18 @@ pub fn malloc_host(bytes: usize) -> *mut c_void {
     ptr
 }
 
+/// A stream of `device`'s primary context, created on another thread (so it belongs to
+/// another context than the caller's when the caller is bound to another device).
+pub fn stream_of_device(device: i32) -> aclrtStream {
+    let stream = std::thread::spawn(move || {
+        set_device(device);
+        create_stream() as usize
+    })
+    .join()
+    .unwrap();
+    stream as aclrtStream
+}
+
 /// Copies host data to a device pointer synchronously.
 pub fn upload<T: Copy>(dev: *mut c_void, data: &[T]) {
     let bytes = std::mem::size_of_val(data);
@@ -228,4 +240,28 @@ pub fn aiv_attr() -> aclrtLaunchKernelAttr {
             engineType: ACL_RT_ENGINE_TYPE_AIV,
         },
     }
+}
+
+/// Asserts an ACL call failed with `code`, left it as the thread's last error, and named
+/// `api` in its message.
+macro_rules! fails {
+    ($call:expr, $code:expr, $api:expr) => {{
+        // SAFETY: the tests pass valid pointers and live handles unless a case says otherwise;
+        // invalid handles are opaque tokens the simulator checks, never dereferences.
+        let code = unsafe { $call };
+        // SAFETY: no preconditions.
+        let last = unsafe { aclrtPeekAtLastError(npu_sys::ACL_RT_THREAD_LEVEL) };
+        let message = $crate::common::recent_message();
+        assert_eq!(
+            (code, last),
+            ($code, $code),
+            "{}: {message}",
+            stringify!($call)
+        );
+        assert!(
+            message.contains(concat!($api, " failed")),
+            "{}: {message}",
+            stringify!($call)
+        );
+    }};
 }

@@ -1,0 +1,220 @@
+//! Managed (unified) memory: aclrtMemAllocManaged, aclrtMemManagedAdvise,
+//! aclrtMemManagedPrefetchAsync.
+//!
+//! Host and devices share the simulator's memory, so managed memory never migrates: it is
+//! zero-filled anonymous memory placed in the runtime's unified-address window, recorded as
+//! memory of the allocating device (copies treat it as device memory, the host may touch it
+//! directly), reported as MANAGED by aclrtPointerGetAttributes and freed with aclrtFree.
+//! Advice is validated and has no effect; a prefetch is a task that does nothing.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use npu_sys::*;
+
+use crate::context;
+use crate::error::{Res, ensure, fail, guard, non_null, write_out};
+use crate::event::Record;
+use crate::memory::AllocKind;
+use crate::sim::{Sim, sim};
+use crate::task::{Op, Task};
+
+/// The unified-address window managed memory lives in: [9 TiB, 12 TiB).
+pub(super) const WINDOW: std::ops::Range<usize> = 0x900_0000_0000..0x900_0000_0000 + (3 << 40);
+/// Managed sizes are whole 2 MiB pages.
+const GRAIN: usize = 2 << 20;
+
+/// Whether `ptr` lies in managed memory.
+pub(super) fn is_managed(sim: &Sim, ptr: usize) -> bool {
+    WINDOW.contains(&ptr) && sim.memory.allocation_of(ptr).is_some()
+}
+
+/// Maps `len` bytes at the first free place of the window.
+fn place(sim: &Sim, len: usize) -> Res<usize> {
+    loop {
+        let Some(at) = sim.memory.first_gap(WINDOW.start, WINDOW.end, len) else {
+            fail!(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                "{len} bytes of managed memory do not fit the 3 TiB unified-address window"
+            );
+        };
+        // SAFETY: an anonymous private mapping at an address nothing of ours uses;
+        // MAP_FIXED_NOREPLACE fails instead of replacing anything already there.
+        let ptr = unsafe {
+            libc::mmap(
+                at as *mut c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | libc::MAP_NORESERVE
+                    | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if ptr as usize == at {
+            return Ok(at);
+        }
+        if ptr != libc::MAP_FAILED {
+            // An old kernel ignored the placement: give it back.
+            // SAFETY: the mapping was just made and nothing refers to it.
+            unsafe { libc::munmap(ptr, len) };
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+            fail!(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                "mapping {len} bytes of managed memory failed: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        // Another thread took the gap first: look again.
+    }
+}
+
+/// Allocates `size` bytes of managed memory (rounded up to 2 MiB), accessible from the host
+/// and every device; `flag` must be ACL_RT_MEM_ATTACH_GLOBAL (107000). Needs a current
+/// context; free it with aclrtFree.
+///
+/// # Safety
+/// `ptr` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemAllocManaged(
+    ptr: *mut *mut c_void,
+    size: u64,
+    flag: u32,
+) -> aclError {
+    guard("aclrtMemAllocManaged", || {
+        non_null(ptr, "ptr")?;
+        ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+        ensure!(
+            flag == ACL_RT_MEM_ATTACH_GLOBAL,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "flag must be ACL_RT_MEM_ATTACH_GLOBAL, not {flag}"
+        );
+        let sim = sim()?;
+        let ctx = context::current(sim)?;
+        ctx.device.check_alive()?;
+        let Some(len) = usize::try_from(size)
+            .ok()
+            .and_then(|s| s.checked_next_multiple_of(GRAIN))
+        else {
+            fail!(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                "{size} bytes cannot be allocated"
+            );
+        };
+        // Counted as an allocation of the device, with no bytes: the memory is the host's
+        // until a device would touch it.
+        ctx.device.reserve(0)?;
+        let base = match place(sim, len) {
+            Ok(base) => base,
+            Err(error) => {
+                ctx.device.unreserve(0);
+                return Err(error);
+            }
+        };
+        let kind = AllocKind::Device {
+            device: ctx.device.id,
+            accounted: 0,
+            page_size: GRAIN as u32,
+        };
+        sim.memory.insert_mapped(base, len, kind);
+        write_out(ptr, "ptr", base as *mut c_void)
+    })
+}
+
+/// Checks a managed range: inside managed memory, `size` a non-zero multiple of 2 MiB.
+fn check_range(sim: &Sim, ptr: *const c_void, size: u64) -> Res<()> {
+    non_null(ptr, "ptr")?;
+    let address = ptr as usize;
+    ensure!(
+        is_managed(sim, address),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{ptr:p} is not managed memory (aclrtMemAllocManaged)"
+    );
+    ensure!(
+        size != 0 && size % GRAIN as u64 == 0,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "size {size} is not a non-zero multiple of 2 MiB"
+    );
+    let inside = sim
+        .memory
+        .allocation_of(address)
+        .is_some_and(|(base, len, _)| (address - base) as u64 + size <= len as u64);
+    ensure!(
+        inside,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{ptr:p}+{size} runs past the end of its managed allocation"
+    );
+    Ok(())
+}
+
+/// Checks a managed-memory location: a device that exists (107001) or the host.
+fn check_location(sim: &Sim, location: &aclrtMemManagedLocation) -> Res<()> {
+    match location.type_ {
+        ACL_MEM_LOCATIONTYPE_DEVICE => sim.device(location.id.into()).map(drop),
+        ACL_MEM_LOCATIONTYPE_HOST
+        | ACL_MEM_LOCATIONTYPE_HOST_NUMA
+        | ACL_MEM_LOCATIONTYPE_HOST_NUMA_CURRENT => Ok(()),
+        other => fail!(
+            ACL_ERROR_RT_PARAM_INVALID,
+            "location type {other} is not a device or the host"
+        ),
+    }
+}
+
+/// Gives the runtime advice about managed memory. It is validated (range, advice, and for the
+/// location-taking advice the location) and has no effect: nothing migrates on the simulator.
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemManagedAdvise(
+    ptr: *const c_void,
+    size: u64,
+    advise: aclrtMemManagedAdviseType,
+    location: aclrtMemManagedLocation,
+) -> aclError {
+    guard("aclrtMemManagedAdvise", || {
+        let sim = sim()?;
+        check_range(sim, ptr, size)?;
+        match advise {
+            ACL_MEM_ADVISE_SET_READ_MOSTLY | ACL_MEM_ADVISE_UNSET_READ_MOSTLY => Ok(()),
+            ACL_MEM_ADVISE_SET_PREFERRED_LOCATION
+            | ACL_MEM_ADVISE_UNSET_PREFERRED_LOCATION
+            | ACL_MEM_ADVISE_SET_ACCESSED_BY
+            | ACL_MEM_ADVISE_UNSET_ACCESSED_BY => check_location(sim, &location),
+            other => fail!(ACL_ERROR_RT_PARAM_INVALID, "unknown advice {other}"),
+        }
+    })
+}
+
+/// Prefetches managed memory to a location as a task of `stream`: the task does nothing (the
+/// memory is where every device and the host can reach it), but keeps its place in stream
+/// order. `flags` must be 0 (107000).
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemManagedPrefetchAsync(
+    ptr: *const c_void,
+    size: usize,
+    location: aclrtMemManagedLocation,
+    flags: u32,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtMemManagedPrefetchAsync", || {
+        let sim = sim()?;
+        check_range(sim, ptr, size as u64)?;
+        check_location(sim, &location)?;
+        ensure!(
+            flags == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "flags is reserved and must be 0, not {flags}"
+        );
+        let stream = context::submit_stream(sim, stream)?;
+        let marker = Arc::new(Record::new(stream.clone()));
+        stream.submit(Task::new(Op::Record(marker)))
+    })
+}

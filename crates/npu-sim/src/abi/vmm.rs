@@ -1,0 +1,338 @@
+//! Virtual memory management (aclrtReserveMemAddress, aclrtMallocPhysical, aclrtMapMem, ...);
+//! the model is in `crate::vmm`.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use npu_sys::*;
+
+use super::check::{array, optional};
+use crate::device::Device;
+use crate::error::{Res, ensure, fail, guard, non_null, write_out};
+use crate::handle;
+use crate::sim::{Sim, sim};
+
+const HUGE: usize = 2 << 20;
+const GIANT: usize = 1 << 30;
+
+/// Checks physical memory properties; returns the device and its allocation granularity.
+fn granularity_of<'a>(sim: &'a Sim, prop: &aclrtPhysicalMemProp) -> Res<(&'a Arc<Device>, usize)> {
+    ensure!(
+        prop.allocationType == ACL_MEM_ALLOCATION_TYPE_PINNED,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "allocationType {} is not ACL_MEM_ALLOCATION_TYPE_PINNED",
+        prop.allocationType
+    );
+    match prop.handleType {
+        ACL_MEM_HANDLE_TYPE_NONE => {}
+        ACL_MEM_HANDLE_TYPE_POSIX => fail!(
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "physical memory shared between processes (ACL_MEM_HANDLE_TYPE_POSIX) is not supported"
+        ),
+        other => fail!(ACL_ERROR_RT_PARAM_INVALID, "unknown handleType {other}"),
+    }
+    match prop.location.type_ {
+        ACL_MEM_LOCATION_TYPE_DEVICE => {}
+        ACL_MEM_LOCATION_TYPE_HOST | ACL_MEM_LOCATION_TYPE_HOST_NUMA => fail!(
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "the simulator has no host physical memory: use location type ACL_MEM_LOCATION_TYPE_DEVICE"
+        ),
+        other => fail!(
+            ACL_ERROR_RT_PARAM_INVALID,
+            "location type {other} cannot hold physical memory"
+        ),
+    }
+    let granularity = match prop.memAttr {
+        ACL_MEM_NORMAL | ACL_MEM_HUGE | ACL_MEM_P2P_NORMAL | ACL_MEM_P2P_HUGE
+        | ACL_HBM_MEM_NORMAL | ACL_HBM_MEM_HUGE => HUGE,
+        ACL_MEM_HUGE1G | ACL_HBM_MEM_HUGE1G => GIANT,
+        ACL_MEM_P2P_HUGE1G => fail!(
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "ACL_MEM_P2P_HUGE1G is not supported on this product"
+        ),
+        other => fail!(
+            ACL_ERROR_RT_PARAM_INVALID,
+            "memAttr {other} is not a device memory type for physical allocations"
+        ),
+    };
+    let device = sim.device(prop.location.id.into())?;
+    Ok((device, granularity))
+}
+
+fn read_prop(prop: *const aclrtPhysicalMemProp) -> Res<aclrtPhysicalMemProp> {
+    match optional(prop) {
+        Some(prop) => Ok(prop),
+        None => fail!(ACL_ERROR_INVALID_PARAM, "prop is NULL"),
+    }
+}
+
+/// Reserves `size` bytes of virtual addresses. `alignment` must be 0 (107000); `expectPtr`
+/// NULL, or an address in [16 TiB, 24 TiB) aligned to the next power of two of `size` (1 GiB
+/// above 1 GiB; 107000 otherwise, and when the addresses are taken → 207001). `flags` is
+/// reserved and ignored.
+///
+/// # Safety
+/// `virPtr` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtReserveMemAddress(
+    virPtr: *mut *mut c_void,
+    size: usize,
+    alignment: usize,
+    expectPtr: *mut c_void,
+    _flags: u64,
+) -> aclError {
+    guard("aclrtReserveMemAddress", || {
+        non_null(virPtr, "virPtr")?;
+        ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+        ensure!(
+            alignment == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "alignment is reserved and must be 0, not {alignment}"
+        );
+        let base = sim()?.vmm.reserve(size, expectPtr as usize)?;
+        write_out(virPtr, "virPtr", base as *mut c_void)
+    })
+}
+
+/// Releases a reserved range by its start; it must have nothing mapped (107000).
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtReleaseMemAddress(virPtr: *mut c_void) -> aclError {
+    guard("aclrtReleaseMemAddress", || {
+        non_null(virPtr, "virPtr")?;
+        sim()?.vmm.release(virPtr as usize)
+    })
+}
+
+/// Allocates physical device memory: `size` rounded up to the granularity of `prop->memAttr`
+/// (2 MiB; 1 GiB for the HUGE1G types) and counted against the device's capacity (207001).
+/// `flags` must be 0; host locations, POSIX handles and ACL_MEM_P2P_HUGE1G → 207000; other bad
+/// properties → 107000, an unknown device → 107001.
+///
+/// # Safety
+/// `handle` must be NULL or valid for a write; `prop` NULL or a valid struct.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMallocPhysical(
+    handle: *mut aclrtDrvMemHandle,
+    size: usize,
+    prop: *const aclrtPhysicalMemProp,
+    flags: u64,
+) -> aclError {
+    guard("aclrtMallocPhysical", || {
+        non_null(handle, "handle")?;
+        ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+        let prop = read_prop(prop)?;
+        ensure!(
+            flags == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "flags is reserved and must be 0, not {flags}"
+        );
+        let sim = sim()?;
+        let (device, granularity) = granularity_of(sim, &prop)?;
+        device.check_alive()?;
+        let physical = sim.vmm.allocate(device, size, granularity, prop)?;
+        write_out(handle, "handle", handle::to_ptr(physical))
+    })
+}
+
+/// Frees a physical allocation's handle; memory still mapped is released when unmapped.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtFreePhysical(handle: aclrtDrvMemHandle) -> aclError {
+    guard("aclrtFreePhysical", || {
+        non_null(handle, "handle")?;
+        sim()?.vmm.free(handle::from_ptr(handle))
+    })
+}
+
+/// Maps a whole physical allocation at `virPtr` (granularity-aligned, inside one reserved
+/// range, over nothing mapped, and every mapping of a range on one device). `size` must be the
+/// allocation's size, `offset` and `flags` 0 (107000 otherwise).
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMapMem(
+    virPtr: *mut c_void,
+    size: usize,
+    offset: usize,
+    handle: aclrtDrvMemHandle,
+    flags: u64,
+) -> aclError {
+    guard("aclrtMapMem", || {
+        non_null(virPtr, "virPtr")?;
+        non_null(handle, "handle")?;
+        let sim = sim()?;
+        let physical = sim.vmm.resolve(handle::from_ptr(handle))?;
+        ensure!(
+            size == physical.size,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "size {size} is not the physical allocation's size ({})",
+            physical.size
+        );
+        ensure!(
+            offset == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "offset must be 0, not {offset}"
+        );
+        ensure!(
+            flags == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "flags is reserved and must be 0, not {flags}"
+        );
+        physical.device.check_alive()?;
+        sim.vmm.map(&sim.memory, virPtr as usize, &physical)
+    })
+}
+
+/// Unmaps the mapping starting at `virPtr` (107000 if none), after any task touching it.
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtUnmapMem(virPtr: *mut c_void) -> aclError {
+    guard("aclrtUnmapMem", || {
+        non_null(virPtr, "virPtr")?;
+        let sim = sim()?;
+        sim.vmm.unmap(&sim.memory, virPtr as usize)
+    })
+}
+
+/// The device a location names, which must be a device (107000) that exists (107001).
+fn location_device(sim: &Sim, location: &aclrtMemLocation) -> Res<u32> {
+    ensure!(
+        location.type_ == ACL_MEM_LOCATION_TYPE_DEVICE,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "location type {} is not ACL_MEM_LOCATION_TYPE_DEVICE",
+        location.type_
+    );
+    sim.device(location.id.into())?;
+    Ok(location.id)
+}
+
+/// Records which devices may access the mapped range `[virPtr, virPtr+size)` and how (NONE,
+/// READ, READWRITE). The simulator records the flags; every device can still reach the
+/// memory.
+///
+/// # Safety
+/// `desc` must be NULL or hold `count` descriptors.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemSetAccess(
+    virPtr: *mut c_void,
+    size: usize,
+    desc: *mut aclrtMemAccessDesc,
+    count: usize,
+) -> aclError {
+    guard("aclrtMemSetAccess", || {
+        non_null(virPtr, "virPtr")?;
+        non_null(desc, "desc")?;
+        ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+        ensure!(count != 0, ACL_ERROR_INVALID_PARAM, "count is 0");
+        let sim = sim()?;
+        for entry in array(desc.cast_const(), count, "desc")? {
+            ensure!(
+                matches!(
+                    entry.flags,
+                    ACL_RT_MEM_ACCESS_FLAGS_NONE
+                        | ACL_RT_MEM_ACCESS_FLAGS_READ
+                        | ACL_RT_MEM_ACCESS_FLAGS_READWRITE
+                ),
+                ACL_ERROR_RT_PARAM_INVALID,
+                "unknown access flags {}",
+                entry.flags
+            );
+            let device = location_device(sim, &entry.location)?;
+            sim.vmm
+                .set_access(virPtr as usize, size, device, entry.flags)?;
+        }
+        Ok(())
+    })
+}
+
+/// The access flags a device has on the mapping holding `virPtr` (READWRITE for the
+/// memory's own device after aclrtMapMem, NONE for others until aclrtMemSetAccess).
+///
+/// # Safety
+/// `location` must be NULL or a valid struct; `flag` NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemGetAccess(
+    virPtr: *mut c_void,
+    location: *mut aclrtMemLocation,
+    flag: *mut u64,
+) -> aclError {
+    guard("aclrtMemGetAccess", || {
+        non_null(virPtr, "virPtr")?;
+        non_null(flag, "flag")?;
+        let Some(location) = optional(location) else {
+            fail!(ACL_ERROR_INVALID_PARAM, "location is NULL");
+        };
+        let sim = sim()?;
+        let device = location_device(sim, &location)?;
+        let flags = sim.vmm.access(virPtr as usize, device)?;
+        write_out(flag, "flag", u64::from(flags))
+    })
+}
+
+/// The allocation granularity of physical memory with `prop`: 2 MiB, or 1 GiB for the
+/// HUGE1G types, both as the minimum and the recommendation.
+///
+/// # Safety
+/// `prop` must be NULL or a valid struct; `granularity` NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemGetAllocationGranularity(
+    prop: *mut aclrtPhysicalMemProp,
+    option: aclrtMemGranularityOptions,
+    granularity: *mut usize,
+) -> aclError {
+    guard("aclrtMemGetAllocationGranularity", || {
+        let prop = read_prop(prop)?;
+        non_null(granularity, "granularity")?;
+        ensure!(
+            option == ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM
+                || option == ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "option {option} is neither MINIMUM nor RECOMMENDED"
+        );
+        let (_, bytes) = granularity_of(sim()?, &prop)?;
+        write_out(granularity, "granularity", bytes)
+    })
+}
+
+/// The handle of the physical allocation mapped at `virPtr` (any address in the mapping); it
+/// counts as one more reference, to be freed with aclrtFreePhysical.
+///
+/// # Safety
+/// `handle` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemRetainAllocationHandle(
+    virPtr: *mut c_void,
+    handle: *mut aclrtDrvMemHandle,
+) -> aclError {
+    guard("aclrtMemRetainAllocationHandle", || {
+        non_null(virPtr, "virPtr")?;
+        non_null(handle, "handle")?;
+        let physical = sim()?.vmm.retain(virPtr as usize)?;
+        write_out(handle, "handle", handle::to_ptr(physical))
+    })
+}
+
+/// The properties a physical allocation was made with.
+///
+/// # Safety
+/// `prop` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemGetAllocationPropertiesFromHandle(
+    handle: aclrtDrvMemHandle,
+    prop: *mut aclrtPhysicalMemProp,
+) -> aclError {
+    guard("aclrtMemGetAllocationPropertiesFromHandle", || {
+        non_null(handle, "handle")?;
+        non_null(prop, "prop")?;
+        let physical = sim()?.vmm.resolve(handle::from_ptr(handle))?;
+        write_out(prop, "prop", physical.prop)
+    })
+}

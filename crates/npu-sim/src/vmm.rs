@@ -1,0 +1,406 @@
+//! Virtual memory management: reserved address ranges, physical allocations (memfds counted
+//! against a device's capacity) and the mappings between them.
+//!
+//! A reservation is an anonymous private mapping of the whole range, so an address in it that
+//! nothing is mapped at still belongs to the simulator (a stray kernel access reads zeros
+//! instead of crashing the process); copies and memsets refuse such addresses. Mapping
+//! physical memory replaces part of the reservation with a shared mapping of the physical
+//! allocation's memfd and records it in the [`MemoryMap`] as device memory; unmapping puts
+//! anonymous memory back.
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, RwLock};
+
+use npu_sys::*;
+
+use crate::device::Device;
+use crate::error::{Res, ensure, fail};
+use crate::handle::{Handle, HandleTable, Kind};
+use crate::memory::{AllocKind, MemoryMap};
+use crate::sync::{lock, read, write};
+
+/// Lowest address a caller may ask a reservation to start at (16 TiB)…
+const EXPECT_LOW: usize = 16 << 40;
+/// …and the end of that window (24 TiB).
+const EXPECT_HIGH: usize = 24 << 40;
+const GIB: usize = 1 << 30;
+
+/// Physical memory from aclrtMallocPhysical.
+pub(crate) struct Physical {
+    pub(crate) device: Arc<Device>,
+    /// The size the caller asked for (a mapping must have exactly this size).
+    pub(crate) size: usize,
+    /// The size allocated and counted against the device: `size` rounded to `granularity`.
+    bytes: usize,
+    pub(crate) granularity: usize,
+    pub(crate) prop: aclrtPhysicalMemProp,
+    memfd: OwnedFd,
+    /// Outstanding handle references (aclrtMallocPhysical, aclrtMemRetainAllocationHandle)
+    /// and the handle they refer to (retired when they reach 0).
+    refs: Mutex<(u32, Handle)>,
+}
+
+impl Drop for Physical {
+    fn drop(&mut self) {
+        // The last handle reference and the last mapping are gone.
+        self.device.unreserve(self.bytes as u64);
+    }
+}
+
+struct Mapping {
+    len: usize,
+    physical: Arc<Physical>,
+    /// Access flags per device id.
+    access: BTreeMap<u32, aclrtMemAccessFlags>,
+}
+
+struct Reservation {
+    len: usize,
+    mappings: BTreeMap<usize, Mapping>,
+}
+
+/// Every physical allocation and reservation.
+pub(crate) struct Vmm {
+    physical: HandleTable<Physical>,
+    reservations: RwLock<BTreeMap<usize, Reservation>>,
+}
+
+/// Maps `len` bytes at `addr` (or anywhere, for 0) as fresh anonymous memory; `fixed` replaces
+/// what is there, otherwise an occupied address fails. Returns the address or `None`.
+fn map_anonymous(addr: usize, len: usize, fixed: bool) -> Option<usize> {
+    let placement = match (addr, fixed) {
+        (0, _) => 0,
+        (_, true) => libc::MAP_FIXED,
+        (_, false) => libc::MAP_FIXED_NOREPLACE,
+    };
+    // SAFETY: an anonymous mapping; with MAP_FIXED it replaces only a range of a reservation
+    // this module owns (and whose mapping it has just taken out of every table).
+    let ptr = unsafe {
+        libc::mmap(
+            addr as *mut c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | placement,
+            -1,
+            0,
+        )
+    };
+    (ptr != libc::MAP_FAILED && (addr == 0 || ptr as usize == addr)).then_some(ptr as usize)
+}
+
+fn page_round(len: usize) -> Option<usize> {
+    len.checked_next_multiple_of(crate::memory::PAGE)
+}
+
+impl Vmm {
+    pub(crate) const fn new() -> Self {
+        Self {
+            physical: HandleTable::new(Kind::PhysicalMem),
+            reservations: RwLock::new(BTreeMap::new()),
+        }
+    }
+
+    /// Reserves `size` bytes of addresses, at `expect` if it is not 0.
+    pub(crate) fn reserve(&self, size: usize, expect: usize) -> Res<usize> {
+        let Some(len) = page_round(size) else {
+            fail!(ACL_ERROR_RT_PARAM_INVALID, "size {size} is too large");
+        };
+        if expect != 0 {
+            let align = if size > GIB {
+                GIB
+            } else {
+                size.next_power_of_two()
+            };
+            ensure!(
+                (EXPECT_LOW..EXPECT_HIGH).contains(&expect)
+                    && expect
+                        .checked_add(len)
+                        .is_some_and(|end| end <= EXPECT_HIGH)
+                    && expect % align == 0,
+                ACL_ERROR_RT_PARAM_INVALID,
+                "expectPtr {expect:#x} must lie in [16 TiB, 24 TiB) and be aligned to {align:#x}"
+            );
+        }
+        let Some(base) = map_anonymous(expect, len, false) else {
+            fail!(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                "{len} bytes of addresses could not be reserved{}",
+                if expect != 0 { " there (in use?)" } else { "" }
+            );
+        };
+        write(&self.reservations).insert(
+            base,
+            Reservation {
+                len,
+                mappings: BTreeMap::new(),
+            },
+        );
+        Ok(base)
+    }
+
+    /// Releases the reservation starting at `base`; it must have no mappings left.
+    pub(crate) fn release(&self, base: usize) -> Res<()> {
+        let mut reservations = write(&self.reservations);
+        let Some(reservation) = reservations.get(&base) else {
+            fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "{base:#x} is not the start of a reserved address range"
+            );
+        };
+        ensure!(
+            reservation.mappings.is_empty(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "the range at {base:#x} still has {} mappings: unmap them first",
+            reservation.mappings.len()
+        );
+        let len = reservation.len;
+        reservations.remove(&base);
+        // SAFETY: the whole reservation was mapped by `reserve` and nothing in it is mapped
+        // or recorded any more.
+        unsafe { libc::munmap(base as *mut c_void, len) };
+        Ok(())
+    }
+
+    /// Allocates physical memory on `device`: `size` rounded to `granularity`.
+    pub(crate) fn allocate(
+        &self,
+        device: &Arc<Device>,
+        size: usize,
+        granularity: usize,
+        prop: aclrtPhysicalMemProp,
+    ) -> Res<Handle> {
+        let Some(bytes) = size.checked_next_multiple_of(granularity) else {
+            fail!(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                "{size} bytes cannot be allocated"
+            );
+        };
+        device.reserve(bytes as u64)?;
+        // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new fd or -1.
+        let fd = unsafe { libc::memfd_create(c"npu-sim-physical".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            device.unreserve(bytes as u64);
+            fail!(
+                ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
+                "memfd_create failed: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        // SAFETY: a new descriptor nothing else owns.
+        let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let physical = Physical {
+            device: device.clone(),
+            size,
+            bytes,
+            granularity,
+            prop,
+            memfd,
+            refs: Mutex::new((1, 0)),
+        };
+        // SAFETY: sets the size of our own memfd; its pages are committed as they are touched.
+        if unsafe { libc::ftruncate(physical.memfd.as_raw_fd(), bytes as libc::off_t) } != 0 {
+            fail!(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                "{bytes} bytes of physical memory could not be allocated"
+            );
+        }
+        let physical = Arc::new(physical);
+        let handle = self.physical.insert(physical.clone())?;
+        lock(&physical.refs).1 = handle;
+        Ok(handle)
+    }
+
+    pub(crate) fn resolve(&self, handle: Handle) -> Res<Arc<Physical>> {
+        self.physical.resolve(handle)
+    }
+
+    /// Drops one handle reference; the last one retires the handle (the memory lives on while
+    /// it is mapped).
+    pub(crate) fn free(&self, handle: Handle) -> Res<()> {
+        let physical = self.physical.resolve(handle)?;
+        let mut refs = lock(&physical.refs);
+        refs.0 -= 1;
+        if refs.0 == 0 {
+            self.physical.remove(handle);
+        }
+        Ok(())
+    }
+
+    /// Maps `physical` (all of it) at `addr`, inside a reservation, over nothing mapped yet.
+    pub(crate) fn map(&self, memory: &MemoryMap, addr: usize, physical: &Arc<Physical>) -> Res<()> {
+        let len = physical.bytes;
+        ensure!(
+            addr % physical.granularity == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "{addr:#x} is not aligned to the allocation granularity ({:#x})",
+            physical.granularity
+        );
+        let mut reservations = write(&self.reservations);
+        let Some((&base, reservation)) =
+            reservations
+                .range_mut(..=addr)
+                .next_back()
+                .filter(|(base, r)| {
+                    addr.checked_add(len)
+                        .is_some_and(|end| end <= **base + r.len)
+                })
+        else {
+            fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "{addr:#x}+{len} does not lie inside one reserved address range"
+            );
+        };
+        let overlaps = reservation
+            .mappings
+            .range(..addr + len)
+            .next_back()
+            .is_some_and(|(&start, m)| start + m.len > addr);
+        ensure!(
+            !overlaps,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "{addr:#x}+{len} overlaps memory already mapped in the range at {base:#x}"
+        );
+        let other_device = reservation
+            .mappings
+            .values()
+            .find(|m| m.physical.device.id != physical.device.id);
+        if let Some(other) = other_device {
+            fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "the range at {base:#x} already maps memory of device {}; it cannot also map device {}'s",
+                other.physical.device.id,
+                physical.device.id
+            );
+        }
+        // SAFETY: replaces part of our own reservation with a shared mapping of our memfd,
+        // `len` bytes long (the memfd's size).
+        let ptr = unsafe {
+            libc::mmap(
+                addr as *mut c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                physical.memfd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            fail!(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                "mapping {len} bytes at {addr:#x} failed: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        let device = physical.device.id;
+        memory.adopt(
+            addr,
+            len,
+            AllocKind::Device {
+                device,
+                accounted: 0,
+                page_size: physical.granularity as u32,
+            },
+        );
+        reservation.mappings.insert(
+            addr,
+            Mapping {
+                len,
+                physical: physical.clone(),
+                access: BTreeMap::from([(device as u32, ACL_RT_MEM_ACCESS_FLAGS_READWRITE)]),
+            },
+        );
+        Ok(())
+    }
+
+    /// Unmaps the mapping starting at `addr` once no task touches it.
+    pub(crate) fn unmap(&self, memory: &MemoryMap, addr: usize) -> Res<()> {
+        let mut reservations = write(&self.reservations);
+        let mapping = reservations
+            .range_mut(..=addr)
+            .next_back()
+            .and_then(|(_, r)| r.mappings.remove(&addr));
+        let Some(mapping) = mapping else {
+            fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "{addr:#x} is not the start of mapped virtual memory"
+            );
+        };
+        drop(reservations);
+        memory.disown(addr);
+        // Back to plain reserved addresses; failing to map them again leaves the physical
+        // mapping in place, which is still memory of ours.
+        map_anonymous(addr, mapping.len, true);
+        Ok(())
+    }
+
+    /// Calls `f` with the start and the mapping holding `addr`.
+    fn with_mapping<T>(&self, addr: usize, f: impl FnOnce(usize, &mut Mapping) -> T) -> Res<T> {
+        let mut reservations = write(&self.reservations);
+        let mapping = reservations
+            .range_mut(..=addr)
+            .next_back()
+            .and_then(|(_, r)| r.mappings.range_mut(..=addr).next_back())
+            .filter(|(start, m)| addr < **start + m.len);
+        match mapping {
+            Some((&start, mapping)) => Ok(f(start, mapping)),
+            None => fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "{addr:#x} is not in mapped virtual memory"
+            ),
+        }
+    }
+
+    /// The physical allocation mapped at `addr`, with one more handle reference.
+    pub(crate) fn retain(&self, addr: usize) -> Res<Handle> {
+        let physical = self.with_mapping(addr, |_, m| m.physical.clone())?;
+        let mut refs = lock(&physical.refs);
+        if refs.0 == 0 {
+            // Every handle was freed while the memory stayed mapped: it gets a new one.
+            refs.1 = self.physical.insert(physical.clone())?;
+        }
+        refs.0 += 1;
+        Ok(refs.1)
+    }
+
+    /// Sets `flags` for `device` on every mapping in `[addr, addr+len)`, which mappings must
+    /// cover entirely.
+    pub(crate) fn set_access(
+        &self,
+        addr: usize,
+        len: usize,
+        device: u32,
+        flags: aclrtMemAccessFlags,
+    ) -> Res<()> {
+        let mut at = addr;
+        let end = addr.saturating_add(len);
+        while at < end {
+            at = self.with_mapping(at, |start, m| {
+                m.access.insert(device, flags);
+                start + m.len
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The access flags of `device` on the mapping holding `addr`.
+    pub(crate) fn access(&self, addr: usize, device: u32) -> Res<aclrtMemAccessFlags> {
+        self.with_mapping(addr, |_, m| {
+            m.access
+                .get(&device)
+                .copied()
+                .unwrap_or(ACL_RT_MEM_ACCESS_FLAGS_NONE)
+        })
+    }
+
+    /// Whether `addr` lies in a reserved range. For an address the [`MemoryMap`] does not
+    /// know, that means reserved but not mapped: copies must not treat it as host memory.
+    pub(crate) fn reserved(&self, addr: usize) -> bool {
+        let reservations = read(&self.reservations);
+        reservations
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&base, r)| addr < base + r.len)
+    }
+}

@@ -1,0 +1,554 @@
+//! Virtual memory through the C ABI: reserve, allocate physical memory, map, use, set access,
+//! unmap, free and release, with every error path.
+
+extern crate ascendcl as npu_sim;
+
+#[macro_use]
+mod common;
+
+use std::ffi::c_void;
+use std::ptr;
+
+use common::*;
+use npu_sim::abi::*;
+use npu_sys::*;
+
+const MIB: usize = 1 << 20;
+
+/// Three devices: the flow test has device 2 to itself, so its accounting is exact.
+fn install() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| npu_sim::SimConfig::default().devices(3).install().unwrap());
+}
+
+fn prop(device: u32, attr: aclrtMemAttr) -> aclrtPhysicalMemProp {
+    aclrtPhysicalMemProp {
+        handleType: ACL_MEM_HANDLE_TYPE_NONE,
+        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+        memAttr: attr,
+        location: aclrtMemLocation {
+            id: device,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        reserve: 0,
+    }
+}
+
+fn reserve(size: usize) -> *mut c_void {
+    let mut va = ptr::null_mut();
+    acl!(aclrtReserveMemAddress(&mut va, size, 0, ptr::null_mut(), 0));
+    va
+}
+
+fn physical(device: u32, size: usize) -> aclrtDrvMemHandle {
+    let mut handle = ptr::null_mut();
+    acl!(aclrtMallocPhysical(
+        &mut handle,
+        size,
+        &prop(device, ACL_MEM_HUGE),
+        0
+    ));
+    handle
+}
+
+fn access(va: *mut c_void, device: u32) -> u64 {
+    let mut location = aclrtMemLocation {
+        id: device,
+        type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+    };
+    let mut flags = 99;
+    acl!(aclrtMemGetAccess(va, &mut location, &mut flags));
+    flags
+}
+
+#[test]
+fn the_documented_flow_maps_physical_memory_into_reserved_addresses() {
+    install();
+    set_device(2);
+    let mut granularity = 0;
+    let mut huge = prop(2, ACL_MEM_HUGE);
+    acl!(aclrtMemGetAllocationGranularity(
+        &mut huge,
+        ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
+        &mut granularity
+    ));
+    assert_eq!(granularity, 2 * MIB);
+    let mut giant = prop(2, ACL_MEM_HUGE1G);
+    acl!(aclrtMemGetAllocationGranularity(
+        &mut giant,
+        ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+        &mut granularity
+    ));
+    assert_eq!(granularity, 1 << 30);
+
+    let used = npu_sim::control::device_stats(2).unwrap().bytes_allocated;
+    let va = reserve(8 * MIB);
+    let (a, b) = (physical(2, 4 * MIB), physical(2, 3 * MIB));
+    // Physical memory counts against the device, rounded to the granularity.
+    assert_eq!(
+        npu_sim::control::device_stats(2).unwrap().bytes_allocated,
+        used + 8 * MIB as u64
+    );
+    let upper = va.cast::<u8>().wrapping_add(4 * MIB).cast::<c_void>();
+    acl!(aclrtMapMem(va, 4 * MIB, 0, a, 0));
+    acl!(aclrtMapMem(upper, 3 * MIB, 0, b, 0));
+
+    // Mapped memory is device memory of device 2.
+    upload(upper, &[3u8; 4096]);
+    acl!(aclrtMemset(va, 4 * MIB, 1, 4 * MIB));
+    assert_eq!(download::<u8>(upper, 4096), vec![3; 4096]);
+    assert_eq!(
+        download::<u8>(va.cast::<u8>().wrapping_add(4 * MIB - 16).cast(), 16),
+        vec![1; 16]
+    );
+    let mut attributes = aclrtPtrAttributes::default();
+    acl!(aclrtPointerGetAttributes(upper, &mut attributes));
+    assert_eq!(attributes.location.type_, ACL_MEM_LOCATION_TYPE_DEVICE);
+    let (mut base, mut size) = (ptr::null_mut(), 0);
+    acl!(aclrtMemGetAddressRange(
+        upper.cast::<u8>().wrapping_add(100).cast(),
+        &mut base,
+        &mut size
+    ));
+    assert_eq!((base, size), (upper, 4 * MIB));
+
+    // Access: READWRITE for the memory's device, NONE for another until it is set.
+    assert_eq!(access(va, 2), u64::from(ACL_RT_MEM_ACCESS_FLAGS_READWRITE));
+    assert_eq!(access(va, 1), u64::from(ACL_RT_MEM_ACCESS_FLAGS_NONE));
+    let mut desc = aclrtMemAccessDesc {
+        flags: ACL_RT_MEM_ACCESS_FLAGS_READ,
+        location: aclrtMemLocation {
+            id: 1,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        rsv: [0; 12],
+    };
+    acl!(aclrtMemSetAccess(va, 8 * MIB, &mut desc, 1));
+    assert_eq!(access(upper, 1), u64::from(ACL_RT_MEM_ACCESS_FLAGS_READ));
+
+    // The mapping's handle and properties.
+    let mut retained = ptr::null_mut();
+    acl!(aclrtMemRetainAllocationHandle(upper, &mut retained));
+    assert_eq!(retained, b);
+    let mut props = aclrtPhysicalMemProp::default();
+    acl!(aclrtMemGetAllocationPropertiesFromHandle(
+        retained, &mut props
+    ));
+    assert_eq!(props.memAttr, ACL_MEM_HUGE);
+    assert_eq!(props.location.id, 2);
+
+    // Mapped memory is not aclrtMalloc memory; freeing a mapped allocation keeps it alive.
+    fails!(aclrtFree(va), ACL_ERROR_RT_MEMORY_FREE, "aclrtFree");
+    acl!(aclrtFreePhysical(a));
+    acl!(aclrtFreePhysical(b));
+    acl!(aclrtFreePhysical(retained));
+    assert_eq!(download::<u8>(upper, 16), vec![3; 16]);
+    acl!(aclrtUnmapMem(upper));
+    acl!(aclrtUnmapMem(va));
+    assert_eq!(
+        npu_sim::control::device_stats(2).unwrap().bytes_allocated,
+        used
+    );
+    // Unmapped addresses are neither device nor host memory.
+    fails!(
+        aclrtMemset(va, 16, 0, 16),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemset"
+    );
+    acl!(aclrtReleaseMemAddress(va));
+}
+
+#[test]
+fn a_reservation_can_be_placed() {
+    install();
+    let mut va = ptr::null_mut();
+    let wanted = (20usize << 40) as *mut c_void;
+    acl!(aclrtReserveMemAddress(&mut va, 4 * MIB, 0, wanted, 0));
+    assert_eq!(va, wanted);
+    let mut again = ptr::null_mut();
+    fails!(
+        aclrtReserveMemAddress(&mut again, 4 * MIB, 0, wanted, 0),
+        ACL_ERROR_RT_MEMORY_ALLOCATION,
+        "aclrtReserveMemAddress"
+    );
+    acl!(aclrtReleaseMemAddress(va));
+    for bad in [1usize << 40, (20usize << 40) + 4096, 24usize << 40] {
+        fails!(
+            aclrtReserveMemAddress(&mut va, 4 * MIB, 0, bad as *mut c_void, 0),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "aclrtReserveMemAddress"
+        );
+    }
+}
+
+#[test]
+fn error_paths() {
+    install();
+    set_device(1);
+    let mut va = ptr::null_mut();
+    let mut handle = ptr::null_mut();
+    let mut granularity = 0;
+
+    // Reserve and release.
+    fails!(
+        aclrtReserveMemAddress(ptr::null_mut(), MIB, 0, ptr::null_mut(), 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtReserveMemAddress"
+    );
+    fails!(
+        aclrtReserveMemAddress(&mut va, 0, 0, ptr::null_mut(), 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtReserveMemAddress"
+    );
+    fails!(
+        aclrtReserveMemAddress(&mut va, MIB, 4096, ptr::null_mut(), 0),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtReserveMemAddress"
+    );
+    fails!(
+        aclrtReserveMemAddress(&mut va, usize::MAX, 0, ptr::null_mut(), 0),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtReserveMemAddress"
+    );
+    fails!(
+        aclrtReleaseMemAddress(ptr::null_mut()),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtReleaseMemAddress"
+    );
+    let plain = malloc(64);
+    fails!(
+        aclrtReleaseMemAddress(plain),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtReleaseMemAddress"
+    );
+    acl!(aclrtFree(plain));
+
+    // Physical memory and its properties.
+    let good = prop(1, ACL_MEM_HUGE);
+    fails!(
+        aclrtMallocPhysical(ptr::null_mut(), MIB, &good, 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMallocPhysical"
+    );
+    fails!(
+        aclrtMallocPhysical(&mut handle, 0, &good, 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMallocPhysical"
+    );
+    fails!(
+        aclrtMallocPhysical(&mut handle, MIB, ptr::null(), 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMallocPhysical"
+    );
+    fails!(
+        aclrtMallocPhysical(&mut handle, MIB, &good, 1),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMallocPhysical"
+    );
+    let cases: [(aclrtPhysicalMemProp, aclError); 7] = [
+        (
+            aclrtPhysicalMemProp {
+                allocationType: 1,
+                ..good
+            },
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            aclrtPhysicalMemProp {
+                handleType: ACL_MEM_HANDLE_TYPE_POSIX,
+                ..good
+            },
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            aclrtPhysicalMemProp {
+                handleType: 7,
+                ..good
+            },
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            aclrtPhysicalMemProp {
+                location: aclrtMemLocation {
+                    id: 0,
+                    type_: ACL_MEM_LOCATION_TYPE_HOST,
+                },
+                ..good
+            },
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            aclrtPhysicalMemProp {
+                location: aclrtMemLocation {
+                    id: 0,
+                    type_: ACL_MEM_LOCATION_TYPE_UNREGISTERED,
+                },
+                ..good
+            },
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            prop(1, ACL_MEM_P2P_HUGE1G),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (prop(1, ACL_DDR_MEM_HUGE), ACL_ERROR_RT_PARAM_INVALID),
+    ];
+    for (bad, code) in cases {
+        fails!(
+            aclrtMallocPhysical(&mut handle, MIB, &bad, 0),
+            code,
+            "aclrtMallocPhysical"
+        );
+        let mut bad = bad;
+        fails!(
+            aclrtMemGetAllocationGranularity(
+                &mut bad,
+                ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
+                &mut granularity
+            ),
+            code,
+            "aclrtMemGetAllocationGranularity"
+        );
+    }
+    fails!(
+        aclrtMallocPhysical(&mut handle, MIB, &prop(99, ACL_MEM_HUGE), 0),
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        "aclrtMallocPhysical"
+    );
+    fails!(
+        aclrtMallocPhysical(&mut handle, 1 << 40, &good, 0),
+        ACL_ERROR_RT_MEMORY_ALLOCATION,
+        "aclrtMallocPhysical"
+    );
+    let mut good_mut = good;
+    fails!(
+        aclrtMemGetAllocationGranularity(&mut good_mut, 2, &mut granularity),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemGetAllocationGranularity"
+    );
+    fails!(
+        aclrtMemGetAllocationGranularity(
+            ptr::null_mut(),
+            ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
+            &mut granularity
+        ),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemGetAllocationGranularity"
+    );
+    fails!(
+        aclrtMemGetAllocationGranularity(
+            &mut good_mut,
+            ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
+            ptr::null_mut()
+        ),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemGetAllocationGranularity"
+    );
+
+    // Mapping.
+    let va = reserve(8 * MIB);
+    let phys = physical(1, 2 * MIB);
+    let other_device = physical(0, 2 * MIB);
+    let odd = va.cast::<u8>().wrapping_add(4096).cast::<c_void>();
+    let beyond = va.cast::<u8>().wrapping_add(8 * MIB).cast::<c_void>();
+    for (at, size, offset, flags, code) in [
+        (va, MIB, 0, 0, ACL_ERROR_RT_PARAM_INVALID),
+        (va, 2 * MIB, 4096, 0, ACL_ERROR_RT_PARAM_INVALID),
+        (va, 2 * MIB, 0, 1, ACL_ERROR_RT_PARAM_INVALID),
+        (odd, 2 * MIB, 0, 0, ACL_ERROR_RT_PARAM_INVALID),
+        (beyond, 2 * MIB, 0, 0, ACL_ERROR_RT_PARAM_INVALID),
+    ] {
+        fails!(
+            aclrtMapMem(at, size, offset, phys, flags),
+            code,
+            "aclrtMapMem"
+        );
+    }
+    fails!(
+        aclrtMapMem(ptr::null_mut(), 2 * MIB, 0, phys, 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMapMem"
+    );
+    fails!(
+        aclrtMapMem(va, 2 * MIB, 0, ptr::null_mut(), 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMapMem"
+    );
+    acl!(aclrtMapMem(va, 2 * MIB, 0, phys, 0));
+    fails!(
+        aclrtMapMem(va, 2 * MIB, 0, phys, 0),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMapMem"
+    );
+    let next = va.cast::<u8>().wrapping_add(2 * MIB).cast::<c_void>();
+    fails!(
+        aclrtMapMem(next, 2 * MIB, 0, other_device, 0),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMapMem"
+    );
+    fails!(
+        aclrtReleaseMemAddress(va),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtReleaseMemAddress"
+    );
+
+    // Access.
+    let mut location = aclrtMemLocation {
+        id: 1,
+        type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+    };
+    let mut flag = 0;
+    let mut desc = aclrtMemAccessDesc {
+        flags: ACL_RT_MEM_ACCESS_FLAGS_READWRITE,
+        location,
+        rsv: [0; 12],
+    };
+    fails!(
+        aclrtMemGetAccess(ptr::null_mut(), &mut location, &mut flag),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemGetAccess"
+    );
+    fails!(
+        aclrtMemGetAccess(va, ptr::null_mut(), &mut flag),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemGetAccess"
+    );
+    fails!(
+        aclrtMemGetAccess(va, &mut location, ptr::null_mut()),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemGetAccess"
+    );
+    fails!(
+        aclrtMemGetAccess(next, &mut location, &mut flag),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemGetAccess"
+    );
+    let mut on_host = aclrtMemLocation {
+        id: 0,
+        type_: ACL_MEM_LOCATION_TYPE_HOST,
+    };
+    fails!(
+        aclrtMemGetAccess(va, &mut on_host, &mut flag),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemGetAccess"
+    );
+    let mut nowhere = aclrtMemLocation {
+        id: 99,
+        type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+    };
+    fails!(
+        aclrtMemGetAccess(va, &mut nowhere, &mut flag),
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        "aclrtMemGetAccess"
+    );
+    fails!(
+        aclrtMemSetAccess(ptr::null_mut(), MIB, &mut desc, 1),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemSetAccess"
+    );
+    fails!(
+        aclrtMemSetAccess(va, MIB, ptr::null_mut(), 1),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemSetAccess"
+    );
+    fails!(
+        aclrtMemSetAccess(va, 0, &mut desc, 1),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemSetAccess"
+    );
+    fails!(
+        aclrtMemSetAccess(va, MIB, &mut desc, 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemSetAccess"
+    );
+    fails!(
+        aclrtMemSetAccess(va, 4 * MIB, &mut desc, 1),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemSetAccess"
+    );
+    let mut bad_flags = aclrtMemAccessDesc { flags: 2, ..desc };
+    fails!(
+        aclrtMemSetAccess(va, MIB, &mut bad_flags, 1),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemSetAccess"
+    );
+
+    // Handles.
+    let mut retained = ptr::null_mut();
+    let mut props = aclrtPhysicalMemProp::default();
+    fails!(
+        aclrtMemRetainAllocationHandle(ptr::null_mut(), &mut retained),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemRetainAllocationHandle"
+    );
+    fails!(
+        aclrtMemRetainAllocationHandle(va, ptr::null_mut()),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemRetainAllocationHandle"
+    );
+    fails!(
+        aclrtMemRetainAllocationHandle(next, &mut retained),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemRetainAllocationHandle"
+    );
+    fails!(
+        aclrtMemGetAllocationPropertiesFromHandle(ptr::null_mut(), &mut props),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemGetAllocationPropertiesFromHandle"
+    );
+    fails!(
+        aclrtMemGetAllocationPropertiesFromHandle(phys, ptr::null_mut()),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemGetAllocationPropertiesFromHandle"
+    );
+    fails!(
+        aclrtFreePhysical(ptr::null_mut()),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtFreePhysical"
+    );
+    acl!(aclrtFreePhysical(other_device));
+    fails!(
+        aclrtFreePhysical(other_device),
+        ACL_ERROR_RT_INVALID_HANDLE,
+        "aclrtFreePhysical"
+    );
+    fails!(
+        aclrtMapMem(next, 2 * MIB, 0, other_device, 0),
+        ACL_ERROR_RT_INVALID_HANDLE,
+        "aclrtMapMem"
+    );
+    fails!(
+        aclrtMemGetAllocationPropertiesFromHandle(other_device, &mut props),
+        ACL_ERROR_RT_INVALID_HANDLE,
+        "aclrtMemGetAllocationPropertiesFromHandle"
+    );
+
+    // A handle freed while mapped can be retained back.
+    acl!(aclrtFreePhysical(phys));
+    acl!(aclrtMemRetainAllocationHandle(va, &mut retained));
+    acl!(aclrtFreePhysical(retained));
+
+    // Unmapping.
+    fails!(
+        aclrtUnmapMem(ptr::null_mut()),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtUnmapMem"
+    );
+    fails!(
+        aclrtUnmapMem(next),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtUnmapMem"
+    );
+    acl!(aclrtUnmapMem(va));
+    fails!(
+        aclrtUnmapMem(va),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtUnmapMem"
+    );
+    acl!(aclrtReleaseMemAddress(va));
+    fails!(
+        aclrtReleaseMemAddress(va),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtReleaseMemAddress"
+    );
+}
