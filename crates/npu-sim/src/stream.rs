@@ -787,12 +787,14 @@ impl Stream {
         wait_until(&[progress], None, || {
             (self.finished.load(Ordering::Acquire) >= target).then_some(())
         });
-        {
+        let kept = {
             let mut state = lock(&self.state);
             state.sticky = None;
             state.since_record = None;
-            state.persistent.clear();
-        }
+            std::mem::take(&mut state.persistent)
+        };
+        // Dropping tasks may release a kernel library: outside the lock.
+        drop(kept);
         self.stopped.store(false, Ordering::Release);
         self.aborting.store(false, Ordering::Release);
     }

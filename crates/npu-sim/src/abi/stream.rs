@@ -49,7 +49,9 @@ pub unsafe extern "C" fn aclrtCreateStream(stream: *mut aclrtStream) -> aclError
 }
 
 /// Creates a stream with a priority (clamped to 0..=7) and flags (unknown bits ignored).
-/// PERSISTENT / DEVICE_USE_ONLY / CPU_SCHEDULE streams are not synchronised from the host.
+/// PERSISTENT / DEVICE_USE_ONLY / CPU_SCHEDULE streams are not synchronised from the host
+/// (their syncs return at once); a PERSISTENT stream keeps its tasks for a model and never
+/// runs them.
 ///
 /// # Safety
 /// `stream` must be NULL or valid for a write.
