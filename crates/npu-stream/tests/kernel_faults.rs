@@ -1,4 +1,4 @@
-//! A trapping kernel in both failure modes (reference §6): with CONTINUE later work still
+//! A trapping kernel in both failure modes: with CONTINUE later work still
 //! runs and only the faulting launch fails, with 507015 on the AIC engine or 507035 on the AIV
 //! engine; with STOP nothing after the fault runs, on any stream of the context, and every
 //! pending or later operation fails instead of hanging.
