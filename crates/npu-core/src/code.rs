@@ -62,6 +62,89 @@ impl AclCode {
     /// assert_eq!(AclCode::SUCCESS.name(), Some("ACL_SUCCESS"));
     /// ```
     pub const SUCCESS: AclCode = AclCode(ffi::ACL_SUCCESS);
+    /// An AI Core (cube) task trapped: `ACL_ERROR_RT_AICORE_EXCEPTION`.
+    pub const AICORE_EXCEPTION: AclCode = AclCode(ffi::ACL_ERROR_RT_AICORE_EXCEPTION);
+    /// The device stopped answering: `ACL_ERROR_RT_LOST_HEARTBEAT`.
+    pub const DEVICE_LOST: AclCode = AclCode(ffi::ACL_ERROR_RT_LOST_HEARTBEAT);
+    /// Device memory ran out: `ACL_ERROR_RT_MEMORY_ALLOCATION`.
+    pub const MEMORY_ALLOCATION: AclCode = AclCode(ffi::ACL_ERROR_RT_MEMORY_ALLOCATION);
+    /// The device ran out of memory while running a task: `ACL_ERROR_RT_DEVICE_OOM`.
+    pub const DEVICE_OOM: AclCode = AclCode(ffi::ACL_ERROR_RT_DEVICE_OOM);
+    /// Host memory ran out: `ACL_ERROR_BAD_ALLOC`.
+    pub const BAD_ALLOC: AclCode = AclCode(ffi::ACL_ERROR_BAD_ALLOC);
+    /// The stream's work was discarded by `aclrtStreamAbort`: `ACL_ERROR_RT_STREAM_ABORT`.
+    pub const STREAM_ABORT: AclCode = AclCode(ffi::ACL_ERROR_RT_STREAM_ABORT);
+    /// A device task was aborted: `ACL_ERROR_RT_DEVICE_TASK_ABORT`.
+    pub const DEVICE_TASK_ABORT: AclCode = AclCode(ffi::ACL_ERROR_RT_DEVICE_TASK_ABORT);
+    /// A wait timed out: `ACL_ERROR_RT_WAIT_TIMEOUT`.
+    pub const WAIT_TIMEOUT: AclCode = AclCode(ffi::ACL_ERROR_RT_WAIT_TIMEOUT);
+    /// A task ran past its time limit: `ACL_ERROR_RT_TASK_TIMEOUT`.
+    pub const TASK_TIMEOUT: AclCode = AclCode(ffi::ACL_ERROR_RT_TASK_TIMEOUT);
+    /// A timed stream synchronisation expired: `ACL_ERROR_RT_STREAM_SYNC_TIMEOUT`.
+    pub const STREAM_SYNC_TIMEOUT: AclCode = AclCode(ffi::ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+    /// A timed event synchronisation expired: `ACL_ERROR_RT_EVENT_SYNC_TIMEOUT`.
+    pub const EVENT_SYNC_TIMEOUT: AclCode = AclCode(ffi::ACL_ERROR_RT_EVENT_SYNC_TIMEOUT);
+
+    /// Whether the code says memory (device or host) ran out.
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert!(AclCode::MEMORY_ALLOCATION.is_out_of_memory());
+    /// assert!(!AclCode::AICORE_EXCEPTION.is_out_of_memory());
+    /// ```
+    pub fn is_out_of_memory(self) -> bool {
+        [Self::MEMORY_ALLOCATION, Self::DEVICE_OOM, Self::BAD_ALLOC].contains(&self)
+    }
+
+    /// Whether the code says the device is lost (no heartbeat).
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert!(AclCode(507010).is_device_lost());
+    /// ```
+    pub fn is_device_lost(self) -> bool {
+        self == Self::DEVICE_LOST
+    }
+
+    /// Whether the code says a wait, a synchronisation or a task timed out.
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert!(AclCode::EVENT_SYNC_TIMEOUT.is_timeout());
+    /// assert!(!AclCode::DEVICE_LOST.is_timeout());
+    /// ```
+    pub fn is_timeout(self) -> bool {
+        [
+            Self::WAIT_TIMEOUT,
+            Self::TASK_TIMEOUT,
+            Self::STREAM_SYNC_TIMEOUT,
+            Self::EVENT_SYNC_TIMEOUT,
+            AclCode(ffi::ACL_ERROR_RT_AICORE_TIMEOUT),
+            AclCode(ffi::ACL_ERROR_RT_AICPU_TIMEOUT),
+            AclCode(ffi::ACL_ERROR_RT_VECTOR_CORE_TIMEOUT),
+            AclCode(ffi::ACL_ERROR_RT_TIMEOUT),
+        ]
+        .contains(&self)
+    }
+
+    /// Whether the code says the work was aborted (`aclrtStreamAbort`, a task abort).
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert!(AclCode::STREAM_ABORT.is_aborted());
+    /// ```
+    pub fn is_aborted(self) -> bool {
+        [
+            Self::STREAM_ABORT,
+            Self::DEVICE_TASK_ABORT,
+            AclCode(ffi::ACL_ERROR_RT_TASK_ABORT_STOP),
+        ]
+        .contains(&self)
+    }
 
     /// The symbolic name, e.g. `ACL_ERROR_RT_STREAM_CONTEXT`, for every documented code.
     ///

@@ -104,6 +104,55 @@ impl Error {
             _ => None,
         }
     }
+
+    /// Whether memory (device or host) ran out ([`AclCode::is_out_of_memory`]).
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, Error};
+    ///
+    /// let err = Error::from(AclError::new("aclrtMalloc", AclCode::MEMORY_ALLOCATION, None));
+    /// assert!(err.is_out_of_memory());
+    /// assert!(!Error::invalid("example", "len", "must not be 0").is_out_of_memory());
+    /// ```
+    pub fn is_out_of_memory(&self) -> bool {
+        self.acl_code().is_some_and(AclCode::is_out_of_memory)
+    }
+
+    /// Whether the device is lost ([`AclCode::is_device_lost`]).
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, Error};
+    ///
+    /// let err = Error::from(AclError::new("aclrtMemsetAsync", AclCode::DEVICE_LOST, None));
+    /// assert!(err.is_device_lost());
+    /// ```
+    pub fn is_device_lost(&self) -> bool {
+        self.acl_code().is_some_and(AclCode::is_device_lost)
+    }
+
+    /// Whether something timed out ([`AclCode::is_timeout`]).
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, Error};
+    ///
+    /// let err = Error::from(AclError::new("aclrtSynchronizeStreamWithTimeout", AclCode::STREAM_SYNC_TIMEOUT, None));
+    /// assert!(err.is_timeout());
+    /// ```
+    pub fn is_timeout(&self) -> bool {
+        self.acl_code().is_some_and(AclCode::is_timeout)
+    }
+
+    /// Whether the work was aborted ([`AclCode::is_aborted`]).
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, Error};
+    ///
+    /// let err = Error::from(AclError::new("aclrtMemcpyAsync", AclCode::STREAM_ABORT, None));
+    /// assert!(err.is_aborted());
+    /// ```
+    pub fn is_aborted(&self) -> bool {
+        self.acl_code().is_some_and(AclCode::is_aborted)
+    }
 }
 
 /// A failed ACL call: which function, the code it returned and what the runtime said.
@@ -156,6 +205,32 @@ impl AclError {
     pub fn class(&self) -> ErrorClass {
         self.code.class()
     }
+
+    /// What the runtime said, without a leading "`<function>` failed with `<code>` (`<name>`): "
+    /// that names the same code: the error already says which operation failed and how, and the
+    /// function the runtime names may be one npu-rs called on the operation's behalf (the event
+    /// synchronisation that reported a kernel's fault), not one the caller made.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError};
+    ///
+    /// let message = "aclrtSynchronizeEvent failed with 507015 (ACL_ERROR_RT_AICORE_EXCEPTION): \
+    ///                a task on stream 3 trapped";
+    /// let err = AclError::new("aclrtLaunchKernelWithHostArgs", AclCode(507015), Some(message.into()));
+    /// assert_eq!(err.detail(), Some("a task on stream 3 trapped"));
+    /// assert!(!err.to_string().contains("aclrtSynchronizeEvent"));
+    /// assert_eq!(err.to_string().matches("507015").count(), 1, "{err}");
+    /// ```
+    pub fn detail(&self) -> Option<&str> {
+        let message = self.message.as_deref()?;
+        let prefix = format!(" failed with {} (", self.code.0);
+        let stripped = message
+            .split_once(&prefix)
+            .filter(|(function, _)| !function.contains(' '))
+            .and_then(|(_, rest)| rest.split_once("): "))
+            .map(|(_, detail)| detail);
+        Some(stripped.unwrap_or(message))
+    }
 }
 
 impl fmt::Display for AclError {
@@ -164,8 +239,8 @@ impl fmt::Display for AclError {
         if let Some(description) = self.code.description() {
             write!(f, ": {description}")?;
         }
-        if let Some(message) = &self.message {
-            write!(f, " (runtime: {message})")?;
+        if let Some(detail) = self.detail() {
+            write!(f, " (runtime: {detail})")?;
         }
         Ok(())
     }
