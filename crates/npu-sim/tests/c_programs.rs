@@ -83,7 +83,12 @@ fn compile_as(name: &str, lang: Lang, extra: &[&str]) -> PathBuf {
 /// Runs a compiled program with a clean simulator environment plus `env`; returns its stdout.
 fn run_with(program: &Path, env: &[(&str, &Path)]) -> String {
     let mut command = Command::new(program);
-    command.env_remove("NPU_SIM_CONFIG").env_remove("NPU_TRACE");
+    // cargo puts target/<profile> on the library path too, where a stale copy of the cdylib
+    // (uplifted by an earlier `cargo build -p npu-sim`) would shadow the rpath to this build's.
+    command
+        .env_remove("NPU_SIM_CONFIG")
+        .env_remove("NPU_TRACE")
+        .env("LD_LIBRARY_PATH", deps_dir());
     for (key, value) in env {
         command.env(key, value);
     }
