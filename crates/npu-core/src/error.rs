@@ -57,6 +57,13 @@ pub enum Error {
     /// No runtime could be loaded.
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// The operation was discarded by an abort of its stream (`Stream::abort`) before the
+    /// device ran it; the device is done with its memory.
+    #[error("{api} was discarded: its stream was aborted")]
+    Aborted {
+        /// The ACL function that submitted the operation.
+        api: &'static str,
+    },
 }
 
 impl Error {
@@ -151,7 +158,7 @@ impl Error {
     /// assert!(err.is_aborted());
     /// ```
     pub fn is_aborted(&self) -> bool {
-        self.acl_code().is_some_and(AclCode::is_aborted)
+        matches!(self, Error::Aborted { .. }) || self.acl_code().is_some_and(AclCode::is_aborted)
     }
 }
 

@@ -144,6 +144,21 @@ impl Worker {
         self.settle_lost_callbacks(now, stale_after);
         {
             let mut outstanding = self.lock();
+            // Operations an abort discarded: their callbacks will never run.
+            let mut discarded: Vec<u64> = outstanding
+                .iter()
+                .filter(|(_, op)| op.stream.aborted(op.pending.op))
+                .map(|(&id, _)| id)
+                .collect();
+            discarded.sort_unstable();
+            for id in discarded {
+                if let Some(op) = outstanding.remove(&id) {
+                    let err = Error::Aborted {
+                        api: op.pending.op.api,
+                    };
+                    failed.push((op, err));
+                }
+            }
             for (stream, err) in answered {
                 // In submission order (ids grow with it), so that a failed synchronize sees
                 // the failures before it.

@@ -52,6 +52,8 @@ pub(crate) struct OpInfo {
     pub(crate) api: &'static str,
     /// Whether it is a `Stream::synchronize`, which also reports the stream's earlier failures.
     pub(crate) synchronizes: bool,
+    /// Its place among the stream's watched operations (1 for the first), set at submission.
+    pub(crate) seq: u64,
 }
 
 impl OpInfo {
@@ -60,6 +62,7 @@ impl OpInfo {
         OpInfo {
             api,
             synchronizes: false,
+            seq: 0,
         }
     }
 }
@@ -177,6 +180,14 @@ pub(crate) fn complete_after(
     result: Result<()>,
     after: Option<Completion>,
 ) {
+    // Discarded by an abort: say so, whatever the device reported for the dropped task.
+    let result = result.map_err(|err| {
+        let discarded = err.acl_code() == Some(npu_core::AclCode::STREAM_ABORT);
+        match discarded || stream.aborted(op) {
+            true => Error::Aborted { api: op.api },
+            false => err,
+        }
+    });
     match after {
         Some(previous) if !previous.is_complete() => {
             let stream = stream.clone();

@@ -61,6 +61,10 @@ pub(crate) struct StreamShared {
     /// The most recently watched operation, for strategies that must complete in order on
     /// their own (`BlockingSync`).
     tail: Mutex<Option<Completion>>,
+    /// How many operations were handed to the strategy (`OpInfo::seq` of the latest).
+    watched: AtomicU64,
+    /// The `seq` of the last operation an abort discarded (0: none); see [`Stream::abort`].
+    pub(crate) aborted_through: AtomicU64,
 }
 
 /// A stream's pending completions and whether the reactor is currently watching it.
@@ -217,6 +221,8 @@ impl StreamBuilder {
             strategy_state: StrategyState::default(),
             failure: Mutex::new(None),
             tail: Mutex::new(None),
+            watched: AtomicU64::new(0),
+            aborted_through: AtomicU64::new(0),
         });
         Ok(Stream { shared })
     }
@@ -443,8 +449,84 @@ impl Stream {
         let op = OpInfo {
             api: "aclrtSynchronizeStream",
             synchronizes: true,
+            seq: 0,
         };
         self.submit_op(op, 0, (), |_, _| {}, |_, _| Ok(()))
+    }
+
+    /// Discards the work queued on the stream (`aclrtStreamAbort`) and resolves once the
+    /// device has confirmed it: the task running at that moment has finished, the others will
+    /// never run. Every operation submitted before the call and not yet completed then fails
+    /// with [`Error::Aborted`](npu_core::Error::Aborted) (its buffers released safely, since the
+    /// device is done with them), and the stream is usable again.
+    ///
+    /// The runtime call waits for the running task, so it runs on a blocking thread (Tokio's
+    /// blocking pool inside a runtime), never on the caller's.
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(1)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// npu_sim::control::hold(1).unwrap(); // npu-sim: nothing on device 1 starts until release
+    /// let queued = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 1);
+    /// stream.abort().await?;
+    /// assert!(queued.await.unwrap_err().is_aborted());
+    /// npu_sim::control::release(1).unwrap();
+    /// let buffer = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 2).await?; // usable again
+    /// assert_eq!(buffer.to_vec_blocking()?, [2; 64]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub async fn abort(&self) -> Result<()> {
+        let shared = self.shared.clone();
+        let abort = move || shared.abort_blocking();
+        match tokio::runtime::Handle::try_current() {
+            Ok(_) => tokio::task::spawn_blocking(abort).await.map_err(|err| {
+                Error::invalid(
+                    "Stream::abort",
+                    "runtime",
+                    format!("the abort did not run: {err}"),
+                )
+            })?,
+            Err(_) => abort(),
+        }
+    }
+
+    /// Stops the stream's work where it is (`aclrtStreamStop`): the running task finishes, the
+    /// queued ones stay queued and do not run. The stream's pending operations then fail (with
+    /// the runtime's code for a stopped stream) once the device reports the stop, and its
+    /// queue is discarded only by [`abort`](Stream::abort), after which the stream runs new
+    /// work again.
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(1)?.create_context()?;
+    /// let stream = Stream::new(&ctx)?;
+    /// npu_sim::control::hold(1).unwrap();
+    /// let queued = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 1);
+    /// stream.stop()?;
+    /// npu_sim::control::release(1).unwrap();
+    /// assert!(queued.await.is_err(), "a stopped stream's work never runs");
+    /// stream.abort().await?; // discards the stopped queue; the stream runs again
+    /// stream.synchronize().await?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn stop(&self) -> Result<()> {
+        self.context().bind()?;
+        let handle = self.shared.handle;
+        // SAFETY: the stream is alive (`self`) and its context is bound.
+        unsafe { acl_call_opt!(self.context().runtime(), aclrtStreamStop(handle)) }
     }
 
     /// Checks that a buffer from `context` can be used on this stream's runtime.
@@ -483,7 +565,7 @@ impl Stream {
 
     fn submit_op<T: Send + 'static>(
         &self,
-        op: OpInfo,
+        mut op: OpInfo,
         bytes: usize,
         mut value: T,
         record_uses: impl FnOnce(&T, &Completion),
@@ -510,6 +592,7 @@ impl Stream {
             if let Err(err) = call(&mut value, self.shared.handle) {
                 return Err(Submission::Rejected(completer, err));
             }
+            op.seq = self.shared.watched.fetch_add(1, Ordering::AcqRel) + 1;
             self.shared
                 .strategy
                 .watch(&self.shared, op, completer)
@@ -578,8 +661,11 @@ impl StreamShared {
         let failure = || self.failure.lock().unwrap_or_else(|e| e.into_inner());
         // An ordinary operation that succeeded changes nothing: no lock on the common path.
         if !op.synchronizes {
+            // What an abort discarded is the caller's doing, not a device failure to report.
             if let Err(err) = &result {
-                failure().get_or_insert_with(|| err.clone());
+                if !self.aborted(op) {
+                    failure().get_or_insert_with(|| err.clone());
+                }
             }
             return result;
         }
@@ -587,6 +673,31 @@ impl StreamShared {
             (Err(err), _) | (Ok(()), Some(err)) => Err(err),
             (Ok(()), None) => Ok(()),
         }
+    }
+
+    /// Whether an abort discarded `op`.
+    pub(crate) fn aborted(&self, op: OpInfo) -> bool {
+        op.seq != 0 && op.seq <= self.aborted_through.load(Ordering::Acquire)
+    }
+
+    /// Discards the stream's queued work (`aclrtStreamAbort`), blocking until the device has
+    /// confirmed it; then marks every operation watched so far as discarded and tells the
+    /// strategies. Submissions wait meanwhile (the submission lock), so no later operation is
+    /// mistaken for a discarded one.
+    fn abort_blocking(&self) -> Result<()> {
+        self.context.bind()?;
+        let _order = self.submit.lock().unwrap_or_else(|e| e.into_inner());
+        let through = self.watched.load(Ordering::Acquire);
+        let handle = self.handle;
+        // SAFETY: the stream is alive (`self`) and its context is bound.
+        unsafe { acl_call_opt!(self.context.runtime(), aclrtStreamAbort(handle)) }?;
+        self.aborted_through.fetch_max(through, Ordering::AcqRel);
+        // The runtime cleared the stream's errors with its queue; so does the failure record.
+        *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        if self.strategy == Strategy::EventPoll {
+            crate::reactor::Reactor::get().nudge();
+        }
+        Ok(())
     }
 
     /// Makes `completion` the most recently watched operation; returns the previous one.

@@ -186,6 +186,15 @@ impl Reactor {
         Ok(())
     }
 
+    /// Makes the reactor look at its streams now (after an abort marked operations discarded).
+    pub(crate) fn nudge(&self) {
+        if self.wakeup.notify() {
+            if let Some(thread) = self.thread.get() {
+                thread.unpark();
+            }
+        }
+    }
+
     /// Takes over an operation another strategy was waiting for (a blocking wait that ran out
     /// of time, or never ran); the sentinel waits for it if the reactor cannot.
     pub(crate) fn adopt_pending(&self, stream: &Arc<StreamShared>, pending: Pending) {
@@ -260,6 +269,7 @@ impl Reactor {
         if let Some(Err(err)) = health.verdict() {
             self.fail_all(stream, err, finished);
         }
+        self.fail_aborted(stream, finished);
         let mut next = head(&mut lock_queue(stream));
         while let Some(oldest) = next {
             self.counters.queried();
@@ -283,6 +293,26 @@ impl Reactor {
             }
         }
         false
+    }
+
+    /// Fails the operations an abort discarded: the oldest ones, up to the abort's mark.
+    fn fail_aborted(
+        &self,
+        stream: &Arc<StreamShared>,
+        finished: &mut Vec<(Arc<StreamShared>, Pending, Outcome)>,
+    ) {
+        if stream.aborted_through.load(sync::Ordering::Acquire) == 0 {
+            return; // never aborted: no lock on the common path
+        }
+        let mut queue = lock_queue(stream);
+        while queue.pending.front().is_some_and(|p| stream.aborted(p.op)) {
+            if let Some(pending) = queue.pending.pop_front() {
+                let err = Error::Aborted {
+                    api: pending.op.api,
+                };
+                finished.push((stream.clone(), pending, Outcome::Failed(err)));
+            }
+        }
     }
 
     /// Fails every pending operation of a stream whose device work can no longer complete.
