@@ -99,7 +99,8 @@ pub(crate) struct Stream {
     aborted: AtomicBool,
     /// aclrtStreamAbort in progress: queued work is dropped, submissions are refused.
     aborting: AtomicBool,
-    /// Whether a task is in its work right now (see [`Stream::settled_doom`]).
+    /// Whether a task that touches memory is in its work right now (see
+    /// [`Stream::settled_doom`]).
     running: AtomicBool,
     /// aclrtStreamStop: the worker takes no task until aclrtStreamAbort.
     stopped: AtomicBool,
@@ -568,7 +569,11 @@ impl Stream {
             Err(None) => return self.give_up(task),
             Err(Some(error)) => (0, Some(error)),
         };
-        self.running.store(true, Ordering::SeqCst);
+        // Only work that touches memory holds back the report of a doom: a task that waits
+        // (an event, a notify, a value) gives up as soon as the stream is doomed.
+        if task.touches_memory() {
+            self.running.store(true, Ordering::SeqCst);
+        }
         let timing = self.device.clock.timing();
         let start_ns = match &timing {
             Some(_) => {
