@@ -5,7 +5,7 @@
 //! copied by the CPU into (or out of) a [`PinnedPool`] block, and the device copies to or from
 //! that block asynchronously.
 
-use npu_core::{Error, Result};
+use npu_core::{Error, OpError};
 use npu_mem::{DeviceSlice, MemoryMut, PinnedPool};
 
 use crate::stream::Stream;
@@ -16,7 +16,8 @@ impl Stream {
     /// block returns to the pool once the device copy has completed. Resolves to `dst`.
     ///
     /// `src` and `dst` must have the same length; the block must fit the pool's capacity
-    /// (waiting for one follows [`PinnedPool::alloc`]). An empty copy resolves at once.
+    /// (waiting for one follows [`PinnedPool::alloc`]). An empty copy resolves at once. On
+    /// failure `dst` comes back in the [`OpError`].
     ///
     /// Cancel safety: not cancel-safe. Dropping the future gives up `dst`; if the device
     /// copy was already submitted it still happens, and the block returns to the pool after
@@ -44,28 +45,31 @@ impl Stream {
         pool: &PinnedPool,
         src: &[D::Elem],
         dst: D,
-    ) -> Result<D>
+    ) -> Result<D, OpError<D>>
     where
         D: DeviceSlice + MemoryMut,
     {
         if src.len() != dst.len() {
-            return Err(Error::invalid(
-                "Stream::copy_from_slice_staged",
-                "dst",
-                format!(
-                    "holds {} elements but the source has {}",
-                    dst.len(),
-                    src.len()
-                ),
-            ));
+            let rule = format!(
+                "holds {} elements but the source has {}",
+                dst.len(),
+                src.len()
+            );
+            let error = Error::invalid("Stream::copy_from_slice_staged", "dst", rule);
+            return Err(OpError::new(error, dst));
         }
         if src.is_empty() {
             return Ok(dst);
         }
-        let mut staging = pool.alloc::<D::Elem>(src.len()).await?;
+        let mut staging = match pool.alloc::<D::Elem>(src.len()).await {
+            Ok(staging) => staging,
+            Err(error) => return Err(OpError::new(error, dst)),
+        };
         staging.copy_from_slice(src);
-        let (_staging, dst) = self.copy_h2d(staging, dst).await?;
-        Ok(dst)
+        match self.copy_h2d(staging, dst).await {
+            Ok((_staging, dst)) => Ok(dst),
+            Err(failed) => Err(failed.map_value(|(_staging, dst)| dst)),
+        }
     }
 
     /// Copies device memory into a new `Vec` through a block of `pool`: the device copies
@@ -73,7 +77,8 @@ impl Stream {
     /// thread. Resolves to `(src, data)`.
     ///
     /// The block must fit the pool's capacity (waiting for one follows
-    /// [`PinnedPool::alloc`]). An empty `src` resolves at once.
+    /// [`PinnedPool::alloc`]). An empty `src` resolves at once. On failure `src` comes back in
+    /// the [`OpError`].
     ///
     /// Cancel safety: not cancel-safe. Dropping the future gives up `src`; if the device
     /// copy was already submitted it still happens, and the block returns to the pool after
@@ -98,15 +103,20 @@ impl Stream {
         &self,
         pool: &PinnedPool,
         src: S,
-    ) -> Result<(S, Vec<S::Elem>)>
+    ) -> Result<(S, Vec<S::Elem>), OpError<S>>
     where
         S: DeviceSlice,
     {
         if src.is_empty() {
             return Ok((src, Vec::new()));
         }
-        let staging = pool.alloc::<S::Elem>(src.len()).await?;
-        let (src, staging) = self.copy_d2h(src, staging).await?;
-        Ok((src, staging.to_vec()))
+        let staging = match pool.alloc::<S::Elem>(src.len()).await {
+            Ok(staging) => staging,
+            Err(error) => return Err(OpError::new(error, src)),
+        };
+        match self.copy_d2h(src, staging).await {
+            Ok((src, staging)) => Ok((src, staging.to_vec())),
+            Err(failed) => Err(failed.map_value(|(src, _staging)| src)),
+        }
     }
 }

@@ -374,7 +374,7 @@ impl Stream {
     /// npu_sim::control::fail_task(stream.as_raw(), 1, 507015).unwrap();
     /// let failing = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0);
     /// let later = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 1);
-    /// assert_eq!(failing.await.unwrap_err().acl_code(), Some(AclCode(507015)));
+    /// assert_eq!(failing.await.unwrap_err().error.acl_code(), Some(AclCode(507015)));
     /// assert!(later.await.is_err(), "the context stopped: later work fails too");
     /// # Ok::<(), npu_core::Error>(())
     /// # })?;
@@ -431,7 +431,7 @@ impl Stream {
     /// let stream = Stream::new(&ctx)?;
     /// npu_sim::control::fail_task(stream.as_raw(), 1, 507015).unwrap(); // the next task fails
     /// drop(stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0)); // nobody awaits the memset ...
-    /// let err = stream.synchronize().await.unwrap_err(); // ... so synchronize reports it
+    /// let err = stream.synchronize().await.unwrap_err().error; // ... so synchronize reports it
     /// assert_eq!(err.acl_code(), Some(AclCode(507015)));
     /// assert!(err.to_string().starts_with("aclrtMemsetAsync failed"), "{err}");
     /// stream.synchronize().await?; // reported once

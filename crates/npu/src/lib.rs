@@ -133,7 +133,7 @@ pub mod prelude {
 /// let stream = Stream::new(&ctx)?;
 /// // The next task on this stream fails with an AI Core exception.
 /// control::fail_task(stream.as_raw(), 1, 507015).unwrap();
-/// let err = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0).await.unwrap_err();
+/// let err = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0).await.unwrap_err().error;
 /// assert_eq!(err.acl_code(), Some(npu::AclCode(507015)));
 /// # Ok::<(), npu::Error>(())
 /// # })?;
