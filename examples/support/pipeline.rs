@@ -22,6 +22,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use npu::Stream;
 use npu::prelude::*;
 use npu::sim::TimingModel;
 use tokio::sync::mpsc;
