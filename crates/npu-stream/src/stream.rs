@@ -3,10 +3,11 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use npu_core::ffi;
 use npu_core::{Completer, Completion, Context, Error, Result, acl_call, acl_call_opt};
+use npu_mem::PinnedPool;
 
 use crate::callback;
 use crate::event_pool::EventPool;
@@ -54,6 +55,8 @@ pub(crate) struct StreamShared {
     /// Completions awaiting the reactor, oldest first (event-polling strategy).
     pub(crate) queue: Mutex<Queue>,
     pub(crate) events: Arc<EventPool>,
+    /// The context's staging pool, taken on the first upload or download.
+    pub(crate) staging: OnceLock<Arc<PinnedPool>>,
     pub(crate) strategy: Strategy,
     pub(crate) strategy_state: StrategyState,
     /// The first device-side failure since the last `synchronize` completed.
@@ -213,6 +216,7 @@ impl StreamBuilder {
             submit: Mutex::new(()),
             queue: Mutex::new(Queue::default()),
             events,
+            staging: OnceLock::new(),
             strategy: self.strategy,
             strategy_state: StrategyState::default(),
             failure: Mutex::new(None),
