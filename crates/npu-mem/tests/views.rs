@@ -158,3 +158,17 @@ fn filled_takes_floats_from_a_byte_source_and_copies_them_to_the_device() {
         assert_eq!(view.into_inner().as_bytes().len(), 16);
     }
 }
+
+#[test]
+fn a_cast_to_a_type_without_size_is_refused_and_hands_the_memory_back() {
+    let ctx = context(0);
+    let failed = DeviceBuffer::<u8>::new(&ctx, 4)
+        .unwrap()
+        .cast::<()>()
+        .unwrap_err();
+    assert!(
+        failed.to_string().contains("the target type has no size"),
+        "{failed}"
+    );
+    assert_eq!(failed.value.expect("handed back").len(), 4);
+}
