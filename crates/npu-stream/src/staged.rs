@@ -128,7 +128,7 @@ impl Stream {
 /// The staging pools of [`Stream::upload`] and [`Stream::download`]: one per context, shared
 /// by the context's streams and alive while any of them is, so its cached blocks serve every
 /// stream of the context.
-fn staging_pool(context: &Context) -> Arc<PinnedPool> {
+fn pool_for_context(context: &Context) -> Arc<PinnedPool> {
     static POOLS: OnceLock<Mutex<HashMap<u64, Weak<PinnedPool>>>> = OnceLock::new();
     let mut pools = POOLS
         .get_or_init(Default::default)
@@ -161,7 +161,7 @@ impl Stream {
     pub fn staging_pool(&self) -> &PinnedPool {
         self.shared
             .staging
-            .get_or_init(|| staging_pool(self.context()))
+            .get_or_init(|| pool_for_context(self.context()))
     }
 
     /// Copies pageable host data into a new device buffer: the one-liner for getting data onto
