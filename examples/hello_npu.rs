@@ -65,7 +65,7 @@ async fn run(elements: usize) -> npu::Result<Report> {
         ),
     );
     // 2. A stream.
-    let stream = Stream::new(ctx)?;
+    let stream = NpuStream::new(ctx)?;
     let add = kernels::load(ctx)?.function("vector_add_f32")?;
     step(
         "2",

@@ -14,6 +14,7 @@
 use std::process::ExitCode;
 
 use npu::MallocPolicy;
+use npu::Stream;
 use npu::prelude::*;
 
 /// Elements copied in the default run.

@@ -83,6 +83,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use npu::Stream;
 use npu::prelude::*;
 use percentile::percentile;
 use serde::{Deserialize, Serialize};

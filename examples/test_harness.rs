@@ -23,6 +23,7 @@
 
 use std::process::ExitCode;
 
+use npu::Stream;
 use npu::prelude::*;
 
 #[path = "support/kernels.rs"]

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use npu::Stream;
 use npu::ffi::{
     ACL_CALLBACK_NO_BLOCK, ACL_ERROR_RT_REPORT_TIMEOUT, ACL_MEMCPY_HOST_TO_DEVICE, ACL_SUCCESS,
 };

@@ -9,6 +9,7 @@
 use std::path::Path;
 use std::sync::Mutex;
 
+use npu::Stream;
 use npu::prelude::*;
 use serde_json::{Value, json};
 

@@ -30,6 +30,7 @@ mod device;
 mod error;
 mod launch;
 mod module;
+mod op_error;
 pub mod reaper;
 mod runtime;
 
@@ -41,4 +42,5 @@ pub use device::{Device, DeviceAttr, DeviceStatus, MemAttr, MemInfo, PeerAccess,
 pub use error::{AclError, Error, LoadAttempt, LoadError, LoadFailure, Result};
 pub use launch::{ArgPacker, Engine, LaunchConfig};
 pub use module::{BinaryMagic, Function, Module, ModuleLoader};
+pub use op_error::OpError;
 pub use runtime::{Runtime, RuntimeBuilder};

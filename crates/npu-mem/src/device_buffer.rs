@@ -184,6 +184,11 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Allocates a buffer holding a copy of `data`, copying synchronously (blocking).
     ///
+    /// Blocks the calling thread until the device is done. It may be called inside a Tokio
+    /// runtime (it never waits on the runtime, so it cannot deadlock it), but it holds a worker
+    /// meanwhile: async code should use a stream operation (docs/architecture.md, "Blocking
+    /// calls inside a Tokio runtime").
+    ///
     /// ```
     /// use npu_core::Device;
     /// use npu_mem::DeviceBuffer;
@@ -222,6 +227,11 @@ impl<T: Pod> DeviceBuffer<T> {
     ///
     /// Fails if the lengths differ. Use a stream's copy in async code.
     ///
+    /// Blocks the calling thread until the device is done. It may be called inside a Tokio
+    /// runtime (it never waits on the runtime, so it cannot deadlock it), but it holds a worker
+    /// meanwhile: async code should use a stream operation (docs/architecture.md, "Blocking
+    /// calls inside a Tokio runtime").
+    ///
     /// ```
     /// use npu_core::Device;
     /// use npu_mem::DeviceBuffer;
@@ -252,6 +262,11 @@ impl<T: Pod> DeviceBuffer<T> {
     ///
     /// Fails if the lengths differ. Use a stream's copy in async code.
     ///
+    /// Blocks the calling thread until the device is done. It may be called inside a Tokio
+    /// runtime (it never waits on the runtime, so it cannot deadlock it), but it holds a worker
+    /// meanwhile: async code should use a stream operation (docs/architecture.md, "Blocking
+    /// calls inside a Tokio runtime").
+    ///
     /// ```
     /// use npu_core::Device;
     /// use npu_mem::DeviceBuffer;
@@ -279,6 +294,11 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// Reads the whole buffer into a new `Vec` (blocking).
+    ///
+    /// Blocks the calling thread until the device is done. It may be called inside a Tokio
+    /// runtime (it never waits on the runtime, so it cannot deadlock it), but it holds a worker
+    /// meanwhile: async code should use a stream operation (docs/architecture.md, "Blocking
+    /// calls inside a Tokio runtime").
     ///
     /// ```
     /// use npu_core::Device;

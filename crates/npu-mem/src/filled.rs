@@ -3,17 +3,19 @@
 
 use std::ops::{Deref, DerefMut};
 
+use bytemuck::Pod;
 use bytes::buf::UninitSlice;
 use bytes::{Buf, BufMut};
-use npu_core::Result;
+use npu_core::{Error, Result};
 
 use crate::slice::{Memory, View};
 
-/// A byte buffer of fixed capacity with a filled length and a read cursor: `BufMut` appends
-/// after the filled part, `Buf` reads the filled part from the cursor.
+/// A buffer of fixed capacity seen as bytes, with a filled length and a read cursor (both in
+/// bytes): `BufMut` appends after the filled part, `Buf` reads the filled part from the cursor.
 ///
-/// Wrap a [`PinnedBuffer<u8>`](crate::PinnedBuffer), a [`PooledBuffer<u8>`](crate::PooledBuffer)
-/// or a [`HostRegistration`](crate::HostRegistration) of bytes, and
+/// The elements may be any [`Pod`] type, so an `f32` tensor read from a socket lands in a
+/// `PinnedBuffer<f32>` without a cast. Wrap a [`PinnedBuffer`](crate::PinnedBuffer), a
+/// [`PooledBuffer`](crate::PooledBuffer) or a [`HostRegistration`](crate::HostRegistration), and
 /// `tokio::io::AsyncReadExt::read_buf` writes socket data straight into page-locked memory;
 /// [`into_view`](Filled::into_view) then hands the unread bytes to a stream copy without an
 /// intermediate buffer.
@@ -42,7 +44,7 @@ pub struct Filled<B> {
     filled: usize,
 }
 
-impl<B: Deref<Target = [u8]>> Filled<B> {
+impl<T: Pod, B: Deref<Target = [T]>> Filled<B> {
     /// An empty adapter over `buf`: nothing filled, cursor at the start.
     ///
     /// ```
@@ -67,16 +69,17 @@ impl<B: Deref<Target = [u8]>> Filled<B> {
     /// assert_eq!(buf.filled(), &[1, 2]);
     /// ```
     pub fn filled(&self) -> &[u8] {
-        &self.buf[..self.filled]
+        &bytes_of(&self.buf)[..self.filled]
     }
 
     /// The buffer's size in bytes.
     ///
     /// ```
     /// assert_eq!(npu_mem::Filled::new(vec![0u8; 4]).capacity(), 4);
+    /// assert_eq!(npu_mem::Filled::new(vec![0f32; 4]).capacity(), 16);
     /// ```
     pub fn capacity(&self) -> usize {
-        self.buf.len()
+        size_of_val::<[T]>(&self.buf)
     }
 
     /// Forgets the filled bytes and rewinds the cursor, to reuse the buffer.
@@ -106,8 +109,9 @@ impl<B: Deref<Target = [u8]>> Filled<B> {
     }
 }
 
-impl<B: Memory<Elem = u8> + Deref<Target = [u8]>> Filled<B> {
-    /// The unread filled bytes as an owned [`View`] of the buffer, for a stream copy.
+impl<T: Pod, B: Memory<Elem = T> + Deref<Target = [T]>> Filled<B> {
+    /// The unread filled bytes as an owned [`View`] of the buffer, for a stream copy. The
+    /// cursor and the filled length must fall on element boundaries.
     ///
     /// ```
     /// use bytes::BufMut;
@@ -118,21 +122,41 @@ impl<B: Memory<Elem = u8> + Deref<Target = [u8]>> Filled<B> {
     /// let mut buf = Filled::new(PinnedBuffer::<u8>::new(&ctx, 64)?);
     /// buf.put_slice(&[7; 10]);
     /// assert_eq!(buf.into_view()?.len(), 10);
+    ///
+    /// let mut floats = Filled::new(PinnedBuffer::<f32>::new(&ctx, 4)?);
+    /// floats.put_f32_le(1.5);
+    /// floats.put_u8(0); // a quarter of an element
+    /// let err = floats.into_view().unwrap_err();
+    /// assert!(err.to_string().contains("element boundary"), "{err}");
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn into_view(self) -> Result<View<B>> {
-        let (read, filled) = (self.read, self.filled);
+        let size = size_of::<T>();
+        if self.read % size != 0 || self.filled % size != 0 {
+            let rule = format!(
+                "the unread bytes {}..{} do not start and end on an element boundary ({size} \
+                 bytes)",
+                self.read, self.filled
+            );
+            return Err(Error::invalid("Filled::into_view", "self", rule));
+        }
+        let (read, filled) = (self.read / size, self.filled / size);
         self.buf.view(read..filled)
     }
 }
 
-impl<B: Deref<Target = [u8]>> Buf for Filled<B> {
+/// The elements' bytes: every `Pod` value is plain bytes.
+fn bytes_of<T: Pod>(elements: &[T]) -> &[u8] {
+    bytemuck::cast_slice(elements)
+}
+
+impl<T: Pod, B: Deref<Target = [T]>> Buf for Filled<B> {
     fn remaining(&self) -> usize {
         self.filled - self.read
     }
 
     fn chunk(&self) -> &[u8] {
-        &self.buf[self.read..self.filled]
+        &bytes_of(&self.buf)[self.read..self.filled]
     }
 
     fn advance(&mut self, cnt: usize) {
@@ -144,17 +168,17 @@ impl<B: Deref<Target = [u8]>> Buf for Filled<B> {
 // `advance_mut` only moves the filled length within it. The tail is always initialised
 // memory, so advancing over bytes the caller did not write exposes old data, never
 // uninitialised memory.
-unsafe impl<B: DerefMut<Target = [u8]>> BufMut for Filled<B> {
+unsafe impl<T: Pod, B: DerefMut<Target = [T]>> BufMut for Filled<B> {
     fn remaining_mut(&self) -> usize {
-        self.buf.len() - self.filled
+        self.capacity() - self.filled
     }
 
     unsafe fn advance_mut(&mut self, cnt: usize) {
-        self.filled = self.filled.saturating_add(cnt).min(self.buf.len());
+        self.filled = self.filled.saturating_add(cnt).min(self.capacity());
     }
 
     fn chunk_mut(&mut self) -> &mut UninitSlice {
         let filled = self.filled;
-        UninitSlice::new(&mut self.buf[filled..])
+        UninitSlice::new(&mut bytemuck::cast_slice_mut::<T, u8>(&mut self.buf)[filled..])
     }
 }

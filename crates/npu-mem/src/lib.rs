@@ -35,6 +35,7 @@
 
 pub use bytemuck::{Pod, Zeroable};
 
+mod cast;
 mod device_buffer;
 mod filled;
 mod host_block;
@@ -42,7 +43,9 @@ mod pinned;
 mod pool;
 mod registration;
 mod slice;
+mod split;
 
+pub use cast::Cast;
 pub use device_buffer::{DeviceBuffer, MallocPolicy};
 pub use filled::Filled;
 pub use host_block::HostAllocConfig;
@@ -53,3 +56,4 @@ pub use registration::{
     host_mem_map_capability,
 };
 pub use slice::{DeviceSlice, HostSlice, Memory, MemoryMut, View};
+pub use split::{Halves, Split};

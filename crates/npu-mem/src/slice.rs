@@ -5,7 +5,10 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use npu_core::{Completion, Context, Error, Result};
+use npu_core::{Completion, Context, Error, OpError, Result};
+
+use crate::cast::Cast;
+use crate::split::{Halves, Split};
 
 /// Memory an asynchronous device operation may access: what every copy, memset and kernel
 /// argument has in common. [`DeviceSlice`] and [`HostSlice`] say which side it lives on.
@@ -33,6 +36,14 @@ use npu_core::{Completion, Context, Error, Result};
 /// - that memory stays allocated (and, for host memory, page-locked), and is not reused for
 ///   anything else, until every [`Completion`] passed to [`record_use`](Memory::record_use)
 ///   has completed, even if the value is dropped first (see [`npu_core::UseList`]).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not memory a device operation can use",
+    label = "not device memory or page-locked host memory",
+    note = "pageable host memory (a `Vec`, a slice, an array) cannot be used by async device \
+            operations: copy it through a pinned pool with `Stream::copy_from_slice_staged` / \
+            `Stream::copy_to_vec_staged` or `Stream::upload` / `Stream::download`, or register \
+            it with `HostRegistration`"
+)]
 pub unsafe trait Memory: Send + 'static {
     /// The element type.
     type Elem: Pod;
@@ -149,6 +160,50 @@ pub unsafe trait Memory: Send + 'static {
         let total = self.len();
         View::checked(self, range, total)
     }
+
+    /// The same memory seen as elements of another [`Pod`] type `U`. Fails, handing the memory
+    /// back, unless its bytes are a whole number of `U`s aligned for `U`.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, Memory};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let words = DeviceBuffer::from_host_blocking(&ctx, &[1u8, 0, 0, 0, 2, 0, 0, 0])?;
+    /// assert_eq!(words.cast::<u32>()?.len(), 2);
+    /// let odd = DeviceBuffer::<u8>::new(&ctx, 6)?;
+    /// let err = odd.cast::<u32>().unwrap_err();
+    /// assert!(err.to_string().contains("6 bytes are not a whole number of u32"), "{err}");
+    /// let unaligned = err.value.unwrap().view(1..5)?;
+    /// let err = unaligned.cast::<u32>().unwrap_err();
+    /// assert!(err.to_string().contains("not aligned to 4 bytes"), "{err}");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    fn cast<U: Pod>(self) -> Result<Cast<Self, U>, OpError<Self>>
+    where
+        Self: Sized,
+    {
+        Cast::new(self)
+    }
+
+    /// The same memory as bytes: a byte-typed view of device memory (for a byte-level copy or
+    /// memset), or of host memory. Always succeeds.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, Memory};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let bytes = DeviceBuffer::<f32>::new(&ctx, 3)?.into_bytes();
+    /// assert_eq!(bytes.len(), 12);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    fn into_bytes(self) -> Cast<Self, u8>
+    where
+        Self: Sized,
+    {
+        Cast::bytes(self)
+    }
 }
 
 /// Memory an operation may write: the caller owns it exclusively.
@@ -185,18 +240,50 @@ pub unsafe trait MemoryMut: Memory {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     fn addr_mut(&mut self) -> *mut c_void;
+
+    /// Splits the memory into two disjoint, owned parts at element `mid`, `[0, mid)` and
+    /// `[mid, len)`, as `slice::split_at_mut` does for a borrow. Each part is writable memory
+    /// that an operation may take on its own; see [`Split`]. Fails, handing the memory back,
+    /// when `mid > len`.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{Memory, MemoryMut, PinnedBuffer};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let (mut head, mut tail) = PinnedBuffer::<u8>::new(&ctx, 6)?.split_at(4)?;
+    /// head.fill(1);
+    /// tail.fill(2); // both parts writable at once: they never overlap
+    /// assert_eq!(head.join(tail)?.into_whole()?[..], [1, 1, 1, 1, 2, 2]);
+    /// let err = PinnedBuffer::<u8>::new(&ctx, 6)?.split_at(7).unwrap_err();
+    /// assert!(err.to_string().contains("7 is past"), "{err}");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    fn split_at(self, mid: usize) -> Result<Halves<Self>, OpError<Self>>
+    where
+        Self: Sized + Sync,
+    {
+        if mid > self.len() {
+            let rule = format!("{mid} is past the memory's {} elements", self.len());
+            return Err(OpError::new(
+                Error::invalid("MemoryMut::split_at", "mid", rule),
+                self,
+            ));
+        }
+        Ok(Split::whole(self).divide(mid))
+    }
 }
 
 /// Device memory: a [`DeviceBuffer`](crate::DeviceBuffer), a view of one, or an `Arc` of
 /// either.
 ///
 /// ```
-/// use npu_core::Device;
+/// use npu_core::{Device, OpError};
 /// use npu_mem::{DeviceBuffer, DeviceSlice, Memory, MemoryMut};
 /// use npu_stream::Stream;
 ///
-/// async fn clear<D: DeviceSlice + MemoryMut>(stream: &Stream, dst: D) -> npu_core::Result<D> {
-///     stream.memset(dst, 0).await
+/// async fn clear<D: DeviceSlice + MemoryMut>(stream: &Stream, dst: D) -> Result<D, OpError<D>> {
+///     stream.memset(dst, 0).await // a failure hands `dst` back
 /// }
 ///
 /// # tokio_test::block_on(async {
@@ -213,6 +300,13 @@ pub unsafe trait MemoryMut: Memory {
 /// # Safety
 ///
 /// `addr()` is a device address allocated by `context()`'s runtime.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not device memory",
+    label = "expected a `DeviceBuffer`, a view of one or an `Arc` of either",
+    note = "to move pageable host data (a `Vec`, a slice) to the device, use \
+            `Stream::upload` or `Stream::copy_from_slice_staged`, which stage it through \
+            pinned memory"
+)]
 pub unsafe trait DeviceSlice: Memory {}
 
 /// Host memory the runtime knows is page-locked: [`PinnedBuffer`](crate::PinnedBuffer),
@@ -261,6 +355,13 @@ pub unsafe trait DeviceSlice: Memory {}
 ///
 /// `addr()` is a host pointer to memory that `context()`'s runtime pinned (`aclrtMallocHost`)
 /// or registered, for at least as long as [`Memory`] requires.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not page-locked host memory",
+    label = "pageable memory cannot take part in an async copy",
+    note = "use a `PinnedBuffer`, a `PinnedPool` block or a `HostRegistration`, or copy \
+            pageable data through a pinned pool with `Stream::copy_from_slice_staged` / \
+            `Stream::copy_to_vec_staged` (or `Stream::upload` / `Stream::download`)"
+)]
 pub unsafe trait HostSlice: Memory {
     /// The first element, as a host pointer.
     ///
@@ -276,6 +377,45 @@ pub unsafe trait HostSlice: Memory {
     /// ```
     fn host_ptr(&self) -> *const Self::Elem {
         self.addr().cast()
+    }
+
+    /// The memory's bytes.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{HostSlice, PinnedBuffer};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let host = PinnedBuffer::from_slice(&ctx, &[0x0102u16])?;
+    /// assert_eq!(host.as_bytes(), 0x0102u16.to_ne_bytes());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    fn as_bytes(&self) -> &[u8] {
+        // SAFETY: `byte_len()` initialised bytes at a host address (this trait's contract);
+        // while we hold the memory no device operation owns it, and only writable memory
+        // (`MemoryMut`, taken by value) is ever written by one.
+        unsafe { std::slice::from_raw_parts(self.addr().cast(), self.byte_len()) }
+    }
+
+    /// The memory's bytes, for writing (a socket read of an `f32` tensor, say).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{HostSlice, PinnedBuffer};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let mut host = PinnedBuffer::<f32>::new(&ctx, 1)?;
+    /// host.as_bytes_mut().copy_from_slice(&1.5f32.to_ne_bytes());
+    /// assert_eq!(host[0], 1.5);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    fn as_bytes_mut(&mut self) -> &mut [u8]
+    where
+        Self: MemoryMut,
+    {
+        let len = self.byte_len();
+        // SAFETY: as for `as_bytes`; `MemoryMut` and `&mut self` make this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.addr_mut().cast(), len) }
     }
 }
 

@@ -282,7 +282,7 @@ impl Stream {
     /// match stream.copy_h2h(src, dst).await {
     ///     Ok((_src, dst)) => assert_eq!(&dst[..], &[1; 16]),
     ///     // npu-sim, like most deployments, has no asynchronous host-to-host copies.
-    ///     Err(err) => assert_eq!(err.acl_code(), Some(AclCode(207000))),
+    ///     Err(failed) => assert_eq!(failed.error.acl_code(), Some(AclCode(207000))),
     /// }
     /// # Ok::<(), npu_core::Error>(())
     /// # })?;

@@ -38,6 +38,8 @@ mod sentinel;
 mod staged;
 mod strategy;
 mod stream;
+mod stream_pool;
+mod timed;
 
 pub use copy::{Copy2d, MAX_2D_HEIGHT, MAX_2D_WIDTH_BYTES};
 pub use event::{Event, EventBuilder, EventKind, EventWait};
@@ -46,6 +48,7 @@ pub use op::Op;
 pub use reactor::ReactorStats;
 pub use strategy::Strategy;
 pub use stream::{FailureMode, Stream, StreamBuilder};
+pub use stream_pool::StreamPool;
 
 /// A snapshot of the reactor's counters (operations registered and completed, event queries,
 /// parks).

@@ -5,9 +5,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
-use npu_core::{Completion, Error, Result};
+use npu_core::{Completion, Error, OpError};
 
-/// A device operation in flight. Resolves to the buffers it took once the device is done.
+/// A device operation in flight. Resolves to the buffers it took once the device is done, or
+/// to an [`OpError`] that hands them back with the failure.
+///
+/// - **Buffers on error:** the operation completes only once the device will never touch its
+///   memory again, so a failure, whether found before submission (a bad argument) or on the
+///   device (a task fault), comes with the buffers (`OpError::value`), and the caller may
+///   retry with them. `op.await?` still works in a function returning `npu_core::Result`.
 ///
 /// - **Cancel safety:** dropping an `Op` never cancels the device work, never frees or reuses
 ///   memory the device may still touch, and never blocks: the value it owns (the buffers, an
@@ -34,6 +40,33 @@ use npu_core::{Completion, Error, Result};
 /// let buffer = op.await?; // the buffer comes back once the device is done
 /// assert_eq!(buffer.to_vec_blocking()?, [1; 64]);
 /// drop(stream.memset(buffer, 2)); // dropping runs the memset all the same, then frees
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+///
+/// A failure hands the buffers back, so a retry loop reuses them:
+///
+/// ```
+/// # use npu_core::Device;
+/// use npu_mem::DeviceBuffer;
+/// # use npu_stream::Stream;
+///
+/// # tokio_test::block_on(async {
+/// # let ctx = Device::open(1)?.primary_context().clone();
+/// # let stream = Stream::new(&ctx)?;
+/// npu_sim::control::fail_task(stream.as_raw(), 1, 507015).unwrap(); // the first attempt faults
+/// let mut buffer = DeviceBuffer::<u8>::new(&ctx, 64)?;
+/// let mut attempts = 0;
+/// let buffer = loop {
+///     attempts += 1;
+///     match stream.memset(buffer, 7).await {
+///         Ok(done) => break done,
+///         Err(failed) if attempts < 3 => buffer = failed.value.expect("handed back"),
+///         Err(failed) => return Err(failed.into()),
+///     }
+/// };
+/// assert_eq!((attempts, buffer.to_vec_blocking()?), (2, vec![7; 64]));
 /// # Ok::<(), npu_core::Error>(())
 /// # })?;
 /// # Ok::<(), npu_core::Error>(())
@@ -106,21 +139,21 @@ impl<T: Send + 'static> Op<T> {
 impl<T: Send + 'static> Unpin for Op<T> {}
 
 impl<T: Send + 'static> Future for Op<T> {
-    type Output = Result<T>;
+    type Output = Result<T, OpError<T>>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<T>> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let _entered = this.span.enter();
         let result = std::task::ready!(this.completion.poll_result(cx));
         let value = this.value.take();
         Poll::Ready(match (result, value) {
             (Ok(()), Some(value)) => Ok(value),
-            (Err(err), _) => Err(err),
-            (Ok(()), None) => Err(Error::invalid(
+            (Err(error), value) => Err(OpError { error, value }),
+            (Ok(()), None) => Err(OpError::without_value(Error::invalid(
                 "Op::poll",
                 "self",
                 "polled after it resolved",
-            )),
+            ))),
         })
     }
 }

@@ -3,10 +3,14 @@
 //! Safe async copies refuse pageable memory (a `Vec`, a slice): ACL would turn such a copy
 //! into a blocking one. These methods make the extra host copy explicit instead: the data is
 //! copied by the CPU into (or out of) a [`PinnedPool`] block, and the device copies to or from
-//! that block asynchronously.
+//! that block asynchronously. [`Stream::upload`] and [`Stream::download`] do the same through
+//! a pool the context's streams own.
 
-use npu_core::{Error, Result};
-use npu_mem::{DeviceSlice, MemoryMut, PinnedPool};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use npu_core::{Context, Error, OpError, Result};
+use npu_mem::{DeviceBuffer, DeviceSlice, MemoryMut, PinnedPool, Pod};
 
 use crate::stream::Stream;
 
@@ -16,7 +20,8 @@ impl Stream {
     /// block returns to the pool once the device copy has completed. Resolves to `dst`.
     ///
     /// `src` and `dst` must have the same length; the block must fit the pool's capacity
-    /// (waiting for one follows [`PinnedPool::alloc`]). An empty copy resolves at once.
+    /// (waiting for one follows [`PinnedPool::alloc`]). An empty copy resolves at once. On
+    /// failure `dst` comes back in the [`OpError`].
     ///
     /// Cancel safety: not cancel-safe. Dropping the future gives up `dst`; if the device
     /// copy was already submitted it still happens, and the block returns to the pool after
@@ -44,28 +49,31 @@ impl Stream {
         pool: &PinnedPool,
         src: &[D::Elem],
         dst: D,
-    ) -> Result<D>
+    ) -> Result<D, OpError<D>>
     where
         D: DeviceSlice + MemoryMut,
     {
         if src.len() != dst.len() {
-            return Err(Error::invalid(
-                "Stream::copy_from_slice_staged",
-                "dst",
-                format!(
-                    "holds {} elements but the source has {}",
-                    dst.len(),
-                    src.len()
-                ),
-            ));
+            let rule = format!(
+                "holds {} elements but the source has {}",
+                dst.len(),
+                src.len()
+            );
+            let error = Error::invalid("Stream::copy_from_slice_staged", "dst", rule);
+            return Err(OpError::new(error, dst));
         }
         if src.is_empty() {
             return Ok(dst);
         }
-        let mut staging = pool.alloc::<D::Elem>(src.len()).await?;
+        let mut staging = match pool.alloc::<D::Elem>(src.len()).await {
+            Ok(staging) => staging,
+            Err(error) => return Err(OpError::new(error, dst)),
+        };
         staging.copy_from_slice(src);
-        let (_staging, dst) = self.copy_h2d(staging, dst).await?;
-        Ok(dst)
+        match self.copy_h2d(staging, dst).await {
+            Ok((_staging, dst)) => Ok(dst),
+            Err(failed) => Err(failed.map_value(|(_staging, dst)| dst)),
+        }
     }
 
     /// Copies device memory into a new `Vec` through a block of `pool`: the device copies
@@ -73,7 +81,8 @@ impl Stream {
     /// thread. Resolves to `(src, data)`.
     ///
     /// The block must fit the pool's capacity (waiting for one follows
-    /// [`PinnedPool::alloc`]). An empty `src` resolves at once.
+    /// [`PinnedPool::alloc`]). An empty `src` resolves at once. On failure `src` comes back in
+    /// the [`OpError`].
     ///
     /// Cancel safety: not cancel-safe. Dropping the future gives up `src`; if the device
     /// copy was already submitted it still happens, and the block returns to the pool after
@@ -98,15 +107,126 @@ impl Stream {
         &self,
         pool: &PinnedPool,
         src: S,
-    ) -> Result<(S, Vec<S::Elem>)>
+    ) -> Result<(S, Vec<S::Elem>), OpError<S>>
     where
         S: DeviceSlice,
     {
         if src.is_empty() {
             return Ok((src, Vec::new()));
         }
-        let staging = pool.alloc::<S::Elem>(src.len()).await?;
-        let (src, staging) = self.copy_d2h(src, staging).await?;
-        Ok((src, staging.to_vec()))
+        let staging = match pool.alloc::<S::Elem>(src.len()).await {
+            Ok(staging) => staging,
+            Err(error) => return Err(OpError::new(error, src)),
+        };
+        match self.copy_d2h(src, staging).await {
+            Ok((src, staging)) => Ok((src, staging.to_vec())),
+            Err(failed) => Err(failed.map_value(|(src, _staging)| src)),
+        }
+    }
+}
+
+/// The staging pools of [`Stream::upload`] and [`Stream::download`]: one per context, shared
+/// by the context's streams and alive while any of them is, so its cached blocks serve every
+/// stream of the context.
+fn pool_for_context(context: &Context) -> Arc<PinnedPool> {
+    static POOLS: OnceLock<Mutex<HashMap<u64, Weak<PinnedPool>>>> = OnceLock::new();
+    let mut pools = POOLS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    pools.retain(|_, pool| pool.strong_count() > 0);
+    if let Some(pool) = pools.get(&context.id()).and_then(Weak::upgrade) {
+        return pool;
+    }
+    let pool = Arc::new(PinnedPool::new(context));
+    pools.insert(context.id(), Arc::downgrade(&pool));
+    pool
+}
+
+impl Stream {
+    /// The pinned pool that [`upload`](Stream::upload) and [`download`](Stream::download)
+    /// stage through: one per context, owned by its streams (for its stats, or to trim it).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::Stream;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// assert!(a.staging_pool().context().same(&ctx));
+    /// let block = a.staging_pool().try_alloc::<u8>(4096)?;
+    /// assert_eq!(b.staging_pool().stats().allocated, 4096, "one pool per context");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn staging_pool(&self) -> &PinnedPool {
+        self.shared
+            .staging
+            .get_or_init(|| pool_for_context(self.context()))
+    }
+
+    /// Copies pageable host data into a new device buffer: the one-liner for getting data onto
+    /// the device. The data is staged through the context's [`staging_pool`]
+    /// (Stream::staging_pool), as [`copy_from_slice_staged`](Stream::copy_from_slice_staged)
+    /// does; the device buffer is allocated on this thread (`aclrtMalloc`).
+    ///
+    /// It is an `async fn` rather than an [`Op`](crate::Op): there is no buffer of the
+    /// caller's to hand back on failure, so it fails with a plain [`Error`] (an empty
+    /// `data`, a failed allocation, a device fault).
+    ///
+    /// Cancel safety: as for `copy_from_slice_staged`; dropping the future gives up the new
+    /// buffer, which is released once the device is done with it.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// let stream = Stream::new(Device::open(0)?.primary_context())?;
+    /// let device = stream.upload(&[1.5f32, 2.5, 3.5]).await?;
+    /// assert_eq!(stream.download(device).await?, [1.5, 2.5, 3.5]);
+    /// let err = stream.upload::<u8>(&[]).await.unwrap_err();
+    /// assert!(err.to_string().contains("Stream::upload"), "{err}");
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub async fn upload<T: Pod>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        if data.is_empty() {
+            return Err(Error::invalid(
+                "Stream::upload",
+                "data",
+                "is empty: ACL allocates no empty device buffers",
+            ));
+        }
+        let dst = DeviceBuffer::new(self.context(), data.len())?;
+        let pool = self.staging_pool();
+        Ok(self.copy_from_slice_staged(pool, data, dst).await?)
+    }
+
+    /// Copies device memory into a new `Vec` through the context's
+    /// [`staging_pool`](Stream::staging_pool), as
+    /// [`copy_to_vec_staged`](Stream::copy_to_vec_staged) does, consuming `src`. On failure
+    /// `src` comes back in the [`OpError`].
+    ///
+    /// Cancel safety: as for `copy_to_vec_staged`.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, Memory};
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// let device = stream.memset(DeviceBuffer::<u8>::new(&ctx, 6)?, 9).await?;
+    /// assert_eq!(stream.download(device.view(2..)?).await?, [9; 4]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub async fn download<S: DeviceSlice>(&self, src: S) -> Result<Vec<S::Elem>, OpError<S>> {
+        let pool = self.staging_pool();
+        let (_src, data) = self.copy_to_vec_staged(pool, src).await?;
+        Ok(data)
     }
 }

@@ -3,10 +3,11 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use npu_core::ffi;
 use npu_core::{Completer, Completion, Context, Error, Result, acl_call, acl_call_opt};
+use npu_mem::PinnedPool;
 
 use crate::callback;
 use crate::event_pool::EventPool;
@@ -54,6 +55,8 @@ pub(crate) struct StreamShared {
     /// Completions awaiting the reactor, oldest first (event-polling strategy).
     pub(crate) queue: Mutex<Queue>,
     pub(crate) events: Arc<EventPool>,
+    /// The context's staging pool, taken on the first upload or download.
+    pub(crate) staging: OnceLock<Arc<PinnedPool>>,
     pub(crate) strategy: Strategy,
     pub(crate) strategy_state: StrategyState,
     /// The first device-side failure since the last `synchronize` completed.
@@ -217,6 +220,7 @@ impl StreamBuilder {
             submit: Mutex::new(()),
             queue: Mutex::new(Queue::default()),
             events,
+            staging: OnceLock::new(),
             strategy: self.strategy,
             strategy_state: StrategyState::default(),
             failure: Mutex::new(None),
@@ -380,7 +384,7 @@ impl Stream {
     /// npu_sim::control::fail_task(stream.as_raw(), 1, 507015).unwrap();
     /// let failing = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0);
     /// let later = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 1);
-    /// assert_eq!(failing.await.unwrap_err().acl_code(), Some(AclCode(507015)));
+    /// assert_eq!(failing.await.unwrap_err().error.acl_code(), Some(AclCode(507015)));
     /// assert!(later.await.is_err(), "the context stopped: later work fails too");
     /// # Ok::<(), npu_core::Error>(())
     /// # })?;
@@ -437,7 +441,7 @@ impl Stream {
     /// let stream = Stream::new(&ctx)?;
     /// npu_sim::control::fail_task(stream.as_raw(), 1, 507015).unwrap(); // the next task fails
     /// drop(stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0)); // nobody awaits the memset ...
-    /// let err = stream.synchronize().await.unwrap_err(); // ... so synchronize reports it
+    /// let err = stream.synchronize().await.unwrap_err().error; // ... so synchronize reports it
     /// assert_eq!(err.acl_code(), Some(AclCode(507015)));
     /// assert!(err.to_string().starts_with("aclrtMemsetAsync failed"), "{err}");
     /// stream.synchronize().await?; // reported once
@@ -474,7 +478,7 @@ impl Stream {
     /// npu_sim::control::hold(1).unwrap(); // npu-sim: nothing on device 1 starts until release
     /// let queued = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 1);
     /// stream.abort().await?;
-    /// assert!(queued.await.unwrap_err().is_aborted());
+    /// assert!(queued.await.unwrap_err().error.is_aborted());
     /// npu_sim::control::release(1).unwrap();
     /// let buffer = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 2).await?; // usable again
     /// assert_eq!(buffer.to_vec_blocking()?, [2; 64]);

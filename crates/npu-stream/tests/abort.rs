@@ -27,15 +27,15 @@ fn an_abort_fails_what_it_discarded_and_the_stream_runs_again() {
         run(s.abort()).unwrap();
         for memset in memsets {
             let err = run(memset).unwrap_err();
-            assert!(err.is_aborted(), "{strategy:?}: {err}");
+            assert!(err.error.is_aborted(), "{strategy:?}: {err}");
             assert!(matches!(
-                err,
+                err.error,
                 npu_core::Error::Aborted {
                     api: "aclrtMemsetAsync"
                 }
             ));
         }
-        assert!(run(copy).unwrap_err().is_aborted(), "{strategy:?}");
+        assert!(run(copy).unwrap_err().error.is_aborted(), "{strategy:?}");
         npu_core::reaper::flush();
         assert_eq!(
             control::device_stats(1).unwrap().live_allocations,

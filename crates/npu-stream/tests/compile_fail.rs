@@ -1,10 +1,17 @@
 //! Misuse that must not compile: safe code cannot complete an operation (and so free its
-//! buffers while the device still uses them), create a completer, or run code on a completion.
-//! The expected compiler errors are in `tests/ui/*.stderr`; `TRYBUILD=overwrite` regenerates
-//! them after a deliberate change.
+//! buffers while the device still uses them), create a completer, or run code on a completion;
+//! nor can it hand pageable memory to an async copy, or reach one part of a split buffer from
+//! two operations. The expected compiler errors are in `tests/ui*/*.stderr`;
+//! `TRYBUILD=overwrite` regenerates them after a deliberate change.
 
 #[test]
 fn forging_a_completion_does_not_compile() {
     let cases = trybuild::TestCases::new();
     cases.compile_fail("tests/ui/*.rs");
+}
+
+#[test]
+fn aliasing_memory_or_copying_pageable_memory_does_not_compile() {
+    let cases = trybuild::TestCases::new();
+    cases.compile_fail("tests/ui_memory/*.rs");
 }

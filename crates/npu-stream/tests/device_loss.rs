@@ -58,10 +58,11 @@ fn losing_a_device_fails_every_pending_future() {
             .as_ref()
             .expect_err("nothing ran, so nothing succeeded");
         assert_eq!(
-            code(err),
+            code(&err.error),
             ffi::ACL_ERROR_RT_LOST_HEARTBEAT,
             "operation {i}: {err}"
         );
+        assert!(err.value.is_some(), "operation {i} hands its buffer back");
     }
     let err = run(marker.wait()).unwrap_err();
     assert_eq!(code(&err), ffi::ACL_ERROR_RT_LOST_HEARTBEAT);
@@ -70,9 +71,11 @@ fn losing_a_device_fails_every_pending_future() {
     for (stream, spare) in streams.iter().zip(spares) {
         let refused = stream.memset(spare, 0);
         assert!(refused.is_complete(), "{:?}", stream.strategy());
-        assert_eq!(
-            code(&run(refused).unwrap_err()),
-            ffi::ACL_ERROR_RT_LOST_HEARTBEAT
+        let err = run(refused).unwrap_err();
+        assert_eq!(code(&err.error), ffi::ACL_ERROR_RT_LOST_HEARTBEAT);
+        assert!(
+            err.value.is_some(),
+            "a refused memset hands its buffer back"
         );
     }
     // Every buffer of the failed operations was released (they resolved, so at once).

@@ -12,7 +12,7 @@ use std::sync::Once;
 
 use common::{STRATEGIES, code, in_process, nth_task, pattern, run, stream};
 use npu_core::{Context, ffi};
-use npu_mem::{DeviceBuffer, PinnedBuffer};
+use npu_mem::{DeviceBuffer, Memory, PinnedBuffer};
 use npu_sim::{TimingModel, control};
 use npu_stream::{Event, FailureMode, Stream};
 
@@ -55,7 +55,12 @@ fn a_fault_fails_only_the_operation_that_faulted() {
             DeviceBuffer::<u8>::new(&context, 3000).unwrap(),
         );
         run(async {
-            let err = failing.await.unwrap_err();
+            let failed = failing.await.unwrap_err();
+            let dst = failed
+                .value
+                .expect("a device-side failure hands the buffer back");
+            assert_eq!(dst.len(), 3000);
+            let err = failed.error;
             assert_eq!(code(&err), FAULT, "{strategy:?}: {err}");
             let npu_core::Error::Acl(acl) = &err else {
                 unreachable!()
@@ -72,7 +77,7 @@ fn a_fault_fails_only_the_operation_that_faulted() {
             // the stream's first failure since the last synchronize, once, as
             // aclrtSynchronizeStream does.
             behind_the_fault.wait().await.unwrap();
-            let reported = faulty.synchronize().await.unwrap_err();
+            let reported = faulty.synchronize().await.unwrap_err().error;
             assert_eq!(code(&reported), FAULT, "{strategy:?}: {reported}");
             faulty.synchronize().await.unwrap();
             // ACL_CONTINUE_ON_FAILURE (the default): the stream keeps working.
@@ -93,7 +98,7 @@ fn synchronize_reports_the_failure_of_a_dropped_operation() {
         drop(stream.memset(DeviceBuffer::<u8>::new(&context, 64).unwrap(), 2));
         let later = stream.memset(DeviceBuffer::<u8>::new(&context, 64).unwrap(), 3);
         run(async {
-            let err = stream.synchronize().await.unwrap_err();
+            let err = stream.synchronize().await.unwrap_err().error;
             assert_eq!(code(&err), FAULT, "{strategy:?}: {err}");
             let npu_core::Error::Acl(acl) = &err else {
                 unreachable!()
@@ -128,7 +133,7 @@ fn slow_work_after_a_fault_in_continue_mode_still_completes() {
         let behind = slow_memset(&stream, 0x5a);
         run(async {
             first.await.unwrap();
-            let err = failing.await.unwrap_err();
+            let err = failing.await.unwrap_err().error;
             assert_eq!(code(&err), FAULT, "{strategy:?}");
             // The message is about this fault only: the callback thread's report waits timed
             // out while the first memset ran, and their messages are not attached to it.
@@ -167,9 +172,21 @@ fn stop_mode_fails_everything_queued_in_the_context() {
         control::release(0).unwrap();
 
         run(async {
-            assert_eq!(code(&failing.await.unwrap_err()), FAULT, "{strategy:?}");
-            assert_eq!(code(&behind.await.unwrap_err()), FAULT, "{strategy:?}");
-            assert_eq!(code(&waiting.await.unwrap_err()), FAULT, "{strategy:?}");
+            assert_eq!(
+                code(&failing.await.unwrap_err().error),
+                FAULT,
+                "{strategy:?}"
+            );
+            assert_eq!(
+                code(&behind.await.unwrap_err().error),
+                FAULT,
+                "{strategy:?}"
+            );
+            assert_eq!(
+                code(&waiting.await.unwrap_err().error),
+                FAULT,
+                "{strategy:?}"
+            );
             assert_eq!(code(&marker.wait().await.unwrap_err()), FAULT);
             let (_, copied) = unrelated.await.expect("another context is unaffected");
             assert_eq!(copied.to_vec_blocking().unwrap(), data);
@@ -177,6 +194,6 @@ fn stop_mode_fails_everything_queued_in_the_context() {
         // The stopped context accepts no more work: the submission itself fails.
         let refused = second.memset(DeviceBuffer::<u8>::new(&context, 64).unwrap(), 4);
         assert!(refused.is_complete());
-        assert_eq!(code(&run(refused).unwrap_err()), FAULT);
+        assert_eq!(code(&run(refused).unwrap_err().error), FAULT);
     }
 }

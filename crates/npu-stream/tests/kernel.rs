@@ -8,7 +8,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use kernel_support::{RUST_VECTOR_ADD, context, in_process, library, random_f32};
-use npu_core::{AclCode, ArgPacker, Error, Function, LaunchConfig, Module, Runtime};
+use npu_core::{AclCode, ArgPacker, Error, Function, LaunchConfig, Module, OpError, Runtime};
 use npu_mem::{DeviceBuffer, PinnedBuffer};
 use npu_sim::kernel::{REDUCE_SUM_F32, SCALE_F32, VECTOR_ADD_F32, block_range};
 use npu_stream::{ByValue, Strategy, Stream};
@@ -159,12 +159,16 @@ async fn launches_complete_under_every_completion_strategy() {
     }
 }
 
-fn assert_invalid<T>(result: npu_core::Result<T>, argument: &str, rule: &str) {
+fn assert_invalid<T>(result: Result<T, OpError<T>>, argument: &str, rule: &str) {
     match result {
-        Err(Error::InvalidArgument {
-            api,
-            argument: a,
-            rule: r,
+        Err(OpError {
+            error:
+                Error::InvalidArgument {
+                    api,
+                    argument: a,
+                    rule: r,
+                },
+            value: Some(_),
         }) => {
             assert_eq!((api, a), ("Stream::launch", argument));
             assert!(r.contains(rule), "{r:?} does not mention {rule:?}");
@@ -202,7 +206,8 @@ async fn bad_launches_are_typed_errors() {
     // SAFETY: ACL rejects the launch before the kernel could run; x holds 4 f32.
     let err = unsafe { foreign_stream.launch(&scale, 1, (x(), 4u64, 1.0f32)) }
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .error;
     assert_eq!(err.acl_code(), Some(AclCode(107003)), "{err}");
     assert!(
         err.to_string()
@@ -224,7 +229,10 @@ async fn bad_launches_are_typed_errors() {
     // SAFETY: rejected before ACL is called.
     let launch = unsafe { stream.launch(&foreign, 1, ()) };
     match launch.await {
-        Err(Error::InvalidArgument { api, argument, .. }) => {
+        Err(OpError {
+            error: Error::InvalidArgument { api, argument, .. },
+            ..
+        }) => {
             assert_eq!((api, argument), ("Stream::launch", "function"))
         }
         other => panic!("expected a typed error, got {other:?}"),

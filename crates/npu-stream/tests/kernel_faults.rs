@@ -18,7 +18,7 @@ use npu_stream::{FailureMode, Op, Stream};
 /// Every wait here is bounded: a hang is a failure, not a stuck test.
 const DEADLINE: Duration = Duration::from_secs(10);
 
-async fn bounded<T: Send + 'static>(op: Op<T>) -> npu_core::Result<T> {
+async fn bounded<T: Send + 'static>(op: Op<T>) -> Result<T, npu_core::OpError<T>> {
     tokio::time::timeout(DEADLINE, op)
         .await
         .expect("the operation resolved instead of hanging")
@@ -26,7 +26,10 @@ async fn bounded<T: Send + 'static>(op: Op<T>) -> npu_core::Result<T> {
 
 /// An operation's outcome: its ACL error code, if it failed.
 async fn outcome<T: Send + 'static>(op: Op<T>) -> Result<(), Option<AclCode>> {
-    bounded(op).await.map(drop).map_err(|err| err.acl_code())
+    bounded(op)
+        .await
+        .map(drop)
+        .map_err(|err| err.error.acl_code())
 }
 
 type Doubled = (Arc<DeviceBuffer<f32>>, u64, f32);
@@ -94,7 +97,7 @@ async fn continue_mode_fails_only_the_faulting_launch() {
     assert_eq!(value(&x), 8.0, "the three doublings all ran");
     // synchronize() reports the first failure since the last synchronize, once, as
     // aclrtSynchronizeStream does.
-    let first = bounded(stream.synchronize()).await.unwrap_err();
+    let first = bounded(stream.synchronize()).await.unwrap_err().error;
     assert_eq!(first.acl_code(), Some(AclCode(507015)));
     bounded(stream.synchronize()).await.expect("reported once");
 }

@@ -129,7 +129,7 @@ fn async_host_to_host_is_refused_as_acl_does() {
             let stream = stream(&context, strategy);
             let src = PinnedBuffer::from_slice(&context, &pattern(2, 256)).unwrap();
             let dst = PinnedBuffer::<u8>::new(&context, 256).unwrap();
-            let err = run(stream.copy_h2h(src, dst)).unwrap_err();
+            let err = run(stream.copy_h2h(src, dst)).unwrap_err().error;
             assert_eq!(code(&err), ffi::ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "{name}");
             assert_eq!(
                 err.acl_code().unwrap().name(),
@@ -151,7 +151,7 @@ fn cross_device_copies_need_peer_access_both_ways() {
         let on_1 = DeviceBuffer::<u8>::new(&c1, data.len()).unwrap();
         let s0 = stream(&c0, Strategy::EventPoll);
 
-        let err = run(s0.copy_d2d(on_0, on_1)).unwrap_err();
+        let err = run(s0.copy_d2d(on_0, on_1)).unwrap_err().error;
         assert_eq!(code(&err), ffi::ACL_ERROR_RT_NO_PERMISSION, "{name}: {err}");
 
         let _forward = d0.enable_peer_access(&d1).unwrap();
@@ -283,7 +283,12 @@ fn bad_arguments_are_typed_errors_before_any_acl_call() {
         let device = |len| DeviceBuffer::<u32>::new(&context, len).unwrap();
         let rejected = |op: Op<(PinnedBuffer<u32>, DeviceBuffer<u32>)>| {
             assert!(op.is_complete(), "rejected before anything was submitted");
-            run(op).unwrap_err()
+            let failed = run(op).unwrap_err();
+            let (src, dst) = failed
+                .value
+                .expect("a rejected copy hands its buffers back");
+            assert!(!src.is_empty() && !dst.is_empty());
+            failed.error
         };
 
         let err = rejected(stream.copy_h2d(host(10), device(11)));
@@ -292,7 +297,7 @@ fn bad_arguments_are_typed_errors_before_any_acl_call() {
             err.to_string(),
             "Stream::copy_h2d: invalid argument `dst`: holds 11 elements but the source has 10"
         );
-        let err = run(stream.copy_d2h(device(4), host(3))).unwrap_err();
+        let err = run(stream.copy_d2h(device(4), host(3))).unwrap_err().error;
         assert_eq!(invalid(&err), ("Stream::copy_d2h", "dst"));
 
         let shape = |width, height, src_pitch, dst_pitch| Copy2d {
@@ -356,7 +361,9 @@ fn bad_arguments_are_typed_errors_before_any_acl_call() {
             assert!(err.to_string().contains(rule), "{shape:?}: {err}");
         }
         // The D2H direction names its own API and checks the same rules.
-        let err = run(stream.copy_2d_d2h(device(16), host(16), shape(4, 3, 4, 8))).unwrap_err();
+        let err = run(stream.copy_2d_d2h(device(16), host(16), shape(4, 3, 4, 8)))
+            .unwrap_err()
+            .error;
         assert_eq!(invalid(&err), ("Stream::copy_2d_d2h", "dst"));
 
         // Nothing was left pending: the stream still works.
@@ -374,7 +381,8 @@ fn buffers_events_and_streams_of_another_runtime_are_refused() {
 
         let foreign_host = PinnedBuffer::<u8>::new(&there, 64).unwrap();
         let err = run(stream.copy_h2d(foreign_host, DeviceBuffer::<u8>::new(&here, 64).unwrap()))
-            .unwrap_err();
+            .unwrap_err()
+            .error;
         assert_eq!(invalid(&err), ("Stream::copy_h2d", "src"));
         assert!(
             err.to_string().contains("different AscendCL runtime"),
@@ -382,12 +390,14 @@ fn buffers_events_and_streams_of_another_runtime_are_refused() {
         );
 
         let foreign_device = DeviceBuffer::<u8>::new(&there, 64).unwrap();
-        let err = run(stream.memset(foreign_device, 1)).unwrap_err();
+        let err = run(stream.memset(foreign_device, 1)).unwrap_err().error;
         assert_eq!(invalid(&err), ("Stream::memset", "dst"));
 
         let foreign_device = DeviceBuffer::<u8>::new(&there, 64).unwrap();
         let local_host = PinnedBuffer::<u8>::new(&here, 64).unwrap();
-        let err = run(stream.copy_d2h(foreign_device, local_host)).unwrap_err();
+        let err = run(stream.copy_d2h(foreign_device, local_host))
+            .unwrap_err()
+            .error;
         assert_eq!(invalid(&err), ("Stream::copy_d2h", "src"));
 
         let foreign_event = Event::new(&there).unwrap();

@@ -414,20 +414,23 @@ fn operations_check_the_device_of_their_buffers() {
         let s = stream(&d0, strategy);
         let err = rt
             .block_on(s.memset(DeviceBuffer::<u8>::new(&d1, 64).unwrap(), 1))
-            .unwrap_err();
+            .unwrap_err()
+            .error;
         assert_eq!(invalid(&err), ("Stream::memset", "dst"), "{err}");
         assert!(err.to_string().contains("device 1"), "{err}");
 
         let host = PinnedBuffer::from_slice(&d0, &[1u8; 64]).unwrap();
         let err = rt
             .block_on(s.copy_h2d(host, DeviceBuffer::<u8>::new(&d1, 64).unwrap()))
-            .unwrap_err();
+            .unwrap_err()
+            .error;
         assert_eq!(invalid(&err), ("Stream::copy_h2d", "dst"), "{err}");
 
         let device = DeviceBuffer::from_host_blocking(&d1, &[2u8; 64]).unwrap();
         let err = rt
             .block_on(s.copy_d2h(device, PinnedBuffer::<u8>::new(&d0, 64).unwrap()))
-            .unwrap_err();
+            .unwrap_err()
+            .error;
         assert_eq!(invalid(&err), ("Stream::copy_d2h", "src"), "{err}");
 
         // Device to device across devices, with peer access from the stream's device.
@@ -444,7 +447,7 @@ fn operations_check_the_device_of_their_buffers() {
         let d1_stream = stream(&d1, strategy);
         let src = DeviceBuffer::from_host_blocking(&d0, &[4u8; 64]).unwrap();
         let dst = DeviceBuffer::<u8>::new(&d0, 64).unwrap();
-        let err = rt.block_on(d1_stream.copy_d2d(src, dst)).unwrap_err();
+        let err = rt.block_on(d1_stream.copy_d2d(src, dst)).unwrap_err().error;
         assert_eq!(invalid(&err), ("Stream::copy_d2d", "stream"), "{err}");
     }
 }

@@ -146,7 +146,11 @@ fn polling_after_completion_is_an_error_not_a_panic() {
             op.is_woken() && wait.is_woken() && sync.is_woken()
         });
         assert!(matches!(op.poll(), Poll::Ready(Ok(_))));
-        let Poll::Ready(Err(err)) = op.poll() else {
+        let Poll::Ready(Err(npu_core::OpError {
+            error: err,
+            value: None,
+        })) = op.poll()
+        else {
             panic!("{strategy:?}: a second poll must fail")
         };
         assert!(
@@ -163,7 +167,10 @@ fn polling_after_completion_is_an_error_not_a_panic() {
         assert!(matches!(sync.poll(), Poll::Ready(Ok(()))));
         assert!(matches!(
             sync.poll(),
-            Poll::Ready(Err(Error::InvalidArgument { .. }))
+            Poll::Ready(Err(npu_core::OpError {
+                error: Error::InvalidArgument { .. },
+                value: None
+            }))
         ));
         // ...while an event wait holds no value: polling it again repeats the result.
         for _ in 0..2 {

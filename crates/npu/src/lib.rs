@@ -34,7 +34,7 @@
 //! async fn main() -> npu::Result<()> {
 //!     let device = Device::open(0)?;
 //!     let ctx = device.primary_context();
-//!     let stream = Stream::new(ctx)?;
+//!     let stream = NpuStream::new(ctx)?;
 //!     // SAFETY: npu-sim's shipped kernel library, built for its kernel ABI.
 //!     let module = unsafe { Module::from_file(ctx, npu::sim::kernel::LIBRARY_PATH) }?;
 //!     let add = module.function("vector_add_f32")?;
@@ -82,11 +82,27 @@ pub struct ReadmeDoctests;
 
 /// What nearly every npu-rs program uses: `use npu::prelude::*;`.
 ///
-/// Types: [`Runtime`], [`Device`], [`Context`], [`Stream`], [`Event`], [`DeviceBuffer`],
+/// Types: [`Runtime`], [`Device`], [`Context`], [`NpuStream`](Stream), [`Event`], [`DeviceBuffer`],
 /// [`PinnedBuffer`], [`PinnedPool`], [`PooledBuffer`], [`Module`], [`Function`],
 /// [`LaunchConfig`]; traits: [`Memory`],
 /// [`MemoryMut`], [`DeviceSlice`], [`HostSlice`] (for `len()`, `view()` and friends). The
 /// error type is left out so that it does not shadow yours; write [`npu::Result`](Result).
+///
+/// The stream type is exported as `NpuStream`, not `Stream`: the prelude is glob-imported
+/// beside `futures::Stream` (or `futures::prelude::*`), and a second `Stream` there either
+/// makes every use ambiguous or is silently shadowed by the trait, so that `Stream::new`
+/// reads as a trait object (E0782). `npu::Stream` is the same type under its own name.
+///
+/// ```
+/// use futures::Stream; // the trait, beside the prelude: no collision
+/// use npu::prelude::*;
+///
+/// fn ready<S: Stream + Unpin>(_: &S) {}
+/// let stream = NpuStream::new(Device::open(0)?.primary_context())?;
+/// ready(&futures::stream::iter([1, 2]));
+/// assert!(stream.same(&stream.clone()));
+/// # Ok::<(), npu::Error>(())
+/// ```
 ///
 /// ```
 /// use npu::prelude::*;
@@ -102,7 +118,7 @@ pub mod prelude {
         DeviceBuffer, DeviceSlice, HostSlice, Memory, MemoryMut, PinnedBuffer, PinnedPool,
         PooledBuffer,
     };
-    pub use npu_stream::{Event, Stream};
+    pub use npu_stream::{Event, Stream as NpuStream};
 }
 
 /// The in-process simulator (npu-sim): configuration, runtime controls, kernels and the
@@ -130,10 +146,10 @@ pub mod prelude {
 ///
 /// # tokio_test::block_on(async {
 /// let ctx = Device::open(0)?.primary_context().clone();
-/// let stream = Stream::new(&ctx)?;
+/// let stream = NpuStream::new(&ctx)?;
 /// // The next task on this stream fails with an AI Core exception.
 /// control::fail_task(stream.as_raw(), 1, 507015).unwrap();
-/// let err = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0).await.unwrap_err();
+/// let err = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0).await.unwrap_err().error;
 /// assert_eq!(err.acl_code(), Some(npu::AclCode(507015)));
 /// # Ok::<(), npu::Error>(())
 /// # })?;

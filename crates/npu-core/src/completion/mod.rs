@@ -221,6 +221,11 @@ impl Completion {
     /// depends on no other thread, and never displaces the waker of a task awaiting the same
     /// operation.
     ///
+    /// Blocks the calling thread until the device is done. It may be called inside a Tokio
+    /// runtime (it never waits on the runtime, so it cannot deadlock it), but it holds a worker
+    /// meanwhile: async code should use a stream operation (docs/architecture.md, "Blocking
+    /// calls inside a Tokio runtime").
+    ///
     /// ```
     /// use npu_core::Completer;
     ///

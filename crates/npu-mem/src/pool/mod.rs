@@ -349,6 +349,46 @@ impl PinnedPool {
             .transpose()
     }
 
+    /// Prewarms the pool: makes sure `count` blocks for requests of `bytes` bytes are cached,
+    /// pinning the missing ones now (pinning costs milliseconds, better spent at start-up than
+    /// on a request's path). Returns the bytes of the blocks it reserved.
+    ///
+    /// Fails like [`try_alloc`](PinnedPool::try_alloc) for a bad size, and with
+    /// [`Error::InvalidArgument`] when the capacity (or a queued waiter) leaves no room for
+    /// `count` blocks; the blocks pinned before that stay cached.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::PinnedPool;
+    ///
+    /// let pool = PinnedPool::new(Device::open(0)?.primary_context());
+    /// assert_eq!(pool.reserve(3, 10_000)?, 3 * 12_288);
+    /// let block = pool.try_alloc::<u8>(10_000)?.expect("no capacity set");
+    /// assert_eq!((pool.stats().hits, pool.stats().misses), (1, 3), "served from the cache");
+    /// # drop(block);
+    /// let small = PinnedPool::builder(pool.context()).capacity(16_384).build()?;
+    /// let err = small.reserve(2, 10_000).unwrap_err();
+    /// assert!(err.to_string().contains("room for 1 of 2 blocks"), "{err}");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn reserve(&self, count: usize, bytes: usize) -> Result<usize> {
+        let mut blocks = Vec::with_capacity(count);
+        for _ in 0..count {
+            match self.try_alloc::<u8>(bytes)? {
+                Some(block) => blocks.push(block),
+                None => {
+                    let rule = format!(
+                        "the pool's capacity has room for {} of {count} blocks of {bytes} bytes",
+                        blocks.len()
+                    );
+                    return Err(Error::invalid("PinnedPool::reserve", "count", rule));
+                }
+            }
+        }
+        // Dropped unused, the blocks go straight to the free list.
+        Ok(blocks.iter().map(PooledBuffer::block_bytes).sum())
+    }
+
     /// Returns every cached block to the OS (`aclrtFreeHost`) and reports the bytes freed.
     /// Blocks in use, or awaiting events, are unaffected.
     ///

@@ -223,11 +223,12 @@ impl Reactor {
             });
             // Complete with no lock held; buffers are released on the reaper.
             for (stream, pending, outcome) in finished.drain(..) {
+                // Counted first: a task woken by the completion must see it in the stats.
+                self.counters.completed();
                 match outcome {
                     Outcome::Done => pending.settle(&stream),
                     Outcome::Failed(err) => pending.fail(&stream, err),
                 }
-                self.counters.completed();
                 strategy::release_stream(stream);
             }
             retired.drain(..).for_each(strategy::release_stream);

@@ -1,0 +1,137 @@
+//! The error of an operation that owned values: the failure, with the values handed back.
+
+use std::fmt;
+
+use crate::error::Error;
+
+/// A failed operation's error together with the values it had taken (its buffers), so that a
+/// caller can retry with them or reuse them, as tokio-uring hands buffers back.
+///
+/// An operation completes only once the device is done with its memory, successfully or not,
+/// so a stream operation's `value` is `Some` for every failure: a rejected argument, a failed
+/// submission and a device-side fault alike. It is `None` only when there was nothing left to
+/// hand back (a future polled again after it resolved).
+///
+/// `op.await?` works in functions returning [`crate::Result`]: `?` converts through
+/// `From<OpError<T>> for Error`, dropping the values.
+///
+/// ```
+/// use npu_core::{Error, OpError};
+///
+/// let failed = OpError::new(Error::invalid("resize", "len", "must not be 0"), vec![1u8, 2]);
+/// assert_eq!(failed.to_string(), "resize: invalid argument `len`: must not be 0");
+/// let (error, value) = failed.into_parts();
+/// assert!(matches!(error, Error::InvalidArgument { argument: "len", .. }));
+/// assert_eq!(value, Some(vec![1, 2])); // the buffer is still ours
+///
+/// fn caller() -> npu_core::Result<()> {
+///     Err(OpError::new(Error::invalid("resize", "len", "must not be 0"), ()))?
+/// }
+/// assert!(caller().is_err());
+/// ```
+pub struct OpError<T> {
+    /// What went wrong.
+    pub error: Error,
+    /// The values the operation had taken, handed back.
+    pub value: Option<T>,
+}
+
+impl<T> OpError<T> {
+    /// An error handing `value` back.
+    ///
+    /// ```
+    /// use npu_core::{Error, OpError};
+    ///
+    /// let failed = OpError::new(Error::invalid("copy", "dst", "too short"), [0u32; 4]);
+    /// assert_eq!(failed.value, Some([0; 4]));
+    /// ```
+    pub fn new(error: Error, value: T) -> Self {
+        OpError {
+            error,
+            value: Some(value),
+        }
+    }
+
+    /// An error with nothing to hand back.
+    ///
+    /// ```
+    /// use npu_core::{Error, OpError};
+    ///
+    /// let failed = OpError::<Vec<u8>>::without_value(Error::invalid("copy", "self", "polled twice"));
+    /// assert!(failed.value.is_none());
+    /// ```
+    pub fn without_value(error: Error) -> Self {
+        OpError { error, value: None }
+    }
+
+    /// The error, dropping the values.
+    ///
+    /// ```
+    /// use npu_core::{Error, OpError};
+    ///
+    /// let failed = OpError::new(Error::invalid("copy", "dst", "too short"), vec![0u8; 4]);
+    /// assert_eq!(failed.into_error().to_string(), "copy: invalid argument `dst`: too short");
+    /// ```
+    pub fn into_error(self) -> Error {
+        self.error
+    }
+
+    /// The error and the values.
+    ///
+    /// ```
+    /// use npu_core::{Error, OpError};
+    ///
+    /// let (error, value) = OpError::new(Error::invalid("f", "x", "bad"), 7).into_parts();
+    /// assert_eq!((error.to_string().as_str(), value), ("f: invalid argument `x`: bad", Some(7)));
+    /// ```
+    pub fn into_parts(self) -> (Error, Option<T>) {
+        (self.error, self.value)
+    }
+
+    /// The same error with the values mapped (a wrapper's values to the caller's).
+    ///
+    /// ```
+    /// use npu_core::{Error, OpError};
+    ///
+    /// let pair = OpError::new(Error::invalid("f", "x", "bad"), (1, 2));
+    /// assert_eq!(pair.map_value(|(_, b)| b).value, Some(2));
+    /// ```
+    pub fn map_value<U>(self, f: impl FnOnce(T) -> U) -> OpError<U> {
+        OpError {
+            error: self.error,
+            value: self.value.map(f),
+        }
+    }
+}
+
+impl<T> From<OpError<T>> for Error {
+    fn from(failed: OpError<T>) -> Error {
+        failed.error
+    }
+}
+
+// Not derived: the values (device buffers, pool blocks) need not be `Debug`, and a panic
+// message from `unwrap` should show the error, not megabytes of data.
+impl<T> fmt::Debug for OpError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpError")
+            .field("error", &self.error)
+            .field(
+                "value",
+                &self.value.as_ref().map(|_| std::any::type_name::<T>()),
+            )
+            .finish()
+    }
+}
+
+impl<T> fmt::Display for OpError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<T> std::error::Error for OpError<T> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
+    }
+}
