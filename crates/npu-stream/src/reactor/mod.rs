@@ -41,7 +41,13 @@ const MAX_PROBE_INTERVAL: Duration = Duration::from_millis(160);
 /// timed park wakes tens of µs late on a busy host, a yield hands the core to whatever else
 /// wants it and returns at once when nothing does. Longer waits park until this long before
 /// the query is due.
-const YIELD_WINDOW: Duration = Duration::from_micros(20);
+const YIELD_WINDOW: Duration = Duration::from_micros(50);
+/// How long the reactor keeps passing (yielding between passes) after its last stream went
+/// idle, before it parks until woken. A caller awaiting one operation at a time submits the
+/// next one within a few µs of the last completion; a reactor still passing picks it up on
+/// its next pass, while a parked one must first be woken, which costs tens of µs on a busy
+/// host. Bounded, so an idle reactor still costs nothing.
+const LINGER: Duration = Duration::from_micros(50);
 
 /// One operation waiting for its event.
 pub(crate) struct Pending {
@@ -210,6 +216,7 @@ impl Reactor {
         let mut active: Vec<Active> = Vec::new();
         let mut finished: Vec<(Arc<StreamShared>, Pending, Outcome)> = Vec::new();
         let mut retired: Vec<Arc<StreamShared>> = Vec::new();
+        let mut busy_until = Instant::now();
         loop {
             if self.wakeup.take_notification() {
                 self.adopt(&mut active);
@@ -232,13 +239,19 @@ impl Reactor {
             }
             retired.drain(..).for_each(strategy::release_stream);
             let Some(due) = active.iter().map(|stream| stream.plan.due).min() else {
+                if Instant::now() < busy_until {
+                    std::thread::yield_now();
+                    continue;
+                }
                 self.counters.parked();
                 if self.wakeup.sleep(std::thread::park) {
                     self.adopt(&mut active);
                 }
                 continue;
             };
-            let wait = due.saturating_duration_since(Instant::now());
+            let now = Instant::now();
+            busy_until = now + LINGER;
+            let wait = due.saturating_duration_since(now);
             if wait > YIELD_WINDOW {
                 self.counters.parked();
                 if self
@@ -300,7 +313,7 @@ impl Reactor {
             self.counters.queried();
             match query_event(stream.context.runtime(), oldest) {
                 Ok(true) => {
-                    let (done, after) = advance(stream, plan, now);
+                    let (done, after) = advance(stream, plan);
                     if let Some(pending) = done {
                         finished.push((stream.clone(), pending, Outcome::Done));
                     }
@@ -449,17 +462,25 @@ fn head(queue: &mut Queue) -> Option<npu_core::ffi::aclrtEvent> {
     head
 }
 
-/// Takes the oldest pending operation, found done at `now`, and returns it with the next
-/// head, under one lock; the stream's pace learns from it and `plan` becomes the next head's.
+/// Takes the oldest pending operation, found done, and returns it with the next head, under
+/// one lock; the stream's pace learns from it and `plan` becomes the next head's.
+///
+/// The next head is taken to have started when the query that found this one done was due
+/// (or when it was registered, if later), not when the reactor got to the query: a reactor
+/// that fell behind then finds the heads the device finished meanwhile on its next queries,
+/// instead of waiting a whole operation time for each.
 fn advance(
     stream: &StreamShared,
     plan: &mut Plan,
-    now: Instant,
 ) -> (Option<Pending>, Option<npu_core::ffi::aclrtEvent>) {
     let mut queue = lock_queue(stream);
     plan.hit(&mut queue.pace);
-    *plan = Plan::new(now, queue.pace);
     let done = queue.pending.pop_front();
+    let since = queue
+        .pending
+        .front()
+        .map_or(plan.due, |next| next.registered.max(plan.due));
+    *plan = Plan::new(since, queue.pace);
     (done, head(&mut queue))
 }
 

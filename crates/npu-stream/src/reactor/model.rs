@@ -14,17 +14,31 @@ use loom::sync::{Arc, Mutex};
 use wakeup::Wakeup;
 
 /// The reactor side: runs passes until it has seen `expected` items, sleeping (parking) when
-/// a pass found nothing. loom reports a deadlock if it parks with work left unnoticed.
-fn reactor_loop(wakeup: &Wakeup, inbox: &Mutex<Vec<u32>>, expected: usize) -> Vec<u32> {
+/// `linger` passes in a row found nothing (the reactor keeps passing for a while after its
+/// last stream went idle). loom reports a deadlock if it parks with work left unnoticed.
+fn reactor_loop(
+    wakeup: &Wakeup,
+    inbox: &Mutex<Vec<u32>>,
+    expected: usize,
+    linger: usize,
+) -> Vec<u32> {
     let mut seen = Vec::new();
     let drain = |seen: &mut Vec<u32>| seen.extend(inbox.lock().unwrap().drain(..));
+    let mut idle_passes = 0;
     loop {
         if wakeup.take_notification() {
             drain(&mut seen);
+            idle_passes = 0;
         }
         if seen.len() == expected {
             return seen;
         }
+        if idle_passes < linger {
+            idle_passes += 1;
+            loom::thread::yield_now();
+            continue;
+        }
+        idle_passes = 0;
         if wakeup.sleep(loom::thread::park) {
             drain(&mut seen);
         }
@@ -47,9 +61,25 @@ fn a_submission_always_reaches_the_reactor() {
         let wakeup = Arc::new(Wakeup::new());
         let inbox = Arc::new(Mutex::new(Vec::new()));
         let (w, i) = (wakeup.clone(), inbox.clone());
-        let reactor = loom::thread::spawn(move || reactor_loop(&w, &i, 1));
+        let reactor = loom::thread::spawn(move || reactor_loop(&w, &i, 1, 0));
         submit(&wakeup, &inbox, reactor.thread(), 7);
         assert_eq!(reactor.join().unwrap(), vec![7]);
+    });
+}
+
+#[test]
+fn a_submission_reaches_a_reactor_that_lingers_before_parking() {
+    loom::model(|| {
+        let wakeup = Arc::new(Wakeup::new());
+        let inbox = Arc::new(Mutex::new(Vec::new()));
+        let (w, i) = (wakeup.clone(), inbox.clone());
+        let reactor = loom::thread::spawn(move || reactor_loop(&w, &i, 2, 2));
+        let handle = reactor.thread().clone();
+        submit(&wakeup, &inbox, &handle, 1);
+        submit(&wakeup, &inbox, &handle, 2);
+        let mut seen = reactor.join().unwrap();
+        seen.sort();
+        assert_eq!(seen, vec![1, 2]);
     });
 }
 
@@ -59,7 +89,7 @@ fn two_concurrent_submitters_are_both_seen() {
         let wakeup = Arc::new(Wakeup::new());
         let inbox = Arc::new(Mutex::new(Vec::new()));
         let (w, i) = (wakeup.clone(), inbox.clone());
-        let reactor = loom::thread::spawn(move || reactor_loop(&w, &i, 2));
+        let reactor = loom::thread::spawn(move || reactor_loop(&w, &i, 2, 0));
         let handle = reactor.thread().clone();
         let (w2, i2) = (wakeup.clone(), inbox.clone());
         let other = loom::thread::spawn(move || submit(&w2, &i2, &handle, 2));
