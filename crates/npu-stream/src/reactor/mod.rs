@@ -228,13 +228,14 @@ impl Reactor {
                 }
                 keep
             });
-            // Complete with no lock held; buffers are released on the reaper.
+            // Complete with no lock held; buffers are released on the reaper. Counted first,
+            // so that a task woken by its completion sees it in the reactor's stats.
             for (stream, pending, outcome) in finished.drain(..) {
+                self.counters.completed();
                 match outcome {
                     Outcome::Done => pending.settle(&stream),
                     Outcome::Failed(err) => pending.fail(&stream, err),
                 }
-                self.counters.completed();
                 strategy::release_stream(stream);
             }
             retired.drain(..).for_each(strategy::release_stream);

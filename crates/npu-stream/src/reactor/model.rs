@@ -55,48 +55,50 @@ fn submit(wakeup: &Wakeup, inbox: &Mutex<Vec<u32>>, reactor: &loom::thread::Thre
     }
 }
 
-#[test]
-fn a_submission_always_reaches_the_reactor() {
-    loom::model(|| {
-        let wakeup = Arc::new(Wakeup::new());
-        let inbox = Arc::new(Mutex::new(Vec::new()));
-        let (w, i) = (wakeup.clone(), inbox.clone());
-        let reactor = loom::thread::spawn(move || reactor_loop(&w, &i, 1, 0));
-        submit(&wakeup, &inbox, reactor.thread(), 7);
-        assert_eq!(reactor.join().unwrap(), vec![7]);
-    });
+/// How many fruitless passes the modelled reactor makes before parking: at once, as when
+/// streams are still active, and after lingering, as when the last stream just went idle.
+const LINGERS: [usize; 2] = [0, 2];
+
+/// A reactor thread expecting `expected` items, with its wake-up state and inbox.
+fn start_reactor(
+    expected: usize,
+    linger: usize,
+) -> (
+    Arc<Wakeup>,
+    Arc<Mutex<Vec<u32>>>,
+    loom::thread::JoinHandle<Vec<u32>>,
+) {
+    let wakeup = Arc::new(Wakeup::new());
+    let inbox = Arc::new(Mutex::new(Vec::new()));
+    let (w, i) = (wakeup.clone(), inbox.clone());
+    let reactor = loom::thread::spawn(move || reactor_loop(&w, &i, expected, linger));
+    (wakeup, inbox, reactor)
 }
 
 #[test]
-fn a_submission_reaches_a_reactor_that_lingers_before_parking() {
-    loom::model(|| {
-        let wakeup = Arc::new(Wakeup::new());
-        let inbox = Arc::new(Mutex::new(Vec::new()));
-        let (w, i) = (wakeup.clone(), inbox.clone());
-        let reactor = loom::thread::spawn(move || reactor_loop(&w, &i, 2, 2));
-        let handle = reactor.thread().clone();
-        submit(&wakeup, &inbox, &handle, 1);
-        submit(&wakeup, &inbox, &handle, 2);
-        let mut seen = reactor.join().unwrap();
-        seen.sort();
-        assert_eq!(seen, vec![1, 2]);
-    });
+fn a_submission_always_reaches_the_reactor() {
+    for linger in LINGERS {
+        loom::model(move || {
+            let (wakeup, inbox, reactor) = start_reactor(1, linger);
+            submit(&wakeup, &inbox, reactor.thread(), 7);
+            assert_eq!(reactor.join().unwrap(), vec![7]);
+        });
+    }
 }
 
 #[test]
 fn two_concurrent_submitters_are_both_seen() {
-    loom::model(|| {
-        let wakeup = Arc::new(Wakeup::new());
-        let inbox = Arc::new(Mutex::new(Vec::new()));
-        let (w, i) = (wakeup.clone(), inbox.clone());
-        let reactor = loom::thread::spawn(move || reactor_loop(&w, &i, 2, 0));
-        let handle = reactor.thread().clone();
-        let (w2, i2) = (wakeup.clone(), inbox.clone());
-        let other = loom::thread::spawn(move || submit(&w2, &i2, &handle, 2));
-        submit(&wakeup, &inbox, reactor.thread(), 1);
-        other.join().unwrap();
-        let mut seen = reactor.join().unwrap();
-        seen.sort();
-        assert_eq!(seen, vec![1, 2]);
-    });
+    for linger in LINGERS {
+        loom::model(move || {
+            let (wakeup, inbox, reactor) = start_reactor(2, linger);
+            let handle = reactor.thread().clone();
+            let (w2, i2) = (wakeup.clone(), inbox.clone());
+            let other = loom::thread::spawn(move || submit(&w2, &i2, &handle, 2));
+            submit(&wakeup, &inbox, reactor.thread(), 1);
+            other.join().unwrap();
+            let mut seen = reactor.join().unwrap();
+            seen.sort();
+            assert_eq!(seen, vec![1, 2]);
+        });
+    }
 }
