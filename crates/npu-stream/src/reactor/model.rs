@@ -59,27 +59,35 @@ fn submit(wakeup: &Wakeup, inbox: &Mutex<Vec<u32>>, reactor: &loom::thread::Thre
 /// streams are still active, and after lingering, as when the last stream just went idle.
 const LINGERS: [usize; 2] = [0, 2];
 
-/// A reactor thread expecting `expected` items, with its wake-up state and inbox.
-fn start_reactor(
-    expected: usize,
-    linger: usize,
-) -> (
-    Arc<Wakeup>,
-    Arc<Mutex<Vec<u32>>>,
-    loom::thread::JoinHandle<Vec<u32>>,
-) {
+/// A modelled reactor thread with its wake-up state and inbox.
+struct Model {
+    wakeup: Arc<Wakeup>,
+    inbox: Arc<Mutex<Vec<u32>>>,
+    reactor: loom::thread::JoinHandle<Vec<u32>>,
+}
+
+/// A reactor thread expecting `expected` items.
+fn start_reactor(expected: usize, linger: usize) -> Model {
     let wakeup = Arc::new(Wakeup::new());
     let inbox = Arc::new(Mutex::new(Vec::new()));
     let (w, i) = (wakeup.clone(), inbox.clone());
     let reactor = loom::thread::spawn(move || reactor_loop(&w, &i, expected, linger));
-    (wakeup, inbox, reactor)
+    Model {
+        wakeup,
+        inbox,
+        reactor,
+    }
 }
 
 #[test]
 fn a_submission_always_reaches_the_reactor() {
     for linger in LINGERS {
         loom::model(move || {
-            let (wakeup, inbox, reactor) = start_reactor(1, linger);
+            let Model {
+                wakeup,
+                inbox,
+                reactor,
+            } = start_reactor(1, linger);
             submit(&wakeup, &inbox, reactor.thread(), 7);
             assert_eq!(reactor.join().unwrap(), vec![7]);
         });
@@ -90,7 +98,11 @@ fn a_submission_always_reaches_the_reactor() {
 fn two_concurrent_submitters_are_both_seen() {
     for linger in LINGERS {
         loom::model(move || {
-            let (wakeup, inbox, reactor) = start_reactor(2, linger);
+            let Model {
+                wakeup,
+                inbox,
+                reactor,
+            } = start_reactor(2, linger);
             let handle = reactor.thread().clone();
             let (w2, i2) = (wakeup.clone(), inbox.clone());
             let other = loom::thread::spawn(move || submit(&w2, &i2, &handle, 2));
