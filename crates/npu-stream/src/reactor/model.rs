@@ -83,13 +83,9 @@ fn start_reactor(expected: usize, linger: usize) -> Model {
 fn a_submission_always_reaches_the_reactor() {
     for linger in LINGERS {
         loom::model(move || {
-            let Model {
-                wakeup,
-                inbox,
-                reactor,
-            } = start_reactor(1, linger);
-            submit(&wakeup, &inbox, reactor.thread(), 7);
-            assert_eq!(reactor.join().unwrap(), vec![7]);
+            let model = start_reactor(1, linger);
+            submit(&model.wakeup, &model.inbox, model.reactor.thread(), 7);
+            assert_eq!(model.reactor.join().unwrap(), vec![7]);
         });
     }
 }
@@ -98,17 +94,13 @@ fn a_submission_always_reaches_the_reactor() {
 fn two_concurrent_submitters_are_both_seen() {
     for linger in LINGERS {
         loom::model(move || {
-            let Model {
-                wakeup,
-                inbox,
-                reactor,
-            } = start_reactor(2, linger);
-            let handle = reactor.thread().clone();
-            let (w2, i2) = (wakeup.clone(), inbox.clone());
+            let model = start_reactor(2, linger);
+            let handle = model.reactor.thread().clone();
+            let (w2, i2) = (model.wakeup.clone(), model.inbox.clone());
             let other = loom::thread::spawn(move || submit(&w2, &i2, &handle, 2));
-            submit(&wakeup, &inbox, reactor.thread(), 1);
+            submit(&model.wakeup, &model.inbox, model.reactor.thread(), 1);
             other.join().unwrap();
-            let mut seen = reactor.join().unwrap();
+            let mut seen = model.reactor.join().unwrap();
             seen.sort();
             assert_eq!(seen, vec![1, 2]);
         });
