@@ -1,9 +1,10 @@
 //! Benchmarks of npu-rs, printed as one table by `cargo bench -p npu-benches`.
 //!
 //! Each area measures in its own module and adds rows to a [`Table`]; `benches/npu.rs` runs
-//! them all.
+//! them all, or those a [`Filter`] names, and records the machine's load around them.
 
 pub mod alternatives;
+mod filter;
 pub mod pipeline;
 pub mod pool;
 pub mod sim;
@@ -11,4 +12,5 @@ pub mod stats;
 pub mod stream;
 mod table;
 
+pub use filter::Filter;
 pub use table::{Row, Table};

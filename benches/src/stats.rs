@@ -1,5 +1,5 @@
-//! Small helpers the sections share: percentiles of samples, µs, and fields of
-//! /proc/self/status.
+//! Small helpers the sections share: percentiles of samples, µs, medians, fields of
+//! /proc/self/status and the load average.
 
 use std::time::Duration;
 
@@ -10,6 +10,26 @@ pub(crate) use shared::percentile;
 /// A duration in µs, for the table.
 pub fn micros(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
+}
+
+/// The median of `values` (the upper one of an even count); sorts `values`. NaN for none.
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The 1, 5 and 15 minute load averages as /proc/loadavg gives them, or "n/a".
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|line| {
+            line.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|load| !load.is_empty())
+        .unwrap_or_else(|| "n/a".into())
 }
 
 /// A numeric field of /proc/self/status (`key` with its colon, e.g. `"VmLck:"`), where the OS
@@ -38,6 +58,23 @@ mod tests {
         assert_eq!(percentile(&mut samples, 1.0), Duration::from_micros(100));
         assert_eq!(percentile(&mut samples, 0.0), Duration::from_micros(1));
         assert_eq!(percentile(&mut [], 0.5), Duration::ZERO);
+    }
+
+    #[test]
+    fn medians_of_odd_and_even_counts() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 3.0);
+        assert!(median(&mut []).is_nan());
+    }
+
+    #[test]
+    fn the_load_average_has_three_numbers_on_linux() {
+        let load = load_average();
+        if cfg!(target_os = "linux") {
+            assert_eq!(load.split(' ').count(), 3, "{load}");
+        } else {
+            assert!(!load.is_empty());
+        }
     }
 
     #[test]

@@ -1,10 +1,12 @@
-//! npu-stream against the alternatives a Tokio user would pick: the await overhead of one tiny
+//! npu-stream against the alternatives a Tokio user would pick: the await latency of one tiny
 //! operation against the synchronous floor, throughput of the three completion strategies
-//! (`BlockingSync` is what `spawn_blocking` + synchronize code does), and the reactor
-//! thread's CPU time while idle.
+//! (`BlockingSync` is what `spawn_blocking` + synchronize code does), the reactor's event
+//! queries per completed operation, and the reactor thread's CPU time while idle.
 //!
 //! Everything runs on device 0 of the in-process simulator. Task durations come from the
-//! simulator's timing model; host costs are real.
+//! simulator's timing model; host costs are real. Every comparison is measured interleaved
+//! (the variants take turns, round by round), so the machine's background load weighs on each
+//! alike, and each row says whether its target is met.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -15,8 +17,8 @@ use npu_mem::{DeviceBuffer, MemoryMut};
 use npu_sim::{TimingModel, control};
 use npu_stream::{Strategy, Stream};
 
-use crate::Table;
-use crate::stats::{micros, percentile};
+use crate::stats::{median, micros, percentile};
+use crate::{Filter, Table};
 
 const SECTION: &str = "npu-stream";
 const STRATEGIES: [Strategy; 3] = [
@@ -29,6 +31,17 @@ const TASK_BYTES: u64 = 1000;
 /// How long each strategy runs in each throughput cell, split into three interleaved runs,
 /// after a warm-up of a tenth of that.
 const WINDOW: Duration = Duration::from_millis(240);
+/// Independent repetitions of the await-latency measurement: its targets must hold in every
+/// one.
+const LATENCY_RUNS: usize = 10;
+/// Awaited-op targets, as ratios to the sync floor.
+const P50_TARGET: f64 = 1.2;
+const P99_TARGET: f64 = 2.0;
+/// Event polling against the best alternative, in every throughput cell and at 1 in flight.
+const CELL_TARGET: f64 = 1.0;
+const ONE_IN_FLIGHT_TARGET: f64 = 1.2;
+/// Event queries per completed operation over the whole run.
+const QUERIES_TARGET: f64 = 2.0;
 
 fn strategy_name(strategy: Strategy) -> &'static str {
     match strategy {
@@ -38,8 +51,9 @@ fn strategy_name(strategy: Strategy) -> &'static str {
     }
 }
 
-/// Runs the npu-stream section.
-pub fn run(table: &mut Table) {
+/// Runs the parts of the npu-stream section `filter` wants: `stream-latency`,
+/// `stream-throughput` and `stream-idle`.
+pub fn run(table: &mut Table, filter: &Filter) {
     let runtime = Runtime::builder()
         .backend(BackendChoice::Sim)
         .build()
@@ -52,35 +66,85 @@ pub fn run(table: &mut Table) {
     let tokio = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a Tokio runtime");
-    await_overhead(table, &tokio, &context);
-    throughput(table, &tokio, &context);
-    idle_reactor(table);
+    if filter.wants("stream-latency") {
+        await_latency(table, &tokio, &context);
+    }
+    if filter.wants("stream-throughput") {
+        throughput(table, &tokio, &context);
+    }
+    if filter.wants("stream-latency") || filter.wants("stream-throughput") {
+        let stats = npu_stream::reactor_stats();
+        let ratio = stats.polls_per_completion();
+        table.push(
+            SECTION,
+            "reactor event queries per completed operation (whole run)",
+            format!("{ratio:.2}"),
+            format!(
+                "target ≤ {QUERIES_TARGET}: {}; {} queries, {} completed, {} parks",
+                verdict(ratio <= QUERIES_TARGET),
+                stats.queries,
+                stats.completed,
+                stats.parks
+            ),
+        );
+    }
+    if filter.wants("stream-idle") {
+        idle_reactor(table);
+    }
 }
 
-/// p50 and p99 of one awaited 64-byte memset, per strategy, against the sync floor: the same
-/// memset followed by aclrtSynchronizeStream.
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "missed" }
+}
+
+/// The p50 and p99 of one variant in one latency run, in µs.
+#[derive(Debug, Clone, Copy)]
+struct Quantiles {
+    p50: f64,
+    p99: f64,
+}
+
+impl Quantiles {
+    fn of(samples: &mut [Duration]) -> Self {
+        Quantiles {
+            p50: micros(percentile(samples, 0.5)),
+            p99: micros(percentile(samples, 0.99)),
+        }
+    }
+}
+
+/// One awaited 64-byte memset per strategy against the sync floor (the same memset followed
+/// by `aclrtSynchronizeStream` on the calling thread), [`LATENCY_RUNS`] times.
 ///
-/// Each strategy is measured in its own phase, in small rounds alternating with rounds of
-/// the floor, and compared with the floor measured alongside it: the machine's background
-/// load and the threads earlier phases left behind (the callback thread, the blocking pool's
-/// threads) then weigh on both sides alike. Event polling goes first, before any such thread
-/// exists.
-fn await_overhead(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Context) {
-    const ROUNDS: usize = 200;
+/// In each run, rounds of the floor and of each strategy take turns, so the background load
+/// and the threads a strategy leaves behind (the callback thread, the blocking pool's threads)
+/// weigh on every variant alike, and each strategy is compared with the floor of its own run.
+/// Event polling's targets must hold in every run, so its row gives the spread of its ratios
+/// over the runs; the other strategies' rows give medians over the runs.
+fn await_latency(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Context) {
+    const ROUNDS: usize = 40;
     const PER_ROUND: usize = 50;
     control::set_timing(0, None).expect("timing off");
+    let floor_stream = Stream::new(context).expect("stream");
+    let streams: Vec<Stream> = STRATEGIES
+        .map(|strategy| {
+            Stream::builder(context)
+                .strategy(strategy)
+                .build()
+                .expect("stream")
+        })
+        .into();
     let mut buffer = Some(DeviceBuffer::<u8>::new(context, 64).expect("buffer"));
-    for strategy in STRATEGIES {
-        let stream = Stream::builder(context)
-            .strategy(strategy)
-            .build()
-            .expect("stream");
-        let (mut floor, mut awaited) = (Vec::new(), Vec::new());
+    // runs[run] = (floor, one entry per strategy)
+    let mut runs: Vec<(Quantiles, Vec<Quantiles>)> = Vec::new();
+    for _ in 0..LATENCY_RUNS {
+        let mut floor = Vec::new();
+        let mut awaited: Vec<Vec<Duration>> = vec![Vec::new(); STRATEGIES.len()];
         for round in 0..=ROUNDS {
             // Round 0 warms up and is discarded.
             let keep = round > 0;
             let device = buffer.as_mut().expect("the buffer is back");
-            let (ptr, raw) = (device.addr_mut(), stream.as_raw());
+            let (ptr, raw) = (device.addr_mut(), floor_stream.as_raw());
             context.bind().expect("bind");
             for i in 0..PER_ROUND {
                 let start = Instant::now();
@@ -99,39 +163,80 @@ fn await_overhead(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &
                     floor.push(start.elapsed());
                 }
             }
-            tokio.block_on(async {
-                for i in 0..PER_ROUND {
-                    let start = Instant::now();
-                    let device = buffer.take().expect("the buffer is back");
-                    buffer = Some(stream.memset(device, i as u8).await.expect("memset"));
-                    if keep {
-                        awaited.push(start.elapsed());
+            for (stream, samples) in streams.iter().zip(&mut awaited) {
+                tokio.block_on(async {
+                    for i in 0..PER_ROUND {
+                        let start = Instant::now();
+                        let device = buffer.take().expect("the buffer is back");
+                        buffer = Some(stream.memset(device, i as u8).await.expect("memset"));
+                        if keep {
+                            samples.push(start.elapsed());
+                        }
                     }
-                }
-            });
+                });
+            }
         }
-        let quantile = |samples: &mut Vec<Duration>, q| micros(percentile(samples, q));
-        let (floor_p50, floor_p99) = (quantile(&mut floor, 0.5), quantile(&mut floor, 0.99));
-        let (p50, p99) = (quantile(&mut awaited, 0.5), quantile(&mut awaited, 0.99));
-        let target = if strategy == Strategy::EventPoll {
-            " (target ≤ 2×)"
-        } else {
-            ""
+        runs.push((
+            Quantiles::of(&mut floor),
+            awaited.iter_mut().map(|s| Quantiles::of(s)).collect(),
+        ));
+    }
+    let samples = ROUNDS * PER_ROUND;
+    for (index, strategy) in STRATEGIES.into_iter().enumerate() {
+        let ratios: Vec<(f64, f64)> = runs
+            .iter()
+            .map(|(floor, strategies)| {
+                let q = strategies[index];
+                (q.p50 / floor.p50, q.p99 / floor.p99)
+            })
+            .collect();
+        let pick = |f: fn(&Quantiles) -> f64, of_floor: bool| -> f64 {
+            median(
+                &mut runs
+                    .iter()
+                    .map(|(floor, strategies)| f(if of_floor { floor } else { &strategies[index] }))
+                    .collect::<Vec<_>>(),
+            )
         };
+        let (p50, p99) = (pick(|q| q.p50, false), pick(|q| q.p99, false));
+        let (floor_p50, floor_p99) = (pick(|q| q.p50, true), pick(|q| q.p99, true));
+        let name = strategy_name(strategy);
         table.push(
             SECTION,
-            format!(
-                "awaited 64 B memset, {}, p50 / p99",
-                strategy_name(strategy)
-            ),
+            format!("awaited 64 B memset, {name}, p50 / p99 (median of {LATENCY_RUNS} runs)"),
             format!("{p50:.1} / {p99:.1} µs"),
             format!(
-                "p50 {:.2}× the sync floor{target}; floor (memset + aclrtSynchronizeStream) \
-                 {floor_p50:.1} / {floor_p99:.1} µs; {} samples each",
-                p50 / floor_p50,
-                awaited.len()
+                "floor (memset + aclrtSynchronizeStream) {floor_p50:.1} / {floor_p99:.1} µs; \
+                 {samples} samples per run and variant"
             ),
         );
+        if strategy == Strategy::EventPoll {
+            let spread = |values: Vec<f64>| {
+                let mut values = values;
+                values.sort_by(f64::total_cmp);
+                format!(
+                    "{:.2} / {:.2} / {:.2}",
+                    values[0],
+                    median(&mut values.clone()),
+                    values[values.len() - 1]
+                )
+            };
+            let met = ratios
+                .iter()
+                .filter(|(p50, p99)| *p50 <= P50_TARGET && *p99 <= P99_TARGET)
+                .count();
+            table.push(
+                SECTION,
+                format!("awaited 64 B memset, {name}: p50 ratio to the floor, min / median / max"),
+                format!("{}×", spread(ratios.iter().map(|r| r.0).collect())),
+                format!(
+                    "p99 ratio min / median / max {}×; targets p50 ≤ {P50_TARGET}× and \
+                     p99 ≤ {P99_TARGET}× in every run: {} ({met} of {LATENCY_RUNS} runs)",
+                    spread(ratios.iter().map(|r| r.1).collect()),
+                    verdict(met == LATENCY_RUNS)
+                ),
+            );
+        }
     }
 }
 
@@ -206,8 +311,10 @@ fn rates(
 }
 
 /// The throughput matrix: for each task length, in-flight count and stream count, every
-/// strategy, with the ratios the design targets at 256 in flight.
+/// strategy, with event polling's ratio to the best alternative in each cell and the ratios
+/// the design targets at 256 in flight.
 fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Context) {
+    let (mut cells, mut cells_met, mut single, mut single_met) = (0, 0, 0, 0);
     for task_us in [10u64, 100] {
         let model = TimingModel::default().d2d_bandwidth(TASK_BYTES * 1_000_000 / task_us);
         control::set_timing(0, Some(model)).expect("timing model");
@@ -216,6 +323,18 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
                 let rates = rates(tokio, context, streams, in_flight);
                 let device_bound = 1e6 / task_us as f64 * streams.min(in_flight) as f64;
                 let (over_callback, over_blocking) = (rates[0] / rates[1], rates[0] / rates[2]);
+                let over_best = over_callback.min(over_blocking);
+                let target = if in_flight == 1 {
+                    ONE_IN_FLIGHT_TARGET
+                } else {
+                    CELL_TARGET
+                };
+                cells += 1;
+                cells_met += usize::from(over_best >= CELL_TARGET);
+                if in_flight == 1 {
+                    single += 1;
+                    single_met += usize::from(over_best >= ONE_IN_FLIGHT_TARGET);
+                }
                 // Where event polling already runs the device flat out, no strategy can be
                 // ahead of another by more than the device leaves them.
                 let at_bound = if rates[0] >= 0.9 * device_bound {
@@ -223,9 +342,9 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
                 } else {
                     ""
                 };
-                let targets = if in_flight == 256 {
+                let design = if in_flight == 256 {
                     format!(
-                        " (targets ≥ 1.5× / ≥ 3×: {} / {}{at_bound})",
+                        "; EP/CB ≥ 1.5× and EP/BS ≥ 3×: {} / {}",
                         verdict(over_callback >= 1.5),
                         verdict(over_blocking >= 3.0)
                     )
@@ -241,25 +360,28 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
                     format!("{:.0}", rates[0]),
                     format!(
                         "callback {:.0}, spawn_blocking+sync {:.0}; EP/CB {over_callback:.2}×, \
-                         EP/BS {over_blocking:.2}×{targets}; device bound {device_bound:.0}",
-                        rates[1], rates[2]
+                         EP/BS {over_blocking:.2}×; EP/best ≥ {target}×: {}{design}{at_bound}; \
+                         device bound {device_bound:.0}",
+                        rates[1],
+                        rates[2],
+                        verdict(over_best >= target)
                     ),
                 );
             }
         }
     }
     control::set_timing(0, None).expect("timing off");
-    let stats = npu_stream::reactor_stats();
     table.push(
         SECTION,
-        "reactor event queries per completed operation (whole run)",
-        format!("{:.2}", stats.polls_per_completion()),
-        format!("{} completed, {} parks", stats.completed, stats.parks),
+        "event polling ≥ the best alternative, cells of the sweep",
+        format!("{cells_met} of {cells}"),
+        format!(
+            "target: every cell ({}); ≥ {ONE_IN_FLIGHT_TARGET}× at 1 in flight in \
+             {single_met} of {single} cells ({})",
+            verdict(cells_met == cells),
+            verdict(single_met == single)
+        ),
     );
-}
-
-fn verdict(met: bool) -> &'static str {
-    if met { "met" } else { "missed" }
 }
 
 /// The `npu-reactor` thread's id, from /proc/self/task/*/comm.
@@ -322,14 +444,18 @@ fn idle_reactor(table: &mut Table) {
     let percent = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / wall * 100.0;
     let stat = percent(before.0.0, after.0.0);
     let precise = before.0.1.zip(after.0.1).map(|(a, b)| percent(a, b));
+    let (queries, parks) = (
+        after.1.queries - before.1.queries,
+        after.1.parks - before.1.parks,
+    );
     table.push(
         SECTION,
         "npu-reactor thread CPU over 1 s idle",
         format!("{:.4} %", precise.unwrap_or(stat)),
         format!(
-            "target < 1%; /proc stat ticks give {stat:.2} %; {} queries, {} parks meanwhile",
-            after.1.queries - before.1.queries,
-            after.1.parks - before.1.parks
+            "target 0 (parked until work arrives: no query, no wake-up): {}; /proc stat ticks \
+             give {stat:.2} %; {queries} queries, {parks} parks meanwhile",
+            verdict(queries == 0 && parks == 0)
         ),
     );
 }

@@ -12,7 +12,7 @@ use npu_mem::PinnedPool;
 use crate::callback;
 use crate::event_pool::EventPool;
 use crate::op::Op;
-use crate::reactor::Pending;
+use crate::reactor::{Pace, Pending};
 use crate::sentinel;
 use crate::strategy::{OpInfo, Strategy, StrategyState, Unwatched};
 
@@ -70,11 +70,13 @@ pub(crate) struct StreamShared {
     pub(crate) aborted_through: AtomicU64,
 }
 
-/// A stream's pending completions and whether the reactor is currently watching it.
+/// A stream's pending completions, whether the reactor is currently watching it, and how long
+/// its operations usually take (which the reactor plans its queries from).
 #[derive(Default)]
 pub(crate) struct Queue {
     pub(crate) pending: VecDeque<Pending>,
     pub(crate) in_reactor: bool,
+    pub(crate) pace: Pace,
 }
 
 // SAFETY: an aclrtStream is an opaque handle ACL lets any thread use; every call binds the

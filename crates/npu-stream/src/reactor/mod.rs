@@ -15,14 +15,15 @@ use crate::sentinel::{self, Verdict};
 use crate::strategy::{self, CompletionStrategy, OpInfo, Unwatched};
 use crate::stream::{Queue, StreamShared};
 
-mod backoff;
+mod pace;
 mod stats;
 mod wakeup;
 
 #[cfg(test)]
 mod model;
 
-use backoff::Backoff;
+pub(crate) use pace::Pace;
+use pace::Plan;
 use stats::Counters;
 pub use stats::ReactorStats;
 use wakeup::Wakeup;
@@ -36,6 +37,17 @@ mod sync {
 const PROBE_AFTER: Duration = Duration::from_millis(10);
 /// Probes of a stream that keeps running without progress grow apart up to this interval.
 const MAX_PROBE_INTERVAL: Duration = Duration::from_millis(160);
+/// A query due within this long is waited for by yielding the core rather than parking: a
+/// timed park wakes tens of µs late on a busy host, a yield hands the core to whatever else
+/// wants it and returns at once when nothing does. Longer waits park until this long before
+/// the query is due.
+const YIELD_WINDOW: Duration = Duration::from_micros(50);
+/// How long the reactor keeps passing (yielding between passes) after its last stream went
+/// idle, before it parks until woken. A caller awaiting one operation at a time submits the
+/// next one within a few µs of the last completion; a reactor still passing picks it up on
+/// its next pass, while a parked one must first be woken, which costs tens of µs on a busy
+/// host. Bounded, so an idle reactor still costs nothing.
+const LINGER: Duration = Duration::from_micros(50);
 
 /// One operation waiting for its event.
 pub(crate) struct Pending {
@@ -45,6 +57,8 @@ pub(crate) struct Pending {
     /// The operation submitted before it, when strategies may finish them out of order
     /// (`BlockingSync`): this one completes only after it.
     after: Option<Completion>,
+    /// When the reactor took it on: on an idle stream, when it became the stream's head.
+    registered: Instant,
 }
 
 impl Pending {
@@ -59,6 +73,7 @@ impl Pending {
             completer,
             op,
             after,
+            registered: Instant::now(),
         }
     }
 
@@ -161,12 +176,15 @@ impl Reactor {
     fn register(
         &self,
         stream: &Arc<StreamShared>,
-        pending: Pending,
+        mut pending: Pending,
     ) -> std::result::Result<(), Pending> {
         if self.stopped.load(sync::Ordering::SeqCst) {
             return Err(pending);
         }
         self.counters.registered();
+        // An operation another strategy waited for first became the head long ago; timing it
+        // from then would teach the stream's pace the other strategy's wait.
+        pending.registered = Instant::now();
         let activate = {
             let mut queue = lock_queue(stream);
             queue.pending.push_back(pending);
@@ -207,23 +225,21 @@ impl Reactor {
         let mut active: Vec<Active> = Vec::new();
         let mut finished: Vec<(Arc<StreamShared>, Pending, Outcome)> = Vec::new();
         let mut retired: Vec<Arc<StreamShared>> = Vec::new();
-        let mut backoff = Backoff::new();
+        let mut busy_until = Instant::now();
         loop {
             if self.wakeup.take_notification() {
                 self.adopt(&mut active);
             }
-            let now = Instant::now();
-            let mut progressed = false;
             active.retain_mut(|stream| {
-                let keep = self.poll_stream(stream, now, &mut finished, &mut progressed);
+                let keep = self.poll_stream(stream, &mut finished);
                 if !keep {
                     retired.push(stream.stream.clone());
                 }
                 keep
             });
-            // Complete with no lock held; buffers are released on the reaper.
+            // Complete with no lock held; buffers are released on the reaper. Counted first,
+            // so that a task woken by its completion sees it in the reactor's stats.
             for (stream, pending, outcome) in finished.drain(..) {
-                // Counted first: a task woken by the completion must see it in the stats.
                 self.counters.completed();
                 match outcome {
                     Outcome::Done => pending.settle(&stream),
@@ -232,62 +248,101 @@ impl Reactor {
                 strategy::release_stream(stream);
             }
             retired.drain(..).for_each(strategy::release_stream);
-            if active.is_empty() {
+            let Some(due) = active.iter().map(|stream| stream.plan.due).min() else {
+                if Instant::now() < busy_until {
+                    std::thread::yield_now();
+                    continue;
+                }
                 self.counters.parked();
                 if self.wakeup.sleep(std::thread::park) {
                     self.adopt(&mut active);
                 }
-                backoff.reset();
-            } else if progressed {
-                backoff.reset();
-            } else if let Some(timeout) = backoff.next() {
+                continue;
+            };
+            let now = Instant::now();
+            busy_until = now + LINGER;
+            let wait = due.saturating_duration_since(now);
+            if wait > YIELD_WINDOW {
                 self.counters.parked();
-                if self.wakeup.sleep(|| std::thread::park_timeout(timeout)) {
+                if self
+                    .wakeup
+                    .sleep(|| std::thread::park_timeout(wait - YIELD_WINDOW))
+                {
                     self.adopt(&mut active);
                 }
+            } else if !wait.is_zero() {
+                std::thread::yield_now();
             }
         }
     }
 
     fn adopt(&self, active: &mut Vec<Active>) {
+        let streams: Vec<Arc<StreamShared>> = {
+            let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+            inbox.drain(..).collect()
+        };
         let now = Instant::now();
-        let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
-        active.extend(inbox.drain(..).map(|stream| Active {
-            stream,
-            health: Health::new(now),
+        active.extend(streams.into_iter().map(|stream| {
+            let plan = {
+                let queue = lock_queue(&stream);
+                let since = queue.pending.front().map_or(now, |head| head.registered);
+                Plan::new(since, queue.pace)
+            };
+            Active {
+                stream,
+                health: Health::new(now),
+                plan,
+            }
         }));
     }
 
-    /// Collects what finished on one stream. Returns whether the stream stays active.
+    /// Collects what finished on one stream, querying its head only when its plan says so.
+    /// Returns whether the stream stays active.
     fn poll_stream(
         &self,
         active: &mut Active,
-        now: Instant,
         finished: &mut Vec<(Arc<StreamShared>, Pending, Outcome)>,
-        progressed: &mut bool,
     ) -> bool {
-        let Active { stream, health } = active;
-        if let Some(Err(err)) = health.verdict() {
+        let Active {
+            stream,
+            health,
+            plan,
+        } = active;
+        let failed = if let Some(Err(err)) = health.verdict() {
             self.fail_all(stream, err, finished);
-        }
+            true
+        } else {
+            false
+        };
+        // What an abort discarded fails at once, due or not: the abort woke the reactor for it.
         self.fail_aborted(stream, finished);
+        let mut now = Instant::now();
+        if !failed && !plan.is_due(now) {
+            return true;
+        }
         let mut next = head(&mut lock_queue(stream));
         while let Some(oldest) = next {
             self.counters.queried();
             match query_event(stream.context.runtime(), oldest) {
                 Ok(true) => {
-                    let (done, after) = advance(stream);
+                    let (done, after) = advance(stream, plan);
                     if let Some(pending) = done {
                         finished.push((stream.clone(), pending, Outcome::Done));
                     }
                     health.progressed(now);
-                    *progressed = true;
                     next = after;
+                    // The next head may be done already (the device ran ahead of the
+                    // reactor); its plan says whether to look now.
+                    now = Instant::now();
+                    if !plan.is_due(now) {
+                        return next.is_some();
+                    }
                 }
                 // Not done yet. A query that fails says the event or the stream is broken;
                 // either way the operation completes only once its event does or the sentinel
                 // finds the stream dead, never on the query's word alone.
                 Ok(false) | Err(_) => {
+                    plan.missed(now);
                     health.probe_if_due(stream, now);
                     return true;
                 }
@@ -367,6 +422,8 @@ impl Pending {
 struct Active {
     stream: Arc<StreamShared>,
     health: Health,
+    /// When its head is next queried.
+    plan: Plan,
 }
 
 /// When a stream without progress is next health-checked, and the check in flight. Apart from
@@ -437,11 +494,25 @@ fn head(queue: &mut Queue) -> Option<npu_core::ffi::aclrtEvent> {
     head
 }
 
-/// Takes the oldest pending operation, which has finished, and returns it with the next head,
-/// under one lock.
-fn advance(stream: &StreamShared) -> (Option<Pending>, Option<npu_core::ffi::aclrtEvent>) {
+/// Takes the oldest pending operation, found done, and returns it with the next head, under
+/// one lock; the stream's pace learns from it and `plan` becomes the next head's.
+///
+/// The next head is taken to have started when the query that found this one done was due
+/// (or when it was registered, if later), not when the reactor got to the query: a reactor
+/// that fell behind then finds the heads the device finished meanwhile on its next queries,
+/// instead of waiting a whole operation time for each.
+fn advance(
+    stream: &StreamShared,
+    plan: &mut Plan,
+) -> (Option<Pending>, Option<npu_core::ffi::aclrtEvent>) {
     let mut queue = lock_queue(stream);
+    plan.hit(&mut queue.pace);
     let done = queue.pending.pop_front();
+    let since = queue
+        .pending
+        .front()
+        .map_or(plan.due, |next| next.registered.max(plan.due));
+    *plan = Plan::new(since, queue.pace);
     (done, head(&mut queue))
 }
 

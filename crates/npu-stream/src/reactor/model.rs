@@ -14,17 +14,31 @@ use loom::sync::{Arc, Mutex};
 use wakeup::Wakeup;
 
 /// The reactor side: runs passes until it has seen `expected` items, sleeping (parking) when
-/// a pass found nothing. loom reports a deadlock if it parks with work left unnoticed.
-fn reactor_loop(wakeup: &Wakeup, inbox: &Mutex<Vec<u32>>, expected: usize) -> Vec<u32> {
+/// `linger` passes in a row found nothing (the reactor keeps passing for a while after its
+/// last stream went idle). loom reports a deadlock if it parks with work left unnoticed.
+fn reactor_loop(
+    wakeup: &Wakeup,
+    inbox: &Mutex<Vec<u32>>,
+    expected: usize,
+    linger: usize,
+) -> Vec<u32> {
     let mut seen = Vec::new();
     let drain = |seen: &mut Vec<u32>| seen.extend(inbox.lock().unwrap().drain(..));
+    let mut idle_passes = 0;
     loop {
         if wakeup.take_notification() {
             drain(&mut seen);
+            idle_passes = 0;
         }
         if seen.len() == expected {
             return seen;
         }
+        if idle_passes < linger {
+            idle_passes += 1;
+            loom::thread::yield_now();
+            continue;
+        }
+        idle_passes = 0;
         if wakeup.sleep(loom::thread::park) {
             drain(&mut seen);
         }
@@ -41,32 +55,54 @@ fn submit(wakeup: &Wakeup, inbox: &Mutex<Vec<u32>>, reactor: &loom::thread::Thre
     }
 }
 
+/// How many fruitless passes the modelled reactor makes before parking: at once, as when
+/// streams are still active, and after lingering, as when the last stream just went idle.
+const LINGERS: [usize; 2] = [0, 2];
+
+/// A modelled reactor thread with its wake-up state and inbox.
+struct Model {
+    wakeup: Arc<Wakeup>,
+    inbox: Arc<Mutex<Vec<u32>>>,
+    reactor: loom::thread::JoinHandle<Vec<u32>>,
+}
+
+/// A reactor thread expecting `expected` items.
+fn start_reactor(expected: usize, linger: usize) -> Model {
+    let wakeup = Arc::new(Wakeup::new());
+    let inbox = Arc::new(Mutex::new(Vec::new()));
+    let (w, i) = (wakeup.clone(), inbox.clone());
+    let reactor = loom::thread::spawn(move || reactor_loop(&w, &i, expected, linger));
+    Model {
+        wakeup,
+        inbox,
+        reactor,
+    }
+}
+
 #[test]
 fn a_submission_always_reaches_the_reactor() {
-    loom::model(|| {
-        let wakeup = Arc::new(Wakeup::new());
-        let inbox = Arc::new(Mutex::new(Vec::new()));
-        let (w, i) = (wakeup.clone(), inbox.clone());
-        let reactor = loom::thread::spawn(move || reactor_loop(&w, &i, 1));
-        submit(&wakeup, &inbox, reactor.thread(), 7);
-        assert_eq!(reactor.join().unwrap(), vec![7]);
-    });
+    for linger in LINGERS {
+        loom::model(move || {
+            let model = start_reactor(1, linger);
+            submit(&model.wakeup, &model.inbox, model.reactor.thread(), 7);
+            assert_eq!(model.reactor.join().unwrap(), vec![7]);
+        });
+    }
 }
 
 #[test]
 fn two_concurrent_submitters_are_both_seen() {
-    loom::model(|| {
-        let wakeup = Arc::new(Wakeup::new());
-        let inbox = Arc::new(Mutex::new(Vec::new()));
-        let (w, i) = (wakeup.clone(), inbox.clone());
-        let reactor = loom::thread::spawn(move || reactor_loop(&w, &i, 2));
-        let handle = reactor.thread().clone();
-        let (w2, i2) = (wakeup.clone(), inbox.clone());
-        let other = loom::thread::spawn(move || submit(&w2, &i2, &handle, 2));
-        submit(&wakeup, &inbox, reactor.thread(), 1);
-        other.join().unwrap();
-        let mut seen = reactor.join().unwrap();
-        seen.sort();
-        assert_eq!(seen, vec![1, 2]);
-    });
+    for linger in LINGERS {
+        loom::model(move || {
+            let model = start_reactor(2, linger);
+            let handle = model.reactor.thread().clone();
+            let (w2, i2) = (model.wakeup.clone(), model.inbox.clone());
+            let other = loom::thread::spawn(move || submit(&w2, &i2, &handle, 2));
+            submit(&model.wakeup, &model.inbox, model.reactor.thread(), 1);
+            other.join().unwrap();
+            let mut seen = model.reactor.join().unwrap();
+            seen.sort();
+            assert_eq!(seen, vec![1, 2]);
+        });
+    }
 }
