@@ -251,7 +251,7 @@ mod tests {
             .streams
             .iter()
             .chain(&report.pipelined.streams)
-            .map(|&id| i64::from(id))
+            .map(|&id| id as i64)
             .collect();
         assert_eq!(
             streams.len(),
@@ -276,6 +276,35 @@ mod tests {
         for copy in spans.iter().filter(|e| e["cat"] == "copy") {
             assert!(copy["args"]["bytes"].as_u64().unwrap() <= chunk_bytes);
             assert!(copy["dur"].as_f64().unwrap() > 0.0, "{copy}");
+        }
+
+        // The pipeline's records and waits are instants, each wait the end of a flow arrow
+        // from a record on another stream, never earlier than it.
+        let phase = |ph: &'static str| {
+            let matches = move |e: &&Value| e["pid"] == 0 && e["ph"] == ph;
+            events.iter().filter(matches).collect::<Vec<_>>()
+        };
+        assert!(
+            spans
+                .iter()
+                .all(|e| e["name"] != "record" && e["name"] != "wait")
+        );
+        let instants = phase("i");
+        assert!(instants.iter().any(|e| e["name"] == "record"));
+        assert!(instants.iter().any(|e| e["name"] == "wait"));
+        let starts: std::collections::HashMap<&str, &Value> = phase("s")
+            .into_iter()
+            .map(|e| (e["id"].as_str().unwrap(), e))
+            .collect();
+        let ends = phase("f");
+        assert!(ends.len() >= 6, "{} flows", ends.len());
+        for end in ends {
+            let start = starts[end["id"].as_str().unwrap()];
+            assert_ne!(start["tid"], end["tid"], "an arrow joins two streams");
+            assert!(
+                start["ts"].as_f64() <= end["ts"].as_f64(),
+                "{start} -> {end}"
+            );
         }
     }
 
