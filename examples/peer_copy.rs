@@ -13,7 +13,7 @@
 
 use std::process::ExitCode;
 
-use npu::MallocPolicy;
+use npu::memory::MallocPolicy;
 use npu::prelude::*;
 
 /// Elements copied in the default run.

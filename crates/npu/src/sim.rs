@@ -341,7 +341,8 @@ pub fn now_ns(device: &Device) -> Result<u64> {
 /// dropped operations' values) has run on npu-rs's reaper thread.
 ///
 /// For tests that count live allocations: after dropping buffers, call this before reading
-/// [`device_stats`] or [`host_stats`].
+/// [`device_stats`] or [`host_stats`]. It waits for npu-rs's own reaper, so it works on every
+/// backend.
 ///
 /// ```
 /// npu::sim::flush_releases(); // nothing deferred: returns at once
