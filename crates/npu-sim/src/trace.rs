@@ -104,6 +104,9 @@ struct Trace {
     path: Option<PathBuf>,
     spans: Vec<Span>,
     dropped: u64,
+    /// Whether the file holds everything recorded (to this path): the exit hook then has
+    /// nothing to add, and does not bring back a file the program already wrote and removed.
+    written: bool,
 }
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -111,6 +114,7 @@ static TRACE: Mutex<Trace> = Mutex::new(Trace {
     path: None,
     spans: Vec::new(),
     dropped: 0,
+    written: false,
 });
 
 /// Starts recording; [`flush`] writes to `path`. Spans recorded so far are kept.
@@ -149,17 +153,24 @@ static TRACE: Mutex<Trace> = Mutex::new(Trace {
 /// # std::fs::remove_file(&path).ok();
 /// ```
 pub fn enable(path: impl AsRef<Path>) {
-    lock(&TRACE).path = Some(path.as_ref().to_owned());
+    let mut trace = lock(&TRACE);
+    trace.path = Some(path.as_ref().to_owned());
+    trace.written = false;
+    drop(trace);
     ENABLED.store(true, Ordering::Release);
     write_at_exit();
 }
 
 /// Registers (once) a hook that writes the trace when the program ends normally: returning
-/// from `main` or calling `std::process::exit`. A crash or a signal skips it; [`Guard`] and
-/// [`flush`] give programs that need the file earlier their own point to write it.
+/// from `main` or calling `std::process::exit`, unless the file already holds everything
+/// recorded. A crash or a signal skips it; [`Guard`] and [`flush`] give programs that need the
+/// file earlier their own point to write it.
 fn write_at_exit() {
     static REGISTERED: std::sync::Once = std::sync::Once::new();
     extern "C" fn at_exit() {
+        if lock(&TRACE).written {
+            return;
+        }
         if let Err(err) = flush() {
             eprintln!("npu-sim: writing the trace at exit failed: {err}");
         }
@@ -203,8 +214,10 @@ impl Guard {
     /// ```
     /// # extern crate ascendcl as npu_sim;
     /// let path = std::env::temp_dir().join(format!("npu-sim-guard-start-{}.json", std::process::id()));
-    /// let _guard = npu_sim::trace::Guard::start(&path);
+    /// let guard = npu_sim::trace::Guard::start(&path);
     /// assert!(npu_sim::trace::is_enabled());
+    /// # guard.finish().unwrap();
+    /// # std::fs::remove_file(&path).ok();
     /// ```
     pub fn start(path: impl AsRef<Path>) -> Guard {
         enable(path);
@@ -289,6 +302,8 @@ pub fn disable() {
 /// assert!(trace::is_enabled());
 /// trace::disable();
 /// assert!(!trace::is_enabled());
+/// # trace::flush().unwrap(); // written now, so the exit hook has nothing to write
+/// # std::fs::remove_file(&path).ok();
 /// ```
 pub fn is_enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
@@ -334,13 +349,19 @@ pub fn flush() -> std::io::Result<Option<PathBuf>> {
     // Rendering and writing up to MAX_SPANS spans takes a while: a copy is rendered outside the
     // lock, so the stream workers recording tasks meanwhile do not wait for it.
     let (path, spans, dropped) = {
-        let trace = lock(&TRACE);
+        let mut trace = lock(&TRACE);
         let Some(path) = trace.path.clone() else {
             return Ok(None);
         };
+        // A span recorded from here on clears it again.
+        trace.written = true;
         (path, trace.spans.clone(), trace.dropped)
     };
-    std::fs::write(&path, render(&spans, dropped).to_string())?;
+    let written = std::fs::write(&path, render(&spans, dropped).to_string());
+    if written.is_err() {
+        lock(&TRACE).written = false;
+    }
+    written?;
     Ok(Some(path))
 }
 
@@ -387,6 +408,7 @@ fn flow_id(record: &Record) -> String {
 
 fn record(span: Span) {
     let mut trace = lock(&TRACE);
+    trace.written = false;
     if trace.spans.len() < MAX_SPANS {
         trace.spans.push(span);
     } else {
