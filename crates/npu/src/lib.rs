@@ -68,7 +68,7 @@
 //!
 //! Without `sim` (`default-features = false`), no simulator is linked: [`Runtime`] loads
 //! CANN's `libascendcl.so` (or any library named by `NPU_ACL_LIB`), and `NPU_BACKEND=sim`
-//! fails with [`LoadError::SimulatorNotBuilt`](error::LoadError::SimulatorNotBuilt). The backend is chosen at run time by
+//! fails with [`LoadError::SimulatorNotBuilt`]. The backend is chosen at run time by
 //! `NPU_BACKEND=sim|acl|auto`; see docs/ascend.md.
 //!
 //! # Further reading
@@ -144,10 +144,10 @@ pub struct ReadmeDoctests;
 /// What nearly every npu-rs program uses: `use npu::prelude::*;`.
 ///
 /// Types: [`Runtime`], [`Device`], [`Context`], [`Stream`], [`Event`], [`DeviceBuffer`],
-/// [`PinnedBuffer`], [`PinnedPool`], [`PooledBuffer`](memory::PooledBuffer), [`Module`],
-/// [`Function`], [`LaunchConfig`](kernel::LaunchConfig); traits: [`Memory`](memory::Memory),
-/// [`MemoryMut`](memory::MemoryMut), [`DeviceSlice`](memory::DeviceSlice),
-/// [`HostSlice`](memory::HostSlice) (for `len()`, `view()` and friends). The error type is
+/// [`PinnedBuffer`], [`PinnedPool`], [`PooledBuffer`], [`Module`],
+/// [`Function`], [`LaunchConfig`]; traits: [`Memory`],
+/// [`MemoryMut`], [`DeviceSlice`],
+/// [`HostSlice`] (for `len()`, `view()` and friends). The error type is
 /// left out so that it does not shadow yours; write [`npu::Result`](Result).
 ///
 /// ```

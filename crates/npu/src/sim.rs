@@ -2,10 +2,10 @@
 //! the timeline trace (feature `sim`).
 //!
 //! These act on the simulator linked into this process, the backend
-//! [`Backend::Simulator`](crate::runtime::Backend::Simulator). The controls take npu-rs's own
+//! [`Backend::Simulator`]. The controls take npu-rs's own
 //! types ([`Device`], [`Stream`]) and return [`npu::Result`](crate::Result); a device of another
 //! backend (CANN, or a simulator loaded as a library through `NPU_ACL_LIB`) is refused with
-//! [`Error::InvalidArgument`](crate::Error::InvalidArgument). docs/simulator.md describes the
+//! [`Error::InvalidArgument`]. docs/simulator.md describes the
 //! simulated device.
 //!
 //! - [`SimConfig`] / [`TimingModel`]: process-level configuration (device count, memory per
