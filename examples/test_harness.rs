@@ -232,6 +232,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lost_device_fails_its_work() {
+        let _turn = serial().await;
         let lost = device(LOST);
         let (stream, scale) = setup(&lost);
         assert_eq!(
@@ -292,6 +293,7 @@ mod tests {
 
     #[tokio::test]
     async fn control_errors_convert_into_npu_errors() {
+        let _turn = serial().await;
         // A refused control is an ACL error, so `?` carries it out of a test helper.
         fn fail_task_zero(stream: &Stream) -> npu::Result<()> {
             sim::fail_task(stream, 0, AclCode(507015))?;
