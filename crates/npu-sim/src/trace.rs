@@ -424,7 +424,7 @@ fn micros(ns: u64) -> f64 {
 /// (thread-scoped) for a marker, plus the flow start or end that links a record to its waits.
 /// The flow events are bound to the enclosing marker ("bp": "e"), so viewers draw the arrow
 /// between the two instants.
-fn render_span(span: &Span) -> Vec<Value> {
+fn render_span(span: &Span, waited: &std::collections::HashSet<&str>) -> Vec<Value> {
     let (pid, tid) = (span.device, span.stream);
     let slice = |ph: &str| {
         json!({
@@ -457,18 +457,28 @@ fn render_span(span: &Span) -> Vec<Value> {
         }
         // A record is reached, and a wait satisfied, when the task ends: the arrow joins those
         // two moments.
-        Shape::Record(id) => vec![instant(span.end_ns), at(span.end_ns, "s", id)],
+        Shape::Record(id) if waited.contains(id.as_str()) => {
+            vec![instant(span.end_ns), at(span.end_ns, "s", id)]
+        }
+        Shape::Record(_) | Shape::Instant => vec![instant(span.end_ns)],
         Shape::Wait(id) => vec![instant(span.end_ns), at(span.end_ns, "f", id)],
-        Shape::Instant => vec![instant(span.end_ns)],
     }
 }
 
 fn render(spans: &[Span], dropped: u64) -> Value {
     let mut tracks = std::collections::BTreeSet::new();
+    // Only a record that something waited on starts an arrow.
+    let waited: std::collections::HashSet<&str> = spans
+        .iter()
+        .filter_map(|span| match &span.shape {
+            Shape::Wait(id) => Some(id.as_str()),
+            _ => None,
+        })
+        .collect();
     let mut events = Vec::with_capacity(spans.len());
     for span in spans {
         tracks.insert((span.device, span.stream));
-        events.extend(render_span(span));
+        events.extend(render_span(span, &waited));
     }
     let devices: std::collections::BTreeSet<i32> = tracks.iter().map(|&(d, _)| d).collect();
     for device in devices {

@@ -89,6 +89,11 @@ fn records_and_waits_are_instants_linked_by_flows_on_one_track_per_stream() {
         .map(|e| (e["id"].as_str().unwrap(), e))
         .collect();
     let ends: Vec<&Value> = events.iter().filter(|e| e["ph"] == "f").collect();
+    let ended: BTreeSet<&str> = ends.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    assert!(
+        starts.keys().all(|id| ended.contains(id)),
+        "every flow that starts ends"
+    );
     assert_eq!((starts.len(), ends.len()), (1, 2));
     for end in &ends {
         let start = starts[end["id"].as_str().unwrap()];
