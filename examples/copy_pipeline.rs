@@ -22,7 +22,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use npu::prelude::*;
-use npu::sim::{control, trace};
+use npu::runtime::Backend;
+use npu::sim::{self, trace};
 
 #[path = "support/event_timeline.rs"]
 mod event_timeline;
@@ -83,7 +84,7 @@ async fn run(
     let device = Device::open(0)?;
     let ctx = device.primary_context();
     let add = kernels::load(ctx)?.function(pipeline::KERNEL)?;
-    let simulated = matches!(device.runtime().backend(), npu::Backend::Simulator);
+    let simulated = matches!(device.runtime().backend(), Backend::Simulator);
     if timeline == Timeline::SimulatorTrace && !simulated {
         let rule = "the simulator's trace needs the in-process simulator (NPU_BACKEND=sim)";
         return Err(npu::Error::invalid("copy_pipeline", "timeline", rule));
@@ -91,7 +92,7 @@ async fn run(
     let chunk_bytes = chunk_len * size_of::<f32>();
     if simulated {
         let model = pipeline::equal_stages(chunk_bytes, stage);
-        control::set_timing(0, Some(model)).map_err(sim_error)?;
+        sim::set_timing(&device, Some(model))?;
     }
     if timeline == Timeline::SimulatorTrace {
         trace::enable(trace_path);
@@ -117,7 +118,7 @@ async fn run(
         })?;
     }
     if simulated {
-        control::set_timing(0, None).map_err(sim_error)?;
+        sim::set_timing(&device, None)?;
     }
     let (serial, pipelined) = outcome?;
     Ok(Report {
@@ -129,10 +130,6 @@ async fn run(
         timeline,
         trace: trace_path.to_owned(),
     })
-}
-
-fn sim_error(err: control::ControlError) -> npu::Error {
-    npu::Error::invalid("copy_pipeline", "simulator", err.to_string())
 }
 
 /// `NPU_TRACE` if set, else a file in the temporary directory.
@@ -155,7 +152,7 @@ async fn main() -> ExitCode {
     };
     // The simulator's trace where there is one, event timestamps elsewhere.
     let timeline = match Device::open(0).map(|d| d.runtime().backend().clone()) {
-        Ok(npu::Backend::Simulator) => Timeline::SimulatorTrace,
+        Ok(Backend::Simulator) => Timeline::SimulatorTrace,
         _ => Timeline::EventTimestamps,
     };
     let report = match run(chunks, CHUNK_LEN, STAGE, timeline, &trace_path()).await {
@@ -251,7 +248,7 @@ mod tests {
             .streams
             .iter()
             .chain(&report.pipelined.streams)
-            .map(|&id| i64::from(id))
+            .map(|&id| id as i64)
             .collect();
         assert_eq!(
             streams.len(),
@@ -276,6 +273,35 @@ mod tests {
         for copy in spans.iter().filter(|e| e["cat"] == "copy") {
             assert!(copy["args"]["bytes"].as_u64().unwrap() <= chunk_bytes);
             assert!(copy["dur"].as_f64().unwrap() > 0.0, "{copy}");
+        }
+
+        // The pipeline's records and waits are instants, each wait the end of a flow arrow
+        // from a record on another stream, never earlier than it.
+        let phase = |ph: &'static str| {
+            let matches = move |e: &&Value| e["pid"] == 0 && e["ph"] == ph;
+            events.iter().filter(matches).collect::<Vec<_>>()
+        };
+        assert!(
+            spans
+                .iter()
+                .all(|e| e["name"] != "record" && e["name"] != "wait")
+        );
+        let instants = phase("i");
+        assert!(instants.iter().any(|e| e["name"] == "record"));
+        assert!(instants.iter().any(|e| e["name"] == "wait"));
+        let starts: std::collections::HashMap<&str, &Value> = phase("s")
+            .into_iter()
+            .map(|e| (e["id"].as_str().unwrap(), e))
+            .collect();
+        let ends = phase("f");
+        assert!(ends.len() >= 6, "{} flows", ends.len());
+        for end in ends {
+            let start = starts[end["id"].as_str().unwrap()];
+            assert_ne!(start["tid"], end["tid"], "an arrow joins two streams");
+            assert!(
+                start["ts"].as_f64() <= end["ts"].as_f64(),
+                "{start} -> {end}"
+            );
         }
     }
 

@@ -137,7 +137,7 @@ async fn run(elements: usize) -> npu::Result<Report> {
     // already is), and the device is reset when its last handle is gone.
     drop((b, c, da, db, dc, stream, add));
     drop(device);
-    npu::reaper::flush();
+    npu::sim::flush_releases();
     step(
         "10",
         "freed every buffer and released the device".to_string(),
@@ -189,12 +189,9 @@ mod tests {
         // Step 10 left nothing behind on the simulator.
         if matches!(
             Device::open(0).unwrap().runtime().backend(),
-            npu::Backend::Simulator
+            npu::runtime::Backend::Simulator
         ) {
-            assert_eq!(
-                npu::sim::control::host_stats().unwrap().pinned_allocations,
-                0
-            );
+            assert_eq!(npu::sim::host_stats().unwrap().pinned_allocations, 0);
         }
     }
 }

@@ -13,8 +13,8 @@
 
 use std::process::ExitCode;
 
-use npu::MallocPolicy;
 use npu::Stream;
+use npu::memory::MallocPolicy;
 use npu::prelude::*;
 
 /// Elements copied in the default run.

@@ -8,13 +8,19 @@
 //!   process-wide and fixed at first use, which is why tests like these belong in a test
 //!   binary of their own (an example, or a separate file under `tests/`), never next to tests
 //!   that want another configuration;
-//! - **inject faults** with `npu::sim::control` (a failing kernel, an allocation failure,
-//!   running out of device memory) and assert that your code returns them as errors;
+//! - **inject faults** with `npu::sim` (`fail_task` on a stream, `fail_next_alloc` and `lose`
+//!   on a device, running out of device memory) and assert that your code returns them as
+//!   errors; the controls take npu-rs's own `Device` and `Stream` and return `npu::Result`,
+//!   so `?` works in tests;
 //! - **check for leaks**: the simulator counts live allocations; after
-//!   `npu::reaper::flush()` (which waits for deferred frees) they must be back to where the
-//!   test started;
-//! - **time in simulated time**: with the timing model and the hold gate, event timestamps
-//!   are deterministic.
+//!   `npu::sim::flush_releases()` (which waits for deferred frees) they must be back to where
+//!   the test started;
+//! - **time in simulated time**: with the timing model and `npu::sim::hold` (a guard that
+//!   releases the device when dropped, even when the test panics), event timestamps are
+//!   deterministic;
+//! - **paused Tokio time**: `#[tokio::test(start_paused = true)]` works with device work in
+//!   flight: a pending operation keeps the paused clock from jumping ahead, so a one-hour
+//!   timeout around a copy does not fire before the copy finishes.
 //!
 //! ```sh
 //! cargo test --example test_harness     # the tests
@@ -91,8 +97,9 @@ mod tests {
     use std::sync::OnceLock;
     use std::time::Duration;
 
-    use npu::sim::{SimConfig, TimingModel, control};
-    use npu::{AclCode, Backend, Runtime};
+    use npu::error::AclCode;
+    use npu::runtime::{Backend, BackendChoice};
+    use npu::sim::{self, SimConfig, TimingModel};
 
     use super::*;
 
@@ -102,6 +109,8 @@ mod tests {
     const SCALE_NS: u64 = 200_000;
     /// The timing model's launch latency, added to every task.
     const LATENCY_NS: u64 = 2_000;
+    /// The device [`a_lost_device_fails_its_work`] loses; no other test uses it.
+    const LOST: u32 = 2;
 
     /// Installs this binary's simulator configuration (once, before any device is touched)
     /// and returns a runtime on the in-process simulator.
@@ -110,7 +119,7 @@ mod tests {
         RUNTIME
             .get_or_init(|| {
                 SimConfig::default()
-                    .devices(2)
+                    .devices(3)
                     .memory_per_device(DEVICE_MEMORY)
                     .timing(
                         TimingModel::default()
@@ -122,7 +131,7 @@ mod tests {
                     .install()
                     .expect("the simulator was already initialised with another configuration");
                 let runtime = Runtime::builder()
-                    .backend(npu::BackendChoice::Sim)
+                    .backend(BackendChoice::Sim)
                     .build()
                     .unwrap();
                 assert_eq!(runtime.backend(), &Backend::Simulator);
@@ -131,12 +140,16 @@ mod tests {
             .clone()
     }
 
+    fn device(id: u32) -> Device {
+        simulator().device(id).unwrap()
+    }
+
     /// Live simulator allocations: device memory of `device` and pinned host memory.
-    fn live_allocations(device: u32) -> (u64, u64) {
-        npu::reaper::flush();
-        let device = control::device_stats(device as i32).unwrap();
-        let host = control::host_stats().unwrap();
-        (device.live_allocations, host.pinned_allocations)
+    fn live_allocations(device: &Device) -> (u64, u64) {
+        sim::flush_releases();
+        let on_device = sim::device_stats(device).unwrap();
+        let host = sim::host_stats().unwrap();
+        (on_device.live_allocations, host.pinned_allocations)
     }
 
     /// Tests compare process-wide counters and use the hold gate, so they take turns.
@@ -145,9 +158,8 @@ mod tests {
         TURN.lock().await
     }
 
-    /// A stream and the `scale_f32` kernel on device `id` of the configured simulator.
-    fn setup(id: u32) -> (Stream, Function) {
-        let device = simulator().device(id).unwrap();
+    /// A stream and the `scale_f32` kernel on `device`.
+    fn setup(device: &Device) -> (Stream, Function) {
         let stream = Stream::new(device.primary_context()).unwrap();
         let scale = kernels::load(device.primary_context())
             .unwrap()
@@ -159,8 +171,8 @@ mod tests {
     #[tokio::test]
     async fn the_simulator_has_the_configured_devices() {
         let runtime = simulator();
-        assert_eq!(runtime.device_count().unwrap(), 2);
-        let memory = runtime.device(1).unwrap().memory_info(npu::MemAttr::Normal);
+        assert_eq!(runtime.device_count().unwrap(), 3);
+        let memory = device(1).memory_info(npu::device::MemAttr::Normal);
         assert_eq!(memory.unwrap().total, DEVICE_MEMORY as usize);
     }
 
@@ -168,7 +180,7 @@ mod tests {
     async fn scales_on_either_device() {
         let _turn = serial().await;
         for id in 0..2 {
-            let (stream, scale) = setup(id);
+            let (stream, scale) = setup(&device(id));
             let out = scale_on_device(&stream, &scale, &[1.0, -2.0, 3.5], 2.0).await;
             assert_eq!(out.unwrap(), [2.0, -4.0, 7.0]);
         }
@@ -177,14 +189,14 @@ mod tests {
     /// Runs `scale_on_device` on `device` after `inject` set up a fault, and checks that it
     /// fails with ACL error `code` and leaves no allocation behind.
     async fn fails_cleanly(
-        device: u32,
+        device: &Device,
         data: &[f32],
-        inject: impl FnOnce(&Stream),
+        inject: impl FnOnce(&Stream) -> npu::Result<()>,
         code: i32,
     ) -> (Stream, Function) {
         let (stream, scale) = setup(device);
         let before = live_allocations(device);
-        inject(&stream);
+        inject(&stream).unwrap();
         let err = scale_on_device(&stream, &scale, data, 3.0)
             .await
             .unwrap_err();
@@ -197,8 +209,8 @@ mod tests {
     async fn a_failing_kernel_is_an_error_and_leaks_nothing() {
         let _turn = serial().await;
         // Task 1 on the stream is the copy in, task 2 the kernel: make the kernel trap.
-        let trap = |stream: &Stream| control::fail_task(stream.as_raw(), 2, 507015).unwrap();
-        let (stream, scale) = fails_cleanly(0, &[1.0; 1000], trap, 507015).await;
+        let trap = |stream: &Stream| sim::fail_task(stream, 2, AclCode(507015));
+        let (stream, scale) = fails_cleanly(&device(0), &[1.0; 1000], trap, 507015).await;
         // The stream is still usable.
         let out = scale_on_device(&stream, &scale, &[1.0; 8], 3.0).await;
         assert_eq!(out.unwrap(), [3.0; 8]);
@@ -207,21 +219,40 @@ mod tests {
     #[tokio::test]
     async fn a_failed_allocation_is_an_error_and_leaks_nothing() {
         let _turn = serial().await;
-        let fail_alloc = |_: &Stream| control::fail_next_alloc(1).unwrap();
-        fails_cleanly(1, &[1.0; 16], fail_alloc, 207001).await;
+        let one = device(1);
+        let fail_alloc = |_: &Stream| sim::fail_next_alloc(&one);
+        fails_cleanly(&one, &[1.0; 16], fail_alloc, 207001).await;
     }
 
     #[tokio::test]
     async fn input_larger_than_device_memory_is_an_error() {
         let _turn = serial().await;
         // 5 Mi floats are 20 MiB: more than the 16 MiB device.
-        fails_cleanly(0, &vec![0.0f32; 5 << 20], |_| {}, 207001).await;
+        fails_cleanly(&device(0), &vec![0.0f32; 5 << 20], |_| Ok(()), 207001).await;
+    }
+
+    #[tokio::test]
+    async fn a_lost_device_fails_its_work() {
+        let _turn = serial().await;
+        let lost = device(LOST);
+        let (stream, scale) = setup(&lost);
+        assert_eq!(
+            scale_on_device(&stream, &scale, &[1.0], 2.0).await.unwrap(),
+            [2.0]
+        );
+        sim::lose(&lost).unwrap();
+        let err = scale_on_device(&stream, &scale, &[1.0], 2.0)
+            .await
+            .unwrap_err();
+        assert!(err.acl_code().is_some(), "{err}");
+        assert!(sim::device_stats(&lost).unwrap().lost);
     }
 
     #[tokio::test]
     async fn kernels_take_their_simulated_time() {
         let _turn = serial().await;
-        let (stream, scale) = setup(1);
+        let one = device(1);
+        let (stream, scale) = setup(&one);
         let ctx = stream.context().clone();
         let x = DeviceBuffer::<f32>::new(&ctx, 64).unwrap();
         let (start, end) = (Event::new(&ctx).unwrap(), Event::new(&ctx).unwrap());
@@ -229,12 +260,12 @@ mod tests {
         // Hold the device so the kernel starts exactly when it is released, right after the
         // start event: the elapsed time is then the kernel's simulated duration, however
         // loaded the machine running the test is.
-        control::hold(1).unwrap();
+        let held = sim::hold(&one).unwrap();
         start.record(&stream).unwrap();
         // SAFETY: scale_f32(float *x, uint64_t n, float alpha); x holds 64 elements.
         let launch = unsafe { stream.launch(&scale, 1, (x, 64u64, 1.0f32)) };
         end.record(&stream).unwrap();
-        control::release(1).unwrap();
+        held.release().unwrap();
         launch.await.unwrap();
         end.wait().await.unwrap();
 
@@ -245,5 +276,57 @@ mod tests {
             error < Duration::from_micros(1),
             "{elapsed:?} vs {expected:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_test_that_panics_while_holding_leaves_the_device_released() {
+        let _turn = serial().await;
+        let zero = device(0);
+        let held_then_panicked = std::panic::catch_unwind(|| {
+            let _held = sim::hold(&zero).unwrap();
+            panic!("the test failed while the device was held");
+        });
+        assert!(held_then_panicked.is_err());
+        let (stream, scale) = setup(&zero);
+        let out = scale_on_device(&stream, &scale, &[4.0], 0.25).await;
+        assert_eq!(out.unwrap(), [1.0], "the device runs work again");
+    }
+
+    #[tokio::test]
+    async fn control_errors_convert_into_npu_errors() {
+        let _turn = serial().await;
+        // A refused control is an ACL error, so `?` carries it out of a test helper.
+        fn fail_task_zero(stream: &Stream) -> npu::Result<()> {
+            sim::fail_task(stream, 0, AclCode(507015))?;
+            Ok(())
+        }
+        let (stream, _) = setup(&device(0));
+        let err = fail_task_zero(&stream).unwrap_err();
+        assert!(matches!(err, npu::Error::Acl(_)), "{err}");
+        let raw = sim::raw_control::lose_device(99).unwrap_err();
+        let err = npu::Error::from(raw);
+        assert_eq!(err.acl_code(), Some(AclCode(107001)), "{err}");
+    }
+
+    /// A 4 MiB round trip (about 0.8 ms of paced device time at 10 GB/s) under a paused
+    /// clock races a one-hour timeout: the copy must win every time.
+    #[tokio::test(start_paused = true)]
+    async fn paused_time_waits_for_device_work() {
+        let _turn = serial().await;
+        let ctx = device(0).primary_context().clone();
+        let stream = Stream::new(&ctx).unwrap();
+        let n = 1 << 20;
+        for round in 0..20 {
+            let host = PinnedBuffer::from_slice(&ctx, &vec![round as f32; n]).unwrap();
+            let round_trip = async {
+                let (host, dev) = stream.copy_h2d(host, DeviceBuffer::new(&ctx, n)?).await?;
+                Ok::<_, npu::Error>(stream.copy_d2h(dev, host).await?)
+            };
+            let (_, host) = tokio::time::timeout(Duration::from_secs(3600), round_trip)
+                .await
+                .expect("the one-hour timeout fired before the copy finished")
+                .unwrap();
+            assert!(host.iter().all(|&x| x == round as f32));
+        }
     }
 }

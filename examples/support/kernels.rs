@@ -6,7 +6,8 @@
 //! object npu-sim ships. On CANN, point `NPU_EXAMPLE_KERNELS` at an Ascend C kernel binary
 //! exporting both (docs/ascend.md says how to build one).
 
-use npu::{Backend, Context, Error, Module, Result};
+use npu::runtime::Backend;
+use npu::{Context, Error, Module, Result};
 
 /// The environment variable naming a kernel binary that overrides the simulator's library.
 pub(crate) const KERNELS_ENV: &str = "NPU_EXAMPLE_KERNELS";

@@ -62,6 +62,16 @@ pub(crate) trait Marks {
         bytes: usize,
         op: impl FnOnce() -> npu::Op<T>,
     ) -> npu::Result<npu::Op<T>>;
+
+    /// Records `event` on `stream`, marking the record if the implementation wants.
+    fn record(&self, event: &Event, stream: &Stream) -> npu::Result<()> {
+        event.record(stream)
+    }
+
+    /// Makes `stream` wait for `event`, marking the wait if the implementation wants.
+    fn wait(&self, stream: &Stream, event: &Event) -> npu::Result<()> {
+        stream.wait_event(event)
+    }
 }
 
 impl Marks for () {
@@ -91,8 +101,8 @@ pub(crate) struct Outcome {
     pub(crate) wall: Duration,
     /// Chunks whose result differed from the host's computation.
     pub(crate) wrong_chunks: usize,
-    /// The ACL ids of the streams the run used (the tracks of its timeline).
-    pub(crate) streams: Vec<i32>,
+    /// The ids of the streams the run used (the tracks of its timeline).
+    pub(crate) streams: Vec<u64>,
 }
 
 /// The work both runs do, and what they share.
@@ -209,7 +219,7 @@ impl Work {
         Ok(Outcome {
             wall: start.elapsed(),
             wrong_chunks,
-            streams: vec![stream.acl_id()?],
+            streams: vec![stream.id()],
         })
     }
 
@@ -252,17 +262,17 @@ impl Work {
                 let slot = t % SLOTS;
                 if t >= SLOTS {
                     // The copy out of chunk t - 2 reads this output buffer.
-                    compute.wait_event(&copied_out[slot])?;
+                    marks.wait(&compute, &copied_out[slot])?;
                 }
                 let output = outputs[slot].clone();
                 let launch =
                     marks.mark(&compute, KERNEL, 0, || self.launch(&compute, input, output))?;
-                kernel_done[slot].record(&compute)?;
-                d2h.wait_event(&kernel_done[slot])?;
+                marks.record(&kernel_done[slot], &compute)?;
+                marks.wait(&d2h, &kernel_done[slot])?;
                 let host = self.pool.alloc::<f32>(self.chunk_len).await?;
                 let output = outputs[slot].clone();
                 let copy = marks.mark(&d2h, "D2H", bytes, || d2h.copy_d2h(output, host))?;
-                copied_out[slot].record(&d2h)?;
+                marks.record(&copied_out[slot], &d2h)?;
                 out_tx.send((t, copy)).await.map_err(|_| closed())?;
                 let (input, ..) = launch.await?;
                 if t + SLOTS < self.chunks {
@@ -287,7 +297,7 @@ impl Work {
         Ok(Outcome {
             wall: start.elapsed(),
             wrong_chunks,
-            streams: vec![h2d.acl_id()?, compute.acl_id()?, d2h.acl_id()?],
+            streams: vec![h2d.id(), compute.id(), d2h.id()],
         })
     }
 }

@@ -26,6 +26,8 @@ mod call;
 mod code;
 mod completion;
 mod context;
+#[cfg(feature = "sim")]
+mod control_error;
 mod device;
 mod error;
 mod launch;

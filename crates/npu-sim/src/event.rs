@@ -66,6 +66,13 @@ impl Record {
         self.stream.listens(self.position.load(Ordering::Acquire))
     }
 
+    /// The device and stream ids of the record's stream and its position there: unique for
+    /// the life of the process, which names the record in the trace.
+    pub(crate) fn place_in_stream(&self) -> (i32, i32, u64) {
+        let position = self.position.load(Ordering::Acquire);
+        (self.stream.device.id, self.stream.id, position)
+    }
+
     pub(crate) fn outcome(&self) -> Outcome {
         *lock(&self.outcome)
     }

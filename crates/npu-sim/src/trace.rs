@@ -1,10 +1,16 @@
 //! Timeline trace of device tasks, written as Chrome / Perfetto trace-event JSON.
 //!
-//! Recording starts when `NPU_TRACE=path.json` is set at start-up, or with [`enable`] (C:
-//! `npusimTraceEnable`). Every task a stream runs becomes a complete event ("ph": "X") on the
-//! track of its stream (pid = device, tid = stream id; synchronous copies use tid 0), with its
-//! name, bytes and start/duration on the simulated device clock (µs). The file is (re)written by
-//! [`flush`] and by `aclFinalize`. While disabled, recording costs one relaxed atomic load.
+//! Recording starts when `NPU_TRACE=path.json` is set at start-up, with [`enable`] (C:
+//! `npusimTraceEnable`) or with a [`Guard`]. Every task a stream runs becomes a complete event
+//! ("ph": "X") on the track of its stream (pid = device, tid = the ACL stream id that
+//! `aclrtStreamGetId` returns; synchronous copies use tid 0), with its name, bytes and
+//! start/duration on the simulated device clock (µs). Event records, waits and resets have no
+//! duration: they are instant events ("ph": "i"), and a flow arrow ("ph": "s" to "ph": "f", one
+//! id per record) leads from each record to every wait on it.
+//!
+//! The file is written when the program ends normally (an exit hook registered when recording
+//! starts), when a [`Guard`] is dropped, by [`flush`] and by `aclFinalize`; each write holds
+//! everything recorded so far. While disabled, recording costs one relaxed atomic load.
 //!
 //! ```
 //! # extern crate ascendcl as npu_sim;
@@ -25,8 +31,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
 
+use crate::event::Record;
 use crate::sync::lock;
-use crate::task::Task;
+use crate::task::{Op, Task};
 
 /// The environment variable naming the trace file.
 ///
@@ -77,6 +84,19 @@ struct Span {
     bytes: u64,
     start_ns: u64,
     end_ns: u64,
+    shape: Shape,
+}
+
+/// How a span is drawn: a slice with a duration, or an instant that starts or ends a flow.
+#[derive(Clone)]
+enum Shape {
+    Slice,
+    /// An event record, the source of a flow arrow to every wait on it.
+    Record(String),
+    /// A wait on a record, the end of that record's flow arrow.
+    Wait(String),
+    /// Any other zero-length marker (an event reset).
+    Instant,
 }
 
 #[derive(Default)]
@@ -84,6 +104,9 @@ struct Trace {
     path: Option<PathBuf>,
     spans: Vec<Span>,
     dropped: u64,
+    /// Whether the file holds everything recorded (to this path): the exit hook then has
+    /// nothing to add, and does not bring back a file the program already wrote and removed.
+    written: bool,
 }
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -91,6 +114,7 @@ static TRACE: Mutex<Trace> = Mutex::new(Trace {
     path: None,
     spans: Vec::new(),
     dropped: 0,
+    written: false,
 });
 
 /// Starts recording; [`flush`] writes to `path`. Spans recorded so far are kept.
@@ -129,8 +153,102 @@ static TRACE: Mutex<Trace> = Mutex::new(Trace {
 /// # std::fs::remove_file(&path).ok();
 /// ```
 pub fn enable(path: impl AsRef<Path>) {
-    lock(&TRACE).path = Some(path.as_ref().to_owned());
+    let mut trace = lock(&TRACE);
+    trace.path = Some(path.as_ref().to_owned());
+    trace.written = false;
+    drop(trace);
     ENABLED.store(true, Ordering::Release);
+    write_at_exit();
+}
+
+/// Registers (once) a hook that writes the trace when the program ends normally: returning
+/// from `main` or calling `std::process::exit`, unless the file already holds everything
+/// recorded. A crash or a signal skips it; [`Guard`] and [`flush`] give programs that need the
+/// file earlier their own point to write it.
+fn write_at_exit() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    extern "C" fn at_exit() {
+        if lock(&TRACE).written {
+            return;
+        }
+        if let Err(err) = flush() {
+            eprintln!("npu-sim: writing the trace at exit failed: {err}");
+        }
+    }
+    REGISTERED.call_once(|| {
+        // SAFETY: `at_exit` is a plain `extern "C" fn()` that never unwinds (flush returns
+        // its errors) and touches only statics, which Rust never destroys.
+        if unsafe { libc::atexit(at_exit) } != 0 {
+            tracing::warn!(target: "npu_sim", "cannot register the trace's exit hook");
+        }
+    });
+}
+
+/// Records the timeline while alive and writes it when dropped.
+///
+/// For programs and tests that want the file at a point of their choosing rather than at exit.
+/// Dropping it writes what was recorded (errors are logged; [`Guard::finish`] returns them)
+/// and stops recording.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+/// let path = std::env::temp_dir().join(format!("npu-sim-guard-{}.json", std::process::id()));
+/// let guard = npu_sim::trace::Guard::start(&path);
+/// assert!(npu_sim::trace::is_enabled());
+/// drop(guard); // writes the file
+/// assert!(!npu_sim::trace::is_enabled());
+/// let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+/// assert!(json["traceEvents"].is_array());
+/// # std::fs::remove_file(&path).ok();
+/// ```
+#[must_use = "the trace is written when the guard is dropped"]
+#[derive(Debug)]
+pub struct Guard {
+    /// Cleared by `finish`, which writes itself.
+    armed: bool,
+}
+
+impl Guard {
+    /// Starts recording to `path` (as [`enable`]).
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    /// let path = std::env::temp_dir().join(format!("npu-sim-guard-start-{}.json", std::process::id()));
+    /// let guard = npu_sim::trace::Guard::start(&path);
+    /// assert!(npu_sim::trace::is_enabled());
+    /// # guard.finish().unwrap();
+    /// # std::fs::remove_file(&path).ok();
+    /// ```
+    pub fn start(path: impl AsRef<Path>) -> Guard {
+        enable(path);
+        Guard { armed: true }
+    }
+
+    /// Stops recording and writes the file now, returning where (or why not).
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    /// let path = std::env::temp_dir().join(format!("npu-sim-guard-finish-{}.json", std::process::id()));
+    /// let written = npu_sim::trace::Guard::start(&path).finish().unwrap();
+    /// assert_eq!(written.as_deref(), Some(path.as_path()));
+    /// # std::fs::remove_file(&path).ok();
+    /// ```
+    pub fn finish(mut self) -> std::io::Result<Option<PathBuf>> {
+        self.armed = false;
+        disable();
+        flush()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.armed {
+            disable();
+            if let Err(err) = flush() {
+                tracing::warn!(target: "npu_sim", "writing the trace failed: {err}");
+            }
+        }
+    }
 }
 
 /// Stops recording (what was recorded is kept for [`flush`]).
@@ -184,6 +302,8 @@ pub fn disable() {
 /// assert!(trace::is_enabled());
 /// trace::disable();
 /// assert!(!trace::is_enabled());
+/// # trace::flush().unwrap(); // written now, so the exit hook has nothing to write
+/// # std::fs::remove_file(&path).ok();
 /// ```
 pub fn is_enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
@@ -229,13 +349,19 @@ pub fn flush() -> std::io::Result<Option<PathBuf>> {
     // Rendering and writing up to MAX_SPANS spans takes a while: a copy is rendered outside the
     // lock, so the stream workers recording tasks meanwhile do not wait for it.
     let (path, spans, dropped) = {
-        let trace = lock(&TRACE);
+        let mut trace = lock(&TRACE);
         let Some(path) = trace.path.clone() else {
             return Ok(None);
         };
+        // A span recorded from here on clears it again.
+        trace.written = true;
         (path, trace.spans.clone(), trace.dropped)
     };
-    std::fs::write(&path, render(&spans, dropped).to_string())?;
+    let written = std::fs::write(&path, render(&spans, dropped).to_string());
+    if written.is_err() {
+        lock(&TRACE).written = false;
+    }
+    written?;
     Ok(Some(path))
 }
 
@@ -256,6 +382,12 @@ pub(crate) fn record_task(device: i32, stream: i32, task: &Task, start_ns: u64, 
     if stream == 0 {
         name.push_str(" (sync)");
     }
+    let shape = match &task.op {
+        Op::Record(record) => Shape::Record(flow_id(record)),
+        Op::Wait { record, .. } => Shape::Wait(flow_id(record)),
+        Op::Reset { .. } => Shape::Instant,
+        _ => Shape::Slice,
+    };
     record(Span {
         device,
         stream,
@@ -264,11 +396,19 @@ pub(crate) fn record_task(device: i32, stream: i32, task: &Task, start_ns: u64, 
         bytes: task.bytes(),
         start_ns,
         end_ns,
+        shape,
     });
+}
+
+/// Names a record uniquely in the process: its stream's device and id, and its place there.
+fn flow_id(record: &Record) -> String {
+    let (device, stream, position) = record.place_in_stream();
+    format!("d{device}s{stream}r{position}")
 }
 
 fn record(span: Span) {
     let mut trace = lock(&TRACE);
+    trace.written = false;
     if trace.spans.len() < MAX_SPANS {
         trace.spans.push(span);
     } else {
@@ -280,24 +420,66 @@ fn micros(ns: u64) -> f64 {
     ns as f64 / 1000.0
 }
 
+/// The trace events of one span: a complete event for a task with a duration; an instant
+/// (thread-scoped) for a marker, plus the flow start or end that links a record to its waits.
+/// The flow events are bound to the enclosing marker ("bp": "e"), so viewers draw the arrow
+/// between the two instants.
+fn render_span(span: &Span, waited: &std::collections::HashSet<&str>) -> Vec<Value> {
+    let (pid, tid) = (span.device, span.stream);
+    let slice = |ph: &str| {
+        json!({
+            "name": span.name,
+            "cat": span.category,
+            "ph": ph,
+            "pid": pid,
+            "tid": tid,
+            "ts": micros(span.start_ns),
+            "args": { "bytes": span.bytes },
+        })
+    };
+    let at = |ns: u64, ph: &str, id: &str| {
+        json!({
+            "name": "event", "cat": "event", "ph": ph, "id": id, "bp": "e",
+            "pid": pid, "tid": tid, "ts": micros(ns),
+        })
+    };
+    let instant = |ns: u64| {
+        let mut event = slice("i");
+        event["s"] = json!("t");
+        event["ts"] = json!(micros(ns));
+        event
+    };
+    match &span.shape {
+        Shape::Slice => {
+            let mut event = slice("X");
+            event["dur"] = json!(micros(span.end_ns.saturating_sub(span.start_ns)));
+            vec![event]
+        }
+        // A record is reached, and a wait satisfied, when the task ends: the arrow joins those
+        // two moments.
+        Shape::Record(id) if waited.contains(id.as_str()) => {
+            vec![instant(span.end_ns), at(span.end_ns, "s", id)]
+        }
+        Shape::Record(_) | Shape::Instant => vec![instant(span.end_ns)],
+        Shape::Wait(id) => vec![instant(span.end_ns), at(span.end_ns, "f", id)],
+    }
+}
+
 fn render(spans: &[Span], dropped: u64) -> Value {
     let mut tracks = std::collections::BTreeSet::new();
-    let mut events: Vec<Value> = spans
+    // Only a record that something waited on starts an arrow.
+    let waited: std::collections::HashSet<&str> = spans
         .iter()
-        .map(|span| {
-            tracks.insert((span.device, span.stream));
-            json!({
-                "name": span.name,
-                "cat": span.category,
-                "ph": "X",
-                "pid": span.device,
-                "tid": span.stream,
-                "ts": micros(span.start_ns),
-                "dur": micros(span.end_ns.saturating_sub(span.start_ns)),
-                "args": { "bytes": span.bytes },
-            })
+        .filter_map(|span| match &span.shape {
+            Shape::Wait(id) => Some(id.as_str()),
+            _ => None,
         })
         .collect();
+    let mut events = Vec::with_capacity(spans.len());
+    for span in spans {
+        tracks.insert((span.device, span.stream));
+        events.extend(render_span(span, &waited));
+    }
     let devices: std::collections::BTreeSet<i32> = tracks.iter().map(|&(d, _)| d).collect();
     for device in devices {
         events.push(json!({

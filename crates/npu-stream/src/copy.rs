@@ -534,6 +534,7 @@ impl Stream {
         src: &impl Memory,
         dst: &impl Memory,
     ) -> Result<()> {
+        tracing::Span::current().record("direction", direction(kind));
         self.check_runtime(api, "src", src.context())?;
         self.check_runtime(api, "dst", dst.context())?;
         match kind {
@@ -595,5 +596,16 @@ impl Stream {
             // device, and the copy that used it has completed by then.
             unsafe { done.drop_after(access) };
         }
+    }
+}
+
+/// A copy kind as the operation's tracing span shows it.
+fn direction(kind: ffi::aclrtMemcpyKind) -> &'static str {
+    match kind {
+        ffi::ACL_MEMCPY_HOST_TO_DEVICE => "h2d",
+        ffi::ACL_MEMCPY_DEVICE_TO_HOST => "d2h",
+        ffi::ACL_MEMCPY_DEVICE_TO_DEVICE => "d2d",
+        ffi::ACL_MEMCPY_HOST_TO_HOST => "h2h",
+        _ => "default",
     }
 }

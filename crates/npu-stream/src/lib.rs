@@ -33,6 +33,7 @@ mod event;
 mod event_pool;
 mod kernel;
 mod op;
+mod paused_clock;
 mod reactor;
 mod sentinel;
 mod staged;

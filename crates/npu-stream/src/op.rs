@@ -7,6 +7,8 @@ use std::task::{Context as TaskContext, Poll};
 
 use npu_core::{Completion, Error, OpError};
 
+use crate::paused_clock;
+
 /// A device operation in flight. Resolves to the buffers it took once the device is done, or
 /// to an [`OpError`] that hands them back with the failure.
 ///
@@ -76,6 +78,8 @@ pub struct Op<T: Send + 'static> {
     completion: Completion,
     value: Option<T>,
     span: tracing::Span,
+    /// Set once a paused Tokio clock has been kept from jumping past this operation.
+    clock_kept: bool,
 }
 
 impl<T: Send + 'static> Op<T> {
@@ -84,6 +88,7 @@ impl<T: Send + 'static> Op<T> {
             completion,
             value: Some(value),
             span,
+            clock_kept: false,
         }
     }
 
@@ -144,7 +149,20 @@ impl<T: Send + 'static> Future for Op<T> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let _entered = this.span.enter();
-        let result = std::task::ready!(this.completion.poll_result(cx));
+        let Poll::Ready(result) = this.completion.poll_result(cx) else {
+            if !this.clock_kept {
+                this.clock_kept = true;
+                paused_clock::keep_until(&this.completion);
+            }
+            return Poll::Pending;
+        };
+        match &result {
+            Ok(()) => tracing::debug!("completed"),
+            Err(err) => {
+                this.span.record("error", tracing::field::display(err));
+                tracing::debug!(error = %err, "failed");
+            }
+        }
         let value = this.value.take();
         Poll::Ready(match (result, value) {
             (Ok(()), Some(value)) => Ok(value),

@@ -215,10 +215,11 @@ impl StreamBuilder {
             )
         }?;
         let events = EventPool::for_context(&context);
+        let id = stream_id(&context, handle);
         let shared = Arc::new(StreamShared {
             context,
             handle,
-            id: next_stream_id(),
+            id,
             submit: Mutex::new(()),
             queue: Mutex::new(Queue::default()),
             events,
@@ -240,8 +241,20 @@ impl StreamBuilder {
 const UNWATCHABLE_FLAGS: u32 =
     ffi::ACL_STREAM_PERSISTENT | ffi::ACL_STREAM_CPU_SCHEDULE | ffi::ACL_STREAM_DEVICE_USE_ONLY;
 
-fn next_stream_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
+/// The ACL id of a new stream, or npu-rs's own where the runtime cannot say.
+fn stream_id(context: &Context, handle: ffi::aclrtStream) -> u64 {
+    let mut id = 0;
+    // SAFETY: the stream was just created and `id` is a valid out-pointer.
+    let acl = unsafe { acl_call_opt!(context.runtime(), aclrtStreamGetId(handle, &mut id)) };
+    match acl {
+        Ok(()) => u64::try_from(id).unwrap_or_else(|_| own_stream_id()),
+        Err(_) => own_stream_id(),
+    }
+}
+
+/// Counts above every ACL id (a non-negative `i32`), so the two kinds never collide.
+fn own_stream_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1 << 32);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
@@ -302,7 +315,12 @@ impl Stream {
         &self.shared.context
     }
 
-    /// A process-unique id for this stream (for logs and traces).
+    /// The stream's id, as logs, tracing spans, traces and `Debug` show it.
+    ///
+    /// It is the ACL stream id (`aclrtStreamGetId`, read once when the stream is created),
+    /// unique on the stream's device: the simulator's trace names the stream's track by it, and
+    /// so does a timeline built from event timestamps on CANN. A runtime without
+    /// `aclrtStreamGetId` gets npu-rs's own id, unique in the process.
     ///
     /// ```
     /// use npu_core::Device;
@@ -310,8 +328,15 @@ impl Stream {
     ///
     /// let ctx = Device::open(0)?.primary_context().clone();
     /// let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
-    /// assert_ne!(a.id(), b.id());
+    /// assert_ne!(a.id(), b.id(), "unique on the device");
     /// assert_eq!(a.clone().id(), a.id());
+    /// assert!(format!("{a:?}").contains(&format!("id: {}", a.id())));
+    /// // The id ACL itself reports:
+    /// let (rt, mut acl_id) = (ctx.runtime(), 0);
+    /// // SAFETY: the stream is alive and `acl_id` is a valid out-pointer.
+    /// let code = unsafe { (rt.api().aclrtStreamGetId.unwrap())(a.as_raw(), &mut acl_id) };
+    /// rt.check("aclrtStreamGetId", code)?;
+    /// assert_eq!(a.id(), acl_id as u64);
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn id(&self) -> u64 {
@@ -349,26 +374,6 @@ impl Stream {
     /// ```
     pub fn as_raw(&self) -> ffi::aclrtStream {
         self.shared.handle
-    }
-
-    /// The ACL stream id (`aclrtStreamGetId`).
-    ///
-    /// ```
-    /// use npu_core::Device;
-    /// use npu_stream::Stream;
-    ///
-    /// let ctx = Device::open(0)?.primary_context().clone();
-    /// let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
-    /// assert_ne!(a.acl_id()?, b.acl_id()?, "unique on the device");
-    /// assert_eq!(a.clone().acl_id()?, a.acl_id()?);
-    /// # Ok::<(), npu_core::Error>(())
-    /// ```
-    pub fn acl_id(&self) -> Result<i32> {
-        let mut id = 0;
-        let handle = self.shared.handle;
-        // SAFETY: the stream is alive (`self`) and `id` is a valid out-pointer.
-        unsafe { acl_call_opt!(self.context().runtime(), aclrtStreamGetId(handle, &mut id)) }?;
-        Ok(id)
     }
 
     /// Chooses what happens to the rest of the context's work after a task fails
@@ -577,12 +582,17 @@ impl Stream {
         record_uses: impl FnOnce(&T, &Completion),
         call: impl FnOnce(&mut T, ffi::aclrtStream) -> Result<()>,
     ) -> Op<T> {
+        // `direction` and `kernel` are filled in by the operations they apply to (while
+        // submitting, inside this span), `error` when the operation fails.
         let span = tracing::debug_span!(
             "npu_op",
             op = op.api,
             stream = self.shared.id,
             device = self.context().device_id(),
-            bytes
+            bytes,
+            direction = tracing::field::Empty,
+            kernel = tracing::field::Empty,
+            error = tracing::field::Empty,
         );
         // SAFETY: this completer is completed only by a completion strategy (once the
         // device is done with the operation), by the sentinel (once the stream has drained),

@@ -8,20 +8,26 @@
 //! host-to-device copy or a kernel in the same `select!` as its socket reads, without
 //! blocking a worker thread and without a blocking-pool thread per operation.
 //!
-//! This crate is the one to depend on. It re-exports:
+//! This crate is the one to depend on. Its modules follow what a program does:
 //!
-//! - [npu-core](npu_core): [`Runtime`] (loads CANN or the simulator, `NPU_BACKEND`),
-//!   [`Device`], [`Context`], [`Module`]/[`Function`] (kernel binaries), [`LaunchConfig`],
-//!   the [`Error`] type, the raw [`ffi`] and the [`reaper`];
-//! - [npu-mem](npu_mem): [`DeviceBuffer`], [`PinnedBuffer`], the event-aware pinned pool
-//!   [`PinnedPool`] (with [`PooledBuffer`]), [`HostRegistration`], and the memory traits
-//!   ([`Memory`], [`MemoryMut`], [`DeviceSlice`], [`HostSlice`]), [`View`];
-//! - [npu-stream](npu_stream): [`Stream`] and its operations, [`Event`], [`Op`] (the future
-//!   every operation returns), [`Strategy`], [`reactor_stats`];
-//! - with the `sim` feature, the simulator's configuration, controls, kernels and trace as
-//!   [`sim`].
+//! | module | for |
+//! | --- | --- |
+//! | [`runtime`] | loading CANN's runtime or the simulator (`NPU_BACKEND`) |
+//! | [`device`] | opening devices, their contexts, attributes, memory info, peer access |
+//! | [`memory`] | device buffers, pinned buffers, the pinned pool, host registration |
+//! | [`stream`] | streams, events and [`Op`], the future every operation returns; when to pick a non-default completion strategy |
+//! | [`kernel`] | loading kernel binaries and launching their functions |
+//! | [`error`] | the [`Error`] type and ACL's return codes |
+//! | [`sim`] | the simulator: configuration, typed fault and timing controls for tests, kernels, trace (feature `sim`) |
+//! | [`ffi`] | the raw ACL bindings, for calls npu-rs does not wrap (reached through [`Runtime::api`]) |
 //!
-//! [`prelude`] has what nearly every program uses.
+//! The types nearly every program names are also at the top: [`Runtime`], [`Device`],
+//! [`Context`], [`Stream`], [`Op`], [`Event`], [`DeviceBuffer`], [`PinnedBuffer`],
+//! [`PinnedPool`], [`Module`], [`Function`], [`Error`] and [`Result`]; [`prelude`] brings them
+//! and the memory traits into scope.
+//!
+//! Operations are submitted when the method is called, not when the future is first polled;
+//! awaiting only waits for the device (see [`stream`]).
 //!
 //! # Example
 //!
@@ -68,12 +74,67 @@
 //! # Further reading
 //!
 //! In the repository: docs/architecture.md (crates, layers, the reactor, ownership),
-//! docs/cancellation.md (what dropping a future does), docs/simulator.md (the simulated
-//! device), docs/ascend.md (running on a real Ascend host) and the examples in `examples/`.
+//! docs/cancellation.md (what dropping a future does), docs/observability.md (tracing spans,
+//! `RUST_LOG`, the timeline trace), docs/simulator.md (the simulated device), docs/ascend.md
+//! (running on a real Ascend host) and the examples in `examples/`.
 
-pub use npu_core::*;
-pub use npu_mem::*;
-pub use npu_stream::*;
+pub mod device;
+pub mod error;
+pub mod kernel;
+pub mod memory;
+pub mod runtime;
+#[cfg(feature = "sim")]
+pub mod sim;
+pub mod stream;
+
+/// The raw ACL bindings (bindgen types, constants and the function table [`AclApi`](ffi::AclApi)
+/// that [`Runtime::api`] returns), for calls npu-rs does not wrap.
+///
+/// ```
+/// use npu::prelude::*;
+///
+/// let rt = Runtime::global()?;
+/// let mut count = 0;
+/// // SAFETY: `count` is a valid out-pointer.
+/// let code = unsafe { (rt.api().aclrtGetDeviceCount)(&mut count) };
+/// rt.check("aclrtGetDeviceCount", code)?;
+/// assert!(count >= 1);
+/// assert_eq!(npu::ffi::ACL_SUCCESS, 0);
+/// # Ok::<(), npu::Error>(())
+/// ```
+pub mod ffi {
+    pub use npu_core::ffi::*;
+}
+
+pub use device::{Context, Device};
+pub use error::{Error, Result};
+pub use kernel::{Function, Module};
+pub use memory::{DeviceBuffer, PinnedBuffer, PinnedPool};
+pub use runtime::Runtime;
+pub use stream::{Event, Op, Stream};
+
+// Earlier paths, kept so that code written against the flat facade still compiles; they are
+// not part of the documented surface.
+#[doc(hidden)]
+pub use npu_core::reaper;
+#[doc(hidden)]
+pub use npu_core::{
+    AclCode, AclError, ArgPacker, Backend, BackendChoice, BinaryMagic, Completer, Completion,
+    DeviceAttr, DeviceStatus, Engine, ErrorClass, LaunchConfig, LoadAttempt, LoadError, MemAttr,
+    MemInfo, ModuleLoader, PeerAccess, PriorityRange, RuntimeBuilder, UseList, Wait,
+};
+#[doc(hidden)]
+pub use npu_mem::{
+    DeviceSlice, Filled, HacType, HostAllocConfig, HostRegistration, HostSlice, MallocPolicy,
+    Memory, MemoryMut, PageAlignedBuffer, PinnedPoolBuilder, Pod, PoolStats, PooledBuffer,
+    RegisterError, RegisterFlags, StableBuffer, View, Zeroable, host_mem_map_capability,
+};
+#[doc(hidden)]
+pub use npu_stream::{
+    ArgWriter, ByValue, Copy2d, EventBuilder, EventKind, EventWait, FailureMode, KernelArg,
+    KernelArgs, MAX_2D_HEIGHT, MAX_2D_WIDTH_BYTES, ReactorStats, Strategy, StreamBuilder,
+    reactor_stats,
+};
 
 /// The README's Rust code, run as doctests so that it keeps compiling and working.
 #[doc = include_str!("../../../README.md")]
@@ -119,43 +180,4 @@ pub mod prelude {
         PooledBuffer,
     };
     pub use npu_stream::{Event, Stream as NpuStream};
-}
-
-/// The in-process simulator (npu-sim): configuration, runtime controls, kernels and the
-/// timeline trace (feature `sim`).
-///
-/// These act on the simulator linked into this process, the backend
-/// [`Backend::Simulator`]; they have no effect on CANN or on a simulator loaded as a library
-/// through `NPU_ACL_LIB`. docs/simulator.md describes the simulated device.
-///
-/// - [`SimConfig`](sim::SimConfig) / [`TimingModel`](sim::TimingModel): process-level
-///   configuration (device count, memory per device, SoC name, timing model). It is fixed when
-///   the simulator first initialises, so install it before the first device call, and give
-///   tests that need their own configuration a process of their own (a separate test file);
-///   `NPU_SIM_CONFIG` sets the same options from the environment.
-/// - [`control`](sim::control): per-device timing, fault injection (fail the nth task of a
-///   stream, lose a device, fail the next allocation), the hold gate, live counters.
-/// - [`kernel`](sim::kernel): the kernel ABI, in-process registration and the shipped kernels
-///   (`vector_add_f32`, `scale_f32`, `reduce_sum_f32`).
-/// - [`trace`](sim::trace): a Chrome/Perfetto trace of every device task on the simulated
-///   clock (also `NPU_TRACE=path.json`).
-///
-/// ```
-/// use npu::prelude::*;
-/// use npu::sim::control;
-///
-/// # tokio_test::block_on(async {
-/// let ctx = Device::open(0)?.primary_context().clone();
-/// let stream = NpuStream::new(&ctx)?;
-/// // The next task on this stream fails with an AI Core exception.
-/// control::fail_task(stream.as_raw(), 1, 507015).unwrap();
-/// let err = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0).await.unwrap_err().error;
-/// assert_eq!(err.acl_code(), Some(npu::AclCode(507015)));
-/// # Ok::<(), npu::Error>(())
-/// # })?;
-/// # Ok::<(), npu::Error>(())
-/// ```
-#[cfg(feature = "sim")]
-pub mod sim {
-    pub use npu_sim::{ConfigError, SimConfig, TimingModel, config, control, kernel, trace};
 }

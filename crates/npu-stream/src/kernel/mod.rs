@@ -143,6 +143,7 @@ impl Stream {
                 unsafe { done.drop_after(function.clone()) };
             },
             |args, stream| {
+                tracing::Span::current().record("kernel", function.name());
                 let config = config.ok_or_else(|| {
                     Error::invalid(
                         API,

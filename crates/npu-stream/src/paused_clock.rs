@@ -1,0 +1,41 @@
+//! Device work under a paused Tokio clock (`#[tokio::test(start_paused = true)]`).
+//!
+//! A paused clock jumps to the next timer as soon as the runtime has nothing to run. Device
+//! work is invisible to it: the reactor is a thread of its own, so a test awaiting a copy
+//! under a one-hour `timeout` would see the timeout fire at once. Tokio does not advance a
+//! paused clock while a `spawn_blocking` task is running (its blocking scheduler inhibits
+//! auto-advance on current-thread runtimes, the only kind that can pause), so an operation
+//! polled under a paused clock keeps a blocking task waiting for its completion. Time then
+//! stands still while the device works, as it would for a future Tokio can see.
+
+use npu_core::Completion;
+use tokio::runtime::{Handle, RuntimeFlavor};
+
+/// If the current Tokio runtime's clock is paused, keeps it from auto-advancing until
+/// `completion` completes.
+pub(crate) fn keep_until(completion: &Completion) {
+    let Ok(runtime) = Handle::try_current() else {
+        return;
+    };
+    if runtime.runtime_flavor() != RuntimeFlavor::CurrentThread || !clock_is_paused() {
+        return;
+    }
+    let done = completion.clone();
+    // The result reaches the operation's own future; the task only has to exist meanwhile.
+    drop(runtime.spawn_blocking(move || done.wait_blocking()));
+}
+
+/// Whether the current runtime's clock is paused: it stood still while real time moved.
+///
+/// A running Tokio clock reads the monotonic clock, so a reading taken after real time has
+/// moved is strictly later than one taken before. A paused clock moves only when the runtime
+/// parks or a test advances it, neither of which happens inside a poll. Real time moves within
+/// nanoseconds, so the check costs a few clock reads.
+fn clock_is_paused() -> bool {
+    let tokio_start = tokio::time::Instant::now();
+    let real_start = std::time::Instant::now();
+    while std::time::Instant::now() <= real_start {
+        std::hint::spin_loop();
+    }
+    tokio::time::Instant::now() == tokio_start
+}

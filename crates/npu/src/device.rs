@@ -1,0 +1,21 @@
+//! Devices and contexts: opening an NPU, its attributes and memory, peer access.
+//!
+//! [`Device::open`] opens a device of the global runtime; its
+//! [`primary_context`](Device::primary_context) is the [`Context`] most programs use.
+//! Every object that lives on a device (streams, buffers, modules) holds its context and makes
+//! it current on whichever thread uses it, so Tokio may move tasks between threads freely.
+//! Device ids are `u32` throughout npu-rs.
+//!
+//! ```
+//! use npu::device::{Device, MemAttr};
+//!
+//! let device = Device::open(0)?;
+//! assert_eq!(device.id(), 0);
+//! let memory = device.memory_info(MemAttr::Normal)?;
+//! assert!(memory.free <= memory.total);
+//! # Ok::<(), npu::Error>(())
+//! ```
+
+pub use npu_core::{
+    Context, Device, DeviceAttr, DeviceStatus, MemAttr, MemInfo, PeerAccess, PriorityRange,
+};

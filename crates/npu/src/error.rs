@@ -1,0 +1,23 @@
+//! Errors: one [`Error`] type for every npu-rs call.
+//!
+//! An ACL call that fails is an [`AclError`] (the function, its [`AclCode`] and ACL's own
+//! message); an argument npu-rs refuses before calling ACL is
+//! [`Error::InvalidArgument`], naming the API, the argument and the rule; a runtime that
+//! cannot be loaded is a [`LoadError`]. [`ErrorClass`] groups codes by what a caller can do
+//! about them (retry, fix the input, give up on the device).
+//!
+//! ```
+//! use npu::prelude::*;
+//! use npu::error::Error;
+//!
+//! let ctx = Device::open(0)?.primary_context().clone();
+//! let buffer = DeviceBuffer::<u8>::new(&ctx, 64)?;
+//! let err = buffer.view(10..100).unwrap_err(); // refused before any ACL call
+//! assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+//! assert_eq!(err.acl_code(), None);
+//! # Ok::<(), npu::Error>(())
+//! ```
+
+pub use npu_core::{
+    AclCode, AclError, Error, ErrorClass, LoadAttempt, LoadError, LoadFailure, OpError, Result,
+};

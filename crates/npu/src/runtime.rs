@@ -1,0 +1,17 @@
+//! Loading the ACL runtime: CANN's `libascendcl.so` or the simulator.
+//!
+//! [`Runtime::global`] (what [`Device::open`](crate::Device::open) uses) loads the backend
+//! `NPU_BACKEND` names (`sim`, `acl` or `auto`, the default: CANN if found, else the
+//! simulator); [`Runtime::builder`] chooses in code. [`Runtime::backend`] says which one was
+//! loaded. docs/ascend.md lists where a real runtime is looked for.
+//!
+//! ```
+//! use npu::runtime::{Backend, BackendChoice, Runtime};
+//!
+//! let runtime = Runtime::builder().backend(BackendChoice::Sim).build()?;
+//! assert_eq!(runtime.backend(), &Backend::Simulator);
+//! assert!(runtime.device_count()? >= 1);
+//! # Ok::<(), npu::Error>(())
+//! ```
+
+pub use npu_core::{Backend, BackendChoice, BackendReason, Fallback, Runtime, RuntimeBuilder};

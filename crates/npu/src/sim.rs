@@ -1,0 +1,352 @@
+//! The in-process simulator (npu-sim): configuration, typed controls for tests, kernels and
+//! the timeline trace (feature `sim`).
+//!
+//! These act on the simulator linked into this process, the backend
+//! [`Backend::Simulator`]. The controls take npu-rs's own
+//! types ([`Device`], [`Stream`]) and return [`npu::Result`](crate::Result); a device of another
+//! backend (CANN, or a simulator loaded as a library through `NPU_ACL_LIB`) is refused with
+//! [`Error::InvalidArgument`]. docs/simulator.md describes the
+//! simulated device.
+//!
+//! - [`SimConfig`] / [`TimingModel`]: process-level configuration (device count, memory per
+//!   device, SoC name, timing model). It is fixed when the simulator first initialises, so
+//!   install it before the first device call, and give tests that need their own
+//!   configuration a process of their own (a separate test file); `NPU_SIM_CONFIG` sets the
+//!   same options from the environment.
+//! - Faults: [`fail_task`] (the nth task of a stream fails with a code), [`lose`] (a device
+//!   is lost), [`fail_next_alloc`] and [`fail_next_host_alloc`].
+//! - Ordering: [`hold`] keeps a device from starting work until the returned [`Hold`] is
+//!   dropped (also when the test panics), so work queued meanwhile starts at one instant.
+//! - Timing and counters: [`set_timing`], [`set_kernel_duration`], [`now_ns`],
+//!   [`device_stats`] / [`host_stats`] (live allocations, for leak checks after
+//!   [`flush_releases`]).
+//! - [`kernel`]: the kernel ABI, in-process registration and the shipped kernels
+//!   (`vector_add_f32`, `scale_f32`, `reduce_sum_f32`).
+//! - [`trace`]: a Chrome/Perfetto trace of every device task on the simulated clock, written
+//!   at exit when `NPU_TRACE=path.json` is set, or by a [`trace::Guard`] when dropped.
+//!
+//! ```
+//! use npu::prelude::*;
+//! use npu::{error::AclCode, sim};
+//!
+//! # tokio_test::block_on(async {
+//! let device = Device::open(0)?;
+//! let ctx = device.primary_context();
+//! let stream = Stream::new(ctx)?;
+//! sim::fail_task(&stream, 1, AclCode(507015))?; // the next task fails with an AI Core trap
+//! let err = stream.memset(DeviceBuffer::<u8>::new(ctx, 64)?, 0).await.unwrap_err();
+//! assert_eq!(err.acl_code(), Some(AclCode(507015)));
+//! # Ok::<(), npu::Error>(())
+//! # })?;
+//! # Ok::<(), npu::Error>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use npu_core::{AclCode, Backend, Device, Error, Result};
+use npu_stream::Stream;
+
+pub use npu_sim::control::{ControlError, DeviceStats, HostStats};
+pub use npu_sim::{ConfigError, SimConfig, TimingModel, config, kernel, trace};
+
+/// The simulator's raw controls (`i32` device ids, raw stream handles), as npu-sim exports
+/// them; the typed functions of this module are the ones to use.
+#[doc(hidden)]
+pub use npu_sim::control as raw_control;
+
+/// The earlier path of [`raw_control`], kept so older code compiles.
+#[doc(hidden)]
+pub use npu_sim::control;
+
+/// The device's id for the raw controls, if it is a device of the in-process simulator.
+fn simulated(api: &'static str, device: &Device) -> Result<i32> {
+    if device.runtime().backend() != &Backend::Simulator {
+        return Err(Error::invalid(
+            api,
+            "device",
+            format!(
+                "is on the {} backend; the simulator's controls act on the in-process \
+                 simulator only",
+                device.runtime().backend()
+            ),
+        ));
+    }
+    i32::try_from(device.id())
+        .map_err(|_| Error::invalid(api, "device", "is beyond the simulator's device ids"))
+}
+
+/// The gate [`hold`] closed: the device starts no work until this is dropped or
+/// [`released`](Hold::release).
+///
+/// Dropping it during a panic releases the device too, so a failing test never leaves the
+/// device held for the tests after it.
+#[must_use = "the device is released as soon as the Hold is dropped"]
+#[derive(Debug)]
+pub struct Hold {
+    device: i32,
+    released: bool,
+}
+
+impl Hold {
+    /// Releases the device now and reports whether that worked (dropping releases too, and
+    /// logs a failure instead).
+    ///
+    /// ```
+    /// use npu::prelude::*;
+    ///
+    /// # tokio_test::block_on(async {
+    /// let device = Device::open(1)?;
+    /// let ctx = device.primary_context();
+    /// let stream = Stream::new(ctx)?;
+    /// let held = npu::sim::hold(&device)?;
+    /// let op = stream.memset(DeviceBuffer::<u8>::new(ctx, 64)?, 0);
+    /// assert!(!op.is_complete(), "the device starts nothing while held");
+    /// held.release()?;
+    /// op.await?;
+    /// # Ok::<(), npu::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu::Error>(())
+    /// ```
+    pub fn release(mut self) -> Result<()> {
+        self.released = true;
+        Ok(unhold(self.device)?)
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if !self.released
+            && let Err(err) = unhold(self.device)
+        {
+            tracing::warn!(%err, device = self.device, "releasing a held simulated device failed");
+        }
+    }
+}
+
+/// Holds `device`: tasks queued on it wait until the returned [`Hold`] is dropped.
+///
+/// Holds of one device nest: it runs again once every one of them is gone. Work queued on
+/// other devices is not held.
+///
+/// ```
+/// use npu::prelude::*;
+///
+/// let device = Device::open(1)?;
+/// let result = std::panic::catch_unwind(|| {
+///     let _held = npu::sim::hold(&device).unwrap();
+///     panic!("a failing test");
+/// });
+/// assert!(result.is_err());
+/// // The panic dropped the hold: the device runs work again.
+/// let ctx = device.primary_context();
+/// let memset = Stream::new(ctx)?.memset(DeviceBuffer::<u8>::new(ctx, 8)?, 3);
+/// let buffer = tokio_test::block_on(memset)?;
+/// assert_eq!(buffer.to_vec_blocking()?, [3; 8]);
+/// # Ok::<(), npu::Error>(())
+/// ```
+pub fn hold(device: &Device) -> Result<Hold> {
+    let id = simulated("npu::sim::hold", device)?;
+    let mut holds = holds();
+    let count = holds.entry(id).or_default();
+    if *count == 0 {
+        control::hold(id)?;
+    }
+    *count += 1;
+    Ok(Hold {
+        device: id,
+        released: false,
+    })
+}
+
+/// The live [`Hold`]s of each device: the simulator's gate is open or closed, not counted.
+fn holds() -> MutexGuard<'static, BTreeMap<i32, usize>> {
+    static HOLDS: Mutex<BTreeMap<i32, usize>> = Mutex::new(BTreeMap::new());
+    HOLDS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Drops one hold of `device`, opening its gate with the last one.
+fn unhold(device: i32) -> std::result::Result<(), ControlError> {
+    let mut holds = holds();
+    let count = holds.entry(device).or_default();
+    *count = count.saturating_sub(1);
+    if *count == 0 {
+        control::release(device)?;
+    }
+    Ok(())
+}
+
+/// Makes the `nth` task (1 = the next one) submitted to `stream` from now on fail with `code`
+/// instead of running. The operation that task belongs to fails with an
+/// [`AclError`](crate::AclError) of that code; the stream's failure mode decides what happens
+/// to the rest of its work.
+///
+/// ```
+/// use npu::prelude::*;
+/// use npu::{error::AclCode, sim};
+///
+/// # tokio_test::block_on(async {
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let stream = Stream::new(&ctx)?;
+/// sim::fail_task(&stream, 2, AclCode(507015))?; // the second task from now
+/// let first = stream.memset(DeviceBuffer::<u8>::new(&ctx, 8)?, 1);
+/// let second = stream.memset(DeviceBuffer::<u8>::new(&ctx, 8)?, 2);
+/// assert!(first.await.is_ok());
+/// assert_eq!(second.await.unwrap_err().acl_code(), Some(AclCode(507015)));
+/// assert!(sim::fail_task(&stream, 0, AclCode(507015)).is_err(), "tasks count from 1");
+/// # Ok::<(), npu::Error>(())
+/// # })?;
+/// # Ok::<(), npu::Error>(())
+/// ```
+pub fn fail_task(stream: &Stream, nth: u64, code: AclCode) -> Result<()> {
+    simulated("npu::sim::fail_task", &stream.context().device())?;
+    Ok(control::fail_task(stream.as_raw(), nth, code.0)?)
+}
+
+/// Loses `device`, as if it had failed: running and queued work fails, and every later call
+/// on it fails with `ACL_ERROR_RT_DEVICE_TASK_ABORT`. A lost device stays lost for the
+/// rest of the process.
+///
+/// Not run here, because losing a device is final for the process; examples/test_harness.rs
+/// loses one in a process of its own:
+///
+/// ```no_run
+/// use npu::prelude::*;
+///
+/// # tokio_test::block_on(async {
+/// let device = Device::open(1)?;
+/// let stream = Stream::new(device.primary_context())?;
+/// npu::sim::lose(&device)?;
+/// assert!(stream.synchronize().await.is_err());
+/// # Ok::<(), npu::Error>(())
+/// # })?;
+/// # Ok::<(), npu::Error>(())
+/// ```
+pub fn lose(device: &Device) -> Result<()> {
+    Ok(control::lose_device(simulated("npu::sim::lose", device)?)?)
+}
+
+/// Makes the next device-memory allocation on `device` fail with
+/// `ACL_ERROR_RT_MEMORY_ALLOCATION`.
+///
+/// ```
+/// use npu::prelude::*;
+///
+/// let device = Device::open(1)?;
+/// npu::sim::fail_next_alloc(&device)?;
+/// let err = DeviceBuffer::<u8>::new(device.primary_context(), 64).unwrap_err();
+/// assert_eq!(err.acl_code(), Some(npu::error::AclCode(207001)));
+/// assert!(DeviceBuffer::<u8>::new(device.primary_context(), 64).is_ok(), "only the next");
+/// # Ok::<(), npu::Error>(())
+/// ```
+pub fn fail_next_alloc(device: &Device) -> Result<()> {
+    let id = simulated("npu::sim::fail_next_alloc", device)?;
+    Ok(control::fail_next_alloc(id)?)
+}
+
+/// Makes the next pinned host allocation in the process fail with `code`.
+///
+/// ```
+/// use npu::prelude::*;
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// npu::sim::fail_next_host_alloc(npu::error::AclCode(207001))?;
+/// let err = PinnedBuffer::<u8>::new(&ctx, 64).unwrap_err();
+/// assert_eq!(err.acl_code(), Some(npu::error::AclCode(207001)));
+/// # Ok::<(), npu::Error>(())
+/// ```
+pub fn fail_next_host_alloc(code: AclCode) -> Result<()> {
+    Ok(control::fail_next_host_alloc(code.0)?)
+}
+
+/// Gives `device` a timing model (`None`: work runs as fast as the host can).
+///
+/// ```
+/// use npu::prelude::*;
+/// use npu::sim::{self, TimingModel};
+///
+/// let device = Device::open(1)?;
+/// sim::set_timing(&device, Some(TimingModel::default().h2d_bandwidth(1_000_000_000)))?;
+/// sim::set_timing(&device, None)?;
+/// # Ok::<(), npu::Error>(())
+/// ```
+pub fn set_timing(device: &Device, model: Option<TimingModel>) -> Result<()> {
+    let id = simulated("npu::sim::set_timing", device)?;
+    Ok(control::set_timing(id, model)?)
+}
+
+/// Sets how long the kernel `name` takes on `device` (turning the timing model on, with no
+/// other costs, if it was off).
+///
+/// ```
+/// use std::time::Duration;
+/// use npu::prelude::*;
+///
+/// let device = Device::open(1)?;
+/// npu::sim::set_kernel_duration(&device, "scale_f32", Duration::from_micros(50))?;
+/// npu::sim::set_timing(&device, None)?;
+/// # Ok::<(), npu::Error>(())
+/// ```
+pub fn set_kernel_duration(device: &Device, name: &str, duration: Duration) -> Result<()> {
+    let id = simulated("npu::sim::set_kernel_duration", device)?;
+    Ok(control::set_kernel_duration(id, name, duration)?)
+}
+
+/// Live counters of `device`: allocations, bytes, whether it is lost.
+///
+/// ```
+/// use npu::prelude::*;
+///
+/// let device = Device::open(1)?;
+/// let before = npu::sim::device_stats(&device)?.live_allocations;
+/// let buffer = DeviceBuffer::<u8>::new(device.primary_context(), 1000)?;
+/// assert_eq!(npu::sim::device_stats(&device)?.live_allocations, before + 1);
+/// drop(buffer);
+/// npu::sim::flush_releases();
+/// assert_eq!(npu::sim::device_stats(&device)?.live_allocations, before);
+/// # Ok::<(), npu::Error>(())
+/// ```
+pub fn device_stats(device: &Device) -> Result<DeviceStats> {
+    let id = simulated("npu::sim::device_stats", device)?;
+    Ok(control::device_stats(id)?)
+}
+
+/// Live counters of the host side: pinned allocations and registrations.
+///
+/// ```
+/// let stats = npu::sim::host_stats()?;
+/// let _ = stats.pinned_allocations;
+/// # Ok::<(), npu::Error>(())
+/// ```
+pub fn host_stats() -> Result<HostStats> {
+    Ok(control::host_stats()?)
+}
+
+/// The simulated clock of `device`, in nanoseconds.
+///
+/// ```
+/// use npu::prelude::*;
+///
+/// let device = Device::open(0)?;
+/// let (a, b) = (npu::sim::now_ns(&device)?, npu::sim::now_ns(&device)?);
+/// assert!(b >= a);
+/// # Ok::<(), npu::Error>(())
+/// ```
+pub fn now_ns(device: &Device) -> Result<u64> {
+    Ok(control::now_ns(simulated("npu::sim::now_ns", device)?)?)
+}
+
+/// Waits until every release deferred so far (memory freed once the device was done with it,
+/// dropped operations' values) has run on npu-rs's reaper thread.
+///
+/// For tests that count live allocations: after dropping buffers, call this before reading
+/// [`device_stats`] or [`host_stats`]. It waits for npu-rs's own reaper, so it works on every
+/// backend.
+///
+/// ```
+/// npu::sim::flush_releases(); // nothing deferred: returns at once
+/// ```
+pub fn flush_releases() {
+    npu_core::reaper::flush();
+}

@@ -1,0 +1,63 @@
+//! Streams, events and the futures their operations return.
+//!
+//! A [`Stream`] is a FIFO queue of device work. Each operation (copies, 2D copies, memsets,
+//! kernel launches, event records and waits) takes ownership of the buffers it touches and
+//! returns an [`Op`], a future that gives them back once the device has finished.
+//!
+//! **Operations are submitted when the method is called, not when the future is first
+//! polled.** `stream.copy_h2d(a, b)` has queued the copy on the device by the time it returns;
+//! awaiting the [`Op`] only waits for it. Two calls in a row therefore run back to back on the
+//! device even if their futures are awaited later (or never: a dropped [`Op`] still runs, and
+//! keeps its buffers until the device is done; see docs/cancellation.md).
+//!
+//! ```
+//! use npu::prelude::*;
+//!
+//! # tokio_test::block_on(async {
+//! let ctx = Device::open(0)?.primary_context().clone();
+//! let stream = Stream::new(&ctx)?;
+//! let first = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 1); // queued now
+//! let second = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 2); // queued behind it
+//! let (a, b) = (first.await?, second.await?);
+//! assert_eq!((a.to_vec_blocking()?[0], b.to_vec_blocking()?[0]), (1, 2));
+//! # Ok::<(), npu::Error>(())
+//! # })?;
+//! # Ok::<(), npu::Error>(())
+//! ```
+//!
+//! # Completion strategies
+//!
+//! How npu-rs learns that an operation finished is the stream's [`Strategy`], chosen with
+//! [`Stream::builder`]. Keep the default, [`Strategy::EventPoll`] (one reactor thread polls the
+//! oldest pending event of each stream), unless:
+//!
+//! - operations are long (milliseconds) and you would rather no thread polled while they run:
+//!   the reactor wakes about every millisecond while work is pending, whereas
+//!   [`Strategy::CallbackThread`] sleeps in `aclrtProcessReport` until ACL reports a
+//!   completion, at the cost of latency and throughput;
+//! - you need exactly what `spawn_blocking` + `aclrtSynchronizeEvent` code does (comparing
+//!   against it, or a runtime whose event queries misbehave): [`Strategy::BlockingSync`],
+//!   which takes a blocking thread per operation in flight.
+//!
+//! docs/benchmarks.md measures the three: event polling has the lowest latency and the
+//! highest throughput with many operations in flight.
+//!
+//! # Paused time in tests
+//!
+//! Under `#[tokio::test(start_paused = true)]` an operation that is pending keeps Tokio's
+//! clock from auto-advancing until it completes (it holds a blocking task meanwhile), so a
+//! `timeout` or `select!` against a sleep measures device work in paused time as it would any
+//! other future.
+
+pub use npu_core::OpError;
+pub use npu_core::{Completion, Wait};
+pub use npu_stream::{
+    Copy2d, Event, EventBuilder, EventKind, EventWait, FailureMode, MAX_2D_HEIGHT,
+    MAX_2D_WIDTH_BYTES, Op, ReactorStats, Strategy, Stream, StreamBuilder, StreamPool,
+    reactor_stats,
+};
+
+/// The write side of a completion, for completion strategies only (see its `unsafe`
+/// constructor's contract).
+#[doc(hidden)]
+pub use npu_core::Completer;

@@ -1,0 +1,94 @@
+//! The typed simulator controls of `npu::sim`: refusals and the hold guard.
+//!
+//! A file of its own: it holds devices, which other tests would notice.
+
+use npu::Stream;
+use npu::error::AclCode;
+use npu::prelude::*;
+use npu::runtime::BackendChoice;
+use npu::sim;
+
+/// npu-sim's cdylib, built beside this test binary: a simulator loaded as a library, which
+/// the in-process controls do not reach.
+fn dlopened_simulator() -> Runtime {
+    let exe = std::env::current_exe().unwrap();
+    let library = exe.parent().unwrap().join("libascendcl.so");
+    Runtime::builder()
+        .backend(BackendChoice::Library(library))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_device_of_another_backend_is_refused() {
+    let device = dlopened_simulator().device(0).unwrap();
+    let stream = Stream::new(device.primary_context()).unwrap();
+    let refusals = [
+        ("npu::sim::hold", sim::hold(&device).map(drop)),
+        ("npu::sim::lose", sim::lose(&device)),
+        (
+            "npu::sim::fail_task",
+            sim::fail_task(&stream, 1, AclCode(507015)),
+        ),
+        ("npu::sim::fail_next_alloc", sim::fail_next_alloc(&device)),
+        ("npu::sim::set_timing", sim::set_timing(&device, None)),
+        (
+            "npu::sim::device_stats",
+            sim::device_stats(&device).map(drop),
+        ),
+        ("npu::sim::now_ns", sim::now_ns(&device).map(drop)),
+    ];
+    for (api, refused) in refusals {
+        match refused.unwrap_err() {
+            npu::Error::InvalidArgument {
+                api: named,
+                argument,
+                rule,
+            } => {
+                assert_eq!((named, argument), (api, "device"));
+                assert!(rule.contains("in-process simulator only"), "{rule}");
+            }
+            other => panic!("{api}: {other}"),
+        }
+    }
+}
+
+#[test]
+fn a_refused_control_is_an_acl_error() {
+    let device = Device::open(0).unwrap();
+    let stream = Stream::new(device.primary_context()).unwrap();
+    let err = sim::fail_task(&stream, 0, AclCode(507015)).unwrap_err();
+    let npu::Error::Acl(acl) = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(acl.api, "npu-sim control");
+    assert_eq!(acl.code, AclCode(100000), "{err}"); // ACL_ERROR_INVALID_PARAM
+}
+
+#[test]
+fn holds_nest_and_the_last_one_releases() {
+    let device = Device::open(1).unwrap();
+    let ctx = device.primary_context();
+    let stream = Stream::new(ctx).unwrap();
+    let outer = sim::hold(&device).unwrap();
+    let inner = sim::hold(&device).unwrap();
+    let op = stream.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 5);
+    drop(inner);
+    // Still held by `outer`: had the gate opened, the memset would now be able to run; a
+    // synchronous query of the stream says whether it has.
+    assert!(!op.is_complete());
+    let rt = ctx.runtime();
+    let mut status = 0;
+    let query = rt.api().aclrtStreamQuery.expect("an optional ACL function");
+    // SAFETY: the stream is alive and `status` is a valid out-pointer.
+    let code = unsafe { query(stream.as_raw(), &mut status) };
+    rt.check("aclrtStreamQuery", code).unwrap();
+    assert_eq!(
+        status,
+        npu::ffi::ACL_STREAM_STATUS_NOT_READY,
+        "the memset has not run"
+    );
+    outer.release().unwrap();
+    let buffer = tokio_test::block_on(op).unwrap();
+    assert_eq!(buffer.to_vec_blocking().unwrap(), [5; 64]);
+}
