@@ -104,6 +104,68 @@ impl<T> OpError<T> {
     }
 }
 
+impl<T> OpError<T> {
+    /// The ACL return code of the error, as [`Error::acl_code`].
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, OpError};
+    ///
+    /// let err = OpError::new(AclError::new("aclrtMemsetAsync", AclCode(507015), None).into(), ());
+    /// assert_eq!(err.acl_code(), Some(AclCode::AICORE_EXCEPTION));
+    /// ```
+    pub fn acl_code(&self) -> Option<crate::AclCode> {
+        self.error.acl_code()
+    }
+
+    /// As [`Error::is_out_of_memory`].
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, OpError};
+    ///
+    /// let err = OpError::new(AclError::new("aclrtMalloc", AclCode::MEMORY_ALLOCATION, None).into(), ());
+    /// assert!(err.is_out_of_memory());
+    /// ```
+    pub fn is_out_of_memory(&self) -> bool {
+        self.error.is_out_of_memory()
+    }
+
+    /// As [`Error::is_device_lost`].
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, OpError};
+    ///
+    /// let err = OpError::new(AclError::new("aclrtMemcpyAsync", AclCode::DEVICE_LOST, None).into(), ());
+    /// assert!(err.is_device_lost());
+    /// ```
+    pub fn is_device_lost(&self) -> bool {
+        self.error.is_device_lost()
+    }
+
+    /// As [`Error::is_timeout`].
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, OpError};
+    ///
+    /// let err = OpError::new(AclError::new("aclrtMemcpyAsync", AclCode::TASK_TIMEOUT, None).into(), ());
+    /// assert!(err.is_timeout());
+    /// ```
+    pub fn is_timeout(&self) -> bool {
+        self.error.is_timeout()
+    }
+
+    /// As [`Error::is_aborted`].
+    ///
+    /// ```
+    /// use npu_core::{Error, OpError};
+    ///
+    /// let err = OpError::new(Error::Aborted { api: "aclrtMemsetAsync" }, ());
+    /// assert!(err.is_aborted());
+    /// ```
+    pub fn is_aborted(&self) -> bool {
+        self.error.is_aborted()
+    }
+}
+
 impl<T> From<OpError<T>> for Error {
     fn from(failed: OpError<T>) -> Error {
         failed.error

@@ -9,6 +9,7 @@
 //!
 //! ```
 //! use npu::prelude::*;
+//! use npu::Stream;
 //!
 //! # tokio_test::block_on(async {
 //! let ctx = Device::open(0)?.primary_context().clone();

@@ -27,6 +27,7 @@
 //!
 //! ```
 //! use npu::prelude::*;
+//! use npu::Stream;
 //! use npu::{error::AclCode, sim};
 //!
 //! # tokio_test::block_on(async {
@@ -95,6 +96,7 @@ impl Hold {
     ///
     /// ```
     /// use npu::prelude::*;
+    /// use npu::Stream;
     ///
     /// # tokio_test::block_on(async {
     /// let device = Device::open(1)?;
@@ -132,6 +134,7 @@ impl Drop for Hold {
 ///
 /// ```
 /// use npu::prelude::*;
+/// use npu::Stream;
 ///
 /// let device = Device::open(1)?;
 /// let result = std::panic::catch_unwind(|| {
@@ -184,6 +187,7 @@ fn unhold(device: i32) -> std::result::Result<(), ControlError> {
 ///
 /// ```
 /// use npu::prelude::*;
+/// use npu::Stream;
 /// use npu::{error::AclCode, sim};
 ///
 /// # tokio_test::block_on(async {
@@ -213,6 +217,7 @@ pub fn fail_task(stream: &Stream, nth: u64, code: AclCode) -> Result<()> {
 ///
 /// ```no_run
 /// use npu::prelude::*;
+/// use npu::Stream;
 ///
 /// # tokio_test::block_on(async {
 /// let device = Device::open(1)?;
