@@ -165,7 +165,7 @@ impl Stream {
     }
 
     /// Copies pageable host data into a new device buffer: the one-liner for getting data onto
-    /// the device. The data is staged through the context's [`staging_pool`]
+    /// the device. The data is staged through the context's [`staging_pool`](Stream::staging_pool)
     /// (Stream::staging_pool), as [`copy_from_slice_staged`](Stream::copy_from_slice_staged)
     /// does; the device buffer is allocated on this thread (`aclrtMalloc`).
     ///
@@ -204,7 +204,7 @@ impl Stream {
     }
 
     /// Copies device memory into a new `Vec` through the context's
-    /// [`staging_pool`](Stream::staging_pool), as
+    /// [`staging_pool`](Stream::staging_pool)(Stream::staging_pool), as
     /// [`copy_to_vec_staged`](Stream::copy_to_vec_staged) does, consuming `src`. On failure
     /// `src` comes back in the [`OpError`].
     ///
