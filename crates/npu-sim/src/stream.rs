@@ -29,6 +29,9 @@ use crate::trace;
 
 /// How long an idle worker spins for new work before parking.
 const SPIN: Duration = Duration::from_micros(50);
+/// How long a submission to an idle stream yields to its worker before sleeping until the
+/// worker has taken the task ([`Stream::await_dispatch`]).
+const DISPATCH_SPIN: Duration = Duration::from_micros(20);
 /// Streams per device, default streams included (Ascend 910B).
 pub(crate) const MAX_STREAMS_PER_DEVICE: u64 = 1984;
 /// Stream flags whose streams the host does not synchronise: syncs return at once, as the
@@ -373,6 +376,20 @@ impl Stream {
     /// Waits until the worker has taken the task at `position` (it runs, waits for what it
     /// depends on, or is done) or can no longer take it.
     fn await_dispatch(&self, position: u64) {
+        let taken = || {
+            self.begun.load(Ordering::Acquire) >= position
+                || self.doom().is_some()
+                || self.draining.load(Ordering::Acquire)
+        };
+        // A worker that ran recently is still spinning for work and takes the task within
+        // microseconds: yield to it for a moment before paying for a sleep and a wake-up.
+        let spin_until = Instant::now() + DISPATCH_SPIN;
+        while Instant::now() < spin_until {
+            if taken() {
+                return;
+            }
+            std::thread::yield_now();
+        }
         let [doomed, stopped, lost] = self.listens(Bell::RING_ONLY);
         let listens = [self.begun_bell.at(position), doomed, stopped, lost];
         wait_until(&listens, None, || {
