@@ -271,10 +271,7 @@ impl CompletionStrategy for CallbackStrategy {
                 return Err(Unwatched { completer, error });
             }
         };
-        let event = match strategy::record(stream) {
-            Ok(event) => event,
-            Err(error) => return Err(Unwatched { completer, error }),
-        };
+        let (event, completer) = strategy::record(stream, completer)?;
         let id = next_op_id();
         worker.lock().insert(
             id,

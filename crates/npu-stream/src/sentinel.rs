@@ -85,8 +85,9 @@ fn sender() -> &'static Mutex<Option<Sender<Job>>> {
 fn send(job: Job) -> std::result::Result<(), Job> {
     let api = match &job {
         Job::Probe { .. } => None,
-        Job::Drain { stream, .. } => Some(stream.context.runtime().api()),
-        Job::Watch { stream, .. } => Some(stream.context.runtime().api()),
+        Job::Drain { stream, .. } | Job::Watch { stream, .. } => {
+            Some(stream.context.runtime().api())
+        }
     };
     if let Some(api) = api {
         if api.aclrtSynchronizeStreamWithTimeout.is_none()

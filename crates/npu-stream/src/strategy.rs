@@ -117,13 +117,22 @@ pub(crate) struct StrategyState {
     pub(crate) subscription: OnceLock<Result<Arc<callback::Worker>, Error>>,
 }
 
-/// Records a pooled event on the stream, after the operation just submitted.
-pub(crate) fn record(stream: &StreamShared) -> Result<PooledEvent> {
-    let event = stream.events.take()?;
-    let (handle, raw) = (event.handle(), stream.handle);
-    // SAFETY: both handles are alive; the stream's context is bound by the submitter.
-    unsafe { acl_call!(stream.context.runtime(), aclrtRecordEvent(handle, raw)) }?;
-    Ok(event)
+/// Records a pooled event on the stream, after the operation just submitted. If that fails,
+/// the operation's completer goes back to the submitter, which drains the stream instead.
+pub(crate) fn record(
+    stream: &StreamShared,
+    completer: Completer,
+) -> std::result::Result<(PooledEvent, Completer), Unwatched> {
+    let recorded = stream.events.take().and_then(|event| {
+        let (handle, raw) = (event.handle(), stream.handle);
+        // SAFETY: both handles are alive; the stream's context is bound by the submitter.
+        unsafe { acl_call!(stream.context.runtime(), aclrtRecordEvent(handle, raw)) }?;
+        Ok(event)
+    });
+    match recorded {
+        Ok(event) => Ok((event, completer)),
+        Err(error) => Err(Unwatched { completer, error }),
+    }
 }
 
 /// Turns a completed event into the operation's result, and recycles the event.
@@ -253,10 +262,7 @@ impl CompletionStrategy for BlockingSync {
         op: OpInfo,
         completer: Completer,
     ) -> std::result::Result<(), Unwatched> {
-        let event = match record(stream) {
-            Ok(event) => event,
-            Err(error) => return Err(Unwatched { completer, error }),
-        };
+        let (event, completer) = record(stream, completer)?;
         // Waits run on threads of their own, so they finish in any order; each one completes
         // only after the operation submitted before it, as the other strategies do.
         let after = stream.replace_tail(&completer.completion());

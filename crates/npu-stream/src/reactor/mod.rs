@@ -89,6 +89,13 @@ impl Pending {
         strategy::complete_after(stream, self.op, self.completer, Err(err), self.after);
     }
 
+    /// The completer of an operation no strategy took on (the stream is drained instead); its
+    /// event, recorded but never to be waited on, is not recycled.
+    pub(crate) fn into_completer(self) -> Completer {
+        self.event.discard();
+        self.completer
+    }
+
     /// Waits up to `timeout_ms` for the event: completes the operation and returns `None` if
     /// it completed, gives it back if not.
     pub(crate) fn wait_for(self, stream: &Arc<StreamShared>, timeout_ms: i32) -> Option<Self> {
@@ -393,10 +400,7 @@ impl CompletionStrategy for Reactor {
         op: OpInfo,
         completer: Completer,
     ) -> std::result::Result<(), Unwatched> {
-        let event = match strategy::record(stream) {
-            Ok(event) => event,
-            Err(error) => return Err(Unwatched { completer, error }),
-        };
+        let (event, completer) = strategy::record(stream, completer)?;
         self.register(stream, Pending::new(event, completer, op, None))
             .map_err(|pending| Unwatched {
                 completer: pending.into_completer(),
@@ -406,15 +410,6 @@ impl CompletionStrategy for Reactor {
                     "the reactor thread is not running",
                 ),
             })
-    }
-}
-
-impl Pending {
-    /// The completer of an operation no strategy took on (the stream is drained instead); its
-    /// event, recorded but never to be waited on, is not recycled.
-    pub(crate) fn into_completer(self) -> Completer {
-        self.event.discard();
-        self.completer
     }
 }
 
