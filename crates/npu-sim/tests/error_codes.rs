@@ -13,25 +13,13 @@ mod common;
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::Once;
 
 use common::cases::{Case, case};
+use common::install_eight_devices as install;
 use common::*;
 use npu_sim::abi::*;
 use npu_sim::control;
 use npu_sys::*;
-
-fn install() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        npu_sim::SimConfig::default()
-            .devices(8)
-            .memory_per_device(1 << 30)
-            .install()
-            .unwrap();
-        register_test_kernels();
-    });
-}
 
 /// Installs the simulator, then runs the cases.
 fn run_table(cases: &[Case]) {

@@ -10,24 +10,13 @@ mod common;
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::{Mutex, Once};
+use std::sync::Mutex;
 
 use common::cases::{case, run_table};
+use common::install_eight_devices as install;
 use common::*;
 use npu_sim::abi::*;
 use npu_sys::*;
-
-fn install() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        npu_sim::SimConfig::default()
-            .devices(8)
-            .memory_per_device(1 << 30)
-            .install()
-            .unwrap();
-        register_test_kernels();
-    });
-}
 
 fn create_notify() -> aclrtNotify {
     let mut notify = ptr::null_mut();
