@@ -215,15 +215,18 @@ fn step(job: Job, timeout: i32) -> Option<Job> {
             }
         },
         Job::Watch { stream, pending } => {
-            let pending = pending.wait_for(&stream, timeout)?;
-            match confirm(&stream) {
-                Ok(()) => Some(Job::Watch { stream, pending }),
-                Err(err) => {
-                    pending.fail(&stream, err);
-                    strategy::release_stream(stream);
-                    None
-                }
+            let unfinished = pending
+                .wait_for(&stream, timeout)
+                .map(|pending| (pending, confirm(&stream)));
+            match unfinished {
+                Some((pending, Ok(()))) => return Some(Job::Watch { stream, pending }),
+                Some((pending, Err(err))) => pending.fail(&stream, err),
+                None => {}
             }
+            // Like every other job's, the stream reference goes to the reaper: it may be the
+            // last one, and destroying a stream is no work for this thread.
+            strategy::release_stream(stream);
+            None
         }
     }
 }
