@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
 use npu_sys::*;
@@ -12,6 +12,7 @@ use crate::config::TimingModel;
 use crate::error::{Res, SimError, ensure};
 use crate::handle::Handle;
 use crate::res_limit::ResLimits;
+use crate::sim::Sim;
 use crate::sync::{Bell, lock, read, wait_until, write};
 
 /// A task's admission to touch a device's memory ([`Device::admit`]), held while it does.
@@ -199,18 +200,31 @@ impl Device {
         drop(write(&self.exec_gate));
     }
 
-    /// Waits until every task that was touching the device's memory when called is done with
-    /// it (tasks admitted later are not waited for). A synchronous copy or memset does this
-    /// first, so it sees the results of the work already running on the device: a task
-    /// submitted to an idle stream is running before its submission returns
-    /// ([`crate::stream::Stream::submit`]), and a kernel launched just before a synchronous
-    /// aclrtMemcpy of its output has finished when the copy reads it.
-    pub(crate) fn fence(&self) {
+    /// Waits until the device has taken every task submitted to one of its idle streams
+    /// before this began, and then until every task touching its memory at that point is done
+    /// with it (tasks admitted later are not waited for). A synchronous copy or memset does
+    /// this first, so it sees the results of the work already on the device: a kernel launched
+    /// to an idle stream just before a synchronous aclrtMemcpy of its output has finished when
+    /// the copy reads it, though its submission returned without waiting for the worker
+    /// ([`crate::stream::Stream::await_taken`]).
+    pub(crate) fn fence(&self, sim: &Sim) {
+        for stream in sim.streams.live() {
+            if std::ptr::eq(Arc::as_ptr(&stream.device), self) {
+                stream.await_taken();
+            }
+        }
         let before = self.next_ticket.load(Ordering::Acquire);
         wait_until(&[self.running_bell.any()], None, || {
             let oldest = lock(&self.running).first().copied();
             oldest.is_none_or(|ticket| ticket >= before).then_some(())
         });
+    }
+
+    /// Keeps every task from being admitted to touch memory until the guard drops, so that a
+    /// test can hold a task between its submission and its worker taking it.
+    #[cfg(test)]
+    pub(crate) fn stall_admission(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
+        write(&self.exec_gate)
     }
 
     /// Admits a task to touch memory, unless the device is lost.

@@ -4,11 +4,12 @@
 //! its queue empties (cheap back-to-back submissions) and then parks. Streams run truly in
 //! parallel with each other; StreamWaitEvent orders them.
 //!
-//! Dispatch latency: a task that touches memory, submitted to an idle stream, is running (or
-//! is blocked on what it waits for) before [`Stream::submit`] returns: the submitting thread
-//! waits for the worker to take it, as a device takes a task within microseconds. With
-//! [`Device::fence`], which every synchronous copy and memset passes first, a synchronous
-//! aclrtMemcpy right after a kernel launch sees the kernel's output.
+//! Dispatch latency: a device takes a task submitted to an idle stream within microseconds, and
+//! programs rely on it (a synchronous aclrtMemcpy right after a kernel launch reads the
+//! kernel's output). A submission does not wait for the worker: it marks the task as one the
+//! worker must take promptly ([`Stream::await_taken`]), and what observes whether a task has
+//! been taken waits for the marked tasks instead: [`Device::fence`], which every synchronous
+//! copy and memset passes first, and aclrtStreamStop and aclrtStreamAbort.
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -29,8 +30,8 @@ use crate::trace;
 
 /// How long an idle worker spins for new work before parking.
 const SPIN: Duration = Duration::from_micros(50);
-/// How long a submission to an idle stream yields to its worker before sleeping until the
-/// worker has taken the task ([`Stream::await_dispatch`]).
+/// How long [`Stream::await_taken`] yields to the worker before sleeping until the worker has
+/// taken the task.
 const DISPATCH_SPIN: Duration = Duration::from_micros(20);
 /// Streams per device, default streams included (Ascend 910B).
 pub(crate) const MAX_STREAMS_PER_DEVICE: u64 = 1984;
@@ -93,6 +94,9 @@ pub(crate) struct Stream {
     begun: AtomicU64,
     /// Rung through [`Self::begun`] as it grows.
     begun_bell: Bell,
+    /// Position of the latest task the worker must take promptly: one touching memory,
+    /// submitted while the stream had nothing unfinished and was not stopped (0: none yet).
+    dispatch_mark: AtomicU64,
     destroyed: AtomicBool,
     /// aclrtDestroyStreamForce: the queued work runs, but a task that would block is dropped
     /// with everything after it.
@@ -196,6 +200,7 @@ impl Stream {
             finished: AtomicU64::new(0),
             begun: AtomicU64::new(0),
             begun_bell: Bell::new(),
+            dispatch_mark: AtomicU64::new(0),
             destroyed: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
@@ -318,7 +323,9 @@ impl Stream {
     ///
     /// A task's position in the stream (1 for its first task) is the count of finished tasks
     /// at which it is finished; a record is told its position here. A task touching memory
-    /// submitted to an idle stream has been taken by the worker when this returns.
+    /// submitted to an idle stream is marked for [`Self::await_taken`]: the submitter does not
+    /// wait for the worker (a thread switch per submission on a small host), the operations
+    /// that observe what the device has taken do.
     pub(crate) fn submit(self: &Arc<Self>, mut task: Task) -> Res<()> {
         ensure!(
             !self.destroyed.load(Ordering::Acquire),
@@ -361,26 +368,26 @@ impl Stream {
         let dispatch = task.touches_memory()
             && self.finished.load(Ordering::Acquire) + 1 == position
             && !self.stopped.load(Ordering::Acquire);
+        if dispatch {
+            self.dispatch_mark.fetch_max(position, Ordering::AcqRel);
+        }
         state.queue.push_back(task);
         if state.parked {
             self.wake.notify_one();
         }
         drop(state);
-        if dispatch {
-            self.await_dispatch(position);
-        }
         LAST_TASK_ID.set(position as u32);
         Ok(())
     }
 
-    /// Waits until the worker has taken the task at `position` (it runs, waits for what it
-    /// depends on, or is done) or can no longer take it.
-    fn await_dispatch(&self, position: u64) {
-        let taken = || {
-            self.begun.load(Ordering::Acquire) >= position
-                || self.doom().is_some()
-                || self.draining.load(Ordering::Acquire)
-        };
+    /// Waits until the worker has taken the latest task marked at its submission (it runs,
+    /// waits for what it depends on, or is done) or can no longer take it (the stream is
+    /// doomed). Covers every submission that returned before this began: the mark only grows,
+    /// and a worker takes tasks in order. A forced destruction does not end the wait: its
+    /// worker takes the task at once, to run it or to drop it.
+    pub(crate) fn await_taken(&self) {
+        let mark = self.dispatch_mark.load(Ordering::Acquire);
+        let taken = || self.begun.load(Ordering::Acquire) >= mark || self.doom().is_some();
         // A worker that ran recently is still spinning for work and takes the task within
         // microseconds: yield to it for a moment before paying for a sleep and a wake-up.
         let spin_until = Instant::now() + DISPATCH_SPIN;
@@ -391,13 +398,8 @@ impl Stream {
             std::thread::yield_now();
         }
         let [doomed, stopped, lost] = self.listens(Bell::RING_ONLY);
-        let listens = [self.begun_bell.at(position), doomed, stopped, lost];
-        wait_until(&listens, None, || {
-            (self.begun.load(Ordering::Acquire) >= position
-                || self.doom().is_some()
-                || self.draining.load(Ordering::Acquire))
-            .then_some(())
-        });
+        let listens = [self.begun_bell.at(mark), doomed, stopped, lost];
+        wait_until(&listens, None, || taken().then_some(()));
     }
 
     /// Records that the worker has taken the task at `position`.
@@ -793,6 +795,8 @@ impl Stream {
     /// aclrtStreamStop: the worker takes no further task (the one running finishes); the
     /// queued work stays until aclrtStreamAbort or the stream's destruction.
     pub(crate) fn stop(&self) {
+        // A task submitted to the idle stream before the stop has started on a device.
+        self.await_taken();
         self.stopped.store(true, Ordering::Release);
         self.bell.ring();
     }
@@ -801,6 +805,8 @@ impl Stream {
     /// stream's errors and a stop, and leaves the stream usable. Waits of other threads on the
     /// dropped work fail with ACL_ERROR_RT_STREAM_ABORT.
     pub(crate) fn abort(&self) {
+        // A task submitted to the idle stream before the abort is running: it finishes.
+        self.await_taken();
         self.aborting.store(true, Ordering::Release);
         self.bell.ring();
         self.nudge();
@@ -833,7 +839,6 @@ impl Stream {
         if force {
             self.draining.store(true, Ordering::Release);
             self.bell.ring();
-            self.begun_bell.ring();
             self.nudge();
             let target = self.submitted.load(Ordering::Acquire);
             let [progress, _, _] = self.listens(target);
@@ -851,6 +856,9 @@ impl Stream {
         self.nudge();
     }
 }
+
+#[cfg(test)]
+mod dispatch_tests;
 
 #[cfg(test)]
 mod tests {

@@ -78,6 +78,41 @@ fn a_synchronous_copy_right_after_a_launch_sees_the_kernels_output() {
     }
 }
 
+/// The copy covers every launch that returned before it began: to several idle streams, and
+/// from another thread that hands over once its launch has returned.
+#[test]
+fn a_synchronous_copy_sees_the_output_of_launches_on_several_streams_and_threads() {
+    const STREAMS: usize = 4;
+    install();
+    set_device(0);
+    let func = function(registry_binary(&["add_one_u32"]), "add_one_u32");
+    let dev = malloc(4 * (STREAMS + 1));
+    let word = |i: usize| (dev as usize + 4 * i) as *mut c_void;
+    for round in 1..=100u32 {
+        let streams: Vec<aclrtStream> = (0..=STREAMS).map(|_| create_stream()).collect();
+        for (i, &stream) in streams[..STREAMS].iter().enumerate() {
+            launch_add_one(func, word(i), stream);
+        }
+        let (other, target) = (streams[STREAMS] as usize, word(STREAMS) as usize);
+        let func_addr = func as usize;
+        std::thread::spawn(move || {
+            set_device(0);
+            let func = func_addr as aclrtFuncHandle;
+            launch_add_one(func, target as *mut c_void, other as aclrtStream);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            download::<u32>(dev, STREAMS + 1),
+            [round; STREAMS + 1],
+            "round {round}"
+        );
+        for stream in streams {
+            acl!(aclrtDestroyStream(stream));
+        }
+    }
+}
+
 #[test]
 fn destroy_force_runs_the_submitted_work_that_can_run_and_returns() {
     install();

@@ -58,7 +58,7 @@ impl On {
 
 /// Runs a memory task on the calling thread, paced by the device's timing model.
 fn run_now(sim: &Sim, device: &Device, task: Task) -> Res<()> {
-    device.fence();
+    device.fence(sim);
     let start_ns = device.clock.now_ns();
     {
         let Some(_admitted) = device.admit() else {

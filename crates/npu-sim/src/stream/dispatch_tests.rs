@@ -1,0 +1,175 @@
+//! The dispatch fence: a submission to an idle stream returns without waiting for the worker,
+//! and [`Device::fence`] (every synchronous copy and memset), aclrtStreamStop and
+//! aclrtStreamAbort wait for the worker to take it instead. Each test holds its tasks between
+//! submission and being taken by stalling its device's admission, on a device of its own
+//! (outside the simulator's device list, so no other test shares or loses it).
+
+use std::sync::Arc;
+use std::thread::{Scope, ScopedJoinHandle};
+use std::time::Instant;
+
+use npu_sys::*;
+
+use crate::context::Health;
+use crate::device::Device;
+use crate::sim::sim;
+use crate::stream::Stream;
+use crate::task::{Op, Task};
+
+const LEN: usize = 64;
+const FILL: u8 = 0x5a;
+
+/// Streams of a private device, each with a host buffer its memset fills.
+struct Rig {
+    device: Arc<Device>,
+    health: Arc<Health>,
+    streams: Vec<Arc<Stream>>,
+    targets: Vec<[u8; LEN]>,
+}
+
+impl Rig {
+    fn new(streams: usize) -> Self {
+        let sim = sim().unwrap();
+        let device = Arc::new(Device::new(1000, 1 << 20, Instant::now(), None));
+        let health = Arc::new(Health::default());
+        let targets = vec![[0; LEN]; streams];
+        let streams = (0..streams)
+            .map(|_| Stream::create(sim, 0, &device, &health, 0, 0, false).unwrap())
+            .collect();
+        Rig {
+            device,
+            health,
+            streams,
+            targets,
+        }
+    }
+
+    /// Submits a memset of its buffer to every (idle) stream.
+    fn memset_all(&mut self) {
+        for (stream, target) in self.streams.iter().zip(&mut self.targets) {
+            let op = Op::Memset {
+                dst: target.as_mut_ptr() as usize,
+                len: LEN,
+                value: u32::from(FILL),
+                width: 1,
+                owned: false,
+            };
+            stream.submit(Task::new(op)).unwrap();
+        }
+    }
+
+    /// Starts a fence of the device; returns once it waits for a task not taken yet.
+    fn fence<'scope>(
+        &'scope self,
+        scope: &'scope Scope<'scope, '_>,
+    ) -> ScopedJoinHandle<'scope, ()> {
+        let fence = scope.spawn(|| self.device.fence(sim().unwrap()));
+        while !self.streams.iter().any(|s| s.begun_bell.waiters() > 0) {
+            std::thread::yield_now();
+        }
+        fence
+    }
+
+    /// Whether every memset has filled its buffer, once no task can touch memory any more.
+    fn all_filled(&self) -> bool {
+        for stream in &self.streams {
+            stream.wait_quiescent();
+        }
+        self.targets.iter().all(|t| t.iter().all(|&b| b == FILL))
+    }
+
+    fn none_filled(&self) -> bool {
+        for stream in &self.streams {
+            stream.wait_quiescent();
+        }
+        self.targets.iter().all(|t| t.iter().all(|&b| b == 0))
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        let sim = sim().unwrap();
+        for stream in &self.streams {
+            stream.destroy(sim, true);
+        }
+    }
+}
+
+#[test]
+fn a_fence_waits_for_the_tasks_submitted_to_idle_streams_to_be_taken_and_done() {
+    let mut rig = Rig::new(3);
+    let device = rig.device.clone();
+    let stall = device.stall_admission();
+    // The submissions return although no worker can take its task.
+    rig.memset_all();
+    std::thread::scope(|scope| {
+        let fence = rig.fence(scope);
+        assert!(!fence.is_finished(), "the fence passed untaken tasks");
+        drop(stall);
+        fence.join().unwrap();
+    });
+    assert!(rig.all_filled());
+}
+
+#[test]
+fn a_fence_does_not_wait_for_a_lost_device() {
+    let mut rig = Rig::new(2);
+    let device = rig.device.clone();
+    let stall = device.stall_admission();
+    rig.memset_all();
+    std::thread::scope(|scope| {
+        let fence = rig.fence(scope);
+        // The loss returns only once no task touches memory: after the stall.
+        let lose = scope.spawn(|| rig.device.lose());
+        fence.join().unwrap();
+        drop(stall);
+        lose.join().unwrap();
+    });
+    assert!(
+        rig.none_filled(),
+        "a lost device ran the tasks it had not taken"
+    );
+}
+
+#[test]
+fn a_fence_does_not_wait_for_a_stopped_context() {
+    let mut rig = Rig::new(2);
+    let device = rig.device.clone();
+    let stall = device.stall_admission();
+    rig.memset_all();
+    std::thread::scope(|scope| {
+        let fence = rig.fence(scope);
+        // As a task failing on another stream of the context in ACL_STOP_ON_FAILURE mode.
+        rig.health.stop(ACL_ERROR_RT_AICORE_EXCEPTION);
+        fence.join().unwrap();
+        drop(stall);
+    });
+}
+
+/// Stopping, aborting or force-destroying the stream while a fence waits: neither the fence
+/// nor the call hangs, and the task submitted before the call, taken by then on a device, ran.
+#[test]
+fn a_fence_and_a_stop_abort_or_forced_destruction_both_return_once_the_task_is_taken() {
+    type Action = fn(&Stream);
+    let actions: [(&str, Action); 3] = [
+        ("stop", |stream| stream.stop()),
+        ("abort", |stream| stream.abort()),
+        ("destroy force", |stream| {
+            stream.destroy(sim().unwrap(), true)
+        }),
+    ];
+    for (name, action) in actions {
+        let mut rig = Rig::new(1);
+        let device = rig.device.clone();
+        let stall = device.stall_admission();
+        rig.memset_all();
+        std::thread::scope(|scope| {
+            let fence = rig.fence(scope);
+            let acting = scope.spawn(|| action(&rig.streams[0]));
+            drop(stall);
+            fence.join().unwrap();
+            acting.join().unwrap();
+        });
+        assert!(rig.all_filled(), "{name}: the taken task did not run");
+    }
+}
