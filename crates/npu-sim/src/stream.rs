@@ -30,6 +30,9 @@ use crate::trace;
 
 /// How long an idle worker spins for new work before parking.
 const SPIN: Duration = Duration::from_micros(50);
+/// How long before a task's simulated end its worker stops sleeping and yields the core
+/// instead ([`Stream::pace_to`]).
+const PACE_SPIN: Duration = Duration::from_micros(60);
 /// How long [`Stream::await_taken`] yields to the worker before sleeping until the worker has
 /// taken the task.
 const DISPATCH_SPIN: Duration = Duration::from_micros(20);
@@ -621,12 +624,8 @@ impl Stream {
             Some(model) => start_ns.saturating_add(task.duration_ns(model)),
             None => self.device.clock.now_ns(),
         };
-        if timing.is_some() {
-            let deadline = self.device.clock.instant_of(end_ns);
-            let listens = self.listens(Bell::RING_ONLY);
-            if wait_until(&listens, Some(deadline), || self.discarding()).is_some() {
-                return self.retire(task, Retired::Abandoned);
-            }
+        if timing.is_some() && self.pace_to(self.device.clock.instant_of(end_ns)) {
+            return self.retire(task, Retired::Abandoned);
         }
         self.retire(
             task,
@@ -636,6 +635,29 @@ impl Stream {
                 error,
             },
         );
+    }
+
+    /// Waits until `deadline`, a task's simulated end; returns whether the stream discards
+    /// its work meanwhile. A timed sleep wakes tens of µs late even with a 1 µs timer slack
+    /// (the host's own wake-up latency: 40–50 µs on a small virtual machine), which would
+    /// stretch every short task by that much and make the timing model lie; so the worker
+    /// sleeps until [`PACE_SPIN`] before the deadline and yields the core from there.
+    fn pace_to(&self, deadline: Instant) -> bool {
+        if let Some(sleep_until) = deadline.checked_sub(PACE_SPIN)
+            && sleep_until > Instant::now()
+        {
+            let listens = self.listens(Bell::RING_ONLY);
+            if wait_until(&listens, Some(sleep_until), || self.discarding()).is_some() {
+                return true;
+            }
+        }
+        while Instant::now() < deadline {
+            if self.discarding().is_some() {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+        false
     }
 
     /// Drops a task that could not run. Under a forced destruction, what follows it is
