@@ -4,7 +4,7 @@
 //! submission and being taken by stalling its device's admission, on a device of its own
 //! (outside the simulator's device list, so no other test shares or loses it).
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLockWriteGuard};
 use std::thread::{Scope, ScopedJoinHandle};
 use std::time::Instant;
 
@@ -95,15 +95,31 @@ impl Drop for Rig {
     }
 }
 
-#[test]
-fn a_fence_waits_for_the_tasks_submitted_to_idle_streams_to_be_taken_and_done() {
-    let mut rig = Rig::new(3);
+/// The device's admission, stalled until the guard drops.
+type Stall<'a> = RwLockWriteGuard<'a, ()>;
+
+/// Submits a memset to each of `streams` idle streams of a private device whose admission is
+/// stalled, starts a fence, and runs `body` while the fence waits for the untaken tasks, with
+/// the stall (dropping it lets the workers take them) and the fence's thread.
+fn while_a_fence_waits(
+    streams: usize,
+    body: impl for<'a> FnOnce(&'a Rig, Stall<'a>, ScopedJoinHandle<'a, ()>),
+) -> Rig {
+    let mut rig = Rig::new(streams);
     let device = rig.device.clone();
     let stall = device.stall_admission();
     // The submissions return although no worker can take its task.
     rig.memset_all();
     std::thread::scope(|scope| {
         let fence = rig.fence(scope);
+        body(&rig, stall, fence);
+    });
+    rig
+}
+
+#[test]
+fn a_fence_waits_for_the_tasks_submitted_to_idle_streams_to_be_taken_and_done() {
+    let rig = while_a_fence_waits(3, |_, stall, fence| {
         assert!(!fence.is_finished(), "the fence passed untaken tasks");
         drop(stall);
         fence.join().unwrap();
@@ -113,17 +129,14 @@ fn a_fence_waits_for_the_tasks_submitted_to_idle_streams_to_be_taken_and_done() 
 
 #[test]
 fn a_fence_does_not_wait_for_a_lost_device() {
-    let mut rig = Rig::new(2);
-    let device = rig.device.clone();
-    let stall = device.stall_admission();
-    rig.memset_all();
-    std::thread::scope(|scope| {
-        let fence = rig.fence(scope);
-        // The loss returns only once no task touches memory: after the stall.
-        let lose = scope.spawn(|| rig.device.lose());
-        fence.join().unwrap();
-        drop(stall);
-        lose.join().unwrap();
+    let rig = while_a_fence_waits(2, |rig, stall, fence| {
+        std::thread::scope(|scope| {
+            // The loss returns only once no task touches memory: after the stall.
+            let lose = scope.spawn(|| rig.device.lose());
+            fence.join().unwrap();
+            drop(stall);
+            lose.join().unwrap();
+        });
     });
     assert!(
         rig.none_filled(),
@@ -133,12 +146,7 @@ fn a_fence_does_not_wait_for_a_lost_device() {
 
 #[test]
 fn a_fence_does_not_wait_for_a_stopped_context() {
-    let mut rig = Rig::new(2);
-    let device = rig.device.clone();
-    let stall = device.stall_admission();
-    rig.memset_all();
-    std::thread::scope(|scope| {
-        let fence = rig.fence(scope);
+    while_a_fence_waits(2, |rig, stall, fence| {
         // As a task failing on another stream of the context in ACL_STOP_ON_FAILURE mode.
         rig.health.stop(ACL_ERROR_RT_AICORE_EXCEPTION);
         fence.join().unwrap();
@@ -159,16 +167,13 @@ fn a_fence_and_a_stop_abort_or_forced_destruction_both_return_once_the_task_is_t
         }),
     ];
     for (name, action) in actions {
-        let mut rig = Rig::new(1);
-        let device = rig.device.clone();
-        let stall = device.stall_admission();
-        rig.memset_all();
-        std::thread::scope(|scope| {
-            let fence = rig.fence(scope);
-            let acting = scope.spawn(|| action(&rig.streams[0]));
-            drop(stall);
-            fence.join().unwrap();
-            acting.join().unwrap();
+        let rig = while_a_fence_waits(1, |rig, stall, fence| {
+            std::thread::scope(|scope| {
+                let acting = scope.spawn(|| action(&rig.streams[0]));
+                drop(stall);
+                fence.join().unwrap();
+                acting.join().unwrap();
+            });
         });
         assert!(rig.all_filled(), "{name}: the taken task did not run");
     }
