@@ -25,6 +25,7 @@ use super::state::State;
 use super::stats::{PoolStats, Timing};
 
 pub use super::state::Granted;
+pub use crate::device_buffer::byte_size;
 
 /// Where a pool's blocks come from and go back to.
 pub trait Source: Send + Sync + 'static {
@@ -143,14 +144,30 @@ impl<S: Source> Cache<S> {
         self.timing.allocated(started.elapsed());
         match allocated {
             Ok(block) => {
-                self.lock().room_filled(class);
+                self.room_filled(class);
                 Ok(block)
             }
             Err(err) => {
-                self.update(|state, _| state.room_unused(class));
+                self.room_unused(class);
                 Err(err)
             }
         }
+    }
+
+    /// Granted room of `class` bytes now holds a new block allocated in `took` (for pools
+    /// whose allocation is asynchronous, so [`fill`](Cache::fill) cannot run it).
+    pub fn room_filled_in(&self, class: usize, took: std::time::Duration) {
+        self.timing.allocated(took);
+        self.room_filled(class);
+    }
+
+    /// Granted room of `class` bytes went unused: the allocation failed or was abandoned.
+    pub fn room_unused(self: &Arc<Self>, class: usize) {
+        self.update(|state, _| state.room_unused(class));
+    }
+
+    fn room_filled(&self, class: usize) {
+        self.lock().room_filled(class);
     }
 
     /// A block's owner dropped it: it is awaiting its operations until
@@ -185,11 +202,7 @@ impl<S: Source> Cache<S> {
                 break Ok(count * class);
             }
             let Some(granted) = self.try_grant(class) else {
-                let rule = format!(
-                    "the pool's capacity has room for {} of {count} blocks of {bytes} bytes",
-                    blocks.len()
-                );
-                break Err(Error::invalid(api, "count", rule));
+                break Err(Self::no_room(api, blocks.len(), count, bytes));
             };
             match self.fill(granted, &mut alloc) {
                 Ok(block) => blocks.push(block),
@@ -202,6 +215,14 @@ impl<S: Source> Cache<S> {
             self.returned(block);
         }
         outcome
+    }
+
+    /// The error of a `reserve` that found room for only `room` of `count` blocks.
+    pub fn no_room(api: &'static str, room: usize, count: usize, bytes: usize) -> Error {
+        let rule = format!(
+            "the pool's capacity has room for {room} of {count} blocks of {bytes} bytes"
+        );
+        Error::invalid(api, "count", rule)
     }
 
     /// Frees cached blocks, largest first, until the pool holds at most `keep` bytes (or has
