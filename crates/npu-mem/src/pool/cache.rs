@@ -219,9 +219,8 @@ impl<S: Source> Cache<S> {
 
     /// The error of a `reserve` that found room for only `room` of `count` blocks.
     pub fn no_room(api: &'static str, room: usize, count: usize, bytes: usize) -> Error {
-        let rule = format!(
-            "the pool's capacity has room for {room} of {count} blocks of {bytes} bytes"
-        );
+        let rule =
+            format!("the pool's capacity has room for {room} of {count} blocks of {bytes} bytes");
         Error::invalid(api, "count", rule)
     }
 

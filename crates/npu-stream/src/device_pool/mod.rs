@@ -354,7 +354,11 @@ impl DevicePool {
     /// # })?;
     /// # Ok::<(), npu_core::Error>(())
     /// ```
-    pub async fn alloc<T: Pod>(&self, stream: &Stream, len: usize) -> Result<PooledDeviceBuffer<T>> {
+    pub async fn alloc<T: Pod>(
+        &self,
+        stream: &Stream,
+        len: usize,
+    ) -> Result<PooledDeviceBuffer<T>> {
         let class = self.check::<T>("DevicePool::alloc", stream, len)?;
         let granted = self.cache.grant(class).await?;
         let block = match granted {
@@ -441,7 +445,14 @@ impl DevicePool {
                 break Ok(count * class);
             }
             let block = match self.cache.try_grant(class) {
-                None => break Err(Cache::<DeviceSource>::no_room(API, blocks.len(), count, bytes)),
+                None => {
+                    break Err(Cache::<DeviceSource>::no_room(
+                        API,
+                        blocks.len(),
+                        count,
+                        bytes,
+                    ));
+                }
                 Some(Granted::Room(class)) => self.malloc_on(stream, class).await,
                 Some(granted) => self.cache.fill(granted, |class| self.malloc_now(class)),
             };

@@ -253,7 +253,9 @@ impl Source for DeviceSource {
                 blocks.into_iter().try_for_each(|block| {
                     // SAFETY: the block came from this pool and is idle; `release` is our
                     // live stream in the bound context.
-                    unsafe { acl_call_opt!(runtime, aclrtMemPoolFreeAsync(block.ptr, pool.release)) }
+                    unsafe {
+                        acl_call_opt!(runtime, aclrtMemPoolFreeAsync(block.ptr, pool.release))
+                    }
                 })
             }),
         };
@@ -379,7 +381,12 @@ mod tests {
         assert!(reason.contains("aclrtMemPoolTrimTo"), "{reason}");
         let forced = plan(&api, Some(DevicePoolBackend::RuntimePool)).unwrap_err();
         assert!(
-            matches!(forced, Error::Unsupported { api: "aclrtMemPoolTrimTo" }),
+            matches!(
+                forced,
+                Error::Unsupported {
+                    api: "aclrtMemPoolTrimTo"
+                }
+            ),
             "{forced}"
         );
         assert!(forced.to_string().contains("aclrtMemPoolTrimTo"));
