@@ -1,6 +1,7 @@
-//! The pinned pool against pinning directly: `PinnedPool` alloc + free on a cache hit versus
+//! The pools against allocating directly: `PinnedPool` alloc + free on a cache hit versus
 //! `aclrtMallocHost` + `aclrtFreeHost` of the same size, on the simulator, which really
-//! page-locks (mlock) pinned memory.
+//! page-locks (mlock) pinned memory; and `DevicePool` alloc + free on a cache hit versus
+//! `aclrtMalloc` + `aclrtFree`.
 
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
@@ -8,11 +9,16 @@ use std::time::{Duration, Instant};
 use futures::executor::block_on;
 use npu_core::{Context, Device, acl_call};
 use npu_mem::PinnedPool;
+use npu_stream::{DevicePool, Stream};
 
 use crate::Table;
 use crate::stats::{micros, proc_status};
+use crate::stream::verdict;
 
 const SECTION: &str = "pinned pool";
+const DEVICE_SECTION: &str = "device pool";
+/// The speed-up a pool hit must reach over allocating directly.
+const TARGET: f64 = 50.0;
 const BLOCK: usize = 1 << 20;
 const ROUNDS: usize = 15;
 const DIRECT_PER_ROUND: u32 = 20;
@@ -49,11 +55,62 @@ pub fn run(table: &mut Table) {
         format!("{:.3} µs", micros(pooled)),
         format!("{} hits", stats.hits),
     );
-    table.push(
+    push_speedup(
+        table,
         SECTION,
         "pool hit / direct pinning speed-up",
-        format!("{:.0}×", direct.as_secs_f64() / pooled.as_secs_f64()),
-        "target ≥ 50×",
+        direct,
+        pooled,
+    );
+    device_pool(table, &context);
+}
+
+/// `DevicePool` alloc + free of a cached block against `aclrtMalloc` + `aclrtFree`.
+fn device_pool(table: &mut Table, context: &Context) {
+    let direct = best_of(|| device_direct_round(context));
+    let stream = Stream::new(context).expect("a stream");
+    let pool = DevicePool::new(context).expect("a device pool");
+    drop(block_on(pool.alloc::<u8>(&stream, BLOCK)).expect("warming the pool"));
+    let pooled = best_of(|| device_pool_round(&pool, &stream));
+    let stats = pool.stats();
+    assert_eq!(
+        stats.cache.misses, 1,
+        "every measured allocation must be a hit"
+    );
+    table.push(
+        DEVICE_SECTION,
+        "aclrtMalloc + aclrtFree, 1 MiB, best round",
+        format!("{:.1} µs", micros(direct)),
+        "",
+    );
+    table.push(
+        DEVICE_SECTION,
+        "DevicePool alloc + free on a hit, 1 MiB, best round",
+        format!("{:.3} µs", micros(pooled)),
+        format!("{} hits, backend {:?}", stats.cache.hits, stats.backend),
+    );
+    push_speedup(
+        table,
+        DEVICE_SECTION,
+        "pool hit / aclrtMalloc speed-up",
+        direct,
+        pooled,
+    );
+}
+
+fn push_speedup(
+    table: &mut Table,
+    section: &'static str,
+    row: &str,
+    direct: Duration,
+    pooled: Duration,
+) {
+    let speedup = direct.as_secs_f64() / pooled.as_secs_f64();
+    table.push(
+        section,
+        row,
+        format!("{speedup:.0}×"),
+        format!("target ≥ {TARGET:.0}×: {}", verdict(speedup >= TARGET)),
     );
 }
 
@@ -76,6 +133,36 @@ fn direct_round(context: &Context) -> Duration {
         }
     }
     start.elapsed() / DIRECT_PER_ROUND
+}
+
+fn device_direct_round(context: &Context) -> Duration {
+    context.bind().expect("binding the context");
+    let runtime = context.runtime();
+    let start = Instant::now();
+    for _ in 0..DIRECT_PER_ROUND {
+        let mut device: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `device` is a valid out-pointer; the context is bound on this thread; the
+        // allocation is freed at once and never used.
+        unsafe {
+            acl_call!(runtime, aclrtMalloc(&mut device, BLOCK, 0)).expect("aclrtMalloc");
+            acl_call!(runtime, aclrtFree(device)).expect("aclrtFree");
+        }
+    }
+    start.elapsed() / DIRECT_PER_ROUND
+}
+
+fn device_pool_round(pool: &DevicePool, stream: &Stream) -> Duration {
+    block_on(async {
+        let start = Instant::now();
+        for _ in 0..POOL_PER_ROUND {
+            let block = pool
+                .alloc::<u8>(stream, BLOCK)
+                .await
+                .expect("a cached block");
+            drop(std::hint::black_box(block));
+        }
+        start.elapsed() / POOL_PER_ROUND
+    })
 }
 
 fn pool_round(pool: &PinnedPool) -> Duration {
