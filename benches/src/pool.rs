@@ -4,6 +4,7 @@
 //! `aclrtMalloc` + `aclrtFree`.
 
 use std::ffi::c_void;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
@@ -31,11 +32,16 @@ pub fn run(table: &mut Table) {
         .primary_context()
         .clone();
     let pinned = pinning_is_real(&context);
-    let direct = best_of(|| direct_round(&context));
+    let direct = best_of(|| direct_round(&context, "aclrtMallocHost", pin_pair));
 
     let pool = PinnedPool::new(&context);
     drop(block_on(pool.alloc::<u8>(BLOCK)).expect("warming the pool"));
-    let pooled = best_of(|| pool_round(&pool));
+    let pooled = best_of(|| {
+        hit_round(|| async {
+            let block = pool.alloc::<u8>(BLOCK).await.expect("a cached block");
+            drop(std::hint::black_box(block));
+        })
+    });
     let stats = pool.stats();
     assert_eq!(stats.misses, 1, "every measured allocation must be a hit");
 
@@ -67,11 +73,16 @@ pub fn run(table: &mut Table) {
 
 /// `DevicePool` alloc + free of a cached block against `aclrtMalloc` + `aclrtFree`.
 fn device_pool(table: &mut Table, context: &Context) {
-    let direct = best_of(|| device_direct_round(context));
+    let direct = best_of(|| direct_round(context, "aclrtMalloc", malloc_pair));
     let stream = Stream::new(context).expect("a stream");
     let pool = DevicePool::new(context).expect("a device pool");
     drop(block_on(pool.alloc::<u8>(&stream, BLOCK)).expect("warming the pool"));
-    let pooled = best_of(|| device_pool_round(&pool, &stream));
+    let pooled = best_of(|| {
+        hit_round(|| async {
+            let block = pool.alloc::<u8>(&stream, BLOCK).await;
+            drop(std::hint::black_box(block.expect("a cached block")));
+        })
+    });
     let stats = pool.stats();
     assert_eq!(
         stats.cache.misses, 1,
@@ -119,58 +130,54 @@ fn best_of(mut round: impl FnMut() -> Duration) -> Duration {
     (0..ROUNDS).map(|_| round()).min().unwrap_or_default()
 }
 
-fn direct_round(context: &Context) -> Duration {
+/// The time of one `alloc` + `free` pair (raw ACL calls on `context`), best round.
+fn direct_round(
+    context: &Context,
+    alloc: &str,
+    pair: unsafe fn(&npu_core::Runtime) -> npu_core::Result<()>,
+) -> Duration {
     context.bind().expect("binding the context");
     let runtime = context.runtime();
     let start = Instant::now();
     for _ in 0..DIRECT_PER_ROUND {
-        let mut host: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `host` is a valid out-pointer; the context is bound on this thread; the
-        // allocation is freed at once and never used.
-        unsafe {
-            acl_call!(runtime, aclrtMallocHost(&mut host, BLOCK)).expect("aclrtMallocHost");
-            acl_call!(runtime, aclrtFreeHost(host)).expect("aclrtFreeHost");
-        }
+        // SAFETY: the context is bound on this thread; `pair` frees what it allocates.
+        unsafe { pair(runtime) }.unwrap_or_else(|err| panic!("{alloc}: {err}"));
     }
     start.elapsed() / DIRECT_PER_ROUND
 }
 
-fn device_direct_round(context: &Context) -> Duration {
-    context.bind().expect("binding the context");
-    let runtime = context.runtime();
-    let start = Instant::now();
-    for _ in 0..DIRECT_PER_ROUND {
-        let mut device: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `device` is a valid out-pointer; the context is bound on this thread; the
-        // allocation is freed at once and never used.
-        unsafe {
-            acl_call!(runtime, aclrtMalloc(&mut device, BLOCK, 0)).expect("aclrtMalloc");
-            acl_call!(runtime, aclrtFree(device)).expect("aclrtFree");
-        }
+/// `aclrtMallocHost` + `aclrtFreeHost` of one block.
+///
+/// # Safety
+/// The runtime's context must be bound on this thread.
+unsafe fn pin_pair(runtime: &npu_core::Runtime) -> npu_core::Result<()> {
+    let mut host: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `host` is a valid out-pointer; the allocation is freed at once and never used.
+    unsafe {
+        acl_call!(runtime, aclrtMallocHost(&mut host, BLOCK))?;
+        acl_call!(runtime, aclrtFreeHost(host))
     }
-    start.elapsed() / DIRECT_PER_ROUND
 }
 
-fn device_pool_round(pool: &DevicePool, stream: &Stream) -> Duration {
+/// `aclrtMalloc` + `aclrtFree` of one block.
+///
+/// # Safety
+/// The runtime's context must be bound on this thread.
+unsafe fn malloc_pair(runtime: &npu_core::Runtime) -> npu_core::Result<()> {
+    let mut device: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `device` is a valid out-pointer; the allocation is freed at once and never used.
+    unsafe {
+        acl_call!(runtime, aclrtMalloc(&mut device, BLOCK, 0))?;
+        acl_call!(runtime, aclrtFree(device))
+    }
+}
+
+/// The time of one pool `alloc` + drop (`cycle`), averaged over a round.
+fn hit_round<F: Future<Output = ()>>(mut cycle: impl FnMut() -> F) -> Duration {
     block_on(async {
         let start = Instant::now();
         for _ in 0..POOL_PER_ROUND {
-            let block = pool
-                .alloc::<u8>(stream, BLOCK)
-                .await
-                .expect("a cached block");
-            drop(std::hint::black_box(block));
-        }
-        start.elapsed() / POOL_PER_ROUND
-    })
-}
-
-fn pool_round(pool: &PinnedPool) -> Duration {
-    block_on(async {
-        let start = Instant::now();
-        for _ in 0..POOL_PER_ROUND {
-            let block = pool.alloc::<u8>(BLOCK).await.expect("a cached block");
-            drop(std::hint::black_box(block));
+            cycle().await;
         }
         start.elapsed() / POOL_PER_ROUND
     })
@@ -182,7 +189,7 @@ fn pinning_is_real(context: &Context) -> Option<bool> {
     let runtime = context.runtime();
     let before = locked_kib()?;
     let mut host: *mut c_void = std::ptr::null_mut();
-    // SAFETY: as in `direct_round`.
+    // SAFETY: `host` is a valid out-pointer; the context is bound; the block is freed below.
     unsafe { acl_call!(runtime, aclrtMallocHost(&mut host, BLOCK)).expect("aclrtMallocHost") };
     let during = locked_kib();
     // SAFETY: frees the block just allocated, which nothing uses.

@@ -13,13 +13,25 @@ use common::{HANG, STRATEGIES, code, exclusive_device0, invalid, nth_task, run, 
 use npu_core::Context;
 use npu_mem::{DeviceBuffer, Memory, MemoryMut, PinnedBuffer};
 use npu_sim::control;
-use npu_stream::{DevicePool, DevicePoolBackend, Strategy};
+use npu_stream::{DevicePool, DevicePoolBackend, PooledDeviceBuffer, Strategy, Stream};
 
 const BACKENDS: [DevicePoolBackend; 2] =
     [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching];
 
 fn pool(ctx: &Context, backend: DevicePoolBackend) -> DevicePool {
     DevicePool::builder(ctx).backend(backend).build().unwrap()
+}
+
+/// A pool on `backend`, a stream using `strategy`, and a first 4 KiB block of the pool.
+fn first_block(
+    ctx: &Context,
+    backend: DevicePoolBackend,
+    strategy: Strategy,
+) -> (DevicePool, Stream, PooledDeviceBuffer<u8>) {
+    let pool = pool(ctx, backend);
+    let s = stream(ctx, strategy);
+    let block = run(pool.alloc::<u8>(&s, 4096)).unwrap();
+    (pool, s, block)
 }
 
 /// Every backend under every strategy.
@@ -112,9 +124,7 @@ fn a_block_returns_only_after_every_operation_that_used_it_completed() {
 fn a_forgotten_operation_keeps_its_block_out_of_circulation() {
     let (_device, ctx) = exclusive_device0();
     for (backend, strategy) in cases() {
-        let pool = pool(&ctx, backend);
-        let s = stream(&ctx, strategy);
-        let block = run(pool.alloc::<u8>(&s, 4096)).unwrap();
+        let (pool, s, block) = first_block(&ctx, backend, strategy);
         let address = block.addr();
         control::hold(0).unwrap();
         let op = s.memset(block, 2);
@@ -278,9 +288,7 @@ fn out_of_device_memory_is_typed_and_frees_the_cache_first() {
 fn a_device_fault_hands_the_block_back_and_it_is_reused() {
     let (_device, ctx) = exclusive_device0();
     for (backend, strategy) in cases() {
-        let pool = pool(&ctx, backend);
-        let s = stream(&ctx, strategy);
-        let block = run(pool.alloc::<u8>(&s, 4096)).unwrap();
+        let (pool, s, block) = first_block(&ctx, backend, strategy);
         let address = block.addr();
         control::fail_task(s.as_raw(), nth_task(strategy, 0), 507015).unwrap();
         let failed = run(s.memset(block, 3)).unwrap_err();
