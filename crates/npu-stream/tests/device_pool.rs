@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{HANG, STRATEGIES, code, exclusive_device0, invalid, nth_task, run, stream};
-use npu_core::Context;
+use npu_core::{Context, Module};
 use npu_mem::{DeviceBuffer, Memory, MemoryMut, PinnedBuffer};
 use npu_sim::control;
 use npu_stream::{DevicePool, DevicePoolBackend, PooledDeviceBuffer, Strategy, Stream};
@@ -390,6 +390,17 @@ fn a_pooled_buffer_works_wherever_a_device_buffer_does() {
         let (_other, host) = run(s.copy_d2h(other, host)).unwrap();
         assert!(host[..512].iter().all(|&x| x == 0.0), "{strategy:?}");
         assert!(host[512..].iter().all(|&x| x == 1.5), "{strategy:?}");
+        // A kernel argument too: scale_f32(float *x, uint64_t n, float alpha).
+        // SAFETY: npu-sim's shipped kernel library, built for its kernel ABI.
+        let module = unsafe { Module::from_file(&ctx, npu_sim::kernel::LIBRARY_PATH) }.unwrap();
+        let scale = module.function("scale_f32").unwrap();
+        // SAFETY: scale_f32 scales n elements of x in place; the buffer holds 1024.
+        let launch = unsafe { s.launch(&scale, 4, (device, 1024u64, 2.0f32)) };
+        let (device, ..) = run(launch).unwrap();
+        let host = PinnedBuffer::<f32>::new(&ctx, 1024).unwrap();
+        let (device, host) = run(s.copy_d2h(device, host)).unwrap();
+        assert!(host[..512].iter().all(|&x| x == 0.0), "{strategy:?}");
+        assert!(host[512..].iter().all(|&x| x == 3.0), "{strategy:?}");
         let bytes = device.into_bytes();
         assert_eq!(bytes.len(), 4096);
         assert!(format!("{:?}", bytes.into_inner()).contains("PooledDeviceBuffer"));
