@@ -406,3 +406,65 @@ fn a_pooled_buffer_works_wherever_a_device_buffer_does() {
         assert!(format!("{:?}", bytes.into_inner()).contains("PooledDeviceBuffer"));
     }
 }
+
+#[test]
+fn an_allocation_dropped_while_the_device_is_held_gives_its_block_back() {
+    use futures::FutureExt;
+    let (_device, ctx) = exclusive_device0();
+    for strategy in STRATEGIES {
+        let pool = pool(&ctx, DevicePoolBackend::RuntimePool);
+        let s = stream(&ctx, strategy);
+        run(async {
+            control::hold(0).unwrap();
+            // A miss: the stream-ordered allocation is submitted, and cannot complete yet.
+            let dropped = pool.alloc::<u8>(&s, 4096).now_or_never();
+            assert!(
+                dropped.is_none(),
+                "{strategy:?}: the allocation waits for its stream"
+            );
+            let stats = pool.stats();
+            assert_eq!(
+                stats.cache.reserved, 0,
+                "the granted room came back at once"
+            );
+            assert!(
+                stats.runtime.unwrap().used > 0,
+                "the runtime handed out the block"
+            );
+            control::release(0).unwrap();
+            s.synchronize().await.unwrap();
+        });
+        npu_core::reaper::flush();
+        assert_eq!(
+            pool.stats().runtime.unwrap().used,
+            0,
+            "{strategy:?}: back to the runtime"
+        );
+        let block = run(pool.alloc::<u8>(&s, 4096)).unwrap();
+        assert_eq!(pool.stats().cache.misses, 1, "{strategy:?}: {block:?}");
+    }
+}
+
+/// Its own device: losing one is for good.
+#[test]
+fn a_runtime_pool_that_cannot_be_created_falls_back_unless_forced() {
+    let (_device, _) = exclusive_device0();
+    let ctx = common::in_process()
+        .device(1)
+        .unwrap()
+        .primary_context()
+        .clone();
+    control::lose_device(1).unwrap();
+    let pool = DevicePool::new(&ctx).unwrap();
+    assert_eq!(pool.backend(), DevicePoolBackend::Caching);
+    let reason = pool.backend_reason();
+    assert!(
+        reason.contains("creating a runtime pool failed"),
+        "{reason}"
+    );
+    let forced = DevicePool::builder(&ctx)
+        .backend(DevicePoolBackend::RuntimePool)
+        .build()
+        .unwrap_err();
+    assert!(forced.is_device_lost(), "{forced}");
+}

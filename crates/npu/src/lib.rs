@@ -14,7 +14,7 @@
 //! | --- | --- |
 //! | [`runtime`] | loading CANN's runtime or the simulator (`NPU_BACKEND`) |
 //! | [`device`] | opening devices, their contexts, attributes, memory info, peer access |
-//! | [`memory`] | device buffers, pinned buffers, the pinned pool, host registration |
+//! | [`memory`] | device buffers, the device pool (stream-ordered device memory), pinned buffers, the pinned pool, host registration |
 //! | [`stream`] | streams, events and [`Op`], the future every operation returns; when to pick a non-default completion strategy |
 //! | [`kernel`] | loading kernel binaries and launching their functions |
 //! | [`error`] | the [`Error`] type and ACL's return codes |

@@ -1,4 +1,4 @@
-//! Device memory, pinned host memory, the pinned pool and host registration.
+//! Device memory, the device pool, pinned host memory, the pinned pool and host registration.
 //!
 //! - [`DeviceBuffer`]: device memory (`aclrtMalloc`), freed once every operation that used it
 //!   has completed.
