@@ -1,7 +1,7 @@
 //! The machinery every caching pool of npu-rs shares: [`PinnedPool`](crate::PinnedPool) here,
 //! npu-stream's `DevicePool` over device memory.
 //!
-//! A [`Cache`] owns the locked [`State`] (free lists by size class, byte accounting, the FIFO
+//! A [`Cache`] owns the locked state (free lists by size class, byte accounting, the FIFO
 //! queue of waiters) and a [`Source`] that knows how to free the blocks it evicts. It decides
 //! under the lock and acts after unlocking, so no ACL call and no wake-up happens while the
 //! lock is held. What a pool adds on top is how a granted room becomes a block (pinning, an
