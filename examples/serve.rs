@@ -59,9 +59,11 @@
 //! before it is parsed, so a client can retry elsewhere instead of waiting in a queue it
 //! cannot see. Admission comes after the body so that slow senders cannot hold the device's
 //! slots. The pinned pool is sized for the admitted requests, so an admitted request never
-//! waits for host memory.
+//! waits for host memory; the device pool holds two prewarmed blocks per admitted request, so
+//! no request allocates device memory synchronously (a block comes back once the device is
+//! done with it). Requests are spread over the streams of an `npu::stream::StreamPool`.
 //!
-//! `GET /stats` returns the request counters, the in-flight count, the pool's statistics and
+//! `GET /stats` returns the request counters, the in-flight count, the pools' statistics and
 //! the reactor's counters. Shutdown (Ctrl-C) is graceful: the listener closes, the requests in
 //! flight finish and are answered, then the process exits.
 
@@ -83,8 +85,9 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use npu::Stream;
+use npu::memory::PoolStats;
 use npu::prelude::*;
+use npu::stream::StreamPool;
 use percentile::percentile;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -143,10 +146,11 @@ fn bias(i: usize) -> f32 {
 
 /// The model on the device: everything here touches the NPU, and nothing else does.
 struct Model {
-    ctx: Context,
-    streams: Vec<Stream>,
-    next_stream: AtomicUsize,
+    streams: StreamPool,
     pool: PinnedPool,
+    /// Two device blocks per admitted request (input and output), prewarmed at load, so no
+    /// request allocates device memory synchronously.
+    device_pool: DevicePool,
     scale: Function,
     add: Function,
     bias: Arc<DeviceBuffer<f32>>,
@@ -154,8 +158,8 @@ struct Model {
 }
 
 impl Model {
-    /// Loads the kernels, creates the streams and a pinned pool with a block for each request
-    /// `config` admits (and one for the bias), and uploads the bias.
+    /// Loads the kernels, creates the streams, a pinned pool with a block for each request
+    /// `config` admits (and one for the bias) and a device pool with two, and uploads the bias.
     async fn load(config: &Config) -> npu::Result<Model> {
         let device = Device::open(config.device)?;
         let ctx = device.primary_context().clone();
@@ -164,9 +168,7 @@ impl Model {
             kernels.function("scale_f32")?,
             kernels.function("vector_add_f32")?,
         );
-        let streams = (0..config.streams.max(1))
-            .map(|_| Stream::new(&ctx))
-            .collect::<npu::Result<Vec<_>>>()?;
+        let streams = StreamPool::new(&ctx, config.streams.max(1))?;
         let block = PinnedPool::size_class(config.input_len * size_of::<f32>())
             .unwrap_or(config.input_len * size_of::<f32>());
         let pool = PinnedPool::builder(&ctx)
@@ -176,13 +178,20 @@ impl Model {
         for (i, b) in host.iter_mut().enumerate() {
             *b = bias(i);
         }
+        let bytes = config.input_len * size_of::<f32>();
+        let blocks = 2 * config.max_in_flight;
+        let device_block = DevicePool::size_class(bytes).unwrap_or(bytes);
+        let device_pool = DevicePool::builder(&ctx)
+            .capacity(device_block * blocks)
+            .build()?;
+        let first = streams.next();
+        device_pool.reserve(&first, blocks, bytes).await?;
         let device_bias = DeviceBuffer::new(&ctx, config.input_len)?;
-        let (_, device_bias) = streams[0].copy_h2d(host, device_bias).await?;
+        let (_, device_bias) = first.copy_h2d(host, device_bias).await?;
         Ok(Model {
-            ctx,
             streams,
-            next_stream: AtomicUsize::new(0),
             pool,
+            device_pool,
             scale,
             add,
             bias: Arc::new(device_bias),
@@ -194,16 +203,15 @@ impl Model {
     /// copy out, all awaited.
     async fn run(&self, data: &[f32]) -> npu::Result<Vec<f32>> {
         let n = data.len();
-        let turn = self.next_stream.fetch_add(1, Ordering::Relaxed);
-        let stream = &self.streams[turn % self.streams.len()];
+        let stream = self.streams.next();
         let mut host = self.pool.alloc::<f32>(n).await?;
         host.copy_from_slice(data);
-        let x = DeviceBuffer::<f32>::new(&self.ctx, n)?;
+        let x = self.device_pool.alloc::<f32>(&stream, n).await?;
         let (host, x) = stream.copy_h2d(host, x).await?;
         // SAFETY: scale_f32(float *x, uint64_t n, float alpha) scales n elements of x in
         // place; x holds n.
         let (x, ..) = unsafe { stream.launch(&self.scale, 4, (x, n as u64, self.alpha)) }.await?;
-        let y = DeviceBuffer::<f32>::new(&self.ctx, n)?;
+        let y = self.device_pool.alloc::<f32>(&stream, n).await?;
         // SAFETY: vector_add_f32(const float *a, const float *b, float *c, uint64_t n) reads n
         // elements of x and the bias and writes n of y; all hold n (the bias has the model's
         // input length, which the handler checked n against). The bias is only ever read.
@@ -213,21 +221,15 @@ impl Model {
         Ok(host.to_vec())
     }
 
-    /// The device-side statistics for `GET /stats`: the pinned pool's and the reactor's.
+    /// The device-side statistics for `GET /stats`: the two pools' and the reactor's.
     fn stats(&self) -> serde_json::Value {
-        let pool = self.pool.stats();
+        let device_pool = self.device_pool.stats();
         let reactor = npu::reactor_stats();
+        let mut device_json = pool_json(&device_pool.cache);
+        device_json["backend"] = json!(format!("{:?}", device_pool.backend));
         json!({
-            "pool": {
-                "allocated_bytes": pool.allocated,
-                "reserved_bytes": pool.reserved,
-                "cached_bytes": pool.cached,
-                "peak_reserved_bytes": pool.peak_reserved,
-                "awaiting_blocks": pool.awaiting_blocks,
-                "hits": pool.hits,
-                "misses": pool.misses,
-                "waiters": pool.waiters,
-            },
+            "pool": pool_json(&self.pool.stats()),
+            "device_pool": device_json,
             "reactor": {
                 "registered": reactor.registered,
                 "completed": reactor.completed,
@@ -237,6 +239,20 @@ impl Model {
             },
         })
     }
+}
+
+/// A pool's counters for `GET /stats`.
+fn pool_json(pool: &PoolStats) -> serde_json::Value {
+    json!({
+        "allocated_bytes": pool.allocated,
+        "reserved_bytes": pool.reserved,
+        "cached_bytes": pool.cached,
+        "peak_reserved_bytes": pool.peak_reserved,
+        "awaiting_blocks": pool.awaiting_blocks,
+        "hits": pool.hits,
+        "misses": pool.misses,
+        "waiters": pool.waiters,
+    })
 }
 
 /// What every handler shares.
@@ -769,7 +785,10 @@ fn check_answer(answer: Answer, expected: &[f32]) -> Result<(), String> {
 /// Serves until Ctrl-C.
 async fn serve(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
     let server = Server::start(Config::default(), addr).await?;
-    println!("backend: {}", server.state.model.ctx.runtime().backend());
+    println!(
+        "backend: {}",
+        server.state.model.device_pool.context().runtime().backend()
+    );
     println!(
         "serving y = {} * x + bias (f32[{}]) on http://{}  (POST /v1/infer, GET /v1/model, GET /stats; Ctrl-C stops)",
         server.state.config.alpha, server.state.config.input_len, server.addr
@@ -793,7 +812,10 @@ async fn self_load(
     };
     let shape = (config.input_len, config.alpha);
     let server = Server::start(config, SocketAddr::from(([127, 0, 0, 1], 0))).await?;
-    println!("backend: {}", server.state.model.ctx.runtime().backend());
+    println!(
+        "backend: {}",
+        server.state.model.device_pool.context().runtime().backend()
+    );
     println!(
         "load: {requests} requests of f32[{}] over {connections} connections to http://{}",
         shape.0, server.addr
@@ -1200,7 +1222,7 @@ mod tests {
             ..small()
         };
         let server = Server::start(config, loopback()).await.unwrap();
-        let stream = server.state.model.streams[0].as_raw();
+        let stream = server.state.model.streams.streams()[0].as_raw();
         npu::sim::control::fail_task(stream, 1, 507015).unwrap();
         let (status, body) = post(&server, GOOD).await;
         assert_eq!(

@@ -1,18 +1,25 @@
-//! The pinned pool against pinning directly: `PinnedPool` alloc + free on a cache hit versus
+//! The pools against allocating directly: `PinnedPool` alloc + free on a cache hit versus
 //! `aclrtMallocHost` + `aclrtFreeHost` of the same size, on the simulator, which really
-//! page-locks (mlock) pinned memory.
+//! page-locks (mlock) pinned memory; and `DevicePool` alloc + free on a cache hit versus
+//! `aclrtMalloc` + `aclrtFree`.
 
 use std::ffi::c_void;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
 use npu_core::{Context, Device, acl_call};
 use npu_mem::PinnedPool;
+use npu_stream::{DevicePool, Stream};
 
 use crate::Table;
 use crate::stats::{micros, proc_status};
+use crate::stream::verdict;
 
 const SECTION: &str = "pinned pool";
+const DEVICE_SECTION: &str = "device pool";
+/// The speed-up a pool hit must reach over allocating directly.
+const TARGET: f64 = 50.0;
 const BLOCK: usize = 1 << 20;
 const ROUNDS: usize = 15;
 const DIRECT_PER_ROUND: u32 = 20;
@@ -25,11 +32,16 @@ pub fn run(table: &mut Table) {
         .primary_context()
         .clone();
     let pinned = pinning_is_real(&context);
-    let direct = best_of(|| direct_round(&context));
+    let direct = best_of(|| direct_round(&context, "aclrtMallocHost", pin_pair));
 
     let pool = PinnedPool::new(&context);
     drop(block_on(pool.alloc::<u8>(BLOCK)).expect("warming the pool"));
-    let pooled = best_of(|| pool_round(&pool));
+    let pooled = best_of(|| {
+        hit_round(|| async {
+            let block = pool.alloc::<u8>(BLOCK).await.expect("a cached block");
+            drop(std::hint::black_box(block));
+        })
+    });
     let stats = pool.stats();
     assert_eq!(stats.misses, 1, "every measured allocation must be a hit");
 
@@ -49,11 +61,67 @@ pub fn run(table: &mut Table) {
         format!("{:.3} µs", micros(pooled)),
         format!("{} hits", stats.hits),
     );
-    table.push(
+    push_speedup(
+        table,
         SECTION,
         "pool hit / direct pinning speed-up",
-        format!("{:.0}×", direct.as_secs_f64() / pooled.as_secs_f64()),
-        "target ≥ 50×",
+        direct,
+        pooled,
+    );
+    device_pool(table, &context);
+}
+
+/// `DevicePool` alloc + free of a cached block against `aclrtMalloc` + `aclrtFree`.
+fn device_pool(table: &mut Table, context: &Context) {
+    let direct = best_of(|| direct_round(context, "aclrtMalloc", malloc_pair));
+    let stream = Stream::new(context).expect("a stream");
+    let pool = DevicePool::new(context).expect("a device pool");
+    drop(block_on(pool.alloc::<u8>(&stream, BLOCK)).expect("warming the pool"));
+    let pooled = best_of(|| {
+        hit_round(|| async {
+            let block = pool.alloc::<u8>(&stream, BLOCK).await;
+            drop(std::hint::black_box(block.expect("a cached block")));
+        })
+    });
+    let stats = pool.stats();
+    assert_eq!(
+        stats.cache.misses, 1,
+        "every measured allocation must be a hit"
+    );
+    table.push(
+        DEVICE_SECTION,
+        "aclrtMalloc + aclrtFree, 1 MiB, best round",
+        format!("{:.1} µs", micros(direct)),
+        "",
+    );
+    table.push(
+        DEVICE_SECTION,
+        "DevicePool alloc + free on a hit, 1 MiB, best round",
+        format!("{:.3} µs", micros(pooled)),
+        format!("{} hits, backend {:?}", stats.cache.hits, stats.backend),
+    );
+    push_speedup(
+        table,
+        DEVICE_SECTION,
+        "pool hit / aclrtMalloc speed-up",
+        direct,
+        pooled,
+    );
+}
+
+fn push_speedup(
+    table: &mut Table,
+    section: &'static str,
+    row: &str,
+    direct: Duration,
+    pooled: Duration,
+) {
+    let speedup = direct.as_secs_f64() / pooled.as_secs_f64();
+    table.push(
+        section,
+        row,
+        format!("{speedup:.0}×"),
+        format!("target ≥ {TARGET:.0}×: {}", verdict(speedup >= TARGET)),
     );
 }
 
@@ -62,28 +130,54 @@ fn best_of(mut round: impl FnMut() -> Duration) -> Duration {
     (0..ROUNDS).map(|_| round()).min().unwrap_or_default()
 }
 
-fn direct_round(context: &Context) -> Duration {
+/// The time of one `alloc` + `free` pair (raw ACL calls on `context`), best round.
+fn direct_round(
+    context: &Context,
+    alloc: &str,
+    pair: unsafe fn(&npu_core::Runtime) -> npu_core::Result<()>,
+) -> Duration {
     context.bind().expect("binding the context");
     let runtime = context.runtime();
     let start = Instant::now();
     for _ in 0..DIRECT_PER_ROUND {
-        let mut host: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `host` is a valid out-pointer; the context is bound on this thread; the
-        // allocation is freed at once and never used.
-        unsafe {
-            acl_call!(runtime, aclrtMallocHost(&mut host, BLOCK)).expect("aclrtMallocHost");
-            acl_call!(runtime, aclrtFreeHost(host)).expect("aclrtFreeHost");
-        }
+        // SAFETY: the context is bound on this thread; `pair` frees what it allocates.
+        unsafe { pair(runtime) }.unwrap_or_else(|err| panic!("{alloc}: {err}"));
     }
     start.elapsed() / DIRECT_PER_ROUND
 }
 
-fn pool_round(pool: &PinnedPool) -> Duration {
+/// `aclrtMallocHost` + `aclrtFreeHost` of one block.
+///
+/// # Safety
+/// The runtime's context must be bound on this thread.
+unsafe fn pin_pair(runtime: &npu_core::Runtime) -> npu_core::Result<()> {
+    let mut host: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `host` is a valid out-pointer; the allocation is freed at once and never used.
+    unsafe {
+        acl_call!(runtime, aclrtMallocHost(&mut host, BLOCK))?;
+        acl_call!(runtime, aclrtFreeHost(host))
+    }
+}
+
+/// `aclrtMalloc` + `aclrtFree` of one block.
+///
+/// # Safety
+/// The runtime's context must be bound on this thread.
+unsafe fn malloc_pair(runtime: &npu_core::Runtime) -> npu_core::Result<()> {
+    let mut device: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `device` is a valid out-pointer; the allocation is freed at once and never used.
+    unsafe {
+        acl_call!(runtime, aclrtMalloc(&mut device, BLOCK, 0))?;
+        acl_call!(runtime, aclrtFree(device))
+    }
+}
+
+/// The time of one pool `alloc` + drop (`cycle`), averaged over a round.
+fn hit_round<F: Future<Output = ()>>(mut cycle: impl FnMut() -> F) -> Duration {
     block_on(async {
         let start = Instant::now();
         for _ in 0..POOL_PER_ROUND {
-            let block = pool.alloc::<u8>(BLOCK).await.expect("a cached block");
-            drop(std::hint::black_box(block));
+            cycle().await;
         }
         start.elapsed() / POOL_PER_ROUND
     })
@@ -95,7 +189,7 @@ fn pinning_is_real(context: &Context) -> Option<bool> {
     let runtime = context.runtime();
     let before = locked_kib()?;
     let mut host: *mut c_void = std::ptr::null_mut();
-    // SAFETY: as in `direct_round`.
+    // SAFETY: `host` is a valid out-pointer; the context is bound; the block is freed below.
     unsafe { acl_call!(runtime, aclrtMallocHost(&mut host, BLOCK)).expect("aclrtMallocHost") };
     let during = locked_kib();
     // SAFETY: frees the block just allocated, which nothing uses.

@@ -93,7 +93,8 @@ pub fn run(table: &mut Table, filter: &Filter) {
     }
 }
 
-fn verdict(met: bool) -> &'static str {
+/// How a target row ends: "met" or "missed".
+pub(crate) fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "missed" }
 }
 

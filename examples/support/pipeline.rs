@@ -18,6 +18,8 @@
 //!
 //! Host buffers come from a [`PinnedPool`]; a block goes back to the pool once the device is
 //! done with it.
+//! The device buffers are allocated once per run and circulate between the stages (double
+//! buffering), so they are not taken from a `DevicePool`: nothing is allocated per chunk.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -99,8 +99,9 @@ unsafe impl<T: Pod> Send for DeviceBuffer<T> {}
 // SAFETY: shared access only reads the address and records uses (a mutex-protected list).
 unsafe impl<T: Pod> Sync for DeviceBuffer<T> {}
 
-/// Checks an element count for an allocation and returns its size in bytes.
-pub(crate) fn byte_size<T>(api: &'static str, len: usize) -> Result<usize> {
+/// Checks an element count for an allocation and returns its size in bytes: at least one
+/// element of a non-zero-sized type, at most `isize::MAX` bytes (errors name `api`).
+pub fn byte_size<T>(api: &'static str, len: usize) -> Result<usize> {
     if size_of::<T>() == 0 {
         return Err(Error::invalid(
             api,

@@ -50,6 +50,8 @@ pub use device_buffer::{DeviceBuffer, MallocPolicy};
 pub use filled::Filled;
 pub use host_block::HostAllocConfig;
 pub use pinned::PinnedBuffer;
+#[doc(hidden)]
+pub use pool::cache as pool_cache;
 pub use pool::{PinnedPool, PinnedPoolBuilder, PoolStats, PooledBuffer};
 pub use registration::{
     HacType, HostRegistration, PageAlignedBuffer, RegisterError, RegisterFlags, StableBuffer,

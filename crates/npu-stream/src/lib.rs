@@ -29,6 +29,7 @@
 
 mod callback;
 mod copy;
+mod device_pool;
 mod event;
 mod event_pool;
 mod kernel;
@@ -43,6 +44,10 @@ mod stream_pool;
 mod timed;
 
 pub use copy::{Copy2d, MAX_2D_HEIGHT, MAX_2D_WIDTH_BYTES};
+pub use device_pool::{
+    DevicePool, DevicePoolBackend, DevicePoolBuilder, DevicePoolStats, PooledDeviceBuffer,
+    RuntimePoolUsage,
+};
 pub use event::{Event, EventBuilder, EventKind, EventWait};
 pub use kernel::{ArgWriter, ByValue, KernelArg, KernelArgs};
 pub use op::Op;

@@ -14,7 +14,7 @@
 //! | --- | --- |
 //! | [`runtime`] | loading CANN's runtime or the simulator (`NPU_BACKEND`) |
 //! | [`device`] | opening devices, their contexts, attributes, memory info, peer access |
-//! | [`memory`] | device buffers, pinned buffers, the pinned pool, host registration |
+//! | [`memory`] | device buffers, the device pool (stream-ordered device memory), pinned buffers, the pinned pool, host registration |
 //! | [`stream`] | streams, events and [`Op`], the future every operation returns; when to pick a non-default completion strategy |
 //! | [`kernel`] | loading kernel binaries and launching their functions |
 //! | [`error`] | the [`Error`] type and ACL's return codes |
@@ -23,7 +23,7 @@
 //!
 //! The types nearly every program names are also at the top: [`Runtime`], [`Device`],
 //! [`Context`], [`Stream`], [`Op`], [`Event`], [`DeviceBuffer`], [`PinnedBuffer`],
-//! [`PinnedPool`], [`Module`], [`Function`], [`Error`] and [`Result`]; [`prelude`] brings them
+//! [`PinnedPool`], [`DevicePool`], [`Module`], [`Function`], [`Error`] and [`Result`]; [`prelude`] brings them
 //! and the memory traits into scope.
 //!
 //! Operations are submitted when the method is called, not when the future is first polled;
@@ -109,7 +109,7 @@ pub mod ffi {
 pub use device::{Context, Device};
 pub use error::{Error, Result};
 pub use kernel::{Function, Module};
-pub use memory::{DeviceBuffer, PinnedBuffer, PinnedPool};
+pub use memory::{DeviceBuffer, DevicePool, PinnedBuffer, PinnedPool};
 pub use runtime::Runtime;
 pub use stream::{Event, Op, Stream};
 
@@ -179,5 +179,5 @@ pub mod prelude {
         DeviceBuffer, DeviceSlice, HostSlice, Memory, MemoryMut, PinnedBuffer, PinnedPool,
         PooledBuffer,
     };
-    pub use npu_stream::{Event, Stream as NpuStream};
+    pub use npu_stream::{DevicePool, Event, PooledDeviceBuffer, Stream as NpuStream};
 }

@@ -1,9 +1,13 @@
-//! Device memory, pinned host memory, the pinned pool and host registration.
+//! Device memory, the device pool, pinned host memory, the pinned pool and host registration.
 //!
 //! - [`DeviceBuffer`]: device memory (`aclrtMalloc`), freed once every operation that used it
 //!   has completed.
 //! - [`PinnedBuffer`]: page-locked host memory (`aclrtMallocHost`), the host side of async
 //!   copies; [`PinnedPool`] recycles such buffers and waits (asynchronously) for capacity.
+//! - [`DevicePool`]: stream-ordered device memory for servers. `pool.alloc(&stream, len)`
+//!   costs a lock on a cache hit; a block is handed out again, to any stream, only once every
+//!   operation that used it has completed. Built on the runtime's `aclrtMemPool*` where it
+//!   exists, on `aclrtMalloc` otherwise ([`DevicePoolBackend`]).
 //! - [`HostRegistration`]: registers memory you already own (`aclrtHostRegister`).
 //! - The traits: [`Memory`] / [`MemoryMut`] (what an operation may touch), [`DeviceSlice`] /
 //!   [`HostSlice`] (which side it is on) and [`View`] (a sub-range). Pageable memory is not a
@@ -25,6 +29,10 @@ pub use npu_mem::{
     HostSlice, MallocPolicy, Memory, MemoryMut, PageAlignedBuffer, PinnedBuffer, PinnedPool,
     PinnedPoolBuilder, Pod, PoolStats, PooledBuffer, RegisterError, RegisterFlags, Split,
     StableBuffer, View, Zeroable, host_mem_map_capability,
+};
+pub use npu_stream::{
+    DevicePool, DevicePoolBackend, DevicePoolBuilder, DevicePoolStats, PooledDeviceBuffer,
+    RuntimePoolUsage,
 };
 
 /// For implementers of the `unsafe` [`Memory`] trait: the list of completions a memory type

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use bytemuck::Pod;
 use npu_core::UseList;
 
-use super::Shared;
+use super::Pinned;
+use super::cache::Cache;
 use crate::host_block::{HostBlock, pinned_memory};
 
 /// `len` elements of `T` in a pinned block from a [`PinnedPool`](crate::PinnedPool).
@@ -38,7 +39,7 @@ use crate::host_block::{HostBlock, pinned_memory};
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 pub struct PooledBuffer<T: Pod> {
-    pub(super) shared: Arc<Shared>,
+    pub(super) shared: Arc<Cache<Pinned>>,
     /// Taken only by `Drop`.
     pub(super) block: ManuallyDrop<HostBlock>,
     pub(super) len: usize,
@@ -71,16 +72,14 @@ impl<T: Pod> PooledBuffer<T> {
     }
 }
 
-pinned_memory!(PooledBuffer, |buffer| &buffer.shared.context);
+pinned_memory!(PooledBuffer, |buffer| &buffer.shared.source().context);
 
 impl<T: Pod> Drop for PooledBuffer<T> {
     fn drop(&mut self) {
         // SAFETY: `drop` runs once and nothing reads `block` afterwards.
         let block = unsafe { ManuallyDrop::take(&mut self.block) };
         let shared = self.shared.clone();
-        let class = block.bytes();
-        // Bookkeeping only (nothing it frees can serve a waiter), so no `update`.
-        shared.lock().retire(class);
+        shared.retire(block.bytes());
         self.uses.release(move || shared.returned(block));
     }
 }

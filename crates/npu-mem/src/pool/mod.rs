@@ -4,29 +4,25 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::sync::Arc;
 
 use bytemuck::Pod;
 use npu_core::{Context, Error, Result, UseList};
-use tokio::sync::oneshot;
 
 use crate::device_buffer::byte_size;
 use crate::host_block::{HostAllocConfig, HostBlock, PAGE, check_host_align};
 
 mod buffer;
+pub mod cache;
 mod size_class;
 mod state;
 mod stats;
-mod waiting;
 
 pub use buffer::PooledBuffer;
 pub use stats::PoolStats;
 
+use cache::{Cache, Source};
 use size_class::size_class;
-use state::{Granted, State};
-use stats::Timing;
-use waiting::Waiting;
 
 /// A caching allocator of pinned host memory (`aclrtMallocHost`), tied to one [`Context`].
 ///
@@ -79,21 +75,29 @@ use waiting::Waiting;
 /// ```
 #[derive(Clone)]
 pub struct PinnedPool {
-    shared: Arc<Shared>,
+    shared: Arc<Cache<Pinned>>,
 }
 
-/// What every clone of a pool, its blocks and its waiters share.
-pub(crate) struct Shared {
+/// Where a pinned pool's blocks come from: `aclrtMallocHost(WithCfg)` in one context.
+pub(crate) struct Pinned {
     context: Context,
     config: Option<HostAllocConfig>,
-    capacity: Option<usize>,
-    state: Mutex<PoolState>,
-    timing: Timing,
 }
 
-/// How the pool answers a queued request.
-type Reply = oneshot::Sender<Granted<HostBlock>>;
-type PoolState = State<HostBlock, Reply>;
+impl Source for Pinned {
+    type Block = HostBlock;
+    const NAME: &'static str = "PinnedPool::alloc";
+
+    fn block_bytes(block: &HostBlock) -> usize {
+        block.bytes()
+    }
+
+    fn free(&self, blocks: Vec<HostBlock>) {
+        for block in blocks {
+            block.free(&self.context);
+        }
+    }
+}
 
 /// Options for a [`PinnedPool`].
 ///
@@ -205,13 +209,7 @@ impl PinnedPool {
         config: Option<HostAllocConfig>,
     ) -> PinnedPool {
         PinnedPool {
-            shared: Arc::new(Shared {
-                context,
-                config,
-                capacity,
-                state: Mutex::new(State::new(capacity)),
-                timing: Timing::default(),
-            }),
+            shared: Arc::new(Cache::new(Pinned { context, config }, capacity)),
         }
     }
 
@@ -261,7 +259,7 @@ impl PinnedPool {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn context(&self) -> &Context {
-        &self.shared.context
+        &self.shared.source().context
     }
 
     /// The capacity in bytes, if the pool has one.
@@ -274,7 +272,7 @@ impl PinnedPool {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn capacity(&self) -> Option<usize> {
-        self.shared.capacity
+        self.shared.capacity()
     }
 
     /// A block for `len` elements of `T`: a cached block of the request's size class if one
@@ -305,25 +303,8 @@ impl PinnedPool {
     /// ```
     pub async fn alloc<T: Pod>(&self, len: usize) -> Result<PooledBuffer<T>> {
         let class = self.class_of::<T>("PinnedPool::alloc", len)?;
-        let answer = self.shared.update(|state, evicted| {
-            state.try_request(class, evicted).ok_or_else(|| {
-                let (reply, receiver) = oneshot::channel();
-                (state.enqueue(class, reply), receiver)
-            })
-        });
-        let granted = match answer {
-            Ok(granted) => granted,
-            Err((id, receiver)) => {
-                Waiting {
-                    shared: self.shared.clone(),
-                    id,
-                    reply: receiver,
-                    done: false,
-                }
-                .await?
-            }
-        };
-        self.shared.fulfil(granted, len)
+        let granted = self.shared.grant(class).await?;
+        self.fulfil(granted, len)
     }
 
     /// Like [`alloc`](PinnedPool::alloc), but never waits for capacity: `Ok(None)` when the
@@ -344,8 +325,8 @@ impl PinnedPool {
     pub fn try_alloc<T: Pod>(&self, len: usize) -> Result<Option<PooledBuffer<T>>> {
         let class = self.class_of::<T>("PinnedPool::try_alloc", len)?;
         self.shared
-            .update(|state, evicted| state.try_request(class, evicted))
-            .map(|granted| self.shared.fulfil(granted, len))
+            .try_grant(class)
+            .map(|granted| self.fulfil(granted, len))
             .transpose()
     }
 
@@ -372,21 +353,8 @@ impl PinnedPool {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn reserve(&self, count: usize, bytes: usize) -> Result<usize> {
-        let mut blocks = Vec::with_capacity(count);
-        for _ in 0..count {
-            match self.try_alloc::<u8>(bytes)? {
-                Some(block) => blocks.push(block),
-                None => {
-                    let rule = format!(
-                        "the pool's capacity has room for {} of {count} blocks of {bytes} bytes",
-                        blocks.len()
-                    );
-                    return Err(Error::invalid("PinnedPool::reserve", "count", rule));
-                }
-            }
-        }
-        // Dropped unused, the blocks go straight to the free list.
-        Ok(blocks.iter().map(PooledBuffer::block_bytes).sum())
+        self.shared
+            .reserve("PinnedPool::reserve", count, bytes, |class| self.pin(class))
     }
 
     /// Returns every cached block to the OS (`aclrtFreeHost`) and reports the bytes freed.
@@ -406,10 +374,7 @@ impl PinnedPool {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn trim(&self) -> usize {
-        let blocks = self.shared.update(|state, _| state.trim());
-        let bytes = blocks.iter().map(HostBlock::bytes).sum();
-        self.shared.free_blocks(blocks);
-        bytes
+        self.shared.trim_to(0)
     }
 
     /// A snapshot of the pool's counters.
@@ -424,146 +389,43 @@ impl PinnedPool {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn stats(&self) -> PoolStats {
-        let counts = self.shared.lock().counts();
-        self.shared.timing.stats(counts)
+        self.shared.stats()
     }
 
     /// Checks a request and finds its size class.
     fn class_of<T: Pod>(&self, api: &'static str, len: usize) -> Result<usize> {
         check_host_align::<T>(api)?;
         let bytes = byte_size::<T>(api, len)?;
-        let class = size_class(bytes).ok_or_else(|| {
-            Error::invalid(
-                api,
-                "len",
-                format!("{bytes} bytes cannot be rounded to a block"),
-            )
-        })?;
-        match self.shared.capacity {
-            Some(capacity) if class > capacity => Err(Error::invalid(
-                api,
-                "len",
-                format!(
-                    "{bytes} bytes need a {class}-byte block, more than the pool's capacity of \
-                     {capacity} bytes: the request could never be served"
-                ),
-            )),
-            _ => Ok(class),
-        }
-    }
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, PoolState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.class_for(api, bytes)
     }
 
-    /// Runs `change` on the locked state, serves whichever waiters it made servable, then,
-    /// after unlocking, frees the blocks evicted on the way and sends the grants. Only changes
-    /// that can free capacity or cached blocks need it; counter moves that keep the held bytes
-    /// the same (`retire`, `room_filled`) just lock.
-    fn update<R>(
-        self: &Arc<Self>,
-        change: impl FnOnce(&mut PoolState, &mut Vec<HostBlock>) -> R,
-    ) -> R {
-        let mut evicted = Vec::new();
-        let (result, served) = {
-            let mut state = self.lock();
-            let result = change(&mut state, &mut evicted);
-            (result, state.pump(&mut evicted))
-        };
-        self.settle(evicted, served);
-        result
-    }
-
-    /// What an update decided, done outside the lock.
-    fn settle(self: &Arc<Self>, evicted: Vec<HostBlock>, served: Vec<(Reply, Granted<HostBlock>)>) {
-        self.free_blocks(evicted);
-        for (reply, granted) in served {
-            // A waiter that went away after being served hands the grant back.
-            if let Err(granted) = reply.send(granted) {
-                self.untaken(granted);
-            }
-        }
-    }
-
-    fn untaken(self: &Arc<Self>, granted: Granted<HostBlock>) {
-        let class = match &granted {
-            Granted::Block(block) => block.bytes(),
-            Granted::Room(class) => *class,
-        };
-        self.update(|state, _| state.untaken(granted, class));
+    fn pin(&self, class: usize) -> Result<HostBlock> {
+        let source = self.shared.source();
+        HostBlock::alloc(&source.context, class, source.config.as_ref())
     }
 
     /// Turns a grant into a buffer: a cached block as is, room by pinning a new block.
     fn fulfil<T: Pod>(
-        self: &Arc<Self>,
-        granted: Granted<HostBlock>,
+        &self,
+        granted: cache::Granted<HostBlock>,
         len: usize,
     ) -> Result<PooledBuffer<T>> {
-        let block = match granted {
-            Granted::Block(block) => block,
-            Granted::Room(class) => {
-                let started = Instant::now();
-                let allocated = HostBlock::alloc(&self.context, class, self.config.as_ref());
-                self.timing.allocated(started.elapsed());
-                match allocated {
-                    Ok(block) => {
-                        self.lock().room_filled(class);
-                        block
-                    }
-                    Err(err) => {
-                        self.update(|state, _| state.room_unused(class));
-                        return Err(err);
-                    }
-                }
-            }
-        };
+        let block = self.shared.fill(granted, |class| self.pin(class))?;
         Ok(PooledBuffer {
-            shared: self.clone(),
+            shared: self.shared.clone(),
             block: ManuallyDrop::new(block),
             len,
             uses: UseList::new(),
             _elements: PhantomData,
         })
     }
-
-    /// A dropped block's operations have completed (the device is done with it, whether they
-    /// succeeded or failed): back to the free list.
-    fn returned(self: &Arc<Self>, block: HostBlock) {
-        let class = block.bytes();
-        self.update(|state, _| state.returned(block, class));
-    }
-
-    fn free_blocks(&self, blocks: Vec<HostBlock>) {
-        if blocks.is_empty() {
-            return;
-        }
-        let started = Instant::now();
-        let count = blocks.len() as u64;
-        for block in blocks {
-            block.free(&self.context);
-        }
-        self.timing.freed(count, started.elapsed());
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        let blocks = self
-            .state
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .trim();
-        self.free_blocks(blocks);
-    }
 }
 
 impl fmt::Debug for PinnedPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PinnedPool")
-            .field("device", &self.shared.context.device_id())
-            .field("capacity", &self.shared.capacity)
+            .field("device", &self.context().device_id())
+            .field("capacity", &self.capacity())
             .field("stats", &self.stats())
             .finish()
     }

@@ -12,8 +12,10 @@ use std::collections::{BTreeMap, VecDeque};
 /// What a request is given: a cached block, or the right to allocate a new one of the
 /// given size within the capacity.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Granted<B> {
+pub enum Granted<B> {
+    /// A cached block of the request's class.
     Block(B),
+    /// Room for a new block of this many bytes.
     Room(usize),
 }
 
@@ -135,20 +137,27 @@ impl<B, W> State<B, W> {
             return false;
         }
         while self.counts.held().saturating_add(bytes) > capacity {
-            let Some(mut largest) = self.free.last_entry() else {
+            let Some(block) = self.take_largest() else {
                 break;
             };
-            let class = *largest.key();
-            if let Some(block) = largest.get_mut().pop() {
-                self.counts.cached -= class;
-                self.counts.evictions += 1;
-                evicted.push(block);
-            }
-            if largest.get().is_empty() {
-                largest.remove();
-            }
+            self.counts.evictions += 1;
+            evicted.push(block);
         }
         true
+    }
+
+    /// Takes a cached block of the largest class.
+    fn take_largest(&mut self) -> Option<B> {
+        let mut largest = self.free.last_entry()?;
+        let class = *largest.key();
+        let block = largest.get_mut().pop();
+        if largest.get().is_empty() {
+            largest.remove();
+        }
+        if block.is_some() {
+            self.counts.cached -= class;
+        }
+        block
     }
 
     /// A new block filled granted room: it is now in use.
@@ -218,13 +227,17 @@ impl<B, W> State<B, W> {
         served
     }
 
-    /// Takes every cached block, for freeing.
-    pub(crate) fn trim(&mut self) -> Vec<B> {
-        self.counts.cached = 0;
-        std::mem::take(&mut self.free)
-            .into_values()
-            .flatten()
-            .collect()
+    /// Takes cached blocks, largest first (the fewest frees), until the pool holds at most
+    /// `keep` bytes or nothing is cached, for freeing.
+    pub(crate) fn trim_to(&mut self, keep: usize) -> Vec<B> {
+        let mut taken = Vec::new();
+        while self.counts.reserved() > keep {
+            let Some(block) = self.take_largest() else {
+                break;
+            };
+            taken.push(block);
+        }
+        taken
     }
 }
 
@@ -379,10 +392,28 @@ mod tests {
         fresh(&mut state, 2 * MIB);
         free_block(&mut state, 1, MIB);
         free_block(&mut state, 2, 2 * MIB);
-        let mut trimmed = state.trim();
+        let mut trimmed = state.trim_to(0);
         trimmed.sort();
         assert_eq!(trimmed, vec![1, 2]);
         assert_eq!(state.counts().reserved(), 0);
         assert_eq!(state.counts().peak_reserved, 3 * MIB);
+    }
+
+    #[test]
+    fn trim_to_frees_the_largest_blocks_until_the_target() {
+        let mut state = Test::new(None);
+        for (label, class) in [(1, MIB), (2, 2 * MIB), (3, 4 * MIB)] {
+            fresh(&mut state, class);
+            free_block(&mut state, label, class);
+        }
+        fresh(&mut state, 3 * MIB);
+        assert_eq!(
+            state.trim_to(6 * MIB),
+            vec![3],
+            "one free brings 10 MiB to 6"
+        );
+        assert_eq!(state.counts().reserved(), 6 * MIB);
+        assert_eq!(state.trim_to(0), vec![2, 1], "the block in use stays");
+        assert_eq!(state.counts().reserved(), 3 * MIB);
     }
 }

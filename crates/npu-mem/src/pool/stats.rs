@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use super::state::Counts;
 
-/// A snapshot of a [`PinnedPool`](crate::PinnedPool)'s counters.
+/// A snapshot of a pool's counters: a [`PinnedPool`](crate::PinnedPool)'s, or the cache of
+/// npu-stream's `DevicePool`.
 ///
 /// Byte counts are in whole blocks (requests rounded to their size class). They add up:
 /// `reserved == allocated + awaiting_bytes + cached`, and every successful allocation was
@@ -31,7 +32,7 @@ use super::state::Counts;
 pub struct PoolStats {
     /// Bytes of blocks handed out and not yet dropped.
     pub allocated: usize,
-    /// Pinned bytes the pool holds: allocated, awaiting events, and cached.
+    /// Bytes the pool holds: allocated, awaiting events, and cached.
     pub reserved: usize,
     /// Bytes of free blocks ready for reuse.
     pub cached: usize,
@@ -45,17 +46,19 @@ pub struct PoolStats {
     pub peak_reserved: usize,
     /// Allocations served from the cache.
     pub hits: u64,
-    /// Allocations that pinned new memory (`aclrtMallocHost`).
+    /// Allocations that made a new block (`aclrtMallocHost` for a pinned pool; `aclrtMalloc`
+    /// or `aclrtMemPoolMallocAsync` for a device pool).
     pub misses: u64,
     /// Cached blocks freed to make room under the capacity.
     pub evictions: u64,
     /// Requests waiting for capacity.
     pub waiters: usize,
-    /// Blocks the pool returned to the OS (`aclrtFreeHost`).
+    /// Blocks the pool gave back to the runtime (`aclrtFreeHost`, `aclrtFree` or
+    /// `aclrtMemPoolFreeAsync`).
     pub frees: u64,
-    /// Time spent pinning new memory, in total.
+    /// Time spent making new blocks, in total.
     pub alloc_time: Duration,
-    /// Time spent returning memory to the OS, in total.
+    /// Time spent giving blocks back, in total.
     pub free_time: Duration,
 }
 

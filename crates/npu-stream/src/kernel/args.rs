@@ -6,6 +6,8 @@ use bytemuck::Pod;
 use npu_core::{ArgPacker, Completion, Context, Error, Result};
 use npu_mem::{DeviceBuffer, DeviceSlice, Memory, View};
 
+use crate::device_pool::PooledDeviceBuffer;
+
 /// Writes a launch's arguments: packs values with the C struct layout of [`ArgPacker`] and
 /// checks device memory against the kernel's context. [`KernelArg`] implementations use it.
 ///
@@ -353,6 +355,7 @@ macro_rules! device_args {
 
 device_args! {
     [T: Pod] DeviceBuffer<T>,
+    [T: Pod] PooledDeviceBuffer<T>,
     [S: DeviceSlice] View<S>,
     [S: DeviceSlice + Sync] Arc<S>,
 }

@@ -1,0 +1,342 @@
+//! The machinery every caching pool of npu-rs shares: [`PinnedPool`](crate::PinnedPool) here,
+//! npu-stream's `DevicePool` over device memory.
+//!
+//! A [`Cache`] owns the locked state (free lists by size class, byte accounting, the FIFO
+//! queue of waiters) and a [`Source`] that knows how to free the blocks it evicts. It decides
+//! under the lock and acts after unlocking, so no ACL call and no wake-up happens while the
+//! lock is held. What a pool adds on top is how a granted room becomes a block (pinning, an
+//! `aclrtMalloc`, a stream-ordered allocation) and the buffer type it hands out.
+//!
+//! It is public only so that npu-stream can build on it, and hidden from the documentation:
+//! it is not part of the stable API. Everything in it is safe code (a `Source` that misbehaves
+//! can only leak or lose blocks), so it needs no seal.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context as TaskContext, Poll, ready};
+use std::time::Instant;
+
+use npu_core::{Error, Result};
+use tokio::sync::oneshot;
+
+use super::size_class::size_class;
+use super::state::State;
+use super::stats::{PoolStats, Timing};
+
+pub use super::state::Granted;
+pub use crate::device_buffer::byte_size;
+
+/// Where a pool's blocks come from and go back to.
+pub trait Source: Send + Sync + 'static {
+    /// One allocation the pool caches.
+    type Block: Send + 'static;
+
+    /// The pool's allocating method, named in its errors (`"PinnedPool::alloc"`).
+    const NAME: &'static str;
+
+    /// The block's size: the size class it was allocated for.
+    fn block_bytes(block: &Self::Block) -> usize;
+
+    /// Gives blocks back to the runtime. They are idle (every operation that used them has
+    /// completed) and the pool's lock is not held. Must not wait for the device.
+    fn free(&self, blocks: Vec<Self::Block>);
+}
+
+type Reply<B> = oneshot::Sender<Granted<B>>;
+
+/// The shared part of a caching pool: what every clone of the pool, its blocks and its
+/// waiters hold.
+pub struct Cache<S: Source> {
+    source: S,
+    capacity: Option<usize>,
+    state: Mutex<State<S::Block, Reply<S::Block>>>,
+    timing: Timing,
+}
+
+impl<S: Source> Cache<S> {
+    /// A cache of at most `capacity` bytes (unbounded when `None`) over `source`.
+    pub fn new(source: S, capacity: Option<usize>) -> Self {
+        Cache {
+            source,
+            capacity,
+            state: Mutex::new(State::new(capacity)),
+            timing: Timing::default(),
+        }
+    }
+
+    /// Where the blocks come from.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    /// The capacity in bytes, if any.
+    pub fn capacity(&self) -> Option<usize> {
+        self.capacity
+    }
+
+    /// The size class a request of `bytes` is served with, checked against the capacity (a
+    /// request larger than the capacity could never be served, so it fails at once).
+    pub fn class_for(&self, api: &'static str, bytes: usize) -> Result<usize> {
+        let class = size_class(bytes).ok_or_else(|| {
+            Error::invalid(
+                api,
+                "len",
+                format!("{bytes} bytes cannot be rounded to a block"),
+            )
+        })?;
+        match self.capacity {
+            Some(capacity) if class > capacity => Err(Error::invalid(
+                api,
+                "len",
+                format!(
+                    "{bytes} bytes need a {class}-byte block, more than the pool's capacity of \
+                     {capacity} bytes: the request could never be served"
+                ),
+            )),
+            _ => Ok(class),
+        }
+    }
+
+    /// A cached block of `class`, or room to allocate one, without waiting: `None` while the
+    /// capacity is full or anyone else waits.
+    pub fn try_grant(self: &Arc<Self>, class: usize) -> Option<Granted<S::Block>> {
+        self.update(|state, evicted| state.try_request(class, evicted))
+    }
+
+    /// A cached block of `class`, or room to allocate one, waiting in FIFO order while the
+    /// capacity is full. Cancel-safe: dropping the future leaves the queue and hands back a
+    /// grant already on its way.
+    pub async fn grant(self: &Arc<Self>, class: usize) -> Result<Granted<S::Block>> {
+        let answer = self.update(|state, evicted| {
+            state.try_request(class, evicted).ok_or_else(|| {
+                let (reply, receiver) = oneshot::channel();
+                (state.enqueue(class, reply), receiver)
+            })
+        });
+        match answer {
+            Ok(granted) => Ok(granted),
+            Err((id, reply)) => {
+                Waiting {
+                    cache: self.clone(),
+                    id,
+                    reply,
+                    done: false,
+                }
+                .await
+            }
+        }
+    }
+
+    /// Turns a grant into a block: a cached block as it is, room by calling `alloc` with the
+    /// class (timed, and the room given back if it fails).
+    pub fn fill(
+        self: &Arc<Self>,
+        granted: Granted<S::Block>,
+        alloc: impl FnOnce(usize) -> Result<S::Block>,
+    ) -> Result<S::Block> {
+        let class = match granted {
+            Granted::Block(block) => return Ok(block),
+            Granted::Room(class) => class,
+        };
+        let started = Instant::now();
+        let allocated = alloc(class);
+        self.timing.allocated(started.elapsed());
+        match allocated {
+            Ok(block) => {
+                self.room_filled(class);
+                Ok(block)
+            }
+            Err(err) => {
+                self.room_unused(class);
+                Err(err)
+            }
+        }
+    }
+
+    /// Granted room of `class` bytes now holds a new block allocated in `took` (for pools
+    /// whose allocation is asynchronous, so [`fill`](Cache::fill) cannot run it).
+    pub fn room_filled_in(&self, class: usize, took: std::time::Duration) {
+        self.timing.allocated(took);
+        self.room_filled(class);
+    }
+
+    /// Granted room of `class` bytes went unused: the allocation failed or was abandoned.
+    pub fn room_unused(self: &Arc<Self>, class: usize) {
+        self.update(|state, _| state.room_unused(class));
+    }
+
+    fn room_filled(&self, class: usize) {
+        self.lock().room_filled(class);
+    }
+
+    /// A block's owner dropped it: it is awaiting its operations until
+    /// [`returned`](Cache::returned).
+    pub fn retire(&self, class: usize) {
+        // Bookkeeping only (nothing it frees can serve a waiter), so no `update`.
+        self.lock().retire(class);
+    }
+
+    /// A retired block's operations have completed (the device is done with it, whether they
+    /// succeeded or failed): back to the free list, or straight to a waiter.
+    pub fn returned(self: &Arc<Self>, block: S::Block) {
+        let class = S::block_bytes(&block);
+        self.update(|state, _| state.returned(block, class));
+    }
+
+    /// Makes sure `count` blocks for requests of `bytes` bytes are cached, allocating the
+    /// missing ones with `alloc`; returns the bytes of the blocks it reserved. Fails when the
+    /// capacity (or a queued waiter) leaves no room for `count` blocks; the blocks allocated
+    /// before that stay cached.
+    pub fn reserve(
+        self: &Arc<Self>,
+        api: &'static str,
+        count: usize,
+        bytes: usize,
+        mut alloc: impl FnMut(usize) -> Result<S::Block>,
+    ) -> Result<usize> {
+        let class = self.class_for(api, bytes)?;
+        let mut blocks = Vec::with_capacity(count);
+        let outcome = loop {
+            if blocks.len() == count {
+                break Ok(count * class);
+            }
+            let Some(granted) = self.try_grant(class) else {
+                break Err(Self::no_room(api, blocks.len(), count, bytes));
+            };
+            match self.fill(granted, &mut alloc) {
+                Ok(block) => blocks.push(block),
+                Err(err) => break Err(err),
+            }
+        };
+        // Never handed out, so nothing used them: straight to the free list.
+        for block in blocks {
+            self.retire(class);
+            self.returned(block);
+        }
+        outcome
+    }
+
+    /// The error of a `reserve` that found room for only `room` of `count` blocks.
+    pub fn no_room(api: &'static str, room: usize, count: usize, bytes: usize) -> Error {
+        let rule =
+            format!("the pool's capacity has room for {room} of {count} blocks of {bytes} bytes");
+        Error::invalid(api, "count", rule)
+    }
+
+    /// Frees cached blocks, largest first, until the pool holds at most `keep` bytes (or has
+    /// nothing cached left); returns the bytes freed. Blocks in use or awaiting their
+    /// operations are unaffected.
+    pub fn trim_to(self: &Arc<Self>, keep: usize) -> usize {
+        let blocks = self.update(|state, _| state.trim_to(keep));
+        let bytes = blocks.iter().map(S::block_bytes).sum();
+        self.free_blocks(blocks);
+        bytes
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> PoolStats {
+        let counts = self.lock().counts();
+        self.timing.stats(counts)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<S::Block, Reply<S::Block>>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `change` on the locked state, serves whichever waiters it made servable, then,
+    /// after unlocking, frees the blocks evicted on the way and sends the grants. Only changes
+    /// that can free capacity or cached blocks need it; counter moves that keep the held bytes
+    /// the same (`retire`, `room_filled`) just lock.
+    fn update<R>(
+        self: &Arc<Self>,
+        change: impl FnOnce(&mut State<S::Block, Reply<S::Block>>, &mut Vec<S::Block>) -> R,
+    ) -> R {
+        let mut evicted = Vec::new();
+        let (result, served) = {
+            let mut state = self.lock();
+            let result = change(&mut state, &mut evicted);
+            (result, state.pump(&mut evicted))
+        };
+        self.free_blocks(evicted);
+        for (reply, granted) in served {
+            // A waiter that went away after being served hands the grant back.
+            if let Err(granted) = reply.send(granted) {
+                self.untaken(granted);
+            }
+        }
+        result
+    }
+
+    fn untaken(self: &Arc<Self>, granted: Granted<S::Block>) {
+        let class = match &granted {
+            Granted::Block(block) => S::block_bytes(block),
+            Granted::Room(class) => *class,
+        };
+        self.update(|state, _| state.untaken(granted, class));
+    }
+
+    fn free_blocks(&self, blocks: Vec<S::Block>) {
+        if blocks.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        let count = blocks.len() as u64;
+        self.source.free(blocks);
+        self.timing.freed(count, started.elapsed());
+    }
+}
+
+impl<S: Source> Drop for Cache<S> {
+    fn drop(&mut self) {
+        let blocks = self
+            .state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .trim_to(0);
+        self.free_blocks(blocks);
+    }
+}
+
+/// Resolves to the grant the pool sends when the queued request reaches the front and fits.
+///
+/// Dropping it before then leaves the queue; if the grant was already on its way, it goes
+/// back to the pool (the block to its free list, the room to the capacity), so cancelling
+/// loses nothing.
+struct Waiting<S: Source> {
+    cache: Arc<Cache<S>>,
+    id: u64,
+    reply: oneshot::Receiver<Granted<S::Block>>,
+    done: bool,
+}
+
+impl<S: Source> Future for Waiting<S> {
+    type Output = Result<Granted<S::Block>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let received = ready!(Pin::new(&mut self.reply).poll(cx));
+        self.done = true;
+        Poll::Ready(
+            received
+                .map_err(|_| Error::invalid(S::NAME, "self", "the pool dropped a queued request")),
+        )
+    }
+}
+
+impl<S: Source> Drop for Waiting<S> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let id = self.id;
+        if self.cache.update(|state, _| state.cancel(id)) {
+            return;
+        }
+        // Already served: closing makes the grant either arrive now or stay with the sender,
+        // which then returns it itself.
+        self.reply.close();
+        if let Ok(granted) = self.reply.try_recv() {
+            self.cache.untaken(granted);
+        }
+    }
+}

@@ -1,0 +1,675 @@
+//! Stream-ordered device memory for servers: a caching pool of device blocks that hands a
+//! block out again, to any stream, only once the device is done with it.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytemuck::Pod;
+use npu_core::{Context, Error, Result, UseList};
+use npu_mem::PoolStats;
+use npu_mem::pool_cache::{Cache, Granted, byte_size};
+
+use crate::stream::Stream;
+
+mod buffer;
+mod source;
+
+pub use buffer::PooledDeviceBuffer;
+pub use source::RuntimePoolUsage;
+
+use source::{DeviceBlock, DeviceSource};
+
+/// Which allocator a [`DevicePool`] builds on.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_stream::{DevicePool, DevicePoolBackend};
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let pool = DevicePool::builder(&ctx).backend(DevicePoolBackend::Caching).build()?;
+/// assert_eq!(pool.backend(), DevicePoolBackend::Caching);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DevicePoolBackend {
+    /// The runtime's stream-ordered pool: new blocks come from `aclrtMemPoolMallocAsync`,
+    /// evicted and trimmed ones go back with `aclrtMemPoolFreeAsync` and
+    /// `aclrtMemPoolTrimTo`.
+    RuntimePool,
+    /// A caching allocator on `aclrtMalloc` / `aclrtFree`, for runtimes without the pool API.
+    Caching,
+}
+
+/// A snapshot of a [`DevicePool`]'s counters.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_stream::{DevicePool, DevicePoolBackend, Stream};
+///
+/// # tokio_test::block_on(async {
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let (pool, stream) = (DevicePool::new(&ctx)?, Stream::new(&ctx)?);
+/// drop(pool.alloc::<u8>(&stream, 1000).await?);
+/// let _again = pool.alloc::<u8>(&stream, 4000).await?; // same 4 KiB class: a hit
+/// let stats = pool.stats();
+/// assert_eq!((stats.cache.hits, stats.cache.misses), (1, 1));
+/// assert_eq!(stats.cache.allocated, 4096);
+/// assert_eq!(stats.backend, DevicePoolBackend::RuntimePool);
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DevicePoolStats {
+    /// The cache's counters: bytes in use (`allocated`), awaiting their operations, cached
+    /// and reserved, their high-water marks, hits, misses, evictions and waiters.
+    pub cache: PoolStats,
+    /// The allocator underneath.
+    pub backend: DevicePoolBackend,
+    /// The runtime pool's own counters, for [`DevicePoolBackend::RuntimePool`].
+    pub runtime: Option<RuntimePoolUsage>,
+}
+
+/// Options for a [`DevicePool`].
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_stream::{DevicePool, DevicePoolBackend};
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let pool = DevicePool::builder(&ctx)
+///     .capacity(64 << 20)
+///     .backend(DevicePoolBackend::RuntimePool)
+///     .build()?;
+/// assert_eq!(pool.capacity(), Some(64 << 20));
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct DevicePoolBuilder {
+    context: Context,
+    capacity: Option<usize>,
+    backend: Option<DevicePoolBackend>,
+}
+
+impl DevicePoolBuilder {
+    /// Caps the device bytes the pool holds (in use, awaiting operations and cached). At the
+    /// cap, [`DevicePool::alloc`] waits for blocks to come back.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::DevicePool;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// assert_eq!(DevicePool::builder(&ctx).capacity(1 << 20).build()?.capacity(), Some(1 << 20));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn capacity(mut self, bytes: usize) -> Self {
+        self.capacity = Some(bytes);
+        self
+    }
+
+    /// Forces a backend instead of choosing one. Forcing
+    /// [`RuntimePool`](DevicePoolBackend::RuntimePool) makes [`build`](Self::build) fail on a
+    /// runtime without the pool API.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{DevicePool, DevicePoolBackend};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let pool = DevicePool::builder(&ctx).backend(DevicePoolBackend::Caching).build()?;
+    /// assert!(pool.backend_reason().contains("forced"));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn backend(mut self, backend: DevicePoolBackend) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Creates the pool: the runtime pool when the runtime exports `aclrtMemPool*` and
+    /// creating one succeeds, otherwise the caching allocator (unless a backend was forced).
+    /// Nothing is allocated until the first request.
+    ///
+    /// Errors: a capacity under one 4 KiB block is [`Error::InvalidArgument`]; a forced
+    /// runtime pool on a runtime without the API is [`Error::Unsupported`], and its creation
+    /// failing is that ACL error.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::DevicePool;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let err = DevicePool::builder(&ctx).capacity(100).build().unwrap_err();
+    /// assert!(err.to_string().contains("DevicePoolBuilder::capacity"), "{err}");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn build(self) -> Result<DevicePool> {
+        const SMALLEST: usize = 4096;
+        if let Some(capacity) = self.capacity
+            && capacity < SMALLEST
+        {
+            return Err(Error::invalid(
+                "DevicePoolBuilder::capacity",
+                "bytes",
+                format!("{capacity} is less than the smallest block ({SMALLEST} bytes)"),
+            ));
+        }
+        let source = DeviceSource::new(self.context, self.backend)?;
+        Ok(DevicePool {
+            cache: Arc::new(Cache::new(source, self.capacity)),
+        })
+    }
+}
+
+/// A caching pool of device memory, tied to one [`Context`]: `alloc(&stream, len).await`
+/// costs a lock on a cache hit, where `aclrtMalloc` + `aclrtFree` synchronise with the
+/// runtime on every request.
+///
+/// - **Two backends, one type.** On a runtime that exports the stream-ordered pool API
+///   (`aclrtMemPoolCreate` and friends) new blocks come from a runtime pool; otherwise from
+///   `aclrtMalloc`. [`backend`](DevicePool::backend) and
+///   [`backend_reason`](DevicePool::backend_reason) say which and why; the builder can force
+///   either.
+/// - **Reuse follows the device.** A dropped block returns to the pool's free list only once
+///   every operation recorded against it, on any stream, has completed; only then can another
+///   request, on any stream, get it. Blocks go back to the runtime (`aclrtFree`, or
+///   `aclrtMemPoolFreeAsync` on the pool's own stream) only when idle, so the runtime never
+///   reuses memory that work still touches, and no release waits for the device.
+/// - **Size classes without power-of-two waste**, FIFO backpressure at an optional capacity,
+///   counters, [`trim`](DevicePool::trim) and [`reserve`](DevicePool::reserve): the same
+///   machinery as [`PinnedPool`](npu_mem::PinnedPool).
+///
+/// The pool is `Clone + Send + Sync`; clones share the cache. The runtime pool is destroyed
+/// (on a thread of its own, as `aclrtMemPoolDestroy` synchronises the device) once the last
+/// clone and the last block are gone.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::Memory;
+/// use npu_stream::{DevicePool, Stream};
+///
+/// # tokio_test::block_on(async {
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let pool = DevicePool::builder(&ctx).capacity(64 << 20).build()?;
+/// let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+///
+/// let block = pool.alloc::<f32>(&a, 1 << 16).await?;
+/// let address = block.addr();
+/// let block = a.memset(block, 0).await?;
+/// drop(block); // the memset has completed: the block is back in the free list
+/// let again = pool.alloc::<f32>(&b, 1 << 16).await?; // reused on another stream
+/// assert_eq!(again.addr(), address);
+/// assert_eq!(pool.stats().cache.hits, 1);
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct DevicePool {
+    cache: Arc<Cache<DeviceSource>>,
+}
+
+impl DevicePool {
+    /// An unbounded pool allocating in `context`, on the backend the runtime supports.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::DevicePool;
+    ///
+    /// let pool = DevicePool::new(Device::open(0)?.primary_context())?;
+    /// assert_eq!(pool.capacity(), None);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn new(context: &Context) -> Result<DevicePool> {
+        DevicePool::builder(context).build()
+    }
+
+    /// Options for a pool allocating in `context`: capacity, backend.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::DevicePool;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let pool = DevicePool::builder(&ctx).capacity(16 << 20).build()?;
+    /// assert_eq!(pool.capacity(), Some(16 << 20));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn builder(context: &Context) -> DevicePoolBuilder {
+        DevicePoolBuilder {
+            context: context.clone(),
+            capacity: None,
+            backend: None,
+        }
+    }
+
+    /// The context blocks are allocated in.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::DevicePool;
+    ///
+    /// let device = Device::open(0)?;
+    /// let pool = DevicePool::new(device.primary_context())?;
+    /// assert!(pool.context().same(device.primary_context()));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn context(&self) -> &Context {
+        &self.cache.source().context
+    }
+
+    /// The capacity in bytes, if the pool has one.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::DevicePool;
+    ///
+    /// assert_eq!(DevicePool::new(Device::open(0)?.primary_context())?.capacity(), None);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn capacity(&self) -> Option<usize> {
+        self.cache.capacity()
+    }
+
+    /// The allocator the pool builds on.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{DevicePool, DevicePoolBackend};
+    ///
+    /// let pool = DevicePool::new(Device::open(0)?.primary_context())?;
+    /// assert_eq!(pool.backend(), DevicePoolBackend::RuntimePool); // npu-sim has the pool API
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn backend(&self) -> DevicePoolBackend {
+        self.cache.source().backend()
+    }
+
+    /// Why the pool builds on [`backend`](DevicePool::backend): forced, the runtime lacking a
+    /// function of the pool API (named), or creating a runtime pool having failed (with the
+    /// error).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::DevicePool;
+    ///
+    /// let pool = DevicePool::new(Device::open(0)?.primary_context())?;
+    /// assert!(pool.backend_reason().contains("aclrtMemPool"), "{}", pool.backend_reason());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn backend_reason(&self) -> &str {
+        &self.cache.source().reason
+    }
+
+    /// The block size a request of `bytes` is served with, or `None` if it cannot be
+    /// represented: the [`PinnedPool`](npu_mem::PinnedPool)'s classes (whole 4 KiB pages up to
+    /// 64 KiB, then four classes per power of two), so a block is under 1.25 times its request.
+    ///
+    /// ```
+    /// use npu_stream::DevicePool;
+    ///
+    /// assert_eq!(DevicePool::size_class(100), Some(4096));
+    /// assert_eq!(DevicePool::size_class((3 << 20) + 1), Some(3_670_016)); // 3.5 MiB, not 4
+    /// ```
+    pub fn size_class(bytes: usize) -> Option<usize> {
+        npu_mem::PinnedPool::size_class(bytes)
+    }
+
+    /// A block for `len` elements of `T`, for use on `stream` (and, once this returns, on any
+    /// stream of the pool's context).
+    ///
+    /// A cached block of the request's size class is taken with no ACL call at all. Otherwise
+    /// a new block is allocated: on the runtime pool, `aclrtMemPoolMallocAsync` submitted on
+    /// `stream` and awaited (so the memory is valid on every stream before it is handed out);
+    /// on the caching backend, `aclrtMalloc`. At the capacity, waits in FIFO order for blocks
+    /// to come back. When the device is out of memory, the pool frees its cached blocks and
+    /// tries once more.
+    ///
+    /// Errors: `len == 0`, a zero-sized `T`, a size over `isize::MAX` bytes, a block larger
+    /// than the capacity (it could never be served: it fails at once) and a stream of another
+    /// context are [`Error::InvalidArgument`]; an allocation the device cannot serve is the
+    /// ACL error ([`Error::is_out_of_memory`]), after which the pool's counters are as before.
+    ///
+    /// Cancel safety: cancel-safe. Dropping the future while it waits for capacity leaves the
+    /// queue (a grant already on its way goes back to the pool); dropped during a new
+    /// block's allocation, the block goes back to the runtime once that allocation completes.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::Memory;
+    /// use npu_stream::{DevicePool, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let (pool, stream) = (DevicePool::new(&ctx)?, Stream::new(&ctx)?);
+    /// let block = pool.alloc::<u16>(&stream, 3000).await?;
+    /// assert_eq!(block.len(), 3000);
+    /// assert!(pool.alloc::<u16>(&stream, 0).await.is_err());
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub async fn alloc<T: Pod>(
+        &self,
+        stream: &Stream,
+        len: usize,
+    ) -> Result<PooledDeviceBuffer<T>> {
+        let class = self.check::<T>("DevicePool::alloc", stream, len)?;
+        let granted = self.cache.grant(class).await?;
+        let block = match granted {
+            Granted::Room(class) if self.cache.source().stream_ordered() => {
+                self.malloc_on(stream, class).await?
+            }
+            granted => self.cache.fill(granted, |class| self.malloc_now(class))?,
+        };
+        Ok(self.buffer(block, len))
+    }
+
+    /// Like [`alloc`](DevicePool::alloc), but never waits: `Ok(None)` when the request would
+    /// have to queue for capacity, or when only a new stream-ordered allocation (which must be
+    /// awaited) could serve it. On the caching backend a miss allocates with `aclrtMalloc`.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{DevicePool, DevicePoolBackend, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// let pool = DevicePool::builder(&ctx).capacity(8192).build()?;
+    /// let first = pool.alloc::<u8>(&stream, 8192).await?;
+    /// assert!(pool.try_alloc::<u8>(&stream, 1)?.is_none(), "full");
+    /// drop(first);
+    /// assert!(pool.try_alloc::<u8>(&stream, 8192)?.is_some(), "a cached block");
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn try_alloc<T: Pod>(
+        &self,
+        stream: &Stream,
+        len: usize,
+    ) -> Result<Option<PooledDeviceBuffer<T>>> {
+        let class = self.check::<T>("DevicePool::try_alloc", stream, len)?;
+        let Some(granted) = self.cache.try_grant(class) else {
+            return Ok(None);
+        };
+        if matches!(granted, Granted::Room(_)) && self.cache.source().stream_ordered() {
+            self.cache.room_unused(class);
+            return Ok(None);
+        }
+        let block = self.cache.fill(granted, |class| self.malloc_now(class))?;
+        Ok(Some(self.buffer(block, len)))
+    }
+
+    /// Prewarms the pool: makes sure `count` blocks for requests of `bytes` bytes are cached,
+    /// allocating the missing ones now (on `stream` for the runtime pool, awaited), so the
+    /// first requests do not pay for them. Returns the bytes of the blocks it reserved.
+    ///
+    /// Fails like [`alloc`](DevicePool::alloc) for a bad size or stream, and with
+    /// [`Error::InvalidArgument`] when the capacity leaves no room for `count` blocks; the
+    /// blocks allocated before that stay cached.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{DevicePool, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let (pool, stream) = (DevicePool::new(&ctx)?, Stream::new(&ctx)?);
+    /// assert_eq!(pool.reserve(&stream, 3, 10_000).await?, 3 * 12_288);
+    /// let _block = pool.alloc::<u8>(&stream, 10_000).await?;
+    /// let stats = pool.stats().cache;
+    /// assert_eq!((stats.hits, stats.misses), (1, 3), "served from the cache");
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub async fn reserve(&self, stream: &Stream, count: usize, bytes: usize) -> Result<usize> {
+        const API: &str = "DevicePool::reserve";
+        let class = self.check::<u8>(API, stream, bytes)?;
+        if !self.cache.source().stream_ordered() {
+            return self
+                .cache
+                .reserve(API, count, bytes, |class| self.malloc_now(class));
+        }
+        // Stream-ordered allocations are awaited one by one, then cached together.
+        let mut blocks = Vec::with_capacity(count);
+        let outcome = loop {
+            if blocks.len() == count {
+                break Ok(count * class);
+            }
+            let block = match self.cache.try_grant(class) {
+                None => {
+                    break Err(Cache::<DeviceSource>::no_room(
+                        API,
+                        blocks.len(),
+                        count,
+                        bytes,
+                    ));
+                }
+                Some(Granted::Room(class)) => self.malloc_on(stream, class).await,
+                Some(granted) => self.cache.fill(granted, |class| self.malloc_now(class)),
+            };
+            match block {
+                Ok(block) => blocks.push(self.buffer::<u8>(block, bytes)),
+                Err(err) => break Err(err),
+            }
+        };
+        // Dropped unused, the blocks go straight to the free list.
+        drop(blocks);
+        outcome
+    }
+
+    /// Gives every cached block back to the runtime and reports the bytes freed; on the
+    /// runtime pool, also asks it to release its idle memory (`aclrtMemPoolTrimTo(0)`).
+    /// Blocks in use, or awaiting their operations, are unaffected.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{DevicePool, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let (pool, stream) = (DevicePool::new(&ctx)?, Stream::new(&ctx)?);
+    /// drop(pool.alloc::<u8>(&stream, 10_000).await?);
+    /// assert_eq!(pool.trim()?, 12_288);
+    /// assert_eq!(pool.stats().cache.reserved, 0);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn trim(&self) -> Result<usize> {
+        self.trim_to(0)
+    }
+
+    /// Gives cached blocks back to the runtime, largest first, until the pool holds at most
+    /// `bytes` (blocks in use and awaiting their operations count, and stay); on the runtime
+    /// pool, then asks it to keep at most `bytes` (`aclrtMemPoolTrimTo`), which releases the
+    /// idle memory whose frees have executed. Returns the bytes the pool gave back.
+    ///
+    /// Fails only if `aclrtMemPoolTrimTo` does (the blocks are given back regardless).
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{DevicePool, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let (pool, stream) = (DevicePool::new(&ctx)?, Stream::new(&ctx)?);
+    /// pool.reserve(&stream, 2, 4096).await?;
+    /// assert_eq!(pool.trim_to(4096)?, 4096, "one of the two blocks");
+    /// assert_eq!(pool.stats().cache.cached, 4096);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn trim_to(&self, bytes: usize) -> Result<usize> {
+        let freed = self.cache.trim_to(bytes);
+        self.cache.source().trim_runtime(bytes)?;
+        Ok(freed)
+    }
+
+    /// A snapshot of the pool's counters.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{DevicePool, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let (pool, stream) = (DevicePool::new(&ctx)?, Stream::new(&ctx)?);
+    /// let _block = pool.alloc::<u8>(&stream, 4096).await?;
+    /// assert_eq!(pool.stats().cache.allocated, 4096);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn stats(&self) -> DevicePoolStats {
+        let source = self.cache.source();
+        DevicePoolStats {
+            cache: self.cache.stats(),
+            backend: source.backend(),
+            runtime: source.usage(),
+        }
+    }
+
+    /// Checks a request and finds its size class.
+    fn check<T: Pod>(&self, api: &'static str, stream: &Stream, len: usize) -> Result<usize> {
+        let bytes = byte_size::<T>(api, len)?;
+        if !stream.context().same(self.context()) {
+            return Err(Error::invalid(
+                api,
+                "stream",
+                format!(
+                    "belongs to another context (device {}) than the pool's (device {})",
+                    stream.context().device_id(),
+                    self.context().device_id()
+                ),
+            ));
+        }
+        self.cache.class_for(api, bytes)
+    }
+
+    /// A new block with `aclrtMalloc`; out of memory, frees the cache and tries once more.
+    fn malloc_now(&self, class: usize) -> Result<DeviceBlock> {
+        let source = self.cache.source();
+        let null = std::ptr::null_mut();
+        match source.malloc(class, null) {
+            Err(err) if err.is_out_of_memory() && self.cache.trim_to(0) > 0 => {
+                source.malloc(class, null)
+            }
+            allocated => allocated,
+        }
+    }
+
+    /// Fills granted room with a stream-ordered allocation on `stream`, awaited so that the
+    /// memory is valid on every stream; out of memory, frees the cache and tries once more.
+    async fn malloc_on(&self, stream: &Stream, class: usize) -> Result<DeviceBlock> {
+        let room = Room {
+            cache: &self.cache,
+            class,
+            filled: false,
+        };
+        let started = Instant::now();
+        let block = match self.submit_malloc(stream, class).await {
+            Err(err) if err.is_out_of_memory() && self.cache.trim_to(0) > 0 => {
+                self.cache.source().trim_runtime(0)?;
+                self.submit_malloc(stream, class).await
+            }
+            allocated => allocated,
+        }?;
+        room.filled(started);
+        Ok(block)
+    }
+
+    async fn submit_malloc(&self, stream: &Stream, class: usize) -> Result<DeviceBlock> {
+        let slot = Unclaimed {
+            cache: self.cache.clone(),
+            block: None,
+        };
+        let op = stream.submit(
+            "aclrtMemPoolMallocAsync",
+            class,
+            slot,
+            |_, _| {},
+            |slot, raw| {
+                slot.block = Some(self.cache.source().malloc(class, raw)?);
+                Ok(())
+            },
+        );
+        match op.await {
+            Ok(mut slot) => slot.block.take().ok_or_else(|| {
+                Error::invalid("aclrtMemPoolMallocAsync", "ptr", "no block was returned")
+            }),
+            // The slot, dropped with the error, gives an allocated block back.
+            Err(failed) => Err(failed.error),
+        }
+    }
+
+    fn buffer<T: Pod>(&self, block: DeviceBlock, len: usize) -> PooledDeviceBuffer<T> {
+        PooledDeviceBuffer {
+            pool: self.cache.clone(),
+            block: ManuallyDrop::new(block),
+            len,
+            uses: UseList::new(),
+            _elements: PhantomData,
+        }
+    }
+}
+
+/// Granted room an awaited allocation is filling: given back unless filled, so a dropped
+/// `alloc` future does not keep capacity.
+struct Room<'a> {
+    cache: &'a Arc<Cache<DeviceSource>>,
+    class: usize,
+    filled: bool,
+}
+
+impl Room<'_> {
+    fn filled(mut self, started: Instant) {
+        self.filled = true;
+        self.cache.room_filled_in(self.class, started.elapsed());
+    }
+}
+
+impl Drop for Room<'_> {
+    fn drop(&mut self) {
+        if !self.filled {
+            self.cache.room_unused(self.class);
+        }
+    }
+}
+
+/// The block a stream-ordered allocation produced, until `alloc` claims it. Dropped unclaimed
+/// (the allocation failed after the runtime wrote the address, or the `alloc` future was
+/// dropped and the operation completed later), it goes back to the runtime: nothing used it.
+struct Unclaimed {
+    cache: Arc<Cache<DeviceSource>>,
+    block: Option<DeviceBlock>,
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        if let Some(block) = self.block.take() {
+            use npu_mem::pool_cache::Source;
+            self.cache.source().free(vec![block]);
+        }
+    }
+}
+
+impl fmt::Debug for DevicePool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DevicePool")
+            .field("device", &self.context().device_id())
+            .field("capacity", &self.capacity())
+            .field("backend", &self.backend())
+            .field("stats", &self.cache.stats())
+            .finish()
+    }
+}

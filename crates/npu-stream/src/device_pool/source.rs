@@ -1,0 +1,414 @@
+//! Where a device pool's blocks come from: the runtime's stream-ordered pool
+//! (`aclrtMemPool*`) or plain `aclrtMalloc`, and how each gives blocks back.
+
+use std::ffi::c_void;
+use std::fmt;
+
+use npu_core::ffi::{self, AclApi};
+use npu_core::{Context, Error, Result, acl_call, acl_call_opt};
+use npu_mem::pool_cache::Source;
+
+use super::DevicePoolBackend;
+
+/// One device allocation the pool caches. Owning it means owning the memory; it goes back
+/// only through [`DeviceSource::free`] (dropping it leaks until the pool is destroyed).
+pub(crate) struct DeviceBlock {
+    pub(crate) ptr: *mut c_void,
+    pub(crate) bytes: usize,
+}
+
+// SAFETY: a device address is an integer to the host; whoever owns the block may use and
+// free it from any thread.
+unsafe impl Send for DeviceBlock {}
+
+/// The functions the runtime-pool backend calls: all optional in `AclApi` (newer CANN).
+const POOL_API: [&str; 6] = [
+    "aclrtMemPoolCreate",
+    "aclrtMemPoolDestroy",
+    "aclrtMemPoolSetAttr",
+    "aclrtMemPoolMallocAsync",
+    "aclrtMemPoolFreeAsync",
+    "aclrtMemPoolTrimTo",
+];
+
+/// The first function of the pool API the runtime does not export, if any.
+pub(crate) fn missing_pool_api(api: &AclApi) -> Option<&'static str> {
+    let exported = [
+        api.aclrtMemPoolCreate.is_some(),
+        api.aclrtMemPoolDestroy.is_some(),
+        api.aclrtMemPoolSetAttr.is_some(),
+        api.aclrtMemPoolMallocAsync.is_some(),
+        api.aclrtMemPoolFreeAsync.is_some(),
+        api.aclrtMemPoolTrimTo.is_some(),
+    ];
+    POOL_API
+        .into_iter()
+        .zip(exported)
+        .find_map(|(name, present)| (!present).then_some(name))
+}
+
+/// What the builder's choice and the runtime's exports allow, before creating anything.
+#[derive(Debug, PartialEq, Eq)]
+enum Plan {
+    /// The caching allocator, for this reason.
+    Caching(String),
+    /// Try a runtime pool; `forced` makes its failure the builder's.
+    Runtime { forced: bool },
+}
+
+fn plan(api: &AclApi, forced: Option<DevicePoolBackend>) -> Result<Plan> {
+    if forced == Some(DevicePoolBackend::Caching) {
+        return Ok(Plan::Caching("forced by DevicePoolBuilder::backend".into()));
+    }
+    let forced = forced == Some(DevicePoolBackend::RuntimePool);
+    match missing_pool_api(api) {
+        Some(api) if forced => Err(Error::Unsupported { api }),
+        Some(api) => Ok(Plan::Caching(format!("the runtime does not export {api}"))),
+        None => Ok(Plan::Runtime { forced }),
+    }
+}
+
+/// The runtime's counters for the pool (`aclrtMemPoolGetAttr`), in bytes.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_stream::{DevicePool, Stream};
+///
+/// # tokio_test::block_on(async {
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let pool = DevicePool::new(&ctx)?; // npu-sim exports the pool API
+/// let stream = Stream::new(&ctx)?;
+/// let _block = pool.alloc::<u8>(&stream, 4096).await?;
+/// let usage = pool.stats().runtime.expect("the runtime pool reports its counters");
+/// assert!(usage.used >= 4096 && usage.reserved >= usage.used);
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RuntimePoolUsage {
+    /// Memory the runtime pool holds (`ACL_RT_MEM_POOL_ATTR_RESERVED_MEM_CURRENT`).
+    pub reserved: u64,
+    /// The most it has held (`ACL_RT_MEM_POOL_ATTR_RESERVED_MEM_HIGH`).
+    pub reserved_high: u64,
+    /// Memory handed out and not returned (`ACL_RT_MEM_POOL_ATTR_USED_MEM_CURRENT`).
+    pub used: u64,
+    /// The most it has handed out (`ACL_RT_MEM_POOL_ATTR_USED_MEM_HIGH`).
+    pub used_high: u64,
+}
+
+/// A runtime memory pool and the stream its frees are queued on.
+struct RuntimePool {
+    pool: ffi::aclrtMemPool,
+    /// A stream of the pool's own for `aclrtMemPoolFreeAsync`: nothing else runs on it, so a
+    /// free executes as soon as the device reaches it and never waits behind user work.
+    release: ffi::aclrtStream,
+}
+
+// SAFETY: both are runtime handles, usable from any thread once the context is bound.
+unsafe impl Send for RuntimePool {}
+// SAFETY: every use is an ACL call, which the runtime makes thread-safe.
+unsafe impl Sync for RuntimePool {}
+
+/// How the blocks are allocated and freed.
+enum Backend {
+    Runtime(RuntimePool),
+    Caching,
+}
+
+/// A device pool's source of blocks, in one context.
+pub(crate) struct DeviceSource {
+    pub(crate) context: Context,
+    backend: Backend,
+    /// Why this backend was chosen.
+    pub(crate) reason: String,
+}
+
+impl DeviceSource {
+    /// The source the builder asked for: `Some` forces a backend, `None` takes the runtime pool
+    /// when the runtime exports its API and creating one succeeds.
+    pub(crate) fn new(context: Context, forced: Option<DevicePoolBackend>) -> Result<Self> {
+        let caching = |reason: String| DeviceSource {
+            context: context.clone(),
+            backend: Backend::Caching,
+            reason: format!("{reason}: aclrtMalloc with completion-tracked reuse"),
+        };
+        let force = match plan(context.runtime().api(), forced)? {
+            Plan::Caching(reason) => return Ok(caching(reason)),
+            Plan::Runtime { forced } => forced,
+        };
+        match RuntimePool::create(&context) {
+            Ok(pool) => Ok(DeviceSource {
+                reason: if force {
+                    "forced by DevicePoolBuilder::backend: the runtime's stream-ordered pool".into()
+                } else {
+                    "the runtime exports the stream-ordered pool API (aclrtMemPool*)".into()
+                },
+                context,
+                backend: Backend::Runtime(pool),
+            }),
+            Err(err) if !force => Ok(caching(format!("creating a runtime pool failed ({err})"))),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Which backend this is.
+    pub(crate) fn backend(&self) -> DevicePoolBackend {
+        match self.backend {
+            Backend::Runtime(_) => DevicePoolBackend::RuntimePool,
+            Backend::Caching => DevicePoolBackend::Caching,
+        }
+    }
+
+    /// Whether allocations are stream operations (`aclrtMemPoolMallocAsync`), which must be
+    /// submitted on a stream and waited for before the memory is used on another stream.
+    pub(crate) fn stream_ordered(&self) -> bool {
+        matches!(self.backend, Backend::Runtime(_))
+    }
+
+    /// A new block of `bytes`: `aclrtMemPoolMallocAsync` on `stream` (the caller holds its
+    /// submission lock, with the context bound), or `aclrtMalloc`, which ignores `stream`.
+    pub(crate) fn malloc(&self, bytes: usize, stream: ffi::aclrtStream) -> Result<DeviceBlock> {
+        let runtime = self.context.runtime();
+        let mut ptr = std::ptr::null_mut();
+        match &self.backend {
+            Backend::Caching => {
+                self.context.bind()?;
+                // SAFETY: `ptr` is a valid out-pointer; the context is bound on this thread.
+                unsafe {
+                    acl_call!(
+                        runtime,
+                        aclrtMalloc(&mut ptr, bytes, ffi::ACL_MEM_MALLOC_HUGE_FIRST)
+                    )
+                }?;
+            }
+            Backend::Runtime(pool) => {
+                // SAFETY: `ptr` is a valid out-pointer, `pool` is our live pool and `stream`
+                // a live stream of the bound context.
+                unsafe {
+                    acl_call_opt!(
+                        runtime,
+                        aclrtMemPoolMallocAsync(&mut ptr, bytes, pool.pool, stream)
+                    )
+                }?;
+            }
+        }
+        Ok(DeviceBlock { ptr, bytes })
+    }
+
+    /// Asks the runtime pool to release idle memory down to `keep` bytes.
+    pub(crate) fn trim_runtime(&self, keep: usize) -> Result<()> {
+        let Backend::Runtime(pool) = &self.backend else {
+            return Ok(());
+        };
+        // SAFETY: `pool` is our live pool.
+        unsafe { acl_call_opt!(self.context.runtime(), aclrtMemPoolTrimTo(pool.pool, keep)) }
+    }
+
+    /// The runtime pool's counters, for the runtime-pool backend.
+    pub(crate) fn usage(&self) -> Option<RuntimePoolUsage> {
+        let Backend::Runtime(pool) = &self.backend else {
+            return None;
+        };
+        let read = |attr| {
+            let mut value = 0u64;
+            // SAFETY: `pool` is our live pool; these attributes are uint64_t values.
+            let got = unsafe {
+                acl_call_opt!(
+                    self.context.runtime(),
+                    aclrtMemPoolGetAttr(pool.pool, attr, (&raw mut value).cast())
+                )
+            };
+            got.map(|()| value)
+        };
+        Some(RuntimePoolUsage {
+            reserved: read(ffi::ACL_RT_MEM_POOL_ATTR_RESERVED_MEM_CURRENT).ok()?,
+            reserved_high: read(ffi::ACL_RT_MEM_POOL_ATTR_RESERVED_MEM_HIGH).ok()?,
+            used: read(ffi::ACL_RT_MEM_POOL_ATTR_USED_MEM_CURRENT).ok()?,
+            used_high: read(ffi::ACL_RT_MEM_POOL_ATTR_USED_MEM_HIGH).ok()?,
+        })
+    }
+}
+
+impl Source for DeviceSource {
+    type Block = DeviceBlock;
+    const NAME: &'static str = "DevicePool::alloc";
+
+    fn block_bytes(block: &DeviceBlock) -> usize {
+        block.bytes
+    }
+
+    /// The blocks are idle: every operation that used them, on any stream, has completed. So
+    /// `aclrtFree` frees at once, and `aclrtMemPoolFreeAsync` hands the runtime memory nothing
+    /// will touch again, which it may give to any stream.
+    fn free(&self, blocks: Vec<DeviceBlock>) {
+        let runtime = self.context.runtime();
+        let freed = match &self.backend {
+            Backend::Caching => blocks.into_iter().try_for_each(|block| {
+                // SAFETY: the allocation is ours and idle; aclrtFree needs no context.
+                unsafe { acl_call!(runtime, aclrtFree(block.ptr)) }
+            }),
+            Backend::Runtime(pool) => self.context.bind().and_then(|()| {
+                blocks.into_iter().try_for_each(|block| {
+                    // SAFETY: the block came from this pool and is idle; `release` is our
+                    // live stream in the bound context.
+                    unsafe {
+                        acl_call_opt!(runtime, aclrtMemPoolFreeAsync(block.ptr, pool.release))
+                    }
+                })
+            }),
+        };
+        if let Err(err) = freed {
+            tracing::warn!(%err, "pooled device memory was not freed (leaked)");
+        }
+    }
+}
+
+impl RuntimePool {
+    /// A pool on the context's device, its reuse limited to what needs no hidden wait.
+    fn create(context: &Context) -> Result<RuntimePool> {
+        context.bind()?;
+        let runtime = context.runtime();
+        let props = ffi::aclrtMemPoolProps {
+            allocType: ffi::ACL_MEM_ALLOCATION_TYPE_PINNED,
+            handleType: ffi::ACL_MEM_HANDLE_TYPE_NONE,
+            location: ffi::aclrtMemLocation {
+                id: context.device_id(),
+                type_: ffi::ACL_MEM_LOCATION_TYPE_DEVICE,
+            },
+            // The device's capacity: the pool's own capacity is counted in size classes, which
+            // the runtime pads, so a runtime limit would refuse what the pool admits.
+            maxSize: 0,
+            ..Default::default()
+        };
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: both pointers are valid for the call; the context is bound.
+        unsafe { acl_call_opt!(runtime, aclrtMemPoolCreate(&mut pool, &props)) }?;
+        let mut release = std::ptr::null_mut();
+        // SAFETY: `release` is a valid out-pointer; the context is bound.
+        let created = unsafe { acl_call!(runtime, aclrtCreateStream(&mut release)) };
+        let pool = RuntimePool { pool, release };
+        if let Err(err) = created {
+            pool.destroy(context);
+            return Err(err);
+        }
+        // Every block is freed only once idle, so any reuse is safe; but the runtime's
+        // "internal dependencies" reuse would queue a wait for our release stream on the
+        // user's stream, work npu-rs would not watch. Without it, another stream reuses a
+        // block once its free has executed.
+        let mut off = 0u32;
+        // SAFETY: the attribute takes a uint32_t; the pool is live.
+        let set = unsafe {
+            acl_call_opt!(
+                runtime,
+                aclrtMemPoolSetAttr(
+                    pool.pool,
+                    ffi::ACL_RT_MEM_POOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES,
+                    (&raw mut off).cast()
+                )
+            )
+        };
+        if let Err(err) = set {
+            pool.destroy(context);
+            return Err(err);
+        }
+        Ok(pool)
+    }
+
+    /// Destroys the pool and its release stream, on a thread of its own:
+    /// `aclrtMemPoolDestroy` synchronises the device, which no shared thread may wait for.
+    fn destroy(self, context: &Context) {
+        let context = context.clone();
+        let spawned = std::thread::Builder::new()
+            .name("npu-pool-destroy".into())
+            .spawn(move || self.destroy_now(&context));
+        if let Err(err) = spawned {
+            tracing::warn!(%err, "no thread to destroy a device memory pool (leaked)");
+        }
+    }
+
+    fn destroy_now(self, context: &Context) {
+        let runtime = context.runtime();
+        let destroyed = context.bind().and_then(|()| {
+            if self.release.is_null() {
+                // SAFETY: the pool is ours and was never used.
+                return unsafe { acl_call_opt!(runtime, aclrtMemPoolDestroy(self.pool)) };
+            }
+            // SAFETY: the pool is ours and no block of it is in use (the last buffer and the
+            // last pool handle are gone); only frees ran on `release`, a stream of ours.
+            unsafe {
+                acl_call!(runtime, aclrtSynchronizeStream(self.release))?;
+                acl_call_opt!(runtime, aclrtMemPoolDestroy(self.pool))?;
+                acl_call!(runtime, aclrtDestroyStream(self.release))
+            }
+        });
+        if let Err(err) = destroyed {
+            tracing::warn!(%err, "a device memory pool was not destroyed (leaked)");
+        }
+    }
+}
+
+impl Drop for DeviceSource {
+    fn drop(&mut self) {
+        if let Backend::Runtime(pool) = std::mem::replace(&mut self.backend, Backend::Caching) {
+            pool.destroy(&self.context);
+        }
+    }
+}
+
+impl fmt::Debug for DeviceSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceSource")
+            .field("device", &self.context.device_id())
+            .field("backend", &self.backend())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runtime_without_the_pool_api_gets_the_caching_allocator_unless_forced() {
+        let mut api = npu_sim::api();
+        assert_eq!(plan(&api, None).unwrap(), Plan::Runtime { forced: false });
+        api.aclrtMemPoolTrimTo = None;
+        let Plan::Caching(reason) = plan(&api, None).unwrap() else {
+            panic!("the caching allocator");
+        };
+        assert!(reason.contains("aclrtMemPoolTrimTo"), "{reason}");
+        let forced = plan(&api, Some(DevicePoolBackend::RuntimePool)).unwrap_err();
+        assert!(
+            matches!(
+                forced,
+                Error::Unsupported {
+                    api: "aclrtMemPoolTrimTo"
+                }
+            ),
+            "{forced}"
+        );
+        assert!(forced.to_string().contains("aclrtMemPoolTrimTo"));
+        assert!(matches!(
+            plan(&api, Some(DevicePoolBackend::Caching)).unwrap(),
+            Plan::Caching(_)
+        ));
+    }
+
+    #[test]
+    fn every_pool_function_is_checked() {
+        for name in POOL_API {
+            let mut api = npu_sim::api();
+            match name {
+                "aclrtMemPoolCreate" => api.aclrtMemPoolCreate = None,
+                "aclrtMemPoolDestroy" => api.aclrtMemPoolDestroy = None,
+                "aclrtMemPoolSetAttr" => api.aclrtMemPoolSetAttr = None,
+                "aclrtMemPoolMallocAsync" => api.aclrtMemPoolMallocAsync = None,
+                "aclrtMemPoolFreeAsync" => api.aclrtMemPoolFreeAsync = None,
+                _ => api.aclrtMemPoolTrimTo = None,
+            }
+            assert_eq!(missing_pool_api(&api), Some(name));
+        }
+    }
+}
