@@ -14,7 +14,7 @@ use crate::event_pool::EventPool;
 use crate::op::Op;
 use crate::reactor::{Pace, Pending};
 use crate::sentinel;
-use crate::strategy::{OpInfo, Strategy, StrategyState, Unwatched};
+use crate::strategy::{self, OpInfo, Strategy, StrategyState, Unwatched};
 
 /// An ACL stream: a FIFO queue of device work that runs concurrently with other streams.
 ///
@@ -616,11 +616,17 @@ impl Stream {
         });
         match outcome {
             Ok(()) => {}
-            // The device never saw the work: nothing to wait for.
-            Err(Submission::Rejected(completer, err)) => completer.complete(Err(err)),
-            // The device may run it: it completes once the stream has drained.
+            // The device never saw the work: nothing to wait for. A context that a fault
+            // stopped refuses it with the fault's code, and the error says which fault.
+            Err(Submission::Rejected(completer, err)) => {
+                completer.complete(Err(strategy::with_fault(&self.shared, err)));
+            }
+            // The device may run it: it completes once the stream has drained. A stream that a
+            // fault of this very operation stopped refuses the event record after it: the
+            // error is the operation's.
             Err(Submission::Unwatched(unwatched)) => {
-                sentinel::drain(self.shared.clone(), unwatched.completer, unwatched.error);
+                let error = strategy::attribute(&self.shared, unwatched.error, op.api);
+                sentinel::drain(self.shared.clone(), unwatched.completer, error);
             }
         }
         Op::new(completion, value, span)

@@ -79,13 +79,13 @@ impl Pending {
 
     /// Completes an operation whose event has completed, with the result the event captured.
     pub(crate) fn settle(self, stream: &Arc<StreamShared>) {
-        let result = strategy::settle(self.event, self.op.api);
+        let result = strategy::settle(stream, self.event, self.op.api);
         strategy::complete_after(stream, self.op, self.completer, result, self.after);
     }
 
     /// Fails an operation whose stream can no longer run it (or whose event reported `err`).
     pub(crate) fn fail(self, stream: &Arc<StreamShared>, err: Error) {
-        let err = strategy::fail(self.event, err, self.op.api);
+        let err = strategy::fail(stream, self.event, err, self.op.api);
         strategy::complete_after(stream, self.op, self.completer, Err(err), self.after);
     }
 
