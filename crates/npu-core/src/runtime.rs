@@ -292,8 +292,9 @@ impl Runtime {
     }
 
     /// Calls `on_fault` whenever the runtime's exception callback reports a task failure on
-    /// stream `stream_id` of device `device`, until the returned watch is dropped (a newer
-    /// watch of the same stream replaces it).
+    /// stream `stream_id` of device `device`, whose handle is `stream`, until the returned
+    /// watch is dropped (a newer watch of the same stream id replaces it). Faults recorded
+    /// under that id before are dropped: they belong to an earlier stream with the same id.
     ///
     /// `on_fault` runs on a runtime thread inside the exception callback: it must return
     /// quickly, never block and never call ACL. npu-stream uses it to make the reactor look
@@ -316,7 +317,7 @@ impl Runtime {
     /// }
     /// let heard = Arc::new(AtomicBool::new(false));
     /// let flag = heard.clone();
-    /// let _watch = rt.watch_faults(1, id as u64, move || flag.store(true, Ordering::Release));
+    /// let _watch = rt.watch_faults(1, id as u64, stream, move || flag.store(true, Ordering::Release));
     /// npu_sim::control::fail_task(stream, 1, 507015).unwrap();
     /// // SAFETY: as above.
     /// unsafe {
@@ -331,10 +332,12 @@ impl Runtime {
         &self,
         device: u32,
         stream_id: u64,
+        stream: ffi::aclrtStream,
         on_fault: impl Fn() + Send + Sync + 'static,
     ) -> crate::FaultWatch {
         let faults: &'static crate::fault::FaultTable = &self.inner.loaded.faults;
-        faults.watch(device, stream_id, std::sync::Arc::new(on_fault))
+        let on_fault = std::sync::Arc::new(on_fault);
+        faults.watch(device, stream_id, stream as usize, on_fault)
     }
 
     /// The runtime that was loaded.

@@ -1,7 +1,8 @@
 //! Fault detail: a task that fails on the device reports, through the runtime's exception
 //! callback, its task id, stream, device, code and the device's error detail, and the error
 //! of the operation that failed carries them. Checked under every completion strategy, in both
-//! failure modes.
+//! failure modes. The tests run one at a time: the device's error detail is the device's
+//! latest fault, which a concurrent test would change.
 
 mod common;
 
@@ -47,12 +48,19 @@ fn check(stream: &Stream, fault: Option<&DeviceFault>, want: &DeviceFault) {
     assert_eq!(&fault, want, "{strategy:?}");
 }
 
+/// Held by every test (see the top of the file).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn memset(stream: &Stream, ctx: &Context, value: u8) -> npu_stream::Op<DeviceBuffer<u8>> {
     stream.memset(DeviceBuffer::<u8>::new(ctx, 256).unwrap(), value)
 }
 
 #[test]
 fn a_failed_operation_carries_its_fault_in_continue_mode() {
+    let _serial = serial();
     let ctx = in_process().device(0).unwrap().primary_context().clone();
     for strategy in STRATEGIES {
         let s = stream(&ctx, strategy);
@@ -91,6 +99,7 @@ fn a_failed_operation_carries_its_fault_in_continue_mode() {
 
 #[test]
 fn a_memory_fault_reports_a_memory_error() {
+    let _serial = serial();
     let ctx = in_process().device(0).unwrap().primary_context().clone();
     for strategy in STRATEGIES {
         let s = stream(&ctx, strategy);
@@ -110,6 +119,7 @@ fn a_memory_fault_reports_a_memory_error() {
 
 #[test]
 fn every_operation_a_fault_stopped_carries_the_fault_in_stop_mode() {
+    let _serial = serial();
     for strategy in STRATEGIES {
         // A context of its own: STOP stops every stream of the context.
         let ctx = in_process().device(1).unwrap().create_context().unwrap();
@@ -133,6 +143,7 @@ fn every_operation_a_fault_stopped_carries_the_fault_in_stop_mode() {
 /// id next does not inherit them. Raw ACL: npu-stream's own operations claim every fault.
 #[test]
 fn a_destroyed_stream_leaves_no_fault_behind() {
+    let _serial = serial();
     let ctx = in_process().device(0).unwrap().primary_context().clone();
     let (rt, api) = (ctx.runtime(), ctx.runtime().api());
     let code = ffi::ACL_ERROR_RT_AICORE_EXCEPTION;
@@ -155,4 +166,47 @@ fn a_destroyed_stream_leaves_no_fault_behind() {
         (api.aclrtFree)(dev);
     }
     assert_eq!(rt.claim_fault(0, id as u64, AclCode(code)), None);
+}
+
+/// A fault on a stream whose work is all queued (held behind a notify) stops it in STOP mode;
+/// every operation then resolves, the failed one and those behind it, with the fault. For
+/// `EventPoll` the reactor counts the exception callback's notice: it looked at the stream
+/// because of the callback, not because a planned query or probe came round.
+#[test]
+fn a_reported_fault_resolves_every_operation_of_a_stopped_stream() {
+    let _serial = serial();
+    for strategy in STRATEGIES {
+        let ctx = in_process().device(1).unwrap().create_context().unwrap();
+        let s = stream(&ctx, strategy);
+        // Of another context: the fault stops every stream of `ctx`.
+        let releaser = stream(in_process().device(1).unwrap().primary_context(), strategy);
+        s.set_failure_mode(FailureMode::Stop).unwrap();
+        let gate = npu_stream::Notify::new(&ctx).unwrap();
+        let code = ffi::ACL_ERROR_RT_AICORE_EXCEPTION;
+        let waited = s.wait_notify(&gate);
+        // Counted from now: the memset is the next work task.
+        control::fail_task(s.as_raw(), nth_task(strategy, 0), code).unwrap();
+        let failing = memset(&s, &ctx, 1);
+        let behind: Vec<_> = (0..3).map(|i| memset(&s, &ctx, i)).collect();
+        let before = npu_stream::reactor_stats();
+        run(async {
+            releaser.record_notify(&gate).await.unwrap();
+            waited.await.unwrap();
+            let want = expected(&s, 1, code, FaultKind::Other);
+            let Err(failed) = failing.await else {
+                panic!("{strategy:?}: the memset did not fail")
+            };
+            assert_eq!(failed.acl_code(), Some(AclCode(code)), "{strategy:?}");
+            check(&s, failed.fault(), &want);
+            for op in behind {
+                let stopped = op.await.unwrap_err();
+                check(&s, stopped.fault(), &want);
+                assert!(stopped.value.is_some(), "{strategy:?}: handed back");
+            }
+        });
+        if strategy == Strategy::EventPoll {
+            let after = npu_stream::reactor_stats();
+            assert!(after.fault_notices > before.fault_notices, "{after:?}");
+        }
+    }
 }

@@ -140,7 +140,7 @@ unsafe extern "C" fn on_stream_state(
         // SAFETY: `args` is the `&'static Loaded` given at registration.
         let loaded = unsafe { &*args.cast_const().cast::<Loaded>() };
         if let Some(id) = stream_id(loaded, stream) {
-            loaded.faults.forget_everywhere(id);
+            loaded.faults.forget(stream as usize, id);
         }
     }));
     if forgot.is_err() {

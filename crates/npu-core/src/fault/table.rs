@@ -28,8 +28,8 @@ pub(crate) struct FaultTable {
 #[derive(Default)]
 struct StreamFaults {
     recorded: VecDeque<Recorded>,
-    /// The watch's token and listener.
-    listener: Option<(u64, Listener)>,
+    /// The watch: its token, the watched stream's handle, its listener.
+    listener: Option<(u64, usize, Listener)>,
 }
 
 struct Recorded {
@@ -58,7 +58,7 @@ impl FaultTable {
             entry
                 .listener
                 .as_ref()
-                .map(|(_, listener)| listener.clone())
+                .map(|(_, _, listener)| listener.clone())
         };
         if let Some(listener) = listener {
             listener();
@@ -84,25 +84,42 @@ impl FaultTable {
             .map(|r| r.fault.clone())
     }
 
-    /// Forgets the faults of every stream with id `stream`, on any device: a stream with that
-    /// id was created or is being destroyed, and the stream-state callback cannot ask which
-    /// device it is on. Watches stay. Faults are claimed as soon as their operation fails,
-    /// so at worst a fault of a same-numbered stream of another device, not claimed yet,
-    /// loses its detail; no fault is ever attributed to the wrong stream.
-    pub(crate) fn forget_everywhere(&self, stream: u64) {
+    /// Forgets the faults of the stream `handle`, whose id is `stream`: it was just created or
+    /// is being destroyed. The stream-state callback cannot ask which device the stream is on
+    /// (see `callbacks::stream_id`), so a watched stream is recognised by its handle, and an
+    /// unwatched one (a raw ACL stream) by its id on every device: at worst an unclaimed fault
+    /// of a same-numbered raw stream of another device loses its detail, and no fault is ever
+    /// attributed to the wrong stream.
+    pub(crate) fn forget(&self, handle: usize, stream: u64) {
         self.lock().retain(|&(_, id), entry| {
-            if id == stream {
+            let ours = match &entry.listener {
+                Some((_, watched, _)) => *watched == handle,
+                None => true,
+            };
+            if id == stream && ours {
                 entry.recorded.clear();
             }
             !entry.recorded.is_empty() || entry.listener.is_some()
         });
     }
 
-    /// Calls `listener` whenever a fault is recorded for the stream, until the watch drops.
-    pub(crate) fn watch(&'static self, device: u32, stream: u64, listener: Listener) -> FaultWatch {
+    /// Calls `listener` whenever a fault is recorded for the stream `handle`, until the watch
+    /// drops. A new watch starts with no faults: any recorded under its key belong to an
+    /// earlier stream that had the same id.
+    pub(crate) fn watch(
+        &'static self,
+        device: u32,
+        stream: u64,
+        handle: usize,
+        listener: Listener,
+    ) -> FaultWatch {
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         let key = (device, stream);
-        self.lock().entry(key).or_default().listener = Some((token, listener));
+        let mut streams = self.lock();
+        let entry = streams.entry(key).or_default();
+        entry.recorded.clear();
+        entry.listener = Some((token, handle, listener));
+        drop(streams);
         FaultWatch {
             table: self,
             key,
@@ -121,7 +138,7 @@ impl FaultTable {
 /// let rt = Runtime::global()?;
 /// let seen = Arc::new(AtomicUsize::new(0));
 /// let counter = seen.clone();
-/// let watch = rt.watch_faults(0, 12345, move || {
+/// let watch = rt.watch_faults(0, 12345, std::ptr::null_mut(), move || {
 ///     counter.fetch_add(1, Ordering::Relaxed);
 /// });
 /// drop(watch); // no more calls
@@ -143,7 +160,7 @@ impl Drop for FaultWatch {
             if entry
                 .listener
                 .as_ref()
-                .is_some_and(|(token, _)| *token == self.token)
+                .is_some_and(|(token, _, _)| *token == self.token)
             {
                 entry.listener = None;
             }
@@ -199,7 +216,7 @@ mod tests {
             device_id: 2,
             ..fault(4, 507015)
         });
-        table.forget_everywhere(5);
+        table.forget(0xdead, 5);
         assert_eq!(claim(507015), None);
         assert!(
             table.lock().is_empty(),
@@ -227,13 +244,28 @@ mod tests {
                 heard.fetch_add(1, Ordering::Relaxed);
             })
         };
-        let old = table.watch(1, 5, listener(&heard));
-        let newer = table.watch(1, 5, listener(&heard));
+        let old = table.watch(1, 5, 0xa, listener(&heard));
+        let newer = table.watch(1, 5, 0xb, listener(&heard));
         drop(old);
         table.record(fault(1, 507015));
         assert_eq!(heard.load(Ordering::Relaxed), 1);
+        table.forget(0xa, 5);
+        assert!(
+            table.claim(1, 5, AclCode(507015)).is_some(),
+            "another stream's handle"
+        );
+        table.record(fault(3, 507015));
+        table.forget(0xb, 5);
+        assert!(
+            table.claim(1, 5, AclCode(507015)).is_none(),
+            "the watched stream's handle"
+        );
         drop(newer);
         table.record(fault(2, 507015));
-        assert_eq!(heard.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            heard.load(Ordering::Relaxed),
+            2,
+            "only the record before the drop"
+        );
     }
 }
