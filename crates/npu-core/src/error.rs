@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use crate::code::{AclCode, ErrorClass};
+use crate::fault::DeviceFault;
 
 /// Result alias used across npu-rs.
 ///
@@ -112,6 +113,26 @@ impl Error {
         }
     }
 
+    /// What the runtime reported about the device-side fault behind this error (the failed
+    /// task, its stream and device, the device's error detail), when it did.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, DeviceFault, Error};
+    ///
+    /// let fault = DeviceFault {
+    ///     task_id: 2, stream_id: 4, device_id: 0, thread_id: 1, code: AclCode(507015), kind: None,
+    /// };
+    /// let err = Error::from(AclError::new("aclrtMemsetAsync", AclCode(507015), None).with_fault(fault));
+    /// assert_eq!(err.fault().map(|f| f.task_id), Some(2));
+    /// assert!(Error::invalid("example", "len", "must not be 0").fault().is_none());
+    /// ```
+    pub fn fault(&self) -> Option<&DeviceFault> {
+        match self {
+            Error::Acl(e) => e.fault.as_deref(),
+            _ => None,
+        }
+    }
+
     /// Whether memory (device or host) ran out ([`AclCode::is_out_of_memory`]).
     ///
     /// ```
@@ -182,6 +203,9 @@ pub struct AclError {
     pub code: AclCode,
     /// The text of `aclGetRecentErrMsg` right after the failure, when there was one.
     pub message: Option<String>,
+    /// For a task that failed on the device: what the runtime's exception callback reported
+    /// about it, when it did.
+    pub fault: Option<Box<DeviceFault>>,
 }
 
 impl AclError {
@@ -198,7 +222,29 @@ impl AclError {
     /// );
     /// ```
     pub fn new(api: &'static str, code: AclCode, message: Option<String>) -> Self {
-        AclError { api, code, message }
+        AclError {
+            api,
+            code,
+            message,
+            fault: None,
+        }
+    }
+
+    /// The same error, carrying what the runtime reported about the device-side fault.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, DeviceFault};
+    ///
+    /// let fault = DeviceFault {
+    ///     task_id: 2, stream_id: 4, device_id: 0, thread_id: 1, code: AclCode(507015), kind: None,
+    /// };
+    /// let err = AclError::new("aclrtMemsetAsync", AclCode(507015), None).with_fault(fault.clone());
+    /// assert_eq!(err.fault.as_deref(), Some(&fault));
+    /// assert!(err.to_string().ends_with(", at task 2 of stream 4 on device 0"), "{err}");
+    /// ```
+    pub fn with_fault(mut self, fault: DeviceFault) -> Self {
+        self.fault = Some(Box::new(fault));
+        self
     }
 
     /// The code's class (caller, resource, business or internal).
@@ -248,6 +294,9 @@ impl fmt::Display for AclError {
         }
         if let Some(detail) = self.detail() {
             write!(f, " (runtime: {detail})")?;
+        }
+        if let Some(fault) = &self.fault {
+            write!(f, ", at {fault}")?;
         }
         Ok(())
     }

@@ -117,6 +117,22 @@ impl<T> OpError<T> {
         self.error.acl_code()
     }
 
+    /// As [`Error::fault`]: the device-side fault behind the failure, when the runtime
+    /// reported one.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, DeviceFault, OpError};
+    ///
+    /// let fault = DeviceFault {
+    ///     task_id: 2, stream_id: 4, device_id: 0, thread_id: 1, code: AclCode(507015), kind: None,
+    /// };
+    /// let acl = AclError::new("aclrtMemsetAsync", AclCode(507015), None).with_fault(fault);
+    /// assert_eq!(OpError::new(acl.into(), ()).fault().map(|f| f.stream_id), Some(4));
+    /// ```
+    pub fn fault(&self) -> Option<&crate::DeviceFault> {
+        self.error.fault()
+    }
+
     /// As [`Error::is_out_of_memory`].
     ///
     /// ```

@@ -153,6 +153,7 @@ fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<
         if code != ffi::ACL_SUCCESS && code != ffi::ACL_ERROR_REPEAT_INITIALIZE {
             return Err(AclError::new("aclInit", AclCode(code), recent_message(loaded)).into());
         }
+        crate::fault::register(loaded);
     }
     *users += 1;
     Ok(())
@@ -243,6 +244,100 @@ impl Runtime {
     pub fn global() -> Result<Runtime> {
         static GLOBAL: OnceLock<Result<Runtime, Error>> = OnceLock::new();
         GLOBAL.get_or_init(|| Runtime::builder().build()).clone()
+    }
+
+    /// The fault behind a device-side failure with `code` on stream `stream_id` (its
+    /// `aclrtStreamGetId` id, as npu-stream's `Stream::id`) of device `device`, as the
+    /// runtime's exception callback reported it; `None` if the runtime reported none (no
+    /// exception callback, or a failure that was no task's fault).
+    ///
+    /// Each task failure goes to one caller: the oldest fault not claimed yet is returned and
+    /// marked claimed; once all are, the latest one is returned again (a stream a fault
+    /// stopped fails all its later work with the same code). npu-stream attaches the fault to
+    /// the failed operation's error ([`Error::fault`]); this is for code that drives raw ACL
+    /// streams.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, Device};
+    ///
+    /// let ctx = Device::open(1)?.create_context()?;
+    /// let (rt, api) = (ctx.runtime(), ctx.runtime().api());
+    /// let (mut stream, mut dev, mut id) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
+    /// ctx.bind()?;
+    /// // SAFETY: valid out-pointers; `ctx` is current.
+    /// unsafe {
+    ///     rt.check("aclrtCreateStream", (api.aclrtCreateStream)(&mut stream))?;
+    ///     rt.check("aclrtStreamGetId", (api.aclrtStreamGetId.unwrap())(stream, &mut id))?;
+    ///     rt.check("aclrtMalloc", (api.aclrtMalloc)(&mut dev, 64, 0))?;
+    /// }
+    /// npu_sim::control::fail_task(stream, 1, 507015).unwrap(); // npu-sim: the next task fails
+    /// // SAFETY: `dev` holds 64 bytes; the stream belongs to the current context.
+    /// unsafe {
+    ///     rt.check("aclrtMemsetAsync", (api.aclrtMemsetAsync)(dev, 64, 0, 64, stream))?;
+    ///     assert!(rt.check("aclrtSynchronizeStream", (api.aclrtSynchronizeStream)(stream)).is_err());
+    /// }
+    /// let fault = rt.claim_fault(1, id as u64, AclCode(507015)).expect("the callback recorded it");
+    /// assert_eq!((fault.task_id, fault.device_id, fault.stream_id), (1, 1, id as u32));
+    /// assert_eq!(rt.claim_fault(1, id as u64, AclCode(100000)), None, "no fault has that code");
+    /// # unsafe { (api.aclrtFree)(dev); (api.aclrtDestroyStream)(stream) };
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn claim_fault(
+        &self,
+        device: u32,
+        stream_id: u64,
+        code: AclCode,
+    ) -> Option<crate::DeviceFault> {
+        self.inner.loaded.faults.claim(device, stream_id, code)
+    }
+
+    /// Calls `on_fault` whenever the runtime's exception callback reports a task failure on
+    /// stream `stream_id` of device `device`, whose handle is `stream`, until the returned
+    /// watch is dropped (a newer watch of the same stream id replaces it). Faults recorded
+    /// under that id before are dropped: they belong to an earlier stream with the same id.
+    ///
+    /// `on_fault` runs on a runtime thread inside the exception callback: it must return
+    /// quickly, never block and never call ACL. npu-stream uses it to make the reactor look
+    /// at the failed stream at once.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use npu_core::Device;
+    ///
+    /// let ctx = Device::open(1)?.create_context()?;
+    /// let (rt, api) = (ctx.runtime(), ctx.runtime().api());
+    /// let (mut stream, mut dev, mut id) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
+    /// ctx.bind()?;
+    /// // SAFETY: valid out-pointers; `ctx` is current.
+    /// unsafe {
+    ///     rt.check("aclrtCreateStream", (api.aclrtCreateStream)(&mut stream))?;
+    ///     rt.check("aclrtStreamGetId", (api.aclrtStreamGetId.unwrap())(stream, &mut id))?;
+    ///     rt.check("aclrtMalloc", (api.aclrtMalloc)(&mut dev, 64, 0))?;
+    /// }
+    /// let heard = Arc::new(AtomicBool::new(false));
+    /// let flag = heard.clone();
+    /// let _watch = rt.watch_faults(1, id as u64, stream, move || flag.store(true, Ordering::Release));
+    /// npu_sim::control::fail_task(stream, 1, 507015).unwrap();
+    /// // SAFETY: as above.
+    /// unsafe {
+    ///     rt.check("aclrtMemsetAsync", (api.aclrtMemsetAsync)(dev, 64, 0, 64, stream))?;
+    ///     let _ = (api.aclrtSynchronizeStream)(stream); // the callback ran before it returned
+    /// }
+    /// assert!(heard.load(Ordering::Acquire));
+    /// # unsafe { (api.aclrtFree)(dev); (api.aclrtDestroyStream)(stream) };
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn watch_faults(
+        &self,
+        device: u32,
+        stream_id: u64,
+        stream: ffi::aclrtStream,
+        on_fault: impl Fn() + Send + Sync + 'static,
+    ) -> crate::FaultWatch {
+        let faults: &'static crate::fault::FaultTable = &self.inner.loaded.faults;
+        let on_fault = std::sync::Arc::new(on_fault);
+        faults.watch(device, stream_id, stream as usize, on_fault)
     }
 
     /// The runtime that was loaded.

@@ -555,8 +555,8 @@ impl Stream {
         }
     }
 
-    /// Checks that device memory lives on the stream's device.
-    fn check_device(
+    /// Checks that device memory (or a notify) lives on the stream's device.
+    pub(crate) fn check_device(
         &self,
         api: &'static str,
         argument: &'static str,
@@ -564,7 +564,7 @@ impl Stream {
     ) -> Result<()> {
         let (theirs, ours) = (memory.device_id(), self.context().device_id());
         if theirs != ours {
-            let rule = format!("is memory of device {theirs}, but the stream is on device {ours}");
+            let rule = format!("belongs to device {theirs}, but the stream is on device {ours}");
             return Err(Error::invalid(api, argument, rule));
         }
         Ok(())

@@ -10,6 +10,7 @@ use std::time::Duration;
 use npu_core::ffi;
 use npu_core::{Completion, Context, Error, Result, Runtime, acl_call, acl_call_opt};
 
+use crate::op::Op;
 use crate::stream::Stream;
 
 /// Which ACL event model an [`Event`] uses.
@@ -528,6 +529,60 @@ impl Stream {
             Some(Err(err)) => Err(err),
             _ => Ok(()),
         }
+    }
+
+    /// As [`wait_event`](Stream::wait_event), but the device gives up waiting once `timeout`
+    /// has passed since the wait began (`aclrtStreamWaitEventWithTimeout`), and the wait is
+    /// an operation of its own: it resolves (to a clone of the event) once the stream has
+    /// passed the wait, and fails with an error whose
+    /// [`is_timeout`](npu_core::Error::is_timeout) is true (`ACL_ERROR_RT_WAIT_TIMEOUT`) if
+    /// the event's record was not reached in time. The stream then goes on with its later
+    /// work (in [`FailureMode::Continue`](crate::FailureMode)), unordered with the event.
+    ///
+    /// ACL counts the timeout in whole seconds, so it is rounded up to the next second; a zero
+    /// timeout (which ACL reads as "for ever") or one above `i32::MAX` seconds is refused with
+    /// [`Error::InvalidArgument`].
+    ///
+    /// Cancel safety: not cancel-safe: dropping the future does not cancel the wait; the
+    /// event's clone is dropped after it is over.
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use std::time::Duration;
+    /// use npu_stream::{Event, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// let (producer, consumer) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// let ready = Event::new(&ctx)?;
+    /// ready.record(&producer)?;
+    /// consumer.wait_event_timeout(&ready, Duration::from_secs(5)).await?; // reached in time
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn wait_event_timeout(&self, event: &Event, timeout: Duration) -> Op<Event> {
+        let api = "Stream::wait_event_timeout";
+        let max = i32::MAX as u64;
+        let seconds = crate::signal::timeout_seconds(api, timeout, max);
+        self.submit(
+            "aclrtStreamWaitEventWithTimeout",
+            0,
+            event.clone(),
+            |_, _| {},
+            |event, stream| {
+                let seconds = i32::try_from(seconds?).unwrap_or(i32::MAX);
+                self.check_runtime(api, "event", event.context())?;
+                let handle = event.inner.handle;
+                // SAFETY: stream and event are alive; the stream's context is bound.
+                unsafe {
+                    acl_call_opt!(
+                        self.context().runtime(),
+                        aclrtStreamWaitEventWithTimeout(stream, handle, seconds)
+                    )
+                }
+            },
+        )
     }
 }
 

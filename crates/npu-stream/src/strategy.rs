@@ -139,9 +139,9 @@ pub(crate) fn record(
 ///
 /// `aclrtSynchronizeEvent` returns at once for a completed event and reports a task failure
 /// among the work its record captured; the failure is attributed to the operation's own API.
-pub(crate) fn settle(event: PooledEvent, api: &'static str) -> Result<()> {
+pub(crate) fn settle(stream: &StreamShared, event: PooledEvent, api: &'static str) -> Result<()> {
     match wait_event(&event, -1) {
-        Some(result) => result.map_err(|err| fail(event, err, api)),
+        Some(result) => result.map_err(|err| fail(stream, event, err, api)),
         // An unbounded wait does not time out.
         None => Ok(()),
     }
@@ -162,17 +162,41 @@ pub(crate) fn wait_event(event: &PooledEvent, timeout_ms: i32) -> Option<Result<
     (code != ffi::ACL_ERROR_RT_EVENT_SYNC_TIMEOUT).then_some(checked)
 }
 
-/// The error of an operation that failed on the device: its event, which captured the failure,
-/// is not recycled, and the error is reported under the operation's API.
-pub(crate) fn fail(event: PooledEvent, err: Error, api: &'static str) -> Error {
+/// The error of an operation of `stream` that failed on the device: its event, which captured
+/// the failure, is not recycled, and the error is reported under the operation's API.
+pub(crate) fn fail(
+    stream: &StreamShared,
+    event: PooledEvent,
+    err: Error,
+    api: &'static str,
+) -> Error {
     event.discard();
-    attribute(err, api)
+    attribute(stream, err, api)
 }
 
-/// Reports a device-side failure under the API of the operation it belongs to.
-fn attribute(err: Error, api: &'static str) -> Error {
+/// Reports a device-side failure under the API of the operation it belongs to, with its
+/// fault ([`with_fault`]).
+pub(crate) fn attribute(stream: &StreamShared, err: Error, api: &'static str) -> Error {
+    match with_fault(stream, err) {
+        Error::Acl(acl) => Error::Acl(AclError { api, ..acl }),
+        other => other,
+    }
+}
+
+/// Attaches to an ACL error of `stream` the fault the runtime's exception callback recorded
+/// for it. The callback runs before the runtime lets a failure be seen (by a synchronisation,
+/// a query, or a submission refused because the failure stopped the context), so it has run
+/// by the time npu-rs learns of the failure, whenever the runtime reports one at all.
+pub(crate) fn with_fault(stream: &StreamShared, err: Error) -> Error {
     match err {
-        Error::Acl(AclError { code, message, .. }) => Error::Acl(AclError { api, code, message }),
+        Error::Acl(acl) if acl.fault.is_none() => {
+            let device = stream.context.device_id();
+            let runtime = stream.context.runtime();
+            Error::Acl(match runtime.claim_fault(device, stream.id, acl.code) {
+                Some(fault) => acl.with_fault(fault),
+                None => acl,
+            })
+        }
         other => other,
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use npu_core::ffi;
@@ -14,7 +14,7 @@ use crate::event_pool::EventPool;
 use crate::op::Op;
 use crate::reactor::{Pace, Pending};
 use crate::sentinel;
-use crate::strategy::{OpInfo, Strategy, StrategyState, Unwatched};
+use crate::strategy::{self, OpInfo, Strategy, StrategyState, Unwatched};
 
 /// An ACL stream: a FIFO queue of device work that runs concurrently with other streams.
 ///
@@ -68,6 +68,11 @@ pub(crate) struct StreamShared {
     watched: AtomicU64,
     /// The `seq` of the last operation an abort discarded (0: none); see [`Stream::abort`].
     pub(crate) aborted_through: AtomicU64,
+    /// Set by the runtime's exception callback when a task of this stream failed, for the
+    /// reactor to look at the stream at once.
+    pub(crate) fault_noticed: Arc<AtomicBool>,
+    /// Keeps the exception callback telling this stream about its faults.
+    _fault_watch: npu_core::FaultWatch,
 }
 
 /// A stream's pending completions, whether the reactor is currently watching it, and how long
@@ -216,6 +221,8 @@ impl StreamBuilder {
         }?;
         let events = EventPool::for_context(&context);
         let id = stream_id(&context, handle);
+        let fault_noticed = Arc::new(AtomicBool::new(false));
+        let fault_watch = watch_faults(&context, id, handle, self.strategy, fault_noticed.clone());
         let shared = Arc::new(StreamShared {
             context,
             handle,
@@ -230,6 +237,8 @@ impl StreamBuilder {
             tail: Mutex::new(None),
             watched: AtomicU64::new(0),
             aborted_through: AtomicU64::new(0),
+            fault_noticed,
+            _fault_watch: fault_watch,
         });
         Ok(Stream { shared })
     }
@@ -250,6 +259,29 @@ fn stream_id(context: &Context, handle: ffi::aclrtStream) -> u64 {
         Ok(()) => u64::try_from(id).unwrap_or_else(|_| own_stream_id()),
         Err(_) => own_stream_id(),
     }
+}
+
+/// Has the runtime's exception callback flag the stream's faults and, for the strategies the
+/// reactor serves (`EventPoll`, and `BlockingSync` operations it took over), wake the reactor,
+/// so that the failed operation and, in `FailureMode::Stop`, those behind it resolve without
+/// waiting for the reactor's next planned query or probe. The callback worker of
+/// `CallbackThread` sits in `aclrtProcessReport` and cannot be woken; it finds the fault on its
+/// next report or quiet period.
+fn watch_faults(
+    context: &Context,
+    id: u64,
+    handle: ffi::aclrtStream,
+    strategy: Strategy,
+    noticed: Arc<AtomicBool>,
+) -> npu_core::FaultWatch {
+    context
+        .runtime()
+        .watch_faults(context.device_id(), id, handle, move || {
+            noticed.store(true, Ordering::Release);
+            if strategy != Strategy::CallbackThread {
+                crate::reactor::Reactor::nudge_if_running();
+            }
+        })
 }
 
 /// Counts above every ACL id (a non-negative `i32`), so the two kinds never collide.
@@ -616,11 +648,17 @@ impl Stream {
         });
         match outcome {
             Ok(()) => {}
-            // The device never saw the work: nothing to wait for.
-            Err(Submission::Rejected(completer, err)) => completer.complete(Err(err)),
-            // The device may run it: it completes once the stream has drained.
+            // The device never saw the work: nothing to wait for. A context that a fault
+            // stopped refuses it with the fault's code, and the error says which fault.
+            Err(Submission::Rejected(completer, err)) => {
+                completer.complete(Err(strategy::with_fault(&self.shared, err)));
+            }
+            // The device may run it: it completes once the stream has drained. A stream that a
+            // fault of this very operation stopped refuses the event record after it: the
+            // error is the operation's.
             Err(Submission::Unwatched(unwatched)) => {
-                sentinel::drain(self.shared.clone(), unwatched.completer, unwatched.error);
+                let error = strategy::attribute(&self.shared, unwatched.error, op.api);
+                sentinel::drain(self.shared.clone(), unwatched.completer, error);
             }
         }
         Op::new(completion, value, span)

@@ -6,6 +6,10 @@
 //! cannot be loaded is a [`LoadError`]. [`ErrorClass`] groups codes by what a caller can do
 //! about them (retry, fix the input, give up on the device).
 //!
+//! A task that fails on the device carries what the runtime's exception callback reported
+//! about it, a [`DeviceFault`] (task, stream, device, code and the device's [`FaultKind`]):
+//! [`Error::fault`], [`OpError::fault`].
+//!
 //! ```
 //! use npu::prelude::*;
 //! use npu::error::Error;
@@ -19,5 +23,6 @@
 //! ```
 
 pub use npu_core::{
-    AclCode, AclError, Error, ErrorClass, LoadAttempt, LoadError, LoadFailure, OpError, Result,
+    AclCode, AclError, DeviceFault, Error, ErrorClass, FaultKind, FaultWatch, LoadAttempt,
+    LoadError, LoadFailure, OpError, Result,
 };

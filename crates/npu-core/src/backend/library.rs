@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use super::Backend;
 use super::search::Candidate;
 use crate::error::{LoadAttempt, LoadFailure};
+use crate::fault::FaultTable;
 use crate::ffi::AclApi;
 use crate::runtime::SharedState;
 
@@ -23,6 +24,8 @@ pub(crate) struct Loaded {
     pub(crate) init_users: Mutex<usize>,
     /// Primary contexts and peer-access counts of this library.
     pub(crate) shared: Mutex<SharedState>,
+    /// The faults its exception callback recorded.
+    pub(crate) faults: FaultTable,
 }
 
 impl Loaded {
@@ -35,6 +38,7 @@ impl Loaded {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             init_users: Mutex::new(0),
             shared: Mutex::default(),
+            faults: FaultTable::default(),
         }))
     }
 

@@ -79,13 +79,13 @@ impl Pending {
 
     /// Completes an operation whose event has completed, with the result the event captured.
     pub(crate) fn settle(self, stream: &Arc<StreamShared>) {
-        let result = strategy::settle(self.event, self.op.api);
+        let result = strategy::settle(stream, self.event, self.op.api);
         strategy::complete_after(stream, self.op, self.completer, result, self.after);
     }
 
     /// Fails an operation whose stream can no longer run it (or whose event reported `err`).
     pub(crate) fn fail(self, stream: &Arc<StreamShared>, err: Error) {
-        let err = strategy::fail(self.event, err, self.op.api);
+        let err = strategy::fail(stream, self.event, err, self.op.api);
         strategy::complete_after(stream, self.op, self.completer, Err(err), self.after);
     }
 
@@ -211,7 +211,16 @@ impl Reactor {
         Ok(())
     }
 
-    /// Makes the reactor look at its streams now (after an abort marked operations discarded).
+    /// Wakes the reactor if it was ever started; for the runtime's exception callback, which
+    /// must not start a thread.
+    pub(crate) fn nudge_if_running() {
+        if let Some(reactor) = REACTOR.get() {
+            reactor.nudge();
+        }
+    }
+
+    /// Makes the reactor look at its streams now (after an abort marked operations discarded,
+    /// or a fault was reported).
     pub(crate) fn nudge(&self) {
         if self.wakeup.notify() {
             if let Some(thread) = self.thread.get() {
@@ -255,7 +264,12 @@ impl Reactor {
                 strategy::release_stream(stream);
             }
             retired.drain(..).for_each(strategy::release_stream);
-            let Some(due) = active.iter().map(|stream| stream.plan.due).min() else {
+            let now = Instant::now();
+            let due = active.iter().map(|stream| match stream.health.suspect {
+                true => now,
+                false => stream.plan.due,
+            });
+            let Some(due) = due.min() else {
                 if Instant::now() < busy_until {
                     std::thread::yield_now();
                     continue;
@@ -317,6 +331,7 @@ impl Reactor {
         } = active;
         let failed = if let Some(Err(err)) = health.verdict() {
             self.fail_all(stream, err, finished);
+            health.suspect = false;
             true
         } else {
             false
@@ -324,7 +339,16 @@ impl Reactor {
         // What an abort discarded fails at once, due or not: the abort woke the reactor for it.
         self.fail_aborted(stream, finished);
         let mut now = Instant::now();
-        if !failed && !plan.is_due(now) {
+        // A fault the exception callback reported: look now, and keep looking (and asking
+        // the sentinel) until the stream progresses or is found dead.
+        // Read, then cleared: a notice landing in between finds the stream suspect already.
+        // (The wake-up it rides on is modelled in `model.rs`.)
+        if stream.fault_noticed.load(sync::Ordering::Acquire) {
+            stream.fault_noticed.store(false, sync::Ordering::Release);
+            self.counters.fault_noticed();
+            health.suspect = true;
+        }
+        if !failed && !health.suspect && !plan.is_due(now) {
             return true;
         }
         let mut next = head(&mut lock_queue(stream));
@@ -432,6 +456,9 @@ struct Health {
     probe_every: Duration,
     /// The sentinel's answer to the probe in flight, if one is.
     asked: Option<Arc<Verdict>>,
+    /// A fault was reported on the stream: it is queried on every pass and probed as soon as
+    /// the previous probe answered, until it progresses or is found dead.
+    suspect: bool,
 }
 
 impl Health {
@@ -441,12 +468,14 @@ impl Health {
             last_probe: None,
             probe_every: PROBE_AFTER,
             asked: None,
+            suspect: false,
         }
     }
 
     fn progressed(&mut self, now: Instant) {
         self.last_progress = now;
         self.probe_every = PROBE_AFTER;
+        self.suspect = false;
     }
 
     /// The verdict of the probe in flight, once given: one lock, no ACL call.
@@ -463,11 +492,12 @@ impl Health {
     /// is in flight or was made too recently.
     fn probe_if_due(&mut self, stream: &Arc<StreamShared>, now: Instant) {
         let every = self.probe_every;
-        let due = self.asked.is_none()
-            && now.duration_since(self.last_progress) >= every
-            && self
-                .last_probe
-                .is_none_or(|at| now.duration_since(at) >= every);
+        let due = self.asked.is_none() && self.suspect
+            || self.asked.is_none()
+                && now.duration_since(self.last_progress) >= every
+                && self
+                    .last_probe
+                    .is_none_or(|at| now.duration_since(at) >= every);
         if due {
             self.last_probe = Some(now);
             self.asked = Some(sentinel::probe(stream));

@@ -106,3 +106,42 @@ fn two_concurrent_submitters_are_both_seen() {
         });
     }
 }
+
+/// The exception callback's path: it flags the stream (no inbox), then notifies. A reactor
+/// that checks the flag on every pass and sleeps through `Wakeup` must see it.
+#[test]
+fn a_fault_notice_always_reaches_the_reactor() {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+
+    for linger in LINGERS {
+        loom::model(move || {
+            let wakeup = Arc::new(Wakeup::new());
+            let noticed = Arc::new(AtomicBool::new(false));
+            let (w, n) = (wakeup.clone(), noticed.clone());
+            let reactor = loom::thread::spawn(move || {
+                let mut idle_passes = 0;
+                loop {
+                    w.take_notification();
+                    // As `Reactor::poll_stream` reads and clears it.
+                    if n.load(Ordering::Acquire) {
+                        n.store(false, Ordering::Release);
+                        return;
+                    }
+                    if idle_passes < linger {
+                        idle_passes += 1;
+                        loom::thread::yield_now();
+                        continue;
+                    }
+                    idle_passes = 0;
+                    w.sleep(loom::thread::park);
+                }
+            });
+            // The exception callback (`stream::watch_faults`, `Reactor::nudge`).
+            noticed.store(true, Ordering::Release);
+            if wakeup.notify() {
+                reactor.thread().unpark();
+            }
+            reactor.join().unwrap();
+        });
+    }
+}

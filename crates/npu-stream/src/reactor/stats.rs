@@ -18,6 +18,9 @@ pub struct ReactorStats {
     pub queries: u64,
     /// Times the reactor thread parked (timed or until new work arrived).
     pub parks: u64,
+    /// Task failures the runtime's exception callback reported on a stream the reactor was
+    /// watching, which made it look at that stream at once.
+    pub fault_notices: u64,
 }
 
 impl ReactorStats {
@@ -75,6 +78,7 @@ pub(super) struct Counters {
     completed: AtomicU64,
     queries: AtomicU64,
     parks: AtomicU64,
+    fault_notices: AtomicU64,
 }
 
 impl Counters {
@@ -94,6 +98,10 @@ impl Counters {
         self.parks.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(super) fn fault_noticed(&self) {
+        self.fault_notices.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(super) fn snapshot(&self) -> ReactorStats {
         // Completed is read first so a snapshot never shows more completed than registered.
         let completed = self.completed.load(Ordering::Relaxed);
@@ -102,6 +110,7 @@ impl Counters {
             registered: self.registered.load(Ordering::Relaxed).max(completed),
             queries: self.queries.load(Ordering::Relaxed),
             parks: self.parks.load(Ordering::Relaxed),
+            fault_notices: self.fault_notices.load(Ordering::Relaxed),
         }
     }
 }
