@@ -1,0 +1,181 @@
+//! Attacks on the device pool and the signalling operations through their public API only:
+//! absurd sizes and timeouts, a pooled word signalled on another stream while the device is
+//! held, a never-recorded notify whose every handle is gone. Each attack either found a bug
+//! (now fixed, the test keeps it fixed) or documents a promise that held. The hold gate is
+//! device 0's, so every test takes the device exclusively; waits are bounded by watchdogs.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{HANG, STRATEGIES, exclusive_device0, invalid, run, stream};
+use npu_core::Context;
+use npu_mem::Memory;
+use npu_sim::control;
+use npu_stream::{DevicePool, DevicePoolBackend, Event, Notify, ValueCondition};
+
+const BACKENDS: [DevicePoolBackend; 2] =
+    [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching];
+
+fn pool(ctx: &Context, backend: DevicePoolBackend, capacity: Option<usize>) -> DevicePool {
+    let builder = DevicePool::builder(ctx).backend(backend);
+    match capacity {
+        Some(bytes) => builder.capacity(bytes),
+        None => builder,
+    }
+    .build()
+    .unwrap()
+}
+
+/// Found: `Duration::MAX` overflowed the rounding up to whole seconds (a panic in debug
+/// builds, a wrapped, far too short timeout in release) instead of being refused.
+#[test]
+fn a_maximal_timeout_is_refused_with_a_typed_error() {
+    let (_device, ctx) = exclusive_device0();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let notify = Notify::new(&ctx).unwrap();
+        let event = Event::new(&ctx).unwrap();
+        run(async {
+            let failed = s
+                .wait_notify_timeout(&notify, Duration::MAX)
+                .await
+                .unwrap_err();
+            assert_eq!(
+                invalid(&failed.error),
+                ("Stream::wait_notify_timeout", "timeout"),
+                "{strategy:?}"
+            );
+            assert!(
+                failed.error.to_string().contains("limit"),
+                "{}",
+                failed.error
+            );
+            let failed = s
+                .wait_event_timeout(&event, Duration::MAX)
+                .await
+                .unwrap_err();
+            assert_eq!(
+                invalid(&failed.error),
+                ("Stream::wait_event_timeout", "timeout"),
+                "{strategy:?}"
+            );
+            // Refused before submitting: the stream is untouched and still works.
+            s.record_notify(&notify).await.unwrap();
+            s.wait_notify(&notify).await.unwrap();
+        });
+    }
+}
+
+/// Found: a `count` whose blocks cannot even be counted panicked (capacity overflow while
+/// preparing to hold them) instead of failing with a typed error.
+#[test]
+fn reserving_an_uncountable_number_of_blocks_is_a_typed_error() {
+    let (_device, ctx) = exclusive_device0();
+    for backend in BACKENDS {
+        for strategy in STRATEGIES {
+            for capacity in [None, Some(1 << 20)] {
+                let pool = pool(&ctx, backend, capacity);
+                let s = stream(&ctx, strategy);
+                let err = run(pool.reserve(&s, usize::MAX, 4096)).unwrap_err();
+                assert_eq!(
+                    invalid(&err),
+                    ("DevicePool::reserve", "count"),
+                    "{backend:?} {strategy:?} {capacity:?}"
+                );
+                assert!(err.to_string().contains("overflow"), "{err}");
+                let stats = pool.stats().cache;
+                assert_eq!(
+                    (stats.allocated, stats.cached, stats.misses),
+                    (0, 0, 0),
+                    "{backend:?} {strategy:?}: nothing allocated for it"
+                );
+                // The pool still serves a sane request.
+                assert_eq!(run(pool.reserve(&s, 2, 4096)).unwrap(), 8192);
+            }
+        }
+    }
+}
+
+/// Held: a pooled word signalled and awaited on streams other than the one it was allocated
+/// on, its future dropped and its buffer gone while the device is held, stays out of
+/// circulation until the device has passed both operations; then it is reused.
+#[test]
+fn a_pooled_word_signalled_on_other_streams_returns_only_after_the_device_is_done() {
+    let (_device, ctx) = exclusive_device0();
+    for backend in BACKENDS {
+        for strategy in STRATEGIES {
+            let pool = pool(&ctx, backend, None);
+            let (home, writer, waiter) = (
+                stream(&ctx, strategy),
+                stream(&ctx, strategy),
+                stream(&ctx, strategy),
+            );
+            let word = std::sync::Arc::new(run(pool.alloc::<u64>(&home, 1)).unwrap());
+            let address = word.addr();
+            control::hold(0).unwrap();
+            let waited = waiter.wait_value(word.clone(), 5, ValueCondition::Equal);
+            let written = writer.write_value(word, 5);
+            let done = [waited.completion().clone(), written.completion().clone()];
+            drop((waited, written));
+            npu_core::reaper::flush();
+            let stats = pool.stats().cache;
+            assert_eq!(
+                stats.allocated, 4096,
+                "{backend:?} {strategy:?}: still lent"
+            );
+            let other = pool.try_alloc::<u64>(&home, 1).unwrap();
+            assert!(
+                other.as_ref().is_none_or(|b| b.addr() != address),
+                "{backend:?} {strategy:?}: the block was handed out while the device held it"
+            );
+            drop(other);
+            control::release(0).unwrap();
+            run(async {
+                for completion in &done {
+                    completion.wait().await.unwrap();
+                }
+            });
+            npu_core::reaper::flush();
+            assert_eq!(pool.stats().cache.allocated, 0, "{backend:?} {strategy:?}");
+            let again = run(pool.alloc::<u64>(&home, 1)).unwrap();
+            let reused = again.addr() == address || pool.stats().cache.hits > 0;
+            assert!(reused, "{backend:?} {strategy:?}: the block came back");
+        }
+    }
+}
+
+/// Held: a wait on a notify that is never recorded, whose future and every handle of the
+/// notify are dropped, is discarded by an abort; once everything is dropped the device holds
+/// no more streams or allocations than before.
+#[test]
+fn an_orphaned_notify_wait_is_aborted_and_nothing_leaks() {
+    let (_device, ctx) = exclusive_device0();
+    for strategy in STRATEGIES {
+        let before = control::device_stats(0).unwrap();
+        let s = stream(&ctx, strategy);
+        let notify = Notify::new(&ctx).unwrap();
+        let waited = s.wait_notify(&notify);
+        let done = waited.completion().clone();
+        drop((waited, notify));
+        run(async {
+            s.abort().await.unwrap();
+            let err = done.wait().await.unwrap_err();
+            assert!(err.is_aborted(), "{strategy:?}: {err}");
+        });
+        drop(s);
+        // A callback stream is destroyed once its callback thread has stopped, which is not
+        // ordered with this thread: poll, bounded by the watchdog.
+        let deadline = Instant::now() + HANG;
+        loop {
+            npu_core::reaper::flush();
+            let after = control::device_stats(0).unwrap();
+            let now = (after.live_streams, after.live_allocations);
+            if now == (before.live_streams, before.live_allocations) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{strategy:?}: leaked {now:?}");
+            std::thread::yield_now();
+        }
+    }
+}
