@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::task::{Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use common::{HANG, STRATEGIES, exclusive_device0, invalid, run, stream};
+use common::{HANG, STRATEGIES, code, exclusive_device0, invalid, nth_task, run, stream};
 use npu_core::Context;
 use npu_mem::{DeviceBuffer, Memory};
 use npu_sim::control;
-use npu_stream::{DevicePool, DevicePoolBackend, Event, Notify, ValueCondition};
+use npu_stream::{DevicePool, DevicePoolBackend, Event, FailureMode, Notify, ValueCondition};
 
 const BACKENDS: [DevicePoolBackend; 2] =
     [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching];
@@ -311,5 +311,78 @@ fn a_notify_dropped_under_held_work_lives_until_its_operations_complete() {
             recorder.record_notify(&notify).await.unwrap();
             waiter.wait_notify(&notify).await.unwrap();
         });
+    }
+}
+
+/// Held: a stream-ordered allocation queued behind a task the device fails: in `Stop` mode
+/// it fails with the fault's ACL error (the context accepts no more work), in `Continue` mode
+/// it is served and the full capacity is served again; either way no granted room is lost.
+#[test]
+fn an_allocation_behind_a_fault_keeps_the_capacity_whole() {
+    let (_device, ctx) = exclusive_device0();
+    for mode in [FailureMode::Continue, FailureMode::Stop] {
+        for strategy in STRATEGIES {
+            // A context of its own: `Stop` stops every stream of the context.
+            let ctx = ctx.device().create_context().unwrap();
+            let pool = pool(&ctx, DevicePoolBackend::RuntimePool, Some(4096));
+            let s = stream(&ctx, strategy);
+            s.set_failure_mode(mode).unwrap();
+            control::fail_task(s.as_raw(), nth_task(strategy, 0), 507015).unwrap();
+            let faulted = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+            let allocated = run(pool.alloc::<u8>(&s, 4096));
+            let err = run(faulted).unwrap_err();
+            assert_eq!(code(&err.error), 507015, "{mode:?} {strategy:?}");
+            match (mode, allocated) {
+                (FailureMode::Continue, Ok(block)) => drop(block),
+                (FailureMode::Stop, Err(err)) => {
+                    assert_eq!(code(&err), 507015, "{strategy:?}: {err}");
+                    assert!(err.to_string().contains("aclrtMemPoolMallocAsync"), "{err}");
+                }
+                (mode, other) => panic!("{mode:?} {strategy:?}: {other:?}"),
+            }
+            npu_core::reaper::flush();
+            let stats = pool.stats().cache;
+            assert_eq!(stats.waiters, 0, "{mode:?} {strategy:?}");
+            assert!(stats.allocated == 0, "{mode:?} {strategy:?}: {stats:?}");
+            if mode == FailureMode::Continue {
+                let block = run(pool.alloc::<u8>(&s, 4096)).unwrap();
+                run(s.memset(block, 1)).unwrap();
+            }
+        }
+    }
+}
+
+/// Held: a `reserve` dropped while its stream-ordered allocation is held on the device leaks
+/// no capacity: once the device has run the allocation, the whole capacity is reserved again.
+#[test]
+fn a_reserve_dropped_under_a_held_device_leaks_no_capacity() {
+    let (_device, ctx) = exclusive_device0();
+    for strategy in STRATEGIES {
+        let pool = pool(&ctx, DevicePoolBackend::RuntimePool, Some(3 * 4096));
+        let s = stream(&ctx, strategy);
+        control::hold(0).unwrap();
+        let mut reserving = Box::pin(pool.reserve(&s, 3, 4096));
+        let mut cx = std::task::Context::from_waker(Waker::noop());
+        assert!(
+            reserving.as_mut().poll(&mut cx).is_pending(),
+            "{strategy:?}"
+        );
+        drop(reserving);
+        assert_eq!(
+            pool.stats().cache.allocated,
+            0,
+            "{strategy:?}: room given back"
+        );
+        control::release(0).unwrap();
+        // The dropped allocation's block goes back to the runtime once it has run; a
+        // synchronize orders this thread after it.
+        run(s.synchronize()).unwrap();
+        npu_core::reaper::flush();
+        assert_eq!(
+            run(pool.reserve(&s, 3, 4096)).unwrap(),
+            3 * 4096,
+            "{strategy:?}"
+        );
+        assert_eq!(pool.stats().cache.cached, 3 * 4096, "{strategy:?}");
     }
 }
