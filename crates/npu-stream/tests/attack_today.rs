@@ -9,16 +9,13 @@ mod common;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Poll, Wake, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{HANG, STRATEGIES, code, exclusive_device0, invalid, nth_task, run, stream};
+use common::{STRATEGIES, cases, code, exclusive_device0, invalid, nth_task, run, stream, until};
 use npu_core::Context;
 use npu_mem::{DeviceBuffer, Memory};
 use npu_sim::control;
 use npu_stream::{DevicePool, DevicePoolBackend, Event, FailureMode, Notify, ValueCondition};
-
-const BACKENDS: [DevicePoolBackend; 2] =
-    [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching];
 
 fn pool(ctx: &Context, backend: DevicePoolBackend, capacity: Option<usize>) -> DevicePool {
     let builder = DevicePool::builder(ctx).backend(backend);
@@ -40,29 +37,16 @@ fn a_maximal_timeout_is_refused_with_a_typed_error() {
         let notify = Notify::new(&ctx).unwrap();
         let event = Event::new(&ctx).unwrap();
         run(async {
-            let failed = s
-                .wait_notify_timeout(&notify, Duration::MAX)
-                .await
-                .unwrap_err();
-            assert_eq!(
-                invalid(&failed.error),
-                ("Stream::wait_notify_timeout", "timeout"),
-                "{strategy:?}"
-            );
-            assert!(
-                failed.error.to_string().contains("limit"),
-                "{}",
-                failed.error
-            );
-            let failed = s
-                .wait_event_timeout(&event, Duration::MAX)
-                .await
-                .unwrap_err();
-            assert_eq!(
-                invalid(&failed.error),
-                ("Stream::wait_event_timeout", "timeout"),
-                "{strategy:?}"
-            );
+            let on_notify = s.wait_notify_timeout(&notify, Duration::MAX).await;
+            let on_event = s.wait_event_timeout(&event, Duration::MAX).await;
+            let refusals = [
+                ("Stream::wait_notify_timeout", on_notify.unwrap_err().error),
+                ("Stream::wait_event_timeout", on_event.unwrap_err().error),
+            ];
+            for (api, err) in refusals {
+                assert_eq!(invalid(&err), (api, "timeout"), "{strategy:?}");
+                assert!(err.to_string().contains("limit"), "{api}: {err}");
+            }
             // Refused before submitting: the stream is untouched and still works.
             s.record_notify(&notify).await.unwrap();
             s.wait_notify(&notify).await.unwrap();
@@ -75,27 +59,25 @@ fn a_maximal_timeout_is_refused_with_a_typed_error() {
 #[test]
 fn reserving_an_uncountable_number_of_blocks_is_a_typed_error() {
     let (_device, ctx) = exclusive_device0();
-    for backend in BACKENDS {
-        for strategy in STRATEGIES {
-            for capacity in [None, Some(1 << 20)] {
-                let pool = pool(&ctx, backend, capacity);
-                let s = stream(&ctx, strategy);
-                let err = run(pool.reserve(&s, usize::MAX, 4096)).unwrap_err();
-                assert_eq!(
-                    invalid(&err),
-                    ("DevicePool::reserve", "count"),
-                    "{backend:?} {strategy:?} {capacity:?}"
-                );
-                assert!(err.to_string().contains("overflow"), "{err}");
-                let stats = pool.stats().cache;
-                assert_eq!(
-                    (stats.allocated, stats.cached, stats.misses),
-                    (0, 0, 0),
-                    "{backend:?} {strategy:?}: nothing allocated for it"
-                );
-                // The pool still serves a sane request.
-                assert_eq!(run(pool.reserve(&s, 2, 4096)).unwrap(), 8192);
-            }
+    for (backend, strategy) in cases() {
+        for capacity in [None, Some(1 << 20)] {
+            let pool = pool(&ctx, backend, capacity);
+            let s = stream(&ctx, strategy);
+            let err = run(pool.reserve(&s, usize::MAX, 4096)).unwrap_err();
+            assert_eq!(
+                invalid(&err),
+                ("DevicePool::reserve", "count"),
+                "{backend:?} {strategy:?} {capacity:?}"
+            );
+            assert!(err.to_string().contains("overflow"), "{err}");
+            let stats = pool.stats().cache;
+            assert_eq!(
+                (stats.allocated, stats.cached, stats.misses),
+                (0, 0, 0),
+                "{backend:?} {strategy:?}: nothing allocated for it"
+            );
+            // The pool still serves a sane request.
+            assert_eq!(run(pool.reserve(&s, 2, 4096)).unwrap(), 8192);
         }
     }
 }
@@ -106,45 +88,43 @@ fn reserving_an_uncountable_number_of_blocks_is_a_typed_error() {
 #[test]
 fn a_pooled_word_signalled_on_other_streams_returns_only_after_the_device_is_done() {
     let (_device, ctx) = exclusive_device0();
-    for backend in BACKENDS {
-        for strategy in STRATEGIES {
-            let pool = pool(&ctx, backend, None);
-            let (home, writer, waiter) = (
-                stream(&ctx, strategy),
-                stream(&ctx, strategy),
-                stream(&ctx, strategy),
-            );
-            let word = Arc::new(run(pool.alloc::<u64>(&home, 1)).unwrap());
-            let address = word.addr();
-            control::hold(0).unwrap();
-            let waited = waiter.wait_value(word.clone(), 5, ValueCondition::Equal);
-            let written = writer.write_value(word, 5);
-            let done = [waited.completion().clone(), written.completion().clone()];
-            drop((waited, written));
-            npu_core::reaper::flush();
-            let stats = pool.stats().cache;
-            assert_eq!(
-                stats.allocated, 4096,
-                "{backend:?} {strategy:?}: still lent"
-            );
-            let other = pool.try_alloc::<u64>(&home, 1).unwrap();
-            assert!(
-                other.as_ref().is_none_or(|b| b.addr() != address),
-                "{backend:?} {strategy:?}: the block was handed out while the device held it"
-            );
-            drop(other);
-            control::release(0).unwrap();
-            run(async {
-                for completion in &done {
-                    completion.wait().await.unwrap();
-                }
-            });
-            npu_core::reaper::flush();
-            assert_eq!(pool.stats().cache.allocated, 0, "{backend:?} {strategy:?}");
-            let again = run(pool.alloc::<u64>(&home, 1)).unwrap();
-            let reused = again.addr() == address || pool.stats().cache.hits > 0;
-            assert!(reused, "{backend:?} {strategy:?}: the block came back");
-        }
+    for (backend, strategy) in cases() {
+        let pool = pool(&ctx, backend, None);
+        let (home, writer, waiter) = (
+            stream(&ctx, strategy),
+            stream(&ctx, strategy),
+            stream(&ctx, strategy),
+        );
+        let word = Arc::new(run(pool.alloc::<u64>(&home, 1)).unwrap());
+        let address = word.addr();
+        control::hold(0).unwrap();
+        let waited = waiter.wait_value(word.clone(), 5, ValueCondition::Equal);
+        let written = writer.write_value(word, 5);
+        let done = [waited.completion().clone(), written.completion().clone()];
+        drop((waited, written));
+        npu_core::reaper::flush();
+        let stats = pool.stats().cache;
+        assert_eq!(
+            stats.allocated, 4096,
+            "{backend:?} {strategy:?}: still lent"
+        );
+        let other = pool.try_alloc::<u64>(&home, 1).unwrap();
+        assert!(
+            other.as_ref().is_none_or(|b| b.addr() != address),
+            "{backend:?} {strategy:?}: the block was handed out while the device held it"
+        );
+        drop(other);
+        control::release(0).unwrap();
+        run(async {
+            for completion in &done {
+                completion.wait().await.unwrap();
+            }
+        });
+        npu_core::reaper::flush();
+        assert_eq!(pool.stats().cache.allocated, 0, "{backend:?} {strategy:?}");
+        let again = run(pool.alloc::<u64>(&home, 1)).unwrap();
+        let reused = again.addr() == address || pool.stats().cache.hits > 0;
+        assert!(reused, "{backend:?} {strategy:?}: the block came back");
     }
 }
 
@@ -168,19 +148,14 @@ fn an_orphaned_notify_wait_is_aborted_and_nothing_leaks() {
         });
         drop(s);
         // A callback stream is destroyed once its callback thread has stopped, which is not
-        // ordered with this thread: poll, bounded by the watchdog.
-        let deadline = Instant::now() + HANG;
-        loop {
+        // ordered with this thread. At most the count before: an earlier test's callback
+        // stream may still be on its way out.
+        until("the stream and its buffers are destroyed", || {
             npu_core::reaper::flush();
             let after = control::device_stats(0).unwrap();
-            let now = (after.live_streams, after.live_allocations);
-            // At most: an earlier test's callback stream may still be on its way out.
-            if now.0 <= before.live_streams && now.1 <= before.live_allocations {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{strategy:?}: leaked {now:?}");
-            std::thread::yield_now();
-        }
+            after.live_streams <= before.live_streams
+                && after.live_allocations <= before.live_allocations
+        });
     }
 }
 
@@ -189,21 +164,19 @@ fn an_orphaned_notify_wait_is_aborted_and_nothing_leaks() {
 #[test]
 fn overflowing_lengths_are_typed_errors() {
     let (_device, ctx) = exclusive_device0();
-    for backend in BACKENDS {
-        for strategy in STRATEGIES {
-            let pool = pool(&ctx, backend, None);
-            let s = stream(&ctx, strategy);
-            for len in [usize::MAX, usize::MAX / 8 + 1, isize::MAX as usize] {
-                let err = run(pool.alloc::<u64>(&s, len)).unwrap_err();
-                assert_eq!(invalid(&err), ("DevicePool::alloc", "len"), "{len}: {err}");
-                let err = pool.try_alloc::<u64>(&s, len).unwrap_err();
-                assert_eq!(invalid(&err), ("DevicePool::try_alloc", "len"), "{len}");
-            }
-            let err = run(pool.alloc::<u8>(&s, usize::MAX)).unwrap_err();
-            assert_eq!(invalid(&err), ("DevicePool::alloc", "len"), "{err}");
-            let stats = pool.stats().cache;
-            assert_eq!((stats.allocated, stats.misses, stats.waiters), (0, 0, 0));
+    for (backend, strategy) in cases() {
+        let pool = pool(&ctx, backend, None);
+        let s = stream(&ctx, strategy);
+        for len in [usize::MAX, usize::MAX / 8 + 1, isize::MAX as usize] {
+            let err = run(pool.alloc::<u64>(&s, len)).unwrap_err();
+            assert_eq!(invalid(&err), ("DevicePool::alloc", "len"), "{len}: {err}");
+            let err = pool.try_alloc::<u64>(&s, len).unwrap_err();
+            assert_eq!(invalid(&err), ("DevicePool::try_alloc", "len"), "{len}");
         }
+        let err = run(pool.alloc::<u8>(&s, usize::MAX)).unwrap_err();
+        assert_eq!(invalid(&err), ("DevicePool::alloc", "len"), "{err}");
+        let stats = pool.stats().cache;
+        assert_eq!((stats.allocated, stats.misses, stats.waiters), (0, 0, 0));
     }
 }
 
@@ -213,39 +186,37 @@ fn overflowing_lengths_are_typed_errors() {
 #[test]
 fn trim_spares_a_block_whose_operation_is_in_flight() {
     let (_device, ctx) = exclusive_device0();
-    for backend in BACKENDS {
-        for strategy in STRATEGIES {
-            let pool = pool(&ctx, backend, None);
-            let s = stream(&ctx, strategy);
-            let block = run(pool.alloc::<u8>(&s, 4096)).unwrap();
-            let address = block.addr();
-            control::hold(0).unwrap();
-            let op = s.memset(block, 3);
-            let done = op.completion().clone();
-            drop(op);
-            npu_core::reaper::flush();
-            assert_eq!(pool.trim().unwrap(), 0, "{backend:?} {strategy:?}");
-            let stats = pool.stats().cache;
-            assert_eq!(
-                (stats.allocated + stats.awaiting_bytes, stats.cached),
-                (4096, 0),
-                "{backend:?} {strategy:?}: {stats:?}"
-            );
-            control::release(0).unwrap();
-            run(done.wait()).unwrap();
-            npu_core::reaper::flush();
-            // Served from the cache, untouched by the trim: the device's write is in it.
-            let again = run(pool.alloc::<u8>(&s, 4096)).unwrap();
-            assert_eq!(again.addr(), address, "{backend:?} {strategy:?}");
-            assert_eq!(pool.stats().cache.hits, 1, "{backend:?} {strategy:?}");
-            let host = npu_mem::PinnedBuffer::<u8>::new(&ctx, 4096).unwrap();
-            let (again, host) = run(s.copy_d2h(again, host)).unwrap();
-            assert!(host.iter().all(|&x| x == 3), "{backend:?} {strategy:?}");
-            drop(again);
-            npu_core::reaper::flush();
-            assert_eq!(pool.trim().unwrap(), 4096, "{backend:?} {strategy:?}");
-            assert_eq!(pool.stats().cache.reserved, 0, "{backend:?} {strategy:?}");
-        }
+    for (backend, strategy) in cases() {
+        let pool = pool(&ctx, backend, None);
+        let s = stream(&ctx, strategy);
+        let block = run(pool.alloc::<u8>(&s, 4096)).unwrap();
+        let address = block.addr();
+        control::hold(0).unwrap();
+        let op = s.memset(block, 3);
+        let done = op.completion().clone();
+        drop(op);
+        npu_core::reaper::flush();
+        assert_eq!(pool.trim().unwrap(), 0, "{backend:?} {strategy:?}");
+        let stats = pool.stats().cache;
+        assert_eq!(
+            (stats.allocated + stats.awaiting_bytes, stats.cached),
+            (4096, 0),
+            "{backend:?} {strategy:?}: {stats:?}"
+        );
+        control::release(0).unwrap();
+        run(done.wait()).unwrap();
+        npu_core::reaper::flush();
+        // Served from the cache, untouched by the trim: the device's write is in it.
+        let again = run(pool.alloc::<u8>(&s, 4096)).unwrap();
+        assert_eq!(again.addr(), address, "{backend:?} {strategy:?}");
+        assert_eq!(pool.stats().cache.hits, 1, "{backend:?} {strategy:?}");
+        let host = npu_mem::PinnedBuffer::<u8>::new(&ctx, 4096).unwrap();
+        let (again, host) = run(s.copy_d2h(again, host)).unwrap();
+        assert!(host.iter().all(|&x| x == 3), "{backend:?} {strategy:?}");
+        drop(again);
+        npu_core::reaper::flush();
+        assert_eq!(pool.trim().unwrap(), 4096, "{backend:?} {strategy:?}");
+        assert_eq!(pool.stats().cache.reserved, 0, "{backend:?} {strategy:?}");
     }
 }
 
