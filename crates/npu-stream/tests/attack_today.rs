@@ -308,6 +308,10 @@ fn an_allocation_behind_a_fault_keeps_the_capacity_whole() {
                 (FailureMode::Stop, Err(err)) => {
                     assert_eq!(code(&err), 507015, "{strategy:?}: {err}");
                     assert!(err.to_string().contains("aclrtMemPoolMallocAsync"), "{err}");
+                    let fault = err
+                        .fault()
+                        .expect("the refusal says which fault stopped it");
+                    assert_eq!(fault.code, npu_core::AclCode(507015), "{strategy:?}");
                 }
                 (mode, other) => panic!("{mode:?} {strategy:?}: {other:?}"),
             }
