@@ -9,14 +9,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{HANG, STRATEGIES, code, exclusive_device0, invalid, nth_task, run, stream};
+use common::{HANG, STRATEGIES, cases, code, exclusive_device0, invalid, nth_task, run, stream};
 use npu_core::{Context, Module};
 use npu_mem::{DeviceBuffer, Memory, MemoryMut, PinnedBuffer};
 use npu_sim::control;
 use npu_stream::{DevicePool, DevicePoolBackend, PooledDeviceBuffer, Strategy, Stream};
-
-const BACKENDS: [DevicePoolBackend; 2] =
-    [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching];
 
 fn pool(ctx: &Context, backend: DevicePoolBackend) -> DevicePool {
     DevicePool::builder(ctx).backend(backend).build().unwrap()
@@ -32,13 +29,6 @@ fn first_block(
     let s = stream(ctx, strategy);
     let block = run(pool.alloc::<u8>(&s, 4096)).unwrap();
     (pool, s, block)
-}
-
-/// Every backend under every strategy.
-fn cases() -> impl Iterator<Item = (DevicePoolBackend, Strategy)> {
-    BACKENDS
-        .into_iter()
-        .flat_map(|backend| STRATEGIES.map(|strategy| (backend, strategy)))
 }
 
 #[test]

@@ -8,23 +8,13 @@ mod common;
 
 use std::sync::mpsc;
 use std::task::Poll;
-use std::time::Instant;
 
-use common::{HANG, STRATEGIES, exclusive_device0, pattern, stream};
+use common::{HANG, STRATEGIES, exclusive_device0, pattern, stream, until};
 use npu_core::Error;
 use npu_mem::{DeviceBuffer, Memory, PinnedBuffer};
 use npu_sim::control;
 use npu_stream::Event;
 use tokio_test::task::spawn;
-
-/// Waits (spinning, with a hang detector) until another thread makes `done` true.
-fn until(what: &str, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + HANG;
-    while !done() {
-        assert!(Instant::now() < deadline, "hung waiting until {what}");
-        std::thread::yield_now();
-    }
-}
 
 #[test]
 fn spurious_polls_stay_pending_and_keep_one_registration() {

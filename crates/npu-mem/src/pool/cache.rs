@@ -196,10 +196,12 @@ impl<S: Source> Cache<S> {
         mut alloc: impl FnMut(usize) -> Result<S::Block>,
     ) -> Result<usize> {
         let class = self.class_for(api, bytes)?;
-        let mut blocks = Vec::with_capacity(count);
+        let total = Self::reserved_bytes(api, count, class)?;
+        // Grown as blocks arrive: `count` itself may be far more than memory could hold.
+        let mut blocks = Vec::new();
         let outcome = loop {
             if blocks.len() == count {
-                break Ok(count * class);
+                break Ok(total);
             }
             let Some(granted) = self.try_grant(class) else {
                 break Err(Self::no_room(api, blocks.len(), count, bytes));
@@ -215,6 +217,15 @@ impl<S: Source> Cache<S> {
             self.returned(block);
         }
         outcome
+    }
+
+    /// The bytes `count` blocks of `class` bytes take, or an error naming `count` when that
+    /// cannot even be represented (no device could ever hold it).
+    pub fn reserved_bytes(api: &'static str, count: usize, class: usize) -> Result<usize> {
+        count.checked_mul(class).ok_or_else(|| {
+            let rule = format!("{count} blocks of {class} bytes overflow the address space");
+            Error::invalid(api, "count", rule)
+        })
     }
 
     /// The error of a `reserve` that found room for only `room` of `count` blocks.

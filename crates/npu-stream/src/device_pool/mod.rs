@@ -412,8 +412,9 @@ impl DevicePool {
     /// first requests do not pay for them. Returns the bytes of the blocks it reserved.
     ///
     /// Fails like [`alloc`](DevicePool::alloc) for a bad size or stream, and with
-    /// [`Error::InvalidArgument`] when the capacity leaves no room for `count` blocks; the
-    /// blocks allocated before that stay cached.
+    /// [`Error::InvalidArgument`] when the capacity leaves no room for `count` blocks (the
+    /// blocks allocated before that stay cached) or when `count` blocks would not even fit in
+    /// the address space (refused before allocating any).
     ///
     /// ```
     /// use npu_core::Device;
@@ -438,11 +439,13 @@ impl DevicePool {
                 .cache
                 .reserve(API, count, bytes, |class| self.malloc_now(class));
         }
-        // Stream-ordered allocations are awaited one by one, then cached together.
-        let mut blocks = Vec::with_capacity(count);
+        let total = Cache::<DeviceSource>::reserved_bytes(API, count, class)?;
+        // Stream-ordered allocations are awaited one by one, then cached together; the list
+        // grows as they arrive, as `count` may be far more than memory could hold.
+        let mut blocks = Vec::new();
         let outcome = loop {
             if blocks.len() == count {
-                break Ok(count * class);
+                break Ok(total);
             }
             let block = match self.cache.try_grant(class) {
                 None => {

@@ -22,7 +22,10 @@ pub(crate) fn timeout_seconds(api: &'static str, timeout: Duration, max: u64) ->
             "must be at least 1 ns (ACL reads a zero timeout as waiting for ever)",
         ));
     }
-    let seconds = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
+    // Saturating: `Duration::MAX` rounded up must be refused as over the limit, not wrap.
+    let seconds = timeout
+        .as_secs()
+        .saturating_add(u64::from(timeout.subsec_nanos() > 0));
     if seconds > max {
         let rule = format!("{timeout:?} exceeds ACL's limit of {max} seconds");
         return Err(Error::invalid(api, "timeout", rule));
@@ -53,5 +56,10 @@ mod tests {
         assert!(zero.to_string().contains("waiting for ever"), "{zero}");
         let long = timeout_seconds("t", Duration::from_secs(max + 1), max).unwrap_err();
         assert!(long.to_string().contains("exceeds ACL's limit"), "{long}");
+        let longest = timeout_seconds("t", Duration::MAX, max).unwrap_err();
+        assert!(
+            longest.to_string().contains("exceeds ACL's limit"),
+            "{longest}"
+        );
     }
 }

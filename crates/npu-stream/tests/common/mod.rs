@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use npu_core::{AclCode, BackendChoice, Context, Error, Runtime};
-use npu_stream::{Strategy, Stream};
+use npu_stream::{DevicePoolBackend, Strategy, Stream};
 
 // The runtime helpers (and the path of npu-sim's cdylib) are npu-core's, reused as they are.
 #[path = "../../../npu-core/tests/common/mod.rs"]
@@ -25,6 +25,17 @@ pub const STRATEGIES: [Strategy; 3] = [
     Strategy::CallbackThread,
     Strategy::BlockingSync,
 ];
+
+/// Both device-pool backends.
+const BACKENDS: [DevicePoolBackend; 2] =
+    [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching];
+
+/// Every device-pool backend under every strategy.
+pub fn cases() -> impl Iterator<Item = (DevicePoolBackend, Strategy)> {
+    BACKENDS
+        .into_iter()
+        .flat_map(|backend| STRATEGIES.map(|strategy| (backend, strategy)))
+}
 
 /// The in-process simulator, which `npu_sim::control` steers.
 pub fn in_process() -> Runtime {
@@ -53,6 +64,19 @@ pub fn stream(context: &Context, strategy: Strategy) -> Stream {
 
 /// A hang detector, not a synchronisation: every awaited operation must finish long before.
 pub const HANG: Duration = Duration::from_secs(60);
+
+/// Waits (spinning, with a hang detector) until another thread makes `done` true: for state
+/// that no completion orders with the test's thread (a callback thread winding down).
+pub fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + HANG;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hung waiting until {what}"
+        );
+        std::thread::yield_now();
+    }
+}
 
 /// Runs `future` to completion on a current-thread Tokio runtime, failing the test if it has
 /// not finished after [`HANG`].
