@@ -291,6 +291,16 @@ impl Runtime {
         self.inner.loaded.faults.claim(device, stream_id, code)
     }
 
+    /// The latest fault the exception callback recorded on `device`, if its code is `code`.
+    ///
+    /// In STOP mode one fault stops the whole context, and the runtime then refuses work on
+    /// every stream of it with that fault's code: a refused submission on a stream with no
+    /// fault of its own carries this one. Shared with npu-stream; not part of the API.
+    #[doc(hidden)]
+    pub fn latest_fault(&self, device: u32, code: AclCode) -> Option<crate::DeviceFault> {
+        self.inner.loaded.faults.latest(device, code)
+    }
+
     /// Calls `on_fault` whenever the runtime's exception callback reports a task failure on
     /// stream `stream_id` of device `device`, whose handle is `stream`, until the returned
     /// watch is dropped (a newer watch of the same stream id replaces it). Faults recorded

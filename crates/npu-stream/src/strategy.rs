@@ -188,11 +188,29 @@ pub(crate) fn attribute(stream: &StreamShared, err: Error, api: &'static str) ->
 /// a query, or a submission refused because the failure stopped the context), so it has run
 /// by the time npu-rs learns of the failure, whenever the runtime reports one at all.
 pub(crate) fn with_fault(stream: &StreamShared, err: Error) -> Error {
+    attach_fault(stream, err, false)
+}
+
+/// [`with_fault`] for a submission the runtime refused: a context that a fault on another of
+/// its streams stopped refuses work on this one with that fault's code, so without a fault of
+/// this stream's own the error carries the device's latest one of that code.
+pub(crate) fn with_stopping_fault(stream: &StreamShared, err: Error) -> Error {
+    attach_fault(stream, err, true)
+}
+
+fn attach_fault(stream: &StreamShared, err: Error, refused: bool) -> Error {
     match err {
         Error::Acl(acl) if acl.fault.is_none() => {
             let device = stream.context.device_id();
             let runtime = stream.context.runtime();
-            Error::Acl(match runtime.claim_fault(device, stream.id, acl.code) {
+            let fault = runtime
+                .claim_fault(device, stream.id, acl.code)
+                .or_else(|| {
+                    refused
+                        .then(|| runtime.latest_fault(device, acl.code))
+                        .flatten()
+                });
+            Error::Acl(match fault {
                 Some(fault) => acl.with_fault(fault),
                 None => acl,
             })

@@ -651,7 +651,7 @@ impl Stream {
             // The device never saw the work: nothing to wait for. A context that a fault
             // stopped refuses it with the fault's code, and the error says which fault.
             Err(Submission::Rejected(completer, err)) => {
-                completer.complete(Err(strategy::with_fault(&self.shared, err)));
+                completer.complete(Err(strategy::with_stopping_fault(&self.shared, err)));
             }
             // The device may run it: it completes once the stream has drained. A stream that a
             // fault of this very operation stopped refuses the event record after it: the

@@ -139,6 +139,28 @@ fn every_operation_a_fault_stopped_carries_the_fault_in_stop_mode() {
     }
 }
 
+/// STOP stops the whole context: work on a second stream, which had no fault of its own, is
+/// refused with the fault's code and carries the fault that stopped the context.
+#[test]
+fn a_stopped_contexts_other_streams_carry_the_fault_that_stopped_it() {
+    let _serial = serial();
+    for strategy in STRATEGIES {
+        let ctx = in_process().device(1).unwrap().create_context().unwrap();
+        let (s, other) = (stream(&ctx, strategy), stream(&ctx, strategy));
+        s.set_failure_mode(FailureMode::Stop).unwrap();
+        let code = ffi::ACL_ERROR_RT_AICORE_EXCEPTION;
+        control::fail_task(s.as_raw(), nth_task(strategy, 0), code).unwrap();
+        run(async {
+            let want = expected(&s, 0, code, FaultKind::Other);
+            let failed = memset(&s, &ctx, 1).await.unwrap_err();
+            check(&s, failed.fault(), &want);
+            let refused = memset(&other, &ctx, 2).await.unwrap_err();
+            assert_eq!(refused.acl_code(), Some(AclCode(code)), "{strategy:?}");
+            check(&s, refused.fault(), &want);
+        });
+    }
+}
+
 /// The stream-state callback forgets a destroyed stream's faults, so a stream that gets its
 /// id next does not inherit them. Raw ACL: npu-stream's own operations claim every fault.
 #[test]

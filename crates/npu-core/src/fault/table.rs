@@ -22,6 +22,9 @@ type Key = (u32, u64);
 #[derive(Default)]
 pub(crate) struct FaultTable {
     streams: Mutex<HashMap<Key, StreamFaults>>,
+    /// Each device's latest fault: in STOP mode it stopped the context, and the context then
+    /// refuses work on every stream, not only on the one that faulted.
+    latest: Mutex<HashMap<u32, DeviceFault>>,
     next_token: AtomicU64,
 }
 
@@ -39,12 +42,22 @@ struct Recorded {
 
 impl FaultTable {
     fn lock(&self) -> MutexGuard<'_, HashMap<Key, StreamFaults>> {
-        self.streams.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.streams)
+    }
+
+    /// The latest fault on `device`, if its code is `code`: what refused a submission with
+    /// that code on a stream that had no fault of its own (a context a fault stopped).
+    pub(crate) fn latest(&self, device: u32, code: AclCode) -> Option<DeviceFault> {
+        lock(&self.latest)
+            .get(&device)
+            .filter(|fault| fault.code == code)
+            .cloned()
     }
 
     /// Records a fault and tells the stream's watcher, outside the lock.
     pub(crate) fn record(&self, fault: DeviceFault) {
         let key = (fault.device_id, u64::from(fault.stream_id));
+        lock(&self.latest).insert(fault.device_id, fault.clone());
         let listener = {
             let mut streams = self.lock();
             let entry = streams.entry(key).or_default();
@@ -126,6 +139,10 @@ impl FaultTable {
             token,
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Watches one stream for faults (see `Runtime::watch_faults`); dropping it stops the calls.
@@ -212,6 +229,10 @@ mod tests {
         assert_eq!(claim(507015), Some(2), "a stopped stream's later failures");
         assert_eq!(claim(100000), None, "no fault has that code");
         assert_eq!(table.claim(0, 5, AclCode(507015)), None, "another device");
+        let latest = |device, code| table.latest(device, AclCode(code)).map(|f| f.task_id);
+        assert_eq!(latest(1, 507013), Some(3), "the device's latest fault");
+        assert_eq!(latest(1, 507015), None, "the latest fault has another code");
+        assert_eq!(latest(0, 507013), None, "another device");
         table.record(DeviceFault {
             device_id: 2,
             ..fault(4, 507015)
