@@ -78,9 +78,7 @@ impl<T: Pod> Drop for PooledBuffer<T> {
     fn drop(&mut self) {
         // SAFETY: `drop` runs once and nothing reads `block` afterwards.
         let block = unsafe { ManuallyDrop::take(&mut self.block) };
-        let shared = self.shared.clone();
-        shared.retire(block.bytes());
-        self.uses.release(move || shared.returned(block));
+        self.shared.give_back(block, &self.uses);
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, ready};
 use std::time::Instant;
 
-use npu_core::{Error, Result};
+use npu_core::{Error, Result, UseList};
 use tokio::sync::oneshot;
 
 use super::size_class::size_class;
@@ -172,9 +172,18 @@ impl<S: Source> Cache<S> {
 
     /// A block's owner dropped it: it is awaiting its operations until
     /// [`returned`](Cache::returned).
-    pub fn retire(&self, class: usize) {
+    fn retire(&self, class: usize) {
         // Bookkeeping only (nothing it frees can serve a waiter), so no `update`.
         self.lock().retire(class);
+    }
+
+    /// A block's owner dropped it while `uses` may still be running on the device: it is
+    /// retired now and returned once every use has completed. What both pools' buffers do on
+    /// drop.
+    pub fn give_back(self: &Arc<Self>, block: S::Block, uses: &UseList) {
+        self.retire(S::block_bytes(&block));
+        let cache = self.clone();
+        uses.release(move || cache.returned(block));
     }
 
     /// A retired block's operations have completed (the device is done with it, whether they

@@ -133,9 +133,7 @@ impl<T: Pod> Drop for PooledDeviceBuffer<T> {
     fn drop(&mut self) {
         // SAFETY: `drop` runs once and nothing reads `block` afterwards.
         let block = unsafe { ManuallyDrop::take(&mut self.block) };
-        let pool = self.pool.clone();
-        pool.retire(block.bytes);
-        self.uses.release(move || pool.returned(block));
+        self.pool.give_back(block, &self.uses);
     }
 }
 
