@@ -29,6 +29,7 @@ use super::Completion;
 ///
 /// let freed = Arc::new(AtomicBool::new(false));
 /// let flag = freed.clone();
+/// let mut uses = uses; // as in a `Drop`, which has the only access left
 /// uses.release(move || flag.store(true, Ordering::SeqCst));
 /// assert!(!freed.load(Ordering::SeqCst), "still in use");
 /// op.complete(Ok(()));
@@ -126,25 +127,47 @@ impl UseList {
         uses.pending.clone()
     }
 
+    /// Whether every recorded operation has completed. It takes `&mut self`, as a resource's
+    /// `Drop` has it, so that no new use can be recorded after the answer: `true` stays true.
+    ///
+    /// ```
+    /// use npu_core::{Completer, UseList};
+    ///
+    /// let mut uses = UseList::new();
+    /// assert!(uses.is_idle());
+    /// // SAFETY: no device work stands behind this completion.
+    /// let op = unsafe { Completer::new() };
+    /// uses.record(&op.completion());
+    /// assert!(!uses.is_idle());
+    /// op.complete(Ok(()));
+    /// assert!(uses.is_idle());
+    /// ```
+    pub fn is_idle(&mut self) -> bool {
+        let uses = self.uses_mut();
+        uses.prune();
+        uses.pending.is_empty()
+    }
+
     /// Runs `release` once every recorded operation has completed.
     ///
     /// With nothing pending it runs at once on this thread; otherwise on the reaper thread
     /// after the last one. `release` must not block: it may run on the reaper, which every
     /// deferred release shares (freeing memory with the runtime's immediate calls, returning a
-    /// block to a pool).
+    /// block to a pool). It takes `&mut self` because it is a resource's last word, said from
+    /// its `Drop`: nothing can record a use while it runs.
     ///
     /// ```
     /// use npu_core::UseList;
     ///
-    /// let uses = UseList::new();
+    /// let mut uses = UseList::new();
     /// let (tx, rx) = std::sync::mpsc::channel();
     /// uses.release(move || tx.send("released").unwrap());
     /// // Nothing was pending, so the release already ran, on this thread.
     /// assert_eq!(rx.try_recv(), Ok("released"));
     /// ```
-    pub fn release(&self, release: impl FnOnce() + Send + 'static) {
+    pub fn release(&mut self, release: impl FnOnce() + Send + 'static) {
         let pending = {
-            let mut uses = self.lock();
+            let uses = self.uses_mut();
             uses.prune();
             std::mem::take(&mut uses.pending)
         };
@@ -166,6 +189,12 @@ impl UseList {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Uses> {
         self.uses.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The list without locking: exclusive access needs no atomic operation, which keeps a
+    /// pooled buffer's drop cheap.
+    fn uses_mut(&mut self) -> &mut Uses {
+        self.uses.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -215,7 +244,7 @@ mod tests {
     }
 
     /// Releases `uses` into a channel that receives the releasing thread's name.
-    fn released(uses: &UseList) -> std::sync::mpsc::Receiver<Option<String>> {
+    fn released(uses: &mut UseList) -> std::sync::mpsc::Receiver<Option<String>> {
         let (tx, rx) = std::sync::mpsc::channel();
         uses.release(move || {
             let thread = std::thread::current().name().map(str::to_owned);
@@ -226,11 +255,11 @@ mod tests {
 
     #[test]
     fn release_waits_for_every_use() {
-        let uses = UseList::new();
+        let mut uses = UseList::new();
         let (a, b) = (pending(), pending());
         uses.record(&a.completion());
         uses.record(&b.completion());
-        let rx = released(&uses);
+        let rx = released(&mut uses);
         a.complete(Ok(()));
         assert!(rx.try_recv().is_err(), "one use is still pending");
         b.complete(Ok(()));
@@ -239,7 +268,7 @@ mod tests {
 
     #[test]
     fn release_without_pending_uses_runs_inline() {
-        let uses = UseList::new();
+        let mut uses = UseList::new();
         let done = pending();
         uses.record(&done.completion());
         done.complete(Ok(()));
@@ -263,11 +292,11 @@ mod tests {
 
     #[test]
     fn a_failed_use_releases_like_a_successful_one() {
-        let uses = UseList::new();
+        let mut uses = UseList::new();
         let (failed, later) = (pending(), pending());
         uses.record(&failed.completion());
         uses.record(&later.completion());
-        let rx = released(&uses);
+        let rx = released(&mut uses);
         failed.complete(Err(AclError::new(
             "aclrtMemcpyAsync",
             AclCode(507015),
@@ -281,7 +310,7 @@ mod tests {
 
     #[test]
     fn an_abandoned_use_leaks_the_resource() {
-        let uses = UseList::new();
+        let mut uses = UseList::new();
         let lost = pending();
         uses.record(&lost.completion());
         let ran = Arc::new(AtomicBool::new(false));

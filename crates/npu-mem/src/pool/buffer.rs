@@ -78,7 +78,7 @@ impl<T: Pod> Drop for PooledBuffer<T> {
     fn drop(&mut self) {
         // SAFETY: `drop` runs once and nothing reads `block` afterwards.
         let block = unsafe { ManuallyDrop::take(&mut self.block) };
-        self.shared.give_back(block, &self.uses);
+        self.shared.give_back(block, &mut self.uses);
     }
 }
 

@@ -101,6 +101,9 @@ impl<S: Source> Cache<S> {
     /// A cached block of `class`, or room to allocate one, without waiting: `None` while the
     /// capacity is full or anyone else waits.
     pub fn try_grant(self: &Arc<Self>, class: usize) -> Option<Granted<S::Block>> {
+        if let Some(block) = self.lock().take_cached(class) {
+            return Some(Granted::Block(block));
+        }
         self.update(|state, evicted| state.try_request(class, evicted))
     }
 
@@ -108,6 +111,10 @@ impl<S: Source> Cache<S> {
     /// capacity is full. Cancel-safe: dropping the future leaves the queue and hands back a
     /// grant already on its way.
     pub async fn grant(self: &Arc<Self>, class: usize) -> Result<Granted<S::Block>> {
+        // The common case, a hit with nobody waiting, takes one short critical section.
+        if let Some(block) = self.lock().take_cached(class) {
+            return Ok(Granted::Block(block));
+        }
         let answer = self.update(|state, evicted| {
             state.try_request(class, evicted).ok_or_else(|| {
                 let (reply, receiver) = oneshot::channel();
@@ -180,8 +187,21 @@ impl<S: Source> Cache<S> {
     /// A block's owner dropped it while `uses` may still be running on the device: it is
     /// retired now and returned once every use has completed. What both pools' buffers do on
     /// drop.
-    pub fn give_back(self: &Arc<Self>, block: S::Block, uses: &UseList) {
-        self.retire(S::block_bytes(&block));
+    pub fn give_back(self: &Arc<Self>, block: S::Block, uses: &mut UseList) {
+        let class = S::block_bytes(&block);
+        // Idle stays idle (the owner is being dropped), so the block goes straight back: one
+        // lock, no deferral.
+        if uses.is_idle() {
+            let mut state = self.lock();
+            state.released(block, class);
+            if state.has_waiters() {
+                drop(state);
+                // Serve whoever the block (or its room) can now satisfy.
+                self.update(|_, _| ());
+            }
+            return;
+        }
+        self.retire(class);
         let cache = self.clone();
         uses.release(move || cache.returned(block));
     }
@@ -222,8 +242,7 @@ impl<S: Source> Cache<S> {
         };
         // Never handed out, so nothing used them: straight to the free list.
         for block in blocks {
-            self.retire(class);
-            self.returned(block);
+            self.update(|state, _| state.released(block, class));
         }
         outcome
     }

@@ -107,14 +107,34 @@ impl<B, W> State<B, W> {
         id
     }
 
+    /// A cached block of `class` if one is free and nobody waits (the fast path of a hit:
+    /// nothing to evict, nobody to serve).
+    pub(crate) fn take_cached(&mut self, class: usize) -> Option<B> {
+        if !self.waiters.is_empty() {
+            return None;
+        }
+        let block = self.free.get_mut(&class)?.pop()?;
+        self.counted_hit(class);
+        Some(block)
+    }
+
+    /// Whether any request waits for capacity.
+    pub(crate) fn has_waiters(&self) -> bool {
+        !self.waiters.is_empty()
+    }
+
+    fn counted_hit(&mut self, class: usize) {
+        self.counts.cached -= class;
+        self.counts.allocated += class;
+        self.counts.hits += 1;
+        self.counts.note_peaks();
+    }
+
     /// A cached block of `class`, or room for a new one (evicting cached blocks of other
     /// classes if that makes room), or nothing.
     fn grant(&mut self, class: usize, evicted: &mut Vec<B>) -> Option<Granted<B>> {
         if let Some(block) = self.free.get_mut(&class).and_then(Vec::pop) {
-            self.counts.cached -= class;
-            self.counts.allocated += class;
-            self.counts.hits += 1;
-            self.counts.note_peaks();
+            self.counted_hit(class);
             return Some(Granted::Block(block));
         }
         if !self.make_room(class, evicted) {
@@ -178,6 +198,12 @@ impl<B, W> State<B, W> {
         self.counts.allocated -= class;
         self.counts.awaiting_bytes += class;
         self.counts.awaiting_blocks += 1;
+    }
+
+    /// A block in use came back with no operation pending on it: cache it for reuse.
+    pub(crate) fn released(&mut self, block: B, class: usize) {
+        self.counts.allocated -= class;
+        self.cache(block, class);
     }
 
     /// A grant whose requester went away before taking it.
@@ -275,6 +301,19 @@ mod tests {
     fn free_block(state: &mut Test, label: u32, class: usize) {
         state.retire(class);
         state.returned(label, class);
+    }
+
+    #[test]
+    fn a_block_released_idle_is_cached_at_once() {
+        let mut state = Test::new(None);
+        fresh(&mut state, MIB);
+        state.released(4, MIB);
+        let counts = state.counts();
+        assert_eq!(
+            (counts.allocated, counts.cached, counts.awaiting_blocks),
+            (0, MIB, 0)
+        );
+        assert_eq!(granted(&mut state, MIB, &mut Vec::new()), Granted::Block(4));
     }
 
     #[test]

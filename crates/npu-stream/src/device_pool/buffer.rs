@@ -133,7 +133,7 @@ impl<T: Pod> Drop for PooledDeviceBuffer<T> {
     fn drop(&mut self) {
         // SAFETY: `drop` runs once and nothing reads `block` afterwards.
         let block = unsafe { ManuallyDrop::take(&mut self.block) };
-        self.pool.give_back(block, &self.uses);
+        self.pool.give_back(block, &mut self.uses);
     }
 }
 

@@ -362,8 +362,10 @@ impl DevicePool {
         let class = self.check::<T>("DevicePool::alloc", stream, len)?;
         let granted = self.cache.grant(class).await?;
         let block = match granted {
+            // Boxed: the awaited allocation is a whole stream operation, and carrying it
+            // inline would make every `alloc` future, hits included, several times larger.
             Granted::Room(class) if self.cache.source().stream_ordered() => {
-                self.malloc_on(stream, class).await?
+                Box::pin(self.malloc_on(stream, class)).await?
             }
             granted => self.cache.fill(granted, |class| self.malloc_now(class))?,
         };
