@@ -1,5 +1,6 @@
-//! The simulator's own costs: an empty async task round trip, and copy throughput against a
-//! plain `memcpy` measured in the same run.
+//! The simulator's own costs: an empty async task round trip, what a completion check costs
+//! against a completion-word write (the trade a flag-write strategy would make), and copy
+//! throughput against a plain `memcpy` measured in the same run.
 
 use std::ffi::c_void;
 use std::hint::black_box;
@@ -31,6 +32,7 @@ pub fn run(table: &mut Table) {
         let mut stream = ptr::null_mut();
         check(aclrtCreateStream(&mut stream), "aclrtCreateStream");
         round_trip(table, stream);
+        flag_write_costs(table, stream);
         copy_throughput(table, stream);
         check(aclrtDestroyStream(stream), "aclrtDestroyStream");
         check(aclrtResetDevice(0), "aclrtResetDevice");
@@ -70,6 +72,75 @@ unsafe fn round_trip(table: &mut Table, stream: aclrtStream) {
             "empty task round trip (record + query until complete), median",
             format!("{:.2} µs", micros(median)),
             format!("{ITERATIONS} iterations"),
+        );
+    }
+}
+
+/// What a flag-write strategy would trade: the event queries the reactor makes per completed
+/// operation (the stream section counts them) against one more submission per operation, an
+/// `aclrtValueWrite` of a completion word, and the device task that runs it. Medians of rounds
+/// of `BATCH` calls each: queries of an event that has completed, and value writes submitted to
+/// an idle stream (timed alone, then with the stream drained so the tasks' execution counts).
+///
+/// # Safety
+/// `stream` must be a live stream of the current context.
+unsafe fn flag_write_costs(table: &mut Table, stream: aclrtStream) {
+    const ROUNDS: usize = 201;
+    const BATCH: u32 = 100;
+    // SAFETY: valid out pointers, a live stream (caller's contract), and an 8-byte device word
+    // that outlives every write (the stream is drained before it is freed).
+    unsafe {
+        let mut event = ptr::null_mut();
+        check(
+            aclrtCreateEventExWithFlag(&mut event, 0),
+            "aclrtCreateEventExWithFlag",
+        );
+        check(aclrtRecordEvent(event, stream), "aclrtRecordEvent");
+        check(aclrtSynchronizeEvent(event), "aclrtSynchronizeEvent");
+        let mut word = ptr::null_mut::<c_void>();
+        check(aclrtMalloc(&mut word, 8, 0), "aclrtMalloc");
+
+        let (mut queries, mut submits, mut writes) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..ROUNDS {
+            let start = Instant::now();
+            for _ in 0..BATCH {
+                let mut status: aclrtEventRecordedStatus = 0;
+                check(
+                    aclrtQueryEventStatus(event, &mut status),
+                    "aclrtQueryEventStatus",
+                );
+                black_box(status);
+            }
+            queries.push(start.elapsed() / BATCH);
+
+            let start = Instant::now();
+            for value in 0..u64::from(BATCH) {
+                let value = round as u64 * u64::from(BATCH) + value;
+                check(aclrtValueWrite(word, value, 0, stream), "aclrtValueWrite");
+            }
+            submits.push(start.elapsed() / BATCH);
+            check(aclrtSynchronizeStream(stream), "aclrtSynchronizeStream");
+            writes.push(start.elapsed() / BATCH);
+        }
+        check(aclrtFree(word), "aclrtFree");
+        check(aclrtDestroyEvent(event), "aclrtDestroyEvent");
+        let query = percentile(&mut queries, 0.5);
+        let submit = percentile(&mut submits, 0.5);
+        let write = percentile(&mut writes, 0.5);
+        table.push(
+            SECTION,
+            "aclrtQueryEventStatus of a completed event, per call, median",
+            format!("{:.3} µs", micros(query)),
+            format!("{ROUNDS} rounds of {BATCH}"),
+        );
+        table.push(
+            SECTION,
+            "aclrtValueWrite of a completion word: submit / submit + run, per call, median",
+            format!("{:.3} / {:.3} µs", micros(submit), micros(write)),
+            format!(
+                "one write costs {:.1} queries; the reactor's queries per completion are below",
+                write.as_secs_f64() / query.as_secs_f64()
+            ),
         );
     }
 }
