@@ -85,6 +85,16 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtKernelArgsGetPlaceHolderBuffer",
     "aclrtKernelArgsParaUpdate",
     "aclrtKernelArgsFinalize",
+    // More kernel loading and launching
+    "aclrtCreateBinary",
+    "aclrtDestroyBinary",
+    "aclrtBinaryLoad",
+    "aclrtBinaryGetFunctionByEntry",
+    "aclrtFunctionGetBinary",
+    "aclrtGetFunctionName",
+    "aclrtGetFunctionAddr",
+    "aclrtLaunchKernelV2",
+    "aclrtBinarySetExceptionCallback",
     // Devices and information
     "aclrtSetDeviceResLimit",
     "aclrtGetDeviceResLimit",
@@ -138,6 +148,7 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtProcessHostFunc",
     "aclrtUnSubscribeHostFunc",
     // Memory (simmem).
+    "aclrtCheckMemType",
     "aclrtMemsetD32",
     "aclrtMemsetD32Async",
     "aclrtMemGetAddressRange",

@@ -12,7 +12,7 @@ use crate::device::Device;
 use crate::error::{Res, fail};
 use crate::event::Event;
 use crate::handle::{HandleTable, Kind};
-use crate::kernel::{ArgsBuilder, Binary, Function, ParamRef};
+use crate::kernel::{ArgsBuilder, Binary, BinaryData, Function, ParamRef};
 use crate::memory::MemoryMap;
 use crate::notify::Notify;
 use crate::pool::Pools;
@@ -27,6 +27,7 @@ pub(crate) struct Sim {
     pub(crate) streams: HandleTable<Stream>,
     pub(crate) events: HandleTable<Event>,
     pub(crate) binaries: HandleTable<Binary>,
+    pub(crate) binary_data: HandleTable<BinaryData>,
     pub(crate) functions: HandleTable<Function>,
     pub(crate) args: HandleTable<ArgsBuilder>,
     pub(crate) params: HandleTable<ParamRef>,
@@ -61,6 +62,7 @@ impl Sim {
             streams: HandleTable::new(Kind::Stream),
             events: HandleTable::new(Kind::Event),
             binaries: HandleTable::new(Kind::Binary),
+            binary_data: HandleTable::new(Kind::BinaryData),
             functions: HandleTable::new(Kind::Function),
             args: HandleTable::new(Kind::Args),
             params: HandleTable::new(Kind::Param),

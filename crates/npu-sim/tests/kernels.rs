@@ -429,3 +429,129 @@ fn kernels_registered_from_c_declare_their_argument_size() {
     acl!(aclrtSynchronizeStream(ptr::null_mut()));
     assert_eq!(download::<u32>(out, 1), [3]);
 }
+
+/// Loads `bytes` through the older path: aclrtCreateBinary, then aclrtBinaryLoad.
+fn load_described(bytes: &[u8]) -> (aclrtBinary, aclrtBinHandle) {
+    // SAFETY: `bytes` stays alive until the load below has read it.
+    let binary = unsafe { aclrtCreateBinary(bytes.as_ptr().cast(), bytes.len()) };
+    assert!(!binary.is_null(), "{}", recent_message());
+    let mut bin = ptr::null_mut();
+    acl!(aclrtBinaryLoad(binary, &mut bin));
+    (binary, bin)
+}
+
+#[test]
+fn the_older_load_path_loads_what_the_data_describes() {
+    set_device(0);
+    let so = std::fs::read(kernel::LIBRARY_PATH).unwrap();
+    let image = kernel::registry_image(&[kernel::VECTOR_ADD_F32]);
+    for (path, bytes) in [("shared object", &so), ("registry image", &image)] {
+        let (binary, bin) = load_described(bytes);
+        // The loaded binary no longer needs its description.
+        acl!(aclrtDestroyBinary(binary));
+        assert_eq!(
+            code!(aclrtDestroyBinary(binary)),
+            ACL_ERROR_RT_INVALID_HANDLE
+        );
+        let add = function(bin, kernel::VECTOR_ADD_F32);
+        let inputs = AddInputs::new(10_001, 9);
+        let cfg = ptr::null_mut();
+        assert_eq!(launch(add, 4, ptr::null_mut(), &inputs.args, cfg), 0);
+        acl!(aclrtSynchronizeStream(ptr::null_mut()));
+        assert_eq!(inputs.result(), inputs.sum(), "{path}");
+        acl!(aclrtBinaryUnLoad(bin));
+    }
+}
+
+/// A C-ABI kernel registered below, whose address aclrtGetFunctionAddr must report.
+unsafe extern "C" fn addressed(_block: u32, _blocks: u32, _args: *mut c_void) -> i32 {
+    0
+}
+
+#[test]
+fn a_function_knows_its_binary_name_and_entry() {
+    set_device(1);
+    kernel::register_entry("addressed_kernel", addressed).unwrap();
+    let bin = registry_binary(&["addressed_kernel"]);
+    let func = function(bin, "addressed_kernel");
+    let mut owner = ptr::null_mut();
+    acl!(aclrtFunctionGetBinary(func, &mut owner));
+    assert_eq!(owner, bin);
+
+    let mut name = [0x55u8; 17];
+    // The name needs 17 bytes with its NUL: 16 are refused and nothing is written.
+    let short = code!(aclrtGetFunctionName(func, 16, name.as_mut_ptr().cast()));
+    assert_eq!(short, ACL_ERROR_RT_PARAM_INVALID);
+    assert!(recent_message().contains("aclrtGetFunctionName"));
+    assert_eq!(name, [0x55; 17]);
+    acl!(aclrtGetFunctionName(func, 17, name.as_mut_ptr().cast()));
+    assert_eq!(&name, b"addressed_kernel\0");
+
+    let (mut aic, mut aiv) = (ptr::null_mut(), ptr::null_mut());
+    acl!(aclrtGetFunctionAddr(func, &mut aic, &mut aiv));
+    let entry = addressed as unsafe extern "C" fn(u32, u32, *mut c_void) -> i32;
+    assert_eq!(
+        (aic as usize, aiv as usize),
+        (entry as usize, entry as usize)
+    );
+
+    // A shared object's kernel: its exported symbol.
+    let so = load_file(kernel::LIBRARY_PATH);
+    acl!(aclrtGetFunctionAddr(
+        function(so, kernel::SCALE_F32),
+        &mut aic,
+        &mut aiv
+    ));
+    // SAFETY: dlopen of a library already loaded returns it; dlsym only looks the symbol up.
+    let symbol = unsafe {
+        let path = c_string(kernel::LIBRARY_PATH);
+        let library = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        assert!(!library.is_null());
+        let symbol = libc::dlsym(library, c"scale_f32".as_ptr());
+        libc::dlclose(library);
+        symbol
+    };
+    assert_eq!((aic, aiv), (symbol, symbol));
+    acl!(aclrtBinaryUnLoad(so));
+    acl!(aclrtBinaryUnLoad(bin));
+    assert_eq!(
+        code!(aclrtFunctionGetBinary(func, &mut owner)),
+        ACL_ERROR_RT_INVALID_HANDLE
+    );
+}
+
+#[test]
+fn launch_kernel_v2_takes_device_arguments_and_a_configuration() {
+    set_device(0);
+    let bin = registry_binary(&[kernel::VECTOR_ADD_F32]);
+    let add = function(bin, kernel::VECTOR_ADD_F32);
+    let size = std::mem::size_of::<VectorAddArgs>();
+    let stream = create_stream();
+    for engine in [ACL_RT_ENGINE_TYPE_AIC, ACL_RT_ENGINE_TYPE_AIV] {
+        let inputs = AddInputs::new(5000, u64::from(engine) + 20);
+        let dargs = malloc(size);
+        upload(dargs, std::slice::from_ref(&inputs.args));
+        let mut attr = aiv_attr();
+        attr.value.engineType = engine;
+        let mut cfg = aclrtLaunchKernelCfg {
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        acl!(aclrtLaunchKernelV2(add, 3, dargs, size, &mut cfg, stream));
+        acl!(aclrtSynchronizeStream(stream));
+        assert_eq!(inputs.result(), inputs.sum(), "engine {engine}");
+    }
+    let inputs = AddInputs::new(77, 30);
+    let dargs = malloc(size);
+    upload(dargs, std::slice::from_ref(&inputs.args));
+    let no_cfg = ptr::null_mut();
+    acl!(aclrtLaunchKernelV2(add, 2, dargs, size, no_cfg, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(inputs.result(), inputs.sum(), "no configuration");
+    // Fewer bytes than the kernel declares are refused, as by aclrtLaunchKernel.
+    let short = code!(aclrtLaunchKernelV2(add, 1, dargs, 8, no_cfg, stream));
+    assert_eq!(short, ACL_ERROR_RT_PARAM_INVALID);
+    recent_message();
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtBinaryUnLoad(bin));
+}

@@ -368,3 +368,21 @@ fn engines_that_can_reach_registered_host_memory() {
         ACL_RT_HOST_MEM_MAP_NOT_SUPPORTED
     );
 }
+
+#[test]
+fn cached_memory_is_device_memory_and_cache_maintenance_keeps_it() {
+    install();
+    set_device(5);
+    let before = used(5);
+    let mut p = ptr::null_mut();
+    acl!(aclrtMallocCached(&mut p, 100, ACL_MEM_MALLOC_HUGE_FIRST));
+    assert_eq!(used(5) - before, 160, "accounted as aclrtMalloc: 128 + 32");
+    assert_eq!(attributes(p).location.type_, ACL_MEM_LOCATION_TYPE_DEVICE);
+    upload(p, &[7u8; 100]);
+    // Host and device see the same memory: flushing and invalidating change nothing.
+    acl!(aclrtMemFlush(p, 100));
+    acl!(aclrtMemInvalidate(p, 100));
+    assert_eq!(download::<u8>(p, 100), [7u8; 100]);
+    acl!(aclrtFree(p));
+    assert_eq!(used(5), before);
+}

@@ -552,3 +552,48 @@ fn error_paths() {
         "aclrtReleaseMemAddress"
     );
 }
+
+/// aclrtCheckMemType's answer for `addresses` and `mem_type`.
+fn check_mem_type(addresses: &[*mut c_void], mem_type: u32) -> u32 {
+    let mut list = addresses.to_vec();
+    let mut result = 99;
+    acl!(aclrtCheckMemType(
+        list.as_mut_ptr(),
+        list.len() as u32,
+        mem_type,
+        &mut result,
+        0
+    ));
+    result
+}
+
+#[test]
+fn memory_types_are_device_reserved_or_neither() {
+    install();
+    set_device(0);
+    let dev = malloc(4096);
+    let inside = dev.wrapping_byte_add(100);
+    let va = reserve(4 * MIB);
+    let mapped = reserve(2 * MIB);
+    let phys = physical(0, 2 * MIB);
+    acl!(aclrtMapMem(mapped, 2 * MIB, 0, phys, 0));
+    let host = malloc_host(64);
+    let (dev_type, rsvd) = (ACL_RT_MEM_TYPE_DEV, ACL_RT_MEM_TYPE_RSVD);
+    assert_eq!(check_mem_type(&[dev, inside], dev_type), 1);
+    assert_eq!(check_mem_type(&[dev], rsvd), 0);
+    assert_eq!(check_mem_type(&[dev], ACL_RT_MEM_TYPE_DVPP), 0);
+    // Reserved addresses are RSVD whether physical memory is mapped at them or not.
+    assert_eq!(check_mem_type(&[va, mapped], rsvd), 1);
+    assert_eq!(check_mem_type(&[mapped], dev_type), 0);
+    // A mixed list needs every type it holds.
+    assert_eq!(check_mem_type(&[dev, va], dev_type), 0);
+    assert_eq!(check_mem_type(&[dev, va], dev_type | rsvd), 1);
+    // Host memory is none of them.
+    assert_eq!(check_mem_type(&[dev, host], dev_type | rsvd), 0);
+    acl!(aclrtUnmapMem(mapped));
+    acl!(aclrtFreePhysical(phys));
+    acl!(aclrtReleaseMemAddress(mapped));
+    acl!(aclrtReleaseMemAddress(va));
+    acl!(aclrtFreeHost(host));
+    acl!(aclrtFree(dev));
+}

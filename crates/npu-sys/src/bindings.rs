@@ -175,6 +175,9 @@ pub const ACL_HOST_REG_PINNED: u32 = 268435456;
 pub const ACL_RT_BINARY_MAGIC_ELF_AICORE: u32 = 1129660997;
 pub const ACL_RT_BINARY_MAGIC_ELF_VECTOR_CORE: u32 = 1094799942;
 pub const ACL_RT_BINARY_MAGIC_ELF_CUBE_CORE: u32 = 1095320387;
+pub const ACL_RT_MEM_TYPE_DEV: u32 = 2;
+pub const ACL_RT_MEM_TYPE_DVPP: u32 = 8;
+pub const ACL_RT_MEM_TYPE_RSVD: u32 = 16;
 pub const ACL_DEV_FEATURE_SUPPORT: u32 = 1;
 pub const ACL_DEV_FEATURE_NOT_SUPPORT: u32 = 0;
 pub const ACL_RT_DEVS_TOPOLOGY_HCCS: u32 = 1;
@@ -858,6 +861,7 @@ impl Default for aclrtBinaryLoadOptions {
         }
     }
 }
+pub type aclrtBinary = *mut core::ffi::c_void;
 pub type aclrtBinHandle = *mut core::ffi::c_void;
 pub type aclrtFuncHandle = *mut core::ffi::c_void;
 pub type aclrtArgsHandle = *mut core::ffi::c_void;
@@ -1132,6 +1136,9 @@ impl Default for aclrtErrorInfo {
         }
     }
 }
+pub type aclrtOpExceptionCallback = ::std::option::Option<
+    unsafe extern "C" fn(exceptionInfo: *mut aclrtExceptionInfo, userData: *mut core::ffi::c_void),
+>;
 pub const ACL_MEM_ALLOCATION_TYPE_PINNED: aclrtMemAllocationType = 0;
 pub type aclrtMemAllocationType = core::ffi::c_uint;
 pub const ACL_MEM_HANDLE_TYPE_NONE: aclrtMemHandleType = 0;
@@ -1368,7 +1375,10 @@ macro_rules! for_each_acl_function {
                 fn aclrtSetCurrentContext(context: $crate::aclrtContext) -> $crate::aclError;
                 fn aclrtGetCurrentContext(context: *mut $crate::aclrtContext) -> $crate::aclError;
                 fn aclrtMalloc(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy) -> $crate::aclError;
+                fn aclrtMallocCached(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy) -> $crate::aclError;
                 fn aclrtFree(devPtr: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtMemFlush(devPtr: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
+                fn aclrtMemInvalidate(devPtr: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
                 fn aclrtMallocHost(hostPtr: *mut *mut core::ffi::c_void, size: usize) -> $crate::aclError;
                 fn aclrtFreeHost(hostPtr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtMemset(devPtr: *mut core::ffi::c_void, maxCount: usize, value: i32, count: usize) -> $crate::aclError;
@@ -1422,6 +1432,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtMallocAlign32(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy) -> $crate::aclError;
                 fn aclrtMallocWithCfg(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy, cfg: *mut $crate::aclrtMallocConfig) -> $crate::aclError;
                 fn aclrtFreeWithDevSync(devPtr: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtCheckMemType(addrList: *mut *mut core::ffi::c_void, size: u32, memType: u32, checkResult: *mut u32, reserve: u32) -> $crate::aclError;
                 fn aclrtMallocHostWithCfg(ptr: *mut *mut core::ffi::c_void, size: u64, cfg: *mut $crate::aclrtMallocConfig) -> $crate::aclError;
                 fn aclrtFreeHostWithDevSync(hostPtr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtHostRegister(ptr: *mut core::ffi::c_void, size: u64, type_: $crate::aclrtHostRegisterType, devPtr: *mut *mut core::ffi::c_void) -> $crate::aclError;
@@ -1445,9 +1456,17 @@ macro_rules! for_each_acl_function {
                 fn aclrtLaunchHostFunc(stream: $crate::aclrtStream, fn_: $crate::aclrtHostFunc, args: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtBinaryLoadFromFile(binPath: *const core::ffi::c_char, options: *mut $crate::aclrtBinaryLoadOptions, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtBinaryLoadFromData(data: *const core::ffi::c_void, length: usize, options: *const $crate::aclrtBinaryLoadOptions, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
+                fn aclrtCreateBinary(data: *const core::ffi::c_void, dataLen: usize) -> $crate::aclrtBinary;
+                fn aclrtDestroyBinary(binary: $crate::aclrtBinary) -> $crate::aclError;
+                fn aclrtBinaryLoad(binary: $crate::aclrtBinary, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtBinaryUnLoad(binHandle: $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtBinaryGetFunction(binHandle: $crate::aclrtBinHandle, kernelName: *const core::ffi::c_char, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
+                fn aclrtBinaryGetFunctionByEntry(binHandle: $crate::aclrtBinHandle, funcEntry: u64, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
+                fn aclrtFunctionGetBinary(funcHandle: $crate::aclrtFuncHandle, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
+                fn aclrtGetFunctionName(funcHandle: $crate::aclrtFuncHandle, maxLen: u32, name: *mut core::ffi::c_char) -> $crate::aclError;
+                fn aclrtGetFunctionAddr(funcHandle: $crate::aclrtFuncHandle, aicAddr: *mut *mut core::ffi::c_void, aivAddr: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtLaunchKernel(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, argsData: *const core::ffi::c_void, argsSize: usize, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtLaunchKernelV2(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, argsData: *const core::ffi::c_void, argsSize: usize, cfg: *mut $crate::aclrtLaunchKernelCfg, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtLaunchKernelWithHostArgs(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, hostArgs: *mut core::ffi::c_void, argsSize: usize, placeHolderArray: *mut $crate::aclrtPlaceHolderInfo, placeHolderNum: usize) -> $crate::aclError;
                 fn aclrtLaunchKernelWithConfig(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, argsHandle: $crate::aclrtArgsHandle, reserve: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtKernelArgsInit(funcHandle: $crate::aclrtFuncHandle, argsHandle: *mut $crate::aclrtArgsHandle) -> $crate::aclError;
@@ -1499,6 +1518,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetErrorCodeFromExceptionInfo(info: *const $crate::aclrtExceptionInfo) -> u32;
                 fn aclrtGetArgsFromExceptionInfo(info: *const $crate::aclrtExceptionInfo, devArgsPtr: *mut *mut core::ffi::c_void, devArgsLen: *mut u32) -> $crate::aclError;
                 fn aclrtGetFuncHandleFromExceptionInfo(info: *const $crate::aclrtExceptionInfo, func: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
+                fn aclrtBinarySetExceptionCallback(binHandle: $crate::aclrtBinHandle, callback: $crate::aclrtOpExceptionCallback, userData: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtGetErrorVerbose(deviceId: i32, errorInfo: *mut $crate::aclrtErrorInfo) -> $crate::aclError;
                 fn aclrtSubscribeHostFunc(hostFuncThreadId: u64, exeStream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtProcessHostFunc(timeout: i32) -> $crate::aclError;

@@ -24,7 +24,7 @@ fn check_options(options: *const aclrtBinaryLoadOptions) -> Res<()> {
     Ok(())
 }
 
-fn store_binary(binary: Binary, out: *mut aclrtBinHandle) -> Res<()> {
+pub(super) fn store_binary(binary: Binary, out: *mut aclrtBinHandle) -> Res<()> {
     let handle = sim()?.binaries.insert(Arc::new(binary))?;
     write_out(out, "binHandle", handle::to_ptr(handle))
 }
@@ -128,7 +128,8 @@ pub unsafe extern "C" fn aclrtBinaryGetFunction(
         {
             Some(handle) => handle,
             None => {
-                let handle = sim.functions.insert(Arc::new(binary.function(name)?))?;
+                let function = binary.function(name, handle::from_ptr(binHandle))?;
+                let handle = sim.functions.insert(Arc::new(function))?;
                 binary.remember(name, handle);
                 handle
             }
@@ -194,6 +195,50 @@ fn submit_launch(
     stream.submit(Task::new(Op::Kernel(launch)))
 }
 
+/// aclrtLaunchKernel and aclrtLaunchKernelV2: a launch whose arguments are already in device
+/// memory of the stream's device.
+fn launch_device_args(
+    func: aclrtFuncHandle,
+    blocks: u32,
+    argsData: *const c_void,
+    argsSize: usize,
+    cfg: *mut aclrtLaunchKernelCfg,
+    stream: aclrtStream,
+) -> Res<()> {
+    let function = launch_target(func, blocks)?;
+    ensure!(
+        !argsData.is_null() || argsSize == 0,
+        ACL_ERROR_INVALID_PARAM,
+        "argsData is NULL but argsSize is {argsSize}"
+    );
+    function.check_args(argsSize)?;
+    let vector_engine = vector_engine(cfg)?;
+    let sim = sim()?;
+    let target = context::submit_stream(sim, stream)?;
+    if !argsData.is_null() {
+        let address = argsData as usize;
+        let in_device = matches!(
+            sim.memory.allocation_of(address),
+            Some((base, len, AllocKind::Device { device, .. }))
+                if device == target.device.id && address - base + argsSize <= len
+        );
+        ensure!(
+            in_device,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "argsData ({argsData:p}+{argsSize}) is not device memory of device {}",
+            target.device.id
+        );
+    }
+    let launch = Launch {
+        function,
+        handle: handle::from_ptr(func),
+        blocks,
+        args: LaunchArgs::Device(argsData as usize, argsSize),
+        vector_engine,
+    };
+    target.submit(Task::new(Op::Kernel(launch)))
+}
+
 /// Launches a kernel with its arguments already in device memory (on the stream's device):
 /// the kernel gets `argsData` itself.
 ///
@@ -209,37 +254,27 @@ pub unsafe extern "C" fn aclrtLaunchKernel(
     stream: aclrtStream,
 ) -> aclError {
     guard("aclrtLaunchKernel", || {
-        let function = launch_target(funcHandle, numBlocks)?;
-        ensure!(
-            !argsData.is_null() || argsSize == 0,
-            ACL_ERROR_INVALID_PARAM,
-            "argsData is NULL but argsSize is {argsSize}"
-        );
-        function.check_args(argsSize)?;
-        let sim = sim()?;
-        let target = context::submit_stream(sim, stream)?;
-        if !argsData.is_null() {
-            let address = argsData as usize;
-            let in_device = matches!(
-                sim.memory.allocation_of(address),
-                Some((base, len, AllocKind::Device { device, .. }))
-                    if device == target.device.id && address - base + argsSize <= len
-            );
-            ensure!(
-                in_device,
-                ACL_ERROR_RT_PARAM_INVALID,
-                "argsData ({argsData:p}+{argsSize}) is not device memory of device {}",
-                target.device.id
-            );
-        }
-        let launch = Launch {
-            function,
-            handle: handle::from_ptr(funcHandle),
-            blocks: numBlocks,
-            args: LaunchArgs::Device(argsData as usize, argsSize),
-            vector_engine: false,
-        };
-        target.submit(Task::new(Op::Kernel(launch)))
+        let cfg = std::ptr::null_mut();
+        launch_device_args(funcHandle, numBlocks, argsData, argsSize, cfg, stream)
+    })
+}
+
+/// aclrtLaunchKernel with a launch configuration (NULL allowed; the ENGINE_TYPE attribute
+/// selects the engine whose exception a trap reports, other known attributes are accepted).
+///
+/// # Safety
+/// As aclrtLaunchKernel; `cfg` must be NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtLaunchKernelV2(
+    funcHandle: aclrtFuncHandle,
+    numBlocks: u32,
+    argsData: *const c_void,
+    argsSize: usize,
+    cfg: *mut aclrtLaunchKernelCfg,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtLaunchKernelV2", || {
+        launch_device_args(funcHandle, numBlocks, argsData, argsSize, cfg, stream)
     })
 }
 

@@ -94,6 +94,22 @@ pub unsafe extern "C" fn aclrtMalloc(
     })
 }
 
+/// The same as aclrtMalloc, as CANN documents it: device memory is always cached, and CPU/NPU
+/// coherence is the runtime's business.
+///
+/// # Safety
+/// `devPtr` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMallocCached(
+    devPtr: *mut *mut c_void,
+    size: usize,
+    policy: aclrtMemMallocPolicy,
+) -> aclError {
+    guard("aclrtMallocCached", || {
+        device_malloc(sim()?, devPtr, size, policy, true, None)
+    })
+}
+
 /// aclrtMalloc without the 32 bytes of padding (size rounded up to 32 only).
 ///
 /// # Safety
@@ -176,6 +192,34 @@ fn free_device(sim: &Sim, ptr: *mut c_void) -> Res<()> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtFree(devPtr: *mut c_void) -> aclError {
     guard("aclrtFree", || free_device(sim()?, devPtr))
+}
+
+/// The checks of aclrtMemFlush and aclrtMemInvalidate, which change nothing else: CANN keeps
+/// CPU and NPU caches coherent itself (its reference says the calls are not needed), and the
+/// simulator's device memory is host memory.
+fn cache_maintenance(dev_ptr: *mut c_void, size: usize) -> Res<()> {
+    non_null(dev_ptr, "devPtr")?;
+    ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+    Ok(())
+}
+
+/// Writes cached data back and invalidates it: a no-op on coherent memory. NULL devPtr or
+/// size 0 → 100000.
+///
+/// # Safety
+/// No preconditions; the pointer is never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemFlush(devPtr: *mut c_void, size: usize) -> aclError {
+    guard("aclrtMemFlush", || cache_maintenance(devPtr, size))
+}
+
+/// Invalidates cached data: a no-op on coherent memory. NULL devPtr or size 0 → 100000.
+///
+/// # Safety
+/// No preconditions; the pointer is never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemInvalidate(devPtr: *mut c_void, size: usize) -> aclError {
+    guard("aclrtMemInvalidate", || cache_maintenance(devPtr, size))
 }
 
 /// Synchronises the device owning the memory, then frees it: waits for the tasks of every

@@ -15,6 +15,7 @@
 #![allow(non_snake_case, non_camel_case_types)]
 
 mod allocator;
+mod binary;
 mod callback;
 mod cann_attr;
 mod check;
@@ -45,6 +46,7 @@ mod value;
 mod vmm;
 
 pub use allocator::*;
+pub use binary::*;
 pub use callback::*;
 pub use cann_attr::*;
 pub use context::*;

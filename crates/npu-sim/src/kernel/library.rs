@@ -1,7 +1,7 @@
 //! Loaded binaries (aclrtBinaryLoad*) and their functions (aclrtBinaryGetFunction).
 
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::{CString, c_void};
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
@@ -22,19 +22,41 @@ enum Source {
     Registry(Vec<String>),
 }
 
+/// The bytes an aclrtBinary describes (aclrtCreateBinary). They stay the caller's: CANN reads
+/// them when the binary is loaded and never frees them, so they are referenced, not copied.
+pub(crate) struct BinaryData {
+    pub(crate) address: usize,
+    pub(crate) len: usize,
+}
+
+/// A binary's exception callback (aclrtBinarySetExceptionCallback) and its user data.
+#[derive(Clone, Copy)]
+pub(crate) struct OpCallback {
+    pub(crate) func: unsafe extern "C" fn(*mut aclrtExceptionInfo, *mut c_void),
+    pub(crate) user_data: usize,
+}
+
+/// The callback slot a binary shares with its functions, so a launch queued before the
+/// binary was unloaded still reports to it.
+type CallbackSlot = Arc<Mutex<Option<OpCallback>>>;
+
 pub(crate) struct Binary {
     source: Source,
     /// Functions resolved so far, by name.
     functions: Mutex<HashMap<String, Handle>>,
+    exception_callback: CallbackSlot,
 }
 
 pub(crate) struct Function {
     pub(crate) name: String,
+    /// The binary it was resolved from (aclrtFunctionGetBinary).
+    pub(crate) binary: Handle,
     pub(crate) code: KernelCode,
     /// The bytes of arguments the kernel declared it reads (0: none declared).
     pub(crate) args_size: usize,
     /// Args handles created for this function (aclrtKernelArgsInit), retired with it.
     pub(crate) args: Mutex<Vec<Handle>>,
+    exception_callback: CallbackSlot,
     _library: Option<Arc<libloading::Library>>,
 }
 
@@ -50,6 +72,20 @@ impl Function {
             self.args_size
         );
         Ok(())
+    }
+
+    /// The exception callback of its binary, if one is set.
+    pub(crate) fn exception_callback(&self) -> Option<OpCallback> {
+        *lock(&self.exception_callback)
+    }
+
+    /// Where its code starts (aclrtGetFunctionAddr): the entry point, or a Rust kernel's
+    /// closure.
+    pub(crate) fn code_address(&self) -> usize {
+        match &self.code {
+            KernelCode::Entry(entry) => *entry as usize,
+            KernelCode::Closure(closure) => Arc::as_ptr(closure).cast::<()>() as usize,
+        }
     }
 }
 
@@ -97,10 +133,7 @@ impl Binary {
     /// image (see `registry_image`).
     pub(crate) fn from_data(data: &[u8]) -> Res<Binary> {
         if let Some(names) = registry::parse_image(data) {
-            return Ok(Binary {
-                source: Source::Registry(names),
-                functions: Mutex::default(),
-            });
+            return Ok(Binary::new(Source::Registry(names)));
         }
         ensure!(
             data.starts_with(b"\x7fELF"),
@@ -134,15 +167,25 @@ impl Binary {
         }
     }
 
-    fn library(library: libloading::Library) -> Binary {
+    fn new(source: Source) -> Binary {
         Binary {
-            source: Source::Library(Arc::new(library)),
+            source,
             functions: Mutex::default(),
+            exception_callback: CallbackSlot::default(),
         }
     }
 
-    /// Resolves a kernel by name.
-    pub(crate) fn function(&self, name: &str) -> Res<Function> {
+    fn library(library: libloading::Library) -> Binary {
+        Binary::new(Source::Library(Arc::new(library)))
+    }
+
+    /// aclrtBinarySetExceptionCallback: replaces the callback its kernels' failures report to.
+    pub(crate) fn set_exception_callback(&self, callback: OpCallback) {
+        *lock(&self.exception_callback) = Some(callback);
+    }
+
+    /// Resolves a kernel by name; `handle` is this binary's.
+    pub(crate) fn function(&self, name: &str, handle: Handle) -> Res<Function> {
         let (code, args_size, library) = match &self.source {
             Source::Library(library) => {
                 let Ok(symbol) = CString::new(name) else {
@@ -176,9 +219,11 @@ impl Binary {
         };
         Ok(Function {
             name: name.to_owned(),
+            binary: handle,
             code,
             args_size,
             args: Mutex::default(),
+            exception_callback: self.exception_callback.clone(),
             _library: library,
         })
     }
