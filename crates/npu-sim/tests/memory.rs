@@ -386,3 +386,39 @@ fn cached_memory_is_device_memory_and_cache_maintenance_keeps_it() {
     acl!(aclrtFree(p));
     assert_eq!(used(5), before);
 }
+
+#[test]
+#[allow(deprecated)]
+fn the_deprecated_conditional_copy_is_an_async_copy() {
+    install();
+    set_device(1);
+    let stream = create_stream();
+    let (dev, pinned) = (malloc(256), malloc_host(256));
+    // SAFETY: 256 bytes of pinned memory.
+    unsafe { ptr::write_bytes(pinned.cast::<u8>(), 4, 256) };
+    let kind = ACL_MEMCPY_HOST_TO_DEVICE;
+    acl!(aclrtMemcpyAsyncWithCondition(
+        dev, 256, pinned, 256, kind, stream
+    ));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(download::<u8>(dev, 256), vec![4; 256]);
+    // Its errors are aclrtMemcpyAsync's, under its own name.
+    let host_to_host = code!(aclrtMemcpyAsyncWithCondition(
+        pinned,
+        256,
+        pinned.wrapping_byte_add(128),
+        64,
+        ACL_MEMCPY_HOST_TO_HOST,
+        stream
+    ));
+    assert_eq!(host_to_host, ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    assert!(recent_message().contains("aclrtMemcpyAsyncWithCondition"));
+    let too_long = code!(aclrtMemcpyAsyncWithCondition(
+        dev, 64, pinned, 65, kind, stream
+    ));
+    assert_eq!(too_long, ACL_ERROR_RT_PARAM_INVALID);
+    recent_message();
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFreeHost(pinned));
+    acl!(aclrtFree(dev));
+}

@@ -1441,6 +1441,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtHostUnregister(ptr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtHostMemMapCapabilities(deviceId: u32, hacType: $crate::aclrtHacType, capabilities: *mut $crate::aclrtHostMemMapCapability) -> $crate::aclError;
                 fn aclrtPointerGetAttributes(ptr: *const core::ffi::c_void, attributes: *mut $crate::aclrtPtrAttributes) -> $crate::aclError;
+                fn aclrtMemcpyAsyncWithCondition(dst: *mut core::ffi::c_void, destMax: usize, src: *const core::ffi::c_void, count: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtDestroyStreamForce(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtSynchronizeStreamWithTimeout(stream: $crate::aclrtStream, timeout: i32) -> $crate::aclError;
                 fn aclrtStreamQuery(stream: $crate::aclrtStream, status: *mut $crate::aclrtStreamStatus) -> $crate::aclError;
@@ -1528,6 +1529,8 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemGetAddressRange(ptr: *mut core::ffi::c_void, pbase: *mut *mut core::ffi::c_void, psize: *mut usize) -> $crate::aclError;
                 fn aclrtMemcpyBatch(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize, failIndex: *mut usize) -> $crate::aclError;
                 fn aclrtMemcpyBatchAsync(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize, failIndex: *mut usize, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemcpyBatchV2(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize) -> $crate::aclError;
+                fn aclrtMemcpyBatchAsyncV2(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtReserveMemAddress(virPtr: *mut *mut core::ffi::c_void, size: usize, alignment: usize, expectPtr: *mut core::ffi::c_void, flags: u64) -> $crate::aclError;
                 fn aclrtReleaseMemAddress(virPtr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtMallocPhysical(handle: *mut $crate::aclrtDrvMemHandle, size: usize, prop: *const $crate::aclrtPhysicalMemProp, flags: u64) -> $crate::aclError;

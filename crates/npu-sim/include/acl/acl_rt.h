@@ -435,6 +435,10 @@ ACL_FUNC_VISIBILITY aclError aclrtMemcpy(void *dst, size_t destMax, const void *
                                          aclrtMemcpyKind kind);
 ACL_FUNC_VISIBILITY aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count,
                                               aclrtMemcpyKind kind, aclrtStream stream);
+/* The same copy as aclrtMemcpyAsync, which replaces it. */
+ACL_DEPRECATED_MESSAGE("aclrtMemcpyAsyncWithCondition is deprecated, use aclrtMemcpyAsync instead")
+ACL_FUNC_VISIBILITY aclError aclrtMemcpyAsyncWithCondition(void *dst, size_t destMax, const void *src, size_t count,
+                                                           aclrtMemcpyKind kind, aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtMemcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                            size_t height, aclrtMemcpyKind kind);
 ACL_FUNC_VISIBILITY aclError aclrtMemcpy2dAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
@@ -852,6 +856,13 @@ ACL_FUNC_VISIBILITY aclError aclrtMemcpyBatchAsync(void **dsts, size_t *destMaxs
                                                    size_t numBatches, aclrtMemcpyBatchAttr *attrs,
                                                    size_t *attrsIndexes, size_t numAttrs, size_t *failIndex,
                                                    aclrtStream stream);
+/* aclrtMemcpyBatch and aclrtMemcpyBatchAsync without failIndex. */
+ACL_FUNC_VISIBILITY aclError aclrtMemcpyBatchV2(void **dsts, size_t *destMaxs, void **srcs, size_t *sizes,
+                                                size_t numBatches, aclrtMemcpyBatchAttr *attrs,
+                                                size_t *attrsIndexes, size_t numAttrs);
+ACL_FUNC_VISIBILITY aclError aclrtMemcpyBatchAsyncV2(void **dsts, size_t *destMaxs, void **srcs, size_t *sizes,
+                                                     size_t numBatches, aclrtMemcpyBatchAttr *attrs,
+                                                     size_t *attrsIndexes, size_t numAttrs, aclrtStream stream);
 /* Virtual memory: reserve an address range (alignment 0; expectPtr NULL or a free address in
  * [16 TiB, 24 TiB) aligned as the reference requires), back parts of it with physical device
  * memory, map and unmap them, and set which devices may access them. */
