@@ -198,6 +198,7 @@ pub const ACL_EVENT_WAIT_EXTERNAL: u32 = 1;
 pub const UCE_INFO_RESERVED_SIZE: u32 = 14;
 pub const ACL_RT_MEM_UCE_INFO_MAX_NUM: u32 = 20;
 pub const ACL_RT_MEM_ATTACH_GLOBAL: u32 = 1;
+pub const ACL_RT_CMO_MAX_BARRIER_NUM: u32 = 6;
 pub type aclrtStream = *mut core::ffi::c_void;
 pub type aclrtEvent = *mut core::ffi::c_void;
 pub type aclrtContext = *mut core::ffi::c_void;
@@ -1299,6 +1300,59 @@ impl Default for aclrtMemcpyBatchAttr {
         }
     }
 }
+pub const ACL_RT_CMO_TYPE_PREFETCH: aclrtCmoType = 0;
+pub const ACL_RT_CMO_TYPE_WRITEBACK: aclrtCmoType = 1;
+pub const ACL_RT_CMO_TYPE_INVALID: aclrtCmoType = 2;
+pub const ACL_RT_CMO_TYPE_FLUSH: aclrtCmoType = 3;
+pub type aclrtCmoType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtBarrierCmoInfo {
+    pub cmoType: aclrtCmoType,
+    pub barrierId: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtBarrierCmoInfo"][::std::mem::size_of::<aclrtBarrierCmoInfo>() - 8usize];
+    ["Alignment of aclrtBarrierCmoInfo"][::std::mem::align_of::<aclrtBarrierCmoInfo>() - 4usize];
+    ["Offset of field: aclrtBarrierCmoInfo::cmoType"]
+        [::std::mem::offset_of!(aclrtBarrierCmoInfo, cmoType) - 0usize];
+    ["Offset of field: aclrtBarrierCmoInfo::barrierId"]
+        [::std::mem::offset_of!(aclrtBarrierCmoInfo, barrierId) - 4usize];
+};
+impl Default for aclrtBarrierCmoInfo {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtBarrierTaskInfo {
+    pub barrierNum: usize,
+    pub cmoInfo: [aclrtBarrierCmoInfo; 6usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtBarrierTaskInfo"][::std::mem::size_of::<aclrtBarrierTaskInfo>() - 56usize];
+    ["Alignment of aclrtBarrierTaskInfo"][::std::mem::align_of::<aclrtBarrierTaskInfo>() - 8usize];
+    ["Offset of field: aclrtBarrierTaskInfo::barrierNum"]
+        [::std::mem::offset_of!(aclrtBarrierTaskInfo, barrierNum) - 0usize];
+    ["Offset of field: aclrtBarrierTaskInfo::cmoInfo"]
+        [::std::mem::offset_of!(aclrtBarrierTaskInfo, cmoInfo) - 8usize];
+};
+impl Default for aclrtBarrierTaskInfo {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 pub type aclrtMemPool = *mut core::ffi::c_void;
 pub const ACL_RT_MEM_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES: aclrtMemPoolAttr = 1;
 pub const ACL_RT_MEM_POOL_REUSE_ALLOW_OPPORTUNISTIC: aclrtMemPoolAttr = 2;
@@ -1546,6 +1600,12 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemManagedAdvise(ptr: *const core::ffi::c_void, size: u64, advise: $crate::aclrtMemManagedAdviseType, location: $crate::aclrtMemManagedLocation) -> $crate::aclError;
                 fn aclrtMemManagedPrefetchAsync(ptr: *const core::ffi::c_void, size: usize, location: $crate::aclrtMemManagedLocation, flags: u32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetMemUsageInfo(deviceId: i32, memUsageInfo: *mut $crate::aclrtMemUsageInfo, inputNum: usize, outputNum: *mut usize) -> $crate::aclError;
+                fn aclrtCmoAsync(src: *mut core::ffi::c_void, size: usize, cmoType: $crate::aclrtCmoType, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtCmoAsyncWithBarrier(src: *mut core::ffi::c_void, size: usize, cmoType: $crate::aclrtCmoType, barrierId: u32, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtCmoWaitBarrier(taskInfo: *mut $crate::aclrtBarrierTaskInfo, stream: $crate::aclrtStream, flag: u32) -> $crate::aclError;
+                fn aclrtCmoGetDescSize(size: *mut usize) -> $crate::aclError;
+                fn aclrtCmoSetDesc(cmoDesc: *mut core::ffi::c_void, src: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
+                fn aclrtCmoAsyncWithDesc(cmoDesc: *mut core::ffi::c_void, cmoType: $crate::aclrtCmoType, stream: $crate::aclrtStream, reserve: *const core::ffi::c_void) -> $crate::aclError;
                 fn aclrtMemPoolCreate(memPool: *mut $crate::aclrtMemPool, poolProps: *const $crate::aclrtMemPoolProps) -> $crate::aclError;
                 fn aclrtMemPoolDestroy(memPool: $crate::aclrtMemPool) -> $crate::aclError;
                 fn aclrtMemPoolSetAttr(memPool: $crate::aclrtMemPool, attr: $crate::aclrtMemPoolAttr, value: *mut core::ffi::c_void) -> $crate::aclError;

@@ -8,16 +8,13 @@
 //! Advice is validated and has no effect; a prefetch is a task that does nothing.
 
 use std::ffi::c_void;
-use std::sync::Arc;
 
 use npu_sys::*;
 
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
-use crate::event::Record;
 use crate::memory::AllocKind;
 use crate::sim::{Sim, sim};
-use crate::task::{Op, Task};
 
 /// The unified-address window managed memory lives in: [9 TiB, 12 TiB).
 pub(super) const WINDOW: std::ops::Range<usize> = 0x900_0000_0000..0x900_0000_0000 + (3 << 40);
@@ -213,8 +210,6 @@ pub unsafe extern "C" fn aclrtMemManagedPrefetchAsync(
             ACL_ERROR_RT_PARAM_INVALID,
             "flags is reserved and must be 0, not {flags}"
         );
-        let stream = context::submit_stream(sim, stream)?;
-        let marker = Arc::new(Record::new(stream.clone()));
-        stream.submit(Task::new(Op::Record(marker)))
+        super::cmo::ordering_only(&context::submit_stream(sim, stream)?)
     })
 }
