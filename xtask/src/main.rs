@@ -95,6 +95,9 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtGetFunctionAddr",
     "aclrtLaunchKernelV2",
     "aclrtBinarySetExceptionCallback",
+    "aclrtKernelArgsGetHandleMemSize",
+    "aclrtKernelArgsGetMemSize",
+    "aclrtKernelArgsInitByUserMem",
     // Devices and information
     "aclrtSetDeviceResLimit",
     "aclrtGetDeviceResLimit",

@@ -1,6 +1,7 @@
 //! The process-wide simulator: configuration, devices, handle tables and memory.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use npu_sys::*;
@@ -11,7 +12,7 @@ use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Res, fail};
 use crate::event::Event;
-use crate::handle::{HandleTable, Kind};
+use crate::handle::{Handle, HandleTable, Kind};
 use crate::kernel::{ArgsBuilder, Binary, BinaryData, Function, ParamRef};
 use crate::memory::MemoryMap;
 use crate::notify::Notify;
@@ -31,6 +32,8 @@ pub(crate) struct Sim {
     pub(crate) functions: HandleTable<Function>,
     pub(crate) args: HandleTable<ArgsBuilder>,
     pub(crate) params: HandleTable<ParamRef>,
+    /// Caller memory used as args handles (aclrtKernelArgsInitByUserMem): address → token.
+    pub(crate) user_args: Mutex<HashMap<usize, Handle>>,
     pub(crate) notifies: HandleTable<Notify>,
     pub(crate) memory: MemoryMap,
     pub(crate) pools: Pools,
@@ -66,6 +69,7 @@ impl Sim {
             functions: HandleTable::new(Kind::Function),
             args: HandleTable::new(Kind::Args),
             params: HandleTable::new(Kind::Param),
+            user_args: Mutex::default(),
             notifies: HandleTable::new(Kind::Notify),
             memory: MemoryMap::new(pinned_limit),
             pools: Pools::new(),

@@ -363,6 +363,52 @@ static INVALID_PARAM: &[Case] = &[
     case("check reserve 1", "aclrtCheckMemType", 100000, 0, || {
         check_mem_type(true, 1, ACL_RT_MEM_TYPE_DEV, true, 1)
     }),
+    case(
+        "handle size into NULL",
+        "aclrtKernelArgsGetHandleMemSize",
+        100000,
+        0,
+        || code!(aclrtKernelArgsGetHandleMemSize(add_one(), ptr::null_mut())),
+    ),
+    case(
+        "args size into NULL",
+        "aclrtKernelArgsGetMemSize",
+        100000,
+        0,
+        || code!(aclrtKernelArgsGetMemSize(add_one(), 8, ptr::null_mut())),
+    ),
+    case(
+        "init NULL handle memory",
+        "aclrtKernelArgsInitByUserMem",
+        100000,
+        0,
+        || {
+            let mut memory = [0u64; 4];
+            let args = memory.as_mut_ptr().cast();
+            code!(aclrtKernelArgsInitByUserMem(
+                add_one(),
+                ptr::null_mut(),
+                args,
+                32
+            ))
+        },
+    ),
+    case(
+        "init NULL args memory",
+        "aclrtKernelArgsInitByUserMem",
+        100000,
+        0,
+        || {
+            let mut handle = 0u64;
+            let handle = (&raw mut handle).cast();
+            code!(aclrtKernelArgsInitByUserMem(
+                add_one(),
+                handle,
+                ptr::null_mut(),
+                32
+            ))
+        },
+    ),
 ];
 
 static PARAM_INVALID: &[Case] = &[
@@ -967,6 +1013,38 @@ static CONTEXTS_AND_HANDLES: &[Case] = &[
             let bin = registry_binary(&["add_one_u32"]);
             let (mut aic, mut aiv) = (ptr::null_mut(), ptr::null_mut());
             code!(aclrtGetFunctionAddr(bin, &mut aic, &mut aiv))
+        },
+    ),
+    case(
+        "args handle size of an unloaded function",
+        "aclrtKernelArgsGetHandleMemSize",
+        107017,
+        0,
+        || {
+            let bin = registry_binary(&["add_one_u32"]);
+            let func = function(bin, "add_one_u32");
+            acl!(aclrtBinaryUnLoad(bin));
+            let mut size = 0;
+            code!(aclrtKernelArgsGetHandleMemSize(func, &mut size))
+        },
+    ),
+    case(
+        "init args of an unloaded function",
+        "aclrtKernelArgsInitByUserMem",
+        107017,
+        0,
+        || {
+            let bin = registry_binary(&["add_one_u32"]);
+            let func = function(bin, "add_one_u32");
+            acl!(aclrtBinaryUnLoad(bin));
+            let (mut handle, mut memory) = (0u64, [0u64; 4]);
+            let handle = (&raw mut handle).cast();
+            code!(aclrtKernelArgsInitByUserMem(
+                func,
+                handle,
+                memory.as_mut_ptr().cast(),
+                32
+            ))
         },
     ),
 ];

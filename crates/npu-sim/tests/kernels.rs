@@ -555,3 +555,70 @@ fn launch_kernel_v2_takes_device_arguments_and_a_configuration() {
     acl!(aclrtDestroyStream(stream));
     acl!(aclrtBinaryUnLoad(bin));
 }
+
+#[test]
+fn kernel_args_built_in_caller_memory() {
+    set_device(0);
+    let bin = registry_binary(&[kernel::SCALE_F32]);
+    let scale = function(bin, kernel::SCALE_F32);
+    let (mut handle_size, mut args_size) = (0, 0);
+    acl!(aclrtKernelArgsGetHandleMemSize(scale, &mut handle_size));
+    // ScaleArgs: x (8), n (8), alpha (4, 8-aligned: 8), reserved (4, 8-aligned: 8).
+    acl!(aclrtKernelArgsGetMemSize(scale, 32, &mut args_size));
+    assert_eq!((handle_size, args_size), (8, 32));
+    let mut handle_memory = vec![0u64; handle_size.div_ceil(8)];
+    let mut args_memory = vec![0u8; args_size];
+    let args: aclrtArgsHandle = handle_memory.as_mut_ptr().cast();
+    acl!(aclrtKernelArgsInitByUserMem(
+        scale,
+        args,
+        args_memory.as_mut_ptr().cast(),
+        args_size
+    ));
+
+    let data = [1.0f32, 2.0, 3.0];
+    let x = upload_new(&data);
+    let mut param = ptr::null_mut();
+    let mut append = |value: &mut [u8]| {
+        code!(aclrtKernelArgsAppend(
+            args,
+            value.as_mut_ptr().cast(),
+            value.len(),
+            &mut param
+        ))
+    };
+    assert_eq!(append(&mut (x as u64).to_ne_bytes()), 0);
+    assert_eq!(append(&mut 3u64.to_ne_bytes()), 0);
+    assert_eq!(append(&mut 4.0f32.to_ne_bytes()), 0);
+    assert_eq!(append(&mut 0u32.to_ne_bytes()), 0);
+    // 24 bytes are packed; a 16-byte value would need 24..40 of the 32.
+    assert_eq!(append(&mut [0u8; 16]), ACL_ERROR_RT_PARAM_INVALID);
+    assert!(recent_message().contains("aclrtKernelArgsInitByUserMem holds 32"));
+    acl!(aclrtKernelArgsFinalize(args));
+    assert_eq!(launch_built(scale, 2, args, ptr::null_mut()), 0);
+    acl!(aclrtSynchronizeStream(ptr::null_mut()));
+    assert_eq!(download::<f32>(x, 3), [4.0, 8.0, 12.0]);
+
+    // Initializing the same memory again starts afresh: the old parameters are gone.
+    acl!(aclrtKernelArgsInitByUserMem(
+        scale,
+        args,
+        args_memory.as_mut_ptr().cast(),
+        args_size
+    ));
+    let stale = code!(aclrtKernelArgsParaUpdate(
+        args,
+        param,
+        (&raw mut args_size).cast(),
+        8
+    ));
+    assert_eq!(stale, ACL_ERROR_RT_INVALID_HANDLE);
+    recent_message();
+    // Unloading the binary retires the handle with the function.
+    acl!(aclrtBinaryUnLoad(bin));
+    assert_eq!(
+        code!(aclrtKernelArgsFinalize(args)),
+        ACL_ERROR_RT_INVALID_HANDLE
+    );
+    recent_message();
+}

@@ -1524,7 +1524,10 @@ macro_rules! for_each_acl_function {
                 fn aclrtLaunchKernelV2(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, argsData: *const core::ffi::c_void, argsSize: usize, cfg: *mut $crate::aclrtLaunchKernelCfg, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtLaunchKernelWithHostArgs(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, hostArgs: *mut core::ffi::c_void, argsSize: usize, placeHolderArray: *mut $crate::aclrtPlaceHolderInfo, placeHolderNum: usize) -> $crate::aclError;
                 fn aclrtLaunchKernelWithConfig(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, argsHandle: $crate::aclrtArgsHandle, reserve: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtKernelArgsGetHandleMemSize(funcHandle: $crate::aclrtFuncHandle, memSize: *mut usize) -> $crate::aclError;
+                fn aclrtKernelArgsGetMemSize(funcHandle: $crate::aclrtFuncHandle, userArgsSize: usize, actualArgsSize: *mut usize) -> $crate::aclError;
                 fn aclrtKernelArgsInit(funcHandle: $crate::aclrtFuncHandle, argsHandle: *mut $crate::aclrtArgsHandle) -> $crate::aclError;
+                fn aclrtKernelArgsInitByUserMem(funcHandle: $crate::aclrtFuncHandle, argsHandle: $crate::aclrtArgsHandle, userHostMem: *mut core::ffi::c_void, actualArgsSize: usize) -> $crate::aclError;
                 fn aclrtKernelArgsAppend(argsHandle: $crate::aclrtArgsHandle, param: *mut core::ffi::c_void, paramSize: usize, paramHandle: *mut $crate::aclrtParamHandle) -> $crate::aclError;
                 fn aclrtKernelArgsAppendPlaceHolder(argsHandle: $crate::aclrtArgsHandle, paramHandle: *mut $crate::aclrtParamHandle) -> $crate::aclError;
                 fn aclrtKernelArgsGetPlaceHolderBuffer(argsHandle: $crate::aclrtArgsHandle, paramHandle: $crate::aclrtParamHandle, dataSize: usize, bufferAddr: *mut *mut core::ffi::c_void) -> $crate::aclError;

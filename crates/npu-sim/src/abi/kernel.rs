@@ -1,4 +1,4 @@
-//! Kernel binaries, functions, argument builders and launches.
+//! Kernel binaries, functions and launches.
 
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
@@ -6,10 +6,11 @@ use std::sync::Arc;
 use npu_sys::*;
 
 use super::check::{array, bytes, c_str, optional};
+use super::kernel_args::{resolve_args, retire_args};
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle::{self, Handle};
-use crate::kernel::{ArgsBlob, ArgsBuilder, Binary, Function, Launch, LaunchArgs, ParamRef};
+use crate::kernel::{ArgsBlob, Binary, Function, Launch, LaunchArgs};
 use crate::memory::AllocKind;
 use crate::sim::{Sim, sim};
 use crate::sync::lock;
@@ -76,11 +77,7 @@ fn retire_function(sim: &Sim, handle: Handle) {
         return;
     };
     for args in lock(&function.args).clone() {
-        if let Some(builder) = sim.args.remove(args) {
-            for param in builder.param_handles() {
-                sim.params.remove(param);
-            }
-        }
+        retire_args(sim, args);
     }
 }
 
@@ -355,7 +352,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithConfig(
             "reserve must be NULL"
         );
         let vector_engine = vector_engine(cfg)?;
-        let args = sim()?.args.resolve(handle::from_ptr(argsHandle))?;
+        let (_, args) = resolve_args(sim()?, argsHandle)?;
         ensure!(
             args.function == handle::from_ptr(funcHandle),
             ACL_ERROR_RT_PARAM_INVALID,
@@ -364,158 +361,5 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithConfig(
         let blob = args.blob()?;
         function.check_args(blob.len())?;
         submit_launch(stream, funcHandle, function, numBlocks, blob, vector_engine)
-    })
-}
-
-/// Starts building the arguments of a launch of `funcHandle`.
-///
-/// # Safety
-/// `argsHandle` must be NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtKernelArgsInit(
-    funcHandle: aclrtFuncHandle,
-    argsHandle: *mut aclrtArgsHandle,
-) -> aclError {
-    guard("aclrtKernelArgsInit", || {
-        non_null(funcHandle, "funcHandle")?;
-        non_null(argsHandle, "argsHandle")?;
-        let sim = sim()?;
-        let func = handle::from_ptr(funcHandle);
-        let function = sim.functions.resolve(func)?;
-        let handle = sim.args.insert(Arc::new(ArgsBuilder::new(func)))?;
-        lock(&function.args).push(handle);
-        write_out(argsHandle, "argsHandle", handle::to_ptr(handle))
-    })
-}
-
-fn new_param(
-    sim: &Sim,
-    args: Handle,
-    builder: &ArgsBuilder,
-    index: usize,
-    out: *mut aclrtParamHandle,
-) -> Res<()> {
-    let handle = sim.params.insert(Arc::new(ParamRef { args, index }))?;
-    builder.remember_param(handle);
-    write_out(out, "paramHandle", handle::to_ptr(handle))
-}
-
-/// Appends a parameter (the value is copied), aligned as in a C struct; at most 128.
-///
-/// # Safety
-/// `param` must be valid for `paramSize` bytes; `paramHandle` NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtKernelArgsAppend(
-    argsHandle: aclrtArgsHandle,
-    param: *mut c_void,
-    paramSize: usize,
-    paramHandle: *mut aclrtParamHandle,
-) -> aclError {
-    guard("aclrtKernelArgsAppend", || {
-        non_null(argsHandle, "argsHandle")?;
-        non_null(paramHandle, "paramHandle")?;
-        ensure!(paramSize != 0, ACL_ERROR_INVALID_PARAM, "paramSize is 0");
-        let value = bytes(param, paramSize, "param")?;
-        let sim = sim()?;
-        let args = handle::from_ptr(argsHandle);
-        let builder = sim.args.resolve(args)?;
-        let index = builder.append(value)?;
-        new_param(sim, args, &builder, index, paramHandle)
-    })
-}
-
-/// Appends a placeholder: a pointer slot set at launch to a copy of the data written into its
-/// buffer (aclrtKernelArgsGetPlaceHolderBuffer).
-///
-/// # Safety
-/// `paramHandle` must be NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtKernelArgsAppendPlaceHolder(
-    argsHandle: aclrtArgsHandle,
-    paramHandle: *mut aclrtParamHandle,
-) -> aclError {
-    guard("aclrtKernelArgsAppendPlaceHolder", || {
-        non_null(argsHandle, "argsHandle")?;
-        non_null(paramHandle, "paramHandle")?;
-        let sim = sim()?;
-        let args = handle::from_ptr(argsHandle);
-        let builder = sim.args.resolve(args)?;
-        let index = builder.append_placeholder()?;
-        new_param(sim, args, &builder, index, paramHandle)
-    })
-}
-
-/// The parameter a param handle names, checked to belong to `args`.
-fn param_of(
-    sim: &Sim,
-    args: aclrtArgsHandle,
-    param: aclrtParamHandle,
-) -> Res<(Arc<ArgsBuilder>, usize)> {
-    non_null(args, "argsHandle")?;
-    non_null(param, "paramHandle")?;
-    let builder = sim.args.resolve(handle::from_ptr(args))?;
-    let param = sim.params.resolve(handle::from_ptr(param))?;
-    ensure!(
-        param.args == handle::from_ptr(args),
-        ACL_ERROR_RT_PARAM_INVALID,
-        "the parameter belongs to other kernel args"
-    );
-    Ok((builder, param.index))
-}
-
-/// A zeroed host buffer of `dataSize` bytes for a placeholder's data (valid until the next call
-/// for the same placeholder).
-///
-/// # Safety
-/// `bufferAddr` must be NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtKernelArgsGetPlaceHolderBuffer(
-    argsHandle: aclrtArgsHandle,
-    paramHandle: aclrtParamHandle,
-    dataSize: usize,
-    bufferAddr: *mut *mut c_void,
-) -> aclError {
-    guard("aclrtKernelArgsGetPlaceHolderBuffer", || {
-        non_null(bufferAddr, "bufferAddr")?;
-        ensure!(dataSize != 0, ACL_ERROR_INVALID_PARAM, "dataSize is 0");
-        let (builder, index) = param_of(sim()?, argsHandle, paramHandle)?;
-        let buffer = builder.placeholder_buffer(index, dataSize)?;
-        write_out(bufferAddr, "bufferAddr", buffer.cast::<c_void>())
-    })
-}
-
-/// Replaces a value parameter (same size; placeholders cannot be updated). Finalize again
-/// before the next launch.
-///
-/// # Safety
-/// `param` must be valid for `paramSize` bytes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtKernelArgsParaUpdate(
-    argsHandle: aclrtArgsHandle,
-    paramHandle: aclrtParamHandle,
-    param: *mut c_void,
-    paramSize: usize,
-) -> aclError {
-    guard("aclrtKernelArgsParaUpdate", || {
-        ensure!(paramSize != 0, ACL_ERROR_INVALID_PARAM, "paramSize is 0");
-        let value = bytes(param, paramSize, "param")?;
-        let (builder, index) = param_of(sim()?, argsHandle, paramHandle)?;
-        builder.update(index, value)
-    })
-}
-
-/// Marks the arguments complete; launches use them as they are now.
-///
-/// # Safety
-/// No preconditions; `unsafe` only because it is part of the C ABI.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtKernelArgsFinalize(argsHandle: aclrtArgsHandle) -> aclError {
-    guard("aclrtKernelArgsFinalize", || {
-        non_null(argsHandle, "argsHandle")?;
-        sim()?
-            .args
-            .resolve(handle::from_ptr(argsHandle))?
-            .finalize();
-        Ok(())
     })
 }
