@@ -61,6 +61,7 @@ mod event;
 mod exception;
 mod handle;
 mod hardware;
+mod indirect;
 mod memory;
 mod notify;
 mod pool;

@@ -1496,6 +1496,10 @@ macro_rules! for_each_acl_function {
                 fn aclrtHostMemMapCapabilities(deviceId: u32, hacType: $crate::aclrtHacType, capabilities: *mut $crate::aclrtHostMemMapCapability) -> $crate::aclError;
                 fn aclrtPointerGetAttributes(ptr: *const core::ffi::c_void, attributes: *mut $crate::aclrtPtrAttributes) -> $crate::aclError;
                 fn aclrtMemcpyAsyncWithCondition(dst: *mut core::ffi::c_void, destMax: usize, src: *const core::ffi::c_void, count: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtGetMemcpyDescSize(kind: $crate::aclrtMemcpyKind, descSize: *mut usize) -> $crate::aclError;
+                fn aclrtSetMemcpyDesc(desc: *mut core::ffi::c_void, kind: $crate::aclrtMemcpyKind, srcAddr: *mut core::ffi::c_void, dstAddr: *mut core::ffi::c_void, count: usize, config: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtMemcpyAsyncWithOffset(dst: *mut *mut core::ffi::c_void, destMax: usize, dstDataOffset: usize, src: *mut *const core::ffi::c_void, count: usize, srcDataOffset: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemcpyAsyncWithDesc(desc: *mut core::ffi::c_void, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtDestroyStreamForce(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtSynchronizeStreamWithTimeout(stream: $crate::aclrtStream, timeout: i32) -> $crate::aclError;
                 fn aclrtStreamQuery(stream: $crate::aclrtStream, status: *mut $crate::aclrtStreamStatus) -> $crate::aclError;

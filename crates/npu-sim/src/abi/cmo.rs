@@ -11,8 +11,8 @@ use npu_sys::*;
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::event::Record;
-use crate::memory::AllocKind;
-use crate::sim::{Sim, sim};
+use crate::indirect::{check_on_device, device_of_range, write_descriptor};
+use crate::sim::sim;
 use crate::stream::Stream;
 use crate::task::{Op, Task};
 
@@ -42,28 +42,6 @@ fn check_type(cmo_type: aclrtCmoType) -> Res<()> {
     }
 }
 
-/// Checks that `[ptr, ptr+len)` lies in one device allocation of `device` (107000 otherwise).
-fn check_device_range(
-    sim: &Sim,
-    ptr: *const c_void,
-    len: usize,
-    device: i32,
-    what: &str,
-) -> Res<()> {
-    let address = ptr as usize;
-    let inside = matches!(
-        sim.memory.allocation_of(address),
-        Some((base, alloc_len, AllocKind::Device { device: owner, .. }))
-            if owner == device && address - base + len <= alloc_len
-    );
-    ensure!(
-        inside,
-        ACL_ERROR_RT_PARAM_INVALID,
-        "{what} ({ptr:p}+{len}) is not in device memory of device {device}"
-    );
-    Ok(())
-}
-
 /// Prefetches device memory of the stream's device into the cache: a stream task with no
 /// effect. NULL src or size 0 → 100000; memory not of the stream's device → 107000; another
 /// type → 207000.
@@ -83,7 +61,7 @@ pub unsafe extern "C" fn aclrtCmoAsync(
         check_type(cmoType)?;
         let sim = sim()?;
         let stream = context::submit_stream(sim, stream)?;
-        check_device_range(sim, src, size, stream.device.id, "src")?;
+        check_on_device(&sim.memory, src as usize, size, stream.device.id, "src")?;
         ordering_only(&stream)
     })
 }
@@ -156,28 +134,10 @@ pub unsafe extern "C" fn aclrtCmoSetDesc(
         non_null(cmoDesc, "cmoDesc")?;
         non_null(src, "src")?;
         ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
-        let sim = sim()?;
-        let Some((_, _, AllocKind::Device { device, .. })) =
-            sim.memory.allocation_of(cmoDesc as usize)
-        else {
-            fail!(
-                ACL_ERROR_RT_PARAM_INVALID,
-                "cmoDesc ({cmoDesc:p}) is not device memory"
-            );
-        };
-        check_device_range(sim, cmoDesc, DESC_SIZE, device, "cmoDesc")?;
-        check_device_range(sim, src, size, device, "src")?;
-        let Some(_lease) = sim.memory.lease(cmoDesc as usize, DESC_SIZE) else {
-            fail!(
-                ACL_ERROR_RT_PARAM_INVALID,
-                "cmoDesc ({cmoDesc:p}) was freed"
-            );
-        };
-        let desc = [src as u64, size as u64];
-        // SAFETY: the lease keeps the allocation holding these DESC_SIZE bytes mapped; the
-        // write is unaligned-safe.
-        unsafe { cmoDesc.cast::<[u64; 2]>().write_unaligned(desc) };
-        Ok(())
+        let memory = &sim()?.memory;
+        let device = device_of_range(memory, cmoDesc as usize, DESC_SIZE, "cmoDesc")?;
+        check_on_device(memory, src as usize, size, device, "src")?;
+        write_descriptor(memory, cmoDesc as usize, &[src as u64, size as u64])
     })
 }
 
@@ -205,7 +165,13 @@ pub unsafe extern "C" fn aclrtCmoAsyncWithDesc(
         check_type(cmoType)?;
         let sim = sim()?;
         let stream = context::submit_stream(sim, stream)?;
-        check_device_range(sim, cmoDesc, DESC_SIZE, stream.device.id, "cmoDesc")?;
+        check_on_device(
+            &sim.memory,
+            cmoDesc as usize,
+            DESC_SIZE,
+            stream.device.id,
+            "cmoDesc",
+        )?;
         ordering_only(&stream)
     })
 }
