@@ -98,6 +98,8 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtKernelArgsGetHandleMemSize",
     "aclrtKernelArgsGetMemSize",
     "aclrtKernelArgsInitByUserMem",
+    "aclrtFunctionGetAvailDynUbufPerBlock",
+    "aclrtRegisterCpuFunc",
     // Devices and information
     "aclrtSetDeviceResLimit",
     "aclrtGetDeviceResLimit",
@@ -165,6 +167,9 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtSetMemcpyDesc",
     "aclrtMemcpyAsyncWithOffset",
     "aclrtMemcpyAsyncWithDesc",
+    "aclrtMallocForTaskScheduler",
+    "aclrtMemP2PMap",
+    "aclrtMemManagedPrefetchBatchAsync",
     "aclrtCmoAsync",
     "aclrtCmoAsyncWithBarrier",
     "aclrtCmoWaitBarrier",

@@ -409,6 +409,49 @@ static INVALID_PARAM: &[Case] = &[
             ))
         },
     ),
+    case(
+        "ubuf size into NULL",
+        "aclrtFunctionGetAvailDynUbufPerBlock",
+        100000,
+        0,
+        || {
+            code!(aclrtFunctionGetAvailDynUbufPerBlock(
+                add_one(),
+                0,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "CPU function named NULL",
+        "aclrtRegisterCpuFunc",
+        100000,
+        0,
+        || {
+            let bin = registry_binary(&["add_one_u32"]);
+            let (name, mut func) = (c_string("RunCpuKernel"), ptr::null_mut());
+            code!(aclrtRegisterCpuFunc(
+                bin,
+                ptr::null(),
+                name.as_ptr(),
+                &mut func
+            ))
+        },
+    ),
+    case(
+        "task scheduler memory into NULL",
+        "aclrtMallocForTaskScheduler",
+        100000,
+        0,
+        || {
+            code!(aclrtMallocForTaskScheduler(
+                ptr::null_mut(),
+                64,
+                0,
+                ptr::null_mut()
+            ))
+        },
+    ),
 ];
 
 static PARAM_INVALID: &[Case] = &[
@@ -810,6 +853,37 @@ static PARAM_INVALID: &[Case] = &[
             ptr::null_mut()
         ))
     }),
+    case(
+        "ubuf flags 1",
+        "aclrtFunctionGetAvailDynUbufPerBlock",
+        107000,
+        0,
+        || {
+            let mut size = 0;
+            code!(aclrtFunctionGetAvailDynUbufPerBlock(
+                add_one(),
+                1,
+                &mut size
+            ))
+        },
+    ),
+    case(
+        "CPU function of a simulated binary",
+        "aclrtRegisterCpuFunc",
+        107000,
+        0,
+        || {
+            let bin = registry_binary(&["add_one_u32"]);
+            let (entry, op) = (c_string("RunCpuKernel"), c_string("AddOne"));
+            let mut func = ptr::null_mut();
+            code!(aclrtRegisterCpuFunc(
+                bin,
+                entry.as_ptr(),
+                op.as_ptr(),
+                &mut func
+            ))
+        },
+    ),
 ];
 
 static CONTEXTS_AND_HANDLES: &[Case] = &[
@@ -1044,6 +1118,24 @@ static CONTEXTS_AND_HANDLES: &[Case] = &[
                 handle,
                 memory.as_mut_ptr().cast(),
                 32
+            ))
+        },
+    ),
+    case(
+        "CPU function of an unloaded binary",
+        "aclrtRegisterCpuFunc",
+        107017,
+        0,
+        || {
+            let bin = registry_binary(&["add_one_u32"]);
+            acl!(aclrtBinaryUnLoad(bin));
+            let (entry, op) = (c_string("RunCpuKernel"), c_string("AddOne"));
+            let mut func = ptr::null_mut();
+            code!(aclrtRegisterCpuFunc(
+                bin,
+                entry.as_ptr(),
+                op.as_ptr(),
+                &mut func
             ))
         },
     ),

@@ -487,6 +487,11 @@ fn a_function_knows_its_binary_name_and_entry() {
     acl!(aclrtGetFunctionName(func, 17, name.as_mut_ptr().cast()));
     assert_eq!(&name, b"addressed_kernel\0");
 
+    // Not a SIMT kernel: no dynamic UB buffer.
+    let mut ubuf = usize::MAX;
+    acl!(aclrtFunctionGetAvailDynUbufPerBlock(func, 0, &mut ubuf));
+    assert_eq!(ubuf, 0);
+
     let (mut aic, mut aiv) = (ptr::null_mut(), ptr::null_mut());
     acl!(aclrtGetFunctionAddr(func, &mut aic, &mut aiv));
     let entry = addressed as unsafe extern "C" fn(u32, u32, *mut c_void) -> i32;

@@ -253,3 +253,102 @@ fn error_paths() {
     acl!(aclrtFree(plain));
     acl!(aclrtDestroyStream(stream));
 }
+
+/// aclrtMemManagedPrefetchBatchAsync of `ranges`, with `locations[k]` from range `starts[k]` on.
+fn prefetch_batch(
+    ranges: &[(*mut c_void, usize)],
+    locations: &[aclrtMemManagedLocation],
+    starts: &[usize],
+    flags: u64,
+    stream: aclrtStream,
+) -> aclError {
+    let mut ptrs: Vec<*const c_void> = ranges.iter().map(|r| r.0.cast_const()).collect();
+    let mut sizes: Vec<usize> = ranges.iter().map(|r| r.1).collect();
+    let (mut locations, mut starts) = (locations.to_vec(), starts.to_vec());
+    code!(aclrtMemManagedPrefetchBatchAsync(
+        ptrs.as_mut_ptr(),
+        sizes.as_mut_ptr(),
+        ptrs.len(),
+        locations.as_mut_ptr(),
+        starts.as_mut_ptr(),
+        locations.len(),
+        flags,
+        stream
+    ))
+}
+
+#[test]
+fn batch_prefetches_check_every_range_and_location() {
+    set_device(0);
+    let stream = create_stream();
+    let (a, b) = (alloc_managed(4 * MIB as u64), alloc_managed(2 * MIB as u64));
+    let host = aclrtMemManagedLocation {
+        type_: ACL_MEM_LOCATIONTYPE_HOST,
+        id: 0,
+    };
+    let ranges = [
+        (a, 2 * MIB),
+        (a.wrapping_byte_add(2 * MIB), 2 * MIB),
+        (b, 2 * MIB),
+    ];
+    let code = prefetch_batch(&ranges, &[on_device(0), host], &[0, 2], 0, stream);
+    assert_eq!(code, 0, "{}", recent_message());
+    acl!(aclrtSynchronizeStream(stream));
+
+    let plain = malloc(64);
+    let one = [(a, 2 * MIB)];
+    for (ranges, locations, starts, flags, expected) in [
+        (
+            &one[..],
+            &[on_device(0)][..],
+            &[0][..],
+            1,
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            &one[..],
+            &[on_device(0)],
+            &[1],
+            0,
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            &one[..],
+            &[on_device(0), host],
+            &[0, 0],
+            0,
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (&one[..], &[], &[], 0, ACL_ERROR_RT_PARAM_INVALID),
+        (
+            &[(a, MIB)][..],
+            &[on_device(0)],
+            &[0],
+            0,
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            &[(plain, 2 * MIB)][..],
+            &[on_device(0)],
+            &[0],
+            0,
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            &one[..],
+            &[on_device(99)],
+            &[0],
+            0,
+            ACL_ERROR_RT_INVALID_DEVICEID,
+        ),
+        (&[][..], &[on_device(0)], &[0], 0, ACL_ERROR_INVALID_PARAM),
+    ] {
+        let code = prefetch_batch(ranges, locations, starts, flags, stream);
+        assert_eq!(code, expected, "{ranges:?} {starts:?} {flags}");
+        assert!(recent_message().contains("aclrtMemManagedPrefetchBatchAsync"));
+    }
+    acl!(aclrtFree(a));
+    acl!(aclrtFree(b));
+    acl!(aclrtFree(plain));
+    acl!(aclrtDestroyStream(stream));
+}

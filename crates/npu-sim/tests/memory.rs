@@ -385,6 +385,52 @@ fn cached_memory_is_device_memory_and_cache_maintenance_keeps_it() {
     assert_eq!(download::<u8>(p, 100), [7u8; 100]);
     acl!(aclrtFree(p));
     assert_eq!(used(5), before);
+    // Memory for the task scheduler is device memory too, configured as aclrtMallocWithCfg's.
+    acl!(aclrtMallocForTaskScheduler(
+        &mut p,
+        100,
+        ACL_MEM_MALLOC_HUGE_FIRST,
+        ptr::null_mut()
+    ));
+    assert_eq!(used(5) - before, 160);
+    assert_eq!(attributes(p).location.type_, ACL_MEM_LOCATION_TYPE_DEVICE);
+    acl!(aclrtFree(p));
+    assert_eq!(used(5), before);
+}
+
+#[test]
+fn peer_mappings_need_peer_access_and_change_nothing() {
+    install();
+    set_device(2);
+    let dev = malloc(4096);
+    upload(dev, &[6u8; 4096]);
+    set_device(4);
+    let map = |size, peer, flags| code!(aclrtMemP2PMap(dev, size, peer, flags));
+    assert_eq!(map(4096, 4, 0), ACL_ERROR_RT_NO_PERMISSION);
+    assert!(recent_message().contains("has not enabled peer access to device 2"));
+    // Device 4 (current) enables access to device 2's memory.
+    acl!(aclrtDeviceEnablePeerAccess(2, 0));
+    acl!(aclrtMemP2PMap(dev, 4096, 4, 0));
+    assert_eq!(download::<u8>(dev, 4096), vec![6; 4096]);
+    for (size, peer, flags, code) in [
+        (0, 4, 0, ACL_ERROR_INVALID_PARAM),
+        (1 << 20, 4, 0, ACL_ERROR_RT_PARAM_INVALID),
+        (4096, 2, 0, ACL_ERROR_RT_PARAM_INVALID),
+        (4096, 4, 1, ACL_ERROR_RT_PARAM_INVALID),
+        (4096, 99, 0, ACL_ERROR_RT_INVALID_DEVICEID),
+    ] {
+        assert_eq!(map(size, peer, flags), code, "{size} {peer} {flags}");
+        assert!(recent_message().contains("aclrtMemP2PMap"));
+    }
+    let host = malloc_host(64);
+    assert_eq!(
+        code!(aclrtMemP2PMap(host, 64, 4, 0)),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    recent_message();
+    acl!(aclrtDeviceDisablePeerAccess(2));
+    acl!(aclrtFreeHost(host));
+    acl!(aclrtFree(dev));
 }
 
 #[test]

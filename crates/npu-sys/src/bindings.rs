@@ -1485,6 +1485,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtCtxGetCurrentDefaultStream(stream: *mut $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtMallocAlign32(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy) -> $crate::aclError;
                 fn aclrtMallocWithCfg(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy, cfg: *mut $crate::aclrtMallocConfig) -> $crate::aclError;
+                fn aclrtMallocForTaskScheduler(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy, cfg: *mut $crate::aclrtMallocConfig) -> $crate::aclError;
                 fn aclrtFreeWithDevSync(devPtr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtCheckMemType(addrList: *mut *mut core::ffi::c_void, size: u32, memType: u32, checkResult: *mut u32, reserve: u32) -> $crate::aclError;
                 fn aclrtMallocHostWithCfg(ptr: *mut *mut core::ffi::c_void, size: u64, cfg: *mut $crate::aclrtMallocConfig) -> $crate::aclError;
@@ -1495,6 +1496,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtHostUnregister(ptr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtHostMemMapCapabilities(deviceId: u32, hacType: $crate::aclrtHacType, capabilities: *mut $crate::aclrtHostMemMapCapability) -> $crate::aclError;
                 fn aclrtPointerGetAttributes(ptr: *const core::ffi::c_void, attributes: *mut $crate::aclrtPtrAttributes) -> $crate::aclError;
+                fn aclrtMemP2PMap(devPtr: *mut core::ffi::c_void, size: usize, dstDevId: i32, flags: u64) -> $crate::aclError;
                 fn aclrtMemcpyAsyncWithCondition(dst: *mut core::ffi::c_void, destMax: usize, src: *const core::ffi::c_void, count: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetMemcpyDescSize(kind: $crate::aclrtMemcpyKind, descSize: *mut usize) -> $crate::aclError;
                 fn aclrtSetMemcpyDesc(desc: *mut core::ffi::c_void, kind: $crate::aclrtMemcpyKind, srcAddr: *mut core::ffi::c_void, dstAddr: *mut core::ffi::c_void, count: usize, config: *mut core::ffi::c_void) -> $crate::aclError;
@@ -1523,6 +1525,8 @@ macro_rules! for_each_acl_function {
                 fn aclrtBinaryGetFunctionByEntry(binHandle: $crate::aclrtBinHandle, funcEntry: u64, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
                 fn aclrtFunctionGetBinary(funcHandle: $crate::aclrtFuncHandle, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtGetFunctionName(funcHandle: $crate::aclrtFuncHandle, maxLen: u32, name: *mut core::ffi::c_char) -> $crate::aclError;
+                fn aclrtFunctionGetAvailDynUbufPerBlock(func: *mut core::ffi::c_void, flags: u32, dynamicUbufSize: *mut usize) -> $crate::aclError;
+                fn aclrtRegisterCpuFunc(handle: $crate::aclrtBinHandle, funcName: *const core::ffi::c_char, kernelName: *const core::ffi::c_char, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
                 fn aclrtGetFunctionAddr(funcHandle: $crate::aclrtFuncHandle, aicAddr: *mut *mut core::ffi::c_void, aivAddr: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtLaunchKernel(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, argsData: *const core::ffi::c_void, argsSize: usize, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtLaunchKernelV2(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, argsData: *const core::ffi::c_void, argsSize: usize, cfg: *mut $crate::aclrtLaunchKernelCfg, stream: $crate::aclrtStream) -> $crate::aclError;
@@ -1606,6 +1610,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemAllocManaged(ptr: *mut *mut core::ffi::c_void, size: u64, flag: u32) -> $crate::aclError;
                 fn aclrtMemManagedAdvise(ptr: *const core::ffi::c_void, size: u64, advise: $crate::aclrtMemManagedAdviseType, location: $crate::aclrtMemManagedLocation) -> $crate::aclError;
                 fn aclrtMemManagedPrefetchAsync(ptr: *const core::ffi::c_void, size: usize, location: $crate::aclrtMemManagedLocation, flags: u32, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemManagedPrefetchBatchAsync(ptrs: *mut *const core::ffi::c_void, sizes: *mut usize, count: usize, prefetchLocs: *mut $crate::aclrtMemManagedLocation, prefetchLocIdxs: *mut usize, numPrefetchLocs: usize, flags: u64, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetMemUsageInfo(deviceId: i32, memUsageInfo: *mut $crate::aclrtMemUsageInfo, inputNum: usize, outputNum: *mut usize) -> $crate::aclError;
                 fn aclrtCmoAsync(src: *mut core::ffi::c_void, size: usize, cmoType: $crate::aclrtCmoType, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtCmoAsyncWithBarrier(src: *mut core::ffi::c_void, size: usize, cmoType: $crate::aclrtCmoType, barrierId: u32, stream: $crate::aclrtStream) -> $crate::aclError;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use npu_sys::*;
 
+use super::check::c_str;
 use super::kernel::store_binary;
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, guard_value, non_null, write_out};
@@ -166,6 +167,56 @@ pub unsafe extern "C" fn aclrtGetFunctionAddr(
         let address = function.code_address() as *mut c_void;
         write_out(aicAddr, "aicAddr", address)?;
         write_out(aivAddr, "aivAddr", address)
+    })
+}
+
+/// The dynamic UB buffer a block of a SIMT kernel may use; simulated kernels are not SIMT
+/// kernels, for which CANN reports 0. `flags` must be 0 (107000).
+///
+/// # Safety
+/// `dynamicUbufSize` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtFunctionGetAvailDynUbufPerBlock(
+    func: *mut c_void,
+    flags: u32,
+    dynamicUbufSize: *mut usize,
+) -> aclError {
+    guard("aclrtFunctionGetAvailDynUbufPerBlock", || {
+        function(func)?;
+        ensure!(
+            flags == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "flags is reserved and must be 0, not {flags}"
+        );
+        non_null(dynamicUbufSize, "dynamicUbufSize")?;
+        write_out(dynamicUbufSize, "dynamicUbufSize", 0)
+    })
+}
+
+/// Registers an AI CPU kernel of a binary loaded from data. CANN refuses binaries of other
+/// kernels with 107000, and a simulated binary holds host-function kernels only, so after the
+/// checks (NULL arguments → 100000, a stale binary → 107017) it is always refused.
+///
+/// # Safety
+/// `funcName` and `kernelName` must be NULL or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtRegisterCpuFunc(
+    handle: aclrtBinHandle,
+    funcName: *const c_char,
+    kernelName: *const c_char,
+    funcHandle: *mut aclrtFuncHandle,
+) -> aclError {
+    guard("aclrtRegisterCpuFunc", || {
+        non_null(handle, "handle")?;
+        let entry = c_str(funcName, "funcName")?;
+        let op_type = c_str(kernelName, "kernelName")?;
+        non_null(funcHandle, "funcHandle")?;
+        sim()?.binaries.resolve(handle::from_ptr(handle))?;
+        fail!(
+            ACL_ERROR_RT_PARAM_INVALID,
+            "the binary holds no AI CPU kernels (simulated kernels are host functions), so \
+             {entry:?} ({op_type:?}) cannot be registered as one"
+        )
     })
 }
 

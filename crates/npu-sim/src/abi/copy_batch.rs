@@ -6,7 +6,7 @@ use std::ffi::c_void;
 
 use npu_sys::*;
 
-use super::check::array;
+use super::check::{array, run_of, run_starts};
 use super::copy::{ALL, ASYNC, On, copy};
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::memory::PtrClass;
@@ -96,19 +96,12 @@ fn check(sim: &Sim, batch: &Batch) -> Res<(aclrtMemcpyKind, Vec<Entry>)> {
         batch.num_attrs,
         "attrsIndexes",
     )?;
-    ensure!(
-        starts[0] == 0
-            && starts.windows(2).all(|w| w[0] < w[1])
-            && starts[starts.len() - 1] < batch.count,
-        ACL_ERROR_RT_PARAM_INVALID,
-        "attrsIndexes {starts:?} must start at 0 and increase, below numBatches ({})",
-        batch.count
-    );
+    run_starts(starts, batch.count, "attrsIndexes")?;
     let mut kind = None;
     let mut entries = Vec::new();
     for index in 0..batch.count {
         // The attribute whose run holds this copy: the last one starting at or before it.
-        let attr = &attrs[starts.partition_point(|&start| start <= index) - 1];
+        let attr = &attrs[run_of(starts, index)];
         let Some(this_kind) = kind_of(attr) else {
             return fail_at(
                 batch.fail_index,

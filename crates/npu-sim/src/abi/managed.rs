@@ -1,5 +1,5 @@
 //! Managed (unified) memory: aclrtMemAllocManaged, aclrtMemManagedAdvise,
-//! aclrtMemManagedPrefetchAsync.
+//! aclrtMemManagedPrefetchAsync, aclrtMemManagedPrefetchBatchAsync.
 //!
 //! Host and devices share the simulator's memory, so managed memory never migrates: it is
 //! zero-filled anonymous memory placed in the runtime's unified-address window, recorded as
@@ -11,6 +11,7 @@ use std::ffi::c_void;
 
 use npu_sys::*;
 
+use super::check::{array, run_starts};
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::memory::AllocKind;
@@ -184,6 +185,55 @@ pub unsafe extern "C" fn aclrtMemManagedAdvise(
             | ACL_MEM_ADVISE_UNSET_ACCESSED_BY => check_location(sim, &location),
             other => fail!(ACL_ERROR_RT_PARAM_INVALID, "unknown advice {other}"),
         }
+    })
+}
+
+/// Prefetches a batch of managed ranges as one task of `stream` that does nothing (see
+/// aclrtMemManagedPrefetchAsync): each range and each location is checked as that function
+/// checks them; NULL arrays → 100000; count 0 → 100000; numPrefetchLocs 0 or above count, or
+/// prefetchLocIdxs not starting at 0 and increasing below count, or flags not 0 → 107000.
+///
+/// # Safety
+/// The arrays must hold `count` (`numPrefetchLocs`) elements.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemManagedPrefetchBatchAsync(
+    ptrs: *mut *const c_void,
+    sizes: *mut usize,
+    count: usize,
+    prefetchLocs: *mut aclrtMemManagedLocation,
+    prefetchLocIdxs: *mut usize,
+    numPrefetchLocs: usize,
+    flags: u64,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtMemManagedPrefetchBatchAsync", || {
+        non_null(ptrs, "ptrs")?;
+        non_null(sizes, "sizes")?;
+        non_null(prefetchLocs, "prefetchLocs")?;
+        non_null(prefetchLocIdxs, "prefetchLocIdxs")?;
+        ensure!(count != 0, ACL_ERROR_INVALID_PARAM, "count is 0");
+        let ptrs = array(ptrs.cast_const(), count, "ptrs")?;
+        let sizes = array(sizes.cast_const(), count, "sizes")?;
+        let locations = array(prefetchLocs.cast_const(), numPrefetchLocs, "prefetchLocs")?;
+        let starts = array(
+            prefetchLocIdxs.cast_const(),
+            numPrefetchLocs,
+            "prefetchLocIdxs",
+        )?;
+        run_starts(starts, count, "prefetchLocIdxs")?;
+        ensure!(
+            flags == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "flags is reserved and must be 0, not {flags}"
+        );
+        let sim = sim()?;
+        for (&ptr, &size) in ptrs.iter().zip(sizes) {
+            check_range(sim, ptr, size as u64)?;
+        }
+        for location in locations {
+            check_location(sim, location)?;
+        }
+        super::cmo::ordering_only(&context::submit_stream(sim, stream)?)
     })
 }
 

@@ -169,6 +169,65 @@ pub unsafe extern "C" fn aclrtMallocWithCfg(
     })
 }
 
+/// Device memory the device's task scheduler may use (some graph-mode operators need it): on
+/// the simulator, aclrtMallocWithCfg's memory, freed with aclrtFree.
+///
+/// # Safety
+/// `devPtr` must be NULL or valid for a write; `cfg` NULL or a valid configuration.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMallocForTaskScheduler(
+    devPtr: *mut *mut c_void,
+    size: usize,
+    policy: aclrtMemMallocPolicy,
+    cfg: *mut aclrtMallocConfig,
+) -> aclError {
+    guard("aclrtMallocForTaskScheduler", || {
+        let device = config_device(cfg)?;
+        device_malloc(sim()?, devPtr, size, policy, true, device)
+    })
+}
+
+/// Maps device memory into another device's page tables, so that device's first accesses do
+/// not fault: validated, then nothing to do, since every device reaches the simulator's memory.
+/// NULL devPtr or size 0 → 100000; not device memory (or past its allocation), `dstDevId` its
+/// own device, or flags not 0 → 107000; no such device → 107001; `dstDevId` has not enabled
+/// peer access to the memory's device → 207006.
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemP2PMap(
+    devPtr: *mut c_void,
+    size: usize,
+    dstDevId: i32,
+    flags: u64,
+) -> aclError {
+    guard("aclrtMemP2PMap", || {
+        non_null(devPtr, "devPtr")?;
+        ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+        let sim = sim()?;
+        let user = sim.device(dstDevId.into())?;
+        let owner = crate::indirect::device_of_range(&sim.memory, devPtr as usize, size, "devPtr")?;
+        ensure!(
+            owner != dstDevId,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "devPtr is memory of device {dstDevId} itself"
+        );
+        ensure!(
+            flags == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "flags is reserved and must be 0, not {flags}"
+        );
+        ensure!(
+            user.peer_enabled(owner),
+            ACL_ERROR_RT_NO_PERMISSION,
+            "device {dstDevId} has not enabled peer access to device {owner} \
+             (aclrtDeviceEnablePeerAccess)"
+        );
+        Ok(())
+    })
+}
+
 fn free_device(sim: &Sim, ptr: *mut c_void) -> Res<()> {
     non_null(ptr, "devPtr")?;
     ensure!(
