@@ -99,6 +99,9 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtKernelArgsGetMemSize",
     "aclrtKernelArgsInitByUserMem",
     "aclrtFunctionGetAvailDynUbufPerBlock",
+    "aclrtFunctionGetParamCount",
+    "aclrtFunctionGetParamInfo",
+    "aclrtLaunchKernelWithArgsArray",
     "aclrtRegisterCpuFunc",
     // Devices and information
     "aclrtSetDeviceResLimit",

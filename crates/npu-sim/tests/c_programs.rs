@@ -162,6 +162,8 @@ fn kernels_load_through_the_older_binary_path_in_c() {
         "function scale_f32 of its binary 1, one entry for both engines 1\n\
          arguments in device memory: 1\n\
          scale_f32 over 4096 elements in 4 blocks: 0 wrong, 0 exceptions\n\
+         4 parameters at 0 8 16 20\n\
+         scaled again from an array of parameters: 0 wrong\n\
          by entry: 207000\n\
          binary flow ok\n"
     );

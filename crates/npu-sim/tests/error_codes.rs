@@ -51,6 +51,11 @@ fn add_one() -> aclrtFuncHandle {
     function(registry_binary(&["add_one_u32", "trap"]), "add_one_u32")
 }
 
+/// The shipped vector add, which declares a parameter list.
+fn vector_add() -> aclrtFuncHandle {
+    function(registry_binary(&[]), npu_sim::kernel::VECTOR_ADD_F32)
+}
+
 /// A registry image of the test kernels, for the older load path.
 fn registry_image() -> Vec<u8> {
     npu_sim::kernel::registry_image(&["add_one_u32"])
@@ -448,6 +453,79 @@ static INVALID_PARAM: &[Case] = &[
                 ptr::null_mut(),
                 64,
                 0,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "param count into NULL",
+        "aclrtFunctionGetParamCount",
+        100000,
+        0,
+        || code!(aclrtFunctionGetParamCount(vector_add(), ptr::null_mut())),
+    ),
+    case(
+        "param info into NULL",
+        "aclrtFunctionGetParamInfo",
+        100000,
+        0,
+        || {
+            let mut offset = 0;
+            code!(aclrtFunctionGetParamInfo(
+                vector_add(),
+                0,
+                &mut offset,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "args array NULL",
+        "aclrtLaunchKernelWithArgsArray",
+        100000,
+        0,
+        || {
+            let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
+            code!(aclrtLaunchKernelWithArgsArray(
+                vector_add(),
+                1,
+                stream,
+                cfg,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "args array NULL entry",
+        "aclrtLaunchKernelWithArgsArray",
+        100000,
+        0,
+        || {
+            let mut word = 0u64;
+            let word: *mut c_void = (&raw mut word).cast();
+            let mut args = [word, word, ptr::null_mut(), word];
+            let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
+            code!(aclrtLaunchKernelWithArgsArray(
+                vector_add(),
+                1,
+                stream,
+                cfg,
+                args.as_mut_ptr()
+            ))
+        },
+    ),
+    case(
+        "args array 0 blocks",
+        "aclrtLaunchKernelWithArgsArray",
+        100000,
+        0,
+        || {
+            let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
+            code!(aclrtLaunchKernelWithArgsArray(
+                vector_add(),
+                0,
+                stream,
+                cfg,
                 ptr::null_mut()
             ))
         },
@@ -881,6 +959,22 @@ static PARAM_INVALID: &[Case] = &[
                 entry.as_ptr(),
                 op.as_ptr(),
                 &mut func
+            ))
+        },
+    ),
+    case(
+        "args array without a parameter list",
+        "aclrtLaunchKernelWithArgsArray",
+        107000,
+        0,
+        || {
+            let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
+            code!(aclrtLaunchKernelWithArgsArray(
+                add_one(),
+                1,
+                stream,
+                cfg,
+                ptr::null_mut()
             ))
         },
     ),

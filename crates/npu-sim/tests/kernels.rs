@@ -627,3 +627,83 @@ fn kernel_args_built_in_caller_memory() {
     );
     recent_message();
 }
+
+#[test]
+fn shipped_kernels_declare_their_parameter_lists() {
+    set_device(1);
+    for (path, bin) in binaries() {
+        let scale = function(bin, kernel::SCALE_F32);
+        let mut count = 0;
+        acl!(aclrtFunctionGetParamCount(scale, &mut count));
+        assert_eq!(count, 4, "{path}");
+        let layout: Vec<(usize, usize)> = (0..count)
+            .map(|i| {
+                let (mut offset, mut size) = (0, 0);
+                acl!(aclrtFunctionGetParamInfo(scale, i, &mut offset, &mut size));
+                (offset, size)
+            })
+            .collect();
+        // ScaleArgs { float *x; uint64_t n; float alpha; uint32_t reserved; }
+        assert_eq!(layout, [(0, 8), (8, 8), (16, 4), (20, 4)], "{path}");
+        let (mut offset, mut size) = (0, 0);
+        let past = code!(aclrtFunctionGetParamInfo(scale, 4, &mut offset, &mut size));
+        assert_eq!(past, ACL_ERROR_RT_PARAM_INVALID);
+        assert!(recent_message().contains("past the kernel's 4 parameters"));
+        acl!(aclrtBinaryUnLoad(bin));
+    }
+    // A kernel that declares no parameter list has none to report.
+    register_test_kernels();
+    let bin = registry_binary(&["trap"]);
+    let mut count = 0;
+    let none = code!(aclrtFunctionGetParamCount(
+        function(bin, "trap"),
+        &mut count
+    ));
+    assert_eq!(none, ACL_ERROR_RT_PARAM_INVALID);
+    assert!(recent_message().contains("declares no parameter list"));
+}
+
+#[test]
+fn launch_with_an_array_of_parameter_pointers() {
+    set_device(0);
+    let stream = create_stream();
+    for (path, bin) in binaries() {
+        let add = function(bin, kernel::VECTOR_ADD_F32);
+        let inputs = AddInputs::new(3001, 40);
+        let VectorAddArgs { a, b, c, n } = inputs.args;
+        let (mut a, mut b, mut c, mut n) = (a, b, c, n);
+        let mut args: [*mut c_void; 4] = [
+            (&raw mut a).cast(),
+            (&raw mut b).cast(),
+            (&raw mut c).cast(),
+            (&raw mut n).cast(),
+        ];
+        let cfg = ptr::null_mut();
+        acl!(aclrtLaunchKernelWithArgsArray(
+            add,
+            5,
+            stream,
+            cfg,
+            args.as_mut_ptr()
+        ));
+        // The parameters were copied at the call: changing them now changes nothing.
+        // SAFETY: args[3] points at `n`, a live local.
+        unsafe { args[3].cast::<u64>().write(0) };
+        acl!(aclrtSynchronizeStream(stream));
+        assert_eq!(inputs.result(), inputs.sum(), "{path}");
+        acl!(aclrtBinaryUnLoad(bin));
+    }
+    register_test_kernels();
+    let bin = registry_binary(&["trap"]);
+    let mut no_args: [*mut c_void; 0] = [];
+    let refused = code!(aclrtLaunchKernelWithArgsArray(
+        function(bin, "trap"),
+        1,
+        stream,
+        ptr::null_mut(),
+        no_args.as_mut_ptr()
+    ));
+    assert_eq!(refused, ACL_ERROR_RT_PARAM_INVALID);
+    recent_message();
+    acl!(aclrtDestroyStream(stream));
+}

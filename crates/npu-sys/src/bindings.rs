@@ -1525,12 +1525,15 @@ macro_rules! for_each_acl_function {
                 fn aclrtBinaryGetFunctionByEntry(binHandle: $crate::aclrtBinHandle, funcEntry: u64, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
                 fn aclrtFunctionGetBinary(funcHandle: $crate::aclrtFuncHandle, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtGetFunctionName(funcHandle: $crate::aclrtFuncHandle, maxLen: u32, name: *mut core::ffi::c_char) -> $crate::aclError;
+                fn aclrtFunctionGetParamCount(func: *const core::ffi::c_void, paramCount: *mut usize) -> $crate::aclError;
+                fn aclrtFunctionGetParamInfo(func: *const core::ffi::c_void, paramIndex: usize, paramOffset: *mut usize, paramSize: *mut usize) -> $crate::aclError;
                 fn aclrtFunctionGetAvailDynUbufPerBlock(func: *mut core::ffi::c_void, flags: u32, dynamicUbufSize: *mut usize) -> $crate::aclError;
                 fn aclrtRegisterCpuFunc(handle: $crate::aclrtBinHandle, funcName: *const core::ffi::c_char, kernelName: *const core::ffi::c_char, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
                 fn aclrtGetFunctionAddr(funcHandle: $crate::aclrtFuncHandle, aicAddr: *mut *mut core::ffi::c_void, aivAddr: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtLaunchKernel(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, argsData: *const core::ffi::c_void, argsSize: usize, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtLaunchKernelV2(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, argsData: *const core::ffi::c_void, argsSize: usize, cfg: *mut $crate::aclrtLaunchKernelCfg, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtLaunchKernelWithHostArgs(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, hostArgs: *mut core::ffi::c_void, argsSize: usize, placeHolderArray: *mut $crate::aclrtPlaceHolderInfo, placeHolderNum: usize) -> $crate::aclError;
+                fn aclrtLaunchKernelWithArgsArray(func: *mut core::ffi::c_void, numBlocks: u32, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, args: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtLaunchKernelWithConfig(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, argsHandle: $crate::aclrtArgsHandle, reserve: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtKernelArgsGetHandleMemSize(funcHandle: $crate::aclrtFuncHandle, memSize: *mut usize) -> $crate::aclError;
                 fn aclrtKernelArgsGetMemSize(funcHandle: $crate::aclrtFuncHandle, userArgsSize: usize, actualArgsSize: *mut usize) -> $crate::aclError;

@@ -522,6 +522,10 @@ ACL_FUNC_VISIBILITY aclError aclrtBinaryGetFunctionByEntry(aclrtBinHandle binHan
                                                            aclrtFuncHandle *funcHandle);
 ACL_FUNC_VISIBILITY aclError aclrtFunctionGetBinary(const aclrtFuncHandle funcHandle, aclrtBinHandle *binHandle);
 ACL_FUNC_VISIBILITY aclError aclrtGetFunctionName(aclrtFuncHandle funcHandle, uint32_t maxLen, char *name);
+/* A kernel's declared parameter list (npusim/kernel.h NPUSIM_KERNEL_PARAMS): none → 107000. */
+ACL_FUNC_VISIBILITY aclError aclrtFunctionGetParamCount(const void *func, size_t *paramCount);
+ACL_FUNC_VISIBILITY aclError aclrtFunctionGetParamInfo(const void *func, size_t paramIndex, size_t *paramOffset,
+                                                       size_t *paramSize);
 /* Simulated kernels are not SIMT kernels: 0 bytes of dynamic UB buffer. */
 ACL_FUNC_VISIBILITY aclError aclrtFunctionGetAvailDynUbufPerBlock(void *func, uint32_t flags, size_t *dynamicUbufSize);
 /* For AI CPU kernels only, which simulated binaries never hold (107000). */
@@ -538,6 +542,9 @@ ACL_FUNC_VISIBILITY aclError aclrtLaunchKernelWithHostArgs(aclrtFuncHandle funcH
                                                            void *hostArgs, size_t argsSize,
                                                            aclrtPlaceHolderInfo *placeHolderArray,
                                                            size_t placeHolderNum);
+/* args[i] points at parameter i's host data, packed by the kernel's declared parameter list. */
+ACL_FUNC_VISIBILITY aclError aclrtLaunchKernelWithArgsArray(void *func, uint32_t numBlocks, aclrtStream stream,
+                                                            aclrtLaunchKernelCfg *cfg, void **args);
 ACL_FUNC_VISIBILITY aclError aclrtLaunchKernelWithConfig(aclrtFuncHandle funcHandle, uint32_t numBlocks,
                                                          aclrtStream stream, aclrtLaunchKernelCfg *cfg,
                                                          aclrtArgsHandle argsHandle, void *reserve);

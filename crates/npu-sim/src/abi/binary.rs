@@ -96,7 +96,7 @@ pub unsafe extern "C" fn aclrtBinaryGetFunctionByEntry(
     })
 }
 
-fn function(func: aclrtFuncHandle) -> Res<Arc<Function>> {
+fn function(func: *const c_void) -> Res<Arc<Function>> {
     non_null(func, "funcHandle")?;
     sim()?.functions.resolve(handle::from_ptr(func))
 }
@@ -167,6 +167,52 @@ pub unsafe extern "C" fn aclrtGetFunctionAddr(
         let address = function.code_address() as *mut c_void;
         write_out(aicAddr, "aicAddr", address)?;
         write_out(aivAddr, "aivAddr", address)
+    })
+}
+
+/// How many parameters the kernel's declared parameter list has (none declared → 107000).
+///
+/// # Safety
+/// `paramCount` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtFunctionGetParamCount(
+    func: *const c_void,
+    paramCount: *mut usize,
+) -> aclError {
+    guard("aclrtFunctionGetParamCount", || {
+        let function = function(func)?;
+        non_null(paramCount, "paramCount")?;
+        let count = function.param_list()?.len();
+        write_out(paramCount, "paramCount", count)
+    })
+}
+
+/// Where parameter `paramIndex` of the kernel's declared parameter list lies in the packed
+/// arguments, and its size (none declared, or an index past the list → 107000).
+///
+/// # Safety
+/// `paramOffset` and `paramSize` must be NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtFunctionGetParamInfo(
+    func: *const c_void,
+    paramIndex: usize,
+    paramOffset: *mut usize,
+    paramSize: *mut usize,
+) -> aclError {
+    guard("aclrtFunctionGetParamInfo", || {
+        let function = function(func)?;
+        non_null(paramOffset, "paramOffset")?;
+        non_null(paramSize, "paramSize")?;
+        let params = function.param_list()?;
+        let Some(&(offset, size)) = params.get(paramIndex) else {
+            fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "paramIndex {paramIndex} is past the kernel's {} parameters",
+                params.len()
+            );
+        };
+        write_out(paramOffset, "paramOffset", offset)?;
+        write_out(paramSize, "paramSize", size)
     })
 }
 

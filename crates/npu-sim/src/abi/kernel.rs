@@ -329,6 +329,37 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
     })
 }
 
+/// Launches a kernel whose arguments are given as an array of pointers to each parameter's
+/// host data, packed (copied at the call) by the kernel's declared parameter list. `func` must
+/// be a function handle (the simulator has no compiler-generated kernel symbols); a kernel
+/// without a parameter list → 107000; NULL `args` for a kernel with parameters, or a NULL
+/// entry → 100000.
+///
+/// # Safety
+/// `args` must hold one pointer per declared parameter, each valid for that parameter's size;
+/// `cfg` NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtLaunchKernelWithArgsArray(
+    func: *mut c_void,
+    numBlocks: u32,
+    stream: aclrtStream,
+    cfg: *mut aclrtLaunchKernelCfg,
+    args: *mut *mut c_void,
+) -> aclError {
+    guard("aclrtLaunchKernelWithArgsArray", || {
+        let function = launch_target(func, numBlocks)?;
+        let vector_engine = vector_engine(cfg)?;
+        let params = function.param_list()?;
+        let values = array(args.cast_const(), params.len(), "args")?;
+        let mut blob = ArgsBlob::zeroed(function.args_size);
+        for (i, (&(offset, size), &value)) in params.iter().zip(values).enumerate() {
+            let value = bytes(value, size, &format!("args[{i}]"))?;
+            blob.bytes_mut()[offset..offset + size].copy_from_slice(value);
+        }
+        submit_launch(stream, func, function, numBlocks, blob, vector_engine)
+    })
+}
+
 /// Launches a kernel with arguments built by aclrtKernelArgs* (finalized; else 107000).
 /// `reserve` must be NULL.
 ///

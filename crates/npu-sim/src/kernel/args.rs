@@ -17,6 +17,17 @@ use crate::sync::lock;
 
 /// Most parameters one launch may have.
 pub(crate) const MAX_PARAMS: usize = 128;
+/// The largest parameter a declared parameter list may have (1 MiB).
+pub(crate) const MAX_PARAM_SIZE: usize = 1 << 20;
+
+/// Whether `sizes` is a valid declared parameter list: at most [`MAX_PARAMS`] parameters, each
+/// 1 to [`MAX_PARAM_SIZE`] bytes.
+pub(crate) fn valid_param_list(sizes: &[usize]) -> bool {
+    sizes.len() <= MAX_PARAMS
+        && sizes
+            .iter()
+            .all(|&size| (1..=MAX_PARAM_SIZE).contains(&size))
+}
 
 struct Param {
     offset: usize,
@@ -50,6 +61,21 @@ pub(crate) struct ParamRef {
 
 fn align_for(size: usize) -> usize {
     size.next_power_of_two().min(8)
+}
+
+/// The offsets of parameters of these sizes laid out as the fields of a C struct (the
+/// aclrtKernelArgsAppend rule), and the end of the last.
+pub(crate) fn param_offsets(sizes: &[usize]) -> (Vec<usize>, usize) {
+    let mut end = 0usize;
+    let offsets = sizes
+        .iter()
+        .map(|&size| {
+            let offset = end.next_multiple_of(align_for(size));
+            end = offset + size;
+            offset
+        })
+        .collect();
+    (offsets, end)
 }
 
 /// A placeholder's place in the packed arguments: its pointer slot, its data's offset, its data.
@@ -219,6 +245,16 @@ impl ArgsBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parameter_lists_are_laid_out_like_the_builder_packs_them() {
+        assert_eq!(param_offsets(&[8, 8, 4, 4]), (vec![0, 8, 16, 20], 24));
+        assert_eq!(param_offsets(&[1, 4, 8, 2]), (vec![0, 4, 8, 16], 18));
+        assert_eq!(param_offsets(&[]), (vec![], 0));
+        assert!(valid_param_list(&[1, MAX_PARAM_SIZE]));
+        assert!(!valid_param_list(&[8, 0]) && !valid_param_list(&[MAX_PARAM_SIZE + 1]));
+        assert!(!valid_param_list(&[8; MAX_PARAMS + 1]));
+    }
 
     #[test]
     fn arguments_in_user_memory_must_fit_it() {

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use npu_sys::*;
 
 use super::registry::{self, KernelCode};
-use super::{ARGS_SIZE_PREFIX, KernelEntry};
+use super::{
+    ARGS_SIZE_PREFIX, KernelEntry, MAX_PARAMS, PARAMS_PREFIX, param_offsets, valid_param_list,
+};
 use crate::error::{Res, ensure, fail};
 use crate::handle::Handle;
 use crate::sync::lock;
@@ -54,6 +56,8 @@ pub(crate) struct Function {
     pub(crate) code: KernelCode,
     /// The bytes of arguments the kernel declared it reads (0: none declared).
     pub(crate) args_size: usize,
+    /// Its declared parameters' (offset, size), if it declared a parameter list.
+    pub(crate) params: Option<Vec<(usize, usize)>>,
     /// Args handles created for this function (aclrtKernelArgsInit), retired with it.
     pub(crate) args: Mutex<Vec<Handle>>,
     exception_callback: CallbackSlot,
@@ -72,6 +76,19 @@ impl Function {
             self.args_size
         );
         Ok(())
+    }
+
+    /// Its parameters' (offset, size); 107000 if it declared no parameter list.
+    pub(crate) fn param_list(&self) -> Res<&[(usize, usize)]> {
+        match &self.params {
+            Some(params) => Ok(params),
+            None => fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "kernel {:?} declares no parameter list (NPUSIM_KERNEL_PARAMS, \
+                 kernel::register_with_params)",
+                self.name
+            ),
+        }
     }
 
     /// The exception callback of its binary, if one is set.
@@ -110,6 +127,40 @@ fn declared_args_size(library: &libloading::Library, kernel: &str) -> usize {
         Ok(size) => usize::try_from(unsafe { size.read_unaligned() }).unwrap_or(usize::MAX),
         Err(_) => 0,
     }
+}
+
+/// The parameter list a kernel library declares for `kernel` with `NPUSIM_KERNEL_PARAMS` (the
+/// zero-terminated `uint64_t` array `npusimParams_<kernel>`), if any; more than 128 entries or
+/// a parameter above 1 MiB → 107000.
+fn declared_params(library: &libloading::Library, kernel: &str) -> Res<Option<Vec<usize>>> {
+    let Ok(symbol) = CString::new(format!("{PARAMS_PREFIX}{kernel}")) else {
+        return Ok(None);
+    };
+    // SAFETY: in a kernel library this symbol is the `const uint64_t[]` NPUSIM_KERNEL_PARAMS
+    // defines; looking it up yields its address.
+    let Ok(array) = (unsafe { library.get::<*const u64>(symbol.as_bytes_with_nul()) }) else {
+        return Ok(None);
+    };
+    let first = *array;
+    let mut sizes = Vec::new();
+    for index in 0..=MAX_PARAMS {
+        // SAFETY: the array is zero-terminated, so every entry up to the terminator, which
+        // this loop stops at, belongs to it; `library` keeps it mapped.
+        let size = unsafe { first.add(index).read_unaligned() };
+        if size == 0 {
+            ensure!(
+                valid_param_list(&sizes),
+                ACL_ERROR_RT_PARAM_INVALID,
+                "kernel {kernel:?} declares a parameter larger than 1 MiB"
+            );
+            return Ok(Some(sizes));
+        }
+        sizes.push(usize::try_from(size).unwrap_or(usize::MAX));
+    }
+    fail!(
+        ACL_ERROR_RT_PARAM_INVALID,
+        "kernel {kernel:?} declares more than {MAX_PARAMS} parameters"
+    )
 }
 
 impl Binary {
@@ -186,7 +237,7 @@ impl Binary {
 
     /// Resolves a kernel by name; `handle` is this binary's.
     pub(crate) fn function(&self, name: &str, handle: Handle) -> Res<Function> {
-        let (code, args_size, library) = match &self.source {
+        let (code, args_size, params, library) = match &self.source {
             Source::Library(library) => {
                 let Ok(symbol) = CString::new(name) else {
                     fail!(ACL_ERROR_RT_PARAM_INVALID, "kernel name contains NUL");
@@ -198,6 +249,7 @@ impl Binary {
                     Ok(entry) => (
                         KernelCode::Entry(*entry),
                         declared_args_size(library, name),
+                        declared_params(library, name)?,
                         Some(library.clone()),
                     ),
                     Err(_) => fail!(
@@ -209,7 +261,12 @@ impl Binary {
             Source::Registry(names) => {
                 let listed = names.is_empty() || names.iter().any(|n| n == name);
                 match registry::lookup(name).filter(|_| listed) {
-                    Some(registered) => (registered.code, registered.args_size, None),
+                    Some(registered) => (
+                        registered.code,
+                        registered.args_size,
+                        registered.params,
+                        None,
+                    ),
                     None => fail!(
                         ACL_ERROR_RT_SYMBOL_NOT_FOUND,
                         "no registered kernel named {name:?} in this registry image"
@@ -217,11 +274,21 @@ impl Binary {
                 }
             }
         };
+        let params = params.map(|sizes| {
+            let (offsets, _) = param_offsets(&sizes);
+            offsets.into_iter().zip(sizes).collect::<Vec<_>>()
+        });
+        // A parameter list implies the bytes a launch must pass: up to its last parameter.
+        let spanned = params
+            .as_deref()
+            .and_then(<[_]>::last)
+            .map_or(0, |&(offset, size)| offset + size);
         Ok(Function {
             name: name.to_owned(),
             binary: handle,
             code,
-            args_size,
+            args_size: args_size.max(spanned),
+            params,
             args: Mutex::default(),
             exception_callback: self.exception_callback.clone(),
             _library: library,

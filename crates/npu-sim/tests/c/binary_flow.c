@@ -1,8 +1,9 @@
 /*
  * The older kernel load path from C, as a CANN sample uses it: read the kernel binary into
  * memory, describe it with aclrtCreateBinary, load it with aclrtBinaryLoad, ask the function
- * about itself, set the binary's exception callback, and launch with aclrtLaunchKernelV2 on
- * arguments placed in aclrtMallocCached device memory.
+ * about itself (its parameter list included), set the binary's exception callback, launch with
+ * aclrtLaunchKernelV2 on arguments placed in aclrtMallocCached device memory, then with
+ * aclrtLaunchKernelWithArgsArray.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -109,6 +110,27 @@ int main(void)
     }
     printf("scale_f32 over %d elements in %d blocks: %d wrong, %d exceptions\n", N, BLOCKS, wrong,
            exceptions);
+
+    /* The kernel's parameter list, and a launch from an array of pointers to each parameter. */
+    size_t count = 0, offsets[4], sizes[4];
+    CHECK(aclrtFunctionGetParamCount(scale, &count));
+    for (size_t i = 0; i < count && i < 4; ++i) {
+        CHECK(aclrtFunctionGetParamInfo(scale, i, &offsets[i], &sizes[i]));
+    }
+    printf("%zu parameters at %zu %zu %zu %zu\n", count, offsets[0], offsets[1], offsets[2], offsets[3]);
+    float *px = (float *)dx;
+    uint64_t n = N;
+    float alpha = 0.5f;
+    uint32_t reserved = 0;
+    void *params[] = { &px, &n, &alpha, &reserved };
+    CHECK(aclrtLaunchKernelWithArgsArray(scale, BLOCKS, NULL, NULL, params));
+    CHECK(aclrtSynchronizeStream(NULL));
+    CHECK(aclrtMemcpy(x, sizeof x, dx, sizeof x, ACL_MEMCPY_DEVICE_TO_HOST));
+    wrong = 0;
+    for (int i = 0; i < N; ++i) {
+        wrong += x[i] != (float)i * 1.25f;
+    }
+    printf("scaled again from an array of parameters: %d wrong\n", wrong);
     aclrtFuncHandle byEntry = NULL;
     printf("by entry: %d\n", aclrtBinaryGetFunctionByEntry(bin, 0, &byEntry));
 
