@@ -198,6 +198,8 @@ pub const ACL_EVENT_WAIT_EXTERNAL: u32 = 1;
 pub const UCE_INFO_RESERVED_SIZE: u32 = 14;
 pub const ACL_RT_MEM_UCE_INFO_MAX_NUM: u32 = 20;
 pub const ACL_RT_MEM_ATTACH_GLOBAL: u32 = 1;
+pub const ACL_RT_MEM_LINK_IDX_0: u32 = 0;
+pub const ACL_RT_MEM_LINK_IDX_1: u32 = 1;
 pub const ACL_RT_CMO_MAX_BARRIER_NUM: u32 = 6;
 pub type aclrtStream = *mut core::ffi::c_void;
 pub type aclrtEvent = *mut core::ffi::c_void;
@@ -1604,6 +1606,9 @@ macro_rules! for_each_acl_function {
                 fn aclrtMallocPhysical(handle: *mut $crate::aclrtDrvMemHandle, size: usize, prop: *const $crate::aclrtPhysicalMemProp, flags: u64) -> $crate::aclError;
                 fn aclrtFreePhysical(handle: $crate::aclrtDrvMemHandle) -> $crate::aclError;
                 fn aclrtMapMem(virPtr: *mut core::ffi::c_void, size: usize, offset: usize, handle: $crate::aclrtDrvMemHandle, flags: u64) -> $crate::aclError;
+                fn aclrtMemMapNoAccess(virPtr: *mut core::ffi::c_void, size: usize, offset: usize, handle: $crate::aclrtDrvMemHandle, flags: u64) -> $crate::aclError;
+                fn aclrtReserveMemAddressNoUCMemory(virPtr: *mut *mut core::ffi::c_void, size: usize, alignment: usize, expectPtr: *mut core::ffi::c_void, flags: u64) -> $crate::aclError;
+                fn aclrtMemMapSelectedLink(virPtrDst: *mut core::ffi::c_void, size: usize, virPtrSrc: *mut core::ffi::c_void, linkIdx: u32) -> $crate::aclError;
                 fn aclrtUnmapMem(virPtr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtMemSetAccess(virPtr: *mut core::ffi::c_void, size: usize, desc: *mut $crate::aclrtMemAccessDesc, count: usize) -> $crate::aclError;
                 fn aclrtMemGetAccess(virPtr: *mut core::ffi::c_void, location: *mut $crate::aclrtMemLocation, flag: *mut u64) -> $crate::aclError;
