@@ -102,6 +102,8 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtFunctionGetParamCount",
     "aclrtFunctionGetParamInfo",
     "aclrtLaunchKernelWithArgsArray",
+    "aclrtLaunchSIMTKernelWithArgsArray",
+    "aclrtLaunchSIMTKernelWithHostArgs",
     "aclrtRegisterCpuFunc",
     // Devices and information
     "aclrtSetDeviceResLimit",

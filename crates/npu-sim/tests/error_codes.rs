@@ -1577,6 +1577,49 @@ static RESOURCES: &[Case] = &[
             code!(aclrtBinaryGetFunctionByEntry(bin, 0, &mut func))
         },
     ),
+    case(
+        "SIMT args array on A2",
+        "aclrtLaunchSIMTKernelWithArgsArray",
+        207000,
+        0,
+        || {
+            let shape = dim3 { x: 1, y: 1, z: 1 };
+            let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
+            let func = add_one();
+            code!(aclrtLaunchSIMTKernelWithArgsArray(
+                func,
+                shape,
+                shape,
+                0,
+                stream,
+                cfg,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "SIMT host args on A2",
+        "aclrtLaunchSIMTKernelWithHostArgs",
+        207000,
+        0,
+        || {
+            let shape = dim3 { x: 1, y: 1, z: 1 };
+            let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
+            let func = add_one();
+            code!(aclrtLaunchSIMTKernelWithHostArgs(
+                func,
+                shape,
+                shape,
+                0,
+                stream,
+                cfg,
+                ptr::null_mut(),
+                0,
+                ptr::null_mut(),
+                0
+            ))
+        },
+    ),
 ];
 
 #[test]

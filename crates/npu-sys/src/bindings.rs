@@ -634,6 +634,21 @@ impl Default for aclrtMallocConfig {
 pub const ACL_RT_ENGINE_TYPE_AIC: aclrtEngineType = 0;
 pub const ACL_RT_ENGINE_TYPE_AIV: aclrtEngineType = 1;
 pub type aclrtEngineType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct dim3 {
+    pub x: u32,
+    pub y: u32,
+    pub z: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of dim3"][::std::mem::size_of::<dim3>() - 12usize];
+    ["Alignment of dim3"][::std::mem::align_of::<dim3>() - 4usize];
+    ["Offset of field: dim3::x"][::std::mem::offset_of!(dim3, x) - 0usize];
+    ["Offset of field: dim3::y"][::std::mem::offset_of!(dim3, y) - 4usize];
+    ["Offset of field: dim3::z"][::std::mem::offset_of!(dim3, z) - 8usize];
+};
 pub const ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE: aclrtLaunchKernelAttrId = 1;
 pub const ACL_RT_LAUNCH_KERNEL_ATTR_DYN_UBUF_SIZE: aclrtLaunchKernelAttrId = 2;
 pub const ACL_RT_LAUNCH_KERNEL_ATTR_LOCAL_MEMORY_SIZE: aclrtLaunchKernelAttrId = 2;
@@ -1535,6 +1550,8 @@ macro_rules! for_each_acl_function {
                 fn aclrtLaunchKernel(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, argsData: *const core::ffi::c_void, argsSize: usize, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtLaunchKernelV2(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, argsData: *const core::ffi::c_void, argsSize: usize, cfg: *mut $crate::aclrtLaunchKernelCfg, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtLaunchKernelWithHostArgs(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, hostArgs: *mut core::ffi::c_void, argsSize: usize, placeHolderArray: *mut $crate::aclrtPlaceHolderInfo, placeHolderNum: usize) -> $crate::aclError;
+                fn aclrtLaunchSIMTKernelWithArgsArray(func: *mut core::ffi::c_void, gridDim: $crate::dim3, blockDim: $crate::dim3, dynUbufSize: usize, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, args: *mut *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtLaunchSIMTKernelWithHostArgs(func: *mut core::ffi::c_void, gridDim: $crate::dim3, blockDim: $crate::dim3, dynUbufSize: usize, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, hostArgs: *mut core::ffi::c_void, argsSize: usize, placeHolderArray: *mut $crate::aclrtPlaceHolderInfo, placeHolderNum: usize) -> $crate::aclError;
                 fn aclrtLaunchKernelWithArgsArray(func: *mut core::ffi::c_void, numBlocks: u32, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, args: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtLaunchKernelWithConfig(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, argsHandle: $crate::aclrtArgsHandle, reserve: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtKernelArgsGetHandleMemSize(funcHandle: $crate::aclrtFuncHandle, memSize: *mut usize) -> $crate::aclError;

@@ -329,6 +329,54 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
     })
 }
 
+/// Refuses a SIMT launch: an Atlas A2 has no SIMT kernels.
+fn simt_unsupported() -> Res<()> {
+    fail!(
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "SIMT kernel launches are not supported on an Atlas A2"
+    )
+}
+
+/// Not supported on an Atlas A2 (207000).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtLaunchSIMTKernelWithArgsArray(
+    func: *mut c_void,
+    gridDim: dim3,
+    blockDim: dim3,
+    dynUbufSize: usize,
+    stream: aclrtStream,
+    cfg: *mut aclrtLaunchKernelCfg,
+    args: *mut *mut c_void,
+) -> aclError {
+    let _ = (func, gridDim, blockDim, dynUbufSize, stream, cfg, args);
+    guard("aclrtLaunchSIMTKernelWithArgsArray", simt_unsupported)
+}
+
+/// Not supported on an Atlas A2 (207000).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtLaunchSIMTKernelWithHostArgs(
+    func: *mut c_void,
+    gridDim: dim3,
+    blockDim: dim3,
+    dynUbufSize: usize,
+    stream: aclrtStream,
+    cfg: *mut aclrtLaunchKernelCfg,
+    hostArgs: *mut c_void,
+    argsSize: usize,
+    placeHolderArray: *mut aclrtPlaceHolderInfo,
+    placeHolderNum: usize,
+) -> aclError {
+    let _ = (func, gridDim, blockDim, dynUbufSize, stream, cfg);
+    let _ = (hostArgs, argsSize, placeHolderArray, placeHolderNum);
+    guard("aclrtLaunchSIMTKernelWithHostArgs", simt_unsupported)
+}
+
 /// Launches a kernel whose arguments are given as an array of pointers to each parameter's
 /// host data, packed (copied at the call) by the kernel's declared parameter list. `func` must
 /// be a function handle (the simulator has no compiler-generated kernel symbols); a kernel
