@@ -178,6 +178,8 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtReserveMemAddressNoUCMemory",
     "aclrtMemMapSelectedLink",
     "aclrtMemManagedPrefetchBatchAsync",
+    "aclrtMemManagedGetAttr",
+    "aclrtMemManagedGetAttrs",
     "aclrtCmoAsync",
     "aclrtCmoAsyncWithBarrier",
     "aclrtCmoWaitBarrier",

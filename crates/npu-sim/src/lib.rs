@@ -52,6 +52,7 @@ pub mod kernel;
 pub mod trace;
 pub mod version;
 
+mod advice;
 mod allocator;
 mod clock;
 mod context;

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use npu_sys::*;
 
+use crate::advice::Advice;
 use crate::allocator::Allocators;
 use crate::config::{CONFIG_ENV, ConfigError, SimConfig};
 use crate::context::Context;
@@ -38,6 +39,8 @@ pub(crate) struct Sim {
     pub(crate) memory: MemoryMap,
     pub(crate) pools: Pools,
     pub(crate) vmm: Vmm,
+    /// Advice and prefetch requests about managed memory.
+    pub(crate) advice: Advice,
     pub(crate) allocators: Allocators,
     pub(crate) reports: Reports,
 }
@@ -74,6 +77,7 @@ impl Sim {
             memory: MemoryMap::new(pinned_limit),
             pools: Pools::new(),
             vmm: Vmm::new(),
+            advice: Advice::default(),
             allocators: Allocators::new(),
             reports: Reports::default(),
         }

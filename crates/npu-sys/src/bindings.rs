@@ -1269,6 +1269,15 @@ impl Default for aclrtMemManagedLocation {
         }
     }
 }
+pub const ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY: aclrtMemManagedRangeAttribute = 1;
+pub const ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION: aclrtMemManagedRangeAttribute = 2;
+pub const ACL_MEM_RANGE_ATTRIBUTE_ACCESSED_BY: aclrtMemManagedRangeAttribute = 3;
+pub const ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE: aclrtMemManagedRangeAttribute = 4;
+pub const ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID: aclrtMemManagedRangeAttribute = 5;
+pub const ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION: aclrtMemManagedRangeAttribute = 6;
+pub const ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE: aclrtMemManagedRangeAttribute = 7;
+pub const ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID: aclrtMemManagedRangeAttribute = 8;
+pub type aclrtMemManagedRangeAttribute = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct aclrtMemUsageInfo {
@@ -1635,6 +1644,8 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemAllocManaged(ptr: *mut *mut core::ffi::c_void, size: u64, flag: u32) -> $crate::aclError;
                 fn aclrtMemManagedAdvise(ptr: *const core::ffi::c_void, size: u64, advise: $crate::aclrtMemManagedAdviseType, location: $crate::aclrtMemManagedLocation) -> $crate::aclError;
                 fn aclrtMemManagedPrefetchAsync(ptr: *const core::ffi::c_void, size: usize, location: $crate::aclrtMemManagedLocation, flags: u32, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemManagedGetAttr(attribute: $crate::aclrtMemManagedRangeAttribute, ptr: *const core::ffi::c_void, size: usize, data: *mut core::ffi::c_void, dataSize: usize) -> $crate::aclError;
+                fn aclrtMemManagedGetAttrs(attributes: *mut $crate::aclrtMemManagedRangeAttribute, numAttributes: usize, ptr: *const core::ffi::c_void, size: usize, data: *mut *mut core::ffi::c_void, dataSizes: *mut usize) -> $crate::aclError;
                 fn aclrtMemManagedPrefetchBatchAsync(ptrs: *mut *const core::ffi::c_void, sizes: *mut usize, count: usize, prefetchLocs: *mut $crate::aclrtMemManagedLocation, prefetchLocIdxs: *mut usize, numPrefetchLocs: usize, flags: u64, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetMemUsageInfo(deviceId: i32, memUsageInfo: *mut $crate::aclrtMemUsageInfo, inputNum: usize, outputNum: *mut usize) -> $crate::aclError;
                 fn aclrtCmoAsync(src: *mut core::ffi::c_void, size: usize, cmoType: $crate::aclrtCmoType, stream: $crate::aclrtStream) -> $crate::aclError;

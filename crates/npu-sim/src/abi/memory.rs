@@ -235,11 +235,18 @@ fn free_device(sim: &Sim, ptr: *mut c_void) -> Res<()> {
         ACL_ERROR_RT_MEMORY_FREE,
         "{ptr:p} belongs to a memory pool: return it with aclrtMemPoolFreeAsync"
     );
+    let managed = super::managed::is_managed(sim, ptr as usize)
+        .then(|| sim.memory.allocation_of(ptr as usize))
+        .flatten();
     if let AllocKind::Device {
         device, accounted, ..
     } = sim.memory.free(ptr as usize, false)?
     {
         sim.device(device.into())?.unreserve(accounted);
+    }
+    // What was said about freed managed memory does not carry over to the next allocation.
+    if let Some((base, len, _)) = managed {
+        sim.advice.forget(base..base + len);
     }
     Ok(())
 }
