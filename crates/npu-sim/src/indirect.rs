@@ -1,6 +1,7 @@
 //! Device-to-device copies whose addresses the device reads from device memory when the task
-//! runs (aclrtMemcpyAsyncWithDesc, aclrtMemcpyAsyncWithOffset), and the device-memory
-//! descriptors they and the CMO descriptors use.
+//! runs (aclrtMemcpyAsyncWithDesc, aclrtMemcpyAsyncWithOffset), the device-memory descriptors
+//! they and the CMO descriptors use, and the checks that a range is device memory (of a given
+//! device) which the launches, CMO and peer mappings share.
 //!
 //! Reading at run time is what makes them "second-level pointer" copies: work queued earlier
 //! on the stream (a kernel, a copy) may write the descriptor or the base pointers first. An

@@ -10,8 +10,8 @@ use super::kernel_args::{resolve_args, retire_args};
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle::{self, Handle};
+use crate::indirect::check_on_device;
 use crate::kernel::{ArgsBlob, Binary, Function, Launch, LaunchArgs};
-use crate::memory::AllocKind;
 use crate::sim::{Sim, sim};
 use crate::sync::lock;
 use crate::task::{Op, Task};
@@ -213,18 +213,8 @@ fn launch_device_args(
     let sim = sim()?;
     let target = context::submit_stream(sim, stream)?;
     if !argsData.is_null() {
-        let address = argsData as usize;
-        let in_device = matches!(
-            sim.memory.allocation_of(address),
-            Some((base, len, AllocKind::Device { device, .. }))
-                if device == target.device.id && address - base + argsSize <= len
-        );
-        ensure!(
-            in_device,
-            ACL_ERROR_RT_PARAM_INVALID,
-            "argsData ({argsData:p}+{argsSize}) is not device memory of device {}",
-            target.device.id
-        );
+        let (address, device) = (argsData as usize, target.device.id);
+        check_on_device(&sim.memory, address, argsSize, device, "argsData")?;
     }
     let launch = Launch {
         function,
