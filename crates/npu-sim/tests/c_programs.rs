@@ -170,6 +170,17 @@ fn kernels_load_through_the_older_binary_path_in_c() {
 }
 
 #[test]
+fn descriptor_offset_batch_and_cache_functions_in_c() {
+    let stdout = run(&compile("copy_flow", &[]));
+    assert_eq!(
+        stdout,
+        "descriptor and offset copies: match\n\
+         managed: read mostly 1, preferred location 0\n\
+         copy flow ok\n"
+    );
+}
+
+#[test]
 fn the_stream_group_flow_in_c() {
     let stdout = run(&compile("stream_flow", &[]));
     assert_eq!(
