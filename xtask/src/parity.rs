@@ -143,12 +143,22 @@ fn integer_macros(include: &Path, headers: &[String]) -> Result<BTreeMap<String,
             let (Some(name), Some(value)) = (parts.next(), parts.next()) else {
                 continue;
             };
-            if is_integer_literal(value) && !name.contains('(') {
-                macros.insert(name.to_string(), value.to_string());
+            if let Some(literal) = integer_literal(value).filter(|_| !name.contains('(')) {
+                macros.insert(name.to_string(), literal.to_string());
             }
         }
     }
     Ok(macros)
+}
+
+/// The integer literal a macro's value is, if it is one; CANN writes some in parentheses,
+/// `(0X2U)`, which is the same literal.
+fn integer_literal(value: &str) -> Option<&str> {
+    let literal = value
+        .strip_prefix('(')
+        .and_then(|inner| inner.strip_suffix(')'))
+        .unwrap_or(value);
+    is_integer_literal(literal).then_some(literal)
 }
 
 fn is_integer_literal(text: &str) -> bool {
@@ -589,6 +599,9 @@ mod tests {
         for other in ["", "0x", "__attribute__((x))", "-1", "1.0", "ACL_X"] {
             assert!(!is_integer_literal(other), "{other}");
         }
+        assert_eq!(integer_literal("(0X2U)"), Some("0X2U"));
+        assert_eq!(integer_literal("16"), Some("16"));
+        assert_eq!(integer_literal("(ACL_X)"), None);
     }
 
     #[test]

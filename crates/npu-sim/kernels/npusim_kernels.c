@@ -13,6 +13,10 @@
 NPUSIM_KERNEL_ARGS_SIZE(vector_add_f32, sizeof(npusimVectorAddArgs));
 NPUSIM_KERNEL_ARGS_SIZE(scale_f32, sizeof(npusimScaleArgs));
 NPUSIM_KERNEL_ARGS_SIZE(reduce_sum_f32, sizeof(npusimReduceSumArgs));
+NPUSIM_KERNEL_PARAMS(vector_add_f32, sizeof(const float *), sizeof(const float *), sizeof(float *),
+                     sizeof(uint64_t));
+NPUSIM_KERNEL_PARAMS(scale_f32, sizeof(float *), sizeof(uint64_t), sizeof(float), sizeof(uint32_t));
+NPUSIM_KERNEL_PARAMS(reduce_sum_f32, sizeof(const float *), sizeof(float *), sizeof(uint64_t));
 
 NPUSIM_KERNEL int32_t vector_add_f32(uint32_t blockIdx, uint32_t blockNum, void *args)
 {

@@ -1,8 +1,9 @@
-//! Exception callbacks (aclrtSetExceptionInfoCallback, aclrtExceptionInfoCallbackRegister) and
-//! the device's error detail (aclrtGetErrorVerbose).
+//! Exception callbacks (aclrtSetExceptionInfoCallback, aclrtExceptionInfoCallbackRegister,
+//! aclrtBinarySetExceptionCallback) and the device's error detail (aclrtGetErrorVerbose).
 //!
 //! When a task fails on a stream, every callback is called on the stream's worker with an
-//! [`ExceptionInfo`] describing the task. The info lives on the worker's stack for the calls
+//! [`ExceptionInfo`] describing the task: the process-wide ones, then, for a kernel, its
+//! binary's. The info lives on the worker's stack for the calls
 //! only; getters accept only the address of an info being delivered, so a stale or forged
 //! pointer is refused instead of read.
 
@@ -79,16 +80,17 @@ pub(crate) fn raise(stream: &Stream, task: &Task, error: &SimError) {
             .copied()
             .collect()
     };
-    if callbacks.is_empty() {
-        return;
-    }
-    let kernel = match &task.op {
+    let (kernel, binary_callback) = match &task.op {
         Op::Kernel(launch) => {
             let (args, len) = launch.args();
-            Some((args as usize, len as u32, launch.handle))
+            let kernel = (args as usize, len as u32, launch.handle);
+            (Some(kernel), launch.function.exception_callback())
         }
-        _ => None,
+        _ => (None, None),
     };
+    if callbacks.is_empty() && binary_callback.is_none() {
+        return;
+    }
     let mut info = ExceptionInfo {
         task_id: task.position as u32,
         stream_id: stream.id as u32,
@@ -102,6 +104,17 @@ pub(crate) fn raise(stream: &Stream, task: &Task, error: &SimError) {
     for callback in callbacks {
         // SAFETY: a C callback the user registered; the info stays valid for the call.
         unsafe { callback(address as *mut aclrtExceptionInfo) };
+    }
+    // The failing kernel's binary's own callback comes after the process-wide ones.
+    if let Some(binary) = binary_callback {
+        // SAFETY: a C callback the user set on the binary, with the user data it gave; the
+        // info stays valid for the call.
+        unsafe {
+            (binary.func)(
+                address as *mut aclrtExceptionInfo,
+                binary.user_data as *mut std::ffi::c_void,
+            )
+        };
     }
     lock(&LIVE).remove(&address);
 }

@@ -36,6 +36,7 @@ pub(crate) enum Kind {
     MemPool = 9,
     PhysicalMem = 10,
     AllocatorDesc = 11,
+    BinaryData = 12,
 }
 
 impl Kind {
@@ -52,6 +53,7 @@ impl Kind {
             Kind::MemPool => "memory pool",
             Kind::PhysicalMem => "physical memory",
             Kind::AllocatorDesc => "allocator descriptor",
+            Kind::BinaryData => "binary data (aclrtBinary)",
         }
     }
 }

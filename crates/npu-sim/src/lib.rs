@@ -52,6 +52,7 @@ pub mod kernel;
 pub mod trace;
 pub mod version;
 
+mod advice;
 mod allocator;
 mod clock;
 mod context;
@@ -61,6 +62,7 @@ mod event;
 mod exception;
 mod handle;
 mod hardware;
+mod indirect;
 mod memory;
 mod notify;
 mod pool;

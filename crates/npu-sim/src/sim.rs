@@ -1,18 +1,20 @@
 //! The process-wide simulator: configuration, devices, handle tables and memory.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use npu_sys::*;
 
+use crate::advice::Advice;
 use crate::allocator::Allocators;
 use crate::config::{CONFIG_ENV, ConfigError, SimConfig};
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Res, fail};
 use crate::event::Event;
-use crate::handle::{HandleTable, Kind};
-use crate::kernel::{ArgsBuilder, Binary, Function, ParamRef};
+use crate::handle::{Handle, HandleTable, Kind};
+use crate::kernel::{ArgsBuilder, Binary, BinaryData, Function, ParamRef};
 use crate::memory::MemoryMap;
 use crate::notify::Notify;
 use crate::pool::Pools;
@@ -27,13 +29,18 @@ pub(crate) struct Sim {
     pub(crate) streams: HandleTable<Stream>,
     pub(crate) events: HandleTable<Event>,
     pub(crate) binaries: HandleTable<Binary>,
+    pub(crate) binary_data: HandleTable<BinaryData>,
     pub(crate) functions: HandleTable<Function>,
     pub(crate) args: HandleTable<ArgsBuilder>,
     pub(crate) params: HandleTable<ParamRef>,
+    /// Caller memory used as args handles (aclrtKernelArgsInitByUserMem): address → token.
+    pub(crate) user_args: Mutex<HashMap<usize, Handle>>,
     pub(crate) notifies: HandleTable<Notify>,
     pub(crate) memory: MemoryMap,
     pub(crate) pools: Pools,
     pub(crate) vmm: Vmm,
+    /// Advice and prefetch requests about managed memory.
+    pub(crate) advice: Advice,
     pub(crate) allocators: Allocators,
     pub(crate) reports: Reports,
 }
@@ -61,13 +68,16 @@ impl Sim {
             streams: HandleTable::new(Kind::Stream),
             events: HandleTable::new(Kind::Event),
             binaries: HandleTable::new(Kind::Binary),
+            binary_data: HandleTable::new(Kind::BinaryData),
             functions: HandleTable::new(Kind::Function),
             args: HandleTable::new(Kind::Args),
             params: HandleTable::new(Kind::Param),
+            user_args: Mutex::default(),
             notifies: HandleTable::new(Kind::Notify),
             memory: MemoryMap::new(pinned_limit),
             pools: Pools::new(),
             vmm: Vmm::new(),
+            advice: Advice::default(),
             allocators: Allocators::new(),
             reports: Reports::default(),
         }

@@ -568,7 +568,11 @@ impl Stream {
             Op::Record(_) | Op::Wait { .. } | Op::NotifyWait { .. } | Op::ValueWait { .. } => {
                 Ok(())
             }
-            Op::Copy { .. } | Op::Memset { .. } | Op::Kernel(_) | Op::ValueWrite { .. } => {
+            Op::Copy { .. }
+            | Op::Memset { .. }
+            | Op::Kernel(_)
+            | Op::IndirectCopy(_)
+            | Op::ValueWrite { .. } => {
                 let Some(_admitted) = self.device.admit() else {
                     return Err(None);
                 };

@@ -10,6 +10,7 @@ use npu_sys::*;
 use crate::config::TimingModel;
 use crate::error::SimError;
 use crate::event::{Event, Record};
+use crate::indirect::IndirectCopy;
 use crate::kernel::{Launch, LaunchArgs};
 use crate::memory::{Lease, MemoryMap};
 use crate::notify::Notify;
@@ -107,6 +108,8 @@ pub(crate) enum Op {
         owned: bool,
     },
     Kernel(Launch),
+    /// A device-to-device copy whose addresses are read from device memory when it runs.
+    IndirectCopy(IndirectCopy),
     Callback {
         func: HostFn,
         data: usize,
@@ -229,7 +232,11 @@ impl Task {
     pub(crate) fn touches_memory(&self) -> bool {
         matches!(
             self.op,
-            Op::Copy { .. } | Op::Memset { .. } | Op::Kernel(_) | Op::ValueWrite { .. }
+            Op::Copy { .. }
+                | Op::Memset { .. }
+                | Op::Kernel(_)
+                | Op::IndirectCopy(_)
+                | Op::ValueWrite { .. }
         )
     }
 
@@ -261,6 +268,7 @@ impl Task {
             Op::Copy { dir, .. } => ("copy", dir.name().to_owned()),
             Op::Memset { .. } => ("memset", "memset".to_owned()),
             Op::Kernel(launch) => ("kernel", launch.name().to_owned()),
+            Op::IndirectCopy(_) => ("copy", "D2D (indirect)".to_owned()),
             Op::Callback { .. } => ("host", "callback".to_owned()),
             Op::HostFunc { .. } => ("host", "host func".to_owned()),
             Op::Record(_) => ("event", "record".to_owned()),
@@ -340,6 +348,7 @@ impl Task {
                 };
                 launch.run()
             }
+            Op::IndirectCopy(copy) => copy.run(memory),
             Op::ValueWrite { dst, value } => {
                 let _dst = lease(memory, true, *dst, 8)?;
                 // SAFETY: device memory checked (8 bytes, 8-aligned) at submission and leased

@@ -228,8 +228,15 @@ impl Vmm {
         Ok(())
     }
 
-    /// Maps `physical` (all of it) at `addr`, inside a reservation, over nothing mapped yet.
-    pub(crate) fn map(&self, memory: &MemoryMap, addr: usize, physical: &Arc<Physical>) -> Res<()> {
+    /// Maps `physical` (all of it) at `addr`, inside a reservation, over nothing mapped yet,
+    /// with `access` recorded for the physical memory's own device.
+    pub(crate) fn map(
+        &self,
+        memory: &MemoryMap,
+        addr: usize,
+        physical: &Arc<Physical>,
+        access: aclrtMemAccessFlags,
+    ) -> Res<()> {
         let len = physical.bytes;
         ensure!(
             addr % physical.granularity == 0,
@@ -308,7 +315,7 @@ impl Vmm {
             Mapping {
                 len,
                 physical: physical.clone(),
-                access: BTreeMap::from([(device as u32, ACL_RT_MEM_ACCESS_FLAGS_READWRITE)]),
+                access: BTreeMap::from([(device as u32, access)]),
             },
         );
         Ok(())

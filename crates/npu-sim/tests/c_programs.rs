@@ -155,6 +155,32 @@ fn kernels_load_from_the_shipped_shared_object_in_c() {
 }
 
 #[test]
+fn kernels_load_through_the_older_binary_path_in_c() {
+    let stdout = run(&compile("binary_flow", &[]));
+    assert_eq!(
+        stdout,
+        "function scale_f32 of its binary 1, one entry for both engines 1\n\
+         arguments in device memory: 1\n\
+         scale_f32 over 4096 elements in 4 blocks: 0 wrong, 0 exceptions\n\
+         4 parameters at 0 8 16 20\n\
+         scaled again from an array of parameters: 0 wrong\n\
+         by entry: 207000\n\
+         binary flow ok\n"
+    );
+}
+
+#[test]
+fn descriptor_offset_batch_and_cache_functions_in_c() {
+    let stdout = run(&compile("copy_flow", &[]));
+    assert_eq!(
+        stdout,
+        "descriptor and offset copies: match\n\
+         managed: read mostly 1, preferred location 0\n\
+         copy flow ok\n"
+    );
+}
+
+#[test]
 fn the_stream_group_flow_in_c() {
     let stdout = run(&compile("stream_flow", &[]));
     assert_eq!(

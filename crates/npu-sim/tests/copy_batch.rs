@@ -84,6 +84,30 @@ impl Batch {
         }
     }
 
+    /// Runs the batch with the V2 form (no failIndex).
+    fn run_v2(&mut self, stream: Option<aclrtStream>) -> aclError {
+        /// Calls `$api` with the batch's arrays (and the stream, for the async form).
+        macro_rules! call {
+            ($api:ident $(, $stream:expr)?) => {
+                code!($api(
+                    self.dsts.as_mut_ptr(),
+                    self.maxs.as_mut_ptr(),
+                    self.srcs.as_mut_ptr(),
+                    self.sizes.as_mut_ptr(),
+                    self.dsts.len(),
+                    self.attrs.as_mut_ptr(),
+                    self.starts.as_mut_ptr(),
+                    self.attrs.len()
+                    $(, $stream)?
+                ))
+            };
+        }
+        match stream {
+            None => call!(aclrtMemcpyBatchV2),
+            Some(stream) => call!(aclrtMemcpyBatchAsyncV2, stream),
+        }
+    }
+
     /// Runs the batch expecting `code` and `failIndex`.
     fn fails(&mut self, stream: Option<aclrtStream>, code: aclError, fail: usize) {
         assert_eq!(self.run(stream), code, "{}", recent_message());
@@ -206,6 +230,40 @@ fn bad_batches_name_the_failing_copy() {
     let mut batch = Batch::new(&good, &[(0, h2d(1))]);
     batch.fails(Some(stream_of_device(0)), ACL_ERROR_RT_STREAM_CONTEXT, none);
     assert!(recent_message().contains("aclrtMemcpyBatchAsync failed"));
+    acl!(aclrtFreeHost(host));
+    acl!(aclrtFree(dev));
+}
+
+#[test]
+fn the_v2_forms_copy_and_check_the_same_without_a_fail_index() {
+    set_device(0);
+    let (dev, host) = (malloc(64), malloc_host(64));
+    let mut pageable = vec![3u8; 64];
+    let mut batch = Batch::new(&[(dev, pageable.as_mut_ptr().cast(), 64)], &[(0, h2d(0))]);
+    assert_eq!(batch.run_v2(None), 0, "{}", recent_message());
+    assert_eq!(download::<u8>(dev, 64), vec![3; 64]);
+    let stream = create_stream();
+    let mut batch = Batch::new(&[(host, dev, 64)], &[(0, d2h(0))]);
+    assert_eq!(batch.run_v2(Some(stream)), 0, "{}", recent_message());
+    acl!(aclrtSynchronizeStream(stream));
+    // SAFETY: 64 bytes of pinned memory, written by the finished stream.
+    let copied = unsafe { std::slice::from_raw_parts(host.cast::<u8>(), 64) };
+    assert_eq!(copied, &[3; 64][..]);
+
+    // The checks of the V1 forms, with nothing to name the copy through.
+    let mut two_ways = Batch::new(
+        &[(dev, host, 64), (host, dev, 64)],
+        &[(0, h2d(0)), (1, d2h(0))],
+    );
+    assert_eq!(two_ways.run_v2(None), ACL_ERROR_RT_PARAM_INVALID);
+    assert!(recent_message().contains("aclrtMemcpyBatchV2"));
+    let mut misplaced = Batch::new(&[(dev, host, 64)], &[(0, h2d(1))]);
+    assert_eq!(misplaced.run_v2(Some(stream)), ACL_ERROR_RT_PARAM_INVALID);
+    assert!(recent_message().contains("aclrtMemcpyBatchAsyncV2"));
+    let mut empty = Batch::new(&[], &[(0, h2d(0))]);
+    assert_eq!(empty.run_v2(None), ACL_ERROR_INVALID_PARAM);
+    recent_message();
+    acl!(aclrtDestroyStream(stream));
     acl!(aclrtFreeHost(host));
     acl!(aclrtFree(dev));
 }

@@ -51,6 +51,52 @@ fn add_one() -> aclrtFuncHandle {
     function(registry_binary(&["add_one_u32", "trap"]), "add_one_u32")
 }
 
+/// The shipped vector add, which declares a parameter list.
+fn vector_add() -> aclrtFuncHandle {
+    function(registry_binary(&[]), npu_sim::kernel::VECTOR_ADD_F32)
+}
+
+/// A registry image of the test kernels, for the older load path.
+fn registry_image() -> Vec<u8> {
+    npu_sim::kernel::registry_image(&["add_one_u32"])
+}
+
+/// An aclrtBinary describing `data` (leaked with the case: the data must outlive the loads).
+fn describe(data: &[u8]) -> aclrtBinary {
+    let data: &'static [u8] = Vec::leak(data.to_vec());
+    // SAFETY: `data` is leaked, so valid for as long as the description is used.
+    let binary = unsafe { aclrtCreateBinary(data.as_ptr().cast(), data.len()) };
+    assert!(!binary.is_null(), "{}", recent_message());
+    binary
+}
+
+/// aclrtCreateBinary returns no code: a refused description is NULL with the code as the
+/// thread's last error.
+fn described_last_error(data: *const c_void, len: usize) -> aclError {
+    // SAFETY: the function checks its arguments before reading anything.
+    let binary = unsafe { aclrtCreateBinary(data, len) };
+    assert!(binary.is_null());
+    // SAFETY: no preconditions.
+    unsafe { aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL) }
+}
+
+/// aclrtCheckMemType of one device allocation, with each argument valid or not.
+fn check_mem_type(list: bool, size: u32, mem_type: u32, result: bool, reserve: u32) -> aclError {
+    let mut addresses = [malloc(64)];
+    let mut answer = 0;
+    let list = if list {
+        addresses.as_mut_ptr()
+    } else {
+        ptr::null_mut()
+    };
+    let result = if result {
+        &raw mut answer
+    } else {
+        ptr::null_mut()
+    };
+    code!(aclrtCheckMemType(list, size, mem_type, result, reserve))
+}
+
 static INVALID_PARAM: &[Case] = &[
     case("null out pointer", "aclrtGetDevice", 100000, 0, || {
         code!(aclrtGetDevice(ptr::null_mut()))
@@ -220,6 +266,270 @@ static INVALID_PARAM: &[Case] = &[
             &mut bin
         ))
     }),
+    case("describe NULL data", "aclrtCreateBinary", 100000, 0, || {
+        described_last_error(ptr::null(), 4)
+    }),
+    case("describe 0 bytes", "aclrtCreateBinary", 100000, 0, || {
+        let data = [0u8; 4];
+        described_last_error(data.as_ptr().cast(), 0)
+    }),
+    case(
+        "destroy NULL binary",
+        "aclrtDestroyBinary",
+        100000,
+        0,
+        || code!(aclrtDestroyBinary(ptr::null_mut())),
+    ),
+    case("load NULL binary", "aclrtBinaryLoad", 100000, 0, || {
+        let mut bin = ptr::null_mut();
+        code!(aclrtBinaryLoad(ptr::null_mut(), &mut bin))
+    }),
+    case("load into NULL", "aclrtBinaryLoad", 100000, 0, || {
+        let image = registry_image();
+        let binary = describe(&image);
+        code!(aclrtBinaryLoad(binary, ptr::null_mut()))
+    }),
+    case(
+        "binary of NULL function",
+        "aclrtFunctionGetBinary",
+        100000,
+        0,
+        || {
+            let mut bin = ptr::null_mut();
+            code!(aclrtFunctionGetBinary(ptr::null_mut(), &mut bin))
+        },
+    ),
+    case("name into NULL", "aclrtGetFunctionName", 100000, 0, || {
+        code!(aclrtGetFunctionName(add_one(), 64, ptr::null_mut()))
+    }),
+    case(
+        "addresses into NULL",
+        "aclrtGetFunctionAddr",
+        100000,
+        0,
+        || {
+            let mut aic = ptr::null_mut();
+            code!(aclrtGetFunctionAddr(add_one(), &mut aic, ptr::null_mut()))
+        },
+    ),
+    case("0 blocks", "aclrtLaunchKernelV2", 100000, 0, || {
+        let cfg = ptr::null_mut();
+        code!(aclrtLaunchKernelV2(
+            add_one(),
+            0,
+            ptr::null(),
+            0,
+            cfg,
+            ptr::null_mut()
+        ))
+    }),
+    case("cached NULL devPtr", "aclrtMallocCached", 100000, 0, || {
+        code!(aclrtMallocCached(ptr::null_mut(), 1, 0))
+    }),
+    case("cached size 0", "aclrtMallocCached", 100000, 0, || {
+        let mut p = ptr::null_mut();
+        code!(aclrtMallocCached(&mut p, 0, 0))
+    }),
+    case("flush NULL", "aclrtMemFlush", 100000, 0, || {
+        code!(aclrtMemFlush(ptr::null_mut(), 64))
+    }),
+    case("flush 0 bytes", "aclrtMemFlush", 100000, 0, || {
+        code!(aclrtMemFlush(malloc(64), 0))
+    }),
+    case("invalidate NULL", "aclrtMemInvalidate", 100000, 0, || {
+        code!(aclrtMemInvalidate(ptr::null_mut(), 64))
+    }),
+    case(
+        "invalidate 0 bytes",
+        "aclrtMemInvalidate",
+        100000,
+        0,
+        || code!(aclrtMemInvalidate(malloc(64), 0)),
+    ),
+    case("check NULL list", "aclrtCheckMemType", 100000, 0, || {
+        check_mem_type(false, 1, ACL_RT_MEM_TYPE_DEV, true, 0)
+    }),
+    case("check 0 addresses", "aclrtCheckMemType", 100000, 0, || {
+        check_mem_type(true, 0, ACL_RT_MEM_TYPE_DEV, true, 0)
+    }),
+    case("check type 0", "aclrtCheckMemType", 100000, 0, || {
+        check_mem_type(true, 1, 0, true, 0)
+    }),
+    case(
+        "check unknown type bit",
+        "aclrtCheckMemType",
+        100000,
+        0,
+        || check_mem_type(true, 1, ACL_RT_MEM_TYPE_DEV | 0x4, true, 0),
+    ),
+    case("check into NULL", "aclrtCheckMemType", 100000, 0, || {
+        check_mem_type(true, 1, ACL_RT_MEM_TYPE_DEV, false, 0)
+    }),
+    case("check reserve 1", "aclrtCheckMemType", 100000, 0, || {
+        check_mem_type(true, 1, ACL_RT_MEM_TYPE_DEV, true, 1)
+    }),
+    case(
+        "handle size into NULL",
+        "aclrtKernelArgsGetHandleMemSize",
+        100000,
+        0,
+        || code!(aclrtKernelArgsGetHandleMemSize(add_one(), ptr::null_mut())),
+    ),
+    case(
+        "args size into NULL",
+        "aclrtKernelArgsGetMemSize",
+        100000,
+        0,
+        || code!(aclrtKernelArgsGetMemSize(add_one(), 8, ptr::null_mut())),
+    ),
+    case(
+        "init NULL handle memory",
+        "aclrtKernelArgsInitByUserMem",
+        100000,
+        0,
+        || {
+            let mut memory = [0u64; 4];
+            let args = memory.as_mut_ptr().cast();
+            code!(aclrtKernelArgsInitByUserMem(
+                add_one(),
+                ptr::null_mut(),
+                args,
+                32
+            ))
+        },
+    ),
+    case(
+        "init NULL args memory",
+        "aclrtKernelArgsInitByUserMem",
+        100000,
+        0,
+        || {
+            let mut handle = 0u64;
+            let handle = (&raw mut handle).cast();
+            code!(aclrtKernelArgsInitByUserMem(
+                add_one(),
+                handle,
+                ptr::null_mut(),
+                32
+            ))
+        },
+    ),
+    case(
+        "ubuf size into NULL",
+        "aclrtFunctionGetAvailDynUbufPerBlock",
+        100000,
+        0,
+        || {
+            code!(aclrtFunctionGetAvailDynUbufPerBlock(
+                add_one(),
+                0,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "CPU function named NULL",
+        "aclrtRegisterCpuFunc",
+        100000,
+        0,
+        || {
+            let bin = registry_binary(&["add_one_u32"]);
+            let (name, mut func) = (c_string("RunCpuKernel"), ptr::null_mut());
+            code!(aclrtRegisterCpuFunc(
+                bin,
+                ptr::null(),
+                name.as_ptr(),
+                &mut func
+            ))
+        },
+    ),
+    case(
+        "task scheduler memory into NULL",
+        "aclrtMallocForTaskScheduler",
+        100000,
+        0,
+        || {
+            code!(aclrtMallocForTaskScheduler(
+                ptr::null_mut(),
+                64,
+                0,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "param count into NULL",
+        "aclrtFunctionGetParamCount",
+        100000,
+        0,
+        || code!(aclrtFunctionGetParamCount(vector_add(), ptr::null_mut())),
+    ),
+    case(
+        "param info into NULL",
+        "aclrtFunctionGetParamInfo",
+        100000,
+        0,
+        || {
+            let mut offset = 0;
+            code!(aclrtFunctionGetParamInfo(
+                vector_add(),
+                0,
+                &mut offset,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "args array NULL",
+        "aclrtLaunchKernelWithArgsArray",
+        100000,
+        0,
+        || {
+            let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
+            code!(aclrtLaunchKernelWithArgsArray(
+                vector_add(),
+                1,
+                stream,
+                cfg,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "args array NULL entry",
+        "aclrtLaunchKernelWithArgsArray",
+        100000,
+        0,
+        || {
+            let mut word = 0u64;
+            let word: *mut c_void = (&raw mut word).cast();
+            let mut args = [word, word, ptr::null_mut(), word];
+            let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
+            code!(aclrtLaunchKernelWithArgsArray(
+                vector_add(),
+                1,
+                stream,
+                cfg,
+                args.as_mut_ptr()
+            ))
+        },
+    ),
+    case(
+        "args array 0 blocks",
+        "aclrtLaunchKernelWithArgsArray",
+        100000,
+        0,
+        || {
+            let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
+            code!(aclrtLaunchKernelWithArgsArray(
+                vector_add(),
+                0,
+                stream,
+                cfg,
+                ptr::null_mut()
+            ))
+        },
+    ),
 ];
 
 static PARAM_INVALID: &[Case] = &[
@@ -564,6 +874,110 @@ static PARAM_INVALID: &[Case] = &[
             code!(aclrtEventElapsedTime(&mut ms, start, end))
         },
     ),
+    case(
+        "load described garbage",
+        "aclrtBinaryLoad",
+        107000,
+        0,
+        || {
+            let data = *b"not a kernel binary";
+            let binary = describe(&data);
+            let mut bin = ptr::null_mut();
+            code!(aclrtBinaryLoad(binary, &mut bin))
+        },
+    ),
+    case(
+        "name longer than maxLen",
+        "aclrtGetFunctionName",
+        107000,
+        0,
+        || {
+            // "add_one_u32" needs 12 bytes with its NUL.
+            let mut name = [0 as core::ffi::c_char; 11];
+            code!(aclrtGetFunctionName(add_one(), 11, name.as_mut_ptr()))
+        },
+    ),
+    case(
+        "V2 args not device memory",
+        "aclrtLaunchKernelV2",
+        107000,
+        0,
+        || {
+            let (h, cfg) = (malloc_host(64), ptr::null_mut());
+            code!(aclrtLaunchKernelV2(
+                add_one(),
+                1,
+                h,
+                8,
+                cfg,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case("V2 engine 10", "aclrtLaunchKernelV2", 107000, 0, || {
+        let mut attr = aiv_attr();
+        attr.value.engineType = 10;
+        let mut cfg = aclrtLaunchKernelCfg {
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let args = malloc(8);
+        code!(aclrtLaunchKernelV2(
+            add_one(),
+            1,
+            args,
+            8,
+            &mut cfg,
+            ptr::null_mut()
+        ))
+    }),
+    case(
+        "ubuf flags 1",
+        "aclrtFunctionGetAvailDynUbufPerBlock",
+        107000,
+        0,
+        || {
+            let mut size = 0;
+            code!(aclrtFunctionGetAvailDynUbufPerBlock(
+                add_one(),
+                1,
+                &mut size
+            ))
+        },
+    ),
+    case(
+        "CPU function of a simulated binary",
+        "aclrtRegisterCpuFunc",
+        107000,
+        0,
+        || {
+            let bin = registry_binary(&["add_one_u32"]);
+            let (entry, op) = (c_string("RunCpuKernel"), c_string("AddOne"));
+            let mut func = ptr::null_mut();
+            code!(aclrtRegisterCpuFunc(
+                bin,
+                entry.as_ptr(),
+                op.as_ptr(),
+                &mut func
+            ))
+        },
+    ),
+    case(
+        "args array without a parameter list",
+        "aclrtLaunchKernelWithArgsArray",
+        107000,
+        0,
+        || {
+            let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
+            code!(aclrtLaunchKernelWithArgsArray(
+                add_one(),
+                1,
+                stream,
+                cfg,
+                ptr::null_mut()
+            ))
+        },
+    ),
 ];
 
 static CONTEXTS_AND_HANDLES: &[Case] = &[
@@ -708,6 +1122,117 @@ static CONTEXTS_AND_HANDLES: &[Case] = &[
         acl!(aclrtDestroyEvent(e));
         code!(aclrtDestroyEvent(e))
     }),
+    case(
+        "destroy a binary twice",
+        "aclrtDestroyBinary",
+        107017,
+        0,
+        || {
+            let image = registry_image();
+            let binary = describe(&image);
+            acl!(aclrtDestroyBinary(binary));
+            code!(aclrtDestroyBinary(binary))
+        },
+    ),
+    case(
+        "load a destroyed binary",
+        "aclrtBinaryLoad",
+        107017,
+        0,
+        || {
+            let image = registry_image();
+            let binary = describe(&image);
+            acl!(aclrtDestroyBinary(binary));
+            let mut bin = ptr::null_mut();
+            code!(aclrtBinaryLoad(binary, &mut bin))
+        },
+    ),
+    case(
+        "load without context",
+        "aclrtBinaryLoad",
+        107002,
+        -1,
+        || {
+            let image = registry_image();
+            let binary = describe(&image);
+            let mut bin = ptr::null_mut();
+            code!(aclrtBinaryLoad(binary, &mut bin))
+        },
+    ),
+    case(
+        "name of a function of an unloaded binary",
+        "aclrtGetFunctionName",
+        107017,
+        0,
+        || {
+            let bin = registry_binary(&["add_one_u32"]);
+            let func = function(bin, "add_one_u32");
+            acl!(aclrtBinaryUnLoad(bin));
+            let mut name = [0 as core::ffi::c_char; 64];
+            code!(aclrtGetFunctionName(func, 64, name.as_mut_ptr()))
+        },
+    ),
+    case(
+        "address of a binary handle",
+        "aclrtGetFunctionAddr",
+        107017,
+        0,
+        || {
+            let bin = registry_binary(&["add_one_u32"]);
+            let (mut aic, mut aiv) = (ptr::null_mut(), ptr::null_mut());
+            code!(aclrtGetFunctionAddr(bin, &mut aic, &mut aiv))
+        },
+    ),
+    case(
+        "args handle size of an unloaded function",
+        "aclrtKernelArgsGetHandleMemSize",
+        107017,
+        0,
+        || {
+            let bin = registry_binary(&["add_one_u32"]);
+            let func = function(bin, "add_one_u32");
+            acl!(aclrtBinaryUnLoad(bin));
+            let mut size = 0;
+            code!(aclrtKernelArgsGetHandleMemSize(func, &mut size))
+        },
+    ),
+    case(
+        "init args of an unloaded function",
+        "aclrtKernelArgsInitByUserMem",
+        107017,
+        0,
+        || {
+            let bin = registry_binary(&["add_one_u32"]);
+            let func = function(bin, "add_one_u32");
+            acl!(aclrtBinaryUnLoad(bin));
+            let (mut handle, mut memory) = (0u64, [0u64; 4]);
+            let handle = (&raw mut handle).cast();
+            code!(aclrtKernelArgsInitByUserMem(
+                func,
+                handle,
+                memory.as_mut_ptr().cast(),
+                32
+            ))
+        },
+    ),
+    case(
+        "CPU function of an unloaded binary",
+        "aclrtRegisterCpuFunc",
+        107017,
+        0,
+        || {
+            let bin = registry_binary(&["add_one_u32"]);
+            acl!(aclrtBinaryUnLoad(bin));
+            let (entry, op) = (c_string("RunCpuKernel"), c_string("AddOne"));
+            let mut func = ptr::null_mut();
+            code!(aclrtRegisterCpuFunc(
+                bin,
+                entry.as_ptr(),
+                op.as_ptr(),
+                &mut func
+            ))
+        },
+    ),
 ];
 
 static RESOURCES: &[Case] = &[
@@ -1039,6 +1564,60 @@ static RESOURCES: &[Case] = &[
             };
             assert_eq!(launch(trap, 4, s, &0u64, &mut cfg), 0);
             code!(aclrtSynchronizeStream(s))
+        },
+    ),
+    case(
+        "kernel by entry",
+        "aclrtBinaryGetFunctionByEntry",
+        207000,
+        0,
+        || {
+            let bin = registry_binary(&["add_one_u32"]);
+            let mut func = ptr::null_mut();
+            code!(aclrtBinaryGetFunctionByEntry(bin, 0, &mut func))
+        },
+    ),
+    case(
+        "SIMT args array on A2",
+        "aclrtLaunchSIMTKernelWithArgsArray",
+        207000,
+        0,
+        || {
+            let shape = dim3 { x: 1, y: 1, z: 1 };
+            let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
+            let func = add_one();
+            code!(aclrtLaunchSIMTKernelWithArgsArray(
+                func,
+                shape,
+                shape,
+                0,
+                stream,
+                cfg,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "SIMT host args on A2",
+        "aclrtLaunchSIMTKernelWithHostArgs",
+        207000,
+        0,
+        || {
+            let shape = dim3 { x: 1, y: 1, z: 1 };
+            let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
+            let func = add_one();
+            code!(aclrtLaunchSIMTKernelWithHostArgs(
+                func,
+                shape,
+                shape,
+                0,
+                stream,
+                cfg,
+                ptr::null_mut(),
+                0,
+                ptr::null_mut(),
+                0
+            ))
         },
     ),
 ];

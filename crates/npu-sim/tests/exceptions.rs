@@ -1,6 +1,6 @@
-//! Exception callbacks, the info getters, aclrtGetErrorVerbose, and the host-function APIs the
-//! Atlas A2 lacks. The callbacks are process-wide, so each test keeps to its own device and
-//! reads only the reports of that device.
+//! Exception callbacks (process-wide and per binary), the info getters, aclrtGetErrorVerbose,
+//! and the host-function APIs the Atlas A2 lacks. The callbacks are process-wide, so each test
+//! keeps to its own device and reads only the reports of that device.
 
 extern crate ascendcl as npu_sim;
 
@@ -155,6 +155,87 @@ fn a_trapping_kernel_is_reported_to_every_callback() {
     acl!(aclrtDestroyStream(stream));
 }
 
+/// What a binary's exception callback saw: which callback, its user data, the failed
+/// function and the error code.
+type BinaryReport = (&'static str, usize, usize, u32);
+
+static BINARY_REPORTS: Mutex<Vec<BinaryReport>> = Mutex::new(Vec::new());
+
+/// # Safety
+/// `info` must be the info of an exception callback being run.
+unsafe fn collect_binary(which: &'static str, info: *mut aclrtExceptionInfo, user: *mut c_void) {
+    let mut func = ptr::null_mut();
+    // SAFETY: `info` is the info being delivered; the out pointer is valid.
+    let code = unsafe {
+        assert_eq!(aclrtGetFuncHandleFromExceptionInfo(info, &mut func), 0);
+        aclrtGetErrorCodeFromExceptionInfo(info)
+    };
+    let report = (which, user as usize, func as usize, code);
+    BINARY_REPORTS.lock().unwrap().push(report);
+}
+
+unsafe extern "C" fn binary_first(info: *mut aclrtExceptionInfo, user: *mut c_void) {
+    // SAFETY: called as an exception callback.
+    unsafe { collect_binary("first", info, user) }
+}
+
+unsafe extern "C" fn binary_second(info: *mut aclrtExceptionInfo, user: *mut c_void) {
+    // SAFETY: called as an exception callback.
+    unsafe { collect_binary("second", info, user) }
+}
+
+#[test]
+fn a_binary_exception_callback_gets_its_own_kernels_failures() {
+    install();
+    set_device(3);
+    let (watched, other) = (
+        registry_binary(&["trap", "add_one_u32"]),
+        registry_binary(&["trap"]),
+    );
+    let mut user_data = 0u8;
+    let user = (&raw mut user_data).cast::<c_void>();
+    acl!(aclrtBinarySetExceptionCallback(
+        watched,
+        Some(binary_first),
+        ptr::null_mut()
+    ));
+    // The last callback set wins.
+    acl!(aclrtBinarySetExceptionCallback(
+        watched,
+        Some(binary_second),
+        user
+    ));
+    let (trap, foreign_trap) = (function(watched, "trap"), function(other, "trap"));
+    let fail_once = |func: aclrtFuncHandle, cfg: *mut aclrtLaunchKernelCfg| {
+        let stream = create_stream();
+        acl!(aclrtLaunchKernelV2(func, 2, ptr::null(), 0, cfg, stream));
+        let code = code!(aclrtSynchronizeStream(stream));
+        recent_message();
+        acl!(aclrtDestroyStream(stream));
+        code
+    };
+    // Another binary's failure is not reported to it.
+    let code = fail_once(foreign_trap, ptr::null_mut());
+    assert_eq!(code, ACL_ERROR_RT_AICORE_EXCEPTION);
+    assert!(BINARY_REPORTS.lock().unwrap().is_empty());
+    // Its own kernel's, launched on the vector engine, is.
+    let mut attr = aiv_attr();
+    let mut cfg = aclrtLaunchKernelCfg {
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    let code = fail_once(trap, &mut cfg);
+    assert_eq!(code, ACL_ERROR_RT_VECTOR_CORE_EXCEPTION);
+    let reports = BINARY_REPORTS.lock().unwrap().clone();
+    let expected = (
+        "second",
+        user as usize,
+        trap as usize,
+        ACL_ERROR_RT_VECTOR_CORE_EXCEPTION as u32,
+    );
+    assert_eq!(reports, [expected]);
+}
+
 #[test]
 fn a_dma_fault_is_a_memory_error_of_a_task_that_is_no_kernel() {
     install();
@@ -265,6 +346,46 @@ fn every_error_path() {
             100000,
             0,
             || code!(aclrtExceptionInfoCallbackUnregister(None)),
+        ),
+        case(
+            "binary callback of NULL binary",
+            "aclrtBinarySetExceptionCallback",
+            100000,
+            0,
+            || {
+                let callback = Some(binary_first as _);
+                code!(aclrtBinarySetExceptionCallback(
+                    ptr::null_mut(),
+                    callback,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "binary callback NULL",
+            "aclrtBinarySetExceptionCallback",
+            100000,
+            0,
+            || {
+                let bin = registry_binary(&["trap"]);
+                code!(aclrtBinarySetExceptionCallback(bin, None, ptr::null_mut()))
+            },
+        ),
+        case(
+            "binary callback of an unloaded binary",
+            "aclrtBinarySetExceptionCallback",
+            107017,
+            0,
+            || {
+                let bin = registry_binary(&["trap"]);
+                acl!(aclrtBinaryUnLoad(bin));
+                let callback = Some(binary_first as _);
+                code!(aclrtBinarySetExceptionCallback(
+                    bin,
+                    callback,
+                    ptr::null_mut()
+                ))
+            },
         ),
         case(
             "task id of an unknown info",

@@ -429,3 +429,281 @@ fn kernels_registered_from_c_declare_their_argument_size() {
     acl!(aclrtSynchronizeStream(ptr::null_mut()));
     assert_eq!(download::<u32>(out, 1), [3]);
 }
+
+/// Loads `bytes` through the older path: aclrtCreateBinary, then aclrtBinaryLoad.
+fn load_described(bytes: &[u8]) -> (aclrtBinary, aclrtBinHandle) {
+    // SAFETY: `bytes` stays alive until the load below has read it.
+    let binary = unsafe { aclrtCreateBinary(bytes.as_ptr().cast(), bytes.len()) };
+    assert!(!binary.is_null(), "{}", recent_message());
+    let mut bin = ptr::null_mut();
+    acl!(aclrtBinaryLoad(binary, &mut bin));
+    (binary, bin)
+}
+
+#[test]
+fn the_older_load_path_loads_what_the_data_describes() {
+    set_device(0);
+    let so = std::fs::read(kernel::LIBRARY_PATH).unwrap();
+    let image = kernel::registry_image(&[kernel::VECTOR_ADD_F32]);
+    for (path, bytes) in [("shared object", &so), ("registry image", &image)] {
+        let (binary, bin) = load_described(bytes);
+        // The loaded binary no longer needs its description.
+        acl!(aclrtDestroyBinary(binary));
+        assert_eq!(
+            code!(aclrtDestroyBinary(binary)),
+            ACL_ERROR_RT_INVALID_HANDLE
+        );
+        let add = function(bin, kernel::VECTOR_ADD_F32);
+        let inputs = AddInputs::new(10_001, 9);
+        let cfg = ptr::null_mut();
+        assert_eq!(launch(add, 4, ptr::null_mut(), &inputs.args, cfg), 0);
+        acl!(aclrtSynchronizeStream(ptr::null_mut()));
+        assert_eq!(inputs.result(), inputs.sum(), "{path}");
+        acl!(aclrtBinaryUnLoad(bin));
+    }
+}
+
+/// A C-ABI kernel registered below, whose address aclrtGetFunctionAddr must report.
+unsafe extern "C" fn addressed(_block: u32, _blocks: u32, _args: *mut c_void) -> i32 {
+    0
+}
+
+#[test]
+fn a_function_knows_its_binary_name_and_entry() {
+    set_device(1);
+    kernel::register_entry("addressed_kernel", addressed).unwrap();
+    let bin = registry_binary(&["addressed_kernel"]);
+    let func = function(bin, "addressed_kernel");
+    let mut owner = ptr::null_mut();
+    acl!(aclrtFunctionGetBinary(func, &mut owner));
+    assert_eq!(owner, bin);
+
+    let mut name = [0x55u8; 17];
+    // The name needs 17 bytes with its NUL: 16 are refused and nothing is written.
+    let short = code!(aclrtGetFunctionName(func, 16, name.as_mut_ptr().cast()));
+    assert_eq!(short, ACL_ERROR_RT_PARAM_INVALID);
+    assert!(recent_message().contains("aclrtGetFunctionName"));
+    assert_eq!(name, [0x55; 17]);
+    acl!(aclrtGetFunctionName(func, 17, name.as_mut_ptr().cast()));
+    assert_eq!(&name, b"addressed_kernel\0");
+
+    // Not a SIMT kernel: no dynamic UB buffer.
+    let mut ubuf = usize::MAX;
+    acl!(aclrtFunctionGetAvailDynUbufPerBlock(func, 0, &mut ubuf));
+    assert_eq!(ubuf, 0);
+
+    let (mut aic, mut aiv) = (ptr::null_mut(), ptr::null_mut());
+    acl!(aclrtGetFunctionAddr(func, &mut aic, &mut aiv));
+    let entry = addressed as unsafe extern "C" fn(u32, u32, *mut c_void) -> i32;
+    assert_eq!(
+        (aic as usize, aiv as usize),
+        (entry as usize, entry as usize)
+    );
+
+    // A shared object's kernel: its exported symbol.
+    let so = load_file(kernel::LIBRARY_PATH);
+    acl!(aclrtGetFunctionAddr(
+        function(so, kernel::SCALE_F32),
+        &mut aic,
+        &mut aiv
+    ));
+    // SAFETY: dlopen of a library already loaded returns it; dlsym only looks the symbol up.
+    let symbol = unsafe {
+        let path = c_string(kernel::LIBRARY_PATH);
+        let library = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        assert!(!library.is_null());
+        let symbol = libc::dlsym(library, c"scale_f32".as_ptr());
+        libc::dlclose(library);
+        symbol
+    };
+    assert_eq!((aic, aiv), (symbol, symbol));
+    acl!(aclrtBinaryUnLoad(so));
+    acl!(aclrtBinaryUnLoad(bin));
+    assert_eq!(
+        code!(aclrtFunctionGetBinary(func, &mut owner)),
+        ACL_ERROR_RT_INVALID_HANDLE
+    );
+}
+
+#[test]
+fn launch_kernel_v2_takes_device_arguments_and_a_configuration() {
+    set_device(0);
+    let bin = registry_binary(&[kernel::VECTOR_ADD_F32]);
+    let add = function(bin, kernel::VECTOR_ADD_F32);
+    let size = std::mem::size_of::<VectorAddArgs>();
+    let stream = create_stream();
+    for engine in [ACL_RT_ENGINE_TYPE_AIC, ACL_RT_ENGINE_TYPE_AIV] {
+        let inputs = AddInputs::new(5000, u64::from(engine) + 20);
+        let dargs = malloc(size);
+        upload(dargs, std::slice::from_ref(&inputs.args));
+        let mut attr = aiv_attr();
+        attr.value.engineType = engine;
+        let mut cfg = aclrtLaunchKernelCfg {
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        acl!(aclrtLaunchKernelV2(add, 3, dargs, size, &mut cfg, stream));
+        acl!(aclrtSynchronizeStream(stream));
+        assert_eq!(inputs.result(), inputs.sum(), "engine {engine}");
+    }
+    let inputs = AddInputs::new(77, 30);
+    let dargs = malloc(size);
+    upload(dargs, std::slice::from_ref(&inputs.args));
+    let no_cfg = ptr::null_mut();
+    acl!(aclrtLaunchKernelV2(add, 2, dargs, size, no_cfg, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(inputs.result(), inputs.sum(), "no configuration");
+    // Fewer bytes than the kernel declares are refused, as by aclrtLaunchKernel.
+    let short = code!(aclrtLaunchKernelV2(add, 1, dargs, 8, no_cfg, stream));
+    assert_eq!(short, ACL_ERROR_RT_PARAM_INVALID);
+    recent_message();
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtBinaryUnLoad(bin));
+}
+
+#[test]
+fn kernel_args_built_in_caller_memory() {
+    set_device(0);
+    let bin = registry_binary(&[kernel::SCALE_F32]);
+    let scale = function(bin, kernel::SCALE_F32);
+    let (mut handle_size, mut args_size) = (0, 0);
+    acl!(aclrtKernelArgsGetHandleMemSize(scale, &mut handle_size));
+    // ScaleArgs: x (8), n (8), alpha (4, 8-aligned: 8), reserved (4, 8-aligned: 8).
+    acl!(aclrtKernelArgsGetMemSize(scale, 32, &mut args_size));
+    assert_eq!((handle_size, args_size), (8, 32));
+    let mut handle_memory = vec![0u64; handle_size.div_ceil(8)];
+    let mut args_memory = vec![0u8; args_size];
+    let args: aclrtArgsHandle = handle_memory.as_mut_ptr().cast();
+    acl!(aclrtKernelArgsInitByUserMem(
+        scale,
+        args,
+        args_memory.as_mut_ptr().cast(),
+        args_size
+    ));
+
+    let data = [1.0f32, 2.0, 3.0];
+    let x = upload_new(&data);
+    let mut param = ptr::null_mut();
+    let mut append = |value: &mut [u8]| {
+        code!(aclrtKernelArgsAppend(
+            args,
+            value.as_mut_ptr().cast(),
+            value.len(),
+            &mut param
+        ))
+    };
+    assert_eq!(append(&mut (x as u64).to_ne_bytes()), 0);
+    assert_eq!(append(&mut 3u64.to_ne_bytes()), 0);
+    assert_eq!(append(&mut 4.0f32.to_ne_bytes()), 0);
+    assert_eq!(append(&mut 0u32.to_ne_bytes()), 0);
+    // 24 bytes are packed; a 16-byte value would need 24..40 of the 32.
+    assert_eq!(append(&mut [0u8; 16]), ACL_ERROR_RT_PARAM_INVALID);
+    assert!(recent_message().contains("aclrtKernelArgsInitByUserMem holds 32"));
+    acl!(aclrtKernelArgsFinalize(args));
+    assert_eq!(launch_built(scale, 2, args, ptr::null_mut()), 0);
+    acl!(aclrtSynchronizeStream(ptr::null_mut()));
+    assert_eq!(download::<f32>(x, 3), [4.0, 8.0, 12.0]);
+
+    // Initializing the same memory again starts afresh: the old parameters are gone.
+    acl!(aclrtKernelArgsInitByUserMem(
+        scale,
+        args,
+        args_memory.as_mut_ptr().cast(),
+        args_size
+    ));
+    let stale = code!(aclrtKernelArgsParaUpdate(
+        args,
+        param,
+        (&raw mut args_size).cast(),
+        8
+    ));
+    assert_eq!(stale, ACL_ERROR_RT_INVALID_HANDLE);
+    recent_message();
+    // Unloading the binary retires the handle with the function.
+    acl!(aclrtBinaryUnLoad(bin));
+    assert_eq!(
+        code!(aclrtKernelArgsFinalize(args)),
+        ACL_ERROR_RT_INVALID_HANDLE
+    );
+    recent_message();
+}
+
+#[test]
+fn shipped_kernels_declare_their_parameter_lists() {
+    set_device(1);
+    for (path, bin) in binaries() {
+        let scale = function(bin, kernel::SCALE_F32);
+        let mut count = 0;
+        acl!(aclrtFunctionGetParamCount(scale, &mut count));
+        assert_eq!(count, 4, "{path}");
+        let layout: Vec<(usize, usize)> = (0..count)
+            .map(|i| {
+                let (mut offset, mut size) = (0, 0);
+                acl!(aclrtFunctionGetParamInfo(scale, i, &mut offset, &mut size));
+                (offset, size)
+            })
+            .collect();
+        // ScaleArgs { float *x; uint64_t n; float alpha; uint32_t reserved; }
+        assert_eq!(layout, [(0, 8), (8, 8), (16, 4), (20, 4)], "{path}");
+        let (mut offset, mut size) = (0, 0);
+        let past = code!(aclrtFunctionGetParamInfo(scale, 4, &mut offset, &mut size));
+        assert_eq!(past, ACL_ERROR_RT_PARAM_INVALID);
+        assert!(recent_message().contains("past the kernel's 4 parameters"));
+        acl!(aclrtBinaryUnLoad(bin));
+    }
+    // A kernel that declares no parameter list has none to report.
+    register_test_kernels();
+    let bin = registry_binary(&["trap"]);
+    let mut count = 0;
+    let none = code!(aclrtFunctionGetParamCount(
+        function(bin, "trap"),
+        &mut count
+    ));
+    assert_eq!(none, ACL_ERROR_RT_PARAM_INVALID);
+    assert!(recent_message().contains("declares no parameter list"));
+}
+
+#[test]
+fn launch_with_an_array_of_parameter_pointers() {
+    set_device(0);
+    let stream = create_stream();
+    for (path, bin) in binaries() {
+        let add = function(bin, kernel::VECTOR_ADD_F32);
+        let inputs = AddInputs::new(3001, 40);
+        let VectorAddArgs { a, b, c, n } = inputs.args;
+        let (mut a, mut b, mut c, mut n) = (a, b, c, n);
+        let mut args: [*mut c_void; 4] = [
+            (&raw mut a).cast(),
+            (&raw mut b).cast(),
+            (&raw mut c).cast(),
+            (&raw mut n).cast(),
+        ];
+        let cfg = ptr::null_mut();
+        acl!(aclrtLaunchKernelWithArgsArray(
+            add,
+            5,
+            stream,
+            cfg,
+            args.as_mut_ptr()
+        ));
+        // The parameters were copied at the call: changing them now changes nothing.
+        // SAFETY: args[3] points at `n`, a live local.
+        unsafe { args[3].cast::<u64>().write(0) };
+        acl!(aclrtSynchronizeStream(stream));
+        assert_eq!(inputs.result(), inputs.sum(), "{path}");
+        acl!(aclrtBinaryUnLoad(bin));
+    }
+    register_test_kernels();
+    let bin = registry_binary(&["trap"]);
+    let mut no_args: [*mut c_void; 0] = [];
+    let refused = code!(aclrtLaunchKernelWithArgsArray(
+        function(bin, "trap"),
+        1,
+        stream,
+        ptr::null_mut(),
+        no_args.as_mut_ptr()
+    ));
+    assert_eq!(refused, ACL_ERROR_RT_PARAM_INVALID);
+    recent_message();
+    acl!(aclrtDestroyStream(stream));
+}

@@ -253,3 +253,316 @@ fn error_paths() {
     acl!(aclrtFree(plain));
     acl!(aclrtDestroyStream(stream));
 }
+
+/// aclrtMemManagedPrefetchBatchAsync of `ranges`, with `locations[k]` from range `starts[k]` on.
+fn prefetch_batch(
+    ranges: &[(*mut c_void, usize)],
+    locations: &[aclrtMemManagedLocation],
+    starts: &[usize],
+    flags: u64,
+    stream: aclrtStream,
+) -> aclError {
+    let mut ptrs: Vec<*const c_void> = ranges.iter().map(|r| r.0.cast_const()).collect();
+    let mut sizes: Vec<usize> = ranges.iter().map(|r| r.1).collect();
+    let (mut locations, mut starts) = (locations.to_vec(), starts.to_vec());
+    code!(aclrtMemManagedPrefetchBatchAsync(
+        ptrs.as_mut_ptr(),
+        sizes.as_mut_ptr(),
+        ptrs.len(),
+        locations.as_mut_ptr(),
+        starts.as_mut_ptr(),
+        locations.len(),
+        flags,
+        stream
+    ))
+}
+
+#[test]
+fn batch_prefetches_check_every_range_and_location() {
+    set_device(0);
+    let stream = create_stream();
+    let (a, b) = (alloc_managed(4 * MIB as u64), alloc_managed(2 * MIB as u64));
+    let host = aclrtMemManagedLocation {
+        type_: ACL_MEM_LOCATIONTYPE_HOST,
+        id: 0,
+    };
+    let ranges = [
+        (a, 2 * MIB),
+        (a.wrapping_byte_add(2 * MIB), 2 * MIB),
+        (b, 2 * MIB),
+    ];
+    let code = prefetch_batch(&ranges, &[on_device(0), host], &[0, 2], 0, stream);
+    assert_eq!(code, 0, "{}", recent_message());
+    acl!(aclrtSynchronizeStream(stream));
+
+    let plain = malloc(64);
+    let one = [(a, 2 * MIB)];
+    for (ranges, locations, starts, flags, expected) in [
+        (
+            &one[..],
+            &[on_device(0)][..],
+            &[0][..],
+            1,
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            &one[..],
+            &[on_device(0)],
+            &[1],
+            0,
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            &one[..],
+            &[on_device(0), host],
+            &[0, 0],
+            0,
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (&one[..], &[], &[], 0, ACL_ERROR_RT_PARAM_INVALID),
+        (
+            &[(a, MIB)][..],
+            &[on_device(0)],
+            &[0],
+            0,
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            &[(plain, 2 * MIB)][..],
+            &[on_device(0)],
+            &[0],
+            0,
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            &one[..],
+            &[on_device(99)],
+            &[0],
+            0,
+            ACL_ERROR_RT_INVALID_DEVICEID,
+        ),
+        (&[][..], &[on_device(0)], &[0], 0, ACL_ERROR_INVALID_PARAM),
+    ] {
+        let code = prefetch_batch(ranges, locations, starts, flags, stream);
+        assert_eq!(code, expected, "{ranges:?} {starts:?} {flags}");
+        assert!(recent_message().contains("aclrtMemManagedPrefetchBatchAsync"));
+    }
+    acl!(aclrtFree(a));
+    acl!(aclrtFree(b));
+    acl!(aclrtFree(plain));
+    acl!(aclrtDestroyStream(stream));
+}
+
+/// One 4-byte attribute of a managed range.
+fn attr(attribute: aclrtMemManagedRangeAttribute, ptr: *mut c_void, size: usize) -> i32 {
+    let mut value = 0x5555_5555i32;
+    acl!(aclrtMemManagedGetAttr(
+        attribute,
+        ptr,
+        size,
+        (&raw mut value).cast(),
+        4
+    ));
+    value
+}
+
+#[test]
+fn attributes_report_what_every_page_was_told() {
+    set_device(0);
+    let m = alloc_managed(4 * MIB as u64);
+    let (lower, upper) = (m, m.wrapping_byte_add(2 * MIB));
+    let two = 2 * MIB as u64;
+    let host = aclrtMemManagedLocation {
+        type_: ACL_MEM_LOCATIONTYPE_HOST,
+        id: 0,
+    };
+    // Nothing said yet.
+    assert_eq!(attr(ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m, 4 * MIB), 0);
+    assert_eq!(
+        attr(ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, m, 4 * MIB),
+        -2
+    );
+    let invalid = ACL_MEM_LOCATIONTYPE_INVALID as i32;
+    assert_eq!(
+        attr(ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE, m, 1),
+        invalid
+    );
+
+    let advise = |ptr, size, advice, location| {
+        acl!(aclrtMemManagedAdvise(ptr, size, advice, location));
+    };
+    advise(m, 2 * two, ACL_MEM_ADVISE_SET_READ_MOSTLY, host);
+    advise(upper, two, ACL_MEM_ADVISE_UNSET_READ_MOSTLY, host);
+    assert_eq!(attr(ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, lower, 2 * MIB), 1);
+    assert_eq!(attr(ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m, 4 * MIB), 0);
+
+    advise(
+        m,
+        2 * two,
+        ACL_MEM_ADVISE_SET_PREFERRED_LOCATION,
+        on_device(1),
+    );
+    assert_eq!(
+        attr(ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, m, 4 * MIB),
+        1
+    );
+    let device = ACL_MEM_LOCATIONTYPE_DEVICE as i32;
+    assert_eq!(
+        attr(ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE, m, 4 * MIB),
+        device
+    );
+    assert_eq!(
+        attr(ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID, m, 4 * MIB),
+        1
+    );
+    advise(upper, two, ACL_MEM_ADVISE_SET_PREFERRED_LOCATION, host);
+    assert_eq!(
+        attr(ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, upper, 1),
+        -1
+    );
+    assert_eq!(
+        attr(ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID, upper, 1),
+        -2
+    );
+    assert_eq!(
+        attr(ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, m, 4 * MIB),
+        -2
+    );
+
+    // ACCESSED_BY: the places every page names, then -2.
+    advise(m, 2 * two, ACL_MEM_ADVISE_SET_ACCESSED_BY, on_device(0));
+    advise(lower, two, ACL_MEM_ADVISE_SET_ACCESSED_BY, on_device(1));
+    let mut ids = [7i32; 3];
+    acl!(aclrtMemManagedGetAttr(
+        ACL_MEM_RANGE_ATTRIBUTE_ACCESSED_BY,
+        m,
+        4 * MIB,
+        ids.as_mut_ptr().cast(),
+        12
+    ));
+    assert_eq!(ids, [0, -2, -2]);
+
+    // The latest prefetch request, single or batched, whether or not it has run.
+    let stream = create_stream();
+    acl!(aclrtMemManagedPrefetchAsync(
+        m,
+        4 * MIB,
+        on_device(1),
+        0,
+        stream
+    ));
+    let prefetched = ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION;
+    assert_eq!(attr(prefetched, m, 4 * MIB), 1);
+    let code = prefetch_batch(&[(upper, 2 * MIB)], &[host], &[0], 0, stream);
+    assert_eq!(code, 0, "{}", recent_message());
+    assert_eq!(attr(prefetched, upper, 2 * MIB), -1);
+    let host_type = ACL_MEM_LOCATIONTYPE_HOST as i32;
+    let prefetched_type = ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE;
+    assert_eq!(attr(prefetched_type, upper, 2 * MIB), host_type);
+    assert_eq!(attr(prefetched_type, m, 4 * MIB), invalid);
+    acl!(aclrtSynchronizeStream(stream));
+
+    // Several at once.
+    let mut attributes = [
+        ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY,
+        ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID,
+    ];
+    let (mut read_mostly, mut prefetch_id) = (9i32, 9i32);
+    let mut data: [*mut c_void; 2] = [(&raw mut read_mostly).cast(), (&raw mut prefetch_id).cast()];
+    let mut sizes = [4usize, 4];
+    acl!(aclrtMemManagedGetAttrs(
+        attributes.as_mut_ptr(),
+        2,
+        lower,
+        2 * MIB,
+        data.as_mut_ptr(),
+        sizes.as_mut_ptr()
+    ));
+    assert_eq!((read_mostly, prefetch_id), (1, 1));
+
+    // Errors.
+    let mut word = 0i32;
+    let word_ptr: *mut c_void = (&raw mut word).cast();
+    let plain = malloc(64);
+    for (attribute, ptr, size, data, data_size, code) in [
+        (
+            ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY,
+            m,
+            4 * MIB,
+            word_ptr,
+            8,
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            ACL_MEM_RANGE_ATTRIBUTE_ACCESSED_BY,
+            m,
+            4 * MIB,
+            word_ptr,
+            6,
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (99, m, 4 * MIB, word_ptr, 4, ACL_ERROR_RT_PARAM_INVALID),
+        (
+            ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY,
+            m,
+            0,
+            word_ptr,
+            4,
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY,
+            m,
+            8 * MIB,
+            word_ptr,
+            4,
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY,
+            plain,
+            64,
+            word_ptr,
+            4,
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY,
+            m,
+            64,
+            ptr::null_mut(),
+            4,
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY,
+            ptr::null_mut(),
+            64,
+            word_ptr,
+            4,
+            ACL_ERROR_INVALID_PARAM,
+        ),
+    ] {
+        fails!(
+            aclrtMemManagedGetAttr(attribute, ptr, size, data, data_size),
+            code,
+            "aclrtMemManagedGetAttr"
+        );
+    }
+    fails!(
+        aclrtMemManagedGetAttrs(
+            attributes.as_mut_ptr(),
+            0,
+            m,
+            64,
+            data.as_mut_ptr(),
+            sizes.as_mut_ptr()
+        ),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemManagedGetAttrs"
+    );
+
+    acl!(aclrtFree(m));
+    acl!(aclrtFree(plain));
+    acl!(aclrtDestroyStream(stream));
+}

@@ -368,3 +368,103 @@ fn engines_that_can_reach_registered_host_memory() {
         ACL_RT_HOST_MEM_MAP_NOT_SUPPORTED
     );
 }
+
+#[test]
+fn cached_memory_is_device_memory_and_cache_maintenance_keeps_it() {
+    install();
+    set_device(5);
+    let before = used(5);
+    let mut p = ptr::null_mut();
+    acl!(aclrtMallocCached(&mut p, 100, ACL_MEM_MALLOC_HUGE_FIRST));
+    assert_eq!(used(5) - before, 160, "accounted as aclrtMalloc: 128 + 32");
+    assert_eq!(attributes(p).location.type_, ACL_MEM_LOCATION_TYPE_DEVICE);
+    upload(p, &[7u8; 100]);
+    // Host and device see the same memory: flushing and invalidating change nothing.
+    acl!(aclrtMemFlush(p, 100));
+    acl!(aclrtMemInvalidate(p, 100));
+    assert_eq!(download::<u8>(p, 100), [7u8; 100]);
+    acl!(aclrtFree(p));
+    assert_eq!(used(5), before);
+    // Memory for the task scheduler is device memory too, configured as aclrtMallocWithCfg's.
+    acl!(aclrtMallocForTaskScheduler(
+        &mut p,
+        100,
+        ACL_MEM_MALLOC_HUGE_FIRST,
+        ptr::null_mut()
+    ));
+    assert_eq!(used(5) - before, 160);
+    assert_eq!(attributes(p).location.type_, ACL_MEM_LOCATION_TYPE_DEVICE);
+    acl!(aclrtFree(p));
+    assert_eq!(used(5), before);
+}
+
+#[test]
+fn peer_mappings_need_peer_access_and_change_nothing() {
+    install();
+    set_device(2);
+    let dev = malloc(4096);
+    upload(dev, &[6u8; 4096]);
+    set_device(4);
+    let map = |size, peer, flags| code!(aclrtMemP2PMap(dev, size, peer, flags));
+    assert_eq!(map(4096, 4, 0), ACL_ERROR_RT_NO_PERMISSION);
+    assert!(recent_message().contains("has not enabled peer access to device 2"));
+    // Device 4 (current) enables access to device 2's memory.
+    acl!(aclrtDeviceEnablePeerAccess(2, 0));
+    acl!(aclrtMemP2PMap(dev, 4096, 4, 0));
+    assert_eq!(download::<u8>(dev, 4096), vec![6; 4096]);
+    for (size, peer, flags, code) in [
+        (0, 4, 0, ACL_ERROR_INVALID_PARAM),
+        (1 << 20, 4, 0, ACL_ERROR_RT_PARAM_INVALID),
+        (4096, 2, 0, ACL_ERROR_RT_PARAM_INVALID),
+        (4096, 4, 1, ACL_ERROR_RT_PARAM_INVALID),
+        (4096, 99, 0, ACL_ERROR_RT_INVALID_DEVICEID),
+    ] {
+        assert_eq!(map(size, peer, flags), code, "{size} {peer} {flags}");
+        assert!(recent_message().contains("aclrtMemP2PMap"));
+    }
+    let host = malloc_host(64);
+    assert_eq!(
+        code!(aclrtMemP2PMap(host, 64, 4, 0)),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    recent_message();
+    acl!(aclrtDeviceDisablePeerAccess(2));
+    acl!(aclrtFreeHost(host));
+    acl!(aclrtFree(dev));
+}
+
+#[test]
+#[allow(deprecated)]
+fn the_deprecated_conditional_copy_is_an_async_copy() {
+    install();
+    set_device(1);
+    let stream = create_stream();
+    let (dev, pinned) = (malloc(256), malloc_host(256));
+    // SAFETY: 256 bytes of pinned memory.
+    unsafe { ptr::write_bytes(pinned.cast::<u8>(), 4, 256) };
+    let kind = ACL_MEMCPY_HOST_TO_DEVICE;
+    acl!(aclrtMemcpyAsyncWithCondition(
+        dev, 256, pinned, 256, kind, stream
+    ));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(download::<u8>(dev, 256), vec![4; 256]);
+    // Its errors are aclrtMemcpyAsync's, under its own name.
+    let host_to_host = code!(aclrtMemcpyAsyncWithCondition(
+        pinned,
+        256,
+        pinned.wrapping_byte_add(128),
+        64,
+        ACL_MEMCPY_HOST_TO_HOST,
+        stream
+    ));
+    assert_eq!(host_to_host, ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    assert!(recent_message().contains("aclrtMemcpyAsyncWithCondition"));
+    let too_long = code!(aclrtMemcpyAsyncWithCondition(
+        dev, 64, pinned, 65, kind, stream
+    ));
+    assert_eq!(too_long, ACL_ERROR_RT_PARAM_INVALID);
+    recent_message();
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFreeHost(pinned));
+    acl!(aclrtFree(dev));
+}

@@ -552,3 +552,105 @@ fn error_paths() {
         "aclrtReleaseMemAddress"
     );
 }
+
+/// aclrtCheckMemType's answer for `addresses` and `mem_type`.
+fn check_mem_type(addresses: &[*mut c_void], mem_type: u32) -> u32 {
+    let mut list = addresses.to_vec();
+    let mut result = 99;
+    acl!(aclrtCheckMemType(
+        list.as_mut_ptr(),
+        list.len() as u32,
+        mem_type,
+        &mut result,
+        0
+    ));
+    result
+}
+
+#[test]
+fn memory_types_are_device_reserved_or_neither() {
+    install();
+    set_device(0);
+    let dev = malloc(4096);
+    let inside = dev.wrapping_byte_add(100);
+    let va = reserve(4 * MIB);
+    let mapped = reserve(2 * MIB);
+    let phys = physical(0, 2 * MIB);
+    acl!(aclrtMapMem(mapped, 2 * MIB, 0, phys, 0));
+    let host = malloc_host(64);
+    let (dev_type, rsvd) = (ACL_RT_MEM_TYPE_DEV, ACL_RT_MEM_TYPE_RSVD);
+    assert_eq!(check_mem_type(&[dev, inside], dev_type), 1);
+    assert_eq!(check_mem_type(&[dev], rsvd), 0);
+    assert_eq!(check_mem_type(&[dev], ACL_RT_MEM_TYPE_DVPP), 0);
+    // Reserved addresses are RSVD whether physical memory is mapped at them or not.
+    assert_eq!(check_mem_type(&[va, mapped], rsvd), 1);
+    assert_eq!(check_mem_type(&[mapped], dev_type), 0);
+    // A mixed list needs every type it holds.
+    assert_eq!(check_mem_type(&[dev, va], dev_type), 0);
+    assert_eq!(check_mem_type(&[dev, va], dev_type | rsvd), 1);
+    // Host memory is none of them.
+    assert_eq!(check_mem_type(&[dev, host], dev_type | rsvd), 0);
+    acl!(aclrtUnmapMem(mapped));
+    acl!(aclrtFreePhysical(phys));
+    acl!(aclrtReleaseMemAddress(mapped));
+    acl!(aclrtReleaseMemAddress(va));
+    acl!(aclrtFreeHost(host));
+    acl!(aclrtFree(dev));
+}
+
+#[test]
+fn a_mapping_without_access_gets_it_from_set_access() {
+    install();
+    set_device(0);
+    let va = reserve(2 * MIB);
+    let phys = physical(0, 2 * MIB);
+    acl!(aclrtMemMapNoAccess(va, 2 * MIB, 0, phys, 0));
+    assert_eq!(access(va, 0), u64::from(ACL_RT_MEM_ACCESS_FLAGS_NONE));
+    let mut desc = aclrtMemAccessDesc {
+        flags: ACL_RT_MEM_ACCESS_FLAGS_READWRITE,
+        location: aclrtMemLocation {
+            id: 0,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        rsv: [0; 12],
+    };
+    acl!(aclrtMemSetAccess(va, 2 * MIB, &mut desc, 1));
+    assert_eq!(access(va, 0), u64::from(ACL_RT_MEM_ACCESS_FLAGS_READWRITE));
+    upload(va, &[3u8; 64]);
+    assert_eq!(download::<u8>(va, 64), vec![3; 64]);
+    // aclrtMapMem's checks.
+    let again = reserve(2 * MIB);
+    fails!(
+        aclrtMemMapNoAccess(again, MIB, 0, phys, 0),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemMapNoAccess"
+    );
+    fails!(
+        aclrtMemMapNoAccess(again, 2 * MIB, 0, phys, 1),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemMapNoAccess"
+    );
+    fails!(
+        aclrtMemMapNoAccess(ptr::null_mut(), 2 * MIB, 0, phys, 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemMapNoAccess"
+    );
+    acl!(aclrtUnmapMem(va));
+    acl!(aclrtFreePhysical(phys));
+    acl!(aclrtReleaseMemAddress(va));
+    acl!(aclrtReleaseMemAddress(again));
+
+    // Variants an Atlas A2 lacks.
+    let mut out = ptr::null_mut();
+    let wanted = (48usize << 40) as *mut c_void;
+    fails!(
+        aclrtReserveMemAddressNoUCMemory(&mut out, 1 << 30, 0, wanted, 0),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtReserveMemAddressNoUCMemory"
+    );
+    fails!(
+        aclrtMemMapSelectedLink(va, 2 * MIB, va, ACL_RT_MEM_LINK_IDX_1),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtMemMapSelectedLink"
+    );
+}

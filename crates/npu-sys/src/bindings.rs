@@ -175,6 +175,9 @@ pub const ACL_HOST_REG_PINNED: u32 = 268435456;
 pub const ACL_RT_BINARY_MAGIC_ELF_AICORE: u32 = 1129660997;
 pub const ACL_RT_BINARY_MAGIC_ELF_VECTOR_CORE: u32 = 1094799942;
 pub const ACL_RT_BINARY_MAGIC_ELF_CUBE_CORE: u32 = 1095320387;
+pub const ACL_RT_MEM_TYPE_DEV: u32 = 2;
+pub const ACL_RT_MEM_TYPE_DVPP: u32 = 8;
+pub const ACL_RT_MEM_TYPE_RSVD: u32 = 16;
 pub const ACL_DEV_FEATURE_SUPPORT: u32 = 1;
 pub const ACL_DEV_FEATURE_NOT_SUPPORT: u32 = 0;
 pub const ACL_RT_DEVS_TOPOLOGY_HCCS: u32 = 1;
@@ -195,6 +198,9 @@ pub const ACL_EVENT_WAIT_EXTERNAL: u32 = 1;
 pub const UCE_INFO_RESERVED_SIZE: u32 = 14;
 pub const ACL_RT_MEM_UCE_INFO_MAX_NUM: u32 = 20;
 pub const ACL_RT_MEM_ATTACH_GLOBAL: u32 = 1;
+pub const ACL_RT_MEM_LINK_IDX_0: u32 = 0;
+pub const ACL_RT_MEM_LINK_IDX_1: u32 = 1;
+pub const ACL_RT_CMO_MAX_BARRIER_NUM: u32 = 6;
 pub type aclrtStream = *mut core::ffi::c_void;
 pub type aclrtEvent = *mut core::ffi::c_void;
 pub type aclrtContext = *mut core::ffi::c_void;
@@ -628,6 +634,21 @@ impl Default for aclrtMallocConfig {
 pub const ACL_RT_ENGINE_TYPE_AIC: aclrtEngineType = 0;
 pub const ACL_RT_ENGINE_TYPE_AIV: aclrtEngineType = 1;
 pub type aclrtEngineType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct dim3 {
+    pub x: u32,
+    pub y: u32,
+    pub z: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of dim3"][::std::mem::size_of::<dim3>() - 12usize];
+    ["Alignment of dim3"][::std::mem::align_of::<dim3>() - 4usize];
+    ["Offset of field: dim3::x"][::std::mem::offset_of!(dim3, x) - 0usize];
+    ["Offset of field: dim3::y"][::std::mem::offset_of!(dim3, y) - 4usize];
+    ["Offset of field: dim3::z"][::std::mem::offset_of!(dim3, z) - 8usize];
+};
 pub const ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE: aclrtLaunchKernelAttrId = 1;
 pub const ACL_RT_LAUNCH_KERNEL_ATTR_DYN_UBUF_SIZE: aclrtLaunchKernelAttrId = 2;
 pub const ACL_RT_LAUNCH_KERNEL_ATTR_LOCAL_MEMORY_SIZE: aclrtLaunchKernelAttrId = 2;
@@ -858,6 +879,7 @@ impl Default for aclrtBinaryLoadOptions {
         }
     }
 }
+pub type aclrtBinary = *mut core::ffi::c_void;
 pub type aclrtBinHandle = *mut core::ffi::c_void;
 pub type aclrtFuncHandle = *mut core::ffi::c_void;
 pub type aclrtArgsHandle = *mut core::ffi::c_void;
@@ -1132,6 +1154,9 @@ impl Default for aclrtErrorInfo {
         }
     }
 }
+pub type aclrtOpExceptionCallback = ::std::option::Option<
+    unsafe extern "C" fn(exceptionInfo: *mut aclrtExceptionInfo, userData: *mut core::ffi::c_void),
+>;
 pub const ACL_MEM_ALLOCATION_TYPE_PINNED: aclrtMemAllocationType = 0;
 pub type aclrtMemAllocationType = core::ffi::c_uint;
 pub const ACL_MEM_HANDLE_TYPE_NONE: aclrtMemHandleType = 0;
@@ -1244,6 +1269,15 @@ impl Default for aclrtMemManagedLocation {
         }
     }
 }
+pub const ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY: aclrtMemManagedRangeAttribute = 1;
+pub const ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION: aclrtMemManagedRangeAttribute = 2;
+pub const ACL_MEM_RANGE_ATTRIBUTE_ACCESSED_BY: aclrtMemManagedRangeAttribute = 3;
+pub const ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE: aclrtMemManagedRangeAttribute = 4;
+pub const ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID: aclrtMemManagedRangeAttribute = 5;
+pub const ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION: aclrtMemManagedRangeAttribute = 6;
+pub const ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE: aclrtMemManagedRangeAttribute = 7;
+pub const ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID: aclrtMemManagedRangeAttribute = 8;
+pub type aclrtMemManagedRangeAttribute = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct aclrtMemUsageInfo {
@@ -1284,6 +1318,59 @@ const _: () = {
         [::std::mem::offset_of!(aclrtMemcpyBatchAttr, rsv) - 16usize];
 };
 impl Default for aclrtMemcpyBatchAttr {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_RT_CMO_TYPE_PREFETCH: aclrtCmoType = 0;
+pub const ACL_RT_CMO_TYPE_WRITEBACK: aclrtCmoType = 1;
+pub const ACL_RT_CMO_TYPE_INVALID: aclrtCmoType = 2;
+pub const ACL_RT_CMO_TYPE_FLUSH: aclrtCmoType = 3;
+pub type aclrtCmoType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtBarrierCmoInfo {
+    pub cmoType: aclrtCmoType,
+    pub barrierId: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtBarrierCmoInfo"][::std::mem::size_of::<aclrtBarrierCmoInfo>() - 8usize];
+    ["Alignment of aclrtBarrierCmoInfo"][::std::mem::align_of::<aclrtBarrierCmoInfo>() - 4usize];
+    ["Offset of field: aclrtBarrierCmoInfo::cmoType"]
+        [::std::mem::offset_of!(aclrtBarrierCmoInfo, cmoType) - 0usize];
+    ["Offset of field: aclrtBarrierCmoInfo::barrierId"]
+        [::std::mem::offset_of!(aclrtBarrierCmoInfo, barrierId) - 4usize];
+};
+impl Default for aclrtBarrierCmoInfo {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtBarrierTaskInfo {
+    pub barrierNum: usize,
+    pub cmoInfo: [aclrtBarrierCmoInfo; 6usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtBarrierTaskInfo"][::std::mem::size_of::<aclrtBarrierTaskInfo>() - 56usize];
+    ["Alignment of aclrtBarrierTaskInfo"][::std::mem::align_of::<aclrtBarrierTaskInfo>() - 8usize];
+    ["Offset of field: aclrtBarrierTaskInfo::barrierNum"]
+        [::std::mem::offset_of!(aclrtBarrierTaskInfo, barrierNum) - 0usize];
+    ["Offset of field: aclrtBarrierTaskInfo::cmoInfo"]
+        [::std::mem::offset_of!(aclrtBarrierTaskInfo, cmoInfo) - 8usize];
+};
+impl Default for aclrtBarrierTaskInfo {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
         unsafe {
@@ -1368,7 +1455,10 @@ macro_rules! for_each_acl_function {
                 fn aclrtSetCurrentContext(context: $crate::aclrtContext) -> $crate::aclError;
                 fn aclrtGetCurrentContext(context: *mut $crate::aclrtContext) -> $crate::aclError;
                 fn aclrtMalloc(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy) -> $crate::aclError;
+                fn aclrtMallocCached(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy) -> $crate::aclError;
                 fn aclrtFree(devPtr: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtMemFlush(devPtr: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
+                fn aclrtMemInvalidate(devPtr: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
                 fn aclrtMallocHost(hostPtr: *mut *mut core::ffi::c_void, size: usize) -> $crate::aclError;
                 fn aclrtFreeHost(hostPtr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtMemset(devPtr: *mut core::ffi::c_void, maxCount: usize, value: i32, count: usize) -> $crate::aclError;
@@ -1421,7 +1511,9 @@ macro_rules! for_each_acl_function {
                 fn aclrtCtxGetCurrentDefaultStream(stream: *mut $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtMallocAlign32(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy) -> $crate::aclError;
                 fn aclrtMallocWithCfg(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy, cfg: *mut $crate::aclrtMallocConfig) -> $crate::aclError;
+                fn aclrtMallocForTaskScheduler(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy, cfg: *mut $crate::aclrtMallocConfig) -> $crate::aclError;
                 fn aclrtFreeWithDevSync(devPtr: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtCheckMemType(addrList: *mut *mut core::ffi::c_void, size: u32, memType: u32, checkResult: *mut u32, reserve: u32) -> $crate::aclError;
                 fn aclrtMallocHostWithCfg(ptr: *mut *mut core::ffi::c_void, size: u64, cfg: *mut $crate::aclrtMallocConfig) -> $crate::aclError;
                 fn aclrtFreeHostWithDevSync(hostPtr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtHostRegister(ptr: *mut core::ffi::c_void, size: u64, type_: $crate::aclrtHostRegisterType, devPtr: *mut *mut core::ffi::c_void) -> $crate::aclError;
@@ -1430,6 +1522,12 @@ macro_rules! for_each_acl_function {
                 fn aclrtHostUnregister(ptr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtHostMemMapCapabilities(deviceId: u32, hacType: $crate::aclrtHacType, capabilities: *mut $crate::aclrtHostMemMapCapability) -> $crate::aclError;
                 fn aclrtPointerGetAttributes(ptr: *const core::ffi::c_void, attributes: *mut $crate::aclrtPtrAttributes) -> $crate::aclError;
+                fn aclrtMemP2PMap(devPtr: *mut core::ffi::c_void, size: usize, dstDevId: i32, flags: u64) -> $crate::aclError;
+                fn aclrtMemcpyAsyncWithCondition(dst: *mut core::ffi::c_void, destMax: usize, src: *const core::ffi::c_void, count: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtGetMemcpyDescSize(kind: $crate::aclrtMemcpyKind, descSize: *mut usize) -> $crate::aclError;
+                fn aclrtSetMemcpyDesc(desc: *mut core::ffi::c_void, kind: $crate::aclrtMemcpyKind, srcAddr: *mut core::ffi::c_void, dstAddr: *mut core::ffi::c_void, count: usize, config: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtMemcpyAsyncWithOffset(dst: *mut *mut core::ffi::c_void, destMax: usize, dstDataOffset: usize, src: *mut *const core::ffi::c_void, count: usize, srcDataOffset: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemcpyAsyncWithDesc(desc: *mut core::ffi::c_void, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtDestroyStreamForce(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtSynchronizeStreamWithTimeout(stream: $crate::aclrtStream, timeout: i32) -> $crate::aclError;
                 fn aclrtStreamQuery(stream: $crate::aclrtStream, status: *mut $crate::aclrtStreamStatus) -> $crate::aclError;
@@ -1445,12 +1543,30 @@ macro_rules! for_each_acl_function {
                 fn aclrtLaunchHostFunc(stream: $crate::aclrtStream, fn_: $crate::aclrtHostFunc, args: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtBinaryLoadFromFile(binPath: *const core::ffi::c_char, options: *mut $crate::aclrtBinaryLoadOptions, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtBinaryLoadFromData(data: *const core::ffi::c_void, length: usize, options: *const $crate::aclrtBinaryLoadOptions, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
+                fn aclrtCreateBinary(data: *const core::ffi::c_void, dataLen: usize) -> $crate::aclrtBinary;
+                fn aclrtDestroyBinary(binary: $crate::aclrtBinary) -> $crate::aclError;
+                fn aclrtBinaryLoad(binary: $crate::aclrtBinary, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtBinaryUnLoad(binHandle: $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtBinaryGetFunction(binHandle: $crate::aclrtBinHandle, kernelName: *const core::ffi::c_char, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
+                fn aclrtBinaryGetFunctionByEntry(binHandle: $crate::aclrtBinHandle, funcEntry: u64, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
+                fn aclrtFunctionGetBinary(funcHandle: $crate::aclrtFuncHandle, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
+                fn aclrtGetFunctionName(funcHandle: $crate::aclrtFuncHandle, maxLen: u32, name: *mut core::ffi::c_char) -> $crate::aclError;
+                fn aclrtFunctionGetParamCount(func: *const core::ffi::c_void, paramCount: *mut usize) -> $crate::aclError;
+                fn aclrtFunctionGetParamInfo(func: *const core::ffi::c_void, paramIndex: usize, paramOffset: *mut usize, paramSize: *mut usize) -> $crate::aclError;
+                fn aclrtFunctionGetAvailDynUbufPerBlock(func: *mut core::ffi::c_void, flags: u32, dynamicUbufSize: *mut usize) -> $crate::aclError;
+                fn aclrtRegisterCpuFunc(handle: $crate::aclrtBinHandle, funcName: *const core::ffi::c_char, kernelName: *const core::ffi::c_char, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
+                fn aclrtGetFunctionAddr(funcHandle: $crate::aclrtFuncHandle, aicAddr: *mut *mut core::ffi::c_void, aivAddr: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtLaunchKernel(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, argsData: *const core::ffi::c_void, argsSize: usize, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtLaunchKernelV2(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, argsData: *const core::ffi::c_void, argsSize: usize, cfg: *mut $crate::aclrtLaunchKernelCfg, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtLaunchKernelWithHostArgs(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, hostArgs: *mut core::ffi::c_void, argsSize: usize, placeHolderArray: *mut $crate::aclrtPlaceHolderInfo, placeHolderNum: usize) -> $crate::aclError;
+                fn aclrtLaunchSIMTKernelWithArgsArray(func: *mut core::ffi::c_void, gridDim: $crate::dim3, blockDim: $crate::dim3, dynUbufSize: usize, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, args: *mut *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtLaunchSIMTKernelWithHostArgs(func: *mut core::ffi::c_void, gridDim: $crate::dim3, blockDim: $crate::dim3, dynUbufSize: usize, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, hostArgs: *mut core::ffi::c_void, argsSize: usize, placeHolderArray: *mut $crate::aclrtPlaceHolderInfo, placeHolderNum: usize) -> $crate::aclError;
+                fn aclrtLaunchKernelWithArgsArray(func: *mut core::ffi::c_void, numBlocks: u32, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, args: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtLaunchKernelWithConfig(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, stream: $crate::aclrtStream, cfg: *mut $crate::aclrtLaunchKernelCfg, argsHandle: $crate::aclrtArgsHandle, reserve: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtKernelArgsGetHandleMemSize(funcHandle: $crate::aclrtFuncHandle, memSize: *mut usize) -> $crate::aclError;
+                fn aclrtKernelArgsGetMemSize(funcHandle: $crate::aclrtFuncHandle, userArgsSize: usize, actualArgsSize: *mut usize) -> $crate::aclError;
                 fn aclrtKernelArgsInit(funcHandle: $crate::aclrtFuncHandle, argsHandle: *mut $crate::aclrtArgsHandle) -> $crate::aclError;
+                fn aclrtKernelArgsInitByUserMem(funcHandle: $crate::aclrtFuncHandle, argsHandle: $crate::aclrtArgsHandle, userHostMem: *mut core::ffi::c_void, actualArgsSize: usize) -> $crate::aclError;
                 fn aclrtKernelArgsAppend(argsHandle: $crate::aclrtArgsHandle, param: *mut core::ffi::c_void, paramSize: usize, paramHandle: *mut $crate::aclrtParamHandle) -> $crate::aclError;
                 fn aclrtKernelArgsAppendPlaceHolder(argsHandle: $crate::aclrtArgsHandle, paramHandle: *mut $crate::aclrtParamHandle) -> $crate::aclError;
                 fn aclrtKernelArgsGetPlaceHolderBuffer(argsHandle: $crate::aclrtArgsHandle, paramHandle: $crate::aclrtParamHandle, dataSize: usize, bufferAddr: *mut *mut core::ffi::c_void) -> $crate::aclError;
@@ -1499,6 +1615,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetErrorCodeFromExceptionInfo(info: *const $crate::aclrtExceptionInfo) -> u32;
                 fn aclrtGetArgsFromExceptionInfo(info: *const $crate::aclrtExceptionInfo, devArgsPtr: *mut *mut core::ffi::c_void, devArgsLen: *mut u32) -> $crate::aclError;
                 fn aclrtGetFuncHandleFromExceptionInfo(info: *const $crate::aclrtExceptionInfo, func: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
+                fn aclrtBinarySetExceptionCallback(binHandle: $crate::aclrtBinHandle, callback: $crate::aclrtOpExceptionCallback, userData: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtGetErrorVerbose(deviceId: i32, errorInfo: *mut $crate::aclrtErrorInfo) -> $crate::aclError;
                 fn aclrtSubscribeHostFunc(hostFuncThreadId: u64, exeStream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtProcessHostFunc(timeout: i32) -> $crate::aclError;
@@ -1508,11 +1625,16 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemGetAddressRange(ptr: *mut core::ffi::c_void, pbase: *mut *mut core::ffi::c_void, psize: *mut usize) -> $crate::aclError;
                 fn aclrtMemcpyBatch(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize, failIndex: *mut usize) -> $crate::aclError;
                 fn aclrtMemcpyBatchAsync(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize, failIndex: *mut usize, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemcpyBatchV2(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize) -> $crate::aclError;
+                fn aclrtMemcpyBatchAsyncV2(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtReserveMemAddress(virPtr: *mut *mut core::ffi::c_void, size: usize, alignment: usize, expectPtr: *mut core::ffi::c_void, flags: u64) -> $crate::aclError;
                 fn aclrtReleaseMemAddress(virPtr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtMallocPhysical(handle: *mut $crate::aclrtDrvMemHandle, size: usize, prop: *const $crate::aclrtPhysicalMemProp, flags: u64) -> $crate::aclError;
                 fn aclrtFreePhysical(handle: $crate::aclrtDrvMemHandle) -> $crate::aclError;
                 fn aclrtMapMem(virPtr: *mut core::ffi::c_void, size: usize, offset: usize, handle: $crate::aclrtDrvMemHandle, flags: u64) -> $crate::aclError;
+                fn aclrtMemMapNoAccess(virPtr: *mut core::ffi::c_void, size: usize, offset: usize, handle: $crate::aclrtDrvMemHandle, flags: u64) -> $crate::aclError;
+                fn aclrtReserveMemAddressNoUCMemory(virPtr: *mut *mut core::ffi::c_void, size: usize, alignment: usize, expectPtr: *mut core::ffi::c_void, flags: u64) -> $crate::aclError;
+                fn aclrtMemMapSelectedLink(virPtrDst: *mut core::ffi::c_void, size: usize, virPtrSrc: *mut core::ffi::c_void, linkIdx: u32) -> $crate::aclError;
                 fn aclrtUnmapMem(virPtr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtMemSetAccess(virPtr: *mut core::ffi::c_void, size: usize, desc: *mut $crate::aclrtMemAccessDesc, count: usize) -> $crate::aclError;
                 fn aclrtMemGetAccess(virPtr: *mut core::ffi::c_void, location: *mut $crate::aclrtMemLocation, flag: *mut u64) -> $crate::aclError;
@@ -1522,7 +1644,16 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemAllocManaged(ptr: *mut *mut core::ffi::c_void, size: u64, flag: u32) -> $crate::aclError;
                 fn aclrtMemManagedAdvise(ptr: *const core::ffi::c_void, size: u64, advise: $crate::aclrtMemManagedAdviseType, location: $crate::aclrtMemManagedLocation) -> $crate::aclError;
                 fn aclrtMemManagedPrefetchAsync(ptr: *const core::ffi::c_void, size: usize, location: $crate::aclrtMemManagedLocation, flags: u32, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemManagedGetAttr(attribute: $crate::aclrtMemManagedRangeAttribute, ptr: *const core::ffi::c_void, size: usize, data: *mut core::ffi::c_void, dataSize: usize) -> $crate::aclError;
+                fn aclrtMemManagedGetAttrs(attributes: *mut $crate::aclrtMemManagedRangeAttribute, numAttributes: usize, ptr: *const core::ffi::c_void, size: usize, data: *mut *mut core::ffi::c_void, dataSizes: *mut usize) -> $crate::aclError;
+                fn aclrtMemManagedPrefetchBatchAsync(ptrs: *mut *const core::ffi::c_void, sizes: *mut usize, count: usize, prefetchLocs: *mut $crate::aclrtMemManagedLocation, prefetchLocIdxs: *mut usize, numPrefetchLocs: usize, flags: u64, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetMemUsageInfo(deviceId: i32, memUsageInfo: *mut $crate::aclrtMemUsageInfo, inputNum: usize, outputNum: *mut usize) -> $crate::aclError;
+                fn aclrtCmoAsync(src: *mut core::ffi::c_void, size: usize, cmoType: $crate::aclrtCmoType, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtCmoAsyncWithBarrier(src: *mut core::ffi::c_void, size: usize, cmoType: $crate::aclrtCmoType, barrierId: u32, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtCmoWaitBarrier(taskInfo: *mut $crate::aclrtBarrierTaskInfo, stream: $crate::aclrtStream, flag: u32) -> $crate::aclError;
+                fn aclrtCmoGetDescSize(size: *mut usize) -> $crate::aclError;
+                fn aclrtCmoSetDesc(cmoDesc: *mut core::ffi::c_void, src: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
+                fn aclrtCmoAsyncWithDesc(cmoDesc: *mut core::ffi::c_void, cmoType: $crate::aclrtCmoType, stream: $crate::aclrtStream, reserve: *const core::ffi::c_void) -> $crate::aclError;
                 fn aclrtMemPoolCreate(memPool: *mut $crate::aclrtMemPool, poolProps: *const $crate::aclrtMemPoolProps) -> $crate::aclError;
                 fn aclrtMemPoolDestroy(memPool: $crate::aclrtMemPool) -> $crate::aclError;
                 fn aclrtMemPoolSetAttr(memPool: $crate::aclrtMemPool, attr: $crate::aclrtMemPoolAttr, value: *mut core::ffi::c_void) -> $crate::aclError;

@@ -46,6 +46,21 @@ typedef int32_t (*npusimKernel)(uint32_t blockIdx, uint32_t blockNum, void *args
     NPUSIM_EXTERN_C NPUSIM_KERNEL const uint64_t npusimArgsSize_##kernel;            \
     const uint64_t npusimArgsSize_##kernel = (size)
 
+/*
+ * Declares the kernel's parameter list, the sizes of its parameters in order (at most 128, none
+ * 0), e.g.
+ *     NPUSIM_KERNEL_PARAMS(scale_f32, sizeof(float *), sizeof(uint64_t), sizeof(float),
+ *                          sizeof(uint32_t));
+ * The parameters are laid out as the fields of a C struct (each at the next offset aligned to
+ * its size rounded up to a power of two, at most 8), which is what aclrtFunctionGetParamCount,
+ * aclrtFunctionGetParamInfo and aclrtLaunchKernelWithArgsArray use; a launch must pass at
+ * least up to the end of the last one. It defines the exported zero-terminated array
+ * npusimParams_<kernel>.
+ */
+#define NPUSIM_KERNEL_PARAMS(kernel, ...)                                          \
+    NPUSIM_EXTERN_C NPUSIM_KERNEL const uint64_t npusimParams_##kernel[];            \
+    const uint64_t npusimParams_##kernel[] = { __VA_ARGS__, 0 }
+
 /* vector_add_f32: c[i] = a[i] + b[i] for i < n. */
 typedef struct npusimVectorAddArgs {
     const float *a;

@@ -60,6 +60,27 @@ pub(super) fn array<'a, T>(ptr: *const T, count: usize, what: &str) -> Res<&'a [
     Ok(unsafe { std::slice::from_raw_parts(ptr, count) })
 }
 
+/// Checks the start indexes of a batch's runs (copy attributes, prefetch locations): `starts`
+/// holds 1 to `count` entries, the first 0, each above the one before and below `count`
+/// (107000 otherwise).
+pub(super) fn run_starts(starts: &[usize], count: usize, what: &str) -> Res<()> {
+    ensure!(
+        !starts.is_empty()
+            && starts.len() <= count
+            && starts[0] == 0
+            && starts.windows(2).all(|w| w[0] < w[1])
+            && starts[starts.len() - 1] < count,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{what} {starts:?} must hold 1 to {count} entries, start at 0 and increase below {count}"
+    );
+    Ok(())
+}
+
+/// The run of `starts` (checked with [`run_starts`]) that holds entry `index`.
+pub(super) fn run_of(starts: &[usize], index: usize) -> usize {
+    starts.partition_point(|&start| start <= index) - 1
+}
+
 /// Reads a caller-supplied struct (NULL → `None`).
 pub(super) fn optional<T: Copy>(ptr: *const T) -> Option<T> {
     // SAFETY: a non-NULL struct argument points at a readable T by the API contract; it may be

@@ -331,6 +331,24 @@ pub unsafe extern "C" fn aclrtMemcpyAsync(
     })
 }
 
+/// Deprecated in CANN in favour of aclrtMemcpyAsync, and the same copy.
+///
+/// # Safety
+/// As aclrtMemcpyAsync.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemcpyAsyncWithCondition(
+    dst: *mut c_void,
+    destMax: usize,
+    src: *const c_void,
+    count: usize,
+    kind: aclrtMemcpyKind,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtMemcpyAsyncWithCondition", || {
+        memcpy(dst, destMax, src, count, kind, Some(stream))
+    })
+}
+
 /// The arguments of a 2D copy: dst, dpitch, src, spitch, width, height, kind.
 type Copy2d = (
     *mut c_void,

@@ -1,11 +1,12 @@
-//! Batched copies (aclrtMemcpyBatch, aclrtMemcpyBatchAsync): every copy of a batch is checked
-//! before any runs, then each runs as aclrtMemcpy / aclrtMemcpyAsync would run it.
+//! Batched copies (aclrtMemcpyBatch, aclrtMemcpyBatchAsync and their V2 forms without
+//! failIndex): every copy of a batch is checked before any runs, then each runs as aclrtMemcpy /
+//! aclrtMemcpyAsync would run it.
 
 use std::ffi::c_void;
 
 use npu_sys::*;
 
-use super::check::array;
+use super::check::{array, run_of, run_starts};
 use super::copy::{ALL, ASYNC, On, copy};
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::memory::PtrClass;
@@ -22,7 +23,8 @@ struct Batch {
     attrs: *mut aclrtMemcpyBatchAttr,
     attrs_indexes: *mut usize,
     num_attrs: usize,
-    fail_index: *mut usize,
+    /// Where the V1 forms report the failing copy; the V2 forms have none.
+    fail_index: Option<*mut usize>,
 }
 
 /// A checked copy of the batch.
@@ -32,9 +34,11 @@ struct Entry {
     len: usize,
 }
 
-/// Fails with 107000 for copy `index`, naming it through `failIndex`.
-fn fail_at<T>(fail_index: *mut usize, index: usize, why: &str) -> Res<T> {
-    write_out(fail_index, "failIndex", index)?;
+/// Fails with 107000 for copy `index`, naming it through `failIndex` if there is one.
+fn fail_at<T>(fail_index: Option<*mut usize>, index: usize, why: &str) -> Res<T> {
+    if let Some(fail_index) = fail_index {
+        write_out(fail_index, "failIndex", index)?;
+    }
     fail!(ACL_ERROR_RT_PARAM_INVALID, "copy {index}: {why}")
 }
 
@@ -70,8 +74,10 @@ fn check(sim: &Sim, batch: &Batch) -> Res<(aclrtMemcpyKind, Vec<Entry>)> {
     non_null(batch.sizes, "sizes")?;
     non_null(batch.attrs, "attrs")?;
     non_null(batch.attrs_indexes, "attrsIndexes")?;
-    non_null(batch.fail_index, "failIndex")?;
-    write_out(batch.fail_index, "failIndex", usize::MAX)?;
+    if let Some(fail_index) = batch.fail_index {
+        non_null(fail_index, "failIndex")?;
+        write_out(fail_index, "failIndex", usize::MAX)?;
+    }
     ensure!(batch.count != 0, ACL_ERROR_INVALID_PARAM, "numBatches is 0");
     ensure!(
         batch.num_attrs != 0 && batch.num_attrs <= batch.count,
@@ -90,19 +96,12 @@ fn check(sim: &Sim, batch: &Batch) -> Res<(aclrtMemcpyKind, Vec<Entry>)> {
         batch.num_attrs,
         "attrsIndexes",
     )?;
-    ensure!(
-        starts[0] == 0
-            && starts.windows(2).all(|w| w[0] < w[1])
-            && starts[starts.len() - 1] < batch.count,
-        ACL_ERROR_RT_PARAM_INVALID,
-        "attrsIndexes {starts:?} must start at 0 and increase, below numBatches ({})",
-        batch.count
-    );
+    run_starts(starts, batch.count, "attrsIndexes")?;
     let mut kind = None;
     let mut entries = Vec::new();
     for index in 0..batch.count {
         // The attribute whose run holds this copy: the last one starting at or before it.
-        let attr = &attrs[starts.partition_point(|&start| start <= index) - 1];
+        let attr = &attrs[run_of(starts, index)];
         let Some(this_kind) = kind_of(attr) else {
             return fail_at(
                 batch.fail_index,
@@ -165,10 +164,10 @@ fn run(batch: Batch, stream: Option<aclrtStream>) -> Res<()> {
     Ok(())
 }
 
-/// Defines an exported batch copy: CANN's parameters, plus `$stream` for the form that runs
-/// on a stream.
+/// Defines an exported batch copy: CANN's parameters, with `failIndex` for the V1 forms
+/// (`[failIndex]`, `[]` for V2), plus `$stream` for the forms that run on a stream.
 macro_rules! export_batch {
-    ($(#[$doc:meta])* $name:ident $(, $stream:ident)?) => {
+    ($(#[$doc:meta])* $name:ident [$($fail:ident)?] $(, $stream:ident)?) => {
         $(#[$doc])*
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(
@@ -180,7 +179,7 @@ macro_rules! export_batch {
             attrs: *mut aclrtMemcpyBatchAttr,
             attrsIndexes: *mut usize,
             numAttrs: usize,
-            failIndex: *mut usize,
+            $($fail: *mut usize,)?
             $($stream: aclrtStream,)?
         ) -> aclError {
             let batch = Batch {
@@ -192,7 +191,7 @@ macro_rules! export_batch {
                 attrs,
                 attrs_indexes: attrsIndexes,
                 num_attrs: numAttrs,
-                fail_index: failIndex,
+                fail_index: None $(.or(Some($fail)))?,
             };
             guard(stringify!($name), || run(batch, None $(.or(Some($stream)))?))
         }
@@ -209,7 +208,7 @@ export_batch! {
     /// # Safety
     /// The arrays must hold `numBatches` (`numAttrs`) elements; host memory the runtime does
     /// not own must be valid for its copy's size.
-    aclrtMemcpyBatch
+    aclrtMemcpyBatch [failIndex]
 }
 
 export_batch! {
@@ -218,5 +217,21 @@ export_batch! {
     ///
     /// # Safety
     /// As aclrtMemcpyBatch; host memory must stay valid until the stream has run the copies.
-    aclrtMemcpyBatchAsync, stream
+    aclrtMemcpyBatchAsync [failIndex], stream
+}
+
+export_batch! {
+    /// aclrtMemcpyBatch without failIndex: the same checks and codes.
+    ///
+    /// # Safety
+    /// As aclrtMemcpyBatch.
+    aclrtMemcpyBatchV2 []
+}
+
+export_batch! {
+    /// aclrtMemcpyBatchAsync without failIndex: the same checks and codes.
+    ///
+    /// # Safety
+    /// As aclrtMemcpyBatchAsync.
+    aclrtMemcpyBatchAsyncV2 [], stream
 }

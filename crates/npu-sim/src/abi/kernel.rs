@@ -1,4 +1,4 @@
-//! Kernel binaries, functions, argument builders and launches.
+//! Kernel binaries, functions and launches.
 
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
@@ -6,11 +6,12 @@ use std::sync::Arc;
 use npu_sys::*;
 
 use super::check::{array, bytes, c_str, optional};
+use super::kernel_args::{resolve_args, retire_args};
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle::{self, Handle};
-use crate::kernel::{ArgsBlob, ArgsBuilder, Binary, Function, Launch, LaunchArgs, ParamRef};
-use crate::memory::AllocKind;
+use crate::indirect::check_on_device;
+use crate::kernel::{ArgsBlob, Binary, Function, Launch, LaunchArgs};
 use crate::sim::{Sim, sim};
 use crate::sync::lock;
 use crate::task::{Op, Task};
@@ -24,7 +25,7 @@ fn check_options(options: *const aclrtBinaryLoadOptions) -> Res<()> {
     Ok(())
 }
 
-fn store_binary(binary: Binary, out: *mut aclrtBinHandle) -> Res<()> {
+pub(super) fn store_binary(binary: Binary, out: *mut aclrtBinHandle) -> Res<()> {
     let handle = sim()?.binaries.insert(Arc::new(binary))?;
     write_out(out, "binHandle", handle::to_ptr(handle))
 }
@@ -76,11 +77,7 @@ fn retire_function(sim: &Sim, handle: Handle) {
         return;
     };
     for args in lock(&function.args).clone() {
-        if let Some(builder) = sim.args.remove(args) {
-            for param in builder.param_handles() {
-                sim.params.remove(param);
-            }
-        }
+        retire_args(sim, args);
     }
 }
 
@@ -128,7 +125,8 @@ pub unsafe extern "C" fn aclrtBinaryGetFunction(
         {
             Some(handle) => handle,
             None => {
-                let handle = sim.functions.insert(Arc::new(binary.function(name)?))?;
+                let function = binary.function(name, handle::from_ptr(binHandle))?;
+                let handle = sim.functions.insert(Arc::new(function))?;
                 binary.remember(name, handle);
                 handle
             }
@@ -194,6 +192,40 @@ fn submit_launch(
     stream.submit(Task::new(Op::Kernel(launch)))
 }
 
+/// aclrtLaunchKernel and aclrtLaunchKernelV2: a launch whose arguments are already in device
+/// memory of the stream's device.
+fn launch_device_args(
+    func: aclrtFuncHandle,
+    blocks: u32,
+    argsData: *const c_void,
+    argsSize: usize,
+    cfg: *mut aclrtLaunchKernelCfg,
+    stream: aclrtStream,
+) -> Res<()> {
+    let function = launch_target(func, blocks)?;
+    ensure!(
+        !argsData.is_null() || argsSize == 0,
+        ACL_ERROR_INVALID_PARAM,
+        "argsData is NULL but argsSize is {argsSize}"
+    );
+    function.check_args(argsSize)?;
+    let vector_engine = vector_engine(cfg)?;
+    let sim = sim()?;
+    let target = context::submit_stream(sim, stream)?;
+    if !argsData.is_null() {
+        let (address, device) = (argsData as usize, target.device.id);
+        check_on_device(&sim.memory, address, argsSize, device, "argsData")?;
+    }
+    let launch = Launch {
+        function,
+        handle: handle::from_ptr(func),
+        blocks,
+        args: LaunchArgs::Device(argsData as usize, argsSize),
+        vector_engine,
+    };
+    target.submit(Task::new(Op::Kernel(launch)))
+}
+
 /// Launches a kernel with its arguments already in device memory (on the stream's device):
 /// the kernel gets `argsData` itself.
 ///
@@ -209,37 +241,27 @@ pub unsafe extern "C" fn aclrtLaunchKernel(
     stream: aclrtStream,
 ) -> aclError {
     guard("aclrtLaunchKernel", || {
-        let function = launch_target(funcHandle, numBlocks)?;
-        ensure!(
-            !argsData.is_null() || argsSize == 0,
-            ACL_ERROR_INVALID_PARAM,
-            "argsData is NULL but argsSize is {argsSize}"
-        );
-        function.check_args(argsSize)?;
-        let sim = sim()?;
-        let target = context::submit_stream(sim, stream)?;
-        if !argsData.is_null() {
-            let address = argsData as usize;
-            let in_device = matches!(
-                sim.memory.allocation_of(address),
-                Some((base, len, AllocKind::Device { device, .. }))
-                    if device == target.device.id && address - base + argsSize <= len
-            );
-            ensure!(
-                in_device,
-                ACL_ERROR_RT_PARAM_INVALID,
-                "argsData ({argsData:p}+{argsSize}) is not device memory of device {}",
-                target.device.id
-            );
-        }
-        let launch = Launch {
-            function,
-            handle: handle::from_ptr(funcHandle),
-            blocks: numBlocks,
-            args: LaunchArgs::Device(argsData as usize, argsSize),
-            vector_engine: false,
-        };
-        target.submit(Task::new(Op::Kernel(launch)))
+        let cfg = std::ptr::null_mut();
+        launch_device_args(funcHandle, numBlocks, argsData, argsSize, cfg, stream)
+    })
+}
+
+/// aclrtLaunchKernel with a launch configuration (NULL allowed; the ENGINE_TYPE attribute
+/// selects the engine whose exception a trap reports, other known attributes are accepted).
+///
+/// # Safety
+/// As aclrtLaunchKernel; `cfg` must be NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtLaunchKernelV2(
+    funcHandle: aclrtFuncHandle,
+    numBlocks: u32,
+    argsData: *const c_void,
+    argsSize: usize,
+    cfg: *mut aclrtLaunchKernelCfg,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtLaunchKernelV2", || {
+        launch_device_args(funcHandle, numBlocks, argsData, argsSize, cfg, stream)
     })
 }
 
@@ -297,6 +319,85 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
     })
 }
 
+/// Refuses a SIMT launch: an Atlas A2 has no SIMT kernels.
+fn simt_unsupported() -> Res<()> {
+    fail!(
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "SIMT kernel launches are not supported on an Atlas A2"
+    )
+}
+
+/// Not supported on an Atlas A2 (207000).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtLaunchSIMTKernelWithArgsArray(
+    func: *mut c_void,
+    gridDim: dim3,
+    blockDim: dim3,
+    dynUbufSize: usize,
+    stream: aclrtStream,
+    cfg: *mut aclrtLaunchKernelCfg,
+    args: *mut *mut c_void,
+) -> aclError {
+    let _ = (func, gridDim, blockDim, dynUbufSize, stream, cfg, args);
+    guard("aclrtLaunchSIMTKernelWithArgsArray", simt_unsupported)
+}
+
+/// Not supported on an Atlas A2 (207000).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtLaunchSIMTKernelWithHostArgs(
+    func: *mut c_void,
+    gridDim: dim3,
+    blockDim: dim3,
+    dynUbufSize: usize,
+    stream: aclrtStream,
+    cfg: *mut aclrtLaunchKernelCfg,
+    hostArgs: *mut c_void,
+    argsSize: usize,
+    placeHolderArray: *mut aclrtPlaceHolderInfo,
+    placeHolderNum: usize,
+) -> aclError {
+    let _ = (func, gridDim, blockDim, dynUbufSize, stream, cfg);
+    let _ = (hostArgs, argsSize, placeHolderArray, placeHolderNum);
+    guard("aclrtLaunchSIMTKernelWithHostArgs", simt_unsupported)
+}
+
+/// Launches a kernel whose arguments are given as an array of pointers to each parameter's
+/// host data, packed (copied at the call) by the kernel's declared parameter list. `func` must
+/// be a function handle (the simulator has no compiler-generated kernel symbols); a kernel
+/// without a parameter list → 107000; NULL `args` for a kernel with parameters, or a NULL
+/// entry → 100000.
+///
+/// # Safety
+/// `args` must hold one pointer per declared parameter, each valid for that parameter's size;
+/// `cfg` NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtLaunchKernelWithArgsArray(
+    func: *mut c_void,
+    numBlocks: u32,
+    stream: aclrtStream,
+    cfg: *mut aclrtLaunchKernelCfg,
+    args: *mut *mut c_void,
+) -> aclError {
+    guard("aclrtLaunchKernelWithArgsArray", || {
+        let function = launch_target(func, numBlocks)?;
+        let vector_engine = vector_engine(cfg)?;
+        let params = function.param_list()?;
+        let values = array(args.cast_const(), params.len(), "args")?;
+        let mut blob = ArgsBlob::zeroed(function.args_size);
+        for (i, (&(offset, size), &value)) in params.iter().zip(values).enumerate() {
+            let value = bytes(value, size, &format!("args[{i}]"))?;
+            blob.bytes_mut()[offset..offset + size].copy_from_slice(value);
+        }
+        submit_launch(stream, func, function, numBlocks, blob, vector_engine)
+    })
+}
+
 /// Launches a kernel with arguments built by aclrtKernelArgs* (finalized; else 107000).
 /// `reserve` must be NULL.
 ///
@@ -320,7 +421,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithConfig(
             "reserve must be NULL"
         );
         let vector_engine = vector_engine(cfg)?;
-        let args = sim()?.args.resolve(handle::from_ptr(argsHandle))?;
+        let (_, args) = resolve_args(sim()?, argsHandle)?;
         ensure!(
             args.function == handle::from_ptr(funcHandle),
             ACL_ERROR_RT_PARAM_INVALID,
@@ -329,158 +430,5 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithConfig(
         let blob = args.blob()?;
         function.check_args(blob.len())?;
         submit_launch(stream, funcHandle, function, numBlocks, blob, vector_engine)
-    })
-}
-
-/// Starts building the arguments of a launch of `funcHandle`.
-///
-/// # Safety
-/// `argsHandle` must be NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtKernelArgsInit(
-    funcHandle: aclrtFuncHandle,
-    argsHandle: *mut aclrtArgsHandle,
-) -> aclError {
-    guard("aclrtKernelArgsInit", || {
-        non_null(funcHandle, "funcHandle")?;
-        non_null(argsHandle, "argsHandle")?;
-        let sim = sim()?;
-        let func = handle::from_ptr(funcHandle);
-        let function = sim.functions.resolve(func)?;
-        let handle = sim.args.insert(Arc::new(ArgsBuilder::new(func)))?;
-        lock(&function.args).push(handle);
-        write_out(argsHandle, "argsHandle", handle::to_ptr(handle))
-    })
-}
-
-fn new_param(
-    sim: &Sim,
-    args: Handle,
-    builder: &ArgsBuilder,
-    index: usize,
-    out: *mut aclrtParamHandle,
-) -> Res<()> {
-    let handle = sim.params.insert(Arc::new(ParamRef { args, index }))?;
-    builder.remember_param(handle);
-    write_out(out, "paramHandle", handle::to_ptr(handle))
-}
-
-/// Appends a parameter (the value is copied), aligned as in a C struct; at most 128.
-///
-/// # Safety
-/// `param` must be valid for `paramSize` bytes; `paramHandle` NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtKernelArgsAppend(
-    argsHandle: aclrtArgsHandle,
-    param: *mut c_void,
-    paramSize: usize,
-    paramHandle: *mut aclrtParamHandle,
-) -> aclError {
-    guard("aclrtKernelArgsAppend", || {
-        non_null(argsHandle, "argsHandle")?;
-        non_null(paramHandle, "paramHandle")?;
-        ensure!(paramSize != 0, ACL_ERROR_INVALID_PARAM, "paramSize is 0");
-        let value = bytes(param, paramSize, "param")?;
-        let sim = sim()?;
-        let args = handle::from_ptr(argsHandle);
-        let builder = sim.args.resolve(args)?;
-        let index = builder.append(value)?;
-        new_param(sim, args, &builder, index, paramHandle)
-    })
-}
-
-/// Appends a placeholder: a pointer slot set at launch to a copy of the data written into its
-/// buffer (aclrtKernelArgsGetPlaceHolderBuffer).
-///
-/// # Safety
-/// `paramHandle` must be NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtKernelArgsAppendPlaceHolder(
-    argsHandle: aclrtArgsHandle,
-    paramHandle: *mut aclrtParamHandle,
-) -> aclError {
-    guard("aclrtKernelArgsAppendPlaceHolder", || {
-        non_null(argsHandle, "argsHandle")?;
-        non_null(paramHandle, "paramHandle")?;
-        let sim = sim()?;
-        let args = handle::from_ptr(argsHandle);
-        let builder = sim.args.resolve(args)?;
-        let index = builder.append_placeholder()?;
-        new_param(sim, args, &builder, index, paramHandle)
-    })
-}
-
-/// The parameter a param handle names, checked to belong to `args`.
-fn param_of(
-    sim: &Sim,
-    args: aclrtArgsHandle,
-    param: aclrtParamHandle,
-) -> Res<(Arc<ArgsBuilder>, usize)> {
-    non_null(args, "argsHandle")?;
-    non_null(param, "paramHandle")?;
-    let builder = sim.args.resolve(handle::from_ptr(args))?;
-    let param = sim.params.resolve(handle::from_ptr(param))?;
-    ensure!(
-        param.args == handle::from_ptr(args),
-        ACL_ERROR_RT_PARAM_INVALID,
-        "the parameter belongs to other kernel args"
-    );
-    Ok((builder, param.index))
-}
-
-/// A zeroed host buffer of `dataSize` bytes for a placeholder's data (valid until the next call
-/// for the same placeholder).
-///
-/// # Safety
-/// `bufferAddr` must be NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtKernelArgsGetPlaceHolderBuffer(
-    argsHandle: aclrtArgsHandle,
-    paramHandle: aclrtParamHandle,
-    dataSize: usize,
-    bufferAddr: *mut *mut c_void,
-) -> aclError {
-    guard("aclrtKernelArgsGetPlaceHolderBuffer", || {
-        non_null(bufferAddr, "bufferAddr")?;
-        ensure!(dataSize != 0, ACL_ERROR_INVALID_PARAM, "dataSize is 0");
-        let (builder, index) = param_of(sim()?, argsHandle, paramHandle)?;
-        let buffer = builder.placeholder_buffer(index, dataSize)?;
-        write_out(bufferAddr, "bufferAddr", buffer.cast::<c_void>())
-    })
-}
-
-/// Replaces a value parameter (same size; placeholders cannot be updated). Finalize again
-/// before the next launch.
-///
-/// # Safety
-/// `param` must be valid for `paramSize` bytes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtKernelArgsParaUpdate(
-    argsHandle: aclrtArgsHandle,
-    paramHandle: aclrtParamHandle,
-    param: *mut c_void,
-    paramSize: usize,
-) -> aclError {
-    guard("aclrtKernelArgsParaUpdate", || {
-        ensure!(paramSize != 0, ACL_ERROR_INVALID_PARAM, "paramSize is 0");
-        let value = bytes(param, paramSize, "param")?;
-        let (builder, index) = param_of(sim()?, argsHandle, paramHandle)?;
-        builder.update(index, value)
-    })
-}
-
-/// Marks the arguments complete; launches use them as they are now.
-///
-/// # Safety
-/// No preconditions; `unsafe` only because it is part of the C ABI.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtKernelArgsFinalize(argsHandle: aclrtArgsHandle) -> aclError {
-    guard("aclrtKernelArgsFinalize", || {
-        non_null(argsHandle, "argsHandle")?;
-        sim()?
-            .args
-            .resolve(handle::from_ptr(argsHandle))?
-            .finalize();
-        Ok(())
     })
 }

@@ -1,23 +1,23 @@
 //! Managed (unified) memory: aclrtMemAllocManaged, aclrtMemManagedAdvise,
-//! aclrtMemManagedPrefetchAsync.
+//! aclrtMemManagedPrefetchAsync, aclrtMemManagedPrefetchBatchAsync.
 //!
 //! Host and devices share the simulator's memory, so managed memory never migrates: it is
 //! zero-filled anonymous memory placed in the runtime's unified-address window, recorded as
 //! memory of the allocating device (copies treat it as device memory, the host may touch it
 //! directly), reported as MANAGED by aclrtPointerGetAttributes and freed with aclrtFree.
-//! Advice is validated and has no effect; a prefetch is a task that does nothing.
+//! Advice is validated and recorded for aclrtMemManagedGetAttr(s) (`crate::advice`), with no
+//! other effect; a prefetch is recorded as requested and is a task that does nothing.
 
 use std::ffi::c_void;
-use std::sync::Arc;
 
 use npu_sys::*;
 
+use super::check::{array, run_of, run_starts};
+use crate::advice::{Place, place_of};
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
-use crate::event::Record;
 use crate::memory::AllocKind;
 use crate::sim::{Sim, sim};
-use crate::task::{Op, Task};
 
 /// The unified-address window managed memory lives in: [9 TiB, 12 TiB).
 pub(super) const WINDOW: std::ops::Range<usize> = 0x900_0000_0000..0x900_0000_0000 + (3 << 40);
@@ -150,6 +150,12 @@ fn check_range(sim: &Sim, ptr: *const c_void, size: u64) -> Res<()> {
     Ok(())
 }
 
+/// Records where a prefetch request sends a range (what it asked, not whether it ran).
+fn record_prefetch(sim: &Sim, ptr: *const c_void, size: usize, place: Place) {
+    sim.advice
+        .update(ptr as usize, size, |page| page.last_prefetch = Some(place));
+}
+
 /// Checks a managed-memory location: a device that exists (107001) or the host.
 fn check_location(sim: &Sim, location: &aclrtMemManagedLocation) -> Res<()> {
     match location.type_ {
@@ -165,7 +171,8 @@ fn check_location(sim: &Sim, location: &aclrtMemManagedLocation) -> Res<()> {
 }
 
 /// Gives the runtime advice about managed memory. It is validated (range, advice, and for the
-/// location-taking advice the location) and has no effect: nothing migrates on the simulator.
+/// location-taking advice the location) and recorded for aclrtMemManagedGetAttr(s); nothing
+/// migrates on the simulator.
 ///
 /// # Safety
 /// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
@@ -180,13 +187,82 @@ pub unsafe extern "C" fn aclrtMemManagedAdvise(
         let sim = sim()?;
         check_range(sim, ptr, size)?;
         match advise {
-            ACL_MEM_ADVISE_SET_READ_MOSTLY | ACL_MEM_ADVISE_UNSET_READ_MOSTLY => Ok(()),
+            ACL_MEM_ADVISE_SET_READ_MOSTLY | ACL_MEM_ADVISE_UNSET_READ_MOSTLY => {}
             ACL_MEM_ADVISE_SET_PREFERRED_LOCATION
             | ACL_MEM_ADVISE_UNSET_PREFERRED_LOCATION
             | ACL_MEM_ADVISE_SET_ACCESSED_BY
-            | ACL_MEM_ADVISE_UNSET_ACCESSED_BY => check_location(sim, &location),
+            | ACL_MEM_ADVISE_UNSET_ACCESSED_BY => check_location(sim, &location)?,
             other => fail!(ACL_ERROR_RT_PARAM_INVALID, "unknown advice {other}"),
         }
+        let place = place_of(&location);
+        sim.advice
+            .update(ptr as usize, size as usize, |page| match advise {
+                ACL_MEM_ADVISE_SET_READ_MOSTLY => page.read_mostly = true,
+                ACL_MEM_ADVISE_UNSET_READ_MOSTLY => page.read_mostly = false,
+                ACL_MEM_ADVISE_SET_PREFERRED_LOCATION => page.preferred = Some(place),
+                ACL_MEM_ADVISE_UNSET_PREFERRED_LOCATION => page.preferred = None,
+                ACL_MEM_ADVISE_SET_ACCESSED_BY => {
+                    page.accessed_by.insert(place);
+                }
+                _ => {
+                    page.accessed_by.remove(&place);
+                }
+            });
+        Ok(())
+    })
+}
+
+/// Prefetches a batch of managed ranges as one task of `stream` that does nothing (see
+/// aclrtMemManagedPrefetchAsync): each range and each location is checked as that function
+/// checks them; NULL arrays → 100000; count 0 → 100000; numPrefetchLocs 0 or above count, or
+/// prefetchLocIdxs not starting at 0 and increasing below count, or flags not 0 → 107000.
+///
+/// # Safety
+/// The arrays must hold `count` (`numPrefetchLocs`) elements.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemManagedPrefetchBatchAsync(
+    ptrs: *mut *const c_void,
+    sizes: *mut usize,
+    count: usize,
+    prefetchLocs: *mut aclrtMemManagedLocation,
+    prefetchLocIdxs: *mut usize,
+    numPrefetchLocs: usize,
+    flags: u64,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtMemManagedPrefetchBatchAsync", || {
+        non_null(ptrs, "ptrs")?;
+        non_null(sizes, "sizes")?;
+        non_null(prefetchLocs, "prefetchLocs")?;
+        non_null(prefetchLocIdxs, "prefetchLocIdxs")?;
+        ensure!(count != 0, ACL_ERROR_INVALID_PARAM, "count is 0");
+        let ptrs = array(ptrs.cast_const(), count, "ptrs")?;
+        let sizes = array(sizes.cast_const(), count, "sizes")?;
+        let locations = array(prefetchLocs.cast_const(), numPrefetchLocs, "prefetchLocs")?;
+        let starts = array(
+            prefetchLocIdxs.cast_const(),
+            numPrefetchLocs,
+            "prefetchLocIdxs",
+        )?;
+        run_starts(starts, count, "prefetchLocIdxs")?;
+        ensure!(
+            flags == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "flags is reserved and must be 0, not {flags}"
+        );
+        let sim = sim()?;
+        for (&ptr, &size) in ptrs.iter().zip(sizes) {
+            check_range(sim, ptr, size as u64)?;
+        }
+        for location in locations {
+            check_location(sim, location)?;
+        }
+        let stream = context::submit_stream(sim, stream)?;
+        for (index, (&ptr, &size)) in ptrs.iter().zip(sizes).enumerate() {
+            let place = place_of(&locations[run_of(starts, index)]);
+            record_prefetch(sim, ptr, size, place);
+        }
+        super::cmo::ordering_only(&stream)
     })
 }
 
@@ -214,7 +290,7 @@ pub unsafe extern "C" fn aclrtMemManagedPrefetchAsync(
             "flags is reserved and must be 0, not {flags}"
         );
         let stream = context::submit_stream(sim, stream)?;
-        let marker = Arc::new(Record::new(stream.clone()));
-        stream.submit(Task::new(Op::Record(marker)))
+        record_prefetch(sim, ptr, size, place_of(&location));
+        super::cmo::ordering_only(&stream)
     })
 }

@@ -1,11 +1,14 @@
-//! Questions about memory: the allocation an address lies in, and the device's memory use.
+//! Questions about memory: the allocation an address lies in, its type, and the device's
+//! memory use.
 
 use std::ffi::c_void;
 
 use npu_sys::*;
 
+use super::check::array;
 use crate::error::{ensure, fail, guard, non_null, write_out};
-use crate::sim::sim;
+use crate::memory::AllocKind;
+use crate::sim::{Sim, sim};
 
 /// The name aclrtGetMemUsageInfo reports the simulator's one memory user under: all device
 /// memory (aclrtMalloc* and pools) is the runtime's.
@@ -34,6 +37,57 @@ pub unsafe extern "C" fn aclrtMemGetAddressRange(
         };
         write_out(pbase, "pbase", base as *mut c_void)?;
         write_out(psize, "psize", len)
+    })
+}
+
+/// The aclrtCheckMemType type of an address: RSVD in a range reserved with
+/// aclrtReserveMemAddress (mapped or not), DEV in other device memory, none (0) elsewhere. The
+/// simulator has no DVPP allocator, so no address is DVPP.
+fn mem_type(sim: &Sim, address: usize) -> u32 {
+    if sim.vmm.reserved(address) {
+        ACL_RT_MEM_TYPE_RSVD
+    } else if let Some((_, _, AllocKind::Device { .. })) = sim.memory.allocation_of(address) {
+        ACL_RT_MEM_TYPE_DEV
+    } else {
+        0
+    }
+}
+
+/// Whether every address of `addrList` is of one of the types `memType` or-s together
+/// (ACL_RT_MEM_TYPE_DEV, _DVPP, _RSVD): `*checkResult` 1 if so, 0 if not. NULL list or result,
+/// `size` 0, a `memType` of no or unknown type bits, or a non-zero `reserve` → 100000.
+///
+/// # Safety
+/// `addrList` must be NULL or valid for `size` reads; `checkResult` NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtCheckMemType(
+    addrList: *mut *mut c_void,
+    size: u32,
+    memType: u32,
+    checkResult: *mut u32,
+    reserve: u32,
+) -> aclError {
+    guard("aclrtCheckMemType", || {
+        non_null(addrList, "addrList")?;
+        ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+        let known = ACL_RT_MEM_TYPE_DEV | ACL_RT_MEM_TYPE_DVPP | ACL_RT_MEM_TYPE_RSVD;
+        ensure!(
+            memType != 0 && memType & !known == 0,
+            ACL_ERROR_INVALID_PARAM,
+            "memType {memType:#x} is not an or of ACL_RT_MEM_TYPE_DEV, _DVPP and _RSVD"
+        );
+        non_null(checkResult, "checkResult")?;
+        ensure!(
+            reserve == 0,
+            ACL_ERROR_INVALID_PARAM,
+            "reserve must be 0, not {reserve}"
+        );
+        let addresses = array(addrList.cast_const(), size as usize, "addrList")?;
+        let sim = sim()?;
+        let matches = addresses
+            .iter()
+            .all(|&address| mem_type(sim, address as usize) & memType != 0);
+        write_out(checkResult, "checkResult", u32::from(matches))
     })
 }
 

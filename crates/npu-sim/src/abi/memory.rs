@@ -94,6 +94,22 @@ pub unsafe extern "C" fn aclrtMalloc(
     })
 }
 
+/// The same as aclrtMalloc, as CANN documents it: device memory is always cached, and CPU/NPU
+/// coherence is the runtime's business.
+///
+/// # Safety
+/// `devPtr` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMallocCached(
+    devPtr: *mut *mut c_void,
+    size: usize,
+    policy: aclrtMemMallocPolicy,
+) -> aclError {
+    guard("aclrtMallocCached", || {
+        device_malloc(sim()?, devPtr, size, policy, true, None)
+    })
+}
+
 /// aclrtMalloc without the 32 bytes of padding (size rounded up to 32 only).
 ///
 /// # Safety
@@ -153,6 +169,65 @@ pub unsafe extern "C" fn aclrtMallocWithCfg(
     })
 }
 
+/// Device memory the device's task scheduler may use (some graph-mode operators need it): on
+/// the simulator, aclrtMallocWithCfg's memory, freed with aclrtFree.
+///
+/// # Safety
+/// `devPtr` must be NULL or valid for a write; `cfg` NULL or a valid configuration.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMallocForTaskScheduler(
+    devPtr: *mut *mut c_void,
+    size: usize,
+    policy: aclrtMemMallocPolicy,
+    cfg: *mut aclrtMallocConfig,
+) -> aclError {
+    guard("aclrtMallocForTaskScheduler", || {
+        let device = config_device(cfg)?;
+        device_malloc(sim()?, devPtr, size, policy, true, device)
+    })
+}
+
+/// Maps device memory into another device's page tables, so that device's first accesses do
+/// not fault: validated, then nothing to do, since every device reaches the simulator's memory.
+/// NULL devPtr or size 0 → 100000; not device memory (or past its allocation), `dstDevId` its
+/// own device, or flags not 0 → 107000; no such device → 107001; `dstDevId` has not enabled
+/// peer access to the memory's device → 207006.
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemP2PMap(
+    devPtr: *mut c_void,
+    size: usize,
+    dstDevId: i32,
+    flags: u64,
+) -> aclError {
+    guard("aclrtMemP2PMap", || {
+        non_null(devPtr, "devPtr")?;
+        ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+        let sim = sim()?;
+        let user = sim.device(dstDevId.into())?;
+        let owner = crate::indirect::device_of_range(&sim.memory, devPtr as usize, size, "devPtr")?;
+        ensure!(
+            owner != dstDevId,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "devPtr is memory of device {dstDevId} itself"
+        );
+        ensure!(
+            flags == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "flags is reserved and must be 0, not {flags}"
+        );
+        ensure!(
+            user.peer_enabled(owner),
+            ACL_ERROR_RT_NO_PERMISSION,
+            "device {dstDevId} has not enabled peer access to device {owner} \
+             (aclrtDeviceEnablePeerAccess)"
+        );
+        Ok(())
+    })
+}
+
 fn free_device(sim: &Sim, ptr: *mut c_void) -> Res<()> {
     non_null(ptr, "devPtr")?;
     ensure!(
@@ -160,11 +235,18 @@ fn free_device(sim: &Sim, ptr: *mut c_void) -> Res<()> {
         ACL_ERROR_RT_MEMORY_FREE,
         "{ptr:p} belongs to a memory pool: return it with aclrtMemPoolFreeAsync"
     );
+    let managed = super::managed::is_managed(sim, ptr as usize)
+        .then(|| sim.memory.allocation_of(ptr as usize))
+        .flatten();
     if let AllocKind::Device {
         device, accounted, ..
     } = sim.memory.free(ptr as usize, false)?
     {
         sim.device(device.into())?.unreserve(accounted);
+    }
+    // What was said about freed managed memory does not carry over to the next allocation.
+    if let Some((base, len, _)) = managed {
+        sim.advice.forget(base..base + len);
     }
     Ok(())
 }
@@ -176,6 +258,34 @@ fn free_device(sim: &Sim, ptr: *mut c_void) -> Res<()> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtFree(devPtr: *mut c_void) -> aclError {
     guard("aclrtFree", || free_device(sim()?, devPtr))
+}
+
+/// The checks of aclrtMemFlush and aclrtMemInvalidate, which change nothing else: CANN keeps
+/// CPU and NPU caches coherent itself (its reference says the calls are not needed), and the
+/// simulator's device memory is host memory.
+fn cache_maintenance(dev_ptr: *mut c_void, size: usize) -> Res<()> {
+    non_null(dev_ptr, "devPtr")?;
+    ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+    Ok(())
+}
+
+/// Writes cached data back and invalidates it: a no-op on coherent memory. NULL devPtr or
+/// size 0 → 100000.
+///
+/// # Safety
+/// No preconditions; the pointer is never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemFlush(devPtr: *mut c_void, size: usize) -> aclError {
+    guard("aclrtMemFlush", || cache_maintenance(devPtr, size))
+}
+
+/// Invalidates cached data: a no-op on coherent memory. NULL devPtr or size 0 → 100000.
+///
+/// # Safety
+/// No preconditions; the pointer is never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemInvalidate(devPtr: *mut c_void, size: usize) -> aclError {
+    guard("aclrtMemInvalidate", || cache_maintenance(devPtr, size))
 }
 
 /// Synchronises the device owning the memory, then frees it: waits for the tasks of every

@@ -149,9 +149,44 @@ pub unsafe extern "C" fn aclrtFreePhysical(handle: aclrtDrvMemHandle) -> aclErro
     })
 }
 
+/// The checks of aclrtMapMem and aclrtMemMapNoAccess, then the mapping, with `access` for the
+/// physical memory's own device.
+fn map_physical(
+    virPtr: *mut c_void,
+    size: usize,
+    offset: usize,
+    handle: aclrtDrvMemHandle,
+    flags: u64,
+    access: aclrtMemAccessFlags,
+) -> Res<()> {
+    non_null(virPtr, "virPtr")?;
+    non_null(handle, "handle")?;
+    let sim = sim()?;
+    let physical = sim.vmm.resolve(handle::from_ptr(handle))?;
+    ensure!(
+        size == physical.size,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "size {size} is not the physical allocation's size ({})",
+        physical.size
+    );
+    ensure!(
+        offset == 0,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "offset must be 0, not {offset}"
+    );
+    ensure!(
+        flags == 0,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "flags is reserved and must be 0, not {flags}"
+    );
+    physical.device.check_alive()?;
+    sim.vmm.map(&sim.memory, virPtr as usize, &physical, access)
+}
+
 /// Maps a whole physical allocation at `virPtr` (granularity-aligned, inside one reserved
-/// range, over nothing mapped, and every mapping of a range on one device). `size` must be the
-/// allocation's size, `offset` and `flags` 0 (107000 otherwise).
+/// range, over nothing mapped, and every mapping of a range on one device), readable and
+/// writable by the memory's own device. `size` must be the allocation's size, `offset` and
+/// `flags` 0 (107000 otherwise).
 ///
 /// # Safety
 /// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
@@ -164,28 +199,70 @@ pub unsafe extern "C" fn aclrtMapMem(
     flags: u64,
 ) -> aclError {
     guard("aclrtMapMem", || {
-        non_null(virPtr, "virPtr")?;
-        non_null(handle, "handle")?;
-        let sim = sim()?;
-        let physical = sim.vmm.resolve(handle::from_ptr(handle))?;
-        ensure!(
-            size == physical.size,
-            ACL_ERROR_RT_PARAM_INVALID,
-            "size {size} is not the physical allocation's size ({})",
-            physical.size
-        );
-        ensure!(
-            offset == 0,
-            ACL_ERROR_RT_PARAM_INVALID,
-            "offset must be 0, not {offset}"
-        );
-        ensure!(
-            flags == 0,
-            ACL_ERROR_RT_PARAM_INVALID,
-            "flags is reserved and must be 0, not {flags}"
-        );
-        physical.device.check_alive()?;
-        sim.vmm.map(&sim.memory, virPtr as usize, &physical)
+        let access = ACL_RT_MEM_ACCESS_FLAGS_READWRITE;
+        map_physical(virPtr, size, offset, handle, flags, access)
+    })
+}
+
+/// aclrtMapMem with no access recorded for any device, the memory's own included, until
+/// aclrtMemSetAccess grants it (the simulator records access, it does not enforce it).
+///
+/// # Safety
+/// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemMapNoAccess(
+    virPtr: *mut c_void,
+    size: usize,
+    offset: usize,
+    handle: aclrtDrvMemHandle,
+    flags: u64,
+) -> aclError {
+    guard("aclrtMemMapNoAccess", || {
+        let access = ACL_RT_MEM_ACCESS_FLAGS_NONE;
+        map_physical(virPtr, size, offset, handle, flags, access)
+    })
+}
+
+/// Refuses a virtual-memory variant an Atlas A2 does not have.
+fn unsupported_on_a2(what: &str) -> Res<()> {
+    fail!(
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "{what} is not supported on an Atlas A2"
+    )
+}
+
+/// Not supported on an Atlas A2 (207000).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtReserveMemAddressNoUCMemory(
+    virPtr: *mut *mut c_void,
+    size: usize,
+    alignment: usize,
+    expectPtr: *mut c_void,
+    flags: u64,
+) -> aclError {
+    let _ = (virPtr, size, alignment, expectPtr, flags);
+    guard("aclrtReserveMemAddressNoUCMemory", || {
+        unsupported_on_a2("reserving virtual memory kept from uncached operators")
+    })
+}
+
+/// Not supported on an Atlas A2 (207000).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemMapSelectedLink(
+    virPtrDst: *mut c_void,
+    size: usize,
+    virPtrSrc: *mut c_void,
+    linkIdx: u32,
+) -> aclError {
+    let _ = (virPtrDst, size, virPtrSrc, linkIdx);
+    guard("aclrtMemMapSelectedLink", || {
+        unsupported_on_a2("mapping over a selected SIO or HCCS link")
     })
 }
 

@@ -17,6 +17,17 @@ use crate::sync::lock;
 
 /// Most parameters one launch may have.
 pub(crate) const MAX_PARAMS: usize = 128;
+/// The largest parameter a declared parameter list may have (1 MiB).
+pub(crate) const MAX_PARAM_SIZE: usize = 1 << 20;
+
+/// Whether `sizes` is a valid declared parameter list: at most [`MAX_PARAMS`] parameters, each
+/// 1 to [`MAX_PARAM_SIZE`] bytes.
+pub(crate) fn valid_param_list(sizes: &[usize]) -> bool {
+    sizes.len() <= MAX_PARAMS
+        && sizes
+            .iter()
+            .all(|&size| (1..=MAX_PARAM_SIZE).contains(&size))
+}
 
 struct Param {
     offset: usize,
@@ -35,6 +46,10 @@ struct State {
 
 pub(crate) struct ArgsBuilder {
     pub(crate) function: Handle,
+    /// For aclrtKernelArgsInitByUserMem: the caller's handle memory (the address the caller
+    /// passes as the handle) and the bytes of argument memory it gave, which the packed
+    /// arguments must fit in.
+    pub(crate) user_memory: Option<(usize, usize)>,
     state: Mutex<State>,
 }
 
@@ -48,12 +63,68 @@ fn align_for(size: usize) -> usize {
     size.next_power_of_two().min(8)
 }
 
+/// The offsets of parameters of these sizes laid out as the fields of a C struct (the
+/// aclrtKernelArgsAppend rule), and the end of the last.
+pub(crate) fn param_offsets(sizes: &[usize]) -> (Vec<usize>, usize) {
+    let mut end = 0usize;
+    let offsets = sizes
+        .iter()
+        .map(|&size| {
+            let offset = end.next_multiple_of(align_for(size));
+            end = offset + size;
+            offset
+        })
+        .collect();
+    (offsets, end)
+}
+
+/// A placeholder's place in the packed arguments: its pointer slot, its data's offset, its data.
+type Placed<'a> = (usize, usize, &'a [u8]);
+
+/// Where each placeholder's data goes, after the values, 8-aligned and in order; and the
+/// packed length.
+fn placeholder_layout(state: &State) -> (Vec<Placed<'_>>, usize) {
+    let mut layout = Vec::new();
+    let mut len = state.data.len();
+    for param in &state.params {
+        if let Some(data) = &param.placeholder {
+            let at = len.next_multiple_of(8);
+            layout.push((param.offset, at, data.as_slice()));
+            len = at + data.len();
+        }
+    }
+    (layout, len)
+}
+
 impl ArgsBuilder {
     pub(crate) fn new(function: Handle) -> Self {
         Self {
             function,
+            user_memory: None,
             state: Mutex::default(),
         }
+    }
+
+    /// aclrtKernelArgsInitByUserMem: arguments whose handle is the caller's memory at
+    /// `handle_memory` and which must fit in `capacity` bytes.
+    pub(crate) fn in_user_memory(function: Handle, handle_memory: usize, capacity: usize) -> Self {
+        Self {
+            user_memory: Some((handle_memory, capacity)),
+            ..Self::new(function)
+        }
+    }
+
+    /// Fails with 107000 if `len` bytes of packed arguments do not fit the caller's memory.
+    fn check_fits(&self, len: usize) -> Res<()> {
+        if let Some((_, capacity)) = self.user_memory {
+            ensure!(
+                len <= capacity,
+                ACL_ERROR_RT_PARAM_INVALID,
+                "the arguments need {len} bytes, the memory given to \
+                 aclrtKernelArgsInitByUserMem holds {capacity}"
+            );
+        }
+        Ok(())
     }
 
     fn push(&self, size: usize, value: Option<&[u8]>) -> Res<usize> {
@@ -64,6 +135,7 @@ impl ArgsBuilder {
             "a launch takes at most {MAX_PARAMS} parameters"
         );
         let offset = state.data.len().next_multiple_of(align_for(size));
+        self.check_fits(offset + size)?;
         state.data.resize(offset, 0);
         match value {
             Some(bytes) => state.data.extend_from_slice(bytes),
@@ -140,9 +212,13 @@ impl ArgsBuilder {
         Ok(())
     }
 
-    /// aclrtKernelArgsFinalize.
-    pub(crate) fn finalize(&self) {
-        lock(&self.state).finalized = true;
+    /// aclrtKernelArgsFinalize: the arguments, placeholders' data included, must fit the
+    /// caller's memory, if they live in it.
+    pub(crate) fn finalize(&self) -> Res<()> {
+        let mut state = lock(&self.state);
+        self.check_fits(placeholder_layout(&state).1)?;
+        state.finalized = true;
+        Ok(())
     }
 
     /// The packed arguments for one launch, placeholders resolved.
@@ -153,15 +229,7 @@ impl ArgsBuilder {
             ACL_ERROR_RT_PARAM_INVALID,
             "the kernel args were changed after aclrtKernelArgsFinalize (or never finalized)"
         );
-        let mut layout = Vec::new();
-        let mut len = state.data.len();
-        for param in &state.params {
-            if let Some(data) = &param.placeholder {
-                let at = len.next_multiple_of(8);
-                layout.push((param.offset, at, data.as_slice()));
-                len = at + data.len();
-            }
-        }
+        let (layout, len) = placeholder_layout(&state);
         let mut blob = ArgsBlob::zeroed(len);
         blob.bytes_mut()[..state.data.len()].copy_from_slice(&state.data);
         for (slot, at, data) in layout {
@@ -179,6 +247,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn parameter_lists_are_laid_out_like_the_builder_packs_them() {
+        assert_eq!(param_offsets(&[8, 8, 4, 4]), (vec![0, 8, 16, 20], 24));
+        assert_eq!(param_offsets(&[1, 4, 8, 2]), (vec![0, 4, 8, 16], 18));
+        assert_eq!(param_offsets(&[]), (vec![], 0));
+        assert!(valid_param_list(&[1, MAX_PARAM_SIZE]));
+        assert!(!valid_param_list(&[8, 0]) && !valid_param_list(&[MAX_PARAM_SIZE + 1]));
+        assert!(!valid_param_list(&[8; MAX_PARAMS + 1]));
+    }
+
+    #[test]
+    fn arguments_in_user_memory_must_fit_it() {
+        let args = ArgsBuilder::in_user_memory(0, 0x1000, 12);
+        args.append(&1u32.to_ne_bytes()).unwrap(); // 0..4
+        let too_far = args.append(&2u64.to_ne_bytes()).unwrap_err(); // would be 8..16
+        assert_eq!(too_far.code, ACL_ERROR_RT_PARAM_INVALID);
+        let slot = args.append_placeholder(); // 8..16 does not fit either
+        assert!(slot.is_err());
+        let fits = ArgsBuilder::in_user_memory(0, 0x1000, 20);
+        let slot = fits.append_placeholder().unwrap(); // 0..8
+        fits.placeholder_buffer(slot, 16).unwrap(); // data at 8..24: 4 bytes too many
+        assert_eq!(
+            fits.finalize().unwrap_err().code,
+            ACL_ERROR_RT_PARAM_INVALID
+        );
+        fits.placeholder_buffer(slot, 12).unwrap();
+        fits.finalize().unwrap();
+        assert_eq!(fits.blob().unwrap().len(), 20);
+    }
+
+    #[test]
     fn values_are_packed_like_a_c_struct_and_placeholders_point_at_their_data() {
         let args = ArgsBuilder::new(0);
         args.append(&[1u8]).unwrap(); // u8 at 0
@@ -193,7 +291,7 @@ mod tests {
             ACL_ERROR_RT_PARAM_INVALID,
             "not finalized"
         );
-        args.finalize();
+        args.finalize().unwrap();
         let mut blob = args.blob().unwrap();
         let base = blob.address_of(0);
         let bytes = blob.bytes_mut();

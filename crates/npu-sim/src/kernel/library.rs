@@ -1,7 +1,7 @@
 //! Loaded binaries (aclrtBinaryLoad*) and their functions (aclrtBinaryGetFunction).
 
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::{CString, c_void};
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use npu_sys::*;
 
 use super::registry::{self, KernelCode};
-use super::{ARGS_SIZE_PREFIX, KernelEntry};
+use super::{
+    ARGS_SIZE_PREFIX, KernelEntry, MAX_PARAMS, PARAMS_PREFIX, param_offsets, valid_param_list,
+};
 use crate::error::{Res, ensure, fail};
 use crate::handle::Handle;
 use crate::sync::lock;
@@ -22,19 +24,43 @@ enum Source {
     Registry(Vec<String>),
 }
 
+/// The bytes an aclrtBinary describes (aclrtCreateBinary). They stay the caller's: CANN reads
+/// them when the binary is loaded and never frees them, so they are referenced, not copied.
+pub(crate) struct BinaryData {
+    pub(crate) address: usize,
+    pub(crate) len: usize,
+}
+
+/// A binary's exception callback (aclrtBinarySetExceptionCallback) and its user data.
+#[derive(Clone, Copy)]
+pub(crate) struct OpCallback {
+    pub(crate) func: unsafe extern "C" fn(*mut aclrtExceptionInfo, *mut c_void),
+    pub(crate) user_data: usize,
+}
+
+/// The callback slot a binary shares with its functions, so a launch queued before the
+/// binary was unloaded still reports to it.
+type CallbackSlot = Arc<Mutex<Option<OpCallback>>>;
+
 pub(crate) struct Binary {
     source: Source,
     /// Functions resolved so far, by name.
     functions: Mutex<HashMap<String, Handle>>,
+    exception_callback: CallbackSlot,
 }
 
 pub(crate) struct Function {
     pub(crate) name: String,
+    /// The binary it was resolved from (aclrtFunctionGetBinary).
+    pub(crate) binary: Handle,
     pub(crate) code: KernelCode,
     /// The bytes of arguments the kernel declared it reads (0: none declared).
     pub(crate) args_size: usize,
+    /// Its declared parameters' (offset, size), if it declared a parameter list.
+    pub(crate) params: Option<Vec<(usize, usize)>>,
     /// Args handles created for this function (aclrtKernelArgsInit), retired with it.
     pub(crate) args: Mutex<Vec<Handle>>,
+    exception_callback: CallbackSlot,
     _library: Option<Arc<libloading::Library>>,
 }
 
@@ -50,6 +76,33 @@ impl Function {
             self.args_size
         );
         Ok(())
+    }
+
+    /// Its parameters' (offset, size); 107000 if it declared no parameter list.
+    pub(crate) fn param_list(&self) -> Res<&[(usize, usize)]> {
+        match &self.params {
+            Some(params) => Ok(params),
+            None => fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "kernel {:?} declares no parameter list (NPUSIM_KERNEL_PARAMS, \
+                 kernel::register_with_params)",
+                self.name
+            ),
+        }
+    }
+
+    /// The exception callback of its binary, if one is set.
+    pub(crate) fn exception_callback(&self) -> Option<OpCallback> {
+        *lock(&self.exception_callback)
+    }
+
+    /// Where its code starts (aclrtGetFunctionAddr): the entry point, or a Rust kernel's
+    /// closure.
+    pub(crate) fn code_address(&self) -> usize {
+        match &self.code {
+            KernelCode::Entry(entry) => *entry as usize,
+            KernelCode::Closure(closure) => Arc::as_ptr(closure).cast::<()>() as usize,
+        }
     }
 }
 
@@ -76,6 +129,40 @@ fn declared_args_size(library: &libloading::Library, kernel: &str) -> usize {
     }
 }
 
+/// The parameter list a kernel library declares for `kernel` with `NPUSIM_KERNEL_PARAMS` (the
+/// zero-terminated `uint64_t` array `npusimParams_<kernel>`), if any; more than 128 entries or
+/// a parameter above 1 MiB → 107000.
+fn declared_params(library: &libloading::Library, kernel: &str) -> Res<Option<Vec<usize>>> {
+    let Ok(symbol) = CString::new(format!("{PARAMS_PREFIX}{kernel}")) else {
+        return Ok(None);
+    };
+    // SAFETY: in a kernel library this symbol is the `const uint64_t[]` NPUSIM_KERNEL_PARAMS
+    // defines; looking it up yields its address.
+    let Ok(array) = (unsafe { library.get::<*const u64>(symbol.as_bytes_with_nul()) }) else {
+        return Ok(None);
+    };
+    let first = *array;
+    let mut sizes = Vec::new();
+    for index in 0..=MAX_PARAMS {
+        // SAFETY: the array is zero-terminated, so every entry up to the terminator, which
+        // this loop stops at, belongs to it; `library` keeps it mapped.
+        let size = unsafe { first.add(index).read_unaligned() };
+        if size == 0 {
+            ensure!(
+                valid_param_list(&sizes),
+                ACL_ERROR_RT_PARAM_INVALID,
+                "kernel {kernel:?} declares a parameter larger than 1 MiB"
+            );
+            return Ok(Some(sizes));
+        }
+        sizes.push(usize::try_from(size).unwrap_or(usize::MAX));
+    }
+    fail!(
+        ACL_ERROR_RT_PARAM_INVALID,
+        "kernel {kernel:?} declares more than {MAX_PARAMS} parameters"
+    )
+}
+
 impl Binary {
     /// aclrtBinaryLoadFromFile: dlopens a kernel library.
     pub(crate) fn from_file(path: &str) -> Res<Binary> {
@@ -97,10 +184,7 @@ impl Binary {
     /// image (see `registry_image`).
     pub(crate) fn from_data(data: &[u8]) -> Res<Binary> {
         if let Some(names) = registry::parse_image(data) {
-            return Ok(Binary {
-                source: Source::Registry(names),
-                functions: Mutex::default(),
-            });
+            return Ok(Binary::new(Source::Registry(names)));
         }
         ensure!(
             data.starts_with(b"\x7fELF"),
@@ -134,16 +218,26 @@ impl Binary {
         }
     }
 
-    fn library(library: libloading::Library) -> Binary {
+    fn new(source: Source) -> Binary {
         Binary {
-            source: Source::Library(Arc::new(library)),
+            source,
             functions: Mutex::default(),
+            exception_callback: CallbackSlot::default(),
         }
     }
 
-    /// Resolves a kernel by name.
-    pub(crate) fn function(&self, name: &str) -> Res<Function> {
-        let (code, args_size, library) = match &self.source {
+    fn library(library: libloading::Library) -> Binary {
+        Binary::new(Source::Library(Arc::new(library)))
+    }
+
+    /// aclrtBinarySetExceptionCallback: replaces the callback its kernels' failures report to.
+    pub(crate) fn set_exception_callback(&self, callback: OpCallback) {
+        *lock(&self.exception_callback) = Some(callback);
+    }
+
+    /// Resolves a kernel by name; `handle` is this binary's.
+    pub(crate) fn function(&self, name: &str, handle: Handle) -> Res<Function> {
+        let (code, args_size, params, library) = match &self.source {
             Source::Library(library) => {
                 let Ok(symbol) = CString::new(name) else {
                     fail!(ACL_ERROR_RT_PARAM_INVALID, "kernel name contains NUL");
@@ -155,6 +249,7 @@ impl Binary {
                     Ok(entry) => (
                         KernelCode::Entry(*entry),
                         declared_args_size(library, name),
+                        declared_params(library, name)?,
                         Some(library.clone()),
                     ),
                     Err(_) => fail!(
@@ -166,7 +261,12 @@ impl Binary {
             Source::Registry(names) => {
                 let listed = names.is_empty() || names.iter().any(|n| n == name);
                 match registry::lookup(name).filter(|_| listed) {
-                    Some(registered) => (registered.code, registered.args_size, None),
+                    Some(registered) => (
+                        registered.code,
+                        registered.args_size,
+                        registered.params,
+                        None,
+                    ),
                     None => fail!(
                         ACL_ERROR_RT_SYMBOL_NOT_FOUND,
                         "no registered kernel named {name:?} in this registry image"
@@ -174,11 +274,23 @@ impl Binary {
                 }
             }
         };
+        let params = params.map(|sizes| {
+            let (offsets, _) = param_offsets(&sizes);
+            offsets.into_iter().zip(sizes).collect::<Vec<_>>()
+        });
+        // A parameter list implies the bytes a launch must pass: up to its last parameter.
+        let spanned = params
+            .as_deref()
+            .and_then(<[_]>::last)
+            .map_or(0, |&(offset, size)| offset + size);
         Ok(Function {
             name: name.to_owned(),
+            binary: handle,
             code,
-            args_size,
+            args_size: args_size.max(spanned),
+            params,
             args: Mutex::default(),
+            exception_callback: self.exception_callback.clone(),
             _library: library,
         })
     }

@@ -66,15 +66,15 @@ mod registry;
 use std::ffi::c_void;
 use std::ops::Range;
 
-pub(crate) use args::{ArgsBuilder, ParamRef};
+pub(crate) use args::{ArgsBuilder, MAX_PARAMS, ParamRef, param_offsets, valid_param_list};
 pub use builtin::{
     REDUCE_SUM_F32, ReduceSumArgs, SCALE_F32, ScaleArgs, VECTOR_ADD_F32, VectorAddArgs,
 };
 pub(crate) use launch::{ArgsBlob, Launch, LaunchArgs};
-pub(crate) use library::{Binary, Function};
+pub(crate) use library::{Binary, BinaryData, Function, OpCallback};
 pub use registry::{
     KernelError, register, register_entry, register_entry_with_args_size, register_with_args_size,
-    registry_image,
+    register_with_params, registry_image,
 };
 
 /// The C signature of a simulated kernel.
@@ -102,6 +102,11 @@ pub type KernelEntry =
 /// `NPUSIM_KERNEL_ARGS_SIZE(kernel, bytes)` in `npusim/kernel.h` defines the `uint64_t`
 /// `npusimArgsSize_<kernel>`.
 pub(crate) const ARGS_SIZE_PREFIX: &str = "npusimArgsSize_";
+
+/// The prefix of the symbol through which a kernel library declares a kernel's parameter
+/// list: `NPUSIM_KERNEL_PARAMS(kernel, sizes...)` defines the zero-terminated `uint64_t`
+/// array `npusimParams_<kernel>`.
+pub(crate) const PARAMS_PREFIX: &str = "npusimParams_";
 
 /// Path of the shared object with the shipped C kernels ([`VECTOR_ADD_F32`], [`SCALE_F32`],
 /// [`REDUCE_SUM_F32`]), built by npu-sim's build script; load it with

@@ -16,11 +16,13 @@ pub(crate) enum KernelCode {
     Closure(Arc<dyn Fn(u32, u32, *mut c_void) -> i32 + Send + Sync>),
 }
 
-/// A registered kernel: its code and the bytes of arguments it declared it reads (0: none).
+/// A registered kernel: its code, the bytes of arguments it declared it reads (0: none) and
+/// its parameter list's sizes, if it declared one.
 #[derive(Clone)]
 pub(crate) struct Registered {
     pub(crate) code: KernelCode,
     pub(crate) args_size: usize,
+    pub(crate) params: Option<Vec<usize>>,
 }
 
 /// Why a kernel could not be registered.
@@ -42,41 +44,53 @@ pub enum KernelError {
     /// Names must be non-empty and free of NUL bytes.
     #[error("invalid kernel name {0:?}")]
     InvalidName(String),
+    /// A parameter list has at most 128 parameters of 1 byte to 1 MiB (the count given).
+    #[error("invalid parameter list of {0} parameters (at most 128, each of 1 byte to 1 MiB)")]
+    InvalidParams(usize),
 }
 
 fn registry() -> &'static Mutex<HashMap<String, Registered>> {
     static REGISTRY: OnceLock<Mutex<HashMap<String, Registered>>> = OnceLock::new();
     REGISTRY.get_or_init(|| {
-        let builtins: [(&str, KernelEntry, usize); 3] = [
+        let builtins: [(&str, KernelEntry, usize, &[usize]); 3] = [
             (
                 builtin::VECTOR_ADD_F32,
                 builtin::vector_add_f32,
                 size_of::<builtin::VectorAddArgs>(),
+                &[8, 8, 8, 8],
             ),
             (
                 builtin::SCALE_F32,
                 builtin::scale_f32,
                 size_of::<builtin::ScaleArgs>(),
+                &[8, 8, 4, 4],
             ),
             (
                 builtin::REDUCE_SUM_F32,
                 builtin::reduce_sum_f32,
                 size_of::<builtin::ReduceSumArgs>(),
+                &[8, 8, 8],
             ),
         ];
         Mutex::new(
             builtins
                 .into_iter()
-                .map(|(name, entry, args_size)| {
+                .map(|(name, entry, args_size, params)| {
                     let code = KernelCode::Entry(entry);
-                    (name.to_owned(), Registered { code, args_size })
+                    let params = Some(params.to_vec());
+                    let registered = Registered {
+                        code,
+                        args_size,
+                        params,
+                    };
+                    (name.to_owned(), registered)
                 })
                 .collect(),
         )
     })
 }
 
-fn insert(name: &str, code: KernelCode, args_size: usize) -> Result<(), KernelError> {
+fn insert(name: &str, registered: Registered) -> Result<(), KernelError> {
     if name.is_empty() || name.contains('\0') {
         return Err(KernelError::InvalidName(name.to_owned()));
     }
@@ -84,7 +98,7 @@ fn insert(name: &str, code: KernelCode, args_size: usize) -> Result<(), KernelEr
     if map.contains_key(name) {
         return Err(KernelError::AlreadyRegistered(name.to_owned()));
     }
-    map.insert(name.to_owned(), Registered { code, args_size });
+    map.insert(name.to_owned(), registered);
     Ok(())
 }
 
@@ -164,7 +178,62 @@ pub fn register_with_args_size<F>(
 where
     F: Fn(u32, u32, *mut c_void) -> i32 + Send + Sync + 'static,
 {
-    insert(name, KernelCode::Closure(Arc::new(kernel)), args_size)
+    let code = KernelCode::Closure(Arc::new(kernel));
+    let params = None;
+    insert(
+        name,
+        Registered {
+            code,
+            args_size,
+            params,
+        },
+    )
+}
+
+/// Registers a Rust closure as the kernel `name` with a parameter list: the sizes of its
+/// parameters in order, laid out as the fields of a C struct (as `NPUSIM_KERNEL_PARAMS`
+/// declares them for a kernel library). aclrtFunctionGetParamCount / aclrtFunctionGetParamInfo
+/// report them, aclrtLaunchKernelWithArgsArray packs them, and a launch passing fewer bytes
+/// than they span is refused with 107000. At most 128 parameters of 1 byte to 1 MiB each.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+/// use std::ffi::c_void;
+/// use std::ptr;
+/// use npu_sim::abi::*;
+///
+/// // (u32 *out, u8 value): stores the value.
+/// npu_sim::kernel::register_with_params("store_u8_as_u32", &[8, 1], |_, _, args: *mut c_void| {
+///     // SAFETY: the simulator passes the 9 bytes of the two parameters.
+///     unsafe { *(args.cast::<u64>().read_unaligned() as *mut u32) = u32::from(*args.cast::<u8>().add(8)) };
+///     0
+/// })
+/// .unwrap();
+/// let image = npu_sim::kernel::registry_image(&["store_u8_as_u32"]);
+/// // SAFETY: every pointer passed is valid for the call's contract.
+/// unsafe {
+///     assert_eq!(aclrtSetDevice(0), 0);
+///     let (mut bin, mut func, mut count) = (ptr::null_mut(), ptr::null_mut(), 0);
+///     assert_eq!(aclrtBinaryLoadFromData(image.as_ptr().cast(), image.len(), ptr::null(), &mut bin), 0);
+///     assert_eq!(aclrtBinaryGetFunction(bin, c"store_u8_as_u32".as_ptr(), &mut func), 0);
+///     assert_eq!(aclrtFunctionGetParamCount(func, &mut count), 0);
+///     assert_eq!(count, 2);
+/// }
+/// ```
+pub fn register_with_params<F>(name: &str, params: &[usize], kernel: F) -> Result<(), KernelError>
+where
+    F: Fn(u32, u32, *mut c_void) -> i32 + Send + Sync + 'static,
+{
+    if !super::valid_param_list(params) {
+        return Err(KernelError::InvalidParams(params.len()));
+    }
+    let code = KernelCode::Closure(Arc::new(kernel));
+    let registered = Registered {
+        code,
+        args_size: 0,
+        params: Some(params.to_vec()),
+    };
+    insert(name, registered)
 }
 
 /// Registers a C-ABI function (e.g. from a statically linked C or Rust object) as the kernel
@@ -222,7 +291,16 @@ pub fn register_entry_with_args_size(
     entry: KernelEntry,
     args_size: usize,
 ) -> Result<(), KernelError> {
-    insert(name, KernelCode::Entry(entry), args_size)
+    let code = KernelCode::Entry(entry);
+    let params = None;
+    insert(
+        name,
+        Registered {
+            code,
+            args_size,
+            params,
+        },
+    )
 }
 
 pub(crate) fn lookup(name: &str) -> Option<Registered> {
@@ -293,6 +371,19 @@ mod tests {
             data.extend(bytes);
             let _ = parse_image(&data);
         }
+    }
+
+    #[test]
+    fn parameter_lists_are_bounded() {
+        let nop = |_, _, _: *mut c_void| 0;
+        assert_eq!(
+            register_with_params("zero_sized_param", &[8, 0], nop),
+            Err(KernelError::InvalidParams(2))
+        );
+        assert_eq!(
+            register_with_params("too_many_params", &[8; 129], nop),
+            Err(KernelError::InvalidParams(129))
+        );
     }
 
     #[test]

@@ -89,6 +89,17 @@ pub fn stream_of_device(device: i32) -> aclrtStream {
     stream as aclrtStream
 }
 
+/// Device memory of `device`, allocated on another thread (the caller's context stays as it is).
+pub fn malloc_on(device: i32, bytes: usize) -> *mut c_void {
+    let ptr = std::thread::spawn(move || {
+        set_device(device);
+        malloc(bytes) as usize
+    })
+    .join()
+    .unwrap();
+    ptr as *mut c_void
+}
+
 /// Copies host data to a device pointer synchronously.
 pub fn upload<T: Copy>(dev: *mut c_void, data: &[T]) {
     let bytes = std::mem::size_of_val(data);
