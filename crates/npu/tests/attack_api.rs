@@ -12,8 +12,10 @@ use std::future::Future;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
+use npu::DevicePool;
 use npu::memory::{Filled, HostRegistration, PageAlignedBuffer, RegisterFlags};
 use npu::prelude::*;
 use npu::sim;
@@ -942,6 +944,98 @@ fn contexts_outlive_their_handles_and_foreign_devices_are_refused() {
             run(primary.download(buffer)).unwrap(),
             [5; 16],
             "{strategy:?}"
+        );
+    }
+}
+/// A waker that panics when woken: a broken executor, or a task whose waker is poisoned.
+struct PanickingWaker;
+
+impl std::task::Wake for PanickingWaker {
+    fn wake(self: Arc<Self>) {
+        panic!("a panicking waker");
+    }
+}
+
+/// Polls `poisoned` with a panicking waker and `healthy` with a quiet one (both queue), drops
+/// the `held` blocks in a `catch_unwind`, then drops `poisoned` and returns `healthy`'s grant.
+fn serve_past_a_panicking_waiter<B, F: Future>(
+    what: &str,
+    held: Vec<B>,
+    mut poisoned: std::pin::Pin<Box<F>>,
+    mut healthy: std::pin::Pin<Box<F>>,
+) -> F::Output {
+    let panicking = Waker::from(Arc::new(PanickingWaker));
+    let mut cx = std::task::Context::from_waker(&panicking);
+    assert!(poisoned.as_mut().poll(&mut cx).is_pending(), "{what}");
+    assert!(polled_once(healthy.as_mut()).is_pending(), "{what}");
+    // Every held block goes back: the poisoned waiter (the queue's head) is served first.
+    let returned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(held)));
+    assert!(
+        returned.is_ok(),
+        "{what}: another task's waker panicked in the thread returning a block"
+    );
+    // The poisoned task gives up; its grant goes on to the next waiter.
+    drop(poisoned);
+    let Poll::Ready(granted) = polled_once(healthy.as_mut()) else {
+        panic!("{what}: the healthy waiter was not served");
+    };
+    granted
+}
+
+/// Found: a waiter whose waker panicked, served a returning pool block, unwound through the
+/// thread returning the block (any thread dropping a buffer, or the reaper) and lost the
+/// grants still to be sent, and their room with them. Rule 6 says the panic harms only the
+/// waiter's own task: the returning thread does not unwind, the next waiter is served, and no
+/// capacity is lost. Both pools share the queue, so both are attacked.
+#[test]
+fn a_panicking_waker_of_a_pool_waiter_harms_only_its_own_task() {
+    let (_guard, ctx, _) = exclusive();
+    for blocks in [1, 2] {
+        let what = format!("PinnedPool, {blocks} block(s)");
+        let pool = PinnedPool::builder(&ctx)
+            .capacity(blocks * 4096)
+            .build()
+            .unwrap();
+        let held: Vec<_> = (0..blocks)
+            .map(|_| pool.try_alloc::<u8>(4096).unwrap().expect("room"))
+            .collect();
+        let (poisoned, healthy) = (pool.alloc::<u8>(4096), pool.alloc::<u8>(4096));
+        let block =
+            serve_past_a_panicking_waiter(&what, held, Box::pin(poisoned), Box::pin(healthy));
+        drop(block.unwrap());
+        let stats = pool.stats();
+        assert_eq!(stats.allocated, 0, "{what}: capacity lost: {stats:?}");
+        let all: Vec<_> = (0..blocks)
+            .map(|_| pool.try_alloc::<u8>(4096).unwrap())
+            .collect();
+        assert!(
+            all.iter().all(Option::is_some),
+            "{what}: the whole capacity serves"
+        );
+
+        let what = format!("DevicePool, {blocks} block(s)");
+        let s = stream(&ctx, Strategy::EventPoll);
+        let pool = DevicePool::builder(&ctx)
+            .backend(npu::memory::DevicePoolBackend::Caching)
+            .capacity(blocks * 4096)
+            .build()
+            .unwrap();
+        let held: Vec<_> = (0..blocks)
+            .map(|_| pool.try_alloc::<u8>(&s, 4096).unwrap().expect("room"))
+            .collect();
+        let (poisoned, healthy) = (pool.alloc::<u8>(&s, 4096), pool.alloc::<u8>(&s, 4096));
+        let block =
+            serve_past_a_panicking_waiter(&what, held, Box::pin(poisoned), Box::pin(healthy));
+        drop(block.unwrap());
+        sim::flush_releases();
+        let stats = pool.stats().cache;
+        assert_eq!(stats.allocated, 0, "{what}: capacity lost: {stats:?}");
+        let all: Vec<_> = (0..blocks)
+            .map(|_| pool.try_alloc::<u8>(&s, 4096).unwrap())
+            .collect();
+        assert!(
+            all.iter().all(Option::is_some),
+            "{what}: the whole capacity serves"
         );
     }
 }
