@@ -1039,3 +1039,60 @@ fn a_panicking_waker_of_a_pool_waiter_harms_only_its_own_task() {
         );
     }
 }
+
+/// Polls `future` once, reports that it has registered its waker, then runs it to the end:
+/// lets a test know that a spawned waiter is parked before it releases the device.
+async fn parked<F: Future>(
+    future: F,
+    registered: tokio::sync::mpsc::UnboundedSender<()>,
+) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut reported = false;
+    std::future::poll_fn(|cx| {
+        let poll = future.as_mut().poll(cx);
+        if poll.is_pending() && !reported {
+            reported = true;
+            registered.send(()).unwrap();
+        }
+        poll
+    })
+    .await
+}
+
+/// Attacks "nothing hangs" with several tasks waiting for one thing, the way a server fans
+/// out: an operation awaited by its owner while other tasks wait for its completion, and an
+/// event awaited by several tasks. Every one of them must be woken when the device is done.
+#[test]
+fn every_task_waiting_for_one_operation_or_event_is_woken() {
+    let (_guard, ctx, _) = exclusive();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let event = Event::new(&ctx).unwrap();
+        run(async {
+            let hold = sim::hold(&ctx.device()).unwrap();
+            let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 4);
+            event.record(&s).unwrap();
+            let (registered, mut parked_tasks) = tokio::sync::mpsc::unbounded_channel();
+            let mut waiters = Vec::new();
+            for _ in 0..2 {
+                let done = op.completion().clone();
+                waiters.push(tokio::spawn(parked(
+                    async move { done.wait().await },
+                    registered.clone(),
+                )));
+                let wait = event.wait();
+                waiters.push(tokio::spawn(parked(wait, registered.clone())));
+            }
+            let owner = tokio::spawn(parked(op, registered));
+            for _ in 0..5 {
+                parked_tasks.recv().await.unwrap();
+            }
+            hold.release().unwrap();
+            let buffer = owner.await.unwrap().unwrap();
+            assert_eq!(buffer.len(), 64);
+            for waiter in waiters {
+                waiter.await.unwrap().unwrap();
+            }
+        });
+    }
+}
