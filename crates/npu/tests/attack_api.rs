@@ -1096,3 +1096,90 @@ fn every_task_waiting_for_one_operation_or_event_is_woken() {
         });
     }
 }
+
+/// Held: extreme stream and event settings (the lowest priority ACL can be asked for, event
+/// flags of nothing or everything) are accepted or refused with a typed error; events are
+/// waited on and timed across devices without hanging; a stream aborted after being stopped
+/// still resolves its work.
+#[test]
+fn extreme_settings_and_cross_device_events_never_hang_or_panic() {
+    let (_guard, ctx, ctx1) = exclusive();
+    for priority in [u32::MAX, 7] {
+        if let Ok(s) = Stream::builder(&ctx).priority(priority).build() {
+            run(async {
+                s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 0)
+                    .await
+                    .unwrap()
+            });
+        }
+    }
+    for flags in [0, u32::MAX] {
+        if let Err(err) = Event::builder(&ctx).flags(flags).build() {
+            assert!(err.acl_code().is_some() || matches!(err, Error::InvalidArgument { .. }));
+        }
+    }
+    for strategy in STRATEGIES {
+        let (s0, s1) = (stream(&ctx, strategy), stream(&ctx1, strategy));
+        let (start, end) = (Event::new(&ctx).unwrap(), Event::new(&ctx1).unwrap());
+        let hold = sim::hold(&ctx1.device()).unwrap();
+        start.record(&s0).unwrap();
+        let on_device1 = s1.memset(DeviceBuffer::<u8>::new(&ctx1, 64).unwrap(), 1);
+        end.record(&s1).unwrap();
+        // Device 0 waits for device 1's held work.
+        let waited = s0.wait_event(&end);
+        let after = s0.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2);
+        hold.release().unwrap();
+        run(async {
+            on_device1.await.unwrap();
+            end.wait().await.unwrap();
+            if waited.is_ok() {
+                after.await.unwrap();
+            } else {
+                drop(after.await);
+            }
+        });
+        // Elapsed time between devices: a duration or a typed error, never a panic.
+        if let Err(err) = Event::elapsed(&start, &end) {
+            assert!(err.acl_code().is_some() || matches!(err, Error::InvalidArgument { .. }));
+        }
+
+        // Stop, then abort, then submit: every operation resolves and hands its buffer back.
+        let s = stream(&ctx, strategy);
+        let hold = sim::hold(&ctx.device()).unwrap();
+        let queued = s.copy_h2h(host(&ctx, &[1; 64]), host(&ctx, &[0; 64]));
+        s.stop().unwrap();
+        hold.release().unwrap();
+        run(async {
+            let _ = s.abort().await;
+            let (src, dst) = match queued.await {
+                Ok(pair) => pair,
+                Err(err) => err.value.expect("buffers back"),
+            };
+            assert_eq!(src[..], [1; 64]);
+            if let Err(err) = s.copy_h2h(src, dst).await {
+                assert!(err.value.is_some(), "{strategy:?}: buffers back");
+            }
+        });
+    }
+}
+
+/// Held: an operation polled again after it resolved is a typed error naming `Op::poll`, not
+/// a panic; its value was handed out once.
+#[test]
+fn an_operation_polled_after_it_resolved_is_a_typed_error() {
+    let (_guard, ctx, _) = exclusive();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let mut op = s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 3);
+        run(async {
+            let buffer = (&mut op).await.unwrap();
+            assert_eq!(buffer.len(), 8);
+            let err = (&mut op).await.unwrap_err();
+            assert_eq!(invalid(&err.error), ("Op::poll", "self"));
+            assert!(
+                err.value.is_none(),
+                "{strategy:?}: the value was handed out once"
+            );
+        });
+    }
+}
