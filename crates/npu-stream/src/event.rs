@@ -8,7 +8,7 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use npu_core::ffi;
-use npu_core::{Completion, Context, Error, Result, Runtime, acl_call, acl_call_opt};
+use npu_core::{Completion, Context, Error, Result, Runtime, Wait, acl_call, acl_call_opt};
 
 use crate::op::Op;
 use crate::stream::Stream;
@@ -340,13 +340,14 @@ impl Event {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn wait(&self) -> EventWait {
-        let completion = self
+        let record = self
             .inner
             .last_record
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        EventWait { completion }
+            .as_ref()
+            .map(Completion::wait);
+        EventWait { record }
     }
 
     /// Whether the work captured by the latest record has completed
@@ -630,15 +631,17 @@ impl fmt::Debug for Event {
 #[derive(Debug)]
 #[must_use = "futures do nothing unless polled"]
 pub struct EventWait {
-    completion: Option<Completion>,
+    /// The wait for the latest record, with its own waker registration: any number of tasks
+    /// may wait for one event.
+    record: Option<Wait>,
 }
 
 impl Future for EventWait {
     type Output = Result<()>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
-        match &self.completion {
-            Some(completion) => completion.poll_result(cx),
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
+        match &mut self.record {
+            Some(record) => Pin::new(record).poll(cx),
             None => Poll::Ready(Ok(())),
         }
     }

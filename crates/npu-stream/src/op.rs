@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
-use npu_core::{Completion, Error, OpError};
+use npu_core::{Completion, Error, OpError, Wait};
 
 use crate::paused_clock;
 
@@ -75,7 +75,9 @@ use crate::paused_clock;
 /// ```
 #[must_use = "an Op does nothing when dropped except release its buffers once the device is done"]
 pub struct Op<T: Send + 'static> {
-    completion: Completion,
+    /// Waits with a registration of its own, so that tasks waiting for the same completion
+    /// (or an event recorded after it) never displace this future's waker.
+    wait: Wait,
     value: Option<T>,
     span: tracing::Span,
     /// Set once a paused Tokio clock has been kept from jumping past this operation.
@@ -85,7 +87,7 @@ pub struct Op<T: Send + 'static> {
 impl<T: Send + 'static> Op<T> {
     pub(crate) fn new(completion: Completion, value: T, span: tracing::Span) -> Self {
         Op {
-            completion,
+            wait: completion.wait(),
             value: Some(value),
             span,
             clock_kept: false,
@@ -113,7 +115,7 @@ impl<T: Send + 'static> Op<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn is_complete(&self) -> bool {
-        self.completion.is_complete()
+        self.wait.completion().is_complete()
     }
 
     /// The operation's completion, for waiting on it from elsewhere.
@@ -136,7 +138,7 @@ impl<T: Send + 'static> Op<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn completion(&self) -> &Completion {
-        &self.completion
+        self.wait.completion()
     }
 }
 
@@ -149,10 +151,10 @@ impl<T: Send + 'static> Future for Op<T> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let _entered = this.span.enter();
-        let Poll::Ready(result) = this.completion.poll_result(cx) else {
+        let Poll::Ready(result) = Pin::new(&mut this.wait).poll(cx) else {
             if !this.clock_kept {
                 this.clock_kept = true;
-                paused_clock::keep_until(&this.completion);
+                paused_clock::keep_until(this.wait.completion());
             }
             return Poll::Pending;
         };
@@ -180,12 +182,12 @@ impl<T: Send + 'static> Drop for Op<T> {
     fn drop(&mut self) {
         if let Some(value) = self.value.take() {
             // A value with nothing to drop (a synchronize's `()`) need not travel.
-            if !std::mem::needs_drop::<T>() || self.completion.is_complete() {
+            if !std::mem::needs_drop::<T>() || self.wait.completion().is_complete() {
                 drop(value);
             } else {
                 // SAFETY: the values operations own are buffers, views, `Arc`s of them and
                 // kernel arguments, whose drops hand any release on without blocking.
-                unsafe { self.completion.drop_after(value) };
+                unsafe { self.wait.completion().drop_after(value) };
             }
         }
     }
@@ -194,7 +196,7 @@ impl<T: Send + 'static> Drop for Op<T> {
 impl<T: Send + 'static> fmt::Debug for Op<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Op")
-            .field("completion", &self.completion)
+            .field("completion", self.wait.completion())
             .finish()
     }
 }

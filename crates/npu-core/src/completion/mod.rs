@@ -2,14 +2,13 @@
 
 use std::fmt;
 use std::future::Future;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
 use crate::error::{Error, Result};
 use crate::reaper::Action;
-use state::Deferred;
+use state::{Deferred, Registration};
 
 mod state;
 mod uses;
@@ -21,7 +20,6 @@ pub use uses::UseList;
 
 /// Std-backed primitives for [`state`]; the loom model test supplies loom's instead.
 mod sync {
-    pub(crate) use futures::task::AtomicWaker;
     pub(crate) use std::sync::Mutex;
     pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
 }
@@ -116,9 +114,13 @@ impl Completer {
             crate::reaper::run_later(releases);
         }
         // A waker is user code: a panic in it must not take the completing thread (the
-        // process-wide reactor, say) down with it.
-        if catch_unwind(AssertUnwindSafe(|| self.state.wake())).is_err() {
-            tracing::error!("a task's waker panicked while being woken; the completer continues");
+        // process-wide reactor, say) down with it, nor keep the other waiters asleep.
+        let panicked = self.state.wake();
+        if panicked > 0 {
+            tracing::error!(
+                panicked,
+                "a task's waker panicked while being woken; the completer continues"
+            );
         }
         notifies.into_iter().for_each(|notify| notify());
     }
@@ -176,8 +178,10 @@ impl Completion {
         self.state.value()
     }
 
-    /// Polls for the result, registering `cx`'s waker while pending. Only the most recently
-    /// registered waker is woken, as with Tokio's single-waiter primitives.
+    /// Polls for the result, registering `cx`'s waker while pending. All callers of
+    /// `poll_result` share one registration: only the most recently registered waker is
+    /// woken, as with Tokio's single-waiter primitives. To wait from several tasks at once,
+    /// give each its own [`Completion::wait`], which keeps a registration of its own.
     ///
     /// ```
     /// use std::task::{Context, Poll, Waker};
@@ -192,7 +196,8 @@ impl Completion {
     /// assert!(matches!(done.poll_result(&mut cx), Poll::Ready(Ok(()))));
     /// ```
     pub fn poll_result(&self, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
-        self.state.poll(cx.waker())
+        let mut shared = Registration::SHARED;
+        self.state.poll(cx.waker(), &mut shared)
     }
 
     /// A future resolving to the result.
@@ -211,6 +216,7 @@ impl Completion {
     pub fn wait(&self) -> Wait {
         Wait {
             completion: self.clone(),
+            registration: Registration::default(),
         }
     }
 
@@ -349,13 +355,40 @@ impl fmt::Debug for Completion {
 #[must_use = "futures do nothing unless polled"]
 pub struct Wait {
     completion: Completion,
+    /// This future's own waker slot, so that any number of tasks can wait at once.
+    registration: Registration,
+}
+
+impl Wait {
+    /// The completion this future waits for.
+    ///
+    /// ```
+    /// use npu_core::Completer;
+    ///
+    /// // SAFETY: no device work or memory stands behind this completion.
+    /// let completer = unsafe { Completer::new() };
+    /// let done = completer.completion();
+    /// assert!(done.wait().completion().same(&done));
+    /// ```
+    pub fn completion(&self) -> &Completion {
+        &self.completion
+    }
 }
 
 impl Future for Wait {
     type Output = Result<()>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
-        self.completion.poll_result(cx)
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
+        let this = &mut *self;
+        this.completion
+            .state
+            .poll(cx.waker(), &mut this.registration)
+    }
+}
+
+impl Drop for Wait {
+    fn drop(&mut self) {
+        self.completion.state.deregister(self.registration);
     }
 }
 

@@ -1,9 +1,10 @@
 //! The completion protocol, written against `super::sync` so the same code runs on std
 //! primitives in the library and on loom's in the model test (`completion::model`).
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::task::{Poll, Waker};
 
-use super::sync::{AtomicBool, AtomicWaker, Mutex, Ordering};
+use super::sync::{AtomicBool, Mutex, Ordering};
 use crate::reaper::Action;
 
 /// Work queued to run after completion, and where it runs.
@@ -20,10 +21,13 @@ pub(crate) enum Deferred {
 /// Shared by the one party that completes an operation and everyone who waits for it.
 ///
 /// Protocol: the completer stores the value, then raises `done` (Release), then takes the
-/// deferred actions, and only then wakes the registered waker ([`State::wake`]), so that a
+/// deferred actions, and only then wakes the registered wakers ([`State::wake`]), so that a
 /// woken task finds the operation's releases already handed on. A poller checks `done`
 /// (Acquire), registers its waker, and checks `done` again, so a completion racing the
-/// registration is never missed. `deferred` becomes `None` exactly once, when the completer
+/// registration is never missed. Every waiting future keeps its own registration (a
+/// [`Registration`] key): clones of a completion are awaited by several tasks at once (an
+/// operation's owner and whoever waits for its completion or its event), and each must be
+/// woken; a future that moves to another task replaces its own waker only. `deferred` becomes `None` exactly once, when the completer
 /// takes it, so an action is either taken by the completer or handed back to its deferrer,
 /// never both.
 pub(crate) struct State<T> {
@@ -31,7 +35,8 @@ pub(crate) struct State<T> {
     /// Set when the completer went away without completing (see [`State::abandon`]).
     abandoned: AtomicBool,
     value: Mutex<Option<T>>,
-    waker: AtomicWaker,
+    /// The waker of each registration, taken by the completer.
+    wakers: Mutex<Wakers>,
     deferred: Mutex<Option<Vec<Deferred>>>,
 }
 
@@ -41,7 +46,7 @@ impl<T: Clone> State<T> {
             done: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
             value: Mutex::new(None),
-            waker: AtomicWaker::new(),
+            wakers: Mutex::new(Wakers::default()),
             deferred: Mutex::new(Some(Vec::new())),
         }
     }
@@ -62,9 +67,19 @@ impl<T: Clone> State<T> {
         Some(deferred.take().unwrap_or_default())
     }
 
-    /// Wakes the registered waiter; called by the completer after [`State::complete`].
-    pub(crate) fn wake(&self) {
-        self.waker.wake();
+    /// Wakes every registered waiter; called by the completer after [`State::complete`].
+    /// A waker is user code: each is woken outside the lock and its panic contained, so that
+    /// it harms neither the completing thread nor the other waiters. Returns how many
+    /// panicked.
+    pub(crate) fn wake(&self) -> usize {
+        let wakers = {
+            let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::take(&mut wakers.registered)
+        };
+        wakers
+            .into_iter()
+            .filter(|(_, waker)| catch_unwind(AssertUnwindSafe(|| waker.wake_by_ref())).is_err())
+            .count()
     }
 
     pub(crate) fn is_complete(&self) -> bool {
@@ -79,14 +94,27 @@ impl<T: Clone> State<T> {
         self.value.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    pub(crate) fn poll(&self, waker: &Waker) -> Poll<T> {
+    /// Ready with the value, or pending with `waker` registered under `registration` (which
+    /// a first poll fills in), replacing the waker that registration held.
+    pub(crate) fn poll(&self, waker: &Waker, registration: &mut Registration) -> Poll<T> {
         if let Some(value) = self.value() {
             return Poll::Ready(value);
         }
-        self.waker.register(waker);
+        self.wakers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .register(registration, waker);
         match self.value() {
             Some(value) => Poll::Ready(value),
             None => Poll::Pending,
+        }
+    }
+
+    /// Forgets `registration`'s waker: its future is gone.
+    pub(crate) fn deregister(&self, registration: Registration) {
+        if let Some(key) = registration.0 {
+            let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+            wakers.registered.retain(|(known, _)| *known != key);
         }
     }
 
@@ -123,5 +151,40 @@ impl<T: Clone> State<T> {
             }
             None => Some(action),
         }
+    }
+}
+
+/// Which waker slot of a completion a waiting future holds; empty until its first pending
+/// poll. [`Registration::SHARED`] is one slot for every caller that keeps no key of its own.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Registration(Option<u64>);
+
+impl Registration {
+    /// The slot of callers without a key: the latest one's waker is the one kept.
+    pub(crate) const SHARED: Registration = Registration(Some(0));
+}
+
+/// The registered wakers, by key; waiters are few, so a list.
+#[derive(Default)]
+struct Wakers {
+    registered: Vec<(u64, Waker)>,
+    /// The last key handed out (0 is [`Registration::SHARED`]'s).
+    last: u64,
+}
+
+impl Wakers {
+    fn register(&mut self, registration: &mut Registration, waker: &Waker) {
+        if let Some(key) = registration.0 {
+            if let Some((_, known)) = self.registered.iter_mut().find(|(k, _)| *k == key) {
+                known.clone_from(waker);
+                return;
+            }
+        }
+        let key = registration.0.unwrap_or_else(|| {
+            self.last += 1;
+            self.last
+        });
+        *registration = Registration(Some(key));
+        self.registered.push((key, waker.clone()));
     }
 }

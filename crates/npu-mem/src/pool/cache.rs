@@ -12,6 +12,7 @@
 //! can only leak or lose blocks), so it needs no seal.
 
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, ready};
@@ -299,12 +300,24 @@ impl<S: Source> Cache<S> {
         };
         self.free_blocks(evicted);
         for (reply, granted) in served {
-            // A waiter that went away after being served hands the grant back.
-            if let Err(granted) = reply.send(granted) {
-                self.untaken(granted);
-            }
+            self.deliver(reply, granted);
         }
         result
+    }
+
+    /// Sends a grant to its waiter. Sending wakes the waiter's task on this thread, and a
+    /// waker may panic: that panic is the waiter's alone, so it is contained here. Otherwise
+    /// it would unwind through whoever returned the block (any thread dropping a buffer, or
+    /// the reaper) and drop the grants still to be sent, losing their room for good.
+    fn deliver(self: &Arc<Self>, reply: Reply<S::Block>, granted: Granted<S::Block>) {
+        match catch_unwind(AssertUnwindSafe(|| reply.send(granted))) {
+            Ok(Ok(())) => {}
+            // A waiter that went away after being served hands the grant back.
+            Ok(Err(granted)) => self.untaken(granted),
+            // The grant was stored before the wake-up panicked: the waiter receives it, or
+            // hands it back when it is dropped, as for any grant it did not take.
+            Err(_) => tracing::error!(pool = S::NAME, "a pool waiter's waker panicked"),
+        }
     }
 
     fn untaken(self: &Arc<Self>, granted: Granted<S::Block>) {
