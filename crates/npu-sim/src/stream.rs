@@ -620,9 +620,21 @@ impl Stream {
             Err(None) => return self.give_up(task),
             Err(Some(error)) => Some(error),
         };
-        let end_ns = match &timing {
-            Some(model) => start_ns.saturating_add(task.duration_ns(model)),
-            None => self.device.clock.now_ns(),
+        // The device stops a kernel at the execute timeout; only a timing model gives a kernel
+        // a duration to compare (host code runs as long as it runs).
+        let (end_ns, error) = match &timing {
+            Some(model) => {
+                let duration_ns = task.duration_ns(model);
+                let overrun = match error {
+                    None => task.overrun(duration_ns, sim.config.op_timeout_interval_us),
+                    Some(_) => None,
+                };
+                match overrun {
+                    Some((limit_ns, overrun)) => (start_ns.saturating_add(limit_ns), Some(overrun)),
+                    None => (start_ns.saturating_add(duration_ns), error),
+                }
+            }
+            None => (self.device.clock.now_ns(), error),
         };
         if timing.is_some() && self.pace_to(self.device.clock.instant_of(end_ns)) {
             return self.retire(task, Retired::Abandoned);

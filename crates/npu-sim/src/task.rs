@@ -13,6 +13,7 @@ use crate::event::{Event, Record};
 use crate::kernel::{Launch, LaunchArgs};
 use crate::memory::{Lease, MemoryMap};
 use crate::notify::Notify;
+use crate::op_timeout;
 
 /// Direction of a copy after kind correction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,6 +254,34 @@ impl Task {
             Op::Callback { .. } | Op::HostFunc { .. } => model.work_ns(0),
             _ => 0,
         }
+    }
+
+    /// Whether a kernel of simulated duration `duration_ns` runs past the execute timeout in
+    /// force (aclrtSetOpExecuteTimeOut*; `interval_us` is the timeout step): if so, the
+    /// simulated time at which the device stops it, after its start, and the failure it
+    /// reports (ACL_ERROR_RT_AICORE_TIMEOUT, or ACL_ERROR_RT_VECTOR_CORE_TIMEOUT on the AIV
+    /// engine). Other tasks never time out.
+    pub(crate) fn overrun(&self, duration_ns: u64, interval_us: u64) -> Option<(u64, SimError)> {
+        let Op::Kernel(launch) = &self.op else {
+            return None;
+        };
+        let limit_us = op_timeout::execute_timeout_us(interval_us);
+        let limit_ns = limit_us.saturating_mul(1000);
+        if limit_us == op_timeout::NEVER || duration_ns <= limit_ns {
+            return None;
+        }
+        let (code, engine) = match launch.vector_engine {
+            true => (ACL_ERROR_RT_VECTOR_CORE_TIMEOUT, "vector core"),
+            false => (ACL_ERROR_RT_AICORE_TIMEOUT, "AI core"),
+        };
+        let error = SimError::new(
+            code,
+            format!(
+                "kernel {:?} ran past the execute timeout ({limit_us} µs) on the {engine}: its duration is {duration_ns} ns",
+                launch.name()
+            ),
+        );
+        Some((limit_ns, error))
     }
 
     /// (category, name) for the trace.

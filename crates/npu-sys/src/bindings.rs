@@ -862,6 +862,71 @@ pub type aclrtBinHandle = *mut core::ffi::c_void;
 pub type aclrtFuncHandle = *mut core::ffi::c_void;
 pub type aclrtArgsHandle = *mut core::ffi::c_void;
 pub type aclrtParamHandle = *mut core::ffi::c_void;
+pub const ACL_PKG_NAME_CANN: aclCANNPackageName = 0;
+pub const ACL_PKG_NAME_RUNTIME: aclCANNPackageName = 1;
+pub const ACL_PKG_NAME_COMPILER: aclCANNPackageName = 2;
+pub const ACL_PKG_NAME_HCCL: aclCANNPackageName = 3;
+pub const ACL_PKG_NAME_TOOLKIT: aclCANNPackageName = 4;
+pub const ACL_PKG_NAME_OPP: aclCANNPackageName = 5;
+pub const ACL_PKG_NAME_OPP_KERNEL: aclCANNPackageName = 6;
+pub const ACL_PKG_NAME_DRIVER: aclCANNPackageName = 7;
+pub type aclCANNPackageName = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclCANNPackageVersion {
+    pub version: [core::ffi::c_char; 128usize],
+    pub majorVersion: [core::ffi::c_char; 64usize],
+    pub minorVersion: [core::ffi::c_char; 64usize],
+    pub releaseVersion: [core::ffi::c_char; 64usize],
+    pub patchVersion: [core::ffi::c_char; 64usize],
+    pub reserved: [core::ffi::c_char; 128usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclCANNPackageVersion"][::std::mem::size_of::<aclCANNPackageVersion>() - 512usize];
+    ["Alignment of aclCANNPackageVersion"]
+        [::std::mem::align_of::<aclCANNPackageVersion>() - 1usize];
+    ["Offset of field: aclCANNPackageVersion::version"]
+        [::std::mem::offset_of!(aclCANNPackageVersion, version) - 0usize];
+    ["Offset of field: aclCANNPackageVersion::majorVersion"]
+        [::std::mem::offset_of!(aclCANNPackageVersion, majorVersion) - 128usize];
+    ["Offset of field: aclCANNPackageVersion::minorVersion"]
+        [::std::mem::offset_of!(aclCANNPackageVersion, minorVersion) - 192usize];
+    ["Offset of field: aclCANNPackageVersion::releaseVersion"]
+        [::std::mem::offset_of!(aclCANNPackageVersion, releaseVersion) - 256usize];
+    ["Offset of field: aclCANNPackageVersion::patchVersion"]
+        [::std::mem::offset_of!(aclCANNPackageVersion, patchVersion) - 320usize];
+    ["Offset of field: aclCANNPackageVersion::reserved"]
+        [::std::mem::offset_of!(aclCANNPackageVersion, reserved) - 384usize];
+};
+impl Default for aclCANNPackageVersion {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_REG_TYPE_ACL_MODEL: aclRegisterCallbackType = 0;
+pub const ACL_REG_TYPE_ACL_OP_EXECUTOR: aclRegisterCallbackType = 1;
+pub const ACL_REG_TYPE_ACL_OP_CBLAS: aclRegisterCallbackType = 2;
+pub const ACL_REG_TYPE_ACL_OP_COMPILER: aclRegisterCallbackType = 3;
+pub const ACL_REG_TYPE_ACL_TDT_CHANNEL: aclRegisterCallbackType = 4;
+pub const ACL_REG_TYPE_ACL_TDT_QUEUE: aclRegisterCallbackType = 5;
+pub const ACL_REG_TYPE_ACL_DVPP: aclRegisterCallbackType = 6;
+pub const ACL_REG_TYPE_ACL_RETR: aclRegisterCallbackType = 7;
+pub const ACL_REG_TYPE_OTHER: aclRegisterCallbackType = 65535;
+pub type aclRegisterCallbackType = core::ffi::c_uint;
+pub type aclInitCallbackFunc = ::std::option::Option<
+    unsafe extern "C" fn(
+        configStr: *const core::ffi::c_char,
+        len: usize,
+        userData: *mut core::ffi::c_void,
+    ) -> aclError,
+>;
+pub type aclFinalizeCallbackFunc =
+    ::std::option::Option<unsafe extern "C" fn(userData: *mut core::ffi::c_void) -> aclError>;
 pub type aclrtCallback =
     ::std::option::Option<unsafe extern "C" fn(userData: *mut core::ffi::c_void)>;
 pub type aclrtHostFunc = ::std::option::Option<unsafe extern "C" fn(args: *mut core::ffi::c_void)>;
@@ -1410,15 +1475,28 @@ macro_rules! for_each_acl_function {
                 fn aclrtAllocatorGetByStream(stream: $crate::aclrtStream, allocatorDesc: *mut $crate::aclrtAllocatorDesc, allocator: *mut $crate::aclrtAllocator, allocFunc: *mut $crate::aclrtAllocatorAllocFunc, freeFunc: *mut $crate::aclrtAllocatorFreeFunc, allocAdviseFunc: *mut $crate::aclrtAllocatorAllocAdviseFunc, getAddrFromBlockFunc: *mut $crate::aclrtAllocatorGetAddrFromBlockFunc) -> $crate::aclError;
                 fn aclrtAllocatorUnregister(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclFinalizeReference(refCount: *mut u64) -> $crate::aclError;
+                fn aclsysGetCANNVersion(name: $crate::aclCANNPackageName, version: *mut $crate::aclCANNPackageVersion) -> $crate::aclError;
                 fn aclsysGetVersionStr(pkgName: *mut core::ffi::c_char, versionStr: *mut core::ffi::c_char) -> $crate::aclError;
                 fn aclsysGetVersionNum(pkgName: *mut core::ffi::c_char, versionNum: *mut i32) -> $crate::aclError;
+                fn aclrtGetVersion(majorVersion: *mut i32, minorVersion: *mut i32, patchVersion: *mut i32) -> $crate::aclError;
+                fn aclInitCallbackRegister(type_: $crate::aclRegisterCallbackType, cbFunc: $crate::aclInitCallbackFunc, userData: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclInitCallbackUnRegister(type_: $crate::aclRegisterCallbackType, cbFunc: $crate::aclInitCallbackFunc) -> $crate::aclError;
+                fn aclFinalizeCallbackRegister(type_: $crate::aclRegisterCallbackType, cbFunc: $crate::aclFinalizeCallbackFunc, userData: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclFinalizeCallbackUnRegister(type_: $crate::aclRegisterCallbackType, cbFunc: $crate::aclFinalizeCallbackFunc) -> $crate::aclError;
                 fn aclrtGetLastError(level: $crate::aclrtLastErrLevel) -> $crate::aclError;
                 fn aclrtPeekAtLastError(level: $crate::aclrtLastErrLevel) -> $crate::aclError;
                 fn aclrtResetDeviceForce(deviceId: i32) -> $crate::aclError;
                 fn aclrtGetDeviceInfo(deviceId: u32, attr: $crate::aclrtDevAttr, value: *mut i64) -> $crate::aclError;
                 fn aclrtQueryDeviceStatus(deviceId: i32, deviceStatus: *mut $crate::aclrtDeviceStatus) -> $crate::aclError;
                 fn aclrtSynchronizeDeviceWithTimeout(timeout: i32) -> $crate::aclError;
+                fn aclrtGetLogicDevIdByUserDevId(userDevid: i32, logicDevId: *mut i32) -> $crate::aclError;
+                fn aclrtGetUserDevIdByLogicDevId(logicDevId: i32, userDevid: *mut i32) -> $crate::aclError;
+                fn aclrtGetLogicDevIdByPhyDevId(phyDevId: i32, logicDevId: *mut i32) -> $crate::aclError;
+                fn aclrtGetPhyDevIdByLogicDevId(logicDevId: i32, phyDevId: *mut i32) -> $crate::aclError;
+                fn aclrtGetUserDevIdByPhyDevId(phyDevId: i32, userDevId: *mut i32) -> $crate::aclError;
+                fn aclrtGetPhyDevIdByUserDevId(userDevId: i32, phyDevId: *mut i32) -> $crate::aclError;
                 fn aclrtCtxGetCurrentDefaultStream(stream: *mut $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtGetPrimaryCtxState(deviceId: i32, flags: *mut u32, active: *mut i32) -> $crate::aclError;
                 fn aclrtMallocAlign32(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy) -> $crate::aclError;
                 fn aclrtMallocWithCfg(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy, cfg: *mut $crate::aclrtMallocConfig) -> $crate::aclError;
                 fn aclrtFreeWithDevSync(devPtr: *mut core::ffi::c_void) -> $crate::aclError;
@@ -1442,6 +1520,14 @@ macro_rules! for_each_acl_function {
                 fn aclrtQueryEventWaitStatus(event: $crate::aclrtEvent, status: *mut $crate::aclrtEventWaitStatus) -> $crate::aclError;
                 fn aclrtSynchronizeEventWithTimeout(event: $crate::aclrtEvent, timeout: i32) -> $crate::aclError;
                 fn aclrtEventGetTimestamp(event: $crate::aclrtEvent, timestamp: *mut u64) -> $crate::aclError;
+                fn aclrtGetEventId(event: $crate::aclrtEvent, eventId: *mut u32) -> $crate::aclError;
+                fn aclrtGetEventAvailNum(eventCount: *mut u32) -> $crate::aclError;
+                fn aclrtSetOpWaitTimeout(timeout: u32) -> $crate::aclError;
+                fn aclrtSetOpExecuteTimeOut(timeout: u32) -> $crate::aclError;
+                fn aclrtSetOpExecuteTimeOutWithMs(timeout: u32) -> $crate::aclError;
+                fn aclrtSetOpExecuteTimeOutV2(timeout: u64, actualTimeout: *mut u64) -> $crate::aclError;
+                fn aclrtGetOpTimeOutInterval(interval: *mut u64) -> $crate::aclError;
+                fn aclrtGetOpExecuteTimeout(timeoutMs: *mut u32) -> $crate::aclError;
                 fn aclrtLaunchHostFunc(stream: $crate::aclrtStream, fn_: $crate::aclrtHostFunc, args: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtBinaryLoadFromFile(binPath: *const core::ffi::c_char, options: *mut $crate::aclrtBinaryLoadOptions, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtBinaryLoadFromData(data: *const core::ffi::c_void, length: usize, options: *const $crate::aclrtBinaryLoadOptions, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;

@@ -1,0 +1,111 @@
+/*
+ * Runtime configuration as a CANN program uses it: module callbacks registered before aclInit,
+ * the interface and package versions (the deprecated queries too), device ID mapping, the
+ * primary context's state, event IDs and the events left, and the operator timeouts with the
+ * default timeout step. Compiled against npu-sim's header and linked to its libascendcl.so by
+ * tests/c_programs.rs.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "acl/acl.h"
+#include "check.h"
+
+static aclError on_init(const char *configStr, size_t len, void *userData)
+{
+    printf("init callback of %s: %zu bytes of configuration%s\n", (const char *)userData, len,
+           configStr[len] == '\0' ? "" : " (not terminated)");
+    return ACL_SUCCESS;
+}
+
+static aclError on_finalize(void *userData)
+{
+    printf("finalize callback of %s\n", (const char *)userData);
+    return ACL_SUCCESS;
+}
+
+static int versions(void)
+{
+    int32_t major = -1, minor = -1, patch = -1;
+    aclCANNPackageVersion cann;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    CHECK(aclrtGetVersion(&major, &minor, &patch));
+    CHECK(aclsysGetCANNVersion(ACL_PKG_NAME_CANN, &cann));
+#pragma GCC diagnostic pop
+    printf("acl %d.%d.%d (header %d.%d.%d), cann %s = %s.%s.%s patch %s\n", major, minor, patch,
+           ACL_MAJOR_VERSION, ACL_MINOR_VERSION, ACL_PATCH_VERSION, cann.version,
+           cann.majorVersion, cann.minorVersion, cann.releaseVersion, cann.patchVersion);
+    return 0;
+}
+
+static int device_ids(void)
+{
+    uint32_t count = 0;
+    CHECK(aclrtGetDeviceCount(&count));
+    for (int32_t user = 0; user < (int32_t)count; ++user) {
+        int32_t logic = -1, phy = -1, back = -1;
+        CHECK(aclrtGetLogicDevIdByUserDevId(user, &logic));
+        CHECK(aclrtGetPhyDevIdByUserDevId(user, &phy));
+        CHECK(aclrtGetUserDevIdByPhyDevId(phy, &back));
+        printf("user device %d: logical %d, physical %d, back %d\n", user, logic, phy, back);
+    }
+    return 0;
+}
+
+static int events(void)
+{
+    aclrtEvent first = NULL, second = NULL;
+    uint32_t firstId = 0, secondId = 0, left = 0;
+    CHECK(aclrtCreateEvent(&first));
+    CHECK(aclrtCreateEventWithFlag(&second, ACL_EVENT_SYNC));
+    CHECK(aclrtGetEventId(first, &firstId));
+    CHECK(aclrtGetEventId(second, &secondId));
+    CHECK(aclrtGetEventAvailNum(&left));
+    printf("event ids differ %d, events left %u\n", firstId != secondId, left);
+    CHECK(aclrtDestroyEvent(first));
+    CHECK(aclrtDestroyEvent(second));
+    return 0;
+}
+
+static int timeouts(void)
+{
+    uint64_t interval = 0, actual = 0;
+    uint32_t ms = 0;
+    CHECK(aclrtGetOpTimeOutInterval(&interval));
+    CHECK(aclrtGetOpExecuteTimeout(&ms));
+    printf("timeout step %" PRIu64 " us, default execute timeout %u ms\n", interval, ms);
+    CHECK(aclrtSetOpExecuteTimeOut(60));
+    CHECK(aclrtGetOpExecuteTimeout(&ms));
+    printf("60 s takes effect as %u ms\n", ms);
+    CHECK(aclrtSetOpExecuteTimeOutV2(0, &actual));
+    printf("0 takes effect as %" PRIu64 " us\n", actual);
+    printf("ms form on an Atlas A2: %d\n", aclrtSetOpExecuteTimeOutWithMs(100));
+    CHECK(aclrtSetOpWaitTimeout(30));
+    return 0;
+}
+
+int main(void)
+{
+    int32_t active = -1;
+    CHECK(aclInitCallbackRegister(ACL_REG_TYPE_OTHER, on_init, (void *)"app"));
+    CHECK(aclFinalizeCallbackRegister(ACL_REG_TYPE_OTHER, on_finalize, (void *)"app"));
+    CHECK(aclInit(NULL));
+    if (versions() != 0 || device_ids() != 0) {
+        return 1;
+    }
+    CHECK(aclrtGetPrimaryCtxState(0, NULL, &active));
+    printf("primary context of device 0 before aclrtSetDevice: %d\n", active);
+    CHECK(aclrtSetDevice(0));
+    CHECK(aclrtGetPrimaryCtxState(0, NULL, &active));
+    printf("after: %d\n", active);
+    if (events() != 0 || timeouts() != 0) {
+        return 1;
+    }
+    CHECK(aclrtResetDevice(0));
+    CHECK(aclrtGetPrimaryCtxState(0, NULL, &active));
+    printf("after aclrtResetDevice: %d\n", active);
+    CHECK(aclFinalize());
+    printf("runtime config ok\n");
+    return 0;
+}
