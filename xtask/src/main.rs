@@ -107,6 +107,9 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtSetOpExecuteTimeOutV2",
     "aclrtGetOpTimeOutInterval",
     "aclrtGetOpExecuteTimeout",
+    "aclrtDeviceSetLimit",
+    "aclrtDeviceGetLimit",
+    "aclrtRegDeviceStateCallback",
     // Devices and information
     "aclrtSetDeviceResLimit",
     "aclrtGetDeviceResLimit",

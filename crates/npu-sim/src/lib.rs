@@ -56,6 +56,7 @@ mod allocator;
 mod clock;
 mod context;
 mod device;
+mod device_limit;
 mod error;
 mod event;
 mod exception;

@@ -1,10 +1,12 @@
-//! Device ID mapping (user, logical and physical IDs), the primary context's state, event IDs
-//! and the count of events left, with every error path, through the exported C ABI.
+//! Device ID mapping (user, logical and physical IDs), the primary context's state, device
+//! state callbacks, the process's device resource limits, event IDs and the count of events
+//! left, with every error path, through the exported C ABI.
 //!
-//! Devices (this process has 4): 0 for events (only
+//! Devices (this process has 5): 0 for events (only
 //! `events_have_distinct_ids_and_only_waitable_ones_count_against_the_limit` uses it), 1 for
 //! the primary context's state (only `primary_context_state_follows_set_and_reset` sets it), 2
-//! is lost by `a_lost_device_fails_event_queries_but_still_maps`, 3 for the error cases.
+//! is lost by `a_lost_device_fails_event_queries_but_still_maps`, 3 for the error cases, 4 for
+//! the device state callbacks (only `device_state_callbacks_surround_set_and_reset` uses it).
 
 extern crate ascendcl as npu_sim;
 
@@ -21,7 +23,7 @@ use npu_sys::*;
 fn install() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        npu_sim::SimConfig::default().devices(4).install().unwrap();
+        npu_sim::SimConfig::default().devices(5).install().unwrap();
     });
 }
 
@@ -47,7 +49,7 @@ const MAPPINGS: [(&str, Mapping); 6] = [
 fn every_id_of_a_device_is_the_same_without_visible_devices() {
     install();
     for (name, map) in MAPPINGS {
-        for id in 0..4 {
+        for id in 0..5 {
             let mut out = -1;
             acl!(map(id, &mut out));
             assert_eq!(out, id, "{name}({id})");
@@ -121,6 +123,161 @@ fn primary_context_state_follows_set_and_reset() {
     .unwrap();
 }
 
+/// What the device state callbacks saw for device 4: (tag, state).
+static STATES: std::sync::Mutex<Vec<(u8, aclrtDeviceState)>> = std::sync::Mutex::new(Vec::new());
+
+unsafe extern "C" fn on_state(device: i32, state: aclrtDeviceState, args: *mut std::ffi::c_void) {
+    // Other tests set and reset other devices meanwhile.
+    if device == 4 {
+        // SAFETY: the test registers the callbacks with pointers to its static tags.
+        let tag = unsafe { *args.cast::<u8>() };
+        STATES.lock().unwrap().push((tag, state));
+    }
+}
+
+static TAG_1: u8 = 1;
+static TAG_2: u8 = 2;
+
+fn tag(tag: &'static u8) -> *mut std::ffi::c_void {
+    ptr::from_ref(tag).cast_mut().cast()
+}
+
+fn states() -> Vec<(u8, aclrtDeviceState)> {
+    std::mem::take(&mut *STATES.lock().unwrap())
+}
+
+#[test]
+fn device_state_callbacks_surround_set_and_reset() {
+    install();
+    std::thread::spawn(|| {
+        let (a, b) = (c"state a", c"state b");
+        acl!(aclrtRegDeviceStateCallback(
+            a.as_ptr(),
+            Some(on_state),
+            tag(&TAG_1)
+        ));
+        acl!(aclrtRegDeviceStateCallback(
+            b.as_ptr(),
+            Some(on_state),
+            tag(&TAG_2)
+        ));
+        set_device(4);
+        set_device(4);
+        acl!(aclrtResetDevice(4));
+        acl!(aclrtResetDeviceForce(4));
+        use npu_sys::{
+            ACL_RT_DEVICE_STATE_RESET_POST as RP, ACL_RT_DEVICE_STATE_RESET_PRE as RE,
+            ACL_RT_DEVICE_STATE_SET_POST as SP, ACL_RT_DEVICE_STATE_SET_PRE as SE,
+        };
+        let round = |pre, post| [(1, pre), (2, pre), (1, post), (2, post)];
+        let expected: Vec<_> =
+            [round(SE, SP), round(SE, SP), round(RE, RP), round(RE, RP)].concat();
+        assert_eq!(states(), expected, "registration order, every call");
+        // A failing reset (nothing left to release) has a PRE and no POST.
+        acl!(aclrtRegDeviceStateCallback(
+            a.as_ptr(),
+            None,
+            ptr::null_mut()
+        ));
+        assert_eq!(
+            code!(aclrtResetDevice(4)),
+            ACL_ERROR_RT_CONTEXT_RELEASE_ERROR
+        );
+        assert_eq!(states(), [(2, RE)]);
+        acl!(aclrtRegDeviceStateCallback(
+            b.as_ptr(),
+            None,
+            ptr::null_mut()
+        ));
+        set_device(4);
+        acl!(aclrtResetDevice(4));
+        assert_eq!(states(), [], "nothing registered");
+    })
+    .join()
+    .unwrap();
+}
+
+fn get_limit(limit: aclrtDeviceLimit) -> usize {
+    let mut value = 0;
+    acl!(aclrtDeviceGetLimit(limit, &mut value));
+    value
+}
+
+#[test]
+fn device_limits_round_as_the_hardware_and_refuse_simt() {
+    install();
+    let (stack, fifo) = (
+        ACL_RT_DEV_LIMIT_SIMD_STACK_SIZE,
+        ACL_RT_DEV_LIMIT_SIMD_PRINTF_FIFO_SIZE_PER_CORE,
+    );
+    assert_eq!((get_limit(stack), get_limit(fifo)), (32 << 10, 32 << 10));
+    for (asked, effective) in [(1, 32 << 10), (40_000, 48 << 10), (196_608, 192 << 10)] {
+        acl!(aclrtDeviceSetLimit(stack, asked));
+        assert_eq!(get_limit(stack), effective, "stack {asked}");
+    }
+    for (asked, effective) in [(1024, 1024), (1025, 1032), (64 << 20, 64 << 20)] {
+        acl!(aclrtDeviceSetLimit(fifo, asked));
+        assert_eq!(get_limit(fifo), effective, "fifo {asked}");
+    }
+    let refused = [
+        (stack, 196_609, ACL_ERROR_RT_PARAM_INVALID),
+        (fifo, 1023, ACL_ERROR_RT_PARAM_INVALID),
+        (fifo, (64 << 20) + 1, ACL_ERROR_RT_PARAM_INVALID),
+        (
+            ACL_RT_DEV_LIMIT_SIMT_STACK_SIZE,
+            1024,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            ACL_RT_DEV_LIMIT_SIMT_DVG_WARP_STACK_SIZE,
+            1024,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            ACL_RT_DEV_LIMIT_SIMT_PRINTF_FIFO_SIZE,
+            1 << 20,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (5, 1024, ACL_ERROR_RT_PARAM_INVALID),
+    ];
+    for (limit, value, code) in refused {
+        assert_eq!(
+            code!(aclrtDeviceSetLimit(limit, value)),
+            code,
+            "set {limit} {value}"
+        );
+        assert!(recent_message().contains("aclrtDeviceSetLimit"));
+    }
+    assert_eq!(
+        (get_limit(stack), get_limit(fifo)),
+        (192 << 10, 64 << 20),
+        "refused settings change nothing"
+    );
+    let mut value = 0;
+    for (limit, code) in [
+        (
+            ACL_RT_DEV_LIMIT_SIMT_STACK_SIZE,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            ACL_RT_DEV_LIMIT_SIMT_PRINTF_FIFO_SIZE,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (7, ACL_ERROR_RT_PARAM_INVALID),
+    ] {
+        assert_eq!(
+            code!(aclrtDeviceGetLimit(limit, &mut value)),
+            code,
+            "get {limit}"
+        );
+    }
+    assert_eq!(
+        code!(aclrtDeviceGetLimit(stack, ptr::null_mut())),
+        ACL_ERROR_INVALID_PARAM
+    );
+    assert!(recent_message().contains("aclrtDeviceGetLimit"));
+}
+
 fn event_id(event: aclrtEvent) -> u32 {
     let mut id = u32::MAX;
     acl!(aclrtGetEventId(event, &mut id));
@@ -175,7 +332,75 @@ fn stale_event() -> aclrtEvent {
     event
 }
 
+unsafe extern "C" fn ignore_state(_: i32, _: aclrtDeviceState, _: *mut std::ffi::c_void) {}
+
+fn register_twice() -> aclError {
+    let name = c"registered twice";
+    acl!(aclrtRegDeviceStateCallback(
+        name.as_ptr(),
+        Some(ignore_state),
+        ptr::null_mut()
+    ));
+    let code = code!(aclrtRegDeviceStateCallback(
+        name.as_ptr(),
+        Some(ignore_state),
+        ptr::null_mut()
+    ));
+    acl!(aclrtRegDeviceStateCallback(
+        name.as_ptr(),
+        None,
+        ptr::null_mut()
+    ));
+    code
+}
+
 const CASES: &[Case] = &[
+    case(
+        "state callback NULL name",
+        "aclrtRegDeviceStateCallback",
+        ACL_ERROR_INVALID_PARAM,
+        -1,
+        || {
+            code!(aclrtRegDeviceStateCallback(
+                ptr::null(),
+                Some(ignore_state),
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "state callback empty name",
+        "aclrtRegDeviceStateCallback",
+        ACL_ERROR_INVALID_PARAM,
+        -1,
+        || {
+            code!(aclrtRegDeviceStateCallback(
+                c"".as_ptr(),
+                Some(ignore_state),
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "state callback registered twice",
+        "aclrtRegDeviceStateCallback",
+        ACL_ERROR_RT_PARAM_INVALID,
+        -1,
+        register_twice,
+    ),
+    case(
+        "remove an unknown state callback",
+        "aclrtRegDeviceStateCallback",
+        ACL_ERROR_RT_PARAM_INVALID,
+        -1,
+        || {
+            code!(aclrtRegDeviceStateCallback(
+                c"unknown".as_ptr(),
+                None,
+                ptr::null_mut()
+            ))
+        },
+    ),
     case(
         "map NULL out",
         "aclrtGetPhyDevIdByUserDevId",
@@ -184,11 +409,11 @@ const CASES: &[Case] = &[
         || code!(aclrtGetPhyDevIdByUserDevId(0, ptr::null_mut())),
     ),
     case(
-        "map device 4",
+        "map device 5",
         "aclrtGetLogicDevIdByUserDevId",
         ACL_ERROR_RT_INVALID_DEVICEID,
         -1,
-        || code!(aclrtGetLogicDevIdByUserDevId(4, &mut 0)),
+        || code!(aclrtGetLogicDevIdByUserDevId(5, &mut 0)),
     ),
     case(
         "map device -1",
@@ -212,11 +437,11 @@ const CASES: &[Case] = &[
         || code!(aclrtGetPrimaryCtxState(0, ptr::null_mut(), ptr::null_mut())),
     ),
     case(
-        "primary state of device 4",
+        "primary state of device 5",
         "aclrtGetPrimaryCtxState",
         ACL_ERROR_RT_INVALID_DEVICEID,
         -1,
-        || code!(aclrtGetPrimaryCtxState(4, ptr::null_mut(), &mut 0)),
+        || code!(aclrtGetPrimaryCtxState(5, ptr::null_mut(), &mut 0)),
     ),
     case(
         "event id of NULL",

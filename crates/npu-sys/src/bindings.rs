@@ -930,6 +930,20 @@ pub type aclFinalizeCallbackFunc =
 pub type aclrtCallback =
     ::std::option::Option<unsafe extern "C" fn(userData: *mut core::ffi::c_void)>;
 pub type aclrtHostFunc = ::std::option::Option<unsafe extern "C" fn(args: *mut core::ffi::c_void)>;
+pub const ACL_RT_DEV_LIMIT_SIMT_STACK_SIZE: aclrtDeviceLimit = 0;
+pub const ACL_RT_DEV_LIMIT_SIMT_DVG_WARP_STACK_SIZE: aclrtDeviceLimit = 1;
+pub const ACL_RT_DEV_LIMIT_SIMD_STACK_SIZE: aclrtDeviceLimit = 2;
+pub const ACL_RT_DEV_LIMIT_SIMD_PRINTF_FIFO_SIZE_PER_CORE: aclrtDeviceLimit = 3;
+pub const ACL_RT_DEV_LIMIT_SIMT_PRINTF_FIFO_SIZE: aclrtDeviceLimit = 4;
+pub type aclrtDeviceLimit = core::ffi::c_uint;
+pub const ACL_RT_DEVICE_STATE_SET_PRE: aclrtDeviceState = 0;
+pub const ACL_RT_DEVICE_STATE_SET_POST: aclrtDeviceState = 1;
+pub const ACL_RT_DEVICE_STATE_RESET_PRE: aclrtDeviceState = 2;
+pub const ACL_RT_DEVICE_STATE_RESET_POST: aclrtDeviceState = 3;
+pub type aclrtDeviceState = core::ffi::c_uint;
+pub type aclrtDeviceStateCallback = ::std::option::Option<
+    unsafe extern "C" fn(deviceId: i32, state: aclrtDeviceState, args: *mut core::ffi::c_void),
+>;
 pub const ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV: aclrtDevFeatureType = 1;
 pub const ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV: aclrtDevFeatureType = 21;
 pub type aclrtDevFeatureType = core::ffi::c_uint;
@@ -1489,6 +1503,9 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetDeviceInfo(deviceId: u32, attr: $crate::aclrtDevAttr, value: *mut i64) -> $crate::aclError;
                 fn aclrtQueryDeviceStatus(deviceId: i32, deviceStatus: *mut $crate::aclrtDeviceStatus) -> $crate::aclError;
                 fn aclrtSynchronizeDeviceWithTimeout(timeout: i32) -> $crate::aclError;
+                fn aclrtDeviceSetLimit(limit: $crate::aclrtDeviceLimit, value: usize) -> $crate::aclError;
+                fn aclrtDeviceGetLimit(limit: $crate::aclrtDeviceLimit, value: *mut usize) -> $crate::aclError;
+                fn aclrtRegDeviceStateCallback(regName: *const core::ffi::c_char, callback: $crate::aclrtDeviceStateCallback, args: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtGetLogicDevIdByUserDevId(userDevid: i32, logicDevId: *mut i32) -> $crate::aclError;
                 fn aclrtGetUserDevIdByLogicDevId(logicDevId: i32, userDevid: *mut i32) -> $crate::aclError;
                 fn aclrtGetLogicDevIdByPhyDevId(phyDevId: i32, logicDevId: *mut i32) -> $crate::aclError;

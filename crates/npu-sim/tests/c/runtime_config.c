@@ -1,8 +1,8 @@
 /*
  * Runtime configuration as a CANN program uses it: module callbacks registered before aclInit,
  * the interface and package versions (the deprecated queries too), device ID mapping, the
- * primary context's state, event IDs and the events left, and the operator timeouts with the
- * default timeout step. Compiled against npu-sim's header and linked to its libascendcl.so by
+ * primary context's state, device state callbacks and resource limits, event IDs and the
+ * events left, and the operator timeouts with the default timeout step. Compiled against npu-sim's header and linked to its libascendcl.so by
  * tests/c_programs.rs.
  */
 #include <inttypes.h>
@@ -22,6 +22,23 @@ static aclError on_finalize(void *userData)
 {
     printf("finalize callback of %s\n", (const char *)userData);
     return ACL_SUCCESS;
+}
+
+static void on_device_state(int32_t deviceId, aclrtDeviceState state, void *args)
+{
+    static const char *const names[] = {"set pre", "set post", "reset pre", "reset post"};
+    printf("%s: device %d %s\n", (const char *)args, deviceId, names[state]);
+}
+
+static int limits(void)
+{
+    size_t stack = 0, fifo = 0, simt = 0;
+    CHECK(aclrtDeviceSetLimit(ACL_RT_DEV_LIMIT_SIMD_STACK_SIZE, 40000));
+    CHECK(aclrtDeviceGetLimit(ACL_RT_DEV_LIMIT_SIMD_STACK_SIZE, &stack));
+    CHECK(aclrtDeviceGetLimit(ACL_RT_DEV_LIMIT_SIMD_PRINTF_FIFO_SIZE_PER_CORE, &fifo));
+    printf("simd stack %zu, printf fifo %zu, simt stack on an Atlas A2: %d\n", stack, fifo,
+           aclrtDeviceGetLimit(ACL_RT_DEV_LIMIT_SIMT_STACK_SIZE, &simt));
+    return 0;
 }
 
 static int versions(void)
@@ -91,9 +108,10 @@ int main(void)
     CHECK(aclInitCallbackRegister(ACL_REG_TYPE_OTHER, on_init, (void *)"app"));
     CHECK(aclFinalizeCallbackRegister(ACL_REG_TYPE_OTHER, on_finalize, (void *)"app"));
     CHECK(aclInit(NULL));
-    if (versions() != 0 || device_ids() != 0) {
+    if (versions() != 0 || device_ids() != 0 || limits() != 0) {
         return 1;
     }
+    CHECK(aclrtRegDeviceStateCallback("app", on_device_state, (void *)"state"));
     CHECK(aclrtGetPrimaryCtxState(0, NULL, &active));
     printf("primary context of device 0 before aclrtSetDevice: %d\n", active);
     CHECK(aclrtSetDevice(0));
@@ -103,6 +121,7 @@ int main(void)
         return 1;
     }
     CHECK(aclrtResetDevice(0));
+    CHECK(aclrtRegDeviceStateCallback("app", NULL, NULL));
     CHECK(aclrtGetPrimaryCtxState(0, NULL, &active));
     printf("after aclrtResetDevice: %d\n", active);
     CHECK(aclFinalize());
