@@ -75,6 +75,8 @@ pub(crate) struct Device {
     /// Live events holding a hardware event ([`crate::event::MAX_EVENTS_PER_DEVICE`]).
     pub(crate) hardware_events: AtomicU64,
     pub(crate) next_event_id: AtomicU32,
+    /// aclrtSetDeviceSatMode's float overflow mode (an `aclrtFloatOverflowMode`).
+    pub(crate) sat_mode: AtomicU32,
     pub(crate) res_limits: ResLimits,
     pub(crate) live_notifies: AtomicU64,
     pub(crate) next_notify_id: AtomicU32,
@@ -110,6 +112,7 @@ impl Device {
             live_events: AtomicU64::new(0),
             hardware_events: AtomicU64::new(0),
             next_event_id: AtomicU32::new(0),
+            sat_mode: AtomicU32::new(ACL_RT_OVERFLOW_MODE_INFNAN),
             res_limits: ResLimits::default(),
             live_notifies: AtomicU64::new(0),
             next_notify_id: AtomicU32::new(0),

@@ -73,6 +73,7 @@ mod sim;
 mod stream;
 mod stream_state;
 mod sync;
+mod sys_param;
 mod task;
 mod vmm;
 

@@ -217,6 +217,7 @@ fn runtime_configuration_flow_in_c_and_cxx() {
          60 s takes effect as 60129 ms\n\
          0 takes effect as 1090921618 us\n\
          ms form on an Atlas A2: 207000\n\
+         deterministic 1, context debug kernel 1, inf/nan mode 1, overflow switch 1\n\
          state: device 0 reset pre\n\
          state: device 0 reset post\n\
          after aclrtResetDevice: 0\n\

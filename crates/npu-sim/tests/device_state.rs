@@ -1,11 +1,13 @@
 //! Device ID mapping (user, logical and physical IDs), the primary context's state, device
-//! state callbacks, the process's device resource limits, event IDs and the count of events
-//! left, with every error path, through the exported C ABI.
+//! state callbacks, the process's device resource limits, runtime parameters (process and
+//! context), the float overflow settings, event IDs and the count of events left, with every
+//! error path, through the exported C ABI.
 //!
 //! Devices (this process has 5): 0 for events (only
 //! `events_have_distinct_ids_and_only_waitable_ones_count_against_the_limit` uses it), 1 for
 //! the primary context's state (only `primary_context_state_follows_set_and_reset` sets it), 2
-//! is lost by `a_lost_device_fails_event_queries_but_still_maps`, 3 for the error cases, 4 for
+//! is lost by `a_lost_device_fails_event_queries_but_still_maps`, 3 for the error cases and the
+//! overflow settings, 4 for
 //! the device state callbacks (only `device_state_callbacks_surround_set_and_reset` uses it).
 
 extern crate ascendcl as npu_sim;
@@ -276,6 +278,191 @@ fn device_limits_round_as_the_hardware_and_refuse_simt() {
         ACL_ERROR_INVALID_PARAM
     );
     assert!(recent_message().contains("aclrtDeviceGetLimit"));
+}
+
+fn sys_param(opt: aclSysParamOpt) -> i64 {
+    let mut value = -1;
+    acl!(aclrtGetSysParamOpt(opt, &mut value));
+    value
+}
+
+fn ctx_param(opt: aclSysParamOpt) -> Result<i64, aclError> {
+    let mut value = -1;
+    match code!(aclrtCtxGetSysParamOpt(opt, &mut value)) {
+        0 => Ok(value),
+        code => Err(code),
+    }
+}
+
+#[test]
+fn runtime_parameters_of_the_process_and_of_each_context() {
+    install();
+    std::thread::spawn(|| {
+        for opt in 0..4 {
+            assert_eq!(sys_param(opt), 0, "option {opt} is off by default");
+        }
+        acl!(aclrtSetSysParamOpt(ACL_OPT_DETERMINISTIC, 3));
+        acl!(aclrtSetSysParamOpt(ACL_OPT_ENABLE_DEBUG_KERNEL, 1));
+        assert_eq!(sys_param(ACL_OPT_DETERMINISTIC), 3);
+        assert_eq!(sys_param(ACL_OPT_ENABLE_DEBUG_KERNEL), 1);
+        for (opt, value) in [
+            (ACL_OPT_DETERMINISTIC, 4),
+            (ACL_OPT_ENABLE_KERNEL_EARLY_START, 2),
+            (4, 0),
+        ] {
+            assert_eq!(
+                code!(aclrtSetSysParamOpt(opt, value)),
+                ACL_ERROR_INVALID_PARAM
+            );
+            assert!(recent_message().contains("aclrtSetSysParamOpt"));
+        }
+        assert_eq!(
+            sys_param(ACL_OPT_DETERMINISTIC),
+            3,
+            "a refused value changes nothing"
+        );
+
+        // Contexts have their own parameters, without defaults.
+        set_device(3);
+        assert_eq!(
+            ctx_param(ACL_OPT_DETERMINISTIC),
+            Err(ACL_ERROR_RT_PARAM_INVALID)
+        );
+        acl!(aclrtCtxSetSysParamOpt(ACL_OPT_DETERMINISTIC, 1));
+        assert_eq!(ctx_param(ACL_OPT_DETERMINISTIC), Ok(1));
+        let mut other = ptr::null_mut();
+        acl!(aclrtCreateContext(&mut other, 3));
+        assert_eq!(
+            ctx_param(ACL_OPT_DETERMINISTIC),
+            Err(ACL_ERROR_RT_PARAM_INVALID)
+        );
+        acl!(aclrtDestroyContext(other));
+        assert_eq!(
+            code!(aclrtCtxSetSysParamOpt(ACL_OPT_DETERMINISTIC, 1)),
+            ACL_ERROR_RT_CONTEXT_NULL
+        );
+        set_device(3);
+        assert_eq!(
+            ctx_param(ACL_OPT_DETERMINISTIC),
+            Ok(1),
+            "the primary context kept it"
+        );
+        assert_eq!(
+            code!(aclrtCtxSetSysParamOpt(ACL_OPT_STRONG_CONSISTENCY, 2)),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(ctx_param(9), Err(ACL_ERROR_INVALID_PARAM));
+        assert_eq!(
+            code!(aclrtCtxGetSysParamOpt(
+                ACL_OPT_DETERMINISTIC,
+                ptr::null_mut()
+            )),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            code!(aclrtGetSysParamOpt(ACL_OPT_DETERMINISTIC, ptr::null_mut())),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            code!(aclrtGetSysParamOpt(4, &mut 0)),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert!(recent_message().contains("aclrtGetSysParamOpt"));
+        acl!(aclrtResetDevice(3));
+        acl!(aclrtResetDevice(3));
+    })
+    .join()
+    .unwrap();
+}
+
+fn sat_mode() -> aclrtFloatOverflowMode {
+    let mut mode = u32::MAX;
+    acl!(aclrtGetDeviceSatMode(&mut mode));
+    mode
+}
+
+fn overflow_switch(stream: aclrtStream) -> u32 {
+    let mut flag = u32::MAX;
+    acl!(aclrtGetStreamOverflowSwitch(stream, &mut flag));
+    flag
+}
+
+#[test]
+fn overflow_settings_are_kept_per_device_and_stream() {
+    install();
+    std::thread::spawn(|| {
+        set_device(3);
+        assert_eq!(
+            sat_mode(),
+            ACL_RT_OVERFLOW_MODE_INFNAN,
+            "the Atlas A2 default"
+        );
+        acl!(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_SATURATION));
+        assert_eq!(sat_mode(), ACL_RT_OVERFLOW_MODE_SATURATION);
+        assert_eq!(
+            code!(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_UNDEF)),
+            ACL_ERROR_INVALID_PARAM
+        );
+        acl!(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_INFNAN));
+        assert_eq!(sat_mode(), ACL_RT_OVERFLOW_MODE_INFNAN);
+
+        let stream = create_stream();
+        assert_eq!(overflow_switch(stream), 0);
+        acl!(aclrtSetStreamOverflowSwitch(stream, 1));
+        assert_eq!(overflow_switch(stream), 1);
+        let mut attr = aclrtStreamAttrValue::default();
+        acl!(aclrtGetStreamAttribute(
+            stream,
+            ACL_STREAM_ATTR_FLOAT_OVERFLOW_CHECK,
+            &mut attr
+        ));
+        // SAFETY: the field the attribute defines.
+        let switch = unsafe { attr.overflowSwitch };
+        assert_eq!(switch, 1, "the same switch as the attribute");
+        assert_eq!(
+            code!(aclrtSetStreamOverflowSwitch(stream, 2)),
+            ACL_ERROR_INVALID_PARAM
+        );
+        acl!(aclrtSetStreamOverflowSwitch(ptr::null_mut(), 1));
+        assert_eq!(
+            overflow_switch(ptr::null_mut()),
+            1,
+            "NULL is the default stream"
+        );
+        acl!(aclrtDestroyStream(stream));
+        assert_eq!(
+            code!(aclrtSetStreamOverflowSwitch(stream, 0)),
+            ACL_ERROR_RT_INVALID_HANDLE
+        );
+        assert_eq!(
+            code!(aclrtGetStreamOverflowSwitch(
+                ptr::null_mut(),
+                ptr::null_mut()
+            )),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            code!(aclrtGetDeviceSatMode(ptr::null_mut())),
+            ACL_ERROR_INVALID_PARAM
+        );
+        acl!(aclrtResetDevice(3));
+        std::thread::spawn(|| {
+            let mut mode = 0;
+            assert_eq!(
+                code!(aclrtGetDeviceSatMode(&mut mode)),
+                ACL_ERROR_RT_CONTEXT_NULL
+            );
+            assert_eq!(
+                code!(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_SATURATION)),
+                ACL_ERROR_RT_CONTEXT_NULL
+            );
+            assert!(recent_message().contains("aclrtSetDeviceSatMode"));
+        })
+        .join()
+        .unwrap();
+    })
+    .join()
+    .unwrap();
 }
 
 fn event_id(event: aclrtEvent) -> u32 {

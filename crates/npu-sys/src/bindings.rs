@@ -271,6 +271,11 @@ pub const ACL_ERROR_GE_FAILURE: core::ffi::c_int = 500002;
 pub const ACL_ERROR_RT_FAILURE: core::ffi::c_int = 500003;
 pub const ACL_ERROR_DRV_FAILURE: core::ffi::c_int = 500004;
 pub const ACL_ERROR_PROFILING_FAILURE: core::ffi::c_int = 500005;
+pub const ACL_OPT_DETERMINISTIC: aclSysParamOpt = 0;
+pub const ACL_OPT_ENABLE_DEBUG_KERNEL: aclSysParamOpt = 1;
+pub const ACL_OPT_STRONG_CONSISTENCY: aclSysParamOpt = 2;
+pub const ACL_OPT_ENABLE_KERNEL_EARLY_START: aclSysParamOpt = 3;
+pub type aclSysParamOpt = core::ffi::c_uint;
 pub const ACL_DT_UNDEFINED: aclDataType = -1;
 pub const ACL_FLOAT: aclDataType = 0;
 pub const ACL_FLOAT16: aclDataType = 1;
@@ -944,6 +949,10 @@ pub type aclrtDeviceState = core::ffi::c_uint;
 pub type aclrtDeviceStateCallback = ::std::option::Option<
     unsafe extern "C" fn(deviceId: i32, state: aclrtDeviceState, args: *mut core::ffi::c_void),
 >;
+pub const ACL_RT_OVERFLOW_MODE_SATURATION: aclrtFloatOverflowMode = 0;
+pub const ACL_RT_OVERFLOW_MODE_INFNAN: aclrtFloatOverflowMode = 1;
+pub const ACL_RT_OVERFLOW_MODE_UNDEF: aclrtFloatOverflowMode = 2;
+pub type aclrtFloatOverflowMode = core::ffi::c_uint;
 pub const ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV: aclrtDevFeatureType = 1;
 pub const ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV: aclrtDevFeatureType = 21;
 pub type aclrtDevFeatureType = core::ffi::c_uint;
@@ -1513,6 +1522,10 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetUserDevIdByPhyDevId(phyDevId: i32, userDevId: *mut i32) -> $crate::aclError;
                 fn aclrtGetPhyDevIdByUserDevId(userDevId: i32, phyDevId: *mut i32) -> $crate::aclError;
                 fn aclrtCtxGetCurrentDefaultStream(stream: *mut $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtCtxGetSysParamOpt(opt: $crate::aclSysParamOpt, value: *mut i64) -> $crate::aclError;
+                fn aclrtCtxSetSysParamOpt(opt: $crate::aclSysParamOpt, value: i64) -> $crate::aclError;
+                fn aclrtGetSysParamOpt(opt: $crate::aclSysParamOpt, value: *mut i64) -> $crate::aclError;
+                fn aclrtSetSysParamOpt(opt: $crate::aclSysParamOpt, value: i64) -> $crate::aclError;
                 fn aclrtGetPrimaryCtxState(deviceId: i32, flags: *mut u32, active: *mut i32) -> $crate::aclError;
                 fn aclrtMallocAlign32(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy) -> $crate::aclError;
                 fn aclrtMallocWithCfg(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy, cfg: *mut $crate::aclrtMallocConfig) -> $crate::aclError;
@@ -1539,6 +1552,10 @@ macro_rules! for_each_acl_function {
                 fn aclrtEventGetTimestamp(event: $crate::aclrtEvent, timestamp: *mut u64) -> $crate::aclError;
                 fn aclrtGetEventId(event: $crate::aclrtEvent, eventId: *mut u32) -> $crate::aclError;
                 fn aclrtGetEventAvailNum(eventCount: *mut u32) -> $crate::aclError;
+                fn aclrtSetStreamOverflowSwitch(stream: $crate::aclrtStream, flag: u32) -> $crate::aclError;
+                fn aclrtGetStreamOverflowSwitch(stream: $crate::aclrtStream, flag: *mut u32) -> $crate::aclError;
+                fn aclrtSetDeviceSatMode(mode: $crate::aclrtFloatOverflowMode) -> $crate::aclError;
+                fn aclrtGetDeviceSatMode(mode: *mut $crate::aclrtFloatOverflowMode) -> $crate::aclError;
                 fn aclrtSetOpWaitTimeout(timeout: u32) -> $crate::aclError;
                 fn aclrtSetOpExecuteTimeOut(timeout: u32) -> $crate::aclError;
                 fn aclrtSetOpExecuteTimeOutWithMs(timeout: u32) -> $crate::aclError;

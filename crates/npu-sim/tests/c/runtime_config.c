@@ -1,8 +1,9 @@
 /*
  * Runtime configuration as a CANN program uses it: module callbacks registered before aclInit,
  * the interface and package versions (the deprecated queries too), device ID mapping, the
- * primary context's state, device state callbacks and resource limits, event IDs and the
- * events left, and the operator timeouts with the default timeout step. Compiled against npu-sim's header and linked to its libascendcl.so by
+ * primary context's state, device state callbacks and resource limits, runtime parameters,
+ * overflow settings, event IDs and the events left, and the operator timeouts with the
+ * default timeout step. Compiled against npu-sim's header and linked to its libascendcl.so by
  * tests/c_programs.rs.
  */
 #include <inttypes.h>
@@ -38,6 +39,23 @@ static int limits(void)
     CHECK(aclrtDeviceGetLimit(ACL_RT_DEV_LIMIT_SIMD_PRINTF_FIFO_SIZE_PER_CORE, &fifo));
     printf("simd stack %zu, printf fifo %zu, simt stack on an Atlas A2: %d\n", stack, fifo,
            aclrtDeviceGetLimit(ACL_RT_DEV_LIMIT_SIMT_STACK_SIZE, &simt));
+    return 0;
+}
+
+static int parameters(void)
+{
+    int64_t process = -1, context = -1;
+    aclrtFloatOverflowMode mode = ACL_RT_OVERFLOW_MODE_UNDEF;
+    uint32_t overflow = 2;
+    CHECK(aclrtSetSysParamOpt(ACL_OPT_DETERMINISTIC, 1));
+    CHECK(aclrtGetSysParamOpt(ACL_OPT_DETERMINISTIC, &process));
+    CHECK(aclrtCtxSetSysParamOpt(ACL_OPT_ENABLE_DEBUG_KERNEL, 1));
+    CHECK(aclrtCtxGetSysParamOpt(ACL_OPT_ENABLE_DEBUG_KERNEL, &context));
+    CHECK(aclrtGetDeviceSatMode(&mode));
+    CHECK(aclrtSetStreamOverflowSwitch(NULL, 1));
+    CHECK(aclrtGetStreamOverflowSwitch(NULL, &overflow));
+    printf("deterministic %" PRId64 ", context debug kernel %" PRId64 ", inf/nan mode %d, overflow switch %u\n",
+           process, context, mode == ACL_RT_OVERFLOW_MODE_INFNAN, overflow);
     return 0;
 }
 
@@ -117,7 +135,7 @@ int main(void)
     CHECK(aclrtSetDevice(0));
     CHECK(aclrtGetPrimaryCtxState(0, NULL, &active));
     printf("after: %d\n", active);
-    if (events() != 0 || timeouts() != 0) {
+    if (events() != 0 || timeouts() != 0 || parameters() != 0) {
         return 1;
     }
     CHECK(aclrtResetDevice(0));
