@@ -118,6 +118,11 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtGetStreamOverflowSwitch",
     "aclrtSetDeviceSatMode",
     "aclrtGetDeviceSatMode",
+    "aclrtGetStreamResLimit",
+    "aclrtSetStreamResLimit",
+    "aclrtResetStreamResLimit",
+    "aclrtUseStreamResInCurrentThread",
+    "aclrtUnuseStreamResInCurrentThread",
     // Devices and information
     "aclrtSetDeviceResLimit",
     "aclrtGetDeviceResLimit",

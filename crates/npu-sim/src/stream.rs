@@ -83,6 +83,8 @@ pub(crate) struct Stream {
     pub(crate) is_default: bool,
     failure_mode: AtomicU64,
     pub(crate) attributes: Mutex<Attributes>,
+    /// aclrtSetStreamResLimit's core limits (unset: the device's).
+    pub(crate) res_limits: crate::res_limit::ResLimits,
     state: Mutex<State>,
     wake: Condvar,
     /// Rung through the count of finished tasks as they finish, and fully when the stream is
@@ -195,6 +197,7 @@ impl Stream {
             is_default,
             failure_mode: AtomicU64::new(u64::from(ACL_CONTINUE_ON_FAILURE)),
             attributes: Mutex::new(Attributes::default()),
+            res_limits: Default::default(),
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             bell: Bell::new(),

@@ -1579,6 +1579,11 @@ macro_rules! for_each_acl_function {
                 fn aclrtSetDeviceResLimit(deviceId: i32, type_: $crate::aclrtDevResLimitType, value: u32) -> $crate::aclError;
                 fn aclrtGetDeviceResLimit(deviceId: i32, type_: $crate::aclrtDevResLimitType, value: *mut u32) -> $crate::aclError;
                 fn aclrtResetDeviceResLimit(deviceId: i32) -> $crate::aclError;
+                fn aclrtGetStreamResLimit(stream: $crate::aclrtStream, type_: $crate::aclrtDevResLimitType, value: *mut u32) -> $crate::aclError;
+                fn aclrtSetStreamResLimit(stream: $crate::aclrtStream, type_: $crate::aclrtDevResLimitType, value: u32) -> $crate::aclError;
+                fn aclrtResetStreamResLimit(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtUseStreamResInCurrentThread(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtUnuseStreamResInCurrentThread(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetResInCurrentThread(type_: $crate::aclrtDevResLimitType, value: *mut u32) -> $crate::aclError;
                 fn aclrtGetDeviceUtilizationRate(deviceId: i32, utilizationInfo: *mut $crate::aclrtUtilizationInfo) -> $crate::aclError;
                 fn aclrtGetDeviceCapability(deviceId: i32, devFeatureType: $crate::aclrtDevFeatureType, value: *mut i32) -> $crate::aclError;
