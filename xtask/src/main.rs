@@ -118,6 +118,8 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtGetStreamOverflowSwitch",
     "aclrtSetDeviceSatMode",
     "aclrtGetDeviceSatMode",
+    "aclrtGetOverflowStatus",
+    "aclrtResetOverflowStatus",
     "aclrtGetStreamResLimit",
     "aclrtSetStreamResLimit",
     "aclrtResetStreamResLimit",

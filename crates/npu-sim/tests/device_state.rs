@@ -407,6 +407,27 @@ fn overflow_settings_are_kept_per_device_and_stream() {
         assert_eq!(sat_mode(), ACL_RT_OVERFLOW_MODE_INFNAN);
 
         let stream = create_stream();
+        // The status task writes its 64 bytes in stream order: no overflow, all zeros.
+        let status = malloc(64);
+        acl!(aclrtMemset(status, 64, 0xFF, 64));
+        acl!(aclrtGetOverflowStatus(status, 64, stream));
+        acl!(aclrtResetOverflowStatus(stream));
+        acl!(aclrtSynchronizeStream(stream));
+        assert_eq!(download::<u8>(status, 64), vec![0; 64]);
+        for (addr, size, code) in [
+            (ptr::null_mut(), 64, ACL_ERROR_INVALID_PARAM),
+            (status, 32, ACL_ERROR_RT_PARAM_INVALID),
+            (pageable(64), 64, ACL_ERROR_RT_PARAM_INVALID),
+            (status.wrapping_byte_add(64), 64, ACL_ERROR_RT_PARAM_INVALID),
+        ] {
+            assert_eq!(
+                code!(aclrtGetOverflowStatus(addr, size, stream)),
+                code,
+                "{size}"
+            );
+            assert!(recent_message().contains("aclrtGetOverflowStatus"));
+        }
+        acl!(aclrtFree(status));
         assert_eq!(overflow_switch(stream), 0);
         acl!(aclrtSetStreamOverflowSwitch(stream, 1));
         assert_eq!(overflow_switch(stream), 1);
@@ -432,6 +453,10 @@ fn overflow_settings_are_kept_per_device_and_stream() {
         acl!(aclrtDestroyStream(stream));
         assert_eq!(
             code!(aclrtSetStreamOverflowSwitch(stream, 0)),
+            ACL_ERROR_RT_INVALID_HANDLE
+        );
+        assert_eq!(
+            code!(aclrtResetOverflowStatus(stream)),
             ACL_ERROR_RT_INVALID_HANDLE
         );
         assert_eq!(

@@ -1556,6 +1556,8 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetStreamOverflowSwitch(stream: $crate::aclrtStream, flag: *mut u32) -> $crate::aclError;
                 fn aclrtSetDeviceSatMode(mode: $crate::aclrtFloatOverflowMode) -> $crate::aclError;
                 fn aclrtGetDeviceSatMode(mode: *mut $crate::aclrtFloatOverflowMode) -> $crate::aclError;
+                fn aclrtGetOverflowStatus(outputAddr: *mut core::ffi::c_void, outputSize: usize, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtResetOverflowStatus(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtSetOpWaitTimeout(timeout: u32) -> $crate::aclError;
                 fn aclrtSetOpExecuteTimeOut(timeout: u32) -> $crate::aclError;
                 fn aclrtSetOpExecuteTimeOutWithMs(timeout: u32) -> $crate::aclError;

@@ -1,15 +1,23 @@
-//! Floating-point overflow settings: the stream's overflow detection switch and the device's
-//! overflow mode. The simulator's kernels are host code with no overflow detection, so both
-//! are kept and reported.
+//! Floating-point overflow: the stream's overflow detection switch, the device's overflow
+//! mode and the process's overflow status. The simulator's kernels are host code with no
+//! overflow detection: the settings are kept and reported, and the status never shows an
+//! overflow.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use npu_sys::*;
 
 use crate::context;
 use crate::error::{ensure, guard, non_null, write_out};
+use crate::event::Record;
+use crate::memory::PtrClass;
 use crate::sim::sim;
 use crate::sync::lock;
+use crate::task::{Op, Task};
+
+/// The size of the overflow status aclrtGetOverflowStatus writes.
+const OVERFLOW_STATUS_BYTES: usize = 64;
 
 /// Turns a stream's overflow detection off (0) or on (1) for the tasks submitted after it, as
 /// aclrtSetStreamAttribute(FLOAT_OVERFLOW_CHECK) does. NULL is the default stream; a stream of
@@ -78,5 +86,60 @@ pub unsafe extern "C" fn aclrtGetDeviceSatMode(mode: *mut aclrtFloatOverflowMode
         non_null(mode, "mode")?;
         let ctx = context::current(sim()?)?;
         write_out(mode, "mode", ctx.device.sat_mode.load(Ordering::Relaxed))
+    })
+}
+
+/// Queues on `stream` a task that copies the process's overflow status into the 64 bytes at
+/// `outputAddr` (device memory of the stream's device, else 107000): all zeros, as no task of
+/// the simulator ever overflows. NULL `outputAddr` → 100000; `outputSize` other than 64 →
+/// 107000; a stream of another context → 107003. Read it after synchronising the stream.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetOverflowStatus(
+    outputAddr: *mut std::ffi::c_void,
+    outputSize: usize,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtGetOverflowStatus", || {
+        non_null(outputAddr, "outputAddr")?;
+        ensure!(
+            outputSize == OVERFLOW_STATUS_BYTES,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "outputSize is {outputSize}, not the status's {OVERFLOW_STATUS_BYTES} bytes"
+        );
+        let sim = sim()?;
+        let stream = context::submit_stream(sim, stream)?;
+        let addr = outputAddr as usize;
+        let located = sim.memory.locate(addr);
+        ensure!(
+            located.class == PtrClass::Device(stream.device.id),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "outputAddr {addr:#x} is not device memory of device {}",
+            stream.device.id
+        );
+        let owned = located.check_range(addr, OVERFLOW_STATUS_BYTES, "outputAddr")?;
+        stream.submit(Task::new(Op::Memset {
+            dst: addr,
+            len: OVERFLOW_STATUS_BYTES,
+            value: 0,
+            width: 1,
+            owned,
+        }))
+    })
+}
+
+/// Queues on `stream` a task that clears the process's overflow status (which the simulator
+/// never sets; the task keeps the stream's order). A stream of another context → 107003.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtResetOverflowStatus(stream: aclrtStream) -> aclError {
+    guard("aclrtResetOverflowStatus", || {
+        let stream = context::submit_stream(sim()?, stream)?;
+        let marker = Arc::new(Record::new(stream.clone()));
+        stream.submit(Task::new(Op::Record(marker)))
     })
 }
