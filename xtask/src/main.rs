@@ -107,6 +107,7 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtSetOpExecuteTimeOutV2",
     "aclrtGetOpTimeOutInterval",
     "aclrtGetOpExecuteTimeout",
+    "aclrtDeviceGetBareTgid",
     "aclrtDeviceSetLimit",
     "aclrtDeviceGetLimit",
     "aclrtRegDeviceStateCallback",

@@ -87,6 +87,18 @@ fn a_lost_device_fails_event_queries_but_still_maps() {
     .unwrap();
 }
 
+#[test]
+fn the_bare_tgid_is_the_process_id() {
+    let mut pid = 0;
+    acl!(aclrtDeviceGetBareTgid(&mut pid));
+    assert_eq!(pid, std::process::id() as i32);
+    assert_eq!(
+        code!(aclrtDeviceGetBareTgid(ptr::null_mut())),
+        ACL_ERROR_INVALID_PARAM
+    );
+    assert!(recent_message().contains("aclrtDeviceGetBareTgid"));
+}
+
 fn primary_state(device: i32) -> i32 {
     let mut active = -1;
     acl!(aclrtGetPrimaryCtxState(

@@ -1512,6 +1512,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetDeviceInfo(deviceId: u32, attr: $crate::aclrtDevAttr, value: *mut i64) -> $crate::aclError;
                 fn aclrtQueryDeviceStatus(deviceId: i32, deviceStatus: *mut $crate::aclrtDeviceStatus) -> $crate::aclError;
                 fn aclrtSynchronizeDeviceWithTimeout(timeout: i32) -> $crate::aclError;
+                fn aclrtDeviceGetBareTgid(pid: *mut i32) -> $crate::aclError;
                 fn aclrtDeviceSetLimit(limit: $crate::aclrtDeviceLimit, value: usize) -> $crate::aclError;
                 fn aclrtDeviceGetLimit(limit: $crate::aclrtDeviceLimit, value: *mut usize) -> $crate::aclError;
                 fn aclrtRegDeviceStateCallback(regName: *const core::ffi::c_char, callback: $crate::aclrtDeviceStateCallback, args: *mut core::ffi::c_void) -> $crate::aclError;

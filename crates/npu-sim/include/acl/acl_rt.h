@@ -443,6 +443,9 @@ ACL_FUNC_VISIBILITY aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, u
 ACL_FUNC_VISIBILITY aclError aclrtDeviceDisablePeerAccess(int32_t peerDeviceId);
 ACL_FUNC_VISIBILITY aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total);
 ACL_FUNC_VISIBILITY aclError aclrtDeviceGetStreamPriorityRange(int32_t *leastPriority, int32_t *greatestPriority);
+/* The calling process's ID as the device knows it (the host's process ID on the simulator). */
+ACL_FUNC_VISIBILITY aclError aclrtDeviceGetBareTgid(int32_t *pid);
+
 /* Process-wide device resource limits, in bytes; an Atlas A2 supports only the SIMD ones. */
 typedef enum aclrtDeviceLimit {
     ACL_RT_DEV_LIMIT_SIMT_STACK_SIZE = 0,

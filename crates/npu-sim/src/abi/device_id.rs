@@ -1,5 +1,5 @@
 //! Device ID mapping between user IDs (what aclrtSetDevice takes), logical IDs and physical
-//! IDs.
+//! IDs, and the process ID the device knows the caller by.
 //!
 //! The IDs differ only when ASCEND_RT_VISIBLE_DEVICES selects devices (user → logical) or a
 //! container exposes some of the host's devices (logical → physical). The simulator models a
@@ -123,4 +123,20 @@ pub unsafe extern "C" fn aclrtGetPhyDevIdByUserDevId(
         phyDevId,
         "phyDevId",
     )
+}
+
+/// The calling process's ID as the device sees it. CANN adapts it for virtual machines, whose
+/// guest IDs differ from the host's; the simulator's devices live in the process itself, so it
+/// is the process's own ID (getpid). NULL → 100000.
+///
+/// # Safety
+/// `pid` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtDeviceGetBareTgid(pid: *mut i32) -> aclError {
+    guard("aclrtDeviceGetBareTgid", || {
+        non_null(pid, "pid")?;
+        // SAFETY: getpid has no preconditions and cannot fail.
+        let own = unsafe { libc::getpid() };
+        write_out(pid, "pid", own)
+    })
 }
