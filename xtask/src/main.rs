@@ -120,6 +120,7 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtSetDeviceSatMode",
     "aclrtGetDeviceSatMode",
     "aclrtGetOverflowStatus",
+    "aclrtReduceAsync",
     "aclrtResetOverflowStatus",
     "aclrtGetStreamResLimit",
     "aclrtSetStreamResLimit",

@@ -67,6 +67,7 @@ mod memory;
 mod notify;
 mod op_timeout;
 mod pool;
+mod reduce;
 mod report;
 mod res_limit;
 mod sim;

@@ -571,7 +571,11 @@ impl Stream {
             Op::Record(_) | Op::Wait { .. } | Op::NotifyWait { .. } | Op::ValueWait { .. } => {
                 Ok(())
             }
-            Op::Copy { .. } | Op::Memset { .. } | Op::Kernel(_) | Op::ValueWrite { .. } => {
+            Op::Copy { .. }
+            | Op::Memset { .. }
+            | Op::Reduce { .. }
+            | Op::Kernel(_)
+            | Op::ValueWrite { .. } => {
                 let Some(_admitted) = self.device.admit() else {
                     return Err(None);
                 };

@@ -14,6 +14,7 @@ use crate::kernel::{Launch, LaunchArgs};
 use crate::memory::{Lease, MemoryMap};
 use crate::notify::Notify;
 use crate::op_timeout;
+use crate::reduce::{Element, Reduction, reduce};
 
 /// Direction of a copy after kind correction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +109,14 @@ pub(crate) enum Op {
         owned: bool,
     },
     Kernel(Launch),
+    /// aclrtReduceAsync: `dst[i] = op(dst[i], src[i])` over `len` bytes of device memory.
+    Reduce {
+        dst: usize,
+        src: usize,
+        len: usize,
+        op: Reduction,
+        element: Element,
+    },
     Callback {
         func: HostFn,
         data: usize,
@@ -230,7 +239,11 @@ impl Task {
     pub(crate) fn touches_memory(&self) -> bool {
         matches!(
             self.op,
-            Op::Copy { .. } | Op::Memset { .. } | Op::Kernel(_) | Op::ValueWrite { .. }
+            Op::Copy { .. }
+                | Op::Memset { .. }
+                | Op::Reduce { .. }
+                | Op::Kernel(_)
+                | Op::ValueWrite { .. }
         )
     }
 
@@ -238,7 +251,7 @@ impl Task {
     pub(crate) fn bytes(&self) -> u64 {
         match &self.op {
             Op::Copy { extent, .. } => extent.bytes(),
-            Op::Memset { len, .. } => *len as u64,
+            Op::Memset { len, .. } | Op::Reduce { len, .. } => *len as u64,
             _ => 0,
         }
     }
@@ -247,7 +260,9 @@ impl Task {
     pub(crate) fn duration_ns(&self, model: &TimingModel) -> u64 {
         match &self.op {
             Op::Copy { dir, .. } => model.transfer_ns(self.bytes(), dir.bandwidth(model)),
-            Op::Memset { .. } => model.transfer_ns(self.bytes(), model.d2d_bytes_per_sec),
+            Op::Memset { .. } | Op::Reduce { .. } => {
+                model.transfer_ns(self.bytes(), model.d2d_bytes_per_sec)
+            }
             Op::Kernel(launch) => {
                 model.work_ns(model.kernel_ns.get(launch.name()).copied().unwrap_or(0))
             }
@@ -289,6 +304,7 @@ impl Task {
         match &self.op {
             Op::Copy { dir, .. } => ("copy", dir.name().to_owned()),
             Op::Memset { .. } => ("memset", "memset".to_owned()),
+            Op::Reduce { op, .. } => ("copy", format!("reduce {op:?}").to_lowercase()),
             Op::Kernel(launch) => ("kernel", launch.name().to_owned()),
             Op::Callback { .. } => ("host", "callback".to_owned()),
             Op::HostFunc { .. } => ("host", "host func".to_owned()),
@@ -359,6 +375,20 @@ impl Task {
                         }
                     }
                 }
+                Ok(())
+            }
+            Op::Reduce {
+                dst,
+                src,
+                len,
+                op,
+                element,
+            } => {
+                let _dst = lease(memory, true, *dst, *len)?;
+                let _src = lease(memory, true, *src, *len)?;
+                // SAFETY: both ranges are device memory checked at submission and leased above;
+                // they are equal or disjoint (checked at submission).
+                unsafe { reduce(*op, *element, *dst as *mut u8, *src as *const u8, *len) };
                 Ok(())
             }
             Op::Kernel(launch) => {

@@ -218,6 +218,7 @@ fn runtime_configuration_flow_in_c_and_cxx() {
          0 takes effect as 1090921618 us\n\
          ms form on an Atlas A2: 207000\n\
          deterministic 1, context debug kernel 1, inf/nan mode 1, overflow switch 1\n\
+         reduced sum 3.50 -1.50\n\
          state: device 0 reset pre\n\
          state: device 0 reset post\n\
          after aclrtResetDevice: 0\n\

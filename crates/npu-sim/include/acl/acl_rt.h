@@ -591,6 +591,21 @@ ACL_FUNC_VISIBILITY aclError aclrtGetDeviceSatMode(aclrtFloatOverflowMode *mode)
 ACL_FUNC_VISIBILITY aclError aclrtGetOverflowStatus(void *outputAddr, size_t outputSize, aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtResetOverflowStatus(aclrtStream stream);
 
+/* ========================= reductions (SDMA) ========================= */
+
+typedef enum {
+    ACL_RT_MEMCPY_SDMA_AUTOMATIC_SUM = 10,
+    ACL_RT_MEMCPY_SDMA_AUTOMATIC_MAX = 11,
+    ACL_RT_MEMCPY_SDMA_AUTOMATIC_MIN = 12,
+    ACL_RT_MEMCPY_SDMA_AUTOMATIC_EQUAL = 13,
+} aclrtReduceKind;
+
+/* Queues dst[i] = kind(dst[i], src[i]) over count bytes of device memory of the stream's
+ * device; an Atlas A2 reduces int8, int16, int32, fp16, fp32 and bf16 (integers wrap, halves
+ * round to nearest even). reserve must be NULL. EQUAL is not simulated (207000). */
+ACL_FUNC_VISIBILITY aclError aclrtReduceAsync(void *dst, const void *src, uint64_t count, aclrtReduceKind kind,
+                                              aclDataType type, aclrtStream stream, void *reserve);
+
 /* ======================= operator wait and execute timeouts ================ */
 
 /*

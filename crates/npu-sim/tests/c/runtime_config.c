@@ -2,8 +2,8 @@
  * Runtime configuration as a CANN program uses it: module callbacks registered before aclInit,
  * the interface and package versions (the deprecated queries too), device ID mapping, the
  * primary context's state, device state callbacks and resource limits, runtime parameters,
- * overflow settings, event IDs and the events left, and the operator timeouts with the
- * default timeout step. Compiled against npu-sim's header and linked to its libascendcl.so by
+ * overflow settings, event IDs and the events left, an SDMA reduction, and the operator
+ * timeouts with the default timeout step. Compiled against npu-sim's header and linked to its libascendcl.so by
  * tests/c_programs.rs.
  */
 #include <inttypes.h>
@@ -56,6 +56,26 @@ static int parameters(void)
     CHECK(aclrtGetStreamOverflowSwitch(NULL, &overflow));
     printf("deterministic %" PRId64 ", context debug kernel %" PRId64 ", inf/nan mode %d, overflow switch %u\n",
            process, context, mode == ACL_RT_OVERFLOW_MODE_INFNAN, overflow);
+    return 0;
+}
+
+static int reduction(void)
+{
+    float a[2] = {1.5f, -2.0f}, b[2] = {2.0f, 0.5f}, out[2] = {0.0f, 0.0f};
+    void *dst = NULL, *src = NULL;
+    aclrtStream stream = NULL;
+    CHECK(aclrtCreateStream(&stream));
+    CHECK(aclrtMalloc(&dst, sizeof(a), ACL_MEM_MALLOC_HUGE_FIRST));
+    CHECK(aclrtMalloc(&src, sizeof(b), ACL_MEM_MALLOC_HUGE_FIRST));
+    CHECK(aclrtMemcpy(dst, sizeof(a), a, sizeof(a), ACL_MEMCPY_HOST_TO_DEVICE));
+    CHECK(aclrtMemcpy(src, sizeof(b), b, sizeof(b), ACL_MEMCPY_HOST_TO_DEVICE));
+    CHECK(aclrtReduceAsync(dst, src, sizeof(a), ACL_RT_MEMCPY_SDMA_AUTOMATIC_SUM, ACL_FLOAT, stream, NULL));
+    CHECK(aclrtSynchronizeStream(stream));
+    CHECK(aclrtMemcpy(out, sizeof(out), dst, sizeof(out), ACL_MEMCPY_DEVICE_TO_HOST));
+    printf("reduced sum %.2f %.2f\n", out[0], out[1]);
+    CHECK(aclrtFree(dst));
+    CHECK(aclrtFree(src));
+    CHECK(aclrtDestroyStream(stream));
     return 0;
 }
 
@@ -135,7 +155,7 @@ int main(void)
     CHECK(aclrtSetDevice(0));
     CHECK(aclrtGetPrimaryCtxState(0, NULL, &active));
     printf("after: %d\n", active);
-    if (events() != 0 || timeouts() != 0 || parameters() != 0) {
+    if (events() != 0 || timeouts() != 0 || parameters() != 0 || reduction() != 0) {
         return 1;
     }
     CHECK(aclrtResetDevice(0));
