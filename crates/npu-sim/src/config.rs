@@ -52,6 +52,19 @@ pub const DEFAULT_MEMORY_PER_DEVICE: u64 = 16 << 30;
 /// assert_eq!(name.to_str(), Ok(DEFAULT_SOC_NAME));
 /// ```
 pub const DEFAULT_SOC_NAME: &str = "Ascend910B3";
+/// Default step of operator execute timeouts (aclrtGetOpTimeOutInterval), in µs: an Atlas A2
+/// sets timeouts in multiples 1 to 254 of it, and 254 steps are its documented default and
+/// longest timeout, 1091 s (254 × 4,294,967 µs = 1,090.92 s).
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use npu_sim::{SimConfig, config::DEFAULT_OP_TIMEOUT_INTERVAL_US};
+///
+/// assert_eq!(SimConfig::default().op_timeout_interval_us, DEFAULT_OP_TIMEOUT_INTERVAL_US);
+/// assert_eq!((254 * DEFAULT_OP_TIMEOUT_INTERVAL_US + 500_000) / 1_000_000, 1091);
+/// ```
+pub const DEFAULT_OP_TIMEOUT_INTERVAL_US: u64 = 4_294_967;
 /// The CANN package version the simulator reports by default, for every CANN package in
 /// [`DEFAULT_PACKAGES`] (the CANN release of the ACL 1.17 header).
 pub const DEFAULT_CANN_VERSION: &str = "8.5.0";
@@ -145,6 +158,10 @@ pub struct SimConfig {
     /// Most pinned host memory (aclrtMallocHost) live at once, in bytes; `None`: the machine's
     /// physical memory. A request beyond it fails with ACL_ERROR_RT_MEMORY_ALLOCATION.
     pub pinned_host_limit: Option<u64>,
+    /// The step of operator execute timeouts in µs (aclrtGetOpTimeOutInterval), 1 to
+    /// [`MAX_OP_TIMEOUT_INTERVAL_US`]; below 100,000 µs, a timeout of 0 means "never", as on
+    /// the hardware.
+    pub op_timeout_interval_us: u64,
 }
 
 impl Default for SimConfig {
@@ -159,9 +176,14 @@ impl Default for SimConfig {
                 .collect(),
             timing: None,
             pinned_host_limit: None,
+            op_timeout_interval_us: DEFAULT_OP_TIMEOUT_INTERVAL_US,
         }
     }
 }
+
+/// The longest step of operator execute timeouts a configuration may set: 254 steps in ms
+/// still fit aclrtGetOpExecuteTimeout's `uint32_t`.
+pub const MAX_OP_TIMEOUT_INTERVAL_US: u64 = u32::MAX as u64 / 254 * 1000;
 
 /// Why a configuration was refused.
 ///
@@ -309,6 +331,21 @@ impl SimConfig {
         self
     }
 
+    /// Sets the step of operator execute timeouts, in µs.
+    ///
+    /// ```
+    /// # extern crate ascendcl as npu_sim;
+    /// use npu_sim::SimConfig;
+    ///
+    /// let config = SimConfig::default().op_timeout_interval_us(1_000);
+    /// assert_eq!(config, SimConfig::from_json(r#"{"op_timeout_interval_us": 1000}"#).unwrap());
+    /// assert!(SimConfig::default().op_timeout_interval_us(0).validate().is_err());
+    /// ```
+    pub fn op_timeout_interval_us(mut self, us: u64) -> Self {
+        self.op_timeout_interval_us = us;
+        self
+    }
+
     /// Parses a configuration from JSON; absent keys keep their defaults.
     ///
     /// ```
@@ -351,6 +388,12 @@ impl SimConfig {
             return Err(ConfigError::Invalid(
                 "soc_name must be non-empty text without NUL".into(),
             ));
+        }
+        if !(1..=MAX_OP_TIMEOUT_INTERVAL_US).contains(&self.op_timeout_interval_us) {
+            return Err(ConfigError::Invalid(format!(
+                "op_timeout_interval_us must be 1 to {MAX_OP_TIMEOUT_INTERVAL_US}, not {}",
+                self.op_timeout_interval_us
+            )));
         }
         for (package, version) in &self.packages {
             if package.is_empty() || package.contains('\0') {

@@ -49,6 +49,8 @@ pub(crate) struct Context {
     pub(crate) health: Arc<Health>,
     pub(crate) default_stream: Arc<Stream>,
     streams: Mutex<Vec<Arc<Stream>>>,
+    /// aclrtCtxSetSysParamOpt's parameters.
+    pub(crate) sys_params: crate::sys_param::SysParams,
 }
 
 impl Context {
@@ -70,6 +72,7 @@ impl Context {
             health,
             default_stream,
             streams: Mutex::new(Vec::new()),
+            sys_params: Default::default(),
         });
         sim.contexts.fill(handle, ctx.clone());
         Ok(ctx)

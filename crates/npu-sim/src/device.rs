@@ -72,6 +72,11 @@ pub(crate) struct Device {
     next_stream_id: AtomicI32,
     pub(crate) live_streams: AtomicU64,
     pub(crate) live_events: AtomicU64,
+    /// Live events holding a hardware event ([`crate::event::MAX_EVENTS_PER_DEVICE`]).
+    pub(crate) hardware_events: AtomicU64,
+    pub(crate) next_event_id: AtomicU32,
+    /// aclrtSetDeviceSatMode's float overflow mode (an `aclrtFloatOverflowMode`).
+    pub(crate) sat_mode: AtomicU32,
     pub(crate) res_limits: ResLimits,
     pub(crate) live_notifies: AtomicU64,
     pub(crate) next_notify_id: AtomicU32,
@@ -105,6 +110,9 @@ impl Device {
             next_stream_id: AtomicI32::new(1),
             live_streams: AtomicU64::new(0),
             live_events: AtomicU64::new(0),
+            hardware_events: AtomicU64::new(0),
+            next_event_id: AtomicU32::new(0),
+            sat_mode: AtomicU32::new(ACL_RT_OVERFLOW_MODE_INFNAN),
             res_limits: ResLimits::default(),
             live_notifies: AtomicU64::new(0),
             next_notify_id: AtomicU32::new(0),
@@ -279,7 +287,7 @@ impl Device {
         self.peers.load(Ordering::Acquire) & Self::peer_bit(peer) != 0
     }
 
-    /// Counts one more live object in `live` (streams, notifies), failing with `code` when
+    /// Counts one more live object in `live` (streams, notifies, events), failing with `code` when
     /// the device already has `limit` of them.
     pub(crate) fn take_slot(
         &self,

@@ -133,9 +133,14 @@ impl Record {
     }
 }
 
+/// Events holding a hardware event that one device supports at once (Atlas A2).
+pub(crate) const MAX_EVENTS_PER_DEVICE: u64 = 65536;
+
 /// An event (aclrtCreateEvent*).
 pub(crate) struct Event {
     pub(crate) device: Arc<Device>,
+    /// Unique among the device's events (aclrtGetEventId).
+    pub(crate) id: u32,
     pub(crate) flags: u32,
     /// Created with aclrtCreateEventExWithFlag ("new mode").
     pub(crate) ex: bool,
@@ -143,21 +148,31 @@ pub(crate) struct Event {
 }
 
 impl Event {
-    pub(crate) fn new(device: Arc<Device>, flags: u32, ex: bool) -> Self {
+    /// An event of `device`; one that can be waited on, or an EXTERNAL one, takes one of the
+    /// device's [`MAX_EVENTS_PER_DEVICE`] hardware events (ACL_ERROR_RT_NO_EVENT_RESOURCE
+    /// when none is left), as CANN limits only those.
+    pub(crate) fn new(device: Arc<Device>, flags: u32, ex: bool) -> Res<Self> {
+        if holds_hardware_event(flags) {
+            device.take_slot(
+                &device.hardware_events,
+                MAX_EVENTS_PER_DEVICE,
+                ACL_ERROR_RT_NO_EVENT_RESOURCE,
+                "events with ACL_EVENT_SYNC or ACL_EVENT_EXTERNAL",
+            )?;
+        }
         device.live_events.fetch_add(1, Ordering::Relaxed);
-        Self {
+        Ok(Self {
+            id: device.next_event_id.fetch_add(1, Ordering::Relaxed),
             device,
             flags,
             ex,
             current: Mutex::new(None),
-        }
+        })
     }
 
     /// Whether other streams may wait on it (and it may be reset).
     pub(crate) fn waitable(&self) -> bool {
-        // Legacy aclrtCreateEvent events carry the internal DDSYNC flag; WithFlag/Ex events
-        // need ACL_EVENT_SYNC.
-        self.flags & ACL_EVENT_SYNC != 0 || self.flags == LEGACY_DEFAULT_FLAGS
+        waitable(self.flags)
     }
 
     /// The record the event points at (`None`: never recorded, or reset).
@@ -187,7 +202,21 @@ impl Event {
 impl Drop for Event {
     fn drop(&mut self) {
         self.device.live_events.fetch_sub(1, Ordering::Relaxed);
+        if holds_hardware_event(self.flags) {
+            self.device.hardware_events.fetch_sub(1, Ordering::AcqRel);
+        }
     }
+}
+
+fn waitable(flags: u32) -> bool {
+    // Legacy aclrtCreateEvent events carry the internal DDSYNC flag; WithFlag/Ex events need
+    // ACL_EVENT_SYNC.
+    flags & ACL_EVENT_SYNC != 0 || flags == LEGACY_DEFAULT_FLAGS
+}
+
+/// Whether an event with these flags takes one of the device's hardware events.
+fn holds_hardware_event(flags: u32) -> bool {
+    waitable(flags) || flags & ACL_EVENT_EXTERNAL != 0
 }
 
 /// Flags of a legacy aclrtCreateEvent event: the runtime's DDSYNC (0x4, internal) | TIME_LINE

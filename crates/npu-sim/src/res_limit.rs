@@ -1,11 +1,14 @@
-//! A device's process-level core limits (aclrtSetDeviceResLimit): the hardware's counts until
-//! the process sets a lower one, and again after a reset.
+//! Core limits: a device's process-level ones (aclrtSetDeviceResLimit), the hardware's counts
+//! until the process sets a lower one, and again after a reset; and a stream's
+//! (aclrtSetStreamResLimit), which come before the device's where they are set. A thread uses
+//! one stream's limits after aclrtUseStreamResInCurrentThread.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use npu_sys::*;
 
 use crate::error::{Res, fail};
+use crate::handle::Handle;
 use crate::hardware::{CUBE_CORES, VECTOR_CORES};
 
 /// The limit of each [`aclrtDevResLimitType`]; 0 means "not set" (the hardware's count).
@@ -40,11 +43,22 @@ impl ResLimits {
 
     /// The limit in force: the process's, or the hardware's count.
     pub(crate) fn get(&self, kind: aclrtDevResLimitType) -> Res<u32> {
-        let (slot, hardware) = self.slot(kind)?;
+        let (_, hardware) = self.slot(kind)?;
+        Ok(self.get_set(kind)?.unwrap_or(hardware))
+    }
+
+    /// The limit set, `None` if none is.
+    pub(crate) fn get_set(&self, kind: aclrtDevResLimitType) -> Res<Option<u32>> {
+        let (slot, _) = self.slot(kind)?;
         Ok(match slot.load(Ordering::Acquire) {
-            0 => hardware,
-            set => set,
+            0 => None,
+            set => Some(set),
         })
+    }
+
+    /// Whether any limit is set.
+    pub(crate) fn any_set(&self) -> bool {
+        self.cube.load(Ordering::Acquire) != 0 || self.vector.load(Ordering::Acquire) != 0
     }
 
     /// Back to the hardware's counts.
@@ -52,4 +66,28 @@ impl ResLimits {
         self.cube.store(0, Ordering::Release);
         self.vector.store(0, Ordering::Release);
     }
+}
+
+thread_local! {
+    /// The stream whose limits the thread uses (aclrtUseStreamResInCurrentThread).
+    static IN_USE: std::cell::Cell<Option<Handle>> = const { std::cell::Cell::new(None) };
+}
+
+/// Makes the thread use a stream's limits.
+pub(crate) fn use_in_thread(stream: Handle) {
+    IN_USE.set(Some(stream));
+}
+
+/// Stops the thread using `stream`'s limits; whether it was using them.
+pub(crate) fn unuse_in_thread(stream: Handle) -> bool {
+    let using = IN_USE.get() == Some(stream);
+    if using {
+        IN_USE.set(None);
+    }
+    using
+}
+
+/// The stream whose limits the thread uses, if any.
+pub(crate) fn in_thread() -> Option<Handle> {
+    IN_USE.get()
 }

@@ -83,6 +83,8 @@ pub(crate) struct Stream {
     pub(crate) is_default: bool,
     failure_mode: AtomicU64,
     pub(crate) attributes: Mutex<Attributes>,
+    /// aclrtSetStreamResLimit's core limits (unset: the device's).
+    pub(crate) res_limits: crate::res_limit::ResLimits,
     state: Mutex<State>,
     wake: Condvar,
     /// Rung through the count of finished tasks as they finish, and fully when the stream is
@@ -195,6 +197,7 @@ impl Stream {
             is_default,
             failure_mode: AtomicU64::new(u64::from(ACL_CONTINUE_ON_FAILURE)),
             attributes: Mutex::new(Attributes::default()),
+            res_limits: Default::default(),
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             bell: Bell::new(),
@@ -572,6 +575,7 @@ impl Stream {
             | Op::Memset { .. }
             | Op::Kernel(_)
             | Op::IndirectCopy(_)
+            | Op::Reduce { .. }
             | Op::ValueWrite { .. } => {
                 let Some(_admitted) = self.device.admit() else {
                     return Err(None);
@@ -624,9 +628,21 @@ impl Stream {
             Err(None) => return self.give_up(task),
             Err(Some(error)) => Some(error),
         };
-        let end_ns = match &timing {
-            Some(model) => start_ns.saturating_add(task.duration_ns(model)),
-            None => self.device.clock.now_ns(),
+        // The device stops a kernel at the execute timeout; only a timing model gives a kernel
+        // a duration to compare (host code runs as long as it runs).
+        let (end_ns, error) = match &timing {
+            Some(model) => {
+                let duration_ns = task.duration_ns(model);
+                let overrun = match error {
+                    None => task.overrun(duration_ns, sim.config.op_timeout_interval_us),
+                    Some(_) => None,
+                };
+                match overrun {
+                    Some((limit_ns, overrun)) => (start_ns.saturating_add(limit_ns), Some(overrun)),
+                    None => (start_ns.saturating_add(duration_ns), error),
+                }
+            }
+            None => (self.device.clock.now_ns(), error),
         };
         if timing.is_some() && self.pace_to(self.device.clock.instant_of(end_ns)) {
             return self.retire(task, Retired::Abandoned);

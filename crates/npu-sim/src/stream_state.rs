@@ -1,6 +1,8 @@
-//! Stream state callbacks (aclrtRegStreamStateCallback): named user callbacks told when a
-//! stream, default streams included, has been created or is about to be destroyed.
+//! State callbacks registered under unique names: aclrtRegStreamStateCallback's (told when a
+//! stream, default streams included, has been created or is about to be destroyed) and
+//! aclrtRegDeviceStateCallback's (told before and after a device is set or reset).
 
+use std::ffi::c_void;
 use std::sync::Mutex;
 
 use npu_sys::*;
@@ -9,57 +11,113 @@ use crate::error::{Res, ensure};
 use crate::handle::{self, Handle};
 use crate::sync::lock;
 
-type Callback = unsafe extern "C" fn(aclrtStream, aclrtStreamState, *mut std::ffi::c_void);
+type StreamCallback = unsafe extern "C" fn(aclrtStream, aclrtStreamState, *mut c_void);
+type DeviceCallback = unsafe extern "C" fn(i32, aclrtDeviceState, *mut c_void);
 
-struct Registration {
+struct Registration<F> {
     name: String,
-    callback: Callback,
+    callback: F,
     args: usize,
 }
 
-static REGISTRY: Mutex<Vec<Registration>> = Mutex::new(Vec::new());
-
-/// Registers `callback` under `name` (`None`: removes the registration of `name`). A name is
-/// registered at most once.
-pub(crate) fn register(name: &str, callback: Option<Callback>, args: usize) -> Res<()> {
-    let mut registry = lock(&REGISTRY);
-    let at = registry.iter().position(|r| r.name == name);
-    match callback {
-        Some(callback) => {
-            ensure!(
-                at.is_none(),
-                ACL_ERROR_RT_PARAM_INVALID,
-                "a stream state callback is already registered as \"{name}\""
-            );
-            registry.push(Registration {
-                name: name.to_owned(),
-                callback,
-                args,
-            });
-        }
-        None => {
-            let Some(at) = at else {
-                crate::error::fail!(
-                    ACL_ERROR_RT_PARAM_INVALID,
-                    "no stream state callback is registered as \"{name}\""
-                );
-            };
-            registry.remove(at);
-        }
-    }
-    Ok(())
+/// Callbacks of one kind, each under a name registered at most once.
+pub(crate) struct Named<F> {
+    what: &'static str,
+    registry: Mutex<Vec<Registration<F>>>,
 }
 
-/// Tells every registered callback that `stream` reached `state`, outside the registry's
-/// lock (a callback may register or use streams).
+static STREAMS: Named<StreamCallback> = Named::new("stream");
+static DEVICES: Named<DeviceCallback> = Named::new("device");
+
+impl<F: Copy> Named<F> {
+    const fn new(what: &'static str) -> Self {
+        Self {
+            what,
+            registry: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Registers `callback` under `name` (`None`: removes the registration of the name). An
+    /// empty name → 100000; a name registered twice, or removing one that is not registered →
+    /// 107000.
+    fn register(&self, name: &str, callback: Option<F>, args: usize) -> Res<()> {
+        ensure!(
+            !name.is_empty(),
+            ACL_ERROR_INVALID_PARAM,
+            "regName must not be empty"
+        );
+        let what = self.what;
+        let mut registry = lock(&self.registry);
+        let at = registry.iter().position(|r| r.name == name);
+        match callback {
+            Some(callback) => {
+                ensure!(
+                    at.is_none(),
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    "a {what} state callback is already registered as \"{name}\""
+                );
+                registry.push(Registration {
+                    name: name.to_owned(),
+                    callback,
+                    args,
+                });
+            }
+            None => {
+                let Some(at) = at else {
+                    crate::error::fail!(
+                        ACL_ERROR_RT_PARAM_INVALID,
+                        "no {what} state callback is registered as \"{name}\""
+                    );
+                };
+                registry.remove(at);
+            }
+        }
+        Ok(())
+    }
+
+    /// The registered callbacks and their arguments, to call outside the registry's lock (a
+    /// callback may register, or use streams and devices).
+    fn snapshot(&self) -> Vec<(F, usize)> {
+        lock(&self.registry)
+            .iter()
+            .map(|r| (r.callback, r.args))
+            .collect()
+    }
+}
+
+/// aclrtRegStreamStateCallback.
+pub(crate) fn register_stream(
+    name: &str,
+    callback: Option<StreamCallback>,
+    args: usize,
+) -> Res<()> {
+    STREAMS.register(name, callback, args)
+}
+
+/// aclrtRegDeviceStateCallback.
+pub(crate) fn register_device(
+    name: &str,
+    callback: Option<DeviceCallback>,
+    args: usize,
+) -> Res<()> {
+    DEVICES.register(name, callback, args)
+}
+
+/// Tells every registered stream callback that `stream` reached `state`.
 pub(crate) fn notify(stream: Handle, state: aclrtStreamState) {
-    let callbacks: Vec<(Callback, usize)> = lock(&REGISTRY)
-        .iter()
-        .map(|r| (r.callback, r.args))
-        .collect();
-    for (callback, args) in callbacks {
+    for (callback, args) in STREAMS.snapshot() {
         // SAFETY: the user registered a C function taking these arguments, with `args` as its
         // user data; the stream handle is live during the call.
-        unsafe { callback(handle::to_ptr(stream), state, args as *mut std::ffi::c_void) };
+        unsafe { callback(handle::to_ptr(stream), state, args as *mut c_void) };
+    }
+}
+
+/// Tells every registered device callback that `device` reaches (PRE) or reached (POST)
+/// `state`.
+pub(crate) fn notify_device(device: i32, state: aclrtDeviceState) {
+    for (callback, args) in DEVICES.snapshot() {
+        // SAFETY: the user registered a C function taking these arguments, with `args` as its
+        // user data.
+        unsafe { callback(device, state, args as *mut c_void) };
     }
 }

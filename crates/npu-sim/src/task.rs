@@ -14,6 +14,8 @@ use crate::indirect::IndirectCopy;
 use crate::kernel::{Launch, LaunchArgs};
 use crate::memory::{Lease, MemoryMap};
 use crate::notify::Notify;
+use crate::op_timeout;
+use crate::reduce::{Element, Reduction, reduce};
 
 /// Direction of a copy after kind correction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +112,14 @@ pub(crate) enum Op {
     Kernel(Launch),
     /// A device-to-device copy whose addresses are read from device memory when it runs.
     IndirectCopy(IndirectCopy),
+    /// aclrtReduceAsync: `dst[i] = op(dst[i], src[i])` over `len` bytes of device memory.
+    Reduce {
+        dst: usize,
+        src: usize,
+        len: usize,
+        op: Reduction,
+        element: Element,
+    },
     Callback {
         func: HostFn,
         data: usize,
@@ -236,6 +246,7 @@ impl Task {
                 | Op::Memset { .. }
                 | Op::Kernel(_)
                 | Op::IndirectCopy(_)
+                | Op::Reduce { .. }
                 | Op::ValueWrite { .. }
         )
     }
@@ -244,7 +255,7 @@ impl Task {
     pub(crate) fn bytes(&self) -> u64 {
         match &self.op {
             Op::Copy { extent, .. } => extent.bytes(),
-            Op::Memset { len, .. } => *len as u64,
+            Op::Memset { len, .. } | Op::Reduce { len, .. } => *len as u64,
             _ => 0,
         }
     }
@@ -253,7 +264,9 @@ impl Task {
     pub(crate) fn duration_ns(&self, model: &TimingModel) -> u64 {
         match &self.op {
             Op::Copy { dir, .. } => model.transfer_ns(self.bytes(), dir.bandwidth(model)),
-            Op::Memset { .. } => model.transfer_ns(self.bytes(), model.d2d_bytes_per_sec),
+            Op::Memset { .. } | Op::Reduce { .. } => {
+                model.transfer_ns(self.bytes(), model.d2d_bytes_per_sec)
+            }
             Op::Kernel(launch) => {
                 model.work_ns(model.kernel_ns.get(launch.name()).copied().unwrap_or(0))
             }
@@ -262,11 +275,40 @@ impl Task {
         }
     }
 
+    /// Whether a kernel of simulated duration `duration_ns` runs past the execute timeout in
+    /// force (aclrtSetOpExecuteTimeOut*; `interval_us` is the timeout step): if so, the
+    /// simulated time at which the device stops it, after its start, and the failure it
+    /// reports (ACL_ERROR_RT_AICORE_TIMEOUT, or ACL_ERROR_RT_VECTOR_CORE_TIMEOUT on the AIV
+    /// engine). Other tasks never time out.
+    pub(crate) fn overrun(&self, duration_ns: u64, interval_us: u64) -> Option<(u64, SimError)> {
+        let Op::Kernel(launch) = &self.op else {
+            return None;
+        };
+        let limit_us = op_timeout::execute_timeout_us(interval_us);
+        let limit_ns = limit_us.saturating_mul(1000);
+        if limit_us == op_timeout::NEVER || duration_ns <= limit_ns {
+            return None;
+        }
+        let (code, engine) = match launch.vector_engine {
+            true => (ACL_ERROR_RT_VECTOR_CORE_TIMEOUT, "vector core"),
+            false => (ACL_ERROR_RT_AICORE_TIMEOUT, "AI core"),
+        };
+        let error = SimError::new(
+            code,
+            format!(
+                "kernel {:?} ran past the execute timeout ({limit_us} µs) on the {engine}: its duration is {duration_ns} ns",
+                launch.name()
+            ),
+        );
+        Some((limit_ns, error))
+    }
+
     /// (category, name) for the trace.
     pub(crate) fn label(&self) -> (&'static str, String) {
         match &self.op {
             Op::Copy { dir, .. } => ("copy", dir.name().to_owned()),
             Op::Memset { .. } => ("memset", "memset".to_owned()),
+            Op::Reduce { op, .. } => ("copy", format!("reduce {op:?}").to_lowercase()),
             Op::Kernel(launch) => ("kernel", launch.name().to_owned()),
             Op::IndirectCopy(_) => ("copy", "D2D (indirect)".to_owned()),
             Op::Callback { .. } => ("host", "callback".to_owned()),
@@ -338,6 +380,20 @@ impl Task {
                         }
                     }
                 }
+                Ok(())
+            }
+            Op::Reduce {
+                dst,
+                src,
+                len,
+                op,
+                element,
+            } => {
+                let _dst = lease(memory, true, *dst, *len)?;
+                let _src = lease(memory, true, *src, *len)?;
+                // SAFETY: both ranges are device memory checked at submission and leased above;
+                // they are equal or disjoint (checked at submission).
+                unsafe { reduce(*op, *element, *dst as *mut u8, *src as *const u8, *len) };
                 Ok(())
             }
             Op::Kernel(launch) => {

@@ -57,6 +57,26 @@ pub fn package_version_number(version: &str) -> Option<i32> {
     i32::try_from(number).ok()
 }
 
+/// The parts of a package version as the deprecated `aclCANNPackageVersion` reports them:
+/// major, minor, release (the third number) and patch (the pre-release stage, `"0"` for a
+/// release, as the struct fills a part the version lacks); `None` if the text is not a
+/// version [`package_version_number`] accepts.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+/// use npu_sim::version::package_version_parts;
+///
+/// assert_eq!(package_version_parts("8.5.0"), Some(["8", "5", "0", "0"]));
+/// assert_eq!(package_version_parts("9.0.1-rc.2"), Some(["9", "0", "1", "rc.2"]));
+/// assert_eq!(package_version_parts("9.0"), None);
+/// ```
+pub fn package_version_parts(version: &str) -> Option<[&str; 4]> {
+    package_version_number(version)?;
+    let (base, stage) = version.split_once('-').unwrap_or((version, "0"));
+    let mut parts = base.split('.');
+    Some([parts.next()?, parts.next()?, parts.next()?, stage])
+}
+
 /// One decimal part: digits only (no sign, no spaces).
 fn part(text: &str) -> Option<u32> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {

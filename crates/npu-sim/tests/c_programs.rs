@@ -228,6 +228,34 @@ fn devices_and_information_flow_in_c() {
 }
 
 #[test]
+fn runtime_configuration_flow_in_c_and_cxx() {
+    let expected = "init callback of app: 0 bytes of configuration\n\
+         acl 1.17.0 (header 1.17.0), cann 8.5.0 = 8.5.0 patch 0\n\
+         user device 0: logical 0, physical 0, back 0\n\
+         user device 1: logical 1, physical 1, back 1\n\
+         simd stack 49152, printf fifo 32768, simt stack on an Atlas A2: 207000\n\
+         primary context of device 0 before aclrtSetDevice: 0\n\
+         state: device 0 set pre\n\
+         state: device 0 set post\n\
+         after: 1\n\
+         event ids differ 1, events left 65534\n\
+         timeout step 4294967 us, default execute timeout 1090921 ms\n\
+         60 s takes effect as 60129 ms\n\
+         0 takes effect as 1090921618 us\n\
+         ms form on an Atlas A2: 207000\n\
+         deterministic 1, context debug kernel 1, inf/nan mode 1, overflow switch 1\n\
+         reduced sum 3.50 -1.50\n\
+         state: device 0 reset pre\n\
+         state: device 0 reset post\n\
+         after aclrtResetDevice: 0\n\
+         finalize callback of app\n\
+         runtime config ok\n";
+    for lang in [Lang::C, Lang::Cxx] {
+        assert_eq!(run(&compile_as("runtime_config", lang, &[])), expected);
+    }
+}
+
+#[test]
 fn acl_base_rt_h_or_acl_rt_h_alone_compiles_as_c_and_cxx() {
     let programs = [
         (

@@ -1,4 +1,5 @@
-//! The "Devices and information" group through the exported C ABI: resource limits, device
+//! The "Devices and information" group through the exported C ABI: resource limits (of devices,
+//! streams and the calling thread), device
 //! queries (utilization, capabilities, UUID, PCI bus IDs, peer status, topology, architecture
 //! compatibility), CANN attributes and the numeric helpers, with every error path.
 //!
@@ -69,6 +70,132 @@ fn resource_limits_default_to_the_hardware_and_reset() {
     .unwrap();
     acl!(aclrtResetDeviceResLimit(2));
     assert_eq!(limit(2, ACL_RT_DEV_RES_CUBE_CORE), 20);
+}
+
+fn stream_limit(stream: aclrtStream, kind: aclrtDevResLimitType) -> u32 {
+    let mut value = 0;
+    acl!(aclrtGetStreamResLimit(stream, kind, &mut value));
+    value
+}
+
+fn thread_limit(kind: aclrtDevResLimitType) -> u32 {
+    let mut value = 0;
+    acl!(aclrtGetResInCurrentThread(kind, &mut value));
+    value
+}
+
+#[test]
+fn stream_limits_come_before_the_devices_for_the_threads_that_use_them() {
+    install();
+    std::thread::spawn(|| {
+        set_device(0);
+        let (cube, vector) = (ACL_RT_DEV_RES_CUBE_CORE, ACL_RT_DEV_RES_VECTOR_CORE);
+        let stream = create_stream();
+        assert_eq!(stream_limit(stream, cube), 20, "unset: the device's");
+        acl!(aclrtSetStreamResLimit(stream, cube, 4));
+        acl!(aclrtSetStreamResLimit(stream, cube, 6));
+        assert_eq!(stream_limit(stream, cube), 6, "the last setting wins");
+        assert_eq!(
+            stream_limit(stream, vector),
+            40,
+            "other types stay the device's"
+        );
+        assert_eq!(
+            stream_limit(ptr::null_mut(), cube),
+            20,
+            "the default stream has none"
+        );
+        assert_eq!(thread_limit(cube), 20, "not used by the thread yet");
+        acl!(aclrtUseStreamResInCurrentThread(stream));
+        assert_eq!((thread_limit(cube), thread_limit(vector)), (6, 40));
+        std::thread::spawn(|| {
+            set_device(0);
+            assert_eq!(thread_limit(ACL_RT_DEV_RES_CUBE_CORE), 20, "per thread");
+            acl!(aclrtResetDevice(0));
+        })
+        .join()
+        .unwrap();
+        acl!(aclrtUnuseStreamResInCurrentThread(stream));
+        assert_eq!(thread_limit(cube), 20);
+        let api = "aclrtUnuseStreamResInCurrentThread";
+        fails(
+            code!(aclrtUnuseStreamResInCurrentThread(stream)),
+            ACL_ERROR_RT_PARAM_INVALID,
+            api,
+        );
+        acl!(aclrtUseStreamResInCurrentThread(stream));
+        acl!(aclrtResetStreamResLimit(stream));
+        assert_eq!(stream_limit(stream, cube), 20, "reset: the device's again");
+        assert_eq!(thread_limit(cube), 20);
+        let api = "aclrtUseStreamResInCurrentThread";
+        fails(
+            code!(aclrtUseStreamResInCurrentThread(stream)),
+            ACL_ERROR_RT_PARAM_INVALID,
+            api,
+        );
+        acl!(aclrtSetStreamResLimit(stream, vector, 10));
+        acl!(aclrtUseStreamResInCurrentThread(stream));
+        acl!(aclrtDestroyStream(stream));
+        assert_eq!(
+            thread_limit(vector),
+            40,
+            "a destroyed stream no longer counts"
+        );
+
+        let stream = create_stream();
+        let api = "aclrtSetStreamResLimit";
+        fails(
+            code!(aclrtSetStreamResLimit(stream, cube, 0)),
+            ACL_ERROR_RT_PARAM_INVALID,
+            api,
+        );
+        fails(
+            code!(aclrtSetStreamResLimit(stream, vector, 41)),
+            ACL_ERROR_RT_PARAM_INVALID,
+            api,
+        );
+        fails(
+            code!(aclrtSetStreamResLimit(stream, 7, 1)),
+            ACL_ERROR_RT_PARAM_INVALID,
+            api,
+        );
+        let foreign = std::thread::spawn(|| {
+            set_device(1);
+            create_stream() as usize
+        })
+        .join()
+        .unwrap() as aclrtStream;
+        fails(
+            code!(aclrtSetStreamResLimit(foreign, cube, 1)),
+            ACL_ERROR_RT_STREAM_CONTEXT,
+            api,
+        );
+        let api = "aclrtGetStreamResLimit";
+        fails(
+            code!(aclrtGetStreamResLimit(stream, cube, ptr::null_mut())),
+            ACL_ERROR_INVALID_PARAM,
+            api,
+        );
+        fails(
+            code!(aclrtGetStreamResLimit(stream, 7, &mut 0)),
+            ACL_ERROR_RT_PARAM_INVALID,
+            api,
+        );
+        acl!(aclrtDestroyStream(stream));
+        fails(
+            code!(aclrtGetStreamResLimit(stream, cube, &mut 0)),
+            ACL_ERROR_RT_INVALID_HANDLE,
+            api,
+        );
+        fails(
+            code!(aclrtResetStreamResLimit(stream)),
+            ACL_ERROR_RT_INVALID_HANDLE,
+            "aclrtResetStreamResLimit",
+        );
+        acl!(aclrtResetDevice(0));
+    })
+    .join()
+    .unwrap();
 }
 
 #[test]

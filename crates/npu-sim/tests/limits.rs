@@ -1,5 +1,6 @@
 //! Process-wide resource limits and faults, exhausted or injected in a process of their own so
 //! that no other test sees them: streams per device (207008), notifies per device (207009),
+//! events holding a hardware event per device (207007),
 //! subscribed report threads (207012), and an injected failure of the next host allocation.
 
 extern crate ascendcl as npu_sim;
@@ -146,4 +147,47 @@ fn a_request_beyond_the_machine_is_an_allocation_error() {
         ACL_ERROR_RT_MEMORY_ALLOCATION
     );
     assert!(dev.is_null());
+}
+
+#[test]
+fn running_out_of_events() {
+    std::thread::spawn(|| {
+        set_device(1);
+        let available = || {
+            let mut count = u32::MAX;
+            acl!(aclrtGetEventAvailNum(&mut count));
+            count
+        };
+        let sync_event = || {
+            let mut event = ptr::null_mut();
+            let code = code!(aclrtCreateEventWithFlag(&mut event, ACL_EVENT_SYNC));
+            (code, event)
+        };
+        assert_eq!(available(), 65536);
+        let events: Vec<aclrtEvent> = (0..65536)
+            .map(|_| {
+                let (code, event) = sync_event();
+                assert_eq!(code, 0);
+                event
+            })
+            .collect();
+        assert_eq!(available(), 0);
+        assert_eq!(sync_event().0, ACL_ERROR_RT_NO_EVENT_RESOURCE);
+        assert!(recent_message().contains("aclrtCreateEventWithFlag failed with 207007"));
+        let mut legacy = ptr::null_mut();
+        assert_eq!(
+            code!(aclrtCreateEvent(&mut legacy)),
+            ACL_ERROR_RT_NO_EVENT_RESOURCE
+        );
+        let mut timeline = ptr::null_mut();
+        acl!(aclrtCreateEventWithFlag(&mut timeline, ACL_EVENT_TIME_LINE));
+        acl!(aclrtDestroyEvent(timeline));
+        for event in events {
+            acl!(aclrtDestroyEvent(event));
+        }
+        assert_eq!(available(), 65536);
+        acl!(aclrtResetDevice(1));
+    })
+    .join()
+    .unwrap();
 }

@@ -1,5 +1,6 @@
 //! aclsysGetVersionStr / aclsysGetVersionNum: the configured package versions and their
-//! weighted numbers, and every error path, through the exported C ABI. This process configures
+//! weighted numbers; the deprecated aclsysGetCANNVersion (the same versions in parts) and
+//! aclrtGetVersion (the interface version); every error path, through the exported C ABI. This process configures
 //! its own versions, so it is a test binary of its own.
 
 extern crate ascendcl as npu_sim;
@@ -118,4 +119,97 @@ fn bad_arguments_are_parameter_errors() {
     assert_eq!(version_num("nosuchpackage"), Err(ACL_ERROR_INVALID_PARAM));
     let message = recent_message();
     assert!(message.contains("nosuchpackage"), "{message}");
+}
+
+/// A C character field as text (up to its NUL).
+fn text(field: &[c_char]) -> String {
+    let bytes: Vec<u8> = field
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8(bytes).unwrap()
+}
+
+fn cann_version(name: aclCANNPackageName) -> Result<[String; 5], aclError> {
+    // SAFETY: the struct is plain C characters, for which all zeroes is valid.
+    let mut version: aclCANNPackageVersion = unsafe { std::mem::zeroed() };
+    let code = code!(aclsysGetCANNVersion(name, &mut version));
+    match code {
+        0 => Ok([
+            text(&version.version),
+            text(&version.majorVersion),
+            text(&version.minorVersion),
+            text(&version.releaseVersion),
+            text(&version.patchVersion),
+        ]),
+        code => Err(code),
+    }
+}
+
+#[test]
+fn the_deprecated_query_reports_the_same_versions_in_parts() {
+    install();
+    assert_eq!(
+        cann_version(ACL_PKG_NAME_RUNTIME).unwrap(),
+        ["9.0.0-rc.2", "9", "0", "0", "rc.2"].map(String::from)
+    );
+    let cann = npu_sim::config::DEFAULT_CANN_VERSION;
+    for name in [
+        ACL_PKG_NAME_CANN,
+        ACL_PKG_NAME_COMPILER,
+        ACL_PKG_NAME_TOOLKIT,
+        ACL_PKG_NAME_OPP,
+    ] {
+        let parts = cann_version(name).unwrap();
+        assert_eq!(parts[0], cann, "package {name}");
+        assert_eq!(parts[4], "0", "a release has no patch part");
+        let joined = format!("{}.{}.{}", parts[1], parts[2], parts[3]);
+        assert_eq!(joined, cann, "package {name}");
+    }
+    assert_eq!(
+        cann_version(ACL_PKG_NAME_DRIVER).unwrap()[0],
+        version_str("driver").unwrap()
+    );
+}
+
+#[test]
+fn the_interface_version_is_the_headers() {
+    let (mut major, mut minor, mut patch) = (-1, -1, -1);
+    let code = code!(aclrtGetVersion(&mut major, &mut minor, &mut patch));
+    assert_eq!(code, 0);
+    assert_eq!(
+        (major, minor, patch),
+        (
+            ACL_MAJOR_VERSION as i32,
+            ACL_MINOR_VERSION as i32,
+            ACL_PATCH_VERSION as i32
+        )
+    );
+}
+
+#[test]
+fn deprecated_queries_reject_bad_arguments() {
+    install();
+    // Installed by neither the defaults nor this process's configuration.
+    for name in [ACL_PKG_NAME_HCCL, ACL_PKG_NAME_OPP_KERNEL, 8, u32::MAX] {
+        assert_eq!(
+            cann_version(name),
+            Err(ACL_ERROR_INVALID_PARAM),
+            "package {name}"
+        );
+        assert!(recent_message().contains("aclsysGetCANNVersion"));
+    }
+    assert_eq!(
+        code!(aclsysGetCANNVersion(ACL_PKG_NAME_CANN, ptr::null_mut())),
+        ACL_ERROR_INVALID_PARAM
+    );
+    let mut part = 0;
+    let cases = [
+        code!(aclrtGetVersion(ptr::null_mut(), &mut part, &mut part)),
+        code!(aclrtGetVersion(&mut part, ptr::null_mut(), &mut part)),
+        code!(aclrtGetVersion(&mut part, &mut part, ptr::null_mut())),
+    ];
+    assert_eq!(cases, [ACL_ERROR_INVALID_PARAM; 3]);
+    assert!(recent_message().contains("aclrtGetVersion"));
 }

@@ -277,6 +277,11 @@ pub const ACL_ERROR_GE_FAILURE: core::ffi::c_int = 500002;
 pub const ACL_ERROR_RT_FAILURE: core::ffi::c_int = 500003;
 pub const ACL_ERROR_DRV_FAILURE: core::ffi::c_int = 500004;
 pub const ACL_ERROR_PROFILING_FAILURE: core::ffi::c_int = 500005;
+pub const ACL_OPT_DETERMINISTIC: aclSysParamOpt = 0;
+pub const ACL_OPT_ENABLE_DEBUG_KERNEL: aclSysParamOpt = 1;
+pub const ACL_OPT_STRONG_CONSISTENCY: aclSysParamOpt = 2;
+pub const ACL_OPT_ENABLE_KERNEL_EARLY_START: aclSysParamOpt = 3;
+pub type aclSysParamOpt = core::ffi::c_uint;
 pub const ACL_DT_UNDEFINED: aclDataType = -1;
 pub const ACL_FLOAT: aclDataType = 0;
 pub const ACL_FLOAT16: aclDataType = 1;
@@ -884,9 +889,97 @@ pub type aclrtBinHandle = *mut core::ffi::c_void;
 pub type aclrtFuncHandle = *mut core::ffi::c_void;
 pub type aclrtArgsHandle = *mut core::ffi::c_void;
 pub type aclrtParamHandle = *mut core::ffi::c_void;
+pub const ACL_PKG_NAME_CANN: aclCANNPackageName = 0;
+pub const ACL_PKG_NAME_RUNTIME: aclCANNPackageName = 1;
+pub const ACL_PKG_NAME_COMPILER: aclCANNPackageName = 2;
+pub const ACL_PKG_NAME_HCCL: aclCANNPackageName = 3;
+pub const ACL_PKG_NAME_TOOLKIT: aclCANNPackageName = 4;
+pub const ACL_PKG_NAME_OPP: aclCANNPackageName = 5;
+pub const ACL_PKG_NAME_OPP_KERNEL: aclCANNPackageName = 6;
+pub const ACL_PKG_NAME_DRIVER: aclCANNPackageName = 7;
+pub type aclCANNPackageName = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclCANNPackageVersion {
+    pub version: [core::ffi::c_char; 128usize],
+    pub majorVersion: [core::ffi::c_char; 64usize],
+    pub minorVersion: [core::ffi::c_char; 64usize],
+    pub releaseVersion: [core::ffi::c_char; 64usize],
+    pub patchVersion: [core::ffi::c_char; 64usize],
+    pub reserved: [core::ffi::c_char; 128usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclCANNPackageVersion"][::std::mem::size_of::<aclCANNPackageVersion>() - 512usize];
+    ["Alignment of aclCANNPackageVersion"]
+        [::std::mem::align_of::<aclCANNPackageVersion>() - 1usize];
+    ["Offset of field: aclCANNPackageVersion::version"]
+        [::std::mem::offset_of!(aclCANNPackageVersion, version) - 0usize];
+    ["Offset of field: aclCANNPackageVersion::majorVersion"]
+        [::std::mem::offset_of!(aclCANNPackageVersion, majorVersion) - 128usize];
+    ["Offset of field: aclCANNPackageVersion::minorVersion"]
+        [::std::mem::offset_of!(aclCANNPackageVersion, minorVersion) - 192usize];
+    ["Offset of field: aclCANNPackageVersion::releaseVersion"]
+        [::std::mem::offset_of!(aclCANNPackageVersion, releaseVersion) - 256usize];
+    ["Offset of field: aclCANNPackageVersion::patchVersion"]
+        [::std::mem::offset_of!(aclCANNPackageVersion, patchVersion) - 320usize];
+    ["Offset of field: aclCANNPackageVersion::reserved"]
+        [::std::mem::offset_of!(aclCANNPackageVersion, reserved) - 384usize];
+};
+impl Default for aclCANNPackageVersion {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_REG_TYPE_ACL_MODEL: aclRegisterCallbackType = 0;
+pub const ACL_REG_TYPE_ACL_OP_EXECUTOR: aclRegisterCallbackType = 1;
+pub const ACL_REG_TYPE_ACL_OP_CBLAS: aclRegisterCallbackType = 2;
+pub const ACL_REG_TYPE_ACL_OP_COMPILER: aclRegisterCallbackType = 3;
+pub const ACL_REG_TYPE_ACL_TDT_CHANNEL: aclRegisterCallbackType = 4;
+pub const ACL_REG_TYPE_ACL_TDT_QUEUE: aclRegisterCallbackType = 5;
+pub const ACL_REG_TYPE_ACL_DVPP: aclRegisterCallbackType = 6;
+pub const ACL_REG_TYPE_ACL_RETR: aclRegisterCallbackType = 7;
+pub const ACL_REG_TYPE_OTHER: aclRegisterCallbackType = 65535;
+pub type aclRegisterCallbackType = core::ffi::c_uint;
+pub type aclInitCallbackFunc = ::std::option::Option<
+    unsafe extern "C" fn(
+        configStr: *const core::ffi::c_char,
+        len: usize,
+        userData: *mut core::ffi::c_void,
+    ) -> aclError,
+>;
+pub type aclFinalizeCallbackFunc =
+    ::std::option::Option<unsafe extern "C" fn(userData: *mut core::ffi::c_void) -> aclError>;
 pub type aclrtCallback =
     ::std::option::Option<unsafe extern "C" fn(userData: *mut core::ffi::c_void)>;
 pub type aclrtHostFunc = ::std::option::Option<unsafe extern "C" fn(args: *mut core::ffi::c_void)>;
+pub const ACL_RT_DEV_LIMIT_SIMT_STACK_SIZE: aclrtDeviceLimit = 0;
+pub const ACL_RT_DEV_LIMIT_SIMT_DVG_WARP_STACK_SIZE: aclrtDeviceLimit = 1;
+pub const ACL_RT_DEV_LIMIT_SIMD_STACK_SIZE: aclrtDeviceLimit = 2;
+pub const ACL_RT_DEV_LIMIT_SIMD_PRINTF_FIFO_SIZE_PER_CORE: aclrtDeviceLimit = 3;
+pub const ACL_RT_DEV_LIMIT_SIMT_PRINTF_FIFO_SIZE: aclrtDeviceLimit = 4;
+pub type aclrtDeviceLimit = core::ffi::c_uint;
+pub const ACL_RT_DEVICE_STATE_SET_PRE: aclrtDeviceState = 0;
+pub const ACL_RT_DEVICE_STATE_SET_POST: aclrtDeviceState = 1;
+pub const ACL_RT_DEVICE_STATE_RESET_PRE: aclrtDeviceState = 2;
+pub const ACL_RT_DEVICE_STATE_RESET_POST: aclrtDeviceState = 3;
+pub type aclrtDeviceState = core::ffi::c_uint;
+pub type aclrtDeviceStateCallback = ::std::option::Option<
+    unsafe extern "C" fn(deviceId: i32, state: aclrtDeviceState, args: *mut core::ffi::c_void),
+>;
+pub const ACL_RT_OVERFLOW_MODE_SATURATION: aclrtFloatOverflowMode = 0;
+pub const ACL_RT_OVERFLOW_MODE_INFNAN: aclrtFloatOverflowMode = 1;
+pub const ACL_RT_OVERFLOW_MODE_UNDEF: aclrtFloatOverflowMode = 2;
+pub type aclrtFloatOverflowMode = core::ffi::c_uint;
+pub const ACL_RT_MEMCPY_SDMA_AUTOMATIC_SUM: aclrtReduceKind = 10;
+pub const ACL_RT_MEMCPY_SDMA_AUTOMATIC_MAX: aclrtReduceKind = 11;
+pub const ACL_RT_MEMCPY_SDMA_AUTOMATIC_MIN: aclrtReduceKind = 12;
+pub const ACL_RT_MEMCPY_SDMA_AUTOMATIC_EQUAL: aclrtReduceKind = 13;
+pub type aclrtReduceKind = core::ffi::c_uint;
 pub const ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV: aclrtDevFeatureType = 1;
 pub const ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV: aclrtDevFeatureType = 21;
 pub type aclrtDevFeatureType = core::ffi::c_uint;
@@ -1500,15 +1593,36 @@ macro_rules! for_each_acl_function {
                 fn aclrtAllocatorGetByStream(stream: $crate::aclrtStream, allocatorDesc: *mut $crate::aclrtAllocatorDesc, allocator: *mut $crate::aclrtAllocator, allocFunc: *mut $crate::aclrtAllocatorAllocFunc, freeFunc: *mut $crate::aclrtAllocatorFreeFunc, allocAdviseFunc: *mut $crate::aclrtAllocatorAllocAdviseFunc, getAddrFromBlockFunc: *mut $crate::aclrtAllocatorGetAddrFromBlockFunc) -> $crate::aclError;
                 fn aclrtAllocatorUnregister(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclFinalizeReference(refCount: *mut u64) -> $crate::aclError;
+                fn aclsysGetCANNVersion(name: $crate::aclCANNPackageName, version: *mut $crate::aclCANNPackageVersion) -> $crate::aclError;
                 fn aclsysGetVersionStr(pkgName: *mut core::ffi::c_char, versionStr: *mut core::ffi::c_char) -> $crate::aclError;
                 fn aclsysGetVersionNum(pkgName: *mut core::ffi::c_char, versionNum: *mut i32) -> $crate::aclError;
+                fn aclrtGetVersion(majorVersion: *mut i32, minorVersion: *mut i32, patchVersion: *mut i32) -> $crate::aclError;
+                fn aclInitCallbackRegister(type_: $crate::aclRegisterCallbackType, cbFunc: $crate::aclInitCallbackFunc, userData: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclInitCallbackUnRegister(type_: $crate::aclRegisterCallbackType, cbFunc: $crate::aclInitCallbackFunc) -> $crate::aclError;
+                fn aclFinalizeCallbackRegister(type_: $crate::aclRegisterCallbackType, cbFunc: $crate::aclFinalizeCallbackFunc, userData: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclFinalizeCallbackUnRegister(type_: $crate::aclRegisterCallbackType, cbFunc: $crate::aclFinalizeCallbackFunc) -> $crate::aclError;
                 fn aclrtGetLastError(level: $crate::aclrtLastErrLevel) -> $crate::aclError;
                 fn aclrtPeekAtLastError(level: $crate::aclrtLastErrLevel) -> $crate::aclError;
                 fn aclrtResetDeviceForce(deviceId: i32) -> $crate::aclError;
                 fn aclrtGetDeviceInfo(deviceId: u32, attr: $crate::aclrtDevAttr, value: *mut i64) -> $crate::aclError;
                 fn aclrtQueryDeviceStatus(deviceId: i32, deviceStatus: *mut $crate::aclrtDeviceStatus) -> $crate::aclError;
                 fn aclrtSynchronizeDeviceWithTimeout(timeout: i32) -> $crate::aclError;
+                fn aclrtDeviceGetBareTgid(pid: *mut i32) -> $crate::aclError;
+                fn aclrtDeviceSetLimit(limit: $crate::aclrtDeviceLimit, value: usize) -> $crate::aclError;
+                fn aclrtDeviceGetLimit(limit: $crate::aclrtDeviceLimit, value: *mut usize) -> $crate::aclError;
+                fn aclrtRegDeviceStateCallback(regName: *const core::ffi::c_char, callback: $crate::aclrtDeviceStateCallback, args: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtGetLogicDevIdByUserDevId(userDevid: i32, logicDevId: *mut i32) -> $crate::aclError;
+                fn aclrtGetUserDevIdByLogicDevId(logicDevId: i32, userDevid: *mut i32) -> $crate::aclError;
+                fn aclrtGetLogicDevIdByPhyDevId(phyDevId: i32, logicDevId: *mut i32) -> $crate::aclError;
+                fn aclrtGetPhyDevIdByLogicDevId(logicDevId: i32, phyDevId: *mut i32) -> $crate::aclError;
+                fn aclrtGetUserDevIdByPhyDevId(phyDevId: i32, userDevId: *mut i32) -> $crate::aclError;
+                fn aclrtGetPhyDevIdByUserDevId(userDevId: i32, phyDevId: *mut i32) -> $crate::aclError;
                 fn aclrtCtxGetCurrentDefaultStream(stream: *mut $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtCtxGetSysParamOpt(opt: $crate::aclSysParamOpt, value: *mut i64) -> $crate::aclError;
+                fn aclrtCtxSetSysParamOpt(opt: $crate::aclSysParamOpt, value: i64) -> $crate::aclError;
+                fn aclrtGetSysParamOpt(opt: $crate::aclSysParamOpt, value: *mut i64) -> $crate::aclError;
+                fn aclrtSetSysParamOpt(opt: $crate::aclSysParamOpt, value: i64) -> $crate::aclError;
+                fn aclrtGetPrimaryCtxState(deviceId: i32, flags: *mut u32, active: *mut i32) -> $crate::aclError;
                 fn aclrtMallocAlign32(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy) -> $crate::aclError;
                 fn aclrtMallocWithCfg(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy, cfg: *mut $crate::aclrtMallocConfig) -> $crate::aclError;
                 fn aclrtMallocForTaskScheduler(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy, cfg: *mut $crate::aclrtMallocConfig) -> $crate::aclError;
@@ -1540,6 +1654,21 @@ macro_rules! for_each_acl_function {
                 fn aclrtQueryEventWaitStatus(event: $crate::aclrtEvent, status: *mut $crate::aclrtEventWaitStatus) -> $crate::aclError;
                 fn aclrtSynchronizeEventWithTimeout(event: $crate::aclrtEvent, timeout: i32) -> $crate::aclError;
                 fn aclrtEventGetTimestamp(event: $crate::aclrtEvent, timestamp: *mut u64) -> $crate::aclError;
+                fn aclrtGetEventId(event: $crate::aclrtEvent, eventId: *mut u32) -> $crate::aclError;
+                fn aclrtGetEventAvailNum(eventCount: *mut u32) -> $crate::aclError;
+                fn aclrtSetStreamOverflowSwitch(stream: $crate::aclrtStream, flag: u32) -> $crate::aclError;
+                fn aclrtGetStreamOverflowSwitch(stream: $crate::aclrtStream, flag: *mut u32) -> $crate::aclError;
+                fn aclrtSetDeviceSatMode(mode: $crate::aclrtFloatOverflowMode) -> $crate::aclError;
+                fn aclrtGetDeviceSatMode(mode: *mut $crate::aclrtFloatOverflowMode) -> $crate::aclError;
+                fn aclrtGetOverflowStatus(outputAddr: *mut core::ffi::c_void, outputSize: usize, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtResetOverflowStatus(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtReduceAsync(dst: *mut core::ffi::c_void, src: *const core::ffi::c_void, count: u64, kind: $crate::aclrtReduceKind, type_: $crate::aclDataType, stream: $crate::aclrtStream, reserve: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtSetOpWaitTimeout(timeout: u32) -> $crate::aclError;
+                fn aclrtSetOpExecuteTimeOut(timeout: u32) -> $crate::aclError;
+                fn aclrtSetOpExecuteTimeOutWithMs(timeout: u32) -> $crate::aclError;
+                fn aclrtSetOpExecuteTimeOutV2(timeout: u64, actualTimeout: *mut u64) -> $crate::aclError;
+                fn aclrtGetOpTimeOutInterval(interval: *mut u64) -> $crate::aclError;
+                fn aclrtGetOpExecuteTimeout(timeoutMs: *mut u32) -> $crate::aclError;
                 fn aclrtLaunchHostFunc(stream: $crate::aclrtStream, fn_: $crate::aclrtHostFunc, args: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtBinaryLoadFromFile(binPath: *const core::ffi::c_char, options: *mut $crate::aclrtBinaryLoadOptions, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtBinaryLoadFromData(data: *const core::ffi::c_void, length: usize, options: *const $crate::aclrtBinaryLoadOptions, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
@@ -1575,6 +1704,11 @@ macro_rules! for_each_acl_function {
                 fn aclrtSetDeviceResLimit(deviceId: i32, type_: $crate::aclrtDevResLimitType, value: u32) -> $crate::aclError;
                 fn aclrtGetDeviceResLimit(deviceId: i32, type_: $crate::aclrtDevResLimitType, value: *mut u32) -> $crate::aclError;
                 fn aclrtResetDeviceResLimit(deviceId: i32) -> $crate::aclError;
+                fn aclrtGetStreamResLimit(stream: $crate::aclrtStream, type_: $crate::aclrtDevResLimitType, value: *mut u32) -> $crate::aclError;
+                fn aclrtSetStreamResLimit(stream: $crate::aclrtStream, type_: $crate::aclrtDevResLimitType, value: u32) -> $crate::aclError;
+                fn aclrtResetStreamResLimit(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtUseStreamResInCurrentThread(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtUnuseStreamResInCurrentThread(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetResInCurrentThread(type_: $crate::aclrtDevResLimitType, value: *mut u32) -> $crate::aclError;
                 fn aclrtGetDeviceUtilizationRate(deviceId: i32, utilizationInfo: *mut $crate::aclrtUtilizationInfo) -> $crate::aclError;
                 fn aclrtGetDeviceCapability(deviceId: i32, devFeatureType: $crate::aclrtDevFeatureType, value: *mut i32) -> $crate::aclError;

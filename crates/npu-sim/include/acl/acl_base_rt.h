@@ -128,6 +128,17 @@ static const int ACL_ERROR_PROFILING_FAILURE = 500005;
 /* The configured SoC name ("Ascend910B3" by default); NULL if the simulator cannot start. */
 ACL_FUNC_VISIBILITY const char *aclrtGetSocName(void);
 
+/* Runtime parameters (aclrtSetSysParamOpt for the process, aclrtCtxSetSysParamOpt for the
+ * current context). DETERMINISTIC: 0 off, 1 deterministic, 2 strong consistency, 3 batch
+ * consistency; the others 0 or 1. */
+typedef enum {
+    ACL_OPT_DETERMINISTIC = 0,
+    ACL_OPT_ENABLE_DEBUG_KERNEL = 1,
+    ACL_OPT_STRONG_CONSISTENCY ACL_DEPRECATED_MESSAGE(
+        "ACL_OPT_STRONG_CONSISTENCY is deprecated, use ACL_OPT_DETERMINISTIC with value 2 instead") = 2,
+    ACL_OPT_ENABLE_KERNEL_EARLY_START = 3
+} aclSysParamOpt;
+
 /* ========================= devices and information ======================= */
 
 typedef enum {

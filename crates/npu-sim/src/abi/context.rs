@@ -92,3 +92,28 @@ pub unsafe extern "C" fn aclrtCtxGetCurrentDefaultStream(stream: *mut aclrtStrea
         write_out(stream, "stream", handle::to_ptr(ctx.default_stream.handle))
     })
 }
+
+/// Whether a device's primary context is active (1: it exists, made by aclrtSetDevice or the
+/// default device and not yet released by aclrtResetDevice), else 0. `flags` is reserved and
+/// must be NULL (else 100000); NULL `active` → 100000; an unknown device → 107001.
+///
+/// # Safety
+/// `active` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetPrimaryCtxState(
+    deviceId: i32,
+    flags: *mut u32,
+    active: *mut i32,
+) -> aclError {
+    guard("aclrtGetPrimaryCtxState", || {
+        ensure!(
+            flags.is_null(),
+            ACL_ERROR_INVALID_PARAM,
+            "flags is reserved and must be NULL"
+        );
+        non_null(active, "active")?;
+        let device = sim()?.device(deviceId.into())?;
+        let exists = crate::sync::lock(&device.primary).ctx.is_some();
+        write_out(active, "active", i32::from(exists))
+    })
+}

@@ -22,10 +22,62 @@ pub(crate) const LEAST_PRIORITY: u32 = 7;
 /// No preconditions; `unsafe` only because it is part of the C ABI.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtSetDevice(deviceId: i32) -> aclError {
-    guard("aclrtSetDevice", || context::set_device(sim()?, deviceId))
+    guard("aclrtSetDevice", || {
+        let sim = sim()?;
+        announced(
+            sim,
+            deviceId,
+            [ACL_RT_DEVICE_STATE_SET_PRE, ACL_RT_DEVICE_STATE_SET_POST],
+            || context::set_device(sim, deviceId),
+        )
+    })
+}
+
+/// Runs a set or reset of an existing device between the device state callbacks' PRE and
+/// (if it succeeded) POST calls.
+fn announced(
+    sim: &Sim,
+    device_id: i32,
+    [pre, post]: [aclrtDeviceState; 2],
+    body: impl FnOnce() -> Res<()>,
+) -> Res<()> {
+    sim.device(device_id.into())?;
+    crate::stream_state::notify_device(device_id, pre);
+    body()?;
+    crate::stream_state::notify_device(device_id, post);
+    Ok(())
+}
+
+/// Registers `callback` under the unique name `regName` (NULL `callback`: removes the
+/// registration). It is called on the calling thread with ACL_RT_DEVICE_STATE_SET_PRE before
+/// and SET_POST after each aclrtSetDevice of an existing device, RESET_PRE / RESET_POST around
+/// each aclrtResetDevice and aclrtResetDeviceForce (POST only when the call succeeded). NULL
+/// or empty name → 100000; a name already registered, or removing one that is not → 107000.
+///
+/// # Safety
+/// `regName` must be NULL or a NUL-terminated string; `callback` must be safe to call with
+/// `args` from any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtRegDeviceStateCallback(
+    regName: *const std::ffi::c_char,
+    callback: aclrtDeviceStateCallback,
+    args: *mut std::ffi::c_void,
+) -> aclError {
+    guard("aclrtRegDeviceStateCallback", || {
+        let name = super::check::c_str(regName, "regName")?;
+        crate::stream_state::register_device(name, callback, args as usize)
+    })
 }
 
 fn reset(sim: &Sim, device_id: i32, force: bool) -> Res<()> {
+    let states = [
+        ACL_RT_DEVICE_STATE_RESET_PRE,
+        ACL_RT_DEVICE_STATE_RESET_POST,
+    ];
+    announced(sim, device_id, states, || release(sim, device_id, force))
+}
+
+fn release(sim: &Sim, device_id: i32, force: bool) -> Res<()> {
     let device = sim.device(device_id.into())?;
     let released = {
         let mut primary = lock(&device.primary);

@@ -7,7 +7,7 @@ use npu_sys::*;
 use super::check::deadline;
 use crate::context;
 use crate::error::{Res, SimError, ensure, fail, guard, non_null, write_out};
-use crate::event::{Event, LEGACY_DEFAULT_FLAGS, Outcome, Record};
+use crate::event::{Event, LEGACY_DEFAULT_FLAGS, MAX_EVENTS_PER_DEVICE, Outcome, Record};
 use crate::handle;
 use crate::sim::sim;
 use crate::stream::Stream;
@@ -29,7 +29,7 @@ fn create(out: *mut aclrtEvent, flags: u32, ex: bool) -> Res<()> {
     ctx.device.check_alive()?;
     let handle = sim
         .events
-        .insert(Arc::new(Event::new(ctx.device.clone(), flags, ex)))?;
+        .insert(Arc::new(Event::new(ctx.device.clone(), flags, ex)?))?;
     write_out(out, "event", handle::to_ptr(handle))
 }
 
@@ -401,5 +401,39 @@ pub unsafe extern "C" fn aclrtEventGetTimestamp(
         non_null(timestamp, "timestamp")?;
         let (event, record) = lookup(event)?;
         write_out(timestamp, "timestamp", timestamp_ns(&event, record)? / 1000)
+    })
+}
+
+/// The event's ID, unique among the events of its device for the life of the process. The
+/// device must not be lost (507010); NULL → 100000; a stale handle → 107017.
+///
+/// # Safety
+/// `eventId` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetEventId(event: aclrtEvent, eventId: *mut u32) -> aclError {
+    guard("aclrtGetEventId", || {
+        let (event, _) = lookup(event)?;
+        write_out(eventId, "eventId", event.id)
+    })
+}
+
+/// How many more events holding a hardware event (waitable ones: aclrtCreateEvent, or a flag
+/// with ACL_EVENT_SYNC; and ACL_EVENT_EXTERNAL ones) the current device can create: 65536
+/// minus those alive. Needs a current context (107002).
+///
+/// # Safety
+/// `eventCount` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetEventAvailNum(eventCount: *mut u32) -> aclError {
+    guard("aclrtGetEventAvailNum", || {
+        non_null(eventCount, "eventCount")?;
+        let ctx = context::current(sim()?)?;
+        ctx.device.check_alive()?;
+        let live = ctx
+            .device
+            .hardware_events
+            .load(std::sync::atomic::Ordering::Acquire);
+        let available = MAX_EVENTS_PER_DEVICE.saturating_sub(live);
+        write_out(eventCount, "eventCount", available as u32)
     })
 }

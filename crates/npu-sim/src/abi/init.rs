@@ -1,14 +1,15 @@
-//! Initialisation, version and error-reporting functions.
+//! Initialisation and error-reporting functions.
 
-use std::ffi::{CString, c_char};
-use std::sync::{Mutex, OnceLock};
+use std::ffi::{CString, c_char, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use npu_sys::*;
 
 use super::check::c_str;
 use crate::config::{ConfigError, SimConfig};
 use crate::context;
-use crate::error::{self, Res, ensure, fail, guard, guard_value, non_null, write_out};
+use crate::error::{self, Res, ensure, fail, guard, guard_value, write_out};
+use crate::lifecycle;
 use crate::sim::sim;
 use crate::sync::lock;
 
@@ -116,10 +117,42 @@ fn apply_config(config: InitConfig) -> Res<()> {
 }
 
 /// What aclFinalize undoes of aclInit's configuration (the simulator's own stays).
-fn finalize() {
+fn undo_config() {
     context::set_default_device(None);
     error::set_process_level_messages(false);
+}
+
+/// Finalises an initialised AscendCL: runs every finalize callback (all of them, even after
+/// one failed), then undoes the configuration and writes the trace. Returns the first
+/// callback failure.
+fn finalize() -> Res<()> {
+    *lock(&CURRENT_CONFIG) = None;
+    let callbacks = lifecycle::FINALIZE.run(false, |func, user_data| {
+        // SAFETY: the user registered a C function of this type, with `user_data` as its
+        // argument.
+        unsafe { func(user_data as *mut c_void) }
+    });
+    undo_config();
     flush_trace();
+    callbacks
+}
+
+/// The configuration text (NUL-terminated, for callbacks that read it as a C string) of the
+/// initialisation in force; `None` while AscendCL is not initialised. Kept apart from [`INIT`]
+/// so that a callback run by aclInit may register callbacks.
+static CURRENT_CONFIG: Mutex<Option<Arc<CString>>> = Mutex::new(None);
+
+/// Calls an init callback with the configuration text.
+fn call_init(func: lifecycle::InitFn, config: &CString, user_data: usize) -> aclError {
+    // SAFETY: the user registered a C function of this type; the text is NUL-terminated,
+    // `len` bytes long without the NUL, and outlives the call.
+    unsafe {
+        func(
+            config.as_ptr(),
+            config.as_bytes().len(),
+            user_data as *mut c_void,
+        )
+    }
 }
 
 fn flush_trace() {
@@ -133,7 +166,9 @@ fn flush_trace() {
 /// (aclGetRecentErrMsg reports the messages of every thread), `"defaultDevice":
 /// {"default_device": "N"}` (threads that set no device or context use device N, as if they
 /// had called aclrtSetDevice(N)) and the simulator's configuration under `"npu_sim"`. A value
-/// of the wrong form → 100000; a default device that does not exist → 107001.
+/// of the wrong form → 100000; a default device that does not exist → 107001. The registered
+/// init callbacks then run in registration order; the first that fails stops the others, undoes
+/// the file's configuration and is returned (AscendCL stays uninitialised).
 ///
 /// # Safety
 /// `configPath` must be NULL or a NUL-terminated string.
@@ -173,6 +208,15 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
             None => InitConfig::default(),
         };
         apply_config(config)?;
+        // A file with a NUL is no JSON parse_config accepts, so the text converts.
+        let current = Arc::new(CString::new(text.clone().unwrap_or_default()).unwrap_or_default());
+        if let Err(e) =
+            lifecycle::INIT.run(true, |func, user_data| call_init(func, &current, user_data))
+        {
+            undo_config();
+            return Err(e);
+        }
+        *lock(&CURRENT_CONFIG) = Some(current);
         if state.first_config.is_none() {
             state.first_config = text;
         }
@@ -182,8 +226,9 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
     })
 }
 
-/// Finalises AscendCL: drops every aclInit reference, undoes the file's `"err_msg_mode"` and
-/// `"defaultDevice"`, and writes the trace, if one is recorded. A second call without a new
+/// Finalises AscendCL: drops every aclInit reference, runs the finalize callbacks (if it was
+/// initialised; all of them, returning the first failure), undoes the file's `"err_msg_mode"`
+/// and `"defaultDevice"`, and writes the trace, if one is recorded. A second call without a new
 /// aclInit returns ACL_ERROR_REPEAT_FINALIZE. Devices keep their state (reset them with
 /// aclrtResetDevice).
 ///
@@ -198,16 +243,22 @@ pub unsafe extern "C" fn aclFinalize() -> aclError {
             ACL_ERROR_REPEAT_FINALIZE,
             "AscendCL is already finalised"
         );
+        let initialised = state.refs > 0;
         state.refs = 0;
         state.finalized = true;
         drop(state);
-        finalize();
-        Ok(())
+        match initialised {
+            true => finalize(),
+            false => {
+                flush_trace();
+                Ok(())
+            }
+        }
     })
 }
 
-/// Drops one aclInit reference, finalising at zero; `refCount` (nullable) receives the count
-/// left.
+/// Drops one aclInit reference, finalising at zero as aclFinalize does (finalize callbacks
+/// included); `refCount` (nullable) receives the count left.
 ///
 /// # Safety
 /// `refCount` must be NULL or valid for a write.
@@ -226,79 +277,108 @@ pub unsafe extern "C" fn aclFinalizeReference(refCount: *mut u64) -> aclError {
             state.finalized = true;
         }
         drop(state);
-        if left == 0 {
-            finalize();
-        }
+        let finalized = match left {
+            0 => finalize(),
+            _ => Ok(()),
+        };
         if !refCount.is_null() {
             write_out(refCount, "refCount", left)?;
         }
+        finalized
+    })
+}
+
+/// Registers a callback aclInit calls with its configuration text (the file's content, ""
+/// without a file) and `userData`; if AscendCL is initialised, it is called at once instead
+/// of waiting for the next aclInit, and a failure it returns is this call's (leaving nothing
+/// registered). Registering the same function for the same type again replaces `userData`.
+/// NULL `cbFunc` or a type outside `aclRegisterCallbackType` → 100000.
+///
+/// # Safety
+/// `cbFunc` must be NULL or a function of the callback's C type.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclInitCallbackRegister(
+    r#type: aclRegisterCallbackType,
+    cbFunc: aclInitCallbackFunc,
+    userData: *mut c_void,
+) -> aclError {
+    guard("aclInitCallbackRegister", || {
+        lifecycle::check_module(r#type)?;
+        let func = callback(cbFunc)?;
+        let current = lock(&CURRENT_CONFIG).clone();
+        if let Some(config) = current {
+            let code = call_init(func, &config, userData as usize);
+            ensure!(
+                code == ACL_SUCCESS,
+                code,
+                "the callback, called at once as AscendCL is initialised, returned {code}"
+            );
+        }
+        lifecycle::INIT.register(r#type, func, userData as usize);
         Ok(())
     })
 }
 
-/// The configured version of a package (see [`SimConfig::packages`]) and its weighted number;
-/// an unknown package is a parameter error.
-fn package_version(name: &str) -> Res<(String, i32)> {
-    let sim = sim()?;
-    match sim.config.packages.get(name) {
-        Some(version) => match crate::version::package_version_number(version) {
-            Some(number) => Ok((version.clone(), number)),
-            None => fail!(
-                ACL_ERROR_INTERNAL_ERROR,
-                "the configured version {version:?} of {name:?} has no number"
-            ),
-        },
-        None => fail!(
-            ACL_ERROR_INVALID_PARAM,
-            "no package {name:?} is installed (the simulator knows {:?})",
-            sim.config.packages.keys().collect::<Vec<_>>()
-        ),
+/// Removes an init callback's registration for `type` (none is fine). NULL `cbFunc` or an
+/// unknown type → 100000.
+///
+/// # Safety
+/// `cbFunc` must be NULL or a function of the callback's C type.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclInitCallbackUnRegister(
+    r#type: aclRegisterCallbackType,
+    cbFunc: aclInitCallbackFunc,
+) -> aclError {
+    guard("aclInitCallbackUnRegister", || {
+        lifecycle::check_module(r#type)?;
+        lifecycle::INIT.unregister(r#type, callback(cbFunc)?);
+        Ok(())
+    })
+}
+
+/// Registers a callback aclFinalize calls with `userData` (also aclFinalizeReference when the
+/// count reaches zero) before it tears AscendCL down. Every callback runs; the finalisation
+/// returns the first failure. Registering again replaces `userData`. NULL `cbFunc` or an
+/// unknown type → 100000.
+///
+/// # Safety
+/// `cbFunc` must be NULL or a function of the callback's C type.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclFinalizeCallbackRegister(
+    r#type: aclRegisterCallbackType,
+    cbFunc: aclFinalizeCallbackFunc,
+    userData: *mut c_void,
+) -> aclError {
+    guard("aclFinalizeCallbackRegister", || {
+        lifecycle::check_module(r#type)?;
+        lifecycle::FINALIZE.register(r#type, callback(cbFunc)?, userData as usize);
+        Ok(())
+    })
+}
+
+/// Removes a finalize callback's registration for `type` (none is fine). NULL `cbFunc` or an
+/// unknown type → 100000.
+///
+/// # Safety
+/// `cbFunc` must be NULL or a function of the callback's C type.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclFinalizeCallbackUnRegister(
+    r#type: aclRegisterCallbackType,
+    cbFunc: aclFinalizeCallbackFunc,
+) -> aclError {
+    guard("aclFinalizeCallbackUnRegister", || {
+        lifecycle::check_module(r#type)?;
+        lifecycle::FINALIZE.unregister(r#type, callback(cbFunc)?);
+        Ok(())
+    })
+}
+
+/// A required callback argument.
+fn callback<F>(func: Option<F>) -> Res<F> {
+    match func {
+        Some(func) => Ok(func),
+        None => fail!(ACL_ERROR_INVALID_PARAM, "cbFunc is NULL"),
     }
-}
-
-/// Writes the version string of a package (as configured; CANN's packages default to
-/// [`crate::config::DEFAULT_CANN_VERSION`]) into `versionStr` (at least
-/// ACL_PKG_VERSION_MAX_SIZE bytes).
-///
-/// # Safety
-/// `pkgName` must be NULL or NUL-terminated; `versionStr` NULL or writable for
-/// ACL_PKG_VERSION_MAX_SIZE bytes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclsysGetVersionStr(
-    pkgName: *mut c_char,
-    versionStr: *mut c_char,
-) -> aclError {
-    guard("aclsysGetVersionStr", || {
-        let name = c_str(pkgName, "pkgName")?;
-        non_null(versionStr, "versionStr")?;
-        let (version, _) = package_version(name)?;
-        let bytes = CString::new(version).unwrap_or_default();
-        let bytes = bytes.as_bytes_with_nul();
-        // SAFETY: the caller provides ACL_PKG_VERSION_MAX_SIZE (128) writable bytes, more than
-        // the version string with its NUL (SimConfig::validate only admits short versions).
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), versionStr.cast::<u8>(), bytes.len())
-        };
-        Ok(())
-    })
-}
-
-/// Writes the version of a package as its weighted number ([`crate::version`]), which orders
-/// as the versions do.
-///
-/// # Safety
-/// `pkgName` must be NULL or NUL-terminated; `versionNum` NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclsysGetVersionNum(
-    pkgName: *mut c_char,
-    versionNum: *mut i32,
-) -> aclError {
-    guard("aclsysGetVersionNum", || {
-        let name = c_str(pkgName, "pkgName")?;
-        non_null(versionNum, "versionNum")?;
-        let (_, number) = package_version(name)?;
-        write_out(versionNum, "versionNum", number)
-    })
 }
 
 /// Returns and clears the calling thread's error messages, newest first (NULL when none). The

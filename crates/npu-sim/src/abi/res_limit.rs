@@ -1,9 +1,11 @@
-//! Device resource limits: the process-level core limits of each device.
+//! Core limits: the process-level ones of each device, those of streams, and which stream's
+//! the calling thread uses.
 
 use npu_sys::*;
 
 use crate::context;
-use crate::error::{guard, non_null, write_out};
+use crate::error::{ensure, guard, non_null, write_out};
+use crate::res_limit;
 use crate::sim::sim;
 
 /// Limits the cores of one type the process's later tasks on the device may use (1 to the
@@ -52,8 +54,9 @@ pub unsafe extern "C" fn aclrtResetDeviceResLimit(deviceId: i32) -> aclError {
     })
 }
 
-/// The core limit in force for the calling thread: its current device's (the simulator has no
-/// stream-level limits, which would come first). No current context → 107002.
+/// The core limit in force for the calling thread: the limit of the stream it uses
+/// (aclrtUseStreamResInCurrentThread), where that stream sets one and still exists, else its
+/// current device's (the process's, else the hardware's count). No current context → 107002.
 ///
 /// # Safety
 /// `value` must be NULL or valid for a write.
@@ -64,8 +67,109 @@ pub unsafe extern "C" fn aclrtGetResInCurrentThread(
 ) -> aclError {
     guard("aclrtGetResInCurrentThread", || {
         non_null(value, "value")?;
-        let ctx = context::current(sim()?)?;
-        let limit = ctx.device.res_limits.get(type_)?;
+        let sim = sim()?;
+        let ctx = context::current(sim)?;
+        let in_use = res_limit::in_thread().and_then(|handle| sim.streams.get(handle));
+        let stream_limit = match in_use {
+            Some(stream) => stream.res_limits.get_set(type_)?,
+            None => None,
+        };
+        let limit = match stream_limit {
+            Some(limit) => limit,
+            None => ctx.device.res_limits.get(type_)?,
+        };
         write_out(value, "value", limit)
+    })
+}
+
+/// The core limit of one type on a stream: the stream's own (aclrtSetStreamResLimit), else its
+/// device's (the process's, else the hardware's count). NULL is the current context's default
+/// stream; a destroyed stream → 107017; unknown type → 107000.
+///
+/// # Safety
+/// `value` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetStreamResLimit(
+    stream: aclrtStream,
+    type_: aclrtDevResLimitType,
+    value: *mut u32,
+) -> aclError {
+    guard("aclrtGetStreamResLimit", || {
+        non_null(value, "value")?;
+        let target = context::any_stream(sim()?, stream)?;
+        let limit = match target.res_limits.get_set(type_)? {
+            Some(limit) => limit,
+            None => target.device.res_limits.get(type_)?,
+        };
+        write_out(value, "value", limit)
+    })
+}
+
+/// Limits the cores of one type the stream's work may use (1 to the hardware's count, else
+/// 107000); the last setting wins. A stream of another context → 107003.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtSetStreamResLimit(
+    stream: aclrtStream,
+    type_: aclrtDevResLimitType,
+    value: u32,
+) -> aclError {
+    guard("aclrtSetStreamResLimit", || {
+        let (_, target) = context::owned_stream(sim()?, stream)?;
+        target.res_limits.set(type_, value)
+    })
+}
+
+/// Clears the stream's limits: it uses its device's again.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtResetStreamResLimit(stream: aclrtStream) -> aclError {
+    guard("aclrtResetStreamResLimit", || {
+        let (_, target) = context::owned_stream(sim()?, stream)?;
+        target.res_limits.reset();
+        Ok(())
+    })
+}
+
+/// Makes the calling thread use the stream's limits (aclrtGetResInCurrentThread); the last
+/// call wins. The stream must have a limit set (107000 otherwise).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtUseStreamResInCurrentThread(stream: aclrtStream) -> aclError {
+    guard("aclrtUseStreamResInCurrentThread", || {
+        let (_, target) = context::owned_stream(sim()?, stream)?;
+        ensure!(
+            target.res_limits.any_set(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "stream {} has no resource limit set (aclrtSetStreamResLimit first)",
+            target.id
+        );
+        res_limit::use_in_thread(target.handle);
+        Ok(())
+    })
+}
+
+/// Stops the calling thread using the stream's limits; a stream the thread does not use →
+/// 107000.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtUnuseStreamResInCurrentThread(stream: aclrtStream) -> aclError {
+    guard("aclrtUnuseStreamResInCurrentThread", || {
+        let target = context::any_stream(sim()?, stream)?;
+        ensure!(
+            res_limit::unuse_in_thread(target.handle),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "the calling thread does not use the resource limits of stream {}",
+            target.id
+        );
+        Ok(())
     })
 }

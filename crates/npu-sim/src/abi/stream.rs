@@ -159,13 +159,16 @@ pub unsafe extern "C" fn aclrtStreamQuery(
 
 /// Makes later work on `stream` wait for the work captured by the event's latest record (an
 /// event never recorded imposes no wait). Event of another device → 107003; event without
-/// ACL_EVENT_SYNC → 207000.
+/// ACL_EVENT_SYNC → 207000. After aclrtSetOpWaitTimeout(n > 0) the wait fails the stream's
+/// task with ACL_ERROR_RT_WAIT_TIMEOUT if the record is still pending n seconds later.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtStreamWaitEvent(stream: aclrtStream, event: aclrtEvent) -> aclError {
-    guard("aclrtStreamWaitEvent", || wait_event(stream, event, None))
+    guard("aclrtStreamWaitEvent", || {
+        wait_event(stream, event, crate::op_timeout::wait_timeout())
+    })
 }
 
 /// Queues a wait for the event's latest record, which fails with ACL_ERROR_RT_WAIT_TIMEOUT if

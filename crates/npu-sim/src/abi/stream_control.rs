@@ -69,12 +69,7 @@ pub unsafe extern "C" fn aclrtRegStreamStateCallback(
 ) -> aclError {
     guard("aclrtRegStreamStateCallback", || {
         let name = c_str(regName, "regName")?;
-        ensure!(
-            !name.is_empty(),
-            ACL_ERROR_INVALID_PARAM,
-            "regName must not be empty"
-        );
-        crate::stream_state::register(name, callback, args as usize)
+        crate::stream_state::register_stream(name, callback, args as usize)
     })
 }
 

@@ -1,0 +1,711 @@
+//! Device ID mapping (user, logical and physical IDs), the primary context's state, device
+//! state callbacks, the process's device resource limits, runtime parameters (process and
+//! context), the float overflow settings, event IDs and the count of events left, with every
+//! error path, through the exported C ABI.
+//!
+//! Devices (this process has 5): 0 for events (only
+//! `events_have_distinct_ids_and_only_waitable_ones_count_against_the_limit` uses it), 1 for
+//! the primary context's state (only `primary_context_state_follows_set_and_reset` sets it), 2
+//! is lost by `a_lost_device_fails_event_queries_but_still_maps`, 3 for the error cases and the
+//! overflow settings, 4 for
+//! the device state callbacks (only `device_state_callbacks_surround_set_and_reset` uses it).
+
+extern crate ascendcl as npu_sim;
+
+#[macro_use]
+mod common;
+
+use std::ptr;
+
+use common::cases::{Case, case, run_table};
+use common::*;
+use npu_sim::abi::*;
+use npu_sys::*;
+
+fn install() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        npu_sim::SimConfig::default().devices(5).install().unwrap();
+    });
+}
+
+type Mapping = unsafe extern "C" fn(i32, *mut i32) -> aclError;
+
+/// Every mapping function, named.
+const MAPPINGS: [(&str, Mapping); 6] = [
+    (
+        "aclrtGetLogicDevIdByUserDevId",
+        aclrtGetLogicDevIdByUserDevId,
+    ),
+    (
+        "aclrtGetUserDevIdByLogicDevId",
+        aclrtGetUserDevIdByLogicDevId,
+    ),
+    ("aclrtGetLogicDevIdByPhyDevId", aclrtGetLogicDevIdByPhyDevId),
+    ("aclrtGetPhyDevIdByLogicDevId", aclrtGetPhyDevIdByLogicDevId),
+    ("aclrtGetUserDevIdByPhyDevId", aclrtGetUserDevIdByPhyDevId),
+    ("aclrtGetPhyDevIdByUserDevId", aclrtGetPhyDevIdByUserDevId),
+];
+
+#[test]
+fn every_id_of_a_device_is_the_same_without_visible_devices() {
+    install();
+    for (name, map) in MAPPINGS {
+        for id in 0..5 {
+            let mut out = -1;
+            acl!(map(id, &mut out));
+            assert_eq!(out, id, "{name}({id})");
+        }
+    }
+}
+
+#[test]
+fn a_lost_device_fails_event_queries_but_still_maps() {
+    install();
+    std::thread::spawn(|| {
+        set_device(2);
+        let event = create_event();
+        npu_sim::control::lose_device(2).unwrap();
+        let mut id = 0;
+        assert_eq!(
+            code!(aclrtGetEventId(event, &mut id)),
+            ACL_ERROR_RT_LOST_HEARTBEAT
+        );
+        assert_eq!(
+            code!(aclrtGetEventAvailNum(&mut id)),
+            ACL_ERROR_RT_LOST_HEARTBEAT
+        );
+        assert!(recent_message().contains("aclrtGetEventAvailNum"));
+        let mut out = -1;
+        acl!(aclrtGetPhyDevIdByUserDevId(2, &mut out));
+        assert_eq!(out, 2, "the device still has its IDs");
+        assert_eq!(primary_state(2), 1, "its primary context is not released");
+        acl!(aclrtDestroyEvent(event));
+        acl!(aclrtResetDevice(2));
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn the_bare_tgid_is_the_process_id() {
+    let mut pid = 0;
+    acl!(aclrtDeviceGetBareTgid(&mut pid));
+    assert_eq!(pid, std::process::id() as i32);
+    assert_eq!(
+        code!(aclrtDeviceGetBareTgid(ptr::null_mut())),
+        ACL_ERROR_INVALID_PARAM
+    );
+    assert!(recent_message().contains("aclrtDeviceGetBareTgid"));
+}
+
+fn primary_state(device: i32) -> i32 {
+    let mut active = -1;
+    acl!(aclrtGetPrimaryCtxState(
+        device,
+        ptr::null_mut(),
+        &mut active
+    ));
+    active
+}
+
+#[test]
+fn primary_context_state_follows_set_and_reset() {
+    install();
+    std::thread::spawn(|| {
+        assert_eq!(primary_state(1), 0, "never set");
+        set_device(1);
+        assert_eq!(primary_state(1), 1);
+        set_device(1);
+        acl!(aclrtResetDevice(1));
+        assert_eq!(primary_state(1), 1, "one reference left");
+        acl!(aclrtResetDevice(1));
+        assert_eq!(primary_state(1), 0, "released");
+        let mut ctx = ptr::null_mut();
+        acl!(aclrtCreateContext(&mut ctx, 1));
+        assert_eq!(
+            primary_state(1),
+            0,
+            "an explicit context is not the primary one"
+        );
+        acl!(aclrtDestroyContext(ctx));
+        set_device(1);
+        acl!(aclrtResetDeviceForce(1));
+        assert_eq!(primary_state(1), 0, "force-released");
+    })
+    .join()
+    .unwrap();
+}
+
+/// What the device state callbacks saw for device 4: (tag, state).
+static STATES: std::sync::Mutex<Vec<(u8, aclrtDeviceState)>> = std::sync::Mutex::new(Vec::new());
+
+unsafe extern "C" fn on_state(device: i32, state: aclrtDeviceState, args: *mut std::ffi::c_void) {
+    // Other tests set and reset other devices meanwhile.
+    if device == 4 {
+        // SAFETY: the test registers the callbacks with pointers to its static tags.
+        let tag = unsafe { *args.cast::<u8>() };
+        STATES.lock().unwrap().push((tag, state));
+    }
+}
+
+static TAG_1: u8 = 1;
+static TAG_2: u8 = 2;
+
+fn tag(tag: &'static u8) -> *mut std::ffi::c_void {
+    ptr::from_ref(tag).cast_mut().cast()
+}
+
+fn states() -> Vec<(u8, aclrtDeviceState)> {
+    std::mem::take(&mut *STATES.lock().unwrap())
+}
+
+#[test]
+fn device_state_callbacks_surround_set_and_reset() {
+    install();
+    std::thread::spawn(|| {
+        let (a, b) = (c"state a", c"state b");
+        acl!(aclrtRegDeviceStateCallback(
+            a.as_ptr(),
+            Some(on_state),
+            tag(&TAG_1)
+        ));
+        acl!(aclrtRegDeviceStateCallback(
+            b.as_ptr(),
+            Some(on_state),
+            tag(&TAG_2)
+        ));
+        set_device(4);
+        set_device(4);
+        acl!(aclrtResetDevice(4));
+        acl!(aclrtResetDeviceForce(4));
+        use npu_sys::{
+            ACL_RT_DEVICE_STATE_RESET_POST as RP, ACL_RT_DEVICE_STATE_RESET_PRE as RE,
+            ACL_RT_DEVICE_STATE_SET_POST as SP, ACL_RT_DEVICE_STATE_SET_PRE as SE,
+        };
+        let round = |pre, post| [(1, pre), (2, pre), (1, post), (2, post)];
+        let expected: Vec<_> =
+            [round(SE, SP), round(SE, SP), round(RE, RP), round(RE, RP)].concat();
+        assert_eq!(states(), expected, "registration order, every call");
+        // A failing reset (nothing left to release) has a PRE and no POST.
+        acl!(aclrtRegDeviceStateCallback(
+            a.as_ptr(),
+            None,
+            ptr::null_mut()
+        ));
+        assert_eq!(
+            code!(aclrtResetDevice(4)),
+            ACL_ERROR_RT_CONTEXT_RELEASE_ERROR
+        );
+        assert_eq!(states(), [(2, RE)]);
+        acl!(aclrtRegDeviceStateCallback(
+            b.as_ptr(),
+            None,
+            ptr::null_mut()
+        ));
+        set_device(4);
+        acl!(aclrtResetDevice(4));
+        assert_eq!(states(), [], "nothing registered");
+    })
+    .join()
+    .unwrap();
+}
+
+fn get_limit(limit: aclrtDeviceLimit) -> usize {
+    let mut value = 0;
+    acl!(aclrtDeviceGetLimit(limit, &mut value));
+    value
+}
+
+#[test]
+fn device_limits_round_as_the_hardware_and_refuse_simt() {
+    install();
+    let (stack, fifo) = (
+        ACL_RT_DEV_LIMIT_SIMD_STACK_SIZE,
+        ACL_RT_DEV_LIMIT_SIMD_PRINTF_FIFO_SIZE_PER_CORE,
+    );
+    assert_eq!((get_limit(stack), get_limit(fifo)), (32 << 10, 32 << 10));
+    for (asked, effective) in [(1, 32 << 10), (40_000, 48 << 10), (196_608, 192 << 10)] {
+        acl!(aclrtDeviceSetLimit(stack, asked));
+        assert_eq!(get_limit(stack), effective, "stack {asked}");
+    }
+    for (asked, effective) in [(1024, 1024), (1025, 1032), (64 << 20, 64 << 20)] {
+        acl!(aclrtDeviceSetLimit(fifo, asked));
+        assert_eq!(get_limit(fifo), effective, "fifo {asked}");
+    }
+    let refused = [
+        (stack, 196_609, ACL_ERROR_RT_PARAM_INVALID),
+        (fifo, 1023, ACL_ERROR_RT_PARAM_INVALID),
+        (fifo, (64 << 20) + 1, ACL_ERROR_RT_PARAM_INVALID),
+        (
+            ACL_RT_DEV_LIMIT_SIMT_STACK_SIZE,
+            1024,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            ACL_RT_DEV_LIMIT_SIMT_DVG_WARP_STACK_SIZE,
+            1024,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            ACL_RT_DEV_LIMIT_SIMT_PRINTF_FIFO_SIZE,
+            1 << 20,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (5, 1024, ACL_ERROR_RT_PARAM_INVALID),
+    ];
+    for (limit, value, code) in refused {
+        assert_eq!(
+            code!(aclrtDeviceSetLimit(limit, value)),
+            code,
+            "set {limit} {value}"
+        );
+        assert!(recent_message().contains("aclrtDeviceSetLimit"));
+    }
+    assert_eq!(
+        (get_limit(stack), get_limit(fifo)),
+        (192 << 10, 64 << 20),
+        "refused settings change nothing"
+    );
+    let mut value = 0;
+    for (limit, code) in [
+        (
+            ACL_RT_DEV_LIMIT_SIMT_STACK_SIZE,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            ACL_RT_DEV_LIMIT_SIMT_PRINTF_FIFO_SIZE,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (7, ACL_ERROR_RT_PARAM_INVALID),
+    ] {
+        assert_eq!(
+            code!(aclrtDeviceGetLimit(limit, &mut value)),
+            code,
+            "get {limit}"
+        );
+    }
+    assert_eq!(
+        code!(aclrtDeviceGetLimit(stack, ptr::null_mut())),
+        ACL_ERROR_INVALID_PARAM
+    );
+    assert!(recent_message().contains("aclrtDeviceGetLimit"));
+}
+
+fn sys_param(opt: aclSysParamOpt) -> i64 {
+    let mut value = -1;
+    acl!(aclrtGetSysParamOpt(opt, &mut value));
+    value
+}
+
+fn ctx_param(opt: aclSysParamOpt) -> Result<i64, aclError> {
+    let mut value = -1;
+    match code!(aclrtCtxGetSysParamOpt(opt, &mut value)) {
+        0 => Ok(value),
+        code => Err(code),
+    }
+}
+
+#[test]
+fn runtime_parameters_of_the_process_and_of_each_context() {
+    install();
+    std::thread::spawn(|| {
+        for opt in 0..4 {
+            assert_eq!(sys_param(opt), 0, "option {opt} is off by default");
+        }
+        acl!(aclrtSetSysParamOpt(ACL_OPT_DETERMINISTIC, 3));
+        acl!(aclrtSetSysParamOpt(ACL_OPT_ENABLE_DEBUG_KERNEL, 1));
+        assert_eq!(sys_param(ACL_OPT_DETERMINISTIC), 3);
+        assert_eq!(sys_param(ACL_OPT_ENABLE_DEBUG_KERNEL), 1);
+        for (opt, value) in [
+            (ACL_OPT_DETERMINISTIC, 4),
+            (ACL_OPT_ENABLE_KERNEL_EARLY_START, 2),
+            (4, 0),
+        ] {
+            assert_eq!(
+                code!(aclrtSetSysParamOpt(opt, value)),
+                ACL_ERROR_INVALID_PARAM
+            );
+            assert!(recent_message().contains("aclrtSetSysParamOpt"));
+        }
+        assert_eq!(
+            sys_param(ACL_OPT_DETERMINISTIC),
+            3,
+            "a refused value changes nothing"
+        );
+
+        // Contexts have their own parameters, without defaults.
+        set_device(3);
+        assert_eq!(
+            ctx_param(ACL_OPT_DETERMINISTIC),
+            Err(ACL_ERROR_RT_PARAM_INVALID)
+        );
+        acl!(aclrtCtxSetSysParamOpt(ACL_OPT_DETERMINISTIC, 1));
+        assert_eq!(ctx_param(ACL_OPT_DETERMINISTIC), Ok(1));
+        let mut other = ptr::null_mut();
+        acl!(aclrtCreateContext(&mut other, 3));
+        assert_eq!(
+            ctx_param(ACL_OPT_DETERMINISTIC),
+            Err(ACL_ERROR_RT_PARAM_INVALID)
+        );
+        acl!(aclrtDestroyContext(other));
+        assert_eq!(
+            code!(aclrtCtxSetSysParamOpt(ACL_OPT_DETERMINISTIC, 1)),
+            ACL_ERROR_RT_CONTEXT_NULL
+        );
+        set_device(3);
+        assert_eq!(
+            ctx_param(ACL_OPT_DETERMINISTIC),
+            Ok(1),
+            "the primary context kept it"
+        );
+        assert_eq!(
+            code!(aclrtCtxSetSysParamOpt(ACL_OPT_STRONG_CONSISTENCY, 2)),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(ctx_param(9), Err(ACL_ERROR_INVALID_PARAM));
+        assert_eq!(
+            code!(aclrtCtxGetSysParamOpt(
+                ACL_OPT_DETERMINISTIC,
+                ptr::null_mut()
+            )),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            code!(aclrtGetSysParamOpt(ACL_OPT_DETERMINISTIC, ptr::null_mut())),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            code!(aclrtGetSysParamOpt(4, &mut 0)),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert!(recent_message().contains("aclrtGetSysParamOpt"));
+        acl!(aclrtResetDevice(3));
+        acl!(aclrtResetDevice(3));
+    })
+    .join()
+    .unwrap();
+}
+
+fn sat_mode() -> aclrtFloatOverflowMode {
+    let mut mode = u32::MAX;
+    acl!(aclrtGetDeviceSatMode(&mut mode));
+    mode
+}
+
+fn overflow_switch(stream: aclrtStream) -> u32 {
+    let mut flag = u32::MAX;
+    acl!(aclrtGetStreamOverflowSwitch(stream, &mut flag));
+    flag
+}
+
+#[test]
+fn overflow_settings_are_kept_per_device_and_stream() {
+    install();
+    std::thread::spawn(|| {
+        set_device(3);
+        assert_eq!(
+            sat_mode(),
+            ACL_RT_OVERFLOW_MODE_INFNAN,
+            "the Atlas A2 default"
+        );
+        acl!(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_SATURATION));
+        assert_eq!(sat_mode(), ACL_RT_OVERFLOW_MODE_SATURATION);
+        assert_eq!(
+            code!(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_UNDEF)),
+            ACL_ERROR_INVALID_PARAM
+        );
+        acl!(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_INFNAN));
+        assert_eq!(sat_mode(), ACL_RT_OVERFLOW_MODE_INFNAN);
+
+        let stream = create_stream();
+        // The status task writes its 64 bytes in stream order: no overflow, all zeros.
+        let status = malloc(64);
+        acl!(aclrtMemset(status, 64, 0xFF, 64));
+        acl!(aclrtGetOverflowStatus(status, 64, stream));
+        acl!(aclrtResetOverflowStatus(stream));
+        acl!(aclrtSynchronizeStream(stream));
+        assert_eq!(download::<u8>(status, 64), vec![0; 64]);
+        for (addr, size, code) in [
+            (ptr::null_mut(), 64, ACL_ERROR_INVALID_PARAM),
+            (status, 32, ACL_ERROR_RT_PARAM_INVALID),
+            (pageable(64), 64, ACL_ERROR_RT_PARAM_INVALID),
+            (status.wrapping_byte_add(64), 64, ACL_ERROR_RT_PARAM_INVALID),
+        ] {
+            assert_eq!(
+                code!(aclrtGetOverflowStatus(addr, size, stream)),
+                code,
+                "{size}"
+            );
+            assert!(recent_message().contains("aclrtGetOverflowStatus"));
+        }
+        acl!(aclrtFree(status));
+        assert_eq!(overflow_switch(stream), 0);
+        acl!(aclrtSetStreamOverflowSwitch(stream, 1));
+        assert_eq!(overflow_switch(stream), 1);
+        let mut attr = aclrtStreamAttrValue::default();
+        acl!(aclrtGetStreamAttribute(
+            stream,
+            ACL_STREAM_ATTR_FLOAT_OVERFLOW_CHECK,
+            &mut attr
+        ));
+        // SAFETY: the field the attribute defines.
+        let switch = unsafe { attr.overflowSwitch };
+        assert_eq!(switch, 1, "the same switch as the attribute");
+        assert_eq!(
+            code!(aclrtSetStreamOverflowSwitch(stream, 2)),
+            ACL_ERROR_INVALID_PARAM
+        );
+        acl!(aclrtSetStreamOverflowSwitch(ptr::null_mut(), 1));
+        assert_eq!(
+            overflow_switch(ptr::null_mut()),
+            1,
+            "NULL is the default stream"
+        );
+        acl!(aclrtDestroyStream(stream));
+        assert_eq!(
+            code!(aclrtSetStreamOverflowSwitch(stream, 0)),
+            ACL_ERROR_RT_INVALID_HANDLE
+        );
+        assert_eq!(
+            code!(aclrtResetOverflowStatus(stream)),
+            ACL_ERROR_RT_INVALID_HANDLE
+        );
+        assert_eq!(
+            code!(aclrtGetStreamOverflowSwitch(
+                ptr::null_mut(),
+                ptr::null_mut()
+            )),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            code!(aclrtGetDeviceSatMode(ptr::null_mut())),
+            ACL_ERROR_INVALID_PARAM
+        );
+        acl!(aclrtResetDevice(3));
+        std::thread::spawn(|| {
+            let mut mode = 0;
+            assert_eq!(
+                code!(aclrtGetDeviceSatMode(&mut mode)),
+                ACL_ERROR_RT_CONTEXT_NULL
+            );
+            assert_eq!(
+                code!(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_SATURATION)),
+                ACL_ERROR_RT_CONTEXT_NULL
+            );
+            assert!(recent_message().contains("aclrtSetDeviceSatMode"));
+        })
+        .join()
+        .unwrap();
+    })
+    .join()
+    .unwrap();
+}
+
+fn event_id(event: aclrtEvent) -> u32 {
+    let mut id = u32::MAX;
+    acl!(aclrtGetEventId(event, &mut id));
+    id
+}
+
+fn events_left() -> u32 {
+    let mut count = u32::MAX;
+    acl!(aclrtGetEventAvailNum(&mut count));
+    count
+}
+
+#[test]
+fn events_have_distinct_ids_and_only_waitable_ones_count_against_the_limit() {
+    install();
+    std::thread::spawn(|| {
+        set_device(0);
+        let legacy = create_event();
+        let mut sync = ptr::null_mut();
+        acl!(aclrtCreateEventWithFlag(&mut sync, ACL_EVENT_SYNC));
+        let mut timeline = ptr::null_mut();
+        acl!(aclrtCreateEventExWithFlag(
+            &mut timeline,
+            ACL_EVENT_TIME_LINE
+        ));
+        let ids = [event_id(legacy), event_id(sync), event_id(timeline)];
+        assert!(
+            ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2],
+            "{ids:?}"
+        );
+        assert_eq!(event_id(legacy), ids[0], "an event keeps its ID");
+        // Other tests of this file create no events on device 0, so the count is exact.
+        assert_eq!(
+            events_left(),
+            65536 - 2,
+            "legacy and SYNC events hold one each"
+        );
+        acl!(aclrtDestroyEvent(sync));
+        assert_eq!(events_left(), 65536 - 1);
+        acl!(aclrtDestroyEvent(legacy));
+        acl!(aclrtDestroyEvent(timeline));
+        assert_eq!(events_left(), 65536);
+        acl!(aclrtResetDevice(0));
+    })
+    .join()
+    .unwrap();
+}
+
+fn stale_event() -> aclrtEvent {
+    let event = create_event();
+    acl!(aclrtDestroyEvent(event));
+    event
+}
+
+unsafe extern "C" fn ignore_state(_: i32, _: aclrtDeviceState, _: *mut std::ffi::c_void) {}
+
+fn register_twice() -> aclError {
+    let name = c"registered twice";
+    acl!(aclrtRegDeviceStateCallback(
+        name.as_ptr(),
+        Some(ignore_state),
+        ptr::null_mut()
+    ));
+    let code = code!(aclrtRegDeviceStateCallback(
+        name.as_ptr(),
+        Some(ignore_state),
+        ptr::null_mut()
+    ));
+    acl!(aclrtRegDeviceStateCallback(
+        name.as_ptr(),
+        None,
+        ptr::null_mut()
+    ));
+    code
+}
+
+const CASES: &[Case] = &[
+    case(
+        "state callback NULL name",
+        "aclrtRegDeviceStateCallback",
+        ACL_ERROR_INVALID_PARAM,
+        -1,
+        || {
+            code!(aclrtRegDeviceStateCallback(
+                ptr::null(),
+                Some(ignore_state),
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "state callback empty name",
+        "aclrtRegDeviceStateCallback",
+        ACL_ERROR_INVALID_PARAM,
+        -1,
+        || {
+            code!(aclrtRegDeviceStateCallback(
+                c"".as_ptr(),
+                Some(ignore_state),
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "state callback registered twice",
+        "aclrtRegDeviceStateCallback",
+        ACL_ERROR_RT_PARAM_INVALID,
+        -1,
+        register_twice,
+    ),
+    case(
+        "remove an unknown state callback",
+        "aclrtRegDeviceStateCallback",
+        ACL_ERROR_RT_PARAM_INVALID,
+        -1,
+        || {
+            code!(aclrtRegDeviceStateCallback(
+                c"unknown".as_ptr(),
+                None,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "map NULL out",
+        "aclrtGetPhyDevIdByUserDevId",
+        ACL_ERROR_INVALID_PARAM,
+        -1,
+        || code!(aclrtGetPhyDevIdByUserDevId(0, ptr::null_mut())),
+    ),
+    case(
+        "map device 5",
+        "aclrtGetLogicDevIdByUserDevId",
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        -1,
+        || code!(aclrtGetLogicDevIdByUserDevId(5, &mut 0)),
+    ),
+    case(
+        "map device -1",
+        "aclrtGetUserDevIdByPhyDevId",
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        -1,
+        || code!(aclrtGetUserDevIdByPhyDevId(-1, &mut 0)),
+    ),
+    case(
+        "primary state flags not NULL",
+        "aclrtGetPrimaryCtxState",
+        ACL_ERROR_INVALID_PARAM,
+        -1,
+        || code!(aclrtGetPrimaryCtxState(0, &mut 0, &mut 0)),
+    ),
+    case(
+        "primary state NULL active",
+        "aclrtGetPrimaryCtxState",
+        ACL_ERROR_INVALID_PARAM,
+        -1,
+        || code!(aclrtGetPrimaryCtxState(0, ptr::null_mut(), ptr::null_mut())),
+    ),
+    case(
+        "primary state of device 5",
+        "aclrtGetPrimaryCtxState",
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        -1,
+        || code!(aclrtGetPrimaryCtxState(5, ptr::null_mut(), &mut 0)),
+    ),
+    case(
+        "event id of NULL",
+        "aclrtGetEventId",
+        ACL_ERROR_INVALID_PARAM,
+        -1,
+        || code!(aclrtGetEventId(ptr::null_mut(), &mut 0)),
+    ),
+    case(
+        "event id NULL out",
+        "aclrtGetEventId",
+        ACL_ERROR_INVALID_PARAM,
+        3,
+        || code!(aclrtGetEventId(create_event(), ptr::null_mut())),
+    ),
+    case(
+        "event id of a destroyed event",
+        "aclrtGetEventId",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        3,
+        || code!(aclrtGetEventId(stale_event(), &mut 0)),
+    ),
+    case(
+        "events left NULL",
+        "aclrtGetEventAvailNum",
+        ACL_ERROR_INVALID_PARAM,
+        -1,
+        || code!(aclrtGetEventAvailNum(ptr::null_mut())),
+    ),
+    case(
+        "events left without context",
+        "aclrtGetEventAvailNum",
+        ACL_ERROR_RT_CONTEXT_NULL,
+        -1,
+        || code!(aclrtGetEventAvailNum(&mut 0)),
+    ),
+];
+
+#[test]
+fn every_error_path() {
+    install();
+    run_table(CASES);
+}
