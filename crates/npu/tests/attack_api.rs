@@ -467,6 +467,39 @@ fn oversized_kernel_arguments_are_a_typed_error() {
     refused.unwrap().join().unwrap();
 }
 
+/// Held: boxed, the largest by-value argument ACL allows moves through launches, their futures
+/// and nested `async` layers as a pointer, so it launches (and an oversized one is refused) on
+/// a thread with a fraction of the stack the unboxed value needs (see the test above).
+#[test]
+fn a_boxed_large_by_value_argument_needs_no_large_stack() {
+    let (_guard, ctx, _) = exclusive();
+    let add = vector_add(&ctx);
+    let small = std::thread::Builder::new()
+        .stack_size(512 << 10)
+        .spawn(move || {
+            for strategy in STRATEGIES {
+                let s = stream(&ctx, strategy);
+                let n = 16;
+                let a = run(s.upload(&[1f32; 16])).unwrap();
+                let b = run(s.upload(&[2f32; 16])).unwrap();
+                let c = DeviceBuffer::<f32>::new(&ctx, n).unwrap();
+                let tail = Box::new(npu::kernel::ByValue([[7u8; 4096]; 15]));
+                // SAFETY: vector_add_f32 reads its four parameters (n elements of each
+                // buffer, all of which hold n) and never the bytes packed after them.
+                let launch = unsafe { s.launch(&add, 1, (a, b, c, n as u64, tail)) };
+                let (_, _, c, _, tail) = run(async { async { launch.await }.await }).unwrap();
+                assert_eq!(tail.0[14][4095], 7, "handed back");
+                assert_eq!(run(s.download(c)).unwrap(), [3f32; 16], "{strategy:?}");
+
+                let huge = Box::new(npu::kernel::ByValue([[0u8; 4096]; 17]));
+                // SAFETY: refused before the kernel runs (the arguments are too large).
+                let err = run(async { unsafe { s.launch(&add, 1, (huge,)) }.await }).unwrap_err();
+                assert_eq!(invalid(&err.error), ("Stream::launch", "args"));
+            }
+        });
+    small.unwrap().join().unwrap();
+}
+
 /// Held: a launch whose future, function and module are all dropped while the device is held
 /// keeps the binary loaded and its output buffer allocated; it runs correctly once released.
 #[test]

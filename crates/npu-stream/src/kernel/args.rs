@@ -168,7 +168,11 @@ impl<'a> ArgWriter<'a> {
 ///   launch records itself as a use of the memory, so it stays allocated until the kernel has
 ///   finished even if the launch's future is dropped;
 /// - scalars, by value: integers, `f32`, `f64` and `bool` (as one byte, like C's `bool`);
-/// - any `#[repr(C)]` plain-old-data struct, by value, through [`ByValue`].
+/// - any `#[repr(C)]` plain-old-data struct, by value, through [`ByValue`];
+/// - a `Box` of any of these. Box a large by-value struct (ACL allows up to 64 KiB of
+///   arguments): a launch, its future and the arguments it hands back are moved by value
+///   through every `async` layer above it, and in a debug build each layer keeps its own copy
+///   on the stack, so tens of kilobytes of unboxed arguments can overflow a 2 MiB thread.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -186,6 +190,7 @@ impl<'a> ArgWriter<'a> {
 /// is_arg(&7u32);
 /// is_arg(&true);
 /// is_arg(&ByValue([1u16, 2, 3, 4]));
+/// is_arg(&Box::new(ByValue([[0u8; 4096]; 8]))); // moved as a pointer
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 ///
@@ -311,6 +316,18 @@ unsafe impl<T: Pod + Send> KernelArg for ByValue<T> {
     }
 
     fn record_use(&self, _completion: &Completion) {}
+}
+
+// SAFETY: the box owns the argument, so whatever the argument's own implementation keeps
+// alive for a launch, the box keeps alive with it; packing and recording delegate to it.
+unsafe impl<A: KernelArg> KernelArg for Box<A> {
+    fn pack(&self, args: &mut ArgWriter<'_>) -> Result<()> {
+        A::pack(self, args)
+    }
+
+    fn record_use(&self, completion: &Completion) {
+        A::record_use(self, completion)
+    }
 }
 
 macro_rules! scalar_args {
