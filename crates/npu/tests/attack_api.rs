@@ -467,6 +467,11 @@ fn oversized_kernel_arguments_are_a_typed_error() {
     refused.unwrap().join().unwrap();
 }
 
+/// One more `async` layer around `future`, as application code adds them.
+async fn layered<F: Future>(future: F) -> F::Output {
+    future.await
+}
+
 /// Held: boxed, the largest by-value argument ACL allows moves through launches, their futures
 /// and nested `async` layers as a pointer, so it launches (and an oversized one is refused) on
 /// a thread with a fraction of the stack the unboxed value needs (see the test above).
@@ -487,7 +492,7 @@ fn a_boxed_large_by_value_argument_needs_no_large_stack() {
                 // SAFETY: vector_add_f32 reads its four parameters (n elements of each
                 // buffer, all of which hold n) and never the bytes packed after them.
                 let launch = unsafe { s.launch(&add, 1, (a, b, c, n as u64, tail)) };
-                let (_, _, c, _, tail) = run(async { async { launch.await }.await }).unwrap();
+                let (_, _, c, _, tail) = run(layered(layered(launch))).unwrap();
                 assert_eq!(tail.0[14][4095], 7, "handed back");
                 assert_eq!(run(s.download(c)).unwrap(), [3f32; 16], "{strategy:?}");
 
