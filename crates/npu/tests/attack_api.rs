@@ -467,6 +467,54 @@ fn oversized_kernel_arguments_are_a_typed_error() {
     refused.unwrap().join().unwrap();
 }
 
+/// Held: split parts and casts of device memory are kernel arguments that keep the whole
+/// allocation for the launch: with the launch's future dropped under a held device, the
+/// kernel still reads both parts of one buffer and writes through a cast of another once the
+/// device is released; awaited, the parts come back and rejoin.
+#[test]
+fn split_parts_and_casts_are_kernel_arguments_that_keep_their_allocations() {
+    let (_guard, ctx, _) = exclusive();
+    let add = vector_add(&ctx);
+    let n = 8;
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        for dropped in [true, false] {
+            let ab = run(s.upload(&[[1f32; 8], [2f32; 8]].concat())).unwrap();
+            let (a, b) = ab.split_at(n).map_err(|e| e.error).unwrap();
+            let bits = DeviceBuffer::<u32>::new(&ctx, n).unwrap();
+            let c = Arc::new(bits.cast::<f32>().map_err(|e| e.error).unwrap());
+            let hold = sim::hold(&ctx.device()).unwrap();
+            // SAFETY: vector_add_f32 reads n elements of a and b and writes n of c; each holds
+            // n, and nothing reads c before the launch has completed.
+            let op = unsafe { s.launch(&add, 1, (a, b, c.clone(), n as u64)) };
+            let done = op.completion().clone();
+            let parts = if dropped {
+                drop(op);
+                sim::flush_releases();
+                hold.release().unwrap();
+                run(done.wait()).unwrap();
+                None
+            } else {
+                hold.release().unwrap();
+                let (a, b, _, _) = run(op).unwrap();
+                Some((a, b))
+            };
+            sim::flush_releases();
+            let c = Arc::into_inner(c).expect("the launch gave its clone back");
+            let out = run(s.download(c.into_inner())).unwrap();
+            assert!(
+                out.iter().all(|&x| f32::from_bits(x) == 3.0),
+                "{strategy:?} dropped={dropped}: {out:?}"
+            );
+            if let Some((a, b)) = parts {
+                let whole = a.join(b).map_err(|e| e.error).unwrap();
+                let ab = whole.into_whole().map_err(|e| e.error).unwrap();
+                assert_eq!(run(s.download(ab)).unwrap()[7..9], [1.0, 2.0]);
+            }
+        }
+    }
+}
+
 /// One more `async` layer around `future`, as application code adds them.
 async fn layered<F: Future>(future: F) -> F::Output {
     future.await

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bytemuck::Pod;
 use npu_core::{ArgPacker, Completion, Context, Error, Result};
-use npu_mem::{DeviceBuffer, DeviceSlice, Memory, View};
+use npu_mem::{Cast, DeviceBuffer, DeviceSlice, Memory, MemoryMut, Split, View};
 
 use crate::device_pool::PooledDeviceBuffer;
 
@@ -164,9 +164,10 @@ impl<'a> ArgWriter<'a> {
 /// One kernel argument: device memory (passed as its address) or a value.
 ///
 /// Implemented for:
-/// - device memory: [`DeviceBuffer`], [`View`]s of device memory and `Arc`s of those. The
-///   launch records itself as a use of the memory, so it stays allocated until the kernel has
-///   finished even if the launch's future is dropped;
+/// - device memory: [`DeviceBuffer`], pooled device buffers, and the [`View`]s, [`Split`]
+///   parts, [`Cast`]s and `Arc`s of device memory. The launch records itself as a use of the
+///   memory (for a part or a view, of the whole allocation), so it stays allocated until the
+///   kernel has finished even if the launch's future is dropped;
 /// - scalars, by value: integers, `f32`, `f64` and `bool` (as one byte, like C's `bool`);
 /// - any `#[repr(C)]` plain-old-data struct, by value, through [`ByValue`];
 /// - a `Box` of any of these. Box a large by-value struct (ACL allows up to 64 KiB of
@@ -177,7 +178,7 @@ impl<'a> ArgWriter<'a> {
 /// ```
 /// use std::sync::Arc;
 /// use npu_core::Device;
-/// use npu_mem::{DeviceBuffer, Memory};
+/// use npu_mem::{DeviceBuffer, Memory, MemoryMut};
 /// use npu_stream::{ByValue, KernelArg};
 ///
 /// fn is_arg<A: KernelArg>(_: &A) {}
@@ -187,6 +188,10 @@ impl<'a> ArgWriter<'a> {
 /// let shared = Arc::new(DeviceBuffer::<u8>::new(&ctx, 8)?);
 /// is_arg(&shared);
 /// is_arg(&buffer.view(2..4)?);
+/// let parts = DeviceBuffer::<f32>::new(&ctx, 8)?;
+/// let (head, tail) = parts.split_at(4).map_err(|e| e.error)?;
+/// is_arg(&head.cast::<u32>().map_err(|e| e.error)?);
+/// is_arg(&tail);
 /// is_arg(&7u32);
 /// is_arg(&true);
 /// is_arg(&ByValue([1u16, 2, 3, 4]));
@@ -374,6 +379,8 @@ device_args! {
     [T: Pod] DeviceBuffer<T>,
     [T: Pod] PooledDeviceBuffer<T>,
     [S: DeviceSlice] View<S>,
+    [S: DeviceSlice + MemoryMut + Sync] Split<S>,
+    [S: DeviceSlice, U: Pod] Cast<S, U>,
     [S: DeviceSlice + Sync] Arc<S>,
 }
 
