@@ -174,6 +174,10 @@ fn polling_after_completion_is_an_error_not_a_panic() {
 #[test]
 fn dropping_a_stream_with_pending_work_does_not_block() {
     let (_serial, context) = exclusive_device0();
+    // An earlier test's streams may still be on their way out (their last reference goes on
+    // the reaper once the reactor lets go of them), so the count can only fall meanwhile:
+    // this test's own streams are gone once it is back at or below where it started.
+    npu_core::reaper::flush();
     let streams_before = control::device_stats(0).unwrap().live_streams;
     for strategy in STRATEGIES {
         let s = stream(&context, strategy);
@@ -193,6 +197,6 @@ fn dropping_a_stream_with_pending_work_does_not_block() {
     }
     until("every stream is destroyed", || {
         npu_core::reaper::flush();
-        control::device_stats(0).unwrap().live_streams == streams_before
+        control::device_stats(0).unwrap().live_streams <= streams_before
     });
 }

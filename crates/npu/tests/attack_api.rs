@@ -811,13 +811,14 @@ fn a_stream_pool_past_the_stream_limit_is_a_typed_error_and_leaks_no_stream() {
     let (_guard, ctx, _) = exclusive();
     let err = StreamPool::new(&ctx, 0).unwrap_err();
     assert_eq!(invalid(&err), ("StreamPool::new", "count"));
+    // An earlier test's streams may still be on their way out, so the count can only fall
+    // meanwhile: none of the failed pool's streams is left if it is not above where it was.
+    sim::flush_releases();
     let streams = sim::device_stats(&ctx.device()).unwrap().live_streams;
     let err = StreamPool::new(&ctx, 2500).unwrap_err();
     assert_eq!(err.acl_code(), Some(npu::error::AclCode(207008)), "{err}");
-    assert_eq!(
-        sim::device_stats(&ctx.device()).unwrap().live_streams,
-        streams
-    );
+    let after = sim::device_stats(&ctx.device()).unwrap().live_streams;
+    assert!(after <= streams, "{after} streams live, {streams} before");
     let pool = StreamPool::new(&ctx, 3).unwrap();
     let s = pool.next();
     assert!(pool.next().same(&pool.streams()[1]) && s.same(&pool.streams()[0]));
