@@ -102,19 +102,22 @@ impl<S: Source> Cache<S> {
     /// A cached block of `class`, or room to allocate one, without waiting: `None` while the
     /// capacity is full or anyone else waits.
     pub fn try_grant(self: &Arc<Self>, class: usize) -> Option<Granted<S::Block>> {
-        if let Some(block) = self.lock().take_cached(class) {
-            return Some(Granted::Block(block));
-        }
-        self.update(|state, evicted| state.try_request(class, evicted))
+        self.hit(class)
+            .or_else(|| self.update(|state, evicted| state.try_request(class, evicted)))
+    }
+
+    /// The common case of both grants, a cached block with nobody waiting: one short critical
+    /// section, none of the request machinery.
+    fn hit(&self, class: usize) -> Option<Granted<S::Block>> {
+        self.lock().take_cached(class).map(Granted::Block)
     }
 
     /// A cached block of `class`, or room to allocate one, waiting in FIFO order while the
     /// capacity is full. Cancel-safe: dropping the future leaves the queue and hands back a
     /// grant already on its way.
     pub async fn grant(self: &Arc<Self>, class: usize) -> Result<Granted<S::Block>> {
-        // The common case, a hit with nobody waiting, takes one short critical section.
-        if let Some(block) = self.lock().take_cached(class) {
-            return Ok(Granted::Block(block));
+        if let Some(hit) = self.hit(class) {
+            return Ok(hit);
         }
         let answer = self.update(|state, evicted| {
             state.try_request(class, evicted).ok_or_else(|| {
@@ -190,16 +193,10 @@ impl<S: Source> Cache<S> {
     /// drop.
     pub fn give_back(self: &Arc<Self>, block: S::Block, uses: &mut UseList) {
         let class = S::block_bytes(&block);
-        // Idle stays idle (the owner is being dropped), so the block goes straight back: one
-        // lock, no deferral.
+        // Idle stays idle (the owner is being dropped), so the block goes straight back, with
+        // no deferral.
         if uses.is_idle() {
-            let mut state = self.lock();
-            state.released(block, class);
-            if state.has_waiters() {
-                drop(state);
-                // Serve whoever the block (or its room) can now satisfy.
-                self.update(|_, _| ());
-            }
+            self.update(|state, _| state.released(block, class));
             return;
         }
         self.retire(class);
@@ -296,11 +293,21 @@ impl<S: Source> Cache<S> {
         let (result, served) = {
             let mut state = self.lock();
             let result = change(&mut state, &mut evicted);
-            (result, state.pump(&mut evicted))
+            // Most changes find nobody waiting and evict nothing: that common case (a hit, an
+            // idle return) then costs the lock alone.
+            let served = match state.has_waiters() {
+                true => state.pump(&mut evicted),
+                false => Vec::new(),
+            };
+            (result, served)
         };
-        self.free_blocks(evicted);
-        for (reply, granted) in served {
-            self.deliver(reply, granted);
+        if !evicted.is_empty() {
+            self.free_blocks(evicted);
+        }
+        if !served.is_empty() {
+            for (reply, granted) in served {
+                self.deliver(reply, granted);
+            }
         }
         result
     }
