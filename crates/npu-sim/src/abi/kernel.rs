@@ -171,6 +171,25 @@ fn launch_target(func: aclrtFuncHandle, blocks: u32) -> Res<Arc<Function>> {
     sim()?.functions.resolve(handle::from_ptr(func))
 }
 
+/// The function of a launch whose `size` bytes of arguments are at `args` (named `name` in
+/// errors): NULL only with no arguments, and no more than the function takes.
+fn launch_target_with_args(
+    func: aclrtFuncHandle,
+    blocks: u32,
+    args: *const c_void,
+    size: usize,
+    name: &str,
+) -> Res<Arc<Function>> {
+    let function = launch_target(func, blocks)?;
+    ensure!(
+        !args.is_null() || size == 0,
+        ACL_ERROR_INVALID_PARAM,
+        "{name} is NULL but argsSize is {size}"
+    );
+    function.check_args(size)?;
+    Ok(function)
+}
+
 /// Queues a launch with arguments owned by the task.
 fn submit_launch(
     stream: aclrtStream,
@@ -202,13 +221,7 @@ fn launch_device_args(
     cfg: *mut aclrtLaunchKernelCfg,
     stream: aclrtStream,
 ) -> Res<()> {
-    let function = launch_target(func, blocks)?;
-    ensure!(
-        !argsData.is_null() || argsSize == 0,
-        ACL_ERROR_INVALID_PARAM,
-        "argsData is NULL but argsSize is {argsSize}"
-    );
-    function.check_args(argsSize)?;
+    let function = launch_target_with_args(func, blocks, argsData, argsSize, "argsData")?;
     let vector_engine = vector_engine(cfg)?;
     let sim = sim()?;
     let target = context::submit_stream(sim, stream)?;
@@ -284,13 +297,13 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
     placeHolderNum: usize,
 ) -> aclError {
     guard("aclrtLaunchKernelWithHostArgs", || {
-        let function = launch_target(funcHandle, numBlocks)?;
-        ensure!(
-            !hostArgs.is_null() || argsSize == 0,
-            ACL_ERROR_INVALID_PARAM,
-            "hostArgs is NULL but argsSize is {argsSize}"
-        );
-        function.check_args(argsSize)?;
+        let function = launch_target_with_args(
+            funcHandle,
+            numBlocks,
+            hostArgs.cast_const(),
+            argsSize,
+            "hostArgs",
+        )?;
         let placeholders = array(
             placeHolderArray.cast_const(),
             placeHolderNum,
