@@ -20,6 +20,9 @@ fn main() {
     if filter.wants("pipeline") {
         npu_benches::pipeline::run(&mut table);
     }
+    if filter.wants("host") {
+        npu_benches::host::run(&mut table);
+    }
     table.push(
         "machine",
         "load average (1, 5, 15 min): before / after the run",

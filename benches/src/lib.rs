@@ -5,6 +5,7 @@
 
 pub mod alternatives;
 mod filter;
+pub mod host;
 pub mod pipeline;
 pub mod pool;
 pub mod sim;
