@@ -78,6 +78,8 @@ mod stream_state;
 mod sync;
 mod sys_param;
 mod task;
+mod task_abort;
+mod uce;
 mod vmm;
 
 pub use config::{ConfigError, SimConfig, TimingModel};

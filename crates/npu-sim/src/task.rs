@@ -426,7 +426,7 @@ pub(crate) fn read_value(memory: &MemoryMap, src: usize) -> Result<u64, SimError
 }
 
 /// Leases `[ptr, ptr+len)` if it is simulator-owned memory (`owned`); a DMA fault if it was
-/// freed since the task was submitted.
+/// freed since the task was submitted, a device memory error if it has an uncorrectable error.
 fn lease(
     memory: &MemoryMap,
     owned: bool,
@@ -437,7 +437,10 @@ fn lease(
         return Ok(None);
     }
     match memory.lease(ptr, len) {
-        Some(lease) => Ok(Some(lease)),
+        Some(lease) => {
+            memory.uce.check(ptr, len)?;
+            Ok(Some(lease))
+        }
         None => Err(SimError::new(
             ACL_ERROR_RT_SYS_DMA,
             format!("DMA fault: {ptr:#x}+{len} was freed before the task ran"),

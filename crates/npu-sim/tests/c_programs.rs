@@ -201,6 +201,21 @@ fn the_stream_group_flow_in_c() {
 }
 
 #[test]
+fn the_device_recovery_flow_in_c() {
+    let stdout = run(&compile("recovery_flow", &[]));
+    assert_eq!(
+        stdout,
+        "task on the bad memory: 507053\n\
+         error type 1, try repair 1, detail 1, ranges 1, offset 1024, len 1024\n\
+         abort callbacks: pre 1, post 1\n\
+         ranges left after repair: 0\n\
+         bytes: first 11, repaired 00, last 11\n\
+         after recovery: 44\n\
+         recovery flow ok\n"
+    );
+}
+
+#[test]
 fn headers_compile_warning_free_and_errors_are_reported_once() {
     let stdout = run(&compile("header_check", &["-pedantic"]));
     assert_eq!(

@@ -195,6 +195,7 @@ pub const ACL_NOTIFY_DEFAULT: u32 = 0;
 pub const ACL_NOTIFY_DEVICE_USE_ONLY: u32 = 1;
 pub const ACL_EVENT_WAIT_DEFAULT: u32 = 0;
 pub const ACL_EVENT_WAIT_EXTERNAL: u32 = 1;
+pub const MAX_MEM_UCE_INFO_ARRAY_SIZE: u32 = 128;
 pub const UCE_INFO_RESERVED_SIZE: u32 = 14;
 pub const ACL_RT_MEM_UCE_INFO_MAX_NUM: u32 = 20;
 pub const ACL_RT_MEM_ATTACH_GLOBAL: u32 = 1;
@@ -1250,6 +1251,17 @@ impl Default for aclrtErrorInfo {
 pub type aclrtOpExceptionCallback = ::std::option::Option<
     unsafe extern "C" fn(exceptionInfo: *mut aclrtExceptionInfo, userData: *mut core::ffi::c_void),
 >;
+pub const ACL_RT_DEVICE_TASK_ABORT_PRE: aclrtDeviceTaskAbortStage = 0;
+pub const ACL_RT_DEVICE_TASK_ABORT_POST: aclrtDeviceTaskAbortStage = 1;
+pub type aclrtDeviceTaskAbortStage = core::ffi::c_uint;
+pub type aclrtDeviceTaskAbortCallback = ::std::option::Option<
+    unsafe extern "C" fn(
+        deviceId: i32,
+        stage: aclrtDeviceTaskAbortStage,
+        timeout: u32,
+        args: *mut core::ffi::c_void,
+    ) -> i32,
+>;
 pub const ACL_MEM_ALLOCATION_TYPE_PINNED: aclrtMemAllocationType = 0;
 pub type aclrtMemAllocationType = core::ffi::c_uint;
 pub const ACL_MEM_HANDLE_TYPE_NONE: aclrtMemHandleType = 0;
@@ -1751,6 +1763,11 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetFuncHandleFromExceptionInfo(info: *const $crate::aclrtExceptionInfo, func: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
                 fn aclrtBinarySetExceptionCallback(binHandle: $crate::aclrtBinHandle, callback: $crate::aclrtOpExceptionCallback, userData: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtGetErrorVerbose(deviceId: i32, errorInfo: *mut $crate::aclrtErrorInfo) -> $crate::aclError;
+                fn aclrtRepairError(deviceId: i32, errorInfo: *const $crate::aclrtErrorInfo) -> $crate::aclError;
+                fn aclrtGetMemUceInfo(deviceId: i32, memUceInfoArray: *mut $crate::aclrtMemUceInfo, arraySize: usize, retSize: *mut usize) -> $crate::aclError;
+                fn aclrtMemUceRepair(deviceId: i32, memUceInfoArray: *mut $crate::aclrtMemUceInfo, arraySize: usize) -> $crate::aclError;
+                fn aclrtDeviceTaskAbort(deviceId: i32, timeout: u32) -> $crate::aclError;
+                fn aclrtSetDeviceTaskAbortCallback(regName: *const core::ffi::c_char, callback: $crate::aclrtDeviceTaskAbortCallback, args: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtSubscribeHostFunc(hostFuncThreadId: u64, exeStream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtProcessHostFunc(timeout: i32) -> $crate::aclError;
                 fn aclrtUnSubscribeHostFunc(hostFuncThreadId: u64, exeStream: $crate::aclrtStream) -> $crate::aclError;
