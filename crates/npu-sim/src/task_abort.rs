@@ -29,9 +29,15 @@ pub(crate) fn abort_device(sim: &Sim, device: &Arc<Device>, timeout_ms: u32) -> 
         "an aclrtDeviceTaskAbort of device {} is already running",
         device.id
     );
-    let result = abort_streams(sim, device, timeout_ms);
-    device.set_aborting_tasks(false);
-    result
+    /// Ends the device's abort however the abort returns.
+    struct Aborting<'a>(&'a Device);
+    impl Drop for Aborting<'_> {
+        fn drop(&mut self) {
+            self.0.set_aborting_tasks(false);
+        }
+    }
+    let _aborting = Aborting(device);
+    abort_streams(sim, device, timeout_ms)
 }
 
 fn abort_streams(sim: &Sim, device: &Arc<Device>, timeout_ms: u32) -> Res<()> {
