@@ -56,6 +56,7 @@ mod advice;
 mod allocator;
 mod clock;
 mod context;
+mod data_buffer;
 mod device;
 mod device_limit;
 mod error;

@@ -320,6 +320,20 @@ impl Stream {
         state.injections.push((target, code));
     }
 
+    /// aclrtPersistentTaskClean: drops the tasks kept for a model.
+    pub(crate) fn clean_persistent(&self) -> Res<()> {
+        ensure!(
+            self.is_persistent(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "stream {} is not an ACL_STREAM_PERSISTENT stream: it keeps no tasks to clean",
+            self.id
+        );
+        let kept = std::mem::take(&mut lock(&self.state).persistent);
+        // Dropping tasks may release a kernel library: outside the lock.
+        drop(kept);
+        Ok(())
+    }
+
     /// Whether tasks on this stream are kept for a model instead of run (ACL_STREAM_PERSISTENT).
     pub(crate) fn is_persistent(&self) -> bool {
         self.flags & ACL_STREAM_PERSISTENT != 0

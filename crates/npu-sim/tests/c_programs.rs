@@ -216,6 +216,21 @@ fn the_device_recovery_flow_in_c() {
 }
 
 #[test]
+fn data_buffers_and_persistent_streams_in_c() {
+    let stdout = run(&compile("data_buffer_flow", &[]));
+    assert_eq!(
+        stdout,
+        "through the buffer: 256 bytes of 5a\n\
+         emptied: NULL, 0\n\
+         destroy again: 107017\n\
+         task id after clean: 1\n\
+         counted notify: 207000\n\
+         group count: 207000, group info: NULL\n\
+         data buffer flow ok\n"
+    );
+}
+
+#[test]
 fn headers_compile_warning_free_and_errors_are_reported_once() {
     let stdout = run(&compile("header_check", &["-pedantic"]));
     assert_eq!(

@@ -702,6 +702,100 @@ const CASES: &[Case] = &[
         -1,
         || code!(aclrtGetEventAvailNum(&mut 0)),
     ),
+    case("set a compute group", "aclrtSetGroup", 207000, 0, || {
+        code!(aclrtSetGroup(0))
+    }),
+    case(
+        "group count into NULL",
+        "aclrtGetGroupCount",
+        100000,
+        0,
+        || code!(aclrtGetGroupCount(ptr::null_mut())),
+    ),
+    case(
+        "group count on an Atlas A2",
+        "aclrtGetGroupCount",
+        207000,
+        0,
+        || {
+            let mut count = 7;
+            let code = code!(aclrtGetGroupCount(&mut count));
+            assert_eq!(count, 7, "nothing written");
+            code
+        },
+    ),
+    case(
+        "group info on an Atlas A2",
+        "aclrtCreateGroupInfo",
+        207000,
+        0,
+        || {
+            assert!(code!(aclrtCreateGroupInfo()).is_null());
+            // SAFETY: no preconditions.
+            unsafe { aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL) }
+        },
+    ),
+    case(
+        "destroy NULL group info",
+        "aclrtDestroyGroupInfo",
+        100000,
+        0,
+        || code!(aclrtDestroyGroupInfo(ptr::null_mut())),
+    ),
+    case(
+        "destroy group info on an Atlas A2",
+        "aclrtDestroyGroupInfo",
+        207000,
+        0,
+        || code!(aclrtDestroyGroupInfo(ptr::dangling_mut())),
+    ),
+    case(
+        "all group info into NULL",
+        "aclrtGetAllGroupInfo",
+        100000,
+        0,
+        || code!(aclrtGetAllGroupInfo(ptr::null_mut())),
+    ),
+    case(
+        "all group info on an Atlas A2",
+        "aclrtGetAllGroupInfo",
+        207000,
+        0,
+        || code!(aclrtGetAllGroupInfo(ptr::dangling_mut())),
+    ),
+    case(
+        "group detail with NULL outputs",
+        "aclrtGetGroupInfoDetail",
+        100000,
+        0,
+        || {
+            code!(aclrtGetGroupInfoDetail(
+                ptr::dangling(),
+                0,
+                ACL_GROUP_AICORE_INT,
+                ptr::null_mut(),
+                4,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "group detail on an Atlas A2",
+        "aclrtGetGroupInfoDetail",
+        207000,
+        0,
+        || {
+            let (mut value, mut size) = (0i32, 0usize);
+            code!(aclrtGetGroupInfoDetail(
+                ptr::dangling(),
+                0,
+                ACL_GROUP_AICORE_INT,
+                (&raw mut value).cast(),
+                4,
+                &mut size
+            ))
+        },
+    ),
 ];
 
 #[test]

@@ -239,6 +239,16 @@ fn persistent_streams_keep_their_tasks_for_a_model() {
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT
     );
     assert!(recent_message().contains("PERSISTENT"));
+    // Cleaning drops the kept tasks: task ids start again at 1.
+    memset_async(dev, 64, 2, stream);
+    let mut id = 0;
+    acl!(aclrtGetThreadLastTaskId(&mut id));
+    assert_eq!(id, 2);
+    acl!(aclrtPersistentTaskClean(stream));
+    memset_async(dev, 64, 3, stream);
+    acl!(aclrtGetThreadLastTaskId(&mut id));
+    assert_eq!(id, 1);
+    assert!(download::<u8>(dev, 64).iter().all(|&b| b == 0), "never run");
     acl!(aclrtDestroyStream(stream));
 }
 
@@ -542,6 +552,168 @@ fn every_error_path() {
             acl!(aclrtDestroyStream(stream));
             code!(aclrtStreamAbort(stream))
         }),
+        case(
+            "persistent clean of NULL",
+            "aclrtPersistentTaskClean",
+            100000,
+            0,
+            || code!(aclrtPersistentTaskClean(ptr::null_mut())),
+        ),
+        case(
+            "persistent clean of a plain stream",
+            "aclrtPersistentTaskClean",
+            107000,
+            0,
+            || code!(aclrtPersistentTaskClean(create_stream())),
+        ),
+        case(
+            "persistent clean of a foreign stream",
+            "aclrtPersistentTaskClean",
+            107003,
+            1,
+            || {
+                let stream = stream_with_flags(ACL_STREAM_PERSISTENT);
+                set_device(0);
+                code!(aclrtPersistentTaskClean(stream))
+            },
+        ),
+        case(
+            "counted notify into NULL",
+            "aclrtCntNotifyCreate",
+            100000,
+            0,
+            || code!(aclrtCntNotifyCreate(ptr::null_mut(), 0)),
+        ),
+        case(
+            "counted notify on an Atlas A2",
+            "aclrtCntNotifyCreate",
+            207000,
+            0,
+            || {
+                let mut notify = ptr::null_mut();
+                code!(aclrtCntNotifyCreate(&mut notify, 0))
+            },
+        ),
+        case(
+            "record a NULL counted notify",
+            "aclrtCntNotifyRecord",
+            100000,
+            0,
+            || {
+                let mut info = aclrtCntNotifyRecordInfo {
+                    mode: ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE,
+                    value: 1,
+                };
+                code!(aclrtCntNotifyRecord(
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    &mut info
+                ))
+            },
+        ),
+        case(
+            "record a counted notify with NULL info",
+            "aclrtCntNotifyRecord",
+            100000,
+            0,
+            || {
+                code!(aclrtCntNotifyRecord(
+                    ptr::dangling_mut(),
+                    ptr::null_mut(),
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "record a counted notify on an Atlas A2",
+            "aclrtCntNotifyRecord",
+            207000,
+            0,
+            || {
+                let mut info = aclrtCntNotifyRecordInfo {
+                    mode: ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE,
+                    value: 1,
+                };
+                code!(aclrtCntNotifyRecord(
+                    ptr::dangling_mut(),
+                    ptr::null_mut(),
+                    &mut info
+                ))
+            },
+        ),
+        case(
+            "wait on a counted notify with NULL info",
+            "aclrtCntNotifyWaitWithTimeout",
+            100000,
+            0,
+            || {
+                code!(aclrtCntNotifyWaitWithTimeout(
+                    ptr::dangling_mut(),
+                    ptr::null_mut(),
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "wait on a counted notify on an Atlas A2",
+            "aclrtCntNotifyWaitWithTimeout",
+            207000,
+            0,
+            || {
+                // SAFETY: plain integers.
+                let mut info: aclrtCntNotifyWaitInfo = unsafe { std::mem::zeroed() };
+                code!(aclrtCntNotifyWaitWithTimeout(
+                    ptr::dangling_mut(),
+                    ptr::null_mut(),
+                    &mut info
+                ))
+            },
+        ),
+        case(
+            "reset a NULL counted notify",
+            "aclrtCntNotifyReset",
+            100000,
+            0,
+            || code!(aclrtCntNotifyReset(ptr::null_mut(), ptr::null_mut())),
+        ),
+        case(
+            "reset a counted notify on an Atlas A2",
+            "aclrtCntNotifyReset",
+            207000,
+            0,
+            || code!(aclrtCntNotifyReset(ptr::dangling_mut(), ptr::null_mut())),
+        ),
+        case(
+            "id of a counted notify into NULL",
+            "aclrtCntNotifyGetId",
+            100000,
+            0,
+            || code!(aclrtCntNotifyGetId(ptr::dangling_mut(), ptr::null_mut())),
+        ),
+        case(
+            "id of a counted notify on an Atlas A2",
+            "aclrtCntNotifyGetId",
+            207000,
+            0,
+            || {
+                let mut id = 0;
+                code!(aclrtCntNotifyGetId(ptr::dangling_mut(), &mut id))
+            },
+        ),
+        case(
+            "destroy a NULL counted notify",
+            "aclrtCntNotifyDestroy",
+            100000,
+            0,
+            || code!(aclrtCntNotifyDestroy(ptr::null_mut())),
+        ),
+        case(
+            "destroy a counted notify on an Atlas A2",
+            "aclrtCntNotifyDestroy",
+            207000,
+            0,
+            || code!(aclrtCntNotifyDestroy(ptr::dangling_mut())),
+        ),
         case(
             "abort without context",
             "aclrtStreamAbort",

@@ -322,7 +322,13 @@ pub const ACL_DEVICE_INFO_AI_CORE_NUM: aclDeviceInfo = 0;
 pub const ACL_DEVICE_INFO_VECTOR_CORE_NUM: aclDeviceInfo = 1;
 pub const ACL_DEVICE_INFO_L2_SIZE: aclDeviceInfo = 2;
 pub type aclDeviceInfo = core::ffi::c_int;
+#[repr(C)]
+#[derive(Debug)]
+pub struct aclDataBuffer {
+    _unused: [u8; 0],
+}
 pub type aclrtNotify = *mut core::ffi::c_void;
+pub type aclrtCntNotify = *mut core::ffi::c_void;
 pub type aclrtAllocatorDesc = *mut core::ffi::c_void;
 pub type aclrtAllocator = *mut core::ffi::c_void;
 pub type aclrtAllocatorBlock = *mut core::ffi::c_void;
@@ -1120,6 +1126,77 @@ pub type aclrtStreamState = core::ffi::c_uint;
 pub type aclrtStreamStateCallback = ::std::option::Option<
     unsafe extern "C" fn(stm: aclrtStream, state: aclrtStreamState, args: *mut core::ffi::c_void),
 >;
+pub const ACL_RT_CNT_NOTIFY_RECORD_SET_VALUE_MODE: aclrtCntNotifyRecordMode = 0;
+pub const ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE: aclrtCntNotifyRecordMode = 1;
+pub const ACL_RT_CNT_NOTIFY_RECORD_BIT_OR_MODE: aclrtCntNotifyRecordMode = 2;
+pub const ACL_RT_CNT_NOTIFY_RECORD_BIT_AND_MODE: aclrtCntNotifyRecordMode = 4;
+pub type aclrtCntNotifyRecordMode = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtCntNotifyRecordInfo {
+    pub mode: aclrtCntNotifyRecordMode,
+    pub value: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtCntNotifyRecordInfo"]
+        [::std::mem::size_of::<aclrtCntNotifyRecordInfo>() - 8usize];
+    ["Alignment of aclrtCntNotifyRecordInfo"]
+        [::std::mem::align_of::<aclrtCntNotifyRecordInfo>() - 4usize];
+    ["Offset of field: aclrtCntNotifyRecordInfo::mode"]
+        [::std::mem::offset_of!(aclrtCntNotifyRecordInfo, mode) - 0usize];
+    ["Offset of field: aclrtCntNotifyRecordInfo::value"]
+        [::std::mem::offset_of!(aclrtCntNotifyRecordInfo, value) - 4usize];
+};
+impl Default for aclrtCntNotifyRecordInfo {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_RT_CNT_NOTIFY_WAIT_LESS_MODE: aclrtCntNotifyWaitMode = 0;
+pub const ACL_RT_CNT_NOTIFY_WAIT_EQUAL_MODE: aclrtCntNotifyWaitMode = 1;
+pub const ACL_RT_CNT_NOTIFY_WAIT_BIGGER_MODE: aclrtCntNotifyWaitMode = 2;
+pub const ACL_RT_CNT_NOTIFY_WAIT_BIGGER_OR_EQUAL_MODE: aclrtCntNotifyWaitMode = 3;
+pub const ACL_RT_CNT_NOTIFY_WAIT_EQUAL_WITH_BITMASK_MODE: aclrtCntNotifyWaitMode = 4;
+pub type aclrtCntNotifyWaitMode = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtCntNotifyWaitInfo {
+    pub mode: aclrtCntNotifyWaitMode,
+    pub value: u32,
+    pub timeout: u32,
+    pub isClear: u8,
+    pub rsv: [u8; 3usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtCntNotifyWaitInfo"][::std::mem::size_of::<aclrtCntNotifyWaitInfo>() - 16usize];
+    ["Alignment of aclrtCntNotifyWaitInfo"]
+        [::std::mem::align_of::<aclrtCntNotifyWaitInfo>() - 4usize];
+    ["Offset of field: aclrtCntNotifyWaitInfo::mode"]
+        [::std::mem::offset_of!(aclrtCntNotifyWaitInfo, mode) - 0usize];
+    ["Offset of field: aclrtCntNotifyWaitInfo::value"]
+        [::std::mem::offset_of!(aclrtCntNotifyWaitInfo, value) - 4usize];
+    ["Offset of field: aclrtCntNotifyWaitInfo::timeout"]
+        [::std::mem::offset_of!(aclrtCntNotifyWaitInfo, timeout) - 8usize];
+    ["Offset of field: aclrtCntNotifyWaitInfo::isClear"]
+        [::std::mem::offset_of!(aclrtCntNotifyWaitInfo, isClear) - 12usize];
+    ["Offset of field: aclrtCntNotifyWaitInfo::rsv"]
+        [::std::mem::offset_of!(aclrtCntNotifyWaitInfo, rsv) - 13usize];
+};
+impl Default for aclrtCntNotifyWaitInfo {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 #[repr(C)]
 #[derive(Debug)]
 pub struct rtExceptionInfo {
@@ -1262,6 +1339,19 @@ pub type aclrtDeviceTaskAbortCallback = ::std::option::Option<
         args: *mut core::ffi::c_void,
     ) -> i32,
 >;
+pub const ACL_GROUP_AICORE_INT: aclrtGroupAttr = 0;
+pub const ACL_GROUP_AIV_INT: aclrtGroupAttr = 1;
+pub const ACL_GROUP_AIC_INT: aclrtGroupAttr = 2;
+pub const ACL_GROUP_SDMANUM_INT: aclrtGroupAttr = 3;
+pub const ACL_GROUP_ASQNUM_INT: aclrtGroupAttr = 4;
+pub const ACL_GROUP_GROUPID_INT: aclrtGroupAttr = 5;
+pub type aclrtGroupAttr = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug)]
+pub struct tagRtGroupInfo {
+    _unused: [u8; 0],
+}
+pub type aclrtGroupInfo = tagRtGroupInfo;
 pub const ACL_MEM_ALLOCATION_TYPE_PINNED: aclrtMemAllocationType = 0;
 pub type aclrtMemAllocationType = core::ffi::c_uint;
 pub const ACL_MEM_HANDLE_TYPE_NONE: aclrtMemHandleType = 0;
@@ -1540,6 +1630,10 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetSocName() -> *const core::ffi::c_char;
                 fn aclFloat16ToFloat(value: $crate::aclFloat16) -> f32;
                 fn aclFloatToFloat16(value: f32) -> $crate::aclFloat16;
+                fn aclCreateDataBuffer(data: *mut core::ffi::c_void, size: usize) -> *mut $crate::aclDataBuffer;
+                fn aclDestroyDataBuffer(dataBuffer: *const $crate::aclDataBuffer) -> $crate::aclError;
+                fn aclGetDataBufferAddr(dataBuffer: *const $crate::aclDataBuffer) -> *mut core::ffi::c_void;
+                fn aclGetDataBufferSize(dataBuffer: *const $crate::aclDataBuffer) -> u32;
                 fn aclDataTypeSize(dataType: $crate::aclDataType) -> usize;
                 fn aclInit(configPath: *const core::ffi::c_char) -> $crate::aclError;
                 fn aclFinalize() -> $crate::aclError;
@@ -1591,6 +1685,8 @@ macro_rules! for_each_acl_function {
                 fn aclrtProcessReport(timeout: i32) -> $crate::aclError;
             }
             optional {
+                fn aclUpdateDataBuffer(dataBuffer: *mut $crate::aclDataBuffer, data: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
+                fn aclGetDataBufferSizeV2(dataBuffer: *const $crate::aclDataBuffer) -> usize;
                 fn aclGetCannAttributeList(cannAttrList: *mut *const $crate::aclCannAttr, num: *mut usize) -> $crate::aclError;
                 fn aclGetCannAttribute(cannAttr: $crate::aclCannAttr, value: *mut i32) -> $crate::aclError;
                 fn aclGetDeviceCapability(deviceId: u32, deviceInfo: $crate::aclDeviceInfo, value: *mut i64) -> $crate::aclError;
@@ -1732,6 +1828,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtCheckArchCompatibility(socVersion: *const core::ffi::c_char, canCompatible: *mut i32) -> $crate::aclError;
                 fn aclrtStreamStop(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtStreamAbort(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtPersistentTaskClean(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtRegStreamStateCallback(regName: *const core::ffi::c_char, callback: $crate::aclrtStreamStateCallback, args: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtGetStreamAvailableNum(streamCount: *mut u32) -> $crate::aclError;
                 fn aclrtSetStreamAttribute(stream: $crate::aclrtStream, stmAttrType: $crate::aclrtStreamAttr, value: *mut $crate::aclrtStreamAttrValue) -> $crate::aclError;
@@ -1748,6 +1845,12 @@ macro_rules! for_each_acl_function {
                 fn aclrtRecordNotify(notify: $crate::aclrtNotify, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtWaitAndResetNotify(notify: $crate::aclrtNotify, stream: $crate::aclrtStream, timeout: u32) -> $crate::aclError;
                 fn aclrtGetNotifyId(notify: $crate::aclrtNotify, notifyId: *mut u32) -> $crate::aclError;
+                fn aclrtCntNotifyCreate(cntNotify: *mut $crate::aclrtCntNotify, flag: u64) -> $crate::aclError;
+                fn aclrtCntNotifyDestroy(cntNotify: $crate::aclrtCntNotify) -> $crate::aclError;
+                fn aclrtCntNotifyRecord(cntNotify: $crate::aclrtCntNotify, stream: $crate::aclrtStream, info: *mut $crate::aclrtCntNotifyRecordInfo) -> $crate::aclError;
+                fn aclrtCntNotifyWaitWithTimeout(cntNotify: $crate::aclrtCntNotify, stream: $crate::aclrtStream, info: *mut $crate::aclrtCntNotifyWaitInfo) -> $crate::aclError;
+                fn aclrtCntNotifyReset(cntNotify: $crate::aclrtCntNotify, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtCntNotifyGetId(cntNotify: $crate::aclrtCntNotify, notifyId: *mut u32) -> $crate::aclError;
                 fn aclrtValueWrite(devAddr: *mut core::ffi::c_void, value: u64, flag: u32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtValueWait(devAddr: *mut core::ffi::c_void, value: u64, flag: u32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetThreadLastTaskId(taskId: *mut u32) -> $crate::aclError;
@@ -1768,6 +1871,12 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemUceRepair(deviceId: i32, memUceInfoArray: *mut $crate::aclrtMemUceInfo, arraySize: usize) -> $crate::aclError;
                 fn aclrtDeviceTaskAbort(deviceId: i32, timeout: u32) -> $crate::aclError;
                 fn aclrtSetDeviceTaskAbortCallback(regName: *const core::ffi::c_char, callback: $crate::aclrtDeviceTaskAbortCallback, args: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtSetGroup(groupId: i32) -> $crate::aclError;
+                fn aclrtGetGroupCount(count: *mut u32) -> $crate::aclError;
+                fn aclrtCreateGroupInfo() -> *mut $crate::aclrtGroupInfo;
+                fn aclrtDestroyGroupInfo(groupInfo: *mut $crate::aclrtGroupInfo) -> $crate::aclError;
+                fn aclrtGetAllGroupInfo(groupInfo: *mut $crate::aclrtGroupInfo) -> $crate::aclError;
+                fn aclrtGetGroupInfoDetail(groupInfo: *const $crate::aclrtGroupInfo, groupIndex: i32, attr: $crate::aclrtGroupAttr, attrValue: *mut core::ffi::c_void, valueLen: usize, paramRetSize: *mut usize) -> $crate::aclError;
                 fn aclrtSubscribeHostFunc(hostFuncThreadId: u64, exeStream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtProcessHostFunc(timeout: i32) -> $crate::aclError;
                 fn aclrtUnSubscribeHostFunc(hostFuncThreadId: u64, exeStream: $crate::aclrtStream) -> $crate::aclError;
