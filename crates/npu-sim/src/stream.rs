@@ -588,9 +588,11 @@ impl Stream {
                 notify.set();
                 Ok(())
             }
-            Op::Record(_) | Op::Wait { .. } | Op::NotifyWait { .. } | Op::ValueWait { .. } => {
-                Ok(())
-            }
+            Op::Record(_)
+            | Op::Wait { .. }
+            | Op::NotifyWait { .. }
+            | Op::ValueWait { .. }
+            | Op::ProfMarker(_) => Ok(()),
             Op::Copy { .. }
             | Op::Memset { .. }
             | Op::Kernel(_)

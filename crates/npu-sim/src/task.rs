@@ -158,7 +158,13 @@ pub(crate) enum Op {
         event: Arc<Event>,
         captured: Option<Arc<Record>>,
     },
+    /// aclrtProfTrace: a profiling marker carrying the user's bytes (zero-padded), shown in
+    /// the timeline trace.
+    ProfMarker([u8; PROF_MARKER_BYTES]),
 }
+
+/// The bytes an aclrtProfTrace marker carries.
+pub(crate) const PROF_MARKER_BYTES: usize = 18;
 
 /// How aclrtValueWait compares the memory (`m`) with its value (`v`): the
 /// ACL_STREAM_WAIT_VALUE_* flags.
@@ -230,6 +236,7 @@ impl Task {
             Op::Record(_)
                 | Op::Wait { .. }
                 | Op::Reset { .. }
+                | Op::ProfMarker(_)
                 | Op::NotifySet(_)
                 | Op::NotifyWait { .. }
                 | Op::ValueWrite { .. }
@@ -320,6 +327,10 @@ impl Task {
             Op::ValueWrite { .. } => ("value", "write".to_owned()),
             Op::ValueWait { .. } => ("value", "wait".to_owned()),
             Op::Reset { .. } => ("event", "reset".to_owned()),
+            Op::ProfMarker(data) => {
+                let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
+                ("profiling", format!("prof trace {hex}"))
+            }
         }
     }
 

@@ -553,6 +553,53 @@ fn every_error_path() {
             code!(aclrtStreamAbort(stream))
         }),
         case(
+            "profiling marker of NULL",
+            "aclrtProfTrace",
+            100000,
+            0,
+            || code!(aclrtProfTrace(ptr::null_mut(), 4, ptr::null_mut())),
+        ),
+        case(
+            "profiling marker of 19 bytes",
+            "aclrtProfTrace",
+            100000,
+            0,
+            || {
+                let mut data = [0u8; 19];
+                code!(aclrtProfTrace(
+                    data.as_mut_ptr().cast(),
+                    19,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "profiling marker of a negative length",
+            "aclrtProfTrace",
+            100000,
+            0,
+            || {
+                let mut data = [0u8; 4];
+                code!(aclrtProfTrace(
+                    data.as_mut_ptr().cast(),
+                    -1,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "profiling marker on a foreign stream",
+            "aclrtProfTrace",
+            107003,
+            1,
+            || {
+                let stream = create_stream();
+                set_device(0);
+                let mut data = [0u8; 4];
+                code!(aclrtProfTrace(data.as_mut_ptr().cast(), 4, stream))
+            },
+        ),
+        case(
             "persistent clean of NULL",
             "aclrtPersistentTaskClean",
             100000,

@@ -1769,6 +1769,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtSetDeviceSatMode(mode: $crate::aclrtFloatOverflowMode) -> $crate::aclError;
                 fn aclrtGetDeviceSatMode(mode: *mut $crate::aclrtFloatOverflowMode) -> $crate::aclError;
                 fn aclrtGetOverflowStatus(outputAddr: *mut core::ffi::c_void, outputSize: usize, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtProfTrace(userdata: *mut core::ffi::c_void, length: i32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtResetOverflowStatus(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtReduceAsync(dst: *mut core::ffi::c_void, src: *const core::ffi::c_void, count: u64, kind: $crate::aclrtReduceKind, type_: $crate::aclDataType, stream: $crate::aclrtStream, reserve: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtSetOpWaitTimeout(timeout: u32) -> $crate::aclError;

@@ -640,6 +640,9 @@ ACL_FUNC_VISIBILITY aclError aclrtGetDeviceSatMode(aclrtFloatOverflowMode *mode)
 /* Stream tasks: copy the process's overflow status (64 bytes; no overflow is ever detected on
  * the simulator, so zeros) to device memory, and clear it. */
 ACL_FUNC_VISIBILITY aclError aclrtGetOverflowStatus(void *outputAddr, size_t outputSize, aclrtStream stream);
+/* A profiling marker of at most 18 bytes (zero-padded) on a stream: an instant of the timeline
+ * trace. */
+ACL_FUNC_VISIBILITY aclError aclrtProfTrace(void *userdata, int32_t length, aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtResetOverflowStatus(aclrtStream stream);
 
 /* ========================= reductions (SDMA) ========================= */
