@@ -205,6 +205,7 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtSetDeviceTaskAbortCallback",
     "aclrtPersistentTaskClean",
     "aclrtProfTrace",
+    "aclrtBinaryGetGlobal",
     "aclrtCntNotifyCreate",
     "aclrtCntNotifyDestroy",
     "aclrtCntNotifyRecord",

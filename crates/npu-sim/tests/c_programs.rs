@@ -231,6 +231,25 @@ fn data_buffers_and_persistent_streams_in_c() {
 }
 
 #[test]
+fn device_globals_of_a_kernel_library_in_c() {
+    let library = compile("global_kernels", &["-shared", "-fPIC"]);
+    let stdout = run_with(
+        &compile("global_flow", &[]),
+        &[("NPUSIM_GLOBALS_SO", &library)],
+    );
+    let _ = std::fs::remove_file(&library);
+    assert_eq!(
+        stdout,
+        "global bias: 16 bytes (size alone: 16)\n\
+         unknown global: 107042\n\
+         add_bias over 16 elements: 0 wrong\n\
+         after a memset of the global: 0 0\n\
+         global after unload: 107000\n\
+         global flow ok\n"
+    );
+}
+
+#[test]
 fn headers_compile_warning_free_and_errors_are_reported_once() {
     let stdout = run(&compile("header_check", &["-pedantic"]));
     assert_eq!(

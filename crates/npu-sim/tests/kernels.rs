@@ -11,6 +11,7 @@ mod common;
 use std::ffi::c_void;
 use std::ptr;
 
+use common::cases::{case, run_table};
 use common::*;
 use npu_sim::abi::*;
 use npu_sim::kernel::{self, ReduceSumArgs, ScaleArgs, VectorAddArgs};
@@ -706,4 +707,101 @@ fn launch_with_an_array_of_parameter_pointers() {
     assert_eq!(refused, ACL_ERROR_RT_PARAM_INVALID);
     recent_message();
     acl!(aclrtDestroyStream(stream));
+}
+
+/// aclrtBinaryGetGlobal's refusals (`tests/c/global_flow.c` runs its success path, with a
+/// library that declares a global).
+#[test]
+fn binary_globals_error_paths() {
+    fn global(bin: aclrtBinHandle, name: &str) -> aclError {
+        let name = c_string(name);
+        let (mut dptr, mut size) = (ptr::null_mut(), 0);
+        code!(aclrtBinaryGetGlobal(
+            bin,
+            name.as_ptr(),
+            &mut dptr,
+            &mut size
+        ))
+    }
+    run_table(&[
+        case(
+            "global of NULL binary",
+            "aclrtBinaryGetGlobal",
+            100000,
+            0,
+            || global(ptr::null_mut(), "bias"),
+        ),
+        case(
+            "global named NULL",
+            "aclrtBinaryGetGlobal",
+            100000,
+            0,
+            || {
+                let mut size = 0;
+                let bin = load_file(kernel::LIBRARY_PATH);
+                code!(aclrtBinaryGetGlobal(
+                    bin,
+                    ptr::null(),
+                    ptr::null_mut(),
+                    &mut size
+                ))
+            },
+        ),
+        case(
+            "global into two NULLs",
+            "aclrtBinaryGetGlobal",
+            100000,
+            0,
+            || {
+                let bin = load_file(kernel::LIBRARY_PATH);
+                let name = c_string("bias");
+                code!(aclrtBinaryGetGlobal(
+                    bin,
+                    name.as_ptr(),
+                    ptr::null_mut(),
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "global no library declares",
+            "aclrtBinaryGetGlobal",
+            107042,
+            0,
+            || global(load_file(kernel::LIBRARY_PATH), "vector_add_f32"),
+        ),
+        case(
+            "global of a registry image",
+            "aclrtBinaryGetGlobal",
+            107042,
+            0,
+            || global(registry_binary(&[]), "bias"),
+        ),
+        case(
+            "global of an unloaded binary",
+            "aclrtBinaryGetGlobal",
+            107017,
+            0,
+            || {
+                let bin = load_file(kernel::LIBRARY_PATH);
+                acl!(aclrtBinaryUnLoad(bin));
+                global(bin, "bias")
+            },
+        ),
+        case(
+            "global without a context",
+            "aclrtBinaryGetGlobal",
+            107002,
+            -1,
+            || {
+                let bin = std::thread::spawn(|| {
+                    set_device(0);
+                    load_file(kernel::LIBRARY_PATH) as usize
+                })
+                .join()
+                .unwrap();
+                global(bin as aclrtBinHandle, "bias")
+            },
+        ),
+    ]);
 }

@@ -1786,6 +1786,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtBinaryLoad(binary: $crate::aclrtBinary, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtBinaryUnLoad(binHandle: $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtBinaryGetFunction(binHandle: $crate::aclrtBinHandle, kernelName: *const core::ffi::c_char, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
+                fn aclrtBinaryGetGlobal(binHandle: $crate::aclrtBinHandle, name: *const core::ffi::c_char, dptr: *mut *mut core::ffi::c_void, size: *mut usize) -> $crate::aclError;
                 fn aclrtBinaryGetFunctionByEntry(binHandle: $crate::aclrtBinHandle, funcEntry: u64, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
                 fn aclrtFunctionGetBinary(funcHandle: $crate::aclrtFuncHandle, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtGetFunctionName(funcHandle: $crate::aclrtFuncHandle, maxLen: u32, name: *mut core::ffi::c_char) -> $crate::aclError;

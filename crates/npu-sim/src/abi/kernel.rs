@@ -97,6 +97,7 @@ pub unsafe extern "C" fn aclrtBinaryUnLoad(binHandle: aclrtBinHandle) -> aclErro
         for function in binary.function_handles() {
             retire_function(sim, function);
         }
+        binary.release_globals(&sim.memory);
         Ok(())
     })
 }
@@ -132,6 +133,43 @@ pub unsafe extern "C" fn aclrtBinaryGetFunction(
             }
         };
         write_out(funcHandle, "funcHandle", handle::to_ptr(handle))
+    })
+}
+
+/// The device address and size of a global variable the binary declares (`NPUSIM_GLOBAL` in
+/// a kernel library: the variable itself, which its kernels use directly and copies reach as
+/// device memory of the current context's device while the binary is loaded). Either output
+/// may be NULL, not both (100000); NULL binary or name → 100000; an unloaded binary → 107017;
+/// an undeclared name, or a registry image → 107042; no current context → 107002.
+///
+/// # Safety
+/// `name` must be NULL or NUL-terminated; `dptr` and `size` NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtBinaryGetGlobal(
+    binHandle: aclrtBinHandle,
+    name: *const c_char,
+    dptr: *mut *mut c_void,
+    size: *mut usize,
+) -> aclError {
+    guard("aclrtBinaryGetGlobal", || {
+        non_null(binHandle, "binHandle")?;
+        let name = c_str(name, "name")?;
+        ensure!(
+            !dptr.is_null() || !size.is_null(),
+            ACL_ERROR_INVALID_PARAM,
+            "dptr and size are both NULL"
+        );
+        let sim = sim()?;
+        let device = context::current(sim)?.device.id;
+        let binary = sim.binaries.resolve(handle::from_ptr(binHandle))?;
+        let (address, len) = binary.global(&sim.memory, name, device)?;
+        if !dptr.is_null() {
+            write_out(dptr, "dptr", address as *mut c_void)?;
+        }
+        if !size.is_null() {
+            write_out(size, "size", len)?;
+        }
+        Ok(())
     })
 }
 

@@ -8,12 +8,15 @@ use std::sync::{Arc, Mutex};
 
 use npu_sys::*;
 
+use super::globals;
 use super::registry::{self, KernelCode};
 use super::{
-    ARGS_SIZE_PREFIX, KernelEntry, MAX_PARAMS, PARAMS_PREFIX, param_offsets, valid_param_list,
+    ARGS_SIZE_PREFIX, GLOBAL_SIZE_PREFIX, KernelEntry, MAX_PARAMS, PARAMS_PREFIX, param_offsets,
+    valid_param_list,
 };
 use crate::error::{Res, ensure, fail};
 use crate::handle::Handle;
+use crate::memory::MemoryMap;
 use crate::sync::lock;
 
 /// Where a binary's kernels come from.
@@ -47,6 +50,8 @@ pub(crate) struct Binary {
     /// Functions resolved so far, by name.
     functions: Mutex<HashMap<String, Handle>>,
     exception_callback: CallbackSlot,
+    /// Addresses of the device globals it holds (see `super::globals`).
+    globals: Mutex<Vec<usize>>,
 }
 
 pub(crate) struct Function {
@@ -223,6 +228,7 @@ impl Binary {
             source,
             functions: Mutex::default(),
             exception_callback: CallbackSlot::default(),
+            globals: Mutex::default(),
         }
     }
 
@@ -302,6 +308,66 @@ impl Binary {
 
     pub(crate) fn remember(&self, name: &str, handle: Handle) {
         lock(&self.functions).insert(name.to_owned(), handle);
+    }
+
+    /// The device global `name` the library declares with NPUSIM_GLOBAL: its address and size.
+    /// The binary holds it from now on (until [`Self::release_globals`]), as device memory of
+    /// `device` if no other binary holds it. An undeclared name, or a registry image (which has
+    /// no globals) → 107042.
+    pub(crate) fn global(
+        &self,
+        memory: &MemoryMap,
+        name: &str,
+        device: i32,
+    ) -> Res<(usize, usize)> {
+        let Source::Library(library) = &self.source else {
+            fail!(
+                ACL_ERROR_RT_SYMBOL_NOT_FOUND,
+                "a registry image has no globals (asked for {name:?})"
+            );
+        };
+        let (Ok(symbol), Ok(size_symbol)) = (
+            CString::new(name),
+            CString::new(format!("{GLOBAL_SIZE_PREFIX}{name}")),
+        ) else {
+            fail!(ACL_ERROR_RT_PARAM_INVALID, "the global's name contains NUL");
+        };
+        // SAFETY: in a kernel library the size symbol is the `const uint64_t` NPUSIM_GLOBAL
+        // defines and the name is the variable it describes; looking them up yields addresses.
+        let found = unsafe {
+            (
+                library.get::<*const u64>(size_symbol.as_bytes_with_nul()),
+                library.get::<*mut c_void>(symbol.as_bytes_with_nul()),
+            )
+        };
+        let (Ok(size), Ok(address)) = found else {
+            fail!(
+                ACL_ERROR_RT_SYMBOL_NOT_FOUND,
+                "the binary declares no global named {name:?} (NPUSIM_GLOBAL)"
+            );
+        };
+        // SAFETY: the address of a `const uint64_t` of the loaded library, which `library`
+        // keeps mapped.
+        let len = usize::try_from(unsafe { size.read_unaligned() }).unwrap_or(usize::MAX);
+        let address = *address as usize;
+        ensure!(
+            len > 0 && address.checked_add(len).is_some(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "the binary declares the global {name:?} with an impossible size {len}"
+        );
+        let mut held = lock(&self.globals);
+        if !held.contains(&address) {
+            globals::hold(memory, address, len, device);
+            held.push(address);
+        }
+        Ok((address, len))
+    }
+
+    /// Lets go of the device globals this binary holds (it is being unloaded).
+    pub(crate) fn release_globals(&self, memory: &MemoryMap) {
+        for address in std::mem::take(&mut *lock(&self.globals)) {
+            globals::release(memory, address);
+        }
     }
 
     /// Every function handle resolved from this binary.
