@@ -250,6 +250,28 @@ fn device_globals_of_a_kernel_library_in_c() {
 }
 
 #[test]
+fn device_variables_by_symbol_in_c() {
+    let library = compile("global_kernels", &["-shared", "-fPIC"]);
+    let linked = format!("-Wl,--no-as-needed,{}", library.display());
+    let stdout = run_with(
+        &compile("symbol_flow", &[&linked]),
+        &[("NPUSIM_GLOBALS_SO", &library)],
+    );
+    let _ = std::fs::remove_file(&library);
+    assert_eq!(
+        stdout,
+        "before the binary is loaded: 107042\n\
+         symbol: 16 bytes, the binary's global: same\n\
+         read at offset 8: 7 8; the variable holds 8\n\
+         async round trip: 9\n\
+         past the end: 107000\n\
+         wrong kind: 100000\n\
+         not a device variable: 107042\n\
+         symbol flow ok\n"
+    );
+}
+
+#[test]
 fn headers_compile_warning_free_and_errors_are_reported_once() {
     let stdout = run(&compile("header_check", &["-pedantic"]));
     assert_eq!(

@@ -805,3 +805,133 @@ fn binary_globals_error_paths() {
         ),
     ]);
 }
+
+/// The device-variable functions' refusals for addresses that are no device variable
+/// (`tests/c/symbol_flow.c` runs their success paths and the range and kind checks).
+#[test]
+fn symbol_error_paths() {
+    static NOT_A_GLOBAL: [f32; 4] = [0.0; 4];
+    fn not_a_global() -> *const c_void {
+        NOT_A_GLOBAL.as_ptr().cast()
+    }
+    run_table(&[
+        case(
+            "address of NULL symbol",
+            "aclrtGetSymbolAddress",
+            100000,
+            0,
+            || {
+                let mut address = ptr::null_mut();
+                code!(aclrtGetSymbolAddress(ptr::null(), &mut address))
+            },
+        ),
+        case(
+            "address into NULL",
+            "aclrtGetSymbolAddress",
+            100000,
+            0,
+            || code!(aclrtGetSymbolAddress(not_a_global(), ptr::null_mut())),
+        ),
+        case(
+            "address of a host variable",
+            "aclrtGetSymbolAddress",
+            107042,
+            0,
+            || {
+                let mut address = ptr::null_mut();
+                code!(aclrtGetSymbolAddress(not_a_global(), &mut address))
+            },
+        ),
+        case(
+            "address without a context",
+            "aclrtGetSymbolAddress",
+            107002,
+            -1,
+            || {
+                let mut address = ptr::null_mut();
+                code!(aclrtGetSymbolAddress(not_a_global(), &mut address))
+            },
+        ),
+        case("size into NULL", "aclrtGetSymbolSize", 100000, 0, || {
+            code!(aclrtGetSymbolSize(not_a_global(), ptr::null_mut()))
+        }),
+        case(
+            "size of a host variable",
+            "aclrtGetSymbolSize",
+            107042,
+            0,
+            || {
+                let mut size = 0;
+                code!(aclrtGetSymbolSize(not_a_global(), &mut size))
+            },
+        ),
+        case(
+            "copy to NULL symbol",
+            "aclrtMemcpyToSymbol",
+            100000,
+            0,
+            || {
+                let data = [0u8; 4];
+                code!(aclrtMemcpyToSymbol(
+                    ptr::null(),
+                    data.as_ptr().cast(),
+                    4,
+                    0,
+                    ACL_MEMCPY_HOST_TO_DEVICE
+                ))
+            },
+        ),
+        case(
+            "async copy to a host variable",
+            "aclrtMemcpyToSymbolAsync",
+            107042,
+            0,
+            || {
+                let data = [0u8; 4];
+                code!(aclrtMemcpyToSymbolAsync(
+                    not_a_global(),
+                    data.as_ptr().cast(),
+                    4,
+                    0,
+                    ACL_MEMCPY_HOST_TO_DEVICE,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "copy from a host variable",
+            "aclrtMemcpyFromSymbol",
+            107042,
+            0,
+            || {
+                let mut data = [0u8; 4];
+                code!(aclrtMemcpyFromSymbol(
+                    data.as_mut_ptr().cast(),
+                    4,
+                    not_a_global(),
+                    4,
+                    0,
+                    ACL_MEMCPY_DEVICE_TO_HOST
+                ))
+            },
+        ),
+        case(
+            "async copy from NULL symbol",
+            "aclrtMemcpyFromSymbolAsync",
+            100000,
+            0,
+            || {
+                let mut data = [0u8; 4];
+                code!(aclrtMemcpyFromSymbolAsync(
+                    data.as_mut_ptr().cast(),
+                    4,
+                    ptr::null(),
+                    4,
+                    0,
+                    ACL_MEMCPY_DEVICE_TO_HOST,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+    ]);
+}

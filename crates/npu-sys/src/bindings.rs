@@ -1787,6 +1787,12 @@ macro_rules! for_each_acl_function {
                 fn aclrtBinaryUnLoad(binHandle: $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtBinaryGetFunction(binHandle: $crate::aclrtBinHandle, kernelName: *const core::ffi::c_char, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
                 fn aclrtBinaryGetGlobal(binHandle: $crate::aclrtBinHandle, name: *const core::ffi::c_char, dptr: *mut *mut core::ffi::c_void, size: *mut usize) -> $crate::aclError;
+                fn aclrtGetSymbolAddress(symbol: *const core::ffi::c_void, devPtr: *mut *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtGetSymbolSize(symbol: *const core::ffi::c_void, size: *mut usize) -> $crate::aclError;
+                fn aclrtMemcpyFromSymbol(dst: *mut core::ffi::c_void, dstMax: usize, symbol: *const core::ffi::c_void, count: usize, offset: usize, kind: $crate::aclrtMemcpyKind) -> $crate::aclError;
+                fn aclrtMemcpyFromSymbolAsync(dst: *mut core::ffi::c_void, dstMax: usize, symbol: *const core::ffi::c_void, count: usize, offset: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemcpyToSymbol(symbol: *const core::ffi::c_void, src: *const core::ffi::c_void, count: usize, offset: usize, kind: $crate::aclrtMemcpyKind) -> $crate::aclError;
+                fn aclrtMemcpyToSymbolAsync(symbol: *const core::ffi::c_void, src: *const core::ffi::c_void, count: usize, offset: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtBinaryGetFunctionByEntry(binHandle: $crate::aclrtBinHandle, funcEntry: u64, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
                 fn aclrtFunctionGetBinary(funcHandle: $crate::aclrtFuncHandle, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtGetFunctionName(funcHandle: $crate::aclrtFuncHandle, maxLen: u32, name: *mut core::ffi::c_char) -> $crate::aclError;

@@ -134,6 +134,21 @@ fn declared_args_size(library: &libloading::Library, kernel: &str) -> usize {
     }
 }
 
+/// Where the library's code finds its exported variable `name`: the definition in the global
+/// scope if there is one (the program's copy of it, when the program links the library and
+/// the linker copied the variable into the executable, or one that interposes), else its own.
+/// That is the memory its kernels read and write.
+fn variable_address(library: &libloading::Library, name: &CString) -> Option<usize> {
+    // SAFETY: dlsym only reads the loader's tables; the name is NUL-terminated.
+    let global = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    if !global.is_null() {
+        return Some(global as usize);
+    }
+    // SAFETY: only the symbol's address is read, never what it points to.
+    let own = unsafe { library.get::<*mut c_void>(name.as_bytes_with_nul()) };
+    own.ok().map(|own| *own as usize)
+}
+
 /// The parameter list a kernel library declares for `kernel` with `NPUSIM_KERNEL_PARAMS` (the
 /// zero-terminated `uint64_t` array `npusimParams_<kernel>`), if any; more than 128 entries or
 /// a parameter above 1 MiB → 107000.
@@ -333,14 +348,9 @@ impl Binary {
             fail!(ACL_ERROR_RT_PARAM_INVALID, "the global's name contains NUL");
         };
         // SAFETY: in a kernel library the size symbol is the `const uint64_t` NPUSIM_GLOBAL
-        // defines and the name is the variable it describes; looking them up yields addresses.
-        let found = unsafe {
-            (
-                library.get::<*const u64>(size_symbol.as_bytes_with_nul()),
-                library.get::<*mut c_void>(symbol.as_bytes_with_nul()),
-            )
-        };
-        let (Ok(size), Ok(address)) = found else {
+        // defines; looking it up yields its address.
+        let size = unsafe { library.get::<*const u64>(size_symbol.as_bytes_with_nul()) };
+        let (Ok(size), Some(address)) = (size, variable_address(library, &symbol)) else {
             fail!(
                 ACL_ERROR_RT_SYMBOL_NOT_FOUND,
                 "the binary declares no global named {name:?} (NPUSIM_GLOBAL)"
@@ -349,7 +359,6 @@ impl Binary {
         // SAFETY: the address of a `const uint64_t` of the loaded library, which `library`
         // keeps mapped.
         let len = usize::try_from(unsafe { size.read_unaligned() }).unwrap_or(usize::MAX);
-        let address = *address as usize;
         ensure!(
             len > 0 && address.checked_add(len).is_some(),
             ACL_ERROR_RT_PARAM_INVALID,
@@ -361,6 +370,14 @@ impl Binary {
             held.push(address);
         }
         Ok((address, len))
+    }
+
+    /// Whether the binary is a library whose variable `name` is at `address`.
+    pub(crate) fn exports_at(&self, name: &str, address: usize) -> bool {
+        let (Source::Library(library), Ok(symbol)) = (&self.source, CString::new(name)) else {
+            return false;
+        };
+        variable_address(library, &symbol) == Some(address)
     }
 
     /// Lets go of the device globals this binary holds (it is being unloaded).
