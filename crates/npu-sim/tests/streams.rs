@@ -310,7 +310,13 @@ fn notifies_order_streams() {
     assert_eq!(status(second), ACL_STREAM_STATUS_NOT_READY);
     acl!(aclrtRecordNotify(notify, first));
     acl!(aclrtSynchronizeStream(second));
-    // A wait that times out fails its stream.
+    // A record nobody waited for is forgotten by a batch reset: the next wait times out, and
+    // a wait that times out fails its stream.
+    acl!(aclrtRecordNotify(notify, first));
+    acl!(aclrtSynchronizeStream(first));
+    let other = create_notify();
+    let mut both = [notify, other];
+    acl!(aclrtNotifyBatchReset(both.as_mut_ptr(), 2));
     acl!(aclrtWaitAndResetNotify(notify, second, 1));
     assert_eq!(
         code!(aclrtSynchronizeStream(second)),
@@ -318,6 +324,7 @@ fn notifies_order_streams() {
     );
     recent_message();
     acl!(aclrtDestroyNotify(notify));
+    acl!(aclrtDestroyNotify(other));
 }
 
 #[test]
@@ -597,6 +604,45 @@ fn every_error_path() {
                 set_device(0);
                 let mut data = [0u8; 4];
                 code!(aclrtProfTrace(data.as_mut_ptr().cast(), 4, stream))
+            },
+        ),
+        case(
+            "batch reset of NULL",
+            "aclrtNotifyBatchReset",
+            100000,
+            0,
+            || code!(aclrtNotifyBatchReset(ptr::null_mut(), 1)),
+        ),
+        case(
+            "batch reset of 0 notifies",
+            "aclrtNotifyBatchReset",
+            100000,
+            0,
+            || {
+                let mut notifies = [create_notify()];
+                code!(aclrtNotifyBatchReset(notifies.as_mut_ptr(), 0))
+            },
+        ),
+        case(
+            "batch reset with a NULL entry",
+            "aclrtNotifyBatchReset",
+            100000,
+            0,
+            || {
+                let mut notifies = [create_notify(), ptr::null_mut()];
+                code!(aclrtNotifyBatchReset(notifies.as_mut_ptr(), 2))
+            },
+        ),
+        case(
+            "batch reset with a destroyed notify",
+            "aclrtNotifyBatchReset",
+            107017,
+            0,
+            || {
+                let stale = create_notify();
+                acl!(aclrtDestroyNotify(stale));
+                let mut notifies = [create_notify(), stale];
+                code!(aclrtNotifyBatchReset(notifies.as_mut_ptr(), 2))
             },
         ),
         case(

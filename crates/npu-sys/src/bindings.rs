@@ -1853,6 +1853,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtRecordNotify(notify: $crate::aclrtNotify, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtWaitAndResetNotify(notify: $crate::aclrtNotify, stream: $crate::aclrtStream, timeout: u32) -> $crate::aclError;
                 fn aclrtGetNotifyId(notify: $crate::aclrtNotify, notifyId: *mut u32) -> $crate::aclError;
+                fn aclrtNotifyBatchReset(notifies: *mut $crate::aclrtNotify, num: usize) -> $crate::aclError;
                 fn aclrtCntNotifyCreate(cntNotify: *mut $crate::aclrtCntNotify, flag: u64) -> $crate::aclError;
                 fn aclrtCntNotifyDestroy(cntNotify: $crate::aclrtCntNotify) -> $crate::aclError;
                 fn aclrtCntNotifyRecord(cntNotify: $crate::aclrtCntNotify, stream: $crate::aclrtStream, info: *mut $crate::aclrtCntNotifyRecordInfo) -> $crate::aclError;

@@ -928,6 +928,8 @@ ACL_FUNC_VISIBILITY aclError aclrtDestroyNotify(aclrtNotify notify);
 ACL_FUNC_VISIBILITY aclError aclrtRecordNotify(aclrtNotify notify, aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtWaitAndResetNotify(aclrtNotify notify, aclrtStream stream, uint32_t timeout);
 ACL_FUNC_VISIBILITY aclError aclrtGetNotifyId(aclrtNotify notify, uint32_t *notifyId);
+/* Clears notifies from the host, all at once. */
+ACL_FUNC_VISIBILITY aclError aclrtNotifyBatchReset(aclrtNotify *notifies, size_t num);
 
 /* Counted notifies: not supported on an Atlas A2 (NULL pointer arguments → 100000, else 207000). */
 typedef enum {
