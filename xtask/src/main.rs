@@ -207,6 +207,7 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtNotifyBatchReset",
     "aclrtProfTrace",
     "aclrtBinaryGetGlobal",
+    "aclrtGetFuncBySymbol",
     "aclrtGetSymbolAddress",
     "aclrtGetSymbolSize",
     "aclrtMemcpyFromSymbol",

@@ -188,6 +188,20 @@ impl<T> HandleTable<T> {
         value
     }
 
+    /// Every live object with its handle.
+    pub(crate) fn live_with_handles(&self) -> Vec<(Handle, Arc<T>)> {
+        let slots = lock(&self.slots);
+        slots
+            .entries
+            .iter()
+            .enumerate()
+            .filter_map(|(index, entry)| {
+                let value = entry.value.clone()?;
+                Some((self.encode(index, entry.generation), value))
+            })
+            .collect()
+    }
+
     /// Every live object, for sweeps (device reset, stats).
     pub(crate) fn live(&self) -> Vec<Arc<T>> {
         lock(&self.slots)

@@ -262,6 +262,7 @@ fn device_variables_by_symbol_in_c() {
         stdout,
         "before the binary is loaded: 107042\n\
          symbol: 16 bytes, the binary's global: same\n\
+         kernel by symbol: the binary's function\n\
          read at offset 8: 7 8; the variable holds 8\n\
          async round trip: 9\n\
          past the end: 107000\n\

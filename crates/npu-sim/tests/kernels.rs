@@ -935,3 +935,73 @@ fn symbol_error_paths() {
         ),
     ]);
 }
+
+/// aclrtGetFuncBySymbol: a kernel's address gives the function aclrtBinaryGetFunction gives;
+/// anything else is refused.
+#[test]
+fn functions_by_symbol() {
+    set_device(0);
+    // The kernel must be one of a loaded binary.
+    let _binary = load_file(kernel::LIBRARY_PATH);
+    // SAFETY: the shipped library, already loaded by the binary: opening it again only counts
+    // a reference; the symbol's address is read, never called here.
+    let entry = unsafe {
+        let library = libloading::Library::new(kernel::LIBRARY_PATH).unwrap();
+        let entry = *library.get::<*const c_void>(b"vector_add_f32\0").unwrap();
+        std::mem::forget(library);
+        entry
+    };
+    let mut by_symbol = ptr::null_mut();
+    acl!(aclrtGetFuncBySymbol(entry, &mut by_symbol));
+    // Other tests load the same library too (one instance): the function may come from any of
+    // their binaries, and is that kernel.
+    let mut name = [0 as std::ffi::c_char; 32];
+    acl!(aclrtGetFunctionName(by_symbol, 32, name.as_mut_ptr()));
+    // SAFETY: the simulator wrote a NUL-terminated name into the buffer.
+    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) };
+    assert_eq!(name.to_str().unwrap(), kernel::VECTOR_ADD_F32);
+    run_table(&[
+        case(
+            "kernel of NULL symbol",
+            "aclrtGetFuncBySymbol",
+            100000,
+            0,
+            || {
+                let mut func = ptr::null_mut();
+                code!(aclrtGetFuncBySymbol(ptr::null(), &mut func))
+            },
+        ),
+        case(
+            "kernel by symbol into NULL",
+            "aclrtGetFuncBySymbol",
+            100000,
+            0,
+            || {
+                code!(aclrtGetFuncBySymbol(
+                    random as *const c_void,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "kernel by symbol of a host function",
+            "aclrtGetFuncBySymbol",
+            107042,
+            0,
+            || {
+                let mut func = ptr::null_mut();
+                code!(aclrtGetFuncBySymbol(random as *const c_void, &mut func))
+            },
+        ),
+        case(
+            "kernel by symbol without a context",
+            "aclrtGetFuncBySymbol",
+            107002,
+            -1,
+            || {
+                let mut func = ptr::null_mut();
+                code!(aclrtGetFuncBySymbol(random as *const c_void, &mut func))
+            },
+        ),
+    ]);
+}

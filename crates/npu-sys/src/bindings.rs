@@ -1794,6 +1794,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemcpyToSymbol(symbol: *const core::ffi::c_void, src: *const core::ffi::c_void, count: usize, offset: usize, kind: $crate::aclrtMemcpyKind) -> $crate::aclError;
                 fn aclrtMemcpyToSymbolAsync(symbol: *const core::ffi::c_void, src: *const core::ffi::c_void, count: usize, offset: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtBinaryGetFunctionByEntry(binHandle: $crate::aclrtBinHandle, funcEntry: u64, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
+                fn aclrtGetFuncBySymbol(symbol: *const core::ffi::c_void, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
                 fn aclrtFunctionGetBinary(funcHandle: $crate::aclrtFuncHandle, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtGetFunctionName(funcHandle: $crate::aclrtFuncHandle, maxLen: u32, name: *mut core::ffi::c_char) -> $crate::aclError;
                 fn aclrtFunctionGetParamCount(func: *const core::ffi::c_void, paramCount: *mut usize) -> $crate::aclError;

@@ -722,6 +722,8 @@ ACL_FUNC_VISIBILITY aclError aclrtMemcpyToSymbolAsync(const void *symbol, const 
 /* Reserved by CANN and not supported (207000). */
 ACL_FUNC_VISIBILITY aclError aclrtBinaryGetFunctionByEntry(aclrtBinHandle binHandle, uint64_t funcEntry,
                                                            aclrtFuncHandle *funcHandle);
+/* The function of the kernel at `symbol`: a kernel of a loaded binary's library, by address. */
+ACL_FUNC_VISIBILITY aclError aclrtGetFuncBySymbol(const void *symbol, aclrtFuncHandle *funcHandle);
 ACL_FUNC_VISIBILITY aclError aclrtFunctionGetBinary(const aclrtFuncHandle funcHandle, aclrtBinHandle *binHandle);
 ACL_FUNC_VISIBILITY aclError aclrtGetFunctionName(aclrtFuncHandle funcHandle, uint32_t maxLen, char *name);
 /* A kernel's declared parameter list (npusim/kernel.h NPUSIM_KERNEL_PARAMS): none → 107000. */

@@ -5,7 +5,7 @@
 //! linked against that library takes as `&variable`. The dynamic loader names the symbol at that
 //! address; a loaded binary of the same library exporting it there makes it a device variable.
 
-use std::ffi::{CStr, c_void};
+use std::ffi::c_void;
 
 use npu_sys::*;
 
@@ -20,21 +20,11 @@ fn variable(symbol: *const c_void) -> Res<(usize, usize)> {
     non_null(symbol, "symbol")?;
     let sim = sim()?;
     let device = context::current(sim)?.device.id;
-    // SAFETY: Dl_info is plain pointers, for which all-zero is valid; dladdr only reads the
-    // loader's tables for the address, never the address itself.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: `info` is valid for the write dladdr makes.
-    let found = unsafe { libc::dladdr(symbol, &mut info) } != 0;
     let address = symbol as usize;
-    let name = (found && info.dli_saddr as usize == address && !info.dli_sname.is_null())
-        // SAFETY: dladdr's symbol name is a NUL-terminated string of the loader's, valid while
-        // the object is loaded.
-        .then(|| unsafe { CStr::from_ptr(info.dli_sname) }.to_str().ok())
-        .flatten();
-    if let Some(name) = name {
+    if let Some(name) = crate::kernel::symbol_name(address) {
         for binary in sim.binaries.live() {
-            if binary.exports_at(name, address) {
-                return binary.global(&sim.memory, name, device);
+            if binary.exports_at(&name, address) {
+                return binary.global(&sim.memory, &name, device);
             }
         }
     }

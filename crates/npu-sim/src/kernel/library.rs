@@ -134,6 +134,23 @@ fn declared_args_size(library: &libloading::Library, kernel: &str) -> usize {
     }
 }
 
+/// The name of the symbol that starts at `address`, as the dynamic loader knows it (the
+/// exports of the program and of the shared objects loaded).
+pub(crate) fn symbol_name(address: usize) -> Option<String> {
+    // SAFETY: Dl_info is plain pointers, for which all-zero is valid.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables for the address, never the address itself;
+    // `info` is valid for its write.
+    let found = unsafe { libc::dladdr(address as *const c_void, &mut info) } != 0;
+    if !found || info.dli_saddr as usize != address || info.dli_sname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr's symbol name is a NUL-terminated string of the loader's, valid while the
+    // object is loaded; it is copied at once.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_sname) };
+    name.to_str().ok().map(str::to_owned)
+}
+
 /// Where the library's code finds its exported variable `name`: the definition in the global
 /// scope if there is one (the program's copy of it, when the program links the library and
 /// the linker copied the variable into the executable, or one that interposes), else its own.
@@ -372,7 +389,8 @@ impl Binary {
         Ok((address, len))
     }
 
-    /// Whether the binary is a library whose variable `name` is at `address`.
+    /// Whether the binary is a library whose export `name` (a variable or a kernel) is where its
+    /// code finds it, `address`.
     pub(crate) fn exports_at(&self, name: &str, address: usize) -> bool {
         let (Source::Library(library), Ok(symbol)) = (&self.source, CString::new(name)) else {
             return false;

@@ -13,6 +13,7 @@
 #include "check.h"
 
 extern float bias[4];
+int32_t add_bias(uint32_t blockIdx, uint32_t blockNum, void *args);
 
 int main(void)
 {
@@ -32,6 +33,10 @@ int main(void)
     size_t global_size = 0;
     CHECK(aclrtBinaryGetGlobal(bin, "bias", &global, &global_size));
     printf("symbol: %zu bytes, the binary's global: %s\n", size, global == address ? "same" : "different");
+    aclrtFuncHandle by_symbol = NULL, by_name = NULL;
+    CHECK(aclrtGetFuncBySymbol((const void *)add_bias, &by_symbol));
+    CHECK(aclrtBinaryGetFunction(bin, "add_bias", &by_name));
+    printf("kernel by symbol: %s\n", by_symbol == by_name ? "the binary's function" : "another function");
 
     CHECK(aclrtMemcpyToSymbol(bias, values, sizeof values, 0, ACL_MEMCPY_HOST_TO_DEVICE));
     CHECK(aclrtMemcpyFromSymbol(back, sizeof back, bias, 2 * sizeof(float), 2 * sizeof(float),
