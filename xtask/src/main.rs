@@ -204,6 +204,7 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtDeviceTaskAbort",
     "aclrtSetDeviceTaskAbortCallback",
     "aclrtPersistentTaskClean",
+    "aclrtCtxGetFloatOverflowAddr",
     "aclrtNotifyBatchReset",
     "aclrtProfTrace",
     "aclrtBinaryGetGlobal",

@@ -1768,6 +1768,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetStreamOverflowSwitch(stream: $crate::aclrtStream, flag: *mut u32) -> $crate::aclError;
                 fn aclrtSetDeviceSatMode(mode: $crate::aclrtFloatOverflowMode) -> $crate::aclError;
                 fn aclrtGetDeviceSatMode(mode: *mut $crate::aclrtFloatOverflowMode) -> $crate::aclError;
+                fn aclrtCtxGetFloatOverflowAddr(overflowAddr: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtGetOverflowStatus(outputAddr: *mut core::ffi::c_void, outputSize: usize, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtProfTrace(userdata: *mut core::ffi::c_void, length: i32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtResetOverflowStatus(stream: $crate::aclrtStream) -> $crate::aclError;

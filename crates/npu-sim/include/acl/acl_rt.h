@@ -637,6 +637,8 @@ ACL_FUNC_VISIBILITY aclError aclrtGetStreamOverflowSwitch(aclrtStream stream, ui
 /* The current device's float overflow mode (INFNAN by default on an Atlas A2). */
 ACL_FUNC_VISIBILITY aclError aclrtSetDeviceSatMode(aclrtFloatOverflowMode mode);
 ACL_FUNC_VISIBILITY aclError aclrtGetDeviceSatMode(aclrtFloatOverflowMode *mode);
+/* The current context's overflow flags in device memory (64 bytes, zeros), an operator workspace. */
+ACL_FUNC_VISIBILITY aclError aclrtCtxGetFloatOverflowAddr(void **overflowAddr);
 /* Stream tasks: copy the process's overflow status (64 bytes; no overflow is ever detected on
  * the simulator, so zeros) to device memory, and clear it. */
 ACL_FUNC_VISIBILITY aclError aclrtGetOverflowStatus(void *outputAddr, size_t outputSize, aclrtStream stream);
