@@ -365,7 +365,29 @@ fn mem_uce_repair_repairs_the_ranges_it_is_given_and_a_free_forgets_them() {
         64,
         ACL_MEMCPY_DEVICE_TO_HOST
     ));
-    acl!(aclrtFree(dev));
+    // An indirect copy (its addresses read on the device) touching a range fails as well.
+    let stream = create_stream();
+    let (src, bases) = (malloc(64), malloc(16));
+    upload(bases, &[at(2048) as u64, src as u64]);
+    acl!(aclrtMemcpyAsyncWithOffset(
+        bases.cast(),
+        64,
+        0,
+        bases.wrapping_byte_add(8).cast(),
+        64,
+        0,
+        ACL_MEMCPY_INNER_DEVICE_TO_DEVICE,
+        stream
+    ));
+    assert_eq!(
+        code!(aclrtSynchronizeStream(stream)),
+        ACL_ERROR_RT_DEVICE_MEM_ERROR
+    );
+    recent_message();
+    acl!(aclrtDestroyStream(stream));
+    for ptr in [src, bases, dev] {
+        acl!(aclrtFree(ptr));
+    }
     assert!(
         uce_ranges(4).is_empty(),
         "freed memory takes its errors along"
