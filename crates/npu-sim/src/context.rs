@@ -51,6 +51,9 @@ pub(crate) struct Context {
     streams: Mutex<Vec<Arc<Stream>>>,
     /// aclrtCtxSetSysParamOpt's parameters.
     pub(crate) sys_params: crate::sys_param::SysParams,
+    /// The device memory holding the context's float overflow flags
+    /// (aclrtCtxGetFloatOverflowAddr), allocated when first asked for.
+    overflow_flags: Mutex<Option<usize>>,
 }
 
 impl Context {
@@ -73,6 +76,7 @@ impl Context {
             default_stream,
             streams: Mutex::new(Vec::new()),
             sys_params: Default::default(),
+            overflow_flags: Mutex::new(None),
         });
         sim.contexts.fill(handle, ctx.clone());
         Ok(ctx)
@@ -101,6 +105,28 @@ impl Context {
             stream.destroy(sim, false);
         }
         lock(&self.streams).clear();
+        if let Some(flags) = lock(&self.overflow_flags).take() {
+            // The runtime's own allocation, made by `overflow_flags`: it is live.
+            let _ = sim.memory.free(flags, false);
+        }
+    }
+
+    /// The device memory of the context's float overflow flags (zeros: no task of the
+    /// simulator overflows), allocated on first use and freed with the context. It is the
+    /// runtime's memory, not counted as an allocation of the program's.
+    pub(crate) fn overflow_flags(&self, sim: &Sim, bytes: usize) -> Res<usize> {
+        let mut flags = lock(&self.overflow_flags);
+        if let Some(address) = *flags {
+            return Ok(address);
+        }
+        let kind = crate::memory::AllocKind::Device {
+            device: self.device.id,
+            accounted: 0,
+            page_size: crate::memory::PAGE as u32,
+        };
+        let address = sim.memory.allocate(bytes, kind)?;
+        *flags = Some(address);
+        Ok(address)
     }
 
     /// Fails if work can no longer be submitted in this context (device lost, or stopped on a

@@ -184,6 +184,22 @@ pub(crate) fn fail_next_alloc_impl(device: i32) -> Res<()> {
     Ok(())
 }
 
+pub(crate) fn inject_mem_uce_impl(ptr: *mut std::ffi::c_void, len: usize) -> Res<()> {
+    crate::error::non_null(ptr, "devPtr")?;
+    ensure!(len > 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+    let sim = sim()?;
+    let located = sim.memory.locate(ptr as usize);
+    let Some((_, _, crate::memory::AllocKind::Device { device, .. })) = located.allocation else {
+        crate::error::fail!(
+            ACL_ERROR_RT_PARAM_INVALID,
+            "{ptr:p} is not in a device allocation of the simulator"
+        );
+    };
+    located.check_range(ptr as usize, len, "the UCE")?;
+    sim.memory.uce.mark(device, ptr as usize, len);
+    Ok(())
+}
+
 pub(crate) fn fail_next_host_alloc_impl(code: aclError) -> Res<()> {
     ensure!(
         code != ACL_SUCCESS,
@@ -418,6 +434,35 @@ pub fn lose_device(device: i32) -> Result<(), ControlError> {
 /// ```
 pub fn fail_next_alloc(device: i32) -> Result<(), ControlError> {
     Ok(fail_next_alloc_impl(device)?)
+}
+
+/// Gives `[ptr, ptr+len)`, inside one device allocation, an uncorrectable memory error
+/// (UCE), as the device's ECC would find one: every task touching the range from now on fails
+/// with ACL_ERROR_RT_DEVICE_MEM_ERROR (507053) without touching memory, aclrtGetMemUceInfo lists
+/// the range and aclrtGetErrorVerbose reports a memory error to repair, until
+/// aclrtMemUceRepair or aclrtRepairError repairs it (zeroing it) or the allocation is freed.
+/// NULL or a length of 0 → 100000; a range not inside one device allocation → 107000.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+/// use std::ptr;
+/// use npu_sim::{abi::*, control};
+///
+/// // SAFETY: valid out pointers; the memset stays inside the allocation.
+/// unsafe {
+///     assert_eq!(aclrtSetDevice(1), 0);
+///     let (mut dev, mut stream) = (ptr::null_mut(), ptr::null_mut());
+///     assert_eq!(aclrtMalloc(&mut dev, 4096, 0), 0);
+///     assert_eq!(aclrtCreateStream(&mut stream), 0);
+///     control::inject_mem_uce(dev, 64).unwrap();
+///     assert_eq!(aclrtMemsetAsync(dev, 4096, 1, 4096, stream), 0);
+///     assert_eq!(aclrtSynchronizeStream(stream), 507053); // ACL_ERROR_RT_DEVICE_MEM_ERROR
+///     assert_eq!(aclrtDestroyStream(stream), 0);
+///     assert_eq!(aclrtFree(dev), 0); // the error goes with the memory
+/// }
+/// ```
+pub fn inject_mem_uce(ptr: *mut std::ffi::c_void, len: usize) -> Result<(), ControlError> {
+    Ok(inject_mem_uce_impl(ptr, len)?)
 }
 
 /// Makes the next host allocation of the process (aclrtMallocHost or aclrtMallocHostWithCfg,

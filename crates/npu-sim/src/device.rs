@@ -85,6 +85,8 @@ pub(crate) struct Device {
     /// Rung after every task or synchronous operation that wrote device memory, for the
     /// aclrtValueWait tasks polling it.
     pub(crate) memory_bell: Bell,
+    /// aclrtDeviceTaskAbort in progress: submissions to the device's streams are refused.
+    aborting_tasks: AtomicBool,
 }
 
 impl Device {
@@ -118,6 +120,7 @@ impl Device {
             next_notify_id: AtomicU32::new(0),
             last_fault: AtomicI32::new(0),
             memory_bell: Bell::new(),
+            aborting_tasks: AtomicBool::new(false),
         }
     }
 
@@ -301,6 +304,24 @@ impl Device {
             crate::error::fail!(code, "device {} already has {limit} {what}", self.id);
         }
         Ok(())
+    }
+
+    /// Marks an aclrtDeviceTaskAbort begun (`true`) or over; `false` if one was already
+    /// running when beginning.
+    pub(crate) fn set_aborting_tasks(&self, aborting: bool) -> bool {
+        self.aborting_tasks.swap(aborting, Ordering::AcqRel) != aborting
+    }
+
+    /// Whether an aclrtDeviceTaskAbort is running on the device.
+    pub(crate) fn is_aborting_tasks(&self) -> bool {
+        self.aborting_tasks.load(Ordering::Acquire)
+    }
+
+    /// Forgets the latest task failure if it was `code` (the error was repaired).
+    pub(crate) fn clear_fault(&self, code: aclError) {
+        let _ = self
+            .last_fault
+            .compare_exchange(code, 0, Ordering::AcqRel, Ordering::Acquire);
     }
 
     pub(crate) fn record_fault(&self, code: aclError) {

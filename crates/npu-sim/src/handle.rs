@@ -37,6 +37,7 @@ pub(crate) enum Kind {
     PhysicalMem = 10,
     AllocatorDesc = 11,
     BinaryData = 12,
+    DataBuffer = 13,
 }
 
 impl Kind {
@@ -54,6 +55,7 @@ impl Kind {
             Kind::PhysicalMem => "physical memory",
             Kind::AllocatorDesc => "allocator descriptor",
             Kind::BinaryData => "binary data (aclrtBinary)",
+            Kind::DataBuffer => "data buffer (aclDataBuffer)",
         }
     }
 }
@@ -184,6 +186,20 @@ impl<T> HandleTable<T> {
         entry.generation = entry.generation.wrapping_add(1);
         slots.free.push(index);
         value
+    }
+
+    /// Every live object with its handle.
+    pub(crate) fn live_with_handles(&self) -> Vec<(Handle, Arc<T>)> {
+        let slots = lock(&self.slots);
+        slots
+            .entries
+            .iter()
+            .enumerate()
+            .filter_map(|(index, entry)| {
+                let value = entry.value.clone()?;
+                Some((self.encode(index, entry.generation), value))
+            })
+            .collect()
     }
 
     /// Every live object, for sweeps (device reset, stats).

@@ -70,6 +70,7 @@ fn read_words<const N: usize>(
     let Some(_lease) = lease_device(memory, device, at, len) else {
         return Err(fault(what, at, len, device));
     };
+    memory.uce.check(at, len)?;
     // SAFETY: the lease keeps these `len` bytes of device memory allocated; device memory is
     // host memory on the simulator, read unaligned as the caller may have placed it anywhere.
     Ok(unsafe { (at as *const [u64; N]).read_unaligned() })
@@ -106,6 +107,8 @@ impl IndirectCopy {
         let Some(_src) = lease_device(memory, device, src, count) else {
             return Err(fault("source", src, count, device));
         };
+        memory.uce.check(dst, count)?;
+        memory.uce.check(src, count)?;
         // SAFETY: both ranges are leased device memory of the device (host memory on the
         // simulator), kept allocated for the copy; `ptr::copy` tolerates overlap.
         unsafe { ptr::copy(src as *const u8, dst as *mut u8, count) };

@@ -56,6 +56,7 @@ mod advice;
 mod allocator;
 mod clock;
 mod context;
+mod data_buffer;
 mod device;
 mod device_limit;
 mod error;
@@ -78,6 +79,8 @@ mod stream_state;
 mod sync;
 mod sys_param;
 mod task;
+mod task_abort;
+mod uce;
 mod vmm;
 
 pub use config::{ConfigError, SimConfig, TimingModel};

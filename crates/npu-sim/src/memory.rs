@@ -11,6 +11,7 @@ use npu_sys::*;
 
 use crate::error::{Res, ensure, fail};
 use crate::sync::{Bell, read, wait_until, write};
+use crate::uce::UceMap;
 
 /// Address alignment of device and pinned allocations.
 pub(crate) const ALIGN: usize = 64;
@@ -116,6 +117,8 @@ pub(crate) struct MemoryMap {
     pinned_allocations: AtomicU64,
     /// The code the next host allocation fails with (0: none injected).
     host_failure: AtomicI32,
+    /// Device memory with uncorrectable errors.
+    pub(crate) uce: UceMap,
 }
 
 /// A task's hold on one live allocation while it touches the memory: freeing the allocation
@@ -210,6 +213,7 @@ impl MemoryMap {
             pinned_limit,
             pinned_allocations: AtomicU64::new(0),
             host_failure: AtomicI32::new(0),
+            uce: UceMap::default(),
         }
     }
 
@@ -287,6 +291,7 @@ impl MemoryMap {
         };
         drop(map);
         alloc.wait_idle();
+        self.uce.forget(ptr, alloc.len);
         release(ptr, &alloc);
         if pinned {
             self.pinned_bytes

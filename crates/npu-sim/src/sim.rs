@@ -10,6 +10,7 @@ use crate::advice::Advice;
 use crate::allocator::Allocators;
 use crate::config::{CONFIG_ENV, ConfigError, SimConfig};
 use crate::context::Context;
+use crate::data_buffer::DataBuffer;
 use crate::device::Device;
 use crate::error::{Res, fail};
 use crate::event::Event;
@@ -36,6 +37,7 @@ pub(crate) struct Sim {
     /// Caller memory used as args handles (aclrtKernelArgsInitByUserMem): address → token.
     pub(crate) user_args: Mutex<HashMap<usize, Handle>>,
     pub(crate) notifies: HandleTable<Notify>,
+    pub(crate) data_buffers: HandleTable<DataBuffer>,
     pub(crate) memory: MemoryMap,
     pub(crate) pools: Pools,
     pub(crate) vmm: Vmm,
@@ -74,6 +76,7 @@ impl Sim {
             params: HandleTable::new(Kind::Param),
             user_args: Mutex::default(),
             notifies: HandleTable::new(Kind::Notify),
+            data_buffers: HandleTable::new(Kind::DataBuffer),
             memory: MemoryMap::new(pinned_limit),
             pools: Pools::new(),
             vmm: Vmm::new(),

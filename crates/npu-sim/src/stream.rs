@@ -320,6 +320,20 @@ impl Stream {
         state.injections.push((target, code));
     }
 
+    /// aclrtPersistentTaskClean: drops the tasks kept for a model.
+    pub(crate) fn clean_persistent(&self) -> Res<()> {
+        ensure!(
+            self.is_persistent(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "stream {} is not an ACL_STREAM_PERSISTENT stream: it keeps no tasks to clean",
+            self.id
+        );
+        let kept = std::mem::take(&mut lock(&self.state).persistent);
+        // Dropping tasks may release a kernel library: outside the lock.
+        drop(kept);
+        Ok(())
+    }
+
     /// Whether tasks on this stream are kept for a model instead of run (ACL_STREAM_PERSISTENT).
     pub(crate) fn is_persistent(&self) -> bool {
         self.flags & ACL_STREAM_PERSISTENT != 0
@@ -338,6 +352,12 @@ impl Stream {
             ACL_ERROR_RT_INVALID_HANDLE,
             "stream {} is being destroyed",
             self.id
+        );
+        ensure!(
+            !self.device.is_aborting_tasks(),
+            ACL_ERROR_RT_DEVICE_TASK_ABORT,
+            "device {} is aborting its tasks (aclrtDeviceTaskAbort)",
+            self.device.id
         );
         ensure!(
             !self.aborting.load(Ordering::Acquire),
@@ -568,9 +588,11 @@ impl Stream {
                 notify.set();
                 Ok(())
             }
-            Op::Record(_) | Op::Wait { .. } | Op::NotifyWait { .. } | Op::ValueWait { .. } => {
-                Ok(())
-            }
+            Op::Record(_)
+            | Op::Wait { .. }
+            | Op::NotifyWait { .. }
+            | Op::ValueWait { .. }
+            | Op::ProfMarker(_) => Ok(()),
             Op::Copy { .. }
             | Op::Memset { .. }
             | Op::Kernel(_)
@@ -847,16 +869,33 @@ impl Stream {
     /// stream's errors and a stop, and leaves the stream usable. Waits of other threads on the
     /// dropped work fail with ACL_ERROR_RT_STREAM_ABORT.
     pub(crate) fn abort(&self) {
+        let target = self.begin_abort();
+        self.finish_abort(target, None);
+    }
+
+    /// The first half of an abort: marks the stream aborting (submissions are refused, the
+    /// worker drops what it takes) and returns the count of tasks to see finished or dropped.
+    pub(crate) fn begin_abort(&self) -> u64 {
         // A task submitted to the idle stream before the abort is running: it finishes.
         self.await_taken();
         self.aborting.store(true, Ordering::Release);
         self.bell.ring();
         self.nudge();
-        let target = self.submitted.load(Ordering::Acquire);
+        self.submitted.load(Ordering::Acquire)
+    }
+
+    /// The second half of an abort: once the worker has finished or dropped the first
+    /// `target` tasks, clears the stream's errors and a stop and makes it usable again.
+    /// Returns `false`, with the stream still aborting, if `deadline` passes first (a running
+    /// task has not returned): a later call completes the abort.
+    pub(crate) fn finish_abort(&self, target: u64, deadline: Option<Instant>) -> bool {
         let [progress, _, _] = self.listens(target);
-        wait_until(&[progress], None, || {
+        let drained = wait_until(&[progress], deadline, || {
             (self.finished.load(Ordering::Acquire) >= target).then_some(())
         });
+        if drained.is_none() {
+            return false;
+        }
         let kept = {
             let mut state = lock(&self.state);
             state.sticky = None;
@@ -867,6 +906,7 @@ impl Stream {
         drop(kept);
         self.stopped.store(false, Ordering::Release);
         self.aborting.store(false, Ordering::Release);
+        true
     }
 
     /// Destroys the stream. Without `force` it first waits for its work; with `force` the

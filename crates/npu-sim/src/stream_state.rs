@@ -1,6 +1,7 @@
-//! State callbacks registered under unique names: aclrtRegStreamStateCallback's (told when a
-//! stream, default streams included, has been created or is about to be destroyed) and
-//! aclrtRegDeviceStateCallback's (told before and after a device is set or reset).
+//! Callbacks registered under unique names: aclrtRegStreamStateCallback's (told when a
+//! stream, default streams included, has been created or is about to be destroyed),
+//! aclrtRegDeviceStateCallback's (told before and after a device is set or reset) and
+//! aclrtSetDeviceTaskAbortCallback's (told before and after aclrtDeviceTaskAbort).
 
 use std::ffi::c_void;
 use std::sync::Mutex;
@@ -13,6 +14,7 @@ use crate::sync::lock;
 
 type StreamCallback = unsafe extern "C" fn(aclrtStream, aclrtStreamState, *mut c_void);
 type DeviceCallback = unsafe extern "C" fn(i32, aclrtDeviceState, *mut c_void);
+type AbortCallback = unsafe extern "C" fn(i32, aclrtDeviceTaskAbortStage, u32, *mut c_void) -> i32;
 
 struct Registration<F> {
     name: String,
@@ -26,8 +28,9 @@ pub(crate) struct Named<F> {
     registry: Mutex<Vec<Registration<F>>>,
 }
 
-static STREAMS: Named<StreamCallback> = Named::new("stream");
-static DEVICES: Named<DeviceCallback> = Named::new("device");
+static STREAMS: Named<StreamCallback> = Named::new("stream state");
+static DEVICES: Named<DeviceCallback> = Named::new("device state");
+static ABORTS: Named<AbortCallback> = Named::new("device task abort");
 
 impl<F: Copy> Named<F> {
     const fn new(what: &'static str) -> Self {
@@ -54,7 +57,7 @@ impl<F: Copy> Named<F> {
                 ensure!(
                     at.is_none(),
                     ACL_ERROR_RT_PARAM_INVALID,
-                    "a {what} state callback is already registered as \"{name}\""
+                    "a {what} callback is already registered as \"{name}\""
                 );
                 registry.push(Registration {
                     name: name.to_owned(),
@@ -66,7 +69,7 @@ impl<F: Copy> Named<F> {
                 let Some(at) = at else {
                     crate::error::fail!(
                         ACL_ERROR_RT_PARAM_INVALID,
-                        "no {what} state callback is registered as \"{name}\""
+                        "no {what} callback is registered as \"{name}\""
                     );
                 };
                 registry.remove(at);
@@ -75,12 +78,12 @@ impl<F: Copy> Named<F> {
         Ok(())
     }
 
-    /// The registered callbacks and their arguments, to call outside the registry's lock (a
-    /// callback may register, or use streams and devices).
-    fn snapshot(&self) -> Vec<(F, usize)> {
+    /// The registered names, callbacks and their arguments, to call outside the registry's
+    /// lock (a callback may register, or use streams and devices).
+    fn snapshot(&self) -> Vec<(String, F, usize)> {
         lock(&self.registry)
             .iter()
-            .map(|r| (r.callback, r.args))
+            .map(|r| (r.name.clone(), r.callback, r.args))
             .collect()
     }
 }
@@ -105,7 +108,7 @@ pub(crate) fn register_device(
 
 /// Tells every registered stream callback that `stream` reached `state`.
 pub(crate) fn notify(stream: Handle, state: aclrtStreamState) {
-    for (callback, args) in STREAMS.snapshot() {
+    for (_, callback, args) in STREAMS.snapshot() {
         // SAFETY: the user registered a C function taking these arguments, with `args` as its
         // user data; the stream handle is live during the call.
         unsafe { callback(handle::to_ptr(stream), state, args as *mut c_void) };
@@ -115,9 +118,34 @@ pub(crate) fn notify(stream: Handle, state: aclrtStreamState) {
 /// Tells every registered device callback that `device` reaches (PRE) or reached (POST)
 /// `state`.
 pub(crate) fn notify_device(device: i32, state: aclrtDeviceState) {
-    for (callback, args) in DEVICES.snapshot() {
+    for (_, callback, args) in DEVICES.snapshot() {
         // SAFETY: the user registered a C function taking these arguments, with `args` as its
         // user data.
         unsafe { callback(device, state, args as *mut c_void) };
     }
+}
+
+/// aclrtSetDeviceTaskAbortCallback.
+pub(crate) fn register_abort(name: &str, callback: Option<AbortCallback>, args: usize) -> Res<()> {
+    ABORTS.register(name, callback, args)
+}
+
+/// Tells every registered abort callback that aclrtDeviceTaskAbort of `device` (with its
+/// `timeout`) reaches `stage`. Every callback is called; returns the first non-zero value one
+/// returned, with its registration name.
+pub(crate) fn notify_abort(
+    device: i32,
+    stage: aclrtDeviceTaskAbortStage,
+    timeout: u32,
+) -> Option<(String, i32)> {
+    let mut failure = None;
+    for (name, callback, args) in ABORTS.snapshot() {
+        // SAFETY: the user registered a C function taking these arguments, with `args` as its
+        // user data.
+        let status = unsafe { callback(device, stage, timeout, args as *mut c_void) };
+        if status != 0 && failure.is_none() {
+            failure = Some((name, status));
+        }
+    }
+    failure
 }

@@ -158,7 +158,13 @@ pub(crate) enum Op {
         event: Arc<Event>,
         captured: Option<Arc<Record>>,
     },
+    /// aclrtProfTrace: a profiling marker carrying the user's bytes (zero-padded), shown in
+    /// the timeline trace.
+    ProfMarker([u8; PROF_MARKER_BYTES]),
 }
+
+/// The bytes an aclrtProfTrace marker carries.
+pub(crate) const PROF_MARKER_BYTES: usize = 18;
 
 /// How aclrtValueWait compares the memory (`m`) with its value (`v`): the
 /// ACL_STREAM_WAIT_VALUE_* flags.
@@ -230,6 +236,7 @@ impl Task {
             Op::Record(_)
                 | Op::Wait { .. }
                 | Op::Reset { .. }
+                | Op::ProfMarker(_)
                 | Op::NotifySet(_)
                 | Op::NotifyWait { .. }
                 | Op::ValueWrite { .. }
@@ -320,6 +327,10 @@ impl Task {
             Op::ValueWrite { .. } => ("value", "write".to_owned()),
             Op::ValueWait { .. } => ("value", "wait".to_owned()),
             Op::Reset { .. } => ("event", "reset".to_owned()),
+            Op::ProfMarker(data) => {
+                let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
+                ("profiling", format!("prof trace {hex}"))
+            }
         }
     }
 
@@ -426,7 +437,7 @@ pub(crate) fn read_value(memory: &MemoryMap, src: usize) -> Result<u64, SimError
 }
 
 /// Leases `[ptr, ptr+len)` if it is simulator-owned memory (`owned`); a DMA fault if it was
-/// freed since the task was submitted.
+/// freed since the task was submitted, a device memory error if it has an uncorrectable error.
 fn lease(
     memory: &MemoryMap,
     owned: bool,
@@ -437,7 +448,10 @@ fn lease(
         return Ok(None);
     }
     match memory.lease(ptr, len) {
-        Some(lease) => Ok(Some(lease)),
+        Some(lease) => {
+            memory.uce.check(ptr, len)?;
+            Ok(Some(lease))
+        }
         None => Err(SimError::new(
             ACL_ERROR_RT_SYS_DMA,
             format!("DMA fault: {ptr:#x}+{len} was freed before the task ran"),

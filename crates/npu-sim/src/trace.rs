@@ -385,7 +385,7 @@ pub(crate) fn record_task(device: i32, stream: i32, task: &Task, start_ns: u64, 
     let shape = match &task.op {
         Op::Record(record) => Shape::Record(flow_id(record)),
         Op::Wait { record, .. } => Shape::Wait(flow_id(record)),
-        Op::Reset { .. } => Shape::Instant,
+        Op::Reset { .. } | Op::ProfMarker(_) => Shape::Instant,
         _ => Shape::Slice,
     };
     record(Span {

@@ -201,6 +201,78 @@ fn the_stream_group_flow_in_c() {
 }
 
 #[test]
+fn the_device_recovery_flow_in_c() {
+    let stdout = run(&compile("recovery_flow", &[]));
+    assert_eq!(
+        stdout,
+        "task on the bad memory: 507053\n\
+         error type 1, try repair 1, detail 1, ranges 1, offset 1024, len 1024\n\
+         abort callbacks: pre 1, post 1\n\
+         ranges left after repair: 0\n\
+         bytes: first 11, repaired 00, last 11\n\
+         after recovery: 44\n\
+         recovery flow ok\n"
+    );
+}
+
+#[test]
+fn data_buffers_and_persistent_streams_in_c() {
+    let stdout = run(&compile("data_buffer_flow", &[]));
+    assert_eq!(
+        stdout,
+        "through the buffer: 256 bytes of 5a\n\
+         emptied: NULL, 0\n\
+         destroy again: 107017\n\
+         task id after clean: 1\n\
+         counted notify: 207000\n\
+         group count: 207000, group info: NULL\n\
+         data buffer flow ok\n"
+    );
+}
+
+#[test]
+fn device_globals_of_a_kernel_library_in_c() {
+    let library = compile("global_kernels", &["-shared", "-fPIC"]);
+    let stdout = run_with(
+        &compile("global_flow", &[]),
+        &[("NPUSIM_GLOBALS_SO", &library)],
+    );
+    let _ = std::fs::remove_file(&library);
+    assert_eq!(
+        stdout,
+        "global bias: 16 bytes (size alone: 16)\n\
+         unknown global: 107042\n\
+         add_bias over 16 elements: 0 wrong\n\
+         after a memset of the global: 0 0\n\
+         global after unload: 107000\n\
+         global flow ok\n"
+    );
+}
+
+#[test]
+fn device_variables_by_symbol_in_c() {
+    let library = compile("global_kernels", &["-shared", "-fPIC"]);
+    let linked = format!("-Wl,--no-as-needed,{}", library.display());
+    let stdout = run_with(
+        &compile("symbol_flow", &[&linked]),
+        &[("NPUSIM_GLOBALS_SO", &library)],
+    );
+    let _ = std::fs::remove_file(&library);
+    assert_eq!(
+        stdout,
+        "before the binary is loaded: 107042\n\
+         symbol: 16 bytes, the binary's global: same\n\
+         kernel by symbol: the binary's function\n\
+         read at offset 8: 7 8; the variable holds 8\n\
+         async round trip: 9\n\
+         past the end: 107000\n\
+         wrong kind: 100000\n\
+         not a device variable: 107042\n\
+         symbol flow ok\n"
+    );
+}
+
+#[test]
 fn headers_compile_warning_free_and_errors_are_reported_once() {
     let stdout = run(&compile("header_check", &["-pedantic"]));
     assert_eq!(

@@ -3,12 +3,13 @@
 //! context), the float overflow settings, event IDs and the count of events left, with every
 //! error path, through the exported C ABI.
 //!
-//! Devices (this process has 5): 0 for events (only
+//! Devices (this process has 6): 0 for events (only
 //! `events_have_distinct_ids_and_only_waitable_ones_count_against_the_limit` uses it), 1 for
 //! the primary context's state (only `primary_context_state_follows_set_and_reset` sets it), 2
 //! is lost by `a_lost_device_fails_event_queries_but_still_maps`, 3 for the error cases and the
 //! overflow settings, 4 for
-//! the device state callbacks (only `device_state_callbacks_surround_set_and_reset` uses it).
+//! the device state callbacks (only `device_state_callbacks_surround_set_and_reset` uses it),
+//! 5 for the overflow flag address (only `a_context_has_one_overflow_flag_address_on_its_device`).
 
 extern crate ascendcl as npu_sim;
 
@@ -25,7 +26,7 @@ use npu_sys::*;
 fn install() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        npu_sim::SimConfig::default().devices(5).install().unwrap();
+        npu_sim::SimConfig::default().devices(6).install().unwrap();
     });
 }
 
@@ -633,11 +634,11 @@ const CASES: &[Case] = &[
         || code!(aclrtGetPhyDevIdByUserDevId(0, ptr::null_mut())),
     ),
     case(
-        "map device 5",
+        "map device 6",
         "aclrtGetLogicDevIdByUserDevId",
         ACL_ERROR_RT_INVALID_DEVICEID,
         -1,
-        || code!(aclrtGetLogicDevIdByUserDevId(5, &mut 0)),
+        || code!(aclrtGetLogicDevIdByUserDevId(6, &mut 0)),
     ),
     case(
         "map device -1",
@@ -661,11 +662,11 @@ const CASES: &[Case] = &[
         || code!(aclrtGetPrimaryCtxState(0, ptr::null_mut(), ptr::null_mut())),
     ),
     case(
-        "primary state of device 5",
+        "primary state of device 6",
         "aclrtGetPrimaryCtxState",
         ACL_ERROR_RT_INVALID_DEVICEID,
         -1,
-        || code!(aclrtGetPrimaryCtxState(5, ptr::null_mut(), &mut 0)),
+        || code!(aclrtGetPrimaryCtxState(6, ptr::null_mut(), &mut 0)),
     ),
     case(
         "event id of NULL",
@@ -702,7 +703,153 @@ const CASES: &[Case] = &[
         -1,
         || code!(aclrtGetEventAvailNum(&mut 0)),
     ),
+    case(
+        "overflow address into NULL",
+        "aclrtCtxGetFloatOverflowAddr",
+        100000,
+        3,
+        || code!(aclrtCtxGetFloatOverflowAddr(ptr::null_mut())),
+    ),
+    case(
+        "overflow address without a context",
+        "aclrtCtxGetFloatOverflowAddr",
+        107002,
+        -1,
+        || {
+            let mut address = ptr::null_mut();
+            code!(aclrtCtxGetFloatOverflowAddr(&mut address))
+        },
+    ),
+    case("set a compute group", "aclrtSetGroup", 207000, 3, || {
+        code!(aclrtSetGroup(0))
+    }),
+    case(
+        "group count into NULL",
+        "aclrtGetGroupCount",
+        100000,
+        3,
+        || code!(aclrtGetGroupCount(ptr::null_mut())),
+    ),
+    case(
+        "group count on an Atlas A2",
+        "aclrtGetGroupCount",
+        207000,
+        3,
+        || {
+            let mut count = 7;
+            let code = code!(aclrtGetGroupCount(&mut count));
+            assert_eq!(count, 7, "nothing written");
+            code
+        },
+    ),
+    case(
+        "group info on an Atlas A2",
+        "aclrtCreateGroupInfo",
+        207000,
+        3,
+        || {
+            assert!(code!(aclrtCreateGroupInfo()).is_null());
+            // SAFETY: no preconditions.
+            unsafe { aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL) }
+        },
+    ),
+    case(
+        "destroy NULL group info",
+        "aclrtDestroyGroupInfo",
+        100000,
+        3,
+        || code!(aclrtDestroyGroupInfo(ptr::null_mut())),
+    ),
+    case(
+        "destroy group info on an Atlas A2",
+        "aclrtDestroyGroupInfo",
+        207000,
+        3,
+        || code!(aclrtDestroyGroupInfo(ptr::dangling_mut())),
+    ),
+    case(
+        "all group info into NULL",
+        "aclrtGetAllGroupInfo",
+        100000,
+        3,
+        || code!(aclrtGetAllGroupInfo(ptr::null_mut())),
+    ),
+    case(
+        "all group info on an Atlas A2",
+        "aclrtGetAllGroupInfo",
+        207000,
+        3,
+        || code!(aclrtGetAllGroupInfo(ptr::dangling_mut())),
+    ),
+    case(
+        "group detail with NULL outputs",
+        "aclrtGetGroupInfoDetail",
+        100000,
+        3,
+        || {
+            code!(aclrtGetGroupInfoDetail(
+                ptr::dangling(),
+                0,
+                ACL_GROUP_AICORE_INT,
+                ptr::null_mut(),
+                4,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "group detail on an Atlas A2",
+        "aclrtGetGroupInfoDetail",
+        207000,
+        3,
+        || {
+            let (mut value, mut size) = (0i32, 0usize);
+            code!(aclrtGetGroupInfoDetail(
+                ptr::dangling(),
+                0,
+                ACL_GROUP_AICORE_INT,
+                (&raw mut value).cast(),
+                4,
+                &mut size
+            ))
+        },
+    ),
 ];
+
+#[test]
+fn a_context_has_one_overflow_flag_address_on_its_device() {
+    install();
+    std::thread::spawn(|| {
+        set_device(5);
+        let address = || {
+            let mut address = ptr::null_mut();
+            acl!(aclrtCtxGetFloatOverflowAddr(&mut address));
+            address
+        };
+        let before = npu_sim::control::device_stats(5).unwrap().live_allocations;
+        let flags = address();
+        assert_eq!(address(), flags, "one address per context");
+        assert_eq!(download::<u8>(flags, 64), vec![0; 64], "no overflow");
+        let mut attributes = aclrtPtrAttributes::default();
+        acl!(aclrtPointerGetAttributes(flags, &mut attributes));
+        assert_eq!(
+            attributes.location.id, 5,
+            "device memory of the context's device"
+        );
+        assert_eq!(
+            npu_sim::control::device_stats(5).unwrap().live_allocations,
+            before,
+            "the runtime's memory, not the program's"
+        );
+        // Another context has its own (freed with it).
+        let mut ctx = ptr::null_mut();
+        acl!(aclrtCreateContext(&mut ctx, 5));
+        assert_ne!(address(), flags);
+        acl!(aclrtDestroyContext(ctx));
+    })
+    .join()
+    .unwrap();
+}
 
 #[test]
 fn every_error_path() {

@@ -11,6 +11,7 @@ mod common;
 use std::ffi::c_void;
 use std::ptr;
 
+use common::cases::{case, run_table};
 use common::*;
 use npu_sim::abi::*;
 use npu_sim::kernel::{self, ReduceSumArgs, ScaleArgs, VectorAddArgs};
@@ -706,4 +707,301 @@ fn launch_with_an_array_of_parameter_pointers() {
     assert_eq!(refused, ACL_ERROR_RT_PARAM_INVALID);
     recent_message();
     acl!(aclrtDestroyStream(stream));
+}
+
+/// aclrtBinaryGetGlobal's refusals (`tests/c/global_flow.c` runs its success path, with a
+/// library that declares a global).
+#[test]
+fn binary_globals_error_paths() {
+    fn global(bin: aclrtBinHandle, name: &str) -> aclError {
+        let name = c_string(name);
+        let (mut dptr, mut size) = (ptr::null_mut(), 0);
+        code!(aclrtBinaryGetGlobal(
+            bin,
+            name.as_ptr(),
+            &mut dptr,
+            &mut size
+        ))
+    }
+    run_table(&[
+        case(
+            "global of NULL binary",
+            "aclrtBinaryGetGlobal",
+            100000,
+            0,
+            || global(ptr::null_mut(), "bias"),
+        ),
+        case(
+            "global named NULL",
+            "aclrtBinaryGetGlobal",
+            100000,
+            0,
+            || {
+                let mut size = 0;
+                let bin = load_file(kernel::LIBRARY_PATH);
+                code!(aclrtBinaryGetGlobal(
+                    bin,
+                    ptr::null(),
+                    ptr::null_mut(),
+                    &mut size
+                ))
+            },
+        ),
+        case(
+            "global into two NULLs",
+            "aclrtBinaryGetGlobal",
+            100000,
+            0,
+            || {
+                let bin = load_file(kernel::LIBRARY_PATH);
+                let name = c_string("bias");
+                code!(aclrtBinaryGetGlobal(
+                    bin,
+                    name.as_ptr(),
+                    ptr::null_mut(),
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "global no library declares",
+            "aclrtBinaryGetGlobal",
+            107042,
+            0,
+            || global(load_file(kernel::LIBRARY_PATH), "vector_add_f32"),
+        ),
+        case(
+            "global of a registry image",
+            "aclrtBinaryGetGlobal",
+            107042,
+            0,
+            || global(registry_binary(&[]), "bias"),
+        ),
+        case(
+            "global of an unloaded binary",
+            "aclrtBinaryGetGlobal",
+            107017,
+            0,
+            || {
+                let bin = load_file(kernel::LIBRARY_PATH);
+                acl!(aclrtBinaryUnLoad(bin));
+                global(bin, "bias")
+            },
+        ),
+        case(
+            "global without a context",
+            "aclrtBinaryGetGlobal",
+            107002,
+            -1,
+            || {
+                let bin = std::thread::spawn(|| {
+                    set_device(0);
+                    load_file(kernel::LIBRARY_PATH) as usize
+                })
+                .join()
+                .unwrap();
+                global(bin as aclrtBinHandle, "bias")
+            },
+        ),
+    ]);
+}
+
+/// The device-variable functions' refusals for addresses that are no device variable
+/// (`tests/c/symbol_flow.c` runs their success paths and the range and kind checks).
+#[test]
+fn symbol_error_paths() {
+    static NOT_A_GLOBAL: [f32; 4] = [0.0; 4];
+    fn not_a_global() -> *const c_void {
+        NOT_A_GLOBAL.as_ptr().cast()
+    }
+    run_table(&[
+        case(
+            "address of NULL symbol",
+            "aclrtGetSymbolAddress",
+            100000,
+            0,
+            || {
+                let mut address = ptr::null_mut();
+                code!(aclrtGetSymbolAddress(ptr::null(), &mut address))
+            },
+        ),
+        case(
+            "address into NULL",
+            "aclrtGetSymbolAddress",
+            100000,
+            0,
+            || code!(aclrtGetSymbolAddress(not_a_global(), ptr::null_mut())),
+        ),
+        case(
+            "address of a host variable",
+            "aclrtGetSymbolAddress",
+            107042,
+            0,
+            || {
+                let mut address = ptr::null_mut();
+                code!(aclrtGetSymbolAddress(not_a_global(), &mut address))
+            },
+        ),
+        case(
+            "address without a context",
+            "aclrtGetSymbolAddress",
+            107002,
+            -1,
+            || {
+                let mut address = ptr::null_mut();
+                code!(aclrtGetSymbolAddress(not_a_global(), &mut address))
+            },
+        ),
+        case("size into NULL", "aclrtGetSymbolSize", 100000, 0, || {
+            code!(aclrtGetSymbolSize(not_a_global(), ptr::null_mut()))
+        }),
+        case(
+            "size of a host variable",
+            "aclrtGetSymbolSize",
+            107042,
+            0,
+            || {
+                let mut size = 0;
+                code!(aclrtGetSymbolSize(not_a_global(), &mut size))
+            },
+        ),
+        case(
+            "copy to NULL symbol",
+            "aclrtMemcpyToSymbol",
+            100000,
+            0,
+            || {
+                let data = [0u8; 4];
+                code!(aclrtMemcpyToSymbol(
+                    ptr::null(),
+                    data.as_ptr().cast(),
+                    4,
+                    0,
+                    ACL_MEMCPY_HOST_TO_DEVICE
+                ))
+            },
+        ),
+        case(
+            "async copy to a host variable",
+            "aclrtMemcpyToSymbolAsync",
+            107042,
+            0,
+            || {
+                let data = [0u8; 4];
+                code!(aclrtMemcpyToSymbolAsync(
+                    not_a_global(),
+                    data.as_ptr().cast(),
+                    4,
+                    0,
+                    ACL_MEMCPY_HOST_TO_DEVICE,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "copy from a host variable",
+            "aclrtMemcpyFromSymbol",
+            107042,
+            0,
+            || {
+                let mut data = [0u8; 4];
+                code!(aclrtMemcpyFromSymbol(
+                    data.as_mut_ptr().cast(),
+                    4,
+                    not_a_global(),
+                    4,
+                    0,
+                    ACL_MEMCPY_DEVICE_TO_HOST
+                ))
+            },
+        ),
+        case(
+            "async copy from NULL symbol",
+            "aclrtMemcpyFromSymbolAsync",
+            100000,
+            0,
+            || {
+                let mut data = [0u8; 4];
+                code!(aclrtMemcpyFromSymbolAsync(
+                    data.as_mut_ptr().cast(),
+                    4,
+                    ptr::null(),
+                    4,
+                    0,
+                    ACL_MEMCPY_DEVICE_TO_HOST,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+    ]);
+}
+
+/// aclrtGetFuncBySymbol: a kernel's address gives the function aclrtBinaryGetFunction gives;
+/// anything else is refused.
+#[test]
+fn functions_by_symbol() {
+    set_device(0);
+    // The kernel must be one of a loaded binary.
+    let _binary = load_file(kernel::LIBRARY_PATH);
+    // SAFETY: the shipped library, already loaded by the binary: opening it again only counts
+    // a reference; the symbol's address is read, never called here.
+    let entry = unsafe {
+        let library = libloading::Library::new(kernel::LIBRARY_PATH).unwrap();
+        let entry = *library.get::<*const c_void>(b"vector_add_f32\0").unwrap();
+        std::mem::forget(library);
+        entry
+    };
+    let mut by_symbol = ptr::null_mut();
+    acl!(aclrtGetFuncBySymbol(entry, &mut by_symbol));
+    // Other tests load the same library too (one instance): the function may come from any of
+    // their binaries, and is that kernel.
+    let mut name = [0 as std::ffi::c_char; 32];
+    acl!(aclrtGetFunctionName(by_symbol, 32, name.as_mut_ptr()));
+    // SAFETY: the simulator wrote a NUL-terminated name into the buffer.
+    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) };
+    assert_eq!(name.to_str().unwrap(), kernel::VECTOR_ADD_F32);
+    run_table(&[
+        case(
+            "kernel of NULL symbol",
+            "aclrtGetFuncBySymbol",
+            100000,
+            0,
+            || {
+                let mut func = ptr::null_mut();
+                code!(aclrtGetFuncBySymbol(ptr::null(), &mut func))
+            },
+        ),
+        case(
+            "kernel by symbol into NULL",
+            "aclrtGetFuncBySymbol",
+            100000,
+            0,
+            || {
+                code!(aclrtGetFuncBySymbol(
+                    random as *const c_void,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "kernel by symbol of a host function",
+            "aclrtGetFuncBySymbol",
+            107042,
+            0,
+            || {
+                let mut func = ptr::null_mut();
+                code!(aclrtGetFuncBySymbol(random as *const c_void, &mut func))
+            },
+        ),
+        case(
+            "kernel by symbol without a context",
+            "aclrtGetFuncBySymbol",
+            107002,
+            -1,
+            || {
+                let mut func = ptr::null_mut();
+                code!(aclrtGetFuncBySymbol(random as *const c_void, &mut func))
+            },
+        ),
+    ]);
 }

@@ -239,6 +239,16 @@ fn persistent_streams_keep_their_tasks_for_a_model() {
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT
     );
     assert!(recent_message().contains("PERSISTENT"));
+    // Cleaning drops the kept tasks: task ids start again at 1.
+    memset_async(dev, 64, 2, stream);
+    let mut id = 0;
+    acl!(aclrtGetThreadLastTaskId(&mut id));
+    assert_eq!(id, 2);
+    acl!(aclrtPersistentTaskClean(stream));
+    memset_async(dev, 64, 3, stream);
+    acl!(aclrtGetThreadLastTaskId(&mut id));
+    assert_eq!(id, 1);
+    assert!(download::<u8>(dev, 64).iter().all(|&b| b == 0), "never run");
     acl!(aclrtDestroyStream(stream));
 }
 
@@ -300,7 +310,13 @@ fn notifies_order_streams() {
     assert_eq!(status(second), ACL_STREAM_STATUS_NOT_READY);
     acl!(aclrtRecordNotify(notify, first));
     acl!(aclrtSynchronizeStream(second));
-    // A wait that times out fails its stream.
+    // A record nobody waited for is forgotten by a batch reset: the next wait times out, and
+    // a wait that times out fails its stream.
+    acl!(aclrtRecordNotify(notify, first));
+    acl!(aclrtSynchronizeStream(first));
+    let other = create_notify();
+    let mut both = [notify, other];
+    acl!(aclrtNotifyBatchReset(both.as_mut_ptr(), 2));
     acl!(aclrtWaitAndResetNotify(notify, second, 1));
     assert_eq!(
         code!(aclrtSynchronizeStream(second)),
@@ -308,6 +324,7 @@ fn notifies_order_streams() {
     );
     recent_message();
     acl!(aclrtDestroyNotify(notify));
+    acl!(aclrtDestroyNotify(other));
 }
 
 #[test]
@@ -542,6 +559,254 @@ fn every_error_path() {
             acl!(aclrtDestroyStream(stream));
             code!(aclrtStreamAbort(stream))
         }),
+        case(
+            "profiling marker of NULL",
+            "aclrtProfTrace",
+            100000,
+            0,
+            || code!(aclrtProfTrace(ptr::null_mut(), 4, ptr::null_mut())),
+        ),
+        case(
+            "profiling marker of 19 bytes",
+            "aclrtProfTrace",
+            100000,
+            0,
+            || {
+                let mut data = [0u8; 19];
+                code!(aclrtProfTrace(
+                    data.as_mut_ptr().cast(),
+                    19,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "profiling marker of a negative length",
+            "aclrtProfTrace",
+            100000,
+            0,
+            || {
+                let mut data = [0u8; 4];
+                code!(aclrtProfTrace(
+                    data.as_mut_ptr().cast(),
+                    -1,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "profiling marker on a foreign stream",
+            "aclrtProfTrace",
+            107003,
+            1,
+            || {
+                let stream = create_stream();
+                set_device(0);
+                let mut data = [0u8; 4];
+                code!(aclrtProfTrace(data.as_mut_ptr().cast(), 4, stream))
+            },
+        ),
+        case(
+            "batch reset of NULL",
+            "aclrtNotifyBatchReset",
+            100000,
+            0,
+            || code!(aclrtNotifyBatchReset(ptr::null_mut(), 1)),
+        ),
+        case(
+            "batch reset of 0 notifies",
+            "aclrtNotifyBatchReset",
+            100000,
+            0,
+            || {
+                let mut notifies = [create_notify()];
+                code!(aclrtNotifyBatchReset(notifies.as_mut_ptr(), 0))
+            },
+        ),
+        case(
+            "batch reset with a NULL entry",
+            "aclrtNotifyBatchReset",
+            100000,
+            0,
+            || {
+                let mut notifies = [create_notify(), ptr::null_mut()];
+                code!(aclrtNotifyBatchReset(notifies.as_mut_ptr(), 2))
+            },
+        ),
+        case(
+            "batch reset with a destroyed notify",
+            "aclrtNotifyBatchReset",
+            107017,
+            0,
+            || {
+                let stale = create_notify();
+                acl!(aclrtDestroyNotify(stale));
+                let mut notifies = [create_notify(), stale];
+                code!(aclrtNotifyBatchReset(notifies.as_mut_ptr(), 2))
+            },
+        ),
+        case(
+            "persistent clean of NULL",
+            "aclrtPersistentTaskClean",
+            100000,
+            0,
+            || code!(aclrtPersistentTaskClean(ptr::null_mut())),
+        ),
+        case(
+            "persistent clean of a plain stream",
+            "aclrtPersistentTaskClean",
+            107000,
+            0,
+            || code!(aclrtPersistentTaskClean(create_stream())),
+        ),
+        case(
+            "persistent clean of a foreign stream",
+            "aclrtPersistentTaskClean",
+            107003,
+            1,
+            || {
+                let stream = stream_with_flags(ACL_STREAM_PERSISTENT);
+                set_device(0);
+                code!(aclrtPersistentTaskClean(stream))
+            },
+        ),
+        case(
+            "counted notify into NULL",
+            "aclrtCntNotifyCreate",
+            100000,
+            0,
+            || code!(aclrtCntNotifyCreate(ptr::null_mut(), 0)),
+        ),
+        case(
+            "counted notify on an Atlas A2",
+            "aclrtCntNotifyCreate",
+            207000,
+            0,
+            || {
+                let mut notify = ptr::null_mut();
+                code!(aclrtCntNotifyCreate(&mut notify, 0))
+            },
+        ),
+        case(
+            "record a NULL counted notify",
+            "aclrtCntNotifyRecord",
+            100000,
+            0,
+            || {
+                let mut info = aclrtCntNotifyRecordInfo {
+                    mode: ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE,
+                    value: 1,
+                };
+                code!(aclrtCntNotifyRecord(
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    &mut info
+                ))
+            },
+        ),
+        case(
+            "record a counted notify with NULL info",
+            "aclrtCntNotifyRecord",
+            100000,
+            0,
+            || {
+                code!(aclrtCntNotifyRecord(
+                    ptr::dangling_mut(),
+                    ptr::null_mut(),
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "record a counted notify on an Atlas A2",
+            "aclrtCntNotifyRecord",
+            207000,
+            0,
+            || {
+                let mut info = aclrtCntNotifyRecordInfo {
+                    mode: ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE,
+                    value: 1,
+                };
+                code!(aclrtCntNotifyRecord(
+                    ptr::dangling_mut(),
+                    ptr::null_mut(),
+                    &mut info
+                ))
+            },
+        ),
+        case(
+            "wait on a counted notify with NULL info",
+            "aclrtCntNotifyWaitWithTimeout",
+            100000,
+            0,
+            || {
+                code!(aclrtCntNotifyWaitWithTimeout(
+                    ptr::dangling_mut(),
+                    ptr::null_mut(),
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "wait on a counted notify on an Atlas A2",
+            "aclrtCntNotifyWaitWithTimeout",
+            207000,
+            0,
+            || {
+                // SAFETY: plain integers.
+                let mut info: aclrtCntNotifyWaitInfo = unsafe { std::mem::zeroed() };
+                code!(aclrtCntNotifyWaitWithTimeout(
+                    ptr::dangling_mut(),
+                    ptr::null_mut(),
+                    &mut info
+                ))
+            },
+        ),
+        case(
+            "reset a NULL counted notify",
+            "aclrtCntNotifyReset",
+            100000,
+            0,
+            || code!(aclrtCntNotifyReset(ptr::null_mut(), ptr::null_mut())),
+        ),
+        case(
+            "reset a counted notify on an Atlas A2",
+            "aclrtCntNotifyReset",
+            207000,
+            0,
+            || code!(aclrtCntNotifyReset(ptr::dangling_mut(), ptr::null_mut())),
+        ),
+        case(
+            "id of a counted notify into NULL",
+            "aclrtCntNotifyGetId",
+            100000,
+            0,
+            || code!(aclrtCntNotifyGetId(ptr::dangling_mut(), ptr::null_mut())),
+        ),
+        case(
+            "id of a counted notify on an Atlas A2",
+            "aclrtCntNotifyGetId",
+            207000,
+            0,
+            || {
+                let mut id = 0;
+                code!(aclrtCntNotifyGetId(ptr::dangling_mut(), &mut id))
+            },
+        ),
+        case(
+            "destroy a NULL counted notify",
+            "aclrtCntNotifyDestroy",
+            100000,
+            0,
+            || code!(aclrtCntNotifyDestroy(ptr::null_mut())),
+        ),
+        case(
+            "destroy a counted notify on an Atlas A2",
+            "aclrtCntNotifyDestroy",
+            207000,
+            0,
+            || code!(aclrtCntNotifyDestroy(ptr::dangling_mut())),
+        ),
         case(
             "abort without context",
             "aclrtStreamAbort",

@@ -43,6 +43,8 @@ fn the_trace_has_one_track_per_stream_with_named_sized_tasks() {
         };
         assert_eq!(launch(add, 2, stream, &args, ptr::null_mut()), 0);
     }
+    let mut step = *b"step-1";
+    acl!(aclrtProfTrace(step.as_mut_ptr().cast(), 6, streams[0]));
     control::release(0).unwrap();
     for &stream in &streams {
         acl!(aclrtSynchronizeStream(stream));
@@ -96,6 +98,17 @@ fn the_trace_has_one_track_per_stream_with_named_sized_tasks() {
             ns(&track[0]["ts"]) + ns(&track[0]["dur"])
         );
     }
+    // The profiling marker: an instant on its stream's track, its bytes zero-padded to 18.
+    let markers: Vec<&Value> = events.iter().filter(|e| e["cat"] == "profiling").collect();
+    assert_eq!(markers.len(), 1, "{markers:?}");
+    assert_eq!(markers[0]["ph"], "i");
+    assert_eq!(
+        markers[0]["name"],
+        format!("prof trace {}{}", "737465702d31", "00".repeat(12))
+    );
+    let mut first = 0;
+    acl!(aclrtStreamGetId(streams[0], &mut first));
+    assert_eq!(markers[0]["tid"], i64::from(first));
     // The three streams were released at one instant: their first tasks start together.
     let starts: BTreeSet<u64> = per_track
         .values()

@@ -195,6 +195,7 @@ pub const ACL_NOTIFY_DEFAULT: u32 = 0;
 pub const ACL_NOTIFY_DEVICE_USE_ONLY: u32 = 1;
 pub const ACL_EVENT_WAIT_DEFAULT: u32 = 0;
 pub const ACL_EVENT_WAIT_EXTERNAL: u32 = 1;
+pub const MAX_MEM_UCE_INFO_ARRAY_SIZE: u32 = 128;
 pub const UCE_INFO_RESERVED_SIZE: u32 = 14;
 pub const ACL_RT_MEM_UCE_INFO_MAX_NUM: u32 = 20;
 pub const ACL_RT_MEM_ATTACH_GLOBAL: u32 = 1;
@@ -321,7 +322,13 @@ pub const ACL_DEVICE_INFO_AI_CORE_NUM: aclDeviceInfo = 0;
 pub const ACL_DEVICE_INFO_VECTOR_CORE_NUM: aclDeviceInfo = 1;
 pub const ACL_DEVICE_INFO_L2_SIZE: aclDeviceInfo = 2;
 pub type aclDeviceInfo = core::ffi::c_int;
+#[repr(C)]
+#[derive(Debug)]
+pub struct aclDataBuffer {
+    _unused: [u8; 0],
+}
 pub type aclrtNotify = *mut core::ffi::c_void;
+pub type aclrtCntNotify = *mut core::ffi::c_void;
 pub type aclrtAllocatorDesc = *mut core::ffi::c_void;
 pub type aclrtAllocator = *mut core::ffi::c_void;
 pub type aclrtAllocatorBlock = *mut core::ffi::c_void;
@@ -1119,6 +1126,77 @@ pub type aclrtStreamState = core::ffi::c_uint;
 pub type aclrtStreamStateCallback = ::std::option::Option<
     unsafe extern "C" fn(stm: aclrtStream, state: aclrtStreamState, args: *mut core::ffi::c_void),
 >;
+pub const ACL_RT_CNT_NOTIFY_RECORD_SET_VALUE_MODE: aclrtCntNotifyRecordMode = 0;
+pub const ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE: aclrtCntNotifyRecordMode = 1;
+pub const ACL_RT_CNT_NOTIFY_RECORD_BIT_OR_MODE: aclrtCntNotifyRecordMode = 2;
+pub const ACL_RT_CNT_NOTIFY_RECORD_BIT_AND_MODE: aclrtCntNotifyRecordMode = 4;
+pub type aclrtCntNotifyRecordMode = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtCntNotifyRecordInfo {
+    pub mode: aclrtCntNotifyRecordMode,
+    pub value: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtCntNotifyRecordInfo"]
+        [::std::mem::size_of::<aclrtCntNotifyRecordInfo>() - 8usize];
+    ["Alignment of aclrtCntNotifyRecordInfo"]
+        [::std::mem::align_of::<aclrtCntNotifyRecordInfo>() - 4usize];
+    ["Offset of field: aclrtCntNotifyRecordInfo::mode"]
+        [::std::mem::offset_of!(aclrtCntNotifyRecordInfo, mode) - 0usize];
+    ["Offset of field: aclrtCntNotifyRecordInfo::value"]
+        [::std::mem::offset_of!(aclrtCntNotifyRecordInfo, value) - 4usize];
+};
+impl Default for aclrtCntNotifyRecordInfo {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_RT_CNT_NOTIFY_WAIT_LESS_MODE: aclrtCntNotifyWaitMode = 0;
+pub const ACL_RT_CNT_NOTIFY_WAIT_EQUAL_MODE: aclrtCntNotifyWaitMode = 1;
+pub const ACL_RT_CNT_NOTIFY_WAIT_BIGGER_MODE: aclrtCntNotifyWaitMode = 2;
+pub const ACL_RT_CNT_NOTIFY_WAIT_BIGGER_OR_EQUAL_MODE: aclrtCntNotifyWaitMode = 3;
+pub const ACL_RT_CNT_NOTIFY_WAIT_EQUAL_WITH_BITMASK_MODE: aclrtCntNotifyWaitMode = 4;
+pub type aclrtCntNotifyWaitMode = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtCntNotifyWaitInfo {
+    pub mode: aclrtCntNotifyWaitMode,
+    pub value: u32,
+    pub timeout: u32,
+    pub isClear: u8,
+    pub rsv: [u8; 3usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtCntNotifyWaitInfo"][::std::mem::size_of::<aclrtCntNotifyWaitInfo>() - 16usize];
+    ["Alignment of aclrtCntNotifyWaitInfo"]
+        [::std::mem::align_of::<aclrtCntNotifyWaitInfo>() - 4usize];
+    ["Offset of field: aclrtCntNotifyWaitInfo::mode"]
+        [::std::mem::offset_of!(aclrtCntNotifyWaitInfo, mode) - 0usize];
+    ["Offset of field: aclrtCntNotifyWaitInfo::value"]
+        [::std::mem::offset_of!(aclrtCntNotifyWaitInfo, value) - 4usize];
+    ["Offset of field: aclrtCntNotifyWaitInfo::timeout"]
+        [::std::mem::offset_of!(aclrtCntNotifyWaitInfo, timeout) - 8usize];
+    ["Offset of field: aclrtCntNotifyWaitInfo::isClear"]
+        [::std::mem::offset_of!(aclrtCntNotifyWaitInfo, isClear) - 12usize];
+    ["Offset of field: aclrtCntNotifyWaitInfo::rsv"]
+        [::std::mem::offset_of!(aclrtCntNotifyWaitInfo, rsv) - 13usize];
+};
+impl Default for aclrtCntNotifyWaitInfo {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 #[repr(C)]
 #[derive(Debug)]
 pub struct rtExceptionInfo {
@@ -1250,6 +1328,30 @@ impl Default for aclrtErrorInfo {
 pub type aclrtOpExceptionCallback = ::std::option::Option<
     unsafe extern "C" fn(exceptionInfo: *mut aclrtExceptionInfo, userData: *mut core::ffi::c_void),
 >;
+pub const ACL_RT_DEVICE_TASK_ABORT_PRE: aclrtDeviceTaskAbortStage = 0;
+pub const ACL_RT_DEVICE_TASK_ABORT_POST: aclrtDeviceTaskAbortStage = 1;
+pub type aclrtDeviceTaskAbortStage = core::ffi::c_uint;
+pub type aclrtDeviceTaskAbortCallback = ::std::option::Option<
+    unsafe extern "C" fn(
+        deviceId: i32,
+        stage: aclrtDeviceTaskAbortStage,
+        timeout: u32,
+        args: *mut core::ffi::c_void,
+    ) -> i32,
+>;
+pub const ACL_GROUP_AICORE_INT: aclrtGroupAttr = 0;
+pub const ACL_GROUP_AIV_INT: aclrtGroupAttr = 1;
+pub const ACL_GROUP_AIC_INT: aclrtGroupAttr = 2;
+pub const ACL_GROUP_SDMANUM_INT: aclrtGroupAttr = 3;
+pub const ACL_GROUP_ASQNUM_INT: aclrtGroupAttr = 4;
+pub const ACL_GROUP_GROUPID_INT: aclrtGroupAttr = 5;
+pub type aclrtGroupAttr = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug)]
+pub struct tagRtGroupInfo {
+    _unused: [u8; 0],
+}
+pub type aclrtGroupInfo = tagRtGroupInfo;
 pub const ACL_MEM_ALLOCATION_TYPE_PINNED: aclrtMemAllocationType = 0;
 pub type aclrtMemAllocationType = core::ffi::c_uint;
 pub const ACL_MEM_HANDLE_TYPE_NONE: aclrtMemHandleType = 0;
@@ -1528,6 +1630,10 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetSocName() -> *const core::ffi::c_char;
                 fn aclFloat16ToFloat(value: $crate::aclFloat16) -> f32;
                 fn aclFloatToFloat16(value: f32) -> $crate::aclFloat16;
+                fn aclCreateDataBuffer(data: *mut core::ffi::c_void, size: usize) -> *mut $crate::aclDataBuffer;
+                fn aclDestroyDataBuffer(dataBuffer: *const $crate::aclDataBuffer) -> $crate::aclError;
+                fn aclGetDataBufferAddr(dataBuffer: *const $crate::aclDataBuffer) -> *mut core::ffi::c_void;
+                fn aclGetDataBufferSize(dataBuffer: *const $crate::aclDataBuffer) -> u32;
                 fn aclDataTypeSize(dataType: $crate::aclDataType) -> usize;
                 fn aclInit(configPath: *const core::ffi::c_char) -> $crate::aclError;
                 fn aclFinalize() -> $crate::aclError;
@@ -1579,6 +1685,8 @@ macro_rules! for_each_acl_function {
                 fn aclrtProcessReport(timeout: i32) -> $crate::aclError;
             }
             optional {
+                fn aclUpdateDataBuffer(dataBuffer: *mut $crate::aclDataBuffer, data: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
+                fn aclGetDataBufferSizeV2(dataBuffer: *const $crate::aclDataBuffer) -> usize;
                 fn aclGetCannAttributeList(cannAttrList: *mut *const $crate::aclCannAttr, num: *mut usize) -> $crate::aclError;
                 fn aclGetCannAttribute(cannAttr: $crate::aclCannAttr, value: *mut i32) -> $crate::aclError;
                 fn aclGetDeviceCapability(deviceId: u32, deviceInfo: $crate::aclDeviceInfo, value: *mut i64) -> $crate::aclError;
@@ -1660,7 +1768,9 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetStreamOverflowSwitch(stream: $crate::aclrtStream, flag: *mut u32) -> $crate::aclError;
                 fn aclrtSetDeviceSatMode(mode: $crate::aclrtFloatOverflowMode) -> $crate::aclError;
                 fn aclrtGetDeviceSatMode(mode: *mut $crate::aclrtFloatOverflowMode) -> $crate::aclError;
+                fn aclrtCtxGetFloatOverflowAddr(overflowAddr: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtGetOverflowStatus(outputAddr: *mut core::ffi::c_void, outputSize: usize, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtProfTrace(userdata: *mut core::ffi::c_void, length: i32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtResetOverflowStatus(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtReduceAsync(dst: *mut core::ffi::c_void, src: *const core::ffi::c_void, count: u64, kind: $crate::aclrtReduceKind, type_: $crate::aclDataType, stream: $crate::aclrtStream, reserve: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtSetOpWaitTimeout(timeout: u32) -> $crate::aclError;
@@ -1677,7 +1787,15 @@ macro_rules! for_each_acl_function {
                 fn aclrtBinaryLoad(binary: $crate::aclrtBinary, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtBinaryUnLoad(binHandle: $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtBinaryGetFunction(binHandle: $crate::aclrtBinHandle, kernelName: *const core::ffi::c_char, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
+                fn aclrtBinaryGetGlobal(binHandle: $crate::aclrtBinHandle, name: *const core::ffi::c_char, dptr: *mut *mut core::ffi::c_void, size: *mut usize) -> $crate::aclError;
+                fn aclrtGetSymbolAddress(symbol: *const core::ffi::c_void, devPtr: *mut *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtGetSymbolSize(symbol: *const core::ffi::c_void, size: *mut usize) -> $crate::aclError;
+                fn aclrtMemcpyFromSymbol(dst: *mut core::ffi::c_void, dstMax: usize, symbol: *const core::ffi::c_void, count: usize, offset: usize, kind: $crate::aclrtMemcpyKind) -> $crate::aclError;
+                fn aclrtMemcpyFromSymbolAsync(dst: *mut core::ffi::c_void, dstMax: usize, symbol: *const core::ffi::c_void, count: usize, offset: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemcpyToSymbol(symbol: *const core::ffi::c_void, src: *const core::ffi::c_void, count: usize, offset: usize, kind: $crate::aclrtMemcpyKind) -> $crate::aclError;
+                fn aclrtMemcpyToSymbolAsync(symbol: *const core::ffi::c_void, src: *const core::ffi::c_void, count: usize, offset: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtBinaryGetFunctionByEntry(binHandle: $crate::aclrtBinHandle, funcEntry: u64, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
+                fn aclrtGetFuncBySymbol(symbol: *const core::ffi::c_void, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
                 fn aclrtFunctionGetBinary(funcHandle: $crate::aclrtFuncHandle, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtGetFunctionName(funcHandle: $crate::aclrtFuncHandle, maxLen: u32, name: *mut core::ffi::c_char) -> $crate::aclError;
                 fn aclrtFunctionGetParamCount(func: *const core::ffi::c_void, paramCount: *mut usize) -> $crate::aclError;
@@ -1720,6 +1838,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtCheckArchCompatibility(socVersion: *const core::ffi::c_char, canCompatible: *mut i32) -> $crate::aclError;
                 fn aclrtStreamStop(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtStreamAbort(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtPersistentTaskClean(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtRegStreamStateCallback(regName: *const core::ffi::c_char, callback: $crate::aclrtStreamStateCallback, args: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtGetStreamAvailableNum(streamCount: *mut u32) -> $crate::aclError;
                 fn aclrtSetStreamAttribute(stream: $crate::aclrtStream, stmAttrType: $crate::aclrtStreamAttr, value: *mut $crate::aclrtStreamAttrValue) -> $crate::aclError;
@@ -1736,6 +1855,13 @@ macro_rules! for_each_acl_function {
                 fn aclrtRecordNotify(notify: $crate::aclrtNotify, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtWaitAndResetNotify(notify: $crate::aclrtNotify, stream: $crate::aclrtStream, timeout: u32) -> $crate::aclError;
                 fn aclrtGetNotifyId(notify: $crate::aclrtNotify, notifyId: *mut u32) -> $crate::aclError;
+                fn aclrtNotifyBatchReset(notifies: *mut $crate::aclrtNotify, num: usize) -> $crate::aclError;
+                fn aclrtCntNotifyCreate(cntNotify: *mut $crate::aclrtCntNotify, flag: u64) -> $crate::aclError;
+                fn aclrtCntNotifyDestroy(cntNotify: $crate::aclrtCntNotify) -> $crate::aclError;
+                fn aclrtCntNotifyRecord(cntNotify: $crate::aclrtCntNotify, stream: $crate::aclrtStream, info: *mut $crate::aclrtCntNotifyRecordInfo) -> $crate::aclError;
+                fn aclrtCntNotifyWaitWithTimeout(cntNotify: $crate::aclrtCntNotify, stream: $crate::aclrtStream, info: *mut $crate::aclrtCntNotifyWaitInfo) -> $crate::aclError;
+                fn aclrtCntNotifyReset(cntNotify: $crate::aclrtCntNotify, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtCntNotifyGetId(cntNotify: $crate::aclrtCntNotify, notifyId: *mut u32) -> $crate::aclError;
                 fn aclrtValueWrite(devAddr: *mut core::ffi::c_void, value: u64, flag: u32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtValueWait(devAddr: *mut core::ffi::c_void, value: u64, flag: u32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetThreadLastTaskId(taskId: *mut u32) -> $crate::aclError;
@@ -1751,6 +1877,17 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetFuncHandleFromExceptionInfo(info: *const $crate::aclrtExceptionInfo, func: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
                 fn aclrtBinarySetExceptionCallback(binHandle: $crate::aclrtBinHandle, callback: $crate::aclrtOpExceptionCallback, userData: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtGetErrorVerbose(deviceId: i32, errorInfo: *mut $crate::aclrtErrorInfo) -> $crate::aclError;
+                fn aclrtRepairError(deviceId: i32, errorInfo: *const $crate::aclrtErrorInfo) -> $crate::aclError;
+                fn aclrtGetMemUceInfo(deviceId: i32, memUceInfoArray: *mut $crate::aclrtMemUceInfo, arraySize: usize, retSize: *mut usize) -> $crate::aclError;
+                fn aclrtMemUceRepair(deviceId: i32, memUceInfoArray: *mut $crate::aclrtMemUceInfo, arraySize: usize) -> $crate::aclError;
+                fn aclrtDeviceTaskAbort(deviceId: i32, timeout: u32) -> $crate::aclError;
+                fn aclrtSetDeviceTaskAbortCallback(regName: *const core::ffi::c_char, callback: $crate::aclrtDeviceTaskAbortCallback, args: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtSetGroup(groupId: i32) -> $crate::aclError;
+                fn aclrtGetGroupCount(count: *mut u32) -> $crate::aclError;
+                fn aclrtCreateGroupInfo() -> *mut $crate::aclrtGroupInfo;
+                fn aclrtDestroyGroupInfo(groupInfo: *mut $crate::aclrtGroupInfo) -> $crate::aclError;
+                fn aclrtGetAllGroupInfo(groupInfo: *mut $crate::aclrtGroupInfo) -> $crate::aclError;
+                fn aclrtGetGroupInfoDetail(groupInfo: *const $crate::aclrtGroupInfo, groupIndex: i32, attr: $crate::aclrtGroupAttr, attrValue: *mut core::ffi::c_void, valueLen: usize, paramRetSize: *mut usize) -> $crate::aclError;
                 fn aclrtSubscribeHostFunc(hostFuncThreadId: u64, exeStream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtProcessHostFunc(timeout: i32) -> $crate::aclError;
                 fn aclrtUnSubscribeHostFunc(hostFuncThreadId: u64, exeStream: $crate::aclrtStream) -> $crate::aclError;

@@ -191,6 +191,18 @@ typedef enum {
  * NaN 0x7E00 98304). */
 ACL_FUNC_VISIBILITY float aclFloat16ToFloat(aclFloat16 value);
 ACL_FUNC_VISIBILITY aclFloat16 aclFloatToFloat16(float value);
+
+/* A description of caller-owned memory (address, size); the memory is neither copied nor freed.
+ * NULL data describes an empty buffer and needs size 0. */
+typedef struct aclDataBuffer aclDataBuffer;
+ACL_FUNC_VISIBILITY aclDataBuffer *aclCreateDataBuffer(void *data, size_t size);
+ACL_FUNC_VISIBILITY aclError aclDestroyDataBuffer(const aclDataBuffer *dataBuffer);
+ACL_FUNC_VISIBILITY aclError aclUpdateDataBuffer(aclDataBuffer *dataBuffer, void *data, size_t size);
+ACL_FUNC_VISIBILITY void *aclGetDataBufferAddr(const aclDataBuffer *dataBuffer);
+ACL_DEPRECATED_MESSAGE("aclGetDataBufferSize is deprecated, use aclGetDataBufferSizeV2 instead")
+ACL_FUNC_VISIBILITY uint32_t aclGetDataBufferSize(const aclDataBuffer *dataBuffer);
+ACL_FUNC_VISIBILITY size_t aclGetDataBufferSizeV2(const aclDataBuffer *dataBuffer);
+
 /* Bytes per element; 0 for ACL_STRING and unknown types, 1 for the sub-byte types. */
 ACL_FUNC_VISIBILITY size_t aclDataTypeSize(aclDataType dataType);
 /* The CANN features this environment supports; the list stays valid for the process. */
@@ -200,6 +212,8 @@ ACL_FUNC_VISIBILITY aclError aclGetDeviceCapability(uint32_t deviceId, aclDevice
 
 /* ---- streams, notifies and exceptions (simstream) ---- */
 typedef void *aclrtNotify;
+/* Counted notifies: not supported on an Atlas A2. */
+typedef void *aclrtCntNotify;
 
 /* ---- custom allocators (simmem): opaque descriptors and the user's objects ---- */
 typedef void *aclrtAllocatorDesc;

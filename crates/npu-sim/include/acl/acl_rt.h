@@ -637,9 +637,14 @@ ACL_FUNC_VISIBILITY aclError aclrtGetStreamOverflowSwitch(aclrtStream stream, ui
 /* The current device's float overflow mode (INFNAN by default on an Atlas A2). */
 ACL_FUNC_VISIBILITY aclError aclrtSetDeviceSatMode(aclrtFloatOverflowMode mode);
 ACL_FUNC_VISIBILITY aclError aclrtGetDeviceSatMode(aclrtFloatOverflowMode *mode);
+/* The current context's overflow flags in device memory (64 bytes, zeros), an operator workspace. */
+ACL_FUNC_VISIBILITY aclError aclrtCtxGetFloatOverflowAddr(void **overflowAddr);
 /* Stream tasks: copy the process's overflow status (64 bytes; no overflow is ever detected on
  * the simulator, so zeros) to device memory, and clear it. */
 ACL_FUNC_VISIBILITY aclError aclrtGetOverflowStatus(void *outputAddr, size_t outputSize, aclrtStream stream);
+/* A profiling marker of at most 18 bytes (zero-padded) on a stream: an instant of the timeline
+ * trace. */
+ACL_FUNC_VISIBILITY aclError aclrtProfTrace(void *userdata, int32_t length, aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtResetOverflowStatus(aclrtStream stream);
 
 /* ========================= reductions (SDMA) ========================= */
@@ -702,9 +707,25 @@ ACL_FUNC_VISIBILITY aclError aclrtBinaryLoad(const aclrtBinary binary, aclrtBinH
 ACL_FUNC_VISIBILITY aclError aclrtBinaryUnLoad(aclrtBinHandle binHandle);
 ACL_FUNC_VISIBILITY aclError aclrtBinaryGetFunction(const aclrtBinHandle binHandle, const char *kernelName,
                                                     aclrtFuncHandle *funcHandle);
+/* A global variable of the binary (NPUSIM_GLOBAL in a kernel library): its device address and size. */
+ACL_FUNC_VISIBILITY aclError aclrtBinaryGetGlobal(aclrtBinHandle binHandle, const char *name, void **dptr, size_t *size);
+/* Device variables by symbol: the address of a device global (NPUSIM_GLOBAL) of a loaded kernel
+ * library, as a program linked against that library takes it. */
+ACL_FUNC_VISIBILITY aclError aclrtGetSymbolAddress(const void *symbol, void **devPtr);
+ACL_FUNC_VISIBILITY aclError aclrtGetSymbolSize(const void *symbol, size_t *size);
+ACL_FUNC_VISIBILITY aclError aclrtMemcpyFromSymbol(void *dst, size_t dstMax, const void *symbol, size_t count,
+                                                   size_t offset, aclrtMemcpyKind kind);
+ACL_FUNC_VISIBILITY aclError aclrtMemcpyFromSymbolAsync(void *dst, size_t dstMax, const void *symbol, size_t count,
+                                                        size_t offset, aclrtMemcpyKind kind, aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset,
+                                                 aclrtMemcpyKind kind);
+ACL_FUNC_VISIBILITY aclError aclrtMemcpyToSymbolAsync(const void *symbol, const void *src, size_t count, size_t offset,
+                                                      aclrtMemcpyKind kind, aclrtStream stream);
 /* Reserved by CANN and not supported (207000). */
 ACL_FUNC_VISIBILITY aclError aclrtBinaryGetFunctionByEntry(aclrtBinHandle binHandle, uint64_t funcEntry,
                                                            aclrtFuncHandle *funcHandle);
+/* The function of the kernel at `symbol`: a kernel of a loaded binary's library, by address. */
+ACL_FUNC_VISIBILITY aclError aclrtGetFuncBySymbol(const void *symbol, aclrtFuncHandle *funcHandle);
 ACL_FUNC_VISIBILITY aclError aclrtFunctionGetBinary(const aclrtFuncHandle funcHandle, aclrtBinHandle *binHandle);
 ACL_FUNC_VISIBILITY aclError aclrtGetFunctionName(aclrtFuncHandle funcHandle, uint32_t maxLen, char *name);
 /* A kernel's declared parameter list (npusim/kernel.h NPUSIM_KERNEL_PARAMS): none → 107000. */
@@ -884,6 +905,8 @@ typedef void (*aclrtStreamStateCallback)(aclrtStream stm, aclrtStreamState state
  * discards the queued work (syncs during it fail with 107023) and leaves the stream usable. */
 ACL_FUNC_VISIBILITY aclError aclrtStreamStop(aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtStreamAbort(aclrtStream stream);
+/* Drops the tasks an ACL_STREAM_PERSISTENT stream keeps, so new ones can be issued. */
+ACL_FUNC_VISIBILITY aclError aclrtPersistentTaskClean(aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtRegStreamStateCallback(const char *regName, aclrtStreamStateCallback callback,
                                                          void *args);
 ACL_FUNC_VISIBILITY aclError aclrtGetStreamAvailableNum(uint32_t *streamCount);
@@ -909,6 +932,47 @@ ACL_FUNC_VISIBILITY aclError aclrtDestroyNotify(aclrtNotify notify);
 ACL_FUNC_VISIBILITY aclError aclrtRecordNotify(aclrtNotify notify, aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtWaitAndResetNotify(aclrtNotify notify, aclrtStream stream, uint32_t timeout);
 ACL_FUNC_VISIBILITY aclError aclrtGetNotifyId(aclrtNotify notify, uint32_t *notifyId);
+/* Clears notifies from the host, all at once. */
+ACL_FUNC_VISIBILITY aclError aclrtNotifyBatchReset(aclrtNotify *notifies, size_t num);
+
+/* Counted notifies: not supported on an Atlas A2 (NULL pointer arguments → 100000, else 207000). */
+typedef enum {
+    ACL_RT_CNT_NOTIFY_RECORD_SET_VALUE_MODE = 0,
+    ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE = 1,
+    ACL_RT_CNT_NOTIFY_RECORD_BIT_OR_MODE = 2,
+
+    ACL_RT_CNT_NOTIFY_RECORD_BIT_AND_MODE = 4,
+} aclrtCntNotifyRecordMode;
+
+typedef struct {
+    aclrtCntNotifyRecordMode mode;
+    uint32_t value;
+} aclrtCntNotifyRecordInfo;
+
+typedef enum {
+    ACL_RT_CNT_NOTIFY_WAIT_LESS_MODE = 0,
+    ACL_RT_CNT_NOTIFY_WAIT_EQUAL_MODE = 1,
+    ACL_RT_CNT_NOTIFY_WAIT_BIGGER_MODE = 2,
+    ACL_RT_CNT_NOTIFY_WAIT_BIGGER_OR_EQUAL_MODE = 3,
+    ACL_RT_CNT_NOTIFY_WAIT_EQUAL_WITH_BITMASK_MODE = 4,
+} aclrtCntNotifyWaitMode;
+
+typedef struct {
+    aclrtCntNotifyWaitMode mode;
+    uint32_t value;
+    uint32_t timeout;
+    uint8_t isClear;
+    uint8_t rsv[3];
+} aclrtCntNotifyWaitInfo;
+
+ACL_FUNC_VISIBILITY aclError aclrtCntNotifyCreate(aclrtCntNotify *cntNotify, uint64_t flag);
+ACL_FUNC_VISIBILITY aclError aclrtCntNotifyDestroy(aclrtCntNotify cntNotify);
+ACL_FUNC_VISIBILITY aclError aclrtCntNotifyRecord(aclrtCntNotify cntNotify, aclrtStream stream,
+                                                  aclrtCntNotifyRecordInfo *info);
+ACL_FUNC_VISIBILITY aclError aclrtCntNotifyWaitWithTimeout(aclrtCntNotify cntNotify, aclrtStream stream,
+                                                           aclrtCntNotifyWaitInfo *info);
+ACL_FUNC_VISIBILITY aclError aclrtCntNotifyReset(aclrtCntNotify cntNotify, aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtCntNotifyGetId(aclrtCntNotify cntNotify, uint32_t *notifyId);
 
 /* Stream memory operations on an 8-byte aligned 64-bit word of device memory. */
 ACL_FUNC_VISIBILITY aclError aclrtValueWrite(void *devAddr, uint64_t value, uint32_t flag, aclrtStream stream);
@@ -922,6 +986,7 @@ ACL_FUNC_VISIBILITY aclError aclrtGetThreadLastTaskId(uint32_t *taskId);
 typedef struct rtExceptionInfo aclrtExceptionInfo;
 typedef void (*aclrtExceptionInfoCallback)(aclrtExceptionInfo *exceptionInfo);
 
+#define MAX_MEM_UCE_INFO_ARRAY_SIZE 128
 #define UCE_INFO_RESERVED_SIZE 14
 
 typedef struct aclrtMemUceInfo {
@@ -985,6 +1050,48 @@ ACL_FUNC_VISIBILITY aclError aclrtBinarySetExceptionCallback(aclrtBinHandle binH
                                                              aclrtOpExceptionCallback callback, void *userData);
 /* The device's error after a fault: on an Atlas A2 only NO_ERROR, MEMORY and OTHERS. */
 ACL_FUNC_VISIBILITY aclError aclrtGetErrorVerbose(int32_t deviceId, aclrtErrorInfo *errorInfo);
+/* Repairs what aclrtGetErrorVerbose reported (after aclrtDeviceTaskAbort). */
+ACL_FUNC_VISIBILITY aclError aclrtRepairError(int32_t deviceId, const aclrtErrorInfo *errorInfo);
+/* Device memory ranges with uncorrectable errors (UCE), and their repair. */
+ACL_FUNC_VISIBILITY aclError aclrtGetMemUceInfo(int32_t deviceId, aclrtMemUceInfo *memUceInfoArray, size_t arraySize,
+                                                size_t *retSize);
+ACL_FUNC_VISIBILITY aclError aclrtMemUceRepair(int32_t deviceId, aclrtMemUceInfo *memUceInfoArray, size_t arraySize);
+
+/* Device task abort: every stream of the device drops its queued work (timeout in ms, 0 = no
+ * bound); the callbacks registered by name run before (PRE) and after (POST) it. */
+typedef enum {
+    ACL_RT_DEVICE_TASK_ABORT_PRE = 0,
+    ACL_RT_DEVICE_TASK_ABORT_POST,
+} aclrtDeviceTaskAbortStage;
+
+typedef int32_t (*aclrtDeviceTaskAbortCallback)(int32_t deviceId, aclrtDeviceTaskAbortStage stage, uint32_t timeout,
+                                                void *args);
+
+ACL_FUNC_VISIBILITY aclError aclrtDeviceTaskAbort(int32_t deviceId, uint32_t timeout);
+ACL_FUNC_VISIBILITY aclError aclrtSetDeviceTaskAbortCallback(const char *regName,
+                                                             aclrtDeviceTaskAbortCallback callback, void *args);
+
+/* Compute groups: not supported on an Atlas A2 (aclrtCreateGroupInfo returns NULL; the others
+ * return 207000 after their NULL checks). */
+typedef enum aclrtGroupAttr {
+    ACL_GROUP_AICORE_INT,
+    ACL_GROUP_AIV_INT,
+    ACL_GROUP_AIC_INT,
+    ACL_GROUP_SDMANUM_INT,
+    ACL_GROUP_ASQNUM_INT,
+    ACL_GROUP_GROUPID_INT
+} aclrtGroupAttr;
+
+typedef struct tagRtGroupInfo aclrtGroupInfo;
+
+ACL_FUNC_VISIBILITY aclError aclrtSetGroup(int32_t groupId);
+ACL_FUNC_VISIBILITY aclError aclrtGetGroupCount(uint32_t *count);
+ACL_FUNC_VISIBILITY aclrtGroupInfo *aclrtCreateGroupInfo(void);
+ACL_FUNC_VISIBILITY aclError aclrtDestroyGroupInfo(aclrtGroupInfo *groupInfo);
+ACL_FUNC_VISIBILITY aclError aclrtGetAllGroupInfo(aclrtGroupInfo *groupInfo);
+ACL_FUNC_VISIBILITY aclError aclrtGetGroupInfoDetail(const aclrtGroupInfo *groupInfo, int32_t groupIndex,
+                                                     aclrtGroupAttr attr, void *attrValue, size_t valueLen,
+                                                     size_t *paramRetSize);
 
 /* Host functions on user threads: not supported on an Atlas A2 (207000). */
 ACL_FUNC_VISIBILITY aclError aclrtSubscribeHostFunc(uint64_t hostFuncThreadId, aclrtStream exeStream);

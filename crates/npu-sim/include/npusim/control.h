@@ -56,6 +56,10 @@ aclError npusimFailTask(aclrtStream stream, uint64_t nth, aclError code);
 aclError npusimLoseDevice(int32_t deviceId);
 /* The next device allocation on the device fails with 207001. */
 aclError npusimFailNextAlloc(int32_t deviceId);
+/* Gives [devPtr, devPtr+size), inside one device allocation, an uncorrectable memory error
+ * (UCE): tasks touching it fail with 507053 ACL_ERROR_RT_DEVICE_MEM_ERROR, aclrtGetMemUceInfo
+ * lists it, until aclrtMemUceRepair / aclrtRepairError repairs it (zeroed) or it is freed. */
+aclError npusimInjectMemUce(void *devPtr, size_t size);
 /* The next host allocation of the process (aclrtMallocHost / aclrtMallocHostWithCfg) fails with
  * code (not 0). */
 aclError npusimFailNextHostAlloc(aclError code);

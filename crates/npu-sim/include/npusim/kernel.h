@@ -61,6 +61,20 @@ typedef int32_t (*npusimKernel)(uint32_t blockIdx, uint32_t blockNum, void *args
     NPUSIM_EXTERN_C NPUSIM_KERNEL const uint64_t npusimParams_##kernel[];            \
     const uint64_t npusimParams_##kernel[] = { __VA_ARGS__, 0 }
 
+/*
+ * Declares a variable of this library as a device global, e.g.
+ *     NPUSIM_KERNEL float bias[64];
+ *     NPUSIM_GLOBAL(bias);
+ * at file scope (the variable must be exported: external linkage, default visibility). It
+ * defines the exported constant npusimGlobalSize_<name> (the variable's size), which
+ * aclrtBinaryGetGlobal reads. The variable is the global's device memory: the library's kernels
+ * use it directly, and while a binary of the library is loaded copies and memsets reach its
+ * address as device memory.
+ */
+#define NPUSIM_GLOBAL(name)                                                        \
+    NPUSIM_EXTERN_C NPUSIM_KERNEL const uint64_t npusimGlobalSize_##name;            \
+    const uint64_t npusimGlobalSize_##name = sizeof(name)
+
 /* vector_add_f32: c[i] = a[i] + b[i] for i < n. */
 typedef struct npusimVectorAddArgs {
     const float *a;

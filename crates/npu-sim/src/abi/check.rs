@@ -19,6 +19,23 @@ pub(super) fn deadline(timeout_ms: i32, invalid: aclError) -> Res<Option<Instant
     Ok((timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64)))
 }
 
+/// Refuses a feature an Atlas A2 does not have (ACL_ERROR_RT_FEATURE_NOT_SUPPORT).
+pub(super) fn unsupported_on_a2(what: &str) -> Res<()> {
+    crate::error::fail!(
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "{what} is not supported on an Atlas A2"
+    )
+}
+
+/// Checks pointer arguments (NULL → 100000), then refuses a feature an Atlas A2 does not have
+/// (207000): for functions whose objects cannot exist on one.
+pub(super) fn unsupported_after_checks(pointers: &[(*const c_void, &str)], what: &str) -> Res<()> {
+    for &(pointer, name) in pointers {
+        non_null(pointer, name)?;
+    }
+    unsupported_on_a2(what)
+}
+
 /// Reads a C string argument.
 pub(super) fn c_str<'a>(ptr: *const c_char, what: &str) -> Res<&'a str> {
     non_null(ptr, what)?;

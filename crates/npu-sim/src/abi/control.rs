@@ -213,6 +213,19 @@ pub unsafe extern "C" fn npusimFailNextAlloc(deviceId: i32) -> aclError {
     guard("npusimFailNextAlloc", || fail_next_alloc_impl(deviceId))
 }
 
+/// Gives `[devPtr, devPtr+size)` of one device allocation an uncorrectable memory error
+/// ([`crate::control::inject_mem_uce`]).
+///
+/// # Safety
+/// No preconditions: the pointer is looked up, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimInjectMemUce(
+    devPtr: *mut std::ffi::c_void,
+    size: usize,
+) -> aclError {
+    guard("npusimInjectMemUce", || inject_mem_uce_impl(devPtr, size))
+}
+
 /// Makes the next host allocation (aclrtMallocHost / aclrtMallocHostWithCfg) fail with `code`
 /// (0 → 100000).
 ///

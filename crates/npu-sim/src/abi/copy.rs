@@ -271,7 +271,7 @@ pub(super) fn copy(
     on.run(sim, Task::new(op), plan.pageable)
 }
 
-fn memcpy(
+pub(super) fn memcpy(
     dst: *mut c_void,
     dest_max: usize,
     src: *const c_void,

@@ -183,9 +183,10 @@ pub unsafe extern "C" fn aclrtGetFuncHandleFromExceptionInfo(
 }
 
 /// The device's error detail after a fault. An Atlas A2 reports only ACL_RT_NO_ERROR,
-/// ACL_RT_ERROR_MEMORY and ACL_RT_ERROR_OTHERS: a lost device or a failed kernel is OTHERS, a
-/// DMA fault (memory freed under a task) MEMORY; no detail, nothing to repair. Unknown device
-/// → 107001; NULL → 100000.
+/// ACL_RT_ERROR_MEMORY and ACL_RT_ERROR_OTHERS: a lost device or a failed kernel is OTHERS;
+/// memory with uncorrectable errors (UCE) is MEMORY with its ranges (the first 20) as the
+/// detail and `tryRepair` set (aclrtRepairError); a DMA fault (memory freed under a task) is
+/// MEMORY with no detail, nothing to repair. Unknown device → 107001; NULL → 100000.
 ///
 /// # Safety
 /// `errorInfo` must be NULL or valid for a write.
@@ -195,10 +196,25 @@ pub unsafe extern "C" fn aclrtGetErrorVerbose(
     errorInfo: *mut aclrtErrorInfo,
 ) -> aclError {
     guard("aclrtGetErrorVerbose", || {
-        let device = sim()?.device(i64::from(deviceId))?;
+        let sim = sim()?;
+        let device = sim.device(i64::from(deviceId))?;
         non_null(errorInfo, "errorInfo")?;
-        let error_type = if device.is_lost() {
+        // SAFETY: aclrtErrorInfo is plain integers and pointers, for which all-zero is valid.
+        let mut info: aclrtErrorInfo = unsafe { std::mem::zeroed() };
+        let uce = sim.memory.uce.of_device(device.id);
+        info.errorType = if device.is_lost() {
             ACL_RT_ERROR_OTHERS
+        } else if !uce.is_empty() {
+            // SAFETY: writing the union's UCE member, which is plain integers and pointers.
+            let detail = unsafe { &mut info.detail.uceInfo };
+            for (slot, &(addr, len)) in detail.memUceInfoArray.iter_mut().zip(&uce) {
+                slot.addr = addr as *mut std::ffi::c_void;
+                slot.len = len;
+            }
+            detail.arraySize = uce.len().min(detail.memUceInfoArray.len());
+            info.tryRepair = 1;
+            info.hasDetail = 1;
+            ACL_RT_ERROR_MEMORY
         } else {
             match device.last_fault() {
                 None => ACL_RT_NO_ERROR,
@@ -206,9 +222,6 @@ pub unsafe extern "C" fn aclrtGetErrorVerbose(
                 Some(_) => ACL_RT_ERROR_OTHERS,
             }
         };
-        // SAFETY: aclrtErrorInfo is plain integers, for which all-zero is valid.
-        let mut info: aclrtErrorInfo = unsafe { std::mem::zeroed() };
-        info.errorType = error_type;
         write_out(errorInfo, "errorInfo", info)
     })
 }

@@ -97,6 +97,7 @@ pub unsafe extern "C" fn aclrtBinaryUnLoad(binHandle: aclrtBinHandle) -> aclErro
         for function in binary.function_handles() {
             retire_function(sim, function);
         }
+        binary.release_globals(&sim.memory);
         Ok(())
     })
 }
@@ -118,20 +119,96 @@ pub unsafe extern "C" fn aclrtBinaryGetFunction(
         non_null(funcHandle, "funcHandle")?;
         let sim = sim()?;
         context::current(sim)?;
-        let binary = sim.binaries.resolve(handle::from_ptr(binHandle))?;
-        let handle = match binary
-            .cached(name)
-            .filter(|&h| sim.functions.get(h).is_some())
-        {
-            Some(handle) => handle,
-            None => {
-                let function = binary.function(name, handle::from_ptr(binHandle))?;
-                let handle = sim.functions.insert(Arc::new(function))?;
-                binary.remember(name, handle);
-                handle
-            }
-        };
+        let bin = handle::from_ptr(binHandle);
+        let binary = sim.binaries.resolve(bin)?;
+        let handle = function_of(sim, &binary, bin, name)?;
         write_out(funcHandle, "funcHandle", handle::to_ptr(handle))
+    })
+}
+
+/// The function handle of the kernel `name` of a binary (handle `bin`): the cached one, or a
+/// new one.
+fn function_of(sim: &Sim, binary: &Binary, bin: Handle, name: &str) -> Res<Handle> {
+    if let Some(handle) = binary
+        .cached(name)
+        .filter(|&h| sim.functions.get(h).is_some())
+    {
+        return Ok(handle);
+    }
+    let function = binary.function(name, bin)?;
+    let handle = sim.functions.insert(Arc::new(function))?;
+    binary.remember(name, handle);
+    Ok(handle)
+}
+
+/// The function handle of the kernel at `symbol`: the address of a kernel a loaded binary's
+/// library exports (as a program linked against the library takes `&kernel`, the way a CANN
+/// program names its `__global__` function), the handle aclrtBinaryGetFunction gives for it.
+/// NULL symbol or funcHandle → 100000; an address that is no kernel of a loaded binary →
+/// 107042; no current context → 107002.
+///
+/// # Safety
+/// `funcHandle` must be NULL or valid for a write; `symbol` is only looked up.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetFuncBySymbol(
+    symbol: *const c_void,
+    funcHandle: *mut aclrtFuncHandle,
+) -> aclError {
+    guard("aclrtGetFuncBySymbol", || {
+        non_null(symbol, "symbol")?;
+        non_null(funcHandle, "funcHandle")?;
+        let sim = sim()?;
+        context::current(sim)?;
+        let address = symbol as usize;
+        if let Some(name) = crate::kernel::symbol_name(address) {
+            for (bin, binary) in sim.binaries.live_with_handles() {
+                if binary.exports_at(&name, address) {
+                    let handle = function_of(sim, &binary, bin, &name)?;
+                    return write_out(funcHandle, "funcHandle", handle::to_ptr(handle));
+                }
+            }
+        }
+        fail!(
+            ACL_ERROR_RT_SYMBOL_NOT_FOUND,
+            "{symbol:p} is not a kernel of a loaded binary"
+        )
+    })
+}
+
+/// The device address and size of a global variable the binary declares (`NPUSIM_GLOBAL` in
+/// a kernel library: the variable itself, which its kernels use directly and copies reach as
+/// device memory of the current context's device while the binary is loaded). Either output
+/// may be NULL, not both (100000); NULL binary or name → 100000; an unloaded binary → 107017;
+/// an undeclared name, or a registry image → 107042; no current context → 107002.
+///
+/// # Safety
+/// `name` must be NULL or NUL-terminated; `dptr` and `size` NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtBinaryGetGlobal(
+    binHandle: aclrtBinHandle,
+    name: *const c_char,
+    dptr: *mut *mut c_void,
+    size: *mut usize,
+) -> aclError {
+    guard("aclrtBinaryGetGlobal", || {
+        non_null(binHandle, "binHandle")?;
+        let name = c_str(name, "name")?;
+        ensure!(
+            !dptr.is_null() || !size.is_null(),
+            ACL_ERROR_INVALID_PARAM,
+            "dptr and size are both NULL"
+        );
+        let sim = sim()?;
+        let device = context::current(sim)?.device.id;
+        let binary = sim.binaries.resolve(handle::from_ptr(binHandle))?;
+        let (address, len) = binary.global(&sim.memory, name, device)?;
+        if !dptr.is_null() {
+            write_out(dptr, "dptr", address as *mut c_void)?;
+        }
+        if !size.is_null() {
+            write_out(size, "size", len)?;
+        }
+        Ok(())
     })
 }
 

@@ -119,3 +119,29 @@ pub unsafe extern "C" fn aclrtGetNotifyId(notify: aclrtNotify, notifyId: *mut u3
         write_out(notifyId, "notifyId", notify.id)
     })
 }
+
+/// Clears every notify of the array at once, on the host: a record not yet waited for is
+/// forgotten. NULL array or entry, or `num` 0 → 100000; a destroyed notify → 107017 (nothing is
+/// cleared then); a notify of a lost device → 507010.
+///
+/// # Safety
+/// `notifies` must be NULL or valid for reads of `num` handles.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtNotifyBatchReset(notifies: *mut aclrtNotify, num: usize) -> aclError {
+    guard("aclrtNotifyBatchReset", || {
+        non_null(notifies, "notifies")?;
+        ensure!(num > 0, ACL_ERROR_INVALID_PARAM, "num is 0");
+        let handles = super::check::array(notifies.cast_const(), num, "notifies")?;
+        let resolved = handles
+            .iter()
+            .map(|&notify| lookup(notify))
+            .collect::<Res<Vec<_>>>()?;
+        for notify in &resolved {
+            notify.device.check_alive()?;
+        }
+        for notify in resolved {
+            notify.take();
+        }
+        Ok(())
+    })
+}

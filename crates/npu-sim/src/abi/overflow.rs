@@ -89,6 +89,31 @@ pub unsafe extern "C" fn aclrtGetDeviceSatMode(mode: *mut aclrtFloatOverflowMode
     })
 }
 
+/// The device address of the current context's float overflow flags, the workspace that AI
+/// Core operators report saturation-mode overflows in: 64 bytes of device memory of the
+/// context's device, allocated at the first call and freed with the context, reading zeros
+/// (no task of the simulator overflows). NULL → 100000; no context → 107002.
+///
+/// # Safety
+/// `overflowAddr` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtCtxGetFloatOverflowAddr(
+    overflowAddr: *mut *mut std::ffi::c_void,
+) -> aclError {
+    guard("aclrtCtxGetFloatOverflowAddr", || {
+        non_null(overflowAddr, "overflowAddr")?;
+        let sim = sim()?;
+        let ctx = context::current(sim)?;
+        ctx.device.check_alive()?;
+        let address = ctx.overflow_flags(sim, OVERFLOW_STATUS_BYTES)?;
+        write_out(
+            overflowAddr,
+            "overflowAddr",
+            address as *mut std::ffi::c_void,
+        )
+    })
+}
+
 /// Queues on `stream` a task that copies the process's overflow status into the 64 bytes at
 /// `outputAddr` (device memory of the stream's device, else 107000): all zeros, as no task of
 /// the simulator ever overflows. NULL `outputAddr` → 100000; `outputSize` other than 64 →

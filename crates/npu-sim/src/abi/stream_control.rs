@@ -52,6 +52,19 @@ pub unsafe extern "C" fn aclrtStreamAbort(stream: aclrtStream) -> aclError {
     })
 }
 
+/// Drops the tasks an ACL_STREAM_PERSISTENT stream of the current context keeps for a model,
+/// so that new ones can be issued without destroying the stream (task ids restart at 1). NULL
+/// → 100000; a stream of another context → 107003; a stream that is not PERSISTENT → 107000.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtPersistentTaskClean(stream: aclrtStream) -> aclError {
+    guard("aclrtPersistentTaskClean", || {
+        explicit_stream("aclrtPersistentTaskClean", stream)?.clean_persistent()
+    })
+}
+
 /// Registers `callback` under the unique name `regName` (NULL `callback`: removes the
 /// registration). It is called with ACL_RT_STREAM_STATE_CREATE_POST after every stream
 /// (default streams included) is created and ACL_RT_STREAM_STATE_DESTROY_PRE before one is

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use npu_sys::*;
 
-use super::check::{array, optional};
+use super::check::{array, optional, unsupported_on_a2};
 use crate::device::Device;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle;
@@ -221,14 +221,6 @@ pub unsafe extern "C" fn aclrtMemMapNoAccess(
         let access = ACL_RT_MEM_ACCESS_FLAGS_NONE;
         map_physical(virPtr, size, offset, handle, flags, access)
     })
-}
-
-/// Refuses a virtual-memory variant an Atlas A2 does not have.
-fn unsupported_on_a2(what: &str) -> Res<()> {
-    fail!(
-        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "{what} is not supported on an Atlas A2"
-    )
 }
 
 /// Not supported on an Atlas A2 (207000).

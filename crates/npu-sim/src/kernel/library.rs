@@ -8,12 +8,15 @@ use std::sync::{Arc, Mutex};
 
 use npu_sys::*;
 
+use super::globals;
 use super::registry::{self, KernelCode};
 use super::{
-    ARGS_SIZE_PREFIX, KernelEntry, MAX_PARAMS, PARAMS_PREFIX, param_offsets, valid_param_list,
+    ARGS_SIZE_PREFIX, GLOBAL_SIZE_PREFIX, KernelEntry, MAX_PARAMS, PARAMS_PREFIX, param_offsets,
+    valid_param_list,
 };
 use crate::error::{Res, ensure, fail};
 use crate::handle::Handle;
+use crate::memory::MemoryMap;
 use crate::sync::lock;
 
 /// Where a binary's kernels come from.
@@ -47,6 +50,8 @@ pub(crate) struct Binary {
     /// Functions resolved so far, by name.
     functions: Mutex<HashMap<String, Handle>>,
     exception_callback: CallbackSlot,
+    /// Addresses of the device globals it holds (see `super::globals`).
+    globals: Mutex<Vec<usize>>,
 }
 
 pub(crate) struct Function {
@@ -127,6 +132,38 @@ fn declared_args_size(library: &libloading::Library, kernel: &str) -> usize {
         Ok(size) => usize::try_from(unsafe { size.read_unaligned() }).unwrap_or(usize::MAX),
         Err(_) => 0,
     }
+}
+
+/// The name of the symbol that starts at `address`, as the dynamic loader knows it (the
+/// exports of the program and of the shared objects loaded).
+pub(crate) fn symbol_name(address: usize) -> Option<String> {
+    // SAFETY: Dl_info is plain pointers, for which all-zero is valid.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables for the address, never the address itself;
+    // `info` is valid for its write.
+    let found = unsafe { libc::dladdr(address as *const c_void, &mut info) } != 0;
+    if !found || info.dli_saddr as usize != address || info.dli_sname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr's symbol name is a NUL-terminated string of the loader's, valid while the
+    // object is loaded; it is copied at once.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_sname) };
+    name.to_str().ok().map(str::to_owned)
+}
+
+/// Where the library's code finds its exported variable `name`: the definition in the global
+/// scope if there is one (the program's copy of it, when the program links the library and
+/// the linker copied the variable into the executable, or one that interposes), else its own.
+/// That is the memory its kernels read and write.
+fn variable_address(library: &libloading::Library, name: &CString) -> Option<usize> {
+    // SAFETY: dlsym only reads the loader's tables; the name is NUL-terminated.
+    let global = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    if !global.is_null() {
+        return Some(global as usize);
+    }
+    // SAFETY: only the symbol's address is read, never what it points to.
+    let own = unsafe { library.get::<*mut c_void>(name.as_bytes_with_nul()) };
+    own.ok().map(|own| *own as usize)
 }
 
 /// The parameter list a kernel library declares for `kernel` with `NPUSIM_KERNEL_PARAMS` (the
@@ -223,6 +260,7 @@ impl Binary {
             source,
             functions: Mutex::default(),
             exception_callback: CallbackSlot::default(),
+            globals: Mutex::default(),
         }
     }
 
@@ -302,6 +340,69 @@ impl Binary {
 
     pub(crate) fn remember(&self, name: &str, handle: Handle) {
         lock(&self.functions).insert(name.to_owned(), handle);
+    }
+
+    /// The device global `name` the library declares with NPUSIM_GLOBAL: its address and size.
+    /// The binary holds it from now on (until [`Self::release_globals`]), as device memory of
+    /// `device` if no other binary holds it. An undeclared name, or a registry image (which has
+    /// no globals) → 107042.
+    pub(crate) fn global(
+        &self,
+        memory: &MemoryMap,
+        name: &str,
+        device: i32,
+    ) -> Res<(usize, usize)> {
+        let Source::Library(library) = &self.source else {
+            fail!(
+                ACL_ERROR_RT_SYMBOL_NOT_FOUND,
+                "a registry image has no globals (asked for {name:?})"
+            );
+        };
+        let (Ok(symbol), Ok(size_symbol)) = (
+            CString::new(name),
+            CString::new(format!("{GLOBAL_SIZE_PREFIX}{name}")),
+        ) else {
+            fail!(ACL_ERROR_RT_PARAM_INVALID, "the global's name contains NUL");
+        };
+        // SAFETY: in a kernel library the size symbol is the `const uint64_t` NPUSIM_GLOBAL
+        // defines; looking it up yields its address.
+        let size = unsafe { library.get::<*const u64>(size_symbol.as_bytes_with_nul()) };
+        let (Ok(size), Some(address)) = (size, variable_address(library, &symbol)) else {
+            fail!(
+                ACL_ERROR_RT_SYMBOL_NOT_FOUND,
+                "the binary declares no global named {name:?} (NPUSIM_GLOBAL)"
+            );
+        };
+        // SAFETY: the address of a `const uint64_t` of the loaded library, which `library`
+        // keeps mapped.
+        let len = usize::try_from(unsafe { size.read_unaligned() }).unwrap_or(usize::MAX);
+        ensure!(
+            len > 0 && address.checked_add(len).is_some(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "the binary declares the global {name:?} with an impossible size {len}"
+        );
+        let mut held = lock(&self.globals);
+        if !held.contains(&address) {
+            globals::hold(memory, address, len, device);
+            held.push(address);
+        }
+        Ok((address, len))
+    }
+
+    /// Whether the binary is a library whose export `name` (a variable or a kernel) is where its
+    /// code finds it, `address`.
+    pub(crate) fn exports_at(&self, name: &str, address: usize) -> bool {
+        let (Source::Library(library), Ok(symbol)) = (&self.source, CString::new(name)) else {
+            return false;
+        };
+        variable_address(library, &symbol) == Some(address)
+    }
+
+    /// Lets go of the device globals this binary holds (it is being unloaded).
+    pub(crate) fn release_globals(&self, memory: &MemoryMap) {
+        for address in std::mem::take(&mut *lock(&self.globals)) {
+            globals::release(memory, address);
+        }
     }
 
     /// Every function handle resolved from this binary.

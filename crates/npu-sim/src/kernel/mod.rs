@@ -59,6 +59,7 @@
 
 mod args;
 mod builtin;
+pub(crate) mod globals;
 mod launch;
 mod library;
 mod registry;
@@ -71,7 +72,7 @@ pub use builtin::{
     REDUCE_SUM_F32, ReduceSumArgs, SCALE_F32, ScaleArgs, VECTOR_ADD_F32, VectorAddArgs,
 };
 pub(crate) use launch::{ArgsBlob, Launch, LaunchArgs};
-pub(crate) use library::{Binary, BinaryData, Function, OpCallback};
+pub(crate) use library::{Binary, BinaryData, Function, OpCallback, symbol_name};
 pub use registry::{
     KernelError, register, register_entry, register_entry_with_args_size, register_with_args_size,
     register_with_params, registry_image,
@@ -107,6 +108,10 @@ pub(crate) const ARGS_SIZE_PREFIX: &str = "npusimArgsSize_";
 /// list: `NPUSIM_KERNEL_PARAMS(kernel, sizes...)` defines the zero-terminated `uint64_t`
 /// array `npusimParams_<kernel>`.
 pub(crate) const PARAMS_PREFIX: &str = "npusimParams_";
+
+/// The prefix of the symbol through which a kernel library declares a device global:
+/// `NPUSIM_GLOBAL(name)` defines the `uint64_t` `npusimGlobalSize_<name>`, the variable's size.
+pub(crate) const GLOBAL_SIZE_PREFIX: &str = "npusimGlobalSize_";
 
 /// Path of the shared object with the shipped C kernels ([`VECTOR_ADD_F32`], [`SCALE_F32`],
 /// [`REDUCE_SUM_F32`]), built by npu-sim's build script; load it with
