@@ -17,6 +17,15 @@ fn include_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
 }
 
+/// The include directories, searched in order. With `NPU_SIM_TEST_HEADERS` set to a CANN
+/// install's `include` directory, the programs compile against CANN's own ACL headers (ours
+/// only supply what CANN has no header for: the simulator's controls and kernel ABI), so what
+/// they print checks that our library's ABI is the one CANN's headers describe.
+fn include_dirs() -> Vec<PathBuf> {
+    let cann = std::env::var_os("NPU_SIM_TEST_HEADERS").map(PathBuf::from);
+    cann.into_iter().chain([include_dir()]).collect()
+}
+
 /// The language a test program is compiled as.
 #[derive(Clone, Copy)]
 enum Lang {
@@ -60,8 +69,7 @@ fn compile_as(name: &str, lang: Lang, extra: &[&str]) -> PathBuf {
         })
         .args(["-Wall", "-Wextra", "-Werror"])
         .args(extra)
-        .arg("-I")
-        .arg(include_dir())
+        .args(include_dirs().iter().flat_map(|dir| ["-I".as_ref(), dir.as_os_str()]))
         .arg(&source)
         .arg("-o")
         .arg(&out)
