@@ -11,7 +11,10 @@
 //! 2. the set of names either compilation reports as deprecated must be the same;
 //! 3. each of our header files must declare, counting what it includes, exactly the names of
 //!    our subset that CANN's file of the same name declares, so a program that includes only one
-//!    header compiles against both sets or neither.
+//!    header compiles against both sets or neither;
+//! 4. the C++-only headers (inline overloads of the C functions, which a `decltype(&fn)` of an
+//!    overloaded name cannot check) must define the same overloads as CANN's, compared as
+//!    signatures: template heads, return types, names, parameters and default arguments.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -70,7 +73,100 @@ pub(crate) fn parity_command(cann: &Path) -> Result<(), String> {
         &item_names(&file_with_consts(&ours)?),
     )?;
     println!("every header declares the same names as CANN's");
+
+    for header in CXX_ONLY_HEADERS {
+        let read = |dir: &Path| {
+            let path = dir.join(header);
+            fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+        };
+        let (ours, theirs) = (
+            inline_signatures(&read(&ours)?),
+            inline_signatures(&read(&theirs)?),
+        );
+        if ours != theirs {
+            return Err(format!(
+                "{header}: only ours define {:?}; only CANN's define {:?}",
+                ours.difference(&theirs).collect::<Vec<_>>(),
+                theirs.difference(&ours).collect::<Vec<_>>()
+            ));
+        }
+        println!("{header} defines the same {} overloads", ours.len());
+    }
     Ok(())
+}
+
+/// Headers that add only C++ inline overloads of the C functions. Left out of the prototype
+/// checks, whose `decltype(&fn)` cannot name one overload of several, and compared by
+/// [`inline_signatures`] instead.
+const CXX_ONLY_HEADERS: [&str; 1] = ["acl/acl_rt_api.h"];
+
+/// The signature of every `static inline` function a header defines, with its template head,
+/// comments removed and spacing normalised: what a caller's overload resolution sees.
+fn inline_signatures(text: &str) -> BTreeSet<String> {
+    let code = without_comments(text);
+    let mut found = BTreeSet::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("static inline") {
+        let head = rest[..at].trim_end();
+        let template = head
+            .rfind("template")
+            .filter(|&t| head[t..].ends_with('>') && !head[t..].contains(';'))
+            .map_or("", |t| &head[t..]);
+        let body = rest[at..].find('{').map_or(rest.len(), |b| at + b);
+        found.insert(normalised(&format!("{template} {}", &rest[at..body])));
+        rest = &rest[body..];
+        // Skip the body: overloads are not nested, so the first closing brace at depth 0 ends it.
+        let mut depth = 0usize;
+        let end = rest
+            .char_indices()
+            .find(|&(_, c)| {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+                depth == 0
+            })
+            .map_or(rest.len(), |(i, _)| i + 1);
+        rest = &rest[end..];
+    }
+    found
+}
+
+/// `text` without `//` and `/* */` comments.
+fn without_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("/*").into_iter().chain(rest.find("//")).min() {
+        out.push_str(&rest[..start]);
+        let end = match rest[start..].starts_with("/*") {
+            true => rest[start..]
+                .find("*/")
+                .map_or(rest.len(), |e| start + e + 2),
+            false => rest[start..].find('\n').map_or(rest.len(), |e| start + e),
+        };
+        out.push(' ');
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// One space between words, none around punctuation.
+fn normalised(signature: &str) -> String {
+    let spaced = signature.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut out = String::with_capacity(spaced.len());
+    let chars: Vec<char> = spaced.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        let punct = |c: char| "()<>,*&=:".contains(c);
+        if c == ' '
+            && (i == 0 || punct(chars[i - 1]) || chars.get(i + 1).copied().is_some_and(punct))
+        {
+            continue;
+        }
+        out.push(c);
+    }
+    out.trim().to_owned()
 }
 
 /// Generates the checks of our headers into `<target>/parity/<name>`; returns its path and how
@@ -90,7 +186,10 @@ fn write_checks(
     let macros = integer_macros(ours, headers)?;
     let (checks, count) = checks(&file, &macros)?;
     let mut unit = String::from(PRELUDE);
-    for header in headers {
+    for header in headers
+        .iter()
+        .filter(|h| !CXX_ONLY_HEADERS.contains(&h.as_str()))
+    {
         writeln!(unit, "#include \"{header}\"").expect("writing to a String");
     }
     unit.push_str(&checks);
@@ -589,6 +688,30 @@ mod tests {
             deprecated.contains("aclrtLaunchKernelAttrValue::localMemorySize"),
             "{deprecated:?}"
         );
+    }
+
+    #[test]
+    fn inline_signatures_ignore_comments_spacing_and_bodies() {
+        let header = "/* a */ template <typename T>\nstatic inline aclError f( T **p, size_t n = 0 ) // x\n\
+                      { if (n) { return g(p); } return 0; }\n\
+                      static inline aclError h(int32_t t) { return k(t); }\n";
+        let found = inline_signatures(header);
+        assert_eq!(
+            found.into_iter().collect::<Vec<_>>(),
+            [
+                "static inline aclError h(int32_t t)",
+                "template<typename T>static inline aclError f(T**p,size_t n=0)"
+            ]
+        );
+    }
+
+    #[test]
+    fn our_cxx_only_headers_define_overloads() {
+        let ours = workspace_root().join(PROJECT_INCLUDE);
+        for header in CXX_ONLY_HEADERS {
+            let text = fs::read_to_string(ours.join(header)).unwrap();
+            assert!(inline_signatures(&text).len() > 20, "{header}");
+        }
     }
 
     #[test]

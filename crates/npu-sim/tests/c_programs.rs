@@ -69,7 +69,11 @@ fn compile_as(name: &str, lang: Lang, extra: &[&str]) -> PathBuf {
         })
         .args(["-Wall", "-Wextra", "-Werror"])
         .args(extra)
-        .args(include_dirs().iter().flat_map(|dir| ["-I".as_ref(), dir.as_os_str()]))
+        .args(
+            include_dirs()
+                .iter()
+                .flat_map(|dir| ["-I".as_ref(), dir.as_os_str()]),
+        )
         .arg(&source)
         .arg("-o")
         .arg(&out)
@@ -277,6 +281,29 @@ fn device_variables_by_symbol_in_c() {
          wrong kind: 100000\n\
          not a device variable: 107042\n\
          symbol flow ok\n"
+    );
+}
+
+#[test]
+fn the_cxx_conveniences_of_acl_rt_api_h() {
+    let library = compile("global_kernels", &["-shared", "-fPIC"]);
+    let linked = format!("-Wl,--no-as-needed,{}", library.display());
+    let stdout = run_with(
+        &compile_as("rt_api_flow", Lang::Cxx, &["-pedantic", &linked]),
+        &[("NPUSIM_GLOBALS_SO", &library)],
+    );
+    let _ = std::fs::remove_file(&library);
+    assert_eq!(
+        stdout,
+        "typed copy: 0 1.5 3 4.5\n\
+         2d: 0 1.5 3 4.5\n\
+         batch, one attribute: 3 4.5 0 1.5\n\
+         async batch, failIndex left at SIZE_MAX: 1\n\
+         device pointer: location type 1\n\
+         execute timeout 1 s takes effect as 4294967 us\n\
+         registered host memory maps to a device pointer: 1\n\
+         symbol of 16 bytes at the variable: 1, last element 8\n\
+         rt api flow ok\n"
     );
 }
 
