@@ -282,8 +282,9 @@ impl Task {
         }
     }
 
-    /// Whether a kernel of simulated duration `duration_ns` runs past the execute timeout in
-    /// force (aclrtSetOpExecuteTimeOut*; `interval_us` is the timeout step): if so, the
+    /// Whether a kernel of simulated duration `duration_ns` runs past its execute timeout (its
+    /// launch's own, else the one aclrtSetOpExecuteTimeOut* set; `interval_us` is the timeout
+    /// step): if so, the
     /// simulated time at which the device stops it, after its start, and the failure it
     /// reports (ACL_ERROR_RT_AICORE_TIMEOUT, or ACL_ERROR_RT_VECTOR_CORE_TIMEOUT on the AIV
     /// engine). Other tasks never time out.
@@ -291,7 +292,9 @@ impl Task {
         let Op::Kernel(launch) = &self.op else {
             return None;
         };
-        let limit_us = op_timeout::execute_timeout_us(interval_us);
+        let limit_us = launch
+            .timeout_us
+            .unwrap_or_else(|| op_timeout::execute_timeout_us(interval_us));
         let limit_ns = limit_us.saturating_mul(1000);
         if limit_us == op_timeout::NEVER || duration_ns <= limit_ns {
             return None;

@@ -1,7 +1,8 @@
 //! Operator timeouts through the exported C ABI: aclrtSetOpWaitTimeout (how long an
 //! aclrtStreamWaitEvent may wait) and the execute timeout (aclrtSetOpExecuteTimeOut, V2,
 //! WithMs, aclrtGetOpExecuteTimeout, aclrtGetOpTimeOutInterval), which stops a kernel that
-//! runs too long under a timing model. The settings are process-wide, so the file is a process
+//! runs too long under a timing model, and a launch's own timeout attributes, which replace it
+//! for that launch. The settings are process-wide, so the file is a process
 //! of its own, and each setting is exercised by one test.
 //!
 //! The process's timeout step is 1 ms (`op_timeout_interval_us`), below the 100 ms under which a
@@ -148,8 +149,84 @@ fn execute_timeouts_round_to_the_interval_and_stop_long_kernels() {
         ACL_ERROR_INVALID_PARAM
     );
     assert!(recent_message().contains("aclrtGetOpTimeOutInterval"));
+
+    per_launch_timeouts(ten);
     acl!(aclrtBinaryUnLoad(bin));
     acl!(aclrtResetDevice(1));
+}
+
+fn timeout_attr(id: aclrtLaunchKernelAttrId, us: u64) -> aclrtLaunchKernelAttr {
+    let value = match id {
+        ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT => aclrtLaunchKernelAttrValue {
+            timeout: u16::try_from(us / 1_000_000).unwrap(),
+        },
+        _ => aclrtLaunchKernelAttrValue {
+            timeoutUs: aclrtTimeoutUs {
+                timeoutLow: us as u32,
+                timeoutHigh: (us >> 32) as u32,
+            },
+        },
+    };
+    aclrtLaunchKernelAttr { id, value }
+}
+
+/// A launch's own timeout attribute replaces the process-wide execute timeout for that launch
+/// (0 waits for ever); the two forms exclude each other. `ten` runs for 10 ms.
+fn per_launch_timeouts(ten: aclrtFuncHandle) {
+    let run = |attrs: &mut [aclrtLaunchKernelAttr]| {
+        let mut cfg = aclrtLaunchKernelCfg {
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: attrs.len(),
+        };
+        timed_launch(ten, &mut cfg)
+    };
+    assert_eq!(execute_timeout_ms(), u32::MAX, "no process-wide timeout");
+    let (code, ms) = run(&mut [timeout_attr(ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US, 3_000)]);
+    assert_eq!(code, ACL_ERROR_RT_AICORE_TIMEOUT);
+    assert!(recent_message().contains("3000 µs"), "{}", recent_message());
+    assert_ms(ms, 3.0);
+    let (code, ms) = run(&mut [
+        aiv_attr(),
+        timeout_attr(ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US, 3_000),
+    ]);
+    assert_eq!(code, ACL_ERROR_RT_VECTOR_CORE_TIMEOUT);
+    assert_ms(ms, 3.0);
+    let (code, ms) = run(&mut [timeout_attr(ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT, 1_000_000)]);
+    assert_eq!(code, 0, "1 s is longer than the kernel");
+    assert_ms(ms, 10.0);
+
+    assert_eq!(set_v2(2_000), 2_000);
+    for us in [0, 1 << 32] {
+        let (code, ms) = run(&mut [timeout_attr(ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US, us)]);
+        assert_eq!(code, 0, "{us} µs overrides the process-wide 2 ms");
+        assert_ms(ms, 10.0);
+    }
+    let (code, ms) = run(&mut [timeout_attr(ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT, 0)]);
+    assert_eq!(code, 0, "0 s waits for ever");
+    assert_ms(ms, 10.0);
+    let (code, _) = run(&mut []);
+    assert_eq!(
+        code, ACL_ERROR_RT_AICORE_TIMEOUT,
+        "without one, 2 ms applies"
+    );
+
+    let stream = create_stream();
+    let mut both = [
+        timeout_attr(ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT, 1_000_000),
+        timeout_attr(ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US, 3_000),
+    ];
+    let mut cfg = aclrtLaunchKernelCfg {
+        attrs: both.as_mut_ptr(),
+        numAttrs: both.len(),
+    };
+    assert_eq!(
+        launch(ten, 1, stream, &(), &mut cfg),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    assert!(recent_message().contains("cannot both be given"));
+    acl!(aclrtSynchronizeStream(stream));
+    acl!(aclrtDestroyStream(stream));
+    assert_eq!(set_v2(0), u64::MAX);
 }
 
 fn create_notify() -> aclrtNotify {

@@ -12,6 +12,7 @@ use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle::{self, Handle};
 use crate::indirect::check_on_device;
 use crate::kernel::{ArgsBlob, Binary, Function, Launch, LaunchArgs};
+use crate::op_timeout;
 use crate::sim::{Sim, sim};
 use crate::sync::lock;
 use crate::task::{Op, Task};
@@ -212,23 +213,44 @@ pub unsafe extern "C" fn aclrtBinaryGetGlobal(
     })
 }
 
-/// Whether a launch configuration selects the AIV (vector) engine.
-fn vector_engine(cfg: *mut aclrtLaunchKernelCfg) -> Res<bool> {
+/// What a launch configuration asks of a launch beyond its arguments.
+#[derive(Clone, Copy, Default)]
+struct LaunchOptions {
+    /// The AIV (vector) engine rather than the AI core.
+    vector_engine: bool,
+    /// Its own execute timeout, µs ([`op_timeout::NEVER`] for none).
+    timeout_us: Option<u64>,
+}
+
+/// Reads a launch configuration: the engine and the launch's own execute timeout. The other
+/// attributes are accepted and have no effect on the simulator. The two timeout attributes
+/// exclude each other, as the reference says; a timeout of 0 (either form) waits for ever.
+fn launch_options(cfg: *mut aclrtLaunchKernelCfg) -> Res<LaunchOptions> {
     let Some(cfg) = optional(cfg) else {
-        return Ok(false);
+        return Ok(LaunchOptions::default());
     };
-    let mut vector = false;
+    let mut options = LaunchOptions::default();
+    let (mut seconds, mut micros) = (None, None);
     for attr in array(cfg.attrs, cfg.numAttrs, "cfg->attrs")? {
         match attr.id {
             ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE => {
                 // SAFETY: every member of the 16-byte union is plain data; ENGINE_TYPE
                 // carries engineType.
                 let engine = unsafe { attr.value.engineType };
-                vector = match engine {
+                options.vector_engine = match engine {
                     ACL_RT_ENGINE_TYPE_AIC => false,
                     ACL_RT_ENGINE_TYPE_AIV => true,
                     other => fail!(ACL_ERROR_RT_PARAM_INVALID, "unknown engine type {other}"),
                 };
+            }
+            ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT => {
+                // SAFETY: as above; TIMEOUT carries timeout, in seconds.
+                seconds = Some(u64::from(unsafe { attr.value.timeout }));
+            }
+            ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US => {
+                // SAFETY: as above; TIMEOUT_US carries timeoutUs, a 64-bit count in halves.
+                let halves = unsafe { attr.value.timeoutUs };
+                micros = Some(u64::from(halves.timeoutHigh) << 32 | u64::from(halves.timeoutLow));
             }
             ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE..=ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING => {}
             other => fail!(
@@ -237,7 +259,16 @@ fn vector_engine(cfg: *mut aclrtLaunchKernelCfg) -> Res<bool> {
             ),
         }
     }
-    Ok(vector)
+    let timeout_us = match (seconds, micros) {
+        (Some(_), Some(_)) => fail!(
+            ACL_ERROR_RT_PARAM_INVALID,
+            "ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT and ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US cannot both be given"
+        ),
+        (Some(s), None) => Some(s.saturating_mul(1_000_000)),
+        (None, us) => us,
+    };
+    options.timeout_us = timeout_us.map(|us| if us == 0 { op_timeout::NEVER } else { us });
+    Ok(options)
 }
 
 /// Validation shared by the launches; returns the function. The argument size is checked
@@ -274,7 +305,7 @@ fn submit_launch(
     function: Arc<Function>,
     blocks: u32,
     blob: ArgsBlob,
-    vector_engine: bool,
+    options: LaunchOptions,
 ) -> Res<()> {
     let stream = context::submit_stream(sim()?, stream)?;
     let args = LaunchArgs::Owned(blob);
@@ -283,7 +314,8 @@ fn submit_launch(
         handle: handle::from_ptr(func),
         blocks,
         args,
-        vector_engine,
+        vector_engine: options.vector_engine,
+        timeout_us: options.timeout_us,
     };
     stream.submit(Task::new(Op::Kernel(launch)))
 }
@@ -299,7 +331,7 @@ fn launch_device_args(
     stream: aclrtStream,
 ) -> Res<()> {
     let function = launch_target_with_args(func, blocks, argsData, argsSize, "argsData")?;
-    let vector_engine = vector_engine(cfg)?;
+    let options = launch_options(cfg)?;
     let sim = sim()?;
     let target = context::submit_stream(sim, stream)?;
     if !argsData.is_null() {
@@ -311,7 +343,8 @@ fn launch_device_args(
         handle: handle::from_ptr(func),
         blocks,
         args: LaunchArgs::Device(argsData as usize, argsSize),
-        vector_engine,
+        vector_engine: options.vector_engine,
+        timeout_us: options.timeout_us,
     };
     target.submit(Task::new(Op::Kernel(launch)))
 }
@@ -386,7 +419,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
             placeHolderNum,
             "placeHolderArray",
         )?;
-        let vector_engine = vector_engine(cfg)?;
+        let options = launch_options(cfg)?;
         let mut blob = ArgsBlob::zeroed(argsSize);
         if argsSize > 0 {
             blob.bytes_mut()
@@ -405,7 +438,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
             let address = blob.address_of(data);
             blob.bytes_mut()[slot..slot + 8].copy_from_slice(&address.to_ne_bytes());
         }
-        submit_launch(stream, funcHandle, function, numBlocks, blob, vector_engine)
+        submit_launch(stream, funcHandle, function, numBlocks, blob, options)
     })
 }
 
@@ -476,7 +509,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithArgsArray(
 ) -> aclError {
     guard("aclrtLaunchKernelWithArgsArray", || {
         let function = launch_target(func, numBlocks)?;
-        let vector_engine = vector_engine(cfg)?;
+        let options = launch_options(cfg)?;
         let params = function.param_list()?;
         let values = array(args.cast_const(), params.len(), "args")?;
         let mut blob = ArgsBlob::zeroed(function.args_size);
@@ -484,7 +517,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithArgsArray(
             let value = bytes(value, size, &format!("args[{i}]"))?;
             blob.bytes_mut()[offset..offset + size].copy_from_slice(value);
         }
-        submit_launch(stream, func, function, numBlocks, blob, vector_engine)
+        submit_launch(stream, func, function, numBlocks, blob, options)
     })
 }
 
@@ -510,7 +543,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithConfig(
             ACL_ERROR_INVALID_PARAM,
             "reserve must be NULL"
         );
-        let vector_engine = vector_engine(cfg)?;
+        let options = launch_options(cfg)?;
         let (_, args) = resolve_args(sim()?, argsHandle)?;
         ensure!(
             args.function == handle::from_ptr(funcHandle),
@@ -519,6 +552,6 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithConfig(
         );
         let blob = args.blob()?;
         function.check_args(blob.len())?;
-        submit_launch(stream, funcHandle, function, numBlocks, blob, vector_engine)
+        submit_launch(stream, funcHandle, function, numBlocks, blob, options)
     })
 }

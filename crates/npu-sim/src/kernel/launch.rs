@@ -66,6 +66,10 @@ pub(crate) struct Launch {
     pub(crate) args: LaunchArgs,
     /// Launched on the AIV (vector) engine: traps report VECTOR_CORE_EXCEPTION.
     pub(crate) vector_engine: bool,
+    /// The launch's own execute timeout in µs (ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT or _US),
+    /// [`op_timeout::NEVER`](crate::op_timeout::NEVER) for none; without one the
+    /// process-wide execute timeout applies.
+    pub(crate) timeout_us: Option<u64>,
 }
 
 /// The argument pointer, shared by the block invocations on rayon's threads.
