@@ -259,6 +259,19 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtMemPoolMallocAsync",
     "aclrtMemPoolFreeAsync",
     "aclrtMemPoolTrimTo",
+    "aclmdlRICaptureBegin",
+    "aclmdlRICaptureGetInfo",
+    "aclmdlRICaptureEnd",
+    "aclmdlRIDebugPrint",
+    "aclmdlRIDebugJsonPrint",
+    "aclmdlRICaptureThreadExchangeMode",
+    "aclmdlRIExecuteAsync",
+    "aclmdlRIDestroy",
+    "aclmdlRISetName",
+    "aclmdlRIGetName",
+    "aclmdlRIGetId",
+    "aclmdlRIDestroyRegisterCallback",
+    "aclmdlRIDestroyUnregisterCallback",
 ];
 
 /// The enum style of the bindings: each enumerator a constant of the enum's integer type.

@@ -37,6 +37,7 @@ pub(crate) enum Kind {
     PhysicalMem = 10,
     AllocatorDesc = 11,
     BinaryData = 12,
+    ModelRi = 13,
 }
 
 impl Kind {
@@ -54,6 +55,7 @@ impl Kind {
             Kind::PhysicalMem => "physical memory",
             Kind::AllocatorDesc => "allocator descriptor",
             Kind::BinaryData => "binary data (aclrtBinary)",
+            Kind::ModelRi => "model runtime instance",
         }
     }
 }

@@ -54,6 +54,7 @@ pub mod version;
 
 mod advice;
 mod allocator;
+mod capture;
 mod clock;
 mod context;
 mod device;
@@ -66,6 +67,7 @@ mod hardware;
 mod indirect;
 mod lifecycle;
 mod memory;
+mod model_ri;
 mod notify;
 mod op_timeout;
 mod pool;

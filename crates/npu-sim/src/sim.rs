@@ -16,6 +16,7 @@ use crate::event::Event;
 use crate::handle::{Handle, HandleTable, Kind};
 use crate::kernel::{ArgsBuilder, Binary, BinaryData, Function, ParamRef};
 use crate::memory::MemoryMap;
+use crate::model_ri::ModelRi;
 use crate::notify::Notify;
 use crate::pool::Pools;
 use crate::report::Reports;
@@ -36,6 +37,7 @@ pub(crate) struct Sim {
     /// Caller memory used as args handles (aclrtKernelArgsInitByUserMem): address → token.
     pub(crate) user_args: Mutex<HashMap<usize, Handle>>,
     pub(crate) notifies: HandleTable<Notify>,
+    pub(crate) models: HandleTable<ModelRi>,
     pub(crate) memory: MemoryMap,
     pub(crate) pools: Pools,
     pub(crate) vmm: Vmm,
@@ -74,6 +76,7 @@ impl Sim {
             params: HandleTable::new(Kind::Param),
             user_args: Mutex::default(),
             notifies: HandleTable::new(Kind::Notify),
+            models: HandleTable::new(Kind::ModelRi),
             memory: MemoryMap::new(pinned_limit),
             pools: Pools::new(),
             vmm: Vmm::new(),

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use npu_sys::*;
 
+use crate::capture::Capture;
 use crate::context::Health;
 use crate::device::Device;
 use crate::error::{Res, SimError, ensure, fail};
@@ -61,6 +62,8 @@ struct State {
     waited: HashMap<Handle, u64>,
     /// Tasks of a PERSISTENT stream: kept for a model, never run by the stream itself.
     persistent: Vec<Task>,
+    /// The capture the stream's tasks go into instead of the queue.
+    capture: Option<Arc<Capture>>,
 }
 
 /// The stream attributes the simulator stores without acting on them
@@ -325,6 +328,48 @@ impl Stream {
         self.flags & ACL_STREAM_PERSISTENT != 0
     }
 
+    /// The capture the stream takes part in, if it is being captured.
+    pub(crate) fn capture(&self) -> Option<Arc<Capture>> {
+        lock(&self.state).capture.clone()
+    }
+
+    /// Makes the stream's tasks go into `capture` (one capturing already →
+    /// ACL_ERROR_RT_STREAM_CAPTURED).
+    pub(crate) fn enter_capture(&self, capture: &Arc<Capture>) -> Res<()> {
+        let mut state = lock(&self.state);
+        ensure!(
+            state.capture.is_none(),
+            ACL_ERROR_RT_STREAM_CAPTURED,
+            "stream {} is being captured already",
+            self.id
+        );
+        state.capture = Some(capture.clone());
+        Ok(())
+    }
+
+    /// Back to running its tasks; returns the capture it was in.
+    pub(crate) fn leave_capture(&self) -> Option<Arc<Capture>> {
+        lock(&self.state).capture.take()
+    }
+
+    /// Fails with ACL_ERROR_RT_STREAM_CAPTURED if the stream is being captured, and makes
+    /// its capture invalid: `what` cannot be done to a capturing stream.
+    pub(crate) fn check_not_captured(&self, what: &str) -> Res<()> {
+        if let Some(capture) = self.capture() {
+            let error = SimError::new(
+                ACL_ERROR_RT_STREAM_CAPTURED,
+                format!(
+                    "{what} is not possible while stream {} is being captured (end the capture \
+                     with aclmdlRICaptureEnd first)",
+                    self.id
+                ),
+            );
+            capture.invalidate(&error);
+            return Err(error);
+        }
+        Ok(())
+    }
+
     /// Queues a task. The caller has checked ownership and that the context is usable.
     ///
     /// A task's position in the stream (1 for its first task) is the count of finished tasks
@@ -349,6 +394,15 @@ impl Stream {
         // SAFETY: gettid has no preconditions.
         task.thread_id = unsafe { libc::gettid() } as u32;
         let mut state = lock(&self.state);
+        if let Some(capture) = state.capture.clone() {
+            capture.check_valid()?;
+            if let Op::Record(record) = &task.op {
+                record.mark_captured(&capture);
+            }
+            let seq = capture.model.push(self, task.op);
+            LAST_TASK_ID.set(seq + 1);
+            return Ok(());
+        }
         if task.is_work() {
             state.work_seq += 1;
             let seq = state.work_seq;
@@ -878,6 +932,9 @@ impl Stream {
             return;
         }
         crate::stream_state::notify(self.handle, ACL_RT_STREAM_STATE_DESTROY_PRE);
+        if let Some(capture) = self.leave_capture() {
+            capture.leave(self);
+        }
         if force {
             self.draining.store(true, Ordering::Release);
             self.bell.ring();

@@ -201,6 +201,8 @@ pub const ACL_RT_MEM_ATTACH_GLOBAL: u32 = 1;
 pub const ACL_RT_MEM_LINK_IDX_0: u32 = 0;
 pub const ACL_RT_MEM_LINK_IDX_1: u32 = 1;
 pub const ACL_RT_CMO_MAX_BARRIER_NUM: u32 = 6;
+pub const ACL_MDLRI_DEBUG_JSON_PRINT_SUMMARY: u32 = 0;
+pub const ACL_MDLRI_DEBUG_JSON_PRINT_VERBOSE: u32 = 1;
 pub type aclrtStream = *mut core::ffi::c_void;
 pub type aclrtEvent = *mut core::ffi::c_void;
 pub type aclrtContext = *mut core::ffi::c_void;
@@ -1472,6 +1474,15 @@ impl Default for aclrtBarrierTaskInfo {
         }
     }
 }
+pub type aclmdlRI = *mut core::ffi::c_void;
+pub const ACL_MODEL_RI_CAPTURE_MODE_GLOBAL: aclmdlRICaptureMode = 0;
+pub const ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL: aclmdlRICaptureMode = 1;
+pub const ACL_MODEL_RI_CAPTURE_MODE_RELAXED: aclmdlRICaptureMode = 2;
+pub type aclmdlRICaptureMode = core::ffi::c_uint;
+pub const ACL_MODEL_RI_CAPTURE_STATUS_NONE: aclmdlRICaptureStatus = 0;
+pub const ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE: aclmdlRICaptureStatus = 1;
+pub const ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED: aclmdlRICaptureStatus = 2;
+pub type aclmdlRICaptureStatus = core::ffi::c_uint;
 pub type aclrtMemPool = *mut core::ffi::c_void;
 pub const ACL_RT_MEM_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES: aclrtMemPoolAttr = 1;
 pub const ACL_RT_MEM_POOL_REUSE_ALLOW_OPPORTUNISTIC: aclrtMemPoolAttr = 2;
@@ -1788,6 +1799,19 @@ macro_rules! for_each_acl_function {
                 fn aclrtCmoGetDescSize(size: *mut usize) -> $crate::aclError;
                 fn aclrtCmoSetDesc(cmoDesc: *mut core::ffi::c_void, src: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
                 fn aclrtCmoAsyncWithDesc(cmoDesc: *mut core::ffi::c_void, cmoType: $crate::aclrtCmoType, stream: $crate::aclrtStream, reserve: *const core::ffi::c_void) -> $crate::aclError;
+                fn aclmdlRICaptureBegin(stream: $crate::aclrtStream, mode: $crate::aclmdlRICaptureMode) -> $crate::aclError;
+                fn aclmdlRICaptureGetInfo(stream: $crate::aclrtStream, status: *mut $crate::aclmdlRICaptureStatus, modelRI: *mut $crate::aclmdlRI) -> $crate::aclError;
+                fn aclmdlRICaptureEnd(stream: $crate::aclrtStream, modelRI: *mut $crate::aclmdlRI) -> $crate::aclError;
+                fn aclmdlRIDebugPrint(modelRI: $crate::aclmdlRI) -> $crate::aclError;
+                fn aclmdlRIDebugJsonPrint(modelRI: $crate::aclmdlRI, path: *const core::ffi::c_char, flags: u32) -> $crate::aclError;
+                fn aclmdlRICaptureThreadExchangeMode(mode: *mut $crate::aclmdlRICaptureMode) -> $crate::aclError;
+                fn aclmdlRIExecuteAsync(modelRI: $crate::aclmdlRI, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclmdlRIDestroy(modelRI: $crate::aclmdlRI) -> $crate::aclError;
+                fn aclmdlRISetName(modelRI: $crate::aclmdlRI, name: *const core::ffi::c_char) -> $crate::aclError;
+                fn aclmdlRIGetName(modelRI: $crate::aclmdlRI, maxLen: u32, name: *mut core::ffi::c_char) -> $crate::aclError;
+                fn aclmdlRIGetId(modelRI: $crate::aclmdlRI, modelRIId: *mut u32) -> $crate::aclError;
+                fn aclmdlRIDestroyRegisterCallback(modelRI: $crate::aclmdlRI, func: $crate::aclrtCallback, userData: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclmdlRIDestroyUnregisterCallback(modelRI: $crate::aclmdlRI, func: $crate::aclrtCallback) -> $crate::aclError;
                 fn aclrtMemPoolCreate(memPool: *mut $crate::aclrtMemPool, poolProps: *const $crate::aclrtMemPoolProps) -> $crate::aclError;
                 fn aclrtMemPoolDestroy(memPool: $crate::aclrtMemPool) -> $crate::aclError;
                 fn aclrtMemPoolSetAttr(memPool: $crate::aclrtMemPool, attr: $crate::aclrtMemPoolAttr, value: *mut core::ffi::c_void) -> $crate::aclError;

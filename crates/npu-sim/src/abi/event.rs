@@ -167,7 +167,7 @@ pub(super) fn record(event: aclrtEvent, stream: aclrtStream) -> Res<()> {
          simulator does not execute, so a record there could never complete",
         stream.id
     );
-    let record = Arc::new(Record::new(stream.clone()));
+    let record = Arc::new(Record::recording(stream.clone(), Some(&event)));
     stream.submit(Task::new(Op::Record(record.clone())))?;
     event.set_current(record);
     Ok(())
@@ -197,12 +197,34 @@ pub unsafe extern "C" fn aclrtResetEvent(event: aclrtEvent, stream: aclrtStream)
     })
 }
 
-/// The event's record, after the checks every query does (live handle, device not lost).
-fn lookup(event: aclrtEvent) -> Res<(Arc<Event>, Option<Arc<Record>>)> {
+/// The event, after the checks every query does (live handle, device not lost).
+fn live_event(event: aclrtEvent) -> Res<Arc<Event>> {
     non_null(event, "event")?;
     let event = sim()?.events.resolve(handle::from_ptr(event))?;
     event.device.check_alive()?;
+    Ok(event)
+}
+
+/// The event's record, after the checks every query does (live handle, device not lost).
+/// A record captured into a model runtime instance is not one the host can observe: while
+/// its capture goes on → ACL_ERROR_RT_EVENT_CAPTURED; afterwards the event counts as never
+/// recorded (only the record's replays run).
+fn lookup(event: aclrtEvent) -> Res<(Arc<Event>, Option<Arc<Record>>)> {
+    let event = live_event(event)?;
     let record = event.current();
+    if let Some(record) = &record
+        && record.is_captured()
+    {
+        if let Some(capture) = record.active_capture() {
+            fail!(
+                ACL_ERROR_RT_EVENT_CAPTURED,
+                "the event was recorded while stream {} is being captured: its record runs only \
+                 when the model runtime instance executes",
+                capture.origin.id
+            );
+        }
+        return Ok((event, None));
+    }
     Ok((event, record))
 }
 
@@ -412,7 +434,7 @@ pub unsafe extern "C" fn aclrtEventGetTimestamp(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtGetEventId(event: aclrtEvent, eventId: *mut u32) -> aclError {
     guard("aclrtGetEventId", || {
-        let (event, _) = lookup(event)?;
+        let event = live_event(event)?;
         write_out(eventId, "eventId", event.id)
     })
 }

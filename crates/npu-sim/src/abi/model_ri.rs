@@ -1,0 +1,384 @@
+//! Model runtime instances: stream capture, replay, and what an instance tells about itself.
+
+use std::ffi::c_char;
+use std::sync::Arc;
+
+use npu_sys::*;
+
+use super::check::{c_str, write_c_str};
+use crate::capture::{self, Capture};
+use crate::context;
+use crate::error::{Res, ensure, fail, guard, non_null, write_out};
+use crate::handle;
+use crate::model_ri::{ModelRi, describe_op};
+use crate::sim::sim;
+use crate::task::Op;
+
+/// The instance behind a handle (NULL → 100000, stale or forged → 107017).
+fn model(model_ri: aclmdlRI) -> Res<Arc<ModelRi>> {
+    non_null(model_ri, "modelRI")?;
+    sim()?.models.resolve(handle::from_ptr(model_ri))
+}
+
+/// The instance, which must not be being captured (ACL_ERROR_RT_MODEL_CAPTURED): `what`
+/// needs its capture to be over.
+fn captured_model(model_ri: aclmdlRI, what: &str) -> Res<Arc<ModelRi>> {
+    let model = model(model_ri)?;
+    ensure!(
+        !model.is_capturing(),
+        ACL_ERROR_RT_MODEL_CAPTURED,
+        "model runtime instance {} is still being captured: {what} needs aclmdlRICaptureEnd first",
+        model.id
+    );
+    Ok(model)
+}
+
+/// Starts capturing the stream's tasks into a new instance. The default stream → 107031; a
+/// stream capturing already → 107027; a mode outside aclmdlRICaptureMode → 100000.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRICaptureBegin(
+    stream: aclrtStream,
+    mode: aclmdlRICaptureMode,
+) -> aclError {
+    guard("aclmdlRICaptureBegin", || {
+        capture::check_mode(mode)?;
+        let sim = sim()?;
+        let stream = context::submit_stream(sim, stream)?;
+        ensure!(
+            !stream.is_default,
+            ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT,
+            "the default stream cannot be captured"
+        );
+        let handle = sim.models.reserve()?;
+        let model = Arc::new(ModelRi::new(handle, stream.ctx, stream.device.clone()));
+        match Capture::begin(&stream, model.clone(), mode) {
+            Ok(_) => {
+                sim.models.fill(handle, model);
+                Ok(())
+            }
+            Err(error) => {
+                sim.models.remove(handle);
+                Err(error)
+            }
+        }
+    })
+}
+
+/// The stream's capture status and instance: NONE and NULL when it is not being captured,
+/// ACTIVE, or INVALIDATED once an operation refused because of the capture invalidated it.
+///
+/// # Safety
+/// `status` and `modelRI` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRICaptureGetInfo(
+    stream: aclrtStream,
+    status: *mut aclmdlRICaptureStatus,
+    modelRI: *mut aclmdlRI,
+) -> aclError {
+    guard("aclmdlRICaptureGetInfo", || {
+        non_null(status, "status")?;
+        non_null(modelRI, "modelRI")?;
+        let stream = context::any_stream(sim()?, stream)?;
+        let (state, model) = match stream.capture() {
+            None => (ACL_MODEL_RI_CAPTURE_STATUS_NONE, std::ptr::null_mut()),
+            Some(capture) => {
+                let state = match capture.is_invalidated() {
+                    true => ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED,
+                    false => ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE,
+                };
+                (state, handle::to_ptr(capture.model.handle))
+            }
+        };
+        write_out(status, "status", state)?;
+        write_out(modelRI, "modelRI", model)
+    })
+}
+
+/// Ends the capture begun on this stream and returns its instance. Not capturing → 107029;
+/// a stream that joined another's capture → 107036; a non-RELAXED capture ended on another
+/// thread → 107038 (the capture goes on). An invalidated capture (507903) or one with a stream
+/// that did not return to this one (107025) ends without an instance.
+///
+/// # Safety
+/// `modelRI` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRICaptureEnd(
+    stream: aclrtStream,
+    modelRI: *mut aclmdlRI,
+) -> aclError {
+    guard("aclmdlRICaptureEnd", || {
+        non_null(modelRI, "modelRI")?;
+        let sim = sim()?;
+        let (_, stream) = context::owned_stream(sim, stream)?;
+        let Some(capture) = stream.capture() else {
+            fail!(
+                ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+                "stream {} is not being captured",
+                stream.id
+            );
+        };
+        ensure!(
+            capture.origin.handle == stream.handle,
+            ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED,
+            "stream {} joined the capture of stream {}, which is the one to end it",
+            stream.id,
+            capture.origin.id
+        );
+        ensure!(
+            capture.mode == ACL_MODEL_RI_CAPTURE_MODE_RELAXED
+                || capture.thread == std::thread::current().id(),
+            ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD,
+            "the capture of stream {} was not begun in RELAXED mode, so it ends on the thread that began it",
+            stream.id
+        );
+        capture.end();
+        let model = &capture.model;
+        model.forget_captured_records();
+        let outcome = capture
+            .check_valid()
+            .and_then(|()| match model.unjoined(stream.id) {
+                Some(other) => fail!(
+                    ACL_ERROR_RT_STREAM_UNJOINED,
+                    "stream {other} joined the capture of stream {} but did not return to it (its \
+                 last task must be an event record that another stream of the capture waits on)",
+                    stream.id
+                ),
+                None => Ok(()),
+            });
+        if let Err(error) = outcome {
+            sim.models.remove(model.handle);
+            return Err(error);
+        }
+        write_out(modelRI, "modelRI", handle::to_ptr(model.handle))
+    })
+}
+
+/// Sets the calling thread's capture mode; `*mode` receives the previous one (GLOBAL until
+/// first changed). A mode outside aclmdlRICaptureMode → 100000.
+///
+/// # Safety
+/// `mode` must be NULL or valid for a read and a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRICaptureThreadExchangeMode(
+    mode: *mut aclmdlRICaptureMode,
+) -> aclError {
+    guard("aclmdlRICaptureThreadExchangeMode", || {
+        non_null(mode, "mode")?;
+        // SAFETY: non-NULL; valid for a read by the API contract.
+        let wanted = unsafe { mode.read_unaligned() };
+        capture::check_mode(wanted)?;
+        write_out(mode, "mode", capture::exchange_mode(wanted))
+    })
+}
+
+/// Queues the instance's tasks on a stream of its context (another context → 107004; a
+/// stream being captured → 107027; an instance being captured → 107026).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtStream) -> aclError {
+    guard("aclmdlRIExecuteAsync", || {
+        let model = captured_model(modelRI, "an execution")?;
+        let stream = context::submit_stream(sim()?, stream)?;
+        ensure!(
+            stream.ctx == model.ctx,
+            ACL_ERROR_RT_MODEL_CONTEXT,
+            "model runtime instance {} was captured in another context than stream {}'s",
+            model.id,
+            stream.id
+        );
+        stream.check_not_captured("executing a model runtime instance on it")?;
+        model.replay(&stream)
+    })
+}
+
+/// Destroys the instance and runs its destroy callbacks. Still being captured → 107026; an
+/// execution not over → 107037.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIDestroy(modelRI: aclmdlRI) -> aclError {
+    guard("aclmdlRIDestroy", || {
+        let model = captured_model(modelRI, "destroying it")?;
+        ensure!(
+            !model.running(),
+            ACL_ERROR_RT_MODEL_RUNNING,
+            "model runtime instance {} is still running (synchronize the streams it executes on first)",
+            model.id
+        );
+        sim()?.models.remove(model.handle);
+        model.run_destroy_callbacks();
+        Ok(())
+    })
+}
+
+/// Names the instance (the last name wins; at most 511 bytes are kept).
+///
+/// # Safety
+/// `name` must be NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRISetName(modelRI: aclmdlRI, name: *const c_char) -> aclError {
+    guard("aclmdlRISetName", || {
+        let model = model(modelRI)?;
+        model.set_name(c_str(name, "name")?);
+        Ok(())
+    })
+}
+
+/// The instance's name ("" if never named) into `maxLen` bytes; too small → 107000.
+///
+/// # Safety
+/// `name` must be NULL or valid for `maxLen` bytes of writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIGetName(
+    modelRI: aclmdlRI,
+    maxLen: u32,
+    name: *mut c_char,
+) -> aclError {
+    guard("aclmdlRIGetName", || {
+        let model = model(modelRI)?;
+        write_c_str(name, maxLen, &model.name(), "model runtime instance name")
+    })
+}
+
+/// The instance's id, unique in the process.
+///
+/// # Safety
+/// `modelRIId` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIGetId(modelRI: aclmdlRI, modelRIId: *mut u32) -> aclError {
+    guard("aclmdlRIGetId", || {
+        let model = model(modelRI)?;
+        non_null(modelRIId, "modelRIId")?;
+        write_out(modelRIId, "modelRIId", model.id)
+    })
+}
+
+/// Writes the instance and its tasks to the log (`tracing`, target `npu_sim::model_ri`, level
+/// INFO). Still being captured → 107026.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIDebugPrint(modelRI: aclmdlRI) -> aclError {
+    guard("aclmdlRIDebugPrint", || {
+        let model = captured_model(modelRI, "printing it")?;
+        tracing::info!(target: "npu_sim::model_ri", "{}", model.describe());
+        Ok(())
+    })
+}
+
+/// Writes the instance's tasks to `path` as Chrome trace-event JSON: one track per captured
+/// stream, one slice per task in capture order, its type and description in `args`; VERBOSE
+/// adds each kernel's argument bytes. Flags other than SUMMARY or VERBOSE → 100000; a file
+/// that cannot be written → 107010; still being captured → 107026.
+///
+/// # Safety
+/// `path` must be NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIDebugJsonPrint(
+    modelRI: aclmdlRI,
+    path: *const c_char,
+    flags: u32,
+) -> aclError {
+    guard("aclmdlRIDebugJsonPrint", || {
+        let model = captured_model(modelRI, "printing it")?;
+        let path = c_str(path, "path")?;
+        let verbose = match flags {
+            ACL_MDLRI_DEBUG_JSON_PRINT_SUMMARY => false,
+            ACL_MDLRI_DEBUG_JSON_PRINT_VERBOSE => true,
+            other => fail!(
+                ACL_ERROR_INVALID_PARAM,
+                "flags {other:#x} are neither ACL_MDLRI_DEBUG_JSON_PRINT_SUMMARY nor ..._VERBOSE"
+            ),
+        };
+        let text = debug_json(&model, verbose).to_string();
+        match std::fs::write(path, text) {
+            Ok(()) => Ok(()),
+            Err(error) => fail!(ACL_ERROR_RT_FILE_WRITE, "cannot write {path:?}: {error}"),
+        }
+    })
+}
+
+/// The trace-event document aclmdlRIDebugJsonPrint writes.
+fn debug_json(model: &ModelRi, verbose: bool) -> serde_json::Value {
+    use serde_json::json;
+    let tasks = model.tasks();
+    let mut events = Vec::new();
+    let mut named = Vec::new();
+    for (at, task) in tasks.iter().enumerate() {
+        if !named.contains(&task.stream_id) {
+            named.push(task.stream_id);
+            events.push(json!({
+                "ph": "M", "name": "thread_name", "pid": model.id, "tid": task.stream_id,
+                "args": { "name": format!("stream {}", task.stream_id) },
+            }));
+        }
+        let (category, name) = task.op.label();
+        let mut args = json!({
+            "task": task.seq,
+            "description": describe_op(&task.op),
+        });
+        if verbose && let Op::Kernel(launch) = &task.op {
+            args["kernel_args"] = json!(launch.args_hex());
+        }
+        events.push(json!({
+            "ph": "X", "name": name, "cat": category, "pid": model.id, "tid": task.stream_id,
+            "ts": at, "dur": 1, "args": args,
+        }));
+    }
+    json!({
+        "traceEvents": events,
+        "otherData": {
+            "model_id": model.id,
+            "name": model.name(),
+            "device": model.device.id,
+        },
+    })
+}
+
+/// Registers a function called with `userData` when the instance is destroyed (again:
+/// replaces its user data). NULL func → 100000.
+///
+/// # Safety
+/// `func` must be NULL or a function that may be called with `userData` on the destroying
+/// thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIDestroyRegisterCallback(
+    modelRI: aclmdlRI,
+    func: aclrtCallback,
+    userData: *mut std::ffi::c_void,
+) -> aclError {
+    guard("aclmdlRIDestroyRegisterCallback", || {
+        let model = model(modelRI)?;
+        let Some(func) = func else {
+            fail!(ACL_ERROR_INVALID_PARAM, "func is NULL");
+        };
+        model.register_destroy_callback(func, userData as usize);
+        Ok(())
+    })
+}
+
+/// Unregisters a destroy callback (one never registered: nothing to do). NULL func → 100000.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIDestroyUnregisterCallback(
+    modelRI: aclmdlRI,
+    func: aclrtCallback,
+) -> aclError {
+    guard("aclmdlRIDestroyUnregisterCallback", || {
+        let model = model(modelRI)?;
+        let Some(func) = func else {
+            fail!(ACL_ERROR_INVALID_PARAM, "func is NULL");
+        };
+        model.unregister_destroy_callback(func);
+        Ok(())
+    })
+}

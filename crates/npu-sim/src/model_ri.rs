@@ -1,0 +1,278 @@
+//! Model runtime instances (aclmdlRI): the tasks a capture recorded, replayed on a stream by
+//! every execution.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::device::Device;
+use crate::error::Res;
+use crate::event::Record;
+use crate::handle::Handle;
+use crate::stream::Stream;
+use crate::sync::lock;
+use crate::task::{HostFn, Op, Task};
+
+/// The longest name aclmdlRIGetName returns, in bytes, its NUL included.
+pub(crate) const MAX_NAME: usize = 512;
+
+/// A task of the instance, as it was captured.
+#[derive(Clone)]
+pub(crate) struct Captured {
+    /// The id of the stream it was captured from (aclrtStreamGetId).
+    pub(crate) stream_id: i32,
+    /// Its place among the tasks captured from that stream (0 for the first).
+    pub(crate) seq: u32,
+    pub(crate) op: Op,
+}
+
+/// A model runtime instance.
+pub(crate) struct ModelRi {
+    pub(crate) handle: Handle,
+    /// Unique in the process (aclmdlRIGetId).
+    pub(crate) id: u32,
+    /// The context it was captured in: it executes on that context's streams.
+    pub(crate) ctx: Handle,
+    pub(crate) device: Arc<Device>,
+    tasks: Mutex<Vec<Captured>>,
+    /// The streams whose tasks it holds, in the order they joined (id, tasks so far).
+    streams: Mutex<Vec<(i32, u32)>>,
+    name: Mutex<String>,
+    /// aclmdlRIDestroyRegisterCallback's functions and their user data, in registration order.
+    destroy_callbacks: Mutex<Vec<(HostFn, usize)>>,
+    /// Cloned into every replayed task: more than one holder means an execution is not over.
+    running: Arc<()>,
+    capturing: AtomicBool,
+}
+
+static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+
+impl ModelRi {
+    /// An empty instance being captured.
+    pub(crate) fn new(handle: Handle, ctx: Handle, device: Arc<Device>) -> Self {
+        Self {
+            handle,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            ctx,
+            device,
+            tasks: Mutex::new(Vec::new()),
+            streams: Mutex::new(Vec::new()),
+            name: Mutex::new(String::new()),
+            destroy_callbacks: Mutex::new(Vec::new()),
+            running: Arc::new(()),
+            capturing: AtomicBool::new(true),
+        }
+    }
+
+    /// Whether its capture is still going on.
+    pub(crate) fn is_capturing(&self) -> bool {
+        self.capturing.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn end_capture(&self) {
+        self.capturing.store(false, Ordering::Release);
+    }
+
+    /// Whether an execution of it has tasks that have not left their stream yet.
+    pub(crate) fn running(&self) -> bool {
+        Arc::strong_count(&self.running) > 1
+    }
+
+    pub(crate) fn add_stream(&self, stream: &Stream) {
+        let mut streams = lock(&self.streams);
+        if !streams.iter().any(|&(id, _)| id == stream.id) {
+            streams.push((stream.id, 0));
+        }
+    }
+
+    /// Appends a task captured from `stream`; returns its place among that stream's tasks.
+    pub(crate) fn push(&self, stream: &Stream, op: Op) -> u32 {
+        let seq = {
+            let mut streams = lock(&self.streams);
+            let entry = match streams.iter_mut().find(|(id, _)| *id == stream.id) {
+                Some(entry) => entry,
+                None => {
+                    streams.push((stream.id, 0));
+                    streams.last_mut().expect("just pushed")
+                }
+            };
+            entry.1 += 1;
+            entry.1 - 1
+        };
+        lock(&self.tasks).push(Captured {
+            stream_id: stream.id,
+            seq,
+            op,
+        });
+        seq
+    }
+
+    /// A stream that joined the capture but did not return to the stream that began it: its
+    /// last task is not an event record that a task of another stream of the capture waits
+    /// on (ACL_ERROR_RT_STREAM_UNJOINED).
+    pub(crate) fn unjoined(&self, origin: i32) -> Option<i32> {
+        let tasks = lock(&self.tasks);
+        let streams = lock(&self.streams);
+        streams
+            .iter()
+            .map(|&(id, _)| id)
+            .filter(|&id| id != origin)
+            .find(|&id| {
+                let last = tasks.iter().rev().find(|task| task.stream_id == id);
+                let Some(Captured {
+                    op: Op::Record(record),
+                    ..
+                }) = last
+                else {
+                    return true;
+                };
+                !tasks.iter().any(|task| {
+                    task.stream_id != id
+                        && matches!(&task.op, Op::Wait { record: waited, .. } if Arc::ptr_eq(waited, record))
+                })
+            })
+    }
+
+    /// Events whose latest record is one this instance captured: at the end of the capture
+    /// they are as if never recorded (the record only ever runs as part of a replay).
+    pub(crate) fn forget_captured_records(&self) {
+        for task in lock(&self.tasks).iter() {
+            if let Op::Record(record) = &task.op
+                && let Some(event) = record.event()
+            {
+                event.reset_if(Some(record));
+            }
+        }
+    }
+
+    /// Queues a replay of every captured task on `stream`, in the order they were captured
+    /// (which respects every event dependency between the capture's streams). Each record is
+    /// a new record of its event, made current as it is queued, and the waits on it wait for
+    /// that new record; every replayed task holds [`Self::running`] until it leaves the stream.
+    pub(crate) fn replay(&self, stream: &Arc<Stream>) -> Res<()> {
+        let tasks: Vec<Op> = lock(&self.tasks).iter().map(|t| t.op.clone()).collect();
+        let mut fresh: HashMap<*const Record, Arc<Record>> = HashMap::new();
+        for op in tasks {
+            let (op, recorded) = match op {
+                Op::Record(template) => {
+                    let event = template.event();
+                    let record = Arc::new(Record::recording(stream.clone(), event.as_ref()));
+                    fresh.insert(Arc::as_ptr(&template), record.clone());
+                    (
+                        Op::Record(record.clone()),
+                        event.map(|event| (event, record)),
+                    )
+                }
+                Op::Wait { record, timeout } => match fresh.get(&Arc::as_ptr(&record)) {
+                    Some(record) => (
+                        Op::Wait {
+                            record: record.clone(),
+                            timeout,
+                        },
+                        None,
+                    ),
+                    // Captured waits wait on records of the same capture, recorded before.
+                    None => continue,
+                },
+                // A reset applies to the record current when it is queued, as an
+                // aclrtResetEvent issued now would.
+                Op::Reset { event, .. } => {
+                    let captured = event.current();
+                    (Op::Reset { event, captured }, None)
+                }
+                other => (other, None),
+            };
+            let mut task = Task::new(op);
+            task.keep = Some(self.running.clone());
+            stream.submit(task)?;
+            if let Some((event, record)) = recorded {
+                event.set_current(record);
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn set_name(&self, name: &str) {
+        let mut end = name.len().min(MAX_NAME - 1);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        *lock(&self.name) = name[..end].to_owned();
+    }
+
+    pub(crate) fn name(&self) -> String {
+        lock(&self.name).clone()
+    }
+
+    /// Registers `func` (again: replaces its user data).
+    pub(crate) fn register_destroy_callback(&self, func: HostFn, data: usize) {
+        let mut callbacks = lock(&self.destroy_callbacks);
+        match callbacks
+            .iter_mut()
+            .find(|(f, _)| std::ptr::fn_addr_eq(*f, func))
+        {
+            Some(entry) => entry.1 = data,
+            None => callbacks.push((func, data)),
+        }
+    }
+
+    pub(crate) fn unregister_destroy_callback(&self, func: HostFn) {
+        lock(&self.destroy_callbacks).retain(|(f, _)| !std::ptr::fn_addr_eq(*f, func));
+    }
+
+    /// Runs the destroy callbacks, in registration order, on the calling thread.
+    pub(crate) fn run_destroy_callbacks(&self) {
+        let callbacks = std::mem::take(&mut *lock(&self.destroy_callbacks));
+        for (func, data) in callbacks {
+            // SAFETY: the caller of aclmdlRIDestroyRegisterCallback supplied a valid C function
+            // and the user data it expects.
+            unsafe { func(data as *mut std::ffi::c_void) };
+        }
+    }
+
+    /// A copy of the captured tasks.
+    pub(crate) fn tasks(&self) -> Vec<Captured> {
+        lock(&self.tasks).clone()
+    }
+
+    /// A description for the log (aclmdlRIDebugPrint): the instance, then a line per task.
+    pub(crate) fn describe(&self) -> String {
+        let tasks = self.tasks();
+        let mut text = format!(
+            "model runtime instance {} {:?} on device {}: {} tasks",
+            self.id,
+            self.name(),
+            self.device.id,
+            tasks.len()
+        );
+        for task in &tasks {
+            let _ = write!(
+                text,
+                "\n  stream {} task {}: {}",
+                task.stream_id,
+                task.seq,
+                describe_op(&task.op)
+            );
+        }
+        text
+    }
+}
+
+/// A task's type and what it works on, for aclmdlRIDebugPrint and aclmdlRIDebugJsonPrint.
+pub(crate) fn describe_op(op: &Op) -> String {
+    let label = op.label();
+    match op {
+        Op::Kernel(launch) => format!(
+            "kernel {} ({} blocks, {} bytes of arguments)",
+            launch.name(),
+            launch.blocks,
+            launch.args().1
+        ),
+        Op::Copy { dst, extent, .. } => {
+            format!("{} {} bytes to {dst:#x}", label.1, extent.bytes())
+        }
+        Op::Memset { dst, len, .. } => format!("memset {len} bytes at {dst:#x}"),
+        _ => format!("{} {}", label.0, label.1),
+    }
+}
