@@ -14,7 +14,7 @@ use std::thread::ThreadId;
 use npu_sys::*;
 
 use crate::error::{Res, SimError, ensure, fail};
-use crate::event::Record;
+use crate::event::{Event, Record};
 use crate::model_ri::ModelRi;
 use crate::stream::Stream;
 use crate::sync::lock;
@@ -33,6 +33,8 @@ pub(crate) struct Capture {
     invalidated: Mutex<Option<SimError>>,
     /// The streams capturing into it, the origin first.
     members: Mutex<Vec<Arc<Stream>>>,
+    /// The events (device, event id) recorded or waited with an EXTERNAL flag in it.
+    external: Mutex<Vec<(i32, u32)>>,
 }
 
 /// Captures in progress, for the capture-mode checks.
@@ -120,6 +122,7 @@ impl Capture {
             active: AtomicBool::new(true),
             invalidated: Mutex::new(None),
             members: Mutex::new(vec![origin.clone()]),
+            external: Mutex::new(Vec::new()),
         });
         origin.enter_capture(&capture)?;
         capture.model.add_stream(origin);
@@ -154,6 +157,21 @@ impl Capture {
     /// Whether the capture was invalidated.
     pub(crate) fn is_invalidated(&self) -> bool {
         lock(&self.invalidated).is_some()
+    }
+
+    /// An EXTERNAL record or wait of `event` in this capture: once per event and capture
+    /// (ACL_ERROR_RT_PARAM_INVALID again).
+    pub(crate) fn claim_external(&self, event: &Event) -> Res<()> {
+        let key = (event.device.id, event.id);
+        let mut external = lock(&self.external);
+        ensure!(
+            !external.contains(&key),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "event {} was recorded or waited with an EXTERNAL flag in this capture already",
+            event.id
+        );
+        external.push(key);
+        Ok(())
     }
 
     /// `stream` waits on an event recorded in this capture: it captures into it from now on.
@@ -244,4 +262,26 @@ pub(crate) fn wait_dependency(stream: &Arc<Stream>, record: &Record) -> Res<bool
             ),
         ),
     }
+}
+
+/// The capture an EXTERNAL record or wait of `event` on `stream` goes into: the event must be
+/// an aclrtCreateEventExWithFlag(ACL_EVENT_SYNC) event (ACL_ERROR_RT_PARAM_INVALID), the
+/// stream being captured (ACL_ERROR_RT_STREAM_NOT_CAPTURED), the event not used EXTERNAL in
+/// the capture before.
+pub(crate) fn external_capture(stream: &Stream, event: &Event) -> Res<Arc<Capture>> {
+    ensure!(
+        event.ex && event.flags == ACL_EVENT_SYNC,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "an EXTERNAL record or wait needs an event of aclrtCreateEventExWithFlag(ACL_EVENT_SYNC)"
+    );
+    let Some(capture) = stream.capture() else {
+        fail!(
+            ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+            "an EXTERNAL record or wait needs a stream being captured, and stream {} is not",
+            stream.id
+        );
+    };
+    capture.check_valid()?;
+    capture.claim_external(event)?;
+    Ok(capture)
 }

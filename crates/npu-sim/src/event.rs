@@ -182,6 +182,10 @@ pub(crate) struct Event {
     /// Created with aclrtCreateEventExWithFlag ("new mode").
     pub(crate) ex: bool,
     current: Mutex<Option<Arc<Record>>>,
+    /// The flags of the first aclrtRecordEventWithFlag and aclrtStreamWaitEventWithFlag on
+    /// it: later calls must pass the same.
+    pub(crate) record_flag: OnceLock<u32>,
+    pub(crate) wait_flag: OnceLock<u32>,
 }
 
 impl Event {
@@ -204,6 +208,8 @@ impl Event {
             flags,
             ex,
             current: Mutex::new(None),
+            record_flag: OnceLock::new(),
+            wait_flag: OnceLock::new(),
         })
     }
 

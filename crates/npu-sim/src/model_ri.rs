@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::device::Device;
 use crate::error::Res;
-use crate::event::Record;
+use crate::event::{Event, Record};
 use crate::handle::Handle;
 use crate::stream::Stream;
 use crate::sync::lock;
@@ -17,6 +17,34 @@ use crate::task::{HostFn, Op, Task};
 /// The longest name aclmdlRIGetName returns, in bytes, its NUL included.
 pub(crate) const MAX_NAME: usize = 512;
 
+/// What a captured task does when the instance executes.
+#[derive(Clone)]
+pub(crate) enum Step {
+    /// A copy of the operation runs (records and the waits on them are new records).
+    Run(Op),
+    /// aclrtStreamWaitEventWithFlag(EXTERNAL): a wait for the event's record current when the
+    /// replay is queued (a record outside the instance), as a wait issued then would be.
+    WaitFor(Arc<Event>),
+}
+
+impl Step {
+    /// (category, name), as the trace names tasks.
+    pub(crate) fn label(&self) -> (&'static str, String) {
+        match self {
+            Step::Run(op) => op.label(),
+            Step::WaitFor(_) => ("event", "wait (external)".to_owned()),
+        }
+    }
+
+    /// The operation, for steps that copy one.
+    pub(crate) fn op(&self) -> Option<&Op> {
+        match self {
+            Step::Run(op) => Some(op),
+            Step::WaitFor(_) => None,
+        }
+    }
+}
+
 /// A task of the instance, as it was captured.
 #[derive(Clone)]
 pub(crate) struct Captured {
@@ -24,7 +52,7 @@ pub(crate) struct Captured {
     pub(crate) stream_id: i32,
     /// Its place among the tasks captured from that stream (0 for the first).
     pub(crate) seq: u32,
-    pub(crate) op: Op,
+    pub(crate) step: Step,
 }
 
 /// A model runtime instance.
@@ -87,7 +115,7 @@ impl ModelRi {
     }
 
     /// Appends a task captured from `stream`; returns its place among that stream's tasks.
-    pub(crate) fn push(&self, stream: &Stream, op: Op) -> u32 {
+    pub(crate) fn push(&self, stream: &Stream, step: Step) -> u32 {
         let seq = {
             let mut streams = lock(&self.streams);
             let entry = match streams.iter_mut().find(|(id, _)| *id == stream.id) {
@@ -103,7 +131,7 @@ impl ModelRi {
         lock(&self.tasks).push(Captured {
             stream_id: stream.id,
             seq,
-            op,
+            step,
         });
         seq
     }
@@ -120,16 +148,12 @@ impl ModelRi {
             .filter(|&id| id != origin)
             .find(|&id| {
                 let last = tasks.iter().rev().find(|task| task.stream_id == id);
-                let Some(Captured {
-                    op: Op::Record(record),
-                    ..
-                }) = last
-                else {
+                let Some(Op::Record(record)) = last.and_then(|task| task.step.op()) else {
                     return true;
                 };
                 !tasks.iter().any(|task| {
                     task.stream_id != id
-                        && matches!(&task.op, Op::Wait { record: waited, .. } if Arc::ptr_eq(waited, record))
+                        && matches!(task.step.op(), Some(Op::Wait { record: waited, .. }) if Arc::ptr_eq(waited, record))
                 })
             })
     }
@@ -138,7 +162,7 @@ impl ModelRi {
     /// they are as if never recorded (the record only ever runs as part of a replay).
     pub(crate) fn forget_captured_records(&self) {
         for task in lock(&self.tasks).iter() {
-            if let Op::Record(record) = &task.op
+            if let Some(Op::Record(record)) = task.step.op()
                 && let Some(event) = record.event()
             {
                 event.reset_if(Some(record));
@@ -151,9 +175,19 @@ impl ModelRi {
     /// a new record of its event, made current as it is queued, and the waits on it wait for
     /// that new record; every replayed task holds [`Self::running`] until it leaves the stream.
     pub(crate) fn replay(&self, stream: &Arc<Stream>) -> Res<()> {
-        let tasks: Vec<Op> = lock(&self.tasks).iter().map(|t| t.op.clone()).collect();
+        let steps: Vec<Step> = lock(&self.tasks).iter().map(|t| t.step.clone()).collect();
         let mut fresh: HashMap<*const Record, Arc<Record>> = HashMap::new();
-        for op in tasks {
+        for step in steps {
+            let op = match step {
+                Step::Run(op) => op,
+                Step::WaitFor(event) => match event.current() {
+                    Some(record) if !record.is_captured() => Op::Wait {
+                        record,
+                        timeout: None,
+                    },
+                    _ => continue,
+                },
+            };
             let (op, recorded) = match op {
                 Op::Record(template) => {
                     let event = template.event();
@@ -252,7 +286,7 @@ impl ModelRi {
                 "\n  stream {} task {}: {}",
                 task.stream_id,
                 task.seq,
-                describe_op(&task.op)
+                describe_step(&task.step)
             );
         }
         text
@@ -260,8 +294,11 @@ impl ModelRi {
 }
 
 /// A task's type and what it works on, for aclmdlRIDebugPrint and aclmdlRIDebugJsonPrint.
-pub(crate) fn describe_op(op: &Op) -> String {
-    let label = op.label();
+pub(crate) fn describe_step(step: &Step) -> String {
+    let label = step.label();
+    let Step::Run(op) = step else {
+        return format!("{} {}", label.0, label.1);
+    };
     match op {
         Op::Kernel(launch) => format!(
             "kernel {} ({} blocks, {} bytes of arguments)",

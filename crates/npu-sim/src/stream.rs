@@ -399,7 +399,9 @@ impl Stream {
             if let Op::Record(record) = &task.op {
                 record.mark_captured(&capture);
             }
-            let seq = capture.model.push(self, task.op);
+            let seq = capture
+                .model
+                .push(self, crate::model_ri::Step::Run(task.op));
             LAST_TASK_ID.set(seq + 1);
             return Ok(());
         }

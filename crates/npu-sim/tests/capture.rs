@@ -257,6 +257,56 @@ fn streams_join_a_capture_through_events_and_must_return() {
     acl!(aclrtFree(b));
 }
 
+/// EXTERNAL records and waits synchronise an instance with work outside it: each execution
+/// records the event for outside streams, or waits for the event's record current then.
+#[test]
+fn external_records_and_waits_cross_the_instances_boundary() {
+    install();
+    set_device(2);
+    let func = add_one();
+    let (stream, outside) = (create_stream(), create_stream());
+    let (done, ready) = (sync_event(), sync_event());
+    let dev = malloc(64);
+    upload(dev, &[0u32]);
+    let address = dev as u64;
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    acl!(aclrtStreamWaitEventWithFlag(
+        stream,
+        ready,
+        0,
+        ACL_EVENT_WAIT_EXTERNAL
+    ));
+    assert_eq!(launch(func, 1, stream, &address, ptr::null_mut()), 0);
+    acl!(aclrtRecordEventWithFlag(
+        done,
+        stream,
+        ACL_EVENT_RECORD_EXTERNAL
+    ));
+    // An outside stream waiting on `done` does not join the capture.
+    acl!(aclrtStreamWaitEvent(outside, done));
+    assert_eq!(capture_info(outside).0, ACL_MODEL_RI_CAPTURE_STATUS_NONE);
+    let model = end(stream);
+    // `ready` is recorded on an outside stream held by the hold gate: the replay waits for it.
+    control::hold(2).unwrap();
+    acl!(aclrtMemsetAsync(dev, 4, 0, 4, outside));
+    acl!(aclrtRecordEvent(ready, outside));
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    acl!(aclrtStreamWaitEvent(outside, done));
+    assert_eq!(launch(func, 1, outside, &address, ptr::null_mut()), 0);
+    control::release(2).unwrap();
+    acl!(aclrtSynchronizeStream(outside));
+    // memset, then the replay's +1 after `ready`, then the outside +1 after `done`.
+    assert_eq!(read_u32(dev), 2);
+    acl!(aclrtSynchronizeStream(stream));
+    acl!(aclmdlRIDestroy(model));
+    for event in [done, ready] {
+        acl!(aclrtDestroyEvent(event));
+    }
+    acl!(aclrtDestroyStream(outside));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+}
+
 /// An operation refused because of a capture invalidates it: later submissions and the end
 /// fail with 507903, and the end leaves no instance.
 #[test]
@@ -425,6 +475,14 @@ fn empty_model() -> aclmdlRI {
     let stream = create_stream();
     acl!(aclmdlRICaptureBegin(stream, RELAXED));
     end(stream)
+}
+
+/// An aclrtCreateEventExWithFlag(ACL_EVENT_SYNC) event, the kind EXTERNAL records and waits
+/// take.
+fn sync_event() -> aclrtEvent {
+    let mut event = ptr::null_mut();
+    acl!(aclrtCreateEventExWithFlag(&mut event, ACL_EVENT_SYNC));
+    event
 }
 
 fn stale_model() -> aclmdlRI {

@@ -160,6 +160,16 @@ pub unsafe extern "C" fn aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream
 /// aclrtRecordEvent's work, shared with aclrtRecordEventWithFlag.
 pub(super) fn record(event: aclrtEvent, stream: aclrtStream) -> Res<()> {
     let (event, stream) = event_on_stream(event, stream)?;
+    record_on(&event, &stream, false)
+}
+
+/// Queues a record of `event` on `stream`. An `external` one (ACL_EVENT_RECORD_EXTERNAL)
+/// goes into the stream's capture without becoming the event's record: only its replays
+/// record the event, for streams and instances outside the capture to wait on.
+pub(super) fn record_on(event: &Arc<Event>, stream: &Arc<Stream>, external: bool) -> Res<()> {
+    if external {
+        crate::capture::external_capture(stream, event)?;
+    }
     ensure!(
         !stream.is_persistent(),
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
@@ -167,9 +177,11 @@ pub(super) fn record(event: aclrtEvent, stream: aclrtStream) -> Res<()> {
          simulator does not execute, so a record there could never complete",
         stream.id
     );
-    let record = Arc::new(Record::recording(stream.clone(), Some(&event)));
+    let record = Arc::new(Record::recording(stream.clone(), Some(event)));
     stream.submit(Task::new(Op::Record(record.clone())))?;
-    event.set_current(record);
+    if !external {
+        event.set_current(record);
+    }
     Ok(())
 }
 

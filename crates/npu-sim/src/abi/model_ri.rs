@@ -10,7 +10,7 @@ use crate::capture::{self, Capture};
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle;
-use crate::model_ri::{ModelRi, describe_op};
+use crate::model_ri::{ModelRi, Step, describe_step};
 use crate::sim::sim;
 use crate::task::Op;
 
@@ -319,12 +319,12 @@ fn debug_json(model: &ModelRi, verbose: bool) -> serde_json::Value {
                 "args": { "name": format!("stream {}", task.stream_id) },
             }));
         }
-        let (category, name) = task.op.label();
+        let (category, name) = task.step.label();
         let mut args = json!({
             "task": task.seq,
-            "description": describe_op(&task.op),
+            "description": describe_step(&task.step),
         });
-        if verbose && let Op::Kernel(launch) = &task.op {
+        if verbose && let Step::Run(Op::Kernel(launch)) = &task.step {
             args["kernel_args"] = json!(launch.args_hex());
         }
         events.push(json!({

@@ -204,6 +204,22 @@ pub(super) fn wait_event(
     stream.submit(Task::new(Op::Wait { record, timeout }))
 }
 
+/// aclrtStreamWaitEventWithFlag(EXTERNAL): the capturing stream's instance waits, at each of
+/// its executions, for the event's record current then (timeout 0 only, else 107000).
+pub(super) fn wait_external(stream: aclrtStream, event: aclrtEvent, timeout: u32) -> Res<()> {
+    let (event, stream) = super::event::event_on_stream(event, stream)?;
+    ensure!(
+        timeout == 0,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "an EXTERNAL wait takes no timeout (0), not {timeout}"
+    );
+    let capture = crate::capture::external_capture(&stream, &event)?;
+    capture
+        .model
+        .push(&stream, crate::model_ri::Step::WaitFor(event));
+    Ok(())
+}
+
 /// Sets the stream's failure mode: ACL_CONTINUE_ON_FAILURE (default) or ACL_STOP_ON_FAILURE
 /// (a failing task stops every stream of the context).
 ///
