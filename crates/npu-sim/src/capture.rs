@@ -200,7 +200,7 @@ impl Capture {
         }
         lock(&ACTIVE).retain(|capture| !Arc::ptr_eq(capture, self));
         ACTIVE_COUNT.fetch_sub(1, Ordering::AcqRel);
-        self.model.end_capture();
+        self.model.close();
     }
 
     /// `stream` leaves the capture (it is being destroyed with its context): the capture is

@@ -4,10 +4,12 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use npu_sys::*;
 use std::sync::{Arc, Mutex};
 
 use crate::device::Device;
-use crate::error::Res;
+use crate::error::{Res, ensure, fail};
 use crate::event::{Event, Record};
 use crate::handle::Handle;
 use crate::stream::Stream;
@@ -55,6 +57,15 @@ pub(crate) struct Captured {
     pub(crate) step: Step,
 }
 
+/// A stream bound to a built instance (aclmdlRIBindStream).
+struct Bound {
+    stream: Arc<Stream>,
+    /// ACL_MODEL_STREAM_FLAG_HEAD: it runs from the start of every execution.
+    head: bool,
+    /// aclmdlRIEndTask marked the end of its tasks.
+    ended: bool,
+}
+
 /// A model runtime instance.
 pub(crate) struct ModelRi {
     pub(crate) handle: Handle,
@@ -71,14 +82,20 @@ pub(crate) struct ModelRi {
     destroy_callbacks: Mutex<Vec<(HostFn, usize)>>,
     /// Cloned into every replayed task: more than one holder means an execution is not over.
     running: Arc<()>,
-    capturing: AtomicBool,
+    /// Still being captured or built: it cannot execute yet.
+    open: AtomicBool,
+    /// Built explicitly (aclmdlRIBuildBegin) rather than captured.
+    pub(crate) built: bool,
+    bound: Mutex<Vec<Bound>>,
+    /// The stream aclmdlRIExecute runs it on, created at its first synchronous execution.
+    exec: Mutex<Option<Arc<Stream>>>,
 }
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
 
 impl ModelRi {
-    /// An empty instance being captured.
-    pub(crate) fn new(handle: Handle, ctx: Handle, device: Arc<Device>) -> Self {
+    /// An empty instance, being captured or (`built`) built.
+    pub(crate) fn new(handle: Handle, ctx: Handle, device: Arc<Device>, built: bool) -> Self {
         Self {
             handle,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -89,17 +106,123 @@ impl ModelRi {
             name: Mutex::new(String::new()),
             destroy_callbacks: Mutex::new(Vec::new()),
             running: Arc::new(()),
-            capturing: AtomicBool::new(true),
+            open: AtomicBool::new(true),
+            built,
+            bound: Mutex::new(Vec::new()),
+            exec: Mutex::new(None),
         }
     }
 
-    /// Whether its capture is still going on.
-    pub(crate) fn is_capturing(&self) -> bool {
-        self.capturing.load(Ordering::Acquire)
+    /// Whether its capture or build is still going on.
+    pub(crate) fn is_open(&self) -> bool {
+        self.open.load(Ordering::Acquire)
     }
 
-    pub(crate) fn end_capture(&self) {
-        self.capturing.store(false, Ordering::Release);
+    /// Its capture or build is over: it may execute.
+    pub(crate) fn close(&self) {
+        self.open.store(false, Ordering::Release);
+    }
+
+    /// aclmdlRIBindStream: `stream`'s tasks go into the instance from now on.
+    pub(crate) fn bind(self: &Arc<Self>, stream: &Arc<Stream>, head: bool) -> Res<()> {
+        stream.bind(self)?;
+        self.add_stream(stream);
+        lock(&self.bound).push(Bound {
+            stream: stream.clone(),
+            head,
+            ended: false,
+        });
+        Ok(())
+    }
+
+    /// aclmdlRIUnbindStream: a stream not bound to it → ACL_ERROR_RT_STREAM_MODEL.
+    pub(crate) fn unbind(&self, stream: &Stream) -> Res<()> {
+        let found = {
+            let mut bound = lock(&self.bound);
+            let before = bound.len();
+            bound.retain(|b| b.stream.handle != stream.handle);
+            bound.len() != before
+        };
+        ensure!(
+            found,
+            ACL_ERROR_RT_STREAM_MODEL,
+            "stream {} is not bound to model runtime instance {}",
+            stream.id,
+            self.id
+        );
+        stream.unbind();
+        Ok(())
+    }
+
+    /// Unbinds every stream (the instance is being destroyed).
+    pub(crate) fn unbind_all(&self) {
+        let bound = std::mem::take(&mut *lock(&self.bound));
+        for b in bound {
+            b.stream.unbind();
+        }
+    }
+
+    /// aclmdlRIEndTask: no more tasks on `stream` (ACL_ERROR_RT_STREAM_MODEL if not bound).
+    pub(crate) fn end_tasks(&self, stream: &Stream) -> Res<()> {
+        let mut bound = lock(&self.bound);
+        let Some(entry) = bound.iter_mut().find(|b| b.stream.handle == stream.handle) else {
+            fail!(
+                ACL_ERROR_RT_STREAM_MODEL,
+                "stream {} is not bound to model runtime instance {}",
+                stream.id,
+                self.id
+            );
+        };
+        entry.ended = true;
+        Ok(())
+    }
+
+    /// Whether a bound stream may still add tasks: not after aclmdlRIEndTask on it or
+    /// aclmdlRIBuildEnd (ACL_ERROR_RT_PARAM_INVALID).
+    pub(crate) fn check_accepts(&self, stream: &Stream) -> Res<()> {
+        let ended = lock(&self.bound)
+            .iter()
+            .any(|b| b.stream.handle == stream.handle && b.ended);
+        ensure!(
+            self.is_open() && !ended,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "stream {} is bound to model runtime instance {}, whose tasks on it are complete \
+             (aclmdlRIEndTask or aclmdlRIBuildEnd)",
+            stream.id,
+            self.id
+        );
+        Ok(())
+    }
+
+    /// The stream aclmdlRIExecute runs it on, created in its context at the first call.
+    pub(crate) fn exec_stream(
+        &self,
+        create: impl FnOnce() -> Res<Arc<Stream>>,
+    ) -> Res<Arc<Stream>> {
+        let mut exec = lock(&self.exec);
+        if let Some(stream) = &*exec {
+            return Ok(stream.clone());
+        }
+        let stream = create()?;
+        *exec = Some(stream.clone());
+        Ok(stream)
+    }
+
+    /// The execution stream aclmdlRIExecute created, if any (the instance is being destroyed).
+    pub(crate) fn take_exec_stream(&self) -> Option<Arc<Stream>> {
+        lock(&self.exec).take()
+    }
+
+    /// The ids of the streams whose tasks an execution runs: every stream of a captured
+    /// instance; the HEAD streams of a built one (the others wait for an activation).
+    fn running_streams(&self) -> Option<Vec<i32>> {
+        self.built.then(|| {
+            lock(&self.bound)
+                .iter()
+                .filter(|b| b.head)
+                .map(|b| b.stream.id)
+                .collect()
+        })
     }
 
     /// Whether an execution of it has tasks that have not left their stream yet.
@@ -175,16 +298,29 @@ impl ModelRi {
     /// a new record of its event, made current as it is queued, and the waits on it wait for
     /// that new record; every replayed task holds [`Self::running`] until it leaves the stream.
     pub(crate) fn replay(&self, stream: &Arc<Stream>) -> Res<()> {
-        let steps: Vec<Step> = lock(&self.tasks).iter().map(|t| t.step.clone()).collect();
+        let heads = self.running_streams();
+        let steps: Vec<Step> = lock(&self.tasks)
+            .iter()
+            .filter(|t| {
+                heads
+                    .as_ref()
+                    .is_none_or(|heads| heads.contains(&t.stream_id))
+            })
+            .map(|t| t.step.clone())
+            .collect();
         let mut fresh: HashMap<*const Record, Arc<Record>> = HashMap::new();
         for step in steps {
             let op = match step {
                 Step::Run(op) => op,
                 Step::WaitFor(event) => match event.current() {
-                    Some(record) if !record.is_captured() => Op::Wait {
-                        record,
-                        timeout: None,
-                    },
+                    Some(record) if !record.is_captured() => {
+                        let wait = Op::Wait {
+                            record,
+                            timeout: None,
+                        };
+                        self.queue(stream, wait)?;
+                        continue;
+                    }
                     _ => continue,
                 },
             };
@@ -217,14 +353,19 @@ impl ModelRi {
                 }
                 other => (other, None),
             };
-            let mut task = Task::new(op);
-            task.keep = Some(self.running.clone());
-            stream.submit(task)?;
+            self.queue(stream, op)?;
             if let Some((event, record)) = recorded {
                 event.set_current(record);
             }
         }
         Ok(())
+    }
+
+    /// Queues one replayed task, which holds [`Self::running`] until it leaves the stream.
+    fn queue(&self, stream: &Arc<Stream>, op: Op) -> Res<()> {
+        let mut task = Task::new(op);
+        task.keep = Some(self.running.clone());
+        stream.submit(task)
     }
 
     pub(crate) fn set_name(&self, name: &str) {

@@ -24,6 +24,7 @@ use crate::context::Health;
 use crate::device::Device;
 use crate::error::{Res, SimError, ensure, fail};
 use crate::handle::Handle;
+use crate::model_ri::{ModelRi, Step};
 use crate::sim::Sim;
 use crate::sync::{Bell, Listen, lock, wait_until};
 use crate::task::{Op, Task, read_value};
@@ -64,6 +65,8 @@ struct State {
     persistent: Vec<Task>,
     /// The capture the stream's tasks go into instead of the queue.
     capture: Option<Arc<Capture>>,
+    /// The built instance the stream is bound to (aclmdlRIBindStream): its tasks go into it.
+    bound: Option<Arc<ModelRi>>,
 }
 
 /// The stream attributes the simulator stores without acting on them
@@ -347,6 +350,35 @@ impl Stream {
         Ok(())
     }
 
+    /// The built instance the stream is bound to.
+    pub(crate) fn bound_model(&self) -> Option<Arc<ModelRi>> {
+        lock(&self.state).bound.clone()
+    }
+
+    /// Binds the stream to a built instance: a PERSISTENT stream (ACL_ERROR_RT_PARAM_INVALID
+    /// otherwise) bound to none yet (ACL_ERROR_RT_PARAM_INVALID).
+    pub(crate) fn bind(&self, model: &Arc<ModelRi>) -> Res<()> {
+        ensure!(
+            self.is_persistent(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "stream {} was not created with ACL_STREAM_PERSISTENT, so it cannot be bound to a model runtime instance",
+            self.id
+        );
+        let mut state = lock(&self.state);
+        ensure!(
+            state.bound.is_none(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "stream {} is bound to a model runtime instance already",
+            self.id
+        );
+        state.bound = Some(model.clone());
+        Ok(())
+    }
+
+    pub(crate) fn unbind(&self) {
+        lock(&self.state).bound = None;
+    }
+
     /// Back to running its tasks; returns the capture it was in.
     pub(crate) fn leave_capture(&self) -> Option<Arc<Capture>> {
         lock(&self.state).capture.take()
@@ -399,9 +431,13 @@ impl Stream {
             if let Op::Record(record) = &task.op {
                 record.mark_captured(&capture);
             }
-            let seq = capture
-                .model
-                .push(self, crate::model_ri::Step::Run(task.op));
+            let seq = capture.model.push(self, Step::Run(task.op));
+            LAST_TASK_ID.set(seq + 1);
+            return Ok(());
+        }
+        if let Some(model) = state.bound.clone() {
+            model.check_accepts(self)?;
+            let seq = model.push(self, Step::Run(task.op));
             LAST_TASK_ID.set(seq + 1);
             return Ok(());
         }
@@ -936,6 +972,10 @@ impl Stream {
         crate::stream_state::notify(self.handle, ACL_RT_STREAM_STATE_DESTROY_PRE);
         if let Some(capture) = self.leave_capture() {
             capture.leave(self);
+        }
+        if let Some(model) = self.bound_model() {
+            // Not bound any more: the instance keeps the tasks it was given.
+            let _ = model.unbind(self);
         }
         if force {
             self.draining.store(true, Ordering::Release);

@@ -1,5 +1,6 @@
-//! Stream capture and replay (aclmdlRICapture*, aclmdlRIExecuteAsync, aclmdlRIDestroy and
-//! what an instance tells about itself), through the C ABI.
+//! Model runtime instances through the C ABI: stream capture and replay (aclmdlRICapture*,
+//! aclmdlRIExecuteAsync, aclmdlRIExecute, aclmdlRIDestroy and what an instance tells about
+//! itself) and explicit builds (aclmdlRIBuildBegin, BindStream, EndTask, BuildEnd, Unbind).
 //!
 //! Every capture here is RELAXED or THREAD_LOCAL, which restrict nothing on other threads:
 //! tests run in parallel and copy synchronously. The capture modes' restrictions are in
@@ -26,7 +27,7 @@ const THREAD_LOCAL: aclmdlRICaptureMode = ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL
 fn install() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        npu_sim::SimConfig::default().devices(4).install().unwrap();
+        npu_sim::SimConfig::default().devices(6).install().unwrap();
         register_test_kernels();
     });
 }
@@ -262,7 +263,7 @@ fn streams_join_a_capture_through_events_and_must_return() {
 #[test]
 fn external_records_and_waits_cross_the_instances_boundary() {
     install();
-    set_device(2);
+    set_device(4);
     let func = add_one();
     let (stream, outside) = (create_stream(), create_stream());
     let (done, ready) = (sync_event(), sync_event());
@@ -287,13 +288,13 @@ fn external_records_and_waits_cross_the_instances_boundary() {
     assert_eq!(capture_info(outside).0, ACL_MODEL_RI_CAPTURE_STATUS_NONE);
     let model = end(stream);
     // `ready` is recorded on an outside stream held by the hold gate: the replay waits for it.
-    control::hold(2).unwrap();
+    control::hold(4).unwrap();
     acl!(aclrtMemsetAsync(dev, 4, 0, 4, outside));
     acl!(aclrtRecordEvent(ready, outside));
     acl!(aclmdlRIExecuteAsync(model, stream));
     acl!(aclrtStreamWaitEvent(outside, done));
     assert_eq!(launch(func, 1, outside, &address, ptr::null_mut()), 0);
-    control::release(2).unwrap();
+    control::release(4).unwrap();
     acl!(aclrtSynchronizeStream(outside));
     // memset, then the replay's +1 after `ready`, then the outside +1 after `done`.
     assert_eq!(read_u32(dev), 2);
@@ -305,6 +306,101 @@ fn external_records_and_waits_cross_the_instances_boundary() {
     acl!(aclrtDestroyStream(outside));
     acl!(aclrtDestroyStream(stream));
     acl!(aclrtFree(dev));
+}
+
+fn persistent_stream() -> aclrtStream {
+    let mut stream = ptr::null_mut();
+    acl!(aclrtCreateStreamWithConfig(
+        &mut stream,
+        0,
+        ACL_STREAM_PERSISTENT
+    ));
+    stream
+}
+
+const HEAD: u32 = 0;
+const ACTIVATED: u32 = 0x7FFF_FFFF;
+
+/// A built instance: the tasks submitted to its bound PERSISTENT streams; each execution runs
+/// those of its HEAD streams, synchronously (aclmdlRIExecute) or on a stream.
+#[test]
+fn a_built_instance_runs_the_tasks_of_its_head_streams() {
+    install();
+    set_device(5);
+    let func = add_one();
+    let (head, second, activated) = (
+        persistent_stream(),
+        persistent_stream(),
+        persistent_stream(),
+    );
+    let exec = create_stream();
+    let event = create_event();
+    let (a, b) = (malloc(64), malloc(64));
+    upload(a, &[0u32]);
+    upload(b, &[0u32]);
+    let (address_a, address_b) = (a as u64, b as u64);
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRIBuildBegin(&mut model, 0));
+    acl!(aclmdlRIBindStream(model, head, HEAD));
+    acl!(aclmdlRIBindStream(model, second, HEAD));
+    acl!(aclmdlRIBindStream(model, activated, ACTIVATED));
+    assert_eq!(launch(func, 1, head, &address_a, ptr::null_mut()), 0);
+    acl!(aclrtRecordEvent(event, head));
+    // The second HEAD stream waits for the first one's record at each execution.
+    acl!(aclrtStreamWaitEvent(second, event));
+    assert_eq!(launch(func, 1, second, &address_a, ptr::null_mut()), 0);
+    assert_eq!(launch(func, 1, activated, &address_b, ptr::null_mut()), 0);
+    acl!(aclmdlRIEndTask(model, head));
+    assert_eq!(
+        launch(func, 1, head, &address_a, ptr::null_mut()),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    assert_eq!(
+        code!(aclmdlRIExecute(model, -1)),
+        ACL_ERROR_RT_MODEL_CAPTURED
+    );
+    acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
+    assert_eq!(
+        launch(func, 1, activated, &address_b, ptr::null_mut()),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    acl!(aclmdlRIExecute(model, -1));
+    acl!(aclmdlRIExecute(model, 1000));
+    assert_eq!((read_u32(a), read_u32(b)), (4, 0));
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    acl!(aclrtSynchronizeStream(exec));
+    assert_eq!(read_u32(a), 6);
+    // The synchronous execution waits at most `timeout` ms.
+    control::hold(5).unwrap();
+    assert_eq!(
+        code!(aclmdlRIExecute(model, 10)),
+        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+    );
+    control::release(5).unwrap();
+    acl!(aclrtSynchronizeDevice());
+    assert_eq!(read_u32(a), 8);
+    acl!(aclmdlRIUnbindStream(model, head));
+    assert_eq!(
+        code!(aclmdlRIUnbindStream(model, head)),
+        ACL_ERROR_RT_STREAM_MODEL
+    );
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyEvent(event));
+    for stream in [head, second, activated, exec] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtFree(a));
+    acl!(aclrtFree(b));
+}
+
+/// An instance being built (device 0), with `stream` bound as its HEAD stream if not NULL.
+fn building(stream: aclrtStream) -> aclmdlRI {
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRIBuildBegin(&mut model, 0));
+    if !stream.is_null() {
+        acl!(aclmdlRIBindStream(model, stream, HEAD));
+    }
+    model
 }
 
 /// An operation refused because of a capture invalidates it: later submissions and the end
@@ -689,6 +785,338 @@ const CASES: &[Case] = &[
                 64,
                 ACL_MEMCPY_HOST_TO_DEVICE,
                 capturing()
+            ))
+        },
+    ),
+    case(
+        "build into NULL",
+        "aclmdlRIBuildBegin",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIBuildBegin(null_out(), 0)),
+    ),
+    case(
+        "build flag 1",
+        "aclmdlRIBuildBegin",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let mut model = ptr::null_mut();
+            code!(aclmdlRIBuildBegin(&mut model, 1))
+        },
+    ),
+    case(
+        "build without context",
+        "aclmdlRIBuildBegin",
+        ACL_ERROR_RT_CONTEXT_NULL,
+        -1,
+        || {
+            let mut model = ptr::null_mut();
+            code!(aclmdlRIBuildBegin(&mut model, 0))
+        },
+    ),
+    case(
+        "bind NULL",
+        "aclmdlRIBindStream",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRIBindStream(
+                building(ptr::null_mut()),
+                ptr::null_mut(),
+                HEAD
+            ))
+        },
+    ),
+    case(
+        "bind flag 5",
+        "aclmdlRIBindStream",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRIBindStream(
+                building(ptr::null_mut()),
+                persistent_stream(),
+                5
+            ))
+        },
+    ),
+    case(
+        "bind a stream not PERSISTENT",
+        "aclmdlRIBindStream",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            code!(aclmdlRIBindStream(
+                building(ptr::null_mut()),
+                create_stream(),
+                HEAD
+            ))
+        },
+    ),
+    case(
+        "bind a stream bound already",
+        "aclmdlRIBindStream",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let stream = persistent_stream();
+            building(stream);
+            code!(aclmdlRIBindStream(building(ptr::null_mut()), stream, HEAD))
+        },
+    ),
+    case(
+        "bind to a captured instance",
+        "aclmdlRIBindStream",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || code!(aclmdlRIBindStream(empty_model(), persistent_stream(), HEAD)),
+    ),
+    case(
+        "bind after the build",
+        "aclmdlRIBindStream",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let model = building(ptr::null_mut());
+            acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
+            code!(aclmdlRIBindStream(model, persistent_stream(), HEAD))
+        },
+    ),
+    case(
+        "bind a stream of another context",
+        "aclmdlRIBindStream",
+        ACL_ERROR_RT_STREAM_CONTEXT,
+        0,
+        || {
+            code!(aclmdlRIBindStream(
+                building(ptr::null_mut()),
+                stream_of_device(1),
+                HEAD
+            ))
+        },
+    ),
+    case(
+        "bind to an instance of another context",
+        "aclmdlRIBindStream",
+        ACL_ERROR_RT_MODEL_CONTEXT,
+        0,
+        || {
+            let model = std::thread::spawn(|| {
+                set_device(1);
+                building(ptr::null_mut()) as usize
+            })
+            .join()
+            .unwrap();
+            code!(aclmdlRIBindStream(
+                model as aclmdlRI,
+                persistent_stream(),
+                HEAD
+            ))
+        },
+    ),
+    case(
+        "end tasks of a stream not bound",
+        "aclmdlRIEndTask",
+        ACL_ERROR_RT_STREAM_MODEL,
+        0,
+        || {
+            code!(aclmdlRIEndTask(
+                building(ptr::null_mut()),
+                persistent_stream()
+            ))
+        },
+    ),
+    case(
+        "build end reserve",
+        "aclmdlRIBuildEnd",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let mut reserve = 0u8;
+            code!(aclmdlRIBuildEnd(
+                building(ptr::null_mut()),
+                (&raw mut reserve).cast()
+            ))
+        },
+    ),
+    case(
+        "build end twice",
+        "aclmdlRIBuildEnd",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let model = building(ptr::null_mut());
+            acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
+            code!(aclmdlRIBuildEnd(model, ptr::null_mut()))
+        },
+    ),
+    case(
+        "unbind a stream not bound",
+        "aclmdlRIUnbindStream",
+        ACL_ERROR_RT_STREAM_MODEL,
+        0,
+        || {
+            code!(aclmdlRIUnbindStream(
+                building(ptr::null_mut()),
+                persistent_stream()
+            ))
+        },
+    ),
+    case(
+        "record on an unbound PERSISTENT stream",
+        "aclrtRecordEvent",
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        0,
+        || code!(aclrtRecordEvent(create_event(), persistent_stream())),
+    ),
+    case(
+        "run NULL",
+        "aclmdlRIExecute",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIExecute(ptr::null_mut(), -1)),
+    ),
+    case(
+        "run with timeout 0",
+        "aclmdlRIExecute",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || code!(aclmdlRIExecute(empty_model(), 0)),
+    ),
+    case(
+        "run while built",
+        "aclmdlRIExecute",
+        ACL_ERROR_RT_MODEL_CAPTURED,
+        0,
+        || code!(aclmdlRIExecute(building(persistent_stream()), -1)),
+    ),
+    case(
+        "run in another context",
+        "aclmdlRIExecute",
+        ACL_ERROR_RT_MODEL_CONTEXT,
+        0,
+        || {
+            let model = std::thread::spawn(|| {
+                set_device(1);
+                empty_model() as usize
+            })
+            .join()
+            .unwrap();
+            code!(aclmdlRIExecute(model as aclmdlRI, -1))
+        },
+    ),
+    case(
+        "EXTERNAL record outside a capture",
+        "aclrtRecordEventWithFlag",
+        ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+        0,
+        || {
+            code!(aclrtRecordEventWithFlag(
+                sync_event(),
+                create_stream(),
+                ACL_EVENT_RECORD_EXTERNAL
+            ))
+        },
+    ),
+    case(
+        "EXTERNAL record of a legacy event",
+        "aclrtRecordEventWithFlag",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            code!(aclrtRecordEventWithFlag(
+                create_event(),
+                capturing(),
+                ACL_EVENT_RECORD_EXTERNAL
+            ))
+        },
+    ),
+    case(
+        "EXTERNAL twice in a capture",
+        "aclrtStreamWaitEventWithFlag",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let (event, stream) = (sync_event(), capturing());
+            acl!(aclrtRecordEventWithFlag(
+                event,
+                stream,
+                ACL_EVENT_RECORD_EXTERNAL
+            ));
+            code!(aclrtStreamWaitEventWithFlag(
+                stream,
+                event,
+                0,
+                ACL_EVENT_WAIT_EXTERNAL
+            ))
+        },
+    ),
+    case(
+        "record flag switched",
+        "aclrtRecordEventWithFlag",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let event = sync_event();
+            acl!(aclrtRecordEventWithFlag(
+                event,
+                create_stream(),
+                ACL_EVENT_RECORD_DEFAULT
+            ));
+            code!(aclrtRecordEventWithFlag(
+                event,
+                capturing(),
+                ACL_EVENT_RECORD_EXTERNAL
+            ))
+        },
+    ),
+    case(
+        "EXTERNAL wait outside a capture",
+        "aclrtStreamWaitEventWithFlag",
+        ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+        0,
+        || {
+            code!(aclrtStreamWaitEventWithFlag(
+                create_stream(),
+                sync_event(),
+                0,
+                ACL_EVENT_WAIT_EXTERNAL
+            ))
+        },
+    ),
+    case(
+        "EXTERNAL wait with a timeout",
+        "aclrtStreamWaitEventWithFlag",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            code!(aclrtStreamWaitEventWithFlag(
+                capturing(),
+                sync_event(),
+                5,
+                ACL_EVENT_WAIT_EXTERNAL
+            ))
+        },
+    ),
+    case(
+        "wait flag switched",
+        "aclrtStreamWaitEventWithFlag",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let event = sync_event();
+            acl!(aclrtStreamWaitEventWithFlag(
+                capturing(),
+                event,
+                0,
+                ACL_EVENT_WAIT_EXTERNAL
+            ));
+            code!(aclrtStreamWaitEventWithFlag(
+                create_stream(),
+                event,
+                0,
+                ACL_EVENT_WAIT_DEFAULT
             ))
         },
     ),

@@ -1806,7 +1806,13 @@ macro_rules! for_each_acl_function {
                 fn aclmdlRIDebugJsonPrint(modelRI: $crate::aclmdlRI, path: *const core::ffi::c_char, flags: u32) -> $crate::aclError;
                 fn aclmdlRICaptureThreadExchangeMode(mode: *mut $crate::aclmdlRICaptureMode) -> $crate::aclError;
                 fn aclmdlRIExecuteAsync(modelRI: $crate::aclmdlRI, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclmdlRIExecute(modelRI: $crate::aclmdlRI, timeout: i32) -> $crate::aclError;
                 fn aclmdlRIDestroy(modelRI: $crate::aclmdlRI) -> $crate::aclError;
+                fn aclmdlRIBuildBegin(modelRI: *mut $crate::aclmdlRI, flag: u32) -> $crate::aclError;
+                fn aclmdlRIBindStream(modelRI: $crate::aclmdlRI, stream: $crate::aclrtStream, flag: u32) -> $crate::aclError;
+                fn aclmdlRIEndTask(modelRI: $crate::aclmdlRI, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclmdlRIBuildEnd(modelRI: $crate::aclmdlRI, reserve: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclmdlRIUnbindStream(modelRI: $crate::aclmdlRI, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclmdlRISetName(modelRI: $crate::aclmdlRI, name: *const core::ffi::c_char) -> $crate::aclError;
                 fn aclmdlRIGetName(modelRI: $crate::aclmdlRI, maxLen: u32, name: *mut core::ffi::c_char) -> $crate::aclError;
                 fn aclmdlRIGetId(modelRI: $crate::aclmdlRI, modelRIId: *mut u32) -> $crate::aclError;

@@ -164,22 +164,23 @@ pub(super) fn record(event: aclrtEvent, stream: aclrtStream) -> Res<()> {
 }
 
 /// Queues a record of `event` on `stream`. An `external` one (ACL_EVENT_RECORD_EXTERNAL)
-/// goes into the stream's capture without becoming the event's record: only its replays
-/// record the event, for streams and instances outside the capture to wait on.
+/// goes into the stream's capture without becoming the event's record, as does a record on
+/// a stream bound to a built instance: only the instance's executions record the event.
 pub(super) fn record_on(event: &Arc<Event>, stream: &Arc<Stream>, external: bool) -> Res<()> {
     if external {
         crate::capture::external_capture(stream, event)?;
     }
+    let bound = stream.bound_model().is_some();
     ensure!(
-        !stream.is_persistent(),
+        !stream.is_persistent() || bound,
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "stream {} is ACL_STREAM_PERSISTENT: its tasks run only in a model, which the \
-         simulator does not execute, so a record there could never complete",
+        "stream {} is ACL_STREAM_PERSISTENT and bound to no model runtime instance \
+         (aclmdlRIBindStream), so a record there could never complete",
         stream.id
     );
     let record = Arc::new(Record::recording(stream.clone(), Some(event)));
     stream.submit(Task::new(Op::Record(record.clone())))?;
-    if !external {
+    if !external && !bound {
         event.set_current(record);
     }
     Ok(())

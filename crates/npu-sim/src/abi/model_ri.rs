@@ -5,13 +5,14 @@ use std::sync::Arc;
 
 use npu_sys::*;
 
-use super::check::{c_str, write_c_str};
+use super::check::{c_str, deadline, write_c_str};
 use crate::capture::{self, Capture};
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle;
 use crate::model_ri::{ModelRi, Step, describe_step};
 use crate::sim::sim;
+use crate::stream::Stream;
 use crate::task::Op;
 
 /// The instance behind a handle (NULL → 100000, stale or forged → 107017).
@@ -20,17 +21,61 @@ fn model(model_ri: aclmdlRI) -> Res<Arc<ModelRi>> {
     sim()?.models.resolve(handle::from_ptr(model_ri))
 }
 
-/// The instance, which must not be being captured (ACL_ERROR_RT_MODEL_CAPTURED): `what`
-/// needs its capture to be over.
-fn captured_model(model_ri: aclmdlRI, what: &str) -> Res<Arc<ModelRi>> {
+/// The instance, whose capture or build must be over (ACL_ERROR_RT_MODEL_CAPTURED): `what`
+/// needs it complete.
+fn complete_model(model_ri: aclmdlRI, what: &str) -> Res<Arc<ModelRi>> {
     let model = model(model_ri)?;
     ensure!(
-        !model.is_capturing(),
+        !model.is_open(),
         ACL_ERROR_RT_MODEL_CAPTURED,
-        "model runtime instance {} is still being captured: {what} needs aclmdlRICaptureEnd first",
+        "model runtime instance {} is still being {}: {what} needs {} first",
+        model.id,
+        if model.built { "built" } else { "captured" },
+        if model.built {
+            "aclmdlRIBuildEnd"
+        } else {
+            "aclmdlRICaptureEnd"
+        }
+    );
+    Ok(model)
+}
+
+/// A built instance (aclmdlRIBuildBegin) still being built: a captured one, or one whose
+/// build ended → ACL_ERROR_RT_PARAM_INVALID.
+fn building_model(model_ri: aclmdlRI) -> Res<Arc<ModelRi>> {
+    let model = model(model_ri)?;
+    ensure!(
+        model.built,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "model runtime instance {} was captured, not begun with aclmdlRIBuildBegin",
+        model.id
+    );
+    ensure!(
+        model.is_open(),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "model runtime instance {} is built already (aclmdlRIBuildEnd)",
         model.id
     );
     Ok(model)
+}
+
+/// The stream flag of aclmdlRIBindStream that makes a stream run from the start of every
+/// execution (CANN's ACL_MODEL_STREAM_FLAG_HEAD, a macro its headers do not define).
+const STREAM_FLAG_HEAD: u32 = 0x0000_0000;
+/// ... and the one of streams that an activation starts (ACL_MODEL_STREAM_FLAG_DEFAULT).
+const STREAM_FLAG_DEFAULT: u32 = 0x7FFF_FFFF;
+
+/// The stream, of the current context, must belong to the instance's context
+/// (ACL_ERROR_RT_MODEL_CONTEXT).
+fn check_same_context(model: &ModelRi, stream: &Stream) -> Res<()> {
+    ensure!(
+        stream.ctx == model.ctx,
+        ACL_ERROR_RT_MODEL_CONTEXT,
+        "model runtime instance {} belongs to another context than stream {}'s",
+        model.id,
+        stream.id
+    );
+    Ok(())
 }
 
 /// Starts capturing the stream's tasks into a new instance. The default stream → 107031; a
@@ -53,7 +98,12 @@ pub unsafe extern "C" fn aclmdlRICaptureBegin(
             "the default stream cannot be captured"
         );
         let handle = sim.models.reserve()?;
-        let model = Arc::new(ModelRi::new(handle, stream.ctx, stream.device.clone()));
+        let model = Arc::new(ModelRi::new(
+            handle,
+            stream.ctx,
+            stream.device.clone(),
+            false,
+        ));
         match Capture::begin(&stream, model.clone(), mode) {
             Ok(_) => {
                 sim.models.fill(handle, model);
@@ -182,15 +232,9 @@ pub unsafe extern "C" fn aclmdlRICaptureThreadExchangeMode(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtStream) -> aclError {
     guard("aclmdlRIExecuteAsync", || {
-        let model = captured_model(modelRI, "an execution")?;
+        let model = complete_model(modelRI, "an execution")?;
         let stream = context::submit_stream(sim()?, stream)?;
-        ensure!(
-            stream.ctx == model.ctx,
-            ACL_ERROR_RT_MODEL_CONTEXT,
-            "model runtime instance {} was captured in another context than stream {}'s",
-            model.id,
-            stream.id
-        );
+        check_same_context(&model, &stream)?;
         stream.check_not_captured("executing a model runtime instance on it")?;
         model.replay(&stream)
     })
@@ -204,14 +248,22 @@ pub unsafe extern "C" fn aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtSt
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclmdlRIDestroy(modelRI: aclmdlRI) -> aclError {
     guard("aclmdlRIDestroy", || {
-        let model = captured_model(modelRI, "destroying it")?;
+        let model = complete_model(modelRI, "destroying it")?;
         ensure!(
             !model.running(),
             ACL_ERROR_RT_MODEL_RUNNING,
             "model runtime instance {} is still running (synchronize the streams it executes on first)",
             model.id
         );
-        sim()?.models.remove(model.handle);
+        let sim = sim()?;
+        sim.models.remove(model.handle);
+        model.unbind_all();
+        if let Some(stream) = model.take_exec_stream() {
+            stream.destroy(sim, false);
+            if let Some(ctx) = sim.contexts.get(model.ctx) {
+                ctx.remove_stream(stream.handle);
+            }
+        }
         model.run_destroy_callbacks();
         Ok(())
     })
@@ -267,7 +319,7 @@ pub unsafe extern "C" fn aclmdlRIGetId(modelRI: aclmdlRI, modelRIId: *mut u32) -
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclmdlRIDebugPrint(modelRI: aclmdlRI) -> aclError {
     guard("aclmdlRIDebugPrint", || {
-        let model = captured_model(modelRI, "printing it")?;
+        let model = complete_model(modelRI, "printing it")?;
         tracing::info!(target: "npu_sim::model_ri", "{}", model.describe());
         Ok(())
     })
@@ -287,7 +339,7 @@ pub unsafe extern "C" fn aclmdlRIDebugJsonPrint(
     flags: u32,
 ) -> aclError {
     guard("aclmdlRIDebugJsonPrint", || {
-        let model = captured_model(modelRI, "printing it")?;
+        let model = complete_model(modelRI, "printing it")?;
         let path = c_str(path, "path")?;
         let verbose = match flags {
             ACL_MDLRI_DEBUG_JSON_PRINT_SUMMARY => false,
@@ -380,5 +432,136 @@ pub unsafe extern "C" fn aclmdlRIDestroyUnregisterCallback(
         };
         model.unregister_destroy_callback(func);
         Ok(())
+    })
+}
+
+/// Executes the instance and waits for it: its tasks run on a stream of its own (created in
+/// its context at the first call, destroyed with it), and the first task error, or 507046 at
+/// the timeout (ms, -1 = forever; 0 or below -1 → 107000), is returned. Still being captured
+/// or built → 107026; from another context than the instance's → 107004.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIExecute(modelRI: aclmdlRI, timeout: i32) -> aclError {
+    guard("aclmdlRIExecute", || {
+        let model = complete_model(modelRI, "an execution")?;
+        let deadline = deadline(timeout, ACL_ERROR_RT_PARAM_INVALID)?;
+        let sim = sim()?;
+        let ctx = context::current(sim)?;
+        ctx.check_usable()?;
+        ensure!(
+            ctx.handle == model.ctx,
+            ACL_ERROR_RT_MODEL_CONTEXT,
+            "model runtime instance {} belongs to another context than the current one",
+            model.id
+        );
+        let stream = model.exec_stream(|| {
+            let stream = Stream::create(sim, ctx.handle, &ctx.device, &ctx.health, 0, 0, false)?;
+            ctx.add_stream(stream.clone());
+            Ok(stream)
+        })?;
+        model.replay(&stream)?;
+        stream.synchronize(deadline)
+    })
+}
+
+/// Begins building an instance in the current context (`flag` is reserved: 0, else
+/// 100000): its tasks are those submitted to the streams bound to it until aclmdlRIBuildEnd.
+///
+/// # Safety
+/// `modelRI` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIBuildBegin(modelRI: *mut aclmdlRI, flag: u32) -> aclError {
+    guard("aclmdlRIBuildBegin", || {
+        non_null(modelRI, "modelRI")?;
+        ensure!(
+            flag == 0,
+            ACL_ERROR_INVALID_PARAM,
+            "flag {flag:#x} is reserved and must be 0"
+        );
+        let sim = sim()?;
+        let ctx = context::current(sim)?;
+        ctx.check_usable()?;
+        let handle = sim.models.reserve()?;
+        let model = Arc::new(ModelRi::new(handle, ctx.handle, ctx.device.clone(), true));
+        sim.models.fill(handle, model);
+        write_out(modelRI, "modelRI", handle::to_ptr(handle))
+    })
+}
+
+/// Binds an ACL_STREAM_PERSISTENT stream of the instance's context to an instance being
+/// built: its tasks go into the instance. NULL stream or a flag other than HEAD (0) and
+/// DEFAULT (0x7FFFFFFF) → 100000; a stream not PERSISTENT, bound already, or an instance
+/// captured or built already → 107000; another context → 107003 / 107004.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIBindStream(
+    modelRI: aclmdlRI,
+    stream: aclrtStream,
+    flag: u32,
+) -> aclError {
+    guard("aclmdlRIBindStream", || {
+        let model = building_model(modelRI)?;
+        non_null(stream, "stream")?;
+        ensure!(
+            flag == STREAM_FLAG_HEAD || flag == STREAM_FLAG_DEFAULT,
+            ACL_ERROR_INVALID_PARAM,
+            "flag {flag:#x} is neither ACL_MODEL_STREAM_FLAG_HEAD nor ACL_MODEL_STREAM_FLAG_DEFAULT"
+        );
+        let (_, stream) = context::owned_stream(sim()?, stream)?;
+        check_same_context(&model, &stream)?;
+        model.bind(&stream, flag == STREAM_FLAG_HEAD)
+    })
+}
+
+/// Marks the end of the tasks of a stream bound to the instance (not bound → 107005): later
+/// submissions to it are refused (107000).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIEndTask(modelRI: aclmdlRI, stream: aclrtStream) -> aclError {
+    guard("aclmdlRIEndTask", || {
+        let model = building_model(modelRI)?;
+        let (_, stream) = context::owned_stream(sim()?, stream)?;
+        model.end_tasks(&stream)
+    })
+}
+
+/// Ends the build (`reserve` must be NULL, else 100000): the instance can execute, and its
+/// streams take no more tasks (107000).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIBuildEnd(
+    modelRI: aclmdlRI,
+    reserve: *mut std::ffi::c_void,
+) -> aclError {
+    guard("aclmdlRIBuildEnd", || {
+        let model = building_model(modelRI)?;
+        ensure!(
+            reserve.is_null(),
+            ACL_ERROR_INVALID_PARAM,
+            "reserve must be NULL"
+        );
+        model.close();
+        Ok(())
+    })
+}
+
+/// Unbinds a stream from the instance (not bound → 107005); the instance keeps its tasks.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIUnbindStream(modelRI: aclmdlRI, stream: aclrtStream) -> aclError {
+    guard("aclmdlRIUnbindStream", || {
+        let model = model(modelRI)?;
+        let (_, stream) = context::owned_stream(sim()?, stream)?;
+        model.unbind(&stream)
     })
 }

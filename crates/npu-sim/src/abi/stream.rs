@@ -189,6 +189,12 @@ pub(super) fn wait_event(
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
         "the event was created without ACL_EVENT_SYNC and cannot be waited on"
     );
+    if let Some(model) = stream.bound_model() {
+        // A built instance's wait waits, at each execution, for the record current then.
+        model.check_accepts(&stream)?;
+        model.push(&stream, crate::model_ri::Step::WaitFor(event));
+        return Ok(());
+    }
     let Some(record) = event.current() else {
         return Ok(());
     };
