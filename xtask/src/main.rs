@@ -278,6 +278,10 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclmdlRIGetId",
     "aclmdlRIDestroyRegisterCallback",
     "aclmdlRIDestroyUnregisterCallback",
+    "aclmdlRIGetStreams",
+    "aclmdlRIGetTasksByStream",
+    "aclmdlRITaskGetType",
+    "aclmdlRITaskGetSeqId",
 ];
 
 /// The enum style of the bindings: each enumerator a constant of the enum's integer type.

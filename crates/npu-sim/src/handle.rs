@@ -38,6 +38,7 @@ pub(crate) enum Kind {
     AllocatorDesc = 11,
     BinaryData = 12,
     ModelRi = 13,
+    ModelTask = 14,
 }
 
 impl Kind {
@@ -56,6 +57,7 @@ impl Kind {
             Kind::AllocatorDesc => "allocator descriptor",
             Kind::BinaryData => "binary data (aclrtBinary)",
             Kind::ModelRi => "model runtime instance",
+            Kind::ModelTask => "model runtime instance task",
         }
     }
 }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use npu_sys::*;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::device::Device;
 use crate::error::{Res, ensure, fail};
@@ -57,6 +57,25 @@ pub(crate) struct Captured {
     pub(crate) step: Step,
 }
 
+/// What aclmdlRITaskGetType reports for a captured task.
+pub(crate) fn task_type(step: &Step) -> aclmdlRITaskType {
+    match step {
+        Step::WaitFor(_) | Step::Run(Op::Wait { .. }) => ACL_MODEL_RI_TASK_EVENT_WAIT,
+        Step::Run(Op::Kernel(_)) => ACL_MODEL_RI_TASK_KERNEL,
+        Step::Run(Op::Record(record)) if record.event().is_some() => ACL_MODEL_RI_TASK_EVENT_RECORD,
+        Step::Run(Op::Reset { .. }) => ACL_MODEL_RI_TASK_EVENT_RESET,
+        Step::Run(Op::ValueWrite { .. }) => ACL_MODEL_RI_TASK_VALUE_WRITE,
+        Step::Run(Op::ValueWait { .. }) => ACL_MODEL_RI_TASK_VALUE_WAIT,
+        Step::Run(_) => ACL_MODEL_RI_TASK_DEFAULT,
+    }
+}
+
+/// What an aclmdlRITask handle names: a task of an instance, by its place in it.
+pub(crate) struct TaskRef {
+    pub(crate) model: Weak<ModelRi>,
+    pub(crate) index: usize,
+}
+
 /// A stream bound to a built instance (aclmdlRIBindStream).
 struct Bound {
     stream: Arc<Stream>,
@@ -89,6 +108,10 @@ pub(crate) struct ModelRi {
     bound: Mutex<Vec<Bound>>,
     /// The stream aclmdlRIExecute runs it on, created at its first synchronous execution.
     exec: Mutex<Option<Arc<Stream>>>,
+    /// The streams it owns: a captured instance's model streams (one per captured stream).
+    owned: Mutex<Vec<Arc<Stream>>>,
+    /// The aclmdlRITask handles given out, by task index (one per task, reused).
+    task_handles: Mutex<HashMap<usize, Handle>>,
 }
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
@@ -110,6 +133,8 @@ impl ModelRi {
             built,
             bound: Mutex::new(Vec::new()),
             exec: Mutex::new(None),
+            owned: Mutex::new(Vec::new()),
+            task_handles: Mutex::new(HashMap::new()),
         }
     }
 
@@ -208,9 +233,83 @@ impl ModelRi {
         Ok(stream)
     }
 
-    /// The execution stream aclmdlRIExecute created, if any (the instance is being destroyed).
-    pub(crate) fn take_exec_stream(&self) -> Option<Arc<Stream>> {
-        lock(&self.exec).take()
+    /// The streams the instance created (its execution stream and model streams), handed
+    /// over for destruction with it.
+    pub(crate) fn take_own_streams(&self) -> Vec<Arc<Stream>> {
+        let mut streams = std::mem::take(&mut *lock(&self.owned));
+        streams.extend(lock(&self.exec).take());
+        streams
+    }
+
+    /// A captured instance takes a model stream of its own for each stream it captured, as
+    /// CANN's capture does (each made by `make`: PERSISTENT, in the instance's context, bound
+    /// to it); its tasks are then the model streams' tasks.
+    pub(crate) fn adopt_streams(
+        self: &Arc<Self>,
+        mut make: impl FnMut() -> Res<Arc<Stream>>,
+    ) -> Res<()> {
+        let captured: Vec<i32> = lock(&self.streams).iter().map(|&(id, _)| id).collect();
+        let mut renamed = HashMap::new();
+        for id in captured {
+            let stream = make()?;
+            lock(&self.owned).push(stream.clone());
+            stream.bind(self)?;
+            lock(&self.bound).push(Bound {
+                stream: stream.clone(),
+                head: true,
+                ended: true,
+            });
+            renamed.insert(id, stream.id);
+        }
+        for entry in lock(&self.streams).iter_mut() {
+            entry.0 = renamed[&entry.0];
+        }
+        for task in lock(&self.tasks).iter_mut() {
+            task.stream_id = renamed[&task.stream_id];
+        }
+        Ok(())
+    }
+
+    /// The handles of its streams: the bound ones (a captured instance's model streams).
+    pub(crate) fn stream_handles(&self) -> Vec<Handle> {
+        lock(&self.bound).iter().map(|b| b.stream.handle).collect()
+    }
+
+    /// The indexes of the tasks of stream `stream_id`, in order.
+    pub(crate) fn tasks_of(&self, stream_id: i32) -> Vec<usize> {
+        lock(&self.tasks)
+            .iter()
+            .enumerate()
+            .filter(|(_, task)| task.stream_id == stream_id)
+            .map(|(index, _)| index)
+            .collect()
+    }
+
+    /// The task at `index`.
+    pub(crate) fn task(&self, index: usize) -> Option<Captured> {
+        lock(&self.tasks).get(index).cloned()
+    }
+
+    /// The aclmdlRITask handle of the task at `index` (`make` creates it the first time).
+    pub(crate) fn task_handle(
+        &self,
+        index: usize,
+        make: impl FnOnce() -> Res<Handle>,
+    ) -> Res<Handle> {
+        let mut handles = lock(&self.task_handles);
+        if let Some(&handle) = handles.get(&index) {
+            return Ok(handle);
+        }
+        let handle = make()?;
+        handles.insert(index, handle);
+        Ok(handle)
+    }
+
+    /// The task handles given out (the instance is being destroyed).
+    pub(crate) fn take_task_handles(&self) -> Vec<Handle> {
+        std::mem::take(&mut *lock(&self.task_handles))
+            .into_values()
+            .collect()
     }
 
     /// The ids of the streams whose tasks an execution runs: every stream of a captured

@@ -16,7 +16,7 @@ use crate::event::Event;
 use crate::handle::{Handle, HandleTable, Kind};
 use crate::kernel::{ArgsBuilder, Binary, BinaryData, Function, ParamRef};
 use crate::memory::MemoryMap;
-use crate::model_ri::ModelRi;
+use crate::model_ri::{ModelRi, TaskRef};
 use crate::notify::Notify;
 use crate::pool::Pools;
 use crate::report::Reports;
@@ -38,6 +38,7 @@ pub(crate) struct Sim {
     pub(crate) user_args: Mutex<HashMap<usize, Handle>>,
     pub(crate) notifies: HandleTable<Notify>,
     pub(crate) models: HandleTable<ModelRi>,
+    pub(crate) model_tasks: HandleTable<TaskRef>,
     pub(crate) memory: MemoryMap,
     pub(crate) pools: Pools,
     pub(crate) vmm: Vmm,
@@ -77,6 +78,7 @@ impl Sim {
             user_args: Mutex::default(),
             notifies: HandleTable::new(Kind::Notify),
             models: HandleTable::new(Kind::ModelRi),
+            model_tasks: HandleTable::new(Kind::ModelTask),
             memory: MemoryMap::new(pinned_limit),
             pools: Pools::new(),
             vmm: Vmm::new(),

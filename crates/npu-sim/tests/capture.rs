@@ -393,6 +393,143 @@ fn a_built_instance_runs_the_tasks_of_its_head_streams() {
     acl!(aclrtFree(b));
 }
 
+fn streams_of(model: aclmdlRI) -> Vec<aclrtStream> {
+    let mut count = 0;
+    acl!(aclmdlRIGetStreams(model, ptr::null_mut(), &mut count));
+    let mut streams = vec![ptr::null_mut(); count as usize];
+    acl!(aclmdlRIGetStreams(model, streams.as_mut_ptr(), &mut count));
+    streams
+}
+
+fn tasks_of(stream: aclrtStream) -> Vec<aclmdlRITask> {
+    let mut count = 0;
+    acl!(aclmdlRIGetTasksByStream(
+        stream,
+        ptr::null_mut(),
+        &mut count
+    ));
+    let mut tasks = vec![ptr::null_mut(); count as usize];
+    acl!(aclmdlRIGetTasksByStream(
+        stream,
+        tasks.as_mut_ptr(),
+        &mut count
+    ));
+    tasks
+}
+
+/// (type, sequence id) of each task.
+fn describe(tasks: &[aclmdlRITask]) -> Vec<(aclmdlRITaskType, u32)> {
+    tasks
+        .iter()
+        .map(|&task| {
+            let (mut kind, mut seq) = (0, 0);
+            acl!(aclmdlRITaskGetType(task, &mut kind));
+            acl!(aclmdlRITaskGetSeqId(task, &mut seq));
+            (kind, seq)
+        })
+        .collect()
+}
+
+/// A captured instance has a model stream of its own per stream it captured, and lists their
+/// tasks; a built one lists its bound streams.
+#[test]
+fn instances_list_their_streams_and_tasks() {
+    install();
+    set_device(4);
+    let func = add_one();
+    let (main, side) = (create_stream(), create_stream());
+    let (fork, join) = (create_event(), create_event());
+    let dev = malloc(64);
+    upload(dev, &[0u32]);
+    let address = dev as u64;
+    acl!(aclmdlRICaptureBegin(main, RELAXED));
+    acl!(aclrtMemsetAsync(dev, 4, 0, 4, main));
+    acl!(aclrtRecordEvent(fork, main));
+    acl!(aclrtStreamWaitEvent(side, fork));
+    assert_eq!(launch(func, 1, side, &address, ptr::null_mut()), 0);
+    acl!(aclrtRecordEvent(join, side));
+    acl!(aclrtStreamWaitEvent(main, join));
+    assert_eq!(launch(func, 1, main, &address, ptr::null_mut()), 0);
+    let model = end(main);
+    let streams = streams_of(model);
+    assert_eq!(streams.len(), 2);
+    assert!(!streams.contains(&main) && !streams.contains(&side));
+    let main_tasks = tasks_of(streams[0]);
+    assert_eq!(
+        describe(&main_tasks),
+        [
+            (ACL_MODEL_RI_TASK_DEFAULT, 0),
+            (ACL_MODEL_RI_TASK_EVENT_RECORD, 1),
+            (ACL_MODEL_RI_TASK_EVENT_WAIT, 2),
+            (ACL_MODEL_RI_TASK_KERNEL, 3),
+        ]
+    );
+    assert_eq!(
+        describe(&tasks_of(streams[1])),
+        [
+            (ACL_MODEL_RI_TASK_EVENT_WAIT, 0),
+            (ACL_MODEL_RI_TASK_KERNEL, 1),
+            (ACL_MODEL_RI_TASK_EVENT_RECORD, 2),
+        ]
+    );
+    // The same task has the same handle; a short array gets what fits and the full count.
+    let mut two = [ptr::null_mut(); 2];
+    let mut count = 2;
+    acl!(aclmdlRIGetTasksByStream(
+        streams[0],
+        two.as_mut_ptr(),
+        &mut count
+    ));
+    assert_eq!((count, two.to_vec()), (4, main_tasks[..2].to_vec()));
+    // The model streams take no tasks of their own, and the replay is as captured.
+    assert_eq!(
+        code!(aclrtMemsetAsync(dev, 4, 0, 4, streams[0])),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    acl!(aclmdlRIExecuteAsync(model, main));
+    acl!(aclrtSynchronizeStream(main));
+    assert_eq!(read_u32(dev), 2);
+    acl!(aclmdlRIDestroy(model));
+    let mut kind = 0;
+    assert_eq!(
+        code!(aclmdlRITaskGetType(main_tasks[0], &mut kind)),
+        ACL_ERROR_RT_INVALID_HANDLE
+    );
+    assert_eq!(
+        code!(aclmdlRIGetTasksByStream(
+            streams[0],
+            ptr::null_mut(),
+            &mut count
+        )),
+        ACL_ERROR_RT_INVALID_HANDLE
+    );
+
+    let (head, event) = (persistent_stream(), create_event());
+    let mut built = ptr::null_mut();
+    acl!(aclmdlRIBuildBegin(&mut built, 0));
+    acl!(aclmdlRIBindStream(built, head, HEAD));
+    assert_eq!(launch(func, 1, head, &address, ptr::null_mut()), 0);
+    acl!(aclrtRecordEvent(event, head));
+    acl!(aclmdlRIBuildEnd(built, ptr::null_mut()));
+    assert_eq!(streams_of(built), [head]);
+    assert_eq!(
+        describe(&tasks_of(head)),
+        [
+            (ACL_MODEL_RI_TASK_KERNEL, 0),
+            (ACL_MODEL_RI_TASK_EVENT_RECORD, 1)
+        ]
+    );
+    acl!(aclmdlRIDestroy(built));
+    acl!(aclrtDestroyEvent(event));
+    for event in [fork, join] {
+        acl!(aclrtDestroyEvent(event));
+    }
+    for stream in [main, side, head] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtFree(dev));
+}
+
 /// An instance being built (device 0), with `stream` bound as its HEAD stream if not NULL.
 fn building(stream: aclrtStream) -> aclmdlRI {
     let mut model = ptr::null_mut();
@@ -579,6 +716,21 @@ fn sync_event() -> aclrtEvent {
     let mut event = ptr::null_mut();
     acl!(aclrtCreateEventExWithFlag(&mut event, ACL_EVENT_SYNC));
     event
+}
+
+/// The one task of an instance captured from a memset (device 0).
+fn one_task() -> aclmdlRITask {
+    let (stream, dev) = (create_stream(), malloc(64));
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    acl!(aclrtMemsetAsync(dev, 64, 0, 64, stream));
+    let model = end(stream);
+    let mut streams = [ptr::null_mut()];
+    let mut count = 1;
+    acl!(aclmdlRIGetStreams(model, streams.as_mut_ptr(), &mut count));
+    let mut task = ptr::null_mut();
+    count = 1;
+    acl!(aclmdlRIGetTasksByStream(streams[0], &mut task, &mut count));
+    task
 }
 
 fn stale_model() -> aclmdlRI {
@@ -1118,6 +1270,120 @@ const CASES: &[Case] = &[
                 0,
                 ACL_EVENT_WAIT_DEFAULT
             ))
+        },
+    ),
+    case(
+        "streams into NULL count",
+        "aclmdlRIGetStreams",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRIGetStreams(
+                empty_model(),
+                ptr::null_mut(),
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "streams while captured",
+        "aclmdlRIGetStreams",
+        ACL_ERROR_RT_MODEL_CAPTURED,
+        0,
+        || {
+            let mut count = 0;
+            code!(aclmdlRIGetStreams(
+                capture_info(capturing()).1,
+                ptr::null_mut(),
+                &mut count
+            ))
+        },
+    ),
+    case(
+        "tasks of a stream of no instance",
+        "aclmdlRIGetTasksByStream",
+        ACL_ERROR_RT_STREAM_MODEL,
+        0,
+        || {
+            let mut count = 0;
+            code!(aclmdlRIGetTasksByStream(
+                create_stream(),
+                ptr::null_mut(),
+                &mut count
+            ))
+        },
+    ),
+    case(
+        "tasks into NULL count",
+        "aclmdlRIGetTasksByStream",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRIGetTasksByStream(
+                create_stream(),
+                ptr::null_mut(),
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "tasks while built",
+        "aclmdlRIGetTasksByStream",
+        ACL_ERROR_RT_MODEL_CAPTURED,
+        0,
+        || {
+            let stream = persistent_stream();
+            building(stream);
+            let mut count = 0;
+            code!(aclmdlRIGetTasksByStream(
+                stream,
+                ptr::null_mut(),
+                &mut count
+            ))
+        },
+    ),
+    case(
+        "type of NULL",
+        "aclmdlRITaskGetType",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let mut kind = 0;
+            code!(aclmdlRITaskGetType(ptr::null_mut(), &mut kind))
+        },
+    ),
+    case(
+        "type of garbage",
+        "aclmdlRITaskGetType",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || {
+            let mut kind = 0;
+            code!(aclmdlRITaskGetType(garbage(), &mut kind))
+        },
+    ),
+    case(
+        "type into NULL",
+        "aclmdlRITaskGetType",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRITaskGetType(one_task(), ptr::null_mut())),
+    ),
+    case(
+        "sequence id into NULL",
+        "aclmdlRITaskGetSeqId",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRITaskGetSeqId(one_task(), ptr::null_mut())),
+    ),
+    case(
+        "sequence id of garbage",
+        "aclmdlRITaskGetSeqId",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || {
+            let mut id = 0;
+            code!(aclmdlRITaskGetSeqId(garbage(), &mut id))
         },
     ),
     case(

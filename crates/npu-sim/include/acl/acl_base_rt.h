@@ -42,6 +42,8 @@ extern "C" {
 
 /* Every handle is an opaque pointer, as on CANN. */
 typedef void *aclrtStream;
+/* A task of a model runtime instance (aclmdlRIGetTasksByStream). */
+typedef void *aclmdlRITask;
 typedef void *aclrtEvent;
 typedef void *aclrtContext;
 typedef int aclError;

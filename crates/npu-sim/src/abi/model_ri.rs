@@ -8,10 +8,11 @@ use npu_sys::*;
 use super::check::{c_str, deadline, write_c_str};
 use crate::capture::{self, Capture};
 use crate::context;
+use crate::context::Context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle;
-use crate::model_ri::{ModelRi, Step, describe_step};
-use crate::sim::sim;
+use crate::model_ri::{Captured, ModelRi, Step, TaskRef, describe_step, task_type};
+use crate::sim::{Sim, sim};
 use crate::stream::Stream;
 use crate::task::Op;
 
@@ -64,6 +65,29 @@ fn building_model(model_ri: aclmdlRI) -> Res<Arc<ModelRi>> {
 const STREAM_FLAG_HEAD: u32 = 0x0000_0000;
 /// ... and the one of streams that an activation starts (ACL_MODEL_STREAM_FLAG_DEFAULT).
 const STREAM_FLAG_DEFAULT: u32 = 0x7FFF_FFFF;
+
+/// A stream an instance owns (its execution stream, its model streams), in its context.
+fn own_stream(sim: &Sim, ctx: &Context, flags: u32) -> Res<Arc<Stream>> {
+    let stream = Stream::create(sim, ctx.handle, &ctx.device, &ctx.health, 0, flags, false)?;
+    ctx.add_stream(stream.clone());
+    Ok(stream)
+}
+
+/// Retires the instance: its handle and its tasks' handles, its bindings, the streams it
+/// owns.
+fn discard(sim: &Sim, model: &ModelRi) {
+    sim.models.remove(model.handle);
+    for handle in model.take_task_handles() {
+        sim.model_tasks.remove(handle);
+    }
+    model.unbind_all();
+    for stream in model.take_own_streams() {
+        stream.destroy(sim, false);
+        if let Some(ctx) = sim.contexts.get(model.ctx) {
+            ctx.remove_stream(stream.handle);
+        }
+    }
+}
 
 /// The stream, of the current context, must belong to the instance's context
 /// (ACL_ERROR_RT_MODEL_CONTEXT).
@@ -198,8 +222,12 @@ pub unsafe extern "C" fn aclmdlRICaptureEnd(
                 ),
                 None => Ok(()),
             });
+        let outcome = outcome.and_then(|()| {
+            let ctx = sim.contexts.resolve(model.ctx)?;
+            model.adopt_streams(|| own_stream(sim, &ctx, ACL_STREAM_PERSISTENT))
+        });
         if let Err(error) = outcome {
-            sim.models.remove(model.handle);
+            discard(sim, model);
             return Err(error);
         }
         write_out(modelRI, "modelRI", handle::to_ptr(model.handle))
@@ -256,14 +284,7 @@ pub unsafe extern "C" fn aclmdlRIDestroy(modelRI: aclmdlRI) -> aclError {
             model.id
         );
         let sim = sim()?;
-        sim.models.remove(model.handle);
-        model.unbind_all();
-        if let Some(stream) = model.take_exec_stream() {
-            stream.destroy(sim, false);
-            if let Some(ctx) = sim.contexts.get(model.ctx) {
-                ctx.remove_stream(stream.handle);
-            }
-        }
+        discard(sim, &model);
         model.run_destroy_callbacks();
         Ok(())
     })
@@ -456,11 +477,7 @@ pub unsafe extern "C" fn aclmdlRIExecute(modelRI: aclmdlRI, timeout: i32) -> acl
             "model runtime instance {} belongs to another context than the current one",
             model.id
         );
-        let stream = model.exec_stream(|| {
-            let stream = Stream::create(sim, ctx.handle, &ctx.device, &ctx.health, 0, 0, false)?;
-            ctx.add_stream(stream.clone());
-            Ok(stream)
-        })?;
+        let stream = model.exec_stream(|| own_stream(sim, &ctx, 0))?;
         model.replay(&stream)?;
         stream.synchronize(deadline)
     })
@@ -563,5 +580,136 @@ pub unsafe extern "C" fn aclmdlRIUnbindStream(modelRI: aclmdlRI, stream: aclrtSt
         let model = model(modelRI)?;
         let (_, stream) = context::owned_stream(sim()?, stream)?;
         model.unbind(&stream)
+    })
+}
+
+/// Writes up to `*count` of `items` to `out` and sets `*count` to how many there are; with
+/// `out` NULL only the number.
+fn write_list<T: Copy>(out: *mut T, count: *mut u32, items: &[T], what: &str) -> Res<()> {
+    non_null(count, what)?;
+    if !out.is_null() {
+        // SAFETY: non-NULL; valid for a read by the API contract.
+        let room = unsafe { count.read_unaligned() } as usize;
+        for (at, item) in items.iter().take(room).enumerate() {
+            // SAFETY: the caller's array holds `*count` elements (the API contract), and `at`
+            // is below it.
+            unsafe { out.add(at).write_unaligned(*item) };
+        }
+    }
+    write_out(count, what, items.len() as u32)
+}
+
+/// The instance's streams: a built one's bound streams, a captured one's model streams (one
+/// per stream it captured). `streams` NULL: only their number into `*numStreams`; else up to
+/// `*numStreams` handles, and `*numStreams` becomes their number. Still being captured or
+/// built → 107026.
+///
+/// # Safety
+/// `numStreams` must be NULL or valid for a read and a write; `streams` NULL or valid for
+/// `*numStreams` writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIGetStreams(
+    modelRI: aclmdlRI,
+    streams: *mut aclrtStream,
+    numStreams: *mut u32,
+) -> aclError {
+    guard("aclmdlRIGetStreams", || {
+        let model = complete_model(modelRI, "listing its streams")?;
+        let handles: Vec<aclrtStream> = model
+            .stream_handles()
+            .into_iter()
+            .map(handle::to_ptr)
+            .collect();
+        write_list(streams, numStreams, &handles, "numStreams")
+    })
+}
+
+/// The tasks of a stream of an instance (aclmdlRIGetStreams), in order, as with
+/// aclmdlRIGetStreams. A stream of no instance → 107005.
+///
+/// # Safety
+/// `numTasks` must be NULL or valid for a read and a write; `tasks` NULL or valid for
+/// `*numTasks` writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIGetTasksByStream(
+    stream: aclrtStream,
+    tasks: *mut aclmdlRITask,
+    numTasks: *mut u32,
+) -> aclError {
+    guard("aclmdlRIGetTasksByStream", || {
+        non_null(numTasks, "numTasks")?;
+        let sim = sim()?;
+        let stream = context::any_stream(sim, stream)?;
+        let Some(model) = stream.bound_model() else {
+            fail!(
+                ACL_ERROR_RT_STREAM_MODEL,
+                "stream {} belongs to no model runtime instance",
+                stream.id
+            );
+        };
+        let model = complete_model(handle::to_ptr(model.handle), "listing its tasks")?;
+        let handles = model
+            .tasks_of(stream.id)
+            .into_iter()
+            .map(|index| {
+                let handle = model.task_handle(index, || {
+                    let task = TaskRef {
+                        model: Arc::downgrade(&model),
+                        index,
+                    };
+                    sim.model_tasks.insert(Arc::new(task))
+                })?;
+                Ok(handle::to_ptr(handle))
+            })
+            .collect::<Res<Vec<aclmdlRITask>>>()?;
+        write_list(tasks, numTasks, &handles, "numTasks")
+    })
+}
+
+/// The captured task behind a handle (NULL → 100000; stale, or of a destroyed instance →
+/// 107017).
+fn captured_task(task: aclmdlRITask) -> Res<Captured> {
+    non_null(task, "task")?;
+    let found = sim()?.model_tasks.resolve(handle::from_ptr(task))?;
+    match found
+        .model
+        .upgrade()
+        .and_then(|model| model.task(found.index))
+    {
+        Some(captured) => Ok(captured),
+        None => fail!(
+            ACL_ERROR_RT_INVALID_HANDLE,
+            "the task's model runtime instance was destroyed"
+        ),
+    }
+}
+
+/// The task's type: a kernel, an event record, wait or reset, a value write or wait, or
+/// DEFAULT (copies, memsets and the other tasks).
+///
+/// # Safety
+/// `type_` (the header's `type`) must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRITaskGetType(
+    task: aclmdlRITask,
+    type_: *mut aclmdlRITaskType,
+) -> aclError {
+    guard("aclmdlRITaskGetType", || {
+        let captured = captured_task(task)?;
+        non_null(type_, "type")?;
+        write_out(type_, "type", task_type(&captured.step))
+    })
+}
+
+/// The task's place among its stream's tasks (0 for the first).
+///
+/// # Safety
+/// `id` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRITaskGetSeqId(task: aclmdlRITask, id: *mut u32) -> aclError {
+    guard("aclmdlRITaskGetSeqId", || {
+        let captured = captured_task(task)?;
+        non_null(id, "id")?;
+        write_out(id, "id", captured.seq)
     })
 }

@@ -1,8 +1,8 @@
 /*
  * Stream capture as CANN's graph samples use it: capture a small pipeline once (a memset, a
  * copy in, vector_add_f32, a copy out), replay it several times on new input, check each
- * result; meanwhile the capture status, the thread's capture mode, a name, an id and the
- * debug print of the instance.
+ * result; meanwhile the capture status, the thread's capture mode, a name, an id, and the
+ * instance's streams and tasks.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -61,6 +61,12 @@ int main(void)
     CHECK(aclmdlRIGetName(model, sizeof name, name));
     CHECK(aclmdlRIGetId(model, &id));
     printf("instance %s, id %d\n", name, id > 0);
+    uint32_t streams = 0, tasks = 0, room = 1;
+    aclrtStream model_stream = NULL;
+    CHECK(aclmdlRIGetStreams(model, NULL, &streams));
+    CHECK(aclmdlRIGetStreams(model, &model_stream, &room));
+    CHECK(aclmdlRIGetTasksByStream(model_stream, NULL, &tasks));
+    printf("%u stream, %u tasks\n", streams, tasks);
 
     for (int round = 1; round <= ROUNDS; ++round) {
         for (int i = 0; i < N; ++i) {
