@@ -39,6 +39,7 @@ pub(crate) enum Kind {
     BinaryData = 12,
     ModelRi = 13,
     ModelTask = 14,
+    TaskGroup = 15,
 }
 
 impl Kind {
@@ -58,6 +59,7 @@ impl Kind {
             Kind::BinaryData => "binary data (aclrtBinary)",
             Kind::ModelRi => "model runtime instance",
             Kind::ModelTask => "model runtime instance task",
+            Kind::TaskGroup => "task group",
         }
     }
 }

@@ -76,6 +76,38 @@ pub(crate) struct TaskRef {
     pub(crate) index: usize,
 }
 
+/// A task group (aclrtTaskGrp): kernel launches of an instance that can be updated.
+pub(crate) struct TaskGroup {
+    pub(crate) model: Weak<ModelRi>,
+    /// The indexes of its tasks in the instance.
+    pub(crate) indexes: Vec<usize>,
+    /// An update of it is going on (aclmdlRICaptureTaskUpdateBegin .. End).
+    pub(crate) updating: AtomicBool,
+}
+
+/// A stream's task-group work.
+pub(crate) enum GroupWork {
+    /// aclmdlRICaptureTaskGrpBegin on a capturing stream: the indexes of the tasks so far.
+    Recording(Vec<usize>),
+    /// aclmdlRICaptureTaskUpdateBegin: the tasks submitted since, which replace the group's.
+    Updating {
+        group: Arc<TaskGroup>,
+        staged: Vec<Op>,
+    },
+}
+
+/// Only kernel launches (single-operator tasks) can be in a task group
+/// (ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT).
+pub(crate) fn check_groupable(op: &Op) -> Res<()> {
+    ensure!(
+        matches!(op, Op::Kernel(_)),
+        ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT,
+        "only kernel launches can be recorded or updated in a task group, not a {} task",
+        op.label().1
+    );
+    Ok(())
+}
+
 /// A stream bound to a built instance (aclmdlRIBindStream).
 struct Bound {
     stream: Arc<Stream>,
@@ -112,6 +144,8 @@ pub(crate) struct ModelRi {
     owned: Mutex<Vec<Arc<Stream>>>,
     /// The aclmdlRITask handles given out, by task index (one per task, reused).
     task_handles: Mutex<HashMap<usize, Handle>>,
+    /// The aclrtTaskGrp handles of its task groups.
+    group_handles: Mutex<Vec<Handle>>,
 }
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
@@ -135,6 +169,7 @@ impl ModelRi {
             exec: Mutex::new(None),
             owned: Mutex::new(Vec::new()),
             task_handles: Mutex::new(HashMap::new()),
+            group_handles: Mutex::new(Vec::new()),
         }
     }
 
@@ -336,8 +371,9 @@ impl ModelRi {
         }
     }
 
-    /// Appends a task captured from `stream`; returns its place among that stream's tasks.
-    pub(crate) fn push(&self, stream: &Stream, step: Step) -> u32 {
+    /// Appends a task captured from `stream`; returns its index in the instance and its
+    /// place among that stream's tasks.
+    pub(crate) fn push(&self, stream: &Stream, step: Step) -> (usize, u32) {
         let seq = {
             let mut streams = lock(&self.streams);
             let entry = match streams.iter_mut().find(|(id, _)| *id == stream.id) {
@@ -350,12 +386,32 @@ impl ModelRi {
             entry.1 += 1;
             entry.1 - 1
         };
-        lock(&self.tasks).push(Captured {
+        let mut tasks = lock(&self.tasks);
+        tasks.push(Captured {
             stream_id: stream.id,
             seq,
             step,
         });
-        seq
+        (tasks.len() - 1, seq)
+    }
+
+    /// aclmdlRICaptureTaskUpdateEnd: the tasks at `indexes` become `ops`, for the executions
+    /// queued from now on.
+    pub(crate) fn replace(&self, indexes: &[usize], ops: Vec<Op>) {
+        let mut tasks = lock(&self.tasks);
+        for (&index, op) in indexes.iter().zip(ops) {
+            tasks[index].step = Step::Run(op);
+        }
+    }
+
+    /// Records the handle of one of its task groups, retired with it.
+    pub(crate) fn add_group_handle(&self, handle: Handle) {
+        lock(&self.group_handles).push(handle);
+    }
+
+    /// The task-group handles given out (the instance is being destroyed).
+    pub(crate) fn take_group_handles(&self) -> Vec<Handle> {
+        std::mem::take(&mut *lock(&self.group_handles))
     }
 
     /// A stream that joined the capture but did not return to the stream that began it: its

@@ -16,7 +16,7 @@ use crate::event::Event;
 use crate::handle::{Handle, HandleTable, Kind};
 use crate::kernel::{ArgsBuilder, Binary, BinaryData, Function, ParamRef};
 use crate::memory::MemoryMap;
-use crate::model_ri::{ModelRi, TaskRef};
+use crate::model_ri::{ModelRi, TaskGroup, TaskRef};
 use crate::notify::Notify;
 use crate::pool::Pools;
 use crate::report::Reports;
@@ -39,6 +39,7 @@ pub(crate) struct Sim {
     pub(crate) notifies: HandleTable<Notify>,
     pub(crate) models: HandleTable<ModelRi>,
     pub(crate) model_tasks: HandleTable<TaskRef>,
+    pub(crate) task_groups: HandleTable<TaskGroup>,
     pub(crate) memory: MemoryMap,
     pub(crate) pools: Pools,
     pub(crate) vmm: Vmm,
@@ -79,6 +80,7 @@ impl Sim {
             notifies: HandleTable::new(Kind::Notify),
             models: HandleTable::new(Kind::ModelRi),
             model_tasks: HandleTable::new(Kind::ModelTask),
+            task_groups: HandleTable::new(Kind::TaskGroup),
             memory: MemoryMap::new(pinned_limit),
             pools: Pools::new(),
             vmm: Vmm::new(),

@@ -24,7 +24,7 @@ use crate::context::Health;
 use crate::device::Device;
 use crate::error::{Res, SimError, ensure, fail};
 use crate::handle::Handle;
-use crate::model_ri::{ModelRi, Step};
+use crate::model_ri::{GroupWork, ModelRi, Step, TaskGroup, check_groupable};
 use crate::sim::Sim;
 use crate::sync::{Bell, Listen, lock, wait_until};
 use crate::task::{Op, Task, read_value};
@@ -67,6 +67,8 @@ struct State {
     capture: Option<Arc<Capture>>,
     /// The built instance the stream is bound to (aclmdlRIBindStream): its tasks go into it.
     bound: Option<Arc<ModelRi>>,
+    /// A task group being recorded (while captured) or updated on the stream.
+    group: Option<GroupWork>,
 }
 
 /// The stream attributes the simulator stores without acting on them
@@ -379,6 +381,53 @@ impl Stream {
         lock(&self.state).bound = None;
     }
 
+    /// Starts group work on the stream (one at a time: ACL_ERROR_STREAM_TASK_GROUP_STATUS).
+    pub(crate) fn begin_group_work(&self, work: GroupWork) -> Res<()> {
+        let mut state = lock(&self.state);
+        ensure!(
+            state.group.is_none(),
+            ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+            "stream {} is recording or updating a task group already",
+            self.id
+        );
+        state.group = Some(work);
+        Ok(())
+    }
+
+    /// Ends the recording of a task group: the indexes of its tasks in the instance (not
+    /// recording → ACL_ERROR_STREAM_TASK_GROUP_STATUS).
+    pub(crate) fn end_group(&self) -> Res<Vec<usize>> {
+        let mut state = lock(&self.state);
+        match state.group.take() {
+            Some(GroupWork::Recording(indexes)) => Ok(indexes),
+            other => {
+                state.group = other;
+                fail!(
+                    ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+                    "stream {} is not recording a task group (aclmdlRICaptureTaskGrpBegin)",
+                    self.id
+                )
+            }
+        }
+    }
+
+    /// Ends the update of a task group: the group and the tasks staged for it (not updating
+    /// → ACL_ERROR_STREAM_TASK_GROUP_STATUS).
+    pub(crate) fn end_update(&self) -> Res<(Arc<TaskGroup>, Vec<Op>)> {
+        let mut state = lock(&self.state);
+        match state.group.take() {
+            Some(GroupWork::Updating { group, staged }) => Ok((group, staged)),
+            other => {
+                state.group = other;
+                fail!(
+                    ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+                    "stream {} is not updating a task group (aclmdlRICaptureTaskUpdateBegin)",
+                    self.id
+                )
+            }
+        }
+    }
+
     /// Back to running its tasks; returns the capture it was in.
     pub(crate) fn leave_capture(&self) -> Option<Arc<Capture>> {
         lock(&self.state).capture.take()
@@ -428,16 +477,31 @@ impl Stream {
         let mut state = lock(&self.state);
         if let Some(capture) = state.capture.clone() {
             capture.check_valid()?;
+            let recording = match &mut state.group {
+                Some(GroupWork::Recording(indexes)) => Some(indexes),
+                _ => None,
+            };
+            if recording.is_some() {
+                check_groupable(&task.op)?;
+            }
             if let Op::Record(record) = &task.op {
                 record.mark_captured(&capture);
             }
-            let seq = capture.model.push(self, Step::Run(task.op));
+            let (index, seq) = capture.model.push(self, Step::Run(task.op));
+            if let Some(indexes) = recording {
+                indexes.push(index);
+            }
             LAST_TASK_ID.set(seq + 1);
+            return Ok(());
+        }
+        if let Some(GroupWork::Updating { staged, .. }) = &mut state.group {
+            check_groupable(&task.op)?;
+            staged.push(task.op);
             return Ok(());
         }
         if let Some(model) = state.bound.clone() {
             model.check_accepts(self)?;
-            let seq = model.push(self, Step::Run(task.op));
+            let (_, seq) = model.push(self, Step::Run(task.op));
             LAST_TASK_ID.set(seq + 1);
             return Ok(());
         }

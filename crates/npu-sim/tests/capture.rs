@@ -530,6 +530,79 @@ fn instances_list_their_streams_and_tasks() {
     acl!(aclrtFree(dev));
 }
 
+/// A task group's launches, updated after the capture by launches submitted between
+/// aclmdlRICaptureTaskUpdateBegin and End (which do not run), run as updated from then on.
+#[test]
+fn task_groups_update_captured_launches() {
+    install();
+    set_device(3);
+    let func = add_one();
+    let (stream, updater) = (create_stream(), create_stream());
+    let (a, b, c) = (malloc(64), malloc(64), malloc(64));
+    for dev in [a, b, c] {
+        upload(dev, &[0u32]);
+    }
+    let (address_a, address_b, address_c) = (a as u64, b as u64, c as u64);
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    acl!(aclmdlRICaptureTaskGrpBegin(stream));
+    assert_eq!(launch(func, 1, stream, &address_a, ptr::null_mut()), 0);
+    assert_eq!(
+        code!(aclrtMemsetAsync(a, 4, 0, 4, stream)),
+        ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT
+    );
+    let mut group = ptr::null_mut();
+    acl!(aclmdlRICaptureTaskGrpEnd(stream, &mut group));
+    assert_eq!(launch(func, 1, stream, &address_b, ptr::null_mut()), 0);
+    assert_eq!(
+        code!(aclmdlRICaptureTaskUpdateBegin(updater, group)),
+        ACL_ERROR_RT_MODEL_CAPTURED
+    );
+    let model = end(stream);
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!((read_u32(a), read_u32(b), read_u32(c)), (1, 1, 0));
+
+    acl!(aclmdlRICaptureTaskUpdateBegin(updater, group));
+    assert_eq!(
+        code!(aclmdlRICaptureTaskUpdateBegin(create_stream(), group)),
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS
+    );
+    assert_eq!(launch(func, 1, updater, &address_c, ptr::null_mut()), 0);
+    acl!(aclmdlRICaptureTaskUpdateEnd(updater));
+    acl!(aclrtSynchronizeStream(updater));
+    assert_eq!(read_u32(c), 0, "the update's launch does not run");
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!((read_u32(a), read_u32(b), read_u32(c)), (1, 2, 1));
+
+    // An update with another number of tasks changes nothing.
+    acl!(aclmdlRICaptureTaskUpdateBegin(updater, group));
+    assert_eq!(launch(func, 1, updater, &address_a, ptr::null_mut()), 0);
+    assert_eq!(launch(func, 1, updater, &address_a, ptr::null_mut()), 0);
+    assert_eq!(
+        code!(aclmdlRICaptureTaskUpdateEnd(updater)),
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS
+    );
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!((read_u32(a), read_u32(b), read_u32(c)), (1, 3, 2));
+    // The updater runs its tasks again.
+    assert_eq!(launch(func, 1, updater, &address_a, ptr::null_mut()), 0);
+    acl!(aclrtSynchronizeStream(updater));
+    assert_eq!(read_u32(a), 2);
+    acl!(aclmdlRIDestroy(model));
+    assert_eq!(
+        code!(aclmdlRICaptureTaskUpdateBegin(updater, group)),
+        ACL_ERROR_RT_INVALID_HANDLE
+    );
+    for stream in [stream, updater] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    for dev in [a, b, c] {
+        acl!(aclrtFree(dev));
+    }
+}
+
 /// An instance being built (device 0), with `stream` bound as its HEAD stream if not NULL.
 fn building(stream: aclrtStream) -> aclmdlRI {
     let mut model = ptr::null_mut();
@@ -731,6 +804,19 @@ fn one_task() -> aclmdlRITask {
     count = 1;
     acl!(aclmdlRIGetTasksByStream(streams[0], &mut task, &mut count));
     task
+}
+
+/// A task group of one launch, of an instance captured on device 0.
+fn one_group() -> aclrtTaskGrp {
+    let (stream, dev) = (create_stream(), malloc(64));
+    let address = dev as u64;
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    acl!(aclmdlRICaptureTaskGrpBegin(stream));
+    assert_eq!(launch(add_one(), 1, stream, &address, ptr::null_mut()), 0);
+    let mut group = ptr::null_mut();
+    acl!(aclmdlRICaptureTaskGrpEnd(stream, &mut group));
+    end(stream);
+    group
 }
 
 fn stale_model() -> aclmdlRI {
@@ -1384,6 +1470,106 @@ const CASES: &[Case] = &[
         || {
             let mut id = 0;
             code!(aclmdlRITaskGetSeqId(garbage(), &mut id))
+        },
+    ),
+    case(
+        "group on a stream not captured",
+        "aclmdlRICaptureTaskGrpBegin",
+        ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+        0,
+        || code!(aclmdlRICaptureTaskGrpBegin(create_stream())),
+    ),
+    case(
+        "group begun twice",
+        "aclmdlRICaptureTaskGrpBegin",
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+        0,
+        || {
+            let stream = capturing();
+            acl!(aclmdlRICaptureTaskGrpBegin(stream));
+            code!(aclmdlRICaptureTaskGrpBegin(stream))
+        },
+    ),
+    case(
+        "group ended unbegun",
+        "aclmdlRICaptureTaskGrpEnd",
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+        0,
+        || {
+            let mut group = ptr::null_mut();
+            code!(aclmdlRICaptureTaskGrpEnd(capturing(), &mut group))
+        },
+    ),
+    case(
+        "group end into NULL",
+        "aclmdlRICaptureTaskGrpEnd",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRICaptureTaskGrpEnd(capturing(), ptr::null_mut())),
+    ),
+    case(
+        "group end not captured",
+        "aclmdlRICaptureTaskGrpEnd",
+        ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+        0,
+        || {
+            let mut group = ptr::null_mut();
+            code!(aclmdlRICaptureTaskGrpEnd(create_stream(), &mut group))
+        },
+    ),
+    case(
+        "update NULL group",
+        "aclmdlRICaptureTaskUpdateBegin",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRICaptureTaskUpdateBegin(
+                create_stream(),
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "update a garbage group",
+        "aclmdlRICaptureTaskUpdateBegin",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || code!(aclmdlRICaptureTaskUpdateBegin(create_stream(), garbage())),
+    ),
+    case(
+        "update from a capturing stream",
+        "aclmdlRICaptureTaskUpdateBegin",
+        ACL_ERROR_RT_STREAM_CAPTURED,
+        0,
+        || code!(aclmdlRICaptureTaskUpdateBegin(capturing(), one_group())),
+    ),
+    case(
+        "update while recording",
+        "aclmdlRICaptureTaskUpdateBegin",
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+        0,
+        || {
+            let (group, stream) = (one_group(), create_stream());
+            acl!(aclmdlRICaptureTaskUpdateBegin(stream, one_group()));
+            code!(aclmdlRICaptureTaskUpdateBegin(stream, group))
+        },
+    ),
+    case(
+        "update end unbegun",
+        "aclmdlRICaptureTaskUpdateEnd",
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+        0,
+        || code!(aclmdlRICaptureTaskUpdateEnd(create_stream())),
+    ),
+    case(
+        "memset in an update",
+        "aclrtMemsetAsync",
+        ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT,
+        0,
+        || {
+            let stream = create_stream();
+            acl!(aclmdlRICaptureTaskUpdateBegin(stream, one_group()));
+            code!(aclrtMemsetAsync(malloc(64), 64, 0, 64, stream))
         },
     ),
     case(

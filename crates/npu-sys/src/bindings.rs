@@ -329,6 +329,7 @@ pub type aclrtAllocatorDesc = *mut core::ffi::c_void;
 pub type aclrtAllocator = *mut core::ffi::c_void;
 pub type aclrtAllocatorBlock = *mut core::ffi::c_void;
 pub type aclrtAllocatorAddr = *mut core::ffi::c_void;
+pub type aclrtTaskGrp = *mut core::ffi::c_void;
 pub const ACL_ERROR_GE_PARAM_INVALID: u32 = 145000;
 pub const ACL_ERROR_GE_EXEC_NOT_INIT: u32 = 145001;
 pub const ACL_ERROR_GE_EXEC_MODEL_PATH_INVALID: u32 = 145002;
@@ -1817,6 +1818,10 @@ macro_rules! for_each_acl_function {
                 fn aclmdlRIExecuteAsync(modelRI: $crate::aclmdlRI, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclmdlRIExecute(modelRI: $crate::aclmdlRI, timeout: i32) -> $crate::aclError;
                 fn aclmdlRIDestroy(modelRI: $crate::aclmdlRI) -> $crate::aclError;
+                fn aclmdlRICaptureTaskGrpBegin(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclmdlRICaptureTaskGrpEnd(stream: $crate::aclrtStream, handle: *mut $crate::aclrtTaskGrp) -> $crate::aclError;
+                fn aclmdlRICaptureTaskUpdateBegin(stream: $crate::aclrtStream, handle: $crate::aclrtTaskGrp) -> $crate::aclError;
+                fn aclmdlRICaptureTaskUpdateEnd(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclmdlRIBuildBegin(modelRI: *mut $crate::aclmdlRI, flag: u32) -> $crate::aclError;
                 fn aclmdlRIBindStream(modelRI: $crate::aclmdlRI, stream: $crate::aclrtStream, flag: u32) -> $crate::aclError;
                 fn aclmdlRIEndTask(modelRI: $crate::aclmdlRI, stream: $crate::aclrtStream) -> $crate::aclError;

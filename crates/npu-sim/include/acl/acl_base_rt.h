@@ -209,6 +209,9 @@ typedef void *aclrtAllocator;
 typedef void *aclrtAllocatorBlock;
 typedef void *aclrtAllocatorAddr;
 
+/* ---- model runtime instances: a group of captured tasks that can be updated ---- */
+typedef void *aclrtTaskGrp;
+
 #ifdef __cplusplus
 }
 #endif

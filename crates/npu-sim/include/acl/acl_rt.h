@@ -1250,6 +1250,13 @@ ACL_FUNC_VISIBILITY aclError aclmdlRIExecute(aclmdlRI modelRI, int32_t timeout);
 /* Not while it is being captured or built, or an execution is not over; runs the destroy
  * callbacks. */
 ACL_FUNC_VISIBILITY aclError aclmdlRIDestroy(aclmdlRI modelRI);
+/* Task groups: the kernel launches captured between GrpBegin and GrpEnd form a group; the
+ * launches submitted between UpdateBegin and UpdateEnd, on a stream not being captured,
+ * replace them (same number) for the instance's later executions. */
+ACL_FUNC_VISIBILITY aclError aclmdlRICaptureTaskGrpBegin(aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclmdlRICaptureTaskGrpEnd(aclrtStream stream, aclrtTaskGrp *handle);
+ACL_FUNC_VISIBILITY aclError aclmdlRICaptureTaskUpdateBegin(aclrtStream stream, aclrtTaskGrp handle);
+ACL_FUNC_VISIBILITY aclError aclmdlRICaptureTaskUpdateEnd(aclrtStream stream);
 /* Explicit build: the tasks submitted to the ACL_STREAM_PERSISTENT streams bound to the
  * instance (flag 0x0: from the start of every execution; 0x7FFFFFFF: when activated) until
  * aclmdlRIBuildEnd. */

@@ -80,6 +80,9 @@ fn discard(sim: &Sim, model: &ModelRi) {
     for handle in model.take_task_handles() {
         sim.model_tasks.remove(handle);
     }
+    for handle in model.take_group_handles() {
+        sim.task_groups.remove(handle);
+    }
     model.unbind_all();
     for stream in model.take_own_streams() {
         stream.destroy(sim, false);
