@@ -286,6 +286,8 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclmdlRIGetTasksByStream",
     "aclmdlRITaskGetType",
     "aclmdlRITaskGetSeqId",
+    "aclmdlRIUpdate",
+    "aclmdlRITaskDisable",
 ];
 
 /// The enum style of the bindings: each enumerator a constant of the enum's integer type.

@@ -55,6 +55,10 @@ pub(crate) struct Captured {
     /// Its place among the tasks captured from that stream (0 for the first).
     pub(crate) seq: u32,
     pub(crate) step: Step,
+    /// aclmdlRITaskDisable was called on it: the next aclmdlRIUpdate disables it.
+    pub(crate) disabling: bool,
+    /// Executions skip it.
+    pub(crate) disabled: bool,
 }
 
 /// What aclmdlRITaskGetType reports for a captured task.
@@ -391,6 +395,8 @@ impl ModelRi {
             stream_id: stream.id,
             seq,
             step,
+            disabling: false,
+            disabled: false,
         });
         (tasks.len() - 1, seq)
     }
@@ -402,6 +408,34 @@ impl ModelRi {
         for (&index, op) in indexes.iter().zip(ops) {
             tasks[index].step = Step::Run(op);
         }
+    }
+
+    /// aclmdlRITaskDisable: the task at `index` is disabled by the next [`Self::update`].
+    pub(crate) fn disable(&self, index: usize) {
+        if let Some(task) = lock(&self.tasks).get_mut(index) {
+            task.disabling = true;
+        }
+    }
+
+    /// aclmdlRIUpdate: the tasks aclmdlRITaskDisable named are skipped by the executions
+    /// queued from now on. Not while capturing or building, nor while an execution is not
+    /// over (ACL_ERROR_RT_MODEL_UPDATE_FAILED).
+    pub(crate) fn update(&self) -> Res<()> {
+        ensure!(
+            !self.is_open() && !self.running(),
+            ACL_ERROR_RT_MODEL_UPDATE_FAILED,
+            "model runtime instance {} is {}",
+            self.id,
+            if self.is_open() {
+                "not complete (still being captured or built)"
+            } else {
+                "running (synchronize the streams it executes on first)"
+            }
+        );
+        for task in lock(&self.tasks).iter_mut() {
+            task.disabled |= task.disabling;
+        }
+        Ok(())
     }
 
     /// Records the handle of one of its task groups, retired with it.
@@ -456,6 +490,7 @@ impl ModelRi {
         let heads = self.running_streams();
         let steps: Vec<Step> = lock(&self.tasks)
             .iter()
+            .filter(|t| !t.disabled)
             .filter(|t| {
                 heads
                     .as_ref()

@@ -603,6 +603,45 @@ fn task_groups_update_captured_launches() {
     }
 }
 
+/// aclmdlRITaskDisable marks a task; from the next aclmdlRIUpdate on, executions skip it.
+#[test]
+fn disabled_tasks_are_skipped_after_an_update() {
+    install();
+    set_device(0);
+    let func = add_one();
+    let stream = create_stream();
+    let (a, b) = (malloc(64), malloc(64));
+    upload(a, &[0u32]);
+    upload(b, &[0u32]);
+    let (address_a, address_b) = (a as u64, b as u64);
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    assert_eq!(launch(func, 1, stream, &address_a, ptr::null_mut()), 0);
+    assert_eq!(launch(func, 1, stream, &address_b, ptr::null_mut()), 0);
+    let model = end(stream);
+    let tasks = tasks_of(streams_of(model)[0]);
+    acl!(aclmdlRITaskDisable(tasks[1]));
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!((read_u32(a), read_u32(b)), (1, 1), "not before the update");
+    control::hold(0).unwrap();
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    assert_eq!(
+        code!(aclmdlRIUpdate(model)),
+        ACL_ERROR_RT_MODEL_UPDATE_FAILED
+    );
+    control::release(0).unwrap();
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!((read_u32(a), read_u32(b)), (2, 2));
+    acl!(aclmdlRIUpdate(model));
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!((read_u32(a), read_u32(b)), (3, 2));
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(a));
+    acl!(aclrtFree(b));
+}
+
 /// An instance being built (device 0), with `stream` bound as its HEAD stream if not NULL.
 fn building(stream: aclrtStream) -> aclmdlRI {
     let mut model = ptr::null_mut();
@@ -1571,6 +1610,34 @@ const CASES: &[Case] = &[
             acl!(aclmdlRICaptureTaskUpdateBegin(stream, one_group()));
             code!(aclrtMemsetAsync(malloc(64), 64, 0, 64, stream))
         },
+    ),
+    case(
+        "update NULL",
+        "aclmdlRIUpdate",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIUpdate(ptr::null_mut())),
+    ),
+    case(
+        "update while captured",
+        "aclmdlRIUpdate",
+        ACL_ERROR_RT_MODEL_UPDATE_FAILED,
+        0,
+        || code!(aclmdlRIUpdate(capture_info(capturing()).1)),
+    ),
+    case(
+        "disable NULL",
+        "aclmdlRITaskDisable",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRITaskDisable(ptr::null_mut())),
+    ),
+    case(
+        "disable garbage",
+        "aclmdlRITaskDisable",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || code!(aclmdlRITaskDisable(garbage())),
     ),
     case(
         "execute NULL",

@@ -1836,6 +1836,8 @@ macro_rules! for_each_acl_function {
                 fn aclmdlRIGetTasksByStream(stream: $crate::aclrtStream, tasks: *mut $crate::aclmdlRITask, numTasks: *mut u32) -> $crate::aclError;
                 fn aclmdlRITaskGetType(task: $crate::aclmdlRITask, type_: *mut $crate::aclmdlRITaskType) -> $crate::aclError;
                 fn aclmdlRITaskGetSeqId(task: $crate::aclmdlRITask, id: *mut u32) -> $crate::aclError;
+                fn aclmdlRIUpdate(modelRI: $crate::aclmdlRI) -> $crate::aclError;
+                fn aclmdlRITaskDisable(task: $crate::aclmdlRITask) -> $crate::aclError;
                 fn aclrtMemPoolCreate(memPool: *mut $crate::aclrtMemPool, poolProps: *const $crate::aclrtMemPoolProps) -> $crate::aclError;
                 fn aclrtMemPoolDestroy(memPool: $crate::aclrtMemPool) -> $crate::aclError;
                 fn aclrtMemPoolSetAttr(memPool: $crate::aclrtMemPool, attr: $crate::aclrtMemPoolAttr, value: *mut core::ffi::c_void) -> $crate::aclError;

@@ -669,21 +669,26 @@ pub unsafe extern "C" fn aclmdlRIGetTasksByStream(
     })
 }
 
-/// The captured task behind a handle (NULL → 100000; stale, or of a destroyed instance →
-/// 107017).
-fn captured_task(task: aclmdlRITask) -> Res<Captured> {
+/// The instance and index of the task behind a handle (NULL → 100000; stale, or of a
+/// destroyed instance → 107017).
+fn task_ref(task: aclmdlRITask) -> Res<(Arc<ModelRi>, usize)> {
     non_null(task, "task")?;
     let found = sim()?.model_tasks.resolve(handle::from_ptr(task))?;
-    match found
-        .model
-        .upgrade()
-        .and_then(|model| model.task(found.index))
-    {
-        Some(captured) => Ok(captured),
+    match found.model.upgrade() {
+        Some(model) => Ok((model, found.index)),
         None => fail!(
             ACL_ERROR_RT_INVALID_HANDLE,
             "the task's model runtime instance was destroyed"
         ),
+    }
+}
+
+/// The captured task behind a handle.
+fn captured_task(task: aclmdlRITask) -> Res<Captured> {
+    let (model, index) = task_ref(task)?;
+    match model.task(index) {
+        Some(captured) => Ok(captured),
+        None => fail!(ACL_ERROR_RT_INVALID_HANDLE, "the task does not exist"),
     }
 }
 
@@ -714,5 +719,29 @@ pub unsafe extern "C" fn aclmdlRITaskGetSeqId(task: aclmdlRITask, id: *mut u32) 
         let captured = captured_task(task)?;
         non_null(id, "id")?;
         write_out(id, "id", captured.seq)
+    })
+}
+
+/// Applies the instance's pending changes: the tasks disabled with aclmdlRITaskDisable are
+/// skipped by the executions queued from now on. Still being captured or built, or an
+/// execution not over → 107040.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIUpdate(modelRI: aclmdlRI) -> aclError {
+    guard("aclmdlRIUpdate", || model(modelRI)?.update())
+}
+
+/// Disables a task from the next aclmdlRIUpdate of its instance on: executions skip it.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRITaskDisable(task: aclmdlRITask) -> aclError {
+    guard("aclmdlRITaskDisable", || {
+        let (model, index) = task_ref(task)?;
+        model.disable(index);
+        Ok(())
     })
 }
