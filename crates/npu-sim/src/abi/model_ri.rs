@@ -1,4 +1,5 @@
-//! Model runtime instances: stream capture, replay, and what an instance tells about itself.
+//! Model runtime instances: execution, destruction, and what an instance tells about itself;
+//! the helpers the other model modules (`capture`, `model_build`, `model_task`) share.
 
 use std::ffi::c_char;
 use std::sync::Arc;
@@ -6,25 +7,24 @@ use std::sync::Arc;
 use npu_sys::*;
 
 use super::check::{c_str, deadline, write_c_str};
-use crate::capture::{self, Capture};
 use crate::context;
 use crate::context::Context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle;
-use crate::model_ri::{Captured, ModelRi, Step, TaskRef, describe_step, task_type};
+use crate::model_ri::{ModelRi, Step, describe_step};
 use crate::sim::{Sim, sim};
 use crate::stream::Stream;
 use crate::task::Op;
 
 /// The instance behind a handle (NULL → 100000, stale or forged → 107017).
-fn model(model_ri: aclmdlRI) -> Res<Arc<ModelRi>> {
+pub(super) fn model(model_ri: aclmdlRI) -> Res<Arc<ModelRi>> {
     non_null(model_ri, "modelRI")?;
     sim()?.models.resolve(handle::from_ptr(model_ri))
 }
 
 /// The instance, whose capture or build must be over (ACL_ERROR_RT_MODEL_CAPTURED): `what`
 /// needs it complete.
-fn complete_model(model_ri: aclmdlRI, what: &str) -> Res<Arc<ModelRi>> {
+pub(super) fn complete_model(model_ri: aclmdlRI, what: &str) -> Res<Arc<ModelRi>> {
     let model = model(model_ri)?;
     ensure!(
         !model.is_open(),
@@ -41,33 +41,8 @@ fn complete_model(model_ri: aclmdlRI, what: &str) -> Res<Arc<ModelRi>> {
     Ok(model)
 }
 
-/// A built instance (aclmdlRIBuildBegin) still being built: a captured one, or one whose
-/// build ended → ACL_ERROR_RT_PARAM_INVALID.
-fn building_model(model_ri: aclmdlRI) -> Res<Arc<ModelRi>> {
-    let model = model(model_ri)?;
-    ensure!(
-        model.built,
-        ACL_ERROR_RT_PARAM_INVALID,
-        "model runtime instance {} was captured, not begun with aclmdlRIBuildBegin",
-        model.id
-    );
-    ensure!(
-        model.is_open(),
-        ACL_ERROR_RT_PARAM_INVALID,
-        "model runtime instance {} is built already (aclmdlRIBuildEnd)",
-        model.id
-    );
-    Ok(model)
-}
-
-/// The stream flag of aclmdlRIBindStream that makes a stream run from the start of every
-/// execution (CANN's ACL_MODEL_STREAM_FLAG_HEAD, a macro its headers do not define).
-const STREAM_FLAG_HEAD: u32 = 0x0000_0000;
-/// ... and the one of streams that an activation starts (ACL_MODEL_STREAM_FLAG_DEFAULT).
-const STREAM_FLAG_DEFAULT: u32 = 0x7FFF_FFFF;
-
 /// A stream an instance owns (its execution stream, its model streams), in its context.
-fn own_stream(sim: &Sim, ctx: &Context, flags: u32) -> Res<Arc<Stream>> {
+pub(super) fn own_stream(sim: &Sim, ctx: &Context, flags: u32) -> Res<Arc<Stream>> {
     let stream = Stream::create(sim, ctx.handle, &ctx.device, &ctx.health, 0, flags, false)?;
     ctx.add_stream(stream.clone());
     Ok(stream)
@@ -75,7 +50,7 @@ fn own_stream(sim: &Sim, ctx: &Context, flags: u32) -> Res<Arc<Stream>> {
 
 /// Retires the instance: its handle and its tasks' handles, its bindings, the streams it
 /// owns.
-fn discard(sim: &Sim, model: &ModelRi) {
+pub(super) fn discard(sim: &Sim, model: &ModelRi) {
     sim.models.remove(model.handle);
     for handle in model.take_task_handles() {
         sim.model_tasks.remove(handle);
@@ -94,7 +69,7 @@ fn discard(sim: &Sim, model: &ModelRi) {
 
 /// The stream, of the current context, must belong to the instance's context
 /// (ACL_ERROR_RT_MODEL_CONTEXT).
-fn check_same_context(model: &ModelRi, stream: &Stream) -> Res<()> {
+pub(super) fn check_same_context(model: &ModelRi, stream: &Stream) -> Res<()> {
     ensure!(
         stream.ctx == model.ctx,
         ACL_ERROR_RT_MODEL_CONTEXT,
@@ -103,156 +78,6 @@ fn check_same_context(model: &ModelRi, stream: &Stream) -> Res<()> {
         stream.id
     );
     Ok(())
-}
-
-/// Starts capturing the stream's tasks into a new instance. The default stream → 107031; a
-/// stream capturing already → 107027; a mode outside aclmdlRICaptureMode → 100000.
-///
-/// # Safety
-/// No preconditions; `unsafe` only because it is part of the C ABI.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclmdlRICaptureBegin(
-    stream: aclrtStream,
-    mode: aclmdlRICaptureMode,
-) -> aclError {
-    guard("aclmdlRICaptureBegin", || {
-        capture::check_mode(mode)?;
-        let sim = sim()?;
-        let stream = context::submit_stream(sim, stream)?;
-        ensure!(
-            !stream.is_default,
-            ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT,
-            "the default stream cannot be captured"
-        );
-        let handle = sim.models.reserve()?;
-        let model = Arc::new(ModelRi::new(
-            handle,
-            stream.ctx,
-            stream.device.clone(),
-            false,
-        ));
-        match Capture::begin(&stream, model.clone(), mode) {
-            Ok(_) => {
-                sim.models.fill(handle, model);
-                Ok(())
-            }
-            Err(error) => {
-                sim.models.remove(handle);
-                Err(error)
-            }
-        }
-    })
-}
-
-/// The stream's capture status and instance: NONE and NULL when it is not being captured,
-/// ACTIVE, or INVALIDATED once an operation refused because of the capture invalidated it.
-///
-/// # Safety
-/// `status` and `modelRI` must be NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclmdlRICaptureGetInfo(
-    stream: aclrtStream,
-    status: *mut aclmdlRICaptureStatus,
-    modelRI: *mut aclmdlRI,
-) -> aclError {
-    guard("aclmdlRICaptureGetInfo", || {
-        non_null(status, "status")?;
-        non_null(modelRI, "modelRI")?;
-        let stream = context::any_stream(sim()?, stream)?;
-        let (state, model) = match stream.capture() {
-            None => (ACL_MODEL_RI_CAPTURE_STATUS_NONE, std::ptr::null_mut()),
-            Some(capture) => {
-                let state = match capture.is_invalidated() {
-                    true => ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED,
-                    false => ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE,
-                };
-                (state, handle::to_ptr(capture.model.handle))
-            }
-        };
-        write_out(status, "status", state)?;
-        write_out(modelRI, "modelRI", model)
-    })
-}
-
-/// Ends the capture begun on this stream and returns its instance. Not capturing → 107029;
-/// a stream that joined another's capture → 107036; a non-RELAXED capture ended on another
-/// thread → 107038 (the capture goes on). An invalidated capture (507903) or one with a stream
-/// that did not return to this one (107025) ends without an instance.
-///
-/// # Safety
-/// `modelRI` must be NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclmdlRICaptureEnd(
-    stream: aclrtStream,
-    modelRI: *mut aclmdlRI,
-) -> aclError {
-    guard("aclmdlRICaptureEnd", || {
-        non_null(modelRI, "modelRI")?;
-        let sim = sim()?;
-        let (_, stream) = context::owned_stream(sim, stream)?;
-        let Some(capture) = stream.capture() else {
-            fail!(
-                ACL_ERROR_RT_STREAM_NOT_CAPTURED,
-                "stream {} is not being captured",
-                stream.id
-            );
-        };
-        ensure!(
-            capture.origin.handle == stream.handle,
-            ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED,
-            "stream {} joined the capture of stream {}, which is the one to end it",
-            stream.id,
-            capture.origin.id
-        );
-        ensure!(
-            capture.mode == ACL_MODEL_RI_CAPTURE_MODE_RELAXED
-                || capture.thread == std::thread::current().id(),
-            ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD,
-            "the capture of stream {} was not begun in RELAXED mode, so it ends on the thread that began it",
-            stream.id
-        );
-        capture.end();
-        let model = &capture.model;
-        model.forget_captured_records();
-        let outcome = capture
-            .check_valid()
-            .and_then(|()| match model.unjoined(stream.id) {
-                Some(other) => fail!(
-                    ACL_ERROR_RT_STREAM_UNJOINED,
-                    "stream {other} joined the capture of stream {} but did not return to it (its \
-                 last task must be an event record that another stream of the capture waits on)",
-                    stream.id
-                ),
-                None => Ok(()),
-            });
-        let outcome = outcome.and_then(|()| {
-            let ctx = sim.contexts.resolve(model.ctx)?;
-            model.adopt_streams(|| own_stream(sim, &ctx, ACL_STREAM_PERSISTENT))
-        });
-        if let Err(error) = outcome {
-            discard(sim, model);
-            return Err(error);
-        }
-        write_out(modelRI, "modelRI", handle::to_ptr(model.handle))
-    })
-}
-
-/// Sets the calling thread's capture mode; `*mode` receives the previous one (GLOBAL until
-/// first changed). A mode outside aclmdlRICaptureMode → 100000.
-///
-/// # Safety
-/// `mode` must be NULL or valid for a read and a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclmdlRICaptureThreadExchangeMode(
-    mode: *mut aclmdlRICaptureMode,
-) -> aclError {
-    guard("aclmdlRICaptureThreadExchangeMode", || {
-        non_null(mode, "mode")?;
-        // SAFETY: non-NULL; valid for a read by the API contract.
-        let wanted = unsafe { mode.read_unaligned() };
-        capture::check_mode(wanted)?;
-        write_out(mode, "mode", capture::exchange_mode(wanted))
-    })
 }
 
 /// Queues the instance's tasks on a stream of its context (another context → 107004; a
@@ -483,265 +308,5 @@ pub unsafe extern "C" fn aclmdlRIExecute(modelRI: aclmdlRI, timeout: i32) -> acl
         let stream = model.exec_stream(|| own_stream(sim, &ctx, 0))?;
         model.replay(&stream)?;
         stream.synchronize(deadline)
-    })
-}
-
-/// Begins building an instance in the current context (`flag` is reserved: 0, else
-/// 100000): its tasks are those submitted to the streams bound to it until aclmdlRIBuildEnd.
-///
-/// # Safety
-/// `modelRI` must be NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclmdlRIBuildBegin(modelRI: *mut aclmdlRI, flag: u32) -> aclError {
-    guard("aclmdlRIBuildBegin", || {
-        non_null(modelRI, "modelRI")?;
-        ensure!(
-            flag == 0,
-            ACL_ERROR_INVALID_PARAM,
-            "flag {flag:#x} is reserved and must be 0"
-        );
-        let sim = sim()?;
-        let ctx = context::current(sim)?;
-        ctx.check_usable()?;
-        let handle = sim.models.reserve()?;
-        let model = Arc::new(ModelRi::new(handle, ctx.handle, ctx.device.clone(), true));
-        sim.models.fill(handle, model);
-        write_out(modelRI, "modelRI", handle::to_ptr(handle))
-    })
-}
-
-/// Binds an ACL_STREAM_PERSISTENT stream of the instance's context to an instance being
-/// built: its tasks go into the instance. NULL stream or a flag other than HEAD (0) and
-/// DEFAULT (0x7FFFFFFF) → 100000; a stream not PERSISTENT, bound already, or an instance
-/// captured or built already → 107000; another context → 107003 / 107004.
-///
-/// # Safety
-/// No preconditions; `unsafe` only because it is part of the C ABI.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclmdlRIBindStream(
-    modelRI: aclmdlRI,
-    stream: aclrtStream,
-    flag: u32,
-) -> aclError {
-    guard("aclmdlRIBindStream", || {
-        let model = building_model(modelRI)?;
-        non_null(stream, "stream")?;
-        ensure!(
-            flag == STREAM_FLAG_HEAD || flag == STREAM_FLAG_DEFAULT,
-            ACL_ERROR_INVALID_PARAM,
-            "flag {flag:#x} is neither ACL_MODEL_STREAM_FLAG_HEAD nor ACL_MODEL_STREAM_FLAG_DEFAULT"
-        );
-        let (_, stream) = context::owned_stream(sim()?, stream)?;
-        check_same_context(&model, &stream)?;
-        model.bind(&stream, flag == STREAM_FLAG_HEAD)
-    })
-}
-
-/// Marks the end of the tasks of a stream bound to the instance (not bound → 107005): later
-/// submissions to it are refused (107000).
-///
-/// # Safety
-/// No preconditions; `unsafe` only because it is part of the C ABI.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclmdlRIEndTask(modelRI: aclmdlRI, stream: aclrtStream) -> aclError {
-    guard("aclmdlRIEndTask", || {
-        let model = building_model(modelRI)?;
-        let (_, stream) = context::owned_stream(sim()?, stream)?;
-        model.end_tasks(&stream)
-    })
-}
-
-/// Ends the build (`reserve` must be NULL, else 100000): the instance can execute, and its
-/// streams take no more tasks (107000).
-///
-/// # Safety
-/// No preconditions; `unsafe` only because it is part of the C ABI.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclmdlRIBuildEnd(
-    modelRI: aclmdlRI,
-    reserve: *mut std::ffi::c_void,
-) -> aclError {
-    guard("aclmdlRIBuildEnd", || {
-        let model = building_model(modelRI)?;
-        ensure!(
-            reserve.is_null(),
-            ACL_ERROR_INVALID_PARAM,
-            "reserve must be NULL"
-        );
-        model.close();
-        Ok(())
-    })
-}
-
-/// Unbinds a stream from the instance (not bound → 107005); the instance keeps its tasks.
-///
-/// # Safety
-/// No preconditions; `unsafe` only because it is part of the C ABI.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclmdlRIUnbindStream(modelRI: aclmdlRI, stream: aclrtStream) -> aclError {
-    guard("aclmdlRIUnbindStream", || {
-        let model = model(modelRI)?;
-        let (_, stream) = context::owned_stream(sim()?, stream)?;
-        model.unbind(&stream)
-    })
-}
-
-/// Writes up to `*count` of `items` to `out` and sets `*count` to how many there are; with
-/// `out` NULL only the number.
-fn write_list<T: Copy>(out: *mut T, count: *mut u32, items: &[T], what: &str) -> Res<()> {
-    non_null(count, what)?;
-    if !out.is_null() {
-        // SAFETY: non-NULL; valid for a read by the API contract.
-        let room = unsafe { count.read_unaligned() } as usize;
-        for (at, item) in items.iter().take(room).enumerate() {
-            // SAFETY: the caller's array holds `*count` elements (the API contract), and `at`
-            // is below it.
-            unsafe { out.add(at).write_unaligned(*item) };
-        }
-    }
-    write_out(count, what, items.len() as u32)
-}
-
-/// The instance's streams: a built one's bound streams, a captured one's model streams (one
-/// per stream it captured). `streams` NULL: only their number into `*numStreams`; else up to
-/// `*numStreams` handles, and `*numStreams` becomes their number. Still being captured or
-/// built → 107026.
-///
-/// # Safety
-/// `numStreams` must be NULL or valid for a read and a write; `streams` NULL or valid for
-/// `*numStreams` writes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclmdlRIGetStreams(
-    modelRI: aclmdlRI,
-    streams: *mut aclrtStream,
-    numStreams: *mut u32,
-) -> aclError {
-    guard("aclmdlRIGetStreams", || {
-        let model = complete_model(modelRI, "listing its streams")?;
-        let handles: Vec<aclrtStream> = model
-            .stream_handles()
-            .into_iter()
-            .map(handle::to_ptr)
-            .collect();
-        write_list(streams, numStreams, &handles, "numStreams")
-    })
-}
-
-/// The tasks of a stream of an instance (aclmdlRIGetStreams), in order, as with
-/// aclmdlRIGetStreams. A stream of no instance → 107005.
-///
-/// # Safety
-/// `numTasks` must be NULL or valid for a read and a write; `tasks` NULL or valid for
-/// `*numTasks` writes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclmdlRIGetTasksByStream(
-    stream: aclrtStream,
-    tasks: *mut aclmdlRITask,
-    numTasks: *mut u32,
-) -> aclError {
-    guard("aclmdlRIGetTasksByStream", || {
-        non_null(numTasks, "numTasks")?;
-        let sim = sim()?;
-        let stream = context::any_stream(sim, stream)?;
-        let Some(model) = stream.bound_model() else {
-            fail!(
-                ACL_ERROR_RT_STREAM_MODEL,
-                "stream {} belongs to no model runtime instance",
-                stream.id
-            );
-        };
-        let model = complete_model(handle::to_ptr(model.handle), "listing its tasks")?;
-        let handles = model
-            .tasks_of(stream.id)
-            .into_iter()
-            .map(|index| {
-                let handle = model.task_handle(index, || {
-                    let task = TaskRef {
-                        model: Arc::downgrade(&model),
-                        index,
-                    };
-                    sim.model_tasks.insert(Arc::new(task))
-                })?;
-                Ok(handle::to_ptr(handle))
-            })
-            .collect::<Res<Vec<aclmdlRITask>>>()?;
-        write_list(tasks, numTasks, &handles, "numTasks")
-    })
-}
-
-/// The instance and index of the task behind a handle (NULL → 100000; stale, or of a
-/// destroyed instance → 107017).
-fn task_ref(task: aclmdlRITask) -> Res<(Arc<ModelRi>, usize)> {
-    non_null(task, "task")?;
-    let found = sim()?.model_tasks.resolve(handle::from_ptr(task))?;
-    match found.model.upgrade() {
-        Some(model) => Ok((model, found.index)),
-        None => fail!(
-            ACL_ERROR_RT_INVALID_HANDLE,
-            "the task's model runtime instance was destroyed"
-        ),
-    }
-}
-
-/// The captured task behind a handle.
-fn captured_task(task: aclmdlRITask) -> Res<Captured> {
-    let (model, index) = task_ref(task)?;
-    match model.task(index) {
-        Some(captured) => Ok(captured),
-        None => fail!(ACL_ERROR_RT_INVALID_HANDLE, "the task does not exist"),
-    }
-}
-
-/// The task's type: a kernel, an event record, wait or reset, a value write or wait, or
-/// DEFAULT (copies, memsets and the other tasks).
-///
-/// # Safety
-/// `type_` (the header's `type`) must be NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclmdlRITaskGetType(
-    task: aclmdlRITask,
-    type_: *mut aclmdlRITaskType,
-) -> aclError {
-    guard("aclmdlRITaskGetType", || {
-        let captured = captured_task(task)?;
-        non_null(type_, "type")?;
-        write_out(type_, "type", task_type(&captured.step))
-    })
-}
-
-/// The task's place among its stream's tasks (0 for the first).
-///
-/// # Safety
-/// `id` must be NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclmdlRITaskGetSeqId(task: aclmdlRITask, id: *mut u32) -> aclError {
-    guard("aclmdlRITaskGetSeqId", || {
-        let captured = captured_task(task)?;
-        non_null(id, "id")?;
-        write_out(id, "id", captured.seq)
-    })
-}
-
-/// Applies the instance's pending changes: the tasks disabled with aclmdlRITaskDisable are
-/// skipped by the executions queued from now on. Still being captured or built, or an
-/// execution not over → 107040.
-///
-/// # Safety
-/// No preconditions; `unsafe` only because it is part of the C ABI.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclmdlRIUpdate(modelRI: aclmdlRI) -> aclError {
-    guard("aclmdlRIUpdate", || model(modelRI)?.update())
-}
-
-/// Disables a task from the next aclmdlRIUpdate of its instance on: executions skip it.
-///
-/// # Safety
-/// No preconditions; `unsafe` only because it is part of the C ABI.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclmdlRITaskDisable(task: aclmdlRITask) -> aclError {
-    guard("aclmdlRITaskDisable", || {
-        let (model, index) = task_ref(task)?;
-        model.disable(index);
-        Ok(())
     })
 }
