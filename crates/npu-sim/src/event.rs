@@ -6,11 +6,12 @@
 //! capture" semantics and the legacy events' behaviour alike.
 
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
 use npu_sys::*;
 
+use crate::capture::Capture;
 use crate::device::Device;
 use crate::error::{Res, SimError};
 use crate::stream::Stream;
@@ -34,16 +35,52 @@ pub(crate) struct Record {
     /// Why the stream dropped the record without reaching it (aclrtStreamAbort, a forced
     /// destruction), 0 while it was not dropped: waits on it must not outlive the drop.
     discarded: AtomicI32,
+    /// The event recorded (None: an ordering-only marker), which a replay records again.
+    event: Option<Weak<Event>>,
+    /// Set when the record was captured into a model runtime instance instead of queued: it
+    /// never runs itself, each replay of the model queues a copy of it.
+    captured: OnceLock<Weak<Capture>>,
 }
 
 impl Record {
+    /// An ordering-only marker (no event).
     pub(crate) fn new(stream: Arc<Stream>) -> Self {
+        Self::recording(stream, None)
+    }
+
+    /// A record of `event` (aclrtRecordEvent), or a marker without one.
+    pub(crate) fn recording(stream: Arc<Stream>, event: Option<&Arc<Event>>) -> Self {
         Self {
             stream,
             position: AtomicU64::new(0),
             outcome: Mutex::new(Outcome::Pending),
             discarded: AtomicI32::new(0),
+            event: event.map(Arc::downgrade),
+            captured: OnceLock::new(),
         }
+    }
+
+    /// The event this records, if it is still alive.
+    pub(crate) fn event(&self) -> Option<Arc<Event>> {
+        self.event.as_ref().and_then(Weak::upgrade)
+    }
+
+    /// Called by [`Stream::submit`] when the record goes into a capture instead of the queue.
+    pub(crate) fn mark_captured(&self, capture: &Arc<Capture>) {
+        let _ = self.captured.set(Arc::downgrade(capture));
+    }
+
+    /// Whether the record was captured (it never runs itself).
+    pub(crate) fn is_captured(&self) -> bool {
+        self.captured.get().is_some()
+    }
+
+    /// The capture the record went into, while that capture is still going on.
+    pub(crate) fn active_capture(&self) -> Option<Arc<Capture>> {
+        self.captured
+            .get()
+            .and_then(Weak::upgrade)
+            .filter(|capture| capture.is_active())
     }
 
     /// Called by [`Stream::submit`] as it queues the record, before anyone can wait on it.
@@ -145,6 +182,10 @@ pub(crate) struct Event {
     /// Created with aclrtCreateEventExWithFlag ("new mode").
     pub(crate) ex: bool,
     current: Mutex<Option<Arc<Record>>>,
+    /// The flags of the first aclrtRecordEventWithFlag and aclrtStreamWaitEventWithFlag on
+    /// it: later calls must pass the same.
+    pub(crate) record_flag: OnceLock<u32>,
+    pub(crate) wait_flag: OnceLock<u32>,
 }
 
 impl Event {
@@ -167,6 +208,8 @@ impl Event {
             flags,
             ex,
             current: Mutex::new(None),
+            record_flag: OnceLock::new(),
+            wait_flag: OnceLock::new(),
         })
     }
 

@@ -1,8 +1,8 @@
 //! Generation-checked handle tables.
 //!
 //! Every ACL handle the simulator gives out (context, stream, event, binary, function, args,
-//! param, notify) is an opaque token, never an address: bits 0..24 hold the slot index + 1, bits 24..48
-//! the slot's generation, bits 48..52 the kind and bits 52..60 a magic byte. A lookup checks all
+//! param, notify, ...) is an opaque token, never an address: bits 0..24 hold the slot index + 1,
+//! bits 24..44 the slot's generation, bits 44..52 the kind and bits 52..60 a magic byte. A lookup checks all
 //! of them, so a destroyed, forged or wrong-kind handle is reported as
 //! ACL_ERROR_RT_INVALID_HANDLE instead of being dereferenced.
 
@@ -15,11 +15,13 @@ use crate::error::{Res, ensure, fail};
 use crate::sync::lock;
 
 const INDEX_BITS: u32 = 24;
-const GENERATION_BITS: u32 = 24;
+const GENERATION_BITS: u32 = 20;
+const KIND_BITS: u32 = 8;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 const GENERATION_MASK: u64 = (1 << GENERATION_BITS) - 1;
 const KIND_SHIFT: u32 = INDEX_BITS + GENERATION_BITS;
-const MAGIC_SHIFT: u32 = KIND_SHIFT + 4;
+const KIND_MASK: u64 = (1 << KIND_BITS) - 1;
+const MAGIC_SHIFT: u32 = KIND_SHIFT + KIND_BITS;
 const MAGIC: u64 = 0xA5;
 
 /// What a handle refers to; part of the token so that, say, an event passed as a stream fails.
@@ -38,6 +40,9 @@ pub(crate) enum Kind {
     AllocatorDesc = 11,
     BinaryData = 12,
     DataBuffer = 13,
+    ModelRi = 14,
+    ModelTask = 15,
+    TaskGroup = 16,
 }
 
 impl Kind {
@@ -56,6 +61,9 @@ impl Kind {
             Kind::AllocatorDesc => "allocator descriptor",
             Kind::BinaryData => "binary data (aclrtBinary)",
             Kind::DataBuffer => "data buffer (aclDataBuffer)",
+            Kind::ModelRi => "model runtime instance",
+            Kind::ModelTask => "model runtime instance task",
+            Kind::TaskGroup => "task group",
         }
     }
 }
@@ -148,7 +156,7 @@ impl<T> HandleTable<T> {
     }
 
     fn index_of(&self, slots: &Slots<T>, handle: Handle) -> Option<usize> {
-        if handle >> MAGIC_SHIFT != MAGIC || (handle >> KIND_SHIFT) & 0xF != self.kind as u64 {
+        if handle >> MAGIC_SHIFT != MAGIC || (handle >> KIND_SHIFT) & KIND_MASK != self.kind as u64 {
             return None;
         }
         let index = (handle & INDEX_MASK).checked_sub(1)? as usize;

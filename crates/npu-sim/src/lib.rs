@@ -54,6 +54,7 @@ pub mod version;
 
 mod advice;
 mod allocator;
+mod capture;
 mod clock;
 mod context;
 mod data_buffer;
@@ -67,6 +68,7 @@ mod hardware;
 mod indirect;
 mod lifecycle;
 mod memory;
+mod model_ri;
 mod notify;
 mod op_timeout;
 mod pool;

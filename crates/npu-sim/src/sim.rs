@@ -17,6 +17,7 @@ use crate::event::Event;
 use crate::handle::{Handle, HandleTable, Kind};
 use crate::kernel::{ArgsBuilder, Binary, BinaryData, Function, ParamRef};
 use crate::memory::MemoryMap;
+use crate::model_ri::{ModelRi, TaskGroup, TaskRef};
 use crate::notify::Notify;
 use crate::pool::Pools;
 use crate::report::Reports;
@@ -38,6 +39,9 @@ pub(crate) struct Sim {
     pub(crate) user_args: Mutex<HashMap<usize, Handle>>,
     pub(crate) notifies: HandleTable<Notify>,
     pub(crate) data_buffers: HandleTable<DataBuffer>,
+    pub(crate) models: HandleTable<ModelRi>,
+    pub(crate) model_tasks: HandleTable<TaskRef>,
+    pub(crate) task_groups: HandleTable<TaskGroup>,
     pub(crate) memory: MemoryMap,
     pub(crate) pools: Pools,
     pub(crate) vmm: Vmm,
@@ -77,6 +81,9 @@ impl Sim {
             user_args: Mutex::default(),
             notifies: HandleTable::new(Kind::Notify),
             data_buffers: HandleTable::new(Kind::DataBuffer),
+            models: HandleTable::new(Kind::ModelRi),
+            model_tasks: HandleTable::new(Kind::ModelTask),
+            task_groups: HandleTable::new(Kind::TaskGroup),
             memory: MemoryMap::new(pinned_limit),
             pools: Pools::new(),
             vmm: Vmm::new(),

@@ -19,10 +19,12 @@ use std::time::{Duration, Instant};
 
 use npu_sys::*;
 
+use crate::capture::Capture;
 use crate::context::Health;
 use crate::device::Device;
 use crate::error::{Res, SimError, ensure, fail};
 use crate::handle::Handle;
+use crate::model_ri::{GroupWork, ModelRi, Step, TaskGroup, check_groupable};
 use crate::sim::Sim;
 use crate::sync::{Bell, Listen, lock, wait_until};
 use crate::task::{Op, Task, read_value};
@@ -61,6 +63,12 @@ struct State {
     waited: HashMap<Handle, u64>,
     /// Tasks of a PERSISTENT stream: kept for a model, never run by the stream itself.
     persistent: Vec<Task>,
+    /// The capture the stream's tasks go into instead of the queue.
+    capture: Option<Arc<Capture>>,
+    /// The built instance the stream is bound to (aclmdlRIBindStream): its tasks go into it.
+    bound: Option<Arc<ModelRi>>,
+    /// A task group being recorded (while captured) or updated on the stream.
+    group: Option<GroupWork>,
 }
 
 /// The stream attributes the simulator stores without acting on them
@@ -339,6 +347,124 @@ impl Stream {
         self.flags & ACL_STREAM_PERSISTENT != 0
     }
 
+    /// The capture the stream takes part in, if it is being captured.
+    pub(crate) fn capture(&self) -> Option<Arc<Capture>> {
+        lock(&self.state).capture.clone()
+    }
+
+    /// Makes the stream's tasks go into `capture` (one capturing already →
+    /// ACL_ERROR_RT_STREAM_CAPTURED).
+    pub(crate) fn enter_capture(&self, capture: &Arc<Capture>) -> Res<()> {
+        let mut state = lock(&self.state);
+        ensure!(
+            state.capture.is_none(),
+            ACL_ERROR_RT_STREAM_CAPTURED,
+            "stream {} is being captured already",
+            self.id
+        );
+        state.capture = Some(capture.clone());
+        Ok(())
+    }
+
+    /// The built instance the stream is bound to.
+    pub(crate) fn bound_model(&self) -> Option<Arc<ModelRi>> {
+        lock(&self.state).bound.clone()
+    }
+
+    /// Binds the stream to a built instance: a PERSISTENT stream (ACL_ERROR_RT_PARAM_INVALID
+    /// otherwise) bound to none yet (ACL_ERROR_RT_PARAM_INVALID).
+    pub(crate) fn bind(&self, model: &Arc<ModelRi>) -> Res<()> {
+        ensure!(
+            self.is_persistent(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "stream {} was not created with ACL_STREAM_PERSISTENT, so it cannot be bound to a model runtime instance",
+            self.id
+        );
+        let mut state = lock(&self.state);
+        ensure!(
+            state.bound.is_none(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "stream {} is bound to a model runtime instance already",
+            self.id
+        );
+        state.bound = Some(model.clone());
+        Ok(())
+    }
+
+    pub(crate) fn unbind(&self) {
+        lock(&self.state).bound = None;
+    }
+
+    /// Starts group work on the stream (one at a time: ACL_ERROR_STREAM_TASK_GROUP_STATUS).
+    pub(crate) fn begin_group_work(&self, work: GroupWork) -> Res<()> {
+        let mut state = lock(&self.state);
+        ensure!(
+            state.group.is_none(),
+            ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+            "stream {} is recording or updating a task group already",
+            self.id
+        );
+        state.group = Some(work);
+        Ok(())
+    }
+
+    /// Ends the recording of a task group: the indexes of its tasks in the instance (not
+    /// recording → ACL_ERROR_STREAM_TASK_GROUP_STATUS).
+    pub(crate) fn end_group(&self) -> Res<Vec<usize>> {
+        let mut state = lock(&self.state);
+        match state.group.take() {
+            Some(GroupWork::Recording(indexes)) => Ok(indexes),
+            other => {
+                state.group = other;
+                fail!(
+                    ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+                    "stream {} is not recording a task group (aclmdlRICaptureTaskGrpBegin)",
+                    self.id
+                )
+            }
+        }
+    }
+
+    /// Ends the update of a task group: the group and the tasks staged for it (not updating
+    /// → ACL_ERROR_STREAM_TASK_GROUP_STATUS).
+    pub(crate) fn end_update(&self) -> Res<(Arc<TaskGroup>, Vec<Op>)> {
+        let mut state = lock(&self.state);
+        match state.group.take() {
+            Some(GroupWork::Updating { group, staged }) => Ok((group, staged)),
+            other => {
+                state.group = other;
+                fail!(
+                    ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+                    "stream {} is not updating a task group (aclmdlRICaptureTaskUpdateBegin)",
+                    self.id
+                )
+            }
+        }
+    }
+
+    /// Back to running its tasks; returns the capture it was in.
+    pub(crate) fn leave_capture(&self) -> Option<Arc<Capture>> {
+        lock(&self.state).capture.take()
+    }
+
+    /// Fails with ACL_ERROR_RT_STREAM_CAPTURED if the stream is being captured, and makes
+    /// its capture invalid: `what` cannot be done to a capturing stream.
+    pub(crate) fn check_not_captured(&self, what: &str) -> Res<()> {
+        if let Some(capture) = self.capture() {
+            let error = SimError::new(
+                ACL_ERROR_RT_STREAM_CAPTURED,
+                format!(
+                    "{what} is not possible while stream {} is being captured (end the capture \
+                     with aclmdlRICaptureEnd first)",
+                    self.id
+                ),
+            );
+            capture.invalidate(&error);
+            return Err(error);
+        }
+        Ok(())
+    }
+
     /// Queues a task. The caller has checked ownership and that the context is usable.
     ///
     /// A task's position in the stream (1 for its first task) is the count of finished tasks
@@ -369,6 +495,36 @@ impl Stream {
         // SAFETY: gettid has no preconditions.
         task.thread_id = unsafe { libc::gettid() } as u32;
         let mut state = lock(&self.state);
+        if let Some(capture) = state.capture.clone() {
+            capture.check_valid()?;
+            let recording = match &mut state.group {
+                Some(GroupWork::Recording(indexes)) => Some(indexes),
+                _ => None,
+            };
+            if recording.is_some() {
+                check_groupable(&task.op)?;
+            }
+            if let Op::Record(record) = &task.op {
+                record.mark_captured(&capture);
+            }
+            let (index, seq) = capture.model.push(self, Step::Run(task.op));
+            if let Some(indexes) = recording {
+                indexes.push(index);
+            }
+            LAST_TASK_ID.set(seq + 1);
+            return Ok(());
+        }
+        if let Some(GroupWork::Updating { staged, .. }) = &mut state.group {
+            check_groupable(&task.op)?;
+            staged.push(task.op);
+            return Ok(());
+        }
+        if let Some(model) = state.bound.clone() {
+            model.check_accepts(self)?;
+            let (_, seq) = model.push(self, Step::Run(task.op));
+            LAST_TASK_ID.set(seq + 1);
+            return Ok(());
+        }
         if task.is_work() {
             state.work_seq += 1;
             let seq = state.work_seq;
@@ -918,6 +1074,13 @@ impl Stream {
             return;
         }
         crate::stream_state::notify(self.handle, ACL_RT_STREAM_STATE_DESTROY_PRE);
+        if let Some(capture) = self.leave_capture() {
+            capture.leave(self);
+        }
+        if let Some(model) = self.bound_model() {
+            // Not bound any more: the instance keeps the tasks it was given.
+            let _ = model.unbind(self);
+        }
         if force {
             self.draining.store(true, Ordering::Release);
             self.bell.ring();

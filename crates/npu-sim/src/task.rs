@@ -75,6 +75,7 @@ impl Extent {
 }
 
 /// Where a copy reads from.
+#[derive(Clone)]
 pub(crate) enum Source {
     /// Memory at this address when the task runs.
     Ptr(usize),
@@ -93,6 +94,8 @@ pub(crate) struct Owned {
 
 pub(crate) type HostFn = unsafe extern "C" fn(*mut c_void);
 
+/// A task's work. Cloneable, so that a model runtime instance can replay what it captured.
+#[derive(Clone)]
 pub(crate) enum Op {
     Copy {
         dst: usize,
@@ -166,6 +169,32 @@ pub(crate) enum Op {
 /// The bytes an aclrtProfTrace marker carries.
 pub(crate) const PROF_MARKER_BYTES: usize = 18;
 
+impl Op {
+    /// (category, name) for the trace.
+    pub(crate) fn label(&self) -> (&'static str, String) {
+        match self {
+            Self::Copy { dir, .. } => ("copy", dir.name().to_owned()),
+            Self::Memset { .. } => ("memset", "memset".to_owned()),
+            Self::Reduce { op, .. } => ("copy", format!("reduce {op:?}").to_lowercase()),
+            Self::Kernel(launch) => ("kernel", launch.name().to_owned()),
+            Self::IndirectCopy(_) => ("copy", "D2D (indirect)".to_owned()),
+            Self::Callback { .. } => ("host", "callback".to_owned()),
+            Self::HostFunc { .. } => ("host", "host func".to_owned()),
+            Self::Record(_) => ("event", "record".to_owned()),
+            Self::Wait { .. } => ("event", "wait".to_owned()),
+            Self::NotifySet(_) => ("notify", "record".to_owned()),
+            Self::NotifyWait { .. } => ("notify", "wait and reset".to_owned()),
+            Self::ValueWrite { .. } => ("value", "write".to_owned()),
+            Self::ValueWait { .. } => ("value", "wait".to_owned()),
+            Self::Reset { .. } => ("event", "reset".to_owned()),
+            Self::ProfMarker(data) => {
+                let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
+                ("profiling", format!("prof trace {hex}"))
+            }
+        }
+    }
+}
+
 /// How aclrtValueWait compares the memory (`m`) with its value (`v`): the
 /// ACL_STREAM_WAIT_VALUE_* flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,6 +240,9 @@ pub(crate) struct Task {
     pub(crate) submit_ns: u64,
     /// An injected failure: the task fails with this code instead of running.
     pub(crate) inject: Option<aclError>,
+    /// Held until the task has left its stream: a replayed task holds its model's, which
+    /// tells whether the model is still running ([`crate::model_ri::ModelRi::running`]).
+    pub(crate) keep: Option<Arc<()>>,
 }
 
 impl Task {
@@ -221,6 +253,7 @@ impl Task {
             thread_id: 0,
             submit_ns: 0,
             inject: None,
+            keep: None,
         }
     }
 
@@ -315,26 +348,7 @@ impl Task {
 
     /// (category, name) for the trace.
     pub(crate) fn label(&self) -> (&'static str, String) {
-        match &self.op {
-            Op::Copy { dir, .. } => ("copy", dir.name().to_owned()),
-            Op::Memset { .. } => ("memset", "memset".to_owned()),
-            Op::Reduce { op, .. } => ("copy", format!("reduce {op:?}").to_lowercase()),
-            Op::Kernel(launch) => ("kernel", launch.name().to_owned()),
-            Op::IndirectCopy(_) => ("copy", "D2D (indirect)".to_owned()),
-            Op::Callback { .. } => ("host", "callback".to_owned()),
-            Op::HostFunc { .. } => ("host", "host func".to_owned()),
-            Op::Record(_) => ("event", "record".to_owned()),
-            Op::Wait { .. } => ("event", "wait".to_owned()),
-            Op::NotifySet(_) => ("notify", "record".to_owned()),
-            Op::NotifyWait { .. } => ("notify", "wait and reset".to_owned()),
-            Op::ValueWrite { .. } => ("value", "write".to_owned()),
-            Op::ValueWait { .. } => ("value", "wait".to_owned()),
-            Op::Reset { .. } => ("event", "reset".to_owned()),
-            Op::ProfMarker(data) => {
-                let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
-                ("profiling", format!("prof trace {hex}"))
-            }
-        }
+        self.op.label()
     }
 
     /// Runs a copy, memset or kernel, leasing the simulator-owned memory it touches (so it is

@@ -456,3 +456,20 @@ fn memory_group_flows() {
          memory flow ok\n"
     );
 }
+
+#[test]
+fn a_captured_pipeline_replays_in_c_and_cxx() {
+    let expected = "capturing: status 1\n\
+         synchronous copy while capturing: 107030\n\
+         previous mode 0\n\
+         after the capture: status 0, instance NULL 1\n\
+         instance add_pipeline, id 1\n\
+         1 stream, 4 tasks\n\
+         replay 1: 0 wrong\n\
+         replay 2: 0 wrong\n\
+         replay 3: 0 wrong\n\
+         capture flow ok\n";
+    for lang in [Lang::C, Lang::Cxx] {
+        assert_eq!(run(&compile_as("capture_flow", lang, &[])), expected);
+    }
+}

@@ -915,9 +915,9 @@ fn every_error_path() {
             || code!(aclrtRecordEventWithFlag(create_event(), ptr::null_mut(), 7)),
         ),
         case(
-            "record flag EXTERNAL",
+            "record flag EXTERNAL of a legacy event",
             "aclrtRecordEventWithFlag",
-            207000,
+            107000,
             0,
             || {
                 code!(aclrtRecordEventWithFlag(
@@ -942,9 +942,9 @@ fn every_error_path() {
             },
         ),
         case(
-            "wait flag EXTERNAL",
+            "wait flag EXTERNAL of a legacy event",
             "aclrtStreamWaitEventWithFlag",
-            207000,
+            107000,
             0,
             || {
                 code!(aclrtStreamWaitEventWithFlag(

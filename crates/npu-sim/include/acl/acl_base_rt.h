@@ -42,6 +42,8 @@ extern "C" {
 
 /* Every handle is an opaque pointer, as on CANN. */
 typedef void *aclrtStream;
+/* A task of a model runtime instance (aclmdlRIGetTasksByStream). */
+typedef void *aclmdlRITask;
 typedef void *aclrtEvent;
 typedef void *aclrtContext;
 typedef int aclError;
@@ -220,6 +222,9 @@ typedef void *aclrtAllocatorDesc;
 typedef void *aclrtAllocator;
 typedef void *aclrtAllocatorBlock;
 typedef void *aclrtAllocatorAddr;
+
+/* ---- model runtime instances: a group of captured tasks that can be updated ---- */
+typedef void *aclrtTaskGrp;
 
 #ifdef __cplusplus
 }

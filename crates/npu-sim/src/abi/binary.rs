@@ -130,22 +130,7 @@ pub unsafe extern "C" fn aclrtGetFunctionName(
 ) -> aclError {
     guard("aclrtGetFunctionName", || {
         let function = function(funcHandle)?;
-        non_null(name, "name")?;
-        let bytes = function.name.as_bytes();
-        ensure!(
-            bytes.len() < maxLen as usize,
-            ACL_ERROR_RT_PARAM_INVALID,
-            "the kernel name {:?} needs {} bytes with its NUL, maxLen is {maxLen}",
-            function.name,
-            bytes.len() + 1
-        );
-        // SAFETY: `name` is non-NULL and, by the API contract, valid for `maxLen` bytes, which
-        // the name and its NUL fit in (checked above).
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), name.cast::<u8>(), bytes.len());
-            name.add(bytes.len()).write(0);
-        }
-        Ok(())
+        super::check::write_c_str(name, maxLen, &function.name, "kernel name")
     })
 }
 

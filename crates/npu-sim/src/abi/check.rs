@@ -48,6 +48,27 @@ pub(super) fn c_str<'a>(ptr: *const c_char, what: &str) -> Res<&'a str> {
     }
 }
 
+/// Writes `text` and its NUL into the caller's `max_len` bytes at `out`: a buffer too small
+/// for both → ACL_ERROR_RT_PARAM_INVALID, nothing written (a truncated name would be silently
+/// wrong).
+pub(super) fn write_c_str(out: *mut c_char, max_len: u32, text: &str, what: &str) -> Res<()> {
+    non_null(out, what)?;
+    let bytes = text.as_bytes();
+    ensure!(
+        bytes.len() < max_len as usize,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "the {what} {text:?} needs {} bytes with its NUL, maxLen is {max_len}",
+        bytes.len() + 1
+    );
+    // SAFETY: `out` is non-NULL and, by the API contract, valid for `max_len` bytes, which the
+    // text and its NUL fit in (checked above).
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.cast::<u8>(), bytes.len());
+        out.add(bytes.len()).write(0);
+    }
+    Ok(())
+}
+
 /// Borrows `len` bytes at a non-NULL pointer.
 pub(super) fn bytes<'a>(ptr: *const c_void, len: usize, what: &str) -> Res<&'a [u8]> {
     non_null(ptr, what)?;

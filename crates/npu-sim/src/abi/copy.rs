@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use npu_sys::*;
 
+use crate::capture;
 use crate::context;
 use crate::device::Device;
-use crate::error::{Res, ensure, fail, guard, non_null};
+use crate::error::{Res, SimError, ensure, fail, guard, non_null};
 use crate::memory::PtrClass;
 use crate::sim::{Sim, sim};
 use crate::stream::Stream;
@@ -44,10 +45,34 @@ impl On {
     /// Runs the task: synchronously, or as a stream task — except that work involving
     /// pageable host memory runs synchronously once the stream's earlier work is done (CANN's
     /// documented fallback).
+    /// These are the functions the capture modes restrict (aclmdlRICaptureThreadExchangeMode):
+    /// refused with 107030 (synchronous) or 107041 (the synchronous fallback) on a thread a
+    /// capture forbids them; a fallback on a capturing stream cannot be captured (107041, and
+    /// the capture is invalid).
     fn run(&self, sim: &Sim, task: Task, pageable: bool) -> Res<()> {
         match self {
-            On::Caller(device) => run_now(sim, device, task),
+            On::Caller(device) => {
+                capture::check_unsafe_call(
+                    ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT,
+                    "a synchronous copy or memset",
+                )?;
+                run_now(sim, device, task)
+            }
             On::Stream(stream) if pageable => {
+                const WHAT: &str =
+                    "an asynchronous copy or memset of pageable host memory (done synchronously)";
+                if let Some(capture) = stream.capture() {
+                    let error = SimError::new(
+                        ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC,
+                        format!(
+                            "{WHAT} cannot be captured (stream {} is being captured)",
+                            stream.id
+                        ),
+                    );
+                    capture.invalidate(&error);
+                    return Err(error);
+                }
+                capture::check_unsafe_call(ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC, WHAT)?;
                 stream.wait_idle(None)?;
                 run_now(sim, &stream.device, task)
             }

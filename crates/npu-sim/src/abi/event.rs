@@ -160,16 +160,29 @@ pub unsafe extern "C" fn aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream
 /// aclrtRecordEvent's work, shared with aclrtRecordEventWithFlag.
 pub(super) fn record(event: aclrtEvent, stream: aclrtStream) -> Res<()> {
     let (event, stream) = event_on_stream(event, stream)?;
+    record_on(&event, &stream, false)
+}
+
+/// Queues a record of `event` on `stream`. An `external` one (ACL_EVENT_RECORD_EXTERNAL)
+/// goes into the stream's capture without becoming the event's record, as does a record on
+/// a stream bound to a built instance: only the instance's executions record the event.
+pub(super) fn record_on(event: &Arc<Event>, stream: &Arc<Stream>, external: bool) -> Res<()> {
+    if external {
+        crate::capture::external_capture(stream, event)?;
+    }
+    let bound = stream.bound_model().is_some();
     ensure!(
-        !stream.is_persistent(),
+        !stream.is_persistent() || bound,
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "stream {} is ACL_STREAM_PERSISTENT: its tasks run only in a model, which the \
-         simulator does not execute, so a record there could never complete",
+        "stream {} is ACL_STREAM_PERSISTENT and bound to no model runtime instance \
+         (aclmdlRIBindStream), so a record there could never complete",
         stream.id
     );
-    let record = Arc::new(Record::new(stream.clone()));
+    let record = Arc::new(Record::recording(stream.clone(), Some(event)));
     stream.submit(Task::new(Op::Record(record.clone())))?;
-    event.set_current(record);
+    if !external && !bound {
+        event.set_current(record);
+    }
     Ok(())
 }
 
@@ -197,12 +210,34 @@ pub unsafe extern "C" fn aclrtResetEvent(event: aclrtEvent, stream: aclrtStream)
     })
 }
 
-/// The event's record, after the checks every query does (live handle, device not lost).
-fn lookup(event: aclrtEvent) -> Res<(Arc<Event>, Option<Arc<Record>>)> {
+/// The event, after the checks every query does (live handle, device not lost).
+fn live_event(event: aclrtEvent) -> Res<Arc<Event>> {
     non_null(event, "event")?;
     let event = sim()?.events.resolve(handle::from_ptr(event))?;
     event.device.check_alive()?;
+    Ok(event)
+}
+
+/// The event's record, after the checks every query does (live handle, device not lost).
+/// A record captured into a model runtime instance is not one the host can observe: while
+/// its capture goes on → ACL_ERROR_RT_EVENT_CAPTURED; afterwards the event counts as never
+/// recorded (only the record's replays run).
+fn lookup(event: aclrtEvent) -> Res<(Arc<Event>, Option<Arc<Record>>)> {
+    let event = live_event(event)?;
     let record = event.current();
+    if let Some(record) = &record
+        && record.is_captured()
+    {
+        if let Some(capture) = record.active_capture() {
+            fail!(
+                ACL_ERROR_RT_EVENT_CAPTURED,
+                "the event was recorded while stream {} is being captured: its record runs only \
+                 when the model runtime instance executes",
+                capture.origin.id
+            );
+        }
+        return Ok((event, None));
+    }
     Ok((event, record))
 }
 
@@ -412,7 +447,7 @@ pub unsafe extern "C" fn aclrtEventGetTimestamp(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtGetEventId(event: aclrtEvent, eventId: *mut u32) -> aclError {
     guard("aclrtGetEventId", || {
-        let (event, _) = lookup(event)?;
+        let event = live_event(event)?;
         write_out(eventId, "eventId", event.id)
     })
 }

@@ -1,34 +1,49 @@
 //! The flagged and timed forms of event record and wait.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use npu_sys::*;
 
-use crate::error::{Res, ensure, guard};
+use crate::error::{Res, ensure, guard, non_null};
+use crate::event::Event;
+use crate::handle;
+use crate::sim::sim;
 
 /// Stream waits take their timeout in seconds, 0 waiting forever.
 fn seconds(timeout: u32) -> Option<Duration> {
     (timeout != 0).then(|| Duration::from_secs(u64::from(timeout)))
 }
 
-/// ACL graph capture (the EXTERNAL flags) does not exist in the simulator.
-fn no_capture(api: &str, flag: u32, external: u32, default: u32) -> Res<()> {
+/// The flag of a flagged record or wait: DEFAULT or EXTERNAL (100000 otherwise), and the one
+/// the event was first used with by the API (`bound`; fixed at the first call, whatever its
+/// outcome; another → 107000). Returns whether it is EXTERNAL.
+fn is_external(
+    api: &str,
+    event: aclrtEvent,
+    flag: u32,
+    (external, default): (u32, u32),
+    bound: fn(&Event) -> &OnceLock<u32>,
+) -> Res<bool> {
     ensure!(
         flag == default || flag == external,
         ACL_ERROR_INVALID_PARAM,
         "{api}: flag {flag:#x} is not a known flag"
     );
+    non_null(event, "event")?;
+    let event = sim()?.events.resolve(handle::from_ptr(event))?;
+    let first = *bound(&event).get_or_init(|| flag);
     ensure!(
-        flag == default,
-        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "{api}: the EXTERNAL flag is for ACL graph capture, and no stream is being captured"
+        first == flag,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{api}: the event was first used with flag {first:#x}, which cannot change to {flag:#x}"
     );
-    Ok(())
+    Ok(flag == external)
 }
 
 /// aclrtRecordEvent with a flag: ACL_EVENT_RECORD_DEFAULT records as aclrtRecordEvent;
-/// ACL_EVENT_RECORD_EXTERNAL needs a stream under graph capture, which never exists here
-/// (207000); other flags → 100000.
+/// ACL_EVENT_RECORD_EXTERNAL, on a stream being captured, records the event at each execution
+/// of the instance, for streams outside it to wait on; other flags → 100000.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -39,13 +54,12 @@ pub unsafe extern "C" fn aclrtRecordEventWithFlag(
     flag: u32,
 ) -> aclError {
     guard("aclrtRecordEventWithFlag", || {
-        no_capture(
-            "aclrtRecordEventWithFlag",
-            flag,
-            ACL_EVENT_RECORD_EXTERNAL,
-            ACL_EVENT_RECORD_DEFAULT,
-        )?;
-        super::event::record(event, stream)
+        let flags = (ACL_EVENT_RECORD_EXTERNAL, ACL_EVENT_RECORD_DEFAULT);
+        let external = is_external("aclrtRecordEventWithFlag", event, flag, flags, |e| {
+            &e.record_flag
+        })?;
+        let (event, stream) = super::event::event_on_stream(event, stream)?;
+        super::event::record_on(&event, &stream, external)
     })
 }
 
@@ -72,7 +86,8 @@ pub unsafe extern "C" fn aclrtStreamWaitEventWithTimeout(
 }
 
 /// aclrtStreamWaitEventWithTimeout with a flag: ACL_EVENT_WAIT_DEFAULT waits as it does;
-/// ACL_EVENT_WAIT_EXTERNAL needs graph capture (207000); other flags → 100000.
+/// ACL_EVENT_WAIT_EXTERNAL, on a stream being captured, makes each execution of the instance
+/// wait for the event's record current then; other flags → 100000.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -84,12 +99,13 @@ pub unsafe extern "C" fn aclrtStreamWaitEventWithFlag(
     flag: u32,
 ) -> aclError {
     guard("aclrtStreamWaitEventWithFlag", || {
-        no_capture(
-            "aclrtStreamWaitEventWithFlag",
-            flag,
-            ACL_EVENT_WAIT_EXTERNAL,
-            ACL_EVENT_WAIT_DEFAULT,
-        )?;
-        super::stream::wait_event(stream, event, seconds(timeout))
+        let flags = (ACL_EVENT_WAIT_EXTERNAL, ACL_EVENT_WAIT_DEFAULT);
+        let external = is_external("aclrtStreamWaitEventWithFlag", event, flag, flags, |e| {
+            &e.wait_flag
+        })?;
+        match external {
+            true => super::stream::wait_external(stream, event, timeout),
+            false => super::stream::wait_event(stream, event, seconds(timeout)),
+        }
     })
 }

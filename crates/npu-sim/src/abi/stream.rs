@@ -75,6 +75,7 @@ fn destroy(stream: aclrtStream, force: bool) -> Res<()> {
         ACL_ERROR_RT_PARAM_INVALID,
         "the default stream is destroyed with its context, not with aclrtDestroyStream"
     );
+    stream.check_not_captured("destroying it")?;
     stream.destroy(sim, force);
     ctx.remove_stream(stream.handle);
     Ok(())
@@ -106,7 +107,9 @@ fn synchronize(stream: aclrtStream, timeout: i32) -> Res<()> {
     let sim = sim()?;
     // A current context is required, but the stream may belong to another one.
     context::current(sim)?;
-    context::any_stream(sim, stream)?.synchronize(deadline)
+    let stream = context::any_stream(sim, stream)?;
+    stream.check_not_captured("synchronizing it")?;
+    stream.synchronize(deadline)
 }
 
 /// Waits for a stream's work; returns (and clears) the first task error of the stream. NULL is
@@ -147,7 +150,9 @@ pub unsafe extern "C" fn aclrtStreamQuery(
 ) -> aclError {
     guard("aclrtStreamQuery", || {
         non_null(status, "status")?;
-        let done = context::any_stream(sim()?, stream)?.query()?;
+        let stream = context::any_stream(sim()?, stream)?;
+        stream.check_not_captured("querying it")?;
+        let done = stream.query()?;
         let value = if done {
             ACL_STREAM_STATUS_COMPLETE
         } else {
@@ -184,12 +189,41 @@ pub(super) fn wait_event(
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
         "the event was created without ACL_EVENT_SYNC and cannot be waited on"
     );
+    if let Some(model) = stream.bound_model() {
+        // A built instance's wait waits, at each execution, for the record current then.
+        model.check_accepts(&stream)?;
+        model.push(&stream, crate::model_ri::Step::WaitFor(event));
+        return Ok(());
+    }
+    let Some(record) = event.current() else {
+        return Ok(());
+    };
+    if record.is_captured() || stream.capture().is_some() {
+        match crate::capture::wait_dependency(&stream, &record)? {
+            true => {}
+            // A record of a capture that is over only runs in its replays.
+            false => return Ok(()),
+        }
+    }
     // A completed record still matters: under a timing model the waiting stream cannot
     // start before the record's timestamp.
-    match event.current() {
-        Some(record) => stream.submit(Task::new(Op::Wait { record, timeout })),
-        None => Ok(()),
-    }
+    stream.submit(Task::new(Op::Wait { record, timeout }))
+}
+
+/// aclrtStreamWaitEventWithFlag(EXTERNAL): the capturing stream's instance waits, at each of
+/// its executions, for the event's record current then (timeout 0 only, else 107000).
+pub(super) fn wait_external(stream: aclrtStream, event: aclrtEvent, timeout: u32) -> Res<()> {
+    let (event, stream) = super::event::event_on_stream(event, stream)?;
+    ensure!(
+        timeout == 0,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "an EXTERNAL wait takes no timeout (0), not {timeout}"
+    );
+    let capture = crate::capture::external_capture(&stream, &event)?;
+    capture
+        .model
+        .push(&stream, crate::model_ri::Step::WaitFor(event));
+    Ok(())
 }
 
 /// Sets the stream's failure mode: ACL_CONTINUE_ON_FAILURE (default) or ACL_STOP_ON_FAILURE

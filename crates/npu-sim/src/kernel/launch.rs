@@ -14,7 +14,7 @@ use crate::error::SimError;
 /// Launch arguments owned by the task (host-packed arguments are copied at submission, so the
 /// caller may reuse its buffer when the launch call returns). 8-byte aligned; an empty blob
 /// owns no memory and is passed to the kernel as NULL.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ArgsBlob {
     words: Box<[u64]>,
     len: usize,
@@ -51,6 +51,7 @@ impl ArgsBlob {
     }
 }
 
+#[derive(Clone)]
 pub(crate) enum LaunchArgs {
     /// aclrtLaunchKernel: arguments already in device memory (address, bytes), read when the
     /// kernel runs.
@@ -58,6 +59,7 @@ pub(crate) enum LaunchArgs {
     Owned(ArgsBlob),
 }
 
+#[derive(Clone)]
 pub(crate) struct Launch {
     pub(crate) function: Arc<Function>,
     /// The function handle launched, for exception reports.
@@ -98,6 +100,18 @@ impl Launch {
         match &self.args {
             LaunchArgs::Device(address, len) => (*address as *mut c_void, *len),
             LaunchArgs::Owned(blob) => (blob.as_ptr(), blob.len()),
+        }
+    }
+
+    /// The arguments as a model's debug print shows them: the bytes of host-packed
+    /// arguments in hex, or where device-memory arguments are.
+    pub(crate) fn args_hex(&self) -> String {
+        match &self.args {
+            LaunchArgs::Device(address, len) => format!("device memory {address:#x}+{len}"),
+            LaunchArgs::Owned(blob) => {
+                let bytes = &bytemuck::cast_slice::<u64, u8>(&blob.words)[..blob.len];
+                bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+            }
         }
     }
 

@@ -1,0 +1,138 @@
+//! Explicit builds of model runtime instances: binding PERSISTENT streams, ending their tasks
+//! and the build.
+
+use std::sync::Arc;
+
+use npu_sys::*;
+
+use super::model_ri::{check_same_context, model};
+use crate::context;
+use crate::error::{Res, ensure, guard, non_null, write_out};
+use crate::handle;
+use crate::model_ri::ModelRi;
+use crate::sim::sim;
+
+/// A built instance (aclmdlRIBuildBegin) still being built: a captured one, or one whose
+/// build ended → ACL_ERROR_RT_PARAM_INVALID.
+fn building_model(model_ri: aclmdlRI) -> Res<Arc<ModelRi>> {
+    let model = model(model_ri)?;
+    ensure!(
+        model.built,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "model runtime instance {} was captured, not begun with aclmdlRIBuildBegin",
+        model.id
+    );
+    ensure!(
+        model.is_open(),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "model runtime instance {} is built already (aclmdlRIBuildEnd)",
+        model.id
+    );
+    Ok(model)
+}
+
+/// The stream flag of aclmdlRIBindStream that makes a stream run from the start of every
+/// execution (CANN's ACL_MODEL_STREAM_FLAG_HEAD, a macro its headers do not define).
+const STREAM_FLAG_HEAD: u32 = 0x0000_0000;
+/// ... and the one of streams that an activation starts (ACL_MODEL_STREAM_FLAG_DEFAULT).
+const STREAM_FLAG_DEFAULT: u32 = 0x7FFF_FFFF;
+
+/// Begins building an instance in the current context (`flag` is reserved: 0, else
+/// 100000): its tasks are those submitted to the streams bound to it until aclmdlRIBuildEnd.
+///
+/// # Safety
+/// `modelRI` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIBuildBegin(modelRI: *mut aclmdlRI, flag: u32) -> aclError {
+    guard("aclmdlRIBuildBegin", || {
+        non_null(modelRI, "modelRI")?;
+        ensure!(
+            flag == 0,
+            ACL_ERROR_INVALID_PARAM,
+            "flag {flag:#x} is reserved and must be 0"
+        );
+        let sim = sim()?;
+        let ctx = context::current(sim)?;
+        ctx.check_usable()?;
+        let handle = sim.models.reserve()?;
+        let model = Arc::new(ModelRi::new(handle, ctx.handle, ctx.device.clone(), true));
+        sim.models.fill(handle, model);
+        write_out(modelRI, "modelRI", handle::to_ptr(handle))
+    })
+}
+
+/// Binds an ACL_STREAM_PERSISTENT stream of the instance's context to an instance being
+/// built: its tasks go into the instance. NULL stream or a flag other than HEAD (0) and
+/// DEFAULT (0x7FFFFFFF) → 100000; a stream not PERSISTENT, bound already, or an instance
+/// captured or built already → 107000; another context → 107003 / 107004.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIBindStream(
+    modelRI: aclmdlRI,
+    stream: aclrtStream,
+    flag: u32,
+) -> aclError {
+    guard("aclmdlRIBindStream", || {
+        let model = building_model(modelRI)?;
+        non_null(stream, "stream")?;
+        ensure!(
+            flag == STREAM_FLAG_HEAD || flag == STREAM_FLAG_DEFAULT,
+            ACL_ERROR_INVALID_PARAM,
+            "flag {flag:#x} is neither ACL_MODEL_STREAM_FLAG_HEAD nor ACL_MODEL_STREAM_FLAG_DEFAULT"
+        );
+        let (_, stream) = context::owned_stream(sim()?, stream)?;
+        check_same_context(&model, &stream)?;
+        model.bind(&stream, flag == STREAM_FLAG_HEAD)
+    })
+}
+
+/// Marks the end of the tasks of a stream bound to the instance (not bound → 107005): later
+/// submissions to it are refused (107000).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIEndTask(modelRI: aclmdlRI, stream: aclrtStream) -> aclError {
+    guard("aclmdlRIEndTask", || {
+        let model = building_model(modelRI)?;
+        let (_, stream) = context::owned_stream(sim()?, stream)?;
+        model.end_tasks(&stream)
+    })
+}
+
+/// Ends the build (`reserve` must be NULL, else 100000): the instance can execute, and its
+/// streams take no more tasks (107000).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIBuildEnd(
+    modelRI: aclmdlRI,
+    reserve: *mut std::ffi::c_void,
+) -> aclError {
+    guard("aclmdlRIBuildEnd", || {
+        let model = building_model(modelRI)?;
+        ensure!(
+            reserve.is_null(),
+            ACL_ERROR_INVALID_PARAM,
+            "reserve must be NULL"
+        );
+        model.close();
+        Ok(())
+    })
+}
+
+/// Unbinds a stream from the instance (not bound → 107005); the instance keeps its tasks.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIUnbindStream(modelRI: aclmdlRI, stream: aclrtStream) -> aclError {
+    guard("aclmdlRIUnbindStream", || {
+        let model = model(modelRI)?;
+        let (_, stream) = context::owned_stream(sim()?, stream)?;
+        model.unbind(&stream)
+    })
+}

@@ -1,0 +1,312 @@
+//! Model runtime instances: execution, destruction, and what an instance tells about itself;
+//! the helpers the other model modules (`capture`, `model_build`, `model_task`) share.
+
+use std::ffi::c_char;
+use std::sync::Arc;
+
+use npu_sys::*;
+
+use super::check::{c_str, deadline, write_c_str};
+use crate::context;
+use crate::context::Context;
+use crate::error::{Res, ensure, fail, guard, non_null, write_out};
+use crate::handle;
+use crate::model_ri::{ModelRi, Step, describe_step};
+use crate::sim::{Sim, sim};
+use crate::stream::Stream;
+use crate::task::Op;
+
+/// The instance behind a handle (NULL → 100000, stale or forged → 107017).
+pub(super) fn model(model_ri: aclmdlRI) -> Res<Arc<ModelRi>> {
+    non_null(model_ri, "modelRI")?;
+    sim()?.models.resolve(handle::from_ptr(model_ri))
+}
+
+/// The instance, whose capture or build must be over (ACL_ERROR_RT_MODEL_CAPTURED): `what`
+/// needs it complete.
+pub(super) fn complete_model(model_ri: aclmdlRI, what: &str) -> Res<Arc<ModelRi>> {
+    let model = model(model_ri)?;
+    ensure!(
+        !model.is_open(),
+        ACL_ERROR_RT_MODEL_CAPTURED,
+        "model runtime instance {} is still being {}: {what} needs {} first",
+        model.id,
+        if model.built { "built" } else { "captured" },
+        if model.built {
+            "aclmdlRIBuildEnd"
+        } else {
+            "aclmdlRICaptureEnd"
+        }
+    );
+    Ok(model)
+}
+
+/// A stream an instance owns (its execution stream, its model streams), in its context.
+pub(super) fn own_stream(sim: &Sim, ctx: &Context, flags: u32) -> Res<Arc<Stream>> {
+    let stream = Stream::create(sim, ctx.handle, &ctx.device, &ctx.health, 0, flags, false)?;
+    ctx.add_stream(stream.clone());
+    Ok(stream)
+}
+
+/// Retires the instance: its handle and its tasks' handles, its bindings, the streams it
+/// owns.
+pub(super) fn discard(sim: &Sim, model: &ModelRi) {
+    sim.models.remove(model.handle);
+    for handle in model.take_task_handles() {
+        sim.model_tasks.remove(handle);
+    }
+    for handle in model.take_group_handles() {
+        sim.task_groups.remove(handle);
+    }
+    model.unbind_all();
+    for stream in model.take_own_streams() {
+        stream.destroy(sim, false);
+        if let Some(ctx) = sim.contexts.get(model.ctx) {
+            ctx.remove_stream(stream.handle);
+        }
+    }
+}
+
+/// The stream, of the current context, must belong to the instance's context
+/// (ACL_ERROR_RT_MODEL_CONTEXT).
+pub(super) fn check_same_context(model: &ModelRi, stream: &Stream) -> Res<()> {
+    ensure!(
+        stream.ctx == model.ctx,
+        ACL_ERROR_RT_MODEL_CONTEXT,
+        "model runtime instance {} belongs to another context than stream {}'s",
+        model.id,
+        stream.id
+    );
+    Ok(())
+}
+
+/// Queues the instance's tasks on a stream of its context (another context → 107004; a
+/// stream being captured → 107027; an instance being captured → 107026).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtStream) -> aclError {
+    guard("aclmdlRIExecuteAsync", || {
+        let model = complete_model(modelRI, "an execution")?;
+        let stream = context::submit_stream(sim()?, stream)?;
+        check_same_context(&model, &stream)?;
+        stream.check_not_captured("executing a model runtime instance on it")?;
+        model.replay(&stream)
+    })
+}
+
+/// Destroys the instance and runs its destroy callbacks. Still being captured → 107026; an
+/// execution not over → 107037.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIDestroy(modelRI: aclmdlRI) -> aclError {
+    guard("aclmdlRIDestroy", || {
+        let model = complete_model(modelRI, "destroying it")?;
+        ensure!(
+            !model.running(),
+            ACL_ERROR_RT_MODEL_RUNNING,
+            "model runtime instance {} is still running (synchronize the streams it executes on first)",
+            model.id
+        );
+        let sim = sim()?;
+        discard(sim, &model);
+        model.run_destroy_callbacks();
+        Ok(())
+    })
+}
+
+/// Names the instance (the last name wins; at most 511 bytes are kept).
+///
+/// # Safety
+/// `name` must be NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRISetName(modelRI: aclmdlRI, name: *const c_char) -> aclError {
+    guard("aclmdlRISetName", || {
+        let model = model(modelRI)?;
+        model.set_name(c_str(name, "name")?);
+        Ok(())
+    })
+}
+
+/// The instance's name ("" if never named) into `maxLen` bytes; too small → 107000.
+///
+/// # Safety
+/// `name` must be NULL or valid for `maxLen` bytes of writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIGetName(
+    modelRI: aclmdlRI,
+    maxLen: u32,
+    name: *mut c_char,
+) -> aclError {
+    guard("aclmdlRIGetName", || {
+        let model = model(modelRI)?;
+        write_c_str(name, maxLen, &model.name(), "model runtime instance name")
+    })
+}
+
+/// The instance's id, unique in the process.
+///
+/// # Safety
+/// `modelRIId` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIGetId(modelRI: aclmdlRI, modelRIId: *mut u32) -> aclError {
+    guard("aclmdlRIGetId", || {
+        let model = model(modelRI)?;
+        non_null(modelRIId, "modelRIId")?;
+        write_out(modelRIId, "modelRIId", model.id)
+    })
+}
+
+/// Writes the instance and its tasks to the log (`tracing`, target `npu_sim::model_ri`, level
+/// INFO). Still being captured → 107026.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIDebugPrint(modelRI: aclmdlRI) -> aclError {
+    guard("aclmdlRIDebugPrint", || {
+        let model = complete_model(modelRI, "printing it")?;
+        tracing::info!(target: "npu_sim::model_ri", "{}", model.describe());
+        Ok(())
+    })
+}
+
+/// Writes the instance's tasks to `path` as Chrome trace-event JSON: one track per captured
+/// stream, one slice per task in capture order, its type and description in `args`; VERBOSE
+/// adds each kernel's argument bytes. Flags other than SUMMARY or VERBOSE → 100000; a file
+/// that cannot be written → 107010; still being captured → 107026.
+///
+/// # Safety
+/// `path` must be NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIDebugJsonPrint(
+    modelRI: aclmdlRI,
+    path: *const c_char,
+    flags: u32,
+) -> aclError {
+    guard("aclmdlRIDebugJsonPrint", || {
+        let model = complete_model(modelRI, "printing it")?;
+        let path = c_str(path, "path")?;
+        let verbose = match flags {
+            ACL_MDLRI_DEBUG_JSON_PRINT_SUMMARY => false,
+            ACL_MDLRI_DEBUG_JSON_PRINT_VERBOSE => true,
+            other => fail!(
+                ACL_ERROR_INVALID_PARAM,
+                "flags {other:#x} are neither ACL_MDLRI_DEBUG_JSON_PRINT_SUMMARY nor ..._VERBOSE"
+            ),
+        };
+        let text = debug_json(&model, verbose).to_string();
+        match std::fs::write(path, text) {
+            Ok(()) => Ok(()),
+            Err(error) => fail!(ACL_ERROR_RT_FILE_WRITE, "cannot write {path:?}: {error}"),
+        }
+    })
+}
+
+/// The trace-event document aclmdlRIDebugJsonPrint writes.
+fn debug_json(model: &ModelRi, verbose: bool) -> serde_json::Value {
+    use serde_json::json;
+    let tasks = model.tasks();
+    let mut events = Vec::new();
+    let mut named = Vec::new();
+    for (at, task) in tasks.iter().enumerate() {
+        if !named.contains(&task.stream_id) {
+            named.push(task.stream_id);
+            events.push(json!({
+                "ph": "M", "name": "thread_name", "pid": model.id, "tid": task.stream_id,
+                "args": { "name": format!("stream {}", task.stream_id) },
+            }));
+        }
+        let (category, name) = task.step.label();
+        let mut args = json!({
+            "task": task.seq,
+            "description": describe_step(&task.step),
+        });
+        if verbose && let Step::Run(Op::Kernel(launch)) = &task.step {
+            args["kernel_args"] = json!(launch.args_hex());
+        }
+        events.push(json!({
+            "ph": "X", "name": name, "cat": category, "pid": model.id, "tid": task.stream_id,
+            "ts": at, "dur": 1, "args": args,
+        }));
+    }
+    json!({
+        "traceEvents": events,
+        "otherData": {
+            "model_id": model.id,
+            "name": model.name(),
+            "device": model.device.id,
+        },
+    })
+}
+
+/// Registers a function called with `userData` when the instance is destroyed (again:
+/// replaces its user data). NULL func → 100000.
+///
+/// # Safety
+/// `func` must be NULL or a function that may be called with `userData` on the destroying
+/// thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIDestroyRegisterCallback(
+    modelRI: aclmdlRI,
+    func: aclrtCallback,
+    userData: *mut std::ffi::c_void,
+) -> aclError {
+    guard("aclmdlRIDestroyRegisterCallback", || {
+        let model = model(modelRI)?;
+        let Some(func) = func else {
+            fail!(ACL_ERROR_INVALID_PARAM, "func is NULL");
+        };
+        model.register_destroy_callback(func, userData as usize);
+        Ok(())
+    })
+}
+
+/// Unregisters a destroy callback (one never registered: nothing to do). NULL func → 100000.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIDestroyUnregisterCallback(
+    modelRI: aclmdlRI,
+    func: aclrtCallback,
+) -> aclError {
+    guard("aclmdlRIDestroyUnregisterCallback", || {
+        let model = model(modelRI)?;
+        let Some(func) = func else {
+            fail!(ACL_ERROR_INVALID_PARAM, "func is NULL");
+        };
+        model.unregister_destroy_callback(func);
+        Ok(())
+    })
+}
+
+/// Executes the instance and waits for it: its tasks run on a stream of its own (created in
+/// its context at the first call, destroyed with it), and the first task error, or 507046 at
+/// the timeout (ms, -1 = forever; 0 or below -1 → 107000), is returned. Still being captured
+/// or built → 107026; from another context than the instance's → 107004.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIExecute(modelRI: aclmdlRI, timeout: i32) -> aclError {
+    guard("aclmdlRIExecute", || {
+        let model = complete_model(modelRI, "an execution")?;
+        let deadline = deadline(timeout, ACL_ERROR_RT_PARAM_INVALID)?;
+        let sim = sim()?;
+        let ctx = context::current(sim)?;
+        ctx.check_usable()?;
+        ensure!(
+            ctx.handle == model.ctx,
+            ACL_ERROR_RT_MODEL_CONTEXT,
+            "model runtime instance {} belongs to another context than the current one",
+            model.id
+        );
+        let stream = model.exec_stream(|| own_stream(sim, &ctx, 0))?;
+        model.replay(&stream)?;
+        stream.synchronize(deadline)
+    })
+}

@@ -1,0 +1,287 @@
+//! Stream capture (aclmdlRICaptureBegin .. aclmdlRICaptureEnd): the tasks submitted to a
+//! capturing stream, and to the streams that join its capture by waiting on an event recorded
+//! in it, go into a model runtime instance instead of their queues.
+//!
+//! Also the capture modes: while a capture that restricts them is going on, the functions
+//! CANN calls unsafe (synchronous copies and memsets, asynchronous copies that fall back to
+//! synchronous ones for pageable memory) are refused on the threads the modes name.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
+
+use npu_sys::*;
+
+use crate::error::{Res, SimError, ensure, fail};
+use crate::event::{Event, Record};
+use crate::model_ri::ModelRi;
+use crate::stream::Stream;
+use crate::sync::lock;
+
+/// A capture in progress.
+pub(crate) struct Capture {
+    /// The instance the captured tasks go into.
+    pub(crate) model: Arc<ModelRi>,
+    /// The stream aclmdlRICaptureBegin was called on (only it can end the capture).
+    pub(crate) origin: Arc<Stream>,
+    pub(crate) mode: aclmdlRICaptureMode,
+    /// The thread that began it: a capture not in RELAXED mode ends on it.
+    pub(crate) thread: ThreadId,
+    active: AtomicBool,
+    /// Why the capture became invalid (the first reason), if it did.
+    invalidated: Mutex<Option<SimError>>,
+    /// The streams capturing into it, the origin first.
+    members: Mutex<Vec<Arc<Stream>>>,
+    /// The events (device, event id) recorded or waited with an EXTERNAL flag in it.
+    external: Mutex<Vec<(i32, u32)>>,
+}
+
+/// Captures in progress, for the capture-mode checks.
+static ACTIVE: Mutex<Vec<Arc<Capture>>> = Mutex::new(Vec::new());
+/// How many captures are in progress, so that the checks cost one load when none is.
+static ACTIVE_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// The calling thread's capture mode (aclmdlRICaptureThreadExchangeMode); GLOBAL until
+    /// changed.
+    static THREAD_MODE: Cell<aclmdlRICaptureMode> =
+        const { Cell::new(ACL_MODEL_RI_CAPTURE_MODE_GLOBAL) };
+}
+
+/// Checks a capture mode is one of aclmdlRICaptureMode's (ACL_ERROR_INVALID_PARAM otherwise).
+pub(crate) fn check_mode(mode: aclmdlRICaptureMode) -> Res<()> {
+    ensure!(
+        matches!(
+            mode,
+            ACL_MODEL_RI_CAPTURE_MODE_GLOBAL
+                | ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL
+                | ACL_MODEL_RI_CAPTURE_MODE_RELAXED
+        ),
+        ACL_ERROR_INVALID_PARAM,
+        "capture mode {mode} is not an aclmdlRICaptureMode"
+    );
+    Ok(())
+}
+
+/// aclmdlRICaptureThreadExchangeMode: sets the calling thread's mode, returns the previous one.
+pub(crate) fn exchange_mode(mode: aclmdlRICaptureMode) -> aclmdlRICaptureMode {
+    THREAD_MODE.replace(mode)
+}
+
+/// Fails with `code` if a capture in progress forbids the calling thread the unsafe function
+/// `what`: any GLOBAL capture while the thread's mode is GLOBAL, or a GLOBAL or THREAD_LOCAL
+/// capture the thread began itself while its mode is not RELAXED.
+pub(crate) fn check_unsafe_call(code: aclError, what: &str) -> Res<()> {
+    if ACTIVE_COUNT.load(Ordering::Acquire) == 0 {
+        return Ok(());
+    }
+    let mode = THREAD_MODE.get();
+    let me = std::thread::current().id();
+    let forbidding = lock(&ACTIVE).iter().find_map(|capture| {
+        let global = capture.mode == ACL_MODEL_RI_CAPTURE_MODE_GLOBAL
+            && mode == ACL_MODEL_RI_CAPTURE_MODE_GLOBAL;
+        let own = capture.thread == me
+            && capture.mode != ACL_MODEL_RI_CAPTURE_MODE_RELAXED
+            && mode != ACL_MODEL_RI_CAPTURE_MODE_RELAXED;
+        (global || own).then(|| (capture.origin.id, capture.mode))
+    });
+    match forbidding {
+        Some((stream, capture_mode)) => fail!(
+            code,
+            "{what} is not allowed while stream {stream} is captured in mode {} and this \
+             thread's capture mode is {} (switch it with aclmdlRICaptureThreadExchangeMode)",
+            mode_name(capture_mode),
+            mode_name(mode)
+        ),
+        None => Ok(()),
+    }
+}
+
+fn mode_name(mode: aclmdlRICaptureMode) -> &'static str {
+    match mode {
+        ACL_MODEL_RI_CAPTURE_MODE_GLOBAL => "GLOBAL",
+        ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL => "THREAD_LOCAL",
+        _ => "RELAXED",
+    }
+}
+
+impl Capture {
+    /// Starts capturing `origin`'s tasks into `model` (a stream capturing already →
+    /// ACL_ERROR_RT_STREAM_CAPTURED).
+    pub(crate) fn begin(
+        origin: &Arc<Stream>,
+        model: Arc<ModelRi>,
+        mode: aclmdlRICaptureMode,
+    ) -> Res<Arc<Capture>> {
+        let capture = Arc::new(Capture {
+            model,
+            origin: origin.clone(),
+            mode,
+            thread: std::thread::current().id(),
+            active: AtomicBool::new(true),
+            invalidated: Mutex::new(None),
+            members: Mutex::new(vec![origin.clone()]),
+            external: Mutex::new(Vec::new()),
+        });
+        origin.enter_capture(&capture)?;
+        capture.model.add_stream(origin);
+        lock(&ACTIVE).push(capture.clone());
+        ACTIVE_COUNT.fetch_add(1, Ordering::AcqRel);
+        Ok(capture)
+    }
+
+    /// Whether the capture is still going on.
+    pub(crate) fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Makes the capture invalid: later submissions into it are refused and its end fails.
+    pub(crate) fn invalidate(&self, why: &SimError) {
+        lock(&self.invalidated).get_or_insert_with(|| why.clone());
+    }
+
+    /// Fails with ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED if the capture was invalidated.
+    pub(crate) fn check_valid(&self) -> Res<()> {
+        match &*lock(&self.invalidated) {
+            Some(why) => fail!(
+                ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED,
+                "the capture of stream {} was invalidated: {}",
+                self.origin.id,
+                why.msg
+            ),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the capture was invalidated.
+    pub(crate) fn is_invalidated(&self) -> bool {
+        lock(&self.invalidated).is_some()
+    }
+
+    /// An EXTERNAL record or wait of `event` in this capture: once per event and capture
+    /// (ACL_ERROR_RT_PARAM_INVALID again).
+    pub(crate) fn claim_external(&self, event: &Event) -> Res<()> {
+        let key = (event.device.id, event.id);
+        let mut external = lock(&self.external);
+        ensure!(
+            !external.contains(&key),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "event {} was recorded or waited with an EXTERNAL flag in this capture already",
+            event.id
+        );
+        external.push(key);
+        Ok(())
+    }
+
+    /// `stream` waits on an event recorded in this capture: it captures into it from now on.
+    /// A default stream cannot (ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT).
+    pub(crate) fn join(self: &Arc<Self>, stream: &Arc<Stream>) -> Res<()> {
+        ensure!(
+            !stream.is_default,
+            ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT,
+            "the default stream cannot take part in a capture (it waits on an event recorded \
+             while stream {} is captured)",
+            self.origin.id
+        );
+        stream.enter_capture(self)?;
+        lock(&self.members).push(stream.clone());
+        self.model.add_stream(stream);
+        Ok(())
+    }
+
+    /// Ends the capture: every stream in it goes back to running its tasks.
+    pub(crate) fn end(self: &Arc<Self>) {
+        if !self.active.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        for stream in lock(&self.members).drain(..) {
+            stream.leave_capture();
+        }
+        lock(&ACTIVE).retain(|capture| !Arc::ptr_eq(capture, self));
+        ACTIVE_COUNT.fetch_sub(1, Ordering::AcqRel);
+        self.model.close();
+    }
+
+    /// `stream` leaves the capture (it is being destroyed with its context): the capture is
+    /// invalid from then on, and over if `stream` began it.
+    pub(crate) fn leave(self: &Arc<Self>, stream: &Stream) {
+        lock(&self.members).retain(|member| member.handle != stream.handle);
+        self.invalidate(&SimError::new(
+            ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED,
+            format!("stream {} was destroyed while captured", stream.id),
+        ));
+        if stream.handle == self.origin.handle {
+            self.end();
+        }
+    }
+}
+
+/// `stream` is to wait on `record`, and one of them takes part in a capture. Returns whether
+/// the wait is queued (into the capture, or as an ordinary wait) or imposes nothing:
+///
+/// - a stream outside captures waiting on a record of a capture joins that capture (the
+///   cross-stream capture of CANN: work forked to another stream through an event);
+/// - a capturing stream may wait only on records of its own capture: one of another capture
+///   → ACL_ERROR_STREAM_CAPTURE_CONFLICT, one recorded outside → ACL_ERROR_RT_CAPTURE_DEPENDENCY,
+///   and either invalidates the waiting stream's capture;
+/// - a record of a capture that is over runs only in its replays: no wait.
+pub(crate) fn wait_dependency(stream: &Arc<Stream>, record: &Record) -> Res<bool> {
+    let refuse = |capture: &Capture, error: SimError| {
+        capture.invalidate(&error);
+        Err(error)
+    };
+    match (stream.capture(), record.active_capture()) {
+        (None, None) => Ok(!record.is_captured()),
+        (None, Some(theirs)) => {
+            theirs.check_valid()?;
+            match theirs.join(stream) {
+                Ok(()) => Ok(true),
+                Err(error) => refuse(&theirs, error),
+            }
+        }
+        (Some(mine), Some(theirs)) if Arc::ptr_eq(&mine, &theirs) => Ok(true),
+        (Some(mine), Some(theirs)) => refuse(
+            &mine,
+            SimError::new(
+                ACL_ERROR_STREAM_CAPTURE_CONFLICT,
+                format!(
+                    "stream {} (captured with stream {}) waits on an event recorded in the capture of stream {}",
+                    stream.id, mine.origin.id, theirs.origin.id
+                ),
+            ),
+        ),
+        (Some(mine), None) => refuse(
+            &mine,
+            SimError::new(
+                ACL_ERROR_RT_CAPTURE_DEPENDENCY,
+                format!(
+                    "stream {} is being captured and waits on an event that was not recorded in its capture",
+                    stream.id
+                ),
+            ),
+        ),
+    }
+}
+
+/// The capture an EXTERNAL record or wait of `event` on `stream` goes into: the event must be
+/// an aclrtCreateEventExWithFlag(ACL_EVENT_SYNC) event (ACL_ERROR_RT_PARAM_INVALID), the
+/// stream being captured (ACL_ERROR_RT_STREAM_NOT_CAPTURED), the event not used EXTERNAL in
+/// the capture before.
+pub(crate) fn external_capture(stream: &Stream, event: &Event) -> Res<Arc<Capture>> {
+    ensure!(
+        event.ex && event.flags == ACL_EVENT_SYNC,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "an EXTERNAL record or wait needs an event of aclrtCreateEventExWithFlag(ACL_EVENT_SYNC)"
+    );
+    let Some(capture) = stream.capture() else {
+        fail!(
+            ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+            "an EXTERNAL record or wait needs a stream being captured, and stream {} is not",
+            stream.id
+        );
+    };
+    capture.check_valid()?;
+    capture.claim_external(event)?;
+    Ok(capture)
+}

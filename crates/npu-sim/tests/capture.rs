@@ -1,0 +1,1866 @@
+//! Model runtime instances through the C ABI: stream capture and replay (aclmdlRICapture*,
+//! aclmdlRIExecuteAsync, aclmdlRIExecute, aclmdlRIDestroy and what an instance tells about
+//! itself) and explicit builds (aclmdlRIBuildBegin, BindStream, EndTask, BuildEnd, Unbind).
+//!
+//! Every capture here is RELAXED or THREAD_LOCAL, which restrict nothing on other threads:
+//! tests run in parallel and copy synchronously. The capture modes' restrictions are in
+//! `tests/capture_modes.rs`, a process of their own.
+
+extern crate ascendcl as npu_sim;
+
+#[macro_use]
+mod common;
+
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::cases::{Case, case, run_table};
+use common::*;
+use npu_sim::abi::*;
+use npu_sim::control;
+use npu_sys::*;
+
+const RELAXED: aclmdlRICaptureMode = ACL_MODEL_RI_CAPTURE_MODE_RELAXED;
+const THREAD_LOCAL: aclmdlRICaptureMode = ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL;
+
+fn install() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        npu_sim::SimConfig::default().devices(6).install().unwrap();
+        register_test_kernels();
+    });
+}
+
+fn add_one() -> aclrtFuncHandle {
+    function(registry_binary(&["add_one_u32"]), "add_one_u32")
+}
+
+fn capture_info(stream: aclrtStream) -> (aclmdlRICaptureStatus, aclmdlRI) {
+    let (mut status, mut model) = (0, ptr::null_mut());
+    acl!(aclmdlRICaptureGetInfo(stream, &mut status, &mut model));
+    (status, model)
+}
+
+fn end(stream: aclrtStream) -> aclmdlRI {
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRICaptureEnd(stream, &mut model));
+    model
+}
+
+fn read_u32(dev: *const c_void) -> u32 {
+    download::<u32>(dev, 1)[0]
+}
+
+/// The shape of CANN's capture samples: a memset, a copy in and a kernel captured once, then
+/// replayed several times; every replay redoes all three, on the memory as it is then.
+#[test]
+fn a_captured_pipeline_replays_on_every_execution() {
+    install();
+    set_device(0);
+    let func = add_one();
+    let stream = create_stream();
+    let dev = malloc(64);
+    let host = malloc_host(64);
+    upload(dev, &[7u32]);
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    let (status, during) = capture_info(stream);
+    assert_eq!(status, ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE);
+    acl!(aclrtMemsetAsync(dev, 64, 0, 64, stream));
+    h2d_async(dev, host, 4, stream);
+    let address = dev as u64;
+    assert_eq!(launch(func, 1, stream, &address, ptr::null_mut()), 0);
+    let model = end(stream);
+    assert_eq!(model, during);
+    assert_eq!(
+        capture_info(stream),
+        (ACL_MODEL_RI_CAPTURE_STATUS_NONE, ptr::null_mut())
+    );
+    // Nothing ran during the capture.
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(read_u32(dev), 7);
+    for round in 1..=3u32 {
+        // SAFETY: pinned memory of 64 bytes; no task of the stream is pending.
+        unsafe { host.cast::<u32>().write(round * 10) };
+        acl!(aclmdlRIExecuteAsync(model, stream));
+        acl!(aclrtSynchronizeStream(stream));
+        assert_eq!(read_u32(dev), round * 10 + 1, "replay {round}");
+    }
+    // The instance replays on any stream of its context, the capturing one back to normal.
+    let other = create_stream();
+    acl!(aclmdlRIExecuteAsync(model, other));
+    acl!(aclrtSynchronizeStream(other));
+    assert_eq!(read_u32(dev), 31);
+    acl!(aclmdlRIDestroy(model));
+    assert_eq!(code!(aclmdlRIDestroy(model)), ACL_ERROR_RT_INVALID_HANDLE);
+    acl!(aclrtDestroyStream(other));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+    acl!(aclrtFreeHost(host));
+}
+
+/// A replay is work on the executing stream like any other: events recorded after it complete
+/// after it, and its records are records of their events.
+#[test]
+fn a_replay_is_ordered_like_the_streams_other_work() {
+    install();
+    set_device(1);
+    let func = add_one();
+    let (stream, exec) = (create_stream(), create_stream());
+    let (inside, after) = (create_event(), create_event());
+    let dev = malloc(64);
+    upload(dev, &[0u32]);
+    let address = dev as u64;
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    assert_eq!(launch(func, 1, stream, &address, ptr::null_mut()), 0);
+    acl!(aclrtRecordEvent(inside, stream));
+    assert_eq!(
+        code!(aclrtSynchronizeEvent(inside)),
+        ACL_ERROR_RT_EVENT_CAPTURED
+    );
+    assert_eq!(launch(func, 1, stream, &address, ptr::null_mut()), 0);
+    let model = end(stream);
+    // After the capture, the event counts as never recorded until a replay records it.
+    acl!(aclrtSynchronizeEvent(inside));
+    control::hold(1).unwrap();
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    acl!(aclrtRecordEvent(after, exec));
+    let mut state = 0;
+    acl!(aclrtQueryEventStatus(after, &mut state));
+    assert_eq!(state, ACL_EVENT_RECORDED_STATUS_NOT_READY);
+    acl!(aclrtQueryEventStatus(inside, &mut state));
+    assert_eq!(state, ACL_EVENT_RECORDED_STATUS_NOT_READY);
+    // Not over: it cannot be destroyed yet.
+    assert_eq!(code!(aclmdlRIDestroy(model)), ACL_ERROR_RT_MODEL_RUNNING);
+    control::release(1).unwrap();
+    acl!(aclrtSynchronizeEvent(after));
+    assert_eq!(read_u32(dev), 2);
+    acl!(aclrtQueryEventStatus(inside, &mut state));
+    assert_eq!(state, ACL_EVENT_RECORDED_STATUS_COMPLETE);
+    // The replayed record is a record of `inside`: another stream can wait on it.
+    acl!(aclrtStreamWaitEvent(stream, inside));
+    acl!(aclrtSynchronizeStream(stream));
+    acl!(aclmdlRIDestroy(model));
+    for event in [inside, after] {
+        acl!(aclrtDestroyEvent(event));
+    }
+    acl!(aclrtDestroyStream(exec));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+}
+
+/// Captured work that fails, or touches memory freed since the capture, fails its replay the
+/// way such a task fails anywhere; an abort drops a replay like other queued work.
+#[test]
+fn replayed_tasks_fail_and_abort_like_other_tasks() {
+    install();
+    set_device(2);
+    let func = add_one();
+    let stream = create_stream();
+    let dev = malloc(64);
+    upload(dev, &[0u32]);
+    let scratch = malloc(64);
+    let address = dev as u64;
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    acl!(aclrtMemsetAsync(scratch, 64, 1, 64, stream));
+    assert_eq!(launch(func, 1, stream, &address, ptr::null_mut()), 0);
+    let model = end(stream);
+    // Fault injection counts the replayed tasks as the stream's work.
+    control::fail_task(stream, 1, 507899).unwrap();
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    assert_eq!(code!(aclrtSynchronizeStream(stream)), 507899);
+    assert_eq!(
+        read_u32(dev),
+        1,
+        "the kernel after the failed memset still ran"
+    );
+    // Memory freed before the replay: a DMA fault, nothing touched.
+    acl!(aclrtFree(scratch));
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    assert_eq!(code!(aclrtSynchronizeStream(stream)), ACL_ERROR_RT_SYS_DMA);
+    assert_eq!(read_u32(dev), 2);
+    // An abort discards a replay not run yet; the instance is then no longer running.
+    control::hold(2).unwrap();
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    acl!(aclrtStreamAbort(stream));
+    control::release(2).unwrap();
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(read_u32(dev), 2);
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+}
+
+/// A stream that waits on an event recorded in a capture joins it; the capture ends once every
+/// joined stream has returned (its last task a record the capturing stream waits on).
+#[test]
+fn streams_join_a_capture_through_events_and_must_return() {
+    install();
+    set_device(3);
+    let func = add_one();
+    let (main, side, exec) = (create_stream(), create_stream(), create_stream());
+    let (fork, join) = (create_event(), create_event());
+    let (a, b) = (malloc(64), malloc(64));
+    upload(a, &[0u32]);
+    upload(b, &[0u32]);
+    let (address_a, address_b) = (a as u64, b as u64);
+    acl!(aclmdlRICaptureBegin(main, RELAXED));
+    assert_eq!(launch(func, 1, main, &address_a, ptr::null_mut()), 0);
+    acl!(aclrtRecordEvent(fork, main));
+    acl!(aclrtStreamWaitEvent(side, fork));
+    let (status, model) = capture_info(side);
+    assert_eq!(status, ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE);
+    assert_eq!(model, capture_info(main).1);
+    assert_eq!(launch(func, 1, side, &address_b, ptr::null_mut()), 0);
+    assert_eq!(launch(func, 1, side, &address_b, ptr::null_mut()), 0);
+    // Only the stream that began the capture ends it.
+    let mut out = ptr::null_mut();
+    assert_eq!(
+        code!(aclmdlRICaptureEnd(side, &mut out)),
+        ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED
+    );
+    acl!(aclrtRecordEvent(join, side));
+    acl!(aclrtStreamWaitEvent(main, join));
+    let model = end(main);
+    assert_eq!(capture_info(side).0, ACL_MODEL_RI_CAPTURE_STATUS_NONE);
+    for _ in 0..2 {
+        acl!(aclmdlRIExecuteAsync(model, exec));
+    }
+    acl!(aclrtSynchronizeStream(exec));
+    assert_eq!((read_u32(a), read_u32(b)), (2, 4));
+    acl!(aclmdlRIDestroy(model));
+
+    // A joined stream that never returns: the capture ends without an instance.
+    acl!(aclmdlRICaptureBegin(main, RELAXED));
+    acl!(aclrtRecordEvent(fork, main));
+    acl!(aclrtStreamWaitEvent(side, fork));
+    assert_eq!(launch(func, 1, side, &address_b, ptr::null_mut()), 0);
+    let lost = capture_info(main).1;
+    assert_eq!(
+        code!(aclmdlRICaptureEnd(main, &mut out)),
+        ACL_ERROR_RT_STREAM_UNJOINED
+    );
+    assert_eq!(capture_info(side).0, ACL_MODEL_RI_CAPTURE_STATUS_NONE);
+    assert_eq!(code!(aclmdlRIDestroy(lost)), ACL_ERROR_RT_INVALID_HANDLE);
+    acl!(aclrtSynchronizeStream(side));
+    assert_eq!(
+        read_u32(b),
+        4,
+        "the unjoined stream's captured task never ran"
+    );
+    for event in [fork, join] {
+        acl!(aclrtDestroyEvent(event));
+    }
+    for stream in [main, side, exec] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtFree(a));
+    acl!(aclrtFree(b));
+}
+
+/// EXTERNAL records and waits synchronise an instance with work outside it: each execution
+/// records the event for outside streams, or waits for the event's record current then.
+#[test]
+fn external_records_and_waits_cross_the_instances_boundary() {
+    install();
+    set_device(4);
+    let func = add_one();
+    let (stream, outside) = (create_stream(), create_stream());
+    let (done, ready) = (sync_event(), sync_event());
+    let dev = malloc(64);
+    upload(dev, &[0u32]);
+    let address = dev as u64;
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    acl!(aclrtStreamWaitEventWithFlag(
+        stream,
+        ready,
+        0,
+        ACL_EVENT_WAIT_EXTERNAL
+    ));
+    assert_eq!(launch(func, 1, stream, &address, ptr::null_mut()), 0);
+    acl!(aclrtRecordEventWithFlag(
+        done,
+        stream,
+        ACL_EVENT_RECORD_EXTERNAL
+    ));
+    // An outside stream waiting on `done` does not join the capture.
+    acl!(aclrtStreamWaitEvent(outside, done));
+    assert_eq!(capture_info(outside).0, ACL_MODEL_RI_CAPTURE_STATUS_NONE);
+    let model = end(stream);
+    // `ready` is recorded on an outside stream held by the hold gate: the replay waits for it.
+    control::hold(4).unwrap();
+    acl!(aclrtMemsetAsync(dev, 4, 0, 4, outside));
+    acl!(aclrtRecordEvent(ready, outside));
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    acl!(aclrtStreamWaitEvent(outside, done));
+    assert_eq!(launch(func, 1, outside, &address, ptr::null_mut()), 0);
+    control::release(4).unwrap();
+    acl!(aclrtSynchronizeStream(outside));
+    // memset, then the replay's +1 after `ready`, then the outside +1 after `done`.
+    assert_eq!(read_u32(dev), 2);
+    acl!(aclrtSynchronizeStream(stream));
+    acl!(aclmdlRIDestroy(model));
+    for event in [done, ready] {
+        acl!(aclrtDestroyEvent(event));
+    }
+    acl!(aclrtDestroyStream(outside));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+}
+
+fn persistent_stream() -> aclrtStream {
+    let mut stream = ptr::null_mut();
+    acl!(aclrtCreateStreamWithConfig(
+        &mut stream,
+        0,
+        ACL_STREAM_PERSISTENT
+    ));
+    stream
+}
+
+const HEAD: u32 = 0;
+const ACTIVATED: u32 = 0x7FFF_FFFF;
+
+/// A built instance: the tasks submitted to its bound PERSISTENT streams; each execution runs
+/// those of its HEAD streams, synchronously (aclmdlRIExecute) or on a stream.
+#[test]
+fn a_built_instance_runs_the_tasks_of_its_head_streams() {
+    install();
+    set_device(5);
+    let func = add_one();
+    let (head, second, activated) = (
+        persistent_stream(),
+        persistent_stream(),
+        persistent_stream(),
+    );
+    let exec = create_stream();
+    let event = create_event();
+    let (a, b) = (malloc(64), malloc(64));
+    upload(a, &[0u32]);
+    upload(b, &[0u32]);
+    let (address_a, address_b) = (a as u64, b as u64);
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRIBuildBegin(&mut model, 0));
+    acl!(aclmdlRIBindStream(model, head, HEAD));
+    acl!(aclmdlRIBindStream(model, second, HEAD));
+    acl!(aclmdlRIBindStream(model, activated, ACTIVATED));
+    assert_eq!(launch(func, 1, head, &address_a, ptr::null_mut()), 0);
+    acl!(aclrtRecordEvent(event, head));
+    // The second HEAD stream waits for the first one's record at each execution.
+    acl!(aclrtStreamWaitEvent(second, event));
+    assert_eq!(launch(func, 1, second, &address_a, ptr::null_mut()), 0);
+    assert_eq!(launch(func, 1, activated, &address_b, ptr::null_mut()), 0);
+    acl!(aclmdlRIEndTask(model, head));
+    assert_eq!(
+        launch(func, 1, head, &address_a, ptr::null_mut()),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    assert_eq!(
+        code!(aclmdlRIExecute(model, -1)),
+        ACL_ERROR_RT_MODEL_CAPTURED
+    );
+    acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
+    assert_eq!(
+        launch(func, 1, activated, &address_b, ptr::null_mut()),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    acl!(aclmdlRIExecute(model, -1));
+    acl!(aclmdlRIExecute(model, 1000));
+    assert_eq!((read_u32(a), read_u32(b)), (4, 0));
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    acl!(aclrtSynchronizeStream(exec));
+    assert_eq!(read_u32(a), 6);
+    // The synchronous execution waits at most `timeout` ms.
+    control::hold(5).unwrap();
+    assert_eq!(
+        code!(aclmdlRIExecute(model, 10)),
+        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+    );
+    control::release(5).unwrap();
+    acl!(aclrtSynchronizeDevice());
+    assert_eq!(read_u32(a), 8);
+    acl!(aclmdlRIUnbindStream(model, head));
+    assert_eq!(
+        code!(aclmdlRIUnbindStream(model, head)),
+        ACL_ERROR_RT_STREAM_MODEL
+    );
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyEvent(event));
+    for stream in [head, second, activated, exec] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtFree(a));
+    acl!(aclrtFree(b));
+}
+
+fn streams_of(model: aclmdlRI) -> Vec<aclrtStream> {
+    let mut count = 0;
+    acl!(aclmdlRIGetStreams(model, ptr::null_mut(), &mut count));
+    let mut streams = vec![ptr::null_mut(); count as usize];
+    acl!(aclmdlRIGetStreams(model, streams.as_mut_ptr(), &mut count));
+    streams
+}
+
+fn tasks_of(stream: aclrtStream) -> Vec<aclmdlRITask> {
+    let mut count = 0;
+    acl!(aclmdlRIGetTasksByStream(
+        stream,
+        ptr::null_mut(),
+        &mut count
+    ));
+    let mut tasks = vec![ptr::null_mut(); count as usize];
+    acl!(aclmdlRIGetTasksByStream(
+        stream,
+        tasks.as_mut_ptr(),
+        &mut count
+    ));
+    tasks
+}
+
+/// (type, sequence id) of each task.
+fn describe(tasks: &[aclmdlRITask]) -> Vec<(aclmdlRITaskType, u32)> {
+    tasks
+        .iter()
+        .map(|&task| {
+            let (mut kind, mut seq) = (0, 0);
+            acl!(aclmdlRITaskGetType(task, &mut kind));
+            acl!(aclmdlRITaskGetSeqId(task, &mut seq));
+            (kind, seq)
+        })
+        .collect()
+}
+
+/// A captured instance has a model stream of its own per stream it captured, and lists their
+/// tasks; a built one lists its bound streams.
+#[test]
+fn instances_list_their_streams_and_tasks() {
+    install();
+    set_device(4);
+    let func = add_one();
+    let (main, side) = (create_stream(), create_stream());
+    let (fork, join) = (create_event(), create_event());
+    let dev = malloc(64);
+    upload(dev, &[0u32]);
+    let address = dev as u64;
+    acl!(aclmdlRICaptureBegin(main, RELAXED));
+    acl!(aclrtMemsetAsync(dev, 4, 0, 4, main));
+    acl!(aclrtRecordEvent(fork, main));
+    acl!(aclrtStreamWaitEvent(side, fork));
+    assert_eq!(launch(func, 1, side, &address, ptr::null_mut()), 0);
+    acl!(aclrtRecordEvent(join, side));
+    acl!(aclrtStreamWaitEvent(main, join));
+    assert_eq!(launch(func, 1, main, &address, ptr::null_mut()), 0);
+    let model = end(main);
+    let streams = streams_of(model);
+    assert_eq!(streams.len(), 2);
+    assert!(!streams.contains(&main) && !streams.contains(&side));
+    let main_tasks = tasks_of(streams[0]);
+    assert_eq!(
+        describe(&main_tasks),
+        [
+            (ACL_MODEL_RI_TASK_DEFAULT, 0),
+            (ACL_MODEL_RI_TASK_EVENT_RECORD, 1),
+            (ACL_MODEL_RI_TASK_EVENT_WAIT, 2),
+            (ACL_MODEL_RI_TASK_KERNEL, 3),
+        ]
+    );
+    assert_eq!(
+        describe(&tasks_of(streams[1])),
+        [
+            (ACL_MODEL_RI_TASK_EVENT_WAIT, 0),
+            (ACL_MODEL_RI_TASK_KERNEL, 1),
+            (ACL_MODEL_RI_TASK_EVENT_RECORD, 2),
+        ]
+    );
+    // The same task has the same handle; a short array gets what fits and the full count.
+    let mut two = [ptr::null_mut(); 2];
+    let mut count = 2;
+    acl!(aclmdlRIGetTasksByStream(
+        streams[0],
+        two.as_mut_ptr(),
+        &mut count
+    ));
+    assert_eq!((count, two.to_vec()), (4, main_tasks[..2].to_vec()));
+    // The model streams take no tasks of their own, and the replay is as captured.
+    assert_eq!(
+        code!(aclrtMemsetAsync(dev, 4, 0, 4, streams[0])),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    acl!(aclmdlRIExecuteAsync(model, main));
+    acl!(aclrtSynchronizeStream(main));
+    assert_eq!(read_u32(dev), 2);
+    acl!(aclmdlRIDestroy(model));
+    let mut kind = 0;
+    assert_eq!(
+        code!(aclmdlRITaskGetType(main_tasks[0], &mut kind)),
+        ACL_ERROR_RT_INVALID_HANDLE
+    );
+    assert_eq!(
+        code!(aclmdlRIGetTasksByStream(
+            streams[0],
+            ptr::null_mut(),
+            &mut count
+        )),
+        ACL_ERROR_RT_INVALID_HANDLE
+    );
+
+    let (head, event) = (persistent_stream(), create_event());
+    let mut built = ptr::null_mut();
+    acl!(aclmdlRIBuildBegin(&mut built, 0));
+    acl!(aclmdlRIBindStream(built, head, HEAD));
+    assert_eq!(launch(func, 1, head, &address, ptr::null_mut()), 0);
+    acl!(aclrtRecordEvent(event, head));
+    acl!(aclmdlRIBuildEnd(built, ptr::null_mut()));
+    assert_eq!(streams_of(built), [head]);
+    assert_eq!(
+        describe(&tasks_of(head)),
+        [
+            (ACL_MODEL_RI_TASK_KERNEL, 0),
+            (ACL_MODEL_RI_TASK_EVENT_RECORD, 1)
+        ]
+    );
+    acl!(aclmdlRIDestroy(built));
+    acl!(aclrtDestroyEvent(event));
+    for event in [fork, join] {
+        acl!(aclrtDestroyEvent(event));
+    }
+    for stream in [main, side, head] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtFree(dev));
+}
+
+/// A task group's launches, updated after the capture by launches submitted between
+/// aclmdlRICaptureTaskUpdateBegin and End (which do not run), run as updated from then on.
+#[test]
+fn task_groups_update_captured_launches() {
+    install();
+    set_device(3);
+    let func = add_one();
+    let (stream, updater) = (create_stream(), create_stream());
+    let (a, b, c) = (malloc(64), malloc(64), malloc(64));
+    for dev in [a, b, c] {
+        upload(dev, &[0u32]);
+    }
+    let (address_a, address_b, address_c) = (a as u64, b as u64, c as u64);
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    acl!(aclmdlRICaptureTaskGrpBegin(stream));
+    assert_eq!(launch(func, 1, stream, &address_a, ptr::null_mut()), 0);
+    assert_eq!(
+        code!(aclrtMemsetAsync(a, 4, 0, 4, stream)),
+        ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT
+    );
+    let mut group = ptr::null_mut();
+    acl!(aclmdlRICaptureTaskGrpEnd(stream, &mut group));
+    assert_eq!(launch(func, 1, stream, &address_b, ptr::null_mut()), 0);
+    assert_eq!(
+        code!(aclmdlRICaptureTaskUpdateBegin(updater, group)),
+        ACL_ERROR_RT_MODEL_CAPTURED
+    );
+    let model = end(stream);
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!((read_u32(a), read_u32(b), read_u32(c)), (1, 1, 0));
+
+    acl!(aclmdlRICaptureTaskUpdateBegin(updater, group));
+    assert_eq!(
+        code!(aclmdlRICaptureTaskUpdateBegin(create_stream(), group)),
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS
+    );
+    assert_eq!(launch(func, 1, updater, &address_c, ptr::null_mut()), 0);
+    acl!(aclmdlRICaptureTaskUpdateEnd(updater));
+    acl!(aclrtSynchronizeStream(updater));
+    assert_eq!(read_u32(c), 0, "the update's launch does not run");
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!((read_u32(a), read_u32(b), read_u32(c)), (1, 2, 1));
+
+    // An update with another number of tasks changes nothing.
+    acl!(aclmdlRICaptureTaskUpdateBegin(updater, group));
+    assert_eq!(launch(func, 1, updater, &address_a, ptr::null_mut()), 0);
+    assert_eq!(launch(func, 1, updater, &address_a, ptr::null_mut()), 0);
+    assert_eq!(
+        code!(aclmdlRICaptureTaskUpdateEnd(updater)),
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS
+    );
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!((read_u32(a), read_u32(b), read_u32(c)), (1, 3, 2));
+    // The updater runs its tasks again.
+    assert_eq!(launch(func, 1, updater, &address_a, ptr::null_mut()), 0);
+    acl!(aclrtSynchronizeStream(updater));
+    assert_eq!(read_u32(a), 2);
+    acl!(aclmdlRIDestroy(model));
+    assert_eq!(
+        code!(aclmdlRICaptureTaskUpdateBegin(updater, group)),
+        ACL_ERROR_RT_INVALID_HANDLE
+    );
+    for stream in [stream, updater] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    for dev in [a, b, c] {
+        acl!(aclrtFree(dev));
+    }
+}
+
+/// aclmdlRITaskDisable marks a task; from the next aclmdlRIUpdate on, executions skip it.
+#[test]
+fn disabled_tasks_are_skipped_after_an_update() {
+    install();
+    set_device(0);
+    let func = add_one();
+    let stream = create_stream();
+    let (a, b) = (malloc(64), malloc(64));
+    upload(a, &[0u32]);
+    upload(b, &[0u32]);
+    let (address_a, address_b) = (a as u64, b as u64);
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    assert_eq!(launch(func, 1, stream, &address_a, ptr::null_mut()), 0);
+    assert_eq!(launch(func, 1, stream, &address_b, ptr::null_mut()), 0);
+    let model = end(stream);
+    let tasks = tasks_of(streams_of(model)[0]);
+    acl!(aclmdlRITaskDisable(tasks[1]));
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!((read_u32(a), read_u32(b)), (1, 1), "not before the update");
+    control::hold(0).unwrap();
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    assert_eq!(
+        code!(aclmdlRIUpdate(model)),
+        ACL_ERROR_RT_MODEL_UPDATE_FAILED
+    );
+    control::release(0).unwrap();
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!((read_u32(a), read_u32(b)), (2, 2));
+    acl!(aclmdlRIUpdate(model));
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!((read_u32(a), read_u32(b)), (3, 2));
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(a));
+    acl!(aclrtFree(b));
+}
+
+/// An instance being built (device 0), with `stream` bound as its HEAD stream if not NULL.
+fn building(stream: aclrtStream) -> aclmdlRI {
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRIBuildBegin(&mut model, 0));
+    if !stream.is_null() {
+        acl!(aclmdlRIBindStream(model, stream, HEAD));
+    }
+    model
+}
+
+/// An operation refused because of a capture invalidates it: later submissions and the end
+/// fail with 507903, and the end leaves no instance.
+#[test]
+fn a_refused_operation_invalidates_the_capture() {
+    install();
+    set_device(0);
+    let stream = create_stream();
+    let dev = malloc(64);
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    acl!(aclrtMemsetAsync(dev, 64, 0, 64, stream));
+    assert_eq!(
+        code!(aclrtSynchronizeStream(stream)),
+        ACL_ERROR_RT_STREAM_CAPTURED
+    );
+    let (status, model) = capture_info(stream);
+    assert_eq!(status, ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED);
+    assert_eq!(
+        code!(aclrtMemsetAsync(dev, 64, 0, 64, stream)),
+        ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
+    );
+    let mut out = ptr::null_mut();
+    assert_eq!(
+        code!(aclmdlRICaptureEnd(stream, &mut out)),
+        ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
+    );
+    assert_eq!(code!(aclmdlRIDestroy(model)), ACL_ERROR_RT_INVALID_HANDLE);
+    // The stream runs its tasks again.
+    acl!(aclrtMemsetAsync(dev, 64, 5, 64, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(download::<u8>(dev, 1)[0], 5);
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+}
+
+static DESTROYED: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn count_destroy(data: *mut c_void) {
+    DESTROYED.fetch_add(data as usize, Ordering::SeqCst);
+}
+
+unsafe extern "C" fn never_called(_: *mut c_void) {
+    panic!("an unregistered destroy callback ran");
+}
+
+#[test]
+fn names_ids_prints_and_destroy_callbacks() {
+    install();
+    set_device(1);
+    let stream = create_stream();
+    let dev = malloc(64);
+    let func = add_one();
+    let address = dev as u64;
+    acl!(aclmdlRICaptureBegin(stream, THREAD_LOCAL));
+    let during = capture_info(stream).1;
+    assert_eq!(
+        code!(aclmdlRIDebugPrint(during)),
+        ACL_ERROR_RT_MODEL_CAPTURED
+    );
+    acl!(aclrtMemsetAsync(dev, 64, 0, 64, stream));
+    assert_eq!(launch(func, 2, stream, &address, ptr::null_mut()), 0);
+    let model = end(stream);
+    let second = {
+        acl!(aclmdlRICaptureBegin(stream, RELAXED));
+        end(stream)
+    };
+    let (mut id, mut other_id) = (0, 0);
+    acl!(aclmdlRIGetId(model, &mut id));
+    acl!(aclmdlRIGetId(second, &mut other_id));
+    assert_ne!(id, other_id);
+
+    let mut name = [0 as std::ffi::c_char; 16];
+    acl!(aclmdlRIGetName(model, 16, name.as_mut_ptr()));
+    assert_eq!(name[0], 0, "never named: the empty string");
+    acl!(aclmdlRISetName(model, c_string("first").as_ptr()));
+    acl!(aclmdlRISetName(model, c_string("pipeline").as_ptr()));
+    acl!(aclmdlRIGetName(model, 16, name.as_mut_ptr()));
+    // SAFETY: NUL-terminated by aclmdlRIGetName.
+    let text = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) };
+    assert_eq!(text.to_str().unwrap(), "pipeline");
+    assert_eq!(
+        code!(aclmdlRIGetName(model, 8, name.as_mut_ptr())),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    let long = "x".repeat(600);
+    acl!(aclmdlRISetName(second, c_string(&long).as_ptr()));
+    let mut big = vec![0 as std::ffi::c_char; 1024];
+    acl!(aclmdlRIGetName(second, 1024, big.as_mut_ptr()));
+    // SAFETY: NUL-terminated by aclmdlRIGetName.
+    let kept = unsafe { std::ffi::CStr::from_ptr(big.as_ptr()) };
+    assert_eq!(kept.to_bytes().len(), 511);
+
+    acl!(aclmdlRIDebugPrint(model));
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("model_ri.json");
+    let c_path = c_string(path.to_str().unwrap());
+    acl!(aclmdlRIDebugJsonPrint(
+        model,
+        c_path.as_ptr(),
+        ACL_MDLRI_DEBUG_JSON_PRINT_VERBOSE
+    ));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let slices: Vec<_> = json["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["ph"] == "X")
+        .collect();
+    assert_eq!(slices.len(), 2);
+    assert_eq!(slices[0]["name"], "memset");
+    assert_eq!(slices[1]["name"], "add_one_u32");
+    assert_eq!(slices[1]["args"]["kernel_args"], hex_le(address));
+    assert_eq!(json["otherData"]["name"], "pipeline");
+    assert_eq!(json["otherData"]["model_id"], id);
+    acl!(aclmdlRIDebugJsonPrint(
+        model,
+        c_path.as_ptr(),
+        ACL_MDLRI_DEBUG_JSON_PRINT_SUMMARY
+    ));
+    let summary = std::fs::read_to_string(&path).unwrap();
+    assert!(!summary.contains("kernel_args"));
+
+    acl!(aclmdlRIDestroyRegisterCallback(
+        model,
+        Some(count_destroy),
+        3 as *mut c_void
+    ));
+    // Registering again replaces the user data.
+    acl!(aclmdlRIDestroyRegisterCallback(
+        model,
+        Some(count_destroy),
+        10 as *mut c_void
+    ));
+    acl!(aclmdlRIDestroyRegisterCallback(
+        model,
+        Some(never_called),
+        ptr::null_mut()
+    ));
+    acl!(aclmdlRIDestroyUnregisterCallback(model, Some(never_called)));
+    acl!(aclmdlRIDestroyUnregisterCallback(model, Some(never_called)));
+    let before = DESTROYED.load(Ordering::SeqCst);
+    acl!(aclmdlRIDestroy(model));
+    assert_eq!(DESTROYED.load(Ordering::SeqCst) - before, 10);
+    acl!(aclmdlRIDestroy(second));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+}
+
+fn hex_le(value: u64) -> String {
+    value
+        .to_le_bytes()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// A capturing stream of device 0's primary context (a leftover RELAXED capture restricts
+/// nothing).
+fn capturing() -> aclrtStream {
+    let stream = create_stream();
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    stream
+}
+
+/// An instance captured (empty) on device 0, from a thread of its own.
+fn empty_model() -> aclmdlRI {
+    let stream = create_stream();
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    end(stream)
+}
+
+/// An aclrtCreateEventExWithFlag(ACL_EVENT_SYNC) event, the kind EXTERNAL records and waits
+/// take.
+fn sync_event() -> aclrtEvent {
+    let mut event = ptr::null_mut();
+    acl!(aclrtCreateEventExWithFlag(&mut event, ACL_EVENT_SYNC));
+    event
+}
+
+/// The one task of an instance captured from a memset (device 0).
+fn one_task() -> aclmdlRITask {
+    let (stream, dev) = (create_stream(), malloc(64));
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    acl!(aclrtMemsetAsync(dev, 64, 0, 64, stream));
+    let model = end(stream);
+    let mut streams = [ptr::null_mut()];
+    let mut count = 1;
+    acl!(aclmdlRIGetStreams(model, streams.as_mut_ptr(), &mut count));
+    let mut task = ptr::null_mut();
+    count = 1;
+    acl!(aclmdlRIGetTasksByStream(streams[0], &mut task, &mut count));
+    task
+}
+
+/// A task group of one launch, of an instance captured on device 0.
+fn one_group() -> aclrtTaskGrp {
+    let (stream, dev) = (create_stream(), malloc(64));
+    let address = dev as u64;
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    acl!(aclmdlRICaptureTaskGrpBegin(stream));
+    assert_eq!(launch(add_one(), 1, stream, &address, ptr::null_mut()), 0);
+    let mut group = ptr::null_mut();
+    acl!(aclmdlRICaptureTaskGrpEnd(stream, &mut group));
+    end(stream);
+    group
+}
+
+fn stale_model() -> aclmdlRI {
+    let model = empty_model();
+    acl!(aclmdlRIDestroy(model));
+    model
+}
+
+fn garbage() -> aclmdlRI {
+    0x1234 as aclmdlRI
+}
+
+fn null_out() -> *mut aclmdlRI {
+    ptr::null_mut()
+}
+
+const CASES: &[Case] = &[
+    case(
+        "begin mode 3",
+        "aclmdlRICaptureBegin",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRICaptureBegin(create_stream(), 3)),
+    ),
+    case(
+        "begin the default stream",
+        "aclmdlRICaptureBegin",
+        ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT,
+        0,
+        || code!(aclmdlRICaptureBegin(ptr::null_mut(), RELAXED)),
+    ),
+    case(
+        "begin twice",
+        "aclmdlRICaptureBegin",
+        ACL_ERROR_RT_STREAM_CAPTURED,
+        0,
+        || code!(aclmdlRICaptureBegin(capturing(), RELAXED)),
+    ),
+    case(
+        "begin without context",
+        "aclmdlRICaptureBegin",
+        ACL_ERROR_RT_CONTEXT_NULL,
+        -1,
+        || code!(aclmdlRICaptureBegin(ptr::null_mut(), RELAXED)),
+    ),
+    case(
+        "info NULL status",
+        "aclmdlRICaptureGetInfo",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let mut model = ptr::null_mut();
+            code!(aclmdlRICaptureGetInfo(
+                create_stream(),
+                ptr::null_mut(),
+                &mut model
+            ))
+        },
+    ),
+    case(
+        "info NULL model",
+        "aclmdlRICaptureGetInfo",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let mut status = 0;
+            code!(aclmdlRICaptureGetInfo(
+                create_stream(),
+                &mut status,
+                null_out()
+            ))
+        },
+    ),
+    case(
+        "end NULL model",
+        "aclmdlRICaptureEnd",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRICaptureEnd(capturing(), null_out())),
+    ),
+    case(
+        "end a stream not captured",
+        "aclmdlRICaptureEnd",
+        ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+        0,
+        || {
+            let mut model = ptr::null_mut();
+            code!(aclmdlRICaptureEnd(create_stream(), &mut model))
+        },
+    ),
+    case(
+        "end on another thread",
+        "aclmdlRICaptureEnd",
+        ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD,
+        0,
+        || {
+            let stream = create_stream() as usize;
+            std::thread::spawn(move || {
+                set_device(0);
+                acl!(aclmdlRICaptureBegin(stream as aclrtStream, THREAD_LOCAL));
+            })
+            .join()
+            .unwrap();
+            let mut model = ptr::null_mut();
+            code!(aclmdlRICaptureEnd(stream as aclrtStream, &mut model))
+        },
+    ),
+    case(
+        "exchange NULL",
+        "aclmdlRICaptureThreadExchangeMode",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRICaptureThreadExchangeMode(ptr::null_mut())),
+    ),
+    case(
+        "exchange mode 7",
+        "aclmdlRICaptureThreadExchangeMode",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let mut mode = 7;
+            code!(aclmdlRICaptureThreadExchangeMode(&mut mode))
+        },
+    ),
+    case(
+        "sync a capturing stream",
+        "aclrtSynchronizeStream",
+        ACL_ERROR_RT_STREAM_CAPTURED,
+        0,
+        || code!(aclrtSynchronizeStream(capturing())),
+    ),
+    case(
+        "query a capturing stream",
+        "aclrtStreamQuery",
+        ACL_ERROR_RT_STREAM_CAPTURED,
+        0,
+        || {
+            let mut status = 0;
+            code!(aclrtStreamQuery(capturing(), &mut status))
+        },
+    ),
+    case(
+        "destroy a capturing stream",
+        "aclrtDestroyStream",
+        ACL_ERROR_RT_STREAM_CAPTURED,
+        0,
+        || code!(aclrtDestroyStream(capturing())),
+    ),
+    case(
+        "sync an event recorded in a capture",
+        "aclrtSynchronizeEvent",
+        ACL_ERROR_RT_EVENT_CAPTURED,
+        0,
+        || {
+            let event = create_event();
+            acl!(aclrtRecordEvent(event, capturing()));
+            code!(aclrtSynchronizeEvent(event))
+        },
+    ),
+    case(
+        "wait on an event recorded outside",
+        "aclrtStreamWaitEvent",
+        ACL_ERROR_RT_CAPTURE_DEPENDENCY,
+        0,
+        || {
+            let event = create_event();
+            acl!(aclrtRecordEvent(event, create_stream()));
+            code!(aclrtStreamWaitEvent(capturing(), event))
+        },
+    ),
+    case(
+        "wait on another capture's event",
+        "aclrtStreamWaitEvent",
+        ACL_ERROR_STREAM_CAPTURE_CONFLICT,
+        0,
+        || {
+            let event = create_event();
+            acl!(aclrtRecordEvent(event, capturing()));
+            code!(aclrtStreamWaitEvent(capturing(), event))
+        },
+    ),
+    case(
+        "the default stream joins",
+        "aclrtStreamWaitEvent",
+        ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT,
+        0,
+        || {
+            let event = create_event();
+            acl!(aclrtRecordEvent(event, capturing()));
+            code!(aclrtStreamWaitEvent(ptr::null_mut(), event))
+        },
+    ),
+    case(
+        "pageable copy on a capturing stream",
+        "aclrtMemcpyAsync",
+        ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC,
+        0,
+        || {
+            let dev = malloc(64);
+            code!(aclrtMemcpyAsync(
+                dev,
+                64,
+                pageable(64),
+                64,
+                ACL_MEMCPY_HOST_TO_DEVICE,
+                capturing()
+            ))
+        },
+    ),
+    case(
+        "build into NULL",
+        "aclmdlRIBuildBegin",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIBuildBegin(null_out(), 0)),
+    ),
+    case(
+        "build flag 1",
+        "aclmdlRIBuildBegin",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let mut model = ptr::null_mut();
+            code!(aclmdlRIBuildBegin(&mut model, 1))
+        },
+    ),
+    case(
+        "build without context",
+        "aclmdlRIBuildBegin",
+        ACL_ERROR_RT_CONTEXT_NULL,
+        -1,
+        || {
+            let mut model = ptr::null_mut();
+            code!(aclmdlRIBuildBegin(&mut model, 0))
+        },
+    ),
+    case(
+        "bind NULL",
+        "aclmdlRIBindStream",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRIBindStream(
+                building(ptr::null_mut()),
+                ptr::null_mut(),
+                HEAD
+            ))
+        },
+    ),
+    case(
+        "bind flag 5",
+        "aclmdlRIBindStream",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRIBindStream(
+                building(ptr::null_mut()),
+                persistent_stream(),
+                5
+            ))
+        },
+    ),
+    case(
+        "bind a stream not PERSISTENT",
+        "aclmdlRIBindStream",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            code!(aclmdlRIBindStream(
+                building(ptr::null_mut()),
+                create_stream(),
+                HEAD
+            ))
+        },
+    ),
+    case(
+        "bind a stream bound already",
+        "aclmdlRIBindStream",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let stream = persistent_stream();
+            building(stream);
+            code!(aclmdlRIBindStream(building(ptr::null_mut()), stream, HEAD))
+        },
+    ),
+    case(
+        "bind to a captured instance",
+        "aclmdlRIBindStream",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || code!(aclmdlRIBindStream(empty_model(), persistent_stream(), HEAD)),
+    ),
+    case(
+        "bind after the build",
+        "aclmdlRIBindStream",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let model = building(ptr::null_mut());
+            acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
+            code!(aclmdlRIBindStream(model, persistent_stream(), HEAD))
+        },
+    ),
+    case(
+        "bind a stream of another context",
+        "aclmdlRIBindStream",
+        ACL_ERROR_RT_STREAM_CONTEXT,
+        0,
+        || {
+            code!(aclmdlRIBindStream(
+                building(ptr::null_mut()),
+                stream_of_device(1),
+                HEAD
+            ))
+        },
+    ),
+    case(
+        "bind to an instance of another context",
+        "aclmdlRIBindStream",
+        ACL_ERROR_RT_MODEL_CONTEXT,
+        0,
+        || {
+            let model = std::thread::spawn(|| {
+                set_device(1);
+                building(ptr::null_mut()) as usize
+            })
+            .join()
+            .unwrap();
+            code!(aclmdlRIBindStream(
+                model as aclmdlRI,
+                persistent_stream(),
+                HEAD
+            ))
+        },
+    ),
+    case(
+        "end tasks of a stream not bound",
+        "aclmdlRIEndTask",
+        ACL_ERROR_RT_STREAM_MODEL,
+        0,
+        || {
+            code!(aclmdlRIEndTask(
+                building(ptr::null_mut()),
+                persistent_stream()
+            ))
+        },
+    ),
+    case(
+        "build end reserve",
+        "aclmdlRIBuildEnd",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let mut reserve = 0u8;
+            code!(aclmdlRIBuildEnd(
+                building(ptr::null_mut()),
+                (&raw mut reserve).cast()
+            ))
+        },
+    ),
+    case(
+        "build end twice",
+        "aclmdlRIBuildEnd",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let model = building(ptr::null_mut());
+            acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
+            code!(aclmdlRIBuildEnd(model, ptr::null_mut()))
+        },
+    ),
+    case(
+        "unbind a stream not bound",
+        "aclmdlRIUnbindStream",
+        ACL_ERROR_RT_STREAM_MODEL,
+        0,
+        || {
+            code!(aclmdlRIUnbindStream(
+                building(ptr::null_mut()),
+                persistent_stream()
+            ))
+        },
+    ),
+    case(
+        "record on an unbound PERSISTENT stream",
+        "aclrtRecordEvent",
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        0,
+        || code!(aclrtRecordEvent(create_event(), persistent_stream())),
+    ),
+    case(
+        "run NULL",
+        "aclmdlRIExecute",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIExecute(ptr::null_mut(), -1)),
+    ),
+    case(
+        "run with timeout 0",
+        "aclmdlRIExecute",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || code!(aclmdlRIExecute(empty_model(), 0)),
+    ),
+    case(
+        "run while built",
+        "aclmdlRIExecute",
+        ACL_ERROR_RT_MODEL_CAPTURED,
+        0,
+        || code!(aclmdlRIExecute(building(persistent_stream()), -1)),
+    ),
+    case(
+        "run in another context",
+        "aclmdlRIExecute",
+        ACL_ERROR_RT_MODEL_CONTEXT,
+        0,
+        || {
+            let model = std::thread::spawn(|| {
+                set_device(1);
+                empty_model() as usize
+            })
+            .join()
+            .unwrap();
+            code!(aclmdlRIExecute(model as aclmdlRI, -1))
+        },
+    ),
+    case(
+        "EXTERNAL record outside a capture",
+        "aclrtRecordEventWithFlag",
+        ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+        0,
+        || {
+            code!(aclrtRecordEventWithFlag(
+                sync_event(),
+                create_stream(),
+                ACL_EVENT_RECORD_EXTERNAL
+            ))
+        },
+    ),
+    case(
+        "EXTERNAL record of a legacy event",
+        "aclrtRecordEventWithFlag",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            code!(aclrtRecordEventWithFlag(
+                create_event(),
+                capturing(),
+                ACL_EVENT_RECORD_EXTERNAL
+            ))
+        },
+    ),
+    case(
+        "EXTERNAL twice in a capture",
+        "aclrtStreamWaitEventWithFlag",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let (event, stream) = (sync_event(), capturing());
+            acl!(aclrtRecordEventWithFlag(
+                event,
+                stream,
+                ACL_EVENT_RECORD_EXTERNAL
+            ));
+            code!(aclrtStreamWaitEventWithFlag(
+                stream,
+                event,
+                0,
+                ACL_EVENT_WAIT_EXTERNAL
+            ))
+        },
+    ),
+    case(
+        "record flag switched",
+        "aclrtRecordEventWithFlag",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let event = sync_event();
+            acl!(aclrtRecordEventWithFlag(
+                event,
+                create_stream(),
+                ACL_EVENT_RECORD_DEFAULT
+            ));
+            code!(aclrtRecordEventWithFlag(
+                event,
+                capturing(),
+                ACL_EVENT_RECORD_EXTERNAL
+            ))
+        },
+    ),
+    case(
+        "EXTERNAL wait outside a capture",
+        "aclrtStreamWaitEventWithFlag",
+        ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+        0,
+        || {
+            code!(aclrtStreamWaitEventWithFlag(
+                create_stream(),
+                sync_event(),
+                0,
+                ACL_EVENT_WAIT_EXTERNAL
+            ))
+        },
+    ),
+    case(
+        "EXTERNAL wait with a timeout",
+        "aclrtStreamWaitEventWithFlag",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            code!(aclrtStreamWaitEventWithFlag(
+                capturing(),
+                sync_event(),
+                5,
+                ACL_EVENT_WAIT_EXTERNAL
+            ))
+        },
+    ),
+    case(
+        "wait flag switched",
+        "aclrtStreamWaitEventWithFlag",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let event = sync_event();
+            acl!(aclrtStreamWaitEventWithFlag(
+                capturing(),
+                event,
+                0,
+                ACL_EVENT_WAIT_EXTERNAL
+            ));
+            code!(aclrtStreamWaitEventWithFlag(
+                create_stream(),
+                event,
+                0,
+                ACL_EVENT_WAIT_DEFAULT
+            ))
+        },
+    ),
+    case(
+        "streams into NULL count",
+        "aclmdlRIGetStreams",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRIGetStreams(
+                empty_model(),
+                ptr::null_mut(),
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "streams while captured",
+        "aclmdlRIGetStreams",
+        ACL_ERROR_RT_MODEL_CAPTURED,
+        0,
+        || {
+            let mut count = 0;
+            code!(aclmdlRIGetStreams(
+                capture_info(capturing()).1,
+                ptr::null_mut(),
+                &mut count
+            ))
+        },
+    ),
+    case(
+        "tasks of a stream of no instance",
+        "aclmdlRIGetTasksByStream",
+        ACL_ERROR_RT_STREAM_MODEL,
+        0,
+        || {
+            let mut count = 0;
+            code!(aclmdlRIGetTasksByStream(
+                create_stream(),
+                ptr::null_mut(),
+                &mut count
+            ))
+        },
+    ),
+    case(
+        "tasks into NULL count",
+        "aclmdlRIGetTasksByStream",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRIGetTasksByStream(
+                create_stream(),
+                ptr::null_mut(),
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "tasks while built",
+        "aclmdlRIGetTasksByStream",
+        ACL_ERROR_RT_MODEL_CAPTURED,
+        0,
+        || {
+            let stream = persistent_stream();
+            building(stream);
+            let mut count = 0;
+            code!(aclmdlRIGetTasksByStream(
+                stream,
+                ptr::null_mut(),
+                &mut count
+            ))
+        },
+    ),
+    case(
+        "type of NULL",
+        "aclmdlRITaskGetType",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let mut kind = 0;
+            code!(aclmdlRITaskGetType(ptr::null_mut(), &mut kind))
+        },
+    ),
+    case(
+        "type of garbage",
+        "aclmdlRITaskGetType",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || {
+            let mut kind = 0;
+            code!(aclmdlRITaskGetType(garbage(), &mut kind))
+        },
+    ),
+    case(
+        "type into NULL",
+        "aclmdlRITaskGetType",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRITaskGetType(one_task(), ptr::null_mut())),
+    ),
+    case(
+        "sequence id into NULL",
+        "aclmdlRITaskGetSeqId",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRITaskGetSeqId(one_task(), ptr::null_mut())),
+    ),
+    case(
+        "sequence id of garbage",
+        "aclmdlRITaskGetSeqId",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || {
+            let mut id = 0;
+            code!(aclmdlRITaskGetSeqId(garbage(), &mut id))
+        },
+    ),
+    case(
+        "group on a stream not captured",
+        "aclmdlRICaptureTaskGrpBegin",
+        ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+        0,
+        || code!(aclmdlRICaptureTaskGrpBegin(create_stream())),
+    ),
+    case(
+        "group begun twice",
+        "aclmdlRICaptureTaskGrpBegin",
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+        0,
+        || {
+            let stream = capturing();
+            acl!(aclmdlRICaptureTaskGrpBegin(stream));
+            code!(aclmdlRICaptureTaskGrpBegin(stream))
+        },
+    ),
+    case(
+        "group ended unbegun",
+        "aclmdlRICaptureTaskGrpEnd",
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+        0,
+        || {
+            let mut group = ptr::null_mut();
+            code!(aclmdlRICaptureTaskGrpEnd(capturing(), &mut group))
+        },
+    ),
+    case(
+        "group end into NULL",
+        "aclmdlRICaptureTaskGrpEnd",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRICaptureTaskGrpEnd(capturing(), ptr::null_mut())),
+    ),
+    case(
+        "group end not captured",
+        "aclmdlRICaptureTaskGrpEnd",
+        ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+        0,
+        || {
+            let mut group = ptr::null_mut();
+            code!(aclmdlRICaptureTaskGrpEnd(create_stream(), &mut group))
+        },
+    ),
+    case(
+        "update NULL group",
+        "aclmdlRICaptureTaskUpdateBegin",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRICaptureTaskUpdateBegin(
+                create_stream(),
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "update a garbage group",
+        "aclmdlRICaptureTaskUpdateBegin",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || code!(aclmdlRICaptureTaskUpdateBegin(create_stream(), garbage())),
+    ),
+    case(
+        "update from a capturing stream",
+        "aclmdlRICaptureTaskUpdateBegin",
+        ACL_ERROR_RT_STREAM_CAPTURED,
+        0,
+        || code!(aclmdlRICaptureTaskUpdateBegin(capturing(), one_group())),
+    ),
+    case(
+        "update while recording",
+        "aclmdlRICaptureTaskUpdateBegin",
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+        0,
+        || {
+            let (group, stream) = (one_group(), create_stream());
+            acl!(aclmdlRICaptureTaskUpdateBegin(stream, one_group()));
+            code!(aclmdlRICaptureTaskUpdateBegin(stream, group))
+        },
+    ),
+    case(
+        "update end unbegun",
+        "aclmdlRICaptureTaskUpdateEnd",
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+        0,
+        || code!(aclmdlRICaptureTaskUpdateEnd(create_stream())),
+    ),
+    case(
+        "memset in an update",
+        "aclrtMemsetAsync",
+        ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT,
+        0,
+        || {
+            let stream = create_stream();
+            acl!(aclmdlRICaptureTaskUpdateBegin(stream, one_group()));
+            code!(aclrtMemsetAsync(malloc(64), 64, 0, 64, stream))
+        },
+    ),
+    case(
+        "update NULL",
+        "aclmdlRIUpdate",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIUpdate(ptr::null_mut())),
+    ),
+    case(
+        "update while captured",
+        "aclmdlRIUpdate",
+        ACL_ERROR_RT_MODEL_UPDATE_FAILED,
+        0,
+        || code!(aclmdlRIUpdate(capture_info(capturing()).1)),
+    ),
+    case(
+        "disable NULL",
+        "aclmdlRITaskDisable",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRITaskDisable(ptr::null_mut())),
+    ),
+    case(
+        "disable garbage",
+        "aclmdlRITaskDisable",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || code!(aclmdlRITaskDisable(garbage())),
+    ),
+    case(
+        "execute NULL",
+        "aclmdlRIExecuteAsync",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIExecuteAsync(ptr::null_mut(), create_stream())),
+    ),
+    case(
+        "execute garbage",
+        "aclmdlRIExecuteAsync",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || code!(aclmdlRIExecuteAsync(garbage(), create_stream())),
+    ),
+    case(
+        "execute while captured",
+        "aclmdlRIExecuteAsync",
+        ACL_ERROR_RT_MODEL_CAPTURED,
+        0,
+        || {
+            let model = capture_info(capturing()).1;
+            code!(aclmdlRIExecuteAsync(model, create_stream()))
+        },
+    ),
+    case(
+        "execute on a capturing stream",
+        "aclmdlRIExecuteAsync",
+        ACL_ERROR_RT_STREAM_CAPTURED,
+        0,
+        || code!(aclmdlRIExecuteAsync(empty_model(), capturing())),
+    ),
+    case(
+        "execute in another context",
+        "aclmdlRIExecuteAsync",
+        ACL_ERROR_RT_MODEL_CONTEXT,
+        0,
+        || {
+            let model = std::thread::spawn(|| {
+                set_device(1);
+                empty_model() as usize
+            })
+            .join()
+            .unwrap();
+            code!(aclmdlRIExecuteAsync(model as aclmdlRI, create_stream()))
+        },
+    ),
+    case(
+        "execute on a stream of another context",
+        "aclmdlRIExecuteAsync",
+        ACL_ERROR_RT_STREAM_CONTEXT,
+        0,
+        || code!(aclmdlRIExecuteAsync(empty_model(), stream_of_device(1))),
+    ),
+    case(
+        "destroy NULL",
+        "aclmdlRIDestroy",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIDestroy(ptr::null_mut())),
+    ),
+    case(
+        "destroy twice",
+        "aclmdlRIDestroy",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || code!(aclmdlRIDestroy(stale_model())),
+    ),
+    case(
+        "destroy while captured",
+        "aclmdlRIDestroy",
+        ACL_ERROR_RT_MODEL_CAPTURED,
+        0,
+        || code!(aclmdlRIDestroy(capture_info(capturing()).1)),
+    ),
+    case(
+        "set name NULL",
+        "aclmdlRISetName",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRISetName(empty_model(), ptr::null())),
+    ),
+    case(
+        "set name of a stale instance",
+        "aclmdlRISetName",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || code!(aclmdlRISetName(stale_model(), c_string("x").as_ptr())),
+    ),
+    case(
+        "get name into NULL",
+        "aclmdlRIGetName",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIGetName(empty_model(), 8, ptr::null_mut())),
+    ),
+    case(
+        "get name maxLen 0",
+        "aclmdlRIGetName",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let mut name = [0 as std::ffi::c_char; 1];
+            code!(aclmdlRIGetName(empty_model(), 0, name.as_mut_ptr()))
+        },
+    ),
+    case(
+        "get id into NULL",
+        "aclmdlRIGetId",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIGetId(empty_model(), ptr::null_mut())),
+    ),
+    case(
+        "get id of garbage",
+        "aclmdlRIGetId",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || {
+            let mut id = 0;
+            code!(aclmdlRIGetId(garbage(), &mut id))
+        },
+    ),
+    case(
+        "print a stale instance",
+        "aclmdlRIDebugPrint",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || code!(aclmdlRIDebugPrint(stale_model())),
+    ),
+    case(
+        "json to NULL",
+        "aclmdlRIDebugJsonPrint",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIDebugJsonPrint(empty_model(), ptr::null(), 0)),
+    ),
+    case(
+        "json flags 2",
+        "aclmdlRIDebugJsonPrint",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let path = c_string(concat!(env!("CARGO_TARGET_TMPDIR"), "/model_ri_flags.json"));
+            code!(aclmdlRIDebugJsonPrint(empty_model(), path.as_ptr(), 2))
+        },
+    ),
+    case(
+        "json into a missing directory",
+        "aclmdlRIDebugJsonPrint",
+        ACL_ERROR_RT_FILE_WRITE,
+        0,
+        || {
+            let path = c_string("/nonexistent-npu-sim-dir/model.json");
+            code!(aclmdlRIDebugJsonPrint(empty_model(), path.as_ptr(), 0))
+        },
+    ),
+    case(
+        "json while captured",
+        "aclmdlRIDebugJsonPrint",
+        ACL_ERROR_RT_MODEL_CAPTURED,
+        0,
+        || {
+            let path = c_string(concat!(
+                env!("CARGO_TARGET_TMPDIR"),
+                "/model_ri_captured.json"
+            ));
+            code!(aclmdlRIDebugJsonPrint(
+                capture_info(capturing()).1,
+                path.as_ptr(),
+                0
+            ))
+        },
+    ),
+    case(
+        "register NULL callback",
+        "aclmdlRIDestroyRegisterCallback",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRIDestroyRegisterCallback(
+                empty_model(),
+                None,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "register on NULL",
+        "aclmdlRIDestroyRegisterCallback",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRIDestroyRegisterCallback(
+                ptr::null_mut(),
+                Some(count_destroy),
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "unregister NULL callback",
+        "aclmdlRIDestroyUnregisterCallback",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIDestroyUnregisterCallback(empty_model(), None)),
+    ),
+    case(
+        "unregister on a stale instance",
+        "aclmdlRIDestroyUnregisterCallback",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || {
+            code!(aclmdlRIDestroyUnregisterCallback(
+                stale_model(),
+                Some(count_destroy)
+            ))
+        },
+    ),
+];
+
+#[test]
+fn every_error_path() {
+    install();
+    run_table(CASES);
+}
