@@ -156,7 +156,8 @@ impl<T> HandleTable<T> {
     }
 
     fn index_of(&self, slots: &Slots<T>, handle: Handle) -> Option<usize> {
-        if handle >> MAGIC_SHIFT != MAGIC || (handle >> KIND_SHIFT) & KIND_MASK != self.kind as u64 {
+        if handle >> MAGIC_SHIFT != MAGIC || (handle >> KIND_SHIFT) & KIND_MASK != self.kind as u64
+        {
             return None;
         }
         let index = (handle & INDEX_MASK).checked_sub(1)? as usize;
