@@ -334,12 +334,6 @@ impl Stream {
     /// that observe what the device has taken do.
     pub(crate) fn submit(self: &Arc<Self>, mut task: Task) -> Res<()> {
         ensure!(
-            !self.destroyed.load(Ordering::Acquire),
-            ACL_ERROR_RT_INVALID_HANDLE,
-            "stream {} is being destroyed",
-            self.id
-        );
-        ensure!(
             !self.aborting.load(Ordering::Acquire),
             ACL_ERROR_RT_STREAM_ABORT,
             "stream {} is being aborted (aclrtStreamAbort)",
@@ -349,6 +343,14 @@ impl Stream {
         // SAFETY: gettid has no preconditions.
         task.thread_id = unsafe { libc::gettid() } as u32;
         let mut state = lock(&self.state);
+        // Checked under the state lock, where destruction marks the stream: a task queued
+        // after the destroyer read the submission count would never run (its worker gone).
+        ensure!(
+            !self.destroyed.load(Ordering::Acquire),
+            ACL_ERROR_RT_INVALID_HANDLE,
+            "stream {} is being destroyed",
+            self.id
+        );
         if task.is_work() {
             state.work_seq += 1;
             let seq = state.work_seq;
@@ -874,7 +876,13 @@ impl Stream {
     /// wait is dropped with everything after it), and this returns once it has drained. Task
     /// errors are not reported either way.
     pub(crate) fn destroy(&self, sim: &Sim, force: bool) {
-        if self.destroyed.swap(true, Ordering::AcqRel) {
+        // Marked under the state lock, so every submission either came before (and is
+        // counted in `submitted`, which the waits below read) or sees the mark and is refused.
+        let first = {
+            let _state = lock(&self.state);
+            !self.destroyed.swap(true, Ordering::AcqRel)
+        };
+        if !first {
             return;
         }
         crate::stream_state::notify(self.handle, ACL_RT_STREAM_STATE_DESTROY_PRE);

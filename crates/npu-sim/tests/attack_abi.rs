@@ -1,0 +1,250 @@
+//! Attacks on the simulator's C ABI: the call orders CANN programs get wrong (teardown racing
+//! work on other threads, callbacks calling back into the runtime, memory freed or unmapped under
+//! queued tasks, handles of other contexts) must each come back with a code, never a crash or a
+//! hang. Every wait is bounded by a watchdog that aborts the process with the attack's name, so
+//! a hang fails the file at once instead of stalling the suite. Tests that close a hold gate use
+//! a device of their own.
+
+extern crate ascendcl as npu_sim;
+
+#[macro_use]
+mod common;
+
+use std::ffi::c_void;
+use std::io::Write;
+use std::ptr;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use npu_sim::abi::*;
+use npu_sim::control;
+use npu_sys::*;
+
+/// Runs `f` on a thread of its own and returns its result; aborts the process, naming `what`,
+/// if it has not returned within 20 s (a hang is the failure these attacks look for).
+fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    let handle = thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(value) => {
+            handle.join().unwrap();
+            value
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            // The closure panicked: re-raise its panic here.
+            std::panic::resume_unwind(handle.join().unwrap_err())
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            // Straight to the process's stderr: the test harness's capture dies with us.
+            let _ = writeln!(
+                std::io::stderr(),
+                "attack_abi: `{what}` hung (no return within 20 s)"
+            );
+            std::process::abort();
+        }
+    }
+}
+
+/// A handle or pointer sent to another thread (the simulator's handles are opaque tokens).
+#[derive(Clone, Copy)]
+struct Raw(usize);
+
+impl Raw {
+    fn of<T>(ptr: *mut T) -> Raw {
+        Raw(ptr as usize)
+    }
+    fn ptr<T>(self) -> *mut T {
+        self.0 as *mut T
+    }
+}
+
+fn memset_async(dev: *mut c_void, len: usize, stream: aclrtStream) -> aclError {
+    code!(aclrtMemsetAsync(dev, len, 7, len, stream))
+}
+
+fn create_notify() -> aclrtNotify {
+    let mut notify = ptr::null_mut();
+    acl!(aclrtCreateNotify(&mut notify, 0));
+    notify
+}
+
+/// Promise: a stream destroyed on one thread while another keeps submitting to it either takes
+/// each task (and runs it: every event recorded on it completes) or refuses it with 107017;
+/// no accepted task is left behind in a stream whose worker is gone.
+#[test]
+fn a_stream_destroyed_under_concurrent_submissions_runs_every_task_it_accepted() {
+    install_eight_devices();
+    set_device(0);
+    let dev = Raw::of(malloc(4096));
+    for round in 0..200 {
+        let stream = Raw::of(create_stream());
+        let (started, start) = mpsc::channel();
+        let submitter = thread::spawn(move || {
+            set_device(0);
+            let mut recorded = Vec::new();
+            loop {
+                let event = create_event();
+                let mut code = memset_async(dev.ptr(), 4096, stream.ptr());
+                if code == 0 {
+                    code = code!(aclrtRecordEvent(event, stream.ptr()));
+                }
+                if code != 0 {
+                    acl!(aclrtDestroyEvent(event));
+                    return (code, recorded);
+                }
+                recorded.push(Raw::of(event));
+                if recorded.len() == 4 {
+                    let _ = started.send(());
+                }
+            }
+        });
+        start.recv().unwrap();
+        acl!(aclrtDestroyStream(stream.ptr()));
+        let (code, recorded) = bounded("submitting to a stream being destroyed", move || {
+            submitter.join().unwrap()
+        });
+        assert_eq!(
+            code, ACL_ERROR_RT_INVALID_HANDLE,
+            "round {round}: a submission to a destroyed stream"
+        );
+        for event in recorded {
+            let code = code!(aclrtSynchronizeEventWithTimeout(event.ptr(), 5000));
+            assert_eq!(
+                code, 0,
+                "round {round}: an event accepted before the destruction must complete"
+            );
+            acl!(aclrtDestroyEvent(event.ptr()));
+        }
+    }
+    acl!(aclrtFree(dev.ptr()));
+}
+
+/// Promise: aclrtDestroyEvent does not wait for the event (the reference: resources go once it
+/// completes), and a thread synchronizing the event meanwhile comes back with a code.
+#[test]
+fn destroying_an_event_another_thread_synchronizes_never_hangs_either() {
+    install_eight_devices();
+    set_device(1);
+    let stream = create_stream();
+    let dev = malloc(4096);
+    let event = create_event();
+    control::hold(1).unwrap();
+    assert_eq!(memset_async(dev, 4096, stream), 0);
+    acl!(aclrtRecordEvent(event, stream));
+    let raw = Raw::of(event);
+    let waiter = thread::spawn(move || code!(aclrtSynchronizeEvent(raw.ptr())));
+    bounded("aclrtDestroyEvent of a pending event", move || {
+        acl!(aclrtDestroyEvent(raw.ptr()));
+    });
+    control::release(1).unwrap();
+    let code = bounded(
+        "aclrtSynchronizeEvent of an event destroyed meanwhile",
+        move || waiter.join().unwrap(),
+    );
+    assert!(
+        code == 0 || code == ACL_ERROR_RT_INVALID_HANDLE,
+        "the waiter got {code}"
+    );
+    assert_eq!(
+        code!(aclrtSynchronizeEvent(event)),
+        ACL_ERROR_RT_INVALID_HANDLE
+    );
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(download::<u8>(dev, 4096), vec![7; 4096]);
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+}
+
+/// Promise: aclrtResetDeviceForce with busy streams and held events waits for the work (as the
+/// reference says), then every stale handle is a code: waits on the reset device's events
+/// return, its streams are 107017, and the device can be set again.
+#[test]
+fn a_forced_reset_under_busy_streams_and_held_events_leaves_only_codes() {
+    install_eight_devices();
+    set_device(2);
+    set_device(2);
+    let stream = create_stream();
+    let dev = malloc(4096);
+    let event = create_event();
+    control::hold(2).unwrap();
+    assert_eq!(memset_async(dev, 4096, stream), 0);
+    acl!(aclrtRecordEvent(event, stream));
+    assert_eq!(memset_async(dev, 4096, ptr::null_mut()), 0);
+    let raw = Raw::of(event);
+    let waiter = thread::spawn(move || code!(aclrtSynchronizeEvent(raw.ptr())));
+    let resetter = thread::spawn(|| code!(aclrtResetDeviceForce(2)));
+    control::release(2).unwrap();
+    let reset = bounded("aclrtResetDeviceForce of a busy device", move || {
+        resetter.join().unwrap()
+    });
+    assert_eq!(reset, 0, "{}", recent_message());
+    let waited = bounded("aclrtSynchronizeEvent across a forced reset", move || {
+        waiter.join().unwrap()
+    });
+    assert_eq!(
+        waited, 0,
+        "the held memset ran before the reset released it"
+    );
+    assert_eq!(
+        memset_async(dev, 4096, stream),
+        ACL_ERROR_RT_INVALID_HANDLE,
+        "a stream of the reset context"
+    );
+    assert_eq!(
+        code!(aclrtResetDeviceForce(2)),
+        ACL_ERROR_RT_CONTEXT_RELEASE_ERROR
+    );
+    assert_eq!(
+        code!(aclrtResetDevice(2)),
+        ACL_ERROR_RT_CONTEXT_RELEASE_ERROR
+    );
+    // The reset released the context, not the memory or the event.
+    set_device(2);
+    assert_eq!(download::<u8>(dev, 4096), vec![7; 4096]);
+    acl!(aclrtSynchronizeEvent(event));
+    acl!(aclrtDestroyEvent(event));
+    acl!(aclrtFree(dev));
+    acl!(aclrtResetDevice(2));
+}
+
+/// Promise: aclrtDestroyStreamForce of a stream stuck on a wait nobody satisfies returns, and
+/// a thread synchronizing that stream meanwhile comes back with a code instead of waiting for
+/// the dropped tasks.
+#[test]
+fn a_forced_destroy_releases_a_thread_synchronizing_the_stream() {
+    install_eight_devices();
+    set_device(3);
+    let stream = create_stream();
+    let dev = malloc(4096);
+    let notify = create_notify();
+    acl!(aclrtWaitAndResetNotify(notify, stream, 0));
+    assert_eq!(memset_async(dev, 4096, stream), 0);
+    let raw = Raw::of(stream);
+    let syncer = thread::spawn(move || {
+        set_device(3);
+        code!(aclrtSynchronizeStream(raw.ptr()))
+    });
+    bounded("aclrtDestroyStreamForce of a blocked stream", move || {
+        set_device(3);
+        acl!(aclrtDestroyStreamForce(raw.ptr()));
+    });
+    let code = bounded(
+        "aclrtSynchronizeStream across a forced destroy",
+        move || syncer.join().unwrap(),
+    );
+    assert!(
+        [0, ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_STREAM_ABORT].contains(&code),
+        "the synchronizing thread got {code}"
+    );
+    assert_eq!(
+        download::<u8>(dev, 4096),
+        vec![0; 4096],
+        "the dropped memset never ran"
+    );
+    acl!(aclrtDestroyNotify(notify));
+    acl!(aclrtFree(dev));
+}
