@@ -24,6 +24,8 @@ struct Pending {
     func: HostFn,
     data: usize,
     done: Arc<Done>,
+    /// The stream and position of a BLOCK callback, which its stream waits for.
+    holds: Option<(Handle, u64)>,
 }
 
 /// Whether a queued callback was run (or dropped): a BLOCK callback's stream waits for it.
@@ -147,6 +149,7 @@ impl Reports {
     pub(crate) fn deliver(
         &self,
         stream: &Stream,
+        position: u64,
         func: HostFn,
         data: usize,
         block: bool,
@@ -166,6 +169,7 @@ impl Reports {
                 func,
                 data,
                 done: done.clone(),
+                holds: block.then_some((stream.handle, position)),
             });
             thread
         };
@@ -209,7 +213,11 @@ impl Reports {
             Some(Some(pending)) => {
                 // SAFETY: the callback and its data were supplied by aclrtLaunchCallback's
                 // caller for exactly this invocation, on the thread they subscribed.
-                unsafe { (pending.func)(pending.data as *mut std::ffi::c_void) };
+                let call = || unsafe { (pending.func)(pending.data as *mut std::ffi::c_void) };
+                match pending.holds {
+                    Some((stream, position)) => crate::host_task::run(stream, position, call),
+                    None => call(),
+                }
                 pending.done.set();
                 Ok(())
             }

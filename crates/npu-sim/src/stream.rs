@@ -555,11 +555,16 @@ impl Stream {
             )));
         }
         match &task.op {
-            Op::Callback { func, data, block } => sim.reports.deliver(self, *func, *data, *block),
+            Op::Callback { func, data, block } => {
+                sim.reports
+                    .deliver(self, task.position, *func, *data, *block)
+            }
             Op::HostFunc { func, data } => {
-                // SAFETY: the caller of aclrtLaunchHostFunc supplied a valid C function and the
-                // argument it expects; it runs on this runtime-owned thread, as on CANN.
-                unsafe { func(*data as *mut std::ffi::c_void) };
+                crate::host_task::run(self.handle, task.position, || {
+                    // SAFETY: the caller of aclrtLaunchHostFunc supplied a valid C function and
+                    // the argument it expects; it runs on this runtime-owned thread, as on CANN.
+                    unsafe { func(*data as *mut std::ffi::c_void) }
+                });
                 Ok(())
             }
             Op::Reset { event, captured } => {
@@ -750,6 +755,7 @@ impl Stream {
             return Ok(());
         }
         let target = self.submitted.load(Ordering::Acquire);
+        self.refuse_self_wait(target)?;
         let outcome = wait_until(&self.listens(target), deadline, || {
             if let Some(code) = self.settled_doom() {
                 return Some(Err(code));
@@ -787,6 +793,11 @@ impl Stream {
                 (self.finished.load(Ordering::Acquire) >= running).then_some(())
             });
         }
+    }
+
+    /// Fails if the calling thread runs a host task of this stream at or before `position`.
+    pub(crate) fn refuse_self_wait(&self, position: u64) -> Res<()> {
+        crate::host_task::refuse_self_wait(self.handle, self.id, position)
     }
 
     /// Waits for every task submitted so far; returns (and clears) the first task error.

@@ -13,6 +13,7 @@ mod common;
 use std::ffi::c_void;
 use std::io::Write;
 use std::ptr;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -247,4 +248,141 @@ fn a_forced_destroy_releases_a_thread_synchronizing_the_stream() {
     );
     acl!(aclrtDestroyNotify(notify));
     acl!(aclrtFree(dev));
+}
+
+/// A call a host task makes back into the runtime.
+type Action = fn(&Inside) -> aclError;
+
+/// What a host function or callback does inside, and what it got.
+struct Inside {
+    device: i32,
+    stream: Raw,
+    /// An event recorded on `stream` after the host task.
+    after: Raw,
+    action: Action,
+    code: AtomicI32,
+}
+
+unsafe extern "C" fn run_inside(data: *mut c_void) {
+    // SAFETY: the tests pass an Inside they keep alive until the stream has passed the task.
+    let inside = unsafe { &*data.cast::<Inside>() };
+    // A C program binds the runtime's thread to the device first, as any thread must.
+    set_device(inside.device);
+    inside
+        .code
+        .store((inside.action)(inside), Ordering::Release);
+}
+
+unsafe extern "C" fn nothing(_: *mut c_void) {}
+
+/// The calls back into the runtime that wait for the stream to pass the very task making them.
+const SELF_WAITS: [(&str, Action); 6] = [
+    ("aclrtSynchronizeStream", |i| {
+        code!(aclrtSynchronizeStream(i.stream.ptr()))
+    }),
+    ("aclrtSynchronizeEvent", |i| {
+        code!(aclrtSynchronizeEvent(i.after.ptr()))
+    }),
+    (
+        "aclrtSynchronizeDevice",
+        |_| code!(aclrtSynchronizeDevice()),
+    ),
+    ("aclrtDestroyStream", |i| {
+        code!(aclrtDestroyStream(i.stream.ptr()))
+    }),
+    ("aclrtDestroyStreamForce", |i| {
+        code!(aclrtDestroyStreamForce(i.stream.ptr()))
+    }),
+    ("aclrtStreamAbort", |i| {
+        code!(aclrtStreamAbort(i.stream.ptr()))
+    }),
+];
+
+/// Launches `inside` as a host function (`callback` false) or a blocking callback served by a
+/// thread of its own, records `inside.after` behind it, and waits (bounded) for the stream to
+/// pass it; returns what the call inside got.
+fn run_host_task(name: &str, callback: bool, action: Action) -> aclError {
+    let device = 5;
+    set_device(device);
+    let stream = create_stream();
+    let after = create_event();
+    let inside = Box::new(Inside {
+        device,
+        stream: Raw::of(stream),
+        after: Raw::of(after),
+        action,
+        code: AtomicI32::new(i32::MIN),
+    });
+    let data = Raw::of(ptr::from_ref(&*inside).cast_mut());
+    let reporter = callback.then(|| {
+        let (id_tx, id_rx) = mpsc::channel();
+        let (go, subscribed) = mpsc::channel();
+        let handle = thread::spawn(move || {
+            id_tx.send(this_thread()).unwrap();
+            subscribed.recv().unwrap();
+            code!(aclrtProcessReport(10_000))
+        });
+        let id = id_rx.recv().unwrap();
+        acl!(aclrtSubscribeReport(id, stream));
+        go.send(()).unwrap();
+        (id, handle)
+    });
+    if callback {
+        acl!(aclrtLaunchCallback(
+            Some(run_inside),
+            data.ptr(),
+            ACL_CALLBACK_BLOCK,
+            stream
+        ));
+    } else {
+        acl!(aclrtLaunchHostFunc(stream, Some(run_inside), data.ptr()));
+    }
+    acl!(aclrtRecordEvent(after, stream));
+    let what = format!(
+        "{name} inside a {}",
+        if callback {
+            "callback"
+        } else {
+            "host function"
+        }
+    );
+    let raw = Raw::of(after);
+    bounded(&what, move || code!(aclrtSynchronizeEvent(raw.ptr())));
+    if let Some((id, handle)) = reporter {
+        assert_eq!(bounded(&what, move || handle.join().unwrap()), 0);
+        // The stream may be gone (destroyed from inside): then so is its subscription.
+        let _ = code!(aclrtUnSubscribeReport(id, stream));
+    }
+    // Destroyed from inside, or still ours to destroy.
+    let _ = code!(aclrtDestroyStream(stream));
+    acl!(aclrtDestroyEvent(after));
+    inside.code.load(Ordering::Acquire)
+}
+
+/// Promise: a host function or a blocking callback that calls back into the runtime to wait for
+/// its own stream (the reference warns of "errors or deadlocks") gets a code, and the stream
+/// goes on; submitting more work from inside works.
+#[test]
+fn host_tasks_calling_back_into_the_runtime_get_codes_not_deadlocks() {
+    install_eight_devices();
+    for callback in [false, true] {
+        for (name, action) in SELF_WAITS {
+            let code = run_host_task(name, callback, action);
+            assert_eq!(
+                code, ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                "{name} inside a host task (callback: {callback})"
+            );
+        }
+        let code = run_host_task("aclrtLaunchHostFunc", callback, |i| {
+            code!(aclrtLaunchHostFunc(
+                i.stream.ptr(),
+                Some(nothing),
+                ptr::null_mut()
+            ))
+        });
+        assert_eq!(
+            code, 0,
+            "more work submitted from inside (callback: {callback})"
+        );
+    }
 }
