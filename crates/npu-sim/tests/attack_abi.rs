@@ -386,3 +386,47 @@ fn host_tasks_calling_back_into_the_runtime_get_codes_not_deadlocks() {
         );
     }
 }
+
+/// Promise: destroying a context while another thread creates streams in it leaks no stream:
+/// each creation either lands before the destruction (which then destroys the stream) or fails
+/// with a code, and the device's live stream count returns to where it was.
+#[test]
+fn a_context_destroyed_under_concurrent_stream_creation_leaks_no_stream() {
+    install_eight_devices();
+    let device = 7;
+    set_device(device);
+    let before = control::device_stats(device).unwrap().live_streams;
+    for round in 0..200 {
+        let mut ctx = ptr::null_mut();
+        acl!(aclrtCreateContext(&mut ctx, device));
+        let shared = Raw::of(ctx);
+        let (started, start) = mpsc::channel();
+        let creator = thread::spawn(move || {
+            acl!(aclrtSetCurrentContext(shared.ptr()));
+            let mut created = 0;
+            loop {
+                let mut stream = ptr::null_mut();
+                let code = code!(aclrtCreateStream(&mut stream));
+                if code != 0 {
+                    return code;
+                }
+                created += 1;
+                if created == 2 {
+                    let _ = started.send(());
+                }
+            }
+        });
+        start.recv().unwrap();
+        acl!(aclrtDestroyContext(ctx));
+        let code = bounded("creating streams in a context being destroyed", move || {
+            creator.join().unwrap()
+        });
+        assert_ne!(code, 0, "round {round}");
+        set_device(device);
+        let live = control::device_stats(device).unwrap().live_streams;
+        assert_eq!(
+            live, before,
+            "round {round}: streams left alive by a destroyed context (creation ended with {code})"
+        );
+    }
+}

@@ -34,7 +34,10 @@ pub(super) fn create(out: *mut aclrtStream, priority: u32, flags: u32) -> Res<()
         flags & KNOWN_STREAM_FLAGS,
         false,
     )?;
-    ctx.add_stream(stream.clone());
+    if let Err(error) = ctx.add_stream(stream.clone()) {
+        stream.destroy(sim, false);
+        return Err(error);
+    }
     write_out(out, "stream", handle::to_ptr(stream.handle))
 }
 
