@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use npu_sys::*;
@@ -106,39 +106,54 @@ impl Reports {
     }
 
     pub(crate) fn unsubscribe(&self, thread: u64, stream: &Stream) -> Res<()> {
-        let dropped = {
-            let mut inner = lock(&self.inner);
-            match inner.by_stream.get(&stream.handle) {
-                None => fail!(
-                    ACL_ERROR_RT_STREAM_NO_CB_REG,
-                    "stream {} has no subscribed report thread",
-                    stream.id
-                ),
-                Some(&owner) => ensure!(
-                    owner == thread,
-                    ACL_ERROR_RT_THREAD_SUBSCRIBE,
-                    "stream {} is subscribed by thread {owner:#x}, not {thread:#x}",
-                    stream.id
-                ),
-            }
-            inner.by_stream.remove(&stream.handle);
-            let subscriber = inner.threads.get_mut(&thread);
-            let last = subscriber.is_some_and(|s| {
-                s.streams -= 1;
-                s.streams == 0
-            });
-            if last {
-                inner.threads.remove(&thread).map(|s| s.queue)
-            } else {
-                None
-            }
+        let inner = lock(&self.inner);
+        match inner.by_stream.get(&stream.handle) {
+            None => fail!(
+                ACL_ERROR_RT_STREAM_NO_CB_REG,
+                "stream {} has no subscribed report thread",
+                stream.id
+            ),
+            Some(&owner) => ensure!(
+                owner == thread,
+                ACL_ERROR_RT_THREAD_SUBSCRIBE,
+                "stream {} is subscribed by thread {owner:#x}, not {thread:#x}",
+                stream.id
+            ),
+        }
+        self.end(inner, thread, stream.handle);
+        Ok(())
+    }
+
+    /// Ends the subscription of a stream being destroyed, if it has one: the stream cannot be
+    /// named again, so nothing else could end it, and its thread would stay bound to the
+    /// device (and counted against the thread limit) for good.
+    pub(crate) fn forget(&self, stream: Handle) {
+        let inner = lock(&self.inner);
+        if let Some(&thread) = inner.by_stream.get(&stream) {
+            self.end(inner, thread, stream);
+        }
+    }
+
+    /// Ends `thread`'s subscription of `stream` (taking the lock that found it); the thread's
+    /// last one drops its queued callbacks.
+    fn end(&self, mut inner: MutexGuard<'_, Inner>, thread: u64, stream: Handle) {
+        inner.by_stream.remove(&stream);
+        let subscriber = inner.threads.get_mut(&thread);
+        let last = subscriber.is_some_and(|s| {
+            s.streams -= 1;
+            s.streams == 0
+        });
+        let dropped = if last {
+            inner.threads.remove(&thread).map(|s| s.queue)
+        } else {
+            None
         };
+        drop(inner);
         // Callbacks nobody will process any more release their streams.
         for pending in dropped.into_iter().flatten() {
             pending.done.set();
         }
         self.bell.ring_key(thread);
-        Ok(())
     }
 
     pub(crate) fn is_subscribed(&self, stream: Handle) -> bool {

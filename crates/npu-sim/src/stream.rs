@@ -913,6 +913,7 @@ impl Stream {
             let _ = self.wait_idle(None);
         }
         sim.streams.remove(self.handle);
+        sim.reports.forget(self.handle);
         self.device.live_streams.fetch_sub(1, Ordering::AcqRel);
         self.nudge();
     }

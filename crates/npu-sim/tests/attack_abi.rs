@@ -430,3 +430,139 @@ fn a_context_destroyed_under_concurrent_stream_creation_leaks_no_stream() {
         );
     }
 }
+
+const MIB: usize = 1 << 20;
+
+/// Promise: memory freed, unmapped or released while a queued task will touch it fails that
+/// task with 507013 (ACL_ERROR_RT_SYS_DMA) and the task touches nothing: pinned host memory
+/// freed under a queued upload, and virtual memory unmapped, its physical memory freed and its
+/// address range released under a queued memset.
+#[test]
+fn memory_freed_or_unmapped_under_queued_tasks_fails_them_and_touches_nothing() {
+    install_eight_devices();
+    set_device(6);
+    let stream = create_stream();
+    let dev = malloc(4096);
+    let host = malloc_host(4096);
+    // SAFETY: 4096 bytes of pinned memory just allocated.
+    unsafe { ptr::write_bytes(host.cast::<u8>(), 9, 4096) };
+    let mut va = ptr::null_mut();
+    acl!(aclrtReserveMemAddress(
+        &mut va,
+        2 * MIB,
+        0,
+        ptr::null_mut(),
+        0
+    ));
+    let prop = aclrtPhysicalMemProp {
+        handleType: ACL_MEM_HANDLE_TYPE_NONE,
+        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+        memAttr: ACL_MEM_HUGE,
+        location: aclrtMemLocation {
+            id: 6,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        reserve: 0,
+    };
+    let mut physical = ptr::null_mut();
+    acl!(aclrtMallocPhysical(&mut physical, 2 * MIB, &prop, 0));
+    acl!(aclrtMapMem(va, 2 * MIB, 0, physical, 0));
+    let (upload, memset) = (create_event(), create_event());
+    control::hold(6).unwrap();
+    h2d_async(dev, host, 4096, stream);
+    acl!(aclrtRecordEvent(upload, stream));
+    assert_eq!(memset_async(va, 2 * MIB, stream), 0);
+    acl!(aclrtRecordEvent(memset, stream));
+    let (raw_host, raw_va, raw_physical) = (Raw::of(host), Raw::of(va), Raw::of(physical));
+    bounded(
+        "freeing and unmapping memory under queued tasks",
+        move || {
+            acl!(aclrtFreeHost(raw_host.ptr()));
+            acl!(aclrtUnmapMem(raw_va.ptr()));
+            acl!(aclrtFreePhysical(raw_physical.ptr()));
+            acl!(aclrtReleaseMemAddress(raw_va.ptr()));
+        },
+    );
+    control::release(6).unwrap();
+    let raw_stream = Raw::of(stream);
+    let code = bounded("synchronizing the failed tasks", move || {
+        set_device(6);
+        code!(aclrtSynchronizeStream(raw_stream.ptr()))
+    });
+    assert_eq!(code, ACL_ERROR_RT_SYS_DMA, "{}", recent_message());
+    for event in [upload, memset] {
+        assert_eq!(code!(aclrtSynchronizeEvent(event)), ACL_ERROR_RT_SYS_DMA);
+        acl!(aclrtDestroyEvent(event));
+    }
+    assert_eq!(
+        download::<u8>(dev, 4096),
+        vec![0; 4096],
+        "the upload touched nothing"
+    );
+    acl!(aclrtSynchronizeStream(stream));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+}
+
+/// Promise: a subscription does not outlive its stream: a report thread whose stream was
+/// destroyed without aclrtUnSubscribeReport may serve a stream of another device, and the
+/// stream's callbacks never reach it.
+#[test]
+fn a_subscription_ends_with_its_stream() {
+    install_eight_devices();
+    let thread_id = this_thread();
+    let first = stream_of_device(0);
+    acl!(aclrtSubscribeReport(thread_id, first));
+    let raw = Raw::of(first);
+    thread::spawn(move || {
+        set_device(0);
+        acl!(aclrtDestroyStream(raw.ptr()));
+    })
+    .join()
+    .unwrap();
+    let second = stream_of_device(1);
+    acl!(aclrtSubscribeReport(thread_id, second));
+    acl!(aclrtUnSubscribeReport(thread_id, second));
+    assert_eq!(
+        code!(aclrtUnSubscribeReport(thread_id, first)),
+        ACL_ERROR_RT_INVALID_HANDLE
+    );
+    let raw = Raw::of(second);
+    thread::spawn(move || {
+        set_device(1);
+        acl!(aclrtDestroyStream(raw.ptr()));
+    })
+    .join()
+    .unwrap();
+}
+
+/// Promise: handles of another device are refused with a code before anything is queued:
+/// a pool of one device with a stream of another, an event of one device waited on or recorded
+/// by a stream of another.
+#[test]
+fn handles_of_another_device_are_refused() {
+    install_eight_devices();
+    set_device(0);
+    let props = aclrtMemPoolProps {
+        allocType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+        handleType: ACL_MEM_HANDLE_TYPE_NONE,
+        location: aclrtMemLocation {
+            id: 1,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        maxSize: 4 * MIB,
+        reserved: [0; 32],
+    };
+    let mut pool = ptr::null_mut();
+    acl!(aclrtMemPoolCreate(&mut pool, &props));
+    let stream = create_stream();
+    let mut ptr = ptr::null_mut();
+    fails!(
+        aclrtMemPoolMallocAsync(&mut ptr, 4096, pool, stream),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemPoolMallocAsync"
+    );
+    assert!(ptr.is_null(), "a refused allocation hands out no pointer");
+    acl!(aclrtMemPoolDestroy(pool));
+    acl!(aclrtDestroyStream(stream));
+}
