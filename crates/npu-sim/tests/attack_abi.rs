@@ -566,3 +566,53 @@ fn handles_of_another_device_are_refused() {
     acl!(aclrtMemPoolDestroy(pool));
     acl!(aclrtDestroyStream(stream));
 }
+
+/// Promise: aclInit and aclFinalizeReference racing on many threads keep one consistent count
+/// (every call returns 0, 100002 or 100037 and the count ends at zero), and aclFinalize does not
+/// wait for device work: it returns while a stream waits on a notify nobody has recorded.
+#[test]
+fn init_and_finalize_racing_on_threads_keep_one_count_and_never_wait_for_the_device() {
+    install_eight_devices();
+    set_device(5);
+    let stream = create_stream();
+    let notify = create_notify();
+    acl!(aclrtWaitAndResetNotify(notify, stream, 0));
+    let racers: Vec<_> = (0..8)
+        .map(|_| {
+            thread::spawn(|| {
+                for _ in 0..200 {
+                    let init = code!(aclInit(ptr::null()));
+                    assert!(
+                        init == 0 || init == ACL_ERROR_REPEAT_INITIALIZE,
+                        "aclInit: {init}"
+                    );
+                    let mut left = 0;
+                    // Each racer drops only the reference it took.
+                    acl!(aclFinalizeReference(&mut left));
+                }
+            })
+        })
+        .collect();
+    bounded("aclInit and aclFinalizeReference racing", move || {
+        for racer in racers {
+            racer.join().unwrap();
+        }
+    });
+    let mut left = 99;
+    assert_eq!(
+        code!(aclFinalizeReference(&mut left)),
+        ACL_ERROR_REPEAT_FINALIZE,
+        "the count ended above zero"
+    );
+    acl!(aclInit(ptr::null()));
+    bounded("aclFinalize while a stream waits", || acl!(aclFinalize()));
+    assert_eq!(code!(aclFinalize()), ACL_ERROR_REPEAT_FINALIZE);
+    acl!(aclrtRecordNotify(notify, ptr::null_mut()));
+    let raw = Raw::of(stream);
+    bounded("the notify wait after aclFinalize", move || {
+        set_device(5);
+        acl!(aclrtSynchronizeStream(raw.ptr()));
+    });
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtDestroyNotify(notify));
+}
