@@ -1,0 +1,109 @@
+//! Attacks on what the last session changed, through the `npu` facade: the Tokio test-harness
+//! story (paused clock), the pools' fast paths, the per-future waker slots, and the staged
+//! copies.
+//!
+//! Each test is named for the promise it attacks and asserts it, under all three strategies
+//! where a stream is involved. The simulator's hold gate is device-global, so every test takes
+//! the file's lock; every wait is bounded by [`watchdog`] or a real-time Tokio timeout, so a
+//! hang fails its test with a message instead of stalling the suite.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use npu::Stream;
+use npu::prelude::*;
+use npu::sim;
+use npu::stream::Strategy;
+
+/// Every completion strategy: each attack involving a stream runs under all three.
+const STRATEGIES: [Strategy; 3] = [
+    Strategy::EventPoll,
+    Strategy::CallbackThread,
+    Strategy::BlockingSync,
+];
+
+/// A hang detector, not a synchronisation: everything awaited finishes long before.
+const HANG: Duration = Duration::from_secs(30);
+
+/// Device 0 to this test alone: the hold gate and the live counters are the simulator's,
+/// shared by every test of this process.
+fn exclusive() -> (MutexGuard<'static, ()>, Context) {
+    static DEVICES: Mutex<()> = Mutex::new(());
+    let guard = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    let ctx = Device::open(0).unwrap().primary_context().clone();
+    (guard, ctx)
+}
+
+fn stream(ctx: &Context, strategy: Strategy) -> Stream {
+    Stream::builder(ctx).strategy(strategy).build().unwrap()
+}
+
+/// Aborts the process with `what` if `body` has not returned after [`HANG`]: for bodies that
+/// block a thread (a blocking wait, a drop) and so cannot be bounded by a Tokio timeout.
+fn watchdog<R>(what: &str, body: impl FnOnce() -> R) -> R {
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    let what = what.to_string();
+    let dog = std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + HANG;
+        while !flag.load(Ordering::Acquire) {
+            if std::time::Instant::now() > deadline {
+                // Straight to the process's stderr: the harness's capture dies with us.
+                let _ = writeln!(std::io::stderr(), "hung: {what}");
+                std::process::abort();
+            }
+            std::thread::park_timeout(Duration::from_millis(10));
+        }
+    });
+    let result = body();
+    done.store(true, Ordering::Release);
+    dog.thread().unpark();
+    dog.join().unwrap();
+    result
+}
+
+/// A current-thread runtime whose clock starts paused, as `#[tokio::test(start_paused = true)]`
+/// builds it.
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+/// Rule 5 under the test harness: a paused clock is kept from jumping while an operation is in
+/// flight, but dropping the runtime (the end of a `#[tokio::test(start_paused = true)]`) must
+/// not wait for the device: here it is held for the whole drop.
+#[test]
+fn dropping_a_paused_runtime_does_not_wait_for_held_device_work() {
+    let (_guard, ctx) = exclusive();
+    for strategy in STRATEGIES {
+        let held = sim::hold(&ctx.device()).unwrap();
+        let runtime = paused_runtime();
+        let copy = runtime.block_on(async {
+            let stream = stream(&ctx, strategy);
+            let host = PinnedBuffer::from_slice(&ctx, &[5u8; 4096]).unwrap();
+            let device = DeviceBuffer::<u8>::new(&ctx, 4096).unwrap();
+            let mut copy = stream.copy_h2d(host, device);
+            // Polled under the paused clock, then given up: the device is still held.
+            let waited = tokio::time::timeout(Duration::from_secs(3600), &mut copy);
+            assert!(
+                tokio::time::timeout(Duration::ZERO, waited).await.is_err(),
+                "{strategy:?}: the held copy cannot have finished"
+            );
+            let completion = copy.completion().clone();
+            drop(copy);
+            completion
+        });
+        watchdog(&format!("{strategy:?}: dropping a paused runtime"), || {
+            drop(runtime)
+        });
+        assert!(!copy.is_complete(), "{strategy:?}: still held");
+        held.release().unwrap();
+        copy.wait_blocking().unwrap();
+    }
+    sim::flush_releases();
+}
