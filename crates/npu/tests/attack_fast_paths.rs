@@ -107,3 +107,127 @@ fn dropping_a_paused_runtime_does_not_wait_for_held_device_work() {
     }
     sim::flush_releases();
 }
+
+/// Runs `future` on a current-thread Tokio runtime (real time), failing the test if it hangs.
+fn run<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(async {
+            tokio::time::timeout(HANG, future)
+                .await
+                .expect("the attack hung")
+        })
+}
+
+/// Polls `future` once with a waker that does nothing: enough to make it queue or submit.
+fn polled_once<F: std::future::Future>(
+    future: std::pin::Pin<&mut F>,
+) -> std::task::Poll<F::Output> {
+    future.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+}
+
+const PAGE: usize = 4096;
+
+/// FIFO liveness of both pools' fast paths: the head waiter asks for more than can ever be
+/// free while a block is held, a smaller request queues behind it (no overtaking); cancelling
+/// the head must serve the one behind at once, with nothing returned meanwhile.
+#[test]
+fn cancelling_the_head_waiter_serves_the_one_behind_it() {
+    let (_guard, ctx) = exclusive();
+    run(async {
+        let pinned = PinnedPool::builder(&ctx)
+            .capacity(2 * PAGE)
+            .build()
+            .unwrap();
+        let held = pinned.alloc::<u8>(PAGE).await.unwrap();
+        let mut head = Box::pin(pinned.alloc::<u8>(2 * PAGE));
+        assert!(polled_once(head.as_mut()).is_pending(), "the head queues");
+        let behind = pinned.alloc::<u8>(PAGE);
+        let mut behind = Box::pin(behind);
+        assert!(
+            polled_once(behind.as_mut()).is_pending(),
+            "FIFO: the smaller request waits behind the head"
+        );
+        drop(head);
+        let served = behind.await.unwrap();
+        assert_eq!(served.len(), PAGE);
+        drop((held, served));
+        assert_eq!(pinned.stats().waiters, 0);
+    });
+    for strategy in STRATEGIES {
+        run(async {
+            let stream = stream(&ctx, strategy);
+            let device = DevicePool::builder(&ctx)
+                .capacity(2 * PAGE)
+                .build()
+                .unwrap();
+            let held = device.alloc::<u8>(&stream, PAGE).await.unwrap();
+            let mut head = Box::pin(device.alloc::<u8>(&stream, 2 * PAGE));
+            assert!(
+                polled_once(head.as_mut()).is_pending(),
+                "{strategy:?}: head queues"
+            );
+            let mut behind = Box::pin(device.alloc::<u8>(&stream, PAGE));
+            assert!(
+                polled_once(behind.as_mut()).is_pending(),
+                "{strategy:?}: FIFO"
+            );
+            drop(head);
+            let served = behind.await.unwrap();
+            assert_eq!(served.len(), PAGE, "{strategy:?}");
+            drop((held, served));
+        });
+    }
+}
+
+/// Rule 7 with waker slots moving: an operation polled by one task and then moved to another
+/// wakes the task that polls it last, even after thousands of `Completion::wait` futures were
+/// polled and dropped on it meanwhile (each dropped one gives its slot up).
+#[test]
+fn an_operation_moved_between_tasks_wakes_the_last_poller() {
+    let (_guard, ctx) = exclusive();
+    for strategy in STRATEGIES {
+        let held = sim::hold(&ctx.device()).unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        let stream = stream(&ctx, strategy);
+        let buffer = DeviceBuffer::<u8>::new(&ctx, PAGE).unwrap();
+        let mut op = Box::pin(stream.memset(buffer, 3));
+        let completion = op.completion().clone();
+        // First polled by a task of its own, which gives it up while it is pending.
+        let (op_tx, op_rx) = tokio::sync::oneshot::channel();
+        runtime.block_on(async {
+            tokio::spawn(async move {
+                let pending = tokio::time::timeout(Duration::ZERO, &mut op).await;
+                assert!(pending.is_err(), "held: the memset cannot have run");
+                op_tx.send(op).ok().unwrap();
+            })
+            .await
+            .unwrap();
+        });
+        for _ in 0..10_000 {
+            let mut wait = Box::pin(completion.wait());
+            assert!(polled_once(wait.as_mut()).is_pending());
+        }
+        let op = runtime.block_on(op_rx).unwrap();
+        let last = runtime.spawn(async move { op.await.map_err(|e| e.error) });
+        held.release().unwrap();
+        let buffer = runtime
+            .block_on(async { tokio::time::timeout(HANG, last).await })
+            .expect("the last poller was never woken")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            buffer.to_vec_blocking().unwrap(),
+            vec![3; PAGE],
+            "{strategy:?}"
+        );
+        watchdog("dropping the runtime", || drop(runtime));
+    }
+    sim::flush_releases();
+}
