@@ -616,3 +616,61 @@ fn init_and_finalize_racing_on_threads_keep_one_count_and_never_wait_for_the_dev
     acl!(aclrtDestroyStream(stream));
     acl!(aclrtDestroyNotify(notify));
 }
+
+/// Promise: destroying a memory pool while another thread allocates from it leaks no memory:
+/// each allocation lands before the destruction (which releases it) or fails with a code, and
+/// the device's allocated bytes return to where they were.
+#[test]
+fn a_pool_destroyed_under_concurrent_allocations_leaks_no_memory() {
+    install_eight_devices();
+    let device = 7;
+    set_device(device);
+    let before = control::device_stats(device).unwrap().bytes_allocated;
+    let props = aclrtMemPoolProps {
+        allocType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+        handleType: ACL_MEM_HANDLE_TYPE_NONE,
+        location: aclrtMemLocation {
+            id: device as u32,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        maxSize: 64 * MIB,
+        reserved: [0; 32],
+    };
+    for round in 0..200 {
+        let mut pool = ptr::null_mut();
+        acl!(aclrtMemPoolCreate(&mut pool, &props));
+        let shared = Raw::of(pool);
+        let (started, start) = mpsc::channel();
+        let allocator = thread::spawn(move || {
+            set_device(device);
+            let mut allocated = 0;
+            loop {
+                let mut block = ptr::null_mut();
+                let code = code!(aclrtMemPoolMallocAsync(
+                    &mut block,
+                    4096,
+                    shared.ptr(),
+                    ptr::null_mut()
+                ));
+                if code != 0 {
+                    return code;
+                }
+                allocated += 1;
+                if allocated == 2 {
+                    let _ = started.send(());
+                }
+            }
+        });
+        start.recv().unwrap();
+        acl!(aclrtMemPoolDestroy(pool));
+        let code = bounded("allocating from a pool being destroyed", move || {
+            allocator.join().unwrap()
+        });
+        assert_eq!(code, ACL_ERROR_RT_INVALID_HANDLE, "round {round}");
+        let after = control::device_stats(device).unwrap().bytes_allocated;
+        assert_eq!(
+            after, before,
+            "round {round}: device memory left allocated by a destroyed pool"
+        );
+    }
+}
