@@ -75,6 +75,14 @@ pub(crate) fn current_thread_id() -> u64 {
 impl Reports {
     pub(crate) fn subscribe(&self, thread: u64, stream: &Stream) -> Res<()> {
         let mut inner = lock(&self.inner);
+        // Checked under this lock: a destruction marks the stream before it ends the stream's
+        // subscription under it, so a subscription either is ended by it or sees the mark.
+        ensure!(
+            !stream.is_destroyed(),
+            ACL_ERROR_RT_INVALID_HANDLE,
+            "stream {} is being destroyed",
+            stream.id
+        );
         ensure!(
             !inner.by_stream.contains_key(&stream.handle),
             ACL_ERROR_RT_STREAM_SUBSCRIBE,

@@ -795,6 +795,11 @@ impl Stream {
         }
     }
 
+    /// Whether aclrtDestroyStream(Force) or its context's destruction has begun.
+    pub(crate) fn is_destroyed(&self) -> bool {
+        self.destroyed.load(Ordering::Acquire)
+    }
+
     /// Fails if the calling thread runs a host task of this stream at or before `position`.
     pub(crate) fn refuse_self_wait(&self, position: u64) -> Res<()> {
         crate::host_task::refuse_self_wait(self.handle, self.id, position)

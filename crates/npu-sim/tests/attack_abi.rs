@@ -674,3 +674,38 @@ fn a_pool_destroyed_under_concurrent_allocations_leaks_no_memory() {
         );
     }
 }
+
+/// Promise: a subscription racing its stream's destruction ends with the stream too: whichever
+/// comes first, the report thread is left free to serve another device. (A stress test: the
+/// window, between the subscription's lookup of the stream and its entry, did not show in 1000
+/// rounds before the fix; it is closed by the subscription checking the stream's destruction
+/// mark under the lock the destruction ends subscriptions under.)
+#[test]
+fn a_subscription_racing_its_streams_destruction_leaves_the_thread_free() {
+    install_eight_devices();
+    set_device(4);
+    let other = stream_of_device(3);
+    for round in 0..300u64 {
+        // Report threads are named by the caller: a fresh id per round.
+        let thread_id = 0xa77ac0000 + round;
+        let stream = Raw::of(create_stream());
+        let destroyer = thread::spawn(move || {
+            set_device(4);
+            acl!(aclrtDestroyStream(stream.ptr()));
+        });
+        let code = code!(aclrtSubscribeReport(thread_id, stream.ptr()));
+        assert!(
+            code == 0 || code == ACL_ERROR_RT_INVALID_HANDLE,
+            "round {round}: {code}"
+        );
+        destroyer.join().unwrap();
+        let code = code!(aclrtSubscribeReport(thread_id, other));
+        assert_eq!(
+            code,
+            0,
+            "round {round}: the thread still serves a destroyed stream: {}",
+            recent_message()
+        );
+        acl!(aclrtUnSubscribeReport(thread_id, other));
+    }
+}
