@@ -709,3 +709,93 @@ fn a_subscription_racing_its_streams_destruction_leaves_the_thread_free() {
         acl!(aclrtUnSubscribeReport(thread_id, other));
     }
 }
+
+/// Calls aclrtMemcpyBatch (or, given a stream, aclrtMemcpyBatchAsync) on host-to-device
+/// copies of device `device`: `copies` are (dst, src, size) with destMax = size.
+fn batch_h2d(
+    device: u32,
+    copies: &[(*mut c_void, *mut c_void, usize)],
+    stream: Option<aclrtStream>,
+) -> (aclError, usize) {
+    let mut dsts: Vec<_> = copies.iter().map(|c| c.0).collect();
+    let mut srcs: Vec<_> = copies.iter().map(|c| c.1).collect();
+    let mut sizes: Vec<_> = copies.iter().map(|c| c.2).collect();
+    let mut maxs = sizes.clone();
+    let mut attrs = [aclrtMemcpyBatchAttr {
+        dstLoc: aclrtMemLocation {
+            id: device,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        srcLoc: aclrtMemLocation {
+            id: 0,
+            type_: ACL_MEM_LOCATION_TYPE_HOST,
+        },
+        rsv: [0; 16],
+    }];
+    let mut starts = [0usize];
+    let mut fail = 0;
+    let args = (
+        dsts.as_mut_ptr(),
+        maxs.as_mut_ptr(),
+        srcs.as_mut_ptr(),
+        sizes.as_mut_ptr(),
+        copies.len(),
+        attrs.as_mut_ptr(),
+        starts.as_mut_ptr(),
+    );
+    let code = match stream {
+        None => code!(aclrtMemcpyBatch(
+            args.0, args.1, args.2, args.3, args.4, args.5, args.6, 1, &mut fail
+        )),
+        Some(stream) => code!(aclrtMemcpyBatchAsync(
+            args.0, args.1, args.2, args.3, args.4, args.5, args.6, 1, &mut fail, stream
+        )),
+    };
+    (code, fail)
+}
+
+/// Promise: a batch with one bad entry among good ones is refused whole, before any copy runs:
+/// a copy past its allocation (its own destMax allows it), a freed destination, a device
+/// address of another device. The good entries' destinations stay untouched.
+#[test]
+fn a_batch_with_one_bad_entry_copies_nothing() {
+    install_eight_devices();
+    set_device(0);
+    let (good, small) = (malloc(4096), malloc(64));
+    let freed = malloc(4096);
+    acl!(aclrtFree(freed));
+    let foreign = malloc_on(1, 4096);
+    let host = malloc_host(4096);
+    // SAFETY: 4096 bytes of pinned memory just allocated.
+    unsafe { ptr::write_bytes(host.cast::<u8>(), 0xee, 4096) };
+    let stream = create_stream();
+    // failIndex names the copy for attribute checks only (the reference), SIZE_MAX otherwise.
+    let bad_entries = [
+        ("past its allocation", small, usize::MAX),
+        ("freed", freed, 1),
+        ("of another device", foreign, 1),
+    ];
+    for (what, bad, named) in bad_entries {
+        for on in [None, Some(stream)] {
+            let (code, fail) = batch_h2d(0, &[(good, host, 4096), (bad, host, 4096)], on);
+            assert_eq!(fail, named, "failIndex of an entry {what}");
+            assert_eq!(
+                code,
+                ACL_ERROR_RT_PARAM_INVALID,
+                "a batch with an entry {what} (stream: {}): {}",
+                on.is_some(),
+                recent_message()
+            );
+            acl!(aclrtSynchronizeStream(stream));
+            let touched = download::<u8>(good, 4096)
+                .iter()
+                .filter(|&&b| b != 0)
+                .count();
+            assert_eq!(touched, 0, "an entry {what}: the good entry ran");
+        }
+    }
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFreeHost(host));
+    acl!(aclrtFree(small));
+    acl!(aclrtFree(good));
+}
