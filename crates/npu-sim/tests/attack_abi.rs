@@ -799,3 +799,52 @@ fn a_batch_with_one_bad_entry_copies_nothing() {
     acl!(aclrtFree(small));
     acl!(aclrtFree(good));
 }
+
+/// Promise: unloading a binary invalidates every function handle resolved from it (the
+/// simulator documents it), also handles that threads resolved concurrently for one name, and
+/// handles resolved while the unload ran: afterwards each is 107017.
+#[test]
+fn unloading_a_binary_invalidates_every_function_resolved_from_it() {
+    install_eight_devices();
+    for round in 0..100 {
+        set_device(0);
+        let binary = Raw::of(registry_binary(&["add_one_u32"]));
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(5));
+        let resolvers: Vec<_> = (0..4)
+            .map(|_| {
+                let barrier = barrier.clone();
+                thread::spawn(move || {
+                    set_device(0);
+                    let name = c_string("add_one_u32");
+                    barrier.wait();
+                    let mut handles = Vec::new();
+                    for _ in 0..50 {
+                        let mut func = ptr::null_mut();
+                        let code = code!(aclrtBinaryGetFunction(
+                            binary.ptr(),
+                            name.as_ptr(),
+                            &mut func
+                        ));
+                        if code != 0 {
+                            break;
+                        }
+                        handles.push(Raw::of(func));
+                    }
+                    handles
+                })
+            })
+            .collect();
+        barrier.wait();
+        acl!(aclrtBinaryUnLoad(binary.ptr()));
+        for resolver in resolvers {
+            for func in resolver.join().unwrap() {
+                let mut name = [0 as std::ffi::c_char; 64];
+                assert_eq!(
+                    code!(aclrtGetFunctionName(func.ptr(), 64, name.as_mut_ptr())),
+                    ACL_ERROR_RT_INVALID_HANDLE,
+                    "round {round}: a function handle outlived its unloaded binary"
+                );
+            }
+        }
+    }
+}

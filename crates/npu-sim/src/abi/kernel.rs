@@ -94,7 +94,7 @@ pub unsafe extern "C" fn aclrtBinaryUnLoad(binHandle: aclrtBinHandle) -> aclErro
         let handle = handle::from_ptr(binHandle);
         let binary = sim.binaries.resolve(handle)?;
         sim.binaries.remove(handle);
-        for function in binary.function_handles() {
+        for function in binary.unload() {
             retire_function(sim, function);
         }
         Ok(())
@@ -119,18 +119,14 @@ pub unsafe extern "C" fn aclrtBinaryGetFunction(
         let sim = sim()?;
         context::current(sim)?;
         let binary = sim.binaries.resolve(handle::from_ptr(binHandle))?;
-        let handle = match binary
-            .cached(name)
-            .filter(|&h| sim.functions.get(h).is_some())
-        {
-            Some(handle) => handle,
-            None => {
+        let handle = binary.function_handle(
+            name,
+            |handle| sim.functions.get(handle).is_some(),
+            || {
                 let function = binary.function(name, handle::from_ptr(binHandle))?;
-                let handle = sim.functions.insert(Arc::new(function))?;
-                binary.remember(name, handle);
-                handle
-            }
-        };
+                sim.functions.insert(Arc::new(function))
+            },
+        )?;
         write_out(funcHandle, "funcHandle", handle::to_ptr(handle))
     })
 }

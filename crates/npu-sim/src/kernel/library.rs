@@ -44,8 +44,9 @@ type CallbackSlot = Arc<Mutex<Option<OpCallback>>>;
 
 pub(crate) struct Binary {
     source: Source,
-    /// Functions resolved so far, by name.
-    functions: Mutex<HashMap<String, Handle>>,
+    /// Functions resolved so far, by name; `None` once the binary is unloaded, so a function
+    /// resolved while the unload runs cannot outlive it.
+    functions: Mutex<Option<HashMap<String, Handle>>>,
     exception_callback: CallbackSlot,
 }
 
@@ -221,7 +222,7 @@ impl Binary {
     fn new(source: Source) -> Binary {
         Binary {
             source,
-            functions: Mutex::default(),
+            functions: Mutex::new(Some(HashMap::new())),
             exception_callback: CallbackSlot::default(),
         }
     }
@@ -295,17 +296,35 @@ impl Binary {
         })
     }
 
-    /// The handle of an already resolved function.
-    pub(crate) fn cached(&self, name: &str) -> Option<Handle> {
-        lock(&self.functions).get(name).copied()
+    /// The handle of function `name`: the one resolved before if `live` still accepts it,
+    /// otherwise a new one from `make`. Under the binary's lock, so callers racing for one name
+    /// share a handle and the unload retires every handle given out. Fails once unloaded.
+    pub(crate) fn function_handle(
+        &self,
+        name: &str,
+        live: impl Fn(Handle) -> bool,
+        make: impl FnOnce() -> Res<Handle>,
+    ) -> Res<Handle> {
+        let mut functions = lock(&self.functions);
+        let Some(functions) = functions.as_mut() else {
+            fail!(
+                ACL_ERROR_RT_INVALID_HANDLE,
+                "the binary was unloaded while the function was resolved"
+            );
+        };
+        if let Some(&handle) = functions.get(name).filter(|&&h| live(h)) {
+            return Ok(handle);
+        }
+        let handle = make()?;
+        functions.insert(name.to_owned(), handle);
+        Ok(handle)
     }
 
-    pub(crate) fn remember(&self, name: &str, handle: Handle) {
-        lock(&self.functions).insert(name.to_owned(), handle);
-    }
-
-    /// Every function handle resolved from this binary.
-    pub(crate) fn function_handles(&self) -> Vec<Handle> {
-        lock(&self.functions).values().copied().collect()
+    /// Marks the binary unloaded; returns every function handle resolved from it.
+    pub(crate) fn unload(&self) -> Vec<Handle> {
+        lock(&self.functions)
+            .take()
+            .map(|functions| functions.into_values().collect())
+            .unwrap_or_default()
     }
 }
