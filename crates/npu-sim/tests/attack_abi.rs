@@ -848,3 +848,44 @@ fn unloading_a_binary_invalidates_every_function_resolved_from_it() {
         }
     }
 }
+
+/// Promise: unloading a binary invalidates the args handles of its functions too, also those
+/// initialised while the unload ran: afterwards each is 107017.
+#[test]
+fn unloading_a_binary_invalidates_args_initialised_against_it() {
+    install_eight_devices();
+    for round in 0..300 {
+        set_device(0);
+        let binary = registry_binary(&["add_one_u32"]);
+        let func = Raw::of(function(binary, "add_one_u32"));
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(3));
+        let initialisers: Vec<_> = (0..2)
+            .map(|_| {
+                let barrier = barrier.clone();
+                thread::spawn(move || {
+                    barrier.wait();
+                    let mut all = Vec::new();
+                    for _ in 0..50 {
+                        let mut args = ptr::null_mut();
+                        if code!(aclrtKernelArgsInit(func.ptr(), &mut args)) != 0 {
+                            break;
+                        }
+                        all.push(Raw::of(args));
+                    }
+                    all
+                })
+            })
+            .collect();
+        barrier.wait();
+        acl!(aclrtBinaryUnLoad(binary));
+        for initialiser in initialisers {
+            for args in initialiser.join().unwrap() {
+                assert_eq!(
+                    code!(aclrtKernelArgsFinalize(args.ptr())),
+                    ACL_ERROR_RT_INVALID_HANDLE,
+                    "round {round}: an args handle outlived its unloaded binary"
+                );
+            }
+        }
+    }
+}

@@ -13,7 +13,6 @@ use crate::handle::{self, Handle};
 use crate::indirect::check_on_device;
 use crate::kernel::{ArgsBlob, Binary, Function, Launch, LaunchArgs};
 use crate::sim::{Sim, sim};
-use crate::sync::lock;
 use crate::task::{Op, Task};
 
 fn check_options(options: *const aclrtBinaryLoadOptions) -> Res<()> {
@@ -76,7 +75,7 @@ fn retire_function(sim: &Sim, handle: Handle) {
     let Some(function) = sim.functions.remove(handle) else {
         return;
     };
-    for args in lock(&function.args).clone() {
+    for args in function.retire() {
         retire_args(sim, args);
     }
 }

@@ -59,13 +59,34 @@ pub(crate) struct Function {
     pub(crate) args_size: usize,
     /// Its declared parameters' (offset, size), if it declared a parameter list.
     pub(crate) params: Option<Vec<(usize, usize)>>,
-    /// Args handles created for this function (aclrtKernelArgsInit), retired with it.
-    pub(crate) args: Mutex<Vec<Handle>>,
+    /// Args handles created for this function (aclrtKernelArgsInit), retired with it; `None`
+    /// once it is retired, so an args handle made meanwhile cannot outlive it.
+    args: Mutex<Option<Vec<Handle>>>,
     exception_callback: CallbackSlot,
     _library: Option<Arc<libloading::Library>>,
 }
 
 impl Function {
+    /// Records an args handle made for this function; fails once the function is retired
+    /// (its binary unloaded), and the caller then retires the handle itself.
+    pub(crate) fn adopt_args(&self, args: Handle) -> Res<()> {
+        match lock(&self.args).as_mut() {
+            Some(all) => {
+                all.push(args);
+                Ok(())
+            }
+            None => fail!(
+                ACL_ERROR_RT_INVALID_HANDLE,
+                "the function's binary was unloaded while its arguments were initialised"
+            ),
+        }
+    }
+
+    /// Marks the function retired; returns the args handles made for it.
+    pub(crate) fn retire(&self) -> Vec<Handle> {
+        lock(&self.args).take().unwrap_or_default()
+    }
+
     /// Fails with ACL_ERROR_RT_PARAM_INVALID if a launch passes fewer bytes of arguments than
     /// the kernel declared it reads.
     pub(crate) fn check_args(&self, size: usize) -> Res<()> {
@@ -290,7 +311,7 @@ impl Binary {
             code,
             args_size: args_size.max(spanned),
             params,
-            args: Mutex::default(),
+            args: Mutex::new(Some(Vec::new())),
             exception_callback: self.exception_callback.clone(),
             _library: library,
         })
