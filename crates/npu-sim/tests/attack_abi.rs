@@ -889,3 +889,43 @@ fn unloading_a_binary_invalidates_args_initialised_against_it() {
         }
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Promise: arbitrary values passed as the handles of the recently added functions (pools,
+    /// physical memory, notifies, stream configurations, allocator descriptors, functions and
+    /// binaries) are refused with a code naming the API, never dereferenced.
+    #[test]
+    fn garbage_handles_of_recent_functions_are_refused(value in 1u64..) {
+        set_device(0);
+        let garbage = value as usize as *mut c_void;
+        let (mut out_ptr, mut out_u32, mut out_i32) = (ptr::null_mut(), 0u32, 0i32);
+        let mut out_size = 0usize;
+        let mut value_u64 = 0u64;
+        let config = garbage.cast::<aclrtStreamConfigHandle>();
+        let calls: [(&str, aclError); 16] = [
+            ("aclrtMemPoolMallocAsync", code!(aclrtMemPoolMallocAsync(&mut out_ptr, 64, garbage, ptr::null_mut()))),
+            ("aclrtMemPoolDestroy", code!(aclrtMemPoolDestroy(garbage))),
+            ("aclrtMemPoolGetAttr", code!(aclrtMemPoolGetAttr(garbage, ACL_RT_MEM_POOL_ATTR_RELEASE_THRESHOLD, (&raw mut value_u64).cast()))),
+            ("aclrtMemPoolTrimTo", code!(aclrtMemPoolTrimTo(garbage, 0))),
+            ("aclrtFreePhysical", code!(aclrtFreePhysical(garbage))),
+            ("aclrtMapMem", code!(aclrtMapMem(garbage, 2 << 20, 0, garbage, 0))),
+            ("aclrtGetEventId", code!(aclrtGetEventId(garbage, &mut out_u32))),
+            ("aclrtDestroyNotify", code!(aclrtDestroyNotify(garbage))),
+            ("aclrtGetNotifyId", code!(aclrtGetNotifyId(garbage, &mut out_u32))),
+            ("aclrtStreamGetId", code!(aclrtStreamGetId(garbage, &mut out_i32))),
+            ("aclrtDestroyStreamConfigHandle", code!(aclrtDestroyStreamConfigHandle(config))),
+            ("aclrtAllocatorDestroyDesc", code!(aclrtAllocatorDestroyDesc(garbage))),
+            ("aclrtFunctionGetBinary", code!(aclrtFunctionGetBinary(garbage, &mut out_ptr))),
+            ("aclrtKernelArgsGetHandleMemSize", code!(aclrtKernelArgsGetHandleMemSize(garbage, &mut out_size))),
+            ("aclrtFunctionGetParamCount", code!(aclrtFunctionGetParamCount(garbage, &mut out_size))),
+            ("aclrtUseStreamResInCurrentThread", code!(aclrtUseStreamResInCurrentThread(garbage))),
+        ];
+        let message = recent_message();
+        for (api, code) in calls {
+            proptest::prop_assert!(code != 0, "{} accepted the garbage handle {:#x}", api, value);
+            proptest::prop_assert!(message.contains(api), "{} did not name itself: {}", api, message);
+        }
+    }
+}
