@@ -164,6 +164,11 @@ impl Reports {
         self.bell.ring_key(thread);
     }
 
+    /// Whether `thread` is the report thread subscribed to `stream`.
+    pub(crate) fn serves(&self, thread: u64, stream: Handle) -> bool {
+        lock(&self.inner).by_stream.get(&stream) == Some(&thread)
+    }
+
     pub(crate) fn is_subscribed(&self, stream: Handle) -> bool {
         lock(&self.inner).by_stream.contains_key(&stream)
     }
@@ -238,7 +243,17 @@ impl Reports {
                 // caller for exactly this invocation, on the thread they subscribed.
                 let call = || unsafe { (pending.func)(pending.data as *mut std::ffi::c_void) };
                 match pending.holds {
-                    Some((stream, position)) => crate::host_task::run(stream, position, call),
+                    Some((stream, position)) => {
+                        crate::host_task::run(stream, position, call);
+                        // Before the stream is released: a wait this thread starts next must
+                        // not find the callback still pending.
+                        if let Some(stream) = crate::sim::sim()
+                            .ok()
+                            .and_then(|sim| sim.streams.get(stream))
+                        {
+                            stream.block_callback_ran(position);
+                        }
+                    }
                     None => call(),
                 }
                 pending.done.set();

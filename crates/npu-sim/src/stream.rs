@@ -11,7 +11,7 @@
 //! been taken waits for the marked tasks instead: [`Device::fence`], which every synchronous
 //! copy and memset passes first, and aclrtStreamStop and aclrtStreamAbort.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -61,6 +61,9 @@ struct State {
     waited: HashMap<Handle, u64>,
     /// Tasks of a PERSISTENT stream: kept for a model, never run by the stream itself.
     persistent: Vec<Task>,
+    /// Positions of the BLOCK callbacks submitted and not yet retired: the stream waits at each
+    /// for its report thread, so that thread must not wait for the stream to pass one.
+    block_callbacks: BTreeSet<u64>,
 }
 
 /// The stream attributes the simulator stores without acting on them
@@ -372,6 +375,9 @@ impl Stream {
                 *waited = (*waited).max(record.position());
             }
             _ => {}
+        }
+        if matches!(task.op, Op::Callback { block: true, .. }) {
+            state.block_callbacks.insert(position);
         }
         let dispatch = task.touches_memory()
             && self.finished.load(Ordering::Acquire) + 1 == position
@@ -697,6 +703,9 @@ impl Stream {
     }
 
     fn retire(&self, task: Task, retired: Retired) {
+        if matches!(task.op, Op::Callback { block: true, .. }) {
+            self.block_callback_ran(task.position);
+        }
         // Whoever saw the doom before this saw it unsettled; ring them to look again.
         if self.running.swap(false, Ordering::SeqCst) && self.doom().is_some() {
             self.bell.ring();
@@ -800,9 +809,33 @@ impl Stream {
         self.destroyed.load(Ordering::Acquire)
     }
 
-    /// Fails if the calling thread runs a host task of this stream at or before `position`.
+    /// The BLOCK callback at `position` has run or will never run: nothing waits at it for its
+    /// report thread any more.
+    pub(crate) fn block_callback_ran(&self, position: u64) {
+        lock(&self.state).block_callbacks.remove(&position);
+    }
+
+    /// Fails if waiting for the stream to reach `position` would wait for the calling thread
+    /// itself: it runs a host task of this stream at or before `position`, or it is the report
+    /// thread of a BLOCK callback there, which only its own aclrtProcessReport can run.
     pub(crate) fn refuse_self_wait(&self, position: u64) -> Res<()> {
-        crate::host_task::refuse_self_wait(self.handle, self.id, position)
+        crate::host_task::refuse_self_wait(self.handle, self.id, position)?;
+        let first_block = lock(&self.state).block_callbacks.first().copied();
+        if let Some(at) = first_block.filter(|&at| at <= position)
+            && let Ok(sim) = crate::sim::sim()
+            && sim
+                .reports
+                .serves(crate::report::current_thread_id(), self.handle)
+        {
+            fail!(
+                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                "stream {} waits at its task {at} for a blocking callback that only the calling \
+                 thread, its report thread, can run (aclrtProcessReport); waiting for the stream \
+                 here would never return",
+                self.id
+            );
+        }
+        Ok(())
     }
 
     /// Waits for every task submitted so far; returns (and clears) the first task error.

@@ -929,3 +929,78 @@ proptest::proptest! {
         }
     }
 }
+
+/// A wait on a stream, or on an event recorded on it.
+type StreamWait = fn(aclrtStream, aclrtEvent) -> aclError;
+
+/// Promise: a report thread that waits for its own stream while the stream waits at a BLOCK
+/// callback only that thread can run (a one-thread program calling aclrtSynchronizeStream
+/// before aclrtProcessReport) gets a code, not a wait for ever; a NO_BLOCK callback does not
+/// hold the stream, so waiting for it works, and processing the callbacks releases the stream.
+#[test]
+fn a_report_thread_waiting_for_its_own_blocking_callback_gets_a_code() {
+    install_eight_devices();
+    // The whole program on one watched thread: it is the report thread and the waiter.
+    bounded(
+        "a report thread waiting for its own stream",
+        report_thread_program,
+    );
+}
+
+fn report_thread_program() {
+    set_device(4);
+    let me = this_thread();
+    let stream = create_stream();
+    let after = create_event();
+    acl!(aclrtSubscribeReport(me, stream));
+    acl!(aclrtLaunchCallback(
+        Some(nothing),
+        ptr::null_mut(),
+        ACL_CALLBACK_NO_BLOCK,
+        stream
+    ));
+    let raw = Raw::of(stream);
+    bounded(
+        "a report thread waiting past a NO_BLOCK callback",
+        move || {
+            set_device(4);
+            acl!(aclrtSynchronizeStream(raw.ptr()));
+        },
+    );
+    acl!(aclrtProcessReport(1000));
+    acl!(aclrtLaunchCallback(
+        Some(nothing),
+        ptr::null_mut(),
+        ACL_CALLBACK_BLOCK,
+        stream
+    ));
+    acl!(aclrtRecordEvent(after, stream));
+    let waits: [(&str, StreamWait); 5] = [
+        ("aclrtSynchronizeStream", |s, _| {
+            code!(aclrtSynchronizeStream(s))
+        }),
+        ("aclrtSynchronizeStreamWithTimeout", |s, _| {
+            code!(aclrtSynchronizeStreamWithTimeout(s, -1))
+        }),
+        ("aclrtSynchronizeEvent", |_, e| {
+            code!(aclrtSynchronizeEvent(e))
+        }),
+        ("aclrtSynchronizeDevice", |_, _| {
+            code!(aclrtSynchronizeDevice())
+        }),
+        ("aclrtDestroyStream", |s, _| code!(aclrtDestroyStream(s))),
+    ];
+    for (api, wait) in waits {
+        // On this thread: it is the report thread.
+        let code = wait(stream, after);
+        let message = recent_message();
+        assert_eq!(code, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "{api}: {message}");
+        assert!(message.contains(api), "{api}: {message}");
+    }
+    acl!(aclrtProcessReport(1000));
+    acl!(aclrtSynchronizeEvent(after));
+    acl!(aclrtSynchronizeStream(stream));
+    acl!(aclrtUnSubscribeReport(me, stream));
+    acl!(aclrtDestroyEvent(after));
+    acl!(aclrtDestroyStream(stream));
+}
