@@ -90,6 +90,19 @@ fn map_anonymous(addr: usize, len: usize, fixed: bool) -> Option<usize> {
     (ptr != libc::MAP_FAILED && (addr == 0 || ptr as usize == addr)).then_some(ptr as usize)
 }
 
+/// The start and the mapping holding `addr`, if it is mapped.
+fn mapping_at(
+    reservations: &mut BTreeMap<usize, Reservation>,
+    addr: usize,
+) -> Option<(usize, &mut Mapping)> {
+    reservations
+        .range_mut(..=addr)
+        .next_back()
+        .and_then(|(_, r)| r.mappings.range_mut(..=addr).next_back())
+        .filter(|(start, m)| addr < **start + m.len)
+        .map(|(&start, mapping)| (start, mapping))
+}
+
 fn page_round(len: usize) -> Option<usize> {
     len.checked_next_multiple_of(crate::memory::PAGE)
 }
@@ -345,13 +358,8 @@ impl Vmm {
     /// Calls `f` with the start and the mapping holding `addr`.
     fn with_mapping<T>(&self, addr: usize, f: impl FnOnce(usize, &mut Mapping) -> T) -> Res<T> {
         let mut reservations = write(&self.reservations);
-        let mapping = reservations
-            .range_mut(..=addr)
-            .next_back()
-            .and_then(|(_, r)| r.mappings.range_mut(..=addr).next_back())
-            .filter(|(start, m)| addr < **start + m.len);
-        match mapping {
-            Some((&start, mapping)) => Ok(f(start, mapping)),
+        match mapping_at(&mut reservations, addr) {
+            Some((start, mapping)) => Ok(f(start, mapping)),
             None => fail!(
                 ACL_ERROR_RT_PARAM_INVALID,
                 "{addr:#x} is not in mapped virtual memory"
@@ -371,22 +379,32 @@ impl Vmm {
         Ok(refs.1)
     }
 
-    /// Sets `flags` for `device` on every mapping in `[addr, addr+len)`, which mappings must
-    /// cover entirely.
+    /// Sets each `(device, flags)` of `access` on every mapping in `[addr, addr+len)`, which
+    /// mappings must cover entirely. All or nothing: a range with a hole changes no mapping.
     pub(crate) fn set_access(
         &self,
         addr: usize,
         len: usize,
-        device: u32,
-        flags: aclrtMemAccessFlags,
+        access: &[(u32, aclrtMemAccessFlags)],
     ) -> Res<()> {
-        let mut at = addr;
+        let mut reservations = write(&self.reservations);
         let end = addr.saturating_add(len);
+        let mut starts = Vec::new();
+        let mut at = addr;
         while at < end {
-            at = self.with_mapping(at, |start, m| {
-                m.access.insert(device, flags);
-                start + m.len
-            })?;
+            let Some((start, mapping)) = mapping_at(&mut reservations, at) else {
+                fail!(
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    "{at:#x} is not in mapped virtual memory"
+                );
+            };
+            starts.push(start);
+            at = start + mapping.len;
+        }
+        for start in starts {
+            if let Some((_, mapping)) = mapping_at(&mut reservations, start) {
+                mapping.access.extend(access.iter().copied());
+            }
         }
         Ok(())
     }

@@ -1004,3 +1004,80 @@ fn report_thread_program() {
     acl!(aclrtDestroyEvent(after));
     acl!(aclrtDestroyStream(stream));
 }
+
+/// The access flags `device` has on the mapping holding `va`.
+fn access_of(va: *mut c_void, device: u32) -> aclrtMemAccessFlags {
+    let mut location = aclrtMemLocation {
+        id: device,
+        type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+    };
+    let mut flags = 0u64;
+    acl!(aclrtMemGetAccess(va, &mut location, &mut flags));
+    flags as aclrtMemAccessFlags
+}
+
+/// Promise: aclrtMemSetAccess with one bad part (a range running into unmapped addresses, an
+/// entry of a device that does not exist) is refused and changes nothing, not the mappings or
+/// entries before the bad part.
+#[test]
+fn a_refused_access_change_changes_nothing() {
+    install_eight_devices();
+    set_device(0);
+    let mut va = ptr::null_mut();
+    acl!(aclrtReserveMemAddress(
+        &mut va,
+        4 * MIB,
+        0,
+        ptr::null_mut(),
+        0
+    ));
+    let prop = aclrtPhysicalMemProp {
+        handleType: ACL_MEM_HANDLE_TYPE_NONE,
+        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+        memAttr: ACL_MEM_HUGE,
+        location: aclrtMemLocation {
+            id: 0,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        reserve: 0,
+    };
+    let mut physical = ptr::null_mut();
+    acl!(aclrtMallocPhysical(&mut physical, 2 * MIB, &prop, 0));
+    acl!(aclrtMapMem(va, 2 * MIB, 0, physical, 0));
+    let entry = |device: u32| aclrtMemAccessDesc {
+        flags: ACL_RT_MEM_ACCESS_FLAGS_READ,
+        location: aclrtMemLocation {
+            id: device,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        rsv: [0; 12],
+    };
+    // The second half of the range is reserved but not mapped.
+    let mut one = [entry(1)];
+    fails!(
+        aclrtMemSetAccess(va, 4 * MIB, one.as_mut_ptr(), 1),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemSetAccess"
+    );
+    assert_eq!(
+        access_of(va, 1),
+        ACL_RT_MEM_ACCESS_FLAGS_NONE,
+        "a range with a hole"
+    );
+    let mut two = [entry(1), entry(99)];
+    fails!(
+        aclrtMemSetAccess(va, 2 * MIB, two.as_mut_ptr(), 2),
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        "aclrtMemSetAccess"
+    );
+    assert_eq!(
+        access_of(va, 1),
+        ACL_RT_MEM_ACCESS_FLAGS_NONE,
+        "an entry before a bad one"
+    );
+    acl!(aclrtMemSetAccess(va, 2 * MIB, one.as_mut_ptr(), 1));
+    assert_eq!(access_of(va, 1), ACL_RT_MEM_ACCESS_FLAGS_READ);
+    acl!(aclrtUnmapMem(va));
+    acl!(aclrtFreePhysical(physical));
+    acl!(aclrtReleaseMemAddress(va));
+}
