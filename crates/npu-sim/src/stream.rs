@@ -815,11 +815,19 @@ impl Stream {
         lock(&self.state).block_callbacks.remove(&position);
     }
 
+    /// Fails if the calling thread runs a host task of this stream at or before `position`:
+    /// even a wait that drops blocked tasks (an abort, a forced destruction) waits for the task
+    /// running, which would be the caller's own.
+    pub(crate) fn refuse_wait_for_caller(&self, position: u64) -> Res<()> {
+        crate::host_task::refuse_self_wait(self.handle, self.id, position)
+    }
+
     /// Fails if waiting for the stream to reach `position` would wait for the calling thread
     /// itself: it runs a host task of this stream at or before `position`, or it is the report
-    /// thread of a BLOCK callback there, which only its own aclrtProcessReport can run.
+    /// thread of a BLOCK callback there, which only its own aclrtProcessReport can run (an
+    /// abort or a forced destruction drops such a callback instead of waiting for it).
     pub(crate) fn refuse_self_wait(&self, position: u64) -> Res<()> {
-        crate::host_task::refuse_self_wait(self.handle, self.id, position)?;
+        self.refuse_wait_for_caller(position)?;
         let first_block = lock(&self.state).block_callbacks.first().copied();
         if let Some(at) = first_block.filter(|&at| at <= position)
             && let Ok(sim) = crate::sim::sim()

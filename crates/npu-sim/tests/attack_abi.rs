@@ -1000,6 +1000,16 @@ fn report_thread_program() {
     acl!(aclrtProcessReport(1000));
     acl!(aclrtSynchronizeEvent(after));
     acl!(aclrtSynchronizeStream(stream));
+    // An abort drops a BLOCK callback nobody processed instead of waiting for it: the report
+    // thread may abort its own stream.
+    acl!(aclrtLaunchCallback(
+        Some(nothing),
+        ptr::null_mut(),
+        ACL_CALLBACK_BLOCK,
+        stream
+    ));
+    acl!(aclrtStreamAbort(stream));
+    acl!(aclrtSynchronizeStream(stream));
     acl!(aclrtUnSubscribeReport(me, stream));
     acl!(aclrtDestroyEvent(after));
     acl!(aclrtDestroyStream(stream));

@@ -78,8 +78,13 @@ fn destroy(stream: aclrtStream, force: bool) -> Res<()> {
         ACL_ERROR_RT_PARAM_INVALID,
         "the default stream is destroyed with its context, not with aclrtDestroyStream"
     );
-    // Both forms wait for the running task, which would be the caller's own.
-    stream.refuse_self_wait(u64::MAX)?;
+    // Both forms wait for the running task, which may be the caller's own; only the
+    // unforced one waits for a BLOCK callback the caller would have to process.
+    if force {
+        stream.refuse_wait_for_caller(u64::MAX)?;
+    } else {
+        stream.refuse_self_wait(u64::MAX)?;
+    }
     stream.destroy(sim, force);
     ctx.remove_stream(stream.handle);
     Ok(())
