@@ -54,6 +54,11 @@ struct Mapping {
     physical: Arc<Physical>,
     /// Access flags per device id.
     access: BTreeMap<u32, aclrtMemAccessFlags>,
+    /// aclrtUnmapMem has begun and waits for the tasks touching the memory: the mapping is
+    /// gone for every lookup, but still holds its addresses, so that neither a new mapping
+    /// nor the reservation's release can take them before the unmap has put anonymous memory
+    /// back.
+    unmapping: bool,
 }
 
 struct Reservation {
@@ -99,7 +104,7 @@ fn mapping_at(
         .range_mut(..=addr)
         .next_back()
         .and_then(|(_, r)| r.mappings.range_mut(..=addr).next_back())
-        .filter(|(start, m)| addr < **start + m.len)
+        .filter(|(start, m)| addr < **start + m.len && !m.unmapping)
         .map(|(&start, mapping)| (start, mapping))
 }
 
@@ -329,6 +334,7 @@ impl Vmm {
                 len,
                 physical: physical.clone(),
                 access: BTreeMap::from([(device as u32, access)]),
+                unmapping: false,
             },
         );
         Ok(())
@@ -336,22 +342,30 @@ impl Vmm {
 
     /// Unmaps the mapping starting at `addr` once no task touches it.
     pub(crate) fn unmap(&self, memory: &MemoryMap, addr: usize) -> Res<()> {
-        let mut reservations = write(&self.reservations);
-        let mapping = reservations
-            .range_mut(..=addr)
-            .next_back()
-            .and_then(|(_, r)| r.mappings.remove(&addr));
-        let Some(mapping) = mapping else {
-            fail!(
-                ACL_ERROR_RT_PARAM_INVALID,
-                "{addr:#x} is not the start of mapped virtual memory"
-            );
+        let len = {
+            let mut reservations = write(&self.reservations);
+            let mapping = reservations
+                .range_mut(..=addr)
+                .next_back()
+                .and_then(|(_, r)| r.mappings.get_mut(&addr))
+                .filter(|m| !m.unmapping);
+            let Some(mapping) = mapping else {
+                fail!(
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    "{addr:#x} is not the start of mapped virtual memory"
+                );
+            };
+            mapping.unmapping = true;
+            mapping.len
         };
-        drop(reservations);
         memory.disown(addr);
         // Back to plain reserved addresses; failing to map them again leaves the physical
         // mapping in place, which is still memory of ours.
-        map_anonymous(addr, mapping.len, true);
+        map_anonymous(addr, len, true);
+        let mut reservations = write(&self.reservations);
+        if let Some((_, reservation)) = reservations.range_mut(..=addr).next_back() {
+            reservation.mappings.remove(&addr);
+        }
         Ok(())
     }
 

@@ -1091,3 +1091,86 @@ fn a_refused_access_change_changes_nothing() {
     acl!(aclrtFreePhysical(physical));
     acl!(aclrtReleaseMemAddress(va));
 }
+
+static KERNEL_RUNNING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static KERNEL_GO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Promise: device memory is never released while a task may still touch it, also virtual
+/// memory: while a kernel runs with its arguments in a mapping, aclrtUnmapMem waits for the
+/// kernel, and the reservation cannot be released (107000, a mapping is still being unmapped)
+/// until the unmap is done.
+#[test]
+fn a_reservation_is_not_released_while_its_unmap_waits_for_a_running_kernel() {
+    install_eight_devices();
+    npu_sim::kernel::register("hold_until_go", |_, _, _| {
+        KERNEL_RUNNING.store(true, Ordering::Release);
+        while !KERNEL_GO.load(Ordering::Acquire) {
+            thread::yield_now();
+        }
+        0
+    })
+    .unwrap();
+    set_device(3);
+    let func = function(registry_binary(&["hold_until_go"]), "hold_until_go");
+    let mut va = ptr::null_mut();
+    acl!(aclrtReserveMemAddress(
+        &mut va,
+        2 * MIB,
+        0,
+        ptr::null_mut(),
+        0
+    ));
+    let prop = aclrtPhysicalMemProp {
+        handleType: ACL_MEM_HANDLE_TYPE_NONE,
+        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+        memAttr: ACL_MEM_HUGE,
+        location: aclrtMemLocation {
+            id: 3,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        reserve: 0,
+    };
+    let mut physical = ptr::null_mut();
+    acl!(aclrtMallocPhysical(&mut physical, 2 * MIB, &prop, 0));
+    acl!(aclrtMapMem(va, 2 * MIB, 0, physical, 0));
+    let stream = create_stream();
+    // The kernel's arguments live in the mapping: the task holds it while the kernel runs.
+    acl!(aclrtLaunchKernel(func, 1, va, 64, stream));
+    let raw_va = Raw::of(va);
+    bounded("the kernel starting", || {
+        while !KERNEL_RUNNING.load(Ordering::Acquire) {
+            thread::yield_now();
+        }
+    });
+    let unmapper = thread::spawn(move || code!(aclrtUnmapMem(raw_va.ptr())));
+    // Once the unmap has begun, the mapping is no longer reachable.
+    bounded("the unmap beginning", move || {
+        let mut location = aclrtMemLocation {
+            id: 3,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        };
+        let mut flags = 0u64;
+        while code!(aclrtMemGetAccess(raw_va.ptr(), &mut location, &mut flags)) == 0 {
+            thread::yield_now();
+        }
+    });
+    recent_message();
+    assert!(
+        !unmapper.is_finished(),
+        "the unmap waits for the running kernel"
+    );
+    fails!(
+        aclrtReleaseMemAddress(va),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtReleaseMemAddress"
+    );
+    KERNEL_GO.store(true, Ordering::Release);
+    let code = bounded("the unmap after the kernel", move || {
+        unmapper.join().unwrap()
+    });
+    assert_eq!(code, 0);
+    acl!(aclrtSynchronizeStream(stream));
+    acl!(aclrtReleaseMemAddress(va));
+    acl!(aclrtFreePhysical(physical));
+    acl!(aclrtDestroyStream(stream));
+}
