@@ -39,7 +39,7 @@ mod runtime;
 
 pub use backend::{Backend, BackendChoice, BackendReason, Fallback};
 pub use code::{AclCode, ErrorClass};
-pub use completion::{Completer, Completion, UseList, Wait};
+pub use completion::{BlockingWaiter, Completer, Completion, UseList, Wait};
 pub use context::Context;
 pub use device::{Device, DeviceAttr, DeviceStatus, MemAttr, MemInfo, PeerAccess, PriorityRange};
 pub use error::{AclError, Error, LoadAttempt, LoadError, LoadFailure, Result};

@@ -48,7 +48,9 @@ pub(crate) struct Context {
     pub(crate) primary: bool,
     pub(crate) health: Arc<Health>,
     pub(crate) default_stream: Arc<Stream>,
-    streams: Mutex<Vec<Arc<Stream>>>,
+    /// The explicit streams; `None` once the context is destroyed, so a stream created
+    /// meanwhile is refused rather than left in a context nobody will destroy again.
+    streams: Mutex<Option<Vec<Arc<Stream>>>>,
     /// aclrtCtxSetSysParamOpt's parameters.
     pub(crate) sys_params: crate::sys_param::SysParams,
     /// The device memory holding the context's float overflow flags
@@ -74,7 +76,7 @@ impl Context {
             primary,
             health,
             default_stream,
-            streams: Mutex::new(Vec::new()),
+            streams: Mutex::new(Some(Vec::new())),
             sys_params: Default::default(),
             overflow_flags: Mutex::new(None),
         });
@@ -82,18 +84,51 @@ impl Context {
         Ok(ctx)
     }
 
-    pub(crate) fn add_stream(&self, stream: Arc<Stream>) {
-        lock(&self.streams).push(stream);
+    /// Creates an explicit stream of the context. A context destroyed meanwhile refuses it:
+    /// the stream is destroyed again and the creation fails (107002), so no stream outlives
+    /// its context unseen.
+    pub(crate) fn create_stream(&self, sim: &Sim, priority: u32, flags: u32) -> Res<Arc<Stream>> {
+        let stream = Stream::create(
+            sim,
+            self.handle,
+            &self.device,
+            &self.health,
+            priority,
+            flags,
+            false,
+        )?;
+        if let Err(error) = self.add_stream(stream.clone()) {
+            stream.destroy(sim, false);
+            return Err(error);
+        }
+        Ok(stream)
+    }
+
+    /// Adds a stream just created in the context; fails if the context was destroyed since.
+    fn add_stream(&self, stream: Arc<Stream>) -> Res<()> {
+        match lock(&self.streams).as_mut() {
+            Some(streams) => {
+                streams.push(stream);
+                Ok(())
+            }
+            None => fail!(
+                ACL_ERROR_RT_CONTEXT_NULL,
+                "the current context (of device {}) was destroyed while the stream was created",
+                self.device.id
+            ),
+        }
     }
 
     pub(crate) fn remove_stream(&self, handle: Handle) {
-        lock(&self.streams).retain(|s| s.handle != handle);
+        if let Some(streams) = lock(&self.streams).as_mut() {
+            streams.retain(|s| s.handle != handle);
+        }
     }
 
     /// The default stream and every explicit stream.
     pub(crate) fn all_streams(&self) -> Vec<Arc<Stream>> {
         let mut all = vec![self.default_stream.clone()];
-        all.extend(lock(&self.streams).iter().cloned());
+        all.extend(lock(&self.streams).iter().flatten().cloned());
         all
     }
 
@@ -101,10 +136,10 @@ impl Context {
     /// destroys them and retires the handle.
     pub(crate) fn destroy(&self, sim: &Sim) {
         sim.contexts.remove(self.handle);
-        for stream in self.all_streams() {
+        let streams = lock(&self.streams).take().unwrap_or_default();
+        for stream in std::iter::once(self.default_stream.clone()).chain(streams) {
             stream.destroy(sim, false);
         }
-        lock(&self.streams).clear();
         if let Some(flags) = lock(&self.overflow_flags).take() {
             // The runtime's own allocation, made by `overflow_flags`: it is live.
             let _ = sim.memory.free(flags, false);

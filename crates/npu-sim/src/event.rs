@@ -142,6 +142,7 @@ impl Record {
     /// Blocks until the record completes (its captured error is returned), it is doomed, or
     /// `deadline` passes (`Ok(None)` then).
     pub(crate) fn wait(&self, deadline: Option<Instant>) -> Res<Option<Option<aclError>>> {
+        self.stream.refuse_self_wait(self.position())?;
         let outcome = wait_until(&self.listens(), deadline, || match self.outcome() {
             Outcome::Done { error, .. } => Some(Ok(error)),
             Outcome::Pending => self.doom().map(Err),

@@ -65,6 +65,7 @@ mod event;
 mod exception;
 mod handle;
 mod hardware;
+mod host_task;
 mod indirect;
 mod lifecycle;
 mod memory;

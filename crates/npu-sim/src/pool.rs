@@ -30,6 +30,9 @@ use crate::task::{Op, Task};
 
 /// The reuse switches, in attribute order (FOLLOW_EVENT_DEPENDENCIES, ALLOW_OPPORTUNISTIC,
 /// ALLOW_INTERNAL_DEPENDENCIES).
+/// Why an allocation racing aclrtMemPoolDestroy fails.
+const DESTROYED: &str = "the memory pool was destroyed during the allocation";
+
 #[derive(Clone, Copy)]
 pub(crate) enum Reuse {
     FollowEvents = 0,
@@ -76,6 +79,9 @@ enum Fit {
 }
 
 struct State {
+    /// Set by aclrtMemPoolDestroy, under this lock as it takes the blocks: an allocation
+    /// racing the destruction must not add a block nobody will release.
+    destroyed: bool,
     blocks: BTreeMap<usize, Block>,
     reuse: [bool; 3],
     release_threshold: u64,
@@ -112,6 +118,7 @@ impl Pools {
             device: device.clone(),
             max_size,
             state: Mutex::new(State {
+                destroyed: false,
                 blocks: BTreeMap::new(),
                 reuse: [true; 3],
                 release_threshold: 0,
@@ -146,7 +153,11 @@ impl Pools {
     /// Releases the pool's memory (the caller has synchronised its device) and its handle.
     pub(crate) fn destroy(&self, memory: &MemoryMap, pool: &Pool) {
         self.table.remove(pool.handle);
-        let blocks = std::mem::take(&mut lock(&pool.state).blocks);
+        let blocks = {
+            let mut state = lock(&pool.state);
+            state.destroyed = true;
+            std::mem::take(&mut state.blocks)
+        };
         self.release(memory, pool, blocks);
     }
 
@@ -206,6 +217,7 @@ impl Pools {
         {
             let mut guard = lock(&pool.state);
             let state = &mut *guard;
+            ensure!(!state.destroyed, ACL_ERROR_RT_INVALID_HANDLE, "{DESTROYED}");
             let found = best_fit(state, stream, bytes);
             if let Some((base, fit)) = found
                 && let Some(block) = state.blocks.get_mut(&base)
@@ -255,6 +267,15 @@ impl Pools {
         };
         write(&self.owners).insert(base, pool.handle);
         let mut state = lock(&pool.state);
+        if state.destroyed {
+            drop(state);
+            let block = Block {
+                bytes,
+                state: BlockState::Used,
+            };
+            self.release(memory, pool, BTreeMap::from([(base, block)]));
+            fail!(ACL_ERROR_RT_INVALID_HANDLE, "{DESTROYED}");
+        }
         state.blocks.insert(
             base,
             Block {

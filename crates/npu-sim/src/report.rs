@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use npu_sys::*;
@@ -24,6 +24,8 @@ struct Pending {
     func: HostFn,
     data: usize,
     done: Arc<Done>,
+    /// The stream and position of a BLOCK callback, which its stream waits for.
+    holds: Option<(Handle, u64)>,
 }
 
 /// Whether a queued callback was run (or dropped): a BLOCK callback's stream waits for it.
@@ -73,6 +75,14 @@ pub(crate) fn current_thread_id() -> u64 {
 impl Reports {
     pub(crate) fn subscribe(&self, thread: u64, stream: &Stream) -> Res<()> {
         let mut inner = lock(&self.inner);
+        // Checked under this lock: a destruction marks the stream before it ends the stream's
+        // subscription under it, so a subscription either is ended by it or sees the mark.
+        ensure!(
+            !stream.is_destroyed(),
+            ACL_ERROR_RT_INVALID_HANDLE,
+            "stream {} is being destroyed",
+            stream.id
+        );
         ensure!(
             !inner.by_stream.contains_key(&stream.handle),
             ACL_ERROR_RT_STREAM_SUBSCRIBE,
@@ -104,39 +114,59 @@ impl Reports {
     }
 
     pub(crate) fn unsubscribe(&self, thread: u64, stream: &Stream) -> Res<()> {
-        let dropped = {
-            let mut inner = lock(&self.inner);
-            match inner.by_stream.get(&stream.handle) {
-                None => fail!(
-                    ACL_ERROR_RT_STREAM_NO_CB_REG,
-                    "stream {} has no subscribed report thread",
-                    stream.id
-                ),
-                Some(&owner) => ensure!(
-                    owner == thread,
-                    ACL_ERROR_RT_THREAD_SUBSCRIBE,
-                    "stream {} is subscribed by thread {owner:#x}, not {thread:#x}",
-                    stream.id
-                ),
-            }
-            inner.by_stream.remove(&stream.handle);
-            let subscriber = inner.threads.get_mut(&thread);
-            let last = subscriber.is_some_and(|s| {
-                s.streams -= 1;
-                s.streams == 0
-            });
-            if last {
-                inner.threads.remove(&thread).map(|s| s.queue)
-            } else {
-                None
-            }
+        let inner = lock(&self.inner);
+        match inner.by_stream.get(&stream.handle) {
+            None => fail!(
+                ACL_ERROR_RT_STREAM_NO_CB_REG,
+                "stream {} has no subscribed report thread",
+                stream.id
+            ),
+            Some(&owner) => ensure!(
+                owner == thread,
+                ACL_ERROR_RT_THREAD_SUBSCRIBE,
+                "stream {} is subscribed by thread {owner:#x}, not {thread:#x}",
+                stream.id
+            ),
+        }
+        self.end(inner, thread, stream.handle);
+        Ok(())
+    }
+
+    /// Ends the subscription of a stream being destroyed, if it has one: the stream cannot be
+    /// named again, so nothing else could end it, and its thread would stay bound to the
+    /// device (and counted against the thread limit) for good.
+    pub(crate) fn forget(&self, stream: Handle) {
+        let inner = lock(&self.inner);
+        if let Some(&thread) = inner.by_stream.get(&stream) {
+            self.end(inner, thread, stream);
+        }
+    }
+
+    /// Ends `thread`'s subscription of `stream` (taking the lock that found it); the thread's
+    /// last one drops its queued callbacks.
+    fn end(&self, mut inner: MutexGuard<'_, Inner>, thread: u64, stream: Handle) {
+        inner.by_stream.remove(&stream);
+        let subscriber = inner.threads.get_mut(&thread);
+        let last = subscriber.is_some_and(|s| {
+            s.streams -= 1;
+            s.streams == 0
+        });
+        let dropped = if last {
+            inner.threads.remove(&thread).map(|s| s.queue)
+        } else {
+            None
         };
+        drop(inner);
         // Callbacks nobody will process any more release their streams.
         for pending in dropped.into_iter().flatten() {
             pending.done.set();
         }
         self.bell.ring_key(thread);
-        Ok(())
+    }
+
+    /// Whether `thread` is the report thread subscribed to `stream`.
+    pub(crate) fn serves(&self, thread: u64, stream: Handle) -> bool {
+        lock(&self.inner).by_stream.get(&stream) == Some(&thread)
     }
 
     pub(crate) fn is_subscribed(&self, stream: Handle) -> bool {
@@ -147,6 +177,7 @@ impl Reports {
     pub(crate) fn deliver(
         &self,
         stream: &Stream,
+        position: u64,
         func: HostFn,
         data: usize,
         block: bool,
@@ -166,6 +197,7 @@ impl Reports {
                 func,
                 data,
                 done: done.clone(),
+                holds: block.then_some((stream.handle, position)),
             });
             thread
         };
@@ -209,7 +241,21 @@ impl Reports {
             Some(Some(pending)) => {
                 // SAFETY: the callback and its data were supplied by aclrtLaunchCallback's
                 // caller for exactly this invocation, on the thread they subscribed.
-                unsafe { (pending.func)(pending.data as *mut std::ffi::c_void) };
+                let call = || unsafe { (pending.func)(pending.data as *mut std::ffi::c_void) };
+                match pending.holds {
+                    Some((stream, position)) => {
+                        crate::host_task::run(stream, position, call);
+                        // Before the stream is released: a wait this thread starts next must
+                        // not find the callback still pending.
+                        if let Some(stream) = crate::sim::sim()
+                            .ok()
+                            .and_then(|sim| sim.streams.get(stream))
+                        {
+                            stream.block_callback_ran(position);
+                        }
+                    }
+                    None => call(),
+                }
                 pending.done.set();
                 Ok(())
             }

@@ -11,7 +11,7 @@
 //! been taken waits for the marked tasks instead: [`Device::fence`], which every synchronous
 //! copy and memset passes first, and aclrtStreamStop and aclrtStreamAbort.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -69,6 +69,9 @@ struct State {
     bound: Option<Arc<ModelRi>>,
     /// A task group being recorded (while captured) or updated on the stream.
     group: Option<GroupWork>,
+    /// Positions of the BLOCK callbacks submitted and not yet retired: the stream waits at each
+    /// for its report thread, so that thread must not wait for the stream to pass one.
+    block_callbacks: BTreeSet<u64>,
 }
 
 /// The stream attributes the simulator stores without acting on them
@@ -474,12 +477,6 @@ impl Stream {
     /// that observe what the device has taken do.
     pub(crate) fn submit(self: &Arc<Self>, mut task: Task) -> Res<()> {
         ensure!(
-            !self.destroyed.load(Ordering::Acquire),
-            ACL_ERROR_RT_INVALID_HANDLE,
-            "stream {} is being destroyed",
-            self.id
-        );
-        ensure!(
             !self.device.is_aborting_tasks(),
             ACL_ERROR_RT_DEVICE_TASK_ABORT,
             "device {} is aborting its tasks (aclrtDeviceTaskAbort)",
@@ -495,6 +492,14 @@ impl Stream {
         // SAFETY: gettid has no preconditions.
         task.thread_id = unsafe { libc::gettid() } as u32;
         let mut state = lock(&self.state);
+        // Checked under the state lock, where destruction marks the stream: a task queued
+        // after the destroyer read the submission count would never run (its worker gone).
+        ensure!(
+            !self.destroyed.load(Ordering::Acquire),
+            ACL_ERROR_RT_INVALID_HANDLE,
+            "stream {} is being destroyed",
+            self.id
+        );
         if let Some(capture) = state.capture.clone() {
             capture.check_valid()?;
             let recording = match &mut state.group {
@@ -546,6 +551,9 @@ impl Stream {
                 *waited = (*waited).max(record.position());
             }
             _ => {}
+        }
+        if matches!(task.op, Op::Callback { block: true, .. }) {
+            state.block_callbacks.insert(position);
         }
         let dispatch = task.touches_memory()
             && self.finished.load(Ordering::Acquire) + 1 == position
@@ -729,11 +737,16 @@ impl Stream {
             )));
         }
         match &task.op {
-            Op::Callback { func, data, block } => sim.reports.deliver(self, *func, *data, *block),
+            Op::Callback { func, data, block } => {
+                sim.reports
+                    .deliver(self, task.position, *func, *data, *block)
+            }
             Op::HostFunc { func, data } => {
-                // SAFETY: the caller of aclrtLaunchHostFunc supplied a valid C function and the
-                // argument it expects; it runs on this runtime-owned thread, as on CANN.
-                unsafe { func(*data as *mut std::ffi::c_void) };
+                crate::host_task::run(self.handle, task.position, || {
+                    // SAFETY: the caller of aclrtLaunchHostFunc supplied a valid C function and
+                    // the argument it expects; it runs on this runtime-owned thread, as on CANN.
+                    unsafe { func(*data as *mut std::ffi::c_void) }
+                });
                 Ok(())
             }
             Op::Reset { event, captured } => {
@@ -868,6 +881,9 @@ impl Stream {
     }
 
     fn retire(&self, task: Task, retired: Retired) {
+        if matches!(task.op, Op::Callback { block: true, .. }) {
+            self.block_callback_ran(task.position);
+        }
         // Whoever saw the doom before this saw it unsettled; ring them to look again.
         if self.running.swap(false, Ordering::SeqCst) && self.doom().is_some() {
             self.bell.ring();
@@ -926,6 +942,7 @@ impl Stream {
             return Ok(());
         }
         let target = self.submitted.load(Ordering::Acquire);
+        self.refuse_self_wait(target)?;
         let outcome = wait_until(&self.listens(target), deadline, || {
             if let Some(code) = self.settled_doom() {
                 return Some(Err(code));
@@ -963,6 +980,48 @@ impl Stream {
                 (self.finished.load(Ordering::Acquire) >= running).then_some(())
             });
         }
+    }
+
+    /// Whether aclrtDestroyStream(Force) or its context's destruction has begun.
+    pub(crate) fn is_destroyed(&self) -> bool {
+        self.destroyed.load(Ordering::Acquire)
+    }
+
+    /// The BLOCK callback at `position` has run or will never run: nothing waits at it for its
+    /// report thread any more.
+    pub(crate) fn block_callback_ran(&self, position: u64) {
+        lock(&self.state).block_callbacks.remove(&position);
+    }
+
+    /// Fails if the calling thread runs a host task of this stream at or before `position`:
+    /// even a wait that drops blocked tasks (an abort, a forced destruction) waits for the task
+    /// running, which would be the caller's own.
+    pub(crate) fn refuse_wait_for_caller(&self, position: u64) -> Res<()> {
+        crate::host_task::refuse_self_wait(self.handle, self.id, position)
+    }
+
+    /// Fails if waiting for the stream to reach `position` would wait for the calling thread
+    /// itself: it runs a host task of this stream at or before `position`, or it is the report
+    /// thread of a BLOCK callback there, which only its own aclrtProcessReport can run (an
+    /// abort or a forced destruction drops such a callback instead of waiting for it).
+    pub(crate) fn refuse_self_wait(&self, position: u64) -> Res<()> {
+        self.refuse_wait_for_caller(position)?;
+        let first_block = lock(&self.state).block_callbacks.first().copied();
+        if let Some(at) = first_block.filter(|&at| at <= position)
+            && let Ok(sim) = crate::sim::sim()
+            && sim
+                .reports
+                .serves(crate::report::current_thread_id(), self.handle)
+        {
+            fail!(
+                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                "stream {} waits at its task {at} for a blocking callback that only the calling \
+                 thread, its report thread, can run (aclrtProcessReport); waiting for the stream \
+                 here would never return",
+                self.id
+            );
+        }
+        Ok(())
     }
 
     /// Waits for every task submitted so far; returns (and clears) the first task error.
@@ -1070,7 +1129,13 @@ impl Stream {
     /// wait is dropped with everything after it), and this returns once it has drained. Task
     /// errors are not reported either way.
     pub(crate) fn destroy(&self, sim: &Sim, force: bool) {
-        if self.destroyed.swap(true, Ordering::AcqRel) {
+        // Marked under the state lock, so every submission either came before (and is
+        // counted in `submitted`, which the waits below read) or sees the mark and is refused.
+        let first = {
+            let _state = lock(&self.state);
+            !self.destroyed.swap(true, Ordering::AcqRel)
+        };
+        if !first {
             return;
         }
         crate::stream_state::notify(self.handle, ACL_RT_STREAM_STATE_DESTROY_PRE);
@@ -1097,6 +1162,7 @@ impl Stream {
             let _ = self.wait_idle(None);
         }
         sim.streams.remove(self.handle);
+        sim.reports.forget(self.handle);
         self.device.live_streams.fetch_sub(1, Ordering::AcqRel);
         self.nudge();
     }

@@ -54,6 +54,11 @@ struct Mapping {
     physical: Arc<Physical>,
     /// Access flags per device id.
     access: BTreeMap<u32, aclrtMemAccessFlags>,
+    /// aclrtUnmapMem has begun and waits for the tasks touching the memory: the mapping is
+    /// gone for every lookup, but still holds its addresses, so that neither a new mapping
+    /// nor the reservation's release can take them before the unmap has put anonymous memory
+    /// back.
+    unmapping: bool,
 }
 
 struct Reservation {
@@ -88,6 +93,19 @@ fn map_anonymous(addr: usize, len: usize, fixed: bool) -> Option<usize> {
         )
     };
     (ptr != libc::MAP_FAILED && (addr == 0 || ptr as usize == addr)).then_some(ptr as usize)
+}
+
+/// The start and the mapping holding `addr`, if it is mapped.
+fn mapping_at(
+    reservations: &mut BTreeMap<usize, Reservation>,
+    addr: usize,
+) -> Option<(usize, &mut Mapping)> {
+    reservations
+        .range_mut(..=addr)
+        .next_back()
+        .and_then(|(_, r)| r.mappings.range_mut(..=addr).next_back())
+        .filter(|(start, m)| addr < **start + m.len && !m.unmapping)
+        .map(|(&start, mapping)| (start, mapping))
 }
 
 fn page_round(len: usize) -> Option<usize> {
@@ -316,6 +334,7 @@ impl Vmm {
                 len,
                 physical: physical.clone(),
                 access: BTreeMap::from([(device as u32, access)]),
+                unmapping: false,
             },
         );
         Ok(())
@@ -323,35 +342,38 @@ impl Vmm {
 
     /// Unmaps the mapping starting at `addr` once no task touches it.
     pub(crate) fn unmap(&self, memory: &MemoryMap, addr: usize) -> Res<()> {
-        let mut reservations = write(&self.reservations);
-        let mapping = reservations
-            .range_mut(..=addr)
-            .next_back()
-            .and_then(|(_, r)| r.mappings.remove(&addr));
-        let Some(mapping) = mapping else {
-            fail!(
-                ACL_ERROR_RT_PARAM_INVALID,
-                "{addr:#x} is not the start of mapped virtual memory"
-            );
+        let len = {
+            let mut reservations = write(&self.reservations);
+            let mapping = reservations
+                .range_mut(..=addr)
+                .next_back()
+                .and_then(|(_, r)| r.mappings.get_mut(&addr))
+                .filter(|m| !m.unmapping);
+            let Some(mapping) = mapping else {
+                fail!(
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    "{addr:#x} is not the start of mapped virtual memory"
+                );
+            };
+            mapping.unmapping = true;
+            mapping.len
         };
-        drop(reservations);
         memory.disown(addr);
         // Back to plain reserved addresses; failing to map them again leaves the physical
         // mapping in place, which is still memory of ours.
-        map_anonymous(addr, mapping.len, true);
+        map_anonymous(addr, len, true);
+        let mut reservations = write(&self.reservations);
+        if let Some((_, reservation)) = reservations.range_mut(..=addr).next_back() {
+            reservation.mappings.remove(&addr);
+        }
         Ok(())
     }
 
     /// Calls `f` with the start and the mapping holding `addr`.
     fn with_mapping<T>(&self, addr: usize, f: impl FnOnce(usize, &mut Mapping) -> T) -> Res<T> {
         let mut reservations = write(&self.reservations);
-        let mapping = reservations
-            .range_mut(..=addr)
-            .next_back()
-            .and_then(|(_, r)| r.mappings.range_mut(..=addr).next_back())
-            .filter(|(start, m)| addr < **start + m.len);
-        match mapping {
-            Some((&start, mapping)) => Ok(f(start, mapping)),
+        match mapping_at(&mut reservations, addr) {
+            Some((start, mapping)) => Ok(f(start, mapping)),
             None => fail!(
                 ACL_ERROR_RT_PARAM_INVALID,
                 "{addr:#x} is not in mapped virtual memory"
@@ -371,22 +393,32 @@ impl Vmm {
         Ok(refs.1)
     }
 
-    /// Sets `flags` for `device` on every mapping in `[addr, addr+len)`, which mappings must
-    /// cover entirely.
+    /// Sets each `(device, flags)` of `access` on every mapping in `[addr, addr+len)`, which
+    /// mappings must cover entirely. All or nothing: a range with a hole changes no mapping.
     pub(crate) fn set_access(
         &self,
         addr: usize,
         len: usize,
-        device: u32,
-        flags: aclrtMemAccessFlags,
+        access: &[(u32, aclrtMemAccessFlags)],
     ) -> Res<()> {
-        let mut at = addr;
+        let mut reservations = write(&self.reservations);
         let end = addr.saturating_add(len);
+        let mut starts = Vec::new();
+        let mut at = addr;
         while at < end {
-            at = self.with_mapping(at, |start, m| {
-                m.access.insert(device, flags);
-                start + m.len
-            })?;
+            let Some((start, mapping)) = mapping_at(&mut reservations, at) else {
+                fail!(
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    "{at:#x} is not in mapped virtual memory"
+                );
+            };
+            starts.push(start);
+            at = start + mapping.len;
+        }
+        for start in starts {
+            if let Some((_, mapping)) = mapping_at(&mut reservations, start) {
+                mapping.access.extend(access.iter().copied());
+            }
         }
         Ok(())
     }

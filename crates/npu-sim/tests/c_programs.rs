@@ -212,6 +212,19 @@ fn the_stream_group_flow_in_c() {
     );
 }
 
+/// The call orders of tests/attack_abi.rs that hung before, as a C program sees them: each
+/// comes back with 207000 (the program ends itself with alarm() should one hang).
+#[test]
+fn callback_misuse_returns_codes_in_c() {
+    let stdout = run(&compile("callback_misuse", &["-pthread"]));
+    assert_eq!(
+        stdout,
+        "sync before processing the callback: 207000\n\
+         a host function synchronizing its own stream: 207000\n\
+         callback misuse ok\n"
+    );
+}
+
 #[test]
 fn the_device_recovery_flow_in_c() {
     let stdout = run(&compile("recovery_flow", &[]));

@@ -11,6 +11,7 @@ use npu_core::ffi;
 use npu_core::{Completion, Context, Error, Result, Runtime, Wait, acl_call, acl_call_opt};
 
 use crate::op::Op;
+use crate::paused_clock;
 use crate::stream::Stream;
 
 /// Which ACL event model an [`Event`] uses.
@@ -347,7 +348,10 @@ impl Event {
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
             .map(Completion::wait);
-        EventWait { record }
+        EventWait {
+            record,
+            clock_kept: false,
+        }
     }
 
     /// Whether the work captured by the latest record has completed
@@ -634,15 +638,23 @@ pub struct EventWait {
     /// The wait for the latest record, with its own waker registration: any number of tasks
     /// may wait for one event.
     record: Option<Wait>,
+    /// Whether a paused Tokio clock is being kept still for the record, as an `Op` keeps it.
+    clock_kept: bool,
 }
 
 impl Future for EventWait {
     type Output = Result<()>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
-        match &mut self.record {
-            Some(record) => Pin::new(record).poll(cx),
-            None => Poll::Ready(Ok(())),
+        let this = &mut *self;
+        let Some(record) = &mut this.record else {
+            return Poll::Ready(Ok(()));
+        };
+        let polled = Pin::new(&mut *record).poll(cx);
+        if polled.is_pending() && !this.clock_kept {
+            this.clock_kept = true;
+            paused_clock::keep_until(record.completion());
         }
+        polled
     }
 }

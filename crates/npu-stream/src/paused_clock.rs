@@ -7,9 +7,19 @@
 //! auto-advance on current-thread runtimes, the only kind that can pause), so an operation
 //! polled under a paused clock keeps a blocking task waiting for its completion. Time then
 //! stands still while the device works, as it would for a future Tokio can see.
+//!
+//! Dropping the runtime waits for its blocking tasks, and must not wait for the device (a held
+//! device, a wait nothing will satisfy). So each task waits at most [`SLICE`], and one still
+//! waiting spawns its successor before it returns: the clock never sees a moment without one,
+//! while a runtime shutting down (which runs no new blocking task) waits one slice at most.
 
-use npu_core::Completion;
+use std::time::Duration;
+
+use npu_core::{BlockingWaiter, Completion};
 use tokio::runtime::{Handle, RuntimeFlavor};
+
+/// The longest a blocking task keeping the clock waits before handing on to its successor.
+const SLICE: Duration = Duration::from_millis(100);
 
 /// If the current Tokio runtime's clock is paused, keeps it from auto-advancing until
 /// `completion` completes.
@@ -20,9 +30,18 @@ pub(crate) fn keep_until(completion: &Completion) {
     if runtime.runtime_flavor() != RuntimeFlavor::CurrentThread || !clock_is_paused() {
         return;
     }
-    let done = completion.clone();
+    keep(&runtime, completion.blocking_waiter());
+}
+
+/// Spawns a blocking task that waits one slice for the operation, then hands on.
+fn keep(runtime: &Handle, waiter: BlockingWaiter) {
+    let next = runtime.clone();
     // The result reaches the operation's own future; the task only has to exist meanwhile.
-    drop(runtime.spawn_blocking(move || done.wait_blocking()));
+    drop(runtime.spawn_blocking(move || {
+        if waiter.wait_for(SLICE).is_none() {
+            keep(&next, waiter);
+        }
+    }));
 }
 
 /// Whether the current runtime's clock is paused: it stood still while real time moved.

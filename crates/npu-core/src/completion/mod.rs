@@ -245,6 +245,27 @@ impl Completion {
         if let Some(result) = self.result() {
             return result;
         }
+        self.blocking_waiter().wait()
+    }
+
+    /// A thread's wait for this operation that can give up after a bound and be resumed:
+    /// for a thread that must come back in bounded time (a blocking-pool thread, which a Tokio
+    /// runtime's drop waits for) and then waits again. It registers one wake-up, however often
+    /// it waits.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use npu_core::Completer;
+    ///
+    /// // SAFETY: no device work or memory stands behind this completion.
+    /// let completer = unsafe { Completer::new() };
+    /// let waiter = completer.completion().blocking_waiter();
+    /// assert!(waiter.wait_for(Duration::from_millis(1)).is_none(), "still pending");
+    /// std::thread::spawn(move || completer.complete(Ok(())));
+    /// while waiter.wait_for(Duration::from_secs(1)).is_none() {}
+    /// assert!(waiter.wait_for(Duration::ZERO).unwrap().is_ok(), "complete stays complete");
+    /// ```
+    pub fn blocking_waiter(&self) -> BlockingWaiter {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let notify: Action = Box::new(move || {
             // Capacity 1 and one send: never blocks the completer.
@@ -253,12 +274,14 @@ impl Completion {
         if let Some(Deferred::Notify(notify)) = self.state.defer(Deferred::Notify(notify)) {
             notify();
         }
-        // A completer dropped without completing leaves the operation pending for ever; its
-        // drop closes the channel of every notification it found, and `is_abandoned` covers
-        // one queued after it looked.
-        if !self.state.is_abandoned() {
-            let _ = rx.recv();
+        BlockingWaiter {
+            completion: self.clone(),
+            woken: rx,
         }
+    }
+
+    /// The result of an operation that completed or was abandoned.
+    fn settled(&self) -> Result<()> {
         self.result().unwrap_or_else(|| {
             Err(Error::invalid(
                 "Completion::wait_blocking",
@@ -383,6 +406,47 @@ impl Future for Wait {
         this.completion
             .state
             .poll(cx.waker(), &mut this.registration)
+    }
+}
+
+/// A blocked thread's wait for one operation, from [`Completion::blocking_waiter`].
+pub struct BlockingWaiter {
+    completion: Completion,
+    woken: std::sync::mpsc::Receiver<()>,
+}
+
+impl BlockingWaiter {
+    /// Blocks until the operation completes and returns its result, or returns `None` once
+    /// `timeout` has passed first.
+    pub fn wait_for(&self, timeout: std::time::Duration) -> Option<Result<()>> {
+        if self.completion.is_complete() {
+            return Some(self.completion.settled());
+        }
+        // A completer dropped without completing leaves the operation pending for ever; its
+        // drop closes the channel, and `is_abandoned` covers a completer gone before.
+        if !self.completion.state.is_abandoned()
+            && let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                self.woken.recv_timeout(timeout)
+        {
+            return None;
+        }
+        Some(self.completion.settled())
+    }
+
+    /// Blocks until the operation completes, and returns its result.
+    fn wait(&self) -> Result<()> {
+        if !self.completion.state.is_abandoned() {
+            let _ = self.woken.recv();
+        }
+        self.completion.settled()
+    }
+}
+
+impl fmt::Debug for BlockingWaiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockingWaiter")
+            .field("completion", &self.completion)
+            .finish()
     }
 }
 

@@ -9,7 +9,7 @@ use npu_sys::*;
 use super::check::{array, run_of, run_starts};
 use super::copy::{ALL, ASYNC, On, copy};
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
-use crate::memory::PtrClass;
+use crate::memory::{Located, PtrClass};
 use crate::sim::{Sim, sim};
 use crate::task::Extent;
 
@@ -56,8 +56,8 @@ fn kind_of(attr: &aclrtMemcpyBatchAttr) -> Option<aclrtMemcpyKind> {
 }
 
 /// Whether a pointer lives where its side of the attribute says.
-fn matches_location(sim: &Sim, ptr: usize, location: &aclrtMemLocation) -> bool {
-    match sim.memory.locate(ptr).class {
+fn matches_location(located: &Located, location: &aclrtMemLocation) -> bool {
+    match located.class {
         PtrClass::Device(id) => {
             location.type_ == ACL_MEM_LOCATION_TYPE_DEVICE
                 && i64::from(id) == i64::from(location.id)
@@ -119,9 +119,11 @@ fn check(sim: &Sim, batch: &Batch) -> Res<(aclrtMemcpyKind, Vec<Entry>)> {
         let (dst, src, len) = (dsts[index], srcs[index], sizes[index]);
         non_null(dst, "dsts[i]")?;
         non_null(src, "srcs[i]")?;
-        if !matches_location(sim, dst as usize, &attr.dstLoc)
-            || !matches_location(sim, src as usize, &attr.srcLoc)
-        {
+        let (dst_at, src_at) = (
+            sim.memory.locate(dst as usize),
+            sim.memory.locate(src as usize),
+        );
+        if !matches_location(&dst_at, &attr.dstLoc) || !matches_location(&src_at, &attr.srcLoc) {
             return fail_at(
                 batch.fail_index,
                 index,
@@ -135,6 +137,9 @@ fn check(sim: &Sim, batch: &Batch) -> Res<(aclrtMemcpyKind, Vec<Entry>)> {
             dest_maxs[index]
         );
         if len != 0 {
+            // Here, not when the copy runs: the copies before it would have run already.
+            dst_at.check_range(dst as usize, len, &format!("copy {index}: the destination"))?;
+            src_at.check_range(src as usize, len, &format!("copy {index}: the source"))?;
             entries.push(Entry {
                 dst,
                 src: src.cast_const(),

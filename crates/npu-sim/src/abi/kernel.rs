@@ -14,7 +14,6 @@ use crate::indirect::check_on_device;
 use crate::kernel::{ArgsBlob, Binary, Function, Launch, LaunchArgs};
 use crate::op_timeout;
 use crate::sim::{Sim, sim};
-use crate::sync::lock;
 use crate::task::{Op, Task};
 
 fn check_options(options: *const aclrtBinaryLoadOptions) -> Res<()> {
@@ -77,7 +76,7 @@ fn retire_function(sim: &Sim, handle: Handle) {
     let Some(function) = sim.functions.remove(handle) else {
         return;
     };
-    for args in lock(&function.args).clone() {
+    for args in function.retire() {
         retire_args(sim, args);
     }
 }
@@ -95,7 +94,7 @@ pub unsafe extern "C" fn aclrtBinaryUnLoad(binHandle: aclrtBinHandle) -> aclErro
         let handle = handle::from_ptr(binHandle);
         let binary = sim.binaries.resolve(handle)?;
         sim.binaries.remove(handle);
-        for function in binary.function_handles() {
+        for function in binary.unload() {
             retire_function(sim, function);
         }
         binary.release_globals(&sim.memory);
@@ -130,16 +129,11 @@ pub unsafe extern "C" fn aclrtBinaryGetFunction(
 /// The function handle of the kernel `name` of a binary (handle `bin`): the cached one, or a
 /// new one.
 fn function_of(sim: &Sim, binary: &Binary, bin: Handle, name: &str) -> Res<Handle> {
-    if let Some(handle) = binary
-        .cached(name)
-        .filter(|&h| sim.functions.get(h).is_some())
-    {
-        return Ok(handle);
-    }
-    let function = binary.function(name, bin)?;
-    let handle = sim.functions.insert(Arc::new(function))?;
-    binary.remember(name, handle);
-    Ok(handle)
+    binary.function_handle(
+        name,
+        |handle| sim.functions.get(handle).is_some(),
+        || sim.functions.insert(Arc::new(binary.function(name, bin)?)),
+    )
 }
 
 /// The function handle of the kernel at `symbol`: the address of a kernel a loaded binary's

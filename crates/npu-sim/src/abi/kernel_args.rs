@@ -9,7 +9,7 @@ use npu_sys::*;
 use super::check::bytes;
 use crate::error::{Res, ensure, guard, non_null, write_out};
 use crate::handle::{self, Handle};
-use crate::kernel::{ArgsBuilder, ParamRef};
+use crate::kernel::{ArgsBuilder, Function, ParamRef};
 use crate::sim::{Sim, sim};
 use crate::sync::lock;
 
@@ -29,7 +29,7 @@ pub unsafe extern "C" fn aclrtKernelArgsInit(
         let func = handle::from_ptr(funcHandle);
         let function = sim.functions.resolve(func)?;
         let handle = sim.args.insert(Arc::new(ArgsBuilder::new(func)))?;
-        lock(&function.args).push(handle);
+        adopt(sim, &function, handle)?;
         write_out(argsHandle, "argsHandle", handle::to_ptr(handle))
     })
 }
@@ -173,6 +173,15 @@ pub(super) fn resolve_args(sim: &Sim, args: aclrtArgsHandle) -> Res<(Handle, Arc
 }
 
 /// Retires an args handle with its param handles (and its caller-memory address).
+/// Gives a new args handle to its function, or retires it if the function was retired since.
+fn adopt(sim: &Sim, function: &Function, args: Handle) -> Res<()> {
+    let adopted = function.adopt_args(args);
+    if adopted.is_err() {
+        retire_args(sim, args);
+    }
+    adopted
+}
+
 pub(super) fn retire_args(sim: &Sim, args: Handle) {
     let Some(builder) = sim.args.remove(args) else {
         return;
@@ -254,7 +263,7 @@ pub unsafe extern "C" fn aclrtKernelArgsInitByUserMem(
         let address = argsHandle as usize;
         let builder = ArgsBuilder::in_user_memory(func, address, actualArgsSize);
         let token = sim.args.insert(Arc::new(builder))?;
-        lock(&function.args).push(token);
+        adopt(sim, &function, token)?;
         let previous = lock(&sim.user_args).insert(address, token);
         if let Some(previous) = previous {
             retire_args(sim, previous);

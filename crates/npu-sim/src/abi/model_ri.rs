@@ -43,9 +43,7 @@ pub(super) fn complete_model(model_ri: aclmdlRI, what: &str) -> Res<Arc<ModelRi>
 
 /// A stream an instance owns (its execution stream, its model streams), in its context.
 pub(super) fn own_stream(sim: &Sim, ctx: &Context, flags: u32) -> Res<Arc<Stream>> {
-    let stream = Stream::create(sim, ctx.handle, &ctx.device, &ctx.health, 0, flags, false)?;
-    ctx.add_stream(stream.clone());
-    Ok(stream)
+    ctx.create_stream(sim, 0, flags)
 }
 
 /// Retires the instance: its handle and its tasks' handles, its bindings, the streams it

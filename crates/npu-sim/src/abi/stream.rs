@@ -8,7 +8,6 @@ use crate::context;
 use crate::error::{Res, ensure, guard, non_null, write_out};
 use crate::handle;
 use crate::sim::sim;
-use crate::stream::Stream;
 use crate::task::{Op, Task};
 
 /// Stream flags the runtime knows; other bits are ignored.
@@ -25,16 +24,11 @@ pub(super) fn create(out: *mut aclrtStream, priority: u32, flags: u32) -> Res<()
     let sim = sim()?;
     let ctx = context::current(sim)?;
     ctx.device.check_alive()?;
-    let stream = Stream::create(
+    let stream = ctx.create_stream(
         sim,
-        ctx.handle,
-        &ctx.device,
-        &ctx.health,
         priority.min(LEAST_PRIORITY),
         flags & KNOWN_STREAM_FLAGS,
-        false,
     )?;
-    ctx.add_stream(stream.clone());
     write_out(out, "stream", handle::to_ptr(stream.handle))
 }
 
@@ -76,6 +70,13 @@ fn destroy(stream: aclrtStream, force: bool) -> Res<()> {
         "the default stream is destroyed with its context, not with aclrtDestroyStream"
     );
     stream.check_not_captured("destroying it")?;
+    // Both forms wait for the running task, which may be the caller's own; only the
+    // unforced one waits for a BLOCK callback the caller would have to process.
+    if force {
+        stream.refuse_wait_for_caller(u64::MAX)?;
+    } else {
+        stream.refuse_self_wait(u64::MAX)?;
+    }
     stream.destroy(sim, force);
     ctx.remove_stream(stream.handle);
     Ok(())

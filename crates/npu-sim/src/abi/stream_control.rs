@@ -47,6 +47,8 @@ pub unsafe extern "C" fn aclrtStreamStop(stream: aclrtStream) -> aclError {
 pub unsafe extern "C" fn aclrtStreamAbort(stream: aclrtStream) -> aclError {
     guard("aclrtStreamAbort", || {
         let (_, stream) = context::owned_stream(sim()?, stream)?;
+        // The abort waits for the running task, which would be the caller's own.
+        stream.refuse_wait_for_caller(u64::MAX)?;
         stream.abort();
         Ok(())
     })

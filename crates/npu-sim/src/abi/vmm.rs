@@ -302,6 +302,8 @@ pub unsafe extern "C" fn aclrtMemSetAccess(
         ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
         ensure!(count != 0, ACL_ERROR_INVALID_PARAM, "count is 0");
         let sim = sim()?;
+        // Every entry is checked before any is applied: a bad one changes nothing.
+        let mut access = Vec::with_capacity(count);
         for entry in array(desc.cast_const(), count, "desc")? {
             ensure!(
                 matches!(
@@ -314,11 +316,9 @@ pub unsafe extern "C" fn aclrtMemSetAccess(
                 "unknown access flags {}",
                 entry.flags
             );
-            let device = location_device(sim, &entry.location)?;
-            sim.vmm
-                .set_access(virPtr as usize, size, device, entry.flags)?;
+            access.push((location_device(sim, &entry.location)?, entry.flags));
         }
-        Ok(())
+        sim.vmm.set_access(virPtr as usize, size, &access)
     })
 }
 

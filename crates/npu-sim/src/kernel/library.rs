@@ -47,8 +47,9 @@ type CallbackSlot = Arc<Mutex<Option<OpCallback>>>;
 
 pub(crate) struct Binary {
     source: Source,
-    /// Functions resolved so far, by name.
-    functions: Mutex<HashMap<String, Handle>>,
+    /// Functions resolved so far, by name; `None` once the binary is unloaded, so a function
+    /// resolved while the unload runs cannot outlive it.
+    functions: Mutex<Option<HashMap<String, Handle>>>,
     exception_callback: CallbackSlot,
     /// Addresses of the device globals it holds (see `super::globals`).
     globals: Mutex<Vec<usize>>,
@@ -63,13 +64,34 @@ pub(crate) struct Function {
     pub(crate) args_size: usize,
     /// Its declared parameters' (offset, size), if it declared a parameter list.
     pub(crate) params: Option<Vec<(usize, usize)>>,
-    /// Args handles created for this function (aclrtKernelArgsInit), retired with it.
-    pub(crate) args: Mutex<Vec<Handle>>,
+    /// Args handles created for this function (aclrtKernelArgsInit), retired with it; `None`
+    /// once it is retired, so an args handle made meanwhile cannot outlive it.
+    args: Mutex<Option<Vec<Handle>>>,
     exception_callback: CallbackSlot,
     _library: Option<Arc<libloading::Library>>,
 }
 
 impl Function {
+    /// Records an args handle made for this function; fails once the function is retired
+    /// (its binary unloaded), and the caller then retires the handle itself.
+    pub(crate) fn adopt_args(&self, args: Handle) -> Res<()> {
+        match lock(&self.args).as_mut() {
+            Some(all) => {
+                all.push(args);
+                Ok(())
+            }
+            None => fail!(
+                ACL_ERROR_RT_INVALID_HANDLE,
+                "the function's binary was unloaded while its arguments were initialised"
+            ),
+        }
+    }
+
+    /// Marks the function retired; returns the args handles made for it.
+    pub(crate) fn retire(&self) -> Vec<Handle> {
+        lock(&self.args).take().unwrap_or_default()
+    }
+
     /// Fails with ACL_ERROR_RT_PARAM_INVALID if a launch passes fewer bytes of arguments than
     /// the kernel declared it reads.
     pub(crate) fn check_args(&self, size: usize) -> Res<()> {
@@ -258,7 +280,7 @@ impl Binary {
     fn new(source: Source) -> Binary {
         Binary {
             source,
-            functions: Mutex::default(),
+            functions: Mutex::new(Some(HashMap::new())),
             exception_callback: CallbackSlot::default(),
             globals: Mutex::default(),
         }
@@ -327,19 +349,34 @@ impl Binary {
             code,
             args_size: args_size.max(spanned),
             params,
-            args: Mutex::default(),
+            args: Mutex::new(Some(Vec::new())),
             exception_callback: self.exception_callback.clone(),
             _library: library,
         })
     }
 
-    /// The handle of an already resolved function.
-    pub(crate) fn cached(&self, name: &str) -> Option<Handle> {
-        lock(&self.functions).get(name).copied()
-    }
-
-    pub(crate) fn remember(&self, name: &str, handle: Handle) {
-        lock(&self.functions).insert(name.to_owned(), handle);
+    /// The handle of function `name`: the one resolved before if `live` still accepts it,
+    /// otherwise a new one from `make`. Under the binary's lock, so callers racing for one name
+    /// share a handle and the unload retires every handle given out. Fails once unloaded.
+    pub(crate) fn function_handle(
+        &self,
+        name: &str,
+        live: impl Fn(Handle) -> bool,
+        make: impl FnOnce() -> Res<Handle>,
+    ) -> Res<Handle> {
+        let mut functions = lock(&self.functions);
+        let Some(functions) = functions.as_mut() else {
+            fail!(
+                ACL_ERROR_RT_INVALID_HANDLE,
+                "the binary was unloaded while the function was resolved"
+            );
+        };
+        if let Some(&handle) = functions.get(name).filter(|&&h| live(h)) {
+            return Ok(handle);
+        }
+        let handle = make()?;
+        functions.insert(name.to_owned(), handle);
+        Ok(handle)
     }
 
     /// The device global `name` the library declares with NPUSIM_GLOBAL: its address and size.
@@ -405,8 +442,11 @@ impl Binary {
         }
     }
 
-    /// Every function handle resolved from this binary.
-    pub(crate) fn function_handles(&self) -> Vec<Handle> {
-        lock(&self.functions).values().copied().collect()
+    /// Marks the binary unloaded; returns every function handle resolved from it.
+    pub(crate) fn unload(&self) -> Vec<Handle> {
+        lock(&self.functions)
+            .take()
+            .map(|functions| functions.into_values().collect())
+            .unwrap_or_default()
     }
 }
