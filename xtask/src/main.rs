@@ -209,6 +209,13 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtMemcpyBatchAsync",
     "aclrtMemcpyBatchV2",
     "aclrtMemcpyBatchAsyncV2",
+    // IPC memory sharing (simipc).
+    "aclrtIpcMemGetExportKey",
+    "aclrtIpcMemClose",
+    "aclrtIpcMemImportByKey",
+    "aclrtIpcMemSetImportPid",
+    "aclrtIpcMemSetAttr",
+    "aclrtIpcMemImportPidInterServer",
     "aclrtMemcpyAsyncWithCondition",
     "aclrtGetMemcpyDescSize",
     "aclrtSetMemcpyDesc",

@@ -64,6 +64,7 @@ mod exception;
 mod handle;
 mod hardware;
 mod indirect;
+mod ipc;
 mod lifecycle;
 mod memory;
 mod notify;

@@ -43,6 +43,7 @@ pub(crate) struct Sim {
     pub(crate) advice: Advice,
     pub(crate) allocators: Allocators,
     pub(crate) reports: Reports,
+    pub(crate) ipc: crate::ipc::Ipc,
 }
 
 impl Sim {
@@ -80,6 +81,7 @@ impl Sim {
             advice: Advice::default(),
             allocators: Allocators::new(),
             reports: Reports::default(),
+            ipc: crate::ipc::Ipc::default(),
         }
     }
 

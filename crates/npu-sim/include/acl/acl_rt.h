@@ -48,6 +48,13 @@ extern "C" {
 #define ACL_CONTINUE_ON_FAILURE 0x00000000U
 #define ACL_STOP_ON_FAILURE 0x00000001U
 
+/* ---- IPC memory sharing flags (aclrtIpcMemGetExportKey, aclrtIpcMemImportByKey) ---- */
+#define ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION 0x1UL
+
+#define ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS 0x1UL
+
 /* ---- aclrtHostRegisterV2 flags ---- */
 #define ACL_HOST_REG_MAPPED 0x2UL
 #define ACL_HOST_REG_IOMEMORY 0x4UL
@@ -248,6 +255,23 @@ typedef struct {
     aclrtMallocAttribute *attrs;
     size_t numAttrs;
 } aclrtMallocConfig;
+
+/* A whitelist of the processes of one server of a super node (aclrtIpcMemImportPidInterServer). */
+typedef struct {
+    uint32_t sdid;
+    int32_t *pid;
+    size_t num;
+} aclrtServerPid;
+
+/* aclrtIpcMemSetAttr: the link used across the two dies (ACL_RT_IPC_MEM_ATTR_ACCESS_LINK). */
+#define ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO 0
+#define ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_HCCS 1
+#define ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_ONE_PORT_PATH 2
+#define ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_MULTI_PORT_PATH 3
+
+typedef enum {
+    ACL_RT_IPC_MEM_ATTR_ACCESS_LINK,
+} aclrtIpcMemAttrType;
 
 typedef enum {
     ACL_RT_ENGINE_TYPE_AIC = 0,
@@ -1111,6 +1135,17 @@ ACL_FUNC_VISIBILITY aclError aclrtMemcpyBatchV2(void **dsts, size_t *destMaxs, v
 ACL_FUNC_VISIBILITY aclError aclrtMemcpyBatchAsyncV2(void **dsts, size_t *destMaxs, void **srcs, size_t *sizes,
                                                      size_t numBatches, aclrtMemcpyBatchAttr *attrs,
                                                      size_t *attrsIndexes, size_t numAttrs, aclrtStream stream);
+/* IPC memory sharing between processes on one server: the exporter turns device memory into a
+ * key (65 bytes with its NUL) and whitelists the importers' pids (unless it exported with
+ * ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION); an importer maps the memory into its own
+ * device address space by the key. Every importer closes the key, then the exporter. */
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemGetExportKey(void *devPtr, size_t size, char *key, size_t len, uint64_t flags);
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemClose(const char *key);
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemImportByKey(void **devPtr, const char *key, uint64_t flags);
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemSetImportPid(const char *key, int32_t *pid, size_t num);
+/* Atlas A3 only: ACL_ERROR_RT_FEATURE_NOT_SUPPORT on the simulated A2 device. */
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemSetAttr(const char *key, aclrtIpcMemAttrType type, uint64_t attr);
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemImportPidInterServer(const char *key, aclrtServerPid *serverPids, size_t num);
 /* Virtual memory: reserve an address range (alignment 0; expectPtr NULL or a free address in
  * [16 TiB, 24 TiB) aligned as the reference requires), back parts of it with physical device
  * memory, map and unmap them, and set which devices may access them. */

@@ -1,0 +1,560 @@
+//! IPC memory sharing across real processes: each test re-runs this test binary as a peer
+//! process (the ignored `ipc_peer` test) that takes commands on stdin and answers on stdout,
+//! so exporter and importer each have their own simulator, as two CANN processes have their
+//! own runtimes. Every wait on the peer is bounded, so a broken peer fails the test.
+
+extern crate ascendcl as npu_sim;
+
+#[macro_use]
+mod common;
+
+use std::ffi::{CStr, c_char, c_void};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::ptr;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::Duration;
+
+use common::*;
+use npu_sim::abi::*;
+use npu_sys::*;
+
+const KEY_LEN: usize = 65;
+/// The peer's answers follow this tag (libtest prints its own lines too).
+const TAG: &str = "@ipc ";
+/// The bound on every wait for the peer: long enough for a loaded machine, short enough that a
+/// hung peer fails the run.
+const PEER_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A peer process running `ipc_peer`.
+struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+}
+
+impl Peer {
+    fn spawn() -> Peer {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "ipc_peer",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("NPUSIM_IPC_PEER", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the peer process starts");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (send, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                // libtest's "test ipc_peer ... " may precede the first answer on its line.
+                if let Some(at) = line.find(TAG)
+                    && send.send(line[at + TAG.len()..].to_owned()).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        Peer {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// Sends a command and returns the peer's answer.
+    fn ask(&mut self, command: &str) -> String {
+        writeln!(self.stdin, "{command}").expect("the peer takes commands");
+        self.stdin.flush().unwrap();
+        match self.lines.recv_timeout(PEER_TIMEOUT) {
+            Ok(answer) => answer,
+            Err(RecvTimeoutError::Timeout) => panic!("the peer did not answer {command:?}"),
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("the peer died before answering {command:?}")
+            }
+        }
+    }
+
+    /// Sends a command whose answer is an ACL code.
+    fn code(&mut self, command: &str) -> aclError {
+        let answer = self.ask(command);
+        answer
+            .strip_prefix("code ")
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("{command:?} answered {answer:?}"))
+    }
+
+    fn pid(&mut self) -> i32 {
+        self.ask("pid").parse().unwrap()
+    }
+
+    /// Asks the peer to exit and waits until it has (bounded by the peer's stdin closing).
+    fn exit(mut self) {
+        assert_eq!(self.ask("exit"), "bye");
+        drop(self.stdin);
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "the peer failed: {status}");
+    }
+}
+
+/// The peer half: runs commands from stdin until `exit` or end of input. Each answer is one
+/// tagged line; ACL results are `code <n>`.
+#[test]
+#[ignore = "the peer process of the cross-process tests, which run it themselves"]
+fn ipc_peer() {
+    // Run by hand (`--ignored`) it has no exporter or importer to talk to.
+    if std::env::var_os("NPUSIM_IPC_PEER").is_none() {
+        return;
+    }
+    set_device(0);
+    let mut imported: usize = 0;
+    let mut exported: Vec<usize> = Vec::new();
+    let say = |answer: String| println!("{TAG}{answer}");
+    for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["pid"] => {
+                let mut pid = 0;
+                acl!(aclrtDeviceGetBareTgid(&mut pid));
+                say(pid.to_string());
+            }
+            ["import", key, flags] => {
+                let key = c_string(key);
+                let mut ptr = ptr::null_mut();
+                let code = code!(aclrtIpcMemImportByKey(
+                    &mut ptr,
+                    key.as_ptr(),
+                    flags.parse().unwrap()
+                ));
+                if code == 0 {
+                    imported = ptr as usize;
+                }
+                say(format!("code {code}"));
+            }
+            ["read", len] => {
+                let bytes: Vec<u8> = download(imported as *const c_void, len.parse().unwrap());
+                say(hex(&bytes));
+            }
+            ["fill", value, len] => {
+                // A task on a stream, so the imported memory is used like any device memory.
+                let stream = create_stream();
+                acl!(aclrtMemsetAsync(
+                    imported as *mut c_void,
+                    len.parse().unwrap(),
+                    value.parse().unwrap(),
+                    len.parse().unwrap(),
+                    stream
+                ));
+                acl!(aclrtSynchronizeStream(stream));
+                acl!(aclrtDestroyStream(stream));
+                say("code 0".into());
+            }
+            ["free-imported"] => say(format!(
+                "code {}",
+                code!(aclrtFree(imported as *mut c_void))
+            )),
+            ["close", key] => {
+                let key = c_string(key);
+                say(format!("code {}", code!(aclrtIpcMemClose(key.as_ptr()))));
+            }
+            ["export", len, value] => {
+                let len: usize = len.parse().unwrap();
+                let dev = malloc(len);
+                upload(dev, &vec![value.parse::<u8>().unwrap(); len]);
+                exported.push(dev as usize);
+                say(export(
+                    dev,
+                    len,
+                    ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION as u64,
+                ));
+            }
+            ["free-exported"] => {
+                for dev in exported.drain(..) {
+                    acl!(aclrtFree(dev as *mut c_void));
+                }
+                say("code 0".into());
+            }
+            ["exit"] => {
+                say("bye".into());
+                return;
+            }
+            other => panic!("unknown peer command {other:?}"),
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Exports `[dev, dev+len)` and returns its key.
+fn export(dev: *mut c_void, len: usize, flags: u64) -> String {
+    let mut key = [0 as c_char; KEY_LEN];
+    acl!(aclrtIpcMemGetExportKey(
+        dev,
+        len,
+        key.as_mut_ptr(),
+        KEY_LEN,
+        flags
+    ));
+    // SAFETY: the simulator wrote a NUL-terminated key into the buffer.
+    unsafe { CStr::from_ptr(key.as_ptr()) }
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+/// The whitelist decides who imports; the importer's tasks write the exporter's memory and the
+/// exporter sees it, at the address it always had; close withdraws a key.
+#[test]
+fn an_import_shares_the_exporters_memory_with_a_whitelisted_process_only() {
+    set_device(0);
+    let len = 3 * 4096 + 100;
+    let dev = malloc(len);
+    let before = pattern(len);
+    upload(dev, &before);
+    // A range inside the allocation, not page-aligned at its end.
+    let (offset, size) = (4096 + 64, 8192);
+    let key = export(
+        dev.wrapping_add(offset),
+        size,
+        ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT as u64,
+    );
+    assert!(key.len() < KEY_LEN);
+    // The export moved nothing: same pointer, same bytes.
+    assert_eq!(download::<u8>(dev, len), before);
+
+    let mut peer = Peer::spawn();
+    let pid = peer.pid();
+    assert_eq!(
+        peer.code(&format!("import {key} 0")),
+        ACL_ERROR_RT_NO_PERMISSION
+    );
+    let mut pids = [pid + 1_000_000, pid];
+    acl!(aclrtIpcMemSetImportPid(
+        c_string(&key).as_ptr(),
+        pids.as_mut_ptr(),
+        2
+    ));
+    assert_eq!(peer.code(&format!("import {key} 0")), 0);
+    assert_eq!(peer.ask("read 16"), hex(&before[offset..offset + 16]));
+    // A second import of the same key in one process is refused.
+    assert_eq!(
+        peer.code(&format!("import {key} 0")),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+
+    assert_eq!(peer.code(&format!("fill 171 {size}")), 0);
+    let after = download::<u8>(dev, len);
+    let mut expected = before.clone();
+    expected[offset..offset + size].fill(171);
+    assert_eq!(
+        after, expected,
+        "the exporter sees what the importer wrote, and nothing more"
+    );
+
+    // Imported memory is not the importer's to free.
+    assert_eq!(peer.code("free-imported"), ACL_ERROR_RT_MEMORY_FREE);
+    assert_eq!(peer.code(&format!("close {key}")), 0);
+    assert_eq!(
+        peer.code(&format!("close {key}")),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    // The exporter's close withdraws the key: a new import finds nothing to import.
+    acl!(aclrtIpcMemClose(c_string(&key).as_ptr()));
+    assert_eq!(
+        peer.code(&format!("import {key} 0")),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    peer.exit();
+
+    // The exporter's memory lives on as device memory until freed.
+    upload(dev, &before);
+    assert_eq!(download::<u8>(dev, len), before);
+    acl!(aclrtFree(dev));
+}
+
+/// What the importer mapped stays valid when the exporter frees the memory and exits; a key of
+/// a freed allocation names nothing, and one of an exited exporter fails as an IPC error.
+#[test]
+fn imported_memory_outlives_the_exporters_free_and_exit() {
+    set_device(0);
+    let mut peer = Peer::spawn();
+    let freed = peer.ask("export 8192 7");
+    let kept = peer.ask("export 4096 9");
+    let mut first = ptr::null_mut();
+    acl!(aclrtIpcMemImportByKey(
+        &mut first,
+        c_string(&freed).as_ptr(),
+        ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT as u64
+    ));
+    let mut second = ptr::null_mut();
+    acl!(aclrtIpcMemImportByKey(
+        &mut second,
+        c_string(&kept).as_ptr(),
+        ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS as u64
+    ));
+    assert_eq!(download::<u8>(first, 8192), vec![7; 8192]);
+
+    assert_eq!(peer.code("free-exported"), 0);
+    assert_eq!(download::<u8>(first, 8192), vec![7; 8192]);
+    upload(first, &[1u8; 100]);
+    assert_eq!(download::<u8>(first, 100), vec![1; 100]);
+    acl!(aclrtIpcMemClose(c_string(&freed).as_ptr()));
+    // Freeing withdrew the key, though its exporter is alive.
+    let mut again = ptr::null_mut();
+    assert_eq!(
+        code!(aclrtIpcMemImportByKey(
+            &mut again,
+            c_string(&freed).as_ptr(),
+            0
+        )),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+
+    peer.exit();
+    assert_eq!(download::<u8>(second, 4096), vec![9; 4096]);
+    acl!(aclrtIpcMemClose(c_string(&kept).as_ptr()));
+    assert_eq!(
+        code!(aclrtIpcMemImportByKey(
+            &mut again,
+            c_string(&kept).as_ptr(),
+            0
+        )),
+        ACL_ERROR_RT_IPC_ERROR
+    );
+    assert!(again.is_null());
+}
+
+/// Every parameter check of the IPC memory functions, in the order CANN makes them.
+#[test]
+fn every_ipc_memory_error_path() {
+    set_device(0);
+    let dev = malloc(4096);
+    let host = malloc_host(4096);
+    let mut key = [0 as c_char; KEY_LEN];
+    let k = key.as_mut_ptr();
+    let mut out = ptr::null_mut();
+    let mut pid = [1];
+    let valid = export(dev, 4096, 0);
+    let valid_key = c_string(&valid);
+    let own = valid_key.as_ptr();
+    let junk = c_string("not-a-key");
+    let absent = c_string("npusim-ipc-1-0-0");
+    let mut managed = ptr::null_mut();
+    acl!(aclrtMemAllocManaged(
+        &mut managed,
+        4096,
+        ACL_RT_MEM_ATTACH_GLOBAL
+    ));
+    let props = aclrtMemPoolProps {
+        allocType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+        handleType: ACL_MEM_HANDLE_TYPE_NONE,
+        location: aclrtMemLocation {
+            id: 0,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        maxSize: 0,
+        reserved: [0; 32],
+    };
+    let mut pool = ptr::null_mut();
+    acl!(aclrtMemPoolCreate(&mut pool, &props));
+    let stream = create_stream();
+    let mut pooled = ptr::null_mut();
+    acl!(aclrtMemPoolMallocAsync(&mut pooled, 4096, pool, stream));
+    let cases: [(&str, aclError, aclError); 23] = [
+        (
+            "export NULL devPtr",
+            code!(aclrtIpcMemGetExportKey(ptr::null_mut(), 64, k, KEY_LEN, 0)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "export NULL key",
+            code!(aclrtIpcMemGetExportKey(
+                dev,
+                64,
+                ptr::null_mut(),
+                KEY_LEN,
+                0
+            )),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "export size 0",
+            code!(aclrtIpcMemGetExportKey(dev, 0, k, KEY_LEN, 0)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "export short len",
+            code!(aclrtIpcMemGetExportKey(dev, 64, k, KEY_LEN - 1, 0)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "export unknown flag",
+            code!(aclrtIpcMemGetExportKey(dev, 64, k, KEY_LEN, 2)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "export host memory",
+            code!(aclrtIpcMemGetExportKey(host, 64, k, KEY_LEN, 0)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "export managed memory",
+            code!(aclrtIpcMemGetExportKey(managed, 64, k, KEY_LEN, 0)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "export pool memory",
+            code!(aclrtIpcMemGetExportKey(pooled, 64, k, KEY_LEN, 0)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "export past the end",
+            code!(aclrtIpcMemGetExportKey(
+                dev.wrapping_add(64),
+                4096,
+                k,
+                KEY_LEN,
+                0
+            )),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "set pid NULL key",
+            code!(aclrtIpcMemSetImportPid(ptr::null(), pid.as_mut_ptr(), 1)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "set pid NULL pid",
+            code!(aclrtIpcMemSetImportPid(own, ptr::null_mut(), 1)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "set pid num 0",
+            code!(aclrtIpcMemSetImportPid(own, pid.as_mut_ptr(), 0)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "set pid unknown key",
+            code!(aclrtIpcMemSetImportPid(junk.as_ptr(), pid.as_mut_ptr(), 1)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "set pid not a pid",
+            code!(aclrtIpcMemSetImportPid(own, [0].as_mut_ptr(), 1)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "import NULL devPtr",
+            code!(aclrtIpcMemImportByKey(ptr::null_mut(), own, 0)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "import NULL key",
+            code!(aclrtIpcMemImportByKey(&mut out, ptr::null(), 0)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "import unknown flag",
+            code!(aclrtIpcMemImportByKey(&mut out, own, 2)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "import malformed key",
+            code!(aclrtIpcMemImportByKey(&mut out, junk.as_ptr(), 0)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "import own key",
+            code!(aclrtIpcMemImportByKey(&mut out, own, 0)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "close NULL key",
+            code!(aclrtIpcMemClose(ptr::null())),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "close unknown key",
+            code!(aclrtIpcMemClose(absent.as_ptr())),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "set attr on an A2",
+            code!(aclrtIpcMemSetAttr(
+                own,
+                ACL_RT_IPC_MEM_ATTR_ACCESS_LINK,
+                ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_HCCS as u64
+            )),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            "inter-server pids on an A2",
+            code!(aclrtIpcMemImportPidInterServer(own, ptr::null_mut(), 0)),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+    ];
+    for (case, got, want) in cases {
+        assert_eq!(got, want, "{case}: {}", recent_message());
+    }
+    assert_eq!(
+        code!(aclrtIpcMemSetAttr(
+            ptr::null(),
+            ACL_RT_IPC_MEM_ATTR_ACCESS_LINK,
+            0
+        )),
+        ACL_ERROR_INVALID_PARAM
+    );
+    assert_eq!(
+        code!(aclrtIpcMemImportPidInterServer(
+            ptr::null(),
+            ptr::null_mut(),
+            0
+        )),
+        ACL_ERROR_INVALID_PARAM
+    );
+    assert!(out.is_null());
+    acl!(aclrtIpcMemClose(own));
+    acl!(aclrtFree(dev));
+    acl!(aclrtFreeHost(host));
+    acl!(aclrtFree(managed));
+    acl!(aclrtMemPoolFreeAsync(pooled, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    acl!(aclrtMemPoolDestroy(pool));
+    acl!(aclrtDestroyStream(stream));
+}
+
+/// A device allocation exported while it holds data keeps its bytes and its address, and
+/// freeing it before closing its key withdraws the key.
+#[test]
+fn freeing_exported_memory_withdraws_its_keys() {
+    set_device(0);
+    let dev = malloc(100);
+    upload(dev, &[5u8; 100]);
+    let key = export(
+        dev,
+        100,
+        ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION as u64,
+    );
+    let again = export(dev, 50, 0);
+    assert_ne!(key, again, "every export has its own key");
+    assert_eq!(download::<u8>(dev, 100), vec![5; 100]);
+    acl!(aclrtFree(dev));
+    for key in [key, again] {
+        assert_eq!(
+            code!(aclrtIpcMemClose(c_string(&key).as_ptr())),
+            ACL_ERROR_RT_PARAM_INVALID
+        );
+    }
+}
