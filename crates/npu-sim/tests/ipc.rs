@@ -115,6 +115,7 @@ fn ipc_peer() {
     set_device(0);
     let mut imported: usize = 0;
     let mut exported: Vec<usize> = Vec::new();
+    let mut notify: aclrtNotify = ptr::null_mut();
     let say = |answer: String| println!("{TAG}{answer}");
     for line in std::io::stdin().lock().lines().map_while(Result::ok) {
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -180,6 +181,42 @@ fn ipc_peer() {
                 }
                 say("code 0".into());
             }
+            ["notify-import", key] => {
+                let key = c_string(key);
+                say(format!(
+                    "code {}",
+                    code!(aclrtNotifyImportByKey(
+                        &mut notify,
+                        key.as_ptr(),
+                        u64::from(ACL_RT_NOTIFY_IMPORT_FLAG_ENABLE_PEER_ACCESS)
+                    ))
+                ));
+            }
+            ["notify-export"] => {
+                acl!(aclrtCreateNotify(
+                    &mut notify,
+                    u64::from(ACL_NOTIFY_DEFAULT)
+                ));
+                say(notify_key(
+                    notify,
+                    u64::from(ACL_RT_NOTIFY_EXPORT_FLAG_DISABLE_PID_VALIDATION),
+                ));
+            }
+            ["notify-record"] => {
+                let stream = create_stream();
+                acl!(aclrtRecordNotify(notify, stream));
+                acl!(aclrtSynchronizeStream(stream));
+                acl!(aclrtDestroyStream(stream));
+                say("code 0".into());
+            }
+            ["notify-wait"] => {
+                let stream = create_stream();
+                acl!(aclrtWaitAndResetNotify(notify, stream, 120));
+                let code = code!(aclrtSynchronizeStream(stream));
+                acl!(aclrtDestroyStream(stream));
+                say(format!("code {code}"));
+            }
+            ["notify-destroy"] => say(format!("code {}", code!(aclrtDestroyNotify(notify)))),
             ["exit"] => {
                 say("bye".into());
                 return;
@@ -199,6 +236,22 @@ fn export(dev: *mut c_void, len: usize, flags: u64) -> String {
     acl!(aclrtIpcMemGetExportKey(
         dev,
         len,
+        key.as_mut_ptr(),
+        KEY_LEN,
+        flags
+    ));
+    // SAFETY: the simulator wrote a NUL-terminated key into the buffer.
+    unsafe { CStr::from_ptr(key.as_ptr()) }
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Exports a notify and returns its key.
+fn notify_key(notify: aclrtNotify, flags: u64) -> String {
+    let mut key = [0 as c_char; KEY_LEN];
+    acl!(aclrtNotifyGetExportKey(
+        notify,
         key.as_mut_ptr(),
         KEY_LEN,
         flags
@@ -557,4 +610,219 @@ fn freeing_exported_memory_withdraws_its_keys() {
             ACL_ERROR_RT_PARAM_INVALID
         );
     }
+}
+
+/// A record in one process releases a wait on a stream of another, both ways; the whitelist
+/// decides who imports; destroying the exporter's notify withdraws its key, and a key of an
+/// exited exporter fails as an IPC error.
+#[test]
+fn a_notify_shared_by_key_orders_streams_of_two_processes() {
+    set_device(0);
+    let mut notify = ptr::null_mut();
+    acl!(aclrtCreateNotify(
+        &mut notify,
+        u64::from(ACL_NOTIFY_DEFAULT)
+    ));
+    let key = notify_key(notify, u64::from(ACL_RT_NOTIFY_EXPORT_FLAG_DEFAULT));
+    let dev = malloc(64);
+    let memory_key = export(
+        dev,
+        64,
+        ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION as u64,
+    );
+
+    let mut peer = Peer::spawn();
+    let mut pid = peer.pid();
+    assert_eq!(
+        peer.code(&format!("notify-import {key}")),
+        ACL_ERROR_RT_NO_PERMISSION
+    );
+    acl!(aclrtNotifySetImportPid(notify, &mut pid, 1));
+    // A memory key is no notify, nor the other way round.
+    assert_eq!(
+        peer.code(&format!("notify-import {memory_key}")),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    assert_eq!(
+        peer.code(&format!("import {key} 0")),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    assert_eq!(peer.code(&format!("notify-import {key}")), 0);
+
+    // This process waits; only the peer's record can release it.
+    let stream = create_stream();
+    let after = create_event();
+    acl!(aclrtWaitAndResetNotify(notify, stream, 0));
+    acl!(aclrtRecordEvent(after, stream));
+    let mut status = ACL_EVENT_RECORDED_STATUS_COMPLETE;
+    acl!(aclrtQueryEventStatus(after, &mut status));
+    assert_eq!(status, ACL_EVENT_RECORDED_STATUS_NOT_READY);
+    assert_eq!(peer.code("notify-record"), 0);
+    acl!(aclrtSynchronizeStreamWithTimeout(stream, 120_000));
+    acl!(aclrtQueryEventStatus(after, &mut status));
+    assert_eq!(status, ACL_EVENT_RECORDED_STATUS_COMPLETE);
+
+    // And the other way: this process records, the peer's wait is satisfied.
+    acl!(aclrtRecordNotify(notify, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(peer.code("notify-wait"), 0);
+    assert_eq!(peer.code("notify-destroy"), 0);
+
+    acl!(aclrtDestroyNotify(notify));
+    assert_eq!(
+        peer.code(&format!("notify-import {key}")),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    let gone = peer.ask("notify-export");
+    peer.exit();
+    let mut imported = ptr::null_mut();
+    assert_eq!(
+        code!(aclrtNotifyImportByKey(
+            &mut imported,
+            c_string(&gone).as_ptr(),
+            0
+        )),
+        ACL_ERROR_RT_IPC_ERROR
+    );
+    assert!(imported.is_null());
+    acl!(aclrtDestroyEvent(after));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtIpcMemClose(c_string(&memory_key).as_ptr()));
+    acl!(aclrtFree(dev));
+}
+
+/// Every parameter check of the IPC notify functions.
+#[test]
+fn every_ipc_notify_error_path() {
+    set_device(0);
+    let mut notify = ptr::null_mut();
+    acl!(aclrtCreateNotify(
+        &mut notify,
+        u64::from(ACL_NOTIFY_DEFAULT)
+    ));
+    let mut unexported = ptr::null_mut();
+    acl!(aclrtCreateNotify(
+        &mut unexported,
+        u64::from(ACL_NOTIFY_DEFAULT)
+    ));
+    let mut stale = ptr::null_mut();
+    acl!(aclrtCreateNotify(&mut stale, u64::from(ACL_NOTIFY_DEFAULT)));
+    acl!(aclrtDestroyNotify(stale));
+    let own = c_string(&notify_key(notify, 0));
+    let mut key = [0 as c_char; KEY_LEN];
+    let k = key.as_mut_ptr();
+    let mut pid = [1];
+    let p = pid.as_mut_ptr();
+    let mut out = ptr::null_mut();
+    let junk = c_string("not-a-key");
+    let cases: [(&str, aclError, aclError); 18] = [
+        (
+            "export NULL notify",
+            code!(aclrtNotifyGetExportKey(ptr::null_mut(), k, KEY_LEN, 0)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "export stale notify",
+            code!(aclrtNotifyGetExportKey(stale, k, KEY_LEN, 0)),
+            ACL_ERROR_RT_INVALID_HANDLE,
+        ),
+        (
+            "export NULL key",
+            code!(aclrtNotifyGetExportKey(notify, ptr::null_mut(), KEY_LEN, 0)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "export short len",
+            code!(aclrtNotifyGetExportKey(notify, k, KEY_LEN - 1, 0)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "export memory's flag",
+            code!(aclrtNotifyGetExportKey(notify, k, KEY_LEN, 1)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "set pid NULL notify",
+            code!(aclrtNotifySetImportPid(ptr::null_mut(), p, 1)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "set pid stale notify",
+            code!(aclrtNotifySetImportPid(stale, p, 1)),
+            ACL_ERROR_RT_INVALID_HANDLE,
+        ),
+        (
+            "set pid NULL pid",
+            code!(aclrtNotifySetImportPid(notify, ptr::null_mut(), 1)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "set pid num 0",
+            code!(aclrtNotifySetImportPid(notify, p, 0)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "set pid not exported",
+            code!(aclrtNotifySetImportPid(unexported, p, 1)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "set pid not a pid",
+            code!(aclrtNotifySetImportPid(notify, [-5].as_mut_ptr(), 1)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "import NULL notify",
+            code!(aclrtNotifyImportByKey(ptr::null_mut(), own.as_ptr(), 0)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "import NULL key",
+            code!(aclrtNotifyImportByKey(&mut out, ptr::null(), 0)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "import memory's flag",
+            code!(aclrtNotifyImportByKey(&mut out, own.as_ptr(), 1)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "import malformed key",
+            code!(aclrtNotifyImportByKey(&mut out, junk.as_ptr(), 0)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "import own key",
+            code!(aclrtNotifyImportByKey(&mut out, own.as_ptr(), 0)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "inter-server NULL notify",
+            code!(aclrtNotifySetImportPidInterServer(
+                ptr::null_mut(),
+                ptr::null_mut(),
+                0
+            )),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "inter-server on an A2",
+            code!(aclrtNotifySetImportPidInterServer(
+                notify,
+                ptr::null_mut(),
+                0
+            )),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+    ];
+    for (case, got, want) in cases {
+        assert_eq!(got, want, "{case}: {}", recent_message());
+    }
+    assert!(out.is_null());
+    // A notify exported twice has two keys; both whitelists take the pids.
+    let again = notify_key(notify, 0);
+    assert_ne!(again, own.to_str().unwrap());
+    acl!(aclrtNotifySetImportPid(notify, p, 1));
+    acl!(aclrtDestroyNotify(notify));
+    acl!(aclrtDestroyNotify(unexported));
 }

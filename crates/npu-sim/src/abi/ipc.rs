@@ -58,17 +58,13 @@ pub unsafe extern "C" fn aclrtIpcMemGetExportKey(
             "{devPtr:p} is pool or managed memory, which aclrtIpcMemGetExportKey cannot share \
              (only aclrtMalloc memory)"
         );
-        let exported = sim.ipc.export(
+        let exported = sim.ipc.export_memory(
             &sim.memory,
             devPtr as usize,
             size,
             flags == ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT as u64,
         )?;
-        let mut bytes = exported.into_bytes();
-        bytes.push(0);
-        // SAFETY: `key` holds `len` >= KEY_LEN writable bytes by the API contract, and a key
-        // with its NUL is shorter than KEY_LEN.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), key.cast::<u8>(), bytes.len()) };
+        write_key(exported, key);
         Ok(())
     })
 }
@@ -118,7 +114,7 @@ pub unsafe extern "C" fn aclrtIpcMemImportByKey(
         )?;
         let sim = sim()?;
         context::current(sim)?.device.check_alive()?;
-        let address = sim.ipc.import(&sim.memory, key)?;
+        let address = sim.ipc.import_memory(&sim.memory, key)?;
         write_out(devPtr, "devPtr", address as *mut c_void)
     })
 }
@@ -137,6 +133,15 @@ pub unsafe extern "C" fn aclrtIpcMemClose(key: *const c_char) -> aclError {
         let sim = sim()?;
         sim.ipc.close(&sim.memory, key)
     })
+}
+
+/// Writes a key and its NUL into a caller's buffer checked to hold KEY_LEN bytes.
+pub(super) fn write_key(exported: String, key: *mut c_char) {
+    let mut bytes = exported.into_bytes();
+    bytes.push(0);
+    // SAFETY: `key` holds at least KEY_LEN writable bytes (checked against `len` by the
+    // caller, by the API contract), and a key with its NUL is shorter than KEY_LEN.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), key.cast::<u8>(), bytes.len()) };
 }
 
 /// Refuses a super-node (Atlas A3) IPC function, which an Atlas A2 does not support.

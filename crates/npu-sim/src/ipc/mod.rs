@@ -8,7 +8,10 @@
 //! SCM_RIGHTS. No ptrace rights or shared names in the file system are needed, and the broker
 //! dies with its process, so an import from an exporter that is gone fails cleanly.
 
+mod flag;
 mod wire;
+
+pub(crate) use flag::SharedFlag;
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -21,16 +24,36 @@ use npu_sys::*;
 use crate::error::{Res, SimError, ensure, fail};
 use crate::memory::{AllocKind, MemoryMap};
 use crate::sync::lock;
-use wire::Reply;
+pub(crate) use wire::Reply;
 
 /// Bytes of a key, with its NUL (the `len` aclrtIpcMemGetExportKey requires).
 pub(crate) const KEY_LEN: usize = 65;
 const KEY_PREFIX: &str = "npusim-ipc";
 
-/// One exported range, as the broker hands it out.
+/// What a key shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A range of device memory (aclrtIpcMemGetExportKey).
+    Memory = 1,
+    /// A notify's flag (aclrtNotifyGetExportKey).
+    Notify = 2,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Memory => "memory",
+            Kind::Notify => "a notify",
+        }
+    }
+}
+
+/// One export, as the broker hands it out.
 struct Export {
-    /// Base of the allocation holding it, to withdraw the export when it is freed.
-    base: usize,
+    kind: Kind,
+    /// What it shares, to withdraw it when that goes: the allocation's base, the notify's
+    /// handle.
+    owner: usize,
     offset: usize,
     size: usize,
     len: usize,
@@ -102,20 +125,19 @@ fn random_nonce() -> u64 {
 impl Ipc {
     /// Exports `[ptr, ptr+size)` of a device allocation under a new key; `validate` says
     /// whether importers must be whitelisted.
-    pub(crate) fn export(
+    pub(crate) fn export_memory(
         &'static self,
         memory: &MemoryMap,
         ptr: usize,
         size: usize,
         validate: bool,
     ) -> Res<String> {
-        self.start_broker()?;
         let (base, len, kind) = {
             let mut files = lock(&self.files);
             match memory.allocation_of(ptr) {
                 Some((base, len, kind)) if files.contains_key(&base) => (base, len, kind),
                 _ => {
-                    let file = memfd(ptr)?;
+                    let file = memfd(format_args!("{ptr:#x}"))?;
                     let (base, len, kind) = memory.share(ptr, &file)?;
                     files.insert(base, Arc::new(file));
                     (base, len, kind)
@@ -134,6 +156,43 @@ impl Ipc {
             "range {ptr:#x}+{size} runs past the end of its allocation ({base:#x}+{len})"
         );
         let file = lock(&self.files)[&base].clone();
+        self.publish(Export {
+            kind: Kind::Memory,
+            owner: base,
+            offset: ptr - base,
+            size,
+            len,
+            device,
+            page_size,
+            whitelist: validate.then(Vec::new),
+            file,
+        })
+    }
+
+    /// Exports the flag of the notify with handle `owner` of `device` under a new key.
+    pub(crate) fn export_notify(
+        &'static self,
+        owner: usize,
+        device: i32,
+        flag: &SharedFlag,
+        validate: bool,
+    ) -> Res<String> {
+        self.publish(Export {
+            kind: Kind::Notify,
+            owner,
+            offset: 0,
+            size: 4,
+            len: crate::memory::PAGE,
+            device,
+            page_size: crate::memory::PAGE as u32,
+            whitelist: validate.then(Vec::new),
+            file: flag.file().clone(),
+        })
+    }
+
+    /// Files `export` under a new key the broker answers for.
+    fn publish(&'static self, export: Export) -> Res<String> {
+        self.start_broker()?;
         let key = format!(
             "{KEY_PREFIX}-{}-{:016x}-{}",
             own_pid(),
@@ -141,65 +200,62 @@ impl Ipc {
             self.serial.fetch_add(1, Ordering::Relaxed)
         );
         debug_assert!(key.len() < KEY_LEN);
-        lock(&self.exports).insert(
-            key.clone(),
-            Export {
-                base,
-                offset: ptr - base,
-                size,
-                len,
-                device,
-                page_size,
-                whitelist: validate.then(Vec::new),
-                file,
-            },
-        );
+        lock(&self.exports).insert(key.clone(), export);
         Ok(key)
     }
 
-    /// Adds `pids` to the whitelist of a key this process exported.
+    /// Adds `pids` to the whitelist of a memory key this process exported.
     pub(crate) fn allow(&self, key: &str, pids: &[i32]) -> Res<()> {
-        let mut exports = lock(&self.exports);
-        let Some(export) = exports.get_mut(key) else {
-            fail!(
-                ACL_ERROR_RT_PARAM_INVALID,
-                "key {key:?} is not exported by this process (or was closed)"
-            );
-        };
+        ensure!(
+            self.allow_where(pids, |exported, export| exported == key
+                && export.kind == Kind::Memory)?,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "key {key:?} is not exported by this process (or was closed)"
+        );
+        Ok(())
+    }
+
+    /// Adds `pids` to the whitelists of the keys of the notify with handle `owner`.
+    pub(crate) fn allow_notify(&self, owner: usize, pids: &[i32]) -> Res<()> {
+        ensure!(
+            self.allow_where(pids, |_, export| export.kind == Kind::Notify
+                && export.owner == owner)?,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "the notify was not exported with aclrtNotifyGetExportKey"
+        );
+        Ok(())
+    }
+
+    /// Adds `pids` (positive, else 107000) to the whitelist of every export `matches` picks;
+    /// whether there was one.
+    fn allow_where(&self, pids: &[i32], matches: impl Fn(&str, &Export) -> bool) -> Res<bool> {
         if let Some(bad) = pids.iter().find(|&&pid| pid <= 0) {
             fail!(ACL_ERROR_RT_PARAM_INVALID, "pid {bad} is not a process id");
         }
-        if let Some(whitelist) = &mut export.whitelist {
-            whitelist.extend_from_slice(pids);
+        let mut exports = lock(&self.exports);
+        let mut found = false;
+        for (key, export) in exports.iter_mut() {
+            if matches(key, export) {
+                found = true;
+                if let Some(whitelist) = &mut export.whitelist {
+                    whitelist.extend_from_slice(pids);
+                }
+            }
         }
-        Ok(())
+        Ok(found)
     }
 
     /// Maps the memory `key` names into this process as device memory; returns the device
     /// pointer of the exported range.
-    pub(crate) fn import(&self, memory: &MemoryMap, key: &str) -> Res<usize> {
-        let pid = exporter_of(key)?;
-        ensure!(
-            pid != own_pid(),
-            ACL_ERROR_RT_PARAM_INVALID,
-            "key {key:?} was exported by this process: use its own device pointer"
-        );
+    pub(crate) fn import_memory(&self, memory: &MemoryMap, key: &str) -> Res<usize> {
         let mut imports = lock(&self.imports);
         ensure!(
             !imports.contains_key(key),
             ACL_ERROR_RT_PARAM_INVALID,
             "key {key:?} is already imported by this process (aclrtIpcMemClose it first)"
         );
-        let (reply, file) = wire::request(pid, key)?;
+        let (reply, file) = fetch(key, Kind::Memory)?;
         let len = reply.len as usize;
-        ensure!(
-            reply
-                .offset
-                .checked_add(reply.size)
-                .is_some_and(|end| end <= reply.len),
-            ACL_ERROR_RT_IPC_ERROR,
-            "the exporting process {pid} answered with an inconsistent range"
-        );
         let base = map_file(&file, len)?;
         memory.adopt(
             base,
@@ -224,8 +280,11 @@ impl Ipc {
             unsafe { libc::munmap(import.base as *mut libc::c_void, import.len) };
             return Ok(());
         }
+        let mut exports = lock(&self.exports);
         ensure!(
-            lock(&self.exports).remove(key).is_some(),
+            exports
+                .remove_entry(key)
+                .is_some_and(|(_, export)| export.kind == Kind::Memory),
             ACL_ERROR_RT_PARAM_INVALID,
             "key {key:?} is neither exported nor imported by this process (or was closed)"
         );
@@ -236,8 +295,13 @@ impl Ipc {
     /// of its keys fail, while processes that imported it keep their mapping.
     pub(crate) fn forget_allocation(&self, base: usize) {
         if lock(&self.files).remove(&base).is_some() {
-            lock(&self.exports).retain(|_, export| export.base != base);
+            self.forget(Kind::Memory, base);
         }
+    }
+
+    /// Withdraws every export of what `owner` names.
+    pub(crate) fn forget(&self, kind: Kind, owner: usize) {
+        lock(&self.exports).retain(|_, export| export.kind != kind || export.owner != owner);
     }
 
     /// Starts the broker thread once per process.
@@ -287,6 +351,7 @@ impl Ipc {
                 Some(export) => (
                     Reply {
                         code: 0,
+                        kind: export.kind as u32,
                         device: export.device,
                         page_size: export.page_size,
                         offset: export.offset as u64,
@@ -304,8 +369,34 @@ impl Ipc {
     }
 }
 
-/// A new, empty shared file for the allocation at `ptr`.
-fn memfd(ptr: usize) -> Res<OwnedFd> {
+/// Asks the exporter of `key` for it, which must share `kind`: its description and file.
+pub(crate) fn fetch(key: &str, kind: Kind) -> Res<(Reply, OwnedFd)> {
+    let pid = exporter_of(key)?;
+    ensure!(
+        pid != own_pid(),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "key {key:?} was exported by this process, which uses what it exported directly"
+    );
+    let (reply, file) = wire::request(pid, key)?;
+    ensure!(
+        reply.kind == kind as u32,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "key {key:?} does not share {}",
+        kind.name()
+    );
+    ensure!(
+        reply
+            .offset
+            .checked_add(reply.size)
+            .is_some_and(|end| end <= reply.len),
+        ACL_ERROR_RT_IPC_ERROR,
+        "the exporting process {pid} answered with an inconsistent range"
+    );
+    Ok((reply, file))
+}
+
+/// A new, empty shared file for `what`.
+fn memfd(what: impl std::fmt::Display) -> Res<OwnedFd> {
     let name = c"npusim-ipc-memory";
     // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new descriptor
     // or -1.
@@ -314,7 +405,7 @@ fn memfd(ptr: usize) -> Res<OwnedFd> {
         return Err(SimError::new(
             ACL_ERROR_RT_MEMORY_ALLOCATION,
             format!(
-                "cannot make {ptr:#x} shareable: memfd_create failed ({})",
+                "cannot share {what}: memfd_create failed ({})",
                 std::io::Error::last_os_error()
             ),
         ));

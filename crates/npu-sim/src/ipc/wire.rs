@@ -31,9 +31,11 @@ pub(super) fn listen(pid: i32) -> std::io::Result<UnixListener> {
 
 /// What the broker tells an importer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Reply {
+pub(crate) struct Reply {
     /// 0 when granted (the file follows), else the ACL code of the refusal.
     pub(super) code: aclError,
+    /// What the key shares ([`super::Kind`] as a number).
+    pub(super) kind: u32,
     /// The exporter's device.
     pub(super) device: i32,
     /// Page size of the exported allocation.
@@ -51,6 +53,7 @@ impl Reply {
     pub(super) fn refusal(code: aclError) -> Self {
         Reply {
             code,
+            kind: 0,
             device: 0,
             page_size: 0,
             offset: 0,
@@ -64,6 +67,7 @@ impl Reply {
         out[0..4].copy_from_slice(&self.code.to_le_bytes());
         out[4..8].copy_from_slice(&self.device.to_le_bytes());
         out[8..12].copy_from_slice(&self.page_size.to_le_bytes());
+        out[12..16].copy_from_slice(&self.kind.to_le_bytes());
         out[16..24].copy_from_slice(&self.offset.to_le_bytes());
         out[24..32].copy_from_slice(&self.size.to_le_bytes());
         out[32..40].copy_from_slice(&self.len.to_le_bytes());
@@ -77,6 +81,7 @@ impl Reply {
             code: word(0) as i32,
             device: word(4) as i32,
             page_size: word(8),
+            kind: word(12),
             offset: long(16),
             size: long(24),
             len: long(32),
@@ -236,6 +241,7 @@ mod tests {
     fn a_reply_survives_its_encoding() {
         let reply = Reply {
             code: -3,
+            kind: 2,
             device: 7,
             page_size: 2 << 20,
             offset: 96,
