@@ -351,14 +351,14 @@ fn memory_group_flows() {
 }
 
 #[test]
-fn ipc_memory_is_shared_with_a_spawned_process_in_c() {
+fn ipc_memory_and_notifies_are_shared_with_a_spawned_process_in_c() {
     let stdout = run(&compile("ipc_flow", &[]));
     assert_eq!(
         stdout,
         "importer pid reported: 1\n\
+         bytes the importer wrote, after its notify: 10000\n\
          importer saw 0 wrong bytes\n\
          importer exit status: 0\n\
-         bytes the importer wrote: 10000\n\
          ipc flow ok\n"
     );
 }
