@@ -35,6 +35,11 @@ struct Peer {
 
 impl Peer {
     fn spawn() -> Peer {
+        Peer::spawn_with(r#"{"devices": 2}"#)
+    }
+
+    /// A peer whose simulator has the configuration `config` (JSON).
+    fn spawn_with(config: &str) -> Peer {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -44,6 +49,7 @@ impl Peer {
                 "--test-threads=1",
             ])
             .env("NPUSIM_IPC_PEER", "1")
+            .env("NPU_SIM_CONFIG", config)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -164,9 +170,11 @@ fn ipc_peer() {
                 let key = c_string(key);
                 say(format!("code {}", code!(aclrtIpcMemClose(key.as_ptr()))));
             }
-            ["export", len, value] => {
+            ["export", device, len, value] => {
                 let len: usize = len.parse().unwrap();
+                set_device(device.parse().unwrap());
                 let dev = malloc(len);
+                set_device(0);
                 upload(dev, &vec![value.parse::<u8>().unwrap(); len]);
                 exported.push(dev as usize);
                 say(export(
@@ -343,8 +351,8 @@ fn an_import_shares_the_exporters_memory_with_a_whitelisted_process_only() {
 fn imported_memory_outlives_the_exporters_free_and_exit() {
     set_device(0);
     let mut peer = Peer::spawn();
-    let freed = peer.ask("export 8192 7");
-    let kept = peer.ask("export 4096 9");
+    let freed = peer.ask("export 0 8192 7");
+    let kept = peer.ask("export 0 4096 9");
     let mut first = ptr::null_mut();
     acl!(aclrtIpcMemImportByKey(
         &mut first,
@@ -647,6 +655,11 @@ fn a_notify_shared_by_key_orders_streams_of_two_processes() {
         peer.code(&format!("import {key} 0")),
         ACL_ERROR_RT_PARAM_INVALID
     );
+    // Memory's close does not withdraw a notify's key.
+    assert_eq!(
+        code!(aclrtIpcMemClose(c_string(&key).as_ptr())),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
     assert_eq!(peer.code(&format!("notify-import {key}")), 0);
 
     // This process waits; only the peer's record can release it.
@@ -825,4 +838,22 @@ fn every_ipc_notify_error_path() {
     acl!(aclrtNotifySetImportPid(notify, p, 1));
     acl!(aclrtDestroyNotify(notify));
     acl!(aclrtDestroyNotify(unexported));
+}
+
+/// Memory of a device this process's simulator does not have cannot be imported (the two
+/// processes were configured with different device counts).
+#[test]
+fn memory_of_a_device_the_importer_lacks_is_refused() {
+    set_device(0);
+    let mut peer = Peer::spawn_with(r#"{"devices": 3}"#);
+    let key = peer.ask("export 2 64 1");
+    let mut dev = ptr::null_mut();
+    assert_eq!(
+        code!(aclrtIpcMemImportByKey(&mut dev, c_string(&key).as_ptr(), 0)),
+        ACL_ERROR_RT_IPC_ERROR,
+        "{}",
+        recent_message()
+    );
+    assert!(dev.is_null());
+    peer.exit();
 }

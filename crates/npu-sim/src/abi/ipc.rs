@@ -114,7 +114,7 @@ pub unsafe extern "C" fn aclrtIpcMemImportByKey(
         )?;
         let sim = sim()?;
         context::current(sim)?.device.check_alive()?;
-        let address = sim.ipc.import_memory(&sim.memory, key)?;
+        let address = sim.ipc.import_memory(&sim.memory, key, sim.devices.len())?;
         write_out(devPtr, "devPtr", address as *mut c_void)
     })
 }

@@ -247,7 +247,14 @@ impl Ipc {
 
     /// Maps the memory `key` names into this process as device memory; returns the device
     /// pointer of the exported range.
-    pub(crate) fn import_memory(&self, memory: &MemoryMap, key: &str) -> Res<usize> {
+    /// `devices` is how many devices this process's simulator has: the exporter's device must
+    /// be one of them.
+    pub(crate) fn import_memory(
+        &self,
+        memory: &MemoryMap,
+        key: &str,
+        devices: usize,
+    ) -> Res<usize> {
         let mut imports = lock(&self.imports);
         ensure!(
             !imports.contains_key(key),
@@ -255,6 +262,13 @@ impl Ipc {
             "key {key:?} is already imported by this process (aclrtIpcMemClose it first)"
         );
         let (reply, file) = fetch(key, Kind::Memory)?;
+        ensure!(
+            usize::try_from(reply.device).is_ok_and(|device| device < devices),
+            ACL_ERROR_RT_IPC_ERROR,
+            "key {key:?} names memory of device {}, which this process's simulator does not \
+             have ({devices} devices)",
+            reply.device
+        );
         let len = reply.len as usize;
         let base = map_file(&file, len)?;
         memory.adopt(
@@ -283,11 +297,12 @@ impl Ipc {
         let mut exports = lock(&self.exports);
         ensure!(
             exports
-                .remove_entry(key)
-                .is_some_and(|(_, export)| export.kind == Kind::Memory),
+                .get(key)
+                .is_some_and(|export| export.kind == Kind::Memory),
             ACL_ERROR_RT_PARAM_INVALID,
             "key {key:?} is neither exported nor imported by this process (or was closed)"
         );
+        exports.remove(key);
         Ok(())
     }
 
