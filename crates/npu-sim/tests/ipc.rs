@@ -122,6 +122,8 @@ fn ipc_peer() {
     let mut imported: usize = 0;
     let mut exported: Vec<usize> = Vec::new();
     let mut notify: aclrtNotify = ptr::null_mut();
+    // The exported physical memory and where it is mapped.
+    let mut vmm: Option<(usize, usize)> = None;
     let say = |answer: String| println!("{TAG}{answer}");
     for line in std::io::stdin().lock().lines().map_while(Result::ok) {
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -188,6 +190,49 @@ fn ipc_peer() {
                     acl!(aclrtFree(dev as *mut c_void));
                 }
                 say("code 0".into());
+            }
+            ["vmm-export", value] => {
+                let mut physical = ptr::null_mut();
+                acl!(aclrtMallocPhysical(
+                    &mut physical,
+                    TWO_MIB,
+                    &physical_prop(),
+                    0
+                ));
+                let va = map_physical(physical);
+                acl!(aclrtMemset(va, TWO_MIB, value.parse().unwrap(), TWO_MIB));
+                let mut shareable = 0u64;
+                acl!(aclrtMemExportToShareableHandle(
+                    physical,
+                    ACL_MEM_HANDLE_TYPE_NONE,
+                    ACL_RT_VMM_EXPORT_FLAG_DEFAULT as u64,
+                    &mut shareable
+                ));
+                vmm = Some((physical as usize, va as usize));
+                say(shareable.to_string());
+            }
+            ["vmm-allow", shareable, pid] => {
+                let mut pid: i32 = pid.parse().unwrap();
+                say(format!(
+                    "code {}",
+                    code!(aclrtMemSetPidToShareableHandle(
+                        shareable.parse().unwrap(),
+                        &mut pid,
+                        1
+                    ))
+                ));
+            }
+            ["vmm-read-tail"] => {
+                let (_, va) = vmm.unwrap();
+                say(hex(&download::<u8>((va + TWO_MIB - 8) as *const c_void, 8)));
+            }
+            ["vmm-free"] => {
+                let (physical, va) = vmm.take().unwrap();
+                unmap_physical(va as *mut c_void);
+                say(format!(
+                    "code {}",
+                    code!(aclrtFreePhysical(physical as aclrtDrvMemHandle))
+                ));
             }
             ["notify-import", key] => {
                 let key = c_string(key);
@@ -856,4 +901,240 @@ fn memory_of_a_device_the_importer_lacks_is_refused() {
     );
     assert!(dev.is_null());
     peer.exit();
+}
+
+const TWO_MIB: usize = 2 << 20;
+
+fn physical_prop() -> aclrtPhysicalMemProp {
+    aclrtPhysicalMemProp {
+        handleType: ACL_MEM_HANDLE_TYPE_NONE,
+        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+        memAttr: ACL_HBM_MEM_HUGE,
+        location: aclrtMemLocation {
+            id: 0,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        reserve: 0,
+    }
+}
+
+/// Reserves addresses for `handle`'s 2 MiB and maps it there.
+fn map_physical(handle: aclrtDrvMemHandle) -> *mut c_void {
+    let mut va = ptr::null_mut();
+    acl!(aclrtReserveMemAddress(
+        &mut va,
+        TWO_MIB,
+        0,
+        ptr::null_mut(),
+        0
+    ));
+    acl!(aclrtMapMem(va, TWO_MIB, 0, handle, 0));
+    va
+}
+
+fn unmap_physical(va: *mut c_void) {
+    acl!(aclrtUnmapMem(va));
+    acl!(aclrtReleaseMemAddress(va));
+}
+
+/// Physical memory shared by a shareable handle: the importer maps it at its own address and
+/// both processes see each other's writes; the whitelist decides who imports; freeing withdraws
+/// the handle, and a handle of an exited exporter fails as an IPC error.
+#[test]
+fn physical_memory_shared_by_a_shareable_handle_is_one_memory_in_two_processes() {
+    set_device(0);
+    let mut pid = 0;
+    acl!(aclrtDeviceGetBareTgid(&mut pid));
+    let mut peer = Peer::spawn();
+    let shareable: u64 = peer.ask("vmm-export 42").parse().unwrap();
+    let mut handle = ptr::null_mut();
+    assert_eq!(
+        code!(aclrtMemImportFromShareableHandle(shareable, 0, &mut handle)),
+        ACL_ERROR_RT_NO_PERMISSION
+    );
+    assert_eq!(peer.code(&format!("vmm-allow {shareable} {pid}")), 0);
+    // Imported on device 1: the exporter's memory is reachable from every device.
+    acl!(aclrtMemImportFromShareableHandle(shareable, 1, &mut handle));
+    let mut again = ptr::null_mut();
+    assert_eq!(
+        code!(aclrtMemImportFromShareableHandle(shareable, 0, &mut again)),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    let mut prop = physical_prop();
+    acl!(aclrtMemGetAllocationPropertiesFromHandle(handle, &mut prop));
+    assert_eq!((prop.location.id, prop.memAttr), (1, ACL_HBM_MEM_HUGE));
+
+    let va = map_physical(handle);
+    assert_eq!(download::<u8>(va, 64), vec![42; 64]);
+    upload(va.wrapping_add(TWO_MIB - 8), &[7u8; 8]);
+    assert_eq!(peer.ask("vmm-read-tail"), hex(&[7u8; 8]));
+    unmap_physical(va);
+    acl!(aclrtFreePhysical(handle));
+    // Freed, it may be imported again.
+    acl!(aclrtMemImportFromShareableHandle(shareable, 0, &mut handle));
+    let va = map_physical(handle);
+
+    // The exporter frees its memory: the handle is withdrawn, what was mapped stays.
+    assert_eq!(peer.code("vmm-free"), 0);
+    assert_eq!(
+        code!(aclrtMemImportFromShareableHandle(shareable, 0, &mut again)),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    assert_eq!(download::<u8>(va.wrapping_add(TWO_MIB - 8), 8), vec![7; 8]);
+    let gone: u64 = peer.ask("vmm-export 1").parse().unwrap();
+    peer.exit();
+    assert_eq!(
+        code!(aclrtMemImportFromShareableHandle(gone, 0, &mut again)),
+        ACL_ERROR_RT_IPC_ERROR
+    );
+    assert!(again.is_null());
+    unmap_physical(va);
+    acl!(aclrtFreePhysical(handle));
+}
+
+/// Every parameter check of the shareable-handle functions.
+#[test]
+fn every_shareable_handle_error_path() {
+    set_device(0);
+    let mut physical = ptr::null_mut();
+    acl!(aclrtMallocPhysical(
+        &mut physical,
+        TWO_MIB,
+        &physical_prop(),
+        0
+    ));
+    let mut freed = ptr::null_mut();
+    acl!(aclrtMallocPhysical(
+        &mut freed,
+        TWO_MIB,
+        &physical_prop(),
+        0
+    ));
+    acl!(aclrtFreePhysical(freed));
+    let mut shareable = 0u64;
+    acl!(aclrtMemExportToShareableHandle(
+        physical,
+        ACL_MEM_HANDLE_TYPE_NONE,
+        0,
+        &mut shareable
+    ));
+    let mut out = 0u64;
+    let mut pid = [1];
+    let p = pid.as_mut_ptr();
+    let mut handle = ptr::null_mut();
+    let none = ACL_MEM_HANDLE_TYPE_NONE;
+    let cases: [(&str, aclError, aclError); 14] = [
+        (
+            "export NULL handle",
+            code!(aclrtMemExportToShareableHandle(
+                ptr::null_mut(),
+                none,
+                0,
+                &mut out
+            )),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "export freed handle",
+            code!(aclrtMemExportToShareableHandle(freed, none, 0, &mut out)),
+            ACL_ERROR_RT_INVALID_HANDLE,
+        ),
+        (
+            "export POSIX type",
+            code!(aclrtMemExportToShareableHandle(
+                physical,
+                ACL_MEM_HANDLE_TYPE_POSIX,
+                0,
+                &mut out
+            )),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "export unknown flag",
+            code!(aclrtMemExportToShareableHandle(physical, none, 2, &mut out)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "export into NULL",
+            code!(aclrtMemExportToShareableHandle(
+                physical,
+                none,
+                0,
+                ptr::null_mut()
+            )),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "export twice",
+            code!(aclrtMemExportToShareableHandle(physical, none, 0, &mut out)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "set pid NULL pid",
+            code!(aclrtMemSetPidToShareableHandle(
+                shareable,
+                ptr::null_mut(),
+                1
+            )),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "set pid num 0",
+            code!(aclrtMemSetPidToShareableHandle(shareable, p, 0)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "set pid not exported",
+            code!(aclrtMemSetPidToShareableHandle(shareable ^ 1, p, 1)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "set pid not a pid",
+            code!(aclrtMemSetPidToShareableHandle(
+                shareable,
+                [0].as_mut_ptr(),
+                1
+            )),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "import into NULL",
+            code!(aclrtMemImportFromShareableHandle(
+                shareable,
+                0,
+                ptr::null_mut()
+            )),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "import on device 99",
+            code!(aclrtMemImportFromShareableHandle(
+                shareable,
+                99,
+                &mut handle
+            )),
+            ACL_ERROR_RT_INVALID_DEVICEID,
+        ),
+        (
+            "import own handle",
+            code!(aclrtMemImportFromShareableHandle(shareable, 0, &mut handle)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "import handle of pid 0",
+            code!(aclrtMemImportFromShareableHandle(7, 0, &mut handle)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+    ];
+    for (case, got, want) in cases {
+        assert_eq!(got, want, "{case}: {}", recent_message());
+    }
+    assert!(handle.is_null());
+    acl!(aclrtMemSetPidToShareableHandle(shareable, p, 1));
+    acl!(aclrtFreePhysical(physical));
+    // Freeing withdrew the shareable handle.
+    assert_eq!(
+        code!(aclrtMemSetPidToShareableHandle(shareable, p, 1)),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
 }

@@ -168,6 +168,8 @@ pub const ACL_EVENT_RECORD_DEFAULT: u32 = 0;
 pub const ACL_EVENT_RECORD_EXTERNAL: u32 = 1;
 pub const ACL_CONTINUE_ON_FAILURE: u32 = 0;
 pub const ACL_STOP_ON_FAILURE: u32 = 1;
+pub const ACL_RT_VMM_EXPORT_FLAG_DEFAULT: u32 = 0;
+pub const ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION: u32 = 1;
 pub const ACL_RT_NOTIFY_EXPORT_FLAG_DEFAULT: u32 = 0;
 pub const ACL_RT_NOTIFY_EXPORT_FLAG_DISABLE_PID_VALIDATION: u32 = 2;
 pub const ACL_RT_NOTIFY_IMPORT_FLAG_DEFAULT: u32 = 0;
@@ -1824,6 +1826,9 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemGetAllocationGranularity(prop: *mut $crate::aclrtPhysicalMemProp, option: $crate::aclrtMemGranularityOptions, granularity: *mut usize) -> $crate::aclError;
                 fn aclrtMemRetainAllocationHandle(virPtr: *mut core::ffi::c_void, handle: *mut $crate::aclrtDrvMemHandle) -> $crate::aclError;
                 fn aclrtMemGetAllocationPropertiesFromHandle(handle: $crate::aclrtDrvMemHandle, prop: *mut $crate::aclrtPhysicalMemProp) -> $crate::aclError;
+                fn aclrtMemExportToShareableHandle(handle: $crate::aclrtDrvMemHandle, handleType: $crate::aclrtMemHandleType, flags: u64, shareableHandle: *mut u64) -> $crate::aclError;
+                fn aclrtMemImportFromShareableHandle(shareableHandle: u64, deviceId: i32, handle: *mut $crate::aclrtDrvMemHandle) -> $crate::aclError;
+                fn aclrtMemSetPidToShareableHandle(shareableHandle: u64, pid: *mut i32, pidNum: usize) -> $crate::aclError;
                 fn aclrtMemAllocManaged(ptr: *mut *mut core::ffi::c_void, size: u64, flag: u32) -> $crate::aclError;
                 fn aclrtMemManagedAdvise(ptr: *const core::ffi::c_void, size: u64, advise: $crate::aclrtMemManagedAdviseType, location: $crate::aclrtMemManagedLocation) -> $crate::aclError;
                 fn aclrtMemManagedPrefetchAsync(ptr: *const core::ffi::c_void, size: usize, location: $crate::aclrtMemManagedLocation, flags: u32, stream: $crate::aclrtStream) -> $crate::aclError;

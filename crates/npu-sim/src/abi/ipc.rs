@@ -86,7 +86,7 @@ pub unsafe extern "C" fn aclrtIpcMemSetImportPid(
         non_null(pid, "pid")?;
         ensure!(num != 0, ACL_ERROR_INVALID_PARAM, "num is 0");
         let pids = array(pid.cast_const(), num, "pid")?;
-        sim()?.ipc.allow(key, pids)
+        sim()?.ipc.allow(key, crate::ipc::Kind::Memory, pids)
     })
 }
 

@@ -37,6 +37,8 @@ pub(crate) enum Kind {
     Memory = 1,
     /// A notify's flag (aclrtNotifyGetExportKey).
     Notify = 2,
+    /// Physical memory of virtual memory management (aclrtMemExportToShareableHandle).
+    Physical = 3,
 }
 
 impl Kind {
@@ -44,6 +46,7 @@ impl Kind {
         match self {
             Kind::Memory => "memory",
             Kind::Notify => "a notify",
+            Kind::Physical => "physical memory",
         }
     }
 }
@@ -59,6 +62,8 @@ struct Export {
     len: usize,
     device: i32,
     page_size: u32,
+    /// Physical memory's memAttr (0 otherwise).
+    attr: u32,
     /// The pids allowed to import it; `None` when exported without pid validation.
     whitelist: Option<Vec<i32>>,
     file: Arc<OwnedFd>,
@@ -79,6 +84,8 @@ pub(crate) struct Ipc {
     /// by all its keys).
     files: Mutex<HashMap<usize, Arc<OwnedFd>>>,
     imports: Mutex<HashMap<String, Import>>,
+    /// The handle each shareable handle was imported as (one per process while it lives).
+    physical_imports: Mutex<HashMap<u64, crate::handle::Handle>>,
     serial: AtomicU64,
     /// Drawn at the first export ([`random_nonce`]).
     nonce: OnceLock<u64>,
@@ -156,17 +163,21 @@ impl Ipc {
             "range {ptr:#x}+{size} runs past the end of its allocation ({base:#x}+{len})"
         );
         let file = lock(&self.files)[&base].clone();
-        self.publish(Export {
-            kind: Kind::Memory,
-            owner: base,
-            offset: ptr - base,
-            size,
-            len,
-            device,
-            page_size,
-            whitelist: validate.then(Vec::new),
-            file,
-        })
+        self.publish(
+            self.new_key(),
+            Export {
+                kind: Kind::Memory,
+                owner: base,
+                offset: ptr - base,
+                size,
+                len,
+                device,
+                page_size,
+                attr: 0,
+                whitelist: validate.then(Vec::new),
+                file,
+            },
+        )
     }
 
     /// Exports the flag of the notify with handle `owner` of `device` under a new key.
@@ -177,22 +188,61 @@ impl Ipc {
         flag: &SharedFlag,
         validate: bool,
     ) -> Res<String> {
-        self.publish(Export {
-            kind: Kind::Notify,
-            owner,
-            offset: 0,
-            size: 4,
-            len: crate::memory::PAGE,
-            device,
-            page_size: crate::memory::PAGE as u32,
-            whitelist: validate.then(Vec::new),
-            file: flag.file().clone(),
-        })
+        self.publish(
+            self.new_key(),
+            Export {
+                kind: Kind::Notify,
+                owner,
+                offset: 0,
+                size: 4,
+                len: crate::memory::PAGE,
+                device,
+                page_size: crate::memory::PAGE as u32,
+                attr: 0,
+                whitelist: validate.then(Vec::new),
+                file: flag.file().clone(),
+            },
+        )
     }
 
-    /// Files `export` under a new key the broker answers for.
-    fn publish(&'static self, export: Export) -> Res<String> {
-        self.start_broker()?;
+    /// Exports the physical memory with handle `owner` under a new shareable handle; one
+    /// export per physical allocation (a second → 107000).
+    pub(crate) fn export_physical(
+        &'static self,
+        owner: usize,
+        physical: &crate::vmm::Physical,
+        validate: bool,
+    ) -> Res<u64> {
+        ensure!(
+            !lock(&self.exports)
+                .values()
+                .any(|export| export.kind == Kind::Physical && export.owner == owner),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "the physical memory is already exported (one shareable handle per handle)"
+        );
+        let low = (*self.nonce.get_or_init(random_nonce) as u32)
+            .wrapping_add(self.serial.fetch_add(1, Ordering::Relaxed) as u32);
+        let shareable = (u64::from(own_pid() as u32) << 32) | u64::from(low);
+        self.publish(
+            shareable_key(shareable),
+            Export {
+                kind: Kind::Physical,
+                owner,
+                offset: 0,
+                size: physical.size,
+                len: physical.bytes(),
+                device: physical.device.id,
+                page_size: physical.granularity as u32,
+                attr: physical.prop.memAttr,
+                whitelist: validate.then(Vec::new),
+                file: physical.file().clone(),
+            },
+        )?;
+        Ok(shareable)
+    }
+
+    /// A new key of this process.
+    fn new_key(&self) -> String {
         let key = format!(
             "{KEY_PREFIX}-{}-{:016x}-{}",
             own_pid(),
@@ -200,15 +250,21 @@ impl Ipc {
             self.serial.fetch_add(1, Ordering::Relaxed)
         );
         debug_assert!(key.len() < KEY_LEN);
+        key
+    }
+
+    /// Files `export` under `key`, which the broker then answers for.
+    fn publish(&'static self, key: String, export: Export) -> Res<String> {
+        self.start_broker()?;
         lock(&self.exports).insert(key.clone(), export);
         Ok(key)
     }
 
-    /// Adds `pids` to the whitelist of a memory key this process exported.
-    pub(crate) fn allow(&self, key: &str, pids: &[i32]) -> Res<()> {
+    /// Adds `pids` to the whitelist of a key of `kind` this process exported.
+    pub(crate) fn allow(&self, key: &str, kind: Kind, pids: &[i32]) -> Res<()> {
         ensure!(
             self.allow_where(pids, |exported, export| exported == key
-                && export.kind == Kind::Memory)?,
+                && export.kind == kind)?,
             ACL_ERROR_RT_PARAM_INVALID,
             "key {key:?} is not exported by this process (or was closed)"
         );
@@ -282,6 +338,30 @@ impl Ipc {
         );
         imports.insert(key.to_owned(), Import { base, len });
         Ok(base + reply.offset as usize)
+    }
+
+    /// Imports the physical memory of a shareable handle: `adopt` records the exporter's file
+    /// as a physical allocation of this process; `alive` says whether an earlier import's
+    /// handle is still in use (then the import is refused, 107000).
+    pub(crate) fn import_physical(
+        &self,
+        shareable: u64,
+        adopt: impl FnOnce(&Reply, OwnedFd) -> Res<crate::handle::Handle>,
+        alive: impl Fn(crate::handle::Handle) -> bool,
+    ) -> Res<crate::handle::Handle> {
+        let mut imported = lock(&self.physical_imports);
+        if let Some(&earlier) = imported.get(&shareable) {
+            ensure!(
+                !alive(earlier),
+                ACL_ERROR_RT_PARAM_INVALID,
+                "shareable handle {shareable:#x} is already imported by this process (free its \
+                 handle with aclrtFreePhysical first)"
+            );
+        }
+        let (reply, file) = fetch(&shareable_key(shareable), Kind::Physical)?;
+        let handle = adopt(&reply, file)?;
+        imported.insert(shareable, handle);
+        Ok(handle)
     }
 
     /// Closes `key` in this process: an import is unmapped once no task touches it; an export
@@ -372,6 +452,7 @@ impl Ipc {
                         offset: export.offset as u64,
                         size: export.size as u64,
                         len: export.len as u64,
+                        attr: export.attr,
                     },
                     Some(export.file.clone()),
                 ),
@@ -382,6 +463,15 @@ impl Ipc {
             }
         }
     }
+}
+
+/// The broker key of a shareable handle: the exporter's pid is its upper half.
+pub(crate) fn shareable_key(shareable: u64) -> String {
+    format!(
+        "{KEY_PREFIX}-{}-shareable-{:08x}",
+        shareable >> 32,
+        shareable as u32
+    )
 }
 
 /// Asks the exporter of `key` for it, which must share `kind`: its description and file.

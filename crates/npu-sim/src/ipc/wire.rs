@@ -17,7 +17,7 @@ use crate::error::{Res, SimError, fail};
 pub(super) const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest request line accepted (a key is at most 64 bytes).
 const MAX_REQUEST: usize = 128;
-const REPLY_LEN: usize = 40;
+const REPLY_LEN: usize = 48;
 
 /// The socket name of the broker of process `pid`.
 fn address(pid: i32) -> std::io::Result<SocketAddr> {
@@ -33,19 +33,21 @@ pub(super) fn listen(pid: i32) -> std::io::Result<UnixListener> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reply {
     /// 0 when granted (the file follows), else the ACL code of the refusal.
-    pub(super) code: aclError,
+    pub(crate) code: aclError,
     /// What the key shares ([`super::Kind`] as a number).
-    pub(super) kind: u32,
+    pub(crate) kind: u32,
     /// The exporter's device.
-    pub(super) device: i32,
+    pub(crate) device: i32,
     /// Page size of the exported allocation.
-    pub(super) page_size: u32,
+    pub(crate) page_size: u32,
     /// Offset of the exported range in the allocation.
-    pub(super) offset: u64,
+    pub(crate) offset: u64,
     /// Length of the exported range.
-    pub(super) size: u64,
+    pub(crate) size: u64,
     /// Length of the whole allocation (what the file holds).
-    pub(super) len: u64,
+    pub(crate) len: u64,
+    /// The memory attribute of shared physical memory (aclrtPhysicalMemProp::memAttr).
+    pub(crate) attr: u32,
 }
 
 impl Reply {
@@ -59,6 +61,7 @@ impl Reply {
             offset: 0,
             size: 0,
             len: 0,
+            attr: 0,
         }
     }
 
@@ -71,6 +74,7 @@ impl Reply {
         out[16..24].copy_from_slice(&self.offset.to_le_bytes());
         out[24..32].copy_from_slice(&self.size.to_le_bytes());
         out[32..40].copy_from_slice(&self.len.to_le_bytes());
+        out[40..44].copy_from_slice(&self.attr.to_le_bytes());
         out
     }
 
@@ -85,6 +89,7 @@ impl Reply {
             offset: long(16),
             size: long(24),
             len: long(32),
+            attr: word(40),
         }
     }
 }
@@ -247,6 +252,7 @@ mod tests {
             offset: 96,
             size: u64::MAX,
             len: 1 << 40,
+            attr: 9,
         };
         assert_eq!(Reply::decode(&reply.encode()), reply);
     }
