@@ -211,6 +211,26 @@ fn ipc_peer() {
                 vmm = Some((physical as usize, va as usize));
                 say(shareable.to_string());
             }
+            ["vmm-export-v2", value] => {
+                let mut physical = ptr::null_mut();
+                acl!(aclrtMallocPhysical(
+                    &mut physical,
+                    TWO_MIB,
+                    &physical_prop(),
+                    0
+                ));
+                let va = map_physical(physical);
+                acl!(aclrtMemset(va, TWO_MIB, value.parse().unwrap(), TWO_MIB));
+                let mut shareable = 0u64;
+                acl!(aclrtMemExportToShareableHandleV2(
+                    physical,
+                    ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION as u64,
+                    ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT,
+                    (&raw mut shareable).cast()
+                ));
+                vmm = Some((physical as usize, va as usize));
+                say(shareable.to_string());
+            }
             ["vmm-allow", shareable, pid] => {
                 let mut pid: i32 = pid.parse().unwrap();
                 say(format!(
@@ -1137,4 +1157,161 @@ fn every_shareable_handle_error_path() {
         code!(aclrtMemSetPidToShareableHandle(shareable, p, 1)),
         ACL_ERROR_RT_PARAM_INVALID
     );
+}
+
+/// The V2 forms share the same way, the handle behind a pointer; the import makes a handle of
+/// the current device.
+#[test]
+fn the_v2_shareable_handle_forms_share_physical_memory_too() {
+    set_device(1);
+    let mut peer = Peer::spawn();
+    let mut shareable: u64 = peer.ask("vmm-export-v2 9").parse().unwrap();
+    let mut handle = ptr::null_mut();
+    acl!(aclrtMemImportFromShareableHandleV2(
+        (&raw mut shareable).cast(),
+        ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT,
+        0,
+        &mut handle
+    ));
+    let mut prop = physical_prop();
+    acl!(aclrtMemGetAllocationPropertiesFromHandle(handle, &mut prop));
+    assert_eq!(prop.location.id, 1);
+    let va = map_physical(handle);
+    assert_eq!(download::<u8>(va, 16), vec![9; 16]);
+    unmap_physical(va);
+    acl!(aclrtFreePhysical(handle));
+    assert_eq!(peer.code("vmm-free"), 0);
+    peer.exit();
+}
+
+/// Every parameter check the V2 forms add: the share type, the handle pointer, the flags.
+#[test]
+fn every_v2_shareable_handle_error_path() {
+    set_device(0);
+    let mut physical = ptr::null_mut();
+    acl!(aclrtMallocPhysical(
+        &mut physical,
+        TWO_MIB,
+        &physical_prop(),
+        0
+    ));
+    let mut shareable = 0u64;
+    let s = (&raw mut shareable).cast::<c_void>();
+    let default = ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT;
+    let fabric = ACL_MEM_SHARE_HANDLE_TYPE_FABRIC;
+    let mut pid = [1];
+    let p = pid.as_mut_ptr();
+    let mut handle = ptr::null_mut();
+    let cases: [(&str, aclError, aclError); 11] = [
+        (
+            "export FABRIC",
+            code!(aclrtMemExportToShareableHandleV2(physical, 0, fabric, s)),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            "export unknown type",
+            code!(aclrtMemExportToShareableHandleV2(physical, 0, 7, s)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "export NULL handle",
+            code!(aclrtMemExportToShareableHandleV2(
+                ptr::null_mut(),
+                0,
+                default,
+                s
+            )),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "export into NULL",
+            code!(aclrtMemExportToShareableHandleV2(
+                physical,
+                0,
+                default,
+                ptr::null_mut()
+            )),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "export unknown flag",
+            code!(aclrtMemExportToShareableHandleV2(physical, 4, default, s)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "set pid NULL handle",
+            code!(aclrtMemSetPidToShareableHandleV2(
+                ptr::null_mut(),
+                default,
+                p,
+                1
+            )),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "set pid FABRIC",
+            code!(aclrtMemSetPidToShareableHandleV2(s, fabric, p, 1)),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            "import NULL shareable",
+            code!(aclrtMemImportFromShareableHandleV2(
+                ptr::null_mut(),
+                default,
+                0,
+                &mut handle
+            )),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "import FABRIC",
+            code!(aclrtMemImportFromShareableHandleV2(
+                s,
+                fabric,
+                0,
+                &mut handle
+            )),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            "import flags 1",
+            code!(aclrtMemImportFromShareableHandleV2(
+                s,
+                default,
+                1,
+                &mut handle
+            )),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "import into NULL",
+            code!(aclrtMemImportFromShareableHandleV2(
+                s,
+                default,
+                0,
+                ptr::null_mut()
+            )),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+    ];
+    for (case, got, want) in cases {
+        assert_eq!(got, want, "{case}: {}", recent_message());
+    }
+    acl!(aclrtMemExportToShareableHandleV2(physical, 0, default, s));
+    acl!(aclrtMemSetPidToShareableHandleV2(s, default, p, 1));
+    let shareable_addr = s as usize;
+    let without_context = std::thread::spawn(move || {
+        let mut handle = ptr::null_mut();
+        code!(aclrtMemImportFromShareableHandleV2(
+            shareable_addr as *mut c_void,
+            ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT,
+            0,
+            &mut handle
+        ))
+    })
+    .join()
+    .unwrap();
+    assert_eq!(without_context, ACL_ERROR_RT_CONTEXT_NULL);
+    assert!(handle.is_null());
+    acl!(aclrtFreePhysical(physical));
 }

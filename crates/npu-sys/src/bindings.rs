@@ -1296,6 +1296,30 @@ pub type aclrtMemAllocationType = core::ffi::c_uint;
 pub const ACL_MEM_HANDLE_TYPE_NONE: aclrtMemHandleType = 0;
 pub const ACL_MEM_HANDLE_TYPE_POSIX: aclrtMemHandleType = 2;
 pub type aclrtMemHandleType = core::ffi::c_uint;
+pub const ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT: aclrtMemSharedHandleType = 1;
+pub const ACL_MEM_SHARE_HANDLE_TYPE_FABRIC: aclrtMemSharedHandleType = 2;
+pub type aclrtMemSharedHandleType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtMemFabricHandle {
+    pub data: [u8; 128usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemFabricHandle"][::std::mem::size_of::<aclrtMemFabricHandle>() - 128usize];
+    ["Alignment of aclrtMemFabricHandle"][::std::mem::align_of::<aclrtMemFabricHandle>() - 1usize];
+    ["Offset of field: aclrtMemFabricHandle::data"]
+        [::std::mem::offset_of!(aclrtMemFabricHandle, data) - 0usize];
+};
+impl Default for aclrtMemFabricHandle {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct aclrtPhysicalMemProp {
@@ -1829,6 +1853,9 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemExportToShareableHandle(handle: $crate::aclrtDrvMemHandle, handleType: $crate::aclrtMemHandleType, flags: u64, shareableHandle: *mut u64) -> $crate::aclError;
                 fn aclrtMemImportFromShareableHandle(shareableHandle: u64, deviceId: i32, handle: *mut $crate::aclrtDrvMemHandle) -> $crate::aclError;
                 fn aclrtMemSetPidToShareableHandle(shareableHandle: u64, pid: *mut i32, pidNum: usize) -> $crate::aclError;
+                fn aclrtMemExportToShareableHandleV2(handle: $crate::aclrtDrvMemHandle, flags: u64, shareType: $crate::aclrtMemSharedHandleType, shareableHandle: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtMemImportFromShareableHandleV2(shareableHandle: *mut core::ffi::c_void, shareType: $crate::aclrtMemSharedHandleType, flags: u64, handle: *mut $crate::aclrtDrvMemHandle) -> $crate::aclError;
+                fn aclrtMemSetPidToShareableHandleV2(shareableHandle: *mut core::ffi::c_void, shareType: $crate::aclrtMemSharedHandleType, pid: *mut i32, pidNum: usize) -> $crate::aclError;
                 fn aclrtMemAllocManaged(ptr: *mut *mut core::ffi::c_void, size: u64, flag: u32) -> $crate::aclError;
                 fn aclrtMemManagedAdvise(ptr: *const core::ffi::c_void, size: u64, advise: $crate::aclrtMemManagedAdviseType, location: $crate::aclrtMemManagedLocation) -> $crate::aclError;
                 fn aclrtMemManagedPrefetchAsync(ptr: *const core::ffi::c_void, size: usize, location: $crate::aclrtMemManagedLocation, flags: u32, stream: $crate::aclrtStream) -> $crate::aclError;
