@@ -67,6 +67,7 @@ mod handle;
 mod hardware;
 mod host_task;
 mod indirect;
+mod ipc;
 mod lifecycle;
 mod memory;
 mod model_ri;

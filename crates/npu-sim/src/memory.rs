@@ -4,6 +4,7 @@
 use std::alloc::Layout;
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -161,11 +162,13 @@ fn munlock(ptr: usize, len: usize) {
     unsafe { libc::munlock(ptr as *const libc::c_void, len) };
 }
 
-/// Allocates `len` zeroed bytes, 64-byte aligned; large (or page-locked) blocks are mapped so
-/// untouched pages cost nothing. Page-locked blocks are committed (no MAP_NORESERVE), so the
-/// kernel refuses what it cannot back instead of killing the process when they are touched.
-fn allocate(len: usize, pinned: bool) -> Option<(usize, Backing)> {
-    if pinned || len >= MAP_THRESHOLD {
+/// Allocates `len` zeroed bytes, 64-byte aligned; large, page-locked and device blocks are
+/// mapped so untouched pages cost nothing (and a device block can be shared with another
+/// process page by page, [`MemoryMap::share`]). Page-locked blocks are committed (no
+/// MAP_NORESERVE), so the kernel refuses what it cannot back instead of killing the process
+/// when they are touched.
+fn allocate(len: usize, pinned: bool, device: bool) -> Option<(usize, Backing)> {
+    if pinned || device || len >= MAP_THRESHOLD {
         let reserve = if pinned { 0 } else { libc::MAP_NORESERVE };
         // SAFETY: an anonymous private mapping with no address hint has no preconditions.
         let ptr = unsafe {
@@ -203,6 +206,63 @@ fn release(base: usize, alloc: &Allocation) {
     }
 }
 
+/// Copies the non-zero pages of `[base, base+len)` into `file` and maps the file shared over
+/// the range. Zero pages stay holes of the file: reading an untouched page of a lazily
+/// committed mapping commits nothing, so a large, mostly untouched allocation stays cheap.
+fn move_into_file(base: usize, len: usize, file: &OwnedFd) -> Res<()> {
+    let pages = len.div_ceil(PAGE) * PAGE;
+    let io = |what: &str| {
+        crate::error::SimError::new(
+            ACL_ERROR_RT_MEMORY_ALLOCATION,
+            format!(
+                "cannot make {base:#x}+{len} shareable: {what} failed ({})",
+                std::io::Error::last_os_error()
+            ),
+        )
+    };
+    // SAFETY: ftruncate on a file descriptor this process owns.
+    if unsafe { libc::ftruncate(file.as_raw_fd(), pages as libc::off_t) } != 0 {
+        return Err(io("sizing the shared file"));
+    }
+    for offset in (0..len).step_by(PAGE) {
+        let chunk = PAGE.min(len - offset);
+        // SAFETY: the range is a live mapping of this allocation of at least `len` bytes, and
+        // no task writes it meanwhile (the caller holds the map's lock with no lease out).
+        let page = unsafe { std::slice::from_raw_parts((base + offset) as *const u8, chunk) };
+        if page.iter().all(|&byte| byte == 0) {
+            continue;
+        }
+        // SAFETY: writes `chunk` readable bytes into a file this process owns.
+        let written = unsafe {
+            libc::pwrite(
+                file.as_raw_fd(),
+                page.as_ptr().cast(),
+                chunk,
+                offset as libc::off_t,
+            )
+        };
+        if written != chunk as isize {
+            return Err(io("copying into the shared file"));
+        }
+    }
+    // SAFETY: replaces the allocation's own private pages (page-aligned, mapped by `allocate`)
+    // with the file holding the same bytes; nothing else lives in that range.
+    let mapped = unsafe {
+        libc::mmap(
+            base as *mut libc::c_void,
+            pages,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if mapped == libc::MAP_FAILED {
+        return Err(io("mapping the shared file"));
+    }
+    Ok(())
+}
+
 impl MemoryMap {
     /// An empty map whose pinned host memory is capped at `pinned_limit` bytes.
     pub(crate) fn new(pinned_limit: u64) -> Self {
@@ -236,7 +296,8 @@ impl MemoryMap {
         if pinned {
             self.reserve_pinned(len as u64)?;
         }
-        let Some((base, backing)) = allocate(len, pinned) else {
+        let device = matches!(kind, AllocKind::Device { .. });
+        let Some((base, backing)) = allocate(len, pinned, device) else {
             if pinned {
                 self.pinned_bytes.fetch_sub(len as u64, Ordering::AcqRel);
             }
@@ -299,6 +360,37 @@ impl MemoryMap {
             self.pinned_allocations.fetch_sub(1, Ordering::Relaxed);
         }
         Ok(alloc.kind)
+    }
+
+    /// Makes the device allocation holding `ptr` shareable with other processes: its bytes move
+    /// into `file` (a memfd sized to the allocation's pages), which is then mapped shared over
+    /// the allocation's own range, so its address does not change. Done while no task touches
+    /// the allocation (leases are waited for, and new ones wait on the map's lock). Returns
+    /// (base, length, kind).
+    pub(crate) fn share(&self, ptr: usize, file: &OwnedFd) -> Res<(usize, usize, AllocKind)> {
+        loop {
+            let map = write(&self.allocations);
+            let Some((base, alloc)) = find(&map, ptr) else {
+                fail!(
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    "{ptr:#x} is not in a live device allocation"
+                );
+            };
+            ensure!(
+                matches!(alloc.kind, AllocKind::Device { .. })
+                    && matches!(alloc.backing, Backing::Mapped),
+                ACL_ERROR_RT_PARAM_INVALID,
+                "{ptr:#x} is not in memory allocated with aclrtMalloc"
+            );
+            if alloc.users.load(Ordering::Acquire) != 0 {
+                let alloc = alloc.clone();
+                drop(map);
+                alloc.wait_idle();
+                continue;
+            }
+            move_into_file(base, alloc.len, file)?;
+            return Ok((base, alloc.len, alloc.kind));
+        }
     }
 
     /// Records `len` bytes the caller mapped at `base` (anonymous, private, zero-filled) as an

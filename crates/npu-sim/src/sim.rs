@@ -49,6 +49,7 @@ pub(crate) struct Sim {
     pub(crate) advice: Advice,
     pub(crate) allocators: Allocators,
     pub(crate) reports: Reports,
+    pub(crate) ipc: crate::ipc::Ipc,
 }
 
 impl Sim {
@@ -90,6 +91,7 @@ impl Sim {
             advice: Advice::default(),
             allocators: Allocators::new(),
             reports: Reports::default(),
+            ipc: crate::ipc::Ipc::default(),
         }
     }
 

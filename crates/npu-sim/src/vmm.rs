@@ -32,11 +32,14 @@ pub(crate) struct Physical {
     pub(crate) device: Arc<Device>,
     /// The size the caller asked for (a mapping must have exactly this size).
     pub(crate) size: usize,
-    /// The size allocated and counted against the device: `size` rounded to `granularity`.
+    /// The size allocated: `size` rounded to `granularity`.
     bytes: usize,
+    /// The bytes counted against the device (0 for memory imported from another process,
+    /// which the exporter's device holds).
+    accounted: usize,
     pub(crate) granularity: usize,
     pub(crate) prop: aclrtPhysicalMemProp,
-    memfd: OwnedFd,
+    memfd: Arc<OwnedFd>,
     /// Outstanding handle references (aclrtMallocPhysical, aclrtMemRetainAllocationHandle)
     /// and the handle they refer to (retired when they reach 0).
     refs: Mutex<(u32, Handle)>,
@@ -45,7 +48,19 @@ pub(crate) struct Physical {
 impl Drop for Physical {
     fn drop(&mut self) {
         // The last handle reference and the last mapping are gone.
-        self.device.unreserve(self.bytes as u64);
+        self.device.unreserve(self.accounted as u64);
+    }
+}
+
+impl Physical {
+    /// The memory's file, to share it with another process.
+    pub(crate) fn file(&self) -> &Arc<OwnedFd> {
+        &self.memfd
+    }
+
+    /// The allocated size (the file's).
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
     }
 }
 
@@ -207,11 +222,12 @@ impl Vmm {
             );
         }
         // SAFETY: a new descriptor nothing else owns.
-        let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let memfd = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
         let physical = Physical {
             device: device.clone(),
             size,
             bytes,
+            accounted: bytes,
             granularity,
             prop,
             memfd,
@@ -224,10 +240,38 @@ impl Vmm {
                 "{bytes} bytes of physical memory could not be allocated"
             );
         }
+        self.insert(physical)
+    }
+
+    fn insert(&self, physical: Physical) -> Res<Handle> {
         let physical = Arc::new(physical);
         let handle = self.physical.insert(physical.clone())?;
         lock(&physical.refs).1 = handle;
         Ok(handle)
+    }
+
+    /// Records physical memory another process exported (its memfd, `bytes` long, of which
+    /// the exporter asked for `size`) as a physical allocation of `device` in this process,
+    /// not counted against the device.
+    pub(crate) fn adopt(
+        &self,
+        device: &Arc<Device>,
+        size: usize,
+        bytes: usize,
+        granularity: usize,
+        prop: aclrtPhysicalMemProp,
+        memfd: Arc<OwnedFd>,
+    ) -> Res<Handle> {
+        self.insert(Physical {
+            device: device.clone(),
+            size,
+            bytes,
+            accounted: 0,
+            granularity,
+            prop,
+            memfd,
+            refs: Mutex::new((1, 0)),
+        })
     }
 
     pub(crate) fn resolve(&self, handle: Handle) -> Res<Arc<Physical>> {

@@ -486,3 +486,16 @@ fn a_captured_pipeline_replays_in_c_and_cxx() {
         assert_eq!(run(&compile_as("capture_flow", lang, &[])), expected);
     }
 }
+
+#[test]
+fn ipc_memory_and_notifies_are_shared_with_a_spawned_process_in_c() {
+    let stdout = run(&compile("ipc_flow", &[]));
+    assert_eq!(
+        stdout,
+        "importer pid reported: 1\n\
+         bytes the importer wrote, after its notify: 10000\n\
+         importer saw 0 wrong bytes\n\
+         importer exit status: 0\n\
+         ipc flow ok\n"
+    );
+}

@@ -168,6 +168,16 @@ pub const ACL_EVENT_RECORD_DEFAULT: u32 = 0;
 pub const ACL_EVENT_RECORD_EXTERNAL: u32 = 1;
 pub const ACL_CONTINUE_ON_FAILURE: u32 = 0;
 pub const ACL_STOP_ON_FAILURE: u32 = 1;
+pub const ACL_RT_VMM_EXPORT_FLAG_DEFAULT: u32 = 0;
+pub const ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION: u32 = 1;
+pub const ACL_RT_NOTIFY_EXPORT_FLAG_DEFAULT: u32 = 0;
+pub const ACL_RT_NOTIFY_EXPORT_FLAG_DISABLE_PID_VALIDATION: u32 = 2;
+pub const ACL_RT_NOTIFY_IMPORT_FLAG_DEFAULT: u32 = 0;
+pub const ACL_RT_NOTIFY_IMPORT_FLAG_ENABLE_PEER_ACCESS: u32 = 2;
+pub const ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT: u32 = 0;
+pub const ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION: u32 = 1;
+pub const ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT: u32 = 0;
+pub const ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS: u32 = 1;
 pub const ACL_HOST_REG_MAPPED: u32 = 2;
 pub const ACL_HOST_REG_IOMEMORY: u32 = 4;
 pub const ACL_HOST_REG_READONLY: u32 = 8;
@@ -175,6 +185,10 @@ pub const ACL_HOST_REG_PINNED: u32 = 268435456;
 pub const ACL_RT_BINARY_MAGIC_ELF_AICORE: u32 = 1129660997;
 pub const ACL_RT_BINARY_MAGIC_ELF_VECTOR_CORE: u32 = 1094799942;
 pub const ACL_RT_BINARY_MAGIC_ELF_CUBE_CORE: u32 = 1095320387;
+pub const ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO: u32 = 0;
+pub const ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_HCCS: u32 = 1;
+pub const ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_ONE_PORT_PATH: u32 = 2;
+pub const ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_MULTI_PORT_PATH: u32 = 3;
 pub const ACL_RT_MEM_TYPE_DEV: u32 = 2;
 pub const ACL_RT_MEM_TYPE_DVPP: u32 = 8;
 pub const ACL_RT_MEM_TYPE_RSVD: u32 = 16;
@@ -647,6 +661,33 @@ impl Default for aclrtMallocConfig {
         }
     }
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtServerPid {
+    pub sdid: u32,
+    pub pid: *mut i32,
+    pub num: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtServerPid"][::std::mem::size_of::<aclrtServerPid>() - 24usize];
+    ["Alignment of aclrtServerPid"][::std::mem::align_of::<aclrtServerPid>() - 8usize];
+    ["Offset of field: aclrtServerPid::sdid"]
+        [::std::mem::offset_of!(aclrtServerPid, sdid) - 0usize];
+    ["Offset of field: aclrtServerPid::pid"][::std::mem::offset_of!(aclrtServerPid, pid) - 8usize];
+    ["Offset of field: aclrtServerPid::num"][::std::mem::offset_of!(aclrtServerPid, num) - 16usize];
+};
+impl Default for aclrtServerPid {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_RT_IPC_MEM_ATTR_ACCESS_LINK: aclrtIpcMemAttrType = 0;
+pub type aclrtIpcMemAttrType = core::ffi::c_uint;
 pub const ACL_RT_ENGINE_TYPE_AIC: aclrtEngineType = 0;
 pub const ACL_RT_ENGINE_TYPE_AIV: aclrtEngineType = 1;
 pub type aclrtEngineType = core::ffi::c_uint;
@@ -1361,6 +1402,30 @@ pub type aclrtMemAllocationType = core::ffi::c_uint;
 pub const ACL_MEM_HANDLE_TYPE_NONE: aclrtMemHandleType = 0;
 pub const ACL_MEM_HANDLE_TYPE_POSIX: aclrtMemHandleType = 2;
 pub type aclrtMemHandleType = core::ffi::c_uint;
+pub const ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT: aclrtMemSharedHandleType = 1;
+pub const ACL_MEM_SHARE_HANDLE_TYPE_FABRIC: aclrtMemSharedHandleType = 2;
+pub type aclrtMemSharedHandleType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtMemFabricHandle {
+    pub data: [u8; 128usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemFabricHandle"][::std::mem::size_of::<aclrtMemFabricHandle>() - 128usize];
+    ["Alignment of aclrtMemFabricHandle"][::std::mem::align_of::<aclrtMemFabricHandle>() - 1usize];
+    ["Offset of field: aclrtMemFabricHandle::data"]
+        [::std::mem::offset_of!(aclrtMemFabricHandle, data) - 0usize];
+};
+impl Default for aclrtMemFabricHandle {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct aclrtPhysicalMemProp {
@@ -1883,6 +1948,10 @@ macro_rules! for_each_acl_function {
                 fn aclrtCntNotifyWaitWithTimeout(cntNotify: $crate::aclrtCntNotify, stream: $crate::aclrtStream, info: *mut $crate::aclrtCntNotifyWaitInfo) -> $crate::aclError;
                 fn aclrtCntNotifyReset(cntNotify: $crate::aclrtCntNotify, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtCntNotifyGetId(cntNotify: $crate::aclrtCntNotify, notifyId: *mut u32) -> $crate::aclError;
+                fn aclrtNotifyGetExportKey(notify: $crate::aclrtNotify, key: *mut core::ffi::c_char, len: usize, flags: u64) -> $crate::aclError;
+                fn aclrtNotifyImportByKey(notify: *mut $crate::aclrtNotify, key: *const core::ffi::c_char, flags: u64) -> $crate::aclError;
+                fn aclrtNotifySetImportPid(notify: $crate::aclrtNotify, pid: *mut i32, num: usize) -> $crate::aclError;
+                fn aclrtNotifySetImportPidInterServer(notify: $crate::aclrtNotify, serverPids: *mut $crate::aclrtServerPid, num: usize) -> $crate::aclError;
                 fn aclrtValueWrite(devAddr: *mut core::ffi::c_void, value: u64, flag: u32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtValueWait(devAddr: *mut core::ffi::c_void, value: u64, flag: u32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetThreadLastTaskId(taskId: *mut u32) -> $crate::aclError;
@@ -1919,6 +1988,12 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemcpyBatchAsync(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize, failIndex: *mut usize, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtMemcpyBatchV2(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize) -> $crate::aclError;
                 fn aclrtMemcpyBatchAsyncV2(dsts: *mut *mut core::ffi::c_void, destMaxs: *mut usize, srcs: *mut *mut core::ffi::c_void, sizes: *mut usize, numBatches: usize, attrs: *mut $crate::aclrtMemcpyBatchAttr, attrsIndexes: *mut usize, numAttrs: usize, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtIpcMemGetExportKey(devPtr: *mut core::ffi::c_void, size: usize, key: *mut core::ffi::c_char, len: usize, flags: u64) -> $crate::aclError;
+                fn aclrtIpcMemClose(key: *const core::ffi::c_char) -> $crate::aclError;
+                fn aclrtIpcMemImportByKey(devPtr: *mut *mut core::ffi::c_void, key: *const core::ffi::c_char, flags: u64) -> $crate::aclError;
+                fn aclrtIpcMemSetImportPid(key: *const core::ffi::c_char, pid: *mut i32, num: usize) -> $crate::aclError;
+                fn aclrtIpcMemSetAttr(key: *const core::ffi::c_char, type_: $crate::aclrtIpcMemAttrType, attr: u64) -> $crate::aclError;
+                fn aclrtIpcMemImportPidInterServer(key: *const core::ffi::c_char, serverPids: *mut $crate::aclrtServerPid, num: usize) -> $crate::aclError;
                 fn aclrtReserveMemAddress(virPtr: *mut *mut core::ffi::c_void, size: usize, alignment: usize, expectPtr: *mut core::ffi::c_void, flags: u64) -> $crate::aclError;
                 fn aclrtReleaseMemAddress(virPtr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtMallocPhysical(handle: *mut $crate::aclrtDrvMemHandle, size: usize, prop: *const $crate::aclrtPhysicalMemProp, flags: u64) -> $crate::aclError;
@@ -1933,6 +2008,12 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemGetAllocationGranularity(prop: *mut $crate::aclrtPhysicalMemProp, option: $crate::aclrtMemGranularityOptions, granularity: *mut usize) -> $crate::aclError;
                 fn aclrtMemRetainAllocationHandle(virPtr: *mut core::ffi::c_void, handle: *mut $crate::aclrtDrvMemHandle) -> $crate::aclError;
                 fn aclrtMemGetAllocationPropertiesFromHandle(handle: $crate::aclrtDrvMemHandle, prop: *mut $crate::aclrtPhysicalMemProp) -> $crate::aclError;
+                fn aclrtMemExportToShareableHandle(handle: $crate::aclrtDrvMemHandle, handleType: $crate::aclrtMemHandleType, flags: u64, shareableHandle: *mut u64) -> $crate::aclError;
+                fn aclrtMemImportFromShareableHandle(shareableHandle: u64, deviceId: i32, handle: *mut $crate::aclrtDrvMemHandle) -> $crate::aclError;
+                fn aclrtMemSetPidToShareableHandle(shareableHandle: u64, pid: *mut i32, pidNum: usize) -> $crate::aclError;
+                fn aclrtMemExportToShareableHandleV2(handle: $crate::aclrtDrvMemHandle, flags: u64, shareType: $crate::aclrtMemSharedHandleType, shareableHandle: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtMemImportFromShareableHandleV2(shareableHandle: *mut core::ffi::c_void, shareType: $crate::aclrtMemSharedHandleType, flags: u64, handle: *mut $crate::aclrtDrvMemHandle) -> $crate::aclError;
+                fn aclrtMemSetPidToShareableHandleV2(shareableHandle: *mut core::ffi::c_void, shareType: $crate::aclrtMemSharedHandleType, pid: *mut i32, pidNum: usize) -> $crate::aclError;
                 fn aclrtMemAllocManaged(ptr: *mut *mut core::ffi::c_void, size: u64, flag: u32) -> $crate::aclError;
                 fn aclrtMemManagedAdvise(ptr: *const core::ffi::c_void, size: u64, advise: $crate::aclrtMemManagedAdviseType, location: $crate::aclrtMemManagedLocation) -> $crate::aclError;
                 fn aclrtMemManagedPrefetchAsync(ptr: *const core::ffi::c_void, size: usize, location: $crate::aclrtMemManagedLocation, flags: u32, stream: $crate::aclrtStream) -> $crate::aclError;

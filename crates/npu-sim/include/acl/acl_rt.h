@@ -48,6 +48,24 @@ extern "C" {
 #define ACL_CONTINUE_ON_FAILURE 0x00000000U
 #define ACL_STOP_ON_FAILURE 0x00000001U
 
+/* ---- shareable handle export flags (aclrtMemExportToShareableHandle) ---- */
+#define ACL_RT_VMM_EXPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION 0x1UL
+
+/* ---- IPC notify flags (aclrtNotifyGetExportKey, aclrtNotifyImportByKey) ---- */
+#define ACL_RT_NOTIFY_EXPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_NOTIFY_EXPORT_FLAG_DISABLE_PID_VALIDATION 0x02UL
+
+#define ACL_RT_NOTIFY_IMPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_NOTIFY_IMPORT_FLAG_ENABLE_PEER_ACCESS 0x02UL
+
+/* ---- IPC memory sharing flags (aclrtIpcMemGetExportKey, aclrtIpcMemImportByKey) ---- */
+#define ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION 0x1UL
+
+#define ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS 0x1UL
+
 /* ---- aclrtHostRegisterV2 flags ---- */
 #define ACL_HOST_REG_MAPPED 0x2UL
 #define ACL_HOST_REG_IOMEMORY 0x4UL
@@ -248,6 +266,23 @@ typedef struct {
     aclrtMallocAttribute *attrs;
     size_t numAttrs;
 } aclrtMallocConfig;
+
+/* A whitelist of the processes of one server of a super node (aclrtIpcMemImportPidInterServer). */
+typedef struct {
+    uint32_t sdid;
+    int32_t *pid;
+    size_t num;
+} aclrtServerPid;
+
+/* aclrtIpcMemSetAttr: the link used across the two dies (ACL_RT_IPC_MEM_ATTR_ACCESS_LINK). */
+#define ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO 0
+#define ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_HCCS 1
+#define ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_ONE_PORT_PATH 2
+#define ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_MULTI_PORT_PATH 3
+
+typedef enum {
+    ACL_RT_IPC_MEM_ATTR_ACCESS_LINK,
+} aclrtIpcMemAttrType;
 
 typedef enum {
     ACL_RT_ENGINE_TYPE_AIC = 0,
@@ -973,6 +1008,16 @@ ACL_FUNC_VISIBILITY aclError aclrtCntNotifyWaitWithTimeout(aclrtCntNotify cntNot
                                                            aclrtCntNotifyWaitInfo *info);
 ACL_FUNC_VISIBILITY aclError aclrtCntNotifyReset(aclrtCntNotify cntNotify, aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtCntNotifyGetId(aclrtCntNotify cntNotify, uint32_t *notifyId);
+/* IPC notifies: the exporter turns a notify into a key (65 bytes with its NUL) and whitelists
+ * the importers' pids (unless exported with ACL_RT_NOTIFY_EXPORT_FLAG_DISABLE_PID_VALIDATION);
+ * an importer gets a notify of its own by the key, whose records the exporter's waits see.
+ * Every process destroys its notify. */
+ACL_FUNC_VISIBILITY aclError aclrtNotifyGetExportKey(aclrtNotify notify, char *key, size_t len, uint64_t flags);
+ACL_FUNC_VISIBILITY aclError aclrtNotifyImportByKey(aclrtNotify *notify, const char *key, uint64_t flags);
+ACL_FUNC_VISIBILITY aclError aclrtNotifySetImportPid(aclrtNotify notify, int32_t *pid, size_t num);
+/* Atlas A3 only: ACL_ERROR_RT_FEATURE_NOT_SUPPORT on the simulated A2 device. */
+ACL_FUNC_VISIBILITY aclError aclrtNotifySetImportPidInterServer(aclrtNotify notify, aclrtServerPid *serverPids,
+                                                                size_t num);
 
 /* Stream memory operations on an 8-byte aligned 64-bit word of device memory. */
 ACL_FUNC_VISIBILITY aclError aclrtValueWrite(void *devAddr, uint64_t value, uint32_t flag, aclrtStream stream);
@@ -1111,6 +1156,15 @@ typedef enum aclrtMemHandleType {
     ACL_MEM_HANDLE_TYPE_POSIX = 2,
 } aclrtMemHandleType;
 
+typedef enum aclrtMemSharedHandleType {
+    ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT = 0x1,
+    ACL_MEM_SHARE_HANDLE_TYPE_FABRIC = 0x2,
+} aclrtMemSharedHandleType;
+
+typedef struct aclrtMemFabricHandle {
+    uint8_t data[128];
+} aclrtMemFabricHandle;
+
 /* The properties of physical memory (aclrtMallocPhysical): on the simulator, device memory. */
 typedef struct aclrtPhysicalMemProp {
     aclrtMemHandleType handleType;
@@ -1218,6 +1272,17 @@ ACL_FUNC_VISIBILITY aclError aclrtMemcpyBatchV2(void **dsts, size_t *destMaxs, v
 ACL_FUNC_VISIBILITY aclError aclrtMemcpyBatchAsyncV2(void **dsts, size_t *destMaxs, void **srcs, size_t *sizes,
                                                      size_t numBatches, aclrtMemcpyBatchAttr *attrs,
                                                      size_t *attrsIndexes, size_t numAttrs, aclrtStream stream);
+/* IPC memory sharing between processes on one server: the exporter turns device memory into a
+ * key (65 bytes with its NUL) and whitelists the importers' pids (unless it exported with
+ * ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION); an importer maps the memory into its own
+ * device address space by the key. Every importer closes the key, then the exporter. */
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemGetExportKey(void *devPtr, size_t size, char *key, size_t len, uint64_t flags);
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemClose(const char *key);
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemImportByKey(void **devPtr, const char *key, uint64_t flags);
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemSetImportPid(const char *key, int32_t *pid, size_t num);
+/* Atlas A3 only: ACL_ERROR_RT_FEATURE_NOT_SUPPORT on the simulated A2 device. */
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemSetAttr(const char *key, aclrtIpcMemAttrType type, uint64_t attr);
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemImportPidInterServer(const char *key, aclrtServerPid *serverPids, size_t num);
 /* Virtual memory: reserve an address range (alignment 0; expectPtr NULL or a free address in
  * [16 TiB, 24 TiB) aligned as the reference requires), back parts of it with physical device
  * memory, map and unmap them, and set which devices may access them. */
@@ -1249,6 +1314,26 @@ ACL_FUNC_VISIBILITY aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemPr
 ACL_FUNC_VISIBILITY aclError aclrtMemRetainAllocationHandle(void *virPtr, aclrtDrvMemHandle *handle);
 ACL_FUNC_VISIBILITY aclError aclrtMemGetAllocationPropertiesFromHandle(aclrtDrvMemHandle handle,
                                                                        aclrtPhysicalMemProp *prop);
+/* Physical memory shared between processes: the exporter turns a handle into a shareable handle
+ * (handleType ACL_MEM_HANDLE_TYPE_NONE) and whitelists the importers' pids (unless exported with
+ * ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION); an importer gets a handle of its own to map. */
+ACL_FUNC_VISIBILITY aclError aclrtMemExportToShareableHandle(aclrtDrvMemHandle handle, aclrtMemHandleType handleType,
+                                                             uint64_t flags, uint64_t *shareableHandle);
+ACL_FUNC_VISIBILITY aclError aclrtMemImportFromShareableHandle(uint64_t shareableHandle, int32_t deviceId,
+                                                               aclrtDrvMemHandle *handle);
+ACL_FUNC_VISIBILITY aclError aclrtMemSetPidToShareableHandle(uint64_t shareableHandle, int32_t *pid, size_t pidNum);
+/* The same with a share type; the handle is a uint64_t behind the pointer for
+ * ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT (FABRIC, across servers, is Atlas A3 only). The V2 import
+ * makes a handle of the current device. */
+ACL_FUNC_VISIBILITY aclError aclrtMemExportToShareableHandleV2(aclrtDrvMemHandle handle, uint64_t flags,
+                                                               aclrtMemSharedHandleType shareType,
+                                                               void *shareableHandle);
+ACL_FUNC_VISIBILITY aclError aclrtMemImportFromShareableHandleV2(void *shareableHandle,
+                                                                 aclrtMemSharedHandleType shareType, uint64_t flags,
+                                                                 aclrtDrvMemHandle *handle);
+ACL_FUNC_VISIBILITY aclError aclrtMemSetPidToShareableHandleV2(void *shareableHandle,
+                                                               aclrtMemSharedHandleType shareType, int32_t *pid,
+                                                               size_t pidNum);
 /* Managed memory (size rounded up to 2 MiB; flag ACL_RT_MEM_ATTACH_GLOBAL), freed with aclrtFree. */
 ACL_FUNC_VISIBILITY aclError aclrtMemAllocManaged(void **ptr, uint64_t size, uint32_t flag);
 ACL_FUNC_VISIBILITY aclError aclrtMemManagedAdvise(const void *const ptr, uint64_t size,

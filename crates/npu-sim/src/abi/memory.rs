@@ -238,6 +238,8 @@ fn free_device(sim: &Sim, ptr: *mut c_void) -> Res<()> {
     let managed = super::managed::is_managed(sim, ptr as usize)
         .then(|| sim.memory.allocation_of(ptr as usize))
         .flatten();
+    // Keys of the allocation stop being importable before its address can be reused.
+    sim.ipc.forget_allocation(ptr as usize);
     if let AllocKind::Device {
         device, accounted, ..
     } = sim.memory.free(ptr as usize, false)?

@@ -13,7 +13,7 @@ use crate::sim::sim;
 use crate::stream::Stream;
 use crate::task::{Op, Task};
 
-fn lookup(notify: aclrtNotify) -> Res<Arc<Notify>> {
+pub(super) fn lookup(notify: aclrtNotify) -> Res<Arc<Notify>> {
     non_null(notify, "notify")?;
     sim()?.notifies.resolve(handle::from_ptr(notify))
 }
@@ -62,7 +62,8 @@ pub unsafe extern "C" fn aclrtCreateNotify(notify: *mut aclrtNotify, flag: u64) 
     })
 }
 
-/// Destroys a notify; waits already queued on it keep it alive until they ran.
+/// Destroys a notify; waits already queued on it keep it alive until they ran. An exported
+/// notify's keys are withdrawn.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -71,7 +72,10 @@ pub unsafe extern "C" fn aclrtDestroyNotify(notify: aclrtNotify) -> aclError {
     guard("aclrtDestroyNotify", || {
         let sim = sim()?;
         lookup(notify)?;
-        sim.notifies.remove(handle::from_ptr(notify));
+        let handle = handle::from_ptr(notify);
+        // Its keys stop being importable; other processes' notifies of it live on.
+        sim.ipc.forget(crate::ipc::Kind::Notify, handle as usize);
+        sim.notifies.remove(handle);
         Ok(())
     })
 }

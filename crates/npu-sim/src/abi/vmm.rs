@@ -137,7 +137,8 @@ pub unsafe extern "C" fn aclrtMallocPhysical(
     })
 }
 
-/// Frees a physical allocation's handle; memory still mapped is released when unmapped.
+/// Frees a physical allocation's handle; memory still mapped is released when unmapped. The
+/// last free withdraws its shareable handle (other processes' imports live on).
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -145,7 +146,13 @@ pub unsafe extern "C" fn aclrtMallocPhysical(
 pub unsafe extern "C" fn aclrtFreePhysical(handle: aclrtDrvMemHandle) -> aclError {
     guard("aclrtFreePhysical", || {
         non_null(handle, "handle")?;
-        sim()?.vmm.free(handle::from_ptr(handle))
+        let sim = sim()?;
+        let freed = handle::from_ptr(handle);
+        sim.vmm.free(freed)?;
+        if sim.vmm.resolve(freed).is_err() {
+            sim.ipc.forget(crate::ipc::Kind::Physical, freed as usize);
+        }
+        Ok(())
     })
 }
 

@@ -1,0 +1,159 @@
+/* IPC memory and notify sharing the way a CANN serving program does it, across two real
+ * processes: the exporter allocates and fills device memory, exports a key for it and one for
+ * a notify, starts the importer (itself, by posix_spawn, with pipes for stdin and stdout),
+ * whitelists the importer's pid and lets it import; the importer checks the bytes, overwrites
+ * them on a stream and records the notify after; a stream of the exporter waits for the notify
+ * and then copies the bytes back. Every read of a pipe is bounded. */
+#define _GNU_SOURCE
+#include <poll.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#define BYTES 10000
+#define KEY_LEN 65
+
+extern char **environ;
+
+/* Reads one line (at most cap-1 bytes) from fd, waiting at most 60 s for each byte. */
+static int read_line(int fd, char *line, size_t cap) {
+    size_t len = 0;
+    while (len + 1 < cap) {
+        struct pollfd ready = {fd, POLLIN, 0};
+        if (poll(&ready, 1, 60000) != 1 || read(fd, &line[len], 1) != 1) {
+            return -1;
+        }
+        if (line[len] == '\n') {
+            break;
+        }
+        len++;
+    }
+    line[len] = '\0';
+    return 0;
+}
+
+static int write_line(int fd, const char *line) {
+    size_t len = strlen(line);
+    return write(fd, line, len) == (ssize_t)len && write(fd, "\n", 1) == 1 ? 0 : -1;
+}
+
+/* The importer: stdin and stdout are pipes to the exporter. */
+static int importer(const char *key, const char *notify_key) {
+    char line[32];
+    int32_t pid = 0;
+    void *dev = NULL;
+    aclrtNotify notify = NULL;
+    aclrtStream stream = NULL;
+    static unsigned char host[BYTES];
+    CHECK(aclInit(NULL));
+    CHECK(aclrtSetDevice(0));
+    CHECK(aclrtDeviceGetBareTgid(&pid));
+    snprintf(line, sizeof line, "%d", pid);
+    if (write_line(1, line) != 0 || read_line(0, line, sizeof line) != 0 || strcmp(line, "go") != 0) {
+        return 2;
+    }
+    CHECK(aclrtIpcMemImportByKey(&dev, key, ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT));
+    CHECK(aclrtNotifyImportByKey(&notify, notify_key, ACL_RT_NOTIFY_IMPORT_FLAG_ENABLE_PEER_ACCESS));
+    CHECK(aclrtMemcpy(host, BYTES, dev, BYTES, ACL_MEMCPY_DEVICE_TO_HOST));
+    int wrong = 0;
+    for (int i = 0; i < BYTES; i++) {
+        wrong += host[i] != 0x5A;
+    }
+    CHECK(aclrtCreateStream(&stream));
+    CHECK(aclrtMemsetAsync(dev, BYTES, 0xC3, BYTES, stream));
+    CHECK(aclrtRecordNotify(notify, stream));
+    CHECK(aclrtSynchronizeStream(stream));
+    CHECK(aclrtDestroyStream(stream));
+    CHECK(aclrtDestroyNotify(notify));
+    CHECK(aclrtIpcMemClose(key));
+    snprintf(line, sizeof line, "%d", wrong);
+    if (write_line(1, line) != 0) {
+        return 2;
+    }
+    CHECK(aclrtResetDevice(0));
+    CHECK(aclFinalize());
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && strcmp(argv[1], "import") == 0) {
+        return importer(argv[2], argv[3]);
+    }
+    void *dev = NULL;
+    void *host = NULL;
+    char key[KEY_LEN];
+    char notify_key[KEY_LEN];
+    aclrtNotify notify = NULL;
+    aclrtStream stream = NULL;
+    CHECK(aclInit(NULL));
+    CHECK(aclrtSetDevice(0));
+    CHECK(aclrtMalloc(&dev, BYTES, ACL_MEM_MALLOC_HUGE_FIRST));
+    CHECK(aclrtMemset(dev, BYTES, 0x5A, BYTES));
+    CHECK(aclrtIpcMemGetExportKey(dev, BYTES, key, KEY_LEN, ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT));
+    CHECK(aclrtCreateNotify(&notify, ACL_NOTIFY_DEFAULT));
+    CHECK(aclrtNotifyGetExportKey(notify, notify_key, KEY_LEN, ACL_RT_NOTIFY_EXPORT_FLAG_DISABLE_PID_VALIDATION));
+    CHECK(aclrtCreateStream(&stream));
+    CHECK(aclrtMallocHost(&host, BYTES));
+
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) {
+        return 2;
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, to_child[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, from_child[1], 1);
+    posix_spawn_file_actions_addclose(&actions, to_child[1]);
+    posix_spawn_file_actions_addclose(&actions, from_child[0]);
+    char *child_argv[] = {argv[0], "import", key, notify_key, NULL};
+    pid_t child;
+    if (posix_spawn(&child, "/proc/self/exe", &actions, NULL, child_argv, environ) != 0) {
+        return 2;
+    }
+    posix_spawn_file_actions_destroy(&actions);
+    close(to_child[0]);
+    close(from_child[1]);
+
+    char line[32];
+    if (read_line(from_child[0], line, sizeof line) != 0) {
+        return 3;
+    }
+    int32_t pid = atoi(line);
+    printf("importer pid reported: %d\n", pid == child);
+    CHECK(aclrtIpcMemSetImportPid(key, &pid, 1));
+    if (write_line(to_child[1], "go") != 0) {
+        return 3;
+    }
+    /* The copy runs once the importer's record releases the wait, so it sees its bytes. */
+    CHECK(aclrtWaitAndResetNotify(notify, stream, 60));
+    CHECK(aclrtMemcpyAsync(host, BYTES, dev, BYTES, ACL_MEMCPY_DEVICE_TO_HOST, stream));
+    CHECK(aclrtSynchronizeStream(stream));
+    int changed = 0;
+    for (int i = 0; i < BYTES; i++) {
+        changed += ((unsigned char *)host)[i] == 0xC3;
+    }
+    printf("bytes the importer wrote, after its notify: %d\n", changed);
+    if (read_line(from_child[0], line, sizeof line) != 0) {
+        return 3;
+    }
+    printf("importer saw %s wrong bytes\n", line);
+    int status = 0;
+    if (waitpid(child, &status, 0) != child || !WIFEXITED(status)) {
+        return 3;
+    }
+    printf("importer exit status: %d\n", WEXITSTATUS(status));
+
+    CHECK(aclrtDestroyNotify(notify));
+    CHECK(aclrtDestroyStream(stream));
+    CHECK(aclrtFreeHost(host));
+    CHECK(aclrtIpcMemClose(key));
+    CHECK(aclrtFree(dev));
+    CHECK(aclrtResetDevice(0));
+    CHECK(aclFinalize());
+    printf("ipc flow ok\n");
+    return 0;
+}
