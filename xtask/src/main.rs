@@ -204,6 +204,7 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtDeviceTaskAbort",
     "aclrtSetDeviceTaskAbortCallback",
     "aclrtPersistentTaskClean",
+    "aclrtActiveStream",
     "aclrtCtxGetFloatOverflowAddr",
     "aclrtNotifyBatchReset",
     "aclrtProfTrace",

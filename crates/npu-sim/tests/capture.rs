@@ -393,6 +393,78 @@ fn a_built_instance_runs_the_tasks_of_its_head_streams() {
     acl!(aclrtFree(b));
 }
 
+/// An execution runs each stream aclrtActiveStream activates where the activation stands
+/// among the activating stream's tasks, activations nested in it too; activating a HEAD
+/// stream, the stream itself or one that activated it does nothing.
+#[test]
+fn activated_streams_run_where_they_are_activated() {
+    install();
+    set_device(5);
+    let func = add_one();
+    let [head, first, second, third] = [(); 4].map(|()| persistent_stream());
+    let [a, b, c, d] = [(); 4].map(|()| malloc(4));
+    for dev in [a, b, c, d] {
+        upload(dev, &[0u32]);
+    }
+    let (address_a, address_c) = (a as u64, c as u64);
+    let copy = |dst, src, stream| {
+        acl!(aclrtMemcpyAsync(
+            dst,
+            4,
+            src,
+            4,
+            ACL_MEMCPY_DEVICE_TO_DEVICE,
+            stream
+        ))
+    };
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRIBuildBegin(&mut model, 0));
+    acl!(aclmdlRIBindStream(model, head, HEAD));
+    for stream in [first, second, third] {
+        acl!(aclmdlRIBindStream(model, stream, ACTIVATED));
+    }
+    assert_eq!(launch(func, 1, head, &address_a, ptr::null_mut()), 0);
+    acl!(aclrtActiveStream(first, head));
+    assert_eq!(launch(func, 1, head, &address_a, ptr::null_mut()), 0);
+    acl!(aclrtActiveStream(second, head));
+    acl!(aclrtActiveStream(head, head));
+    copy(b, a, first);
+    acl!(aclrtActiveStream(first, first));
+    acl!(aclrtActiveStream(third, second));
+    assert_eq!(launch(func, 1, second, &address_c, ptr::null_mut()), 0);
+    copy(d, a, third);
+    acl!(aclrtActiveStream(second, third));
+    acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
+    assert_eq!(
+        describe(&tasks_of(head))
+            .iter()
+            .map(|&(kind, _)| kind)
+            .collect::<Vec<_>>(),
+        [
+            ACL_MODEL_RI_TASK_KERNEL,
+            ACL_MODEL_RI_TASK_DEFAULT,
+            ACL_MODEL_RI_TASK_KERNEL,
+            ACL_MODEL_RI_TASK_DEFAULT,
+            ACL_MODEL_RI_TASK_DEFAULT,
+        ]
+    );
+    acl!(aclmdlRIExecute(model, -1));
+    assert_eq!(
+        [a, b, c, d].map(|dev| read_u32(dev)),
+        [2, 1, 1, 2],
+        "first ran after one launch, third (from second) after both"
+    );
+    acl!(aclmdlRIExecute(model, -1));
+    assert_eq!([a, b, c, d].map(|dev| read_u32(dev)), [4, 3, 2, 4]);
+    acl!(aclmdlRIDestroy(model));
+    for stream in [head, first, second, third] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    for dev in [a, b, c, d] {
+        acl!(aclrtFree(dev));
+    }
+}
+
 fn streams_of(model: aclmdlRI) -> Vec<aclrtStream> {
     let mut count = 0;
     acl!(aclmdlRIGetStreams(model, ptr::null_mut(), &mut count));
@@ -1238,6 +1310,75 @@ const CASES: &[Case] = &[
                 building(ptr::null_mut()),
                 persistent_stream()
             ))
+        },
+    ),
+    case(
+        "activate from a stream not bound",
+        "aclrtActiveStream",
+        ACL_ERROR_RT_STREAM_MODEL,
+        0,
+        || {
+            let active = persistent_stream();
+            building(active);
+            code!(aclrtActiveStream(active, create_stream()))
+        },
+    ),
+    case(
+        "activate from a capturing stream",
+        "aclrtActiveStream",
+        ACL_ERROR_RT_STREAM_MODEL,
+        0,
+        || {
+            let active = persistent_stream();
+            building(active);
+            code!(aclrtActiveStream(active, capturing()))
+        },
+    ),
+    case(
+        "activate a stream not bound",
+        "aclrtActiveStream",
+        ACL_ERROR_RT_STREAM_MODEL,
+        0,
+        || {
+            let stream = persistent_stream();
+            building(stream);
+            code!(aclrtActiveStream(persistent_stream(), stream))
+        },
+    ),
+    case(
+        "activate a stream of another instance",
+        "aclrtActiveStream",
+        ACL_ERROR_RT_STREAM_MODEL,
+        0,
+        || {
+            let (active, stream) = (persistent_stream(), persistent_stream());
+            building(active);
+            building(stream);
+            code!(aclrtActiveStream(active, stream))
+        },
+    ),
+    case(
+        "activate from a stream whose tasks ended",
+        "aclrtActiveStream",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let (active, stream) = (persistent_stream(), persistent_stream());
+            let model = building(stream);
+            acl!(aclmdlRIBindStream(model, active, ACTIVATED));
+            acl!(aclmdlRIEndTask(model, stream));
+            code!(aclrtActiveStream(active, stream))
+        },
+    ),
+    case(
+        "activate a stream of another context",
+        "aclrtActiveStream",
+        ACL_ERROR_RT_STREAM_CONTEXT,
+        0,
+        || {
+            let stream = persistent_stream();
+            building(stream);
+            code!(aclrtActiveStream(stream_of_device(1), stream))
         },
     ),
     case(
