@@ -320,6 +320,7 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclmdlRITaskGetSeqId",
     "aclmdlRIUpdate",
     "aclmdlRITaskDisable",
+    "aclmdlRIAbort",
 ];
 
 /// The enum style of the bindings: each enumerator a constant of the enum's integer type.

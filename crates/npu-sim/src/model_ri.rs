@@ -141,6 +141,9 @@ pub(crate) struct ModelRi {
     destroy_callbacks: Mutex<Vec<(HostFn, usize)>>,
     /// Cloned into every replayed task: more than one holder means an execution is not over.
     running: Arc<()>,
+    /// Cloned into every replayed task; aclmdlRIAbort sets it (its tasks are dropped) and
+    /// puts a fresh one here for later executions.
+    aborted: Mutex<Arc<AtomicBool>>,
     /// Still being captured or built: it cannot execute yet.
     open: AtomicBool,
     /// Built explicitly (aclmdlRIBuildBegin) rather than captured.
@@ -171,6 +174,7 @@ impl ModelRi {
             name: Mutex::new(String::new()),
             destroy_callbacks: Mutex::new(Vec::new()),
             running: Arc::new(()),
+            aborted: Mutex::new(Arc::new(AtomicBool::new(false))),
             open: AtomicBool::new(true),
             built,
             bound: Mutex::new(Vec::new()),
@@ -383,6 +387,15 @@ impl ModelRi {
         steps
     }
 
+    /// aclmdlRIAbort: the tasks of the executions queued so far that have not started are
+    /// dropped when their stream reaches them (a running task finishes); later executions
+    /// run in full.
+    pub(crate) fn abort(&self) {
+        let previous =
+            std::mem::replace(&mut *lock(&self.aborted), Arc::new(AtomicBool::new(false)));
+        previous.store(true, Ordering::Release);
+    }
+
     /// Whether an execution of it has tasks that have not left their stream yet.
     pub(crate) fn running(&self) -> bool {
         Arc::strong_count(&self.running) > 1
@@ -509,6 +522,7 @@ impl ModelRi {
     /// that new record; every replayed task holds [`Self::running`] until it leaves the stream.
     pub(crate) fn replay(&self, stream: &Arc<Stream>) -> Res<()> {
         let steps = self.execution_steps();
+        let aborted = lock(&self.aborted).clone();
         let mut fresh: HashMap<*const Record, Arc<Record>> = HashMap::new();
         for step in steps {
             let op = match step {
@@ -519,7 +533,7 @@ impl ModelRi {
                             record,
                             timeout: None,
                         };
-                        self.queue(stream, wait)?;
+                        self.queue(stream, wait, &aborted)?;
                         continue;
                     }
                     _ => continue,
@@ -556,7 +570,7 @@ impl ModelRi {
                 }
                 other => (other, None),
             };
-            self.queue(stream, op)?;
+            self.queue(stream, op, &aborted)?;
             if let Some((event, record)) = recorded {
                 event.set_current(record);
             }
@@ -565,9 +579,10 @@ impl ModelRi {
     }
 
     /// Queues one replayed task, which holds [`Self::running`] until it leaves the stream.
-    fn queue(&self, stream: &Arc<Stream>, op: Op) -> Res<()> {
+    fn queue(&self, stream: &Arc<Stream>, op: Op, aborted: &Arc<AtomicBool>) -> Res<()> {
         let mut task = Task::new(op);
         task.keep = Some(self.running.clone());
+        task.aborted = Some(aborted.clone());
         stream.submit(task)
     }
 

@@ -27,7 +27,7 @@ const THREAD_LOCAL: aclmdlRICaptureMode = ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL
 fn install() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        npu_sim::SimConfig::default().devices(6).install().unwrap();
+        npu_sim::SimConfig::default().devices(7).install().unwrap();
         register_test_kernels();
     });
 }
@@ -463,6 +463,52 @@ fn activated_streams_run_where_they_are_activated() {
     for dev in [a, b, c, d] {
         acl!(aclrtFree(dev));
     }
+}
+
+/// aclmdlRIAbort drops the tasks of a built instance's executions queued so far that have
+/// not started (the stream's other work runs); the next execution runs in full.
+#[test]
+fn an_abort_drops_the_executions_not_started() {
+    install();
+    // The device no other test holds.
+    set_device(6);
+    let func = add_one();
+    let head = persistent_stream();
+    let exec = create_stream();
+    let (event, recorded) = (create_event(), create_event());
+    let a = malloc(4);
+    upload(a, &[0u32]);
+    let address = a as u64;
+    let model = building(head);
+    for _ in 0..2 {
+        assert_eq!(launch(func, 1, head, &address, ptr::null_mut()), 0);
+    }
+    acl!(aclrtRecordEvent(recorded, head));
+    acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
+    control::hold(6).unwrap();
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    acl!(aclrtRecordEvent(event, exec));
+    assert_eq!(code!(aclmdlRIDestroy(model)), ACL_ERROR_RT_MODEL_RUNNING);
+    acl!(aclmdlRIAbort(model));
+    control::release(6).unwrap();
+    acl!(aclrtSynchronizeStream(exec));
+    acl!(aclrtSynchronizeEvent(event));
+    assert_eq!(read_u32(a), 0, "both executions were dropped");
+    assert_eq!(
+        code!(aclrtSynchronizeEvent(recorded)),
+        ACL_ERROR_RT_STREAM_ABORT,
+        "the instance's record was dropped"
+    );
+    acl!(aclmdlRIExecute(model, -1));
+    assert_eq!(read_u32(a), 2, "an execution after the abort runs in full");
+    acl!(aclmdlRIDestroy(model));
+    for event in [event, recorded] {
+        acl!(aclrtDestroyEvent(event));
+    }
+    acl!(aclrtDestroyStream(exec));
+    acl!(aclrtDestroyStream(head));
+    acl!(aclrtFree(a));
 }
 
 fn streams_of(model: aclmdlRI) -> Vec<aclrtStream> {
@@ -1779,6 +1825,27 @@ const CASES: &[Case] = &[
         ACL_ERROR_RT_INVALID_HANDLE,
         0,
         || code!(aclmdlRITaskDisable(garbage())),
+    ),
+    case(
+        "abort NULL",
+        "aclmdlRIAbort",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIAbort(ptr::null_mut())),
+    ),
+    case(
+        "abort a captured instance",
+        "aclmdlRIAbort",
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        0,
+        || code!(aclmdlRIAbort(empty_model())),
+    ),
+    case(
+        "abort a destroyed instance",
+        "aclmdlRIAbort",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || code!(aclmdlRIAbort(stale_model())),
     ),
     case(
         "execute NULL",

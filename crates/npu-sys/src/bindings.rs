@@ -1976,6 +1976,7 @@ macro_rules! for_each_acl_function {
                 fn aclmdlRITaskGetSeqId(task: $crate::aclmdlRITask, id: *mut u32) -> $crate::aclError;
                 fn aclmdlRIUpdate(modelRI: $crate::aclmdlRI) -> $crate::aclError;
                 fn aclmdlRITaskDisable(task: $crate::aclmdlRITask) -> $crate::aclError;
+                fn aclmdlRIAbort(modelRI: $crate::aclmdlRI) -> $crate::aclError;
                 fn aclrtMemPoolCreate(memPool: *mut $crate::aclrtMemPool, poolProps: *const $crate::aclrtMemPoolProps) -> $crate::aclError;
                 fn aclrtMemPoolDestroy(memPool: $crate::aclrtMemPool) -> $crate::aclError;
                 fn aclrtMemPoolSetAttr(memPool: $crate::aclrtMemPool, attr: $crate::aclrtMemPoolAttr, value: *mut core::ffi::c_void) -> $crate::aclError;

@@ -1389,6 +1389,8 @@ ACL_FUNC_VISIBILITY aclError aclmdlRITaskGetSeqId(aclmdlRITask task, uint32_t *i
 /* A disabled task is skipped by the executions queued after the next aclmdlRIUpdate. */
 ACL_FUNC_VISIBILITY aclError aclmdlRIUpdate(aclmdlRI modelRI);
 ACL_FUNC_VISIBILITY aclError aclmdlRITaskDisable(aclmdlRITask task);
+/* Built instances only (a captured one: 207000); the tasks not started are dropped. */
+ACL_FUNC_VISIBILITY aclError aclmdlRIAbort(aclmdlRI modelRI);
 
 #ifdef __cplusplus
 }
