@@ -204,6 +204,7 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtDeviceTaskAbort",
     "aclrtSetDeviceTaskAbortCallback",
     "aclrtPersistentTaskClean",
+    "aclrtActiveStream",
     "aclrtCtxGetFloatOverflowAddr",
     "aclrtNotifyBatchReset",
     "aclrtProfTrace",
@@ -336,6 +337,7 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclmdlRITaskGetSeqId",
     "aclmdlRIUpdate",
     "aclmdlRITaskDisable",
+    "aclmdlRIAbort",
 ];
 
 /// The enum style of the bindings: each enumerator a constant of the enum's integer type.

@@ -27,6 +27,9 @@ pub(crate) enum Step {
     /// aclrtStreamWaitEventWithFlag(EXTERNAL): a wait for the event's record current when the
     /// replay is queued (a record outside the instance), as a wait issued then would be.
     WaitFor(Arc<Event>),
+    /// aclrtActiveStream on a bound stream: the stream with this id (bound to the same
+    /// instance) runs its tasks when the execution reaches this one.
+    Activate(i32),
 }
 
 impl Step {
@@ -35,6 +38,7 @@ impl Step {
         match self {
             Step::Run(op) => op.label(),
             Step::WaitFor(_) => ("event", "wait (external)".to_owned()),
+            Step::Activate(id) => ("stream", format!("activate stream {id}")),
         }
     }
 
@@ -42,7 +46,7 @@ impl Step {
     pub(crate) fn op(&self) -> Option<&Op> {
         match self {
             Step::Run(op) => Some(op),
-            Step::WaitFor(_) => None,
+            Step::WaitFor(_) | Step::Activate(_) => None,
         }
     }
 }
@@ -70,7 +74,7 @@ pub(crate) fn task_type(step: &Step) -> aclmdlRITaskType {
         Step::Run(Op::Reset { .. }) => ACL_MODEL_RI_TASK_EVENT_RESET,
         Step::Run(Op::ValueWrite { .. }) => ACL_MODEL_RI_TASK_VALUE_WRITE,
         Step::Run(Op::ValueWait { .. }) => ACL_MODEL_RI_TASK_VALUE_WAIT,
-        Step::Run(_) => ACL_MODEL_RI_TASK_DEFAULT,
+        Step::Run(_) | Step::Activate(_) => ACL_MODEL_RI_TASK_DEFAULT,
     }
 }
 
@@ -137,6 +141,9 @@ pub(crate) struct ModelRi {
     destroy_callbacks: Mutex<Vec<(HostFn, usize)>>,
     /// Cloned into every replayed task: more than one holder means an execution is not over.
     running: Arc<()>,
+    /// Cloned into every replayed task; aclmdlRIAbort sets it (its tasks are dropped) and
+    /// puts a fresh one here for later executions.
+    aborted: Mutex<Arc<AtomicBool>>,
     /// Still being captured or built: it cannot execute yet.
     open: AtomicBool,
     /// Built explicitly (aclmdlRIBuildBegin) rather than captured.
@@ -167,6 +174,7 @@ impl ModelRi {
             name: Mutex::new(String::new()),
             destroy_callbacks: Mutex::new(Vec::new()),
             running: Arc::new(()),
+            aborted: Mutex::new(Arc::new(AtomicBool::new(false))),
             open: AtomicBool::new(true),
             built,
             bound: Mutex::new(Vec::new()),
@@ -351,16 +359,41 @@ impl ModelRi {
             .collect()
     }
 
-    /// The ids of the streams whose tasks an execution runs: every stream of a captured
-    /// instance; the HEAD streams of a built one (the others wait for an activation).
-    fn running_streams(&self) -> Option<Vec<i32>> {
-        self.built.then(|| {
-            lock(&self.bound)
-                .iter()
-                .filter(|b| b.head)
-                .map(|b| b.stream.id)
-                .collect()
-        })
+    /// The steps an execution runs, in order. A captured instance runs every task in capture
+    /// order. A built one runs the tasks of its HEAD streams in submission order, and each
+    /// activation among them runs the activated stream's tasks there, in their order: a
+    /// serialisation of the activated stream running beside the one that activated it.
+    fn execution_steps(&self) -> Vec<Step> {
+        let tasks = lock(&self.tasks);
+        let enabled = tasks.iter().filter(|t| !t.disabled);
+        if !self.built {
+            return enabled.map(|t| t.step.clone()).collect();
+        }
+        let heads: Vec<i32> = lock(&self.bound)
+            .iter()
+            .filter(|b| b.head)
+            .map(|b| b.stream.id)
+            .collect();
+        let mut steps = Vec::new();
+        for task in enabled.filter(|t| heads.contains(&t.stream_id)) {
+            push_activated(
+                &tasks,
+                &heads,
+                &mut vec![task.stream_id],
+                &task.step,
+                &mut steps,
+            );
+        }
+        steps
+    }
+
+    /// aclmdlRIAbort: the tasks of the executions queued so far that have not started are
+    /// dropped when their stream reaches them (a running task finishes); later executions
+    /// run in full.
+    pub(crate) fn abort(&self) {
+        let previous =
+            std::mem::replace(&mut *lock(&self.aborted), Arc::new(AtomicBool::new(false)));
+        previous.store(true, Ordering::Release);
     }
 
     /// Whether an execution of it has tasks that have not left their stream yet.
@@ -482,22 +515,14 @@ impl ModelRi {
         }
     }
 
-    /// Queues a replay of every captured task on `stream`, in the order they were captured
-    /// (which respects every event dependency between the capture's streams). Each record is
+    /// Queues a replay of the instance's tasks on `stream`, in the order of
+    /// [`Self::execution_steps`] (for a capture, capture order, which respects every event
+    /// dependency between the capture's streams). Each record is
     /// a new record of its event, made current as it is queued, and the waits on it wait for
     /// that new record; every replayed task holds [`Self::running`] until it leaves the stream.
     pub(crate) fn replay(&self, stream: &Arc<Stream>) -> Res<()> {
-        let heads = self.running_streams();
-        let steps: Vec<Step> = lock(&self.tasks)
-            .iter()
-            .filter(|t| !t.disabled)
-            .filter(|t| {
-                heads
-                    .as_ref()
-                    .is_none_or(|heads| heads.contains(&t.stream_id))
-            })
-            .map(|t| t.step.clone())
-            .collect();
+        let steps = self.execution_steps();
+        let aborted = lock(&self.aborted).clone();
         let mut fresh: HashMap<*const Record, Arc<Record>> = HashMap::new();
         for step in steps {
             let op = match step {
@@ -508,11 +533,13 @@ impl ModelRi {
                             record,
                             timeout: None,
                         };
-                        self.queue(stream, wait)?;
+                        self.queue(stream, wait, &aborted)?;
                         continue;
                     }
                     _ => continue,
                 },
+                // Expanded by execution_steps.
+                Step::Activate(_) => continue,
             };
             let (op, recorded) = match op {
                 Op::Record(template) => {
@@ -543,7 +570,7 @@ impl ModelRi {
                 }
                 other => (other, None),
             };
-            self.queue(stream, op)?;
+            self.queue(stream, op, &aborted)?;
             if let Some((event, record)) = recorded {
                 event.set_current(record);
             }
@@ -552,9 +579,10 @@ impl ModelRi {
     }
 
     /// Queues one replayed task, which holds [`Self::running`] until it leaves the stream.
-    fn queue(&self, stream: &Arc<Stream>, op: Op) -> Res<()> {
+    fn queue(&self, stream: &Arc<Stream>, op: Op, aborted: &Arc<AtomicBool>) -> Res<()> {
         let mut task = Task::new(op);
         task.keep = Some(self.running.clone());
+        task.aborted = Some(aborted.clone());
         stream.submit(task)
     }
 
@@ -622,6 +650,34 @@ impl ModelRi {
         }
         text
     }
+}
+
+/// Appends `step` to an execution's `steps`; an activation appends the enabled tasks of the
+/// activated stream instead, expanded the same way. `active` holds the streams running in
+/// this chain of activations: activating one of them, or a HEAD stream, does nothing, as the
+/// stream is running already.
+fn push_activated(
+    tasks: &[Captured],
+    heads: &[i32],
+    active: &mut Vec<i32>,
+    step: &Step,
+    steps: &mut Vec<Step>,
+) {
+    let Step::Activate(target) = *step else {
+        steps.push(step.clone());
+        return;
+    };
+    if heads.contains(&target) || active.contains(&target) {
+        return;
+    }
+    active.push(target);
+    for task in tasks
+        .iter()
+        .filter(|t| t.stream_id == target && !t.disabled)
+    {
+        push_activated(tasks, heads, active, &task.step, steps);
+    }
+    active.pop();
 }
 
 /// A task's type and what it works on, for aclmdlRIDebugPrint and aclmdlRIDebugJsonPrint.

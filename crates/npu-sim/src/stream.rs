@@ -782,10 +782,12 @@ impl Stream {
     }
 
     fn execute(&self, sim: &Sim, task: Task) {
-        if self.discarding().is_some() {
+        if self.discarding().is_some() || task.is_aborted() {
             return self.retire(task, Retired::Abandoned);
         }
         let (ready_ns, failure) = match self.wait_ready(sim, &task) {
+            // An abort while it waited: it does not start.
+            Ok(_) if task.is_aborted() => return self.retire(task, Retired::Abandoned),
             Ok(ready_ns) => (ready_ns, None),
             Err(None) => return self.give_up(task),
             Err(Some(error)) => (0, Some(error)),

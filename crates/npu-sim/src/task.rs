@@ -3,6 +3,7 @@
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use npu_sys::*;
@@ -243,6 +244,9 @@ pub(crate) struct Task {
     /// Held until the task has left its stream: a replayed task holds its model's, which
     /// tells whether the model is still running ([`crate::model_ri::ModelRi::running`]).
     pub(crate) keep: Option<Arc<()>>,
+    /// Set by aclmdlRIAbort for the execution a replayed task belongs to: the task is dropped
+    /// instead of run.
+    pub(crate) aborted: Option<Arc<AtomicBool>>,
 }
 
 impl Task {
@@ -254,7 +258,15 @@ impl Task {
             submit_ns: 0,
             inject: None,
             keep: None,
+            aborted: None,
         }
+    }
+
+    /// Whether aclmdlRIAbort stopped the execution the task belongs to.
+    pub(crate) fn is_aborted(&self) -> bool {
+        self.aborted
+            .as_ref()
+            .is_some_and(|aborted| aborted.load(Ordering::Acquire))
     }
 
     /// Whether the task is device work (counted by fault injection and timed by the model),

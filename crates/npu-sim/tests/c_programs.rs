@@ -470,6 +470,19 @@ fn memory_group_flows() {
     );
 }
 
+/// An explicitly built instance whose HEAD stream activates the stream that computes.
+#[test]
+fn a_built_instance_activates_its_second_stream_in_c_and_cxx() {
+    let expected = "head stream 3 tasks, activated stream 2 tasks\n\
+         execution 1: 0 wrong\n\
+         execution 2: 0 wrong\n\
+         execution 3: 0 wrong\n\
+         build flow ok\n";
+    for lang in [Lang::C, Lang::Cxx] {
+        assert_eq!(run(&compile_as("build_flow", lang, &[])), expected);
+    }
+}
+
 #[test]
 fn a_captured_pipeline_replays_in_c_and_cxx() {
     let expected = "capturing: status 1\n\

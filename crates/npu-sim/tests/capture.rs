@@ -27,7 +27,7 @@ const THREAD_LOCAL: aclmdlRICaptureMode = ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL
 fn install() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        npu_sim::SimConfig::default().devices(6).install().unwrap();
+        npu_sim::SimConfig::default().devices(7).install().unwrap();
         register_test_kernels();
     });
 }
@@ -391,6 +391,124 @@ fn a_built_instance_runs_the_tasks_of_its_head_streams() {
     }
     acl!(aclrtFree(a));
     acl!(aclrtFree(b));
+}
+
+/// An execution runs each stream aclrtActiveStream activates where the activation stands
+/// among the activating stream's tasks, activations nested in it too; activating a HEAD
+/// stream, the stream itself or one that activated it does nothing.
+#[test]
+fn activated_streams_run_where_they_are_activated() {
+    install();
+    set_device(5);
+    let func = add_one();
+    let [head, first, second, third] = [(); 4].map(|()| persistent_stream());
+    let [a, b, c, d] = [(); 4].map(|()| malloc(4));
+    for dev in [a, b, c, d] {
+        upload(dev, &[0u32]);
+    }
+    let (address_a, address_c) = (a as u64, c as u64);
+    let copy = |dst, src, stream| {
+        acl!(aclrtMemcpyAsync(
+            dst,
+            4,
+            src,
+            4,
+            ACL_MEMCPY_DEVICE_TO_DEVICE,
+            stream
+        ))
+    };
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRIBuildBegin(&mut model, 0));
+    acl!(aclmdlRIBindStream(model, head, HEAD));
+    for stream in [first, second, third] {
+        acl!(aclmdlRIBindStream(model, stream, ACTIVATED));
+    }
+    assert_eq!(launch(func, 1, head, &address_a, ptr::null_mut()), 0);
+    acl!(aclrtActiveStream(first, head));
+    assert_eq!(launch(func, 1, head, &address_a, ptr::null_mut()), 0);
+    acl!(aclrtActiveStream(second, head));
+    acl!(aclrtActiveStream(head, head));
+    copy(b, a, first);
+    acl!(aclrtActiveStream(first, first));
+    acl!(aclrtActiveStream(third, second));
+    assert_eq!(launch(func, 1, second, &address_c, ptr::null_mut()), 0);
+    copy(d, a, third);
+    acl!(aclrtActiveStream(second, third));
+    acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
+    assert_eq!(
+        describe(&tasks_of(head))
+            .iter()
+            .map(|&(kind, _)| kind)
+            .collect::<Vec<_>>(),
+        [
+            ACL_MODEL_RI_TASK_KERNEL,
+            ACL_MODEL_RI_TASK_DEFAULT,
+            ACL_MODEL_RI_TASK_KERNEL,
+            ACL_MODEL_RI_TASK_DEFAULT,
+            ACL_MODEL_RI_TASK_DEFAULT,
+        ]
+    );
+    acl!(aclmdlRIExecute(model, -1));
+    assert_eq!(
+        [a, b, c, d].map(|dev| read_u32(dev)),
+        [2, 1, 1, 2],
+        "first ran after one launch, third (from second) after both"
+    );
+    acl!(aclmdlRIExecute(model, -1));
+    assert_eq!([a, b, c, d].map(|dev| read_u32(dev)), [4, 3, 2, 4]);
+    acl!(aclmdlRIDestroy(model));
+    for stream in [head, first, second, third] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    for dev in [a, b, c, d] {
+        acl!(aclrtFree(dev));
+    }
+}
+
+/// aclmdlRIAbort drops the tasks of a built instance's executions queued so far that have
+/// not started (the stream's other work runs); the next execution runs in full.
+#[test]
+fn an_abort_drops_the_executions_not_started() {
+    install();
+    // The device no other test holds.
+    set_device(6);
+    let func = add_one();
+    let head = persistent_stream();
+    let exec = create_stream();
+    let (event, recorded) = (create_event(), create_event());
+    let a = malloc(4);
+    upload(a, &[0u32]);
+    let address = a as u64;
+    let model = building(head);
+    for _ in 0..2 {
+        assert_eq!(launch(func, 1, head, &address, ptr::null_mut()), 0);
+    }
+    acl!(aclrtRecordEvent(recorded, head));
+    acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
+    control::hold(6).unwrap();
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    acl!(aclrtRecordEvent(event, exec));
+    assert_eq!(code!(aclmdlRIDestroy(model)), ACL_ERROR_RT_MODEL_RUNNING);
+    acl!(aclmdlRIAbort(model));
+    control::release(6).unwrap();
+    acl!(aclrtSynchronizeStream(exec));
+    acl!(aclrtSynchronizeEvent(event));
+    assert_eq!(read_u32(a), 0, "both executions were dropped");
+    assert_eq!(
+        code!(aclrtSynchronizeEvent(recorded)),
+        ACL_ERROR_RT_STREAM_ABORT,
+        "the instance's record was dropped"
+    );
+    acl!(aclmdlRIExecute(model, -1));
+    assert_eq!(read_u32(a), 2, "an execution after the abort runs in full");
+    acl!(aclmdlRIDestroy(model));
+    for event in [event, recorded] {
+        acl!(aclrtDestroyEvent(event));
+    }
+    acl!(aclrtDestroyStream(exec));
+    acl!(aclrtDestroyStream(head));
+    acl!(aclrtFree(a));
 }
 
 fn streams_of(model: aclmdlRI) -> Vec<aclrtStream> {
@@ -1241,6 +1359,75 @@ const CASES: &[Case] = &[
         },
     ),
     case(
+        "activate from a stream not bound",
+        "aclrtActiveStream",
+        ACL_ERROR_RT_STREAM_MODEL,
+        0,
+        || {
+            let active = persistent_stream();
+            building(active);
+            code!(aclrtActiveStream(active, create_stream()))
+        },
+    ),
+    case(
+        "activate from a capturing stream",
+        "aclrtActiveStream",
+        ACL_ERROR_RT_STREAM_MODEL,
+        0,
+        || {
+            let active = persistent_stream();
+            building(active);
+            code!(aclrtActiveStream(active, capturing()))
+        },
+    ),
+    case(
+        "activate a stream not bound",
+        "aclrtActiveStream",
+        ACL_ERROR_RT_STREAM_MODEL,
+        0,
+        || {
+            let stream = persistent_stream();
+            building(stream);
+            code!(aclrtActiveStream(persistent_stream(), stream))
+        },
+    ),
+    case(
+        "activate a stream of another instance",
+        "aclrtActiveStream",
+        ACL_ERROR_RT_STREAM_MODEL,
+        0,
+        || {
+            let (active, stream) = (persistent_stream(), persistent_stream());
+            building(active);
+            building(stream);
+            code!(aclrtActiveStream(active, stream))
+        },
+    ),
+    case(
+        "activate from a stream whose tasks ended",
+        "aclrtActiveStream",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let (active, stream) = (persistent_stream(), persistent_stream());
+            let model = building(stream);
+            acl!(aclmdlRIBindStream(model, active, ACTIVATED));
+            acl!(aclmdlRIEndTask(model, stream));
+            code!(aclrtActiveStream(active, stream))
+        },
+    ),
+    case(
+        "activate a stream of another context",
+        "aclrtActiveStream",
+        ACL_ERROR_RT_STREAM_CONTEXT,
+        0,
+        || {
+            let stream = persistent_stream();
+            building(stream);
+            code!(aclrtActiveStream(stream_of_device(1), stream))
+        },
+    ),
+    case(
         "record on an unbound PERSISTENT stream",
         "aclrtRecordEvent",
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
@@ -1638,6 +1825,27 @@ const CASES: &[Case] = &[
         ACL_ERROR_RT_INVALID_HANDLE,
         0,
         || code!(aclmdlRITaskDisable(garbage())),
+    ),
+    case(
+        "abort NULL",
+        "aclmdlRIAbort",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIAbort(ptr::null_mut())),
+    ),
+    case(
+        "abort a captured instance",
+        "aclmdlRIAbort",
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        0,
+        || code!(aclmdlRIAbort(empty_model())),
+    ),
+    case(
+        "abort a destroyed instance",
+        "aclmdlRIAbort",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || code!(aclmdlRIAbort(stale_model())),
     ),
     case(
         "execute NULL",

@@ -1883,6 +1883,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtBinaryGetFunctionByEntry(binHandle: $crate::aclrtBinHandle, funcEntry: u64, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
                 fn aclrtGetFuncBySymbol(symbol: *const core::ffi::c_void, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
                 fn aclrtFunctionGetBinary(funcHandle: $crate::aclrtFuncHandle, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
+                fn aclrtActiveStream(activeStream: $crate::aclrtStream, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetFunctionName(funcHandle: $crate::aclrtFuncHandle, maxLen: u32, name: *mut core::ffi::c_char) -> $crate::aclError;
                 fn aclrtFunctionGetParamCount(func: *const core::ffi::c_void, paramCount: *mut usize) -> $crate::aclError;
                 fn aclrtFunctionGetParamInfo(func: *const core::ffi::c_void, paramIndex: usize, paramOffset: *mut usize, paramSize: *mut usize) -> $crate::aclError;
@@ -2056,6 +2057,7 @@ macro_rules! for_each_acl_function {
                 fn aclmdlRITaskGetSeqId(task: $crate::aclmdlRITask, id: *mut u32) -> $crate::aclError;
                 fn aclmdlRIUpdate(modelRI: $crate::aclmdlRI) -> $crate::aclError;
                 fn aclmdlRITaskDisable(task: $crate::aclmdlRITask) -> $crate::aclError;
+                fn aclmdlRIAbort(modelRI: $crate::aclmdlRI) -> $crate::aclError;
                 fn aclrtMemPoolCreate(memPool: *mut $crate::aclrtMemPool, poolProps: *const $crate::aclrtMemPoolProps) -> $crate::aclError;
                 fn aclrtMemPoolDestroy(memPool: $crate::aclrtMemPool) -> $crate::aclError;
                 fn aclrtMemPoolSetAttr(memPool: $crate::aclrtMemPool, attr: $crate::aclrtMemPoolAttr, value: *mut core::ffi::c_void) -> $crate::aclError;

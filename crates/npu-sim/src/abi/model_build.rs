@@ -1,5 +1,5 @@
-//! Explicit builds of model runtime instances: binding PERSISTENT streams, ending their tasks
-//! and the build.
+//! Explicit builds of model runtime instances: binding PERSISTENT streams, activating one
+//! from another, ending their tasks and the build.
 
 use std::sync::Arc;
 
@@ -7,10 +7,11 @@ use npu_sys::*;
 
 use super::model_ri::{check_same_context, model};
 use crate::context;
-use crate::error::{Res, ensure, guard, non_null, write_out};
+use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle;
-use crate::model_ri::ModelRi;
+use crate::model_ri::{ModelRi, Step};
 use crate::sim::sim;
+use crate::stream::Stream;
 
 /// A built instance (aclmdlRIBuildBegin) still being built: a captured one, or one whose
 /// build ended → ACL_ERROR_RT_PARAM_INVALID.
@@ -135,4 +136,50 @@ pub unsafe extern "C" fn aclmdlRIUnbindStream(modelRI: aclmdlRI, stream: aclrtSt
         let (_, stream) = context::owned_stream(sim()?, stream)?;
         model.unbind(&stream)
     })
+}
+
+/// Adds to a bound stream's tasks the activation of another stream bound to the same
+/// instance (aclrtActiveStream): when an execution reaches it, the activated stream runs its
+/// tasks. Either stream not bound to a built instance, or the two bound to different ones →
+/// 107005; a stream whose tasks are complete → 107000; another context → 107003.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtActiveStream(
+    activeStream: aclrtStream,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtActiveStream", || {
+        let sim = sim()?;
+        let (_, active) = context::owned_stream(sim, activeStream)?;
+        let stream = context::submit_stream(sim, stream)?;
+        let model = bound_model(&stream, "stream")?;
+        let active_model = bound_model(&active, "activeStream")?;
+        ensure!(
+            Arc::ptr_eq(&model, &active_model),
+            ACL_ERROR_RT_STREAM_MODEL,
+            "activeStream {} is bound to model runtime instance {}, stream {} to {}",
+            active.id,
+            active_model.id,
+            stream.id,
+            model.id
+        );
+        model.check_accepts(&stream)?;
+        model.push(&stream, Step::Activate(active.id));
+        Ok(())
+    })
+}
+
+/// The built instance `stream` (the argument `what`) is bound to (none →
+/// ACL_ERROR_RT_STREAM_MODEL).
+fn bound_model(stream: &Stream, what: &str) -> Res<Arc<ModelRi>> {
+    match stream.bound_model() {
+        Some(model) => Ok(model),
+        None => fail!(
+            ACL_ERROR_RT_STREAM_MODEL,
+            "{what} {} is not bound to a model runtime instance (aclmdlRIBindStream)",
+            stream.id
+        ),
+    }
 }

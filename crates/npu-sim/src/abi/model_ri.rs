@@ -116,6 +116,27 @@ pub unsafe extern "C" fn aclmdlRIDestroy(modelRI: aclmdlRI) -> aclError {
     })
 }
 
+/// Stops the executions of a built instance queued so far: their tasks that have not started
+/// are dropped as their streams reach them (a running task finishes); executing it again
+/// runs it in full. A captured instance → 207000 (CANN does not support it for captures).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIAbort(modelRI: aclmdlRI) -> aclError {
+    guard("aclmdlRIAbort", || {
+        let model = model(modelRI)?;
+        ensure!(
+            model.built,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "model runtime instance {} was captured: aclmdlRIAbort supports built instances only",
+            model.id
+        );
+        model.abort();
+        Ok(())
+    })
+}
+
 /// Names the instance (the last name wins; at most 511 bytes are kept).
 ///
 /// # Safety
