@@ -6,15 +6,19 @@
 //! stream keeps a running average of how long its operations take from becoming the stream's
 //! head (registered on an idle stream, or the previous head seen done) to being seen done,
 //! and its next query is planned for when the head should be done. A query that finds the
-//! head still running is retried after a fraction of that time, growing while it keeps
+//! head still running is retried after a small fraction of that time, growing while it keeps
 //! running.
 
 use std::time::{Duration, Instant};
 
-/// The first retry after a miss is this fraction of the typical time: a late query delays
-/// the operation's future by at most this much of its duration.
-const RETRY_FRACTION: u32 = 8;
-/// The shortest retry: below this the query itself costs more than the wait saves.
+/// The first retry after a miss is this fraction of the typical time. A plan learned from the
+/// stream's own operations misses only by a little, so the retry is short: a late query
+/// delays the operation's future by up to this much of its duration. With an eighth, an
+/// awaited 100 µs operation was seen 7 µs late on average in a model of the plan against
+/// operations whose end jitters by a few µs; with a thirty-second, 2 µs, for no more queries.
+const RETRY_FRACTION: u32 = 32;
+/// The shortest retry: below this the query itself costs more than the wait saves. (1 µs
+/// was tried: it saved little and took the bench's queries per completion over 2.)
 const MIN_RETRY: Duration = Duration::from_micros(2);
 /// Growth of the retry between misses of one head (3/2).
 const RETRY_GROWTH: (u32, u32) = (3, 2);
@@ -36,6 +40,9 @@ const MAX_GROWTH: u32 = 2;
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Pace {
     typical: Option<Duration>,
+    /// How many heads in a row the first query found done: each one says the operations may
+    /// have become shorter than the plan, by an unknown amount.
+    early: u32,
 }
 
 impl Pace {
@@ -54,6 +61,8 @@ pub(super) struct Plan {
     since: Instant,
     /// Whether a query found this head still running.
     missed: bool,
+    /// The wait after the first miss.
+    first_retry: Duration,
     /// The wait after the next miss.
     retry: Duration,
     /// When to query next.
@@ -64,10 +73,12 @@ impl Plan {
     /// The plan for a head that became the head at `since`, on a stream with `pace`.
     pub(super) fn new(since: Instant, pace: Pace) -> Self {
         let typical = pace.typical.unwrap_or(Duration::ZERO);
+        let retry = (typical / RETRY_FRACTION).clamp(MIN_RETRY, MAX_WAIT);
         Plan {
             since,
             missed: false,
-            retry: (typical / RETRY_FRACTION).clamp(MIN_RETRY, MAX_WAIT),
+            first_retry: retry,
+            retry,
             due: since + typical.min(MAX_WAIT),
         }
     }
@@ -88,19 +99,24 @@ impl Plan {
     ///
     /// The sample is the time the query was planned for, not the time it was made: the
     /// reactor may wake late, and learning its lateness as device time would plan every later
-    /// query later still. A head found done by its first query may have been done long
-    /// before, so that sample is 3/4 of the plan: a stream whose first queries find their
-    /// head done is planned earlier each time (by a sixteenth of its typical time per
-    /// operation) until a query misses and shows where the end is. With 7/8 (a thirty-second
-    /// per operation) and no [`MAX_GROWTH`], one late operation planned the next dozens of
-    /// queries late: the bench's 1-in-flight cells fell to 1.4 k ops/s in some runs.
+    /// query later still. After a miss that time is at most one retry past the end. A head
+    /// found done by its first query may have been done long before, so that sample is taken
+    /// earlier than the plan: by half a retry for the first such head in a row, twice as much
+    /// for each further one, and never by more than a quarter of the plan. A stream whose
+    /// plan is right alternates hits and misses and stays put; one whose operations became
+    /// shorter is found out within a few operations. (Always taking 3/4 of the plan pulled
+    /// a steady stream early enough to miss on most operations, each miss costing a retry;
+    /// without [`MAX_GROWTH`] and that bound, one late operation planned the next dozens of
+    /// queries late: the bench's 1-in-flight cells fell to 1.4 k ops/s in some runs.)
     pub(super) fn hit(&self, pace: &mut Pace) {
         let planned = self.due.saturating_duration_since(self.since);
-        pace.learn(if self.missed {
-            planned
-        } else {
-            planned * 3 / 4
-        });
+        if self.missed {
+            pace.early = 0;
+            return pace.learn(planned);
+        }
+        pace.early = pace.early.saturating_add(1);
+        let pull = (self.first_retry / 2).saturating_mul(1 << (pace.early - 1).min(20));
+        pace.learn(planned.saturating_sub(pull).max(planned * 3 / 4));
     }
 }
 
@@ -167,6 +183,76 @@ mod tests {
                 .sum();
             assert!(queries <= 200, "{queries} queries for 100 operations");
         }
+    }
+
+    /// Like [`run_head`], with no lateness; returns the queries and how long after the head
+    /// ended the query that found it done was made.
+    fn seen_after(pace: &mut Pace, start: Instant, duration: Duration) -> (u32, Duration) {
+        let mut plan = Plan::new(start, *pace);
+        let mut queries = 1;
+        while plan.due < start + duration {
+            plan.missed(plan.due);
+            queries += 1;
+        }
+        plan.hit(pace);
+        (queries, plan.due - (start + duration))
+    }
+
+    #[test]
+    fn a_miss_is_retried_after_a_thirty_second_of_the_typical_time() {
+        let start = Instant::now();
+        let pace = Pace {
+            typical: Some(320 * US),
+            early: 0,
+        };
+        let mut plan = Plan::new(start, pace);
+        assert_eq!(plan.due, start + 320 * US);
+        plan.missed(plan.due);
+        assert_eq!(plan.due, start + 330 * US);
+    }
+
+    #[test]
+    fn a_steady_stream_is_seen_soon_after_each_end_with_few_queries() {
+        // 100 µs operations whose ends jitter over 4 µs, as a device's do.
+        let ends = |i: u32| (100 + i % 5) * US;
+        let mut pace = Pace::default();
+        let mut at = Instant::now();
+        for i in 0..100 {
+            seen_after(&mut pace, at, ends(i));
+            at += 200 * US;
+        }
+        let (mut queries, mut late) = (0, Duration::ZERO);
+        for i in 0..100 {
+            let (q, l) = seen_after(&mut pace, at, ends(i));
+            (queries, late) = (queries + q, late + l);
+            at += 200 * US;
+        }
+        // An eighth-of-the-time retry and a plan always pulled to 3/4 gave 7 µs here.
+        assert!(
+            late / 100 <= 4 * US,
+            "seen {:?} late on average",
+            late / 100
+        );
+        assert!(queries <= 200, "{queries} queries for 100 operations");
+    }
+
+    #[test]
+    fn operations_that_became_shorter_are_soon_planned_at_their_new_length() {
+        let mut pace = Pace::default();
+        let mut at = Instant::now();
+        for _ in 0..50 {
+            seen_after(&mut pace, at, 500 * US);
+            at += 1000 * US;
+        }
+        for _ in 0..45 {
+            seen_after(&mut pace, at, 50 * US);
+            at += 1000 * US;
+        }
+        let typical = pace.typical.expect("learned");
+        assert!(
+            typical < 100 * US,
+            "still {typical:?} after 45 operations of 50 µs"
+        );
     }
 
     #[test]
