@@ -110,6 +110,36 @@ fn map_anonymous(addr: usize, len: usize, fixed: bool) -> Option<usize> {
     (ptr != libc::MAP_FAILED && (addr == 0 || ptr as usize == addr)).then_some(ptr as usize)
 }
 
+/// Where a reservation of `size` bytes starts: a multiple of its size's power of two, from the
+/// 2 MiB granularity of physical memory up to 1 GiB. The same rule an `expectPtr` must keep,
+/// and what lets a program map physical memory at the very start of the range it reserved.
+fn reservation_alignment(size: usize) -> usize {
+    if size > GIB {
+        GIB
+    } else {
+        size.next_power_of_two().max(2 << 20)
+    }
+}
+
+/// Maps `len` anonymous bytes starting at a multiple of `align` (a power of two): mmap promises
+/// only page alignment (Linux aligns large mappings to 2 MiB on its own, valgrind does not), so
+/// it maps `align` more and gives back the ends.
+fn map_aligned(len: usize, align: usize) -> Option<usize> {
+    let base = map_anonymous(0, len.checked_add(align)?, false)?;
+    let start = base.next_multiple_of(align);
+    let (head, tail) = (start - base, base + align - start);
+    // SAFETY: both ranges are parts of the mapping just made, which nothing else knows of.
+    unsafe {
+        if head > 0 {
+            libc::munmap(base as *mut c_void, head);
+        }
+        if tail > 0 {
+            libc::munmap((start + len) as *mut c_void, tail);
+        }
+    }
+    Some(start)
+}
+
 /// The start and the mapping holding `addr`, if it is mapped.
 fn mapping_at(
     reservations: &mut BTreeMap<usize, Reservation>,
@@ -140,12 +170,8 @@ impl Vmm {
         let Some(len) = page_round(size) else {
             fail!(ACL_ERROR_RT_PARAM_INVALID, "size {size} is too large");
         };
+        let align = reservation_alignment(size);
         if expect != 0 {
-            let align = if size > GIB {
-                GIB
-            } else {
-                size.next_power_of_two()
-            };
             ensure!(
                 (EXPECT_LOW..EXPECT_HIGH).contains(&expect)
                     && expect
@@ -156,7 +182,11 @@ impl Vmm {
                 "expectPtr {expect:#x} must lie in [16 TiB, 24 TiB) and be aligned to {align:#x}"
             );
         }
-        let Some(base) = map_anonymous(expect, len, false) else {
+        let placed = match expect {
+            0 => map_aligned(len, align),
+            _ => map_anonymous(expect, len, false),
+        };
+        let Some(base) = placed else {
             fail!(
                 ACL_ERROR_RT_MEMORY_ALLOCATION,
                 "{len} bytes of addresses could not be reserved{}",

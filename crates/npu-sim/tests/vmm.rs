@@ -181,6 +181,33 @@ fn a_reservation_can_be_placed() {
     }
 }
 
+/// A reservation starts where physical memory can be mapped at once: on a multiple of the
+/// allocation granularity (and of its size's power of two, up to 1 GiB), whatever alignment
+/// the host's mmap happens to give (valgrind's gives only pages).
+#[test]
+fn reservations_start_aligned_for_mapping() {
+    install();
+    set_device(1);
+    let mut held = Vec::new();
+    for size in [MIB, 2 * MIB, 6 * MIB, 2 * MIB + 4096, 64 * MIB] {
+        // Interleaved with small mappings, so the next free address is only page-aligned.
+        held.push(reserve(4096));
+        let va = reserve(size);
+        let align = size.next_power_of_two().max(2 * MIB);
+        assert_eq!(va as usize % align, 0, "{size} bytes reserved at {va:?}");
+        if size % (2 * MIB) == 0 {
+            let handle = physical(1, 2 * MIB);
+            acl!(aclrtMapMem(va, 2 * MIB, 0, handle, 0));
+            acl!(aclrtUnmapMem(va));
+            acl!(aclrtFreePhysical(handle));
+        }
+        held.push(va);
+    }
+    for va in held {
+        acl!(aclrtReleaseMemAddress(va));
+    }
+}
+
 #[test]
 fn error_paths() {
     install();
