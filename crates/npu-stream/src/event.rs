@@ -8,10 +8,10 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use npu_core::ffi;
-use npu_core::{Completion, Context, Error, Result, Runtime, Wait, acl_call, acl_call_opt};
+use npu_core::{Completion, Context, Error, Result, Runtime, acl_call, acl_call_opt};
 
 use crate::op::Op;
-use crate::paused_clock;
+use crate::paused_clock::KeptWait;
 use crate::stream::Stream;
 
 /// Which ACL event model an [`Event`] uses.
@@ -347,11 +347,8 @@ impl Event {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map(Completion::wait);
-        EventWait {
-            record,
-            clock_kept: false,
-        }
+            .map(KeptWait::new);
+        EventWait { record }
     }
 
     /// Whether the work captured by the latest record has completed
@@ -635,26 +632,18 @@ impl fmt::Debug for Event {
 #[derive(Debug)]
 #[must_use = "futures do nothing unless polled"]
 pub struct EventWait {
-    /// The wait for the latest record, with its own waker registration: any number of tasks
-    /// may wait for one event.
-    record: Option<Wait>,
-    /// Whether a paused Tokio clock is being kept still for the record, as an `Op` keeps it.
-    clock_kept: bool,
+    /// The wait for the latest record, with its own waker registration (any number of tasks
+    /// may wait for one event), keeping a paused Tokio clock still as an `Op` does.
+    record: Option<KeptWait>,
 }
 
 impl Future for EventWait {
     type Output = Result<()>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
-        let this = &mut *self;
-        let Some(record) = &mut this.record else {
-            return Poll::Ready(Ok(()));
-        };
-        let polled = Pin::new(&mut *record).poll(cx);
-        if polled.is_pending() && !this.clock_kept {
-            this.clock_kept = true;
-            paused_clock::keep_until(record.completion());
+        match &mut self.record {
+            Some(record) => record.poll(cx),
+            None => Poll::Ready(Ok(())),
         }
-        polled
     }
 }

@@ -5,9 +5,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
-use npu_core::{Completion, Error, OpError, Wait};
+use npu_core::{Completion, Error, OpError};
 
-use crate::paused_clock;
+use crate::paused_clock::KeptWait;
 
 /// A device operation in flight. Resolves to the buffers it took once the device is done, or
 /// to an [`OpError`] that hands them back with the failure.
@@ -76,21 +76,19 @@ use crate::paused_clock;
 #[must_use = "an Op does nothing when dropped except release its buffers once the device is done"]
 pub struct Op<T: Send + 'static> {
     /// Waits with a registration of its own, so that tasks waiting for the same completion
-    /// (or an event recorded after it) never displace this future's waker.
-    wait: Wait,
+    /// (or an event recorded after it) never displace this future's waker, and keeps a
+    /// paused Tokio clock from jumping past the operation.
+    wait: KeptWait,
     value: Option<T>,
     span: tracing::Span,
-    /// Set once a paused Tokio clock has been kept from jumping past this operation.
-    clock_kept: bool,
 }
 
 impl<T: Send + 'static> Op<T> {
     pub(crate) fn new(completion: Completion, value: T, span: tracing::Span) -> Self {
         Op {
-            wait: completion.wait(),
+            wait: KeptWait::new(&completion),
             value: Some(value),
             span,
-            clock_kept: false,
         }
     }
 
@@ -151,11 +149,7 @@ impl<T: Send + 'static> Future for Op<T> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let _entered = this.span.enter();
-        let Poll::Ready(result) = Pin::new(&mut this.wait).poll(cx) else {
-            if !this.clock_kept {
-                this.clock_kept = true;
-                paused_clock::keep_until(this.wait.completion());
-            }
+        let Poll::Ready(result) = this.wait.poll(cx) else {
             return Poll::Pending;
         };
         match &result {

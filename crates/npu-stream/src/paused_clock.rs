@@ -13,17 +13,52 @@
 //! waiting spawns its successor before it returns: the clock never sees a moment without one,
 //! while a runtime shutting down (which runs no new blocking task) waits one slice at most.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
-use npu_core::{BlockingWaiter, Completion};
+use npu_core::{BlockingWaiter, Completion, Result, Wait};
 use tokio::runtime::{Handle, RuntimeFlavor};
 
 /// The longest a blocking task keeping the clock waits before handing on to its successor.
 const SLICE: Duration = Duration::from_millis(100);
 
+/// A wait for device work, with its own waker registration, that keeps a paused Tokio clock
+/// still from its first pending poll until the work completes: what every future of npu-rs
+/// awaiting the device (an operation, an event wait) needs.
+#[derive(Debug)]
+pub(crate) struct KeptWait {
+    wait: Wait,
+    /// Set once a paused clock has been kept from jumping past the work.
+    clock_kept: bool,
+}
+
+impl KeptWait {
+    pub(crate) fn new(completion: &Completion) -> Self {
+        KeptWait {
+            wait: completion.wait(),
+            clock_kept: false,
+        }
+    }
+
+    pub(crate) fn completion(&self) -> &Completion {
+        self.wait.completion()
+    }
+
+    pub(crate) fn poll(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
+        let polled = Pin::new(&mut self.wait).poll(cx);
+        if polled.is_pending() && !self.clock_kept {
+            self.clock_kept = true;
+            keep_until(self.wait.completion());
+        }
+        polled
+    }
+}
+
 /// If the current Tokio runtime's clock is paused, keeps it from auto-advancing until
 /// `completion` completes.
-pub(crate) fn keep_until(completion: &Completion) {
+fn keep_until(completion: &Completion) {
     let Ok(runtime) = Handle::try_current() else {
         return;
     };
