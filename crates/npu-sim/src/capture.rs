@@ -141,6 +141,13 @@ impl Capture {
         lock(&self.invalidated).get_or_insert_with(|| why.clone());
     }
 
+    /// Refuses an operation the capture cannot take with `error`, which also invalidates the
+    /// capture (its end then fails), as CANN does.
+    pub(crate) fn refuse<T>(&self, error: SimError) -> Res<T> {
+        self.invalidate(&error);
+        Err(error)
+    }
+
     /// Fails with ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED if the capture was invalidated.
     pub(crate) fn check_valid(&self) -> Res<()> {
         match &*lock(&self.invalidated) {
@@ -227,40 +234,30 @@ impl Capture {
 ///   and either invalidates the waiting stream's capture;
 /// - a record of a capture that is over runs only in its replays: no wait.
 pub(crate) fn wait_dependency(stream: &Arc<Stream>, record: &Record) -> Res<bool> {
-    let refuse = |capture: &Capture, error: SimError| {
-        capture.invalidate(&error);
-        Err(error)
-    };
     match (stream.capture(), record.active_capture()) {
         (None, None) => Ok(!record.is_captured()),
         (None, Some(theirs)) => {
             theirs.check_valid()?;
             match theirs.join(stream) {
                 Ok(()) => Ok(true),
-                Err(error) => refuse(&theirs, error),
+                Err(error) => theirs.refuse(error),
             }
         }
         (Some(mine), Some(theirs)) if Arc::ptr_eq(&mine, &theirs) => Ok(true),
-        (Some(mine), Some(theirs)) => refuse(
-            &mine,
-            SimError::new(
-                ACL_ERROR_STREAM_CAPTURE_CONFLICT,
-                format!(
-                    "stream {} (captured with stream {}) waits on an event recorded in the capture of stream {}",
-                    stream.id, mine.origin.id, theirs.origin.id
-                ),
+        (Some(mine), Some(theirs)) => mine.refuse(SimError::new(
+            ACL_ERROR_STREAM_CAPTURE_CONFLICT,
+            format!(
+                "stream {} (captured with stream {}) waits on an event recorded in the capture of stream {}",
+                stream.id, mine.origin.id, theirs.origin.id
             ),
-        ),
-        (Some(mine), None) => refuse(
-            &mine,
-            SimError::new(
-                ACL_ERROR_RT_CAPTURE_DEPENDENCY,
-                format!(
-                    "stream {} is being captured and waits on an event that was not recorded in its capture",
-                    stream.id
-                ),
+        )),
+        (Some(mine), None) => mine.refuse(SimError::new(
+            ACL_ERROR_RT_CAPTURE_DEPENDENCY,
+            format!(
+                "stream {} is being captured and waits on an event that was not recorded in its capture",
+                stream.id
             ),
-        ),
+        )),
     }
 }
 

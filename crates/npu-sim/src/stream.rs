@@ -462,8 +462,7 @@ impl Stream {
                     self.id
                 ),
             );
-            capture.invalidate(&error);
-            return Err(error);
+            return capture.refuse(error);
         }
         Ok(())
     }

@@ -69,8 +69,7 @@ impl On {
                             stream.id
                         ),
                     );
-                    capture.invalidate(&error);
-                    return Err(error);
+                    return capture.refuse(error);
                 }
                 capture::check_unsafe_call(ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC, WHAT)?;
                 stream.wait_idle(None)?;
