@@ -28,11 +28,11 @@ use crate::stream::Stream;
 use crate::sync::{lock, read, write};
 use crate::task::{Op, Task};
 
-/// The reuse switches, in attribute order (FOLLOW_EVENT_DEPENDENCIES, ALLOW_OPPORTUNISTIC,
-/// ALLOW_INTERNAL_DEPENDENCIES).
 /// Why an allocation racing aclrtMemPoolDestroy fails.
 const DESTROYED: &str = "the memory pool was destroyed during the allocation";
 
+/// The reuse switches, in attribute order (FOLLOW_EVENT_DEPENDENCIES, ALLOW_OPPORTUNISTIC,
+/// ALLOW_INTERNAL_DEPENDENCIES).
 #[derive(Clone, Copy)]
 pub(crate) enum Reuse {
     FollowEvents = 0,

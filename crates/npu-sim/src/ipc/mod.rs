@@ -139,15 +139,18 @@ impl Ipc {
         size: usize,
         validate: bool,
     ) -> Res<String> {
-        let (base, len, kind) = {
+        let (base, len, kind, file) = {
             let mut files = lock(&self.files);
             match memory.allocation_of(ptr) {
-                Some((base, len, kind)) if files.contains_key(&base) => (base, len, kind),
+                Some((base, len, kind)) if files.contains_key(&base) => {
+                    (base, len, kind, files[&base].clone())
+                }
                 _ => {
                     let file = memfd(format_args!("{ptr:#x}"))?;
                     let (base, len, kind) = memory.share(ptr, &file)?;
-                    files.insert(base, Arc::new(file));
-                    (base, len, kind)
+                    let file = Arc::new(file);
+                    files.insert(base, file.clone());
+                    (base, len, kind, file)
                 }
             }
         };
@@ -162,7 +165,6 @@ impl Ipc {
             ACL_ERROR_RT_PARAM_INVALID,
             "range {ptr:#x}+{size} runs past the end of its allocation ({base:#x}+{len})"
         );
-        let file = lock(&self.files)[&base].clone();
         self.publish(
             self.new_key(),
             Export {
