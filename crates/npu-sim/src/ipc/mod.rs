@@ -215,8 +215,12 @@ impl Ipc {
         physical: &crate::vmm::Physical,
         validate: bool,
     ) -> Res<u64> {
+        self.start_broker()?;
+        // The check and the insertion hold one guard: two threads exporting the same handle
+        // at once must not both pass the check.
+        let mut exports = lock(&self.exports);
         ensure!(
-            !lock(&self.exports)
+            !exports
                 .values()
                 .any(|export| export.kind == Kind::Physical && export.owner == owner),
             ACL_ERROR_RT_PARAM_INVALID,
@@ -225,7 +229,7 @@ impl Ipc {
         let low = (*self.nonce.get_or_init(random_nonce) as u32)
             .wrapping_add(self.serial.fetch_add(1, Ordering::Relaxed) as u32);
         let shareable = (u64::from(own_pid() as u32) << 32) | u64::from(low);
-        self.publish(
+        exports.insert(
             shareable_key(shareable),
             Export {
                 kind: Kind::Physical,
@@ -239,7 +243,7 @@ impl Ipc {
                 whitelist: validate.then(Vec::new),
                 file: physical.file().clone(),
             },
-        )?;
+        );
         Ok(shareable)
     }
 
