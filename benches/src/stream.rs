@@ -31,6 +31,10 @@ const TASK_BYTES: u64 = 1000;
 /// How long each strategy runs in each throughput cell, split into three interleaved runs,
 /// after a warm-up of a tenth of that.
 const WINDOW: Duration = Duration::from_millis(240);
+/// How long each throughput run goes before its completions count: long enough for every
+/// chain to have started and for the reactor to have learned each new stream's pace (a few
+/// dozen operations of 100 µs).
+const STEADY_AFTER: Duration = Duration::from_millis(40);
 /// Independent repetitions of the await-latency measurement: its targets must hold in every
 /// one.
 const LATENCY_RUNS: usize = 10;
@@ -66,25 +70,41 @@ pub fn run(table: &mut Table, filter: &Filter) {
     let tokio = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a Tokio runtime");
+    // Each part's share of the queries, so that a miss of the whole-run target says where
+    // the queries were made.
+    let mut parts = Vec::new();
     if filter.wants("stream-latency") {
+        let before = npu_stream::reactor_stats();
         await_latency(table, &tokio, &context);
+        parts.push(("latency", before, npu_stream::reactor_stats()));
     }
     if filter.wants("stream-throughput") {
+        let before = npu_stream::reactor_stats();
         throughput(table, &tokio, &context);
+        parts.push(("throughput", before, npu_stream::reactor_stats()));
     }
-    if filter.wants("stream-latency") || filter.wants("stream-throughput") {
+    if !parts.is_empty() {
         let stats = npu_stream::reactor_stats();
         let ratio = stats.polls_per_completion();
+        let shares: Vec<String> = parts
+            .iter()
+            .map(|(name, before, after)| {
+                let queries = after.queries - before.queries;
+                let completed = (after.completed - before.completed).max(1);
+                format!("{name} part {:.2}", queries as f64 / completed as f64)
+            })
+            .collect();
         table.push(
             SECTION,
             "reactor event queries per completed operation (whole run)",
             format!("{ratio:.2}"),
             format!(
-                "target ≤ {QUERIES_TARGET}: {}; {} queries, {} completed, {} parks",
+                "target ≤ {QUERIES_TARGET}: {}; {} queries, {} completed, {} parks; {}",
                 verdict(ratio <= QUERIES_TARGET),
                 stats.queries,
                 stats.completed,
-                stats.parks
+                stats.parks,
+                shares.join(", ")
             ),
         );
     }
@@ -241,8 +261,13 @@ fn await_latency(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &C
     }
 }
 
-/// Operations completed per second with `in_flight` chains of memsets spread over `streams`
-/// streams, each chain awaiting its memset before submitting the next.
+/// Operations completed per second in steady state, with `in_flight` chains of memsets spread
+/// over `streams` streams, each chain awaiting its memset before submitting the next.
+///
+/// Only completions within `window` count, after the chains have run for [`STEADY_AFTER`]:
+/// the streams, their buffers and the first operations of every chain (the fill, and the
+/// reactor learning each new stream's pace) stay out of it, as they do for a server whose
+/// streams live as long as it does; so do the operations still in flight when it ends.
 fn ops_per_sec(
     tokio: &tokio::runtime::Runtime,
     context: &Context,
@@ -259,25 +284,33 @@ fn ops_per_sec(
                 .expect("stream")
         })
         .collect();
+    let buffers: Vec<DeviceBuffer<u8>> = (0..in_flight)
+        .map(|_| DeviceBuffer::<u8>::new(context, TASK_BYTES as usize).expect("buffer"))
+        .collect();
     let completed = Rc::new(Cell::new(0u64));
-    let start = Instant::now();
-    let end = start + window;
+    let from = Instant::now() + STEADY_AFTER;
+    let end = from + window;
     tokio.block_on(async {
         let local = tokio::task::LocalSet::new();
-        for chain in 0..in_flight {
+        for (chain, mut buffer) in buffers.into_iter().enumerate() {
             let stream = streams[chain % streams.len()].clone();
-            let mut buffer = DeviceBuffer::<u8>::new(context, TASK_BYTES as usize).expect("buffer");
             let completed = completed.clone();
             local.spawn_local(async move {
-                while Instant::now() < end {
+                loop {
                     buffer = stream.memset(buffer, chain as u8).await.expect("memset");
-                    completed.set(completed.get() + 1);
+                    let now = Instant::now();
+                    if now >= end {
+                        break;
+                    }
+                    if now >= from {
+                        completed.set(completed.get() + 1);
+                    }
                 }
             });
         }
         local.await;
     });
-    completed.get() as f64 / start.elapsed().as_secs_f64()
+    completed.get() as f64 / window.as_secs_f64()
 }
 
 /// Each strategy's throughput for one cell: the median of three runs, the strategies taking
@@ -321,8 +354,14 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
         control::set_timing(0, Some(model)).expect("timing model");
         for in_flight in [1usize, 16, 256] {
             for streams in [1usize, 4, 16] {
-                let rates = rates(tokio, context, streams, in_flight);
                 let device_bound = 1e6 / task_us as f64 * streams.min(in_flight) as f64;
+                // The simulated device runs its tasks back to back in simulated time, so a
+                // worker thread the host held up finishes its backlog in a burst: a window can
+                // count a little more than the device can sustain. That excess is the host's
+                // lag, not a strategy's speed, and is not credited to anyone.
+                let measured = rates(tokio, context, streams, in_flight);
+                let clamped = measured.iter().any(|rate| *rate > device_bound);
+                let rates: Vec<f64> = measured.iter().map(|rate| rate.min(device_bound)).collect();
                 let (over_callback, over_blocking) = (rates[0] / rates[1], rates[0] / rates[2]);
                 let over_best = over_callback.min(over_blocking);
                 let target = if in_flight == 1 {
@@ -362,10 +401,15 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
                     format!(
                         "callback {:.0}, spawn_blocking+sync {:.0}; EP/CB {over_callback:.2}×, \
                          EP/BS {over_blocking:.2}×; EP/best ≥ {target}×: {}{design}{at_bound}; \
-                         device bound {device_bound:.0}",
+                         device bound {device_bound:.0}{}",
                         rates[1],
                         rates[2],
-                        verdict(over_best >= target)
+                        verdict(over_best >= target),
+                        if clamped {
+                            " (rates over it counted at it)"
+                        } else {
+                            ""
+                        }
                     ),
                 );
             }
