@@ -358,6 +358,58 @@ fn a_panicking_waker_does_not_kill_the_completers() {
     }
 }
 
+/// A waker whose every copy panics when dropped (and so when woken, which consumes it). Its
+/// copies share no state: the data pointer is unused.
+fn waker_that_panics_on_drop() -> Waker {
+    use std::task::{RawWaker, RawWakerVTable};
+    fn clone(_: *const ()) -> RawWaker {
+        RawWaker::new(std::ptr::null(), &VTABLE)
+    }
+    fn wake(_: *const ()) {
+        panic!("a hostile waker's drop (by wake)");
+    }
+    fn wake_by_ref(_: *const ()) {}
+    fn drop(_: *const ()) {
+        panic!("a hostile waker's drop");
+    }
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop);
+    // SAFETY: every vtable function ignores the (null) data pointer, so any copy is valid on
+    // any thread for as long as the program runs.
+    unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
+}
+
+/// Attack: a waker whose drop panics. The completer (the reactor, the callback thread, a
+/// blocking-pool thread) drops the waker it woke; a panic there must stay contained, as a
+/// panicking wake-up does, or the process-wide reactor thread dies and every later operation
+/// fails with "the reactor thread is not running".
+#[test]
+fn a_waker_that_panics_when_dropped_does_not_kill_the_completers() {
+    let _serial = serial();
+    let ctx = primary(0);
+    // The test's own copy would panic when dropped, so it never is.
+    let waker = std::mem::ManuallyDrop::new(waker_that_panics_on_drop());
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let mut cx = TaskContext::from_waker(&waker);
+        control::hold(0).unwrap();
+        let mut op = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+        assert!(Pin::new(&mut op).poll(&mut cx).is_pending());
+        control::release(0).unwrap();
+        let done = op.completion().clone();
+        returns_promptly("the hostile operation", move || done.wait_blocking()).unwrap();
+        for value in 2..5u8 {
+            let later = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), value);
+            let buffer = returns_promptly("a later operation", move || tokio().block_on(later));
+            assert_eq!(
+                buffer.unwrap().to_vec_blocking().unwrap(),
+                [value; 64],
+                "{strategy:?}"
+            );
+        }
+        drop(op);
+    }
+}
+
 /// Defect: every probe of a stream with an old task failure made a blocking 1 ms wait on the
 /// reactor thread, so with hundreds of such streams busy a healthy stream's operations took
 /// hundreds of milliseconds each. Probes now run on the sentinel thread; the reactor never

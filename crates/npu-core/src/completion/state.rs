@@ -69,8 +69,9 @@ impl<T: Clone> State<T> {
 
     /// Wakes every registered waiter; called by the completer after [`State::complete`].
     /// A waker is user code: each is woken outside the lock and its panic contained, so that
-    /// it harms neither the completing thread nor the other waiters. Returns how many
-    /// panicked.
+    /// it harms neither the completing thread nor the other waiters. A waker's drop is user
+    /// code too, so each is woken by value, its drop inside the containment. Returns how
+    /// many panicked.
     pub(crate) fn wake(&self) -> usize {
         let wakers = {
             let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
@@ -78,7 +79,8 @@ impl<T: Clone> State<T> {
         };
         wakers
             .into_iter()
-            .filter(|(_, waker)| catch_unwind(AssertUnwindSafe(|| waker.wake_by_ref())).is_err())
+            .map(|(_, waker)| catch_unwind(AssertUnwindSafe(move || waker.wake())).is_err())
+            .filter(|panicked| *panicked)
             .count()
     }
 
