@@ -1127,6 +1127,79 @@ fn a_panicking_waker_of_a_pool_waiter_harms_only_its_own_task() {
     }
 }
 
+/// A waker whose copies panic when dropped on any thread but the one that made it: the
+/// waiter's own thread may drop it, a thread serving the waiter must not.
+fn waker_that_panics_when_dropped_elsewhere() -> Waker {
+    use std::sync::OnceLock;
+    use std::task::{RawWaker, RawWakerVTable};
+    use std::thread::ThreadId;
+    static OWNER: OnceLock<ThreadId> = OnceLock::new();
+    fn clone(_: *const ()) -> RawWaker {
+        RawWaker::new(std::ptr::null(), &VTABLE)
+    }
+    fn drop(_: *const ()) {
+        if OWNER.get() != Some(&std::thread::current().id()) {
+            panic!("a waiter's waker dropped on a thread serving it");
+        }
+    }
+    fn wake(data: *const ()) {
+        drop(data);
+    }
+    fn wake_by_ref(_: *const ()) {}
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop);
+    assert_eq!(
+        *OWNER.get_or_init(|| std::thread::current().id()),
+        std::thread::current().id(),
+        "one test thread makes these wakers"
+    );
+    // SAFETY: every vtable function ignores the (null) data pointer, so any copy is valid on
+    // any thread for as long as the program runs.
+    unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
+}
+
+/// Attack: a pool waiter cancelled at the moment it is served, by a task whose waker panics
+/// when dropped away from its own thread. The reply channel is freed by whichever end goes
+/// last; when that is the returning thread's send, it used to drop the task's waker there,
+/// and the panic unwound through the send and dropped the grant it was handing back: the
+/// pool's room was gone for good. Each round races the cancel against the return, and every
+/// round must leave the whole capacity free. (The window, between the pool choosing the
+/// waiter and sending to it, is narrow: this race did not land in it in 5,000 rounds before
+/// the fix either. The fix is by construction: the channel never holds the task's waker.)
+#[test]
+fn a_waiter_cancelled_as_it_is_served_loses_no_capacity_whatever_its_waker_does() {
+    let (_guard, ctx, _) = exclusive();
+    let waker = waker_that_panics_when_dropped_elsewhere();
+    let pool = PinnedPool::builder(&ctx).capacity(4096).build().unwrap();
+    for round in 0..1000 {
+        let held = pool
+            .try_alloc::<u8>(4096)
+            .unwrap()
+            .expect("the whole capacity is free");
+        let mut waiter = Box::pin(pool.alloc::<u8>(4096));
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(waiter.as_mut().poll(&mut cx).is_pending());
+        let go = Arc::new(std::sync::Barrier::new(2));
+        let returner = {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                go.wait();
+                drop(held);
+            })
+        };
+        go.wait();
+        drop(waiter);
+        returner
+            .join()
+            .expect("the returning thread does not unwind");
+        let stats = pool.stats();
+        assert_eq!(
+            stats.allocated, 0,
+            "round {round}: capacity lost: {stats:?}"
+        );
+    }
+    assert!(pool.try_alloc::<u8>(4096).unwrap().is_some());
+}
+
 /// Polls `future` once, reports that it has registered its waker, then runs it to the end:
 /// lets a test know that a spawned waiter is parked before it releases the device.
 async fn parked<F: Future>(

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context as TaskContext, Poll, ready};
+use std::task::{Context as TaskContext, Poll, Wake, Waker, ready};
 use std::time::Instant;
 
 use npu_core::{Error, Result, UseList};
@@ -128,11 +128,14 @@ impl<S: Source> Cache<S> {
         match answer {
             Ok(granted) => Ok(granted),
             Err((id, reply)) => {
+                let waiter = Arc::new(WaiterWaker::default());
                 Waiting {
                     cache: self.clone(),
                     id,
                     reply,
                     done: false,
+                    channel_waker: Waker::from(waiter.clone()),
+                    waiter,
                 }
                 .await
             }
@@ -367,13 +370,59 @@ struct Waiting<S: Source> {
     id: u64,
     reply: oneshot::Receiver<Granted<S::Block>>,
     done: bool,
+    /// Holds the task's waker for the reply channel, which only ever sees `channel_waker`.
+    waiter: Arc<WaiterWaker>,
+    channel_waker: Waker,
+}
+
+/// The waker a waiter's reply channel holds, standing in for the task's own.
+///
+/// The channel drops the waker it holds when its last end goes, and that end can be the
+/// pool's, on whatever thread returns a block: a waiter cancelled just after being served
+/// leaves its waker in the channel, and the send that finds it closed frees the channel. A
+/// task's waker is user code whose drop may panic; dropped there, the panic would unwind
+/// through the send and lose the grant it hands back. So the channel holds this stand-in,
+/// whose drop is harmless, and the task's waker lives in it only until the waiter is polled
+/// again or dropped, both on the waiter's own thread.
+#[derive(Default)]
+struct WaiterWaker(Mutex<Option<Waker>>);
+
+impl WaiterWaker {
+    fn slot(&self) -> MutexGuard<'_, Option<Waker>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Wake for WaiterWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Woken outside the lock: the wake-up may poll the waiter at once, on this thread.
+        // The clone's wake (and drop) run on the sending thread, inside the containment of
+        // `Cache::deliver`.
+        let waker = self.slot().clone();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
 }
 
 impl<S: Source> Future for Waiting<S> {
     type Output = Result<Granted<S::Block>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
-        let received = ready!(Pin::new(&mut self.reply).poll(cx));
+        {
+            let mut slot = self.waiter.slot();
+            match slot.as_mut() {
+                Some(known) => known.clone_from(cx.waker()),
+                None => *slot = Some(cx.waker().clone()),
+            }
+        }
+        let this = &mut *self;
+        let mut channel_cx = TaskContext::from_waker(&this.channel_waker);
+        let received = ready!(Pin::new(&mut this.reply).poll(&mut channel_cx));
         self.done = true;
         Poll::Ready(
             received
@@ -384,6 +433,9 @@ impl<S: Source> Future for Waiting<S> {
 
 impl<S: Source> Drop for Waiting<S> {
     fn drop(&mut self) {
+        // The task's waker is dropped on the waiter's thread, whoever frees the channel; last,
+        // so that a panicking drop cannot skip leaving the queue.
+        let _task_waker = self.waiter.slot().take();
         if self.done {
             return;
         }
