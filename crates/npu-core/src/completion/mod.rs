@@ -8,8 +8,10 @@ use std::task::{Context as TaskContext, Poll};
 
 use crate::error::{Error, Result};
 use crate::reaper::Action;
+use blocked::{RaiseOnDrop, Signal};
 use state::{Deferred, Registration};
 
+mod blocked;
 mod state;
 mod uses;
 
@@ -250,8 +252,9 @@ impl Completion {
 
     /// A thread's wait for this operation that can give up after a bound and be resumed:
     /// for a thread that must come back in bounded time (a blocking-pool thread, which a Tokio
-    /// runtime's drop waits for) and then waits again. It registers one wake-up, however often
-    /// it waits.
+    /// runtime's drop waits for) and then waits again. All of an operation's waiters share
+    /// one wake-up, which the operation holds until it completes: making and dropping waiters
+    /// while it is pending costs nothing that accumulates.
     ///
     /// ```
     /// use std::time::Duration;
@@ -266,17 +269,18 @@ impl Completion {
     /// assert!(waiter.wait_for(Duration::ZERO).unwrap().is_ok(), "complete stays complete");
     /// ```
     pub fn blocking_waiter(&self) -> BlockingWaiter {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let notify: Action = Box::new(move || {
-            // Capacity 1 and one send: never blocks the completer.
-            let _ = tx.try_send(());
+        let signal = self.state.blocked.get_or_init(|| {
+            let signal = Arc::new(Signal::default());
+            let raise = RaiseOnDrop(signal.clone());
+            let notify: Action = Box::new(move || drop(raise));
+            if let Some(Deferred::Notify(notify)) = self.state.defer(Deferred::Notify(notify)) {
+                notify();
+            }
+            signal
         });
-        if let Some(Deferred::Notify(notify)) = self.state.defer(Deferred::Notify(notify)) {
-            notify();
-        }
         BlockingWaiter {
             completion: self.clone(),
-            woken: rx,
+            woken: signal.clone(),
         }
     }
 
@@ -412,7 +416,7 @@ impl Future for Wait {
 /// A blocked thread's wait for one operation, from [`Completion::blocking_waiter`].
 pub struct BlockingWaiter {
     completion: Completion,
-    woken: std::sync::mpsc::Receiver<()>,
+    woken: Arc<Signal>,
 }
 
 impl BlockingWaiter {
@@ -423,11 +427,8 @@ impl BlockingWaiter {
             return Some(self.completion.settled());
         }
         // A completer dropped without completing leaves the operation pending for ever; its
-        // drop closes the channel, and `is_abandoned` covers a completer gone before.
-        if !self.completion.state.is_abandoned()
-            && let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                self.woken.recv_timeout(timeout)
-        {
+        // drop raises the signal, and `is_abandoned` covers a completer gone before.
+        if !self.completion.state.is_abandoned() && !self.woken.wait(Some(timeout)) {
             return None;
         }
         Some(self.completion.settled())
@@ -436,7 +437,7 @@ impl BlockingWaiter {
     /// Blocks until the operation completes, and returns its result.
     fn wait(&self) -> Result<()> {
         if !self.completion.state.is_abandoned() {
-            let _ = self.woken.recv();
+            self.woken.wait(None);
         }
         self.completion.settled()
     }
@@ -466,6 +467,35 @@ mod tests {
         let completer = unsafe { Completer::new() };
         let completion = completer.completion();
         (completer, completion)
+    }
+
+    /// A thread that gives up and makes a new waiter, again and again while the operation
+    /// is pending, used to queue one wake-up per waiter until completion.
+    #[test]
+    fn blocking_waiters_share_one_wake_up() {
+        let (completer, completion) = pending();
+        for _ in 0..1000 {
+            let waiter = completion.blocking_waiter();
+            assert!(waiter.wait_for(std::time::Duration::ZERO).is_none());
+        }
+        assert_eq!(completion.state.deferred_len(), 1);
+        let waiter = completion.blocking_waiter();
+        let blocked = std::thread::spawn(move || waiter.wait_for(std::time::Duration::MAX));
+        completer.complete(Ok(()));
+        assert!(blocked.join().unwrap().unwrap().is_ok());
+        let late = completion.blocking_waiter();
+        assert!(late.wait_for(std::time::Duration::ZERO).unwrap().is_ok());
+    }
+
+    #[test]
+    fn an_abandoned_operation_wakes_its_blocked_threads() {
+        let (completer, completion) = pending();
+        let waiter = completion.blocking_waiter();
+        let blocked = std::thread::spawn(move || waiter.wait_for(std::time::Duration::MAX));
+        drop(completer);
+        assert!(blocked.join().unwrap().unwrap().is_err());
+        let late = completion.blocking_waiter();
+        assert!(late.wait_for(std::time::Duration::MAX).unwrap().is_err());
     }
 
     #[test]

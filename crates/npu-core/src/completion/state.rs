@@ -38,6 +38,8 @@ pub(crate) struct State<T> {
     /// The waker of each registration, taken by the completer.
     wakers: Mutex<Wakers>,
     deferred: Mutex<Option<Vec<Deferred>>>,
+    /// What blocked threads wait on, made (and its one notification deferred) by the first.
+    pub(crate) blocked: std::sync::OnceLock<std::sync::Arc<crate::completion::blocked::Signal>>,
 }
 
 impl<T: Clone> State<T> {
@@ -48,6 +50,7 @@ impl<T: Clone> State<T> {
             value: Mutex::new(None),
             wakers: Mutex::new(Wakers::default()),
             deferred: Mutex::new(Some(Vec::new())),
+            blocked: std::sync::OnceLock::new(),
         }
     }
 
@@ -144,6 +147,13 @@ impl<T: Clone> State<T> {
     }
 
     /// Queues `action` to run after completion; hands it back if completion already happened.
+    /// How many actions wait for completion.
+    #[cfg(test)]
+    pub(crate) fn deferred_len(&self) -> usize {
+        let deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        deferred.as_ref().map_or(0, Vec::len)
+    }
+
     pub(crate) fn defer(&self, action: Deferred) -> Option<Deferred> {
         let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
         match deferred.as_mut() {

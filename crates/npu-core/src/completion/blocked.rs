@@ -1,0 +1,58 @@
+//! The one wake-up that every thread blocked on an operation shares.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Raised once, when the operation completes or is abandoned. Every [`BlockingWaiter`] of the
+/// operation waits on the same one, so however many waiters come and go while it is pending,
+/// the operation holds one deferred wake-up for them.
+///
+/// [`BlockingWaiter`]: super::BlockingWaiter
+#[derive(Default)]
+pub(crate) struct Signal {
+    raised: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Signal {
+    fn raised(&self) -> MutexGuard<'_, bool> {
+        self.raised.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn raise(&self) {
+        *self.raised() = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits until the signal is raised, giving up after `timeout` (`None`: no bound);
+    /// returns whether it was raised.
+    pub(crate) fn wait(&self, timeout: Option<Duration>) -> bool {
+        // A timeout too long to represent is no bound.
+        let deadline = timeout.and_then(|timeout| Instant::now().checked_add(timeout));
+        let mut raised = self.raised();
+        while !*raised {
+            raised = match deadline {
+                None => self.changed.wait(raised).unwrap_or_else(|e| e.into_inner()),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return false;
+                    }
+                    let waited = self.changed.wait_timeout(raised, left);
+                    waited.unwrap_or_else(|e| e.into_inner()).0
+                }
+            };
+        }
+        true
+    }
+}
+
+/// Raises its signal when dropped: run by the completer as a deferred notification, or
+/// dropped unrun when the operation is abandoned, either way waking the blocked threads.
+pub(crate) struct RaiseOnDrop(pub(crate) Arc<Signal>);
+
+impl Drop for RaiseOnDrop {
+    fn drop(&mut self) {
+        self.0.raise();
+    }
+}
