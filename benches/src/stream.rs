@@ -158,6 +158,15 @@ fn await_latency(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &C
     let mut buffer = Some(DeviceBuffer::<u8>::new(context, 64).expect("buffer"));
     // runs[run] = (floor, one entry per strategy)
     let mut runs: Vec<(Quantiles, Vec<Quantiles>)> = Vec::new();
+    // Over all runs, per variant (the floor, then each strategy): each round's first
+    // operation, which follows the other variants' rounds (so the threads it needs may have
+    // gone to sleep), and the operations after it.
+    let mut openers: Vec<Vec<Duration>> = vec![Vec::new(); STRATEGIES.len() + 1];
+    let mut followers: Vec<Vec<Duration>> = vec![Vec::new(); STRATEGIES.len() + 1];
+    let mut split = |variant: usize, i: usize, sample: Duration| match i {
+        0 => openers[variant].push(sample),
+        _ => followers[variant].push(sample),
+    };
     for _ in 0..LATENCY_RUNS {
         let mut floor = Vec::new();
         let mut awaited: Vec<Vec<Duration>> = vec![Vec::new(); STRATEGIES.len()];
@@ -182,9 +191,10 @@ fn await_latency(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &C
                 }
                 if keep {
                     floor.push(start.elapsed());
+                    split(0, i, start.elapsed());
                 }
             }
-            for (stream, samples) in streams.iter().zip(&mut awaited) {
+            for (variant, (stream, samples)) in streams.iter().zip(&mut awaited).enumerate() {
                 tokio.block_on(async {
                     for i in 0..PER_ROUND {
                         let start = Instant::now();
@@ -192,6 +202,7 @@ fn await_latency(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &C
                         buffer = Some(stream.memset(device, i as u8).await.expect("memset"));
                         if keep {
                             samples.push(start.elapsed());
+                            split(variant + 1, i, start.elapsed());
                         }
                     }
                 });
@@ -203,6 +214,11 @@ fn await_latency(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &C
         ));
     }
     let samples = ROUNDS * PER_ROUND;
+    let split_rows: Vec<(Quantiles, Quantiles)> = openers
+        .iter_mut()
+        .zip(&mut followers)
+        .map(|(first, rest)| (Quantiles::of(first), Quantiles::of(rest)))
+        .collect();
     for (index, strategy) in STRATEGIES.into_iter().enumerate() {
         let ratios: Vec<(f64, f64)> = runs
             .iter()
@@ -232,6 +248,24 @@ fn await_latency(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &C
             ),
         );
         if strategy == Strategy::EventPoll {
+            let ((first, rest), (floor_first, floor_rest)) = (split_rows[index + 1], split_rows[0]);
+            table.push(
+                SECTION,
+                format!("awaited 64 B memset, {name}: a round's first operation / the rest"),
+                format!(
+                    "{:.1} / {:.1} µs p50, {:.1} / {:.1} µs p99",
+                    first.p50, rest.p50, first.p99, rest.p99
+                ),
+                format!(
+                    "floor {:.1} / {:.1} µs p50, {:.1} / {:.1} µs p99; all runs, {} first \
+                     operations (after the other variants' rounds) per variant",
+                    floor_first.p50,
+                    floor_rest.p50,
+                    floor_first.p99,
+                    floor_rest.p99,
+                    ROUNDS * LATENCY_RUNS
+                ),
+            );
             let spread = |values: Vec<f64>| {
                 let mut values = values;
                 values.sort_by(f64::total_cmp);
