@@ -479,23 +479,32 @@ mod tests {
             assert!(waiter.wait_for(std::time::Duration::ZERO).is_none());
         }
         assert_eq!(completion.state.deferred_len(), 1);
-        let waiter = completion.blocking_waiter();
-        let blocked = std::thread::spawn(move || waiter.wait_for(std::time::Duration::MAX));
-        completer.complete(Ok(()));
-        assert!(blocked.join().unwrap().unwrap().is_ok());
-        let late = completion.blocking_waiter();
-        assert!(late.wait_for(std::time::Duration::ZERO).unwrap().is_ok());
+        let (blocked, late) = settled_under_a_blocked_thread(&completion, || {
+            completer.complete(Ok(()));
+        });
+        assert!(blocked.is_ok() && late.is_ok());
     }
 
     #[test]
     fn an_abandoned_operation_wakes_its_blocked_threads() {
         let (completer, completion) = pending();
+        let (blocked, late) = settled_under_a_blocked_thread(&completion, || drop(completer));
+        assert!(blocked.is_err() && late.is_err());
+    }
+
+    /// Runs `settle` while a thread waits on `completion` without a bound; returns what that
+    /// thread saw and what a waiter made afterwards sees.
+    fn settled_under_a_blocked_thread(
+        completion: &Completion,
+        settle: impl FnOnce(),
+    ) -> (Result<()>, Result<()>) {
         let waiter = completion.blocking_waiter();
         let blocked = std::thread::spawn(move || waiter.wait_for(std::time::Duration::MAX));
-        drop(completer);
-        assert!(blocked.join().unwrap().unwrap().is_err());
+        settle();
+        let blocked = blocked.join().unwrap().expect("woken, not timed out");
         let late = completion.blocking_waiter();
-        assert!(late.wait_for(std::time::Duration::MAX).unwrap().is_err());
+        let late = late.wait_for(std::time::Duration::MAX).expect("settled");
+        (blocked, late)
     }
 
     #[test]
