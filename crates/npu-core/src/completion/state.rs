@@ -146,7 +146,6 @@ impl<T: Clone> State<T> {
         self.abandoned.load(Ordering::SeqCst)
     }
 
-    /// Queues `action` to run after completion; hands it back if completion already happened.
     /// How many actions wait for completion.
     #[cfg(test)]
     pub(crate) fn deferred_len(&self) -> usize {
@@ -154,6 +153,7 @@ impl<T: Clone> State<T> {
         deferred.as_ref().map_or(0, Vec::len)
     }
 
+    /// Queues `action` to run after completion; hands it back if completion already happened.
     pub(crate) fn defer(&self, action: Deferred) -> Option<Deferred> {
         let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
         match deferred.as_mut() {
