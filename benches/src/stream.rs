@@ -190,8 +190,9 @@ fn await_latency(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &C
                     .expect("memset + synchronize");
                 }
                 if keep {
-                    floor.push(start.elapsed());
-                    split(0, i, start.elapsed());
+                    let elapsed = start.elapsed();
+                    floor.push(elapsed);
+                    split(0, i, elapsed);
                 }
             }
             for (variant, (stream, samples)) in streams.iter().zip(&mut awaited).enumerate() {
@@ -201,8 +202,9 @@ fn await_latency(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &C
                         let device = buffer.take().expect("the buffer is back");
                         buffer = Some(stream.memset(device, i as u8).await.expect("memset"));
                         if keep {
-                            samples.push(start.elapsed());
-                            split(variant + 1, i, start.elapsed());
+                            let elapsed = start.elapsed();
+                            samples.push(elapsed);
+                            split(variant + 1, i, elapsed);
                         }
                     }
                 });
