@@ -354,7 +354,7 @@ impl Drop for ContextInner {
             Some(_) => unsafe { crate::acl_call!(runtime, aclrtDestroyContext(self.handle)) },
         };
         if let Err(err) = result {
-            tracing::warn!(%err, device = self.device_id, "releasing an ACL context failed");
+            crate::log!(warn, %err, device = self.device_id, "releasing an ACL context failed");
         }
     }
 }

@@ -569,7 +569,7 @@ impl Drop for PeerAccess {
             unsafe { crate::acl_call!(runtime, aclrtDeviceDisablePeerAccess(key.1)) }
         });
         if let Err(err) = result {
-            tracing::warn!(%err, from = key.0, peer = key.1, "disabling peer access failed");
+            crate::log!(warn, %err, from = key.0, peer = key.1, "disabling peer access failed");
         }
     }
 }

@@ -25,6 +25,8 @@ mod backend;
 mod call;
 mod code;
 mod completion;
+#[doc(hidden)]
+pub mod contain;
 mod context;
 #[cfg(feature = "sim")]
 mod control_error;

@@ -469,7 +469,7 @@ impl Drop for ModuleInner {
             unsafe { crate::acl_call_opt!(runtime, aclrtBinaryUnLoad(self.handle)) }
         });
         if let Err(err) = result {
-            tracing::warn!(%err, "unloading a kernel binary failed");
+            crate::log!(warn, %err, "unloading a kernel binary failed");
         }
     }
 }

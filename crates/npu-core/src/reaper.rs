@@ -5,7 +5,6 @@
 //! thread, inside a lock, or inside an ACL callback, so completions hand their deferred actions
 //! here.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 use std::sync::mpsc::{Sender, channel};
 
@@ -27,7 +26,7 @@ fn sender() -> Option<&'static Sender<Vec<Action>>> {
             match spawned {
                 Ok(_) => Some(tx),
                 Err(err) => {
-                    tracing::error!(%err, "cannot start the npu-reaper thread; releasing inline");
+                    crate::log!(error, %err, "cannot start the npu-reaper thread; releasing inline");
                     None
                 }
             }
@@ -36,8 +35,8 @@ fn sender() -> Option<&'static Sender<Vec<Action>>> {
 }
 
 fn run(action: Action) {
-    if catch_unwind(AssertUnwindSafe(action)).is_err() {
-        tracing::error!("a deferred release panicked; the reaper continues");
+    if crate::contain::contained(action) {
+        crate::log!(error, "a deferred release panicked; the reaper continues");
     }
 }
 

@@ -179,7 +179,7 @@ impl Drop for RuntimeInner {
             None => unsafe { (api.aclFinalize)() },
         };
         if code != ffi::ACL_SUCCESS {
-            tracing::warn!(code = %AclCode(code), "finalising AscendCL failed");
+            crate::log!(warn, code = %AclCode(code), "finalising AscendCL failed");
         }
     }
 }

@@ -381,7 +381,7 @@ impl<T: Pod> Drop for DeviceBuffer<T> {
             // not); aclrtFree needs no current context and does not wait for the device.
             let freed = unsafe { acl_call!(runtime, aclrtFree(ptr.0)) };
             if let Err(err) = freed {
-                tracing::warn!(%err, "device memory was not freed (leaked)");
+                npu_core::log!(warn, %err, "device memory was not freed (leaked)");
             }
         });
     }

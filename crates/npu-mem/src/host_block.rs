@@ -195,7 +195,7 @@ impl HostBlock {
         // SAFETY: the allocation is ours and every recorded use has completed.
         let freed = unsafe { acl_call!(runtime, aclrtFreeHost(ptr)) };
         if let Err(err) = freed {
-            tracing::warn!(%err, bytes = self.bytes, "pinned host memory was not freed (leaked)");
+            npu_core::log!(warn, %err, bytes = self.bytes, "pinned host memory was not freed (leaked)");
         }
     }
 }

@@ -120,7 +120,7 @@ impl Worker {
                 }
                 _ => {
                     if let Err(err) = reported {
-                        tracing::warn!(%err, "aclrtProcessReport failed");
+                        npu_core::log!(warn, %err, "aclrtProcessReport failed");
                     }
                     self.probe(&mut probes);
                 }
@@ -320,6 +320,6 @@ pub(crate) fn release(stream: &StreamShared) {
         unsafe { acl_call!(runtime, aclrtUnSubscribeReport(tid, stream.handle)) }
     });
     if let Err(err) = result {
-        tracing::warn!(%err, stream = stream.id, "unsubscribing the callback thread failed");
+        npu_core::log!(warn, %err, stream = stream.id, "unsubscribing the callback thread failed");
     }
 }

@@ -597,7 +597,7 @@ impl Drop for EventInner {
             unsafe { acl_call!(runtime, aclrtDestroyEvent(self.handle)) }
         });
         if let Err(err) = result {
-            tracing::warn!(%err, "destroying an event failed");
+            npu_core::log!(warn, %err, "destroying an event failed");
         }
     }
 }

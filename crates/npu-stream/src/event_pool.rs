@@ -116,7 +116,7 @@ impl EventPool {
             unsafe { acl_call!(runtime, aclrtDestroyEvent(raw.0)) }
         });
         if let Err(err) = result {
-            tracing::warn!(%err, "destroying a pooled event failed");
+            npu_core::log!(warn, %err, "destroying a pooled event failed");
         }
     }
 }

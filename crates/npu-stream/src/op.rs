@@ -153,10 +153,10 @@ impl<T: Send + 'static> Future for Op<T> {
             return Poll::Pending;
         };
         match &result {
-            Ok(()) => tracing::debug!("completed"),
+            Ok(()) => npu_core::log!(debug, "completed"),
             Err(err) => {
                 this.span.record("error", tracing::field::display(err));
-                tracing::debug!(error = %err, "failed");
+                npu_core::log!(debug, error = %err, "failed");
             }
         }
         let value = this.value.take();

@@ -73,7 +73,7 @@ fn sender() -> &'static Mutex<Option<Sender<Job>>> {
         match spawned {
             Ok(_) => Mutex::new(Some(tx)),
             Err(err) => {
-                tracing::error!(%err, "cannot start the npu-sentinel thread");
+                npu_core::log!(error, %err, "cannot start the npu-sentinel thread");
                 Mutex::new(None)
             }
         }
@@ -121,7 +121,7 @@ pub(crate) fn probe(stream: &Arc<StreamShared>) -> Arc<Verdict> {
 /// Completes `completer` with `error` once the work queued on `stream` so far has finished
 /// (or can never run).
 pub(crate) fn drain(stream: Arc<StreamShared>, completer: Completer, error: Error) {
-    tracing::warn!(%error, stream = stream.id, "cannot watch an operation; draining the stream");
+    npu_core::log!(warn, %error, stream = stream.id, "cannot watch an operation; draining the stream");
     let job = Job::Drain {
         stream,
         completer,
@@ -156,7 +156,7 @@ fn spawn_fallback(job: Job) {
             }
         });
     if let Err(err) = spawned {
-        tracing::error!(%err, "no thread to drain a stream; its operation is leaked");
+        npu_core::log!(error, %err, "no thread to drain a stream; its operation is leaked");
     }
 }
 

@@ -325,7 +325,7 @@ impl CompletionStrategy for BlockingSync {
                 // No thread: the closure (and with it the wait) was dropped, which handed the
                 // operation to the reactor.
                 if let Err(err) = spawned {
-                    tracing::debug!(%err, "no thread for a blocking wait; the reactor watches it");
+                    npu_core::log!(debug, %err, "no thread for a blocking wait; the reactor watches it");
                 }
             }
         }

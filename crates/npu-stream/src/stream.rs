@@ -771,7 +771,7 @@ impl Drop for StreamShared {
             unsafe { acl_call!(runtime, aclrtDestroyStream(self.handle)) }
         });
         if let Err(err) = result {
-            tracing::warn!(%err, stream = self.id, "destroying a stream failed");
+            npu_core::log!(warn, %err, stream = self.id, "destroying a stream failed");
         }
     }
 }

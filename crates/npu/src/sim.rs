@@ -122,7 +122,7 @@ impl Drop for Hold {
         if !self.released
             && let Err(err) = unhold(self.device)
         {
-            tracing::warn!(%err, device = self.device, "releasing a held simulated device failed");
+            npu_core::log!(warn, %err, device = self.device, "releasing a held simulated device failed");
         }
     }
 }

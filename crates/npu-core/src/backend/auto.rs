@@ -19,7 +19,7 @@ pub(crate) fn choose(config: Option<&Path>) -> Result<Runtime> {
     match probe(config) {
         Ok(runtime) => Ok(runtime),
         Err(why) => {
-            tracing::warn!(reason = %why, "NPU_BACKEND=auto is using the simulator");
+            crate::log!(warn, reason = %why, "NPU_BACKEND=auto is using the simulator");
             Runtime::start(sim, config, BackendReason::Fallback(why))
         }
     }
@@ -42,7 +42,7 @@ fn probe(config: Option<&Path>) -> std::result::Result<Runtime, Fallback> {
             visible_devices: std::env::var("ASCEND_RT_VISIBLE_DEVICES").ok(),
         }),
         Ok(devices) => {
-            tracing::info!(backend = %library, devices, "NPU_BACKEND=auto chose a real runtime");
+            crate::log!(info, backend = %library, devices, "NPU_BACKEND=auto chose a real runtime");
             // A second reference on the initialised library (no second aclInit), carrying the
             // final reason; the probe's reference is dropped on return.
             Runtime::start(loaded, config, BackendReason::Detected { devices })

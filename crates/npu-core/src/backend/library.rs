@@ -111,7 +111,7 @@ pub(crate) fn open(path: &Path) -> Result<&'static Loaded, LoadFailure> {
     }
     let unsupported = api.unsupported();
     if !unsupported.is_empty() {
-        tracing::debug!(path = %path.display(), ?unsupported, "optional ACL functions absent");
+        crate::log!(debug, path = %path.display(), ?unsupported, "optional ACL functions absent");
     }
     let file = mapped_file(api.aclInit as *const c_void).unwrap_or_else(|| path.to_path_buf());
     let loaded = Loaded::leak(

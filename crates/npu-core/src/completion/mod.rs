@@ -119,7 +119,8 @@ impl Completer {
         // process-wide reactor, say) down with it, nor keep the other waiters asleep.
         let panicked = self.state.wake();
         if panicked > 0 {
-            tracing::error!(
+            crate::log!(
+                error,
                 panicked,
                 "a task's waker panicked while being woken; the completer continues"
             );
@@ -132,7 +133,8 @@ impl Drop for Completer {
     fn drop(&mut self) {
         if !self.state.is_complete() {
             self.state.abandon();
-            tracing::error!(
+            crate::log!(
+                error,
                 "an operation was abandoned without completing; its resources stay allocated"
             );
         }

@@ -1,7 +1,6 @@
 //! The completion protocol, written against `super::sync` so the same code runs on std
 //! primitives in the library and on loom's in the model test (`completion::model`).
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::task::{Poll, Waker};
 
 use super::sync::{AtomicBool, Mutex, Ordering};
@@ -82,7 +81,7 @@ impl<T: Clone> State<T> {
         };
         wakers
             .into_iter()
-            .map(|(_, waker)| catch_unwind(AssertUnwindSafe(move || waker.wake())).is_err())
+            .map(|(_, waker)| crate::contain::contained(move || waker.wake()))
             .filter(|panicked| *panicked)
             .count()
     }

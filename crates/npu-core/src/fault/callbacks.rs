@@ -8,7 +8,6 @@
 //! `aclFinalize` still finds everything it touches alive.
 
 use std::ffi::{CStr, c_void};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 
 use super::{DeviceFault, FaultKind};
@@ -44,7 +43,8 @@ const STATE_CALLBACK_NAME: &CStr = c"npu-rs fault table";
 /// functions (or with a slot shortage) simply gives no fault detail; failures are logged.
 pub(crate) fn register(loaded: &'static Loaded) {
     let Some(slot) = loaded.id.checked_sub(1).filter(|&slot| slot < SLOTS) else {
-        tracing::debug!(
+        crate::log!(
+            debug,
             runtime = loaded.id,
             "no exception callback slot left: faults carry no detail"
         );
@@ -66,7 +66,7 @@ pub(crate) fn register(loaded: &'static Loaded) {
         (None, None) => ffi::ACL_SUCCESS,
     };
     if exception != ffi::ACL_SUCCESS {
-        tracing::debug!(code = %AclCode(exception), "no exception callback: faults carry no detail");
+        crate::log!(debug, code = %AclCode(exception), "no exception callback: faults carry no detail");
     }
     if let Some(register_state) = api.aclrtRegStreamStateCallback {
         let args = std::ptr::from_ref(loaded).cast_mut().cast::<c_void>();
@@ -76,21 +76,24 @@ pub(crate) fn register(loaded: &'static Loaded) {
             unsafe { register_state(STATE_CALLBACK_NAME.as_ptr(), Some(on_stream_state), args) };
         // Already registered (by an earlier aclInit of the same library) is fine.
         if code != ffi::ACL_SUCCESS {
-            tracing::debug!(code = %AclCode(code), "stream-state callback not (re)registered");
+            crate::log!(debug, code = %AclCode(code), "stream-state callback not (re)registered");
         }
     }
 }
 
 unsafe extern "C" fn on_exception<const SLOT: usize>(info: *mut ffi::aclrtExceptionInfo) {
-    let recorded = catch_unwind(AssertUnwindSafe(|| {
+    let panicked = crate::contain::contained(|| {
         if let Some(loaded) = LOADED[SLOT].get() {
             if let Some(fault) = read_fault(loaded, info) {
                 loaded.faults.record(fault);
             }
         }
-    }));
-    if recorded.is_err() {
-        tracing::error!("recording a device fault panicked; the fault carries no detail");
+    });
+    if panicked {
+        crate::log!(
+            error,
+            "recording a device fault panicked; the fault carries no detail"
+        );
     }
 }
 
@@ -136,15 +139,15 @@ unsafe extern "C" fn on_stream_state(
     _state: ffi::aclrtStreamState,
     args: *mut c_void,
 ) {
-    let forgot = catch_unwind(AssertUnwindSafe(|| {
+    let panicked = crate::contain::contained(|| {
         // SAFETY: `args` is the `&'static Loaded` given at registration.
         let loaded = unsafe { &*args.cast_const().cast::<Loaded>() };
         if let Some(id) = stream_id(loaded, stream) {
             loaded.faults.forget(stream as usize, id);
         }
-    }));
-    if forgot.is_err() {
-        tracing::error!("forgetting a stream's faults panicked");
+    });
+    if panicked {
+        crate::log!(error, "forgetting a stream's faults panicked");
     }
 }
 

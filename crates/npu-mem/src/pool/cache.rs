@@ -12,7 +12,6 @@
 //! can only leak or lose blocks), so it needs no seal.
 
 use std::future::Future;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Wake, Waker, ready};
@@ -320,13 +319,14 @@ impl<S: Source> Cache<S> {
     /// it would unwind through whoever returned the block (any thread dropping a buffer, or
     /// the reaper) and drop the grants still to be sent, losing their room for good.
     fn deliver(self: &Arc<Self>, reply: Reply<S::Block>, granted: Granted<S::Block>) {
-        match catch_unwind(AssertUnwindSafe(|| reply.send(granted))) {
-            Ok(Ok(())) => {}
-            // A waiter that went away after being served hands the grant back.
-            Ok(Err(granted)) => self.untaken(granted),
+        let mut refused = None;
+        if npu_core::contain::contained(|| refused = reply.send(granted).err()) {
             // The grant was stored before the wake-up panicked: the waiter receives it, or
             // hands it back when it is dropped, as for any grant it did not take.
-            Err(_) => tracing::error!(pool = S::NAME, "a pool waiter's waker panicked"),
+            npu_core::log!(error, pool = S::NAME, "a pool waiter's waker panicked");
+        } else if let Some(granted) = refused {
+            // A waiter that went away after being served hands the grant back.
+            self.untaken(granted);
         }
     }
 

@@ -304,7 +304,7 @@ fn register(
         Ok(()) => Ok(Some(alias)),
         Err(err) => {
             if let Err(undo) = unregister(context, ptr) {
-                tracing::warn!(%undo, "undoing a registration failed");
+                npu_core::log!(warn, %undo, "undoing a registration failed");
             }
             Err(err)
         }
@@ -385,7 +385,7 @@ impl<B: StableBuffer> Drop for HostRegistration<B> {
             match unregister(&context, ptr.0) {
                 Ok(()) => drop(buffer),
                 Err(err) => {
-                    tracing::warn!(%err, "a host registration was leaked with its buffer");
+                    npu_core::log!(warn, %err, "a host registration was leaked with its buffer");
                     std::mem::forget(buffer);
                 }
             }

@@ -260,7 +260,7 @@ impl Source for DeviceSource {
             }),
         };
         if let Err(err) = freed {
-            tracing::warn!(%err, "pooled device memory was not freed (leaked)");
+            npu_core::log!(warn, %err, "pooled device memory was not freed (leaked)");
         }
     }
 }
@@ -324,7 +324,7 @@ impl RuntimePool {
             .name("npu-pool-destroy".into())
             .spawn(move || self.destroy_now(&context));
         if let Err(err) = spawned {
-            tracing::warn!(%err, "no thread to destroy a device memory pool (leaked)");
+            npu_core::log!(warn, %err, "no thread to destroy a device memory pool (leaked)");
         }
     }
 
@@ -344,7 +344,7 @@ impl RuntimePool {
             }
         });
         if let Err(err) = destroyed {
-            tracing::warn!(%err, "a device memory pool was not destroyed (leaked)");
+            npu_core::log!(warn, %err, "a device memory pool was not destroyed (leaked)");
         }
     }
 }

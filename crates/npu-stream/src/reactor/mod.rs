@@ -1,7 +1,6 @@
 //! The reactor: one thread that polls the oldest pending event of every active stream and
 //! completes the operations whose events have completed.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::Thread;
@@ -152,8 +151,9 @@ impl Reactor {
                     precise_timers();
                     // Wakers and completions are contained where they run; this is the last
                     // line: a reactor that stopped refuses work instead of accepting it silently.
-                    if catch_unwind(AssertUnwindSafe(|| reactor.run())).is_err() {
-                        tracing::error!(
+                    if npu_core::contain::contained(|| reactor.run()) {
+                        npu_core::log!(
+                            error,
                             "the npu-reactor thread panicked; EventPoll is unavailable"
                         );
                     }
@@ -164,7 +164,7 @@ impl Reactor {
                 }
                 Err(err) => {
                     reactor.stopped.store(true, sync::Ordering::SeqCst);
-                    tracing::error!(%err, "cannot start the npu-reactor thread");
+                    npu_core::log!(error, %err, "cannot start the npu-reactor thread");
                 }
             }
             reactor
@@ -410,7 +410,7 @@ impl Reactor {
         finished: &mut Vec<(Arc<StreamShared>, Pending, Outcome)>,
     ) {
         let drained: Vec<Pending> = { lock_queue(stream).pending.drain(..).collect() };
-        tracing::warn!(%err, stream = stream.id, failed = drained.len(), "stream failed");
+        npu_core::log!(warn, %err, stream = stream.id, failed = drained.len(), "stream failed");
         for pending in drained {
             finished.push((stream.clone(), pending, Outcome::Failed(err.clone())));
         }
@@ -549,7 +549,7 @@ fn precise_timers() {
         // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects only this thread.
         let result = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1_000 as libc::c_ulong) };
         if result != 0 {
-            tracing::debug!("the reactor keeps the default timer slack");
+            npu_core::log!(debug, "the reactor keeps the default timer slack");
         }
     }
 }

@@ -147,7 +147,7 @@ impl Drop for NotifyInner {
             unsafe { acl_call_opt!(runtime, aclrtDestroyNotify(self.handle)) }
         });
         if let Err(err) = result {
-            tracing::warn!(%err, "destroying a notify failed");
+            npu_core::log!(warn, %err, "destroying a notify failed");
         }
     }
 }
