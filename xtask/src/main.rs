@@ -252,6 +252,8 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtNotifyImportByKey",
     "aclrtNotifySetImportPid",
     "aclrtNotifySetImportPidInterServer",
+    "aclrtIpcGetEventHandle",
+    "aclrtIpcOpenEventHandle",
     "aclrtMemExportToShareableHandle",
     "aclrtMemImportFromShareableHandle",
     "aclrtMemSetPidToShareableHandle",
