@@ -1882,6 +1882,10 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetOverflowStatus(outputAddr: *mut core::ffi::c_void, outputSize: usize, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtProfTrace(userdata: *mut core::ffi::c_void, length: i32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtResetOverflowStatus(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtGetFloatOverflowStatus(outputAddr: *mut core::ffi::c_void, outputSize: u64, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtResetFloatOverflowStatus(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtNpuGetFloatOverFlowStatus(outputAddr: *mut core::ffi::c_void, outputSize: u64, checkMode: u32, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtNpuClearFloatOverFlowStatus(checkMode: u32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtReduceAsync(dst: *mut core::ffi::c_void, src: *const core::ffi::c_void, count: u64, kind: $crate::aclrtReduceKind, type_: $crate::aclDataType, stream: $crate::aclrtStream, reserve: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtSetOpWaitTimeout(timeout: u32) -> $crate::aclError;
                 fn aclrtSetOpExecuteTimeOut(timeout: u32) -> $crate::aclError;
