@@ -14,6 +14,7 @@ use npu_sys::*;
 use crate::capture::Capture;
 use crate::device::Device;
 use crate::error::{Res, SimError};
+use crate::ipc::SharedEvent;
 use crate::stream::Stream;
 use crate::sync::{Listen, lock, wait_until};
 
@@ -40,6 +41,9 @@ pub(crate) struct Record {
     /// Set when the record was captured into a model runtime instance instead of queued: it
     /// never runs itself, each replay of the model queues a copy of it.
     captured: OnceLock<Weak<Capture>>,
+    /// For a record of an event shared between processes: the counters it publishes its
+    /// outcome to, and its number there.
+    shared: OnceLock<(Arc<SharedEvent>, u64)>,
 }
 
 impl Record {
@@ -57,7 +61,19 @@ impl Record {
             discarded: AtomicI32::new(0),
             event: event.map(Arc::downgrade),
             captured: OnceLock::new(),
+            shared: OnceLock::new(),
         }
+    }
+
+    /// Makes the record number `n` of the shared counters `shared`, before it is queued.
+    pub(crate) fn number(&self, shared: Arc<SharedEvent>, n: u64) {
+        let _ = self.shared.set((shared, n));
+    }
+
+    /// The record's number among the shared event's records (0: the event was not shared
+    /// when it was made).
+    pub(crate) fn number_in_shared(&self) -> u64 {
+        self.shared.get().map_or(0, |&(_, n)| n)
     }
 
     /// The event this records, if it is still alive.
@@ -122,11 +138,17 @@ impl Record {
     /// record counts as finished).
     pub(crate) fn complete(&self, error: Option<aclError>, ts_ns: u64) {
         *lock(&self.outcome) = Outcome::Done { error, ts_ns };
+        if let Some((shared, n)) = self.shared.get() {
+            shared.complete(*n);
+        }
     }
 
     /// Called by the stream's worker when it drops the record unreached.
     pub(crate) fn discard(&self, code: aclError) {
         self.discarded.store(code, Ordering::Release);
+        if let Some((shared, n)) = self.shared.get() {
+            shared.drop_record(*n);
+        }
     }
 
     /// Why this record will never complete, if that is known: its stream dropped it, its
@@ -187,6 +209,22 @@ pub(crate) struct Event {
     /// it: later calls must pass the same.
     pub(crate) record_flag: OnceLock<u32>,
     pub(crate) wait_flag: OnceLock<u32>,
+    /// An ACL_EVENT_IPC event's record counters, shared with other processes since its first
+    /// export (or since it was opened from another process's handle).
+    shared: OnceLock<Arc<SharedEvent>>,
+    /// The key its first export published (aclrtIpcGetEventHandle hands out the same one).
+    pub(crate) key: OnceLock<String>,
+}
+
+/// Where the latest record of an event is, for a wait, sync or query.
+pub(crate) enum Latest {
+    /// Never recorded (or reset).
+    Never,
+    /// A record this process made, the event's latest.
+    Local(Arc<Record>),
+    /// Record number `n` of a shared event, made by another process (or made here, but only
+    /// the counters tell).
+    Shared(Arc<SharedEvent>, u64),
 }
 
 impl Event {
@@ -211,7 +249,52 @@ impl Event {
             current: Mutex::new(None),
             record_flag: OnceLock::new(),
             wait_flag: OnceLock::new(),
+            shared: OnceLock::new(),
+            key: OnceLock::new(),
         })
+    }
+
+    /// An ACL_EVENT_IPC Ex event of `device` whose records are those of `shared`, opened from
+    /// another process's handle.
+    pub(crate) fn opened(device: Arc<Device>, shared: Arc<SharedEvent>) -> Res<Self> {
+        let event = Self::new(device, ACL_EVENT_IPC, true)?;
+        let _ = event.shared.set(shared);
+        Ok(event)
+    }
+
+    /// The event's shared record counters, made at the first call (an export). Records made
+    /// before then stay this process's own, which its waits still see.
+    pub(crate) fn share(&self) -> Res<Arc<SharedEvent>> {
+        static SHARING: Mutex<()> = Mutex::new(());
+        let _one_at_a_time = lock(&SHARING);
+        if let Some(shared) = self.shared.get() {
+            return Ok(shared.clone());
+        }
+        let shared = SharedEvent::create()?;
+        let _ = self.shared.set(shared.clone());
+        Ok(shared)
+    }
+
+    /// The shared record counters, if the event is shared.
+    pub(crate) fn shared(&self) -> Option<&Arc<SharedEvent>> {
+        self.shared.get()
+    }
+
+    /// The latest record. For a shared event that is this process's current record when that
+    /// is the latest of all processes' records, else the counters' latest number.
+    pub(crate) fn latest(&self) -> Latest {
+        let current = self.current();
+        if let Some(shared) = self.shared() {
+            let n = shared.latest();
+            if current
+                .as_ref()
+                .map_or(0, |record| record.number_in_shared())
+                != n
+            {
+                return Latest::Shared(shared.clone(), n);
+            }
+        }
+        current.map_or(Latest::Never, Latest::Local)
     }
 
     /// Whether other streams may wait on it (and it may be reset).
@@ -254,8 +337,8 @@ impl Drop for Event {
 
 fn waitable(flags: u32) -> bool {
     // Legacy aclrtCreateEvent events carry the internal DDSYNC flag; WithFlag/Ex events need
-    // ACL_EVENT_SYNC.
-    flags & ACL_EVENT_SYNC != 0 || flags == LEGACY_DEFAULT_FLAGS
+    // ACL_EVENT_SYNC, or ACL_EVENT_IPC, whose point is other processes' waits.
+    flags & ACL_EVENT_SYNC != 0 || flags == LEGACY_DEFAULT_FLAGS || flags == ACL_EVENT_IPC
 }
 
 /// Whether an event with these flags takes one of the device's hardware events.

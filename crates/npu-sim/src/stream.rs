@@ -699,6 +699,19 @@ impl Stream {
                         }
                     })?
                 }
+                Op::SharedWait { shared, n, timeout } => {
+                    let wait = "an IPC event wait";
+                    self.block_on(task, &[shared.listen()], *timeout, wait, || {
+                        shared.reached(*n).map(|reached| match reached {
+                            crate::ipc::Reached::Done => Ok(self.device.clock.now_ns()),
+                            crate::ipc::Reached::Dropped => Err(SimError::new(
+                                ACL_ERROR_RT_STREAM_ABORT,
+                                "the record of the IPC event this wait waits for was dropped \
+                                 (its stream was aborted) before it was reached",
+                            )),
+                        })
+                    })?
+                }
                 Op::NotifyWait { notify, timeout } => {
                     self.block_on(task, &[notify.listen()], *timeout, "a notify wait", || {
                         notify.take().then(|| Ok(self.device.clock.now_ns()))
@@ -758,6 +771,7 @@ impl Stream {
             }
             Op::Record(_)
             | Op::Wait { .. }
+            | Op::SharedWait { .. }
             | Op::NotifyWait { .. }
             | Op::ValueWait { .. }
             | Op::ProfMarker(_) => Ok(()),

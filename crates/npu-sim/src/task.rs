@@ -12,6 +12,7 @@ use crate::config::TimingModel;
 use crate::error::SimError;
 use crate::event::{Event, Record};
 use crate::indirect::IndirectCopy;
+use crate::ipc::SharedEvent;
 use crate::kernel::{Launch, LaunchArgs};
 use crate::memory::{Lease, MemoryMap};
 use crate::notify::Notify;
@@ -140,6 +141,13 @@ pub(crate) enum Op {
         record: Arc<Record>,
         timeout: Option<Duration>,
     },
+    /// Waits for record `n` of an event shared between processes (or a later one) to
+    /// complete; fails like `Wait`, and with ACL_ERROR_RT_STREAM_ABORT if it was dropped.
+    SharedWait {
+        shared: Arc<SharedEvent>,
+        n: u64,
+        timeout: Option<Duration>,
+    },
     /// aclrtRecordNotify: sets the notify.
     NotifySet(Arc<Notify>),
     /// aclrtWaitAndResetNotify: waits until the notify is set, then clears it.
@@ -183,6 +191,7 @@ impl Op {
             Self::HostFunc { .. } => ("host", "host func".to_owned()),
             Self::Record(_) => ("event", "record".to_owned()),
             Self::Wait { .. } => ("event", "wait".to_owned()),
+            Self::SharedWait { .. } => ("event", "wait (IPC)".to_owned()),
             Self::NotifySet(_) => ("notify", "record".to_owned()),
             Self::NotifyWait { .. } => ("notify", "wait and reset".to_owned()),
             Self::ValueWrite { .. } => ("value", "write".to_owned()),
@@ -280,6 +289,7 @@ impl Task {
             self.op,
             Op::Record(_)
                 | Op::Wait { .. }
+                | Op::SharedWait { .. }
                 | Op::Reset { .. }
                 | Op::ProfMarker(_)
                 | Op::NotifySet(_)

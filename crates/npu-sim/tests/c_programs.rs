@@ -501,7 +501,7 @@ fn a_captured_pipeline_replays_in_c_and_cxx() {
 }
 
 #[test]
-fn ipc_memory_and_notifies_are_shared_with_a_spawned_process_in_c() {
+fn ipc_memory_notifies_and_events_are_shared_with_a_spawned_process_in_c() {
     let stdout = run(&compile("ipc_flow", &[]));
     assert_eq!(
         stdout,

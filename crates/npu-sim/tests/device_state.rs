@@ -16,6 +16,7 @@ extern crate ascendcl as npu_sim;
 #[macro_use]
 mod common;
 
+use std::ffi::c_void;
 use std::ptr;
 
 use common::cases::{Case, case, run_table};
@@ -498,6 +499,132 @@ fn overflow_settings_are_kept_per_device_and_stream() {
         })
         .join()
         .unwrap();
+    })
+    .join()
+    .unwrap();
+}
+
+/// The float status tasks (aclrtGetFloatOverflowStatus, aclrtNpuGetFloatOverFlowStatus) write
+/// zeros over their output in stream order, the clears keep the stream's order, and each
+/// argument check is reached.
+#[test]
+fn float_status_tasks_write_no_overflow_and_check_their_arguments() {
+    install();
+    let foreign = malloc_on(0, 64) as usize;
+    std::thread::spawn(move || {
+        let foreign = foreign as *mut c_void;
+        set_device(3);
+        let stream = create_stream();
+        let status = malloc(64);
+        acl!(aclrtMemset(status, 64, 0xFF, 64));
+        acl!(aclrtGetFloatOverflowStatus(status, 8, stream));
+        acl!(aclrtSynchronizeStream(stream));
+        let mut expected = vec![0u8; 8];
+        expected.extend([0xFF; 56]);
+        assert_eq!(
+            download::<u8>(status, 64),
+            expected,
+            "only outputSize bytes"
+        );
+        acl!(aclrtMemset(status, 64, 0xFF, 64));
+        acl!(aclrtNpuGetFloatOverFlowStatus(
+            status,
+            64,
+            0,
+            ptr::null_mut()
+        ));
+        acl!(aclrtResetFloatOverflowStatus(stream));
+        acl!(aclrtNpuClearFloatOverFlowStatus(0, ptr::null_mut()));
+        acl!(aclrtSynchronizeStream(stream));
+        acl!(aclrtSynchronizeStream(ptr::null_mut()));
+        assert_eq!(download::<u8>(status, 64), vec![0; 64]);
+        type Getter = unsafe extern "C" fn(*mut c_void, u64, aclrtStream) -> aclError;
+        unsafe extern "C" fn npu_get(out: *mut c_void, size: u64, stream: aclrtStream) -> aclError {
+            // SAFETY: forwards the caller's arguments.
+            unsafe { aclrtNpuGetFloatOverFlowStatus(out, size, 1, stream) }
+        }
+        let getters: [(&str, Getter); 2] = [
+            ("aclrtGetFloatOverflowStatus", aclrtGetFloatOverflowStatus),
+            ("aclrtNpuGetFloatOverFlowStatus", npu_get),
+        ];
+        let other = stream_of_device(0);
+        let stale = create_stream();
+        acl!(aclrtDestroyStream(stale));
+        for (name, get) in getters {
+            for (case, addr, size, on, code) in [
+                (
+                    "NULL output",
+                    ptr::null_mut(),
+                    64,
+                    stream,
+                    ACL_ERROR_INVALID_PARAM,
+                ),
+                ("size 0", status, 0, stream, ACL_ERROR_INVALID_PARAM),
+                (
+                    "host memory",
+                    pageable(64),
+                    64,
+                    stream,
+                    ACL_ERROR_RT_PARAM_INVALID,
+                ),
+                (
+                    "past the allocation",
+                    status,
+                    4096 + 64,
+                    stream,
+                    ACL_ERROR_RT_PARAM_INVALID,
+                ),
+                (
+                    "memory of another device",
+                    foreign,
+                    64,
+                    stream,
+                    ACL_ERROR_RT_PARAM_INVALID,
+                ),
+                (
+                    "stream of another device",
+                    status,
+                    64,
+                    other,
+                    ACL_ERROR_RT_STREAM_CONTEXT,
+                ),
+                (
+                    "destroyed stream",
+                    status,
+                    64,
+                    stale,
+                    ACL_ERROR_RT_INVALID_HANDLE,
+                ),
+            ] {
+                // SAFETY: the simulator checks every argument.
+                let got = unsafe { get(addr, size, on) };
+                assert_eq!(got, code, "{name}: {case}: {}", recent_message());
+            }
+        }
+        assert_eq!(
+            code!(aclrtResetFloatOverflowStatus(stale)),
+            ACL_ERROR_RT_INVALID_HANDLE
+        );
+        assert_eq!(
+            code!(aclrtNpuClearFloatOverFlowStatus(0, other)),
+            ACL_ERROR_RT_STREAM_CONTEXT
+        );
+        let addr = status as usize;
+        std::thread::spawn(move || {
+            let status = addr as *mut c_void;
+            assert_eq!(
+                code!(aclrtGetFloatOverflowStatus(status, 64, ptr::null_mut())),
+                ACL_ERROR_RT_CONTEXT_NULL
+            );
+            assert_eq!(
+                code!(aclrtNpuClearFloatOverFlowStatus(0, ptr::null_mut())),
+                ACL_ERROR_RT_CONTEXT_NULL
+            );
+        })
+        .join()
+        .unwrap();
+        acl!(aclrtFree(status));
+        acl!(aclrtDestroyStream(stream));
     })
     .join()
     .unwrap();

@@ -124,6 +124,9 @@ fn ipc_peer() {
     let mut notify: aclrtNotify = ptr::null_mut();
     // The exported physical memory and where it is mapped.
     let mut vmm: Option<(usize, usize)> = None;
+    // The IPC event this process opened or exported, and the stream its commands use.
+    let mut event: aclrtEvent = ptr::null_mut();
+    let mut event_stream: aclrtStream = ptr::null_mut();
     let say = |answer: String| println!("{TAG}{answer}");
     for line in std::io::stdin().lock().lines().map_while(Result::ok) {
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -290,6 +293,53 @@ fn ipc_peer() {
                 say(format!("code {code}"));
             }
             ["notify-destroy"] => say(format!("code {}", code!(aclrtDestroyNotify(notify)))),
+            ["event-open", handle] => {
+                event_stream = create_stream();
+                say(format!(
+                    "code {}",
+                    code!(aclrtIpcOpenEventHandle(ipc_handle(handle), &mut event))
+                ));
+            }
+            ["event-export"] => {
+                acl!(aclrtCreateEventExWithFlag(&mut event, ACL_EVENT_IPC));
+                say(event_handle(event));
+            }
+            ["event-status"] => {
+                let mut status = ACL_EVENT_RECORDED_STATUS_NOT_READY;
+                acl!(aclrtQueryEventStatus(event, &mut status));
+                say(status.to_string());
+            }
+            ["event-wait"] => say(format!(
+                "code {}",
+                code!(aclrtStreamWaitEvent(event_stream, event))
+            )),
+            ["event-record"] => say(format!(
+                "code {}",
+                code!(aclrtRecordEvent(event, event_stream))
+            )),
+            ["event-sync"] => say(format!(
+                "code {}",
+                code!(aclrtSynchronizeEventWithTimeout(event, 120_000))
+            )),
+            ["event-destroy"] => say(format!("code {}", code!(aclrtDestroyEvent(event)))),
+            ["stream-status"] => {
+                let mut status = ACL_STREAM_STATUS_COMPLETE;
+                acl!(aclrtStreamQuery(event_stream, &mut status));
+                say(status.to_string());
+            }
+            ["stream-sync"] => say(format!(
+                "code {}",
+                code!(aclrtSynchronizeStreamWithTimeout(event_stream, 120_000))
+            )),
+            ["stream-abort"] => say(format!("code {}", code!(aclrtStreamAbort(event_stream)))),
+            ["hold"] => {
+                npu_sim::control::hold(0).unwrap();
+                say("code 0".into());
+            }
+            ["release"] => {
+                npu_sim::control::release(0).unwrap();
+                say("code 0".into());
+            }
             ["exit"] => {
                 say("bye".into());
                 return;
@@ -334,6 +384,22 @@ fn notify_key(notify: aclrtNotify, flags: u64) -> String {
         .to_str()
         .unwrap()
         .to_owned()
+}
+
+/// The handle of an IPC event, as hex.
+fn event_handle(event: aclrtEvent) -> String {
+    let mut handle = aclrtIpcEventHandle::default();
+    acl!(aclrtIpcGetEventHandle(event, &mut handle));
+    hex(&handle.reserved.map(|byte| byte as u8))
+}
+
+/// An IPC event handle from its hex.
+fn ipc_handle(hex: &str) -> aclrtIpcEventHandle {
+    let mut handle = aclrtIpcEventHandle::default();
+    for (at, byte) in handle.reserved.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * at..2 * at + 2], 16).unwrap() as c_char;
+    }
+    handle
 }
 
 fn pattern(len: usize) -> Vec<u8> {
@@ -1314,4 +1380,274 @@ fn every_v2_shareable_handle_error_path() {
     assert_eq!(without_context, ACL_ERROR_RT_CONTEXT_NULL);
     assert!(handle.is_null());
     acl!(aclrtFreePhysical(physical));
+}
+
+/// An IPC event orders streams of two processes both ways: the peer's wait holds until this
+/// process's record is reached, this process's wait until the peer's is; a record the peer's
+/// stream drops fails the waits on it; destroying the exported event withdraws its handle.
+#[test]
+fn an_ipc_event_orders_streams_of_two_processes() {
+    set_device(0);
+    let mut event = ptr::null_mut();
+    acl!(aclrtCreateEventExWithFlag(&mut event, ACL_EVENT_IPC));
+    let handle = event_handle(event);
+    assert_eq!(event_handle(event), handle, "one handle per event");
+    let mut peer = Peer::spawn();
+    assert_eq!(peer.code(&format!("event-open {handle}")), 0);
+    // Opened before anything was recorded: an Ex event never recorded is complete.
+    assert_eq!(
+        peer.ask("event-status"),
+        ACL_EVENT_RECORDED_STATUS_COMPLETE.to_string()
+    );
+
+    // This process records behind a notify only it can set, so the record stays pending.
+    let mut gate = ptr::null_mut();
+    acl!(aclrtCreateNotify(&mut gate, u64::from(ACL_NOTIFY_DEFAULT)));
+    let stream = create_stream();
+    acl!(aclrtWaitAndResetNotify(gate, stream, 0));
+    acl!(aclrtRecordEvent(event, stream));
+    assert_eq!(
+        peer.ask("event-status"),
+        ACL_EVENT_RECORDED_STATUS_NOT_READY.to_string()
+    );
+    assert_eq!(peer.code("event-wait"), 0);
+    assert_eq!(
+        peer.ask("stream-status"),
+        ACL_STREAM_STATUS_NOT_READY.to_string()
+    );
+    let other = create_stream();
+    acl!(aclrtRecordNotify(gate, other));
+    assert_eq!(peer.code("stream-sync"), 0);
+    assert_eq!(peer.code("event-sync"), 0);
+    assert_eq!(
+        peer.ask("event-status"),
+        ACL_EVENT_RECORDED_STATUS_COMPLETE.to_string()
+    );
+
+    // The other way: the peer's record, held by its device's hold gate, holds this process's
+    // wait and sync until the peer releases it.
+    assert_eq!(peer.code("hold"), 0);
+    assert_eq!(peer.code("event-record"), 0);
+    let mut status = ACL_EVENT_RECORDED_STATUS_COMPLETE;
+    acl!(aclrtQueryEventStatus(event, &mut status));
+    assert_eq!(status, ACL_EVENT_RECORDED_STATUS_NOT_READY);
+    assert_eq!(
+        code!(aclrtSynchronizeEventWithTimeout(event, 50)),
+        ACL_ERROR_RT_EVENT_SYNC_TIMEOUT
+    );
+    acl!(aclrtStreamWaitEvent(stream, event));
+    let after = create_event();
+    acl!(aclrtRecordEvent(after, stream));
+    acl!(aclrtQueryEventStatus(after, &mut status));
+    assert_eq!(status, ACL_EVENT_RECORDED_STATUS_NOT_READY);
+    assert_eq!(peer.code("release"), 0);
+    acl!(aclrtSynchronizeStreamWithTimeout(stream, 120_000));
+    acl!(aclrtSynchronizeEventWithTimeout(event, 120_000));
+    acl!(aclrtQueryEventStatus(event, &mut status));
+    assert_eq!(status, ACL_EVENT_RECORDED_STATUS_COMPLETE);
+
+    // A record the peer's stream drops unreached fails the waits on it.
+    assert_eq!(peer.code("hold"), 0);
+    assert_eq!(peer.code("event-record"), 0);
+    assert_eq!(peer.code("stream-abort"), 0);
+    assert_eq!(peer.code("release"), 0);
+    assert_eq!(
+        code!(aclrtSynchronizeEventWithTimeout(event, 120_000)),
+        ACL_ERROR_RT_STREAM_ABORT
+    );
+    acl!(aclrtStreamWaitEvent(stream, event));
+    assert_eq!(
+        code!(aclrtSynchronizeStreamWithTimeout(stream, 120_000)),
+        ACL_ERROR_RT_STREAM_ABORT
+    );
+    // A later record completes again.
+    acl!(aclrtRecordEvent(event, stream));
+    assert_eq!(peer.code("event-sync"), 0);
+
+    // Destroying the exported event withdraws its handle; the peer's event lives on.
+    acl!(aclrtDestroyEvent(event));
+    assert_eq!(
+        peer.code(&format!("event-open {handle}")),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    assert_eq!(peer.code("event-destroy"), 0);
+
+    // An exporter that has exited cannot be asked for its event.
+    assert_eq!(peer.code("event-destroy"), ACL_ERROR_RT_INVALID_HANDLE);
+    let gone = peer.ask("event-export");
+    peer.exit();
+    let mut opened = ptr::null_mut();
+    assert_eq!(
+        code!(aclrtIpcOpenEventHandle(ipc_handle(&gone), &mut opened)),
+        ACL_ERROR_RT_IPC_ERROR
+    );
+    assert!(opened.is_null());
+    for stream in [stream, other] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtDestroyEvent(after));
+    acl!(aclrtDestroyNotify(gate));
+}
+
+/// Every parameter check of the IPC event functions, and the uses an IPC event refuses.
+#[test]
+fn every_ipc_event_error_path() {
+    set_device(0);
+    let mut ipc = ptr::null_mut();
+    acl!(aclrtCreateEventExWithFlag(&mut ipc, ACL_EVENT_IPC));
+    let mut sync = ptr::null_mut();
+    acl!(aclrtCreateEventExWithFlag(&mut sync, ACL_EVENT_SYNC));
+    let legacy = create_event();
+    let stale = create_event();
+    acl!(aclrtDestroyEvent(stale));
+    let own = ipc_handle(&event_handle(ipc));
+    let mut handle = aclrtIpcEventHandle::default();
+    let mut out = ptr::null_mut();
+    let no_nul = aclrtIpcEventHandle {
+        reserved: [b'a' as c_char; ACL_IPC_EVENT_HANDLE_SIZE as usize],
+    };
+    let dev = malloc(64);
+    let memory_key = export(dev, 64, 0);
+    let mut memory = aclrtIpcEventHandle::default();
+    for (slot, byte) in memory.reserved.iter_mut().zip(memory_key.bytes()) {
+        *slot = byte as c_char;
+    }
+    let no_context = std::thread::spawn(move || {
+        let mut out = ptr::null_mut();
+        code!(aclrtIpcOpenEventHandle(own, &mut out))
+    })
+    .join()
+    .unwrap();
+    let stream = create_stream();
+    let capturing = create_stream();
+    acl!(aclmdlRICaptureBegin(
+        capturing,
+        ACL_MODEL_RI_CAPTURE_MODE_RELAXED
+    ));
+    let mut id = 0;
+    let mut ts = 0;
+    let mut ms = 0.0f32;
+    let mut status = ACL_EVENT_STATUS_COMPLETE;
+    let mut wait_status = ACL_EVENT_WAIT_STATUS_COMPLETE;
+    let cases: [(&str, aclError, aclError); 18] = [
+        (
+            "handle of NULL",
+            code!(aclrtIpcGetEventHandle(ptr::null_mut(), &mut handle)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "handle into NULL",
+            code!(aclrtIpcGetEventHandle(ipc, ptr::null_mut())),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "handle of a stale event",
+            code!(aclrtIpcGetEventHandle(stale, &mut handle)),
+            ACL_ERROR_RT_INVALID_HANDLE,
+        ),
+        (
+            "handle of a legacy event",
+            code!(aclrtIpcGetEventHandle(legacy, &mut handle)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "handle of an Ex event without ACL_EVENT_IPC",
+            code!(aclrtIpcGetEventHandle(sync, &mut handle)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "open into NULL",
+            code!(aclrtIpcOpenEventHandle(own, ptr::null_mut())),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "open a zeroed handle",
+            code!(aclrtIpcOpenEventHandle(
+                aclrtIpcEventHandle::default(),
+                &mut out
+            )),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "open a handle without a NUL",
+            code!(aclrtIpcOpenEventHandle(no_nul, &mut out)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "open this process's handle",
+            code!(aclrtIpcOpenEventHandle(own, &mut out)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "open a memory key",
+            code!(aclrtIpcOpenEventHandle(memory, &mut out)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "open without a context",
+            no_context,
+            ACL_ERROR_RT_CONTEXT_NULL,
+        ),
+        (
+            "id of an IPC event",
+            code!(aclrtGetEventId(ipc, &mut id)),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            "timestamp of an IPC event",
+            code!(aclrtEventGetTimestamp(ipc, &mut ts)),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            "elapsed time of an IPC event",
+            code!(aclrtEventElapsedTime(&mut ms, ipc, ipc)),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            "reset an IPC event",
+            code!(aclrtResetEvent(ipc, stream)),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            "deprecated query of an IPC event",
+            code!(aclrtQueryEvent(ipc, &mut status)),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            "wait status of an IPC event",
+            code!(aclrtQueryEventWaitStatus(ipc, &mut wait_status)),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            "record an IPC event in a capture",
+            code!(aclrtRecordEvent(ipc, capturing)),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+    ];
+    for (case, got, want) in cases {
+        assert_eq!(got, want, "{case}: {}", recent_message());
+    }
+    assert_eq!(
+        code!(aclrtStreamWaitEvent(capturing, ipc)),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "wait on an IPC event in a capture: {}",
+        recent_message()
+    );
+    assert!(out.is_null());
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRICaptureEnd(capturing, &mut model));
+    acl!(aclmdlRIDestroy(model));
+    // Recorded and waited on outside captures, in the exporting process itself.
+    acl!(aclrtRecordEvent(ipc, stream));
+    acl!(aclrtStreamWaitEvent(stream, ipc));
+    acl!(aclrtSynchronizeStream(stream));
+    acl!(aclrtSynchronizeEvent(ipc));
+    for stream in [stream, capturing] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    for event in [ipc, sync, legacy] {
+        acl!(aclrtDestroyEvent(event));
+    }
+    acl!(aclrtIpcMemClose(c_string(&memory_key).as_ptr()));
+    acl!(aclrtFree(dev));
 }

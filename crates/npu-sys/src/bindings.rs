@@ -185,6 +185,7 @@ pub const ACL_HOST_REG_PINNED: u32 = 268435456;
 pub const ACL_RT_BINARY_MAGIC_ELF_AICORE: u32 = 1129660997;
 pub const ACL_RT_BINARY_MAGIC_ELF_VECTOR_CORE: u32 = 1094799942;
 pub const ACL_RT_BINARY_MAGIC_ELF_CUBE_CORE: u32 = 1095320387;
+pub const ACL_IPC_EVENT_HANDLE_SIZE: u32 = 64;
 pub const ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO: u32 = 0;
 pub const ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_HCCS: u32 = 1;
 pub const ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_UB_ONE_PORT_PATH: u32 = 2;
@@ -653,6 +654,27 @@ const _: () = {
         [::std::mem::offset_of!(aclrtMallocConfig, numAttrs) - 8usize];
 };
 impl Default for aclrtMallocConfig {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtIpcEventHandle {
+    pub reserved: [core::ffi::c_char; 64usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtIpcEventHandle"][::std::mem::size_of::<aclrtIpcEventHandle>() - 64usize];
+    ["Alignment of aclrtIpcEventHandle"][::std::mem::align_of::<aclrtIpcEventHandle>() - 1usize];
+    ["Offset of field: aclrtIpcEventHandle::reserved"]
+        [::std::mem::offset_of!(aclrtIpcEventHandle, reserved) - 0usize];
+};
+impl Default for aclrtIpcEventHandle {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
         unsafe {
@@ -1850,6 +1872,8 @@ macro_rules! for_each_acl_function {
                 fn aclrtEventGetTimestamp(event: $crate::aclrtEvent, timestamp: *mut u64) -> $crate::aclError;
                 fn aclrtGetEventId(event: $crate::aclrtEvent, eventId: *mut u32) -> $crate::aclError;
                 fn aclrtGetEventAvailNum(eventCount: *mut u32) -> $crate::aclError;
+                fn aclrtIpcGetEventHandle(event: $crate::aclrtEvent, handle: *mut $crate::aclrtIpcEventHandle) -> $crate::aclError;
+                fn aclrtIpcOpenEventHandle(handle: $crate::aclrtIpcEventHandle, event: *mut $crate::aclrtEvent) -> $crate::aclError;
                 fn aclrtSetStreamOverflowSwitch(stream: $crate::aclrtStream, flag: u32) -> $crate::aclError;
                 fn aclrtGetStreamOverflowSwitch(stream: $crate::aclrtStream, flag: *mut u32) -> $crate::aclError;
                 fn aclrtSetDeviceSatMode(mode: $crate::aclrtFloatOverflowMode) -> $crate::aclError;
@@ -1858,6 +1882,10 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetOverflowStatus(outputAddr: *mut core::ffi::c_void, outputSize: usize, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtProfTrace(userdata: *mut core::ffi::c_void, length: i32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtResetOverflowStatus(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtGetFloatOverflowStatus(outputAddr: *mut core::ffi::c_void, outputSize: u64, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtResetFloatOverflowStatus(stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtNpuGetFloatOverFlowStatus(outputAddr: *mut core::ffi::c_void, outputSize: u64, checkMode: u32, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtNpuClearFloatOverFlowStatus(checkMode: u32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtReduceAsync(dst: *mut core::ffi::c_void, src: *const core::ffi::c_void, count: u64, kind: $crate::aclrtReduceKind, type_: $crate::aclDataType, stream: $crate::aclrtStream, reserve: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtSetOpWaitTimeout(timeout: u32) -> $crate::aclError;
                 fn aclrtSetOpExecuteTimeOut(timeout: u32) -> $crate::aclError;

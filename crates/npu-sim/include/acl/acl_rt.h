@@ -267,6 +267,14 @@ typedef struct {
     size_t numAttrs;
 } aclrtMallocConfig;
 
+/* Bytes of an IPC event handle (aclrtIpcGetEventHandle). */
+#define ACL_IPC_EVENT_HANDLE_SIZE 64U
+
+/* An ACL_EVENT_IPC event as another process opens it: opaque bytes passed by value. */
+typedef struct aclrtIpcEventHandle {
+    char reserved[ACL_IPC_EVENT_HANDLE_SIZE];
+} aclrtIpcEventHandle;
+
 /* A whitelist of the processes of one server of a super node (aclrtIpcMemImportPidInterServer). */
 typedef struct {
     uint32_t sdid;
@@ -657,6 +665,11 @@ ACL_FUNC_VISIBILITY aclError aclrtEventGetTimestamp(aclrtEvent event, uint64_t *
 ACL_FUNC_VISIBILITY aclError aclrtGetEventId(aclrtEvent event, uint32_t *eventId);
 /* How many more events the current device can hold (65536 per device on an Atlas A2). */
 ACL_FUNC_VISIBILITY aclError aclrtGetEventAvailNum(uint32_t *eventCount);
+/* IPC events: the exporter turns an aclrtCreateEventExWithFlag(ACL_EVENT_IPC) event into a
+ * handle; another process opens the handle as an event of its own, whose waits see the
+ * exporter's records. Every process destroys its event. */
+ACL_FUNC_VISIBILITY aclError aclrtIpcGetEventHandle(aclrtEvent event, aclrtIpcEventHandle *handle);
+ACL_FUNC_VISIBILITY aclError aclrtIpcOpenEventHandle(aclrtIpcEventHandle handle, aclrtEvent *event);
 
 /* ========================= floating-point overflow ========================= */
 
@@ -681,6 +694,13 @@ ACL_FUNC_VISIBILITY aclError aclrtGetOverflowStatus(void *outputAddr, size_t out
  * trace. */
 ACL_FUNC_VISIBILITY aclError aclrtProfTrace(void *userdata, int32_t length, aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtResetOverflowStatus(aclrtStream stream);
+/* Tasks on a stream: write the saturation status (GetFloatOverflowStatus) or the NPU float
+ * status of a check mode (NpuGetFloatOverFlowStatus) into device memory, or clear it. */
+ACL_FUNC_VISIBILITY aclError aclrtGetFloatOverflowStatus(void *outputAddr, uint64_t outputSize, aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtResetFloatOverflowStatus(aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtNpuGetFloatOverFlowStatus(void *outputAddr, uint64_t outputSize, uint32_t checkMode,
+                                                            aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtNpuClearFloatOverFlowStatus(uint32_t checkMode, aclrtStream stream);
 
 /* ========================= reductions (SDMA) ========================= */
 

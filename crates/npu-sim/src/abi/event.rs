@@ -7,8 +7,9 @@ use npu_sys::*;
 use super::check::deadline;
 use crate::context;
 use crate::error::{Res, SimError, ensure, fail, guard, non_null, write_out};
-use crate::event::{Event, LEGACY_DEFAULT_FLAGS, MAX_EVENTS_PER_DEVICE, Outcome, Record};
+use crate::event::{Event, LEGACY_DEFAULT_FLAGS, Latest, MAX_EVENTS_PER_DEVICE, Outcome, Record};
 use crate::handle;
+use crate::ipc::{Reached, SharedEvent};
 use crate::sim::sim;
 use crate::stream::Stream;
 use crate::task::{Op, Task};
@@ -140,6 +141,9 @@ pub unsafe extern "C" fn aclrtDestroyEvent(event: aclrtEvent) -> aclError {
     guard("aclrtDestroyEvent", || {
         non_null(event, "event")?;
         let sim = sim()?;
+        // An exported event's key stops being openable; other processes' events of it live on.
+        sim.ipc
+            .forget(crate::ipc::Kind::Event, handle::from_ptr(event) as usize);
         match sim.events.remove(handle::from_ptr(event)) {
             Some(_) => Ok(()),
             None => sim.events.resolve(handle::from_ptr(event)).map(drop),
@@ -171,6 +175,7 @@ pub(super) fn record_on(event: &Arc<Event>, stream: &Arc<Stream>, external: bool
         crate::capture::external_capture(stream, event)?;
     }
     let bound = stream.bound_model().is_some();
+    check_not_captured(event, stream)?;
     ensure!(
         !stream.is_persistent() || bound,
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
@@ -179,10 +184,35 @@ pub(super) fn record_on(event: &Arc<Event>, stream: &Arc<Stream>, external: bool
         stream.id
     );
     let record = Arc::new(Record::recording(stream.clone(), Some(event)));
-    stream.submit(Task::new(Op::Record(record.clone())))?;
+    let number = event.shared().map(|shared| {
+        let n = shared.issue();
+        record.number(shared.clone(), n);
+        (shared, n)
+    });
+    if let Err(error) = stream.submit(Task::new(Op::Record(record.clone()))) {
+        // The number was taken: a record that never was must not leave waits on it pending.
+        if let Some((shared, n)) = number {
+            shared.complete(n);
+        }
+        return Err(error);
+    }
     if !external && !bound {
         event.set_current(record);
     }
+    Ok(())
+}
+
+/// ACL_EVENT_IPC events cannot be recorded or waited on in a model runtime instance (a stream
+/// being captured, or bound to an instance being built): 207000.
+pub(super) fn check_not_captured(event: &Event, stream: &Stream) -> Res<()> {
+    ensure!(
+        event.flags != ACL_EVENT_IPC
+            || (stream.capture().is_none() && stream.bound_model().is_none()),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "an ACL_EVENT_IPC event cannot be used in a model runtime instance (stream {} is being \
+         captured or is bound to one)",
+        stream.id
+    );
     Ok(())
 }
 
@@ -259,7 +289,10 @@ fn query<T>(
             "{api} does not support Ex events"
         );
     }
-    let state = record.map(|r| matches!(r.outcome(), Outcome::Done { .. }));
+    let state = match event.latest() {
+        Latest::Shared(shared, n) => Some(shared.reached(n) == Some(Reached::Done)),
+        _ => record.map(|r| matches!(r.outcome(), Outcome::Done { .. })),
+    };
     write_out(status, "status", pick(&event, state))
 }
 
@@ -333,7 +366,10 @@ pub unsafe extern "C" fn aclrtQueryEventWaitStatus(
 
 fn synchronize(event: aclrtEvent, timeout: i32) -> Res<()> {
     let deadline = deadline(timeout, ACL_ERROR_RT_PARAM_INVALID)?;
-    let (_, record) = lookup(event)?;
+    let (event, record) = lookup(event)?;
+    if let Latest::Shared(shared, n) = event.latest() {
+        return synchronize_shared(&shared, n, deadline);
+    }
     let Some(record) = record else { return Ok(()) };
     match record.wait(deadline)? {
         None => fail!(
@@ -345,6 +381,26 @@ fn synchronize(event: aclrtEvent, timeout: i32) -> Res<()> {
             code,
             "a task captured by the event (since the previous record on its stream) failed",
         )),
+    }
+}
+
+/// Waits for record `n` of a shared event, which another process may have made: its tasks'
+/// errors stay with that process, a record dropped unreached → 107023.
+fn synchronize_shared(
+    shared: &SharedEvent,
+    n: u64,
+    deadline: Option<std::time::Instant>,
+) -> Res<()> {
+    match shared.wait(n, deadline) {
+        Some(Reached::Done) => Ok(()),
+        Some(Reached::Dropped) => fail!(
+            ACL_ERROR_RT_STREAM_ABORT,
+            "the event's latest record was dropped (its stream was aborted) before it was reached"
+        ),
+        None => fail!(
+            ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
+            "the event did not complete in time"
+        ),
     }
 }
 
@@ -448,6 +504,11 @@ pub unsafe extern "C" fn aclrtEventGetTimestamp(
 pub unsafe extern "C" fn aclrtGetEventId(event: aclrtEvent, eventId: *mut u32) -> aclError {
     guard("aclrtGetEventId", || {
         let event = live_event(event)?;
+        ensure!(
+            event.flags != ACL_EVENT_IPC,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "ACL_EVENT_IPC events have no event ID"
+        );
         write_out(eventId, "eventId", event.id)
     })
 }

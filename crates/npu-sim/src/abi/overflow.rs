@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use npu_sys::*;
 
 use crate::context;
-use crate::error::{ensure, guard, non_null, write_out};
+use crate::error::{Res, ensure, guard, non_null, write_out};
 use crate::event::Record;
 use crate::memory::PtrClass;
 use crate::sim::sim;
@@ -134,25 +134,54 @@ pub unsafe extern "C" fn aclrtGetOverflowStatus(
             ACL_ERROR_RT_PARAM_INVALID,
             "outputSize is {outputSize}, not the status's {OVERFLOW_STATUS_BYTES} bytes"
         );
-        let sim = sim()?;
-        let stream = context::submit_stream(sim, stream)?;
-        let addr = outputAddr as usize;
-        let located = sim.memory.locate(addr);
-        ensure!(
-            located.class == PtrClass::Device(stream.device.id),
-            ACL_ERROR_RT_PARAM_INVALID,
-            "outputAddr {addr:#x} is not device memory of device {}",
-            stream.device.id
-        );
-        let owned = located.check_range(addr, OVERFLOW_STATUS_BYTES, "outputAddr")?;
-        stream.submit(Task::new(Op::Memset {
-            dst: addr,
-            len: OVERFLOW_STATUS_BYTES,
-            value: 0,
-            width: 1,
-            owned,
-        }))
+        write_status(outputAddr, outputSize, stream)
     })
+}
+
+/// Queues on `stream` a task writing a status of `size` bytes, all zeros (no task of the
+/// simulator overflows), to `output`: device memory of the stream's device whose allocation
+/// holds the whole range (else 107000). A stream of another context → 107003.
+fn write_status(output: *mut std::ffi::c_void, size: usize, stream: aclrtStream) -> Res<()> {
+    let sim = sim()?;
+    let stream = context::submit_stream(sim, stream)?;
+    let addr = output as usize;
+    let located = sim.memory.locate(addr);
+    ensure!(
+        located.class == PtrClass::Device(stream.device.id),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "outputAddr {addr:#x} is not device memory of device {}",
+        stream.device.id
+    );
+    let owned = located.check_range(addr, size, "outputAddr")?;
+    stream.submit(Task::new(Op::Memset {
+        dst: addr,
+        len: size,
+        value: 0,
+        width: 1,
+        owned,
+    }))
+}
+
+/// Queues on `stream` a task that clears an overflow status (which the simulator never
+/// sets; the task keeps the stream's order). A stream of another context → 107003.
+fn clear_status(stream: aclrtStream) -> Res<()> {
+    let stream = context::submit_stream(sim()?, stream)?;
+    let marker = Arc::new(Record::new(stream.clone()));
+    stream.submit(Task::new(Op::Record(marker)))
+}
+
+/// The checks of the float status getters: NULL output or size 0 → 100000, a size beyond the
+/// address space → 107000.
+fn float_status(output: *mut std::ffi::c_void, size: u64, stream: aclrtStream) -> Res<()> {
+    non_null(output, "outputAddr")?;
+    ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "outputSize is 0");
+    let size = usize::try_from(size).map_err(|_| {
+        crate::error::SimError::new(
+            ACL_ERROR_RT_PARAM_INVALID,
+            format!("outputSize {size} is larger than the address space"),
+        )
+    })?;
+    write_status(output, size, stream)
 }
 
 /// Queues on `stream` a task that clears the process's overflow status (which the simulator
@@ -162,9 +191,62 @@ pub unsafe extern "C" fn aclrtGetOverflowStatus(
 /// No preconditions; `unsafe` only because it is part of the C ABI.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtResetOverflowStatus(stream: aclrtStream) -> aclError {
-    guard("aclrtResetOverflowStatus", || {
-        let stream = context::submit_stream(sim()?, stream)?;
-        let marker = Arc::new(Record::new(stream.clone()));
-        stream.submit(Task::new(Op::Record(marker)))
+    guard("aclrtResetOverflowStatus", || clear_status(stream))
+}
+
+/// Queues on `stream` a task writing the device's saturation status into the `outputSize`
+/// bytes at `outputAddr`: all zeros, as no task of the simulator overflows. NULL `outputAddr`
+/// or `outputSize` 0 → 100000; memory that is not the stream's device's, or a range past its
+/// allocation → 107000; a stream of another context → 107003.
+///
+/// # Safety
+/// No preconditions; `outputAddr` is looked up, never trusted.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetFloatOverflowStatus(
+    outputAddr: *mut std::ffi::c_void,
+    outputSize: u64,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtGetFloatOverflowStatus", || {
+        float_status(outputAddr, outputSize, stream)
     })
+}
+
+/// Queues on `stream` a task clearing the device's saturation status. A stream of another
+/// context → 107003.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtResetFloatOverflowStatus(stream: aclrtStream) -> aclError {
+    guard("aclrtResetFloatOverflowStatus", || clear_status(stream))
+}
+
+/// aclrtGetFloatOverflowStatus for a check mode: the header defines no modes, so every
+/// `checkMode` reads the same status (zeros).
+///
+/// # Safety
+/// No preconditions; `outputAddr` is looked up, never trusted.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtNpuGetFloatOverFlowStatus(
+    outputAddr: *mut std::ffi::c_void,
+    outputSize: u64,
+    _checkMode: u32,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtNpuGetFloatOverFlowStatus", || {
+        float_status(outputAddr, outputSize, stream)
+    })
+}
+
+/// aclrtResetFloatOverflowStatus for a check mode (any `checkMode`, as for the getter).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtNpuClearFloatOverFlowStatus(
+    _checkMode: u32,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtNpuClearFloatOverFlowStatus", || clear_status(stream))
 }

@@ -6,6 +6,7 @@ use super::check::deadline;
 use super::device::LEAST_PRIORITY;
 use crate::context;
 use crate::error::{Res, ensure, guard, non_null, write_out};
+use crate::event::Latest;
 use crate::handle;
 use crate::sim::sim;
 use crate::task::{Op, Task};
@@ -190,14 +191,19 @@ pub(super) fn wait_event(
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
         "the event was created without ACL_EVENT_SYNC and cannot be waited on"
     );
+    super::event::check_not_captured(&event, &stream)?;
     if let Some(model) = stream.bound_model() {
         // A built instance's wait waits, at each execution, for the record current then.
         model.check_accepts(&stream)?;
         model.push(&stream, crate::model_ri::Step::WaitFor(event));
         return Ok(());
     }
-    let Some(record) = event.current() else {
-        return Ok(());
+    let record = match event.latest() {
+        Latest::Never => return Ok(()),
+        Latest::Local(record) => record,
+        Latest::Shared(shared, n) => {
+            return stream.submit(Task::new(Op::SharedWait { shared, n, timeout }));
+        }
     };
     if record.is_captured() || stream.capture().is_some() {
         match crate::capture::wait_dependency(&stream, &record)? {

@@ -8,9 +8,12 @@
 //! SCM_RIGHTS. No ptrace rights or shared names in the file system are needed, and the broker
 //! dies with its process, so an import from an exporter that is gone fails cleanly.
 
+mod event;
 mod flag;
+mod page;
 mod wire;
 
+pub(crate) use event::{Reached, SharedEvent};
 pub(crate) use flag::SharedFlag;
 
 use std::collections::HashMap;
@@ -39,6 +42,8 @@ pub(crate) enum Kind {
     Notify = 2,
     /// Physical memory of virtual memory management (aclrtMemExportToShareableHandle).
     Physical = 3,
+    /// An event's record counters (aclrtIpcGetEventHandle).
+    Event = 4,
 }
 
 impl Kind {
@@ -47,6 +52,7 @@ impl Kind {
             Kind::Memory => "memory",
             Kind::Notify => "a notify",
             Kind::Physical => "physical memory",
+            Kind::Event => "an event",
         }
     }
 }
@@ -203,6 +209,31 @@ impl Ipc {
                 attr: 0,
                 whitelist: validate.then(Vec::new),
                 file: flag.file().clone(),
+            },
+        )
+    }
+
+    /// Exports the record counters of the event with handle `owner` of `device` under a new
+    /// key. Any process may open it: CANN has no whitelist for events.
+    pub(crate) fn export_event(
+        &'static self,
+        owner: usize,
+        device: i32,
+        shared: &SharedEvent,
+    ) -> Res<String> {
+        self.publish(
+            self.new_key(),
+            Export {
+                kind: Kind::Event,
+                owner,
+                offset: 0,
+                size: size_of::<event::Counters>(),
+                len: crate::memory::PAGE,
+                device,
+                page_size: crate::memory::PAGE as u32,
+                attr: 0,
+                whitelist: None,
+                file: shared.file().clone(),
             },
         )
     }

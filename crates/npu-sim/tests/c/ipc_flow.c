@@ -1,9 +1,11 @@
-/* IPC memory and notify sharing the way a CANN serving program does it, across two real
- * processes: the exporter allocates and fills device memory, exports a key for it and one for
- * a notify, starts the importer (itself, by posix_spawn, with pipes for stdin and stdout),
- * whitelists the importer's pid and lets it import; the importer checks the bytes, overwrites
- * them on a stream and records the notify after; a stream of the exporter waits for the notify
- * and then copies the bytes back. Every read of a pipe is bounded. */
+/* IPC memory, notify and event sharing the way a CANN serving program does it, across two
+ * real processes: the exporter allocates device memory, fills it on a stream and records an
+ * IPC event after the fill, exports a key for the memory, one for a notify and the event's
+ * handle, starts the importer (itself, by posix_spawn, with pipes for stdin and stdout),
+ * whitelists the importer's pid and lets it import; the importer opens the event, makes its
+ * stream wait for it, checks the bytes, overwrites them on the stream and records the notify
+ * after; a stream of the exporter waits for the notify and then copies the bytes back. Every
+ * read of a pipe is bounded. */
 #define _GNU_SOURCE
 #include <poll.h>
 #include <spawn.h>
@@ -41,14 +43,40 @@ static int write_line(int fd, const char *line) {
     return write(fd, line, len) == (ssize_t)len && write(fd, "\n", 1) == 1 ? 0 : -1;
 }
 
+/* An IPC event handle as hex, to pass it on a command line, and back. */
+static void handle_to_hex(const aclrtIpcEventHandle *handle, char *hex) {
+    for (size_t i = 0; i < ACL_IPC_EVENT_HANDLE_SIZE; i++) {
+        snprintf(&hex[2 * i], 3, "%02x", (unsigned char)handle->reserved[i]);
+    }
+}
+
+static int handle_from_hex(const char *hex, aclrtIpcEventHandle *handle) {
+    if (strlen(hex) != 2 * ACL_IPC_EVENT_HANDLE_SIZE) {
+        return -1;
+    }
+    for (size_t i = 0; i < ACL_IPC_EVENT_HANDLE_SIZE; i++) {
+        unsigned byte = 0;
+        if (sscanf(&hex[2 * i], "%2x", &byte) != 1) {
+            return -1;
+        }
+        handle->reserved[i] = (char)byte;
+    }
+    return 0;
+}
+
 /* The importer: stdin and stdout are pipes to the exporter. */
-static int importer(const char *key, const char *notify_key) {
+static int importer(const char *key, const char *notify_key, const char *event_hex) {
     char line[32];
     int32_t pid = 0;
     void *dev = NULL;
     aclrtNotify notify = NULL;
     aclrtStream stream = NULL;
+    aclrtEvent filled = NULL;
+    aclrtIpcEventHandle handle;
     static unsigned char host[BYTES];
+    if (handle_from_hex(event_hex, &handle) != 0) {
+        return 2;
+    }
     CHECK(aclInit(NULL));
     CHECK(aclrtSetDevice(0));
     CHECK(aclrtDeviceGetBareTgid(&pid));
@@ -58,12 +86,17 @@ static int importer(const char *key, const char *notify_key) {
     }
     CHECK(aclrtIpcMemImportByKey(&dev, key, ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT));
     CHECK(aclrtNotifyImportByKey(&notify, notify_key, ACL_RT_NOTIFY_IMPORT_FLAG_ENABLE_PEER_ACCESS));
-    CHECK(aclrtMemcpy(host, BYTES, dev, BYTES, ACL_MEMCPY_DEVICE_TO_HOST));
+    CHECK(aclrtIpcOpenEventHandle(handle, &filled));
+    CHECK(aclrtCreateStream(&stream));
+    /* The copy runs once the exporter's record after its fill is reached. */
+    CHECK(aclrtStreamWaitEvent(stream, filled));
+    CHECK(aclrtMemcpyAsync(host, BYTES, dev, BYTES, ACL_MEMCPY_DEVICE_TO_HOST, stream));
+    CHECK(aclrtSynchronizeStream(stream));
+    CHECK(aclrtDestroyEvent(filled));
     int wrong = 0;
     for (int i = 0; i < BYTES; i++) {
         wrong += host[i] != 0x5A;
     }
-    CHECK(aclrtCreateStream(&stream));
     CHECK(aclrtMemsetAsync(dev, BYTES, 0xC3, BYTES, stream));
     CHECK(aclrtRecordNotify(notify, stream));
     CHECK(aclrtSynchronizeStream(stream));
@@ -80,8 +113,8 @@ static int importer(const char *key, const char *notify_key) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 4 && strcmp(argv[1], "import") == 0) {
-        return importer(argv[2], argv[3]);
+    if (argc == 5 && strcmp(argv[1], "import") == 0) {
+        return importer(argv[2], argv[3], argv[4]);
     }
     void *dev = NULL;
     void *host = NULL;
@@ -89,15 +122,23 @@ int main(int argc, char **argv) {
     char notify_key[KEY_LEN];
     aclrtNotify notify = NULL;
     aclrtStream stream = NULL;
+    aclrtEvent filled = NULL;
+    aclrtIpcEventHandle handle;
+    char event_hex[2 * ACL_IPC_EVENT_HANDLE_SIZE + 1];
     CHECK(aclInit(NULL));
     CHECK(aclrtSetDevice(0));
     CHECK(aclrtMalloc(&dev, BYTES, ACL_MEM_MALLOC_HUGE_FIRST));
-    CHECK(aclrtMemset(dev, BYTES, 0x5A, BYTES));
     CHECK(aclrtIpcMemGetExportKey(dev, BYTES, key, KEY_LEN, ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT));
     CHECK(aclrtCreateNotify(&notify, ACL_NOTIFY_DEFAULT));
     CHECK(aclrtNotifyGetExportKey(notify, notify_key, KEY_LEN, ACL_RT_NOTIFY_EXPORT_FLAG_DISABLE_PID_VALIDATION));
     CHECK(aclrtCreateStream(&stream));
     CHECK(aclrtMallocHost(&host, BYTES));
+    /* The documented order: create the IPC event, get its handle, record it. */
+    CHECK(aclrtCreateEventExWithFlag(&filled, ACL_EVENT_IPC));
+    CHECK(aclrtIpcGetEventHandle(filled, &handle));
+    CHECK(aclrtMemsetAsync(dev, BYTES, 0x5A, BYTES, stream));
+    CHECK(aclrtRecordEvent(filled, stream));
+    handle_to_hex(&handle, event_hex);
 
     int to_child[2], from_child[2];
     if (pipe(to_child) != 0 || pipe(from_child) != 0) {
@@ -109,7 +150,7 @@ int main(int argc, char **argv) {
     posix_spawn_file_actions_adddup2(&actions, from_child[1], 1);
     posix_spawn_file_actions_addclose(&actions, to_child[1]);
     posix_spawn_file_actions_addclose(&actions, from_child[0]);
-    char *child_argv[] = {argv[0], "import", key, notify_key, NULL};
+    char *child_argv[] = {argv[0], "import", key, notify_key, event_hex, NULL};
     pid_t child;
     if (posix_spawn(&child, "/proc/self/exe", &actions, NULL, child_argv, environ) != 0) {
         return 2;
@@ -147,6 +188,7 @@ int main(int argc, char **argv) {
     }
     printf("importer exit status: %d\n", WEXITSTATUS(status));
 
+    CHECK(aclrtDestroyEvent(filled));
     CHECK(aclrtDestroyNotify(notify));
     CHECK(aclrtDestroyStream(stream));
     CHECK(aclrtFreeHost(host));
