@@ -458,13 +458,14 @@ impl Device {
         self.check_peer("Device::enable_peer_access", peer)?;
         let key = (self.id() as i32, peer.id() as i32);
         self.runtime().with_shared(|shared| {
-            let users = shared.peer_access.entry(key).or_insert(0);
-            if *users == 0 {
+            // Counted only once enabled: a failed enable must leave no entry that
+            // `peer_access_to` would take for enabled access.
+            if !shared.peer_access.contains_key(&key) {
                 self.primary.bind()?;
                 // SAFETY: plain integer arguments; this device's context is bound.
                 unsafe { crate::acl_call!(self.runtime(), aclrtDeviceEnablePeerAccess(key.1, 0)) }?;
             }
-            *users += 1;
+            *shared.peer_access.entry(key).or_insert(0) += 1;
             Ok(PeerAccess {
                 from: self.clone(),
                 peer: peer.clone(),

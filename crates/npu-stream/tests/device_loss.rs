@@ -90,4 +90,16 @@ fn losing_a_device_fails_every_pending_future() {
     let device = DeviceBuffer::<u8>::new(&healthy, data.len()).unwrap();
     let (_, device) = run(stream.copy_h2d(host, device)).unwrap();
     assert_eq!(device.to_vec_blocking().unwrap(), data);
+
+    a_failed_peer_access_enable_leaves_no_access_behind(&lost, &healthy);
+}
+
+/// Defect: a peer-access enable that failed left a zero count in the runtime's table, and
+/// `peer_access_to` then handed out guards for access that was never enabled (each one
+/// disabling it again on drop). A lost device refuses the enable; no guard may follow. (Run
+/// by the test above once it has lost device 1: a lost device stays lost.)
+fn a_failed_peer_access_enable_leaves_no_access_behind(lost: &Context, peer: &Context) {
+    let (lost, peer) = (lost.device(), peer.device());
+    assert!(lost.enable_peer_access(&peer).is_err());
+    assert!(lost.peer_access_to(&peer).is_none());
 }
