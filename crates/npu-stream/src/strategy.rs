@@ -281,6 +281,17 @@ impl BlockingWait {
         let Some((pending, stream)) = self.state.take() else {
             return;
         };
+        // A runtime without the timed wait could only wait as long as the device takes, which
+        // a blocking-pool thread must never do: the reactor watches the operation instead.
+        let bounded = stream
+            .context
+            .runtime()
+            .api()
+            .aclrtSynchronizeEventWithTimeout
+            .is_some();
+        if !bounded {
+            return reactor::Reactor::get().adopt_pending(&stream, pending);
+        }
         // Still running after the bound: the reactor takes over, so this thread returns in
         // bounded time.
         if let Some(pending) = pending.wait_for(&stream, BLOCKING_WAIT_MS) {
