@@ -39,9 +39,11 @@ pub enum Strategy {
     /// A per-device thread loops `aclrtProcessReport`; each operation is followed by an
     /// `aclrtLaunchCallback` that signals the task.
     CallbackThread,
-    /// Each operation occupies a blocking thread waiting in `aclrtSynchronizeEventWithTimeout`
-    /// (or `aclrtSynchronizeEvent` on runtimes without it), in Tokio's blocking pool inside a
-    /// runtime and on a plain thread outside: what `spawn_blocking` code does.
+    /// Each operation occupies a blocking thread waiting in `aclrtSynchronizeEventWithTimeout`,
+    /// in Tokio's blocking pool inside a runtime and on a plain thread outside: what
+    /// `spawn_blocking` code does. A wait still running after 100 ms, or on a runtime without
+    /// the timed wait (which could only wait as long as the device takes), is handed to the
+    /// reactor, so the thread always comes back in bounded time.
     BlockingSync,
 }
 
