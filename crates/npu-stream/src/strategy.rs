@@ -283,17 +283,6 @@ impl BlockingWait {
         let Some((pending, stream)) = self.state.take() else {
             return;
         };
-        // A runtime without the timed wait could only wait as long as the device takes, which
-        // a blocking-pool thread must never do: the reactor watches the operation instead.
-        let bounded = stream
-            .context
-            .runtime()
-            .api()
-            .aclrtSynchronizeEventWithTimeout
-            .is_some();
-        if !bounded {
-            return reactor::Reactor::get().adopt_pending(&stream, pending);
-        }
         // Still running after the bound: the reactor takes over, so this thread returns in
         // bounded time.
         if let Some(pending) = pending.wait_for(&stream, BLOCKING_WAIT_MS) {
@@ -321,11 +310,16 @@ impl CompletionStrategy for BlockingSync {
         // Waits run on threads of their own, so they finish in any order; each one completes
         // only after the operation submitted before it, as the other strategies do.
         let after = stream.replace_tail(&completer.completion());
+        let pending = reactor::Pending::new(event, completer, op, after);
+        // A runtime without the timed wait could only wait as long as the device takes, which
+        // a blocking thread must never do: the reactor watches the operation instead.
+        let api = stream.context.runtime().api();
+        if api.aclrtSynchronizeEventWithTimeout.is_none() {
+            reactor::Reactor::get().adopt_pending(stream, pending);
+            return Ok(());
+        }
         let wait = BlockingWait {
-            state: Some((
-                reactor::Pending::new(event, completer, op, after),
-                stream.clone(),
-            )),
+            state: Some((pending, stream.clone())),
         };
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
