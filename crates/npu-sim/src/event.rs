@@ -213,7 +213,7 @@ pub(crate) struct Event {
     /// export (or since it was opened from another process's handle).
     shared: OnceLock<Arc<SharedEvent>>,
     /// The key its first export published (aclrtIpcGetEventHandle hands out the same one).
-    pub(crate) key: OnceLock<String>,
+    key: OnceLock<String>,
 }
 
 /// Where the latest record of an event is, for a wait, sync or query.
@@ -262,17 +262,29 @@ impl Event {
         Ok(event)
     }
 
-    /// The event's shared record counters, made at the first call (an export). Records made
-    /// before then stay this process's own, which its waits still see.
-    pub(crate) fn share(&self) -> Res<Arc<SharedEvent>> {
-        static SHARING: Mutex<()> = Mutex::new(());
-        let _one_at_a_time = lock(&SHARING);
-        if let Some(shared) = self.shared.get() {
-            return Ok(shared.clone());
+    /// The key the event is exported under: at the first call its shared record counters are
+    /// made (unless it was opened from another process's, which it already has) and
+    /// `publish` exports them under a new key, which every later call returns. Records made
+    /// before the first export stay this process's own, which its waits still see.
+    pub(crate) fn export(&self, publish: impl FnOnce(&SharedEvent) -> Res<String>) -> Res<String> {
+        static EXPORTING: Mutex<()> = Mutex::new(());
+        let _one_at_a_time = lock(&EXPORTING);
+        if let Some(key) = self.key.get() {
+            return Ok(key.clone());
         }
-        let shared = SharedEvent::create()?;
-        let _ = self.shared.set(shared.clone());
-        Ok(shared)
+        // Shared before it is published: a record made once another process can open the key
+        // must be numbered in the counters that process sees.
+        let shared = match self.shared.get() {
+            Some(shared) => shared.clone(),
+            None => {
+                let shared = SharedEvent::create()?;
+                let _ = self.shared.set(shared.clone());
+                shared
+            }
+        };
+        let key = publish(&shared)?;
+        let _ = self.key.set(key.clone());
+        Ok(key)
     }
 
     /// The shared record counters, if the event is shared.

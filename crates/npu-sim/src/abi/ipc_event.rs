@@ -41,22 +41,10 @@ pub unsafe extern "C" fn aclrtIpcGetEventHandle(
             exported.flags,
             if exported.ex { "" } else { ", not an Ex event" }
         );
-        let key = exported_key(&exported, owner as usize)?;
+        let device = exported.device.id;
+        let key = exported.export(|shared| sim.ipc.export_event(owner as usize, device, shared))?;
         write_out(handle, "handle", to_handle(&key))
     })
-}
-
-/// The key the event is exported under, published at the first call.
-fn exported_key(event: &Event, owner: usize) -> Res<String> {
-    static EXPORTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one_at_a_time = crate::sync::lock(&EXPORTING);
-    if let Some(key) = event.key.get() {
-        return Ok(key.clone());
-    }
-    let shared = event.share()?;
-    let key = sim()?.ipc.export_event(owner, event.device.id, &shared)?;
-    let _ = event.key.set(key.clone());
-    Ok(key)
 }
 
 /// A key in a handle, NUL-terminated and zero-padded.
@@ -74,9 +62,9 @@ fn to_handle(key: &str) -> aclrtIpcEventHandle {
 /// The key a handle carries: the bytes before its first NUL (none → 107000).
 fn from_handle(handle: &aclrtIpcEventHandle) -> Res<String> {
     let bytes: Vec<u8> = handle.reserved.iter().map(|&byte| byte as u8).collect();
-    let end = bytes.iter().position(|&byte| byte == 0);
-    match end.and_then(|end| String::from_utf8(bytes[..end].to_vec()).ok()) {
-        Some(key) => Ok(key),
+    let key = std::ffi::CStr::from_bytes_until_nul(&bytes).ok();
+    match key.and_then(|key| key.to_str().ok()) {
+        Some(key) => Ok(key.to_owned()),
         None => fail!(
             ACL_ERROR_RT_PARAM_INVALID,
             "the handle holds no key from aclrtIpcGetEventHandle"
