@@ -53,7 +53,7 @@ pub use event::{Event, EventBuilder, EventKind, EventWait};
 pub use kernel::{ArgWriter, ByValue, KernelArg, KernelArgs};
 pub use op::Op;
 pub use reactor::ReactorStats;
-pub use signal::{Notify, ValueCondition};
+pub use signal::{AsValueWord, Notify, ValueCondition, ValueWord};
 pub use strategy::Strategy;
 pub use stream::{FailureMode, Stream, StreamBuilder};
 pub use stream_pool::StreamPool;

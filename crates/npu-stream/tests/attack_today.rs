@@ -15,7 +15,9 @@ use common::{STRATEGIES, cases, code, exclusive_device0, invalid, nth_task, run,
 use npu_core::Context;
 use npu_mem::{DeviceBuffer, Memory};
 use npu_sim::control;
-use npu_stream::{DevicePool, DevicePoolBackend, Event, FailureMode, Notify, ValueCondition};
+use npu_stream::{
+    DevicePool, DevicePoolBackend, Event, FailureMode, Notify, ValueCondition, ValueWord,
+};
 
 fn pool(ctx: &Context, backend: DevicePoolBackend, capacity: Option<usize>) -> DevicePool {
     let builder = DevicePool::builder(ctx).backend(backend);
@@ -95,8 +97,9 @@ fn a_pooled_word_signalled_on_other_streams_returns_only_after_the_device_is_don
             stream(&ctx, strategy),
             stream(&ctx, strategy),
         );
-        let word = Arc::new(run(pool.alloc::<u64>(&home, 1)).unwrap());
+        let word = run(pool.alloc::<u64>(&home, 1)).unwrap();
         let address = word.addr();
+        let word = Arc::new(ValueWord::from_memory(word).unwrap());
         control::hold(0).unwrap();
         let waited = waiter.wait_value(word.clone(), 5, ValueCondition::Equal);
         let written = writer.write_value(word, 5);

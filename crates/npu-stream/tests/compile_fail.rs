@@ -1,7 +1,7 @@
 //! Misuse that must not compile: safe code cannot complete an operation (and so free its
 //! buffers while the device still uses them), create a completer, or run code on a completion;
 //! nor can it hand pageable memory to an async copy, or reach one part of a split buffer from
-//! two operations. The expected compiler errors are in `tests/ui*/*.stderr`;
+//! two operations, or copy over a value word that another stream may be signalling through. The expected compiler errors are in `tests/ui*/*.stderr`;
 //! `TRYBUILD=overwrite` regenerates them after a deliberate change.
 
 #[test]

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::{STRATEGIES, in_process, invalid, run, stream};
 use npu_core::{Completion, Context};
-use npu_mem::{DeviceBuffer, Memory};
-use npu_stream::{Event, Notify, Stream, ValueCondition};
+use npu_mem::{DeviceBuffer, Memory, MemoryMut};
+use npu_stream::{Event, Notify, Stream, ValueCondition, ValueWord};
 
 fn context(device: u32) -> Context {
     in_process()
@@ -21,9 +21,9 @@ fn context(device: u32) -> Context {
         .clone()
 }
 
-/// A one-word cell, zero-filled.
-fn word(context: &Context) -> Arc<DeviceBuffer<u64>> {
-    Arc::new(DeviceBuffer::new(context, 1).unwrap())
+/// A shared value word holding 0.
+fn word(context: &Context) -> Arc<ValueWord> {
+    Arc::new(ValueWord::new(context, 0).unwrap())
 }
 
 #[test]
@@ -198,7 +198,9 @@ fn value_waits_hold_the_stream_until_their_condition_holds() {
                 let seen = waited.await.unwrap();
                 assert!(Arc::ptr_eq(&seen, &word), "the wait hands its word back");
                 behind.await.unwrap();
-                assert_eq!(flag.to_vec_blocking().unwrap(), [hit]);
+                drop((seen, word));
+                let mut flag = Arc::into_inner(flag).expect("no operation holds the word");
+                assert_eq!(flag.read_blocking().unwrap(), hit);
             });
         }
     }
@@ -231,8 +233,44 @@ unsafe impl Memory for Misaligned {
     }
 }
 
+// SAFETY: the wrapped buffer is owned, so nothing else reaches these bytes.
+unsafe impl MemoryMut for Misaligned {
+    fn addr_mut(&mut self) -> *mut std::ffi::c_void {
+        self.addr().cast_mut()
+    }
+}
+
 // SAFETY: device memory, as the wrapped buffer is.
 unsafe impl npu_mem::DeviceSlice for Misaligned {}
+
+#[test]
+fn a_value_word_is_one_aligned_word() {
+    let ctx = context(0);
+    let two = DeviceBuffer::<u64>::new(&ctx, 2).unwrap();
+    let failed = ValueWord::from_memory(two).unwrap_err();
+    assert_eq!(invalid(&failed.error), ("ValueWord::from_memory", "memory"));
+    assert!(
+        failed.error.to_string().contains("holds 2 words"),
+        "{}",
+        failed.error
+    );
+    let two = failed.value.expect("handed back");
+    let one = ValueWord::from_memory(two.view(1..2).unwrap()).unwrap();
+    let s = stream(&ctx, STRATEGIES[0]);
+    let one = run(s.write_value(one, 7)).unwrap().into_inner().into_inner();
+    let mut back = [0; 2];
+    one.copy_to_host_blocking(&mut back).unwrap();
+    assert_eq!(back, [0, 7], "the view's word, not the buffer's first");
+
+    let misaligned = Misaligned(DeviceBuffer::new(&ctx, 16).unwrap());
+    let failed = ValueWord::from_memory(misaligned).unwrap_err();
+    assert_eq!(invalid(&failed.error), ("ValueWord::from_memory", "memory"));
+    assert!(
+        failed.error.to_string().contains("not 8-byte aligned"),
+        "{}",
+        failed.error
+    );
+}
 
 #[test]
 fn value_operations_check_their_word_before_submitting() {
@@ -241,33 +279,16 @@ fn value_operations_check_their_word_before_submitting() {
     for strategy in STRATEGIES {
         let s = stream(&ctx, strategy);
         run(async {
-            let two = DeviceBuffer::<u64>::new(&ctx, 2).unwrap();
-            let failed = s.write_value(two, 1).await.unwrap_err();
-            assert_eq!(invalid(&failed.error), ("Stream::write_value", "word"));
-            assert!(
-                failed.error.to_string().contains("holds 2 words"),
-                "{}",
-                failed.error
-            );
-            let two = failed.value.expect("handed back");
-            let one = two.view(1..2).unwrap();
-            s.write_value(one, 7).await.unwrap();
-
-            let elsewhere = DeviceBuffer::<u64>::new(&other_device, 1).unwrap();
+            let elsewhere = ValueWord::new(&other_device, 0).unwrap();
             let failed = s
                 .wait_value(elsewhere, 0, ValueCondition::Equal)
                 .await
                 .unwrap_err();
             assert_eq!(invalid(&failed.error), ("Stream::wait_value", "word"));
             assert!(failed.error.to_string().contains("belongs to device 1"));
-
-            let misaligned = Misaligned(DeviceBuffer::new(&ctx, 16).unwrap());
-            let failed = s.write_value(misaligned, 1).await.unwrap_err();
-            assert!(
-                failed.error.to_string().contains("not 8-byte aligned"),
-                "{}",
-                failed.error
-            );
+            let elsewhere = failed.value.expect("handed back");
+            let failed = s.write_value(elsewhere, 1).await.unwrap_err();
+            assert_eq!(invalid(&failed.error), ("Stream::write_value", "word"));
         });
     }
 }

@@ -29,9 +29,9 @@
 //! # Signalling between streams
 //!
 //! Besides [`Event`]s, streams signal each other with a [`Notify`] (`record_notify` /
-//! `wait_notify`, one record per wait), with 64-bit words of device memory (`write_value` /
-//! `wait_value` and a [`ValueCondition`]), and with event waits the device gives up after a
-//! timeout (`wait_event_timeout`). Each is an [`Op`] like a copy: it owns the notify, word or
+//! `wait_notify`, one record per wait), with a 64-bit [`ValueWord`] of device memory
+//! (`write_value` / `wait_value` and a [`ValueCondition`]), and with event waits the device
+//! gives up after a timeout (`wait_event_timeout`). Each is an [`Op`] like a copy: it owns the notify, word or
 //! event until the stream has passed it, and an abort discards a wait that nothing will
 //! satisfy.
 //!
@@ -62,9 +62,9 @@
 pub use npu_core::OpError;
 pub use npu_core::{Completion, Wait};
 pub use npu_stream::{
-    Copy2d, Event, EventBuilder, EventKind, EventWait, FailureMode, MAX_2D_HEIGHT,
+    AsValueWord, Copy2d, Event, EventBuilder, EventKind, EventWait, FailureMode, MAX_2D_HEIGHT,
     MAX_2D_WIDTH_BYTES, Notify, Op, ReactorStats, Strategy, Stream, StreamBuilder, StreamPool,
-    ValueCondition, reactor_stats,
+    ValueCondition, ValueWord, reactor_stats,
 };
 
 /// The write side of a completion, for completion strategies only (see its `unsafe`

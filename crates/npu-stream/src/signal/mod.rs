@@ -3,9 +3,11 @@
 
 mod notify;
 mod value;
+mod word;
 
 pub use notify::Notify;
 pub use value::ValueCondition;
+pub use word::{AsValueWord, ValueWord};
 
 use std::time::Duration;
 

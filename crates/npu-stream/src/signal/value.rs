@@ -1,9 +1,9 @@
 //! Stream memory operations: a 64-bit store to device memory, and a wait until a 64-bit word
 //! of device memory satisfies a comparison (aclrtValueWrite, aclrtValueWait).
 
-use npu_core::{Error, Result, acl_call_opt, ffi};
-use npu_mem::DeviceSlice;
+use npu_core::{Result, acl_call_opt, ffi};
 
+use super::word::AsValueWord;
 use crate::op::Op;
 use crate::stream::Stream;
 
@@ -61,34 +61,30 @@ impl ValueCondition {
 }
 
 impl Stream {
-    /// Stores `value` into the 64-bit word `word` once the work submitted to this stream
-    /// before it is done (`aclrtValueWrite`). `word` is device memory of the stream's device
-    /// holding exactly one `u64` (a one-element [`DeviceBuffer`](npu_mem::DeviceBuffer), or a
-    /// one-element view of a longer one), 8-byte aligned as ACL requires.
+    /// Stores `value` into the value word `word` once the work submitted to this stream
+    /// before it is done (`aclrtValueWrite`). `word` is a [`ValueWord`](crate::ValueWord) of
+    /// the stream's device, owned or shared through an `Arc` with the streams that
+    /// [wait](Stream::wait_value) for it.
     ///
-    /// Resolves to `word` once the store is done. The word is a signalling cell, usually
-    /// shared (an `Arc`) with the stream that [waits](Stream::wait_value) for it, so writing
-    /// needs only [`DeviceSlice`], not exclusive ownership: a single aligned 64-bit store is
-    /// what the device makes of it, and host code never reads device memory directly.
+    /// Resolves to `word` once the store is done.
     ///
     /// Cancel safety: not cancel-safe: dropping the future does not cancel the store; `word`
     /// is dropped after it.
     ///
     /// ```
     /// use npu_core::Device;
-    /// use npu_mem::DeviceBuffer;
-    /// use npu_stream::Stream;
+    /// use npu_stream::{Stream, ValueWord};
     ///
     /// # tokio_test::block_on(async {
     /// let ctx = Device::open(0)?.primary_context().clone();
     /// let stream = Stream::new(&ctx)?;
-    /// let word = stream.write_value(DeviceBuffer::<u64>::new(&ctx, 1)?, 42).await?;
-    /// assert_eq!(word.to_vec_blocking()?, [42]);
+    /// let mut word = stream.write_value(ValueWord::new(&ctx, 0)?, 42).await?;
+    /// assert_eq!(word.read_blocking()?, 42);
     /// # Ok::<(), npu_core::Error>(())
     /// # })?;
     /// # Ok::<(), npu_core::Error>(())
     /// ```
-    pub fn write_value<D: DeviceSlice<Elem = u64>>(&self, word: D, value: u64) -> Op<D> {
+    pub fn write_value<W: AsValueWord>(&self, word: W, value: u64) -> Op<W> {
         let api = "Stream::write_value";
         self.submit(
             "aclrtValueWrite",
@@ -123,13 +119,12 @@ impl Stream {
     /// ```
     /// use std::sync::Arc;
     /// use npu_core::Device;
-    /// use npu_mem::DeviceBuffer;
-    /// use npu_stream::{Stream, ValueCondition};
+    /// use npu_stream::{Stream, ValueCondition, ValueWord};
     ///
     /// # tokio_test::block_on(async {
     /// let ctx = Device::open(0)?.primary_context().clone();
     /// let (producer, consumer) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
-    /// let flag = Arc::new(DeviceBuffer::<u64>::new(&ctx, 1)?); // zero-filled
+    /// let flag = Arc::new(ValueWord::new(&ctx, 0)?);
     /// let waited = consumer.wait_value(flag.clone(), 3, ValueCondition::AtLeast);
     /// producer.write_value(flag.clone(), 2).await?;
     /// assert!(!waited.is_complete(), "2 has not reached 3");
@@ -139,12 +134,12 @@ impl Stream {
     /// # })?;
     /// # Ok::<(), npu_core::Error>(())
     /// ```
-    pub fn wait_value<D: DeviceSlice<Elem = u64>>(
+    pub fn wait_value<W: AsValueWord>(
         &self,
-        word: D,
+        word: W,
         value: u64,
         condition: ValueCondition,
-    ) -> Op<D> {
+    ) -> Op<W> {
         let api = "Stream::wait_value";
         self.submit(
             "aclrtValueWait",
@@ -166,27 +161,14 @@ impl Stream {
         )
     }
 
-    /// Checks that `word` is one 8-byte aligned `u64` of this stream's device; returns its
-    /// address for the ACL call.
-    fn check_word<D: DeviceSlice<Elem = u64>>(
+    /// Checks that `word` is on this stream's device; returns its address for the ACL call.
+    fn check_word<W: AsValueWord>(
         &self,
         api: &'static str,
-        word: &D,
+        word: &W,
     ) -> Result<*mut std::ffi::c_void> {
         self.check_runtime(api, "word", word.context())?;
         self.check_device(api, "word", word.context())?;
-        if word.len() != 1 {
-            let rule = format!(
-                "holds {} words; a value operation takes exactly one (view one with `view(i..i + 1)`)",
-                word.len()
-            );
-            return Err(Error::invalid(api, "word", rule));
-        }
-        let addr = word.addr();
-        if addr as usize % 8 != 0 {
-            let rule = format!("{addr:p} is not 8-byte aligned, as ACL requires");
-            return Err(Error::invalid(api, "word", rule));
-        }
-        Ok(addr.cast_mut())
+        Ok(word.addr())
     }
 }
