@@ -257,7 +257,10 @@ fn a_value_word_is_one_aligned_word() {
     let two = failed.value.expect("handed back");
     let one = ValueWord::from_memory(two.view(1..2).unwrap()).unwrap();
     let s = stream(&ctx, STRATEGIES[0]);
-    let one = run(s.write_value(one, 7)).unwrap().into_inner().into_inner();
+    let one = run(s.write_value(one, 7))
+        .unwrap()
+        .into_inner()
+        .into_inner();
     let mut back = [0; 2];
     one.copy_to_host_blocking(&mut back).unwrap();
     assert_eq!(back, [0, 7], "the view's word, not the buffer's first");

@@ -1,6 +1,7 @@
 //! The reactor: one thread that polls the oldest pending event of every active stream and
 //! completes the operations whose events have completed.
 
+use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::Thread;
@@ -20,6 +21,8 @@ mod wakeup;
 
 #[cfg(test)]
 mod model;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use pace::Pace;
 use pace::Plan;
@@ -120,6 +123,28 @@ enum Outcome {
     Failed(Error),
 }
 
+impl Outcome {
+    fn apply(self, pending: Pending, stream: &Arc<StreamShared>) {
+        match self {
+            Outcome::Done => pending.settle(stream),
+            Outcome::Failed(err) => pending.fail(stream, err),
+        }
+    }
+}
+
+/// Operations found done or failed in a pass, completed at its end.
+type Finished = VecDeque<(Arc<StreamShared>, Pending, Outcome)>;
+
+/// What the reactor thread holds. Owned outside its loop, so that a panic in the loop leaves
+/// it to [`Reactor::stop`] instead of dropping it.
+#[derive(Default)]
+struct Watched {
+    active: Vec<Active>,
+    finished: Finished,
+    /// Streams that left the reactor in a pass, released at its end.
+    retired: Vec<Arc<StreamShared>>,
+}
+
 /// The process-wide reactor, once an `EventPoll` operation has started it.
 static REACTOR: OnceLock<&'static Reactor> = OnceLock::new();
 
@@ -138,37 +163,72 @@ impl Reactor {
     /// The reactor, starting its thread on first use.
     pub(crate) fn get() -> &'static Reactor {
         REACTOR.get_or_init(|| {
-            let reactor: &'static Reactor = Box::leak(Box::new(Reactor {
-                inbox: Mutex::new(Vec::new()),
-                wakeup: Wakeup::new(),
-                thread: OnceLock::new(),
-                stopped: AtomicBool::new(false),
-                counters: Counters::default(),
-            }));
+            let reactor: &'static Reactor = Box::leak(Box::new(Reactor::unstarted()));
             match std::thread::Builder::new()
                 .name("npu-reactor".into())
                 .spawn(|| {
                     precise_timers();
+                    // Outside the containment, so that what the thread watched survives it.
+                    let mut watched = Watched::default();
                     // Wakers and completions are contained where they run; this is the last
-                    // line: a reactor that stopped refuses work instead of accepting it silently.
-                    if npu_core::contain::contained(|| reactor.run()) {
+                    // line: a reactor that stopped hands over what it watched and refuses new
+                    // work, instead of stranding it.
+                    if npu_core::contain::contained(|| reactor.run(&mut watched)) {
                         npu_core::log!(
                             error,
                             "the npu-reactor thread panicked; EventPoll is unavailable"
                         );
                     }
-                    reactor.stopped.store(true, sync::Ordering::SeqCst);
+                    reactor.stop(watched);
                 }) {
                 Ok(handle) => {
                     let _ = reactor.thread.set(handle.thread().clone());
                 }
                 Err(err) => {
-                    reactor.stopped.store(true, sync::Ordering::SeqCst);
+                    reactor.stop(Watched::default());
                     npu_core::log!(error, %err, "cannot start the npu-reactor thread");
                 }
             }
             reactor
         })
+    }
+
+    /// A reactor whose thread has not started.
+    fn unstarted() -> Reactor {
+        Reactor {
+            inbox: Mutex::new(Vec::new()),
+            wakeup: Wakeup::new(),
+            thread: OnceLock::new(),
+            stopped: AtomicBool::new(false),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Marks the reactor stopped and hands over what it held: the operations it had found
+    /// done or failed are completed, and every operation queued on its streams (active or in
+    /// the inbox) goes to the sentinel, which waits for each on its own event.
+    ///
+    /// Nothing is stranded: [`register`](Reactor::register) checks `stopped` under the queue
+    /// lock before queuing, so an operation is either queued before its stream is handed over
+    /// here or refused; and a stream it activates is pushed to the inbox under the inbox lock
+    /// only if the reactor has not stopped, so the inbox taken here holds every activated
+    /// stream but those whose registrant hands them over itself. (Modelled in `model.rs`.)
+    fn stop(&self, watched: Watched) {
+        self.stopped.store(true, sync::Ordering::SeqCst);
+        let inboxed = std::mem::take(&mut *self.inbox.lock().unwrap_or_else(|e| e.into_inner()));
+        let Watched {
+            active,
+            finished,
+            retired,
+        } = watched;
+        for (stream, pending, outcome) in finished {
+            // If completing panics again, the operation is abandoned: its memory leaks.
+            npu_core::contain::contained(|| outcome.apply(pending, &stream));
+            strategy::release_stream(stream);
+        }
+        let streams = active.into_iter().map(|active| active.stream);
+        streams.chain(inboxed).for_each(hand_over);
+        retired.into_iter().for_each(strategy::release_stream);
     }
 
     /// A snapshot of the reactor's counters; all zero if it never started (asking does not
@@ -185,28 +245,30 @@ impl Reactor {
         stream: &Arc<StreamShared>,
         mut pending: Pending,
     ) -> std::result::Result<(), Pending> {
-        if self.stopped.load(sync::Ordering::SeqCst) {
-            return Err(pending);
-        }
-        self.counters.registered();
-        // An operation another strategy waited for first became the head long ago; timing it
-        // from then would teach the stream's pace the other strategy's wait.
-        pending.registered = Instant::now();
         let activate = {
             let mut queue = lock_queue(stream);
+            // Under the queue lock: `stop` sets the flag before it drains each queue.
+            if self.stopped.load(sync::Ordering::SeqCst) {
+                return Err(pending);
+            }
+            self.counters.registered();
+            // An operation another strategy waited for first became the head long ago; timing
+            // it from then would teach the stream's pace the other strategy's wait.
+            pending.registered = Instant::now();
             queue.pending.push_back(pending);
             !std::mem::replace(&mut queue.in_reactor, true)
         };
         if activate {
-            self.inbox
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(stream.clone());
-            if self.wakeup.notify() {
-                if let Some(thread) = self.thread.get() {
-                    thread.unpark();
-                }
+            let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+            if self.stopped.load(sync::Ordering::SeqCst) {
+                // `stop` has taken the inbox already: nobody else will look at this stream.
+                drop(inbox);
+                hand_over(stream.clone());
+                return Ok(());
             }
+            inbox.push(stream.clone());
+            drop(inbox);
+            self.nudge();
         }
         Ok(())
     }
@@ -237,33 +299,37 @@ impl Reactor {
         }
     }
 
-    fn run(&self) {
-        let mut active: Vec<Active> = Vec::new();
-        let mut finished: Vec<(Arc<StreamShared>, Pending, Outcome)> = Vec::new();
-        let mut retired: Vec<Arc<StreamShared>> = Vec::new();
+    /// The reactor thread's loop, over what the caller holds (so that [`stop`](Reactor::stop)
+    /// can hand it over if the loop ever panics).
+    fn run(&self, watched: &mut Watched) {
+        let Watched {
+            active,
+            finished,
+            retired,
+        } = watched;
         let mut busy_until = Instant::now();
         loop {
             if self.wakeup.take_notification() {
-                self.adopt(&mut active);
+                self.adopt(active);
             }
             active.retain_mut(|stream| {
-                let keep = self.poll_stream(stream, &mut finished);
+                let keep = self.poll_stream(stream, finished);
                 if !keep {
                     retired.push(stream.stream.clone());
                 }
                 keep
             });
             // Complete with no lock held; buffers are released on the reaper. Counted first,
-            // so that a task woken by its completion sees it in the reactor's stats.
-            for (stream, pending, outcome) in finished.drain(..) {
+            // so that a task woken by its completion sees it in the reactor's stats. Taken one
+            // at a time, so that a panic leaves the rest to `stop`.
+            while let Some((stream, pending, outcome)) = finished.pop_front() {
                 self.counters.completed();
-                match outcome {
-                    Outcome::Done => pending.settle(&stream),
-                    Outcome::Failed(err) => pending.fail(&stream, err),
-                }
+                outcome.apply(pending, &stream);
                 strategy::release_stream(stream);
             }
-            retired.drain(..).for_each(strategy::release_stream);
+            while let Some(stream) = retired.pop() {
+                strategy::release_stream(stream);
+            }
             let now = Instant::now();
             let due = active.iter().map(|stream| match stream.health.suspect {
                 true => now,
@@ -276,7 +342,7 @@ impl Reactor {
                 }
                 self.counters.parked();
                 if self.wakeup.sleep(std::thread::park) {
-                    self.adopt(&mut active);
+                    self.adopt(active);
                 }
                 continue;
             };
@@ -289,7 +355,7 @@ impl Reactor {
                     .wakeup
                     .sleep(|| std::thread::park_timeout(wait - YIELD_WINDOW))
                 {
-                    self.adopt(&mut active);
+                    self.adopt(active);
                 }
             } else if !wait.is_zero() {
                 std::thread::yield_now();
@@ -319,11 +385,7 @@ impl Reactor {
 
     /// Collects what finished on one stream, querying its head only when its plan says so.
     /// Returns whether the stream stays active.
-    fn poll_stream(
-        &self,
-        active: &mut Active,
-        finished: &mut Vec<(Arc<StreamShared>, Pending, Outcome)>,
-    ) -> bool {
+    fn poll_stream(&self, active: &mut Active, finished: &mut Finished) -> bool {
         let Active {
             stream,
             health,
@@ -358,7 +420,7 @@ impl Reactor {
                 Ok(true) => {
                     let (done, after) = advance(stream, plan);
                     if let Some(pending) = done {
-                        finished.push((stream.clone(), pending, Outcome::Done));
+                        finished.push_back((stream.clone(), pending, Outcome::Done));
                     }
                     health.progressed(now);
                     next = after;
@@ -383,11 +445,7 @@ impl Reactor {
     }
 
     /// Fails the operations an abort discarded: the oldest ones, up to the abort's mark.
-    fn fail_aborted(
-        &self,
-        stream: &Arc<StreamShared>,
-        finished: &mut Vec<(Arc<StreamShared>, Pending, Outcome)>,
-    ) {
+    fn fail_aborted(&self, stream: &Arc<StreamShared>, finished: &mut Finished) {
         if stream.aborted_through.load(sync::Ordering::Acquire) == 0 {
             return; // never aborted: no lock on the common path
         }
@@ -397,22 +455,17 @@ impl Reactor {
                 let err = Error::Aborted {
                     api: pending.op.api,
                 };
-                finished.push((stream.clone(), pending, Outcome::Failed(err)));
+                finished.push_back((stream.clone(), pending, Outcome::Failed(err)));
             }
         }
     }
 
     /// Fails every pending operation of a stream whose device work can no longer complete.
-    fn fail_all(
-        &self,
-        stream: &Arc<StreamShared>,
-        err: Error,
-        finished: &mut Vec<(Arc<StreamShared>, Pending, Outcome)>,
-    ) {
+    fn fail_all(&self, stream: &Arc<StreamShared>, err: Error, finished: &mut Finished) {
         let drained: Vec<Pending> = { lock_queue(stream).pending.drain(..).collect() };
         npu_core::log!(warn, %err, stream = stream.id, failed = drained.len(), "stream failed");
         for pending in drained {
-            finished.push((stream.clone(), pending, Outcome::Failed(err.clone())));
+            finished.push_back((stream.clone(), pending, Outcome::Failed(err.clone())));
         }
     }
 }
@@ -503,6 +556,20 @@ impl Health {
             self.asked = Some(sentinel::probe(stream));
         }
     }
+}
+
+/// Hands every operation queued on `stream` to the sentinel, and the stream out of the
+/// reactor, for a reactor that has stopped.
+fn hand_over(stream: Arc<StreamShared>) {
+    let drained: Vec<Pending> = {
+        let mut queue = lock_queue(&stream);
+        queue.in_reactor = false;
+        queue.pending.drain(..).collect()
+    };
+    for pending in drained {
+        sentinel::watch(stream.clone(), pending);
+    }
+    strategy::release_stream(stream);
 }
 
 fn lock_queue(stream: &StreamShared) -> MutexGuard<'_, Queue> {

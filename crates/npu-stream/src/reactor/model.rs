@@ -1,5 +1,6 @@
 //! Loom model of the reactor's registration and wake-up protocol, on the reactor's own
-//! `wakeup.rs`: a submitter publishes work and notifies; the reactor drains or sleeps.
+//! `wakeup.rs`: a submitter publishes work and notifies; the reactor drains or sleeps. And of
+//! the stop path, which hands what a stopped reactor watched to the sentinel.
 
 mod sync {
     pub(crate) use loom::sync::atomic::{AtomicU8, Ordering};
@@ -143,5 +144,104 @@ fn a_fault_notice_always_reaches_the_reactor() {
             }
             reactor.join().unwrap();
         });
+    }
+}
+
+/// The stop path against registrations (`Reactor::stop`, `Reactor::register`, `hand_over`):
+/// a stream's queue and `in_reactor` flag, the inbox, the `stopped` flag, and the operations
+/// handed to the sentinel.
+mod stop {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    use loom::sync::{Arc, Mutex};
+
+    #[derive(Default)]
+    struct Queue {
+        pending: Vec<u32>,
+        in_reactor: bool,
+    }
+
+    #[derive(Default)]
+    struct Shared {
+        queue: Mutex<Queue>,
+        /// Holds the one stream's id when it is in the inbox.
+        inbox: Mutex<Vec<()>>,
+        stopped: AtomicBool,
+        handed: Mutex<Vec<u32>>,
+    }
+
+    impl Shared {
+        fn register(&self, item: u32) -> bool {
+            let activate = {
+                let mut queue = self.queue.lock().unwrap();
+                if self.stopped.load(Ordering::SeqCst) {
+                    return false;
+                }
+                queue.pending.push(item);
+                !std::mem::replace(&mut queue.in_reactor, true)
+            };
+            if activate {
+                let mut inbox = self.inbox.lock().unwrap();
+                if self.stopped.load(Ordering::SeqCst) {
+                    drop(inbox);
+                    self.hand_over();
+                    return true;
+                }
+                inbox.push(());
+            }
+            true
+        }
+
+        fn stop(&self, active: bool) {
+            self.stopped.store(true, Ordering::SeqCst);
+            let inboxed = std::mem::take(&mut *self.inbox.lock().unwrap());
+            if active {
+                self.hand_over();
+            }
+            inboxed.iter().for_each(|_| self.hand_over());
+        }
+
+        fn hand_over(&self) {
+            let drained: Vec<u32> = {
+                let mut queue = self.queue.lock().unwrap();
+                queue.in_reactor = false;
+                queue.pending.drain(..).collect()
+            };
+            self.handed.lock().unwrap().extend(drained);
+        }
+    }
+
+    /// Two registrations race the stop; the stream is either idle or already watched (in the
+    /// reactor's `active`, with one operation queued). Every accepted operation must reach the
+    /// sentinel, and none may stay queued.
+    #[test]
+    fn a_stop_strands_no_registered_operation() {
+        for active in [false, true] {
+            loom::model(move || {
+                let shared = Arc::new(Shared::default());
+                if active {
+                    let mut queue = shared.queue.lock().unwrap();
+                    queue.pending.push(0);
+                    queue.in_reactor = true;
+                }
+                let registrant = |item| {
+                    let shared = shared.clone();
+                    loom::thread::spawn(move || shared.register(item).then_some(item))
+                };
+                let (one, two) = (registrant(1), registrant(2));
+                shared.stop(active);
+                let mut accepted: Vec<u32> = [one, two]
+                    .into_iter()
+                    .filter_map(|thread| thread.join().unwrap())
+                    .collect();
+                if active {
+                    accepted.push(0);
+                }
+                accepted.sort();
+                let mut handed = shared.handed.lock().unwrap().clone();
+                handed.sort();
+                assert_eq!(handed, accepted);
+                assert!(shared.queue.lock().unwrap().pending.is_empty());
+            });
+        }
     }
 }

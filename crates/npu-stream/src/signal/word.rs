@@ -208,7 +208,7 @@ pub(crate) mod sealed {
 
     impl<M: DeviceSlice<Elem = u64> + MemoryMut + Sync> Word for Arc<ValueWord<M>> {
         fn context(&self) -> &Context {
-            (**self).memory.context()
+            self.memory.context()
         }
 
         fn addr(&self) -> *mut c_void {
