@@ -104,10 +104,14 @@ impl<T: Clone> State<T> {
         if let Some(value) = self.value() {
             return Poll::Ready(value);
         }
-        self.wakers
+        // The waker is the task's code: cloned and dropped outside the lock, so that a waker
+        // whose clone or drop touches this completion cannot deadlock on it.
+        let replaced = self
+            .wakers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .register(registration, waker);
+            .register(registration, waker.clone());
+        drop(replaced);
         match self.value() {
             Some(value) => Poll::Ready(value),
             None => Poll::Pending,
@@ -117,8 +121,16 @@ impl<T: Clone> State<T> {
     /// Forgets `registration`'s waker: its future is gone.
     pub(crate) fn deregister(&self, registration: Registration) {
         if let Some(key) = registration.0 {
-            let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
-            wakers.registered.retain(|(known, _)| *known != key);
+            let removed = {
+                let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+                let index = wakers
+                    .registered
+                    .iter()
+                    .position(|(known, _)| *known == key);
+                index.map(|index| wakers.registered.remove(index))
+            };
+            // Outside the lock, as in `poll`.
+            drop(removed);
         }
     }
 
@@ -184,11 +196,16 @@ struct Wakers {
 }
 
 impl Wakers {
-    fn register(&mut self, registration: &mut Registration, waker: &Waker) {
+    /// Keeps `waker` in `registration`'s slot; returns what is to be dropped (the waker it
+    /// replaces, or `waker` itself if the slot's wakes the same task), for the caller to drop
+    /// once the lock is released.
+    fn register(&mut self, registration: &mut Registration, waker: Waker) -> Option<Waker> {
         if let Some(key) = registration.0 {
             if let Some((_, known)) = self.registered.iter_mut().find(|(k, _)| *k == key) {
-                known.clone_from(waker);
-                return;
+                if known.will_wake(&waker) {
+                    return Some(waker);
+                }
+                return Some(std::mem::replace(known, waker));
             }
         }
         let key = registration.0.unwrap_or_else(|| {
@@ -196,6 +213,7 @@ impl Wakers {
             self.last
         });
         *registration = Registration(Some(key));
-        self.registered.push((key, waker.clone()));
+        self.registered.push((key, waker));
+        None
     }
 }
