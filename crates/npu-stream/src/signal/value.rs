@@ -111,7 +111,7 @@ impl Stream {
     /// Resolves to `word` once the stream has passed the wait, that is, once the device saw
     /// the word satisfy the condition. A word that never does keeps the stream waiting, and
     /// this future pending, until [`Stream::abort`] discards the wait (it then fails with
-    /// [`Error::Aborted`]).
+    /// [`Error::Aborted`](npu_core::Error::Aborted)).
     ///
     /// Cancel safety: not cancel-safe: dropping the future does not cancel the wait; `word`
     /// is dropped after it is over.
