@@ -104,14 +104,15 @@ impl<T: Clone> State<T> {
         if let Some(value) = self.value() {
             return Poll::Ready(value);
         }
-        // The waker is the task's code: cloned and dropped outside the lock, so that a waker
-        // whose clone or drop touches this completion cannot deadlock on it.
-        let replaced = self
-            .wakers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .register(registration, waker.clone());
-        drop(replaced);
+        let lock = || self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+        // A re-poll by the same task (the common case) finds its waker kept: one lock, no
+        // clone. Otherwise the waker, which is the task's code, is cloned and the one it
+        // replaces dropped outside the lock, so that a waker whose clone or drop touches this
+        // completion cannot deadlock on it.
+        if registration.0.is_none() || !lock().holds(*registration, waker) {
+            let replaced = lock().register(registration, waker.clone());
+            drop(replaced);
+        }
         match self.value() {
             Some(value) => Poll::Ready(value),
             None => Poll::Pending,
@@ -196,6 +197,15 @@ struct Wakers {
 }
 
 impl Wakers {
+    /// Whether `registration`'s slot holds a waker that wakes the same task as `waker`
+    /// (`will_wake` compares, it runs no waker code).
+    fn holds(&self, registration: Registration, waker: &Waker) -> bool {
+        let key = registration.0;
+        self.registered
+            .iter()
+            .any(|(known, kept)| Some(*known) == key && kept.will_wake(waker))
+    }
+
     /// Keeps `waker` in `registration`'s slot; returns what is to be dropped (the waker it
     /// replaces, or `waker` itself if the slot's wakes the same task), for the caller to drop
     /// once the lock is released.
