@@ -245,6 +245,10 @@ impl Reactor {
         stream: &Arc<StreamShared>,
         mut pending: Pending,
     ) -> std::result::Result<(), Pending> {
+        // An operation another strategy waited for first became the head long ago; timing it
+        // from then would teach the stream's pace the other strategy's wait. Read before the
+        // queue lock, which the reactor takes on every query.
+        pending.registered = Instant::now();
         let activate = {
             let mut queue = lock_queue(stream);
             // Under the queue lock: `stop` sets the flag before it drains each queue.
@@ -252,9 +256,6 @@ impl Reactor {
                 return Err(pending);
             }
             self.counters.registered();
-            // An operation another strategy waited for first became the head long ago; timing
-            // it from then would teach the stream's pace the other strategy's wait.
-            pending.registered = Instant::now();
             queue.pending.push_back(pending);
             !std::mem::replace(&mut queue.in_reactor, true)
         };
