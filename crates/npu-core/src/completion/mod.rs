@@ -12,6 +12,7 @@ use blocked::{RaiseOnDrop, Signal};
 use state::{Deferred, Registration};
 
 mod blocked;
+mod chain;
 mod state;
 mod uses;
 
@@ -125,7 +126,7 @@ impl Completer {
                 "a task's waker panicked while being woken; the completer continues"
             );
         }
-        notifies.into_iter().for_each(|notify| notify());
+        chain::run(notifies);
     }
 }
 
