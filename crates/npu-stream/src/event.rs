@@ -76,7 +76,7 @@ struct EventInner {
 }
 
 // SAFETY: an aclrtEvent is an opaque handle ACL lets any thread use; records are serialised
-// by the recording stream's submission lock and `last_record` is behind a mutex.
+// by `last_record`'s mutex, which each holds from the record to storing its completion.
 unsafe impl Send for EventInner {}
 // SAFETY: as above.
 unsafe impl Sync for EventInner {}
@@ -289,6 +289,14 @@ impl Event {
     pub fn record(&self, stream: &Stream) -> Result<()> {
         stream.check_runtime("Event::record", "stream", self.context())?;
         let handle = self.inner.handle;
+        // Held across the record and the store: records on two streams at once must store
+        // their completions in the order the device sees the records, or `wait` would watch
+        // an older record than the one the event now stands for.
+        let mut last_record = self
+            .inner
+            .last_record
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let op = stream.submit(
             "aclrtRecordEvent",
             0,
@@ -302,11 +310,7 @@ impl Event {
         if let Some(Err(err)) = op.completion().result() {
             return Err(err);
         }
-        *self
-            .inner
-            .last_record
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(op.completion().clone());
+        *last_record = Some(op.completion().clone());
         Ok(())
     }
 
