@@ -13,7 +13,7 @@ use npu_core::{Completer, Error, Result, acl_call};
 
 use crate::event::query_event;
 use crate::reactor::Pending;
-use crate::sentinel::{self, Verdict};
+use crate::sentinel::{self, Dead, Verdict};
 use crate::strategy::{self, CompletionStrategy, OpInfo, Unwatched};
 use crate::stream::StreamShared;
 
@@ -159,17 +159,19 @@ impl Worker {
                     failed.push((op, err));
                 }
             }
-            for (stream, err) in answered {
+            for (stream, dead) in answered {
                 // In submission order (ids grow with it), so that a failed synchronize sees
-                // the failures before it.
+                // the failures before it. Only what was queued when the probe found the
+                // stream dead: an abort since may have revived it for what came after.
                 let mut ids: Vec<u64> = outstanding
                     .iter()
                     .filter(|(_, op)| Arc::ptr_eq(&op.stream, &stream))
+                    .filter(|(_, op)| dead.covers(op.pending.op))
                     .map(|(id, _)| *id)
                     .collect();
                 ids.sort_unstable();
                 let ops = ids.iter().filter_map(|id| outstanding.remove(id));
-                failed.extend(ops.map(|op| (op, err.clone())));
+                failed.extend(ops.map(|op| (op, dead.error.clone())));
                 strategy::release_stream(stream);
             }
             for op in outstanding.values() {
@@ -232,8 +234,9 @@ impl Probes {
         self.asked.push((stream, verdict));
     }
 
-    /// The streams found dead since the last look, with their errors; answered probes leave.
-    fn answered(&mut self) -> Vec<(Arc<StreamShared>, Error)> {
+    /// The streams found dead since the last look, with what doomed them; answered probes
+    /// leave.
+    fn answered(&mut self) -> Vec<(Arc<StreamShared>, Dead)> {
         let mut dead = Vec::new();
         let mut still = Vec::new();
         for (stream, verdict) in self.asked.drain(..) {

@@ -24,7 +24,7 @@ use std::time::Duration;
 use npu_core::{Completer, Error, Result, ffi};
 
 use crate::reactor::Pending;
-use crate::strategy;
+use crate::strategy::{self, OpInfo};
 use crate::stream::StreamShared;
 
 /// The longest single wait the sentinel makes (ACL's smallest timeout).
@@ -33,17 +33,50 @@ pub(crate) const SLICE_MS: i32 = 1;
 /// The answer to a probe: `Some(Err)` once the stream is found dead, `Some(Ok)` if alive.
 #[derive(Default)]
 pub(crate) struct Verdict {
-    slot: Mutex<Option<Result<()>>>,
+    slot: Mutex<Option<std::result::Result<(), Dead>>>,
 }
 
 impl Verdict {
     /// The verdict, once the sentinel has given it; taking it makes room for the next probe.
-    pub(crate) fn take(&self) -> Option<Result<()>> {
+    pub(crate) fn take(&self) -> Option<std::result::Result<(), Dead>> {
         self.slot.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
-    fn give(&self, verdict: Result<()>) {
+    /// A verdict already given, for tests.
+    #[cfg(test)]
+    pub(crate) fn given(verdict: std::result::Result<(), Dead>) -> Arc<Self> {
+        let given = Arc::new(Verdict::default());
+        given.give(verdict);
+        given
+    }
+
+    fn give(&self, verdict: std::result::Result<(), Dead>) {
         *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(verdict);
+    }
+}
+
+/// A probe's finding that a stream was dead, and which operations that dooms.
+///
+/// Only those watched before the check began: the verdict is read later (on the asking
+/// thread's next pass), and an abort in between revives the stream, so an operation submitted
+/// after it will run and must not be failed on the old stream's word (its memory would be
+/// handed back while the device still uses it).
+pub(crate) struct Dead {
+    pub(crate) error: Error,
+    /// `OpInfo::seq` of the last operation watched before the check.
+    through: u64,
+}
+
+impl Dead {
+    /// A finding covering the operations up to `through`, for tests that post a verdict.
+    #[cfg(test)]
+    pub(crate) fn new(error: Error, through: u64) -> Self {
+        Dead { error, through }
+    }
+
+    /// Whether `op` was queued on the stream the probe found dead.
+    pub(crate) fn covers(&self, op: OpInfo) -> bool {
+        op.seq <= self.through
     }
 }
 
@@ -194,7 +227,9 @@ fn run(rx: Receiver<Job>) {
 fn step(job: Job, timeout: i32) -> Option<Job> {
     match job {
         Job::Probe { stream, verdict } => {
-            verdict.give(confirm(&stream));
+            // Read before the check: every operation up to it was on the device by then.
+            let through = stream.watched.load(std::sync::atomic::Ordering::Acquire);
+            verdict.give(confirm(&stream).map_err(|error| Dead { error, through }));
             strategy::release_stream(stream);
             None
         }

@@ -65,7 +65,7 @@ pub(crate) struct StreamShared {
     /// their own (`BlockingSync`).
     tail: Mutex<Option<Completion>>,
     /// How many operations were handed to the strategy (`OpInfo::seq` of the latest).
-    watched: AtomicU64,
+    pub(crate) watched: AtomicU64,
     /// The `seq` of the last operation an abort discarded (0: none); see [`Stream::abort`].
     pub(crate) aborted_through: AtomicU64,
     /// Set by the runtime's exception callback when a task of this stream failed, for the

@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use npu_core::{Completer, Completion, Error, Result};
+use npu_core::{Completer, Completion, Error};
 
 use crate::event::query_event;
 use crate::event_pool::PooledEvent;
-use crate::sentinel::{self, Verdict};
+use crate::sentinel::{self, Dead, Verdict};
 use crate::strategy::{self, CompletionStrategy, OpInfo, Unwatched};
 use crate::stream::{Queue, StreamShared};
 
@@ -392,8 +392,8 @@ impl Reactor {
             health,
             plan,
         } = active;
-        let failed = if let Some(Err(err)) = health.verdict() {
-            self.fail_all(stream, err, finished);
+        let failed = if let Some(Err(dead)) = health.verdict() {
+            self.fail_dead(stream, dead, finished);
             health.suspect = false;
             true
         } else {
@@ -461,11 +461,20 @@ impl Reactor {
         }
     }
 
-    /// Fails every pending operation of a stream whose device work can no longer complete.
-    fn fail_all(&self, stream: &Arc<StreamShared>, err: Error, finished: &mut Finished) {
-        let drained: Vec<Pending> = { lock_queue(stream).pending.drain(..).collect() };
-        npu_core::log!(warn, %err, stream = stream.id, failed = drained.len(), "stream failed");
-        for pending in drained {
+    /// Fails the pending operations that a probe found queued on a dead stream; those
+    /// submitted since (after an abort revived it) stay.
+    fn fail_dead(&self, stream: &Arc<StreamShared>, dead: Dead, finished: &mut Finished) {
+        let doomed: VecDeque<Pending> = {
+            let mut queue = lock_queue(stream);
+            let (doomed, kept) = std::mem::take(&mut queue.pending)
+                .into_iter()
+                .partition(|pending: &Pending| dead.covers(pending.op));
+            queue.pending = kept;
+            doomed
+        };
+        let err = dead.error;
+        npu_core::log!(warn, %err, stream = stream.id, failed = doomed.len(), "stream failed");
+        for pending in doomed {
             finished.push_back((stream.clone(), pending, Outcome::Failed(err.clone())));
         }
     }
@@ -533,7 +542,7 @@ impl Health {
     }
 
     /// The verdict of the probe in flight, once given: one lock, no ACL call.
-    fn verdict(&mut self) -> Option<Result<()>> {
+    fn verdict(&mut self) -> Option<std::result::Result<(), Dead>> {
         let verdict = self.asked.as_ref()?.take()?;
         self.asked = None;
         if verdict.is_ok() {

@@ -1,6 +1,7 @@
-//! A reactor that stops hands over what it watched. Only a bug in npu-rs can stop the real
-//! thread (every user callback is contained), so these drive a reactor of their own, whose
-//! thread never starts, through the same registration and stop paths.
+//! Paths of the reactor that the public API cannot force at will, driven on a reactor of the
+//! tests' own whose thread never starts: a reactor that stops hands over what it watched (only
+//! a bug in npu-rs can stop the real thread: every user callback is contained), and a probe's
+//! verdict read after an abort revived its stream fails only what the probe saw.
 
 use std::time::Duration;
 
@@ -8,13 +9,19 @@ use npu_core::{BackendChoice, Completer, Completion, Runtime};
 
 use super::*;
 use crate::Stream;
+use crate::sentinel::Dead;
 
-/// Watches one operation (a completer standing for work queued on `stream`) with `reactor`.
+/// Watches one operation (a completer standing for work queued on `stream`) with `reactor`,
+/// numbered like a submission.
 fn watch(reactor: &Reactor, stream: &Stream) -> std::result::Result<Completion, Unwatched> {
     // SAFETY: no memory stands behind the completion; the event recorded for it is the work.
     let completer = unsafe { Completer::new() };
     let done = completer.completion();
-    CompletionStrategy::watch(reactor, &stream.shared, OpInfo::new("test"), completer)?;
+    let op = OpInfo {
+        seq: stream.shared.watched.fetch_add(1, sync::Ordering::AcqRel) + 1,
+        ..OpInfo::new("test")
+    };
+    CompletionStrategy::watch(reactor, &stream.shared, op, completer)?;
     Ok(done)
 }
 
@@ -66,4 +73,52 @@ fn check(adopted: bool) {
 fn a_stopped_reactor_hands_its_inbox_and_its_active_streams_to_the_sentinel() {
     check(false);
     check(true);
+}
+
+/// A probe found the stream dead with one operation queued; before the reactor read the
+/// verdict, an abort revived the stream and a second operation was submitted (the abort is
+/// stood for by the verdict's horizon: what an abort discards is marked separately). The
+/// verdict fails the first only: the second will run, and failing it would hand its memory
+/// back while the device still uses it.
+#[test]
+fn a_dead_verdict_fails_only_what_was_queued_when_the_probe_looked() {
+    let runtime = Runtime::builder()
+        .backend(BackendChoice::Sim)
+        .build()
+        .unwrap();
+    // Device 1: the stop test above holds device 0.
+    let ctx = runtime.device(1).unwrap().primary_context().clone();
+    let stream = Stream::new(&ctx).unwrap();
+    let reactor = Reactor::unstarted();
+    npu_sim::control::hold(1).unwrap();
+    let (Ok(seen), Ok(later)) = (watch(&reactor, &stream), watch(&reactor, &stream)) else {
+        panic!("a running reactor takes operations on");
+    };
+    let mut watched = Watched::default();
+    reactor.adopt(&mut watched.active);
+    let dead = Dead::new(
+        Error::invalid("test", "stream", "found dead by the probe"),
+        1,
+    );
+    watched.active[0].health.asked = Some(Verdict::given(Err(dead)));
+    let Watched {
+        active, finished, ..
+    } = &mut watched;
+    assert!(reactor.poll_stream(&mut active[0], finished));
+    assert_eq!(finished.len(), 1, "only the operation the probe saw fails");
+    let kept: Vec<u64> = lock_queue(&stream.shared)
+        .pending
+        .iter()
+        .map(|pending| pending.op.seq)
+        .collect();
+    assert_eq!(kept, [2], "the later one stays watched");
+    while let Some((stream, pending, outcome)) = finished.pop_front() {
+        outcome.apply(pending, &stream);
+    }
+    let failed = seen.result().expect("completed").unwrap_err();
+    assert!(failed.to_string().contains("found dead"), "{failed}");
+    assert!(!later.is_complete(), "the device is held");
+    reactor.stop(watched);
+    npu_sim::control::release(1).unwrap();
+    finishes(&later);
 }
