@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::future::Future;
 use std::sync::Arc;
 
 use common::{HANG, STRATEGIES, cases, code, exclusive_device0, invalid, nth_task, run, stream};
@@ -460,4 +461,39 @@ fn a_runtime_pool_that_cannot_be_created_falls_back_unless_forced() {
         .build()
         .unwrap_err();
     assert!(forced.is_device_lost(), "{forced}");
+}
+
+/// A stream-ordered allocation keeps its room until the device has run it, even when the
+/// `alloc` future that submitted it is dropped: before, dropping gave the room back at once,
+/// so every dropped future queued another block on the device while the pool counted none,
+/// and the capacity bounded nothing.
+#[test]
+fn a_dropped_alloc_keeps_its_room_until_its_queued_allocation_is_done() {
+    let (_device, ctx) = exclusive_device0();
+    for strategy in STRATEGIES {
+        let pool = DevicePool::builder(&ctx)
+            .backend(DevicePoolBackend::RuntimePool)
+            .capacity(4096)
+            .build()
+            .unwrap();
+        let s = stream(&ctx, strategy);
+        control::hold(0).unwrap();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut dropped = Box::pin(pool.alloc::<u8>(&s, 4096));
+        assert!(
+            dropped.as_mut().poll(&mut cx).is_pending(),
+            "queued on the held device"
+        );
+        drop(dropped);
+        let mut next = Box::pin(pool.alloc::<u8>(&s, 4096));
+        assert!(next.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(
+            pool.stats().cache.waiters,
+            1,
+            "{strategy:?}: the room is still the queued allocation's"
+        );
+        control::release(0).unwrap();
+        let block = run(next).unwrap();
+        assert_eq!(block.block_bytes(), 4096, "{strategy:?}");
+    }
 }

@@ -5,6 +5,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use bytemuck::Pod;
@@ -576,16 +577,16 @@ impl DevicePool {
     /// Fills granted room with a stream-ordered allocation on `stream`, awaited so that the
     /// memory is valid on every stream; out of memory, frees the cache and tries once more.
     async fn malloc_on(&self, stream: &Stream, class: usize) -> Result<DeviceBlock> {
-        let room = Room {
-            cache: &self.cache,
+        let room = Arc::new(Room {
+            cache: self.cache.clone(),
             class,
-            filled: false,
-        };
+            filled: AtomicBool::new(false),
+        });
         let started = Instant::now();
-        let block = match self.submit_malloc(stream, class).await {
+        let block = match self.submit_malloc(stream, &room).await {
             Err(err) if err.is_out_of_memory() && self.cache.trim_to(0) > 0 => {
                 self.cache.source().trim_runtime(0)?;
-                self.submit_malloc(stream, class).await
+                self.submit_malloc(stream, &room).await
             }
             allocated => allocated,
         }?;
@@ -593,10 +594,12 @@ impl DevicePool {
         Ok(block)
     }
 
-    async fn submit_malloc(&self, stream: &Stream, class: usize) -> Result<DeviceBlock> {
+    async fn submit_malloc(&self, stream: &Stream, room: &Arc<Room>) -> Result<DeviceBlock> {
+        let class = room.class;
         let slot = Unclaimed {
             cache: self.cache.clone(),
             block: None,
+            _room: room.clone(),
         };
         let op = stream.submit(
             "aclrtMemPoolMallocAsync",
@@ -628,24 +631,27 @@ impl DevicePool {
     }
 }
 
-/// Granted room an awaited allocation is filling: given back unless filled, so a dropped
-/// `alloc` future does not keep capacity.
-struct Room<'a> {
-    cache: &'a Arc<Cache<DeviceSource>>,
+/// Granted room an awaited allocation is filling, shared by the `alloc` future and the
+/// stream-ordered allocations it submitted: given back unless filled once neither holds it.
+/// So a dropped `alloc` future does not keep capacity, nor give it back while its allocation
+/// is still queued on the device (each dropped future would otherwise queue another block
+/// while the pool counted none).
+struct Room {
+    cache: Arc<Cache<DeviceSource>>,
     class: usize,
-    filled: bool,
+    filled: AtomicBool,
 }
 
-impl Room<'_> {
-    fn filled(mut self, started: Instant) {
-        self.filled = true;
+impl Room {
+    fn filled(&self, started: Instant) {
+        self.filled.store(true, Ordering::Release);
         self.cache.room_filled_in(self.class, started.elapsed());
     }
 }
 
-impl Drop for Room<'_> {
+impl Drop for Room {
     fn drop(&mut self) {
-        if !self.filled {
+        if !self.filled.load(Ordering::Acquire) {
             self.cache.room_unused(self.class);
         }
     }
@@ -653,10 +659,12 @@ impl Drop for Room<'_> {
 
 /// The block a stream-ordered allocation produced, until `alloc` claims it. Dropped unclaimed
 /// (the allocation failed after the runtime wrote the address, or the `alloc` future was
-/// dropped and the operation completed later), it goes back to the runtime: nothing used it.
+/// dropped and the operation completed later), it goes back to the runtime: nothing used it;
+/// then its share of the room goes (fields drop after `drop`).
 struct Unclaimed {
     cache: Arc<Cache<DeviceSource>>,
     block: Option<DeviceBlock>,
+    _room: Arc<Room>,
 }
 
 impl Drop for Unclaimed {
