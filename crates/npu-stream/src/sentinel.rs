@@ -313,12 +313,23 @@ fn sync_stream(stream: &StreamShared, timeout_ms: i32) -> Option<Result<()>> {
 
 /// The stream's status: `Err` with its first unreported task failure or its doom, if any.
 pub(crate) fn stream_status(stream: &StreamShared) -> Result<()> {
+    query_stream(stream).map_or(Ok(()), |(checked, _)| checked)
+}
+
+/// Whether the stream may hold work that has not finished: its query fails or says not done.
+/// A runtime without `aclrtStreamQuery` cannot say, and its streams are taken to be idle.
+pub(crate) fn stream_unfinished(stream: &StreamShared) -> bool {
+    query_stream(stream).is_some_and(|(checked, status)| {
+        checked.is_err() || status != ffi::ACL_STREAM_STATUS_COMPLETE
+    })
+}
+
+/// `aclrtStreamQuery`'s checked result and status, if the runtime has it.
+fn query_stream(stream: &StreamShared) -> Option<(Result<()>, ffi::aclrtStreamStatus)> {
     let runtime = stream.context.runtime();
-    let Some(stream_query) = runtime.api().aclrtStreamQuery else {
-        return Ok(());
-    };
+    let stream_query = runtime.api().aclrtStreamQuery?;
     let mut status = ffi::ACL_STREAM_STATUS_NOT_READY;
     // SAFETY: the stream is alive (`stream`); aclrtStreamQuery checks no context.
     let code = unsafe { stream_query(stream.handle, &mut status) };
-    runtime.check("aclrtStreamQuery", code)
+    Some((runtime.check("aclrtStreamQuery", code), status))
 }

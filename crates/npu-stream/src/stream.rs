@@ -766,9 +766,21 @@ impl Drop for StreamShared {
         callback::release(self);
         let runtime = self.context.runtime();
         let result = self.context.bind().and_then(|()| {
-            // SAFETY: the stream is ours, idle (every operation has completed: pending entries
-            // keep it alive), and its context is bound.
-            unsafe { acl_call!(runtime, aclrtDestroyStream(self.handle)) }
+            // Every operation npu-rs watched has completed (pending entries keep the stream
+            // alive) or was failed because the stream can never run it (stopped, stopped by a
+            // fault, device lost). CANN's aclrtDestroyStream waits for unfinished tasks, which
+            // on such a stream never finish: this runs on the reaper, so those are forced.
+            if crate::sentinel::stream_unfinished(self)
+                && runtime.api().aclrtDestroyStreamForce.is_some()
+            {
+                // SAFETY: the stream is ours, its context is bound, and nothing npu-rs
+                // submitted to it can still run.
+                unsafe { acl_call_opt!(runtime, aclrtDestroyStreamForce(self.handle)) }
+            } else {
+                // SAFETY: the stream is ours and idle (or the runtime has no forced form),
+                // and its context is bound.
+                unsafe { acl_call!(runtime, aclrtDestroyStream(self.handle)) }
+            }
         });
         if let Err(err) = result {
             npu_core::log!(warn, %err, stream = self.id, "destroying a stream failed");
