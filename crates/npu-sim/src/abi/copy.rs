@@ -311,18 +311,12 @@ pub(super) fn memcpy(
     if std::ptr::eq(dst.cast_const(), src) {
         return Ok(());
     }
-    // The synchronous call's kind is a reserved parameter (the reference: its value has no
-    // effect, the runtime decides from the pointers), so only its range is checked; the
-    // asynchronous call checks it against pageable memory.
-    let (kind, allowed) = match stream {
-        Some(_) => (kind, ASYNC),
-        None => (ACL_MEMCPY_DEFAULT, ALL),
-    };
+    let allowed = if stream.is_some() { ASYNC } else { ALL };
     copy(sim, &on, dst, src, kind, Extent::linear(count), allowed)
 }
 
-/// Copies synchronously. The direction is inferred from the pointers whatever the kind says
-/// (CANN documents it as reserved); kinds above 5 are rejected (100000).
+/// Copies synchronously. The direction is inferred from the pointers (kind is checked only
+/// against pageable memory); kinds 6 and 7 are rejected (100000).
 ///
 /// # Safety
 /// Host pointers the runtime does not own must be valid for `count` bytes.
