@@ -171,12 +171,51 @@ fn flags_decide_what_an_event_supports() {
     acl!(aclrtStreamWaitEvent(ptr::null_mut(), sync));
     acl!(aclrtResetEvent(sync, ptr::null_mut()));
     acl!(aclrtSynchronizeStream(ptr::null_mut()));
+    // Only ACL_EVENT_TIME_LINE makes a record write its timestamp.
+    let mut sync_only = ptr::null_mut();
+    acl!(aclrtCreateEventWithFlag(&mut sync_only, ACL_EVENT_SYNC));
+    let ex_sync_only = ex_event(ACL_EVENT_SYNC);
+    let ex_timed = ex_event(ACL_EVENT_SYNC | ACL_EVENT_TIME_LINE);
+    let mut elapsed = 0.0f32;
+    assert_eq!(
+        code!(aclrtEventGetTimestamp(sync_only, &mut ts)),
+        ACL_ERROR_RT_INTERNAL_ERROR,
+        "never recorded"
+    );
+    for event in [sync_only, ex_sync_only, ex_timed] {
+        acl!(aclrtRecordEvent(event, ptr::null_mut()));
+    }
+    acl!(aclrtSynchronizeStream(ptr::null_mut()));
+    for untimed in [sync_only, ex_sync_only] {
+        assert_eq!(
+            code!(aclrtEventGetTimestamp(untimed, &mut ts)),
+            ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID
+        );
+        assert!(recent_message().contains("ACL_EVENT_TIME_LINE"));
+        assert_eq!(
+            code!(aclrtEventElapsedTime(&mut elapsed, ex_timed, untimed)),
+            ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID
+        );
+        recent_message();
+    }
+    acl!(aclrtEventGetTimestamp(ex_timed, &mut ts));
+    acl!(aclrtEventElapsedTime(&mut elapsed, ex_timed, ex_timed));
+    assert_eq!(elapsed, 0.0);
     let stats = control::device_stats(3).unwrap();
-    for event in [timeline, device_only, ipc, sync] {
+    let events = [
+        timeline,
+        device_only,
+        ipc,
+        sync,
+        sync_only,
+        ex_sync_only,
+        ex_timed,
+    ];
+    for event in events {
         acl!(aclrtDestroyEvent(event));
     }
     assert_eq!(
         control::device_stats(3).unwrap().live_events,
-        stats.live_events - 4
+        stats.live_events - events.len() as u64
     );
 }

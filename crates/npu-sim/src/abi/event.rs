@@ -443,6 +443,13 @@ fn timestamp_ns(event: &Event, record: Option<Arc<Record>>) -> Res<u64> {
             "the event has not been recorded"
         );
     };
+    // Only ACL_EVENT_TIME_LINE makes a record write its timestamp (aclrtCreateEvent's events
+    // have it; a flag or an Ex event without it does not).
+    ensure!(
+        event.flags & ACL_EVENT_TIME_LINE != 0,
+        ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID,
+        "the event was created without ACL_EVENT_TIME_LINE, so its records write no timestamp"
+    );
     match record.outcome() {
         Outcome::Done { ts_ns, .. } => Ok(ts_ns),
         Outcome::Pending => fail!(
