@@ -116,8 +116,10 @@ impl Reports {
     pub(crate) fn unsubscribe(&self, thread: u64, stream: &Stream) -> Res<()> {
         let inner = lock(&self.inner);
         match inner.by_stream.get(&stream.handle) {
+            // 107011 is the runtime's code for a stream "not subscribed, or subscribed
+            // twice"; 107015 is for a callback launched on such a stream.
             None => fail!(
-                ACL_ERROR_RT_STREAM_NO_CB_REG,
+                ACL_ERROR_RT_STREAM_SUBSCRIBE,
                 "stream {} has no subscribed report thread",
                 stream.id
             ),

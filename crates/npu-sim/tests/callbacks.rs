@@ -205,7 +205,7 @@ fn unsubscribing_releases_a_stream_blocked_on_a_callback() {
     );
     assert_eq!(
         code!(aclrtUnSubscribeReport(0xfeed, stream)),
-        ACL_ERROR_RT_STREAM_NO_CB_REG
+        ACL_ERROR_RT_STREAM_SUBSCRIBE
     );
 }
 

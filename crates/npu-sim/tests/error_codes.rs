@@ -1319,7 +1319,7 @@ static RESOURCES: &[Case] = &[
     case(
         "unsubscribe a stream never subscribed",
         "aclrtUnSubscribeReport",
-        107015,
+        107011,
         0,
         || code!(aclrtUnSubscribeReport(31, create_stream())),
     ),
