@@ -50,6 +50,19 @@ fn allocations_are_rounded_aligned_zeroed_and_counted_against_the_capacity() {
     install();
     set_device(0);
     assert_eq!(mem_info(), (CAPACITY, CAPACITY));
+    // An Ascend910B has HBM: DDR attributes report nothing, the kind-free ones the HBM.
+    for (attr, expected) in [
+        (ACL_DDR_MEM, (0, 0)),
+        (ACL_DDR_MEM_P2P_NORMAL, (0, 0)),
+        (ACL_HBM_MEM_HUGE1G, (CAPACITY, CAPACITY)),
+        (ACL_MEM_NORMAL, (CAPACITY, CAPACITY)),
+        (ACL_MEM_P2P_HUGE1G, (CAPACITY, CAPACITY)),
+        (ACL_MEM_P2P_HUGE1G + 1, (0, 0)),
+    ] {
+        let (mut free, mut total) = (1, 1);
+        acl!(aclrtGetMemInfo(attr, &mut free, &mut total));
+        assert_eq!((free, total), expected, "attribute {attr}");
+    }
     let mut p = ptr::null_mut();
     acl!(aclrtMalloc(&mut p, 1, ACL_MEM_MALLOC_HUGE_FIRST));
     assert_eq!(

@@ -311,8 +311,10 @@ pub unsafe extern "C" fn aclrtDeviceDisablePeerAccess(peerDeviceId: i32) -> aclE
     })
 }
 
-/// Free and total memory of the current device. The simulated device has one memory pool;
-/// every attribute reports it (attributes outside the enum report 0 / 0).
+/// Free and total memory of the current device. The simulated device has one memory pool,
+/// HBM unless the SoC is of the Ascend 310 line: every attribute of its kind (and the kind-free
+/// ACL_MEM_* ones) reports it; DDR attributes on an HBM device, and attributes outside the
+/// enum, report 0 / 0; HBM attributes on a DDR device report its DDR.
 ///
 /// # Safety
 /// `free` and `total` must be NULL or valid for writes.
@@ -325,9 +327,10 @@ pub unsafe extern "C" fn aclrtGetMemInfo(
     guard("aclrtGetMemInfo", || {
         non_null(free, "free")?;
         non_null(total, "total")?;
-        let ctx = context::current(sim()?)?;
+        let sim = sim()?;
+        let ctx = context::current(sim)?;
         ctx.device.check_alive()?;
-        let (f, t) = if attr <= ACL_MEM_P2P_HUGE1G {
+        let (f, t) = if reports(attr, has_hbm(&sim.config.soc_name)) {
             (ctx.device.free() as usize, ctx.device.capacity as usize)
         } else {
             (0, 0)
@@ -335,6 +338,26 @@ pub unsafe extern "C" fn aclrtGetMemInfo(
         write_out(free, "free", f)?;
         write_out(total, "total", t)
     })
+}
+
+/// Whether the SoC's device memory is HBM (the Ascend 910 and 950 lines) rather than DDR (the
+/// Ascend 310 line).
+fn has_hbm(soc_name: &str) -> bool {
+    !soc_name.starts_with("Ascend310")
+}
+
+/// Whether `attr` names the device's kind of memory. The reference: an attribute of memory the
+/// hardware lacks reports 0 / 0, except that HBM attributes on a device without HBM report its
+/// DDR; the attributes from ACL_MEM_NORMAL on pick the kind themselves.
+fn reports(attr: aclrtMemAttr, hbm: bool) -> bool {
+    match attr {
+        ACL_DDR_MEM
+        | ACL_DDR_MEM_HUGE
+        | ACL_DDR_MEM_NORMAL
+        | ACL_DDR_MEM_P2P_HUGE
+        | ACL_DDR_MEM_P2P_NORMAL => !hbm,
+        _ => attr <= ACL_MEM_P2P_HUGE1G,
+    }
 }
 
 /// Stream priorities: least 7, greatest 0.
@@ -352,4 +375,19 @@ pub unsafe extern "C" fn aclrtDeviceGetStreamPriorityRange(
         write_out(leastPriority, "leastPriority", LEAST_PRIORITY as i32)?;
         write_out(greatestPriority, "greatestPriority", 0)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ddr_device_answers_hbm_queries_with_its_ddr() {
+        assert!(has_hbm("Ascend910B3") && !has_hbm("Ascend310P3"));
+        for attr in [ACL_DDR_MEM, ACL_HBM_MEM, ACL_HBM_MEM_P2P_HUGE, ACL_MEM_HUGE] {
+            assert!(reports(attr, false), "attribute {attr} on a DDR device");
+        }
+        assert!(!reports(ACL_DDR_MEM_HUGE, true));
+        assert!(!reports(ACL_MEM_P2P_HUGE1G + 1, false));
+    }
 }
