@@ -165,6 +165,8 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclGetCannAttributeList",
     "aclGetCannAttribute",
     "aclGetDeviceCapability",
+    "aclrtDeviceGetHostAtomicCapabilities",
+    "aclrtDeviceGetP2PAtomicCapabilities",
     // streams, notifies, stream memory operations, exceptions (simstream)
     "aclrtStreamStop",
     "aclrtStreamAbort",
@@ -344,6 +346,8 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclmdlRIUpdate",
     "aclmdlRITaskDisable",
     "aclmdlRIAbort",
+    "aclrtCacheLastTaskOpInfo",
+    "aclrtCacheLastTaskExtendInfo",
 ];
 
 /// The enum style of the bindings: each enumerator a constant of the enum's integer type.

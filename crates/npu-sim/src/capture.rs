@@ -6,9 +6,9 @@
 //! CANN calls unsafe (synchronous copies and memsets, asynchronous copies that fall back to
 //! synchronous ones for pageable memory) are refused on the threads the modes name.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::ThreadId;
 
 use npu_sys::*;
@@ -47,6 +47,36 @@ thread_local! {
     /// changed.
     static THREAD_MODE: Cell<aclmdlRICaptureMode> =
         const { Cell::new(ACL_MODEL_RI_CAPTURE_MODE_GLOBAL) };
+}
+
+/// The task the calling thread submitted last, when it went into an instance being captured or
+/// built (what aclrtCacheLastTaskOpInfo and aclrtCacheLastTaskExtendInfo attach to).
+#[derive(Clone)]
+pub(crate) struct LastCaptured {
+    pub(crate) model: Weak<ModelRi>,
+    /// Its index in the instance.
+    pub(crate) index: usize,
+    /// The capture it went into (`None`: a built instance's bound stream).
+    pub(crate) capture: Option<Weak<Capture>>,
+}
+
+thread_local! {
+    static LAST_CAPTURED: RefCell<Option<LastCaptured>> = const { RefCell::new(None) };
+}
+
+/// Notes the calling thread's latest submission: `Some` when it went into an instance.
+pub(crate) fn note_submission(task: Option<LastCaptured>) {
+    LAST_CAPTURED.with_borrow_mut(|last| {
+        // Most submissions are not captured: leave a `None` alone.
+        if last.is_some() || task.is_some() {
+            *last = task;
+        }
+    });
+}
+
+/// The calling thread's latest submission, if it went into an instance.
+pub(crate) fn last_captured() -> Option<LastCaptured> {
+    LAST_CAPTURED.with_borrow(Clone::clone)
 }
 
 /// Checks a capture mode is one of aclmdlRICaptureMode's (ACL_ERROR_INVALID_PARAM otherwise).

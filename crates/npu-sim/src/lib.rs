@@ -15,6 +15,7 @@
 //! - [`kernel`]: the kernel ABI, in-process registration and the shipped kernels;
 //! - [`trace`]: the Chrome/Perfetto timeline of device tasks.
 //! - [`version`]: the CANN package versions `aclsysGetVersionStr`/`Num` report.
+//! - [`dump`]: the dump configuration aclInit and aclmdlSetDump keep (nothing is dumped).
 //!
 //! docs/simulator.md describes the semantics and every decision where CANN's documentation is
 //! silent.
@@ -48,6 +49,7 @@
 pub mod abi;
 pub mod config;
 pub mod control;
+pub mod dump;
 pub mod kernel;
 pub mod trace;
 pub mod version;

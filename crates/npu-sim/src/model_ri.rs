@@ -63,6 +63,17 @@ pub(crate) struct Captured {
     pub(crate) disabling: bool,
     /// Executions skip it.
     pub(crate) disabled: bool,
+    /// Operator information cached on it (aclrtCacheLastTaskOpInfo).
+    pub(crate) op_info: Option<Arc<[u8]>>,
+    /// Extended information cached on it (aclrtCacheLastTaskExtendInfo).
+    pub(crate) extend_info: Option<Arc<[u8]>>,
+}
+
+/// What aclrtCacheLastTask* attach to a captured task.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum TaskInfo {
+    Op,
+    Extend,
 }
 
 /// What aclmdlRITaskGetType reports for a captured task.
@@ -430,6 +441,8 @@ impl ModelRi {
             step,
             disabling: false,
             disabled: false,
+            op_info: None,
+            extend_info: None,
         });
         (tasks.len() - 1, seq)
     }
@@ -440,6 +453,18 @@ impl ModelRi {
         let mut tasks = lock(&self.tasks);
         for (&index, op) in indexes.iter().zip(ops) {
             tasks[index].step = Step::Run(op);
+        }
+    }
+
+    /// Caches `bytes` on the task at `index` (a later call replaces them); they are released
+    /// with the instance.
+    pub(crate) fn cache_info(&self, index: usize, kind: TaskInfo, bytes: &[u8]) {
+        if let Some(task) = lock(&self.tasks).get_mut(index) {
+            let slot = match kind {
+                TaskInfo::Op => &mut task.op_info,
+                TaskInfo::Extend => &mut task.extend_info,
+            };
+            *slot = Some(Arc::from(bytes));
         }
     }
 

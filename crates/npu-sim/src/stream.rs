@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use npu_sys::*;
 
-use crate::capture::Capture;
+use crate::capture::{Capture, LastCaptured};
 use crate::context::Health;
 use crate::device::Device;
 use crate::error::{Res, SimError, ensure, fail};
@@ -516,17 +516,28 @@ impl Stream {
                 indexes.push(index);
             }
             LAST_TASK_ID.set(seq + 1);
+            crate::capture::note_submission(Some(LastCaptured {
+                model: Arc::downgrade(&capture.model),
+                index,
+                capture: Some(Arc::downgrade(&capture)),
+            }));
             return Ok(());
         }
         if let Some(GroupWork::Updating { staged, .. }) = &mut state.group {
             check_groupable(&task.op)?;
             staged.push(task.op);
+            crate::capture::note_submission(None);
             return Ok(());
         }
         if let Some(model) = state.bound.clone() {
             model.check_accepts(self)?;
-            let (_, seq) = model.push(self, Step::Run(task.op));
+            let (index, seq) = model.push(self, Step::Run(task.op));
             LAST_TASK_ID.set(seq + 1);
+            crate::capture::note_submission(Some(LastCaptured {
+                model: Arc::downgrade(&model),
+                index,
+                capture: None,
+            }));
             return Ok(());
         }
         if task.is_work() {
@@ -539,6 +550,7 @@ impl Stream {
         if self.is_persistent() {
             state.persistent.push(task);
             LAST_TASK_ID.set(state.persistent.len() as u32);
+            crate::capture::note_submission(None);
             return Ok(());
         }
         let position = self.submitted.fetch_add(1, Ordering::AcqRel) + 1;
@@ -566,6 +578,7 @@ impl Stream {
         }
         drop(state);
         LAST_TASK_ID.set(position as u32);
+        crate::capture::note_submission(None);
         Ok(())
     }
 

@@ -341,6 +341,7 @@ fn devices_and_information_flow_in_c() {
          utilization cube 0 vector 0 aicpu 0 memory -1\n\
          cube cores for this thread: 10\n\
          after reset: 20\n\
+         atomics on the host: simt add 0x0, dma add 0x3d; on device 1: 0x0, 0x3d\n\
          task update 0, own soc compatible 1, 2 cann attributes, bf16 1\n\
          0.5 as half 0x3800, back 0.5, float is 4 bytes\n\
          device info ok\n"
@@ -354,6 +355,7 @@ fn runtime_configuration_flow_in_c_and_cxx() {
          user device 0: logical 0, physical 0, back 0\n\
          user device 1: logical 1, physical 1, back 1\n\
          simd stack 49152, printf fifo 32768, simt stack on an Atlas A2: 207000\n\
+         dump session: opened twice 100002, configured after it ended 100045\n\
          primary context of device 0 before aclrtSetDevice: 0\n\
          state: device 0 set pre\n\
          state: device 0 set post\n\

@@ -2072,3 +2072,145 @@ fn every_error_path() {
     install();
     run_table(CASES);
 }
+
+fn cache_op_info_switch(stream: aclrtStream, on: u32) {
+    let mut value = aclrtStreamAttrValue {
+        cacheOpInfoSwitch: on,
+    };
+    acl!(aclrtSetStreamAttribute(
+        stream,
+        ACL_STREAM_ATTR_CACHE_OP_INFO,
+        &mut value
+    ));
+}
+
+fn cache_extend_info(text: &[u8]) -> aclError {
+    code!(aclrtCacheLastTaskExtendInfo(
+        text.as_ptr().cast(),
+        text.len()
+    ))
+}
+
+fn cache_op_info(bytes: &[u8]) -> aclError {
+    code!(aclrtCacheLastTaskOpInfo(bytes.as_ptr().cast(), bytes.len()))
+}
+
+#[track_caller]
+fn ok(code: aclError) {
+    assert_eq!(code, ACL_SUCCESS, "{}", recent_message());
+}
+
+/// The sliced tasks of an instance's aclmdlRIDebugJsonPrint (SUMMARY).
+fn printed_tasks(model: aclmdlRI, name: &str) -> Vec<serde_json::Value> {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let c_path = c_string(path.to_str().unwrap());
+    acl!(aclmdlRIDebugJsonPrint(
+        model,
+        c_path.as_ptr(),
+        ACL_MDLRI_DEBUG_JSON_PRINT_SUMMARY
+    ));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    json["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["ph"] == "X")
+        .cloned()
+        .collect()
+}
+
+/// aclrtCacheLastTaskOpInfo and aclrtCacheLastTaskExtendInfo attach information to the thread's
+/// last captured (or built) task, which aclmdlRIDebugJsonPrint then shows; operator information
+/// only while the capture's stream has ACL_STREAM_ATTR_CACHE_OP_INFO on.
+#[test]
+fn information_cached_on_the_last_task_stays_with_it() {
+    install();
+    set_device(3);
+    let dev = malloc(64);
+    let stream = create_stream();
+
+    // Outside a capture: extended information is refused, operator information ignored.
+    acl!(aclrtMemsetAsync(dev, 64, 0, 64, stream));
+    assert_eq!(cache_extend_info(b"{}"), ACL_ERROR_RT_STREAM_NOT_CAPTURED);
+    assert!(recent_message().contains("aclrtCacheLastTaskExtendInfo"));
+    ok(cache_op_info(&[1]));
+
+    acl!(aclmdlRICaptureBegin(stream, THREAD_LOCAL));
+    cache_op_info_switch(stream, 1);
+    acl!(aclrtMemsetAsync(dev, 64, 1, 64, stream));
+    ok(cache_op_info(&[9]));
+    ok(cache_op_info(&[1, 2, 0xab]));
+    ok(cache_extend_info(br#"{"layer": "conv1"}"#));
+    let address = dev as u64;
+    assert_eq!(launch(add_one(), 1, stream, &address, ptr::null_mut()), 0);
+    let long = vec![b'a'; 5000];
+    ok(cache_extend_info(&long));
+    ok(cache_op_info(&vec![7; 64 << 10]));
+    cache_op_info_switch(stream, 0);
+    acl!(aclrtMemsetAsync(dev, 64, 2, 64, stream));
+    ok(cache_op_info(&[5]));
+    let model = end(stream);
+    // The capture is over: its tasks take no more information.
+    assert_eq!(cache_extend_info(b"{}"), ACL_ERROR_RT_STREAM_NOT_CAPTURED);
+
+    let tasks = printed_tasks(model, "cached_info.json");
+    assert_eq!(tasks.len(), 3);
+    assert_eq!(tasks[0]["args"]["op_info"], "0102ab", "the last call wins");
+    assert_eq!(
+        tasks[0]["args"]["extend_info"],
+        serde_json::json!({"layer": "conv1"})
+    );
+    assert_eq!(
+        tasks[1]["args"]["extend_info"],
+        "a".repeat(4096),
+        "4 KiB kept; not JSON: shown as text"
+    );
+    assert_eq!(tasks[1]["args"]["op_info"].as_str().unwrap().len(), 2 << 16);
+    assert!(
+        tasks[2]["args"].get("op_info").is_none(),
+        "the switch was off"
+    );
+    assert!(tasks[2]["args"].get("extend_info").is_none());
+    acl!(aclmdlRIDestroy(model));
+
+    // A built instance takes extended information; operator information is for captures.
+    let persistent = persistent_stream();
+    let built = building(persistent);
+    acl!(aclrtMemsetAsync(dev, 64, 3, 64, persistent));
+    ok(cache_extend_info(br#"[1, 2]"#));
+    ok(cache_op_info(&[4]));
+    acl!(aclmdlRIEndTask(built, persistent));
+    acl!(aclmdlRIBuildEnd(built, ptr::null_mut()));
+    assert_eq!(cache_extend_info(b"{}"), ACL_ERROR_RT_STREAM_NOT_CAPTURED);
+    let tasks = printed_tasks(built, "cached_info_built.json");
+    assert_eq!(tasks[0]["args"]["extend_info"], serde_json::json!([1, 2]));
+    assert!(tasks[0]["args"].get("op_info").is_none());
+    acl!(aclmdlRIUnbindStream(built, persistent));
+    acl!(aclmdlRIDestroy(built));
+    acl!(aclrtDestroyStream(persistent));
+
+    // Arguments first, whatever the last task.
+    let too_much = vec![0; (64 << 10) + 1];
+    let cases: [(&str, &dyn Fn() -> aclError); 5] = [
+        ("aclrtCacheLastTaskOpInfo", &|| {
+            code!(aclrtCacheLastTaskOpInfo(ptr::null(), 4))
+        }),
+        ("aclrtCacheLastTaskOpInfo", &|| cache_op_info(&[])),
+        ("aclrtCacheLastTaskOpInfo", &|| cache_op_info(&too_much)),
+        ("aclrtCacheLastTaskExtendInfo", &|| {
+            code!(aclrtCacheLastTaskExtendInfo(ptr::null(), 4))
+        }),
+        ("aclrtCacheLastTaskExtendInfo", &|| cache_extend_info(b"")),
+    ];
+    for (api, call) in cases {
+        assert_eq!(call(), ACL_ERROR_INVALID_PARAM, "{api}");
+        let message = recent_message();
+        assert!(
+            message.contains(&format!("{api} failed with 100000")),
+            "{message}"
+        );
+    }
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+}

@@ -651,3 +651,182 @@ fn half_precision_and_element_sizes() {
     assert_eq!(code!(aclDataTypeSize(ACL_STRING)), 0);
     assert_eq!(code!(aclDataTypeSize(99)), 0);
 }
+
+/// The atomic operations of an Atlas A2's kernels on host memory and on a peer's: no SIMT
+/// ones; the DMA atomics reduce signed 8- to 32-bit data; the SIMD scalar ones take 32- and
+/// 64-bit integers of either sign. Every error path leaves the answers untouched.
+#[test]
+fn atomic_capabilities_answer_as_an_atlas_a2() {
+    install();
+    let operations = [
+        ACL_RT_ATOMIC_OPERATION_INTEGER_ADD,
+        ACL_RT_ATOMIC_OPERATION_FLOAT_MAX,
+        ACL_RT_ATOMIC_OPERATION_DMA_ADD,
+        ACL_RT_ATOMIC_OPERATION_DMA_MAX,
+        ACL_RT_ATOMIC_OPERATION_SIMD_SCALAR_CAS,
+    ];
+    let dma = ACL_RT_ATOMIC_CAPABILITY_SIGNED
+        | ACL_RT_ATOMIC_CAPABILITY_REDUCTION
+        | ACL_RT_ATOMIC_CAPABILITY_SCALAR8
+        | ACL_RT_ATOMIC_CAPABILITY_SCALAR16
+        | ACL_RT_ATOMIC_CAPABILITY_SCALAR32;
+    let scalar = ACL_RT_ATOMIC_CAPABILITY_SIGNED
+        | ACL_RT_ATOMIC_CAPABILITY_UNSIGNED
+        | ACL_RT_ATOMIC_CAPABILITY_SCALAR32
+        | ACL_RT_ATOMIC_CAPABILITY_SCALAR64;
+    let expected = [0, 0, dma, dma, scalar];
+    let mut host = [u32::MAX; 5];
+    acl!(aclrtDeviceGetHostAtomicCapabilities(
+        host.as_mut_ptr(),
+        operations.as_ptr(),
+        5,
+        0
+    ));
+    assert_eq!(host, expected);
+    let mut peer = [u32::MAX; 5];
+    acl!(aclrtDeviceGetP2PAtomicCapabilities(
+        peer.as_mut_ptr(),
+        operations.as_ptr(),
+        5,
+        0,
+        1
+    ));
+    assert_eq!(peer, expected, "peer access need not be enabled");
+
+    let mut out = [u32::MAX; 2];
+    let unknown = [ACL_RT_ATOMIC_OPERATION_DMA_ADD, 13];
+    let host_cases: [(aclError, &dyn Fn(*mut u32) -> aclError); 5] = [
+        (ACL_ERROR_INVALID_PARAM, &|_| {
+            code!(aclrtDeviceGetHostAtomicCapabilities(
+                ptr::null_mut(),
+                operations.as_ptr(),
+                1,
+                0
+            ))
+        }),
+        (ACL_ERROR_INVALID_PARAM, &|out| {
+            code!(aclrtDeviceGetHostAtomicCapabilities(out, ptr::null(), 1, 0))
+        }),
+        (ACL_ERROR_INVALID_PARAM, &|out| {
+            code!(aclrtDeviceGetHostAtomicCapabilities(
+                out,
+                operations.as_ptr(),
+                0,
+                0
+            ))
+        }),
+        (ACL_ERROR_RT_INVALID_DEVICEID, &|out| {
+            code!(aclrtDeviceGetHostAtomicCapabilities(
+                out,
+                operations.as_ptr(),
+                1,
+                99
+            ))
+        }),
+        (ACL_ERROR_RT_PARAM_INVALID, &|out| {
+            code!(aclrtDeviceGetHostAtomicCapabilities(
+                out,
+                unknown.as_ptr(),
+                2,
+                0
+            ))
+        }),
+    ];
+    for (expected, call) in host_cases {
+        fails(
+            call(out.as_mut_ptr()),
+            expected,
+            "aclrtDeviceGetHostAtomicCapabilities",
+        );
+        assert_eq!(out, [u32::MAX; 2], "nothing written");
+    }
+    let p2p_cases: [(aclError, &dyn Fn(*mut u32) -> aclError); 6] = [
+        (ACL_ERROR_INVALID_PARAM, &|_| {
+            code!(aclrtDeviceGetP2PAtomicCapabilities(
+                ptr::null_mut(),
+                operations.as_ptr(),
+                1,
+                0,
+                1
+            ))
+        }),
+        (ACL_ERROR_INVALID_PARAM, &|out| {
+            code!(aclrtDeviceGetP2PAtomicCapabilities(
+                out,
+                ptr::null(),
+                1,
+                0,
+                1
+            ))
+        }),
+        (ACL_ERROR_INVALID_PARAM, &|out| {
+            code!(aclrtDeviceGetP2PAtomicCapabilities(
+                out,
+                operations.as_ptr(),
+                0,
+                0,
+                1
+            ))
+        }),
+        (ACL_ERROR_INVALID_PARAM, &|out| {
+            code!(aclrtDeviceGetP2PAtomicCapabilities(
+                out,
+                operations.as_ptr(),
+                1,
+                1,
+                1
+            ))
+        }),
+        (ACL_ERROR_RT_INVALID_DEVICEID, &|out| {
+            code!(aclrtDeviceGetP2PAtomicCapabilities(
+                out,
+                operations.as_ptr(),
+                1,
+                0,
+                99
+            ))
+        }),
+        (ACL_ERROR_RT_PARAM_INVALID, &|out| {
+            code!(aclrtDeviceGetP2PAtomicCapabilities(
+                out,
+                unknown.as_ptr(),
+                2,
+                0,
+                1
+            ))
+        }),
+    ];
+    for (expected, call) in p2p_cases {
+        fails(
+            call(out.as_mut_ptr()),
+            expected,
+            "aclrtDeviceGetP2PAtomicCapabilities",
+        );
+        assert_eq!(out, [u32::MAX; 2], "nothing written");
+    }
+}
+
+/// An Atlas A2 has one Task Schedule: both choices are accepted and change nothing (work
+/// still runs); the reserved id and other values are refused.
+#[test]
+fn the_task_schedule_choice_is_accepted_and_checked() {
+    install();
+    std::thread::spawn(|| {
+        set_device(0);
+        acl!(aclrtSetTsDevice(ACL_TS_ID_AIVECTOR));
+        let dev = malloc(16);
+        acl!(aclrtMemset(dev, 16, 1, 16));
+        assert_eq!(download::<u8>(dev, 16), [1; 16]);
+        acl!(aclrtSetTsDevice(ACL_TS_ID_AICORE));
+        acl!(aclrtFree(dev));
+        for bad in [ACL_TS_ID_RESERVED, 7] {
+            fails(
+                code!(aclrtSetTsDevice(bad)),
+                ACL_ERROR_INVALID_PARAM,
+                "aclrtSetTsDevice",
+            );
+        }
+    })
+    .join()
+    .unwrap();
+}

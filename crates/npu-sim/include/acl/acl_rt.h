@@ -82,6 +82,13 @@ typedef enum aclrtRunMode {
     ACL_HOST = 1,
 } aclrtRunMode;
 
+/* aclrtSetTsDevice: the Task Schedule work is dispatched by. */
+typedef enum aclrtTsId {
+    ACL_TS_ID_AICORE = 0,
+    ACL_TS_ID_AIVECTOR = 1,
+    ACL_TS_ID_RESERVED = 2,
+} aclrtTsId;
+
 typedef enum aclrtLastErrLevel {
     ACL_RT_THREAD_LEVEL = 0,
 } aclrtLastErrLevel;
@@ -223,6 +230,47 @@ typedef enum {
     ACL_RT_HOST_MEM_MAP_NOT_SUPPORTED = 0,
     ACL_RT_HOST_MEM_MAP_SUPPORTED = 1,
 } aclrtHostMemMapCapability;
+
+/* Bits of what aclrtDeviceGetHostAtomicCapabilities / aclrtDeviceGetP2PAtomicCapabilities
+ * report for an atomic operation: which data it can work on. */
+typedef enum aclrtAtomicOperationCapability {
+    ACL_RT_ATOMIC_CAPABILITY_SIGNED = 1U << 0,
+    ACL_RT_ATOMIC_CAPABILITY_UNSIGNED = 1U << 1,
+    ACL_RT_ATOMIC_CAPABILITY_REDUCATION = 1U << 2, /* the old, misspelt name */
+    ACL_RT_ATOMIC_CAPABILITY_REDUCTION = 1U << 2,
+    ACL_RT_ATOMIC_CAPABILITY_SCALAR8 = 1U << 3,
+    ACL_RT_ATOMIC_CAPABILITY_SCALAR16 = 1U << 4,
+    ACL_RT_ATOMIC_CAPABILITY_SCALAR32 = 1U << 5,
+    ACL_RT_ATOMIC_CAPABILITY_SCALAR64 = 1U << 6,
+    ACL_RT_ATOMIC_CAPABILITY_SCALAR128 = 1U << 7,
+    ACL_RT_ATOMIC_CAPABILITY_VECTOR32X4 = 1U << 8,
+} aclrtAtomicOperationCapability;
+
+/* The atomic operations those queries answer for: 0-12 are SIMT kernels' (which an Atlas A2
+ * does not run), 30 and above SIMD kernels'. */
+typedef enum aclrtAtomicOperation {
+    ACL_RT_ATOMIC_OPERATION_INTEGER_ADD = 0,
+    ACL_RT_ATOMIC_OPERATION_INTEGER_MIN = 1,
+    ACL_RT_ATOMIC_OPERATION_INTEGER_MAX = 2,
+    ACL_RT_ATOMIC_OPERATION_INTEGER_INCREMENT = 3,
+    ACL_RT_ATOMIC_OPERATION_INTEGER_DECREMENT = 4,
+    ACL_RT_ATOMIC_OPERATION_AND = 5,
+    ACL_RT_ATOMIC_OPERATION_OR = 6,
+    ACL_RT_ATOMIC_OPERATION_XOR = 7,
+    ACL_RT_ATOMIC_OPERATION_EXCHANGE = 8,
+    ACL_RT_ATOMIC_OPERATION_CAS = 9,
+    ACL_RT_ATOMIC_OPERATION_FLOAT_ADD = 10,
+    ACL_RT_ATOMIC_OPERATION_FLOAT_MIN = 11,
+    ACL_RT_ATOMIC_OPERATION_FLOAT_MAX = 12,
+    ACL_RT_ATOMIC_OPERATION_DMA_ADD = 30,
+    ACL_RT_ATOMIC_OPERATION_DMA_MIN = 31,
+    ACL_RT_ATOMIC_OPERATION_DMA_MAX = 32,
+    ACL_RT_ATOMIC_OPERATION_SIMD_SCALAR_ADD = 40,
+    ACL_RT_ATOMIC_OPERATION_SIMD_SCALAR_MIN = 41,
+    ACL_RT_ATOMIC_OPERATION_SIMD_SCALAR_MAX = 42,
+    ACL_RT_ATOMIC_OPERATION_SIMD_SCALAR_CAS = 43,
+    ACL_RT_ATOMIC_OPERATION_SIMD_SCALAR_EXCH = 44,
+} aclrtAtomicOperation;
 
 typedef enum aclrtMemLocationType {
     ACL_MEM_LOCATION_TYPE_HOST = 0,
@@ -499,6 +547,8 @@ ACL_FUNC_VISIBILITY aclError aclrtGetDeviceInfo(uint32_t deviceId, aclrtDevAttr 
 ACL_FUNC_VISIBILITY aclError aclrtQueryDeviceStatus(int32_t deviceId, aclrtDeviceStatus *deviceStatus);
 ACL_FUNC_VISIBILITY aclError aclrtSynchronizeDevice(void);
 ACL_FUNC_VISIBILITY aclError aclrtSynchronizeDeviceWithTimeout(int32_t timeout);
+/* Accepted without effect on an Atlas A2: its one Task Schedule dispatches to every core. */
+ACL_FUNC_VISIBILITY aclError aclrtSetTsDevice(aclrtTsId tsId);
 ACL_FUNC_VISIBILITY aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId);
 ACL_FUNC_VISIBILITY aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags);
 ACL_FUNC_VISIBILITY aclError aclrtDeviceDisablePeerAccess(int32_t peerDeviceId);
@@ -903,6 +953,13 @@ ACL_FUNC_VISIBILITY aclError aclrtDeviceGetByPCIBusId(const char *pciBusId, int3
 /* 1 once deviceId enabled access to peerDeviceId's memory, else 0. */
 ACL_FUNC_VISIBILITY aclError aclrtDevicePeerAccessStatus(int32_t deviceId, int32_t peerDeviceId, int32_t *status);
 ACL_FUNC_VISIBILITY aclError aclrtGetDevicesTopo(uint32_t deviceId, uint32_t otherDeviceId, uint64_t *value);
+/* capabilities[i]: the aclrtAtomicOperationCapability bits of operations[i], for a device's
+ * atomics on host memory, or on another device's memory. */
+ACL_FUNC_VISIBILITY aclError aclrtDeviceGetHostAtomicCapabilities(
+    uint32_t *capabilities, const aclrtAtomicOperation *operations, const uint32_t count, int32_t deviceId);
+ACL_FUNC_VISIBILITY aclError aclrtDeviceGetP2PAtomicCapabilities(
+    uint32_t *capabilities, const aclrtAtomicOperation *operations, const uint32_t count, int32_t srcDeviceId,
+    int32_t dstDeviceId);
 /* Whether operator code built for socVersion runs on this device (1) or not (0). */
 ACL_FUNC_VISIBILITY aclError aclrtCheckArchCompatibility(const char *socVersion, int32_t *canCompatible);
 
@@ -1496,6 +1553,21 @@ ACL_FUNC_VISIBILITY aclError aclmdlRIUpdate(aclmdlRI modelRI);
 ACL_FUNC_VISIBILITY aclError aclmdlRITaskDisable(aclmdlRITask task);
 /* Built instances only (a captured one: 207000); the tasks not started are dropped. */
 ACL_FUNC_VISIBILITY aclError aclmdlRIAbort(aclmdlRI modelRI);
+/* Attach data to the task the calling thread submitted last, while it is being captured (op
+ * info: 1 to 64 KiB, kept when the capture's stream has ACL_STREAM_ATTR_CACHE_OP_INFO on) or
+ * captured or built (extend info: a UTF-8 JSON text, at most 4 KiB kept). aclmdlRIDebugJsonPrint
+ * shows both with the task. */
+ACL_FUNC_VISIBILITY aclError aclrtCacheLastTaskOpInfo(const void *const infoPtr, const size_t infoSize);
+ACL_FUNC_VISIBILITY aclError aclrtCacheLastTaskExtendInfo(const char *const extendInfoPtr, const size_t infoSize);
+
+/* ========================== dump configuration ========================== */
+
+/* Between aclInit and aclFinalize: open a dump session, give it a JSON configuration file
+ * (validated as CANN does; the last one wins), close it. The simulator runs no models or
+ * operators, so nothing is ever dumped. */
+ACL_FUNC_VISIBILITY aclError aclmdlInitDump(void);
+ACL_FUNC_VISIBILITY aclError aclmdlSetDump(const char *dumpCfgPath);
+ACL_FUNC_VISIBILITY aclError aclmdlFinalizeDump(void);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@ use npu_sys::*;
 use super::check::c_str;
 use crate::config::{ConfigError, SimConfig};
 use crate::context;
+use crate::dump::{self, DumpSettings};
 use crate::error::{self, Res, ensure, fail, guard, guard_value, write_out};
 use crate::lifecycle;
 use crate::sim::sim;
@@ -35,16 +36,13 @@ struct InitConfig {
     process_messages: bool,
     /// `"defaultDevice": {"default_device": "N"}`: the device of threads that set none.
     default_device: Option<i32>,
+    /// `"dump"`: the dump the file turns on (see `crate::dump`).
+    dump: DumpSettings,
 }
 
 fn parse_config(text: &str) -> Res<InitConfig> {
-    let json: serde_json::Value = match serde_json::from_str(text) {
-        Ok(json) => json,
-        Err(e) => fail!(
-            ACL_ERROR_PARSE_FILE,
-            "the configuration file is not valid JSON: {e}"
-        ),
-    };
+    let json = dump::parse_json(text)?;
+    let dump = dump::parse_section(&json)?;
     let sim = match json.get("npu_sim") {
         None => None,
         Some(sim_json) => match serde_json::from_value(sim_json.clone()) {
@@ -91,6 +89,7 @@ fn parse_config(text: &str) -> Res<InitConfig> {
         sim,
         process_messages,
         default_device,
+        dump,
     })
 }
 
@@ -113,13 +112,30 @@ fn apply_config(config: InitConfig) -> Res<()> {
     }
     context::set_default_device(config.default_device);
     error::set_process_level_messages(config.process_messages);
+    dump::configure_from_init(config.dump.settle(super::dump::any_device_set()?));
     Ok(())
 }
 
-/// What aclFinalize undoes of aclInit's configuration (the simulator's own stays).
+/// What aclFinalize undoes of aclInit's configuration (the simulator's own stays). The dump
+/// configuration is reset apart, under [`INIT`]'s lock (see [`while_initialised`]).
 fn undo_config() {
     context::set_default_device(None);
     error::set_process_level_messages(false);
+}
+
+/// Runs `body` while AscendCL is initialised, holding [`INIT`]'s lock so that aclFinalize
+/// cannot end the initialisation meanwhile (the dump functions; the lock is taken before the
+/// dump state's, everywhere). Not initialised → ACL_ERROR_UNINITIALIZE.
+pub(super) fn while_initialised<T>(body: impl FnOnce() -> Res<T>) -> Res<T> {
+    let state = lock(&INIT);
+    ensure!(
+        state.refs > 0,
+        ACL_ERROR_UNINITIALIZE,
+        "AscendCL is not initialised (call aclInit first)"
+    );
+    let result = body();
+    drop(state);
+    result
 }
 
 /// Finalises an initialised AscendCL: runs every finalize callback (all of them, even after
@@ -165,8 +181,10 @@ fn flush_trace() {
 /// ACL_ERROR_REPEAT_INITIALIZE). The JSON config file may carry `"err_msg_mode": "1"`
 /// (aclGetRecentErrMsg reports the messages of every thread), `"defaultDevice":
 /// {"default_device": "N"}` (threads that set no device or context use device N, as if they
-/// had called aclrtSetDevice(N)) and the simulator's configuration under `"npu_sim"`. A value
-/// of the wrong form → 100000; a default device that does not exist → 107001. The registered
+/// had called aclrtSetDevice(N)), a dump configuration under `"dump"` (validated as
+/// aclmdlSetDump validates one, → 100009; while it turns a dump on, aclmdlInitDump → 100044)
+/// and the simulator's configuration under `"npu_sim"`. Not JSON, or nested deeper than 10 →
+/// 100006; a value of the wrong form → 100000; a default device that does not exist → 107001. The registered
 /// init callbacks then run in registration order; the first that fails stops the others, undoes
 /// the file's configuration and is returned (AscendCL stays uninitialised).
 ///
@@ -214,6 +232,7 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
             lifecycle::INIT.run(true, |func, user_data| call_init(func, &current, user_data))
         {
             undo_config();
+            dump::reset();
             return Err(e);
         }
         *lock(&CURRENT_CONFIG) = Some(current);
@@ -228,8 +247,9 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
 
 /// Finalises AscendCL: drops every aclInit reference, runs the finalize callbacks (if it was
 /// initialised; all of them, returning the first failure), undoes the file's `"err_msg_mode"`
-/// and `"defaultDevice"`, and writes the trace, if one is recorded. A second call without a new
-/// aclInit returns ACL_ERROR_REPEAT_FINALIZE. Devices keep their state (reset them with
+/// and `"defaultDevice"`, ends every dump configuration (the file's and an aclmdlInitDump
+/// session's), and writes the trace, if one is recorded. A second call without a new aclInit
+/// returns ACL_ERROR_REPEAT_FINALIZE. Devices keep their state (reset them with
 /// aclrtResetDevice).
 ///
 /// # Safety
@@ -246,6 +266,7 @@ pub unsafe extern "C" fn aclFinalize() -> aclError {
         let initialised = state.refs > 0;
         state.refs = 0;
         state.finalized = true;
+        dump::reset();
         drop(state);
         match initialised {
             true => finalize(),
@@ -275,6 +296,7 @@ pub unsafe extern "C" fn aclFinalizeReference(refCount: *mut u64) -> aclError {
         let left = state.refs;
         if left == 0 {
             state.finalized = true;
+            dump::reset();
         }
         drop(state);
         let finalized = match left {

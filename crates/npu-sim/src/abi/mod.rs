@@ -15,6 +15,7 @@
 #![allow(non_snake_case, non_camel_case_types)]
 
 mod allocator;
+mod atomic;
 mod binary;
 mod callback;
 mod cann_attr;
@@ -32,6 +33,7 @@ mod device;
 mod device_id;
 mod device_limit;
 mod device_query;
+mod dump;
 mod event;
 mod event_wait;
 mod exception;
@@ -67,11 +69,14 @@ mod stream_control;
 mod symbol;
 mod sys_param;
 mod task_group;
+mod task_info;
+mod task_schedule;
 mod value;
 mod version;
 mod vmm;
 
 pub use allocator::*;
+pub use atomic::*;
 pub use binary::*;
 pub use callback::*;
 pub use cann_attr::*;
@@ -88,6 +93,7 @@ pub use device::*;
 pub use device_id::*;
 pub use device_limit::*;
 pub use device_query::*;
+pub use dump::*;
 pub use event::*;
 pub use event_wait::*;
 pub use exception::*;
@@ -123,6 +129,8 @@ pub use stream_control::*;
 pub use symbol::*;
 pub use sys_param::*;
 pub use task_group::*;
+pub use task_info::*;
+pub use task_schedule::*;
 pub use value::*;
 pub use version::*;
 pub use vmm::*;

@@ -194,8 +194,9 @@ pub unsafe extern "C" fn aclmdlRIDebugPrint(modelRI: aclmdlRI) -> aclError {
 }
 
 /// Writes the instance's tasks to `path` as Chrome trace-event JSON: one track per captured
-/// stream, one slice per task in capture order, its type and description in `args`; VERBOSE
-/// adds each kernel's argument bytes. Flags other than SUMMARY or VERBOSE → 100000; a file
+/// stream, one slice per task in capture order, its type and description in `args`, with the
+/// information aclrtCacheLastTaskOpInfo (`op_info`, hex) and aclrtCacheLastTaskExtendInfo
+/// (`extend_info`) cached on it; VERBOSE adds each kernel's argument bytes. Flags other than SUMMARY or VERBOSE → 100000; a file
 /// that cannot be written → 107010; still being captured → 107026.
 ///
 /// # Safety
@@ -246,6 +247,15 @@ fn debug_json(model: &ModelRi, verbose: bool) -> serde_json::Value {
         });
         if verbose && let Step::Run(Op::Kernel(launch)) = &task.step {
             args["kernel_args"] = json!(launch.args_hex());
+        }
+        if let Some(info) = &task.op_info {
+            let hex: String = info.iter().map(|byte| format!("{byte:02x}")).collect();
+            args["op_info"] = json!(hex);
+        }
+        if let Some(info) = &task.extend_info {
+            // The reference asks for UTF-8 JSON; anything else is shown as (lossy) text.
+            args["extend_info"] = serde_json::from_slice(info)
+                .unwrap_or_else(|_| json!(String::from_utf8_lossy(info)));
         }
         events.push(json!({
             "ph": "X", "name": name, "cat": category, "pid": model.id, "tid": task.stream_id,

@@ -1,7 +1,8 @@
 /*
  * The "Devices and information" flow as a CANN program writes it: enumerate the devices and
  * identify each (PCI bus ID round trip, UUID), query links, peer status and utilization, cap a
- * device's cores and reset the cap, and ask the environment what it supports. Compiled against
+ * device's cores and reset the cap, choose the Task Schedule, ask which atomic operations reach
+ * host and peer memory, and ask the environment what it supports. Compiled against
  * npu-sim's header and linked to its libascendcl.so by tests/c_programs.rs.
  */
 #include <stdio.h>
@@ -48,6 +49,15 @@ int main(void)
     CHECK(aclrtResetDeviceResLimit(0));
     CHECK(aclrtGetDeviceResLimit(0, ACL_RT_DEV_RES_CUBE_CORE, &cores));
     printf("after reset: %u\n", cores);
+
+    aclrtAtomicOperation ops[2] = {ACL_RT_ATOMIC_OPERATION_INTEGER_ADD, ACL_RT_ATOMIC_OPERATION_DMA_ADD};
+    uint32_t host_caps[2] = {0, 0};
+    uint32_t peer_caps[2] = {0, 0};
+    CHECK(aclrtSetTsDevice(ACL_TS_ID_AICORE));
+    CHECK(aclrtDeviceGetHostAtomicCapabilities(host_caps, ops, 2, 0));
+    CHECK(aclrtDeviceGetP2PAtomicCapabilities(peer_caps, ops, 2, 0, 1));
+    printf("atomics on the host: simt add 0x%x, dma add 0x%x; on device 1: 0x%x, 0x%x\n",
+           host_caps[0], host_caps[1], peer_caps[0], peer_caps[1]);
 
     int32_t feature = -1;
     CHECK(aclrtGetDeviceCapability(0, ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV, &feature));

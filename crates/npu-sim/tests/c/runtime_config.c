@@ -2,12 +2,13 @@
  * Runtime configuration as a CANN program uses it: module callbacks registered before aclInit,
  * the interface and package versions (the deprecated queries too), device ID mapping, the
  * primary context's state, device state callbacks and resource limits, runtime parameters,
- * overflow settings, event IDs and the events left, an SDMA reduction, and the operator
+ * overflow settings, a dump session, event IDs and the events left, an SDMA reduction, and the operator
  * timeouts with the default timeout step. Compiled against npu-sim's header and linked to its libascendcl.so by
  * tests/c_programs.rs.
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "acl/acl.h"
 #include "check.h"
@@ -140,13 +141,37 @@ static int timeouts(void)
     return 0;
 }
 
+/* A dump session with a configuration file (an overflow dump), the way CANN's samples open
+ * one between aclInit and aclFinalize; a second session opened meanwhile, or a configuration
+ * set after the session, is refused. */
+static int dumps(void)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/npusim-dump-%d.json", (int)getpid());
+    FILE *file = fopen(path, "w");
+    if (file == NULL) {
+        printf("cannot write %s\n", path);
+        return 1;
+    }
+    fputs("{\"dump\": {\"dump_path\": \"output\", \"dump_debug\": \"on\"}}\n", file);
+    fclose(file);
+    CHECK(aclmdlInitDump());
+    CHECK(aclmdlSetDump(path));
+    aclError again = aclmdlInitDump();
+    CHECK(aclmdlFinalizeDump());
+    aclError late = aclmdlSetDump(path);
+    remove(path);
+    printf("dump session: opened twice %d, configured after it ended %d\n", again, late);
+    return 0;
+}
+
 int main(void)
 {
     int32_t active = -1;
     CHECK(aclInitCallbackRegister(ACL_REG_TYPE_OTHER, on_init, (void *)"app"));
     CHECK(aclFinalizeCallbackRegister(ACL_REG_TYPE_OTHER, on_finalize, (void *)"app"));
     CHECK(aclInit(NULL));
-    if (versions() != 0 || device_ids() != 0 || limits() != 0) {
+    if (versions() != 0 || device_ids() != 0 || limits() != 0 || dumps() != 0) {
         return 1;
     }
     CHECK(aclrtRegDeviceStateCallback("app", on_device_state, (void *)"state"));
