@@ -2,6 +2,9 @@
 //! so tests, examples and users can load them with aclrtBinaryLoadFromFile. The path is exposed
 //! to the crate as `NPU_SIM_KERNELS_SO`; the target triple as `NPU_SIM_TARGET` (the C tests
 //! compile their programs for it with the same compiler detection).
+//!
+//! It also compiles the C half of aclAppLog (`csrc/app_log.c`, see `src/abi/app_log.rs`) into a
+//! static library linked into the crate, so the rlib and the cdylib both carry it.
 
 use std::env;
 use std::path::PathBuf;
@@ -36,4 +39,18 @@ fn main() {
         .status()
         .expect("failed to run the C compiler for the simulator's kernels");
     assert!(status.success(), "compiling {} failed", source.display());
+
+    // aclAppLog's C half: C-variadic, which stable Rust cannot define.
+    let app_log = "csrc/app_log.c";
+    println!("cargo:rerun-if-changed={app_log}");
+    println!("cargo:rerun-if-changed=include/acl/acl_base_rt.h");
+    cc::Build::new()
+        .file(app_log)
+        .include("include")
+        .std("c11")
+        .opt_level(2)
+        .warnings(true)
+        .extra_warnings(true)
+        .warnings_into_errors(true)
+        .compile("npusim_app_log");
 }

@@ -722,6 +722,13 @@ fn render(file: &syn::File, source: &str, absent: &[String]) -> Result<String, S
             let syn::ForeignItem::Fn(f) = f else {
                 return Err("unexpected non-function item in an extern block".into());
             };
+            // A C-variadic function (aclAppLog) has no place in the pointer table: npu-sim
+            // fills the table from its own Rust functions, and stable Rust cannot define a
+            // C-variadic one (npu-sim exports aclAppLog as a trampoline into C, see
+            // crates/npu-sim/src/abi/app_log.rs). npu-rs itself logs through `tracing`.
+            if f.sig.variadic.is_some() {
+                continue;
+            }
             let mut sig = f.sig.clone();
             QualifyTypes(&types).visit_signature_mut(&mut sig);
             let name = sig.ident.to_string();

@@ -33,6 +33,7 @@ const PRELUDE: &str = "\
 namespace parity {
 template <class T, std::size_t N> using array = T[N];
 template <class R, class... A> using fnptr = R (*)(A...);
+template <class R, class... A> using variadic_fnptr = R (*)(A..., ...);
 }
 ";
 
@@ -292,7 +293,7 @@ fn checks(file: &syn::File, macros: &BTreeMap<String, String>) -> Result<(String
                     out.add(
                         format!(
                             "std::is_same<decltype(&{name}), {}>::value",
-                            function_type(&f.sig.inputs, &f.sig.output)?
+                            function_type(&f.sig)?
                         ),
                         format!("prototype of {name}"),
                     );
@@ -490,18 +491,20 @@ fn tokens(expr: &impl quote::ToTokens) -> String {
         .replace(" ;", ";")
 }
 
-fn function_type(
-    inputs: &syn::punctuated::Punctuated<syn::FnArg, syn::token::Comma>,
-    output: &syn::ReturnType,
-) -> Result<String, String> {
+/// The C++ pointer type of a C prototype, variadic ones included.
+fn function_type(sig: &syn::Signature) -> Result<String, String> {
     let mut types = Vec::new();
-    for input in inputs {
+    for input in &sig.inputs {
         let syn::FnArg::Typed(arg) = input else {
             return Err("a `self` parameter in a C prototype".into());
         };
         types.push(&*arg.ty);
     }
-    fnptr(output, types)
+    let pointer = fnptr(&sig.output, types)?;
+    Ok(match sig.variadic {
+        Some(_) => pointer.replacen("parity::fnptr<", "parity::variadic_fnptr<", 1),
+        None => pointer,
+    })
 }
 
 /// `parity::fnptr<R, A...>` for a function returning `output` and taking `inputs`.

@@ -92,7 +92,8 @@ fn compile_as(name: &str, lang: Lang, extra: &[&str]) -> PathBuf {
     out
 }
 
-/// Runs a compiled program with a clean simulator environment plus `env`; returns its stdout.
+/// Runs a compiled program with a clean simulator environment (no NPU_SIM_CONFIG, NPU_TRACE or
+/// CANN log variables) plus `env`; returns its stdout.
 fn run_with(program: &Path, env: &[(&str, &Path)]) -> String {
     let mut command = Command::new(program);
     // cargo puts target/<profile> on the library path too, where a stale copy of the cdylib
@@ -100,6 +101,8 @@ fn run_with(program: &Path, env: &[(&str, &Path)]) -> String {
     command
         .env_remove("NPU_SIM_CONFIG")
         .env_remove("NPU_TRACE")
+        .env_remove("ASCEND_SLOG_PRINT_TO_STDOUT")
+        .env_remove("ASCEND_GLOBAL_LOG_LEVEL")
         .env("LD_LIBRARY_PATH", deps_dir());
     for (key, value) in env {
         command.env(key, value);
@@ -413,8 +416,175 @@ fn the_cdylib_exports_every_header_function() {
     // SAFETY: a valid out pointer.
     assert_eq!(unsafe { (api.aclrtGetDeviceCount)(&mut count) }, 0);
     assert_eq!(count, npu_sim::config::DEFAULT_DEVICES);
+    // C-variadic, so not in the table: looked up by name, with CANN's prototype, and called.
+    type AppLog = unsafe extern "C" fn(
+        npu_sys::aclLogLevel,
+        *const std::ffi::c_char,
+        *const std::ffi::c_char,
+        u32,
+        *const std::ffi::c_char,
+        ...
+    );
+    // SAFETY: npu-sim's aclAppLog has CANN's prototype.
+    let app_log = unsafe { library.get::<AppLog>(b"aclAppLog") }.unwrap();
+    // SAFETY: valid strings and a format that matches its argument. The record goes to the
+    // loaded copy's tracing log (and to stdout only if this test's environment asks).
+    unsafe {
+        app_log(
+            npu_sys::ACL_INFO,
+            c"exports".as_ptr(),
+            c"c_programs.rs".as_ptr(),
+            1,
+            c"%d".as_ptr(),
+            1i32,
+        )
+    };
     // The loaded copy is a separate simulator with its own state (as on a real dlopen path).
     std::mem::forget(library);
+}
+
+/// The line of `tests/c/<program>.c` that contains `needle` (once), 1-based.
+fn source_line(program: &str, needle: &str) -> u32 {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(format!("{program}.c"));
+    let text = std::fs::read_to_string(source).unwrap();
+    let mut found = text.lines().enumerate().filter(|(_, l)| l.contains(needle));
+    let (index, _) = found
+        .next()
+        .unwrap_or_else(|| panic!("{needle:?} not in {program}.c"));
+    assert!(found.next().is_none(), "{needle:?} twice in {program}.c");
+    u32::try_from(index + 1).unwrap()
+}
+
+/// The parts of one plog-like stdout line of app_log.c (`process` and `file` are checked):
+/// level, file (`file` or empty), line, function and message.
+type Record = (String, String, u32, String, String);
+
+fn app_log_line(line: &str, process: &str, file: &str) -> Record {
+    let (level, rest) = line[1..].split_once("] APP(").unwrap();
+    let (pid, rest) = rest.split_once(',').unwrap();
+    assert!(pid.parse::<u32>().is_ok(), "pid {pid:?} in {line:?}");
+    let rest = rest.strip_prefix(process).unwrap();
+    let rest = rest.strip_prefix("):").unwrap();
+    // YYYY-MM-DD-hh:mm:ss.mmm.uuu
+    let (time, rest) = rest.split_at(27);
+    let shape = time
+        .bytes()
+        .map(|b| if b.is_ascii_digit() { b'd' } else { b })
+        .collect::<Vec<_>>();
+    assert_eq!(
+        shape, b"dddd-dd-dd-dd:dd:dd.ddd.ddd",
+        "time {time:?} in {line:?}"
+    );
+    let rest = rest.strip_prefix(" [").unwrap();
+    // The program's file, or none (a NULL file).
+    let (place, rest) = match rest.strip_prefix(file) {
+        Some(rest) => (file, rest),
+        None => ("", rest),
+    };
+    let rest = rest.strip_prefix(':').unwrap();
+    let (number, rest) = rest.split_once(']').unwrap();
+    let (func, message) = rest.split_once(": ").unwrap();
+    (
+        level.into(),
+        place.into(),
+        number.parse().unwrap(),
+        func.into(),
+        message.into(),
+    )
+}
+
+/// Runs tests/c/app_log.c with `env` and returns its records and the lines it printed itself.
+fn app_log_records(env: &[(&str, &Path)]) -> (Vec<Record>, Vec<String>) {
+    let program = compile("app_log", &[]);
+    let process = program.file_name().unwrap().to_str().unwrap().to_owned();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/app_log.c");
+    let file = source.to_str().unwrap();
+    let stdout = run_with(&program, env);
+    // Records go through the C library's stdout, in order with the program's own output
+    // (buffered, stdout being a pipe).
+    assert!(stdout.starts_with("app log start\n"), "{stdout}");
+    assert!(stdout.ends_with("\napp log ok\n"), "{stdout}");
+    let mut records = Vec::new();
+    let mut own = Vec::new();
+    for line in stdout.lines() {
+        if line.starts_with('[') {
+            records.push(app_log_line(line, &process, file));
+        } else {
+            own.push(line.to_owned());
+        }
+    }
+    (records, own)
+}
+
+#[test]
+fn acl_app_log_prints_records_at_or_above_the_global_level_with_print_to_stdout() {
+    let one = Path::new("1");
+    let (records, own) = app_log_records(&[
+        ("ASCEND_SLOG_PRINT_TO_STDOUT", one),
+        ("ASCEND_GLOBAL_LOG_LEVEL", one),
+    ]);
+    assert_eq!(own, ["app log start", "app log ok"]);
+    let at = |needle: &str| source_line("app_log", needle);
+    let many = "many 1 2 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1.0 -1234567890123 end 77";
+    let fits = "y".repeat(1023);
+    let cut_z = format!("{}...[truncated]", "z".repeat(1023 - 14));
+    let cut_x = format!("long {}...[truncated]", "x".repeat(1023 - 14 - 5));
+    let expected = [
+        ("INFO", at("\"info %d"), "info 11 eleven 1.25"),
+        ("WARNING", at("\"warning %d"), "warning 12 twelve -2.75"),
+        ("ERROR", at("\"error %d"), "error 13 thirteen 3.50"),
+        ("INFO", at("\"many %d"), many),
+        ("INFO", at("modelId is"), "load model success, modelId is 1"),
+        ("ERROR", at("\"no arguments\""), "no arguments"),
+        ("WARNING", at("'y'") + 2, &fits),
+        ("WARNING", at("'z'") + 2, &cut_z),
+        ("ERROR", at("\"long %s\""), &cut_x),
+    ];
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/app_log.c");
+    let file = source.to_str().unwrap();
+    let mut expected: Vec<Record> = expected
+        .iter()
+        .map(|(level, line, message)| {
+            let level = (*level).to_owned();
+            (level, file.into(), *line, "main".into(), (*message).into())
+        })
+        .collect();
+    // NULL function and file.
+    expected.push((
+        "ERROR".into(),
+        "".into(),
+        7,
+        "".into(),
+        "anonymous 7".into(),
+    ));
+    assert_eq!(records, expected);
+    // The cut records are exactly 1023 bytes: 1024 with the NUL.
+    assert_eq!(records[7].4.len(), 1023);
+    assert_eq!(records[8].4.len(), 1023);
+}
+
+#[test]
+fn acl_app_log_prints_errors_by_default_and_nothing_without_print_to_stdout() {
+    // ASCEND_GLOBAL_LOG_LEVEL defaults to 3 (error).
+    let (records, own) = app_log_records(&[("ASCEND_SLOG_PRINT_TO_STDOUT", Path::new("1"))]);
+    assert_eq!(own, ["app log start", "app log ok"]);
+    let levels: Vec<&str> = records.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(levels, ["ERROR"; 4]);
+    // 4 is "null": nothing is printed.
+    let (records, _) = app_log_records(&[
+        ("ASCEND_SLOG_PRINT_TO_STDOUT", Path::new("1")),
+        ("ASCEND_GLOBAL_LOG_LEVEL", Path::new("4")),
+    ]);
+    assert!(records.is_empty(), "{records:?}");
+    // Without ASCEND_SLOG_PRINT_TO_STDOUT the records go to the tracing log only, whatever
+    // the level.
+    for env in [&[][..], &[("ASCEND_GLOBAL_LOG_LEVEL", Path::new("0"))]] {
+        let (records, own) = app_log_records(env);
+        assert!(records.is_empty(), "{records:?}");
+        assert_eq!(own, ["app log start", "app log ok"]);
+    }
 }
 
 #[test]

@@ -340,6 +340,11 @@ pub const ACL_DEVICE_INFO_AI_CORE_NUM: aclDeviceInfo = 0;
 pub const ACL_DEVICE_INFO_VECTOR_CORE_NUM: aclDeviceInfo = 1;
 pub const ACL_DEVICE_INFO_L2_SIZE: aclDeviceInfo = 2;
 pub type aclDeviceInfo = core::ffi::c_int;
+pub const ACL_DEBUG: aclLogLevel = 0;
+pub const ACL_INFO: aclLogLevel = 1;
+pub const ACL_WARNING: aclLogLevel = 2;
+pub const ACL_ERROR: aclLogLevel = 3;
+pub type aclLogLevel = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug)]
 pub struct aclDataBuffer {

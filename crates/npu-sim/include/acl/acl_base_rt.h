@@ -188,6 +188,13 @@ typedef enum {
     ACL_DEVICE_INFO_L2_SIZE = 2
 } aclDeviceInfo;
 
+typedef enum {
+    ACL_DEBUG = 0,
+    ACL_INFO = 1,
+    ACL_WARNING = 2,
+    ACL_ERROR = 3,
+} aclLogLevel;
+
 /* Half-precision conversions without special values: float to half saturates (NaN and +Inf
  * give 65504, -Inf -65504); half to float reads the all-ones exponent as 2^16 (+Inf 65536,
  * NaN 0x7E00 98304). */
@@ -211,6 +218,15 @@ ACL_FUNC_VISIBILITY size_t aclDataTypeSize(aclDataType dataType);
 ACL_FUNC_VISIBILITY aclError aclGetCannAttributeList(const aclCannAttr **cannAttrList, size_t *num);
 ACL_FUNC_VISIBILITY aclError aclGetCannAttribute(aclCannAttr cannAttr, int32_t *value);
 ACL_FUNC_VISIBILITY aclError aclGetDeviceCapability(uint32_t deviceId, aclDeviceInfo deviceInfo, int64_t *value);
+
+/* Writes one application log record: the message formatted from fmt (at most 1023 bytes; a
+ * longer one is cut and ends in "...[truncated]"), with the caller's function, file and line.
+ * npu-sim hands records to its tracing log (target npu_sim::app_log) and, with
+ * ASCEND_SLOG_PRINT_TO_STDOUT=1, prints those at or above ASCEND_GLOBAL_LOG_LEVEL (default
+ * ACL_ERROR) to stdout. Levels outside aclLogLevel and a NULL fmt write nothing. */
+ACL_FUNC_VISIBILITY void aclAppLog(
+    aclLogLevel logLevel, const char *func, const char *file, uint32_t line, const char *fmt, ...);
+#define ACL_APP_LOG(level, fmt, ...) aclAppLog(level, __FUNCTION__, __FILE__, __LINE__, fmt, ##__VA_ARGS__)
 
 /* ---- streams, notifies and exceptions (simstream) ---- */
 typedef void *aclrtNotify;

@@ -15,6 +15,7 @@
 #![allow(non_snake_case, non_camel_case_types)]
 
 mod allocator;
+mod app_log;
 mod atomic;
 mod binary;
 mod callback;
