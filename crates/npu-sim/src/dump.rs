@@ -61,7 +61,8 @@ pub struct DumpSettings {
     pub models: Vec<String>,
     /// A single-operator dump (`dump_op_switch` "on").
     pub single_op: bool,
-    /// An exception dump, as it takes effect (see [`DumpSettings::settle`]).
+    /// An exception dump, as it takes effect: a detail dump asked for after a device was set
+    /// falls back to a brief one.
     pub exception: Option<ExceptionDump>,
     /// An overflow dump (`dump_debug` "on").
     pub overflow: bool,
