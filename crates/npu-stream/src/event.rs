@@ -73,10 +73,16 @@ struct EventInner {
     flags: u32,
     /// Completes when the device reaches the latest record.
     last_record: Mutex<Option<Completion>>,
+    /// Held by a record from its ACL call to storing its completion, so that records racing
+    /// on two streams store in the order the device sees them. Apart from `last_record`, so
+    /// that `wait`, which only reads, never waits behind a record held up at its stream's
+    /// submission (an abort holds that while the device confirms).
+    recording: Mutex<()>,
 }
 
 // SAFETY: an aclrtEvent is an opaque handle ACL lets any thread use; records are serialised
-// by `last_record`'s mutex, which each holds from the record to storing its completion.
+// by `recording`, which each holds from the record to storing its completion, and
+// `last_record` is behind a mutex.
 unsafe impl Send for EventInner {}
 // SAFETY: as above.
 unsafe impl Sync for EventInner {}
@@ -171,6 +177,7 @@ impl EventBuilder {
                 kind: self.kind,
                 flags,
                 last_record: Mutex::new(None),
+                recording: Mutex::new(()),
             }),
         })
     }
@@ -292,9 +299,9 @@ impl Event {
         // Held across the record and the store: records on two streams at once must store
         // their completions in the order the device sees the records, or `wait` would watch
         // an older record than the one the event now stands for.
-        let mut last_record = self
+        let _recording = self
             .inner
-            .last_record
+            .recording
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let op = stream.submit(
@@ -310,7 +317,11 @@ impl Event {
         if let Some(Err(err)) = op.completion().result() {
             return Err(err);
         }
-        *last_record = Some(op.completion().clone());
+        *self
+            .inner
+            .last_record
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(op.completion().clone());
         Ok(())
     }
 
