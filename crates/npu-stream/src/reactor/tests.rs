@@ -31,18 +31,25 @@ fn finishes(done: &Completion) {
     assert!(matches!(waited, Some(Ok(()))), "{waited:?}");
 }
 
-fn check(adopted: bool) {
+/// A stream of `device`, a reactor of the test's own, and two operations it watches that the
+/// device, whose hold gate this closes, cannot finish.
+fn two_held_operations(device: u32) -> (Stream, Reactor, Completion, Completion) {
     let runtime = Runtime::builder()
         .backend(BackendChoice::Sim)
         .build()
         .unwrap();
-    let ctx = runtime.device(0).unwrap().primary_context().clone();
+    let ctx = runtime.device(device).unwrap().primary_context().clone();
     let stream = Stream::new(&ctx).unwrap();
     let reactor = Reactor::unstarted();
-    npu_sim::control::hold(0).unwrap();
+    npu_sim::control::hold(device as i32).unwrap();
     let (Ok(first), Ok(second)) = (watch(&reactor, &stream), watch(&reactor, &stream)) else {
         panic!("a running reactor takes operations on");
     };
+    (stream, reactor, first, second)
+}
+
+fn check(adopted: bool) {
+    let (stream, reactor, first, second) = two_held_operations(0);
     let mut watched = Watched::default();
     if adopted {
         // As the thread does on its next pass: the stream moves from the inbox to `active`.
@@ -82,18 +89,8 @@ fn a_stopped_reactor_hands_its_inbox_and_its_active_streams_to_the_sentinel() {
 /// back while the device still uses it.
 #[test]
 fn a_dead_verdict_fails_only_what_was_queued_when_the_probe_looked() {
-    let runtime = Runtime::builder()
-        .backend(BackendChoice::Sim)
-        .build()
-        .unwrap();
     // Device 1: the stop test above holds device 0.
-    let ctx = runtime.device(1).unwrap().primary_context().clone();
-    let stream = Stream::new(&ctx).unwrap();
-    let reactor = Reactor::unstarted();
-    npu_sim::control::hold(1).unwrap();
-    let (Ok(seen), Ok(later)) = (watch(&reactor, &stream), watch(&reactor, &stream)) else {
-        panic!("a running reactor takes operations on");
-    };
+    let (stream, reactor, seen, later) = two_held_operations(1);
     let mut watched = Watched::default();
     reactor.adopt(&mut watched.active);
     let dead = Dead::new(
