@@ -25,18 +25,6 @@ fn install() {
     });
 }
 
-/// Checks a failed call's code, that the thread's last error agrees and that the message names
-/// the API.
-#[track_caller]
-fn fails(code: aclError, expected: aclError, api: &str) {
-    assert_eq!(code, expected, "{api}");
-    // SAFETY: no preconditions.
-    let last = unsafe { aclrtGetLastError(ACL_RT_THREAD_LEVEL) };
-    assert_eq!(last, expected, "{api}");
-    let message = recent_message();
-    assert!(message.contains(api), "{api}: {message}");
-}
-
 fn limit(device: i32, kind: aclrtDevResLimitType) -> u32 {
     let mut value = 0;
     acl!(aclrtGetDeviceResLimit(device, kind, &mut value));

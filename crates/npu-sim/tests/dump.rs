@@ -16,20 +16,6 @@ use npu_sim::abi::*;
 use npu_sim::dump::{self, DumpSettings, ExceptionDump};
 use npu_sys::*;
 
-/// Checks a failed call's code, the thread's last error and that the message names the API.
-#[track_caller]
-fn fails(code: aclError, expected: aclError, api: &str) {
-    assert_eq!(code, expected, "{api}");
-    // SAFETY: no preconditions.
-    let last = unsafe { aclrtGetLastError(ACL_RT_THREAD_LEVEL) };
-    assert_eq!(last, expected, "{api}");
-    let message = recent_message();
-    assert!(
-        message.contains(&format!("{api} failed with {expected}")),
-        "{message}"
-    );
-}
-
 fn set_dump(path: &CString) -> aclError {
     code!(aclmdlSetDump(path.as_ptr()))
 }

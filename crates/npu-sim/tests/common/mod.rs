@@ -49,6 +49,21 @@ pub fn recent_message() -> String {
         .into_owned()
 }
 
+/// Checks a failed call: its code, the thread's last error, and a recent message naming the
+/// API and the code.
+#[track_caller]
+pub fn fails(code: aclError, expected: aclError, api: &str) {
+    assert_eq!(code, expected, "{api}");
+    // SAFETY: no preconditions.
+    let last = unsafe { aclrtGetLastError(ACL_RT_THREAD_LEVEL) };
+    assert_eq!(last, expected, "{api}");
+    let message = recent_message();
+    assert!(
+        message.contains(&format!("{api} failed with {expected}")),
+        "{message}"
+    );
+}
+
 pub fn set_device(device: i32) {
     acl!(aclrtSetDevice(device));
 }
