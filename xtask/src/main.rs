@@ -38,6 +38,12 @@ use syn::visit_mut::VisitMut;
 /// Functions that only newer CANN releases export. They are bound as `Option` fields and probed
 /// at load time, so an older libascendcl.so still loads; see docs/ascend.md.
 const OPTIONAL_FUNCTIONS: &[&str] = &[
+    "aclrtSnapShotProcessLock",
+    "aclrtSnapShotProcessUnlock",
+    "aclrtSnapShotProcessBackup",
+    "aclrtSnapShotProcessRestore",
+    "aclrtSnapShotCallbackRegister",
+    "aclrtSnapShotCallbackUnregister",
     "aclFinalizeReference",
     "aclUpdateDataBuffer",
     "aclGetDataBufferSizeV2",

@@ -148,6 +148,8 @@ pub(crate) fn take_last_error() -> aclError {
 /// it for the thread), and a panic into ACL_ERROR_RT_INTERNAL_ERROR, so no unwinding crosses the
 /// C boundary.
 pub(crate) fn guard(api: &'static str, body: impl FnOnce() -> Res<()>) -> aclError {
+    // While the process is snapshot-locked, the calls the lock blocks wait here for the unlock.
+    let _pass = crate::snapshot::admit(api);
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => ACL_SUCCESS,
         Ok(Err(error)) => {

@@ -37,3 +37,9 @@ pub(crate) fn refuse_self_wait(stream: Handle, id: i32, position: u64) -> Res<()
         _ => Ok(()),
     }
 }
+
+/// Whether the calling thread is running a host task (a host function on a stream's worker,
+/// or a blocking callback inside aclrtProcessReport).
+pub(crate) fn is_running() -> bool {
+    RUNNING.get().is_some()
+}

@@ -80,6 +80,7 @@ mod reduce;
 mod report;
 mod res_limit;
 mod sim;
+mod snapshot;
 mod stream;
 mod stream_state;
 mod sync;

@@ -445,6 +445,47 @@ impl MemoryMap {
         true
     }
 
+    /// Copies of the contents of every device allocation: (base, device, bytes).
+    pub(crate) fn device_contents(&self) -> Vec<(usize, i32, Vec<u8>)> {
+        let map = read(&self.allocations);
+        map.iter()
+            .filter_map(|(&base, alloc)| match alloc.kind {
+                AllocKind::Device { device, .. } => {
+                    // SAFETY: the allocation is live while the map's read lock is held (a free
+                    // removes it under the write lock first), and `base..base+len` is its memory.
+                    let bytes = unsafe { std::slice::from_raw_parts(base as *const u8, alloc.len) };
+                    Some((base, device, bytes.to_vec()))
+                }
+                AllocKind::Pinned => None,
+            })
+            .collect()
+    }
+
+    /// Writes saved contents back (see [`Self::device_contents`]). Fails, writing nothing, if
+    /// any saved allocation is no longer a device allocation of the same device and length.
+    pub(crate) fn restore_contents(&self, saved: &[(usize, i32, Vec<u8>)]) -> Res<()> {
+        let map = read(&self.allocations);
+        for (base, device, bytes) in saved {
+            let same = map.get(base).is_some_and(|alloc| {
+                alloc.len == bytes.len()
+                    && matches!(alloc.kind, AllocKind::Device { device: d, .. } if d == *device)
+            });
+            ensure!(
+                same,
+                ACL_ERROR_SNAPSHOT_RESTORE_FAILED,
+                "the backed-up allocation {base:#x} ({} bytes on device {device}) was freed or \
+                 replaced since the backup",
+                bytes.len()
+            );
+        }
+        for (base, _, bytes) in saved {
+            // SAFETY: checked above to be a live allocation of exactly `bytes.len()` bytes,
+            // kept live by the map's read lock; the snapshot lock keeps device tasks off it.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), *base as *mut u8, bytes.len()) };
+        }
+        Ok(())
+    }
+
     /// The allocation containing `ptr`: (base, length, kind).
     pub(crate) fn allocation_of(&self, ptr: usize) -> Option<(usize, usize, AllocKind)> {
         let map = read(&self.allocations);

@@ -1010,6 +1010,16 @@ impl Stream {
         }
     }
 
+    /// Waits until every task submitted so far has finished or the stream is doomed (its
+    /// queued tasks will never run); false if `deadline` passed first.
+    pub(crate) fn drained_by(&self, deadline: Instant) -> bool {
+        let target = self.submitted.load(Ordering::Acquire);
+        wait_until(&self.listens(target), Some(deadline), || {
+            (self.doom().is_some() || self.finished.load(Ordering::Acquire) >= target).then_some(())
+        })
+        .is_some()
+    }
+
     /// Whether aclrtDestroyStream(Force) or its context's destruction has begun.
     pub(crate) fn is_destroyed(&self) -> bool {
         self.destroyed.load(Ordering::Acquire)

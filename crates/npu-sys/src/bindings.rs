@@ -1087,6 +1087,66 @@ pub type aclrtDeviceState = core::ffi::c_uint;
 pub type aclrtDeviceStateCallback = ::std::option::Option<
     unsafe extern "C" fn(deviceId: i32, state: aclrtDeviceState, args: *mut core::ffi::c_void),
 >;
+pub const ACL_RT_SNAPSHOT_LOCK_PRE: aclrtSnapShotStage = 0;
+pub const ACL_RT_SNAPSHOT_BACKUP_PRE: aclrtSnapShotStage = 1;
+pub const ACL_RT_SNAPSHOT_BACKUP_POST: aclrtSnapShotStage = 2;
+pub const ACL_RT_SNAPSHOT_RESTORE_PRE: aclrtSnapShotStage = 3;
+pub const ACL_RT_SNAPSHOT_RESTORE_POST: aclrtSnapShotStage = 4;
+pub const ACL_RT_SNAPSHOT_UNLOCK_POST: aclrtSnapShotStage = 5;
+pub type aclrtSnapShotStage = core::ffi::c_uint;
+pub type aclrtSnapShotCallBack =
+    ::std::option::Option<unsafe extern "C" fn(deviceId: i32, args: *mut core::ffi::c_void) -> u32>;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtSnapShotBackupArgs {
+    pub backupFlags: u32,
+    pub reserved: [core::ffi::c_char; 60usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtSnapShotBackupArgs"][::std::mem::size_of::<aclrtSnapShotBackupArgs>() - 64usize];
+    ["Alignment of aclrtSnapShotBackupArgs"]
+        [::std::mem::align_of::<aclrtSnapShotBackupArgs>() - 4usize];
+    ["Offset of field: aclrtSnapShotBackupArgs::backupFlags"]
+        [::std::mem::offset_of!(aclrtSnapShotBackupArgs, backupFlags) - 0usize];
+    ["Offset of field: aclrtSnapShotBackupArgs::reserved"]
+        [::std::mem::offset_of!(aclrtSnapShotBackupArgs, reserved) - 4usize];
+};
+impl Default for aclrtSnapShotBackupArgs {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtSnapShotRestoreArgs {
+    pub restoreFlags: u32,
+    pub reserved: [core::ffi::c_char; 60usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtSnapShotRestoreArgs"]
+        [::std::mem::size_of::<aclrtSnapShotRestoreArgs>() - 64usize];
+    ["Alignment of aclrtSnapShotRestoreArgs"]
+        [::std::mem::align_of::<aclrtSnapShotRestoreArgs>() - 4usize];
+    ["Offset of field: aclrtSnapShotRestoreArgs::restoreFlags"]
+        [::std::mem::offset_of!(aclrtSnapShotRestoreArgs, restoreFlags) - 0usize];
+    ["Offset of field: aclrtSnapShotRestoreArgs::reserved"]
+        [::std::mem::offset_of!(aclrtSnapShotRestoreArgs, reserved) - 4usize];
+};
+impl Default for aclrtSnapShotRestoreArgs {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 pub const ACL_RT_OVERFLOW_MODE_SATURATION: aclrtFloatOverflowMode = 0;
 pub const ACL_RT_OVERFLOW_MODE_INFNAN: aclrtFloatOverflowMode = 1;
 pub const ACL_RT_OVERFLOW_MODE_UNDEF: aclrtFloatOverflowMode = 2;
@@ -1654,6 +1714,9 @@ impl Default for aclrtMemcpyBatchAttr {
         }
     }
 }
+pub const ACL_RT_PROCESS_STATE_RUNNING: aclrtProcessState = 0;
+pub const ACL_RT_PROCESS_STATE_LOCKED: aclrtProcessState = 1;
+pub type aclrtProcessState = core::ffi::c_uint;
 pub const ACL_RT_CMO_TYPE_PREFETCH: aclrtCmoType = 0;
 pub const ACL_RT_CMO_TYPE_WRITEBACK: aclrtCmoType = 1;
 pub const ACL_RT_CMO_TYPE_INVALID: aclrtCmoType = 2;
@@ -2082,6 +2145,12 @@ macro_rules! for_each_acl_function {
                 fn aclrtUnmapMem(virPtr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtMemSetAccess(virPtr: *mut core::ffi::c_void, size: usize, desc: *mut $crate::aclrtMemAccessDesc, count: usize) -> $crate::aclError;
                 fn aclrtMemGetAccess(virPtr: *mut core::ffi::c_void, location: *mut $crate::aclrtMemLocation, flag: *mut u64) -> $crate::aclError;
+                fn aclrtSnapShotProcessLock(pid: core::ffi::c_int, reserve: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtSnapShotProcessUnlock(pid: core::ffi::c_int, reserve: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtSnapShotProcessBackup(pid: core::ffi::c_int, args: *mut $crate::aclrtSnapShotBackupArgs) -> $crate::aclError;
+                fn aclrtSnapShotProcessRestore(pid: core::ffi::c_int, args: *mut $crate::aclrtSnapShotRestoreArgs) -> $crate::aclError;
+                fn aclrtSnapShotCallbackRegister(stage: $crate::aclrtSnapShotStage, callback: $crate::aclrtSnapShotCallBack, args: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtSnapShotCallbackUnregister(stage: $crate::aclrtSnapShotStage, callback: $crate::aclrtSnapShotCallBack) -> $crate::aclError;
                 fn aclrtMemGetAllocationGranularity(prop: *mut $crate::aclrtPhysicalMemProp, option: $crate::aclrtMemGranularityOptions, granularity: *mut usize) -> $crate::aclError;
                 fn aclrtMemRetainAllocationHandle(virPtr: *mut core::ffi::c_void, handle: *mut $crate::aclrtDrvMemHandle) -> $crate::aclError;
                 fn aclrtMemGetAllocationPropertiesFromHandle(handle: $crate::aclrtDrvMemHandle, prop: *mut $crate::aclrtPhysicalMemProp) -> $crate::aclError;

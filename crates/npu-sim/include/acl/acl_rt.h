@@ -581,6 +581,29 @@ typedef enum {
 
 typedef void (*aclrtDeviceStateCallback)(int32_t deviceId, aclrtDeviceState state, void *args);
 
+/* Snapshot stages, in the order a backup (LOCK_PRE, BACKUP_PRE, BACKUP_POST, UNLOCK_POST) or a
+ * restore (RESTORE_PRE, RESTORE_POST, UNLOCK_POST) reaches them. */
+typedef enum {
+    ACL_RT_SNAPSHOT_LOCK_PRE = 0,
+    ACL_RT_SNAPSHOT_BACKUP_PRE,
+    ACL_RT_SNAPSHOT_BACKUP_POST,
+    ACL_RT_SNAPSHOT_RESTORE_PRE,
+    ACL_RT_SNAPSHOT_RESTORE_POST,
+    ACL_RT_SNAPSHOT_UNLOCK_POST,
+} aclrtSnapShotStage;
+
+typedef uint32_t (*aclrtSnapShotCallBack)(int32_t deviceId, void *args);
+
+typedef struct aclrtSnapShotBackupArgs {
+    uint32_t backupFlags;
+    char reserved[60];
+} aclrtSnapShotBackupArgs;
+
+typedef struct aclrtSnapShotRestoreArgs {
+    uint32_t restoreFlags;
+    char reserved[60];
+} aclrtSnapShotRestoreArgs;
+
 /* Called before and after each aclrtSetDevice / aclrtResetDevice(Force) of an existing device
  * (POST only when the call succeeded), on the calling thread. A NULL callback removes regName's
  * registration. */
@@ -1387,6 +1410,22 @@ ACL_FUNC_VISIBILITY aclError aclrtMemMapSelectedLink(void *virPtrDst, size_t siz
 ACL_FUNC_VISIBILITY aclError aclrtUnmapMem(void *virPtr);
 ACL_FUNC_VISIBILITY aclError aclrtMemSetAccess(void *virPtr, size_t size, aclrtMemAccessDesc *desc, size_t count);
 ACL_FUNC_VISIBILITY aclError aclrtMemGetAccess(void *virPtr, aclrtMemLocation *location, uint64_t *flag);
+
+typedef enum aclrtProcessState {
+    ACL_RT_PROCESS_STATE_RUNNING = 0,
+    ACL_RT_PROCESS_STATE_LOCKED,
+} aclrtProcessState;
+
+/* Snapshots (experimental): RUNNING -> Lock -> LOCKED -> Backup -> BACKED_UP -> Restore -> LOCKED,
+ * Unlock from LOCKED or BACKED_UP. pid must be the calling process's; reserve and args must be
+ * NULL. While locked, the runtime calls docs/simulator.md lists wait for the unlock. */
+ACL_FUNC_VISIBILITY aclError aclrtSnapShotProcessLock(int pid, void *reserve);
+ACL_FUNC_VISIBILITY aclError aclrtSnapShotProcessUnlock(int pid, void *reserve);
+ACL_FUNC_VISIBILITY aclError aclrtSnapShotProcessBackup(int pid, aclrtSnapShotBackupArgs *args);
+ACL_FUNC_VISIBILITY aclError aclrtSnapShotProcessRestore(int pid, aclrtSnapShotRestoreArgs *args);
+ACL_FUNC_VISIBILITY aclError aclrtSnapShotCallbackRegister(aclrtSnapShotStage stage, aclrtSnapShotCallBack callback,
+                                                           void *args);
+ACL_FUNC_VISIBILITY aclError aclrtSnapShotCallbackUnregister(aclrtSnapShotStage stage, aclrtSnapShotCallBack callback);
 ACL_FUNC_VISIBILITY aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop,
                                                               aclrtMemGranularityOptions option, size_t *granularity);
 /* The physical allocation mapped at virPtr; the handle counts once more (free it again). */
