@@ -254,6 +254,7 @@ fn data_buffers_and_persistent_streams_in_c() {
          task id after clean: 1\n\
          counted notify: 207000\n\
          group count: 207000, group info: NULL\n\
+         shared buffer: 207000, NULL\n\
          data buffer flow ok\n"
     );
 }

@@ -352,6 +352,7 @@ pub struct aclDataBuffer {
 }
 pub type aclrtNotify = *mut core::ffi::c_void;
 pub type aclrtCntNotify = *mut core::ffi::c_void;
+pub type aclrtMbuf = *mut core::ffi::c_void;
 pub type aclrtAllocatorDesc = *mut core::ffi::c_void;
 pub type aclrtAllocator = *mut core::ffi::c_void;
 pub type aclrtAllocatorBlock = *mut core::ffi::c_void;
@@ -1920,6 +1921,17 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetEventAvailNum(eventCount: *mut u32) -> $crate::aclError;
                 fn aclrtIpcGetEventHandle(event: $crate::aclrtEvent, handle: *mut $crate::aclrtIpcEventHandle) -> $crate::aclError;
                 fn aclrtIpcOpenEventHandle(handle: $crate::aclrtIpcEventHandle, event: *mut $crate::aclrtEvent) -> $crate::aclError;
+                fn aclrtAllocBuf(buf: *mut $crate::aclrtMbuf, size: usize) -> $crate::aclError;
+                fn aclrtFreeBuf(buf: $crate::aclrtMbuf) -> $crate::aclError;
+                fn aclrtGetBufData(buf: $crate::aclrtMbuf, dataPtr: *mut *mut core::ffi::c_void, size: *mut usize) -> $crate::aclError;
+                fn aclrtSetBufUserData(buf: $crate::aclrtMbuf, dataPtr: *const core::ffi::c_void, size: usize, offset: usize) -> $crate::aclError;
+                fn aclrtGetBufUserData(buf: $crate::aclrtMbuf, dataPtr: *mut core::ffi::c_void, size: usize, offset: usize) -> $crate::aclError;
+                fn aclrtGetBufDataLen(buf: $crate::aclrtMbuf, len: *mut usize) -> $crate::aclError;
+                fn aclrtSetBufDataLen(buf: $crate::aclrtMbuf, len: usize) -> $crate::aclError;
+                fn aclrtCopyBufRef(buf: $crate::aclrtMbuf, newBuf: *mut $crate::aclrtMbuf) -> $crate::aclError;
+                fn aclrtAppendBufChain(headBuf: $crate::aclrtMbuf, buf: $crate::aclrtMbuf) -> $crate::aclError;
+                fn aclrtGetBufFromChain(headBuf: $crate::aclrtMbuf, index: u32, buf: *mut $crate::aclrtMbuf) -> $crate::aclError;
+                fn aclrtGetBufChainNum(headBuf: $crate::aclrtMbuf, num: *mut u32) -> $crate::aclError;
                 fn aclrtSetStreamOverflowSwitch(stream: $crate::aclrtStream, flag: u32) -> $crate::aclError;
                 fn aclrtGetStreamOverflowSwitch(stream: $crate::aclrtStream, flag: *mut u32) -> $crate::aclError;
                 fn aclrtSetDeviceSatMode(mode: $crate::aclrtFloatOverflowMode) -> $crate::aclError;
