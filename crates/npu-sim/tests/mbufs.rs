@@ -26,9 +26,8 @@ fn allocation_is_refused_and_writes_nothing() {
     assert_eq!(buf, forged(), "a refused allocation wrote its out-pointer");
 
     let (mut data, mut size) = (ptr::null_mut::<c_void>(), 7usize);
-    // SAFETY: the out-pointers are valid; the handle is never dereferenced.
     assert_eq!(
-        unsafe { aclrtGetBufData(forged(), &mut data, &mut size) },
+        code!(aclrtGetBufData(forged(), &mut data, &mut size)),
         207000
     );
     assert!(data.is_null());
