@@ -274,14 +274,19 @@ fn watch_faults(
     strategy: Strategy,
     noticed: Arc<AtomicBool>,
 ) -> npu_core::FaultWatch {
-    context
-        .runtime()
-        .watch_faults(context.device_id(), id, handle, move || {
-            noticed.store(true, Ordering::Release);
-            if strategy != Strategy::CallbackThread {
-                crate::reactor::Reactor::nudge_if_running();
-            }
-        })
+    let on_fault = move || {
+        noticed.store(true, Ordering::Release);
+        if strategy != Strategy::CallbackThread {
+            crate::reactor::Reactor::nudge_if_running();
+        }
+    };
+    // SAFETY: the closure stores a flag and nudges the reactor, which only unparks it: it
+    // neither blocks nor calls ACL. The stream is the one being created here.
+    unsafe {
+        context
+            .runtime()
+            .watch_faults(context.device_id(), id, handle, on_fault)
+    }
 }
 
 /// Counts above every ACL id (a non-negative `i32`), so the two kinds never collide.
