@@ -245,6 +245,7 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtAppendBufChain",
     "aclrtGetBufFromChain",
     "aclrtGetBufChainNum",
+    "aclrtGetHardwareSyncAddr",
     "aclrtSubscribeHostFunc",
     "aclrtProcessHostFunc",
     "aclrtUnSubscribeHostFunc",

@@ -1975,6 +1975,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtFunctionGetParamInfo(func: *const core::ffi::c_void, paramIndex: usize, paramOffset: *mut usize, paramSize: *mut usize) -> $crate::aclError;
                 fn aclrtFunctionGetAvailDynUbufPerBlock(func: *mut core::ffi::c_void, flags: u32, dynamicUbufSize: *mut usize) -> $crate::aclError;
                 fn aclrtRegisterCpuFunc(handle: $crate::aclrtBinHandle, funcName: *const core::ffi::c_char, kernelName: *const core::ffi::c_char, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
+                fn aclrtGetHardwareSyncAddr(addr: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtGetFunctionAddr(funcHandle: $crate::aclrtFuncHandle, aicAddr: *mut *mut core::ffi::c_void, aivAddr: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtLaunchKernel(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, argsData: *const core::ffi::c_void, argsSize: usize, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtLaunchKernelV2(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, argsData: *const core::ffi::c_void, argsSize: usize, cfg: *mut $crate::aclrtLaunchKernelCfg, stream: $crate::aclrtStream) -> $crate::aclError;

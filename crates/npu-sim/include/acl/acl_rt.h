@@ -860,6 +860,9 @@ ACL_FUNC_VISIBILITY aclError aclrtFunctionGetAvailDynUbufPerBlock(void *func, ui
 /* For AI CPU kernels only, which simulated binaries never hold (107000). */
 ACL_FUNC_VISIBILITY aclError aclrtRegisterCpuFunc(const aclrtBinHandle handle, const char *funcName,
                                                   const char *kernelName, aclrtFuncHandle *funcHandle);
+/* The device memory Cube and Vector cores synchronise through (64 bytes of the current
+ * context's device, the same for every call in the context). */
+ACL_FUNC_VISIBILITY aclError aclrtGetHardwareSyncAddr(void **addr);
 /* On the simulator both engines run the same host code, so both addresses are its entry. */
 ACL_FUNC_VISIBILITY aclError aclrtGetFunctionAddr(aclrtFuncHandle funcHandle, void **aicAddr, void **aivAddr);
 ACL_FUNC_VISIBILITY aclError aclrtLaunchKernel(aclrtFuncHandle funcHandle, uint32_t numBlocks, const void *argsData,

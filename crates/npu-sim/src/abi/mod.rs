@@ -76,6 +76,7 @@ mod task_schedule;
 mod value;
 mod version;
 mod vmm;
+mod workspace;
 
 pub use allocator::*;
 pub use atomic::*;
@@ -137,5 +138,6 @@ pub use task_schedule::*;
 pub use value::*;
 pub use version::*;
 pub use vmm::*;
+pub use workspace::*;
 
 pub use npu_sys::{aclError, aclrtContext, aclrtEvent, aclrtStream};
