@@ -245,6 +245,8 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtAppendBufChain",
     "aclrtGetBufFromChain",
     "aclrtGetBufChainNum",
+    "aclrtRandomNumAsync",
+    "aclrtTaskUpdateAsync",
     "aclrtSubscribeHostFunc",
     "aclrtProcessHostFunc",
     "aclrtUnSubscribeHostFunc",
