@@ -379,17 +379,15 @@ impl ModelRi {
     }
 
     /// The task `task_id` of stream `stream_id` (its place among the stream's tasks plus
-    /// one, as aclrtGetThreadLastTaskId reports it): its step and patch slot.
-    pub(crate) fn task_by_id(
-        &self,
-        stream_id: i32,
-        task_id: u32,
-    ) -> Option<(Step, Option<Arc<PatchSlot>>)> {
+    /// one, as aclrtGetThreadLastTaskId reports it), if an update can change it (a random
+    /// number task or a kernel launch): its step and patch slot.
+    pub(crate) fn updatable(&self, stream_id: i32, task_id: u32) -> Option<(Step, Arc<PatchSlot>)> {
         let seq = task_id.checked_sub(1)?;
-        lock(&self.tasks)
+        let tasks = lock(&self.tasks);
+        let task = tasks
             .iter()
-            .find(|t| t.stream_id == stream_id && t.seq == seq)
-            .map(|t| (t.step.clone(), t.patch.clone()))
+            .find(|t| t.stream_id == stream_id && t.seq == seq)?;
+        Some((task.step.clone(), task.patch.clone()?))
     }
 
     /// The steps an execution runs, in order, each with its task's patch slot. A captured

@@ -129,8 +129,9 @@ fn source(sim: &Sim, attr: Attr, target: &Step, device: i32) -> Res<Source> {
 /// the update has run use them. NULL info → 100000; a stream of another context → 107003;
 /// `taskStream` bound to no instance (the default stream, an ordinary one) → 107005; an id
 /// outside aclrtUpdateTaskAttrId, a NULL address or handle, a size smaller than the struct,
-/// reserved words not 0, no task `taskId` on the stream, a task of the other kind, or an
-/// address that is not device memory of the device → 107000; an unloaded binary → 107017.
+/// reserved words not 0, no random number task or kernel launch `taskId` on the stream, one
+/// of the other kind, or an address that is not device memory of the device → 107000; an
+/// unloaded binary → 107017.
 ///
 /// # Safety
 /// `info` must be NULL or valid for a read of an aclrtTaskUpdateInfo.
@@ -155,10 +156,11 @@ pub unsafe extern "C" fn aclrtTaskUpdateAsync(
             );
         };
         let attr = attr(&info)?;
-        let Some((step, slot)) = model.task_by_id(target_stream.id, taskId) else {
+        let Some((step, slot)) = model.updatable(target_stream.id, taskId) else {
             fail!(
                 ACL_ERROR_RT_PARAM_INVALID,
-                "stream {} has no task {taskId} in model runtime instance {}",
+                "stream {} has no task {taskId} an update can change (a random number task or \
+                 a kernel launch) in model runtime instance {}",
                 target_stream.id,
                 model.id
             );
@@ -166,13 +168,6 @@ pub unsafe extern "C" fn aclrtTaskUpdateAsync(
         let exec = context::submit_stream(sim, execStream)?;
         let device = exec.device.id;
         let source = source(sim, attr, &step, device)?;
-        let Some(slot) = slot else {
-            fail!(
-                ACL_ERROR_RT_PARAM_INVALID,
-                "task {taskId} of stream {} cannot be updated",
-                target_stream.id
-            );
-        };
         let update = TaskUpdate {
             device,
             slot,
