@@ -157,7 +157,7 @@ fn values_follow_their_distributions() {
         value(&u64::MAX.to_ne_bytes()),
     );
     let u64s: Vec<u64> = generated(&task(ACL_UINT64, high, out, 3, 4096), 4096);
-    assert!(u64s.iter().all(|&v| v >= 1 << 63 && v < u64::MAX));
+    assert!(u64s.iter().all(|v| (1 << 63..u64::MAX).contains(v)));
     let wide = func(
         UNIFORM,
         value(&i64::MIN.to_ne_bytes()),
@@ -541,7 +541,7 @@ fn updates_change_a_captured_random_task_from_the_next_execution() {
         ACL_ERROR_RT_TS_ERROR,
         "aclrtSynchronizeStream"
     );
-    upload(second, &vec![0f32; 8]);
+    upload(second, &[0f32; 8]);
     acl!(aclmdlRIExecuteAsync(model, exec));
     acl!(aclrtSynchronizeStream(exec));
     assert_eq!(download::<f32>(second, 8), uniform_f32(10.0, 11.0, 99, 8));
