@@ -568,9 +568,9 @@ fn updates_change_a_captured_random_task_from_the_next_execution() {
     acl!(aclrtDestroyStream(exec));
 }
 
-/// A built instance's kernel launch takes another function and block count from an update;
-/// its random task another seed; the update itself may be a task of a stream bound to the
-/// instance... here it runs on an ordinary stream, before the executions queued after it.
+/// A built instance's kernel launch takes another function and block count from an update,
+/// its random task another seed, for the executions queued after the updates (on the same
+/// stream, or synchronous); updates that read bad fields fail and change nothing.
 #[test]
 fn updates_change_a_built_instances_kernel_and_random_tasks() {
     install();
@@ -1016,4 +1016,61 @@ fn every_update_error_path() {
         }),
     ];
     run_table(cases);
+}
+
+/// An update captured into another instance patches its target at each of that instance's
+/// executions.
+#[test]
+fn a_captured_update_patches_at_each_execution() {
+    install();
+    set_device(5);
+    let (out, seeds) = (malloc(16), malloc(8));
+    let bound = persistent_stream();
+    let mut target = ptr::null_mut();
+    acl!(aclmdlRIBuildBegin(&mut target, 0));
+    acl!(aclmdlRIBindStream(target, bound, HEAD));
+    let (a, b) = f32s(&[0.0, 1.0]);
+    acl!(aclrtRandomNumAsync(
+        &task(ACL_FLOAT, func(UNIFORM, a, b), out, 1, 4),
+        bound,
+        ptr::null_mut()
+    ));
+    let task_id = last_task_id();
+    acl!(aclmdlRIBuildEnd(target, ptr::null_mut()));
+    // The captured update gives the task the seed at `seeds`, as it is at each execution.
+    let mut fields = task(ACL_FLOAT, aclrtRandomNumFuncParaInfo::default(), out, 0, 4);
+    fields.randomSeed = at(seeds);
+    let src = device_task_info(&fields);
+    let capture = create_stream();
+    acl!(aclmdlRICaptureBegin(
+        capture,
+        ACL_MODEL_RI_CAPTURE_MODE_RELAXED
+    ));
+    let mut update = random_update(src);
+    acl!(aclrtTaskUpdateAsync(bound, task_id, &mut update, capture));
+    let mut updater = ptr::null_mut();
+    acl!(aclmdlRICaptureEnd(capture, &mut updater));
+    let exec = create_stream();
+    acl!(aclmdlRIExecuteAsync(target, exec));
+    acl!(aclrtSynchronizeStream(exec));
+    assert_eq!(
+        download::<f32>(out, 4),
+        uniform_f32(0.0, 1.0, 1, 4),
+        "not updated yet"
+    );
+    for seed in [30u64, 31] {
+        upload(seeds, &[seed]);
+        acl!(aclmdlRIExecuteAsync(updater, exec));
+        acl!(aclmdlRIExecuteAsync(target, exec));
+        acl!(aclrtSynchronizeStream(exec));
+        assert_eq!(download::<f32>(out, 4), uniform_f32(0.0, 1.0, seed, 4));
+    }
+    acl!(aclmdlRIDestroy(updater));
+    acl!(aclmdlRIDestroy(target));
+    for ptr in [out, seeds, src] {
+        acl!(aclrtFree(ptr));
+    }
+    for stream in [bound, capture, exec] {
+        acl!(aclrtDestroyStream(stream));
+    }
 }
