@@ -416,16 +416,6 @@ fn values_read_at_run_time_that_make_no_sense_fail_the_task() {
     acl!(aclrtDestroyStream(stream));
 }
 
-fn persistent_stream() -> aclrtStream {
-    let mut stream = ptr::null_mut();
-    acl!(aclrtCreateStreamWithConfig(
-        &mut stream,
-        0,
-        ACL_STREAM_PERSISTENT
-    ));
-    stream
-}
-
 fn last_task_id() -> u32 {
     let mut id = 0;
     acl!(aclrtGetThreadLastTaskId(&mut id));
