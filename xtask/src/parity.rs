@@ -344,7 +344,11 @@ fn anonymous_fields(file: &syn::File) -> Vec<(String, String, String)> {
             && let Some(last) = path.path.segments.last()
             && last.ident.to_string().contains("__bindgen_ty_")
         {
-            found.push((record.to_string(), field.to_string(), last.ident.to_string()));
+            found.push((
+                record.to_string(),
+                field.to_string(),
+                last.ident.to_string(),
+            ));
         }
     };
     for item in &file.items {
