@@ -438,7 +438,7 @@ pub(crate) struct Fields {
 
 impl Fields {
     /// The fields of the aclrtRandomNumTaskInfo in `bytes` (107000 for a field it cannot take);
-    /// randomParaAddr is `params` makes of it.
+    /// `params` tells what a randomParaAddr that is not NULL holds.
     fn decode(bytes: &TaskBytes, params: impl FnOnce(usize) -> ParamSource) -> Res<Self> {
         let address = |at: usize| {
             usize::from_ne_bytes(
