@@ -246,6 +246,8 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtGetBufFromChain",
     "aclrtGetBufChainNum",
     "aclrtGetHardwareSyncAddr",
+    "aclrtRandomNumAsync",
+    "aclrtTaskUpdateAsync",
     "aclrtSubscribeHostFunc",
     "aclrtProcessHostFunc",
     "aclrtUnSubscribeHostFunc",
