@@ -153,8 +153,10 @@ pub(crate) fn settle(stream: &StreamShared, event: PooledEvent, api: &'static st
 /// Runtimes without the timed wait wait as long as needed.
 ///
 /// The event's context is made current first: the wait runs on whatever thread the strategy
-/// chose (a blocking-pool thread, the sentinel), and CANN refuses a wait without one, an
-/// error that says nothing about the operation.
+/// chose (a blocking-pool thread, the sentinel, the reactor), and although the reference
+/// documents no context requirement for it, a wait refused for the thread's state would say
+/// nothing about the operation. (Binding costs a thread-local check unless the thread's last
+/// context was another one.)
 pub(crate) fn wait_event(event: &PooledEvent, timeout_ms: i32) -> Option<Result<()>> {
     let context = event.pool().context();
     if let Err(err) = context.bind() {
