@@ -8,14 +8,15 @@ use std::ffi::c_void;
 
 use npu_sys::*;
 
-use super::check::unsupported_after_checks;
-use crate::error::guard;
+use super::check::refuse_after_checks;
 
 /// Checks the pointer arguments (NULL → 100000), then refuses the call.
 fn refuse(api: &'static str, pointers: &[(*const c_void, &str)]) -> aclError {
-    guard(api, || {
-        unsupported_after_checks(pointers, "shared buffers (aclrtMbuf, reserved by CANN)")
-    })
+    refuse_after_checks(
+        api,
+        pointers,
+        "shared buffers (aclrtMbuf, reserved by CANN)",
+    )
 }
 
 /// Reserved: NULL buf → 100000, else 207000 (nothing allocated or written).
