@@ -93,13 +93,31 @@ fn read_words<const N: usize>(
     at: usize,
     what: &str,
 ) -> Result<[u64; N], SimError> {
-    let mut bytes = vec![0u8; N * 8];
-    read_device(memory, device, at, &mut bytes, what)?;
     let mut words = [0u64; N];
-    for (word, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
-        *word = u64::from_ne_bytes(chunk.try_into().expect("8-byte chunks"));
-    }
+    // SAFETY: the view covers exactly the array, and any bytes read into it are valid u64s
+    // (no padding, no invalid bit patterns); it ends before `words` is returned.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), N * 8) };
+    read_device(memory, device, at, bytes, what)?;
     Ok(words)
+}
+
+/// Writes `bytes` into device memory of `device` at `at` (a DMA fault if it is not device
+/// memory of the device, the `what`).
+pub(crate) fn write_device(
+    memory: &MemoryMap,
+    device: i32,
+    at: usize,
+    bytes: &[u8],
+    what: &str,
+) -> Result<(), SimError> {
+    let Some(_lease) = lease_device(memory, device, at, bytes.len()) else {
+        return Err(fault(what, at, bytes.len(), device));
+    };
+    memory.uce.check(at, bytes.len())?;
+    // SAFETY: the lease keeps the range allocated as device memory (host memory on the
+    // simulator); `bytes` is the caller's own buffer, distinct from it.
+    unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), at as *mut u8, bytes.len()) };
+    Ok(())
 }
 
 impl IndirectCopy {

@@ -21,7 +21,7 @@ use npu_sys::*;
 use rayon::prelude::*;
 
 use crate::error::{Res, SimError, ensure, fail};
-use crate::indirect::{check_on_device, fault, lease_device, read_device};
+use crate::indirect::{check_on_device, fault, lease_device, read_device, write_device};
 use crate::memory::MemoryMap;
 use crate::philox::{counter, key_of, philox4x32};
 use crate::reduce::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
@@ -659,24 +659,6 @@ pub(crate) fn refused_at_run(what: &str, error: SimError) -> SimError {
 
 fn found_in_memory(error: SimError) -> SimError {
     refused_at_run("random number task", error)
-}
-
-/// Writes `bytes` to device memory of `device` at `at` (a DMA fault if it is not).
-fn write_device(
-    memory: &MemoryMap,
-    device: i32,
-    at: usize,
-    bytes: &[u8],
-    what: &str,
-) -> Result<(), SimError> {
-    let Some(_lease) = lease_device(memory, device, at, bytes.len()) else {
-        return Err(fault(what, at, bytes.len(), device));
-    };
-    memory.uce.check(at, bytes.len())?;
-    // SAFETY: the lease keeps the range allocated as device memory (host memory on the
-    // simulator); `bytes` is ours.
-    unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), at as *mut u8, bytes.len()) };
-    Ok(())
 }
 
 /// The `len` bytes of `n` values of `dist` (of type `kind`) from counter `offset` on.
