@@ -541,7 +541,11 @@ fn peer_access_toggled_during_cross_device_submissions_stays_enabled_under_accep
             let copy = s.copy_d2d(src, DeviceBuffer::<u8>::new(&d0, 16).unwrap());
             if copy.is_complete() {
                 let err = rt.block_on(copy).unwrap_err().error;
-                assert_eq!(err.acl_code(), Some(AclCode(207006)), "round {round}: {err}");
+                assert_eq!(
+                    err.acl_code(),
+                    Some(AclCode(207006)),
+                    "round {round}: {err}"
+                );
             } else {
                 queued.push(copy);
             }
