@@ -7,6 +7,7 @@ fn main() {
     let filter = Filter::new(std::env::args().skip(1));
     let mut table = Table::default();
     let load_before = stats::load_average();
+    let cpu_before = stats::CpuTime::now();
     if filter.wants("simulator") {
         npu_benches::sim::run(&mut table);
     }
@@ -31,6 +32,12 @@ fn main() {
             "{} cores; /proc/loadavg, so it counts the bench's own threads too",
             std::thread::available_parallelism().map_or(0, |n| n.get())
         ),
+    );
+    table.push(
+        "machine",
+        "CPU time stolen by the hypervisor over the run",
+        stats::stolen(cpu_before),
+        "/proc/stat steal ticks over all ticks: the share of the run in which a virtual machine's CPUs were running other guests",
     );
     println!("{table}");
 }

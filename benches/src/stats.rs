@@ -1,5 +1,5 @@
 //! Small helpers the sections share: percentiles of samples, µs, medians, fields of
-//! /proc/self/status and the load average.
+//! /proc/self/status, the load average and the CPU time the hypervisor took.
 
 use std::time::Duration;
 
@@ -30,6 +30,54 @@ pub fn load_average() -> String {
         })
         .filter(|load| !load.is_empty())
         .unwrap_or_else(|| "n/a".into())
+}
+
+/// The machine's CPU time so far, from the `cpu` line of /proc/stat, to tell a measurement
+/// taken while the hypervisor ran other guests on this machine's CPUs (a virtual machine's
+/// "steal" time) from one that had them to itself.
+#[derive(Clone, Copy, Debug)]
+pub struct CpuTime {
+    /// Every state's ticks, steal included.
+    total: u64,
+    steal: u64,
+}
+
+impl CpuTime {
+    /// Now; `None` where /proc/stat cannot be read or has no steal column.
+    pub fn now() -> Option<Self> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        Self::parse(stat.lines().next()?)
+    }
+
+    /// The `cpu` line: user, nice, system, idle, iowait, irq, softirq, steal, guest and
+    /// guest_nice ticks (the two guest counts are already in user and nice).
+    fn parse(line: &str) -> Option<Self> {
+        let mut fields = line.split_whitespace();
+        if fields.next()? != "cpu" {
+            return None;
+        }
+        let ticks: Vec<u64> = fields.map(str::parse).collect::<Result<_, _>>().ok()?;
+        let steal = *ticks.get(7)?;
+        Some(CpuTime {
+            total: ticks.iter().take(8).sum(),
+            steal,
+        })
+    }
+
+    /// The share of CPU time stolen since `self`, in percent: `None` without readings, or
+    /// before a tick has passed.
+    pub fn stolen_since(self, later: Option<CpuTime>) -> Option<f64> {
+        let later = later?;
+        let total = later.total.checked_sub(self.total).filter(|&t| t > 0)?;
+        Some(later.steal.saturating_sub(self.steal) as f64 * 100.0 / total as f64)
+    }
+}
+
+/// "n.n %" of CPU time stolen between two readings, or "n/a".
+pub fn stolen(since: Option<CpuTime>) -> String {
+    since
+        .and_then(|since| since.stolen_since(CpuTime::now()))
+        .map_or_else(|| "n/a".into(), |percent| format!("{percent:.1} %"))
 }
 
 /// A numeric field of /proc/self/status (`key` with its colon, e.g. `"VmLck:"`), where the OS
@@ -74,6 +122,23 @@ mod tests {
             assert_eq!(load.split(' ').count(), 3, "{load}");
         } else {
             assert!(!load.is_empty());
+        }
+    }
+
+    #[test]
+    fn stolen_time_is_the_steal_columns_share_of_every_column() {
+        let before = CpuTime::parse("cpu  100 0 50 800 10 0 0 40 7 0").unwrap();
+        let after = CpuTime::parse("cpu  150 0 60 900 10 0 0 80 9 0").unwrap();
+        // 200 ticks passed, 40 of them stolen; the guest columns are already in `user`.
+        assert_eq!(before.stolen_since(Some(after)), Some(20.0));
+        assert_eq!(before.stolen_since(Some(before)), None, "no tick passed");
+        assert!(
+            CpuTime::parse("cpu0 1 2 3 4 5 6 7 8").is_none(),
+            "not the machine's line"
+        );
+        assert!(CpuTime::parse("cpu  1 2 3").is_none(), "no steal column");
+        if cfg!(target_os = "linux") {
+            assert!(CpuTime::now().is_some());
         }
     }
 

@@ -17,7 +17,7 @@ use npu_mem::{DeviceBuffer, MemoryMut};
 use npu_sim::{TimingModel, control};
 use npu_stream::{Strategy, Stream};
 
-use crate::stats::{median, micros, percentile};
+use crate::stats::{self, median, micros, percentile};
 use crate::{Filter, Table};
 
 const SECTION: &str = "npu-stream";
@@ -395,7 +395,9 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
                 // worker thread the host held up finishes its backlog in a burst: a window can
                 // count a little more than the device can sustain. That excess is the host's
                 // lag, not a strategy's speed, and is not credited to anyone.
+                let cpu_before = stats::CpuTime::now();
                 let measured = rates(tokio, context, streams, in_flight);
+                let stolen = stats::stolen(cpu_before);
                 let clamped = measured.iter().any(|rate| *rate > device_bound);
                 let rates: Vec<f64> = measured.iter().map(|rate| rate.min(device_bound)).collect();
                 let (over_callback, over_blocking) = (rates[0] / rates[1], rates[0] / rates[2]);
@@ -437,7 +439,7 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
                     format!(
                         "callback {:.0}, spawn_blocking+sync {:.0}; EP/CB {over_callback:.2}×, \
                          EP/BS {over_blocking:.2}×; EP/best ≥ {target}×: {}{design}{at_bound}; \
-                         device bound {device_bound:.0}{}",
+                         device bound {device_bound:.0}{}; CPU stolen {stolen}",
                         rates[1],
                         rates[2],
                         verdict(over_best >= target),

@@ -332,7 +332,72 @@ fn checks(file: &syn::File, macros: &BTreeMap<String, String>) -> Result<(String
             _ => {}
         }
     }
-    Ok((out.text, out.count))
+    Ok((spell_anonymous(file, out.text), out.count))
+}
+
+/// Fields whose type is an anonymous struct or union: (record, field, bindgen's name for the
+/// type, `Outer__bindgen_ty_N`).
+fn anonymous_fields(file: &syn::File) -> Vec<(String, String, String)> {
+    let mut found = Vec::new();
+    let mut note = |record: &syn::Ident, field: Option<&syn::Ident>, ty: &syn::Type| {
+        if let (Some(field), syn::Type::Path(path)) = (field, ty)
+            && let Some(last) = path.path.segments.last()
+            && last.ident.to_string().contains("__bindgen_ty_")
+        {
+            found.push((
+                record.to_string(),
+                field.to_string(),
+                last.ident.to_string(),
+            ));
+        }
+    };
+    for item in &file.items {
+        match item {
+            syn::Item::Struct(s) => s
+                .fields
+                .iter()
+                .for_each(|f| note(&s.ident, f.ident.as_ref(), &f.ty)),
+            syn::Item::Union(u) => u
+                .fields
+                .named
+                .iter()
+                .for_each(|f| note(&u.ident, f.ident.as_ref(), &f.ty)),
+            _ => {}
+        }
+    }
+    found
+}
+
+/// Rewrites bindgen's names for anonymous structs and unions in the checks as C++ names them:
+/// `decltype(Outer::field)`, nested as deep as they are.
+fn spell_anonymous(file: &syn::File, mut text: String) -> String {
+    let fields = anonymous_fields(file);
+    let mut spelling: BTreeMap<String, String> = BTreeMap::new();
+    // An inner anonymous type is spelled through its outer one, which may itself be anonymous.
+    while spelling.len() < fields.len() {
+        let before = spelling.len();
+        for (record, field, anonymous) in &fields {
+            let outer = match record.contains("__bindgen_ty_") {
+                true => spelling.get(record).cloned(),
+                false => Some(record.clone()),
+            };
+            if let Some(outer) = outer {
+                spelling
+                    .entry(anonymous.clone())
+                    .or_insert_with(|| format!("decltype({outer}::{field})"));
+            }
+        }
+        if spelling.len() == before {
+            break;
+        }
+    }
+    // Longest first, so that `X__bindgen_ty_1` does not rewrite part of `X__bindgen_ty_10`.
+    let mut names: Vec<_> = spelling.into_iter().collect();
+    names.sort_by_key(|(name, _)| std::cmp::Reverse(name.len()));
+    for (name, spelled) in names {
+        text = text.replace(&name, &spelled);
+    }
+    text
 }
 
 #[derive(Default)]

@@ -5,7 +5,7 @@ use std::fmt;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, SharedState};
 
 /// One NPU, opened through a [`Runtime`].
 ///
@@ -496,14 +496,49 @@ impl Device {
         if self.check_peer("Device::peer_access_to", peer).is_err() {
             return None;
         }
-        let key = (self.id() as i32, peer.id() as i32);
+        self.runtime()
+            .with_shared(|shared| self.hold_peer_access(shared, peer))
+    }
+
+    /// Runs `submit` (the ACL call of an operation that reaches `peer`'s memory) while this
+    /// device's access to `peer` cannot be enabled or disabled, and returns with its result a
+    /// guard on that access if it was enabled. Looking the access up first and submitting after
+    /// would leave a window in which another thread enables it (so ACL accepts the operation)
+    /// and disables it again while the operation is queued.
+    ///
+    /// # Safety
+    ///
+    /// `submit` runs under the lock of this runtime's primary-context and peer-access state: it
+    /// must not enable, disable or look up peer access, drop a [`PeerAccess`], or open or
+    /// release a primary context, or it deadlocks. (Not a memory-safety contract: the function
+    /// is npu-core's, shared with npu-stream, and kept out of safe reach so that safe code
+    /// cannot hang a thread with it.)
+    #[doc(hidden)]
+    pub unsafe fn with_steady_peer_access<R>(
+        &self,
+        peer: &Device,
+        submit: impl FnOnce() -> R,
+    ) -> (R, Option<PeerAccess>) {
+        if self.check_peer("Device::peer_access_to", peer).is_err() {
+            return (submit(), None);
+        }
         self.runtime().with_shared(|shared| {
-            let users = shared.peer_access.get_mut(&key)?;
-            *users += 1;
-            Some(PeerAccess {
-                from: self.clone(),
-                peer: peer.clone(),
-            })
+            // Submitted first: a guard taken before would be dropped under the lock if
+            // `submit` unwound.
+            let result = submit();
+            (result, self.hold_peer_access(shared, peer))
+        })
+    }
+
+    /// Another guard on this device's access to `peer`, if it is enabled; under the shared
+    /// state's lock.
+    fn hold_peer_access(&self, shared: &mut SharedState, peer: &Device) -> Option<PeerAccess> {
+        let key = (self.id() as i32, peer.id() as i32);
+        let users = shared.peer_access.get_mut(&key)?;
+        *users += 1;
+        Some(PeerAccess {
+            from: self.clone(),
+            peer: peer.clone(),
         })
     }
 }

@@ -254,8 +254,13 @@ impl Runtime {
     /// Each task failure goes to one caller: the oldest fault not claimed yet is returned and
     /// marked claimed; once all are, the latest one is returned again (a stream a fault
     /// stopped fails all its later work with the same code). npu-stream attaches the fault to
-    /// the failed operation's error ([`Error::fault`]); this is for code that drives raw ACL
-    /// streams.
+    /// the failed operation's error ([`Error::fault`]). Shared with npu-stream; not part of
+    /// the API.
+    ///
+    /// # Safety
+    ///
+    /// The stream must be one the caller created and drives itself: claiming a fault of a
+    /// stream npu-stream owns takes the detail its failed operation should carry.
     ///
     /// ```
     /// use npu_core::{AclCode, Device};
@@ -276,13 +281,18 @@ impl Runtime {
     ///     rt.check("aclrtMemsetAsync", (api.aclrtMemsetAsync)(dev, 64, 0, 64, stream))?;
     ///     assert!(rt.check("aclrtSynchronizeStream", (api.aclrtSynchronizeStream)(stream)).is_err());
     /// }
-    /// let fault = rt.claim_fault(1, id as u64, AclCode(507015)).expect("the callback recorded it");
+    /// // SAFETY: the stream is this example's own.
+    /// let fault = unsafe { rt.claim_fault(1, id as u64, AclCode(507015)) };
+    /// let fault = fault.expect("the callback recorded it");
     /// assert_eq!((fault.task_id, fault.device_id, fault.stream_id), (1, 1, id as u32));
-    /// assert_eq!(rt.claim_fault(1, id as u64, AclCode(100000)), None, "no fault has that code");
+    /// // SAFETY: as above.
+    /// let none = unsafe { rt.claim_fault(1, id as u64, AclCode(100000)) };
+    /// assert_eq!(none, None, "no fault has that code");
     /// # unsafe { (api.aclrtFree)(dev); (api.aclrtDestroyStream)(stream) };
     /// # Ok::<(), npu_core::Error>(())
     /// ```
-    pub fn claim_fault(
+    #[doc(hidden)]
+    pub unsafe fn claim_fault(
         &self,
         device: u32,
         stream_id: u64,
@@ -306,9 +316,15 @@ impl Runtime {
     /// watch is dropped (a newer watch of the same stream id replaces it). Faults recorded
     /// under that id before are dropped: they belong to an earlier stream with the same id.
     ///
+    /// npu-stream uses it to make the reactor look at the failed stream at once. Shared with
+    /// npu-stream; not part of the API.
+    ///
+    /// # Safety
+    ///
     /// `on_fault` runs on a runtime thread inside the exception callback: it must return
-    /// quickly, never block and never call ACL. npu-stream uses it to make the reactor look
-    /// at the failed stream at once.
+    /// quickly, never block and never call ACL. The stream must be one the caller created and
+    /// drives itself: a watch of a stream npu-stream owns would replace npu-stream's, which
+    /// then no longer hears of its faults.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -327,7 +343,10 @@ impl Runtime {
     /// }
     /// let heard = Arc::new(AtomicBool::new(false));
     /// let flag = heard.clone();
-    /// let _watch = rt.watch_faults(1, id as u64, stream, move || flag.store(true, Ordering::Release));
+    /// // SAFETY: the closure only stores a flag; the stream is this example's own.
+    /// let _watch = unsafe {
+    ///     rt.watch_faults(1, id as u64, stream, move || flag.store(true, Ordering::Release))
+    /// };
     /// npu_sim::control::fail_task(stream, 1, 507015).unwrap();
     /// // SAFETY: as above.
     /// unsafe {
@@ -338,7 +357,8 @@ impl Runtime {
     /// # unsafe { (api.aclrtFree)(dev); (api.aclrtDestroyStream)(stream) };
     /// # Ok::<(), npu_core::Error>(())
     /// ```
-    pub fn watch_faults(
+    #[doc(hidden)]
+    pub unsafe fn watch_faults(
         &self,
         device: u32,
         stream_id: u64,

@@ -53,9 +53,21 @@ pub(crate) struct Context {
     streams: Mutex<Option<Vec<Arc<Stream>>>>,
     /// aclrtCtxSetSysParamOpt's parameters.
     pub(crate) sys_params: crate::sys_param::SysParams,
-    /// The device memory holding the context's float overflow flags
-    /// (aclrtCtxGetFloatOverflowAddr), allocated when first asked for.
-    overflow_flags: Mutex<Option<usize>>,
+    /// The device memory of the context's workspaces, allocated when first asked for.
+    workspaces: Mutex<[Option<usize>; Workspace::COUNT]>,
+}
+
+/// Device memory the runtime keeps for a context and hands out by address.
+#[derive(Clone, Copy)]
+pub(crate) enum Workspace {
+    /// The float overflow flags (aclrtCtxGetFloatOverflowAddr).
+    OverflowFlags,
+    /// The words Cube and Vector cores synchronise through (aclrtGetHardwareSyncAddr).
+    HardwareSync,
+}
+
+impl Workspace {
+    const COUNT: usize = 2;
 }
 
 impl Context {
@@ -78,7 +90,7 @@ impl Context {
             default_stream,
             streams: Mutex::new(Some(Vec::new())),
             sys_params: Default::default(),
-            overflow_flags: Mutex::new(None),
+            workspaces: Mutex::new([None; Workspace::COUNT]),
         });
         sim.contexts.fill(handle, ctx.clone());
         Ok(ctx)
@@ -140,18 +152,20 @@ impl Context {
         for stream in std::iter::once(self.default_stream.clone()).chain(streams) {
             stream.destroy(sim, false);
         }
-        if let Some(flags) = lock(&self.overflow_flags).take() {
-            // The runtime's own allocation, made by `overflow_flags`: it is live.
-            let _ = sim.memory.free(flags, false);
+        for address in lock(&self.workspaces).iter_mut().filter_map(Option::take) {
+            // The runtime's own allocation, made by `workspace`: it is live.
+            let _ = sim.memory.free(address, false);
         }
     }
 
-    /// The device memory of the context's float overflow flags (zeros: no task of the
-    /// simulator overflows), allocated on first use and freed with the context. It is the
-    /// runtime's memory, not counted as an allocation of the program's.
-    pub(crate) fn overflow_flags(&self, sim: &Sim, bytes: usize) -> Res<usize> {
-        let mut flags = lock(&self.overflow_flags);
-        if let Some(address) = *flags {
+    /// The device memory of one of the context's workspaces, `bytes` of zeros (no task of the
+    /// simulator overflows or synchronises cores through it), allocated on first use and freed
+    /// with the context. It is the runtime's memory, not counted as an allocation of the
+    /// program's.
+    pub(crate) fn workspace(&self, sim: &Sim, which: Workspace, bytes: usize) -> Res<usize> {
+        let mut workspaces = lock(&self.workspaces);
+        let slot = &mut workspaces[which as usize];
+        if let Some(address) = *slot {
             return Ok(address);
         }
         let kind = crate::memory::AllocKind::Device {
@@ -160,7 +174,7 @@ impl Context {
             page_size: crate::memory::PAGE as u32,
         };
         let address = sim.memory.allocate(bytes, kind)?;
-        *flags = Some(address);
+        *slot = Some(address);
         Ok(address)
     }
 

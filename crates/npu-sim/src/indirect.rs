@@ -42,7 +42,12 @@ pub(crate) struct IndirectCopy {
 }
 
 /// Leases `[ptr, ptr+len)` if it lies in one device allocation of `device`.
-fn lease_device(memory: &MemoryMap, device: i32, ptr: usize, len: usize) -> Option<Lease> {
+pub(crate) fn lease_device(
+    memory: &MemoryMap,
+    device: i32,
+    ptr: usize,
+    len: usize,
+) -> Option<Lease> {
     let lease = memory.lease(ptr, len)?;
     // The lease keeps the allocation alive, so the kind read now is the leased one's.
     let on_device = matches!(
@@ -52,11 +57,33 @@ fn lease_device(memory: &MemoryMap, device: i32, ptr: usize, len: usize) -> Opti
     on_device.then_some(lease)
 }
 
-fn fault(what: &str, ptr: usize, len: usize, device: i32) -> SimError {
+/// The DMA fault of a task that reaches for `[ptr, ptr+len)`, the `what`, and finds no device
+/// memory of `device` there.
+pub(crate) fn fault(what: &str, ptr: usize, len: usize, device: i32) -> SimError {
     SimError::new(
         ACL_ERROR_RT_SYS_DMA,
         format!("DMA fault: the {what} {ptr:#x}+{len} is not device memory of device {device}"),
     )
+}
+
+/// Fills `out` from device memory of `device` at `at` (a DMA fault if it is not device
+/// memory of the device, the `what`).
+pub(crate) fn read_device(
+    memory: &MemoryMap,
+    device: i32,
+    at: usize,
+    out: &mut [u8],
+    what: &str,
+) -> Result<(), SimError> {
+    let len = out.len();
+    let Some(_lease) = lease_device(memory, device, at, len) else {
+        return Err(fault(what, at, len, device));
+    };
+    memory.uce.check(at, len)?;
+    // SAFETY: the lease keeps these `len` bytes of device memory allocated; device memory is
+    // host memory on the simulator, and `out` is the caller's own buffer, distinct from it.
+    unsafe { ptr::copy_nonoverlapping(at as *const u8, out.as_mut_ptr(), len) };
+    Ok(())
 }
 
 /// Reads `N` u64s of device memory of `device`.
@@ -66,14 +93,31 @@ fn read_words<const N: usize>(
     at: usize,
     what: &str,
 ) -> Result<[u64; N], SimError> {
-    let len = N * 8;
-    let Some(_lease) = lease_device(memory, device, at, len) else {
-        return Err(fault(what, at, len, device));
+    let mut words = [0u64; N];
+    // SAFETY: the view covers exactly the array, and any bytes read into it are valid u64s
+    // (no padding, no invalid bit patterns); it ends before `words` is returned.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), N * 8) };
+    read_device(memory, device, at, bytes, what)?;
+    Ok(words)
+}
+
+/// Writes `bytes` into device memory of `device` at `at` (a DMA fault if it is not device
+/// memory of the device, the `what`).
+pub(crate) fn write_device(
+    memory: &MemoryMap,
+    device: i32,
+    at: usize,
+    bytes: &[u8],
+    what: &str,
+) -> Result<(), SimError> {
+    let Some(_lease) = lease_device(memory, device, at, bytes.len()) else {
+        return Err(fault(what, at, bytes.len(), device));
     };
-    memory.uce.check(at, len)?;
-    // SAFETY: the lease keeps these `len` bytes of device memory allocated; device memory is
-    // host memory on the simulator, read unaligned as the caller may have placed it anywhere.
-    Ok(unsafe { (at as *const [u64; N]).read_unaligned() })
+    memory.uce.check(at, bytes.len())?;
+    // SAFETY: the lease keeps the range allocated as device memory (host memory on the
+    // simulator); `bytes` is the caller's own buffer, distinct from it.
+    unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), at as *mut u8, bytes.len()) };
+    Ok(())
 }
 
 impl IndirectCopy {

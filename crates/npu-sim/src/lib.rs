@@ -75,7 +75,9 @@ mod memory;
 mod model_ri;
 mod notify;
 mod op_timeout;
+mod philox;
 mod pool;
+mod random;
 mod reduce;
 mod report;
 mod res_limit;
@@ -87,6 +89,7 @@ mod sync;
 mod sys_param;
 mod task;
 mod task_abort;
+mod task_update;
 mod uce;
 mod vmm;
 

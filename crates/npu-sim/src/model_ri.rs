@@ -15,6 +15,7 @@ use crate::handle::Handle;
 use crate::stream::Stream;
 use crate::sync::lock;
 use crate::task::{HostFn, Op, Task};
+use crate::task_update::PatchSlot;
 
 /// The longest name aclmdlRIGetName returns, in bytes, its NUL included.
 pub(crate) const MAX_NAME: usize = 512;
@@ -67,6 +68,13 @@ pub(crate) struct Captured {
     pub(crate) op_info: Option<Arc<[u8]>>,
     /// Extended information cached on it (aclrtCacheLastTaskExtendInfo).
     pub(crate) extend_info: Option<Arc<[u8]>>,
+    /// What aclrtTaskUpdateAsync changes in it: random number tasks and kernel launches.
+    pub(crate) patch: Option<Arc<PatchSlot>>,
+}
+
+/// The patch slot a task of an instance gets: one for the tasks aclrtTaskUpdateAsync updates.
+fn patch_slot(step: &Step) -> Option<Arc<PatchSlot>> {
+    matches!(step, Step::Run(Op::Kernel(_) | Op::Random(_))).then(Default::default)
 }
 
 /// What aclrtCacheLastTask* attach to a captured task.
@@ -370,15 +378,28 @@ impl ModelRi {
             .collect()
     }
 
-    /// The steps an execution runs, in order. A captured instance runs every task in capture
-    /// order. A built one runs the tasks of its HEAD streams in submission order, and each
-    /// activation among them runs the activated stream's tasks there, in their order: a
-    /// serialisation of the activated stream running beside the one that activated it.
-    fn execution_steps(&self) -> Vec<Step> {
+    /// The task `task_id` of stream `stream_id` (its place among the stream's tasks plus
+    /// one, as aclrtGetThreadLastTaskId reports it), if an update can change it (a random
+    /// number task or a kernel launch): its step and patch slot.
+    pub(crate) fn updatable(&self, stream_id: i32, task_id: u32) -> Option<(Step, Arc<PatchSlot>)> {
+        let seq = task_id.checked_sub(1)?;
+        let tasks = lock(&self.tasks);
+        let task = tasks
+            .iter()
+            .find(|t| t.stream_id == stream_id && t.seq == seq)?;
+        Some((task.step.clone(), task.patch.clone()?))
+    }
+
+    /// The steps an execution runs, in order, each with its task's patch slot. A captured
+    /// instance runs every task in capture order. A built one runs the tasks of its HEAD
+    /// streams in submission order, and each activation among them runs the activated
+    /// stream's tasks there, in their order: a serialisation of the activated stream running
+    /// beside the one that activated it.
+    fn execution_steps(&self) -> Vec<(Step, Option<Arc<PatchSlot>>)> {
         let tasks = lock(&self.tasks);
         let enabled = tasks.iter().filter(|t| !t.disabled);
         if !self.built {
-            return enabled.map(|t| t.step.clone()).collect();
+            return enabled.map(|t| (t.step.clone(), t.patch.clone())).collect();
         }
         let heads: Vec<i32> = lock(&self.bound)
             .iter()
@@ -387,13 +408,7 @@ impl ModelRi {
             .collect();
         let mut steps = Vec::new();
         for task in enabled.filter(|t| heads.contains(&t.stream_id)) {
-            push_activated(
-                &tasks,
-                &heads,
-                &mut vec![task.stream_id],
-                &task.step,
-                &mut steps,
-            );
+            push_activated(&tasks, &heads, &mut vec![task.stream_id], task, &mut steps);
         }
         steps
     }
@@ -438,6 +453,7 @@ impl ModelRi {
         tasks.push(Captured {
             stream_id: stream.id,
             seq,
+            patch: patch_slot(&step),
             step,
             disabling: false,
             disabled: false,
@@ -448,11 +464,14 @@ impl ModelRi {
     }
 
     /// aclmdlRICaptureTaskUpdateEnd: the tasks at `indexes` become `ops`, for the executions
-    /// queued from now on.
+    /// queued from now on (with a patch slot of their own: an aclrtTaskUpdateAsync of the
+    /// tasks replaced does not reach them).
     pub(crate) fn replace(&self, indexes: &[usize], ops: Vec<Op>) {
         let mut tasks = lock(&self.tasks);
         for (&index, op) in indexes.iter().zip(ops) {
-            tasks[index].step = Step::Run(op);
+            let step = Step::Run(op);
+            tasks[index].patch = patch_slot(&step);
+            tasks[index].step = step;
         }
     }
 
@@ -549,7 +568,7 @@ impl ModelRi {
         let steps = self.execution_steps();
         let aborted = lock(&self.aborted).clone();
         let mut fresh: HashMap<*const Record, Arc<Record>> = HashMap::new();
-        for step in steps {
+        for (step, patch) in steps {
             let op = match step {
                 Step::Run(op) => op,
                 Step::WaitFor(event) => match event.current() {
@@ -558,7 +577,7 @@ impl ModelRi {
                             record,
                             timeout: None,
                         };
-                        self.queue(stream, wait, &aborted)?;
+                        self.queue(stream, wait, &aborted, None)?;
                         continue;
                     }
                     _ => continue,
@@ -595,7 +614,7 @@ impl ModelRi {
                 }
                 other => (other, None),
             };
-            self.queue(stream, op, &aborted)?;
+            self.queue(stream, op, &aborted, patch)?;
             if let Some((event, record)) = recorded {
                 event.set_current(record);
             }
@@ -603,11 +622,19 @@ impl ModelRi {
         Ok(())
     }
 
-    /// Queues one replayed task, which holds [`Self::running`] until it leaves the stream.
-    fn queue(&self, stream: &Arc<Stream>, op: Op, aborted: &Arc<AtomicBool>) -> Res<()> {
+    /// Queues one replayed task, which holds [`Self::running`] until it leaves the stream
+    /// and takes the fields of its task's latest update (`patch`) as it starts.
+    fn queue(
+        &self,
+        stream: &Arc<Stream>,
+        op: Op,
+        aborted: &Arc<AtomicBool>,
+        patch: Option<Arc<PatchSlot>>,
+    ) -> Res<()> {
         let mut task = Task::new(op);
         task.keep = Some(self.running.clone());
         task.aborted = Some(aborted.clone());
+        task.patch = patch;
         stream.submit(task)
     }
 
@@ -677,19 +704,19 @@ impl ModelRi {
     }
 }
 
-/// Appends `step` to an execution's `steps`; an activation appends the enabled tasks of the
-/// activated stream instead, expanded the same way. `active` holds the streams running in
-/// this chain of activations: activating one of them, or a HEAD stream, does nothing, as the
-/// stream is running already.
+/// Appends `task`'s step to an execution's `steps`; an activation appends the enabled tasks
+/// of the activated stream instead, expanded the same way. `active` holds the streams running
+/// in this chain of activations: activating one of them, or a HEAD stream, does nothing, as
+/// the stream is running already.
 fn push_activated(
     tasks: &[Captured],
     heads: &[i32],
     active: &mut Vec<i32>,
-    step: &Step,
-    steps: &mut Vec<Step>,
+    task: &Captured,
+    steps: &mut Vec<(Step, Option<Arc<PatchSlot>>)>,
 ) {
-    let Step::Activate(target) = *step else {
-        steps.push(step.clone());
+    let Step::Activate(target) = task.step else {
+        steps.push((task.step.clone(), task.patch.clone()));
         return;
     };
     if heads.contains(&target) || active.contains(&target) {
@@ -700,7 +727,7 @@ fn push_activated(
         .iter()
         .filter(|t| t.stream_id == target && !t.disabled)
     {
-        push_activated(tasks, heads, active, &task.step, steps);
+        push_activated(tasks, heads, active, task, steps);
     }
     active.pop();
 }
@@ -722,6 +749,7 @@ pub(crate) fn describe_step(step: &Step) -> String {
             format!("{} {} bytes to {dst:#x}", label.1, extent.bytes())
         }
         Op::Memset { dst, len, .. } => format!("memset {len} bytes at {dst:#x}"),
+        Op::Random(task) => format!("random {} values to {:#x}", task.name(), task.result()),
         _ => format!("{} {}", label.0, label.1),
     }
 }

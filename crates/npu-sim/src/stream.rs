@@ -793,7 +793,9 @@ impl Stream {
             | Op::Kernel(_)
             | Op::IndirectCopy(_)
             | Op::Reduce { .. }
-            | Op::ValueWrite { .. } => {
+            | Op::ValueWrite { .. }
+            | Op::Random(_)
+            | Op::TaskUpdate(_) => {
                 let Some(_admitted) = self.device.admit() else {
                     return Err(None);
                 };
@@ -807,7 +809,7 @@ impl Stream {
         }
     }
 
-    fn execute(&self, sim: &Sim, task: Task) {
+    fn execute(&self, sim: &Sim, mut task: Task) {
         if self.discarding().is_some() || task.is_aborted() {
             return self.retire(task, Retired::Abandoned);
         }
@@ -818,6 +820,10 @@ impl Stream {
             Err(None) => return self.give_up(task),
             Err(Some(error)) => (0, Some(error)),
         };
+        // A task of a model runtime instance starts with the fields its latest update gave.
+        if let Some(slot) = &task.patch {
+            slot.apply(&mut task.op);
+        }
         // Only work that touches memory holds back the report of a doom: a task that waits
         // (an event, a notify, a value) gives up as soon as the stream is doomed.
         if task.touches_memory() {

@@ -17,7 +17,9 @@ use crate::kernel::{Launch, LaunchArgs};
 use crate::memory::{Lease, MemoryMap};
 use crate::notify::Notify;
 use crate::op_timeout;
+use crate::random::RandomTask;
 use crate::reduce::{Element, Reduction, reduce};
+use crate::task_update::{PatchSlot, TaskUpdate};
 
 /// Direction of a copy after kind correction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +175,10 @@ pub(crate) enum Op {
     /// aclrtProfTrace: a profiling marker carrying the user's bytes (zero-padded), shown in
     /// the timeline trace.
     ProfMarker([u8; PROF_MARKER_BYTES]),
+    /// aclrtRandomNumAsync: random numbers into device memory.
+    Random(RandomTask),
+    /// aclrtTaskUpdateAsync: new fields for a task of a model runtime instance.
+    TaskUpdate(TaskUpdate),
 }
 
 /// The bytes an aclrtProfTrace marker carries.
@@ -197,6 +203,8 @@ impl Op {
             Self::ValueWrite { .. } => ("value", "write".to_owned()),
             Self::ValueWait { .. } => ("value", "wait".to_owned()),
             Self::Reset { .. } => ("event", "reset".to_owned()),
+            Self::Random(task) => ("random", task.name().to_owned()),
+            Self::TaskUpdate(_) => ("update", "task update".to_owned()),
             Self::ProfMarker(data) => {
                 let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
                 ("profiling", format!("prof trace {hex}"))
@@ -256,6 +264,9 @@ pub(crate) struct Task {
     /// Set by aclmdlRIAbort for the execution a replayed task belongs to: the task is dropped
     /// instead of run.
     pub(crate) aborted: Option<Arc<AtomicBool>>,
+    /// A replayed task's slot for aclrtTaskUpdateAsync: the task takes its latest fields as
+    /// it starts.
+    pub(crate) patch: Option<Arc<PatchSlot>>,
 }
 
 impl Task {
@@ -268,6 +279,7 @@ impl Task {
             inject: None,
             keep: None,
             aborted: None,
+            patch: None,
         }
     }
 
@@ -310,6 +322,8 @@ impl Task {
                 | Op::IndirectCopy(_)
                 | Op::Reduce { .. }
                 | Op::ValueWrite { .. }
+                | Op::Random(_)
+                | Op::TaskUpdate(_)
         )
     }
 
@@ -318,6 +332,7 @@ impl Task {
         match &self.op {
             Op::Copy { extent, .. } => extent.bytes(),
             Op::Memset { len, .. } | Op::Reduce { len, .. } => *len as u64,
+            Op::Random(task) => task.known_len(),
             _ => 0,
         }
     }
@@ -326,13 +341,13 @@ impl Task {
     pub(crate) fn duration_ns(&self, model: &TimingModel) -> u64 {
         match &self.op {
             Op::Copy { dir, .. } => model.transfer_ns(self.bytes(), dir.bandwidth(model)),
-            Op::Memset { .. } | Op::Reduce { .. } => {
+            Op::Memset { .. } | Op::Reduce { .. } | Op::Random(_) => {
                 model.transfer_ns(self.bytes(), model.d2d_bytes_per_sec)
             }
             Op::Kernel(launch) => {
                 model.work_ns(model.kernel_ns.get(launch.name()).copied().unwrap_or(0))
             }
-            Op::Callback { .. } | Op::HostFunc { .. } => model.work_ns(0),
+            Op::Callback { .. } | Op::HostFunc { .. } | Op::TaskUpdate(_) => model.work_ns(0),
             _ => 0,
         }
     }
@@ -455,6 +470,8 @@ impl Task {
                 launch.run()
             }
             Op::IndirectCopy(copy) => copy.run(memory),
+            Op::Random(task) => task.run(memory),
+            Op::TaskUpdate(update) => update.run(memory),
             Op::ValueWrite { dst, value } => {
                 let _dst = lease(memory, true, *dst, 8)?;
                 // SAFETY: device memory checked (8 bytes, 8-aligned) at submission and leased

@@ -254,6 +254,7 @@ fn data_buffers_and_persistent_streams_in_c() {
          task id after clean: 1\n\
          counted notify: 207000\n\
          group count: 207000, group info: NULL\n\
+         shared buffer: 207000, NULL\n\
          data buffer flow ok\n"
     );
 }
@@ -652,6 +653,21 @@ fn a_built_instance_activates_its_second_stream_in_c_and_cxx() {
          build flow ok\n";
     for lang in [Lang::C, Lang::Cxx] {
         assert_eq!(run(&compile_as("build_flow", lang, &[])), expected);
+    }
+}
+
+/// Random number tasks on a stream and in a built instance, updated by aclrtTaskUpdateAsync.
+#[test]
+fn random_numbers_and_task_updates_in_c_and_cxx() {
+    let expected = "dropout: between 70% and 80% kept: 1\n\
+         task id 1\n\
+         execution 1: in [-1, 1): 1\n\
+         execution 2, same seed: same values: 1\n\
+         execution 3, updated: the values of seed 7: 1\n\
+         execution 3, updated: other values than seed 1's: 1\n\
+         random flow ok\n";
+    for lang in [Lang::C, Lang::Cxx] {
+        assert_eq!(run(&compile_as("random_flow", lang, &[])), expected);
     }
 }
 

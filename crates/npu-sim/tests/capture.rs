@@ -308,16 +308,6 @@ fn external_records_and_waits_cross_the_instances_boundary() {
     acl!(aclrtFree(dev));
 }
 
-fn persistent_stream() -> aclrtStream {
-    let mut stream = ptr::null_mut();
-    acl!(aclrtCreateStreamWithConfig(
-        &mut stream,
-        0,
-        ACL_STREAM_PERSISTENT
-    ));
-    stream
-}
-
 const HEAD: u32 = 0;
 const ACTIVATED: u32 = 0x7FFF_FFFF;
 

@@ -847,6 +847,23 @@ const CASES: &[Case] = &[
             code!(aclrtCtxGetFloatOverflowAddr(&mut address))
         },
     ),
+    case(
+        "hardware sync address into NULL",
+        "aclrtGetHardwareSyncAddr",
+        100000,
+        3,
+        || code!(aclrtGetHardwareSyncAddr(ptr::null_mut())),
+    ),
+    case(
+        "hardware sync address without a context",
+        "aclrtGetHardwareSyncAddr",
+        107002,
+        -1,
+        || {
+            let mut address = ptr::null_mut();
+            code!(aclrtGetHardwareSyncAddr(&mut address))
+        },
+    ),
     case("set a compute group", "aclrtSetGroup", 207000, 3, || {
         code!(aclrtSetGroup(0))
     }),
@@ -943,26 +960,34 @@ const CASES: &[Case] = &[
     ),
 ];
 
+/// The addresses of the runtime's per-context workspaces.
+type WorkspaceGetter = unsafe extern "C" fn(*mut *mut c_void) -> aclError;
+
 #[test]
-fn a_context_has_one_overflow_flag_address_on_its_device() {
+fn a_context_has_one_address_of_each_workspace_on_its_device() {
     install();
     std::thread::spawn(|| {
         set_device(5);
-        let address = || {
+        let address = |get: WorkspaceGetter| {
             let mut address = ptr::null_mut();
-            acl!(aclrtCtxGetFloatOverflowAddr(&mut address));
+            acl!(get(&mut address));
             address
         };
+        let getters: [WorkspaceGetter; 2] =
+            [aclrtCtxGetFloatOverflowAddr, aclrtGetHardwareSyncAddr];
         let before = npu_sim::control::device_stats(5).unwrap().live_allocations;
-        let flags = address();
-        assert_eq!(address(), flags, "one address per context");
-        assert_eq!(download::<u8>(flags, 64), vec![0; 64], "no overflow");
-        let mut attributes = aclrtPtrAttributes::default();
-        acl!(aclrtPointerGetAttributes(flags, &mut attributes));
-        assert_eq!(
-            attributes.location.id, 5,
-            "device memory of the context's device"
-        );
+        let [flags, sync] = getters.map(address);
+        assert_ne!(flags, sync, "two workspaces");
+        for (get, workspace) in getters.into_iter().zip([flags, sync]) {
+            assert_eq!(address(get), workspace, "one address per context");
+            assert_eq!(download::<u8>(workspace, 64), vec![0; 64], "zeros");
+            let mut attributes = aclrtPtrAttributes::default();
+            acl!(aclrtPointerGetAttributes(workspace, &mut attributes));
+            assert_eq!(
+                attributes.location.id, 5,
+                "device memory of the context's device"
+            );
+        }
         assert_eq!(
             npu_sim::control::device_stats(5).unwrap().live_allocations,
             before,
@@ -971,7 +996,9 @@ fn a_context_has_one_overflow_flag_address_on_its_device() {
         // Another context has its own (freed with it).
         let mut ctx = ptr::null_mut();
         acl!(aclrtCreateContext(&mut ctx, 5));
-        assert_ne!(address(), flags);
+        for (get, workspace) in getters.into_iter().zip([flags, sync]) {
+            assert_ne!(address(get), workspace);
+        }
         acl!(aclrtDestroyContext(ctx));
     })
     .join()

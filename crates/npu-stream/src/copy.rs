@@ -1,7 +1,9 @@
 //! Copies and memsets: each takes the buffers it touches and returns them when done.
 
+use std::cell::OnceCell;
+
 use npu_core::ffi;
-use npu_core::{Context, Error, Result, acl_call};
+use npu_core::{Completion, Context, Error, Result, acl_call};
 use npu_mem::{DeviceSlice, HostSlice, Memory, MemoryMut};
 
 use crate::op::Op;
@@ -459,11 +461,12 @@ impl Stream {
         D: MemoryMut<Elem = S::Elem>,
     {
         let bytes = src.byte_len();
+        let done = OnceCell::new();
         self.submit(
             "aclrtMemcpyAsync",
             bytes,
             (src, dst),
-            |value, done| self.record_copy(kind, value, done),
+            |value, completion| record_copy(kind, value, completion, &done),
             |(src, dst), stream| {
                 self.check_pair(api, kind, src, dst)?;
                 if src.len() != dst.len() {
@@ -475,14 +478,16 @@ impl Stream {
                     return Err(Error::invalid(api, "dst", rule));
                 }
                 let (d, s) = (dst.addr_mut(), src.addr());
-                // SAFETY: both ranges are `bytes` long and stay valid until the copy completes
-                // (both owners recorded this operation as a use).
-                unsafe {
-                    acl_call!(
-                        self.context().runtime(),
-                        aclrtMemcpyAsync(d, bytes, s, bytes, kind, stream)
-                    )
-                }
+                self.issue_copy((src, dst), &done, || {
+                    // SAFETY: both ranges are `bytes` long and stay valid until the copy
+                    // completes (both owners recorded this operation as a use).
+                    unsafe {
+                        acl_call!(
+                            self.context().runtime(),
+                            aclrtMemcpyAsync(d, bytes, s, bytes, kind, stream)
+                        )
+                    }
+                })
             },
         )
     }
@@ -503,23 +508,26 @@ impl Stream {
             .width
             .saturating_mul(shape.height)
             .saturating_mul(size_of::<S::Elem>());
+        let done = OnceCell::new();
         self.submit(
             "aclrtMemcpy2dAsync",
             bytes,
             (src, dst),
-            |value, done| self.record_copy(kind, value, done),
+            |value, completion| record_copy(kind, value, completion, &done),
             |(src, dst), stream| {
                 self.check_pair(api, kind, src, dst)?;
                 let (width, spitch, dpitch) = shape.check::<S::Elem>(api, src.len(), dst.len())?;
                 let (d, s, height) = (dst.addr_mut(), src.addr(), shape.height);
-                // SAFETY: the shape was checked against both buffers, which stay valid until the
-                // copy completes.
-                unsafe {
-                    acl_call!(
-                        self.context().runtime(),
-                        aclrtMemcpy2dAsync(d, dpitch, s, spitch, width, height, kind, stream)
-                    )
-                }
+                self.issue_copy((src, dst), &done, || {
+                    // SAFETY: the shape was checked against both buffers, which stay valid
+                    // until the copy completes.
+                    unsafe {
+                        acl_call!(
+                            self.context().runtime(),
+                            aclrtMemcpy2dAsync(d, dpitch, s, spitch, width, height, kind, stream)
+                        )
+                    }
+                })
             },
         )
     }
@@ -570,32 +578,52 @@ impl Stream {
         Ok(())
     }
 
-    /// Records a copy as a user of both of its buffers; a copy that reaches a peer device's
-    /// memory also keeps that peer access enabled until it completes.
-    fn record_copy<S: Memory, D: Memory>(
+    /// Makes a copy's ACL call. A copy that reaches a peer device's memory also keeps that
+    /// peer access enabled until it completes: the access is looked up under the same lock as
+    /// the call, so another thread cannot enable it just for the call (ACL then accepts the
+    /// copy) and disable it while the copy is queued.
+    fn issue_copy<S: Memory, D: Memory>(
         &self,
-        kind: ffi::aclrtMemcpyKind,
-        (src, dst): &(S, D),
-        done: &npu_core::Completion,
-    ) {
-        src.record_use(done);
-        dst.record_use(done);
-        if kind != ffi::ACL_MEMCPY_DEVICE_TO_DEVICE {
-            return;
-        }
+        (src, dst): (&S, &D),
+        done: &OnceCell<Completion>,
+        call: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
         let ours = self.context().device_id();
         let peer = [src.context(), dst.context()]
             .into_iter()
-            .find(|context| context.device_id() != ours);
-        let Some(peer) = peer else { return };
-        if !peer.runtime().same_library(self.context().runtime()) {
-            return;
-        }
-        if let Some(access) = self.context().device().peer_access_to(&peer.device()) {
+            .find(|context| context.device_id() != ours)
+            .filter(|peer| peer.runtime().same_library(self.context().runtime()));
+        let (Some(peer), Some(done)) = (peer, done.get()) else {
+            return call();
+        };
+        // SAFETY: `call` is one ACL copy submission: it touches neither peer access nor
+        // primary contexts.
+        let (result, access) = unsafe {
+            self.context()
+                .device()
+                .with_steady_peer_access(&peer.device(), call)
+        };
+        if let (Ok(()), Some(access)) = (&result, access) {
             // SAFETY: disabling peer access (when this is its last guard) does not wait for the
             // device, and the copy that used it has completed by then.
             unsafe { done.drop_after(access) };
         }
+        result
+    }
+}
+
+/// Records a copy as a user of both of its buffers, and keeps the completion of a
+/// device-to-device copy for [`Stream::issue_copy`], which may tie a peer access to it.
+fn record_copy<S: Memory, D: Memory>(
+    kind: ffi::aclrtMemcpyKind,
+    (src, dst): &(S, D),
+    completion: &Completion,
+    done: &OnceCell<Completion>,
+) {
+    src.record_use(completion);
+    dst.record_use(completion);
+    if kind == ffi::ACL_MEMCPY_DEVICE_TO_DEVICE {
+        let _ = done.set(completion.clone());
     }
 }
 

@@ -151,8 +151,18 @@ pub(crate) fn settle(stream: &StreamShared, event: PooledEvent, api: &'static st
 
 /// Waits up to `timeout_ms` (-1: as long as needed) for the event; `None` if it timed out.
 /// Runtimes without the timed wait wait as long as needed.
+///
+/// The event's context is made current first: the wait runs on whatever thread the strategy
+/// chose (a blocking-pool thread, the sentinel, the reactor), and although the reference
+/// documents no context requirement for it, a wait refused for the thread's state would say
+/// nothing about the operation. (Binding costs a thread-local check unless the thread's last
+/// context was another one.)
 pub(crate) fn wait_event(event: &PooledEvent, timeout_ms: i32) -> Option<Result<()>> {
-    let runtime = event.pool().context().runtime();
+    let context = event.pool().context();
+    if let Err(err) = context.bind() {
+        return Some(Err(err));
+    }
+    let runtime = context.runtime();
     let handle = event.handle();
     let code = match runtime.api().aclrtSynchronizeEventWithTimeout {
         // SAFETY: the event is alive (owned by `event`).
@@ -205,13 +215,12 @@ fn attach_fault(stream: &StreamShared, err: Error, refused: bool) -> Error {
         Error::Acl(acl) if acl.fault.is_none() => {
             let device = stream.context.device_id();
             let runtime = stream.context.runtime();
-            let fault = runtime
-                .claim_fault(device, stream.id, acl.code)
-                .or_else(|| {
-                    refused
-                        .then(|| runtime.latest_fault(device, acl.code))
-                        .flatten()
-                });
+            // SAFETY: the stream is this npu-stream stream, whose faults are its own to claim.
+            let fault = unsafe { runtime.claim_fault(device, stream.id, acl.code) }.or_else(|| {
+                refused
+                    .then(|| runtime.latest_fault(device, acl.code))
+                    .flatten()
+            });
             Error::Acl(match fault {
                 Some(fault) => acl.with_fault(fault),
                 None => acl,

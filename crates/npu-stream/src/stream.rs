@@ -50,8 +50,9 @@ pub(crate) struct StreamShared {
     pub(crate) handle: ffi::aclrtStream,
     pub(crate) id: u64,
     /// Held from the ACL call until the completion is registered, so the order of pending
-    /// completions is the order the device runs them in.
-    submit: Mutex<()>,
+    /// completions is the order the device runs them in. Holds the number of aborts in
+    /// progress: submissions are refused while one is (see [`Stream::abort`]).
+    submit: Mutex<usize>,
     /// Completions awaiting the reactor, oldest first (event-polling strategy).
     pub(crate) queue: Mutex<Queue>,
     pub(crate) events: Arc<EventPool>,
@@ -227,7 +228,7 @@ impl StreamBuilder {
             context,
             handle,
             id,
-            submit: Mutex::new(()),
+            submit: Mutex::new(0),
             queue: Mutex::new(Queue::default()),
             events,
             staging: OnceLock::new(),
@@ -274,14 +275,19 @@ fn watch_faults(
     strategy: Strategy,
     noticed: Arc<AtomicBool>,
 ) -> npu_core::FaultWatch {
-    context
-        .runtime()
-        .watch_faults(context.device_id(), id, handle, move || {
-            noticed.store(true, Ordering::Release);
-            if strategy != Strategy::CallbackThread {
-                crate::reactor::Reactor::nudge_if_running();
-            }
-        })
+    let on_fault = move || {
+        noticed.store(true, Ordering::Release);
+        if strategy != Strategy::CallbackThread {
+            crate::reactor::Reactor::nudge_if_running();
+        }
+    };
+    // SAFETY: the closure stores a flag and nudges the reactor, which only unparks it: it
+    // neither blocks nor calls ACL. The stream is the one being created here.
+    unsafe {
+        context
+            .runtime()
+            .watch_faults(context.device_id(), id, handle, on_fault)
+    }
 }
 
 /// Counts above every ACL id (a non-negative `i32`), so the two kinds never collide.
@@ -504,7 +510,12 @@ impl Stream {
     /// device is done with them), and the stream is usable again.
     ///
     /// The runtime call waits for the running task, so it runs on a blocking thread (Tokio's
-    /// blocking pool inside a runtime), never on the caller's.
+    /// blocking pool inside a runtime), never on the caller's. Work submitted to the stream
+    /// while the abort is in progress is not queued behind it (which would block the submitting
+    /// thread for as long as the device's task runs): it fails at once with
+    /// [`Error::Aborted`](npu_core::Error::Aborted), without reaching the device, as the abort
+    /// would have discarded it, and [`Event::record`](crate::Event::record) on the stream
+    /// returns that error.
     ///
     /// ```
     /// # use npu_core::Device;
@@ -636,7 +647,15 @@ impl Stream {
             if let Err(err) = self.context().bind() {
                 return Err(Submission::Rejected(completer, err));
             }
-            let _order = self.lock_submission();
+            let order = self.lock_submission();
+            if *order > 0 {
+                // Not queued behind the abort, which waits for the device's running task:
+                // discarded, as the abort would have discarded it.
+                return Err(Submission::Rejected(
+                    completer,
+                    Error::Aborted { api: op.api },
+                ));
+            }
             if let Err(err) = call(&mut value, self.shared.handle) {
                 return Err(Submission::Rejected(completer, err));
             }
@@ -664,7 +683,7 @@ impl Stream {
         Op::new(completion, value, span)
     }
 
-    pub(crate) fn lock_submission(&self) -> MutexGuard<'_, ()> {
+    pub(crate) fn lock_submission(&self) -> MutexGuard<'_, usize> {
         self.shared.submit.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -736,18 +755,34 @@ impl StreamShared {
 
     /// Discards the stream's queued work (`aclrtStreamAbort`), blocking until the device has
     /// confirmed it; then marks every operation watched so far as discarded and tells the
-    /// strategies. Submissions wait meanwhile (the submission lock), so no later operation is
-    /// mistaken for a discarded one.
+    /// strategies.
+    ///
+    /// The submission lock is held only to mark the abort and to finish it, not across the
+    /// runtime call, which waits for the device's running task: a submission meanwhile would
+    /// otherwise block its thread (a Tokio worker) for as long as that task runs. It is
+    /// refused instead (see `Stream::submit_op`), so the device's queue during the call holds
+    /// exactly the operations watched before it and none is mistaken for a discarded one.
     fn abort_blocking(&self) -> Result<()> {
         self.context.bind()?;
-        let _order = self.submit.lock().unwrap_or_else(|e| e.into_inner());
-        let through = self.watched.load(Ordering::Acquire);
+        let through = {
+            let mut aborts = self.submit.lock().unwrap_or_else(|e| e.into_inner());
+            *aborts += 1;
+            self.watched.load(Ordering::Acquire)
+        };
         let handle = self.handle;
         // SAFETY: the stream is alive (`self`) and its context is bound.
-        unsafe { acl_call_opt!(self.context.runtime(), aclrtStreamAbort(handle)) }?;
-        self.aborted_through.fetch_max(through, Ordering::AcqRel);
-        // The runtime cleared the stream's errors with its queue; so does the failure record.
-        *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let result = unsafe { acl_call_opt!(self.context.runtime(), aclrtStreamAbort(handle)) };
+        {
+            let mut aborts = self.submit.lock().unwrap_or_else(|e| e.into_inner());
+            if result.is_ok() {
+                self.aborted_through.fetch_max(through, Ordering::AcqRel);
+                // The runtime cleared the stream's errors with its queue; so does the failure
+                // record.
+                *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            }
+            *aborts -= 1;
+        }
+        result?;
         if self.strategy == Strategy::EventPoll {
             crate::reactor::Reactor::get().nudge();
         }

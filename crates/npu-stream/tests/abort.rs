@@ -4,11 +4,18 @@
 //! device reports it, and an abort then revives the stream. Its own process: it holds device 1.
 
 mod common;
+mod kernel_support;
+
+use std::num::NonZeroU32;
+use std::sync::mpsc;
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 
 use common::{STRATEGIES, run, stream};
-use npu_core::Device;
+use npu_core::{Device, Error, LaunchConfig};
 use npu_mem::{DeviceBuffer, PinnedBuffer};
 use npu_sim::control;
+use npu_stream::Event;
 
 #[test]
 fn an_abort_fails_what_it_discarded_and_the_stream_runs_again() {
@@ -76,6 +83,106 @@ fn a_stopped_stream_fails_its_work_and_an_abort_revives_it() {
             "{strategy:?}: a stopped stream's work never runs"
         );
         run(s.abort()).unwrap();
+        let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 5)).unwrap();
+        assert_eq!(buffer.to_vec_blocking().unwrap(), [5; 64], "{strategy:?}");
+    }
+}
+
+/// A kernel that runs until the test opens its gate: the device's running task, which
+/// `aclrtStreamAbort` waits for.
+const GATED: &str = "npu_stream_test_gated";
+
+/// Whether the gated kernel has started, and whether it may return.
+static GATE: (Mutex<(bool, bool)>, Condvar) = (Mutex::new((false, false)), Condvar::new());
+
+fn set_gate(update: impl FnOnce(&mut (bool, bool))) {
+    update(&mut GATE.0.lock().unwrap());
+    GATE.1.notify_all();
+}
+
+fn wait_gate(until: impl Fn(&(bool, bool)) -> bool) {
+    let state = GATE.0.lock().unwrap();
+    drop(GATE.1.wait_while(state, |state| !until(state)).unwrap());
+}
+
+#[test]
+fn submissions_during_an_abort_are_discarded_at_once_instead_of_waiting_for_the_running_task() {
+    npu_sim::kernel::register(GATED, |_, _, _| {
+        set_gate(|gate| gate.0 = true);
+        wait_gate(|gate| gate.1);
+        0
+    })
+    .unwrap();
+    // Device 0: the first test holds device 1.
+    let device = Device::open(0).unwrap();
+    for strategy in STRATEGIES {
+        set_gate(|gate| *gate = (false, false));
+        let ctx = device.create_context().unwrap();
+        let s = stream(&ctx, strategy);
+        let gated = kernel_support::in_process(&ctx, GATED);
+        // SAFETY: the gated kernel takes no arguments and touches no memory.
+        let running = unsafe { s.launch_with(&gated, LaunchConfig::new(NonZeroU32::MIN), ()) };
+        wait_gate(|gate| gate.0);
+        let queued = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+        let aborter = {
+            let s = s.clone();
+            std::thread::spawn(move || run(s.abort()))
+        };
+        // Until the abort has begun, a memset queues behind the running kernel; from then on
+        // it must come back at once, refused, while the kernel still runs. On a regression
+        // the submission blocks until the kernel returns, which only this thread can allow:
+        // the bound below turns that deadlock into a failure.
+        let (tx, rx) = mpsc::channel();
+        let submitter = {
+            let (s, ctx) = (s.clone(), ctx.clone());
+            std::thread::spawn(move || {
+                let mut behind = Vec::new();
+                loop {
+                    let memset = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2);
+                    if memset.is_complete() {
+                        let record = Event::new(&ctx).unwrap().record(&s);
+                        tx.send(()).unwrap();
+                        return (memset, record, behind);
+                    }
+                    behind.push(memset);
+                    std::thread::yield_now();
+                }
+            })
+        };
+        let submitted = rx.recv_timeout(Duration::from_secs(60));
+        set_gate(|gate| gate.1 = true);
+        submitted.unwrap_or_else(|_| {
+            panic!("{strategy:?}: a submission waited behind the abort for the running task")
+        });
+        let (refused, record, behind) = submitter.join().unwrap();
+        aborter.join().unwrap().unwrap();
+        let err = run(refused).unwrap_err().error;
+        assert!(
+            matches!(
+                err,
+                Error::Aborted {
+                    api: "aclrtMemsetAsync"
+                }
+            ),
+            "{strategy:?}: {err}"
+        );
+        let err = record.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Aborted {
+                    api: "aclrtRecordEvent"
+                }
+            ),
+            "{strategy:?}: {err}"
+        );
+        // The kernel ran to its end, but its completion record was queued behind it: it fails
+        // as discarded, like everything submitted before the abort.
+        assert!(run(running).unwrap_err().error.is_aborted(), "{strategy:?}");
+        for memset in std::iter::once(queued).chain(behind) {
+            assert!(run(memset).unwrap_err().error.is_aborted(), "{strategy:?}");
+        }
+        // Once the abort is over, the stream takes work again.
         let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 5)).unwrap();
         assert_eq!(buffer.to_vec_blocking().unwrap(), [5; 64], "{strategy:?}");
     }

@@ -187,7 +187,8 @@ fn a_destroyed_stream_leaves_no_fault_behind() {
             .unwrap();
         (api.aclrtFree)(dev);
     }
-    assert_eq!(rt.claim_fault(0, id as u64, AclCode(code)), None);
+    // SAFETY: the raw stream was this test's own.
+    assert_eq!(unsafe { rt.claim_fault(0, id as u64, AclCode(code)) }, None);
 }
 
 /// A fault on a stream whose work is all queued (held behind a notify) stops it in STOP mode;

@@ -19,7 +19,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::{HANG, STRATEGIES, in_process, invalid, stream};
-use npu_core::{Context, Device, Function, Module, ffi};
+use npu_core::{AclCode, Context, Device, Function, Module, ffi};
 use npu_mem::{DeviceBuffer, PinnedBuffer, PinnedPool};
 use npu_sim::control;
 use npu_stream::{Event, FailureMode, Op, Strategy, Stream};
@@ -512,6 +512,60 @@ fn a_queued_cross_device_copy_keeps_peer_access_enabled() {
     assert_eq!(dst.to_vec_blocking().unwrap(), [5; 64]);
     npu_core::reaper::flush();
     assert!(a.peer_access_to(&b).is_none(), "released with the copy");
+}
+
+/// Suspected, confirmed: a cross-device copy looked its peer access up before its ACL call, so
+/// another thread could enable the access just for the call (ACL accepted the copy, with no
+/// guard taken) and disable it again while the copy was queued. The lookup and the call now
+/// happen under one lock: whenever a queued copy exists, the access it was accepted under is
+/// still enabled.
+#[test]
+fn peer_access_toggled_during_cross_device_submissions_stays_enabled_under_accepted_copies() {
+    let _serial = serial();
+    let (d0, d1) = (primary(0), primary(1));
+    let s = stream(&d0, Strategy::EventPoll);
+    let rt = tokio();
+    for round in 0..100 {
+        control::hold(0).unwrap();
+        let toggler = {
+            let (a, b) = (d0.device(), d1.device());
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    drop(a.enable_peer_access(&b).unwrap());
+                }
+            })
+        };
+        let mut queued = Vec::new();
+        while !toggler.is_finished() {
+            let src = DeviceBuffer::from_host_blocking(&d1, &[7u8; 16]).unwrap();
+            let copy = s.copy_d2d(src, DeviceBuffer::<u8>::new(&d0, 16).unwrap());
+            if copy.is_complete() {
+                let err = rt.block_on(copy).unwrap_err().error;
+                assert_eq!(
+                    err.acl_code(),
+                    Some(AclCode(207006)),
+                    "round {round}: {err}"
+                );
+            } else {
+                queued.push(copy);
+            }
+        }
+        toggler.join().unwrap();
+        let (a, b) = (d0.device(), d1.device());
+        assert_eq!(
+            a.peer_access_to(&b).is_some(),
+            !queued.is_empty(),
+            "round {round}: {} copies queued",
+            queued.len()
+        );
+        control::release(0).unwrap();
+        for copy in queued {
+            let (_, dst) = rt.block_on(copy).unwrap();
+            assert_eq!(dst.to_vec_blocking().unwrap(), [7; 16]);
+        }
+        npu_core::reaper::flush();
+        assert!(a.peer_access_to(&b).is_none(), "round {round}: released");
+    }
 }
 
 /// Suspected, confirmed: `StreamBuilder::flags` accepted flags whose streams the host cannot

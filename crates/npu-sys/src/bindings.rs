@@ -352,6 +352,7 @@ pub struct aclDataBuffer {
 }
 pub type aclrtNotify = *mut core::ffi::c_void;
 pub type aclrtCntNotify = *mut core::ffi::c_void;
+pub type aclrtMbuf = *mut core::ffi::c_void;
 pub type aclrtAllocatorDesc = *mut core::ffi::c_void;
 pub type aclrtAllocator = *mut core::ffi::c_void;
 pub type aclrtAllocatorBlock = *mut core::ffi::c_void;
@@ -913,6 +914,288 @@ const _: () = {
     ["Offset of field: aclrtPlaceHolderInfo::dataOffset"]
         [::std::mem::offset_of!(aclrtPlaceHolderInfo, dataOffset) - 4usize];
 };
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct aclrtRandomParaInfo {
+    pub isAddr: u8,
+    pub valueOrAddr: [u8; 8usize],
+    pub size: u8,
+    pub rsv: [u8; 6usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtRandomParaInfo"][::std::mem::size_of::<aclrtRandomParaInfo>() - 16usize];
+    ["Alignment of aclrtRandomParaInfo"][::std::mem::align_of::<aclrtRandomParaInfo>() - 1usize];
+    ["Offset of field: aclrtRandomParaInfo::isAddr"]
+        [::std::mem::offset_of!(aclrtRandomParaInfo, isAddr) - 0usize];
+    ["Offset of field: aclrtRandomParaInfo::valueOrAddr"]
+        [::std::mem::offset_of!(aclrtRandomParaInfo, valueOrAddr) - 1usize];
+    ["Offset of field: aclrtRandomParaInfo::size"]
+        [::std::mem::offset_of!(aclrtRandomParaInfo, size) - 9usize];
+    ["Offset of field: aclrtRandomParaInfo::rsv"]
+        [::std::mem::offset_of!(aclrtRandomParaInfo, rsv) - 10usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct aclrtDropoutBitmaskInfo {
+    pub dropoutRation: aclrtRandomParaInfo,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtDropoutBitmaskInfo"][::std::mem::size_of::<aclrtDropoutBitmaskInfo>() - 16usize];
+    ["Alignment of aclrtDropoutBitmaskInfo"]
+        [::std::mem::align_of::<aclrtDropoutBitmaskInfo>() - 1usize];
+    ["Offset of field: aclrtDropoutBitmaskInfo::dropoutRation"]
+        [::std::mem::offset_of!(aclrtDropoutBitmaskInfo, dropoutRation) - 0usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct aclrtUniformDisInfo {
+    pub min: aclrtRandomParaInfo,
+    pub max: aclrtRandomParaInfo,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtUniformDisInfo"][::std::mem::size_of::<aclrtUniformDisInfo>() - 32usize];
+    ["Alignment of aclrtUniformDisInfo"][::std::mem::align_of::<aclrtUniformDisInfo>() - 1usize];
+    ["Offset of field: aclrtUniformDisInfo::min"]
+        [::std::mem::offset_of!(aclrtUniformDisInfo, min) - 0usize];
+    ["Offset of field: aclrtUniformDisInfo::max"]
+        [::std::mem::offset_of!(aclrtUniformDisInfo, max) - 16usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct aclrtNormalDisInfo {
+    pub mean: aclrtRandomParaInfo,
+    pub stddev: aclrtRandomParaInfo,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtNormalDisInfo"][::std::mem::size_of::<aclrtNormalDisInfo>() - 32usize];
+    ["Alignment of aclrtNormalDisInfo"][::std::mem::align_of::<aclrtNormalDisInfo>() - 1usize];
+    ["Offset of field: aclrtNormalDisInfo::mean"]
+        [::std::mem::offset_of!(aclrtNormalDisInfo, mean) - 0usize];
+    ["Offset of field: aclrtNormalDisInfo::stddev"]
+        [::std::mem::offset_of!(aclrtNormalDisInfo, stddev) - 16usize];
+};
+pub const ACL_RT_RANDOM_NUM_FUNC_TYPE_DROPOUT_BITMASK: aclrtRandomNumFuncType = 0;
+pub const ACL_RT_RANDOM_NUM_FUNC_TYPE_UNIFORM_DIS: aclrtRandomNumFuncType = 1;
+pub const ACL_RT_RANDOM_NUM_FUNC_TYPE_NORMAL_DIS: aclrtRandomNumFuncType = 2;
+pub const ACL_RT_RANDOM_NUM_FUNC_TYPE_TRUNCATED_NORMAL_DIS: aclrtRandomNumFuncType = 3;
+pub type aclrtRandomNumFuncType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct aclrtRandomNumFuncParaInfo {
+    pub funcType: aclrtRandomNumFuncType,
+    pub paramInfo: aclrtRandomNumFuncParaInfo__bindgen_ty_1,
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union aclrtRandomNumFuncParaInfo__bindgen_ty_1 {
+    pub dropoutBitmaskInfo: aclrtDropoutBitmaskInfo,
+    pub uniformDisInfo: aclrtUniformDisInfo,
+    pub normalDisInfo: aclrtNormalDisInfo,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtRandomNumFuncParaInfo__bindgen_ty_1"]
+        [::std::mem::size_of::<aclrtRandomNumFuncParaInfo__bindgen_ty_1>() - 32usize];
+    ["Alignment of aclrtRandomNumFuncParaInfo__bindgen_ty_1"]
+        [::std::mem::align_of::<aclrtRandomNumFuncParaInfo__bindgen_ty_1>() - 1usize];
+    ["Offset of field: aclrtRandomNumFuncParaInfo__bindgen_ty_1::dropoutBitmaskInfo"][::std::mem::offset_of!(
+        aclrtRandomNumFuncParaInfo__bindgen_ty_1,
+        dropoutBitmaskInfo
+    ) - 0usize];
+    ["Offset of field: aclrtRandomNumFuncParaInfo__bindgen_ty_1::uniformDisInfo"]
+        [::std::mem::offset_of!(aclrtRandomNumFuncParaInfo__bindgen_ty_1, uniformDisInfo) - 0usize];
+    ["Offset of field: aclrtRandomNumFuncParaInfo__bindgen_ty_1::normalDisInfo"]
+        [::std::mem::offset_of!(aclrtRandomNumFuncParaInfo__bindgen_ty_1, normalDisInfo) - 0usize];
+};
+impl Default for aclrtRandomNumFuncParaInfo__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtRandomNumFuncParaInfo"]
+        [::std::mem::size_of::<aclrtRandomNumFuncParaInfo>() - 36usize];
+    ["Alignment of aclrtRandomNumFuncParaInfo"]
+        [::std::mem::align_of::<aclrtRandomNumFuncParaInfo>() - 4usize];
+    ["Offset of field: aclrtRandomNumFuncParaInfo::funcType"]
+        [::std::mem::offset_of!(aclrtRandomNumFuncParaInfo, funcType) - 0usize];
+    ["Offset of field: aclrtRandomNumFuncParaInfo::paramInfo"]
+        [::std::mem::offset_of!(aclrtRandomNumFuncParaInfo, paramInfo) - 4usize];
+};
+impl Default for aclrtRandomNumFuncParaInfo {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct aclrtRandomNumTaskInfo {
+    pub dataType: aclDataType,
+    pub randomNumFuncParaInfo: aclrtRandomNumFuncParaInfo,
+    pub randomParaAddr: *mut core::ffi::c_void,
+    pub randomResultAddr: *mut core::ffi::c_void,
+    pub randomCounterAddr: *mut core::ffi::c_void,
+    pub randomSeed: aclrtRandomParaInfo,
+    pub randomNum: aclrtRandomParaInfo,
+    pub rsv: [u8; 8usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtRandomNumTaskInfo"][::std::mem::size_of::<aclrtRandomNumTaskInfo>() - 104usize];
+    ["Alignment of aclrtRandomNumTaskInfo"]
+        [::std::mem::align_of::<aclrtRandomNumTaskInfo>() - 8usize];
+    ["Offset of field: aclrtRandomNumTaskInfo::dataType"]
+        [::std::mem::offset_of!(aclrtRandomNumTaskInfo, dataType) - 0usize];
+    ["Offset of field: aclrtRandomNumTaskInfo::randomNumFuncParaInfo"]
+        [::std::mem::offset_of!(aclrtRandomNumTaskInfo, randomNumFuncParaInfo) - 4usize];
+    ["Offset of field: aclrtRandomNumTaskInfo::randomParaAddr"]
+        [::std::mem::offset_of!(aclrtRandomNumTaskInfo, randomParaAddr) - 40usize];
+    ["Offset of field: aclrtRandomNumTaskInfo::randomResultAddr"]
+        [::std::mem::offset_of!(aclrtRandomNumTaskInfo, randomResultAddr) - 48usize];
+    ["Offset of field: aclrtRandomNumTaskInfo::randomCounterAddr"]
+        [::std::mem::offset_of!(aclrtRandomNumTaskInfo, randomCounterAddr) - 56usize];
+    ["Offset of field: aclrtRandomNumTaskInfo::randomSeed"]
+        [::std::mem::offset_of!(aclrtRandomNumTaskInfo, randomSeed) - 64usize];
+    ["Offset of field: aclrtRandomNumTaskInfo::randomNum"]
+        [::std::mem::offset_of!(aclrtRandomNumTaskInfo, randomNum) - 80usize];
+    ["Offset of field: aclrtRandomNumTaskInfo::rsv"]
+        [::std::mem::offset_of!(aclrtRandomNumTaskInfo, rsv) - 96usize];
+};
+impl Default for aclrtRandomNumTaskInfo {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const ACL_RT_UPDATE_RANDOM_TASK: aclrtUpdateTaskAttrId = 1;
+pub const ACL_RT_UPDATE_AIC_AIV_TASK: aclrtUpdateTaskAttrId = 2;
+pub type aclrtUpdateTaskAttrId = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtRandomTaskUpdateAttr {
+    pub srcAddr: *mut core::ffi::c_void,
+    pub size: usize,
+    pub rsv: [u32; 4usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtRandomTaskUpdateAttr"]
+        [::std::mem::size_of::<aclrtRandomTaskUpdateAttr>() - 32usize];
+    ["Alignment of aclrtRandomTaskUpdateAttr"]
+        [::std::mem::align_of::<aclrtRandomTaskUpdateAttr>() - 8usize];
+    ["Offset of field: aclrtRandomTaskUpdateAttr::srcAddr"]
+        [::std::mem::offset_of!(aclrtRandomTaskUpdateAttr, srcAddr) - 0usize];
+    ["Offset of field: aclrtRandomTaskUpdateAttr::size"]
+        [::std::mem::offset_of!(aclrtRandomTaskUpdateAttr, size) - 8usize];
+    ["Offset of field: aclrtRandomTaskUpdateAttr::rsv"]
+        [::std::mem::offset_of!(aclrtRandomTaskUpdateAttr, rsv) - 16usize];
+};
+impl Default for aclrtRandomTaskUpdateAttr {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclrtAicAivTaskUpdateAttr {
+    pub binHandle: *mut core::ffi::c_void,
+    pub funcEntryAddr: *mut core::ffi::c_void,
+    pub blockDimAddr: *mut core::ffi::c_void,
+    pub rsv: [u32; 4usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtAicAivTaskUpdateAttr"]
+        [::std::mem::size_of::<aclrtAicAivTaskUpdateAttr>() - 40usize];
+    ["Alignment of aclrtAicAivTaskUpdateAttr"]
+        [::std::mem::align_of::<aclrtAicAivTaskUpdateAttr>() - 8usize];
+    ["Offset of field: aclrtAicAivTaskUpdateAttr::binHandle"]
+        [::std::mem::offset_of!(aclrtAicAivTaskUpdateAttr, binHandle) - 0usize];
+    ["Offset of field: aclrtAicAivTaskUpdateAttr::funcEntryAddr"]
+        [::std::mem::offset_of!(aclrtAicAivTaskUpdateAttr, funcEntryAddr) - 8usize];
+    ["Offset of field: aclrtAicAivTaskUpdateAttr::blockDimAddr"]
+        [::std::mem::offset_of!(aclrtAicAivTaskUpdateAttr, blockDimAddr) - 16usize];
+    ["Offset of field: aclrtAicAivTaskUpdateAttr::rsv"]
+        [::std::mem::offset_of!(aclrtAicAivTaskUpdateAttr, rsv) - 24usize];
+};
+impl Default for aclrtAicAivTaskUpdateAttr {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union aclrtUpdateTaskAttrVal {
+    pub randomTaskAttr: aclrtRandomTaskUpdateAttr,
+    pub aicAivTaskAttr: aclrtAicAivTaskUpdateAttr,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtUpdateTaskAttrVal"][::std::mem::size_of::<aclrtUpdateTaskAttrVal>() - 40usize];
+    ["Alignment of aclrtUpdateTaskAttrVal"]
+        [::std::mem::align_of::<aclrtUpdateTaskAttrVal>() - 8usize];
+    ["Offset of field: aclrtUpdateTaskAttrVal::randomTaskAttr"]
+        [::std::mem::offset_of!(aclrtUpdateTaskAttrVal, randomTaskAttr) - 0usize];
+    ["Offset of field: aclrtUpdateTaskAttrVal::aicAivTaskAttr"]
+        [::std::mem::offset_of!(aclrtUpdateTaskAttrVal, aicAivTaskAttr) - 0usize];
+};
+impl Default for aclrtUpdateTaskAttrVal {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct aclrtTaskUpdateInfo {
+    pub id: aclrtUpdateTaskAttrId,
+    pub val: aclrtUpdateTaskAttrVal,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtTaskUpdateInfo"][::std::mem::size_of::<aclrtTaskUpdateInfo>() - 48usize];
+    ["Alignment of aclrtTaskUpdateInfo"][::std::mem::align_of::<aclrtTaskUpdateInfo>() - 8usize];
+    ["Offset of field: aclrtTaskUpdateInfo::id"]
+        [::std::mem::offset_of!(aclrtTaskUpdateInfo, id) - 0usize];
+    ["Offset of field: aclrtTaskUpdateInfo::val"]
+        [::std::mem::offset_of!(aclrtTaskUpdateInfo, val) - 8usize];
+};
+impl Default for aclrtTaskUpdateInfo {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 pub const ACL_RT_BINARY_LOAD_OPT_LAZY_LOAD: aclrtBinaryLoadOptionType = 1;
 pub const ACL_RT_BINARY_LOAD_OPT_MAGIC: aclrtBinaryLoadOptionType = 2;
 pub const ACL_RT_BINARY_LOAD_OPT_LAZY_MAGIC: aclrtBinaryLoadOptionType = 2;
@@ -1983,6 +2266,17 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetEventAvailNum(eventCount: *mut u32) -> $crate::aclError;
                 fn aclrtIpcGetEventHandle(event: $crate::aclrtEvent, handle: *mut $crate::aclrtIpcEventHandle) -> $crate::aclError;
                 fn aclrtIpcOpenEventHandle(handle: $crate::aclrtIpcEventHandle, event: *mut $crate::aclrtEvent) -> $crate::aclError;
+                fn aclrtAllocBuf(buf: *mut $crate::aclrtMbuf, size: usize) -> $crate::aclError;
+                fn aclrtFreeBuf(buf: $crate::aclrtMbuf) -> $crate::aclError;
+                fn aclrtGetBufData(buf: $crate::aclrtMbuf, dataPtr: *mut *mut core::ffi::c_void, size: *mut usize) -> $crate::aclError;
+                fn aclrtSetBufUserData(buf: $crate::aclrtMbuf, dataPtr: *const core::ffi::c_void, size: usize, offset: usize) -> $crate::aclError;
+                fn aclrtGetBufUserData(buf: $crate::aclrtMbuf, dataPtr: *mut core::ffi::c_void, size: usize, offset: usize) -> $crate::aclError;
+                fn aclrtGetBufDataLen(buf: $crate::aclrtMbuf, len: *mut usize) -> $crate::aclError;
+                fn aclrtSetBufDataLen(buf: $crate::aclrtMbuf, len: usize) -> $crate::aclError;
+                fn aclrtCopyBufRef(buf: $crate::aclrtMbuf, newBuf: *mut $crate::aclrtMbuf) -> $crate::aclError;
+                fn aclrtAppendBufChain(headBuf: $crate::aclrtMbuf, buf: $crate::aclrtMbuf) -> $crate::aclError;
+                fn aclrtGetBufFromChain(headBuf: $crate::aclrtMbuf, index: u32, buf: *mut $crate::aclrtMbuf) -> $crate::aclError;
+                fn aclrtGetBufChainNum(headBuf: $crate::aclrtMbuf, num: *mut u32) -> $crate::aclError;
                 fn aclrtSetStreamOverflowSwitch(stream: $crate::aclrtStream, flag: u32) -> $crate::aclError;
                 fn aclrtGetStreamOverflowSwitch(stream: $crate::aclrtStream, flag: *mut u32) -> $crate::aclError;
                 fn aclrtSetDeviceSatMode(mode: $crate::aclrtFloatOverflowMode) -> $crate::aclError;
@@ -2026,6 +2320,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtFunctionGetParamInfo(func: *const core::ffi::c_void, paramIndex: usize, paramOffset: *mut usize, paramSize: *mut usize) -> $crate::aclError;
                 fn aclrtFunctionGetAvailDynUbufPerBlock(func: *mut core::ffi::c_void, flags: u32, dynamicUbufSize: *mut usize) -> $crate::aclError;
                 fn aclrtRegisterCpuFunc(handle: $crate::aclrtBinHandle, funcName: *const core::ffi::c_char, kernelName: *const core::ffi::c_char, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
+                fn aclrtGetHardwareSyncAddr(addr: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtGetFunctionAddr(funcHandle: $crate::aclrtFuncHandle, aicAddr: *mut *mut core::ffi::c_void, aivAddr: *mut *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtLaunchKernel(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, argsData: *const core::ffi::c_void, argsSize: usize, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtLaunchKernelV2(funcHandle: $crate::aclrtFuncHandle, numBlocks: u32, argsData: *const core::ffi::c_void, argsSize: usize, cfg: *mut $crate::aclrtLaunchKernelCfg, stream: $crate::aclrtStream) -> $crate::aclError;
@@ -2095,6 +2390,8 @@ macro_rules! for_each_acl_function {
                 fn aclrtValueWrite(devAddr: *mut core::ffi::c_void, value: u64, flag: u32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtValueWait(devAddr: *mut core::ffi::c_void, value: u64, flag: u32, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetThreadLastTaskId(taskId: *mut u32) -> $crate::aclError;
+                fn aclrtRandomNumAsync(taskInfo: *const $crate::aclrtRandomNumTaskInfo, stream: $crate::aclrtStream, reserve: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtTaskUpdateAsync(taskStream: $crate::aclrtStream, taskId: u32, info: *mut $crate::aclrtTaskUpdateInfo, execStream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtSetExceptionInfoCallback(callback: $crate::aclrtExceptionInfoCallback) -> $crate::aclError;
                 fn aclrtExceptionInfoCallbackRegister(callback: $crate::aclrtExceptionInfoCallback) -> $crate::aclError;
                 fn aclrtExceptionInfoCallbackUnregister(callback: $crate::aclrtExceptionInfoCallback) -> $crate::aclError;

@@ -155,9 +155,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// let rt = Runtime::global()?;
 /// let seen = Arc::new(AtomicUsize::new(0));
 /// let counter = seen.clone();
-/// let watch = rt.watch_faults(0, 12345, std::ptr::null_mut(), move || {
-///     counter.fetch_add(1, Ordering::Relaxed);
-/// });
+/// // SAFETY: the closure only counts; no stream of npu-stream's has this id.
+/// let watch = unsafe {
+///     rt.watch_faults(0, 12345, std::ptr::null_mut(), move || {
+///         counter.fetch_add(1, Ordering::Relaxed);
+///     })
+/// };
 /// drop(watch); // no more calls
 /// assert_eq!(seen.load(Ordering::Relaxed), 0);
 /// # Ok::<(), npu_core::Error>(())

@@ -232,6 +232,8 @@ ACL_FUNC_VISIBILITY void aclAppLog(
 typedef void *aclrtNotify;
 /* Counted notifies: not supported on an Atlas A2. */
 typedef void *aclrtCntNotify;
+/* Shared buffers (mbufs): reserved by CANN, not supported. */
+typedef void *aclrtMbuf;
 
 /* ---- custom allocators (simmem): opaque descriptors and the user's objects ---- */
 typedef void *aclrtAllocatorDesc;

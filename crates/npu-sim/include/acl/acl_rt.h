@@ -409,6 +409,94 @@ typedef struct {
     uint32_t dataOffset;
 } aclrtPlaceHolderInfo;
 
+/* ============ random number tasks and task updates: the types ============ */
+
+/* One parameter of a random number task: its value (isAddr 0: the first `size` bytes of
+ * valueOrAddr, little-endian) or the device address of its value (isAddr 1: 8 bytes). */
+typedef struct {
+    uint8_t isAddr;
+    uint8_t valueOrAddr[8];
+    uint8_t size;
+    uint8_t rsv[6];
+} aclrtRandomParaInfo;
+
+/* Dropout bitmask: the ratio of bits cleared (elements dropped). */
+typedef struct {
+    aclrtRandomParaInfo dropoutRation;
+} aclrtDropoutBitmaskInfo;
+
+/* Uniform distribution over [min, max). */
+typedef struct {
+    aclrtRandomParaInfo min;
+    aclrtRandomParaInfo max;
+} aclrtUniformDisInfo;
+
+/* Normal (or truncated normal) distribution. */
+typedef struct {
+    aclrtRandomParaInfo mean;
+    aclrtRandomParaInfo stddev;
+} aclrtNormalDisInfo;
+
+typedef enum {
+    ACL_RT_RANDOM_NUM_FUNC_TYPE_DROPOUT_BITMASK = 0,
+    ACL_RT_RANDOM_NUM_FUNC_TYPE_UNIFORM_DIS,
+    ACL_RT_RANDOM_NUM_FUNC_TYPE_NORMAL_DIS,
+    ACL_RT_RANDOM_NUM_FUNC_TYPE_TRUNCATED_NORMAL_DIS,
+} aclrtRandomNumFuncType;
+
+typedef struct {
+    aclrtRandomNumFuncType funcType;
+    union {
+        aclrtDropoutBitmaskInfo dropoutBitmaskInfo;
+        aclrtUniformDisInfo uniformDisInfo;
+        aclrtNormalDisInfo normalDisInfo;
+    } paramInfo;
+} aclrtRandomNumFuncParaInfo;
+
+/* aclrtRandomNumAsync's task: randomNum values of dataType into randomResultAddr, from the
+ * seed and the counter offset (a uint64_t at randomCounterAddr; NULL: 0). */
+typedef struct {
+    aclDataType dataType;
+    aclrtRandomNumFuncParaInfo randomNumFuncParaInfo;
+    void *randomParaAddr;
+    void *randomResultAddr;
+    void *randomCounterAddr;
+    aclrtRandomParaInfo randomSeed;
+    aclrtRandomParaInfo randomNum;
+    uint8_t rsv[8];
+} aclrtRandomNumTaskInfo;
+
+typedef enum {
+    ACL_RT_UPDATE_RANDOM_TASK = 1,
+    ACL_RT_UPDATE_AIC_AIV_TASK,
+} aclrtUpdateTaskAttrId;
+
+/* A random number task's new fields: an aclrtRandomNumTaskInfo in device memory. */
+typedef struct {
+    void *srcAddr;
+    size_t size;
+    uint32_t rsv[4];
+} aclrtRandomTaskUpdateAttr;
+
+/* A kernel task's new function (its entry address, a uint64_t in device memory) and block
+ * count (a uint32_t in device memory). */
+typedef struct {
+    void *binHandle;
+    void *funcEntryAddr;
+    void *blockDimAddr;
+    uint32_t rsv[4];
+} aclrtAicAivTaskUpdateAttr;
+
+typedef union {
+    aclrtRandomTaskUpdateAttr randomTaskAttr;
+    aclrtAicAivTaskUpdateAttr aicAivTaskAttr;
+} aclrtUpdateTaskAttrVal;
+
+typedef struct {
+    aclrtUpdateTaskAttrId id;
+    aclrtUpdateTaskAttrVal val;
+} aclrtTaskUpdateInfo;
+
 typedef enum aclrtBinaryLoadOptionType {
     ACL_RT_BINARY_LOAD_OPT_LAZY_LOAD = 1,
     ACL_RT_BINARY_LOAD_OPT_MAGIC = 2,
@@ -744,6 +832,22 @@ ACL_FUNC_VISIBILITY aclError aclrtGetEventAvailNum(uint32_t *eventCount);
 ACL_FUNC_VISIBILITY aclError aclrtIpcGetEventHandle(aclrtEvent event, aclrtIpcEventHandle *handle);
 ACL_FUNC_VISIBILITY aclError aclrtIpcOpenEventHandle(aclrtIpcEventHandle handle, aclrtEvent *event);
 
+/* ===================== shared buffers (reserved) ====================== */
+
+/* Reserved by CANN and not supported yet: a NULL pointer argument → ACL_ERROR_INVALID_PARAM,
+ * anything else → ACL_ERROR_RT_FEATURE_NOT_SUPPORT, and nothing is written. */
+ACL_FUNC_VISIBILITY aclError aclrtAllocBuf(aclrtMbuf *buf, size_t size);
+ACL_FUNC_VISIBILITY aclError aclrtFreeBuf(aclrtMbuf buf);
+ACL_FUNC_VISIBILITY aclError aclrtGetBufData(const aclrtMbuf buf, void **dataPtr, size_t *size);
+ACL_FUNC_VISIBILITY aclError aclrtSetBufUserData(aclrtMbuf buf, const void *dataPtr, size_t size, size_t offset);
+ACL_FUNC_VISIBILITY aclError aclrtGetBufUserData(const aclrtMbuf buf, void *dataPtr, size_t size, size_t offset);
+ACL_FUNC_VISIBILITY aclError aclrtGetBufDataLen(aclrtMbuf buf, size_t *len);
+ACL_FUNC_VISIBILITY aclError aclrtSetBufDataLen(aclrtMbuf buf, size_t len);
+ACL_FUNC_VISIBILITY aclError aclrtCopyBufRef(const aclrtMbuf buf, aclrtMbuf *newBuf);
+ACL_FUNC_VISIBILITY aclError aclrtAppendBufChain(aclrtMbuf headBuf, aclrtMbuf buf);
+ACL_FUNC_VISIBILITY aclError aclrtGetBufFromChain(aclrtMbuf headBuf, uint32_t index, aclrtMbuf *buf);
+ACL_FUNC_VISIBILITY aclError aclrtGetBufChainNum(aclrtMbuf headBuf, uint32_t *num);
+
 /* ========================= floating-point overflow ========================= */
 
 typedef enum aclrtFloatOverflowMode {
@@ -867,6 +971,9 @@ ACL_FUNC_VISIBILITY aclError aclrtFunctionGetAvailDynUbufPerBlock(void *func, ui
 /* For AI CPU kernels only, which simulated binaries never hold (107000). */
 ACL_FUNC_VISIBILITY aclError aclrtRegisterCpuFunc(const aclrtBinHandle handle, const char *funcName,
                                                   const char *kernelName, aclrtFuncHandle *funcHandle);
+/* The device memory Cube and Vector cores synchronise through (64 bytes of the current
+ * context's device, the same for every call in the context). */
+ACL_FUNC_VISIBILITY aclError aclrtGetHardwareSyncAddr(void **addr);
 /* On the simulator both engines run the same host code, so both addresses are its entry. */
 ACL_FUNC_VISIBILITY aclError aclrtGetFunctionAddr(aclrtFuncHandle funcHandle, void **aicAddr, void **aivAddr);
 ACL_FUNC_VISIBILITY aclError aclrtLaunchKernel(aclrtFuncHandle funcHandle, uint32_t numBlocks, const void *argsData,
@@ -1127,6 +1234,15 @@ ACL_FUNC_VISIBILITY aclError aclrtValueWait(void *devAddr, uint64_t value, uint3
 
 /* The id of the last task the calling thread submitted. */
 ACL_FUNC_VISIBILITY aclError aclrtGetThreadLastTaskId(uint32_t *taskId);
+
+/* Random numbers, generated on the stream when the task runs (Philox4x32-10 keyed by the
+ * seed, counted from the offset); reserve must be NULL. */
+ACL_FUNC_VISIBILITY aclError aclrtRandomNumAsync(const aclrtRandomNumTaskInfo *taskInfo, const aclrtStream stream,
+                                                 void *reserve);
+/* Updates task taskId of a stream bound to a model runtime instance, when the update task
+ * runs on execStream, for the executions that start the task after it. */
+ACL_FUNC_VISIBILITY aclError aclrtTaskUpdateAsync(aclrtStream taskStream, uint32_t taskId, aclrtTaskUpdateInfo *info,
+                                                  aclrtStream execStream);
 
 /* Exceptions: the callbacks run on the stream's worker when a task fails; the info is valid
  * during the call only. */

@@ -36,6 +36,16 @@ pub(super) fn unsupported_after_checks(pointers: &[(*const c_void, &str)], what:
     unsupported_on_a2(what)
 }
 
+/// The whole body of an exported function of a feature that cannot exist here: `api`'s
+/// pointer checks, then the refusal of `what`.
+pub(super) fn refuse_after_checks(
+    api: &'static str,
+    pointers: &[(*const c_void, &str)],
+    what: &str,
+) -> aclError {
+    crate::error::guard(api, || unsupported_after_checks(pointers, what))
+}
+
 /// Reads a C string argument.
 pub(super) fn c_str<'a>(ptr: *const c_char, what: &str) -> Res<&'a str> {
     non_null(ptr, what)?;

@@ -2,16 +2,15 @@
 //! notify can be created, so every handle passed is refused as well: a NULL pointer argument
 //! → 100000, anything else → 207000.
 
+use std::ffi::c_void;
+
 use npu_sys::*;
 
-use super::check::unsupported_after_checks;
-use crate::error::guard;
+use super::check::refuse_after_checks;
 
 /// Checks the pointer arguments (NULL → 100000), then refuses the call.
-fn refuse(api: &'static str, pointers: &[(*const std::ffi::c_void, &str)]) -> aclError {
-    guard(api, || {
-        unsupported_after_checks(pointers, "counted notifies (aclrtCntNotify)")
-    })
+fn refuse(api: &'static str, pointers: &[(*const c_void, &str)]) -> aclError {
+    refuse_after_checks(api, pointers, "counted notifies (aclrtCntNotify)")
 }
 
 /// Not supported on an Atlas A2: NULL cntNotify → 100000, else 207000.

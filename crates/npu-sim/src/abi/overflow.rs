@@ -17,7 +17,7 @@ use crate::sync::lock;
 use crate::task::{Op, Task};
 
 /// The size of the overflow status aclrtGetOverflowStatus writes.
-const OVERFLOW_STATUS_BYTES: usize = 64;
+pub(super) const OVERFLOW_STATUS_BYTES: usize = 64;
 
 /// Turns a stream's overflow detection off (0) or on (1) for the tasks submitted after it, as
 /// aclrtSetStreamAttribute(FLOAT_OVERFLOW_CHECK) does. NULL is the default stream; a stream of
@@ -86,31 +86,6 @@ pub unsafe extern "C" fn aclrtGetDeviceSatMode(mode: *mut aclrtFloatOverflowMode
         non_null(mode, "mode")?;
         let ctx = context::current(sim()?)?;
         write_out(mode, "mode", ctx.device.sat_mode.load(Ordering::Relaxed))
-    })
-}
-
-/// The device address of the current context's float overflow flags, the workspace that AI
-/// Core operators report saturation-mode overflows in: 64 bytes of device memory of the
-/// context's device, allocated at the first call and freed with the context, reading zeros
-/// (no task of the simulator overflows). NULL → 100000; no context → 107002.
-///
-/// # Safety
-/// `overflowAddr` must be NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtCtxGetFloatOverflowAddr(
-    overflowAddr: *mut *mut std::ffi::c_void,
-) -> aclError {
-    guard("aclrtCtxGetFloatOverflowAddr", || {
-        non_null(overflowAddr, "overflowAddr")?;
-        let sim = sim()?;
-        let ctx = context::current(sim)?;
-        ctx.device.check_alive()?;
-        let address = ctx.overflow_flags(sim, OVERFLOW_STATUS_BYTES)?;
-        write_out(
-            overflowAddr,
-            "overflowAddr",
-            address as *mut std::ffi::c_void,
-        )
     })
 }
 

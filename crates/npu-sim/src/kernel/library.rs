@@ -379,6 +379,14 @@ impl Binary {
         Ok(handle)
     }
 
+    /// The handles of the functions resolved from it so far (none once it is unloaded).
+    pub(crate) fn function_handles(&self) -> Vec<Handle> {
+        lock(&self.functions)
+            .as_ref()
+            .map(|functions| functions.values().copied().collect())
+            .unwrap_or_default()
+    }
+
     /// The device global `name` the library declares with NPUSIM_GLOBAL: its address and size.
     /// The binary holds it from now on (until [`Self::release_globals`]), as device memory of
     /// `device` if no other binary holds it. An undeclared name, or a registry image (which has

@@ -52,6 +52,8 @@ int main(void)
     uint32_t groups = 0;
     printf("group count: %d, group info: %s\n", aclrtGetGroupCount(&groups),
            aclrtCreateGroupInfo() == NULL ? "NULL" : "set");
+    aclrtMbuf mbuf = NULL;
+    printf("shared buffer: %d, %s\n", aclrtAllocBuf(&mbuf, 64), mbuf == NULL ? "NULL" : "set");
     (void)aclGetRecentErrMsg();
 
     CHECK(aclrtFree(dev));

@@ -74,6 +74,17 @@ pub fn create_stream() -> aclrtStream {
     stream
 }
 
+/// An ACL_STREAM_PERSISTENT stream (one a model runtime instance can be built on).
+pub fn persistent_stream() -> aclrtStream {
+    let mut stream = ptr::null_mut();
+    acl!(aclrtCreateStreamWithConfig(
+        &mut stream,
+        0,
+        ACL_STREAM_PERSISTENT
+    ));
+    stream
+}
+
 pub fn create_event() -> aclrtEvent {
     let mut event = ptr::null_mut();
     acl!(aclrtCreateEvent(&mut event));

@@ -100,6 +100,13 @@ impl Pending {
 
     /// Waits up to `timeout_ms` for the event: completes the operation and returns `None` if
     /// it completed, gives it back if not.
+    ///
+    /// A failed wait fails the operation only once the event's record is done (the failure is
+    /// then the one the record captured). A wait can fail before that, for reasons that are
+    /// not the operation's (the runtime's view of the thread, an earlier asynchronous error):
+    /// failing it then would hand its buffers back while the device may still use them, so it
+    /// is given back, and whoever takes it (the reactor, the sentinel) fails it only once its
+    /// stream is found dead, as for a failing query.
     pub(crate) fn wait_for(self, stream: &Arc<StreamShared>, timeout_ms: i32) -> Option<Self> {
         match strategy::wait_event(&self.event, timeout_ms) {
             None => Some(self),
@@ -108,6 +115,10 @@ impl Pending {
                 None
             }
             Some(Err(err)) => {
+                let runtime = stream.context.runtime();
+                if !matches!(query_event(runtime, self.event.handle()), Ok(true)) {
+                    return Some(self);
+                }
                 self.fail(stream, err);
                 None
             }
