@@ -671,6 +671,25 @@ fn random_numbers_and_task_updates_in_c_and_cxx() {
     }
 }
 
+/// A snapshot's lock, backup, change, restore and unlock, and the states that refuse calls.
+#[test]
+fn a_process_snapshot_restores_device_memory_in_c_and_cxx() {
+    let expected = "second registration: 507913\n\
+         unlock while running: 507907\n\
+         backup while running: 507908\n\
+         lock of another process: 100000\n\
+         lock again: 507906\n\
+         restore before a backup: 507909\n\
+         backup callbacks for device 0: 1\n\
+         changed after the backup: 1\n\
+         restored to the backup: 1\n\
+         unregister again: 507913\n\
+         snapshot flow ok\n";
+    for lang in [Lang::C, Lang::Cxx] {
+        assert_eq!(run(&compile_as("snapshot_flow", lang, &[])), expected);
+    }
+}
+
 #[test]
 fn a_captured_pipeline_replays_in_c_and_cxx() {
     let expected = "capturing: status 1\n\
