@@ -296,6 +296,8 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtMemMapNoAccess",
     "aclrtReserveMemAddressNoUCMemory",
     "aclrtMemMapSelectedLink",
+    "aclrtMemMapSetLink",
+    "aclrtDeviceL2CacheFlush",
     "aclrtMemManagedPrefetchBatchAsync",
     "aclrtMemManagedGetAttr",
     "aclrtMemManagedGetAttrs",

@@ -255,6 +255,8 @@ fn data_buffers_and_persistent_streams_in_c() {
          counted notify: 207000\n\
          group count: 207000, group info: NULL\n\
          shared buffer: 207000, NULL\n\
+         memory link of no handle: 100000\n\
+         L2 cache flush: 0\n\
          data buffer flow ok\n"
     );
 }

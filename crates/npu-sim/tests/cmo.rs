@@ -196,5 +196,32 @@ fn every_error_path() {
             0,
             || with_desc(malloc_host(16), PREFETCH, ptr::null()),
         ),
+        case(
+            "L2 flush with rsv",
+            "aclrtDeviceL2CacheFlush",
+            100000,
+            0,
+            || {
+                let rsv = 0u8;
+                code!(aclrtDeviceL2CacheFlush((&raw const rsv).cast_mut().cast()))
+            },
+        ),
+        case(
+            "L2 flush without a context",
+            "aclrtDeviceL2CacheFlush",
+            107002,
+            -1,
+            || code!(aclrtDeviceL2CacheFlush(ptr::null_mut())),
+        ),
     ]);
+}
+
+#[test]
+fn an_l2_flush_of_the_current_device_succeeds_and_changes_no_memory() {
+    set_device(0);
+    let dev = malloc(64);
+    acl!(aclrtMemset(dev, 64, 7, 64));
+    acl!(aclrtDeviceL2CacheFlush(ptr::null_mut()));
+    assert_eq!(download::<u8>(dev, 64), vec![7; 64]);
+    acl!(aclrtFree(dev));
 }

@@ -680,4 +680,28 @@ fn a_mapping_without_access_gets_it_from_set_access() {
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
         "aclrtMemMapSelectedLink"
     );
+    // The handle is refused before it is looked at: any non-NULL one reaches the link checks.
+    let handle: aclrtDrvMemHandle = ptr::NonNull::dangling().as_ptr();
+    fails!(
+        aclrtMemMapSetLink(ptr::null_mut(), ACL_RT_MEM_ACCESS_LINK_HCCS),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemMapSetLink"
+    );
+    fails!(
+        aclrtMemMapSetLink(handle, 4),
+        ACL_ERROR_RT_LINK_TYPE_NOT_SUPPORTED,
+        "aclrtMemMapSetLink"
+    );
+    for link in [
+        ACL_RT_MEM_ACCESS_LINK_SIO,
+        ACL_RT_MEM_ACCESS_LINK_HCCS,
+        ACL_RT_MEM_ACCESS_UB_ONE_PORT_PATH,
+        ACL_RT_MEM_ACCESS_UB_MULTI_PORT_PATH,
+    ] {
+        fails!(
+            aclrtMemMapSetLink(handle, link),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "aclrtMemMapSetLink"
+        );
+    }
 }

@@ -231,6 +231,14 @@ typedef enum {
     ACL_RT_HOST_MEM_MAP_SUPPORTED = 1,
 } aclrtHostMemMapCapability;
 
+/* The link a memory handle's mapping is to use (aclrtMemMapSetLink). */
+typedef enum {
+    ACL_RT_MEM_ACCESS_LINK_SIO = 0,
+    ACL_RT_MEM_ACCESS_LINK_HCCS = 1,
+    ACL_RT_MEM_ACCESS_UB_ONE_PORT_PATH = 2,
+    ACL_RT_MEM_ACCESS_UB_MULTI_PORT_PATH = 3,
+} aclrtMemLinkType;
+
 /* Bits of what aclrtDeviceGetHostAtomicCapabilities / aclrtDeviceGetP2PAtomicCapabilities
  * report for an atomic operation: which data it can work on. */
 typedef enum aclrtAtomicOperationCapability {
@@ -1523,6 +1531,13 @@ ACL_FUNC_VISIBILITY aclError aclrtReserveMemAddressNoUCMemory(void **virPtr, siz
 #define ACL_RT_MEM_LINK_IDX_1 1U /* HCCS */
 /* Not supported on an Atlas A2 (207000). */
 ACL_FUNC_VISIBILITY aclError aclrtMemMapSelectedLink(void *virPtrDst, size_t size, void *virPtrSrc, uint32_t linkIdx);
+/* NULL handle -> 100000, a value outside aclrtMemLinkType -> 207021, else not supported on an
+ * Atlas A2 (207000), as aclrtMemMapSelectedLink. */
+ACL_FUNC_VISIBILITY aclError aclrtMemMapSetLink(aclrtDrvMemHandle handle, aclrtMemLinkType adviceLink);
+/* Flushes the current device's L2 cache: rsv must be NULL (100000); without a current context
+ * 107002. The simulator's device memory is coherent with the host, so there is nothing to write
+ * back. */
+ACL_FUNC_VISIBILITY aclError aclrtDeviceL2CacheFlush(void *rsv);
 ACL_FUNC_VISIBILITY aclError aclrtUnmapMem(void *virPtr);
 ACL_FUNC_VISIBILITY aclError aclrtMemSetAccess(void *virPtr, size_t size, aclrtMemAccessDesc *desc, size_t count);
 ACL_FUNC_VISIBILITY aclError aclrtMemGetAccess(void *virPtr, aclrtMemLocation *location, uint64_t *flag);

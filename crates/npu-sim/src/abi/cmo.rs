@@ -175,3 +175,22 @@ pub unsafe extern "C" fn aclrtCmoAsyncWithDesc(
         ordering_only(&stream)
     })
 }
+
+/// Flushes the current device's L2 cache. `rsv` must be NULL (100000), and the thread needs a
+/// current context (107002). The simulator's device memory is host memory that host and device
+/// see alike, so nothing is written back.
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI (`rsv` is not
+/// dereferenced).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtDeviceL2CacheFlush(rsv: *mut c_void) -> aclError {
+    guard("aclrtDeviceL2CacheFlush", || {
+        ensure!(
+            rsv.is_null(),
+            ACL_ERROR_INVALID_PARAM,
+            "rsv must be NULL (the only value supported)"
+        );
+        context::current(sim()?).map(drop)
+    })
+}

@@ -265,6 +265,30 @@ pub unsafe extern "C" fn aclrtMemMapSelectedLink(
     })
 }
 
+/// Chooses the link a memory handle's mappings use. A NULL handle → 100000 and a value outside
+/// `aclrtMemLinkType` → 207021 ACL_ERROR_RT_LINK_TYPE_NOT_SUPPORTED; every link is then not
+/// supported on an Atlas A2 (207000): SIO joins the dies of an Atlas A3, the UB paths are the
+/// Ascend 950's, and an A2 maps over no selectable link (as aclrtMemMapSelectedLink).
+///
+/// # Safety
+/// No preconditions; `unsafe` only because it is part of the C ABI (the handle is not
+/// dereferenced).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemMapSetLink(
+    handle: aclrtDrvMemHandle,
+    adviceLink: aclrtMemLinkType,
+) -> aclError {
+    guard("aclrtMemMapSetLink", || {
+        non_null(handle, "handle")?;
+        ensure!(
+            adviceLink <= ACL_RT_MEM_ACCESS_UB_MULTI_PORT_PATH,
+            ACL_ERROR_RT_LINK_TYPE_NOT_SUPPORTED,
+            "adviceLink {adviceLink} is no aclrtMemLinkType"
+        );
+        unsupported_on_a2("choosing the link of a memory handle's mappings")
+    })
+}
+
 /// Unmaps the mapping starting at `virPtr` (107000 if none), after any task touching it.
 ///
 /// # Safety

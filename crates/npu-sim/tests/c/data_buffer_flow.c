@@ -54,6 +54,8 @@ int main(void)
            aclrtCreateGroupInfo() == NULL ? "NULL" : "set");
     aclrtMbuf mbuf = NULL;
     printf("shared buffer: %d, %s\n", aclrtAllocBuf(&mbuf, 64), mbuf == NULL ? "NULL" : "set");
+    printf("memory link of no handle: %d\n", aclrtMemMapSetLink(NULL, ACL_RT_MEM_ACCESS_LINK_HCCS));
+    printf("L2 cache flush: %d\n", aclrtDeviceL2CacheFlush(NULL));
     (void)aclGetRecentErrMsg();
 
     CHECK(aclrtFree(dev));
