@@ -141,12 +141,17 @@ pub(crate) fn admit(api: &str) -> Option<Pass> {
 /// The callbacks, one per stage at most: (callback, user args as an address).
 static CALLBACKS: Mutex<[Option<(aclrtSnapShotCallBack, usize)>; 6]> = Mutex::new([None; 6]);
 
-/// The index of a valid stage.
-fn stage_index(stage: aclrtSnapShotStage) -> Res<usize> {
+/// The index of a valid stage, for a registration or unregistration of a non-NULL callback.
+fn stage_index(stage: aclrtSnapShotStage, callback: aclrtSnapShotCallBack) -> Res<usize> {
     ensure!(
         stage <= ACL_RT_SNAPSHOT_UNLOCK_POST,
         ACL_ERROR_INVALID_PARAM,
         "stage {stage} is no aclrtSnapShotStage"
+    );
+    ensure!(
+        callback.is_some(),
+        ACL_ERROR_INVALID_PARAM,
+        "callback is NULL"
     );
     Ok(stage as usize)
 }
@@ -157,12 +162,7 @@ pub(crate) fn register(
     callback: aclrtSnapShotCallBack,
     args: *mut c_void,
 ) -> Res<()> {
-    let index = stage_index(stage)?;
-    ensure!(
-        callback.is_some(),
-        ACL_ERROR_INVALID_PARAM,
-        "callback is NULL"
-    );
+    let index = stage_index(stage, callback)?;
     let mut callbacks = lock(&CALLBACKS);
     ensure!(
         callbacks[index].is_none(),
@@ -175,12 +175,7 @@ pub(crate) fn register(
 
 /// aclrtSnapShotCallbackUnregister: the stage's callback must be `callback` (else 507913).
 pub(crate) fn unregister(stage: aclrtSnapShotStage, callback: aclrtSnapShotCallBack) -> Res<()> {
-    let index = stage_index(stage)?;
-    ensure!(
-        callback.is_some(),
-        ACL_ERROR_INVALID_PARAM,
-        "callback is NULL"
-    );
+    let index = stage_index(stage, callback)?;
     let mut callbacks = lock(&CALLBACKS);
     match callbacks[index] {
         // Compared as addresses: the C caller passes the same pointer it registered.
@@ -254,6 +249,43 @@ fn wrong_phase(code: aclError, call: &str, phase: Phase, needed: &str) -> Res<()
     )
 }
 
+/// A snapshot step that needs the process in one state, and the code it fails with otherwise.
+struct Step {
+    call: &'static str,
+    needs: Phase,
+    needs_name: &'static str,
+    code: aclError,
+}
+
+const LOCK: Step = Step {
+    call: "Lock",
+    needs: Phase::Running,
+    needs_name: "RUNNING",
+    code: ACL_ERROR_SNAPSHOT_LOCK_FAILED,
+};
+const BACKUP: Step = Step {
+    call: "Backup",
+    needs: Phase::Locked,
+    needs_name: "LOCKED",
+    code: ACL_ERROR_SNAPSHOT_BACKUP_FAILED,
+};
+const RESTORE: Step = Step {
+    call: "Restore",
+    needs: Phase::BackedUp,
+    needs_name: "BACKED_UP",
+    code: ACL_ERROR_SNAPSHOT_RESTORE_FAILED,
+};
+
+impl Step {
+    /// Fails unless the process is in the state the step needs.
+    fn check(&self, phase: Phase) -> Res<()> {
+        if phase != self.needs {
+            return wrong_phase(self.code, self.call, phase, self.needs_name);
+        }
+        Ok(())
+    }
+}
+
 /// aclrtSnapShotProcessLock: LOCK_PRE callbacks (a failure leaves the process RUNNING), then
 /// blocks new calls and waits, at most [`LOCK_TIMEOUT`], for calls in progress and for every
 /// stream's queued work.
@@ -263,28 +295,12 @@ pub(crate) fn process_lock(sim: &Sim) -> Res<()> {
         ACL_ERROR_SNAPSHOT_LOCK_FAILED,
         "called from a host task, whose own stream could never drain"
     );
-    {
-        let state = lock(&STATE);
-        if state.phase != Phase::Running {
-            return wrong_phase(
-                ACL_ERROR_SNAPSHOT_LOCK_FAILED,
-                "Lock",
-                state.phase,
-                "RUNNING",
-            );
-        }
-    }
+    LOCK.check(lock(&STATE).phase)?;
     run_stage(sim, ACL_RT_SNAPSHOT_LOCK_PRE)?;
     let deadline = Instant::now() + LOCK_TIMEOUT;
     let mut state = lock(&STATE);
-    if state.phase != Phase::Running {
-        return wrong_phase(
-            ACL_ERROR_SNAPSHOT_LOCK_FAILED,
-            "Lock",
-            state.phase,
-            "RUNNING",
-        );
-    }
+    // Again: another thread may have locked while the callbacks ran.
+    LOCK.check(state.phase)?;
     state.phase = Phase::Locked;
     state.holder = Some(std::thread::current().id());
     LOCKED.store(true, Ordering::SeqCst);
@@ -334,24 +350,12 @@ fn release(state: &mut State) {
 /// aclrtSnapShotProcessBackup: BACKUP_PRE callbacks (a failure backs nothing up), the copy of
 /// every device allocation (replacing an earlier backup), BACKED_UP, BACKUP_POST callbacks.
 pub(crate) fn process_backup(sim: &Sim) -> Res<()> {
-    check_phase(
-        Phase::Locked,
-        ACL_ERROR_SNAPSHOT_BACKUP_FAILED,
-        "Backup",
-        "LOCKED",
-    )?;
+    BACKUP.check(lock(&STATE).phase)?;
     run_stage(sim, ACL_RT_SNAPSHOT_BACKUP_PRE)?;
     let contents = sim.memory.device_contents();
     {
         let mut state = lock(&STATE);
-        if state.phase != Phase::Locked {
-            return wrong_phase(
-                ACL_ERROR_SNAPSHOT_BACKUP_FAILED,
-                "Backup",
-                state.phase,
-                "LOCKED",
-            );
-        }
+        BACKUP.check(state.phase)?;
         state.backup = Some(contents);
         state.phase = Phase::BackedUp;
     }
@@ -361,23 +365,11 @@ pub(crate) fn process_backup(sim: &Sim) -> Res<()> {
 /// aclrtSnapShotProcessRestore: RESTORE_PRE callbacks (a failure restores nothing), the last
 /// backup written back, LOCKED, RESTORE_POST callbacks.
 pub(crate) fn process_restore(sim: &Sim) -> Res<()> {
-    check_phase(
-        Phase::BackedUp,
-        ACL_ERROR_SNAPSHOT_RESTORE_FAILED,
-        "Restore",
-        "BACKED_UP",
-    )?;
+    RESTORE.check(lock(&STATE).phase)?;
     run_stage(sim, ACL_RT_SNAPSHOT_RESTORE_PRE)?;
     {
         let mut state = lock(&STATE);
-        if state.phase != Phase::BackedUp {
-            return wrong_phase(
-                ACL_ERROR_SNAPSHOT_RESTORE_FAILED,
-                "Restore",
-                state.phase,
-                "BACKED_UP",
-            );
-        }
+        RESTORE.check(state.phase)?;
         let saved = state.backup.as_deref().unwrap_or_default();
         sim.memory.restore_contents(saved)?;
         state.phase = Phase::Locked;
@@ -400,14 +392,6 @@ pub(crate) fn process_unlock(sim: &Sim) -> Res<()> {
         release(&mut state);
     }
     run_stage(sim, ACL_RT_SNAPSHOT_UNLOCK_POST)
-}
-
-fn check_phase(needed: Phase, code: aclError, call: &str, name: &str) -> Res<()> {
-    let phase = lock(&STATE).phase;
-    if phase != needed {
-        return wrong_phase(code, call, phase, name);
-    }
-    Ok(())
 }
 
 #[cfg(test)]
