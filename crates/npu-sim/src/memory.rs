@@ -76,8 +76,30 @@ enum Backing {
     External,
 }
 
+/// A device allocation's contents as a snapshot's backup saved them.
+pub(crate) struct SavedAllocation {
+    base: usize,
+    device: i32,
+    serial: u64,
+    bytes: Vec<u8>,
+}
+
+/// Fails with `code` if a task holds a lease on the allocation at `base`.
+fn ensure_unused(base: usize, alloc: &Allocation, code: aclError) -> Res<()> {
+    ensure!(
+        alloc.users.load(Ordering::Acquire) == 0,
+        code,
+        "a task is still using the device allocation {base:#x}"
+    );
+    Ok(())
+}
+
 struct Allocation {
     len: usize,
+    /// Which allocation this is among all the process has made: an allocation freed and
+    /// another made at the same address and length is a different one (a snapshot's restore
+    /// tells them apart).
+    serial: u64,
     kind: AllocKind,
     backing: Backing,
     locked: bool,
@@ -419,8 +441,10 @@ impl MemoryMap {
     }
 
     fn insert(&self, base: usize, len: usize, kind: AllocKind, backing: Backing, locked: bool) {
+        static SERIALS: AtomicU64 = AtomicU64::new(0);
         let allocation = Allocation {
             len,
+            serial: SERIALS.fetch_add(1, Ordering::Relaxed),
             kind,
             backing,
             locked,
@@ -445,43 +469,63 @@ impl MemoryMap {
         true
     }
 
-    /// Copies of the contents of every device allocation: (base, device, bytes).
-    pub(crate) fn device_contents(&self) -> Vec<(usize, i32, Vec<u8>)> {
-        let map = read(&self.allocations);
-        map.iter()
-            .filter_map(|(&base, alloc)| match alloc.kind {
-                AllocKind::Device { device, .. } => {
-                    // SAFETY: the allocation is live while the map's read lock is held (a free
-                    // removes it under the write lock first), and `base..base+len` is its memory.
-                    let bytes = unsafe { std::slice::from_raw_parts(base as *const u8, alloc.len) };
-                    Some((base, device, bytes.to_vec()))
-                }
-                AllocKind::Pinned => None,
-            })
-            .collect()
+    /// Copies of the contents of every device allocation, for a snapshot's backup; fails if a
+    /// task is using one (the caller has drained every stream, so none should).
+    pub(crate) fn device_contents(&self) -> Res<Vec<SavedAllocation>> {
+        // The write lock: no task can take a lease on the memory while it is read.
+        let map = write(&self.allocations);
+        let mut saved = Vec::new();
+        for (&base, alloc) in map.iter() {
+            let AllocKind::Device { device, .. } = alloc.kind else {
+                continue;
+            };
+            ensure_unused(base, alloc, ACL_ERROR_SNAPSHOT_BACKUP_FAILED)?;
+            // SAFETY: the allocation is live while the map's lock is held (a free removes it
+            // under the write lock first), `base..base+len` is its memory, and no task holds a
+            // lease on it or can take one while the write lock is held.
+            let bytes = unsafe { std::slice::from_raw_parts(base as *const u8, alloc.len) };
+            saved.push(SavedAllocation {
+                base,
+                device,
+                serial: alloc.serial,
+                bytes: bytes.to_vec(),
+            });
+        }
+        Ok(saved)
     }
 
-    /// Writes saved contents back (see [`Self::device_contents`]). Fails, writing nothing, if
-    /// any saved allocation is no longer a device allocation of the same device and length.
-    pub(crate) fn restore_contents(&self, saved: &[(usize, i32, Vec<u8>)]) -> Res<()> {
-        let map = read(&self.allocations);
-        for (base, device, bytes) in saved {
-            let same = map.get(base).is_some_and(|alloc| {
-                alloc.len == bytes.len()
-                    && matches!(alloc.kind, AllocKind::Device { device: d, .. } if d == *device)
-            });
-            ensure!(
-                same,
-                ACL_ERROR_SNAPSHOT_RESTORE_FAILED,
-                "the backed-up allocation {base:#x} ({} bytes on device {device}) was freed or \
-                 replaced since the backup",
-                bytes.len()
-            );
+    /// Writes a backup back (see [`Self::device_contents`]). Fails, writing nothing, if a saved
+    /// allocation has been freed since (another made at its address is not it) or a task is
+    /// using one.
+    pub(crate) fn restore_contents(&self, saved: &[SavedAllocation]) -> Res<()> {
+        let map = write(&self.allocations);
+        for entry in saved {
+            let alloc = map
+                .get(&entry.base)
+                .filter(|alloc| alloc.serial == entry.serial);
+            let Some(alloc) = alloc else {
+                fail!(
+                    ACL_ERROR_SNAPSHOT_RESTORE_FAILED,
+                    "the backed-up allocation {:#x} ({} bytes on device {}) was freed since the \
+                     backup",
+                    entry.base,
+                    entry.bytes.len(),
+                    entry.device
+                );
+            };
+            ensure_unused(entry.base, alloc, ACL_ERROR_SNAPSHOT_RESTORE_FAILED)?;
         }
-        for (base, _, bytes) in saved {
-            // SAFETY: checked above to be a live allocation of exactly `bytes.len()` bytes,
-            // kept live by the map's read lock; the snapshot lock keeps device tasks off it.
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), *base as *mut u8, bytes.len()) };
+        for entry in saved {
+            // SAFETY: checked above to be the same live allocation, of exactly
+            // `entry.bytes.len()` bytes, kept live by the map's write lock, under which no task
+            // holds or takes a lease on it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    entry.bytes.as_ptr(),
+                    entry.base as *mut u8,
+                    entry.bytes.len(),
+                );
+            }
         }
         Ok(())
     }

@@ -1016,12 +1016,14 @@ impl Stream {
         }
     }
 
-    /// Waits until every task submitted so far has finished or the stream is doomed (its
-    /// queued tasks will never run); false if `deadline` passed first.
+    /// Waits until every task submitted so far has finished, or the stream is doomed (its
+    /// queued tasks will never run) and no task of it is still running; false if `deadline`
+    /// passed first.
     pub(crate) fn drained_by(&self, deadline: Instant) -> bool {
         let target = self.submitted.load(Ordering::Acquire);
         wait_until(&self.listens(target), Some(deadline), || {
-            (self.doom().is_some() || self.finished.load(Ordering::Acquire) >= target).then_some(())
+            let done = self.finished.load(Ordering::Acquire) >= target;
+            (done || self.settled_doom().is_some()).then_some(())
         })
         .is_some()
     }

@@ -181,6 +181,24 @@ fn restore_writes_the_last_backup_back() {
     );
     ok(unlock());
     assert!(download::<u8>(dev, 4096).iter().all(|&b| b == 0x44));
+    // One freed and another made in its place, at its address: not the allocation that was
+    // backed up.
+    let first = malloc(64);
+    ok(lock());
+    ok(backup());
+    acl!(aclrtFree(first));
+    let second = malloc(64);
+    assert_eq!(
+        first, second,
+        "the simulator reuses a freed address of the same size"
+    );
+    fails(
+        restore(),
+        ACL_ERROR_SNAPSHOT_RESTORE_FAILED,
+        "aclrtSnapShotProcessRestore",
+    );
+    ok(unlock());
+    acl!(aclrtFree(second));
     acl!(aclrtFree(dev));
 }
 
@@ -191,6 +209,7 @@ fn a_call_blocked_while_locked_returns_only_after_the_unlock() {
     let unlocking = std::sync::Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = mpsc::channel();
     let (ready_tx2, go_rx) = mpsc::channel::<()>();
+    let (returned_tx, returned_rx) = mpsc::channel::<()>();
     let seen = unlocking.clone();
     let blocked = std::thread::spawn(move || {
         set_device(0);
@@ -200,6 +219,7 @@ fn a_call_blocked_while_locked_returns_only_after_the_unlock() {
         // SAFETY: valid out pointer.
         let code = unsafe { aclrtMalloc(&mut dev, 256, ACL_MEM_MALLOC_HUGE_FIRST) };
         let after_unlock = seen.load(Ordering::SeqCst);
+        let _ = returned_tx.send(());
         (code, after_unlock, dev as usize)
     });
     ready_rx.recv().unwrap();
@@ -208,8 +228,15 @@ fn a_call_blocked_while_locked_returns_only_after_the_unlock() {
     // Queries do not block.
     let mut device = -1;
     acl!(aclrtGetDevice(&mut device));
+    // Without the gate the allocation returns within microseconds; with it, it cannot return
+    // before the unlock below, so this wait only ever ends by its bound.
+    let early = returned_rx.recv_timeout(std::time::Duration::from_millis(200));
     unlocking.store(true, Ordering::SeqCst);
     ok(unlock());
+    assert!(
+        early.is_err(),
+        "aclrtMalloc returned while the process was locked"
+    );
     let (code, after_unlock, dev) = blocked.join().unwrap();
     assert_eq!(code, ACL_SUCCESS);
     assert!(
@@ -253,21 +280,21 @@ fn lock_times_out_on_work_that_never_finishes_and_leaves_the_process_running() {
 
 static ORDER: Mutex<Vec<(u32, i32)>> = Mutex::new(Vec::new());
 
+/// Records its stage (its `args`) and device, if the runtime calls it makes succeed: a query
+/// and, past the gate, an allocation and a free. (A panic here would abort the test binary:
+/// the test compares what was recorded instead.)
 extern "C" fn record_stage(device: i32, args: *mut c_void) -> u32 {
-    // The callback may call the runtime: neither a query nor (as the holder) a blocked call
-    // deadlocks.
     let mut current = -1;
     let mut dev = ptr::null_mut();
-    // SAFETY: valid out pointers.
-    unsafe {
-        assert_eq!(aclrtGetDevice(&mut current), ACL_SUCCESS);
-        assert_eq!(
-            aclrtMalloc(&mut dev, 64, ACL_MEM_MALLOC_HUGE_FIRST),
-            ACL_SUCCESS
-        );
-        assert_eq!(aclrtFree(dev), ACL_SUCCESS);
+    // SAFETY: valid out pointers; `dev` is freed only if it was allocated.
+    let calls_passed = unsafe {
+        aclrtGetDevice(&mut current) == ACL_SUCCESS
+            && aclrtMalloc(&mut dev, 64, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS
+            && aclrtFree(dev) == ACL_SUCCESS
+    };
+    if calls_passed {
+        ORDER.lock().unwrap().push((args as usize as u32, device));
     }
-    ORDER.lock().unwrap().push((args as usize as u32, device));
     0
 }
 
@@ -419,4 +446,188 @@ fn a_lock_from_a_host_task_fails_and_a_stopped_stream_does_not_hold_the_lock_up(
     acl!(aclrtStreamAbort(stream));
     acl!(aclrtFree(dev));
     acl!(aclrtDestroyStream(stream));
+}
+
+#[test]
+fn a_lock_still_draining_is_no_lock_yet_for_the_other_steps() {
+    let _serial = serial();
+    set_device(0);
+    let stream = create_stream();
+    let dev = malloc(64);
+    acl!(npusimHold(0));
+    acl!(aclrtMemsetAsync(dev, 64, 5, 64, stream));
+    let locker = std::thread::spawn(lock);
+    // Unlock says which state it found: wait for the Lock to be draining the held memset.
+    let draining = loop {
+        let code = unlock();
+        assert_eq!(
+            code, ACL_ERROR_SNAPSHOT_UNLOCK_FAILED,
+            "an Unlock of no lock"
+        );
+        let found = recent_message();
+        if found.contains("Locking") {
+            break true;
+        }
+        if !found.contains("Running") {
+            break false;
+        }
+        std::thread::yield_now();
+    };
+    let other_steps = (backup(), lock());
+    acl!(npusimRelease(0));
+    let locked = locker.join().unwrap();
+    assert!(
+        draining,
+        "the process left RUNNING only for a state other than LOCKING"
+    );
+    assert_eq!(
+        other_steps,
+        (
+            ACL_ERROR_SNAPSHOT_BACKUP_FAILED,
+            ACL_ERROR_SNAPSHOT_LOCK_FAILED
+        ),
+        "steps during the drain"
+    );
+    ok(locked);
+    // Unlocking from another thread than the Lock's is allowed.
+    ok(unlock());
+    acl!(aclrtSynchronizeStream(stream));
+    acl!(aclrtFree(dev));
+    acl!(aclrtDestroyStream(stream));
+}
+
+#[test]
+fn backup_and_restore_wait_for_the_work_the_holder_queued() {
+    let _serial = serial();
+    set_device(0);
+    let stream = create_stream();
+    let dev = malloc(64);
+    acl!(aclrtMemset(dev, 64, 0x11, 64));
+    ok(lock());
+    // The holder's calls pass the gate; its memset stays queued while the device is held.
+    acl!(npusimHold(0));
+    acl!(aclrtMemsetAsync(dev, 64, 0x33, 64, stream));
+    let refused = backup();
+    acl!(npusimRelease(0));
+    assert_eq!(
+        refused,
+        ACL_ERROR_SNAPSHOT_BACKUP_FAILED,
+        "{}",
+        recent_message()
+    );
+    // Once it can finish, Backup waits for it: the backup holds its bytes.
+    ok(backup());
+    acl!(aclrtMemset(dev, 64, 0x44, 64));
+    acl!(npusimHold(0));
+    acl!(aclrtMemsetAsync(dev, 64, 0x55, 64, stream));
+    let refused = restore();
+    acl!(npusimRelease(0));
+    assert_eq!(
+        refused,
+        ACL_ERROR_SNAPSHOT_RESTORE_FAILED,
+        "{}",
+        recent_message()
+    );
+    // Restore writes the backup over what the queued memset wrote, not under it.
+    ok(restore());
+    assert_eq!(download::<u8>(dev, 64), vec![0x33; 64]);
+    ok(unlock());
+    acl!(aclrtFree(dev));
+    acl!(aclrtDestroyStream(stream));
+}
+
+const GATED: &str = "npu_sim_snapshot_test_gated";
+
+/// Whether the gated kernel has started, and whether it may return.
+static GATE: (Mutex<(bool, bool)>, std::sync::Condvar) =
+    (Mutex::new((false, false)), std::sync::Condvar::new());
+
+fn set_gate(update: impl FnOnce(&mut (bool, bool))) {
+    update(&mut GATE.0.lock().unwrap());
+    GATE.1.notify_all();
+}
+
+fn wait_gate(until: impl Fn(&(bool, bool)) -> bool) {
+    let state = GATE.0.lock().unwrap();
+    drop(GATE.1.wait_while(state, |state| !until(state)).unwrap());
+}
+
+#[test]
+fn a_stopped_stream_holds_the_lock_up_until_its_running_kernel_returns() {
+    let _serial = serial();
+    set_device(0);
+    npu_sim::kernel::register(GATED, |_, _, _| {
+        set_gate(|gate| gate.0 = true);
+        wait_gate(|gate| gate.1);
+        0
+    })
+    .unwrap();
+    let func = function(registry_binary(&[GATED]), GATED);
+    let stream = create_stream();
+    assert_eq!(launch(func, 1, stream, &0u64, ptr::null_mut()), ACL_SUCCESS);
+    wait_gate(|gate| gate.0);
+    // The stop returns with the kernel still running; its stream's queue can never run.
+    acl!(aclrtStreamStop(stream));
+    let locker = std::thread::spawn(lock);
+    let state_seen = loop {
+        assert_eq!(unlock(), ACL_ERROR_SNAPSHOT_UNLOCK_FAILED);
+        let found = recent_message();
+        if !found.contains("Running") {
+            break found;
+        }
+        std::thread::yield_now();
+    };
+    set_gate(|gate| gate.1 = true);
+    ok(locker.join().unwrap());
+    assert!(
+        state_seen.contains("Locking"),
+        "the Lock did not wait for the running kernel: {state_seen}"
+    );
+    ok(unlock());
+    acl!(aclrtStreamAbort(stream));
+    acl!(aclrtDestroyStream(stream));
+}
+
+#[test]
+fn the_callbacks_of_a_step_called_by_another_thread_than_the_locks_may_call_the_runtime() {
+    let _serial = serial();
+    set_device(0);
+    ORDER.lock().unwrap().clear();
+    // SAFETY: a callback of the declared type; args is a plain tag.
+    ok(unsafe {
+        aclrtSnapShotCallbackRegister(
+            ACL_RT_SNAPSHOT_BACKUP_PRE,
+            Some(record_stage),
+            ACL_RT_SNAPSHOT_BACKUP_PRE as usize as *mut c_void,
+        )
+    });
+    let (done_tx, done_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let stepper = std::thread::spawn(move || {
+        // Before the lock: setting a device is a call it blocks.
+        set_device(0);
+        done_tx.send(None).unwrap();
+        go_rx.recv().unwrap();
+        done_tx.send(Some(backup())).unwrap();
+    });
+    assert_eq!(done_rx.recv().unwrap(), None);
+    ok(lock());
+    go_tx.send(()).unwrap();
+    // On a regression the callback's allocation waits for an unlock only this thread makes:
+    // the bound turns that into a failure.
+    let backed_up = done_rx.recv_timeout(std::time::Duration::from_secs(30));
+    ok(unlock());
+    stepper.join().unwrap();
+    // SAFETY: the callback registered above.
+    ok(unsafe { aclrtSnapShotCallbackUnregister(ACL_RT_SNAPSHOT_BACKUP_PRE, Some(record_stage)) });
+    assert_eq!(
+        backed_up,
+        Ok(Some(ACL_SUCCESS)),
+        "the other thread's Backup"
+    );
+    assert_eq!(
+        *ORDER.lock().unwrap(),
+        [(ACL_RT_SNAPSHOT_BACKUP_PRE, 0)],
+        "its callback's runtime calls passed the gate"
+    );
 }
