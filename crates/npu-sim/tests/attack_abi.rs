@@ -13,7 +13,7 @@ mod common;
 use std::ffi::c_void;
 use std::io::Write;
 use std::ptr;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -268,6 +268,9 @@ struct Inside {
     stream: Raw,
     /// An event recorded on `stream` after the host task.
     after: Raw,
+    /// Set once `after` has been recorded: the host task may start before that, and a wait for
+    /// an event not yet recorded returns at once.
+    recorded: AtomicBool,
     action: Action,
     code: AtomicI32,
 }
@@ -277,6 +280,9 @@ unsafe extern "C" fn run_inside(data: *mut c_void) {
     let inside = unsafe { &*data.cast::<Inside>() };
     // A C program binds the runtime's thread to the device first, as any thread must.
     set_device(inside.device);
+    while !inside.recorded.load(Ordering::Acquire) {
+        thread::yield_now();
+    }
     inside
         .code
         .store((inside.action)(inside), Ordering::Release);
@@ -319,6 +325,7 @@ fn run_host_task(name: &str, callback: bool, action: Action) -> aclError {
         device,
         stream: Raw::of(stream),
         after: Raw::of(after),
+        recorded: AtomicBool::new(false),
         action,
         code: AtomicI32::new(i32::MIN),
     });
@@ -347,6 +354,7 @@ fn run_host_task(name: &str, callback: bool, action: Action) -> aclError {
         acl!(aclrtLaunchHostFunc(stream, Some(run_inside), data.ptr()));
     }
     acl!(aclrtRecordEvent(after, stream));
+    inside.recorded.store(true, Ordering::Release);
     let what = format!(
         "{name} inside a {}",
         if callback {
@@ -771,8 +779,7 @@ fn a_batch_with_one_bad_entry_copies_nothing() {
     install_eight_devices();
     set_device(0);
     let (good, small) = (malloc(4096), malloc(64));
-    let freed = malloc(4096);
-    acl!(aclrtFree(freed));
+    let freed = freed_device_address(4096);
     let foreign = malloc_on(1, 4096);
     let host = malloc_host(4096);
     // SAFETY: 4096 bytes of pinned memory just allocated.

@@ -1314,8 +1314,10 @@ fn every_error_path() {
 /// running on the stream, which holds it until the submission has been refused.
 fn submission_during_an_abort() -> aclError {
     use std::sync::atomic::{AtomicBool, Ordering};
+    static STARTED: AtomicBool = AtomicBool::new(false);
     static RELEASE: AtomicBool = AtomicBool::new(false);
     unsafe extern "C" fn hold(_: *mut c_void) {
+        STARTED.store(true, Ordering::Release);
         while !RELEASE.load(Ordering::Acquire) {
             std::thread::yield_now();
         }
@@ -1323,6 +1325,11 @@ fn submission_during_an_abort() -> aclError {
     let stream = create_stream();
     let dev = malloc(64);
     acl!(aclrtLaunchHostFunc(stream, Some(hold), ptr::null_mut()));
+    // An abort that came before the worker took the host function would discard it, and
+    // nothing would then hold the abort open for the submission below.
+    while !STARTED.load(Ordering::Acquire) {
+        std::thread::yield_now();
+    }
     let handle = stream as usize;
     let aborter = std::thread::spawn(move || {
         set_device(0);
