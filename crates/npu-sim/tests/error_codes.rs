@@ -1399,9 +1399,7 @@ static RESOURCES: &[Case] = &[
         code!(aclrtMalloc(&mut p, 2 << 30, 0))
     }),
     case("free twice", "aclrtFree", 207002, 0, || {
-        let d = malloc(64);
-        acl!(aclrtFree(d));
-        code!(aclrtFree(d))
+        code!(aclrtFree(freed_device_address(64)))
     }),
     case(
         "pinned memory freed as device memory",

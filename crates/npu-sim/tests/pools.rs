@@ -9,10 +9,19 @@ mod common;
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use common::*;
 use npu_sim::abi::*;
 use npu_sys::*;
+
+/// The tests of this file take turns. `error_paths` frees an address after its pool was
+/// destroyed and expects the free to fail; a test running beside it could meanwhile have been
+/// given that address by a pool of its own, and the free would then return its block.
+fn serial() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn props(device: u32, max_size: usize) -> aclrtMemPoolProps {
     aclrtMemPoolProps {
@@ -68,6 +77,7 @@ fn only_rule(pool: aclrtMemPool, keep: aclrtMemPoolAttr) {
 
 #[test]
 fn memory_freed_on_a_stream_is_reused_by_its_later_allocations() {
+    let _turn = serial();
     set_device(0);
     let pool = create_pool(0, 0);
     let stream = create_stream();
@@ -105,6 +115,7 @@ fn memory_freed_on_a_stream_is_reused_by_its_later_allocations() {
 
 #[test]
 fn another_stream_reuses_only_what_an_event_orders_after_the_free() {
+    let _turn = serial();
     set_device(0);
     let pool = create_pool(0, 0);
     only_rule(pool, ACL_RT_MEM_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES);
@@ -125,6 +136,7 @@ fn another_stream_reuses_only_what_an_event_orders_after_the_free() {
 
 #[test]
 fn opportunistic_reuse_takes_memory_whose_free_has_executed() {
+    let _turn = serial();
     set_device(0);
     let pool = create_pool(0, 0);
     only_rule(pool, ACL_RT_MEM_POOL_REUSE_ALLOW_OPPORTUNISTIC);
@@ -154,6 +166,7 @@ unsafe extern "C" fn hold_until_gate(_: *mut c_void) {
 
 #[test]
 fn internal_dependencies_make_the_reusing_stream_wait_for_the_free() {
+    let _turn = serial();
     set_device(1);
     let pool = create_pool(1, 0);
     only_rule(pool, ACL_RT_MEM_POOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES);
@@ -183,6 +196,7 @@ fn internal_dependencies_make_the_reusing_stream_wait_for_the_free() {
 
 #[test]
 fn trimming_releases_idle_memory_only() {
+    let _turn = serial();
     set_device(0);
     let pool = create_pool(0, 0);
     set_u64(pool, ACL_RT_MEM_POOL_ATTR_RELEASE_THRESHOLD, 1 << 20);
@@ -224,6 +238,7 @@ fn trimming_releases_idle_memory_only() {
 
 #[test]
 fn a_pool_cannot_grow_past_its_size() {
+    let _turn = serial();
     set_device(0);
     let pool = create_pool(0, 8192);
     let stream = create_stream();
@@ -254,6 +269,7 @@ fn a_pool_cannot_grow_past_its_size() {
 
 #[test]
 fn attributes_have_their_defaults_and_types() {
+    let _turn = serial();
     set_device(0);
     let pool = create_pool(0, 0);
     for rule in [
@@ -271,6 +287,7 @@ fn attributes_have_their_defaults_and_types() {
 
 #[test]
 fn error_paths() {
+    let _turn = serial();
     set_device(0);
     let pool = create_pool(0, 0);
     let stream = create_stream();
