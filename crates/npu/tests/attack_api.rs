@@ -753,14 +753,32 @@ fn pinned_pool_refuses_the_impossible_and_never_lends_a_block_in_flight() {
 #[test]
 fn host_registration_refuses_partial_pages_and_outlives_its_copies() {
     let (_guard, ctx, _) = exclusive();
-    let unaligned = vec![1u8; 8192];
-    let rejected = HostRegistration::new(&ctx, unaligned, RegisterFlags::PINNED);
-    let rejected = rejected.unwrap_err();
-    assert_eq!(
-        invalid(&rejected.error),
-        ("HostRegistration::new", "buffer")
-    );
-    assert_eq!(rejected.buffer, vec![1u8; 8192], "the buffer comes back");
+    // The allocator picks a Vec's address and may pick a page boundary: ask again, keeping
+    // each aligned answer, until one is not.
+    let mut aligned = Vec::new();
+    let unaligned = loop {
+        let buffer = vec![1u8; 8192];
+        if buffer.as_ptr() as usize % 4096 != 0 {
+            break buffer;
+        }
+        aligned.push(buffer);
+    };
+    // 8000 bytes are no whole number of pages, wherever they are.
+    for (buffer, what) in [(unaligned, "unaligned"), (vec![1u8; 8000], "partial")] {
+        let len = buffer.len();
+        let rejected = HostRegistration::new(&ctx, buffer, RegisterFlags::PINNED);
+        let rejected = rejected.unwrap_err();
+        assert_eq!(
+            invalid(&rejected.error),
+            ("HostRegistration::new", "buffer"),
+            "{what}"
+        );
+        assert_eq!(
+            rejected.buffer,
+            vec![1u8; len],
+            "the {what} buffer comes back"
+        );
+    }
     // A page-aligned buffer owns its whole last page, so a short one registers whole pages.
     let short = PageAlignedBuffer::<u8>::new(100).unwrap();
     let registered = HostRegistration::new(&ctx, short, RegisterFlags::PINNED).unwrap();
