@@ -101,21 +101,27 @@ pub(crate) fn raise(stream: &Stream, task: &Task, error: &SimError) {
     };
     let address = (&raw mut info) as usize;
     lock(&LIVE).insert(address);
-    for callback in callbacks {
-        // SAFETY: a C callback the user registered; the info stays valid for the call.
-        unsafe { callback(address as *mut aclrtExceptionInfo) };
-    }
-    // The failing kernel's binary's own callback comes after the process-wide ones.
-    if let Some(binary) = binary_callback {
-        // SAFETY: a C callback the user set on the binary, with the user data it gave; the
-        // info stays valid for the call.
-        unsafe {
-            (binary.func)(
-                address as *mut aclrtExceptionInfo,
-                binary.user_data as *mut std::ffi::c_void,
-            )
-        };
-    }
+    // The callbacks run on the stream's worker, which cannot move on until they return: like a
+    // host function, they are a host task of the stream (a wait for the stream from inside
+    // fails instead of waiting for itself, and a snapshot lock's gate lets their calls pass,
+    // since the lock's holder may be waiting for this very stream).
+    crate::host_task::run(stream.handle, task.position, || {
+        for callback in callbacks {
+            // SAFETY: a C callback the user registered; the info stays valid for the call.
+            unsafe { callback(address as *mut aclrtExceptionInfo) };
+        }
+        // The failing kernel's binary's own callback comes after the process-wide ones.
+        if let Some(binary) = binary_callback {
+            // SAFETY: a C callback the user set on the binary, with the user data it gave;
+            // the info stays valid for the call.
+            unsafe {
+                (binary.func)(
+                    address as *mut aclrtExceptionInfo,
+                    binary.user_data as *mut std::ffi::c_void,
+                )
+            };
+        }
+    });
     lock(&LIVE).remove(&address);
 }
 

@@ -631,3 +631,147 @@ fn the_callbacks_of_a_step_called_by_another_thread_than_the_locks_may_call_the_
         "its callback's runtime calls passed the gate"
     );
 }
+
+/// What the exception callback below frees when a task fails, and what its free returned.
+static SCRATCH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static FREED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(i32::MIN);
+
+/// An exception callback that frees a scratch buffer: a call the lock blocks.
+unsafe extern "C" fn free_on_fault(_info: *mut aclrtExceptionInfo) {
+    let scratch = SCRATCH.swap(0, Ordering::SeqCst);
+    if scratch != 0 {
+        // SAFETY: an allocation the test made for this callback.
+        FREED.store(
+            unsafe { aclrtFree(scratch as *mut c_void) },
+            Ordering::SeqCst,
+        );
+    }
+}
+
+/// The lock's holder queues work that fails and synchronizes its stream. The exception
+/// callback runs on the stream's worker before the stream can go on, so if the gate held its
+/// aclrtFree until an Unlock, the holder would wait for the worker and the worker for the
+/// holder, for ever. (Found by the eighth review.)
+#[test]
+fn an_exception_callback_passes_the_gate_that_its_streams_holder_waits_behind() {
+    let _serial = serial();
+    set_device(0);
+    acl!(aclrtExceptionInfoCallbackRegister(Some(free_on_fault)));
+    SCRATCH.store(malloc(64) as usize, Ordering::SeqCst);
+    let (synchronized_tx, synchronized) = mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        set_device(0);
+        let stream = create_stream();
+        let dev = malloc(64);
+        ok(lock());
+        // The holder's own calls pass the gate.
+        acl!(npusimFailTask(stream, 1, ACL_ERROR_RT_AICORE_EXCEPTION));
+        acl!(aclrtMemsetAsync(dev, 64, 1, 64, stream));
+        synchronized_tx
+            .send(code!(aclrtSynchronizeStream(stream)))
+            .unwrap();
+        (stream as usize, dev as usize)
+    });
+    // A bound, so that a regression fails here instead of hanging: the Unlock below, from
+    // this thread, would release the callback.
+    let synchronized = synchronized.recv_timeout(std::time::Duration::from_secs(30));
+    let freed_while_locked = FREED.load(Ordering::SeqCst);
+    ok(unlock());
+    let (stream, dev) = holder.join().unwrap();
+    acl!(aclrtExceptionInfoCallbackUnregister(Some(free_on_fault)));
+    acl!(aclrtFree(dev as *mut c_void));
+    acl!(aclrtDestroyStream(stream as aclrtStream));
+    assert_eq!(
+        synchronized,
+        Ok(ACL_ERROR_RT_AICORE_EXCEPTION),
+        "the holder's synchronization returns the task's failure"
+    );
+    assert_eq!(
+        freed_while_locked, ACL_SUCCESS,
+        "the callback's aclrtFree passed the gate"
+    );
+}
+
+/// Tells the device-state callback below that it has been entered, then waits for the word
+/// to allocate; what its allocation returned.
+static ENTERED: Mutex<Option<mpsc::Sender<()>>> = Mutex::new(None);
+static GO: Mutex<Option<mpsc::Receiver<()>>> = Mutex::new(None);
+static INNER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(i32::MIN);
+
+/// A device-state callback that allocates inside aclrtSetDevice(0) (SET_PRE), once armed, in
+/// the context the thread had before.
+unsafe extern "C" fn allocate_on_set(device: i32, state: aclrtDeviceState, _args: *mut c_void) {
+    if device != 0 || state != ACL_RT_DEVICE_STATE_SET_PRE {
+        return;
+    }
+    let Some(entered) = ENTERED.lock().unwrap().take() else {
+        return;
+    };
+    entered.send(()).unwrap();
+    if let Some(go) = GO.lock().unwrap().take() {
+        go.recv().unwrap();
+    }
+    let mut dev = ptr::null_mut();
+    // SAFETY: a valid out pointer; the allocation is freed at once.
+    let code = unsafe { aclrtMalloc(&mut dev, 64, ACL_MEM_MALLOC_HUGE_FIRST) };
+    INNER.store(code, Ordering::SeqCst);
+    if code == ACL_SUCCESS {
+        // SAFETY: the allocation just made.
+        unsafe { aclrtFree(dev) };
+    }
+}
+
+/// A Lock that starts while another thread is inside aclrtSetDevice, whose device-state
+/// callback then allocates: the Lock waits for the aclrtSetDevice around the allocation, so
+/// the allocation passes (held, it would keep both waiting until the Lock timed out).
+/// (Found by the eighth review.)
+#[test]
+fn a_call_inside_a_call_that_a_draining_lock_waits_for_passes_the_gate() {
+    let _serial = serial();
+    set_device(0);
+    let name = c_string("npu-sim-snapshot-test-allocate-on-set");
+    acl!(aclrtRegDeviceStateCallback(
+        name.as_ptr(),
+        Some(allocate_on_set),
+        ptr::null_mut()
+    ));
+    let (entered_tx, entered) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel();
+    *ENTERED.lock().unwrap() = Some(entered_tx);
+    *GO.lock().unwrap() = Some(go_rx);
+    let setter = std::thread::spawn(|| {
+        // A context for the callback's allocation: device 0's is not current before SET_PRE.
+        set_device(1);
+        let code = code!(aclrtSetDevice(0));
+        // Device 1 in use would change which devices the stage callbacks of other tests see.
+        acl!(aclrtResetDevice(1));
+        code
+    });
+    entered.recv().unwrap();
+    let locker = std::thread::spawn(lock);
+    // Unlock says which state it found: wait for the Lock to be draining.
+    loop {
+        assert_eq!(unlock(), ACL_ERROR_SNAPSHOT_UNLOCK_FAILED);
+        if recent_message().contains("Locking") {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    go.send(()).unwrap();
+    let locked = locker.join().unwrap();
+    if locked == ACL_SUCCESS {
+        ok(unlock());
+    }
+    assert_eq!(setter.join().unwrap(), ACL_SUCCESS);
+    acl!(aclrtRegDeviceStateCallback(
+        name.as_ptr(),
+        None,
+        ptr::null_mut()
+    ));
+    assert_eq!(locked, ACL_SUCCESS, "the Lock: {}", recent_message());
+    assert_eq!(
+        INNER.load(Ordering::SeqCst),
+        ACL_SUCCESS,
+        "the callback's allocation"
+    );
+}

@@ -25,16 +25,30 @@ const BLOCKED: &[&str] = &[
     "aclrtDestroyNotify",
     "aclrtRecordNotify",
     "aclrtWaitAndResetNotify",
+    "aclrtNotifyBatchReset",
+    "aclrtCntNotifyCreate",
+    "aclrtCntNotifyDestroy",
+    "aclrtCntNotifyRecord",
+    "aclrtCntNotifyWaitWithTimeout",
+    "aclrtCntNotifyReset",
+    "aclrtResetEvent",
+    "aclrtIpcOpenEventHandle",
+    "aclrtIpcMemImportByKey",
+    "aclrtIpcMemClose",
+    "aclrtHostUnregister",
 ];
 
-/// Calls blocked while locked, by name prefix (every variant of the family): device
-/// memory's allocation, mapping and freeing, copies and memsets, the creation and destruction
-/// of streams and events, and everything that queues device work.
+/// Calls blocked while locked, by name prefix (every variant of the family): memory's
+/// allocation, import, registration, mapping and freeing, copies and memsets, the creation and
+/// destruction of streams and events, and everything that queues device work.
 const BLOCKED_PREFIXES: &[&str] = &[
     "aclrtMalloc",
     "aclrtFree",
     "aclrtMemPool",
     "aclrtMemAllocManaged",
+    "aclrtMemManagedPrefetch",
+    "aclrtMemImportFromShareableHandle",
+    "aclrtHostRegister",
     "aclrtMapMem",
     "aclrtUnmapMem",
     "aclrtReserveMemAddress",
@@ -59,7 +73,7 @@ const BLOCKED_PREFIXES: &[&str] = &[
 
 /// The letters at index 5 of the blocked calls' names: the one after "aclrt", or the "l" of
 /// "aclmdl".
-const BLOCKED_INITIALS: &[u8] = b"CDFLMRSTUVWl";
+const BLOCKED_INITIALS: &[u8] = b"CDFHILMNRSTUVWl";
 
 /// Whether the snapshot lock blocks the call `api`. Every runtime call asks, so one byte rules
 /// out most of the calls that are not blocked (queries, gets, synchronizations) before any name
@@ -128,21 +142,23 @@ impl Drop for Stepping {
     }
 }
 
-/// Admits the call `api`: waits while the process is locked if the lock blocks it. Host tasks
-/// (host functions, blocking callbacks), the lock's holder and a thread running a step's
-/// callbacks are never blocked: Lock drains the first, and the others would wait for
-/// themselves.
+/// Admits the call `api`: waits while the process is locked if the lock blocks it. Never
+/// blocked: host tasks (host functions, blocking callbacks, exception callbacks), which Lock
+/// drains; the lock's holder and a thread running a step's callbacks, which would wait for
+/// themselves; and a call made inside another blocked-kind call of the same thread (a
+/// device-state callback of aclrtSetDevice), which a Lock still draining waits for, so that
+/// blocking it would keep both waiting until the Lock gave up.
 pub(crate) fn admit(api: &str) -> Option<Pass> {
     if !blocks(api) || crate::host_task::is_running() {
         return None;
     }
-    let me = std::thread::current().id();
     loop {
         IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-        if !LOCKED.load(Ordering::SeqCst) || STEPPING.get() {
+        if !LOCKED.load(Ordering::SeqCst) || STEPPING.get() || MINE.get() > 0 {
             return Some(Pass::counted());
         }
         IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        let me = std::thread::current().id();
         let mut state = lock(&STATE);
         if state.holder == Some(me) {
             IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
