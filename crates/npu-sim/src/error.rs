@@ -107,12 +107,31 @@ pub(crate) fn record(api: &str, error: &SimError) {
         code_name(error.code),
         error.msg
     );
-    tracing::debug!(target: "npu_sim", "{line}");
+    // The subscriber is the program's code and may panic; the code and message are kept
+    // whatever it does, and its panic stops here (the caller is an exported C function).
+    let _ = contain(|| tracing::debug!(target: "npu_sim", "{line}"));
     if PROCESS_LEVEL.load(Ordering::Acquire) {
         push_message(&mut crate::sync::lock(&PROCESS_PENDING), line);
     } else {
         let _ = PENDING.try_with(|pending| push_message(&mut pending.borrow_mut(), line));
     }
+}
+
+/// Runs `f`, stopping a panic: gives back what it panicked with, as text. The payload is
+/// dropped inside a containment of its own (its `Drop` is the panicking code's, and may
+/// panic too), and leaked if that panics.
+fn contain<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|payload| {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+            std::mem::forget(again);
+        }
+        what
+    })
 }
 
 /// aclGetRecentErrMsg: returns and clears the pending messages (of the thread, or of the
@@ -150,26 +169,16 @@ pub(crate) fn take_last_error() -> aclError {
 pub(crate) fn guard(api: &'static str, body: impl FnOnce() -> Res<()>) -> aclError {
     // While the process is snapshot-locked, the calls the lock blocks wait here for the unlock.
     let _pass = crate::snapshot::admit(api);
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => ACL_SUCCESS,
-        Ok(Err(error)) => {
-            record(api, &error);
-            error.code
-        }
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_owned());
-            let error = SimError::new(
-                ACL_ERROR_RT_INTERNAL_ERROR,
-                format!("internal error: {what}"),
-            );
-            record(api, &error);
-            error.code
-        }
-    }
+    let error = match contain(body) {
+        Ok(Ok(())) => return ACL_SUCCESS,
+        Ok(Err(error)) => error,
+        Err(what) => SimError::new(
+            ACL_ERROR_RT_INTERNAL_ERROR,
+            format!("internal error: {what}"),
+        ),
+    };
+    record(api, &error);
+    error.code
 }
 
 /// Like [`guard`] for the few functions that return a value instead of a code; `fallback` is

@@ -104,5 +104,21 @@ fn a_subscriber_that_panics_on_the_shared_threads_harms_no_operation() {
     npu_core::reaper::flush();
     assert_eq!(rx.try_recv(), Ok("ran"));
     assert!(LAYER_PANICS.load(Ordering::SeqCst) > before);
+
+    // The simulator logs each call that fails, and the shared threads make calls that fail by
+    // design (the reactor settling an event that captured a task's failure): a layer panicking
+    // on that event is inside the simulator's exported C function, where an unwind aborts the
+    // process. (Found by the eighth review.)
+    let before = LAYER_PANICS.load(Ordering::SeqCst);
+    npu_sim::control::fail_task(hostile_stream.as_raw(), 1, 507015).unwrap();
+    let failed = run(hostile_stream.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 3));
+    assert_eq!(
+        failed.unwrap_err().acl_code().map(|code| code.0),
+        Some(507015)
+    );
+    assert!(
+        LAYER_PANICS.load(Ordering::SeqCst) > before,
+        "the layer never saw the simulator's failure on a shared thread: the attack did not run"
+    );
     drop(hostile);
 }
