@@ -500,21 +500,16 @@ impl Device {
             .with_shared(|shared| self.hold_peer_access(shared, peer))
     }
 
-    /// Runs `submit` (the ACL call of an operation that reaches `peer`'s memory) while this
-    /// device's access to `peer` cannot be enabled or disabled, and returns with its result a
-    /// guard on that access if it was enabled. Looking the access up first and submitting after
-    /// would leave a window in which another thread enables it (so ACL accepts the operation)
-    /// and disables it again while the operation is queued.
-    ///
-    /// # Safety
-    ///
-    /// `submit` runs under the lock of this runtime's primary-context and peer-access state: it
-    /// must not enable, disable or look up peer access, drop a [`PeerAccess`], or open or
-    /// release a primary context, or it deadlocks. (Not a memory-safety contract: the function
-    /// is npu-core's, shared with npu-stream, and kept out of safe reach so that safe code
-    /// cannot hang a thread with it.)
+    /// Runs `submit` (the ACL call of an operation that reaches `peer`'s memory) and returns
+    /// with its result a guard on this device's access to `peer` if the access is enabled when
+    /// `submit` returns. The submission is counted while it runs, and access whose last guard
+    /// is dropped meanwhile stays enabled until the count falls to zero: looking the access up
+    /// before submitting would leave a window in which another thread enables it (so ACL
+    /// accepts the operation) and disables it again while the operation is queued. No lock is
+    /// held across `submit`, which may block (the runtime's queue is full): the lock guards
+    /// host bookkeeping that the reaper and other threads take.
     #[doc(hidden)]
-    pub unsafe fn with_steady_peer_access<R>(
+    pub fn with_steady_peer_access<R>(
         &self,
         peer: &Device,
         submit: impl FnOnce() -> R,
@@ -522,12 +517,17 @@ impl Device {
         if self.check_peer("Device::peer_access_to", peer).is_err() {
             return (submit(), None);
         }
-        self.runtime().with_shared(|shared| {
-            // Submitted first: a guard taken before would be dropped under the lock if
-            // `submit` unwound.
-            let result = submit();
-            (result, self.hold_peer_access(shared, peer))
-        })
+        let key = (self.id() as i32, peer.id() as i32);
+        self.runtime()
+            .with_shared(|shared| *shared.peer_submitting.entry(key).or_insert(0) += 1);
+        // Uncounts the submission even if `submit` unwinds.
+        let submitting = Submitting {
+            from: self,
+            key,
+            finished: false,
+        };
+        let result = submit();
+        (result, submitting.finish(peer))
     }
 
     /// Another guard on this device's access to `peer`, if it is enabled; under the shared
@@ -592,21 +592,77 @@ impl PeerAccess {
 impl Drop for PeerAccess {
     fn drop(&mut self) {
         let key = (self.from.id() as i32, self.peer.id() as i32);
-        let runtime = self.from.runtime();
-        let result = runtime.with_shared(|shared| {
-            let users = shared.peer_access.entry(key).or_insert(1);
-            *users -= 1;
-            if *users > 0 {
-                return Ok(());
+        let result = self.from.runtime().with_shared(|shared| {
+            if let Some(users) = shared.peer_access.get_mut(&key) {
+                *users = users.saturating_sub(1);
             }
-            shared.peer_access.remove(&key);
-            self.from.primary.bind()?;
-            // SAFETY: plain integer argument; the accessing device's context is bound.
-            unsafe { crate::acl_call!(runtime, aclrtDeviceDisablePeerAccess(key.1)) }
+            disable_if_unused(&self.from, key, shared)
         });
-        if let Err(err) = result {
-            crate::log!(warn, %err, from = key.0, peer = key.1, "disabling peer access failed");
+        log_disable_failure(result, key);
+    }
+}
+
+/// A cross-device submission in progress, counted in `peer_submitting` until finished or
+/// dropped.
+struct Submitting<'a> {
+    from: &'a Device,
+    key: (i32, i32),
+    finished: bool,
+}
+
+impl Submitting<'_> {
+    /// Uncounts the submission and takes a guard on the access if it is enabled, under one
+    /// lock, so that the access cannot be disabled between the two.
+    fn finish(mut self, peer: &Device) -> Option<PeerAccess> {
+        self.finished = true;
+        let (access, result) = self.from.runtime().with_shared(|shared| {
+            let access = self.from.hold_peer_access(shared, peer);
+            (access, self.uncount(shared))
+        });
+        log_disable_failure(result, self.key);
+        access
+    }
+
+    fn uncount(&self, shared: &mut SharedState) -> Result<()> {
+        if let Some(submitting) = shared.peer_submitting.get_mut(&self.key) {
+            *submitting -= 1;
+            if *submitting == 0 {
+                shared.peer_submitting.remove(&self.key);
+            }
         }
+        disable_if_unused(self.from, self.key, shared)
+    }
+}
+
+impl Drop for Submitting<'_> {
+    /// A submission that unwound: uncounted, and the access disabled if it was what kept it.
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let result = self
+            .from
+            .runtime()
+            .with_shared(|shared| self.uncount(shared));
+        log_disable_failure(result, self.key);
+    }
+}
+
+/// Disables the access `key` if it is enabled with no guard and no submission in progress.
+/// Under the shared state's lock: `aclrtDeviceDisablePeerAccess` does not wait for the device.
+fn disable_if_unused(from: &Device, key: (i32, i32), shared: &mut SharedState) -> Result<()> {
+    if shared.peer_access.get(&key) != Some(&0) || shared.peer_submitting.contains_key(&key) {
+        return Ok(());
+    }
+    shared.peer_access.remove(&key);
+    from.primary.bind()?;
+    // SAFETY: plain integer argument; the accessing device's context is bound.
+    unsafe { crate::acl_call!(from.runtime(), aclrtDeviceDisablePeerAccess(key.1)) }
+}
+
+fn log_disable_failure(result: Result<()>, (from, peer): (i32, i32)) {
+    if let Err(err) = result {
+        crate::log!(warn, %err, from, peer, "disabling peer access failed");
     }
 }
 

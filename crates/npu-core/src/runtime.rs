@@ -43,7 +43,14 @@ struct RuntimeInner {
 #[derive(Default)]
 pub(crate) struct SharedState {
     pub(crate) primaries: HashMap<i32, Weak<ContextInner>>,
+    /// Per direction (from, peer): the guards keeping it enabled. An entry exists while the
+    /// access is enabled in ACL; it may stay at 0 guards while a submission that may rely on
+    /// it is in progress (see below).
     pub(crate) peer_access: HashMap<(i32, i32), usize>,
+    /// Per direction: the cross-device submissions in progress (`Device::with_steady_peer_access`),
+    /// whose ACL call may have been accepted under the access. The last guard dropped
+    /// meanwhile leaves the disabling to the last of them, which takes a guard if it can.
+    pub(crate) peer_submitting: HashMap<(i32, i32), usize>,
 }
 
 /// Configures and builds a [`Runtime`].

@@ -119,15 +119,6 @@ fn peer_access_is_directional_and_nests() {
             a.can_access_peer(&a).is_err(),
             "{name}: a device is not its own peer"
         );
-        let copy = |from: &Device, to: &Device| -> npu_core::Result<()> {
-            let (src, dst) = (alloc(from, 64), alloc(to, 64));
-            from.primary_context().bind()?;
-            // SAFETY: both are fresh 64-byte device allocations.
-            let result = unsafe { acl_call!(from.runtime(), aclrtMemcpy(dst, 64, src, 64, 3)) };
-            free(from, src);
-            free(to, dst);
-            result
-        };
         assert!(copy(&a, &b).is_err(), "{name}: no access before enabling");
         let outer = a.enable_peer_access(&b).unwrap();
         let inner = a.enable_peer_access(&b).unwrap();
@@ -138,6 +129,74 @@ fn peer_access_is_directional_and_nests() {
         assert!(
             copy(&a, &b).is_err(),
             "{name}: the last guard disabled access"
+        );
+    }
+}
+
+/// A synchronous 64-byte copy from `to`'s memory into `from`'s, issued on `from`: it needs
+/// `from`'s access to `to`.
+fn copy(from: &Device, to: &Device) -> npu_core::Result<()> {
+    let (src, dst) = (alloc(from, 64), alloc(to, 64));
+    from.primary_context().bind()?;
+    // SAFETY: both are fresh 64-byte device allocations.
+    let result = unsafe { acl_call!(from.runtime(), aclrtMemcpy(dst, 64, src, 64, 3)) };
+    free(from, src);
+    free(to, dst);
+    result
+}
+
+/// A cross-device submission in progress holds no lock that other threads need (the reaper
+/// drops peer-access guards, any thread enables access or opens a device: with a lock held
+/// across the submission's ACL call, which may block, they all waited for it), and access
+/// whose last guard is dropped meanwhile stays enabled until the submission, which ACL may
+/// have accepted under it, holds a guard of its own. (Found by the eighth review.)
+#[test]
+fn a_cross_device_submission_in_progress_holds_up_no_peer_access_bookkeeping() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    for (name, runtime) in common::runtimes() {
+        // The direction no other test of this file enables.
+        let (a, b) = (runtime.device(1).unwrap(), runtime.device(0).unwrap());
+        let (entered_tx, entered) = mpsc::channel();
+        let (release, released) = mpsc::channel::<()>();
+        let (from, peer) = (a.clone(), b.clone());
+        let submitter = std::thread::spawn(move || {
+            let ((), access) = from.with_steady_peer_access(&peer, || {
+                entered_tx.send(()).unwrap();
+                released.recv().unwrap();
+            });
+            access
+        });
+        entered.recv().unwrap();
+        let (done_tx, done) = mpsc::channel();
+        let (from, peer) = (a.clone(), b.clone());
+        let bookkeeper = std::thread::spawn(move || {
+            let guard = from.enable_peer_access(&peer).unwrap();
+            drop(from.peer_access_to(&peer));
+            drop(from.runtime().device(0).unwrap());
+            drop(guard); // the last guard, with the submission in progress
+            let enabled = copy(&from, &peer).is_ok();
+            done_tx.send(enabled).unwrap();
+        });
+        // Bounded, so that a regression fails here; the release lets everything finish.
+        let enabled_under_submission = done.recv_timeout(Duration::from_secs(30));
+        release.send(()).unwrap();
+        let access = submitter.join().unwrap();
+        bookkeeper.join().unwrap();
+        assert_eq!(
+            enabled_under_submission,
+            Ok(true),
+            "{name}: the bookkeeping returned, and the access stayed enabled in ACL"
+        );
+        assert!(
+            access.is_some(),
+            "{name}: the submission holds a guard on the access"
+        );
+        copy(&a, &b).expect("the submission's guard keeps the access");
+        drop(access);
+        assert!(
+            copy(&a, &b).is_err(),
+            "{name}: the submission's guard was the last: access disabled"
         );
     }
 }

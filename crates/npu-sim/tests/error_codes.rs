@@ -1504,10 +1504,8 @@ static RESOURCES: &[Case] = &[
             npu_sim::trace::disable();
             // Written somewhere that exists, so that the exit hook does not try the bad path
             // again (and print its failure into the test output).
-            let written = std::env::temp_dir().join(format!(
-                "npu-sim-error-codes-{}.json",
-                std::process::id()
-            ));
+            let written = std::env::temp_dir()
+                .join(format!("npu-sim-error-codes-{}.json", std::process::id()));
             npu_sim::trace::enable(&written);
             npu_sim::trace::disable();
             npu_sim::trace::flush().unwrap();

@@ -596,13 +596,10 @@ impl Stream {
         let (Some(peer), Some(done)) = (peer, done.get()) else {
             return call();
         };
-        // SAFETY: `call` is one ACL copy submission: it touches neither peer access nor
-        // primary contexts.
-        let (result, access) = unsafe {
-            self.context()
-                .device()
-                .with_steady_peer_access(&peer.device(), call)
-        };
+        let (result, access) = self
+            .context()
+            .device()
+            .with_steady_peer_access(&peer.device(), call);
         if let (Ok(()), Some(access)) = (&result, access) {
             // SAFETY: disabling peer access (when this is its last guard) does not wait for the
             // device, and the copy that used it has completed by then.
