@@ -187,3 +187,69 @@ fn submissions_during_an_abort_are_discarded_at_once_instead_of_waiting_for_the_
         assert_eq!(buffer.to_vec_blocking().unwrap(), [5; 64], "{strategy:?}");
     }
 }
+
+/// Aborts racing submissions and event records on other threads, under every strategy: every
+/// operation resolves (done, or `Aborted` whether refused at once or discarded by the device),
+/// a memset that succeeded wrote its value, every record that was accepted can be waited for,
+/// and the stream takes work afterwards (no abort is left counted as in progress). (From the
+/// eighth review.)
+#[test]
+fn aborts_racing_submissions_and_records_leave_nothing_behind() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ctx = Device::open(0).unwrap().create_context().unwrap();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let stop = Arc::new(AtomicBool::new(false));
+        let submitters: Vec<_> = (0..2u8)
+            .map(|thread| {
+                let (s, ctx, stop) = (s.clone(), ctx.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let event = Event::new(&ctx).unwrap();
+                    let mut round = 0u8;
+                    while !stop.load(Ordering::Relaxed) {
+                        round = round.wrapping_add(1);
+                        let value = (thread * 100).wrapping_add(round % 100) | 1;
+                        let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 1 << 16).unwrap(), value);
+                        let recorded = event.record(&s);
+                        match run(op) {
+                            Ok(buffer) => assert!(
+                                buffer
+                                    .to_vec_blocking()
+                                    .unwrap()
+                                    .iter()
+                                    .all(|&b| b == value),
+                                "{strategy:?}: a memset that succeeded wrote its value"
+                            ),
+                            Err(err) => assert!(err.error.is_aborted(), "{strategy:?}: {err}"),
+                        }
+                        if recorded.is_ok() {
+                            let _ = run(event.wait());
+                        }
+                    }
+                })
+            })
+            .collect();
+        let aborters: Vec<_> = (0..2)
+            .map(|_| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..300 {
+                        run(s.abort()).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for aborter in aborters {
+            aborter.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        for submitter in submitters {
+            submitter.join().unwrap();
+        }
+        let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 3))
+            .unwrap_or_else(|err| panic!("{strategy:?}: refused after the aborts: {err}"));
+        assert_eq!(buffer.to_vec_blocking().unwrap(), [3; 64]);
+        run(s.synchronize()).unwrap();
+    }
+}
