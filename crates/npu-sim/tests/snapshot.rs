@@ -59,6 +59,23 @@ fn unlock() -> aclError {
     unsafe { aclrtSnapShotProcessUnlock(pid(), ptr::null_mut()) }
 }
 
+/// Waits until a Lock another thread makes has taken the process out of RUNNING, and says
+/// which state it found, as an Unlock's refusal names it.
+fn state_after_running() -> String {
+    loop {
+        assert_eq!(
+            unlock(),
+            ACL_ERROR_SNAPSHOT_UNLOCK_FAILED,
+            "an Unlock of no lock"
+        );
+        let found = recent_message();
+        if !found.contains("Running") {
+            return found;
+        }
+        std::thread::yield_now();
+    }
+}
+
 fn backup() -> aclError {
     // SAFETY: NULL args.
     unsafe { aclrtSnapShotProcessBackup(pid(), ptr::null_mut()) }
@@ -457,22 +474,7 @@ fn a_lock_still_draining_is_no_lock_yet_for_the_other_steps() {
     acl!(npusimHold(0));
     acl!(aclrtMemsetAsync(dev, 64, 5, 64, stream));
     let locker = std::thread::spawn(lock);
-    // Unlock says which state it found: wait for the Lock to be draining the held memset.
-    let draining = loop {
-        let code = unlock();
-        assert_eq!(
-            code, ACL_ERROR_SNAPSHOT_UNLOCK_FAILED,
-            "an Unlock of no lock"
-        );
-        let found = recent_message();
-        if found.contains("Locking") {
-            break true;
-        }
-        if !found.contains("Running") {
-            break false;
-        }
-        std::thread::yield_now();
-    };
+    let draining = state_after_running().contains("Locking");
     let other_steps = (backup(), lock());
     acl!(npusimRelease(0));
     let locked = locker.join().unwrap();
@@ -569,14 +571,7 @@ fn a_stopped_stream_holds_the_lock_up_until_its_running_kernel_returns() {
     // The stop returns with the kernel still running; its stream's queue can never run.
     acl!(aclrtStreamStop(stream));
     let locker = std::thread::spawn(lock);
-    let state_seen = loop {
-        assert_eq!(unlock(), ACL_ERROR_SNAPSHOT_UNLOCK_FAILED);
-        let found = recent_message();
-        if !found.contains("Running") {
-            break found;
-        }
-        std::thread::yield_now();
-    };
+    let state_seen = state_after_running();
     set_gate(|gate| gate.1 = true);
     ok(locker.join().unwrap());
     assert!(
@@ -749,14 +744,7 @@ fn a_call_inside_a_call_that_a_draining_lock_waits_for_passes_the_gate() {
     });
     entered.recv().unwrap();
     let locker = std::thread::spawn(lock);
-    // Unlock says which state it found: wait for the Lock to be draining.
-    loop {
-        assert_eq!(unlock(), ACL_ERROR_SNAPSHOT_UNLOCK_FAILED);
-        if recent_message().contains("Locking") {
-            break;
-        }
-        std::thread::yield_now();
-    }
+    let draining = state_after_running().contains("Locking");
     go.send(()).unwrap();
     let locked = locker.join().unwrap();
     if locked == ACL_SUCCESS {
@@ -768,6 +756,10 @@ fn a_call_inside_a_call_that_a_draining_lock_waits_for_passes_the_gate() {
         None,
         ptr::null_mut()
     ));
+    assert!(
+        draining,
+        "the Lock was draining when the callback allocated"
+    );
     assert_eq!(locked, ACL_SUCCESS, "the Lock: {}", recent_message());
     assert_eq!(
         INNER.load(Ordering::SeqCst),
