@@ -9,6 +9,7 @@ mod common;
 
 use std::ffi::c_void;
 use std::ptr;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once};
 
 use common::cases::{case, run_table};
@@ -19,7 +20,7 @@ use npu_sys::*;
 fn install() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        npu_sim::SimConfig::default().devices(4).install().unwrap();
+        npu_sim::SimConfig::default().devices(5).install().unwrap();
         register_test_kernels();
     });
 }
@@ -261,6 +262,71 @@ fn a_dma_fault_is_a_memory_error_of_a_task_that_is_no_kernel() {
     assert_eq!(reports[0].kernel, Err(ACL_ERROR_RT_PARAM_INVALID));
     assert_eq!(error_type(1), ACL_RT_ERROR_MEMORY);
     acl!(aclrtExceptionInfoCallbackUnregister(Some(collect_dma)));
+    acl!(aclrtDestroyStream(stream));
+}
+
+/// The id of the stream (on device 4) whose failure `wait_for_own_stream` acts on, the stream
+/// itself, and what its wait returned.
+static SELF_WAIT_ID: AtomicI32 = AtomicI32::new(-1);
+static SELF_WAIT_STREAM: AtomicUsize = AtomicUsize::new(0);
+static SELF_WAIT_CODE: AtomicI32 = AtomicI32::new(i32::MIN);
+
+/// Synchronizes the stream whose task failed, from inside the callback its worker runs.
+unsafe extern "C" fn wait_for_own_stream(info: *mut aclrtExceptionInfo) {
+    // SAFETY: the info being delivered.
+    let (device, id) = unsafe {
+        (
+            aclrtGetDeviceIdFromExceptionInfo(info),
+            aclrtGetStreamIdFromExceptionInfo(info),
+        )
+    };
+    // Stream ids are per device, and the other tests' failures are reported here too.
+    if device != 4 || id as i32 != SELF_WAIT_ID.load(Ordering::SeqCst) {
+        return;
+    }
+    let stream = SELF_WAIT_STREAM.load(Ordering::SeqCst) as aclrtStream;
+    // A C program binds the worker's thread to the device first, as any thread must.
+    set_device(4);
+    // SAFETY: the test's live stream.
+    let code = unsafe { aclrtSynchronizeStream(stream) };
+    SELF_WAIT_CODE.store(code, Ordering::SeqCst);
+}
+
+/// An exception callback runs on the failing stream's worker, which cannot pass the failed
+/// task until it returns: a wait for that stream from inside gets 207000, as from a host
+/// function, instead of waiting for itself, and the stream goes on.
+#[test]
+fn a_callback_waiting_for_its_own_stream_gets_a_code_and_the_stream_goes_on() {
+    install();
+    set_device(4);
+    let stream = create_stream();
+    let mut id = -1;
+    acl!(aclrtStreamGetId(stream, &mut id));
+    SELF_WAIT_ID.store(id, Ordering::SeqCst);
+    SELF_WAIT_STREAM.store(stream as usize, Ordering::SeqCst);
+    acl!(aclrtExceptionInfoCallbackRegister(Some(
+        wait_for_own_stream
+    )));
+    let dev = malloc(64);
+    npu_sim::control::fail_task(stream, 1, ACL_ERROR_RT_AICORE_EXCEPTION).unwrap();
+    acl!(aclrtMemsetAsync(dev, 64, 1, 64, stream));
+    assert_eq!(
+        code!(aclrtSynchronizeStream(stream)),
+        ACL_ERROR_RT_AICORE_EXCEPTION
+    );
+    recent_message();
+    assert_eq!(
+        SELF_WAIT_CODE.load(Ordering::SeqCst),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "the callback's wait for its own stream"
+    );
+    acl!(aclrtMemsetAsync(dev, 64, 2, 64, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(download::<u8>(dev, 64), vec![2; 64]);
+    acl!(aclrtExceptionInfoCallbackUnregister(Some(
+        wait_for_own_stream
+    )));
+    acl!(aclrtFree(dev));
     acl!(aclrtDestroyStream(stream));
 }
 
