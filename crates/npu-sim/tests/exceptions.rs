@@ -10,19 +10,25 @@ mod common;
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
-use std::sync::{Mutex, Once};
+use std::sync::{Mutex, MutexGuard, Once};
 
 use common::cases::{case, run_table};
 use common::*;
 use npu_sim::abi::*;
 use npu_sys::*;
 
-fn install() {
+/// Installs the simulator once and gives the calling test its turn. The tests take turns:
+/// `a_dma_fault_is_a_memory_error_of_a_task_that_is_no_kernel` frees memory that a queued task
+/// still uses, and an allocation by a test running beside it could be given that address and
+/// make the task's memory valid again.
+fn install() -> MutexGuard<'static, ()> {
     static ONCE: Once = Once::new();
+    static TURN: Mutex<()> = Mutex::new(());
     ONCE.call_once(|| {
         npu_sim::SimConfig::default().devices(5).install().unwrap();
         register_test_kernels();
     });
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What a callback read through the getters.
@@ -107,7 +113,7 @@ fn stream_id(stream: aclrtStream) -> u32 {
 
 #[test]
 fn a_trapping_kernel_is_reported_to_every_callback() {
-    install();
+    let _turn = install();
     set_device(0);
     acl!(aclrtExceptionInfoCallbackRegister(Some(collect_trap)));
     assert_eq!(error_type(0), ACL_RT_NO_ERROR);
@@ -187,7 +193,7 @@ unsafe extern "C" fn binary_second(info: *mut aclrtExceptionInfo, user: *mut c_v
 
 #[test]
 fn a_binary_exception_callback_gets_its_own_kernels_failures() {
-    install();
+    let _turn = install();
     set_device(3);
     let (watched, other) = (
         registry_binary(&["trap", "add_one_u32"]),
@@ -239,7 +245,7 @@ fn a_binary_exception_callback_gets_its_own_kernels_failures() {
 
 #[test]
 fn a_dma_fault_is_a_memory_error_of_a_task_that_is_no_kernel() {
-    install();
+    let _turn = install();
     set_device(1);
     acl!(aclrtExceptionInfoCallbackRegister(Some(collect_dma)));
     // Registering twice keeps one entry: the fault is reported once.
@@ -297,7 +303,7 @@ unsafe extern "C" fn wait_for_own_stream(info: *mut aclrtExceptionInfo) {
 /// function, instead of waiting for itself, and the stream goes on.
 #[test]
 fn a_callback_waiting_for_its_own_stream_gets_a_code_and_the_stream_goes_on() {
-    install();
+    let _turn = install();
     set_device(4);
     let stream = create_stream();
     let mut id = -1;
@@ -341,7 +347,7 @@ unsafe extern "C" fn count_deprecated(info: *mut aclrtExceptionInfo) {
 #[test]
 #[allow(deprecated)]
 fn the_deprecated_callback_is_one_per_process() {
-    install();
+    let _turn = install();
     set_device(2);
     acl!(aclrtSetExceptionInfoCallback(Some(count_deprecated)));
     let stream = create_stream();
@@ -378,7 +384,7 @@ fn info_outside_a_callback() -> *const aclrtExceptionInfo {
 
 #[test]
 fn getters_refuse_infos_that_are_not_being_delivered() {
-    install();
+    let _turn = install();
     for info in [ptr::null(), info_outside_a_callback()] {
         // SAFETY: the getters check the pointer before reading it.
         let values = unsafe {
@@ -397,7 +403,7 @@ fn getters_refuse_infos_that_are_not_being_delivered() {
 
 #[test]
 fn every_error_path() {
-    install();
+    let _turn = install();
     run_table(&[
         case(
             "register NULL",
