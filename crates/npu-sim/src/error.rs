@@ -119,8 +119,9 @@ pub(crate) fn record(api: &str, error: &SimError) {
 
 /// Runs `f`, stopping a panic: gives back what it panicked with, as text. The payload is
 /// dropped inside a containment of its own (its `Drop` is the panicking code's, and may
-/// panic too), and leaked if that panics.
-fn contain<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+/// panic too), and leaked if that panics. The simulator's one way of running code that may
+/// panic (user kernels and subscribers, its own task bodies) where an unwind must stop.
+pub(crate) fn contain<R>(f: impl FnOnce() -> R) -> Result<R, String> {
     catch_unwind(AssertUnwindSafe(f)).map_err(|payload| {
         let what = payload
             .downcast_ref::<&str>()

@@ -12,7 +12,6 @@
 //! copy and memset passes first, and aclrtStreamStop and aclrtStreamAbort.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -839,14 +838,12 @@ impl Stream {
         };
         let result = match failure {
             Some(error) => Err(Some(error)),
-            None => {
-                catch_unwind(AssertUnwindSafe(|| self.perform(sim, &task))).unwrap_or_else(|_| {
-                    Err(Some(SimError::new(
-                        ACL_ERROR_RT_INTERNAL_ERROR,
-                        "a task panicked in the simulator",
-                    )))
-                })
-            }
+            None => crate::error::contain(|| self.perform(sim, &task)).unwrap_or_else(|_| {
+                Err(Some(SimError::new(
+                    ACL_ERROR_RT_INTERNAL_ERROR,
+                    "a task panicked in the simulator",
+                )))
+            }),
         };
         let error = match result {
             Ok(()) => None,

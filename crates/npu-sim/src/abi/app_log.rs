@@ -30,7 +30,6 @@
 use std::borrow::Cow;
 use std::ffi::{CStr, c_char};
 use std::io::Write;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 
 use tracing::Level;
@@ -214,7 +213,7 @@ unsafe extern "C" fn npusimAppLogWrite(
     // SAFETY: each is NULL or NUL-terminated (the C half passes its caller's strings and its
     // own buffer), alive for this call.
     let (func, file, message) = unsafe { (c_bytes(func), c_bytes(file), c_bytes(message)) };
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    let _ = crate::error::contain(|| {
         record(level, func, file, line, message);
         let config = stdout_config();
         if config.enabled && level >= config.threshold {
@@ -223,7 +222,7 @@ unsafe extern "C" fn npusimAppLogWrite(
             // reads it.
             unsafe { npusim_app_log_print(text.as_ptr().cast()) };
         }
-    }));
+    });
 }
 
 /// The `tracing` event of a record.

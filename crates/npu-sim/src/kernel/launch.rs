@@ -1,7 +1,6 @@
 //! A kernel launch as a stream task: every block of the kernel, in parallel across blocks.
 
 use std::ffi::c_void;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use npu_sys::*;
@@ -126,8 +125,7 @@ impl Launch {
                 // below the block count and the launch's argument pointer.
                 KernelCode::Entry(entry) => unsafe { entry(block, blocks, args.get()) },
                 KernelCode::Closure(kernel) => {
-                    catch_unwind(AssertUnwindSafe(|| kernel(block, blocks, args.get())))
-                        .unwrap_or(-1)
+                    crate::error::contain(|| kernel(block, blocks, args.get())).unwrap_or(-1)
                 }
             }
         };
