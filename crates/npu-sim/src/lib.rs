@@ -77,6 +77,7 @@ mod notify;
 mod op_timeout;
 mod philox;
 mod pool;
+mod quarantine;
 mod random;
 mod reduce;
 mod report;

@@ -70,7 +70,12 @@ pub(crate) enum AllocKind {
 }
 
 enum Backing {
+    /// Mapped by [`allocate`]: its range is held back from reuse when freed
+    /// ([`crate::quarantine`]).
     Mapped,
+    /// Mapped by its caller at a place of its choosing (managed memory's window, where the
+    /// next allocation looks for a gap in this map): unmapped when freed.
+    Placed,
     Heap(Layout),
     /// Memory someone else maps and unmaps (virtual memory mapped with aclrtMapMem).
     External,
@@ -219,7 +224,9 @@ fn release(base: usize, alloc: &Allocation) {
     match alloc.backing {
         // SAFETY: the range was mapped by `allocate` with this length and is no longer in the
         // map, so nothing can reach it any more.
-        Backing::Mapped => unsafe {
+        Backing::Mapped => unsafe { crate::quarantine::retire(base, alloc.len) },
+        // SAFETY: as above, mapped by the caller of `insert_mapped` with this length.
+        Backing::Placed => unsafe {
             libc::munmap(base as *mut libc::c_void, alloc.len);
         },
         // SAFETY: allocated by `alloc_zeroed` with this layout and removed from the map.
@@ -400,7 +407,7 @@ impl MemoryMap {
             };
             ensure!(
                 matches!(alloc.kind, AllocKind::Device { .. })
-                    && matches!(alloc.backing, Backing::Mapped),
+                    && matches!(alloc.backing, Backing::Mapped | Backing::Placed),
                 ACL_ERROR_RT_PARAM_INVALID,
                 "{ptr:#x} is not in memory allocated with aclrtMalloc"
             );
@@ -416,9 +423,10 @@ impl MemoryMap {
     }
 
     /// Records `len` bytes the caller mapped at `base` (anonymous, private, zero-filled) as an
-    /// allocation of `kind`, released (unmapped) by [`Self::free`] like any other.
+    /// allocation of `kind`, unmapped by [`Self::free`] (at once: the caller placed it in a gap
+    /// of this map, where its next placement looks again).
     pub(crate) fn insert_mapped(&self, base: usize, len: usize, kind: AllocKind) {
-        self.insert(base, len, kind, Backing::Mapped, false);
+        self.insert(base, len, kind, Backing::Placed, false);
     }
 
     /// The lowest address of `[start, end)` where `len` bytes overlap no allocation.

@@ -1,6 +1,7 @@
 //! Device and host memory: rounding and capacity accounting, alignment, zero fill, pointer
 //! classes, copy-kind correction, the pageable fallback of async copies, host registration and
-//! 2D copies. Devices have 64 MiB here, and each test has its own device.
+//! 2D copies, and freed addresses held back from reuse. Devices have 64 MiB here, and each
+//! test has its own device.
 
 extern crate ascendcl as npu_sim;
 
@@ -22,7 +23,7 @@ fn install() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         npu_sim::SimConfig::default()
-            .devices(6)
+            .devices(7)
             .memory_per_device(CAPACITY as u64)
             .install()
             .unwrap();
@@ -480,4 +481,32 @@ fn the_deprecated_conditional_copy_is_an_async_copy() {
     acl!(aclrtDestroyStream(stream));
     acl!(aclrtFreeHost(pinned));
     acl!(aclrtFree(dev));
+}
+
+/// Promise: a freed address is held back from reuse. A task queued before the free faults with
+/// 507013 although allocations of the same size follow at once (the host would hand them the
+/// freed range), and a second free of the address is refused with 207002 instead of freeing
+/// one of them.
+#[test]
+fn a_freed_address_stays_unallocated_for_the_allocations_right_after() {
+    install();
+    set_device(6);
+    let stream = create_stream();
+    let dev = malloc(4096);
+    control::hold(6).unwrap();
+    acl!(aclrtMemsetAsync(dev, 4096, 1, 4096, stream));
+    acl!(aclrtFree(dev));
+    let later: Vec<*mut c_void> = (0..64).map(|_| malloc(4096)).collect();
+    assert!(!later.contains(&dev), "a freed address was given out again");
+    control::release(6).unwrap();
+    assert_eq!(code!(aclrtSynchronizeStream(stream)), ACL_ERROR_RT_SYS_DMA);
+    assert_eq!(code!(aclrtFree(dev)), ACL_ERROR_RT_MEMORY_FREE);
+    for ptr in later {
+        assert!(
+            download::<u8>(ptr, 4096).iter().all(|&b| b == 0),
+            "the memset touched a later allocation"
+        );
+        acl!(aclrtFree(ptr));
+    }
+    acl!(aclrtDestroyStream(stream));
 }

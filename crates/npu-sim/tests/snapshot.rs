@@ -199,15 +199,25 @@ fn restore_writes_the_last_backup_back() {
     ok(unlock());
     assert!(download::<u8>(dev, 4096).iter().all(|&b| b == 0x44));
     // One freed and another made in its place, at its address: not the allocation that was
-    // backed up.
-    let first = malloc(64);
+    // backed up. Managed memory is placed at the first gap of its window, so the second takes
+    // the first one's address (aclrtMalloc holds a freed address back from reuse for a while).
+    let managed = || {
+        let mut ptr = ptr::null_mut();
+        acl!(aclrtMemAllocManaged(
+            &mut ptr,
+            2 << 20,
+            ACL_RT_MEM_ATTACH_GLOBAL
+        ));
+        ptr
+    };
+    let first = managed();
     ok(lock());
     ok(backup());
     acl!(aclrtFree(first));
-    let second = malloc(64);
+    let second = managed();
     assert_eq!(
         first, second,
-        "the simulator reuses a freed address of the same size"
+        "managed memory reuses the first gap of its window"
     );
     fails(
         restore(),

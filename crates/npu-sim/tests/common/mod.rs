@@ -97,37 +97,13 @@ pub fn malloc(bytes: usize) -> *mut c_void {
     ptr
 }
 
-/// A device address that was allocated and then freed, and that no later allocation of this
-/// process can be given. The tests of a file run in parallel and the kernel hands a freed range
-/// to the next mapping of its size, so another test's allocation could otherwise make the
-/// "freed" address live again between the free and its use; the range stays mapped
-/// inaccessible (and leaked) for the rest of the process.
+/// A device address that was allocated and then freed. The simulator holds a freed range back
+/// from reuse for its next 1,024 frees, so another test of the file, running in parallel,
+/// cannot make the address live again before the caller uses it.
 pub fn freed_device_address(bytes: usize) -> *mut c_void {
-    let len = bytes.div_ceil(4096) * 4096;
-    loop {
-        let freed = malloc(bytes);
-        acl!(aclrtFree(freed));
-        // SAFETY: an anonymous mapping at a hint it may not replace anything at: it either
-        // takes the free range or fails.
-        let squat = unsafe {
-            libc::mmap(
-                freed,
-                len,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-                -1,
-                0,
-            )
-        };
-        if squat == freed {
-            return freed;
-        }
-        if squat != libc::MAP_FAILED {
-            // A kernel older than the flag took it as a hint and mapped elsewhere.
-            // SAFETY: the mapping just made, of `len` bytes.
-            unsafe { libc::munmap(squat, len) };
-        }
-    }
+    let freed = malloc(bytes);
+    acl!(aclrtFree(freed));
+    freed
 }
 
 pub fn malloc_host(bytes: usize) -> *mut c_void {

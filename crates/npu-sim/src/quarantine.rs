@@ -1,0 +1,84 @@
+//! Freed memory held back from reuse: the address ranges of the last frees stay reserved, with
+//! no access and no pages, before the host may hand them out again.
+//!
+//! A task queued before its memory was freed must fault (507013) when it runs, and an address
+//! freed twice must be refused (207002). Both are decided by looking the address up when the
+//! task runs or the second free comes, so both need the address to stay unallocated meanwhile.
+//! If the host mapped the next allocation, made on any thread, at the range just unmapped, the
+//! task would write into that allocation instead, and the second free would free it. The
+//! host's mapper prefers exactly that range, so the window is real. Keeping the last frees'
+//! ranges reserved closes it; beyond them, as on a device whose allocator reuses addresses,
+//! nothing is promised.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use crate::sync::lock;
+
+/// Freed ranges held back at most: each is one mapping of the process (adjacent ones merge),
+/// far below the kernel's default limit of 65,530.
+const RANGES: usize = 1024;
+/// Address space held back at most; no memory backs it.
+const BYTES: usize = 1 << 40;
+
+struct Held {
+    ranges: VecDeque<(usize, usize)>,
+    bytes: usize,
+}
+
+static HELD: Mutex<Held> = Mutex::new(Held {
+    ranges: VecDeque::new(),
+    bytes: 0,
+});
+
+/// Gives back the pages of the mapping `[base, base+len)` and holds its address range back;
+/// the oldest ranges held beyond the bounds are unmapped.
+///
+/// # Safety
+///
+/// `[base, base+len)` is a whole private or shared mapping that nothing refers to any more.
+pub(crate) unsafe fn retire(base: usize, len: usize) {
+    // SAFETY: replaces the caller's mapping, which nothing refers to, by an inaccessible one
+    // of the same range: its pages go back to the host, its address stays this process's.
+    let kept = unsafe {
+        libc::mmap(
+            base as *mut libc::c_void,
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+    if kept as usize != base {
+        // SAFETY: as above; the range is then simply given back.
+        unsafe { unmap(base, len) };
+        return;
+    }
+    let evicted: Vec<(usize, usize)> = {
+        let mut held = lock(&HELD);
+        held.ranges.push_back((base, len));
+        held.bytes += len;
+        let mut evicted = Vec::new();
+        while held.ranges.len() > RANGES || held.bytes > BYTES {
+            let Some((old, old_len)) = held.ranges.pop_front() else {
+                break;
+            };
+            held.bytes -= old_len;
+            evicted.push((old, old_len));
+        }
+        evicted
+    };
+    for (old, old_len) in evicted {
+        // SAFETY: a range this module reserved and has just stopped holding.
+        unsafe { unmap(old, old_len) };
+    }
+}
+
+/// # Safety
+///
+/// `[base, base+len)` is a mapping that nothing refers to.
+unsafe fn unmap(base: usize, len: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { libc::munmap(base as *mut libc::c_void, len) };
+}
