@@ -12,6 +12,7 @@ use npu_mem::PinnedPool;
 use crate::callback;
 use crate::event_pool::EventPool;
 use crate::op::Op;
+use crate::paused_clock::KeptWait;
 use crate::reactor::{Pace, Pending};
 use crate::sentinel;
 use crate::strategy::{self, OpInfo, Strategy, StrategyState, Unwatched};
@@ -509,8 +510,10 @@ impl Stream {
     /// with [`Error::Aborted`](npu_core::Error::Aborted) (its buffers released safely, since the
     /// device is done with them), and the stream is usable again.
     ///
-    /// The runtime call waits for the running task, so it runs on a blocking thread (Tokio's
-    /// blocking pool inside a runtime), never on the caller's. Work submitted to the stream
+    /// The runtime call waits for the running task, so it runs on a thread of its own
+    /// (`npu-abort`), never on the caller's, an executor's or Tokio's blocking pool: dropping
+    /// the future, or the Tokio runtime, leaves the abort to finish there and waits for
+    /// nothing. Work submitted to the stream
     /// while the abort is in progress is not queued behind it (which would block the submitting
     /// thread for as long as the device's task runs): it fails at once with
     /// [`Error::Aborted`](npu_core::Error::Aborted), without reaching the device, as the abort
@@ -537,18 +540,32 @@ impl Stream {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub async fn abort(&self) -> Result<()> {
-        let shared = self.shared.clone();
-        let abort = move || shared.abort_blocking();
-        match tokio::runtime::Handle::try_current() {
-            Ok(_) => tokio::task::spawn_blocking(abort).await.map_err(|err| {
-                Error::invalid(
+        // SAFETY: no memory is recorded against this completion and nothing is deferred on
+        // it; it completes once the runtime's abort call has returned.
+        let completer = unsafe { Completer::new() };
+        let mut wait = KeptWait::new(&completer.completion());
+        // Taken back if the thread cannot start, to complete with that failure.
+        let slot = Arc::new(Mutex::new(Some(completer)));
+        let (shared, taken) = (self.shared.clone(), slot.clone());
+        let started = std::thread::Builder::new()
+            .name("npu-abort".into())
+            .spawn(move || {
+                let completer = taken.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(completer) = completer {
+                    completer.complete(shared.abort_blocking());
+                }
+            });
+        if let Err(err) = started {
+            let completer = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(completer) = completer {
+                completer.complete(Err(Error::invalid(
                     "Stream::abort",
-                    "runtime",
-                    format!("the abort did not run: {err}"),
-                )
-            })?,
-            Err(_) => abort(),
+                    "thread",
+                    format!("cannot start the abort's thread: {err}"),
+                )));
+            }
         }
+        std::future::poll_fn(|cx| wait.poll(cx)).await
     }
 
     /// Stops the stream's work where it is (`aclrtStreamStop`): the running task finishes, the

@@ -105,21 +105,32 @@ fn wait_gate(until: impl Fn(&(bool, bool)) -> bool) {
     drop(GATE.1.wait_while(state, |state| !until(state)).unwrap());
 }
 
+/// The gated kernel, registered once, with the gate to itself until the guard is dropped (the
+/// tests using it run in parallel).
+fn gated(ctx: &npu_core::Context) -> (npu_core::Function, std::sync::MutexGuard<'static, ()>) {
+    static TURN: Mutex<()> = Mutex::new(());
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    REGISTER.call_once(|| {
+        npu_sim::kernel::register(GATED, |_, _, _| {
+            set_gate(|gate| gate.0 = true);
+            wait_gate(|gate| gate.1);
+            0
+        })
+        .unwrap();
+    });
+    set_gate(|gate| *gate = (false, false));
+    (kernel_support::in_process(ctx, GATED), turn)
+}
+
 #[test]
 fn submissions_during_an_abort_are_discarded_at_once_instead_of_waiting_for_the_running_task() {
-    npu_sim::kernel::register(GATED, |_, _, _| {
-        set_gate(|gate| gate.0 = true);
-        wait_gate(|gate| gate.1);
-        0
-    })
-    .unwrap();
     // Device 0: the first test holds device 1.
     let device = Device::open(0).unwrap();
     for strategy in STRATEGIES {
-        set_gate(|gate| *gate = (false, false));
         let ctx = device.create_context().unwrap();
         let s = stream(&ctx, strategy);
-        let gated = kernel_support::in_process(&ctx, GATED);
+        let (gated, _turn) = gated(&ctx);
         // SAFETY: the gated kernel takes no arguments and touches no memory.
         let running = unsafe { s.launch_with(&gated, LaunchConfig::new(NonZeroU32::MIN), ()) };
         wait_gate(|gate| gate.0);
@@ -251,5 +262,70 @@ fn aborts_racing_submissions_and_records_leave_nothing_behind() {
             .unwrap_or_else(|err| panic!("{strategy:?}: refused after the aborts: {err}"));
         assert_eq!(buffer.to_vec_blocking().unwrap(), [3; 64]);
         run(s.synchronize()).unwrap();
+    }
+}
+
+/// Promise (rule 5): dropping a Tokio runtime while an abort waits for the device's running
+/// task returns without waiting for it. The abort runs on a thread of its own, not on the
+/// runtime's blocking pool (whose shutdown waits for its threads), and finishes there once the
+/// task ends. (From the ninth review.)
+#[test]
+fn dropping_a_tokio_runtime_during_an_abort_does_not_wait_for_the_running_task() {
+    let ctx = Device::open(0).unwrap().create_context().unwrap();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let (gated, _turn) = gated(&ctx);
+        // SAFETY: the gated kernel takes no arguments and touches no memory.
+        let running = unsafe { s.launch_with(&gated, LaunchConfig::new(NonZeroU32::MIN), ()) };
+        wait_gate(|gate| gate.0);
+        let tokio = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let aborting = tokio.spawn({
+            let s = s.clone();
+            async move { s.abort().await }
+        });
+        // Until the abort has begun, a memset queues behind the running kernel; from then on
+        // it is refused at once.
+        let mut behind = Vec::new();
+        let refused = loop {
+            let memset = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+            if memset.is_complete() {
+                break memset;
+            }
+            behind.push(memset);
+            std::thread::yield_now();
+        };
+        // On a regression the drop waits until the kernel returns, which only this thread can
+        // allow: the bound turns that deadlock into a failure.
+        let (tx, rx) = mpsc::channel();
+        let dropper = std::thread::spawn(move || {
+            drop(aborting);
+            drop(tokio);
+            tx.send(()).unwrap();
+        });
+        let dropped = rx.recv_timeout(Duration::from_secs(60));
+        set_gate(|gate| gate.1 = true);
+        dropper.join().unwrap();
+        dropped.unwrap_or_else(|_| {
+            panic!("{strategy:?}: dropping the Tokio runtime waited for the device's running task")
+        });
+        // The abort finishes on its own thread: until it has, submissions are refused; then
+        // the stream takes work again.
+        let buffer = loop {
+            match run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 5)) {
+                Ok(buffer) => break buffer,
+                Err(err) if err.error.is_aborted() => std::thread::yield_now(),
+                Err(err) => panic!("{strategy:?}: {err}"),
+            }
+        };
+        assert_eq!(buffer.to_vec_blocking().unwrap(), [5; 64], "{strategy:?}");
+        assert!(run(refused).unwrap_err().error.is_aborted(), "{strategy:?}");
+        assert!(run(running).unwrap_err().error.is_aborted(), "{strategy:?}");
+        for memset in behind {
+            assert!(run(memset).unwrap_err().error.is_aborted(), "{strategy:?}");
+        }
     }
 }
