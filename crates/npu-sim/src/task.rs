@@ -3,7 +3,7 @@
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use npu_sys::*;
@@ -475,8 +475,10 @@ impl Task {
             Op::ValueWrite { dst, value } => {
                 let _dst = lease(memory, true, *dst, 8)?;
                 // SAFETY: device memory checked (8 bytes, 8-aligned) at submission and leased
-                // above; the write is one aligned 64-bit store, as the device's.
-                unsafe { (*dst as *mut u64).write_volatile(*value) };
+                // above. Other streams' workers may write or wait on the same word meanwhile
+                // (that is what value words are for), so every access to it is atomic: one
+                // aligned 64-bit store, as the device's.
+                unsafe { AtomicU64::from_ptr(*dst as *mut u64) }.store(*value, Ordering::Release);
                 Ok(())
             }
             _ => Ok(()),
@@ -488,8 +490,9 @@ impl Task {
 /// since the wait was submitted.
 pub(crate) fn read_value(memory: &MemoryMap, src: usize) -> Result<u64, SimError> {
     let _src = lease(memory, true, src, 8)?;
-    // SAFETY: device memory checked (8 bytes, 8-aligned) at submission and leased above.
-    Ok(unsafe { (src as *const u64).read_volatile() })
+    // SAFETY: device memory checked (8 bytes, 8-aligned) at submission and leased above; read
+    // atomically, as other streams' workers write it atomically (`Op::ValueWrite`).
+    Ok(unsafe { AtomicU64::from_ptr(src as *mut u64) }.load(Ordering::Acquire))
 }
 
 /// Leases `[ptr, ptr+len)` if it is simulator-owned memory (`owned`); a DMA fault if it was
