@@ -52,19 +52,28 @@ pub(crate) fn run_later(actions: Vec<Action>) {
     rejected.into_iter().for_each(run);
 }
 
-/// Runs `release` on the reaper thread: for dropping something whose destructor may block
-/// (destroying a stream waits for its work) from a thread that must not block.
+/// Runs `release` on the reaper thread: for dropping something from a thread that must not
+/// make ACL calls (a completer, the reactor), such as a stream whose work is all done.
+///
+/// # Safety
+///
+/// `release` must not block: no wait for the device, for another operation or for a release
+/// ([`flush`]). The reaper runs every deferred release of the process in turn, so a release
+/// that waits holds all of them up, and one that waits for the reaper never returns.
 ///
 /// ```
 /// let (tx, rx) = std::sync::mpsc::channel();
-/// npu_core::reaper::release_later(move || {
-///     let thread = std::thread::current().name().map(str::to_owned);
-///     tx.send(thread).unwrap();
-/// });
+/// // SAFETY: sending on an unbounded channel does not block.
+/// unsafe {
+///     npu_core::reaper::release_later(move || {
+///         let thread = std::thread::current().name().map(str::to_owned);
+///         tx.send(thread).unwrap();
+///     })
+/// };
 /// assert_eq!(rx.recv().unwrap().as_deref(), Some("npu-reaper"));
 /// ```
 #[doc(hidden)]
-pub fn release_later(release: impl FnOnce() + Send + 'static) {
+pub unsafe fn release_later(release: impl FnOnce() + Send + 'static) {
     run_later(vec![Box::new(release)]);
 }
 
@@ -79,14 +88,18 @@ pub fn release_later(release: impl FnOnce() + Send + 'static) {
 ///
 /// let released = Arc::new(AtomicBool::new(false));
 /// let flag = released.clone();
-/// npu_core::reaper::release_later(move || flag.store(true, Ordering::SeqCst));
+/// // SAFETY: storing a flag does not block.
+/// unsafe { npu_core::reaper::release_later(move || flag.store(true, Ordering::SeqCst)) };
 /// npu_core::reaper::flush();
 /// assert!(released.load(Ordering::SeqCst));
 /// ```
 pub fn flush() {
     let (tx, rx) = channel();
-    release_later(move || {
-        let _ = tx.send(());
-    });
+    // SAFETY: sending on an unbounded channel does not block.
+    unsafe {
+        release_later(move || {
+            let _ = tx.send(());
+        })
+    };
     let _ = rx.recv();
 }

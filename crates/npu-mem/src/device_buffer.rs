@@ -373,7 +373,7 @@ impl<T: Pod> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         let context = self.context.clone();
         let ptr = DevicePtr(self.ptr);
-        self.uses.release(move || {
+        let release = move || {
             let ptr = ptr;
             let runtime = context.runtime();
             // SAFETY: the allocation is ours and every operation that used it has completed,
@@ -383,7 +383,9 @@ impl<T: Pod> Drop for DeviceBuffer<T> {
             if let Err(err) = freed {
                 npu_core::log!(warn, %err, "device memory was not freed (leaked)");
             }
-        });
+        };
+        // SAFETY: the release frees with aclrtFree, which does not wait for the device.
+        unsafe { self.uses.release(release) };
     }
 }
 

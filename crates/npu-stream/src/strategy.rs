@@ -268,7 +268,10 @@ pub(crate) fn complete_after(
 /// destroys the ACL stream, which happens on the reaper thread.
 pub(crate) fn release_stream(stream: Arc<StreamShared>) {
     if let Some(last) = Arc::into_inner(stream) {
-        npu_core::reaper::release_later(move || drop(last));
+        // SAFETY: the last reference goes only once nothing npu-rs queued on the stream can
+        // still run, and the drop force-destroys a stream the runtime does not report done
+        // (docs/cancellation.md, rule 5): destroying it does not wait for the device.
+        unsafe { npu_core::reaper::release_later(move || drop(last)) };
     }
 }
 

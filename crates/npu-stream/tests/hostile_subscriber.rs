@@ -98,9 +98,11 @@ fn a_subscriber_that_panics_on_the_shared_threads_harms_no_operation() {
     // The reaper too: a release that panics is logged there, to the same layer, and the
     // releases after it still run.
     let before = LAYER_PANICS.load(Ordering::SeqCst);
-    npu_core::reaper::release_later(|| panic!("a release that panics"));
+    // SAFETY: neither release blocks (a panic unwinds at once; the channel is unbounded).
+    unsafe { npu_core::reaper::release_later(|| panic!("a release that panics")) };
     let (tx, rx) = std::sync::mpsc::channel();
-    npu_core::reaper::release_later(move || tx.send("ran").unwrap());
+    // SAFETY: as above.
+    unsafe { npu_core::reaper::release_later(move || tx.send("ran").unwrap()) };
     npu_core::reaper::flush();
     assert_eq!(rx.try_recv(), Ok("ran"));
     assert!(LAYER_PANICS.load(Ordering::SeqCst) > before);

@@ -30,7 +30,8 @@ use super::Completion;
 /// let freed = Arc::new(AtomicBool::new(false));
 /// let flag = freed.clone();
 /// let mut uses = uses; // as in a `Drop`, which has the only access left
-/// uses.release(move || flag.store(true, Ordering::SeqCst));
+/// // SAFETY: storing a flag does not block.
+/// unsafe { uses.release(move || flag.store(true, Ordering::SeqCst)) };
 /// assert!(!freed.load(Ordering::SeqCst), "still in use");
 /// op.complete(Ok(()));
 /// # while !freed.load(Ordering::SeqCst) { std::thread::yield_now(); }
@@ -151,21 +152,28 @@ impl UseList {
     /// Runs `release` once every recorded operation has completed.
     ///
     /// With nothing pending it runs at once on this thread; otherwise on the reaper thread
-    /// after the last one. `release` must not block: it may run on the reaper, which every
-    /// deferred release shares (freeing memory with the runtime's immediate calls, returning a
-    /// block to a pool). It takes `&mut self` because it is a resource's last word, said from
+    /// after the last one. It takes `&mut self` because it is a resource's last word, said from
     /// its `Drop`: nothing can record a use while it runs.
+    ///
+    /// # Safety
+    ///
+    /// `release` must not block: no wait for the device, for another operation or for a
+    /// release (`npu_core::reaper::flush`), no lock held across such a wait. It may run on the
+    /// reaper, which every deferred release of the process shares (freeing memory with the
+    /// runtime's immediate calls, returning a block to a pool): a release that waits holds all
+    /// of them up, and one that waits for the reaper never returns.
     ///
     /// ```
     /// use npu_core::UseList;
     ///
     /// let mut uses = UseList::new();
     /// let (tx, rx) = std::sync::mpsc::channel();
-    /// uses.release(move || tx.send("released").unwrap());
+    /// // SAFETY: sending on an unbounded channel does not block.
+    /// unsafe { uses.release(move || tx.send("released").unwrap()) };
     /// // Nothing was pending, so the release already ran, on this thread.
     /// assert_eq!(rx.try_recv(), Ok("released"));
     /// ```
-    pub fn release(&mut self, release: impl FnOnce() + Send + 'static) {
+    pub unsafe fn release(&mut self, release: impl FnOnce() + Send + 'static) {
         let pending = {
             let uses = self.uses_mut();
             uses.prune();
@@ -182,7 +190,7 @@ impl UseList {
         for completion in pending {
             let countdown = countdown.clone();
             // SAFETY: arriving is an atomic decrement; the release it may run does not block
-            // (this method's contract).
+            // (this method's contract, which the caller upholds).
             unsafe { completion.defer(move || countdown.arrive()) };
         }
     }
@@ -246,10 +254,13 @@ mod tests {
     /// Releases `uses` into a channel that receives the releasing thread's name.
     fn released(uses: &mut UseList) -> std::sync::mpsc::Receiver<Option<String>> {
         let (tx, rx) = std::sync::mpsc::channel();
-        uses.release(move || {
-            let thread = std::thread::current().name().map(str::to_owned);
-            tx.send(thread).unwrap()
-        });
+        // SAFETY: sending on an unbounded channel does not block.
+        unsafe {
+            uses.release(move || {
+                let thread = std::thread::current().name().map(str::to_owned);
+                tx.send(thread).unwrap()
+            })
+        };
         rx
     }
 
@@ -274,7 +285,8 @@ mod tests {
         done.complete(Ok(()));
         let ran = Arc::new(AtomicBool::new(false));
         let flag = ran.clone();
-        uses.release(move || flag.store(true, Ordering::SeqCst));
+        // SAFETY: storing a flag does not block.
+        unsafe { uses.release(move || flag.store(true, Ordering::SeqCst)) };
         assert!(ran.load(Ordering::SeqCst));
     }
 
@@ -315,7 +327,8 @@ mod tests {
         uses.record(&lost.completion());
         let ran = Arc::new(AtomicBool::new(false));
         let flag = ran.clone();
-        uses.release(move || flag.store(true, Ordering::SeqCst));
+        // SAFETY: storing a flag does not block.
+        unsafe { uses.release(move || flag.store(true, Ordering::SeqCst)) };
         drop(lost);
         crate::reaper::flush();
         assert!(

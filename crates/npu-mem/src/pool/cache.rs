@@ -8,8 +8,9 @@
 //! `aclrtMalloc`, a stream-ordered allocation) and the buffer type it hands out.
 //!
 //! It is public only so that npu-stream can build on it, and hidden from the documentation:
-//! it is not part of the stable API. Everything in it is safe code (a `Source` that misbehaves
-//! can only leak or lose blocks), so it needs no seal.
+//! it is not part of the stable API. A [`Source`]'s `free` runs on the shared reaper thread,
+//! so implementing it is `unsafe` (it must not block); a `Source` that misbehaves otherwise
+//! can only leak or lose blocks.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,7 +29,13 @@ pub use super::state::Granted;
 pub use crate::device_buffer::byte_size;
 
 /// Where a pool's blocks come from and go back to.
-pub trait Source: Send + Sync + 'static {
+///
+/// # Safety
+///
+/// [`free`](Source::free) must not block (no wait for the device, for another operation or
+/// for a release): it runs on the reaper thread, which every deferred release of the process
+/// shares, when a block whose operations completed is evicted.
+pub unsafe trait Source: Send + Sync + 'static {
     /// One allocation the pool caches.
     type Block: Send + 'static;
 
@@ -203,7 +210,9 @@ impl<S: Source> Cache<S> {
         }
         self.retire(class);
         let cache = self.clone();
-        uses.release(move || cache.returned(block));
+        // SAFETY: returning a block only takes the cache's lock, which is never held across a
+        // wait, and frees evicted blocks with the source's `free` (the trait's contract).
+        unsafe { uses.release(move || cache.returned(block)) };
     }
 
     /// A retired block's operations have completed (the device is done with it, whether they

@@ -84,7 +84,8 @@ pub(crate) struct Pinned {
     config: Option<HostAllocConfig>,
 }
 
-impl Source for Pinned {
+// SAFETY: `free` unpins with aclrtFreeHost, which does not wait for the device.
+unsafe impl Source for Pinned {
     type Block = HostBlock;
     const NAME: &'static str = "PinnedPool::alloc";
 

@@ -380,16 +380,20 @@ impl<B: StableBuffer> Drop for HostRegistration<B> {
         };
         let context = self.context.clone();
         let ptr = HostAddr(self.ptr.cast());
-        self.uses.release(move || {
-            let ptr = ptr;
-            match unregister(&context, ptr.0) {
-                Ok(()) => drop(buffer),
-                Err(err) => {
-                    npu_core::log!(warn, %err, "a host registration was leaked with its buffer");
-                    std::mem::forget(buffer);
+        // SAFETY: aclrtHostUnregister does not wait for the device, and dropping the buffer
+        // (a `StableBuffer`: host memory) frees it without waiting.
+        unsafe {
+            self.uses.release(move || {
+                let ptr = ptr;
+                match unregister(&context, ptr.0) {
+                    Ok(()) => drop(buffer),
+                    Err(err) => {
+                        npu_core::log!(warn, %err, "a host registration was leaked with its buffer");
+                        std::mem::forget(buffer);
+                    }
                 }
-            }
-        });
+            })
+        };
     }
 }
 

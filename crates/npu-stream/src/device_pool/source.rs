@@ -231,7 +231,10 @@ impl DeviceSource {
     }
 }
 
-impl Source for DeviceSource {
+// SAFETY: `free` makes only the runtime's immediate calls (aclrtFree, and
+// aclrtMemPoolFreeAsync, which queues the free on the pool's release stream): it waits for
+// neither the device nor another operation.
+unsafe impl Source for DeviceSource {
     type Block = DeviceBlock;
     const NAME: &'static str = "DevicePool::alloc";
 
