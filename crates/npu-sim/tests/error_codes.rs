@@ -130,14 +130,14 @@ static INVALID_PARAM: &[Case] = &[
             ACL_MEMCPY_HOST_TO_HOST
         ))
     }),
-    case("memcpy kind 6", "aclrtMemcpy", 100000, 0, || {
+    case("memcpy kind 8", "aclrtMemcpy", 100000, 0, || {
         let (mut a, b) = ([0u8; 4], [0u8; 4]);
         code!(aclrtMemcpy(
             a.as_mut_ptr().cast(),
             4,
             b.as_ptr().cast(),
             4,
-            ACL_MEMCPY_INNER_DEVICE_TO_DEVICE
+            ACL_MEMCPY_INTER_DEVICE_TO_DEVICE + 1
         ))
     }),
     case("width > spitch", "aclrtMemcpy2d", 100000, 0, || {
@@ -157,6 +157,29 @@ static INVALID_PARAM: &[Case] = &[
         let h = malloc_host(4096);
         code!(aclrtMemcpy2d(h, 64, h, 64, 32, 4, ACL_MEMCPY_HOST_TO_HOST))
     }),
+    case("sync 2D kind DEFAULT", "aclrtMemcpy2d", 100000, 0, || {
+        let (d, h) = (malloc(4096), malloc_host(4096));
+        code!(aclrtMemcpy2d(d, 64, h, 64, 32, 4, ACL_MEMCPY_DEFAULT))
+    }),
+    case(
+        "async 2D kind DEFAULT",
+        "aclrtMemcpy2dAsync",
+        100000,
+        0,
+        || {
+            let (d, h) = (malloc(4096), malloc_host(4096));
+            code!(aclrtMemcpy2dAsync(
+                d,
+                64,
+                h,
+                64,
+                32,
+                4,
+                ACL_MEMCPY_DEFAULT,
+                create_stream()
+            ))
+        },
+    ),
     case("null context", "aclrtSetCurrentContext", 100000, 0, || {
         code!(aclrtSetCurrentContext(ptr::null_mut()))
     }),
@@ -1345,7 +1368,25 @@ static RESOURCES: &[Case] = &[
         ))
     }),
     case(
-        "sync 2D device to device",
+        "sync 2D kind device to device",
+        "aclrtMemcpy2d",
+        100000,
+        0,
+        || {
+            let (a, b) = (malloc(4096), malloc(4096));
+            code!(aclrtMemcpy2d(
+                a,
+                64,
+                b,
+                64,
+                64,
+                4,
+                ACL_MEMCPY_DEVICE_TO_DEVICE
+            ))
+        },
+    ),
+    case(
+        "sync 2D between device pointers",
         "aclrtMemcpy2d",
         207000,
         0,
@@ -1358,7 +1399,7 @@ static RESOURCES: &[Case] = &[
                 64,
                 64,
                 4,
-                ACL_MEMCPY_DEVICE_TO_DEVICE
+                ACL_MEMCPY_HOST_TO_DEVICE
             ))
         },
     ),

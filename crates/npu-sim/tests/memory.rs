@@ -240,6 +240,29 @@ fn copy_kinds_are_corrected_from_the_pointers() {
     // memset is byte-wise: the low byte of the value.
     acl!(aclrtMemset(dev, 64, 0x1ff, 64));
     assert!(download::<u8>(dev, 64).iter().all(|&b| b == 0xff));
+    // The within-device and between-devices kinds are device-to-device kinds: the pointers
+    // decide, as for every kind.
+    let other = malloc(64);
+    acl!(aclrtMemcpy(
+        other,
+        64,
+        dev,
+        64,
+        ACL_MEMCPY_INNER_DEVICE_TO_DEVICE
+    ));
+    assert!(download::<u8>(other, 64).iter().all(|&b| b == 0xff));
+    acl!(aclrtMemset(dev, 64, 0x44, 64));
+    acl!(aclrtMemcpyAsync(
+        other,
+        64,
+        dev,
+        64,
+        ACL_MEMCPY_INTER_DEVICE_TO_DEVICE,
+        ptr::null_mut()
+    ));
+    acl!(aclrtSynchronizeStream(ptr::null_mut()));
+    assert!(download::<u8>(other, 64).iter().all(|&b| b == 0x44));
+    acl!(aclrtFree(other));
 }
 
 #[test]

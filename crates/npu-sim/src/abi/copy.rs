@@ -118,6 +118,13 @@ fn correct_kind(src: PtrClass, dst: PtrClass, kind: aclrtMemcpyKind) -> Res<Dire
         kind,
         ACL_MEMCPY_HOST_TO_DEVICE | ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE
     );
+    // Within one device or between two: device-to-device kinds, the pointers decide which.
+    let device_to_device = matches!(
+        kind,
+        ACL_MEMCPY_DEVICE_TO_DEVICE
+            | ACL_MEMCPY_INNER_DEVICE_TO_DEVICE
+            | ACL_MEMCPY_INTER_DEVICE_TO_DEVICE
+    );
     let accepted = |ok: bool, dir: Direction| {
         if ok || kind == ACL_MEMCPY_DEFAULT {
             Ok(dir)
@@ -133,15 +140,9 @@ fn correct_kind(src: PtrClass, dst: PtrClass, kind: aclrtMemcpyKind) -> Res<Dire
         (Dev(_), Host) => Ok(DeviceToHost),
         (Host, Host) => Ok(HostToHost),
         (Dev(_), Dev(_)) => Ok(DeviceToDevice),
-        (Pageable, Dev(_)) => accepted(
-            to_device || kind == ACL_MEMCPY_DEVICE_TO_DEVICE,
-            HostToDevice,
-        ),
+        (Pageable, Dev(_)) => accepted(to_device || device_to_device, HostToDevice),
         (Dev(_), Pageable) => accepted(
-            matches!(
-                kind,
-                ACL_MEMCPY_DEVICE_TO_HOST | ACL_MEMCPY_DEVICE_TO_DEVICE
-            ),
+            kind == ACL_MEMCPY_DEVICE_TO_HOST || device_to_device,
             DeviceToHost,
         ),
         (Pageable, _) | (_, Pageable) => accepted(kind == ACL_MEMCPY_HOST_TO_HOST, HostToHost),
@@ -227,9 +228,9 @@ fn check_memcpy(
     non_null(dst, "dst")?;
     non_null(src, "src")?;
     ensure!(
-        kind <= ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE,
+        kind <= ACL_MEMCPY_INTER_DEVICE_TO_DEVICE,
         ACL_ERROR_INVALID_PARAM,
-        "copy kind {kind} is not valid here"
+        "copy kind {kind} is not an aclrtMemcpyKind"
     );
     ensure!(
         count <= dest_max,
@@ -316,7 +317,7 @@ pub(super) fn memcpy(
 }
 
 /// Copies synchronously. The direction is inferred from the pointers (kind is checked only
-/// against pageable memory); kinds 6 and 7 are rejected (100000).
+/// against pageable memory); a value that is no `aclrtMemcpyKind` → 100000.
 ///
 /// # Safety
 /// Host pointers the runtime does not own must be valid for `count` bytes.
@@ -402,16 +403,27 @@ fn memcpy_2d(args: Copy2d, stream: Option<aclrtStream>) -> Res<()> {
         ACL_ERROR_INVALID_PARAM,
         "width ({width}) is greater than dpitch ({dpitch})"
     );
+    // The kinds each form supports; the reference gives the asynchronous form's code for the
+    // others, and the synchronous form (no code given) answers the same.
+    let (kinds, supported): (&[aclrtMemcpyKind], &str) = if stream.is_some() {
+        (
+            &[
+                ACL_MEMCPY_HOST_TO_DEVICE,
+                ACL_MEMCPY_DEVICE_TO_HOST,
+                ACL_MEMCPY_DEVICE_TO_DEVICE,
+            ],
+            "HOST_TO_DEVICE, DEVICE_TO_HOST or DEVICE_TO_DEVICE",
+        )
+    } else {
+        (
+            &[ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_DEVICE_TO_HOST],
+            "HOST_TO_DEVICE or DEVICE_TO_HOST",
+        )
+    };
     ensure!(
-        matches!(
-            kind,
-            ACL_MEMCPY_HOST_TO_DEVICE
-                | ACL_MEMCPY_DEVICE_TO_HOST
-                | ACL_MEMCPY_DEVICE_TO_DEVICE
-                | ACL_MEMCPY_DEFAULT
-        ),
+        kinds.contains(&kind),
         ACL_ERROR_INVALID_PARAM,
-        "copy kind {kind} is not valid for a 2D copy"
+        "copy kind {kind} is not supported by this 2D copy (only {supported})"
     );
     ensure!(
         height <= MAX_2D_HEIGHT,
