@@ -340,7 +340,7 @@ fn runtime_parameters_of_the_process_and_of_each_context() {
         set_device(3);
         assert_eq!(
             ctx_param(ACL_OPT_DETERMINISTIC),
-            Err(ACL_ERROR_RT_PARAM_INVALID)
+            Err(ACL_ERROR_RT_SYSPARAMOPT_NOT_SET)
         );
         acl!(aclrtCtxSetSysParamOpt(ACL_OPT_DETERMINISTIC, 1));
         assert_eq!(ctx_param(ACL_OPT_DETERMINISTIC), Ok(1));
@@ -348,7 +348,7 @@ fn runtime_parameters_of_the_process_and_of_each_context() {
         acl!(aclrtCreateContext(&mut other, 3));
         assert_eq!(
             ctx_param(ACL_OPT_DETERMINISTIC),
-            Err(ACL_ERROR_RT_PARAM_INVALID)
+            Err(ACL_ERROR_RT_SYSPARAMOPT_NOT_SET)
         );
         acl!(aclrtDestroyContext(other));
         assert_eq!(

@@ -45,7 +45,8 @@ pub unsafe extern "C" fn aclrtCtxSetSysParamOpt(opt: aclSysParamOpt, value: i64)
 }
 
 /// A runtime parameter of the current context. Context parameters have no default: one the
-/// context never set → 107000. NULL → 100000; no context → 107002.
+/// context never set → 107021 (ACL_ERROR_RT_SYSPARAMOPT_NOT_SET). NULL → 100000; no context
+/// → 107002.
 ///
 /// # Safety
 /// `value` must be NULL or valid for a write.
@@ -57,7 +58,7 @@ pub unsafe extern "C" fn aclrtCtxGetSysParamOpt(opt: aclSysParamOpt, value: *mut
         match ctx.sys_params.get(opt)? {
             Some(set) => write_out(value, "value", set),
             None => fail!(
-                ACL_ERROR_RT_PARAM_INVALID,
+                ACL_ERROR_RT_SYSPARAMOPT_NOT_SET,
                 "option {opt} was never set on the current context (context parameters have no default)"
             ),
         }
