@@ -1167,9 +1167,9 @@ impl Stream {
         true
     }
 
-    /// Destroys the stream. Without `force` it first waits for its work; with `force` the
-    /// work already submitted still runs as far as it can without blocking (a task that would
-    /// wait is dropped with everything after it), and this returns once it has drained. Task
+    /// Destroys the stream. Without `force` it first waits for its work; with `force` it does
+    /// not: the tasks not started are dropped (waits on their records fail with 107023), and
+    /// this returns once the task running, which cannot be interrupted, has finished. Task
     /// errors are not reported either way.
     pub(crate) fn destroy(&self, sim: &Sim, force: bool) {
         // Marked under the state lock, so every submission either came before (and is
@@ -1190,6 +1190,10 @@ impl Stream {
             let _ = model.unbind(self);
         }
         if force {
+            // A task submitted to the idle stream before the destruction is running: it
+            // finishes, as under an abort.
+            self.await_taken();
+            self.aborted.store(true, Ordering::Release);
             self.draining.store(true, Ordering::Release);
             self.bell.ring();
             self.nudge();

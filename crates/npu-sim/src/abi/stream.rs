@@ -92,10 +92,10 @@ pub unsafe extern "C" fn aclrtDestroyStream(stream: aclrtStream) -> aclError {
     guard("aclrtDestroyStream", || destroy(stream, false))
 }
 
-/// Destroys a stream of the current context without waiting for it to finish: submissions
-/// are refused at once, the work already submitted runs as far as it can without blocking (a
-/// task that would wait, and what follows it, is dropped), and this returns once that has
-/// drained. Task errors are not reported.
+/// Destroys a stream of the current context without waiting for its unfinished tasks:
+/// submissions are refused at once, the tasks not started are dropped (waits on their records
+/// fail with 107023), and this returns once the task running, which cannot be interrupted, has
+/// finished. Task errors are not reported.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
