@@ -92,6 +92,8 @@ pub(crate) struct Stream {
     pub(crate) flags: u32,
     pub(crate) is_default: bool,
     failure_mode: AtomicU64,
+    /// Whether aclrtSetStreamFailureMode was called on it: once per stream.
+    failure_mode_chosen: AtomicBool,
     pub(crate) attributes: Mutex<Attributes>,
     /// aclrtSetStreamResLimit's core limits (unset: the device's).
     pub(crate) res_limits: crate::res_limit::ResLimits,
@@ -206,6 +208,7 @@ impl Stream {
             flags,
             is_default,
             failure_mode: AtomicU64::new(u64::from(ACL_CONTINUE_ON_FAILURE)),
+            failure_mode_chosen: AtomicBool::new(false),
             attributes: Mutex::new(Attributes::default()),
             res_limits: Default::default(),
             state: Mutex::new(State::default()),
@@ -251,6 +254,18 @@ impl Stream {
 
     pub(crate) fn set_failure_mode(&self, mode: u64) {
         self.failure_mode.store(mode, Ordering::Release);
+    }
+
+    /// aclrtSetStreamFailureMode's choice, which the reference allows once per stream.
+    pub(crate) fn choose_failure_mode(&self, mode: u64) -> Res<()> {
+        ensure!(
+            !self.failure_mode_chosen.swap(true, Ordering::AcqRel),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "the failure mode of stream {} was set already (once per stream)",
+            self.id
+        );
+        self.set_failure_mode(mode);
+        Ok(())
     }
 
     pub(crate) fn failure_mode(&self) -> u64 {

@@ -1289,6 +1289,24 @@ fn every_error_path() {
             || set_attribute(create_stream(), ACL_STREAM_ATTR_FAILURE_MODE, 2),
         ),
         case(
+            "failure mode set twice",
+            "aclrtSetStreamFailureMode",
+            107000,
+            0,
+            || {
+                let stream = create_stream();
+                // CONTINUE both times: a STOP would reach every stream of the context.
+                acl!(aclrtSetStreamFailureMode(
+                    stream,
+                    u64::from(ACL_CONTINUE_ON_FAILURE)
+                ));
+                code!(aclrtSetStreamFailureMode(
+                    stream,
+                    u64::from(ACL_CONTINUE_ON_FAILURE)
+                ))
+            },
+        ),
+        case(
             "overflow switch 2",
             "aclrtSetStreamAttribute",
             100000,

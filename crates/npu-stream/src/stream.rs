@@ -416,7 +416,8 @@ impl Stream {
     }
 
     /// Chooses what happens to the rest of the context's work after a task fails
-    /// (`aclrtSetStreamFailureMode`).
+    /// (`aclrtSetStreamFailureMode`). CANN allows the choice once per stream: a second call
+    /// fails with the runtime's error.
     ///
     /// ```
     /// use npu_core::{AclCode, Device};

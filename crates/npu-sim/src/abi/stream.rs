@@ -234,7 +234,8 @@ pub(super) fn wait_external(stream: aclrtStream, event: aclrtEvent, timeout: u32
 }
 
 /// Sets the stream's failure mode: ACL_CONTINUE_ON_FAILURE (default) or ACL_STOP_ON_FAILURE
-/// (a failing task stops every stream of the context).
+/// (a failing task stops every stream of the context). Once per stream: a second call →
+/// 107000.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -247,8 +248,7 @@ pub unsafe extern "C" fn aclrtSetStreamFailureMode(stream: aclrtStream, mode: u6
             "failure mode {mode} is neither ACL_CONTINUE_ON_FAILURE nor ACL_STOP_ON_FAILURE"
         );
         let (_, stream) = context::owned_stream(sim()?, stream)?;
-        stream.set_failure_mode(mode);
-        Ok(())
+        stream.choose_failure_mode(mode)
     })
 }
 
