@@ -1,7 +1,7 @@
 //! Contexts, the thread's current context, and the stream lookups every stream-taking API uses.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use npu_sys::*;
@@ -17,6 +17,9 @@ use crate::sync::{Bell, lock};
 #[derive(Default)]
 pub(crate) struct Health {
     stopped: AtomicI32,
+    /// Whether a stream of the context chose ACL_STOP_ON_FAILURE: the reference says its
+    /// other streams then stop on failure too, for the rest of the context's life.
+    stops_on_failure: AtomicBool,
     /// Rung when the context stops.
     pub(crate) bell: Bell,
 }
@@ -31,6 +34,15 @@ impl Health {
         if first {
             self.bell.ring();
         }
+    }
+
+    /// Makes every stream of the context stop it on a failure.
+    pub(crate) fn stop_on_failure(&self) {
+        self.stops_on_failure.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn stops_on_failure(&self) -> bool {
+        self.stops_on_failure.load(Ordering::Acquire)
     }
 
     pub(crate) fn stopped(&self) -> Option<aclError> {

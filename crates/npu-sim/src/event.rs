@@ -228,11 +228,13 @@ pub(crate) enum Latest {
 }
 
 impl Event {
-    /// An event of `device`; one that can be waited on, or an EXTERNAL one, takes one of the
-    /// device's [`MAX_EVENTS_PER_DEVICE`] hardware events (ACL_ERROR_RT_NO_EVENT_RESOURCE
-    /// when none is left), as CANN limits only those.
+    /// An event of `device`; a legacy one that can be waited on, or an EXTERNAL one, takes one
+    /// of the device's [`MAX_EVENTS_PER_DEVICE`] hardware events (ACL_ERROR_RT_NO_EVENT_RESOURCE
+    /// when none is left), as CANN limits only those. An Ex event takes none: the reference
+    /// says its creation is not limited by the hardware (its SYNC resource is taken by each
+    /// record, which the simulator does not count).
     pub(crate) fn new(device: Arc<Device>, flags: u32, ex: bool) -> Res<Self> {
-        if holds_hardware_event(flags) {
+        if holds_hardware_event(flags, ex) {
             device.take_slot(
                 &device.hardware_events,
                 MAX_EVENTS_PER_DEVICE,
@@ -341,7 +343,7 @@ impl Event {
 impl Drop for Event {
     fn drop(&mut self) {
         self.device.live_events.fetch_sub(1, Ordering::Relaxed);
-        if holds_hardware_event(self.flags) {
+        if holds_hardware_event(self.flags, self.ex) {
             self.device.hardware_events.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -353,9 +355,10 @@ fn waitable(flags: u32) -> bool {
     flags & ACL_EVENT_SYNC != 0 || flags == LEGACY_DEFAULT_FLAGS || flags == ACL_EVENT_IPC
 }
 
-/// Whether an event with these flags takes one of the device's hardware events.
-fn holds_hardware_event(flags: u32) -> bool {
-    waitable(flags) || flags & ACL_EVENT_EXTERNAL != 0
+/// Whether an event with these flags, created by the Ex function or not, takes one of the
+/// device's hardware events.
+fn holds_hardware_event(flags: u32, ex: bool) -> bool {
+    !ex && (waitable(flags) || flags & ACL_EVENT_EXTERNAL != 0)
 }
 
 /// Flags of a legacy aclrtCreateEvent event: the runtime's DDSYNC (0x4, internal) | TIME_LINE

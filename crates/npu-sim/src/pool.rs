@@ -241,6 +241,12 @@ impl Pools {
     /// Adds a new block of `bytes` to the pool, in use; releases idle blocks first if the pool
     /// would exceed its maximum size.
     fn grow(&self, memory: &MemoryMap, pool: &Pool, bytes: u64) -> Res<usize> {
+        ensure!(
+            bytes <= pool.max_size,
+            ACL_ERROR_RT_MEMORY_ALLOCATION,
+            "a block of {bytes} bytes does not fit the memory pool's {} bytes",
+            pool.max_size
+        );
         let reserved = lock(&pool.state).usage.reserved;
         if reserved.saturating_add(bytes) > pool.max_size {
             let room = pool.max_size.saturating_sub(bytes);

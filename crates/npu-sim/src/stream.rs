@@ -253,6 +253,9 @@ impl Stream {
     }
 
     pub(crate) fn set_failure_mode(&self, mode: u64) {
+        if mode == u64::from(ACL_STOP_ON_FAILURE) {
+            self.health.stop_on_failure();
+        }
         self.failure_mode.store(mode, Ordering::Release);
     }
 
@@ -268,7 +271,12 @@ impl Stream {
         Ok(())
     }
 
+    /// The stream's failure mode in effect: its own choice, or STOP once any stream of its
+    /// context chose STOP.
     pub(crate) fn failure_mode(&self) -> u64 {
+        if self.health.stops_on_failure() {
+            return u64::from(ACL_STOP_ON_FAILURE);
+        }
         self.failure_mode.load(Ordering::Acquire)
     }
 

@@ -154,6 +154,17 @@ fn flags_decide_what_an_event_supports() {
         code!(aclrtRecordEvent(device_only, ptr::null_mut())),
         ACL_ERROR_RT_PARAM_INVALID
     );
+    // It combines with the other flags (EXTERNAL alone stands alone) and stays the device's.
+    let mut device_sync = ptr::null_mut();
+    acl!(aclrtCreateEventWithFlag(
+        &mut device_sync,
+        ACL_EVENT_DEVICE_USE_ONLY | ACL_EVENT_SYNC | ACL_EVENT_TIME_LINE
+    ));
+    assert_eq!(
+        code!(aclrtRecordEvent(device_sync, ptr::null_mut())),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    acl!(aclrtDestroyEvent(device_sync));
     let ipc = ex_event(ACL_EVENT_IPC);
     acl!(aclrtRecordEvent(ipc, ptr::null_mut()));
     acl!(aclrtSynchronizeEvent(ipc));

@@ -221,3 +221,36 @@ fn a_panicking_rust_kernel_is_a_trap() {
     );
     assert!(recent_message().contains("block 3 of 8"));
 }
+
+/// Choosing ACL_STOP_ON_FAILURE for one stream makes the other streams of its context stop on
+/// failure too (the reference's constraint): a failure on a sibling that chose nothing stops
+/// the context, and the siblings report the mode in effect.
+#[test]
+fn a_stop_choice_on_one_stream_makes_its_siblings_stop_on_failure() {
+    install();
+    // A context of its own (the choice lasts for the context's life).
+    let mut ctx = ptr::null_mut();
+    acl!(aclrtCreateContext(&mut ctx, 2));
+    let (chooser, sibling) = (create_stream(), create_stream());
+    acl!(aclrtSetStreamFailureMode(
+        chooser,
+        u64::from(ACL_STOP_ON_FAILURE)
+    ));
+    let mut mode = aclrtStreamAttrValue::default();
+    acl!(aclrtGetStreamAttribute(
+        sibling,
+        ACL_STREAM_ATTR_FAILURE_MODE,
+        &mut mode
+    ));
+    // SAFETY: the attribute's member.
+    assert_eq!(unsafe { mode.failureMode }, u64::from(ACL_STOP_ON_FAILURE));
+    let value = malloc(4);
+    control::fail_task(sibling, 1, 507015).unwrap();
+    acl!(aclrtMemsetAsync(value, 4, 1, 4, sibling));
+    assert_eq!(code!(aclrtSynchronizeStream(sibling)), 507015);
+    // The context stopped: the chooser takes no more work.
+    assert_eq!(code!(aclrtMemsetAsync(value, 4, 2, 4, chooser)), 507015);
+    recent_message();
+    acl!(aclrtFree(value));
+    acl!(aclrtDestroyContext(ctx));
+}

@@ -182,6 +182,12 @@ fn running_out_of_events() {
         let mut timeline = ptr::null_mut();
         acl!(aclrtCreateEventWithFlag(&mut timeline, ACL_EVENT_TIME_LINE));
         acl!(aclrtDestroyEvent(timeline));
+        // The creation of an Ex event is not limited by the hardware, SYNC or not.
+        let mut ex = ptr::null_mut();
+        acl!(aclrtCreateEventExWithFlag(&mut ex, ACL_EVENT_SYNC));
+        acl!(aclrtRecordEvent(ex, ptr::null_mut()));
+        acl!(aclrtSynchronizeEvent(ex));
+        acl!(aclrtDestroyEvent(ex));
         for event in events {
             acl!(aclrtDestroyEvent(event));
         }

@@ -242,6 +242,15 @@ fn a_pool_cannot_grow_past_its_size() {
     set_device(0);
     let pool = create_pool(0, 8192);
     let stream = create_stream();
+    // One block larger than the whole pool, into an empty pool.
+    let mut whole = ptr::null_mut();
+    fails!(
+        aclrtMemPoolMallocAsync(&mut whole, 8192, pool, stream),
+        ACL_ERROR_RT_MEMORY_ALLOCATION,
+        "aclrtMemPoolMallocAsync"
+    );
+    assert!(whole.is_null(), "nothing written on failure");
+    assert_eq!(get_u64(pool, ACL_RT_MEM_POOL_ATTR_RESERVED_MEM_CURRENT), 0);
     let a = pool_malloc(pool, 4064, stream);
     let _b = pool_malloc(pool, 4064, stream);
     let mut c = ptr::null_mut();

@@ -427,7 +427,9 @@ fn configuration_handles_create_streams() {
 #[test]
 fn attributes_round_trip() {
     install();
-    set_device(1);
+    // A context of its own: choosing STOP makes every stream of the context stop on failure.
+    let mut ctx = ptr::null_mut();
+    acl!(aclrtCreateContext(&mut ctx, 1));
     let stream = create_stream();
     let set = |attr, value: aclrtStreamAttrValue| {
         let mut value = value;
@@ -478,6 +480,7 @@ fn attributes_round_trip() {
     acl!(aclrtStreamGetPriority(stream, &mut priority));
     assert_eq!(priority, 6);
     acl!(aclrtDestroyStream(stream));
+    acl!(aclrtDestroyContext(ctx));
 }
 
 type Seen = Mutex<Vec<(usize, aclrtStreamState)>>;

@@ -21,7 +21,8 @@ const LEGACY_FLAGS: u32 = ACL_EVENT_SYNC
     | ACL_EVENT_DEVICE_USE_ONLY
     | ACL_EVENT_EXTERNAL;
 /// Flags that must stand alone.
-const EXCLUSIVE_FLAGS: [u32; 3] = [ACL_EVENT_DEVICE_USE_ONLY, ACL_EVENT_EXTERNAL, ACL_EVENT_IPC];
+/// The flags the reference says cannot be OR'd with others.
+const EXCLUSIVE_FLAGS: [u32; 2] = [ACL_EVENT_EXTERNAL, ACL_EVENT_IPC];
 
 fn create(out: *mut aclrtEvent, flags: u32, ex: bool) -> Res<()> {
     non_null(out, "event")?;
@@ -66,7 +67,7 @@ fn check_same_device(event: &Event, stream: &Stream) -> Res<()> {
 /// ACL_EVENT_DEVICE_USE_ONLY events cannot be recorded, waited or reset from the host.
 fn check_host_usable(event: &Event) -> Res<()> {
     ensure!(
-        event.flags != ACL_EVENT_DEVICE_USE_ONLY,
+        event.flags & ACL_EVENT_DEVICE_USE_ONLY == 0,
         ACL_ERROR_RT_PARAM_INVALID,
         "an ACL_EVENT_DEVICE_USE_ONLY event cannot be used from the host"
     );
@@ -100,7 +101,7 @@ pub unsafe extern "C" fn aclrtCreateEvent(event: *mut aclrtEvent) -> aclError {
 }
 
 /// Creates a legacy event with flags: at least one known bit (0 or unknown bits → 107000);
-/// DEVICE_USE_ONLY and EXTERNAL stand alone.
+/// EXTERNAL stands alone.
 ///
 /// # Safety
 /// `event` must be NULL or valid for a write.
