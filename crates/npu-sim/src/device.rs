@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, TryLockError};
 use std::time::Instant;
 
 use npu_sys::*;
@@ -19,11 +19,13 @@ use crate::sync::{Bell, lock, read, wait_until, write};
 pub(crate) struct Admitted<'a> {
     device: &'a Device,
     ticket: u64,
-    _gate: RwLockReadGuard<'a, ()>,
+    gate: Option<RwLockReadGuard<'a, ()>>,
 }
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
+        // The gate first: whoever the bell wakes finds it free.
+        drop(self.gate.take());
         lock(&self.device.running).remove(&self.ticket);
         self.device.running_bell.ring();
     }
@@ -186,9 +188,29 @@ impl Device {
         self.lost.load(Ordering::Acquire)
     }
 
-    /// ACL_ERROR_RT_LOST_HEARTBEAT, returned only once no task is touching memory any more.
+    /// ACL_ERROR_RT_LOST_HEARTBEAT, returned only once no task is touching memory any more
+    /// (a caller told of the loss may free the memory its work used).
     pub(crate) fn loss_error(&self) -> SimError {
         drop(write(&self.exec_gate));
+        self.lost_heartbeat()
+    }
+
+    /// [`Self::loss_error`] for calls that wait at most until `deadline` (`Some(now)`: queries,
+    /// which do not wait): `None` if a task still touches memory then, and the call reports
+    /// the work as not done yet. Such calls, the reactor's and the sentinel's among them,
+    /// must not wait for a lost device's running kernel.
+    pub(crate) fn loss_error_by(&self, deadline: Option<Instant>) -> Option<SimError> {
+        let Some(deadline) = deadline else {
+            return Some(self.loss_error());
+        };
+        let idle = || !matches!(self.exec_gate.try_write(), Err(TryLockError::WouldBlock));
+        wait_until(&[self.running_bell.any()], Some(deadline), || {
+            idle().then_some(())
+        })
+        .map(|()| self.lost_heartbeat())
+    }
+
+    fn lost_heartbeat(&self) -> SimError {
         SimError::new(
             ACL_ERROR_RT_LOST_HEARTBEAT,
             format!("device {} is lost (no heartbeat)", self.id),
@@ -201,6 +223,18 @@ impl Device {
             Err(self.loss_error())
         } else {
             Ok(())
+        }
+    }
+
+    /// [`Self::check_alive`] waiting at most until `deadline` ([`Self::loss_error_by`]):
+    /// `Ok(false)` if the device is lost but a task still touches its memory then.
+    pub(crate) fn check_alive_by(&self, deadline: Option<Instant>) -> Res<bool> {
+        if !self.is_lost() {
+            return Ok(true);
+        }
+        match self.loss_error_by(deadline) {
+            Some(error) => Err(error),
+            None => Ok(false),
         }
     }
 
@@ -253,7 +287,7 @@ impl Device {
         Some(Admitted {
             device: self,
             ticket,
-            _gate: gate,
+            gate: Some(gate),
         })
     }
 

@@ -172,7 +172,8 @@ impl Record {
         match outcome {
             None => Ok(None),
             Some(Ok(error)) => Ok(Some(error)),
-            Some(Err(code)) => Err(self.doom_error(code)),
+            // A lost device still running a task at the deadline: not done yet.
+            Some(Err(code)) => self.doom_error_by(code, deadline).map_or(Ok(None), Err),
         }
     }
 
@@ -181,6 +182,19 @@ impl Record {
         if code == ACL_ERROR_RT_LOST_HEARTBEAT {
             return self.device().loss_error();
         }
+        self.unrunnable(code)
+    }
+
+    /// [`Self::doom_error`] waiting at most until `deadline` for a lost device's running
+    /// task ([`crate::device::Device::loss_error_by`]); `None` if it still runs then.
+    fn doom_error_by(&self, code: aclError, deadline: Option<Instant>) -> Option<SimError> {
+        if code == ACL_ERROR_RT_LOST_HEARTBEAT {
+            return self.device().loss_error_by(deadline);
+        }
+        Some(self.unrunnable(code))
+    }
+
+    fn unrunnable(&self, code: aclError) -> SimError {
         SimError::new(
             code,
             format!(

@@ -990,7 +990,7 @@ impl Stream {
     /// stream is doomed, or with ACL_ERROR_RT_STREAM_SYNC_TIMEOUT at the deadline.
     pub(crate) fn wait_idle(&self, deadline: Option<Instant>) -> Res<()> {
         if let Some(code) = self.settled_doom() {
-            return Err(self.doom_error(code));
+            return Err(self.doom_error_by(code, deadline)?);
         }
         if self.flags & UNSYNCED_FLAGS != 0 {
             return Ok(());
@@ -1004,15 +1004,32 @@ impl Stream {
             (self.finished.load(Ordering::Acquire) >= target).then_some(Ok(()))
         });
         match outcome {
-            None => fail!(
-                ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
-                "stream {} of device {} did not finish its work in time",
-                self.id,
-                self.device.id
-            ),
-            Some(Err(code)) => Err(self.doom_error(code)),
+            None => Err(self.sync_timeout()),
+            Some(Err(code)) => Err(self.doom_error_by(code, deadline)?),
             Some(Ok(())) => Ok(()),
         }
+    }
+
+    fn sync_timeout(&self) -> SimError {
+        SimError::new(
+            ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+            format!(
+                "stream {} of device {} did not finish its work in time",
+                self.id, self.device.id
+            ),
+        )
+    }
+
+    /// [`Self::doom_error`] for a synchronisation with `deadline`: the sync's timeout error
+    /// if a lost device still runs a task then ([`crate::device::Device::loss_error_by`]).
+    fn doom_error_by(&self, code: aclError, deadline: Option<Instant>) -> Res<SimError> {
+        if code == ACL_ERROR_RT_LOST_HEARTBEAT {
+            return self
+                .device
+                .loss_error_by(deadline)
+                .ok_or_else(|| self.sync_timeout());
+        }
+        Ok(self.doom_error(code))
     }
 
     /// Waits until no task submitted so far can still touch memory, leaving task errors in
@@ -1106,7 +1123,12 @@ impl Stream {
     /// only a doom (the work cannot complete) fails the query.
     pub(crate) fn query(&self) -> Res<bool> {
         if let Some(code) = self.settled_doom() {
-            return Err(self.doom_error(code));
+            // A lost device's task still running elsewhere: not done yet (a query never
+            // waits for it).
+            return match self.doom_error_by(code, Some(Instant::now())) {
+                Ok(error) => Err(error),
+                Err(_) => Ok(false),
+            };
         }
         Ok(self.finished.load(Ordering::Acquire) >= self.submitted.load(Ordering::Acquire))
     }

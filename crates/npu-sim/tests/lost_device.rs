@@ -38,6 +38,9 @@ fn a_loss_waits_for_the_executing_task_and_abandons_the_queue() {
     let slow = function(registry_binary(&["slow_store"]), "slow_store");
     assert_eq!(launch(slow, 1, stream, &(out as u64), ptr::null_mut()), 0);
     acl!(aclrtMemsetAsync(queued, 64, 1, 64, stream));
+    let after = create_event();
+    acl!(aclrtRecordEvent(after, stream));
+    let idle = create_stream();
     while !STARTED.load(Ordering::SeqCst) {
         std::hint::spin_loop();
     }
@@ -46,6 +49,28 @@ fn a_loss_waits_for_the_executing_task_and_abandons_the_queue() {
     while !control::device_stats(1).unwrap().lost {
         std::hint::spin_loop();
     }
+    // Until the kernel returns, the loss is not reported, and the calls that do not wait (or
+    // wait for a while) do not wait for the kernel either: queries report the work not done,
+    // timed synchronisations time out. (Before, they waited for the kernel: a reactor polling
+    // a lost device's events stalled every other device's work.)
+    let mut status = 0;
+    acl!(aclrtQueryEventStatus(after, &mut status));
+    assert_eq!(status, ACL_EVENT_RECORDED_STATUS_NOT_READY);
+    acl!(aclrtStreamQuery(idle, &mut status));
+    assert_eq!(status, ACL_STREAM_STATUS_NOT_READY);
+    assert_eq!(
+        code!(aclrtSynchronizeStreamWithTimeout(idle, 10)),
+        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+    );
+    assert_eq!(
+        code!(aclrtSynchronizeEventWithTimeout(after, 10)),
+        ACL_ERROR_RT_EVENT_SYNC_TIMEOUT
+    );
+    assert_eq!(
+        code!(aclrtSynchronizeDeviceWithTimeout(10)),
+        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+    );
+    recent_message();
     GO.store(true, Ordering::SeqCst);
     loser.join().unwrap();
     // lose_device returned only after the kernel stopped touching memory.
@@ -57,9 +82,16 @@ fn a_loss_waits_for_the_executing_task_and_abandons_the_queue() {
         code!(aclrtSynchronizeStream(stream)),
         ACL_ERROR_RT_LOST_HEARTBEAT
     );
-    let mut status = 0;
     assert_eq!(
         code!(aclrtStreamQuery(stream, &mut status)),
+        ACL_ERROR_RT_LOST_HEARTBEAT
+    );
+    assert_eq!(
+        code!(aclrtQueryEventStatus(after, &mut status)),
+        ACL_ERROR_RT_LOST_HEARTBEAT
+    );
+    assert_eq!(
+        code!(aclrtSynchronizeStreamWithTimeout(idle, 10)),
         ACL_ERROR_RT_LOST_HEARTBEAT
     );
     recent_message();

@@ -206,7 +206,12 @@ pub unsafe extern "C" fn aclrtQueryDeviceStatus(
 }
 
 fn synchronize_context(ctx: &Arc<Context>, deadline: Option<Instant>) -> Res<()> {
-    ctx.device.check_alive()?;
+    ensure!(
+        ctx.device.check_alive_by(deadline)?,
+        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+        "device {} is lost and still runs a task: its work did not finish in time",
+        ctx.device.id
+    );
     let mut first = Ok(());
     for stream in ctx.all_streams() {
         let result = stream.synchronize(deadline);

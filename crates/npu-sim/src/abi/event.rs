@@ -1,6 +1,7 @@
 //! Event management.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use npu_sys::*;
 
@@ -243,18 +244,40 @@ pub unsafe extern "C" fn aclrtResetEvent(event: aclrtEvent, stream: aclrtStream)
 
 /// The event, after the checks every query does (live handle, device not lost).
 fn live_event(event: aclrtEvent) -> Res<Arc<Event>> {
-    non_null(event, "event")?;
-    let event = sim()?.events.resolve(handle::from_ptr(event))?;
+    let event = resolve(event)?;
     event.device.check_alive()?;
     Ok(event)
 }
 
-/// The event's record, after the checks every query does (live handle, device not lost).
-/// A record captured into a model runtime instance is not one the host can observe: while
-/// its capture goes on → ACL_ERROR_RT_EVENT_CAPTURED; afterwards the event counts as never
-/// recorded (only the record's replays run).
-fn lookup(event: aclrtEvent) -> Res<(Arc<Event>, Option<Arc<Record>>)> {
-    let event = live_event(event)?;
+fn resolve(event: aclrtEvent) -> Res<Arc<Event>> {
+    non_null(event, "event")?;
+    sim()?.events.resolve(handle::from_ptr(event))
+}
+
+/// An event and its latest record, if any.
+type Recorded = (Arc<Event>, Option<Arc<Record>>);
+
+/// The event and its record, after the checks every query does (live handle, device not
+/// lost).
+fn lookup(event: aclrtEvent) -> Res<Recorded> {
+    recorded(live_event(event)?)
+}
+
+/// [`lookup`] for a query or a synchronisation that waits at most until `deadline`: `None`
+/// if the event's device is lost but still runs a task then (its work is not done yet; the
+/// loss is reported once nothing touches the device's memory any more).
+fn lookup_by(event: aclrtEvent, deadline: Option<Instant>) -> Res<Option<Recorded>> {
+    let event = resolve(event)?;
+    if !event.device.check_alive_by(deadline)? {
+        return Ok(None);
+    }
+    recorded(event).map(Some)
+}
+
+/// The event's record. A record captured into a model runtime instance is not one the host
+/// can observe: while its capture goes on → ACL_ERROR_RT_EVENT_CAPTURED; afterwards the
+/// event counts as never recorded (only the record's replays run).
+fn recorded(event: Arc<Event>) -> Res<Recorded> {
     let record = event.current();
     if let Some(record) = &record
         && record.is_captured()
@@ -282,14 +305,13 @@ fn query<T>(
     pick: impl FnOnce(&Event, Option<bool>) -> T,
 ) -> Res<()> {
     non_null(status, "status")?;
-    let (event, record) = lookup(event)?;
-    if let Some(api) = legacy_api {
-        ensure!(
-            !event.ex,
-            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            "{api} does not support Ex events"
-        );
-    }
+    // A query never waits: a lost device still running a task reports the work not done.
+    let Some((event, record)) = lookup_by(event, Some(Instant::now()))? else {
+        let event = resolve(event)?;
+        check_legacy(&event, legacy_api)?;
+        return write_out(status, "status", pick(&event, Some(false)));
+    };
+    check_legacy(&event, legacy_api)?;
     let state = match event.latest() {
         Latest::Shared(shared, n) => Some(shared.reached(n) == Some(Reached::Done)),
         _ => record.map(|r| matches!(r.outcome(), Outcome::Done { .. })),
@@ -367,22 +389,40 @@ pub unsafe extern "C" fn aclrtQueryEventWaitStatus(
 
 fn synchronize(event: aclrtEvent, timeout: i32) -> Res<()> {
     let deadline = deadline(timeout, ACL_ERROR_RT_PARAM_INVALID)?;
-    let (event, record) = lookup(event)?;
+    let Some((event, record)) = lookup_by(event, deadline)? else {
+        return Err(event_sync_timeout());
+    };
     if let Latest::Shared(shared, n) = event.latest() {
         return synchronize_shared(&shared, n, deadline);
     }
     let Some(record) = record else { return Ok(()) };
     match record.wait(deadline)? {
-        None => fail!(
-            ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
-            "the event did not complete in time"
-        ),
+        None => Err(event_sync_timeout()),
         Some(None) => Ok(()),
         Some(Some(code)) => Err(SimError::new(
             code,
             "a task captured by the event (since the previous record on its stream) failed",
         )),
     }
+}
+
+fn event_sync_timeout() -> SimError {
+    SimError::new(
+        ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
+        "the event did not complete in time",
+    )
+}
+
+/// Queries Ex events do not support (`api`, if it is one) → 207000.
+fn check_legacy(event: &Event, api: Option<&str>) -> Res<()> {
+    if let Some(api) = api {
+        ensure!(
+            !event.ex,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "{api} does not support Ex events"
+        );
+    }
+    Ok(())
 }
 
 /// Waits for record `n` of a shared event, which another process may have made: its tasks'
