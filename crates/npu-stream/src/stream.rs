@@ -512,9 +512,10 @@ impl Stream {
     /// device is done with them), and the stream is usable again.
     ///
     /// The runtime call waits for the running task, so it runs on a thread of its own
-    /// (`npu-abort`), never on the caller's, an executor's or Tokio's blocking pool: dropping
-    /// the future, or the Tokio runtime, leaves the abort to finish there and waits for
-    /// nothing. Work submitted to the stream
+    /// (`npu-abort`), never on the caller's, an executor's or Tokio's blocking pool. It starts
+    /// when `abort` is called, like every operation, not when the future is first polled:
+    /// dropping the future, polled or not, or the Tokio runtime, leaves the abort to finish
+    /// there and waits for nothing. Work submitted to the stream
     /// while the abort is in progress is not queued behind it (which would block the submitting
     /// thread for as long as the device's task runs): it fails at once with
     /// [`Error::Aborted`](npu_core::Error::Aborted), without reaching the device, as the abort
@@ -540,7 +541,9 @@ impl Stream {
     /// # })?;
     /// # Ok::<(), npu_core::Error>(())
     /// ```
-    pub async fn abort(&self) -> Result<()> {
+    pub fn abort(&self) -> impl Future<Output = Result<()>> + Send + 'static {
+        // Started at the call, not at the first poll, like every other operation: a future
+        // dropped unpolled (a `select!` whose other branch was ready) still aborts.
         // SAFETY: no memory is recorded against this completion and nothing is deferred on
         // it; it completes once the runtime's abort call has returned.
         let completer = unsafe { Completer::new() };
@@ -555,6 +558,8 @@ impl Stream {
                 if let Some(completer) = completer {
                     completer.complete(shared.abort_blocking());
                 }
+                // The last reference destroys the stream, which belongs on the reaper.
+                strategy::release_stream(shared);
             });
         if let Err(err) = started {
             let completer = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -566,7 +571,7 @@ impl Stream {
                 )));
             }
         }
-        std::future::poll_fn(|cx| wait.poll(cx)).await
+        std::future::poll_fn(move |cx| wait.poll(cx))
     }
 
     /// Stops the stream's work where it is (`aclrtStreamStop`): the running task finishes, the

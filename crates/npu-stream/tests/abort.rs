@@ -329,3 +329,39 @@ fn dropping_a_tokio_runtime_during_an_abort_does_not_wait_for_the_running_task()
         }
     }
 }
+
+/// An abort starts when `abort` is called, like every operation, not when its future is first
+/// polled: dropped unpolled (a `select!` whose other branch was ready), it still discards the
+/// queued work. (From the tenth review.)
+#[test]
+fn an_abort_dropped_unpolled_still_aborts() {
+    let ctx = Device::open(0).unwrap().create_context().unwrap();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let (gated, _turn) = gated(&ctx);
+        // SAFETY: the gated kernel takes no arguments and touches no memory.
+        let running = unsafe { s.launch_with(&gated, LaunchConfig::new(NonZeroU32::MIN), ()) };
+        wait_gate(|gate| gate.0);
+        let queued = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+        drop(s.abort());
+        // The abort has begun once a submission is refused at once. (On a regression it never
+        // begins: the bound makes that a failure.)
+        let give_up = std::time::Instant::now() + Duration::from_secs(60);
+        let refused = loop {
+            let memset = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2);
+            if memset.is_complete() {
+                break memset;
+            }
+            if std::time::Instant::now() > give_up {
+                set_gate(|gate| gate.1 = true);
+                panic!("{strategy:?}: the abort dropped unpolled never began");
+            }
+            drop(memset);
+            std::thread::yield_now();
+        };
+        set_gate(|gate| gate.1 = true);
+        assert!(run(refused).unwrap_err().error.is_aborted(), "{strategy:?}");
+        assert!(run(queued).unwrap_err().error.is_aborted(), "{strategy:?}");
+        let _ = run(running);
+    }
+}
