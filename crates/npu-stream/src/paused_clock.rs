@@ -12,9 +12,13 @@
 //! device, a wait nothing will satisfy). So each task waits at most [`SLICE`], and one still
 //! waiting spawns its successor before it returns: the clock never sees a moment without one,
 //! while a runtime shutting down (which runs no new blocking task) waits one slice at most.
+//! The chain keeps the clock for the future that started it, not for the work: once that
+//! future is dropped, the slice running ends the chain, and the clock moves again (a dropped
+//! wait that nothing will satisfy would otherwise stop it for good).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Weak};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
@@ -30,15 +34,16 @@ const SLICE: Duration = Duration::from_millis(100);
 #[derive(Debug)]
 pub(crate) struct KeptWait {
     wait: Wait,
-    /// Set once a paused clock has been kept from jumping past the work.
-    clock_kept: bool,
+    /// Set once a paused clock has been kept from jumping past the work: the keeper chain
+    /// holds a `Weak` of it and ends once this is dropped.
+    clock_kept: Option<Arc<()>>,
 }
 
 impl KeptWait {
     pub(crate) fn new(completion: &Completion) -> Self {
         KeptWait {
             wait: completion.wait(),
-            clock_kept: false,
+            clock_kept: None,
         }
     }
 
@@ -48,33 +53,35 @@ impl KeptWait {
 
     pub(crate) fn poll(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
         let polled = Pin::new(&mut self.wait).poll(cx);
-        if polled.is_pending() && !self.clock_kept {
-            self.clock_kept = true;
-            keep_until(self.wait.completion());
+        if polled.is_pending() && self.clock_kept.is_none() {
+            let kept = Arc::new(());
+            keep_until(self.wait.completion(), Arc::downgrade(&kept));
+            self.clock_kept = Some(kept);
         }
         polled
     }
 }
 
 /// If the current Tokio runtime's clock is paused, keeps it from auto-advancing until
-/// `completion` completes.
-fn keep_until(completion: &Completion) {
+/// `completion` completes or `wanted` is gone (the future waiting for it was dropped).
+fn keep_until(completion: &Completion, wanted: Weak<()>) {
     let Ok(runtime) = Handle::try_current() else {
         return;
     };
     if runtime.runtime_flavor() != RuntimeFlavor::CurrentThread || !clock_is_paused() {
         return;
     }
-    keep(&runtime, completion.blocking_waiter());
+    keep(&runtime, completion.blocking_waiter(), wanted);
 }
 
-/// Spawns a blocking task that waits one slice for the operation, then hands on.
-fn keep(runtime: &Handle, waiter: BlockingWaiter) {
+/// Spawns a blocking task that waits one slice for the operation, then hands on while the
+/// future still wants it.
+fn keep(runtime: &Handle, waiter: BlockingWaiter, wanted: Weak<()>) {
     let next = runtime.clone();
     // The result reaches the operation's own future; the task only has to exist meanwhile.
     drop(runtime.spawn_blocking(move || {
-        if waiter.wait_for(SLICE).is_none() {
-            keep(&next, waiter);
+        if waiter.wait_for(SLICE).is_none() && wanted.strong_count() > 0 {
+            keep(&next, waiter, wanted);
         }
     }));
 }

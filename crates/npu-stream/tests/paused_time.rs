@@ -65,3 +65,48 @@ async fn timeout_around_an_op_and_a_timer_still_advances_after_it() {
     tokio::time::sleep(HOUR).await;
     assert_eq!(start.elapsed(), HOUR);
 }
+
+/// A device wait keeps a paused clock still for the future that awaits it, not for the work:
+/// once an unsatisfied wait's future is dropped (a `select!` branch lost), timers run again,
+/// although the wait itself stays queued on its stream until something satisfies it or an
+/// abort discards it. (From the tenth review: before, a dropped wait nothing would satisfy
+/// stopped the clock for good.)
+#[test]
+fn a_dropped_wait_lets_a_paused_clock_move_again() {
+    for strategy in STRATEGIES {
+        let ctx = in_process().device(1).unwrap().create_context().unwrap();
+        let s = stream(&ctx, strategy);
+        let notify = npu_stream::Notify::new(&ctx).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let paused = {
+            let (s, notify) = (s.clone(), notify.clone());
+            std::thread::spawn(move || {
+                let tokio = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .start_paused(true)
+                    .build()
+                    .unwrap();
+                tokio.block_on(async {
+                    let mut wait = s.wait_notify(&notify);
+                    // Polled once (pending), so that it keeps the clock, then dropped.
+                    tokio::select! {
+                        biased;
+                        _ = &mut wait => panic!("nothing recorded the notify"),
+                        () = tokio::task::yield_now() => {}
+                    }
+                    drop(wait);
+                    tokio::time::sleep(HOUR).await;
+                });
+                tx.send(()).unwrap();
+            })
+        };
+        // On a regression the sleep never ends: the bound makes that a failure, after
+        // releasing the wait so that the thread can finish.
+        let slept = rx.recv_timeout(Duration::from_secs(60));
+        let release = stream(&ctx, strategy);
+        run(release.record_notify(&notify)).unwrap();
+        paused.join().unwrap();
+        slept.unwrap_or_else(|_| panic!("{strategy:?}: the dropped wait kept the clock still"));
+        run(s.synchronize()).unwrap();
+    }
+}

@@ -55,9 +55,11 @@
 //! # Paused time in tests
 //!
 //! Under `#[tokio::test(start_paused = true)]` an operation that is pending keeps Tokio's
-//! clock from auto-advancing until it completes (it holds a blocking task meanwhile), so a
-//! `timeout` or `select!` against a sleep measures device work in paused time as it would any
-//! other future.
+//! clock from auto-advancing until it completes or its future is dropped (it holds a blocking
+//! task meanwhile), so a `timeout` or `select!` against a sleep measures device work in paused
+//! time as it would any other future. For the same reason a timer cannot bound a wait that
+//! nothing will satisfy, nor be what satisfies it: bound such waits on the device
+//! (`Stream::wait_notify_timeout`, `Stream::wait_event_timeout`).
 
 pub use npu_core::OpError;
 pub use npu_core::{Completion, Wait};
