@@ -35,7 +35,11 @@ use crate::split::{Halves, Split};
 ///   runtime can access asynchronously, and stays the same for the value's lifetime;
 /// - that memory stays allocated (and, for host memory, page-locked), and is not reused for
 ///   anything else, until every [`Completion`] passed to [`record_use`](Memory::record_use)
-///   has completed, even if the value is dropped first (see [`npu_core::UseList`]).
+///   has completed, even if the value is dropped first (see [`npu_core::UseList`]);
+/// - dropping the value does not block (no wait for the device, another operation, a lock
+///   held across such a wait, or I/O): the value of an operation dropped in flight is dropped
+///   on npu-rs's reaper thread once the device is done, and the reaper serves every deferred
+///   release of the process.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not memory a device operation can use",
     label = "not device memory or page-locked host memory",

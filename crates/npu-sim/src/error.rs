@@ -45,7 +45,16 @@ macro_rules! ensure {
     };
 }
 
-pub(crate) use {ensure, fail};
+/// Emits a `tracing` event (`log!(warn, target: ..., ...)`) inside a [`contain`]ment: the
+/// subscriber is the program's code and may panic, and the simulator logs from exported
+/// functions, its workers and allocations half made.
+macro_rules! log {
+    ($level:ident, $($event:tt)+) => {{
+        let _ = $crate::error::contain(|| tracing::$level!($($event)+));
+    }};
+}
+
+pub(crate) use {ensure, fail, log};
 
 /// Checks a required pointer argument: NULL is rejected by the ACL layer with 100000.
 pub(crate) fn non_null<T>(ptr: *const T, what: &str) -> Res<()> {
@@ -109,7 +118,7 @@ pub(crate) fn record(api: &str, error: &SimError) {
     );
     // The subscriber is the program's code and may panic; the code and message are kept
     // whatever it does, and its panic stops here (the caller is an exported C function).
-    let _ = contain(|| tracing::debug!(target: "npu_sim", "{line}"));
+    log!(debug, target: "npu_sim", "{line}");
     if PROCESS_LEVEL.load(Ordering::Acquire) {
         push_message(&mut crate::sync::lock(&PROCESS_PENDING), line);
     } else {

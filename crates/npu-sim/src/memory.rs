@@ -175,7 +175,7 @@ fn try_mlock(ptr: usize, len: usize) -> bool {
     // reported through the return value.
     let ok = unsafe { libc::mlock(ptr as *const libc::c_void, len) } == 0;
     if !ok && !MLOCK_WARNED.swap(true, Ordering::Relaxed) {
-        tracing::warn!(
+        crate::error::log!(warn,
             target: "npu_sim",
             "mlock of pinned host memory failed ({}); pinned memory stays pageable (raise RLIMIT_MEMLOCK to lock it)",
             std::io::Error::last_os_error()

@@ -67,7 +67,7 @@ impl Sim {
             .collect();
         let pinned_limit = config.pinned_host_limit.unwrap_or_else(physical_memory);
         crate::trace::enable_from_env();
-        tracing::debug!(target: "npu_sim", ?config, "simulator initialised");
+        crate::error::log!(debug, target: "npu_sim", ?config, "simulator initialised");
         Sim {
             config,
             devices,

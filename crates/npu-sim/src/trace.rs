@@ -179,7 +179,7 @@ fn write_at_exit() {
         // SAFETY: `at_exit` is a plain `extern "C" fn()` that never unwinds (flush returns
         // its errors) and touches only statics, which Rust never destroys.
         if unsafe { libc::atexit(at_exit) } != 0 {
-            tracing::warn!(target: "npu_sim", "cannot register the trace's exit hook");
+            crate::error::log!(warn, target: "npu_sim", "cannot register the trace's exit hook");
         }
     });
 }
@@ -245,7 +245,7 @@ impl Drop for Guard {
         if self.armed {
             disable();
             if let Err(err) = flush() {
-                tracing::warn!(target: "npu_sim", "writing the trace failed: {err}");
+                crate::error::log!(warn, target: "npu_sim", "writing the trace failed: {err}");
             }
         }
     }

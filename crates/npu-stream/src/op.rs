@@ -180,7 +180,9 @@ impl<T: Send + 'static> Drop for Op<T> {
                 drop(value);
             } else {
                 // SAFETY: the values operations own are buffers, views, `Arc`s of them and
-                // kernel arguments, whose drops hand any release on without blocking.
+                // kernel arguments, whose drops do not block: npu-rs's own hand any release
+                // on, and implementations of the unsafe `Memory`, `StableBuffer` and
+                // `KernelArg` traits promise it.
                 unsafe { self.wait.completion().drop_after(value) };
             }
         }

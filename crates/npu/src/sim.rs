@@ -209,8 +209,14 @@ pub fn fail_task(stream: &Stream, nth: u64, code: AclCode) -> Result<()> {
 }
 
 /// Loses `device`, as if it had failed: running and queued work fails, and every later call
-/// on it fails with `ACL_ERROR_RT_DEVICE_TASK_ABORT`. A lost device stays lost for the
+/// on it fails with `ACL_ERROR_RT_LOST_HEARTBEAT` (507010). A lost device stays lost for the
 /// rest of the process.
+///
+/// It returns once every task that was running on the device has finished (the simulator's
+/// kernels are host code and cannot be stopped), so that whoever sees the loss may free the
+/// memory that work used: do not call it from the thread that lets such a task finish (the
+/// one that opens a test kernel's gate, say), nor from an async task, whose worker it would
+/// hold meanwhile.
 ///
 /// Not run here, because losing a device is final for the process; examples/test_harness.rs
 /// loses one in a process of its own:

@@ -19,7 +19,11 @@ use bytemuck::Pod;
 /// - the memory is owned by the value alone (no other handle reads or writes it) and is
 ///   released only when the value is dropped;
 /// - [`registered_bytes`](StableBuffer::registered_bytes) bytes from that address belong to
-///   the allocation.
+///   the allocation;
+/// - dropping the value does not block (no wait for the device, another operation, a lock
+///   held across such a wait, or I/O): a registration an operation still uses is released,
+///   and the buffer dropped, on npu-rs's reaper thread, which every deferred release of the
+///   process shares.
 ///
 /// ```
 /// use npu_mem::StableBuffer;

@@ -173,7 +173,7 @@ fn call_init(func: lifecycle::InitFn, config: &CString, user_data: usize) -> acl
 
 fn flush_trace() {
     if let Err(e) = crate::trace::flush() {
-        tracing::warn!(target: "npu_sim", "writing the trace failed: {e}");
+        crate::error::log!(warn, target: "npu_sim", "writing the trace failed: {e}");
     }
 }
 

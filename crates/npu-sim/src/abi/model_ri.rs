@@ -188,7 +188,7 @@ pub unsafe extern "C" fn aclmdlRIGetId(modelRI: aclmdlRI, modelRIId: *mut u32) -
 pub unsafe extern "C" fn aclmdlRIDebugPrint(modelRI: aclmdlRI) -> aclError {
     guard("aclmdlRIDebugPrint", || {
         let model = complete_model(modelRI, "printing it")?;
-        tracing::info!(target: "npu_sim::model_ri", "{}", model.describe());
+        crate::error::log!(info, target: "npu_sim::model_ri", "{}", model.describe());
         Ok(())
     })
 }

@@ -496,7 +496,7 @@ impl Ipc {
             };
             drop(exports);
             if let Err(error) = wire::send_reply(&stream, &reply, file.as_deref()) {
-                tracing::debug!(target: "npu_sim", %error, pid, "an IPC import reply was not delivered");
+                crate::error::log!(debug, target: "npu_sim", %error, pid, "an IPC import reply was not delivered");
             }
         }
     }

@@ -225,6 +225,8 @@ impl<'a> ArgWriter<'a> {
 ///
 /// Every address `pack` writes must refer to memory that stays allocated, and is not reused,
 /// until every [`Completion`] passed to `record_use` has completed (see [`npu_mem::Memory`]).
+/// Dropping the value does not block: the arguments of a launch dropped in flight are dropped
+/// on npu-rs's reaper thread, which every deferred release of the process shares.
 pub unsafe trait KernelArg: Send + 'static {
     /// Packs the argument.
     ///
