@@ -1372,36 +1372,14 @@ static RESOURCES: &[Case] = &[
         "aclrtMemcpy2d",
         100000,
         0,
-        || {
-            let (a, b) = (malloc(4096), malloc(4096));
-            code!(aclrtMemcpy2d(
-                a,
-                64,
-                b,
-                64,
-                64,
-                4,
-                ACL_MEMCPY_DEVICE_TO_DEVICE
-            ))
-        },
+        || sync_2d_between_device_pointers(ACL_MEMCPY_DEVICE_TO_DEVICE),
     ),
     case(
         "sync 2D between device pointers",
         "aclrtMemcpy2d",
         207000,
         0,
-        || {
-            let (a, b) = (malloc(4096), malloc(4096));
-            code!(aclrtMemcpy2d(
-                a,
-                64,
-                b,
-                64,
-                64,
-                4,
-                ACL_MEMCPY_HOST_TO_DEVICE
-            ))
-        },
+        || sync_2d_between_device_pointers(ACL_MEMCPY_HOST_TO_DEVICE),
     ),
     case(
         "wait on a TIME_LINE event",
@@ -1826,4 +1804,10 @@ fn init_and_finalize_reference_counting() {
     assert!(recent_message().contains("differs from the first one"));
     acl!(aclInit(same.as_ptr()));
     acl!(aclFinalize());
+}
+
+/// A synchronous 2D copy between two device allocations under `kind`.
+fn sync_2d_between_device_pointers(kind: aclrtMemcpyKind) -> aclError {
+    let (a, b) = (malloc(4096), malloc(4096));
+    code!(aclrtMemcpy2d(a, 64, b, 64, 64, 4, kind))
 }

@@ -6,13 +6,11 @@
 mod common;
 mod kernel_support;
 
-use std::num::NonZeroU32;
 use std::sync::mpsc;
-use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use common::{STRATEGIES, run, stream};
-use npu_core::{Device, Error, LaunchConfig};
+use npu_core::{Device, Error};
 use npu_mem::{DeviceBuffer, PinnedBuffer};
 use npu_sim::control;
 use npu_stream::Event;
@@ -88,41 +86,6 @@ fn a_stopped_stream_fails_its_work_and_an_abort_revives_it() {
     }
 }
 
-/// A kernel that runs until the test opens its gate: the device's running task, which
-/// `aclrtStreamAbort` waits for.
-const GATED: &str = "npu_stream_test_gated";
-
-/// Whether the gated kernel has started, and whether it may return.
-static GATE: (Mutex<(bool, bool)>, Condvar) = (Mutex::new((false, false)), Condvar::new());
-
-fn set_gate(update: impl FnOnce(&mut (bool, bool))) {
-    update(&mut GATE.0.lock().unwrap());
-    GATE.1.notify_all();
-}
-
-fn wait_gate(until: impl Fn(&(bool, bool)) -> bool) {
-    let state = GATE.0.lock().unwrap();
-    drop(GATE.1.wait_while(state, |state| !until(state)).unwrap());
-}
-
-/// The gated kernel, registered once, with the gate to itself until the guard is dropped (the
-/// tests using it run in parallel).
-fn gated(ctx: &npu_core::Context) -> (npu_core::Function, std::sync::MutexGuard<'static, ()>) {
-    static TURN: Mutex<()> = Mutex::new(());
-    static REGISTER: std::sync::Once = std::sync::Once::new();
-    let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    REGISTER.call_once(|| {
-        npu_sim::kernel::register(GATED, |_, _, _| {
-            set_gate(|gate| gate.0 = true);
-            wait_gate(|gate| gate.1);
-            0
-        })
-        .unwrap();
-    });
-    set_gate(|gate| *gate = (false, false));
-    (kernel_support::in_process(ctx, GATED), turn)
-}
-
 #[test]
 fn submissions_during_an_abort_are_discarded_at_once_instead_of_waiting_for_the_running_task() {
     // Device 0: the first test holds device 1.
@@ -130,10 +93,7 @@ fn submissions_during_an_abort_are_discarded_at_once_instead_of_waiting_for_the_
     for strategy in STRATEGIES {
         let ctx = device.create_context().unwrap();
         let s = stream(&ctx, strategy);
-        let (gated, _turn) = gated(&ctx);
-        // SAFETY: the gated kernel takes no arguments and touches no memory.
-        let running = unsafe { s.launch_with(&gated, LaunchConfig::new(NonZeroU32::MIN), ()) };
-        wait_gate(|gate| gate.0);
+        let (running, _gate) = kernel_support::launch_gated(&s);
         let queued = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
         let aborter = {
             let s = s.clone();
@@ -161,7 +121,7 @@ fn submissions_during_an_abort_are_discarded_at_once_instead_of_waiting_for_the_
             })
         };
         let submitted = rx.recv_timeout(Duration::from_secs(60));
-        set_gate(|gate| gate.1 = true);
+        kernel_support::open_gate();
         submitted.unwrap_or_else(|_| {
             panic!("{strategy:?}: a submission waited behind the abort for the running task")
         });
@@ -274,10 +234,7 @@ fn dropping_a_tokio_runtime_during_an_abort_does_not_wait_for_the_running_task()
     let ctx = Device::open(0).unwrap().create_context().unwrap();
     for strategy in STRATEGIES {
         let s = stream(&ctx, strategy);
-        let (gated, _turn) = gated(&ctx);
-        // SAFETY: the gated kernel takes no arguments and touches no memory.
-        let running = unsafe { s.launch_with(&gated, LaunchConfig::new(NonZeroU32::MIN), ()) };
-        wait_gate(|gate| gate.0);
+        let (running, _gate) = kernel_support::launch_gated(&s);
         let tokio = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -307,7 +264,7 @@ fn dropping_a_tokio_runtime_during_an_abort_does_not_wait_for_the_running_task()
             tx.send(()).unwrap();
         });
         let dropped = rx.recv_timeout(Duration::from_secs(60));
-        set_gate(|gate| gate.1 = true);
+        kernel_support::open_gate();
         dropper.join().unwrap();
         dropped.unwrap_or_else(|_| {
             panic!("{strategy:?}: dropping the Tokio runtime waited for the device's running task")
@@ -338,10 +295,7 @@ fn an_abort_dropped_unpolled_still_aborts() {
     let ctx = Device::open(0).unwrap().create_context().unwrap();
     for strategy in STRATEGIES {
         let s = stream(&ctx, strategy);
-        let (gated, _turn) = gated(&ctx);
-        // SAFETY: the gated kernel takes no arguments and touches no memory.
-        let running = unsafe { s.launch_with(&gated, LaunchConfig::new(NonZeroU32::MIN), ()) };
-        wait_gate(|gate| gate.0);
+        let (running, _gate) = kernel_support::launch_gated(&s);
         let queued = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
         drop(s.abort());
         // The abort has begun once a submission is refused at once. (On a regression it never
@@ -353,13 +307,13 @@ fn an_abort_dropped_unpolled_still_aborts() {
                 break memset;
             }
             if std::time::Instant::now() > give_up {
-                set_gate(|gate| gate.1 = true);
+                kernel_support::open_gate();
                 panic!("{strategy:?}: the abort dropped unpolled never began");
             }
             drop(memset);
             std::thread::yield_now();
         };
-        set_gate(|gate| gate.1 = true);
+        kernel_support::open_gate();
         assert!(run(refused).unwrap_err().error.is_aborted(), "{strategy:?}");
         assert!(run(queued).unwrap_err().error.is_aborted(), "{strategy:?}");
         let _ = run(running);

@@ -5,10 +5,12 @@
 #![allow(dead_code)]
 
 use std::ffi::c_void;
-use std::sync::Once;
+use std::num::NonZeroU32;
+use std::sync::{Condvar, Mutex, MutexGuard, Once};
 
-use npu_core::{Context, Function, Module};
+use npu_core::{Context, Function, LaunchConfig, Module};
 use npu_sim::kernel::{self, LIBRARY_PATH, VectorAddArgs, block_range};
+use npu_stream::{Op, Stream};
 
 /// A Rust closure computing `c = a + b` with [`VectorAddArgs`], like the shipped kernel.
 pub(crate) const RUST_VECTOR_ADD: &str = "npu_stream_test_vector_add";
@@ -71,4 +73,49 @@ pub(crate) fn random_f32(seed: u64, n: usize) -> Vec<f32> {
             (bits as f32 / (1u64 << 24) as f32) * 200.0 - 100.0
         })
         .collect()
+}
+
+/// A kernel that runs until its test opens the gate ([`open_gate`]): the device's running
+/// task, which an abort or a device loss waits for.
+const GATED: &str = "npu_stream_test_gated";
+
+/// Whether the gated kernel has started, and whether it may return.
+static GATE: (Mutex<(bool, bool)>, Condvar) = (Mutex::new((false, false)), Condvar::new());
+
+fn set_gate(update: impl FnOnce(&mut (bool, bool))) {
+    update(&mut GATE.0.lock().unwrap_or_else(|e| e.into_inner()));
+    GATE.1.notify_all();
+}
+
+fn wait_gate(until: impl Fn(&(bool, bool)) -> bool) {
+    let state = GATE.0.lock().unwrap_or_else(|e| e.into_inner());
+    drop(GATE.1.wait_while(state, |state| !until(state)));
+}
+
+/// Launches the gated kernel on `stream` and returns once it runs, with its operation and the
+/// gate, which one test holds at a time (a binary's tests run in parallel) until the guard is
+/// dropped. The kernel returns when the holder calls [`open_gate`].
+pub(crate) fn launch_gated(stream: &Stream) -> (Op<()>, MutexGuard<'static, ()>) {
+    static TURN: Mutex<()> = Mutex::new(());
+    static REGISTER: Once = Once::new();
+    let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    REGISTER.call_once(|| {
+        kernel::register(GATED, |_, _, _| {
+            set_gate(|gate| gate.0 = true);
+            wait_gate(|gate| gate.1);
+            0
+        })
+        .expect("a fresh kernel name");
+    });
+    set_gate(|gate| *gate = (false, false));
+    let gated = in_process(stream.context(), GATED);
+    // SAFETY: the gated kernel takes no arguments and touches no memory.
+    let running = unsafe { stream.launch_with(&gated, LaunchConfig::new(NonZeroU32::MIN), ()) };
+    wait_gate(|gate| gate.0);
+    (running, turn)
+}
+
+/// Lets the gated kernel return.
+pub(crate) fn open_gate() {
+    set_gate(|gate| gate.1 = true);
 }
