@@ -580,15 +580,31 @@ fn instances_list_their_streams_and_tasks() {
             (ACL_MODEL_RI_TASK_EVENT_RECORD, 2),
         ]
     );
-    // The same task has the same handle; a short array gets what fits and the full count.
+    // The same task has the same handle. An array shorter than the count is refused with
+    // 107039 (ACL_ERROR_RT_INSUFFICIENT_INPUT_ARRAY), nothing written.
     let mut two = [ptr::null_mut(); 2];
     let mut count = 2;
+    fails!(
+        aclmdlRIGetTasksByStream(streams[0], two.as_mut_ptr(), &mut count),
+        ACL_ERROR_RT_INSUFFICIENT_INPUT_ARRAY,
+        "aclmdlRIGetTasksByStream"
+    );
+    assert_eq!((count, two), (2, [ptr::null_mut(); 2]));
+    let mut one = [ptr::null_mut(); 1];
+    let mut count = 1;
+    fails!(
+        aclmdlRIGetStreams(model, one.as_mut_ptr(), &mut count),
+        ACL_ERROR_RT_INSUFFICIENT_INPUT_ARRAY,
+        "aclmdlRIGetStreams"
+    );
+    let mut four = [ptr::null_mut(); 4];
+    let mut count = 4;
     acl!(aclmdlRIGetTasksByStream(
         streams[0],
-        two.as_mut_ptr(),
+        four.as_mut_ptr(),
         &mut count
     ));
-    assert_eq!((count, two.to_vec()), (4, main_tasks[..2].to_vec()));
+    assert_eq!((count, four.to_vec()), (4, main_tasks.to_vec()));
     // The model streams take no tasks of their own, and the replay is as captured.
     assert_eq!(
         code!(aclrtMemsetAsync(dev, 4, 0, 4, streams[0])),

@@ -869,16 +869,22 @@ static PARAM_INVALID: &[Case] = &[
         107000,
         0,
         || {
-            let mut attr = aclrtMallocAttribute {
-                attr: ACL_RT_MEM_ATTR_DEVICE_ID,
-                value: aclrtMallocAttrValue { deviceId: 1 },
-            };
-            let mut cfg = aclrtMallocConfig {
-                attrs: &mut attr,
-                numAttrs: 1,
-            };
-            let mut p = ptr::null_mut();
-            code!(aclrtMallocWithCfg(&mut p, 64, 0, &mut cfg))
+            with_another_device(|cfg| {
+                let mut p = ptr::null_mut();
+                code!(aclrtMallocWithCfg(&mut p, 64, 0, cfg))
+            })
+        },
+    ),
+    case(
+        "host DEVICE_ID of another device",
+        "aclrtMallocHostWithCfg",
+        107000,
+        0,
+        || {
+            with_another_device(|cfg| {
+                let mut p = ptr::null_mut();
+                code!(aclrtMallocHostWithCfg(&mut p, 64, cfg))
+            })
         },
     ),
     case(
@@ -1810,4 +1816,18 @@ fn init_and_finalize_reference_counting() {
 fn sync_2d_between_device_pointers(kind: aclrtMemcpyKind) -> aclError {
     let (a, b) = (malloc(4096), malloc(4096));
     code!(aclrtMemcpy2d(a, 64, b, 64, 64, 4, kind))
+}
+
+/// Runs `call` with an allocation configuration whose DEVICE_ID attribute names device 1
+/// (the cases run on device 0).
+fn with_another_device(call: impl FnOnce(*mut aclrtMallocConfig) -> aclError) -> aclError {
+    let mut attr = aclrtMallocAttribute {
+        attr: ACL_RT_MEM_ATTR_DEVICE_ID,
+        value: aclrtMallocAttrValue { deviceId: 1 },
+    };
+    let mut cfg = aclrtMallocConfig {
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    call(&mut cfg)
 }

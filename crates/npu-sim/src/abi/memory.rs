@@ -51,14 +51,7 @@ fn device_malloc(
     non_null(dev_ptr, "devPtr")?;
     ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
     let ctx = context::current(sim)?;
-    if let Some(id) = required_device {
-        ensure!(
-            i64::from(id) == i64::from(ctx.device.id),
-            ACL_ERROR_RT_PARAM_INVALID,
-            "the DEVICE_ID attribute ({id}) is not the current device ({})",
-            ctx.device.id
-        );
-    }
+    check_required_device(&ctx.device, required_device)?;
     let device = &ctx.device;
     device.check_alive()?;
     let page = page_size(policy, size);
@@ -320,10 +313,28 @@ pub(super) fn quiesce(sim: &Sim, device: i32) {
     }
 }
 
-fn host_malloc(sim: &Sim, ptr: *mut *mut c_void, size: u64) -> Res<()> {
+/// A configuration's DEVICE_ID attribute, if any, must name the current device.
+fn check_required_device(current: &crate::device::Device, required: Option<u32>) -> Res<()> {
+    if let Some(id) = required {
+        ensure!(
+            i64::from(id) == i64::from(current.id),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "the DEVICE_ID attribute ({id}) is not the current device ({})",
+            current.id
+        );
+    }
+    Ok(())
+}
+
+fn host_malloc(
+    sim: &Sim,
+    ptr: *mut *mut c_void,
+    size: u64,
+    required_device: Option<u32>,
+) -> Res<()> {
     non_null(ptr, "hostPtr")?;
     ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
-    context::current(sim)?;
+    check_required_device(&context::current(sim)?.device, required_device)?;
     let Some(bytes) = usize::try_from(size)
         .ok()
         .and_then(|s| s.checked_next_multiple_of(PAGE))
@@ -351,7 +362,7 @@ fn host_malloc(sim: &Sim, ptr: *mut *mut c_void, size: u64) -> Res<()> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtMallocHost(hostPtr: *mut *mut c_void, size: usize) -> aclError {
     guard("aclrtMallocHost", || {
-        host_malloc(sim()?, hostPtr, size as u64)
+        host_malloc(sim()?, hostPtr, size as u64, None)
     })
 }
 
@@ -366,8 +377,8 @@ pub unsafe extern "C" fn aclrtMallocHostWithCfg(
     cfg: *mut aclrtMallocConfig,
 ) -> aclError {
     guard("aclrtMallocHostWithCfg", || {
-        config_device(cfg)?;
-        host_malloc(sim()?, ptr, size)
+        let required = config_device(cfg)?;
+        host_malloc(sim()?, ptr, size, required)
     })
 }
 

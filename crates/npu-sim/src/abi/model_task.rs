@@ -7,19 +7,26 @@ use npu_sys::*;
 
 use super::model_ri::{complete_model, model};
 use crate::context;
-use crate::error::{Res, fail, guard, non_null, write_out};
+use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle;
 use crate::model_ri::{Captured, ModelRi, TaskRef, task_type};
 use crate::sim::sim;
 
-/// Writes up to `*count` of `items` to `out` and sets `*count` to how many there are; with
-/// `out` NULL only the number.
+/// Writes `items` to `out` and sets `*count` to how many there are; with `out` NULL only the
+/// number. An array of fewer than that many (`*count` on input) → 107039
+/// (ACL_ERROR_RT_INSUFFICIENT_INPUT_ARRAY), nothing written.
 fn write_list<T: Copy>(out: *mut T, count: *mut u32, items: &[T], what: &str) -> Res<()> {
     non_null(count, what)?;
     if !out.is_null() {
         // SAFETY: non-NULL; valid for a read by the API contract.
         let room = unsafe { count.read_unaligned() } as usize;
-        for (at, item) in items.iter().take(room).enumerate() {
+        ensure!(
+            room >= items.len(),
+            ACL_ERROR_RT_INSUFFICIENT_INPUT_ARRAY,
+            "{what} is {room}, but there are {}: ask for the number first (a NULL array)",
+            items.len()
+        );
+        for (at, item) in items.iter().enumerate() {
             // SAFETY: the caller's array holds `*count` elements (the API contract), and `at`
             // is below it.
             unsafe { out.add(at).write_unaligned(*item) };
@@ -29,9 +36,9 @@ fn write_list<T: Copy>(out: *mut T, count: *mut u32, items: &[T], what: &str) ->
 }
 
 /// The instance's streams: a built one's bound streams, a captured one's model streams (one
-/// per stream it captured). `streams` NULL: only their number into `*numStreams`; else up to
-/// `*numStreams` handles, and `*numStreams` becomes their number. Still being captured or
-/// built → 107026.
+/// per stream it captured). `streams` NULL: only their number into `*numStreams`; else the
+/// handles, into an array of `*numStreams` (fewer than there are → 107039). Still being
+/// captured or built → 107026.
 ///
 /// # Safety
 /// `numStreams` must be NULL or valid for a read and a write; `streams` NULL or valid for
