@@ -217,10 +217,14 @@ impl Device {
         )
     }
 
-    /// Fails with the loss error if the device is lost.
+    /// Fails with the loss error if the device is lost, at once: for the calls that start
+    /// something (allocations, creations, submissions), which a loss refuses whether or not a
+    /// task still runs, so that no caller (a runtime's shared thread freeing into a pool, say)
+    /// waits for a lost device's kernel. The synchronisations report the loss only once no
+    /// task touches memory any more ([`Self::loss_error`], [`Self::check_alive_by`]).
     pub(crate) fn check_alive(&self) -> Res<()> {
         if self.is_lost() {
-            Err(self.loss_error())
+            Err(self.lost_heartbeat())
         } else {
             Ok(())
         }
