@@ -263,17 +263,6 @@ fn lookup(event: aclrtEvent) -> Res<Recorded> {
     recorded(live_event(event)?)
 }
 
-/// [`lookup`] for a query or a synchronisation that waits at most until `deadline`: `None`
-/// if the event's device is lost but still runs a task then (its work is not done yet; the
-/// loss is reported once nothing touches the device's memory any more).
-fn lookup_by(event: aclrtEvent, deadline: Option<Instant>) -> Res<Option<Recorded>> {
-    let event = resolve(event)?;
-    if !event.device.check_alive_by(deadline)? {
-        return Ok(None);
-    }
-    recorded(event).map(Some)
-}
-
 /// The event's record. A record captured into a model runtime instance is not one the host
 /// can observe: while its capture goes on → ACL_ERROR_RT_EVENT_CAPTURED; afterwards the
 /// event counts as never recorded (only the record's replays run).
@@ -305,12 +294,14 @@ fn query<T>(
     pick: impl FnOnce(&Event, Option<bool>) -> T,
 ) -> Res<()> {
     non_null(status, "status")?;
-    // A query never waits: a lost device still running a task reports the work not done.
-    let Some((event, record)) = lookup_by(event, Some(Instant::now()))? else {
-        let event = resolve(event)?;
+    let event = resolve(event)?;
+    // A query never waits: a lost device still running a task reports the work not done
+    // (the loss is reported once nothing touches the device's memory any more).
+    if !event.device.check_alive_by(Some(Instant::now()))? {
         check_legacy(&event, legacy_api)?;
         return write_out(status, "status", pick(&event, Some(false)));
-    };
+    }
+    let (event, record) = recorded(event)?;
     check_legacy(&event, legacy_api)?;
     let state = match event.latest() {
         Latest::Shared(shared, n) => Some(shared.reached(n) == Some(Reached::Done)),
@@ -389,9 +380,12 @@ pub unsafe extern "C" fn aclrtQueryEventWaitStatus(
 
 fn synchronize(event: aclrtEvent, timeout: i32) -> Res<()> {
     let deadline = deadline(timeout, ACL_ERROR_RT_PARAM_INVALID)?;
-    let Some((event, record)) = lookup_by(event, deadline)? else {
+    let event = resolve(event)?;
+    // Waits for a lost device's running task until the deadline at most.
+    if !event.device.check_alive_by(deadline)? {
         return Err(event_sync_timeout());
-    };
+    }
+    let (event, record) = recorded(event)?;
     if let Latest::Shared(shared, n) = event.latest() {
         return synchronize_shared(&shared, n, deadline);
     }
