@@ -1,7 +1,6 @@
 //! The simulator's memory: device and pinned allocations (host memory the simulator owns),
 //! host registrations, and the pointer classification copies are corrected by.
 
-use std::alloc::Layout;
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -14,10 +13,6 @@ use crate::error::{Res, ensure, fail};
 use crate::sync::{Bell, read, wait_until, write};
 use crate::uce::UceMap;
 
-/// Address alignment of device and pinned allocations.
-pub(crate) const ALIGN: usize = 64;
-/// Allocations at least this large are mapped directly, so their pages are committed lazily.
-const MAP_THRESHOLD: usize = 64 << 10;
 /// Host page size assumed for registrations.
 pub(crate) const PAGE: usize = 4096;
 
@@ -76,7 +71,6 @@ enum Backing {
     /// Mapped by its caller at a place of its choosing (managed memory's window, where the
     /// next allocation looks for a gap in this map): unmapped when freed.
     Placed,
-    Heap(Layout),
     /// Memory someone else maps and unmaps (virtual memory mapped with aclrtMapMem).
     External,
 }
@@ -189,32 +183,24 @@ fn munlock(ptr: usize, len: usize) {
     unsafe { libc::munlock(ptr as *const libc::c_void, len) };
 }
 
-/// Allocates `len` zeroed bytes, 64-byte aligned; large, page-locked and device blocks are
-/// mapped so untouched pages cost nothing (and a device block can be shared with another
-/// process page by page, [`MemoryMap::share`]). Page-locked blocks are committed (no
-/// MAP_NORESERVE), so the kernel refuses what it cannot back instead of killing the process
-/// when they are touched.
-fn allocate(len: usize, pinned: bool, device: bool) -> Option<(usize, Backing)> {
-    if pinned || device || len >= MAP_THRESHOLD {
-        let reserve = if pinned { 0 } else { libc::MAP_NORESERVE };
-        // SAFETY: an anonymous private mapping with no address hint has no preconditions.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | reserve,
-                -1,
-                0,
-            )
-        };
-        (ptr != libc::MAP_FAILED).then_some((ptr as usize, Backing::Mapped))
-    } else {
-        let layout = Layout::from_size_align(len, ALIGN).ok()?;
-        // SAFETY: the layout has a non-zero size (callers never allocate 0 bytes).
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        (!ptr.is_null()).then_some((ptr as usize, Backing::Heap(layout)))
-    }
+/// Maps `len` zeroed bytes, page-aligned, so untouched pages cost nothing (and a device block
+/// can be shared with another process page by page, [`MemoryMap::share`]). Page-locked blocks
+/// are committed (no MAP_NORESERVE), so the kernel refuses what it cannot back instead of
+/// killing the process when they are touched.
+fn allocate(len: usize, pinned: bool) -> Option<usize> {
+    let reserve = if pinned { 0 } else { libc::MAP_NORESERVE };
+    // SAFETY: an anonymous private mapping with no address hint has no preconditions.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | reserve,
+            -1,
+            0,
+        )
+    };
+    (ptr != libc::MAP_FAILED).then_some(ptr as usize)
 }
 
 fn release(base: usize, alloc: &Allocation) {
@@ -229,8 +215,6 @@ fn release(base: usize, alloc: &Allocation) {
         Backing::Placed => unsafe {
             libc::munmap(base as *mut libc::c_void, alloc.len);
         },
-        // SAFETY: allocated by `alloc_zeroed` with this layout and removed from the map.
-        Backing::Heap(layout) => unsafe { std::alloc::dealloc(base as *mut u8, layout) },
         Backing::External => {}
     }
 }
@@ -325,8 +309,7 @@ impl MemoryMap {
         if pinned {
             self.reserve_pinned(len as u64)?;
         }
-        let device = matches!(kind, AllocKind::Device { .. });
-        let Some((base, backing)) = allocate(len, pinned, device) else {
+        let Some(base) = allocate(len, pinned) else {
             if pinned {
                 self.pinned_bytes.fetch_sub(len as u64, Ordering::AcqRel);
             }
@@ -339,7 +322,7 @@ impl MemoryMap {
         if pinned {
             self.pinned_allocations.fetch_add(1, Ordering::Relaxed);
         }
-        self.insert(base, len, kind, backing, locked);
+        self.insert(base, len, kind, Backing::Mapped, locked);
         Ok(base)
     }
 
