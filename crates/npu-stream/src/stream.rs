@@ -51,9 +51,9 @@ pub(crate) struct StreamShared {
     pub(crate) handle: ffi::aclrtStream,
     pub(crate) id: u64,
     /// Held from the ACL call until the completion is registered, so the order of pending
-    /// completions is the order the device runs them in. Holds the number of aborts in
-    /// progress: submissions are refused while one is (see [`Stream::abort`]).
-    submit: Mutex<usize>,
+    /// completions is the order the device runs them in. Holds the abort in progress, if one
+    /// is (see [`Stream::abort`]).
+    submit: Mutex<Aborting>,
     /// Completions awaiting the reactor, oldest first (event-polling strategy).
     pub(crate) queue: Mutex<Queue>,
     pub(crate) events: Arc<EventPool>,
@@ -229,7 +229,7 @@ impl StreamBuilder {
             context,
             handle,
             id,
-            submit: Mutex::new(0),
+            submit: Mutex::new(Aborting::default()),
             queue: Mutex::new(Queue::default()),
             events,
             staging: OnceLock::new(),
@@ -520,7 +520,8 @@ impl Stream {
     /// thread for as long as the device's task runs): it fails at once with
     /// [`Error::Aborted`](npu_core::Error::Aborted), without reaching the device, as the abort
     /// would have discarded it, and [`Event::record`](crate::Event::record) on the stream
-    /// returns that error.
+    /// returns that error. An abort called while another is in progress on the stream shares
+    /// it (it would discard nothing more), so a stream never has more than one such thread.
     ///
     /// ```
     /// # use npu_core::Device;
@@ -542,12 +543,31 @@ impl Stream {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn abort(&self) -> impl Future<Output = Result<()>> + Send + 'static {
-        // Started at the call, not at the first poll, like every other operation: a future
-        // dropped unpolled (a `select!` whose other branch was ready) still aborts.
-        // SAFETY: no memory is recorded against this completion and nothing is deferred on
-        // it; it completes once the runtime's abort call has returned.
-        let completer = unsafe { Completer::new() };
-        let mut wait = KeptWait::new(&completer.completion());
+        let mut wait = {
+            let mut aborting = self.lock_submission();
+            match &aborting.running {
+                // That abort discards all this one would: it marks its horizon after this
+                // call, or marked it before and has refused every submission since. So this
+                // one waits for it instead of taking another thread.
+                Some(running) => KeptWait::new(running),
+                None => {
+                    // SAFETY: no memory is recorded against this completion and nothing is
+                    // deferred on it; it completes once the runtime's abort call has returned.
+                    let completer = unsafe { Completer::new() };
+                    let wait = KeptWait::new(&completer.completion());
+                    aborting.running = Some(completer.completion());
+                    drop(aborting);
+                    self.start_abort(completer);
+                    wait
+                }
+            }
+        };
+        std::future::poll_fn(move |cx| wait.poll(cx))
+    }
+
+    /// Runs the abort on a thread of its own, started now, like every operation: a future
+    /// dropped unpolled (a `select!` whose other branch was ready) still aborts.
+    fn start_abort(&self, completer: Completer) {
         // Taken back if the thread cannot start, to complete with that failure.
         let slot = Arc::new(Mutex::new(Some(completer)));
         let (shared, taken) = (self.shared.clone(), slot.clone());
@@ -564,6 +584,7 @@ impl Stream {
         if let Err(err) = started {
             let completer = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
             if let Some(completer) = completer {
+                self.shared.lock_submission().running = None;
                 completer.complete(Err(Error::invalid(
                     "Stream::abort",
                     "thread",
@@ -571,7 +592,6 @@ impl Stream {
                 )));
             }
         }
-        std::future::poll_fn(move |cx| wait.poll(cx))
     }
 
     /// Stops the stream's work where it is (`aclrtStreamStop`): the running task finishes, the
@@ -671,7 +691,7 @@ impl Stream {
                 return Err(Submission::Rejected(completer, err));
             }
             let order = self.lock_submission();
-            if *order > 0 {
+            if order.refusing {
                 // Not queued behind the abort, which waits for the device's running task:
                 // discarded, as the abort would have discarded it.
                 return Err(Submission::Rejected(
@@ -706,9 +726,20 @@ impl Stream {
         Op::new(completion, value, span)
     }
 
-    pub(crate) fn lock_submission(&self) -> MutexGuard<'_, usize> {
-        self.shared.submit.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn lock_submission(&self) -> MutexGuard<'_, Aborting> {
+        self.shared.lock_submission()
     }
+}
+
+/// The abort in progress on a stream, kept under its submission lock.
+#[derive(Debug, Default)]
+pub(crate) struct Aborting {
+    /// The abort's completion, from the call until it ends: an abort called meanwhile shares
+    /// it instead of starting another.
+    running: Option<Completion>,
+    /// Set from when the abort marks which operations it discards until it ends: submissions
+    /// are refused meanwhile.
+    refusing: bool,
 }
 
 /// What a context does after one of its tasks fails (`aclrtSetStreamFailureMode`).
@@ -786,30 +817,36 @@ impl StreamShared {
     /// refused instead (see `Stream::submit_op`), so the device's queue during the call holds
     /// exactly the operations watched before it and none is mistaken for a discarded one.
     fn abort_blocking(&self) -> Result<()> {
-        self.context.bind()?;
+        let bound = self.context.bind();
         let through = {
-            let mut aborts = self.submit.lock().unwrap_or_else(|e| e.into_inner());
-            *aborts += 1;
+            let mut aborting = self.lock_submission();
+            aborting.refusing = bound.is_ok();
             self.watched.load(Ordering::Acquire)
         };
         let handle = self.handle;
-        // SAFETY: the stream is alive (`self`) and its context is bound.
-        let result = unsafe { acl_call_opt!(self.context.runtime(), aclrtStreamAbort(handle)) };
+        let result = bound.and_then(|()| {
+            // SAFETY: the stream is alive (`self`) and its context is bound.
+            unsafe { acl_call_opt!(self.context.runtime(), aclrtStreamAbort(handle)) }
+        });
         {
-            let mut aborts = self.submit.lock().unwrap_or_else(|e| e.into_inner());
+            let mut aborting = self.lock_submission();
             if result.is_ok() {
                 self.aborted_through.fetch_max(through, Ordering::AcqRel);
                 // The runtime cleared the stream's errors with its queue; so does the failure
                 // record.
                 *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
             }
-            *aborts -= 1;
+            *aborting = Aborting::default();
         }
         result?;
         if self.strategy == Strategy::EventPoll {
             crate::reactor::Reactor::get().nudge();
         }
         Ok(())
+    }
+
+    fn lock_submission(&self) -> MutexGuard<'_, Aborting> {
+        self.submit.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Makes `completion` the most recently watched operation; returns the previous one.

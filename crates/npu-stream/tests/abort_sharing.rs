@@ -1,0 +1,62 @@
+//! Promise: aborts called on a stream while one is in progress share it instead of each taking
+//! a thread until the device's running task ends, so a loop of aborts under a kernel that
+//! never returns cannot exhaust the process's threads. Its own process, so that no other
+//! test starts threads while it counts them.
+
+mod common;
+mod kernel_support;
+
+use common::{STRATEGIES, run, stream};
+use npu_core::Device;
+use npu_mem::DeviceBuffer;
+
+/// How many threads the process has.
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .count()
+}
+
+#[test]
+fn aborts_called_during_an_abort_share_its_thread_and_its_result() {
+    let ctx = Device::open(0).unwrap().create_context().unwrap();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let (running, _gate) = kernel_support::launch_gated(&s);
+        let queued = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+        // The first abort waits in the runtime for the gated kernel; the others share it.
+        // Nothing else starts a thread meanwhile; a thread that ends (the previous case's
+        // abort) only lowers the count.
+        let before = threads();
+        let aborts: Vec<_> = (0..64).map(|_| s.abort()).collect();
+        let started = threads().saturating_sub(before);
+        assert!(
+            started <= 1,
+            "{strategy:?}: {started} threads for the aborts"
+        );
+        // The abort has begun once a submission is refused at once; those queued before then
+        // are discarded with the rest.
+        let mut behind = vec![queued];
+        let refused = loop {
+            let memset = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2);
+            if memset.is_complete() {
+                break memset;
+            }
+            behind.push(memset);
+            std::thread::yield_now();
+        };
+        kernel_support::open_gate();
+        for abort in aborts {
+            run(abort).unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
+        }
+        assert!(run(refused).unwrap_err().error.is_aborted(), "{strategy:?}");
+        for memset in behind {
+            assert!(run(memset).unwrap_err().error.is_aborted(), "{strategy:?}");
+        }
+        assert!(run(running).unwrap_err().error.is_aborted(), "{strategy:?}");
+        // The shared abort is over: the next one is an abort of its own, and the stream runs.
+        run(s.abort()).unwrap();
+        let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 5)).unwrap();
+        assert_eq!(buffer.to_vec_blocking().unwrap(), [5; 64], "{strategy:?}");
+    }
+}
