@@ -396,7 +396,11 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
                 // count a little more than the device can sustain. That excess is the host's
                 // lag, not a strategy's speed, and is not credited to anyone.
                 let cpu_before = stats::CpuTime::now();
+                let reactor_before = npu_stream::reactor_stats();
                 let measured = rates(tokio, context, streams, in_flight);
+                let reactor_after = npu_stream::reactor_stats();
+                let cell_queries = (reactor_after.queries - reactor_before.queries) as f64
+                    / (reactor_after.completed - reactor_before.completed).max(1) as f64;
                 let stolen = stats::stolen(cpu_before);
                 let clamped = measured.iter().any(|rate| *rate > device_bound);
                 let rates: Vec<f64> = measured.iter().map(|rate| rate.min(device_bound)).collect();
@@ -439,7 +443,8 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
                     format!(
                         "callback {:.0}, spawn_blocking+sync {:.0}; EP/CB {over_callback:.2}×, \
                          EP/BS {over_blocking:.2}×; EP/best ≥ {target}×: {}{design}{at_bound}; \
-                         device bound {device_bound:.0}{}; CPU stolen {stolen}",
+                         device bound {device_bound:.0}{}; CPU stolen {stolen}; \
+                         {cell_queries:.2} queries per completion",
                         rates[1],
                         rates[2],
                         verdict(over_best >= target),
