@@ -106,14 +106,9 @@ fn a_future_dropped_while_pending_releases_its_buffers_after_the_device() {
         );
         assert_eq!(live, (before_device + 1, before_pinned + 1), "{strategy:?}");
 
-        // The completer queues the releases before it runs the completion's notifications;
-        // flushing the reaper after one therefore observes them. (Not after `wait_blocking`,
-        // which returns as soon as the result is set, possibly before the releases are queued.)
-        let (notified, notification) = mpsc::channel();
-        // SAFETY: sending on an unbounded channel neither blocks nor calls ACL.
-        unsafe { completion.on_complete(move || notified.send(()).unwrap()) };
+        // The completer queues the releases before the result becomes visible; flushing the
+        // reaper once `wait_blocking` returns therefore observes them.
         control::release(0).unwrap();
-        notification.recv().unwrap();
         assert!(completion.wait_blocking().is_ok(), "the copy still ran");
         npu_core::reaper::flush();
         let live = (

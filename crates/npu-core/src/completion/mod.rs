@@ -52,10 +52,12 @@ pub struct Completion {
 
 /// The write side of a [`Completion`]: completes it, exactly once.
 ///
-/// Completing hands the deferred releases to the reaper thread, then wakes the registered
-/// waker outside every lock (a panicking waker is contained and logged), then notifies blocked
-/// threads, so nothing a user owns is freed on the completing thread and a woken task finds its
-/// releases already queued.
+/// Completing hands the deferred releases to the reaper thread, then makes the result visible,
+/// then wakes the registered wakers outside every lock (a panicking waker is contained and
+/// logged), then notifies blocked threads, so nothing a user owns is freed on the completing
+/// thread and whoever sees the operation complete (woken, polling, or returning from
+/// [`Completion::wait_blocking`]) finds its releases already queued
+/// ([`reaper::flush`](crate::reaper::flush) then runs them).
 ///
 /// Dropping a `Completer` without completing leaves the completion pending for ever: the
 /// resources recorded against it are leaked rather than released while the device may use
@@ -102,20 +104,23 @@ impl Completer {
     /// Completes with `result`.
     #[doc(hidden)]
     pub fn complete(self, result: Result<()>) {
-        let Some(deferred) = self.state.complete(result) else {
+        let Some(releases) = self.state.complete(result) else {
             return;
         };
-        let mut releases = Vec::new();
+        // Handed on before the result is visible, so that whoever sees the operation complete
+        // finds them queued.
+        release_later(releases);
         let mut notifies = Vec::new();
-        for action in deferred {
+        let mut releases = Vec::new();
+        for action in self.state.publish() {
             match action {
                 Deferred::Release(action) => releases.push(action),
                 Deferred::Notify(action) => notifies.push(action),
             }
         }
-        if !releases.is_empty() {
-            crate::reaper::run_later(releases);
-        }
+        // Deferred while this completed: the deferrer saw no result yet, so nobody expects
+        // them queued before it.
+        release_later(releases);
         // A waker is user code: a panic in it must not take the completing thread (the
         // process-wide reactor, say) down with it, nor keep the other waiters asleep.
         let panicked = self.state.wake();
@@ -139,6 +144,14 @@ impl Drop for Completer {
                 "an operation was abandoned without completing; its resources stay allocated"
             );
         }
+    }
+}
+
+/// Queues releases on the reaper: they may make ACL calls, which a completing thread (the
+/// reactor, a callback worker) must not.
+fn release_later(releases: Vec<Action>) {
+    if !releases.is_empty() {
+        crate::reaper::run_later(releases);
     }
 }
 

@@ -22,17 +22,25 @@ fn run(deferred: Deferred) {
     }
 }
 
+/// What the completer does (`Completer::complete`), every action run in place: the releases
+/// taken at completion, then the actions taken when the result is published, then the
+/// wake-ups. Returns whether this completion won.
+fn complete(state: &State<u32>, value: u32) -> bool {
+    let Some(releases) = state.complete(value) else {
+        return false;
+    };
+    releases.into_iter().for_each(|release| release());
+    state.publish().into_iter().for_each(run);
+    state.wake();
+    true
+}
+
 #[test]
 fn a_pending_poller_is_always_woken() {
     loom::model(|| {
         let state = Arc::new(State::<u32>::new());
         let completer = state.clone();
-        let thread = loom::thread::spawn(move || {
-            for deferred in completer.complete(7).unwrap() {
-                run(deferred);
-            }
-            completer.wake();
-        });
+        let thread = loom::thread::spawn(move || assert!(complete(&completer, 7)));
         // block_on reports a deadlock if the poller stays pending without being woken.
         let mut registration = Registration::default();
         let value = loom::future::block_on(std::future::poll_fn(|cx| {
@@ -49,11 +57,7 @@ fn a_deferred_action_runs_exactly_once() {
         let state = Arc::new(State::<u32>::new());
         let runs = Arc::new(AtomicUsize::new(0));
         let completer = state.clone();
-        let thread = loom::thread::spawn(move || {
-            let actions = completer.complete(1).unwrap();
-            completer.wake();
-            actions
-        });
+        let thread = loom::thread::spawn(move || assert!(complete(&completer, 1)));
         let counter = runs.clone();
         let action = Deferred::Release(Box::new(move || {
             counter.fetch_add(1, Ordering::SeqCst);
@@ -61,9 +65,7 @@ fn a_deferred_action_runs_exactly_once() {
         if let Some(returned) = state.defer(action) {
             run(returned);
         }
-        for deferred in thread.join().unwrap() {
-            run(deferred);
-        }
+        thread.join().unwrap();
         assert_eq!(runs.load(Ordering::SeqCst), 1);
     });
 }
@@ -74,9 +76,9 @@ fn the_first_completion_wins() {
         let state = Arc::new(State::<u32>::new());
         let other = state.clone();
         let thread = loom::thread::spawn(move || {
-            other.complete(2);
+            complete(&other, 2);
         });
-        let first = state.complete(1).is_some();
+        let first = complete(&state, 1);
         thread.join().unwrap();
         let value = state.value().unwrap();
         assert_eq!(value == 1, first, "a completion reports whether it won");
@@ -94,11 +96,7 @@ fn a_blocked_waiter_is_notified_exactly_once() {
         let state = Arc::new(State::<u32>::new());
         let notified = Arc::new(AtomicUsize::new(0));
         let completer = state.clone();
-        let thread = loom::thread::spawn(move || {
-            for deferred in completer.complete(3).unwrap() {
-                run(deferred);
-            }
-        });
+        let thread = loom::thread::spawn(move || assert!(complete(&completer, 3)));
         let counter = notified.clone();
         let notify = Deferred::Notify(Box::new(move || {
             counter.fetch_add(1, Ordering::SeqCst);
@@ -147,10 +145,7 @@ fn every_pending_poller_is_woken() {
     loom::model(|| {
         let state = Arc::new(State::<u32>::new());
         let completer = state.clone();
-        let thread = loom::thread::spawn(move || {
-            completer.complete(7).unwrap();
-            completer.wake();
-        });
+        let thread = loom::thread::spawn(move || assert!(complete(&completer, 7)));
         // A first task polls, then a second task waits for the same completion: the second
         // registration must not displace the first.
         let first = std::sync::Arc::new(Woken(loom::sync::atomic::AtomicBool::new(false)));
@@ -166,5 +161,42 @@ fn every_pending_poller_is_woken() {
             first_ready || first.0.load(Ordering::SeqCst),
             "the first task slept on"
         );
+    });
+}
+
+/// Whoever sees the operation complete, woken or not (a poll that comes first, a blocked
+/// thread's fast path), finds the releases deferred before it completed already handed on:
+/// what lets a caller that waited for an operation count on its dropped buffers being queued
+/// for release.
+#[test]
+fn a_completion_is_seen_only_after_its_releases_were_handed_on() {
+    loom::model(|| {
+        let state = Arc::new(State::<u32>::new());
+        let released = Arc::new(AtomicUsize::new(0));
+        let counter = released.clone();
+        let release = Deferred::Release(Box::new(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }));
+        assert!(state.defer(release).is_none(), "pending: deferred");
+        let completer = state.clone();
+        let thread = loom::thread::spawn(move || assert!(complete(&completer, 5)));
+        if state.is_complete() {
+            assert_eq!(
+                released.load(Ordering::SeqCst),
+                1,
+                "seen before its release"
+            );
+        }
+        let mut registration = Registration::default();
+        let value = loom::future::block_on(std::future::poll_fn(|cx| {
+            state.poll(cx.waker(), &mut registration)
+        }));
+        assert_eq!(value, 5);
+        assert_eq!(
+            released.load(Ordering::SeqCst),
+            1,
+            "ready before its release"
+        );
+        thread.join().unwrap();
     });
 }

@@ -19,9 +19,11 @@ pub(crate) enum Deferred {
 
 /// Shared by the one party that completes an operation and everyone who waits for it.
 ///
-/// Protocol: the completer stores the value, then raises `done` (Release), then takes the
-/// deferred actions, and only then wakes the registered wakers ([`State::wake`]), so that a
-/// woken task finds the operation's releases already handed on. A poller checks `done`
+/// Protocol: the completer stores the value and takes the releases deferred so far, hands
+/// them on, and only then raises `done` (Release, [`State::publish`]), takes the actions
+/// deferred meanwhile (the notifications, and any release deferred while it completed), and
+/// wakes the registered wakers ([`State::wake`]): whoever sees the operation complete, woken
+/// or not, finds the releases deferred before it completed already handed on. A poller checks `done`
 /// (Acquire), registers its waker, and checks `done` again, so a completion racing the
 /// registration is never missed. Every waiting future keeps its own registration (a
 /// [`Registration`] key): clones of a completion are awaited by several tasks at once (an
@@ -53,10 +55,11 @@ impl<T: Clone> State<T> {
         }
     }
 
-    /// Completes with `value` unless already complete. Returns the deferred actions, which the
-    /// caller must hand on outside any lock before calling [`State::wake`]; `None` for a
-    /// repeated completion, which must not wake anyone.
-    pub(crate) fn complete(&self, value: T) -> Option<Vec<Deferred>> {
+    /// Completes with `value` unless already complete: stores it, not yet visible, and returns
+    /// the releases deferred so far, which the caller must hand on outside any lock before
+    /// calling [`State::publish`]; `None` for a repeated completion, which must neither
+    /// publish nor wake.
+    pub(crate) fn complete(&self, value: T) -> Option<Vec<Action>> {
         {
             let mut slot = self.value.lock().unwrap_or_else(|e| e.into_inner());
             if slot.is_some() {
@@ -64,9 +67,28 @@ impl<T: Clone> State<T> {
             }
             *slot = Some(value);
         }
+        let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(actions) = deferred.as_mut() else {
+            return Some(Vec::new());
+        };
+        let mut releases = Vec::new();
+        for action in std::mem::take(actions) {
+            match action {
+                Deferred::Release(release) => releases.push(release),
+                notify @ Deferred::Notify(_) => actions.push(notify),
+            }
+        }
+        Some(releases)
+    }
+
+    /// Makes the completion visible, after [`State::complete`]'s releases were handed on.
+    /// Returns the actions deferred and not yet taken (the notifications, and releases
+    /// deferred while completing), which the caller must run or hand on outside any lock,
+    /// with [`State::wake`]; later deferrals are handed back to their deferrers.
+    pub(crate) fn publish(&self) -> Vec<Deferred> {
         self.done.store(true, Ordering::Release);
         let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
-        Some(deferred.take().unwrap_or_default())
+        deferred.take().unwrap_or_default()
     }
 
     /// Wakes every registered waiter; called by the completer after [`State::complete`].
