@@ -70,6 +70,9 @@ pub(crate) struct StreamShared {
     pub(crate) watched: AtomicU64,
     /// The `seq` of the last operation an abort discarded (0: none); see [`Stream::abort`].
     pub(crate) aborted_through: AtomicU64,
+    /// How many `Stream::stop` calls have returned: an abort whose runtime call began before
+    /// one may have run before the stop, so a later abort does not share it.
+    stops: AtomicU64,
     /// Set by the runtime's exception callback when a task of this stream failed, for the
     /// reactor to look at the stream at once.
     pub(crate) fault_noticed: Arc<AtomicBool>,
@@ -239,6 +242,7 @@ impl StreamBuilder {
             tail: Mutex::new(None),
             watched: AtomicU64::new(0),
             aborted_through: AtomicU64::new(0),
+            stops: AtomicU64::new(0),
             fault_noticed,
             _fault_watch: fault_watch,
         });
@@ -521,7 +525,9 @@ impl Stream {
     /// [`Error::Aborted`](npu_core::Error::Aborted), without reaching the device, as the abort
     /// would have discarded it, and [`Event::record`](crate::Event::record) on the stream
     /// returns that error. An abort called while another is in progress on the stream shares
-    /// it (it would discard nothing more), so a stream never has more than one such thread.
+    /// it (it would discard nothing more), so aborts called in a loop while a task runs take
+    /// one thread, not one each; only an abort called after [`stop`](Stream::stop) returned
+    /// starts its own, since it must clear that stop.
     ///
     /// ```
     /// # use npu_core::Device;
@@ -545,17 +551,25 @@ impl Stream {
     pub fn abort(&self) -> impl Future<Output = Result<()>> + Send + 'static {
         let mut wait = {
             let mut aborting = self.lock_submission();
-            match &aborting.running {
+            let stops = self.shared.stops.load(Ordering::Acquire);
+            match &aborting.shared {
                 // That abort discards all this one would: it marks its horizon after this
-                // call, or marked it before and has refused every submission since. So this
-                // one waits for it instead of taking another thread.
-                Some(running) => KeptWait::new(running),
-                None => {
+                // call, or marked it before and has refused every submission since. And no
+                // `stop` has returned since its runtime call began, so what it leaves running
+                // is what this one would. So this one waits for it instead of taking another
+                // thread.
+                Some(running) if running.stops_at_call.is_none_or(|at| at == stops) => {
+                    KeptWait::new(&running.completion)
+                }
+                _ => {
                     // SAFETY: no memory is recorded against this completion and nothing is
                     // deferred on it; it completes once the runtime's abort call has returned.
                     let completer = unsafe { Completer::new() };
                     let wait = KeptWait::new(&completer.completion());
-                    aborting.running = Some(completer.completion());
+                    aborting.shared = Some(SharedAbort {
+                        completion: completer.completion(),
+                        stops_at_call: None,
+                    });
                     drop(aborting);
                     self.start_abort(completer);
                     wait
@@ -576,7 +590,8 @@ impl Stream {
             .spawn(move || {
                 let completer = taken.lock().unwrap_or_else(|e| e.into_inner()).take();
                 if let Some(completer) = completer {
-                    completer.complete(shared.abort_blocking());
+                    let result = shared.abort_blocking(&completer.completion());
+                    completer.complete(result);
                 }
                 // The last reference destroys the stream, which belongs on the reaper.
                 strategy::release_stream(shared);
@@ -584,7 +599,9 @@ impl Stream {
         if let Err(err) = started {
             let completer = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
             if let Some(completer) = completer {
-                self.shared.lock_submission().running = None;
+                self.shared
+                    .lock_submission()
+                    .end_shared(&completer.completion());
                 completer.complete(Err(Error::invalid(
                     "Stream::abort",
                     "thread",
@@ -623,7 +640,11 @@ impl Stream {
         self.context().bind()?;
         let handle = self.shared.handle;
         // SAFETY: the stream is alive (`self`) and its context is bound.
-        unsafe { acl_call_opt!(self.context().runtime(), aclrtStreamStop(handle)) }
+        let result = unsafe { acl_call_opt!(self.context().runtime(), aclrtStreamStop(handle)) };
+        // Counted once the stop has taken effect: an abort called from now on must clear it,
+        // so it may not share one whose runtime call began before.
+        self.shared.stops.fetch_add(1, Ordering::AcqRel);
+        result
     }
 
     /// Checks that a buffer from `context` can be used on this stream's runtime.
@@ -691,7 +712,7 @@ impl Stream {
                 return Err(Submission::Rejected(completer, err));
             }
             let order = self.lock_submission();
-            if order.refusing {
+            if order.refusing > 0 {
                 // Not queued behind the abort, which waits for the device's running task:
                 // discarded, as the abort would have discarded it.
                 return Err(Submission::Rejected(
@@ -731,15 +752,65 @@ impl Stream {
     }
 }
 
-/// The abort in progress on a stream, kept under its submission lock.
+/// The aborts in progress on a stream, kept under its submission lock.
 #[derive(Debug, Default)]
 pub(crate) struct Aborting {
-    /// The abort's completion, from the call until it ends: an abort called meanwhile shares
-    /// it instead of starting another.
-    running: Option<Completion>,
-    /// Set from when the abort marks which operations it discards until it ends: submissions
-    /// are refused meanwhile.
-    refusing: bool,
+    /// The latest abort, from its call until it ends: an abort called meanwhile shares it
+    /// instead of starting another, unless a `stop` returned since its runtime call began.
+    shared: Option<SharedAbort>,
+    /// How many aborts are between marking which operations they discard and their end:
+    /// submissions are refused meanwhile.
+    refusing: usize,
+}
+
+impl Aborting {
+    /// Forgets the shared abort if it is the one `mine` completes (a later one may have
+    /// taken its place).
+    fn end_shared(&mut self, mine: &Completion) {
+        if self
+            .shared
+            .as_ref()
+            .is_some_and(|shared| shared.completion.same(mine))
+        {
+            self.shared = None;
+        }
+    }
+}
+
+/// An abort that later aborts may share.
+#[derive(Debug)]
+struct SharedAbort {
+    completion: Completion,
+    /// The stream's `stops` count when the abort's runtime call began; `None` before.
+    stops_at_call: Option<u64>,
+}
+
+/// Ends an abort on drop, on every path out of [`StreamShared::abort_blocking`]: marks what it
+/// discarded, stops refusing submissions on its behalf, and leaves the shared slot.
+struct AbortInProgress<'a> {
+    stream: &'a StreamShared,
+    mine: &'a Completion,
+    /// The horizon it marked (and so counted itself as refusing), if it got that far.
+    through: Option<u64>,
+    /// Whether the runtime confirmed the discard.
+    discarded: bool,
+}
+
+impl Drop for AbortInProgress<'_> {
+    fn drop(&mut self) {
+        let stream = self.stream;
+        let mut aborting = stream.lock_submission();
+        if let Some(through) = self.through {
+            if self.discarded {
+                stream.aborted_through.fetch_max(through, Ordering::AcqRel);
+                // The runtime cleared the stream's errors with its queue; so does the failure
+                // record.
+                *stream.failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            }
+            aborting.refusing -= 1;
+        }
+        aborting.end_shared(self.mine);
+    }
 }
 
 /// What a context does after one of its tasks fails (`aclrtSetStreamFailureMode`).
@@ -816,28 +887,29 @@ impl StreamShared {
     /// otherwise block its thread (a Tokio worker) for as long as that task runs. It is
     /// refused instead (see `Stream::submit_op`), so the device's queue during the call holds
     /// exactly the operations watched before it and none is mistaken for a discarded one.
-    fn abort_blocking(&self) -> Result<()> {
+    fn abort_blocking(&self, mine: &Completion) -> Result<()> {
         let bound = self.context.bind();
-        let through = {
-            let mut aborting = self.lock_submission();
-            aborting.refusing = bound.is_ok();
-            self.watched.load(Ordering::Acquire)
+        let mut in_progress = AbortInProgress {
+            stream: self,
+            mine,
+            through: None,
+            discarded: false,
         };
+        if bound.is_ok() {
+            let mut aborting = self.lock_submission();
+            aborting.refusing += 1;
+            in_progress.through = Some(self.watched.load(Ordering::Acquire));
+            if let Some(shared) = aborting.shared.as_mut().filter(|s| s.completion.same(mine)) {
+                shared.stops_at_call = Some(self.stops.load(Ordering::Acquire));
+            }
+        }
         let handle = self.handle;
         let result = bound.and_then(|()| {
             // SAFETY: the stream is alive (`self`) and its context is bound.
             unsafe { acl_call_opt!(self.context.runtime(), aclrtStreamAbort(handle)) }
         });
-        {
-            let mut aborting = self.lock_submission();
-            if result.is_ok() {
-                self.aborted_through.fetch_max(through, Ordering::AcqRel);
-                // The runtime cleared the stream's errors with its queue; so does the failure
-                // record.
-                *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
-            }
-            *aborting = Aborting::default();
-        }
+        in_progress.discarded = result.is_ok();
+        drop(in_progress);
         result?;
         if self.strategy == Strategy::EventPoll {
             crate::reactor::Reactor::get().nudge();
