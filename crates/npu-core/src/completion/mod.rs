@@ -104,23 +104,11 @@ impl Completer {
     /// Completes with `result`.
     #[doc(hidden)]
     pub fn complete(self, result: Result<()>) {
-        let Some(releases) = self.state.complete(result) else {
+        // Releases are handed on before the result is visible, so that whoever sees the
+        // operation complete finds them queued.
+        let Some(notifies) = self.state.complete(result, crate::reaper::run_later) else {
             return;
         };
-        // Handed on before the result is visible, so that whoever sees the operation complete
-        // finds them queued.
-        release_later(releases);
-        let mut notifies = Vec::new();
-        let mut releases = Vec::new();
-        for action in self.state.publish() {
-            match action {
-                Deferred::Release(action) => releases.push(action),
-                Deferred::Notify(action) => notifies.push(action),
-            }
-        }
-        // Deferred while this completed: the deferrer saw no result yet, so nobody expects
-        // them queued before it.
-        release_later(releases);
         // A waker is user code: a panic in it must not take the completing thread (the
         // process-wide reactor, say) down with it, nor keep the other waiters asleep.
         let panicked = self.state.wake();
@@ -144,14 +132,6 @@ impl Drop for Completer {
                 "an operation was abandoned without completing; its resources stay allocated"
             );
         }
-    }
-}
-
-/// Queues releases on the reaper: they may make ACL calls, which a completing thread (the
-/// reactor, a callback worker) must not.
-fn release_later(releases: Vec<Action>) {
-    if !releases.is_empty() {
-        crate::reaper::run_later(releases);
     }
 }
 

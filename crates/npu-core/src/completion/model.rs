@@ -23,15 +23,16 @@ fn run(deferred: Deferred) {
 }
 
 /// What the completer does (`Completer::complete`), every action run in place: the releases
-/// taken at completion, then the actions taken when the result is published, then the
-/// wake-ups. Returns whether this completion won.
+/// while completing, then the wake-ups, then the notifications. Returns whether this
+/// completion won.
 fn complete(state: &State<u32>, value: u32) -> bool {
-    let Some(releases) = state.complete(value) else {
+    let Some(notifies) = state.complete(value, |releases| {
+        releases.into_iter().for_each(|release| release())
+    }) else {
         return false;
     };
-    releases.into_iter().for_each(|release| release());
-    state.publish().into_iter().for_each(run);
     state.wake();
+    notifies.into_iter().for_each(|notify| notify());
     true
 }
 
@@ -98,7 +99,11 @@ fn a_blocked_waiter_is_notified_exactly_once() {
         let completer = state.clone();
         let thread = loom::thread::spawn(move || assert!(complete(&completer, 3)));
         let counter = notified.clone();
+        let seen = state.clone();
         let notify = Deferred::Notify(Box::new(move || {
+            // A blocked thread woken before the value is visible would take the operation
+            // for abandoned.
+            assert!(seen.is_complete(), "notified before the value was visible");
             counter.fetch_add(1, Ordering::SeqCst);
         }));
         if let Some(returned) = state.defer(notify) {
@@ -198,5 +203,36 @@ fn a_completion_is_seen_only_after_its_releases_were_handed_on() {
             "ready before its release"
         );
         thread.join().unwrap();
+    });
+}
+
+/// A release deferred by a thread racing the completion (an operation's future dropped while
+/// it completes), which that thread then finds complete: its release was handed on first, so
+/// a thread that drops an operation and then waits for it can count on the release queued.
+#[test]
+fn a_release_deferred_during_completion_is_handed_on_before_the_completion_is_seen() {
+    loom::model(|| {
+        let state = Arc::new(State::<u32>::new());
+        let released = Arc::new(AtomicUsize::new(0));
+        let completer = state.clone();
+        let thread = loom::thread::spawn(move || assert!(complete(&completer, 5)));
+        let counter = released.clone();
+        let release = Deferred::Release(Box::new(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }));
+        match state.defer(release) {
+            // Already complete: the deferrer runs it itself.
+            Some(returned) => run(returned),
+            None if state.is_complete() => {
+                assert_eq!(
+                    released.load(Ordering::SeqCst),
+                    1,
+                    "seen before its release"
+                );
+            }
+            None => {}
+        }
+        thread.join().unwrap();
+        assert_eq!(released.load(Ordering::SeqCst), 1);
     });
 }

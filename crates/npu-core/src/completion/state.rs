@@ -19,11 +19,11 @@ pub(crate) enum Deferred {
 
 /// Shared by the one party that completes an operation and everyone who waits for it.
 ///
-/// Protocol: the completer stores the value and takes the releases deferred so far, hands
-/// them on, and only then raises `done` (Release, [`State::publish`]), takes the actions
-/// deferred meanwhile (the notifications, and any release deferred while it completed), and
-/// wakes the registered wakers ([`State::wake`]): whoever sees the operation complete, woken
-/// or not, finds the releases deferred before it completed already handed on. A poller checks `done`
+/// Protocol: the completer stores the value, hands on the releases deferred so far (again
+/// until none is left), and only then raises `done` (Release) and takes the notifications,
+/// under the lock deferring takes ([`State::complete`]); then it wakes the registered wakers
+/// ([`State::wake`]) and runs the notifications: whoever sees the operation complete, woken
+/// or not, finds every release deferred before then already handed on. A poller checks `done`
 /// (Acquire), registers its waker, and checks `done` again, so a completion racing the
 /// registration is never missed. Every waiting future keeps its own registration (a
 /// [`Registration`] key): clones of a completion are awaited by several tasks at once (an
@@ -55,11 +55,20 @@ impl<T: Clone> State<T> {
         }
     }
 
-    /// Completes with `value` unless already complete: stores it, not yet visible, and returns
-    /// the releases deferred so far, which the caller must hand on outside any lock before
-    /// calling [`State::publish`]; `None` for a repeated completion, which must neither
-    /// publish nor wake.
-    pub(crate) fn complete(&self, value: T) -> Option<Vec<Action>> {
+    /// Completes with `value` unless already complete: stores it, hands every release
+    /// deferred until then to `hand_on` (outside every lock), and only then makes the value
+    /// visible. Returns the deferred notifications, which the caller must run outside any lock
+    /// with [`State::wake`]; `None` for a repeated completion, which must not wake anyone.
+    ///
+    /// `done` is raised under the lock that deferring takes, once a look under it finds no
+    /// release left: a release deferred while the earlier ones were being handed on is handed
+    /// on too before anyone can see the value, so a deferrer that waits for the operation
+    /// next finds its own release queued. Later deferrals are handed back to their deferrers.
+    pub(crate) fn complete(
+        &self,
+        value: T,
+        mut hand_on: impl FnMut(Vec<Action>),
+    ) -> Option<Vec<Action>> {
         {
             let mut slot = self.value.lock().unwrap_or_else(|e| e.into_inner());
             if slot.is_some() {
@@ -67,28 +76,24 @@ impl<T: Clone> State<T> {
             }
             *slot = Some(value);
         }
-        let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(actions) = deferred.as_mut() else {
-            return Some(Vec::new());
-        };
-        let mut releases = Vec::new();
-        for action in std::mem::take(actions) {
-            match action {
-                Deferred::Release(release) => releases.push(release),
-                notify @ Deferred::Notify(_) => actions.push(notify),
+        loop {
+            let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+            let mut releases = Vec::new();
+            let mut notifies = Vec::new();
+            for action in deferred.take().unwrap_or_default() {
+                match action {
+                    Deferred::Release(release) => releases.push(release),
+                    Deferred::Notify(notify) => notifies.push(notify),
+                }
             }
+            if releases.is_empty() {
+                self.done.store(true, Ordering::Release);
+                return Some(notifies);
+            }
+            *deferred = Some(notifies.into_iter().map(Deferred::Notify).collect());
+            drop(deferred);
+            hand_on(releases);
         }
-        Some(releases)
-    }
-
-    /// Makes the completion visible, after [`State::complete`]'s releases were handed on.
-    /// Returns the actions deferred and not yet taken (the notifications, and releases
-    /// deferred while completing), which the caller must run or hand on outside any lock,
-    /// with [`State::wake`]; later deferrals are handed back to their deferrers.
-    pub(crate) fn publish(&self) -> Vec<Deferred> {
-        self.done.store(true, Ordering::Release);
-        let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
-        deferred.take().unwrap_or_default()
     }
 
     /// Wakes every registered waiter; called by the completer after [`State::complete`].
