@@ -246,15 +246,7 @@ fn dropping_a_tokio_runtime_during_an_abort_does_not_wait_for_the_running_task()
         });
         // Until the abort has begun, a memset queues behind the running kernel; from then on
         // it is refused at once.
-        let mut behind = Vec::new();
-        let refused = loop {
-            let memset = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
-            if memset.is_complete() {
-                break memset;
-            }
-            behind.push(memset);
-            std::thread::yield_now();
-        };
+        let (refused, behind) = common::memsets_until_refused(&s, 1);
         // On a regression the drop waits until the kernel returns, which only this thread can
         // allow: the bound turns that deadlock into a failure.
         let (tx, rx) = mpsc::channel();

@@ -6,7 +6,7 @@
 mod common;
 mod kernel_support;
 
-use common::{STRATEGIES, run, stream};
+use common::{STRATEGIES, memsets_until_refused, run, stream};
 use npu_core::Device;
 use npu_mem::DeviceBuffer;
 
@@ -44,15 +44,8 @@ fn aborts_called_during_an_abort_share_its_thread_and_its_result() {
         );
         // The abort has begun once a submission is refused at once; those queued before then
         // are discarded with the rest.
-        let mut behind = vec![queued];
-        let refused = loop {
-            let memset = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2);
-            if memset.is_complete() {
-                break memset;
-            }
-            behind.push(memset);
-            std::thread::yield_now();
-        };
+        let (refused, mut behind) = memsets_until_refused(&s, 2);
+        behind.push(queued);
         kernel_support::open_gate();
         for abort in aborts {
             run(abort).unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
@@ -82,15 +75,7 @@ fn an_abort_called_after_a_stop_does_not_share_an_abort_from_before_it() {
         let (running, _gate) = kernel_support::launch_gated(&s);
         let first = s.abort();
         // The first abort's runtime call has begun once a submission is refused at once.
-        let mut behind = Vec::new();
-        let refused = loop {
-            let memset = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2);
-            if memset.is_complete() {
-                break memset;
-            }
-            behind.push(memset);
-            std::thread::yield_now();
-        };
+        let (refused, behind) = memsets_until_refused(&s, 2);
         s.stop().unwrap();
         let before = threads();
         let second = s.abort();

@@ -11,7 +11,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use npu_core::{AclCode, BackendChoice, Context, Error, Runtime};
-use npu_stream::{DevicePoolBackend, Strategy, Stream};
+use npu_mem::DeviceBuffer;
+use npu_stream::{DevicePoolBackend, Op, Strategy, Stream};
 
 // The runtime helpers (and the path of npu-sim's cdylib) are npu-core's, reused as they are.
 #[path = "../../../npu-core/tests/common/mod.rs"]
@@ -140,5 +141,24 @@ pub fn nth_task(strategy: Strategy, index: u64) -> u64 {
     match strategy {
         Strategy::CallbackThread => 2 * index + 1,
         _ => index + 1,
+    }
+}
+
+/// Submits 64-byte memsets of `value` to `stream` until one is refused at once (an abort has
+/// begun: it refuses submissions until it ends); returns that one and the ones queued before
+/// it, which the abort discards with the rest.
+pub fn memsets_until_refused(
+    stream: &Stream,
+    value: u8,
+) -> (Op<DeviceBuffer<u8>>, Vec<Op<DeviceBuffer<u8>>>) {
+    let mut behind = Vec::new();
+    loop {
+        let buffer = DeviceBuffer::<u8>::new(stream.context(), 64).unwrap();
+        let memset = stream.memset(buffer, value);
+        if memset.is_complete() {
+            return (memset, behind);
+        }
+        behind.push(memset);
+        std::thread::yield_now();
     }
 }
