@@ -76,10 +76,10 @@ impl<T: Clone> State<T> {
             }
             *slot = Some(value);
         }
+        let mut notifies = Vec::new();
         loop {
             let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
             let mut releases = Vec::new();
-            let mut notifies = Vec::new();
             for action in deferred.take().unwrap_or_default() {
                 match action {
                     Deferred::Release(release) => releases.push(release),
@@ -90,7 +90,8 @@ impl<T: Clone> State<T> {
                 self.done.store(true, Ordering::Release);
                 return Some(notifies);
             }
-            *deferred = Some(notifies.into_iter().map(Deferred::Notify).collect());
+            // Still accepting deferrals, which the next look takes.
+            *deferred = Some(Vec::new());
             drop(deferred);
             hand_on(releases);
         }
