@@ -51,8 +51,8 @@ pub(crate) struct StreamShared {
     pub(crate) handle: ffi::aclrtStream,
     pub(crate) id: u64,
     /// Held from the ACL call until the completion is registered, so the order of pending
-    /// completions is the order the device runs them in. Holds the abort in progress, if one
-    /// is (see [`Stream::abort`]).
+    /// completions is the order the device runs them in. Holds the aborts in progress (see
+    /// [`Stream::abort`]).
     submit: Mutex<Aborting>,
     /// Completions awaiting the reactor, oldest first (event-polling strategy).
     pub(crate) queue: Mutex<Queue>,
@@ -550,7 +550,7 @@ impl Stream {
     /// ```
     pub fn abort(&self) -> impl Future<Output = Result<()>> + Send + 'static {
         let mut wait = {
-            let mut aborting = self.lock_submission();
+            let mut aborting = self.shared.lock_submission();
             let stops = self.shared.stops.load(Ordering::Acquire);
             match &aborting.shared {
                 // That abort discards all this one would: it marks its horizon after this
@@ -711,7 +711,7 @@ impl Stream {
             if let Err(err) = self.context().bind() {
                 return Err(Submission::Rejected(completer, err));
             }
-            let order = self.lock_submission();
+            let order = self.shared.lock_submission();
             if order.refusing > 0 {
                 // Not queued behind the abort, which waits for the device's running task:
                 // discarded, as the abort would have discarded it.
@@ -746,15 +746,11 @@ impl Stream {
         }
         Op::new(completion, value, span)
     }
-
-    pub(crate) fn lock_submission(&self) -> MutexGuard<'_, Aborting> {
-        self.shared.lock_submission()
-    }
 }
 
 /// The aborts in progress on a stream, kept under its submission lock.
 #[derive(Debug, Default)]
-pub(crate) struct Aborting {
+struct Aborting {
     /// The latest abort, from its call until it ends: an abort called meanwhile shares it
     /// instead of starting another, unless a `stop` returned since its runtime call began.
     shared: Option<SharedAbort>,
