@@ -21,7 +21,6 @@ const LEGACY_FLAGS: u32 = ACL_EVENT_SYNC
     | ACL_EVENT_TIME_LINE
     | ACL_EVENT_DEVICE_USE_ONLY
     | ACL_EVENT_EXTERNAL;
-/// Flags that must stand alone.
 /// The flags the reference says cannot be OR'd with others.
 const EXCLUSIVE_FLAGS: [u32; 2] = [ACL_EVENT_EXTERNAL, ACL_EVENT_IPC];
 
