@@ -307,6 +307,14 @@ pub(super) fn memcpy(
     if !check_memcpy(dst, dest_max, src, count, kind)? {
         return Ok(());
     }
+    // On an Ascend EP host the asynchronous copy refuses the kind itself, not only host
+    // pointers: a program asking for it fails there even with device or pinned pointers.
+    ensure!(
+        stream.is_none() || kind != ACL_MEMCPY_HOST_TO_HOST,
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "an asynchronous copy of kind ACL_MEMCPY_HOST_TO_HOST is not supported on an Ascend \
+         EP host (whatever memory the pointers name)"
+    );
     let sim = sim()?;
     let on = On::resolve(sim, stream)?;
     if std::ptr::eq(dst.cast_const(), src) {
@@ -336,7 +344,8 @@ pub unsafe extern "C" fn aclrtMemcpy(
 
 /// Copies on a stream. With pinned/registered host memory (or device to device) this is a
 /// stream task; with pageable host memory the call waits for the stream and copies
-/// synchronously. Host to host → 207000. ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE stages the source,
+/// synchronously. Host to host, or the kind ACL_MEMCPY_HOST_TO_HOST whatever the pointers,
+/// → 207000. ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE stages the source,
 /// so the caller may reuse it at once.
 ///
 /// # Safety
