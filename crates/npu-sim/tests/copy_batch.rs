@@ -218,14 +218,16 @@ fn bad_batches_name_the_failing_copy() {
             fail
         ))
     };
-    let mut fail = 0;
     assert_eq!(
         with(s.as_mut_ptr(), ptr::null_mut()),
         ACL_ERROR_INVALID_PARAM
     );
     assert!(recent_message().contains("failIndex"));
+    // A NULL array names no copy: failIndex is SIZE_MAX, not what the caller left in it.
+    let mut fail = 123;
     assert_eq!(with(ptr::null_mut(), &mut fail), ACL_ERROR_INVALID_PARAM);
     assert!(recent_message().contains("srcs"));
+    assert_eq!(fail, none);
     // A stream of another context.
     let mut batch = Batch::new(&good, &[(0, h2d(1))]);
     batch.fails(Some(stream_of_device(0)), ACL_ERROR_RT_STREAM_CONTEXT, none);

@@ -68,16 +68,17 @@ fn matches_location(located: &Located, location: &aclrtMemLocation) -> bool {
 
 /// Checks the whole batch; returns its copy kind and its non-empty copies.
 fn check(sim: &Sim, batch: &Batch) -> Res<(aclrtMemcpyKind, Vec<Entry>)> {
+    // Every error that names no copy leaves failIndex SIZE_MAX, the NULL arrays' included.
+    if let Some(fail_index) = batch.fail_index {
+        non_null(fail_index, "failIndex")?;
+        write_out(fail_index, "failIndex", usize::MAX)?;
+    }
     non_null(batch.dsts, "dsts")?;
     non_null(batch.dest_maxs, "destMaxs")?;
     non_null(batch.srcs, "srcs")?;
     non_null(batch.sizes, "sizes")?;
     non_null(batch.attrs, "attrs")?;
     non_null(batch.attrs_indexes, "attrsIndexes")?;
-    if let Some(fail_index) = batch.fail_index {
-        non_null(fail_index, "failIndex")?;
-        write_out(fail_index, "failIndex", usize::MAX)?;
-    }
     ensure!(batch.count != 0, ACL_ERROR_INVALID_PARAM, "numBatches is 0");
     ensure!(
         batch.num_attrs != 0 && batch.num_attrs <= batch.count,
