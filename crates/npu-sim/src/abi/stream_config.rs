@@ -1,9 +1,7 @@
-//! Stream configuration handles (aclrtCreateStreamV2), stream attributes and the count of
-//! streams still available.
+//! Stream configuration handles (aclrtCreateStreamV2, unsupported on an Atlas A2), stream
+//! attributes and the count of streams still available.
 
-use std::collections::BTreeSet;
 use std::ffi::c_void;
-use std::sync::Mutex;
 
 use npu_sys::*;
 
@@ -15,25 +13,18 @@ use crate::sim::sim;
 use crate::stream::MAX_STREAMS_PER_DEVICE;
 use crate::sync::lock;
 
-/// The configuration handles aclrtCreateStreamConfigHandle gave out and that are not destroyed
-/// yet: the handle is a plain struct the caller holds a pointer to, so this is how a stale or
-/// foreign pointer is told apart (and never freed or written through).
-static CONFIGS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
-
-/// A configuration handle argument, checked to be live.
-fn config(handle: *const aclrtStreamConfigHandle) -> Res<*mut aclrtStreamConfigHandle> {
-    non_null(handle, "handle")?;
-    ensure!(
-        lock(&CONFIGS).contains(&(handle as usize)),
-        ACL_ERROR_RT_PARAM_INVALID,
-        "{handle:p} is not a live aclrtStreamConfigHandle (destroyed, or not from \
-         aclrtCreateStreamConfigHandle)"
-    );
-    Ok(handle.cast_mut())
+/// The stream configuration functions are documented as unsupported on an Atlas A2 (and on
+/// every product but one the simulator does not present), so a program written for one fails
+/// with 207000 here as it would there; the argument checks come first, as a runtime makes
+/// them before asking the driver for the feature.
+fn unsupported<T>() -> Res<T> {
+    fail!(
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "stream configuration handles are not supported on an Atlas A2"
+    )
 }
 
-/// A zeroed stream configuration (no work memory, flags 0, priority 0); NULL only if the
-/// process is out of memory. Free it with aclrtDestroyStreamConfigHandle.
+/// Not supported on an Atlas A2: returns NULL (the recent error message says why).
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -42,39 +33,28 @@ pub unsafe extern "C" fn aclrtCreateStreamConfigHandle() -> *mut aclrtStreamConf
     guard_value(
         "aclrtCreateStreamConfigHandle",
         std::ptr::null_mut(),
-        || {
-            let handle = Box::into_raw(Box::<aclrtStreamConfigHandle>::default());
-            lock(&CONFIGS).insert(handle as usize);
-            Ok(handle)
-        },
+        unsupported,
     )
 }
 
-/// Frees a configuration handle. NULL → 100000; a pointer that is not a live handle → 107000.
+/// Not supported on an Atlas A2: NULL → 100000, any other handle → 207000.
 ///
 /// # Safety
-/// No preconditions beyond the C contract: the pointer is checked against the live handles.
+/// No preconditions: the handle is never read or freed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtDestroyStreamConfigHandle(
     handle: *mut aclrtStreamConfigHandle,
 ) -> aclError {
     guard("aclrtDestroyStreamConfigHandle", || {
-        let handle = config(handle)?;
-        lock(&CONFIGS).remove(&(handle as usize));
-        // SAFETY: a live handle is a Box this module leaked and has not freed (just removed
-        // from the live set, so it is freed once).
-        drop(unsafe { Box::from_raw(handle) });
-        Ok(())
+        non_null(handle, "handle")?;
+        unsupported()
     })
 }
 
-/// Sets one option of a configuration handle from `valueSize` bytes at `attrValue`: WORK_ADDR_PTR
-/// (a `void *`), WORK_SIZE (a `size_t`), FLAG (the creation flags, `uint32_t` or `size_t`),
-/// PRIORITY (a `uint32_t`). NULL handle or value, an unknown option or a size that does not
-/// fit it → 100000; a handle that is not live → 107000.
+/// Not supported on an Atlas A2: NULL handle or value → 100000, otherwise 207000.
 ///
 /// # Safety
-/// `attrValue` must be NULL or point at `valueSize` readable bytes.
+/// No preconditions: neither pointer is read.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtSetStreamConfigOpt(
     handle: *mut aclrtStreamConfigHandle,
@@ -82,53 +62,19 @@ pub unsafe extern "C" fn aclrtSetStreamConfigOpt(
     attrValue: *const c_void,
     valueSize: usize,
 ) -> aclError {
+    let _ = (attr, valueSize);
     guard("aclrtSetStreamConfigOpt", || {
         non_null(handle, "handle")?;
         non_null(attrValue, "attrValue")?;
-        let handle = config(handle)?;
-        let bytes = super::check::bytes(attrValue, valueSize, "attrValue")?;
-        let read = |size: usize| -> Res<u64> {
-            ensure!(
-                valueSize == size,
-                ACL_ERROR_INVALID_PARAM,
-                "option {attr} takes {size} bytes, not {valueSize}"
-            );
-            let mut word = [0u8; 8];
-            word[..size].copy_from_slice(bytes);
-            Ok(u64::from_ne_bytes(word))
-        };
-        // SAFETY: a live handle points at the struct this module allocated.
-        let config = unsafe { &mut *handle };
-        match attr {
-            ACL_RT_STREAM_WORK_ADDR_PTR => {
-                config.workptr = read(size_of::<usize>())? as *mut c_void
-            }
-            ACL_RT_STREAM_WORK_SIZE => config.workSize = read(size_of::<usize>())? as usize,
-            ACL_RT_STREAM_FLAG => {
-                let size = if valueSize == 4 {
-                    4
-                } else {
-                    size_of::<usize>()
-                };
-                config.flag = read(size)? as usize;
-            }
-            ACL_RT_STREAM_PRIORITY => config.priority = read(4)? as u32,
-            _ => fail!(
-                ACL_ERROR_INVALID_PARAM,
-                "{attr} is not an aclrtStreamConfigAttr"
-            ),
-        }
-        Ok(())
+        unsupported()
     })
 }
 
-/// Creates a stream in the current context from a configuration handle, as
-/// aclrtCreateStreamWithConfig(priority, flag) does. The work memory options are accepted and
-/// unused: they serve models, which the simulator does not run. NULL → 100000; a handle that
-/// is not live → 107000.
+/// Not supported on an Atlas A2: NULL stream or handle → 100000, otherwise 207000 (no
+/// stream is created).
 ///
 /// # Safety
-/// `stream` must be NULL or valid for a write.
+/// No preconditions: neither pointer is read or written.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtCreateStreamV2(
     stream: *mut aclrtStream,
@@ -136,10 +82,8 @@ pub unsafe extern "C" fn aclrtCreateStreamV2(
 ) -> aclError {
     guard("aclrtCreateStreamV2", || {
         non_null(stream, "stream")?;
-        let handle = config(handle)?;
-        // SAFETY: a live handle points at the struct this module allocated.
-        let config = unsafe { handle.read() };
-        super::stream::create(stream, config.priority, config.flag as u32)
+        non_null(handle, "handle")?;
+        unsupported()
     })
 }
 
