@@ -1005,3 +1005,72 @@ fn functions_by_symbol() {
         ),
     ]);
 }
+
+/// Each load option is checked: a type outside aclrtBinaryLoadOptionType → 100000, a value the
+/// option does not allow → 107000; the documented values load, from a file and from data.
+#[test]
+fn load_options_are_checked() {
+    set_device(0);
+    let path = c_string(kernel::LIBRARY_PATH);
+    let so = std::fs::read(kernel::LIBRARY_PATH).unwrap();
+    let load = |type_: aclrtBinaryLoadOptionType, word: u32| {
+        let mut option = aclrtBinaryLoadOption {
+            type_,
+            value: aclrtBinaryLoadOptionValue { isLazyLoad: word },
+        };
+        let mut options = aclrtBinaryLoadOptions {
+            options: &mut option,
+            numOpt: 1,
+        };
+        let mut bin = ptr::null_mut();
+        let from_file = code!(aclrtBinaryLoadFromFile(
+            path.as_ptr(),
+            &mut options,
+            &mut bin
+        ));
+        if from_file == ACL_SUCCESS {
+            acl!(aclrtBinaryUnLoad(bin));
+        }
+        let from_data = code!(aclrtBinaryLoadFromData(
+            so.as_ptr().cast(),
+            so.len(),
+            &mut options,
+            &mut bin
+        ));
+        if from_data == ACL_SUCCESS {
+            acl!(aclrtBinaryUnLoad(bin));
+        }
+        assert_eq!(from_file, from_data, "type {type_}, value {word:#x}");
+        if from_file != ACL_SUCCESS {
+            let message = recent_message();
+            assert!(message.contains("options->options[0]"), "{message}");
+        }
+        from_file
+    };
+    for word in [0, 1] {
+        assert_eq!(load(ACL_RT_BINARY_LOAD_OPT_LAZY_LOAD, word), ACL_SUCCESS);
+    }
+    for magic in [
+        ACL_RT_BINARY_MAGIC_ELF_AICORE,
+        ACL_RT_BINARY_MAGIC_ELF_VECTOR_CORE,
+        ACL_RT_BINARY_MAGIC_ELF_CUBE_CORE,
+    ] {
+        assert_eq!(load(ACL_RT_BINARY_LOAD_OPT_MAGIC, magic), ACL_SUCCESS);
+    }
+    for mode in [0, 1, 2] {
+        assert_eq!(
+            load(ACL_RT_BINARY_LOAD_OPT_CPU_KERNEL_MODE, mode),
+            ACL_SUCCESS
+        );
+    }
+    let invalid = ACL_ERROR_RT_PARAM_INVALID;
+    assert_eq!(load(ACL_RT_BINARY_LOAD_OPT_LAZY_LOAD, 7), invalid);
+    assert_eq!(load(ACL_RT_BINARY_LOAD_OPT_MAGIC, 0x1234_5678), invalid);
+    assert_eq!(load(ACL_RT_BINARY_LOAD_OPT_CPU_KERNEL_MODE, 3), invalid);
+    assert_eq!(
+        load(ACL_RT_BINARY_LOAD_OPT_CPU_KERNEL_MODE, u32::MAX),
+        invalid
+    );
+    assert_eq!(load(0, 0), ACL_ERROR_INVALID_PARAM);
+    assert_eq!(load(77, 0), ACL_ERROR_INVALID_PARAM);
+}

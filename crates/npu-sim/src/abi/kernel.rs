@@ -16,11 +16,40 @@ use crate::op_timeout;
 use crate::sim::{Sim, sim};
 use crate::task::{Op, Task};
 
+/// Checks the load options: each a known type (else 100000) with a value it allows (else
+/// 107000). They do not change how a host-function kernel is loaded, so they are only checked.
 fn check_options(options: *const aclrtBinaryLoadOptions) -> Res<()> {
-    if let Some(options) = optional(options) {
-        // The options (lazy load, magic, CPU kernel mode) do not change how a host-function
-        // kernel is loaded; they are only validated.
-        array(options.options, options.numOpt, "options->options")?;
+    let Some(options) = optional(options) else {
+        return Ok(());
+    };
+    for (i, option) in array(options.options, options.numOpt, "options->options")?
+        .iter()
+        .enumerate()
+    {
+        // SAFETY: every member of the value union is a 32-bit integer, so any bits are valid.
+        let (word, mode) = unsafe { (option.value.isLazyLoad, option.value.cpuKernelMode) };
+        let allowed = match option.type_ {
+            ACL_RT_BINARY_LOAD_OPT_LAZY_LOAD => word <= 1,
+            ACL_RT_BINARY_LOAD_OPT_MAGIC => matches!(
+                word,
+                ACL_RT_BINARY_MAGIC_ELF_AICORE
+                    | ACL_RT_BINARY_MAGIC_ELF_VECTOR_CORE
+                    | ACL_RT_BINARY_MAGIC_ELF_CUBE_CORE
+            ),
+            ACL_RT_BINARY_LOAD_OPT_CPU_KERNEL_MODE => (0..=2).contains(&mode),
+            other => fail!(
+                ACL_ERROR_INVALID_PARAM,
+                "options->options[{i}].type {other} is not an aclrtBinaryLoadOptionType"
+            ),
+        };
+        ensure!(
+            allowed,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "options->options[{i}] (type {}) has the value {word:#x}, which that option does \
+             not allow (lazy load 0 or 1; magic one of the ACL_RT_BINARY_MAGIC_ELF_* values; \
+             CPU kernel mode 0 to 2)",
+            option.type_
+        );
     }
     Ok(())
 }
