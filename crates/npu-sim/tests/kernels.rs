@@ -1074,3 +1074,48 @@ fn load_options_are_checked() {
     assert_eq!(load(0, 0), ACL_ERROR_INVALID_PARAM);
     assert_eq!(load(77, 0), ACL_ERROR_INVALID_PARAM);
 }
+
+/// A function handle is valid on the device it was resolved on: launched on a stream of
+/// another device it is refused with 107044 (by the launch forms with host and with device
+/// arguments), and resolving it again with that device current gives a handle that runs there.
+#[test]
+fn a_function_runs_only_on_the_device_it_was_resolved_on() {
+    set_device(0);
+    let bin = load_file(kernel::LIBRARY_PATH);
+    let on_zero = function(bin, kernel::VECTOR_ADD_F32);
+    set_device(1);
+    let stream = create_stream();
+    let inputs = AddInputs::new(256, 7);
+    let refused = launch(on_zero, 1, stream, &inputs.args, ptr::null_mut());
+    assert_eq!(refused, ACL_ERROR_RT_INVALID_DEVICE_FUNCTION);
+    let message = recent_message();
+    assert!(
+        message.contains("resolved on device 0") && message.contains("stream is on device 1"),
+        "{message}"
+    );
+    let device_args = malloc(std::mem::size_of::<VectorAddArgs>());
+    upload(device_args, std::slice::from_ref(&inputs.args));
+    let refused = code!(aclrtLaunchKernel(
+        on_zero,
+        1,
+        device_args,
+        std::mem::size_of::<VectorAddArgs>(),
+        stream
+    ));
+    assert_eq!(refused, ACL_ERROR_RT_INVALID_DEVICE_FUNCTION);
+    recent_message();
+
+    let on_one = function(bin, kernel::VECTOR_ADD_F32);
+    assert_ne!(on_one, on_zero);
+    assert_eq!(
+        function(bin, kernel::VECTOR_ADD_F32),
+        on_one,
+        "cached per device"
+    );
+    assert_eq!(launch(on_one, 1, stream, &inputs.args, ptr::null_mut()), 0);
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(inputs.result(), inputs.sum());
+    acl!(aclrtFree(device_args));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtBinaryUnLoad(bin));
+}

@@ -147,22 +147,40 @@ pub unsafe extern "C" fn aclrtBinaryGetFunction(
         let name = c_str(kernelName, "kernelName")?;
         non_null(funcHandle, "funcHandle")?;
         let sim = sim()?;
-        context::current(sim)?;
+        let device = context::current(sim)?.device.id;
         let bin = handle::from_ptr(binHandle);
         let binary = sim.binaries.resolve(bin)?;
-        let handle = function_of(sim, &binary, bin, name)?;
+        let handle = function_of(sim, &binary, bin, name, device)?;
         write_out(funcHandle, "funcHandle", handle::to_ptr(handle))
     })
 }
 
-/// The function handle of the kernel `name` of a binary (handle `bin`): the cached one, or a
-/// new one.
-fn function_of(sim: &Sim, binary: &Binary, bin: Handle, name: &str) -> Res<Handle> {
+/// The function handle of the kernel `name` of a binary (handle `bin`) on `device`: the cached
+/// one, or a new one.
+fn function_of(sim: &Sim, binary: &Binary, bin: Handle, name: &str, device: i32) -> Res<Handle> {
     binary.function_handle(
         name,
+        device,
         |handle| sim.functions.get(handle).is_some(),
-        || sim.functions.insert(Arc::new(binary.function(name, bin)?)),
+        || {
+            sim.functions
+                .insert(Arc::new(binary.function(name, bin, device)?))
+        },
     )
+}
+
+/// Refuses a launch on a stream of another device than the one `function` was resolved on:
+/// the runtime copied the kernel's code to that device only.
+fn check_function_device(function: &Function, stream_device: i32) -> Res<()> {
+    ensure!(
+        function.device == stream_device,
+        ACL_ERROR_RT_INVALID_DEVICE_FUNCTION,
+        "function {:?} was resolved on device {}, but the stream is on device {stream_device} \
+         (resolve it again with that device's context current)",
+        function.name,
+        function.device
+    );
+    Ok(())
 }
 
 /// The function handle of the kernel at `symbol`: the address of a kernel a loaded binary's
@@ -182,12 +200,12 @@ pub unsafe extern "C" fn aclrtGetFuncBySymbol(
         non_null(symbol, "symbol")?;
         non_null(funcHandle, "funcHandle")?;
         let sim = sim()?;
-        context::current(sim)?;
+        let device = context::current(sim)?.device.id;
         let address = symbol as usize;
         if let Some(name) = crate::kernel::symbol_name(address) {
             for (bin, binary) in sim.binaries.live_with_handles() {
                 if binary.exports_at(&name, address) {
-                    let handle = function_of(sim, &binary, bin, &name)?;
+                    let handle = function_of(sim, &binary, bin, &name, device)?;
                     return write_out(funcHandle, "funcHandle", handle::to_ptr(handle));
                 }
             }
@@ -331,6 +349,7 @@ fn submit_launch(
     options: LaunchOptions,
 ) -> Res<()> {
     let stream = context::submit_stream(sim()?, stream)?;
+    check_function_device(&function, stream.device.id)?;
     let args = LaunchArgs::Owned(blob);
     let launch = Launch {
         function,
@@ -357,6 +376,7 @@ fn launch_device_args(
     let options = launch_options(cfg)?;
     let sim = sim()?;
     let target = context::submit_stream(sim, stream)?;
+    check_function_device(&function, target.device.id)?;
     if !argsData.is_null() {
         let (address, device) = (argsData as usize, target.device.id);
         check_on_device(&sim.memory, address, argsSize, device, "argsData")?;

@@ -47,9 +47,9 @@ type CallbackSlot = Arc<Mutex<Option<OpCallback>>>;
 
 pub(crate) struct Binary {
     source: Source,
-    /// Functions resolved so far, by name; `None` once the binary is unloaded, so a function
-    /// resolved while the unload runs cannot outlive it.
-    functions: Mutex<Option<HashMap<String, Handle>>>,
+    /// Functions resolved so far, by name and device; `None` once the binary is unloaded, so
+    /// a function resolved while the unload runs cannot outlive it.
+    functions: Mutex<Option<HashMap<(String, i32), Handle>>>,
     exception_callback: CallbackSlot,
     /// Addresses of the device globals it holds (see `super::globals`).
     globals: Mutex<Vec<usize>>,
@@ -59,6 +59,9 @@ pub(crate) struct Function {
     pub(crate) name: String,
     /// The binary it was resolved from (aclrtFunctionGetBinary).
     pub(crate) binary: Handle,
+    /// The device whose context was current when it was resolved: a function handle is valid
+    /// on that device only, where the runtime put the binary's code.
+    pub(crate) device: i32,
     pub(crate) code: KernelCode,
     /// The bytes of arguments the kernel declared it reads (0: none declared).
     pub(crate) args_size: usize,
@@ -295,8 +298,8 @@ impl Binary {
         *lock(&self.exception_callback) = Some(callback);
     }
 
-    /// Resolves a kernel by name; `handle` is this binary's.
-    pub(crate) fn function(&self, name: &str, handle: Handle) -> Res<Function> {
+    /// Resolves a kernel by name for `device`; `handle` is this binary's.
+    pub(crate) fn function(&self, name: &str, handle: Handle, device: i32) -> Res<Function> {
         let (code, args_size, params, library) = match &self.source {
             Source::Library(library) => {
                 let Ok(symbol) = CString::new(name) else {
@@ -346,6 +349,7 @@ impl Binary {
         Ok(Function {
             name: name.to_owned(),
             binary: handle,
+            device,
             code,
             args_size: args_size.max(spanned),
             params,
@@ -355,12 +359,14 @@ impl Binary {
         })
     }
 
-    /// The handle of function `name`: the one resolved before if `live` still accepts it,
-    /// otherwise a new one from `make`. Under the binary's lock, so callers racing for one name
-    /// share a handle and the unload retires every handle given out. Fails once unloaded.
+    /// The handle of function `name` on `device`: the one resolved before if `live` still
+    /// accepts it, otherwise a new one from `make`. Under the binary's lock, so callers racing
+    /// for one name share a handle and the unload retires every handle given out. Fails once
+    /// unloaded.
     pub(crate) fn function_handle(
         &self,
         name: &str,
+        device: i32,
         live: impl Fn(Handle) -> bool,
         make: impl FnOnce() -> Res<Handle>,
     ) -> Res<Handle> {
@@ -371,11 +377,12 @@ impl Binary {
                 "the binary was unloaded while the function was resolved"
             );
         };
-        if let Some(&handle) = functions.get(name).filter(|&&h| live(h)) {
+        let key = (name.to_owned(), device);
+        if let Some(&handle) = functions.get(&key).filter(|&&h| live(h)) {
             return Ok(handle);
         }
         let handle = make()?;
-        functions.insert(name.to_owned(), handle);
+        functions.insert(key, handle);
         Ok(handle)
     }
 
