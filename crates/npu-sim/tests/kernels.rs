@@ -1034,7 +1034,7 @@ fn load_options_are_checked() {
         let from_data = code!(aclrtBinaryLoadFromData(
             so.as_ptr().cast(),
             so.len(),
-            &mut options,
+            &options,
             &mut bin
         ));
         if from_data == ACL_SUCCESS {
