@@ -108,6 +108,22 @@ fn ex_events_through_their_life() {
     control::release(1).unwrap();
     acl!(aclrtSynchronizeStream(stream));
     assert_eq!(statuses(event).0, RECORDED);
+    // The Ex creation knows SYNC, CAPTURE_STREAM_PROGRESS, TIME_LINE and IPC only: the legacy
+    // creation's EXTERNAL and DEVICE_USE_ONLY are unknown bits to it.
+    for flag in [
+        ACL_EVENT_EXTERNAL,
+        ACL_EVENT_DEVICE_USE_ONLY,
+        ACL_EVENT_SYNC | ACL_EVENT_DEVICE_USE_ONLY,
+    ] {
+        let mut refused = ptr::null_mut();
+        let code = code!(aclrtCreateEventExWithFlag(&mut refused, flag));
+        assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID, "flag {flag:#x}");
+        assert!(refused.is_null());
+        let message = recent_message();
+        assert!(message.contains("unknown bits"), "{message}");
+    }
+    let progress = ex_event(ACL_EVENT_CAPTURE_STREAM_PROGRESS | ACL_EVENT_TIME_LINE);
+    acl!(aclrtDestroyEvent(progress));
 }
 
 #[test]

@@ -21,6 +21,10 @@ const LEGACY_FLAGS: u32 = ACL_EVENT_SYNC
     | ACL_EVENT_TIME_LINE
     | ACL_EVENT_DEVICE_USE_ONLY
     | ACL_EVENT_EXTERNAL;
+/// Flags aclrtCreateEventExWithFlag knows: EXTERNAL and DEVICE_USE_ONLY are the legacy
+/// creation's only.
+const EX_FLAGS: u32 =
+    ACL_EVENT_SYNC | ACL_EVENT_CAPTURE_STREAM_PROGRESS | ACL_EVENT_TIME_LINE | ACL_EVENT_IPC;
 /// The flags the reference says cannot be OR'd with others.
 const EXCLUSIVE_FLAGS: [u32; 2] = [ACL_EVENT_EXTERNAL, ACL_EVENT_IPC];
 
@@ -121,6 +125,7 @@ pub unsafe extern "C" fn aclrtCreateEventWithFlag(event: *mut aclrtEvent, flag: 
 
 /// Creates a new-mode (Ex) event: every record overwrites the capture; never-recorded events
 /// report COMPLETE; reset, aclrtQueryEvent and wait-status queries are rejected (207000).
+/// Flags other than SYNC, CAPTURE_STREAM_PROGRESS, TIME_LINE and IPC → 107000.
 ///
 /// # Safety
 /// `event` must be NULL or valid for a write.
@@ -128,7 +133,7 @@ pub unsafe extern "C" fn aclrtCreateEventWithFlag(event: *mut aclrtEvent, flag: 
 pub unsafe extern "C" fn aclrtCreateEventExWithFlag(event: *mut aclrtEvent, flag: u32) -> aclError {
     guard("aclrtCreateEventExWithFlag", || {
         non_null(event, "event")?;
-        check_flags(flag, LEGACY_FLAGS | ACL_EVENT_IPC)?;
+        check_flags(flag, EX_FLAGS)?;
         create(event, flag, true)
     })
 }
