@@ -92,19 +92,46 @@ fn allocations_are_rounded_aligned_zeroed_and_counted_against_the_capacity() {
     }
     assert_eq!(control::device_stats(0).unwrap().live_allocations, 0);
 
-    // The capacity is exact: 64 MiB - 64 requested takes 64 MiB - 32 with padding.
-    let mut big = ptr::null_mut();
+    // Huge pages are taken whole: 3 MiB under HUGE_ONLY (or HUGE_FIRST, above 1 MiB) takes
+    // two 2 MiB pages, and so does exactly 4 MiB once the padding is added; aclrtMallocAlign32
+    // of 4 MiB fits two pages exactly. 1 GiB pages do not fit a 64 MiB device at all.
+    for (size, policy, pages) in [
+        (3 << 20, ACL_MEM_MALLOC_HUGE_ONLY, 2),
+        (3 << 20, ACL_MEM_MALLOC_HUGE_FIRST, 2),
+        (4 << 20, ACL_MEM_MALLOC_HUGE_ONLY_P2P, 3),
+    ] {
+        acl!(aclrtMalloc(&mut p, size, policy));
+        assert_eq!(used(0), pages << 21, "{size} bytes under policy {policy}");
+        acl!(aclrtFree(p));
+    }
+    acl!(aclrtMallocAlign32(
+        &mut p,
+        4 << 20,
+        ACL_MEM_MALLOC_HUGE_ONLY
+    ));
+    assert_eq!(used(0), 4 << 20);
+    acl!(aclrtFree(p));
     assert_eq!(
-        code!(aclrtMalloc(&mut big, CAPACITY, 0)),
+        code!(aclrtMalloc(&mut p, 100, ACL_MEM_MALLOC_HUGE1G_ONLY)),
+        ACL_ERROR_RT_MEMORY_ALLOCATION,
+        "a whole 1 GiB page"
+    );
+
+    // With normal pages the capacity is exact: 64 MiB - 64 requested takes 64 MiB - 32 with
+    // padding.
+    let mut big = ptr::null_mut();
+    let normal = ACL_MEM_MALLOC_NORMAL_ONLY;
+    assert_eq!(
+        code!(aclrtMalloc(&mut big, CAPACITY, normal)),
         ACL_ERROR_RT_MEMORY_ALLOCATION
     );
-    acl!(aclrtMalloc(&mut big, CAPACITY - 64, 0));
+    acl!(aclrtMalloc(&mut big, CAPACITY - 64, normal));
     assert_eq!(mem_info().0, 32);
     assert_eq!(
-        code!(aclrtMalloc(&mut p, 1, 0)),
+        code!(aclrtMalloc(&mut p, 1, normal)),
         ACL_ERROR_RT_MEMORY_ALLOCATION
     );
-    acl!(aclrtMallocAlign32(&mut p, 32, 0));
+    acl!(aclrtMallocAlign32(&mut p, 32, normal));
     assert_eq!(mem_info().0, 0);
     acl!(aclrtFree(p));
     acl!(aclrtFreeWithDevSync(big));

@@ -56,16 +56,23 @@ fn device_malloc(
     device.check_alive()?;
     let page = page_size(policy, size);
     let bytes = reserved_size(size, padded && page != GIANT_PAGE)?;
-    device.reserve(bytes)?;
+    // Huge pages are taken whole: the device gives up 2 MiB (1 GiB) per started page, which is
+    // what aclrtGetMemInfo's free figure and the capacity see. Only `bytes` are mapped.
+    let accounted = if page > PAGE as u32 {
+        bytes.div_ceil(u64::from(page)) * u64::from(page)
+    } else {
+        bytes
+    };
+    device.reserve(accounted)?;
     let kind = AllocKind::Device {
         device: device.id,
-        accounted: bytes,
+        accounted,
         page_size: page,
     };
     match sim.memory.allocate(bytes as usize, kind) {
         Ok(address) => write_out(dev_ptr, "devPtr", address as *mut c_void),
         Err(error) => {
-            device.unreserve(bytes);
+            device.unreserve(accounted);
             Err(error)
         }
     }
