@@ -152,11 +152,13 @@ enum Retired {
 }
 
 thread_local! {
-    /// The id of the last task the thread submitted (its position in its stream).
+    /// The id of the last task the thread submitted to a stream it created (its position in
+    /// its stream).
     static LAST_TASK_ID: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// aclrtGetThreadLastTaskId: the id of the last task the calling thread submitted (0 if none).
+/// aclrtGetThreadLastTaskId: the id of the last task the calling thread submitted to a stream
+/// it created, not a default stream (0 if none).
 pub(crate) fn last_task_id() -> u32 {
     LAST_TASK_ID.get()
 }
@@ -599,7 +601,10 @@ impl Stream {
             self.wake.notify_one();
         }
         drop(state);
-        LAST_TASK_ID.set(position as u32);
+        // The reference counts tasks of streams the user created, not of a default stream.
+        if !self.is_default {
+            LAST_TASK_ID.set(position as u32);
+        }
         crate::capture::note_submission(None);
         Ok(())
     }

@@ -535,6 +535,12 @@ fn the_last_task_id_counts_the_threads_submissions() {
         acl!(aclrtGetThreadLastTaskId(&mut id));
         assert_eq!(id, n as u32);
     }
+    // Only streams the user created count: work on the default stream leaves the id alone.
+    memset_async(dev, 64, 9, ptr::null_mut());
+    let mut id = 0;
+    acl!(aclrtGetThreadLastTaskId(&mut id));
+    assert_eq!(id, 3);
+    acl!(aclrtSynchronizeStream(ptr::null_mut()));
     acl!(aclrtDestroyStream(stream));
 }
 
