@@ -445,19 +445,19 @@ impl MemoryMap {
         write(&self.allocations).insert(base, Arc::new(allocation));
     }
 
-    /// Forgets memory recorded with [`Self::adopt`] once no task touches it; `false` if
-    /// `base` starts no such memory.
-    pub(crate) fn disown(&self, base: usize) -> bool {
+    /// Forgets memory recorded with [`Self::adopt`] once no task touches it; returns its
+    /// length, `None` if `base` starts no such memory.
+    pub(crate) fn disown(&self, base: usize) -> Option<usize> {
         let mut map = write(&self.allocations);
         let alloc = match map.entry(base) {
             Entry::Occupied(entry) if matches!(entry.get().backing, Backing::External) => {
                 entry.remove()
             }
-            _ => return false,
+            _ => return None,
         };
         drop(map);
         alloc.wait_idle();
-        true
+        Some(alloc.len)
     }
 
     /// Copies of the contents of every device allocation, for a snapshot's backup; fails if a

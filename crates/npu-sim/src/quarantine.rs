@@ -75,6 +75,15 @@ pub(crate) unsafe fn retire(base: usize, len: usize) {
     }
 }
 
+/// Whether `ptr` lies in a range held back: memory the runtime gave out and took back, which
+/// no host allocation can occupy meanwhile.
+pub(crate) fn holds(ptr: usize) -> bool {
+    lock(&HELD)
+        .ranges
+        .iter()
+        .any(|&(base, len)| ptr.wrapping_sub(base) < len)
+}
+
 /// # Safety
 ///
 /// `[base, base+len)` is a mapping that nothing refers to.

@@ -662,17 +662,18 @@ static PARAM_INVALID: &[Case] = &[
     ),
     case(
         "kind contradicts pageable pointers",
-        "aclrtMemcpy",
+        "aclrtMemcpyAsync",
         107000,
         0,
         || {
             let (mut a, b) = ([0u8; 8], [0u8; 8]);
-            code!(aclrtMemcpy(
+            code!(aclrtMemcpyAsync(
                 a.as_mut_ptr().cast(),
                 8,
                 b.as_ptr().cast(),
                 8,
-                ACL_MEMCPY_HOST_TO_DEVICE
+                ACL_MEMCPY_HOST_TO_DEVICE,
+                ptr::null_mut()
             ))
         },
     ),

@@ -290,6 +290,42 @@ fn copy_kinds_are_corrected_from_the_pointers() {
     acl!(aclrtSynchronizeStream(ptr::null_mut()));
     assert!(download::<u8>(other, 64).iter().all(|&b| b == 0x44));
     acl!(aclrtFree(other));
+
+    // aclrtMemcpy's kind is reserved: with pageable memory too, every kind copies the way the
+    // pointers say, host to device, device to host and host to host alike.
+    let kinds = [
+        ACL_MEMCPY_HOST_TO_HOST,
+        ACL_MEMCPY_HOST_TO_DEVICE,
+        ACL_MEMCPY_DEVICE_TO_HOST,
+        ACL_MEMCPY_DEVICE_TO_DEVICE,
+        ACL_MEMCPY_INNER_DEVICE_TO_DEVICE,
+    ];
+    for (i, kind) in kinds.into_iter().enumerate() {
+        let value = 0x50 + i as u8;
+        let source = [value; 64];
+        acl!(aclrtMemcpy(dev, 64, source.as_ptr().cast(), 64, kind));
+        let mut back = [0u8; 64];
+        acl!(aclrtMemcpy(back.as_mut_ptr().cast(), 64, dev, 64, kind));
+        assert_eq!(back, source, "kind {kind}");
+        let mut host = [0u8; 64];
+        acl!(aclrtMemcpy(
+            host.as_mut_ptr().cast(),
+            64,
+            back.as_ptr().cast(),
+            64,
+            kind
+        ));
+        assert_eq!(host, source, "kind {kind}");
+    }
+    // What the pointers cannot be is host memory the runtime took back: a device address just
+    // freed is refused (whatever the kind), not written as host memory.
+    let freed = freed_device_address(64);
+    for kind in [ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_HOST_TO_HOST] {
+        let code = code!(aclrtMemcpy(freed, 64, data.as_ptr().cast(), 64, kind));
+        assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID, "kind {kind}");
+        let message = recent_message();
+        assert!(message.contains("no longer holds"), "{message}");
+    }
 }
 
 #[test]

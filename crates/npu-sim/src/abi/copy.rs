@@ -152,11 +152,23 @@ fn correct_kind(src: PtrClass, dst: PtrClass, kind: aclrtMemcpyKind) -> Res<Dire
 /// Fails if `class` is memory of a device that is lost.
 /// Refuses an address of a reserved virtual range that nothing is mapped at: it is neither
 /// device memory nor host memory of the caller's.
+/// Refuses, too, an address of memory the runtime gave out and took back (a freed allocation
+/// still held back from reuse, a global of an unloaded binary): it is no host memory of the
+/// caller's, and copying there as such would fault.
 fn check_mapped(sim: &Sim, class: PtrClass, ptr: usize) -> Res<()> {
+    if class != PtrClass::Unregistered {
+        return Ok(());
+    }
     ensure!(
-        class != PtrClass::Unregistered || !sim.vmm.reserved(ptr),
+        !sim.vmm.reserved(ptr),
         ACL_ERROR_RT_PARAM_INVALID,
         "{ptr:#x} is reserved virtual memory with no physical memory mapped at it"
+    );
+    ensure!(
+        !crate::quarantine::holds(ptr) && !crate::kernel::globals::retired(ptr),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{ptr:#x} is memory the runtime no longer holds (freed, or a global of an unloaded \
+         binary)"
     );
     Ok(())
 }
@@ -324,8 +336,8 @@ pub(super) fn memcpy(
     copy(sim, &on, dst, src, kind, Extent::linear(count), allowed)
 }
 
-/// Copies synchronously. The direction is inferred from the pointers (kind is checked only
-/// against pageable memory); a value that is no `aclrtMemcpyKind` → 100000.
+/// Copies synchronously. The direction is inferred from the pointers alone (the kind is
+/// reserved); a value that is no `aclrtMemcpyKind` → 100000.
 ///
 /// # Safety
 /// Host pointers the runtime does not own must be valid for `count` bytes.
@@ -338,7 +350,12 @@ pub unsafe extern "C" fn aclrtMemcpy(
     kind: aclrtMemcpyKind,
 ) -> aclError {
     guard("aclrtMemcpy", || {
-        memcpy(dst, destMax, src, count, kind, None)
+        // The kind is reserved: once it is checked to be an aclrtMemcpyKind, the pointers
+        // alone decide the direction.
+        if !check_memcpy(dst, destMax, src, count, kind)? {
+            return Ok(());
+        }
+        memcpy(dst, destMax, src, count, ACL_MEMCPY_DEFAULT, None)
     })
 }
 

@@ -13,10 +13,14 @@ use crate::sync::lock;
 
 /// Address → how many loaded binaries hold the global there.
 static HELD: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+/// Address → length of every global no binary holds any more. Their libraries stay mapped
+/// (`Binary::global`), so nothing else can come to live at these addresses.
+static RETIRED: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
 
 /// A binary starts holding the global at `[addr, addr+len)`; the first holder puts it in the
 /// memory map as device memory of `device`.
 pub(crate) fn hold(memory: &MemoryMap, addr: usize, len: usize, device: i32) {
+    lock(&RETIRED).remove(&addr);
     let mut held = lock(&HELD);
     let holders = held.entry(addr).or_insert(0);
     if *holders == 0 {
@@ -40,6 +44,17 @@ pub(crate) fn release(memory: &MemoryMap, addr: usize) {
     *holders -= 1;
     if *holders == 0 {
         held.remove(&addr);
-        memory.disown(addr);
+        if let Some(len) = memory.disown(addr) {
+            lock(&RETIRED).insert(addr, len);
+        }
     }
+}
+
+/// Whether `ptr` lies in a global whose binaries were all unloaded: device memory that is
+/// gone, not host memory.
+pub(crate) fn retired(ptr: usize) -> bool {
+    lock(&RETIRED)
+        .range(..=ptr)
+        .next_back()
+        .is_some_and(|(&addr, &len)| ptr - addr < len)
 }

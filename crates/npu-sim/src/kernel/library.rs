@@ -434,6 +434,13 @@ impl Binary {
             "the binary declares the global {name:?} with an impossible size {len}"
         );
         let mut held = lock(&self.globals);
+        if held.is_empty() {
+            // A library that gave out a device global stays mapped for the process's life,
+            // so its globals' addresses are never reused by host memory: after the binary is
+            // unloaded they stay recognisable as device memory that is gone (see
+            // `globals::retired`), where a copy fails with a code instead of faulting.
+            std::mem::forget(Arc::clone(library));
+        }
         if !held.contains(&address) {
             globals::hold(memory, address, len, device);
             held.push(address);
