@@ -737,10 +737,28 @@ fn placement(
 mod tests {
     use super::*;
 
+    /// Whether bindgen can run here: it loads libclang at run time, which a machine with only
+    /// a Rust toolchain and a C compiler lacks. `.ci/run` installs it and sets
+    /// `NPU_REQUIRE_LIBCLANG`, under which its absence fails the test instead of skipping it.
+    fn libclang_available() -> bool {
+        if clang_sys::load().is_ok() {
+            return true;
+        }
+        assert!(
+            std::env::var_os("NPU_REQUIRE_LIBCLANG").is_none(),
+            "NPU_REQUIRE_LIBCLANG is set but libclang cannot be loaded"
+        );
+        eprintln!("skipped: libclang is not installed (apt-get install libclang-dev)");
+        false
+    }
+
     /// Without CANN's headers the generator is still exercised: its checks must hold for the
     /// headers they were generated from, deprecations included.
     #[test]
     fn the_checks_hold_for_our_own_headers() {
+        if !libclang_available() {
+            return;
+        }
         let root = workspace_root();
         let ours = root.join(PROJECT_INCLUDE);
         let headers = header_files(&ours).unwrap();
