@@ -1651,3 +1651,52 @@ fn every_ipc_event_error_path() {
     acl!(aclrtIpcMemClose(c_string(&memory_key).as_ptr()));
     acl!(aclrtFree(dev));
 }
+
+/// ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS stands for aclrtDeviceEnablePeerAccess: memory
+/// of another device imported without it cannot be copied on the importer's device's streams
+/// (207006), with it it can, as after the call itself.
+#[test]
+fn an_import_with_peer_access_reaches_memory_of_another_device() {
+    set_device(1);
+    let mut peer = Peer::spawn();
+    let (without, with) = (peer.ask("export 0 4096 5"), peer.ask("export 0 4096 6"));
+    let (stream, local) = (create_stream(), malloc(4096));
+    let import = |key: &str, flags: u32| {
+        let mut dev = ptr::null_mut();
+        let key = c_string(key);
+        acl!(aclrtIpcMemImportByKey(
+            &mut dev,
+            key.as_ptr(),
+            u64::from(flags)
+        ));
+        dev
+    };
+    let copy = |from: *mut c_void| {
+        code!(aclrtMemcpyAsync(
+            local,
+            4096,
+            from,
+            4096,
+            ACL_MEMCPY_DEVICE_TO_DEVICE,
+            stream
+        ))
+    };
+    let plain = import(&without, ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT);
+    assert_eq!(copy(plain), ACL_ERROR_RT_NO_PERMISSION);
+    assert!(recent_message().contains("peer access"));
+    let shared = import(&with, ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS);
+    acl!(copy(shared));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(download::<u8>(local, 4096), vec![6; 4096]);
+    // Access is the device's, as aclrtDeviceEnablePeerAccess gives it.
+    acl!(copy(plain));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(download::<u8>(local, 4096), vec![5; 4096]);
+    acl!(aclrtDeviceDisablePeerAccess(0));
+    for key in [&without, &with] {
+        acl!(aclrtIpcMemClose(c_string(key).as_ptr()));
+    }
+    acl!(aclrtFree(local));
+    acl!(aclrtDestroyStream(stream));
+    peer.exit();
+}

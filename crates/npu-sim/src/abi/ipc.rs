@@ -10,6 +10,7 @@ use super::check::{array, c_str};
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::ipc::KEY_LEN;
+use crate::memory::PtrClass;
 use crate::sim::sim;
 
 /// Checks a flags argument that takes 0 or one bit (anything else → 107000).
@@ -113,8 +114,17 @@ pub unsafe extern "C" fn aclrtIpcMemImportByKey(
             "import",
         )?;
         let sim = sim()?;
-        context::current(sim)?.device.check_alive()?;
+        let device = context::current(sim)?.device.clone();
+        device.check_alive()?;
         let address = sim.ipc.import_memory(&sim.memory, key, sim.devices.len())?;
+        // The flag stands for aclrtDeviceEnablePeerAccess: the current device may then reach
+        // the memory's device (when they differ) without a call of its own.
+        if flags & u64::from(ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS) != 0
+            && let PtrClass::Device(owner) = sim.memory.locate(address).class
+            && owner != device.id
+        {
+            device.enable_peer(owner);
+        }
         write_out(devPtr, "devPtr", address as *mut c_void)
     })
 }
