@@ -1685,11 +1685,11 @@ fn an_import_with_peer_access_reaches_memory_of_another_device() {
     assert_eq!(copy(plain), ACL_ERROR_RT_NO_PERMISSION);
     assert!(recent_message().contains("peer access"));
     let shared = import(&with, ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS);
-    acl!(copy(shared));
+    assert_eq!(copy(shared), ACL_SUCCESS);
     acl!(aclrtSynchronizeStream(stream));
     assert_eq!(download::<u8>(local, 4096), vec![6; 4096]);
     // Access is the device's, as aclrtDeviceEnablePeerAccess gives it.
-    acl!(copy(plain));
+    assert_eq!(copy(plain), ACL_SUCCESS);
     acl!(aclrtSynchronizeStream(stream));
     assert_eq!(download::<u8>(local, 4096), vec![5; 4096]);
     acl!(aclrtDeviceDisablePeerAccess(0));
