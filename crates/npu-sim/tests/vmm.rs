@@ -52,10 +52,11 @@ fn physical(device: u32, size: usize) -> aclrtDrvMemHandle {
 }
 
 fn access(va: *mut c_void, device: u32) -> u64 {
-    let mut location = aclrtMemLocation {
-        id: device,
-        type_: ACL_MEM_LOCATION_TYPE_DEVICE,
-    };
+    access_of(va, device, ACL_MEM_LOCATION_TYPE_DEVICE)
+}
+
+fn access_of(va: *mut c_void, id: u32, type_: aclrtMemLocationType) -> u64 {
+    let mut location = aclrtMemLocation { id, type_ };
     let mut flags = 99;
     acl!(aclrtMemGetAccess(va, &mut location, &mut flags));
     flags
@@ -124,6 +125,19 @@ fn the_documented_flow_maps_physical_memory_into_reserved_addresses() {
         rsv: [0; 12],
     };
     acl!(aclrtMemSetAccess(va, 8 * MIB, &mut desc, 1));
+    assert_eq!(access(upper, 1), u64::from(ACL_RT_MEM_ACCESS_FLAGS_READ));
+    // The host is a location too, its id ignored: NONE until set.
+    let host = ACL_MEM_LOCATION_TYPE_HOST;
+    assert_eq!(
+        access_of(va, 0, host),
+        u64::from(ACL_RT_MEM_ACCESS_FLAGS_NONE)
+    );
+    desc.flags = ACL_RT_MEM_ACCESS_FLAGS_READWRITE;
+    desc.location = aclrtMemLocation { id: 7, type_: host };
+    acl!(aclrtMemSetAccess(va, 8 * MIB, &mut desc, 1));
+    let readwrite = u64::from(ACL_RT_MEM_ACCESS_FLAGS_READWRITE);
+    assert_eq!(access_of(upper, 0, host), readwrite);
+    assert_eq!(access_of(upper, 3, host), readwrite);
     assert_eq!(access(upper, 1), u64::from(ACL_RT_MEM_ACCESS_FLAGS_READ));
 
     // The mapping's handle and properties.
@@ -450,12 +464,12 @@ fn error_paths() {
         ACL_ERROR_RT_PARAM_INVALID,
         "aclrtMemGetAccess"
     );
-    let mut on_host = aclrtMemLocation {
+    let mut on_numa = aclrtMemLocation {
         id: 0,
-        type_: ACL_MEM_LOCATION_TYPE_HOST,
+        type_: ACL_MEM_LOCATION_TYPE_HOST_NUMA,
     };
     fails!(
-        aclrtMemGetAccess(va, &mut on_host, &mut flag),
+        aclrtMemGetAccess(va, &mut on_numa, &mut flag),
         ACL_ERROR_RT_PARAM_INVALID,
         "aclrtMemGetAccess"
     );

@@ -303,20 +303,29 @@ pub unsafe extern "C" fn aclrtUnmapMem(virPtr: *mut c_void) -> aclError {
 }
 
 /// The device a location names, which must be a device (107000) that exists (107001).
-fn location_device(sim: &Sim, location: &aclrtMemLocation) -> Res<u32> {
-    ensure!(
-        location.type_ == ACL_MEM_LOCATION_TYPE_DEVICE,
-        ACL_ERROR_RT_PARAM_INVALID,
-        "location type {} is not ACL_MEM_LOCATION_TYPE_DEVICE",
-        location.type_
-    );
-    sim.device(location.id.into())?;
-    Ok(location.id)
+/// The key under which a mapping records the access of the host: no device has this id.
+const HOST_ACCESS: u32 = u32::MAX;
+
+/// Whose access an access location names: a device that exists (its id), or the host (its id
+/// ignored, as the reference says); another location type → 107000.
+fn access_location(sim: &Sim, location: &aclrtMemLocation) -> Res<u32> {
+    match location.type_ {
+        ACL_MEM_LOCATION_TYPE_HOST => Ok(HOST_ACCESS),
+        ACL_MEM_LOCATION_TYPE_DEVICE => {
+            sim.device(location.id.into())?;
+            Ok(location.id)
+        }
+        other => fail!(
+            ACL_ERROR_RT_PARAM_INVALID,
+            "location type {other} is neither ACL_MEM_LOCATION_TYPE_HOST nor \
+             ACL_MEM_LOCATION_TYPE_DEVICE"
+        ),
+    }
 }
 
-/// Records which devices may access the mapped range `[virPtr, virPtr+size)` and how (NONE,
-/// READ, READWRITE). The simulator records the flags; every device can still reach the
-/// memory.
+/// Records which devices (and whether the host) may access the mapped range
+/// `[virPtr, virPtr+size)` and how (NONE, READ, READWRITE). The simulator records the flags;
+/// every device and the host can still reach the memory.
 ///
 /// # Safety
 /// `desc` must be NULL or hold `count` descriptors.
@@ -347,7 +356,7 @@ pub unsafe extern "C" fn aclrtMemSetAccess(
                 "unknown access flags {}",
                 entry.flags
             );
-            access.push((location_device(sim, &entry.location)?, entry.flags));
+            access.push((access_location(sim, &entry.location)?, entry.flags));
         }
         sim.vmm.set_access(virPtr as usize, size, &access)
     })
@@ -371,8 +380,8 @@ pub unsafe extern "C" fn aclrtMemGetAccess(
             fail!(ACL_ERROR_INVALID_PARAM, "location is NULL");
         };
         let sim = sim()?;
-        let device = location_device(sim, &location)?;
-        let flags = sim.vmm.access(virPtr as usize, device)?;
+        let whose = access_location(sim, &location)?;
+        let flags = sim.vmm.access(virPtr as usize, whose)?;
         write_out(flag, "flag", u64::from(flags))
     })
 }
