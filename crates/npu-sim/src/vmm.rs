@@ -37,6 +37,8 @@ pub(crate) struct Physical {
     /// The bytes counted against the device (0 for memory imported from another process,
     /// which the exporter's device holds).
     accounted: usize,
+    /// Imported from another process (aclrtMemImportFromShareableHandle*), not allocated here.
+    imported: bool,
     pub(crate) granularity: usize,
     pub(crate) prop: aclrtPhysicalMemProp,
     memfd: Arc<OwnedFd>,
@@ -258,6 +260,7 @@ impl Vmm {
             size,
             bytes,
             accounted: bytes,
+            imported: false,
             granularity,
             prop,
             memfd,
@@ -297,6 +300,7 @@ impl Vmm {
             size,
             bytes,
             accounted: 0,
+            imported: true,
             granularity,
             prop,
             memfd,
@@ -371,6 +375,26 @@ impl Vmm {
                 "the range at {base:#x} already maps memory of device {}; it cannot also map device {}'s",
                 other.physical.device.id,
                 physical.device.id
+            );
+        }
+        let origin = |imported| {
+            if imported {
+                "imported from another process"
+            } else {
+                "allocated with aclrtMallocPhysical"
+            }
+        };
+        if let Some(other) = reservation
+            .mappings
+            .values()
+            .find(|m| m.physical.imported != physical.imported)
+        {
+            fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "the range at {base:#x} already maps physical memory {}; it cannot also map \
+                 memory {}",
+                origin(other.physical.imported),
+                origin(physical.imported)
             );
         }
         // SAFETY: replaces part of our own reservation with a shared mapping of our memfd,

@@ -1059,6 +1059,25 @@ fn physical_memory_shared_by_a_shareable_handle_is_one_memory_in_two_processes()
     // Freed, it may be imported again.
     acl!(aclrtMemImportFromShareableHandle(shareable, 0, &mut handle));
     let va = map_physical(handle);
+    // One range cannot map both imported memory and this process's own physical memory.
+    let mut mixed = ptr::null_mut();
+    acl!(aclrtReserveMemAddress(
+        &mut mixed,
+        2 * TWO_MIB,
+        0,
+        ptr::null_mut(),
+        0
+    ));
+    acl!(aclrtMapMem(mixed, TWO_MIB, 0, handle, 0));
+    let mut own = ptr::null_mut();
+    acl!(aclrtMallocPhysical(&mut own, TWO_MIB, &physical_prop(), 0));
+    assert_eq!(
+        code!(aclrtMapMem(mixed.wrapping_add(TWO_MIB), TWO_MIB, 0, own, 0)),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    assert!(recent_message().contains("imported from another process"));
+    unmap_physical(mixed);
+    acl!(aclrtFreePhysical(own));
 
     // The exporter frees its memory: the handle is withdrawn, what was mapped stays.
     assert_eq!(peer.code("vmm-free"), 0);
