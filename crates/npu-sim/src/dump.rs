@@ -83,6 +83,12 @@ impl DumpSettings {
         self
     }
 
+    /// Whether it turns on one of the dumps the reference names as excluding aclmdlInitDump
+    /// once aclInit configured them: a model, single-operator or overflow dump.
+    pub fn excludes_init_dump(&self) -> bool {
+        !self.models.is_empty() || self.single_op || self.overflow
+    }
+
     /// Whether the configuration turns any dump on.
     pub fn enables_any(&self) -> bool {
         !self.models.is_empty()
@@ -127,15 +133,20 @@ pub(crate) fn reset() {
     *lock(&STATE) = DumpStatus::default();
 }
 
-/// aclmdlInitDump: opens a session. aclInit's file configured a dump already →
-/// ACL_ERROR_DUMP_ALREADY_RUN (one way of configuring dumps at a time); a session open →
-/// ACL_ERROR_REPEAT_INITIALIZE.
+/// aclmdlInitDump: opens a session. aclInit's file configured a model, single-operator or
+/// overflow dump already → ACL_ERROR_DUMP_ALREADY_RUN (those are configured one way at a
+/// time; an exception, watch or kernel-data dump from aclInit does not count); a session open
+/// → ACL_ERROR_REPEAT_INITIALIZE.
 pub(crate) fn begin() -> Res<()> {
     let mut state = lock(&STATE);
     ensure!(
-        state.from_init.is_none(),
+        !state
+            .from_init
+            .as_ref()
+            .is_some_and(DumpSettings::excludes_init_dump),
         ACL_ERROR_DUMP_ALREADY_RUN,
-        "aclInit's configuration file turned a dump on already; configure dumps one way only"
+        "aclInit's configuration file turned a model, single-operator or overflow dump on \
+         already; configure those one way only"
     );
     ensure!(
         !state.session,
@@ -444,6 +455,33 @@ mod tests {
 
     fn parse(text: &str) -> Res<DumpSettings> {
         parse_section(&parse_json(text)?)
+    }
+
+    /// Of what aclInit's file may turn on, only a model, single-operator or overflow dump
+    /// keeps aclmdlInitDump from opening a session (`begin`).
+    #[test]
+    fn only_model_single_operator_and_overflow_dumps_exclude_aclmdl_init_dump() {
+        for (text, excludes) in [
+            (
+                r#"{"dump": {"dump_list": [{"model_name": "m"}], "dump_path": "o"}}"#,
+                true,
+            ),
+            (
+                r#"{"dump": {"dump_path": "o", "dump_list": [{}], "dump_op_switch": "on"}}"#,
+                true,
+            ),
+            (r#"{"dump": {"dump_path": "o", "dump_debug": "on"}}"#, true),
+            (r#"{"dump": {"dump_scene": "aic_err_brief_dump"}}"#, false),
+            (r#"{"dump": {"dump_scene": "lite_exception"}}"#, false),
+            (
+                r#"{"dump": {"dump_kernel_data": "printf", "dump_path": "o"}}"#,
+                false,
+            ),
+        ] {
+            let settings = parse(text).unwrap();
+            assert!(settings.enables_any(), "{text}");
+            assert_eq!(settings.excludes_init_dump(), excludes, "{text}");
+        }
     }
 
     #[test]
