@@ -117,6 +117,33 @@ fn allocations_are_rounded_aligned_zeroed_and_counted_against_the_capacity() {
         "a whole 1 GiB page"
     );
 
+    // HUGE_FIRST falls back to normal pages when whole huge pages do not fit; HUGE_ONLY fails.
+    let mut most = ptr::null_mut();
+    acl!(aclrtMalloc(
+        &mut most,
+        CAPACITY - (4 << 20),
+        ACL_MEM_MALLOC_NORMAL_ONLY
+    ));
+    let three = 3 << 20;
+    assert_eq!(
+        code!(aclrtMalloc(&mut p, three, ACL_MEM_MALLOC_HUGE_ONLY)),
+        ACL_ERROR_RT_MEMORY_ALLOCATION,
+        "two whole pages do not fit in the 4 MiB - 32 left"
+    );
+    acl!(aclrtMalloc(&mut p, three, ACL_MEM_MALLOC_HUGE_FIRST));
+    assert_eq!(mem_info().0, (4 << 20) - 32 - (three + 32));
+    acl!(aclrtFree(p));
+    acl!(aclrtFree(most));
+    assert_eq!(
+        code!(aclrtMalloc(
+            &mut p,
+            usize::MAX - 200,
+            ACL_MEM_MALLOC_HUGE_FIRST
+        )),
+        ACL_ERROR_RT_MEMORY_ALLOCATION,
+        "no overflow in the rounding"
+    );
+
     // With normal pages the capacity is exact: 64 MiB - 64 requested takes 64 MiB - 32 with
     // padding.
     let mut big = ptr::null_mut();

@@ -54,16 +54,34 @@ fn device_malloc(
     check_required_device(&ctx.device, required_device)?;
     let device = &ctx.device;
     device.check_alive()?;
-    let page = page_size(policy, size);
+    let mut page = page_size(policy, size);
     let bytes = reserved_size(size, padded && page != GIANT_PAGE)?;
     // Huge pages are taken whole: the device gives up 2 MiB (1 GiB) per started page, which is
     // what aclrtGetMemInfo's free figure and the capacity see. Only `bytes` are mapped.
-    let accounted = if page > PAGE as u32 {
-        bytes.div_ceil(u64::from(page)) * u64::from(page)
+    let mut accounted = if page > PAGE as u32 {
+        match bytes.checked_next_multiple_of(u64::from(page)) {
+            Some(rounded) => rounded,
+            None => fail!(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                "{size} bytes cannot be allocated"
+            ),
+        }
     } else {
         bytes
     };
-    device.reserve(accounted)?;
+    if let Err(error) = device.reserve(accounted) {
+        // HUGE_FIRST takes normal pages when the huge ones do not fit.
+        let huge_first = matches!(
+            policy & 0xff,
+            ACL_MEM_MALLOC_HUGE_FIRST | ACL_MEM_MALLOC_HUGE_FIRST_P2P
+        );
+        if !(huge_first && page == HUGE_PAGE) {
+            return Err(error);
+        }
+        page = PAGE as u32;
+        accounted = bytes;
+        device.reserve(accounted)?;
+    }
     let kind = AllocKind::Device {
         device: device.id,
         accounted,
