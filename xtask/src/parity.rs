@@ -744,8 +744,10 @@ mod tests {
         if clang_sys::load().is_ok() {
             return true;
         }
+        let required =
+            std::env::var("NPU_REQUIRE_LIBCLANG").is_ok_and(|v| !v.is_empty() && v != "0");
         assert!(
-            std::env::var_os("NPU_REQUIRE_LIBCLANG").is_none(),
+            !required,
             "NPU_REQUIRE_LIBCLANG is set but libclang cannot be loaded"
         );
         eprintln!("skipped: libclang is not installed (apt-get install libclang-dev)");

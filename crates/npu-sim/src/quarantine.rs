@@ -10,7 +10,7 @@
 //! ranges reserved closes it; beyond them, as on a device whose allocator reuses addresses,
 //! nothing is promised.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 
 use crate::sync::lock;
@@ -22,12 +22,16 @@ const RANGES: usize = 1024;
 const BYTES: usize = 1 << 40;
 
 struct Held {
-    ranges: VecDeque<(usize, usize)>,
+    /// The ranges in the order they were retired, oldest first: the first to be given back.
+    order: VecDeque<(usize, usize)>,
+    /// The same ranges by start, for [`holds`], which copies of pageable memory ask.
+    by_base: BTreeMap<usize, usize>,
     bytes: usize,
 }
 
 static HELD: Mutex<Held> = Mutex::new(Held {
-    ranges: VecDeque::new(),
+    order: VecDeque::new(),
+    by_base: BTreeMap::new(),
     bytes: 0,
 });
 
@@ -38,6 +42,24 @@ static HELD: Mutex<Held> = Mutex::new(Held {
 ///
 /// `[base, base+len)` is a whole private or shared mapping that nothing refers to any more.
 pub(crate) unsafe fn retire(base: usize, len: usize) {
+    // Recorded first, so that from the free on a copy naming the range is refused rather than
+    // let through to the mapping being replaced.
+    let evicted: Vec<(usize, usize)> = {
+        let mut held = lock(&HELD);
+        held.order.push_back((base, len));
+        held.by_base.insert(base, len);
+        held.bytes += len;
+        let mut evicted = Vec::new();
+        while held.order.len() > RANGES || held.bytes > BYTES {
+            let Some((old, old_len)) = held.order.pop_front() else {
+                break;
+            };
+            held.by_base.remove(&old);
+            held.bytes -= old_len;
+            evicted.push((old, old_len));
+        }
+        evicted
+    };
     // SAFETY: replaces the caller's mapping, which nothing refers to, by an inaccessible one
     // of the same range: its pages go back to the host, its address stays this process's.
     let kept = unsafe {
@@ -51,24 +73,15 @@ pub(crate) unsafe fn retire(base: usize, len: usize) {
         )
     };
     if kept as usize != base {
+        let mut held = lock(&HELD);
+        if held.by_base.remove(&base).is_some() {
+            held.order.retain(|&(b, _)| b != base);
+            held.bytes -= len;
+        }
+        drop(held);
         // SAFETY: as above; the range is then simply given back.
         unsafe { unmap(base, len) };
-        return;
     }
-    let evicted: Vec<(usize, usize)> = {
-        let mut held = lock(&HELD);
-        held.ranges.push_back((base, len));
-        held.bytes += len;
-        let mut evicted = Vec::new();
-        while held.ranges.len() > RANGES || held.bytes > BYTES {
-            let Some((old, old_len)) = held.ranges.pop_front() else {
-                break;
-            };
-            held.bytes -= old_len;
-            evicted.push((old, old_len));
-        }
-        evicted
-    };
     for (old, old_len) in evicted {
         // SAFETY: a range this module reserved and has just stopped holding.
         unsafe { unmap(old, old_len) };
@@ -79,9 +92,10 @@ pub(crate) unsafe fn retire(base: usize, len: usize) {
 /// no host allocation can occupy meanwhile.
 pub(crate) fn holds(ptr: usize) -> bool {
     lock(&HELD)
-        .ranges
-        .iter()
-        .any(|&(base, len)| ptr.wrapping_sub(base) < len)
+        .by_base
+        .range(..=ptr)
+        .next_back()
+        .is_some_and(|(&base, &len)| ptr - base < len)
 }
 
 /// # Safety

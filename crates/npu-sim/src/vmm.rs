@@ -27,6 +27,13 @@ const EXPECT_LOW: usize = 16 << 40;
 const EXPECT_HIGH: usize = 24 << 40;
 const GIB: usize = 1 << 30;
 
+/// Whether `addr` lies in the window expectPtr reservations come from. The host's mapper
+/// places nothing there of its own accord (it works down from the top of the address space,
+/// far above 24 TiB), so an address there that no reservation holds is a released one.
+pub(crate) fn in_expect_window(addr: usize) -> bool {
+    (EXPECT_LOW..EXPECT_HIGH).contains(&addr)
+}
+
 /// Physical memory from aclrtMallocPhysical.
 pub(crate) struct Physical {
     pub(crate) device: Arc<Device>,
@@ -222,9 +229,17 @@ impl Vmm {
         );
         let len = reservation.len;
         reservations.remove(&base);
-        // SAFETY: the whole reservation was mapped by `reserve` and nothing in it is mapped
-        // or recorded any more.
-        unsafe { libc::munmap(base as *mut c_void, len) };
+        if in_expect_window(base) {
+            // A program may reserve these addresses again by expectPtr, so they are given
+            // back; no host memory comes to live in the window (see `in_expect_window`).
+            // SAFETY: the whole reservation was mapped by `reserve` and nothing in it is
+            // mapped or recorded any more.
+            unsafe { libc::munmap(base as *mut c_void, len) };
+        } else {
+            // SAFETY: as above. The host chose these addresses, so they are held back like
+            // freed memory: a copy naming them later fails with a code instead of faulting.
+            unsafe { crate::quarantine::retire(base, len) };
+        }
         Ok(())
     }
 

@@ -1715,6 +1715,13 @@ fn an_import_with_peer_access_reaches_memory_of_another_device() {
     for key in [&without, &with] {
         acl!(aclrtIpcMemClose(c_string(key).as_ptr()));
     }
+    // Closed, an import is no host memory of this process's: a copy there fails with a code.
+    let data = [1u8; 64];
+    assert_eq!(
+        code!(aclrtMemcpy(shared, 64, data.as_ptr().cast(), 64, 0)),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    assert!(recent_message().contains("no longer holds"));
     acl!(aclrtFree(local));
     acl!(aclrtDestroyStream(stream));
     peer.exit();

@@ -347,11 +347,20 @@ fn copy_kinds_are_corrected_from_the_pointers() {
     // What the pointers cannot be is host memory the runtime took back: a device address just
     // freed is refused (whatever the kind), not written as host memory.
     let freed = freed_device_address(64);
-    for kind in [ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_HOST_TO_HOST] {
-        let code = code!(aclrtMemcpy(freed, 64, data.as_ptr().cast(), 64, kind));
-        assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID, "kind {kind}");
-        let message = recent_message();
-        assert!(message.contains("no longer holds"), "{message}");
+    let mut managed = ptr::null_mut();
+    acl!(aclrtMemAllocManaged(
+        &mut managed,
+        64,
+        ACL_RT_MEM_ATTACH_GLOBAL
+    ));
+    acl!(aclrtFree(managed));
+    for stale in [freed, managed] {
+        for kind in [ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_HOST_TO_HOST] {
+            let code = code!(aclrtMemcpy(stale, 64, data.as_ptr().cast(), 64, kind));
+            assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID, "kind {kind}");
+            let message = recent_message();
+            assert!(message.contains("no longer holds"), "{message}");
+        }
     }
 }
 

@@ -186,6 +186,35 @@ fn a_reservation_can_be_placed() {
         "aclrtReserveMemAddress"
     );
     acl!(aclrtReleaseMemAddress(va));
+    // Released, the addresses are no host memory of the caller's: a copy there fails with a
+    // code (placed by expectPtr or by the runtime alike), and expectPtr can have them again.
+    let mut placed = ptr::null_mut();
+    acl!(aclrtReserveMemAddress(
+        &mut placed,
+        4 * MIB,
+        0,
+        ptr::null_mut(),
+        0
+    ));
+    acl!(aclrtReleaseMemAddress(placed));
+    set_device(0);
+    let data = [1u8; 64];
+    for released in [wanted, placed] {
+        fails!(
+            aclrtMemcpy(
+                released,
+                64,
+                data.as_ptr().cast(),
+                64,
+                ACL_MEMCPY_HOST_TO_DEVICE
+            ),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "aclrtMemcpy"
+        );
+    }
+    acl!(aclrtReserveMemAddress(&mut va, 4 * MIB, 0, wanted, 0));
+    assert_eq!(va, wanted);
+    acl!(aclrtReleaseMemAddress(va));
     for bad in [1usize << 40, (20usize << 40) + 4096, 24usize << 40] {
         fails!(
             aclrtReserveMemAddress(&mut va, 4 * MIB, 0, bad as *mut c_void, 0),

@@ -164,11 +164,16 @@ fn check_mapped(sim: &Sim, class: PtrClass, ptr: usize) -> Res<()> {
         ACL_ERROR_RT_PARAM_INVALID,
         "{ptr:#x} is reserved virtual memory with no physical memory mapped at it"
     );
+    // Device address windows the host's mapper does not use: unregistered there means freed.
+    let in_device_window =
+        super::managed::WINDOW.contains(&ptr) || crate::vmm::in_expect_window(ptr);
     ensure!(
-        !crate::quarantine::holds(ptr) && !crate::kernel::globals::retired(ptr),
+        !in_device_window
+            && !crate::quarantine::holds(ptr)
+            && !crate::kernel::globals::retired(ptr),
         ACL_ERROR_RT_PARAM_INVALID,
-        "{ptr:#x} is memory the runtime no longer holds (freed, or a global of an unloaded \
-         binary)"
+        "{ptr:#x} is memory the runtime no longer holds (freed, released, closed, or a global \
+         of an unloaded binary)"
     );
     Ok(())
 }

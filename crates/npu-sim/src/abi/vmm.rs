@@ -302,7 +302,6 @@ pub unsafe extern "C" fn aclrtUnmapMem(virPtr: *mut c_void) -> aclError {
     })
 }
 
-/// The device a location names, which must be a device (107000) that exists (107001).
 /// The key under which a mapping records the access of the host: no device has this id.
 const HOST_ACCESS: u32 = u32::MAX;
 

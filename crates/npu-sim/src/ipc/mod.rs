@@ -407,8 +407,9 @@ impl Ipc {
         if let Some(import) = lock(&self.imports).remove(key) {
             memory.disown(import.base);
             // SAFETY: the mapping was made by `map_file` with this length and is no longer
-            // device memory of the simulator, so no task can reach it.
-            unsafe { libc::munmap(import.base as *mut libc::c_void, import.len) };
+            // device memory of the simulator, so no task can reach it. Held back like freed
+            // memory, so a copy naming it later fails with a code instead of faulting.
+            unsafe { crate::quarantine::retire(import.base, import.len) };
             return Ok(());
         }
         let mut exports = lock(&self.exports);

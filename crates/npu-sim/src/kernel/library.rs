@@ -435,11 +435,7 @@ impl Binary {
         );
         let mut held = lock(&self.globals);
         if held.is_empty() {
-            // A library that gave out a device global stays mapped for the process's life,
-            // so its globals' addresses are never reused by host memory: after the binary is
-            // unloaded they stay recognisable as device memory that is gone (see
-            // `globals::retired`), where a copy fails with a code instead of faulting.
-            std::mem::forget(Arc::clone(library));
+            globals::keep(library);
         }
         if !held.contains(&address) {
             globals::hold(memory, address, len, device);
@@ -459,8 +455,12 @@ impl Binary {
 
     /// Lets go of the device globals this binary holds (it is being unloaded).
     pub(crate) fn release_globals(&self, memory: &MemoryMap) {
+        let Source::Library(library) = &self.source else {
+            return;
+        };
+        let key = globals::library_key(library);
         for address in std::mem::take(&mut *lock(&self.globals)) {
-            globals::release(memory, address);
+            globals::release(memory, address, key);
         }
     }
 
