@@ -9,7 +9,7 @@ use npu_sys::*;
 
 use crate::clock::Clock;
 use crate::config::TimingModel;
-use crate::error::{Res, SimError, ensure};
+use crate::error::{Res, SimError, ensure, fail};
 use crate::handle::Handle;
 use crate::res_limit::ResLimits;
 use crate::sim::Sim;
@@ -129,32 +129,44 @@ impl Device {
     /// Accounts `bytes` of device memory, failing with ACL_ERROR_RT_MEMORY_ALLOCATION when the
     /// capacity would be exceeded or a failure was injected.
     pub(crate) fn reserve(&self, bytes: u64) -> Res<()> {
+        self.reserve_either(bytes, bytes).map(drop)
+    }
+
+    /// Accounts `preferred` bytes of device memory, or `fallback` bytes when `preferred` does
+    /// not fit; returns which. Fails as [`Self::reserve`] does when neither fits, and an
+    /// injected failure fails the allocation whatever its size.
+    pub(crate) fn reserve_either(&self, preferred: u64, fallback: u64) -> Res<u64> {
         ensure!(
             !self.fail_next_alloc.swap(false, Ordering::AcqRel),
             ACL_ERROR_RT_MEMORY_ALLOCATION,
             "out of memory on device {} (injected failure)",
             self.id
         );
-        let reserved = self
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(bytes)
-                    .filter(|&total| total <= self.capacity)
-            });
-        if let Ok(before) = reserved {
-            self.peak.fetch_max(before + bytes, Ordering::AcqRel);
-        }
-        ensure!(
-            reserved.is_ok(),
-            ACL_ERROR_RT_MEMORY_ALLOCATION,
-            "out of memory on device {}: {} bytes requested, {} of {} free",
-            self.id,
-            bytes,
-            self.free(),
-            self.capacity
-        );
+        let take = |bytes: u64| {
+            self.used
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                    used.checked_add(bytes)
+                        .filter(|&total| total <= self.capacity)
+                })
+                .ok()
+                .map(|before| before + bytes)
+        };
+        let taken = take(preferred)
+            .map(|total| (preferred, total))
+            .or_else(|| take(fallback).map(|total| (fallback, total)));
+        let Some((bytes, total)) = taken else {
+            fail!(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                "out of memory on device {}: {} bytes requested, {} of {} free",
+                self.id,
+                fallback.min(preferred),
+                self.free(),
+                self.capacity
+            );
+        };
+        self.peak.fetch_max(total, Ordering::AcqRel);
         self.live_allocations.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        Ok(bytes)
     }
 
     /// Returns accounted memory.
@@ -339,7 +351,7 @@ impl Device {
     ) -> Res<()> {
         if live.fetch_add(1, Ordering::AcqRel) >= limit {
             live.fetch_sub(1, Ordering::AcqRel);
-            crate::error::fail!(code, "device {} already has {limit} {what}", self.id);
+            fail!(code, "device {} already has {limit} {what}", self.id);
         }
         Ok(())
     }

@@ -69,18 +69,19 @@ fn device_malloc(
     } else {
         bytes
     };
-    if let Err(error) = device.reserve(accounted) {
-        // HUGE_FIRST takes normal pages when the huge ones do not fit.
-        let huge_first = matches!(
-            policy & 0xff,
-            ACL_MEM_MALLOC_HUGE_FIRST | ACL_MEM_MALLOC_HUGE_FIRST_P2P
-        );
-        if !(huge_first && page == HUGE_PAGE) {
-            return Err(error);
-        }
+    // HUGE_FIRST takes normal pages when the huge ones do not fit.
+    let huge_first = matches!(
+        policy & 0xff,
+        ACL_MEM_MALLOC_HUGE_FIRST | ACL_MEM_MALLOC_HUGE_FIRST_P2P
+    );
+    let fallback = if huge_first && page == HUGE_PAGE {
+        bytes
+    } else {
+        accounted
+    };
+    if device.reserve_either(accounted, fallback)? != accounted {
         page = PAGE as u32;
         accounted = bytes;
-        device.reserve(accounted)?;
     }
     let kind = AllocKind::Device {
         device: device.id,
