@@ -213,3 +213,28 @@ fn deprecated_queries_reject_bad_arguments() {
     assert_eq!(cases, [ACL_ERROR_INVALID_PARAM; 3]);
     assert!(recent_message().contains("aclrtGetVersion"));
 }
+
+/// What needs a newer driver than the simulated one is refused as on such a host: with the
+/// default driver (25.5.0), aclrtMemRetainAllocationHandle, which needs 26.0.RC1, fails with
+/// 207000 after its NULL checks (tests/vmm.rs configures 26.0.RC1 and uses it).
+#[test]
+fn a_feature_of_a_newer_driver_is_not_supported() {
+    install();
+    assert_eq!(version_str("driver").unwrap(), "25.5.0");
+    let mut handle = ptr::null_mut();
+    assert_eq!(
+        code!(aclrtMemRetainAllocationHandle(ptr::null_mut(), &mut handle)),
+        ACL_ERROR_INVALID_PARAM
+    );
+    let somewhere = 0x1000 as *mut std::ffi::c_void;
+    assert_eq!(
+        code!(aclrtMemRetainAllocationHandle(somewhere, &mut handle)),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    );
+    let message = recent_message();
+    assert!(
+        message.contains("26.0.0-rc.1") && message.contains("25.5.0"),
+        "{message}"
+    );
+    assert!(handle.is_null());
+}

@@ -18,7 +18,15 @@ const MIB: usize = 1 << 20;
 /// Three devices: the flow test has device 2 to itself, so its accounting is exact.
 fn install() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| npu_sim::SimConfig::default().devices(3).install().unwrap());
+    ONCE.call_once(|| {
+        // aclrtMemRetainAllocationHandle needs a 26.0.RC1 driver (tests/versions.rs checks the
+        // default one refuses it).
+        npu_sim::SimConfig::default()
+            .devices(3)
+            .package_version("driver", "26.0.0-rc.1")
+            .install()
+            .unwrap()
+    });
 }
 
 fn prop(device: u32, attr: aclrtMemAttr) -> aclrtPhysicalMemProp {

@@ -423,9 +423,32 @@ pub unsafe extern "C" fn aclrtMemRetainAllocationHandle(
     guard("aclrtMemRetainAllocationHandle", || {
         non_null(virPtr, "virPtr")?;
         non_null(handle, "handle")?;
-        let physical = sim()?.vmm.retain(virPtr as usize)?;
+        let sim = sim()?;
+        check_retain_driver(sim)?;
+        let physical = sim.vmm.retain(virPtr as usize)?;
         write_out(handle, "handle", handle::to_ptr(physical))
     })
+}
+
+/// The oldest driver aclrtMemRetainAllocationHandle works with: 26.0.RC1, in the package
+/// version form of `SimConfig::package_version`.
+const RETAIN_DRIVER: &str = "26.0.0-rc.1";
+
+/// The reference: aclrtMemRetainAllocationHandle fails with 207000 on a driver older than
+/// 26.0.RC1. The simulated driver is the configured `driver` package (25.5.0 by default, the
+/// one CANN 8.5 ships with).
+fn check_retain_driver(sim: &Sim) -> Res<()> {
+    let driver = sim.config.packages.get("driver").map_or("", String::as_str);
+    let number = crate::version::package_version_number;
+    ensure!(
+        number(driver)
+            .zip(number(RETAIN_DRIVER))
+            .is_some_and(|(have, need)| have >= need),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtMemRetainAllocationHandle needs driver {RETAIN_DRIVER} or later; the simulated \
+         driver is {driver:?} (the `driver` package of the simulator's configuration)"
+    );
+    Ok(())
 }
 
 /// The properties a physical allocation was made with.
