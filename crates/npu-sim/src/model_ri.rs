@@ -176,6 +176,9 @@ pub(crate) struct ModelRi {
     task_handles: Mutex<HashMap<usize, Handle>>,
     /// The aclrtTaskGrp handles of its task groups.
     group_handles: Mutex<Vec<Handle>>,
+    /// How many of its capturing streams are recording a task group now: meanwhile a task
+    /// submitted to one of its other capturing streams interrupts the recording (107034).
+    groups_recording: std::sync::atomic::AtomicUsize,
 }
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
@@ -201,6 +204,7 @@ impl ModelRi {
             owned: Mutex::new(Vec::new()),
             task_handles: Mutex::new(HashMap::new()),
             group_handles: Mutex::new(Vec::new()),
+            groups_recording: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -518,6 +522,23 @@ impl ModelRi {
     /// Records the handle of one of its task groups, retired with it.
     pub(crate) fn add_group_handle(&self, handle: Handle) {
         lock(&self.group_handles).push(handle);
+    }
+
+    /// A stream capturing into it began (`true`) or ended (`false`) recording a task group.
+    pub(crate) fn group_recording(&self, began: bool) {
+        use std::sync::atomic::Ordering::AcqRel;
+        if began {
+            self.groups_recording.fetch_add(1, AcqRel);
+        } else {
+            self.groups_recording.fetch_sub(1, AcqRel);
+        }
+    }
+
+    /// Whether one of its capturing streams is recording a task group.
+    pub(crate) fn is_recording_a_group(&self) -> bool {
+        self.groups_recording
+            .load(std::sync::atomic::Ordering::Acquire)
+            != 0
     }
 
     /// The task-group handles given out (the instance is being destroyed).

@@ -531,6 +531,14 @@ impl Stream {
             };
             if recording.is_some() {
                 check_groupable(&task.op)?;
+            } else {
+                ensure!(
+                    !capture.model.is_recording_a_group(),
+                    ACL_ERROR_STREAM_TASK_GROUP_INTR,
+                    "another stream of the capture is recording a task group, and stream {} \
+                     is not (aclmdlRICaptureTaskGrpBegin on it first)",
+                    self.id
+                );
             }
             if let Op::Record(record) = &task.op {
                 record.mark_captured(&capture);

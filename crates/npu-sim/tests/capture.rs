@@ -654,6 +654,62 @@ fn instances_list_their_streams_and_tasks() {
     acl!(aclrtFree(dev));
 }
 
+/// While one stream of a capture records a task group, a task submitted to another stream of
+/// the same capture interrupts the recording: it is refused with 107034, and once the group
+/// ends that stream takes tasks again; a capture of its own is not disturbed.
+#[test]
+fn a_task_on_another_stream_of_the_capture_interrupts_a_group_recording() {
+    install();
+    set_device(3);
+    let func = add_one();
+    let (main, side, other, exec) = (
+        create_stream(),
+        create_stream(),
+        create_stream(),
+        create_stream(),
+    );
+    let (fork, join) = (create_event(), create_event());
+    let dev = malloc(64);
+    upload(dev, &[0u32]);
+    let address = dev as u64;
+    acl!(aclmdlRICaptureBegin(main, RELAXED));
+    acl!(aclrtRecordEvent(fork, main));
+    acl!(aclrtStreamWaitEvent(side, fork));
+    acl!(aclmdlRICaptureBegin(other, RELAXED));
+    acl!(aclmdlRICaptureTaskGrpBegin(main));
+    assert_eq!(
+        code!(aclrtMemsetAsync(dev, 4, 0, 4, side)),
+        ACL_ERROR_STREAM_TASK_GROUP_INTR
+    );
+    let message = recent_message();
+    assert!(message.contains("recording a task group"), "{message}");
+    assert_eq!(
+        launch(func, 1, side, &address, ptr::null_mut()),
+        ACL_ERROR_STREAM_TASK_GROUP_INTR
+    );
+    recent_message();
+    acl!(aclrtMemsetAsync(dev, 4, 0, 4, other));
+    assert_eq!(launch(func, 1, main, &address, ptr::null_mut()), 0);
+    let mut group = ptr::null_mut();
+    acl!(aclmdlRICaptureTaskGrpEnd(main, &mut group));
+    assert_eq!(launch(func, 1, side, &address, ptr::null_mut()), 0);
+    acl!(aclrtRecordEvent(join, side));
+    acl!(aclrtStreamWaitEvent(main, join));
+    let model = end(main);
+    acl!(aclmdlRIDestroy(end(other)));
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    acl!(aclrtSynchronizeStream(exec));
+    assert_eq!(read_u32(dev), 2, "the group's launch and the one after it");
+    acl!(aclmdlRIDestroy(model));
+    for event in [fork, join] {
+        acl!(aclrtDestroyEvent(event));
+    }
+    for stream in [main, side, other, exec] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtFree(dev));
+}
+
 /// A task group's launches, updated after the capture by launches submitted between
 /// aclmdlRICaptureTaskUpdateBegin and End (which do not run), run as updated from then on.
 #[test]

@@ -29,15 +29,18 @@ fn capturing(stream: aclrtStream) -> Res<(Arc<Stream>, Arc<Capture>)> {
 
 /// Starts recording a task group on a capturing stream (not capturing → 107029; a group
 /// recorded or updated on it already → 107033). Only kernel launches may be submitted until
-/// aclmdlRICaptureTaskGrpEnd (others → 507009).
+/// aclmdlRICaptureTaskGrpEnd (others → 507009), and a task submitted meanwhile to another
+/// stream of the same capture interrupts the recording (107034, the task is refused).
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclmdlRICaptureTaskGrpBegin(stream: aclrtStream) -> aclError {
     guard("aclmdlRICaptureTaskGrpBegin", || {
-        let (stream, _) = capturing(stream)?;
-        stream.begin_group_work(GroupWork::Recording(Vec::new()))
+        let (stream, capture) = capturing(stream)?;
+        stream.begin_group_work(GroupWork::Recording(Vec::new()))?;
+        capture.model.group_recording(true);
+        Ok(())
     })
 }
 
@@ -55,6 +58,7 @@ pub unsafe extern "C" fn aclmdlRICaptureTaskGrpEnd(
         non_null(handle, "handle")?;
         let (stream, capture) = capturing(stream)?;
         let indexes = stream.end_group()?;
+        capture.model.group_recording(false);
         let group = Arc::new(TaskGroup {
             model: Arc::downgrade(&capture.model),
             indexes,
