@@ -71,6 +71,11 @@ impl Physical {
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// Whether it was imported from another process rather than allocated here.
+    pub(crate) fn is_imported(&self) -> bool {
+        self.imported
+    }
 }
 
 struct Mapping {

@@ -1059,6 +1059,18 @@ fn physical_memory_shared_by_a_shareable_handle_is_one_memory_in_two_processes()
     // Freed, it may be imported again.
     acl!(aclrtMemImportFromShareableHandle(shareable, 0, &mut handle));
     let va = map_physical(handle);
+    // Only memory this process allocated can be exported: an import cannot be passed on.
+    let mut passed_on = 0u64;
+    assert_eq!(
+        code!(aclrtMemExportToShareableHandle(
+            handle,
+            ACL_MEM_HANDLE_TYPE_NONE,
+            0,
+            &mut passed_on
+        )),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    assert!(recent_message().contains("imported from another process"));
     // One range cannot map both imported memory and this process's own physical memory.
     let mut mixed = ptr::null_mut();
     acl!(aclrtReserveMemAddress(

@@ -246,6 +246,12 @@ impl Ipc {
         physical: &crate::vmm::Physical,
         validate: bool,
     ) -> Res<u64> {
+        ensure!(
+            !physical.is_imported(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "the physical memory was imported from another process: only memory this process \
+             allocated with aclrtMallocPhysical can be exported"
+        );
         self.start_broker()?;
         // The check and the insertion hold one guard: two threads exporting the same handle
         // at once must not both pass the check.
