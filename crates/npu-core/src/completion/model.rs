@@ -16,6 +16,14 @@ use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use state::{Deferred, Registration, State};
 
+/// A release that counts its runs in `runs`.
+fn counting_release(runs: &Arc<AtomicUsize>) -> Deferred {
+    let runs = runs.clone();
+    Deferred::Release(Box::new(move || {
+        runs.fetch_add(1, Ordering::SeqCst);
+    }))
+}
+
 fn run(deferred: Deferred) {
     match deferred {
         Deferred::Release(action) | Deferred::Notify(action) => action(),
@@ -59,10 +67,7 @@ fn a_deferred_action_runs_exactly_once() {
         let runs = Arc::new(AtomicUsize::new(0));
         let completer = state.clone();
         let thread = loom::thread::spawn(move || assert!(complete(&completer, 1)));
-        let counter = runs.clone();
-        let action = Deferred::Release(Box::new(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-        }));
+        let action = counting_release(&runs);
         if let Some(returned) = state.defer(action) {
             run(returned);
         }
@@ -178,10 +183,7 @@ fn a_completion_is_seen_only_after_its_releases_were_handed_on() {
     loom::model(|| {
         let state = Arc::new(State::<u32>::new());
         let released = Arc::new(AtomicUsize::new(0));
-        let counter = released.clone();
-        let release = Deferred::Release(Box::new(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-        }));
+        let release = counting_release(&released);
         assert!(state.defer(release).is_none(), "pending: deferred");
         let completer = state.clone();
         let thread = loom::thread::spawn(move || assert!(complete(&completer, 5)));
@@ -216,10 +218,7 @@ fn a_release_deferred_during_completion_is_handed_on_before_the_completion_is_se
         let released = Arc::new(AtomicUsize::new(0));
         let completer = state.clone();
         let thread = loom::thread::spawn(move || assert!(complete(&completer, 5)));
-        let counter = released.clone();
-        let release = Deferred::Release(Box::new(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-        }));
+        let release = counting_release(&released);
         match state.defer(release) {
             // Already complete: the deferrer runs it itself.
             Some(returned) => run(returned),
