@@ -129,13 +129,13 @@ impl Device {
     /// Accounts `bytes` of device memory, failing with ACL_ERROR_RT_MEMORY_ALLOCATION when the
     /// capacity would be exceeded or a failure was injected.
     pub(crate) fn reserve(&self, bytes: u64) -> Res<()> {
-        self.reserve_either(bytes, bytes).map(drop)
+        self.reserve_preferring(bytes, None).map(drop)
     }
 
-    /// Accounts `preferred` bytes of device memory, or `fallback` bytes when `preferred` does
-    /// not fit; returns which. Fails as [`Self::reserve`] does when neither fits, and an
-    /// injected failure fails the allocation whatever its size.
-    pub(crate) fn reserve_either(&self, preferred: u64, fallback: u64) -> Res<u64> {
+    /// Accounts `preferred` bytes of device memory, or `fallback` bytes (if any) when
+    /// `preferred` does not fit; returns which. Fails as [`Self::reserve`] does when neither
+    /// fits, and an injected failure fails the allocation whatever its size.
+    pub(crate) fn reserve_preferring(&self, preferred: u64, fallback: Option<u64>) -> Res<u64> {
         ensure!(
             !self.fail_next_alloc.swap(false, Ordering::AcqRel),
             ACL_ERROR_RT_MEMORY_ALLOCATION,
@@ -153,13 +153,13 @@ impl Device {
         };
         let taken = take(preferred)
             .map(|total| (preferred, total))
-            .or_else(|| take(fallback).map(|total| (fallback, total)));
+            .or_else(|| fallback.and_then(|bytes| Some((bytes, take(bytes)?))));
         let Some((bytes, total)) = taken else {
             fail!(
                 ACL_ERROR_RT_MEMORY_ALLOCATION,
                 "out of memory on device {}: {} bytes requested, {} of {} free",
                 self.id,
-                fallback.min(preferred),
+                fallback.unwrap_or(preferred),
                 self.free(),
                 self.capacity
             );

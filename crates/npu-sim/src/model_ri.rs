@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use npu_sys::*;
 use std::sync::{Arc, Mutex, Weak};
@@ -178,7 +178,7 @@ pub(crate) struct ModelRi {
     group_handles: Mutex<Vec<Handle>>,
     /// How many of its capturing streams are recording a task group now: meanwhile a task
     /// submitted to one of its other capturing streams interrupts the recording (107034).
-    groups_recording: std::sync::atomic::AtomicUsize,
+    groups_recording: AtomicUsize,
 }
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
@@ -204,7 +204,7 @@ impl ModelRi {
             owned: Mutex::new(Vec::new()),
             task_handles: Mutex::new(HashMap::new()),
             group_handles: Mutex::new(Vec::new()),
-            groups_recording: std::sync::atomic::AtomicUsize::new(0),
+            groups_recording: AtomicUsize::new(0),
         }
     }
 
@@ -526,19 +526,16 @@ impl ModelRi {
 
     /// A stream capturing into it began (`true`) or ended (`false`) recording a task group.
     pub(crate) fn group_recording(&self, began: bool) {
-        use std::sync::atomic::Ordering::AcqRel;
         if began {
-            self.groups_recording.fetch_add(1, AcqRel);
+            self.groups_recording.fetch_add(1, Ordering::AcqRel);
         } else {
-            self.groups_recording.fetch_sub(1, AcqRel);
+            self.groups_recording.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
     /// Whether one of its capturing streams is recording a task group.
     pub(crate) fn is_recording_a_group(&self) -> bool {
-        self.groups_recording
-            .load(std::sync::atomic::Ordering::Acquire)
-            != 0
+        self.groups_recording.load(Ordering::Acquire) != 0
     }
 
     /// The task-group handles given out (the instance is being destroyed).

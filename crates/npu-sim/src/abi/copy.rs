@@ -149,7 +149,6 @@ fn correct_kind(src: PtrClass, dst: PtrClass, kind: aclrtMemcpyKind) -> Res<Dire
     }
 }
 
-/// Fails if `class` is memory of a device that is lost.
 /// Refuses an address of a reserved virtual range that nothing is mapped at: it is neither
 /// device memory nor host memory of the caller's.
 /// Refuses, too, an address of memory the runtime gave out and took back (a freed allocation
@@ -178,6 +177,7 @@ fn check_mapped(sim: &Sim, class: PtrClass, ptr: usize) -> Res<()> {
     Ok(())
 }
 
+/// Fails if `class` is memory of a device that is lost.
 fn check_alive(sim: &Sim, class: PtrClass) -> Res<()> {
     match class {
         PtrClass::Device(id) => sim.device(id.into())?.check_alive(),
@@ -324,6 +324,17 @@ pub(super) fn memcpy(
     if !check_memcpy(dst, dest_max, src, count, kind)? {
         return Ok(());
     }
+    copy_checked(dst, src, count, kind, stream)
+}
+
+/// A copy whose arguments [`check_memcpy`] accepted.
+fn copy_checked(
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: aclrtMemcpyKind,
+    stream: Option<aclrtStream>,
+) -> Res<()> {
     // On an Ascend EP host the asynchronous copy refuses the kind itself, not only host
     // pointers: a program asking for it fails there even with device or pinned pointers.
     ensure!(
@@ -360,7 +371,7 @@ pub unsafe extern "C" fn aclrtMemcpy(
         if !check_memcpy(dst, destMax, src, count, kind)? {
             return Ok(());
         }
-        memcpy(dst, destMax, src, count, ACL_MEMCPY_DEFAULT, None)
+        copy_checked(dst, src, count, ACL_MEMCPY_DEFAULT, None)
     })
 }
 

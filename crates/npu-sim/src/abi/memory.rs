@@ -74,12 +74,8 @@ fn device_malloc(
         policy & 0xff,
         ACL_MEM_MALLOC_HUGE_FIRST | ACL_MEM_MALLOC_HUGE_FIRST_P2P
     );
-    let fallback = if huge_first && page == HUGE_PAGE {
-        bytes
-    } else {
-        accounted
-    };
-    if device.reserve_either(accounted, fallback)? != accounted {
+    let fallback = (huge_first && page == HUGE_PAGE && bytes != accounted).then_some(bytes);
+    if device.reserve_preferring(accounted, fallback)? != accounted {
         page = PAGE as u32;
         accounted = bytes;
     }
