@@ -1218,6 +1218,116 @@ fn a_waiter_cancelled_as_it_is_served_loses_no_capacity_whatever_its_waker_does(
     assert!(pool.try_alloc::<u8>(4096).unwrap().is_some());
 }
 
+/// A pooled block that waker code lets go of: dropping it returns the block to its pool.
+type Held = Mutex<Option<Box<dyn std::any::Any + Send>>>;
+
+/// A waker holding `held`, which its last copy's drop returns to the pool.
+struct ReturnsWhenDropped {
+    _held: Held,
+}
+
+impl std::task::Wake for ReturnsWhenDropped {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// A waker whose every clone returns `held` to the pool.
+fn waker_whose_clone_returns(held: Arc<Held>) -> Waker {
+    use std::task::{RawWaker, RawWakerVTable};
+    unsafe fn clone(data: *const ()) -> RawWaker {
+        // SAFETY: `data` is the `Arc::into_raw` of a live copy; the count taken here is the
+        // clone's own, given back by its `drop_copy`.
+        let held = unsafe {
+            Arc::increment_strong_count(data.cast::<Held>());
+            &*data.cast::<Held>()
+        };
+        drop(held.lock().unwrap().take());
+        RawWaker::new(data, &VTABLE)
+    }
+    unsafe fn drop_copy(data: *const ()) {
+        // SAFETY: each copy owns one count of the `Arc` its data came from.
+        drop(unsafe { Arc::from_raw(data.cast::<Held>()) });
+    }
+    unsafe fn wake(data: *const ()) {
+        // SAFETY: waking by value consumes the copy.
+        unsafe { drop_copy(data) }
+    }
+    fn wake_by_ref(_: *const ()) {}
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop_copy);
+    // SAFETY: the vtable keeps `RawWaker`'s contract: every copy owns one count of the `Arc`,
+    // whose contents are `Send + Sync`.
+    unsafe { Waker::from_raw(RawWaker::new(Arc::into_raw(held).cast(), &VTABLE)) }
+}
+
+/// Polls a queued `waiter` twice, each time with a waker whose replacement or clone returns
+/// the block the waiter queued behind (`held`), and returns the grant.
+fn served_by_its_own_waker<F: Future>(
+    what: &str,
+    held: Box<dyn std::any::Any + Send>,
+    replaced_waker_returns: bool,
+    mut waiter: std::pin::Pin<Box<F>>,
+) -> F::Output {
+    let held = Mutex::new(Some(held));
+    let (first, second) = if replaced_waker_returns {
+        (
+            Waker::from(Arc::new(ReturnsWhenDropped { _held: held })),
+            Waker::noop().clone(),
+        )
+    } else {
+        (
+            Waker::noop().clone(),
+            waker_whose_clone_returns(Arc::new(held)),
+        )
+    };
+    let mut cx = std::task::Context::from_waker(&first);
+    assert!(waiter.as_mut().poll(&mut cx).is_pending(), "{what}");
+    // The waiter's copy of `first` is now the last one, if it is to return the block.
+    drop(first);
+    let mut cx = std::task::Context::from_waker(&second);
+    for _ in 0..2 {
+        if let Poll::Ready(granted) = waiter.as_mut().poll(&mut cx) {
+            return granted;
+        }
+    }
+    panic!("{what}: the waiter was not served");
+}
+
+/// Found (fourteenth session): a pool waiter re-polled with another waker swapped the wakers
+/// while holding its waker slot, so a waker whose drop (the task's old one) or clone (the new
+/// one) returned a block to the same pool served this waiter on the same thread, whose wake-up
+/// locked the slot again: the polling thread deadlocked, and the granted room was lost. Rule 6
+/// says a waker's clone and drop are user code; no lock of the library's is held across them.
+#[test]
+fn a_waker_whose_clone_or_drop_returns_a_block_serves_its_own_waiter() {
+    let (_guard, ctx, _) = exclusive();
+    for replaced_waker_returns in [true, false] {
+        let what = format!("PinnedPool, replaced waker returns: {replaced_waker_returns}");
+        let pool = PinnedPool::builder(&ctx).capacity(4096).build().unwrap();
+        let held = pool.try_alloc::<u8>(4096).unwrap().expect("room");
+        let waiter = Box::pin(pool.alloc::<u8>(4096));
+        let granted = watchdog(&what, || {
+            served_by_its_own_waker(&what, Box::new(held), replaced_waker_returns, waiter)
+        });
+        assert_eq!(granted.unwrap().len(), 4096, "{what}");
+        assert_eq!(pool.stats().allocated, 0, "{what}: capacity lost");
+
+        let what = format!("DevicePool, replaced waker returns: {replaced_waker_returns}");
+        let s = stream(&ctx, Strategy::EventPoll);
+        let pool = DevicePool::builder(&ctx)
+            .backend(npu::memory::DevicePoolBackend::Caching)
+            .capacity(4096)
+            .build()
+            .unwrap();
+        let held = pool.try_alloc::<u8>(&s, 4096).unwrap().expect("room");
+        let waiter = Box::pin(pool.alloc::<u8>(&s, 4096));
+        let granted = watchdog(&what, || {
+            served_by_its_own_waker(&what, Box::new(held), replaced_waker_returns, waiter)
+        });
+        assert_eq!(granted.unwrap().len(), 4096, "{what}");
+        sim::flush_releases();
+        assert_eq!(pool.stats().cache.allocated, 0, "{what}: capacity lost");
+    }
+}
+
 /// Polls `future` once, reports that it has registered its waker, then runs it to the end:
 /// lets a test know that a spawned waiter is parked before it releases the device.
 async fn parked<F: Future>(

@@ -408,10 +408,13 @@ impl Wake for WaiterWaker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        // Woken outside the lock: the wake-up may poll the waiter at once, on this thread.
-        // The clone's wake (and drop) run on the sending thread, inside the containment of
-        // `Cache::deliver`.
-        let waker = self.slot().clone();
+        // Taken, not cloned: a waker's clone is user code, and user code run under the lock
+        // can return a block to this pool, whose grant wakes this waiter again and locks the
+        // slot a second time on this thread. A waiter is served once, and a poll after the
+        // grant finds it in the channel without needing a waker. Woken outside the lock: the
+        // wake-up may poll the waiter at once, on this thread. The wake (and the waker's drop)
+        // run on the sending thread, inside the containment of `Cache::deliver`.
+        let waker = self.slot().take();
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -422,12 +425,14 @@ impl<S: Source> Future for Waiting<S> {
     type Output = Result<Granted<S::Block>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
-        {
-            let mut slot = self.waiter.slot();
-            match slot.as_mut() {
-                Some(known) => known.clone_from(cx.waker()),
-                None => *slot = Some(cx.waker().clone()),
-            }
+        // A waker's clone and drop are user code that may return a block to this pool and so
+        // wake this waiter, which locks the slot: they run outside it. Only `will_wake`, which
+        // runs no waker code, is asked under the lock.
+        let known = matches!(&*self.waiter.slot(), Some(known) if known.will_wake(cx.waker()));
+        if !known {
+            let fresh = cx.waker().clone();
+            let replaced = self.waiter.slot().replace(fresh);
+            drop(replaced);
         }
         let this = &mut *self;
         let mut channel_cx = TaskContext::from_waker(&this.channel_waker);
