@@ -62,6 +62,22 @@ pub(crate) fn non_null<T>(ptr: *const T, what: &str) -> Res<()> {
     Ok(())
 }
 
+/// Makes room for `len` elements in `vec` for a size the caller chose: a size the host cannot
+/// allocate fails with 207001, as the runtime's own host allocations do, instead of aborting
+/// the process.
+pub(crate) fn reserve<T>(vec: &mut Vec<T>, len: usize, what: &str) -> Res<()> {
+    vec.try_reserve_exact(len.saturating_sub(vec.len()))
+        .map_err(|_| {
+            SimError::new(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                format!(
+                    "cannot allocate {} bytes of host memory for {what}",
+                    len.saturating_mul(size_of::<T>())
+                ),
+            )
+        })
+}
+
 /// Writes a result through a caller-supplied out pointer after checking it is not NULL.
 pub(crate) fn write_out<T>(ptr: *mut T, what: &str, value: T) -> Res<()> {
     non_null(ptr, what)?;

@@ -1228,8 +1228,8 @@ impl Stream {
     /// Destroys the stream. Without `force` it first waits for its work; with `force` it does
     /// not: the tasks not started are dropped (waits on their records fail with 107023), and
     /// this returns once the task running, which cannot be interrupted, has finished. Task
-    /// errors are not reported either way.
-    pub(crate) fn destroy(&self, sim: &Sim, force: bool) {
+    /// errors are not reported either way. Returns false if another call destroyed it first.
+    pub(crate) fn destroy(&self, sim: &Sim, force: bool) -> bool {
         // Marked under the state lock, so every submission either came before (and is
         // counted in `submitted`, which the waits below read) or sees the mark and is refused.
         let first = {
@@ -1237,7 +1237,7 @@ impl Stream {
             !self.destroyed.swap(true, Ordering::AcqRel)
         };
         if !first {
-            return;
+            return false;
         }
         crate::stream_state::notify(self.handle, ACL_RT_STREAM_STATE_DESTROY_PRE);
         if let Some(capture) = self.leave_capture() {
@@ -1270,6 +1270,7 @@ impl Stream {
         sim.reports.forget(self.handle);
         self.device.live_streams.fetch_sub(1, Ordering::AcqRel);
         self.nudge();
+        true
     }
 }
 

@@ -133,6 +133,52 @@ fn a_stream_destroyed_under_concurrent_submissions_runs_every_task_it_accepted()
     acl!(aclrtFree(dev.ptr()));
 }
 
+/// Found (fourteenth session): two threads destroying one stream could both get 0, the second
+/// returning before the first had finished the destruction. A handle is destroyed once: the
+/// call that does not destroy it gets 107017, as for any stale handle, whichever form each uses.
+#[test]
+fn a_stream_destroyed_by_two_threads_at_once_is_destroyed_by_one() {
+    install_eight_devices();
+    set_device(0);
+    let dev = Raw::of(malloc(4096));
+    let destroy = |stream: Raw, force: bool| {
+        set_device(0);
+        match force {
+            true => code!(aclrtDestroyStreamForce(stream.ptr())),
+            false => code!(aclrtDestroyStream(stream.ptr())),
+        }
+    };
+    for round in 0..300 {
+        let stream = Raw::of(create_stream());
+        // Work queued, so that the winner's destruction takes a while.
+        for _ in 0..4 {
+            assert_eq!(memset_async(dev.ptr(), 4096, stream.ptr()), 0);
+        }
+        let go = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let (first_force, second_force) = (round % 2 == 1, round % 3 == 2);
+        let other = {
+            let go = go.clone();
+            thread::spawn(move || {
+                go.wait();
+                destroy(stream, second_force)
+            })
+        };
+        go.wait();
+        let mine = destroy(stream, first_force);
+        let theirs = bounded("two destructions of one stream", move || {
+            other.join().unwrap()
+        });
+        let mut codes = [mine, theirs];
+        codes.sort();
+        assert_eq!(
+            codes,
+            [0, ACL_ERROR_RT_INVALID_HANDLE],
+            "round {round}: exactly one destruction succeeds"
+        );
+    }
+    acl!(aclrtFree(dev.ptr()));
+}
+
 /// Promise: aclrtDestroyEvent does not wait for the event (the reference: resources go once it
 /// completes), and a thread synchronizing the event meanwhile comes back with a code.
 #[test]

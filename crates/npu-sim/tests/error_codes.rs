@@ -51,6 +51,44 @@ fn add_one() -> aclrtFuncHandle {
     function(registry_binary(&["add_one_u32", "trap"]), "add_one_u32")
 }
 
+/// A size over `isize::MAX`, which no buffer can have.
+const IMPOSSIBLE: usize = 1 << 63;
+
+/// 1 TiB of address space this process may not touch (PROT_NONE, nothing committed): a buffer
+/// as large as the size the call is given, which the call refuses before reading (a read would
+/// fault). 1 TiB is more than any machine running this suite can allocate.
+fn unreadable_tib() -> *mut c_void {
+    const TIB: usize = 1 << 40;
+    // SAFETY: a fresh anonymous mapping; nothing else uses its range, and it is never unmapped.
+    let at = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            TIB,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(at, libc::MAP_FAILED, "1 TiB of address space");
+    at
+}
+
+/// Kernel arguments of `add_one` with one 8-byte value and one placeholder.
+fn args_with_a_value_and_a_placeholder() -> (aclrtArgsHandle, aclrtParamHandle, aclrtParamHandle) {
+    let mut args = ptr::null_mut();
+    acl!(aclrtKernelArgsInit(add_one(), &mut args));
+    let (mut value, mut param, mut holder) = (0u64, ptr::null_mut(), ptr::null_mut());
+    acl!(aclrtKernelArgsAppend(
+        args,
+        (&raw mut value).cast(),
+        8,
+        &mut param
+    ));
+    acl!(aclrtKernelArgsAppendPlaceHolder(args, &mut holder));
+    (args, param, holder)
+}
+
 /// The shipped vector add, which declares a parameter list.
 fn vector_add() -> aclrtFuncHandle {
     function(registry_binary(&[]), npu_sim::kernel::VECTOR_ADD_F32)
@@ -1008,6 +1046,53 @@ static PARAM_INVALID: &[Case] = &[
             ))
         },
     ),
+    case(
+        "a value's size over isize::MAX",
+        "aclrtKernelArgsAppend",
+        107000,
+        0,
+        || {
+            let (args, _, _) = args_with_a_value_and_a_placeholder();
+            let (mut value, mut param) = (0u64, ptr::null_mut());
+            code!(aclrtKernelArgsAppend(
+                args,
+                (&raw mut value).cast(),
+                IMPOSSIBLE,
+                &mut param
+            ))
+        },
+    ),
+    case(
+        "an update's size over isize::MAX",
+        "aclrtKernelArgsParaUpdate",
+        107000,
+        0,
+        || {
+            let (args, param, _) = args_with_a_value_and_a_placeholder();
+            let mut value = 0u64;
+            code!(aclrtKernelArgsParaUpdate(
+                args,
+                param,
+                (&raw mut value).cast(),
+                IMPOSSIBLE
+            ))
+        },
+    ),
+    case(
+        "a binary's length over isize::MAX",
+        "aclrtBinaryLoadFromData",
+        107000,
+        0,
+        || {
+            let (mut bin, data) = (ptr::null_mut(), [0u8; 8]);
+            code!(aclrtBinaryLoadFromData(
+                data.as_ptr().cast(),
+                IMPOSSIBLE,
+                ptr::null(),
+                &mut bin
+            ))
+        },
+    ),
 ];
 
 static CONTEXTS_AND_HANDLES: &[Case] = &[
@@ -1647,6 +1732,56 @@ static RESOURCES: &[Case] = &[
                 cfg,
                 ptr::null_mut(),
                 0,
+                ptr::null_mut(),
+                0
+            ))
+        },
+    ),
+    case(
+        "a value larger than host memory",
+        "aclrtKernelArgsAppend",
+        207001,
+        0,
+        || {
+            let (args, _, _) = args_with_a_value_and_a_placeholder();
+            let mut param = ptr::null_mut();
+            code!(aclrtKernelArgsAppend(
+                args,
+                unreadable_tib(),
+                1 << 40,
+                &mut param
+            ))
+        },
+    ),
+    case(
+        "a placeholder buffer larger than host memory",
+        "aclrtKernelArgsGetPlaceHolderBuffer",
+        207001,
+        0,
+        || {
+            let (args, _, holder) = args_with_a_value_and_a_placeholder();
+            let mut buffer = ptr::null_mut();
+            code!(aclrtKernelArgsGetPlaceHolderBuffer(
+                args,
+                holder,
+                1 << 40,
+                &mut buffer
+            ))
+        },
+    ),
+    case(
+        "host arguments larger than host memory",
+        "aclrtLaunchKernelWithHostArgs",
+        207001,
+        0,
+        || {
+            code!(aclrtLaunchKernelWithHostArgs(
+                add_one(),
+                1,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                unreadable_tib(),
+                1 << 40,
                 ptr::null_mut(),
                 0
             ))

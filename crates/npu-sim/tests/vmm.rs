@@ -550,6 +550,15 @@ fn error_paths() {
         ACL_ERROR_RT_PARAM_INVALID,
         "aclrtMemSetAccess"
     );
+    // A count no array can have is refused before anything is sized by it (it used to abort
+    // the process on the allocation).
+    for count in [70_000, 1 << 32, 1 << 40, usize::MAX] {
+        fails!(
+            aclrtMemSetAccess(va, MIB, &mut desc, count),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "aclrtMemSetAccess"
+        );
+    }
 
     // Handles.
     let mut retained = ptr::null_mut();

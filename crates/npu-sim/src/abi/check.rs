@@ -82,6 +82,12 @@ pub(super) fn write_c_str(out: *mut c_char, max_len: u32, text: &str, what: &str
 /// Borrows `len` bytes at a non-NULL pointer.
 pub(super) fn bytes<'a>(ptr: *const c_void, len: usize, what: &str) -> Res<&'a [u8]> {
     non_null(ptr, what)?;
+    // No buffer is larger than `isize::MAX` bytes, and a slice may not claim to be.
+    ensure!(
+        isize::try_from(len).is_ok(),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{what} cannot hold the {len} bytes given as its size"
+    );
     // SAFETY: non-NULL; the API contract is that the caller's buffer holds `len` readable bytes
     // for the duration of the call.
     Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })

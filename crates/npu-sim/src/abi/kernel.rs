@@ -463,7 +463,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
             "placeHolderArray",
         )?;
         let options = launch_options(cfg)?;
-        let mut blob = ArgsBlob::zeroed(argsSize);
+        let mut blob = ArgsBlob::zeroed(argsSize)?;
         if argsSize > 0 {
             blob.bytes_mut()
                 .copy_from_slice(bytes(hostArgs, argsSize, "hostArgs")?);
@@ -555,7 +555,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithArgsArray(
         let options = launch_options(cfg)?;
         let params = function.param_list()?;
         let values = array(args.cast_const(), params.len(), "args")?;
-        let mut blob = ArgsBlob::zeroed(function.args_size);
+        let mut blob = ArgsBlob::zeroed(function.args_size)?;
         for (i, (&(offset, size), &value)) in params.iter().zip(values).enumerate() {
             let value = bytes(value, size, &format!("args[{i}]"))?;
             blob.bytes_mut()[offset..offset + size].copy_from_slice(value);

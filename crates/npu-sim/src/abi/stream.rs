@@ -78,7 +78,13 @@ fn destroy(stream: aclrtStream, force: bool) -> Res<()> {
     } else {
         stream.refuse_self_wait(u64::MAX)?;
     }
-    stream.destroy(sim, force);
+    // Two threads may both resolve the handle before either destroys it: the one that does
+    // not destroy it was given a handle that is going away.
+    ensure!(
+        stream.destroy(sim, force),
+        ACL_ERROR_RT_INVALID_HANDLE,
+        "the stream is being destroyed by another call"
+    );
     ctx.remove_stream(stream.handle);
     Ok(())
 }

@@ -341,9 +341,11 @@ pub unsafe extern "C" fn aclrtMemSetAccess(
         ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
         ensure!(count != 0, ACL_ERROR_INVALID_PARAM, "count is 0");
         let sim = sim()?;
-        // Every entry is checked before any is applied: a bad one changes nothing.
-        let mut access = Vec::with_capacity(count);
-        for entry in array(desc.cast_const(), count, "desc")? {
+        // Every entry is checked before any is applied: a bad one changes nothing. The array
+        // is read (and its count bounded) before anything is sized by the count.
+        let entries = array(desc.cast_const(), count, "desc")?;
+        let mut access = Vec::with_capacity(entries.len());
+        for entry in entries {
             ensure!(
                 matches!(
                     entry.flags,

@@ -136,6 +136,7 @@ impl ArgsBuilder {
         );
         let offset = state.data.len().next_multiple_of(align_for(size));
         self.check_fits(offset + size)?;
+        crate::error::reserve(&mut state.data, offset + size, "kernel arguments")?;
         state.data.resize(offset, 0);
         match value {
             Some(bytes) => state.data.extend_from_slice(bytes),
@@ -181,6 +182,7 @@ impl ArgsBuilder {
             );
         };
         buffer.clear();
+        crate::error::reserve(buffer, size, "a placeholder's buffer")?;
         buffer.resize(size, 0);
         Ok(buffer.as_mut_ptr())
     }
@@ -230,7 +232,7 @@ impl ArgsBuilder {
             "the kernel args were changed after aclrtKernelArgsFinalize (or never finalized)"
         );
         let (layout, len) = placeholder_layout(&state);
-        let mut blob = ArgsBlob::zeroed(len);
+        let mut blob = ArgsBlob::zeroed(len)?;
         blob.bytes_mut()[..state.data.len()].copy_from_slice(&state.data);
         for (slot, at, data) in layout {
             let address = blob.address_of(at);

@@ -20,11 +20,15 @@ pub(crate) struct ArgsBlob {
 }
 
 impl ArgsBlob {
-    pub(crate) fn zeroed(len: usize) -> Self {
-        Self {
-            words: vec![0u64; len.div_ceil(8)].into_boxed_slice(),
+    /// `len` zero bytes; 207001 if the host cannot allocate them.
+    pub(crate) fn zeroed(len: usize) -> Result<Self, SimError> {
+        let mut words = Vec::new();
+        crate::error::reserve(&mut words, len.div_ceil(8), "kernel arguments")?;
+        words.resize(len.div_ceil(8), 0u64);
+        Ok(Self {
+            words: words.into_boxed_slice(),
             len,
-        }
+        })
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -163,7 +163,7 @@ fn a_fence_and_a_stop_abort_or_forced_destruction_both_return_once_the_task_is_t
         ("stop", |stream| stream.stop()),
         ("abort", |stream| stream.abort()),
         ("destroy force", |stream| {
-            stream.destroy(sim().unwrap(), true)
+            assert!(stream.destroy(sim().unwrap(), true));
         }),
     ];
     for (name, action) in actions {
