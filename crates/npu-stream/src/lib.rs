@@ -27,6 +27,7 @@
 //!
 //! See docs/cancellation.md for what dropping a future at any point does (and does not) do.
 
+mod blocking;
 mod callback;
 mod copy;
 mod device_pool;

@@ -6,7 +6,7 @@ use npu_core::{AclError, Completer, Completion, Error, Result, acl_call, ffi};
 
 use crate::event_pool::PooledEvent;
 use crate::stream::StreamShared;
-use crate::{callback, reactor};
+use crate::{blocking, callback, reactor};
 
 /// How a stream detects completions. Every strategy records a pooled event after each
 /// operation; they differ in who notices that it completed.
@@ -43,7 +43,9 @@ pub enum Strategy {
     /// in Tokio's blocking pool inside a runtime and on a plain thread outside: what
     /// `spawn_blocking` code does. A wait still running after 100 ms, or on a runtime without
     /// the timed wait (which could only wait as long as the device takes), is handed to the
-    /// reactor, so the thread always comes back in bounded time.
+    /// reactor, so the thread always comes back in bounded time; so is a wait that Tokio's
+    /// blocking pool, full, has not started 100 ms after it was queued, so that completion
+    /// never depends on the pool having a free thread.
     BlockingSync,
 }
 
@@ -98,7 +100,7 @@ impl Strategy {
         match self {
             Strategy::EventPoll => reactor::Reactor::get(),
             Strategy::CallbackThread => &callback::CallbackStrategy,
-            Strategy::BlockingSync => &BlockingSync,
+            Strategy::BlockingSync => &blocking::BlockingSync,
         }
     }
 
@@ -134,18 +136,6 @@ pub(crate) fn record(
     match recorded {
         Ok(event) => Ok((event, completer)),
         Err(error) => Err(Unwatched { completer, error }),
-    }
-}
-
-/// Turns a completed event into the operation's result, and recycles the event.
-///
-/// `aclrtSynchronizeEvent` returns at once for a completed event and reports a task failure
-/// among the work its record captured; the failure is attributed to the operation's own API.
-pub(crate) fn settle(stream: &StreamShared, event: PooledEvent, api: &'static str) -> Result<()> {
-    match wait_event(&event, -1) {
-        Some(result) => result.map_err(|err| fail(stream, event, err, api)),
-        // An unbounded wait does not time out.
-        None => Ok(()),
     }
 }
 
@@ -272,82 +262,5 @@ pub(crate) fn release_stream(stream: Arc<StreamShared>) {
         // still run, and the drop force-destroys a stream the runtime does not report done
         // (docs/cancellation.md, rule 5): destroying it does not wait for the device.
         unsafe { npu_core::reaper::release_later(move || drop(last)) };
-    }
-}
-
-/// How long a `BlockingSync` thread waits for its operation before handing it to the reactor:
-/// a blocking-pool thread must come back within a bound (a hung kernel would otherwise make
-/// dropping the Tokio runtime, which waits for its blocking threads, block for ever).
-const BLOCKING_WAIT_MS: i32 = 100;
-
-/// One blocking wait per operation.
-struct BlockingSync;
-
-/// An operation waiting for its blocking thread. If the thread never runs it (a Tokio runtime
-/// shutting down drops queued blocking tasks unrun), dropping it hands the operation to the
-/// reactor, so it still completes.
-struct BlockingWait {
-    state: Option<(reactor::Pending, Arc<StreamShared>)>,
-}
-
-impl BlockingWait {
-    fn run(mut self) {
-        let Some((pending, stream)) = self.state.take() else {
-            return;
-        };
-        // Still running after the bound: the reactor takes over, so this thread returns in
-        // bounded time.
-        if let Some(pending) = pending.wait_for(&stream, BLOCKING_WAIT_MS) {
-            reactor::Reactor::get().adopt_pending(&stream, pending);
-        }
-    }
-}
-
-impl Drop for BlockingWait {
-    fn drop(&mut self) {
-        if let Some((pending, stream)) = self.state.take() {
-            reactor::Reactor::get().adopt_pending(&stream, pending);
-        }
-    }
-}
-
-impl CompletionStrategy for BlockingSync {
-    fn watch(
-        &self,
-        stream: &Arc<StreamShared>,
-        op: OpInfo,
-        completer: Completer,
-    ) -> std::result::Result<(), Unwatched> {
-        let (event, completer) = record(stream, completer)?;
-        // Waits run on threads of their own, so they finish in any order; each one completes
-        // only after the operation submitted before it, as the other strategies do.
-        let after = stream.replace_tail(&completer.completion());
-        let pending = reactor::Pending::new(event, completer, op, after);
-        // A runtime without the timed wait could only wait as long as the device takes, which
-        // a blocking thread must never do: the reactor watches the operation instead.
-        let api = stream.context.runtime().api();
-        if api.aclrtSynchronizeEventWithTimeout.is_none() {
-            reactor::Reactor::get().adopt_pending(stream, pending);
-            return Ok(());
-        }
-        let wait = BlockingWait {
-            state: Some((pending, stream.clone())),
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn_blocking(move || wait.run());
-            }
-            Err(_) => {
-                let spawned = std::thread::Builder::new()
-                    .name("npu-sync".into())
-                    .spawn(move || wait.run());
-                // No thread: the closure (and with it the wait) was dropped, which handed the
-                // operation to the reactor.
-                if let Err(err) = spawned {
-                    npu_core::log!(debug, %err, "no thread for a blocking wait; the reactor watches it");
-                }
-            }
-        }
-        Ok(())
     }
 }

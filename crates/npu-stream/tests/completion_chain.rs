@@ -8,14 +8,18 @@ mod common;
 
 use std::sync::mpsc::channel;
 
-use common::{HANG, stream};
+use common::{HANG, hold_the_reactor, stream};
 use futures::future::join_all;
 use npu_core::Device;
 use npu_stream::Strategy;
 
 /// Enough operations that completing them nested, a few hundred bytes of stack each, would
-/// overflow a blocking thread's 2 MiB stack many times over.
+/// overflow a thread's 2 MiB stack many times over.
 const CHAINED: usize = 50_000;
+
+/// The rest are queued in batches this small, each run before the next is queued, so that
+/// every wait starts long before the overseer would give it to the reactor.
+const BATCH: usize = 100;
 
 #[test]
 fn completing_the_head_of_a_long_chain_does_not_overflow_the_stack() {
@@ -29,7 +33,9 @@ fn completing_the_head_of_a_long_chain_does_not_overflow_the_stack() {
             .unwrap()
     };
     // The first operation's wait is queued behind a blocking task that holds its runtime's
-    // only blocking thread until the test lets it go.
+    // only blocking thread until the test lets it go. The overseer then hands the operation to
+    // the reactor, which the test holds too: the head stays incomplete until both are let go.
+    let reactor = hold_the_reactor(&context);
     let head_runtime = blocking_pool(1);
     let (release_head, held) = channel::<()>();
     head_runtime.spawn_blocking(move || held.recv_timeout(HANG).expect("the test releases it"));
@@ -38,24 +44,26 @@ fn completing_the_head_of_a_long_chain_does_not_overflow_the_stack() {
         stream.synchronize()
     };
     // The rest wait on another runtime, one after another on its only blocking thread; a
-    // marker queued behind them says when every one has finished its wait and chained itself
-    // behind the operation before it.
+    // marker queued behind each batch says when every one of it has finished its wait and
+    // chained itself behind the operation before it.
     let rest_runtime = blocking_pool(1);
-    let rest: Vec<_> = {
+    let mut rest = Vec::with_capacity(CHAINED);
+    for _ in 0..CHAINED / BATCH {
         let _entered = rest_runtime.enter();
-        (0..CHAINED).map(|_| stream.synchronize()).collect()
-    };
-    let (waited, all_waited) = channel();
-    rest_runtime.spawn_blocking(move || waited.send(()).unwrap());
-    all_waited
-        .recv_timeout(HANG)
-        .expect("every wait of the rest ran");
+        rest.extend((0..BATCH).map(|_| stream.synchronize()));
+        let (waited, all_waited) = channel();
+        rest_runtime.spawn_blocking(move || waited.send(()).unwrap());
+        all_waited
+            .recv_timeout(HANG)
+            .expect("every wait of the batch ran");
+    }
     assert!(
         rest.iter().all(|op| !op.completion().is_complete()),
         "each waits for the one before it, and the head has not completed"
     );
 
     release_head.send(()).unwrap();
+    drop(reactor);
     rest_runtime.block_on(async {
         head.await.expect("the head completes");
         for result in join_all(rest).await {

@@ -305,6 +305,62 @@ fn blocking_sync_survives_a_runtime_that_drops_its_waits_unrun() {
     drop((op, next));
 }
 
+/// A Tokio runtime whose blocking pool has a single thread.
+fn one_blocking_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(1)
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// Found (fourteenth session): a `BlockingSync` wait queued on a Tokio blocking pool with no
+/// free thread stayed queued, and its operation incomplete, for as long as the pool was full:
+/// for ever when the task holding the pool's only thread waited for that very operation with
+/// `Completion::wait_blocking`, which the docs call fine inside a runtime. Completion must not
+/// depend on Tokio: a wait that no pool thread starts in time goes to the reactor.
+#[test]
+fn a_blocking_sync_operation_completes_when_the_blocking_pool_is_full() {
+    let _serial = serial();
+    let ctx = primary(0);
+    // The pool's only thread waits for the operation whose wait is queued behind it.
+    let s = stream(&ctx, Strategy::BlockingSync);
+    let waited = returns_promptly("wait_blocking on the pool's only thread", {
+        let ctx = ctx.clone();
+        move || {
+            let rt = one_blocking_thread();
+            let waited = rt.block_on(rt.spawn_blocking(move || {
+                let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+                op.completion().wait_blocking()
+            }));
+            waited.expect("the blocking task ran")
+        }
+    });
+    waited.unwrap();
+    // An awaited operation while the pool's only thread runs an unrelated long job (as
+    // `tokio::io::stdin`'s reader does).
+    let s = stream(&ctx, Strategy::BlockingSync);
+    let filled = returns_promptly("an await while the pool is busy", move || {
+        let rt = one_blocking_thread();
+        let (done, busy_until) = mpsc::channel::<()>();
+        let (started, running) = mpsc::channel();
+        rt.spawn_blocking(move || {
+            started.send(()).unwrap();
+            let _ = busy_until.recv_timeout(WATCHDOG);
+        });
+        running.recv().unwrap();
+        // Submitted inside the runtime, so that its wait goes to the runtime's pool.
+        let filled = rt.block_on(async {
+            s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2)
+                .await
+        });
+        drop(done);
+        filled.map(|buffer| buffer.to_vec_blocking().unwrap())
+    });
+    assert_eq!(filled.unwrap(), [2; 64]);
+}
+
 /// Suspected, confirmed: a `BlockingSync` wait had no bound, so a hung kernel made dropping the
 /// Tokio runtime (which waits for its blocking threads) block for ever. Blocking waits now give
 /// up after a bound and hand the operation to the reactor.

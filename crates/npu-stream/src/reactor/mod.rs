@@ -50,6 +50,10 @@ const YIELD_WINDOW: Duration = Duration::from_micros(50);
 /// its next pass, while a parked one must first be woken, which costs tens of µs on a busy
 /// host. Bounded, so an idle reactor still costs nothing.
 const LINGER: Duration = Duration::from_micros(50);
+/// The bound on the synchronisation that reads a completed event's result: the least
+/// timeout the runtime takes (0 is refused). It is reached only when the device was lost
+/// after the event completed.
+const SETTLE_MS: i32 = 1;
 
 /// One operation waiting for its event.
 pub(crate) struct Pending {
@@ -79,10 +83,19 @@ impl Pending {
         }
     }
 
-    /// Completes an operation whose event has completed, with the result the event captured.
+    /// Completes an operation whose event a query (or its callback) found complete, with the
+    /// result the event captured.
+    ///
+    /// The synchronisation that reads that result returns at once for a completed event, but
+    /// a device lost since the query may make the runtime wait for the lost device's running
+    /// work first (the simulator does, and CANN's untimed wait is not bounded either): on the
+    /// reactor that would stall every device. So the wait is bounded, and an operation it
+    /// runs out on goes to the sentinel, which waits in bounded slices and fails it once its
+    /// stream is found dead.
     pub(crate) fn settle(self, stream: &Arc<StreamShared>) {
-        let result = strategy::settle(stream, self.event, self.op.api);
-        strategy::complete_after(stream, self.op, self.completer, result, self.after);
+        if let Some(pending) = self.wait_for(stream, SETTLE_MS) {
+            sentinel::watch(stream.clone(), pending);
+        }
     }
 
     /// Fails an operation whose stream can no longer run it (or whose event reported `err`).

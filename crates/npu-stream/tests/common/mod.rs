@@ -162,3 +162,55 @@ pub fn memsets_until_refused(
         std::thread::yield_now();
     }
 }
+
+/// Wakes a task by holding the waking thread until the test lets it go.
+struct HoldsItsWaker {
+    entered: Mutex<std::sync::mpsc::Sender<()>>,
+    go: Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl std::task::Wake for HoldsItsWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        let _ = self.entered.lock().unwrap().send(());
+        let _ = self.go.lock().unwrap().recv_timeout(HANG);
+    }
+}
+
+/// The reactor thread, held inside a waker of the test's own until this is dropped: while it
+/// lives, nothing the reactor watches (or is handed) completes, and the reactor looks at
+/// nothing. Its next pass starts after the drop.
+pub struct ReactorHeld {
+    go: std::sync::mpsc::Sender<()>,
+}
+
+impl Drop for ReactorHeld {
+    fn drop(&mut self) {
+        let _ = self.go.send(());
+    }
+}
+
+/// Holds the reactor ([`ReactorHeld`]) with an `EventPoll` memset on `context`, whose device's
+/// hold gate it closes briefly (so that the memset cannot complete before the waker is set):
+/// the caller must have that device to itself.
+pub fn hold_the_reactor(context: &Context) -> ReactorHeld {
+    use std::sync::mpsc::channel;
+    let (entered_tx, entered) = channel();
+    let (go, go_rx) = channel();
+    let waker = std::task::Waker::from(std::sync::Arc::new(HoldsItsWaker {
+        entered: Mutex::new(entered_tx),
+        go: Mutex::new(go_rx),
+    }));
+    let device = context.device().id() as i32;
+    let s = stream(context, Strategy::EventPoll);
+    npu_sim::control::hold(device).unwrap();
+    let mut memset = Box::pin(s.memset(DeviceBuffer::<u8>::new(context, 64).unwrap(), 0));
+    let polled = memset
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(&waker));
+    assert!(polled.is_pending(), "the device is held");
+    npu_sim::control::release(device).unwrap();
+    entered
+        .recv_timeout(HANG)
+        .expect("the reactor completes the memset");
+    ReactorHeld { go }
+}

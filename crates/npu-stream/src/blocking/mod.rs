@@ -1,0 +1,197 @@
+//! The `BlockingSync` strategy: a blocking thread per operation waits for its event, in Tokio's
+//! blocking pool inside a runtime and on a plain thread outside, and an overseer makes sure a
+//! wait that no pool thread starts is not left queued.
+//!
+//! Tokio runs `spawn_blocking` work only when its pool has a thread for it. A pool that is full
+//! (its `max_blocking_threads` busy, perhaps with a task blocked in `Completion::wait_blocking`
+//! on this very operation) would leave the wait queued, and the operation incomplete, for as
+//! long as the pool stays full: a deadlock in the `wait_blocking` case. Completion must not
+//! depend on Tokio, so each queued wait is also handed to the overseer, which gives it to the
+//! reactor if no pool thread has taken it by a deadline. Whichever takes it first runs it.
+
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use npu_core::Completer;
+
+use crate::reactor::{self, Pending};
+use crate::strategy::{CompletionStrategy, OpInfo, Unwatched, record};
+use crate::stream::StreamShared;
+use deadlines::Deadlines;
+
+mod deadlines;
+#[cfg(test)]
+mod model;
+
+/// Std-backed primitives for [`deadlines`]; the loom model supplies loom's instead.
+mod sync {
+    pub(crate) use std::sync::{Mutex, MutexGuard};
+}
+
+/// How long a `BlockingSync` thread waits for its operation before handing it to the reactor:
+/// a blocking-pool thread must come back within a bound (a hung kernel would otherwise make
+/// dropping the Tokio runtime, which waits for its blocking threads, block for ever).
+const BLOCKING_WAIT_MS: i32 = 100;
+
+/// How long a wait queued on Tokio's blocking pool may stay unstarted before the overseer
+/// gives its operation to the reactor. A pool with a free thread (or room for a new one)
+/// starts it within microseconds, so only a full pool reaches this.
+const START_DEADLINE: Duration = Duration::from_millis(100);
+
+/// The least time between two looks of the overseer while waits are queued: its deadlines
+/// are checked in batches, not one wake-up per operation.
+const OVERSEER_TICK: Duration = Duration::from_millis(50);
+
+/// One blocking wait per operation.
+pub(crate) struct BlockingSync;
+
+/// An operation and its stream, taken once: by the thread that waits for it, by the overseer
+/// when no thread started in time, or by the wait's drop.
+type Slot = Mutex<Option<(Pending, Arc<StreamShared>)>>;
+
+fn take(slot: &Slot) -> Option<(Pending, Arc<StreamShared>)> {
+    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+/// An operation waiting for its blocking thread. If the thread never runs it (a Tokio runtime
+/// shutting down drops queued blocking tasks unrun), dropping it hands the operation to the
+/// reactor, so it still completes.
+struct BlockingWait {
+    slot: Arc<Slot>,
+}
+
+impl BlockingWait {
+    fn run(self) {
+        let Some((pending, stream)) = take(&self.slot) else {
+            return; // the overseer gave it to the reactor
+        };
+        // Still running after the bound: the reactor takes over, so this thread returns in
+        // bounded time.
+        if let Some(pending) = pending.wait_for(&stream, BLOCKING_WAIT_MS) {
+            reactor::Reactor::get().adopt_pending(&stream, pending);
+        }
+    }
+}
+
+impl Drop for BlockingWait {
+    fn drop(&mut self) {
+        if let Some((pending, stream)) = take(&self.slot) {
+            reactor::Reactor::get().adopt_pending(&stream, pending);
+        }
+    }
+}
+
+impl CompletionStrategy for BlockingSync {
+    fn watch(
+        &self,
+        stream: &Arc<StreamShared>,
+        op: OpInfo,
+        completer: Completer,
+    ) -> std::result::Result<(), Unwatched> {
+        let (event, completer) = record(stream, completer)?;
+        // Waits run on threads of their own, so they finish in any order; each one completes
+        // only after the operation submitted before it, as the other strategies do.
+        let after = stream.replace_tail(&completer.completion());
+        let pending = Pending::new(event, completer, op, after);
+        // A runtime without the timed wait could only wait as long as the device takes, which
+        // a blocking thread must never do: the reactor watches the operation instead.
+        let api = stream.context.runtime().api();
+        if api.aclrtSynchronizeEventWithTimeout.is_none() {
+            reactor::Reactor::get().adopt_pending(stream, pending);
+            return Ok(());
+        }
+        let wait = BlockingWait {
+            slot: Arc::new(Mutex::new(Some((pending, stream.clone())))),
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => match Overseer::get() {
+                Some(overseer) => {
+                    overseer.watch(&wait.slot);
+                    handle.spawn_blocking(move || wait.run());
+                }
+                // No overseer, so nothing would notice a full pool: the reactor watches it.
+                None => drop(wait),
+            },
+            Err(_) => {
+                let spawned = std::thread::Builder::new()
+                    .name("npu-sync".into())
+                    .spawn(move || wait.run());
+                // No thread: the closure (and with it the wait) was dropped, which handed the
+                // operation to the reactor.
+                if let Err(err) = spawned {
+                    npu_core::log!(debug, %err, "no thread for a blocking wait; the reactor watches it");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Gives to the reactor the queued waits that Tokio's blocking pool has not started by their
+/// deadline. Its thread (`npu-overseer`) never waits on the device: it only takes unstarted
+/// waits out of their slots, and parks while nothing is queued.
+struct Overseer {
+    /// Queued waits. A wait that ran, or was dropped, leaves a dead `Weak` behind, skipped
+    /// when its deadline comes.
+    queue: Deadlines<Instant, Weak<Slot>>,
+    /// Set before the overseer is handed out, so every `watch` finds it.
+    thread: OnceLock<Thread>,
+}
+
+impl Overseer {
+    /// The overseer, starting its thread on first use; `None` if no thread can be started.
+    fn get() -> Option<&'static Overseer> {
+        static OVERSEER: OnceLock<Option<&'static Overseer>> = OnceLock::new();
+        *OVERSEER.get_or_init(|| {
+            let overseer: &'static Overseer = Box::leak(Box::new(Overseer {
+                queue: Deadlines::new(),
+                thread: OnceLock::new(),
+            }));
+            match std::thread::Builder::new()
+                .name("npu-overseer".into())
+                .spawn(|| overseer.run())
+            {
+                Ok(handle) => {
+                    let _ = overseer.thread.set(handle.thread().clone());
+                    Some(overseer)
+                }
+                Err(err) => {
+                    npu_core::log!(debug, %err, "no overseer thread; blocking waits go to the reactor");
+                    None
+                }
+            }
+        })
+    }
+
+    /// Watches a wait about to be queued on the blocking pool.
+    fn watch(&self, slot: &Arc<Slot>) {
+        let first = self
+            .queue
+            .push(|| Instant::now() + START_DEADLINE, Arc::downgrade(slot));
+        if let Some(thread) = self.thread.get().filter(|_| first) {
+            thread.unpark();
+        }
+    }
+
+    fn run(&self) {
+        loop {
+            let now = Instant::now();
+            let (late, next) = self.queue.due(now);
+            // Outside the lock: adopting takes the reactor's.
+            for slot in late {
+                if let Some((pending, stream)) = slot.upgrade().as_deref().and_then(take) {
+                    reactor::Reactor::get().adopt_pending(&stream, pending);
+                }
+            }
+            match next {
+                // A wake-up left over from an earlier push returns at once; the loop then
+                // finds the queue as it is.
+                None => std::thread::park(),
+                Some(deadline) => {
+                    std::thread::park_timeout(deadline.max(now + OVERSEER_TICK) - now);
+                }
+            }
+        }
+    }
+}
