@@ -16,12 +16,11 @@ mod kernel_support;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Wake, Waker};
 use std::thread::JoinHandle;
 
-use common::{HANG, STRATEGIES, hold_the_reactor, in_process, run, stream, until};
+use common::{every_strategy_completes_on, hold_the_reactor, in_process, run, stream, until};
 use npu_mem::DeviceBuffer;
 use npu_sim::control;
 use npu_stream::{Event, Strategy};
@@ -102,23 +101,7 @@ fn a_loss_between_a_done_query_and_its_settle_stalls_no_other_device() {
     // device while its kernel runs) and reads the second's result. Every strategy's work on
     // the healthy device must complete meanwhile: on a regression the reactor waits for the
     // kernel, which only this thread releases, and the bound turns that into a failure.
-    for strategy in STRATEGIES {
-        let s = stream(&healthy, strategy);
-        let (tx, rx) = channel();
-        let healthy = healthy.clone();
-        std::thread::spawn(move || {
-            let done = run(s.memset(DeviceBuffer::<u8>::new(&healthy, 64).unwrap(), 7));
-            let _ = tx.send(done.map(|buffer| buffer.to_vec_blocking().unwrap()));
-        });
-        let done = rx.recv_timeout(HANG);
-        if done.is_err() {
-            kernel_support::open_gate();
-        }
-        let filled = done
-            .unwrap_or_else(|_| panic!("{strategy:?}: device 0 waited for device 1's kernel"))
-            .unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
-        assert_eq!(filled, [7; 64], "{strategy:?}");
-    }
+    every_strategy_completes_on(&healthy, "device 1's kernel", kernel_support::open_gate);
     assert!(
         loses.fired.load(Ordering::Acquire),
         "a completion of device 1 lost it"

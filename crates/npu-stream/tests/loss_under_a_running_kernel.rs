@@ -10,7 +10,7 @@ mod kernel_support;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{STRATEGIES, in_process, run, stream};
+use common::{STRATEGIES, every_strategy_completes_on, in_process, run, stream};
 use npu_mem::DeviceBuffer;
 use npu_sim::control;
 use npu_stream::{DevicePool, DevicePoolBackend, Event};
@@ -51,23 +51,7 @@ fn a_lost_device_running_a_kernel_stalls_no_other_device() {
     // Every strategy on the healthy device completes while the lost device's kernel runs. On
     // a regression the reactor waits for the kernel, which only this thread releases: the
     // bound turns that deadlock into a failure.
-    for strategy in STRATEGIES {
-        let s = stream(&healthy, strategy);
-        let (tx, rx) = mpsc::channel();
-        let healthy = healthy.clone();
-        std::thread::spawn(move || {
-            let done = run(s.memset(DeviceBuffer::<u8>::new(&healthy, 64).unwrap(), 7));
-            let _ = tx.send(done.map(|buffer| buffer.to_vec_blocking().unwrap()));
-        });
-        let done = rx.recv_timeout(Duration::from_secs(60));
-        if done.is_err() {
-            kernel_support::open_gate();
-        }
-        let filled = done
-            .unwrap_or_else(|_| panic!("{strategy:?}: device 0 waited for device 1's kernel"))
-            .unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
-        assert_eq!(filled, [7; 64], "{strategy:?}");
-    }
+    every_strategy_completes_on(&healthy, "device 1's kernel", kernel_support::open_gate);
     // Calls that start something on the lost device are refused at once, however long its
     // kernel runs: an allocation, a submission, and dropping a pool (its blocks go back
     // through the runtime's pool: the reaper or the dropping thread did this, and waited).

@@ -214,3 +214,26 @@ pub fn hold_the_reactor(context: &Context) -> ReactorHeld {
         .expect("the reactor completes the memset");
     ReactorHeld { go }
 }
+
+/// Checks that a memset on `healthy` completes under every strategy while something else
+/// (another device's running kernel, say) is stuck: each is bounded by [`HANG`], and on a hang
+/// `unstick` runs before the test fails with `stuck_on` (so the process can wind down).
+pub fn every_strategy_completes_on(healthy: &Context, stuck_on: &str, unstick: impl Fn()) {
+    for strategy in STRATEGIES {
+        let s = stream(healthy, strategy);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let healthy = healthy.clone();
+        std::thread::spawn(move || {
+            let done = run(s.memset(DeviceBuffer::<u8>::new(&healthy, 64).unwrap(), 7));
+            let _ = tx.send(done.map(|buffer| buffer.to_vec_blocking().unwrap()));
+        });
+        let done = rx.recv_timeout(HANG);
+        if done.is_err() {
+            unstick();
+        }
+        let filled = done
+            .unwrap_or_else(|_| panic!("{strategy:?}: the healthy device waited for {stuck_on}"))
+            .unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
+        assert_eq!(filled, [7; 64], "{strategy:?}");
+    }
+}
