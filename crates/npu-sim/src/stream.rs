@@ -295,7 +295,7 @@ impl Stream {
     pub(crate) fn doom(&self) -> Option<aclError> {
         if let Some(code) = self.discarding() {
             Some(code)
-        } else if self.stopped.load(Ordering::Acquire) {
+        } else if self.stopped.load(Ordering::SeqCst) {
             Some(ACL_ERROR_RT_INTERNAL_ERROR)
         } else {
             None
@@ -323,11 +323,27 @@ impl Stream {
     /// until it returns the stream counts as still running, and nothing waiting on the stream
     /// learns of the doom. This is what keeps a program that frees memory once its waits have
     /// failed from freeing it under a kernel that is still writing.
+    ///
+    /// The doom is read before `running` (a stop's flag with `SeqCst`, as the worker sets
+    /// `running` and then reads the flag in [`Self::start_running`]): either this sees the
+    /// task running, or the worker sees the stop this reports and does not start the task.
     pub(crate) fn settled_doom(&self) -> Option<aclError> {
-        if self.running.load(Ordering::SeqCst) {
-            return None;
+        let doom = self.doom()?;
+        (!self.running.load(Ordering::SeqCst)).then_some(doom)
+    }
+
+    /// Marks a task that touches memory running, unless the stream is stopped: a stopped
+    /// stream's waits report the stop at once, so a task that started after it would touch
+    /// memory its program freed on seeing the stop. Returns whether the task may start.
+    fn start_running(&self) -> bool {
+        self.running.store(true, Ordering::SeqCst);
+        if !self.stopped.load(Ordering::SeqCst) {
+            return true;
         }
-        self.doom()
+        self.running.store(false, Ordering::SeqCst);
+        // A wait that saw it running for a moment looks again.
+        self.bell.ring();
+        false
     }
 
     /// Whether a task that must wait gives up instead: the stream is discarding its work or
@@ -714,7 +730,14 @@ impl Stream {
             }
             match poll() {
                 Some(outcome) => Some(outcome.map_err(Some)),
-                None if self.draining.load(Ordering::Acquire) => Some(Err(None)),
+                // Force-destroyed, or destroyed while stopped (the queue of a stopped stream is
+                // dropped with it, the task waiting for the stop to end with it).
+                None if self.draining.load(Ordering::Acquire)
+                    || (self.destroyed.load(Ordering::Acquire)
+                        && self.stopped.load(Ordering::SeqCst)) =>
+                {
+                    Some(Err(None))
+                }
                 None => {
                     self.begin(task.position);
                     None
@@ -778,9 +801,14 @@ impl Stream {
                 }
                 _ => 0,
             };
+        // A stopped stream's task does not start (aclrtStreamStop halts the stream's work and
+        // keeps it queued) until an abort drops it, which ends the wait.
         let listens = [self.device.hold_bell.any()];
         let released_ns = self.block_on(task, &listens, None, "the hold gate", || {
-            self.device.hold_state().map(Ok)
+            match self.stopped.load(Ordering::SeqCst) {
+                true => None,
+                false => self.device.hold_state().map(Ok),
+            }
         })?;
         Ok(ready_ns.max(released_ns))
     }
@@ -848,21 +876,27 @@ impl Stream {
         if self.discarding().is_some() || task.is_aborted() {
             return self.retire(task, Retired::Abandoned);
         }
-        let (ready_ns, failure) = match self.wait_ready(sim, &task) {
-            // An abort while it waited: it does not start.
-            Ok(_) if task.is_aborted() => return self.retire(task, Retired::Abandoned),
-            Ok(ready_ns) => (ready_ns, None),
-            Err(None) => return self.give_up(task),
-            Err(Some(error)) => (0, Some(error)),
+        // Only work that touches memory holds back the report of a doom: a task that waits
+        // (an event, a notify, a value) gives up as soon as the stream is doomed.
+        let (ready_ns, failure) = loop {
+            match self.wait_ready(sim, &task) {
+                // An abort while it waited: it does not start.
+                Ok(_) if task.is_aborted() => return self.retire(task, Retired::Abandoned),
+                // Stopped as it was about to start: it waits again, as a stopped task does.
+                Ok(_) if task.touches_memory() && !self.start_running() => continue,
+                Ok(ready_ns) => break (ready_ns, None),
+                Err(None) => return self.give_up(task),
+                Err(Some(error)) => {
+                    if task.touches_memory() {
+                        self.running.store(true, Ordering::SeqCst);
+                    }
+                    break (0, Some(error));
+                }
+            }
         };
         // A task of a model runtime instance starts with the fields its latest update gave.
         if let Some(slot) = &task.patch {
             slot.apply(&mut task.op);
-        }
-        // Only work that touches memory holds back the report of a doom: a task that waits
-        // (an event, a notify, a value) gives up as soon as the stream is doomed.
-        if task.touches_memory() {
-            self.running.store(true, Ordering::SeqCst);
         }
         let timing = self.device.clock.timing();
         let start_ns = match &timing {
@@ -1177,7 +1211,8 @@ impl Stream {
     pub(crate) fn stop(&self) {
         // A task submitted to the idle stream before the stop has started on a device.
         self.await_taken();
-        self.stopped.store(true, Ordering::Release);
+        // SeqCst: see `settled_doom`.
+        self.stopped.store(true, Ordering::SeqCst);
         self.bell.ring();
     }
 
@@ -1270,6 +1305,8 @@ impl Stream {
         sim.reports.forget(self.handle);
         self.device.live_streams.fetch_sub(1, Ordering::AcqRel);
         self.nudge();
+        // A task waiting for a stop to end gives up now.
+        self.bell.ring();
         true
     }
 }

@@ -1471,3 +1471,44 @@ fn an_operation_polled_after_it_resolved_is_a_typed_error() {
         });
     }
 }
+
+/// Found (fourteenth session): a memset the simulator's worker had taken but not started (it
+/// waited at the device's hold gate) still ran after `Stream::stop` once the gate opened,
+/// although the stop had already failed its operation, which handed its buffer back to be
+/// freed: the device wrote freed memory, and in STOP mode the write's fault then stopped the
+/// whole context. A stopped stream's task does not start; the stopped work stays queued until
+/// an abort drops it, and the context keeps working.
+#[test]
+fn a_stopped_operation_never_runs_after_its_buffer_is_freed() {
+    let (_guard, primary, _) = exclusive();
+    for strategy in STRATEGIES {
+        for (kind, ctx) in [
+            ("primary", primary.clone()),
+            ("explicit", primary.device().create_context().unwrap()),
+        ] {
+            let what = format!("{strategy:?}, {kind} context");
+            let s = stream(&ctx, strategy);
+            s.set_failure_mode(npu::FailureMode::Stop).unwrap();
+            let held = sim::hold(&ctx.device()).unwrap();
+            let queued = s.memset(DeviceBuffer::<u8>::new(&ctx, 4096).unwrap(), 0xab);
+            s.stop().unwrap();
+            // The stop fails the operation at once, and its buffer goes back to be freed.
+            assert!(run(queued).is_err(), "{what}");
+            sim::flush_releases();
+            held.release().unwrap();
+            // Had the stopped memset run on the freed buffer, its fault would have stopped
+            // the context, refusing this.
+            let fresh = stream(&ctx, strategy);
+            let filled = run(fresh.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1));
+            assert_eq!(
+                filled.unwrap().to_vec_blocking().unwrap(),
+                [1; 64],
+                "{what}"
+            );
+            // The abort drops the stopped memset, and the stream runs again.
+            run(s.abort()).unwrap();
+            let again = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2));
+            assert_eq!(again.unwrap().to_vec_blocking().unwrap(), [2; 64], "{what}");
+        }
+    }
+}
