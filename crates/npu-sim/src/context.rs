@@ -29,7 +29,7 @@ impl Health {
     pub(crate) fn stop(&self, code: aclError) {
         let first = self
             .stopped
-            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok();
         if first {
             self.bell.ring();
@@ -46,7 +46,7 @@ impl Health {
     }
 
     pub(crate) fn stopped(&self) -> Option<aclError> {
-        match self.stopped.load(Ordering::Acquire) {
+        match self.stopped.load(Ordering::SeqCst) {
             0 => None,
             code => Some(code),
         }

@@ -197,7 +197,7 @@ impl Device {
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire)
+        self.lost.load(Ordering::SeqCst)
     }
 
     /// ACL_ERROR_RT_LOST_HEARTBEAT, returned only once no task is touching memory any more
@@ -256,7 +256,7 @@ impl Device {
 
     /// Marks the device lost. Returns once every task that was touching memory has finished.
     pub(crate) fn lose(&self) {
-        self.lost.store(true, Ordering::Release);
+        self.lost.store(true, Ordering::SeqCst);
         self.lost_bell.ring();
         drop(write(&self.exec_gate));
     }

@@ -309,7 +309,7 @@ impl Stream {
             Some(ACL_ERROR_RT_LOST_HEARTBEAT)
         } else if let Some(code) = self.health.stopped() {
             Some(code)
-        } else if self.aborted.load(Ordering::Acquire) || self.aborting.load(Ordering::Acquire) {
+        } else if self.aborted.load(Ordering::SeqCst) || self.aborting.load(Ordering::SeqCst) {
             Some(ACL_ERROR_RT_STREAM_ABORT)
         } else {
             None
@@ -332,12 +332,14 @@ impl Stream {
         (!self.running.load(Ordering::SeqCst)).then_some(doom)
     }
 
-    /// Marks a task that touches memory running, unless the stream is stopped: a stopped
-    /// stream's waits report the stop at once, so a task that started after it would touch
-    /// memory its program freed on seeing the stop. Returns whether the task may start.
+    /// Marks a task that touches memory running, unless the stream is doomed (stopped,
+    /// aborted, its context stopped, its device lost): a doomed stream's waits report the doom
+    /// at once, so a task that started after it would touch memory its program freed on
+    /// seeing it. Returns whether the task may start; a task that may not waits again, and
+    /// gives up there if the doom discards the stream's work.
     fn start_running(&self) -> bool {
         self.running.store(true, Ordering::SeqCst);
-        if !self.stopped.load(Ordering::SeqCst) {
+        if self.doom().is_none() {
             return true;
         }
         self.running.store(false, Ordering::SeqCst);
@@ -976,7 +978,7 @@ impl Stream {
     /// dropped too: it would have run after a task that never did.
     fn give_up(&self, task: Task) {
         if self.draining.load(Ordering::Acquire) {
-            self.aborted.store(true, Ordering::Release);
+            self.aborted.store(true, Ordering::SeqCst);
         }
         self.retire(task, Retired::Abandoned);
     }
@@ -1229,7 +1231,7 @@ impl Stream {
     pub(crate) fn begin_abort(&self) -> u64 {
         // A task submitted to the idle stream before the abort is running: it finishes.
         self.await_taken();
-        self.aborting.store(true, Ordering::Release);
+        self.aborting.store(true, Ordering::SeqCst);
         self.bell.ring();
         self.nudge();
         self.submitted.load(Ordering::Acquire)
@@ -1286,7 +1288,7 @@ impl Stream {
             // A task submitted to the idle stream before the destruction is running: it
             // finishes, as under an abort.
             self.await_taken();
-            self.aborted.store(true, Ordering::Release);
+            self.aborted.store(true, Ordering::SeqCst);
             self.draining.store(true, Ordering::Release);
             self.bell.ring();
             self.nudge();
