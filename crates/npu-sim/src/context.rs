@@ -157,9 +157,9 @@ impl Context {
     }
 
     /// Destroys the context: waits for its streams' work (unless it can never complete),
-    /// destroys them and retires the handle.
-    pub(crate) fn destroy(&self, sim: &Sim) {
-        sim.contexts.remove(self.handle);
+    /// destroys them and retires the handle. Fails (107017) if another call retired it first.
+    pub(crate) fn destroy(&self, sim: &Sim) -> Res<()> {
+        sim.contexts.remove_live(self.handle)?;
         let streams = lock(&self.streams).take().unwrap_or_default();
         for stream in std::iter::once(self.default_stream.clone()).chain(streams) {
             stream.destroy(sim, false);
@@ -168,6 +168,7 @@ impl Context {
             // The runtime's own allocation, made by `workspace`: it is live.
             let _ = sim.memory.free(address, false);
         }
+        Ok(())
     }
 
     /// The device memory of one of the context's workspaces, `bytes` of zeros (no task of the

@@ -160,6 +160,10 @@ pub(crate) struct ModelRi {
     destroy_callbacks: Mutex<Vec<(HostFn, usize)>>,
     /// Cloned into every replayed task: more than one holder means an execution is not over.
     running: Arc<()>,
+    /// Executions being queued now, or `None` once the instance is destroyed: a destroy and
+    /// the queueing of an execution exclude each other through it, so a destroy cannot pass
+    /// between an execution's first task leaving its stream and its last being queued.
+    executing: Mutex<Option<usize>>,
     /// Cloned into every replayed task; aclmdlRIAbort sets it (its tasks are dropped) and
     /// puts a fresh one here for later executions.
     aborted: Mutex<Arc<AtomicBool>>,
@@ -183,6 +187,32 @@ pub(crate) struct ModelRi {
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
 
+/// An execution being queued ([`ModelRi::executing`]), until it is dropped.
+struct Queueing<'a>(&'a ModelRi);
+
+impl<'a> Queueing<'a> {
+    /// ACL_ERROR_RT_INVALID_HANDLE if the instance was destroyed since it was looked up.
+    fn begin(model: &'a ModelRi) -> Res<Self> {
+        match lock(&model.executing).as_mut() {
+            Some(queueing) => *queueing += 1,
+            None => fail!(
+                ACL_ERROR_RT_INVALID_HANDLE,
+                "model runtime instance {} was destroyed",
+                model.id
+            ),
+        }
+        Ok(Queueing(model))
+    }
+}
+
+impl Drop for Queueing<'_> {
+    fn drop(&mut self) {
+        if let Some(queueing) = lock(&self.0.executing).as_mut() {
+            *queueing -= 1;
+        }
+    }
+}
+
 impl ModelRi {
     /// An empty instance, being captured or (`built`) built.
     pub(crate) fn new(handle: Handle, ctx: Handle, device: Arc<Device>, built: bool) -> Self {
@@ -196,6 +226,7 @@ impl ModelRi {
             name: Mutex::new(String::new()),
             destroy_callbacks: Mutex::new(Vec::new()),
             running: Arc::new(()),
+            executing: Mutex::new(Some(0)),
             aborted: Mutex::new(Arc::new(AtomicBool::new(false))),
             open: AtomicBool::new(true),
             built,
@@ -431,6 +462,28 @@ impl ModelRi {
         Arc::strong_count(&self.running) > 1
     }
 
+    /// For aclmdlRIDestroy: marks the instance destroyed, unless an execution is being queued
+    /// or has tasks on a stream (ACL_ERROR_RT_MODEL_RUNNING) or another call destroyed it
+    /// first (ACL_ERROR_RT_INVALID_HANDLE).
+    pub(crate) fn retire(&self) -> Res<()> {
+        let mut executing = lock(&self.executing);
+        match *executing {
+            None => fail!(
+                ACL_ERROR_RT_INVALID_HANDLE,
+                "model runtime instance {} was destroyed by another call",
+                self.id
+            ),
+            Some(queueing) => ensure!(
+                queueing == 0 && !self.running(),
+                ACL_ERROR_RT_MODEL_RUNNING,
+                "model runtime instance {} is still running (synchronize the streams it executes on first)",
+                self.id
+            ),
+        }
+        *executing = None;
+        Ok(())
+    }
+
     pub(crate) fn add_stream(&self, stream: &Stream) {
         let mut streams = lock(&self.streams);
         if !streams.iter().any(|&(id, _)| id == stream.id) {
@@ -583,6 +636,7 @@ impl ModelRi {
     /// a new record of its event, made current as it is queued, and the waits on it wait for
     /// that new record; every replayed task holds [`Self::running`] until it leaves the stream.
     pub(crate) fn replay(&self, stream: &Arc<Stream>) -> Res<()> {
+        let _queueing = Queueing::begin(self)?;
         let steps = self.execution_steps();
         let aborted = lock(&self.aborted).clone();
         let mut fresh: HashMap<*const Record, Arc<Record>> = HashMap::new();

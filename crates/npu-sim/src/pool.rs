@@ -151,14 +151,16 @@ impl Pools {
     }
 
     /// Releases the pool's memory (the caller has synchronised its device) and its handle.
-    pub(crate) fn destroy(&self, memory: &MemoryMap, pool: &Pool) {
-        self.table.remove(pool.handle);
+    /// Fails (107017) if another call destroyed the pool first.
+    pub(crate) fn destroy(&self, memory: &MemoryMap, pool: &Pool) -> Res<()> {
+        self.table.remove_live(pool.handle)?;
         let blocks = {
             let mut state = lock(&pool.state);
             state.destroyed = true;
             std::mem::take(&mut state.blocks)
         };
         self.release(memory, pool, blocks);
+        Ok(())
     }
 
     /// Releases free blocks whose frees have executed until the pool holds at most `keep`

@@ -879,7 +879,9 @@ impl Stream {
             return self.retire(task, Retired::Abandoned);
         }
         // Only work that touches memory holds back the report of a doom: a task that waits
-        // (an event, a notify, a value) gives up as soon as the stream is doomed.
+        // (an event, a notify, a value) gives up as soon as the stream is doomed, and a host
+        // function, which may wait for the program itself, does not hold it back either
+        // (docs/simulator.md, aclrtStreamStop).
         let (ready_ns, failure) = loop {
             match self.wait_ready(sim, &task) {
                 // An abort while it waited: it does not start.

@@ -337,6 +337,13 @@ impl Vmm {
     pub(crate) fn free(&self, handle: Handle) -> Res<()> {
         let physical = self.physical.resolve(handle)?;
         let mut refs = lock(&physical.refs);
+        // Another free may have retired the handle between the lookup and the lock (the
+        // retirement happens under this lock): that call freed it, this one finds it stale.
+        ensure!(
+            refs.0 > 0 && self.physical.get(handle).is_some(),
+            ACL_ERROR_RT_INVALID_HANDLE,
+            "physical memory handle {handle:#x} was freed by another call"
+        );
         refs.0 -= 1;
         if refs.0 == 0 {
             self.physical.remove(handle);

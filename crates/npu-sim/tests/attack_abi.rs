@@ -133,49 +133,240 @@ fn a_stream_destroyed_under_concurrent_submissions_runs_every_task_it_accepted()
     acl!(aclrtFree(dev.ptr()));
 }
 
-/// Found (fourteenth session): two threads destroying one stream could both get 0, the second
-/// returning before the first had finished the destruction. A handle is destroyed once: the
-/// call that does not destroy it gets 107017, as for any stale handle, whichever form each uses.
-#[test]
-fn a_stream_destroyed_by_two_threads_at_once_is_destroyed_by_one() {
-    install_eight_devices();
-    set_device(0);
-    let dev = Raw::of(malloc(4096));
-    let destroy = |stream: Raw, force: bool| {
-        set_device(0);
-        match force {
-            true => code!(aclrtDestroyStreamForce(stream.ptr())),
-            false => code!(aclrtDestroyStream(stream.ptr())),
-        }
-    };
-    for round in 0..300 {
-        let stream = Raw::of(create_stream());
-        // Work queued, so that the winner's destruction takes a while.
-        for _ in 0..4 {
-            assert_eq!(memset_async(dev.ptr(), 4096, stream.ptr()), 0);
-        }
+/// Runs `rounds` rounds in which two threads call `destroy` on one fresh handle from `make`
+/// at once (the second with `true`): exactly one may succeed, the other must find the handle
+/// stale (107017), as for any handle destroyed already.
+fn destroyed_by_one(
+    what: &str,
+    rounds: usize,
+    make: impl Fn() -> Raw,
+    destroy: impl Fn(Raw, bool) -> aclError + Send + Sync + Copy + 'static,
+) {
+    for round in 0..rounds {
+        let handle = make();
         let go = std::sync::Arc::new(std::sync::Barrier::new(2));
-        let (first_force, second_force) = (round % 2 == 1, round % 3 == 2);
         let other = {
             let go = go.clone();
             thread::spawn(move || {
+                set_device(0);
                 go.wait();
-                destroy(stream, second_force)
+                destroy(handle, true)
             })
         };
         go.wait();
-        let mine = destroy(stream, first_force);
-        let theirs = bounded("two destructions of one stream", move || {
-            other.join().unwrap()
-        });
+        let mine = destroy(handle, false);
+        let theirs = bounded(what, move || other.join().unwrap());
         let mut codes = [mine, theirs];
         codes.sort();
         assert_eq!(
             codes,
             [0, ACL_ERROR_RT_INVALID_HANDLE],
-            "round {round}: exactly one destruction succeeds"
+            "{what}, round {round}: exactly one destruction succeeds"
         );
     }
+}
+
+/// Found (fourteenth session): two threads destroying one handle could both get 0 (streams,
+/// contexts, memory pools, notifies, binaries, data buffers, allocator descriptors, binary
+/// descriptions), the second returning before the first had finished; two frees of one
+/// physical allocation underflowed its reference count (507000). A handle is destroyed once.
+#[test]
+fn a_handle_destroyed_by_two_threads_at_once_is_destroyed_by_one() {
+    install_eight_devices();
+    set_device(0);
+    let dev = Raw::of(malloc(4096));
+    // Work queued, so that the winner's destruction takes a while.
+    let busy_stream = || {
+        let stream = Raw::of(create_stream());
+        for _ in 0..4 {
+            assert_eq!(memset_async(dev.ptr(), 4096, stream.ptr()), 0);
+        }
+        stream
+    };
+    destroyed_by_one("aclrtDestroyStream", 200, busy_stream, |s, _| {
+        code!(aclrtDestroyStream(s.ptr()))
+    });
+    destroyed_by_one(
+        "aclrtDestroyStream(Force)",
+        200,
+        busy_stream,
+        |s, second| match second {
+            true => code!(aclrtDestroyStreamForce(s.ptr())),
+            false => code!(aclrtDestroyStream(s.ptr())),
+        },
+    );
+    let context = || {
+        let mut ctx = ptr::null_mut();
+        acl!(aclrtCreateContext(&mut ctx, 0));
+        set_device(0);
+        Raw::of(ctx)
+    };
+    destroyed_by_one("aclrtDestroyContext", 200, context, |c, _| {
+        code!(aclrtDestroyContext(c.ptr()))
+    });
+    let pool = || {
+        let props = aclrtMemPoolProps {
+            allocType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+            handleType: ACL_MEM_HANDLE_TYPE_NONE,
+            location: aclrtMemLocation {
+                id: 0,
+                type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+            },
+            maxSize: 0,
+            reserved: [0; 32],
+        };
+        let mut pool = ptr::null_mut();
+        acl!(aclrtMemPoolCreate(&mut pool, &props));
+        Raw::of(pool)
+    };
+    destroyed_by_one("aclrtMemPoolDestroy", 200, pool, |p, _| {
+        code!(aclrtMemPoolDestroy(p.ptr()))
+    });
+    destroyed_by_one(
+        "aclrtDestroyNotify",
+        200,
+        || Raw::of(create_notify()),
+        |n, _| code!(aclrtDestroyNotify(n.ptr())),
+    );
+    destroyed_by_one(
+        "aclrtBinaryUnLoad",
+        200,
+        || Raw::of(registry_binary(&["add_one_u32"])),
+        |b, _| code!(aclrtBinaryUnLoad(b.ptr())),
+    );
+    // SAFETY: the description of 64 bytes of a live device allocation, never dereferenced.
+    let data_buffer = || Raw::of(unsafe { aclCreateDataBuffer(dev.ptr(), 64) });
+    destroyed_by_one("aclDestroyDataBuffer", 200, data_buffer, |d, _| {
+        code!(aclDestroyDataBuffer(d.ptr::<aclDataBuffer>()))
+    });
+    destroyed_by_one(
+        "aclrtAllocatorDestroyDesc",
+        200,
+        // SAFETY: no preconditions.
+        || Raw::of(unsafe { aclrtAllocatorCreateDesc() }),
+        |d, _| code!(aclrtAllocatorDestroyDesc(d.ptr())),
+    );
+    static IMAGE: [u8; 16] = [1; 16];
+    destroyed_by_one(
+        "aclrtDestroyBinary",
+        200,
+        // SAFETY: 16 readable bytes, which the description only points to.
+        || Raw::of(unsafe { aclrtCreateBinary(IMAGE.as_ptr().cast(), IMAGE.len()) }),
+        |b, _| code!(aclrtDestroyBinary(b.ptr())),
+    );
+    let physical = || {
+        let prop = aclrtPhysicalMemProp {
+            handleType: ACL_MEM_HANDLE_TYPE_NONE,
+            allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+            memAttr: ACL_MEM_HUGE,
+            location: aclrtMemLocation {
+                id: 0,
+                type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+            },
+            reserve: 0,
+        };
+        let mut handle = ptr::null_mut();
+        acl!(aclrtMallocPhysical(&mut handle, 2 << 20, &prop, 0));
+        Raw::of(handle)
+    };
+    destroyed_by_one("aclrtFreePhysical", 200, physical, |h, _| {
+        code!(aclrtFreePhysical(h.ptr()))
+    });
+    acl!(aclrtFree(dev.ptr()));
+}
+
+/// Set by a model instance's destroy callback.
+static MODEL_DESTROYED: AtomicBool = AtomicBool::new(false);
+/// Counts the instance's replayed host functions that ran after its destroy callback.
+static RAN_AFTER_DESTROY: AtomicI32 = AtomicI32::new(0);
+
+unsafe extern "C" fn model_destroyed(_: *mut c_void) {
+    MODEL_DESTROYED.store(true, Ordering::SeqCst);
+}
+
+unsafe extern "C" fn model_task(_: *mut c_void) {
+    if MODEL_DESTROYED.load(Ordering::SeqCst) {
+        RAN_AFTER_DESTROY.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Found (fourteenth session): aclmdlRIDestroy checked only for tasks still on a stream, so
+/// it could pass between the first tasks of an execution leaving their stream and the last
+/// being queued: it succeeded, ran its destroy callbacks, and the execution's later tasks ran
+/// after them. A destroy now waits its turn against an execution being queued: it fails with
+/// 107037 until the execution's tasks are done, and an execution queued after it fails with
+/// 107017.
+#[test]
+fn a_model_instance_is_not_destroyed_while_an_execution_is_being_queued() {
+    install_eight_devices();
+    set_device(0);
+    let dev = Raw::of(malloc(4096));
+    let exec_stream = Raw::of(create_stream());
+    for round in 0..60 {
+        let capture = create_stream();
+        acl!(aclmdlRICaptureBegin(
+            capture,
+            ACL_MODEL_RI_CAPTURE_MODE_RELAXED
+        ));
+        acl!(aclrtLaunchHostFunc(
+            capture,
+            Some(model_task),
+            ptr::null_mut()
+        ));
+        for _ in 0..500 {
+            assert_eq!(memset_async(dev.ptr(), 4096, capture), 0);
+        }
+        acl!(aclrtLaunchHostFunc(
+            capture,
+            Some(model_task),
+            ptr::null_mut()
+        ));
+        let mut model = ptr::null_mut();
+        acl!(aclmdlRICaptureEnd(capture, &mut model));
+        acl!(aclrtDestroyStream(capture));
+        MODEL_DESTROYED.store(false, Ordering::SeqCst);
+        acl!(aclmdlRIDestroyRegisterCallback(
+            model,
+            Some(model_destroyed),
+            ptr::null_mut()
+        ));
+        let model = Raw::of(model);
+        let go = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let executor = {
+            let go = go.clone();
+            thread::spawn(move || {
+                set_device(0);
+                go.wait();
+                (0..2)
+                    .map(|_| code!(aclmdlRIExecuteAsync(model.ptr(), exec_stream.ptr())))
+                    .collect::<Vec<_>>()
+            })
+        };
+        go.wait();
+        let destroyed = loop {
+            match code!(aclmdlRIDestroy(model.ptr())) {
+                ACL_ERROR_RT_MODEL_RUNNING => thread::yield_now(),
+                code => break code,
+            }
+        };
+        let executed = bounded("executions racing a destroy", move || {
+            executor.join().unwrap()
+        });
+        acl!(aclrtSynchronizeStream(exec_stream.ptr()));
+        assert_eq!(destroyed, 0, "round {round}");
+        assert!(
+            executed
+                .iter()
+                .all(|&code| code == 0 || code == ACL_ERROR_RT_INVALID_HANDLE),
+            "round {round}: {executed:?}"
+        );
+        assert_eq!(
+            RAN_AFTER_DESTROY.load(Ordering::SeqCst),
+            0,
+            "round {round}: a task of the instance ran after its destroy callback"
+        );
+    }
+    acl!(aclrtDestroyStream(exec_stream.ptr()));
     acl!(aclrtFree(dev.ptr()));
 }
 

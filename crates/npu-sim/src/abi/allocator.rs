@@ -44,8 +44,10 @@ pub unsafe extern "C" fn aclrtAllocatorDestroyDesc(allocatorDesc: aclrtAllocator
     guard("aclrtAllocatorDestroyDesc", || {
         let sim = sim()?;
         desc(sim, allocatorDesc)?;
-        sim.allocators.descs.remove(handle::from_ptr(allocatorDesc));
-        Ok(())
+        sim.allocators
+            .descs
+            .remove_live(handle::from_ptr(allocatorDesc))
+            .map(drop)
     })
 }
 

@@ -44,9 +44,7 @@ pub unsafe extern "C" fn aclrtDestroyBinary(binary: aclrtBinary) -> aclError {
         non_null(binary, "binary")?;
         let sim = sim()?;
         let handle = handle::from_ptr(binary);
-        sim.binary_data.resolve(handle)?;
-        sim.binary_data.remove(handle);
-        Ok(())
+        sim.binary_data.remove_live(handle).map(drop)
     })
 }
 

@@ -44,8 +44,8 @@ pub unsafe extern "C" fn aclDestroyDataBuffer(dataBuffer: *const aclDataBuffer) 
         buffer(dataBuffer)?;
         sim()?
             .data_buffers
-            .remove(handle::from_ptr(dataBuffer.cast()));
-        Ok(())
+            .remove_live(handle::from_ptr(dataBuffer.cast()))
+            .map(drop)
     })
 }
 

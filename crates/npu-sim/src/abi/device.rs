@@ -94,7 +94,8 @@ fn release(sim: &Sim, device_id: i32, force: bool) -> Res<()> {
         }
     };
     if let Some(ctx) = released.and_then(|handle| sim.contexts.get(handle)) {
-        ctx.destroy(sim);
+        // The primary context is released here only: no other call destroys it.
+        let _ = ctx.destroy(sim);
     }
     Ok(())
 }

@@ -121,8 +121,7 @@ pub unsafe extern "C" fn aclrtBinaryUnLoad(binHandle: aclrtBinHandle) -> aclErro
         non_null(binHandle, "binHandle")?;
         let sim = sim()?;
         let handle = handle::from_ptr(binHandle);
-        let binary = sim.binaries.resolve(handle)?;
-        sim.binaries.remove(handle);
+        let binary = sim.binaries.remove_live(handle)?;
         for function in binary.unload() {
             retire_function(sim, function);
         }

@@ -48,8 +48,9 @@ pub(super) fn own_stream(sim: &Sim, ctx: &Context, flags: u32) -> Res<Arc<Stream
 
 /// Retires the instance: its handle and its tasks' handles, its bindings, the streams it
 /// owns.
-pub(super) fn discard(sim: &Sim, model: &ModelRi) {
-    sim.models.remove(model.handle);
+/// Fails (107017) if another call retired it first.
+pub(super) fn discard(sim: &Sim, model: &ModelRi) -> Res<()> {
+    sim.models.remove_live(model.handle)?;
     for handle in model.take_task_handles() {
         sim.model_tasks.remove(handle);
     }
@@ -63,6 +64,7 @@ pub(super) fn discard(sim: &Sim, model: &ModelRi) {
             ctx.remove_stream(stream.handle);
         }
     }
+    Ok(())
 }
 
 /// The stream, of the current context, must belong to the instance's context
@@ -103,14 +105,9 @@ pub unsafe extern "C" fn aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtSt
 pub unsafe extern "C" fn aclmdlRIDestroy(modelRI: aclmdlRI) -> aclError {
     guard("aclmdlRIDestroy", || {
         let model = complete_model(modelRI, "destroying it")?;
-        ensure!(
-            !model.running(),
-            ACL_ERROR_RT_MODEL_RUNNING,
-            "model runtime instance {} is still running (synchronize the streams it executes on first)",
-            model.id
-        );
         let sim = sim()?;
-        discard(sim, &model);
+        model.retire()?;
+        discard(sim, &model)?;
         model.run_destroy_callbacks();
         Ok(())
     })

@@ -73,9 +73,9 @@ pub unsafe extern "C" fn aclrtDestroyNotify(notify: aclrtNotify) -> aclError {
         let sim = sim()?;
         lookup(notify)?;
         let handle = handle::from_ptr(notify);
+        sim.notifies.remove_live(handle)?;
         // Its keys stop being importable; other processes' notifies of it live on.
         sim.ipc.forget(crate::ipc::Kind::Notify, handle as usize);
-        sim.notifies.remove(handle);
         Ok(())
     })
 }

@@ -82,8 +82,7 @@ pub unsafe extern "C" fn aclrtMemPoolDestroy(memPool: aclrtMemPool) -> aclError 
         let pool = resolve(memPool)?;
         let sim = sim()?;
         quiesce(sim, pool.device.id);
-        sim.pools.destroy(&sim.memory, &pool);
-        Ok(())
+        sim.pools.destroy(&sim.memory, &pool)
     })
 }
 
