@@ -205,18 +205,8 @@ fn a_handle_destroyed_by_two_threads_at_once_is_destroyed_by_one() {
         code!(aclrtDestroyContext(c.ptr()))
     });
     let pool = || {
-        let props = aclrtMemPoolProps {
-            allocType: ACL_MEM_ALLOCATION_TYPE_PINNED,
-            handleType: ACL_MEM_HANDLE_TYPE_NONE,
-            location: aclrtMemLocation {
-                id: 0,
-                type_: ACL_MEM_LOCATION_TYPE_DEVICE,
-            },
-            maxSize: 0,
-            reserved: [0; 32],
-        };
         let mut pool = ptr::null_mut();
-        acl!(aclrtMemPoolCreate(&mut pool, &props));
+        acl!(aclrtMemPoolCreate(&mut pool, &device_pool_props(0)));
         Raw::of(pool)
     };
     destroyed_by_one("aclrtMemPoolDestroy", 200, pool, |p, _| {
@@ -255,18 +245,13 @@ fn a_handle_destroyed_by_two_threads_at_once_is_destroyed_by_one() {
         |b, _| code!(aclrtDestroyBinary(b.ptr())),
     );
     let physical = || {
-        let prop = aclrtPhysicalMemProp {
-            handleType: ACL_MEM_HANDLE_TYPE_NONE,
-            allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
-            memAttr: ACL_MEM_HUGE,
-            location: aclrtMemLocation {
-                id: 0,
-                type_: ACL_MEM_LOCATION_TYPE_DEVICE,
-            },
-            reserve: 0,
-        };
         let mut handle = ptr::null_mut();
-        acl!(aclrtMallocPhysical(&mut handle, 2 << 20, &prop, 0));
+        acl!(aclrtMallocPhysical(
+            &mut handle,
+            2 << 20,
+            &huge_physical_prop(0),
+            0
+        ));
         Raw::of(handle)
     };
     destroyed_by_one("aclrtFreePhysical", 200, physical, |h, _| {

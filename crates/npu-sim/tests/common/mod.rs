@@ -325,3 +325,31 @@ macro_rules! fails {
         );
     }};
 }
+
+/// The properties of a device memory pool on `device` with the default maximum size.
+pub fn device_pool_props(device: u32) -> aclrtMemPoolProps {
+    aclrtMemPoolProps {
+        allocType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+        handleType: ACL_MEM_HANDLE_TYPE_NONE,
+        location: aclrtMemLocation {
+            id: device,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        maxSize: 0,
+        reserved: [0; 32],
+    }
+}
+
+/// The properties of huge-page physical memory on `device`.
+pub fn huge_physical_prop(device: u32) -> aclrtPhysicalMemProp {
+    aclrtPhysicalMemProp {
+        handleType: ACL_MEM_HANDLE_TYPE_NONE,
+        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+        memAttr: ACL_MEM_HUGE,
+        location: aclrtMemLocation {
+            id: device,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        reserve: 0,
+    }
+}
