@@ -25,14 +25,8 @@ fn serial() -> MutexGuard<'static, ()> {
 
 fn props(device: u32, max_size: usize) -> aclrtMemPoolProps {
     aclrtMemPoolProps {
-        allocType: ACL_MEM_ALLOCATION_TYPE_PINNED,
-        handleType: ACL_MEM_HANDLE_TYPE_NONE,
-        location: aclrtMemLocation {
-            id: device,
-            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
-        },
         maxSize: max_size,
-        reserved: [0; 32],
+        ..device_pool_props(device)
     }
 }
 
