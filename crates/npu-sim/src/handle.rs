@@ -175,7 +175,19 @@ impl<T> HandleTable<T> {
 
     /// Looks a handle up, failing with ACL_ERROR_RT_INVALID_HANDLE.
     pub(crate) fn resolve(&self, handle: Handle) -> Res<Arc<T>> {
-        match self.get(handle) {
+        self.found(handle, self.get(handle))
+    }
+
+    /// Removes a live handle for a destroy call, failing as [`Self::resolve`] does if it is
+    /// not live: two calls may both have looked the handle up before either removed it, and
+    /// only the one whose removal finds it destroys it.
+    pub(crate) fn remove_live(&self, handle: Handle) -> Res<Arc<T>> {
+        self.found(handle, self.remove(handle))
+    }
+
+    /// The object found for `handle`, or ACL_ERROR_RT_INVALID_HANDLE if there was none.
+    fn found(&self, handle: Handle, object: Option<Arc<T>>) -> Res<Arc<T>> {
+        match object {
             Some(value) => Ok(value),
             None => fail!(
                 ACL_ERROR_RT_INVALID_HANDLE,
@@ -187,21 +199,6 @@ impl<T> HandleTable<T> {
     }
 
     /// Removes a handle; later lookups of it fail. Returns the object if it was live.
-    /// Removes a live handle for a destroy call, which fails as a call on a destroyed handle
-    /// does if another call removed it first: two calls may both have looked the handle up
-    /// before either removed it, and only one of them destroys it.
-    pub(crate) fn remove_live(&self, handle: Handle) -> Res<Arc<T>> {
-        match self.remove(handle) {
-            Some(value) => Ok(value),
-            None => fail!(
-                ACL_ERROR_RT_INVALID_HANDLE,
-                "{:#x} is not a live {} handle (another call destroyed it)",
-                handle,
-                self.kind.noun()
-            ),
-        }
-    }
-
     pub(crate) fn remove(&self, handle: Handle) -> Option<Arc<T>> {
         let mut slots = lock(&self.slots);
         let index = self.index_of(&slots, handle)?;

@@ -324,9 +324,9 @@ impl Stream {
     /// learns of the doom. This is what keeps a program that frees memory once its waits have
     /// failed from freeing it under a kernel that is still writing.
     ///
-    /// The doom is read before `running` (a stop's flag with `SeqCst`, as the worker sets
-    /// `running` and then reads the flag in [`Self::start_running`]): either this sees the
-    /// task running, or the worker sees the stop this reports and does not start the task.
+    /// The doom is read before `running` (its flags with `SeqCst`, as the worker sets `running`
+    /// and then reads the doom in [`Self::start_running`]): either this sees the task running,
+    /// or the worker sees the doom this reports and does not start the task.
     pub(crate) fn settled_doom(&self) -> Option<aclError> {
         let doom = self.doom()?;
         (!self.running.load(Ordering::SeqCst)).then_some(doom)

@@ -340,7 +340,7 @@ impl Vmm {
         // Another free may have retired the handle between the lookup and the lock (the
         // retirement happens under this lock): that call freed it, this one finds it stale.
         ensure!(
-            refs.0 > 0 && self.physical.get(handle).is_some(),
+            self.physical.get(handle).is_some(),
             ACL_ERROR_RT_INVALID_HANDLE,
             "physical memory handle {handle:#x} was freed by another call"
         );

@@ -42,8 +42,8 @@ pub unsafe extern "C" fn aclrtAllocatorCreateDesc() -> aclrtAllocatorDesc {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtAllocatorDestroyDesc(allocatorDesc: aclrtAllocatorDesc) -> aclError {
     guard("aclrtAllocatorDestroyDesc", || {
+        non_null(allocatorDesc, "allocatorDesc")?;
         let sim = sim()?;
-        desc(sim, allocatorDesc)?;
         sim.allocators
             .descs
             .remove_live(handle::from_ptr(allocatorDesc))

@@ -41,7 +41,7 @@ pub unsafe extern "C" fn aclCreateDataBuffer(data: *mut c_void, size: usize) -> 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclDestroyDataBuffer(dataBuffer: *const aclDataBuffer) -> aclError {
     guard("aclDestroyDataBuffer", || {
-        buffer(dataBuffer)?;
+        non_null(dataBuffer, "dataBuffer")?;
         sim()?
             .data_buffers
             .remove_live(handle::from_ptr(dataBuffer.cast()))

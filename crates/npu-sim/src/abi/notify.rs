@@ -70,8 +70,8 @@ pub unsafe extern "C" fn aclrtCreateNotify(notify: *mut aclrtNotify, flag: u64) 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtDestroyNotify(notify: aclrtNotify) -> aclError {
     guard("aclrtDestroyNotify", || {
+        non_null(notify, "notify")?;
         let sim = sim()?;
-        lookup(notify)?;
         let handle = handle::from_ptr(notify);
         sim.notifies.remove_live(handle)?;
         // Its keys stop being importable; other processes' notifies of it live on.
