@@ -133,6 +133,22 @@ fn a_stream_destroyed_under_concurrent_submissions_runs_every_task_it_accepted()
     acl!(aclrtFree(dev.ptr()));
 }
 
+/// Starts `f` on a thread bound to device 0 and returns once both it and the caller are at
+/// the start line, so that what the caller does next overlaps `f`.
+fn alongside<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> thread::JoinHandle<T> {
+    let go = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let other = {
+        let go = go.clone();
+        thread::spawn(move || {
+            set_device(0);
+            go.wait();
+            f()
+        })
+    };
+    go.wait();
+    other
+}
+
 /// Runs `rounds` rounds in which two threads call `destroy` on one fresh handle from `make`
 /// at once (the second with `true`): exactly one may succeed, the other must find the handle
 /// stale (107017), as for any handle destroyed already.
@@ -144,16 +160,7 @@ fn destroyed_by_one(
 ) {
     for round in 0..rounds {
         let handle = make();
-        let go = std::sync::Arc::new(std::sync::Barrier::new(2));
-        let other = {
-            let go = go.clone();
-            thread::spawn(move || {
-                set_device(0);
-                go.wait();
-                destroy(handle, true)
-            })
-        };
-        go.wait();
+        let other = alongside(move || destroy(handle, true));
         let mine = destroy(handle, false);
         let theirs = bounded(what, move || other.join().unwrap());
         let mut codes = [mine, theirs];
@@ -316,18 +323,11 @@ fn a_model_instance_is_not_destroyed_while_an_execution_is_being_queued() {
             ptr::null_mut()
         ));
         let model = Raw::of(model);
-        let go = std::sync::Arc::new(std::sync::Barrier::new(2));
-        let executor = {
-            let go = go.clone();
-            thread::spawn(move || {
-                set_device(0);
-                go.wait();
-                (0..2)
-                    .map(|_| code!(aclmdlRIExecuteAsync(model.ptr(), exec_stream.ptr())))
-                    .collect::<Vec<_>>()
-            })
-        };
-        go.wait();
+        let executor = alongside(move || {
+            (0..2)
+                .map(|_| code!(aclmdlRIExecuteAsync(model.ptr(), exec_stream.ptr())))
+                .collect::<Vec<_>>()
+        });
         let destroyed = loop {
             match code!(aclmdlRIDestroy(model.ptr())) {
                 ACL_ERROR_RT_MODEL_RUNNING => thread::yield_now(),

@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::mpsc::channel;
 
-use common::{HANG, hold_the_reactor, stream};
+use common::{HANG, blocking_pool, hold_the_reactor, stream};
 use futures::future::join_all;
 use npu_core::Device;
 use npu_stream::Strategy;
@@ -25,13 +25,6 @@ const BATCH: usize = 100;
 fn completing_the_head_of_a_long_chain_does_not_overflow_the_stack() {
     let context = Device::open(0).unwrap().primary_context().clone();
     let stream = stream(&context, Strategy::BlockingSync);
-    let blocking_pool = |threads| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .max_blocking_threads(threads)
-            .build()
-            .unwrap()
-    };
     // The first operation's wait is queued behind a blocking task that holds its runtime's
     // only blocking thread until the test lets it go. The overseer then hands the operation to
     // the reactor, which the test holds too: the head stays incomplete until both are let go.

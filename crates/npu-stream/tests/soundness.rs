@@ -18,7 +18,7 @@ use std::task::{Context as TaskContext, Wake, Waker};
 use std::thread;
 use std::time::Duration;
 
-use common::{HANG, STRATEGIES, in_process, invalid, stream};
+use common::{HANG, STRATEGIES, blocking_pool, in_process, invalid, stream};
 use npu_core::{AclCode, Context, Device, Function, Module, ffi};
 use npu_mem::{DeviceBuffer, PinnedBuffer, PinnedPool};
 use npu_sim::control;
@@ -305,16 +305,6 @@ fn blocking_sync_survives_a_runtime_that_drops_its_waits_unrun() {
     drop((op, next));
 }
 
-/// A Tokio runtime whose blocking pool has a single thread.
-fn one_blocking_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .max_blocking_threads(1)
-        .enable_time()
-        .build()
-        .unwrap()
-}
-
 /// Found (fourteenth session): a `BlockingSync` wait queued on a Tokio blocking pool with no
 /// free thread stayed queued, and its operation incomplete, for as long as the pool was full:
 /// for ever when the task holding the pool's only thread waited for that very operation with
@@ -329,7 +319,7 @@ fn a_blocking_sync_operation_completes_when_the_blocking_pool_is_full() {
     let waited = returns_promptly("wait_blocking on the pool's only thread", {
         let ctx = ctx.clone();
         move || {
-            let rt = one_blocking_thread();
+            let rt = blocking_pool(1);
             let waited = rt.block_on(rt.spawn_blocking(move || {
                 let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
                 op.completion().wait_blocking()
@@ -342,7 +332,7 @@ fn a_blocking_sync_operation_completes_when_the_blocking_pool_is_full() {
     // `tokio::io::stdin`'s reader does).
     let s = stream(&ctx, Strategy::BlockingSync);
     let filled = returns_promptly("an await while the pool is busy", move || {
-        let rt = one_blocking_thread();
+        let rt = blocking_pool(1);
         let (done, busy_until) = mpsc::channel::<()>();
         let (started, running) = mpsc::channel();
         rt.spawn_blocking(move || {

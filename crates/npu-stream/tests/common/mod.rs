@@ -163,6 +163,16 @@ pub fn memsets_until_refused(
     }
 }
 
+/// A Tokio runtime with one worker and a blocking pool of `threads` threads.
+pub fn blocking_pool(threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(threads)
+        .enable_time()
+        .build()
+        .expect("tokio runtime")
+}
+
 /// Wakes a task by holding the waking thread until the test lets it go.
 struct HoldsItsWaker {
     entered: Mutex<std::sync::mpsc::Sender<()>>,
