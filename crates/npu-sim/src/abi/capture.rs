@@ -137,8 +137,7 @@ pub unsafe extern "C" fn aclmdlRICaptureEnd(
             model.adopt_streams(|| own_stream(sim, &ctx, ACL_STREAM_PERSISTENT))
         });
         if let Err(error) = outcome {
-            // The instance was never handed out: nothing else can have discarded it.
-            let _ = discard(sim, model);
+            discard(sim, model);
             return Err(error);
         }
         write_out(modelRI, "modelRI", handle::to_ptr(model.handle))

@@ -47,10 +47,9 @@ pub(super) fn own_stream(sim: &Sim, ctx: &Context, flags: u32) -> Res<Arc<Stream
 }
 
 /// Retires the instance: its handle and its tasks' handles, its bindings, the streams it
-/// owns.
-/// Fails (107017) if another call retired it first.
-pub(super) fn discard(sim: &Sim, model: &ModelRi) -> Res<()> {
-    sim.models.remove_live(model.handle)?;
+/// owns. A destroy calls it once [`ModelRi::retire`] has decided that this call destroys it.
+pub(super) fn discard(sim: &Sim, model: &ModelRi) {
+    sim.models.remove(model.handle);
     for handle in model.take_task_handles() {
         sim.model_tasks.remove(handle);
     }
@@ -64,7 +63,6 @@ pub(super) fn discard(sim: &Sim, model: &ModelRi) -> Res<()> {
             ctx.remove_stream(stream.handle);
         }
     }
-    Ok(())
 }
 
 /// The stream, of the current context, must belong to the instance's context
@@ -107,7 +105,7 @@ pub unsafe extern "C" fn aclmdlRIDestroy(modelRI: aclmdlRI) -> aclError {
         let model = complete_model(modelRI, "destroying it")?;
         let sim = sim()?;
         model.retire()?;
-        discard(sim, &model)?;
+        discard(sim, &model);
         model.run_destroy_callbacks();
         Ok(())
     })
