@@ -73,6 +73,28 @@ fn create_notify() -> aclrtNotify {
     notify
 }
 
+/// Reserves `reserve` bytes of address space and maps one huge page of `device`'s physical
+/// memory at its start.
+fn one_huge_page_mapped(device: u32, reserve: usize) -> (*mut c_void, aclrtDrvMemHandle) {
+    let mut va = ptr::null_mut();
+    acl!(aclrtReserveMemAddress(
+        &mut va,
+        reserve,
+        0,
+        ptr::null_mut(),
+        0
+    ));
+    let mut physical = ptr::null_mut();
+    acl!(aclrtMallocPhysical(
+        &mut physical,
+        2 * MIB,
+        &huge_physical_prop(device),
+        0
+    ));
+    acl!(aclrtMapMem(va, 2 * MIB, 0, physical, 0));
+    (va, physical)
+}
+
 /// Promise: a stream destroyed on one thread while another keeps submitting to it either takes
 /// each task (and runs it: every event recorded on it completes) or refuses it with 107017;
 /// no accepted task is left behind in a stream whose worker is gone.
@@ -685,27 +707,7 @@ fn memory_freed_or_unmapped_under_queued_tasks_fails_them_and_touches_nothing() 
     let host = malloc_host(4096);
     // SAFETY: 4096 bytes of pinned memory just allocated.
     unsafe { ptr::write_bytes(host.cast::<u8>(), 9, 4096) };
-    let mut va = ptr::null_mut();
-    acl!(aclrtReserveMemAddress(
-        &mut va,
-        2 * MIB,
-        0,
-        ptr::null_mut(),
-        0
-    ));
-    let prop = aclrtPhysicalMemProp {
-        handleType: ACL_MEM_HANDLE_TYPE_NONE,
-        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
-        memAttr: ACL_MEM_HUGE,
-        location: aclrtMemLocation {
-            id: 6,
-            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
-        },
-        reserve: 0,
-    };
-    let mut physical = ptr::null_mut();
-    acl!(aclrtMallocPhysical(&mut physical, 2 * MIB, &prop, 0));
-    acl!(aclrtMapMem(va, 2 * MIB, 0, physical, 0));
+    let (va, physical) = one_huge_page_mapped(6, 2 * MIB);
     let (upload, memset) = (create_event(), create_event());
     control::hold(6).unwrap();
     h2d_async(dev, host, 4096, stream);
@@ -1271,27 +1273,7 @@ fn access_of(va: *mut c_void, device: u32) -> aclrtMemAccessFlags {
 fn a_refused_access_change_changes_nothing() {
     install_eight_devices();
     set_device(0);
-    let mut va = ptr::null_mut();
-    acl!(aclrtReserveMemAddress(
-        &mut va,
-        4 * MIB,
-        0,
-        ptr::null_mut(),
-        0
-    ));
-    let prop = aclrtPhysicalMemProp {
-        handleType: ACL_MEM_HANDLE_TYPE_NONE,
-        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
-        memAttr: ACL_MEM_HUGE,
-        location: aclrtMemLocation {
-            id: 0,
-            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
-        },
-        reserve: 0,
-    };
-    let mut physical = ptr::null_mut();
-    acl!(aclrtMallocPhysical(&mut physical, 2 * MIB, &prop, 0));
-    acl!(aclrtMapMem(va, 2 * MIB, 0, physical, 0));
+    let (va, physical) = one_huge_page_mapped(0, 4 * MIB);
     let entry = |device: u32| aclrtMemAccessDesc {
         flags: ACL_RT_MEM_ACCESS_FLAGS_READ,
         location: aclrtMemLocation {
@@ -1350,27 +1332,7 @@ fn a_reservation_is_not_released_while_its_unmap_waits_for_a_running_kernel() {
     .unwrap();
     set_device(3);
     let func = function(registry_binary(&["hold_until_go"]), "hold_until_go");
-    let mut va = ptr::null_mut();
-    acl!(aclrtReserveMemAddress(
-        &mut va,
-        2 * MIB,
-        0,
-        ptr::null_mut(),
-        0
-    ));
-    let prop = aclrtPhysicalMemProp {
-        handleType: ACL_MEM_HANDLE_TYPE_NONE,
-        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
-        memAttr: ACL_MEM_HUGE,
-        location: aclrtMemLocation {
-            id: 3,
-            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
-        },
-        reserve: 0,
-    };
-    let mut physical = ptr::null_mut();
-    acl!(aclrtMallocPhysical(&mut physical, 2 * MIB, &prop, 0));
-    acl!(aclrtMapMem(va, 2 * MIB, 0, physical, 0));
+    let (va, physical) = one_huge_page_mapped(3, 2 * MIB);
     let stream = create_stream();
     // The kernel's arguments live in the mapping: the task holds it while the kernel runs.
     acl!(aclrtLaunchKernel(func, 1, va, 64, stream));
