@@ -23,7 +23,7 @@ fn install() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         npu_sim::SimConfig::default()
-            .devices(7)
+            .devices(8)
             .memory_per_device(CAPACITY as u64)
             .install()
             .unwrap();
@@ -163,6 +163,31 @@ fn allocations_are_rounded_aligned_zeroed_and_counted_against_the_capacity() {
     acl!(aclrtFree(p));
     acl!(aclrtFreeWithDevSync(big));
     assert_eq!(mem_info(), (CAPACITY, CAPACITY));
+}
+
+/// The reference (aclrtMalloc's policy parameter): a rule outside aclrtMemMallocPolicy takes
+/// huge pages when size >= 2 MiB, normal pages below, unlike HUGE_FIRST, which takes huge pages
+/// above 1 MiB.
+#[test]
+fn a_policy_outside_the_enumeration_takes_huge_pages_from_2_mib() {
+    install();
+    set_device(7);
+    let unknown = (ACL_MEM_MALLOC_HUGE1G_ONLY_P2P + 1) as aclrtMemMallocPolicy;
+    let mut p = ptr::null_mut();
+    for (size, policy, expected) in [
+        (3 << 19, unknown, (3 << 19) + 32),
+        (3 << 19, 0x7f, (3 << 19) + 32),
+        (3 << 19, ACL_MEM_MALLOC_HUGE_FIRST, 2 << 20),
+        ((2 << 20) - 32, unknown, (2 << 20) - 32 + 32),
+        (2 << 20, unknown, 4 << 20),
+    ] {
+        acl!(aclrtMalloc(&mut p, size, policy));
+        assert_eq!(used(7), expected, "{size} bytes under policy {policy:#x}");
+        acl!(aclrtFree(p));
+    }
+    acl!(aclrtMallocCached(&mut p, 3 << 19, unknown));
+    assert_eq!(used(7), (3 << 19) + 32, "aclrtMallocCached is aclrtMalloc");
+    acl!(aclrtFree(p));
 }
 
 #[test]

@@ -21,8 +21,11 @@ fn page_size(policy: aclrtMemMallocPolicy, size: usize) -> u32 {
         ACL_MEM_MALLOC_HUGE_ONLY | ACL_MEM_MALLOC_HUGE_ONLY_P2P => HUGE_PAGE,
         ACL_MEM_MALLOC_HUGE1G_ONLY | ACL_MEM_MALLOC_HUGE1G_ONLY_P2P => GIANT_PAGE,
         ACL_MEM_MALLOC_NORMAL_ONLY | ACL_MEM_MALLOC_NORMAL_ONLY_P2P => PAGE as u32,
-        // HUGE_FIRST, and unknown values (treated as the default by the ACL layer).
-        _ if size > 1 << 20 => HUGE_PAGE,
+        ACL_MEM_MALLOC_HUGE_FIRST | ACL_MEM_MALLOC_HUGE_FIRST_P2P if size > 1 << 20 => HUGE_PAGE,
+        ACL_MEM_MALLOC_HUGE_FIRST | ACL_MEM_MALLOC_HUGE_FIRST_P2P => PAGE as u32,
+        // A rule outside aclrtMemMallocPolicy: huge pages from 2 MiB on, as the reference
+        // says of every aclrtMalloc* policy parameter (HUGE_FIRST's threshold is 1 MiB).
+        _ if size >= HUGE_PAGE as usize => HUGE_PAGE,
         _ => PAGE as u32,
     }
 }
