@@ -228,6 +228,9 @@ pub(crate) struct Event {
     shared: OnceLock<Arc<SharedEvent>>,
     /// The key its first export published (aclrtIpcGetEventHandle hands out the same one).
     key: OnceLock<String>,
+    /// One more reference for each wait task on the event (aclrtStreamWaitEvent) still in its
+    /// stream: the task drops it before it counts as finished (aclrtQueryEventWaitStatus).
+    waits: Arc<()>,
 }
 
 /// Where the latest record of an event is, for a wait, sync or query.
@@ -267,6 +270,7 @@ impl Event {
             wait_flag: OnceLock::new(),
             shared: OnceLock::new(),
             key: OnceLock::new(),
+            waits: Arc::new(()),
         })
     }
 
@@ -323,6 +327,16 @@ impl Event {
             }
         }
         current.map_or(Latest::Never, Latest::Local)
+    }
+
+    /// A reference a wait task on the event holds until it has left its stream.
+    pub(crate) fn wait_ticket(&self) -> Arc<()> {
+        self.waits.clone()
+    }
+
+    /// Whether a wait task on the event is still in its stream (queued, waiting or running).
+    pub(crate) fn waits_pending(&self) -> bool {
+        Arc::strong_count(&self.waits) > 1
     }
 
     /// Whether other streams may wait on it (and it may be reset).

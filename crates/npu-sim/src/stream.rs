@@ -985,7 +985,7 @@ impl Stream {
         self.retire(task, Retired::Abandoned);
     }
 
-    fn retire(&self, task: Task, retired: Retired) {
+    fn retire(&self, mut task: Task, retired: Retired) {
         if matches!(task.op, Op::Callback { block: true, .. }) {
             self.block_callback_ran(task.position);
         }
@@ -1031,6 +1031,8 @@ impl Stream {
             }
         }
         self.begin(task.position);
+        // Whoever sees the wait finished sees it gone from its event's pending waits.
+        drop(task.wait_ticket.take());
         let finished = self.finished.fetch_add(1, Ordering::AcqRel) + 1;
         // Dropping the task may release a kernel library or staged data: outside every lock.
         drop(task);

@@ -267,6 +267,9 @@ pub(crate) struct Task {
     /// A replayed task's slot for aclrtTaskUpdateAsync: the task takes its latest fields as
     /// it starts.
     pub(crate) patch: Option<Arc<PatchSlot>>,
+    /// A wait task's ticket of its event ([`crate::event::Event::wait_ticket`]), dropped
+    /// before the task counts as finished.
+    pub(crate) wait_ticket: Option<Arc<()>>,
 }
 
 impl Task {
@@ -280,6 +283,7 @@ impl Task {
             keep: None,
             aborted: None,
             patch: None,
+            wait_ticket: None,
         }
     }
 

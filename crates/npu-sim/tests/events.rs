@@ -6,6 +6,7 @@ extern crate ascendcl as npu_sim;
 #[macro_use]
 mod common;
 
+use std::ffi::c_void;
 use std::ptr;
 use std::sync::Once;
 
@@ -16,7 +17,7 @@ use npu_sys::*;
 
 fn install() {
     static ONCE: Once = Once::new();
-    ONCE.call_once(|| npu_sim::SimConfig::default().devices(4).install().unwrap());
+    ONCE.call_once(|| npu_sim::SimConfig::default().devices(5).install().unwrap());
 }
 
 fn ex_event(flags: u32) -> aclrtEvent {
@@ -245,4 +246,46 @@ fn flags_decide_what_an_event_supports() {
         control::device_stats(3).unwrap().live_events,
         stats.live_events - events.len() as u64
     );
+}
+
+unsafe extern "C" fn nothing(_: *mut c_void) {}
+
+/// The reference: aclrtQueryEventWaitStatus tells whether the wait tasks issued on the event
+/// (aclrtStreamWaitEvent) have all executed, not only whether its record completed.
+#[test]
+fn the_wait_status_waits_for_the_wait_tasks() {
+    install();
+    set_device(4);
+    let (recorder, waiter) = (create_stream(), create_stream());
+    let event = create_event();
+    let wait_status = |event| {
+        let mut status = 9;
+        acl!(aclrtQueryEventWaitStatus(event, &mut status));
+        status
+    };
+    acl!(aclrtRecordEvent(event, recorder));
+    acl!(aclrtSynchronizeStream(recorder));
+    assert_eq!(
+        wait_status(event),
+        ACL_EVENT_WAIT_STATUS_COMPLETE,
+        "no wait issued"
+    );
+    // The wait task queues behind a BLOCK callback nobody has processed yet.
+    acl!(aclrtSubscribeReport(this_thread(), waiter));
+    acl!(aclrtLaunchCallback(
+        Some(nothing),
+        ptr::null_mut(),
+        ACL_CALLBACK_BLOCK,
+        waiter
+    ));
+    acl!(aclrtStreamWaitEvent(waiter, event));
+    assert_eq!(
+        wait_status(event),
+        ACL_EVENT_WAIT_STATUS_NOT_READY,
+        "the record completed, the wait task has not executed"
+    );
+    acl!(aclrtProcessReport(5_000));
+    acl!(aclrtSynchronizeStream(waiter));
+    assert_eq!(wait_status(event), ACL_EVENT_WAIT_STATUS_COMPLETE);
+    acl!(aclrtUnSubscribeReport(this_thread(), waiter));
 }

@@ -359,8 +359,9 @@ pub unsafe extern "C" fn aclrtQueryEventStatus(
     })
 }
 
-/// Whether a wait on the event would be satisfied: COMPLETE (0) once the latest record
-/// completed, NOT_READY (1) before (and when never recorded). Ex events → 207000.
+/// Whether the waits on the event are done: COMPLETE (0) once the latest record completed and
+/// every wait task issued on the event (aclrtStreamWaitEvent) has left its stream, NOT_READY
+/// (1) before (and when never recorded). Ex events → 207000.
 ///
 /// # Safety
 /// `status` must be NULL or valid for a write.
@@ -374,8 +375,8 @@ pub unsafe extern "C" fn aclrtQueryEventWaitStatus(
             event,
             status,
             Some("aclrtQueryEventWaitStatus"),
-            |_, state| match state {
-                Some(true) => ACL_EVENT_WAIT_STATUS_COMPLETE,
+            |event, state| match state {
+                Some(true) if !event.waits_pending() => ACL_EVENT_WAIT_STATUS_COMPLETE,
                 _ => ACL_EVENT_WAIT_STATUS_NOT_READY,
             },
         )

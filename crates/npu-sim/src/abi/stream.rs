@@ -211,7 +211,8 @@ pub(super) fn wait_event(
             return stream.submit(Task::new(Op::SharedWait { shared, n, timeout }));
         }
     };
-    if record.is_captured() || stream.capture().is_some() {
+    let captured = record.is_captured() || stream.capture().is_some();
+    if captured {
         match crate::capture::wait_dependency(&stream, &record)? {
             true => {}
             // A record of a capture that is over only runs in its replays.
@@ -220,7 +221,12 @@ pub(super) fn wait_event(
     }
     // A completed record still matters: under a timing model the waiting stream cannot
     // start before the record's timestamp.
-    stream.submit(Task::new(Op::Wait { record, timeout }))
+    let mut task = Task::new(Op::Wait { record, timeout });
+    if !captured {
+        // Pending for aclrtQueryEventWaitStatus until the task has left the stream.
+        task.wait_ticket = Some(event.wait_ticket());
+    }
+    stream.submit(task)
 }
 
 /// aclrtStreamWaitEventWithFlag(EXTERNAL): the capturing stream's instance waits, at each of
