@@ -30,10 +30,11 @@ use crate::host_block::PAGE;
 ///
 /// The registration owns the buffer `B` (a [`StableBuffer`]), so the memory can be neither
 /// freed nor moved while registered. Dropping it unregisters (`aclrtHostUnregister`) and then
-/// drops the buffer, once every operation recorded against it has completed; if one of them
-/// failed with an ACL error, the device may not be done with the memory and both are leaked
-/// instead (ACL has no synchronising unregister). [`into_inner`](HostRegistration::into_inner)
-/// gives the buffer back.
+/// drops the buffer, once every operation recorded against it has completed, failed or not:
+/// an operation completes only once the device will never touch its memory again
+/// (docs/cancellation.md, rule 3). Only if unregistering fails are both leaked (the runtime
+/// may still map the memory). [`into_inner`](HostRegistration::into_inner) gives the buffer
+/// back.
 ///
 /// The rules ACL sets are checked before calling it, with an error naming the rule: the
 /// address must be 4 KiB aligned, and the registered size non-zero and whole pages (the
@@ -228,10 +229,10 @@ impl<B: StableBuffer> HostRegistration<B> {
     /// Waits until every operation recorded against the memory has completed, unregisters
     /// it, and gives the buffer back.
     ///
-    /// Fails if an operation that used the memory failed with an ACL error (the device may
-    /// not be done with it: the registration is then dropped, and so leaked, see the type's
-    /// documentation), or if unregistering fails (the buffer is leaked, as the runtime may
-    /// still map it).
+    /// An operation that used the memory and failed (a device fault, an abort) is waited
+    /// for like any other: once it has completed the device is done with the memory, so the
+    /// buffer comes back. Fails only if unregistering fails (the buffer is leaked, as the
+    /// runtime may still map it).
     ///
     /// Cancel safety: not cancel-safe. Dropping the future drops the registration: the memory
     /// is unregistered and the buffer freed after the pending work, as on drop, and the
