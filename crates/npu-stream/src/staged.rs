@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use npu_core::{Context, Error, OpError, Result};
-use npu_mem::{DeviceBuffer, DeviceSlice, MemoryMut, PinnedPool, Pod};
+use npu_mem::{DeviceBuffer, DeviceSlice, MemoryMut, PinnedPool, Pod, Zeroable};
 
 use crate::stream::Stream;
 
@@ -20,8 +20,9 @@ impl Stream {
     /// block returns to the pool once the device copy has completed. Resolves to `dst`.
     ///
     /// `src` and `dst` must have the same length; the block must fit the pool's capacity
-    /// (waiting for one follows [`PinnedPool::alloc`]). An empty copy resolves at once. On
-    /// failure `dst` comes back in the [`OpError`].
+    /// (waiting for one follows [`PinnedPool::alloc`]). The block holds bytes, so elements
+    /// aligned beyond pinned memory's 64 bytes are staged too. An empty copy resolves at
+    /// once. On failure `dst` comes back in the [`OpError`].
     ///
     /// Cancel safety: not cancel-safe. Dropping the future gives up `dst`; if the device
     /// copy was already submitted it still happens, and the block returns to the pool after
@@ -65,14 +66,17 @@ impl Stream {
         if src.is_empty() {
             return Ok(dst);
         }
-        let mut staging = match pool.alloc::<D::Elem>(src.len()).await {
+        // The block holds bytes: pinned memory is only 64-byte aligned, and device memory of
+        // a more strictly aligned element type is still legal to fill.
+        let bytes: &[u8] = bytemuck::cast_slice(src);
+        let mut staging = match pool.alloc::<u8>(bytes.len()).await {
             Ok(staging) => staging,
             Err(error) => return Err(OpError::new(error, dst)),
         };
-        staging.copy_from_slice(src);
-        match self.copy_h2d(staging, dst).await {
-            Ok((_staging, dst)) => Ok(dst),
-            Err(failed) => Err(failed.map_value(|(_staging, dst)| dst)),
+        staging.copy_from_slice(bytes);
+        match self.copy_h2d(staging, dst.into_bytes()).await {
+            Ok((_staging, dst)) => Ok(dst.into_inner()),
+            Err(failed) => Err(failed.map_value(|(_staging, dst)| dst.into_inner())),
         }
     }
 
@@ -114,13 +118,19 @@ impl Stream {
         if src.is_empty() {
             return Ok((src, Vec::new()));
         }
-        let staging = match pool.alloc::<S::Elem>(src.len()).await {
+        // Bytes, as for `copy_from_slice_staged`; the `Vec` has the element type's alignment.
+        let staging = match pool.alloc::<u8>(src.byte_len()).await {
             Ok(staging) => staging,
             Err(error) => return Err(OpError::new(error, src)),
         };
-        match self.copy_d2h(src, staging).await {
-            Ok((src, staging)) => Ok((src, staging.to_vec())),
-            Err(failed) => Err(failed.map_value(|(src, _staging)| src)),
+        match self.copy_d2h(src.into_bytes(), staging).await {
+            Ok((src, staging)) => {
+                let src = src.into_inner();
+                let mut data = vec![<S::Elem as Zeroable>::zeroed(); src.len()];
+                bytemuck::cast_slice_mut::<S::Elem, u8>(&mut data).copy_from_slice(&staging);
+                Ok((src, data))
+            }
+            Err(failed) => Err(failed.map_value(|(src, _staging)| src.into_inner())),
         }
     }
 }

@@ -609,3 +609,42 @@ fn a_device_lost_under_queued_peer_and_host_copies_resolves_everything() {
     });
     run(async { s.synchronize().await.unwrap() });
 }
+
+/// A plain-data element aligned to 128 bytes, more than `aclrtMallocHost` guarantees.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C, align(128))]
+struct Wide([u8; 128]);
+
+// SAFETY: 128 bytes of `u8`: no padding, and every bit pattern is a value.
+unsafe impl bytemuck::Zeroable for Wide {}
+// SAFETY: as above; `Copy` and `'static`.
+unsafe impl bytemuck::Pod for Wide {}
+
+/// Broke: device memory of an element type aligned to more than 64 bytes is legal (and
+/// allocated), yet staging it failed: `Stream::upload`, `download` and the staged copies
+/// asked their pinned pool for blocks of that type, and the pool refuses it, so the user
+/// got an error naming `PinnedPool::alloc`, an API they never called, for valid input. The
+/// staging block holds bytes, whatever the element type.
+#[test]
+fn staged_copies_of_elements_aligned_beyond_pinned_memory_work() {
+    let (_guard, ctx, _) = exclusive();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        run(async {
+            let data = [Wide([1; 128]), Wide([2; 128]), Wide([3; 128])];
+            let device = s.upload(&data).await.expect("upload");
+            let (device, back) = s
+                .copy_to_vec_staged(s.staging_pool(), device)
+                .await
+                .expect("copy_to_vec_staged");
+            assert_eq!(back, data, "{strategy:?}");
+            assert_eq!(back.as_ptr() as usize % 128, 0);
+            let device = s
+                .copy_from_slice_staged(s.staging_pool(), &data[..1], device.view(2..).unwrap())
+                .await
+                .expect("copy_from_slice_staged");
+            let back = s.download(device.into_inner()).await.expect("download");
+            assert_eq!(back, [data[0], data[1], data[0]], "{strategy:?}");
+        });
+    }
+}
