@@ -594,12 +594,6 @@ fn a_device_lost_under_queued_peer_and_host_copies_resolves_everything() {
     hold.release().unwrap();
     let outcomes = run(async { (x.await, y.await, z.await) });
     let (x, y, z) = outcomes;
-    eprintln!(
-        "after the loss: {:?} {:?} {:?}",
-        x.as_ref().err().map(|e| e.to_string()),
-        y.as_ref().err().map(|e| e.to_string()),
-        z.as_ref().err().map(|e| e.to_string())
-    );
     let head = x.map(|(h, _)| h).unwrap_or_else(|e| e.value.unwrap().0);
     let _ = y.map(|(p, _)| p).unwrap_or_else(|e| e.value.unwrap().0);
     let registered = z.map(|(r, _)| r).unwrap_or_else(|e| e.value.unwrap().0);
@@ -646,5 +640,98 @@ fn staged_copies_of_elements_aligned_beyond_pinned_memory_work() {
             let back = s.download(device.into_inner()).await.expect("download");
             assert_eq!(back, [data[0], data[1], data[0]], "{strategy:?}");
         });
+    }
+}
+
+/// Held: the parts of one buffer on two streams of two contexts, one of which a
+/// `FailureMode::Stop` fault stops (taking the queued work behind the fault with it), resolve
+/// with their parts handed back; the healthy part's bytes are right, the allocation is whole
+/// again, and with the futures dropped it is freed only once both sides completed.
+#[test]
+fn parts_on_a_stop_faulted_context_and_a_healthy_one_come_back_whole() {
+    let (_guard, ctx, _) = exclusive();
+    for strategy in STRATEGIES {
+        for dropped in [false, true] {
+            let doomed = ctx.device().create_context().unwrap();
+            let (bad, good) = (stream(&doomed, strategy), stream(&ctx, strategy));
+            bad.set_failure_mode(npu::stream::FailureMode::Stop)
+                .unwrap();
+            sim::fail_task(&bad, 1, npu::error::AclCode(507015)).unwrap();
+            let before = live_allocations(&ctx);
+            let whole = DeviceBuffer::from_host_blocking(&ctx, &[1u8; 64]).unwrap();
+            let (head, rest) = whole.split_at(16).unwrap();
+            let (middle, tail) = rest.split_at(16).unwrap();
+            let hold = sim::hold(&ctx.device()).unwrap();
+            let x = bad.memset(head, 2);
+            let y = bad.memset(middle, 3);
+            let z = good.memset(tail, 4);
+            if dropped {
+                let done = [x.completion(), y.completion(), z.completion()].map(|c| c.clone());
+                drop((x, y, z));
+                assert_eq!(live_allocations(&ctx), before + 1, "{strategy:?}: in use");
+                hold.release().unwrap();
+                run(async {
+                    let results = [done[0].wait().await, done[1].wait().await];
+                    assert!(results.iter().all(Result::is_err), "{strategy:?}");
+                    done[2].wait().await.unwrap();
+                });
+                assert_eq!(
+                    live_allocations(&ctx),
+                    before,
+                    "{strategy:?}: freed after all"
+                );
+                continue;
+            }
+            hold.release().unwrap();
+            run(async {
+                let (x, y, z) = (x.await, y.await, z.await);
+                let head = x.expect_err("the faulted memset").value.unwrap();
+                let middle = y.expect_err("stopped behind the fault").value.unwrap();
+                let tail = z.unwrap();
+                let whole = head.join(middle).unwrap().join(tail).unwrap();
+                let whole = whole.into_whole().unwrap();
+                let back = good.download(whole).await.unwrap();
+                assert!(back[48..].iter().all(|&b| b == 4), "{strategy:?}: {back:?}");
+            });
+            assert_eq!(live_allocations(&ctx), before, "{strategy:?}");
+        }
+    }
+}
+
+/// Held: `HostRegistration::into_inner` waits for a use recorded by hand (an operation that
+/// does not own the registration), and its future dropped meanwhile leaves the registration
+/// registered until that operation completes, then unregisters it.
+#[test]
+fn a_dropped_into_inner_unregisters_only_after_the_recorded_use() {
+    let (_guard, ctx, _) = exclusive();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let registrations = sim::host_stats().unwrap().registrations;
+        let data = PageAlignedBuffer::from_slice(&[1u8; 4096]).unwrap();
+        let registered = HostRegistration::new(&ctx, data, RegisterFlags::PINNED).unwrap();
+        let hold = sim::hold(&ctx.device()).unwrap();
+        let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 0);
+        registered.record_use(op.completion());
+        let mut back = Box::pin(registered.into_inner());
+        let waker = std::task::Waker::noop();
+        let polled = back
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(waker));
+        assert!(
+            polled.is_pending(),
+            "{strategy:?}: waits for the recorded use"
+        );
+        drop(back);
+        sim::flush_releases();
+        let live = sim::host_stats().unwrap().registrations;
+        assert_eq!(live, registrations + 1, "{strategy:?}: still registered");
+        hold.release().unwrap();
+        run(async { op.await.unwrap() });
+        sim::flush_releases();
+        let live = sim::host_stats().unwrap().registrations;
+        assert_eq!(
+            live, registrations,
+            "{strategy:?}: unregistered after the use"
+        );
     }
 }
