@@ -144,7 +144,7 @@ impl RuntimeBuilder {
 
 fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<()> {
     let mut users = loaded.init_users.lock().unwrap_or_else(|e| e.into_inner());
-    if *users == 0 {
+    if users.count == 0 {
         let config = config
             .map(|p| {
                 CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| {
@@ -160,9 +160,10 @@ fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<
         if code != ffi::ACL_SUCCESS && code != ffi::ACL_ERROR_REPEAT_INITIALIZE {
             return Err(AclError::new("aclInit", AclCode(code), recent_message(loaded)).into());
         }
+        users.borrowed = code == ffi::ACL_ERROR_REPEAT_INITIALIZE;
         crate::fault::register(loaded);
     }
-    *users += 1;
+    users.count += 1;
     Ok(())
 }
 
@@ -173,8 +174,8 @@ impl Drop for RuntimeInner {
             .init_users
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        *users -= 1;
-        if *users > 0 {
+        users.count -= 1;
+        if users.count > 0 {
             return;
         }
         let api = &self.loaded.api;
@@ -182,6 +183,9 @@ impl Drop for RuntimeInner {
         let code = match api.aclFinalizeReference {
             // SAFETY: a NULL count pointer is allowed; ACL was initialised by `acquire`.
             Some(finalize_reference) => unsafe { finalize_reference(std::ptr::null_mut()) },
+            // ACL was initialised by another component of the process before us: finalising
+            // it would pull it from under that component, which finalises it itself.
+            None if users.borrowed => ffi::ACL_SUCCESS,
             // SAFETY: ACL was initialised by `acquire` and nothing of ours still uses it.
             None => unsafe { (api.aclFinalize)() },
         };

@@ -503,3 +503,106 @@ fn auto_uses_a_runtime_that_initialises_and_sees_devices() {
         },
     );
 }
+
+/// Compiles `lib64/<name>` in the tree: a stand-in for CANN's runtime that is not npu-sim. It
+/// exports every required ACL function (each fails with 507899 unless listed below), its
+/// `aclInit` returns `init_code`, `aclFinalizeReference` is exported when `finalize_reference`
+/// says so, and every `aclInit`, `aclFinalize` and `aclFinalizeReference` call appends the
+/// function's name to the returned log file.
+fn stub_runtime(tree: &Tree, name: &str, init_code: i32, finalize_reference: bool) -> StubRuntime {
+    use std::fmt::Write as _;
+    let log = tree.path(&format!("{name}.calls"));
+    let mut source = format!(
+        "#include <stdio.h>\n#include <stdint.h>\n\
+         static int note(const char *f) {{ FILE *l = fopen(\"{}\", \"a\"); \
+         if (l) {{ fprintf(l, \"%s\\n\", f); fclose(l); }} return 0; }}\n\
+         int aclInit(const char *c) {{ (void)c; note(\"aclInit\"); return {init_code}; }}\n\
+         int aclFinalize(void) {{ return note(\"aclFinalize\"); }}\n\
+         const char *aclGetRecentErrMsg(void) {{ return 0; }}\n\
+         const char *aclrtGetSocName(void) {{ return 0; }}\n",
+        log.display()
+    );
+    if finalize_reference {
+        source.push_str(
+            "int aclFinalizeReference(uint64_t *r) { if (r) *r = 0; \
+             return note(\"aclFinalizeReference\"); }\n",
+        );
+    }
+    let written = [
+        "aclInit",
+        "aclFinalize",
+        "aclGetRecentErrMsg",
+        "aclrtGetSocName",
+    ];
+    for function in npu_core::ffi::AclApi::REQUIRED {
+        if !written.contains(function) {
+            writeln!(source, "int {function}(void) {{ return 507899; }}").unwrap();
+        }
+    }
+    let lib64 = tree.path("lib64");
+    std::fs::create_dir_all(&lib64).unwrap();
+    let c_file = tree.path(&format!("{name}.c"));
+    std::fs::write(&c_file, source).unwrap();
+    let library = lib64.join(name);
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&c_file)
+        .status()
+        .expect("a C compiler (cc)");
+    assert!(status.success(), "cc failed for {}", library.display());
+    StubRuntime { library, log }
+}
+
+struct StubRuntime {
+    library: PathBuf,
+    log: PathBuf,
+}
+
+impl StubRuntime {
+    fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+#[test]
+fn acl_initialised_by_another_component_is_not_finalised_under_it() {
+    let tree = Tree::new("repeat_init");
+    // Another component of the process initialised ACL first, on a runtime without
+    // aclFinalizeReference: aclInit says so with ACL_ERROR_REPEAT_INITIALIZE and counts
+    // nothing, and aclFinalize would finalise ACL for that component too.
+    let older = stub_runtime(&tree, "libacl_rt_older.so", 100002, false);
+    let runtime = Runtime::builder().library(&older.library).build();
+    let runtime = runtime.expect("a repeated aclInit is success");
+    assert!(matches!(
+        runtime.backend(),
+        Backend::Library {
+            simulated: false,
+            ..
+        }
+    ));
+    drop(runtime);
+    assert_eq!(
+        older.calls(),
+        ["aclInit"],
+        "npu-rs finalised ACL it did not initialise"
+    );
+
+    // The same runtime with aclFinalizeReference counts the repeated aclInit: ours is released.
+    let newer = stub_runtime(&tree, "libacl_rt_newer.so", 100002, true);
+    drop(Runtime::builder().library(&newer.library).build().unwrap());
+    assert_eq!(newer.calls(), ["aclInit", "aclFinalizeReference"]);
+
+    // ACL that npu-rs initialised itself is finalised when its last runtime goes.
+    let own = stub_runtime(&tree, "libacl_rt_own.so", 0, false);
+    let first = Runtime::builder().library(&own.library).build().unwrap();
+    let second = Runtime::builder().library(&own.library).build().unwrap();
+    drop(first);
+    assert_eq!(own.calls(), ["aclInit"]);
+    drop(second);
+    assert_eq!(own.calls(), ["aclInit", "aclFinalize"]);
+}

@@ -19,13 +19,26 @@ pub(crate) struct Loaded {
     pub(crate) backend: Backend,
     /// Distinguishes runtimes in per-thread caches; ACL state is per loaded library.
     pub(crate) id: usize,
-    /// How many `Runtime`s hold an `aclInit` reference on this library. Separate from
-    /// `shared`: `aclInit` and `aclFinalize` run under this lock.
-    pub(crate) init_users: Mutex<usize>,
+    /// How many `Runtime`s hold an `aclInit` reference on this library, and how ACL was
+    /// initialised for them. Separate from `shared`: `aclInit` and `aclFinalize` run under this
+    /// lock.
+    pub(crate) init_users: Mutex<InitUsers>,
     /// Primary contexts and peer-access counts of this library.
     pub(crate) shared: Mutex<SharedState>,
     /// The faults its exception callback recorded.
     pub(crate) faults: FaultTable,
+}
+
+/// The `aclInit` references npu-rs holds on one library.
+#[derive(Debug, Default)]
+pub(crate) struct InitUsers {
+    /// How many `Runtime`s hold one.
+    pub(crate) count: usize,
+    /// Whether the first of them found ACL already initialised by another component of the
+    /// process (`aclInit` returned `ACL_ERROR_REPEAT_INITIALIZE`). Without
+    /// `aclFinalizeReference` npu-rs then owns no reference it could release: `aclFinalize`
+    /// would finalise ACL under that component's feet.
+    pub(crate) borrowed: bool,
 }
 
 impl Loaded {
@@ -36,7 +49,7 @@ impl Loaded {
             api,
             backend,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            init_users: Mutex::new(0),
+            init_users: Mutex::default(),
             shared: Mutex::default(),
             faults: FaultTable::default(),
         }))
