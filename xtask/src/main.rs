@@ -45,6 +45,11 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtSnapShotCallbackRegister",
     "aclrtSnapShotCallbackUnregister",
     "aclFinalizeReference",
+    // Deprecated by CANN, which says a later release removes them (their replacements,
+    // aclGetDataBufferSizeV2 and aclrtQueryEventStatus, are listed below): a runtime without
+    // them must still load.
+    "aclGetDataBufferSize",
+    "aclrtQueryEvent",
     "aclUpdateDataBuffer",
     "aclGetDataBufferSizeV2",
     "aclsysGetVersionStr",

@@ -508,8 +508,14 @@ fn auto_uses_a_runtime_that_initialises_and_sees_devices() {
 /// exports every required ACL function (each fails with 507899 unless listed below), its
 /// `aclInit` returns `init_code`, `aclFinalizeReference` is exported when `finalize_reference`
 /// says so, and every `aclInit`, `aclFinalize` and `aclFinalizeReference` call appends the
-/// function's name to the returned log file.
-fn stub_runtime(tree: &Tree, name: &str, init_code: i32, finalize_reference: bool) -> StubRuntime {
+/// function's name to the returned log file. The functions in `omit` are not exported.
+fn stub_runtime(
+    tree: &Tree,
+    name: &str,
+    init_code: i32,
+    finalize_reference: bool,
+    omit: &[&str],
+) -> StubRuntime {
     use std::fmt::Write as _;
     let log = tree.path(&format!("{name}.calls"));
     let mut source = format!(
@@ -535,7 +541,7 @@ fn stub_runtime(tree: &Tree, name: &str, init_code: i32, finalize_reference: boo
         "aclrtGetSocName",
     ];
     for function in npu_core::ffi::AclApi::REQUIRED {
-        if !written.contains(function) {
+        if !written.contains(function) && !omit.contains(function) {
             writeln!(source, "int {function}(void) {{ return 507899; }}").unwrap();
         }
     }
@@ -575,7 +581,7 @@ fn acl_initialised_by_another_component_is_not_finalised_under_it() {
     // Another component of the process initialised ACL first, on a runtime without
     // aclFinalizeReference: aclInit says so with ACL_ERROR_REPEAT_INITIALIZE and counts
     // nothing, and aclFinalize would finalise ACL for that component too.
-    let older = stub_runtime(&tree, "libacl_rt_older.so", 100002, false);
+    let older = stub_runtime(&tree, "libacl_rt_older.so", 100002, false, &[]);
     let runtime = Runtime::builder().library(&older.library).build();
     let runtime = runtime.expect("a repeated aclInit is success");
     assert!(matches!(
@@ -593,16 +599,33 @@ fn acl_initialised_by_another_component_is_not_finalised_under_it() {
     );
 
     // The same runtime with aclFinalizeReference counts the repeated aclInit: ours is released.
-    let newer = stub_runtime(&tree, "libacl_rt_newer.so", 100002, true);
+    let newer = stub_runtime(&tree, "libacl_rt_newer.so", 100002, true, &[]);
     drop(Runtime::builder().library(&newer.library).build().unwrap());
     assert_eq!(newer.calls(), ["aclInit", "aclFinalizeReference"]);
 
     // ACL that npu-rs initialised itself is finalised when its last runtime goes.
-    let own = stub_runtime(&tree, "libacl_rt_own.so", 0, false);
+    let own = stub_runtime(&tree, "libacl_rt_own.so", 0, false, &[]);
     let first = Runtime::builder().library(&own.library).build().unwrap();
     let second = Runtime::builder().library(&own.library).build().unwrap();
     drop(first);
     assert_eq!(own.calls(), ["aclInit"]);
     drop(second);
     assert_eq!(own.calls(), ["aclInit", "aclFinalize"]);
+}
+
+#[test]
+fn a_runtime_without_the_deprecated_functions_loads() {
+    // CANN deprecates these and says a later release removes them; npu-rs has their
+    // replacements (aclGetDataBufferSizeV2, aclrtQueryEventStatus) or does not use them.
+    const DEPRECATED: [&str; 2] = ["aclGetDataBufferSize", "aclrtQueryEvent"];
+    let tree = Tree::new("deprecated");
+    let stub = stub_runtime(&tree, "libacl_rt.so", 0, false, &DEPRECATED);
+    let runtime = Runtime::builder().library(&stub.library).build();
+    let runtime = runtime.expect("a runtime without deprecated functions loads");
+    let unsupported = runtime.unsupported_functions();
+    for function in DEPRECATED {
+        assert!(unsupported.contains(&function), "{unsupported:?}");
+    }
+    assert!(runtime.api().aclrtQueryEvent.is_none());
+    assert!(runtime.api().aclGetDataBufferSize.is_none());
 }

@@ -491,9 +491,9 @@ pub(crate) fn query_event(runtime: &Runtime, event: ffi::aclrtEvent) -> Result<b
         }
         None => {
             let mut status = ffi::ACL_EVENT_STATUS_NOT_READY;
-            // SAFETY: as above; older runtimes only have the deprecated query.
-            let code = unsafe { (api.aclrtQueryEvent)(event, &mut status) };
-            runtime.check("aclrtQueryEvent", code)?;
+            // SAFETY: as above; older runtimes only have the deprecated query (and a runtime
+            // with neither gives `Error::Unsupported`).
+            unsafe { npu_core::acl_call_opt!(runtime, aclrtQueryEvent(event, &mut status)) }?;
             Ok(status == ffi::ACL_EVENT_STATUS_COMPLETE)
         }
     }

@@ -2134,7 +2134,6 @@ macro_rules! for_each_acl_function {
                 fn aclCreateDataBuffer(data: *mut core::ffi::c_void, size: usize) -> *mut $crate::aclDataBuffer;
                 fn aclDestroyDataBuffer(dataBuffer: *const $crate::aclDataBuffer) -> $crate::aclError;
                 fn aclGetDataBufferAddr(dataBuffer: *const $crate::aclDataBuffer) -> *mut core::ffi::c_void;
-                fn aclGetDataBufferSize(dataBuffer: *const $crate::aclDataBuffer) -> u32;
                 fn aclDataTypeSize(dataType: $crate::aclDataType) -> usize;
                 fn aclInit(configPath: *const core::ffi::c_char) -> $crate::aclError;
                 fn aclFinalize() -> $crate::aclError;
@@ -2178,7 +2177,6 @@ macro_rules! for_each_acl_function {
                 fn aclrtDestroyEvent(event: $crate::aclrtEvent) -> $crate::aclError;
                 fn aclrtRecordEvent(event: $crate::aclrtEvent, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtResetEvent(event: $crate::aclrtEvent, stream: $crate::aclrtStream) -> $crate::aclError;
-                fn aclrtQueryEvent(event: $crate::aclrtEvent, status: *mut $crate::aclrtEventStatus) -> $crate::aclError;
                 fn aclrtSynchronizeEvent(event: $crate::aclrtEvent) -> $crate::aclError;
                 fn aclrtEventElapsedTime(ms: *mut f32, startEvent: $crate::aclrtEvent, endEvent: $crate::aclrtEvent) -> $crate::aclError;
                 fn aclrtSubscribeReport(threadId: u64, stream: $crate::aclrtStream) -> $crate::aclError;
@@ -2191,6 +2189,7 @@ macro_rules! for_each_acl_function {
             }
             optional {
                 fn aclUpdateDataBuffer(dataBuffer: *mut $crate::aclDataBuffer, data: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
+                fn aclGetDataBufferSize(dataBuffer: *const $crate::aclDataBuffer) -> u32;
                 fn aclGetDataBufferSizeV2(dataBuffer: *const $crate::aclDataBuffer) -> usize;
                 fn aclGetCannAttributeList(cannAttrList: *mut *const $crate::aclCannAttr, num: *mut usize) -> $crate::aclError;
                 fn aclGetCannAttribute(cannAttr: $crate::aclCannAttr, value: *mut i32) -> $crate::aclError;
@@ -2263,6 +2262,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtStreamGetPriority(stream: $crate::aclrtStream, priority: *mut u32) -> $crate::aclError;
                 fn aclrtStreamGetFlags(stream: $crate::aclrtStream, flags: *mut u32) -> $crate::aclError;
                 fn aclrtCreateEventExWithFlag(event: *mut $crate::aclrtEvent, flag: u32) -> $crate::aclError;
+                fn aclrtQueryEvent(event: $crate::aclrtEvent, status: *mut $crate::aclrtEventStatus) -> $crate::aclError;
                 fn aclrtQueryEventStatus(event: $crate::aclrtEvent, status: *mut $crate::aclrtEventRecordedStatus) -> $crate::aclError;
                 fn aclrtQueryEventWaitStatus(event: $crate::aclrtEvent, status: *mut $crate::aclrtEventWaitStatus) -> $crate::aclError;
                 fn aclrtSynchronizeEventWithTimeout(event: $crate::aclrtEvent, timeout: i32) -> $crate::aclError;
