@@ -1214,6 +1214,8 @@ mod tests {
         server.stop().await.unwrap();
     }
 
+    // Injects its fault through the simulator's controls.
+    #[cfg(feature = "sim")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_device_error_reaches_the_client_without_internals() {
         // One stream, so that the failure injected into it is the request's first task.
@@ -1238,6 +1240,8 @@ mod tests {
         server.stop().await.unwrap();
     }
 
+    // Holds the device through the simulator's controls.
+    #[cfg(feature = "sim")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn overload_gets_503_and_shutdown_finishes_the_requests_in_flight() {
         // Device 1, so holding it does not stall the other tests' device 0.

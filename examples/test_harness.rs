@@ -92,7 +92,8 @@ async fn main() -> ExitCode {
     }
 }
 
-#[cfg(test)]
+// The harness is the simulator's: its tests need the `sim` feature.
+#[cfg(all(test, feature = "sim"))]
 mod tests {
     use std::sync::OnceLock;
     use std::time::Duration;

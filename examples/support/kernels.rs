@@ -23,14 +23,28 @@ pub(crate) fn load(ctx: &Context) -> Result<Module> {
         Backend::Simulator
         | Backend::Library {
             simulated: true, ..
-        } => {
-            // SAFETY: npu-sim's shipped kernel library, built for the simulator's kernel ABI.
-            unsafe { Module::from_file(ctx, npu::sim::kernel::LIBRARY_PATH) }
-        }
+        } => simulator_kernels(ctx),
         Backend::Library { .. } => Err(Error::invalid(
             "examples",
             KERNELS_ENV,
             "on CANN, set it to an Ascend kernel binary exporting vector_add_f32 and scale_f32",
         )),
     }
+}
+
+/// npu-sim's shipped kernel library.
+#[cfg(feature = "sim")]
+fn simulator_kernels(ctx: &Context) -> Result<Module> {
+    // SAFETY: npu-sim's shipped kernel library, built for the simulator's kernel ABI.
+    unsafe { Module::from_file(ctx, npu::sim::kernel::LIBRARY_PATH) }
+}
+
+/// A build without the `sim` feature does not know where npu-sim's kernel library is.
+#[cfg(not(feature = "sim"))]
+fn simulator_kernels(_ctx: &Context) -> Result<Module> {
+    Err(Error::invalid(
+        "examples",
+        KERNELS_ENV,
+        "built without the `sim` feature: set it to npu-sim's kernel library",
+    ))
 }
