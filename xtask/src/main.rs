@@ -50,6 +50,12 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     // them must still load.
     "aclGetDataBufferSize",
     "aclrtQueryEvent",
+    // The model dump trio: declared in acl_rt.h, but the API reference groups it with the
+    // acldump* functions, whose library is libascend_dump.so, not the runtime's. npu-rs does
+    // not call them, so a runtime library without them must still load.
+    "aclmdlInitDump",
+    "aclmdlSetDump",
+    "aclmdlFinalizeDump",
     "aclUpdateDataBuffer",
     "aclGetDataBufferSizeV2",
     "aclsysGetVersionStr",

@@ -2183,9 +2183,6 @@ macro_rules! for_each_acl_function {
                 fn aclrtUnSubscribeReport(threadId: u64, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtLaunchCallback(fn_: $crate::aclrtCallback, userData: *mut core::ffi::c_void, blockType: $crate::aclrtCallbackBlockType, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtProcessReport(timeout: i32) -> $crate::aclError;
-                fn aclmdlInitDump() -> $crate::aclError;
-                fn aclmdlSetDump(dumpCfgPath: *const core::ffi::c_char) -> $crate::aclError;
-                fn aclmdlFinalizeDump() -> $crate::aclError;
             }
             optional {
                 fn aclUpdateDataBuffer(dataBuffer: *mut $crate::aclDataBuffer, data: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
@@ -2509,6 +2506,9 @@ macro_rules! for_each_acl_function {
                 fn aclmdlRIAbort(modelRI: $crate::aclmdlRI) -> $crate::aclError;
                 fn aclrtCacheLastTaskOpInfo(infoPtr: *const core::ffi::c_void, infoSize: usize) -> $crate::aclError;
                 fn aclrtCacheLastTaskExtendInfo(extendInfoPtr: *const core::ffi::c_char, infoSize: usize) -> $crate::aclError;
+                fn aclmdlInitDump() -> $crate::aclError;
+                fn aclmdlSetDump(dumpCfgPath: *const core::ffi::c_char) -> $crate::aclError;
+                fn aclmdlFinalizeDump() -> $crate::aclError;
                 fn aclrtMemPoolCreate(memPool: *mut $crate::aclrtMemPool, poolProps: *const $crate::aclrtMemPoolProps) -> $crate::aclError;
                 fn aclrtMemPoolDestroy(memPool: $crate::aclrtMemPool) -> $crate::aclError;
                 fn aclrtMemPoolSetAttr(memPool: $crate::aclrtMemPool, attr: $crate::aclrtMemPoolAttr, value: *mut core::ffi::c_void) -> $crate::aclError;
