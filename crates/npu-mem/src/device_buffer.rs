@@ -376,10 +376,15 @@ impl<T: Pod> Drop for DeviceBuffer<T> {
         let release = move || {
             let ptr = ptr;
             let runtime = context.runtime();
-            // SAFETY: the allocation is ours and every operation that used it has completed,
-            // so the device will not touch it again (operations complete only then, failed or
-            // not); aclrtFree needs no current context and does not wait for the device.
-            let freed = unsafe { acl_call!(runtime, aclrtFree(ptr.0)) };
+            // The reference does not say that aclrtFree ignores the current context, and a
+            // runtime that frees through the current context's device must not be handed
+            // another device's (or, on the reaper's thread, no) context.
+            let freed = context.bind().and_then(|()| {
+                // SAFETY: the allocation is ours and every operation that used it has
+                // completed, so the device will not touch it again (operations complete only
+                // then, failed or not); aclrtFree does not wait for the device.
+                unsafe { acl_call!(runtime, aclrtFree(ptr.0)) }
+            });
             if let Err(err) = freed {
                 npu_core::log!(warn, %err, "device memory was not freed (leaked)");
             }

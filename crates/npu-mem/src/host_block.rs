@@ -192,8 +192,12 @@ impl HostBlock {
     pub(crate) fn free(self, context: &Context) {
         let runtime = context.runtime();
         let ptr = self.ptr.as_ptr().cast::<c_void>();
-        // SAFETY: the allocation is ours and every recorded use has completed.
-        let freed = unsafe { acl_call!(runtime, aclrtFreeHost(ptr)) };
+        // Bound as for `DeviceBuffer`'s free: pinned memory is allocated in a context, and the
+        // reference does not say aclrtFreeHost ignores the current one.
+        let freed = context.bind().and_then(|()| {
+            // SAFETY: the allocation is ours and every recorded use has completed.
+            unsafe { acl_call!(runtime, aclrtFreeHost(ptr)) }
+        });
         if let Err(err) = freed {
             npu_core::log!(warn, %err, bytes = self.bytes, "pinned host memory was not freed (leaked)");
         }

@@ -248,9 +248,13 @@ unsafe impl Source for DeviceSource {
     fn free(&self, blocks: Vec<DeviceBlock>) {
         let runtime = self.context.runtime();
         let freed = match &self.backend {
-            Backend::Caching => blocks.into_iter().try_for_each(|block| {
-                // SAFETY: the allocation is ours and idle; aclrtFree needs no context.
-                unsafe { acl_call!(runtime, aclrtFree(block.ptr)) }
+            // Bound as for `DeviceBuffer`'s free: the reference does not say aclrtFree ignores
+            // the current context.
+            Backend::Caching => self.context.bind().and_then(|()| {
+                blocks.into_iter().try_for_each(|block| {
+                    // SAFETY: the allocation is ours and idle.
+                    unsafe { acl_call!(runtime, aclrtFree(block.ptr)) }
+                })
             }),
             Backend::Runtime(pool) => self.context.bind().and_then(|()| {
                 blocks.into_iter().try_for_each(|block| {
