@@ -365,6 +365,20 @@ pub enum LoadFailure {
          NPU_ACL_ALLOW_SIMULATOR=1, to load it)"
     )]
     Simulator,
+    /// The library is not npu-sim's build, but a library it links against was resolved to
+    /// npu-sim's build, which is named like CANN's `libascendcl.so`: `cargo run` and
+    /// `cargo test` put the target directory's `deps`, where npu-sim's build lies, on
+    /// `LD_LIBRARY_PATH` ahead of CANN's directories.
+    #[error(
+        "links npu-sim's build at {} in place of a CANN library (cargo run and cargo test put \
+         target/<profile>/deps, where npu-sim's libascendcl.so lies, ahead of CANN's directories \
+         on LD_LIBRARY_PATH): run the built program directly, not through cargo",
+        .simulator.display()
+    )]
+    SimulatorDependency {
+        /// The npu-sim build the dynamic loader mapped for the dependency.
+        simulator: PathBuf,
+    },
     /// Any other error of the dynamic loader, in its words.
     #[error("{0}")]
     Loader(String),

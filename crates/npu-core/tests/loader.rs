@@ -508,13 +508,15 @@ fn auto_uses_a_runtime_that_initialises_and_sees_devices() {
 /// exports every required ACL function (each fails with 507899 unless listed below), its
 /// `aclInit` returns `init_code`, `aclFinalizeReference` is exported when `finalize_reference`
 /// says so, and every `aclInit`, `aclFinalize` and `aclFinalizeReference` call appends the
-/// function's name to the returned log file. The functions in `omit` are not exported.
+/// function's name to the returned log file. The functions in `omit` are not exported; `link`
+/// is passed on to the compiler (the libraries it links against).
 fn stub_runtime(
     tree: &Tree,
     name: &str,
     init_code: i32,
     finalize_reference: bool,
     omit: &[&str],
+    link: &[String],
 ) -> StubRuntime {
     use std::fmt::Write as _;
     let log = tree.path(&format!("{name}.calls"));
@@ -554,6 +556,7 @@ fn stub_runtime(
         .args(["-shared", "-fPIC", "-o"])
         .arg(&library)
         .arg(&c_file)
+        .args(link)
         .status()
         .expect("a C compiler (cc)");
     assert!(status.success(), "cc failed for {}", library.display());
@@ -581,7 +584,7 @@ fn acl_initialised_by_another_component_is_not_finalised_under_it() {
     // Another component of the process initialised ACL first, on a runtime without
     // aclFinalizeReference: aclInit says so with ACL_ERROR_REPEAT_INITIALIZE and counts
     // nothing, and aclFinalize would finalise ACL for that component too.
-    let older = stub_runtime(&tree, "libacl_rt_older.so", 100002, false, &[]);
+    let older = stub_runtime(&tree, "libacl_rt_older.so", 100002, false, &[], &[]);
     let runtime = Runtime::builder().library(&older.library).build();
     let runtime = runtime.expect("a repeated aclInit is success");
     assert!(matches!(
@@ -599,12 +602,12 @@ fn acl_initialised_by_another_component_is_not_finalised_under_it() {
     );
 
     // The same runtime with aclFinalizeReference counts the repeated aclInit: ours is released.
-    let newer = stub_runtime(&tree, "libacl_rt_newer.so", 100002, true, &[]);
+    let newer = stub_runtime(&tree, "libacl_rt_newer.so", 100002, true, &[], &[]);
     drop(Runtime::builder().library(&newer.library).build().unwrap());
     assert_eq!(newer.calls(), ["aclInit", "aclFinalizeReference"]);
 
     // ACL that npu-rs initialised itself is finalised when its last runtime goes.
-    let own = stub_runtime(&tree, "libacl_rt_own.so", 0, false, &[]);
+    let own = stub_runtime(&tree, "libacl_rt_own.so", 0, false, &[], &[]);
     let first = Runtime::builder().library(&own.library).build().unwrap();
     let second = Runtime::builder().library(&own.library).build().unwrap();
     drop(first);
@@ -627,7 +630,7 @@ fn a_runtime_without_deprecated_or_dump_functions_loads() {
         "aclmdlFinalizeDump",
     ];
     let tree = Tree::new("optional");
-    let stub = stub_runtime(&tree, "libacl_rt.so", 0, false, &ABSENT);
+    let stub = stub_runtime(&tree, "libacl_rt.so", 0, false, &ABSENT, &[]);
     let runtime = Runtime::builder().library(&stub.library).build();
     let runtime = runtime.expect("a runtime without them loads");
     let unsupported = runtime.unsupported_functions();
@@ -636,4 +639,38 @@ fn a_runtime_without_deprecated_or_dump_functions_loads() {
     }
     assert!(runtime.api().aclrtQueryEvent.is_none());
     assert!(runtime.api().aclGetDataBufferSize.is_none());
+}
+
+#[test]
+fn a_cann_library_linking_npu_sims_build_is_refused_with_the_reason() {
+    // On a CANN host, `cargo run` and `cargo test` put target/<profile>/deps, where npu-sim's
+    // libascendcl.so lies, ahead of set_env.sh's directories on LD_LIBRARY_PATH: a CANN library
+    // that links against libascendcl.so then gets the simulator, which a symbol lookup through
+    // its handle finds. The stand-in links against it by name, as such a library would.
+    let tree = Tree::new("simulator_dependency");
+    let deps = common::simulator_library().parent().unwrap().to_path_buf();
+    let link = [
+        format!("-L{}", deps.display()),
+        // Keep the dependency although the stand-in uses none of its symbols.
+        "-Wl,--no-as-needed".to_owned(),
+        "-lascendcl".to_owned(),
+    ];
+    let stub = stub_runtime(&tree, "libacl_rt.so", 0, false, &[], &link);
+    let tried = not_found(Runtime::builder().library(&stub.library).build());
+    assert_eq!(tried.len(), 1, "{tried:?}");
+    match &tried[0].reason {
+        LoadFailure::SimulatorDependency { simulator } => {
+            // Whichever of cargo's directories the dynamic loader took it from (target/debug
+            // or its deps), it is a build of npu-sim's, not the library asked for.
+            assert_eq!(simulator.file_name().unwrap(), "libascendcl.so");
+            assert!(!same_file(simulator, &stub.library), "{simulator:?}");
+        }
+        other => panic!("expected SimulatorDependency, got {other:?}"),
+    }
+    let text = tried[0].reason.to_string();
+    assert!(text.contains("run the built program directly"), "{text}");
+    assert!(
+        stub.calls().is_empty(),
+        "a refused runtime is never initialised"
+    );
 }

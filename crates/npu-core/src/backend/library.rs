@@ -115,6 +115,9 @@ pub(crate) fn open(path: &Path) -> Result<&'static Loaded, LoadFailure> {
     // The handle is deliberately leaked: loaded runtimes are never unloaded (see `Loaded`).
     // Loading an already mapped file again only raised its reference count.
     let simulated = is_simulator(&library);
+    if let Some(simulator) = simulated.then(|| simulator_dependency(&library)).flatten() {
+        return Err(LoadFailure::SimulatorDependency { simulator });
+    }
     std::mem::forget(library);
     if let Some(loaded) = libraries
         .iter()
@@ -142,6 +145,22 @@ pub(crate) fn open(path: &Path) -> Result<&'static Loaded, LoadFailure> {
 fn is_simulator(library: &libloading::Library) -> bool {
     // SAFETY: only the symbol's presence is checked; it is never dereferenced or called.
     unsafe { library.get::<*const ()>(b"npusimConfigure\0") }.is_ok()
+}
+
+/// Where npu-sim's build came from when `library` is not that build itself but links against
+/// it: a symbol lookup through a handle searches the library's dependencies too, so the
+/// simulator's marker can come from a `libascendcl.so` the dynamic loader found for a CANN
+/// library on a cargo-set `LD_LIBRARY_PATH`.
+fn simulator_dependency(library: &libloading::Library) -> Option<PathBuf> {
+    // SAFETY: only the symbols' addresses are read; they are never dereferenced or called.
+    let (marker, init) = unsafe {
+        (
+            *library.get::<*const c_void>(b"npusimConfigure\0").ok()?,
+            *library.get::<*const c_void>(b"aclInit\0").ok()?,
+        )
+    };
+    let simulator = mapped_file(marker)?;
+    (mapped_file(init)? != simulator).then_some(simulator)
 }
 
 /// The file the dynamic loader mapped for the object holding `symbol`, as its link map names it
