@@ -23,27 +23,39 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use npu_core::{BlockingWaiter, Completion, Result, Wait};
-use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio::runtime::{Handle, Id, RuntimeFlavor};
 
 /// The longest a blocking task keeping the clock waits before handing on to its successor.
 const SLICE: Duration = Duration::from_millis(100);
 
 /// A wait for device work, with its own waker registration, that keeps a paused Tokio clock
-/// still from its first pending poll until the work completes: what every future of npu-rs
-/// awaiting the device (an operation, an event wait) needs.
+/// still from its first pending poll (on each runtime it is polled on) until the work
+/// completes: what every future of npu-rs awaiting the device (an operation, an event wait)
+/// needs.
 #[derive(Debug)]
 pub(crate) struct KeptWait {
     wait: Wait,
-    /// Set once a paused clock has been kept from jumping past the work: the keeper chain
-    /// holds a `Weak` of it and ends once this is dropped.
-    clock_kept: Option<Arc<()>>,
+    /// Set at the first pending poll, and again at the first pending poll on another runtime:
+    /// the wait can move between runtimes, and a paused clock is kept per runtime.
+    clock: Option<KeptClock>,
+}
+
+/// What a [`KeptWait`] decided for the runtime of its latest pending poll.
+#[derive(Debug)]
+struct KeptClock {
+    /// That runtime (`None`: polled outside Tokio).
+    runtime: Option<Id>,
+    /// Set when that runtime's clock was paused and is kept from jumping past the work: the
+    /// keeper chain holds a `Weak` of it and ends once this is dropped (or replaced, when the
+    /// wait moves to another runtime).
+    _kept: Option<Arc<()>>,
 }
 
 impl KeptWait {
     pub(crate) fn new(completion: &Completion) -> Self {
         KeptWait {
             wait: completion.wait(),
-            clock_kept: None,
+            clock: None,
         }
     }
 
@@ -53,25 +65,33 @@ impl KeptWait {
 
     pub(crate) fn poll(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
         let polled = Pin::new(&mut self.wait).poll(cx);
-        if polled.is_pending() && self.clock_kept.is_none() {
-            let kept = Arc::new(());
-            keep_until(self.wait.completion(), Arc::downgrade(&kept));
-            self.clock_kept = Some(kept);
+        if polled.is_pending() {
+            let runtime = Handle::try_current().ok();
+            let id = runtime.as_ref().map(Handle::id);
+            // Decided once per runtime: a wait polled on one runtime and then moved to another
+            // (the first dropped, say) must keep the new one's clock, which the first one's
+            // keeper chain cannot see.
+            if self.clock.as_ref().is_none_or(|clock| clock.runtime != id) {
+                let kept = runtime.and_then(|runtime| keep_until(&runtime, self.wait.completion()));
+                self.clock = Some(KeptClock {
+                    runtime: id,
+                    _kept: kept,
+                });
+            }
         }
         polled
     }
 }
 
-/// If the current Tokio runtime's clock is paused, keeps it from auto-advancing until
-/// `completion` completes or `wanted` is gone (the future waiting for it was dropped).
-fn keep_until(completion: &Completion, wanted: Weak<()>) {
-    let Ok(runtime) = Handle::try_current() else {
-        return;
-    };
+/// If `runtime`'s clock is paused, keeps it from auto-advancing until `completion` completes
+/// or the returned token is dropped (the future waiting for it was dropped or moved on).
+fn keep_until(runtime: &Handle, completion: &Completion) -> Option<Arc<()>> {
     if runtime.runtime_flavor() != RuntimeFlavor::CurrentThread || !clock_is_paused() {
-        return;
+        return None;
     }
-    keep(&runtime, completion.blocking_waiter(), wanted);
+    let kept = Arc::new(());
+    keep(runtime, completion.blocking_waiter(), Arc::downgrade(&kept));
+    Some(kept)
 }
 
 /// Spawns a blocking task that waits one slice for the operation, then hands on while the
