@@ -917,3 +917,52 @@ fn a_lost_device_resolves_everything_that_lives_on_it() {
     let filled = run(healthy.memset(DeviceBuffer::<u8>::new(&ctx0, 64).unwrap(), 3)).unwrap();
     assert_eq!(filled.to_vec_blocking().unwrap(), [3; 64]);
 }
+
+/// Faults injected around event records and stream waits (`fail_task` counts work tasks: a
+/// memset, and under `CallbackThread` the callback task npu-rs queues after each operation):
+/// every future resolves, no failure is reported twice, and the streams work afterwards.
+#[test]
+fn faults_in_records_and_waits_resolve_every_future() {
+    let (_guard, ctx, _) = exclusive();
+    for strategy in STRATEGIES {
+        for nth in 1..=3u64 {
+            let what = format!("{strategy:?}, task {nth} fails");
+            let (s, s2) = (stream(&ctx, strategy), stream(&ctx, strategy));
+            let event = Event::new(&ctx).unwrap();
+            sim::fail_task(&s, nth, AclCode(507015)).unwrap();
+            let first = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+            let recorded = event.record(&s);
+            let waited = s2.wait_event(&event);
+            let behind = s2.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2);
+            let outcome = run(async {
+                let five = Duration::from_secs(5);
+                let bounded = |f| tokio::time::timeout(five, f);
+                let first = bounded(first)
+                    .await
+                    .map(|r| r.map(drop).map_err(|e| e.error));
+                let event_wait = tokio::time::timeout(five, event.wait()).await;
+                let behind = bounded(behind)
+                    .await
+                    .map(|r| r.map(drop).map_err(|e| e.error));
+                (first, event_wait, behind)
+            });
+            eprintln!(
+                "{what}: record {:?}, wait_event {:?}, outcome {outcome:?}",
+                recorded.as_ref().err(),
+                waited.as_ref().err()
+            );
+            assert!(outcome.0.is_ok(), "{what}: the operation hangs");
+            assert!(outcome.1.is_ok(), "{what}: the event wait hangs");
+            assert!(outcome.2.is_ok(), "{what}: the waiting stream hangs");
+            let _ = run(s.synchronize());
+            // A failure injected further on may land on the next work tasks; the stream
+            // resolves them and then works.
+            let mut attempts = 0;
+            while run(s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 3)).is_err() {
+                attempts += 1;
+                assert!(attempts < 4, "{what}: the stream keeps failing");
+            }
+            run(s2.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 3)).unwrap();
+        }
+    }
+}
