@@ -966,3 +966,124 @@ fn faults_in_records_and_waits_resolve_every_future() {
         }
     }
 }
+
+/// Malformed registry images (truncated, a count or a name length of `u32::MAX`, invalid
+/// UTF-8, unknown kernels) and malformed function names are typed errors, never a panic or
+/// an abort; the context still loads and launches afterwards.
+#[test]
+fn malformed_binaries_and_function_names_are_typed_errors() {
+    let (_guard, ctx, _) = exclusive();
+    let gate = gate_function(&ctx);
+    let good = sim::kernel::registry_image(&[GATE_KERNEL]);
+    let mut images: Vec<(&str, Vec<u8>)> = vec![
+        ("magic only", good[..8].to_vec()),
+        ("half a count", good[..10].to_vec()),
+        ("truncated name", good[..good.len() - 1].to_vec()),
+        ("garbage", vec![0xFF; 64]),
+        ("one byte", vec![0]),
+    ];
+    let mut huge_count = good[..8].to_vec();
+    huge_count.extend_from_slice(&u32::MAX.to_le_bytes());
+    images.push(("count u32::MAX", huge_count));
+    let mut huge_name = good[..8].to_vec();
+    huge_name.extend_from_slice(&1u32.to_le_bytes());
+    huge_name.extend_from_slice(&u32::MAX.to_le_bytes());
+    huge_name.extend_from_slice(b"abc");
+    images.push(("name length u32::MAX", huge_name));
+    let mut bad_utf8 = good[..8].to_vec();
+    bad_utf8.extend_from_slice(&1u32.to_le_bytes());
+    bad_utf8.extend_from_slice(&2u32.to_le_bytes());
+    bad_utf8.extend_from_slice(&[0xC3, 0x28]);
+    images.push(("invalid UTF-8", bad_utf8));
+    images.push((
+        "unknown kernel",
+        sim::kernel::registry_image(&["no_such_kernel_anywhere"]),
+    ));
+    for (what, image) in &images {
+        // SAFETY: a registry image, or bytes the simulator must refuse; none runs code.
+        match unsafe { Module::from_data(&ctx, image) } {
+            Ok(module) => {
+                let err = module.function("no_such_kernel_anywhere").unwrap_err();
+                assert!(err.acl_code().is_some(), "{what}: {err}");
+            }
+            Err(err) => assert!(
+                err.acl_code().is_some() || matches!(err, Error::InvalidArgument { .. }),
+                "{what}: {err:?}"
+            ),
+        }
+    }
+    let module = gate.module().clone();
+    for name in ["", "\0", "a\0b", &"x".repeat(1 << 20), "gate\u{1F600}"] {
+        let err = module.function(name).unwrap_err();
+        assert!(
+            err.acl_code().is_some() || matches!(err, Error::InvalidArgument { .. }),
+            "{name:.20}: {err:?}"
+        );
+    }
+    // SAFETY: a file that is not a kernel library; the simulator refuses it before running it.
+    for path in [
+        "/nonexistent/kernels.so",
+        "/dev/null",
+        "/proc/self/status",
+        "a\0b",
+    ] {
+        if let Err(err) = unsafe { Module::from_file(&ctx, path) } {
+            assert!(
+                err.acl_code().is_some() || matches!(err, Error::InvalidArgument { .. }),
+                "{path}: {err:?}"
+            );
+        }
+    }
+    let s = stream(&ctx, Strategy::EventPoll);
+    GATE.store(true, Ordering::SeqCst);
+    let x = DeviceBuffer::<u8>::new(&ctx, 8).unwrap();
+    // SAFETY: {uint8_t *x, uint64_t n}; x holds n bytes.
+    let (x, _) = run(unsafe { s.launch(&gate, 1, (x, 8u64)) }).unwrap();
+    assert_eq!(x.to_vec_blocking().unwrap(), [0xAB; 8]);
+}
+
+/// Peer copies: without peer access, with neither side on the stream's device, with the
+/// access dropped while the copy is held, and an explicit context's stream copying from the
+/// peer's memory: typed errors or correct data, buffers always handed back.
+#[test]
+fn peer_copies_are_typed_errors_or_correct_data() {
+    let (_guard, ctx0, ctx1) = exclusive();
+    let (d0, d1) = (ctx0.device(), ctx1.device());
+    for strategy in STRATEGIES {
+        let s0 = stream(&ctx0, strategy);
+        let src = DeviceBuffer::from_host_blocking(&ctx1, &[7u8; 64]).unwrap();
+        let dst = DeviceBuffer::<u8>::new(&ctx0, 64).unwrap();
+        let (src, dst) = match run(s0.copy_d2d(src, dst)) {
+            Ok(pair) => pair,
+            Err(err) => {
+                assert!(
+                    err.acl_code().is_some() || matches!(err.error, Error::InvalidArgument { .. }),
+                    "{strategy:?}: {}",
+                    err.error
+                );
+                err.value.expect("buffers back")
+            }
+        };
+        // Neither side on the stream's device.
+        let other = DeviceBuffer::<u8>::new(&ctx1, 64).unwrap();
+        let err = run(s0.copy_d2d(src, other)).unwrap_err();
+        assert!(
+            matches!(err.error, Error::InvalidArgument { .. }),
+            "{}",
+            err.error
+        );
+        let (src, _) = err.value.expect("buffers back");
+
+        let access = d0.enable_peer_access(&d1).unwrap();
+        let held = sim::hold(&d0).unwrap();
+        let explicit = d0.create_context().unwrap();
+        let se = stream(&explicit, strategy);
+        let copy = se.copy_d2d(src, DeviceBuffer::<u8>::new(&explicit, 64).unwrap());
+        drop(access);
+        drop(d0.peer_access_to(&d1));
+        held.release().unwrap();
+        let (src, copied) = run(copy).unwrap();
+        assert_eq!(copied.to_vec_blocking().unwrap(), [7; 64], "{strategy:?}");
+        drop((src, dst, copied, se, explicit));
+    }
+}
