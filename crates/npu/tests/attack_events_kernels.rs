@@ -563,12 +563,51 @@ fn an_operation_moved_to_another_runtime_after_its_first_is_dropped_completes() 
             });
             watchdog("dropping the first runtime", move || drop(first));
             let opener = std::thread::spawn(open_gate);
-            run(async {
+            let second = async {
                 launch.await.unwrap();
                 wait.await.unwrap();
-            });
+            };
+            // The second executor alternates: Tokio, or none at all.
+            if paused {
+                watchdog("awaiting under block_on", || block_on(second));
+            } else {
+                run(second);
+            }
             opener.join().unwrap();
         }
+    }
+}
+
+/// One operation polled in turn on two live paused runtimes, many times: each switch hands
+/// the clock keeping to the runtime polling it, nothing hangs, and both runtimes drop at once.
+#[test]
+fn an_operation_polled_in_turn_on_two_paused_runtimes_completes() {
+    let (_guard, ctx, _) = exclusive();
+    let gate = gate_function(&ctx);
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let mut launch = gated_launch(&s, &gate, 64);
+        let paused = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap()
+        };
+        let (a, b) = (paused(), paused());
+        for round in 0..200 {
+            let rt = if round % 2 == 0 { &a } else { &b };
+            assert!(rt.block_on(poll_now(&mut launch)).is_pending());
+        }
+        open_gate();
+        let (x, _) = b.block_on(async {
+            tokio::time::timeout(Duration::from_secs(3600), launch)
+                .await
+                .expect("the paused clock stood still")
+                .unwrap()
+        });
+        assert_eq!(x.to_vec_blocking().unwrap(), [0xAB; 64]);
+        watchdog("dropping both runtimes", move || drop((a, b)));
     }
 }
 
