@@ -1059,13 +1059,13 @@ fn malformed_binaries_and_function_names_are_typed_errors() {
             "{name:.20}: {err:?}"
         );
     }
-    // SAFETY: a file that is not a kernel library; the simulator refuses it before running it.
     for path in [
         "/nonexistent/kernels.so",
         "/dev/null",
         "/proc/self/status",
         "a\0b",
     ] {
+        // SAFETY: no path here names a shared object: none loads, so none runs code.
         if let Err(err) = unsafe { Module::from_file(&ctx, path) } {
             assert!(
                 err.acl_code().is_some() || matches!(err, Error::InvalidArgument { .. }),
