@@ -1126,3 +1126,67 @@ fn peer_copies_are_typed_errors_or_correct_data() {
         drop((src, dst, copied, se, explicit));
     }
 }
+
+/// Event records and stream waits submitted while an abort waits for a running kernel are
+/// refused at once with `Error::Aborted` (never queued behind the kernel, never blocking); the
+/// records accepted before the abort marked what it discards are discarded, and the event
+/// then stands for a record that is never reached: its wait fails with `Error::Aborted`.
+#[test]
+fn records_and_waits_during_an_abort_are_refused_or_discarded() {
+    let (_guard, ctx, _) = exclusive();
+    let gate = gate_function(&ctx);
+    for strategy in STRATEGIES {
+        let (s, other) = (stream(&ctx, strategy), stream(&ctx, strategy));
+        let event = Event::new(&ctx).unwrap();
+        event.record(&other).unwrap();
+        run(event.wait()).unwrap();
+        let running = gated_launch(&s, &gate, 64);
+        let abort = s.abort();
+        // Accepted until the abort's thread marks what it discards, refused from then on
+        // (until the kernel ends, which only this thread allows).
+        let mut accepted = 0;
+        let refused = watchdog("records until one is refused", || {
+            loop {
+                match event.record(&s) {
+                    Ok(()) => accepted += 1,
+                    Err(err) => break err,
+                }
+            }
+        });
+        assert!(refused.is_aborted(), "{strategy:?}: {refused}");
+        let waited = s.wait_event(&event).unwrap_err();
+        assert!(waited.is_aborted(), "{strategy:?}: {waited}");
+        let timed = s.wait_event_timeout(&event, Duration::from_secs(1));
+        assert!(timed.is_complete(), "{strategy:?}: refused at once");
+        if accepted == 0 {
+            // The event still stands for its record on `other`, which is complete.
+            assert!(event.is_complete().unwrap());
+            run(event.wait()).unwrap();
+        }
+        open_gate();
+        run(async {
+            abort.await.unwrap();
+            // The running kernel was submitted before the abort: it fails as aborted, once the
+            // device is done with it, and hands its buffer back.
+            if let Err(err) = running.await {
+                assert!(
+                    err.error.is_aborted() && err.value.is_some(),
+                    "{}",
+                    err.error
+                );
+            }
+            let err = timed.await.unwrap_err();
+            assert!(err.error.is_aborted(), "{strategy:?}: {}", err.error);
+            assert!(err.value.is_some(), "the event comes back");
+            if accepted > 0 {
+                let err = event.wait().await.unwrap_err();
+                assert!(
+                    err.is_aborted(),
+                    "{strategy:?}: the record was discarded: {err}"
+                );
+            }
+            event.record(&s).unwrap();
+            event.wait().await.unwrap();
+        });
+    }
+}
