@@ -1190,3 +1190,70 @@ fn records_and_waits_during_an_abort_are_refused_or_discarded() {
         });
     }
 }
+
+/// Two threads opening a device, using its primary context and dropping every handle, over
+/// and over, while a third keeps an explicit context of it: the primary context is retained
+/// and reset concurrently (`aclrtSetDevice` / `aclrtResetDevice`), and every operation still
+/// completes. Devices that do not exist are typed errors.
+#[test]
+fn devices_opened_and_dropped_concurrently_keep_working() {
+    let (_guard, _, _) = exclusive();
+    for id in [3, 1000, u32::MAX] {
+        let err = Device::open(id).unwrap_err();
+        assert!(
+            err.acl_code().is_some() || matches!(err, Error::InvalidArgument { .. }),
+            "{id}: {err:?}"
+        );
+    }
+    for strategy in STRATEGIES {
+        let keeper = {
+            let ctx = Device::open(1).unwrap().create_context().unwrap();
+            let s = stream(&ctx, strategy);
+            (ctx, s)
+        };
+        let failures = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..2)
+            .map(|t| {
+                let failures = failures.clone();
+                std::thread::spawn(move || {
+                    for round in 0..100u32 {
+                        let device = Device::open(1).unwrap();
+                        let ctx = device.primary_context().clone();
+                        drop(device);
+                        let s = stream(&ctx, strategy);
+                        let event = Event::new(&ctx).unwrap();
+                        let value = (t * 100 + round) as u8;
+                        let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 16).unwrap(), value);
+                        event.record(&s).unwrap();
+                        let result = block_on(async {
+                            let buffer = op.await?;
+                            event.wait().await?;
+                            Ok::<_, Error>(buffer)
+                        });
+                        match result {
+                            Ok(buffer) if buffer.to_vec_blocking().unwrap() == [value; 16] => {}
+                            _ => {
+                                failures.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        watchdog("threads opening and dropping device 1", || {
+            for thread in threads {
+                thread.join().unwrap();
+            }
+        });
+        assert_eq!(failures.load(Ordering::SeqCst), 0, "{strategy:?}");
+        let (ctx, s) = keeper;
+        let filled = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 4)).unwrap();
+        assert_eq!(filled.to_vec_blocking().unwrap(), [4; 8]);
+    }
+    // And with nothing keeping it: every primary context handle goes between the rounds.
+    for _ in 0..50 {
+        let ctx = Device::open(1).unwrap().primary_context().clone();
+        let s = stream(&ctx, Strategy::EventPoll);
+        run(s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 1)).unwrap();
+    }
+}
