@@ -524,7 +524,12 @@ impl Stream {
     /// thread for as long as the device's task runs): it fails at once with
     /// [`Error::Aborted`](npu_core::Error::Aborted), without reaching the device, as the abort
     /// would have discarded it, and [`Event::record`](crate::Event::record) on the stream
-    /// returns that error. An abort called while another is in progress on the stream shares
+    /// returns that error. The abort is in progress from the moment its thread marks what it
+    /// discards, just before its runtime call: work submitted between `abort` returning and
+    /// that mark is queued as usual and discarded with the earlier work (its future fails with
+    /// `Error::Aborted`; a record made then succeeds, and the event then stands for a record
+    /// that is never reached, so [`Event::wait`](crate::Event::wait) fails with
+    /// `Error::Aborted`). An abort called while another is in progress on the stream shares
     /// it (it would discard nothing more), so aborts called in a loop while a task runs take
     /// one thread, not one each; only an abort called after [`stop`](Stream::stop) returned
     /// starts its own, since it must clear that stop.
