@@ -8,13 +8,14 @@
 //! timeout or [`watchdog`], so a hang fails its test with a message instead of stalling the
 //! suite.
 
+mod common;
+
 use std::future::Future;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
-use std::time::Duration;
 
+use common::*;
 use npu::DevicePool;
 use npu::memory::{Filled, HostRegistration, PageAlignedBuffer, RegisterFlags};
 use npu::prelude::*;
@@ -22,91 +23,10 @@ use npu::sim;
 use npu::stream::{Copy2d, MAX_2D_HEIGHT, Strategy, StreamPool};
 use npu::{Error, Stream};
 
-/// Every completion strategy: each attack involving a stream runs under all three.
-const STRATEGIES: [Strategy; 3] = [
-    Strategy::EventPoll,
-    Strategy::CallbackThread,
-    Strategy::BlockingSync,
-];
-
-/// A hang detector, not a synchronisation: everything awaited finishes long before.
-const HANG: Duration = Duration::from_secs(30);
-
 /// Device 0 and 1 to this test alone: the hold gate, the stream limit and the live counters
 /// are the simulator's, shared by every test of this process.
 fn exclusive() -> (MutexGuard<'static, ()>, Context, Context) {
-    static DEVICES: Mutex<()> = Mutex::new(());
-    let guard = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
-    let d0 = Device::open(0).unwrap().primary_context().clone();
-    let d1 = Device::open(1).unwrap().primary_context().clone();
-    (guard, d0, d1)
-}
-
-fn stream(ctx: &Context, strategy: Strategy) -> Stream {
-    Stream::builder(ctx).strategy(strategy).build().unwrap()
-}
-
-/// Runs `future` on a current-thread Tokio runtime, failing the test if it hangs.
-fn run<F: Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap()
-        .block_on(async {
-            tokio::time::timeout(HANG, future)
-                .await
-                .expect("the attack hung")
-        })
-}
-
-/// Aborts the process with `what` if `body` has not returned after [`HANG`]: for bodies that
-/// block a thread (a blocking wait, a drop) and so cannot be bounded by a Tokio timeout.
-fn watchdog<R>(what: &str, body: impl FnOnce() -> R) -> R {
-    let done = Arc::new(AtomicBool::new(false));
-    let flag = done.clone();
-    let what = what.to_string();
-    let dog = std::thread::spawn(move || {
-        let deadline = std::time::Instant::now() + HANG;
-        while !flag.load(Ordering::Acquire) {
-            if std::time::Instant::now() > deadline {
-                eprintln!("hung: {what}");
-                std::process::abort();
-            }
-            std::thread::park_timeout(Duration::from_millis(10));
-        }
-    });
-    let result = body();
-    done.store(true, Ordering::Release);
-    dog.thread().unpark();
-    dog.join().unwrap();
-    result
-}
-
-/// Polls `future` once with a waker that does nothing: enough to make it submit its work.
-fn polled_once<F: Future>(future: std::pin::Pin<&mut F>) -> std::task::Poll<F::Output> {
-    future.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-}
-
-/// The `(api, argument)` of an invalid-argument error, whose `Display` must name the API.
-fn invalid(err: &Error) -> (&'static str, &'static str) {
-    match err {
-        Error::InvalidArgument { api, argument, .. } => {
-            let shown = err.to_string();
-            assert!(shown.starts_with(api), "the message names {api}: {shown}");
-            assert!(
-                shown.contains(argument),
-                "the message names `{argument}`: {shown}"
-            );
-            (api, argument)
-        }
-        other => panic!("expected an invalid-argument error, got {other:?}"),
-    }
-}
-
-/// Live device allocations of `ctx`'s device once every deferred release has run.
-fn live_allocations(ctx: &Context) -> u64 {
-    sim::flush_releases();
-    sim::device_stats(&ctx.device()).unwrap().live_allocations
+    common::exclusive(None)
 }
 
 fn host(ctx: &Context, data: &[u8]) -> PinnedBuffer<u8> {

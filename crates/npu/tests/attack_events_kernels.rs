@@ -9,80 +9,27 @@
 //! Every test takes the file's lock (the simulator's hold gate and live counters are shared
 //! by the process), and every wait is bounded by [`run`]'s timeout or [`watchdog`].
 
+mod common;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Once};
+use std::sync::{Arc, MutexGuard, Once};
 use std::task::Poll;
 use std::time::Duration;
 
+use common::*;
 use npu::error::AclCode;
 use npu::prelude::*;
 use npu::sim;
 use npu::stream::{FailureMode, Strategy};
 use npu::{Error, Stream};
 
-const STRATEGIES: [Strategy; 3] = [
-    Strategy::EventPoll,
-    Strategy::CallbackThread,
-    Strategy::BlockingSync,
-];
-
-/// A hang detector, not a synchronisation.
-const HANG: Duration = Duration::from_secs(30);
-
 /// Device 2 exists for [`a_lost_device_resolves_everything_that_lives_on_it`] alone: a loss is
 /// final for the process, and devices 0 and 1 serve the other tests.
 const DOOMED: u32 = 2;
 
 fn exclusive() -> (MutexGuard<'static, ()>, Context, Context) {
-    static DEVICES: Mutex<()> = Mutex::new(());
-    static CONFIG: Once = Once::new();
-    let guard = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
-    CONFIG.call_once(|| sim::SimConfig::default().devices(3).install().unwrap());
-    let d0 = Device::open(0).unwrap().primary_context().clone();
-    let d1 = Device::open(1).unwrap().primary_context().clone();
-    (guard, d0, d1)
-}
-
-fn stream(ctx: &Context, strategy: Strategy) -> Stream {
-    Stream::builder(ctx).strategy(strategy).build().unwrap()
-}
-
-fn run<F: Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap()
-        .block_on(async {
-            tokio::time::timeout(HANG, future)
-                .await
-                .expect("the attack hung")
-        })
-}
-
-fn watchdog<R>(what: &str, body: impl FnOnce() -> R) -> R {
-    let done = Arc::new(AtomicBool::new(false));
-    let flag = done.clone();
-    let what = what.to_string();
-    let dog = std::thread::spawn(move || {
-        let deadline = std::time::Instant::now() + HANG;
-        while !flag.load(Ordering::Acquire) {
-            if std::time::Instant::now() > deadline {
-                eprintln!("hung: {what}");
-                std::process::abort();
-            }
-            std::thread::park_timeout(Duration::from_millis(10));
-        }
-    });
-    let result = body();
-    done.store(true, Ordering::Release);
-    dog.thread().unpark();
-    dog.join().unwrap();
-    result
-}
-
-fn polled_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
-    std::pin::Pin::new(future).poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    common::exclusive(Some(3))
 }
 
 /// Polls `future` once with the current task's waker.
@@ -107,11 +54,6 @@ fn block_on<F: Future>(future: F) -> F::Output {
         }
         std::thread::park();
     }
-}
-
-fn live_allocations(ctx: &Context) -> u64 {
-    sim::flush_releases();
-    sim::device_stats(&ctx.device()).unwrap().live_allocations
 }
 
 /// The gate kernel `{uint8_t *x, uint64_t n}`: block 0 marks itself started, waits for the
@@ -186,7 +128,10 @@ fn an_event_re_recorded_while_a_wait_is_pending_keeps_each_wait_on_its_record() 
         let event = Event::new(&ctx).unwrap();
         event.record(&s1).unwrap();
         let mut early = event.wait();
-        assert!(polled_once(&mut early).is_pending(), "{strategy:?}");
+        assert!(
+            polled_once(std::pin::Pin::new(&mut early)).is_pending(),
+            "{strategy:?}"
+        );
         assert!(!event.is_complete().unwrap());
         // Re-recorded on an idle stream: the event now stands for that point.
         event.record(&s2).unwrap();
@@ -201,7 +146,7 @@ fn an_event_re_recorded_while_a_wait_is_pending_keeps_each_wait_on_its_record() 
             assert_eq!(s3.download(filled).await.unwrap(), [5; 64]);
         });
         assert!(
-            polled_once(&mut early).is_pending(),
+            polled_once(std::pin::Pin::new(&mut early)).is_pending(),
             "{strategy:?}: s1 is still gated"
         );
         open_gate();

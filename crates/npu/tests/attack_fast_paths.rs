@@ -7,61 +7,21 @@
 //! the file's lock; every wait is bounded by [`watchdog`] or a real-time Tokio timeout, so a
 //! hang fails its test with a message instead of stalling the suite.
 
-use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+mod common;
+
+use std::sync::MutexGuard;
 use std::time::Duration;
 
+use common::*;
+use npu::Event;
 use npu::prelude::*;
 use npu::sim;
-use npu::stream::Strategy;
-use npu::{Event, Stream};
-
-/// Every completion strategy: each attack involving a stream runs under all three.
-const STRATEGIES: [Strategy; 3] = [
-    Strategy::EventPoll,
-    Strategy::CallbackThread,
-    Strategy::BlockingSync,
-];
-
-/// A hang detector, not a synchronisation: everything awaited finishes long before.
-const HANG: Duration = Duration::from_secs(30);
 
 /// Device 0 to this test alone: the hold gate and the live counters are the simulator's,
 /// shared by every test of this process.
 fn exclusive() -> (MutexGuard<'static, ()>, Context) {
-    static DEVICES: Mutex<()> = Mutex::new(());
-    let guard = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
-    let ctx = Device::open(0).unwrap().primary_context().clone();
+    let (guard, ctx, _) = common::exclusive(None);
     (guard, ctx)
-}
-
-fn stream(ctx: &Context, strategy: Strategy) -> Stream {
-    Stream::builder(ctx).strategy(strategy).build().unwrap()
-}
-
-/// Aborts the process with `what` if `body` has not returned after [`HANG`]: for bodies that
-/// block a thread (a blocking wait, a drop) and so cannot be bounded by a Tokio timeout.
-fn watchdog<R>(what: &str, body: impl FnOnce() -> R) -> R {
-    let done = Arc::new(AtomicBool::new(false));
-    let flag = done.clone();
-    let what = what.to_string();
-    let dog = std::thread::spawn(move || {
-        let deadline = std::time::Instant::now() + HANG;
-        while !flag.load(Ordering::Acquire) {
-            if std::time::Instant::now() > deadline {
-                // Straight to the process's stderr: the harness's capture dies with us.
-                let _ = writeln!(std::io::stderr(), "hung: {what}");
-                std::process::abort();
-            }
-            std::thread::park_timeout(Duration::from_millis(10));
-        }
-    });
-    let result = body();
-    done.store(true, Ordering::Release);
-    dog.thread().unpark();
-    dog.join().unwrap();
-    result
 }
 
 /// A current-thread runtime whose clock starts paused, as `#[tokio::test(start_paused = true)]`
@@ -106,26 +66,6 @@ fn dropping_a_paused_runtime_does_not_wait_for_held_device_work() {
         copy.wait_blocking().unwrap();
     }
     sim::flush_releases();
-}
-
-/// Runs `future` on a current-thread Tokio runtime (real time), failing the test if it hangs.
-fn run<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap()
-        .block_on(async {
-            tokio::time::timeout(HANG, future)
-                .await
-                .expect("the attack hung")
-        })
-}
-
-/// Polls `future` once with a waker that does nothing: enough to make it queue or submit.
-fn polled_once<F: std::future::Future>(
-    future: std::pin::Pin<&mut F>,
-) -> std::task::Poll<F::Output> {
-    future.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
 }
 
 const PAGE: usize = 4096;

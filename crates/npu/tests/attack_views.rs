@@ -8,101 +8,24 @@
 //! timeout or [`watchdog`], so a hang fails its test with a message instead of stalling the
 //! suite.
 
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+mod common;
 
+use std::future::Future;
+use std::sync::{Arc, MutexGuard};
+
+use common::*;
 use npu::memory::{HostRegistration, PageAlignedBuffer, RegisterFlags};
 use npu::prelude::*;
 use npu::sim;
 use npu::stream::{Copy2d, Strategy};
-use npu::{Error, Stream};
-
-/// Every completion strategy: each attack involving a stream runs under all three.
-const STRATEGIES: [Strategy; 3] = [
-    Strategy::EventPoll,
-    Strategy::CallbackThread,
-    Strategy::BlockingSync,
-];
-
-/// A hang detector, not a synchronisation: everything awaited finishes long before.
-const HANG: Duration = Duration::from_secs(30);
+use npu::Stream;
 
 /// Device 0 and 1 to this test alone: the hold gate and the live counters are the
 /// simulator's, shared by every test of this process.
 fn exclusive() -> (MutexGuard<'static, ()>, Context, Context) {
-    static DEVICES: Mutex<()> = Mutex::new(());
-    static CONFIG: std::sync::Once = std::sync::Once::new();
     // Four devices: 0 and 1 for every test, 3 for the one that loses a device (final for the
     // process).
-    CONFIG.call_once(|| sim::SimConfig::default().devices(4).install().unwrap());
-    let guard = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
-    let d0 = Device::open(0).unwrap().primary_context().clone();
-    let d1 = Device::open(1).unwrap().primary_context().clone();
-    (guard, d0, d1)
-}
-
-fn stream(ctx: &Context, strategy: Strategy) -> Stream {
-    Stream::builder(ctx).strategy(strategy).build().unwrap()
-}
-
-/// Runs `future` on a current-thread Tokio runtime, failing the test if it hangs.
-fn run<F: Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap()
-        .block_on(async {
-            tokio::time::timeout(HANG, future)
-                .await
-                .expect("the attack hung")
-        })
-}
-
-/// Aborts the process with `what` if `body` has not returned after [`HANG`]: for bodies that
-/// block a thread (a blocking wait, a drop) and so cannot be bounded by a Tokio timeout.
-fn watchdog<R>(what: &str, body: impl FnOnce() -> R) -> R {
-    let done = Arc::new(AtomicBool::new(false));
-    let flag = done.clone();
-    let what = what.to_string();
-    let dog = std::thread::spawn(move || {
-        let deadline = std::time::Instant::now() + HANG;
-        while !flag.load(Ordering::Acquire) {
-            if std::time::Instant::now() > deadline {
-                eprintln!("hung: {what}");
-                std::process::abort();
-            }
-            std::thread::park_timeout(Duration::from_millis(10));
-        }
-    });
-    let result = body();
-    done.store(true, Ordering::Release);
-    dog.thread().unpark();
-    dog.join().unwrap();
-    result
-}
-
-/// The `(api, argument)` of an invalid-argument error, whose `Display` must name the API.
-fn invalid(err: &Error) -> (&'static str, &'static str) {
-    match err {
-        Error::InvalidArgument { api, argument, .. } => {
-            let shown = err.to_string();
-            assert!(shown.starts_with(api), "the message names {api}: {shown}");
-            assert!(
-                shown.contains(argument),
-                "the message names `{argument}`: {shown}"
-            );
-            (api, argument)
-        }
-        other => panic!("expected an invalid-argument error, got {other:?}"),
-    }
-}
-
-/// Live device allocations of `ctx`'s device once every deferred release has run.
-fn live_allocations(ctx: &Context) -> u64 {
-    sim::flush_releases();
-    sim::device_stats(&ctx.device()).unwrap().live_allocations
+    common::exclusive(Some(4))
 }
 
 fn host(ctx: &Context, data: &[u8]) -> PinnedBuffer<u8> {
