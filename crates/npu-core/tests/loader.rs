@@ -237,6 +237,31 @@ fn the_simulator_in_an_install_tree_is_refused_without_the_opt_in() {
 }
 
 #[test]
+fn an_override_that_cannot_be_loaded_fails_instead_of_giving_way() {
+    scenario(
+        "an_override_that_cannot_be_loaded_fails_instead_of_giving_way",
+        |tree| {
+            tree.copy_simulator("toolkit/lib64/libacl_rt.so");
+            vec![
+                ("NPU_ACL_ALLOW_SIMULATOR", "1".into()),
+                ("ASCEND_TOOLKIT_HOME", tree.path("toolkit").into()),
+                // A typo: the toolkit above would load, but the override names another file.
+                (
+                    "NPU_ACL_LIB",
+                    tree.path("toolkit/lib64/libacl_rt.so.typo").into(),
+                ),
+            ]
+        },
+        || {
+            let tried = not_found(acl());
+            assert_eq!(tried.len(), 1, "only the override is tried: {tried:?}");
+            assert_eq!(tried[0].path, var("NPU_ACL_LIB"));
+            assert_eq!(tried[0].reason, LoadFailure::NoSuchFile);
+        },
+    );
+}
+
+#[test]
 fn a_symlink_and_the_real_path_are_one_runtime() {
     let tree = Tree::new("symlink");
     let link = tree.link_simulator("lib64/libacl_rt.so");

@@ -14,11 +14,11 @@ use std::future::Future;
 use std::sync::{Arc, MutexGuard};
 
 use common::*;
+use npu::Stream;
 use npu::memory::{HostRegistration, PageAlignedBuffer, RegisterFlags};
 use npu::prelude::*;
 use npu::sim;
 use npu::stream::{Copy2d, Strategy};
-use npu::Stream;
 
 /// Device 0 and 1 to this test alone: the hold gate and the live counters are the
 /// simulator's, shared by every test of this process.

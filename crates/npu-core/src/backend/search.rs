@@ -62,21 +62,29 @@ pub(crate) struct Candidate {
     pub(crate) accepts_simulator: bool,
 }
 
-/// Every candidate, in order: `NPU_ACL_LIB`; then `lib64` of `$ASCEND_TOOLKIT_HOME`,
-/// `$ASCEND_HOME_PATH`, `<root>/Ascend/cann`, `$HOME/Ascend/cann` and
-/// `<root>/Ascend/ascend-toolkit/latest`; then the bare names for the system loader. Each
-/// directory is tried with `libacl_rt.so` before `libascendcl.so`; a path already listed is
-/// not repeated (after `set_env.sh` both variables usually name one directory).
+/// Every candidate, in order. `NPU_ACL_LIB`, when set, is the only place: an override names
+/// the library to use, and one that cannot be loaded must say so rather than give way to
+/// another install. Otherwise `lib64` of `$ASCEND_TOOLKIT_HOME`, `$ASCEND_HOME_PATH`,
+/// `<root>/Ascend/cann`, `$HOME/Ascend/cann` and `<root>/Ascend/ascend-toolkit/latest`; then
+/// the bare names for the system loader. Each directory is tried with `libacl_rt.so` before
+/// `libascendcl.so`; a path already listed is not repeated (after `set_env.sh` both variables
+/// usually name one directory).
 pub(crate) fn candidates(env: &SearchEnv, root: &Path) -> Vec<Candidate> {
-    let mut paths: Vec<(PathBuf, bool)> = Vec::new();
     let in_dir = |dir: &Path| LIBRARY_NAMES.map(|name| dir.join(name));
     if let Some(lib) = &env.acl_lib {
-        if env.acl_lib_is_dir {
-            paths.extend(in_dir(lib).map(|p| (p, true)));
-        } else {
-            paths.push((lib.clone(), true));
-        }
+        let paths = match env.acl_lib_is_dir {
+            true => in_dir(lib).to_vec(),
+            false => vec![lib.clone()],
+        };
+        return paths
+            .into_iter()
+            .map(|path| Candidate {
+                path,
+                accepts_simulator: true,
+            })
+            .collect();
     }
+    let mut paths: Vec<PathBuf> = Vec::new();
     let prefixes = [
         env.toolkit_home.clone(),
         env.home_path.clone(),
@@ -85,17 +93,17 @@ pub(crate) fn candidates(env: &SearchEnv, root: &Path) -> Vec<Candidate> {
         Some(root.join("Ascend/ascend-toolkit/latest")),
     ];
     for prefix in prefixes.into_iter().flatten() {
-        paths.extend(in_dir(&prefix.join("lib64")).map(|p| (p, false)));
+        paths.extend(in_dir(&prefix.join("lib64")));
     }
     // A bare name makes the dynamic loader search LD_LIBRARY_PATH and its cache.
-    paths.extend(LIBRARY_NAMES.map(|name| (PathBuf::from(name), false)));
+    paths.extend(LIBRARY_NAMES.map(PathBuf::from));
 
     let mut candidates: Vec<Candidate> = Vec::with_capacity(paths.len());
-    for (path, explicit) in paths {
+    for path in paths {
         if candidates.iter().all(|c| c.path != path) {
             candidates.push(Candidate {
                 path,
-                accepts_simulator: explicit || env.allow_simulator,
+                accepts_simulator: env.allow_simulator,
             });
         }
     }
@@ -115,8 +123,7 @@ mod tests {
 
     #[test]
     fn every_location_is_tried_in_the_documented_order() {
-        let env = SearchEnv {
-            acl_lib: Some("/explicit/libmyacl.so".into()),
+        let mut env = SearchEnv {
             toolkit_home: Some("/toolkit".into()),
             home_path: Some("/home-path".into()),
             home: Some("/home/me".into()),
@@ -125,7 +132,6 @@ mod tests {
         assert_eq!(
             paths(&env),
             [
-                "/explicit/libmyacl.so",
                 "/toolkit/lib64/libacl_rt.so",
                 "/toolkit/lib64/libascendcl.so",
                 "/home-path/lib64/libacl_rt.so",
@@ -140,6 +146,9 @@ mod tests {
                 "libascendcl.so",
             ]
         );
+        // An override is the only place.
+        env.acl_lib = Some("/explicit/libmyacl.so".into());
+        assert_eq!(paths(&env), ["/explicit/libmyacl.so"]);
     }
 
     #[test]
@@ -167,12 +176,8 @@ mod tests {
         let found = candidates(&env, Path::new(SYSTEM_ROOT));
         assert_eq!(found[0].path, Path::new("/opt/acl/libacl_rt.so"));
         assert_eq!(found[1].path, Path::new("/opt/acl/libascendcl.so"));
-        assert!(found[0].accepts_simulator && found[1].accepts_simulator);
-        assert!(found[2..].iter().all(|c| !c.accepts_simulator));
-        assert_eq!(
-            found[2].path,
-            Path::new("/usr/local/Ascend/cann/lib64/libacl_rt.so")
-        );
+        assert_eq!(found.len(), 2, "the override is the only place");
+        assert!(found.iter().all(|c| c.accepts_simulator));
     }
 
     #[test]
