@@ -494,11 +494,18 @@ impl Vmm {
         Ok(())
     }
 
-    /// Calls `f` with the start and the mapping holding `addr`.
-    fn with_mapping<T>(&self, addr: usize, f: impl FnOnce(usize, &mut Mapping) -> T) -> Res<T> {
+    /// Calls `f` with the mapping that starts at `addr` (the `virPtr` aclrtMapMem or
+    /// aclrtMemMapNoAccess was given, as the reference requires of the functions asking about a
+    /// mapping); any other address → 107000.
+    fn with_mapping<T>(&self, addr: usize, f: impl FnOnce(&mut Mapping) -> T) -> Res<T> {
         let mut reservations = write(&self.reservations);
         match mapping_at(&mut reservations, addr) {
-            Some((start, mapping)) => Ok(f(start, mapping)),
+            Some((start, mapping)) if start == addr => Ok(f(mapping)),
+            Some((start, _)) => fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "{addr:#x} is inside the mapping at {start:#x}, not its start (the virPtr \
+                 aclrtMapMem was given)"
+            ),
             None => fail!(
                 ACL_ERROR_RT_PARAM_INVALID,
                 "{addr:#x} is not in mapped virtual memory"
@@ -506,9 +513,10 @@ impl Vmm {
         }
     }
 
-    /// The physical allocation mapped at `addr`, with one more handle reference.
+    /// The physical allocation mapped at `addr` (a mapping's start), with one more handle
+    /// reference.
     pub(crate) fn retain(&self, addr: usize) -> Res<Handle> {
-        let physical = self.with_mapping(addr, |_, m| m.physical.clone())?;
+        let physical = self.with_mapping(addr, |m| m.physical.clone())?;
         let mut refs = lock(&physical.refs);
         if refs.0 == 0 {
             // Every handle was freed while the memory stayed mapped: it gets a new one.
@@ -518,39 +526,30 @@ impl Vmm {
         Ok(refs.1)
     }
 
-    /// Sets each `(device, flags)` of `access` on every mapping in `[addr, addr+len)`, which
-    /// mappings must cover entirely. All or nothing: a range with a hole changes no mapping.
+    /// Sets each `(device, flags)` of `access` on the mapping that starts at `addr` and was
+    /// mapped with size `len` (the reference: aclrtMemSetAccess's virPtr and size are those
+    /// aclrtMapMem or aclrtMemMapNoAccess was given); anything else → 107000.
     pub(crate) fn set_access(
         &self,
         addr: usize,
         len: usize,
         access: &[(u32, aclrtMemAccessFlags)],
     ) -> Res<()> {
-        let mut reservations = write(&self.reservations);
-        let end = addr.saturating_add(len);
-        let mut starts = Vec::new();
-        let mut at = addr;
-        while at < end {
-            let Some((start, mapping)) = mapping_at(&mut reservations, at) else {
-                fail!(
-                    ACL_ERROR_RT_PARAM_INVALID,
-                    "{at:#x} is not in mapped virtual memory"
-                );
-            };
-            starts.push(start);
-            at = start + mapping.len;
-        }
-        for start in starts {
-            if let Some((_, mapping)) = mapping_at(&mut reservations, start) {
-                mapping.access.extend(access.iter().copied());
-            }
-        }
-        Ok(())
+        self.with_mapping(addr, |mapping| {
+            ensure!(
+                len == mapping.physical.size,
+                ACL_ERROR_RT_PARAM_INVALID,
+                "size {len} is not the size the mapping at {addr:#x} was made with ({})",
+                mapping.physical.size
+            );
+            mapping.access.extend(access.iter().copied());
+            Ok(())
+        })?
     }
 
-    /// The access flags of `device` on the mapping holding `addr`.
+    /// The access flags of `device` on the mapping starting at `addr`.
     pub(crate) fn access(&self, addr: usize, device: u32) -> Res<aclrtMemAccessFlags> {
-        self.with_mapping(addr, |_, m| {
+        self.with_mapping(addr, |m| {
             m.access
                 .get(&device)
                 .copied()

@@ -132,8 +132,36 @@ fn the_documented_flow_maps_physical_memory_into_reserved_addresses() {
         },
         rsv: [0; 12],
     };
-    acl!(aclrtMemSetAccess(va, 8 * MIB, &mut desc, 1));
+    // Access is set per mapping, with the address and size aclrtMapMem was given.
+    acl!(aclrtMemSetAccess(va, 4 * MIB, &mut desc, 1));
+    acl!(aclrtMemSetAccess(upper, 3 * MIB, &mut desc, 1));
     assert_eq!(access(upper, 1), u64::from(ACL_RT_MEM_ACCESS_FLAGS_READ));
+    // Not across two mappings, not from inside one, not with another size.
+    for (at, size) in [
+        (va, 8 * MIB),
+        (va.cast::<u8>().wrapping_add(2 * MIB).cast(), 2 * MIB),
+        (upper, 4 * MIB),
+        (upper, 2 * MIB),
+    ] {
+        fails!(
+            aclrtMemSetAccess(at, size, &mut desc, 1),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "aclrtMemSetAccess"
+        );
+    }
+    let inside = upper.cast::<u8>().wrapping_add(100).cast::<c_void>();
+    let (mut location, mut flags) = (
+        aclrtMemLocation {
+            id: 1,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        0,
+    );
+    fails!(
+        aclrtMemGetAccess(inside, &mut location, &mut flags),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemGetAccess"
+    );
     // The host is a location too, its id ignored: NONE until set.
     let host = ACL_MEM_LOCATION_TYPE_HOST;
     assert_eq!(
@@ -142,7 +170,8 @@ fn the_documented_flow_maps_physical_memory_into_reserved_addresses() {
     );
     desc.flags = ACL_RT_MEM_ACCESS_FLAGS_READWRITE;
     desc.location = aclrtMemLocation { id: 7, type_: host };
-    acl!(aclrtMemSetAccess(va, 8 * MIB, &mut desc, 1));
+    acl!(aclrtMemSetAccess(va, 4 * MIB, &mut desc, 1));
+    acl!(aclrtMemSetAccess(upper, 3 * MIB, &mut desc, 1));
     let readwrite = u64::from(ACL_RT_MEM_ACCESS_FLAGS_READWRITE);
     assert_eq!(access_of(upper, 0, host), readwrite);
     assert_eq!(access_of(upper, 3, host), readwrite);
@@ -150,6 +179,11 @@ fn the_documented_flow_maps_physical_memory_into_reserved_addresses() {
 
     // The mapping's handle and properties.
     let mut retained = ptr::null_mut();
+    fails!(
+        aclrtMemRetainAllocationHandle(inside, &mut retained),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemRetainAllocationHandle"
+    );
     acl!(aclrtMemRetainAllocationHandle(upper, &mut retained));
     assert_eq!(retained, b);
     let mut props = aclrtPhysicalMemProp::default();

@@ -322,9 +322,10 @@ fn access_location(sim: &Sim, location: &aclrtMemLocation) -> Res<u32> {
     }
 }
 
-/// Records which devices (and whether the host) may access the mapped range
-/// `[virPtr, virPtr+size)` and how (NONE, READ, READWRITE). The simulator records the flags;
-/// every device and the host can still reach the memory.
+/// Records which devices (and whether the host) may access the mapping made at `virPtr` with
+/// `size` bytes, and how (NONE, READ, READWRITE): `virPtr` and `size` must be those aclrtMapMem
+/// or aclrtMemMapNoAccess was given (107000 otherwise). The simulator records the flags; every
+/// device and the host can still reach the memory.
 ///
 /// # Safety
 /// `desc` must be NULL or hold `count` descriptors.
@@ -363,8 +364,9 @@ pub unsafe extern "C" fn aclrtMemSetAccess(
     })
 }
 
-/// The access flags a device has on the mapping holding `virPtr` (READWRITE for the
-/// memory's own device after aclrtMapMem, NONE for others until aclrtMemSetAccess).
+/// The access flags a device has on the mapping made at `virPtr` (a mapping's start, else
+/// 107000): READWRITE for the memory's own device after aclrtMapMem, NONE for others until
+/// aclrtMemSetAccess.
 ///
 /// # Safety
 /// `location` must be NULL or a valid struct; `flag` NULL or valid for a write.
@@ -412,8 +414,8 @@ pub unsafe extern "C" fn aclrtMemGetAllocationGranularity(
     })
 }
 
-/// The handle of the physical allocation mapped at `virPtr` (any address in the mapping); it
-/// counts as one more reference, to be freed with aclrtFreePhysical.
+/// The handle of the physical allocation mapped at `virPtr` (the address aclrtMapMem was
+/// given, else 107000); it counts as one more reference, to be freed with aclrtFreePhysical.
 ///
 /// # Safety
 /// `handle` must be NULL or valid for a write.
