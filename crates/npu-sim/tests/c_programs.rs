@@ -184,6 +184,19 @@ fn kernels_load_through_the_older_binary_path_in_c() {
     );
 }
 
+/// aclrtBinaryLoadFromFile's path names a file relative to the current directory, as the
+/// existence check reads it: a bare name is not searched for on the library path.
+#[test]
+fn a_relative_binary_path_is_the_file_in_the_current_directory() {
+    let stdout = run(&compile("relative_load", &[]));
+    assert_eq!(
+        stdout,
+        "kernel library by its bare name: loaded\n\
+         a text file named libc.so.6: 100003\n\
+         relative load ok\n"
+    );
+}
+
 #[test]
 fn descriptor_offset_batch_and_cache_functions_in_c() {
     let stdout = run(&compile("copy_flow", &[]));

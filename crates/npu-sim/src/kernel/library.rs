@@ -226,8 +226,21 @@ fn declared_params(library: &libloading::Library, kernel: &str) -> Res<Option<Ve
 }
 
 impl Binary {
-    /// aclrtBinaryLoadFromFile: dlopens a kernel library.
+    /// aclrtBinaryLoadFromFile: dlopens a kernel library. The reference asks for an absolute
+    /// path; a relative one is taken from the current directory, the file the existence check
+    /// looked at (given to dlopen as it is, a name without a slash would be searched for on the
+    /// library path instead, and could load another library).
     pub(crate) fn from_file(path: &str) -> Res<Binary> {
+        let Some(path) = std::path::absolute(path)
+            .ok()
+            .and_then(|path| path.to_str().map(str::to_owned))
+        else {
+            fail!(
+                ACL_ERROR_RT_FILE_OPEN,
+                "cannot open kernel binary {path:?}: no absolute path for it"
+            );
+        };
+        let path = path.as_str();
         ensure!(
             std::fs::File::open(path).is_ok(),
             ACL_ERROR_RT_FILE_OPEN,
