@@ -74,6 +74,32 @@ fn unreadable_tib() -> *mut c_void {
     at
 }
 
+/// aclrtLaunchKernelV2 of `add_one` with one attribute `id`, its value zeroed and then set by
+/// `set`.
+fn launch_v2_with(
+    id: aclrtLaunchKernelAttrId,
+    set: fn(&mut aclrtLaunchKernelAttrValue),
+) -> aclError {
+    let mut attr = aclrtLaunchKernelAttr {
+        id,
+        value: aclrtLaunchKernelAttrValue { rsv: [0; 4] },
+    };
+    set(&mut attr.value);
+    let mut cfg = aclrtLaunchKernelCfg {
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    let args = malloc(8);
+    code!(aclrtLaunchKernelV2(
+        add_one(),
+        1,
+        args,
+        8,
+        &mut cfg,
+        ptr::null_mut()
+    ))
+}
+
 /// Kernel arguments of `add_one` with one 8-byte value and one placeholder.
 fn args_with_a_value_and_a_placeholder() -> (aclrtArgsHandle, aclrtParamHandle, aclrtParamHandle) {
     let mut args = ptr::null_mut();
@@ -980,6 +1006,44 @@ static PARAM_INVALID: &[Case] = &[
                 cfg,
                 ptr::null_mut()
             ))
+        },
+    ),
+    case(
+        "V2 schedule mode 2",
+        "aclrtLaunchKernelV2",
+        107000,
+        0,
+        || {
+            launch_v2_with(ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE, |value| {
+                value.schemMode = 2
+            })
+        },
+    ),
+    case(
+        "V2 prefetch switch 2",
+        "aclrtLaunchKernelV2",
+        107000,
+        0,
+        || {
+            launch_v2_with(ACL_RT_LAUNCH_KERNEL_ATTR_BLOCK_TASK_PREFETCH, |value| {
+                value.isBlockTaskPrefetch = 2;
+            })
+        },
+    ),
+    case("V2 dump switch 2", "aclrtLaunchKernelV2", 107000, 0, || {
+        launch_v2_with(ACL_RT_LAUNCH_KERNEL_ATTR_DATA_DUMP, |value| {
+            value.isDataDump = 2
+        })
+    }),
+    case(
+        "V2 dynamic UB of a SIMD kernel",
+        "aclrtLaunchKernelV2",
+        107000,
+        0,
+        || {
+            launch_v2_with(ACL_RT_LAUNCH_KERNEL_ATTR_DYN_UBUF_SIZE, |value| {
+                value.dynUBufSize = 1024;
+            })
         },
     ),
     case("V2 engine 10", "aclrtLaunchKernelV2", 107000, 0, || {

@@ -263,7 +263,9 @@ struct LaunchOptions {
 }
 
 /// Reads a launch configuration: the engine and the launch's own execute timeout. The other
-/// attributes are accepted and have no effect on the simulator. The two timeout attributes
+/// attributes are checked against the values the reference lists (the switches SCHEM_MODE,
+/// BLOCK_TASK_PREFETCH and DATA_DUMP 0 or 1, DYN_UBUF_SIZE 0 for a kernel that is not a SIMT
+/// kernel; else 107000) and have no effect on the simulator. The two timeout attributes
 /// exclude each other, as the reference says; a timeout of 0 (either form) waits for ever.
 fn launch_options(cfg: *mut aclrtLaunchKernelCfg) -> Res<LaunchOptions> {
     let Some(cfg) = optional(cfg) else {
@@ -292,7 +294,31 @@ fn launch_options(cfg: *mut aclrtLaunchKernelCfg) -> Res<LaunchOptions> {
                 let halves = unsafe { attr.value.timeoutUs };
                 micros = Some(u64::from(halves.timeoutHigh) << 32 | u64::from(halves.timeoutLow));
             }
-            ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE..=ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING => {}
+            ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE
+            | ACL_RT_LAUNCH_KERNEL_ATTR_BLOCK_TASK_PREFETCH
+            | ACL_RT_LAUNCH_KERNEL_ATTR_DATA_DUMP => {
+                // SAFETY: as above; these three carry a one-byte switch (schemMode,
+                // isBlockTaskPrefetch, isDataDump), each documented as 0 or 1.
+                let switch = unsafe { attr.value.schemMode };
+                ensure!(
+                    switch <= 1,
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    "launch attribute {} takes 0 or 1, not {switch}",
+                    attr.id
+                );
+            }
+            ACL_RT_LAUNCH_KERNEL_ATTR_DYN_UBUF_SIZE => {
+                // SAFETY: as above; DYN_UBUF_SIZE carries dynUBufSize.
+                let size = unsafe { attr.value.dynUBufSize };
+                ensure!(
+                    size == 0,
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    "dynUBufSize {size}: a kernel that is not a SIMT kernel takes only 0 (a \
+                     simulated kernel is none)"
+                );
+            }
+            ACL_RT_LAUNCH_KERNEL_ATTR_BLOCKDIM_OFFSET
+            | ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING => {}
             other => fail!(
                 ACL_ERROR_RT_PARAM_INVALID,
                 "unknown launch attribute {other}"
