@@ -7,9 +7,16 @@
 //! abort the process when it happens in a destructor during unwinding. So every event npu-rs
 //! emits goes through [`log!`](crate::log): a subscriber that panics loses that event, and
 //! nothing else.
+//!
+//! A subscriber may also call npu-rs again (open a device, submit an operation), which takes
+//! npu-rs's locks. The locks held across a call that can reach the subscriber (an ACL call,
+//! since the simulator reports each failed call through `tracing`) are taken with
+//! [`lock_here`], which lets the paths that take them again on the same thread refuse instead
+//! of waiting for themselves.
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, MutexGuard};
 
 #[doc(hidden)]
 pub use tracing;
@@ -32,6 +39,79 @@ pub fn contained(f: impl FnOnce()) -> bool {
             drop_payload(payload);
             true
         }
+    }
+}
+
+thread_local! {
+    /// The addresses of the [`lock_here`] locks this thread holds.
+    static HELD: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A lock taken with [`lock_here`]: the thread is marked as holding it until the guard goes.
+#[doc(hidden)]
+pub struct HeldHere<'a, T> {
+    guard: MutexGuard<'a, T>,
+    address: usize,
+}
+
+/// Locks `mutex` unless this thread holds it already (through this function), in which case
+/// it returns `None` instead of waiting for itself for ever.
+///
+/// For the locks npu-rs holds across a call that may run a tracing subscriber (an ACL call:
+/// the simulator logs each failed call through `tracing`). The subscriber is user code, which
+/// may call npu-rs back (open a device, submit to the same stream); the paths that take such
+/// a lock refuse that with a typed error, or hand the work to the reaper, instead of
+/// deadlocking this thread and every thread that takes the lock after it. (Muting the
+/// subscriber around the call is not possible: `tracing` panics when a default is set from
+/// inside one of its own callbacks.)
+///
+/// ```
+/// use std::sync::Mutex;
+///
+/// let lock = Mutex::new(1);
+/// let held = npu_core::contain::lock_here(&lock).expect("free");
+/// assert!(npu_core::contain::lock_here(&lock).is_none(), "held by this thread");
+/// drop(held);
+/// assert_eq!(*npu_core::contain::lock_here(&lock).expect("free again"), 1);
+/// ```
+#[doc(hidden)]
+pub fn lock_here<T>(mutex: &Mutex<T>) -> Option<HeldHere<'_, T>> {
+    let address = std::ptr::from_ref(mutex) as usize;
+    if held_here(address) {
+        return None;
+    }
+    let guard = mutex.lock().unwrap_or_else(|e| e.into_inner());
+    // A thread whose locals are gone (a thread-local destructor) is simply not tracked.
+    let _ = HELD.try_with(|held| held.borrow_mut().push(address));
+    Some(HeldHere { guard, address })
+}
+
+fn held_here(address: usize) -> bool {
+    HELD.try_with(|held| held.borrow().contains(&address))
+        .unwrap_or(false)
+}
+
+impl<T> Drop for HeldHere<'_, T> {
+    fn drop(&mut self) {
+        let _ = HELD.try_with(|held| {
+            let mut held = held.borrow_mut();
+            if let Some(at) = held.iter().rposition(|&address| address == self.address) {
+                held.remove(at);
+            }
+        });
+    }
+}
+
+impl<T> std::ops::Deref for HeldHere<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for HeldHere<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
     }
 }
 

@@ -85,7 +85,7 @@ fn set_bound(library: usize, context: Option<u64>) {
 impl Context {
     /// Retains device `device_id`'s primary context (`aclrtSetDevice`) on the calling thread.
     pub(crate) fn retain_primary(runtime: &Runtime, device_id: i32) -> Result<Context> {
-        runtime.with_shared(|shared| {
+        let retained = runtime.with_shared(|shared| {
             if let Some(inner) = shared.primaries.get(&device_id).and_then(|w| w.upgrade()) {
                 return Ok(Context { inner });
             }
@@ -110,7 +110,8 @@ impl Context {
             set_bound(runtime.library_id(), Some(inner.id));
             shared.primaries.insert(device_id, Arc::downgrade(&inner));
             Ok(Context { inner })
-        })
+        });
+        retained.unwrap_or_else(|| Err(Runtime::reentered("Device::open")))
     }
 
     /// Creates an explicit context on `device` (`aclrtCreateContext`).
@@ -337,7 +338,10 @@ impl Drop for ContextInner {
         }
         let result = match self.primary {
             None => {
-                runtime.with_shared(|shared| {
+                // Only tidying: a dead entry is replaced when the device is next opened, so a
+                // drop on a thread that holds the lock already (a tracing subscriber's, called
+                // from an ACL call made under it) leaves it.
+                let _ = runtime.with_shared(|shared| {
                     if shared
                         .primaries
                         .get(&self.device_id)

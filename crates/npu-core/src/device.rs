@@ -457,7 +457,7 @@ impl Device {
     pub fn enable_peer_access(&self, peer: &Device) -> Result<PeerAccess> {
         self.check_peer("Device::enable_peer_access", peer)?;
         let key = (self.id() as i32, peer.id() as i32);
-        self.runtime().with_shared(|shared| {
+        let enabled = self.runtime().with_shared(|shared| {
             // Counted only once enabled: a failed enable must leave no entry that
             // `peer_access_to` would take for enabled access.
             if !shared.peer_access.contains_key(&key) {
@@ -470,7 +470,8 @@ impl Device {
                 from: self.clone(),
                 peer: peer.clone(),
             })
-        })
+        });
+        enabled.unwrap_or_else(|| Err(Runtime::reentered("Device::enable_peer_access")))
     }
 
     /// Another guard on this device's access to `peer`'s memory, if a [`PeerAccess`] keeps it
@@ -498,6 +499,7 @@ impl Device {
         }
         self.runtime()
             .with_shared(|shared| self.hold_peer_access(shared, peer))
+            .flatten()
     }
 
     /// Runs `submit` (the ACL call of an operation that reaches `peer`'s memory) and returns
@@ -508,18 +510,22 @@ impl Device {
     /// accepts the operation) and disables it again while the operation is queued. No lock is
     /// held across `submit`, which may block (the runtime's queue is full): the lock guards
     /// host bookkeeping that the reaper and other threads take.
+    ///
+    /// Fails without calling `submit` on a thread that holds the runtime's lock already (a
+    /// tracing subscriber called from an ACL call made under it).
     #[doc(hidden)]
     pub fn with_steady_peer_access<R>(
         &self,
         peer: &Device,
         submit: impl FnOnce() -> R,
-    ) -> (R, Option<PeerAccess>) {
+    ) -> Result<(R, Option<PeerAccess>)> {
         if self.check_peer("Device::peer_access_to", peer).is_err() {
-            return (submit(), None);
+            return Ok((submit(), None));
         }
         let key = (self.id() as i32, peer.id() as i32);
         self.runtime()
-            .with_shared(|shared| *shared.peer_submitting.entry(key).or_insert(0) += 1);
+            .with_shared(|shared| *shared.peer_submitting.entry(key).or_insert(0) += 1)
+            .ok_or_else(|| Runtime::reentered("Device::with_steady_peer_access"))?;
         // Uncounts the submission even if `submit` unwinds.
         let submitting = Submitting {
             from: self,
@@ -527,7 +533,7 @@ impl Device {
             finished: false,
         };
         let result = submit();
-        (result, submitting.finish(peer))
+        Ok((result, submitting.finish(peer)))
     }
 
     /// Another guard on this device's access to `peer`, if it is enabled; under the shared
@@ -598,7 +604,20 @@ impl Drop for PeerAccess {
             }
             disable_if_unused(&self.from, key, shared)
         });
-        log_disable_failure(result, key);
+        match result {
+            Some(result) => log_disable_failure(result, key),
+            // This thread holds the lock (a tracing subscriber dropping a guard from inside an
+            // ACL call made under it): the reaper drops it once the lock is free.
+            None => {
+                let access = PeerAccess {
+                    from: self.from.clone(),
+                    peer: self.peer.clone(),
+                };
+                // SAFETY: dropping a guard takes the runtime's lock, which is never held
+                // across a wait, and disables access, which does not wait for the device.
+                unsafe { crate::reaper::release_later(move || drop(access)) };
+            }
+        }
     }
 }
 
@@ -615,22 +634,50 @@ impl Submitting<'_> {
     /// lock, so that the access cannot be disabled between the two.
     fn finish(mut self, peer: &Device) -> Option<PeerAccess> {
         self.finished = true;
-        let (access, result) = self.from.runtime().with_shared(|shared| {
+        let finished = self.from.runtime().with_shared(|shared| {
             let access = self.from.hold_peer_access(shared, peer);
-            (access, self.uncount(shared))
+            (access, uncount(self.from, self.key, shared))
         });
-        log_disable_failure(result, self.key);
-        access
-    }
-
-    fn uncount(&self, shared: &mut SharedState) -> Result<()> {
-        if let Some(submitting) = shared.peer_submitting.get_mut(&self.key) {
-            *submitting -= 1;
-            if *submitting == 0 {
-                shared.peer_submitting.remove(&self.key);
+        match finished {
+            Some((access, result)) => {
+                log_disable_failure(result, self.key);
+                access
+            }
+            None => {
+                uncount_later(self.from, self.key);
+                None
             }
         }
-        disable_if_unused(self.from, self.key, shared)
+    }
+}
+
+/// Uncounts a submission in progress on the access `key`.
+fn uncount(from: &Device, key: (i32, i32), shared: &mut SharedState) -> Result<()> {
+    if let Some(submitting) = shared.peer_submitting.get_mut(&key) {
+        *submitting -= 1;
+        if *submitting == 0 {
+            shared.peer_submitting.remove(&key);
+        }
+    }
+    disable_if_unused(from, key, shared)
+}
+
+/// Uncounts a submission on the reaper, for a thread that holds the runtime's lock already:
+/// a submission counted on a thread that did not hold it ends on that same thread, so this is
+/// only a fallback that never leaves the count behind.
+fn uncount_later(from: &Device, key: (i32, i32)) {
+    let from = from.clone();
+    // SAFETY: uncounting takes the runtime's lock, which is never held across a wait, and
+    // disabling access does not wait for the device.
+    unsafe {
+        crate::reaper::release_later(move || {
+            if let Some(result) = from
+                .runtime()
+                .with_shared(|shared| uncount(&from, key, shared))
+            {
+                log_disable_failure(result, key);
+            }
+        });
     }
 }
 
@@ -643,8 +690,11 @@ impl Drop for Submitting<'_> {
         let result = self
             .from
             .runtime()
-            .with_shared(|shared| self.uncount(shared));
-        log_disable_failure(result, self.key);
+            .with_shared(|shared| uncount(self.from, self.key, shared));
+        match result {
+            Some(result) => log_disable_failure(result, self.key),
+            None => uncount_later(self.from, self.key),
+        }
     }
 }
 

@@ -142,8 +142,48 @@ impl RuntimeBuilder {
     }
 }
 
+thread_local! {
+    /// Set while this thread holds a library's `init_users` lock, across `aclInit`,
+    /// registering the runtime callbacks or `aclFinalize`.
+    static INITIALISING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as holding an `init_users` lock until dropped.
+///
+/// The calls made under that lock log (the simulator reports its start and each failed call
+/// through `tracing`, npu-core what it could not register), and the subscriber is user code
+/// that may make a runtime itself: on this thread that would wait for the lock it holds for
+/// ever, and every other thread making or dropping a runtime after it. [`acquire`] refuses
+/// it instead.
+struct Initialising {
+    outer: bool,
+}
+
+impl Initialising {
+    fn enter() -> Initialising {
+        Initialising {
+            outer: INITIALISING.with(|flag| flag.replace(true)),
+        }
+    }
+}
+
+impl Drop for Initialising {
+    fn drop(&mut self) {
+        INITIALISING.with(|flag| flag.set(self.outer));
+    }
+}
+
 fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<()> {
+    if INITIALISING.with(std::cell::Cell::get) {
+        return Err(Error::invalid(
+            "Runtime::build",
+            "thread",
+            "is initialising or finalising AscendCL: called back from inside (by a tracing \
+             subscriber?)",
+        ));
+    }
     let mut users = loaded.init_users.lock().unwrap_or_else(|e| e.into_inner());
+    let _initialising = Initialising::enter();
     if users.count == 0 {
         let config = config
             .map(|p| {
@@ -174,6 +214,7 @@ impl Drop for RuntimeInner {
             .init_users
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        let _finalising = Initialising::enter();
         users.count -= 1;
         if users.count > 0 {
             return;
@@ -254,6 +295,33 @@ impl Runtime {
     /// ```
     pub fn global() -> Result<Runtime> {
         static GLOBAL: OnceLock<Result<Runtime, Error>> = OnceLock::new();
+        thread_local! {
+            /// Set while this thread makes the global runtime.
+            static MAKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        }
+        /// Clears [`MAKING`], also if making the runtime unwinds.
+        struct Made;
+        impl Drop for Made {
+            fn drop(&mut self) {
+                MAKING.with(|making| making.set(false));
+            }
+        }
+        if let Some(global) = GLOBAL.get() {
+            return global.clone();
+        }
+        // Making the runtime logs (`auto` falling back to the simulator, the simulator
+        // starting), and the subscriber is user code that may ask for the runtime again
+        // (`Device::open`): on this thread that would wait for its own initialisation for
+        // ever, and every other thread after it. It is refused instead.
+        if MAKING.with(|making| making.replace(true)) {
+            return Err(Error::invalid(
+                "Runtime::global",
+                "thread",
+                "is making the process-wide runtime: called back from inside (by a tracing \
+                 subscriber?) before it exists",
+            ));
+        }
+        let _made = Made;
         GLOBAL.get_or_init(|| Runtime::builder().build()).clone()
     }
 
@@ -469,14 +537,28 @@ impl Runtime {
         self.inner.loaded.id
     }
 
-    /// Runs `f` on this library's shared primary-context and peer-access state.
-    pub(crate) fn with_shared<R>(&self, f: impl FnOnce(&mut SharedState) -> R) -> R {
-        f(&mut self
-            .inner
-            .loaded
-            .shared
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()))
+    /// Runs `f` on this library's shared primary-context and peer-access state; `None` if this
+    /// thread holds it already.
+    ///
+    /// `f` makes ACL calls under the lock (setting a device, enabling and disabling peer
+    /// access), which the simulator reports through `tracing` when they fail, and a subscriber
+    /// may call npu-rs back from there (`Device::open`): every path that takes the lock again
+    /// on the same thread refuses (or hands its work to the reaper) instead of waiting for
+    /// itself, and every thread after it, the reaper included.
+    pub(crate) fn with_shared<R>(&self, f: impl FnOnce(&mut SharedState) -> R) -> Option<R> {
+        let mut shared = crate::contain::lock_here(&self.inner.loaded.shared)?;
+        Some(f(&mut shared))
+    }
+
+    /// The error of a call refused because this thread holds the runtime's lock already
+    /// ([`with_shared`](Self::with_shared) returned `None`).
+    pub(crate) fn reentered(api: &'static str) -> Error {
+        Error::invalid(
+            api,
+            "thread",
+            "holds the runtime's device and peer-access lock already: called back from inside \
+             an ACL call made under it (by a tracing subscriber?)",
+        )
     }
 
     /// Whether both handles use the same loaded library.

@@ -67,7 +67,6 @@ impl Sim {
             .collect();
         let pinned_limit = config.pinned_host_limit.unwrap_or_else(physical_memory);
         crate::trace::enable_from_env();
-        crate::error::log!(debug, target: "npu_sim", ?config, "simulator initialised");
         Sim {
             config,
             devices,
@@ -133,9 +132,27 @@ fn from_env() -> Result<Sim, String> {
     Ok(Sim::new(config))
 }
 
+/// Logs the simulator's start, once it is in [`SIM`]: the subscriber is the program's code and
+/// may call the simulator back, which inside `get_or_init` would wait for its own
+/// initialisation for ever.
+fn announce(started: &Result<Sim, String>) {
+    if let Ok(sim) = started {
+        let config = &sim.config;
+        crate::error::log!(debug, target: "npu_sim", ?config, "simulator initialised");
+    }
+}
+
 /// The simulator, initialised from `NPU_SIM_CONFIG` (or defaults) on first use.
 pub(crate) fn sim() -> Res<&'static Sim> {
-    match SIM.get_or_init(from_env) {
+    let mut fresh = false;
+    let started = SIM.get_or_init(|| {
+        fresh = true;
+        from_env()
+    });
+    if fresh {
+        announce(started);
+    }
+    match started {
         Ok(sim) => Ok(sim),
         Err(error) => fail!(
             ACL_ERROR_INVALID_PARAM,
@@ -151,6 +168,9 @@ pub(crate) fn install(config: SimConfig) -> Result<(), ConfigError> {
         fresh = true;
         Ok(Sim::new(config.clone()))
     });
+    if fresh {
+        announce(installed);
+    }
     match installed {
         Ok(_) if fresh => Ok(()),
         Ok(sim) if sim.config == config => Ok(()),

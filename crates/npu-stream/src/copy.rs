@@ -462,9 +462,10 @@ impl Stream {
     {
         let bytes = src.byte_len();
         let done = OnceCell::new();
-        self.submit(
+        self.submit_described(
             "aclrtMemcpyAsync",
             bytes,
+            ("direction", direction(kind)),
             (src, dst),
             |value, completion| record_copy(kind, value, completion, &done),
             |(src, dst), stream| {
@@ -509,9 +510,10 @@ impl Stream {
             .saturating_mul(shape.height)
             .saturating_mul(size_of::<S::Elem>());
         let done = OnceCell::new();
-        self.submit(
+        self.submit_described(
             "aclrtMemcpy2dAsync",
             bytes,
+            ("direction", direction(kind)),
             (src, dst),
             |value, completion| record_copy(kind, value, completion, &done),
             |(src, dst), stream| {
@@ -542,7 +544,6 @@ impl Stream {
         src: &impl Memory,
         dst: &impl Memory,
     ) -> Result<()> {
-        tracing::Span::current().record("direction", direction(kind));
         self.check_runtime(api, "src", src.context())?;
         self.check_runtime(api, "dst", dst.context())?;
         match kind {
@@ -599,7 +600,7 @@ impl Stream {
         let (result, access) = self
             .context()
             .device()
-            .with_steady_peer_access(&peer.device(), call);
+            .with_steady_peer_access(&peer.device(), call)?;
         if let (Ok(()), Some(access)) = (&result, access) {
             // SAFETY: disabling peer access (when this is its last guard) does not wait for the
             // device, and the copy that used it has completed by then.

@@ -299,11 +299,17 @@ impl Event {
         // Held across the record and the store: records on two streams at once must store
         // their completions in the order the device sees the records, or `wait` would watch
         // an older record than the one the event now stands for.
-        let _recording = self
-            .inner
-            .recording
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        // Taken with `lock_here`: the submission below creates and enters the operation's
+        // span and may run a tracing subscriber (the simulator logs a failed record), and one
+        // that records this event again from there is refused instead of waiting for itself.
+        let Some(_recording) = npu_core::contain::lock_here(&self.inner.recording) else {
+            return Err(Error::invalid(
+                "Event::record",
+                "self",
+                "is being recorded by this thread already: called back from inside that \
+                 record (by a tracing subscriber?)",
+            ));
+        };
         let op = stream.submit(
             "aclrtRecordEvent",
             0,

@@ -506,7 +506,7 @@ impl Stream {
             synchronizes: true,
             seq: 0,
         };
-        self.submit_op(op, 0, (), |_, _| {}, |_, _| Ok(()))
+        self.submit_op(op, 0, None, (), |_, _| {}, |_, _| Ok(()))
     }
 
     /// Discards the work queued on the stream (`aclrtStreamAbort`) and resolves once the
@@ -554,8 +554,17 @@ impl Stream {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn abort(&self) -> impl Future<Output = Result<()>> + Send + 'static {
-        let mut wait = {
-            let mut aborting = self.shared.lock_submission();
+        let mut wait = 'wait: {
+            let Some(mut aborting) = npu_core::contain::lock_here(&self.shared.submit) else {
+                // This thread is submitting to the stream (a tracing subscriber called from
+                // inside the submission's ACL call): refused, as a submission would be.
+                // SAFETY: no memory is recorded against this completion and nothing is
+                // deferred on it; it completes here.
+                let completer = unsafe { Completer::new() };
+                let wait = KeptWait::new(&completer.completion());
+                completer.complete(Err(reentered("Stream::abort")));
+                break 'wait wait;
+            };
             let stops = self.shared.stops.load(Ordering::Acquire);
             match &aborting.shared {
                 // That abort discards all this one would: it marks its horizon after this
@@ -683,19 +692,41 @@ impl Stream {
         record_uses: impl FnOnce(&T, &Completion),
         call: impl FnOnce(&mut T, ffi::aclrtStream) -> Result<()>,
     ) -> Op<T> {
-        self.submit_op(OpInfo::new(api), bytes, value, record_uses, call)
+        self.submit_op(OpInfo::new(api), bytes, None, value, record_uses, call)
+    }
+
+    /// [`submit`](Stream::submit) with one more field of the operation's span filled in:
+    /// `direction` for copies, `kernel` for launches.
+    pub(crate) fn submit_described<T: Send + 'static>(
+        &self,
+        api: &'static str,
+        bytes: usize,
+        field: (&'static str, &str),
+        value: T,
+        record_uses: impl FnOnce(&T, &Completion),
+        call: impl FnOnce(&mut T, ffi::aclrtStream) -> Result<()>,
+    ) -> Op<T> {
+        self.submit_op(
+            OpInfo::new(api),
+            bytes,
+            Some(field),
+            value,
+            record_uses,
+            call,
+        )
     }
 
     fn submit_op<T: Send + 'static>(
         &self,
         mut op: OpInfo,
         bytes: usize,
+        field: Option<(&'static str, &str)>,
         mut value: T,
         record_uses: impl FnOnce(&T, &Completion),
         call: impl FnOnce(&mut T, ffi::aclrtStream) -> Result<()>,
     ) -> Op<T> {
-        // `direction` and `kernel` are filled in by the operations they apply to (while
-        // submitting, inside this span), `error` when the operation fails.
+        // `direction` and `kernel` are filled in here, before the submission lock is taken,
+        // `error` when the operation fails.
         let span = tracing::debug_span!(
             "npu_op",
             op = op.api,
@@ -706,6 +737,9 @@ impl Stream {
             kernel = tracing::field::Empty,
             error = tracing::field::Empty,
         );
+        if let Some((name, value)) = field {
+            span.record(name, value);
+        }
         // SAFETY: this completer is completed only by a completion strategy (once the
         // device is done with the operation), by the sentinel (once the stream has drained),
         // or below for work the device never accepted; its deferred actions never block.
@@ -716,7 +750,12 @@ impl Stream {
             if let Err(err) = self.context().bind() {
                 return Err(Submission::Rejected(completer, err));
             }
-            let order = self.shared.lock_submission();
+            // Held across the ACL calls, which may run a tracing subscriber (the simulator
+            // logs each failed call): one that submits to this stream again from there is
+            // refused instead of waiting for this thread for ever.
+            let Some(order) = npu_core::contain::lock_here(&self.shared.submit) else {
+                return Err(Submission::Rejected(completer, reentered(op.api)));
+            };
             if order.refusing > 0 {
                 // Not queued behind the abort, which waits for the device's running task:
                 // discarded, as the abort would have discarded it.
@@ -751,6 +790,17 @@ impl Stream {
         }
         Op::new(completion, value, span)
     }
+}
+
+/// The error of a submission or an abort made on a thread that is submitting to the same
+/// stream already (a tracing subscriber, called from inside that submission's ACL call).
+fn reentered(api: &'static str) -> Error {
+    Error::invalid(
+        api,
+        "stream",
+        "is being submitted to by this thread already: called back from inside that \
+         submission (by a tracing subscriber?)",
+    )
 }
 
 /// The aborts in progress on a stream, kept under its submission lock.

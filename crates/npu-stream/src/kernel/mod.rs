@@ -131,9 +131,10 @@ impl Stream {
         config: Option<LaunchConfig>,
         args: A,
     ) -> Op<A> {
-        self.submit(
+        self.submit_described(
             "aclrtLaunchKernelWithHostArgs",
             0,
+            ("kernel", function.name()),
             args,
             |args, done| {
                 args.record_uses(done);
@@ -143,7 +144,6 @@ impl Stream {
                 unsafe { done.drop_after(function.clone()) };
             },
             |args, stream| {
-                tracing::Span::current().record("kernel", function.name());
                 let config = config.ok_or_else(|| {
                     Error::invalid(
                         API,
