@@ -746,7 +746,14 @@ impl Stream {
         let completer = unsafe { Completer::new() };
         let completion = completer.completion();
         record_uses(&value, &completion);
-        let outcome = span.in_scope(|| {
+        // The submission runs inside the span. Entering and leaving it run the subscriber,
+        // which is user code: a panic there is contained, since unwinding from here would
+        // abandon the completer (leaking the buffers whose uses it recorded) or, once the
+        // device accepted the work, drop the value the operation must keep until it completes
+        // (an `Arc` clone, which the caller could then unwrap under the device).
+        let mut entered = None;
+        npu_core::contain::contained(|| entered = Some(span.enter()));
+        let outcome = (|| {
             if let Err(err) = self.context().bind() {
                 return Err(Submission::Rejected(completer, err));
             }
@@ -772,7 +779,8 @@ impl Stream {
                 .strategy
                 .watch(&self.shared, op, completer)
                 .map_err(Submission::Unwatched)
-        });
+        })();
+        npu_core::contain::contained(move || drop(entered));
         match outcome {
             Ok(()) => {}
             // The device never saw the work: nothing to wait for. A context that a fault

@@ -55,10 +55,17 @@ fn call_hook(point: Point) {
     }
     // Cloned out: the hook runs with none of this file's locks held.
     let hook = HOOK.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    /// Clears `INSIDE`, also when the hook panics.
+    struct Outside;
+    impl Drop for Outside {
+        fn drop(&mut self) {
+            INSIDE.with(|inside| inside.set(false));
+        }
+    }
     if let Some(hook) = hook {
         INSIDE.with(|inside| inside.set(true));
+        let _outside = Outside;
         hook(point);
-        INSIDE.with(|inside| inside.set(false));
     }
 }
 
@@ -674,4 +681,55 @@ fn a_layer_calling_npu_rs_back_on_every_callback_of_every_thread_harms_nothing()
         calls.load(Ordering::SeqCst)
     );
     assert!(calls.load(Ordering::SeqCst) > 0);
+}
+
+/// A layer that panics when the submitting thread leaves an operation's span: the submission
+/// runs inside the span, and leaving it is the subscriber's code, run after the device
+/// accepted the work. A panic there must not drop the operation's value early: an `Arc` the
+/// operation shares stays shared (rule 2) until the device is done with it.
+#[test]
+fn a_layer_panicking_as_a_submission_leaves_its_span_does_not_release_the_operations_value() {
+    let _guard = exclusive();
+    let device = Device::open(0).unwrap();
+    let ctx = device.primary_context().clone();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let mut shared = Arc::new(DeviceBuffer::from_host_blocking(&ctx, &[7u8; 64]).unwrap());
+        let dst = PinnedBuffer::<u8>::new(&ctx, 64).unwrap();
+        let armed = Arc::new(AtomicBool::new(false));
+        let (fire, submitter) = (armed.clone(), std::thread::current().id());
+        set_hook(Some(Arc::new(move |point| {
+            if point == Point::Exit
+                && std::thread::current().id() == submitter
+                && fire.swap(false, Ordering::SeqCst)
+            {
+                panic!("a layer that panics on leaving a span");
+            }
+        })));
+        let hold = sim::hold(&device).unwrap();
+        armed.store(true, Ordering::SeqCst);
+        let submitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            s.copy_d2h(shared.clone(), dst)
+        }));
+        set_hook(None);
+        assert!(
+            !armed.load(Ordering::SeqCst),
+            "{strategy:?}: the layer never ran"
+        );
+        // The copy is queued behind the hold: its clone must still be held.
+        let still_shared = Arc::get_mut(&mut shared).is_none();
+        drop(hold);
+        let copied = submitted
+            .ok()
+            .map(|op| watchdog("the copy", || run(op).map_err(|e| e.error)));
+        assert!(
+            still_shared,
+            "{strategy:?}: the queued copy's Arc clone was dropped while the device may read it"
+        );
+        let (_, dst) = copied
+            .expect("the submission returned its operation")
+            .unwrap();
+        assert_eq!(&dst[..], &[7u8; 64][..]);
+        watchdog("the stream afterwards", || run(s.synchronize()).unwrap());
+    }
 }
