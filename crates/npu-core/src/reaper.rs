@@ -11,6 +11,11 @@ use std::sync::mpsc::{Sender, channel};
 /// Work to run once, after completion, off the completing thread's critical path.
 pub(crate) type Action = Box<dyn FnOnce() + Send + 'static>;
 
+thread_local! {
+    /// Set on the reaper thread.
+    static ON_REAPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 fn sender() -> Option<&'static Sender<Vec<Action>>> {
     static SENDER: OnceLock<Option<Sender<Vec<Action>>>> = OnceLock::new();
     SENDER
@@ -19,6 +24,7 @@ fn sender() -> Option<&'static Sender<Vec<Action>>> {
             let spawned = std::thread::Builder::new()
                 .name("npu-reaper".into())
                 .spawn(move || {
+                    ON_REAPER.with(|on| on.set(true));
                     for batch in rx {
                         batch.into_iter().for_each(run);
                     }
@@ -93,7 +99,15 @@ pub unsafe fn release_later(release: impl FnOnce() + Send + 'static) {
 /// npu_core::reaper::flush();
 /// assert!(released.load(Ordering::SeqCst));
 /// ```
+///
+/// On the reaper thread itself (user code the reaper runs: a tracing subscriber's callback, a
+/// waker it wakes) it returns at once: the releases queued before the call run once the
+/// current one returns, and waiting for them there would never return, stopping every
+/// deferred release of the process.
 pub fn flush() {
+    if ON_REAPER.with(std::cell::Cell::get) {
+        return;
+    }
     let (tx, rx) = channel();
     // SAFETY: sending on an unbounded channel does not block.
     unsafe {

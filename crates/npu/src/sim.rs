@@ -353,7 +353,8 @@ pub fn now_ns(device: &Device) -> Result<u64> {
 ///
 /// For tests that count live allocations: after dropping buffers, call this before reading
 /// [`device_stats`] or [`host_stats`]. It waits for npu-rs's own reaper, so it works on every
-/// backend.
+/// backend. Called on the reaper thread itself (from a tracing subscriber or a waker that the
+/// reaper runs), it returns at once instead of waiting for itself.
 ///
 /// ```
 /// npu::sim::flush_releases(); // nothing deferred: returns at once

@@ -733,3 +733,36 @@ fn a_layer_panicking_as_a_submission_leaves_its_span_does_not_release_the_operat
         watchdog("the stream afterwards", || run(s.synchronize()).unwrap());
     }
 }
+
+/// A layer that flushes the reaper (`npu::sim::flush_releases`) when anything is logged on the
+/// reaper thread: the flush waits for releases that only the reaper runs, so on the reaper it
+/// would wait for itself, and every deferred release of the process after it.
+#[test]
+fn a_layer_flushing_the_reaper_from_the_reaper_does_not_stop_it() {
+    let _guard = exclusive();
+    let fired = Arc::new(AtomicUsize::new(0));
+    let count = fired.clone();
+    set_hook(Some(Arc::new(move |point| {
+        if matches!(point, Point::Event(_)) && std::thread::current().name() == Some("npu-reaper") {
+            count.fetch_add(1, Ordering::SeqCst);
+            sim::flush_releases();
+        }
+    })));
+    // A release that panics: the reaper contains it and logs it, on the reaper.
+    // SAFETY: the release panics at once; it does not block.
+    unsafe { npu::reaper::release_later(|| panic!("a release that panics")) };
+    watchdog("a flush after the reaper's log", sim::flush_releases);
+    set_hook(None);
+    assert!(
+        fired.load(Ordering::SeqCst) >= 1,
+        "nothing was logged on the reaper"
+    );
+    // Later releases still run.
+    let ctx = Device::open(0).unwrap().primary_context().clone();
+    let s = stream(&ctx, Strategy::EventPoll);
+    drop(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1));
+    watchdog("a later release", || {
+        run(s.synchronize()).unwrap();
+        sim::flush_releases();
+    });
+}
