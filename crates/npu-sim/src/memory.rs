@@ -165,17 +165,33 @@ static MLOCK_WARNED: AtomicBool = AtomicBool::new(false);
 
 /// Page-locks a range where the OS allows it; falls back (with a one-time warning) if not.
 fn try_mlock(ptr: usize, len: usize) -> bool {
+    let locked = mlock(ptr, len);
+    if let Err(err) = &locked {
+        warn_unlocked(err);
+    }
+    locked.is_ok()
+}
+
+/// Page-locks a range, without warning: for callers holding a lock, which warn (through
+/// [`warn_unlocked`]) once they released it, since the subscriber is the program's code and
+/// may call the simulator back.
+fn mlock(ptr: usize, len: usize) -> std::io::Result<()> {
     // SAFETY: mlock only changes paging attributes of a range this process owns; a failure is
     // reported through the return value.
-    let ok = unsafe { libc::mlock(ptr as *const libc::c_void, len) } == 0;
-    if !ok && !MLOCK_WARNED.swap(true, Ordering::Relaxed) {
+    match unsafe { libc::mlock(ptr as *const libc::c_void, len) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Warns, once per process, that pinned memory could not be locked.
+fn warn_unlocked(err: &std::io::Error) {
+    if !MLOCK_WARNED.swap(true, Ordering::Relaxed) {
         crate::error::log!(warn,
             target: "npu_sim",
-            "mlock of pinned host memory failed ({}); pinned memory stays pageable (raise RLIMIT_MEMLOCK to lock it)",
-            std::io::Error::last_os_error()
+            "mlock of pinned host memory failed ({err}); pinned memory stays pageable (raise RLIMIT_MEMLOCK to lock it)"
         );
     }
-    ok
 }
 
 fn munlock(ptr: usize, len: usize) {
@@ -573,15 +589,21 @@ impl MemoryMap {
             ACL_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
             "host range {ptr:#x}+{len} overlaps a registered range"
         );
-        let locked = pin && try_mlock(ptr, len);
+        // Warned about after unlocking: a subscriber reading the registrations (the host
+        // statistics, a copy from host memory) would wait for this thread for ever.
+        let refused = if pin { mlock(ptr, len).err() } else { None };
         map.insert(
             ptr,
             Registration {
                 len,
                 mapped,
-                locked,
+                locked: pin && refused.is_none(),
             },
         );
+        drop(map);
+        if let Some(err) = refused {
+            warn_unlocked(&err);
+        }
         Ok(())
     }
 

@@ -766,3 +766,97 @@ fn a_layer_flushing_the_reaper_from_the_reaper_does_not_stop_it() {
         sim::flush_releases();
     });
 }
+
+/// The child half of [`a_layer_reading_host_statistics_when_mlock_fails_does_not_deadlock`]:
+/// a process that may not lock memory, whose layer reads the simulator's host statistics
+/// whenever the simulator logs. Registering pinned host memory then fails to `mlock`, and the
+/// simulator warns about it (once per process).
+#[test]
+fn mlock_child() {
+    if std::env::var_os("NPU_REENTRANCY_MLOCK_CHILD").is_none() {
+        return;
+    }
+    let _guard = exclusive();
+    let fired = Arc::new(AtomicUsize::new(0));
+    let count = fired.clone();
+    set_hook(Some(Arc::new(move |point| {
+        if let Point::Event(target) = point {
+            if target.starts_with("npu_sim") {
+                count.fetch_add(1, Ordering::SeqCst);
+                let _ = sim::host_stats();
+            }
+        }
+    })));
+    let ctx = Device::open(0).unwrap().primary_context().clone();
+    let buffer = npu::memory::PageAlignedBuffer::<u8>::new(4096).unwrap();
+    let registered = watchdog("registering pinned host memory", || {
+        npu::memory::HostRegistration::new(&ctx, buffer, npu::memory::RegisterFlags::PINNED)
+    });
+    set_hook(None);
+    let registered = registered.unwrap();
+    let stats = watchdog("the host statistics afterwards", sim::host_stats).unwrap();
+    assert_eq!(stats.registrations, 1);
+    drop(registered);
+    if fired.load(Ordering::SeqCst) == 0 {
+        println!("MLOCK NOT REFUSED");
+    }
+    println!("CHILD OK");
+}
+
+/// npu-sim warned about a failed `mlock` while holding its table of host registrations, and
+/// reading the host statistics takes that table: a layer doing so deadlocked the registering
+/// thread, and every later copy from registered or pinned memory with it.
+#[test]
+fn a_layer_reading_host_statistics_when_mlock_fails_does_not_deadlock() {
+    let exe = std::env::current_exe().unwrap();
+    // Root locks memory whatever the limit: drop the capability where `setpriv` can.
+    let script = "ulimit -l 0; exec \"$0\" --exact mlock_child --nocapture --test-threads=1";
+    let mut command = match std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+    {
+        Ok(_) => {
+            let mut command = std::process::Command::new("setpriv");
+            command.args([
+                "--bounding-set=-ipc_lock",
+                "--inh-caps=-ipc_lock",
+                "sh",
+                "-c",
+            ]);
+            command
+        }
+        Err(_) => {
+            let mut command = std::process::Command::new("sh");
+            command.arg("-c");
+            command
+        }
+    };
+    let mut child = command
+        .arg(script)
+        .arg(exe)
+        .env("NPU_REENTRANCY_MLOCK_CHILD", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Past the child's own watchdog, which says what hung.
+    let deadline = std::time::Instant::now() + HANG + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("registering host memory hung in the child process");
+        }
+        std::thread::park_timeout(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(
+        status.success() && out.contains("CHILD OK"),
+        "{status}: {out}"
+    );
+    if out.contains("MLOCK NOT REFUSED") {
+        eprintln!("mlock was not refused in the child: the attack did not run here");
+    }
+}
