@@ -860,3 +860,41 @@ fn a_layer_reading_host_statistics_when_mlock_fails_does_not_deadlock() {
         eprintln!("mlock was not refused in the child: the attack did not run here");
     }
 }
+
+/// A layer that records an event again when the record's operation span opens: the record
+/// holds the event's recording lock while it submits, so the nested record of the same event
+/// is refused (a typed error) instead of waiting for itself; the outer record stands.
+#[test]
+fn a_layer_recording_the_same_event_from_inside_its_record_is_refused() {
+    let _guard = exclusive();
+    let ctx = Device::open(0).unwrap().primary_context().clone();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let event = Arc::new(npu::Event::new(&ctx).unwrap());
+        let nested: Arc<Mutex<Vec<npu::Result<()>>>> = Arc::default();
+        let submitter = std::thread::current().id();
+        let (hook_event, hook_stream, results) = (event.clone(), s.clone(), nested.clone());
+        let armed = Arc::new(AtomicBool::new(true));
+        let fire = armed.clone();
+        set_hook(Some(Arc::new(move |point| {
+            if point == Point::NewSpan
+                && std::thread::current().id() == submitter
+                && fire.swap(false, Ordering::SeqCst)
+            {
+                results
+                    .lock()
+                    .unwrap()
+                    .push(hook_event.record(&hook_stream));
+            }
+        })));
+        let outer = watchdog("a record whose span records again", || event.record(&s));
+        set_hook(None);
+        outer.unwrap();
+        let nested = nested.lock().unwrap().pop().expect("the layer ran");
+        assert!(
+            nested.is_err(),
+            "{strategy:?}: the nested record was not refused"
+        );
+        watchdog("the event afterwards", || run(event.wait()).unwrap());
+    }
+}
