@@ -7,25 +7,19 @@
 //! read statistics). Every wait is bounded by [`watchdog`], which aborts the process with a
 //! message naming the hang, so a deadlock fails the run instead of stalling it.
 
+mod common;
+
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use common::*;
 use npu::prelude::*;
 use npu::sim;
 use npu::stream::Strategy;
 use npu::{Op, Stream};
 use tracing_subscriber::layer::SubscriberExt;
-
-const STRATEGIES: [Strategy; 3] = [
-    Strategy::EventPoll,
-    Strategy::CallbackThread,
-    Strategy::BlockingSync,
-];
-
-/// A hang detector, not a synchronisation: everything awaited finishes long before.
-const HANG: Duration = Duration::from_secs(30);
 
 /// Where a layer callback was called from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,41 +127,6 @@ fn exclusive() -> MutexGuard<'static, ()> {
 
 fn set_hook(hook: Option<Hook>) {
     *HOOK.lock().unwrap_or_else(|e| e.into_inner()) = hook;
-}
-
-fn stream(ctx: &Context, strategy: Strategy) -> Stream {
-    Stream::builder(ctx).strategy(strategy).build().unwrap()
-}
-
-/// Runs `future` on a current-thread Tokio runtime.
-fn run<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap()
-        .block_on(future)
-}
-
-/// Aborts the process with `what` if `body` has not returned after [`HANG`].
-fn watchdog<R>(what: &str, body: impl FnOnce() -> R) -> R {
-    let done = Arc::new(AtomicBool::new(false));
-    let flag = done.clone();
-    let what = what.to_string();
-    let dog = std::thread::spawn(move || {
-        let deadline = std::time::Instant::now() + HANG;
-        while !flag.load(Ordering::Acquire) {
-            if std::time::Instant::now() > deadline {
-                eprintln!("hung: {what}");
-                std::process::abort();
-            }
-            std::thread::park_timeout(Duration::from_millis(10));
-        }
-    });
-    let result = body();
-    done.store(true, Ordering::Release);
-    dog.thread().unpark();
-    dog.join().unwrap();
-    result
 }
 
 /// A layer that submits to a stream when npu-rs records a field of that stream's operation
@@ -381,7 +340,7 @@ fn first_use_child() {
 
 #[test]
 fn a_layer_calling_npu_rs_on_the_first_use_does_not_deadlock() {
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
             "first_use_child",
@@ -393,14 +352,20 @@ fn a_layer_calling_npu_rs_on_the_first_use_does_not_deadlock() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + HANG;
+    child_succeeded(child, HANG, "the first use");
+}
+
+/// Waits for `child` (a run of this file's child test) at most `bound`, kills it and fails
+/// naming `what` past that, and returns its output once it has reported success.
+fn child_succeeded(mut child: std::process::Child, bound: Duration, what: &str) -> String {
+    let deadline = std::time::Instant::now() + bound;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
         if std::time::Instant::now() > deadline {
             child.kill().unwrap();
-            panic!("the first use hung in the child process");
+            panic!("{what} hung in the child process");
         }
         std::thread::park_timeout(Duration::from_millis(20));
     };
@@ -410,6 +375,7 @@ fn a_layer_calling_npu_rs_on_the_first_use_does_not_deadlock() {
         status.success() && out.contains("CHILD OK"),
         "{status}: {out}"
     );
+    out
 }
 
 /// Wakers that call npu-rs back from the thread that completes their operation (the reactor,
@@ -831,7 +797,7 @@ fn a_layer_reading_host_statistics_when_mlock_fails_does_not_deadlock() {
             command
         }
     };
-    let mut child = command
+    let child = command
         .arg(script)
         .arg(exe)
         .env("NPU_REENTRANCY_MLOCK_CHILD", "1")
@@ -839,23 +805,8 @@ fn a_layer_reading_host_statistics_when_mlock_fails_does_not_deadlock() {
         .spawn()
         .unwrap();
     // Past the child's own watchdog, which says what hung.
-    let deadline = std::time::Instant::now() + HANG + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("registering host memory hung in the child process");
-        }
-        std::thread::park_timeout(Duration::from_millis(20));
-    };
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
-    assert!(
-        status.success() && out.contains("CHILD OK"),
-        "{status}: {out}"
-    );
+    let bound = HANG + Duration::from_secs(10);
+    let out = child_succeeded(child, bound, "registering host memory");
     if out.contains("MLOCK NOT REFUSED") {
         eprintln!("mlock was not refused in the child: the attack did not run here");
     }
