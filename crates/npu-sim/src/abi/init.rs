@@ -8,6 +8,7 @@ use npu_sys::*;
 use super::check::c_str;
 use crate::config::{ConfigError, SimConfig};
 use crate::context;
+use crate::device_limit;
 use crate::dump::{self, DumpSettings};
 use crate::error::{self, Res, ensure, fail, guard, guard_value, write_out};
 use crate::lifecycle;
@@ -38,6 +39,35 @@ struct InitConfig {
     default_device: Option<i32>,
     /// `"dump"`: the dump the file turns on (see `crate::dump`).
     dump: DumpSettings,
+    /// `"StackSize": {"aicore_stack_size": N}`: the SIMD stack per AI core, as it takes effect.
+    simd_stack: Option<u64>,
+    /// `"simd_printf_fifo_size_per_core": N`: the SIMD printf FIFO per core, as it takes effect.
+    printf_fifo: Option<u64>,
+}
+
+/// A device resource limit of the file: a JSON unsigned integer (bytes), as it takes effect
+/// (`effective` rounds it, or refuses it with `None`). Another form, or a value outside the
+/// limit's range → 100000.
+fn limit_value(
+    key: &str,
+    value: Option<&serde_json::Value>,
+    effective: fn(u64) -> Option<u64>,
+    range: &str,
+) -> Res<Option<u64>> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    match value.as_u64().map(effective) {
+        Some(Some(bytes)) => Ok(Some(bytes)),
+        Some(None) => fail!(
+            ACL_ERROR_INVALID_PARAM,
+            "\"{key}\" is {value} bytes, outside {range}"
+        ),
+        None => fail!(
+            ACL_ERROR_INVALID_PARAM,
+            "\"{key}\" is {value}, not a size in bytes (an unsigned integer)"
+        ),
+    }
 }
 
 fn parse_config(text: &str) -> Res<InitConfig> {
@@ -85,11 +115,38 @@ fn parse_config(text: &str) -> Res<InitConfig> {
             }
         }
     };
+    // The SIMD limits aclrtDeviceSetLimit also sets (an Atlas A2 has no SIMT ones: the
+    // Ascend 950's "simt_*" keys are ignored, as other keys the simulator has no use for).
+    let simd_stack = match json.get("StackSize") {
+        None => None,
+        Some(section) => {
+            let Some(section) = section.as_object() else {
+                fail!(
+                    ACL_ERROR_INVALID_PARAM,
+                    "\"StackSize\" is {section}, not an object"
+                );
+            };
+            limit_value(
+                "aicore_stack_size",
+                section.get("aicore_stack_size"),
+                device_limit::simd_stack,
+                "0 to 196608 (192 KiB)",
+            )?
+        }
+    };
+    let printf_fifo = limit_value(
+        "simd_printf_fifo_size_per_core",
+        json.get("simd_printf_fifo_size_per_core"),
+        device_limit::printf_fifo,
+        "1024 to 67108864 (1 KiB to 64 MiB)",
+    )?;
     Ok(InitConfig {
         sim,
         process_messages,
         default_device,
         dump,
+        simd_stack,
+        printf_fifo,
     })
 }
 
@@ -113,6 +170,14 @@ fn apply_config(config: InitConfig) -> Res<()> {
     context::set_default_device(config.default_device);
     error::set_process_level_messages(config.process_messages);
     dump::configure_from_init(config.dump.settle(super::dump::any_device_set()?));
+    // Process-wide, like aclrtDeviceSetLimit's: whichever is set last wins, and aclFinalize
+    // keeps them.
+    if let Some(bytes) = config.simd_stack {
+        device_limit::store(&device_limit::SIMD_STACK, bytes);
+    }
+    if let Some(bytes) = config.printf_fifo {
+        device_limit::store(&device_limit::PRINTF_FIFO, bytes);
+    }
     Ok(())
 }
 
@@ -182,8 +247,10 @@ fn flush_trace() {
 /// (aclGetRecentErrMsg reports the messages of every thread), `"defaultDevice":
 /// {"default_device": "N"}` (threads that set no device or context use device N, as if they
 /// had called aclrtSetDevice(N)), a dump configuration under `"dump"` (validated as
-/// aclmdlSetDump validates one, → 100009; while it turns a dump on, aclmdlInitDump → 100044)
-/// and the simulator's configuration under `"npu_sim"`. Not JSON, or nested deeper than 10 →
+/// aclmdlSetDump validates one, → 100009; while it turns a dump on, aclmdlInitDump → 100044),
+/// the SIMD device resource limits aclrtDeviceSetLimit also sets (`"StackSize":
+/// {"aicore_stack_size": N}`, `"simd_printf_fifo_size_per_core": N`, rounded and bounded as
+/// there) and the simulator's configuration under `"npu_sim"`. Not JSON, or nested deeper than 10 →
 /// 100006; a value of the wrong form → 100000; a default device that does not exist → 107001. The registered
 /// init callbacks then run in registration order; the first that fails stops the others, undoes
 /// the file's configuration and is returned (AscendCL stays uninitialised).
@@ -225,6 +292,11 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
             Some(text) => parse_config(text)?,
             None => InitConfig::default(),
         };
+        // A failing init callback undoes the file, the limits it set included.
+        let limits = (
+            device_limit::load(&device_limit::SIMD_STACK),
+            device_limit::load(&device_limit::PRINTF_FIFO),
+        );
         apply_config(config)?;
         // A file with a NUL is no JSON parse_config accepts, so the text converts.
         let current = Arc::new(CString::new(text.clone().unwrap_or_default()).unwrap_or_default());
@@ -233,6 +305,8 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
         {
             undo_config();
             dump::reset();
+            device_limit::store(&device_limit::SIMD_STACK, limits.0);
+            device_limit::store(&device_limit::PRINTF_FIFO, limits.1);
             return Err(e);
         }
         *lock(&CURRENT_CONFIG) = Some(current);
