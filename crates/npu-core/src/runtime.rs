@@ -322,6 +322,18 @@ impl Runtime {
             ));
         }
         let _made = Made;
+        // A thread that is initialising or finalising AscendCL for another runtime (a
+        // subscriber called from there) would have its build refused by `acquire`, and that
+        // refusal kept as the process-wide runtime's result for ever; or it would wait here
+        // for another thread making the runtime, which waits for the lock this one holds.
+        if INITIALISING.with(std::cell::Cell::get) {
+            return Err(Error::invalid(
+                "Runtime::global",
+                "thread",
+                "is initialising or finalising AscendCL: called back from inside (by a tracing \
+                 subscriber?) before the process-wide runtime exists",
+            ));
+        }
         GLOBAL.get_or_init(|| Runtime::builder().build()).clone()
     }
 
