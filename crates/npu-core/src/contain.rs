@@ -16,7 +16,7 @@
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 #[doc(hidden)]
 pub use tracing;
@@ -43,8 +43,23 @@ pub fn contained(f: impl FnOnce()) -> bool {
 }
 
 thread_local! {
-    /// The addresses of the [`lock_here`] locks this thread holds.
-    static HELD: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The addresses and ranks of the [`lock_here`] locks this thread holds.
+    static HELD: std::cell::RefCell<Vec<(usize, Rank)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Where a lock taken with [`lock_here`] stands in the order npu-rs takes them in: a thread
+/// waits for such a lock only while every one it holds ranks lower.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Rank {
+    /// An event's record lock, held across its submission.
+    Record,
+    /// A stream's submission lock, held across the operation's ACL calls (a peer copy takes
+    /// the runtime's lock inside it).
+    Submission,
+    /// A runtime's device and peer-access lock.
+    Runtime,
 }
 
 /// A lock taken with [`lock_here`]: the thread is marked as holding it until the guard goes.
@@ -54,48 +69,66 @@ pub struct HeldHere<'a, T> {
     address: usize,
 }
 
-/// Locks `mutex` unless this thread holds it already (through this function), in which case
-/// it returns `None` instead of waiting for itself for ever.
+/// Locks `mutex` (of rank `rank`), or returns `None` instead of waiting where waiting could
+/// deadlock: when this thread holds it already (through this function), or holds another such
+/// lock of the same or a higher rank and `mutex` is held by another thread.
 ///
 /// For the locks npu-rs holds across a call that may run a tracing subscriber (an ACL call:
 /// the simulator logs each failed call through `tracing`). The subscriber is user code, which
 /// may call npu-rs back (open a device, submit to the same stream); the paths that take such
 /// a lock refuse that with a typed error, or hand the work to the reaper, instead of
-/// deadlocking this thread and every thread that takes the lock after it. (Muting the
-/// subscriber around the call is not possible: `tracing` panics when a default is set from
-/// inside one of its own callbacks.)
+/// deadlocking this thread and every thread that takes the lock after it. Subscribers on two
+/// threads may also take two such locks in opposite orders (one opening a device from inside
+/// a submission, the other submitting from inside a peer-access change): npu-rs itself takes
+/// them only in increasing rank, so a thread never waits against that order, and no two
+/// threads wait for each other. (Muting the subscriber around the call is not possible:
+/// `tracing` panics when a default is set from inside one of its own callbacks.)
 ///
 /// ```
 /// use std::sync::Mutex;
+/// use npu_core::contain::{Rank, lock_here};
 ///
-/// let lock = Mutex::new(1);
-/// let held = npu_core::contain::lock_here(&lock).expect("free");
-/// assert!(npu_core::contain::lock_here(&lock).is_none(), "held by this thread");
+/// let (lock, higher) = (Mutex::new(1), Mutex::new(2));
+/// let held = lock_here(&lock, Rank::Submission).expect("free");
+/// assert!(lock_here(&lock, Rank::Submission).is_none(), "held by this thread");
+/// assert!(lock_here(&higher, Rank::Runtime).is_some(), "taken in order");
 /// drop(held);
-/// assert_eq!(*npu_core::contain::lock_here(&lock).expect("free again"), 1);
+/// assert_eq!(*lock_here(&lock, Rank::Submission).expect("free again"), 1);
 /// ```
 #[doc(hidden)]
-pub fn lock_here<T>(mutex: &Mutex<T>) -> Option<HeldHere<'_, T>> {
+pub fn lock_here<T>(mutex: &Mutex<T>, rank: Rank) -> Option<HeldHere<'_, T>> {
     let address = std::ptr::from_ref(mutex) as usize;
-    if held_here(address) {
-        return None;
-    }
-    let guard = mutex.lock().unwrap_or_else(|e| e.into_inner());
     // A thread whose locals are gone (a thread-local destructor) is simply not tracked.
-    let _ = HELD.try_with(|held| held.borrow_mut().push(address));
+    let highest = HELD
+        .try_with(|held| {
+            let held = held.borrow();
+            match held.iter().any(|&(at, _)| at == address) {
+                true => Err(()),
+                false => Ok(held.iter().map(|&(_, rank)| rank).max()),
+            }
+        })
+        .unwrap_or(Ok(None))
+        .ok()?;
+    let guard = match highest {
+        Some(highest) if highest >= rank => match mutex.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        },
+        _ => mutex.lock().unwrap_or_else(|e| e.into_inner()),
+    };
+    let _ = HELD.try_with(|held| held.borrow_mut().push((address, rank)));
     Some(HeldHere { guard, address })
-}
-
-fn held_here(address: usize) -> bool {
-    HELD.try_with(|held| held.borrow().contains(&address))
-        .unwrap_or(false)
 }
 
 impl<T> Drop for HeldHere<'_, T> {
     fn drop(&mut self) {
         let _ = HELD.try_with(|held| {
             let mut held = held.borrow_mut();
-            if let Some(at) = held.iter().rposition(|&address| address == self.address) {
+            if let Some(at) = held
+                .iter()
+                .rposition(|&(address, _)| address == self.address)
+            {
                 held.remove(at);
             }
         });

@@ -550,7 +550,8 @@ impl Runtime {
     }
 
     /// Runs `f` on this library's shared primary-context and peer-access state; `None` if this
-    /// thread holds it already.
+    /// thread holds it already, or holds another library's and this one is held by another
+    /// thread (see [`lock_here`](crate::contain::lock_here)).
     ///
     /// `f` makes ACL calls under the lock (setting a device, enabling and disabling peer
     /// access), which the simulator reports through `tracing` when they fail, and a subscriber
@@ -558,7 +559,8 @@ impl Runtime {
     /// on the same thread refuses (or hands its work to the reaper) instead of waiting for
     /// itself, and every thread after it, the reaper included.
     pub(crate) fn with_shared<R>(&self, f: impl FnOnce(&mut SharedState) -> R) -> Option<R> {
-        let mut shared = crate::contain::lock_here(&self.inner.loaded.shared)?;
+        let mut shared =
+            crate::contain::lock_here(&self.inner.loaded.shared, crate::contain::Rank::Runtime)?;
         Some(f(&mut shared))
     }
 
@@ -568,8 +570,9 @@ impl Runtime {
         Error::invalid(
             api,
             "thread",
-            "holds the runtime's device and peer-access lock already: called back from inside \
-             an ACL call made under it (by a tracing subscriber?)",
+            "holds the runtime's device and peer-access lock already (or another runtime's, \
+             which another thread holds): called back from inside an ACL call made under it \
+             (by a tracing subscriber?)",
         )
     }
 

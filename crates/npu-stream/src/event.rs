@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
+use npu_core::contain::Rank;
 use npu_core::ffi;
 use npu_core::{Completion, Context, Error, Result, Runtime, acl_call, acl_call_opt};
 
@@ -302,12 +303,14 @@ impl Event {
         // Taken with `lock_here`: the submission below creates and enters the operation's
         // span and may run a tracing subscriber (the simulator logs a failed record), and one
         // that records this event again from there is refused instead of waiting for itself.
-        let Some(_recording) = npu_core::contain::lock_here(&self.inner.recording) else {
+        let Some(_recording) = npu_core::contain::lock_here(&self.inner.recording, Rank::Record)
+        else {
             return Err(Error::invalid(
                 "Event::record",
                 "self",
-                "is being recorded by this thread already: called back from inside that \
-                 record (by a tracing subscriber?)",
+                "is being recorded by this thread already, or by another while this thread \
+                 holds a lock npu-rs takes after it: called back from inside an ACL call (by \
+                 a tracing subscriber?)",
             ));
         };
         let op = stream.submit(

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use npu_core::contain::Rank;
 use npu_core::ffi;
 use npu_core::{Completer, Completion, Context, Error, Result, acl_call, acl_call_opt};
 use npu_mem::PinnedPool;
@@ -555,9 +556,12 @@ impl Stream {
     /// ```
     pub fn abort(&self) -> impl Future<Output = Result<()>> + Send + 'static {
         let mut wait = 'wait: {
-            let Some(mut aborting) = npu_core::contain::lock_here(&self.shared.submit) else {
+            let Some(mut aborting) =
+                npu_core::contain::lock_here(&self.shared.submit, Rank::Submission)
+            else {
                 // This thread is submitting to the stream (a tracing subscriber called from
-                // inside the submission's ACL call): refused, as a submission would be.
+                // inside the submission's ACL call), or would wait for another while holding a
+                // lock that ranks as high: refused, as a submission would be.
                 // SAFETY: no memory is recorded against this completion and nothing is
                 // deferred on it; it completes here.
                 let completer = unsafe { Completer::new() };
@@ -760,7 +764,8 @@ impl Stream {
             // Held across the ACL calls, which may run a tracing subscriber (the simulator
             // logs each failed call): one that submits to this stream again from there is
             // refused instead of waiting for this thread for ever.
-            let Some(order) = npu_core::contain::lock_here(&self.shared.submit) else {
+            let Some(order) = npu_core::contain::lock_here(&self.shared.submit, Rank::Submission)
+            else {
                 return Err(Submission::Rejected(completer, reentered(op.api)));
             };
             if order.refusing > 0 {
@@ -801,13 +806,16 @@ impl Stream {
 }
 
 /// The error of a submission or an abort made on a thread that is submitting to the same
-/// stream already (a tracing subscriber, called from inside that submission's ACL call).
+/// stream already (a tracing subscriber, called from inside that submission's ACL call), or
+/// that would wait for another thread's submission while holding a lock that ranks as high
+/// (see `npu_core::contain::lock_here`).
 fn reentered(api: &'static str) -> Error {
     Error::invalid(
         api,
         "stream",
-        "is being submitted to by this thread already: called back from inside that \
-         submission (by a tracing subscriber?)",
+        "is being submitted to by this thread already, or by another while this thread holds \
+         a lock npu-rs takes after the stream's: called back from inside an ACL call (by a \
+         tracing subscriber?)",
     )
 }
 

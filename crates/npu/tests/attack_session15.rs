@@ -182,7 +182,6 @@ fn hooks_taking_two_locks_in_opposite_orders_child() {
 }
 
 #[test]
-#[ignore = "deadlocks: lock_here refuses only a lock its own thread holds (reported)"]
 fn hooks_taking_two_locks_in_opposite_orders_do_not_deadlock() {
     in_child("hooks_taking_two_locks_in_opposite_orders_child");
 }
