@@ -252,3 +252,53 @@ fn peer_guards_dropped_under_the_shared_lock_child() {
 fn peer_guards_dropped_under_the_shared_lock_are_counted_once() {
     in_child("peer_guards_dropped_under_the_shared_lock_child");
 }
+
+
+/// Staged copies stage bytes: elements of an odd size (3 bytes, alignment 1) and of 6 bytes
+/// aligned to 2, through views that start mid-buffer, round-trip; a copy that fails on the device hands back the very view it
+/// was given.
+#[test]
+fn staged_copies_of_odd_elements_through_views_round_trip_and_fail_cleanly() {
+    let (_guard, ctx, _) = exclusive(Some(4));
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let data: Vec<[u8; 3]> = (0..7u8).map(|i| [i, i + 100, i + 200]).collect();
+        let device = DeviceBuffer::<[u8; 3]>::new(&ctx, 9).unwrap();
+        let view = device.view(2..9).unwrap();
+        let view = run(s.copy_from_slice_staged(s.staging_pool(), &data, view))
+            .map_err(|e| e.error)
+            .unwrap();
+        assert_eq!(view.len(), 7);
+        let (_, back) = run(s.copy_to_vec_staged(s.staging_pool(), view))
+            .map_err(|e| e.error)
+            .unwrap();
+        assert_eq!(back, data, "{strategy:?}");
+
+        let wide: Vec<[u16; 3]> = (0..5u16).map(|i| [i, i * 7, u16::MAX - i]).collect();
+        let device = DeviceBuffer::<[u16; 3]>::new(&ctx, 6).unwrap();
+        let view = device.view(1..6).unwrap();
+        let view = run(s.copy_from_slice_staged(s.staging_pool(), &wide, view))
+            .map_err(|e| e.error)
+            .unwrap();
+        let (view, back) = run(s.copy_to_vec_staged(s.staging_pool(), view))
+            .map_err(|e| e.error)
+            .unwrap();
+        assert_eq!(back, wide, "{strategy:?}");
+
+        // The device copy fails: the view comes back, whole.
+        npu::sim::fail_task(&s, 1, npu::AclCode(507015)).unwrap();
+        let failed = run(s.copy_from_slice_staged(s.staging_pool(), &wide, view)).unwrap_err();
+        assert!(failed.error.acl_code().is_some(), "{:?}", failed.error);
+        let view = failed.value.expect("the view comes back");
+        assert_eq!(view.len(), 5);
+        npu::sim::fail_task(&s, 1, npu::AclCode(507015)).unwrap();
+        let failed = run(s.copy_to_vec_staged(s.staging_pool(), view)).unwrap_err();
+        let view = failed.value.expect("the view comes back");
+        assert_eq!(view.len(), 5);
+        run(s.synchronize()).unwrap_err();
+        let (_, back) = run(s.copy_to_vec_staged(s.staging_pool(), view))
+            .map_err(|e| e.error)
+            .unwrap();
+        assert_eq!(back, wide, "{strategy:?}: the failed copies wrote nothing");
+    }
+}
