@@ -253,7 +253,6 @@ fn peer_guards_dropped_under_the_shared_lock_are_counted_once() {
     in_child("peer_guards_dropped_under_the_shared_lock_child");
 }
 
-
 /// Staged copies stage bytes: elements of an odd size (3 bytes, alignment 1) and of 6 bytes
 /// aligned to 2, through views that start mid-buffer, round-trip; a copy that fails on the device hands back the very view it
 /// was given.
@@ -301,4 +300,44 @@ fn staged_copies_of_odd_elements_through_views_round_trip_and_fail_cleanly() {
             .unwrap();
         assert_eq!(back, wide, "{strategy:?}: the failed copies wrote nothing");
     }
+}
+
+/// A CANN-like library that defines none of AscendCL's functions itself (a thin
+/// `libacl_rt.so` whose `aclInit` lives in the `libascendcl.so` it links against) and whose
+/// `libascendcl.so` dependency the dynamic loader resolved to npu-sim's build: every symbol,
+/// `aclInit` included, comes from the simulator, so comparing `aclInit`'s file with the
+/// marker's cannot tell it from the simulator itself.
+#[test]
+fn a_library_whose_every_symbol_comes_from_a_simulator_dependency_is_refused() {
+    let deps = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    assert!(
+        deps.join("libascendcl.so").exists(),
+        "npu-sim's build beside the test"
+    );
+    let dir = std::env::temp_dir().join(format!("npu-session15-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let c_file = dir.join("thin.c");
+    std::fs::write(&c_file, "int thin_marker(void) { return 0; }\n").unwrap();
+    let library = dir.join("libacl_rt.so");
+    let status = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&c_file)
+        .arg(format!("-L{}", deps.display()))
+        .args(["-Wl,--no-as-needed", "-lascendcl"])
+        .arg(format!("-Wl,-rpath,{}", deps.display()))
+        .status()
+        .expect("a C compiler (cc)");
+    assert!(status.success());
+    let built = npu::Runtime::builder().library(&library).build();
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = built
+        .map(|rt| format!("{:?}", rt.backend()))
+        .expect_err("loaded as the simulator");
+    let text = err.to_string();
+    assert!(text.contains("links npu-sim's build"), "{text}");
 }

@@ -115,7 +115,11 @@ pub(crate) fn open(path: &Path) -> Result<&'static Loaded, LoadFailure> {
     // The handle is deliberately leaked: loaded runtimes are never unloaded (see `Loaded`).
     // Loading an already mapped file again only raised its reference count.
     let simulated = is_simulator(&library);
-    if let Some(simulator) = simulated.then(|| simulator_dependency(&library)).flatten() {
+    let (library, own) = own_file(library);
+    if let Some(simulator) = simulated
+        .then(|| simulator_dependency(&library, own))
+        .flatten()
+    {
         return Err(LoadFailure::SimulatorDependency { simulator });
     }
     std::mem::forget(library);
@@ -151,7 +155,11 @@ fn is_simulator(library: &libloading::Library) -> bool {
 /// it: a symbol lookup through a handle searches the library's dependencies too, so the
 /// simulator's marker can come from a `libascendcl.so` the dynamic loader found for a CANN
 /// library on a cargo-set `LD_LIBRARY_PATH`.
-fn simulator_dependency(library: &libloading::Library) -> Option<PathBuf> {
+///
+/// The library's own file is what the marker's is compared with: a CANN library may define
+/// none of AscendCL's functions itself (a thin `libacl_rt.so` over the `libascendcl.so` it
+/// links against), and then `aclInit` comes from the simulator too.
+fn simulator_dependency(library: &libloading::Library, own: Option<PathBuf>) -> Option<PathBuf> {
     // SAFETY: only the symbols' addresses are read; they are never dereferenced or called.
     let (marker, init) = unsafe {
         (
@@ -160,7 +168,52 @@ fn simulator_dependency(library: &libloading::Library) -> Option<PathBuf> {
         )
     };
     let simulator = mapped_file(marker)?;
-    (mapped_file(init)? != simulator).then_some(simulator)
+    let own = own.or_else(|| mapped_file(init))?;
+    (own != simulator).then_some(simulator)
+}
+
+/// The file the dynamic loader mapped for `library` itself, as its link map names it (as
+/// [`mapped_file`] does for a symbol's object), with the library handed back.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn own_file(library: libloading::Library) -> (libloading::Library, Option<PathBuf>) {
+    /// The start of glibc's `struct link_map` (<link.h>), whose layout is public.
+    #[repr(C)]
+    struct LinkMap {
+        l_addr: usize,
+        l_name: *const std::ffi::c_char,
+    }
+    let handle = libloading::os::unix::Library::from(library).into_raw();
+    let mut map: *const LinkMap = std::ptr::null();
+    // SAFETY: `handle` is a live dlopen handle (owned here until handed back below);
+    // RTLD_DI_LINKMAP writes a `struct link_map *` to the pointer it is given.
+    let got = unsafe {
+        libc::dlinfo(
+            handle,
+            libc::RTLD_DI_LINKMAP,
+            std::ptr::from_mut(&mut map).cast::<c_void>(),
+        )
+    };
+    let name = match got == 0 && !map.is_null() {
+        // SAFETY: dlinfo succeeded, so `map` is the loader's entry for the library, which
+        // lives while the library is mapped (the handle keeps it mapped).
+        true => unsafe { (*map).l_name },
+        false => std::ptr::null(),
+    };
+    let own = (!name.is_null()).then(|| {
+        // SAFETY: a non-NULL l_name is a NUL-terminated string owned by the loader, which
+        // keeps it while the library is mapped; it is copied out at once.
+        let name = unsafe { CStr::from_ptr(name) };
+        PathBuf::from(OsStr::from_bytes(name.to_bytes()))
+    });
+    // SAFETY: `handle` came from `into_raw` above and is handed back to a `Library` once.
+    let library = unsafe { libloading::os::unix::Library::from_raw(handle) };
+    (library.into(), own)
+}
+
+/// Elsewhere the library's own `aclInit` stands for it.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn own_file(library: libloading::Library) -> (libloading::Library, Option<PathBuf>) {
+    (library, None)
 }
 
 /// The file the dynamic loader mapped for the object holding `symbol`, as its link map names it
