@@ -756,7 +756,16 @@ impl Stream {
         // device accepted the work, drop the value the operation must keep until it completes
         // (an `Arc` clone, which the caller could then unwrap under the device).
         let mut entered = None;
-        npu_core::contain::contained(|| entered = Some(span.enter()));
+        if npu_core::contain::contained(|| entered = Some(span.enter())) {
+            // It panicked after the subscriber may have marked the thread as inside the span
+            // (a registry records the entry before its layers see it): left again, as the
+            // guard that never came to be would have, or the thread's later events and spans
+            // would sit inside this one for ever. Leaving a span the thread is not in changes
+            // nothing.
+            npu_core::contain::contained(|| {
+                span.with_subscriber(|(id, dispatch)| dispatch.exit(id));
+            });
+        }
         let outcome = (|| {
             if let Err(err) = self.context().bind() {
                 return Err(Submission::Rejected(completer, err));

@@ -341,3 +341,42 @@ fn a_library_whose_every_symbol_comes_from_a_simulator_dependency_is_refused() {
     let text = err.to_string();
     assert!(text.contains("links npu-sim's build"), "{text}");
 }
+
+/// A layer that panics as a submission enters its operation's span (and not as it leaves):
+/// the submission's containment must leave the thread's span context as it found it, not
+/// inside an `npu_op` span that nothing will ever leave (later events and spans of the thread
+/// would hang under it, and the registry would keep every such span).
+#[test]
+fn a_layer_panicking_on_enter_leaves_the_threads_span_context_alone() {
+    struct PanicOnEnter;
+    impl<S> tracing_subscriber::Layer<S> for PanicOnEnter
+    where
+        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    {
+        fn on_enter(&self, id: &tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
+            if ctx.span(id).is_some_and(|span| span.name() == "npu_op") {
+                panic!("a layer panicking on enter");
+            }
+        }
+    }
+    let (_guard, ctx, _) = exclusive(Some(4));
+    let subscriber = tracing_subscriber::registry()
+        .with(PanicOnEnter)
+        .with(tracing_subscriber::filter::LevelFilter::TRACE);
+    let s = stream(&ctx, npu::stream::Strategy::EventPoll);
+    let op = tracing::subscriber::with_default(subscriber, || {
+        let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 16).unwrap(), 3);
+        let current = tracing::Span::current();
+        let name = current.metadata().map(|m| m.name());
+        assert_ne!(
+            name,
+            Some("npu_op"),
+            "the thread is left inside the operation's span"
+        );
+        op
+    });
+    // Not awaited: `Op::poll` enters the span too, uncontained, and the span keeps its
+    // subscriber (reported). The memset itself went through.
+    op.completion().wait_blocking().unwrap();
+    drop(op);
+}
