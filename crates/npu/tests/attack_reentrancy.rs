@@ -355,29 +355,6 @@ fn a_layer_calling_npu_rs_on_the_first_use_does_not_deadlock() {
     child_succeeded(child, HANG, "the first use");
 }
 
-/// Waits for `child` (a run of this file's child test) at most `bound`, kills it and fails
-/// naming `what` past that, and returns its output once it has reported success.
-fn child_succeeded(mut child: std::process::Child, bound: Duration, what: &str) -> String {
-    let deadline = std::time::Instant::now() + bound;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("{what} hung in the child process");
-        }
-        std::thread::park_timeout(Duration::from_millis(20));
-    };
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
-    assert!(
-        status.success() && out.contains("CHILD OK"),
-        "{status}: {out}"
-    );
-    out
-}
-
 /// Wakers that call npu-rs back from the thread that completes their operation (the reactor,
 /// a callback worker, a blocking waiter): each `wake` submits the next operation of a chain
 /// to the same stream and polls it with a waker like itself, and each waker's drop drops the

@@ -32,30 +32,14 @@ fn child(name: &str) -> bool {
 
 /// Runs the test `name` of this file in a child process and checks it printed `CHILD OK`.
 fn in_child(name: &str) {
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env("NPU_SESSION15_CHILD", name)
         .env_remove("NPU_BACKEND")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + HANG;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("{name} hung in the child process");
-        }
-        std::thread::park_timeout(Duration::from_millis(20));
-    };
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
-    assert!(
-        status.success() && out.contains("CHILD OK"),
-        "{status}: {out}"
-    );
+    child_succeeded(child, HANG, name);
 }
 
 /// A layer that opens a device (through the process-wide runtime) when anything is logged

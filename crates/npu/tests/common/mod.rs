@@ -112,3 +112,30 @@ pub(crate) fn live_allocations(ctx: &Context) -> u64 {
     sim::flush_releases();
     sim::device_stats(&ctx.device()).unwrap().live_allocations
 }
+
+/// Waits for `child` (a run of this file's child test) at most `bound`, kills it and fails
+/// naming `what` past that, and returns its output once it has reported success.
+pub(crate) fn child_succeeded(
+    mut child: std::process::Child,
+    bound: Duration,
+    what: &str,
+) -> String {
+    let deadline = std::time::Instant::now() + bound;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("{what} hung in the child process");
+        }
+        std::thread::park_timeout(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(
+        status.success() && out.contains("CHILD OK"),
+        "{status}: {out}"
+    );
+    out
+}
