@@ -1307,6 +1307,11 @@ impl Stream {
             // Errors were the owner's to collect; destruction proceeds either way.
             let _ = self.wait_idle(None);
         }
+        // The tasks kept for a model go with the stream (a wait among them no longer keeps
+        // its event's wait status NOT_READY); dropping them may release a kernel library:
+        // outside the lock.
+        let kept = std::mem::take(&mut lock(&self.state).persistent);
+        drop(kept);
         sim.streams.remove(self.handle);
         sim.reports.forget(self.handle);
         self.device.live_streams.fetch_sub(1, Ordering::AcqRel);

@@ -1374,3 +1374,37 @@ fn a_reservation_is_not_released_while_its_unmap_waits_for_a_running_kernel() {
     acl!(aclrtFreePhysical(physical));
     acl!(aclrtDestroyStream(stream));
 }
+
+/// Found (fourteenth race session): a wait issued on an ACL_STREAM_PERSISTENT stream bound to
+/// no instance is kept for a model, with its event's wait ticket; destroying the stream did not
+/// drop the kept tasks, so aclrtQueryEventWaitStatus said NOT_READY for ever after the only
+/// wait task was gone with its stream.
+#[test]
+fn a_wait_kept_on_a_destroyed_persistent_stream_is_not_pending() {
+    install_eight_devices();
+    set_device(0);
+    let event = create_event();
+    let recorder = create_stream();
+    acl!(aclrtRecordEvent(event, recorder));
+    acl!(aclrtSynchronizeStream(recorder));
+    let wait_status = || {
+        let mut status = 9;
+        acl!(aclrtQueryEventWaitStatus(event, &mut status));
+        status
+    };
+    let kept = persistent_stream();
+    acl!(aclrtStreamWaitEvent(kept, event));
+    assert_eq!(
+        wait_status(),
+        ACL_EVENT_WAIT_STATUS_NOT_READY,
+        "kept, not run"
+    );
+    acl!(aclrtDestroyStream(kept));
+    assert_eq!(
+        wait_status(),
+        ACL_EVENT_WAIT_STATUS_COMPLETE,
+        "the wait task went with its stream"
+    );
+    acl!(aclrtDestroyStream(recorder));
+    acl!(aclrtDestroyEvent(event));
+}
