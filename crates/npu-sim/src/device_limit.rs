@@ -35,6 +35,11 @@ pub(crate) fn store(limit: &AtomicU64, value: u64) {
     limit.store(value, Ordering::Relaxed);
 }
 
+/// Puts `limit` back to `before` if it still holds `set` (nothing set it since).
+pub(crate) fn restore(limit: &AtomicU64, set: u64, before: u64) {
+    let _ = limit.compare_exchange(set, before, Ordering::Relaxed, Ordering::Relaxed);
+}
+
 pub(crate) fn load(limit: &AtomicU64) -> u64 {
     limit.load(Ordering::Relaxed)
 }

@@ -61,4 +61,39 @@ fn the_init_file_sets_the_simd_limits_as_device_set_limit_does() {
     assert_eq!(init_limit_keys(text), ACL_SUCCESS);
     assert_eq!(limit(stack), 48 << 10);
     acl!(aclFinalize());
+
+    // Found (fourteenth race session): a failing init callback undoes the file's limits, not
+    // a setting made since. aclrtDeviceSetLimit calls made while aclInit ran (here by the
+    // callback itself; another thread's alike) were put back to the values before aclInit,
+    // though they returned 0 and came after the file's.
+    acl!(aclrtDeviceSetLimit(stack, 32 << 10));
+    acl!(aclrtDeviceSetLimit(fifo, 2048));
+    acl!(aclInitCallbackRegister(
+        ACL_REG_TYPE_ACL_MODEL,
+        Some(set_limit_and_fail),
+        std::ptr::null_mut()
+    ));
+    assert_eq!(init_limit_keys(text), ACL_ERROR_FAILURE);
+    assert_eq!(
+        limit(stack),
+        64 << 10,
+        "the setting made after the file's stays"
+    );
+    assert_eq!(limit(fifo), 2048, "the file's FIFO size is undone");
+    acl!(aclInitCallbackUnRegister(
+        ACL_REG_TYPE_ACL_MODEL,
+        Some(set_limit_and_fail)
+    ));
+}
+
+/// An init callback that sets the SIMD stack to 64 KiB and fails.
+unsafe extern "C" fn set_limit_and_fail(
+    _: *const std::ffi::c_char,
+    _: usize,
+    _: *mut std::ffi::c_void,
+) -> aclError {
+    // SAFETY: no pointers.
+    let code = unsafe { aclrtDeviceSetLimit(ACL_RT_DEV_LIMIT_SIMD_STACK_SIZE, 64 << 10) };
+    assert_eq!(code, 0);
+    ACL_ERROR_FAILURE
 }

@@ -292,11 +292,14 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
             Some(text) => parse_config(text)?,
             None => InitConfig::default(),
         };
-        // A failing init callback undoes the file, the limits it set included.
-        let limits = (
-            device_limit::load(&device_limit::SIMD_STACK),
-            device_limit::load(&device_limit::PRINTF_FIFO),
-        );
+        // A failing init callback undoes the file, the limits it set included: each limit the
+        // file set goes back to its value before, unless set again since (by a callback or
+        // another thread: the later setting wins).
+        let limits = [
+            (&device_limit::SIMD_STACK, config.simd_stack),
+            (&device_limit::PRINTF_FIFO, config.printf_fifo),
+        ]
+        .map(|(limit, set)| (limit, device_limit::load(limit), set));
         apply_config(config)?;
         // A file with a NUL is no JSON parse_config accepts, so the text converts.
         let current = Arc::new(CString::new(text.clone().unwrap_or_default()).unwrap_or_default());
@@ -305,8 +308,11 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
         {
             undo_config();
             dump::reset();
-            device_limit::store(&device_limit::SIMD_STACK, limits.0);
-            device_limit::store(&device_limit::PRINTF_FIFO, limits.1);
+            for (limit, before, set) in limits {
+                if let Some(set) = set {
+                    device_limit::restore(limit, set, before);
+                }
+            }
             return Err(e);
         }
         *lock(&CURRENT_CONFIG) = Some(current);
