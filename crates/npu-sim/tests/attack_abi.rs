@@ -1408,3 +1408,89 @@ fn a_wait_kept_on_a_destroyed_persistent_stream_is_not_pending() {
     acl!(aclrtDestroyStream(recorder));
     acl!(aclrtDestroyEvent(event));
 }
+
+static WAIT_GATE: AtomicBool = AtomicBool::new(false);
+
+/// Holds its stream until WAIT_GATE opens.
+unsafe extern "C" fn hold_until_wait_gate(_: *mut c_void) {
+    while !WAIT_GATE.load(Ordering::Acquire) {
+        thread::yield_now();
+    }
+}
+
+/// Promise: aclrtQueryEventWaitStatus says NOT_READY while a wait task issued on the event is
+/// still in its stream, whatever other threads do to the event meanwhile (record it again,
+/// reset it, wait on it from other streams), and COMPLETE once every wait task has left its
+/// stream and the latest record completed: no ticket outlives its task.
+#[test]
+fn the_wait_status_follows_the_wait_tasks_under_concurrent_records_and_resets() {
+    install_eight_devices();
+    set_device(7);
+    let recorder = Raw::of(create_stream());
+    let wait_status = |event: Raw| {
+        let mut status = 9;
+        acl!(aclrtQueryEventWaitStatus(event.ptr(), &mut status));
+        status
+    };
+    for round in 0..50 {
+        WAIT_GATE.store(false, Ordering::Release);
+        let event = Raw::of(create_event());
+        acl!(aclrtRecordEvent(event.ptr(), recorder.ptr()));
+        acl!(aclrtSynchronizeStream(recorder.ptr()));
+        let go = std::sync::Arc::new(std::sync::Barrier::new(6));
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let go = go.clone();
+                thread::spawn(move || {
+                    set_device(7);
+                    let stream = Raw::of(create_stream());
+                    acl!(aclrtLaunchHostFunc(
+                        stream.ptr(),
+                        Some(hold_until_wait_gate),
+                        ptr::null_mut()
+                    ));
+                    go.wait();
+                    acl!(aclrtStreamWaitEvent(stream.ptr(), event.ptr()));
+                    stream
+                })
+            })
+            .collect();
+        let meddler = {
+            let go = go.clone();
+            thread::spawn(move || {
+                set_device(7);
+                go.wait();
+                for _ in 0..4 {
+                    acl!(aclrtRecordEvent(event.ptr(), recorder.ptr()));
+                    acl!(aclrtResetEvent(event.ptr(), recorder.ptr()));
+                }
+            })
+        };
+        go.wait();
+        let _ = wait_status(event);
+        let streams: Vec<Raw> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+        meddler.join().unwrap();
+        acl!(aclrtRecordEvent(event.ptr(), recorder.ptr()));
+        acl!(aclrtSynchronizeStream(recorder.ptr()));
+        // Each waiter issued its wait against a record or a reset; those against a record
+        // are still queued behind the gate, unless every one found the event reset.
+        let status = wait_status(event);
+        WAIT_GATE.store(true, Ordering::Release);
+        for &stream in &streams {
+            bounded("synchronising a waiter", move || {
+                set_device(7);
+                code!(aclrtSynchronizeStream(stream.ptr()))
+            });
+        }
+        assert_eq!(
+            wait_status(event),
+            ACL_EVENT_WAIT_STATUS_COMPLETE,
+            "round {round}: every wait task has left its stream (before: {status})"
+        );
+        for stream in streams {
+            acl!(aclrtDestroyStream(stream.ptr()));
+        }
+        acl!(aclrtDestroyEvent(event.ptr()));
+    }
+    acl!(aclrtDestroyStream(recorder.ptr()));
+}
