@@ -799,3 +799,73 @@ fn a_mapping_without_access_gets_it_from_set_access() {
         );
     }
 }
+
+/// Promise: aclrtMemSetAccess, aclrtMemGetAccess and aclrtMemRetainAllocationHandle racing the
+/// mapping's aclrtUnmapMem, aclrtFreePhysical and aclrtReleaseMemAddress on another thread
+/// each succeed or find no mapping at the address (107000); a handle retained in the race
+/// stays valid and frees once.
+#[test]
+fn mapping_queries_racing_the_teardown_succeed_or_find_no_mapping() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Barrier};
+    install();
+    set_device(0);
+    for round in 0..100 {
+        let va = reserve(4 * MIB);
+        let handle = physical(0, 2 * MIB);
+        acl!(aclrtMapMem(va, 2 * MIB, 0, handle, 0));
+        let (at, done, go) = (
+            va as usize,
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(Barrier::new(2)),
+        );
+        let asker = {
+            let (done, go) = (done.clone(), go.clone());
+            std::thread::spawn(move || {
+                set_device(0);
+                let va = at as *mut c_void;
+                let (mut codes, mut retained) = (Vec::new(), Vec::new());
+                go.wait();
+                while !done.load(Ordering::Acquire) {
+                    let mut desc = aclrtMemAccessDesc {
+                        flags: ACL_RT_MEM_ACCESS_FLAGS_READWRITE,
+                        location: aclrtMemLocation {
+                            id: 1,
+                            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+                        },
+                        rsv: [0; 12],
+                    };
+                    codes.push(code!(aclrtMemSetAccess(va, 2 * MIB, &mut desc, 1)));
+                    let mut location = aclrtMemLocation {
+                        id: 1,
+                        type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+                    };
+                    let mut flags = 0;
+                    codes.push(code!(aclrtMemGetAccess(va, &mut location, &mut flags)));
+                    let mut again = ptr::null_mut();
+                    let code = code!(aclrtMemRetainAllocationHandle(va, &mut again));
+                    if code == 0 {
+                        retained.push(again as usize);
+                    }
+                    codes.push(code);
+                }
+                (codes, retained)
+            })
+        };
+        go.wait();
+        acl!(aclrtUnmapMem(va));
+        acl!(aclrtFreePhysical(handle));
+        acl!(aclrtReleaseMemAddress(va));
+        done.store(true, Ordering::Release);
+        let (codes, retained) = asker.join().unwrap();
+        for code in codes {
+            assert!(
+                code == 0 || code == ACL_ERROR_RT_PARAM_INVALID,
+                "round {round}: {code}"
+            );
+        }
+        for again in retained {
+            acl!(aclrtFreePhysical(again as aclrtDrvMemHandle));
+        }
+    }
+}
