@@ -35,8 +35,9 @@ mod parity;
 use bindgen::callbacks::{IntKind, ParseCallbacks};
 use syn::visit_mut::VisitMut;
 
-/// Functions that only newer CANN releases export. They are bound as `Option` fields and probed
-/// at load time, so an older libascendcl.so still loads; see docs/ascend.md.
+/// Functions a runtime library may lack: those only newer CANN releases export, the deprecated
+/// ones CANN says a later release removes, and the model dump trio. They are bound as `Option`
+/// fields and probed at load time, so a library without them still loads; see docs/ascend.md.
 const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtSnapShotProcessLock",
     "aclrtSnapShotProcessUnlock",
@@ -810,7 +811,7 @@ fn render(file: &syn::File, source: &str, absent: &[String]) -> Result<String, S
          instead.\n\n{items}\n\
          /// Expands `$callback! {{ $extra required {{ fn ...; }} optional {{ fn ...; }} }}` with \
          every\n/// ACL function npu-rs binds, in header order. `optional` lists the functions \
-         only newer\n/// CANN releases export.\n\
+         a runtime\n/// library may lack (newer, deprecated and model dump functions).\n\
          #[macro_export]\nmacro_rules! for_each_acl_function {{\n    ($callback:ident ! ( \
          $($extra:tt)* )) => {{\n        $callback! {{\n            $($extra)*\n            \
          required {{\n{required}            }}\n            optional {{\n{optional}            \

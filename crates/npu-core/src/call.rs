@@ -25,7 +25,8 @@ macro_rules! acl_call {
     }};
 }
 
-/// Like [`acl_call!`], for functions only newer runtimes export: when the loaded runtime lacks
+/// Like [`acl_call!`], for the optional functions (only newer runtimes export some, later ones
+/// drop the deprecated ones): when the loaded runtime lacks
 /// the function, the result is [`Error::Unsupported`](crate::Error::Unsupported).
 #[doc(hidden)]
 #[macro_export]

@@ -2120,8 +2120,8 @@ impl Default for aclrtMemPoolProps {
 }
 
 /// Expands `$callback! { $extra required { fn ...; } optional { fn ...; } }` with every
-/// ACL function npu-rs binds, in header order. `optional` lists the functions only newer
-/// CANN releases export.
+/// ACL function npu-rs binds, in header order. `optional` lists the functions a runtime
+/// library may lack (newer, deprecated and model dump functions).
 #[macro_export]
 macro_rules! for_each_acl_function {
     ($callback:ident ! ( $($extra:tt)* )) => {
