@@ -10,7 +10,8 @@
 //! ```sh
 //! cargo run --example copy_pipeline                  # timeline in $NPU_TRACE or the temp dir
 //! cargo run --example copy_pipeline -- 8             # 8 chunks instead of 32
-//! NPU_BACKEND=acl NPU_EXAMPLE_KERNELS=/path/kernels.o cargo run --release --example copy_pipeline
+//! cargo build --release --example copy_pipeline      # on CANN, started directly, not by cargo run (docs/ascend.md)
+//! NPU_BACKEND=acl NPU_EXAMPLE_KERNELS=/path/kernels.o target/release/examples/copy_pipeline
 //! ```
 //!
 //! On CANN the hardware sets the speeds, and the timeline is built from the device timestamps

@@ -6,7 +6,8 @@
 //!
 //! ```sh
 //! cargo run --example hello_npu              # on the simulator (no NPU needed)
-//! NPU_BACKEND=acl NPU_EXAMPLE_KERNELS=/path/kernels.o cargo run --example hello_npu
+//! cargo build --example hello_npu            # on CANN, started directly, not by cargo run (docs/ascend.md)
+//! NPU_BACKEND=acl NPU_EXAMPLE_KERNELS=/path/kernels.o target/debug/examples/hello_npu
 //! ```
 //!
 //! It prints the device, the backend and the verified result, and exits non-zero if the

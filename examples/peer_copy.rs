@@ -3,7 +3,8 @@
 //!
 //! ```sh
 //! cargo run --example peer_copy              # on the simulator's two devices
-//! NPU_BACKEND=acl cargo run --example peer_copy
+//! cargo build --example peer_copy            # on CANN, started directly, not by cargo run (docs/ascend.md)
+//! NPU_BACKEND=acl target/debug/examples/peer_copy
 //! ```
 //!
 //! A cross-device copy is issued on a stream of the device that performs it, and needs that
