@@ -117,6 +117,10 @@ impl RuntimeBuilder {
 
     /// Loads the runtime and takes an `aclInit` reference on it.
     ///
+    /// Refused with `Error::Invalid` (argument `thread`) on a thread that is initialising or
+    /// finalising AscendCL already (a tracing subscriber called back from there), which would
+    /// otherwise wait for itself.
+    ///
     /// ```
     /// use npu_core::{BackendChoice, Runtime};
     ///
@@ -283,7 +287,11 @@ impl Runtime {
 
     /// The shared process-wide runtime, selected by `NPU_BACKEND` on first use.
     ///
-    /// Every later call returns the same runtime (or the same error).
+    /// Every later call returns the same runtime (or the same error). A call made before it
+    /// exists on a thread that is making it, or that is initialising or finalising AscendCL
+    /// for another runtime (a tracing subscriber calling back from there), is refused with
+    /// `Error::Invalid` (argument `thread`) instead of waiting for itself; that refusal is not
+    /// kept as the runtime's result.
     ///
     /// ```
     /// use npu_core::{Device, Runtime};
