@@ -1,10 +1,12 @@
 //! The process's handle on one loaded ACL runtime.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, Weak};
+use std::thread::LocalKey;
 
 use crate::backend::{self, Backend, BackendChoice, BackendReason, Loaded};
 use crate::code::AclCode;
@@ -149,45 +151,55 @@ impl RuntimeBuilder {
 thread_local! {
     /// Set while this thread holds a library's `init_users` lock, across `aclInit`,
     /// registering the runtime callbacks or `aclFinalize`.
-    static INITIALISING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    ///
+    /// The calls made under that lock log (the simulator reports its start and each failed
+    /// call through `tracing`, npu-core what it could not register), and the subscriber is
+    /// user code that may make a runtime itself: on this thread that would wait for the lock
+    /// it holds for ever, and every other thread making or dropping a runtime after it.
+    /// [`refuse_while_initialising`] refuses it instead.
+    static INITIALISING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Marks this thread as holding an `init_users` lock until dropped.
-///
-/// The calls made under that lock log (the simulator reports its start and each failed call
-/// through `tracing`, npu-core what it could not register), and the subscriber is user code
-/// that may make a runtime itself: on this thread that would wait for the lock it holds for
-/// ever, and every other thread making or dropping a runtime after it. [`acquire`] refuses
-/// it instead.
-struct Initialising {
+/// A thread-local flag raised until the guard goes (also when unwinding), then put back as it
+/// was.
+struct Raised {
+    flag: &'static LocalKey<Cell<bool>>,
+    /// Whether it was raised already (by an outer guard on this thread).
     outer: bool,
 }
 
-impl Initialising {
-    fn enter() -> Initialising {
-        Initialising {
-            outer: INITIALISING.with(|flag| flag.replace(true)),
+impl Raised {
+    fn raise(flag: &'static LocalKey<Cell<bool>>) -> Raised {
+        Raised {
+            flag,
+            outer: flag.with(|raised| raised.replace(true)),
         }
     }
 }
 
-impl Drop for Initialising {
+impl Drop for Raised {
     fn drop(&mut self) {
-        INITIALISING.with(|flag| flag.set(self.outer));
+        self.flag.with(|raised| raised.set(self.outer));
     }
 }
 
-fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<()> {
-    if INITIALISING.with(std::cell::Cell::get) {
+/// Refuses `api` on a thread that is initialising or finalising AscendCL ([`INITIALISING`]).
+fn refuse_while_initialising(api: &'static str) -> Result<()> {
+    if INITIALISING.with(Cell::get) {
         return Err(Error::invalid(
-            "Runtime::build",
+            api,
             "thread",
             "is initialising or finalising AscendCL: called back from inside (by a tracing \
              subscriber?)",
         ));
     }
+    Ok(())
+}
+
+fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<()> {
+    refuse_while_initialising("Runtime::build")?;
     let mut users = loaded.init_users.lock().unwrap_or_else(|e| e.into_inner());
-    let _initialising = Initialising::enter();
+    let _initialising = Raised::raise(&INITIALISING);
     if users.count == 0 {
         let config = config
             .map(|p| {
@@ -218,7 +230,7 @@ impl Drop for RuntimeInner {
             .init_users
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let _finalising = Initialising::enter();
+        let _finalising = Raised::raise(&INITIALISING);
         users.count -= 1;
         if users.count > 0 {
             return;
@@ -305,14 +317,7 @@ impl Runtime {
         static GLOBAL: OnceLock<Result<Runtime, Error>> = OnceLock::new();
         thread_local! {
             /// Set while this thread makes the global runtime.
-            static MAKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-        }
-        /// Clears [`MAKING`], also if making the runtime unwinds.
-        struct Made;
-        impl Drop for Made {
-            fn drop(&mut self) {
-                MAKING.with(|making| making.set(false));
-            }
+            static MAKING: Cell<bool> = const { Cell::new(false) };
         }
         if let Some(global) = GLOBAL.get() {
             return global.clone();
@@ -321,7 +326,8 @@ impl Runtime {
         // starting), and the subscriber is user code that may ask for the runtime again
         // (`Device::open`): on this thread that would wait for its own initialisation for
         // ever, and every other thread after it. It is refused instead.
-        if MAKING.with(|making| making.replace(true)) {
+        let making = Raised::raise(&MAKING);
+        if making.outer {
             return Err(Error::invalid(
                 "Runtime::global",
                 "thread",
@@ -329,19 +335,11 @@ impl Runtime {
                  subscriber?) before it exists",
             ));
         }
-        let _made = Made;
         // A thread that is initialising or finalising AscendCL for another runtime (a
         // subscriber called from there) would have its build refused by `acquire`, and that
         // refusal kept as the process-wide runtime's result for ever; or it would wait here
         // for another thread making the runtime, which waits for the lock this one holds.
-        if INITIALISING.with(std::cell::Cell::get) {
-            return Err(Error::invalid(
-                "Runtime::global",
-                "thread",
-                "is initialising or finalising AscendCL: called back from inside (by a tracing \
-                 subscriber?) before the process-wide runtime exists",
-            ));
-        }
+        refuse_while_initialising("Runtime::global")?;
         GLOBAL.get_or_init(|| Runtime::builder().build()).clone()
     }
 
