@@ -1,18 +1,16 @@
 //! Process-wide device resource limits (aclrtDeviceSetLimit / aclrtDeviceGetLimit).
 
-use std::sync::atomic::AtomicU64;
-
 use npu_sys::*;
 
-use crate::device_limit::{self, PRINTF_FIFO, SIMD_STACK};
+use crate::device_limit::{Limit, PRINTF_FIFO_LIMIT, SIMD_STACK_LIMIT};
 use crate::error::{Res, fail, guard, non_null, write_out};
 
-/// The stored limit a supported type names; the SIMT limits are not supported on an Atlas A2
+/// The limit a supported type names; the SIMT limits are not supported on an Atlas A2
 /// (207000), an unknown type → 107000.
-fn limit_of(limit: aclrtDeviceLimit) -> Res<&'static AtomicU64> {
+fn limit_of(limit: aclrtDeviceLimit) -> Res<&'static Limit> {
     match limit {
-        ACL_RT_DEV_LIMIT_SIMD_STACK_SIZE => Ok(&SIMD_STACK),
-        ACL_RT_DEV_LIMIT_SIMD_PRINTF_FIFO_SIZE_PER_CORE => Ok(&PRINTF_FIFO),
+        ACL_RT_DEV_LIMIT_SIMD_STACK_SIZE => Ok(&SIMD_STACK_LIMIT),
+        ACL_RT_DEV_LIMIT_SIMD_PRINTF_FIFO_SIZE_PER_CORE => Ok(&PRINTF_FIFO_LIMIT),
         ACL_RT_DEV_LIMIT_SIMT_STACK_SIZE
         | ACL_RT_DEV_LIMIT_SIMT_DVG_WARP_STACK_SIZE
         | ACL_RT_DEV_LIMIT_SIMT_PRINTF_FIFO_SIZE => fail!(
@@ -38,24 +36,14 @@ fn limit_of(limit: aclrtDeviceLimit) -> Res<&'static AtomicU64> {
 pub unsafe extern "C" fn aclrtDeviceSetLimit(limit: aclrtDeviceLimit, value: usize) -> aclError {
     guard("aclrtDeviceSetLimit", || {
         let stored = limit_of(limit)?;
-        let requested = value as u64;
-        let (effective, range) = match limit {
-            ACL_RT_DEV_LIMIT_SIMD_STACK_SIZE => (
-                device_limit::simd_stack(requested),
-                "at most 196608 bytes (192 KiB)",
-            ),
-            _ => (
-                device_limit::printf_fifo(requested),
-                "1024 to 67108864 bytes (1 KiB to 64 MiB)",
-            ),
-        };
-        let Some(effective) = effective else {
+        let Some(effective) = stored.effective(value as u64) else {
             fail!(
                 ACL_ERROR_RT_PARAM_INVALID,
-                "{value} bytes is out of range for limit {limit}: {range}"
+                "{value} bytes is out of range for limit {limit}: {}",
+                stored.range
             );
         };
-        device_limit::store(stored, effective);
+        stored.store(effective);
         Ok(())
     })
 }
@@ -74,6 +62,6 @@ pub unsafe extern "C" fn aclrtDeviceGetLimit(
     guard("aclrtDeviceGetLimit", || {
         non_null(value, "value")?;
         let stored = limit_of(limit)?;
-        write_out(value, "value", device_limit::load(stored) as usize)
+        write_out(value, "value", stored.load() as usize)
     })
 }

@@ -8,7 +8,7 @@ use npu_sys::*;
 use super::check::c_str;
 use crate::config::{ConfigError, SimConfig};
 use crate::context;
-use crate::device_limit;
+use crate::device_limit::{Limit, PRINTF_FIFO_LIMIT, SIMD_STACK_LIMIT};
 use crate::dump::{self, DumpSettings};
 use crate::error::{self, Res, ensure, fail, guard, guard_value, write_out};
 use crate::lifecycle;
@@ -39,29 +39,28 @@ struct InitConfig {
     default_device: Option<i32>,
     /// `"dump"`: the dump the file turns on (see `crate::dump`).
     dump: DumpSettings,
-    /// `"StackSize": {"aicore_stack_size": N}`: the SIMD stack per AI core, as it takes effect.
-    simd_stack: Option<u64>,
-    /// `"simd_printf_fifo_size_per_core": N`: the SIMD printf FIFO per core, as it takes effect.
-    printf_fifo: Option<u64>,
+    /// The device resource limits the file sets, each as it takes effect: `"StackSize":
+    /// {"aicore_stack_size": N}` (the SIMD stack per AI core) and
+    /// `"simd_printf_fifo_size_per_core": N`.
+    limits: Vec<(&'static Limit, u64)>,
 }
 
-/// A device resource limit of the file: a JSON unsigned integer (bytes), as it takes effect
-/// (`effective` rounds it, or refuses it with `None`). Another form, or a value outside the
-/// limit's range → 100000.
+/// A device resource limit of the file, `limit`'s value under `key`: a JSON unsigned integer
+/// (bytes), as it takes effect. Another form, or a value outside the limit's range → 100000.
 fn limit_value(
     key: &str,
     value: Option<&serde_json::Value>,
-    effective: fn(u64) -> Option<u64>,
-    range: &str,
-) -> Res<Option<u64>> {
+    limit: &'static Limit,
+) -> Res<Option<(&'static Limit, u64)>> {
     let Some(value) = value else {
         return Ok(None);
     };
-    match value.as_u64().map(effective) {
-        Some(Some(bytes)) => Ok(Some(bytes)),
+    match value.as_u64().map(|requested| limit.effective(requested)) {
+        Some(Some(bytes)) => Ok(Some((limit, bytes))),
         Some(None) => fail!(
             ACL_ERROR_INVALID_PARAM,
-            "\"{key}\" is {value} bytes, outside {range}"
+            "\"{key}\" is {value} bytes, out of range: {}",
+            limit.range
         ),
         None => fail!(
             ACL_ERROR_INVALID_PARAM,
@@ -129,24 +128,21 @@ fn parse_config(text: &str) -> Res<InitConfig> {
             limit_value(
                 "aicore_stack_size",
                 section.get("aicore_stack_size"),
-                device_limit::simd_stack,
-                "0 to 196608 (192 KiB)",
+                &SIMD_STACK_LIMIT,
             )?
         }
     };
     let printf_fifo = limit_value(
         "simd_printf_fifo_size_per_core",
         json.get("simd_printf_fifo_size_per_core"),
-        device_limit::printf_fifo,
-        "1024 to 67108864 (1 KiB to 64 MiB)",
+        &PRINTF_FIFO_LIMIT,
     )?;
     Ok(InitConfig {
         sim,
         process_messages,
         default_device,
         dump,
-        simd_stack,
-        printf_fifo,
+        limits: simd_stack.into_iter().chain(printf_fifo).collect(),
     })
 }
 
@@ -172,11 +168,8 @@ fn apply_config(config: InitConfig) -> Res<()> {
     dump::configure_from_init(config.dump.settle(super::dump::any_device_set()?));
     // Process-wide, like aclrtDeviceSetLimit's: whichever is set last wins, and aclFinalize
     // keeps them.
-    if let Some(bytes) = config.simd_stack {
-        device_limit::store(&device_limit::SIMD_STACK, bytes);
-    }
-    if let Some(bytes) = config.printf_fifo {
-        device_limit::store(&device_limit::PRINTF_FIFO, bytes);
+    for &(limit, bytes) in &config.limits {
+        limit.store(bytes);
     }
     Ok(())
 }
@@ -295,11 +288,9 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
         // A failing init callback undoes the file, the limits it set included: each limit the
         // file set goes back to its value before, unless set again since (by a callback or
         // another thread: the later setting wins).
-        let limits = [
-            (&device_limit::SIMD_STACK, config.simd_stack),
-            (&device_limit::PRINTF_FIFO, config.printf_fifo),
-        ]
-        .map(|(limit, set)| (limit, device_limit::load(limit), set));
+        let limits: Vec<_> = (config.limits.iter())
+            .map(|&(limit, set)| (limit, set, limit.load()))
+            .collect();
         apply_config(config)?;
         // A file with a NUL is no JSON parse_config accepts, so the text converts.
         let current = Arc::new(CString::new(text.clone().unwrap_or_default()).unwrap_or_default());
@@ -308,10 +299,8 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
         {
             undo_config();
             dump::reset();
-            for (limit, before, set) in limits {
-                if let Some(set) = set {
-                    device_limit::restore(limit, set, before);
-                }
+            for (limit, set, before) in limits {
+                limit.restore(set, before);
             }
             return Err(e);
         }
