@@ -1047,21 +1047,9 @@ static PARAM_INVALID: &[Case] = &[
         },
     ),
     case("V2 engine 10", "aclrtLaunchKernelV2", 107000, 0, || {
-        let mut attr = aiv_attr();
-        attr.value.engineType = 10;
-        let mut cfg = aclrtLaunchKernelCfg {
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
-        let args = malloc(8);
-        code!(aclrtLaunchKernelV2(
-            add_one(),
-            1,
-            args,
-            8,
-            &mut cfg,
-            ptr::null_mut()
-        ))
+        launch_v2_with(ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE, |value| {
+            value.engineType = 10;
+        })
     }),
     case(
         "ubuf flags 1",
