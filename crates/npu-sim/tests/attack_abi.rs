@@ -1274,14 +1274,7 @@ fn a_refused_access_change_changes_nothing() {
     install_eight_devices();
     set_device(0);
     let (va, physical) = one_huge_page_mapped(0, 4 * MIB);
-    let entry = |device: u32| aclrtMemAccessDesc {
-        flags: ACL_RT_MEM_ACCESS_FLAGS_READ,
-        location: aclrtMemLocation {
-            id: device,
-            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
-        },
-        rsv: [0; 12],
-    };
+    let entry = |device: u32| device_access(device, ACL_RT_MEM_ACCESS_FLAGS_READ);
     // The second half of the range is reserved but not mapped.
     let mut one = [entry(1)];
     fails!(

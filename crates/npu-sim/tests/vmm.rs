@@ -124,14 +124,7 @@ fn the_documented_flow_maps_physical_memory_into_reserved_addresses() {
     // Access: READWRITE for the memory's device, NONE for another until it is set.
     assert_eq!(access(va, 2), u64::from(ACL_RT_MEM_ACCESS_FLAGS_READWRITE));
     assert_eq!(access(va, 1), u64::from(ACL_RT_MEM_ACCESS_FLAGS_NONE));
-    let mut desc = aclrtMemAccessDesc {
-        flags: ACL_RT_MEM_ACCESS_FLAGS_READ,
-        location: aclrtMemLocation {
-            id: 1,
-            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
-        },
-        rsv: [0; 12],
-    };
+    let mut desc = device_access(1, ACL_RT_MEM_ACCESS_FLAGS_READ);
     // Access is set per mapping, with the address and size aclrtMapMem was given.
     acl!(aclrtMemSetAccess(va, 4 * MIB, &mut desc, 1));
     acl!(aclrtMemSetAccess(upper, 3 * MIB, &mut desc, 1));
@@ -727,14 +720,7 @@ fn a_mapping_without_access_gets_it_from_set_access() {
     let phys = physical(0, 2 * MIB);
     acl!(aclrtMemMapNoAccess(va, 2 * MIB, 0, phys, 0));
     assert_eq!(access(va, 0), u64::from(ACL_RT_MEM_ACCESS_FLAGS_NONE));
-    let mut desc = aclrtMemAccessDesc {
-        flags: ACL_RT_MEM_ACCESS_FLAGS_READWRITE,
-        location: aclrtMemLocation {
-            id: 0,
-            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
-        },
-        rsv: [0; 12],
-    };
+    let mut desc = device_access(0, ACL_RT_MEM_ACCESS_FLAGS_READWRITE);
     acl!(aclrtMemSetAccess(va, 2 * MIB, &mut desc, 1));
     assert_eq!(access(va, 0), u64::from(ACL_RT_MEM_ACCESS_FLAGS_READWRITE));
     upload(va, &[3u8; 64]);
@@ -827,14 +813,7 @@ fn mapping_queries_racing_the_teardown_succeed_or_find_no_mapping() {
                 let (mut codes, mut retained) = (Vec::new(), Vec::new());
                 go.wait();
                 while !done.load(Ordering::Acquire) {
-                    let mut desc = aclrtMemAccessDesc {
-                        flags: ACL_RT_MEM_ACCESS_FLAGS_READWRITE,
-                        location: aclrtMemLocation {
-                            id: 1,
-                            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
-                        },
-                        rsv: [0; 12],
-                    };
+                    let mut desc = device_access(1, ACL_RT_MEM_ACCESS_FLAGS_READWRITE);
                     codes.push(code!(aclrtMemSetAccess(va, 2 * MIB, &mut desc, 1)));
                     let mut location = aclrtMemLocation {
                         id: 1,

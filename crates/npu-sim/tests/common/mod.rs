@@ -340,6 +340,18 @@ pub fn device_pool_props(device: u32) -> aclrtMemPoolProps {
     }
 }
 
+/// An aclrtMemSetAccess entry giving `device` the access `flags`.
+pub fn device_access(device: u32, flags: aclrtMemAccessFlags) -> aclrtMemAccessDesc {
+    aclrtMemAccessDesc {
+        flags,
+        location: aclrtMemLocation {
+            id: device,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        rsv: [0; 12],
+    }
+}
+
 /// The properties of huge-page physical memory on `device`.
 pub fn huge_physical_prop(device: u32) -> aclrtPhysicalMemProp {
     aclrtPhysicalMemProp {
