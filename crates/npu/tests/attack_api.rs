@@ -199,11 +199,7 @@ fn split_parts_keep_the_allocation_and_rejoin_only_when_they_may() {
             "{strategy:?}: still used"
         );
         hold.release().unwrap();
-        run(async {
-            for op in &done {
-                op.wait().await.unwrap();
-            }
-        });
+        all_completed(&done);
         assert_eq!(
             live_allocations(&ctx),
             before,

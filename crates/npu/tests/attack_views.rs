@@ -188,11 +188,7 @@ fn an_arc_read_by_dropped_copies_is_unwrapped_only_after_they_complete() {
         sim::flush_releases();
         let shared = Arc::try_unwrap(shared).expect_err("two queued copies read it");
         hold.release().unwrap();
-        run(async {
-            for op in &done {
-                op.wait().await.unwrap();
-            }
-        });
+        all_completed(&done);
         sim::flush_releases();
         let mut alone = Arc::try_unwrap(shared).expect("both copies are done");
         alone.copy_from_host_blocking(&[4; 64]).unwrap();
@@ -227,11 +223,7 @@ fn a_split_registration_stays_registered_until_both_parts_are_done() {
             "{strategy:?}: unregistered under copies"
         );
         hold.release().unwrap();
-        run(async {
-            for op in &done {
-                op.wait().await.unwrap();
-            }
-        });
+        all_completed(&done);
         sim::flush_releases();
         assert_eq!(sim::host_stats().unwrap().registrations, registrations);
 
@@ -377,11 +369,7 @@ fn parts_of_a_peer_buffer_on_two_devices_keep_the_allocation_and_the_access() {
         for hold in holds {
             hold.release().unwrap();
         }
-        run(async {
-            for op in &done {
-                op.wait().await.unwrap();
-            }
-        });
+        all_completed(&done);
         assert_eq!(
             live_allocations(&ctx1),
             before,

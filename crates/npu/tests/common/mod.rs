@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use npu::prelude::*;
 use npu::sim;
-use npu::stream::Strategy;
+use npu::stream::{Completion, Strategy};
 use npu::{Error, Stream};
 
 /// Every completion strategy: each attack involving a stream runs under all three.
@@ -60,6 +60,15 @@ pub(crate) fn run<F: Future>(future: F) -> F::Output {
                 .await
                 .expect("the attack hung")
         })
+}
+
+/// Waits (bounded, as [`run`]) until every one of `done` has completed successfully.
+pub(crate) fn all_completed(done: &[Completion]) {
+    run(async {
+        for op in done {
+            op.wait().await.unwrap();
+        }
+    });
 }
 
 /// Aborts the process with `what` if `body` has not returned after [`HANG`]: for bodies that
