@@ -22,7 +22,10 @@ impl Stream {
     /// `src` and `dst` must have the same length; the block must fit the pool's capacity
     /// (waiting for one follows [`PinnedPool::alloc`]). The block holds bytes, so elements
     /// aligned beyond pinned memory's 64 bytes are staged too. An empty copy resolves at
-    /// once. On failure `dst` comes back in the [`OpError`].
+    /// once. On failure `dst` comes back in the [`OpError`]. A bad argument is an
+    /// [`Error::InvalidArgument`] of this method naming the caller's argument at fault (`dst`
+    /// of another device, a `pool` too small for the block), not of the allocation or the
+    /// device copy made on the caller's behalf.
     ///
     /// Cancel safety: not cancel-safe. Dropping the future gives up `dst`; if the device
     /// copy was already submitted it still happens, and the block returns to the pool after
@@ -66,17 +69,24 @@ impl Stream {
         if src.is_empty() {
             return Ok(dst);
         }
+        const API: &str = "Stream::copy_from_slice_staged";
         // The block holds bytes: pinned memory is only 64-byte aligned, and device memory of
         // a more strictly aligned element type is still legal to fill.
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let mut staging = match pool.alloc::<u8>(bytes.len()).await {
             Ok(staging) => staging,
-            Err(error) => return Err(OpError::new(error, dst)),
+            Err(error) => return Err(OpError::new(as_callers(error, API, |_| "pool"), dst)),
         };
         staging.copy_from_slice(bytes);
         match self.copy_h2d(staging, dst.into_bytes()).await {
             Ok((_staging, dst)) => Ok(dst.into_inner()),
-            Err(failed) => Err(failed.map_value(|(_staging, dst)| dst.into_inner())),
+            Err(failed) => {
+                let (error, value) = failed.into_parts();
+                Err(OpError {
+                    error: as_callers(error, API, staging_source),
+                    value: value.map(|(_staging, dst)| dst.into_inner()),
+                })
+            }
         }
     }
 
@@ -86,7 +96,8 @@ impl Stream {
     ///
     /// The block must fit the pool's capacity (waiting for one follows
     /// [`PinnedPool::alloc`]). An empty `src` resolves at once. On failure `src` comes back in
-    /// the [`OpError`].
+    /// the [`OpError`]; a bad argument is an error of this method naming `src` or `pool`, as
+    /// for [`copy_from_slice_staged`](Stream::copy_from_slice_staged).
     ///
     /// Cancel safety: not cancel-safe. Dropping the future gives up `src`; if the device
     /// copy was already submitted it still happens, and the block returns to the pool after
@@ -118,10 +129,11 @@ impl Stream {
         if src.is_empty() {
             return Ok((src, Vec::new()));
         }
+        const API: &str = "Stream::copy_to_vec_staged";
         // Bytes, as for `copy_from_slice_staged`; the `Vec` has the element type's alignment.
         let staging = match pool.alloc::<u8>(src.byte_len()).await {
             Ok(staging) => staging,
-            Err(error) => return Err(OpError::new(error, src)),
+            Err(error) => return Err(OpError::new(as_callers(error, API, |_| "pool"), src)),
         };
         match self.copy_d2h(src.into_bytes(), staging).await {
             Ok((src, staging)) => {
@@ -130,8 +142,58 @@ impl Stream {
                 bytemuck::cast_slice_mut::<S::Elem, u8>(&mut data).copy_from_slice(&staging);
                 Ok((src, data))
             }
-            Err(failed) => Err(failed.map_value(|(src, _staging)| src.into_inner())),
+            Err(failed) => {
+                let (error, value) = failed.into_parts();
+                Err(OpError {
+                    error: as_callers(error, API, staging_destination),
+                    value: value.map(|(src, _staging)| src.into_inner()),
+                })
+            }
         }
+    }
+}
+
+/// An argument error of a call a staged copy makes on its caller's behalf (the pool's
+/// allocation, a device buffer's, the device copy between the staging block and the caller's
+/// memory), as the caller's: named after the API the caller called and, through `argument`,
+/// the argument of theirs the inner one stands for. To the caller a staged copy is one call, so
+/// an error naming `PinnedPool::alloc` or `Stream::copy_h2d`, and their `len` or `src`, would
+/// name an API they never called. Other errors (the runtime's, a device fault, an abort) name
+/// the ACL function that failed, which is what happened, and are kept as they are.
+fn as_callers(
+    error: Error,
+    api: &'static str,
+    argument: impl FnOnce(&'static str) -> &'static str,
+) -> Error {
+    match error {
+        Error::InvalidArgument {
+            argument: inner,
+            rule,
+            ..
+        } => Error::InvalidArgument {
+            api,
+            argument: argument(inner),
+            rule,
+        },
+        other => other,
+    }
+}
+
+/// The caller's argument behind an argument of the copy from the staging block (`src`, which
+/// comes from the caller's `pool`) to the caller's `dst`.
+fn staging_source(inner: &'static str) -> &'static str {
+    match inner {
+        "src" => "pool",
+        other => other,
+    }
+}
+
+/// The caller's argument behind an argument of the copy from the caller's `src` to the
+/// staging block (`dst`, which comes from the caller's `pool`).
+fn staging_destination(inner: &'static str) -> &'static str {
+    match inner {
+        "dst" => "pool",
+        other => other,
     }
 }
 
@@ -181,7 +243,8 @@ impl Stream {
     ///
     /// It is an `async fn` rather than an [`Op`](crate::Op): there is no buffer of the
     /// caller's to hand back on failure, so it fails with a plain [`Error`] (an empty
-    /// `data`, a failed allocation, a device fault).
+    /// `data`, a failed allocation, a device fault). Bad input (an empty `data`, an element
+    /// type `T` of no size) is an [`Error::InvalidArgument`] of `Stream::upload`.
     ///
     /// Cancel safety: as for `copy_from_slice_staged`; dropping the future gives up the new
     /// buffer, which is released once the device is done with it.
@@ -208,15 +271,28 @@ impl Stream {
                 "is empty: ACL allocates no empty device buffers",
             ));
         }
-        let dst = DeviceBuffer::new(self.context(), data.len())?;
+        const API: &str = "Stream::upload";
+        // The new buffer's `len` is the caller's `data`; its `T` is the caller's `T`.
+        let dst = DeviceBuffer::new(self.context(), data.len()).map_err(|error| {
+            as_callers(error, API, |inner| match inner {
+                "len" => "data",
+                other => other,
+            })
+        })?;
         let pool = self.staging_pool();
-        Ok(self.copy_from_slice_staged(pool, data, dst).await?)
+        match self.copy_from_slice_staged(pool, data, dst).await {
+            Ok(dst) => Ok(dst),
+            // The pool and the destination are the stream's own: an argument error of the
+            // copy can only be about the data.
+            Err(failed) => Err(as_callers(failed.error, API, |_| "data")),
+        }
     }
 
     /// Copies device memory into a new `Vec` through the context's
     /// [`staging_pool`](Stream::staging_pool)(Stream::staging_pool), as
     /// [`copy_to_vec_staged`](Stream::copy_to_vec_staged) does, consuming `src`. On failure
-    /// `src` comes back in the [`OpError`].
+    /// `src` comes back in the [`OpError`]; a bad `src` (of another device) is an
+    /// [`Error::InvalidArgument`] of `Stream::download`.
     ///
     /// Cancel safety: as for `copy_to_vec_staged`.
     ///
@@ -236,7 +312,13 @@ impl Stream {
     /// ```
     pub async fn download<S: DeviceSlice>(&self, src: S) -> Result<Vec<S::Elem>, OpError<S>> {
         let pool = self.staging_pool();
-        let (_src, data) = self.copy_to_vec_staged(pool, src).await?;
-        Ok(data)
+        match self.copy_to_vec_staged(pool, src).await {
+            Ok((_src, data)) => Ok(data),
+            // The staging pool is the stream's own: an argument error is about `src`.
+            Err(OpError { error, value }) => Err(OpError {
+                error: as_callers(error, "Stream::download", |_| "src"),
+                value,
+            }),
+        }
     }
 }

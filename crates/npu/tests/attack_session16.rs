@@ -17,10 +17,10 @@ use std::task::{Poll, Wake, Waker};
 use std::time::Instant;
 
 use common::*;
-use npu::Stream;
 use npu::memory::{DevicePool, DevicePoolBackend};
 use npu::prelude::*;
 use npu::sim;
+use npu::{Error, Stream};
 
 /// A waker that says it was woken and unparks the polling thread.
 struct Flag {
@@ -331,5 +331,69 @@ fn timed_into_inner_and_abort_dropped_after_every_poll_lose_nothing() {
             },
             |stop| check("an abort", stop),
         );
+    }
+}
+
+/// Bad input gets a typed error naming the API the caller called, and the argument of theirs
+/// at fault: the staged copies, `upload` and `download` are one call to the caller, whatever
+/// they call inside (the pool's allocation, a device buffer's, the device copy). The buffers
+/// come back, nothing is left allocated, and the stream goes on working.
+#[test]
+fn staged_copies_name_their_own_api_in_argument_errors() {
+    let (_guard, ctx, ctx1) = exclusive(None);
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let small = PinnedPool::builder(&ctx).capacity(4096).build().unwrap();
+        let before = live(&ctx);
+        let check = |err: &Error, api: &str, argument: &str| {
+            assert_eq!(invalid(err), (api, argument), "{strategy:?}: {err}");
+        };
+
+        {
+            // A pool too small for the staging block.
+            let dst = DeviceBuffer::<u8>::new(&ctx, 8192).unwrap();
+            let failed = run(s.copy_from_slice_staged(&small, &[1u8; 8192], dst)).unwrap_err();
+            check(&failed.error, "Stream::copy_from_slice_staged", "pool");
+            assert_eq!(failed.value.expect("dst handed back").len(), 8192);
+            let src = DeviceBuffer::<u8>::new(&ctx, 8192).unwrap();
+            let failed = run(s.copy_to_vec_staged(&small, src)).unwrap_err();
+            check(&failed.error, "Stream::copy_to_vec_staged", "pool");
+            assert_eq!(failed.value.expect("src handed back").len(), 8192);
+
+            // Device memory of another device than the stream's.
+            let elsewhere = DeviceBuffer::<u8>::new(&ctx1, 16).unwrap();
+            let failed = run(s.copy_from_slice_staged(&small, &[1u8; 16], elsewhere)).unwrap_err();
+            check(&failed.error, "Stream::copy_from_slice_staged", "dst");
+            let elsewhere = failed.value.expect("dst handed back");
+            let failed = run(s.copy_to_vec_staged(&small, elsewhere)).unwrap_err();
+            check(&failed.error, "Stream::copy_to_vec_staged", "src");
+            let elsewhere = failed.value.expect("src handed back");
+            let failed = run(s.download(elsewhere)).unwrap_err();
+            check(&failed.error, "Stream::download", "src");
+            assert_eq!(failed.value.expect("src handed back").len(), 16);
+
+            // An element type that cannot be allocated.
+            let err = run(s.upload(&[(); 4])).unwrap_err();
+            check(&err, "Stream::upload", "T");
+
+            // What each already named itself keeps its name.
+            let dst = DeviceBuffer::<u8>::new(&ctx, 8).unwrap();
+            let failed = run(s.copy_from_slice_staged(&small, &[1u8; 4], dst)).unwrap_err();
+            check(&failed.error, "Stream::copy_from_slice_staged", "dst");
+            let err = run(s.upload::<u8>(&[])).unwrap_err();
+            check(&err, "Stream::upload", "data");
+        }
+
+        let small_stats = small.stats();
+        assert_eq!(small_stats.allocated, 0, "{strategy:?}: {small_stats:?}");
+        let round_trip = run(async {
+            let device = s.upload(&[3u16; 100]).await.unwrap();
+            s.download(device).await.unwrap()
+        });
+        assert_eq!(round_trip, [3u16; 100], "{strategy:?}");
+        quiesce(&s);
+        s.staging_pool().trim();
+        small.trim();
+        assert_eq!(live(&ctx), before, "{strategy:?}");
     }
 }
