@@ -397,3 +397,80 @@ fn staged_copies_name_their_own_api_in_argument_errors() {
         assert_eq!(live(&ctx), before, "{strategy:?}");
     }
 }
+
+/// A panic in the closure `timed` runs (user code, after its start event was recorded on a
+/// held device) unwinds without leaking the events or blocking; and a Tokio runtime shut down
+/// in the background with timed work, staged copies and pool waits in flight under a held
+/// device loses nothing once the device is released.
+#[test]
+fn a_panicking_timed_closure_and_a_background_shutdown_lose_nothing() {
+    let (_guard, ctx, _) = exclusive(None);
+    for strategy in STRATEGIES {
+        sim::flush_releases();
+        let events = sim::device_stats(&ctx.device()).unwrap().live_events;
+        let s = stream(&ctx, strategy);
+        let pool = PinnedPool::builder(&ctx).capacity(4096).build().unwrap();
+        let before = live(&ctx);
+        let held = sim::hold(&ctx.device()).unwrap();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run(s.timed(|_| -> npu::Op<()> { panic!("the closure panics") }))
+        }));
+        assert!(panicked.is_err(), "{strategy:?}");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (started, mut running) = tokio::sync::mpsc::unbounded_channel();
+        for task in 0..3 {
+            let (s, pool, ctx, started) = (s.clone(), pool.clone(), ctx.clone(), started.clone());
+            runtime.spawn(async move {
+                started.send(()).unwrap();
+                match task {
+                    0 => drop(
+                        s.timed(|s| s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1))
+                            .await,
+                    ),
+                    1 => drop(
+                        s.copy_to_vec_staged(&pool, DeviceBuffer::<u8>::new(&ctx, 4096).unwrap())
+                            .await,
+                    ),
+                    _ => drop(
+                        s.copy_from_slice_staged(
+                            &pool,
+                            &[2u8; 4096],
+                            DeviceBuffer::new(&ctx, 4096).unwrap(),
+                        )
+                        .await,
+                    ),
+                }
+            });
+        }
+        run(async {
+            for _ in 0..3 {
+                running.recv().await.unwrap();
+            }
+        });
+        watchdog("shutting the runtime down", || {
+            runtime.shutdown_background()
+        });
+        held.release().unwrap();
+        quiesce(&s);
+        let stats = pool.stats();
+        assert_eq!(
+            (stats.allocated, stats.awaiting_blocks, stats.waiters),
+            (0, 0, 0),
+            "{strategy:?}: {stats:?}"
+        );
+        pool.trim();
+        assert_eq!(live(&ctx), before, "{strategy:?}");
+        // The stream's pooled completion events go with the last stream of the context.
+        drop(s);
+        sim::flush_releases();
+        assert_eq!(
+            sim::device_stats(&ctx.device()).unwrap().live_events,
+            events,
+            "{strategy:?}: the timing events were destroyed"
+        );
+    }
+}
