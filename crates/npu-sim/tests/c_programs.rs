@@ -242,6 +242,36 @@ fn callback_misuse_returns_codes_in_c() {
     );
 }
 
+/// The flows CANN's runtime samples are made of, compiled as a sample is (against the ACL
+/// headers, with pthreads): aclInit with an empty acl.json, device and memory queries, a
+/// callback thread looping on aclrtProcessReport, worker threads sharing a context, timed
+/// events, and a teardown that resets the device before destroying its stream and finalizes
+/// with a context alive.
+#[test]
+fn the_runtime_samples_flows_in_c() {
+    let stdout = run(&compile("sample_flows", &["-pthread"]));
+    assert_eq!(
+        stdout,
+        "aclInit(white space only): 100006\n\
+         run mode is ACL_HOST: 1\n\
+         devices: 2\n\
+         soc name set: 1\n\
+         memory: free <= total 1, an allocation takes at least its size 1\n\
+         second subscription of the stream: 107011\n\
+         callbacks run: 4\n\
+         callback after unsubscribing: 107015\n\
+         callback thread set the context: 0\n\
+         worker 0: error 0, mismatches 0\n\
+         worker 1: error 0, mismatches 0\n\
+         elapsed time before any record: 507000\n\
+         end complete 1, host functions run 1, elapsed >= 0 1, timestamps ordered 1\n\
+         destroy a stream of the reset device: 107017\n\
+         reset the device again: 507007\n\
+         second aclFinalize: 100037\n\
+         sample flows ok\n"
+    );
+}
+
 #[test]
 fn the_device_recovery_flow_in_c() {
     let stdout = run(&compile("recovery_flow", &[]));

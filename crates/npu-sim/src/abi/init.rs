@@ -243,8 +243,8 @@ fn flush_trace() {
 /// aclmdlSetDump validates one, → 100009; while it turns a dump on, aclmdlInitDump → 100044),
 /// the SIMD device resource limits aclrtDeviceSetLimit also sets (`"StackSize":
 /// {"aicore_stack_size": N}`, `"simd_printf_fifo_size_per_core": N`, rounded and bounded as
-/// there) and the simulator's configuration under `"npu_sim"`. Not JSON, or nested deeper than 10 →
-/// 100006; a value of the wrong form → 100000; a default device that does not exist → 107001. The registered
+/// there) and the simulator's configuration under `"npu_sim"`. A file of no bytes is no
+/// configuration (as NULL is); not JSON, or nested deeper than 10 → 100006; a value of the wrong form → 100000; a default device that does not exist → 107001. The registered
 /// init callbacks then run in registration order; the first that fails stops the others, undoes
 /// the file's configuration and is returned (AscendCL stays uninitialised).
 ///
@@ -266,6 +266,10 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
             false => match c_str(configPath, "configPath")? {
                 "" => None,
                 path => match std::fs::read_to_string(path) {
+                    // A file of no bytes configures nothing, as NULL does: a choice where the
+                    // reference is silent (it calls `{}` the empty configuration), so that a
+                    // program shipping an empty acl.json starts.
+                    Ok(text) if text.is_empty() => None,
                     Ok(text) => Some(text),
                     Err(e) => fail!(
                         ACL_ERROR_INVALID_FILE,
