@@ -244,7 +244,8 @@ fn flush_trace() {
 /// the SIMD device resource limits aclrtDeviceSetLimit also sets (`"StackSize":
 /// {"aicore_stack_size": N}`, `"simd_printf_fifo_size_per_core": N`, rounded and bounded as
 /// there) and the simulator's configuration under `"npu_sim"`. A file of no bytes is no
-/// configuration (as NULL is); not JSON, or nested deeper than 10 → 100006; a value of the wrong form → 100000; a default device that does not exist → 107001. The registered
+/// configuration (as NULL is); not JSON, or nested deeper than 10 → 100006; a value of the
+/// wrong form → 100000; a default device that does not exist → 107001. The registered
 /// init callbacks then run in registration order; the first that fails stops the others, undoes
 /// the file's configuration and is returned (AscendCL stays uninitialised).
 ///
