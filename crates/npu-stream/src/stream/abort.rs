@@ -1,0 +1,275 @@
+//! Stopping and aborting a stream's work, and the state an abort keeps under the stream's
+//! submission lock.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use npu_core::contain::Rank;
+use npu_core::{Completer, Completion, Error, Result, acl_call_opt};
+
+use super::{Stream, StreamShared, reentered};
+use crate::paused_clock::KeptWait;
+use crate::strategy::{self, Strategy};
+
+impl Stream {
+    /// Discards the work queued on the stream (`aclrtStreamAbort`) and resolves once the
+    /// device has confirmed it: the task running at that moment has finished, the others will
+    /// never run. Every operation submitted before the call and not yet completed then fails
+    /// with [`Error::Aborted`](npu_core::Error::Aborted) (its buffers released safely, since the
+    /// device is done with them), and the stream is usable again.
+    ///
+    /// The runtime call waits for the running task, so it runs on a thread of its own
+    /// (`npu-abort`), never on the caller's, an executor's or Tokio's blocking pool. It starts
+    /// when `abort` is called, like every operation, not when the future is first polled:
+    /// dropping the future, polled or not, or the Tokio runtime, leaves the abort to finish
+    /// there and waits for nothing. Work submitted to the stream
+    /// while the abort is in progress is not queued behind it (which would block the submitting
+    /// thread for as long as the device's task runs): it fails at once with
+    /// [`Error::Aborted`](npu_core::Error::Aborted), without reaching the device, as the abort
+    /// would have discarded it, and [`Event::record`](crate::Event::record) on the stream
+    /// returns that error. The abort is in progress from the moment its thread marks what it
+    /// discards, just before its runtime call: work submitted between `abort` returning and
+    /// that mark is queued as usual and discarded with the earlier work (its future fails with
+    /// `Error::Aborted`; a record made then succeeds, and the event then stands for a record
+    /// that is never reached, so [`Event::wait`](crate::Event::wait) fails with
+    /// `Error::Aborted`). An abort called while another is in progress on the stream shares
+    /// it (it would discard nothing more), so aborts called in a loop while a task runs take
+    /// one thread, not one each; only an abort called after [`stop`](Stream::stop) returned
+    /// starts its own, since it must clear that stop.
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(1)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// npu_sim::control::hold(1).unwrap(); // npu-sim: nothing on device 1 starts until release
+    /// let queued = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 1);
+    /// stream.abort().await?;
+    /// assert!(queued.await.unwrap_err().error.is_aborted());
+    /// npu_sim::control::release(1).unwrap();
+    /// let buffer = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 2).await?; // usable again
+    /// assert_eq!(buffer.to_vec_blocking()?, [2; 64]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn abort(&self) -> impl Future<Output = Result<()>> + Send + 'static {
+        let mut wait = 'wait: {
+            let Some(mut aborting) =
+                npu_core::contain::lock_here(&self.shared.submit, Rank::Submission)
+            else {
+                // This thread is submitting to the stream (a tracing subscriber called from
+                // inside the submission's ACL call), or would wait for another while holding a
+                // lock that ranks as high: refused, as a submission would be.
+                // SAFETY: no memory is recorded against this completion and nothing is
+                // deferred on it; it completes here.
+                let completer = unsafe { Completer::new() };
+                let wait = KeptWait::new(&completer.completion());
+                completer.complete(Err(reentered("Stream::abort")));
+                break 'wait wait;
+            };
+            let stops = self.shared.stops.load(Ordering::Acquire);
+            match &aborting.shared {
+                // That abort discards all this one would: it marks its horizon after this
+                // call, or marked it before and has refused every submission since. And no
+                // `stop` has returned since its runtime call began, so what it leaves running
+                // is what this one would. So this one waits for it instead of taking another
+                // thread.
+                Some(running) if running.stops_at_call.is_none_or(|at| at == stops) => {
+                    KeptWait::new(&running.completion)
+                }
+                _ => {
+                    // SAFETY: no memory is recorded against this completion and nothing is
+                    // deferred on it; it completes once the runtime's abort call has returned.
+                    let completer = unsafe { Completer::new() };
+                    let wait = KeptWait::new(&completer.completion());
+                    aborting.shared = Some(SharedAbort {
+                        completion: completer.completion(),
+                        stops_at_call: None,
+                    });
+                    drop(aborting);
+                    self.start_abort(completer);
+                    wait
+                }
+            }
+        };
+        std::future::poll_fn(move |cx| wait.poll(cx))
+    }
+
+    /// Runs the abort on a thread of its own, started now, like every operation: a future
+    /// dropped unpolled (a `select!` whose other branch was ready) still aborts.
+    fn start_abort(&self, completer: Completer) {
+        // Taken back if the thread cannot start, to complete with that failure.
+        let slot = Arc::new(Mutex::new(Some(completer)));
+        let (shared, taken) = (self.shared.clone(), slot.clone());
+        let started = std::thread::Builder::new()
+            .name("npu-abort".into())
+            .spawn(move || {
+                let completer = taken.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(completer) = completer {
+                    let result = shared.abort_blocking(&completer.completion());
+                    completer.complete(result);
+                }
+                // The last reference destroys the stream, which belongs on the reaper.
+                strategy::release_stream(shared);
+            });
+        if let Err(err) = started {
+            let completer = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(completer) = completer {
+                self.shared
+                    .lock_submission()
+                    .end_shared(&completer.completion());
+                completer.complete(Err(Error::invalid(
+                    "Stream::abort",
+                    "thread",
+                    format!("cannot start the abort's thread: {err}"),
+                )));
+            }
+        }
+    }
+
+    /// Stops the stream's work where it is (`aclrtStreamStop`): the running task finishes, the
+    /// queued ones stay queued and do not run. The stream's pending operations then fail (with
+    /// the runtime's code for a stopped stream) once the device reports the stop, and its
+    /// queue is discarded only by [`abort`](Stream::abort), after which the stream runs new
+    /// work again.
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// # let ctx = Device::open(1)?.create_context()?;
+    /// let stream = Stream::new(&ctx)?;
+    /// npu_sim::control::hold(1).unwrap();
+    /// let queued = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 1);
+    /// stream.stop()?;
+    /// npu_sim::control::release(1).unwrap();
+    /// assert!(queued.await.is_err(), "a stopped stream's work never runs");
+    /// stream.abort().await?; // discards the stopped queue; the stream runs again
+    /// stream.synchronize().await?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn stop(&self) -> Result<()> {
+        self.context().bind()?;
+        let handle = self.shared.handle;
+        // SAFETY: the stream is alive (`self`) and its context is bound.
+        let result = unsafe { acl_call_opt!(self.context().runtime(), aclrtStreamStop(handle)) };
+        // Counted once the stop has taken effect: an abort called from now on must clear it,
+        // so it may not share one whose runtime call began before.
+        self.shared.stops.fetch_add(1, Ordering::AcqRel);
+        result
+    }
+}
+
+/// The aborts in progress on a stream, kept under its submission lock.
+#[derive(Debug, Default)]
+pub(super) struct Aborting {
+    /// The latest abort, from its call until it ends: an abort called meanwhile shares it
+    /// instead of starting another, unless a `stop` returned since its runtime call began.
+    shared: Option<SharedAbort>,
+    /// How many aborts are between marking which operations they discard and their end:
+    /// submissions are refused meanwhile.
+    pub(super) refusing: usize,
+}
+
+impl Aborting {
+    /// Forgets the shared abort if it is the one `mine` completes (a later one may have
+    /// taken its place).
+    fn end_shared(&mut self, mine: &Completion) {
+        if self
+            .shared
+            .as_ref()
+            .is_some_and(|shared| shared.completion.same(mine))
+        {
+            self.shared = None;
+        }
+    }
+}
+
+/// An abort that later aborts may share.
+#[derive(Debug)]
+struct SharedAbort {
+    completion: Completion,
+    /// The stream's `stops` count when the abort's runtime call began; `None` before.
+    stops_at_call: Option<u64>,
+}
+
+/// Ends an abort on drop, on every path out of [`StreamShared::abort_blocking`]: marks what it
+/// discarded, stops refusing submissions on its behalf, and leaves the shared slot.
+struct AbortInProgress<'a> {
+    stream: &'a StreamShared,
+    mine: &'a Completion,
+    /// The horizon it marked (and so counted itself as refusing), if it got that far.
+    through: Option<u64>,
+    /// Whether the runtime confirmed the discard.
+    discarded: bool,
+}
+
+impl Drop for AbortInProgress<'_> {
+    fn drop(&mut self) {
+        let stream = self.stream;
+        let mut aborting = stream.lock_submission();
+        if let Some(through) = self.through {
+            if self.discarded {
+                stream.aborted_through.fetch_max(through, Ordering::AcqRel);
+                // The runtime cleared the stream's errors with its queue; so does the failure
+                // record.
+                *stream.failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            }
+            aborting.refusing -= 1;
+        }
+        aborting.end_shared(self.mine);
+    }
+}
+
+impl StreamShared {
+    /// Discards the stream's queued work (`aclrtStreamAbort`), blocking until the device has
+    /// confirmed it; then marks every operation watched so far as discarded and tells the
+    /// strategies.
+    ///
+    /// The submission lock is held only to mark the abort and to finish it, not across the
+    /// runtime call, which waits for the device's running task: a submission meanwhile would
+    /// otherwise block its thread (a Tokio worker) for as long as that task runs. It is
+    /// refused instead (see `Stream::submit_op`), so the device's queue during the call holds
+    /// exactly the operations watched before it and none is mistaken for a discarded one.
+    fn abort_blocking(&self, mine: &Completion) -> Result<()> {
+        let bound = self.context.bind();
+        let mut in_progress = AbortInProgress {
+            stream: self,
+            mine,
+            through: None,
+            discarded: false,
+        };
+        if bound.is_ok() {
+            let mut aborting = self.lock_submission();
+            aborting.refusing += 1;
+            in_progress.through = Some(self.watched.load(Ordering::Acquire));
+            if let Some(shared) = aborting.shared.as_mut().filter(|s| s.completion.same(mine)) {
+                shared.stops_at_call = Some(self.stops.load(Ordering::Acquire));
+            }
+        }
+        let handle = self.handle;
+        let result = bound.and_then(|()| {
+            // SAFETY: the stream is alive (`self`) and its context is bound.
+            unsafe { acl_call_opt!(self.context.runtime(), aclrtStreamAbort(handle)) }
+        });
+        in_progress.discarded = result.is_ok();
+        drop(in_progress);
+        result?;
+        if self.strategy == Strategy::EventPoll {
+            crate::reactor::Reactor::get().nudge();
+        }
+        Ok(())
+    }
+
+    fn lock_submission(&self) -> MutexGuard<'_, Aborting> {
+        self.submit.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

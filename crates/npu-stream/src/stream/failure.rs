@@ -1,0 +1,74 @@
+//! What a stream does after a task fails, and the failure record `synchronize` reports.
+
+use std::sync::atomic::Ordering;
+
+use npu_core::{Result, ffi};
+
+use super::StreamShared;
+use crate::strategy::OpInfo;
+
+/// What a context does after one of its tasks fails (`aclrtSetStreamFailureMode`).
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::DeviceBuffer;
+/// use npu_stream::{FailureMode, Stream};
+///
+/// # tokio_test::block_on(async {
+/// let ctx = Device::open(1)?.primary_context().clone();
+/// let stream = Stream::new(&ctx)?;
+/// assert_eq!(FailureMode::default(), FailureMode::Continue); // what a new stream uses
+/// npu_sim::control::fail_task(stream.as_raw(), 1, 507015).unwrap();
+/// let failing = stream.memset(DeviceBuffer::<u8>::new(&ctx, 4)?, 0);
+/// let later = stream.memset(DeviceBuffer::<u8>::new(&ctx, 4)?, 9);
+/// assert!(failing.await.is_err());
+/// assert_eq!(later.await?.to_vec_blocking()?, [9; 4], "later work still runs");
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum FailureMode {
+    /// Later tasks still run; the failure is reported to the failed task's operation.
+    #[default]
+    Continue,
+    /// Every stream of the context stops; pending operations fail.
+    Stop,
+}
+
+impl FailureMode {
+    pub(super) fn raw(self) -> u64 {
+        match self {
+            FailureMode::Continue => u64::from(ffi::ACL_CONTINUE_ON_FAILURE),
+            FailureMode::Stop => u64::from(ffi::ACL_STOP_ON_FAILURE),
+        }
+    }
+}
+
+impl StreamShared {
+    /// Passes an operation's result through the stream's failure record, in completion order:
+    /// an ordinary operation's failure is remembered for the next `synchronize`; a
+    /// `synchronize` reports (and clears) the first one remembered.
+    pub(crate) fn finish(&self, op: OpInfo, result: Result<()>) -> Result<()> {
+        let failure = || self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        // An ordinary operation that succeeded changes nothing: no lock on the common path.
+        if !op.synchronizes {
+            // What an abort discarded is the caller's doing, not a device failure to report.
+            if let Err(err) = &result {
+                if !self.aborted(op) {
+                    failure().get_or_insert_with(|| err.clone());
+                }
+            }
+            return result;
+        }
+        match (result, failure().take()) {
+            (Err(err), _) | (Ok(()), Some(err)) => Err(err),
+            (Ok(()), None) => Ok(()),
+        }
+    }
+
+    /// Whether an abort discarded `op`.
+    pub(crate) fn aborted(&self, op: OpInfo) -> bool {
+        op.seq != 0 && op.seq <= self.aborted_through.load(Ordering::Acquire)
+    }
+}

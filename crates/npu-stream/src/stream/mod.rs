@@ -1,0 +1,521 @@
+//! Streams: creation, the submission path every operation shares, and teardown.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use npu_core::contain::Rank;
+use npu_core::ffi;
+use npu_core::{Completer, Completion, Context, Error, Result, acl_call, acl_call_opt};
+use npu_mem::PinnedPool;
+
+use crate::callback;
+use crate::event_pool::EventPool;
+use crate::op::Op;
+use crate::reactor::{Pace, Pending};
+use crate::sentinel;
+use crate::strategy::{self, OpInfo, Strategy, StrategyState, Unwatched};
+
+mod abort;
+mod builder;
+mod failure;
+
+use abort::Aborting;
+pub use builder::StreamBuilder;
+pub use failure::FailureMode;
+
+/// An ACL stream: a FIFO queue of device work that runs concurrently with other streams.
+///
+/// Every operation on a stream is submitted on the calling thread (with the stream's context
+/// bound there), followed by an event record, and returns an [`Op`] future that resolves when
+/// the device has finished it. Operations take ownership of the buffers they touch and give
+/// them back on completion.
+///
+/// `Stream` is `Send + Sync` and cheap to clone; clones submit to the same ACL stream. The ACL
+/// stream is destroyed once the last clone is dropped and the reactor has seen its last
+/// operation complete; that happens off the dropping thread, so dropping never blocks.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_stream::Stream;
+///
+/// # tokio_test::block_on(async {
+/// let device = Device::open(0)?;
+/// let stream = Stream::new(device.primary_context())?;
+/// stream.synchronize().await?;
+/// # Ok::<(), npu_core::Error>(())
+/// # })?;
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Stream {
+    pub(crate) shared: Arc<StreamShared>,
+}
+
+/// What the stream, the reactor and the completion strategies share.
+pub(crate) struct StreamShared {
+    pub(crate) context: Context,
+    pub(crate) handle: ffi::aclrtStream,
+    pub(crate) id: u64,
+    /// Held from the ACL call until the completion is registered, so the order of pending
+    /// completions is the order the device runs them in. Holds the aborts in progress (see
+    /// [`Stream::abort`]).
+    submit: Mutex<Aborting>,
+    /// Completions awaiting the reactor, oldest first (event-polling strategy).
+    pub(crate) queue: Mutex<Queue>,
+    pub(crate) events: Arc<EventPool>,
+    /// The context's staging pool, taken on the first upload or download.
+    pub(crate) staging: OnceLock<Arc<PinnedPool>>,
+    pub(crate) strategy: Strategy,
+    pub(crate) strategy_state: StrategyState,
+    /// The first device-side failure since the last `synchronize` completed.
+    failure: Mutex<Option<npu_core::Error>>,
+    /// The most recently watched operation, for strategies that must complete in order on
+    /// their own (`BlockingSync`).
+    tail: Mutex<Option<Completion>>,
+    /// How many operations were handed to the strategy (`OpInfo::seq` of the latest).
+    pub(crate) watched: AtomicU64,
+    /// The `seq` of the last operation an abort discarded (0: none); see [`Stream::abort`].
+    pub(crate) aborted_through: AtomicU64,
+    /// How many `Stream::stop` calls have returned: an abort whose runtime call began before
+    /// one may have run before the stop, so a later abort does not share it.
+    stops: AtomicU64,
+    /// Set by the runtime's exception callback when a task of this stream failed, for the
+    /// reactor to look at the stream at once.
+    pub(crate) fault_noticed: Arc<AtomicBool>,
+    /// Keeps the exception callback telling this stream about its faults.
+    _fault_watch: npu_core::FaultWatch,
+}
+
+/// A stream's pending completions, whether the reactor is currently watching it, and how long
+/// its operations usually take (which the reactor plans its queries from).
+#[derive(Default)]
+pub(crate) struct Queue {
+    pub(crate) pending: VecDeque<Pending>,
+    pub(crate) in_reactor: bool,
+    pub(crate) pace: Pace,
+}
+
+// SAFETY: an aclrtStream is an opaque handle ACL lets any thread use; every call binds the
+// stream's context first, and submissions are serialised by `submit`.
+unsafe impl Send for StreamShared {}
+// SAFETY: as above; all mutable state is behind mutexes.
+unsafe impl Sync for StreamShared {}
+
+/// Where a submission failed: before the device accepted the work, or after.
+enum Submission {
+    Rejected(Completer, npu_core::Error),
+    Unwatched(Unwatched),
+}
+
+impl Stream {
+    /// Creates a stream in `context` with default priority, flags and completion strategy.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// let buffer = stream.memset(DeviceBuffer::<u8>::new(&ctx, 8)?, 1).await?;
+    /// assert_eq!(buffer.to_vec_blocking()?, [1; 8]);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn new(context: &Context) -> Result<Stream> {
+        Stream::builder(context).build()
+    }
+
+    /// Options for creating a stream in `context`.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{Strategy, Stream};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let polled = Stream::builder(&ctx).build()?; // the same as Stream::new
+    /// assert_eq!(polled.strategy(), Strategy::default());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn builder(context: &Context) -> StreamBuilder {
+        StreamBuilder::new(context)
+    }
+
+    /// The context the stream belongs to.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::Stream;
+    ///
+    /// let device = Device::open(1)?;
+    /// let stream = Stream::new(device.primary_context())?;
+    /// assert!(stream.context().same(device.primary_context()));
+    /// assert_eq!(stream.context().device_id(), 1);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn context(&self) -> &Context {
+        &self.shared.context
+    }
+
+    /// The stream's id, as logs, tracing spans, traces and `Debug` show it.
+    ///
+    /// It is the ACL stream id (`aclrtStreamGetId`, read once when the stream is created),
+    /// unique on the stream's device: the simulator's trace names the stream's track by it, and
+    /// so does a timeline built from event timestamps on CANN. A runtime without
+    /// `aclrtStreamGetId` gets npu-rs's own id, unique in the process.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::Stream;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// assert_ne!(a.id(), b.id(), "unique on the device");
+    /// assert_eq!(a.clone().id(), a.id());
+    /// assert!(format!("{a:?}").contains(&format!("id: {}", a.id())));
+    /// // The id ACL itself reports:
+    /// let (rt, mut acl_id) = (ctx.runtime(), 0);
+    /// // SAFETY: the stream is alive and `acl_id` is a valid out-pointer.
+    /// let code = unsafe { (rt.api().aclrtStreamGetId.unwrap())(a.as_raw(), &mut acl_id) };
+    /// rt.check("aclrtStreamGetId", code)?;
+    /// assert_eq!(a.id(), acl_id as u64);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The completion strategy this stream uses.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{Strategy, Stream};
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// assert_eq!(Stream::new(&ctx)?.strategy(), Strategy::EventPoll);
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn strategy(&self) -> Strategy {
+        self.shared.strategy
+    }
+
+    /// The raw handle. Using it is `unsafe`; `self` must outlive every use.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::Stream;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// let rt = ctx.runtime();
+    /// ctx.bind()?;
+    /// // SAFETY: the stream is alive (`stream`) and belongs to the bound context.
+    /// let code = unsafe { (rt.api().aclrtSynchronizeStream)(stream.as_raw()) };
+    /// rt.check("aclrtSynchronizeStream", code)?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn as_raw(&self) -> ffi::aclrtStream {
+        self.shared.handle
+    }
+
+    /// Chooses what happens to the rest of the context's work after a task fails
+    /// (`aclrtSetStreamFailureMode`). CANN allows the choice once per stream: a second call
+    /// fails with the runtime's error.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, Device};
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::{FailureMode, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(1)?.create_context()?;
+    /// let stream = Stream::new(&ctx)?;
+    /// stream.set_failure_mode(FailureMode::Stop)?;
+    /// npu_sim::control::fail_task(stream.as_raw(), 1, 507015).unwrap();
+    /// let failing = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0);
+    /// let later = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 1);
+    /// assert_eq!(failing.await.unwrap_err().error.acl_code(), Some(AclCode(507015)));
+    /// assert!(later.await.is_err(), "the context stopped: later work fails too");
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn set_failure_mode(&self, mode: FailureMode) -> Result<()> {
+        self.context().bind()?;
+        let (handle, raw) = (self.shared.handle, mode.raw());
+        // SAFETY: the stream is alive and belongs to the bound context.
+        unsafe {
+            acl_call_opt!(
+                self.context().runtime(),
+                aclrtSetStreamFailureMode(handle, raw)
+            )
+        }
+    }
+
+    /// Whether two handles refer to the same stream.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::Stream;
+    ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// assert!(stream.same(&stream.clone()));
+    /// assert!(!stream.same(&Stream::new(&ctx)?));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn same(&self, other: &Stream) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// Resolves once all work submitted to the stream before this call has finished, with the
+    /// first device-side failure among the operations that completed since the previous
+    /// `synchronize` (like `aclrtSynchronizeStream`), or when the stream's work can no longer
+    /// complete (device lost, context stopped by `FailureMode::Stop`).
+    ///
+    /// A failed operation's own future reports its failure too; `synchronize` is where the
+    /// failure of an operation whose future was dropped surfaces. The error names the failed
+    /// operation's ACL function.
+    ///
+    /// Cancel safety: cancel-safe in that no device work is lost; but a failure it would have
+    /// reported is consumed when the synchronisation completes, whether or not the future is
+    /// still polled.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, Device};
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(1)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// npu_sim::control::fail_task(stream.as_raw(), 1, 507015).unwrap(); // the next task fails
+    /// drop(stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0)); // nobody awaits the memset ...
+    /// let err = stream.synchronize().await.unwrap_err().error; // ... so synchronize reports it
+    /// assert_eq!(err.acl_code(), Some(AclCode(507015)));
+    /// assert!(err.to_string().starts_with("aclrtMemsetAsync failed"), "{err}");
+    /// stream.synchronize().await?; // reported once
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn synchronize(&self) -> Op<()> {
+        let op = OpInfo {
+            api: "aclrtSynchronizeStream",
+            synchronizes: true,
+            seq: 0,
+        };
+        self.submit_op(op, 0, None, (), |_, _| {}, |_, _| Ok(()))
+    }
+
+    /// Checks that a buffer from `context` can be used on this stream's runtime.
+    pub(crate) fn check_runtime(
+        &self,
+        api: &'static str,
+        argument: &'static str,
+        context: &Context,
+    ) -> Result<()> {
+        if !context.runtime().same_library(self.context().runtime()) {
+            return Err(Error::invalid(
+                api,
+                argument,
+                "belongs to a different AscendCL runtime than the stream",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The one submission path: record uses, issue `call` under the submission lock, then let
+    /// the completion strategy watch it.
+    ///
+    /// A failure before the device accepted the work resolves the future at once. A failure
+    /// after it (recording the event, say) must not release the buffers while the device may
+    /// still use them, so the stream is drained first, off this thread.
+    pub(crate) fn submit<T: Send + 'static>(
+        &self,
+        api: &'static str,
+        bytes: usize,
+        value: T,
+        record_uses: impl FnOnce(&T, &Completion),
+        call: impl FnOnce(&mut T, ffi::aclrtStream) -> Result<()>,
+    ) -> Op<T> {
+        self.submit_op(OpInfo::new(api), bytes, None, value, record_uses, call)
+    }
+
+    /// [`submit`](Stream::submit) with one more field of the operation's span filled in:
+    /// `direction` for copies, `kernel` for launches.
+    pub(crate) fn submit_described<T: Send + 'static>(
+        &self,
+        api: &'static str,
+        bytes: usize,
+        field: (&'static str, &str),
+        value: T,
+        record_uses: impl FnOnce(&T, &Completion),
+        call: impl FnOnce(&mut T, ffi::aclrtStream) -> Result<()>,
+    ) -> Op<T> {
+        self.submit_op(
+            OpInfo::new(api),
+            bytes,
+            Some(field),
+            value,
+            record_uses,
+            call,
+        )
+    }
+
+    fn submit_op<T: Send + 'static>(
+        &self,
+        mut op: OpInfo,
+        bytes: usize,
+        field: Option<(&'static str, &str)>,
+        mut value: T,
+        record_uses: impl FnOnce(&T, &Completion),
+        call: impl FnOnce(&mut T, ffi::aclrtStream) -> Result<()>,
+    ) -> Op<T> {
+        // `direction` and `kernel` are filled in here, before the submission lock is taken,
+        // `error` when the operation fails.
+        let span = tracing::debug_span!(
+            "npu_op",
+            op = op.api,
+            stream = self.shared.id,
+            device = self.context().device_id(),
+            bytes,
+            direction = tracing::field::Empty,
+            kernel = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
+        if let Some((name, value)) = field {
+            span.record(name, value);
+        }
+        // SAFETY: this completer is completed only by a completion strategy (once the
+        // device is done with the operation), by the sentinel (once the stream has drained),
+        // or below for work the device never accepted; its deferred actions never block.
+        let completer = unsafe { Completer::new() };
+        let completion = completer.completion();
+        record_uses(&value, &completion);
+        // The submission runs inside the span. Entering and leaving it run the subscriber,
+        // which is user code: a panic there is contained, since unwinding from here would
+        // abandon the completer (leaking the buffers whose uses it recorded) or, once the
+        // device accepted the work, drop the value the operation must keep until it completes
+        // (an `Arc` clone, which the caller could then unwrap under the device).
+        let mut entered = None;
+        if npu_core::contain::contained(|| entered = Some(span.enter())) {
+            // It panicked after the subscriber may have marked the thread as inside the span
+            // (a registry records the entry before its layers see it): left again, as the
+            // guard that never came to be would have, or the thread's later events and spans
+            // would sit inside this one for ever. Leaving a span the thread is not in changes
+            // nothing.
+            npu_core::contain::contained(|| {
+                span.with_subscriber(|(id, dispatch)| dispatch.exit(id));
+            });
+        }
+        let outcome = (|| {
+            if let Err(err) = self.context().bind() {
+                return Err(Submission::Rejected(completer, err));
+            }
+            // Held across the ACL calls, which may run a tracing subscriber (the simulator
+            // logs each failed call): one that submits to this stream again from there is
+            // refused instead of waiting for this thread for ever.
+            let Some(order) = npu_core::contain::lock_here(&self.shared.submit, Rank::Submission)
+            else {
+                return Err(Submission::Rejected(completer, reentered(op.api)));
+            };
+            if order.refusing > 0 {
+                // Not queued behind the abort, which waits for the device's running task:
+                // discarded, as the abort would have discarded it.
+                return Err(Submission::Rejected(
+                    completer,
+                    Error::Aborted { api: op.api },
+                ));
+            }
+            if let Err(err) = call(&mut value, self.shared.handle) {
+                return Err(Submission::Rejected(completer, err));
+            }
+            op.seq = self.shared.watched.fetch_add(1, Ordering::AcqRel) + 1;
+            self.shared
+                .strategy
+                .watch(&self.shared, op, completer)
+                .map_err(Submission::Unwatched)
+        })();
+        npu_core::contain::contained(move || drop(entered));
+        match outcome {
+            Ok(()) => {}
+            // The device never saw the work: nothing to wait for. A context that a fault
+            // stopped refuses it with the fault's code, and the error says which fault.
+            Err(Submission::Rejected(completer, err)) => {
+                completer.complete(Err(strategy::with_stopping_fault(&self.shared, err)));
+            }
+            // The device may run it: it completes once the stream has drained. A stream that a
+            // fault of this very operation stopped refuses the event record after it: the
+            // error is the operation's.
+            Err(Submission::Unwatched(unwatched)) => {
+                let error = strategy::attribute(&self.shared, unwatched.error, op.api);
+                sentinel::drain(self.shared.clone(), unwatched.completer, error);
+            }
+        }
+        Op::new(completion, value, span)
+    }
+}
+
+/// The error of a submission or an abort made on a thread that is submitting to the same
+/// stream already (a tracing subscriber, called from inside that submission's ACL call), or
+/// that would wait for another thread's submission while holding a lock that ranks as high
+/// (see `npu_core::contain::lock_here`).
+fn reentered(api: &'static str) -> Error {
+    Error::invalid(
+        api,
+        "stream",
+        "is being submitted to by this thread already, or by another while this thread holds \
+         a lock npu-rs takes after the stream's: called back from inside an ACL call (by a \
+         tracing subscriber?)",
+    )
+}
+
+impl StreamShared {
+    /// Makes `completion` the most recently watched operation; returns the previous one.
+    pub(crate) fn replace_tail(&self, completion: &Completion) -> Option<Completion> {
+        let mut tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
+        tail.replace(completion.clone())
+    }
+}
+
+impl Drop for StreamShared {
+    fn drop(&mut self) {
+        callback::release(self);
+        let runtime = self.context.runtime();
+        let result = self.context.bind().and_then(|()| {
+            // Every operation npu-rs watched has completed (pending entries keep the stream
+            // alive) or was failed because the stream can never run it (stopped, stopped by a
+            // fault, device lost). CANN's aclrtDestroyStream waits for unfinished tasks, which
+            // on such a stream never finish: this runs on the reaper, so those are forced.
+            if crate::sentinel::stream_unfinished(self)
+                && runtime.api().aclrtDestroyStreamForce.is_some()
+            {
+                // SAFETY: the stream is ours, its context is bound, and nothing npu-rs
+                // submitted to it can still run.
+                unsafe { acl_call_opt!(runtime, aclrtDestroyStreamForce(self.handle)) }
+            } else {
+                // SAFETY: the stream is ours and idle (or the runtime has no forced form),
+                // and its context is bound.
+                unsafe { acl_call!(runtime, aclrtDestroyStream(self.handle)) }
+            }
+        });
+        if let Err(err) = result {
+            npu_core::log!(warn, %err, stream = self.id, "destroying a stream failed");
+        }
+    }
+}
+
+impl fmt::Debug for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stream")
+            .field("id", &self.shared.id)
+            .field("device", &self.context().device_id())
+            .field("strategy", &self.shared.strategy)
+            .finish()
+    }
+}
