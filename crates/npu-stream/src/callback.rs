@@ -20,6 +20,18 @@ use crate::stream::StreamShared;
 /// How long one `aclrtProcessReport` waits; also the fault-probe period.
 const REPORT_TIMEOUT_MS: i32 = 50;
 
+/// How many aborts have discarded work on a `CallbackThread` stream. The callbacks of
+/// discarded operations never run, so a worker that sees this change fails them before it
+/// settles any callback that ran since: completions keep submission order, and a
+/// synchronisation submitted after an abort resolves after the operations it discarded.
+static ABORTS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts an abort that discarded work on a `CallbackThread` stream. Called before the abort
+/// stops refusing submissions, so a callback of work submitted after it finds the count moved.
+pub(crate) fn note_abort() {
+    ABORTS.fetch_add(1, Ordering::AcqRel);
+}
+
 pub(crate) struct CallbackStrategy;
 
 /// One subscribed thread per (loaded runtime, device): ACL lets a thread serve streams of
@@ -94,6 +106,7 @@ fn worker_for(stream: &StreamShared) -> Result<Arc<Worker>> {
 impl Worker {
     fn run(&self, runtime: &npu_core::Runtime) {
         let mut probes = Probes::default();
+        let mut aborts_seen = 0;
         loop {
             // SAFETY: plain integer argument; callbacks run inside this call on this thread.
             let code = unsafe { (runtime.api().aclrtProcessReport)(REPORT_TIMEOUT_MS) };
@@ -101,12 +114,34 @@ impl Worker {
             // message would otherwise be attached to the next error settled here.
             let reported = runtime.check("aclrtProcessReport", code);
             let fired: Vec<u64> = FIRED.with(|fired| std::mem::take(&mut *fired.borrow_mut()));
-            for id in fired {
-                let entry = self.lock().remove(&id);
-                if let Some(entry) = entry {
-                    entry.pending.settle(&entry.stream);
-                    strategy::release_stream(entry.stream);
+            // The operations whose callbacks ran are taken out first: the device finished
+            // them, so none may be taken for one an abort discarded.
+            let mut done: Vec<(u64, Outstanding, Option<Error>)> = {
+                let mut outstanding = self.lock();
+                let ran = fired
+                    .iter()
+                    .filter_map(|&id| Some((id, outstanding.remove(&id)?)));
+                ran.map(|(id, entry)| (id, entry, None)).collect()
+            };
+            let aborts = ABORTS.load(Ordering::Acquire);
+            if !done.is_empty() && aborts != aborts_seen {
+                aborts_seen = aborts;
+                let discarded = take_discarded(&mut self.lock());
+                done.extend(
+                    discarded
+                        .into_iter()
+                        .map(|(id, op, err)| (id, op, Some(err))),
+                );
+                // Ids grow with submission: on each stream, what was discarded fails before
+                // what was submitted after it completes.
+                done.sort_unstable_by_key(|(id, ..)| *id);
+            }
+            for (_, entry, failure) in done {
+                match failure {
+                    None => entry.pending.settle(&entry.stream),
+                    Some(err) => entry.pending.fail(&entry.stream, err),
                 }
+                strategy::release_stream(entry.stream);
             }
             match code {
                 ffi::ACL_SUCCESS => {}
@@ -144,21 +179,8 @@ impl Worker {
         self.settle_lost_callbacks(now, stale_after);
         {
             let mut outstanding = self.lock();
-            // Operations an abort discarded: their callbacks will never run.
-            let mut discarded: Vec<u64> = outstanding
-                .iter()
-                .filter(|(_, op)| op.stream.aborted(op.pending.op))
-                .map(|(&id, _)| id)
-                .collect();
-            discarded.sort_unstable();
-            for id in discarded {
-                if let Some(op) = outstanding.remove(&id) {
-                    let err = Error::Aborted {
-                        api: op.pending.op.api,
-                    };
-                    failed.push((op, err));
-                }
-            }
+            let discarded = take_discarded(&mut outstanding).into_iter();
+            failed.extend(discarded.map(|(_, op, err)| (op, err)));
             for (stream, dead) in answered {
                 // In submission order (ids grow with it), so that a failed synchronize sees
                 // the failures before it. Only what was queued when the probe found the
@@ -190,6 +212,27 @@ impl Worker {
             strategy::release_stream(entry.stream);
         }
     }
+}
+
+/// Takes out the operations an abort discarded (their callbacks will never run), in
+/// submission order, each with its id and its `Error::Aborted`.
+fn take_discarded(outstanding: &mut HashMap<u64, Outstanding>) -> Vec<(u64, Outstanding, Error)> {
+    let mut discarded: Vec<u64> = outstanding
+        .iter()
+        .filter(|(_, op)| op.stream.aborted(op.pending.op))
+        .map(|(&id, _)| id)
+        .collect();
+    discarded.sort_unstable();
+    let ops = discarded
+        .into_iter()
+        .filter_map(|id| Some((id, outstanding.remove(&id)?)));
+    ops.map(|(id, op)| {
+        let err = Error::Aborted {
+            api: op.pending.op.api,
+        };
+        (id, op, err)
+    })
+    .collect()
 }
 
 impl Worker {

@@ -222,6 +222,11 @@ impl Drop for AbortInProgress<'_> {
                 // The runtime cleared the stream's errors with its queue; so does the failure
                 // record.
                 *stream.failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                // Before submissions are taken again: the callback worker must fail what was
+                // discarded before it settles work submitted from now on.
+                if stream.strategy == Strategy::CallbackThread {
+                    crate::callback::note_abort();
+                }
             }
             aborting.refusing -= 1;
         }
