@@ -295,14 +295,12 @@ impl Context {
     }
 
     /// Blocks the calling thread until all streams of this context are idle
-    /// (`aclrtSynchronizeDevice`), returning the first task error.
+    /// (`aclrtSynchronizeDevice`, with this context bound), returning the first task error.
     ///
-    /// This blocks: in async code, await a stream's `synchronize()` from npu-stream instead.
-    ///
-    /// Blocks the calling thread until the device is done. It may be called inside a Tokio
-    /// runtime (it never waits on the runtime, so it cannot deadlock it), but it holds a worker
-    /// meanwhile: async code should use a stream operation (docs/architecture.md, "Blocking
-    /// calls inside a Tokio runtime").
+    /// It may be called inside a Tokio runtime (it never waits on the runtime, so it cannot
+    /// deadlock it), but it holds a worker meanwhile: in async code, await a stream's
+    /// `synchronize()` from npu-stream instead (docs/architecture.md, "Blocking calls inside
+    /// a Tokio runtime").
     ///
     /// ```
     /// use npu_core::{AclCode, Device};

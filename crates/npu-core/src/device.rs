@@ -9,9 +9,10 @@ use crate::runtime::{Runtime, SharedState};
 
 /// One NPU, opened through a [`Runtime`].
 ///
-/// A `Device` holds the device's primary context (`aclrtSetDevice` once per process, shared by
-/// every handle) and is `Send + Sync` and cheap to clone. The device is reset when the last
-/// handle and everything created on it are gone.
+/// A `Device` holds the device's primary context (one `aclrtSetDevice` reference, shared by
+/// every handle) and is `Send + Sync` and cheap to clone. The device is reset
+/// (`aclrtResetDevice`) when the last handle and everything created on it are gone; opening it
+/// again after that sets it again.
 ///
 /// ```
 /// use npu_core::{Device, MemAttr};

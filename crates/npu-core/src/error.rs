@@ -247,7 +247,8 @@ impl AclError {
         self
     }
 
-    /// The code's class (caller, resource, business or internal).
+    /// The code's class (caller, resource, business, internal, or unknown for a code outside
+    /// ACL's ranges).
     ///
     /// ```
     /// use npu_core::{AclCode, AclError, ErrorClass};

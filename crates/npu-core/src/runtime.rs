@@ -119,9 +119,12 @@ impl RuntimeBuilder {
 
     /// Loads the runtime and takes an `aclInit` reference on it.
     ///
-    /// Refused with `Error::Invalid` (argument `thread`) on a thread that is initialising or
-    /// finalising AscendCL already (a tracing subscriber called back from there), which would
-    /// otherwise wait for itself.
+    /// Refused with [`Error::InvalidArgument`] (argument `thread`) on a thread that is
+    /// initialising or finalising AscendCL already (a tracing subscriber called back from
+    /// there), which would otherwise wait for itself. With an explicit backend, a library
+    /// that cannot be loaded is [`Error::Load`] and a failed `aclInit` is [`Error::Acl`]
+    /// naming `aclInit`; `auto` in a build with the simulator falls back to it instead, and
+    /// [`Runtime::backend_reason`] says why.
     ///
     /// ```
     /// use npu_core::{BackendChoice, Runtime};
@@ -302,8 +305,8 @@ impl Runtime {
     /// Every later call returns the same runtime (or the same error). A call made before it
     /// exists on a thread that is making it, or that is initialising or finalising AscendCL
     /// for another runtime (a tracing subscriber calling back from there), is refused with
-    /// `Error::Invalid` (argument `thread`) instead of waiting for itself; that refusal is not
-    /// kept as the runtime's result.
+    /// [`Error::InvalidArgument`] (argument `thread`) instead of waiting for itself; that
+    /// refusal is not kept as the runtime's result.
     ///
     /// ```
     /// use npu_core::{Device, Runtime};

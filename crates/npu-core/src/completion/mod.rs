@@ -61,7 +61,10 @@ pub struct Completion {
 ///
 /// Dropping a `Completer` without completing leaves the completion pending for ever: the
 /// resources recorded against it are leaked rather than released while the device may use
-/// them.
+/// them. Futures waiting for it ([`Completion::wait`], [`Completion::poll_result`]) stay
+/// pending; threads blocked in [`Completion::wait_blocking`] or a [`BlockingWaiter`] are
+/// woken with an [`Error::InvalidArgument`] saying the operation was abandoned, instead of
+/// blocking for ever.
 pub struct Completer {
     state: Arc<state::State<Result<()>>>,
 }
@@ -223,12 +226,13 @@ impl Completion {
     /// Only for threads that may block (a blocking-pool thread, a test); an async task awaits
     /// [`wait`](Completion::wait) instead. The completer wakes the thread itself, so the wait
     /// depends on no other thread, and never displaces the waker of a task awaiting the same
-    /// operation.
+    /// operation. If the completer is dropped without completing, the wait ends with an
+    /// [`Error::InvalidArgument`] (argument `self`) saying the operation was abandoned.
     ///
-    /// Blocks the calling thread until the device is done. It may be called inside a Tokio
-    /// runtime (it never waits on the runtime, so it cannot deadlock it), but it holds a worker
-    /// meanwhile: async code should use a stream operation (docs/architecture.md, "Blocking
-    /// calls inside a Tokio runtime").
+    /// It may be called inside a Tokio runtime (it never waits on the runtime, so it cannot
+    /// deadlock it), but it holds a worker meanwhile: async code should await
+    /// [`wait`](Completion::wait) or a stream operation (docs/architecture.md, "Blocking calls
+    /// inside a Tokio runtime").
     ///
     /// ```
     /// use npu_core::Completer;
@@ -417,7 +421,22 @@ pub struct BlockingWaiter {
 
 impl BlockingWaiter {
     /// Blocks until the operation completes and returns its result, or returns `None` once
-    /// `timeout` has passed first.
+    /// `timeout` has passed first. An operation whose completer was dropped without completing
+    /// returns `Some` of an [`Error::InvalidArgument`] (argument `self`) at once, as
+    /// [`Completion::wait_blocking`] does. A `timeout` too long to represent waits without a
+    /// bound.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use npu_core::{Completer, Error};
+    ///
+    /// // SAFETY: no device work or memory stands behind this completion.
+    /// let completer = unsafe { Completer::new() };
+    /// let waiter = completer.completion().blocking_waiter();
+    /// drop(completer); // abandoned: it will never complete
+    /// let abandoned = waiter.wait_for(Duration::MAX).expect("not a timeout");
+    /// assert!(matches!(abandoned, Err(Error::InvalidArgument { argument: "self", .. })));
+    /// ```
     pub fn wait_for(&self, timeout: std::time::Duration) -> Option<Result<()>> {
         if self.completion.is_complete() {
             return Some(self.completion.settled());
@@ -591,6 +610,19 @@ mod tests {
         assert!(done.poll_result(&mut cx).is_pending());
         completer.complete(Ok(()));
         assert!(done.is_complete());
+    }
+
+    /// The abandonment wakes blocked threads only: a future stays pending, as documented on
+    /// `Completer`, because nothing can tell it the device is done with the memory.
+    #[test]
+    fn an_abandoned_operation_leaves_its_futures_pending() {
+        let (completer, done) = pending();
+        let mut wait = tokio_test::task::spawn(done.wait());
+        assert!(wait.poll().is_pending());
+        drop(completer);
+        assert!(!wait.is_woken());
+        assert!(wait.poll().is_pending());
+        assert!(done.result().is_none());
     }
 
     #[test]

@@ -152,8 +152,11 @@ impl UseList {
     /// Runs `release` once every recorded operation has completed.
     ///
     /// With nothing pending it runs at once on this thread; otherwise on the reaper thread
-    /// after the last one. It takes `&mut self` because it is a resource's last word, said from
-    /// its `Drop`: nothing can record a use while it runs.
+    /// after the last one (or here, if that one completes while this call hands the release
+    /// on). It takes `&mut self` because it is a resource's last word, said from its `Drop`:
+    /// nothing can record a use while it runs. An operation whose completer is dropped
+    /// without completing never completes, so `release` then never runs: the resource is
+    /// leaked rather than released while the device may still use it.
     ///
     /// # Safety
     ///
