@@ -111,7 +111,10 @@ impl<T: Pod, B: Deref<Target = [T]>> Filled<B> {
 
 impl<T: Pod, B: Memory<Elem = T> + Deref<Target = [T]>> Filled<B> {
     /// The unread filled bytes as an owned [`View`] of the buffer, for a stream copy. The
-    /// cursor and the filled length must fall on element boundaries.
+    /// cursor and the filled length must fall on element boundaries; otherwise it fails with
+    /// [`Error::InvalidArgument`] and the buffer is dropped with the adapter (released once
+    /// its pending operations complete), not handed back: read whole elements only, or keep
+    /// the data elsewhere, if it must survive a misaligned read.
     ///
     /// ```
     /// use bytes::BufMut;

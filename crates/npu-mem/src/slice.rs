@@ -147,6 +147,11 @@ pub unsafe trait Memory: Send + 'static {
 
     /// An owned view of elements `range`.
     ///
+    /// Fails with [`Error::InvalidArgument`] (argument `range`) when the range is not within
+    /// the memory's `len()` elements. The memory is then dropped (released once its pending
+    /// operations complete), not handed back: check the range first if you still need it, or
+    /// view an `Arc` of it.
+    ///
     /// ```
     /// use npu_core::Device;
     /// use npu_mem::{DeviceBuffer, Memory};
@@ -278,8 +283,9 @@ pub unsafe trait MemoryMut: Memory {
     }
 }
 
-/// Device memory: a [`DeviceBuffer`](crate::DeviceBuffer), a view of one, or an `Arc` of
-/// either.
+/// Device memory: a [`DeviceBuffer`](crate::DeviceBuffer) (or npu-stream's
+/// `PooledDeviceBuffer`), and any [`View`], [`Cast`], [`Split`] part or `Arc` of device
+/// memory.
 ///
 /// ```
 /// use npu_core::{Device, OpError};
@@ -314,8 +320,8 @@ pub unsafe trait MemoryMut: Memory {
 pub unsafe trait DeviceSlice: Memory {}
 
 /// Host memory the runtime knows is page-locked: [`PinnedBuffer`](crate::PinnedBuffer),
-/// [`PooledBuffer`](crate::PooledBuffer), [`HostRegistration`](crate::HostRegistration),
-/// views of them, or `Arc`s of those.
+/// [`PooledBuffer`](crate::PooledBuffer), [`HostRegistration`](crate::HostRegistration), and
+/// any [`View`], [`Cast`], [`Split`] part or `Arc` of page-locked memory.
 ///
 /// Ordinary (pageable) memory such as a `Vec` does not implement it on purpose: ACL silently
 /// turns an async copy from pageable memory into a blocking one, which would stall a Tokio

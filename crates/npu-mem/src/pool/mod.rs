@@ -277,13 +277,15 @@ impl PinnedPool {
     }
 
     /// A block for `len` elements of `T`: a cached block of the request's size class if one
-    /// is free, otherwise newly pinned memory (`aclrtMallocHost`, on this thread). At the
+    /// is free, otherwise newly pinned memory (`aclrtMallocHost`, or `aclrtMallocHostWithCfg`
+    /// with an [`alloc_config`](PinnedPoolBuilder::alloc_config); on this thread). At the
     /// capacity, waits in FIFO order for blocks to come back.
     ///
     /// Errors: `len == 0`, a size over `isize::MAX` bytes, an element type aligned to more
     /// than 64 bytes, or a block larger than the capacity (it could never be served) are
-    /// [`Error::InvalidArgument`]; a failed `aclrtMallocHost` is its ACL error, after which
-    /// the pool's counters are as before the call.
+    /// [`Error::InvalidArgument`]; a failed pinning is its ACL error, after which the room it
+    /// was granted is given back: `allocated`, `reserved`, `hits` and `misses` are as before
+    /// the call (cached blocks evicted to make that room under the capacity stay freed).
     ///
     /// Cancel safety: cancel-safe. Dropping the future while it waits leaves the queue;
     /// a block or capacity already granted to it goes back to the pool, so nothing is lost

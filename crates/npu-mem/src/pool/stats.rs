@@ -46,8 +46,8 @@ pub struct PoolStats {
     pub peak_reserved: usize,
     /// Allocations served from the cache.
     pub hits: u64,
-    /// Allocations that made a new block (`aclrtMallocHost` for a pinned pool; `aclrtMalloc`
-    /// or `aclrtMemPoolMallocAsync` for a device pool).
+    /// New blocks made (`aclrtMallocHost` for a pinned pool; `aclrtMalloc` or
+    /// `aclrtMemPoolMallocAsync` for a device pool), for an allocation or by `reserve`.
     pub misses: u64,
     /// Cached blocks freed to make room under the capacity.
     pub evictions: u64,
