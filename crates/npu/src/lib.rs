@@ -1,6 +1,6 @@
 //! npu-rs: Huawei Ascend NPUs as `async`/`await`-native Rust under Tokio.
 //!
-//! CANN's runtime (`libascendcl.so`, the `aclrt*` C API) queues work on streams and offers
+//! CANN's runtime (`libacl_rt.so`, the `aclrt*` C API) queues work on streams and offers
 //! only blocking calls or callback threads to learn that it finished. npu-rs makes every
 //! stream operation (copies, memsets, kernel launches, event waits) a future: the operation
 //! is submitted on the calling thread, an event is recorded after it, and one reactor thread

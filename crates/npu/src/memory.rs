@@ -8,7 +8,9 @@
 //!   costs a lock on a cache hit; a block is handed out again, to any stream, only once every
 //!   operation that used it has completed. Built on the runtime's `aclrtMemPool*` where it
 //!   exists, on `aclrtMalloc` otherwise ([`DevicePoolBackend`]).
-//! - [`HostRegistration`]: registers memory you already own (`aclrtHostRegister`).
+//! - [`HostRegistration`]: registers memory you already own (`aclrtHostRegisterV2`, or
+//!   `aclrtHostRegister` on runtimes without it), page-aligned whole pages such as a
+//!   [`PageAlignedBuffer`].
 //! - The traits: [`Memory`] / [`MemoryMut`] (what an operation may touch), [`DeviceSlice`] /
 //!   [`HostSlice`] (which side it is on) and [`View`] (a sub-range). Pageable memory is not a
 //!   [`HostSlice`]: async copies from a `Vec` do not compile; `Stream::copy_from_slice_staged`

@@ -1,8 +1,9 @@
-//! Loading the ACL runtime: CANN's `libascendcl.so` or the simulator.
+//! Loading the ACL runtime: CANN's `libacl_rt.so` (or `libascendcl.so`) or the simulator.
 //!
 //! [`Runtime::global`] (what [`Device::open`](crate::Device::open) uses) loads the backend
-//! `NPU_BACKEND` names (`sim`, `acl` or `auto`, the default: CANN if found, else the
-//! simulator); [`Runtime::builder`] chooses in code. [`Runtime::backend`] says which one was
+//! `NPU_BACKEND` names (`sim`, `acl` or `auto`, the default: CANN if it is found, its
+//! `aclInit` succeeds and it sees a device, else the simulator); [`Runtime::builder`] chooses
+//! in code, and [`Runtime::backend_reason`] says why `auto` chose what it did. [`Runtime::backend`] says which one was
 //! loaded. docs/ascend.md lists where a real runtime is looked for.
 //!
 //! ```
