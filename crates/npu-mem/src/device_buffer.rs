@@ -148,10 +148,11 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn new(context: &Context, len: usize) -> Result<Self> {
-        DeviceBuffer::with_policy(context, len, MallocPolicy::HugeFirst)
+        DeviceBuffer::allocate("DeviceBuffer::new", context, len, MallocPolicy::HugeFirst)
     }
 
-    /// Allocates with an explicit page policy.
+    /// Allocates with an explicit page policy. Fails as [`new`](DeviceBuffer::new) does, with
+    /// errors naming `DeviceBuffer::with_policy`.
     ///
     /// ```
     /// use npu_core::Device;
@@ -164,7 +165,17 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn with_policy(context: &Context, len: usize, policy: MallocPolicy) -> Result<Self> {
-        let bytes = byte_size::<T>("DeviceBuffer::new", len)?;
+        DeviceBuffer::allocate("DeviceBuffer::with_policy", context, len, policy)
+    }
+
+    /// Allocates with `policy`; argument errors name `api`.
+    fn allocate(
+        api: &'static str,
+        context: &Context,
+        len: usize,
+        policy: MallocPolicy,
+    ) -> Result<Self> {
+        let bytes = byte_size::<T>(api, len)?;
         context.bind()?;
         let mut ptr = std::ptr::null_mut();
         // SAFETY: `ptr` is a valid out-pointer; the context is bound on this thread.

@@ -64,11 +64,12 @@ impl<T: Pod> PinnedBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn new(context: &Context, len: usize) -> Result<Self> {
-        PinnedBuffer::allocate(context, len, None)
+        PinnedBuffer::allocate("PinnedBuffer::new", context, len, None)
     }
 
     /// Allocates like [`new`](PinnedBuffer::new), with `aclrtMallocHostWithCfg` and the
-    /// attributes in `config`.
+    /// attributes in `config`; argument errors name `PinnedBuffer::with_config`, and a
+    /// runtime without the function is [`npu_core::Error::Unsupported`].
     ///
     /// ```
     /// use npu_core::Device;
@@ -81,11 +82,16 @@ impl<T: Pod> PinnedBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn with_config(context: &Context, len: usize, config: &HostAllocConfig) -> Result<Self> {
-        PinnedBuffer::allocate(context, len, Some(config))
+        PinnedBuffer::allocate("PinnedBuffer::with_config", context, len, Some(config))
     }
 
-    fn allocate(context: &Context, len: usize, config: Option<&HostAllocConfig>) -> Result<Self> {
-        let api = "PinnedBuffer::new";
+    /// Allocates with `config` (`aclrtMallocHostWithCfg`) if given; argument errors name `api`.
+    fn allocate(
+        api: &'static str,
+        context: &Context,
+        len: usize,
+        config: Option<&HostAllocConfig>,
+    ) -> Result<Self> {
         check_host_align::<T>(api)?;
         let bytes = byte_size::<T>(api, len)?;
         let block = HostBlock::alloc(context, bytes, config)?;

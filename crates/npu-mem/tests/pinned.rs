@@ -41,6 +41,30 @@ fn every_allocation_is_aligned() {
     }
 }
 
+/// The allocators with options name themselves in their errors, not the plain constructor
+/// the caller did not call.
+#[test]
+fn allocators_with_options_name_themselves_in_errors() {
+    let ctx = context();
+    let config = HostAllocConfig::new();
+    let named = |err: npu_core::Error| match err {
+        npu_core::Error::InvalidArgument { api, argument, .. } => (api, argument),
+        other => panic!("expected an argument error, got {other}"),
+    };
+    let err = DeviceBuffer::<u8>::with_policy(&ctx, 0, npu_mem::MallocPolicy::NormalOnly);
+    assert_eq!(
+        named(err.unwrap_err()),
+        ("DeviceBuffer::with_policy", "len")
+    );
+    let err = PinnedBuffer::<u8>::with_config(&ctx, 0, &config);
+    assert_eq!(
+        named(err.unwrap_err()),
+        ("PinnedBuffer::with_config", "len")
+    );
+    let err = PinnedBuffer::<OverAligned>::with_config(&ctx, 1, &config);
+    assert_eq!(named(err.unwrap_err()), ("PinnedBuffer::with_config", "T"));
+}
+
 #[test]
 fn empty_and_oversized_requests_are_typed_errors() {
     let ctx = context();
