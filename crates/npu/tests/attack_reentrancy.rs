@@ -106,13 +106,14 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Reentrant {
     }
 }
 
-/// Installs the layer (once per process) and four simulated devices, and serialises the
-/// tests: the hook, the hold gate and lost devices are process-wide.
+/// Installs the layer (once per process) and six simulated devices, and serialises the
+/// tests: the hook, the hold gate and lost devices are process-wide (a test that loses a
+/// device uses devices no other test opens).
 fn exclusive() -> MutexGuard<'static, ()> {
     static ONCE: OnceLock<()> = OnceLock::new();
     static TESTS: Mutex<()> = Mutex::new(());
     ONCE.get_or_init(|| {
-        sim::SimConfig::default().devices(4).install().unwrap();
+        sim::SimConfig::default().devices(6).install().unwrap();
         tracing::subscriber::set_global_default(
             tracing_subscriber::registry()
                 .with(Reentrant)
@@ -258,7 +259,9 @@ fn a_layer_opening_a_device_when_a_peer_access_disable_fails_does_not_deadlock()
 #[test]
 fn a_layer_opening_a_device_when_the_reaper_disables_a_lost_peer_access_does_not_stop_it() {
     let _guard = exclusive();
-    let (d1, d2) = (Device::open(1).unwrap(), Device::open(2).unwrap());
+    // Devices of its own: a lost device stays lost for the rest of the process, and the test
+    // that loses device 3 opens device 2, in whichever order the two take the lock.
+    let (d1, d2) = (Device::open(4).unwrap(), Device::open(5).unwrap());
     let (c1, c2) = (d1.primary_context().clone(), d2.primary_context().clone());
     let access = d2.enable_peer_access(&d1).unwrap();
     let s = stream(&c2, Strategy::EventPoll);
