@@ -83,8 +83,13 @@ fn set_bound(library: usize, context: Option<u64>) {
 }
 
 impl Context {
-    /// Retains device `device_id`'s primary context (`aclrtSetDevice`) on the calling thread.
-    pub(crate) fn retain_primary(runtime: &Runtime, device_id: i32) -> Result<Context> {
+    /// Retains device `device_id`'s primary context (`aclrtSetDevice`) on the calling thread;
+    /// a refusal names `api`, the call the caller made.
+    pub(crate) fn retain_primary(
+        runtime: &Runtime,
+        device_id: i32,
+        api: &'static str,
+    ) -> Result<Context> {
         let retained = runtime.with_shared(|shared| {
             if let Some(inner) = shared.primaries.get(&device_id).and_then(|w| w.upgrade()) {
                 return Ok(Context { inner });
@@ -111,7 +116,7 @@ impl Context {
             shared.primaries.insert(device_id, Arc::downgrade(&inner));
             Ok(Context { inner })
         });
-        retained.unwrap_or_else(|| Err(Runtime::reentered("Device::open")))
+        retained.unwrap_or_else(|| Err(Runtime::reentered(api)))
     }
 
     /// Creates an explicit context on `device` (`aclrtCreateContext`).

@@ -205,7 +205,7 @@ impl Device {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn open(id: u32) -> Result<Device> {
-        Device::open_on(&Runtime::global()?, id)
+        Device::open_on(&Runtime::global()?, id, "Device::open")
     }
 
     /// The number of devices visible to the [global runtime](Runtime::global).
@@ -224,17 +224,18 @@ impl Device {
         Runtime::global()?.device_count()
     }
 
-    pub(crate) fn open_on(runtime: &Runtime, id: u32) -> Result<Device> {
+    /// Opens device `id` on `runtime`, errors naming `api` (the call the caller made).
+    pub(crate) fn open_on(runtime: &Runtime, id: u32, api: &'static str) -> Result<Device> {
         let count = runtime.device_count()?;
         if id >= count {
             return Err(Error::invalid(
-                "Device::open",
+                api,
                 "id",
                 format!("device {id} does not exist: {count} device(s) are visible"),
             ));
         }
         Ok(Device {
-            primary: Context::retain_primary(runtime, id as i32)?,
+            primary: Context::retain_primary(runtime, id as i32, api)?,
         })
     }
 

@@ -192,12 +192,21 @@ impl ModuleLoader {
     /// process, so there it must be a shared object built for the simulator's kernel ABI
     /// (`npusim/kernel.h`) whose initialisers are sound.
     pub unsafe fn file(self, path: impl AsRef<Path>) -> Result<Module> {
-        const API: &str = "Module::from_file";
-        let path = std::path::absolute(path.as_ref()).map_err(|err| {
-            Error::invalid(API, "path", format!("cannot be made absolute: {err}"))
+        // SAFETY: forwarded to the caller.
+        unsafe { self.file_for("ModuleLoader::file", path.as_ref()) }
+    }
+
+    /// [`file`](ModuleLoader::file), its argument errors naming `api`, the call the caller made.
+    ///
+    /// # Safety
+    ///
+    /// As for [`file`](ModuleLoader::file).
+    unsafe fn file_for(self, api: &'static str, path: &Path) -> Result<Module> {
+        let path = std::path::absolute(path).map_err(|err| {
+            Error::invalid(api, "path", format!("cannot be made absolute: {err}"))
         })?;
         let c_path = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| Error::invalid(API, "path", "must not contain a NUL byte"))?;
+            .map_err(|_| Error::invalid(api, "path", "must not contain a NUL byte"))?;
         let c_path_ptr = c_path.as_ptr();
         self.load(Source::File(path), |runtime, options, handle| {
             // SAFETY: `c_path` is NUL-terminated and outlives the call; `options` and `handle`
@@ -234,9 +243,19 @@ impl ModuleLoader {
     /// initialisers) or a registry image (`npu_sim::kernel::registry_image`), which runs no
     /// code.
     pub unsafe fn data(self, data: &[u8]) -> Result<Module> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.data_for("ModuleLoader::data", data) }
+    }
+
+    /// [`data`](ModuleLoader::data), its argument errors naming `api`, the call the caller made.
+    ///
+    /// # Safety
+    ///
+    /// As for [`data`](ModuleLoader::data).
+    unsafe fn data_for(self, api: &'static str, data: &[u8]) -> Result<Module> {
         if data.is_empty() {
             return Err(Error::invalid(
-                "Module::from_data",
+                api,
                 "data",
                 "must not be empty: a binary has at least a header",
             ));
@@ -321,7 +340,7 @@ impl Module {
     /// As for [`ModuleLoader::file`].
     pub unsafe fn from_file(context: &Context, path: impl AsRef<Path>) -> Result<Module> {
         // SAFETY: forwarded to the caller.
-        unsafe { Module::loader(context).file(path) }
+        unsafe { Module::loader(context).file_for("Module::from_file", path.as_ref()) }
     }
 
     /// Loads a binary from memory in `context`; see [`ModuleLoader::data`].
@@ -343,7 +362,7 @@ impl Module {
     /// As for [`ModuleLoader::data`].
     pub unsafe fn from_data(context: &Context, data: &[u8]) -> Result<Module> {
         // SAFETY: forwarded to the caller.
-        unsafe { Module::loader(context).data(data) }
+        unsafe { Module::loader(context).data_for("Module::from_data", data) }
     }
 
     fn adopt(context: Context, handle: ffi::aclrtBinHandle, source: Source) -> Module {

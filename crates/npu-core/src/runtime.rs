@@ -626,7 +626,7 @@ impl Runtime {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn device(&self, id: u32) -> Result<Device> {
-        Device::open_on(self, id)
+        Device::open_on(self, id, "Runtime::device")
     }
 
     /// The SoC name (`aclrtGetSocName`), e.g. `Ascend910B3`.

@@ -104,6 +104,15 @@ fn bad_names_paths_and_data_are_typed_errors() {
         // SAFETY: rejected before ACL is called.
         let err = unsafe { Module::from_data(&ctx, &[]) }.unwrap_err();
         assert_invalid(err, "Module::from_data", "data");
+        // The loader's own calls name themselves, not the shortcuts built on them.
+        // SAFETY: rejected before ACL is called.
+        let err = unsafe { Module::loader(&ctx).file("/tmp/a\0b.so") }.unwrap_err();
+        assert_invalid(err, "ModuleLoader::file", "path");
+        // SAFETY: rejected before ACL is called.
+        let err = unsafe { Module::loader(&ctx).data(&[]) }.unwrap_err();
+        assert_invalid(err, "ModuleLoader::data", "data");
+        let err = runtime.device(1_000).unwrap_err();
+        assert_invalid(err, "Runtime::device", "id");
         // SAFETY: the simulator recognises neither an ELF nor a registry image and loads
         // nothing.
         let err = unsafe { Module::from_data(&ctx, b"not a binary") }.unwrap_err();

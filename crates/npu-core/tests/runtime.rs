@@ -60,7 +60,7 @@ fn devices_open_and_describe_themselves() {
         assert_eq!(
             err.to_string(),
             format!(
-                "Device::open: invalid argument `id`: device {count} does not exist: {count} device(s) are visible"
+                "Runtime::device: invalid argument `id`: device {count} does not exist: {count} device(s) are visible"
             )
         );
     }
