@@ -156,6 +156,17 @@ impl Context {
         all
     }
 
+    /// Fails (207000) if destroying the context would wait for the calling thread itself: it
+    /// runs a host task of one of the context's streams, or is the report thread a BLOCK
+    /// callback queued on one of them waits for. The destruction waits for every stream in
+    /// turn, and one of them may wait for an event recorded behind that task.
+    pub(crate) fn refuse_self_wait(&self) -> Res<()> {
+        for stream in self.all_streams() {
+            stream.refuse_self_wait(u64::MAX)?;
+        }
+        Ok(())
+    }
+
     /// Destroys the context: waits for its streams' work (unless it can never complete),
     /// destroys them and retires the handle. Fails (107017) if another call retired it first.
     pub(crate) fn destroy(&self, sim: &Sim) -> Res<()> {

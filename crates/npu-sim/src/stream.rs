@@ -1160,6 +1160,18 @@ impl Stream {
         Ok(())
     }
 
+    /// Fails as [`Self::wait_idle`] would for waiting for the calling thread itself, without
+    /// waiting: a call that synchronises several streams checks them all first, since one
+    /// of them may wait (through an event) for the stream whose host task the caller runs,
+    /// and would hold the caller before its own stream's refusal was reached.
+    pub(crate) fn refuse_sync_self_wait(&self) -> Res<()> {
+        // The streams wait_idle returns from at once: their waits never hold the caller.
+        if self.flags & UNSYNCED_FLAGS != 0 || self.settled_doom().is_some() {
+            return Ok(());
+        }
+        self.refuse_self_wait(self.submitted.load(Ordering::Acquire))
+    }
+
     /// Waits for every task submitted so far; returns (and clears) the first task error.
     pub(crate) fn synchronize(&self, deadline: Option<Instant>) -> Res<()> {
         self.wait_idle(deadline)?;

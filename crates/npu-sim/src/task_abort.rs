@@ -23,6 +23,14 @@ pub(crate) const MAX_TIMEOUT_MS: u32 = 36 * 60 * 1000;
 /// long as they take.
 pub(crate) fn abort_device(sim: &Sim, device: &Arc<Device>, timeout_ms: u32) -> Res<()> {
     device.check_alive()?;
+    // The abort waits for each stream's running task, which for a host function calling it
+    // is the caller's own: refused (207000) before anything is aborted, as aclrtStreamAbort of
+    // its own stream is. A BLOCK callback's stream is not held: the abort drops the callback.
+    for stream in sim.streams.live() {
+        if Arc::ptr_eq(&stream.device, device) {
+            stream.refuse_wait_for_caller(u64::MAX)?;
+        }
+    }
     ensure!(
         device.set_aborting_tasks(true),
         ACL_ERROR_RT_DEVICE_TASK_ABORT,

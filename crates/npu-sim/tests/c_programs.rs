@@ -272,6 +272,37 @@ fn the_runtime_samples_flows_in_c() {
     );
 }
 
+/// Calls that wait for a whole context or device (its synchronisation, a free or pool
+/// destruction with device sync, the context's destruction or the device's reset, a device
+/// task abort), made from a host function, a blocking callback or the report thread a blocking
+/// callback waits for, would wait for the caller itself: each comes back with 207000 at once,
+/// even when another stream waits for an event recorded behind the host task, and leaves the
+/// memory, pool and context as they were (the program ends itself with alarm() should one hang).
+#[test]
+fn host_tasks_tearing_down_their_context_get_codes_in_c() {
+    let stdout = run(&compile("host_task_teardown", &["-pthread"]));
+    let mut expected = String::new();
+    for how in [
+        "a host function",
+        "a blocking callback",
+        "the report thread",
+    ] {
+        for call in [
+            "aclrtSynchronizeDevice",
+            "aclrtSynchronizeDeviceWithTimeout",
+            "aclrtFreeWithDevSync",
+            "aclrtFreeHostWithDevSync",
+            "aclrtMemPoolDestroy",
+            "aclrtDestroyContext",
+            "aclrtResetDeviceForce",
+        ] {
+            expected += &format!("{call} from {how}: 207000\n");
+        }
+    }
+    expected += "aclrtDeviceTaskAbort from a host function: 207000\nhost task teardown ok\n";
+    assert_eq!(stdout, expected);
+}
+
 #[test]
 fn the_device_recovery_flow_in_c() {
     let stdout = run(&compile("recovery_flow", &[]));

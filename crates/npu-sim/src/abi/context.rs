@@ -42,6 +42,7 @@ pub unsafe extern "C" fn aclrtDestroyContext(context: aclrtContext) -> aclError 
             "the primary context of device {} is released with aclrtResetDevice, not destroyed",
             ctx.device.id
         );
+        ctx.refuse_self_wait()?;
         ctx.destroy(sim)
     })
 }

@@ -79,6 +79,20 @@ fn reset(sim: &Sim, device_id: i32, force: bool) -> Res<()> {
 
 fn release(sim: &Sim, device_id: i32, force: bool) -> Res<()> {
     let device = sim.device(device_id.into())?;
+    // A release that tears the primary context down waits for its streams' work: refused (and
+    // nothing released) if that would wait for the calling thread itself. Checked before the
+    // count changes, outside the lock: what the check depends on is the calling thread's own
+    // host task, or BLOCK callbacks only it can process.
+    let teardown = {
+        let primary = lock(&device.primary);
+        primary
+            .ctx
+            .filter(|_| force || primary.refs == 1)
+            .and_then(|handle| sim.contexts.get(handle))
+    };
+    if let Some(ctx) = teardown {
+        ctx.refuse_self_wait()?;
+    }
     let released = {
         let mut primary = lock(&device.primary);
         ensure!(
@@ -213,8 +227,16 @@ fn synchronize_context(ctx: &Arc<Context>, deadline: Option<Instant>) -> Res<()>
         "device {} is lost and still runs a task: its work did not finish in time",
         ctx.device.id
     );
+    let streams = ctx.all_streams();
+    // A caller running a host task of one of the streams (or the report thread a BLOCK
+    // callback there waits for) is refused before any stream is waited for: another stream may
+    // wait for an event recorded behind that task, and would hold the caller for ever before
+    // the refusal of the caller's own stream was reached.
+    for stream in &streams {
+        stream.refuse_sync_self_wait()?;
+    }
     let mut first = Ok(());
-    for stream in ctx.all_streams() {
+    for stream in streams {
         let result = stream.synchronize(deadline);
         if first.is_ok() {
             first = result;

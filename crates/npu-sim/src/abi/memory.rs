@@ -323,19 +323,30 @@ pub unsafe extern "C" fn aclrtFreeWithDevSync(devPtr: *mut c_void) -> aclError {
         if let Some((_, _, AllocKind::Device { device, .. })) =
             sim.memory.allocation_of(devPtr as usize)
         {
-            quiesce(sim, device);
+            quiesce(sim, device)?;
         }
         free_device(sim, devPtr)
     })
 }
 
-/// Waits until no task of any stream of `device` can still touch memory.
-pub(super) fn quiesce(sim: &Sim, device: i32) {
-    for stream in sim.streams.live() {
-        if stream.device.id == device {
-            stream.wait_quiescent();
-        }
+/// Waits until no task of any stream of `device` can still touch memory. Fails (207000),
+/// without waiting, if that would wait for the calling thread itself: it runs a host task of
+/// one of those streams, or is the report thread a BLOCK callback queued on one waits for
+/// (the wait for a stream that is not done includes its running task).
+pub(super) fn quiesce(sim: &Sim, device: i32) -> Res<()> {
+    let streams: Vec<_> = sim
+        .streams
+        .live()
+        .into_iter()
+        .filter(|stream| stream.device.id == device)
+        .collect();
+    for stream in &streams {
+        stream.refuse_self_wait(u64::MAX)?;
     }
+    for stream in streams {
+        stream.wait_quiescent();
+    }
+    Ok(())
 }
 
 /// A configuration's DEVICE_ID attribute, if any, must name the current device.
@@ -433,7 +444,7 @@ pub unsafe extern "C" fn aclrtFreeHostWithDevSync(hostPtr: *mut c_void) -> aclEr
         if sim.memory.is_pinned_allocation(hostPtr as usize)
             && let Ok(ctx) = context::current(sim)
         {
-            quiesce(sim, ctx.device.id);
+            quiesce(sim, ctx.device.id)?;
         }
         sim.memory.free(hostPtr as usize, true).map(drop)
     })
