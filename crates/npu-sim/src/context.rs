@@ -108,6 +108,12 @@ impl Context {
         Ok(ctx)
     }
 
+    /// Tells the stream state callbacks that the context's default stream was created; called
+    /// by the context's creator once it holds no lock (the callbacks may call the runtime).
+    pub(crate) fn announce_default_stream(&self) {
+        crate::stream_state::notify(self.default_stream.handle, ACL_RT_STREAM_STATE_CREATE_POST);
+    }
+
     /// Creates an explicit stream of the context. A context destroyed meanwhile refuses it:
     /// the stream is destroyed again and the creation fails (107002), so no stream outlives
     /// its context unseen.
@@ -247,13 +253,23 @@ pub(crate) fn set_device(sim: &Sim, device_id: i32) -> Res<()> {
     let device = sim.device(device_id.into())?;
     device.check_alive()?;
     let mut primary = lock(&device.primary);
-    if primary.ctx.is_none() {
-        primary.ctx = Some(Context::create(sim, device, true)?.handle);
-        primary.refs = 0;
-    }
+    let created = match primary.ctx {
+        Some(_) => None,
+        None => {
+            let ctx = Context::create(sim, device, true)?;
+            primary.ctx = Some(ctx.handle);
+            primary.refs = 0;
+            Some(ctx)
+        }
+    };
     primary.refs += 1;
     drop(primary);
     bind_primary(device_id);
+    // Outside the device's lock: a stream state callback that asks for the current device
+    // (or sets one) takes it, and would otherwise wait for itself.
+    if let Some(ctx) = created {
+        ctx.announce_default_stream();
+    }
     Ok(())
 }
 

@@ -244,7 +244,12 @@ impl Stream {
             );
         }
         sim.streams.fill(handle, stream.clone());
-        crate::stream_state::notify(handle, ACL_RT_STREAM_STATE_CREATE_POST);
+        // A default stream is announced by its context's creator, once no lock is held: the
+        // callbacks may call the runtime, and aclrtSetDevice creates the primary context under
+        // the device's lock, which the calls naming the current device take too.
+        if !is_default {
+            crate::stream_state::notify(handle, ACL_RT_STREAM_STATE_CREATE_POST);
+        }
         Ok(stream)
     }
 

@@ -303,6 +303,24 @@ fn host_tasks_tearing_down_their_context_get_codes_in_c() {
     assert_eq!(stdout, expected);
 }
 
+/// A stream state callback calling the runtime back as a default stream is created (the
+/// current device and context, an allocation, setting the device being created) is answered,
+/// on aclrtSetDevice of a thread still bound to the device and on aclrtCreateContext: the
+/// callback ran under the device's lock, which those calls take, and waited for itself. The
+/// nested line is the primary context of device 1 that the callback's own aclrtSetDevice(1)
+/// creates from inside aclrtCreateContext's callback.
+#[test]
+fn stream_state_callbacks_may_call_the_runtime_in_c() {
+    let stdout = run(&compile("state_callback_calls", &[]));
+    assert_eq!(
+        stdout,
+        "created: device 0 (0), context set (0), malloc 0, set 0\n\
+         created: device 1 (0), context set (0), malloc 0, set 0\n\
+         created: device 1 (0), context set (0), malloc 0, set 0\n\
+         state callback calls ok\n"
+    );
+}
+
 #[test]
 fn the_device_recovery_flow_in_c() {
     let stdout = run(&compile("recovery_flow", &[]));

@@ -21,6 +21,7 @@ pub unsafe extern "C" fn aclrtCreateContext(context: *mut aclrtContext, deviceId
         device.check_alive()?;
         let ctx = Context::create(sim, device, false)?;
         context::bind_explicit(ctx.handle);
+        ctx.announce_default_stream();
         write_out(context, "context", handle::to_ptr(ctx.handle))
     })
 }
