@@ -321,6 +321,21 @@ fn stream_state_callbacks_may_call_the_runtime_in_c() {
     );
 }
 
+/// An init callback calling AscendCL back from inside aclInit: the dump functions work, aclInit
+/// (not counted) and the finalisations are refused; they all waited for the lock aclInit holds
+/// while it runs its callbacks, for ever.
+#[test]
+fn init_callbacks_may_call_acl_back_in_c() {
+    let stdout = run(&compile("init_callback_calls", &[]));
+    assert_eq!(
+        stdout,
+        "inside aclInit: dump 0/0, aclInit 100002, aclFinalize 100037, \
+         aclFinalizeReference 100037 (99)\n\
+         references left: 0\n\
+         init callback calls ok\n"
+    );
+}
+
 #[test]
 fn the_device_recovery_flow_in_c() {
     let stdout = run(&compile("recovery_flow", &[]));

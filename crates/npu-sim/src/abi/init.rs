@@ -28,6 +28,40 @@ static INIT: Mutex<InitState> = Mutex::new(InitState {
     first_config: None,
 });
 
+thread_local! {
+    /// Set while this thread runs aclInit's init callbacks, holding [`INIT`]'s lock further up
+    /// its stack: a callback calling a function that takes the lock would wait for itself.
+    static INITIALISING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling thread as running aclInit's init callbacks until dropped.
+struct Initialising;
+
+impl Initialising {
+    fn begin() -> Self {
+        INITIALISING.set(true);
+        Initialising
+    }
+}
+
+impl Drop for Initialising {
+    fn drop(&mut self) {
+        INITIALISING.set(false);
+    }
+}
+
+/// Fails with `code` if the calling thread is inside aclInit's init callbacks, where `what`
+/// (aclInit or a finalisation) cannot run: the initialisation is neither done nor undone.
+fn refuse_inside_init(code: aclError, what: &str) -> Res<()> {
+    ensure!(
+        !INITIALISING.get(),
+        code,
+        "{what} called from an init callback: AscendCL is being initialised by this thread's \
+         aclInit, which has not finished"
+    );
+    Ok(())
+}
+
 /// What an aclInit configuration file asks of the simulator.
 #[derive(Default)]
 struct InitConfig {
@@ -185,6 +219,12 @@ fn undo_config() {
 /// cannot end the initialisation meanwhile (the dump functions; the lock is taken before the
 /// dump state's, everywhere). Not initialised → ACL_ERROR_UNINITIALIZE.
 pub(super) fn while_initialised<T>(body: impl FnOnce() -> Res<T>) -> Res<T> {
+    if INITIALISING.get() {
+        // An init callback: this thread's aclInit holds the lock, so nothing can end the
+        // initialisation meanwhile, and its configuration is in force (a failing callback
+        // undoes the dump state with it).
+        return body();
+    }
     let state = lock(&INIT);
     ensure!(
         state.refs > 0,
@@ -254,6 +294,8 @@ fn flush_trace() {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
     guard("aclInit", || {
+        // Not counted: the initialisation it would add a reference to has not finished.
+        refuse_inside_init(ACL_ERROR_REPEAT_INITIALIZE, "aclInit")?;
         let mut state = lock(&INIT);
         if state.refs > 0 {
             state.refs += 1;
@@ -299,9 +341,11 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
         apply_config(config)?;
         // A file with a NUL is no JSON parse_config accepts, so the text converts.
         let current = Arc::new(CString::new(text.clone().unwrap_or_default()).unwrap_or_default());
-        if let Err(e) =
-            lifecycle::INIT.run(true, |func, user_data| call_init(func, &current, user_data))
-        {
+        let initialising = Initialising::begin();
+        let callbacks =
+            lifecycle::INIT.run(true, |func, user_data| call_init(func, &current, user_data));
+        drop(initialising);
+        if let Err(e) = callbacks {
             undo_config();
             dump::reset();
             for (limit, set, before) in limits {
@@ -331,6 +375,7 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclFinalize() -> aclError {
     guard("aclFinalize", || {
+        refuse_inside_init(ACL_ERROR_REPEAT_FINALIZE, "aclFinalize")?;
         let mut state = lock(&INIT);
         ensure!(
             state.refs > 0 || !state.finalized,
@@ -360,6 +405,7 @@ pub unsafe extern "C" fn aclFinalize() -> aclError {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclFinalizeReference(refCount: *mut u64) -> aclError {
     guard("aclFinalizeReference", || {
+        refuse_inside_init(ACL_ERROR_REPEAT_FINALIZE, "aclFinalizeReference")?;
         let mut state = lock(&INIT);
         ensure!(
             state.refs > 0,
