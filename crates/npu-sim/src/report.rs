@@ -215,10 +215,34 @@ impl Reports {
                 }
             });
             if ran != Some(true) {
+                self.withdraw(thread, &done);
                 return Err(None);
             }
         }
         Ok(())
+    }
+
+    /// A BLOCK callback its stream gave up waiting for (an abort, a forced destruction, a
+    /// stop) is dropped: taken out of its thread's queue so that no later aclrtProcessReport
+    /// runs it after the call that dropped it returned (its data may be gone by then). One
+    /// the thread has taken already is running: the stream waits for it to return, as for any
+    /// running task.
+    fn withdraw(&self, thread: u64, done: &Arc<Done>) {
+        let withdrawn = {
+            let mut inner = lock(&self.inner);
+            inner.threads.get_mut(&thread).and_then(|subscriber| {
+                let at = (subscriber.queue.iter()).position(|p| Arc::ptr_eq(&p.done, done))?;
+                subscriber.queue.remove(at)
+            })
+        };
+        match withdrawn {
+            Some(pending) => pending.done.set(),
+            // Not queued: running in aclrtProcessReport, or run, or dropped with the
+            // subscription (which sets `done` too).
+            None => {
+                wait_until(&[done.bell.any()], None, || done.is_set().then_some(()));
+            }
+        };
     }
 
     /// aclrtProcessReport on the calling thread: runs one queued callback.

@@ -13,7 +13,7 @@ mod common;
 use std::ffi::c_void;
 use std::io::Write;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -1486,4 +1486,67 @@ fn the_wait_status_follows_the_wait_tasks_under_concurrent_records_and_resets() 
         acl!(aclrtDestroyEvent(event.ptr()));
     }
     acl!(aclrtDestroyStream(recorder.ptr()));
+}
+
+/// Blocking callbacks dropped by `a_dropped_blocking_callback_never_runs`'s aborts and forced
+/// destructions that ran anyway.
+static DROPPED_RAN: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn count_dropped(_: *mut c_void) {
+    DROPPED_RAN.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Promise: a BLOCK callback that aclrtStreamAbort or aclrtDestroyStreamForce dropped (its
+/// report thread had not processed it) never runs afterwards, even though its thread stays
+/// subscribed to another stream: the program may free the callback's data once the call
+/// returns. Whether the worker had already queued it for the thread when the call came is a
+/// race; either way the callback must be gone.
+#[test]
+fn a_dropped_blocking_callback_never_runs() {
+    install_eight_devices();
+    set_device(1);
+    let me = this_thread();
+    // Keeps the thread subscribed (and its queue alive) when a dropped callback's stream goes.
+    let keep = create_stream();
+    acl!(aclrtSubscribeReport(me, keep));
+    for round in 0..200 {
+        let stream = create_stream();
+        acl!(aclrtSubscribeReport(me, stream));
+        acl!(aclrtLaunchCallback(
+            Some(count_dropped),
+            ptr::null_mut(),
+            ACL_CALLBACK_BLOCK,
+            stream
+        ));
+        // A varying head start for the worker to queue the callback before it is dropped.
+        for _ in 0..round % 16 {
+            thread::yield_now();
+        }
+        let raw = Raw::of(stream);
+        let abort = round % 2 == 0;
+        bounded("dropping a blocking callback nobody processes", move || {
+            set_device(1);
+            if abort {
+                acl!(aclrtStreamAbort(raw.ptr()));
+            } else {
+                acl!(aclrtDestroyStreamForce(raw.ptr()));
+            }
+        });
+        assert_eq!(
+            code!(aclrtProcessReport(1)),
+            ACL_ERROR_RT_REPORT_TIMEOUT,
+            "round {round}: nothing is left for the report thread"
+        );
+        assert_eq!(
+            DROPPED_RAN.load(Ordering::SeqCst),
+            0,
+            "round {round}: a dropped callback ran"
+        );
+        if abort {
+            acl!(aclrtUnSubscribeReport(me, stream));
+            acl!(aclrtDestroyStream(stream));
+        }
+    }
+    acl!(aclrtUnSubscribeReport(me, keep));
+    acl!(aclrtDestroyStream(keep));
 }
