@@ -42,8 +42,12 @@ impl Located {
     pub(crate) fn check_range(&self, ptr: usize, len: usize, what: &str) -> Res<bool> {
         match self.allocation {
             Some((base, alloc_len, _)) => {
+                // Checked: a caller's `len` near usize::MAX would wrap the sum round to a
+                // small end that passes, and the task would then write that far.
                 ensure!(
-                    ptr - base + len <= alloc_len,
+                    (ptr - base)
+                        .checked_add(len)
+                        .is_some_and(|end| end <= alloc_len),
                     ACL_ERROR_RT_PARAM_INVALID,
                     "{what} range {ptr:#x}+{len} runs past the end of its allocation ({base:#x}+{alloc_len})"
                 );
@@ -568,7 +572,9 @@ impl MemoryMap {
     pub(crate) fn lease(&self, ptr: usize, len: usize) -> Option<Lease> {
         let map = read(&self.allocations);
         let (base, alloc) = find(&map, ptr)?;
-        if ptr - base + len > alloc.len {
+        // Checked, as in `Located::check_range`: a wrapped end would pass.
+        let end = (ptr - base).checked_add(len)?;
+        if end > alloc.len {
             return None;
         }
         // Under the map's read lock: a free, which removes the allocation under the write

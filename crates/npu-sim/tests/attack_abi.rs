@@ -1550,3 +1550,131 @@ fn a_dropped_blocking_callback_never_runs() {
     acl!(aclrtUnSubscribeReport(me, keep));
     acl!(aclrtDestroyStream(keep));
 }
+
+/// Promise: a byte count that would carry the end of its range past the end of the address
+/// space is refused with 107000, never wrapped round to a small end that passes the range
+/// checks (a debug build's overflow check turned it into 507000; a release build went on and
+/// wrote that far: a segmentation fault at the first memset), and the memory is left alone.
+#[test]
+fn ranges_that_wrap_the_address_space_are_refused() {
+    install_eight_devices();
+    set_device(0);
+    let stream = create_stream();
+    let dev = malloc(4096);
+    let mut host = ptr::null_mut();
+    acl!(aclrtMallocHost(&mut host, 4096));
+    let mut managed = ptr::null_mut();
+    acl!(aclrtMemAllocManaged(
+        &mut managed,
+        4 * MIB as u64,
+        ACL_RT_MEM_ATTACH_GLOBAL
+    ));
+    // 64 bytes in: with the offset, these counts wrap the end round to inside the allocation.
+    let (dev_in, host_in) = (dev.wrapping_byte_add(64), host.wrapping_byte_add(64));
+    let wraps = usize::MAX - 32;
+    let managed_in = managed.wrapping_byte_add(2 * MIB);
+    // The largest whole number of 2 MiB pages.
+    let whole_pages = !(2 * MIB as u64 - 1);
+    let device0 = aclrtMemManagedLocation {
+        type_: ACL_MEM_LOCATIONTYPE_DEVICE,
+        id: 0,
+    };
+    let mut key = [0 as std::ffi::c_char; 128];
+    let mut alias = ptr::null_mut();
+    let page = vec![0u8; 2 * 4096];
+    let aligned = page.as_ptr().wrapping_add(page.as_ptr().align_offset(4096)) as *mut c_void;
+    let calls: [(&str, aclError); 11] = [
+        (
+            "aclrtMemset",
+            code!(aclrtMemset(dev_in, usize::MAX, 1, wraps)),
+        ),
+        (
+            "aclrtMemset of pinned memory",
+            code!(aclrtMemset(host_in, usize::MAX, 1, wraps)),
+        ),
+        (
+            "aclrtMemsetAsync",
+            code!(aclrtMemsetAsync(dev_in, usize::MAX, 1, wraps, stream)),
+        ),
+        (
+            "aclrtMemcpy",
+            code!(aclrtMemcpy(
+                dev_in,
+                usize::MAX,
+                dev,
+                wraps,
+                ACL_MEMCPY_DEVICE_TO_DEVICE
+            )),
+        ),
+        (
+            "aclrtMemcpyAsync",
+            code!(aclrtMemcpyAsync(
+                dev_in,
+                usize::MAX,
+                host,
+                wraps,
+                ACL_MEMCPY_HOST_TO_DEVICE,
+                stream
+            )),
+        ),
+        (
+            "aclrtMemManagedAdvise",
+            code!(aclrtMemManagedAdvise(
+                managed_in,
+                whole_pages,
+                ACL_MEM_ADVISE_SET_PREFERRED_LOCATION,
+                device0
+            )),
+        ),
+        (
+            "aclrtMemManagedPrefetchAsync",
+            code!(aclrtMemManagedPrefetchAsync(
+                managed_in,
+                whole_pages as usize,
+                device0,
+                0,
+                stream
+            )),
+        ),
+        (
+            "aclrtIpcMemGetExportKey",
+            code!(aclrtIpcMemGetExportKey(
+                dev_in,
+                wraps,
+                key.as_mut_ptr(),
+                key.len(),
+                0
+            )),
+        ),
+        (
+            "aclrtHostRegister",
+            code!(aclrtHostRegister(
+                aligned,
+                (usize::MAX - 4095) as u64,
+                ACL_HOST_REGISTER_MAPPED,
+                &mut alias
+            )),
+        ),
+        (
+            "aclrtHostRegisterV2",
+            code!(aclrtHostRegisterV2(
+                aligned,
+                (usize::MAX - 4095) as u64,
+                ACL_HOST_REG_MAPPED
+            )),
+        ),
+        (
+            "aclrtHostRegisterV2 past isize::MAX",
+            code!(aclrtHostRegisterV2(aligned, 1 << 63, ACL_HOST_REG_MAPPED)),
+        ),
+    ];
+    for (what, code) in calls {
+        assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID, "{what}");
+    }
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(download::<u8>(dev, 4096), vec![0; 4096], "nothing written");
+    acl!(aclrtFreeHost(host));
+    acl!(aclrtFree(managed));
+    acl!(aclrtFree(dev));
+    acl!(aclrtDestroyStream(stream));
+}

@@ -12,10 +12,15 @@ use crate::sim::sim;
 fn register(ptr: *mut c_void, size: u64, mapped: bool, pin: bool) -> Res<()> {
     let sim = sim()?;
     context::current(sim)?;
-    let Ok(len) = usize::try_from(size) else {
+    // No buffer is larger than isize::MAX bytes or ends past the address space: a range that
+    // did would wrap the registry's `base + len` round to a small end.
+    let len = usize::try_from(size)
+        .ok()
+        .filter(|&len| isize::try_from(len).is_ok() && (ptr as usize).checked_add(len).is_some());
+    let Some(len) = len else {
         fail!(
             ACL_ERROR_RT_PARAM_INVALID,
-            "size {size} does not fit the address space"
+            "{ptr:p}+{size} does not fit the address space"
         );
     };
     ensure!(

@@ -141,7 +141,12 @@ fn check_range(sim: &Sim, ptr: *const c_void, size: u64) -> Res<()> {
     let inside = sim
         .memory
         .allocation_of(address)
-        .is_some_and(|(base, len, _)| (address - base) as u64 + size <= len as u64);
+        // Checked: a size near u64::MAX would wrap the sum round to an end that passes.
+        .is_some_and(|(base, len, _)| {
+            ((address - base) as u64)
+                .checked_add(size)
+                .is_some_and(|end| end <= len as u64)
+        });
     ensure!(
         inside,
         ACL_ERROR_RT_PARAM_INVALID,

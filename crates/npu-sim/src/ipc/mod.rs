@@ -166,8 +166,9 @@ impl Ipc {
         else {
             fail!(ACL_ERROR_RT_PARAM_INVALID, "{ptr:#x} is not device memory");
         };
+        // Checked: a size near usize::MAX would wrap the sum round to an end that passes.
         ensure!(
-            ptr - base + size <= len,
+            (ptr - base).checked_add(size).is_some_and(|end| end <= len),
             ACL_ERROR_RT_PARAM_INVALID,
             "range {ptr:#x}+{size} runs past the end of its allocation ({base:#x}+{len})"
         );
