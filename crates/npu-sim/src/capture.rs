@@ -65,8 +65,12 @@ thread_local! {
 }
 
 /// Notes the calling thread's latest submission: `Some` when it went into an instance.
+///
+/// `try_with`: a submission from a thread-exit destructor, after the thread's locals are gone,
+/// notes nothing; it panicked, and the call returned 507000 for a task it had queued.
 pub(crate) fn note_submission(task: Option<LastCaptured>) {
-    LAST_CAPTURED.with_borrow_mut(|last| {
+    let _ = LAST_CAPTURED.try_with(|last| {
+        let mut last = last.borrow_mut();
         // Most submissions are not captured: leave a `None` alone.
         if last.is_some() || task.is_some() {
             *last = task;
@@ -74,9 +78,13 @@ pub(crate) fn note_submission(task: Option<LastCaptured>) {
     });
 }
 
-/// The calling thread's latest submission, if it went into an instance.
+/// The calling thread's latest submission, if it went into an instance (none once the
+/// thread's locals are gone).
 pub(crate) fn last_captured() -> Option<LastCaptured> {
-    LAST_CAPTURED.with_borrow(Clone::clone)
+    LAST_CAPTURED
+        .try_with(|last| last.borrow().clone())
+        .ok()
+        .flatten()
 }
 
 /// Checks a capture mode is one of aclmdlRICaptureMode's (ACL_ERROR_INVALID_PARAM otherwise).

@@ -163,20 +163,28 @@ pub(crate) fn contain<R>(f: impl FnOnce() -> R) -> Result<R, String> {
 /// aclGetRecentErrMsg: returns and clears the pending messages (of the thread, or of the
 /// process at process level), newest first; NULL when none. The string stays valid until the
 /// next call on the same thread.
+///
+/// `try_with`, as in [`record`]: called from a thread-exit destructor, after the thread's
+/// locals are gone, it returns NULL (nothing can hold the string then) instead of panicking in
+/// a function that cannot unwind, which aborted the process.
 pub(crate) fn take_recent_message() -> *const c_char {
     let pending = if PROCESS_LEVEL.load(Ordering::Acquire) {
         std::mem::take(&mut *crate::sync::lock(&PROCESS_PENDING))
     } else {
-        PENDING.with_borrow_mut(std::mem::take)
+        PENDING
+            .try_with(|pending| std::mem::take(&mut *pending.borrow_mut()))
+            .unwrap_or_default()
     };
     if pending.is_empty() {
-        RETURNED.set(None);
+        let _ = RETURNED.try_with(|slot| slot.replace(None));
         return ptr::null();
     }
     let joined: Vec<String> = pending.into_iter().rev().collect();
     // Messages never contain NUL (they are built from format strings and C strings).
     let text = CString::new(joined.join("\n").replace('\0', " ")).unwrap_or_default();
-    RETURNED.with_borrow_mut(|slot| slot.insert(text).as_ptr())
+    RETURNED
+        .try_with(|slot| slot.borrow_mut().insert(text).as_ptr())
+        .unwrap_or(ptr::null())
 }
 
 /// aclrtPeekAtLastError.

@@ -338,6 +338,20 @@ fn init_callbacks_may_call_acl_back_in_c() {
     );
 }
 
+/// Runtime calls from a pthread key's destructor, after the thread's own thread-local storage
+/// is gone, return their codes: aclGetRecentErrMsg aborted the process (a panic in a function
+/// that cannot unwind), and a submission returned 507000 for a task it had queued.
+#[test]
+fn calls_at_thread_exit_return_their_codes_in_c() {
+    let stdout = run(&compile("thread_exit_calls", &["-pthread"]));
+    assert_eq!(
+        stdout,
+        "at thread exit: memset 0, sync 0, refused 100000, last error 100000\n\
+         the memset at thread exit ran: yes\n\
+         thread exit calls ok\n"
+    );
+}
+
 #[test]
 fn the_device_recovery_flow_in_c() {
     let stdout = run(&compile("recovery_flow", &[]));
