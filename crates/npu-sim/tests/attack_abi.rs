@@ -1678,3 +1678,68 @@ fn ranges_that_wrap_the_address_space_are_refused() {
     acl!(aclrtFree(dev));
     acl!(aclrtDestroyStream(stream));
 }
+
+/// The instance `executing_its_own_instance` runs and what its nested execution got.
+static OWN_MODEL: AtomicUsize = AtomicUsize::new(0);
+static OWN_CONTEXT: AtomicUsize = AtomicUsize::new(0);
+static OWN_RUNS: AtomicUsize = AtomicUsize::new(0);
+static OWN_NESTED: AtomicI32 = AtomicI32::new(i32::MIN);
+
+unsafe extern "C" fn execute_own_instance(_: *mut c_void) {
+    if OWN_RUNS.fetch_add(1, Ordering::SeqCst) == 0 {
+        let ctx = OWN_CONTEXT.load(Ordering::SeqCst) as aclrtContext;
+        acl!(aclrtSetCurrentContext(ctx));
+        let model = OWN_MODEL.load(Ordering::SeqCst) as aclmdlRI;
+        OWN_NESTED.store(code!(aclmdlRIExecute(model, 5000)), Ordering::SeqCst);
+    }
+}
+
+/// Promise: aclmdlRIExecute called from a host function the instance captured (a task of the
+/// instance's own stream, so its synchronisation would wait for itself) is refused with
+/// 207000 and leaves nothing queued: it replayed the instance's tasks first, so the refused
+/// execution still ran.
+#[test]
+fn executing_its_own_instance_from_inside_is_refused_without_running() {
+    install_eight_devices();
+    set_device(6);
+    let mut ctx = ptr::null_mut();
+    acl!(aclrtGetCurrentContext(&mut ctx));
+    OWN_CONTEXT.store(ctx as usize, Ordering::SeqCst);
+    let stream = create_stream();
+    acl!(aclmdlRICaptureBegin(
+        stream,
+        ACL_MODEL_RI_CAPTURE_MODE_RELAXED
+    ));
+    acl!(aclrtLaunchHostFunc(
+        stream,
+        Some(execute_own_instance),
+        ptr::null_mut()
+    ));
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRICaptureEnd(stream, &mut model));
+    OWN_MODEL.store(model as usize, Ordering::SeqCst);
+    let raw = Raw::of(model);
+    bounded(
+        "aclmdlRIExecute of an instance executing itself",
+        move || {
+            set_device(6);
+            acl!(aclmdlRIExecute(raw.ptr(), 5000));
+        },
+    );
+    assert_eq!(
+        OWN_NESTED.load(Ordering::SeqCst),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    );
+    // A second execution runs the host function once more, and nothing before it.
+    bounded("aclmdlRIExecute after the refusal", move || {
+        set_device(6);
+        acl!(aclmdlRIExecute(raw.ptr(), 5000));
+    });
+    assert_eq!(
+        OWN_RUNS.load(Ordering::SeqCst),
+        2,
+        "the refused execution ran nothing"
+    );
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyStream(stream));
+}

@@ -330,6 +330,10 @@ pub unsafe extern "C" fn aclmdlRIExecute(modelRI: aclmdlRI, timeout: i32) -> acl
             model.id
         );
         let stream = model.exec_stream(|| own_stream(sim, &ctx, 0))?;
+        // Refused before anything is queued: a host task of the instance's own stream (a
+        // host function it captured) would wait for itself in the synchronisation, and a
+        // refusal must leave no execution behind.
+        stream.refuse_self_wait(u64::MAX)?;
         model.replay(&stream)?;
         stream.synchronize(deadline)
     })
