@@ -79,20 +79,6 @@ fn reset(sim: &Sim, device_id: i32, force: bool) -> Res<()> {
 
 fn release(sim: &Sim, device_id: i32, force: bool) -> Res<()> {
     let device = sim.device(device_id.into())?;
-    // A release that tears the primary context down waits for its streams' work: refused (and
-    // nothing released) if that would wait for the calling thread itself. Checked before the
-    // count changes, outside the lock: what the check depends on is the calling thread's own
-    // host task, or BLOCK callbacks only it can process.
-    let teardown = {
-        let primary = lock(&device.primary);
-        primary
-            .ctx
-            .filter(|_| force || primary.refs == 1)
-            .and_then(|handle| sim.contexts.get(handle))
-    };
-    if let Some(ctx) = teardown {
-        ctx.refuse_self_wait()?;
-    }
     let released = {
         let mut primary = lock(&device.primary);
         ensure!(
@@ -100,6 +86,16 @@ fn release(sim: &Sim, device_id: i32, force: bool) -> Res<()> {
             ACL_ERROR_RT_CONTEXT_RELEASE_ERROR,
             "device {device_id} is not set (no aclrtSetDevice reference is left to release)"
         );
+        // A release that tears the primary context down waits for its streams' work: refused
+        // (the count unchanged) if that would wait for the calling thread itself. Checked under
+        // the lock, so the count it sees is the one released; the check takes only the
+        // context's, its streams' and the subscriptions' locks, none of which is held while
+        // this one is taken.
+        if (force || primary.refs == 1)
+            && let Some(ctx) = primary.ctx.and_then(|handle| sim.contexts.get(handle))
+        {
+            ctx.refuse_self_wait()?;
+        }
         primary.refs = if force { 0 } else { primary.refs - 1 };
         if primary.refs == 0 {
             primary.ctx.take()
