@@ -1504,7 +1504,7 @@ unsafe extern "C" fn count_dropped(_: *mut c_void) {
 #[test]
 fn a_dropped_blocking_callback_never_runs() {
     install_eight_devices();
-    set_device(1);
+    set_device(0);
     let me = this_thread();
     // Keeps the thread subscribed (and its queue alive) when a dropped callback's stream goes.
     let keep = create_stream();
@@ -1525,7 +1525,7 @@ fn a_dropped_blocking_callback_never_runs() {
         let raw = Raw::of(stream);
         let abort = round % 2 == 0;
         bounded("dropping a blocking callback nobody processes", move || {
-            set_device(1);
+            set_device(0);
             if abort {
                 acl!(aclrtStreamAbort(raw.ptr()));
             } else {
@@ -1701,7 +1701,7 @@ unsafe extern "C" fn execute_own_instance(_: *mut c_void) {
 #[test]
 fn executing_its_own_instance_from_inside_is_refused_without_running() {
     install_eight_devices();
-    set_device(6);
+    set_device(0);
     let mut ctx = ptr::null_mut();
     acl!(aclrtGetCurrentContext(&mut ctx));
     OWN_CONTEXT.store(ctx as usize, Ordering::SeqCst);
@@ -1722,7 +1722,7 @@ fn executing_its_own_instance_from_inside_is_refused_without_running() {
     bounded(
         "aclmdlRIExecute of an instance executing itself",
         move || {
-            set_device(6);
+            set_device(0);
             acl!(aclmdlRIExecute(raw.ptr(), 5000));
         },
     );
@@ -1732,7 +1732,7 @@ fn executing_its_own_instance_from_inside_is_refused_without_running() {
     );
     // A second execution runs the host function once more, and nothing before it.
     bounded("aclmdlRIExecute after the refusal", move || {
-        set_device(6);
+        set_device(0);
         acl!(aclmdlRIExecute(raw.ptr(), 5000));
     });
     assert_eq!(
@@ -1742,4 +1742,63 @@ fn executing_its_own_instance_from_inside_is_refused_without_running() {
     );
     acl!(aclmdlRIDestroy(model));
     acl!(aclrtDestroyStream(stream));
+}
+
+/// The streams of `a_host_task_nested_in_another_cannot_wait_for_the_outer_one` and what the
+/// inner callback got.
+static NESTED_OUTER: AtomicUsize = AtomicUsize::new(0);
+static NESTED_INNER: AtomicUsize = AtomicUsize::new(0);
+static NESTED_GOT: AtomicI32 = AtomicI32::new(i32::MIN);
+
+unsafe extern "C" fn wait_for_the_outer_stream(_: *mut c_void) {
+    let outer = NESTED_OUTER.load(Ordering::SeqCst) as aclrtStream;
+    NESTED_GOT.store(code!(aclrtSynchronizeStream(outer)), Ordering::SeqCst);
+}
+
+/// A host function that serves a blocking callback of another stream itself.
+unsafe extern "C" fn process_a_callback_inside(_: *mut c_void) {
+    set_device(0);
+    let me = this_thread();
+    let inner = NESTED_INNER.load(Ordering::SeqCst) as aclrtStream;
+    acl!(aclrtSubscribeReport(me, inner));
+    acl!(aclrtLaunchCallback(
+        Some(wait_for_the_outer_stream),
+        ptr::null_mut(),
+        ACL_CALLBACK_BLOCK,
+        inner
+    ));
+    acl!(aclrtProcessReport(10_000));
+    acl!(aclrtUnSubscribeReport(me, inner));
+}
+
+/// Promise: a host task nested in another on the same thread (a host function processing a
+/// blocking callback of another stream) that waits for the outer task's stream gets 207000: the
+/// outer stream cannot pass the host function until the callback returns. Only the innermost
+/// task was known, and the wait hung.
+#[test]
+fn a_host_task_nested_in_another_cannot_wait_for_the_outer_one() {
+    install_eight_devices();
+    set_device(0);
+    let (outer, inner) = (create_stream(), create_stream());
+    NESTED_OUTER.store(outer as usize, Ordering::SeqCst);
+    NESTED_INNER.store(inner as usize, Ordering::SeqCst);
+    acl!(aclrtLaunchHostFunc(
+        outer,
+        Some(process_a_callback_inside),
+        ptr::null_mut()
+    ));
+    let raw = Raw::of(outer);
+    bounded(
+        "a nested host task waiting for the outer one's stream",
+        move || {
+            set_device(0);
+            acl!(aclrtSynchronizeStream(raw.ptr()));
+        },
+    );
+    assert_eq!(
+        NESTED_GOT.load(Ordering::SeqCst),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    );
+    acl!(aclrtDestroyStream(inner));
+    acl!(aclrtDestroyStream(outer));
 }
