@@ -15,6 +15,13 @@ use crate::res_limit::ResLimits;
 use crate::sim::Sim;
 use crate::sync::{Bell, lock, read, wait_until, write};
 
+/// Rung after every task or synchronous operation that wrote device memory, for the
+/// aclrtValueWait tasks polling it. One bell for the process, not one per device: a task of
+/// one device writes another device's memory (a peer copy, a kernel given a peer pointer), and
+/// the wait polling that memory belongs to the memory's device, not the writer's; a per-device
+/// bell rung by the writer left such a wait asleep with its condition met.
+pub(crate) static MEMORY_BELL: Bell = Bell::new();
+
 /// A task's admission to touch a device's memory ([`Device::admit`]), held while it does.
 pub(crate) struct Admitted<'a> {
     device: &'a Device,
@@ -84,9 +91,6 @@ pub(crate) struct Device {
     pub(crate) next_notify_id: AtomicU32,
     /// The code of the latest task failure on the device (0: none), for aclrtGetErrorVerbose.
     last_fault: AtomicI32,
-    /// Rung after every task or synchronous operation that wrote device memory, for the
-    /// aclrtValueWait tasks polling it.
-    pub(crate) memory_bell: Bell,
     /// aclrtDeviceTaskAbort in progress: submissions to the device's streams are refused.
     aborting_tasks: AtomicBool,
 }
@@ -121,7 +125,6 @@ impl Device {
             live_notifies: AtomicU64::new(0),
             next_notify_id: AtomicU32::new(0),
             last_fault: AtomicI32::new(0),
-            memory_bell: Bell::new(),
             aborting_tasks: AtomicBool::new(false),
         }
     }

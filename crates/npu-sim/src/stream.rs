@@ -796,7 +796,7 @@ impl Stream {
                     })?
                 }
                 Op::ValueWait { src, value, cmp } => {
-                    let listens = [self.device.memory_bell.any()];
+                    let listens = [crate::device::MEMORY_BELL.any()];
                     self.block_on(task, &listens, None, "a value wait", || {
                         match read_value(&sim.memory, *src) {
                             Ok(memory) => cmp
@@ -873,7 +873,7 @@ impl Stream {
                 // the device's fence only once this task is done with memory.
                 self.begin(task.position);
                 let result = task.run_memory(&sim.memory).map_err(Some);
-                self.device.memory_bell.ring();
+                crate::device::MEMORY_BELL.ring();
                 result
             }
         }

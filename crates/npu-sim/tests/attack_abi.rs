@@ -1802,3 +1802,45 @@ fn a_host_task_nested_in_another_cannot_wait_for_the_outer_one() {
     acl!(aclrtDestroyStream(inner));
     acl!(aclrtDestroyStream(outer));
 }
+
+/// Promise: an aclrtValueWait is satisfied by whichever device writes its word. A peer copy on
+/// another device's stream wrote the word, but only the writer's device was told memory had
+/// changed; the wait, on the word's own device, was never re-read and hung.
+#[test]
+fn a_value_wait_wakes_for_a_peer_copy_from_another_device() {
+    install_eight_devices();
+    set_device(0);
+    let word = malloc(8);
+    acl!(aclrtMemset(word, 8, 0, 8));
+    let waiter = create_stream();
+    acl!(aclrtValueWait(word, 1, ACL_STREAM_WAIT_VALUE_EQ, waiter));
+    let (word, waiter) = (Raw::of(word), Raw::of(waiter));
+    bounded("a value wait satisfied by a peer copy", move || {
+        set_device(3);
+        acl!(aclrtDeviceEnablePeerAccess(0, 0));
+        let one = malloc(8);
+        acl!(aclrtMemcpy(
+            one,
+            8,
+            (&1u64 as *const u64).cast(),
+            8,
+            ACL_MEMCPY_HOST_TO_DEVICE
+        ));
+        let writer = create_stream();
+        acl!(aclrtMemcpyAsync(
+            word.ptr(),
+            8,
+            one,
+            8,
+            ACL_MEMCPY_DEVICE_TO_DEVICE,
+            writer
+        ));
+        acl!(aclrtSynchronizeStream(writer));
+        acl!(aclrtDestroyStream(writer));
+        acl!(aclrtFree(one));
+        set_device(0);
+        acl!(aclrtSynchronizeStream(waiter.ptr()));
+    });
+    acl!(aclrtDestroyStream(waiter.ptr()));
+    acl!(aclrtFree(word.ptr()));
+}

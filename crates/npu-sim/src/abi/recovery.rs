@@ -110,7 +110,7 @@ fn repair(sim: &Sim, device: &Arc<Device>, infos: &[aclrtMemUceInfo]) -> Res<()>
             unsafe { std::ptr::write_bytes(addr as *mut u8, 0, len) };
         }
     }
-    device.memory_bell.ring();
+    crate::device::MEMORY_BELL.ring();
     if sim.memory.uce.of_device(device.id).is_empty() {
         device.clear_fault(ACL_ERROR_RT_DEVICE_MEM_ERROR);
     }

@@ -210,6 +210,8 @@ pub(crate) fn process_restore(sim: &Sim) -> Res<()> {
         RESTORE.check(state.phase)?;
         let saved = state.backup.as_deref().unwrap_or_default();
         sim.memory.restore_contents(saved)?;
+        // The restore wrote device memory: value waits re-read it.
+        crate::device::MEMORY_BELL.ring();
         state.phase = Phase::Locked;
     }
     run_stage(sim, ACL_RT_SNAPSHOT_RESTORE_POST)
