@@ -1844,3 +1844,54 @@ fn a_value_wait_wakes_for_a_peer_copy_from_another_device() {
     acl!(aclrtDestroyStream(waiter.ptr()));
     acl!(aclrtFree(word.ptr()));
 }
+
+/// Promise: stream-ordered pool memory is not allocated or returned by a task of a model
+/// runtime instance (207000, the capture going on). A FreeAsync on a stream being captured
+/// returned the block to its pool at once, though the captured free runs only when the
+/// instance executes (perhaps never): another stream's allocation got the block while the
+/// instance's tasks still used it.
+#[test]
+fn pool_memory_is_not_returned_by_a_captured_free() {
+    install_eight_devices();
+    set_device(0);
+    let props = device_pool_props(0);
+    let mut pool = ptr::null_mut();
+    acl!(aclrtMemPoolCreate(&mut pool, &props));
+    let (captured, other) = (create_stream(), create_stream());
+    let mut block = ptr::null_mut();
+    acl!(aclrtMemPoolMallocAsync(&mut block, 4096, pool, captured));
+    acl!(aclrtSynchronizeStream(captured));
+    acl!(aclmdlRICaptureBegin(
+        captured,
+        ACL_MODEL_RI_CAPTURE_MODE_RELAXED
+    ));
+    acl!(aclrtMemsetAsync(block, 4096, 1, 4096, captured));
+    fails!(
+        aclrtMemPoolFreeAsync(block, captured),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtMemPoolFreeAsync"
+    );
+    let mut inside = ptr::null_mut();
+    fails!(
+        aclrtMemPoolMallocAsync(&mut inside, 4096, pool, captured),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtMemPoolMallocAsync"
+    );
+    assert!(
+        inside.is_null(),
+        "a refused allocation hands out no pointer"
+    );
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRICaptureEnd(captured, &mut model));
+    let mut again = ptr::null_mut();
+    acl!(aclrtMemPoolMallocAsync(&mut again, 4096, pool, other));
+    assert_ne!(again, block, "the block the instance uses was handed out");
+    acl!(aclrtMemPoolFreeAsync(again, other));
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtMemPoolFreeAsync(block, captured));
+    acl!(aclrtSynchronizeStream(captured));
+    acl!(aclrtSynchronizeStream(other));
+    acl!(aclrtMemPoolDestroy(pool));
+    acl!(aclrtDestroyStream(captured));
+    acl!(aclrtDestroyStream(other));
+}

@@ -195,10 +195,27 @@ pub unsafe extern "C" fn aclrtMemPoolGetAttr(
     })
 }
 
+/// Refuses (207000) pool allocation and return on a stream whose tasks go into a model runtime
+/// instance (being captured, or bound to an instance being built). The pool's bookkeeping
+/// happens when the call is made, but a captured task runs only when the instance executes,
+/// perhaps never or many times: a captured FreeAsync handed its block to other streams while the
+/// instance's tasks, which had not run yet, still used it.
+fn check_not_in_model(stream: &crate::stream::Stream, api: &str) -> Res<()> {
+    ensure!(
+        stream.capture().is_none() && stream.bound_model().is_none(),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "{api} cannot be part of a model runtime instance (stream {} is being captured or is \
+         bound to one)",
+        stream.id
+    );
+    Ok(())
+}
+
 /// Allocates `size` bytes from the pool for use on `stream` (rounded as aclrtMalloc rounds),
 /// reusing memory freed earlier where the pool's reuse rules order the reuse after the free.
 /// The stream must belong to the current context (107003) and to the pool's device (107000);
-/// a pool that cannot grow → 207001.
+/// a pool that cannot grow → 207001; a stream being captured or bound to a model runtime
+/// instance → 207000.
 ///
 /// # Safety
 /// `ptr` must be NULL or valid for a write.
@@ -222,6 +239,7 @@ pub unsafe extern "C" fn aclrtMemPoolMallocAsync(
             pool.device.id,
             stream.device.id
         );
+        check_not_in_model(&stream, "aclrtMemPoolMallocAsync")?;
         pool.device.check_alive()?;
         let bytes = reserved_size(size, true)?;
         let address = sim.pools.malloc(&sim.memory, &pool, &stream, bytes)?;
@@ -230,7 +248,8 @@ pub unsafe extern "C" fn aclrtMemPoolMallocAsync(
 }
 
 /// Returns pool memory to its pool once `stream` reaches this point; memory that is not a
-/// live pool allocation (or already returned) → 207002.
+/// live pool allocation (or already returned) → 207002; a stream being captured or bound to a
+/// model runtime instance → 207000.
 ///
 /// # Safety
 /// No preconditions beyond the ACL contract (pointers are looked up, never trusted).
@@ -248,6 +267,7 @@ pub unsafe extern "C" fn aclrtMemPoolFreeAsync(ptr: *mut c_void, stream: aclrtSt
             pool.device.id,
             stream.device.id
         );
+        check_not_in_model(&stream, "aclrtMemPoolFreeAsync")?;
         sim.pools.free(&pool, ptr as usize, &stream)
     })
 }
