@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, TryLockError};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, TryLockError};
 use std::time::Instant;
 
 use npu_sys::*;
@@ -272,10 +272,8 @@ impl Device {
     /// the copy reads it, though its submission returned without waiting for the worker
     /// ([`crate::stream::Stream::await_taken`]).
     pub(crate) fn fence(&self, sim: &Sim) {
-        for stream in sim.streams.live() {
-            if std::ptr::eq(Arc::as_ptr(&stream.device), self) {
-                stream.await_taken();
-            }
+        for stream in sim.streams_of(self.id) {
+            stream.await_taken();
         }
         let before = self.next_ticket.load(Ordering::Acquire);
         wait_until(&[self.running_bell.any()], None, || {

@@ -94,6 +94,13 @@ impl Sim {
         }
     }
 
+    /// The live streams of device `device_id`, in every context of it.
+    pub(crate) fn streams_of(&self, device_id: i32) -> Vec<Arc<Stream>> {
+        let mut streams = self.streams.live();
+        streams.retain(|stream| stream.device.id == device_id);
+        streams
+    }
+
     /// A device by id, or ACL_ERROR_RT_INVALID_DEVICEID.
     pub(crate) fn device(&self, id: i64) -> Res<&Arc<Device>> {
         match usize::try_from(id).ok().and_then(|i| self.devices.get(i)) {

@@ -26,10 +26,8 @@ pub(crate) fn abort_device(sim: &Sim, device: &Arc<Device>, timeout_ms: u32) -> 
     // The abort waits for each stream's running task, which for a host function calling it
     // is the caller's own: refused (207000) before anything is aborted, as aclrtStreamAbort of
     // its own stream is. A BLOCK callback's stream is not held: the abort drops the callback.
-    for stream in sim.streams.live() {
-        if Arc::ptr_eq(&stream.device, device) {
-            stream.refuse_wait_for_caller(u64::MAX)?;
-        }
+    for stream in sim.streams_of(device.id) {
+        stream.refuse_wait_for_caller(u64::MAX)?;
     }
     ensure!(
         device.set_aborting_tasks(true),
@@ -60,10 +58,8 @@ fn abort_streams(sim: &Sim, device: &Arc<Device>, timeout_ms: u32) -> Res<()> {
     let deadline =
         (timeout_ms != 0).then(|| Instant::now() + Duration::from_millis(timeout_ms.into()));
     let aborting: Vec<_> = sim
-        .streams
-        .live()
+        .streams_of(id)
         .into_iter()
-        .filter(|stream| Arc::ptr_eq(&stream.device, device))
         .map(|stream| {
             let target = stream.begin_abort();
             (stream, target)

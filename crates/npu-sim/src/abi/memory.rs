@@ -334,12 +334,7 @@ pub unsafe extern "C" fn aclrtFreeWithDevSync(devPtr: *mut c_void) -> aclError {
 /// one of those streams, or is the report thread a BLOCK callback queued on one waits for
 /// (the wait for a stream that is not done includes its running task).
 pub(super) fn quiesce(sim: &Sim, device: i32) -> Res<()> {
-    let streams: Vec<_> = sim
-        .streams
-        .live()
-        .into_iter()
-        .filter(|stream| stream.device.id == device)
-        .collect();
+    let streams = sim.streams_of(device);
     for stream in &streams {
         stream.refuse_self_wait(u64::MAX)?;
     }
