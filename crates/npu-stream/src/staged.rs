@@ -83,7 +83,7 @@ impl Stream {
             Err(failed) => {
                 let (error, value) = failed.into_parts();
                 Err(OpError {
-                    error: as_callers(error, API, staging_source),
+                    error: as_callers(error, API, staging_side("src")),
                     value: value.map(|(_staging, dst)| dst.into_inner()),
                 })
             }
@@ -145,7 +145,7 @@ impl Stream {
             Err(failed) => {
                 let (error, value) = failed.into_parts();
                 Err(OpError {
-                    error: as_callers(error, API, staging_destination),
+                    error: as_callers(error, API, staging_side("dst")),
                     value: value.map(|(src, _staging)| src.into_inner()),
                 })
             }
@@ -179,22 +179,11 @@ fn as_callers(
     }
 }
 
-/// The caller's argument behind an argument of the copy from the staging block (`src`, which
-/// comes from the caller's `pool`) to the caller's `dst`.
-fn staging_source(inner: &'static str) -> &'static str {
-    match inner {
-        "src" => "pool",
-        other => other,
-    }
-}
-
-/// The caller's argument behind an argument of the copy from the caller's `src` to the
-/// staging block (`dst`, which comes from the caller's `pool`).
-fn staging_destination(inner: &'static str) -> &'static str {
-    match inner {
-        "dst" => "pool",
-        other => other,
-    }
+/// The caller's argument behind an argument of the device copy between the staging block and
+/// the caller's memory: the block's side (`src` when copying from it, `dst` when copying into
+/// it) comes from the caller's `pool`; the other side is the caller's own argument.
+fn staging_side(block: &'static str) -> impl FnOnce(&'static str) -> &'static str {
+    move |inner| if inner == block { "pool" } else { inner }
 }
 
 /// The staging pools of [`Stream::upload`] and [`Stream::download`]: one per context, shared
