@@ -1,10 +1,11 @@
 //! Locking helpers and the bells the simulator's blocking waits sleep on.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::thread::Thread;
+use std::thread::{LocalKey, Thread};
 use std::time::Instant;
 
 /// Locks a mutex, ignoring poisoning: the C boundary catches panics, and the simulator's state
@@ -21,6 +22,29 @@ pub(crate) fn read<T>(rw: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 /// Write-locks an `RwLock`, ignoring poisoning (see [`lock`]).
 pub(crate) fn write<T>(rw: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     rw.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Raises a thread-local flag until dropped, then gives it back the value it had: the marks
+/// by which a call made from inside a callback the simulator runs (an init callback, a
+/// snapshot step's) knows that this thread holds something further up its stack.
+pub(crate) struct Raised {
+    flag: &'static LocalKey<Cell<bool>>,
+    was: bool,
+}
+
+impl Raised {
+    pub(crate) fn new(flag: &'static LocalKey<Cell<bool>>) -> Raised {
+        Raised {
+            flag,
+            was: flag.replace(true),
+        }
+    }
+}
+
+impl Drop for Raised {
+    fn drop(&mut self) {
+        self.flag.set(self.was);
+    }
 }
 
 /// A waiter's registration: its key, a ticket unique to the wait, and the position of the

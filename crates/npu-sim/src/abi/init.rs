@@ -13,7 +13,7 @@ use crate::dump::{self, DumpSettings};
 use crate::error::{self, Res, ensure, fail, guard, guard_value, write_out};
 use crate::lifecycle;
 use crate::sim::sim;
-use crate::sync::lock;
+use crate::sync::{Raised, lock};
 
 struct InitState {
     refs: u64,
@@ -32,22 +32,6 @@ thread_local! {
     /// Set while this thread runs aclInit's init callbacks, holding [`INIT`]'s lock further up
     /// its stack: a callback calling a function that takes the lock would wait for itself.
     static INITIALISING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Marks the calling thread as running aclInit's init callbacks until dropped.
-struct Initialising;
-
-impl Initialising {
-    fn begin() -> Self {
-        INITIALISING.set(true);
-        Initialising
-    }
-}
-
-impl Drop for Initialising {
-    fn drop(&mut self) {
-        INITIALISING.set(false);
-    }
 }
 
 /// Fails with `code` if the calling thread is inside aclInit's init callbacks, where `what`
@@ -341,7 +325,7 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
         apply_config(config)?;
         // A file with a NUL is no JSON parse_config accepts, so the text converts.
         let current = Arc::new(CString::new(text.clone().unwrap_or_default()).unwrap_or_default());
-        let initialising = Initialising::begin();
+        let initialising = Raised::new(&INITIALISING);
         let callbacks =
             lifecycle::INIT.run(true, |func, user_data| call_init(func, &current, user_data));
         drop(initialising);

@@ -83,7 +83,7 @@ pub(super) fn run_stage(sim: &Sim, stage: aclrtSnapShotStage) -> Res<()> {
         return Ok(());
     };
     let mut failed = None;
-    let _stepping = super::gate::Stepping::begin();
+    let _stepping = super::gate::stepping();
     for device in devices_in_use(sim) {
         // SAFETY: the user registered a function of this type and is responsible for `args`.
         let code = unsafe { callback(device, args as *mut c_void) };

@@ -12,7 +12,7 @@ use std::thread::ThreadId;
 use std::time::Instant;
 
 use super::{STATE, State};
-use crate::sync::lock;
+use crate::sync::{Raised, lock};
 
 /// Calls blocked while locked, by exact name.
 const BLOCKED: &[&str] = &[
@@ -128,18 +128,8 @@ impl Drop for Pass {
 }
 
 /// Marks the calling thread as running a step's callbacks until dropped.
-pub(super) struct Stepping(bool);
-
-impl Stepping {
-    pub(super) fn begin() -> Stepping {
-        Stepping(STEPPING.replace(true))
-    }
-}
-
-impl Drop for Stepping {
-    fn drop(&mut self) {
-        STEPPING.set(self.0);
-    }
+pub(super) fn stepping() -> Raised {
+    Raised::new(&STEPPING)
 }
 
 /// Admits the call `api`: waits while the process is locked if the lock blocks it. Never
