@@ -104,6 +104,23 @@ impl Strategy {
         }
     }
 
+    /// An abort discarded work on a stream of this strategy (its `aborted_through` has moved):
+    /// tells whoever completes the stream's operations to fail the discarded ones now, before
+    /// any submitted after the abort. Called under the stream's submission lock: only wakes or
+    /// counts, never blocks or starts a thread.
+    pub(crate) fn discarded(self) {
+        match self {
+            // Its reactor, if it was ever started, looks at the stream's aborted work at once.
+            Strategy::EventPoll => reactor::Reactor::nudge_if_running(),
+            // The callbacks of discarded operations never run: the worker fails them before
+            // it settles a callback that ran since.
+            Strategy::CallbackThread => callback::note_abort(),
+            // Each waiter's own wait returns, with the abort's code, as the device drops
+            // its work.
+            Strategy::BlockingSync => {}
+        }
+    }
+
     pub(crate) fn watch(
         self,
         stream: &Arc<StreamShared>,

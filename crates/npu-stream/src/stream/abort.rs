@@ -9,7 +9,7 @@ use npu_core::{Completer, Completion, Error, Result, acl_call_opt};
 
 use super::{Stream, StreamShared, reentered};
 use crate::paused_clock::KeptWait;
-use crate::strategy::{self, Strategy};
+use crate::strategy;
 
 impl Stream {
     /// Discards the work queued on the stream (`aclrtStreamAbort`) and resolves once the
@@ -222,11 +222,9 @@ impl Drop for AbortInProgress<'_> {
                 // The runtime cleared the stream's errors with its queue; so does the failure
                 // record.
                 *stream.failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                // Before submissions are taken again: the callback worker must fail what was
-                // discarded before it settles work submitted from now on.
-                if stream.strategy == Strategy::CallbackThread {
-                    crate::callback::note_abort();
-                }
+                // Before submissions are taken again: whoever completes the stream's
+                // operations fails what was discarded before work submitted from now on.
+                stream.strategy.discarded();
             }
             aborting.refusing -= 1;
         }
@@ -267,11 +265,7 @@ impl StreamShared {
         });
         in_progress.discarded = result.is_ok();
         drop(in_progress);
-        result?;
-        if self.strategy == Strategy::EventPoll {
-            crate::reactor::Reactor::get().nudge();
-        }
-        Ok(())
+        result
     }
 
     fn lock_submission(&self) -> MutexGuard<'_, Aborting> {
