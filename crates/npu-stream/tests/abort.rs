@@ -121,6 +121,11 @@ fn submissions_during_an_abort_are_discarded_at_once_instead_of_waiting_for_the_
             })
         };
         let submitted = rx.recv_timeout(Duration::from_secs(60));
+        if submitted.is_ok() {
+            // The kernel's record is discarded only if the kernel returns once the runtime's
+            // abort call has begun (the refusals start just before it).
+            common::until_the_runtime_aborts(&s);
+        }
         kernel_support::open_gate();
         submitted.unwrap_or_else(|_| {
             panic!("{strategy:?}: a submission waited behind the abort for the running task")
@@ -247,6 +252,7 @@ fn dropping_a_tokio_runtime_during_an_abort_does_not_wait_for_the_running_task()
         // Until the abort has begun, a memset queues behind the running kernel; from then on
         // it is refused at once.
         let (refused, behind) = common::memsets_until_refused(&s, 1);
+        common::until_the_runtime_aborts(&s);
         // On a regression the drop waits until the kernel returns, which only this thread can
         // allow: the bound turns that deadlock into a failure.
         let (tx, rx) = mpsc::channel();
@@ -305,6 +311,9 @@ fn an_abort_dropped_unpolled_still_aborts() {
             drop(memset);
             std::thread::yield_now();
         };
+        // What was queued is discarded only if the kernel returns once the runtime's abort
+        // call has begun.
+        common::until_the_runtime_aborts(&s);
         kernel_support::open_gate();
         assert!(run(refused).unwrap_err().error.is_aborted(), "{strategy:?}");
         assert!(run(queued).unwrap_err().error.is_aborted(), "{strategy:?}");

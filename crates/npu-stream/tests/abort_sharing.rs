@@ -6,7 +6,7 @@
 mod common;
 mod kernel_support;
 
-use common::{STRATEGIES, memsets_until_refused, run, stream};
+use common::{STRATEGIES, memsets_until_refused, run, stream, until_the_runtime_aborts};
 use npu_core::Device;
 use npu_mem::DeviceBuffer;
 
@@ -46,6 +46,8 @@ fn aborts_called_during_an_abort_share_its_thread_and_its_result() {
         // are discarded with the rest.
         let (refused, mut behind) = memsets_until_refused(&s, 2);
         behind.push(queued);
+        // The gated kernel is aborted only if it returns once the runtime call has begun.
+        until_the_runtime_aborts(&s);
         kernel_support::open_gate();
         for abort in aborts {
             run(abort).unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
@@ -74,8 +76,9 @@ fn an_abort_called_after_a_stop_does_not_share_an_abort_from_before_it() {
         let s = stream(&ctx, strategy);
         let (running, _gate) = kernel_support::launch_gated(&s);
         let first = s.abort();
-        // The first abort's runtime call has begun once a submission is refused at once.
+        // The first abort's runtime call has begun once the runtime refuses a submission.
         let (refused, behind) = memsets_until_refused(&s, 2);
+        until_the_runtime_aborts(&s);
         s.stop().unwrap();
         let before = threads();
         let second = s.abort();

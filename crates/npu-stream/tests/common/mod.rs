@@ -163,6 +163,32 @@ pub fn memsets_until_refused(
     }
 }
 
+/// Returns once the runtime's own abort of `stream` has begun, which `Stream::abort`'s refusals
+/// cannot tell: they start when its thread marks what it discards, just before the runtime
+/// call, so a task the test lets finish in between rightly completes. Records made on the raw
+/// stream until the runtime refuses one are queued behind the abort's horizon and discarded.
+pub fn until_the_runtime_aborts(stream: &Stream) {
+    let ctx = stream.context();
+    ctx.bind().unwrap();
+    let api = ctx.runtime().api();
+    let mut event = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    let code = unsafe { (api.aclrtCreateEvent)(&mut event) };
+    ctx.runtime().check("aclrtCreateEvent", code).unwrap();
+    loop {
+        // SAFETY: the event and the stream are alive, and the stream's context is bound.
+        let code = unsafe { (api.aclrtRecordEvent)(event, stream.as_raw()) };
+        if code == npu_core::ffi::ACL_ERROR_RT_STREAM_ABORT {
+            break;
+        }
+        ctx.runtime().check("aclrtRecordEvent", code).unwrap();
+        std::thread::yield_now();
+    }
+    // SAFETY: the event is alive and no longer used.
+    let code = unsafe { (api.aclrtDestroyEvent)(event) };
+    ctx.runtime().check("aclrtDestroyEvent", code).unwrap();
+}
+
 /// A Tokio runtime with one worker and a blocking pool of `threads` threads.
 pub fn blocking_pool(threads: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
