@@ -33,8 +33,9 @@ pub use failure::FailureMode;
 /// them back on completion.
 ///
 /// `Stream` is `Send + Sync` and cheap to clone; clones submit to the same ACL stream. The ACL
-/// stream is destroyed once the last clone is dropped and the reactor has seen its last
-/// operation complete; that happens off the dropping thread, so dropping never blocks.
+/// stream is destroyed once the last clone is dropped and every operation npu-rs watched on it
+/// has completed: on the dropping thread if none is in flight by then, otherwise later, on
+/// npu-rs's reaper thread. Either way dropping never waits for the device.
 ///
 /// ```
 /// use npu_core::Device;
@@ -491,7 +492,8 @@ impl Drop for StreamShared {
             // Every operation npu-rs watched has completed (pending entries keep the stream
             // alive) or was failed because the stream can never run it (stopped, stopped by a
             // fault, device lost). CANN's aclrtDestroyStream waits for unfinished tasks, which
-            // on such a stream never finish: this runs on the reaper, so those are forced.
+            // on such a stream never finish: this may run on the reaper (or on the thread that
+            // dropped the last handle), which must not wait for them, so those are forced.
             if crate::sentinel::stream_unfinished(self)
                 && runtime.api().aclrtDestroyStreamForce.is_some()
             {
