@@ -14,9 +14,9 @@ impl Stream {
     ///
     /// `submit` is a closure rather than an [`Op`] because the start event must be recorded
     /// before the operation is queued. It should queue one operation on `self`; work it queues
-    /// elsewhere is not timed. A failure to create or record the start event happens before
-    /// `submit` runs, so the error carries no value; any later failure hands the operation's
-    /// value back.
+    /// elsewhere is not timed. A failure to create either event or to record the start event
+    /// happens before `submit` runs, so the error carries no value; any later failure hands the
+    /// operation's value back.
     ///
     /// Cancel safety: as for the operation itself; the events are released after it.
     ///
