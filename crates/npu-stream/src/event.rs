@@ -340,7 +340,8 @@ impl Event {
     /// Unlike [`Stream::synchronize`], it does not report a task failure among the captured
     /// work: the failed operation's own future does, and so does the stream's next
     /// `synchronize`. This fails only when the recording stream's work can no longer complete
-    /// (device lost, context stopped).
+    /// (device lost, stream or context stopped), or with
+    /// [`Error::Aborted`](npu_core::Error::Aborted) when [`Stream::abort`] discarded the record.
     ///
     /// Cancel safety: cancel-safe; dropping the future only stops waiting.
     ///
