@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use npu_core::{AclCode, BackendChoice, Context, Error, Runtime};
+use npu_core::{AclCode, BackendChoice, Context, Error, Runtime, ffi};
 use npu_mem::DeviceBuffer;
 use npu_stream::{DevicePoolBackend, Op, Strategy, Stream};
 
@@ -19,6 +19,12 @@ use npu_stream::{DevicePoolBackend, Op, Strategy, Stream};
 mod core_common;
 
 pub(crate) use core_common::{runtimes, simulator_library};
+
+// Shared with the facade's attack tests, which name the same types through `npu`.
+#[path = "runtime_abort.rs"]
+mod runtime_abort;
+
+pub(crate) use runtime_abort::until_the_runtime_aborts;
 
 /// Every completion strategy, so each behaviour is checked under all three.
 pub const STRATEGIES: [Strategy; 3] = [
@@ -161,32 +167,6 @@ pub fn memsets_until_refused(
         behind.push(memset);
         std::thread::yield_now();
     }
-}
-
-/// Returns once the runtime's own abort of `stream` has begun, which `Stream::abort`'s refusals
-/// cannot tell: they start when its thread marks what it discards, just before the runtime
-/// call, so a task the test lets finish in between rightly completes. Records made on the raw
-/// stream until the runtime refuses one are queued behind the abort's horizon and discarded.
-pub fn until_the_runtime_aborts(stream: &Stream) {
-    let ctx = stream.context();
-    ctx.bind().unwrap();
-    let api = ctx.runtime().api();
-    let mut event = std::ptr::null_mut();
-    // SAFETY: a valid out-pointer.
-    let code = unsafe { (api.aclrtCreateEvent)(&mut event) };
-    ctx.runtime().check("aclrtCreateEvent", code).unwrap();
-    loop {
-        // SAFETY: the event and the stream are alive, and the stream's context is bound.
-        let code = unsafe { (api.aclrtRecordEvent)(event, stream.as_raw()) };
-        if code == npu_core::ffi::ACL_ERROR_RT_STREAM_ABORT {
-            break;
-        }
-        ctx.runtime().check("aclrtRecordEvent", code).unwrap();
-        std::thread::yield_now();
-    }
-    // SAFETY: the event is alive and no longer used.
-    let code = unsafe { (api.aclrtDestroyEvent)(event) };
-    ctx.runtime().check("aclrtDestroyEvent", code).unwrap();
 }
 
 /// A Tokio runtime with one worker and a blocking pool of `threads` threads.
