@@ -44,7 +44,7 @@ impl StreamPool {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn new(context: &Context, count: usize) -> Result<StreamPool> {
-        StreamPool::with_builder(Stream::builder(context), count)
+        StreamPool::build(Stream::builder(context), count, "StreamPool::new")
     }
 
     /// `count` streams built from `builder` (priority, flags, strategy).
@@ -60,12 +60,13 @@ impl StreamPool {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn with_builder(builder: StreamBuilder, count: usize) -> Result<StreamPool> {
+        StreamPool::build(builder, count, "StreamPool::with_builder")
+    }
+
+    /// The pool for `new` and `with_builder`; `api` is the one the caller called, for errors.
+    fn build(builder: StreamBuilder, count: usize, api: &'static str) -> Result<StreamPool> {
         if count == 0 {
-            return Err(Error::invalid(
-                "StreamPool::new",
-                "count",
-                "must be at least one stream",
-            ));
+            return Err(Error::invalid(api, "count", "must be at least one stream"));
         }
         let streams = (0..count)
             .map(|_| builder.clone().build())

@@ -745,6 +745,8 @@ fn a_stream_pool_past_the_stream_limit_is_a_typed_error_and_leaks_no_stream() {
     let (_guard, ctx, _) = exclusive();
     let err = StreamPool::new(&ctx, 0).unwrap_err();
     assert_eq!(invalid(&err), ("StreamPool::new", "count"));
+    let err = StreamPool::with_builder(npu::Stream::builder(&ctx), 0).unwrap_err();
+    assert_eq!(invalid(&err), ("StreamPool::with_builder", "count"));
     // An earlier test's streams may still be on their way out, so the count can only fall
     // meanwhile: none of the failed pool's streams is left if it is not above where it was.
     sim::flush_releases();
