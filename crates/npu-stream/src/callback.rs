@@ -176,6 +176,8 @@ impl Worker {
         let stale_after = Duration::from_millis(REPORT_TIMEOUT_MS as u64);
         let now = Instant::now();
         let mut stale: Vec<Arc<StreamShared>> = Vec::new();
+        // Logged once the lock is released: a subscriber may call back into npu-rs.
+        let mut dead_streams: Vec<(u64, usize, Error)> = Vec::new();
         self.settle_lost_callbacks(now, stale_after);
         {
             let mut outstanding = self.lock();
@@ -192,6 +194,7 @@ impl Worker {
                     .map(|(id, _)| *id)
                     .collect();
                 ids.sort_unstable();
+                dead_streams.push((stream.id, ids.len(), dead.error.clone()));
                 let ops = ids.iter().filter_map(|id| outstanding.remove(id));
                 failed.extend(ops.map(|op| (op, dead.error.clone())));
                 strategy::release_stream(stream);
@@ -203,6 +206,9 @@ impl Worker {
                     stale.push(op.stream.clone());
                 }
             }
+        }
+        for (stream, failed, err) in dead_streams {
+            npu_core::log!(warn, %err, stream, failed, "stream failed");
         }
         for stream in stale {
             probes.ask(stream);

@@ -56,6 +56,9 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recorder {
     }
     fn on_event(&self, event: &tracing::Event<'_>, ctx: LayerContext<'_, S>) {
         let Some(span) = ctx.event_span(event).filter(|s| s.name() == "npu_op") else {
+            let mut fields = Fields::new();
+            event.record(&mut FieldText(&mut fields));
+            background().lock().unwrap().push(fields);
             return;
         };
         let mut fields = Fields::new();
@@ -75,6 +78,12 @@ fn seen() -> Arc<Mutex<Vec<Seen>>> {
         seen
     })
     .clone()
+}
+
+/// The fields of the events logged outside an operation's span (the background threads').
+fn background() -> &'static Mutex<Vec<Fields>> {
+    static BACKGROUND: Mutex<Vec<Fields>> = Mutex::new(Vec::new());
+    &BACKGROUND
 }
 
 /// The events of operations on `stream` whose message is `message`.
@@ -138,4 +147,35 @@ fn a_failed_kernel_shows_its_name_and_the_error() {
     assert_eq!(failed[0].span["error"], err.to_string());
     assert_eq!(failed[0].fields["error"], err.to_string());
     assert!(events_of(&stream, "completed").is_empty());
+}
+
+/// Promise (docs/observability.md): a stream the background thread completing its operations
+/// finds dead is logged as `stream failed`, with its id and how many operations failed, by
+/// the callback thread as by the reactor.
+#[test]
+fn a_dead_stream_is_logged_by_the_thread_that_fails_its_operations() {
+    seen();
+    let (_device, ctx) = exclusive_device0();
+    for strategy in [Strategy::EventPoll, Strategy::CallbackThread] {
+        let stream = stream(&ctx, strategy);
+        control::hold(0).unwrap();
+        let queued = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+        stream.stop().unwrap();
+        control::release(0).unwrap();
+        assert!(
+            run(queued).is_err(),
+            "{strategy:?}: a stopped stream's work never runs"
+        );
+        let id = stream.id().to_string();
+        let logged: Vec<Fields> = background()
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|fields| fields["message"] == "stream failed" && fields["stream"] == id)
+            .cloned()
+            .collect();
+        assert_eq!(logged.len(), 1, "{strategy:?}: {logged:?}");
+        assert_eq!(logged[0]["failed"], "1", "{strategy:?}");
+        run(stream.abort()).unwrap();
+    }
 }
