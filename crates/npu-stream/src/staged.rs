@@ -226,8 +226,10 @@ impl Stream {
     }
 
     /// Copies pageable host data into a new device buffer: the one-liner for getting data onto
-    /// the device. The data is staged through the context's [`staging_pool`](Stream::staging_pool),
-    /// as [`copy_from_slice_staged`](Stream::copy_from_slice_staged) does; the device buffer is allocated on this thread (`aclrtMalloc`).
+    /// the device. The data is staged through the context's
+    /// [`staging_pool`](Stream::staging_pool), as
+    /// [`copy_from_slice_staged`](Stream::copy_from_slice_staged) does; the device buffer is
+    /// allocated on this thread (`aclrtMalloc`).
     ///
     /// It is an `async fn` rather than an [`Op`](crate::Op): there is no buffer of the
     /// caller's to hand back on failure, so it fails with a plain [`Error`] (an empty

@@ -171,9 +171,10 @@ impl<'a> ArgWriter<'a> {
 /// - scalars, by value: integers, `f32`, `f64` and `bool` (as one byte, like C's `bool`);
 /// - any `#[repr(C)]` plain-old-data struct, by value, through [`ByValue`];
 /// - a `Box` of any of these. Box a large by-value struct (a launch takes up to
-///   [`ArgPacker::MAX_BYTES`], 64 KiB, of arguments): a launch, its future and the arguments it hands back are moved by value
-///   through every `async` layer above it, and in a debug build each layer keeps its own copy
-///   on the stack, so tens of kilobytes of unboxed arguments can overflow a 2 MiB thread.
+///   [`ArgPacker::MAX_BYTES`], 64 KiB, of arguments): a launch, its future and the arguments
+///   it hands back are moved by value through every `async` layer above it, and in a debug
+///   build each layer keeps its own copy on the stack, so tens of kilobytes of unboxed
+///   arguments can overflow a 2 MiB thread.
 ///
 /// ```
 /// use std::sync::Arc;
