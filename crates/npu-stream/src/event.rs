@@ -403,6 +403,8 @@ impl Event {
     }
 
     /// The device time between two recorded and completed events (`aclrtEventElapsedTime`).
+    /// Both must be events of one device: each device stamps its records with its own clock, so
+    /// events of two devices are refused (`InvalidArgument`, argument `end`).
     ///
     /// ```
     /// # use npu_core::Device;
@@ -447,6 +449,19 @@ impl Event {
                 "Event::elapsed",
                 "end",
                 "belongs to a different AscendCL runtime than start",
+            ));
+        }
+        // Each device stamps records with its own clock: a difference between two devices'
+        // stamps is no duration, whatever the runtime returns for it.
+        let (from, to) = (start.context().device_id(), end.context().device_id());
+        if from != to {
+            return Err(Error::invalid(
+                "Event::elapsed",
+                "end",
+                format!(
+                    "is an event of device {to} but start is of device {from}: events of two \
+                     devices have no common clock"
+                ),
             ));
         }
         let mut ms = 0f32;
