@@ -48,7 +48,7 @@ struct KeptClock {
     /// Set when that runtime's clock was paused and is kept from jumping past the work: the
     /// keeper chain holds a `Weak` of it and ends once this is dropped (or replaced, when the
     /// wait moves to another runtime).
-    _kept: Option<Arc<()>>,
+    kept: Option<Arc<()>>,
 }
 
 impl KeptWait {
@@ -68,15 +68,19 @@ impl KeptWait {
         if polled.is_pending() {
             let runtime = Handle::try_current().ok();
             let id = runtime.as_ref().map(Handle::id);
-            // Decided once per runtime: a wait polled on one runtime and then moved to another
+            // Kept once per runtime: a wait polled on one runtime and then moved to another
             // (the first dropped, say) must keep the new one's clock, which the first one's
-            // keeper chain cannot see.
-            if self.clock.as_ref().is_none_or(|clock| clock.runtime != id) {
+            // keeper chain cannot see. A clock found running is looked at again at the next
+            // pending poll: a test may pause it (`tokio::time::pause()`) while the work is
+            // already in flight, and a timer raced against the wait from then on must not
+            // overtake the device.
+            let kept = self
+                .clock
+                .as_ref()
+                .is_some_and(|clock| clock.runtime == id && clock.kept.is_some());
+            if !kept {
                 let kept = runtime.and_then(|runtime| keep_until(&runtime, self.wait.completion()));
-                self.clock = Some(KeptClock {
-                    runtime: id,
-                    _kept: kept,
-                });
+                self.clock = Some(KeptClock { runtime: id, kept });
             }
         }
         polled

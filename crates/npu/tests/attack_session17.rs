@@ -10,6 +10,7 @@
 
 mod common;
 
+use std::future::Future;
 use std::time::Duration;
 
 use common::*;
@@ -135,4 +136,54 @@ fn events_of_every_kind_and_flag_are_used_or_refused_with_typed_errors() {
         );
     }
     assert_eq!(live_allocations(&ctx), 0);
+}
+
+/// The paused-clock promise (an operation in flight keeps a paused Tokio clock from jumping)
+/// for a clock paused after the operation was first polled: `tokio::time::pause()` called
+/// inside a test once the work is already submitted and awaited. A one-hour timer raced
+/// against the operation must not fire while the device is still copying (device 0 copies at
+/// 1 GB/s meanwhile: 8 MiB take about 8 ms of real time).
+#[test]
+fn a_clock_paused_while_an_operation_is_in_flight_still_waits_for_it() {
+    const SIZE: usize = 8 << 20;
+    const HOUR: Duration = Duration::from_secs(3600);
+    let (_guard, ctx, _) = devices();
+    let model = sim::TimingModel::default().h2d_bandwidth(1_000_000_000);
+    sim::set_timing(&ctx.device(), Some(model)).unwrap();
+    for strategy in STRATEGIES {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let fired = runtime.block_on(async {
+            let stream = stream(&ctx, strategy);
+            let host = PinnedBuffer::from_slice(&ctx, &vec![7u8; SIZE]).unwrap();
+            let mut copy = stream.copy_h2d(host, DeviceBuffer::<u8>::new(&ctx, SIZE).unwrap());
+            // First polled under a running clock...
+            let first = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(std::pin::Pin::new(&mut copy).poll(cx).is_pending())
+            })
+            .await;
+            assert!(first, "8 MiB at 1 GB/s cannot be done yet");
+            // ... then the test pauses time and races the copy against a timer.
+            tokio::time::pause();
+            let fired = tokio::select! {
+                copied = &mut copy => {
+                    copied.unwrap();
+                    false
+                }
+                () = tokio::time::sleep(HOUR) => true,
+            };
+            if fired {
+                tokio::time::resume();
+                tokio::time::timeout(HANG, copy).await.unwrap().unwrap();
+            }
+            fired
+        });
+        assert!(
+            !fired,
+            "{strategy:?}: the one-hour timer fired while the copy was in flight"
+        );
+    }
+    sim::set_timing(&ctx.device(), None).unwrap();
 }
