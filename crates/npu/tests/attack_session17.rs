@@ -14,11 +14,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use common::*;
-use npu::Error;
 use npu::ffi;
 use npu::prelude::*;
 use npu::sim;
-use npu::stream::EventKind;
+use npu::stream::{EventKind, StreamPool};
+use npu::{Error, Stream};
 
 /// The simulator's devices for this file: 0 and 1 (`exclusive`), 2 and 3 for the tests that
 /// exhaust a device's resources.
@@ -26,6 +26,209 @@ const DEVICES: u32 = 4;
 
 fn devices() -> (std::sync::MutexGuard<'static, ()>, Context, Context) {
     exclusive(Some(DEVICES))
+}
+
+/// A round trip through `stream`: upload `data`, download it again.
+async fn round_trip(ctx: &Context, stream: &Stream, data: &[u32]) -> npu::Result<Vec<u32>> {
+    let host = PinnedBuffer::from_slice(ctx, data)?;
+    let device = DeviceBuffer::<u32>::new(ctx, data.len())?;
+    let (host, device) = stream.copy_h2d(host, device).await?;
+    let back = PinnedBuffer::<u32>::new(ctx, data.len())?;
+    let (_, back) = stream.copy_d2h(device, back).await?;
+    drop(host);
+    Ok(back.to_vec())
+}
+
+/// Bad input and exhausted resources are typed errors, never a hang: once a device has no
+/// hardware event left (the user's own events took them all), a stream of a context whose
+/// completion-event pool is still empty cannot record the event that watches its operations.
+/// Each operation must still resolve (drained by the sentinel) with its buffers handed back,
+/// and once the user's events are dropped the same stream works again and no event is left.
+#[test]
+fn operations_resolve_when_the_device_has_no_hardware_event_left() {
+    let (_guard, _d0, _d1) = devices();
+    let device = Device::open(2).unwrap();
+    let baseline = sim::device_stats(&device).unwrap().live_events;
+    let hog = device.create_context().unwrap();
+    let mut events = Vec::new();
+    let exhausted = loop {
+        match Event::new(&hog) {
+            Ok(event) => events.push(event),
+            Err(err) => break err,
+        }
+        assert!(
+            events.len() <= 1 << 20,
+            "the device never ran out of events"
+        );
+    };
+    assert!(
+        matches!(exhausted, Error::Acl(_)),
+        "a typed ACL error: {exhausted:?}"
+    );
+    for strategy in STRATEGIES {
+        // A context of its own: its event pool has no event to reuse.
+        let ctx = device.create_context().unwrap();
+        let stream = stream(&ctx, strategy);
+        let data: Vec<u32> = (0..1024).collect();
+        let host = PinnedBuffer::from_slice(&ctx, &data).unwrap();
+        let dst = DeviceBuffer::<u32>::new(&ctx, data.len()).unwrap();
+        match run(stream.copy_h2d(host, dst)) {
+            Ok((host, dst)) => assert_eq!((host.len(), dst.len()), (1024, 1024)),
+            Err(err) => {
+                let (host, dst) = err.value.expect("a failed copy hands its buffers back");
+                assert_eq!((host.len(), dst.len()), (1024, 1024), "{strategy:?}");
+            }
+        }
+        // A user event can neither be made nor, for the same reason, watched.
+        assert!(Event::new(&ctx).is_err());
+        run(stream.synchronize()).ok();
+        drop(stream);
+        drop(ctx);
+    }
+    drop(events);
+    for strategy in STRATEGIES {
+        let ctx = device.create_context().unwrap();
+        let stream = stream(&ctx, strategy);
+        let data: Vec<u32> = (0..1024).map(|i| i * 3).collect();
+        assert_eq!(run(round_trip(&ctx, &stream, &data)).unwrap(), data);
+    }
+    drop(hog);
+    // The completion events of the contexts above were pooled and are destroyed with the
+    // last of their streams, which the reaper destroys after their last completion.
+    until("no event or allocation is left", || {
+        sim::flush_releases();
+        let stats = sim::device_stats(&device).unwrap();
+        stats.live_allocations == 0 && stats.live_events == baseline
+    });
+}
+
+/// Bad input is a typed error naming the API, never a panic: every single stream flag and
+/// extreme priorities either build a stream that runs work to completion under each strategy,
+/// or are refused with an error naming `StreamBuilder::build` (the unwatchable flags) or the
+/// ACL call.
+#[test]
+fn streams_of_every_flag_and_extreme_priorities_work_or_are_refused() {
+    let (_guard, ctx, _) = devices();
+    let unwatchable =
+        ffi::ACL_STREAM_PERSISTENT | ffi::ACL_STREAM_CPU_SCHEDULE | ffi::ACL_STREAM_DEVICE_USE_ONLY;
+    let data: Vec<u32> = (0..256).collect();
+    for strategy in STRATEGIES {
+        for bit in 0..32 {
+            let flags = 1u32 << bit;
+            for priority in [0, 7, i32::MAX as u32, u32::MAX] {
+                let built = Stream::builder(&ctx)
+                    .strategy(strategy)
+                    .flags(flags)
+                    .priority(priority)
+                    .build();
+                match built {
+                    Ok(stream) => {
+                        assert_eq!(
+                            flags & unwatchable,
+                            0,
+                            "flag {flags:#x} makes a stream the host cannot watch"
+                        );
+                        let back = run(round_trip(&ctx, &stream, &data)).unwrap_or_else(|err| {
+                            panic!("{strategy:?} flags {flags:#x} priority {priority}: {err}")
+                        });
+                        assert_eq!(back, data);
+                        run(stream.synchronize()).unwrap();
+                    }
+                    Err(err) if flags & unwatchable != 0 => {
+                        assert_eq!(invalid(&err), ("StreamBuilder::build", "flags"));
+                    }
+                    Err(err) => {
+                        assert!(
+                            matches!(err, Error::Acl(_) | Error::InvalidArgument { .. }),
+                            "flags {flags:#x} priority {priority}: {err:?}"
+                        );
+                    }
+                }
+            }
+        }
+        // A pool of such streams: a count of zero is refused, a huge one stops at the
+        // device's stream limit with a typed error instead of exhausting memory.
+        let err = StreamPool::new(&ctx, 0).unwrap_err();
+        assert_eq!(invalid(&err).1, "count");
+    }
+    assert_eq!(live_allocations(&ctx), 0);
+}
+
+/// Nothing hangs and no shared thread waits: a device's whole budget of streams (the pool of
+/// a huge count stops at it with a typed error), all of them running work at once under every
+/// strategy, then dropped with work in flight on a held device. The device's live streams
+/// return to their baseline once the device is released.
+#[test]
+fn a_device_full_of_streams_runs_and_releases_them_all() {
+    let (_guard, _d0, _d1) = devices();
+    let device = Device::open(3).unwrap();
+    let ctx = device.primary_context().clone();
+    let baseline = sim::device_stats(&device).unwrap().live_streams;
+    let err = watchdog("a pool of usize::MAX streams", || {
+        StreamPool::new(&ctx, usize::MAX).unwrap_err()
+    });
+    assert!(matches!(err, Error::Acl(_)), "{err:?}");
+    until("the pool's streams are destroyed", || {
+        sim::flush_releases();
+        sim::device_stats(&device).unwrap().live_streams == baseline
+    });
+    let mut streams = Vec::new();
+    let mut turn = 0usize;
+    loop {
+        let strategy = STRATEGIES[turn % STRATEGIES.len()];
+        turn += 1;
+        match Stream::builder(&ctx).strategy(strategy).build() {
+            Ok(stream) => streams.push(stream),
+            Err(err) => {
+                assert!(matches!(err, Error::Acl(_)), "{err:?}");
+                break;
+            }
+        }
+        assert!(streams.len() < 100_000, "no stream limit");
+    }
+    // Every stream memsets a buffer of its own; all are awaited together.
+    let ops: Vec<_> = streams
+        .iter()
+        .enumerate()
+        .map(|(i, s)| s.memset(DeviceBuffer::<u8>::new(&ctx, 16).unwrap(), i as u8))
+        .collect();
+    let done = run(futures::future::join_all(ops));
+    for (i, result) in done.into_iter().enumerate() {
+        assert_eq!(result.unwrap().to_vec_blocking().unwrap(), [i as u8; 16]);
+    }
+    // Dropped with work queued behind a hold: the drops must not wait for the device.
+    let hold = sim::hold(&device).unwrap();
+    let mut completions = Vec::new();
+    for (i, s) in streams.iter().enumerate() {
+        let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 16).unwrap(), i as u8);
+        completions.push(op.completion().clone());
+        drop(op);
+    }
+    watchdog("dropping a device full of streams with held work", || {
+        drop(streams)
+    });
+    hold.release().unwrap();
+    all_completed(&completions);
+    // The completing threads let go of each stream right after its last completion, then the
+    // reaper destroys it: not ordered with this thread, so looked at until it is done.
+    until("every stream is destroyed", || {
+        sim::flush_releases();
+        let stats = sim::device_stats(&device).unwrap();
+        stats.live_streams == baseline && stats.live_allocations == 0
+    });
+}
+
+/// Polls `done` until it holds, failing the test after [`HANG`]: for what npu-rs finishes on
+/// its own threads after the completion this thread saw.
+fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + HANG;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hung waiting until {what}"
+        );
+        std::thread::yield_now();
+    }
 }
 
 /// Misuse of events is a typed error naming the API, never a panic or a hang: Ex events
