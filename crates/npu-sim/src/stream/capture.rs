@@ -1,0 +1,152 @@
+//! Where a stream's tasks go instead of its queue: a capture, a bound model runtime
+//! instance, a task group being recorded or updated, a PERSISTENT stream's kept tasks.
+
+use std::sync::Arc;
+
+use npu_sys::*;
+
+use crate::capture::Capture;
+use crate::error::{Res, SimError, ensure, fail};
+use crate::model_ri::{GroupWork, ModelRi, TaskGroup};
+use crate::sync::lock;
+use crate::task::Op;
+
+use super::Stream;
+
+impl Stream {
+    /// aclrtPersistentTaskClean: drops the tasks kept for a model.
+    pub(crate) fn clean_persistent(&self) -> Res<()> {
+        ensure!(
+            self.is_persistent(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "stream {} is not an ACL_STREAM_PERSISTENT stream: it keeps no tasks to clean",
+            self.id
+        );
+        let kept = std::mem::take(&mut lock(&self.state).persistent);
+        // Dropping tasks may release a kernel library: outside the lock.
+        drop(kept);
+        Ok(())
+    }
+
+    /// Whether tasks on this stream are kept for a model instead of run (ACL_STREAM_PERSISTENT).
+    pub(crate) fn is_persistent(&self) -> bool {
+        self.flags & ACL_STREAM_PERSISTENT != 0
+    }
+
+    /// The capture the stream takes part in, if it is being captured.
+    pub(crate) fn capture(&self) -> Option<Arc<Capture>> {
+        lock(&self.state).capture.clone()
+    }
+
+    /// Makes the stream's tasks go into `capture` (one capturing already →
+    /// ACL_ERROR_RT_STREAM_CAPTURED).
+    pub(crate) fn enter_capture(&self, capture: &Arc<Capture>) -> Res<()> {
+        let mut state = lock(&self.state);
+        ensure!(
+            state.capture.is_none(),
+            ACL_ERROR_RT_STREAM_CAPTURED,
+            "stream {} is being captured already",
+            self.id
+        );
+        state.capture = Some(capture.clone());
+        Ok(())
+    }
+
+    /// The built instance the stream is bound to.
+    pub(crate) fn bound_model(&self) -> Option<Arc<ModelRi>> {
+        lock(&self.state).bound.clone()
+    }
+
+    /// Binds the stream to a built instance: a PERSISTENT stream (ACL_ERROR_RT_PARAM_INVALID
+    /// otherwise) bound to none yet (ACL_ERROR_RT_PARAM_INVALID).
+    pub(crate) fn bind(&self, model: &Arc<ModelRi>) -> Res<()> {
+        ensure!(
+            self.is_persistent(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "stream {} was not created with ACL_STREAM_PERSISTENT, so it cannot be bound to a model runtime instance",
+            self.id
+        );
+        let mut state = lock(&self.state);
+        ensure!(
+            state.bound.is_none(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "stream {} is bound to a model runtime instance already",
+            self.id
+        );
+        state.bound = Some(model.clone());
+        Ok(())
+    }
+
+    pub(crate) fn unbind(&self) {
+        lock(&self.state).bound = None;
+    }
+
+    /// Starts group work on the stream (one at a time: ACL_ERROR_STREAM_TASK_GROUP_STATUS).
+    pub(crate) fn begin_group_work(&self, work: GroupWork) -> Res<()> {
+        let mut state = lock(&self.state);
+        ensure!(
+            state.group.is_none(),
+            ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+            "stream {} is recording or updating a task group already",
+            self.id
+        );
+        state.group = Some(work);
+        Ok(())
+    }
+
+    /// Ends the recording of a task group: the indexes of its tasks in the instance (not
+    /// recording → ACL_ERROR_STREAM_TASK_GROUP_STATUS).
+    pub(crate) fn end_group(&self) -> Res<Vec<usize>> {
+        let mut state = lock(&self.state);
+        match state.group.take() {
+            Some(GroupWork::Recording(indexes)) => Ok(indexes),
+            other => {
+                state.group = other;
+                fail!(
+                    ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+                    "stream {} is not recording a task group (aclmdlRICaptureTaskGrpBegin)",
+                    self.id
+                )
+            }
+        }
+    }
+
+    /// Ends the update of a task group: the group and the tasks staged for it (not updating
+    /// → ACL_ERROR_STREAM_TASK_GROUP_STATUS).
+    pub(crate) fn end_update(&self) -> Res<(Arc<TaskGroup>, Vec<Op>)> {
+        let mut state = lock(&self.state);
+        match state.group.take() {
+            Some(GroupWork::Updating { group, staged }) => Ok((group, staged)),
+            other => {
+                state.group = other;
+                fail!(
+                    ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+                    "stream {} is not updating a task group (aclmdlRICaptureTaskUpdateBegin)",
+                    self.id
+                )
+            }
+        }
+    }
+
+    /// Back to running its tasks; returns the capture it was in.
+    pub(crate) fn leave_capture(&self) -> Option<Arc<Capture>> {
+        lock(&self.state).capture.take()
+    }
+
+    /// Fails with ACL_ERROR_RT_STREAM_CAPTURED if the stream is being captured, and makes
+    /// its capture invalid: `what` cannot be done to a capturing stream.
+    pub(crate) fn check_not_captured(&self, what: &str) -> Res<()> {
+        if let Some(capture) = self.capture() {
+            let error = SimError::new(
+                ACL_ERROR_RT_STREAM_CAPTURED,
+                format!(
+                    "{what} is not possible while stream {} is being captured (end the capture \
+                     with aclmdlRICaptureEnd first)",
+                    self.id
+                ),
+            );
+            return capture.refuse(error);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,119 @@
+//! What a task waits for before it starts: the event, notify or value it waits on, and the
+//! device's hold gate.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use npu_sys::*;
+
+use crate::error::SimError;
+use crate::sim::Sim;
+use crate::sync::{Bell, Listen, wait_until};
+use crate::task::{Op, Task, read_value};
+
+use super::Stream;
+
+impl Stream {
+    /// Blocks a task until `poll` gives its outcome (`Ok(ready_ns)` or a failure), or the
+    /// stream gives up (`Err(None)`: the task is dropped), or `timeout` passes since the wait
+    /// began (ACL_ERROR_RT_WAIT_TIMEOUT, naming `what`). Marks the task taken when it blocks.
+    fn block_on(
+        &self,
+        task: &Task,
+        extra: &[Listen<'_>],
+        timeout: Option<Duration>,
+        what: &str,
+        mut poll: impl FnMut() -> Option<Result<u64, SimError>>,
+    ) -> Result<u64, Option<SimError>> {
+        let mut listens = extra.to_vec();
+        listens.extend(self.listens(Bell::RING_ONLY));
+        let deadline = timeout.map(|timeout| Instant::now() + timeout);
+        let outcome = wait_until(&listens, deadline, || {
+            if self.discarding().is_some() {
+                return Some(Err(None));
+            }
+            match poll() {
+                Some(outcome) => Some(outcome.map_err(Some)),
+                // Force-destroyed, or destroyed while stopped (the queue of a stopped stream is
+                // dropped with it, the task waiting for the stop to end with it).
+                None if self.draining.load(Ordering::Acquire)
+                    || (self.destroyed.load(Ordering::Acquire)
+                        && self.stopped.load(Ordering::SeqCst)) =>
+                {
+                    Some(Err(None))
+                }
+                None => {
+                    self.begin(task.position);
+                    None
+                }
+            }
+        });
+        outcome.unwrap_or_else(|| {
+            Err(Some(SimError::new(
+                ACL_ERROR_RT_WAIT_TIMEOUT,
+                format!(
+                    "{what} on stream {} of device {} timed out",
+                    self.id, self.device.id
+                ),
+            )))
+        })
+    }
+
+    /// Waits for what must happen before the task may start: what it waits for and the
+    /// device's hold gate. Returns the simulated time it became ready, or how it failed.
+    pub(super) fn wait_ready(&self, sim: &Sim, task: &Task) -> Result<u64, Option<SimError>> {
+        let ready_ns =
+            match &task.op {
+                Op::Wait { record, timeout } => {
+                    self.block_on(task, &record.listens(), *timeout, "an event wait", || {
+                        match record.outcome() {
+                            crate::event::Outcome::Done { ts_ns, .. } => Some(Ok(ts_ns)),
+                            crate::event::Outcome::Pending => {
+                                record.doom().map(|code| Err(record.doom_error(code)))
+                            }
+                        }
+                    })?
+                }
+                Op::SharedWait { shared, n, timeout } => {
+                    let wait = "an IPC event wait";
+                    self.block_on(task, &[shared.listen()], *timeout, wait, || {
+                        shared.reached(*n).map(|reached| match reached {
+                            crate::ipc::Reached::Done => Ok(self.device.clock.now_ns()),
+                            crate::ipc::Reached::Dropped => Err(SimError::new(
+                                ACL_ERROR_RT_STREAM_ABORT,
+                                "the record of the IPC event this wait waits for was dropped \
+                                 (its stream was aborted) before it was reached",
+                            )),
+                        })
+                    })?
+                }
+                Op::NotifyWait { notify, timeout } => {
+                    self.block_on(task, &[notify.listen()], *timeout, "a notify wait", || {
+                        notify.take().then(|| Ok(self.device.clock.now_ns()))
+                    })?
+                }
+                Op::ValueWait { src, value, cmp } => {
+                    let listens = [crate::device::MEMORY_BELL.any()];
+                    self.block_on(task, &listens, None, "a value wait", || {
+                        match read_value(&sim.memory, *src) {
+                            Ok(memory) => cmp
+                                .holds(memory, *value)
+                                .then(|| Ok(self.device.clock.now_ns())),
+                            Err(error) => Some(Err(error)),
+                        }
+                    })?
+                }
+                _ => 0,
+            };
+        // A stopped stream's task does not start (aclrtStreamStop halts the stream's work and
+        // keeps it queued) until an abort drops it, which ends the wait.
+        let listens = [self.device.hold_bell.any()];
+        let released_ns = self.block_on(task, &listens, None, "the hold gate", || {
+            match self.stopped.load(Ordering::SeqCst) {
+                true => None,
+                false => self.device.hold_state().map(Ok),
+            }
+        })?;
+        Ok(ready_ns.max(released_ns))
+    }
+}

@@ -1,0 +1,128 @@
+//! Host waits for and queries of the stream's work: synchronisation, quiescence, queries.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use npu_sys::*;
+
+use crate::error::{Res, SimError};
+use crate::sync::{lock, wait_until};
+
+use super::{Stream, UNSYNCED_FLAGS};
+
+impl Stream {
+    /// Waits for every task submitted so far, leaving task errors in place. Fails if the
+    /// stream is doomed, or with ACL_ERROR_RT_STREAM_SYNC_TIMEOUT at the deadline.
+    pub(crate) fn wait_idle(&self, deadline: Option<Instant>) -> Res<()> {
+        if let Some(code) = self.settled_doom() {
+            return Err(self.doom_error_by(code, deadline)?);
+        }
+        if self.flags & UNSYNCED_FLAGS != 0 {
+            return Ok(());
+        }
+        let target = self.submitted.load(Ordering::Acquire);
+        self.refuse_self_wait(target)?;
+        let outcome = wait_until(&self.listens(target), deadline, || {
+            if let Some(code) = self.settled_doom() {
+                return Some(Err(code));
+            }
+            (self.finished.load(Ordering::Acquire) >= target).then_some(Ok(()))
+        });
+        match outcome {
+            None => Err(self.sync_timeout()),
+            Some(Err(code)) => Err(self.doom_error_by(code, deadline)?),
+            Some(Ok(())) => Ok(()),
+        }
+    }
+
+    fn sync_timeout(&self) -> SimError {
+        SimError::new(
+            ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+            format!(
+                "stream {} of device {} did not finish its work in time",
+                self.id, self.device.id
+            ),
+        )
+    }
+
+    /// [`Self::doom_error`] for a synchronisation with `deadline`: the sync's timeout error
+    /// if a lost device still runs a task then ([`crate::device::Device::loss_error_by`]).
+    fn doom_error_by(&self, code: aclError, deadline: Option<Instant>) -> Res<SimError> {
+        if code == ACL_ERROR_RT_LOST_HEARTBEAT {
+            return self
+                .device
+                .loss_error_by(deadline)
+                .ok_or_else(|| self.sync_timeout());
+        }
+        Ok(self.doom_error(code))
+    }
+
+    /// Waits until no task submitted so far can still touch memory, leaving task errors in
+    /// place: until they have all finished, or, once the stream is doomed (its queued tasks
+    /// will never run), until the task running then has finished.
+    pub(crate) fn wait_quiescent(&self) {
+        let target = self.submitted.load(Ordering::Acquire);
+        let drained = wait_until(&self.listens(target), None, || {
+            if self.doom().is_some() {
+                return Some(false);
+            }
+            (self.finished.load(Ordering::Acquire) >= target).then_some(true)
+        });
+        if drained != Some(true) {
+            // Taken under the queue lock, so a task is counted before it can start; once it
+            // is counted, a doomed stream abandons it at once or it is the one running.
+            let running = self.started.load(Ordering::Acquire);
+            wait_until(&[self.bell.at(running)], None, || {
+                (self.finished.load(Ordering::Acquire) >= running).then_some(())
+            });
+        }
+    }
+
+    /// Waits until every task submitted so far has finished, or the stream is doomed (its
+    /// queued tasks will never run) and no task of it is still running; false if `deadline`
+    /// passed first.
+    pub(crate) fn drained_by(&self, deadline: Instant) -> bool {
+        let target = self.submitted.load(Ordering::Acquire);
+        wait_until(&self.listens(target), Some(deadline), || {
+            let done = self.finished.load(Ordering::Acquire) >= target;
+            (done || self.settled_doom().is_some()).then_some(())
+        })
+        .is_some()
+    }
+
+    /// Waits for every task submitted so far; returns (and clears) the first task error.
+    pub(crate) fn synchronize(&self, deadline: Option<Instant>) -> Res<()> {
+        self.wait_idle(deadline)?;
+        if let Ok(sim) = crate::sim::sim() {
+            crate::pool::after_sync(sim, &self.device);
+        }
+        match lock(&self.state).sticky.take() {
+            Some(error) => Err(self.task_error(error)),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether all submitted work is done. Task errors are left to the synchronisations;
+    /// only a doom (the work cannot complete) fails the query.
+    pub(crate) fn query(&self) -> Res<bool> {
+        if let Some(code) = self.settled_doom() {
+            // A lost device's task still running elsewhere: not done yet (a query never
+            // waits for it).
+            return match self.doom_error_by(code, Some(Instant::now())) {
+                Ok(error) => Err(error),
+                Err(_) => Ok(false),
+            };
+        }
+        Ok(self.finished.load(Ordering::Acquire) >= self.submitted.load(Ordering::Acquire))
+    }
+
+    fn task_error(&self, error: SimError) -> SimError {
+        SimError::new(
+            error.code,
+            format!(
+                "a task on stream {} of device {} failed: {}",
+                self.id, self.device.id, error.msg
+            ),
+        )
+    }
+}
