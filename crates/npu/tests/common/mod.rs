@@ -17,9 +17,7 @@ use npu::{Error, Stream, ffi};
 
 // Shared with npu-stream's abort tests, which name the same types through their crates.
 #[path = "../../../npu-stream/tests/common/runtime_abort.rs"]
-mod runtime_abort;
-
-pub(crate) use runtime_abort::until_the_runtime_aborts;
+pub(crate) mod runtime_abort;
 
 /// Every completion strategy: each attack involving a stream runs under all three.
 pub(crate) const STRATEGIES: [Strategy; 3] = [
