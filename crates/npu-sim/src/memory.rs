@@ -583,6 +583,19 @@ impl MemoryMap {
         Some(Lease(alloc.clone()))
     }
 
+    /// Whether any device allocation (aclrtMalloc, managed or mapped virtual memory) overlaps
+    /// `[ptr, ptr+len)`.
+    pub(crate) fn overlaps_device(&self, ptr: usize, len: usize) -> bool {
+        let map = read(&self.allocations);
+        let end = ptr.saturating_add(len);
+        // The allocation holding `ptr`, and every one starting inside the range.
+        find(&map, ptr)
+            .map(|(_, alloc)| alloc)
+            .into_iter()
+            .chain(map.range(ptr..end).map(|(_, alloc)| alloc))
+            .any(|alloc| matches!(alloc.kind, AllocKind::Device { .. }))
+    }
+
     /// Registers host memory; fails with 507910 if any of it is already registered.
     pub(crate) fn register(&self, ptr: usize, len: usize, mapped: bool, pin: bool) -> Res<()> {
         let mut map = write(&self.registrations);

@@ -763,6 +763,44 @@ static PARAM_INVALID: &[Case] = &[
             code!(aclrtHostRegister(p, 4096, ACL_HOST_REGISTER_MAPPED, &mut d))
         },
     ),
+    case(
+        "register device memory",
+        "aclrtHostRegister",
+        107000,
+        0,
+        || {
+            let mut d = ptr::null_mut();
+            code!(aclrtHostRegister(
+                malloc(8192),
+                4096,
+                ACL_HOST_REGISTER_MAPPED,
+                &mut d
+            ))
+        },
+    ),
+    case(
+        "register into device memory",
+        "aclrtHostRegisterV2",
+        107000,
+        0,
+        || {
+            let inside = malloc(8192).cast::<u8>().wrapping_add(100).cast();
+            code!(aclrtHostRegisterV2(inside, 4096, ACL_HOST_REG_MAPPED))
+        },
+    ),
+    case(
+        "register freed memory",
+        "aclrtHostRegisterV2",
+        107000,
+        0,
+        || {
+            code!(aclrtHostRegisterV2(
+                freed_device_address(64),
+                64,
+                ACL_HOST_REG_PINNED
+            ))
+        },
+    ),
     case("register flag 0", "aclrtHostRegisterV2", 107000, 0, || {
         code!(aclrtHostRegisterV2(pageable(1 << 16), 4096, 0))
     }),

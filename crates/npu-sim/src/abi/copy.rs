@@ -154,7 +154,7 @@ fn correct_kind(src: PtrClass, dst: PtrClass, kind: aclrtMemcpyKind) -> Res<Dire
 /// Refuses, too, an address of memory the runtime gave out and took back (a freed allocation
 /// still held back from reuse, a global of an unloaded binary): it is no host memory of the
 /// caller's, and copying there as such would fault.
-fn check_mapped(sim: &Sim, class: PtrClass, ptr: usize) -> Res<()> {
+pub(super) fn check_mapped(sim: &Sim, class: PtrClass, ptr: usize) -> Res<()> {
     if class != PtrClass::Unregistered {
         return Ok(());
     }

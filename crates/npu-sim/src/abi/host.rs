@@ -23,6 +23,17 @@ fn register(ptr: *mut c_void, size: u64, mapped: bool, pin: bool) -> Res<()> {
             "{ptr:p}+{size} does not fit the address space"
         );
     };
+    // Only host memory can be registered. Device memory is the device's already, and an
+    // address the runtime gave out and took back (freed memory held back from reuse, a bare
+    // virtual-memory reservation) is no memory of the caller's: registered, it would count as
+    // host memory, and a copy would then write it (a fault on the simulator, where such ranges
+    // are kept inaccessible).
+    ensure!(
+        !sim.memory.overlaps_device(ptr as usize, len),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{ptr:p}+{size} is device memory, not host memory"
+    );
+    super::copy::check_mapped(sim, sim.memory.locate(ptr as usize).class, ptr as usize)?;
     ensure!(
         !(pin && sim.memory.is_pinned_allocation(ptr as usize)),
         ACL_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
@@ -33,7 +44,8 @@ fn register(ptr: *mut c_void, size: u64, mapped: bool, pin: bool) -> Res<()> {
 
 /// Registers (maps) host memory for device access; `*devPtr` receives the device alias (on
 /// the simulator, the same address). `ptr` must be 4 KiB aligned (107000); type bits other
-/// than IOMEMORY/READONLY → 207000 (IOMEMORY and READONLY are accepted and have no effect).
+/// than IOMEMORY/READONLY → 207000 (IOMEMORY and READONLY are accepted and have no effect);
+/// device memory, or memory the runtime took back → 107000.
 ///
 /// # Safety
 /// `ptr` must be host memory valid for `size` bytes while registered; `devPtr` NULL or
@@ -69,9 +81,9 @@ pub unsafe extern "C" fn aclrtHostRegister(
 
 /// Registers host memory with flags (MAPPED: device-accessible through
 /// aclrtHostGetDevicePointer; PINNED: page-locked, for pageable memory only). No valid bit or
-/// an unknown bit → 107000; any address is accepted (unlike aclrtHostRegister, no alignment
-/// check); overlap with a registered range (or PINNED on aclrtMallocHost
-/// memory) → 507910.
+/// an unknown bit → 107000; any host address is accepted (unlike aclrtHostRegister, no
+/// alignment check), device memory or memory the runtime took back is not (107000); overlap
+/// with a registered range (or PINNED on aclrtMallocHost memory) → 507910.
 ///
 /// # Safety
 /// `ptr` must be host memory valid for `size` bytes while registered.
