@@ -385,6 +385,7 @@ impl MemoryMap {
         drop(map);
         alloc.wait_idle();
         self.uce.forget(ptr, alloc.len);
+        self.forget_registrations(ptr, alloc.len);
         release(ptr, &alloc);
         if pinned {
             self.pinned_bytes
@@ -624,6 +625,27 @@ impl MemoryMap {
             warn_unlocked(&err);
         }
         Ok(())
+    }
+
+    /// Drops the registrations overlapping `[ptr, ptr+len)`, memory being freed: aclrtMallocHost
+    /// memory may be registered (MAPPED), and a registration left behind would make the freed
+    /// range count as host memory, which a copy would then write (the range is held back from
+    /// reuse, inaccessible).
+    fn forget_registrations(&self, ptr: usize, len: usize) {
+        let mut map = write(&self.registrations);
+        let end = ptr.saturating_add(len);
+        let stale: Vec<usize> = map
+            .range(..end)
+            .filter(|&(&base, reg)| base + reg.len > ptr)
+            .map(|(&base, _)| base)
+            .collect();
+        for base in stale {
+            if let Some(reg) = map.remove(&base)
+                && reg.locked
+            {
+                munlock(base, reg.len);
+            }
+        }
     }
 
     /// Unregisters the registration starting at `ptr`.

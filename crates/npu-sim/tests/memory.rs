@@ -210,6 +210,42 @@ fn host_register_v2_checks_the_flags_not_the_alignment() {
 }
 
 #[test]
+fn freeing_registered_pinned_memory_ends_its_registration() {
+    install();
+    set_device(1);
+    let pinned = malloc_host(8192);
+    let mut mapped = ptr::null_mut();
+    acl!(aclrtHostRegister(
+        pinned,
+        4096,
+        ACL_HOST_REGISTER_MAPPED,
+        &mut mapped
+    ));
+    acl!(aclrtFreeHost(pinned));
+    // The registration went with the memory: the freed address is no host memory any more.
+    // (It counted as registered host memory, and this copy wrote the freed range: SIGSEGV.)
+    let data = [7u8; 64];
+    assert_eq!(
+        code!(aclrtMemcpy(
+            pinned,
+            64,
+            data.as_ptr().cast(),
+            64,
+            ACL_MEMCPY_HOST_TO_HOST
+        )),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    assert_eq!(
+        attributes(pinned).location.type_,
+        ACL_MEM_LOCATION_TYPE_UNREGISTERED
+    );
+    assert_eq!(
+        code!(aclrtHostUnregister(pinned)),
+        ACL_ERROR_HOST_MEMORY_NOT_REGISTERED
+    );
+}
+
+#[test]
 fn pointers_are_classified() {
     install();
     set_device(1);
