@@ -565,6 +565,13 @@ fn any_config() -> *mut aclrtStreamConfigHandle {
     ptr::NonNull::dangling().as_ptr()
 }
 
+/// The current context's default stream, by its own handle rather than NULL.
+fn default_stream() -> aclrtStream {
+    let mut stream = ptr::null_mut();
+    acl!(aclrtCtxGetCurrentDefaultStream(&mut stream));
+    stream
+}
+
 fn set_attribute(stream: aclrtStream, attr: aclrtStreamAttr, raw: u64) -> aclError {
     let mut value = aclrtStreamAttrValue { failureMode: raw };
     code!(aclrtSetStreamAttribute(stream, attr, &mut value))
@@ -577,6 +584,20 @@ fn every_error_path() {
         case("stop NULL", "aclrtStreamStop", 100000, 0, || {
             code!(aclrtStreamStop(ptr::null_mut()))
         }),
+        case(
+            "stop the default stream's handle",
+            "aclrtStreamStop",
+            107000,
+            0,
+            || code!(aclrtStreamStop(default_stream())),
+        ),
+        case(
+            "clean the default stream's handle",
+            "aclrtPersistentTaskClean",
+            107000,
+            0,
+            || code!(aclrtPersistentTaskClean(default_stream())),
+        ),
         case("stop stale", "aclrtStreamStop", 107017, 0, || {
             let stream = create_stream();
             acl!(aclrtDestroyStream(stream));
@@ -1244,6 +1265,13 @@ fn every_error_path() {
             107000,
             0,
             || set_attribute(ptr::null_mut(), ACL_STREAM_ATTR_FAILURE_MODE, 1),
+        ),
+        case(
+            "failure mode of the default stream's handle",
+            "aclrtSetStreamAttribute",
+            107000,
+            0,
+            || set_attribute(default_stream(), ACL_STREAM_ATTR_FAILURE_MODE, 1),
         ),
         case(
             "failure mode 2",

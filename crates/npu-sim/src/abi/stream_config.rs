@@ -141,8 +141,10 @@ pub unsafe extern "C" fn aclrtSetStreamAttribute(
         unsafe {
             match stmAttrType {
                 ACL_STREAM_ATTR_FAILURE_MODE => {
+                    // The default stream, named by NULL or by its own handle
+                    // (aclrtCtxGetCurrentDefaultStream): the reference excludes the stream.
                     ensure!(
-                        !stream.is_null(),
+                        !target.is_default,
                         ACL_ERROR_RT_PARAM_INVALID,
                         "the failure mode of the default stream cannot be set"
                     );

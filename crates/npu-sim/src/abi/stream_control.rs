@@ -17,13 +17,23 @@ fn explicit_stream(api: &str, stream: aclrtStream) -> Res<std::sync::Arc<crate::
         "{api} does not take the default stream (NULL)"
     );
     let (_, stream) = context::owned_stream(sim()?, stream)?;
+    // The default stream named by its handle (aclrtCtxGetCurrentDefaultStream) is the same
+    // stream NULL names: refused too, as aclrtDestroyStream refuses it (107000, a runtime
+    // check, where NULL is the ACL layer's 100000).
+    ensure!(
+        !stream.is_default,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{api} does not take the default stream (stream {} is its context's default stream)",
+        stream.id
+    );
     Ok(stream)
 }
 
 /// Stops a created stream of the current context: it takes no further task (the task running
 /// finishes: the simulator cannot interrupt host code); queued work stays, and
 /// synchronisations and queries of the stream fail with ACL_ERROR_RT_INTERNAL_ERROR (507000)
-/// until aclrtStreamAbort discards the work. NULL → 100000.
+/// until aclrtStreamAbort discards the work. NULL → 100000; the default stream's own handle →
+/// 107000.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -56,7 +66,8 @@ pub unsafe extern "C" fn aclrtStreamAbort(stream: aclrtStream) -> aclError {
 
 /// Drops the tasks an ACL_STREAM_PERSISTENT stream of the current context keeps for a model,
 /// so that new ones can be issued without destroying the stream (task ids restart at 1). NULL
-/// → 100000; a stream of another context → 107003; a stream that is not PERSISTENT → 107000.
+/// → 100000; a stream of another context → 107003; a stream that is not PERSISTENT (the
+/// default stream's handle among them) → 107000.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
