@@ -1110,7 +1110,7 @@ fn records_and_waits_during_an_abort_are_refused_or_discarded() {
         }
         // The records accepted are discarded only if the kernel returns once the runtime's
         // abort call has begun (the refusals start just before it).
-        runtime_abort::until_the_runtime_aborts(&s);
+        until_the_runtime_aborts(&s);
         open_gate();
         run(async {
             abort.await.unwrap();

@@ -218,19 +218,6 @@ fn a_device_full_of_streams_runs_and_releases_them_all() {
     });
 }
 
-/// Polls `done` until it holds, failing the test after [`HANG`]: for what npu-rs finishes on
-/// its own threads after the completion this thread saw.
-fn until(what: &str, done: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + HANG;
-    while !done() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "hung waiting until {what}"
-        );
-        std::thread::yield_now();
-    }
-}
-
 /// Misuse of events is a typed error naming the API, never a panic or a hang: Ex events
 /// (complete before any record), events without ACL_EVENT_SYNC waited on by a stream, events
 /// without a timeline timed, timing never-recorded events, events of two devices, and an

@@ -21,10 +21,10 @@ mod core_common;
 pub(crate) use core_common::{runtimes, simulator_library};
 
 // Shared with the facade's attack tests, which name the same types through `npu`.
-#[path = "runtime_abort.rs"]
-mod runtime_abort;
+#[path = "until.rs"]
+mod until;
 
-pub(crate) use runtime_abort::until_the_runtime_aborts;
+pub(crate) use until::{until, until_the_runtime_aborts};
 
 /// Every completion strategy, so each behaviour is checked under all three.
 pub const STRATEGIES: [Strategy; 3] = [
@@ -71,19 +71,6 @@ pub fn stream(context: &Context, strategy: Strategy) -> Stream {
 
 /// A hang detector, not a synchronisation: every awaited operation must finish long before.
 pub const HANG: Duration = Duration::from_secs(60);
-
-/// Waits (spinning, with a hang detector) until another thread makes `done` true: for state
-/// that no completion orders with the test's thread (a callback thread winding down).
-pub fn until(what: &str, done: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + HANG;
-    while !done() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "hung waiting until {what}"
-        );
-        std::thread::yield_now();
-    }
-}
 
 /// Runs `future` to completion on a current-thread Tokio runtime, failing the test if it has
 /// not finished after [`HANG`].

@@ -1,6 +1,10 @@
 //! What the attack tests share: the strategies they run under, the device lock, and the
 //! bounds that turn a hang into a failed test.
-#![allow(dead_code, reason = "each test binary uses its own part")]
+#![allow(
+    dead_code,
+    unused_imports,
+    reason = "each test binary uses its own part"
+)]
 
 use std::future::Future;
 use std::io::Write;
@@ -16,8 +20,10 @@ use npu::stream::{Completion, Strategy};
 use npu::{Error, Stream, ffi};
 
 // Shared with npu-stream's abort tests, which name the same types through their crates.
-#[path = "../../../npu-stream/tests/common/runtime_abort.rs"]
-pub(crate) mod runtime_abort;
+#[path = "../../../npu-stream/tests/common/until.rs"]
+mod until;
+
+pub(crate) use until::{until, until_the_runtime_aborts};
 
 /// Every completion strategy: each attack involving a stream runs under all three.
 pub(crate) const STRATEGIES: [Strategy; 3] = [

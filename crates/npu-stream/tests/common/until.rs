@@ -1,7 +1,21 @@
-//! Waiting for the runtime's own abort of a stream, for the abort tests of npu-stream and of the
-//! facade; each includer provides `Stream` and `ffi` (the same types, named through its crate).
+//! Waiting until another thread has done something no completion orders with the test's
+//! thread, for npu-stream's tests and the facade's; each includer provides `HANG`, `Stream`
+//! and `ffi` (the same types, named through its crate).
 
-use super::{Stream, ffi};
+use super::{HANG, Stream, ffi};
+
+/// Waits (spinning, with a hang detector) until another thread makes `done` true: for state
+/// that no completion orders with the test's thread (a callback thread winding down).
+pub(crate) fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + HANG;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hung waiting until {what}"
+        );
+        std::thread::yield_now();
+    }
+}
 
 /// Returns once the runtime's own abort of `stream` has begun, which `Stream::abort`'s refusals
 /// cannot tell: they start when its thread marks what it discards, just before the runtime
