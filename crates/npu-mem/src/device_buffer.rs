@@ -99,6 +99,18 @@ unsafe impl<T: Pod> Send for DeviceBuffer<T> {}
 // SAFETY: shared access only reads the address and records uses (a mutex-protected list).
 unsafe impl<T: Pod> Sync for DeviceBuffer<T> {}
 
+/// `err`, from sizing or allocating memory for a slice the caller passed to `api`, in the
+/// caller's terms: named for `api` (not the constructor it builds on), with the slice, `data`,
+/// as the argument a length rule is about.
+pub(crate) fn for_slice(api: &'static str, err: Error) -> Error {
+    match err {
+        Error::InvalidArgument { argument, rule, .. } => {
+            Error::invalid(api, if argument == "len" { "data" } else { argument }, rule)
+        }
+        other => other,
+    }
+}
+
 /// Checks an element count for an allocation and returns its size in bytes: at least one
 /// element of a non-zero-sized type, at most `isize::MAX` bytes (errors name `api`).
 pub fn byte_size<T>(api: &'static str, len: usize) -> Result<usize> {
@@ -211,7 +223,9 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn from_host_blocking(context: &Context, data: &[T]) -> Result<Self> {
-        let mut buffer = DeviceBuffer::new(context, data.len())?;
+        let api = "DeviceBuffer::from_host_blocking";
+        let mut buffer = DeviceBuffer::allocate(api, context, data.len(), MallocPolicy::HugeFirst)
+            .map_err(|err| for_slice(api, err))?;
         buffer.copy_from_host_blocking(data)?;
         Ok(buffer)
     }

@@ -115,7 +115,9 @@ impl<T: Pod> PinnedBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn from_slice(context: &Context, data: &[T]) -> Result<Self> {
-        let mut buffer = PinnedBuffer::new(context, data.len())?;
+        let api = "PinnedBuffer::from_slice";
+        let mut buffer = PinnedBuffer::allocate(api, context, data.len(), None)
+            .map_err(|err| crate::device_buffer::for_slice(api, err))?;
         buffer.copy_from_slice(data);
         Ok(buffer)
     }

@@ -69,7 +69,15 @@ impl StreamPool {
             return Err(Error::invalid(api, "count", "must be at least one stream"));
         }
         let streams = (0..count)
-            .map(|_| builder.clone().build())
+            // The builder's own refusals (unwatchable flags) are the caller's input to `api`.
+            .map(|_| {
+                builder.clone().build().map_err(|err| match err {
+                    Error::InvalidArgument { rule, .. } => {
+                        Error::invalid(api, "builder", format!("its flags: {rule}"))
+                    }
+                    other => other,
+                })
+            })
             .collect::<Result<Arc<[Stream]>>>()?;
         Ok(StreamPool {
             streams,

@@ -48,7 +48,10 @@ impl<T: Pod> PageAlignedBuffer<T> {
     /// assert!(npu_mem::PageAlignedBuffer::<u8>::new(0).is_err());
     /// ```
     pub fn new(len: usize) -> Result<Self> {
-        let api = "PageAlignedBuffer::new";
+        PageAlignedBuffer::allocate("PageAlignedBuffer::new", len)
+    }
+
+    fn allocate(api: &'static str, len: usize) -> Result<Self> {
         if align_of::<T>() > PAGE {
             return Err(Error::invalid(
                 api,
@@ -92,7 +95,9 @@ impl<T: Pod> PageAlignedBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn from_slice(data: &[T]) -> Result<Self> {
-        let mut buffer = PageAlignedBuffer::new(data.len())?;
+        let api = "PageAlignedBuffer::from_slice";
+        let mut buffer = PageAlignedBuffer::allocate(api, data.len())
+            .map_err(|err| crate::device_buffer::for_slice(api, err))?;
         buffer.copy_from_slice(data);
         Ok(buffer)
     }
