@@ -72,8 +72,8 @@ impl StreamPool {
             // The builder's own refusals (unwatchable flags) are the caller's input to `api`.
             .map(|_| {
                 builder.clone().build().map_err(|err| match err {
-                    Error::InvalidArgument { rule, .. } => {
-                        Error::invalid(api, "builder", format!("its flags: {rule}"))
+                    Error::InvalidArgument { argument, rule, .. } => {
+                        Error::invalid(api, "builder", format!("its {argument}: {rule}"))
                     }
                     other => other,
                 })
