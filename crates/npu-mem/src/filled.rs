@@ -6,7 +6,7 @@ use std::ops::{Deref, DerefMut};
 use bytemuck::Pod;
 use bytes::buf::UninitSlice;
 use bytes::{Buf, BufMut};
-use npu_core::{Error, Result};
+use npu_core::{Error, OpError};
 
 use crate::slice::{Memory, View};
 
@@ -112,9 +112,7 @@ impl<T: Pod, B: Deref<Target = [T]>> Filled<B> {
 impl<T: Pod, B: Memory<Elem = T> + Deref<Target = [T]>> Filled<B> {
     /// The unread filled bytes as an owned [`View`] of the buffer, for a stream copy. The
     /// cursor and the filled length must fall on element boundaries; otherwise it fails with
-    /// [`Error::InvalidArgument`] and the buffer is dropped with the adapter (released once
-    /// its pending operations complete), not handed back: read whole elements only, or keep
-    /// the data elsewhere, if it must survive a misaligned read.
+    /// [`Error::InvalidArgument`], handing the adapter back as it was in the [`OpError`].
     ///
     /// ```
     /// use bytes::BufMut;
@@ -131,9 +129,12 @@ impl<T: Pod, B: Memory<Elem = T> + Deref<Target = [T]>> Filled<B> {
     /// floats.put_u8(0); // a quarter of an element
     /// let err = floats.into_view().unwrap_err();
     /// assert!(err.to_string().contains("element boundary"), "{err}");
+    /// let mut floats = err.value.expect("handed back, as it was");
+    /// floats.put_slice(&[0, 0, 0xbf]); // the rest of -0.5
+    /// assert_eq!(floats.into_view()?.len(), 2);
     /// # Ok::<(), npu_core::Error>(())
     /// ```
-    pub fn into_view(self) -> Result<View<B>> {
+    pub fn into_view(self) -> Result<View<B>, OpError<Self>> {
         let size = size_of::<T>();
         if self.read % size != 0 || self.filled % size != 0 {
             let rule = format!(
@@ -141,10 +142,16 @@ impl<T: Pod, B: Memory<Elem = T> + Deref<Target = [T]>> Filled<B> {
                  bytes)",
                 self.read, self.filled
             );
-            return Err(Error::invalid("Filled::into_view", "self", rule));
+            return Err(OpError::new(
+                Error::invalid("Filled::into_view", "self", rule),
+                self,
+            ));
         }
-        let (read, filled) = (self.read / size, self.filled / size);
-        self.buf.view(read..filled)
+        let (read, filled) = (self.read, self.filled);
+        // Within the buffer (the cursors never pass its end), so this hands back nothing.
+        self.buf
+            .view(read / size..filled / size)
+            .map_err(|err| err.map_value(|buf| Filled { buf, read, filled }))
     }
 }
 

@@ -147,10 +147,8 @@ pub unsafe trait Memory: Send + 'static {
 
     /// An owned view of elements `range`.
     ///
-    /// Fails with [`Error::InvalidArgument`] (argument `range`) when the range is not within
-    /// the memory's `len()` elements. The memory is then dropped (released once its pending
-    /// operations complete), not handed back: check the range first if you still need it, or
-    /// view an `Arc` of it.
+    /// Fails, handing the memory back in the [`OpError`], with [`Error::InvalidArgument`]
+    /// (argument `range`) when the range is not within the memory's `len()` elements.
     ///
     /// ```
     /// use npu_core::Device;
@@ -159,10 +157,12 @@ pub unsafe trait Memory: Send + 'static {
     /// let ctx = Device::open(0)?.primary_context().clone();
     /// let view = DeviceBuffer::<f32>::new(&ctx, 100)?.view(10..20)?;
     /// assert_eq!(view.len(), 10);
-    /// assert!(view.into_inner().view(90..101).is_err());
+    /// let err = view.into_inner().view(90..101).unwrap_err();
+    /// assert!(err.to_string().contains("90..101 is outside"), "{err}");
+    /// assert_eq!(err.value.unwrap().len(), 100, "the buffer comes back");
     /// # Ok::<(), npu_core::Error>(())
     /// ```
-    fn view(self, range: impl RangeBounds<usize>) -> Result<View<Self>>
+    fn view(self, range: impl RangeBounds<usize>) -> Result<View<Self>, OpError<Self>>
     where
         Self: Sized,
     {
@@ -478,7 +478,7 @@ pub struct View<S> {
 }
 
 impl<S> View<S> {
-    fn checked(inner: S, range: impl RangeBounds<usize>, total: usize) -> Result<Self> {
+    fn checked(inner: S, range: impl RangeBounds<usize>, total: usize) -> Result<Self, OpError<S>> {
         let start = match range.start_bound() {
             Bound::Included(&s) => s,
             Bound::Excluded(&s) => s.saturating_add(1),
@@ -490,10 +490,10 @@ impl<S> View<S> {
             Bound::Unbounded => total,
         };
         if start > end || end > total {
-            return Err(Error::invalid(
-                "view",
-                "range",
-                format!("{start}..{end} is outside the slice's {total} elements"),
+            let rule = format!("{start}..{end} is outside the slice's {total} elements");
+            return Err(OpError::new(
+                Error::invalid("Memory::view", "range", rule),
+                inner,
             ));
         }
         Ok(View {

@@ -17,8 +17,9 @@
 //! let ctx = Device::open(0)?.primary_context().clone();
 //! let buffer = DeviceBuffer::<u8>::new(&ctx, 64)?;
 //! let err = buffer.view(10..100).unwrap_err(); // refused before any ACL call
-//! assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+//! assert!(matches!(err.error, Error::InvalidArgument { .. }), "{err}");
 //! assert_eq!(err.acl_code(), None);
+//! assert!(err.value.is_some(), "the buffer comes back");
 //! # Ok::<(), npu::Error>(())
 //! ```
 

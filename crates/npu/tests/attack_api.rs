@@ -263,7 +263,8 @@ fn views_splits_casts_and_filled_refuse_what_they_cannot_represent() {
     ];
     for range in ranges {
         let err = buffer.clone().view(range).unwrap_err();
-        assert_eq!(invalid(&err), ("view", "range"), "{range:?}");
+        assert_eq!(invalid(&err.error), ("Memory::view", "range"), "{range:?}");
+        assert!(err.value.is_some(), "the memory comes back");
     }
     let buffer = Arc::into_inner(buffer).unwrap();
     let err = buffer.split_at(usize::MAX).unwrap_err();
@@ -295,7 +296,14 @@ fn views_splits_casts_and_filled_refuse_what_they_cannot_represent() {
     let mut filled = Filled::new(PinnedBuffer::<u32>::new(&ctx, 4).unwrap());
     bytes::BufMut::put_slice(&mut filled, &[1, 2, 3]);
     let err = filled.into_view().unwrap_err();
-    assert_eq!(invalid(&err), ("Filled::into_view", "self"));
+    assert_eq!(invalid(&err.error), ("Filled::into_view", "self"));
+    let mut filled = err.value.expect("the adapter comes back");
+    bytes::BufMut::put_u8(&mut filled, 0);
+    assert_eq!(
+        filled.into_view().unwrap().len(),
+        1,
+        "once the element is whole"
+    );
     let mut filled = Filled::new(PinnedBuffer::<u32>::new(&ctx, 1).unwrap());
     // Advancing past the end clamps to the buffer: nothing beyond it becomes readable.
     // SAFETY: the buffer is initialised memory (zero-filled), as `Filled` documents.
