@@ -99,21 +99,11 @@ unsafe impl<T: Pod> Send for DeviceBuffer<T> {}
 // SAFETY: shared access only reads the address and records uses (a mutex-protected list).
 unsafe impl<T: Pod> Sync for DeviceBuffer<T> {}
 
-/// `err`, from sizing or allocating memory for a slice the caller passed to `api`, in the
-/// caller's terms: named for `api` (not the constructor it builds on), with the slice, `data`,
-/// as the argument a length rule is about.
-pub(crate) fn for_slice(api: &'static str, err: Error) -> Error {
-    match err {
-        Error::InvalidArgument { argument, rule, .. } => {
-            Error::invalid(api, if argument == "len" { "data" } else { argument }, rule)
-        }
-        other => other,
-    }
-}
-
 /// Checks an element count for an allocation and returns its size in bytes: at least one
-/// element of a non-zero-sized type, at most `isize::MAX` bytes (errors name `api`).
-pub fn byte_size<T>(api: &'static str, len: usize) -> Result<usize> {
+/// element of a non-zero-sized type, at most `isize::MAX` bytes. Errors name `api`, the
+/// method the caller called, and `argument`, what the caller gave the count as (`len`, or the
+/// `data` whose length it is).
+pub fn byte_size<T>(api: &'static str, argument: &'static str, len: usize) -> Result<usize> {
     if size_of::<T>() == 0 {
         return Err(Error::invalid(
             api,
@@ -124,7 +114,7 @@ pub fn byte_size<T>(api: &'static str, len: usize) -> Result<usize> {
     if len == 0 {
         return Err(Error::invalid(
             api,
-            "len",
+            argument,
             "must be at least 1: ACL rejects empty allocations",
         ));
     }
@@ -134,7 +124,7 @@ pub fn byte_size<T>(api: &'static str, len: usize) -> Result<usize> {
         .ok_or_else(|| {
             Error::invalid(
                 api,
-                "len",
+                argument,
                 format!(
                     "{len} elements of {} bytes exceed the largest possible allocation \
                      (isize::MAX bytes)",
@@ -160,7 +150,8 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn new(context: &Context, len: usize) -> Result<Self> {
-        DeviceBuffer::allocate("DeviceBuffer::new", context, len, MallocPolicy::HugeFirst)
+        let api = ("DeviceBuffer::new", "len");
+        DeviceBuffer::allocate(api, context, len, MallocPolicy::HugeFirst)
     }
 
     /// Allocates with an explicit page policy. Fails as [`new`](DeviceBuffer::new) does, with
@@ -177,17 +168,18 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn with_policy(context: &Context, len: usize, policy: MallocPolicy) -> Result<Self> {
-        DeviceBuffer::allocate("DeviceBuffer::with_policy", context, len, policy)
+        DeviceBuffer::allocate(("DeviceBuffer::with_policy", "len"), context, len, policy)
     }
 
-    /// Allocates with `policy`; argument errors name `api`.
+    /// Allocates with `policy`; argument errors name `api` and `argument`, the method the
+    /// caller called and what it gave `len` as.
     fn allocate(
-        api: &'static str,
+        (api, argument): (&'static str, &'static str),
         context: &Context,
         len: usize,
         policy: MallocPolicy,
     ) -> Result<Self> {
-        let bytes = byte_size::<T>(api, len)?;
+        let bytes = byte_size::<T>(api, argument, len)?;
         context.bind()?;
         let mut ptr = std::ptr::null_mut();
         // SAFETY: `ptr` is a valid out-pointer; the context is bound on this thread.
@@ -223,9 +215,8 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn from_host_blocking(context: &Context, data: &[T]) -> Result<Self> {
-        let api = "DeviceBuffer::from_host_blocking";
-        let mut buffer = DeviceBuffer::allocate(api, context, data.len(), MallocPolicy::HugeFirst)
-            .map_err(|err| for_slice(api, err))?;
+        let api = ("DeviceBuffer::from_host_blocking", "data");
+        let mut buffer = DeviceBuffer::allocate(api, context, data.len(), MallocPolicy::HugeFirst)?;
         buffer.copy_from_host_blocking(data)?;
         Ok(buffer)
     }
@@ -251,7 +242,8 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Copies `src` into the buffer with the synchronous `aclrtMemcpy`, blocking this thread.
     ///
-    /// Fails if the lengths differ. Use a stream's copy in async code.
+    /// Fails if the lengths differ (an invalid argument `src`). Use a stream's copy in async
+    /// code.
     ///
     /// Blocks the calling thread until the device is done. It may be called inside a Tokio
     /// runtime (it never waits on the runtime, so it cannot deadlock it), but it holds a worker
@@ -270,7 +262,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn copy_from_host_blocking(&mut self, src: &[T]) -> Result<()> {
-        self.check_len("DeviceBuffer::copy_from_host_blocking", src.len())?;
+        self.check_len("DeviceBuffer::copy_from_host_blocking", "src", src.len())?;
         self.context.bind()?;
         let (dst, bytes) = (self.ptr, self.byte_len());
         let kind = ffi::ACL_MEMCPY_HOST_TO_DEVICE;
@@ -286,7 +278,8 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Copies the buffer into `dst` with the synchronous `aclrtMemcpy`, blocking this thread.
     ///
-    /// Fails if the lengths differ. Use a stream's copy in async code.
+    /// Fails if the lengths differ (an invalid argument `dst`). Use a stream's copy in async
+    /// code.
     ///
     /// Blocks the calling thread until the device is done. It may be called inside a Tokio
     /// runtime (it never waits on the runtime, so it cannot deadlock it), but it holds a worker
@@ -306,7 +299,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn copy_to_host_blocking(&self, dst: &mut [T]) -> Result<()> {
-        self.check_len("DeviceBuffer::copy_to_host_blocking", dst.len())?;
+        self.check_len("DeviceBuffer::copy_to_host_blocking", "dst", dst.len())?;
         self.context.bind()?;
         let (src, bytes) = (self.ptr, self.byte_len());
         let kind = ffi::ACL_MEMCPY_DEVICE_TO_HOST;
@@ -341,11 +334,13 @@ impl<T: Pod> DeviceBuffer<T> {
         Ok(out)
     }
 
-    fn check_len(&self, api: &'static str, other: usize) -> Result<()> {
+    /// Checks that the host slice the caller passed to `api` as `argument` has `other`
+    /// elements, as many as the buffer.
+    fn check_len(&self, api: &'static str, argument: &'static str, other: usize) -> Result<()> {
         if other != self.len {
             return Err(Error::invalid(
                 api,
-                "host slice",
+                argument,
                 format!(
                     "has {other} elements but the device buffer has {}",
                     self.len

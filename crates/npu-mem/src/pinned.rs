@@ -64,7 +64,7 @@ impl<T: Pod> PinnedBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn new(context: &Context, len: usize) -> Result<Self> {
-        PinnedBuffer::allocate("PinnedBuffer::new", context, len, None)
+        PinnedBuffer::allocate(("PinnedBuffer::new", "len"), context, len, None)
     }
 
     /// Allocates like [`new`](PinnedBuffer::new), with `aclrtMallocHostWithCfg` and the
@@ -82,18 +82,20 @@ impl<T: Pod> PinnedBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn with_config(context: &Context, len: usize, config: &HostAllocConfig) -> Result<Self> {
-        PinnedBuffer::allocate("PinnedBuffer::with_config", context, len, Some(config))
+        let api = ("PinnedBuffer::with_config", "len");
+        PinnedBuffer::allocate(api, context, len, Some(config))
     }
 
-    /// Allocates with `config` (`aclrtMallocHostWithCfg`) if given; argument errors name `api`.
+    /// Allocates with `config` (`aclrtMallocHostWithCfg`) if given; argument errors name `api`
+    /// and `argument`, the method the caller called and what it gave `len` as.
     fn allocate(
-        api: &'static str,
+        (api, argument): (&'static str, &'static str),
         context: &Context,
         len: usize,
         config: Option<&HostAllocConfig>,
     ) -> Result<Self> {
         check_host_align::<T>(api)?;
-        let bytes = byte_size::<T>(api, len)?;
+        let bytes = byte_size::<T>(api, argument, len)?;
         let block = HostBlock::alloc(context, bytes, config)?;
         Ok(PinnedBuffer {
             context: context.clone(),
@@ -115,9 +117,8 @@ impl<T: Pod> PinnedBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn from_slice(context: &Context, data: &[T]) -> Result<Self> {
-        let api = "PinnedBuffer::from_slice";
-        let mut buffer = PinnedBuffer::allocate(api, context, data.len(), None)
-            .map_err(|err| crate::device_buffer::for_slice(api, err))?;
+        let api = ("PinnedBuffer::from_slice", "data");
+        let mut buffer = PinnedBuffer::allocate(api, context, data.len(), None)?;
         buffer.copy_from_slice(data);
         Ok(buffer)
     }

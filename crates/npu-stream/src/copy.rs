@@ -84,7 +84,9 @@ pub struct Copy2d {
 
 impl Copy2d {
     /// Checks the shape against ACL's limits and both buffers' lengths; returns the byte
-    /// values for the ACL call: `(width, src_pitch, dst_pitch)`.
+    /// values for the ACL call: `(width, src_pitch, dst_pitch)`. A rule the shape breaks on
+    /// its own is about the caller's argument `shape` (the field is named in the rule); one
+    /// it breaks against a buffer is about that buffer, `src` or `dst`.
     fn check<T>(
         &self,
         api: &'static str,
@@ -95,16 +97,19 @@ impl Copy2d {
         if self.width > self.src_pitch {
             return Err(Error::invalid(
                 api,
-                "width",
-                format!("{} exceeds the source pitch {}", self.width, self.src_pitch),
+                "shape",
+                format!(
+                    "its width {} exceeds its source pitch {}",
+                    self.width, self.src_pitch
+                ),
             ));
         }
         if self.width > self.dst_pitch {
             return Err(Error::invalid(
                 api,
-                "width",
+                "shape",
                 format!(
-                    "{} exceeds the destination pitch {}",
+                    "its width {} exceeds its destination pitch {}",
                     self.width, self.dst_pitch
                 ),
             ));
@@ -112,9 +117,9 @@ impl Copy2d {
         if self.height > MAX_2D_HEIGHT {
             return Err(Error::invalid(
                 api,
-                "height",
+                "shape",
                 format!(
-                    "{} exceeds ACL's limit of {MAX_2D_HEIGHT} rows",
+                    "its height {} exceeds ACL's limit of {MAX_2D_HEIGHT} rows",
                     self.height
                 ),
             ));
@@ -126,9 +131,10 @@ impl Copy2d {
             .ok_or_else(|| {
                 Error::invalid(
                     api,
-                    "width",
+                    "shape",
                     format!(
-                        "{} elements exceed ACL's limit of {MAX_2D_WIDTH_BYTES} bytes per row",
+                        "its width of {} elements exceeds ACL's limit of {MAX_2D_WIDTH_BYTES} \
+                         bytes per row",
                         self.width
                     ),
                 )
@@ -154,12 +160,12 @@ impl Copy2d {
         }
         // A one-row copy never multiplies its pitch by a row count above, so the pitch alone
         // may still be too large to express in bytes.
-        let pitch_bytes = |pitch: usize, argument| {
+        let pitch_bytes = |pitch: usize, which| {
             pitch.checked_mul(size).ok_or_else(|| {
                 Error::invalid(
                     api,
-                    argument,
-                    format!("{pitch} elements overflow as a byte count"),
+                    "shape",
+                    format!("its {which} of {pitch} elements overflows as a byte count"),
                 )
             })
         };
@@ -555,7 +561,7 @@ impl Stream {
                 .map_err(|_| {
                     Error::invalid(
                         api,
-                        "stream",
+                        "self",
                         "is on neither buffer's device: a device-to-device copy runs on a \
                          stream of the source's or the destination's device",
                     )

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use npu_core::{Context, Error, OpError, Result};
+use npu_mem::pool_cache::byte_size;
 use npu_mem::{DeviceBuffer, DeviceSlice, MemoryMut, PinnedPool, Pod, Zeroable};
 
 use crate::stream::Stream;
@@ -254,21 +255,11 @@ impl Stream {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub async fn upload<T: Pod>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
-        if data.is_empty() {
-            return Err(Error::invalid(
-                "Stream::upload",
-                "data",
-                "is empty: ACL allocates no empty device buffers",
-            ));
-        }
         const API: &str = "Stream::upload";
-        // The new buffer's `len` is the caller's `data`; its `T` is the caller's `T`.
-        let dst = DeviceBuffer::new(self.context(), data.len()).map_err(|error| {
-            as_callers(error, API, |inner| match inner {
-                "len" => "data",
-                other => other,
-            })
-        })?;
+        // The allocation's own size check, in the caller's terms: the new buffer's length is
+        // the caller's `data`, its `T` the caller's `T`. Past it, allocating fails only in ACL.
+        byte_size::<T>(API, "data", data.len())?;
+        let dst = DeviceBuffer::new(self.context(), data.len())?;
         let pool = self.staging_pool();
         match self.copy_from_slice_staged(pool, data, dst).await {
             Ok(dst) => Ok(dst),

@@ -307,21 +307,21 @@ fn bad_arguments_are_typed_errors_before_any_acl_call() {
             dst_pitch,
         };
         let cases = [
-            (shape(5, 2, 4, 8), "width", "exceeds the source pitch 4"),
+            (shape(5, 2, 4, 8), "shape", "exceeds its source pitch 4"),
             (
                 shape(5, 2, 8, 4),
-                "width",
-                "exceeds the destination pitch 4",
+                "shape",
+                "exceeds its destination pitch 4",
             ),
             (
                 shape(1, MAX_2D_HEIGHT + 1, 1, 1),
-                "height",
-                "exceeds ACL's limit of 5242880 rows",
+                "shape",
+                "its height 5242881 exceeds ACL's limit of 5242880 rows",
             ),
             (
                 shape(MAX_2D_WIDTH_BYTES / 4 + 1, 1, 2_000_000, 2_000_000),
-                "width",
-                "exceed ACL's limit of 5000000 bytes per row",
+                "shape",
+                "exceeds ACL's limit of 5000000 bytes per row",
             ),
             (
                 shape(4, 3, 8, 4),
@@ -342,13 +342,13 @@ fn bad_arguments_are_typed_errors_before_any_acl_call() {
             // is only `width` and therefore fits.
             (
                 shape(1, 1, usize::MAX / 2, 1),
-                "src_pitch",
-                "overflow as a byte count",
+                "shape",
+                "its src_pitch of 9223372036854775807 elements overflows as a byte count",
             ),
             (
                 shape(1, 1, 1, usize::MAX / 2),
-                "dst_pitch",
-                "overflow as a byte count",
+                "shape",
+                "its dst_pitch of 9223372036854775807 elements overflows as a byte count",
             ),
         ];
         for (shape, argument, rule) in cases {

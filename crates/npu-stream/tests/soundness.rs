@@ -535,7 +535,7 @@ fn operations_check_the_device_of_their_buffers() {
         let src = DeviceBuffer::from_host_blocking(&d0, &[4u8; 64]).unwrap();
         let dst = DeviceBuffer::<u8>::new(&d0, 64).unwrap();
         let err = rt.block_on(d1_stream.copy_d2d(src, dst)).unwrap_err().error;
-        assert_eq!(invalid(&err), ("Stream::copy_d2d", "stream"), "{err}");
+        assert_eq!(invalid(&err), ("Stream::copy_d2d", "self"), "{err}");
     }
 }
 

@@ -61,12 +61,14 @@ pub use npu_sim::control as raw_control;
 #[doc(hidden)]
 pub use npu_sim::control;
 
-/// The device's id for the raw controls, if it is a device of the in-process simulator.
-fn simulated(api: &'static str, device: &Device) -> Result<i32> {
+/// The device's id for the raw controls, if it is a device of the in-process simulator;
+/// refusals name `api` and `argument`, what the caller passed the device as (`device`, or the
+/// `stream` it is a stream of).
+fn simulated(api: &'static str, argument: &'static str, device: &Device) -> Result<i32> {
     if device.runtime().backend() != &Backend::Simulator {
         return Err(Error::invalid(
             api,
-            "device",
+            argument,
             format!(
                 "is on the {} backend; the simulator's controls act on the in-process \
                  simulator only",
@@ -75,7 +77,7 @@ fn simulated(api: &'static str, device: &Device) -> Result<i32> {
         ));
     }
     i32::try_from(device.id())
-        .map_err(|_| Error::invalid(api, "device", "is beyond the simulator's device ids"))
+        .map_err(|_| Error::invalid(api, argument, "is beyond the simulator's device ids"))
 }
 
 /// The gate [`hold`] closed: the device starts no work until this is dropped or
@@ -150,7 +152,7 @@ impl Drop for Hold {
 /// # Ok::<(), npu::Error>(())
 /// ```
 pub fn hold(device: &Device) -> Result<Hold> {
-    let id = simulated("npu::sim::hold", device)?;
+    let id = simulated("npu::sim::hold", "device", device)?;
     let mut holds = holds();
     let count = holds.entry(id).or_default();
     if *count == 0 {
@@ -204,7 +206,7 @@ fn unhold(device: i32) -> std::result::Result<(), ControlError> {
 /// # Ok::<(), npu::Error>(())
 /// ```
 pub fn fail_task(stream: &Stream, nth: u64, code: AclCode) -> Result<()> {
-    simulated("npu::sim::fail_task", &stream.context().device())?;
+    simulated("npu::sim::fail_task", "stream", &stream.context().device())?;
     Ok(control::fail_task(stream.as_raw(), nth, code.0)?)
 }
 
@@ -235,7 +237,11 @@ pub fn fail_task(stream: &Stream, nth: u64, code: AclCode) -> Result<()> {
 /// # Ok::<(), npu::Error>(())
 /// ```
 pub fn lose(device: &Device) -> Result<()> {
-    Ok(control::lose_device(simulated("npu::sim::lose", device)?)?)
+    Ok(control::lose_device(simulated(
+        "npu::sim::lose",
+        "device",
+        device,
+    )?)?)
 }
 
 /// Makes the next device-memory allocation on `device` fail with
@@ -252,7 +258,7 @@ pub fn lose(device: &Device) -> Result<()> {
 /// # Ok::<(), npu::Error>(())
 /// ```
 pub fn fail_next_alloc(device: &Device) -> Result<()> {
-    let id = simulated("npu::sim::fail_next_alloc", device)?;
+    let id = simulated("npu::sim::fail_next_alloc", "device", device)?;
     Ok(control::fail_next_alloc(id)?)
 }
 
@@ -283,7 +289,7 @@ pub fn fail_next_host_alloc(code: AclCode) -> Result<()> {
 /// # Ok::<(), npu::Error>(())
 /// ```
 pub fn set_timing(device: &Device, model: Option<TimingModel>) -> Result<()> {
-    let id = simulated("npu::sim::set_timing", device)?;
+    let id = simulated("npu::sim::set_timing", "device", device)?;
     Ok(control::set_timing(id, model)?)
 }
 
@@ -300,7 +306,7 @@ pub fn set_timing(device: &Device, model: Option<TimingModel>) -> Result<()> {
 /// # Ok::<(), npu::Error>(())
 /// ```
 pub fn set_kernel_duration(device: &Device, name: &str, duration: Duration) -> Result<()> {
-    let id = simulated("npu::sim::set_kernel_duration", device)?;
+    let id = simulated("npu::sim::set_kernel_duration", "device", device)?;
     Ok(control::set_kernel_duration(id, name, duration)?)
 }
 
@@ -319,7 +325,7 @@ pub fn set_kernel_duration(device: &Device, name: &str, duration: Duration) -> R
 /// # Ok::<(), npu::Error>(())
 /// ```
 pub fn device_stats(device: &Device) -> Result<DeviceStats> {
-    let id = simulated("npu::sim::device_stats", device)?;
+    let id = simulated("npu::sim::device_stats", "device", device)?;
     Ok(control::device_stats(id)?)
 }
 
@@ -345,7 +351,11 @@ pub fn host_stats() -> Result<HostStats> {
 /// # Ok::<(), npu::Error>(())
 /// ```
 pub fn now_ns(device: &Device) -> Result<u64> {
-    Ok(control::now_ns(simulated("npu::sim::now_ns", device)?)?)
+    Ok(control::now_ns(simulated(
+        "npu::sim::now_ns",
+        "device",
+        device,
+    )?)?)
 }
 
 /// Waits until every release deferred so far (memory freed once the device was done with it,

@@ -61,10 +61,10 @@ fn malformed_copies_are_typed_errors_that_hand_both_buffers_back() {
 
             // 2D shapes that cannot be expressed or do not fit.
             let shapes = [
-                (usize::MAX, 1, usize::MAX, usize::MAX, "width"),
-                (5, 1, 4, 8, "width"),
-                (5, 1, 8, 4, "width"),
-                (1, MAX_2D_HEIGHT + 1, 1, 1, "height"),
+                (usize::MAX, 1, usize::MAX, usize::MAX, "shape"),
+                (5, 1, 4, 8, "shape"),
+                (5, 1, 8, 4, "shape"),
+                (1, MAX_2D_HEIGHT + 1, 1, 1, "shape"),
                 (1, 3, usize::MAX / 2, 1, "src"),
                 (1, 3, 1, usize::MAX / 2, "dst"),
                 (4, 3, 4, 4, "src"),
@@ -98,7 +98,7 @@ fn malformed_copies_are_typed_errors_that_hand_both_buffers_back() {
                 .copy_2d_h2d(words, DeviceBuffer::<u32>::new(&ctx, 2).unwrap(), shape)
                 .await
                 .unwrap_err();
-            assert_eq!(invalid(&err.error), ("Stream::copy_2d_h2d", "src_pitch"));
+            assert_eq!(invalid(&err.error), ("Stream::copy_2d_h2d", "shape"));
 
             // Nothing was submitted: the stream still copies, and the data is intact.
             let (src, dst) = pair;

@@ -333,7 +333,7 @@ fn foreign_contexts_and_devices_are_copied_or_refused_with_typed_errors() {
                 .split_at(64)
                 .unwrap();
             let err = s.copy_2d_d2d(far, part, shape).await.unwrap_err();
-            assert_eq!(invalid(&err.error), ("Stream::copy_2d_d2d", "stream"));
+            assert_eq!(invalid(&err.error), ("Stream::copy_2d_d2d", "self"));
             s.synchronize().await.unwrap();
         });
     }

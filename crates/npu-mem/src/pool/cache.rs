@@ -83,19 +83,26 @@ impl<S: Source> Cache<S> {
     }
 
     /// The size class a request of `bytes` is served with, checked against the capacity (a
-    /// request larger than the capacity could never be served, so it fails at once).
-    pub fn class_for(&self, api: &'static str, bytes: usize) -> Result<usize> {
+    /// request larger than the capacity could never be served, so it fails at once). Errors
+    /// name `api` and `argument`, the method the caller called and what it gave the size as
+    /// (a `len` of elements, or `bytes`).
+    pub fn class_for(
+        &self,
+        api: &'static str,
+        argument: &'static str,
+        bytes: usize,
+    ) -> Result<usize> {
         let class = size_class(bytes).ok_or_else(|| {
             Error::invalid(
                 api,
-                "len",
+                argument,
                 format!("{bytes} bytes cannot be rounded to a block"),
             )
         })?;
         match self.capacity {
             Some(capacity) if class > capacity => Err(Error::invalid(
                 api,
-                "len",
+                argument,
                 format!(
                     "{bytes} bytes need a {class}-byte block, more than the pool's capacity of \
                      {capacity} bytes: the request could never be served"
@@ -233,7 +240,7 @@ impl<S: Source> Cache<S> {
         bytes: usize,
         mut alloc: impl FnMut(usize) -> Result<S::Block>,
     ) -> Result<usize> {
-        let class = self.class_for(api, bytes)?;
+        let class = self.class_for(api, "bytes", bytes)?;
         let total = Self::reserved_bytes(api, count, class)?;
         // Grown as blocks arrive: `count` itself may be far more than memory could hold.
         let mut blocks = Vec::new();

@@ -398,8 +398,8 @@ impl PinnedPool {
     /// Checks a request and finds its size class.
     fn class_of<T: Pod>(&self, api: &'static str, len: usize) -> Result<usize> {
         check_host_align::<T>(api)?;
-        let bytes = byte_size::<T>(api, len)?;
-        self.shared.class_for(api, bytes)
+        let bytes = byte_size::<T>(api, "len", len)?;
+        self.shared.class_for(api, "len", bytes)
     }
 
     fn pin(&self, class: usize) -> Result<HostBlock> {

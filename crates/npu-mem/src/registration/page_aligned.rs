@@ -48,10 +48,10 @@ impl<T: Pod> PageAlignedBuffer<T> {
     /// assert!(npu_mem::PageAlignedBuffer::<u8>::new(0).is_err());
     /// ```
     pub fn new(len: usize) -> Result<Self> {
-        PageAlignedBuffer::allocate("PageAlignedBuffer::new", len)
+        PageAlignedBuffer::allocate(("PageAlignedBuffer::new", "len"), len)
     }
 
-    fn allocate(api: &'static str, len: usize) -> Result<Self> {
+    fn allocate((api, argument): (&'static str, &'static str), len: usize) -> Result<Self> {
         if align_of::<T>() > PAGE {
             return Err(Error::invalid(
                 api,
@@ -59,14 +59,14 @@ impl<T: Pod> PageAlignedBuffer<T> {
                 format!("its alignment of {} bytes exceeds a page", align_of::<T>()),
             ));
         }
-        let bytes = byte_size::<T>(api, len)?;
+        let bytes = byte_size::<T>(api, argument, len)?;
         let layout = bytes
             .checked_next_multiple_of(PAGE)
             .and_then(|size| Layout::from_size_align(size, PAGE).ok())
             .ok_or_else(|| {
                 Error::invalid(
                     api,
-                    "len",
+                    argument,
                     format!("{bytes} bytes cannot be rounded to pages"),
                 )
             })?;
@@ -75,7 +75,7 @@ impl<T: Pod> PageAlignedBuffer<T> {
         let ptr = NonNull::new(raw.cast::<T>()).ok_or_else(|| {
             Error::invalid(
                 api,
-                "len",
+                argument,
                 format!("the allocator could not provide {} bytes", layout.size()),
             )
         })?;
@@ -95,9 +95,8 @@ impl<T: Pod> PageAlignedBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn from_slice(data: &[T]) -> Result<Self> {
-        let api = "PageAlignedBuffer::from_slice";
-        let mut buffer = PageAlignedBuffer::allocate(api, data.len())
-            .map_err(|err| crate::device_buffer::for_slice(api, err))?;
+        let api = ("PageAlignedBuffer::from_slice", "data");
+        let mut buffer = PageAlignedBuffer::allocate(api, data.len())?;
         buffer.copy_from_slice(data);
         Ok(buffer)
     }

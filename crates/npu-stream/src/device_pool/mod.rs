@@ -360,7 +360,7 @@ impl DevicePool {
         stream: &Stream,
         len: usize,
     ) -> Result<PooledDeviceBuffer<T>> {
-        let class = self.check::<T>("DevicePool::alloc", stream, len)?;
+        let class = self.check::<T>(("DevicePool::alloc", "len"), stream, len)?;
         let granted = self.cache.grant(class).await?;
         let block = match granted {
             // Boxed: the awaited allocation is a whole stream operation, and carrying it
@@ -398,7 +398,7 @@ impl DevicePool {
         stream: &Stream,
         len: usize,
     ) -> Result<Option<PooledDeviceBuffer<T>>> {
-        let class = self.check::<T>("DevicePool::try_alloc", stream, len)?;
+        let class = self.check::<T>(("DevicePool::try_alloc", "len"), stream, len)?;
         let Some(granted) = self.cache.try_grant(class) else {
             return Ok(None);
         };
@@ -436,7 +436,7 @@ impl DevicePool {
     /// ```
     pub async fn reserve(&self, stream: &Stream, count: usize, bytes: usize) -> Result<usize> {
         const API: &str = "DevicePool::reserve";
-        let class = self.check::<u8>(API, stream, bytes)?;
+        let class = self.check::<u8>((API, "bytes"), stream, bytes)?;
         if !self.cache.source().stream_ordered() {
             return self
                 .cache
@@ -545,9 +545,15 @@ impl DevicePool {
         }
     }
 
-    /// Checks a request and finds its size class.
-    fn check<T: Pod>(&self, api: &'static str, stream: &Stream, len: usize) -> Result<usize> {
-        let bytes = byte_size::<T>(api, len)?;
+    /// Checks a request and finds its size class; errors name the method the caller called
+    /// and what it gave the size as (`len` or `bytes`).
+    fn check<T: Pod>(
+        &self,
+        (api, argument): (&'static str, &'static str),
+        stream: &Stream,
+        len: usize,
+    ) -> Result<usize> {
+        let bytes = byte_size::<T>(api, argument, len)?;
         if !stream.context().same(self.context()) {
             return Err(Error::invalid(
                 api,
@@ -559,7 +565,7 @@ impl DevicePool {
                 ),
             ));
         }
-        self.cache.class_for(api, bytes)
+        self.cache.class_for(api, argument, bytes)
     }
 
     /// A new block with `aclrtMalloc`; out of memory, frees the cache and tries once more.
