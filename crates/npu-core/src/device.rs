@@ -514,10 +514,12 @@ impl Device {
     /// host bookkeeping that the reaper and other threads take.
     ///
     /// Fails without calling `submit` on a thread that holds the runtime's lock already (a
-    /// tracing subscriber called from an ACL call made under it).
+    /// tracing subscriber called from an ACL call made under it), with an error of `api`: the
+    /// operation the caller called (npu-stream's `Stream::copy_d2d`, say).
     #[doc(hidden)]
     pub fn with_steady_peer_access<R>(
         &self,
+        api: &'static str,
         peer: &Device,
         submit: impl FnOnce() -> R,
     ) -> Result<(R, Option<PeerAccess>)> {
@@ -527,7 +529,7 @@ impl Device {
         let key = (self.id() as i32, peer.id() as i32);
         self.runtime()
             .with_shared(|shared| *shared.peer_submitting.entry(key).or_insert(0) += 1)
-            .ok_or_else(|| Runtime::reentered("Device::with_steady_peer_access"))?;
+            .ok_or_else(|| Runtime::reentered(api))?;
         // Uncounts the submission even if `submit` unwinds.
         let submitting = Submitting {
             from: self,

@@ -200,14 +200,18 @@ fn refuse_while_initialising(api: &'static str) -> Result<()> {
 }
 
 fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<()> {
-    refuse_while_initialising("Runtime::build")?;
+    refuse_while_initialising("RuntimeBuilder::build")?;
     let mut users = loaded.init_users.lock().unwrap_or_else(|e| e.into_inner());
     let _initialising = Raised::raise(&INITIALISING);
     if users.count == 0 {
         let config = config
             .map(|p| {
                 CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| {
-                    Error::invalid("Runtime::build", "acl_config", "path contains a NUL byte")
+                    Error::invalid(
+                        "RuntimeBuilder::build",
+                        "acl_config",
+                        "path contains a NUL byte",
+                    )
                 })
             })
             .transpose()?;
@@ -645,6 +649,9 @@ impl Runtime {
 
     /// The version string of a CANN package (`aclsysGetVersionStr`), e.g. for `"runtime"`.
     ///
+    /// A `package` with a NUL byte is an [`Error::InvalidArgument`] of
+    /// `Runtime::package_version`; a package the runtime does not know is its ACL error.
+    ///
     /// ```
     /// use npu_core::Runtime;
     ///
@@ -654,7 +661,9 @@ impl Runtime {
     /// ```
     pub fn package_version(&self, package: &str) -> Result<String> {
         let mut name = CString::new(package)
-            .map_err(|_| Error::invalid("aclsysGetVersionStr", "package", "contains a NUL byte"))?
+            .map_err(|_| {
+                Error::invalid("Runtime::package_version", "package", "contains a NUL byte")
+            })?
             .into_bytes_with_nul();
         let mut version = vec![0u8; ffi::ACL_PKG_VERSION_MAX_SIZE as usize];
         let name_ptr = name.as_mut_ptr().cast();

@@ -162,7 +162,7 @@ fn a_cross_device_submission_in_progress_holds_up_no_peer_access_bookkeeping() {
         let (from, peer) = (a.clone(), b.clone());
         let submitter = std::thread::spawn(move || {
             let ((), access) = from
-                .with_steady_peer_access(&peer, || {
+                .with_steady_peer_access("test", &peer, || {
                     entered_tx.send(()).unwrap();
                     released.recv().unwrap();
                 })

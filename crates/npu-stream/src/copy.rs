@@ -436,6 +436,7 @@ impl Stream {
     pub fn memset<D: DeviceSlice + MemoryMut>(&self, dst: D, value: u8) -> Op<D> {
         let bytes = dst.byte_len();
         self.submit(
+            ("Stream::memset", "self"),
             "aclrtMemsetAsync",
             bytes,
             dst,
@@ -469,6 +470,7 @@ impl Stream {
         let bytes = src.byte_len();
         let done = OnceCell::new();
         self.submit_described(
+            (api, "self"),
             "aclrtMemcpyAsync",
             bytes,
             ("direction", direction(kind)),
@@ -485,7 +487,7 @@ impl Stream {
                     return Err(Error::invalid(api, "dst", rule));
                 }
                 let (d, s) = (dst.addr_mut(), src.addr());
-                self.issue_copy((src, dst), &done, || {
+                self.issue_copy(api, (src, dst), &done, || {
                     // SAFETY: both ranges are `bytes` long and stay valid until the copy
                     // completes (both owners recorded this operation as a use).
                     unsafe {
@@ -517,6 +519,7 @@ impl Stream {
             .saturating_mul(size_of::<S::Elem>());
         let done = OnceCell::new();
         self.submit_described(
+            (api, "self"),
             "aclrtMemcpy2dAsync",
             bytes,
             ("direction", direction(kind)),
@@ -526,7 +529,7 @@ impl Stream {
                 self.check_pair(api, kind, src, dst)?;
                 let (width, spitch, dpitch) = shape.check::<S::Elem>(api, src.len(), dst.len())?;
                 let (d, s, height) = (dst.addr_mut(), src.addr(), shape.height);
-                self.issue_copy((src, dst), &done, || {
+                self.issue_copy(api, (src, dst), &done, || {
                     // SAFETY: the shape was checked against both buffers, which stay valid
                     // until the copy completes.
                     unsafe {
@@ -588,9 +591,11 @@ impl Stream {
     /// Makes a copy's ACL call. A copy that reaches a peer device's memory also keeps that
     /// peer access enabled until it completes: the access is looked up under the same lock as
     /// the call, so another thread cannot enable it just for the call (ACL then accepts the
-    /// copy) and disable it while the copy is queued.
+    /// copy) and disable it while the copy is queued. Its refusals name `api`, the copy the
+    /// caller called.
     fn issue_copy<S: Memory, D: Memory>(
         &self,
+        api: &'static str,
         (src, dst): (&S, &D),
         done: &OnceCell<Completion>,
         call: impl FnOnce() -> Result<()>,
@@ -603,10 +608,10 @@ impl Stream {
         let (Some(peer), Some(done)) = (peer, done.get()) else {
             return call();
         };
-        let (result, access) = self
-            .context()
-            .device()
-            .with_steady_peer_access(&peer.device(), call)?;
+        let (result, access) =
+            self.context()
+                .device()
+                .with_steady_peer_access(api, &peer.device(), call)?;
         if let (Ok(()), Some(access)) = (&result, access) {
             // SAFETY: disabling peer access (when this is its last guard) does not wait for the
             // device, and the copy that used it has completed by then.

@@ -314,6 +314,7 @@ impl Event {
             ));
         };
         let op = stream.submit(
+            ("Event::record", "stream"),
             "aclrtRecordEvent",
             0,
             (),
@@ -553,6 +554,7 @@ impl Stream {
         // stay alive until the wait is over, and dropping the last `Stream` while the device
         // still waits never lands a blocking aclrtDestroyStream on the dropping thread.
         let op = self.submit(
+            ("Stream::wait_event", "self"),
             "aclrtStreamWaitEvent",
             0,
             event.clone(),
@@ -608,6 +610,7 @@ impl Stream {
         let max = i32::MAX as u64;
         let seconds = crate::signal::timeout_seconds(api, timeout, max);
         self.submit(
+            (api, "self"),
             "aclrtStreamWaitEventWithTimeout",
             0,
             event.clone(),

@@ -618,7 +618,7 @@ fn pinned_pool_refuses_the_impossible_and_never_lends_a_block_in_flight() {
     let err = PinnedBuffer::<Wide>::new(&ctx, 1).unwrap_err();
     assert_eq!(invalid(&err), ("PinnedBuffer::new", "T"));
     let err = PinnedPool::builder(&ctx).capacity(1).build().unwrap_err();
-    assert_eq!(invalid(&err), ("PinnedPoolBuilder::capacity", "bytes"));
+    assert_eq!(invalid(&err), ("PinnedPoolBuilder::build", "capacity"));
     let pool = PinnedPool::builder(&ctx).capacity(8192).build().unwrap();
     let err = run(pool.alloc::<u8>(8193)).unwrap_err();
     assert_eq!(invalid(&err), ("PinnedPool::alloc", "len"));

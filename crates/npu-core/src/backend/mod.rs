@@ -121,7 +121,7 @@ impl std::fmt::Display for Backend {
     }
 }
 
-/// Resolves a choice into a loaded runtime. `Runtime::build` sends `auto` to [`auto::choose`]
+/// Resolves a choice into a loaded runtime. `RuntimeBuilder::build` sends `auto` to [`auto::choose`]
 /// instead, which must initialise what it finds before choosing; here it loads what `acl`
 /// would.
 pub(crate) fn load(choice: &BackendChoice) -> Result<&'static Loaded, LoadError> {

@@ -247,7 +247,7 @@ impl Completion {
         if let Some(result) = self.result() {
             return result;
         }
-        self.blocking_waiter().wait()
+        self.blocking_waiter().wait("Completion::wait_blocking")
     }
 
     /// A thread's wait for this operation that can give up after a bound and be resumed:
@@ -284,11 +284,12 @@ impl Completion {
         }
     }
 
-    /// The result of an operation that completed or was abandoned.
-    fn settled(&self) -> Result<()> {
+    /// The result of an operation that completed or was abandoned; an abandoned one is an
+    /// error of `api`, the wait the caller called.
+    fn settled(&self, api: &'static str) -> Result<()> {
         self.result().unwrap_or_else(|| {
             Err(Error::invalid(
-                "Completion::wait_blocking",
+                api,
                 "self",
                 "the operation was abandoned without completing",
             ))
@@ -422,8 +423,8 @@ pub struct BlockingWaiter {
 impl BlockingWaiter {
     /// Blocks until the operation completes and returns its result, or returns `None` once
     /// `timeout` has passed first. An operation whose completer was dropped without completing
-    /// returns `Some` of an [`Error::InvalidArgument`] (argument `self`) at once, as
-    /// [`Completion::wait_blocking`] does. A `timeout` too long to represent waits without a
+    /// returns `Some` of an [`Error::InvalidArgument`] of `BlockingWaiter::wait_for` (argument
+    /// `self`) at once, as [`Completion::wait_blocking`] does. A `timeout` too long to represent waits without a
     /// bound.
     ///
     /// ```
@@ -438,23 +439,25 @@ impl BlockingWaiter {
     /// assert!(matches!(abandoned, Err(Error::InvalidArgument { argument: "self", .. })));
     /// ```
     pub fn wait_for(&self, timeout: std::time::Duration) -> Option<Result<()>> {
+        const API: &str = "BlockingWaiter::wait_for";
         if self.completion.is_complete() {
-            return Some(self.completion.settled());
+            return Some(self.completion.settled(API));
         }
         // A completer dropped without completing leaves the operation pending for ever; its
         // drop raises the signal, and `is_abandoned` covers a completer gone before.
         if !self.completion.state.is_abandoned() && !self.woken.wait(Some(timeout)) {
             return None;
         }
-        Some(self.completion.settled())
+        Some(self.completion.settled(API))
     }
 
-    /// Blocks until the operation completes, and returns its result.
-    fn wait(&self) -> Result<()> {
+    /// Blocks until the operation completes, and returns its result; an abandoned operation
+    /// is an error of `api`.
+    fn wait(&self, api: &'static str) -> Result<()> {
         if !self.completion.state.is_abandoned() {
             self.woken.wait(None);
         }
-        self.completion.settled()
+        self.completion.settled(api)
     }
 }
 

@@ -158,7 +158,9 @@ impl PinnedPoolBuilder {
 
     /// Creates the pool. Nothing is pinned until the first allocation.
     ///
-    /// Fails if the capacity is smaller than one 4 KiB block.
+    /// Fails if the capacity is smaller than one 4 KiB block, with an
+    /// [`Error::InvalidArgument`](npu_core::Error::InvalidArgument) of `PinnedPoolBuilder::build`
+    /// naming the `capacity` it was given.
     ///
     /// ```
     /// use npu_core::Device;
@@ -171,9 +173,11 @@ impl PinnedPoolBuilder {
     pub fn build(self) -> Result<PinnedPool> {
         if let Some(capacity) = self.capacity {
             if capacity < PAGE {
+                // Named as `StreamBuilder::build` names its settings: the method that
+                // refuses, and the setting the caller gave it.
                 return Err(Error::invalid(
-                    "PinnedPoolBuilder::capacity",
-                    "bytes",
+                    "PinnedPoolBuilder::build",
+                    "capacity",
                     format!(
                         "{capacity} is less than the smallest block ({} bytes)",
                         PAGE

@@ -136,7 +136,8 @@ impl DevicePoolBuilder {
     /// creating one succeeds, otherwise the caching allocator (unless a backend was forced).
     /// Nothing is allocated until the first request.
     ///
-    /// Errors: a capacity under one 4 KiB block is [`Error::InvalidArgument`]; a forced
+    /// Errors: a capacity under one 4 KiB block is an [`Error::InvalidArgument`] of
+    /// `DevicePoolBuilder::build` naming the `capacity` it was given; a forced
     /// runtime pool on a runtime without the API is [`Error::Unsupported`], and its creation
     /// failing is that ACL error.
     ///
@@ -146,7 +147,7 @@ impl DevicePoolBuilder {
     ///
     /// let ctx = Device::open(0)?.primary_context().clone();
     /// let err = DevicePool::builder(&ctx).capacity(100).build().unwrap_err();
-    /// assert!(err.to_string().contains("DevicePoolBuilder::capacity"), "{err}");
+    /// assert!(err.to_string().starts_with("DevicePoolBuilder::build: invalid argument `capacity`"));
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn build(self) -> Result<DevicePool> {
@@ -154,9 +155,11 @@ impl DevicePoolBuilder {
         if let Some(capacity) = self.capacity
             && capacity < SMALLEST
         {
+            // Named as `StreamBuilder::build` names its settings: the method that refuses, and
+            // the setting the caller gave it.
             return Err(Error::invalid(
-                "DevicePoolBuilder::capacity",
-                "bytes",
+                "DevicePoolBuilder::build",
+                "capacity",
                 format!("{capacity} is less than the smallest block ({SMALLEST} bytes)"),
             ));
         }
@@ -366,7 +369,7 @@ impl DevicePool {
             // Boxed: the awaited allocation is a whole stream operation, and carrying it
             // inline would make every `alloc` future, hits included, several times larger.
             Granted::Room(class) if self.cache.source().stream_ordered() => {
-                Box::pin(self.malloc_on(stream, class)).await?
+                Box::pin(self.malloc_on("DevicePool::alloc", stream, class)).await?
             }
             granted => self.cache.fill(granted, |class| self.malloc_now(class))?,
         };
@@ -459,7 +462,7 @@ impl DevicePool {
                         bytes,
                     ));
                 }
-                Some(Granted::Room(class)) => self.malloc_on(stream, class).await,
+                Some(Granted::Room(class)) => self.malloc_on(API, stream, class).await,
                 Some(granted) => self.cache.fill(granted, |class| self.malloc_now(class)),
             };
             match block {
@@ -582,17 +585,23 @@ impl DevicePool {
 
     /// Fills granted room with a stream-ordered allocation on `stream`, awaited so that the
     /// memory is valid on every stream; out of memory, frees the cache and tries once more.
-    async fn malloc_on(&self, stream: &Stream, class: usize) -> Result<DeviceBlock> {
+    /// `api` is the pool method the caller called, which a refused submission names.
+    async fn malloc_on(
+        &self,
+        api: &'static str,
+        stream: &Stream,
+        class: usize,
+    ) -> Result<DeviceBlock> {
         let room = Arc::new(Room {
             cache: self.cache.clone(),
             class,
             filled: AtomicBool::new(false),
         });
         let started = Instant::now();
-        let block = match self.submit_malloc(stream, &room).await {
+        let block = match self.submit_malloc(api, stream, &room).await {
             Err(err) if err.is_out_of_memory() && self.cache.trim_to(0) > 0 => {
                 self.cache.source().trim_runtime(0)?;
-                self.submit_malloc(stream, &room).await
+                self.submit_malloc(api, stream, &room).await
             }
             allocated => allocated,
         }?;
@@ -600,7 +609,12 @@ impl DevicePool {
         Ok(block)
     }
 
-    async fn submit_malloc(&self, stream: &Stream, room: &Arc<Room>) -> Result<DeviceBlock> {
+    async fn submit_malloc(
+        &self,
+        api: &'static str,
+        stream: &Stream,
+        room: &Arc<Room>,
+    ) -> Result<DeviceBlock> {
         let class = room.class;
         let slot = Unclaimed {
             cache: self.cache.clone(),
@@ -608,6 +622,7 @@ impl DevicePool {
             _room: room.clone(),
         };
         let op = stream.submit(
+            (api, "stream"),
             "aclrtMemPoolMallocAsync",
             class,
             slot,

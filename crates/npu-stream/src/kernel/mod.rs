@@ -11,9 +11,6 @@ mod args;
 
 pub use args::{ArgWriter, ByValue, KernelArg, KernelArgs};
 
-/// The API launches report in errors.
-const API: &str = "Stream::launch";
-
 impl Stream {
     /// Launches `function` with `blocks` blocks (`aclrtLaunchKernelWithHostArgs`).
     ///
@@ -76,7 +73,7 @@ impl Stream {
     pub unsafe fn launch<A: KernelArgs>(&self, function: &Function, blocks: u32, args: A) -> Op<A> {
         let config = NonZeroU32::new(blocks).map(LaunchConfig::new);
         // SAFETY: the caller upholds the kernel's contract, as `launch` requires.
-        unsafe { self.enqueue(function, config, args) }
+        unsafe { self.enqueue("Stream::launch", function, config, args) }
     }
 
     /// Launches `function` with an explicit [`LaunchConfig`]: the block count, which cannot be
@@ -117,21 +114,24 @@ impl Stream {
         args: A,
     ) -> Op<A> {
         // SAFETY: the caller upholds the kernel's contract, as `launch_with` requires.
-        unsafe { self.enqueue(function, Some(config), args) }
+        unsafe { self.enqueue("Stream::launch_with", function, Some(config), args) }
     }
 
-    /// Submits a launch; `config` is `None` when the caller asked for 0 blocks.
+    /// Submits a launch for `api`, the method the caller called, which its errors name;
+    /// `config` is `None` when the caller asked for 0 blocks.
     ///
     /// # Safety
     ///
     /// As for [`launch`](Stream::launch).
     unsafe fn enqueue<A: KernelArgs>(
         &self,
+        api: &'static str,
         function: &Function,
         config: Option<LaunchConfig>,
         args: A,
     ) -> Op<A> {
         self.submit_described(
+            (api, "self"),
             "aclrtLaunchKernelWithHostArgs",
             0,
             ("kernel", function.name()),
@@ -146,13 +146,13 @@ impl Stream {
             |args, stream| {
                 let config = config.ok_or_else(|| {
                     Error::invalid(
-                        API,
+                        api,
                         "blocks",
                         "must be at least 1: a launch runs 1 or more blocks",
                     )
                 })?;
-                self.check_runtime(API, "function", function.context())?;
-                let mut writer = ArgWriter::new(API, function.context());
+                self.check_runtime(api, "function", function.context())?;
+                let mut writer = ArgWriter::new(api, function.context());
                 args.pack(&mut writer)?;
                 let mut bytes = writer.into_bytes();
                 // SAFETY: `stream` is this stream's live handle, of the same runtime as the

@@ -185,13 +185,15 @@ impl Stream {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn record_notify(&self, notify: &Notify) -> Op<Notify> {
+        let api = "Stream::record_notify";
         self.submit(
+            (api, "self"),
             "aclrtRecordNotify",
             0,
             notify.clone(),
             |_, _| {},
             |notify, stream| {
-                self.check_notify("Stream::record_notify", notify)?;
+                self.check_notify(api, notify)?;
                 let handle = notify.inner.handle;
                 // SAFETY: notify and stream are alive; the stream's context is bound.
                 unsafe {
@@ -275,6 +277,7 @@ impl Stream {
         seconds: Result<u64>,
     ) -> Op<Notify> {
         self.submit(
+            (api, "self"),
             "aclrtWaitAndResetNotify",
             0,
             notify.clone(),

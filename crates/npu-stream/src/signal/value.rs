@@ -87,6 +87,7 @@ impl Stream {
     pub fn write_value<W: AsValueWord>(&self, word: W, value: u64) -> Op<W> {
         let api = "Stream::write_value";
         self.submit(
+            (api, "self"),
             "aclrtValueWrite",
             8,
             word,
@@ -142,6 +143,7 @@ impl Stream {
     ) -> Op<W> {
         let api = "Stream::wait_value";
         self.submit(
+            (api, "self"),
             "aclrtValueWait",
             8,
             word,

@@ -68,7 +68,7 @@ impl Stream {
                 // deferred on it; it completes here.
                 let completer = unsafe { Completer::new() };
                 let wait = KeptWait::new(&completer.completion());
-                completer.complete(Err(reentered("Stream::abort")));
+                completer.complete(Err(reentered(("Stream::abort", "self"))));
                 break 'wait wait;
             };
             let stops = self.shared.stops.load(Ordering::Acquire);

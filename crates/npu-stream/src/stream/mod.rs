@@ -310,7 +310,8 @@ impl Stream {
             synchronizes: true,
             seq: 0,
         };
-        self.submit_op(op, 0, None, (), |_, _| {}, |_, _| Ok(()))
+        let caller = ("Stream::synchronize", "self");
+        self.submit_op((caller, op), 0, None, (), |_, _| {}, |_, _| Ok(()))
     }
 
     /// Checks that a buffer from `context` can be used on this stream's runtime.
@@ -331,26 +332,32 @@ impl Stream {
     }
 
     /// The one submission path: record uses, issue `call` under the submission lock, then let
-    /// the completion strategy watch it.
+    /// the completion strategy watch it. `caller` is the public method the caller called and
+    /// the argument that was the stream, which npu-rs's own refusals name; `api` is the ACL function the operation submits,
+    /// which its span, a device failure and an abort name.
     ///
     /// A failure before the device accepted the work resolves the future at once. A failure
     /// after it (recording the event, say) must not release the buffers while the device may
     /// still use them, so the stream is drained first, off this thread.
     pub(crate) fn submit<T: Send + 'static>(
         &self,
+        caller: Caller,
         api: &'static str,
         bytes: usize,
         value: T,
         record_uses: impl FnOnce(&T, &Completion),
         call: impl FnOnce(&mut T, ffi::aclrtStream) -> Result<()>,
     ) -> Op<T> {
-        self.submit_op(OpInfo::new(api), bytes, None, value, record_uses, call)
+        let op = (caller, OpInfo::new(api));
+        self.submit_op(op, bytes, None, value, record_uses, call)
     }
 
     /// [`submit`](Stream::submit) with one more field of the operation's span filled in:
     /// `direction` for copies, `kernel` for launches.
+    #[allow(clippy::too_many_arguments)] // `submit`'s, and the field
     pub(crate) fn submit_described<T: Send + 'static>(
         &self,
+        caller: Caller,
         api: &'static str,
         bytes: usize,
         field: (&'static str, &str),
@@ -359,7 +366,7 @@ impl Stream {
         call: impl FnOnce(&mut T, ffi::aclrtStream) -> Result<()>,
     ) -> Op<T> {
         self.submit_op(
-            OpInfo::new(api),
+            (caller, OpInfo::new(api)),
             bytes,
             Some(field),
             value,
@@ -370,7 +377,7 @@ impl Stream {
 
     fn submit_op<T: Send + 'static>(
         &self,
-        mut op: OpInfo,
+        (caller, mut op): (Caller, OpInfo),
         bytes: usize,
         field: Option<(&'static str, &str)>,
         mut value: T,
@@ -423,7 +430,7 @@ impl Stream {
             // refused instead of waiting for this thread for ever.
             let Some(order) = npu_core::contain::lock_here(&self.shared.submit, Rank::Submission)
             else {
-                return Err(Submission::Rejected(completer, reentered(op.api)));
+                return Err(Submission::Rejected(completer, reentered(caller)));
             };
             if order.refusing > 0 {
                 // Not queued behind the abort, which waits for the device's running task:
@@ -462,14 +469,18 @@ impl Stream {
     }
 }
 
+/// The public method a submission was made by, and the argument the caller passed the stream
+/// as (`self` for `Stream`'s own methods): npu-rs's refusals of the submission name them.
+pub(crate) type Caller = (&'static str, &'static str);
+
 /// The error of a submission or an abort made on a thread that is submitting to the same
 /// stream already (a tracing subscriber, called from inside that submission's ACL call), or
 /// that would wait for another thread's submission while holding a lock that ranks as high
 /// (see `npu_core::contain::lock_here`).
-fn reentered(api: &'static str) -> Error {
+fn reentered((api, stream): Caller) -> Error {
     Error::invalid(
         api,
-        "stream",
+        stream,
         "is being submitted to by this thread already, or by another while this thread holds \
          a lock npu-rs takes after the stream's: called back from inside an ACL call (by a \
          tracing subscriber?)",
