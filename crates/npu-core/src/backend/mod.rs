@@ -121,9 +121,9 @@ impl std::fmt::Display for Backend {
     }
 }
 
-/// Resolves a choice into a loaded runtime. `RuntimeBuilder::build` sends `auto` to [`auto::choose`]
-/// instead, which must initialise what it finds before choosing; here it loads what `acl`
-/// would.
+/// Resolves a choice into a loaded runtime. `RuntimeBuilder::build` sends `auto` to
+/// [`auto::choose`] instead, which must initialise what it finds before choosing; here it loads
+/// what `acl` would.
 pub(crate) fn load(choice: &BackendChoice) -> Result<&'static Loaded, LoadError> {
     match choice {
         BackendChoice::Sim => simulator(),

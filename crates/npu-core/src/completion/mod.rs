@@ -424,8 +424,8 @@ impl BlockingWaiter {
     /// Blocks until the operation completes and returns its result, or returns `None` once
     /// `timeout` has passed first. An operation whose completer was dropped without completing
     /// returns `Some` of an [`Error::InvalidArgument`] of `BlockingWaiter::wait_for` (argument
-    /// `self`) at once, as [`Completion::wait_blocking`] does. A `timeout` too long to represent waits without a
-    /// bound.
+    /// `self`) at once, as [`Completion::wait_blocking`] does. A `timeout` too long to represent
+    /// waits without a bound.
     ///
     /// ```
     /// use std::time::Duration;

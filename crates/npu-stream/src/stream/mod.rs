@@ -331,10 +331,10 @@ impl Stream {
         Ok(())
     }
 
-    /// The one submission path: record uses, issue `call` under the submission lock, then let
-    /// the completion strategy watch it. `caller` is the public method the caller called and
-    /// the argument that was the stream, which npu-rs's own refusals name; `api` is the ACL function the operation submits,
-    /// which its span, a device failure and an abort name.
+    /// The one submission path: record uses, issue `call` under the submission lock, then let the
+    /// completion strategy watch it. `caller` is the public method the caller called and the
+    /// argument that was the stream, which npu-rs's own refusals name; `api` is the ACL function
+    /// the operation submits, which its span, a device failure and an abort name.
     ///
     /// A failure before the device accepted the work resolves the future at once. A failure
     /// after it (recording the event, say) must not release the buffers while the device may
