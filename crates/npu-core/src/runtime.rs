@@ -101,6 +101,14 @@ impl RuntimeBuilder {
 
     /// Passes a JSON configuration file to `aclInit` when this runtime initialises ACL.
     ///
+    /// ACL applies a configuration only when it is initialised, which npu-rs does once per
+    /// loaded library while any [`Runtime`] of it lives. So [`build`](RuntimeBuilder::build)
+    /// refuses (argument `acl_config`) a path other than the one ACL was initialised with by a
+    /// runtime still alive (the process-wide [`Runtime::global`] included, which uses none),
+    /// rather than run with a configuration the caller did not ask for; the same path is
+    /// accepted. If another component of the process initialised ACL itself, ACL keeps that
+    /// component's configuration, and npu-rs logs a warning.
+    ///
     /// ```standalone_crate
     /// use npu_core::{BackendChoice, Runtime};
     ///
@@ -109,6 +117,10 @@ impl RuntimeBuilder {
     /// std::fs::write(&path, r#"{"npu_sim": {"devices": 3}}"#).unwrap();
     /// let rt = Runtime::builder().backend(BackendChoice::Sim).acl_config(&path).build()?;
     /// assert_eq!(rt.device_count()?, 3);
+    /// // While `rt` lives, ACL keeps this configuration: the same file is accepted, another not.
+    /// let _again = Runtime::builder().backend(BackendChoice::Sim).acl_config(&path).build()?;
+    /// let other = Runtime::builder().backend(BackendChoice::Sim).acl_config("other.json").build();
+    /// assert!(other.unwrap_err().to_string().contains("other.json cannot apply"));
     /// # std::fs::remove_file(&path).ok();
     /// # Ok::<(), npu_core::Error>(())
     /// ```
@@ -200,22 +212,18 @@ fn refuse_while_initialising(api: &'static str) -> Result<()> {
 }
 
 fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<()> {
-    refuse_while_initialising("RuntimeBuilder::build")?;
+    const API: &str = "RuntimeBuilder::build";
+    refuse_while_initialising(API)?;
+    let c_config = config
+        .map(|p| {
+            CString::new(p.as_os_str().as_encoded_bytes())
+                .map_err(|_| Error::invalid(API, "acl_config", "path contains a NUL byte"))
+        })
+        .transpose()?;
     let mut users = loaded.init_users.lock().unwrap_or_else(|e| e.into_inner());
     let _initialising = Raised::raise(&INITIALISING);
     if users.count == 0 {
-        let config = config
-            .map(|p| {
-                CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| {
-                    Error::invalid(
-                        "RuntimeBuilder::build",
-                        "acl_config",
-                        "path contains a NUL byte",
-                    )
-                })
-            })
-            .transpose()?;
-        let path = config.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        let path = c_config.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
         // SAFETY: `path` is NULL or a NUL-terminated string that outlives the call.
         let code = unsafe { (loaded.api.aclInit)(path) };
         // Another component of the process may have initialised ACL first; aclInit then
@@ -224,7 +232,34 @@ fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<
             return Err(AclError::new("aclInit", AclCode(code), recent_message(loaded)).into());
         }
         users.borrowed = code == ffi::ACL_ERROR_REPEAT_INITIALIZE;
+        users.config = config.map(std::path::Path::to_path_buf);
+        if let Some(path) = config.filter(|_| users.borrowed) {
+            // ACL kept the configuration it was first given; the other component owns it.
+            crate::log!(
+                warn,
+                path = %path.display(),
+                "AscendCL was already initialised by another component of the process: \
+                 the acl_config file was not applied"
+            );
+        }
         crate::fault::register(loaded);
+    } else if let Some(asked) = config.filter(|asked| users.config.as_deref() != Some(*asked)) {
+        // Silently running with another configuration than the caller asked for would be
+        // worse than refusing: ACL applies one only when it is initialised.
+        let current = match &users.config {
+            Some(path) => format!("with {}", path.display()),
+            None => "without a configuration file".to_string(),
+        };
+        return Err(Error::invalid(
+            API,
+            "acl_config",
+            format!(
+                "{} cannot apply: AscendCL is initialised already in this process {current}, \
+                 and a configuration applies only when it is (drop every Runtime of this \
+                 library first)",
+                asked.display()
+            ),
+        ));
     }
     users.count += 1;
     Ok(())

@@ -280,6 +280,50 @@ fn asking_for_a_real_runtime_lists_every_place_tried() {
     ));
 }
 
+/// Bad input is a typed error, never ignored: an `acl_config` path with a NUL byte, or one
+/// that cannot apply because ACL is initialised already (by a runtime still alive, without
+/// that configuration), is refused before anything changes; the runtimes alive keep working.
+#[test]
+fn an_acl_config_that_cannot_apply_is_refused() {
+    for (name, runtime) in common::runtimes() {
+        let choice = match runtime.backend() {
+            Backend::Library { path, .. } => BackendChoice::Library(path.clone()),
+            _ => BackendChoice::Sim,
+        };
+        let build = |config: &str| {
+            Runtime::builder()
+                .backend(choice.clone())
+                .acl_config(config)
+                .build()
+                .unwrap_err()
+        };
+        for (config, says) in [
+            ("a\0b.json", "NUL"),
+            (
+                "/nonexistent/acl.json",
+                "/nonexistent/acl.json cannot apply",
+            ),
+        ] {
+            let err = build(config);
+            assert!(
+                matches!(
+                    err,
+                    npu_core::Error::InvalidArgument {
+                        api: "RuntimeBuilder::build",
+                        argument: "acl_config",
+                        ..
+                    }
+                ),
+                "{name}: {err:?}"
+            );
+            assert!(err.to_string().contains(says), "{name}: {err}");
+        }
+        let same = Runtime::builder().backend(choice).build().unwrap();
+        assert!(same.same_library(&runtime), "{name}");
+        assert!(runtime.device_count().unwrap() >= 1, "{name}");
+    }
+}
+
 #[test]
 fn runtimes_are_send_sync_and_cheap_to_clone() {
     fn assert_send_sync<T: Send + Sync + Clone>() {}

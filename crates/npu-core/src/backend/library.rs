@@ -39,6 +39,9 @@ pub(crate) struct InitUsers {
     /// `aclFinalizeReference` npu-rs then owns no reference it could release: `aclFinalize`
     /// would finalise ACL under that component's feet.
     pub(crate) borrowed: bool,
+    /// The configuration file npu-rs passed to that `aclInit`: a later runtime asking for
+    /// another one cannot have it while ACL stays initialised.
+    pub(crate) config: Option<std::path::PathBuf>,
 }
 
 impl Loaded {
