@@ -725,22 +725,68 @@ fn a_mapping_without_access_gets_it_from_set_access() {
     assert_eq!(access(va, 0), u64::from(ACL_RT_MEM_ACCESS_FLAGS_READWRITE));
     upload(va, &[3u8; 64]);
     assert_eq!(download::<u8>(va, 64), vec![3; 64]);
-    // aclrtMapMem's checks.
+    // aclrtMapMem's checks, with the code aclrtMemMapNoAccess's header gives for an invalid
+    // virPtr, size, handle or flags: ACL_ERROR_INVALID_PARAM (aclrtMapMem answers 107000, and
+    // 107017 for a stale handle).
     let again = reserve(2 * MIB);
     fails!(
         aclrtMemMapNoAccess(again, MIB, 0, phys, 0),
-        ACL_ERROR_RT_PARAM_INVALID,
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemMapNoAccess"
+    );
+    fails!(
+        aclrtMemMapNoAccess(again, 0, 0, phys, 0),
+        ACL_ERROR_INVALID_PARAM,
         "aclrtMemMapNoAccess"
     );
     fails!(
         aclrtMemMapNoAccess(again, 2 * MIB, 0, phys, 1),
-        ACL_ERROR_RT_PARAM_INVALID,
+        ACL_ERROR_INVALID_PARAM,
         "aclrtMemMapNoAccess"
     );
     fails!(
         aclrtMemMapNoAccess(ptr::null_mut(), 2 * MIB, 0, phys, 0),
         ACL_ERROR_INVALID_PARAM,
         "aclrtMemMapNoAccess"
+    );
+    fails!(
+        aclrtMemMapNoAccess(again, 2 * MIB, 0, ptr::null_mut(), 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemMapNoAccess"
+    );
+    let unaligned = (again as usize + 4096) as *mut c_void;
+    fails!(
+        aclrtMemMapNoAccess(unaligned, 2 * MIB, 0, phys, 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemMapNoAccess"
+    );
+    fails!(
+        aclrtMemMapNoAccess(va, 2 * MIB, 0, phys, 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemMapNoAccess"
+    );
+    let freed = physical(0, 2 * MIB);
+    acl!(aclrtFreePhysical(freed));
+    fails!(
+        aclrtMemMapNoAccess(again, 2 * MIB, 0, freed, 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemMapNoAccess"
+    );
+    // The header does not name offset; it stays aclrtMapMem's 107000.
+    fails!(
+        aclrtMemMapNoAccess(again, 2 * MIB, 1, phys, 0),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemMapNoAccess"
+    );
+    fails!(
+        aclrtMapMem(again, 2 * MIB, 0, freed, 0),
+        ACL_ERROR_RT_INVALID_HANDLE,
+        "aclrtMapMem"
+    );
+    fails!(
+        aclrtMapMem(again, MIB, 0, phys, 0),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMapMem"
     );
     acl!(aclrtUnmapMem(va));
     acl!(aclrtFreePhysical(phys));

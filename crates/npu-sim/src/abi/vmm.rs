@@ -157,7 +157,11 @@ pub unsafe extern "C" fn aclrtFreePhysical(handle: aclrtDrvMemHandle) -> aclErro
 }
 
 /// The checks of aclrtMapMem and aclrtMemMapNoAccess, then the mapping, with `access` for the
-/// physical memory's own device.
+/// physical memory's own device. `invalid` is the code for a `virPtr`, `size`, `handle` or
+/// `flags` the mapping cannot take (a stale handle, a size other than the allocation's, flags
+/// not 0, an address the mapping cannot start at): aclrtMapMem's header names no code and the
+/// simulator answers 107000 as for its other refusals, aclrtMemMapNoAccess's header names
+/// ACL_ERROR_INVALID_PARAM (100000) for exactly these four.
 fn map_physical(
     virPtr: *mut c_void,
     size: usize,
@@ -165,14 +169,30 @@ fn map_physical(
     handle: aclrtDrvMemHandle,
     flags: u64,
     access: aclrtMemAccessFlags,
+    invalid: aclError,
 ) -> Res<()> {
+    // Only aclrtMemMapNoAccess recodes the refusals: aclrtMapMem keeps 107017 for a stale
+    // handle, as every other function does.
+    let as_invalid = |mut error: crate::error::SimError| {
+        let refusal = matches!(
+            error.code,
+            ACL_ERROR_RT_PARAM_INVALID | ACL_ERROR_RT_INVALID_HANDLE
+        );
+        if invalid == ACL_ERROR_INVALID_PARAM && refusal {
+            error.code = invalid;
+        }
+        error
+    };
     non_null(virPtr, "virPtr")?;
     non_null(handle, "handle")?;
     let sim = sim()?;
-    let physical = sim.vmm.resolve(handle::from_ptr(handle))?;
+    let physical = sim
+        .vmm
+        .resolve(handle::from_ptr(handle))
+        .map_err(as_invalid)?;
     ensure!(
         size == physical.size,
-        ACL_ERROR_RT_PARAM_INVALID,
+        invalid,
         "size {size} is not the physical allocation's size ({})",
         physical.size
     );
@@ -183,11 +203,13 @@ fn map_physical(
     );
     ensure!(
         flags == 0,
-        ACL_ERROR_RT_PARAM_INVALID,
+        invalid,
         "flags is reserved and must be 0, not {flags}"
     );
     physical.device.check_alive()?;
-    sim.vmm.map(&sim.memory, virPtr as usize, &physical, access)
+    sim.vmm
+        .map(&sim.memory, virPtr as usize, &physical, access)
+        .map_err(as_invalid)
 }
 
 /// Maps a whole physical allocation at `virPtr` (granularity-aligned, inside one reserved
@@ -207,12 +229,15 @@ pub unsafe extern "C" fn aclrtMapMem(
 ) -> aclError {
     guard("aclrtMapMem", || {
         let access = ACL_RT_MEM_ACCESS_FLAGS_READWRITE;
-        map_physical(virPtr, size, offset, handle, flags, access)
+        let invalid = ACL_ERROR_RT_PARAM_INVALID;
+        map_physical(virPtr, size, offset, handle, flags, access, invalid)
     })
 }
 
 /// aclrtMapMem with no access recorded for any device, the memory's own included, until
-/// aclrtMemSetAccess grants it (the simulator records access, it does not enforce it).
+/// aclrtMemSetAccess grants it (the simulator records access, it does not enforce it). As its
+/// header says, an invalid `virPtr`, `size`, `handle` or `flags` → 100000 (where aclrtMapMem
+/// answers 107000 or, for a stale handle, 107017); `offset` other than 0 → 107000.
 ///
 /// # Safety
 /// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
@@ -226,7 +251,8 @@ pub unsafe extern "C" fn aclrtMemMapNoAccess(
 ) -> aclError {
     guard("aclrtMemMapNoAccess", || {
         let access = ACL_RT_MEM_ACCESS_FLAGS_NONE;
-        map_physical(virPtr, size, offset, handle, flags, access)
+        let invalid = ACL_ERROR_INVALID_PARAM;
+        map_physical(virPtr, size, offset, handle, flags, access, invalid)
     })
 }
 
