@@ -345,7 +345,8 @@ impl Stream {
 
     /// A pitched copy from device memory to page-locked host memory (`aclrtMemcpy2dAsync`).
     ///
-    /// Checks as for [`copy_2d_h2d`](Stream::copy_2d_h2d). Resolves to `(src, dst)`.
+    /// Checks as for [`copy_2d_h2d`](Stream::copy_2d_h2d). Resolves to `(src, dst)`. Cancel
+    /// safety as for [`copy_h2d`](Stream::copy_h2d).
     ///
     /// ```
     /// # use npu_core::Device;
@@ -379,7 +380,8 @@ impl Stream {
     }
 
     /// A pitched copy between device buffers (`aclrtMemcpy2dAsync`; ACL supports it on
-    /// Atlas A2/A3 and newer). Checks as for [`copy_2d_h2d`](Stream::copy_2d_h2d).
+    /// Atlas A2/A3 and newer). Checks as for [`copy_2d_h2d`](Stream::copy_2d_h2d). Resolves
+    /// to `(src, dst)`. Cancel safety as for [`copy_h2d`](Stream::copy_h2d).
     ///
     /// ```
     /// # use npu_core::Device;

@@ -245,6 +245,10 @@ impl Stream {
     /// timeout (which ACL reads as "for ever") or one above `u32::MAX` seconds is refused with
     /// [`Error::InvalidArgument`](npu_core::Error::InvalidArgument).
     ///
+    /// Cancel safety: not cancel-safe, as for [`wait_notify`](Stream::wait_notify): dropping
+    /// the future does not cancel the wait; the stream still waits (until the notify is set or
+    /// the timeout passes), and the clone is dropped after the wait is over.
+    ///
     /// ```
     /// # use npu_core::Device;
     /// use std::time::Duration;
