@@ -37,6 +37,12 @@ impl Stream {
     /// one thread, not one each; only an abort called after [`stop`](Stream::stop) returned
     /// starts its own, since it must clear that stop.
     ///
+    /// Cancel safety: not cancel-safe in Tokio's sense, since the abort is not undone:
+    /// dropping the future only stops waiting for the device's confirmation; the abort still
+    /// runs to its end on its thread, and the discarded operations fail as above.
+    ///
+    /// The future is `Unpin` (`select!` on `&mut abort` needs no `pin!`).
+    ///
     /// ```
     /// # use npu_core::Device;
     /// use npu_mem::DeviceBuffer;
@@ -56,7 +62,10 @@ impl Stream {
     /// # })?;
     /// # Ok::<(), npu_core::Error>(())
     /// ```
-    pub fn abort(&self) -> impl Future<Output = Result<()>> + Send + 'static {
+    // Beside the `Future` trait's own "futures do nothing unless polled", which is not so
+    // here: what an unused abort loses is its result.
+    #[must_use = "the abort runs whether or not this is awaited; await it to learn its result"]
+    pub fn abort(&self) -> impl Future<Output = Result<()>> + Send + Unpin + 'static {
         let mut wait = 'wait: {
             let Some(mut aborting) =
                 npu_core::contain::lock_here(&self.shared.submit, Rank::Submission)
