@@ -422,6 +422,11 @@ impl DevicePool {
     /// blocks allocated before that stay cached) or when `count` blocks would not even fit in
     /// the address space (refused before allocating any).
     ///
+    /// It never queues for capacity (it fails instead), so dropping the future leaves no
+    /// queue. Cancel safety: cancel-safe in that nothing is lost or held: the blocks reserved
+    /// so far are cached, as if the reserve had stopped there, and a runtime-pool allocation
+    /// submitted for the next one goes back to the runtime once it completes.
+    ///
     /// ```
     /// use npu_core::Device;
     /// use npu_stream::{DevicePool, Stream};
