@@ -18,6 +18,9 @@ impl Stream {
     /// happens before `submit` runs, so the error carries no value; any later failure hands the
     /// operation's value back.
     ///
+    /// Like any `async fn` (and unlike an [`Op`]), it does nothing until first polled: the
+    /// events are created and `submit` runs then, so a future dropped unpolled submits nothing.
+    ///
     /// Cancel safety: as for the operation itself; the events are released after it.
     ///
     /// ```

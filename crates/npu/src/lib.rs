@@ -27,7 +27,9 @@
 //! and the memory traits into scope.
 //!
 //! Operations are submitted when the method is called, not when the future is first polled;
-//! awaiting only waits for the device (see [`stream`]).
+//! awaiting only waits for the device. The `async fn` conveniences built on them (uploads,
+//! staged copies, pool allocations) start when first polled, as any `async fn` (see
+//! [`stream`]).
 //!
 //! # Example
 //!

@@ -10,6 +10,12 @@
 //! device even if their futures are awaited later (or never: a dropped [`Op`] still runs, and
 //! keeps its buffers until the device is done; see docs/cancellation.md).
 //!
+//! The conveniences that are `async fn`s (`Stream::upload` and `download`, the staged copies,
+//! `Stream::timed`, `DevicePool::alloc` and `reserve`, `PinnedPool::alloc`) are ordinary Rust
+//! futures instead: they start when first polled, so one dropped unpolled does nothing, and
+//! work submitted to the stream after the call but before that poll runs first.
+//! [`Stream::abort`] is not one of them: it starts when called.
+//!
 //! ```
 //! use npu::prelude::*;
 //! use npu::Stream;
