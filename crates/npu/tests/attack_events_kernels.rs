@@ -18,6 +18,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use common::*;
+use futures::executor::block_on;
 use npu::error::AclCode;
 use npu::prelude::*;
 use npu::sim;
@@ -35,25 +36,6 @@ fn exclusive() -> (MutexGuard<'static, ()>, Context, Context) {
 /// Polls `future` once with the current task's waker.
 async fn poll_now<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
     std::future::poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut *future).poll(cx))).await
-}
-
-/// A minimal non-Tokio executor: polls on this thread, parks until woken.
-fn block_on<F: Future>(future: F) -> F::Output {
-    struct Unparker(std::thread::Thread);
-    impl std::task::Wake for Unparker {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(Arc::new(Unparker(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park();
-    }
 }
 
 /// The gate kernel `{uint8_t *x, uint64_t n}`: block 0 marks itself started, waits for the

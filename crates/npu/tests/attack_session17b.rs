@@ -19,6 +19,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use common::*;
+use futures::executor::block_on;
 use npu::Stream;
 use npu::memory::{DevicePool, DevicePoolBackend};
 use npu::prelude::*;
@@ -366,26 +367,6 @@ impl<F: Future> Future for Flagged<F> {
             self.flag.store(true, Ordering::Release);
         }
         polled
-    }
-}
-
-/// Polls `future` to the end on this thread, parking between wake-ups: an executor that is
-/// not Tokio (no runtime context, no timers, no blocking pool).
-fn block_on<F: Future>(future: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park();
     }
 }
 
