@@ -1669,7 +1669,13 @@ fn ranges_that_wrap_the_address_space_are_refused() {
         ),
     ];
     for (what, code) in calls {
-        assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID, "{what}");
+        // A prefetch's header names 100000 for any error input; the others answer 107000.
+        let expected = if what == "aclrtMemManagedPrefetchAsync" {
+            ACL_ERROR_INVALID_PARAM
+        } else {
+            ACL_ERROR_RT_PARAM_INVALID
+        };
+        assert_eq!(code, expected, "{what}");
     }
     acl!(aclrtSynchronizeStream(stream));
     assert_eq!(download::<u8>(dev, 4096), vec![0; 4096], "nothing written");

@@ -217,10 +217,21 @@ pub unsafe extern "C" fn aclrtMemManagedAdvise(
     })
 }
 
+/// Recodes a refused prefetch argument: the prefetch functions' headers name
+/// ACL_ERROR_INVALID_PARAM (100000) for error input, where aclrtMemManagedAdvise and the
+/// attribute queries (whose headers name no code) answer 107000 for the same checks. A location
+/// naming a device that does not exist keeps 107001, the code of every invalid device id.
+fn as_input_error(mut error: crate::error::SimError) -> crate::error::SimError {
+    if error.code == ACL_ERROR_RT_PARAM_INVALID {
+        error.code = ACL_ERROR_INVALID_PARAM;
+    }
+    error
+}
+
 /// Prefetches a batch of managed ranges as one task of `stream` that does nothing (see
 /// aclrtMemManagedPrefetchAsync): each range and each location is checked as that function
-/// checks them; NULL arrays → 100000; count 0 → 100000; numPrefetchLocs 0 or above count, or
-/// prefetchLocIdxs not starting at 0 and increasing below count, or flags not 0 → 107000.
+/// checks them; NULL arrays, count 0, numPrefetchLocs 0 or above count, prefetchLocIdxs not
+/// starting at 0 and increasing below count, or flags not 0 → 100000 (see [`as_input_error`]).
 ///
 /// # Safety
 /// The arrays must hold `count` (`numPrefetchLocs`) elements.
@@ -249,18 +260,18 @@ pub unsafe extern "C" fn aclrtMemManagedPrefetchBatchAsync(
             numPrefetchLocs,
             "prefetchLocIdxs",
         )?;
-        run_starts(starts, count, "prefetchLocIdxs")?;
+        run_starts(starts, count, "prefetchLocIdxs").map_err(as_input_error)?;
         ensure!(
             flags == 0,
-            ACL_ERROR_RT_PARAM_INVALID,
+            ACL_ERROR_INVALID_PARAM,
             "flags is reserved and must be 0, not {flags}"
         );
         let sim = sim()?;
         for (&ptr, &size) in ptrs.iter().zip(sizes) {
-            check_range(sim, ptr, size as u64)?;
+            check_range(sim, ptr, size as u64).map_err(as_input_error)?;
         }
         for location in locations {
-            check_location(sim, location)?;
+            check_location(sim, location).map_err(as_input_error)?;
         }
         let stream = context::submit_stream(sim, stream)?;
         for (index, (&ptr, &size)) in ptrs.iter().zip(sizes).enumerate() {
@@ -273,7 +284,7 @@ pub unsafe extern "C" fn aclrtMemManagedPrefetchBatchAsync(
 
 /// Prefetches managed memory to a location as a task of `stream`: the task does nothing (the
 /// memory is where every device and the host can reach it), but keeps its place in stream
-/// order. `flags` must be 0 (107000).
+/// order. A range or location refused, or `flags` not 0 → 100000 (see [`as_input_error`]).
 ///
 /// # Safety
 /// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
@@ -287,11 +298,11 @@ pub unsafe extern "C" fn aclrtMemManagedPrefetchAsync(
 ) -> aclError {
     guard("aclrtMemManagedPrefetchAsync", || {
         let sim = sim()?;
-        check_range(sim, ptr, size as u64)?;
-        check_location(sim, &location)?;
+        check_range(sim, ptr, size as u64).map_err(as_input_error)?;
+        check_location(sim, &location).map_err(as_input_error)?;
         ensure!(
             flags == 0,
-            ACL_ERROR_RT_PARAM_INVALID,
+            ACL_ERROR_INVALID_PARAM,
             "flags is reserved and must be 0, not {flags}"
         );
         let stream = context::submit_stream(sim, stream)?;
