@@ -415,14 +415,14 @@ fn device_variables_by_symbol_in_c() {
     let _ = std::fs::remove_file(&library);
     assert_eq!(
         stdout,
-        "before the binary is loaded: 107042\n\
+        "before the binary is loaded: 107043\n\
          symbol: 16 bytes, the binary's global: same\n\
          kernel by symbol: the binary's function\n\
          read at offset 8: 7 8; the variable holds 8\n\
          async round trip: 9\n\
-         past the end: 107000\n\
+         past the end: 100000\n\
          wrong kind: 100000\n\
-         not a device variable: 107042\n\
+         not a device variable: 107043\n\
          symbol flow ok\n"
     );
 }

@@ -835,7 +835,7 @@ fn symbol_error_paths() {
         case(
             "address of a host variable",
             "aclrtGetSymbolAddress",
-            107042,
+            107043,
             0,
             || {
                 let mut address = ptr::null_mut();
@@ -858,7 +858,7 @@ fn symbol_error_paths() {
         case(
             "size of a host variable",
             "aclrtGetSymbolSize",
-            107042,
+            107043,
             0,
             || {
                 let mut size = 0;
@@ -884,7 +884,7 @@ fn symbol_error_paths() {
         case(
             "async copy to a host variable",
             "aclrtMemcpyToSymbolAsync",
-            107042,
+            107043,
             0,
             || {
                 let data = [0u8; 4];
@@ -901,7 +901,7 @@ fn symbol_error_paths() {
         case(
             "copy from a host variable",
             "aclrtMemcpyFromSymbol",
-            107042,
+            107043,
             0,
             || {
                 let mut data = [0u8; 4];

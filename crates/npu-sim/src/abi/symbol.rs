@@ -15,7 +15,9 @@ use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::sim::sim;
 
 /// The device variable at `symbol`: its address and size. NULL → 100000; no current context →
-/// 107002; an address that is not the start of a device global of a loaded binary → 107042.
+/// 107002; an address that is not the start of a device global of a loaded binary → 107043
+/// ACL_ERROR_RT_INVALID_SYMBOL, the code every symbol function's header names for an invalid
+/// device symbol (aclrtGetFuncBySymbol, whose header names none, keeps 107042).
 fn variable(symbol: *const c_void) -> Res<(usize, usize)> {
     non_null(symbol, "symbol")?;
     let sim = sim()?;
@@ -29,7 +31,7 @@ fn variable(symbol: *const c_void) -> Res<(usize, usize)> {
         }
     }
     fail!(
-        ACL_ERROR_RT_SYMBOL_NOT_FOUND,
+        ACL_ERROR_RT_INVALID_SYMBOL,
         "{symbol:p} is not a device variable: no loaded binary declares a global there \
          (NPUSIM_GLOBAL)"
     )
@@ -66,7 +68,8 @@ pub unsafe extern "C" fn aclrtGetSymbolSize(symbol: *const c_void, size: *mut us
 
 /// The device address `offset` bytes into the variable `symbol` names, after checking the
 /// copy's kind (one of `kinds`, else 100000) and that `offset + count` stays inside the
-/// variable (else 107000); with the bytes left from there.
+/// variable (else 100000: the headers name ACL_ERROR_INVALID_PARAM for error input); with the
+/// bytes left from there.
 fn inside(
     symbol: *const c_void,
     count: usize,
@@ -84,7 +87,7 @@ fn inside(
     );
     ensure!(
         offset.checked_add(count).is_some_and(|end| end <= len),
-        ACL_ERROR_RT_PARAM_INVALID,
+        ACL_ERROR_INVALID_PARAM,
         "offset {offset} + count {count} runs past the {len}-byte variable"
     );
     Ok(((address + offset) as *mut c_void, len - offset))
