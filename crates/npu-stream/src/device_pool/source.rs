@@ -337,21 +337,47 @@ impl RuntimePool {
 
     fn destroy_now(self, context: &Context) {
         let runtime = context.runtime();
-        let destroyed = context.bind().and_then(|()| {
-            if self.release.is_null() {
-                // SAFETY: the pool is ours and was never used.
-                return unsafe { acl_call_opt!(runtime, aclrtMemPoolDestroy(self.pool)) };
-            }
-            // SAFETY: the pool is ours and no block of it is in use (the last buffer and the
-            // last pool handle are gone); only frees ran on `release`, a stream of ours.
-            unsafe {
-                acl_call!(runtime, aclrtSynchronizeStream(self.release))?;
-                acl_call_opt!(runtime, aclrtMemPoolDestroy(self.pool))?;
-                acl_call!(runtime, aclrtDestroyStream(self.release))
-            }
-        });
-        if let Err(err) = destroyed {
+        if let Err(err) = context.bind() {
             npu_core::log!(warn, %err, "a device memory pool was not destroyed (leaked)");
+            return;
+        }
+        if self.release.is_null() {
+            // SAFETY: the pool is ours and was never used.
+            let destroyed = unsafe { acl_call_opt!(runtime, aclrtMemPoolDestroy(self.pool)) };
+            if let Err(err) = destroyed {
+                npu_core::log!(warn, %err, "a device memory pool was not destroyed (leaked)");
+            }
+            return;
+        }
+        // Waits for the frees queued on `release`. A failure (the device lost, a free that
+        // failed) is reported only once the stream has run everything queued on it or can
+        // never run it again, so the pool and the stream are destroyed all the same: stopping
+        // at the error leaked both for good (nothing retries), a device lost under a pool
+        // leaking a stream and every block the pool still held.
+        // SAFETY: `release` is our live stream in the bound context.
+        let synced = unsafe { acl_call!(runtime, aclrtSynchronizeStream(self.release)) };
+        // SAFETY: the pool is ours and no block of it is in use (the last buffer and the last
+        // pool handle are gone); only frees ran on `release`, which has nothing left to run.
+        let pool = unsafe { acl_call_opt!(runtime, aclrtMemPoolDestroy(self.pool)) };
+        // A stream whose synchronisation failed may hold work it can never run, which an
+        // unforced destruction would wait for on CANN (as for a user's stream, see
+        // `Stream`'s release): force it when the runtime can.
+        let force = synced.is_err() && runtime.api().aclrtDestroyStreamForce.is_some();
+        let stream = if force {
+            // SAFETY: as below; the forced form drops whatever the stream could not run.
+            unsafe { acl_call_opt!(runtime, aclrtDestroyStreamForce(self.release)) }
+        } else {
+            // SAFETY: `release` is ours, and nothing uses it after this.
+            unsafe { acl_call!(runtime, aclrtDestroyStream(self.release)) }
+        };
+        if let Err(err) = &synced {
+            npu_core::log!(warn, %err, "a device memory pool's frees failed");
+        }
+        if let Err(err) = pool {
+            npu_core::log!(warn, %err, "a device memory pool was not destroyed (leaked)");
+        }
+        if let Err(err) = stream {
+            npu_core::log!(warn, %err, "a device memory pool's release stream was not destroyed (leaked)");
         }
     }
 }
