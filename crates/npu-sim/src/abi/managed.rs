@@ -231,7 +231,8 @@ fn as_input_error(mut error: crate::error::SimError) -> crate::error::SimError {
 /// Prefetches a batch of managed ranges as one task of `stream` that does nothing (see
 /// aclrtMemManagedPrefetchAsync): each range and each location is checked as that function
 /// checks them; NULL arrays, count 0, numPrefetchLocs 0 or above count, prefetchLocIdxs not
-/// starting at 0 and increasing below count, or flags not 0 → 100000 (see [`as_input_error`]).
+/// starting at 0 and increasing below count, or flags not 0 → 100000, the code their headers
+/// name for error input.
 ///
 /// # Safety
 /// The arrays must hold `count` (`numPrefetchLocs`) elements.
@@ -284,7 +285,8 @@ pub unsafe extern "C" fn aclrtMemManagedPrefetchBatchAsync(
 
 /// Prefetches managed memory to a location as a task of `stream`: the task does nothing (the
 /// memory is where every device and the host can reach it), but keeps its place in stream
-/// order. A range or location refused, or `flags` not 0 → 100000 (see [`as_input_error`]).
+/// order. A range or location refused, or `flags` not 0 → 100000, the code its header names for
+/// error input (aclrtMemManagedAdvise answers 107000 for the same checks).
 ///
 /// # Safety
 /// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
