@@ -17,11 +17,21 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// How many threads the process has.
-fn threads() -> usize {
+/// The ids of the process's threads alive now. Threads are counted by id, not by number: one
+/// ending meanwhile (the previous case's abort thread, which may still be winding down after
+/// delivering its result) would hide one started. Not by name either: a thread names itself
+/// once it runs, after `spawn` has returned.
+fn thread_ids() -> std::collections::HashSet<u64> {
     std::fs::read_dir("/proc/self/task")
         .expect("/proc/self/task")
-        .count()
+        .filter_map(|task| task.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// How many threads alive now were not among `before`: started since, since nothing else in
+/// the test starts threads while it counts.
+fn started_since(before: &std::collections::HashSet<u64>) -> usize {
+    thread_ids().difference(before).count()
 }
 
 #[test]
@@ -33,11 +43,9 @@ fn aborts_called_during_an_abort_share_its_thread_and_its_result() {
         let (running, _gate) = kernel_support::launch_gated(&s);
         let queued = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
         // The first abort waits in the runtime for the gated kernel; the others share it.
-        // Nothing else starts a thread meanwhile; a thread that ends (the previous case's
-        // abort) only lowers the count.
-        let before = threads();
+        let before = thread_ids();
         let aborts: Vec<_> = (0..64).map(|_| s.abort()).collect();
-        let started = threads().saturating_sub(before);
+        let started = started_since(&before);
         assert!(
             started <= 1,
             "{strategy:?}: {started} threads for the aborts"
@@ -80,10 +88,12 @@ fn an_abort_called_after_a_stop_does_not_share_an_abort_from_before_it() {
         let (refused, behind) = memsets_until_refused(&s, 2);
         until_the_runtime_aborts(&s);
         s.stop().unwrap();
-        let before = threads();
+        // The second abort's thread lives until the gate opens: its runtime call waits for the
+        // gated kernel too.
+        let before = thread_ids();
         let second = s.abort();
         assert!(
-            threads() > before,
+            started_since(&before) == 1,
             "{strategy:?}: the abort after the stop shared the one from before it"
         );
         kernel_support::open_gate();
