@@ -8,7 +8,7 @@ mod common;
 
 use std::num::NonZeroU32;
 use std::pin::pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -21,26 +21,9 @@ use npu::memory::{
     PinnedPoolBuilder, RegisterFlags,
 };
 use npu::prelude::*;
-use npu::runtime::BackendChoice;
 use npu::sim;
 use npu::stream::{Copy2d, Event, Notify, Op, Stream, StreamPool, ValueCondition, ValueWord};
 use tracing_subscriber::layer::SubscriberExt;
-
-/// npu-sim's cdylib, built beside this test binary: a second AscendCL runtime, whose handles
-/// every check of "the same runtime" must refuse.
-fn other_runtime() -> Runtime {
-    static OTHER: OnceLock<Runtime> = OnceLock::new();
-    OTHER
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            let library = exe.parent().unwrap().join("libascendcl.so");
-            Runtime::builder()
-                .backend(BackendChoice::Library(library))
-                .build()
-                .unwrap()
-        })
-        .clone()
-}
 
 /// The `(api, argument)` of an operation's error, with the value it handed back.
 fn refused<T: Send + 'static>(op: Op<T>) -> ((&'static str, &'static str), T) {
@@ -281,7 +264,7 @@ fn reentered_submissions() {
 fn events() {
     let (_guard, ctx, ctx1) = exclusive(None);
     let s = stream(&ctx, npu::stream::Strategy::EventPoll);
-    let foreign = other_runtime().device(0).unwrap();
+    let foreign = dlopened_simulator().device(0).unwrap();
     let foreign_stream = Stream::new(foreign.primary_context()).unwrap();
     let foreign_event = Event::new(foreign.primary_context()).unwrap();
 
@@ -449,7 +432,7 @@ fn devices_contexts_and_runtime() {
     let device = ctx.device();
     let err = device.can_access_peer(&device).unwrap_err();
     assert_eq!(invalid(&err), ("Device::can_access_peer", "peer"));
-    let foreign = other_runtime().device(1).unwrap();
+    let foreign = dlopened_simulator().device(1).unwrap();
     let err = device.enable_peer_access(&foreign).unwrap_err();
     assert_eq!(invalid(&err), ("Device::enable_peer_access", "peer"));
     assert!(

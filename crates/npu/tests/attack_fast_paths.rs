@@ -24,16 +24,6 @@ fn exclusive() -> (MutexGuard<'static, ()>, Context) {
     (guard, ctx)
 }
 
-/// A current-thread runtime whose clock starts paused, as `#[tokio::test(start_paused = true)]`
-/// builds it.
-fn paused_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
-
 /// Rule 5 under the test harness: a paused clock is kept from jumping while an operation is in
 /// flight, but dropping the runtime (the end of a `#[tokio::test(start_paused = true)]`) must
 /// not wait for the device: here it is held for the whole drop.

@@ -19,7 +19,6 @@ mod common;
 use common::*;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use npu::error::AclCode;
 use npu::memory::{DevicePoolBackend, PooledDeviceBuffer};
@@ -151,7 +150,7 @@ impl Rig {
 
     /// The pools hold nothing in use, awaiting an operation, or waiting.
     fn assert_pools_idle(&self, what: &str) {
-        settle(what, || {
+        until_released(what, || {
             let (pinned, device) = (self.pinned.stats(), self.pool.stats().cache);
             [pinned, device]
                 .iter()
@@ -177,19 +176,6 @@ fn kernels(ctx: &Context) -> Kernels {
     }
 }
 
-/// Waits (bounded, flushing the deferred releases) until `done` holds.
-fn settle(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + HANG;
-    loop {
-        sim::flush_releases();
-        if done() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "never settled: {what}");
-        std::thread::yield_now();
-    }
-}
-
 /// The live counters a case must give back.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 struct Counters {
@@ -212,7 +198,7 @@ fn counters(ctx: &Context) -> Counters {
 fn assert_back_to(ctx: &Context, baseline: Counters, what: &str) {
     let mut last = baseline;
     let settled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        settle(what, || {
+        until_released(what, || {
             last = counters(ctx);
             last == baseline
         })

@@ -40,20 +40,6 @@ fn live(ctx: &Context) -> (u64, u64, u64, u64) {
     )
 }
 
-/// Waits (bounded) until `done` holds, flushing deferred releases between looks: releases
-/// after held work run on the reaper once the device is done, which the test cannot await.
-fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + HANG;
-    loop {
-        sim::flush_releases();
-        if done() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "never settled: {what}");
-        std::thread::yield_now();
-    }
-}
-
 /// Waits (bounded) until the simulator's counters for `ctx`'s device are back to `baseline`.
 fn back_to(ctx: &Context, baseline: (u64, u64, u64, u64), what: &str) {
     let deadline = Instant::now() + HANG;
@@ -83,18 +69,6 @@ impl Future for AfterPolls {
         self.0 -= 1;
         cx.waker().wake_by_ref();
         Poll::Pending
-    }
-}
-
-/// A small deterministic generator (xorshift), so that each run cancels at the same points.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
     }
 }
 
@@ -253,7 +227,7 @@ fn serving_under_cancellation_and_shutdown_loses_nothing() {
                 finished.load(Ordering::Relaxed) > 0,
                 "{what}: nothing finished"
             );
-            until(&format!("{what}: pools idle after cancellations"), || {
+            until_released(&format!("{what}: pools idle after cancellations"), || {
                 model.idle()
             });
 
@@ -280,7 +254,7 @@ fn serving_under_cancellation_and_shutdown_loses_nothing() {
                 rt.shutdown_timeout(Duration::ZERO)
             });
             held.release().unwrap();
-            until(&format!("{what}: pools idle after the shutdown"), || {
+            until_released(&format!("{what}: pools idle after the shutdown"), || {
                 model.idle()
             });
 
@@ -387,14 +361,6 @@ fn release_when(
         }
         hold.release().unwrap();
     })
-}
-
-fn paused_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap()
 }
 
 /// Rules 1 and 7 and the paused-clock promise for futures that move: an `Op` first polled on
@@ -679,7 +645,7 @@ fn the_last_handle_of_a_held_device_goes_without_waiting_for_it() {
         });
         drop(dropped);
         watchdog("device 0's releases while device 1 is held", || {
-            until(&format!("{strategy:?}: device 0 releases"), || {
+            until_released(&format!("{strategy:?}: device 0 releases"), || {
                 live_allocations(&ctx0) == baseline.0
             })
         });

@@ -647,22 +647,6 @@ fn a_dropped_into_inner_unregisters_only_after_the_recorded_use() {
     }
 }
 
-/// A small deterministic generator (xorshift), so a failing seed can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 type Part = npu::memory::Split<DeviceBuffer<u8>>;
 type Round<'a> = std::pin::Pin<Box<dyn Future<Output = Vec<Part>> + 'a>>;
 

@@ -2,22 +2,13 @@
 //!
 //! A file of its own: it holds devices, which other tests would notice.
 
+mod common;
+
+use common::dlopened_simulator;
 use npu::Stream;
 use npu::error::AclCode;
 use npu::prelude::*;
-use npu::runtime::BackendChoice;
 use npu::sim;
-
-/// npu-sim's cdylib, built beside this test binary: a simulator loaded as a library, which
-/// the in-process controls do not reach.
-fn dlopened_simulator() -> Runtime {
-    let exe = std::env::current_exe().unwrap();
-    let library = exe.parent().unwrap().join("libascendcl.so");
-    Runtime::builder()
-        .backend(BackendChoice::Library(library))
-        .build()
-        .unwrap()
-}
 
 #[test]
 fn a_device_of_another_backend_is_refused() {

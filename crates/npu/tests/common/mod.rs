@@ -81,6 +81,64 @@ pub(crate) fn all_completed(done: &[Completion]) {
     });
 }
 
+/// Waits (bounded) until `done` holds, flushing the deferred releases between looks: releases
+/// after held or faulted work run on the reaper once the device is done, which a test cannot
+/// await.
+pub(crate) fn until_released(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + HANG;
+    loop {
+        sim::flush_releases();
+        if done() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never settled: {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// A small deterministic generator (xorshift), so that a run's random choices (and a failing
+/// seed) can be replayed.
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number in `0..n`.
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// A current-thread runtime whose clock starts paused, as `#[tokio::test(start_paused = true)]`
+/// builds it.
+pub(crate) fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+/// npu-sim's cdylib, built beside the test binary: a second AscendCL runtime, a simulator loaded
+/// as a library (which the in-process controls do not reach, and whose handles every check of
+/// "the same runtime" must refuse).
+pub(crate) fn dlopened_simulator() -> npu::Runtime {
+    let exe = std::env::current_exe().unwrap();
+    let library = exe.parent().unwrap().join("libascendcl.so");
+    npu::Runtime::builder()
+        .backend(npu::runtime::BackendChoice::Library(library))
+        .build()
+        .unwrap()
+}
+
 /// Aborts the process with `what` if `body` has not returned after [`HANG`]: for bodies that
 /// block a thread (a blocking wait, a drop) and so cannot be bounded by a Tokio timeout.
 pub(crate) fn watchdog<R>(what: &str, body: impl FnOnce() -> R) -> R {
