@@ -24,6 +24,15 @@ impl SimError {
             msg: msg.into(),
         }
     }
+
+    /// This error with `code` in place of any of `refusals`, message kept: for a function whose
+    /// header names another code for refused input than the shared check it calls answers.
+    pub(crate) fn recoded(mut self, refusals: &[aclError], code: aclError) -> Self {
+        if refusals.contains(&self.code) {
+            self.code = code;
+        }
+        self
+    }
 }
 
 /// Result of the simulator's internal operations.

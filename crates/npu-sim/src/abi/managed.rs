@@ -221,11 +221,8 @@ pub unsafe extern "C" fn aclrtMemManagedAdvise(
 /// ACL_ERROR_INVALID_PARAM (100000) for error input, where aclrtMemManagedAdvise and the
 /// attribute queries (whose headers name no code) answer 107000 for the same checks. A location
 /// naming a device that does not exist keeps 107001, the code of every invalid device id.
-fn as_input_error(mut error: crate::error::SimError) -> crate::error::SimError {
-    if error.code == ACL_ERROR_RT_PARAM_INVALID {
-        error.code = ACL_ERROR_INVALID_PARAM;
-    }
-    error
+fn as_input_error(error: crate::error::SimError) -> crate::error::SimError {
+    error.recoded(&[ACL_ERROR_RT_PARAM_INVALID], ACL_ERROR_INVALID_PARAM)
 }
 
 /// Prefetches a batch of managed ranges as one task of `stream` that does nothing (see

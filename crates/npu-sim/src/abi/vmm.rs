@@ -173,15 +173,12 @@ fn map_physical(
 ) -> Res<()> {
     // Only aclrtMemMapNoAccess recodes the refusals: aclrtMapMem keeps 107017 for a stale
     // handle, as every other function does.
-    let as_invalid = |mut error: crate::error::SimError| {
-        let refusal = matches!(
-            error.code,
-            ACL_ERROR_RT_PARAM_INVALID | ACL_ERROR_RT_INVALID_HANDLE
-        );
-        if invalid == ACL_ERROR_INVALID_PARAM && refusal {
-            error.code = invalid;
-        }
-        error
+    let as_invalid = |error: crate::error::SimError| match invalid {
+        ACL_ERROR_INVALID_PARAM => error.recoded(
+            &[ACL_ERROR_RT_PARAM_INVALID, ACL_ERROR_RT_INVALID_HANDLE],
+            invalid,
+        ),
+        _ => error,
     };
     non_null(virPtr, "virPtr")?;
     non_null(handle, "handle")?;
