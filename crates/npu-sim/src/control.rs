@@ -18,7 +18,7 @@
 //!     assert_eq!(aclrtMalloc(&mut dev, 1 << 20, 0), 0);
 //!     assert_eq!(control::device_stats(0).unwrap().live_allocations, 1);
 //!
-//!     // The second work task submitted to the default stream fails with 507015.
+//!     // The second device task submitted to the default stream fails with 507015.
 //!     control::fail_task(ptr::null_mut(), 2, 507015).unwrap();
 //!     assert_eq!(aclrtMemsetAsync(dev, 1 << 20, 1, 1 << 20, ptr::null_mut()), 0);
 //!     assert_eq!(aclrtMemsetAsync(dev, 1 << 20, 2, 1 << 20, ptr::null_mut()), 0);
@@ -362,9 +362,10 @@ pub fn set_kernel_duration(
     Ok(set_kernel_ns_impl(device, name, ns)?)
 }
 
-/// Makes the `nth` work task (copy, memset, kernel, callback or host function; event
-/// operations do not count) submitted to `stream` from now on fail with `code` when it runs,
-/// without touching memory. `nth` = 1 is the next one; NULL is the calling thread's current
+/// Makes the `nth` device task (copy, memset, kernel, reduction, random numbers, task update;
+/// event, notify and value operations do not count, nor do callbacks and host functions,
+/// which run on a host thread) submitted to `stream` from now on fail with `code` when it
+/// runs, without touching memory. `nth` = 1 is the next one; NULL is the calling thread's current
 /// default stream. The failure then follows the stream's failure mode.
 ///
 /// ```
@@ -380,7 +381,7 @@ pub fn set_kernel_duration(
 /// #   assert_eq!(aclrtCreateStream(&mut stream), 0);
 /// #   assert_eq!(aclrtCreateEvent(&mut event), 0);
 /// #   assert_eq!(aclrtMalloc(&mut dev, 64, 0), 0);
-///     control::fail_task(stream, 1, 507015).unwrap(); // the next work task on `stream`
+///     control::fail_task(stream, 1, 507015).unwrap(); // the next device task on `stream`
 ///     assert_eq!(aclrtRecordEvent(event, stream), 0); // event operations do not count ...
 ///     assert_eq!(aclrtMemsetAsync(dev, 64, 0, 64, stream), 0); // ... this memset does
 ///     assert_eq!(aclrtSynchronizeStream(stream), 507015);

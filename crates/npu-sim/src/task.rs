@@ -294,14 +294,12 @@ impl Task {
             .is_some_and(|aborted| aborted.load(Ordering::Acquire))
     }
 
-    /// Whether the task is device work (counted by fault injection and timed by the model),
-    /// as opposed to a synchronisation operation (events, notifies, value writes and waits).
-    pub(crate) fn is_work(&self) -> bool {
-        !self.is_sync()
-    }
-
-    fn is_sync(&self) -> bool {
-        matches!(
+    /// Whether the task is work the device runs, the tasks fault injection counts: not a
+    /// synchronisation operation (events, notifies, value writes and waits), and not a host
+    /// task (callbacks and host functions), which run on a host thread where no device fault
+    /// can strike them (their stream's failure mode still applies to them).
+    pub(crate) fn is_device_work(&self) -> bool {
+        !matches!(
             self.op,
             Op::Record(_)
                 | Op::Wait { .. }
@@ -312,6 +310,8 @@ impl Task {
                 | Op::NotifyWait { .. }
                 | Op::ValueWrite { .. }
                 | Op::ValueWait { .. }
+                | Op::Callback { .. }
+                | Op::HostFunc { .. }
         )
     }
 

@@ -10,6 +10,7 @@ mod common;
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Once;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
 use npu_sim::abi::*;
@@ -184,21 +185,36 @@ fn events_report_the_errors_of_the_work_they_captured() {
     );
 }
 
+/// Injected faults strike device tasks only: event operations and host functions (which run
+/// on a host thread, where no device fault can strike) are not counted and still run.
 #[test]
-fn fault_injection_counts_work_tasks_only() {
+fn fault_injection_counts_device_tasks_only() {
+    static HOST_RAN: AtomicUsize = AtomicUsize::new(0);
+    extern "C" fn host_func(_: *mut c_void) {
+        HOST_RAN.fetch_add(1, Ordering::SeqCst);
+    }
     install();
     set_device(3);
     let stream = create_stream();
     let dev = malloc(64);
     let event = create_event();
     control::fail_task(stream, 2, 507899).unwrap();
+    // SAFETY: a live stream; the function takes no data.
+    let host = || unsafe { aclrtLaunchHostFunc(stream, Some(host_func), ptr::null_mut()) };
     acl!(aclrtMemsetAsync(dev, 64, 1, 64, stream));
     acl!(aclrtRecordEvent(event, stream)); // not counted
     acl!(aclrtStreamWaitEvent(stream, event)); // not counted
-    acl!(aclrtMemsetAsync(dev, 64, 2, 64, stream)); // the 2nd work task: fails
+    assert_eq!(host(), 0); // not counted
+    acl!(aclrtMemsetAsync(dev, 64, 2, 64, stream)); // the 2nd device task: fails
+    assert_eq!(host(), 0); // runs (CONTINUE)
     acl!(aclrtMemsetAsync(dev, 4, 3, 4, stream));
     assert_eq!(code!(aclrtSynchronizeStream(stream)), 507899);
     assert_eq!(&download::<u8>(dev, 8)[..], &[3, 3, 3, 3, 1, 1, 1, 1]);
+    assert_eq!(
+        HOST_RAN.load(Ordering::SeqCst),
+        2,
+        "both host functions ran"
+    );
 }
 
 #[test]

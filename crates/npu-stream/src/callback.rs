@@ -242,9 +242,10 @@ fn take_discarded(outstanding: &mut HashMap<u64, Outstanding>) -> Vec<(u64, Outs
 }
 
 impl Worker {
-    /// Settles stale operations whose event has completed although their callback never ran
-    /// (a callback task can fail on the device like any other): the device is done with their
-    /// memory, so their completion need not wait for a callback that may never come. The
+    /// Settles stale operations whose event has completed although their callback has not run
+    /// within the report timeout (a callback held up behind others, or one the runtime never
+    /// delivers): the device is done with their memory, so their completion need not wait for
+    /// a callback that may never come. The
     /// queries run without the lock; an entry that settled meanwhile is simply gone.
     fn settle_lost_callbacks(&self, now: Instant, stale_after: Duration) {
         let stale: Vec<(u64, Arc<StreamShared>, ffi::aclrtEvent)> = self

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::task::{Poll, Wake, Waker};
 use std::time::Duration;
 
-use common::{STRATEGIES, cases, code, exclusive_device0, invalid, nth_task, run, stream, until};
+use common::{STRATEGIES, cases, code, exclusive_device0, invalid, run, stream, until};
 use npu_core::Context;
 use npu_mem::{DeviceBuffer, Memory};
 use npu_sim::control;
@@ -301,7 +301,7 @@ fn an_allocation_behind_a_fault_keeps_the_capacity_whole() {
             let pool = pool(&ctx, DevicePoolBackend::RuntimePool, Some(4096));
             let s = stream(&ctx, strategy);
             s.set_failure_mode(mode).unwrap();
-            control::fail_task(s.as_raw(), nth_task(strategy, 0), 507015).unwrap();
+            control::fail_task(s.as_raw(), 1, 507015).unwrap();
             let faulted = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
             let allocated = run(pool.alloc::<u8>(&s, 4096));
             let err = run(faulted).unwrap_err();

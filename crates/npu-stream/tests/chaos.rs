@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::Instant;
 
-use common::{HANG, Rng, STRATEGIES, in_process, nth_task};
+use common::{HANG, Rng, STRATEGIES, in_process};
 use npu_core::{Completion, Context, Device};
 use npu_mem::{DeviceBuffer, Memory, PinnedBuffer};
 use npu_sim::control;
@@ -162,11 +162,7 @@ async fn drive(plan: Plan, pinned: Context, shared: Arc<Shared>) {
         host.copy_from_slice(&data);
         let mut expected = data;
         if rng.below(25) == 0 {
-            let _ = control::fail_task(
-                stream.as_raw(),
-                nth_task(plan.strategy, rng.below(3)),
-                507015,
-            );
+            let _ = control::fail_task(stream.as_raw(), rng.below(3) + 1, 507015);
         }
 
         let op = stream.copy_h2d(host, target);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{STRATEGIES, code, in_process, nth_task, run, stream};
+use common::{STRATEGIES, code, in_process, run, stream};
 use npu_core::{Context, ffi};
 use npu_mem::{DeviceBuffer, Memory};
 use npu_sim::control;
@@ -51,7 +51,7 @@ fn a_failed_download_hands_the_device_buffer_back() {
         let stream = stream(&ctx, strategy);
         let device = DeviceBuffer::from_host_blocking(&ctx, &[3u8; 100]).unwrap();
         let fault = ffi::ACL_ERROR_RT_AICORE_EXCEPTION;
-        control::fail_task(stream.as_raw(), nth_task(strategy, 0), fault).unwrap();
+        control::fail_task(stream.as_raw(), 1, fault).unwrap();
         let failed = run(stream.download(device)).unwrap_err();
         assert_eq!(code(&failed.error), fault, "{strategy:?}: {failed}");
         let device = failed.value.expect("the source comes back");

@@ -10,7 +10,7 @@ mod common;
 use std::future::Future;
 use std::sync::Arc;
 
-use common::{HANG, STRATEGIES, cases, code, exclusive_device0, invalid, nth_task, run, stream};
+use common::{HANG, STRATEGIES, cases, code, exclusive_device0, invalid, run, stream};
 use npu_core::{Context, Module};
 use npu_mem::{DeviceBuffer, Memory, MemoryMut, PinnedBuffer};
 use npu_sim::control;
@@ -281,7 +281,7 @@ fn a_device_fault_hands_the_block_back_and_it_is_reused() {
     for (backend, strategy) in cases() {
         let (pool, s, block) = first_block(&ctx, backend, strategy);
         let address = block.addr();
-        control::fail_task(s.as_raw(), nth_task(strategy, 0), 507015).unwrap();
+        control::fail_task(s.as_raw(), 1, 507015).unwrap();
         let failed = run(s.memset(block, 3)).unwrap_err();
         assert_eq!(code(&failed.error), 507015, "{backend:?} {strategy:?}");
         let block = failed.value.expect("the buffer comes back with the error");

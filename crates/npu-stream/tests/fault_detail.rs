@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{STRATEGIES, in_process, nth_task, run, stream};
+use common::{STRATEGIES, in_process, run, stream};
 use npu_core::{AclCode, Context, DeviceFault, FaultKind, ffi};
 use npu_mem::DeviceBuffer;
 use npu_sim::control;
@@ -65,7 +65,7 @@ fn a_failed_operation_carries_its_fault_in_continue_mode() {
     for strategy in STRATEGIES {
         let s = stream(&ctx, strategy);
         let code = ffi::ACL_ERROR_RT_AICORE_EXCEPTION;
-        control::fail_task(s.as_raw(), nth_task(strategy, 1), code).unwrap();
+        control::fail_task(s.as_raw(), 2, code).unwrap();
         let (ok, failing, after) = (
             memset(&s, &ctx, 1),
             memset(&s, &ctx, 2),
@@ -104,7 +104,7 @@ fn a_memory_fault_reports_a_memory_error() {
     for strategy in STRATEGIES {
         let s = stream(&ctx, strategy);
         let code = ffi::ACL_ERROR_RT_SYS_DMA;
-        control::fail_task(s.as_raw(), nth_task(strategy, 0), code).unwrap();
+        control::fail_task(s.as_raw(), 1, code).unwrap();
         let failing = memset(&s, &ctx, 1);
         run(async {
             let failed = failing.await.unwrap_err();
@@ -126,7 +126,7 @@ fn every_operation_a_fault_stopped_carries_the_fault_in_stop_mode() {
         let s = stream(&ctx, strategy);
         s.set_failure_mode(FailureMode::Stop).unwrap();
         let code = ffi::ACL_ERROR_RT_AICORE_EXCEPTION;
-        control::fail_task(s.as_raw(), nth_task(strategy, 0), code).unwrap();
+        control::fail_task(s.as_raw(), 1, code).unwrap();
         let (failing, behind) = (memset(&s, &ctx, 1), memset(&s, &ctx, 2));
         run(async {
             let want = expected(&s, 0, code, FaultKind::Other);
@@ -149,7 +149,7 @@ fn a_stopped_contexts_other_streams_carry_the_fault_that_stopped_it() {
         let (s, other) = (stream(&ctx, strategy), stream(&ctx, strategy));
         s.set_failure_mode(FailureMode::Stop).unwrap();
         let code = ffi::ACL_ERROR_RT_AICORE_EXCEPTION;
-        control::fail_task(s.as_raw(), nth_task(strategy, 0), code).unwrap();
+        control::fail_task(s.as_raw(), 1, code).unwrap();
         run(async {
             let want = expected(&s, 0, code, FaultKind::Other);
             let failed = memset(&s, &ctx, 1).await.unwrap_err();
@@ -208,7 +208,7 @@ fn a_reported_fault_resolves_every_operation_of_a_stopped_stream() {
         let code = ffi::ACL_ERROR_RT_AICORE_EXCEPTION;
         let waited = s.wait_notify(&gate);
         // Counted from now: the memset is the next work task.
-        control::fail_task(s.as_raw(), nth_task(strategy, 0), code).unwrap();
+        control::fail_task(s.as_raw(), 1, code).unwrap();
         let failing = memset(&s, &ctx, 1);
         let behind: Vec<_> = (0..3).map(|i| memset(&s, &ctx, i)).collect();
         let before = npu_stream::reactor_stats();

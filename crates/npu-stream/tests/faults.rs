@@ -10,7 +10,7 @@ mod common;
 
 use std::sync::Once;
 
-use common::{STRATEGIES, code, in_process, nth_task, pattern, run, stream};
+use common::{STRATEGIES, code, in_process, pattern, run, stream};
 use npu_core::{Context, ffi};
 use npu_mem::{DeviceBuffer, Memory, PinnedBuffer};
 use npu_sim::{TimingModel, control};
@@ -19,9 +19,9 @@ use npu_stream::{Event, FailureMode, Stream};
 /// The code the tests inject: an AI Core exception.
 const FAULT: i32 = ffi::ACL_ERROR_RT_AICORE_EXCEPTION;
 
-/// Makes `stream`'s `index`-th operation from now on fail when the device runs it.
+/// Makes `stream`'s `index`-th operation (0-based) from now on fail when the device runs it.
 fn inject(stream: &Stream, index: u64) {
-    control::fail_task(stream.as_raw(), nth_task(stream.strategy(), index), FAULT).unwrap();
+    control::fail_task(stream.as_raw(), index + 1, FAULT).unwrap();
 }
 
 /// Device 1's primary context, with memsets at 10 MB/s (10 kB take 1 ms of device time).

@@ -30,7 +30,7 @@ fn rounds(strategy: Strategy, fail: bool) {
         npu_core::reaper::flush();
         let before = live();
         if fail && round % 3 == 0 {
-            let nth = common::nth_task(strategy, rng.below(4));
+            let nth = rng.below(4) + 1;
             control::fail_task(s.as_raw(), nth, 507015).unwrap();
         }
         let ops: Vec<Op<DeviceBuffer<u8>>> = (0..4)

@@ -174,7 +174,7 @@ fn a_stop_mode_fault_does_not_free_memory_under_a_running_kernel() {
         while !STARTED.load(Ordering::SeqCst) {
             thread::yield_now();
         }
-        control::fail_task(faulty.as_raw(), common::nth_task(strategy, 0), 507015).unwrap();
+        control::fail_task(faulty.as_raw(), 1, 507015).unwrap();
         let rt = tokio();
         let failing = faulty.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 0);
         assert!(
@@ -214,7 +214,7 @@ fn a_fault_on_one_device_does_not_stall_releases_while_another_is_busy() {
         let s0 = stream(&busy, strategy);
         let s1 = stream(&faulty, strategy);
         let rt = tokio();
-        control::fail_task(s1.as_raw(), common::nth_task(strategy, 0), 507015).unwrap();
+        control::fail_task(s1.as_raw(), 1, 507015).unwrap();
         let failed = s1.memset(DeviceBuffer::<u8>::new(&faulty, 4096).unwrap(), 0);
         assert!(rt.block_on(failed).is_err());
 
@@ -224,7 +224,7 @@ fn a_fault_on_one_device_does_not_stall_releases_while_another_is_busy() {
 
         // A buffer whose last use failed, on device 1: released without waiting for anyone.
         let before = control::device_stats(1).unwrap().live_allocations;
-        control::fail_task(s1.as_raw(), common::nth_task(strategy, 0), 507015).unwrap();
+        control::fail_task(s1.as_raw(), 1, 507015).unwrap();
         let buffer = DeviceBuffer::<u8>::new(&faulty, 4096).unwrap();
         let op = s1.memset(buffer, 0);
         let done = op.completion().clone();

@@ -13,7 +13,7 @@
 //!   install it before the first device call, and give tests that need their own
 //!   configuration a process of their own (a separate test file); `NPU_SIM_CONFIG` sets the
 //!   same options from the environment.
-//! - Faults: [`fail_task`] (the nth task of a stream fails with a code), [`lose`] (a device
+//! - Faults: [`fail_task`] (the nth device task of a stream fails with a code), [`lose`] (a device
 //!   is lost), [`fail_next_alloc`] and [`fail_next_host_alloc`].
 //! - Ordering: [`hold`] keeps a device from starting work until the returned [`Hold`] is
 //!   dropped (also when the test panics), so work queued meanwhile starts at one instant.
@@ -182,8 +182,10 @@ fn unhold(device: i32) -> std::result::Result<(), ControlError> {
     Ok(())
 }
 
-/// Makes the `nth` task (1 = the next one) submitted to `stream` from now on fail with `code`
-/// instead of running. The operation that task belongs to fails with an
+/// Makes the `nth` device task (1 = the next one) submitted to `stream` from now on fail with
+/// `code` instead of running. Device tasks are the copies, memsets and kernels operations
+/// queue; the events and host callbacks npu-rs queues around them do not count, so under
+/// every [`Strategy`](crate::Strategy) a memset or a single copy is one task. The operation that task belongs to fails with an
 /// [`AclError`](crate::AclError) of that code; the stream's failure mode decides what happens
 /// to the rest of its work.
 ///

@@ -884,8 +884,8 @@ fn a_lost_device_resolves_everything_that_lives_on_it() {
     assert_eq!(filled.to_vec_blocking().unwrap(), [3; 64]);
 }
 
-/// Faults injected around event records and stream waits (`fail_task` counts work tasks: a
-/// memset, and under `CallbackThread` the callback task npu-rs queues after each operation):
+/// Faults injected around event records and stream waits (`fail_task` counts device tasks:
+/// the memsets, not the events, nor under `CallbackThread` the callback npu-rs queues):
 /// every future resolves, no failure is reported twice, and the streams work afterwards.
 #[test]
 fn faults_in_records_and_waits_resolve_every_future() {

@@ -438,7 +438,7 @@ fn assert_clean_run(rig: &Rig, what: &str) {
 
 /// The promise attacked: a task fault at any position of either stream, under every strategy
 /// and both pool backends, fails exactly the operation the task belongs to (which hands its
-/// buffers back) or none (a strategy's own task), leaves the rest of the pipeline running as
+/// buffers back), leaves the rest of the pipeline running as
 /// `FailureMode::Continue` promises, is reported once by that stream's `synchronize` and never
 /// by the other's, lets the next pipeline on the same streams produce the right data, and
 /// leaks nothing.
@@ -447,7 +447,6 @@ fn a_task_fault_at_every_position_fails_its_operation_and_nothing_else() {
     let (_guard, ctx, _) = exclusive(Some(DEVICES));
     let kernels = kernels(&ctx);
     let mut points = 0;
-    let (mut swallowed, mut late) = (Vec::new(), Vec::new());
     for strategy in STRATEGIES {
         for (round, backend) in BACKENDS.into_iter().enumerate() {
             for which in ['a', 'b'] {
@@ -481,11 +480,9 @@ fn a_task_fault_at_every_position_fails_its_operation_and_nothing_else() {
                         break;
                     }
                     points += 1;
-                    // Under CallbackThread the failing task may be the strategy's own callback,
-                    // which belongs to no operation; every other task is an operation's.
-                    let least = usize::from(strategy != Strategy::CallbackThread);
-                    assert!(
-                        (least..=1).contains(&report.failed.len()),
+                    assert_eq!(
+                        report.failed.len(),
+                        1,
                         "{what}: one operation failed: {report:#?}"
                     );
                     for (step, stream, error) in &report.failed {
@@ -498,30 +495,14 @@ fn a_task_fault_at_every_position_fails_its_operation_and_nothing_else() {
                         );
                     }
                     report.assert_skips_follow_failures(&what);
-                    // A CallbackThread stream's own callback task belongs to no operation: its
-                    // failure is captured by the next record of the stream, the next
-                    // operation's (which then fails although its work ran) or the user's
-                    // `Event::record` (which nobody synchronises), and, after the pipeline's
-                    // last synchronisation, surfaces at the next one. See this file's section
-                    // of docs/cancellation.md.
-                    let lost_callback =
-                        strategy == Strategy::CallbackThread && report.sync[own].is_ok();
                     match &report.sync[own] {
                         Err(error) => assert_eq!(error.acl_code(), Some(code), "{what}: {error}"),
-                        Ok(()) if lost_callback && report.failed.is_empty() => {
-                            swallowed.push(what.clone());
-                        }
                         Ok(()) => panic!("{what}: synchronize reports the fault: {report:#?}"),
                     }
                     assert!(report.sync[other].is_ok(), "{what}: {report:#?}");
-                    let post = run(rig.stream(which).synchronize());
-                    if let (true, Err(error)) = (lost_callback, &post) {
-                        assert_eq!(error.acl_code(), Some(code), "{what}: {error}");
-                        late.push(what.clone());
-                    } else {
-                        // Sticky once: the next synchronisation of the stream succeeds.
-                        post.unwrap_or_else(|e| panic!("{what}: {e}: {report:#?}"));
-                    }
+                    // Sticky once: the next synchronisation of the stream succeeds.
+                    run(rig.stream(which).synchronize())
+                        .unwrap_or_else(|e| panic!("{what}: {e}: {report:#?}"));
                     run(rig.stream(which).synchronize()).unwrap_or_else(|e| panic!("{what}: {e}"));
                     assert_clean_run(&rig, &what);
                     rig.assert_pools_idle(&what);
@@ -531,9 +512,7 @@ fn a_task_fault_at_every_position_fails_its_operation_and_nothing_else() {
             }
         }
     }
-    println!(
-        "{points} task fault points; callback faults no synchronize reported: {swallowed:?}; reported by a later one: {late:?}"
-    );
+    println!("{points} task fault points");
 }
 
 /// Which allocator an injected allocation failure hits.

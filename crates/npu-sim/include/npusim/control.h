@@ -49,7 +49,8 @@ aclError npusimConfigure(const char *json);
 aclError npusimSetTiming(int32_t deviceId, const npusimTimingModel *model);
 /* Sets how long the kernel kernelName takes on a device, in ns. */
 aclError npusimSetKernelDuration(int32_t deviceId, const char *kernelName, uint64_t ns);
-/* The nth work task (copy, memset, kernel, callback, host function) submitted to stream from
+/* The nth device task (copy, memset, kernel, reduction, random numbers, task update; not
+ * events, notifies, value operations, callbacks or host functions) submitted to stream from
  * now on (1 = the next; NULL = current default stream) fails with code when it runs. */
 aclError npusimFailTask(aclrtStream stream, uint64_t nth, aclError code);
 /* Loses a device: queued work is abandoned; later calls on it fail with 507010. */

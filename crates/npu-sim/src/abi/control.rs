@@ -185,7 +185,7 @@ pub unsafe extern "C" fn npusimSetKernelDuration(
     })
 }
 
-/// Makes the `nth` work task submitted to `stream` from now on (1 = the next) fail with
+/// Makes the `nth` device task submitted to `stream` from now on (1 = the next) fail with
 /// `code`. NULL is the current context's default stream.
 ///
 /// # Safety

@@ -38,7 +38,7 @@ impl Stream {
         self.failure_mode.load(Ordering::Acquire)
     }
 
-    /// Injects a failure into the `nth` work task submitted from now on (1 = the next one).
+    /// Injects a failure into the `nth` device task submitted from now on (1 = the next one).
     pub(crate) fn inject_failure(&self, nth: u64, code: aclError) {
         let mut state = lock(&self.state);
         let target = state.work_seq + nth;

@@ -121,7 +121,7 @@ impl Stream {
             }));
             return Ok(());
         }
-        if task.is_work() {
+        if task.is_device_work() {
             state.work_seq += 1;
             let seq = state.work_seq;
             if let Some(at) = state.injections.iter().position(|&(n, _)| n == seq) {

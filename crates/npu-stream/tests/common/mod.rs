@@ -127,16 +127,6 @@ pub fn invalid(err: &Error) -> (&'static str, &'static str) {
     }
 }
 
-/// The work-task number (as `npu_sim::control::fail_task` counts them) of the stream's
-/// `index`-th operation (0-based) from now on: the callback strategy queues a host callback
-/// after every operation, and callbacks are work tasks too.
-pub fn nth_task(strategy: Strategy, index: u64) -> u64 {
-    match strategy {
-        Strategy::CallbackThread => 2 * index + 1,
-        _ => index + 1,
-    }
-}
-
 /// Submits 64-byte memsets of `value` to `stream` until one is refused at once (an abort has
 /// begun: it refuses submissions until it ends); returns that one and the ones queued before
 /// it, which the abort discards with the rest.
