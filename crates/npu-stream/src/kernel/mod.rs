@@ -1,6 +1,8 @@
 //! Kernel launches: stream operations like copies, with typed arguments.
 
+use std::cell::Cell;
 use std::num::NonZeroU32;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use npu_core::{Error, Function, LaunchConfig};
 
@@ -28,6 +30,10 @@ impl Stream {
     /// `aclrtLaunchKernelWithHostArgs` gives [`Error::Unsupported`].
     ///
     /// The function, and so its binary, stays loaded until the kernel has run.
+    ///
+    /// A panic in an argument's [`KernelArg::pack`] or [`KernelArg::record_use`] (user code)
+    /// refuses the launch before the device sees it: the arguments are dropped and released
+    /// at once, and the panic goes on unwinding from this call.
     ///
     /// Cancel safety: not cancel-safe, like the copies: dropping the future gives up the
     /// arguments, whose memory is released only after the kernel has finished; the kernel
@@ -130,20 +136,35 @@ impl Stream {
         config: Option<LaunchConfig>,
         args: A,
     ) -> Op<A> {
-        self.submit_described(
+        // `pack` and `record_use` are user code (`KernelArg` is a public trait), and may
+        // panic. Unwinding out of the submission would drop the operation's completer
+        // uncompleted, and an abandoned completion keeps the memory whose uses it recorded
+        // for ever (the other arguments' buffers leaked). Both run before the device can see
+        // the launch, so a panic is caught, the launch refused (its completion completes and
+        // the arguments are released as for any refused work) and the panic resumed after.
+        let panicked = Cell::new(None);
+        let op = self.submit_described(
             (api, "self"),
             "aclrtLaunchKernelWithHostArgs",
             0,
             ("kernel", function.name()),
             args,
             |args, done| {
-                args.record_uses(done);
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| args.record_uses(done))) {
+                    panicked.set(Some(payload));
+                    return;
+                }
                 // The binary must stay loaded until the kernel has run.
                 // SAFETY: dropping a function clone unloads the binary at most, which does not
                 // wait for the device (the kernel has completed by then).
                 unsafe { done.drop_after(function.clone()) };
             },
             |args, stream| {
+                let refused = || Error::invalid(api, "args", "a kernel argument panicked");
+                if let Some(payload) = panicked.take() {
+                    panicked.set(Some(payload));
+                    return Err(refused());
+                }
                 let config = config.ok_or_else(|| {
                     Error::invalid(
                         api,
@@ -153,7 +174,13 @@ impl Stream {
                 })?;
                 self.check_runtime(api, "function", function.context())?;
                 let mut writer = ArgWriter::new(api, function.context());
-                args.pack(&mut writer)?;
+                match catch_unwind(AssertUnwindSafe(|| args.pack(&mut writer))) {
+                    Ok(packed) => packed?,
+                    Err(payload) => {
+                        panicked.set(Some(payload));
+                        return Err(refused());
+                    }
+                }
                 let mut bytes = writer.into_bytes();
                 // SAFETY: `stream` is this stream's live handle, of the same runtime as the
                 // function (checked above). Every buffer the arguments refer to recorded this
@@ -164,6 +191,12 @@ impl Stream {
                 // context.
                 unsafe { function.launch_raw(stream, &config, &mut bytes) }
             },
-        )
+        );
+        if let Some(payload) = panicked.take() {
+            // Refused before the device saw it: dropping releases the arguments at once.
+            drop(op);
+            resume_unwind(payload);
+        }
+        op
     }
 }
