@@ -235,3 +235,66 @@ fn a_release_deferred_during_completion_is_handed_on_before_the_completion_is_se
         assert_eq!(released.load(Ordering::SeqCst), 1);
     });
 }
+
+/// The other way a blocked thread is woken: its completer goes away without completing
+/// (`Completer`'s drop, `State::abandon`). `Completion::blocking_waiter` defers its one
+/// notification (a drop guard that raises the signal) and `BlockingWaiter::wait` then blocks
+/// on the signal only if it does not see the operation abandoned: either the abandonment drops
+/// the notification (raising the signal) or the waiter sees `abandoned` and does not block.
+#[test]
+fn a_blocked_waiter_is_woken_when_the_operation_is_abandoned() {
+    struct Raise(Arc<loom::sync::atomic::AtomicBool>);
+
+    impl Drop for Raise {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    loom::model(|| {
+        let state = Arc::new(State::<u32>::new());
+        let abandoner = state.clone();
+        let thread = loom::thread::spawn(move || abandoner.abandon());
+        let raised = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let raise = Raise(raised.clone());
+        let notify = Deferred::Notify(Box::new(move || drop(raise)));
+        // Never handed back: the operation never completes.
+        assert!(state.defer(notify).is_none());
+        // As `BlockingWaiter::wait`: it waits on the signal unless it sees the abandonment.
+        let blocks = !state.is_abandoned();
+        thread.join().unwrap();
+        assert!(
+            !blocks || raised.load(Ordering::SeqCst),
+            "a blocked waiter slept on after its operation was abandoned"
+        );
+        assert!(!state.is_complete());
+    });
+}
+
+/// Cancellation: a waiting future dropped (`Wait`'s drop, `State::deregister`) while the
+/// operation completes removes its own waker only; another task waiting for the same
+/// completion is still woken.
+#[test]
+fn a_dropped_waiter_does_not_take_another_waiters_wake_up() {
+    loom::model(|| {
+        let state = Arc::new(State::<u32>::new());
+        let completer = state.clone();
+        // The dropped future's registration, made before the race.
+        let gone = std::sync::Arc::new(Woken(loom::sync::atomic::AtomicBool::new(false)));
+        let mut dropped = Registration::default();
+        let gone_waker = std::task::Waker::from(gone);
+        assert!(state.poll(&gone_waker, &mut dropped).is_pending());
+        let thread = loom::thread::spawn(move || assert!(complete(&completer, 9)));
+        let deregistering = {
+            let state = state.clone();
+            loom::thread::spawn(move || state.deregister(dropped))
+        };
+        let mut registration = Registration::default();
+        let value = loom::future::block_on(std::future::poll_fn(|cx| {
+            state.poll(cx.waker(), &mut registration)
+        }));
+        assert_eq!(value, 9);
+        deregistering.join().unwrap();
+        thread.join().unwrap();
+    });
+}

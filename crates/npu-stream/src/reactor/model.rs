@@ -1,6 +1,7 @@
 //! Loom model of the reactor's registration and wake-up protocol, on the reactor's own
-//! `wakeup.rs`: a submitter publishes work and notifies; the reactor drains or sleeps. And of
-//! the stop path, which hands what a stopped reactor watched to the sentinel.
+//! `wakeup.rs`: a submitter publishes work and notifies; the reactor drains or sleeps. Also the
+//! flag-then-notify paths (a fault notice, an abort's discard mark), and the stop path, which
+//! hands what a stopped reactor watched to the sentinel.
 
 mod sync {
     pub(crate) use loom::sync::atomic::{AtomicU8, Ordering};
@@ -139,6 +140,51 @@ fn a_fault_notice_always_reaches_the_reactor() {
             });
             // The exception callback (`stream::watch_faults`, `Reactor::nudge`).
             noticed.store(true, Ordering::Release);
+            if wakeup.notify() {
+                reactor.thread().unpark();
+            }
+            reactor.join().unwrap();
+        });
+    }
+}
+
+/// The abort's path (`AbortInProgress`'s drop, `Strategy::discarded`, `Reactor::nudge`): it
+/// raises the stream's `aborted_through` mark (never cleared), then notifies. A reactor that
+/// fails the discarded head on every pass (`Reactor::fail_aborted`) and sleeps through
+/// `Wakeup` must see it, even when its only active stream is not due for a query.
+#[test]
+fn an_abort_mark_always_reaches_the_reactor() {
+    use loom::sync::atomic::{AtomicU64, Ordering};
+
+    for linger in LINGERS {
+        loom::model(move || {
+            let wakeup = Arc::new(Wakeup::new());
+            let aborted_through = Arc::new(AtomicU64::new(0));
+            // The stream's queue: one operation watched before the abort (seq 1).
+            let queue = Arc::new(Mutex::new(vec![1u64]));
+            let (w, a, q) = (wakeup.clone(), aborted_through.clone(), queue.clone());
+            let reactor = loom::thread::spawn(move || {
+                let mut idle_passes = 0;
+                loop {
+                    w.take_notification();
+                    // As `Reactor::fail_aborted`: the oldest operations up to the mark.
+                    let through = a.load(Ordering::Acquire);
+                    let mut pending = q.lock().unwrap();
+                    pending.retain(|&seq| seq > through);
+                    if pending.is_empty() {
+                        return;
+                    }
+                    drop(pending);
+                    if idle_passes < linger {
+                        idle_passes += 1;
+                        loom::thread::yield_now();
+                        continue;
+                    }
+                    idle_passes = 0;
+                    w.sleep(loom::thread::park);
+                }
+            });
+            aborted_through.fetch_max(1, Ordering::AcqRel);
             if wakeup.notify() {
                 reactor.thread().unpark();
             }
