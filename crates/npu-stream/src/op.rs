@@ -179,10 +179,12 @@ impl<T: Send + 'static> Drop for Op<T> {
             if !std::mem::needs_drop::<T>() || self.wait.completion().is_complete() {
                 drop(value);
             } else {
-                // SAFETY: the values operations own are buffers, views, `Arc`s of them and
-                // kernel arguments, whose drops do not block: npu-rs's own hand any release
-                // on, and implementations of the unsafe `Memory`, `StableBuffer` and
-                // `KernelArg` traits promise it.
+                // SAFETY: the values operations own are buffers, views, `Arc`s of them,
+                // kernel arguments, and npu-rs's own operation values (an `Event` or `Notify`
+                // clone, a device pool's unclaimed block), whose drops do not block: npu-rs's
+                // own make only immediate calls (destroy, free, `aclrtMemPoolFreeAsync`) or
+                // hand the release on, and implementations of the unsafe `Memory`,
+                // `StableBuffer` and `KernelArg` traits promise it.
                 unsafe { self.wait.completion().drop_after(value) };
             }
         }
