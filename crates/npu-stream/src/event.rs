@@ -465,6 +465,10 @@ impl Event {
                 ),
             ));
         }
+        // Bound although the reference states no context for this call, as for frees
+        // (docs/architecture.md): a runtime resolving it through the current context must
+        // not meet another device's, or none.
+        start.context().bind()?;
         let mut ms = 0f32;
         let (a, b) = (start.inner.handle, end.inner.handle);
         // SAFETY: both events are alive and `ms` is a valid out-pointer.
@@ -494,6 +498,8 @@ impl Event {
     /// ```
     pub fn timestamp_us(&self) -> Result<u64> {
         let runtime = self.context().runtime();
+        // Bound for the reason `elapsed` gives.
+        self.context().bind()?;
         let handle = self.inner.handle;
         let mut timestamp = 0u64;
         // SAFETY: the event is alive and `timestamp` is a valid out-pointer.

@@ -202,6 +202,9 @@ impl DeviceSource {
         let Backend::Runtime(pool) = &self.backend else {
             return Ok(());
         };
+        // Bound although the reference states no context for the pool's calls, as for its
+        // frees (docs/architecture.md).
+        self.context.bind()?;
         // SAFETY: `pool` is our live pool.
         unsafe { acl_call_opt!(self.context.runtime(), aclrtMemPoolTrimTo(pool.pool, keep)) }
     }
@@ -211,6 +214,8 @@ impl DeviceSource {
         let Backend::Runtime(pool) = &self.backend else {
             return None;
         };
+        // Bound for the reason `trim_runtime` gives.
+        self.context.bind().ok()?;
         let read = |attr| {
             let mut value = 0u64;
             // SAFETY: `pool` is our live pool; these attributes are uint64_t values.
