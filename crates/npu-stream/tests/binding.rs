@@ -35,10 +35,14 @@ fn event_times_and_pool_calls_bind_their_context_on_any_thread() {
     std::thread::spawn(move || {
         let calls: [(&str, &dyn Fn()); 4] = [
             ("Event::elapsed", &|| {
-                drop(Event::elapsed(&start, &end).unwrap())
+                Event::elapsed(&start, &end).unwrap();
             }),
-            ("Event::timestamp_us", &|| drop(end.timestamp_us().unwrap())),
-            ("DevicePool::trim_to", &|| drop(pool.trim_to(0).unwrap())),
+            ("Event::timestamp_us", &|| {
+                end.timestamp_us().unwrap();
+            }),
+            ("DevicePool::trim_to", &|| {
+                pool.trim_to(0).unwrap();
+            }),
             ("DevicePool::stats", &|| {
                 assert!(
                     pool.stats().runtime.is_some(),
