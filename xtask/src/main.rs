@@ -377,6 +377,7 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclmdlRIGetTasksByStream",
     "aclmdlRITaskGetType",
     "aclmdlRITaskGetSeqId",
+    "aclmdlRIKernelTaskGetAttribute",
     "aclmdlRIUpdate",
     "aclmdlRITaskDisable",
     "aclmdlRIAbort",

@@ -654,6 +654,162 @@ fn instances_list_their_streams_and_tasks() {
     acl!(aclrtFree(dev));
 }
 
+/// aclmdlRIKernelTaskGetAttribute reads back what a captured launch's configuration gave (0 for
+/// what it did not give); the attributes the reference says cannot be queried, an unknown one and
+/// a task that is no kernel launch are refused, each with its message.
+#[test]
+fn kernel_tasks_report_their_launch_attributes() {
+    install();
+    set_device(6);
+    let func = add_one();
+    let stream = create_stream();
+    let dev = malloc(64);
+    let address = dev as u64;
+    let mut attrs = [
+        aclrtLaunchKernelAttr {
+            id: ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE,
+            value: aclrtLaunchKernelAttrValue { schemMode: 1 },
+        },
+        aclrtLaunchKernelAttr {
+            id: ACL_RT_LAUNCH_KERNEL_ATTR_DATA_DUMP,
+            value: aclrtLaunchKernelAttrValue { isDataDump: 1 },
+        },
+        aclrtLaunchKernelAttr {
+            id: ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US,
+            value: aclrtLaunchKernelAttrValue {
+                timeoutUs: aclrtTimeoutUs {
+                    timeoutLow: 5,
+                    timeoutHigh: 2,
+                },
+            },
+        },
+        aclrtLaunchKernelAttr {
+            id: ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING,
+            value: aclrtLaunchKernelAttrValue { enableProfiling: 1 },
+        },
+        aclrtLaunchKernelAttr {
+            id: ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE,
+            value: aclrtLaunchKernelAttrValue {
+                engineType: ACL_RT_ENGINE_TYPE_AIV,
+            },
+        },
+    ];
+    let mut cfg = aclrtLaunchKernelCfg {
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: attrs.len(),
+    };
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    acl!(aclrtMemsetAsync(dev, 4, 0, 4, stream));
+    assert_eq!(launch(func, 1, stream, &address, &mut cfg), 0);
+    assert_eq!(launch(func, 1, stream, &address, ptr::null_mut()), 0);
+    let model = end(stream);
+    let tasks = tasks_of(streams_of(model)[0]);
+    let (memset, configured, plain) = (tasks[0], tasks[1], tasks[2]);
+    let get = |task: aclmdlRITask, id: aclrtLaunchKernelAttrId| {
+        let mut value = aclrtLaunchKernelAttrValue { rsv: [7; 4] };
+        acl!(aclmdlRIKernelTaskGetAttribute(task, id, &mut value));
+        // SAFETY: every member of the union is plain data.
+        unsafe { value.rsv }
+    };
+    let byte = |value: u8| [u32::from(value), 0, 0, 0];
+    assert_eq!(
+        get(configured, ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE),
+        byte(1)
+    );
+    assert_eq!(
+        get(configured, ACL_RT_LAUNCH_KERNEL_ATTR_DATA_DUMP),
+        byte(1)
+    );
+    assert_eq!(
+        get(configured, ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US),
+        [5, 2, 0, 0]
+    );
+    assert_eq!(get(configured, ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT), [0; 4]);
+    assert_eq!(
+        get(configured, ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING),
+        byte(1)
+    );
+    assert_eq!(
+        get(configured, ACL_RT_LAUNCH_KERNEL_ATTR_DYN_UBUF_SIZE),
+        [0; 4]
+    );
+    for id in [
+        ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE,
+        ACL_RT_LAUNCH_KERNEL_ATTR_DATA_DUMP,
+        ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US,
+        ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING,
+    ] {
+        assert_eq!(
+            get(plain, id),
+            [0; 4],
+            "attribute {id} of a launch without one"
+        );
+    }
+    let mut value = aclrtLaunchKernelAttrValue { rsv: [0; 4] };
+    let value: *mut aclrtLaunchKernelAttrValue = &mut value;
+    // The code, and the message naming the API and the problem.
+    let refused = |task: aclmdlRITask, id: aclrtLaunchKernelAttrId, out, code, problem: &str| {
+        assert_eq!(code!(aclmdlRIKernelTaskGetAttribute(task, id, out)), code);
+        let message = recent_message();
+        assert!(
+            message.contains("aclmdlRIKernelTaskGetAttribute failed") && message.contains(problem),
+            "{message}"
+        );
+    };
+    for id in [
+        ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE,
+        ACL_RT_LAUNCH_KERNEL_ATTR_BLOCKDIM_OFFSET,
+        ACL_RT_LAUNCH_KERNEL_ATTR_BLOCK_TASK_PREFETCH,
+    ] {
+        refused(
+            configured,
+            id,
+            value,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "cannot be queried",
+        );
+    }
+    let schem = ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE;
+    refused(
+        configured,
+        99,
+        value,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "unknown launch attribute 99",
+    );
+    refused(
+        memset,
+        schem,
+        value,
+        ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT,
+        "no kernel task",
+    );
+    refused(
+        configured,
+        schem,
+        ptr::null_mut(),
+        ACL_ERROR_INVALID_PARAM,
+        "attrValue is NULL",
+    );
+    refused(
+        ptr::null_mut(),
+        schem,
+        value,
+        ACL_ERROR_INVALID_PARAM,
+        "task is NULL",
+    );
+    acl!(aclmdlRIDestroy(model));
+    refused(
+        configured,
+        schem,
+        value,
+        ACL_ERROR_RT_INVALID_HANDLE,
+        "destroyed",
+    );
+    acl!(aclrtFree(dev));
+    acl!(aclrtDestroyStream(stream));
+}
+
 /// While one stream of a capture records a task group, a task submitted to another stream of
 /// the same capture interrupts the recording: it is refused with 107034, and once the group
 /// ends that stream takes tasks again; a capture of its own is not disturbed.

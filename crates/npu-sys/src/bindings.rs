@@ -2501,6 +2501,7 @@ macro_rules! for_each_acl_function {
                 fn aclmdlRIGetTasksByStream(stream: $crate::aclrtStream, tasks: *mut $crate::aclmdlRITask, numTasks: *mut u32) -> $crate::aclError;
                 fn aclmdlRITaskGetType(task: $crate::aclmdlRITask, type_: *mut $crate::aclmdlRITaskType) -> $crate::aclError;
                 fn aclmdlRITaskGetSeqId(task: $crate::aclmdlRITask, id: *mut u32) -> $crate::aclError;
+                fn aclmdlRIKernelTaskGetAttribute(task: $crate::aclmdlRITask, attrId: $crate::aclrtLaunchKernelAttrId, attrValue: *mut $crate::aclrtLaunchKernelAttrValue) -> $crate::aclError;
                 fn aclmdlRIUpdate(modelRI: $crate::aclmdlRI) -> $crate::aclError;
                 fn aclmdlRITaskDisable(task: $crate::aclmdlRITask) -> $crate::aclError;
                 fn aclmdlRIAbort(modelRI: $crate::aclmdlRI) -> $crate::aclError;

@@ -11,7 +11,7 @@ use crate::context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle::{self, Handle};
 use crate::indirect::check_on_device;
-use crate::kernel::{ArgsBlob, Binary, Function, Launch, LaunchArgs};
+use crate::kernel::{ArgsBlob, Binary, Function, Launch, LaunchArgs, LaunchAttrs};
 use crate::op_timeout;
 use crate::sim::{Sim, sim};
 use crate::task::{Op, Task};
@@ -260,6 +260,8 @@ struct LaunchOptions {
     vector_engine: bool,
     /// Its own execute timeout, µs ([`op_timeout::NEVER`] for none).
     timeout_us: Option<u64>,
+    /// The attributes as given, for aclmdlRIKernelTaskGetAttribute.
+    attrs: LaunchAttrs,
 }
 
 /// Reads a launch configuration: the engine and the launch's own execute timeout. The other
@@ -287,12 +289,16 @@ fn launch_options(cfg: *mut aclrtLaunchKernelCfg) -> Res<LaunchOptions> {
             }
             ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT => {
                 // SAFETY: as above; TIMEOUT carries timeout, in seconds.
-                seconds = Some(u64::from(unsafe { attr.value.timeout }));
+                let timeout = unsafe { attr.value.timeout };
+                options.attrs.timeout_s = timeout;
+                seconds = Some(u64::from(timeout));
             }
             ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US => {
                 // SAFETY: as above; TIMEOUT_US carries timeoutUs, a 64-bit count in halves.
                 let halves = unsafe { attr.value.timeoutUs };
-                micros = Some(u64::from(halves.timeoutHigh) << 32 | u64::from(halves.timeoutLow));
+                let us = u64::from(halves.timeoutHigh) << 32 | u64::from(halves.timeoutLow);
+                options.attrs.timeout_us = us;
+                micros = Some(us);
             }
             ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE
             | ACL_RT_LAUNCH_KERNEL_ATTR_BLOCK_TASK_PREFETCH
@@ -306,6 +312,11 @@ fn launch_options(cfg: *mut aclrtLaunchKernelCfg) -> Res<LaunchOptions> {
                     "launch attribute {} takes 0 or 1, not {switch}",
                     attr.id
                 );
+                match attr.id {
+                    ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE => options.attrs.schem_mode = switch,
+                    ACL_RT_LAUNCH_KERNEL_ATTR_DATA_DUMP => options.attrs.data_dump = switch,
+                    _ => {}
+                }
             }
             ACL_RT_LAUNCH_KERNEL_ATTR_DYN_UBUF_SIZE => {
                 // SAFETY: as above; DYN_UBUF_SIZE carries dynUBufSize.
@@ -317,8 +328,11 @@ fn launch_options(cfg: *mut aclrtLaunchKernelCfg) -> Res<LaunchOptions> {
                      simulated kernel is none)"
                 );
             }
-            ACL_RT_LAUNCH_KERNEL_ATTR_BLOCKDIM_OFFSET
-            | ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING => {}
+            ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING => {
+                // SAFETY: as above; ENABLE_PROFILING carries enableProfiling.
+                options.attrs.profiling = unsafe { attr.value.enableProfiling };
+            }
+            ACL_RT_LAUNCH_KERNEL_ATTR_BLOCKDIM_OFFSET => {}
             other => fail!(
                 ACL_ERROR_RT_PARAM_INVALID,
                 "unknown launch attribute {other}"
@@ -383,6 +397,7 @@ fn submit_launch(
         args,
         vector_engine: options.vector_engine,
         timeout_us: options.timeout_us,
+        attrs: options.attrs,
     };
     stream.submit(Task::new(Op::Kernel(launch)))
 }
@@ -413,6 +428,7 @@ fn launch_device_args(
         args: LaunchArgs::Device(argsData as usize, argsSize),
         vector_engine: options.vector_engine,
         timeout_us: options.timeout_us,
+        attrs: options.attrs,
     };
     target.submit(Task::new(Op::Kernel(launch)))
 }

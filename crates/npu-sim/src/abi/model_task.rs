@@ -9,8 +9,9 @@ use super::model_ri::{complete_model, model};
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle;
-use crate::model_ri::{Captured, ModelRi, TaskRef, task_type};
+use crate::model_ri::{Captured, ModelRi, Step, TaskRef, task_type};
 use crate::sim::sim;
+use crate::task::Op;
 
 /// Writes `items` to `out` and sets `*count` to how many there are; with `out` NULL only the
 /// number. An array of fewer than that many (`*count` on input) → 107039
@@ -152,6 +153,62 @@ pub unsafe extern "C" fn aclmdlRITaskGetSeqId(task: aclmdlRITask, id: *mut u32) 
         let captured = captured_task(task)?;
         non_null(id, "id")?;
         write_out(id, "id", captured.seq)
+    })
+}
+
+/// The launch attribute `attrId` of a kernel task (ACL_MODEL_RI_TASK_KERNEL), as its launch
+/// configuration gave it (0 when it gave none): SCHEM_MODE, DYN_UBUF_SIZE, DATA_DUMP, TIMEOUT,
+/// TIMEOUT_US, ENABLE_PROFILING. ENGINE_TYPE, BLOCKDIM_OFFSET and BLOCK_TASK_PREFETCH, which the
+/// reference says cannot be queried, and unknown ids → 107000; a task that is no kernel launch
+/// → 507009 (ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT).
+///
+/// # Safety
+/// `attrValue` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclmdlRIKernelTaskGetAttribute(
+    task: aclmdlRITask,
+    attrId: aclrtLaunchKernelAttrId,
+    attrValue: *mut aclrtLaunchKernelAttrValue,
+) -> aclError {
+    guard("aclmdlRIKernelTaskGetAttribute", || {
+        let captured = captured_task(task)?;
+        non_null(attrValue, "attrValue")?;
+        let Step::Run(Op::Kernel(launch)) = &captured.step else {
+            fail!(
+                ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT,
+                "the task is no kernel task (its type is {}, not ACL_MODEL_RI_TASK_KERNEL)",
+                task_type(&captured.step)
+            );
+        };
+        let attrs = launch.attrs;
+        // The union's unused bytes read 0, as after a zeroed declaration.
+        let mut value = aclrtLaunchKernelAttrValue { rsv: [0; 4] };
+        match attrId {
+            ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE => value.schemMode = attrs.schem_mode,
+            // A simulated kernel is no SIMT kernel: its launch took only 0.
+            ACL_RT_LAUNCH_KERNEL_ATTR_DYN_UBUF_SIZE => value.dynUBufSize = 0,
+            ACL_RT_LAUNCH_KERNEL_ATTR_DATA_DUMP => value.isDataDump = attrs.data_dump,
+            ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT => value.timeout = attrs.timeout_s,
+            ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US => {
+                value.timeoutUs = aclrtTimeoutUs {
+                    timeoutLow: attrs.timeout_us as u32,
+                    timeoutHigh: (attrs.timeout_us >> 32) as u32,
+                };
+            }
+            ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING => value.enableProfiling = attrs.profiling,
+            ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE
+            | ACL_RT_LAUNCH_KERNEL_ATTR_BLOCKDIM_OFFSET
+            | ACL_RT_LAUNCH_KERNEL_ATTR_BLOCK_TASK_PREFETCH => fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "launch attribute {attrId} cannot be queried (ENGINE_TYPE, BLOCKDIM_OFFSET and \
+                 BLOCK_TASK_PREFETCH are not kept with the task)"
+            ),
+            other => fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "unknown launch attribute {other}"
+            ),
+        }
+        write_out(attrValue, "attrValue", value)
     })
 }
 

@@ -75,6 +75,25 @@ pub(crate) struct Launch {
     /// [`op_timeout::NEVER`](crate::op_timeout::NEVER) for none; without one the
     /// process-wide execute timeout applies.
     pub(crate) timeout_us: Option<u64>,
+    /// The attributes its launch configuration gave, as aclmdlRIKernelTaskGetAttribute reports
+    /// them.
+    pub(crate) attrs: LaunchAttrs,
+}
+
+/// The queryable attributes of a launch configuration, as given (0 for those not given).
+/// DYN_UBUF_SIZE is not kept: a simulated kernel is no SIMT kernel, so the launch took only 0.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct LaunchAttrs {
+    /// ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE.
+    pub(crate) schem_mode: u8,
+    /// ACL_RT_LAUNCH_KERNEL_ATTR_DATA_DUMP.
+    pub(crate) data_dump: u8,
+    /// ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT, in seconds.
+    pub(crate) timeout_s: u16,
+    /// ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US, in µs.
+    pub(crate) timeout_us: u64,
+    /// ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING.
+    pub(crate) profiling: u8,
 }
 
 /// The argument pointer, shared by the block invocations on rayon's threads.

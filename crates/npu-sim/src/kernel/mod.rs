@@ -71,7 +71,7 @@ pub(crate) use args::{ArgsBuilder, MAX_PARAMS, ParamRef, param_offsets, valid_pa
 pub use builtin::{
     REDUCE_SUM_F32, ReduceSumArgs, SCALE_F32, ScaleArgs, VECTOR_ADD_F32, VectorAddArgs,
 };
-pub(crate) use launch::{ArgsBlob, Launch, LaunchArgs};
+pub(crate) use launch::{ArgsBlob, Launch, LaunchArgs, LaunchAttrs};
 pub(crate) use library::{Binary, BinaryData, Function, OpCallback, symbol_name};
 pub use registry::{
     KernelError, register, register_entry, register_entry_with_args_size, register_with_args_size,
