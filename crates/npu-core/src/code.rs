@@ -63,26 +63,122 @@ impl AclCode {
     /// ```
     pub const SUCCESS: AclCode = AclCode(ffi::ACL_SUCCESS);
     /// An AI Core (cube) task trapped: `ACL_ERROR_RT_AICORE_EXCEPTION`.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, ErrorClass};
+    ///
+    /// assert_eq!(AclCode::AICORE_EXCEPTION, AclCode(507015));
+    /// assert_eq!(AclCode::AICORE_EXCEPTION.name(), Some("ACL_ERROR_RT_AICORE_EXCEPTION"));
+    /// // The kernel failed on the device, not the call that launched it.
+    /// assert_eq!(AclCode::AICORE_EXCEPTION.class(), ErrorClass::Internal);
+    /// ```
     pub const AICORE_EXCEPTION: AclCode = AclCode(ffi::ACL_ERROR_RT_AICORE_EXCEPTION);
     /// The device stopped answering: `ACL_ERROR_RT_LOST_HEARTBEAT`.
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert_eq!(AclCode::DEVICE_LOST, AclCode(507010));
+    /// assert_eq!(AclCode::DEVICE_LOST.name(), Some("ACL_ERROR_RT_LOST_HEARTBEAT"));
+    /// // Unlike a timeout, nothing to retry on the same device.
+    /// assert!(AclCode::DEVICE_LOST.is_device_lost());
+    /// ```
     pub const DEVICE_LOST: AclCode = AclCode(ffi::ACL_ERROR_RT_LOST_HEARTBEAT);
     /// Device memory ran out: `ACL_ERROR_RT_MEMORY_ALLOCATION`.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, ErrorClass};
+    ///
+    /// assert_eq!(AclCode::MEMORY_ALLOCATION, AclCode(207001));
+    /// assert_eq!(AclCode::MEMORY_ALLOCATION.name(), Some("ACL_ERROR_RT_MEMORY_ALLOCATION"));
+    /// // Worth a retry once other buffers are freed.
+    /// assert!(AclCode::MEMORY_ALLOCATION.is_out_of_memory());
+    /// assert_eq!(AclCode::MEMORY_ALLOCATION.class(), ErrorClass::Resource);
+    /// ```
     pub const MEMORY_ALLOCATION: AclCode = AclCode(ffi::ACL_ERROR_RT_MEMORY_ALLOCATION);
     /// The device ran out of memory while running a task: `ACL_ERROR_RT_DEVICE_OOM`.
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert_eq!(AclCode::DEVICE_OOM, AclCode(207018));
+    /// assert_eq!(AclCode::DEVICE_OOM.name(), Some("ACL_ERROR_RT_DEVICE_OOM"));
+    /// assert!(AclCode::DEVICE_OOM.is_out_of_memory());
+    /// ```
     pub const DEVICE_OOM: AclCode = AclCode(ffi::ACL_ERROR_RT_DEVICE_OOM);
     /// Host memory ran out: `ACL_ERROR_BAD_ALLOC`.
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert_eq!(AclCode::BAD_ALLOC, AclCode(200000));
+    /// assert_eq!(AclCode::BAD_ALLOC.name(), Some("ACL_ERROR_BAD_ALLOC"));
+    /// // Host memory counts as out of memory as well as device memory does.
+    /// assert!(AclCode::BAD_ALLOC.is_out_of_memory());
+    /// ```
     pub const BAD_ALLOC: AclCode = AclCode(ffi::ACL_ERROR_BAD_ALLOC);
     /// The stream's work was discarded by `aclrtStreamAbort`: `ACL_ERROR_RT_STREAM_ABORT`.
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert_eq!(AclCode::STREAM_ABORT, AclCode(107023));
+    /// assert_eq!(AclCode::STREAM_ABORT.name(), Some("ACL_ERROR_RT_STREAM_ABORT"));
+    /// // The work was discarded on purpose, not failed by the device.
+    /// assert!(AclCode::STREAM_ABORT.is_aborted());
+    /// assert!(!AclCode::STREAM_ABORT.is_device_lost());
+    /// ```
     pub const STREAM_ABORT: AclCode = AclCode(ffi::ACL_ERROR_RT_STREAM_ABORT);
     /// A device task was aborted: `ACL_ERROR_RT_DEVICE_TASK_ABORT`.
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert_eq!(AclCode::DEVICE_TASK_ABORT, AclCode(107022));
+    /// assert_eq!(AclCode::DEVICE_TASK_ABORT.name(), Some("ACL_ERROR_RT_DEVICE_TASK_ABORT"));
+    /// assert!(AclCode::DEVICE_TASK_ABORT.is_aborted());
+    /// ```
     pub const DEVICE_TASK_ABORT: AclCode = AclCode(ffi::ACL_ERROR_RT_DEVICE_TASK_ABORT);
     /// A wait timed out: `ACL_ERROR_RT_WAIT_TIMEOUT`.
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert_eq!(AclCode::WAIT_TIMEOUT, AclCode(107019));
+    /// assert_eq!(AclCode::WAIT_TIMEOUT.name(), Some("ACL_ERROR_RT_WAIT_TIMEOUT"));
+    /// assert!(AclCode::WAIT_TIMEOUT.is_timeout());
+    /// ```
     pub const WAIT_TIMEOUT: AclCode = AclCode(ffi::ACL_ERROR_RT_WAIT_TIMEOUT);
     /// A task ran past its time limit: `ACL_ERROR_RT_TASK_TIMEOUT`.
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert_eq!(AclCode::TASK_TIMEOUT, AclCode(107020));
+    /// assert_eq!(AclCode::TASK_TIMEOUT.name(), Some("ACL_ERROR_RT_TASK_TIMEOUT"));
+    /// assert!(AclCode::TASK_TIMEOUT.is_timeout());
+    /// ```
     pub const TASK_TIMEOUT: AclCode = AclCode(ffi::ACL_ERROR_RT_TASK_TIMEOUT);
     /// A timed stream synchronisation expired: `ACL_ERROR_RT_STREAM_SYNC_TIMEOUT`.
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert_eq!(AclCode::STREAM_SYNC_TIMEOUT, AclCode(507046));
+    /// assert_eq!(AclCode::STREAM_SYNC_TIMEOUT.name(), Some("ACL_ERROR_RT_STREAM_SYNC_TIMEOUT"));
+    /// // Only the wait expired: the stream's work may still finish.
+    /// assert!(AclCode::STREAM_SYNC_TIMEOUT.is_timeout());
+    /// ```
     pub const STREAM_SYNC_TIMEOUT: AclCode = AclCode(ffi::ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
     /// A timed event synchronisation expired: `ACL_ERROR_RT_EVENT_SYNC_TIMEOUT`.
+    ///
+    /// ```
+    /// use npu_core::AclCode;
+    ///
+    /// assert_eq!(AclCode::EVENT_SYNC_TIMEOUT, AclCode(507047));
+    /// assert_eq!(AclCode::EVENT_SYNC_TIMEOUT.name(), Some("ACL_ERROR_RT_EVENT_SYNC_TIMEOUT"));
+    /// assert!(AclCode::EVENT_SYNC_TIMEOUT.is_timeout());
+    /// ```
     pub const EVENT_SYNC_TIMEOUT: AclCode = AclCode(ffi::ACL_ERROR_RT_EVENT_SYNC_TIMEOUT);
 
     /// Whether the code says memory (device or host) ran out.

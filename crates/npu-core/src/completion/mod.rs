@@ -65,6 +65,20 @@ pub struct Completion {
 /// pending; threads blocked in [`Completion::wait_blocking`] or a [`BlockingWaiter`] are
 /// woken with an [`Error::InvalidArgument`] saying the operation was abandoned, instead of
 /// blocking for ever.
+///
+/// ```
+/// use npu_core::{Completer, Error};
+///
+/// // SAFETY: no device work and no memory stand behind these completions.
+/// let (done, abandoned) = unsafe { (Completer::new(), Completer::new()) };
+/// let (first, second) = (done.completion(), abandoned.completion());
+/// let blocked = std::thread::spawn(move || (first.wait_blocking(), second.wait_blocking()));
+/// done.complete(Ok(()));
+/// drop(abandoned); // never completed: the blocked thread must not wait for ever
+/// let (first, second) = blocked.join().unwrap();
+/// assert!(first.is_ok());
+/// assert!(matches!(second, Err(Error::InvalidArgument { argument: "self", .. })));
+/// ```
 pub struct Completer {
     state: Arc<state::State<Result<()>>>,
 }
@@ -415,6 +429,30 @@ impl Future for Wait {
 }
 
 /// A blocked thread's wait for one operation, from [`Completion::blocking_waiter`].
+///
+/// Unlike [`Completion::wait_blocking`], its wait is bounded and can be resumed, so the
+/// blocked thread can come back now and then, to notice a shutdown say.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::time::Duration;
+/// use npu_core::Completer;
+///
+/// static SHUTDOWN: AtomicBool = AtomicBool::new(false);
+/// // SAFETY: no device work and no memory stand behind this completion.
+/// let completer = unsafe { Completer::new() };
+/// let waiter = completer.completion().blocking_waiter();
+/// std::thread::spawn(move || completer.complete(Ok(())));
+/// let result = loop {
+///     if let Some(result) = waiter.wait_for(Duration::from_millis(10)) {
+///         break Some(result);
+///     }
+///     if SHUTDOWN.load(Ordering::Relaxed) {
+///         break None; // gave up waiting; the operation itself goes on
+///     }
+/// };
+/// assert!(result.expect("completed before any shutdown").is_ok());
+/// ```
 pub struct BlockingWaiter {
     completion: Completion,
     woken: Arc<Signal>,
