@@ -23,8 +23,9 @@
 //!
 //! The types nearly every program names are also at the top: [`Runtime`], [`Device`],
 //! [`Context`], [`Stream`], [`Op`], [`Event`], [`DeviceBuffer`], [`PinnedBuffer`],
-//! [`PinnedPool`], [`DevicePool`], [`Module`], [`Function`], [`Error`] and [`Result`]; [`prelude`] brings them
-//! and the memory traits into scope.
+//! [`PinnedPool`], [`DevicePool`], [`Module`], [`Function`], [`Error`] and [`Result`];
+//! [`prelude`] brings them and the memory traits into scope, except [`Op`], and [`Error`] and
+//! [`Result`], which would shadow yours; it names `Stream` `NpuStream`.
 //!
 //! Operations are submitted when the method is called, not when the future is first polled;
 //! awaiting only waits for the device. The `async fn` conveniences built on them (uploads,
@@ -145,10 +146,11 @@ pub struct ReadmeDoctests;
 
 /// What nearly every npu-rs program uses: `use npu::prelude::*;`.
 ///
-/// Types: [`Runtime`], [`Device`], [`Context`], [`NpuStream`](Stream), [`Event`], [`DeviceBuffer`],
-/// [`PinnedBuffer`], [`PinnedPool`], [`PooledBuffer`], [`Module`], [`Function`],
-/// [`LaunchConfig`]; traits: [`Memory`],
-/// [`MemoryMut`], [`DeviceSlice`], [`HostSlice`] (for `len()`, `view()` and friends). The
+/// Types: [`Runtime`], [`Device`], [`Context`], [`NpuStream`](Stream), [`Event`],
+/// [`DeviceBuffer`], [`PinnedBuffer`], [`PinnedPool`], [`PooledBuffer`], [`DevicePool`],
+/// [`PooledDeviceBuffer`](memory::PooledDeviceBuffer), [`Module`], [`Function`],
+/// [`LaunchConfig`]; traits: [`Memory`], [`MemoryMut`], [`DeviceSlice`], [`HostSlice`] (for
+/// `len()`, `view()` and friends). The
 /// error type is left out so that it does not shadow yours; write [`npu::Result`](Result).
 ///
 /// The stream type is exported as `NpuStream`, not `Stream`: the prelude is glob-imported

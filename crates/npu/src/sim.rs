@@ -85,6 +85,25 @@ fn simulated(api: &'static str, argument: &'static str, device: &Device) -> Resu
 ///
 /// Dropping it during a panic releases the device too, so a failing test never leaves the
 /// device held for the tests after it.
+///
+/// ```
+/// use npu::prelude::*;
+/// use npu::Stream;
+///
+/// # tokio_test::block_on(async {
+/// let device = Device::open(1)?;
+/// let ctx = device.primary_context();
+/// let stream = Stream::new(ctx)?;
+/// let held = npu::sim::hold(&device)?;
+/// // Queued while held: a test can now look at the operation before the device runs it.
+/// let op = stream.memset(DeviceBuffer::<u8>::new(ctx, 16)?, 5);
+/// assert!(!op.is_complete());
+/// drop(held); // releases the device, as `release` does
+/// assert_eq!(op.await?.to_vec_blocking()?, [5; 16]);
+/// # Ok::<(), npu::Error>(())
+/// # })?;
+/// # Ok::<(), npu::Error>(())
+/// ```
 #[must_use = "the device is released as soon as the Hold is dropped"]
 #[derive(Debug)]
 pub struct Hold {
@@ -222,18 +241,21 @@ pub fn fail_task(stream: &Stream, nth: u64, code: AclCode) -> Result<()> {
 /// one that opens a test kernel's gate, say), nor from an async task, whose worker it would
 /// hold meanwhile.
 ///
-/// Not run here, because losing a device is final for the process; examples/test_harness.rs
-/// loses one in a process of its own:
+/// Losing is final for the process, so this example runs as a program of its own
+/// (examples/test_harness.rs gives a test suite's lost device a process of its own too):
 ///
-/// ```no_run
+/// ```standalone_crate
 /// use npu::prelude::*;
 /// use npu::Stream;
+/// use npu::error::AclCode;
 ///
 /// # tokio_test::block_on(async {
 /// let device = Device::open(1)?;
 /// let stream = Stream::new(device.primary_context())?;
 /// npu::sim::lose(&device)?;
-/// assert!(stream.synchronize().await.is_err());
+/// let err = stream.synchronize().await.unwrap_err();
+/// assert_eq!(err.acl_code(), Some(AclCode::DEVICE_LOST));
+/// assert!(Stream::new(device.primary_context()).is_err(), "nothing new starts either");
 /// # Ok::<(), npu::Error>(())
 /// # })?;
 /// # Ok::<(), npu::Error>(())
