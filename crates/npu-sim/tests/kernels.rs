@@ -1119,3 +1119,175 @@ fn a_function_runs_only_on_the_device_it_was_resolved_on() {
     acl!(aclrtDestroyStream(stream));
     acl!(aclrtBinaryUnLoad(bin));
 }
+
+/// What a function and its binary tell about their code: a library kernel's size is its ELF
+/// symbol's, the same for both engines, and lies inside the binary's mapped image; a Rust
+/// closure has no symbol (0); a lazily loaded binary has no address, a registry image no image.
+#[test]
+fn code_sizes_attributes_and_binary_images() {
+    set_device(0);
+    let sizes = |func| {
+        let (mut aic, mut aiv) = (usize::MAX, usize::MAX);
+        acl!(aclrtGetFunctionSize(func, &mut aic, &mut aiv));
+        (aic, aiv)
+    };
+    let image = |bin| {
+        let (mut address, mut size) = (ptr::null_mut(), usize::MAX);
+        acl!(aclrtBinaryGetDevAddress(bin, &mut address, &mut size));
+        (address as usize, size)
+    };
+    let so = load_file(kernel::LIBRARY_PATH);
+    let (start, len) = image(so);
+    assert!(start != 0 && len > 0);
+    for name in [kernel::VECTOR_ADD_F32, kernel::SCALE_F32] {
+        let func = function(so, name);
+        let (aic, aiv) = sizes(func);
+        assert!(aic > 0 && aic == aiv, "{name}: {aic}, {aiv}");
+        let (mut aic_addr, mut aiv_addr) = (ptr::null_mut(), ptr::null_mut());
+        acl!(aclrtGetFunctionAddr(func, &mut aic_addr, &mut aiv_addr));
+        let code = aic_addr as usize;
+        assert!(
+            code >= start && code + aic <= start + len,
+            "{name} lies in the image"
+        );
+        for (attr, expected) in [
+            (ACL_FUNC_ATTR_KERNEL_TYPE, i64::from(ACL_KERNEL_TYPE_AICORE)),
+            (ACL_FUNC_ATTR_KERNEL_RATIO, 0),
+            (ACL_FUNC_ATTR_KERNEL_SCHED_MODE, 0),
+        ] {
+            let mut value = -1;
+            acl!(aclrtGetFunctionAttribute(func, attr, &mut value));
+            assert_eq!(value, expected, "{name}, attribute {attr}");
+        }
+    }
+    // The same library loaded lazily, from its bytes: no address, the same image size.
+    let bytes = std::fs::read(kernel::LIBRARY_PATH).unwrap();
+    let mut lazy = aclrtBinaryLoadOption {
+        type_: ACL_RT_BINARY_LOAD_OPT_LAZY_LOAD,
+        value: aclrtBinaryLoadOptionValue { isLazyLoad: 1 },
+    };
+    let options = aclrtBinaryLoadOptions {
+        options: &mut lazy,
+        numOpt: 1,
+    };
+    let mut lazy_bin = ptr::null_mut();
+    acl!(aclrtBinaryLoadFromData(
+        bytes.as_ptr().cast(),
+        bytes.len(),
+        &options,
+        &mut lazy_bin
+    ));
+    let (lazy_start, lazy_len) = image(lazy_bin);
+    assert_eq!(lazy_start, 0);
+    assert!(lazy_len > 0);
+    acl!(aclrtBinaryUnLoad(lazy_bin));
+    acl!(aclrtBinaryUnLoad(so));
+
+    // A closure registered in-process: no symbol, so no size; its image is the program's.
+    kernel::register("sized_closure", |_, _, _| 0).unwrap();
+    let registry = registry_binary(&["sized_closure"]);
+    assert_eq!(sizes(function(registry, "sized_closure")), (0, 0));
+    assert_eq!(image(registry), (0, 0));
+    acl!(aclrtBinaryUnLoad(registry));
+}
+
+#[test]
+fn code_size_attribute_and_image_error_paths() {
+    fn library_function() -> aclrtFuncHandle {
+        function(load_file(kernel::LIBRARY_PATH), kernel::SCALE_F32)
+    }
+    fn unloaded_function() -> aclrtFuncHandle {
+        let bin = load_file(kernel::LIBRARY_PATH);
+        let func = function(bin, kernel::SCALE_F32);
+        acl!(aclrtBinaryUnLoad(bin));
+        func
+    }
+    fn size(func: aclrtFuncHandle) -> aclError {
+        let (mut aic, mut aiv) = (0, 0);
+        code!(aclrtGetFunctionSize(func, &mut aic, &mut aiv))
+    }
+    fn attribute(func: aclrtFuncHandle, attr: aclrtFuncAttribute) -> aclError {
+        let mut value = 0;
+        code!(aclrtGetFunctionAttribute(func, attr, &mut value))
+    }
+    fn image(bin: aclrtBinHandle) -> aclError {
+        let (mut address, mut size) = (ptr::null_mut(), 0);
+        code!(aclrtBinaryGetDevAddress(bin, &mut address, &mut size))
+    }
+    const SIZE: &str = "aclrtGetFunctionSize";
+    const ATTRIBUTE: &str = "aclrtGetFunctionAttribute";
+    const IMAGE: &str = "aclrtBinaryGetDevAddress";
+    run_table(&[
+        case("size of NULL function", SIZE, 100000, 0, || {
+            size(ptr::null_mut())
+        }),
+        case("size of an unloaded function", SIZE, 107017, 0, || {
+            size(unloaded_function())
+        }),
+        case("size into NULL aicSize", SIZE, 100000, 0, || {
+            let mut aiv = 0;
+            code!(aclrtGetFunctionSize(
+                library_function(),
+                ptr::null_mut(),
+                &mut aiv
+            ))
+        }),
+        case("size into NULL aivSize", SIZE, 100000, 0, || {
+            let mut aic = 0;
+            code!(aclrtGetFunctionSize(
+                library_function(),
+                &mut aic,
+                ptr::null_mut()
+            ))
+        }),
+        case("attribute of NULL function", ATTRIBUTE, 100000, 0, || {
+            attribute(ptr::null_mut(), ACL_FUNC_ATTR_KERNEL_TYPE)
+        }),
+        case(
+            "attribute of an unloaded function",
+            ATTRIBUTE,
+            107017,
+            0,
+            || attribute(unloaded_function(), ACL_FUNC_ATTR_KERNEL_TYPE),
+        ),
+        case("attribute 0", ATTRIBUTE, 107000, 0, || {
+            attribute(library_function(), 0)
+        }),
+        case("attribute 4", ATTRIBUTE, 107000, 0, || {
+            attribute(library_function(), 4)
+        }),
+        // The attribute is checked before the output, as the reference lists them.
+        case("unknown attribute into NULL", ATTRIBUTE, 107000, 0, || {
+            code!(aclrtGetFunctionAttribute(
+                library_function(),
+                4,
+                ptr::null_mut()
+            ))
+        }),
+        case("attribute into NULL", ATTRIBUTE, 100000, 0, || {
+            code!(aclrtGetFunctionAttribute(
+                library_function(),
+                ACL_FUNC_ATTR_KERNEL_TYPE,
+                ptr::null_mut()
+            ))
+        }),
+        case("image of NULL binary", IMAGE, 100000, 0, || {
+            image(ptr::null_mut())
+        }),
+        case("image of an unloaded binary", IMAGE, 107017, 0, || {
+            let bin = load_file(kernel::LIBRARY_PATH);
+            acl!(aclrtBinaryUnLoad(bin));
+            image(bin)
+        }),
+        case("image address into NULL", IMAGE, 100000, 0, || {
+            let mut size = 0;
+            let bin = load_file(kernel::LIBRARY_PATH);
+            code!(aclrtBinaryGetDevAddress(bin, ptr::null_mut(), &mut size))
+        }),
+        case("image size into NULL", IMAGE, 100000, 0, || {
+            let mut address = ptr::null_mut();
+            let bin = load_file(kernel::LIBRARY_PATH);
+            code!(aclrtBinaryGetDevAddress(bin, &mut address, ptr::null_mut()))
+        }),
+    ]);
+}

@@ -536,6 +536,22 @@ typedef void *aclrtFuncHandle;
 typedef void *aclrtArgsHandle;
 typedef void *aclrtParamHandle;
 
+/* What aclrtGetFunctionAttribute reports on a kernel. */
+typedef enum {
+    ACL_FUNC_ATTR_KERNEL_TYPE = 1,
+    ACL_FUNC_ATTR_KERNEL_RATIO = 2,
+    ACL_FUNC_ATTR_KERNEL_SCHED_MODE = 3,
+} aclrtFuncAttribute;
+
+/* The cores a kernel runs on (ACL_FUNC_ATTR_KERNEL_TYPE). */
+typedef enum {
+    ACL_KERNEL_TYPE_AICORE = 0,
+    ACL_KERNEL_TYPE_CUBE = 1,
+    ACL_KERNEL_TYPE_VECTOR = 2,
+    ACL_KERNEL_TYPE_MIX = 3,
+    ACL_KERNEL_TYPE_AICPU = 100,
+} aclrtKernelType;
+
 /* The packages aclsysGetCANNVersion reports on. */
 typedef enum aclCANNPackageName {
     ACL_PKG_NAME_CANN,
@@ -949,6 +965,9 @@ ACL_FUNC_VISIBILITY aclError aclrtBinaryGetFunction(const aclrtBinHandle binHand
                                                     aclrtFuncHandle *funcHandle);
 /* A global variable of the binary (NPUSIM_GLOBAL in a kernel library): its device address and size. */
 ACL_FUNC_VISIBILITY aclError aclrtBinaryGetGlobal(aclrtBinHandle binHandle, const char *name, void **dptr, size_t *size);
+/* Where the binary's image lies and its size: a kernel library as the loader mapped it (NULL
+ * and 0 for a lazily loaded binary or a registry image, which have none). */
+ACL_FUNC_VISIBILITY aclError aclrtBinaryGetDevAddress(const aclrtBinHandle binHandle, void **binAddr, size_t *binSize);
 /* Device variables by symbol: the address of a device global (NPUSIM_GLOBAL) of a loaded kernel
  * library, as a program linked against that library takes it. */
 ACL_FUNC_VISIBILITY aclError aclrtGetSymbolAddress(const void *symbol, void **devPtr);
@@ -984,6 +1003,13 @@ ACL_FUNC_VISIBILITY aclError aclrtRegisterCpuFunc(const aclrtBinHandle handle, c
 ACL_FUNC_VISIBILITY aclError aclrtGetHardwareSyncAddr(void **addr);
 /* On the simulator both engines run the same host code, so both addresses are its entry. */
 ACL_FUNC_VISIBILITY aclError aclrtGetFunctionAddr(aclrtFuncHandle funcHandle, void **aicAddr, void **aivAddr);
+/* Likewise both sizes are the size of that code (its ELF symbol's; 0 where the loader knows
+ * none, as for a Rust closure registered in-process). */
+ACL_FUNC_VISIBILITY aclError aclrtGetFunctionSize(aclrtFuncHandle funcHandle, size_t *aicSize, size_t *aivSize);
+/* A kernel runs on either core (ACL_KERNEL_TYPE_AICORE), with no Cube/Vector ratio (0) and
+ * in the normal schedule mode (0). */
+ACL_FUNC_VISIBILITY aclError aclrtGetFunctionAttribute(aclrtFuncHandle funcHandle, aclrtFuncAttribute attrType,
+                                                       int64_t *attrValue);
 ACL_FUNC_VISIBILITY aclError aclrtLaunchKernel(aclrtFuncHandle funcHandle, uint32_t numBlocks, const void *argsData,
                                                size_t argsSize, aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtLaunchKernelV2(aclrtFuncHandle funcHandle, uint32_t numBlocks, const void *argsData,

@@ -153,6 +153,55 @@ pub unsafe extern "C" fn aclrtGetFunctionAddr(
     })
 }
 
+/// The size of the kernel's code: as for aclrtGetFunctionAddr, both engines run the same
+/// code, so both sizes are its ELF symbol's size (0 for a Rust closure registered in-process,
+/// which has no symbol). NULL or stale handle → 100000 / 107017, NULL output → 100000.
+///
+/// # Safety
+/// `aicSize` and `aivSize` must be NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetFunctionSize(
+    funcHandle: aclrtFuncHandle,
+    aicSize: *mut usize,
+    aivSize: *mut usize,
+) -> aclError {
+    guard("aclrtGetFunctionSize", || {
+        let function = function(funcHandle)?;
+        non_null(aicSize, "aicSize")?;
+        non_null(aivSize, "aivSize")?;
+        let size = function.code_size();
+        write_out(aicSize, "aicSize", size)?;
+        write_out(aivSize, "aivSize", size)
+    })
+}
+
+/// An attribute of the kernel as its binary gives it: a simulated kernel runs on whichever
+/// core its launch chooses (ACL_KERNEL_TYPE_AICORE), is no mix kernel and so has no
+/// Cube/Vector ratio (0), and declares the normal schedule mode (0). Another attribute → 107000.
+///
+/// # Safety
+/// `attrValue` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetFunctionAttribute(
+    funcHandle: aclrtFuncHandle,
+    attrType: aclrtFuncAttribute,
+    attrValue: *mut i64,
+) -> aclError {
+    guard("aclrtGetFunctionAttribute", || {
+        function(funcHandle)?;
+        let value = match attrType {
+            ACL_FUNC_ATTR_KERNEL_TYPE => i64::from(ACL_KERNEL_TYPE_AICORE),
+            ACL_FUNC_ATTR_KERNEL_RATIO | ACL_FUNC_ATTR_KERNEL_SCHED_MODE => 0,
+            other => fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "attrType {other} is not an aclrtFuncAttribute"
+            ),
+        };
+        non_null(attrValue, "attrValue")?;
+        write_out(attrValue, "attrValue", value)
+    })
+}
+
 /// How many parameters the kernel's declared parameter list has (none declared → 107000).
 ///
 /// # Safety

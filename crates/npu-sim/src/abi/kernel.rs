@@ -17,11 +17,13 @@ use crate::sim::{Sim, sim};
 use crate::task::{Op, Task};
 
 /// Checks the load options: each a known type (else 100000) with a value it allows (else
-/// 107000). They do not change how a host-function kernel is loaded, so they are only checked.
-fn check_options(options: *const aclrtBinaryLoadOptions) -> Res<()> {
+/// 107000). They do not change how a host-function kernel is loaded; whether a lazy load was
+/// asked for (the last such option wins) is returned, for aclrtBinaryGetDevAddress.
+fn check_options(options: *const aclrtBinaryLoadOptions) -> Res<bool> {
     let Some(options) = optional(options) else {
-        return Ok(());
+        return Ok(false);
     };
+    let mut lazy = false;
     for (i, option) in array(options.options, options.numOpt, "options->options")?
         .iter()
         .enumerate()
@@ -29,7 +31,10 @@ fn check_options(options: *const aclrtBinaryLoadOptions) -> Res<()> {
         // SAFETY: every member of the value union is a 32-bit integer, so any bits are valid.
         let (word, mode) = unsafe { (option.value.isLazyLoad, option.value.cpuKernelMode) };
         let allowed = match option.type_ {
-            ACL_RT_BINARY_LOAD_OPT_LAZY_LOAD => word <= 1,
+            ACL_RT_BINARY_LOAD_OPT_LAZY_LOAD => {
+                lazy = word == 1;
+                word <= 1
+            }
             ACL_RT_BINARY_LOAD_OPT_MAGIC => matches!(
                 word,
                 ACL_RT_BINARY_MAGIC_ELF_AICORE
@@ -51,7 +56,7 @@ fn check_options(options: *const aclrtBinaryLoadOptions) -> Res<()> {
             option.type_
         );
     }
-    Ok(())
+    Ok(lazy)
 }
 
 pub(super) fn store_binary(binary: Binary, out: *mut aclrtBinHandle) -> Res<()> {
@@ -74,8 +79,8 @@ pub unsafe extern "C" fn aclrtBinaryLoadFromFile(
     guard("aclrtBinaryLoadFromFile", || {
         let path = c_str(binPath, "binPath")?;
         non_null(binHandle, "binHandle")?;
-        check_options(options)?;
-        store_binary(Binary::from_file(path)?, binHandle)
+        let lazy = check_options(options)?;
+        store_binary(Binary::from_file(path)?.loaded_lazily(lazy), binHandle)
     })
 }
 
@@ -96,8 +101,9 @@ pub unsafe extern "C" fn aclrtBinaryLoadFromData(
         non_null(data, "data")?;
         non_null(binHandle, "binHandle")?;
         ensure!(length != 0, ACL_ERROR_INVALID_PARAM, "length is 0");
-        check_options(options)?;
-        store_binary(Binary::from_data(bytes(data, length, "data")?)?, binHandle)
+        let lazy = check_options(options)?;
+        let binary = Binary::from_data(bytes(data, length, "data")?)?;
+        store_binary(binary.loaded_lazily(lazy), binHandle)
     })
 }
 
@@ -250,6 +256,30 @@ pub unsafe extern "C" fn aclrtBinaryGetGlobal(
             write_out(size, "size", len)?;
         }
         Ok(())
+    })
+}
+
+/// Where the binary's image lies and its size: a kernel library as the loader mapped it,
+/// which holds the code aclrtGetFunctionAddr points into (its address NULL if the binary was
+/// loaded lazily); a registry image has none (NULL, 0). NULL binary or output → 100000 (in
+/// the reference's order); an unloaded binary → 107017.
+///
+/// # Safety
+/// `binAddr` and `binSize` must be NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtBinaryGetDevAddress(
+    binHandle: aclrtBinHandle,
+    binAddr: *mut *mut c_void,
+    binSize: *mut usize,
+) -> aclError {
+    guard("aclrtBinaryGetDevAddress", || {
+        non_null(binHandle, "binHandle")?;
+        non_null(binAddr, "binAddr")?;
+        non_null(binSize, "binSize")?;
+        let binary = sim()?.binaries.resolve(handle::from_ptr(binHandle))?;
+        let (address, size) = binary.image();
+        write_out(binAddr, "binAddr", address as *mut c_void)?;
+        write_out(binSize, "binSize", size)
     })
 }
 

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use npu_sys::*;
 
 use super::globals;
+use super::image;
 use super::registry::{self, KernelCode};
 use super::{
     ARGS_SIZE_PREFIX, GLOBAL_SIZE_PREFIX, KernelEntry, MAX_PARAMS, PARAMS_PREFIX, param_offsets,
@@ -53,6 +54,10 @@ pub(crate) struct Binary {
     exception_callback: CallbackSlot,
     /// Addresses of the device globals it holds (see `super::globals`).
     globals: Mutex<Vec<usize>>,
+    /// Where a library's image was mapped and its size (see `image::mapped_span`).
+    image: Option<(usize, usize)>,
+    /// Whether it was loaded lazily (ACL_RT_BINARY_LOAD_OPT_LAZY_LOAD).
+    lazy: bool,
 }
 
 pub(crate) struct Function {
@@ -134,6 +139,15 @@ impl Function {
             KernelCode::Closure(closure) => Arc::as_ptr(closure).cast::<()>() as usize,
         }
     }
+
+    /// The size of its code (aclrtGetFunctionSize): the entry point's ELF symbol's; 0 for a
+    /// Rust kernel's closure, or an entry the loader knows no symbol for.
+    pub(crate) fn code_size(&self) -> usize {
+        match &self.code {
+            KernelCode::Entry(entry) => image::code_size(*entry as usize),
+            KernelCode::Closure(_) => 0,
+        }
+    }
 }
 
 fn open(path: &str) -> Result<libloading::Library, libloading::Error> {
@@ -157,23 +171,6 @@ fn declared_args_size(library: &libloading::Library, kernel: &str) -> usize {
         Ok(size) => usize::try_from(unsafe { size.read_unaligned() }).unwrap_or(usize::MAX),
         Err(_) => 0,
     }
-}
-
-/// The name of the symbol that starts at `address`, as the dynamic loader knows it (the
-/// exports of the program and of the shared objects loaded).
-pub(crate) fn symbol_name(address: usize) -> Option<String> {
-    // SAFETY: Dl_info is plain pointers, for which all-zero is valid.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr only reads the loader's tables for the address, never the address itself;
-    // `info` is valid for its write.
-    let found = unsafe { libc::dladdr(address as *const c_void, &mut info) } != 0;
-    if !found || info.dli_saddr as usize != address || info.dli_sname.is_null() {
-        return None;
-    }
-    // SAFETY: dladdr's symbol name is a NUL-terminated string of the loader's, valid while the
-    // object is loaded; it is copied at once.
-    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_sname) };
-    name.to_str().ok().map(str::to_owned)
 }
 
 /// Where the library's code finds its exported variable `name`: the definition in the global
@@ -259,7 +256,7 @@ impl Binary {
     /// image (see `registry_image`).
     pub(crate) fn from_data(data: &[u8]) -> Res<Binary> {
         if let Some(names) = registry::parse_image(data) {
-            return Ok(Binary::new(Source::Registry(names)));
+            return Ok(Binary::new(Source::Registry(names), None));
         }
         ensure!(
             data.starts_with(b"\x7fELF"),
@@ -293,17 +290,32 @@ impl Binary {
         }
     }
 
-    fn new(source: Source) -> Binary {
+    fn new(source: Source, image: Option<(usize, usize)>) -> Binary {
         Binary {
             source,
             functions: Mutex::new(Some(HashMap::new())),
             exception_callback: CallbackSlot::default(),
             globals: Mutex::default(),
+            image,
+            lazy: false,
         }
     }
 
     fn library(library: libloading::Library) -> Binary {
-        Binary::new(Source::Library(Arc::new(library)))
+        let (library, image) = image::mapped_span(library);
+        Binary::new(Source::Library(Arc::new(library)), image)
+    }
+
+    /// The binary, marked as loaded lazily or not.
+    pub(crate) fn loaded_lazily(self, lazy: bool) -> Binary {
+        Binary { lazy, ..self }
+    }
+
+    /// aclrtBinaryGetDevAddress: where its image lies (NULL if it was loaded lazily) and its
+    /// size; a registry image, whose kernels are the program's own code, has none (NULL, 0).
+    pub(crate) fn image(&self) -> (usize, usize) {
+        let (address, size) = self.image.unwrap_or((0, 0));
+        (if self.lazy { 0 } else { address }, size)
     }
 
     /// aclrtBinarySetExceptionCallback: replaces the callback its kernels' failures report to.

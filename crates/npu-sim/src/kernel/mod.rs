@@ -60,6 +60,7 @@
 mod args;
 mod builtin;
 pub(crate) mod globals;
+mod image;
 mod launch;
 mod library;
 mod registry;
@@ -71,8 +72,9 @@ pub(crate) use args::{ArgsBuilder, MAX_PARAMS, ParamRef, param_offsets, valid_pa
 pub use builtin::{
     REDUCE_SUM_F32, ReduceSumArgs, SCALE_F32, ScaleArgs, VECTOR_ADD_F32, VectorAddArgs,
 };
+pub(crate) use image::symbol_name;
 pub(crate) use launch::{ArgsBlob, Launch, LaunchArgs, LaunchAttrs};
-pub(crate) use library::{Binary, BinaryData, Function, OpCallback, symbol_name};
+pub(crate) use library::{Binary, BinaryData, Function, OpCallback};
 pub use registry::{
     KernelError, register, register_entry, register_entry_with_args_size, register_with_args_size,
     register_with_params, registry_image,
