@@ -381,6 +381,8 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclmdlRITaskGetType",
     "aclmdlRITaskGetSeqId",
     "aclmdlRIKernelTaskGetAttribute",
+    "aclmdlRITaskGetParams",
+    "aclmdlRITaskSetParams",
     "aclmdlRIUpdate",
     "aclmdlRITaskDisable",
     "aclmdlRIAbort",

@@ -5,7 +5,8 @@
 //!
 //! 1. a C++ translation unit of `static_assert`s — every prototype (`decltype(&fn)`), typedef,
 //!    enum (an enum, its size, each enumerator's value and type), struct and union (kind, size,
-//!    alignment, each field's offset and type), constant and integer macro (value and type) — is
+//!    alignment, each field's offset and type, an anonymous member's fields as the record's
+//!    own), constant and integer macro (value and type) — is
 //!    compiled with g++ first against our headers (which proves the generator right) and then
 //!    against CANN's;
 //! 2. the set of names either compilation reports as deprecated must be the same;
@@ -273,6 +274,7 @@ fn is_integer_literal(text: &str) -> bool {
 /// The `static_assert`s for every item of `file`, and how many there are.
 fn checks(file: &syn::File, macros: &BTreeMap<String, String>) -> Result<(String, usize), String> {
     let layouts = layouts(file);
+    let (records, members) = (records(file), anonymous_members(file));
     let mut out = Checks::default();
     for (name, value) in macros {
         out.add(
@@ -321,18 +323,116 @@ fn checks(file: &syn::File, macros: &BTreeMap<String, String>) -> Result<(String
                     format!("constant {name}"),
                 );
             }
-            syn::Item::Struct(s) => {
+            syn::Item::Struct(s) if !members.contains(&s.ident.to_string()) => {
                 let fields = s.fields.iter().map(|f| (f.ident.as_ref(), &f.ty));
+                let fields = flattened(&s.ident.to_string(), fields, &records, &layouts)?;
                 record_checks(&s.ident, "class", fields, &layouts, &mut out)?;
             }
-            syn::Item::Union(u) => {
+            syn::Item::Union(u) if !members.contains(&u.ident.to_string()) => {
                 let fields = u.fields.named.iter().map(|f| (f.ident.as_ref(), &f.ty));
+                let fields = flattened(&u.ident.to_string(), fields, &records, &layouts)?;
                 record_checks(&u.ident, "union", fields, &layouts, &mut out)?;
             }
             _ => {}
         }
     }
     Ok((spell_anonymous(file, out.text), out.count))
+}
+
+/// A field as the checks see it: its name, type and offset (`None`: opaque, or unnamed).
+type Field<'a> = (Option<String>, &'a syn::Type, usize);
+
+/// bindgen's name for an anonymous member (a struct or union without a member name, whose
+/// members C names as the enclosing record's own).
+const ANONYMOUS_MEMBER: &str = "__bindgen_anon_";
+
+/// Every struct and union of `file` by name, with its fields.
+fn records(file: &syn::File) -> BTreeMap<String, Vec<(Option<&syn::Ident>, &syn::Type)>> {
+    let mut records = BTreeMap::new();
+    for item in &file.items {
+        let (name, fields): (_, Vec<_>) = match item {
+            syn::Item::Struct(s) => (
+                &s.ident,
+                s.fields.iter().map(|f| (f.ident.as_ref(), &f.ty)).collect(),
+            ),
+            syn::Item::Union(u) => (
+                &u.ident,
+                u.fields
+                    .named
+                    .iter()
+                    .map(|f| (f.ident.as_ref(), &f.ty))
+                    .collect(),
+            ),
+            _ => continue,
+        };
+        records.insert(name.to_string(), fields);
+    }
+    records
+}
+
+/// The types of anonymous members: they have no name C++ can spell, so their fields are
+/// checked as their enclosing record's ([`flattened`]).
+fn anonymous_members(file: &syn::File) -> BTreeSet<String> {
+    anonymous_fields(file)
+        .into_iter()
+        .filter(|(_, field, _)| field.starts_with(ANONYMOUS_MEMBER))
+        .map(|(_, _, anonymous)| anonymous)
+        .collect()
+}
+
+/// A record's fields with their offsets, the fields of its anonymous members among them (at
+/// the member's offset plus their own), as C names and places them. An opaque record's
+/// fields (bindgen's `_unused`) and unnamed ones come out unnamed.
+fn flattened<'a>(
+    record: &str,
+    fields: impl Iterator<Item = (Option<&'a syn::Ident>, &'a syn::Type)>,
+    records: &BTreeMap<String, Vec<(Option<&'a syn::Ident>, &'a syn::Type)>>,
+    layouts: &BTreeMap<String, usize>,
+) -> Result<Vec<Field<'a>>, String> {
+    let layout = |what: String| {
+        layouts
+            .get(&what)
+            .copied()
+            .ok_or_else(|| format!("bindgen gave no {what}"))
+    };
+    let fields: Vec<_> = fields.collect();
+    let mut out = Vec::new();
+    for (at, &(field, ty)) in fields.iter().enumerate() {
+        let name = field.map(ToString::to_string);
+        let anonymous = name
+            .as_ref()
+            .is_some_and(|n| n.starts_with(ANONYMOUS_MEMBER));
+        let Some(name) = name.filter(|n| anonymous || !n.starts_with('_')) else {
+            out.push((None, ty, 0));
+            continue;
+        };
+        if !anonymous {
+            let offset = layout(format!("Offset of field: {record}::{name}"))?;
+            out.push((Some(name), ty, offset));
+            continue;
+        }
+        // bindgen gives no offset for an anonymous member; as the last member, with no tail
+        // padding after it, it ends where the record does.
+        let member = tokens(ty);
+        let size = layout(format!("Size of {member}"))?;
+        let total = layout(format!("Size of {record}"))?;
+        let align = layout(format!("Alignment of {record}"))?;
+        if at + 1 != fields.len() || size % align != 0 || size > total {
+            return Err(format!(
+                "cannot place the anonymous member {record}::{name}: only a last one whose size \
+                 is a multiple of the record's alignment is placed"
+            ));
+        }
+        let inner = records
+            .get(&member)
+            .ok_or_else(|| format!("no record {member} for {record}::{name}"))?;
+        for (inner_name, inner_ty, inner_offset) in
+            flattened(&member, inner.iter().copied(), records, layouts)?
+        {
+            out.push((inner_name, inner_ty, total - size + inner_offset));
+        }
+    }
+    Ok(out)
 }
 
 /// Fields whose type is an anonymous struct or union: (record, field, bindgen's name for the
@@ -451,18 +551,14 @@ fn enum_checks(module: &syn::ItemMod, out: &mut Checks) -> Result<(), String> {
 
 /// A struct or union: its kind, size and alignment, and each field's offset and type. Opaque
 /// types (bindgen gives them a `_unused` field) have no layout to compare.
-fn record_checks<'a>(
+fn record_checks(
     name: &syn::Ident,
     kind: &str,
-    fields: impl Iterator<Item = (Option<&'a syn::Ident>, &'a syn::Type)>,
+    fields: Vec<Field<'_>>,
     layouts: &BTreeMap<String, usize>,
     out: &mut Checks,
 ) -> Result<(), String> {
-    let fields: Vec<_> = fields.collect();
-    if fields
-        .iter()
-        .any(|(f, _)| f.is_none_or(|f| f.to_string().starts_with('_')))
-    {
+    if fields.iter().any(|(f, _, _)| f.is_none()) {
         return Ok(());
     }
     out.add(
@@ -478,12 +574,8 @@ fn record_checks<'a>(
             format!("{expression}({name})"),
         );
     }
-    for (field, ty) in fields {
-        let field = field.expect("checked above");
-        let offset = layouts
-            .get(&format!("Offset of field: {name}::{field}"))
-            .ok_or_else(|| format!("bindgen gave no offset for {name}::{field}"))?;
-        let rust_name = field.to_string();
+    for (field, ty, offset) in fields {
+        let rust_name = field.expect("checked above");
         let field = c_name(&rust_name);
         out.add(
             format!("offsetof({name}, {field}) == {offset}"),
@@ -833,5 +925,43 @@ mod tests {
         assert_eq!(c_name("type_"), "type");
         assert_eq!(c_name("rsv_"), "rsv_");
         assert_eq!(c_name("id"), "id");
+    }
+
+    /// The fields of a last anonymous union are the record's own, placed where it ends; an
+    /// anonymous member elsewhere cannot be placed.
+    #[test]
+    fn anonymous_members_are_flattened() {
+        let file: syn::File = syn::parse_quote! {
+            pub struct Outer { pub a: u32, pub __bindgen_anon_1: Outer__bindgen_ty_1 }
+            pub union Outer__bindgen_ty_1 { pub x: u64, pub y: u32 }
+        };
+        let layouts: BTreeMap<String, usize> = [
+            ("Size of Outer", 16),
+            ("Alignment of Outer", 8),
+            ("Offset of field: Outer::a", 0),
+            ("Size of Outer__bindgen_ty_1", 8),
+            ("Offset of field: Outer__bindgen_ty_1::x", 0),
+            ("Offset of field: Outer__bindgen_ty_1::y", 0),
+        ]
+        .into_iter()
+        .map(|(label, value)| (label.to_string(), value))
+        .collect();
+        let records = records(&file);
+        let fields = |name: &str| records[name].iter().copied();
+        let flat = flattened("Outer", fields("Outer"), &records, &layouts).unwrap();
+        let placed: Vec<_> = flat
+            .iter()
+            .map(|(n, _, o)| (n.clone().unwrap(), *o))
+            .collect();
+        assert_eq!(placed, [("a".into(), 0), ("x".into(), 8), ("y".into(), 8)]);
+        assert!(anonymous_members(&file).contains("Outer__bindgen_ty_1"));
+
+        let first: syn::File = syn::parse_quote! {
+            pub struct Outer { pub __bindgen_anon_1: Outer__bindgen_ty_1, pub a: u32 }
+            pub union Outer__bindgen_ty_1 { pub x: u64, pub y: u32 }
+        };
+        let records = super::records(&first);
+        let fields = records["Outer"].iter().copied();
+        assert!(flattened("Outer", fields, &records, &layouts).is_err());
     }
 }

@@ -72,6 +72,15 @@ pub(crate) struct Captured {
     pub(crate) patch: Option<Arc<PatchSlot>>,
 }
 
+impl Captured {
+    /// The task becomes `op`, with a patch slot of its own.
+    fn set_op(&mut self, op: Op) {
+        let step = Step::Run(op);
+        self.patch = patch_slot(&step);
+        self.step = step;
+    }
+}
+
 /// The patch slot a task of an instance gets: one for the tasks aclrtTaskUpdateAsync updates.
 fn patch_slot(step: &Step) -> Option<Arc<PatchSlot>> {
     matches!(step, Step::Run(Op::Kernel(_) | Op::Random(_))).then(Default::default)
@@ -388,7 +397,13 @@ impl ModelRi {
 
     /// The task at `index`.
     pub(crate) fn task(&self, index: usize) -> Option<Captured> {
-        lock(&self.tasks).get(index).cloned()
+        self.with_task(index, Captured::clone)
+    }
+
+    /// `f` of the task at `index` as the instance holds it (what it points into stays the
+    /// instance's, unlike a clone's).
+    pub(crate) fn with_task<R>(&self, index: usize, f: impl FnOnce(&Captured) -> R) -> Option<R> {
+        lock(&self.tasks).get(index).map(f)
     }
 
     /// The aclmdlRITask handle of the task at `index` (`make` creates it the first time).
@@ -526,9 +541,15 @@ impl ModelRi {
     pub(crate) fn replace(&self, indexes: &[usize], ops: Vec<Op>) {
         let mut tasks = lock(&self.tasks);
         for (&index, op) in indexes.iter().zip(ops) {
-            let step = Step::Run(op);
-            tasks[index].patch = patch_slot(&step);
-            tasks[index].step = step;
+            tasks[index].set_op(op);
+        }
+    }
+
+    /// aclmdlRITaskSetParams: the task at `index` becomes `op`, for the executions queued from
+    /// now on, as [`Self::replace`] makes it.
+    pub(crate) fn set_op(&self, index: usize, op: Op) {
+        if let Some(task) = lock(&self.tasks).get_mut(index) {
+            task.set_op(op);
         }
     }
 
@@ -570,6 +591,11 @@ impl ModelRi {
             task.disabled |= task.disabling;
         }
         Ok(())
+    }
+
+    /// The handles of its task groups.
+    pub(crate) fn group_handles(&self) -> Vec<Handle> {
+        lock(&self.group_handles).clone()
     }
 
     /// Records the handle of one of its task groups, retired with it.

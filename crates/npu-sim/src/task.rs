@@ -239,6 +239,16 @@ impl Compare {
         }
     }
 
+    /// Its ACL_STREAM_WAIT_VALUE_* flag.
+    pub(crate) fn flag(self) -> u32 {
+        match self {
+            Self::Geq => ACL_STREAM_WAIT_VALUE_GEQ,
+            Self::Eq => ACL_STREAM_WAIT_VALUE_EQ,
+            Self::And => ACL_STREAM_WAIT_VALUE_AND,
+            Self::Nor => ACL_STREAM_WAIT_VALUE_NOR,
+        }
+    }
+
     pub(crate) fn holds(self, memory: u64, value: u64) -> bool {
         match self {
             Self::Geq => memory.wrapping_sub(value) as i64 >= 0,

@@ -2085,6 +2085,267 @@ pub const ACL_MODEL_RI_TASK_EVENT_RESET: aclmdlRITaskType = 4;
 pub const ACL_MODEL_RI_TASK_VALUE_WRITE: aclmdlRITaskType = 5;
 pub const ACL_MODEL_RI_TASK_VALUE_WAIT: aclmdlRITaskType = 6;
 pub type aclmdlRITaskType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclmdlRIKernelTaskParams {
+    pub funcHandle: aclrtFuncHandle,
+    pub cfg: *mut aclrtLaunchKernelCfg,
+    pub args: *mut core::ffi::c_void,
+    pub isHostArgs: u32,
+    pub argsSize: usize,
+    pub numBlocks: u32,
+    pub rsv: [u32; 10usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclmdlRIKernelTaskParams"]
+        [::std::mem::size_of::<aclmdlRIKernelTaskParams>() - 88usize];
+    ["Alignment of aclmdlRIKernelTaskParams"]
+        [::std::mem::align_of::<aclmdlRIKernelTaskParams>() - 8usize];
+    ["Offset of field: aclmdlRIKernelTaskParams::funcHandle"]
+        [::std::mem::offset_of!(aclmdlRIKernelTaskParams, funcHandle) - 0usize];
+    ["Offset of field: aclmdlRIKernelTaskParams::cfg"]
+        [::std::mem::offset_of!(aclmdlRIKernelTaskParams, cfg) - 8usize];
+    ["Offset of field: aclmdlRIKernelTaskParams::args"]
+        [::std::mem::offset_of!(aclmdlRIKernelTaskParams, args) - 16usize];
+    ["Offset of field: aclmdlRIKernelTaskParams::isHostArgs"]
+        [::std::mem::offset_of!(aclmdlRIKernelTaskParams, isHostArgs) - 24usize];
+    ["Offset of field: aclmdlRIKernelTaskParams::argsSize"]
+        [::std::mem::offset_of!(aclmdlRIKernelTaskParams, argsSize) - 32usize];
+    ["Offset of field: aclmdlRIKernelTaskParams::numBlocks"]
+        [::std::mem::offset_of!(aclmdlRIKernelTaskParams, numBlocks) - 40usize];
+    ["Offset of field: aclmdlRIKernelTaskParams::rsv"]
+        [::std::mem::offset_of!(aclmdlRIKernelTaskParams, rsv) - 44usize];
+};
+impl Default for aclmdlRIKernelTaskParams {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclmdlRIEventRecordTaskParams {
+    pub event: aclrtEvent,
+    pub eventFlag: u32,
+    pub recordFlag: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclmdlRIEventRecordTaskParams"]
+        [::std::mem::size_of::<aclmdlRIEventRecordTaskParams>() - 16usize];
+    ["Alignment of aclmdlRIEventRecordTaskParams"]
+        [::std::mem::align_of::<aclmdlRIEventRecordTaskParams>() - 8usize];
+    ["Offset of field: aclmdlRIEventRecordTaskParams::event"]
+        [::std::mem::offset_of!(aclmdlRIEventRecordTaskParams, event) - 0usize];
+    ["Offset of field: aclmdlRIEventRecordTaskParams::eventFlag"]
+        [::std::mem::offset_of!(aclmdlRIEventRecordTaskParams, eventFlag) - 8usize];
+    ["Offset of field: aclmdlRIEventRecordTaskParams::recordFlag"]
+        [::std::mem::offset_of!(aclmdlRIEventRecordTaskParams, recordFlag) - 12usize];
+};
+impl Default for aclmdlRIEventRecordTaskParams {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclmdlRIEventWaitTaskParams {
+    pub event: aclrtEvent,
+    pub eventFlag: u32,
+    pub waitFlag: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclmdlRIEventWaitTaskParams"]
+        [::std::mem::size_of::<aclmdlRIEventWaitTaskParams>() - 16usize];
+    ["Alignment of aclmdlRIEventWaitTaskParams"]
+        [::std::mem::align_of::<aclmdlRIEventWaitTaskParams>() - 8usize];
+    ["Offset of field: aclmdlRIEventWaitTaskParams::event"]
+        [::std::mem::offset_of!(aclmdlRIEventWaitTaskParams, event) - 0usize];
+    ["Offset of field: aclmdlRIEventWaitTaskParams::eventFlag"]
+        [::std::mem::offset_of!(aclmdlRIEventWaitTaskParams, eventFlag) - 8usize];
+    ["Offset of field: aclmdlRIEventWaitTaskParams::waitFlag"]
+        [::std::mem::offset_of!(aclmdlRIEventWaitTaskParams, waitFlag) - 12usize];
+};
+impl Default for aclmdlRIEventWaitTaskParams {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclmdlRIEventResetTaskParams {
+    pub event: aclrtEvent,
+    pub eventFlag: u32,
+    pub resetFlag: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclmdlRIEventResetTaskParams"]
+        [::std::mem::size_of::<aclmdlRIEventResetTaskParams>() - 16usize];
+    ["Alignment of aclmdlRIEventResetTaskParams"]
+        [::std::mem::align_of::<aclmdlRIEventResetTaskParams>() - 8usize];
+    ["Offset of field: aclmdlRIEventResetTaskParams::event"]
+        [::std::mem::offset_of!(aclmdlRIEventResetTaskParams, event) - 0usize];
+    ["Offset of field: aclmdlRIEventResetTaskParams::eventFlag"]
+        [::std::mem::offset_of!(aclmdlRIEventResetTaskParams, eventFlag) - 8usize];
+    ["Offset of field: aclmdlRIEventResetTaskParams::resetFlag"]
+        [::std::mem::offset_of!(aclmdlRIEventResetTaskParams, resetFlag) - 12usize];
+};
+impl Default for aclmdlRIEventResetTaskParams {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclmdlRIValueWriteTaskParams {
+    pub devAddr: *mut core::ffi::c_void,
+    pub value: u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclmdlRIValueWriteTaskParams"]
+        [::std::mem::size_of::<aclmdlRIValueWriteTaskParams>() - 16usize];
+    ["Alignment of aclmdlRIValueWriteTaskParams"]
+        [::std::mem::align_of::<aclmdlRIValueWriteTaskParams>() - 8usize];
+    ["Offset of field: aclmdlRIValueWriteTaskParams::devAddr"]
+        [::std::mem::offset_of!(aclmdlRIValueWriteTaskParams, devAddr) - 0usize];
+    ["Offset of field: aclmdlRIValueWriteTaskParams::value"]
+        [::std::mem::offset_of!(aclmdlRIValueWriteTaskParams, value) - 8usize];
+};
+impl Default for aclmdlRIValueWriteTaskParams {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct aclmdlRIValueWaitTaskParams {
+    pub devAddr: *mut core::ffi::c_void,
+    pub value: u64,
+    pub flag: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclmdlRIValueWaitTaskParams"]
+        [::std::mem::size_of::<aclmdlRIValueWaitTaskParams>() - 24usize];
+    ["Alignment of aclmdlRIValueWaitTaskParams"]
+        [::std::mem::align_of::<aclmdlRIValueWaitTaskParams>() - 8usize];
+    ["Offset of field: aclmdlRIValueWaitTaskParams::devAddr"]
+        [::std::mem::offset_of!(aclmdlRIValueWaitTaskParams, devAddr) - 0usize];
+    ["Offset of field: aclmdlRIValueWaitTaskParams::value"]
+        [::std::mem::offset_of!(aclmdlRIValueWaitTaskParams, value) - 8usize];
+    ["Offset of field: aclmdlRIValueWaitTaskParams::flag"]
+        [::std::mem::offset_of!(aclmdlRIValueWaitTaskParams, flag) - 16usize];
+};
+impl Default for aclmdlRIValueWaitTaskParams {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct aclmdlRITaskParams {
+    pub type_: aclmdlRITaskType,
+    pub rsv0: [u32; 3usize],
+    pub taskGrp: aclrtTaskGrp,
+    pub opInfoPtr: *mut core::ffi::c_void,
+    pub opInfoSize: usize,
+    pub rsv1: [u8; 32usize],
+    pub __bindgen_anon_1: aclmdlRITaskParams__bindgen_ty_1,
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union aclmdlRITaskParams__bindgen_ty_1 {
+    pub rsv2: [u8; 128usize],
+    pub kernelTaskParams: aclmdlRIKernelTaskParams,
+    pub eventRecordTaskParams: aclmdlRIEventRecordTaskParams,
+    pub eventWaitTaskParams: aclmdlRIEventWaitTaskParams,
+    pub eventResetTaskParams: aclmdlRIEventResetTaskParams,
+    pub valueWriteTaskParams: aclmdlRIValueWriteTaskParams,
+    pub valueWaitTaskParams: aclmdlRIValueWaitTaskParams,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclmdlRITaskParams__bindgen_ty_1"]
+        [::std::mem::size_of::<aclmdlRITaskParams__bindgen_ty_1>() - 128usize];
+    ["Alignment of aclmdlRITaskParams__bindgen_ty_1"]
+        [::std::mem::align_of::<aclmdlRITaskParams__bindgen_ty_1>() - 8usize];
+    ["Offset of field: aclmdlRITaskParams__bindgen_ty_1::rsv2"]
+        [::std::mem::offset_of!(aclmdlRITaskParams__bindgen_ty_1, rsv2) - 0usize];
+    ["Offset of field: aclmdlRITaskParams__bindgen_ty_1::kernelTaskParams"]
+        [::std::mem::offset_of!(aclmdlRITaskParams__bindgen_ty_1, kernelTaskParams) - 0usize];
+    ["Offset of field: aclmdlRITaskParams__bindgen_ty_1::eventRecordTaskParams"]
+        [::std::mem::offset_of!(aclmdlRITaskParams__bindgen_ty_1, eventRecordTaskParams) - 0usize];
+    ["Offset of field: aclmdlRITaskParams__bindgen_ty_1::eventWaitTaskParams"]
+        [::std::mem::offset_of!(aclmdlRITaskParams__bindgen_ty_1, eventWaitTaskParams) - 0usize];
+    ["Offset of field: aclmdlRITaskParams__bindgen_ty_1::eventResetTaskParams"]
+        [::std::mem::offset_of!(aclmdlRITaskParams__bindgen_ty_1, eventResetTaskParams) - 0usize];
+    ["Offset of field: aclmdlRITaskParams__bindgen_ty_1::valueWriteTaskParams"]
+        [::std::mem::offset_of!(aclmdlRITaskParams__bindgen_ty_1, valueWriteTaskParams) - 0usize];
+    ["Offset of field: aclmdlRITaskParams__bindgen_ty_1::valueWaitTaskParams"]
+        [::std::mem::offset_of!(aclmdlRITaskParams__bindgen_ty_1, valueWaitTaskParams) - 0usize];
+};
+impl Default for aclmdlRITaskParams__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclmdlRITaskParams"][::std::mem::size_of::<aclmdlRITaskParams>() - 200usize];
+    ["Alignment of aclmdlRITaskParams"][::std::mem::align_of::<aclmdlRITaskParams>() - 8usize];
+    ["Offset of field: aclmdlRITaskParams::type_"]
+        [::std::mem::offset_of!(aclmdlRITaskParams, type_) - 0usize];
+    ["Offset of field: aclmdlRITaskParams::rsv0"]
+        [::std::mem::offset_of!(aclmdlRITaskParams, rsv0) - 4usize];
+    ["Offset of field: aclmdlRITaskParams::taskGrp"]
+        [::std::mem::offset_of!(aclmdlRITaskParams, taskGrp) - 16usize];
+    ["Offset of field: aclmdlRITaskParams::opInfoPtr"]
+        [::std::mem::offset_of!(aclmdlRITaskParams, opInfoPtr) - 24usize];
+    ["Offset of field: aclmdlRITaskParams::opInfoSize"]
+        [::std::mem::offset_of!(aclmdlRITaskParams, opInfoSize) - 32usize];
+    ["Offset of field: aclmdlRITaskParams::rsv1"]
+        [::std::mem::offset_of!(aclmdlRITaskParams, rsv1) - 40usize];
+};
+impl Default for aclmdlRITaskParams {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 pub type aclrtMemPool = *mut core::ffi::c_void;
 pub const ACL_RT_MEM_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES: aclrtMemPoolAttr = 1;
 pub const ACL_RT_MEM_POOL_REUSE_ALLOW_OPPORTUNISTIC: aclrtMemPoolAttr = 2;
@@ -2515,6 +2776,8 @@ macro_rules! for_each_acl_function {
                 fn aclmdlRITaskGetType(task: $crate::aclmdlRITask, type_: *mut $crate::aclmdlRITaskType) -> $crate::aclError;
                 fn aclmdlRITaskGetSeqId(task: $crate::aclmdlRITask, id: *mut u32) -> $crate::aclError;
                 fn aclmdlRIKernelTaskGetAttribute(task: $crate::aclmdlRITask, attrId: $crate::aclrtLaunchKernelAttrId, attrValue: *mut $crate::aclrtLaunchKernelAttrValue) -> $crate::aclError;
+                fn aclmdlRITaskGetParams(task: $crate::aclmdlRITask, params: *mut $crate::aclmdlRITaskParams) -> $crate::aclError;
+                fn aclmdlRITaskSetParams(task: $crate::aclmdlRITask, params: *mut $crate::aclmdlRITaskParams) -> $crate::aclError;
                 fn aclmdlRIUpdate(modelRI: $crate::aclmdlRI) -> $crate::aclError;
                 fn aclmdlRITaskDisable(task: $crate::aclmdlRITask) -> $crate::aclError;
                 fn aclmdlRIAbort(modelRI: $crate::aclmdlRI) -> $crate::aclError;

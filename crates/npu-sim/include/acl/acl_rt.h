@@ -1697,6 +1697,64 @@ typedef enum aclmdlRITaskType {
     ACL_MODEL_RI_TASK_VALUE_WAIT,
 } aclmdlRITaskType;
 
+/* A task's parameters, by its type (aclmdlRITaskGetParams, aclmdlRITaskSetParams). */
+typedef struct aclmdlRIKernelTaskParams {
+    aclrtFuncHandle funcHandle;
+    aclrtLaunchKernelCfg *cfg;
+    void *args;
+    uint32_t isHostArgs; /* 1: args is host memory (set only); queries give device memory, 0 */
+    size_t argsSize;
+    uint32_t numBlocks;
+    uint32_t rsv[10];
+} aclmdlRIKernelTaskParams;
+
+typedef struct aclmdlRIEventRecordTaskParams {
+    aclrtEvent event;
+    uint32_t eventFlag;  /* the event's creation flag */
+    uint32_t recordFlag; /* ACL_EVENT_RECORD_DEFAULT or ACL_EVENT_RECORD_EXTERNAL */
+} aclmdlRIEventRecordTaskParams;
+
+typedef struct aclmdlRIEventWaitTaskParams {
+    aclrtEvent event;
+    uint32_t eventFlag; /* the event's creation flag */
+    uint32_t waitFlag;  /* ACL_EVENT_WAIT_DEFAULT or ACL_EVENT_WAIT_EXTERNAL */
+} aclmdlRIEventWaitTaskParams;
+
+typedef struct aclmdlRIEventResetTaskParams {
+    aclrtEvent event;
+    uint32_t eventFlag;
+    uint32_t resetFlag; /* reserved, 0 */
+} aclmdlRIEventResetTaskParams;
+
+typedef struct aclmdlRIValueWriteTaskParams {
+    void *devAddr;
+    uint64_t value;
+} aclmdlRIValueWriteTaskParams;
+
+typedef struct aclmdlRIValueWaitTaskParams {
+    void *devAddr;
+    uint64_t value;
+    uint32_t flag; /* an ACL_STREAM_WAIT_VALUE_* comparison */
+} aclmdlRIValueWaitTaskParams;
+
+typedef struct aclmdlRITaskParams {
+    aclmdlRITaskType type;
+    uint32_t rsv0[3];
+    aclrtTaskGrp taskGrp; /* the task group holding the task (queries only) */
+    void *opInfoPtr;
+    size_t opInfoSize;
+    uint8_t rsv1[32];
+    union {
+        uint8_t rsv2[128];
+        struct aclmdlRIKernelTaskParams kernelTaskParams;
+        struct aclmdlRIEventRecordTaskParams eventRecordTaskParams; /* queries only */
+        struct aclmdlRIEventWaitTaskParams eventWaitTaskParams;     /* queries only */
+        struct aclmdlRIEventResetTaskParams eventResetTaskParams;   /* queries only */
+        struct aclmdlRIValueWriteTaskParams valueWriteTaskParams;
+        struct aclmdlRIValueWaitTaskParams valueWaitTaskParams;
+    };
+} aclmdlRITaskParams;
+
 /* Tasks submitted to the stream (and to streams that wait on events recorded in the capture)
  * go into a new instance instead of running, until aclmdlRICaptureEnd on the same stream. */
 ACL_FUNC_VISIBILITY aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mode);
@@ -1748,6 +1806,10 @@ ACL_FUNC_VISIBILITY aclError aclmdlRITaskGetSeqId(aclmdlRITask task, uint32_t *i
  * BLOCKDIM_OFFSET and BLOCK_TASK_PREFETCH cannot be queried. */
 ACL_FUNC_VISIBILITY aclError aclmdlRIKernelTaskGetAttribute(aclmdlRITask task, aclrtLaunchKernelAttrId attrId,
                                                             aclrtLaunchKernelAttrValue *attrValue);
+/* A task's parameters, and new ones for the executions queued from then on (kernel launches,
+ * value writes and waits; the operator information of any task). */
+ACL_FUNC_VISIBILITY aclError aclmdlRITaskGetParams(aclmdlRITask task, aclmdlRITaskParams *params);
+ACL_FUNC_VISIBILITY aclError aclmdlRITaskSetParams(aclmdlRITask task, aclmdlRITaskParams *params);
 /* A disabled task is skipped by the executions queued after the next aclmdlRIUpdate. */
 ACL_FUNC_VISIBILITY aclError aclmdlRIUpdate(aclmdlRI modelRI);
 ACL_FUNC_VISIBILITY aclError aclmdlRITaskDisable(aclmdlRITask task);

@@ -408,6 +408,25 @@ fn launch_target_with_args(
     Ok(function)
 }
 
+/// The launch of `function` (handle `func`) with `args` and the configuration's options.
+fn launch(
+    func: aclrtFuncHandle,
+    function: Arc<Function>,
+    blocks: u32,
+    args: LaunchArgs,
+    options: LaunchOptions,
+) -> Launch {
+    Launch {
+        function,
+        handle: handle::from_ptr(func),
+        blocks,
+        args,
+        vector_engine: options.vector_engine,
+        timeout_us: options.timeout_us,
+        attrs: options.attrs,
+    }
+}
+
 /// Queues a launch with arguments owned by the task.
 fn submit_launch(
     stream: aclrtStream,
@@ -419,17 +438,17 @@ fn submit_launch(
 ) -> Res<()> {
     let stream = context::submit_stream(sim()?, stream)?;
     check_function_device(&function, stream.device.id)?;
-    let args = LaunchArgs::Owned(blob);
-    let launch = Launch {
-        function,
-        handle: handle::from_ptr(func),
-        blocks,
-        args,
-        vector_engine: options.vector_engine,
-        timeout_us: options.timeout_us,
-        attrs: options.attrs,
-    };
+    let launch = launch(func, function, blocks, LaunchArgs::Owned(blob), options);
     stream.submit(Task::new(Op::Kernel(launch)))
+}
+
+/// Arguments at `args` (named `name` in errors) in device memory of `device` (107000
+/// otherwise), `size` bytes the kernel reads when it runs.
+fn device_args((args, size, name): (*const c_void, usize, &str), device: i32) -> Res<LaunchArgs> {
+    if !args.is_null() {
+        check_on_device(&sim()?.memory, args as usize, size, device, name)?;
+    }
+    Ok(LaunchArgs::Device(args as usize, size))
 }
 
 /// aclrtLaunchKernel and aclrtLaunchKernelV2: a launch whose arguments are already in device
@@ -444,23 +463,41 @@ fn launch_device_args(
 ) -> Res<()> {
     let function = launch_target_with_args(func, blocks, argsData, argsSize, "argsData")?;
     let options = launch_options(cfg)?;
-    let sim = sim()?;
-    let target = context::submit_stream(sim, stream)?;
+    let target = context::submit_stream(sim()?, stream)?;
     check_function_device(&function, target.device.id)?;
-    if !argsData.is_null() {
-        let (address, device) = (argsData as usize, target.device.id);
-        check_on_device(&sim.memory, address, argsSize, device, "argsData")?;
-    }
-    let launch = Launch {
-        function,
-        handle: handle::from_ptr(func),
-        blocks,
-        args: LaunchArgs::Device(argsData as usize, argsSize),
-        vector_engine: options.vector_engine,
-        timeout_us: options.timeout_us,
-        attrs: options.attrs,
-    };
+    let args = device_args((argsData, argsSize, "argsData"), target.device.id)?;
+    let launch = launch(func, function, blocks, args, options);
     target.submit(Task::new(Op::Kernel(launch)))
+}
+
+/// A launch for a task of an instance on `device` (aclmdlRITaskSetParams), checked as the
+/// launches check theirs: `size` bytes of arguments at `args`, host memory copied now
+/// (`host_args`) or device memory of `device` read when it runs. Device arguments that are
+/// those of the task's `current` launch, where a query said they are, stay its arguments.
+pub(super) fn task_launch(
+    func: aclrtFuncHandle,
+    blocks: u32,
+    (args, size): (*const c_void, usize),
+    host_args: bool,
+    cfg: *mut aclrtLaunchKernelCfg,
+    device: i32,
+    current: Option<&Launch>,
+) -> Res<Launch> {
+    let function = launch_target_with_args(func, blocks, args, size, "args")?;
+    let options = launch_options(cfg)?;
+    check_function_device(&function, device)?;
+    let args = match current.filter(|launch| launch.args() == (args.cast_mut(), size)) {
+        Some(current) if !host_args => current.args.clone(),
+        _ if !host_args => device_args((args, size, "args"), device)?,
+        _ => {
+            let mut blob = ArgsBlob::zeroed(size)?;
+            if size > 0 {
+                blob.bytes_mut().copy_from_slice(bytes(args, size, "args")?);
+            }
+            LaunchArgs::Owned(blob)
+        }
+    };
+    Ok(launch(func, function, blocks, args, options))
 }
 
 /// Launches a kernel with its arguments already in device memory (on the stream's device):

@@ -105,7 +105,7 @@ pub unsafe extern "C" fn aclmdlRIGetTasksByStream(
 
 /// The instance and index of the task behind a handle (NULL → 100000; stale, or of a
 /// destroyed instance → 107017).
-fn task_ref(task: aclmdlRITask) -> Res<(Arc<ModelRi>, usize)> {
+pub(super) fn task_ref(task: aclmdlRITask) -> Res<(Arc<ModelRi>, usize)> {
     non_null(task, "task")?;
     let found = sim()?.model_tasks.resolve(handle::from_ptr(task))?;
     match found.model.upgrade() {

@@ -12,22 +12,25 @@ use crate::task::{Compare, Op, Task};
 /// Queues on `stream` the operation `op` builds for the word at `addr`, once `addr` is checked
 /// to be an 8-byte aligned word of device memory of the stream's device.
 fn submit_on_word(addr: usize, stream: aclrtStream, op: impl FnOnce(usize) -> Op) -> Res<()> {
-    let sim = sim()?;
-    let stream = context::submit_stream(sim, stream)?;
+    let stream = context::submit_stream(sim()?, stream)?;
+    check_word(addr, stream.device.id)?;
+    stream.submit(Task::new(op(addr)))
+}
+
+/// The 64-bit word at `addr` is 8-byte aligned device memory of `device` (else 107000).
+pub(super) fn check_word(addr: usize, device: i32) -> Res<()> {
     ensure!(
         addr % 8 == 0,
         ACL_ERROR_RT_PARAM_INVALID,
         "devAddr {addr:#x} is not 8-byte aligned"
     );
-    let located = sim.memory.locate(addr);
+    let located = sim()?.memory.locate(addr);
     ensure!(
-        located.class == PtrClass::Device(stream.device.id),
+        located.class == PtrClass::Device(device),
         ACL_ERROR_RT_PARAM_INVALID,
-        "devAddr {addr:#x} is not device memory of device {}",
-        stream.device.id
+        "devAddr {addr:#x} is not device memory of device {device}"
     );
-    located.check_range(addr, 8, "devAddr")?;
-    stream.submit(Task::new(op(addr)))
+    located.check_range(addr, 8, "devAddr").map(drop)
 }
 
 /// Queues a store of `value` to the 8-byte aligned 64-bit word at `devAddr` (device memory of
