@@ -26,27 +26,43 @@ fn reactor_loop(
 ) -> Vec<u32> {
     let mut seen = Vec::new();
     let drain = |seen: &mut Vec<u32>| seen.extend(inbox.lock().unwrap().drain(..));
-    let mut idle_passes = 0;
+    let mut idle = Idle::new(linger);
     loop {
         if wakeup.take_notification() {
             drain(&mut seen);
-            idle_passes = 0;
+            idle.passes = 0;
         }
         if seen.len() == expected {
             return seen;
         }
-        if idle_passes < linger {
-            idle_passes += 1;
-            loom::thread::yield_now();
-            continue;
-        }
-        idle_passes = 0;
-        if wakeup.sleep(loom::thread::park) {
+        if idle.pass(wakeup) {
             drain(&mut seen);
         }
-        if seen.len() == expected {
-            return seen;
+    }
+}
+
+/// The reactor between passes that found nothing: it yields for `linger` passes, then sleeps
+/// through the `Wakeup` (parking), as the reactor's linger does.
+struct Idle {
+    passes: usize,
+    linger: usize,
+}
+
+impl Idle {
+    fn new(linger: usize) -> Self {
+        Idle { passes: 0, linger }
+    }
+
+    /// One idle pass: a yield while lingering (false), else the sleep's answer (whether a
+    /// notification came).
+    fn pass(&mut self, wakeup: &Wakeup) -> bool {
+        if self.passes < self.linger {
+            self.passes += 1;
+            loom::thread::yield_now();
+            return false;
         }
+        self.passes = 0;
+        wakeup.sleep(loom::thread::park)
     }
 }
 
@@ -121,7 +137,7 @@ fn a_fault_notice_always_reaches_the_reactor() {
             let noticed = Arc::new(AtomicBool::new(false));
             let (w, n) = (wakeup.clone(), noticed.clone());
             let reactor = loom::thread::spawn(move || {
-                let mut idle_passes = 0;
+                let mut idle = Idle::new(linger);
                 loop {
                     w.take_notification();
                     // As `Reactor::poll_stream` reads and clears it.
@@ -129,13 +145,7 @@ fn a_fault_notice_always_reaches_the_reactor() {
                         n.store(false, Ordering::Release);
                         return;
                     }
-                    if idle_passes < linger {
-                        idle_passes += 1;
-                        loom::thread::yield_now();
-                        continue;
-                    }
-                    idle_passes = 0;
-                    w.sleep(loom::thread::park);
+                    idle.pass(&w);
                 }
             });
             // The exception callback (`stream::watch_faults`, `Reactor::nudge`).
@@ -164,7 +174,7 @@ fn an_abort_mark_always_reaches_the_reactor() {
             let queue = Arc::new(Mutex::new(vec![1u64]));
             let (w, a, q) = (wakeup.clone(), aborted_through.clone(), queue.clone());
             let reactor = loom::thread::spawn(move || {
-                let mut idle_passes = 0;
+                let mut idle = Idle::new(linger);
                 loop {
                     w.take_notification();
                     // As `Reactor::fail_aborted`: the oldest operations up to the mark.
@@ -175,13 +185,7 @@ fn an_abort_mark_always_reaches_the_reactor() {
                         return;
                     }
                     drop(pending);
-                    if idle_passes < linger {
-                        idle_passes += 1;
-                        loom::thread::yield_now();
-                        continue;
-                    }
-                    idle_passes = 0;
-                    w.sleep(loom::thread::park);
+                    idle.pass(&w);
                 }
             });
             aborted_through.fetch_max(1, Ordering::AcqRel);
