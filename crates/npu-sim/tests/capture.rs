@@ -42,12 +42,6 @@ fn capture_info(stream: aclrtStream) -> (aclmdlRICaptureStatus, aclmdlRI) {
     (status, model)
 }
 
-fn end(stream: aclrtStream) -> aclmdlRI {
-    let mut model = ptr::null_mut();
-    acl!(aclmdlRICaptureEnd(stream, &mut model));
-    model
-}
-
 fn read_u32(dev: *const c_void) -> u32 {
     download::<u32>(dev, 1)[0]
 }
@@ -70,7 +64,7 @@ fn a_captured_pipeline_replays_on_every_execution() {
     h2d_async(dev, host, 4, stream);
     let address = dev as u64;
     assert_eq!(launch(func, 1, stream, &address, ptr::null_mut()), 0);
-    let model = end(stream);
+    let model = capture_end(stream);
     assert_eq!(model, during);
     assert_eq!(
         capture_info(stream),
@@ -119,7 +113,7 @@ fn a_replay_is_ordered_like_the_streams_other_work() {
         ACL_ERROR_RT_EVENT_CAPTURED
     );
     assert_eq!(launch(func, 1, stream, &address, ptr::null_mut()), 0);
-    let model = end(stream);
+    let model = capture_end(stream);
     // After the capture, the event counts as never recorded until a replay records it.
     acl!(aclrtSynchronizeEvent(inside));
     control::hold(1).unwrap();
@@ -164,7 +158,7 @@ fn replayed_tasks_fail_and_abort_like_other_tasks() {
     acl!(aclmdlRICaptureBegin(stream, RELAXED));
     acl!(aclrtMemsetAsync(scratch, 64, 1, 64, stream));
     assert_eq!(launch(func, 1, stream, &address, ptr::null_mut()), 0);
-    let model = end(stream);
+    let model = capture_end(stream);
     // Fault injection counts the replayed tasks as the stream's work.
     control::fail_task(stream, 1, 507899).unwrap();
     acl!(aclmdlRIExecuteAsync(model, stream));
@@ -221,7 +215,7 @@ fn streams_join_a_capture_through_events_and_must_return() {
     );
     acl!(aclrtRecordEvent(join, side));
     acl!(aclrtStreamWaitEvent(main, join));
-    let model = end(main);
+    let model = capture_end(main);
     assert_eq!(capture_info(side).0, ACL_MODEL_RI_CAPTURE_STATUS_NONE);
     for _ in 0..2 {
         acl!(aclmdlRIExecuteAsync(model, exec));
@@ -286,7 +280,7 @@ fn external_records_and_waits_cross_the_instances_boundary() {
     // An outside stream waiting on `done` does not join the capture.
     acl!(aclrtStreamWaitEvent(outside, done));
     assert_eq!(capture_info(outside).0, ACL_MODEL_RI_CAPTURE_STATUS_NONE);
-    let model = end(stream);
+    let model = capture_end(stream);
     // `ready` is recorded on an outside stream held by the hold gate: the replay waits for it.
     control::hold(4).unwrap();
     acl!(aclrtMemsetAsync(dev, 4, 0, 4, outside));
@@ -426,7 +420,7 @@ fn activated_streams_run_where_they_are_activated() {
     acl!(aclrtActiveStream(second, third));
     acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
     assert_eq!(
-        describe(&tasks_of(head))
+        describe(&stream_tasks(head))
             .iter()
             .map(|&(kind, _)| kind)
             .collect::<Vec<_>>(),
@@ -501,30 +495,6 @@ fn an_abort_drops_the_executions_not_started() {
     acl!(aclrtFree(a));
 }
 
-fn streams_of(model: aclmdlRI) -> Vec<aclrtStream> {
-    let mut count = 0;
-    acl!(aclmdlRIGetStreams(model, ptr::null_mut(), &mut count));
-    let mut streams = vec![ptr::null_mut(); count as usize];
-    acl!(aclmdlRIGetStreams(model, streams.as_mut_ptr(), &mut count));
-    streams
-}
-
-fn tasks_of(stream: aclrtStream) -> Vec<aclmdlRITask> {
-    let mut count = 0;
-    acl!(aclmdlRIGetTasksByStream(
-        stream,
-        ptr::null_mut(),
-        &mut count
-    ));
-    let mut tasks = vec![ptr::null_mut(); count as usize];
-    acl!(aclmdlRIGetTasksByStream(
-        stream,
-        tasks.as_mut_ptr(),
-        &mut count
-    ));
-    tasks
-}
-
 /// (type, sequence id) of each task.
 fn describe(tasks: &[aclmdlRITask]) -> Vec<(aclmdlRITaskType, u32)> {
     tasks
@@ -558,11 +528,11 @@ fn instances_list_their_streams_and_tasks() {
     acl!(aclrtRecordEvent(join, side));
     acl!(aclrtStreamWaitEvent(main, join));
     assert_eq!(launch(func, 1, main, &address, ptr::null_mut()), 0);
-    let model = end(main);
-    let streams = streams_of(model);
+    let model = capture_end(main);
+    let streams = instance_streams(model);
     assert_eq!(streams.len(), 2);
     assert!(!streams.contains(&main) && !streams.contains(&side));
-    let main_tasks = tasks_of(streams[0]);
+    let main_tasks = stream_tasks(streams[0]);
     assert_eq!(
         describe(&main_tasks),
         [
@@ -573,7 +543,7 @@ fn instances_list_their_streams_and_tasks() {
         ]
     );
     assert_eq!(
-        describe(&tasks_of(streams[1])),
+        describe(&stream_tasks(streams[1])),
         [
             (ACL_MODEL_RI_TASK_EVENT_WAIT, 0),
             (ACL_MODEL_RI_TASK_KERNEL, 1),
@@ -635,9 +605,9 @@ fn instances_list_their_streams_and_tasks() {
     assert_eq!(launch(func, 1, head, &address, ptr::null_mut()), 0);
     acl!(aclrtRecordEvent(event, head));
     acl!(aclmdlRIBuildEnd(built, ptr::null_mut()));
-    assert_eq!(streams_of(built), [head]);
+    assert_eq!(instance_streams(built), [head]);
     assert_eq!(
-        describe(&tasks_of(head)),
+        describe(&stream_tasks(head)),
         [
             (ACL_MODEL_RI_TASK_KERNEL, 0),
             (ACL_MODEL_RI_TASK_EVENT_RECORD, 1)
@@ -702,8 +672,8 @@ fn kernel_tasks_report_their_launch_attributes() {
     acl!(aclrtMemsetAsync(dev, 4, 0, 4, stream));
     assert_eq!(launch(func, 1, stream, &address, &mut cfg), 0);
     assert_eq!(launch(func, 1, stream, &address, ptr::null_mut()), 0);
-    let model = end(stream);
-    let tasks = tasks_of(streams_of(model)[0]);
+    let model = capture_end(stream);
+    let tasks = stream_tasks(instance_streams(model)[0]);
     let (memset, configured, plain) = (tasks[0], tasks[1], tasks[2]);
     let get = |task: aclmdlRITask, id: aclrtLaunchKernelAttrId| {
         let mut value = aclrtLaunchKernelAttrValue { rsv: [7; 4] };
@@ -851,8 +821,8 @@ fn a_task_on_another_stream_of_the_capture_interrupts_a_group_recording() {
     assert_eq!(launch(func, 1, side, &address, ptr::null_mut()), 0);
     acl!(aclrtRecordEvent(join, side));
     acl!(aclrtStreamWaitEvent(main, join));
-    let model = end(main);
-    acl!(aclmdlRIDestroy(end(other)));
+    let model = capture_end(main);
+    acl!(aclmdlRIDestroy(capture_end(other)));
     acl!(aclmdlRIExecuteAsync(model, exec));
     acl!(aclrtSynchronizeStream(exec));
     assert_eq!(read_u32(dev), 2, "the group's launch and the one after it");
@@ -893,7 +863,7 @@ fn task_groups_update_captured_launches() {
         code!(aclmdlRICaptureTaskUpdateBegin(updater, group)),
         ACL_ERROR_RT_MODEL_CAPTURED
     );
-    let model = end(stream);
+    let model = capture_end(stream);
     acl!(aclmdlRIExecuteAsync(model, stream));
     acl!(aclrtSynchronizeStream(stream));
     assert_eq!((read_u32(a), read_u32(b), read_u32(c)), (1, 1, 0));
@@ -953,8 +923,8 @@ fn disabled_tasks_are_skipped_after_an_update() {
     acl!(aclmdlRICaptureBegin(stream, RELAXED));
     assert_eq!(launch(func, 1, stream, &address_a, ptr::null_mut()), 0);
     assert_eq!(launch(func, 1, stream, &address_b, ptr::null_mut()), 0);
-    let model = end(stream);
-    let tasks = tasks_of(streams_of(model)[0]);
+    let model = capture_end(stream);
+    let tasks = stream_tasks(instance_streams(model)[0]);
     acl!(aclmdlRITaskDisable(tasks[1]));
     acl!(aclmdlRIExecuteAsync(model, stream));
     acl!(aclrtSynchronizeStream(stream));
@@ -1048,10 +1018,10 @@ fn names_ids_prints_and_destroy_callbacks() {
     );
     acl!(aclrtMemsetAsync(dev, 64, 0, 64, stream));
     assert_eq!(launch(func, 2, stream, &address, ptr::null_mut()), 0);
-    let model = end(stream);
+    let model = capture_end(stream);
     let second = {
         acl!(aclmdlRICaptureBegin(stream, RELAXED));
-        end(stream)
+        capture_end(stream)
     };
     let (mut id, mut other_id) = (0, 0);
     acl!(aclmdlRIGetId(model, &mut id));
@@ -1155,7 +1125,7 @@ fn capturing() -> aclrtStream {
 fn empty_model() -> aclmdlRI {
     let stream = create_stream();
     acl!(aclmdlRICaptureBegin(stream, RELAXED));
-    end(stream)
+    capture_end(stream)
 }
 
 /// An aclrtCreateEventExWithFlag(ACL_EVENT_SYNC) event, the kind EXTERNAL records and waits
@@ -1171,7 +1141,7 @@ fn one_task() -> aclmdlRITask {
     let (stream, dev) = (create_stream(), malloc(64));
     acl!(aclmdlRICaptureBegin(stream, RELAXED));
     acl!(aclrtMemsetAsync(dev, 64, 0, 64, stream));
-    let model = end(stream);
+    let model = capture_end(stream);
     let mut streams = [ptr::null_mut()];
     let mut count = 1;
     acl!(aclmdlRIGetStreams(model, streams.as_mut_ptr(), &mut count));
@@ -1190,7 +1160,7 @@ fn one_group() -> aclrtTaskGrp {
     assert_eq!(launch(add_one(), 1, stream, &address, ptr::null_mut()), 0);
     let mut group = ptr::null_mut();
     acl!(aclmdlRICaptureTaskGrpEnd(stream, &mut group));
-    end(stream);
+    capture_end(stream);
     group
 }
 
@@ -2368,7 +2338,7 @@ fn information_cached_on_the_last_task_stays_with_it() {
     cache_op_info_switch(stream, 0);
     acl!(aclrtMemsetAsync(dev, 64, 2, 64, stream));
     ok(cache_op_info(&[5]));
-    let model = end(stream);
+    let model = capture_end(stream);
     // The capture is over: its tasks take no more information.
     assert_eq!(cache_extend_info(b"{}"), ACL_ERROR_RT_STREAM_NOT_CAPTURED);
 

@@ -67,12 +67,6 @@ fn on_other_thread(mode: Option<aclmdlRICaptureMode>) -> [aclError; 3] {
     .unwrap()
 }
 
-fn end(stream: aclrtStream) -> aclmdlRI {
-    let mut model = ptr::null_mut();
-    acl!(aclmdlRICaptureEnd(stream, &mut model));
-    model
-}
-
 #[test]
 fn capture_modes_decide_which_threads_may_call_unsafe_functions() {
     set_device(0);
@@ -97,7 +91,7 @@ fn capture_modes_decide_which_threads_may_call_unsafe_functions() {
     let mut model = ptr::null_mut();
     acl!(aclmdlRICaptureGetInfo(captured, &mut status, &mut model));
     assert_eq!(status, ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE);
-    acl!(aclmdlRIDestroy(end(captured)));
+    acl!(aclmdlRIDestroy(capture_end(captured)));
     assert_eq!(unsafe_calls(dev, free), ALLOWED);
 
     // THREAD_LOCAL: only the capturing thread may not (unless it switches to RELAXED).
@@ -107,13 +101,13 @@ fn capture_modes_decide_which_threads_may_call_unsafe_functions() {
     exchange(RELAXED);
     assert_eq!(unsafe_calls(dev, free), ALLOWED);
     exchange(GLOBAL);
-    acl!(aclmdlRIDestroy(end(captured)));
+    acl!(aclmdlRIDestroy(capture_end(captured)));
 
     // RELAXED: every thread may, whatever its mode.
     acl!(aclmdlRICaptureBegin(captured, RELAXED));
     assert_eq!(unsafe_calls(dev, free), ALLOWED);
     assert_eq!(on_other_thread(None), ALLOWED);
-    acl!(aclmdlRIDestroy(end(captured)));
+    acl!(aclmdlRIDestroy(capture_end(captured)));
 
     acl!(aclrtSynchronizeStream(free));
     acl!(aclrtDestroyStream(free));

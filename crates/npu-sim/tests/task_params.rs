@@ -19,28 +19,9 @@ fn add_one() -> aclrtFuncHandle {
     function(registry_binary(&["add_one_u32"]), "add_one_u32")
 }
 
-fn end(stream: aclrtStream) -> aclmdlRI {
-    let mut model = ptr::null_mut();
-    acl!(aclmdlRICaptureEnd(stream, &mut model));
-    model
-}
-
 /// The tasks of the instance's first stream.
 fn tasks(model: aclmdlRI) -> Vec<aclmdlRITask> {
-    let (mut stream, mut count) = (ptr::null_mut(), 1);
-    acl!(aclmdlRIGetStreams(model, &mut stream, &mut count));
-    acl!(aclmdlRIGetTasksByStream(
-        stream,
-        ptr::null_mut(),
-        &mut count
-    ));
-    let mut tasks = vec![ptr::null_mut(); count as usize];
-    acl!(aclmdlRIGetTasksByStream(
-        stream,
-        tasks.as_mut_ptr(),
-        &mut count
-    ));
-    tasks
+    stream_tasks(instance_streams(model)[0])
 }
 
 fn params(task: aclmdlRITask) -> aclmdlRITaskParams {
@@ -92,7 +73,7 @@ fn tasks_report_and_take_their_parameters() {
     acl!(aclrtStreamWaitEvent(stream, event));
     acl!(aclrtResetEvent(event, stream));
     acl!(aclrtMemsetAsync(word, 8, 0, 8, stream));
-    let model = end(stream);
+    let model = capture_end(stream);
     let all = tasks(model);
     let [kernel, write, wait, record, event_wait, reset, memset] = all[..] else {
         panic!("{} tasks", all.len());
@@ -219,7 +200,7 @@ fn four_tasks() -> Vec<aclmdlRITask> {
     acl!(aclrtValueWrite(words, 1, 0, stream));
     acl!(aclrtValueWait(words, 1, ACL_STREAM_WAIT_VALUE_EQ, stream));
     acl!(aclrtRecordEvent(create_event(), stream));
-    tasks(end(stream))
+    tasks(capture_end(stream))
 }
 
 /// Sets the task's queried parameters after `change`.
@@ -243,7 +224,7 @@ fn stale_task() -> aclmdlRITask {
         ACL_MODEL_RI_CAPTURE_MODE_RELAXED
     ));
     acl!(aclrtRecordEvent(create_event(), stream));
-    let model = end(stream);
+    let model = capture_end(stream);
     let task = tasks(model)[0];
     acl!(aclmdlRIDestroy(model));
     task

@@ -365,3 +365,36 @@ pub fn huge_physical_prop(device: u32) -> aclrtPhysicalMemProp {
         reserve: 0,
     }
 }
+
+/// Ends the capture on `stream` and returns the instance it made.
+pub fn capture_end(stream: aclrtStream) -> aclmdlRI {
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRICaptureEnd(stream, &mut model));
+    model
+}
+
+/// The streams of a model runtime instance.
+pub fn instance_streams(model: aclmdlRI) -> Vec<aclrtStream> {
+    let mut count = 0;
+    acl!(aclmdlRIGetStreams(model, ptr::null_mut(), &mut count));
+    let mut streams = vec![ptr::null_mut(); count as usize];
+    acl!(aclmdlRIGetStreams(model, streams.as_mut_ptr(), &mut count));
+    streams
+}
+
+/// The tasks an instance holds on one of its streams.
+pub fn stream_tasks(stream: aclrtStream) -> Vec<aclmdlRITask> {
+    let mut count = 0;
+    acl!(aclmdlRIGetTasksByStream(
+        stream,
+        ptr::null_mut(),
+        &mut count
+    ));
+    let mut tasks = vec![ptr::null_mut(); count as usize];
+    acl!(aclmdlRIGetTasksByStream(
+        stream,
+        tasks.as_mut_ptr(),
+        &mut count
+    ));
+    tasks
+}
