@@ -1,6 +1,6 @@
 //! Kernel launches: stream operations like copies, with typed arguments.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::num::NonZeroU32;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
@@ -142,7 +142,7 @@ impl Stream {
         // for ever (the other arguments' buffers leaked). Both run before the device can see
         // the launch, so a panic is caught, the launch refused (its completion completes and
         // the arguments are released as for any refused work) and the panic resumed after.
-        let panicked = Cell::new(None);
+        let panicked = RefCell::new(None);
         let op = self.submit_described(
             (api, "self"),
             "aclrtLaunchKernelWithHostArgs",
@@ -151,7 +151,7 @@ impl Stream {
             args,
             |args, done| {
                 if let Err(payload) = catch_unwind(AssertUnwindSafe(|| args.record_uses(done))) {
-                    panicked.set(Some(payload));
+                    *panicked.borrow_mut() = Some(payload);
                     return;
                 }
                 // The binary must stay loaded until the kernel has run.
@@ -161,8 +161,7 @@ impl Stream {
             },
             |args, stream| {
                 let refused = || Error::invalid(api, "args", "a kernel argument panicked");
-                if let Some(payload) = panicked.take() {
-                    panicked.set(Some(payload));
+                if panicked.borrow().is_some() {
                     return Err(refused());
                 }
                 let config = config.ok_or_else(|| {
@@ -177,7 +176,7 @@ impl Stream {
                 match catch_unwind(AssertUnwindSafe(|| args.pack(&mut writer))) {
                     Ok(packed) => packed?,
                     Err(payload) => {
-                        panicked.set(Some(payload));
+                        *panicked.borrow_mut() = Some(payload);
                         return Err(refused());
                     }
                 }
@@ -192,7 +191,7 @@ impl Stream {
                 unsafe { function.launch_raw(stream, &config, &mut bytes) }
             },
         );
-        if let Some(payload) = panicked.take() {
+        if let Some(payload) = panicked.into_inner() {
             // Refused before the device saw it: dropping releases the arguments at once.
             drop(op);
             resume_unwind(payload);
