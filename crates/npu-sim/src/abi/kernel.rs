@@ -438,7 +438,8 @@ fn submit_launch(
 ) -> Res<()> {
     let stream = context::submit_stream(sim()?, stream)?;
     check_function_device(&function, stream.device.id)?;
-    let launch = launch(func, function, blocks, LaunchArgs::Owned(blob), options);
+    let args = LaunchArgs::Owned(Arc::new(blob));
+    let launch = launch(func, function, blocks, args, options);
     stream.submit(Task::new(Op::Kernel(launch)))
 }
 
@@ -494,7 +495,7 @@ pub(super) fn task_launch(
             if size > 0 {
                 blob.bytes_mut().copy_from_slice(bytes(args, size, "args")?);
             }
-            LaunchArgs::Owned(blob)
+            LaunchArgs::Owned(Arc::new(blob))
         }
     };
     Ok(launch(func, function, blocks, args, options))

@@ -12,8 +12,9 @@ use crate::error::SimError;
 
 /// Launch arguments owned by the task (host-packed arguments are copied at submission, so the
 /// caller may reuse its buffer when the launch call returns). 8-byte aligned; an empty blob
-/// owns no memory and is passed to the kernel as NULL.
-#[derive(Debug, Clone)]
+/// owns no memory and is passed to the kernel as NULL. Not `Clone`: a placeholder's slot holds
+/// the address of data inside the blob, which a copy would still point back into.
+#[derive(Debug)]
 pub(crate) struct ArgsBlob {
     words: Box<[u64]>,
     len: usize,
@@ -59,7 +60,9 @@ pub(crate) enum LaunchArgs {
     /// aclrtLaunchKernel: arguments already in device memory (address, bytes), read when the
     /// kernel runs.
     Device(usize, usize),
-    Owned(ArgsBlob),
+    /// Host-packed arguments, shared by every copy of the launch (each replay of a captured
+    /// task): their placeholders point into this one blob, so it lives as long as any copy.
+    Owned(Arc<ArgsBlob>),
 }
 
 #[derive(Clone)]
