@@ -473,8 +473,9 @@ fn launch_device_args(
 
 /// A launch for a task of an instance on `device` (aclmdlRITaskSetParams), checked as the
 /// launches check theirs: `size` bytes of arguments at `args`, host memory copied now
-/// (`host_args`) or device memory of `device` read when it runs. Device arguments that are
-/// those of the task's `current` launch, where a query said they are, stay its arguments.
+/// (`host_args`) or device memory of `device` read when it runs. Arguments that are the task's
+/// own copy (those of its `current` launch, where a query said they are) stay its arguments;
+/// device arguments are checked even when the task already had them (they may be freed since).
 pub(super) fn task_launch(
     func: aclrtFuncHandle,
     blocks: u32,
@@ -487,7 +488,10 @@ pub(super) fn task_launch(
     let function = launch_target_with_args(func, blocks, args, size, "args")?;
     let options = launch_options(cfg)?;
     check_function_device(&function, device)?;
-    let args = match current.filter(|launch| launch.args() == (args.cast_mut(), size)) {
+    let own_copy = |launch: &&Launch| {
+        matches!(launch.args, LaunchArgs::Owned(_)) && launch.args() == (args.cast_mut(), size)
+    };
+    let args = match current.filter(own_copy) {
         Some(current) if !host_args => current.args.clone(),
         _ if !host_args => device_args((args, size, "args"), device)?,
         _ => {
