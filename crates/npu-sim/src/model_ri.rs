@@ -12,6 +12,7 @@ use crate::device::Device;
 use crate::error::{Res, ensure, fail};
 use crate::event::{Event, Record};
 use crate::handle::Handle;
+use crate::kernel::{ArgsBlob, Launch, LaunchArgs};
 use crate::stream::Stream;
 use crate::sync::lock;
 use crate::task::{HostFn, Op, Task};
@@ -73,11 +74,11 @@ pub(crate) struct Captured {
 }
 
 impl Captured {
-    /// The task becomes `op`, with a patch slot of its own.
-    fn set_op(&mut self, op: Op) {
+    /// The task becomes `op`, with a patch slot of its own; returns what it was.
+    fn set_op(&mut self, op: Op) -> Step {
         let step = Step::Run(op);
         self.patch = patch_slot(&step);
-        self.step = step;
+        std::mem::replace(&mut self.step, step)
     }
 }
 
@@ -192,6 +193,11 @@ pub(crate) struct ModelRi {
     /// How many of its capturing streams are recording a task group now: meanwhile a task
     /// submitted to one of its other capturing streams interrupts the recording (107034).
     groups_recording: AtomicUsize,
+    /// The host-packed arguments of launches replaced since the capture, kept until the
+    /// instance goes: a placeholder slot holds the address of its data inside the blob, and
+    /// arguments read back (aclmdlRITaskGetParams) and set again as host arguments still point
+    /// there, so a kernel reading them must find that memory, not freed memory.
+    superseded: Mutex<Vec<Arc<ArgsBlob>>>,
 }
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
@@ -245,6 +251,7 @@ impl ModelRi {
             task_handles: Mutex::new(HashMap::new()),
             group_handles: Mutex::new(Vec::new()),
             groups_recording: AtomicUsize::new(0),
+            superseded: Mutex::new(Vec::new()),
         }
     }
 
@@ -541,7 +548,8 @@ impl ModelRi {
     pub(crate) fn replace(&self, indexes: &[usize], ops: Vec<Op>) {
         let mut tasks = lock(&self.tasks);
         for (&index, op) in indexes.iter().zip(ops) {
-            tasks[index].set_op(op);
+            let old = tasks[index].set_op(op);
+            self.supersede(old);
         }
     }
 
@@ -549,7 +557,19 @@ impl ModelRi {
     /// now on, as [`Self::replace`] makes it.
     pub(crate) fn set_op(&self, index: usize, op: Op) {
         if let Some(task) = lock(&self.tasks).get_mut(index) {
-            task.set_op(op);
+            let old = task.set_op(op);
+            self.supersede(old);
+        }
+    }
+
+    /// Keeps a replaced launch's host-packed arguments with the instance.
+    fn supersede(&self, old: Step) {
+        if let Step::Run(Op::Kernel(Launch {
+            args: LaunchArgs::Owned(blob),
+            ..
+        })) = old
+        {
+            lock(&self.superseded).push(blob);
         }
     }
 

@@ -174,6 +174,38 @@ fn a_placeholder_launch_set_back_as_queried_still_reads_its_data() {
     acl!(aclrtFree(out));
 }
 
+/// Promise: a launch's queried arguments copied into the caller's own buffer and set as host
+/// arguments (get, copy, set) run as they did. The copy's placeholder slot still holds the
+/// address of its data in the task's replaced arguments, which must stay readable memory, not
+/// memory the set freed (found by review: a kernel read freed host memory through it).
+#[test]
+fn queried_arguments_copied_and_set_as_host_arguments_still_read_their_data() {
+    install_eight_devices();
+    set_device(4);
+    let (stream, out) = (create_stream(), malloc(8));
+    let (model, task) = capture_read_through(stream, OLD, out);
+    let mut changed = params(task);
+    let kernel = kernel_params(&mut changed);
+    // SAFETY: the task's own arguments, `argsSize` bytes, valid until it changes.
+    let mut copied =
+        unsafe { std::slice::from_raw_parts(kernel.args.cast::<u8>(), kernel.argsSize) }.to_vec();
+    kernel.args = copied.as_mut_ptr().cast();
+    kernel.isHostArgs = 1;
+    acl!(aclmdlRITaskSetParams(task, &mut changed));
+    drop(copied);
+    // Churn the allocator, so memory the set freed would be reused.
+    let churn: Vec<Vec<u64>> = (0..64).map(|i| vec![i; 3]).collect();
+    for _ in 0..3 {
+        upload::<u64>(out, &[0]);
+        run(model);
+        assert_eq!(read_u64(out), OLD, "the placeholder's data is gone");
+    }
+    drop(churn);
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(out));
+}
+
 /// Promise: executions queued before a set run the task as it was, those queued after with
 /// the new parameters; the queued one must not read the arguments the set replaced.
 #[test]
