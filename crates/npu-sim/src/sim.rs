@@ -134,7 +134,12 @@ static SIM: OnceLock<Result<Sim, String>> = OnceLock::new();
 fn from_env() -> Result<Sim, String> {
     let config = match std::env::var(CONFIG_ENV) {
         Ok(text) => SimConfig::from_json(&text).map_err(|e| format!("{CONFIG_ENV}: {e}"))?,
-        Err(_) => SimConfig::default(),
+        // Set, but not UTF-8: an invalid value like any other, not an unset one (which
+        // started the simulator silently with the defaults).
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(format!("{CONFIG_ENV}: the value is not valid UTF-8"));
+        }
+        Err(std::env::VarError::NotPresent) => SimConfig::default(),
     };
     Ok(Sim::new(config))
 }

@@ -51,7 +51,9 @@ impl FromStr for BackendChoice {
 }
 
 impl BackendChoice {
-    /// Reads `NPU_BACKEND`; unset means [`BackendChoice::Auto`].
+    /// Reads `NPU_BACKEND`; unset means [`BackendChoice::Auto`]. A value that is not UTF-8
+    /// is [`LoadError::InvalidBackend`] (shown lossily), as any other value that is not a
+    /// backend.
     ///
     /// ```
     /// use npu_core::BackendChoice;
@@ -70,7 +72,12 @@ impl BackendChoice {
     pub fn from_env() -> Result<Self, LoadError> {
         match std::env::var("NPU_BACKEND") {
             Ok(value) => value.parse(),
-            Err(_) => Ok(BackendChoice::Auto),
+            Err(std::env::VarError::NotPresent) => Ok(BackendChoice::Auto),
+            // Set, but not UTF-8: not a backend either. (Reading it as unset chose `auto`
+            // silently, so a mistyped `sim` could load CANN.)
+            Err(std::env::VarError::NotUnicode(value)) => Err(LoadError::InvalidBackend(
+                value.to_string_lossy().into_owned(),
+            )),
         }
     }
 }
