@@ -1,5 +1,6 @@
 //! A kernel launch as a stream task: every block of the kernel, in parallel across blocks.
 
+use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -16,16 +17,22 @@ use crate::error::SimError;
 /// the address of data inside the blob, which a copy would still point back into.
 #[derive(Debug)]
 pub(crate) struct ArgsBlob {
-    words: Box<[u64]>,
+    /// Cells: a kernel gets a pointer to them and may write through it, as into a device
+    /// argument buffer, while other executions sharing the blob read it.
+    words: Box<[UnsafeCell<u64>]>,
     len: usize,
 }
+
+// SAFETY: once built (through `&mut self`), the words are reached only through raw pointers:
+// by kernels, as device memory is, and by `to_bytes`; no reference to them is shared.
+unsafe impl Sync for ArgsBlob {}
 
 impl ArgsBlob {
     /// `len` zero bytes; 207001 if the host cannot allocate them.
     pub(crate) fn zeroed(len: usize) -> Result<Self, SimError> {
         let mut words = Vec::new();
         crate::error::reserve(&mut words, len.div_ceil(8), "kernel arguments")?;
-        words.resize(len.div_ceil(8), 0u64);
+        words.resize_with(len.div_ceil(8), || UnsafeCell::new(0u64));
         Ok(Self {
             words: words.into_boxed_slice(),
             len,
@@ -37,7 +44,26 @@ impl ArgsBlob {
     }
 
     pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+        let start = UnsafeCell::raw_get(self.words.as_ptr()).cast::<u8>();
+        // SAFETY: `len` bytes lie within the words (`zeroed` allocates `len` rounded up to
+        // whole words); `UnsafeCell<u64>` has `u64`'s layout; `&mut self` excludes every
+        // other access for the borrow's life.
+        unsafe { std::slice::from_raw_parts_mut(start, self.len) }
+    }
+
+    /// The bytes as they are now (a kernel of a running execution may be writing them).
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut bytes = vec![0u8; self.len];
+        // SAFETY: `len` bytes lie within the words; the copy reads through a raw pointer, as
+        // a copy from device memory does.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                UnsafeCell::raw_get(self.words.as_ptr()).cast::<u8>(),
+                bytes.as_mut_ptr(),
+                self.len,
+            );
+        }
+        bytes
     }
 
     /// The address of byte `offset`.
@@ -50,7 +76,7 @@ impl ArgsBlob {
         if self.len == 0 {
             std::ptr::null_mut()
         } else {
-            self.words.as_ptr() as *mut c_void
+            UnsafeCell::raw_get(self.words.as_ptr()).cast()
         }
     }
 }
@@ -134,7 +160,7 @@ impl Launch {
         match &self.args {
             LaunchArgs::Device(address, len) => format!("device memory {address:#x}+{len}"),
             LaunchArgs::Owned(blob) => {
-                let bytes = &bytemuck::cast_slice::<u64, u8>(&blob.words)[..blob.len];
+                let bytes = blob.to_bytes();
                 bytes.iter().map(|byte| format!("{byte:02x}")).collect()
             }
         }
