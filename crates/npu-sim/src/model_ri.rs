@@ -404,13 +404,7 @@ impl ModelRi {
 
     /// The task at `index`.
     pub(crate) fn task(&self, index: usize) -> Option<Captured> {
-        self.with_task(index, Captured::clone)
-    }
-
-    /// `f` of the task at `index` as the instance holds it (what it points into stays the
-    /// instance's, unlike a clone's).
-    pub(crate) fn with_task<R>(&self, index: usize, f: impl FnOnce(&Captured) -> R) -> Option<R> {
-        lock(&self.tasks).get(index).map(f)
+        lock(&self.tasks).get(index).cloned()
     }
 
     /// The aclmdlRITask handle of the task at `index` (`make` creates it the first time).

@@ -64,15 +64,16 @@ pub unsafe extern "C" fn aclmdlRITaskGetParams(
         let (model, index) = task_ref(task)?;
         non_null(params, "params")?;
         let group = group_of(&model, index)?;
-        let out = in_task(&model, index, |captured| described(captured, group))??;
+        let out = described(&in_task(&model, index)?, group)?;
         write_out(params, "params", out)
     })
 }
 
-/// `f` of the task at `index` as the instance holds it; 107017 if there is none.
-fn in_task<R>(model: &ModelRi, index: usize, f: impl FnOnce(&Captured) -> R) -> Res<R> {
-    match model.with_task(index, f) {
-        Some(result) => Ok(result),
+/// The task at `index` (a copy, sharing what it points into with the instance's); 107017 if
+/// there is none.
+fn in_task(model: &ModelRi, index: usize) -> Res<Captured> {
+    match model.task(index) {
+        Some(captured) => Ok(captured),
         None => fail!(ACL_ERROR_RT_INVALID_HANDLE, "the task does not exist"),
     }
 }
@@ -249,7 +250,8 @@ pub unsafe extern "C" fn aclmdlRITaskSetParams(
         non_null(params, "params")?;
         // SAFETY: non-NULL; valid for a read by the API contract (plain data).
         let params = unsafe { params.read_unaligned() };
-        let kind = in_task(&model, index, |captured| task_type(&captured.step))?;
+        let captured = in_task(&model, index)?;
+        let kind = task_type(&captured.step);
         ensure!(
             params.type_ == kind,
             ACL_ERROR_RT_PARAM_INVALID,
@@ -269,9 +271,7 @@ pub unsafe extern "C" fn aclmdlRITaskSetParams(
             }
         };
         let device = model.device.id;
-        let op = in_task(&model, index, |captured| {
-            new_op(kind, &params, device, &captured.step)
-        })??;
+        let op = new_op(kind, &params, device, &captured.step)?;
         if let Some(op) = op {
             model.set_op(index, op);
         }
