@@ -207,7 +207,7 @@ fn a_reported_fault_resolves_every_operation_of_a_stopped_stream() {
         let gate = npu_stream::Notify::new(&ctx).unwrap();
         let code = ffi::ACL_ERROR_RT_AICORE_EXCEPTION;
         let waited = s.wait_notify(&gate);
-        // Counted from now: the memset is the next work task.
+        // Counted from now: the memset is the next device task.
         control::fail_task(s.as_raw(), 1, code).unwrap();
         let failing = memset(&s, &ctx, 1);
         let behind: Vec<_> = (0..3).map(|i| memset(&s, &ctx, i)).collect();

@@ -921,7 +921,7 @@ fn faults_in_records_and_waits_resolve_every_future() {
             assert!(outcome.1.is_ok(), "{what}: the event wait hangs");
             assert!(outcome.2.is_ok(), "{what}: the waiting stream hangs");
             let _ = run(s.synchronize());
-            // A failure injected further on may land on the next work tasks; the stream
+            // A failure injected further on may land on the next device tasks; the stream
             // resolves them and then works.
             let mut attempts = 0;
             while run(s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 3)).is_err() {

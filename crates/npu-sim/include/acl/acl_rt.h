@@ -965,8 +965,8 @@ ACL_FUNC_VISIBILITY aclError aclrtBinaryGetFunction(const aclrtBinHandle binHand
                                                     aclrtFuncHandle *funcHandle);
 /* A global variable of the binary (NPUSIM_GLOBAL in a kernel library): its device address and size. */
 ACL_FUNC_VISIBILITY aclError aclrtBinaryGetGlobal(aclrtBinHandle binHandle, const char *name, void **dptr, size_t *size);
-/* Where the binary's image lies and its size: a kernel library as the loader mapped it (NULL
- * and 0 for a lazily loaded binary or a registry image, which have none). */
+/* Where the binary's image lies and its size: a kernel library as the loader mapped it (a NULL
+ * address with that size when loaded lazily; NULL and 0 for a registry image, which has none). */
 ACL_FUNC_VISIBILITY aclError aclrtBinaryGetDevAddress(const aclrtBinHandle binHandle, void **binAddr, size_t *binSize);
 /* Device variables by symbol: the address of a device global (NPUSIM_GLOBAL) of a loaded kernel
  * library, as a program linked against that library takes it. */

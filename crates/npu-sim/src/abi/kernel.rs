@@ -471,6 +471,15 @@ fn launch_device_args(
     target.submit(Task::new(Op::Kernel(launch)))
 }
 
+/// Host-packed arguments: a copy of the `len` bytes at `data` (passed as `name`).
+fn copied_args(data: *const c_void, len: usize, name: &str) -> Res<ArgsBlob> {
+    let mut blob = ArgsBlob::zeroed(len)?;
+    if len > 0 {
+        blob.bytes_mut().copy_from_slice(bytes(data, len, name)?);
+    }
+    Ok(blob)
+}
+
 /// A launch for a task of an instance on `device` (aclmdlRITaskSetParams), checked as the
 /// launches check theirs: `size` bytes of arguments at `args`, host memory copied now
 /// (`host_args`) or device memory of `device` read when it runs. Arguments that are the task's
@@ -494,13 +503,7 @@ pub(super) fn task_launch(
     let args = match current.filter(own_copy) {
         Some(current) if !host_args => current.args.clone(),
         _ if !host_args => device_args((args, size, "args"), device)?,
-        _ => {
-            let mut blob = ArgsBlob::zeroed(size)?;
-            if size > 0 {
-                blob.bytes_mut().copy_from_slice(bytes(args, size, "args")?);
-            }
-            LaunchArgs::Owned(Arc::new(blob))
-        }
+        _ => LaunchArgs::Owned(Arc::new(copied_args(args, size, "args")?)),
     };
     Ok(launch(func, function, blocks, args, options))
 }
@@ -576,11 +579,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
             "placeHolderArray",
         )?;
         let options = launch_options(cfg)?;
-        let mut blob = ArgsBlob::zeroed(argsSize)?;
-        if argsSize > 0 {
-            blob.bytes_mut()
-                .copy_from_slice(bytes(hostArgs, argsSize, "hostArgs")?);
-        }
+        let mut blob = copied_args(hostArgs, argsSize, "hostArgs")?;
         for (i, placeholder) in placeholders.iter().enumerate() {
             let (slot, data) = (
                 placeholder.addrOffset as usize,

@@ -41,7 +41,7 @@ impl Stream {
     /// Injects a failure into the `nth` device task submitted from now on (1 = the next one).
     pub(crate) fn inject_failure(&self, nth: u64, code: aclError) {
         let mut state = lock(&self.state);
-        let target = state.work_seq + nth;
+        let target = state.device_seq + nth;
         state.injections.push((target, code));
     }
 }

@@ -59,9 +59,9 @@ struct State {
     since_record: Option<SimError>,
     /// Simulated end of the last task.
     last_end_ns: u64,
-    /// Work tasks submitted so far (fault injection counts these).
-    work_seq: u64,
-    /// Injected failures: (work sequence number, code).
+    /// Device tasks submitted so far (fault injection counts these).
+    device_seq: u64,
+    /// Injected failures: (device-task sequence number, code).
     injections: Vec<(u64, aclError)>,
     /// For each stream this one was made to wait on: the furthest position waited for.
     waited: HashMap<Handle, u64>,

@@ -122,8 +122,8 @@ impl Stream {
             return Ok(());
         }
         if task.is_device_work() {
-            state.work_seq += 1;
-            let seq = state.work_seq;
+            state.device_seq += 1;
+            let seq = state.device_seq;
             if let Some(at) = state.injections.iter().position(|&(n, _)| n == seq) {
                 task.inject = Some(state.injections.swap_remove(at).1);
             }
