@@ -37,8 +37,10 @@ pub(crate) struct Located {
 
 impl Located {
     /// For a pointer the simulator owns (device or pinned), checks `[ptr, ptr+len)` stays
-    /// inside its allocation. Returns whether the range is simulator-owned (and so re-checked
-    /// when a task runs).
+    /// inside its allocation. Returns whether the range is memory the runtime knows, and so
+    /// re-checked when a task runs: simulator-owned, or registered host memory (whose
+    /// registration a task finds gone if aclrtHostUnregister came first, as a replay of a
+    /// capture made before it would).
     pub(crate) fn check_range(&self, ptr: usize, len: usize, what: &str) -> Res<bool> {
         match self.allocation {
             Some((base, alloc_len, _)) => {
@@ -53,7 +55,8 @@ impl Located {
                 );
                 Ok(true)
             }
-            None => Ok(false),
+            // Host memory outside the simulator's allocations is registered memory.
+            None => Ok(self.class == PtrClass::Host),
         }
     }
 }

@@ -509,8 +509,12 @@ pub(crate) fn read_value(memory: &MemoryMap, src: usize) -> Result<u64, SimError
     Ok(unsafe { AtomicU64::from_ptr(src as *mut u64) }.load(Ordering::Acquire))
 }
 
-/// Leases `[ptr, ptr+len)` if it is simulator-owned memory (`owned`); a DMA fault if it was
-/// freed since the task was submitted, a device memory error if it has an uncorrectable error.
+/// Leases `[ptr, ptr+len)` if it is simulator-owned memory (`owned`: memory the runtime knew at
+/// submission); a DMA fault if it was freed since the task was submitted, a device memory
+/// error if it has an uncorrectable error. Registered host memory is not the simulator's to
+/// lease: it must still be registered (a replay of a capture made before aclrtHostUnregister
+/// must not touch the memory the program may have freed since); keeping it registered while
+/// the task runs is the program's part, as for every task.
 fn lease(
     memory: &MemoryMap,
     owned: bool,
@@ -525,9 +529,12 @@ fn lease(
             memory.uce.check(ptr, len)?;
             Ok(Some(lease))
         }
+        None if memory.registration_of(ptr).is_some() => Ok(None),
         None => Err(SimError::new(
             ACL_ERROR_RT_SYS_DMA,
-            format!("DMA fault: {ptr:#x}+{len} was freed before the task ran"),
+            format!(
+                "DMA fault: {ptr:#x}+{len} was freed before the task ran (or unregistered, host memory)"
+            ),
         )),
     }
 }
