@@ -33,6 +33,8 @@ pub(crate) struct Located {
     pub(crate) class: PtrClass,
     /// The simulator's allocation holding the pointer: (base, length, kind).
     pub(crate) allocation: Option<(usize, usize, AllocKind)>,
+    /// For registered host memory, the bytes from the pointer to the registration's end.
+    pub(crate) registered: usize,
 }
 
 impl Located {
@@ -55,8 +57,11 @@ impl Located {
                 );
                 Ok(true)
             }
-            // Host memory outside the simulator's allocations is registered memory.
-            None => Ok(self.class == PtrClass::Host),
+            // Host memory outside the simulator's allocations is registered memory, re-checked
+            // when the task runs if the registration holds the whole range (a range running
+            // past it is partly the caller's pageable memory, which only the caller vouches
+            // for, as for pageable memory).
+            None => Ok(self.class == PtrClass::Host && len <= self.registered),
         }
     }
 }
@@ -562,13 +567,29 @@ impl MemoryMap {
     /// simulator's allocation holding it, if any, for range checks.
     pub(crate) fn locate(&self, ptr: usize) -> Located {
         let allocation = self.allocation_of(ptr);
+        let registration = self.registration_of(ptr);
         let class = match allocation {
             Some((_, _, AllocKind::Device { device, .. })) => PtrClass::Device(device),
             Some((_, _, AllocKind::Pinned)) => PtrClass::Host,
-            None if self.registration_of(ptr).is_some() => PtrClass::Host,
+            None if registration.is_some() => PtrClass::Host,
             None => PtrClass::Unregistered,
         };
-        Located { class, allocation }
+        let registered = registration.map_or(0, |(base, reg)| base + reg.len - ptr);
+        Located {
+            class,
+            allocation,
+            registered,
+        }
+    }
+
+    /// Whether `[ptr, ptr+len)` lies inside one host registration.
+    pub(crate) fn registered(&self, ptr: usize, len: usize) -> bool {
+        self.registration_of(ptr).is_some_and(|(base, reg)| {
+            // Checked, as in `Located::check_range`: a wrapped end would pass.
+            (ptr - base)
+                .checked_add(len)
+                .is_some_and(|end| end <= reg.len)
+        })
     }
 
     /// Leases the live allocation holding all of `[ptr, ptr+len)`, for a task about to touch

@@ -512,7 +512,7 @@ pub(crate) fn read_value(memory: &MemoryMap, src: usize) -> Result<u64, SimError
 /// Leases `[ptr, ptr+len)` if it is simulator-owned memory (`owned`: memory the runtime knew at
 /// submission); a DMA fault if it was freed since the task was submitted, a device memory
 /// error if it has an uncorrectable error. Registered host memory is not the simulator's to
-/// lease: it must still be registered (a replay of a capture made before aclrtHostUnregister
+/// lease: all of the range must still be registered (a replay of a capture made before aclrtHostUnregister
 /// must not touch the memory the program may have freed since); keeping it registered while
 /// the task runs is the program's part, as for every task.
 fn lease(
@@ -529,7 +529,9 @@ fn lease(
             memory.uce.check(ptr, len)?;
             Ok(Some(lease))
         }
-        None if memory.registration_of(ptr).is_some() => Ok(None),
+        // The whole range: memory registered again, smaller, since the submission (or the
+        // capture) is partly memory the program may have given back.
+        None if memory.registered(ptr, len) => Ok(None),
         None => Err(SimError::new(
             ACL_ERROR_RT_SYS_DMA,
             format!(
