@@ -81,7 +81,9 @@ enum Backing {
     /// ([`crate::quarantine`]).
     Mapped,
     /// Mapped by its caller at a place of its choosing (managed memory's window, where the
-    /// next allocation looks for a gap in this map): unmapped when freed.
+    /// next allocation looks for a gap in this map and among the ranges held back): held back
+    /// from reuse when freed, as `Mapped` memory is, so that the next allocation cannot take
+    /// the addresses a queued task still names.
     Placed,
     /// Memory someone else maps and unmaps (virtual memory mapped with aclrtMapMem).
     External,
@@ -236,13 +238,9 @@ fn release(base: usize, alloc: &Allocation) {
         munlock(base, alloc.len);
     }
     match alloc.backing {
-        // SAFETY: the range was mapped by `allocate` with this length and is no longer in the
-        // map, so nothing can reach it any more.
-        Backing::Mapped => unsafe { crate::quarantine::retire(base, alloc.len) },
-        // SAFETY: as above, mapped by the caller of `insert_mapped` with this length.
-        Backing::Placed => unsafe {
-            libc::munmap(base as *mut libc::c_void, alloc.len);
-        },
+        // SAFETY: the range was mapped by `allocate` (or by the caller of `insert_mapped`)
+        // with this length and is no longer in the map, so nothing can reach it any more.
+        Backing::Mapped | Backing::Placed => unsafe { crate::quarantine::retire(base, alloc.len) },
         Backing::External => {}
     }
 }
@@ -435,23 +433,32 @@ impl MemoryMap {
     }
 
     /// Records `len` bytes the caller mapped at `base` (anonymous, private, zero-filled) as an
-    /// allocation of `kind`, unmapped by [`Self::free`] (at once: the caller placed it in a gap
-    /// of this map, where its next placement looks again).
+    /// allocation of `kind`, held back from reuse by [`Self::free`] (the caller's next
+    /// placement looks for a gap with [`Self::first_gap`], which skips ranges held back).
     pub(crate) fn insert_mapped(&self, base: usize, len: usize, kind: AllocKind) {
         self.insert(base, len, kind, Backing::Placed, false);
     }
 
-    /// The lowest address of `[start, end)` where `len` bytes overlap no allocation.
+    /// The lowest address of `[start, end)` where `len` bytes overlap no allocation and no
+    /// freed range still held back from reuse ([`crate::quarantine`]).
     pub(crate) fn first_gap(&self, start: usize, end: usize, len: usize) -> Option<usize> {
         let map = read(&self.allocations);
         let mut at = start;
-        for (&base, alloc) in map.range(start..end) {
-            if base >= at + len {
-                break;
+        loop {
+            let stop = at.checked_add(len).filter(|&stop| stop <= end)?;
+            // Allocations do not overlap: if the last one starting before `stop` ends by `at`,
+            // so do all before it.
+            if let Some((&base, alloc)) = map.range(..stop).next_back()
+                && base + alloc.len > at
+            {
+                at = base + alloc.len;
+                continue;
             }
-            at = at.max(base + alloc.len);
+            match crate::quarantine::overlapping(at, len) {
+                Some(held_end) => at = held_end,
+                None => return Some(at),
+            }
         }
-        (at.checked_add(len)? <= end).then_some(at)
     }
 
     /// Records device memory mapped by someone else at `[base, base+len)`, so copies, memsets

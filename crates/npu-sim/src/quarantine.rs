@@ -101,6 +101,18 @@ pub(crate) fn holds(ptr: usize) -> bool {
 /// # Safety
 ///
 /// `[base, base+len)` is a mapping that nothing refers to.
+/// The end of a range held back that overlaps `[at, at+len)`, if one does (the ranges held
+/// do not overlap one another: each was a live mapping of its own when it was retired).
+pub(crate) fn overlapping(at: usize, len: usize) -> Option<usize> {
+    let stop = at.saturating_add(len);
+    lock(&HELD)
+        .by_base
+        .range(..stop)
+        .next_back()
+        .map(|(&base, &held)| base + held)
+        .filter(|&end| end > at)
+}
+
 unsafe fn unmap(base: usize, len: usize) {
     // SAFETY: the caller's contract.
     unsafe { libc::munmap(base as *mut libc::c_void, len) };
