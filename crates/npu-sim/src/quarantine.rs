@@ -98,9 +98,6 @@ pub(crate) fn holds(ptr: usize) -> bool {
         .is_some_and(|(&base, &len)| ptr - base < len)
 }
 
-/// # Safety
-///
-/// `[base, base+len)` is a mapping that nothing refers to.
 /// The end of a range held back that overlaps `[at, at+len)`, if one does (the ranges held
 /// do not overlap one another: each was a live mapping of its own when it was retired).
 pub(crate) fn overlapping(at: usize, len: usize) -> Option<usize> {
@@ -113,6 +110,9 @@ pub(crate) fn overlapping(at: usize, len: usize) -> Option<usize> {
         .filter(|&end| end > at)
 }
 
+/// # Safety
+///
+/// `[base, base+len)` is a mapping that nothing refers to.
 unsafe fn unmap(base: usize, len: usize) {
     // SAFETY: the caller's contract.
     unsafe { libc::munmap(base as *mut libc::c_void, len) };
