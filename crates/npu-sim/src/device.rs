@@ -15,11 +15,12 @@ use crate::res_limit::ResLimits;
 use crate::sim::Sim;
 use crate::sync::{Bell, lock, read, wait_until, write};
 
-/// Rung after every task or synchronous operation that wrote device memory, for the
-/// aclrtValueWait tasks polling it. One bell for the process, not one per device: a task of
-/// one device writes another device's memory (a peer copy, a kernel given a peer pointer), and
-/// the wait polling that memory belongs to the memory's device, not the writer's; a per-device
-/// bell rung by the writer left such a wait asleep with its condition met.
+/// Rung after every task or synchronous operation that wrote device memory, and after memory
+/// left the memory map (freed, unmapped, closed), for the aclrtValueWait tasks polling it. One
+/// bell for the process, not one per device: a task of one device writes another device's
+/// memory (a peer copy, a kernel given a peer pointer), and the wait polling that memory
+/// belongs to the memory's device, not the writer's; a per-device bell rung by the writer left
+/// such a wait asleep with its condition met.
 pub(crate) static MEMORY_BELL: Bell = Bell::new();
 
 /// A task's admission to touch a device's memory ([`Device::admit`]), held while it does.

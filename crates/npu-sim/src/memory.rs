@@ -302,6 +302,13 @@ fn move_into_file(base: usize, len: usize, file: &OwnedFd) -> Res<()> {
     Ok(())
 }
 
+/// Wakes the aclrtValueWait tasks polling memory after an allocation left the map, so that a
+/// wait on a word freed (or unmapped, or closed) under it polls again and fails with 507013:
+/// nothing else may write memory again to wake it, and it slept for ever.
+fn gone() {
+    crate::device::MEMORY_BELL.ring();
+}
+
 impl MemoryMap {
     /// An empty map whose pinned host memory is capped at `pinned_limit` bytes.
     pub(crate) fn new(pinned_limit: u64) -> Self {
@@ -389,6 +396,7 @@ impl MemoryMap {
             ),
         };
         drop(map);
+        gone();
         alloc.wait_idle();
         self.uce.forget(ptr, alloc.len);
         self.forget_registrations(ptr, alloc.len);
@@ -492,6 +500,7 @@ impl MemoryMap {
             _ => return None,
         };
         drop(map);
+        gone();
         alloc.wait_idle();
         Some(alloc.len)
     }
