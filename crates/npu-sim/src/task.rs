@@ -512,9 +512,9 @@ pub(crate) fn read_value(memory: &MemoryMap, src: usize) -> Result<u64, SimError
 /// Leases `[ptr, ptr+len)` if it is simulator-owned memory (`owned`: memory the runtime knew at
 /// submission); a DMA fault if it was freed since the task was submitted, a device memory
 /// error if it has an uncorrectable error. Registered host memory is not the simulator's to
-/// lease: all of the range must still be registered (a replay of a capture made before aclrtHostUnregister
-/// must not touch the memory the program may have freed since); keeping it registered while
-/// the task runs is the program's part, as for every task.
+/// lease: all of the range must still be registered (a replay of a capture made before
+/// aclrtHostUnregister must not touch the memory the program may have freed since); keeping it
+/// registered while the task runs is the program's part, as for every task.
 fn lease(
     memory: &MemoryMap,
     owned: bool,
