@@ -11,57 +11,15 @@ extern crate ascendcl as npu_sim;
 mod common;
 
 use std::ffi::c_void;
-use std::io::Write;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
 
 use common::*;
 use npu_sim::abi::*;
 use npu_sim::control;
 use npu_sys::*;
-
-/// Runs `f` on a thread of its own and returns its result; aborts the process, naming `what`,
-/// if it has not returned within 20 s (a hang is the failure these attacks look for).
-fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let handle = thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(20)) {
-        Ok(value) => {
-            handle.join().unwrap();
-            value
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            // The closure panicked: re-raise its panic here.
-            std::panic::resume_unwind(handle.join().unwrap_err())
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            // Straight to the process's stderr: the test harness's capture dies with us.
-            let _ = writeln!(
-                std::io::stderr(),
-                "attack_abi: `{what}` hung (no return within 20 s)"
-            );
-            std::process::abort();
-        }
-    }
-}
-
-/// A handle or pointer sent to another thread (the simulator's handles are opaque tokens).
-#[derive(Clone, Copy)]
-struct Raw(usize);
-
-impl Raw {
-    fn of<T>(ptr: *mut T) -> Raw {
-        Raw(ptr as usize)
-    }
-    fn ptr<T>(self) -> *mut T {
-        self.0 as *mut T
-    }
-}
 
 fn memset_async(dev: *mut c_void, len: usize, stream: aclrtStream) -> aclError {
     code!(aclrtMemsetAsync(dev, len, 7, len, stream))

@@ -16,8 +16,8 @@ mod common;
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ffi::c_void;
 use std::ptr;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, Once};
 use std::thread;
 
 use common::*;
@@ -33,33 +33,6 @@ fn add_one() -> aclrtFuncHandle {
 
 fn read_u32(dev: *const c_void) -> u32 {
     download::<u32>(dev, 1)[0]
-}
-
-fn read_u64(dev: *const c_void) -> u64 {
-    download::<u64>(dev, 1)[0]
-}
-
-/// The kernel `read_through`: 24 bytes of arguments, a u64 at 0, a pointer at 8 and a device
-/// address at 16; it stores the u64 the pointer points at to the device address.
-const READ_THROUGH: &str = "read_through";
-
-fn read_through() -> aclrtFuncHandle {
-    static REGISTER: Once = Once::new();
-    REGISTER.call_once(|| {
-        npu_sim::kernel::register_with_args_size(READ_THROUGH, 24, |_, _, args: *mut c_void| {
-            // SAFETY: the simulator passes at least 24 bytes; the test's launches put a valid
-            // pointer to a u64 at 8 and a device address at 16.
-            unsafe {
-                let args = args.cast::<u64>();
-                let from = args.add(1).read_unaligned() as *const u64;
-                let to = args.add(2).read_unaligned() as *mut u64;
-                to.write_unaligned(from.read_unaligned());
-            }
-            0
-        })
-        .unwrap();
-    });
-    function(registry_binary(&[READ_THROUGH]), READ_THROUGH)
 }
 
 /// Launches `read_through` on `stream` with host-packed arguments whose placeholder (at 8)

@@ -17,40 +17,12 @@ use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
 
 use common::*;
 use npu_sim::abi::*;
 use npu_sim::control;
 use npu_sim::kernel::{self, ScaleArgs};
 use npu_sys::*;
-
-/// Runs `f` on its own thread and fails the test if it has not returned within 60 s (a hang).
-fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let handle = thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(value) => {
-            handle.join().unwrap();
-            value
-        }
-        Err(_) => panic!("{what} hung"),
-    }
-}
-
-#[derive(Clone, Copy)]
-struct Raw(usize);
-
-impl Raw {
-    fn of<T>(ptr: *mut T) -> Raw {
-        Raw(ptr as usize)
-    }
-    fn ptr<T>(self) -> *mut T {
-        self.0 as *mut T
-    }
-}
 
 fn memset_async(dev: *mut c_void, len: usize, value: i32, stream: aclrtStream) {
     acl!(aclrtMemsetAsync(dev, len, value, len, stream));

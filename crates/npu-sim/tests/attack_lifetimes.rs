@@ -59,17 +59,6 @@ fn unmap_and_free(va: *mut c_void, physical: aclrtDrvMemHandle) {
     acl!(aclrtFreePhysical(physical));
 }
 
-fn sync_fails_with_dma(stream: aclrtStream) {
-    assert_eq!(
-        code!(aclrtSynchronizeStream(stream)),
-        ACL_ERROR_RT_SYS_DMA,
-        "{}",
-        recent_message()
-    );
-    recent_message();
-    acl!(aclrtSynchronizeStream(stream));
-}
-
 fn all_zero(dev: *const c_void, len: usize) -> bool {
     download::<u8>(dev, len).iter().all(|&byte| byte == 0)
 }

@@ -22,17 +22,6 @@ use npu_sys::*;
 
 const INNER: aclrtMemcpyKind = ACL_MEMCPY_INNER_DEVICE_TO_DEVICE;
 
-fn sync_fails_with_dma(stream: aclrtStream) {
-    assert_eq!(
-        code!(aclrtSynchronizeStream(stream)),
-        ACL_ERROR_RT_SYS_DMA,
-        "{}",
-        recent_message()
-    );
-    recent_message();
-    acl!(aclrtSynchronizeStream(stream));
-}
-
 fn host_bytes(host: *const c_void, len: usize) -> Vec<u8> {
     // SAFETY: `host` is live pinned memory of at least `len` bytes that no task writes now.
     unsafe { std::slice::from_raw_parts(host.cast::<u8>(), len).to_vec() }

@@ -14,7 +14,7 @@ mod common;
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::{Arc, Barrier, Once};
+use std::sync::{Arc, Barrier};
 use std::thread;
 
 use common::*;
@@ -33,29 +33,6 @@ impl Raw {
     fn ptr<T>(self) -> *mut T {
         self.0 as *mut T
     }
-}
-
-/// The kernel `read_through`: 24 bytes of arguments, a u64 at 0, a pointer at 8 and a device
-/// address at 16; it stores the u64 the pointer points at to the device address.
-const READ_THROUGH: &str = "read_through";
-
-fn read_through() -> aclrtFuncHandle {
-    static REGISTER: Once = Once::new();
-    REGISTER.call_once(|| {
-        npu_sim::kernel::register_with_args_size(READ_THROUGH, 24, |_, _, args: *mut c_void| {
-            // SAFETY: the simulator passes at least 24 bytes; the test's launches put a valid
-            // pointer to a u64 at 8 and a device address at 16.
-            unsafe {
-                let args = args.cast::<u64>();
-                let from = args.add(1).read_unaligned() as *const u64;
-                let to = args.add(2).read_unaligned() as *mut u64;
-                to.write_unaligned(from.read_unaligned());
-            }
-            0
-        })
-        .unwrap();
-    });
-    function(registry_binary(&[READ_THROUGH]), READ_THROUGH)
 }
 
 /// Host-packed arguments of `read_through`: `value` at 0, the placeholder at 8 pointing at it
@@ -100,7 +77,7 @@ fn capture_read_through(
         1
     ));
     let model = end(stream);
-    (model, tasks(model)[0])
+    (model, first_stream_tasks(model)[0])
 }
 
 fn end(stream: aclrtStream) -> aclmdlRI {
@@ -109,45 +86,9 @@ fn end(stream: aclrtStream) -> aclmdlRI {
     model
 }
 
-/// The tasks of the instance's first stream.
-fn tasks(model: aclmdlRI) -> Vec<aclmdlRITask> {
-    let (mut stream, mut count) = (ptr::null_mut(), 1);
-    acl!(aclmdlRIGetStreams(model, &mut stream, &mut count));
-    acl!(aclmdlRIGetTasksByStream(
-        stream,
-        ptr::null_mut(),
-        &mut count
-    ));
-    let mut tasks = vec![ptr::null_mut(); count as usize];
-    acl!(aclmdlRIGetTasksByStream(
-        stream,
-        tasks.as_mut_ptr(),
-        &mut count
-    ));
-    tasks
-}
-
-fn params(task: aclmdlRITask) -> aclmdlRITaskParams {
-    // SAFETY: plain data, for which all-zero is valid.
-    let mut params: aclmdlRITaskParams = unsafe { std::mem::zeroed() };
-    acl!(aclmdlRITaskGetParams(task, &mut params));
-    params
-}
-
 fn kernel_params(params: &mut aclmdlRITaskParams) -> &mut aclmdlRIKernelTaskParams {
     // SAFETY: the callers pass a KERNEL task's parameters, whose union is kernelTaskParams.
     unsafe { &mut params.__bindgen_anon_1.kernelTaskParams }
-}
-
-fn run(model: aclmdlRI) {
-    let stream = create_stream();
-    acl!(aclmdlRIExecuteAsync(model, stream));
-    acl!(aclrtSynchronizeStream(stream));
-    acl!(aclrtDestroyStream(stream));
-}
-
-fn read_u64(dev: *const c_void) -> u64 {
-    download::<u64>(dev, 1)[0]
 }
 
 const OLD: u64 = 0x0123_4567_89ab_cdef;
@@ -162,12 +103,12 @@ fn a_placeholder_launch_set_back_as_queried_still_reads_its_data() {
     set_device(3);
     let (stream, out) = (create_stream(), malloc(8));
     let (model, task) = capture_read_through(stream, OLD, out);
-    run(model);
+    execute(model);
     assert_eq!(read_u64(out), OLD);
-    let mut same = params(task);
+    let mut same = task_params(task);
     acl!(aclmdlRITaskSetParams(task, &mut same));
     upload::<u64>(out, &[0]);
-    run(model);
+    execute(model);
     assert_eq!(read_u64(out), OLD, "the placeholder points at freed memory");
     acl!(aclmdlRIDestroy(model));
     acl!(aclrtDestroyStream(stream));
@@ -184,7 +125,7 @@ fn queried_arguments_copied_and_set_as_host_arguments_still_read_their_data() {
     set_device(4);
     let (stream, out) = (create_stream(), malloc(8));
     let (model, task) = capture_read_through(stream, OLD, out);
-    let mut changed = params(task);
+    let mut changed = task_params(task);
     let kernel = kernel_params(&mut changed);
     // SAFETY: the task's own arguments, `argsSize` bytes, valid until it changes.
     let mut copied =
@@ -197,7 +138,7 @@ fn queried_arguments_copied_and_set_as_host_arguments_still_read_their_data() {
     let churn: Vec<Vec<u64>> = (0..64).map(|i| vec![i; 3]).collect();
     for _ in 0..3 {
         upload::<u64>(out, &[0]);
-        run(model);
+        execute(model);
         assert_eq!(read_u64(out), OLD, "the placeholder's data is gone");
     }
     drop(churn);
@@ -225,7 +166,7 @@ fn an_execution_queued_before_a_set_runs_the_old_arguments() {
         pointer: &raw const *new_value as u64,
         out: second as u64,
     };
-    let mut changed = params(task);
+    let mut changed = task_params(task);
     let kernel = kernel_params(&mut changed);
     kernel.args = (&raw mut args).cast();
     kernel.isHostArgs = 1;
@@ -236,7 +177,7 @@ fn an_execution_queued_before_a_set_runs_the_old_arguments() {
     acl!(aclrtSynchronizeStream(exec));
     drop(churn);
     assert_eq!(download::<u64>(outs, 2), [OLD, 0], "the queued execution");
-    run(model);
+    execute(model);
     assert_eq!(download::<u64>(outs, 2), [OLD, NEW], "the next execution");
     acl!(aclmdlRIDestroy(model));
     acl!(aclrtDestroyStream(exec));
@@ -259,10 +200,10 @@ fn a_value_write_set_while_an_execution_is_held_reaches_only_later_ones() {
     ));
     acl!(aclrtValueWrite(words, 5, 0, stream));
     let model = end(stream);
-    let task = tasks(model)[0];
+    let task = first_stream_tasks(model)[0];
     control::hold(2).unwrap();
     acl!(aclmdlRIExecuteAsync(model, exec));
-    let mut changed = params(task);
+    let mut changed = task_params(task);
     changed.__bindgen_anon_1.valueWriteTaskParams = aclmdlRIValueWriteTaskParams {
         devAddr: other,
         value: 9,
@@ -273,7 +214,7 @@ fn a_value_write_set_while_an_execution_is_held_reaches_only_later_ones() {
     control::release(2).unwrap();
     acl!(aclrtSynchronizeStream(exec));
     assert_eq!(download::<u64>(words, 2), [5, 0]);
-    run(model);
+    execute(model);
     assert_eq!(download::<u64>(words, 2), [5, 9]);
     acl!(aclmdlRIDestroy(model));
     acl!(aclrtDestroyStream(exec));
@@ -291,7 +232,7 @@ fn capture_device_args(stream: aclrtStream, args: *mut c_void) -> (aclmdlRI, acl
     ));
     acl!(aclrtLaunchKernel(func, 1, args, 8, stream));
     let model = end(stream);
-    (model, tasks(model)[0])
+    (model, first_stream_tasks(model)[0])
 }
 
 /// Promise: device arguments that are not device memory of the instance's device → 107000,
@@ -303,7 +244,7 @@ fn device_arguments_freed_since_the_capture_are_refused_when_set_back() {
     let (stream, counter, args) = (create_stream(), malloc(4), malloc(8));
     upload::<u64>(args, &[counter as u64]);
     let (model, task) = capture_device_args(stream, args);
-    let mut queried = params(task);
+    let mut queried = task_params(task);
     assert_eq!(kernel_params(&mut queried).args, args);
     acl!(aclrtFree(args));
     assert_eq!(
@@ -323,14 +264,14 @@ fn queried_arguments_set_back_after_the_task_changed_are_refused() {
     set_device(3);
     let (stream, out) = (create_stream(), malloc(8));
     let (model, task) = capture_read_through(stream, OLD, out);
-    let mut stale = params(task);
+    let mut stale = task_params(task);
     let new_value = Box::new(NEW);
     let mut args = Through {
         value: 0,
         pointer: &raw const *new_value as u64,
         out: out as u64,
     };
-    let mut changed = params(task);
+    let mut changed = task_params(task);
     let kernel = kernel_params(&mut changed);
     kernel.args = (&raw mut args).cast();
     kernel.isHostArgs = 1;
@@ -339,7 +280,7 @@ fn queried_arguments_set_back_after_the_task_changed_are_refused() {
         code!(aclmdlRITaskSetParams(task, &mut stale)),
         ACL_ERROR_RT_PARAM_INVALID
     );
-    run(model);
+    execute(model);
     assert_eq!(read_u64(out), NEW);
     acl!(aclmdlRIDestroy(model));
     acl!(aclrtDestroyStream(stream));
@@ -362,7 +303,7 @@ fn bad_arguments_are_refused_and_change_nothing() {
     let freed = freed_device_address(16);
     let host = Box::leak(Box::new([0u64; 2])).as_mut_ptr().cast::<c_void>();
     let attempt = |change: &dyn Fn(&mut aclmdlRIKernelTaskParams)| {
-        let mut changed = params(task);
+        let mut changed = task_params(task);
         change(kernel_params(&mut changed));
         code!(aclmdlRITaskSetParams(task, &mut changed))
     };
@@ -380,10 +321,10 @@ fn bad_arguments_are_refused_and_change_nothing() {
         });
         assert_ne!(code, 0, "argsSize {size}");
     }
-    let mut queried = params(task);
+    let mut queried = task_params(task);
     let kernel = kernel_params(&mut queried);
     assert_eq!((kernel.args, kernel.argsSize), (args, 8));
-    run(model);
+    execute(model);
     assert_eq!(download::<u32>(counter, 1), [1]);
     acl!(aclmdlRIDestroy(model));
     acl!(aclrtDestroyStream(stream));
@@ -400,27 +341,27 @@ fn operator_information_at_and_over_the_limit() {
     let (stream, out) = (create_stream(), malloc(8));
     let (model, task) = capture_read_through(stream, OLD, out);
     let info: Vec<u8> = (0..64 << 10).map(|i| (i % 251) as u8).collect();
-    let mut changed = params(task);
+    let mut changed = task_params(task);
     changed.opInfoPtr = info.as_ptr().cast_mut().cast();
     changed.opInfoSize = info.len();
     acl!(aclmdlRITaskSetParams(task, &mut changed));
-    let got = params(task);
+    let got = task_params(task);
     // SAFETY: the instance's copy of the information, alive until it is replaced.
     let cached = unsafe { std::slice::from_raw_parts(got.opInfoPtr.cast::<u8>(), got.opInfoSize) };
     assert_eq!(cached, &info[..]);
     let bigger = vec![7u8; (64 << 10) + 1];
-    let mut over = params(task);
+    let mut over = task_params(task);
     over.opInfoPtr = bigger.as_ptr().cast_mut().cast();
     over.opInfoSize = bigger.len();
     assert_eq!(
         code!(aclmdlRITaskSetParams(task, &mut over)),
         ACL_ERROR_INVALID_PARAM
     );
-    assert_eq!(params(task).opInfoSize, 64 << 10);
+    assert_eq!(task_params(task).opInfoSize, 64 << 10);
     // The queried information set back: its own bytes, replaced by a copy of themselves.
-    let mut same = params(task);
+    let mut same = task_params(task);
     acl!(aclmdlRITaskSetParams(task, &mut same));
-    let got = params(task);
+    let got = task_params(task);
     // SAFETY: as above.
     let cached = unsafe { std::slice::from_raw_parts(got.opInfoPtr.cast::<u8>(), got.opInfoSize) };
     assert_eq!(cached, &info[..]);
@@ -462,7 +403,7 @@ fn garbage_stale_and_wrong_type_tasks() {
     ));
     acl!(aclrtValueWrite(word, 1, 0, stream));
     let model = end(stream);
-    let task = tasks(model)[0];
+    let task = first_stream_tasks(model)[0];
     assert_eq!(
         code!(aclmdlRIKernelTaskGetAttribute(
             task,
@@ -472,7 +413,7 @@ fn garbage_stale_and_wrong_type_tasks() {
         ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT
     );
     // A kernel's parameters given to a value write: a type mismatch.
-    let mut wrong = params(task);
+    let mut wrong = task_params(task);
     wrong.type_ = ACL_MODEL_RI_TASK_KERNEL;
     assert_eq!(
         code!(aclmdlRITaskSetParams(task, &mut wrong)),
@@ -521,7 +462,7 @@ fn a_set_configuration_is_checked_and_reported() {
         attrs: attrs.as_mut_ptr(),
         numAttrs: 2,
     };
-    let mut changed = params(task);
+    let mut changed = task_params(task);
     kernel_params(&mut changed).cfg = &mut cfg;
     assert_eq!(
         code!(aclmdlRITaskSetParams(task, &mut changed)),
@@ -549,7 +490,7 @@ fn a_set_configuration_is_checked_and_reported() {
     kernel_params(&mut changed).argsSize = 24;
     acl!(aclmdlRITaskSetParams(task, &mut changed));
     assert_eq!(timeout(task), 7);
-    run(model);
+    execute(model);
     assert_eq!(read_u64(out), OLD);
     acl!(aclmdlRIDestroy(model));
     acl!(aclrtDestroyStream(stream));
@@ -739,7 +680,7 @@ fn a_set_function_whose_binary_is_unloaded_under_a_held_execution_still_runs() {
         out: out as u64,
     };
     through.pointer = &raw const through.value as u64;
-    let mut changed = params(task);
+    let mut changed = task_params(task);
     let kernel = kernel_params(&mut changed);
     kernel.funcHandle = func;
     kernel.args = (&raw mut through).cast();
@@ -756,7 +697,7 @@ fn a_set_function_whose_binary_is_unloaded_under_a_held_execution_still_runs() {
         ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT,
         &mut value
     ));
-    assert_eq!(kernel_params(&mut params(task)).funcHandle, func);
+    assert_eq!(kernel_params(&mut task_params(task)).funcHandle, func);
     control::release(0).unwrap();
     acl!(aclrtSynchronizeStream(exec));
     assert_eq!(read_u64(out), OLD);
@@ -793,7 +734,7 @@ fn concurrent_sets_under_running_executions_never_expose_freed_arguments() {
                         pointer: Box::leak(Box::new(value)) as *mut u64 as u64,
                         out: raw_out.ptr::<c_void>() as u64,
                     };
-                    let mut holder = params(raw_task.ptr());
+                    let mut holder = task_params(raw_task.ptr());
                     let kernel = kernel_params(&mut holder);
                     kernel.args = (&raw mut args).cast();
                     kernel.isHostArgs = 1;

@@ -19,29 +19,6 @@ fn add_one() -> aclrtFuncHandle {
     function(registry_binary(&["add_one_u32"]), "add_one_u32")
 }
 
-/// The tasks of the instance's first stream.
-fn tasks(model: aclmdlRI) -> Vec<aclmdlRITask> {
-    stream_tasks(instance_streams(model)[0])
-}
-
-fn params(task: aclmdlRITask) -> aclmdlRITaskParams {
-    // SAFETY: plain data, for which all-zero is valid.
-    let mut params: aclmdlRITaskParams = unsafe { std::mem::zeroed() };
-    acl!(aclmdlRITaskGetParams(task, &mut params));
-    params
-}
-
-fn run(model: aclmdlRI) {
-    let stream = create_stream();
-    acl!(aclmdlRIExecuteAsync(model, stream));
-    acl!(aclrtSynchronizeStream(stream));
-    acl!(aclrtDestroyStream(stream));
-}
-
-fn read_u64(dev: *const c_void) -> u64 {
-    download::<u64>(dev, 1)[0]
-}
-
 /// A captured launch, value write and wait, event record, wait and reset and a memset report
 /// their parameters; new ones for the launch and the value tasks (and new operator
 /// information) reach the next execution, and a queried launch set back unchanged runs as it
@@ -74,12 +51,12 @@ fn tasks_report_and_take_their_parameters() {
     acl!(aclrtResetEvent(event, stream));
     acl!(aclrtMemsetAsync(word, 8, 0, 8, stream));
     let model = capture_end(stream);
-    let all = tasks(model);
+    let all = first_stream_tasks(model);
     let [kernel, write, wait, record, event_wait, reset, memset] = all[..] else {
         panic!("{} tasks", all.len());
     };
 
-    let got = params(kernel);
+    let got = task_params(kernel);
     assert_eq!(got.type_, ACL_MODEL_RI_TASK_KERNEL);
     assert_eq!(got.taskGrp, group);
     assert!(got.opInfoPtr.is_null() && got.opInfoSize == 0);
@@ -93,13 +70,13 @@ fn tasks_report_and_take_their_parameters() {
     let argument = unsafe { launched.args.cast::<u64>().read_unaligned() };
     assert_eq!(argument, first);
 
-    let got = params(write);
+    let got = task_params(write);
     assert_eq!(got.type_, ACL_MODEL_RI_TASK_VALUE_WRITE);
     assert!(got.taskGrp.is_null());
     // SAFETY: a VALUE_WRITE task's parameters are valueWriteTaskParams.
     let written = unsafe { got.__bindgen_anon_1.valueWriteTaskParams };
     assert_eq!((written.devAddr, written.value), (word, 5));
-    let got = params(wait);
+    let got = task_params(wait);
     // SAFETY: a VALUE_WAIT task's parameters are valueWaitTaskParams.
     let waited = unsafe { got.__bindgen_anon_1.valueWaitTaskParams };
     assert_eq!(got.type_, ACL_MODEL_RI_TASK_VALUE_WAIT);
@@ -107,7 +84,7 @@ fn tasks_report_and_take_their_parameters() {
         (waited.devAddr, waited.value, waited.flag),
         (word, 5, ACL_STREAM_WAIT_VALUE_EQ)
     );
-    let got = params(record);
+    let got = task_params(record);
     // SAFETY: an EVENT_RECORD task's parameters are eventRecordTaskParams.
     let recorded = unsafe { got.__bindgen_anon_1.eventRecordTaskParams };
     assert_eq!(got.type_, ACL_MODEL_RI_TASK_EVENT_RECORD);
@@ -115,7 +92,7 @@ fn tasks_report_and_take_their_parameters() {
         (recorded.event, recorded.eventFlag, recorded.recordFlag),
         (event, ACL_EVENT_SYNC, ACL_EVENT_RECORD_DEFAULT)
     );
-    let got = params(event_wait);
+    let got = task_params(event_wait);
     // SAFETY: an EVENT_WAIT task's parameters are eventWaitTaskParams.
     let awaited = unsafe { got.__bindgen_anon_1.eventWaitTaskParams };
     assert_eq!(got.type_, ACL_MODEL_RI_TASK_EVENT_WAIT);
@@ -123,7 +100,7 @@ fn tasks_report_and_take_their_parameters() {
         (awaited.event, awaited.eventFlag, awaited.waitFlag),
         (event, ACL_EVENT_SYNC, ACL_EVENT_WAIT_DEFAULT)
     );
-    let got = params(reset);
+    let got = task_params(reset);
     // SAFETY: an EVENT_RESET task's parameters are eventResetTaskParams.
     let was_reset = unsafe { got.__bindgen_anon_1.eventResetTaskParams };
     assert_eq!(got.type_, ACL_MODEL_RI_TASK_EVENT_RESET);
@@ -131,33 +108,33 @@ fn tasks_report_and_take_their_parameters() {
         (was_reset.event, was_reset.eventFlag, was_reset.resetFlag),
         (event, ACL_EVENT_SYNC, 0)
     );
-    let got = params(memset);
+    let got = task_params(memset);
     assert_eq!(got.type_, ACL_MODEL_RI_TASK_DEFAULT);
     // SAFETY: the union's bytes, all plain data.
     assert_eq!(unsafe { got.__bindgen_anon_1.rsv2 }, [0; 128]);
 
     // Set back as queried: the launch keeps its own arguments.
-    let mut unchanged = params(kernel);
+    let mut unchanged = task_params(kernel);
     acl!(aclmdlRITaskSetParams(kernel, &mut unchanged));
-    run(model);
+    execute(model);
     assert_eq!(download::<u32>(counters, 2), [1, 0]);
 
     // New parameters: the launch counts the second counter, from host arguments; the value
     // tasks use the other word and value 9; the memset keeps its parameters and takes
     // operator information.
-    let mut changed = params(kernel);
+    let mut changed = task_params(kernel);
     // SAFETY: as above.
     let kernel_params = unsafe { &mut changed.__bindgen_anon_1.kernelTaskParams };
     kernel_params.args = (&raw const second).cast_mut().cast();
     kernel_params.isHostArgs = 1;
     acl!(aclmdlRITaskSetParams(kernel, &mut changed));
-    let mut changed = params(write);
+    let mut changed = task_params(write);
     changed.__bindgen_anon_1.valueWriteTaskParams = aclmdlRIValueWriteTaskParams {
         devAddr: other_word,
         value: 9,
     };
     acl!(aclmdlRITaskSetParams(write, &mut changed));
-    let mut changed = params(wait);
+    let mut changed = task_params(wait);
     changed.__bindgen_anon_1.valueWaitTaskParams = aclmdlRIValueWaitTaskParams {
         devAddr: other_word,
         value: 9,
@@ -165,20 +142,20 @@ fn tasks_report_and_take_their_parameters() {
     };
     acl!(aclmdlRITaskSetParams(wait, &mut changed));
     let info = *b"shape 2x3";
-    let mut changed = params(memset);
+    let mut changed = task_params(memset);
     changed.opInfoPtr = info.as_ptr().cast_mut().cast();
     changed.opInfoSize = info.len();
     acl!(aclmdlRITaskSetParams(memset, &mut changed));
-    let got = params(memset);
+    let got = task_params(memset);
     // SAFETY: the instance's copy of the information, alive with it.
     let cached = unsafe { std::slice::from_raw_parts(got.opInfoPtr.cast::<u8>(), got.opInfoSize) };
     assert_eq!(cached, info);
     // SAFETY: as above.
-    let waited = unsafe { params(wait).__bindgen_anon_1.valueWaitTaskParams };
+    let waited = unsafe { task_params(wait).__bindgen_anon_1.valueWaitTaskParams };
     assert_eq!(waited.flag, ACL_STREAM_WAIT_VALUE_GEQ);
 
     upload::<u64>(words, &[0, 0]);
-    run(model);
+    execute(model);
     assert_eq!(download::<u32>(counters, 2), [1, 1]);
     assert_eq!((read_u64(word), read_u64(other_word)), (0, 9));
 
@@ -200,12 +177,12 @@ fn four_tasks() -> Vec<aclmdlRITask> {
     acl!(aclrtValueWrite(words, 1, 0, stream));
     acl!(aclrtValueWait(words, 1, ACL_STREAM_WAIT_VALUE_EQ, stream));
     acl!(aclrtRecordEvent(create_event(), stream));
-    tasks(capture_end(stream))
+    first_stream_tasks(capture_end(stream))
 }
 
 /// Sets the task's queried parameters after `change`.
 fn set(task: aclmdlRITask, change: impl FnOnce(&mut aclmdlRITaskParams)) -> aclError {
-    let mut changed = params(task);
+    let mut changed = task_params(task);
     change(&mut changed);
     code!(aclmdlRITaskSetParams(task, &mut changed))
 }
@@ -225,7 +202,7 @@ fn stale_task() -> aclmdlRITask {
     ));
     acl!(aclrtRecordEvent(create_event(), stream));
     let model = capture_end(stream);
-    let task = tasks(model)[0];
+    let task = first_stream_tasks(model)[0];
     acl!(aclmdlRIDestroy(model));
     task
 }
@@ -316,7 +293,7 @@ fn every_error_path() {
             let func = add_one();
             set_device(0);
             let tasks = four_tasks();
-            let mut params = params(tasks[0]);
+            let mut params = task_params(tasks[0]);
             params.__bindgen_anon_1.kernelTaskParams.funcHandle = func;
             code!(aclmdlRITaskSetParams(tasks[0], &mut params))
         }),
@@ -325,7 +302,7 @@ fn every_error_path() {
             let func = function(bin, "add_one_u32");
             acl!(aclrtBinaryUnLoad(bin));
             let tasks = four_tasks();
-            let mut params = params(tasks[0]);
+            let mut params = task_params(tasks[0]);
             params.__bindgen_anon_1.kernelTaskParams.funcHandle = func;
             code!(aclmdlRITaskSetParams(tasks[0], &mut params))
         }),
@@ -372,14 +349,14 @@ fn a_refused_set_changes_nothing() {
     install_eight_devices();
     set_device(3);
     let tasks = four_tasks();
-    let before = params(tasks[1]);
+    let before = task_params(tasks[1]);
     let info = [1u8; 4];
     let mut changed = before;
     changed.opInfoPtr = info.as_ptr().cast_mut().cast();
     changed.opInfoSize = info.len();
     changed.__bindgen_anon_1.valueWriteTaskParams.devAddr = ptr::null_mut();
     assert_eq!(code!(aclmdlRITaskSetParams(tasks[1], &mut changed)), 100000);
-    let after = params(tasks[1]);
+    let after = task_params(tasks[1]);
     assert!(after.opInfoPtr.is_null());
     // SAFETY: the VALUE_WRITE task's parameters.
     let (was, is) = unsafe {

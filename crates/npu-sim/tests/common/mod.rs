@@ -398,3 +398,103 @@ pub fn stream_tasks(stream: aclrtStream) -> Vec<aclmdlRITask> {
     ));
     tasks
 }
+
+/// Runs `f` on a thread of its own and returns its result (re-raising its panic); aborts the
+/// process, naming `what`, if it has not returned within 60 s: a hang is the failure the
+/// attacks look for, and the test harness's capture would die with the process.
+pub fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    use std::io::Write;
+    use std::sync::mpsc;
+    let (tx, rx) = mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(value) => {
+            handle.join().unwrap();
+            value
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            std::panic::resume_unwind(handle.join().unwrap_err())
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            let _ = writeln!(std::io::stderr(), "`{what}` hung (no return within 60 s)");
+            std::process::abort();
+        }
+    }
+}
+
+/// A handle or pointer sent to another thread (the simulator's handles are opaque tokens).
+#[derive(Clone, Copy)]
+pub struct Raw(usize);
+
+impl Raw {
+    pub fn of<T>(ptr: *mut T) -> Raw {
+        Raw(ptr as usize)
+    }
+    pub fn ptr<T>(self) -> *mut T {
+        self.0 as *mut T
+    }
+}
+
+/// Synchronising `stream` reports a DMA fault (memory freed under a task), once.
+pub fn sync_fails_with_dma(stream: aclrtStream) {
+    assert_eq!(
+        code!(aclrtSynchronizeStream(stream)),
+        ACL_ERROR_RT_SYS_DMA,
+        "{}",
+        recent_message()
+    );
+    recent_message();
+    acl!(aclrtSynchronizeStream(stream));
+}
+
+/// The first u64 at a device address.
+pub fn read_u64(dev: *const c_void) -> u64 {
+    download::<u64>(dev, 1)[0]
+}
+
+/// The tasks of an instance's first stream.
+pub fn first_stream_tasks(model: aclmdlRI) -> Vec<aclmdlRITask> {
+    stream_tasks(instance_streams(model)[0])
+}
+
+/// A task's parameters (aclmdlRITaskGetParams).
+pub fn task_params(task: aclmdlRITask) -> aclmdlRITaskParams {
+    // SAFETY: plain data, for which all-zero is valid.
+    let mut params: aclmdlRITaskParams = unsafe { std::mem::zeroed() };
+    acl!(aclmdlRITaskGetParams(task, &mut params));
+    params
+}
+
+/// Executes an instance once on a stream of its own and waits for it.
+pub fn execute(model: aclmdlRI) {
+    let stream = create_stream();
+    acl!(aclmdlRIExecuteAsync(model, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    acl!(aclrtDestroyStream(stream));
+}
+
+/// The kernel `read_through`: 24 bytes of arguments, a u64 at 0, a pointer at 8 and a device
+/// address at 16; it stores the u64 the pointer points at to the device address.
+pub const READ_THROUGH: &str = "read_through";
+
+/// `read_through`, registered once per process.
+pub fn read_through() -> aclrtFuncHandle {
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    REGISTER.call_once(|| {
+        ascendcl::kernel::register_with_args_size(READ_THROUGH, 24, |_, _, args: *mut c_void| {
+            // SAFETY: the simulator passes at least 24 bytes; the tests' launches put a valid
+            // pointer to a u64 at 8 and a device address at 16.
+            unsafe {
+                let args = args.cast::<u64>();
+                let from = args.add(1).read_unaligned() as *const u64;
+                let to = args.add(2).read_unaligned() as *mut u64;
+                to.write_unaligned(from.read_unaligned());
+            }
+            0
+        })
+        .unwrap();
+    });
+    function(registry_binary(&[READ_THROUGH]), READ_THROUGH)
+}
