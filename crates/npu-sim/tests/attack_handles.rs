@@ -272,28 +272,14 @@ fn an_event_destroyed_with_its_record_and_a_wait_queued_still_orders_them() {
 fn a_binary_unloaded_under_a_held_launch_keeps_its_library_until_the_launch_ran() {
     install_eight_devices();
     set_device(6);
-    let path = c_string(kernel::LIBRARY_PATH);
-    let mut bin = ptr::null_mut();
-    acl!(aclrtBinaryLoadFromFile(
-        path.as_ptr(),
-        ptr::null_mut(),
-        &mut bin
-    ));
-    let scale = function(bin, kernel::SCALE_F32);
     let n = 256;
-    let data: Vec<f32> = (0..n).map(|i| i as f32).collect();
-    let dx = malloc(n * 4);
-    upload(dx, &data);
-    let stream = create_stream();
-    let args = ScaleArgs {
-        x: dx as u64,
-        n: n as u64,
-        alpha: 2.0,
-        reserved: 0,
-    };
-    control::hold(6).unwrap();
-    assert_eq!(launch(scale, 4, stream, &args, ptr::null_mut()), 0);
-    acl!(aclrtBinaryUnLoad(bin));
+    let HeldScale {
+        scale,
+        stream,
+        args,
+        dx,
+        data,
+    } = HeldScale::launch(n, 2.0);
     assert_eq!(
         launch(scale, 4, stream, &args, ptr::null_mut()),
         ACL_ERROR_RT_INVALID_HANDLE,
@@ -307,6 +293,49 @@ fn a_binary_unloaded_under_a_held_launch_keeps_its_library_until_the_launch_ran(
     acl!(aclrtDestroyStream(stream));
     acl!(aclrtFree(dx));
     a_held_launch_of_an_unloaded_binary_dropped_by_a_forced_destroy_never_runs();
+}
+
+/// `scale_f32` of the shipped kernel library, launched on `n` floats (0, 1, 2, ...) on a new
+/// stream of device 6 held at the gate, its binary unloaded right after the launch.
+struct HeldScale {
+    scale: aclrtFuncHandle,
+    stream: aclrtStream,
+    args: ScaleArgs,
+    dx: *mut c_void,
+    data: Vec<f32>,
+}
+
+impl HeldScale {
+    fn launch(n: usize, alpha: f32) -> HeldScale {
+        let path = c_string(kernel::LIBRARY_PATH);
+        let mut bin = ptr::null_mut();
+        acl!(aclrtBinaryLoadFromFile(
+            path.as_ptr(),
+            ptr::null_mut(),
+            &mut bin
+        ));
+        let scale = function(bin, kernel::SCALE_F32);
+        let data: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let dx = malloc(n * 4);
+        upload(dx, &data);
+        let stream = create_stream();
+        let args = ScaleArgs {
+            x: dx as u64,
+            n: n as u64,
+            alpha,
+            reserved: 0,
+        };
+        control::hold(6).unwrap();
+        assert_eq!(launch(scale, 4, stream, &args, ptr::null_mut()), 0);
+        acl!(aclrtBinaryUnLoad(bin));
+        HeldScale {
+            scale,
+            stream,
+            args,
+            dx,
+            data,
+        }
+    }
 }
 
 static CALLBACK_RUNS: AtomicU32 = AtomicU32::new(0);
@@ -455,28 +484,10 @@ fn a_destroyed_event_whose_held_record_is_dropped_fails_the_queued_wait() {
 /// destruction of its stream never runs, and the library it kept loaded is let go without the
 /// launch touching it.
 fn a_held_launch_of_an_unloaded_binary_dropped_by_a_forced_destroy_never_runs() {
-    let path = c_string(kernel::LIBRARY_PATH);
-    let mut bin = ptr::null_mut();
-    acl!(aclrtBinaryLoadFromFile(
-        path.as_ptr(),
-        ptr::null_mut(),
-        &mut bin
-    ));
-    let scale = function(bin, kernel::SCALE_F32);
     let n = 64;
-    let data: Vec<f32> = (0..n).map(|i| i as f32).collect();
-    let dx = malloc(n * 4);
-    upload(dx, &data);
-    let stream = create_stream();
-    let args = ScaleArgs {
-        x: dx as u64,
-        n: n as u64,
-        alpha: 3.0,
-        reserved: 0,
-    };
-    control::hold(6).unwrap();
-    assert_eq!(launch(scale, 2, stream, &args, ptr::null_mut()), 0);
-    acl!(aclrtBinaryUnLoad(bin));
+    let HeldScale {
+        stream, dx, data, ..
+    } = HeldScale::launch(n, 3.0);
     acl!(aclrtDestroyStreamForce(stream));
     control::release(6).unwrap();
     acl!(aclrtSynchronizeDevice());
