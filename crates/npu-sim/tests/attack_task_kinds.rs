@@ -92,14 +92,12 @@ fn batch_copies_whose_memory_was_freed_before_they_ran_fault() {
     // SAFETY: 4096 bytes of live pinned memory.
     unsafe { ptr::write_bytes(host.cast::<u8>(), 9, 4096) };
     let (kept, freed) = (malloc(4096), malloc(4096));
-    control::hold(0).unwrap();
-    assert_eq!(
-        batch_async(&[kept, freed], &[host, host], 4096, true, 0, stream),
-        0
-    );
-    acl!(aclrtFree(freed));
-    control::release(0).unwrap();
-    sync_fails_with_dma(stream);
+    fault_after_free(0, stream, freed, || {
+        assert_eq!(
+            batch_async(&[kept, freed], &[host, host], 4096, true, 0, stream),
+            0
+        );
+    });
     assert_eq!(
         download::<u8>(kept, 4096),
         vec![9; 4096],
@@ -117,6 +115,16 @@ fn batch_copies_whose_memory_was_freed_before_they_ran_fault() {
     acl!(aclrtFreeHost(host));
     acl!(aclrtFree(kept));
     acl!(aclrtDestroyStream(stream));
+}
+
+/// Queues what `submit` queues on `stream` while device `device` is held at the gate, frees
+/// `doomed` (aclrtFree) before the gate opens, and checks that the stream reports a DMA fault.
+fn fault_after_free(device: i32, stream: aclrtStream, doomed: *mut c_void, submit: impl FnOnce()) {
+    control::hold(device).unwrap();
+    submit();
+    acl!(aclrtFree(doomed));
+    control::release(device).unwrap();
+    sync_fails_with_dma(stream);
 }
 
 fn set_desc(desc: *mut c_void, src: *mut c_void, dst: *mut c_void, count: usize) {
@@ -144,50 +152,42 @@ fn indirect_copies_whose_descriptor_or_target_was_freed_fault() {
     // The descriptor freed.
     let desc = malloc(32);
     set_desc(desc, src, dst, 256);
-    control::hold(1).unwrap();
-    acl!(aclrtMemcpyAsyncWithDesc(desc, INNER, stream));
-    acl!(aclrtFree(desc));
-    control::release(1).unwrap();
-    sync_fails_with_dma(stream);
+    fault_after_free(1, stream, desc, || {
+        acl!(aclrtMemcpyAsyncWithDesc(desc, INNER, stream));
+    });
     assert_eq!(download::<u8>(dst, 256), vec![0; 256]);
 
     // The destination it names freed.
     let (desc, doomed) = (malloc(32), malloc(256));
     set_desc(desc, src, doomed, 256);
-    control::hold(1).unwrap();
-    acl!(aclrtMemcpyAsyncWithDesc(desc, INNER, stream));
-    acl!(aclrtFree(doomed));
-    control::release(1).unwrap();
-    sync_fails_with_dma(stream);
+    fault_after_free(1, stream, doomed, || {
+        acl!(aclrtMemcpyAsyncWithDesc(desc, INNER, stream));
+    });
 
     // The source it names freed.
     let doomed = malloc(256);
     set_desc(desc, doomed, dst, 256);
-    control::hold(1).unwrap();
-    acl!(aclrtMemcpyAsyncWithDesc(desc, INNER, stream));
-    acl!(aclrtFree(doomed));
-    control::release(1).unwrap();
-    sync_fails_with_dma(stream);
+    fault_after_free(1, stream, doomed, || {
+        acl!(aclrtMemcpyAsyncWithDesc(desc, INNER, stream));
+    });
     assert_eq!(download::<u8>(dst, 256), vec![0; 256]);
 
     // Base pointers: the slot of the destination pointer freed.
     let (dst_slot, src_slot) = (malloc(8), malloc(8));
     upload(dst_slot, &[dst as u64]);
     upload(src_slot, &[src as u64]);
-    control::hold(1).unwrap();
-    acl!(aclrtMemcpyAsyncWithOffset(
-        dst_slot.cast(),
-        256,
-        0,
-        src_slot.cast(),
-        256,
-        0,
-        INNER,
-        stream
-    ));
-    acl!(aclrtFree(dst_slot));
-    control::release(1).unwrap();
-    sync_fails_with_dma(stream);
+    fault_after_free(1, stream, dst_slot, || {
+        acl!(aclrtMemcpyAsyncWithOffset(
+            dst_slot.cast(),
+            256,
+            0,
+            src_slot.cast(),
+            256,
+            0,
+            INNER,
+            stream
+        ));
+    });
     assert_eq!(download::<u8>(dst, 256), vec![0; 256]);
     for ptr in [src, dst, desc, src_slot] {
         acl!(aclrtFree(ptr));
@@ -243,18 +243,14 @@ fn reductions_whose_memory_was_freed_fault_queued_and_replayed() {
     let (dst, src) = (malloc(1024), malloc(1024));
     upload::<i32>(src, &[1; 256]);
     let doomed = malloc(1024);
-    control::hold(2).unwrap();
-    reduce_sum_i32(doomed, src, 1024, stream);
-    acl!(aclrtFree(doomed));
-    control::release(2).unwrap();
-    sync_fails_with_dma(stream);
+    fault_after_free(2, stream, doomed, || {
+        reduce_sum_i32(doomed, src, 1024, stream);
+    });
 
     let doomed = malloc(1024);
-    control::hold(2).unwrap();
-    reduce_sum_i32(dst, doomed, 1024, stream);
-    acl!(aclrtFree(doomed));
-    control::release(2).unwrap();
-    sync_fails_with_dma(stream);
+    fault_after_free(2, stream, doomed, || {
+        reduce_sum_i32(dst, doomed, 1024, stream);
+    });
     assert_eq!(download::<i32>(dst, 256), vec![0; 256]);
 
     let doomed = malloc(1024);
@@ -323,11 +319,9 @@ fn random_tasks_whose_memory_was_freed_fault_queued_and_replayed() {
     let stream = create_stream();
     let out = malloc(256);
     let run_with_freed = |info: &aclrtRandomNumTaskInfo, doomed: *mut c_void| {
-        control::hold(3).unwrap();
-        acl!(aclrtRandomNumAsync(info, stream, ptr::null_mut()));
-        acl!(aclrtFree(doomed));
-        control::release(3).unwrap();
-        sync_fails_with_dma(stream);
+        fault_after_free(3, stream, doomed, || {
+            acl!(aclrtRandomNumAsync(info, stream, ptr::null_mut()));
+        });
     };
     let doomed = malloc(256);
     run_with_freed(&uniform(doomed, ptr::null_mut(), 64), doomed);
@@ -403,11 +397,9 @@ fn two_dimensional_copies_stay_in_their_memory() {
     assert_eq!(download::<u8>(dev, 4096), vec![0; 4096]);
 
     let doomed = malloc(4096);
-    control::hold(4).unwrap();
-    assert_eq!(copy_2d(doomed, 1024, host, ACL_MEMCPY_HOST_TO_DEVICE), 0);
-    acl!(aclrtFree(doomed));
-    control::release(4).unwrap();
-    sync_fails_with_dma(stream);
+    fault_after_free(4, stream, doomed, || {
+        assert_eq!(copy_2d(doomed, 1024, host, ACL_MEMCPY_HOST_TO_DEVICE), 0);
+    });
 
     upload::<u8>(dev, &[8; 4096]);
     let doomed = malloc_host(4096);
