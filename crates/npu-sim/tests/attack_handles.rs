@@ -67,6 +67,27 @@ fn destroying_a_stream_waits_for_its_held_work() {
     acl!(aclrtFree(dev));
 }
 
+/// Queues a memset of `value` over the first 4 KiB of `dev` and a record of `event` on
+/// `recorder`, then on `waiter` a wait for that record and a copy of those 4 KiB to the next.
+fn memset_record_wait_copy(
+    dev: *mut c_void,
+    value: i32,
+    (recorder, waiter): (aclrtStream, aclrtStream),
+    event: aclrtEvent,
+) {
+    memset_async(dev, 4096, value, recorder);
+    acl!(aclrtRecordEvent(event, recorder));
+    acl!(aclrtStreamWaitEvent(waiter, event));
+    acl!(aclrtMemcpyAsync(
+        at(dev, 4096),
+        4096,
+        dev,
+        4096,
+        ACL_MEMCPY_DEVICE_TO_DEVICE,
+        waiter
+    ));
+}
+
 /// Promise (docs, aclrtDestroyStreamForce): a task waiting at the hold gate counts as not
 /// started and is dropped; waits on the records dropped fail with 107023, also a wait another
 /// stream queued on such a record, and nothing the dropped tasks would have written is written.
@@ -78,17 +99,7 @@ fn a_forced_destroy_drops_held_work_and_fails_the_waits_other_streams_queued_on_
     let (doomed, waiter) = (create_stream(), create_stream());
     let record = create_event();
     control::hold(2).unwrap();
-    memset_async(dev, 4096, 5, doomed);
-    acl!(aclrtRecordEvent(record, doomed));
-    acl!(aclrtStreamWaitEvent(waiter, record));
-    acl!(aclrtMemcpyAsync(
-        at(dev, 4096),
-        4096,
-        dev,
-        4096,
-        ACL_MEMCPY_DEVICE_TO_DEVICE,
-        waiter
-    ));
+    memset_record_wait_copy(dev, 5, (doomed, waiter), record);
     acl!(aclrtDestroyStreamForce(doomed));
     control::release(2).unwrap();
     assert_eq!(
@@ -228,17 +239,7 @@ fn an_event_destroyed_with_its_record_and_a_wait_queued_still_orders_them() {
     let (recorder, waiter) = (create_stream(), create_stream());
     let event = create_event();
     control::hold(5).unwrap();
-    memset_async(dev, 4096, 4, recorder);
-    acl!(aclrtRecordEvent(event, recorder));
-    acl!(aclrtStreamWaitEvent(waiter, event));
-    acl!(aclrtMemcpyAsync(
-        at(dev, 4096),
-        4096,
-        dev,
-        4096,
-        ACL_MEMCPY_DEVICE_TO_DEVICE,
-        waiter
-    ));
+    memset_record_wait_copy(dev, 4, (recorder, waiter), event);
     acl!(aclrtDestroyEvent(event));
     assert_eq!(
         code!(aclrtRecordEvent(event, recorder)),
@@ -453,17 +454,7 @@ fn a_destroyed_event_whose_held_record_is_dropped_fails_the_queued_wait() {
     let (recorder, waiter) = (create_stream(), create_stream());
     let event = create_event();
     control::hold(5).unwrap();
-    memset_async(dev, 4096, 4, recorder);
-    acl!(aclrtRecordEvent(event, recorder));
-    acl!(aclrtStreamWaitEvent(waiter, event));
-    acl!(aclrtMemcpyAsync(
-        at(dev, 4096),
-        4096,
-        dev,
-        4096,
-        ACL_MEMCPY_DEVICE_TO_DEVICE,
-        waiter
-    ));
+    memset_record_wait_copy(dev, 4, (recorder, waiter), event);
     acl!(aclrtDestroyEvent(event));
     acl!(aclrtDestroyStreamForce(recorder));
     control::release(5).unwrap();

@@ -127,6 +127,19 @@ fn fault_after_free(device: i32, stream: aclrtStream, doomed: *mut c_void, submi
     sync_fails_with_dma(stream);
 }
 
+/// The stream's value wait blocks: a bounded synchronisation times out, and gives the worker
+/// the time to read the word and sleep on it (were it not asleep yet when the word goes, the
+/// test would pass without attacking anything, never fail for it).
+fn assert_blocks(stream: aclrtStream) {
+    assert_eq!(
+        code!(aclrtSynchronizeStreamWithTimeout(stream, 100)),
+        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+        "the wait blocks: {}",
+        recent_message()
+    );
+    recent_message();
+}
+
 fn set_desc(desc: *mut c_void, src: *mut c_void, dst: *mut c_void, count: usize) {
     acl!(aclrtSetMemcpyDesc(
         desc,
@@ -437,16 +450,7 @@ fn a_value_wait_whose_word_is_freed_while_it_waits_fails() {
     let word = malloc(8);
     upload(word, &[0u64]);
     acl!(aclrtValueWait(word, 1, ACL_STREAM_WAIT_VALUE_EQ, stream));
-    // The wait blocks: a bounded synchronisation times out, and gives the worker the time to
-    // read the word and sleep on it (were it not asleep yet when the word is freed, the test
-    // would pass without attacking anything, never fail for it).
-    assert_eq!(
-        code!(aclrtSynchronizeStreamWithTimeout(stream, 100)),
-        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
-        "the wait blocks: {}",
-        recent_message()
-    );
-    recent_message();
+    assert_blocks(stream);
     acl!(aclrtFree(word));
     wait_fails_with_dma(stream);
 
@@ -468,13 +472,7 @@ fn a_value_wait_whose_word_is_freed_while_it_waits_fails() {
     ));
     acl!(aclrtMapMem(va, 2 << 20, 0, physical, 0));
     acl!(aclrtValueWait(va, 1, ACL_STREAM_WAIT_VALUE_EQ, stream));
-    assert_eq!(
-        code!(aclrtSynchronizeStreamWithTimeout(stream, 100)),
-        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
-        "the wait blocks: {}",
-        recent_message()
-    );
-    recent_message();
+    assert_blocks(stream);
     acl!(aclrtUnmapMem(va));
     wait_fails_with_dma(stream);
     acl!(aclrtFreePhysical(physical));
