@@ -283,22 +283,6 @@ fn reductions_whose_memory_was_freed_fault_queued_and_replayed() {
     acl!(aclrtDestroyStream(stream));
 }
 
-fn value(bytes: &[u8]) -> aclrtRandomParaInfo {
-    let mut info = aclrtRandomParaInfo::default();
-    info.valueOrAddr[..bytes.len()].copy_from_slice(bytes);
-    info.size = bytes.len() as u8;
-    info
-}
-
-fn at(addr: *mut c_void) -> aclrtRandomParaInfo {
-    aclrtRandomParaInfo {
-        isAddr: 1,
-        valueOrAddr: (addr as u64).to_ne_bytes(),
-        size: 8,
-        rsv: [0; 6],
-    }
-}
-
 /// A uniform f32 task of `n` values into `result`, its minimum read from `min` if not NULL.
 fn uniform(result: *mut c_void, min: *mut c_void, n: u64) -> aclrtRandomNumTaskInfo {
     let mut para = aclrtRandomNumFuncParaInfo {
@@ -307,18 +291,18 @@ fn uniform(result: *mut c_void, min: *mut c_void, n: u64) -> aclrtRandomNumTaskI
     };
     para.paramInfo.uniformDisInfo = aclrtUniformDisInfo {
         min: if min.is_null() {
-            value(&0f32.to_ne_bytes())
+            random_value(&0f32.to_ne_bytes())
         } else {
-            at(min)
+            random_at(min)
         },
-        max: value(&1f32.to_ne_bytes()),
+        max: random_value(&1f32.to_ne_bytes()),
     };
     aclrtRandomNumTaskInfo {
         dataType: ACL_FLOAT,
         randomNumFuncParaInfo: para,
         randomResultAddr: result,
-        randomSeed: value(&7u64.to_ne_bytes()),
-        randomNum: value(&n.to_ne_bytes()),
+        randomSeed: random_value(&7u64.to_ne_bytes()),
+        randomNum: random_value(&n.to_ne_bytes()),
         ..Default::default()
     }
 }

@@ -41,26 +41,8 @@ fn install() {
     });
 }
 
-/// A parameter given as a value: its native bytes.
-fn value(bytes: &[u8]) -> aclrtRandomParaInfo {
-    let mut info = aclrtRandomParaInfo::default();
-    info.valueOrAddr[..bytes.len()].copy_from_slice(bytes);
-    info.size = bytes.len() as u8;
-    info
-}
-
-/// A parameter given as the device address of its value.
-fn at(addr: *mut c_void) -> aclrtRandomParaInfo {
-    aclrtRandomParaInfo {
-        isAddr: 1,
-        valueOrAddr: (addr as u64).to_ne_bytes(),
-        size: 8,
-        rsv: [0; 6],
-    }
-}
-
 fn u64_value(v: u64) -> aclrtRandomParaInfo {
-    value(&v.to_ne_bytes())
+    random_value(&v.to_ne_bytes())
 }
 
 /// The function `func` with parameters `a` and `b` (a bitmask takes `a` only).
@@ -96,8 +78,8 @@ fn task(
 
 fn f32s(values: &[f32]) -> (aclrtRandomParaInfo, aclrtRandomParaInfo) {
     (
-        value(&values[0].to_ne_bytes()),
-        value(&values[1].to_ne_bytes()),
+        random_value(&values[0].to_ne_bytes()),
+        random_value(&values[1].to_ne_bytes()),
     )
 }
 
@@ -142,8 +124,8 @@ fn values_follow_their_distributions() {
     let out = malloc(8 * 4096);
     let i32s = func(
         UNIFORM,
-        value(&(-5i32).to_ne_bytes()),
-        value(&5i32.to_ne_bytes()),
+        random_value(&(-5i32).to_ne_bytes()),
+        random_value(&5i32.to_ne_bytes()),
     );
     let ints: Vec<i32> = generated(&task(ACL_INT32, i32s, out, 3, 4096), 4096);
     let seen: std::collections::BTreeSet<i32> = ints.into_iter().collect();
@@ -153,22 +135,22 @@ fn values_follow_their_distributions() {
     );
     let high = func(
         UNIFORM,
-        value(&(1u64 << 63).to_ne_bytes()),
-        value(&u64::MAX.to_ne_bytes()),
+        random_value(&(1u64 << 63).to_ne_bytes()),
+        random_value(&u64::MAX.to_ne_bytes()),
     );
     let u64s: Vec<u64> = generated(&task(ACL_UINT64, high, out, 3, 4096), 4096);
     assert!(u64s.iter().all(|v| (1 << 63..u64::MAX).contains(v)));
     let wide = func(
         UNIFORM,
-        value(&i64::MIN.to_ne_bytes()),
-        value(&i64::MAX.to_ne_bytes()),
+        random_value(&i64::MIN.to_ne_bytes()),
+        random_value(&i64::MAX.to_ne_bytes()),
     );
     let i64s: Vec<i64> = generated(&task(ACL_INT64, wide, out, 3, 4096), 4096);
     assert!(i64s.iter().any(|&v| v < 0) && i64s.iter().any(|&v| v > 0));
     let u32s = func(
         UNIFORM,
-        value(&7u32.to_ne_bytes()),
-        value(&9u32.to_ne_bytes()),
+        random_value(&7u32.to_ne_bytes()),
+        random_value(&9u32.to_ne_bytes()),
     );
     let small: Vec<u32> = generated(&task(ACL_UINT32, u32s, out, 3, 64), 64);
     assert!(small.iter().all(|v| (7..9).contains(v)));
@@ -176,15 +158,15 @@ fn values_follow_their_distributions() {
     // Halves: [1, 2) is 0x3c00..0x4000 in fp16 and 0x3f80..0x4000 in bf16.
     let fp16 = func(
         UNIFORM,
-        value(&0x3c00u16.to_ne_bytes()),
-        value(&0x4000u16.to_ne_bytes()),
+        random_value(&0x3c00u16.to_ne_bytes()),
+        random_value(&0x4000u16.to_ne_bytes()),
     );
     let halves: Vec<u16> = generated(&task(ACL_FLOAT16, fp16, out, 5, 4096), 4096);
     assert!(halves.iter().all(|v| (0x3c00..0x4000).contains(v)));
     let bf16 = func(
         UNIFORM,
-        value(&0x3f80u16.to_ne_bytes()),
-        value(&0x4000u16.to_ne_bytes()),
+        random_value(&0x3f80u16.to_ne_bytes()),
+        random_value(&0x4000u16.to_ne_bytes()),
     );
     let halves: Vec<u16> = generated(&task(ACL_BF16, bf16, out, 5, 4096), 4096);
     assert!(halves.iter().all(|v| (0x3f80..0x4000).contains(v)));
@@ -222,8 +204,8 @@ fn values_follow_their_distributions() {
     // bf16: mean 3 (0x4040), stddev 2 (0x4000).
     let bf16 = func(
         NORMAL,
-        value(&0x4040u16.to_ne_bytes()),
-        value(&0x4000u16.to_ne_bytes()),
+        random_value(&0x4040u16.to_ne_bytes()),
+        random_value(&0x4000u16.to_ne_bytes()),
     );
     let halves: Vec<u16> = generated(&task(ACL_BF16, bf16, big, 9, 4096), 4096);
     let halves: Vec<f64> = halves
@@ -237,7 +219,7 @@ fn values_follow_their_distributions() {
     let bits = 80_000u64;
     let ratio = func(
         DROPOUT,
-        value(&0.25f32.to_ne_bytes()),
+        random_value(&0.25f32.to_ne_bytes()),
         aclrtRandomParaInfo::default(),
     );
     let mask: Vec<u8> = generated(&task(ACL_FLOAT, ratio, big, 21, bits), 10_000);
@@ -247,7 +229,7 @@ fn values_follow_their_distributions() {
     for (ratio, byte) in [(0.0f32, 0xffu8), (1.0, 0)] {
         let ratio = func(
             DROPOUT,
-            value(&ratio.to_ne_bytes()),
+            random_value(&ratio.to_ne_bytes()),
             aclrtRandomParaInfo::default(),
         );
         let mask: Vec<u8> = generated(&task(ACL_FLOAT, ratio, big, 21, 20), 3);
@@ -255,7 +237,7 @@ fn values_follow_their_distributions() {
     }
     let fp16 = func(
         DROPOUT,
-        value(&0x3800u16.to_ne_bytes()),
+        random_value(&0x3800u16.to_ne_bytes()),
         aclrtRandomParaInfo::default(),
     );
     let mask: Vec<u8> = generated(&task(ACL_FLOAT16, fp16, big, 21, 8000), 1000);
@@ -295,7 +277,7 @@ fn equal_seeds_and_counters_give_equal_values() {
     upload(counter, &[1u64]);
     let ratio = func(
         DROPOUT,
-        value(&0.5f32.to_ne_bytes()),
+        random_value(&0.5f32.to_ne_bytes()),
         aclrtRandomParaInfo::default(),
     );
     let mut mask = task(ACL_FLOAT, ratio, out, 42, 64);
@@ -346,9 +328,15 @@ fn parameters_given_by_address_are_read_when_the_task_runs() {
     upload(count, &[1u64]);
     upload(counter, &[0u64]);
     let (gate, held) = held_stream(flag);
-    let mut info = task(ACL_FLOAT, func(UNIFORM, at(min), at(max)), out, 0, 0);
-    info.randomSeed = at(seed);
-    info.randomNum = at(count);
+    let mut info = task(
+        ACL_FLOAT,
+        func(UNIFORM, random_at(min), random_at(max)),
+        out,
+        0,
+        0,
+    );
+    info.randomSeed = random_at(seed);
+    info.randomNum = random_at(count);
     info.randomCounterAddr = counter;
     info.randomParaAddr = para;
     acl!(aclrtRandomNumAsync(&info, held, ptr::null_mut()));
@@ -387,7 +375,7 @@ fn values_read_at_run_time_that_make_no_sense_fail_the_task() {
     upload(min, &[5.0f32]);
     let info = task(
         ACL_FLOAT,
-        func(UNIFORM, at(min), f32s(&[0.0, 1.0]).1),
+        func(UNIFORM, random_at(min), f32s(&[0.0, 1.0]).1),
         out,
         1,
         4,
@@ -403,7 +391,7 @@ fn values_read_at_run_time_that_make_no_sense_fail_the_task() {
     upload(count, &[1u64 << 20]);
     let (a, b) = f32s(&[0.0, 1.0]);
     let mut info = task(ACL_FLOAT, func(UNIFORM, a, b), out, 1, 0);
-    info.randomNum = at(count);
+    info.randomNum = random_at(count);
     acl!(aclrtRandomNumAsync(&info, stream, ptr::null_mut()));
     fails!(
         aclrtSynchronizeStream(stream),
@@ -731,22 +719,22 @@ fn every_random_error_path() {
             with(|i| {
                 *min_param(i) = aclrtRandomParaInfo {
                     size: 4,
-                    ..at(dev(4))
+                    ..random_at(dev(4))
                 }
             })
         }),
         case("a NULL parameter address", API, RT, 0, || {
-            with(|i| *min_param(i) = at(ptr::null_mut()))
+            with(|i| *min_param(i) = random_at(ptr::null_mut()))
         }),
         case("min not below max", API, RT, 0, || {
-            with(|i| *min_param(i) = value(&1.0f32.to_ne_bytes()))
+            with(|i| *min_param(i) = random_value(&1.0f32.to_ne_bytes()))
         }),
         case("a negative stddev", API, RT, 0, || {
             let (mean, stddev) = f32s(&[0.0, -1.0]);
             with(|i| i.randomNumFuncParaInfo = func(NORMAL, mean, stddev))
         }),
         case("a ratio above 1", API, RT, 0, || {
-            let ratio = value(&1.5f32.to_ne_bytes());
+            let ratio = random_value(&1.5f32.to_ne_bytes());
             with(|i| i.randomNumFuncParaInfo = func(DROPOUT, ratio, Default::default()))
         }),
         case("NULL randomResultAddr", API, RT, 0, || {
@@ -783,7 +771,7 @@ fn every_random_error_path() {
             with(|i| i.randomParaAddr = past_end(36))
         }),
         case("a parameter address on another device", API, RT, 0, || {
-            with(|i| *min_param(i) = at(malloc_on(1, 4)))
+            with(|i| *min_param(i) = random_at(malloc_on(1, 4)))
         }),
         case("a result too small for the count", API, RT, 0, || {
             // 16 bytes of aclrtMalloc reserve 64: 17 floats do not fit.
@@ -796,10 +784,10 @@ fn every_random_error_path() {
             with(|i| i.randomCounterAddr = malloc_host(8))
         }),
         case("a seed address in host memory", API, RT, 0, || {
-            with(|i| i.randomSeed = at(malloc_host(8)))
+            with(|i| i.randomSeed = random_at(malloc_host(8)))
         }),
         case("a count address too small", API, RT, 0, || {
-            with(|i| i.randomNum = at(past_end(8)))
+            with(|i| i.randomNum = random_at(past_end(8)))
         }),
     ];
     run_table(cases);
@@ -1029,7 +1017,7 @@ fn a_captured_update_patches_at_each_execution() {
     acl!(aclmdlRIBuildEnd(target, ptr::null_mut()));
     // The captured update gives the task the seed at `seeds`, as it is at each execution.
     let mut fields = task(ACL_FLOAT, aclrtRandomNumFuncParaInfo::default(), out, 0, 4);
-    fields.randomSeed = at(seeds);
+    fields.randomSeed = random_at(seeds);
     let src = device_task_info(&fields);
     let capture = create_stream();
     acl!(aclmdlRICaptureBegin(

@@ -498,3 +498,21 @@ pub fn read_through() -> aclrtFuncHandle {
     });
     function(registry_binary(&[READ_THROUGH]), READ_THROUGH)
 }
+
+/// A random-number task parameter given as a value: its native bytes.
+pub fn random_value(bytes: &[u8]) -> aclrtRandomParaInfo {
+    let mut info = aclrtRandomParaInfo::default();
+    info.valueOrAddr[..bytes.len()].copy_from_slice(bytes);
+    info.size = bytes.len() as u8;
+    info
+}
+
+/// A random-number task parameter given as the device address of its value.
+pub fn random_at(addr: *mut c_void) -> aclrtRandomParaInfo {
+    aclrtRandomParaInfo {
+        isAddr: 1,
+        valueOrAddr: (addr as u64).to_ne_bytes(),
+        size: 8,
+        rsv: [0; 6],
+    }
+}
