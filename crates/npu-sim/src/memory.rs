@@ -583,14 +583,13 @@ impl MemoryMap {
     /// simulator's allocation holding it, if any, for range checks.
     pub(crate) fn locate(&self, ptr: usize) -> Located {
         let allocation = self.allocation_of(ptr);
-        let registration = self.registration_of(ptr);
+        let registered = self.registered_from(ptr);
         let class = match allocation {
             Some((_, _, AllocKind::Device { device, .. })) => PtrClass::Device(device),
             Some((_, _, AllocKind::Pinned)) => PtrClass::Host,
-            None if registration.is_some() => PtrClass::Host,
+            None if registered > 0 => PtrClass::Host,
             None => PtrClass::Unregistered,
         };
-        let registered = registration.map_or(0, |(base, reg)| base + reg.len - ptr);
         Located {
             class,
             allocation,
@@ -600,12 +599,13 @@ impl MemoryMap {
 
     /// Whether `[ptr, ptr+len)` lies inside one host registration.
     pub(crate) fn registered(&self, ptr: usize, len: usize) -> bool {
-        self.registration_of(ptr).is_some_and(|(base, reg)| {
-            // Checked, as in `Located::check_range`: a wrapped end would pass.
-            (ptr - base)
-                .checked_add(len)
-                .is_some_and(|end| end <= reg.len)
-        })
+        len <= self.registered_from(ptr)
+    }
+
+    /// The bytes from `ptr` to the end of the host registration holding it (0 if none does).
+    fn registered_from(&self, ptr: usize) -> usize {
+        self.registration_of(ptr)
+            .map_or(0, |(base, reg)| base + reg.len - ptr)
     }
 
     /// Leases the live allocation holding all of `[ptr, ptr+len)`, for a task about to touch
