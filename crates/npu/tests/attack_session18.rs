@@ -86,6 +86,65 @@ fn a_kernel_argument_panicking_in_pack_or_record_use_leaks_nothing() {
     }
 }
 
+/// Device memory whose `Memory::record_use` panics: a user implementation of the public
+/// (unsafe) memory traits, wrapping a real buffer.
+struct PanickyMemory(DeviceBuffer<f32>);
+
+// SAFETY: every method answers for the wrapped buffer, except that recording a use panics
+// before anything is recorded.
+unsafe impl Memory for PanickyMemory {
+    type Elem = f32;
+    fn context(&self) -> &Context {
+        self.0.context()
+    }
+    fn addr(&self) -> *const std::ffi::c_void {
+        self.0.addr()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn record_use(&self, _completion: &Completion) {
+        panic!("a user Memory panicked in record_use");
+    }
+}
+
+// SAFETY: as above, the wrapped buffer's.
+unsafe impl MemoryMut for PanickyMemory {
+    fn addr_mut(&mut self) -> *mut std::ffi::c_void {
+        self.0.addr_mut()
+    }
+}
+
+// SAFETY: the wrapped buffer is device memory.
+unsafe impl DeviceSlice for PanickyMemory {}
+
+/// The promise attacked: no leak, and the stream keeps working, when a user `Memory` panics
+/// in `record_use` inside a copy's submission: the submission refuses the copy before the
+/// device sees it, releases the other buffer (whose use it had recorded already) and resumes
+/// the panic.
+#[test]
+fn a_memory_panicking_in_record_use_leaks_nothing() {
+    let (_guard, ctx, _) = exclusive(None);
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let before = live_allocations(&ctx);
+        let src = DeviceBuffer::<f32>::new(&ctx, 4).unwrap();
+        let dst = PanickyMemory(DeviceBuffer::<f32>::new(&ctx, 4).unwrap());
+        let panicked = catch_unwind(AssertUnwindSafe(|| drop(s.copy_d2d(src, dst))));
+        assert!(
+            panicked.is_err(),
+            "{strategy:?}: the user's panic propagates"
+        );
+        until_released(
+            &format!("{strategy:?}: both buffers of the copy are freed"),
+            || live_allocations(&ctx) == before,
+        );
+        let filled = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 7)).unwrap();
+        assert_eq!(filled.to_vec_blocking().unwrap(), [7; 8], "{strategy:?}");
+        run(s.synchronize()).unwrap();
+    }
+}
+
 /// A future boxed and pinned, polled once with a no-op waker (so that it queues or submits).
 fn started<F: std::future::Future>(future: F) -> std::pin::Pin<Box<F>> {
     let mut future = Box::pin(future);

@@ -1,6 +1,6 @@
 //! Kernel launches: stream operations like copies, with typed arguments.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::num::NonZeroU32;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
@@ -136,13 +136,14 @@ impl Stream {
         config: Option<LaunchConfig>,
         args: A,
     ) -> Op<A> {
-        // `pack` and `record_use` are user code (`KernelArg` is a public trait), and may
-        // panic. Unwinding out of the submission would drop the operation's completer
-        // uncompleted, and an abandoned completion keeps the memory whose uses it recorded
-        // for ever (the other arguments' buffers leaked). Both run before the device can see
-        // the launch, so a panic is caught, the launch refused (its completion completes and
-        // the arguments are released as for any refused work) and the panic resumed after.
-        let panicked = RefCell::new(None);
+        // `pack` is user code (`KernelArg` is a public trait), and may panic. Unwinding out
+        // of the submission would drop the operation's completer uncompleted, and an abandoned
+        // completion keeps the memory whose uses it recorded for ever (the other arguments'
+        // buffers leaked). It runs before the device can see the launch, so a panic is caught,
+        // the launch refused (its completion completes and the arguments are released as for
+        // any refused work) and the panic resumed after. (A panicking `record_use` is
+        // contained the same way by the submission itself, for every operation.)
+        let panicked = Cell::new(None);
         let op = self.submit_described(
             (api, "self"),
             "aclrtLaunchKernelWithHostArgs",
@@ -150,20 +151,13 @@ impl Stream {
             ("kernel", function.name()),
             args,
             |args, done| {
-                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| args.record_uses(done))) {
-                    *panicked.borrow_mut() = Some(payload);
-                    return;
-                }
+                args.record_uses(done);
                 // The binary must stay loaded until the kernel has run.
                 // SAFETY: dropping a function clone unloads the binary at most, which does not
                 // wait for the device (the kernel has completed by then).
                 unsafe { done.drop_after(function.clone()) };
             },
             |args, stream| {
-                let refused = || Error::invalid(api, "args", "a kernel argument panicked");
-                if panicked.borrow().is_some() {
-                    return Err(refused());
-                }
                 let config = config.ok_or_else(|| {
                     Error::invalid(
                         api,
@@ -176,8 +170,8 @@ impl Stream {
                 match catch_unwind(AssertUnwindSafe(|| args.pack(&mut writer))) {
                     Ok(packed) => packed?,
                     Err(payload) => {
-                        *panicked.borrow_mut() = Some(payload);
-                        return Err(refused());
+                        panicked.set(Some(payload));
+                        return Err(Error::invalid(api, "args", "a kernel argument panicked"));
                     }
                 }
                 let mut bytes = writer.into_bytes();

@@ -404,7 +404,20 @@ impl Stream {
         // or below for work the device never accepted; its deferred actions never block.
         let completer = unsafe { Completer::new() };
         let completion = completer.completion();
-        record_uses(&value, &completion);
+        // Recording a use runs the buffers' `Memory::record_use` and the kernel arguments'
+        // `KernelArg::record_use`, user code of public (unsafe) traits, which may panic.
+        // Unwinding from here would drop the completer uncompleted, and an abandoned
+        // completion keeps the memory whose uses it recorded for ever. Nothing has reached the
+        // device yet: the operation is refused, its value released, and the panic resumed.
+        let recorded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            record_uses(&value, &completion);
+        }));
+        if let Err(payload) = recorded {
+            let rule = "recording a use of it panicked (a Memory or KernelArg implementation)";
+            completer.complete(Err(Error::invalid(caller.0, "self", rule)));
+            drop((value, completion));
+            std::panic::resume_unwind(payload);
+        }
         // The submission runs inside the span. Entering and leaving it run the subscriber,
         // which is user code: a panic there is contained, since unwinding from here would
         // abandon the completer (leaking the buffers whose uses it recorded) or, once the
