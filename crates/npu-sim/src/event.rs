@@ -143,6 +143,12 @@ impl Record {
         }
     }
 
+    /// Whether the record completed or was dropped.
+    pub(crate) fn is_settled(&self) -> bool {
+        matches!(self.outcome(), Outcome::Done { .. })
+            || self.discarded.load(Ordering::Acquire) != 0
+    }
+
     /// Called by the stream's worker when it drops the record unreached.
     pub(crate) fn discard(&self, code: aclError) {
         self.discarded.store(code, Ordering::Release);

@@ -43,6 +43,9 @@ pub(crate) enum Kind {
     ModelRi = 14,
     ModelTask = 15,
     TaskGroup = 16,
+    Label = 17,
+    LabelList = 18,
+    CondHandle = 19,
 }
 
 impl Kind {
@@ -64,6 +67,9 @@ impl Kind {
             Kind::ModelRi => "model runtime instance",
             Kind::ModelTask => "model runtime instance task",
             Kind::TaskGroup => "task group",
+            Kind::Label => "label",
+            Kind::LabelList => "label list",
+            Kind::CondHandle => "condition handle",
         }
     }
 }

@@ -59,6 +59,7 @@ mod allocator;
 mod capture;
 mod clock;
 mod context;
+mod control_flow;
 mod data_buffer;
 mod device;
 mod device_limit;

@@ -8,6 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use npu_sys::*;
 use std::sync::{Arc, Mutex, Weak};
 
+use crate::control_flow::{
+    Body, Comparison, CondHandle, CondKind, Label, Node, Program, is_branch,
+};
 use crate::device::Device;
 use crate::error::{Res, ensure, fail};
 use crate::event::{Event, Record};
@@ -32,6 +35,29 @@ pub(crate) enum Step {
     /// aclrtActiveStream on a bound stream: the stream with this id (bound to the same
     /// instance) runs its tasks when the execution reaches this one.
     Activate(i32),
+    /// aclrtSetLabel: the label's place (it does nothing when it runs).
+    Label,
+    /// aclrtSwitchLabelByIndex: the uint32 at `index` chooses the label the execution goes
+    /// on from among `targets` (past the end: the last).
+    SwitchLabel {
+        index: usize,
+        targets: Vec<Arc<Label>>,
+    },
+    /// aclrtSwitchStream: when the comparison of the values at `left` and `right` holds,
+    /// the stream with id `target` runs instead of the rest of this one.
+    SwitchStream {
+        left: usize,
+        right: usize,
+        comparison: Comparison,
+        target: i32,
+    },
+    /// aclmdlRIAddCondTask: the handle's word chooses which branch runs (instances of their
+    /// own, captured with aclmdlRICaptureToModelRIBegin).
+    Cond {
+        handle: Arc<CondHandle>,
+        kind: CondKind,
+        branches: Vec<Arc<ModelRi>>,
+    },
 }
 
 impl Step {
@@ -41,6 +67,15 @@ impl Step {
             Step::Run(op) => op.label(),
             Step::WaitFor(_) => ("event", "wait (external)".to_owned()),
             Step::Activate(id) => ("stream", format!("activate stream {id}")),
+            Step::Label => ("label", "set".to_owned()),
+            Step::SwitchLabel { targets, .. } => {
+                ("label", format!("switch by index among {}", targets.len()))
+            }
+            Step::SwitchStream { target, .. } => ("stream", format!("switch to stream {target}")),
+            Step::Cond { kind, branches, .. } => (
+                "condition",
+                format!("{kind:?} of {} branches", branches.len()).to_lowercase(),
+            ),
         }
     }
 
@@ -48,7 +83,7 @@ impl Step {
     pub(crate) fn op(&self) -> Option<&Op> {
         match self {
             Step::Run(op) => Some(op),
-            Step::WaitFor(_) | Step::Activate(_) => None,
+            _ => None,
         }
     }
 }
@@ -103,7 +138,7 @@ pub(crate) fn task_type(step: &Step) -> aclmdlRITaskType {
         Step::Run(Op::Reset { .. }) => ACL_MODEL_RI_TASK_EVENT_RESET,
         Step::Run(Op::ValueWrite { .. }) => ACL_MODEL_RI_TASK_VALUE_WRITE,
         Step::Run(Op::ValueWait { .. }) => ACL_MODEL_RI_TASK_VALUE_WAIT,
-        Step::Run(_) | Step::Activate(_) => ACL_MODEL_RI_TASK_DEFAULT,
+        _ => ACL_MODEL_RI_TASK_DEFAULT,
     }
 }
 
@@ -198,7 +233,20 @@ pub(crate) struct ModelRi {
     /// arguments read back (aclmdlRITaskGetParams) and set again as host arguments still point
     /// there, so a kernel reading them must find that memory, not freed memory.
     superseded: Mutex<Vec<Arc<ArgsBlob>>>,
+    /// The condition handles made for it (aclmdlRICondHandleCreate), with their handles.
+    cond_handles: Mutex<Vec<CondEntry>>,
+    /// The branches its conditional tasks created: destroyed with it.
+    branches: Mutex<Vec<Arc<ModelRi>>>,
+    /// Created by aclmdlRIAddCondTask as a branch: captured with
+    /// aclmdlRICaptureToModelRIBegin, run by its conditional task only, destroyed with the
+    /// instance holding the task.
+    pub(crate) branch: AtomicBool,
+    /// aclmdlRICaptureToModelRIBegin was called for it (a branch is captured once).
+    claimed: AtomicBool,
 }
+
+/// A condition handle made for an instance, with its handle.
+pub(crate) type CondEntry = (Handle, Arc<CondHandle>);
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
 
@@ -252,6 +300,10 @@ impl ModelRi {
             group_handles: Mutex::new(Vec::new()),
             groups_recording: AtomicUsize::new(0),
             superseded: Mutex::new(Vec::new()),
+            cond_handles: Mutex::new(Vec::new()),
+            branches: Mutex::new(Vec::new()),
+            branch: AtomicBool::new(false),
+            claimed: AtomicBool::new(false),
         }
     }
 
@@ -675,63 +727,109 @@ impl ModelRi {
     /// dependency between the capture's streams). Each record is
     /// a new record of its event, made current as it is queued, and the waits on it wait for
     /// that new record; every replayed task holds [`Self::running`] until it leaves the stream.
-    pub(crate) fn replay(&self, stream: &Arc<Stream>) -> Res<()> {
+    pub(crate) fn replay(self: &Arc<Self>, stream: &Arc<Stream>) -> Res<()> {
         let _queueing = Queueing::begin(self)?;
-        let steps = self.execution_steps();
         let aborted = lock(&self.aborted).clone();
-        let mut fresh: HashMap<*const Record, Arc<Record>> = HashMap::new();
+        if self.has_branches() {
+            let program = self.program(stream);
+            return self.queue(stream, Op::Program(Arc::new(program)), &aborted, None);
+        }
+        let steps = self.execution_steps();
+        let mut fresh = Fresh::default();
         for (step, patch) in steps {
             let op = match step {
-                Step::Run(op) => op,
-                Step::WaitFor(event) => match event.current() {
-                    Some(record) if !record.is_captured() => {
-                        let wait = Op::Wait {
-                            record,
-                            timeout: None,
-                        };
-                        self.queue(stream, wait, &aborted, None)?;
-                        continue;
-                    }
-                    _ => continue,
-                },
-                // Expanded by execution_steps.
-                Step::Activate(_) => continue,
-            };
-            let (op, recorded) = match op {
-                Op::Record(template) => {
-                    let event = template.event();
-                    let record = Arc::new(Record::recording(stream.clone(), event.as_ref()));
-                    fresh.insert(Arc::as_ptr(&template), record.clone());
-                    (
-                        Op::Record(record.clone()),
-                        event.map(|event| (event, record)),
-                    )
-                }
-                Op::Wait { record, timeout } => match fresh.get(&Arc::as_ptr(&record)) {
-                    Some(record) => (
-                        Op::Wait {
-                            record: record.clone(),
-                            timeout,
-                        },
-                        None,
-                    ),
+                Step::Run(Op::Wait { record, timeout }) => match fresh.get(&Arc::as_ptr(&record)) {
+                    Some(record) => Op::Wait {
+                        record: record.clone(),
+                        timeout,
+                    },
                     // Captured waits wait on records of the same capture, recorded before.
                     None => continue,
                 },
-                // A reset applies to the record current when it is queued, as an
-                // aclrtResetEvent issued now would.
-                Op::Reset { event, .. } => {
-                    let captured = event.current();
-                    (Op::Reset { event, captured }, None)
-                }
-                other => (other, None),
+                Step::Run(op) => replayed(stream, op, &mut fresh),
+                Step::WaitFor(event) => match external_wait(&event) {
+                    Some(wait) => wait,
+                    None => continue,
+                },
+                // Expanded by execution_steps; the others make a program.
+                _ => continue,
+            };
+            let record = match &op {
+                Op::Record(record) => Some(record.clone()),
+                _ => None,
             };
             self.queue(stream, op, &aborted, patch)?;
-            if let Some((event, record)) = recorded {
+            if let Some(record) = record
+                && let Some(event) = record.event()
+            {
                 event.set_current(record);
             }
         }
         Ok(())
+    }
+
+    /// Whether an execution chooses some of its tasks as it runs: a task of it is a branch.
+    fn has_branches(&self) -> bool {
+        lock(&self.tasks)
+            .iter()
+            .any(|task| !task.disabled && is_branch(&task.step))
+    }
+
+    /// The program an execution on `stream` runs: a built instance's streams' tasks, or a
+    /// captured one's (and its branches') in capture order, with every record a new record
+    /// of its event, made current now, as a replay makes them.
+    fn program(self: &Arc<Self>, stream: &Arc<Stream>) -> Program {
+        let mut fresh = Fresh::default();
+        let mut streams = HashMap::new();
+        let heads = if self.built {
+            let bound: Vec<(i32, bool)> = lock(&self.bound)
+                .iter()
+                .map(|b| (b.stream.id, b.head))
+                .collect();
+            for &(id, _) in &bound {
+                let tasks: Vec<Captured> = lock(&self.tasks)
+                    .iter()
+                    .filter(|t| t.stream_id == id)
+                    .cloned()
+                    .collect();
+                let nodes = tasks
+                    .into_iter()
+                    .map(|task| node(stream, task, &mut fresh))
+                    .collect();
+                streams.insert(
+                    id,
+                    Body {
+                        nodes,
+                        defaults: Vec::new(),
+                    },
+                );
+            }
+            bound.iter().filter(|b| b.1).map(|b| b.0).collect()
+        } else {
+            streams.insert(0, self.body(stream, &mut fresh));
+            vec![0]
+        };
+        Program {
+            streams,
+            heads,
+            model: Arc::downgrade(self),
+            records: fresh.into_values().collect(),
+        }
+    }
+
+    /// The instance's tasks in capture order, as a program runs them.
+    fn body(&self, stream: &Arc<Stream>, fresh: &mut Fresh) -> Body {
+        let tasks = lock(&self.tasks).clone();
+        Body {
+            nodes: tasks
+                .into_iter()
+                .map(|task| node(stream, task, fresh))
+                .collect(),
+            defaults: lock(&self.cond_handles)
+                .iter()
+                .filter_map(|(_, h)| Some((h.word, h.default?)))
+                .collect(),
+        }
     }
 
     /// Queues one replayed task, which holds [`Self::running`] until it leaves the stream
@@ -748,6 +846,55 @@ impl ModelRi {
         task.aborted = Some(aborted.clone());
         task.patch = patch;
         stream.submit(task)
+    }
+
+    /// Keeps a condition handle made for it, to be retired with it.
+    pub(crate) fn add_cond_handle(&self, handle: Handle, cond: Arc<CondHandle>) {
+        lock(&self.cond_handles).push((handle, cond));
+    }
+
+    /// Keeps the branches a conditional task of it created, to be destroyed with it.
+    pub(crate) fn add_branches(&self, branches: &[Arc<ModelRi>]) {
+        lock(&self.branches).extend(branches.iter().cloned());
+    }
+
+    /// The condition handles and branches it holds, handed over for destruction with it.
+    pub(crate) fn take_dependents(&self) -> (Vec<CondEntry>, Vec<Arc<ModelRi>>) {
+        (
+            std::mem::take(&mut *lock(&self.cond_handles)),
+            std::mem::take(&mut *lock(&self.branches)),
+        )
+    }
+
+    /// Claims a branch for aclmdlRICaptureToModelRIBegin: false if it is not a branch or was
+    /// claimed before.
+    pub(crate) fn claim_branch(&self) -> bool {
+        self.branch.load(Ordering::Acquire) && !self.claimed.swap(true, Ordering::AcqRel)
+    }
+
+    /// A branch of it (or of its branches) whose capture is going on, by id.
+    pub(crate) fn capturing_branch(&self) -> Option<u32> {
+        lock(&self.branches).iter().find_map(|branch| {
+            match branch.claimed.load(Ordering::Acquire) && branch.is_open() {
+                true => Some(branch.id),
+                false => branch.capturing_branch(),
+            }
+        })
+    }
+
+    /// A branch whose capture failed: it holds nothing, and may be captured again.
+    pub(crate) fn reset_branch(&self) -> Vec<Arc<Stream>> {
+        lock(&self.tasks).clear();
+        lock(&self.streams).clear();
+        self.unbind_all();
+        let streams = self.take_own_streams();
+        self.claimed.store(false, Ordering::Release);
+        streams
+    }
+
+    /// Gives back a claim whose capture could not begin.
+    pub(crate) fn unclaim_branch(&self) {
+        self.claimed.store(false, Ordering::Release);
     }
 
     pub(crate) fn set_name(&self, name: &str) {
@@ -813,6 +960,90 @@ impl ModelRi {
             );
         }
         text
+    }
+}
+
+/// The new records of an execution, by the captured record each replaces.
+type Fresh = HashMap<*const Record, Arc<Record>>;
+
+/// A replayed copy of a captured operation: a record is a new record of its event on
+/// `stream` (kept in `fresh`); a reset applies to the record current when it is queued, as
+/// an aclrtResetEvent issued now would. Waits are the caller's.
+fn replayed(stream: &Arc<Stream>, op: Op, fresh: &mut Fresh) -> Op {
+    match op {
+        Op::Record(template) => {
+            let record = Arc::new(Record::recording(stream.clone(), template.event().as_ref()));
+            fresh.insert(Arc::as_ptr(&template), record.clone());
+            Op::Record(record)
+        }
+        Op::Reset { event, .. } => {
+            let captured = event.current();
+            Op::Reset { event, captured }
+        }
+        other => other,
+    }
+}
+
+/// aclrtStreamWaitEventWithFlag(EXTERNAL) replayed: a wait for the event's record current
+/// now, if it is a record outside every capture.
+fn external_wait(event: &Event) -> Option<Op> {
+    event
+        .current()
+        .filter(|record| !record.is_captured())
+        .map(|record| Op::Wait {
+            record,
+            timeout: None,
+        })
+}
+
+/// What a program does for a task of an instance. Its records are made current as they are
+/// made (a later reset of the same execution applies to them). A wait on a record of the
+/// same execution passes: the program runs its tasks one after another, so the record ran
+/// before it or was skipped by a branch.
+fn node(stream: &Arc<Stream>, task: Captured, fresh: &mut Fresh) -> Node {
+    if task.disabled {
+        return Node::Pass;
+    }
+    match task.step {
+        Step::Run(Op::Wait { .. }) | Step::Label => Node::Pass,
+        Step::Run(op) => {
+            let op = replayed(stream, op, fresh);
+            if let Op::Record(record) = &op
+                && let Some(event) = record.event()
+            {
+                event.set_current(record.clone());
+            }
+            Node::Run(op, task.patch)
+        }
+        Step::WaitFor(event) => match external_wait(&event) {
+            Some(wait) => Node::Run(wait, None),
+            None => Node::Pass,
+        },
+        Step::Activate(id) => Node::Activate(id),
+        Step::SwitchLabel { index, targets } => Node::SwitchLabel { index, targets },
+        Step::SwitchStream {
+            left,
+            right,
+            comparison,
+            target,
+        } => Node::SwitchStream {
+            left,
+            right,
+            comparison,
+            target,
+        },
+        Step::Cond {
+            handle,
+            kind,
+            branches,
+        } => Node::Cond {
+            word: handle.word,
+            kind,
+            branches: branches
+                .iter()
+                .map(|branch| branch.body(stream, fresh))
+                .collect(),
+        },
     }
 }
 

@@ -10,6 +10,7 @@ use crate::advice::Advice;
 use crate::allocator::Allocators;
 use crate::config::{CONFIG_ENV, ConfigError, SimConfig};
 use crate::context::Context;
+use crate::control_flow::{CondHandle, Label, LabelList};
 use crate::data_buffer::DataBuffer;
 use crate::device::Device;
 use crate::error::{Res, fail};
@@ -42,6 +43,9 @@ pub(crate) struct Sim {
     pub(crate) models: HandleTable<ModelRi>,
     pub(crate) model_tasks: HandleTable<TaskRef>,
     pub(crate) task_groups: HandleTable<TaskGroup>,
+    pub(crate) labels: HandleTable<Label>,
+    pub(crate) label_lists: HandleTable<LabelList>,
+    pub(crate) cond_handles: HandleTable<CondHandle>,
     pub(crate) memory: MemoryMap,
     pub(crate) pools: Pools,
     pub(crate) vmm: Vmm,
@@ -84,6 +88,9 @@ impl Sim {
             models: HandleTable::new(Kind::ModelRi),
             model_tasks: HandleTable::new(Kind::ModelTask),
             task_groups: HandleTable::new(Kind::TaskGroup),
+            labels: HandleTable::new(Kind::Label),
+            label_lists: HandleTable::new(Kind::LabelList),
+            cond_handles: HandleTable::new(Kind::CondHandle),
             memory: MemoryMap::new(pinned_limit),
             pools: Pools::new(),
             vmm: Vmm::new(),

@@ -9,6 +9,7 @@ use std::time::Duration;
 use npu_sys::*;
 
 use crate::config::TimingModel;
+use crate::control_flow::Program;
 use crate::error::SimError;
 use crate::event::{Event, Record};
 use crate::indirect::IndirectCopy;
@@ -179,6 +180,9 @@ pub(crate) enum Op {
     Random(RandomTask),
     /// aclrtTaskUpdateAsync: new fields for a task of a model runtime instance.
     TaskUpdate(TaskUpdate),
+    /// An execution of a model runtime instance with branches: the worker runs its tasks,
+    /// choosing them as it goes ([`crate::control_flow`]).
+    Program(Arc<Program>),
 }
 
 /// The bytes an aclrtProfTrace marker carries.
@@ -205,6 +209,7 @@ impl Op {
             Self::Reset { .. } => ("event", "reset".to_owned()),
             Self::Random(task) => ("random", task.name().to_owned()),
             Self::TaskUpdate(_) => ("update", "task update".to_owned()),
+            Self::Program(_) => ("model", "execution".to_owned()),
             Self::ProfMarker(data) => {
                 let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
                 ("profiling", format!("prof trace {hex}"))
@@ -307,7 +312,9 @@ impl Task {
     /// Whether the task is work the device runs, the tasks fault injection counts: not a
     /// synchronisation operation (events, notifies, value writes and waits), and not a host
     /// task (callbacks and host functions), which run on a host thread where no device fault
-    /// can strike them (their stream's failure mode still applies to them).
+    /// can strike them (their stream's failure mode still applies to them). Nor is an
+    /// execution of an instance with branches, whose tasks are chosen as it runs: a fault
+    /// strikes tasks the host queued.
     pub(crate) fn is_device_work(&self) -> bool {
         !matches!(
             self.op,
@@ -322,6 +329,7 @@ impl Task {
                 | Op::ValueWait { .. }
                 | Op::Callback { .. }
                 | Op::HostFunc { .. }
+                | Op::Program(_)
         )
     }
 
@@ -507,6 +515,22 @@ pub(crate) fn read_value(memory: &MemoryMap, src: usize) -> Result<u64, SimError
     // SAFETY: device memory checked (8 bytes, 8-aligned) at submission and leased above; read
     // atomically, as other streams' workers write it atomically (`Op::ValueWrite`).
     Ok(unsafe { AtomicU64::from_ptr(src as *mut u64) }.load(Ordering::Acquire))
+}
+
+/// Reads the signed value of `width` bytes (4 or 8) at `src`, as a branch reads its
+/// condition when it runs.
+pub(crate) fn read_signed(memory: &MemoryMap, src: usize, width: usize) -> Result<i64, SimError> {
+    let _src = lease(memory, true, src, width)?;
+    // SAFETY: device memory checked (`width` bytes, aligned to them) at submission and
+    // leased above; read atomically, as other streams' workers may write it.
+    Ok(unsafe {
+        match width {
+            4 => i64::from(
+                std::sync::atomic::AtomicI32::from_ptr(src as *mut i32).load(Ordering::Acquire),
+            ),
+            _ => std::sync::atomic::AtomicI64::from_ptr(src as *mut i64).load(Ordering::Acquire),
+        }
+    })
 }
 
 /// Leases `[ptr, ptr+len)` if it is simulator-owned memory (`owned`: memory the runtime knew at

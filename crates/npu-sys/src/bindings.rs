@@ -223,6 +223,8 @@ pub type aclrtStream = *mut core::ffi::c_void;
 pub type aclmdlRITask = *mut core::ffi::c_void;
 pub type aclrtEvent = *mut core::ffi::c_void;
 pub type aclrtContext = *mut core::ffi::c_void;
+pub type aclrtLabel = *mut core::ffi::c_void;
+pub type aclrtLabelList = *mut core::ffi::c_void;
 pub type aclError = core::ffi::c_int;
 pub type aclFloat16 = u16;
 pub const ACL_SUCCESS: core::ffi::c_int = 0;
@@ -1454,6 +1456,16 @@ pub const ACL_RT_MEMCPY_SDMA_AUTOMATIC_MAX: aclrtReduceKind = 11;
 pub const ACL_RT_MEMCPY_SDMA_AUTOMATIC_MIN: aclrtReduceKind = 12;
 pub const ACL_RT_MEMCPY_SDMA_AUTOMATIC_EQUAL: aclrtReduceKind = 13;
 pub type aclrtReduceKind = core::ffi::c_uint;
+pub const ACL_RT_EQUAL: aclrtCondition = 0;
+pub const ACL_RT_NOT_EQUAL: aclrtCondition = 1;
+pub const ACL_RT_GREATER: aclrtCondition = 2;
+pub const ACL_RT_GREATER_OR_EQUAL: aclrtCondition = 3;
+pub const ACL_RT_LESS: aclrtCondition = 4;
+pub const ACL_RT_LESS_OR_EQUAL: aclrtCondition = 5;
+pub type aclrtCondition = core::ffi::c_uint;
+pub const ACL_RT_SWITCH_INT32: aclrtCompareDataType = 0;
+pub const ACL_RT_SWITCH_INT64: aclrtCompareDataType = 1;
+pub type aclrtCompareDataType = core::ffi::c_uint;
 pub const ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV: aclrtDevFeatureType = 1;
 pub const ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV: aclrtDevFeatureType = 21;
 pub type aclrtDevFeatureType = core::ffi::c_uint;
@@ -2346,6 +2358,46 @@ impl Default for aclmdlRITaskParams {
         }
     }
 }
+pub type aclmdlRICondHandle = *mut core::ffi::c_void;
+pub const ACL_MODEL_RI_COND_HANDLE_ASSIGN_DEFAULT: aclmdlRICondHandleFlag = 1;
+pub type aclmdlRICondHandleFlag = core::ffi::c_uint;
+pub const ACL_MODEL_RI_COND_TYPE_IF: aclmdlRICondTaskType = 0;
+pub const ACL_MODEL_RI_COND_TYPE_WHILE: aclmdlRICondTaskType = 1;
+pub const ACL_MODEL_RI_COND_TYPE_SWITCH: aclmdlRICondTaskType = 2;
+pub type aclmdlRICondTaskType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct tagAclmdlRICondTaskParams {
+    pub handle: aclmdlRICondHandle,
+    pub type_: aclmdlRICondTaskType,
+    pub size: u32,
+    pub modelRIArray: *mut aclmdlRI,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of tagAclmdlRICondTaskParams"]
+        [::std::mem::size_of::<tagAclmdlRICondTaskParams>() - 24usize];
+    ["Alignment of tagAclmdlRICondTaskParams"]
+        [::std::mem::align_of::<tagAclmdlRICondTaskParams>() - 8usize];
+    ["Offset of field: tagAclmdlRICondTaskParams::handle"]
+        [::std::mem::offset_of!(tagAclmdlRICondTaskParams, handle) - 0usize];
+    ["Offset of field: tagAclmdlRICondTaskParams::type_"]
+        [::std::mem::offset_of!(tagAclmdlRICondTaskParams, type_) - 8usize];
+    ["Offset of field: tagAclmdlRICondTaskParams::size"]
+        [::std::mem::offset_of!(tagAclmdlRICondTaskParams, size) - 12usize];
+    ["Offset of field: tagAclmdlRICondTaskParams::modelRIArray"]
+        [::std::mem::offset_of!(tagAclmdlRICondTaskParams, modelRIArray) - 16usize];
+};
+impl Default for tagAclmdlRICondTaskParams {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type aclmdlRICondTaskParams = tagAclmdlRICondTaskParams;
 pub type aclrtMemPool = *mut core::ffi::c_void;
 pub const ACL_RT_MEM_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES: aclrtMemPoolAttr = 1;
 pub const ACL_RT_MEM_POOL_REUSE_ALLOW_OPPORTUNISTIC: aclrtMemPoolAttr = 2;
@@ -2454,6 +2506,17 @@ macro_rules! for_each_acl_function {
                 fn aclrtUnSubscribeReport(threadId: u64, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtLaunchCallback(fn_: $crate::aclrtCallback, userData: *mut core::ffi::c_void, blockType: $crate::aclrtCallbackBlockType, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtProcessReport(timeout: i32) -> $crate::aclError;
+                fn aclrtSwitchStream(leftValue: *mut core::ffi::c_void, cond: $crate::aclrtCondition, rightValue: *mut core::ffi::c_void, dataType: $crate::aclrtCompareDataType, trueStream: $crate::aclrtStream, falseStream: $crate::aclrtStream, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtCreateLabel(label: *mut $crate::aclrtLabel) -> $crate::aclError;
+                fn aclrtSetLabel(label: $crate::aclrtLabel, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtDestroyLabel(label: $crate::aclrtLabel) -> $crate::aclError;
+                fn aclrtCreateLabelList(labels: *mut $crate::aclrtLabel, num: usize, labelList: *mut $crate::aclrtLabelList) -> $crate::aclError;
+                fn aclrtDestroyLabelList(labelList: $crate::aclrtLabelList) -> $crate::aclError;
+                fn aclrtSwitchLabelByIndex(ptr: *mut core::ffi::c_void, maxValue: u32, labelList: $crate::aclrtLabelList, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclmdlRICondHandleCreate(modelRI: $crate::aclmdlRI, defaultLaunchValue: u32, flag: $crate::aclmdlRICondHandleFlag, handle: *mut $crate::aclmdlRICondHandle) -> $crate::aclError;
+                fn aclmdlRICondHandleGetCondPtr(handle: $crate::aclmdlRICondHandle, ptr: *mut *mut u64) -> $crate::aclError;
+                fn aclmdlRIAddCondTask(params: $crate::aclmdlRICondTaskParams, stream: $crate::aclrtStream, flags: u32) -> $crate::aclError;
+                fn aclmdlRICaptureToModelRIBegin(stream: $crate::aclrtStream, modelRI: $crate::aclmdlRI, mode: $crate::aclmdlRICaptureMode) -> $crate::aclError;
             }
             optional {
                 fn aclUpdateDataBuffer(dataBuffer: *mut $crate::aclDataBuffer, data: *mut core::ffi::c_void, size: usize) -> $crate::aclError;

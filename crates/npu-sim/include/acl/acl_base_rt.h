@@ -46,6 +46,10 @@ typedef void *aclrtStream;
 typedef void *aclmdlRITask;
 typedef void *aclrtEvent;
 typedef void *aclrtContext;
+/* Labels mark a place in a bound stream's tasks (aclrtSetLabel); a list of them is what
+ * aclrtSwitchLabelByIndex chooses from. */
+typedef void *aclrtLabel;
+typedef void *aclrtLabelList;
 typedef int aclError;
 typedef uint16_t aclFloat16;
 

@@ -988,6 +988,27 @@ ACL_FUNC_VISIBILITY aclError aclrtGetFuncBySymbol(const void *symbol, aclrtFuncH
 ACL_FUNC_VISIBILITY aclError aclrtFunctionGetBinary(const aclrtFuncHandle funcHandle, aclrtBinHandle *binHandle);
 /* Only streams bound to one built model runtime instance (aclmdlRIBindStream). */
 ACL_FUNC_VISIBILITY aclError aclrtActiveStream(aclrtStream activeStream, aclrtStream stream);
+/* How aclrtSwitchStream compares the two values it reads from device memory when it runs. */
+typedef enum {
+    ACL_RT_EQUAL = 0,
+    ACL_RT_NOT_EQUAL,
+    ACL_RT_GREATER,
+    ACL_RT_GREATER_OR_EQUAL,
+    ACL_RT_LESS,
+    ACL_RT_LESS_OR_EQUAL
+} aclrtCondition;
+
+typedef enum {
+    ACL_RT_SWITCH_INT32 = 0,
+    ACL_RT_SWITCH_INT64 = 1,
+} aclrtCompareDataType;
+
+/* Only streams bound to one built instance: when an execution reaches the task and the
+ * comparison holds, trueStream (bound to the same instance) runs from its first task instead
+ * of the rest of stream's tasks; falseStream is reserved (NULL). */
+ACL_FUNC_VISIBILITY aclError aclrtSwitchStream(void *leftValue, aclrtCondition cond, void *rightValue,
+                                               aclrtCompareDataType dataType, aclrtStream trueStream,
+                                               aclrtStream falseStream, aclrtStream stream);
 ACL_FUNC_VISIBILITY aclError aclrtGetFunctionName(aclrtFuncHandle funcHandle, uint32_t maxLen, char *name);
 /* A kernel's declared parameter list (npusim/kernel.h NPUSIM_KERNEL_PARAMS): none → 107000. */
 ACL_FUNC_VISIBILITY aclError aclrtFunctionGetParamCount(const void *func, size_t *paramCount);
@@ -1813,6 +1834,51 @@ ACL_FUNC_VISIBILITY aclError aclmdlRITaskSetParams(aclmdlRITask task, aclmdlRITa
 /* A disabled task is skipped by the executions queued after the next aclmdlRIUpdate. */
 ACL_FUNC_VISIBILITY aclError aclmdlRIUpdate(aclmdlRI modelRI);
 ACL_FUNC_VISIBILITY aclError aclmdlRITaskDisable(aclmdlRITask task);
+/* Labels (at most 65535 in the process): aclrtSetLabel marks the place of the next task of a
+ * stream bound to a built instance; aclrtSwitchLabelByIndex, on such a stream, reads a uint32
+ * index from device memory when an execution reaches it and goes on from the label at that
+ * index of the list (past its end: the last), the rest of its own stream's tasks skipped. */
+ACL_FUNC_VISIBILITY aclError aclrtCreateLabel(aclrtLabel *label);
+ACL_FUNC_VISIBILITY aclError aclrtSetLabel(aclrtLabel label, aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtDestroyLabel(aclrtLabel label);
+ACL_FUNC_VISIBILITY aclError aclrtCreateLabelList(aclrtLabel *labels, size_t num, aclrtLabelList *labelList);
+ACL_FUNC_VISIBILITY aclError aclrtDestroyLabelList(aclrtLabelList labelList);
+ACL_FUNC_VISIBILITY aclError aclrtSwitchLabelByIndex(void *ptr, uint32_t maxValue, aclrtLabelList labelList,
+                                                     aclrtStream stream);
+
+/* Conditional tasks of a captured instance (experimental in CANN): a condition handle owns an
+ * 8-byte word of device memory (set to defaultLaunchValue when its instance starts running
+ * if ASSIGN_DEFAULT); a conditional task reads it when it runs: IF runs its first branch when
+ * it is non-zero (else the second, if any), WHILE runs its branch while it is non-zero,
+ * SWITCH runs the branch it indexes (none past the end). The branches are instances the task
+ * creates, each captured with aclmdlRICaptureToModelRIBegin. */
+typedef void *aclmdlRICondHandle;
+
+typedef enum {
+    ACL_MODEL_RI_COND_HANDLE_ASSIGN_DEFAULT = 1,
+} aclmdlRICondHandleFlag;
+
+typedef enum {
+    ACL_MODEL_RI_COND_TYPE_IF = 0,
+    ACL_MODEL_RI_COND_TYPE_WHILE = 1,
+    ACL_MODEL_RI_COND_TYPE_SWITCH = 2,
+} aclmdlRICondTaskType;
+
+typedef struct tagAclmdlRICondTaskParams {
+    aclmdlRICondHandle handle;
+    aclmdlRICondTaskType type;
+    uint32_t size;          /* branches: 1 or 2 for IF, 1 for WHILE, at least 1 for SWITCH */
+    aclmdlRI *modelRIArray; /* receives the branches' instances */
+} aclmdlRICondTaskParams;
+
+ACL_FUNC_VISIBILITY aclError aclmdlRICondHandleCreate(aclmdlRI modelRI, uint32_t defaultLaunchValue,
+                                                      aclmdlRICondHandleFlag flag, aclmdlRICondHandle *handle);
+ACL_FUNC_VISIBILITY aclError aclmdlRICondHandleGetCondPtr(aclmdlRICondHandle handle, uint64_t **ptr);
+ACL_FUNC_VISIBILITY aclError aclmdlRIAddCondTask(aclmdlRICondTaskParams params, aclrtStream stream, uint32_t flags);
+/* Captures the stream's tasks into a branch aclmdlRIAddCondTask created, until
+ * aclmdlRICaptureEnd; a branch is destroyed with its instance, not by aclmdlRIDestroy. */
+ACL_FUNC_VISIBILITY aclError aclmdlRICaptureToModelRIBegin(aclrtStream stream, aclmdlRI modelRI,
+                                                           aclmdlRICaptureMode mode);
 /* Built instances only (a captured one: 207000); the tasks not started are dropped. */
 ACL_FUNC_VISIBILITY aclError aclmdlRIAbort(aclmdlRI modelRI);
 /* Attach data to the task the calling thread submitted last, while it is being captured (op

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use npu_sys::*;
 
-use super::model_ri::{discard, own_stream};
+use super::model_ri::{destroy_own_stream, discard, own_stream};
 use crate::capture::{self, Capture};
 use crate::context;
 use crate::error::{ensure, fail, guard, non_null, write_out};
@@ -137,7 +137,15 @@ pub unsafe extern "C" fn aclmdlRICaptureEnd(
             model.adopt_streams(|| own_stream(sim, &ctx, ACL_STREAM_PERSISTENT))
         });
         if let Err(error) = outcome {
-            discard(sim, model);
+            match model.branch.load(std::sync::atomic::Ordering::Acquire) {
+                // Its conditional task still names it.
+                true => {
+                    for own in model.reset_branch() {
+                        destroy_own_stream(sim, model, &own);
+                    }
+                }
+                false => discard(sim, model),
+            }
             return Err(error);
         }
         write_out(modelRI, "modelRI", handle::to_ptr(model.handle))

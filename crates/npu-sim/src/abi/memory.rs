@@ -253,6 +253,11 @@ fn free_device(sim: &Sim, ptr: *mut c_void) -> Res<()> {
         ACL_ERROR_RT_MEMORY_FREE,
         "{ptr:p} belongs to a memory pool: return it with aclrtMemPoolFreeAsync"
     );
+    ensure!(
+        !super::cond_task::is_cond_word(sim, ptr as usize),
+        ACL_ERROR_RT_MEMORY_FREE,
+        "{ptr:p} is the word of a condition handle: it is freed with its model runtime instance"
+    );
     let managed = super::managed::is_managed(sim, ptr as usize)
         .then(|| sim.memory.allocation_of(ptr as usize))
         .flatten();

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use npu_sys::*;
 
 use super::model_ri::{check_same_context, model};
+use super::value::check_word;
 use crate::context;
+use crate::control_flow::Comparison;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle;
 use crate::model_ri::{ModelRi, Step};
@@ -171,9 +173,70 @@ pub unsafe extern "C" fn aclrtActiveStream(
     })
 }
 
+/// Adds to a bound stream's tasks a switch to `trueStream` (bound to the same built
+/// instance): when an execution reaches it, it compares the values at `leftValue` and
+/// `rightValue` (int32 or int64 device memory of the stream's device, aligned to their size,
+/// else 107000) and, if `cond` holds, runs `trueStream` from its first task instead of the
+/// rest of this stream's. NULL values or `trueStream`, a `falseStream` (reserved: NULL), or a
+/// condition or type outside their enums → 100000; either stream not bound to a built
+/// instance, or the two bound to different ones → 107005; its tasks complete → 107000.
+///
+/// # Safety
+/// No preconditions; the values are only read by the device when the switch runs.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtSwitchStream(
+    leftValue: *mut std::ffi::c_void,
+    cond: aclrtCondition,
+    rightValue: *mut std::ffi::c_void,
+    dataType: aclrtCompareDataType,
+    trueStream: aclrtStream,
+    falseStream: aclrtStream,
+    stream: aclrtStream,
+) -> aclError {
+    guard("aclrtSwitchStream", || {
+        non_null(leftValue, "leftValue")?;
+        non_null(rightValue, "rightValue")?;
+        let comparison = Comparison::new(cond, dataType)?;
+        non_null(trueStream, "trueStream")?;
+        ensure!(
+            falseStream.is_null(),
+            ACL_ERROR_INVALID_PARAM,
+            "falseStream is reserved and must be NULL"
+        );
+        let sim = sim()?;
+        let (_, target) = context::owned_stream(sim, trueStream)?;
+        let stream = context::submit_stream(sim, stream)?;
+        let model = bound_model(&stream, "stream")?;
+        let target_model = bound_model(&target, "trueStream")?;
+        ensure!(
+            Arc::ptr_eq(&model, &target_model),
+            ACL_ERROR_RT_STREAM_MODEL,
+            "trueStream {} is bound to model runtime instance {}, stream {} to {}",
+            target.id,
+            target_model.id,
+            stream.id,
+            model.id
+        );
+        model.check_accepts(&stream)?;
+        let width = comparison.width();
+        check_word(leftValue as usize, width, stream.device.id, "leftValue")?;
+        check_word(rightValue as usize, width, stream.device.id, "rightValue")?;
+        model.push(
+            &stream,
+            Step::SwitchStream {
+                left: leftValue as usize,
+                right: rightValue as usize,
+                comparison,
+                target: target.id,
+            },
+        );
+        Ok(())
+    })
+}
+
 /// The built instance `stream` (the argument `what`) is bound to (none →
 /// ACL_ERROR_RT_STREAM_MODEL).
-fn bound_model(stream: &Stream, what: &str) -> Res<Arc<ModelRi>> {
+pub(super) fn bound_model(stream: &Stream, what: &str) -> Res<Arc<ModelRi>> {
     match stream.bound_model() {
         Some(model) => Ok(model),
         None => fail!(

@@ -41,6 +41,28 @@ pub(super) fn complete_model(model_ri: aclmdlRI, what: &str) -> Res<Arc<ModelRi>
     Ok(model)
 }
 
+/// An instance that executes and is destroyed on its own: not a branch of a conditional task
+/// (207000: it runs, and is destroyed, with its instance), complete, and with no branch
+/// being captured (107026).
+fn root_model(model_ri: aclmdlRI, what: &str) -> Res<Arc<ModelRi>> {
+    let model = model(model_ri)?;
+    ensure!(
+        !model.branch.load(std::sync::atomic::Ordering::Acquire),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "model runtime instance {} is a branch of a conditional task: it runs, and is destroyed, with the instance holding the task, not {what}",
+        model.id
+    );
+    let model = complete_model(model_ri, what)?;
+    if let Some(branch) = model.capturing_branch() {
+        fail!(
+            ACL_ERROR_RT_MODEL_CAPTURED,
+            "branch {branch} of model runtime instance {} is still being captured: {what} needs aclmdlRICaptureEnd on it first",
+            model.id
+        );
+    }
+    Ok(model)
+}
+
 /// A stream an instance owns (its execution stream, its model streams), in its context.
 pub(super) fn own_stream(sim: &Sim, ctx: &Context, flags: u32) -> Res<Arc<Stream>> {
     ctx.create_stream(sim, 0, flags)
@@ -50,6 +72,11 @@ pub(super) fn own_stream(sim: &Sim, ctx: &Context, flags: u32) -> Res<Arc<Stream
 /// owns. A destroy calls it once [`ModelRi::retire`] has decided that this call destroys it.
 pub(super) fn discard(sim: &Sim, model: &ModelRi) {
     sim.models.remove(model.handle);
+    let (cond_handles, branches) = model.take_dependents();
+    super::cond_task::free_words(sim, cond_handles);
+    for branch in branches {
+        discard(sim, &branch);
+    }
     for handle in model.take_task_handles() {
         sim.model_tasks.remove(handle);
     }
@@ -58,10 +85,15 @@ pub(super) fn discard(sim: &Sim, model: &ModelRi) {
     }
     model.unbind_all();
     for stream in model.take_own_streams() {
-        stream.destroy(sim, false);
-        if let Some(ctx) = sim.contexts.get(model.ctx) {
-            ctx.remove_stream(stream.handle);
-        }
+        destroy_own_stream(sim, model, &stream);
+    }
+}
+
+/// Destroys a stream the instance created.
+pub(super) fn destroy_own_stream(sim: &Sim, model: &ModelRi, stream: &Stream) {
+    stream.destroy(sim, false);
+    if let Some(ctx) = sim.contexts.get(model.ctx) {
+        ctx.remove_stream(stream.handle);
     }
 }
 
@@ -86,7 +118,7 @@ pub(super) fn check_same_context(model: &ModelRi, stream: &Stream) -> Res<()> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtStream) -> aclError {
     guard("aclmdlRIExecuteAsync", || {
-        let model = complete_model(modelRI, "an execution")?;
+        let model = root_model(modelRI, "an execution")?;
         let stream = context::submit_stream(sim()?, stream)?;
         check_same_context(&model, &stream)?;
         stream.check_not_captured("executing a model runtime instance on it")?;
@@ -102,7 +134,7 @@ pub unsafe extern "C" fn aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtSt
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclmdlRIDestroy(modelRI: aclmdlRI) -> aclError {
     guard("aclmdlRIDestroy", || {
-        let model = complete_model(modelRI, "destroying it")?;
+        let model = root_model(modelRI, "destroying it")?;
         let sim = sim()?;
         model.retire()?;
         discard(sim, &model);
@@ -318,7 +350,7 @@ pub unsafe extern "C" fn aclmdlRIDestroyUnregisterCallback(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclmdlRIExecute(modelRI: aclmdlRI, timeout: i32) -> aclError {
     guard("aclmdlRIExecute", || {
-        let model = complete_model(modelRI, "an execution")?;
+        let model = root_model(modelRI, "an execution")?;
         let deadline = deadline(timeout, ACL_ERROR_RT_PARAM_INVALID)?;
         let sim = sim()?;
         let ctx = context::current(sim)?;

@@ -148,7 +148,7 @@ fn described(captured: &Captured, group: aclrtTaskGrp) -> Res<aclmdlRITaskParams
                 flag: cmp.flag(),
             };
         }
-        Step::Run(_) | Step::Activate(_) => {}
+        _ => {}
     }
     Ok(out)
 }
@@ -193,7 +193,7 @@ fn new_op(
             // SAFETY: as above; a VALUE_WRITE task's parameters are valueWriteTaskParams.
             let write = unsafe { union.valueWriteTaskParams };
             non_null(write.devAddr, "devAddr")?;
-            check_word(write.devAddr as usize, device)?;
+            check_word(write.devAddr as usize, 8, device, "devAddr")?;
             Op::ValueWrite {
                 dst: write.devAddr as usize,
                 value: write.value,
@@ -210,7 +210,7 @@ fn new_op(
                     wait.flag
                 );
             };
-            check_word(wait.devAddr as usize, device)?;
+            check_word(wait.devAddr as usize, 8, device, "devAddr")?;
             Op::ValueWait {
                 src: wait.devAddr as usize,
                 value: wait.value,

@@ -13,24 +13,25 @@ use crate::task::{Compare, Op, Task};
 /// to be an 8-byte aligned word of device memory of the stream's device.
 fn submit_on_word(addr: usize, stream: aclrtStream, op: impl FnOnce(usize) -> Op) -> Res<()> {
     let stream = context::submit_stream(sim()?, stream)?;
-    check_word(addr, stream.device.id)?;
+    check_word(addr, 8, stream.device.id, "devAddr")?;
     stream.submit(Task::new(op(addr)))
 }
 
-/// The 64-bit word at `addr` is 8-byte aligned device memory of `device` (else 107000).
-pub(super) fn check_word(addr: usize, device: i32) -> Res<()> {
+/// The `width`-byte word at `addr` (the argument `what`) is device memory of `device`,
+/// aligned to its width (else 107000).
+pub(super) fn check_word(addr: usize, width: usize, device: i32, what: &str) -> Res<()> {
     ensure!(
-        addr % 8 == 0,
+        addr % width == 0,
         ACL_ERROR_RT_PARAM_INVALID,
-        "devAddr {addr:#x} is not 8-byte aligned"
+        "{what} {addr:#x} is not {width}-byte aligned"
     );
     let located = sim()?.memory.locate(addr);
     ensure!(
         located.class == PtrClass::Device(device),
         ACL_ERROR_RT_PARAM_INVALID,
-        "devAddr {addr:#x} is not device memory of device {device}"
+        "{what} {addr:#x} is not device memory of device {device}"
     );
-    located.check_range(addr, 8, "devAddr").map(drop)
+    located.check_range(addr, width, what).map(drop)
 }
 
 /// Queues a store of `value` to the 8-byte aligned 64-bit word at `devAddr` (device memory of

@@ -32,6 +32,7 @@ mod capture;
 mod destroy;
 mod doom;
 mod failure;
+mod program;
 mod ready;
 mod retire;
 mod self_wait;

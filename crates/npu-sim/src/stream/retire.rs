@@ -33,6 +33,20 @@ impl Stream {
     }
 
     pub(super) fn retire(&self, mut task: Task, retired: Retired) {
+        self.settle(&task, retired);
+        self.begin(task.position);
+        // Whoever sees the wait finished sees it gone from its event's pending waits.
+        drop(task.wait_ticket.take());
+        let finished = self.finished.fetch_add(1, Ordering::AcqRel) + 1;
+        // Dropping the task may release a kernel library or staged data: outside every lock.
+        drop(task);
+        self.bell.ring_through(finished);
+    }
+
+    /// Records how a task left the stream (its errors, its record, its trace) without
+    /// counting it finished: a program's tasks are settled one by one as it runs them, and
+    /// the program is counted once, when it ends.
+    pub(super) fn settle(&self, task: &Task, retired: Retired) {
         if matches!(task.op, Op::Callback { block: true, .. }) {
             self.block_callback_ran(task.position);
         }
@@ -64,12 +78,12 @@ impl Stream {
                 // Before the task counts as finished: whoever sees it finished sees the stop
                 // and the exception callbacks have run.
                 if let Some(error) = &failure {
-                    crate::exception::raise(self, &task, error);
+                    crate::exception::raise(self, task, error);
                 }
                 if let Some(code) = stop {
                     self.health.stop(code);
                 }
-                trace::record_task(self.device.id, self.id, &task, start_ns, end_ns);
+                trace::record_task(self.device.id, self.id, task, start_ns, end_ns);
             }
             Retired::Abandoned => {
                 if let Op::Record(record) = &task.op {
@@ -77,12 +91,5 @@ impl Stream {
                 }
             }
         }
-        self.begin(task.position);
-        // Whoever sees the wait finished sees it gone from its event's pending waits.
-        drop(task.wait_ticket.take());
-        let finished = self.finished.fetch_add(1, Ordering::AcqRel) + 1;
-        // Dropping the task may release a kernel library or staged data: outside every lock.
-        drop(task);
-        self.bell.ring_through(finished);
     }
 }

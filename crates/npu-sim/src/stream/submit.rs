@@ -138,6 +138,7 @@ impl Stream {
         task.position = position;
         match &task.op {
             Op::Record(record) => record.place(position),
+            Op::Program(program) => program.records.iter().for_each(|r| r.place(position)),
             Op::Wait { record, .. } => {
                 let waited = state.waited.entry(record.stream().handle).or_default();
                 *waited = (*waited).max(record.position());

@@ -38,7 +38,7 @@ impl Stream {
     /// at once, so a task that started after it would touch memory its program freed on
     /// seeing it. Returns whether the task may start; a task that may not waits again, and
     /// gives up there if the doom discards the stream's work.
-    fn start_running(&self) -> bool {
+    pub(super) fn start_running(&self) -> bool {
         self.running.store(true, Ordering::SeqCst);
         if self.doom().is_none() {
             return true;
@@ -141,7 +141,9 @@ impl Stream {
             | Op::SharedWait { .. }
             | Op::NotifyWait { .. }
             | Op::ValueWait { .. }
-            | Op::ProfMarker(_) => Ok(()),
+            | Op::ProfMarker(_)
+            // Run by run_program, never performed whole.
+            | Op::Program(_) => Ok(()),
             Op::Copy { .. }
             | Op::Memset { .. }
             | Op::Kernel(_)
@@ -164,21 +166,34 @@ impl Stream {
     }
 
     fn execute(&self, sim: &Sim, mut task: Task) {
+        if let Op::Program(program) = &task.op {
+            let program = program.clone();
+            return self.run_program(sim, task, &program);
+        }
+        match self.run_task(sim, &mut task) {
+            Some(retired) => self.retire(task, retired),
+            None => self.give_up(task),
+        }
+    }
+
+    /// Runs a task: waits until it may start, does its work and paces it to the timing
+    /// model. Returns how it left the stream, or `None` if the stream gives up on it.
+    pub(super) fn run_task(&self, sim: &Sim, task: &mut Task) -> Option<Retired> {
         if self.discarding().is_some() || task.is_aborted() {
-            return self.retire(task, Retired::Abandoned);
+            return Some(Retired::Abandoned);
         }
         // Only work that touches memory holds back the report of a doom: a task that waits
         // (an event, a notify, a value) gives up as soon as the stream is doomed, and a host
         // function, which may wait for the program itself, does not hold it back either
         // (docs/simulator.md, aclrtStreamStop).
         let (ready_ns, failure) = loop {
-            match self.wait_ready(sim, &task) {
+            match self.wait_ready(sim, task) {
                 // An abort while it waited: it does not start.
-                Ok(_) if task.is_aborted() => return self.retire(task, Retired::Abandoned),
+                Ok(_) if task.is_aborted() => return Some(Retired::Abandoned),
                 // Stopped as it was about to start: it waits again, as a stopped task does.
                 Ok(_) if task.touches_memory() && !self.start_running() => continue,
                 Ok(ready_ns) => break (ready_ns, None),
-                Err(None) => return self.give_up(task),
+                Err(None) => return None,
                 Err(Some(error)) => {
                     if task.touches_memory() {
                         self.running.store(true, Ordering::SeqCst);
@@ -201,7 +216,7 @@ impl Stream {
         };
         let result = match failure {
             Some(error) => Err(Some(error)),
-            None => crate::error::contain(|| self.perform(sim, &task)).unwrap_or_else(|_| {
+            None => crate::error::contain(|| self.perform(sim, task)).unwrap_or_else(|_| {
                 Err(Some(SimError::new(
                     ACL_ERROR_RT_INTERNAL_ERROR,
                     "a task panicked in the simulator",
@@ -210,7 +225,7 @@ impl Stream {
         };
         let error = match result {
             Ok(()) => None,
-            Err(None) => return self.give_up(task),
+            Err(None) => return None,
             Err(Some(error)) => Some(error),
         };
         // The device stops a kernel at the execute timeout; only a timing model gives a kernel
@@ -230,16 +245,13 @@ impl Stream {
             None => (self.device.clock.now_ns(), error),
         };
         if timing.is_some() && self.pace_to(self.device.clock.instant_of(end_ns)) {
-            return self.retire(task, Retired::Abandoned);
+            return Some(Retired::Abandoned);
         }
-        self.retire(
-            task,
-            Retired::Completed {
-                start_ns,
-                end_ns,
-                error,
-            },
-        );
+        Some(Retired::Completed {
+            start_ns,
+            end_ns,
+            error,
+        })
     }
 
     /// Waits until `deadline`, a task's simulated end; returns whether the stream discards
