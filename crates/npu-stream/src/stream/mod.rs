@@ -434,6 +434,7 @@ impl Stream {
                 span.with_subscriber(|(id, dispatch)| dispatch.exit(id));
             });
         }
+        let mut panicked = None;
         let outcome = (|| {
             if let Err(err) = self.context().bind() {
                 return Err(Submission::Rejected(completer, err));
@@ -453,8 +454,30 @@ impl Stream {
                     Error::Aborted { api: op.api },
                 ));
             }
-            if let Err(err) = call(&mut value, self.shared.handle) {
-                return Err(Submission::Rejected(completer, err));
+            // The call runs user code too: the buffers' `Memory::context`, `addr`, `len` and
+            // `MemoryMut::addr_mut`, the kernel arguments' `KernelArg::pack`. Unwinding from
+            // here would drop the completer uncompleted, leaking every buffer whose use was
+            // recorded above for good. That code runs before the ACL call in every
+            // operation, but nothing here can tell for certain whether the runtime accepted
+            // the work first, so the operation is handed to the sentinel as one that could
+            // not be watched: it fails once the stream has run everything queued so far, or
+            // can never run it, and its value is released after that. The panic is resumed
+            // once the operation (and with it the value) is in the sentinel's hands.
+            let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                call(&mut value, self.shared.handle)
+            }));
+            match called {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => return Err(Submission::Rejected(completer, err)),
+                Err(payload) => {
+                    panicked = Some(payload);
+                    let rule = "a Memory or KernelArg implementation panicked while it was \
+                                submitted";
+                    return Err(Submission::Unwatched(Unwatched {
+                        completer,
+                        error: Error::invalid(caller.0, "self", rule),
+                    }));
+                }
             }
             op.seq = self.shared.watched.fetch_add(1, Ordering::AcqRel) + 1;
             self.shared
@@ -478,7 +501,13 @@ impl Stream {
                 sentinel::drain(self.shared.clone(), unwatched.completer, error);
             }
         }
-        Op::new(completion, value, span)
+        let op = Op::new(completion, value, span);
+        if let Some(payload) = panicked {
+            // Dropping the operation defers its value until the drain completes it.
+            drop(op);
+            std::panic::resume_unwind(payload);
+        }
+        op
     }
 }
 
