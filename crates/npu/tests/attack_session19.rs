@@ -1,6 +1,8 @@
 //! Attacks of the nineteenth session's helper, through the `npu` facade: user code of the
 //! public memory traits (`Memory::context`, `addr`, `len`, `MemoryMut::addr_mut`) panicking at
-//! every call npu-rs makes into it during a submission, not only in `record_use`.
+//! every call npu-rs makes into it during a submission, not only in `record_use`; the drain
+//! such a submission now hands its operation to, behind held work, an abort and a stop; and a
+//! value whose drop panics on the reaper.
 //!
 //! Each test names the promise it attacks. The simulator's hold gate and live counters are
 //! process-wide, so every test takes the file's device lock; every wait is bounded, so a hang
@@ -262,6 +264,130 @@ fn a_memory_panicking_at_any_call_of_a_submission_leaks_nothing() {
                 }
                 assert!(calls < 64, "{name}: the wire went off at every call");
             }
+        }
+    }
+}
+
+/// Device memory whose drop panics after its buffer is released: a user implementation of the
+/// public memory traits whose `Drop` is as hostile as it may be.
+struct PanicOnDrop(Option<DeviceBuffer<u32>>);
+
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        drop(self.0.take());
+        panic!("a user Memory panicked when dropped");
+    }
+}
+
+// SAFETY: every method answers for the wrapped buffer, which it holds until dropped.
+unsafe impl Memory for PanicOnDrop {
+    type Elem = u32;
+    fn context(&self) -> &Context {
+        self.0.as_ref().unwrap().context()
+    }
+    fn addr(&self) -> *const std::ffi::c_void {
+        self.0.as_ref().unwrap().addr()
+    }
+    fn len(&self) -> usize {
+        self.0.as_ref().unwrap().len()
+    }
+    fn record_use(&self, completion: &Completion) {
+        Memory::record_use(self.0.as_ref().unwrap(), completion)
+    }
+}
+
+// SAFETY: as above.
+unsafe impl MemoryMut for PanicOnDrop {
+    fn addr_mut(&mut self) -> *mut std::ffi::c_void {
+        self.0.as_mut().unwrap().addr_mut()
+    }
+}
+
+// SAFETY: the wrapped buffer is device memory.
+unsafe impl DeviceSlice for PanicOnDrop {}
+
+/// Rule 6 for the values of dropped operations: a value whose drop panics, dropped by the
+/// reaper once the device is done, harms nothing else. The operation's other buffer (dropped
+/// with it) is released, the reaper runs later releases, and a pool block dropped in flight
+/// after it returns to its pool.
+#[test]
+fn a_value_panicking_when_dropped_on_the_reaper_harms_no_other_release() {
+    let (_guard, ctx, _) = exclusive(None);
+    let pool = PinnedPool::new(&ctx);
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let before = live(&ctx);
+        let held = npu::sim::hold(&ctx.device()).unwrap();
+        let src = DeviceBuffer::from_host_blocking(&ctx, &[6u32; 16]).unwrap();
+        let dst = PanicOnDrop(Some(DeviceBuffer::<u32>::new(&ctx, 16).unwrap()));
+        let hostile = s.copy_d2d(src, dst);
+        let block = run(pool.alloc::<u32>(16)).unwrap();
+        let later = s.copy_d2h(DeviceBuffer::<u32>::new(&ctx, 16).unwrap(), block);
+        let done = [hostile.completion().clone(), later.completion().clone()];
+        drop((hostile, later));
+        assert!(!done[0].is_complete(), "{strategy:?}: the device is held");
+        held.release().unwrap();
+        all_completed(&done);
+        until_released(
+            &format!("{strategy:?}: both copies' buffers are freed after the panicking drop"),
+            // The pool keeps its returned block cached: its host allocation stays live.
+            || live(&ctx).0 == before.0 && pool.stats().allocated == 0,
+        );
+        let filled = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 3)).unwrap();
+        assert_eq!(filled.to_vec_blocking().unwrap(), [3; 8], "{strategy:?}");
+    }
+}
+
+/// The drain that a panicking submission now hands its operation to, attacked: behind held
+/// work the operation's buffers stay allocated (it may not be known whether the runtime
+/// accepted it), an abort or a stop of the stream resolves the drain, everything is released,
+/// and the stream works again.
+#[test]
+fn a_submission_that_panicked_behind_held_work_resolves_with_an_abort_or_a_stop() {
+    let (_guard, ctx, _) = exclusive(None);
+    for strategy in STRATEGIES {
+        for stop in [false, true] {
+            let what = format!("{strategy:?}, stop={stop}");
+            let s = stream(&ctx, strategy);
+            let before = live(&ctx);
+            let held = npu::sim::hold(&ctx.device()).unwrap();
+            let queued = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+            let wire = Tripwire::new(2);
+            let src = PinnedBuffer::from_slice(&ctx, &[1u32; 16]).unwrap();
+            let dst = trapped(DeviceBuffer::<u32>::new(&ctx, 16).unwrap(), &wire);
+            let panicked = catch_unwind(AssertUnwindSafe(|| drop(s.copy_h2d(src, dst))));
+            assert!(
+                panicked.is_err() && wire.tripped(),
+                "{what}: the wire went off"
+            );
+            npu::sim::flush_releases();
+            assert_ne!(
+                live(&ctx),
+                before,
+                "{what}: nothing is released under held work"
+            );
+            if stop {
+                s.stop().unwrap();
+                held.release().unwrap();
+            } else {
+                let abort = s.abort();
+                held.release().unwrap();
+                run(abort).unwrap();
+            }
+            let outcome = run(queued);
+            assert!(
+                outcome.is_ok() || stop || outcome.as_ref().is_err_and(|e| e.is_aborted()),
+                "{what}: {outcome:?}"
+            );
+            drop(outcome);
+            until_released(&format!("{what}: everything is released"), || {
+                live(&ctx) == before
+            });
+            if stop {
+                run(s.abort()).unwrap();
+            }
+            let filled = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 5)).unwrap();
+            assert_eq!(filled.to_vec_blocking().unwrap(), [5; 8], "{what}");
         }
     }
 }
