@@ -833,6 +833,23 @@ fn a_captured_pipeline_replays_in_c_and_cxx() {
     }
 }
 
+/// Labels, stream switches and conditional tasks, written as a CANN program (C and C++):
+/// each execution takes the path the values in device memory choose.
+#[test]
+fn control_flow_takes_the_path_device_memory_chooses_in_c_and_cxx() {
+    let expected = "label 0: 7\n\
+         label 1: 9\n\
+         label 2: 9\n\
+         stream switch taken: 9\n\
+         run 0: if 1, while 3, switch 10\n\
+         run 1: if 2, while 3, switch 30\n\
+         run 2: if 1, while 3, switch 0\n\
+         control flow ok\n";
+    for lang in [Lang::C, Lang::Cxx] {
+        assert_eq!(run(&compile_as("control_flow", lang, &[])), expected);
+    }
+}
+
 #[test]
 fn ipc_memory_notifies_and_events_are_shared_with_a_spawned_process_in_c() {
     let stdout = run(&compile("ipc_flow", &[]));

@@ -561,6 +561,37 @@ fn a_switch_reading_freed_memory_fails_its_execution() {
     }
 }
 
+/// A switch to a label set nowhere in the instance fails the execution where it stands,
+/// once, and the stream goes on.
+#[test]
+fn a_switch_to_a_label_never_set_fails_its_execution() {
+    install();
+    set_device(0);
+    let head = persistent_stream();
+    let (index, mark) = (zeroed(4), zeroed(4));
+    let model = build_on(head);
+    let nowhere = label();
+    let list = label_list(&[nowhere]);
+    acl!(aclrtSwitchLabelByIndex(index, 1, list, head));
+    add_one(head, mark);
+    build_end(model);
+    let exec = create_stream();
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    assert_eq!(
+        code!(aclrtSynchronizeStream(exec)),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    assert!(recent_message().contains("is not set in this instance"));
+    acl!(aclrtSynchronizeStream(exec));
+    assert_eq!(read_u32(mark), 0);
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyLabelList(list));
+    acl!(aclrtDestroyLabel(nowhere));
+    for stream in [head, exec] {
+        acl!(aclrtDestroyStream(stream));
+    }
+}
+
 /// Branches live and die with their instance: they are not destroyed or executed on their
 /// own, the condition word is the runtime's to free, and once the instance is destroyed
 /// its handles are stale.
