@@ -731,8 +731,14 @@ impl ModelRi {
         let _queueing = Queueing::begin(self)?;
         let aborted = lock(&self.aborted).clone();
         if self.has_branches() {
-            let program = self.program(stream);
-            return self.queue(stream, Op::Program(Arc::new(program)), &aborted, None);
+            let program = Arc::new(self.program(stream));
+            let queued = self.queue(stream, Op::Program(program.clone()), &aborted, None);
+            if let Err(error) = &queued {
+                // Its records were made current as it was built: they will never run, and a
+                // wait for one must not wait for ever.
+                program.records.iter().for_each(|r| r.discard(error.code));
+            }
+            return queued;
         }
         let steps = self.execution_steps();
         let mut fresh = Fresh::default();
