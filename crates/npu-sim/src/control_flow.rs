@@ -183,6 +183,26 @@ impl Comparison {
     }
 }
 
+/// A switch on a stream of a built instance: where the execution goes on, chosen from
+/// device memory when it runs.
+#[derive(Clone)]
+pub(crate) enum Switch {
+    /// aclrtSwitchLabelByIndex: the uint32 at `index` chooses among `targets` (past the end:
+    /// the last), and the tasks go on from that label, the rest of this stream's skipped.
+    Label {
+        index: usize,
+        targets: Vec<Arc<Label>>,
+    },
+    /// aclrtSwitchStream: when the comparison of the values at `left` and `right` holds, the
+    /// stream with id `target` runs from its first task instead of the rest of this one.
+    Stream {
+        left: usize,
+        right: usize,
+        comparison: Comparison,
+        target: i32,
+    },
+}
+
 /// What a program does at one place of a stream's (or a branch's) tasks.
 pub(crate) enum Node {
     /// Runs a task (its fields updated from the patch slot as it starts).
@@ -191,20 +211,8 @@ pub(crate) enum Node {
     Pass,
     /// aclrtActiveStream: the stream runs its tasks here.
     Activate(i32),
-    /// aclrtSwitchLabelByIndex: the uint32 at `index` chooses among `targets` (past the
-    /// end: the last), and the tasks go on from there.
-    SwitchLabel {
-        index: usize,
-        targets: Vec<Arc<Label>>,
-    },
-    /// aclrtSwitchStream: when the comparison holds, stream `target` runs from its first
-    /// task instead of the rest of this one.
-    SwitchStream {
-        left: usize,
-        right: usize,
-        comparison: Comparison,
-        target: i32,
-    },
+    /// A label or stream switch.
+    Switch(Switch),
     /// A conditional task: the value of the word at `word` chooses the branch.
     Cond {
         word: usize,
@@ -248,8 +256,5 @@ impl Program {
 
 /// Whether a step needs a program: it chooses what runs after it.
 pub(crate) fn is_branch(step: &Step) -> bool {
-    matches!(
-        step,
-        Step::SwitchLabel { .. } | Step::SwitchStream { .. } | Step::Cond { .. }
-    )
+    matches!(step, Step::Switch(_) | Step::Cond { .. })
 }

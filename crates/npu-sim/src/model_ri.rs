@@ -8,9 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use npu_sys::*;
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::control_flow::{
-    Body, Comparison, CondHandle, CondKind, Label, Node, Program, is_branch,
-};
+use crate::control_flow::{Body, CondHandle, CondKind, Node, Program, Switch, is_branch};
 use crate::device::Device;
 use crate::error::{Res, ensure, fail};
 use crate::event::{Event, Record};
@@ -37,20 +35,9 @@ pub(crate) enum Step {
     Activate(i32),
     /// aclrtSetLabel: the label's place (it does nothing when it runs).
     Label,
-    /// aclrtSwitchLabelByIndex: the uint32 at `index` chooses the label the execution goes
-    /// on from among `targets` (past the end: the last).
-    SwitchLabel {
-        index: usize,
-        targets: Vec<Arc<Label>>,
-    },
-    /// aclrtSwitchStream: when the comparison of the values at `left` and `right` holds,
-    /// the stream with id `target` runs instead of the rest of this one.
-    SwitchStream {
-        left: usize,
-        right: usize,
-        comparison: Comparison,
-        target: i32,
-    },
+    /// aclrtSwitchLabelByIndex, aclrtSwitchStream: the execution goes on where the switch
+    /// chooses when it runs.
+    Switch(Switch),
     /// aclmdlRIAddCondTask: the handle's word chooses which branch runs (instances of their
     /// own, captured with aclmdlRICaptureToModelRIBegin).
     Cond {
@@ -68,10 +55,12 @@ impl Step {
             Step::WaitFor(_) => ("event", "wait (external)".to_owned()),
             Step::Activate(id) => ("stream", format!("activate stream {id}")),
             Step::Label => ("label", "set".to_owned()),
-            Step::SwitchLabel { targets, .. } => {
+            Step::Switch(Switch::Label { targets, .. }) => {
                 ("label", format!("switch by index among {}", targets.len()))
             }
-            Step::SwitchStream { target, .. } => ("stream", format!("switch to stream {target}")),
+            Step::Switch(Switch::Stream { target, .. }) => {
+                ("stream", format!("switch to stream {target}"))
+            }
             Step::Cond { kind, branches, .. } => (
                 "condition",
                 format!("{kind:?} of {} branches", branches.len()).to_lowercase(),
@@ -1026,18 +1015,7 @@ fn node(stream: &Arc<Stream>, task: Captured, fresh: &mut Fresh) -> Node {
             None => Node::Pass,
         },
         Step::Activate(id) => Node::Activate(id),
-        Step::SwitchLabel { index, targets } => Node::SwitchLabel { index, targets },
-        Step::SwitchStream {
-            left,
-            right,
-            comparison,
-            target,
-        } => Node::SwitchStream {
-            left,
-            right,
-            comparison,
-            target,
-        },
+        Step::Switch(switch) => Node::Switch(switch),
         Step::Cond {
             handle,
             kind,

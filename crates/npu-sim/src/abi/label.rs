@@ -8,7 +8,7 @@ use npu_sys::*;
 use super::model_build::bound_model;
 use super::value::check_word;
 use crate::context;
-use crate::control_flow::{Label, LabelList, MAX_LABELS, Place};
+use crate::control_flow::{Label, LabelList, MAX_LABELS, Place, Switch};
 use crate::error::{Res, ensure, guard, non_null, write_out};
 use crate::handle;
 use crate::model_ri::Step;
@@ -161,10 +161,10 @@ pub unsafe extern "C" fn aclrtSwitchLabelByIndex(
         let targets = list.labels[..max].to_vec();
         model.push(
             &stream,
-            Step::SwitchLabel {
+            Step::Switch(Switch::Label {
                 index: ptr as usize,
                 targets,
-            },
+            }),
         );
         Ok(())
     })

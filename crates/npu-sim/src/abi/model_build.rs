@@ -8,7 +8,7 @@ use npu_sys::*;
 use super::model_ri::{check_same_context, model};
 use super::value::check_word;
 use crate::context;
-use crate::control_flow::Comparison;
+use crate::control_flow::{Comparison, Switch};
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle;
 use crate::model_ri::{ModelRi, Step};
@@ -223,12 +223,12 @@ pub unsafe extern "C" fn aclrtSwitchStream(
         check_word(rightValue as usize, width, stream.device.id, "rightValue")?;
         model.push(
             &stream,
-            Step::SwitchStream {
+            Step::Switch(Switch::Stream {
                 left: leftValue as usize,
                 right: rightValue as usize,
                 comparison,
                 target: target.id,
-            },
+            }),
         );
         Ok(())
     })

@@ -7,7 +7,7 @@
 
 use npu_sys::*;
 
-use crate::control_flow::{Body, Node, Program};
+use crate::control_flow::{Body, CondKind, Node, Program, Switch};
 use crate::error::SimError;
 use crate::sim::Sim;
 use crate::sync::lock;
@@ -101,7 +101,7 @@ impl Stream {
                     active.pop();
                     flow?;
                 }
-                Node::SwitchLabel { index, targets } => {
+                Node::Switch(Switch::Label { index, targets }) => {
                     let chosen = read_signed(&sim.memory, *index, 4).map_err(Stop::Failed)? as u32;
                     let label = &targets[(chosen as usize).min(targets.len() - 1)];
                     let Some(place) = program.place_of(label) else {
@@ -114,12 +114,12 @@ impl Stream {
                     };
                     (id, at) = place;
                 }
-                Node::SwitchStream {
+                Node::Switch(Switch::Stream {
                     left,
                     right,
                     comparison,
                     target,
-                } => {
+                }) => {
                     let width = comparison.width();
                     let left = read_signed(&sim.memory, *left, width).map_err(Stop::Failed)?;
                     let right = read_signed(&sim.memory, *right, width).map_err(Stop::Failed)?;
@@ -164,7 +164,7 @@ impl Stream {
                     return Ok(());
                 };
                 self.run_body(sim, outer, program, &branches[branch])?;
-                if *kind != crate::control_flow::CondKind::While {
+                if *kind != CondKind::While {
                     return Ok(());
                 }
             },
