@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use npu_sys::*;
 
 use crate::error::{Res, ensure};
-use crate::event::Record;
+use crate::event::{Event, Record};
 use crate::handle::Handle;
 use crate::model_ri::{ModelRi, Step};
 use crate::sync::lock;
@@ -23,6 +23,10 @@ use crate::task_update::PatchSlot;
 
 /// Labels a process may hold at once (aclrtCreateLabel).
 pub(crate) const MAX_LABELS: usize = 65_535;
+
+/// The most branches a SWITCH task may have: the simulator's bound (the reference sets none),
+/// as each branch is an instance of its own.
+pub(crate) const MAX_BRANCHES: u32 = 65_535;
 
 /// Labels alive now.
 static LIVE_LABELS: AtomicUsize = AtomicUsize::new(0);
@@ -108,13 +112,13 @@ pub(crate) enum CondKind {
 }
 
 impl CondKind {
-    /// The kind of an aclmdlRICondTaskType and whether `size` branches suit it (IF: 1 or 2,
-    /// WHILE: 1, SWITCH: at least 1).
+    /// The kind of an aclmdlRICondTaskType, if `size` branches suit it (IF: 1 or 2, WHILE: 1,
+    /// SWITCH: 1 to [`MAX_BRANCHES`]; else ACL_ERROR_INVALID_PARAM).
     pub(crate) fn of(kind: aclmdlRICondTaskType, size: u32) -> Res<Self> {
         let (kind, fits) = match kind {
             ACL_MODEL_RI_COND_TYPE_IF => (Self::If, matches!(size, 1 | 2)),
             ACL_MODEL_RI_COND_TYPE_WHILE => (Self::While, size == 1),
-            ACL_MODEL_RI_COND_TYPE_SWITCH => (Self::Switch, size >= 1),
+            ACL_MODEL_RI_COND_TYPE_SWITCH => (Self::Switch, (1..=MAX_BRANCHES).contains(&size)),
             other => crate::error::fail!(
                 ACL_ERROR_INVALID_PARAM,
                 "type {other} is not an aclmdlRICondTaskType"
@@ -123,7 +127,7 @@ impl CondKind {
         ensure!(
             fits,
             ACL_ERROR_INVALID_PARAM,
-            "size {size} does not suit a {kind:?} task (IF: 1 or 2 branches, WHILE: 1, SWITCH: at least 1)"
+            "size {size} does not suit a {kind:?} task (IF: 1 or 2 branches, WHILE: 1, SWITCH: 1 to {MAX_BRANCHES})"
         );
         Ok(kind)
     }
@@ -171,7 +175,14 @@ impl Comparison {
         if self.wide { 8 } else { 4 }
     }
 
-    pub(crate) fn holds(self, left: i64, right: i64) -> bool {
+    /// Whether the condition holds for the two values, as read from memory (`width` bytes,
+    /// zero-extended): signed integers of the data type.
+    pub(crate) fn holds(self, left: u64, right: u64) -> bool {
+        let signed = |bits: u64| match self.wide {
+            true => bits as i64,
+            false => i64::from(bits as u32 as i32),
+        };
+        let (left, right) = (signed(left), signed(right));
         match self.cond {
             ACL_RT_EQUAL => left == right,
             ACL_RT_NOT_EQUAL => left != right,
@@ -207,8 +218,18 @@ pub(crate) enum Switch {
 pub(crate) enum Node {
     /// Runs a task (its fields updated from the patch slot as it starts).
     Run(Op, Option<Arc<PatchSlot>>),
-    /// Nothing: a label's place, a disabled task, a wait that the serial order satisfies.
+    /// Nothing: a label's place, a disabled task, a captured wait (on a record of the same
+    /// execution, which the serial order ran before it, or a branch skipped).
     Pass,
+    /// A wait for the latest record of `event` (aclrtStreamWaitEvent on a bound stream, an
+    /// EXTERNAL wait): it passes once the execution has run a record of the event itself,
+    /// and otherwise waits for `before`, the event's record current when the execution was
+    /// queued. Resolved as it runs: a record of the execution that a branch skipped, or that
+    /// runs later, must not be waited for (it could only complete when the program ends).
+    WaitFor {
+        event: Arc<Event>,
+        before: Option<Arc<Record>>,
+    },
     /// aclrtActiveStream: the stream runs its tasks here.
     Activate(i32),
     /// A label or stream switch.
@@ -221,36 +242,59 @@ pub(crate) enum Node {
     },
 }
 
-/// A captured instance's tasks, in capture order, as a branch runs them.
+/// A captured instance's tasks, in capture order, as a program runs them.
 pub(crate) struct Body {
     pub(crate) nodes: Vec<Node>,
-    /// The words set to their default value whenever the body starts: the condition handles
-    /// of its instance made with ACL_MODEL_RI_COND_HANDLE_ASSIGN_DEFAULT.
+    /// (word, value) for the condition handles of the instance made with
+    /// ACL_MODEL_RI_COND_HANDLE_ASSIGN_DEFAULT: set whenever the body starts running.
     pub(crate) defaults: Vec<(usize, u64)>,
+}
+
+/// The tasks of a built instance's stream, in the stream's order (a label's place indexes
+/// them), each with its place among all the instance's tasks: HEAD streams interleave their
+/// tasks in that order, as a replay does.
+pub(crate) type BoundTasks = Vec<(usize, Node)>;
+
+/// What a program runs.
+pub(crate) enum Layout {
+    /// A built instance: its bound streams' tasks by stream id, and its HEAD streams.
+    Built {
+        streams: HashMap<i32, BoundTasks>,
+        heads: Vec<i32>,
+    },
+    /// A captured instance (its branches inside its conditional tasks).
+    Captured(Body),
 }
 
 /// An execution of an instance with branches.
 pub(crate) struct Program {
-    /// A built instance's streams' tasks, by stream id; a captured instance's tasks are one
-    /// body under id 0.
-    pub(crate) streams: HashMap<i32, Body>,
-    /// The streams that run from the start, in order.
-    pub(crate) heads: Vec<i32>,
+    pub(crate) layout: Layout,
     /// The instance whose labels the program's label switches may go to.
     pub(crate) model: Weak<ModelRi>,
-    /// Every record the program's tasks make: those its branches skip are completed when the
-    /// program ends, so no wait for them is left waiting.
+    /// Every record the program's tasks make, in the order they were made: those its
+    /// branches skip are completed when the program ends, so no wait for them is left
+    /// waiting; they become their events' current records once the program is queued.
     pub(crate) records: Vec<Arc<Record>>,
 }
 
 impl Program {
     /// The place of `label` among the program's streams (a label not set, or set in
-    /// another instance: none).
+    /// another instance or on a stream no longer bound: none).
     pub(crate) fn place_of(&self, label: &Label) -> Option<(i32, usize)> {
         let place = label.place()?;
+        let Layout::Built { streams, .. } = &self.layout else {
+            return None;
+        };
         let same = std::ptr::eq(place.model.as_ptr(), self.model.as_ptr());
-        (same && self.streams.contains_key(&place.stream_id))
-            .then_some((place.stream_id, place.seq))
+        (same && streams.contains_key(&place.stream_id)).then_some((place.stream_id, place.seq))
+    }
+
+    /// Whether the program has run a record of `event` (it never completes one it has not
+    /// run before it ends).
+    pub(crate) fn ran_record_of(&self, event: &Arc<Event>) -> bool {
+        self.records.iter().any(|record| {
+            record.event().is_some_and(|e| Arc::ptr_eq(&e, event)) && record.is_settled()
+        })
     }
 }
 

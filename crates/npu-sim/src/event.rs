@@ -44,7 +44,11 @@ pub(crate) struct Record {
     /// For a record of an event shared between processes: the counters it publishes its
     /// outcome to, and its number there.
     shared: OnceLock<(Arc<SharedEvent>, u64)>,
+    /// Unique in the process: the records of one program share its position.
+    serial: u64,
 }
+
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
 impl Record {
     /// An ordering-only marker (no event).
@@ -62,6 +66,7 @@ impl Record {
             event: event.map(Arc::downgrade),
             captured: OnceLock::new(),
             shared: OnceLock::new(),
+            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -119,11 +124,11 @@ impl Record {
         self.stream.listens(self.position.load(Ordering::Acquire))
     }
 
-    /// The device and stream ids of the record's stream and its position there: unique for
-    /// the life of the process, which names the record in the trace.
-    pub(crate) fn place_in_stream(&self) -> (i32, i32, u64) {
-        let position = self.position.load(Ordering::Acquire);
-        (self.stream.device.id, self.stream.id, position)
+    /// The device and stream ids of the record's stream and the record's serial number,
+    /// which name the record in the trace (its position would not: the records of a program
+    /// share one).
+    pub(crate) fn trace_name(&self) -> (i32, i32, u64) {
+        (self.stream.device.id, self.stream.id, self.serial)
     }
 
     pub(crate) fn outcome(&self) -> Outcome {

@@ -517,20 +517,18 @@ pub(crate) fn read_value(memory: &MemoryMap, src: usize) -> Result<u64, SimError
     Ok(unsafe { AtomicU64::from_ptr(src as *mut u64) }.load(Ordering::Acquire))
 }
 
-/// Reads the signed value of `width` bytes (4 or 8) at `src`, as a branch reads its
-/// condition when it runs.
-pub(crate) fn read_signed(memory: &MemoryMap, src: usize, width: usize) -> Result<i64, SimError> {
-    let _src = lease(memory, true, src, width)?;
-    // SAFETY: device memory checked (`width` bytes, aligned to them) at submission and
-    // leased above; read atomically, as other streams' workers may write it.
-    Ok(unsafe {
-        match width {
-            4 => i64::from(
-                std::sync::atomic::AtomicI32::from_ptr(src as *mut i32).load(Ordering::Acquire),
-            ),
-            _ => std::sync::atomic::AtomicI64::from_ptr(src as *mut i64).load(Ordering::Acquire),
-        }
-    })
+/// Reads the `width` bytes (4 or 8) at `src`, zero-extended, as a switch reads its values
+/// when it runs.
+pub(crate) fn read_bits(memory: &MemoryMap, src: usize, width: usize) -> Result<u64, SimError> {
+    if width == 8 {
+        return read_value(memory, src);
+    }
+    let _src = lease(memory, true, src, 4)?;
+    // SAFETY: device memory checked (4 bytes, 4-aligned) at submission and leased above; read
+    // atomically, as other streams' workers may write it.
+    Ok(u64::from(
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(src as *mut u32) }.load(Ordering::Acquire),
+    ))
 }
 
 /// Leases `[ptr, ptr+len)` if it is simulator-owned memory (`owned`: memory the runtime knew at

@@ -400,10 +400,10 @@ pub(crate) fn record_task(device: i32, stream: i32, task: &Task, start_ns: u64, 
     });
 }
 
-/// Names a record uniquely in the process: its stream's device and id, and its place there.
+/// Names a record uniquely in the process: its stream's device and id, and its serial number.
 fn flow_id(record: &Record) -> String {
-    let (device, stream, position) = record.place_in_stream();
-    format!("d{device}s{stream}r{position}")
+    let (device, stream, serial) = record.trace_name();
+    format!("d{device}s{stream}r{serial}")
 }
 
 fn record(span: Span) {

@@ -592,6 +592,189 @@ fn a_switch_to_a_label_never_set_fails_its_execution() {
     }
 }
 
+/// An EXTERNAL wait for an event whose only record in the execution sits in a branch not
+/// taken waits for the record made before the execution, not for the skipped one (which could
+/// only complete when the execution ends, after the wait).
+#[test]
+fn a_wait_after_a_branch_not_taken_does_not_wait_for_its_record() {
+    install();
+    set_device(0);
+    let mark = zeroed(4);
+    let mut event = ptr::null_mut();
+    acl!(aclrtCreateEventExWithFlag(&mut event, ACL_EVENT_SYNC));
+    let (stream, _, _, branches) = capture_cond(ACL_MODEL_RI_COND_TYPE_IF, 1, 0, 0);
+    acl!(aclrtStreamWaitEventWithFlag(
+        stream,
+        event,
+        0,
+        ACL_EVENT_WAIT_EXTERNAL
+    ));
+    add_one(stream, mark);
+    let model = capture_end(stream);
+    capture_branch(branches[0], |s| acl!(aclrtRecordEvent(event, s)));
+    let raw = Raw::of(model);
+    bounded("an execution waiting after a skipped record", move || {
+        set_device(0);
+        execute(raw.ptr());
+        // Now the event's latest record is the execution's (skipped, completed at its end).
+        execute(raw.ptr());
+    });
+    assert_eq!(read_u32(mark), 2);
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyEvent(event));
+    acl!(aclrtDestroyStream(stream));
+}
+
+/// In a built instance, a wait for an event recorded on another of its streams, behind a
+/// switch not taken, waits for the record only if the execution has run it.
+#[test]
+fn a_built_wait_behind_a_switch_not_taken_does_not_hang() {
+    install();
+    set_device(0);
+    let (head, other) = (persistent_stream(), persistent_stream());
+    let (left, right, mark) = (zeroed(4), zeroed(4), zeroed(4));
+    upload(left, &[1u32]);
+    let event = create_event();
+    let model = build_on(head);
+    acl!(aclmdlRIBindStream(model, other, ACTIVATED));
+    acl!(aclrtRecordEvent(event, other));
+    acl!(aclrtSwitchStream(
+        left,
+        ACL_RT_EQUAL,
+        right,
+        ACL_RT_SWITCH_INT32,
+        other,
+        ptr::null_mut(),
+        head
+    ));
+    acl!(aclrtStreamWaitEvent(head, event));
+    add_one(head, mark);
+    build_end(model);
+    let raw = Raw::of(model);
+    bounded("a wait behind a switch not taken", move || {
+        set_device(0);
+        execute(raw.ptr());
+    });
+    assert_eq!(read_u32(mark), 1);
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyEvent(event));
+    for stream in [head, other] {
+        acl!(aclrtDestroyStream(stream));
+    }
+}
+
+/// Several HEAD streams interleave their tasks in the order they were submitted, as an
+/// instance without branches does: a wait on one for a record of another follows the
+/// record's memset, whether or not the instance has a switch.
+#[test]
+fn head_streams_keep_their_submission_order_with_a_switch() {
+    install();
+    set_device(0);
+    for with_switch in [false, true] {
+        let [first, second, target] = [(); 3].map(|()| persistent_stream());
+        let (x, y, left, right) = (zeroed(4), zeroed(4), zeroed(4), zeroed(4));
+        upload(left, &[1u32]);
+        let event = create_event();
+        let mut model = ptr::null_mut();
+        acl!(aclmdlRIBuildBegin(&mut model, 0));
+        acl!(aclmdlRIBindStream(model, first, HEAD));
+        acl!(aclmdlRIBindStream(model, second, HEAD));
+        acl!(aclmdlRIBindStream(model, target, ACTIVATED));
+        add_one(second, x);
+        acl!(aclrtRecordEvent(event, second));
+        acl!(aclrtStreamWaitEvent(first, event));
+        acl!(aclrtMemcpyAsync(
+            y,
+            4,
+            x,
+            4,
+            ACL_MEMCPY_DEVICE_TO_DEVICE,
+            first
+        ));
+        if with_switch {
+            acl!(aclrtSwitchStream(
+                left,
+                ACL_RT_EQUAL,
+                right,
+                ACL_RT_SWITCH_INT32,
+                target,
+                ptr::null_mut(),
+                first
+            ));
+        }
+        build_end(model);
+        execute(model);
+        assert_eq!(read_u32(y), 1, "with a switch: {with_switch}");
+        acl!(aclmdlRIDestroy(model));
+        acl!(aclrtDestroyEvent(event));
+        for stream in [first, second, target] {
+            acl!(aclrtDestroyStream(stream));
+        }
+    }
+}
+
+/// Records a failed execution skipped carry its failure, as the next record of a stream
+/// whose task failed does.
+#[test]
+fn records_a_failed_execution_skipped_carry_its_failure() {
+    install();
+    set_device(0);
+    let head = persistent_stream();
+    let index = zeroed(4);
+    let event = create_event();
+    let model = build_on(head);
+    let nowhere = label();
+    let list = label_list(&[nowhere]);
+    acl!(aclrtSwitchLabelByIndex(index, 1, list, head));
+    acl!(aclrtRecordEvent(event, head));
+    build_end(model);
+    let exec = create_stream();
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    let raw = Raw::of(event);
+    let code = bounded("the skipped record", move || {
+        set_device(0);
+        // SAFETY: a live event.
+        unsafe { aclrtSynchronizeEvent(raw.ptr()) }
+    });
+    assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID);
+    assert_eq!(
+        code!(aclrtSynchronizeStream(exec)),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    recent_message();
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyLabelList(list));
+    acl!(aclrtDestroyLabel(nowhere));
+    acl!(aclrtDestroyEvent(event));
+    for stream in [head, exec] {
+        acl!(aclrtDestroyStream(stream));
+    }
+}
+
+/// A WHILE loop whose branch runs no task never ends by itself: aclrtStreamStop holds it and
+/// aclrtStreamAbort ends it.
+#[test]
+fn an_empty_endless_loop_is_held_by_a_stop_and_ended_by_an_abort() {
+    install();
+    set_device(1);
+    let (stream, _, _, branches) = capture_cond(ACL_MODEL_RI_COND_TYPE_WHILE, 1, 1, 0);
+    let model = capture_end(stream);
+    capture_branch(branches[0], |_| {});
+    let exec = create_stream();
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    let raw = Raw::of(exec);
+    bounded("stopping and aborting an empty endless loop", move || {
+        set_device(1);
+        acl!(aclrtStreamStop(raw.ptr()));
+        acl!(aclrtStreamAbort(raw.ptr()));
+        acl!(aclrtSynchronizeStream(raw.ptr()));
+    });
+    acl!(aclmdlRIDestroy(model));
+    for stream in [stream, exec] {
+        acl!(aclrtDestroyStream(stream));
+    }
+}
+
 /// Branches live and die with their instance: they are not destroyed or executed on their
 /// own, the condition word is the runtime's to free, and once the instance is destroyed
 /// its handles are stale.
@@ -696,14 +879,30 @@ fn a_branch_whose_capture_failed_can_be_captured_again() {
         ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
     );
     recent_message();
-    capture_branch(branches[0], |s| {
-        add_one(s, mark);
-        add_one(s, mark);
-    });
+    // It runs nothing meanwhile.
+    execute(model);
+    assert_eq!(read_u32(mark), 0);
+    // While it is captured again, its instance neither executes nor goes.
+    let again = create_stream();
+    acl!(aclmdlRICaptureToModelRIBegin(again, branches[0], RELAXED));
+    let exec = create_stream();
+    fails(
+        code!(aclmdlRIExecuteAsync(model, exec)),
+        ACL_ERROR_RT_MODEL_CAPTURED,
+        "aclmdlRIExecuteAsync",
+    );
+    fails(
+        code!(aclmdlRIDestroy(model)),
+        ACL_ERROR_RT_MODEL_CAPTURED,
+        "aclmdlRIDestroy",
+    );
+    add_one(again, mark);
+    add_one(again, mark);
+    assert_eq!(capture_end(again), branches[0]);
     execute(model);
     assert_eq!(read_u32(mark), 2);
     acl!(aclmdlRIDestroy(model));
-    for stream in [stream, branch_stream] {
+    for stream in [stream, branch_stream, again, exec] {
         acl!(aclrtDestroyStream(stream));
     }
 }
@@ -1116,6 +1315,32 @@ const CASES: &[Case] = &[
         },
     ),
     case(
+        "stream switch to a HEAD stream",
+        "aclrtSwitchStream",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let (head, other) = (persistent_stream(), persistent_stream());
+            let model = build_on(head);
+            acl!(aclmdlRIBindStream(model, other, HEAD));
+            switch_stream(word(), ACL_RT_EQUAL, ACL_RT_SWITCH_INT32, other, head)
+        },
+    ),
+    case(
+        "switch among labels of another context",
+        "aclrtSwitchLabelByIndex",
+        ACL_ERROR_RT_LABEL_CONTEXT,
+        0,
+        || {
+            let mut ctx = ptr::null_mut();
+            acl!(aclrtCreateContext(&mut ctx, 0));
+            let foreign = label_list(&[label()]);
+            acl!(aclrtDestroyContext(ctx));
+            set_device(0);
+            code!(aclrtSwitchLabelByIndex(word(), 1, foreign, bound_stream()))
+        },
+    ),
+    case(
         "stream switch int64 unaligned",
         "aclrtSwitchStream",
         ACL_ERROR_RT_PARAM_INVALID,
@@ -1271,6 +1496,22 @@ const CASES: &[Case] = &[
                 cond_handle_of(model),
                 ACL_MODEL_RI_COND_TYPE_SWITCH,
                 0,
+                stream,
+                0,
+            )
+        },
+    ),
+    case(
+        "cond task SWITCH of 65536",
+        "aclmdlRIAddCondTask",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let (stream, model) = capturing_model();
+            add_cond(
+                cond_handle_of(model),
+                ACL_MODEL_RI_COND_TYPE_SWITCH,
+                65_536,
                 stream,
                 0,
             )

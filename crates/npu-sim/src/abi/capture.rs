@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use npu_sys::*;
 
-use super::model_ri::{destroy_own_stream, discard, own_stream};
+use super::cond_task::clear_branch;
+use super::model_ri::{discard, own_stream};
 use crate::capture::{self, Capture};
 use crate::context;
 use crate::error::{ensure, fail, guard, non_null, write_out};
@@ -133,21 +134,21 @@ pub unsafe extern "C" fn aclmdlRICaptureEnd(
                 None => Ok(()),
             });
         let outcome = outcome.and_then(|()| {
+            // A branch's instance destroyed (its root's capture failed) during its capture.
+            sim.models.resolve(model.handle)?;
             let ctx = sim.contexts.resolve(model.ctx)?;
             model.adopt_streams(|| own_stream(sim, &ctx, ACL_STREAM_PERSISTENT))
         });
         if let Err(error) = outcome {
-            match model.branch.load(std::sync::atomic::Ordering::Acquire) {
-                // Its conditional task still names it.
-                true => {
-                    for own in model.reset_branch() {
-                        destroy_own_stream(sim, model, &own);
-                    }
-                }
+            match model.is_branch() {
+                // Its conditional task still names it: it runs nothing until captured again.
+                true => clear_branch(sim, model),
                 false => discard(sim, model),
             }
+            model.end_branch_capture(false);
             return Err(error);
         }
+        model.end_branch_capture(true);
         write_out(modelRI, "modelRI", handle::to_ptr(model.handle))
     })
 }

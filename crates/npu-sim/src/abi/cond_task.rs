@@ -1,12 +1,13 @@
 //! Conditional tasks of captured instances: condition handles, the tasks that read them,
 //! and the capture of their branches.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 
 use npu_sys::*;
 
-use super::model_ri::{check_same_context, model};
+use super::model_ri::{check_same_context, destroy_own_stream, discard, model};
 use crate::capture::{self, Capture};
 use crate::context;
 use crate::control_flow::{CondHandle, CondKind};
@@ -15,6 +16,7 @@ use crate::handle;
 use crate::memory::{AllocKind, PAGE};
 use crate::model_ri::{CondEntry, ModelRi, Step};
 use crate::sim::{Sim, sim};
+use crate::sync::lock;
 
 /// The bytes of a condition handle's word.
 const WORD: usize = 8;
@@ -45,27 +47,57 @@ fn allocate_word(sim: &Sim, model: &ModelRi, value: u64) -> Res<usize> {
     // SAFETY: `word` is a fresh 8-byte allocation of simulator memory, aligned to a page, that
     // no task can reach yet.
     unsafe { (word as *mut u64).write(value) };
+    lock(&WORDS).insert(word);
     Ok(word)
 }
 
-/// Frees the words of an instance's condition handles (it is being destroyed).
+/// The words of live condition handles: aclrtFree refuses them.
+static WORDS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
+
+/// Frees a condition handle's word.
+fn free_word(sim: &Sim, word: usize) {
+    lock(&WORDS).remove(&word);
+    if let Ok(AllocKind::Device {
+        device, accounted, ..
+    }) = sim.memory.free(word, false)
+        && let Ok(device) = sim.device(device.into())
+    {
+        device.unreserve(accounted);
+    }
+}
+
+/// Retires an instance's condition handles and frees their words (it is being destroyed,
+/// or its capture cleared).
 pub(super) fn free_words(sim: &Sim, handles: Vec<CondEntry>) {
     for (handle, cond) in handles {
         sim.cond_handles.remove(handle);
-        if let Ok(AllocKind::Device {
-            device, accounted, ..
-        }) = sim.memory.free(cond.word, false)
-            && let Ok(device) = sim.device(device.into())
-        {
-            device.unreserve(accounted);
-        }
+        free_word(sim, cond.word);
     }
 }
 
 /// Whether `ptr` is the word of a condition handle, which the runtime frees with its
 /// instance (aclrtFree refuses it).
-pub(super) fn is_cond_word(sim: &Sim, ptr: usize) -> bool {
-    sim.cond_handles.live().iter().any(|cond| cond.word == ptr)
+pub(super) fn is_cond_word(ptr: usize) -> bool {
+    lock(&WORDS).contains(&ptr)
+}
+
+/// Clears what a branch's capture that failed or was cut short recorded, so that it can be
+/// captured again.
+pub(super) fn clear_branch(sim: &Sim, branch: &ModelRi) {
+    let (streams, cond_handles, branches) = branch.clear_branch();
+    for stream in streams {
+        destroy_own_stream(sim, branch, &stream);
+    }
+    free_words(sim, cond_handles);
+    for nested in branches {
+        discard(sim, &nested);
+    }
+    for handle in branch.take_task_handles() {
+        sim.model_tasks.remove(handle);
+    }
+    for handle in branch.take_group_handles() {
+        sim.task_groups.remove(handle);
+    }
 }
 
 /// Creates a condition handle for a captured instance (open or complete; a built one →
@@ -108,7 +140,7 @@ pub unsafe extern "C" fn aclmdlRICondHandleCreate(
         let id = match sim.cond_handles.insert(cond.clone()) {
             Ok(id) => id,
             Err(error) => {
-                free_words(sim, vec![(0, cond)]);
+                free_word(sim, word);
                 return Err(error);
             }
         };
@@ -177,7 +209,7 @@ pub unsafe extern "C" fn aclmdlRIAddCondTask(
             model.id,
             stream.id
         );
-        let mut branches = Vec::with_capacity(params.size as usize);
+        let mut branches = Vec::new();
         for _ in 0..params.size {
             let handle = match sim.models.reserve() {
                 Ok(handle) => handle,
@@ -188,8 +220,7 @@ pub unsafe extern "C" fn aclmdlRIAddCondTask(
                     return Err(error);
                 }
             };
-            let branch = Arc::new(ModelRi::new(handle, model.ctx, model.device.clone(), false));
-            branch.branch.store(true, Ordering::Release);
+            let branch = Arc::new(ModelRi::new_branch(handle, model.ctx, model.device.clone()));
             sim.models.fill(handle, branch.clone());
             branches.push(branch);
         }
@@ -240,14 +271,11 @@ pub unsafe extern "C" fn aclmdlRICaptureToModelRIBegin(
             "the default stream cannot be captured"
         );
         check_same_context(&model, &stream)?;
-        ensure!(
-            model.claim_branch(),
-            ACL_ERROR_RT_PARAM_INVALID,
-            "model runtime instance {} is not a branch of a conditional task (aclmdlRIAddCondTask), or was captured already",
-            model.id
-        );
-        Capture::begin(&stream, model.clone(), mode)
-            .map(drop)
-            .inspect_err(|_| model.unclaim_branch())
+        model.capture_branch(|cut_short| {
+            if cut_short {
+                clear_branch(sim, &model);
+            }
+            Capture::begin(&stream, model.clone(), mode)
+        })
     })
 }

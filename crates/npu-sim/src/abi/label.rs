@@ -133,7 +133,8 @@ pub unsafe extern "C" fn aclrtDestroyLabelList(labelList: aclrtLabelList) -> acl
 /// uint32 at `ptr` (4-byte aligned device memory of the stream's device, else 107000) and
 /// goes on from the label at that index among the list's first `maxValue` (past them: the
 /// last of them), the rest of this stream's tasks skipped. NULL `ptr` or `maxValue` 0 or
-/// past the list's length → 100000; a stream not bound to a built instance → 107005.
+/// past the list's length → 100000; a stream not bound to a built instance → 107005; one of
+/// those labels of another context → 507031.
 ///
 /// # Safety
 /// No preconditions; the pointer is only read by the device when the switch runs.
@@ -159,6 +160,12 @@ pub unsafe extern "C" fn aclrtSwitchLabelByIndex(
         model.check_accepts(&stream)?;
         check_word(ptr as usize, 4, stream.device.id, "ptr")?;
         let targets = list.labels[..max].to_vec();
+        ensure!(
+            targets.iter().all(|label| label.ctx == stream.ctx),
+            ACL_ERROR_RT_LABEL_CONTEXT,
+            "a label of the list was created in another context than stream {}'s",
+            stream.id
+        );
         model.push(
             &stream,
             Step::Switch(Switch::Label {

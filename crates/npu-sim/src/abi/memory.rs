@@ -254,7 +254,7 @@ fn free_device(sim: &Sim, ptr: *mut c_void) -> Res<()> {
         "{ptr:p} belongs to a memory pool: return it with aclrtMemPoolFreeAsync"
     );
     ensure!(
-        !super::cond_task::is_cond_word(sim, ptr as usize),
+        !super::cond_task::is_cond_word(ptr as usize),
         ACL_ERROR_RT_MEMORY_FREE,
         "{ptr:p} is the word of a condition handle: it is freed with its model runtime instance"
     );

@@ -179,7 +179,8 @@ pub unsafe extern "C" fn aclrtActiveStream(
 /// else 107000) and, if `cond` holds, runs `trueStream` from its first task instead of the
 /// rest of this stream's. NULL values or `trueStream`, a `falseStream` (reserved: NULL), or a
 /// condition or type outside their enums → 100000; either stream not bound to a built
-/// instance, or the two bound to different ones → 107005; its tasks complete → 107000.
+/// instance, or the two bound to different ones → 107005; a HEAD `trueStream` (it runs in
+/// every execution already) or `stream`'s tasks complete → 107000.
 ///
 /// # Safety
 /// No preconditions; the values are only read by the device when the switch runs.
@@ -215,6 +216,13 @@ pub unsafe extern "C" fn aclrtSwitchStream(
             target.id,
             target_model.id,
             stream.id,
+            model.id
+        );
+        ensure!(
+            !model.is_head(&target),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "trueStream {} is a HEAD stream of model runtime instance {}, which runs in every execution already",
+            target.id,
             model.id
         );
         model.check_accepts(&stream)?;

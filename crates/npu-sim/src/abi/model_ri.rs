@@ -47,7 +47,7 @@ pub(super) fn complete_model(model_ri: aclmdlRI, what: &str) -> Res<Arc<ModelRi>
 fn root_model(model_ri: aclmdlRI, what: &str) -> Res<Arc<ModelRi>> {
     let model = model(model_ri)?;
     ensure!(
-        !model.branch.load(std::sync::atomic::Ordering::Acquire),
+        !model.is_branch(),
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
         "model runtime instance {} is a branch of a conditional task: it runs, and is destroyed, with the instance holding the task, not {what}",
         model.id

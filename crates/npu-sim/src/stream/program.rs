@@ -3,15 +3,23 @@
 //!
 //! The program is one task of the stream (one position): its tasks run one after another
 //! through the worker's own [`Stream::run_task`], each settled as a task is (its errors, its
-//! record, its trace), and the program is counted finished once, when it ends.
+//! record, its trace), and the program is counted finished once, when it ends. A built
+//! instance's HEAD streams interleave their tasks in the order they were submitted, as a
+//! replay runs them; a stream switched or activated to runs where the switch or the
+//! activation stands.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use npu_sys::*;
 
-use crate::control_flow::{Body, CondKind, Node, Program, Switch};
+use crate::control_flow::{Body, BoundTasks, CondKind, Layout, Node, Program, Switch};
 use crate::error::SimError;
 use crate::sim::Sim;
 use crate::sync::lock;
-use crate::task::{Op, Task, read_signed, read_value};
+use crate::task::{Op, Task, read_bits, read_value};
+use crate::task_update::PatchSlot;
 
 use super::Stream;
 use super::retire::Retired;
@@ -26,28 +34,54 @@ enum Stop {
     Failed(SimError),
 }
 
-type Flow = Result<(), Stop>;
+type Flow<T = ()> = Result<T, Stop>;
+
+/// Where a built instance's stream goes on after a switch: (stream id, place).
+type Jump = Option<(i32, usize)>;
+
+/// A built instance's streams, as a program runs them.
+struct Built<'a> {
+    program: &'a Program,
+    streams: &'a HashMap<i32, BoundTasks>,
+    heads: &'a [i32],
+}
 
 impl Stream {
     /// Runs the program `task` holds, then retires it.
     pub(super) fn run_program(&self, sim: &Sim, task: Task, program: &Program) {
+        // Taken: whoever waits for the worker to take it (a synchronous copy's fence, a
+        // stop) need not wait for the program's first task, which may never come.
+        self.begin(task.position);
         let timed = self.device.clock.timing().is_some();
-        let now = |state_end: u64| match timed {
-            true => state_end,
+        let last_end = || lock(&self.state).last_end_ns;
+        let start_ns = match timed {
+            true => last_end().max(task.submit_ns),
             false => self.device.clock.now_ns(),
         };
-        let start_ns = now(lock(&self.state).last_end_ns.max(task.submit_ns));
-        let mut active = Vec::new();
-        let outcome = program
-            .heads
-            .iter()
-            .try_for_each(|&head| self.run_stream(sim, &task, program, head, &mut active));
-        let end_ns = now(lock(&self.state).last_end_ns).max(start_ns);
-        // The records its branches skipped: complete, as the execution is over, or dropped
-        // with it.
+        let outcome = match &program.layout {
+            Layout::Captured(body) => self.run_body(sim, &task, program, body),
+            Layout::Built { streams, heads } => {
+                let built = Built {
+                    program,
+                    streams,
+                    heads,
+                };
+                self.run_heads(sim, &task, &built)
+            }
+        };
+        let end_ns = match timed {
+            true => last_end(),
+            false => self.device.clock.now_ns(),
+        }
+        .max(start_ns);
+        // The records its branches skipped: complete (with the program's failure, as the
+        // next record of a failed stream carries it), or dropped with it.
         let unsettled = program.records.iter().filter(|r| !r.is_settled());
         match &outcome {
-            Ok(()) | Err(Stop::Failed(_)) => unsettled.for_each(|r| r.complete(None, end_ns)),
+            Ok(()) => unsettled.for_each(|r| r.complete(None, end_ns)),
+            Err(Stop::Failed(error)) => {
+                unsettled.for_each(|r| r.complete(Some(error.code), end_ns))
+            }
             Err(Stop::Abandoned | Stop::GaveUp) => {
                 let code = self.discarding().unwrap_or(ACL_ERROR_RT_STREAM_ABORT);
                 unsettled.for_each(|r| r.discard(code));
@@ -69,90 +103,155 @@ impl Stream {
         );
     }
 
-    /// Runs the tasks of the program's stream `first` from its start, following its label and
-    /// stream switches; `active` holds the streams running in this chain of activations.
-    fn run_stream(
-        &self,
-        sim: &Sim,
-        outer: &Task,
-        program: &Program,
-        first: i32,
-        active: &mut Vec<i32>,
-    ) -> Flow {
-        if let Some(body) = program.streams.get(&first) {
-            self.assign_defaults(sim, outer, body)?;
-        }
-        let (mut id, mut at) = (first, 0);
+    /// Runs a built instance's HEAD streams: each next task is the one submitted first among
+    /// the HEAD streams' next tasks, so that the order a replay gives (submission order, in
+    /// which a wait between them follows its record) is kept.
+    fn run_heads(&self, sim: &Sim, outer: &Task, built: &Built<'_>) -> Flow {
+        let mut cursors: Vec<(i32, usize)> = built.heads.iter().map(|&id| (id, 0)).collect();
         loop {
             self.check_going(outer)?;
-            let Some(node) = program.streams.get(&id).and_then(|body| body.nodes.get(at)) else {
+            let next = cursors
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &(id, at))| Some((built.streams.get(&id)?.get(at)?.0, i)))
+                .min();
+            let Some((_, i)) = next else {
                 return Ok(());
             };
-            at += 1;
-            match node {
-                // A HEAD stream, or one of this chain, runs already.
-                Node::Activate(target)
-                    if *target == id
-                        || program.heads.contains(target)
-                        || active.contains(target) => {}
-                Node::Activate(target) => {
-                    active.push(*target);
-                    let flow = self.run_stream(sim, outer, program, *target, active);
-                    active.pop();
-                    flow?;
-                }
-                Node::Switch(Switch::Label { index, targets }) => {
-                    let chosen = read_signed(&sim.memory, *index, 4).map_err(Stop::Failed)? as u32;
-                    let label = &targets[(chosen as usize).min(targets.len() - 1)];
-                    let Some(place) = program.place_of(label) else {
-                        return Err(Stop::Failed(SimError::new(
-                            ACL_ERROR_RT_PARAM_INVALID,
-                            format!(
-                                "label {chosen} of the list aclrtSwitchLabelByIndex chose on stream {id} is not set in this instance (aclrtSetLabel on one of its streams)"
-                            ),
-                        )));
-                    };
-                    (id, at) = place;
-                }
-                Node::Switch(Switch::Stream {
-                    left,
-                    right,
-                    comparison,
-                    target,
-                }) => {
-                    let width = comparison.width();
-                    let left = read_signed(&sim.memory, *left, width).map_err(Stop::Failed)?;
-                    let right = read_signed(&sim.memory, *right, width).map_err(Stop::Failed)?;
-                    if comparison.holds(left, right) {
-                        (id, at) = (*target, 0);
-                    }
-                }
-                other => self.run_node(sim, outer, program, other)?,
+            let (id, at) = cursors[i];
+            cursors[i].1 += 1;
+            let node = &built.streams[&id][at].1;
+            if let Some(jump) = self.step(sim, outer, built, id, node, &mut vec![id])? {
+                cursors[i] = jump;
             }
         }
     }
 
-    /// Runs a captured body (a branch): its condition words take their defaults, then its
-    /// tasks run.
+    /// Runs the tasks of stream `first` from its start, where an activation stands,
+    /// following its switches; `active` holds the streams of this chain of activations.
+    fn run_stream(
+        &self,
+        sim: &Sim,
+        outer: &Task,
+        built: &Built<'_>,
+        first: i32,
+        active: &mut Vec<i32>,
+    ) -> Flow {
+        let (mut id, mut at) = (first, 0);
+        loop {
+            self.check_going(outer)?;
+            let Some((_, node)) = built.streams.get(&id).and_then(|tasks| tasks.get(at)) else {
+                return Ok(());
+            };
+            at += 1;
+            if let Some(jump) = self.step(sim, outer, built, id, node, active)? {
+                (id, at) = jump;
+            }
+        }
+    }
+
+    /// Runs a node of a built instance's stream `id`; returns where the stream goes on, if a
+    /// switch moved it.
+    fn step(
+        &self,
+        sim: &Sim,
+        outer: &Task,
+        built: &Built<'_>,
+        id: i32,
+        node: &Node,
+        active: &mut Vec<i32>,
+    ) -> Flow<Jump> {
+        match node {
+            // A HEAD stream, or one of this chain, runs already.
+            Node::Activate(target)
+                if *target == id || built.heads.contains(target) || active.contains(target) =>
+            {
+                Ok(None)
+            }
+            Node::Activate(target) => {
+                active.push(*target);
+                let flow = self.run_stream(sim, outer, built, *target, active);
+                active.pop();
+                flow.map(|()| None)
+            }
+            Node::Switch(switch) => {
+                let jump = self.switch(sim, built, id, switch)?;
+                if jump.is_some() {
+                    // A loop of switches alone must not hold the core the simulator's other
+                    // workers need.
+                    std::thread::yield_now();
+                }
+                Ok(jump)
+            }
+            other => self
+                .run_node(sim, outer, built.program, other)
+                .map(|()| None),
+        }
+    }
+
+    /// Where a switch of stream `id` sends it, read from device memory now.
+    fn switch(&self, sim: &Sim, built: &Built<'_>, id: i32, switch: &Switch) -> Flow<Jump> {
+        match switch {
+            Switch::Label { index, targets } => {
+                let chosen = read_bits(&sim.memory, *index, 4).map_err(Stop::Failed)? as usize;
+                let label = &targets[chosen.min(targets.len() - 1)];
+                let Some((target, place)) = built.program.place_of(label) else {
+                    return Err(self.failed(format!(
+                        "label {chosen} of the list aclrtSwitchLabelByIndex chose on stream {id} \
+                         is not set in this instance (aclrtSetLabel on one of its streams)"
+                    )));
+                };
+                if target != id && built.heads.contains(&target) {
+                    return Err(self.failed(format!(
+                        "label {chosen} of the list aclrtSwitchLabelByIndex chose on stream {id} \
+                         is on stream {target}, a HEAD stream, which runs in every execution already"
+                    )));
+                }
+                Ok(Some((target, place)))
+            }
+            Switch::Stream {
+                left,
+                right,
+                comparison,
+                target,
+            } => {
+                let width = comparison.width();
+                let left = read_bits(&sim.memory, *left, width).map_err(Stop::Failed)?;
+                let right = read_bits(&sim.memory, *right, width).map_err(Stop::Failed)?;
+                Ok(comparison.holds(left, right).then_some((*target, 0)))
+            }
+        }
+    }
+
+    fn failed(&self, message: String) -> Stop {
+        Stop::Failed(SimError::new(ACL_ERROR_RT_PARAM_INVALID, message))
+    }
+
+    /// Runs a captured body (the root, or a branch): its condition words take their
+    /// defaults, then its tasks run.
     fn run_body(&self, sim: &Sim, outer: &Task, program: &Program, body: &Body) -> Flow {
-        self.assign_defaults(sim, outer, body)?;
+        for &(dst, value) in &body.defaults {
+            self.run_inner(sim, outer, Op::ValueWrite { dst, value }, None)?;
+        }
         body.nodes
             .iter()
             .try_for_each(|node| self.run_node(sim, outer, program, node))
     }
 
-    /// Sets the body's condition words that take a default to it, as value writes.
-    fn assign_defaults(&self, sim: &Sim, outer: &Task, body: &Body) -> Flow {
-        body.defaults.iter().try_for_each(|&(dst, value)| {
-            self.run_inner(sim, outer, Op::ValueWrite { dst, value }, None)
-        })
-    }
-
-    /// Runs a task or a conditional task of the program (label and stream switches are
-    /// [`Self::run_stream`]'s; captured bodies have none).
+    /// Runs a task, a wait or a conditional task of the program.
     fn run_node(&self, sim: &Sim, outer: &Task, program: &Program, node: &Node) -> Flow {
         match node {
             Node::Run(op, patch) => self.run_inner(sim, outer, op.clone(), patch.clone()),
+            Node::WaitFor { event, before } => match before {
+                Some(record) if !program.ran_record_of(event) => {
+                    let wait = Op::Wait {
+                        record: record.clone(),
+                        timeout: None,
+                    };
+                    self.run_inner(sim, outer, wait, None)
+                }
+                _ => Ok(()),
+            },
             Node::Cond {
                 word,
                 kind,
@@ -167,20 +266,18 @@ impl Stream {
                 if *kind != CondKind::While {
                     return Ok(());
                 }
+                // An empty loop must not hold the core the other workers need.
+                std::thread::yield_now();
             },
-            _ => Ok(()),
+            // Switches and activations are a built instance's ([`Self::step`]); a captured
+            // body has none.
+            Node::Pass | Node::Activate(_) | Node::Switch(_) => Ok(()),
         }
     }
 
     /// Runs one of the program's tasks as the worker runs a queued one, at the program's
     /// position, and settles it.
-    fn run_inner(
-        &self,
-        sim: &Sim,
-        outer: &Task,
-        op: Op,
-        patch: Option<std::sync::Arc<crate::task_update::PatchSlot>>,
-    ) -> Flow {
+    fn run_inner(&self, sim: &Sim, outer: &Task, op: Op, patch: Option<Arc<PatchSlot>>) -> Flow {
         let mut task = Task::new(op);
         task.position = outer.position;
         task.thread_id = outer.thread_id;
@@ -205,8 +302,12 @@ impl Stream {
         stop.map_or(Ok(()), Err)
     }
 
-    /// Stops the program if the stream drops its work or the execution was aborted.
+    /// Stops the program if the stream drops its work or the execution was aborted; waits
+    /// while the stream is stopped (aclrtStreamStop), as a queued task does.
     fn check_going(&self, outer: &Task) -> Flow {
+        if self.stopped.load(Ordering::SeqCst) {
+            self.wait_unstopped(outer).map_err(|_| Stop::Abandoned)?;
+        }
         match self.discarding().is_some() || outer.is_aborted() {
             true => Err(Stop::Abandoned),
             false => Ok(()),

@@ -17,7 +17,7 @@ impl Stream {
     /// Blocks a task until `poll` gives its outcome (`Ok(ready_ns)` or a failure), or the
     /// stream gives up (`Err(None)`: the task is dropped), or `timeout` passes since the wait
     /// began (ACL_ERROR_RT_WAIT_TIMEOUT, naming `what`). Marks the task taken when it blocks.
-    fn block_on(
+    pub(super) fn block_on(
         &self,
         task: &Task,
         extra: &[Listen<'_>],
@@ -56,6 +56,15 @@ impl Stream {
                     self.id, self.device.id
                 ),
             )))
+        })
+    }
+
+    /// Waits while the stream is stopped (aclrtStreamStop), for a program between two of its
+    /// tasks: until the stop ends, or the stream gives up its work (`Err`).
+    pub(super) fn wait_unstopped(&self, task: &Task) -> Result<u64, Option<SimError>> {
+        let listens = [self.device.hold_bell.any()];
+        self.block_on(task, &listens, None, "a stop", || {
+            (!self.stopped.load(Ordering::SeqCst)).then_some(Ok(0))
         })
     }
 

@@ -86,8 +86,16 @@ impl Stream {
                 trace::record_task(self.device.id, self.id, task, start_ns, end_ns);
             }
             Retired::Abandoned => {
-                if let Op::Record(record) = &task.op {
-                    record.discard(self.discarding().unwrap_or(ACL_ERROR_RT_STREAM_ABORT));
+                let code = self.discarding().unwrap_or(ACL_ERROR_RT_STREAM_ABORT);
+                match &task.op {
+                    Op::Record(record) => record.discard(code),
+                    // Dropped before it ran (or as it ran): none of its records will complete.
+                    Op::Program(program) => program
+                        .records
+                        .iter()
+                        .filter(|r| !r.is_settled())
+                        .for_each(|r| r.discard(code)),
+                    _ => {}
                 }
             }
         }

@@ -148,7 +148,8 @@ impl Stream {
         if matches!(task.op, Op::Callback { block: true, .. }) {
             state.block_callbacks.insert(position);
         }
-        let dispatch = task.touches_memory()
+        // A program's tasks touch memory as it runs them; it is taken as it starts.
+        let dispatch = (task.touches_memory() || matches!(task.op, Op::Program(_)))
             && self.finished.load(Ordering::Acquire) + 1 == position
             && !self.stopped.load(Ordering::Acquire);
         if dispatch {

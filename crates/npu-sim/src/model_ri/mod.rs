@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use npu_sys::*;
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::control_flow::{Body, CondHandle, CondKind, Node, Program, Switch, is_branch};
+use crate::capture::Capture;
+use crate::control_flow::{CondHandle, CondKind, Switch, is_branch};
 use crate::device::Device;
 use crate::error::{Res, ensure, fail};
 use crate::event::{Event, Record};
@@ -18,6 +19,8 @@ use crate::stream::Stream;
 use crate::sync::lock;
 use crate::task::{HostFn, Op, Task};
 use crate::task_update::PatchSlot;
+
+mod program;
 
 /// The longest name aclmdlRIGetName returns, in bytes, its NUL included.
 pub(crate) const MAX_NAME: usize = 512;
@@ -72,7 +75,11 @@ impl Step {
     pub(crate) fn op(&self) -> Option<&Op> {
         match self {
             Step::Run(op) => Some(op),
-            _ => None,
+            Step::WaitFor(_)
+            | Step::Activate(_)
+            | Step::Label
+            | Step::Switch(_)
+            | Step::Cond { .. } => None,
         }
     }
 }
@@ -127,7 +134,9 @@ pub(crate) fn task_type(step: &Step) -> aclmdlRITaskType {
         Step::Run(Op::Reset { .. }) => ACL_MODEL_RI_TASK_EVENT_RESET,
         Step::Run(Op::ValueWrite { .. }) => ACL_MODEL_RI_TASK_VALUE_WRITE,
         Step::Run(Op::ValueWait { .. }) => ACL_MODEL_RI_TASK_VALUE_WAIT,
-        _ => ACL_MODEL_RI_TASK_DEFAULT,
+        Step::Run(_) | Step::Activate(_) | Step::Label | Step::Switch(_) | Step::Cond { .. } => {
+            ACL_MODEL_RI_TASK_DEFAULT
+        }
     }
 }
 
@@ -226,12 +235,27 @@ pub(crate) struct ModelRi {
     cond_handles: Mutex<Vec<CondEntry>>,
     /// The branches its conditional tasks created: destroyed with it.
     branches: Mutex<Vec<Arc<ModelRi>>>,
-    /// Created by aclmdlRIAddCondTask as a branch: captured with
+    /// For a branch aclmdlRIAddCondTask created (captured with
     /// aclmdlRICaptureToModelRIBegin, run by its conditional task only, destroyed with the
-    /// instance holding the task.
-    pub(crate) branch: AtomicBool,
-    /// aclmdlRICaptureToModelRIBegin was called for it (a branch is captured once).
-    claimed: AtomicBool,
+    /// instance holding the task): where its capture stands.
+    branch: Option<Mutex<BranchCapture>>,
+}
+
+/// Where the capture of a branch stands.
+enum BranchCapture {
+    /// Not captured yet, or its capture failed: it runs nothing.
+    Waiting,
+    /// aclmdlRICaptureToModelRIBegin began this capture; if the capture is over without
+    /// aclmdlRICaptureEnd ending it well (its stream was destroyed), the branch runs nothing
+    /// and may be captured again.
+    Capturing(Weak<Capture>),
+    /// aclmdlRICaptureEnd ended its capture: it runs what was captured.
+    Captured,
+}
+
+/// Whether a capture is still going on.
+fn is_going(capture: &Weak<Capture>) -> bool {
+    capture.upgrade().is_some_and(|capture| capture.is_active())
 }
 
 /// A condition handle made for an instance, with its handle.
@@ -291,9 +315,21 @@ impl ModelRi {
             superseded: Mutex::new(Vec::new()),
             cond_handles: Mutex::new(Vec::new()),
             branches: Mutex::new(Vec::new()),
-            branch: AtomicBool::new(false),
-            claimed: AtomicBool::new(false),
+            branch: None,
         }
+    }
+
+    /// A branch of a conditional task, in the context of the instance holding the task.
+    pub(crate) fn new_branch(handle: Handle, ctx: Handle, device: Arc<Device>) -> Self {
+        Self {
+            branch: Some(Mutex::new(BranchCapture::Waiting)),
+            ..Self::new(handle, ctx, device, false)
+        }
+    }
+
+    /// Whether aclmdlRIAddCondTask created it as a branch.
+    pub(crate) fn is_branch(&self) -> bool {
+        self.branch.is_some()
     }
 
     /// Whether its capture or build is still going on.
@@ -316,6 +352,14 @@ impl ModelRi {
             ended: false,
         });
         Ok(())
+    }
+
+    /// Whether `stream` is bound to it as a HEAD stream (it runs from the start of every
+    /// execution).
+    pub(crate) fn is_head(&self, stream: &Stream) -> bool {
+        lock(&self.bound)
+            .iter()
+            .any(|b| b.stream.handle == stream.handle && b.head)
     }
 
     /// aclmdlRIUnbindStream: a stream not bound to it → ACL_ERROR_RT_STREAM_MODEL.
@@ -720,14 +764,16 @@ impl ModelRi {
         let _queueing = Queueing::begin(self)?;
         let aborted = lock(&self.aborted).clone();
         if self.has_branches() {
-            let program = Arc::new(self.program(stream));
-            let queued = self.queue(stream, Op::Program(program.clone()), &aborted, None);
-            if let Err(error) = &queued {
-                // Its records were made current as it was built: they will never run, and a
-                // wait for one must not wait for ever.
-                program.records.iter().for_each(|r| r.discard(error.code));
+            let program = self.program(stream);
+            let records = program.records.clone();
+            self.queue(stream, Op::Program(Arc::new(program)), &aborted, None)?;
+            // Current once queued, as a replay's records are.
+            for record in records {
+                if let Some(event) = record.event() {
+                    event.set_current(record);
+                }
             }
-            return queued;
+            return Ok(());
         }
         let steps = self.execution_steps();
         let mut fresh = Fresh::default();
@@ -770,63 +816,6 @@ impl ModelRi {
             .any(|task| !task.disabled && is_branch(&task.step))
     }
 
-    /// The program an execution on `stream` runs: a built instance's streams' tasks, or a
-    /// captured one's (and its branches') in capture order, with every record a new record
-    /// of its event, made current now, as a replay makes them.
-    fn program(self: &Arc<Self>, stream: &Arc<Stream>) -> Program {
-        let mut fresh = Fresh::default();
-        let mut streams = HashMap::new();
-        let heads = if self.built {
-            let bound: Vec<(i32, bool)> = lock(&self.bound)
-                .iter()
-                .map(|b| (b.stream.id, b.head))
-                .collect();
-            for &(id, _) in &bound {
-                let tasks: Vec<Captured> = lock(&self.tasks)
-                    .iter()
-                    .filter(|t| t.stream_id == id)
-                    .cloned()
-                    .collect();
-                let nodes = tasks
-                    .into_iter()
-                    .map(|task| node(stream, task, &mut fresh))
-                    .collect();
-                streams.insert(
-                    id,
-                    Body {
-                        nodes,
-                        defaults: Vec::new(),
-                    },
-                );
-            }
-            bound.iter().filter(|b| b.1).map(|b| b.0).collect()
-        } else {
-            streams.insert(0, self.body(stream, &mut fresh));
-            vec![0]
-        };
-        Program {
-            streams,
-            heads,
-            model: Arc::downgrade(self),
-            records: fresh.into_values().collect(),
-        }
-    }
-
-    /// The instance's tasks in capture order, as a program runs them.
-    fn body(&self, stream: &Arc<Stream>, fresh: &mut Fresh) -> Body {
-        let tasks = lock(&self.tasks).clone();
-        Body {
-            nodes: tasks
-                .into_iter()
-                .map(|task| node(stream, task, fresh))
-                .collect(),
-            defaults: lock(&self.cond_handles)
-                .iter()
-                .filter_map(|(_, h)| Some((h.word, h.default?)))
-                .collect(),
-        }
-    }
-
     /// Queues one replayed task, which holds [`Self::running`] until it leaves the stream
     /// and takes the fields of its task's latest update (`patch`) as it starts.
     fn queue(
@@ -861,35 +850,78 @@ impl ModelRi {
         )
     }
 
-    /// Claims a branch for aclmdlRICaptureToModelRIBegin: false if it is not a branch or was
-    /// claimed before.
-    pub(crate) fn claim_branch(&self) -> bool {
-        self.branch.load(Ordering::Acquire) && !self.claimed.swap(true, Ordering::AcqRel)
+    /// aclmdlRICaptureToModelRIBegin: `begin` starts the capture of the branch (told whether
+    /// a capture cut short left tasks to clear first). Not a branch, a branch captured
+    /// already or being captured → ACL_ERROR_RT_PARAM_INVALID.
+    pub(crate) fn capture_branch(&self, begin: impl FnOnce(bool) -> Res<Arc<Capture>>) -> Res<()> {
+        let Some(state) = &self.branch else {
+            fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "model runtime instance {} is not a branch of a conditional task (aclmdlRIAddCondTask)",
+                self.id
+            );
+        };
+        let mut state = lock(state);
+        let cut_short = match &*state {
+            BranchCapture::Waiting => false,
+            BranchCapture::Capturing(capture) if is_going(capture) => fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "branch {} is being captured already",
+                self.id
+            ),
+            BranchCapture::Capturing(_) => true,
+            BranchCapture::Captured => fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "branch {} was captured already (a branch is captured once)",
+                self.id
+            ),
+        };
+        let capture = begin(cut_short)?;
+        *state = BranchCapture::Capturing(Arc::downgrade(&capture));
+        Ok(())
+    }
+
+    /// aclmdlRICaptureEnd of a branch's capture: it runs what was captured, or (`captured`
+    /// false: the capture failed, and its tasks were cleared) nothing, until captured again.
+    pub(crate) fn end_branch_capture(&self, captured: bool) {
+        if let Some(state) = &self.branch {
+            *lock(state) = match captured {
+                true => BranchCapture::Captured,
+                false => BranchCapture::Waiting,
+            };
+        }
+    }
+
+    /// Whether an execution runs its tasks: not a branch, or a branch captured.
+    fn runs_its_tasks(&self) -> bool {
+        self.branch
+            .as_ref()
+            .is_none_or(|state| matches!(*lock(state), BranchCapture::Captured))
     }
 
     /// A branch of it (or of its branches) whose capture is going on, by id.
     pub(crate) fn capturing_branch(&self) -> Option<u32> {
         lock(&self.branches).iter().find_map(|branch| {
-            match branch.claimed.load(Ordering::Acquire) && branch.is_open() {
+            let capturing = branch.branch.as_ref().is_some_and(|state| {
+                matches!(&*lock(state), BranchCapture::Capturing(capture) if is_going(capture))
+            });
+            match capturing {
                 true => Some(branch.id),
                 false => branch.capturing_branch(),
             }
         })
     }
 
-    /// A branch whose capture failed: it holds nothing, and may be captured again.
-    pub(crate) fn reset_branch(&self) -> Vec<Arc<Stream>> {
+    /// Clears what a branch's capture that failed (or was cut short) recorded, to be
+    /// captured again: its tasks and streams; returns the streams it created, and the
+    /// condition handles and branches it holds, for the caller to retire.
+    pub(crate) fn clear_branch(&self) -> (Vec<Arc<Stream>>, Vec<CondEntry>, Vec<Arc<ModelRi>>) {
         lock(&self.tasks).clear();
         lock(&self.streams).clear();
         self.unbind_all();
-        let streams = self.take_own_streams();
-        self.claimed.store(false, Ordering::Release);
-        streams
-    }
-
-    /// Gives back a claim whose capture could not begin.
-    pub(crate) fn unclaim_branch(&self) {
-        self.claimed.store(false, Ordering::Release);
+        self.open.store(true, Ordering::Release);
+        let (cond_handles, branches) = self.take_dependents();
+        (self.take_own_streams(), cond_handles, branches)
     }
 
     pub(crate) fn set_name(&self, name: &str) {
@@ -989,46 +1021,6 @@ fn external_wait(event: &Event) -> Option<Op> {
             record,
             timeout: None,
         })
-}
-
-/// What a program does for a task of an instance. Its records are made current as they are
-/// made (a later reset of the same execution applies to them). A wait on a record of the
-/// same execution passes: the program runs its tasks one after another, so the record ran
-/// before it or was skipped by a branch.
-fn node(stream: &Arc<Stream>, task: Captured, fresh: &mut Fresh) -> Node {
-    if task.disabled {
-        return Node::Pass;
-    }
-    match task.step {
-        Step::Run(Op::Wait { .. }) | Step::Label => Node::Pass,
-        Step::Run(op) => {
-            let op = replayed(stream, op, fresh);
-            if let Op::Record(record) = &op
-                && let Some(event) = record.event()
-            {
-                event.set_current(record.clone());
-            }
-            Node::Run(op, task.patch)
-        }
-        Step::WaitFor(event) => match external_wait(&event) {
-            Some(wait) => Node::Run(wait, None),
-            None => Node::Pass,
-        },
-        Step::Activate(id) => Node::Activate(id),
-        Step::Switch(switch) => Node::Switch(switch),
-        Step::Cond {
-            handle,
-            kind,
-            branches,
-        } => Node::Cond {
-            word: handle.word,
-            kind,
-            branches: branches
-                .iter()
-                .map(|branch| branch.body(stream, fresh))
-                .collect(),
-        },
-    }
 }
 
 /// Appends `task`'s step to an execution's `steps`; an activation appends the enabled tasks
