@@ -103,7 +103,8 @@ pub unsafe extern "C" fn aclrtCreateLabelList(
             ACL_ERROR_INVALID_PARAM,
             "num {num} is outside (0, {MAX_LABELS}]"
         );
-        // SAFETY: non-NULL, and valid for `num` reads by the API contract.
+        // SAFETY: non-NULL, and an aligned array of `num` handles by the API contract; the
+        // slice is read here and not kept past the call.
         let given = unsafe { std::slice::from_raw_parts(labels, num) };
         let labels = given
             .iter()
