@@ -12,19 +12,16 @@ use std::ffi::c_void;
 use std::ptr;
 
 use common::cases::{Case, case, run_table};
+use common::flow::*;
 use common::*;
 use npu_sim::abi::*;
 use npu_sys::*;
-
-const RELAXED: aclmdlRICaptureMode = ACL_MODEL_RI_CAPTURE_MODE_RELAXED;
-const HEAD: u32 = 0;
-const ACTIVATED: u32 = 0x7FFF_FFFF;
 
 fn install() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         npu_sim::SimConfig::default().devices(2).install().unwrap();
-        register_test_kernels();
+        register_flow_kernels();
         // `*counter += 1; *index = (*counter < limit) as u32`: a loop's step and its test.
         npu_sim::kernel::register("step_below", |_, _, args: *mut c_void| {
             // SAFETY: launched with a `StepBelow` as its arguments.
@@ -32,16 +29,6 @@ fn install() {
                 let args = args.cast::<StepBelow>().read_unaligned();
                 *(args.counter as *mut u32) += 1;
                 *(args.index as *mut u32) = u32::from(*(args.counter as *const u32) < args.limit);
-            }
-            0
-        })
-        .unwrap();
-        // `*word -= 1` on a u64: a WHILE loop's count down.
-        npu_sim::kernel::register("count_down_u64", |_, _, args: *mut c_void| {
-            // SAFETY: launched with 8 bytes of arguments holding the address of a u64.
-            unsafe {
-                let word = args.cast::<u64>().read_unaligned() as *mut u64;
-                *word -= 1;
             }
             0
         })
@@ -55,59 +42,6 @@ struct StepBelow {
     counter: u64,
     index: u64,
     limit: u32,
-}
-
-fn add_one(stream: aclrtStream, target: *mut c_void) {
-    let func = function(registry_binary(&["add_one_u32"]), "add_one_u32");
-    assert_eq!(
-        launch(func, 1, stream, &(target as u64), ptr::null_mut()),
-        0
-    );
-}
-
-fn count_down(stream: aclrtStream, word: *mut c_void) {
-    let func = function(registry_binary(&["count_down_u64"]), "count_down_u64");
-    assert_eq!(launch(func, 1, stream, &(word as u64), ptr::null_mut()), 0);
-}
-
-fn read_u32(dev: *const c_void) -> u32 {
-    download::<u32>(dev, 1)[0]
-}
-
-fn label() -> aclrtLabel {
-    let mut label = ptr::null_mut();
-    acl!(aclrtCreateLabel(&mut label));
-    label
-}
-
-fn label_list(labels: &[aclrtLabel]) -> aclrtLabelList {
-    let mut labels = labels.to_vec();
-    let mut list = ptr::null_mut();
-    acl!(aclrtCreateLabelList(
-        labels.as_mut_ptr(),
-        labels.len(),
-        &mut list
-    ));
-    list
-}
-
-/// A built instance whose only (HEAD) stream is `head`, being built.
-fn build_on(head: aclrtStream) -> aclmdlRI {
-    let mut model = ptr::null_mut();
-    acl!(aclmdlRIBuildBegin(&mut model, 0));
-    acl!(aclmdlRIBindStream(model, head, HEAD));
-    model
-}
-
-fn build_end(model: aclmdlRI) {
-    acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
-}
-
-/// Zeroed device words.
-fn zeroed(bytes: usize) -> *mut c_void {
-    let dev = malloc(bytes);
-    acl!(aclrtMemset(dev, bytes, 0, bytes));
-    dev
 }
 
 /// A label loop: the step runs, then the switch goes back to the top while the counter is
@@ -248,47 +182,6 @@ fn a_stream_switch_compares_its_values_when_it_runs() {
     }
 }
 
-/// A captured instance whose stream is capturing, its condition handle and a conditional task
-/// of `kind` with `size` branches; returns (stream, model, handle, branches).
-fn capture_cond(
-    kind: aclmdlRICondTaskType,
-    size: u32,
-    default: u32,
-    flag: aclmdlRICondHandleFlag,
-) -> (aclrtStream, aclmdlRI, aclmdlRICondHandle, Vec<aclmdlRI>) {
-    let stream = create_stream();
-    acl!(aclmdlRICaptureBegin(stream, RELAXED));
-    let (mut status, mut model) = (0, ptr::null_mut());
-    acl!(aclmdlRICaptureGetInfo(stream, &mut status, &mut model));
-    let mut handle = ptr::null_mut();
-    acl!(aclmdlRICondHandleCreate(model, default, flag, &mut handle));
-    let mut branches = vec![ptr::null_mut(); size as usize];
-    let params = aclmdlRICondTaskParams {
-        handle,
-        type_: kind,
-        size,
-        modelRIArray: branches.as_mut_ptr(),
-    };
-    acl!(aclmdlRIAddCondTask(params, stream, 0));
-    (stream, model, handle, branches)
-}
-
-/// Captures `body` into a branch on a stream of its own.
-fn capture_branch(branch: aclmdlRI, body: impl FnOnce(aclrtStream)) {
-    let stream = create_stream();
-    acl!(aclmdlRICaptureToModelRIBegin(stream, branch, RELAXED));
-    body(stream);
-    let ended = capture_end(stream);
-    assert_eq!(ended, branch);
-    acl!(aclrtDestroyStream(stream));
-}
-
-fn cond_word(handle: aclmdlRICondHandle) -> *mut c_void {
-    let mut word = ptr::null_mut();
-    acl!(aclmdlRICondHandleGetCondPtr(handle, &mut word));
-    word.cast()
-}
-
 /// IF with two branches: the first when the word is non-zero, else the second; with
 /// ASSIGN_DEFAULT the word starts every execution at its default.
 #[test]
@@ -419,22 +312,15 @@ fn branches_nest() {
         outer[0],
         RELAXED
     ));
-    let mut inner_handle = ptr::null_mut();
-    acl!(aclmdlRICondHandleCreate(
+    let (inner_handle, inner) = cond_task(
         outer[0],
+        branch_stream,
+        ACL_MODEL_RI_COND_TYPE_WHILE,
+        1,
         2,
         ACL_MODEL_RI_COND_HANDLE_ASSIGN_DEFAULT,
-        &mut inner_handle
-    ));
+    );
     let inner_word = cond_word(inner_handle);
-    let mut inner = [ptr::null_mut()];
-    let params = aclmdlRICondTaskParams {
-        handle: inner_handle,
-        type_: ACL_MODEL_RI_COND_TYPE_WHILE,
-        size: 1,
-        modelRIArray: inner.as_mut_ptr(),
-    };
-    acl!(aclmdlRIAddCondTask(params, branch_stream, 0));
     count_down(branch_stream, outer_word);
     assert_eq!(capture_end(branch_stream), outer[0]);
     capture_branch(inner[0], |s| {
@@ -1569,14 +1455,7 @@ const CASES: &[Case] = &[
         0,
         || {
             let (stream, model) = capturing_model();
-            let mut branches = [ptr::null_mut()];
-            let params = aclmdlRICondTaskParams {
-                handle: cond_handle_of(model),
-                type_: ACL_MODEL_RI_COND_TYPE_IF,
-                size: 1,
-                modelRIArray: branches.as_mut_ptr(),
-            };
-            acl!(aclmdlRIAddCondTask(params, stream, 0));
+            let (_, branches) = cond_task(model, stream, ACL_MODEL_RI_COND_TYPE_IF, 1, 0, 0);
             code!(aclmdlRICaptureToModelRIBegin(
                 ptr::null_mut(),
                 branches[0],

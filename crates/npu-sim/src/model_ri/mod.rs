@@ -764,15 +764,18 @@ impl ModelRi {
         let _queueing = Queueing::begin(self)?;
         let aborted = lock(&self.aborted).clone();
         if self.has_branches() {
+            ensure!(
+                !stream.is_persistent(),
+                ACL_ERROR_RT_PARAM_INVALID,
+                "model runtime instance {} has branches: it executes on a stream that runs it, not on PERSISTENT stream {}, which keeps its tasks for an instance",
+                self.id,
+                stream.id
+            );
             let program = self.program(stream);
             let records = program.records.clone();
             self.queue(stream, Op::Program(Arc::new(program)), &aborted, None)?;
             // Current once queued, as a replay's records are.
-            for record in records {
-                if let Some(event) = record.event() {
-                    event.set_current(record);
-                }
-            }
+            records.into_iter().for_each(make_current);
             return Ok(());
         }
         let steps = self.execution_steps();
@@ -800,11 +803,7 @@ impl ModelRi {
                 _ => None,
             };
             self.queue(stream, op, &aborted, patch)?;
-            if let Some(record) = record
-                && let Some(event) = record.event()
-            {
-                event.set_current(record);
-            }
+            record.into_iter().for_each(make_current);
         }
         Ok(())
     }
@@ -987,6 +986,17 @@ impl ModelRi {
             );
         }
         text
+    }
+}
+
+/// Makes a replayed record its event's current record, if its stream queued it (gave it a
+/// position): one a PERSISTENT stream keeps never runs, and one a bound stream gives the
+/// instance it builds runs only in that instance's executions, as aclrtRecordEvent's own.
+fn make_current(record: Arc<Record>) {
+    if record.position() != 0
+        && let Some(event) = record.event()
+    {
+        event.set_current(record);
     }
 }
 

@@ -36,6 +36,9 @@ macro_rules! code {
     }};
 }
 
+// After the macros, which it uses.
+pub mod flow;
+
 /// The calling thread's pending error messages (cleared).
 pub fn recent_message() -> String {
     // SAFETY: no preconditions.
