@@ -21,8 +21,8 @@ pub(super) enum BranchCapture {
     /// Not captured yet, or its capture failed: it runs nothing.
     Waiting,
     /// aclmdlRICaptureToModelRIBegin began this capture; if the capture is over without
-    /// aclmdlRICaptureEnd ending it well (its stream went with its context), the branch runs nothing
-    /// and may be captured again.
+    /// aclmdlRICaptureEnd ending it well (its stream went with its context), the branch runs
+    /// nothing and may be captured again.
     Capturing(Weak<Capture>),
     /// aclmdlRICaptureEnd ended its capture: it runs what was captured.
     Captured,
