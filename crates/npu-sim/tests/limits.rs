@@ -1,7 +1,8 @@
 //! Process-wide resource limits and faults, exhausted or injected in a process of their own so
 //! that no other test sees them: streams per device (207008), notifies per device (207009),
 //! events holding a hardware event per device (207007),
-//! subscribed report threads (207012), and an injected failure of the next host allocation.
+//! subscribed report threads (207012), labels in the process (207005), and an injected failure
+//! of the next host allocation.
 
 extern crate ascendcl as npu_sim;
 
@@ -115,6 +116,41 @@ fn running_out_of_notifies() {
     }
     acl!(aclrtCreateNotify(&mut extra, 0));
     acl!(aclrtDestroyNotify(extra));
+}
+
+#[test]
+fn running_out_of_labels() {
+    // Labels are counted for the process (65,535), apart from every device resource.
+    set_device(0);
+    let labels: Vec<aclrtLabel> = (0..65_535)
+        .map(|_| {
+            let mut label = ptr::null_mut();
+            acl!(aclrtCreateLabel(&mut label));
+            label
+        })
+        .collect();
+    let mut extra = ptr::null_mut();
+    assert_eq!(
+        code!(aclrtCreateLabel(&mut extra)),
+        ACL_ERROR_RT_RESOURCE_ALLOC_FAIL
+    );
+    assert!(recent_message().contains("aclrtCreateLabel failed with 207005"));
+    // A destroyed label a list holds counts until the list goes too.
+    let mut list = ptr::null_mut();
+    let mut first = [labels[0]];
+    acl!(aclrtCreateLabelList(first.as_mut_ptr(), 1, &mut list));
+    acl!(aclrtDestroyLabel(labels[0]));
+    assert_eq!(
+        code!(aclrtCreateLabel(&mut extra)),
+        ACL_ERROR_RT_RESOURCE_ALLOC_FAIL
+    );
+    recent_message();
+    acl!(aclrtDestroyLabelList(list));
+    acl!(aclrtCreateLabel(&mut extra));
+    acl!(aclrtDestroyLabel(extra));
+    for label in &labels[1..] {
+        acl!(aclrtDestroyLabel(*label));
+    }
 }
 
 #[test]
