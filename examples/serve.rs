@@ -65,7 +65,10 @@
 //!
 //! `GET /stats` returns the request counters, the in-flight count, the pools' statistics and
 //! the reactor's counters. Shutdown (Ctrl-C) is graceful: the listener closes, the requests in
-//! flight finish and are answered, then the process exits.
+//! flight finish and are answered, then the process exits. The answers get the drain timeout
+//! (10 s by default) to reach their clients: a connection still open then (a client that stopped
+//! reading its answer, which would otherwise hold the shutdown for ever) is closed, and a
+//! request it still has on the device is dropped, which npu-rs makes safe.
 
 use std::net::SocketAddr;
 use std::pin::pin;
@@ -116,6 +119,9 @@ struct Config {
     header_timeout: Duration,
     /// How long a request may take to send its whole body once the handler reads it.
     body_timeout: Duration,
+    /// How long a shutdown waits for the connections to finish their requests before closing
+    /// them.
+    drain_timeout: Duration,
 }
 
 impl Default for Config {
@@ -128,6 +134,7 @@ impl Default for Config {
             alpha: 2.0,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -551,34 +558,50 @@ fn router(state: Arc<AppState>) -> Router {
 }
 
 /// Serves `app` over HTTP/1.1 on `listener` until `stop`, then lets the connections finish the
-/// requests they are in and returns. hyper's connection builder is used directly (not
-/// `axum::serve`) for its header read timeout, which needs a timer `axum::serve` does not give.
+/// requests they are in (within `drain_timeout`, after which the ones still open are closed)
+/// and returns. hyper's connection builder is used directly (not `axum::serve`) for its header
+/// read timeout, which needs a timer `axum::serve` does not give.
 async fn serve_http(
     mut listener: TcpListener,
     app: Router,
-    header_timeout: Duration,
+    (header_timeout, drain_timeout): (Duration, Duration),
     stop: oneshot::Receiver<()>,
 ) {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(header_timeout);
     let connections = GracefulShutdown::new();
+    // The connections' tasks, so that the ones a graceful shutdown cannot finish (a client that
+    // stopped reading its answer) can be closed.
+    let mut tasks = tokio::task::JoinSet::new();
     let mut stop = pin!(stop);
     loop {
         let (tcp, peer) = tokio::select! {
             accepted = Listener::accept(&mut listener) => accepted,
             _ = &mut stop => break,
         };
+        while tasks.try_join_next().is_some() {}
         let service = TowerToHyperService::new(app.clone());
         let connection = connections.watch(http.serve_connection(TokioIo::new(tcp), service));
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             if let Err(err) = connection.await {
                 tracing::debug!(%peer, error = %err, "connection closed on an error");
             }
         });
     }
     drop(listener);
-    connections.shutdown().await;
+    if tokio::time::timeout(drain_timeout, connections.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            connections = tasks.len(),
+            "closing the connections still open after the drain timeout"
+        );
+    }
+    // Aborting a connection drops its request's future: npu-rs keeps whatever the device may
+    // still touch until it is done.
+    tasks.shutdown().await;
 }
 
 /// A running server.
@@ -592,13 +615,13 @@ struct Server {
 impl Server {
     /// Sets up the model and serves on `addr` until [`Server::stop`].
     async fn start(config: Config, addr: SocketAddr) -> Result<Server, Box<dyn std::error::Error>> {
-        let header_timeout = config.header_timeout;
+        let timeouts = (config.header_timeout, config.drain_timeout);
         let state = Arc::new(AppState::new(config).await?);
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (shutdown, stop) = oneshot::channel::<()>();
         let app = router(state.clone());
-        let task = tokio::spawn(serve_http(listener, app, header_timeout, stop));
+        let task = tokio::spawn(serve_http(listener, app, timeouts, stop));
         Ok(Server {
             addr,
             state,
@@ -1212,6 +1235,71 @@ mod tests {
             "no request reached the handler"
         );
         server.stop().await.unwrap();
+    }
+
+    /// The largest send buffer the kernel grows a TCP socket's to (`tcp_wmem`'s maximum),
+    /// 4 MiB if it cannot be read.
+    fn largest_send_buffer() -> usize {
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(2)?.parse().ok())
+            .unwrap_or(4 << 20)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_that_never_reads_its_answer_does_not_hold_the_shutdown_for_ever() {
+        // An answer longer than the server's largest send buffer plus the client's (small,
+        // fixed) receive buffer can never be written whole to a client that stops reading.
+        // Each output element is at least 9 characters and a comma ("0.6666667,").
+        let input_len = (2 * largest_send_buffer() + (1 << 20)) / 10;
+        let config = Config {
+            input_len,
+            max_in_flight: 1,
+            streams: 1,
+            drain_timeout: Duration::from_millis(200),
+            ..Config::default()
+        };
+        let server = Server::start(config, loopback()).await.unwrap();
+        let data = vec!["0.33333334"; input_len].join(",");
+        let body = format!(r#"{{"dtype":"f32","shape":[{input_len}],"data":[{data}]}}"#);
+        let head = format!("{JSON_POST}Content-Length: {}\r\n\r\n", body.len());
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut tcp = socket.connect(server.addr).await.unwrap();
+        tokio::time::timeout(PATIENCE, async {
+            tcp.write_all(head.as_bytes()).await.unwrap();
+            tcp.write_all(body.as_bytes()).await.unwrap();
+            // The first byte of the answer: the server is now writing it, and cannot finish.
+            tcp.read_exact(&mut [0; 1]).await.unwrap();
+        })
+        .await
+        .expect("the server did not start answering");
+
+        let state = server.state.clone();
+        tokio::time::timeout(PATIENCE, server.stop())
+            .await
+            .expect("a client that stops reading held the shutdown")
+            .unwrap();
+        // The connection was closed: the client reads the part of the answer that was sent,
+        // then the end (or a reset), never the whole answer.
+        let mut received = 1;
+        let read = tokio::time::timeout(PATIENCE, async {
+            let mut chunk = vec![0; 1 << 16];
+            while let Ok(n @ 1..) = tcp.read(&mut chunk).await {
+                received += n;
+            }
+        });
+        read.await
+            .expect("the connection stayed open after the shutdown");
+        assert!(
+            received < 9 * input_len,
+            "{received} bytes: the whole answer"
+        );
+        // The request itself was served, and gave back what it held.
+        let stats = state.stats();
+        assert_eq!(stats["requests"]["served"], 1);
+        assert_eq!(stats["in_flight"], 0);
+        assert_eq!(stats["pool"]["allocated_bytes"], 0, "{stats}");
     }
 
     // Injects its fault through the simulator's controls.
