@@ -275,9 +275,22 @@ pub(crate) struct Program {
     /// branches skip are completed when the program ends, so no wait for them is left
     /// waiting; they become their events' current records once the program is queued.
     pub(crate) records: Vec<Arc<Record>>,
+    /// It holds a BLOCK callback (aclrtLaunchCallback): its stream holds at its position for
+    /// the report thread, which must not wait for the stream to pass it.
+    pub(crate) blocks: bool,
 }
 
 impl Program {
+    /// Whether its stream must treat it as a BLOCK callback's position: a BLOCK callback, or a
+    /// program holding one.
+    pub(crate) fn holds_block_callback(op: &Op) -> bool {
+        match op {
+            Op::Callback { block, .. } => *block,
+            Op::Program(program) => program.blocks,
+            _ => false,
+        }
+    }
+
     /// The place of `label` among the program's streams (a label not set, or set in
     /// another instance or on a stream no longer bound: none).
     pub(crate) fn place_of(&self, label: &Label) -> Option<(i32, usize)> {

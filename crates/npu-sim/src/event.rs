@@ -46,6 +46,10 @@ pub(crate) struct Record {
     shared: OnceLock<(Arc<SharedEvent>, u64)>,
     /// Unique in the process: the records of one program share its position.
     serial: u64,
+    /// A replayed record (an execution of a model runtime instance made it): it becomes its
+    /// event's current record when its stream queues it ([`Record::queued`]), before the
+    /// worker can reach a reset of the same execution.
+    replayed: bool,
 }
 
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -58,6 +62,16 @@ impl Record {
 
     /// A record of `event` (aclrtRecordEvent), or a marker without one.
     pub(crate) fn recording(stream: Arc<Stream>, event: Option<&Arc<Event>>) -> Self {
+        Self::made(stream, event, false)
+    }
+
+    /// A record an execution of a model runtime instance makes, replaying `event`'s captured
+    /// record on `stream`.
+    pub(crate) fn replaying(stream: Arc<Stream>, event: Option<&Arc<Event>>) -> Self {
+        Self::made(stream, event, true)
+    }
+
+    fn made(stream: Arc<Stream>, event: Option<&Arc<Event>>, replayed: bool) -> Self {
         Self {
             stream,
             position: AtomicU64::new(0),
@@ -67,6 +81,20 @@ impl Record {
             captured: OnceLock::new(),
             shared: OnceLock::new(),
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
+            replayed,
+        }
+    }
+
+    /// Its stream queued it at `position` (under the stream's lock, before anyone can wait on
+    /// it). A replayed record
+    /// becomes its event's current record now: a record a PERSISTENT stream keeps, or a bound
+    /// stream gives the instance it builds, is never queued, and never becomes current.
+    pub(crate) fn queued(self: &Arc<Self>, position: u64) {
+        self.position.store(position, Ordering::Release);
+        if self.replayed
+            && let Some(event) = self.event()
+        {
+            event.set_current(self.clone());
         }
     }
 
@@ -102,11 +130,6 @@ impl Record {
             .get()
             .and_then(Weak::upgrade)
             .filter(|capture| capture.is_active())
-    }
-
-    /// Called by [`Stream::submit`] as it queues the record, before anyone can wait on it.
-    pub(crate) fn place(&self, position: u64) {
-        self.position.store(position, Ordering::Release);
     }
 
     /// The record's position in its stream (0 until it is queued).

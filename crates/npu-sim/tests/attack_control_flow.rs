@@ -5,7 +5,8 @@
 //! stopped or its device lost), and typed errors naming the API for bad input.
 //!
 //! Devices: 0 for ordinary tests, 1 for aborts of a whole device, 2 is lost, 3 is reset, 4
-//! has a timing model; tests that affect a whole device have it to themselves.
+//! has a timing model, 5 waits for the whole device (aclrtFreeWithDevSync); tests that affect
+//! a whole device have it to themselves.
 
 extern crate ascendcl as npu_sim;
 
@@ -25,7 +26,7 @@ fn install() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         npu_sim::SimConfig::default()
-            .devices(5)
+            .devices(6)
             .memory_per_device(1 << 28)
             .install()
             .unwrap();
@@ -1170,4 +1171,173 @@ fn a_switch_of_thousands_of_branches_runs_the_one_indexed() {
         "aclmdlRIDestroy",
     );
     acl!(aclrtDestroyStream(stream));
+}
+
+/// Promise: aclrtFreeWithDevSync, which waits until no task of the device can touch memory,
+/// returns behind a program held by aclrtStreamStop between two of its tasks (a stopped
+/// program never finishes before an abort; it touches no memory meanwhile).
+#[test]
+fn a_free_with_device_sync_returns_behind_a_stopped_program() {
+    install();
+    set_device(5);
+    let mark = zeroed(4);
+    let (model, _) = while_loop(|s, _| add_one(s, mark));
+    let exec = create_stream();
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    await_change(5, mark, 0);
+    acl!(aclrtStreamStop(exec));
+    let freed = malloc(64);
+    let raw = Raw::of(freed);
+    let code = bounded("a free waiting for a stopped program", move || {
+        set_device(5);
+        code!(aclrtFreeWithDevSync(raw.ptr()))
+    });
+    assert_eq!(code, 0, "{}", recent_message());
+    acl!(aclrtStreamAbort(exec));
+    acl!(aclrtSynchronizeStream(exec));
+    destroy_when_over(5, model);
+    acl!(aclrtDestroyStream(exec));
+}
+
+/// Promise: the report thread of a stream whose program holds a BLOCK callback is refused
+/// (207000) when it waits for that stream, as it is for a BLOCK callback queued there itself:
+/// only its own aclrtProcessReport can run the callback the stream will stop at.
+#[test]
+fn a_report_thread_waiting_behind_a_program_with_a_blocking_callback_gets_a_code() {
+    install();
+    set_device(0);
+    let mark = zeroed(4);
+    let raw = Raw::of(mark);
+    bounded("a report thread waiting for its own callback", move || {
+        set_device(0);
+        let me = this_thread();
+        let model = counted_loop(1, |s| {
+            acl!(aclrtSubscribeReport(me, s));
+            acl!(aclrtLaunchCallback(
+                Some(count_callback),
+                ptr::null_mut(),
+                ACL_CALLBACK_BLOCK,
+                s
+            ));
+            add_one(s, raw.ptr());
+        });
+        let exec = create_stream();
+        acl!(aclrtSubscribeReport(me, exec));
+        acl!(aclmdlRIExecuteAsync(model, exec));
+        fails(
+            code!(aclrtSynchronizeStream(exec)),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "aclrtSynchronizeStream",
+        );
+        // Running its callback lets the program end.
+        while read_u32(raw.ptr()) == 0 {
+            code!(aclrtProcessReport(10));
+            recent_message();
+        }
+        acl!(aclrtSynchronizeStream(exec));
+        acl!(aclrtUnSubscribeReport(me, exec));
+        destroy_when_over(0, model);
+        acl!(aclrtDestroyStream(exec));
+    });
+}
+
+/// Promise: a loop on one HEAD stream, polling a word another HEAD stream writes, ends: the
+/// HEAD streams run side by side on the device, so the serial order lets the other stream's
+/// tasks run before the loop goes round again.
+#[test]
+fn a_loop_on_one_head_stream_lets_the_other_heads_run() {
+    install();
+    set_device(0);
+    let (first, second) = (persistent_stream(), persistent_stream());
+    let (index, mark) = (zeroed(4), zeroed(4));
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRIBuildBegin(&mut model, 0));
+    acl!(aclmdlRIBindStream(model, first, HEAD));
+    acl!(aclmdlRIBindStream(model, second, HEAD));
+    let (top, exit) = (label(), label());
+    let list = label_list(&[top, exit]);
+    acl!(aclrtSetLabel(top, first));
+    acl!(aclrtSwitchLabelByIndex(index, 2, list, first));
+    add_one(second, index);
+    acl!(aclrtSetLabel(exit, first));
+    add_one(first, mark);
+    build_end(model);
+    let raw = Raw::of(model);
+    bounded("a loop waiting for another HEAD stream", move || {
+        set_device(0);
+        execute(raw.ptr());
+    });
+    assert_eq!((read_u32(index), read_u32(mark)), (1, 1));
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyLabelList(list));
+    for label in [top, exit] {
+        acl!(aclrtDestroyLabel(label));
+    }
+    for stream in [first, second] {
+        acl!(aclrtDestroyStream(stream));
+    }
+}
+
+/// Promise: a record a program skipped carries the failure a record there would have carried
+/// (a task's since the last record, on a stream that goes on after failures), not success.
+#[test]
+fn a_record_a_program_skipped_carries_the_failure_before_it() {
+    install();
+    set_device(0);
+    let mut event = ptr::null_mut();
+    acl!(aclrtCreateEventExWithFlag(&mut event, ACL_EVENT_SYNC));
+    let stream = create_stream();
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    trap(stream);
+    let (mut status, mut model) = (0, ptr::null_mut());
+    acl!(aclmdlRICaptureGetInfo(stream, &mut status, &mut model));
+    let (_, branch) = cond_task(model, stream, ACL_MODEL_RI_COND_TYPE_IF, 1, 0, 0);
+    let model = capture_end(stream);
+    capture_branch(branch[0], |s| acl!(aclrtRecordEvent(event, s)));
+    let exec = create_stream();
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    let raw = Raw::of(event);
+    let code = bounded("the skipped record", move || {
+        set_device(0);
+        code!(aclrtSynchronizeEvent(raw.ptr()))
+    });
+    recent_message();
+    assert_eq!(code, ACL_ERROR_RT_AICORE_EXCEPTION);
+    assert_eq!(
+        code!(aclrtSynchronizeStream(exec)),
+        ACL_ERROR_RT_AICORE_EXCEPTION
+    );
+    recent_message();
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyEvent(event));
+    for stream in [stream, exec] {
+        acl!(aclrtDestroyStream(stream));
+    }
+}
+
+/// Promise: a HEAD stream may switch to itself (a loop), as a label switch on it may go back
+/// to one of its labels.
+#[test]
+fn a_head_stream_switching_to_itself_loops() {
+    install();
+    set_device(0);
+    let head = persistent_stream();
+    let (count, limit) = (zeroed(4), malloc(4));
+    upload(limit, &[3i32]);
+    let model = build_on(head);
+    add_one(head, count);
+    acl!(aclrtSwitchStream(
+        count,
+        ACL_RT_LESS,
+        limit,
+        ACL_RT_SWITCH_INT32,
+        head,
+        ptr::null_mut(),
+        head
+    ));
+    build_end(model);
+    execute(model);
+    assert_eq!(read_u32(count), 3);
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyStream(head));
 }

@@ -1404,6 +1404,18 @@ const CASES: &[Case] = &[
         },
     ),
     case(
+        "cond task in a task group",
+        "aclmdlRIAddCondTask",
+        ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT,
+        0,
+        || {
+            let (stream, model) = capturing_model();
+            let handle = cond_handle_of(model);
+            acl!(aclmdlRICaptureTaskGrpBegin(stream));
+            add_cond(handle, ACL_MODEL_RI_COND_TYPE_IF, 1, stream, 0)
+        },
+    ),
+    case(
         "cond task flags 1",
         "aclmdlRIAddCondTask",
         ACL_ERROR_INVALID_PARAM,

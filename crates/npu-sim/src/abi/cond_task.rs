@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use npu_sys::*;
 
-use super::model_ri::{check_same_context, destroy_own_stream, discard, model};
+use super::model_ri::{check_same_context, model, retire_contents};
 use crate::capture::{self, Capture};
 use crate::context;
 use crate::control_flow::{CondHandle, CondKind};
@@ -84,20 +84,8 @@ pub(super) fn is_cond_word(ptr: usize) -> bool {
 /// Clears what a branch's capture that failed or was cut short recorded, so that it can be
 /// captured again.
 pub(super) fn clear_branch(sim: &Sim, branch: &ModelRi) {
-    let (streams, cond_handles, branches) = branch.clear_branch();
-    for stream in streams {
-        destroy_own_stream(sim, branch, &stream);
-    }
-    free_words(sim, cond_handles);
-    for nested in branches {
-        discard(sim, &nested);
-    }
-    for handle in branch.take_task_handles() {
-        sim.model_tasks.remove(handle);
-    }
-    for handle in branch.take_group_handles() {
-        sim.task_groups.remove(handle);
-    }
+    branch.forget_capture();
+    retire_contents(sim, branch);
 }
 
 /// Creates a condition handle for a captured instance (open or complete; a built one →
@@ -210,19 +198,33 @@ pub unsafe extern "C" fn aclmdlRIAddCondTask(
             stream.id
         );
         let mut branches = Vec::new();
+        let unmade = |branches: &[Arc<ModelRi>]| {
+            for branch in branches {
+                sim.models.remove(branch.handle);
+            }
+        };
         for _ in 0..params.size {
             let handle = match sim.models.reserve() {
                 Ok(handle) => handle,
                 Err(error) => {
-                    branches.iter().for_each(|b: &Arc<ModelRi>| {
-                        sim.models.remove(b.handle);
-                    });
+                    unmade(&branches);
                     return Err(error);
                 }
             };
             let branch = Arc::new(ModelRi::new_branch(handle, model.ctx, model.device.clone()));
             sim.models.fill(handle, branch.clone());
             branches.push(branch);
+        }
+        let step = Step::Cond {
+            handle: cond,
+            kind,
+            branches: branches.clone(),
+        };
+        // Captured as every task is (it becomes the thread's last task; a task group refuses
+        // it).
+        if let Err(error) = stream.submit_captured(step) {
+            unmade(&branches);
+            return Err(error);
         }
         for (i, branch) in branches.iter().enumerate() {
             // SAFETY: non-NULL, and valid for `size` writes by the API contract.
@@ -234,14 +236,6 @@ pub unsafe extern "C" fn aclmdlRIAddCondTask(
             };
         }
         model.add_branches(&branches);
-        model.push(
-            &stream,
-            Step::Cond {
-                handle: cond,
-                kind,
-                branches,
-            },
-        );
         Ok(())
     })
 }

@@ -156,17 +156,7 @@ pub unsafe extern "C" fn aclrtActiveStream(
         let sim = sim()?;
         let (_, active) = context::owned_stream(sim, activeStream)?;
         let stream = context::submit_stream(sim, stream)?;
-        let model = bound_model(&stream, "stream")?;
-        let active_model = bound_model(&active, "activeStream")?;
-        ensure!(
-            Arc::ptr_eq(&model, &active_model),
-            ACL_ERROR_RT_STREAM_MODEL,
-            "activeStream {} is bound to model runtime instance {}, stream {} to {}",
-            active.id,
-            active_model.id,
-            stream.id,
-            model.id
-        );
+        let model = same_instance(&stream, &active, "activeStream")?;
         model.check_accepts(&stream)?;
         model.push(&stream, Step::Activate(active.id));
         Ok(())
@@ -179,8 +169,8 @@ pub unsafe extern "C" fn aclrtActiveStream(
 /// else 107000) and, if `cond` holds, runs `trueStream` from its first task instead of the
 /// rest of this stream's. NULL values or `trueStream`, a `falseStream` (reserved: NULL), or a
 /// condition or type outside their enums → 100000; either stream not bound to a built
-/// instance, or the two bound to different ones → 107005; a HEAD `trueStream` (it runs in
-/// every execution already) or `stream`'s tasks complete → 107000.
+/// instance, or the two bound to different ones → 107005; another HEAD stream as
+/// `trueStream` (it runs in every execution already) or `stream`'s tasks complete → 107000.
 ///
 /// # Safety
 /// No preconditions; the values are only read by the device when the switch runs.
@@ -207,21 +197,12 @@ pub unsafe extern "C" fn aclrtSwitchStream(
         let sim = sim()?;
         let (_, target) = context::owned_stream(sim, trueStream)?;
         let stream = context::submit_stream(sim, stream)?;
-        let model = bound_model(&stream, "stream")?;
-        let target_model = bound_model(&target, "trueStream")?;
+        let model = same_instance(&stream, &target, "trueStream")?;
+        // Switching to itself is a loop; to another HEAD stream would run its tasks twice.
         ensure!(
-            Arc::ptr_eq(&model, &target_model),
-            ACL_ERROR_RT_STREAM_MODEL,
-            "trueStream {} is bound to model runtime instance {}, stream {} to {}",
-            target.id,
-            target_model.id,
-            stream.id,
-            model.id
-        );
-        ensure!(
-            !model.is_head(&target),
+            target.handle == stream.handle || !model.is_head(&target),
             ACL_ERROR_RT_PARAM_INVALID,
-            "trueStream {} is a HEAD stream of model runtime instance {}, which runs in every execution already",
+            "trueStream {} is another HEAD stream of model runtime instance {}, which runs in every execution already",
             target.id,
             model.id
         );
@@ -240,6 +221,23 @@ pub unsafe extern "C" fn aclrtSwitchStream(
         );
         Ok(())
     })
+}
+
+/// The built instance `stream` and `other` (the argument `what`) are both bound to (either
+/// bound to none, or the two to different ones → ACL_ERROR_RT_STREAM_MODEL).
+fn same_instance(stream: &Stream, other: &Stream, what: &str) -> Res<Arc<ModelRi>> {
+    let model = bound_model(stream, "stream")?;
+    let other_model = bound_model(other, what)?;
+    ensure!(
+        Arc::ptr_eq(&model, &other_model),
+        ACL_ERROR_RT_STREAM_MODEL,
+        "{what} {} is bound to model runtime instance {}, stream {} to {}",
+        other.id,
+        other_model.id,
+        stream.id,
+        model.id
+    );
+    Ok(model)
 }
 
 /// The built instance `stream` (the argument `what`) is bound to (none →

@@ -72,6 +72,12 @@ pub(super) fn own_stream(sim: &Sim, ctx: &Context, flags: u32) -> Res<Arc<Stream
 /// owns. A destroy calls it once [`ModelRi::retire`] has decided that this call destroys it.
 pub(super) fn discard(sim: &Sim, model: &ModelRi) {
     sim.models.remove(model.handle);
+    retire_contents(sim, model);
+}
+
+/// Retires what an instance holds: its condition handles (their words freed), its branches,
+/// its tasks' and task groups' handles, its bindings and the streams it created.
+pub(super) fn retire_contents(sim: &Sim, model: &ModelRi) {
     let (cond_handles, branches) = model.take_dependents();
     super::cond_task::free_words(sim, cond_handles);
     for branch in branches {

@@ -11,7 +11,6 @@ use crate::control_flow::CondHandle;
 use crate::device::Device;
 use crate::error::{Res, fail};
 use crate::handle::Handle;
-use crate::stream::Stream;
 use crate::sync::lock;
 
 use super::{CondEntry, ModelRi};
@@ -127,15 +126,11 @@ impl ModelRi {
         })
     }
 
-    /// Clears what a branch's capture that failed (or was cut short) recorded, to be
-    /// captured again: its tasks and streams; returns the streams it created, and the
-    /// condition handles and branches it holds, for the caller to retire.
-    pub(crate) fn clear_branch(&self) -> (Vec<Arc<Stream>>, Vec<CondEntry>, Vec<Arc<ModelRi>>) {
+    /// Forgets what a branch's capture that failed (or was cut short) recorded, to be
+    /// captured again (what it holds besides is the caller's to retire).
+    pub(crate) fn forget_capture(&self) {
         lock(&self.tasks).clear();
         lock(&self.streams).clear();
-        self.unbind_all();
         self.open.store(true, Ordering::Release);
-        let (cond_handles, branches) = self.take_dependents();
-        (self.take_own_streams(), cond_handles, branches)
     }
 }

@@ -168,12 +168,12 @@ pub(crate) enum GroupWork {
 
 /// Only kernel launches (single-operator tasks) can be in a task group
 /// (ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT).
-pub(crate) fn check_groupable(op: &Op) -> Res<()> {
+pub(crate) fn check_groupable(step: &Step) -> Res<()> {
     ensure!(
-        matches!(op, Op::Kernel(_)),
+        matches!(step, Step::Run(Op::Kernel(_))),
         ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT,
         "only kernel launches can be recorded or updated in a task group, not a {} task",
-        op.label().1
+        step.label().1
     );
     Ok(())
 }
@@ -742,11 +742,7 @@ impl ModelRi {
                 stream.id
             );
             let program = self.program(stream);
-            let records = program.records.clone();
-            self.queue(stream, Op::Program(Arc::new(program)), &aborted, None)?;
-            // Current once queued, as a replay's records are.
-            records.into_iter().for_each(make_current);
-            return Ok(());
+            return self.queue(stream, Op::Program(Arc::new(program)), &aborted, None);
         }
         let steps = self.execution_steps();
         let mut fresh = Fresh::default();
@@ -765,15 +761,12 @@ impl ModelRi {
                     Some(wait) => wait,
                     None => continue,
                 },
-                // Expanded by execution_steps; the others make a program.
-                _ => continue,
-            };
-            let record = match &op {
-                Op::Record(record) => Some(record.clone()),
-                _ => None,
+                // Expanded by execution_steps, or nothing to run.
+                Step::Activate(_) | Step::Label => continue,
+                // An instance with an enabled one executes as a program instead.
+                Step::Switch(_) | Step::Cond { .. } => continue,
             };
             self.queue(stream, op, &aborted, patch)?;
-            record.into_iter().for_each(make_current);
         }
         Ok(())
     }
@@ -867,17 +860,6 @@ impl ModelRi {
     }
 }
 
-/// Makes a replayed record its event's current record, if its stream queued it (gave it a
-/// position): one a PERSISTENT stream keeps never runs, and one a bound stream gives the
-/// instance it builds runs only in that instance's executions, as aclrtRecordEvent's own.
-fn make_current(record: Arc<Record>) {
-    if record.position() != 0
-        && let Some(event) = record.event()
-    {
-        event.set_current(record);
-    }
-}
-
 /// The new records of an execution, by the captured record each replaces.
 type Fresh = HashMap<*const Record, Arc<Record>>;
 
@@ -887,7 +869,7 @@ type Fresh = HashMap<*const Record, Arc<Record>>;
 fn replayed(stream: &Arc<Stream>, op: Op, fresh: &mut Fresh) -> Op {
     match op {
         Op::Record(template) => {
-            let record = Arc::new(Record::recording(stream.clone(), template.event().as_ref()));
+            let record = Arc::new(Record::replaying(stream.clone(), template.event().as_ref()));
             fresh.insert(Arc::as_ptr(&template), record.clone());
             Op::Record(record)
         }

@@ -11,13 +11,14 @@ use crate::stream::Stream;
 use crate::sync::lock;
 use crate::task::Op;
 
-use super::{Captured, Fresh, ModelRi, Step, replayed};
+use super::{Captured, ModelRi, Step};
 
 /// What building a program keeps track of.
 struct Builder<'a> {
     /// The stream the execution is queued on: its records are records of that stream.
     stream: &'a Arc<Stream>,
-    fresh: Fresh,
+    /// A node runs a BLOCK callback.
+    blocks: bool,
     /// The latest new record of each event, in the order the nodes are built: a reset of the
     /// same execution applies to it.
     latest: HashMap<*const Event, Arc<Record>>,
@@ -27,11 +28,11 @@ struct Builder<'a> {
 impl ModelRi {
     /// The program an execution on `stream` runs: a built instance's bound streams' tasks,
     /// or a captured one's (and its branches') in capture order. Its records become their
-    /// events' current records only once it is queued ([`ModelRi::replay`]).
+    /// events' current records when its stream queues it ([`Record::queued`]).
     pub(super) fn program(self: &Arc<Self>, stream: &Arc<Stream>) -> Program {
         let mut builder = Builder {
             stream,
-            fresh: Fresh::default(),
+            blocks: false,
             latest: HashMap::new(),
             records: Vec::new(),
         };
@@ -43,6 +44,7 @@ impl ModelRi {
             layout,
             model: Arc::downgrade(self),
             records: builder.records,
+            blocks: builder.blocks,
         }
     }
 
@@ -113,14 +115,17 @@ impl Builder<'_> {
                     .or_else(|| event.current());
                 Node::Run(Op::Reset { event, captured }, task.patch)
             }
-            Step::Run(op) => {
-                let op = replayed(self.stream, op, &mut self.fresh);
-                if let Op::Record(record) = &op {
-                    if let Some(event) = record.event() {
-                        self.latest.insert(Arc::as_ptr(&event), record.clone());
-                    }
-                    self.records.push(record.clone());
+            Step::Run(Op::Record(template)) => {
+                let event = template.event();
+                let record = Arc::new(Record::replaying(self.stream.clone(), event.as_ref()));
+                if let Some(event) = event {
+                    self.latest.insert(Arc::as_ptr(&event), record.clone());
                 }
+                self.records.push(record.clone());
+                Node::Run(Op::Record(record), task.patch)
+            }
+            Step::Run(op) => {
+                self.blocks |= matches!(op, Op::Callback { block: true, .. });
                 Node::Run(op, task.patch)
             }
             Step::WaitFor(event) => Node::WaitFor {

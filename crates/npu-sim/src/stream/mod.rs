@@ -132,6 +132,9 @@ pub(crate) struct Stream {
     /// Whether a task that touches memory is in its work right now (see
     /// [`Stream::settled_doom`]).
     running: AtomicBool,
+    /// Whether the task the worker holds is waiting (for an event, a notify, a value, at the
+    /// hold gate or a stop), not in its work ([`Stream::wait_quiescent`]).
+    waiting: AtomicBool,
     /// aclrtStreamStop: the worker takes no task until aclrtStreamAbort.
     stopped: AtomicBool,
 }
@@ -187,6 +190,7 @@ impl Stream {
             aborted: AtomicBool::new(false),
             aborting: AtomicBool::new(false),
             running: AtomicBool::new(false),
+            waiting: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
         });
         // Started now, so that the first task does not pay for a thread start.

@@ -49,9 +49,6 @@ struct Built<'a> {
 impl Stream {
     /// Runs the program `task` holds, then retires it.
     pub(super) fn run_program(&self, sim: &Sim, task: Task, program: &Program) {
-        // Taken: whoever waits for the worker to take it (a synchronous copy's fence, a
-        // stop) need not wait for the program's first task, which may never come.
-        self.begin(task.position);
         let timed = self.device.clock.timing().is_some();
         let last_end = || lock(&self.state).last_end_ns;
         let start_ns = match timed {
@@ -74,18 +71,20 @@ impl Stream {
             false => self.device.clock.now_ns(),
         }
         .max(start_ns);
-        // The records its branches skipped: complete (with the program's failure, as the
-        // next record of a failed stream carries it), or dropped with it.
-        let unsettled = program.records.iter().filter(|r| !r.is_settled());
-        match &outcome {
-            Ok(()) => unsettled.for_each(|r| r.complete(None, end_ns)),
-            Err(Stop::Failed(error)) => {
-                unsettled.for_each(|r| r.complete(Some(error.code), end_ns))
-            }
-            Err(Stop::Abandoned | Stop::GaveUp) => {
-                let code = self.discarding().unwrap_or(ACL_ERROR_RT_STREAM_ABORT);
-                unsettled.for_each(|r| r.discard(code));
-            }
+        // The records its branches skipped complete as the execution ends, with the failure a
+        // record there would carry: the program's, or a task's since the last record (those
+        // of a program dropped are dropped as it retires).
+        let failure = match &outcome {
+            Ok(()) => Some(lock(&self.state).since_record.as_ref().map(|e| e.code)),
+            Err(Stop::Failed(error)) => Some(Some(error.code)),
+            Err(Stop::Abandoned | Stop::GaveUp) => None,
+        };
+        if let Some(failure) = failure {
+            program
+                .records
+                .iter()
+                .filter(|r| !r.is_settled())
+                .for_each(|r| r.complete(failure, end_ns));
         }
         let error = match outcome {
             Ok(()) => None,
@@ -105,24 +104,33 @@ impl Stream {
 
     /// Runs a built instance's HEAD streams: each next task is the one submitted first among
     /// the HEAD streams' next tasks, so that the order a replay gives (submission order, in
-    /// which a wait between them follows its record) is kept.
+    /// which a wait between them follows its record) is kept. A stream a switch moved goes
+    /// behind the others' tasks: on the device the HEAD streams run side by side, so a loop on
+    /// one (polling a word another writes) must not keep the others from running.
     fn run_heads(&self, sim: &Sim, outer: &Task, built: &Built<'_>) -> Flow {
-        let mut cursors: Vec<(i32, usize)> = built.heads.iter().map(|&id| (id, 0)).collect();
+        // (stream, place, how many times a switch moved it)
+        let mut cursors: Vec<(i32, usize, u64)> =
+            built.heads.iter().map(|&id| (id, 0, 0)).collect();
+        let mut active = Vec::new();
         loop {
             self.check_going(outer)?;
             let next = cursors
                 .iter()
                 .enumerate()
-                .filter_map(|(i, &(id, at))| Some((built.streams.get(&id)?.get(at)?.0, i)))
+                .filter_map(|(i, &(id, at, moved))| {
+                    Some(((moved, built.streams.get(&id)?.get(at)?.0), i))
+                })
                 .min();
             let Some((_, i)) = next else {
                 return Ok(());
             };
-            let (id, at) = cursors[i];
+            let (id, at, moved) = cursors[i];
             cursors[i].1 += 1;
             let node = &built.streams[&id][at].1;
-            if let Some(jump) = self.step(sim, outer, built, id, node, &mut vec![id])? {
-                cursors[i] = jump;
+            active.clear();
+            active.push(id);
+            if let Some((target, place)) = self.step(sim, outer, built, id, node, &mut active)? {
+                cursors[i] = (target, place, moved + 1);
             }
         }
     }
@@ -146,6 +154,10 @@ impl Stream {
             at += 1;
             if let Some(jump) = self.step(sim, outer, built, id, node, active)? {
                 (id, at) = jump;
+                // The stream switched to runs in place of this one in the chain.
+                if let Some(last) = active.last_mut() {
+                    *last = id;
+                }
             }
         }
     }
@@ -175,7 +187,7 @@ impl Stream {
                 flow.map(|()| None)
             }
             Node::Switch(switch) => {
-                let jump = self.switch(sim, built, id, switch)?;
+                let jump = self.switch(sim, outer, built, id, switch)?;
                 if jump.is_some() {
                     // A loop of switches alone must not hold the core the simulator's other
                     // workers need.
@@ -190,19 +202,29 @@ impl Stream {
     }
 
     /// Where a switch of stream `id` sends it, read from device memory now.
-    fn switch(&self, sim: &Sim, built: &Built<'_>, id: i32, switch: &Switch) -> Flow<Jump> {
+    fn switch(
+        &self,
+        sim: &Sim,
+        outer: &Task,
+        built: &Built<'_>,
+        id: i32,
+        switch: &Switch,
+    ) -> Flow<Jump> {
+        // Taken: a stop or a synchronous copy waiting for the worker to take the program need
+        // not wait for a memory task a loop of switches may never reach.
+        self.begin(outer.position);
         match switch {
             Switch::Label { index, targets } => {
                 let chosen = read_bits(&sim.memory, *index, 4).map_err(Stop::Failed)? as usize;
                 let label = &targets[chosen.min(targets.len() - 1)];
                 let Some((target, place)) = built.program.place_of(label) else {
-                    return Err(self.failed(format!(
+                    return Err(failed(format!(
                         "label {chosen} of the list aclrtSwitchLabelByIndex chose on stream {id} \
                          is not set in this instance (aclrtSetLabel on one of its streams)"
                     )));
                 };
                 if target != id && built.heads.contains(&target) {
-                    return Err(self.failed(format!(
+                    return Err(failed(format!(
                         "label {chosen} of the list aclrtSwitchLabelByIndex chose on stream {id} \
                          is on stream {target}, a HEAD stream, which runs in every execution already"
                     )));
@@ -221,10 +243,6 @@ impl Stream {
                 Ok(comparison.holds(left, right).then_some((*target, 0)))
             }
         }
-    }
-
-    fn failed(&self, message: String) -> Stop {
-        Stop::Failed(SimError::new(ACL_ERROR_RT_PARAM_INVALID, message))
     }
 
     /// Runs a captured body (the root, or a branch): its condition words take their
@@ -258,6 +276,8 @@ impl Stream {
                 branches,
             } => loop {
                 self.check_going(outer)?;
+                // Taken (see `switch`).
+                self.begin(outer.position);
                 let value = read_value(&sim.memory, *word).map_err(Stop::Failed)?;
                 let Some(branch) = kind.branch(value, branches.len()) else {
                     return Ok(());
@@ -284,10 +304,6 @@ impl Stream {
         task.submit_ns = outer.submit_ns;
         task.aborted = outer.aborted.clone();
         task.patch = patch;
-        // A BLOCK callback holds the stream at its position, as a queued one does.
-        if matches!(task.op, Op::Callback { block: true, .. }) {
-            lock(&self.state).block_callbacks.insert(task.position);
-        }
         let outcome = self.run_task(sim, &mut task);
         let stop = match &outcome {
             Some(Retired::Abandoned) => Some(Stop::Abandoned),
@@ -313,4 +329,9 @@ impl Stream {
             false => Ok(()),
         }
     }
+}
+
+/// A program's failure at a switch that cannot go where it should.
+fn failed(message: String) -> Stop {
+    Stop::Failed(SimError::new(ACL_ERROR_RT_PARAM_INVALID, message))
 }

@@ -44,10 +44,15 @@ impl Stream {
                 }
                 None => {
                     self.begin(task.position);
+                    // Whoever waits for the stream to be quiescent looks again.
+                    if !self.waiting.swap(true, Ordering::SeqCst) {
+                        self.bell.ring();
+                    }
                     None
                 }
             }
         });
+        self.waiting.store(false, Ordering::SeqCst);
         outcome.unwrap_or_else(|| {
             Err(Some(SimError::new(
                 ACL_ERROR_RT_WAIT_TIMEOUT,

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 
 use npu_sys::*;
 
+use crate::control_flow::Program;
 use crate::error::SimError;
 use crate::sync::lock;
 use crate::task::{Op, Task};
@@ -33,6 +34,11 @@ impl Stream {
     }
 
     pub(super) fn retire(&self, mut task: Task, retired: Retired) {
+        // A program's BLOCK callbacks hold its position until it is over, not only while one
+        // of them runs.
+        if Program::holds_block_callback(&task.op) {
+            self.block_callback_ran(task.position);
+        }
         self.settle(&task, retired);
         self.begin(task.position);
         // Whoever sees the wait finished sees it gone from its event's pending waits.
@@ -47,9 +53,6 @@ impl Stream {
     /// counting it finished: a program's tasks are settled one by one as it runs them, and
     /// the program is counted once, when it ends.
     pub(super) fn settle(&self, task: &Task, retired: Retired) {
-        if matches!(task.op, Op::Callback { block: true, .. }) {
-            self.block_callback_ran(task.position);
-        }
         // Whoever saw the doom before this saw it unsettled; ring them to look again.
         if self.running.swap(false, Ordering::SeqCst) && self.doom().is_some() {
             self.bell.ring();

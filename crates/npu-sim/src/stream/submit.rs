@@ -8,14 +8,15 @@ use std::time::{Duration, Instant};
 
 use npu_sys::*;
 
-use crate::capture::LastCaptured;
+use crate::capture::{Capture, LastCaptured};
+use crate::control_flow::Program;
 use crate::error::{Res, ensure};
 use crate::handle::Handle;
 use crate::model_ri::{GroupWork, Step, check_groupable};
 use crate::sync::{Bell, lock, wait_until};
 use crate::task::{Op, Task};
 
-use super::Stream;
+use super::{State, Stream};
 
 /// How long [`Stream::await_taken`] yields to the worker before sleeping until the worker has
 /// taken the task.
@@ -73,39 +74,12 @@ impl Stream {
             self.id
         );
         if let Some(capture) = state.capture.clone() {
-            capture.check_valid()?;
-            let recording = match &mut state.group {
-                Some(GroupWork::Recording(indexes)) => Some(indexes),
-                _ => None,
-            };
-            if recording.is_some() {
-                check_groupable(&task.op)?;
-            } else {
-                ensure!(
-                    !capture.model.is_recording_a_group(),
-                    ACL_ERROR_STREAM_TASK_GROUP_INTR,
-                    "another stream of the capture is recording a task group, and stream {} \
-                     is not (aclmdlRICaptureTaskGrpBegin on it first)",
-                    self.id
-                );
-            }
-            if let Op::Record(record) = &task.op {
-                record.mark_captured(&capture);
-            }
-            let (index, seq) = capture.model.push(self, Step::Run(task.op));
-            if let Some(indexes) = recording {
-                indexes.push(index);
-            }
-            LAST_TASK_ID.set(seq + 1);
-            crate::capture::note_submission(Some(LastCaptured {
-                model: Arc::downgrade(&capture.model),
-                index,
-                capture: Some(Arc::downgrade(&capture)),
-            }));
-            return Ok(());
+            return self.capture_step(&mut state, &capture, Step::Run(task.op));
         }
         if let Some(GroupWork::Updating { staged, .. }) = &mut state.group {
-            check_groupable(&task.op)?;
+            if !matches!(task.op, Op::Kernel(_)) {
+                return check_groupable(&Step::Run(task.op));
+            }
             staged.push(task.op);
             crate::capture::note_submission(None);
             return Ok(());
@@ -137,15 +111,15 @@ impl Stream {
         let position = self.submitted.fetch_add(1, Ordering::AcqRel) + 1;
         task.position = position;
         match &task.op {
-            Op::Record(record) => record.place(position),
-            Op::Program(program) => program.records.iter().for_each(|r| r.place(position)),
+            Op::Record(record) => record.queued(position),
+            Op::Program(program) => program.records.iter().for_each(|r| r.queued(position)),
             Op::Wait { record, .. } => {
                 let waited = state.waited.entry(record.stream().handle).or_default();
                 *waited = (*waited).max(record.position());
             }
             _ => {}
         }
-        if matches!(task.op, Op::Callback { block: true, .. }) {
+        if Program::holds_block_callback(&task.op) {
             state.block_callbacks.insert(position);
         }
         // A program's tasks touch memory as it runs them; it is taken as it starts.
@@ -165,6 +139,55 @@ impl Stream {
             LAST_TASK_ID.set(position as u32);
         }
         crate::capture::note_submission(None);
+        Ok(())
+    }
+
+    /// Adds a task that is captured only (a conditional task) to the capture the stream is in
+    /// (none → ACL_ERROR_RT_STREAM_NOT_CAPTURED), as [`Self::submit`] captures the others.
+    pub(crate) fn submit_captured(&self, step: Step) -> Res<()> {
+        let mut state = lock(&self.state);
+        let Some(capture) = state.capture.clone() else {
+            crate::error::fail!(
+                ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+                "stream {} is not being captured",
+                self.id
+            );
+        };
+        self.capture_step(&mut state, &capture, step)
+    }
+
+    /// Puts `step` into `capture`'s instance instead of the queue: into the task group the
+    /// stream records, if any (kernel launches only); it becomes the thread's last task.
+    fn capture_step(&self, state: &mut State, capture: &Arc<Capture>, step: Step) -> Res<()> {
+        capture.check_valid()?;
+        let recording = match &mut state.group {
+            Some(GroupWork::Recording(indexes)) => Some(indexes),
+            _ => None,
+        };
+        if recording.is_some() {
+            check_groupable(&step)?;
+        } else {
+            ensure!(
+                !capture.model.is_recording_a_group(),
+                ACL_ERROR_STREAM_TASK_GROUP_INTR,
+                "another stream of the capture is recording a task group, and stream {} \
+                 is not (aclmdlRICaptureTaskGrpBegin on it first)",
+                self.id
+            );
+        }
+        if let Step::Run(Op::Record(record)) = &step {
+            record.mark_captured(capture);
+        }
+        let (index, seq) = capture.model.push(self, step);
+        if let Some(indexes) = recording {
+            indexes.push(index);
+        }
+        LAST_TASK_ID.set(seq + 1);
+        crate::capture::note_submission(Some(LastCaptured {
+            model: Arc::downgrade(&capture.model),
+            index,
+            capture: Some(Arc::downgrade(capture)),
+        }));
         Ok(())
     }
 

@@ -59,7 +59,9 @@ impl Stream {
 
     /// Waits until no task submitted so far can still touch memory, leaving task errors in
     /// place: until they have all finished, or, once the stream is doomed (its queued tasks
-    /// will never run), until the task running then has finished.
+    /// will never run), until the task running then has finished or waits (for an event, at
+    /// the hold gate, at a stop: a doomed stream's waiting task never starts its work, and a
+    /// program stopped between two of its tasks never finishes before an abort).
     pub(crate) fn wait_quiescent(&self) {
         let target = self.submitted.load(Ordering::Acquire);
         let drained = wait_until(&self.listens(target), None, || {
@@ -73,7 +75,8 @@ impl Stream {
             // is counted, a doomed stream abandons it at once or it is the one running.
             let running = self.started.load(Ordering::Acquire);
             wait_until(&[self.bell.at(running)], None, || {
-                (self.finished.load(Ordering::Acquire) >= running).then_some(())
+                let finished = self.finished.load(Ordering::Acquire) >= running;
+                (finished || self.waiting.load(Ordering::SeqCst)).then_some(())
             });
         }
     }
