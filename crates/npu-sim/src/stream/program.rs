@@ -304,6 +304,11 @@ impl Stream {
         task.submit_ns = outer.submit_ns;
         task.aborted = outer.aborted.clone();
         task.patch = patch;
+        // Taken (see `switch`): a memory task is taken as it is admitted to its work, anything
+        // else (a host function may wait for the host) as it is reached.
+        if !task.touches_memory() {
+            self.begin(outer.position);
+        }
         let outcome = self.run_task(sim, &mut task);
         let stop = match &outcome {
             Some(Retired::Abandoned) => Some(Stop::Abandoned),
