@@ -281,16 +281,6 @@ pub(crate) struct Program {
 }
 
 impl Program {
-    /// Whether its stream must treat it as a BLOCK callback's position: a BLOCK callback, or a
-    /// program holding one.
-    pub(crate) fn holds_block_callback(op: &Op) -> bool {
-        match op {
-            Op::Callback { block, .. } => *block,
-            Op::Program(program) => program.blocks,
-            _ => false,
-        }
-    }
-
     /// The place of `label` among the program's streams (a label not set, or set in
     /// another instance or on a stream no longer bound: none).
     pub(crate) fn place_of(&self, label: &Label) -> Option<(i32, usize)> {

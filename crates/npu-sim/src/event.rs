@@ -89,12 +89,14 @@ impl Record {
     /// it). A replayed record
     /// becomes its event's current record now: a record a PERSISTENT stream keeps, or a bound
     /// stream gives the instance it builds, is never queued, and never becomes current.
-    pub(crate) fn queued(self: &Arc<Self>, position: u64) {
+    ///
+    /// Returns the record it replaced as current, for the caller to drop once it holds no
+    /// lock (the last handle of a record may hold the last handle of its stream).
+    pub(crate) fn queued(self: &Arc<Self>, position: u64) -> Option<Arc<Record>> {
         self.position.store(position, Ordering::Release);
-        if self.replayed
-            && let Some(event) = self.event()
-        {
-            event.set_current(self.clone());
+        match self.event() {
+            Some(event) if self.replayed => event.set_current(self.clone()),
+            _ => None,
         }
     }
 
@@ -383,8 +385,9 @@ impl Event {
         lock(&self.current).clone()
     }
 
-    pub(crate) fn set_current(&self, record: Arc<Record>) {
-        *lock(&self.current) = Some(record);
+    /// Makes `record` the event's latest record; returns the one it replaces.
+    pub(crate) fn set_current(&self, record: Arc<Record>) -> Option<Arc<Record>> {
+        lock(&self.current).replace(record)
     }
 
     /// An executed aclrtResetEvent: back to "never recorded", unless the event was recorded

@@ -1199,9 +1199,10 @@ fn a_free_with_device_sync_returns_behind_a_stopped_program() {
     acl!(aclrtDestroyStream(exec));
 }
 
-/// Promise: the report thread of a stream whose program holds a BLOCK callback is refused
+/// Promise: the report thread of a stream whose program holds BLOCK callbacks is refused
 /// (207000) when it waits for that stream, as it is for a BLOCK callback queued there itself:
-/// only its own aclrtProcessReport can run the callback the stream will stop at.
+/// only its own aclrtProcessReport can run the callbacks the stream will stop at, the next
+/// turn's too after it ran one.
 #[test]
 fn a_report_thread_waiting_behind_a_program_with_a_blocking_callback_gets_a_code() {
     install();
@@ -1211,7 +1212,7 @@ fn a_report_thread_waiting_behind_a_program_with_a_blocking_callback_gets_a_code
     bounded("a report thread waiting for its own callback", move || {
         set_device(0);
         let me = this_thread();
-        let model = counted_loop(1, |s| {
+        let model = counted_loop(2, |s| {
             acl!(aclrtSubscribeReport(me, s));
             acl!(aclrtLaunchCallback(
                 Some(count_callback),
@@ -1224,15 +1225,24 @@ fn a_report_thread_waiting_behind_a_program_with_a_blocking_callback_gets_a_code
         let exec = create_stream();
         acl!(aclrtSubscribeReport(me, exec));
         acl!(aclmdlRIExecuteAsync(model, exec));
-        fails(
-            code!(aclrtSynchronizeStream(exec)),
-            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            "aclrtSynchronizeStream",
-        );
-        // Running its callback lets the program end.
-        while read_u32(raw.ptr()) == 0 {
-            code!(aclrtProcessReport(10));
-            recent_message();
+        for turn in 1..=2 {
+            fails(
+                code!(aclrtSynchronizeStream(exec)),
+                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                "aclrtSynchronizeStream",
+            );
+            // Running this turn's callback lets the turn end.
+            while read_u32(raw.ptr()) < turn {
+                code!(aclrtProcessReport(10));
+                recent_message();
+            }
+        }
+        // The stream holds for this thread until the program is over (a wait is refused
+        // until then): the thread watches it end instead.
+        let mut status = ACL_STREAM_STATUS_NOT_READY;
+        while status != ACL_STREAM_STATUS_COMPLETE {
+            acl!(aclrtStreamQuery(exec, &mut status));
+            std::thread::yield_now();
         }
         acl!(aclrtSynchronizeStream(exec));
         acl!(aclrtUnSubscribeReport(me, exec));
@@ -1340,4 +1350,84 @@ fn a_head_stream_switching_to_itself_loops() {
     assert_eq!(read_u32(count), 3);
     acl!(aclmdlRIDestroy(model));
     acl!(aclrtDestroyStream(head));
+}
+
+/// Promise: a switch forward on one HEAD stream keeps submission order: a record the stream
+/// makes after the switch still runs before another HEAD stream's wait for it (a wait on a
+/// record of the same execution passes, so order is all that holds the copy behind it).
+#[test]
+fn a_forward_switch_keeps_a_record_before_another_head_streams_wait() {
+    install();
+    set_device(0);
+    let (first, second) = (persistent_stream(), persistent_stream());
+    let (index, x, y) = (zeroed(4), zeroed(4), zeroed(4));
+    let event = create_event();
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRIBuildBegin(&mut model, 0));
+    acl!(aclmdlRIBindStream(model, first, HEAD));
+    acl!(aclmdlRIBindStream(model, second, HEAD));
+    let forward = label();
+    let list = label_list(&[forward]);
+    acl!(aclrtSwitchLabelByIndex(index, 1, list, first));
+    acl!(aclrtSetLabel(forward, first));
+    add_one(first, x);
+    acl!(aclrtRecordEvent(event, first));
+    acl!(aclrtStreamWaitEvent(second, event));
+    acl!(aclrtMemcpyAsync(
+        y,
+        4,
+        x,
+        4,
+        ACL_MEMCPY_DEVICE_TO_DEVICE,
+        second
+    ));
+    build_end(model);
+    execute(model);
+    assert_eq!(read_u32(y), 1);
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyLabelList(list));
+    acl!(aclrtDestroyLabel(forward));
+    acl!(aclrtDestroyEvent(event));
+    for stream in [first, second] {
+        acl!(aclrtDestroyStream(stream));
+    }
+}
+
+/// Promise: a cycle of a switch and an activation (S1 switches to S2, which activates S1) does
+/// not nest without bound and overflow the worker's stack: the stream switched to is in the
+/// chain of running streams, so activating it again does nothing.
+#[test]
+fn a_cycle_of_switches_and_activations_stays_shallow() {
+    install();
+    set_device(0);
+    let [head, s1, s2] = [(); 3].map(|()| persistent_stream());
+    let (count, limit) = (zeroed(4), malloc(4));
+    upload(limit, &[100_000i32]);
+    let model = build_on(head);
+    acl!(aclmdlRIBindStream(model, s1, ACTIVATED));
+    acl!(aclmdlRIBindStream(model, s2, ACTIVATED));
+    acl!(aclrtActiveStream(s1, head));
+    add_one(s1, count);
+    acl!(aclrtSwitchStream(
+        count,
+        ACL_RT_LESS,
+        limit,
+        ACL_RT_SWITCH_INT32,
+        s2,
+        ptr::null_mut(),
+        s1
+    ));
+    acl!(aclrtActiveStream(s1, s2));
+    build_end(model);
+    let raw = Raw::of(model);
+    bounded("a cycle of a switch and an activation", move || {
+        set_device(0);
+        execute(raw.ptr());
+    });
+    // S1 ran once: S2's activation of it, in the chain already, did nothing.
+    assert_eq!(read_u32(count), 1);
+    acl!(aclmdlRIDestroy(model));
+    for stream in [head, s1, s2] {
+        acl!(aclrtDestroyStream(stream));
+    }
 }

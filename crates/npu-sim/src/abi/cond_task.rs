@@ -84,8 +84,8 @@ pub(super) fn is_cond_word(ptr: usize) -> bool {
 /// Clears what a branch's capture that failed or was cut short recorded, so that it can be
 /// captured again.
 pub(super) fn clear_branch(sim: &Sim, branch: &ModelRi) {
-    branch.forget_capture();
     retire_contents(sim, branch);
+    branch.forget_capture();
 }
 
 /// Creates a condition handle for a captured instance (open or complete; a built one →
@@ -215,6 +215,8 @@ pub unsafe extern "C" fn aclmdlRIAddCondTask(
             sim.models.fill(handle, branch.clone());
             branches.push(branch);
         }
+        // Held by the instance from now on, so that destroying it retires them.
+        model.add_branches(&branches);
         let step = Step::Cond {
             handle: cond,
             kind,
@@ -222,7 +224,7 @@ pub unsafe extern "C" fn aclmdlRIAddCondTask(
         };
         // Captured as every task is (it becomes the thread's last task; a task group refuses
         // it).
-        if let Err(error) = stream.submit_captured(step) {
+        if let Err(error) = stream.submit_captured(&capture, step) {
             unmade(&branches);
             return Err(error);
         }
@@ -235,7 +237,6 @@ pub unsafe extern "C" fn aclmdlRIAddCondTask(
                     .write_unaligned(handle::to_ptr(branch.handle))
             };
         }
-        model.add_branches(&branches);
         Ok(())
     })
 }

@@ -203,7 +203,7 @@ pub(super) fn record_on(event: &Arc<Event>, stream: &Arc<Stream>, external: bool
         return Err(error);
     }
     if !external && !bound {
-        event.set_current(record);
+        drop(event.set_current(record));
     }
     Ok(())
 }

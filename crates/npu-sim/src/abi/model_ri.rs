@@ -96,7 +96,7 @@ pub(super) fn retire_contents(sim: &Sim, model: &ModelRi) {
 }
 
 /// Destroys a stream the instance created.
-pub(super) fn destroy_own_stream(sim: &Sim, model: &ModelRi, stream: &Stream) {
+fn destroy_own_stream(sim: &Sim, model: &ModelRi, stream: &Stream) {
     stream.destroy(sim, false);
     if let Some(ctx) = sim.contexts.get(model.ctx) {
         ctx.remove_stream(stream.handle);

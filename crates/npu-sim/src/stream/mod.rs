@@ -74,9 +74,13 @@ struct State {
     bound: Option<Arc<ModelRi>>,
     /// A task group being recorded (while captured) or updated on the stream.
     group: Option<GroupWork>,
-    /// Positions of the BLOCK callbacks submitted and not yet retired: the stream waits at each
-    /// for its report thread, so that thread must not wait for the stream to pass one.
+    /// Positions of the BLOCK callbacks submitted that have not run (or been dropped): the
+    /// stream waits at each for its report thread, so that thread must not wait for the
+    /// stream to pass one.
     block_callbacks: BTreeSet<u64>,
+    /// Positions of the programs holding BLOCK callbacks, until they retire: every callback of
+    /// a program shares its position, and one that ran does not end the others.
+    block_programs: BTreeSet<u64>,
 }
 
 /// The stream attributes the simulator stores without acting on them
@@ -132,8 +136,10 @@ pub(crate) struct Stream {
     /// Whether a task that touches memory is in its work right now (see
     /// [`Stream::settled_doom`]).
     running: AtomicBool,
-    /// Whether the task the worker holds is waiting (for an event, a notify, a value, at the
-    /// hold gate or a stop), not in its work ([`Stream::wait_quiescent`]).
+    /// Whether the task the worker holds is waiting in [`Stream::block_on`] (for an event, a
+    /// notify, a value, at the hold gate or a stop), not in its work
+    /// ([`Stream::wait_quiescent`]). A BLOCK callback waiting for its report thread and a
+    /// running host function are in their work.
     waiting: AtomicBool,
     /// aclrtStreamStop: the worker takes no task until aclrtStreamAbort.
     stopped: AtomicBool,

@@ -104,33 +104,45 @@ impl Stream {
 
     /// Runs a built instance's HEAD streams: each next task is the one submitted first among
     /// the HEAD streams' next tasks, so that the order a replay gives (submission order, in
-    /// which a wait between them follows its record) is kept. A stream a switch moved goes
-    /// behind the others' tasks: on the device the HEAD streams run side by side, so a loop on
-    /// one (polling a word another writes) must not keep the others from running.
+    /// which a wait between them follows its record) is kept. A stream a switch sends back
+    /// (a loop) goes behind the other HEAD streams' next tasks: on the device the HEAD streams
+    /// run side by side, so a loop on one (polling a word another writes) must not keep the
+    /// others from running. A switch forward keeps submission order.
     fn run_heads(&self, sim: &Sim, outer: &Task, built: &Built<'_>) -> Flow {
-        // (stream, place, how many times a switch moved it)
-        let mut cursors: Vec<(i32, usize, u64)> =
+        // (stream, place, the submission index it may not go before)
+        let mut cursors: Vec<(i32, usize, usize)> =
             built.heads.iter().map(|&id| (id, 0, 0)).collect();
+        let next_index =
+            |&(id, at, _): &(i32, usize, usize)| Some(built.streams.get(&id)?.get(at)?.0);
         let mut active = Vec::new();
         loop {
             self.check_going(outer)?;
             let next = cursors
                 .iter()
                 .enumerate()
-                .filter_map(|(i, &(id, at, moved))| {
-                    Some(((moved, built.streams.get(&id)?.get(at)?.0), i))
-                })
+                .filter_map(|(i, cursor)| Some((next_index(cursor)?.max(cursor.2), i)))
                 .min();
             let Some((_, i)) = next else {
                 return Ok(());
             };
-            let (id, at, moved) = cursors[i];
+            let (id, at, floor) = cursors[i];
             cursors[i].1 += 1;
-            let node = &built.streams[&id][at].1;
+            let (index, node) = &built.streams[&id][at];
             active.clear();
             active.push(id);
             if let Some((target, place)) = self.step(sim, outer, built, id, node, &mut active)? {
-                cursors[i] = (target, place, moved + 1);
+                cursors[i] = (target, place, floor);
+                let back = next_index(&cursors[i]).is_some_and(|to| to <= *index);
+                if back {
+                    // Behind the others' next tasks (each gets its turn once per loop).
+                    let others = cursors
+                        .iter()
+                        .enumerate()
+                        .filter(|&(j, _)| j != i)
+                        .filter_map(|(_, cursor)| next_index(cursor))
+                        .max();
+                    cursors[i].2 = others.map_or(floor, |others| others.max(floor) + 1);
+                }
             }
         }
     }
@@ -154,9 +166,11 @@ impl Stream {
             at += 1;
             if let Some(jump) = self.step(sim, outer, built, id, node, active)? {
                 (id, at) = jump;
-                // The stream switched to runs in place of this one in the chain.
-                if let Some(last) = active.last_mut() {
-                    *last = id;
+                // The stream switched to runs in this chain too: activating it again does
+                // nothing, and a cycle of switches and activations stays as deep as the
+                // streams are many.
+                if !active.contains(&id) {
+                    active.push(id);
                 }
             }
         }
@@ -181,9 +195,11 @@ impl Stream {
                 Ok(None)
             }
             Node::Activate(target) => {
+                let depth = active.len();
                 active.push(*target);
                 let flow = self.run_stream(sim, outer, built, *target, active);
-                active.pop();
+                // With the streams its switches added.
+                active.truncate(depth);
                 flow.map(|()| None)
             }
             Node::Switch(switch) => {

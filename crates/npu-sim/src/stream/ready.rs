@@ -16,7 +16,10 @@ use super::Stream;
 impl Stream {
     /// Blocks a task until `poll` gives its outcome (`Ok(ready_ns)` or a failure), or the
     /// stream gives up (`Err(None)`: the task is dropped), or `timeout` passes since the wait
-    /// began (ACL_ERROR_RT_WAIT_TIMEOUT, naming `what`). Marks the task taken when it blocks.
+    /// began (ACL_ERROR_RT_WAIT_TIMEOUT, naming `what`). Marks the task taken when it blocks,
+    /// and waiting ([`Stream::wait_quiescent`]) until it returns. A stopped stream's task does
+    /// not poll (a value wait does not read memory its program may free meanwhile) until the
+    /// abort that ends the stop.
     pub(super) fn block_on(
         &self,
         task: &Task,
@@ -32,7 +35,11 @@ impl Stream {
             if self.discarding().is_some() {
                 return Some(Err(None));
             }
-            match poll() {
+            let polled = match self.stopped.load(Ordering::SeqCst) {
+                true => None,
+                false => poll(),
+            };
+            match polled {
                 Some(outcome) => Some(outcome.map_err(Some)),
                 // Force-destroyed, or destroyed while stopped (the queue of a stopped stream is
                 // dropped with it, the task waiting for the stop to end with it).
@@ -44,8 +51,9 @@ impl Stream {
                 }
                 None => {
                     self.begin(task.position);
-                    // Whoever waits for the stream to be quiescent looks again.
-                    if !self.waiting.swap(true, Ordering::SeqCst) {
+                    // A wait for the stream to be quiescent, which reads the flag only once
+                    // the stream is doomed, looks again.
+                    if !self.waiting.swap(true, Ordering::SeqCst) && self.doom().is_some() {
                         self.bell.ring();
                     }
                     None

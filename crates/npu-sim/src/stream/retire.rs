@@ -5,7 +5,6 @@ use std::sync::atomic::Ordering;
 
 use npu_sys::*;
 
-use crate::control_flow::Program;
 use crate::error::SimError;
 use crate::sync::lock;
 use crate::task::{Op, Task};
@@ -34,10 +33,13 @@ impl Stream {
     }
 
     pub(super) fn retire(&self, mut task: Task, retired: Retired) {
-        // A program's BLOCK callbacks hold its position until it is over, not only while one
-        // of them runs.
-        if Program::holds_block_callback(&task.op) {
-            self.block_callback_ran(task.position);
+        match &task.op {
+            // Dropped without running (one that ran was unregistered by its report thread).
+            Op::Callback { block: true, .. } => self.block_callback_ran(task.position),
+            Op::Program(program) if program.blocks => {
+                lock(&self.state).block_programs.remove(&task.position);
+            }
+            _ => {}
         }
         self.settle(&task, retired);
         self.begin(task.position);

@@ -30,7 +30,12 @@ impl Stream {
     /// abort or a forced destruction drops such a callback instead of waiting for it).
     pub(crate) fn refuse_self_wait(&self, position: u64) -> Res<()> {
         self.refuse_wait_for_caller(position)?;
-        let first_block = lock(&self.state).block_callbacks.first().copied();
+        let first_block = {
+            let state = lock(&self.state);
+            let callback = state.block_callbacks.first().copied();
+            let program = state.block_programs.first().copied();
+            callback.into_iter().chain(program).min()
+        };
         if let Some(at) = first_block.filter(|&at| at <= position)
             && let Ok(sim) = crate::sim::sim()
             && sim

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use npu_sys::*;
 
 use crate::capture::{Capture, LastCaptured};
-use crate::control_flow::Program;
 use crate::error::{Res, ensure};
 use crate::handle::Handle;
 use crate::model_ri::{GroupWork, Step, check_groupable};
@@ -109,18 +108,27 @@ impl Stream {
             return Ok(());
         }
         let position = self.submitted.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut displaced = Vec::new();
         task.position = position;
         match &task.op {
-            Op::Record(record) => record.queued(position),
-            Op::Program(program) => program.records.iter().for_each(|r| r.queued(position)),
+            Op::Record(record) => displaced.extend(record.queued(position)),
+            Op::Program(program) => {
+                displaced.extend(program.records.iter().filter_map(|r| r.queued(position)));
+            }
             Op::Wait { record, .. } => {
                 let waited = state.waited.entry(record.stream().handle).or_default();
                 *waited = (*waited).max(record.position());
             }
             _ => {}
         }
-        if Program::holds_block_callback(&task.op) {
-            state.block_callbacks.insert(position);
+        match &task.op {
+            Op::Callback { block: true, .. } => {
+                state.block_callbacks.insert(position);
+            }
+            Op::Program(program) if program.blocks => {
+                state.block_programs.insert(position);
+            }
+            _ => {}
         }
         // A program's tasks touch memory as it runs them; it is taken as it starts.
         let dispatch = (task.touches_memory() || matches!(task.op, Op::Program(_)))
@@ -134,6 +142,7 @@ impl Stream {
             self.wake.notify_one();
         }
         drop(state);
+        drop(displaced);
         // The reference counts tasks of streams the user created, not of a default stream.
         if !self.is_default {
             LAST_TASK_ID.set(position as u32);
@@ -142,18 +151,21 @@ impl Stream {
         Ok(())
     }
 
-    /// Adds a task that is captured only (a conditional task) to the capture the stream is in
-    /// (none → ACL_ERROR_RT_STREAM_NOT_CAPTURED), as [`Self::submit`] captures the others.
-    pub(crate) fn submit_captured(&self, step: Step) -> Res<()> {
+    /// Adds a task that is captured only (a conditional task) to `capture`, which the stream
+    /// must still be in (else ACL_ERROR_RT_STREAM_NOT_CAPTURED), as [`Self::submit`] captures
+    /// the others.
+    pub(crate) fn submit_captured(&self, capture: &Arc<Capture>, step: Step) -> Res<()> {
         let mut state = lock(&self.state);
-        let Some(capture) = state.capture.clone() else {
-            crate::error::fail!(
-                ACL_ERROR_RT_STREAM_NOT_CAPTURED,
-                "stream {} is not being captured",
-                self.id
-            );
-        };
-        self.capture_step(&mut state, &capture, step)
+        ensure!(
+            state
+                .capture
+                .as_ref()
+                .is_some_and(|c| Arc::ptr_eq(c, capture)),
+            ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+            "stream {} is not in the capture it was in (it ended meanwhile)",
+            self.id
+        );
+        self.capture_step(&mut state, capture, step)
     }
 
     /// Puts `step` into `capture`'s instance instead of the queue: into the task group the
