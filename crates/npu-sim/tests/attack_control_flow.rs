@@ -1393,41 +1393,99 @@ fn a_forward_switch_keeps_a_record_before_another_head_streams_wait() {
     }
 }
 
-/// Promise: a cycle of a switch and an activation (S1 switches to S2, which activates S1) does
-/// not nest without bound and overflow the worker's stack: the stream switched to is in the
-/// chain of running streams, so activating it again does nothing.
+/// Promise: a cycle of a switch and an activation (S1 switches to S2, whose last task
+/// activates S1 again: a while loop's shape) loops as the device would, without nesting one
+/// level per turn (which overflowed the worker's stack); one whose activation is not its
+/// stream's last task, which must nest, fails the execution with a code once too deep.
 #[test]
-fn a_cycle_of_switches_and_activations_stays_shallow() {
+fn a_cycle_of_switches_and_activations_loops_without_nesting() {
     install();
     set_device(0);
-    let [head, s1, s2] = [(); 3].map(|()| persistent_stream());
-    let (count, limit) = (zeroed(4), malloc(4));
-    upload(limit, &[100_000i32]);
-    let model = build_on(head);
-    acl!(aclmdlRIBindStream(model, s1, ACTIVATED));
-    acl!(aclmdlRIBindStream(model, s2, ACTIVATED));
-    acl!(aclrtActiveStream(s1, head));
-    add_one(s1, count);
+    for tail in [true, false] {
+        let [head, s1, s2] = [(); 3].map(|()| persistent_stream());
+        let (count, limit, after) = (zeroed(4), malloc(4), zeroed(4));
+        upload(limit, &[1000i32]);
+        let model = build_on(head);
+        acl!(aclmdlRIBindStream(model, s1, ACTIVATED));
+        acl!(aclmdlRIBindStream(model, s2, ACTIVATED));
+        acl!(aclrtActiveStream(s1, head));
+        add_one(s1, count);
+        acl!(aclrtSwitchStream(
+            count,
+            ACL_RT_LESS,
+            limit,
+            ACL_RT_SWITCH_INT32,
+            s2,
+            ptr::null_mut(),
+            s1
+        ));
+        acl!(aclrtActiveStream(s1, s2));
+        if !tail {
+            add_one(s2, after);
+        }
+        build_end(model);
+        let exec = create_stream();
+        acl!(aclmdlRIExecuteAsync(model, exec));
+        let raw = Raw::of(exec);
+        let (code, message) = bounded("a cycle of a switch and an activation", move || {
+            set_device(0);
+            let code = code!(aclrtSynchronizeStream(raw.ptr()));
+            (code, recent_message())
+        });
+        match tail {
+            true => {
+                assert_eq!(code, 0, "{message}");
+                assert_eq!(read_u32(count), 1000);
+            }
+            false => {
+                assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID);
+                assert!(message.contains("nested"), "{message}");
+                assert!(read_u32(count) < 1000);
+            }
+        }
+        acl!(aclmdlRIDestroy(model));
+        for stream in [head, s1, s2, exec] {
+            acl!(aclrtDestroyStream(stream));
+        }
+    }
+}
+
+/// Promise: a loop on one HEAD stream that records an event after it keeps that record
+/// before another HEAD stream's wait for it (the waiting stream stands aside while the loop
+/// turns, as on the device it would block), however the third HEAD stream's tasks interleave.
+#[test]
+fn a_loop_then_a_record_stays_before_another_head_streams_wait() {
+    install();
+    set_device(0);
+    let [a, b, c] = [(); 3].map(|()| persistent_stream());
+    let (x, y, z, limit) = (zeroed(4), zeroed(4), zeroed(4), malloc(4));
+    upload(limit, &[2i32]);
+    let event = create_event();
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRIBuildBegin(&mut model, 0));
+    for stream in [a, b, c] {
+        acl!(aclmdlRIBindStream(model, stream, HEAD));
+    }
+    add_one(a, x);
     acl!(aclrtSwitchStream(
-        count,
+        x,
         ACL_RT_LESS,
         limit,
         ACL_RT_SWITCH_INT32,
-        s2,
+        a,
         ptr::null_mut(),
-        s1
+        a
     ));
-    acl!(aclrtActiveStream(s1, s2));
+    acl!(aclrtRecordEvent(event, a));
+    acl!(aclrtStreamWaitEvent(b, event));
+    acl!(aclrtMemcpyAsync(y, 4, x, 4, ACL_MEMCPY_DEVICE_TO_DEVICE, b));
+    add_one(c, z);
     build_end(model);
-    let raw = Raw::of(model);
-    bounded("a cycle of a switch and an activation", move || {
-        set_device(0);
-        execute(raw.ptr());
-    });
-    // S1 ran once: S2's activation of it, in the chain already, did nothing.
-    assert_eq!(read_u32(count), 1);
+    execute(model);
+    assert_eq!((read_u32(x), read_u32(y), read_u32(z)), (2, 2, 1));
     acl!(aclmdlRIDestroy(model));
-    for stream in [head, s1, s2] {
+    acl!(aclrtDestroyEvent(event));
+    for stream in [a, b, c] {
         acl!(aclrtDestroyStream(stream));
     }
 }

@@ -141,6 +141,8 @@ pub(crate) struct Stream {
     /// ([`Stream::wait_quiescent`]). A BLOCK callback waiting for its report thread and a
     /// running host function are in their work.
     waiting: AtomicBool,
+    /// Rung when the task starts waiting on a doomed stream.
+    waiting_bell: Bell,
     /// aclrtStreamStop: the worker takes no task until aclrtStreamAbort.
     stopped: AtomicBool,
 }
@@ -197,6 +199,7 @@ impl Stream {
             aborting: AtomicBool::new(false),
             running: AtomicBool::new(false),
             waiting: AtomicBool::new(false),
+            waiting_bell: Bell::new(),
             stopped: AtomicBool::new(false),
         });
         // Started now, so that the first task does not pay for a thread start.

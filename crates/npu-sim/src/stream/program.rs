@@ -46,6 +46,35 @@ struct Built<'a> {
     heads: &'a [i32],
 }
 
+/// How deep activations may nest before the program fails: a cycle of switches and
+/// activations whose activation is not its stream's last task nests one level per turn.
+const MAX_NESTING: usize = 256;
+
+impl Built<'_> {
+    /// Whether activating `target` from stream `id` does nothing: it is that stream, a HEAD
+    /// stream, or one of this chain of activations, running already.
+    fn runs_already(&self, id: i32, target: i32, active: &[i32]) -> bool {
+        target == id || self.heads.contains(&target) || active.contains(&target)
+    }
+
+    /// Whether HEAD cursor `i`'s next task is a wait for an event a record of which,
+    /// submitted before the wait, is still ahead of another HEAD cursor.
+    fn held_back(&self, cursors: &[(i32, usize, usize)], i: usize) -> bool {
+        let (id, at, _) = cursors[i];
+        let Some((index, Node::WaitFor { event, .. })) = self.streams[&id].get(at) else {
+            return false;
+        };
+        cursors.iter().enumerate().any(|(j, &(other, from, _))| {
+            j != i
+                && self.streams[&other][from..].iter().any(|(recorded, node)| {
+                    recorded < index
+                        && matches!(node, Node::Run(Op::Record(record), _)
+                            if record.event().is_some_and(|e| Arc::ptr_eq(&e, event)))
+                })
+        })
+    }
+}
+
 impl Stream {
     /// Runs the program `task` holds, then retires it.
     pub(super) fn run_program(&self, sim: &Sim, task: Task, program: &Program) {
@@ -117,11 +146,19 @@ impl Stream {
         let mut active = Vec::new();
         loop {
             self.check_going(outer)?;
+            let key = |(i, cursor): (usize, &(i32, usize, usize))| {
+                let index = next_index(cursor)?;
+                Some(((index.max(cursor.2), index), i))
+            };
+            // A stream whose next task waits for a record another stream has yet to run
+            // stands aside while another can go on, as on the device it would block.
             let next = cursors
                 .iter()
                 .enumerate()
-                .filter_map(|(i, cursor)| Some((next_index(cursor)?.max(cursor.2), i)))
-                .min();
+                .filter(|&(i, _)| !built.held_back(&cursors, i))
+                .filter_map(key)
+                .min()
+                .or_else(|| cursors.iter().enumerate().filter_map(key).min());
             let Some((_, i)) = next else {
                 return Ok(());
             };
@@ -160,17 +197,31 @@ impl Stream {
         let (mut id, mut at) = (first, 0);
         loop {
             self.check_going(outer)?;
-            let Some((_, node)) = built.streams.get(&id).and_then(|tasks| tasks.get(at)) else {
+            let Some(tasks) = built.streams.get(&id) else {
+                return Ok(());
+            };
+            let Some((_, node)) = tasks.get(at) else {
                 return Ok(());
             };
             at += 1;
+            // An activation that ends a stream hands the chain over to the stream it
+            // activates: the usual shape of a loop (a condition stream switching to a body
+            // that activates the condition stream again) turns without nesting.
+            if let Node::Activate(target) = node
+                && at == tasks.len()
+                && !built.runs_already(id, *target, active)
+            {
+                (id, at) = (*target, 0);
+                if let Some(last) = active.last_mut() {
+                    *last = id;
+                }
+                continue;
+            }
             if let Some(jump) = self.step(sim, outer, built, id, node, active)? {
                 (id, at) = jump;
-                // The stream switched to runs in this chain too: activating it again does
-                // nothing, and a cycle of switches and activations stays as deep as the
-                // streams are many.
-                if !active.contains(&id) {
-                    active.push(id);
+                // The stream switched to runs in place of this one: its rest is skipped.
+                if let Some(last) = active.last_mut() {
+                    *last = id;
                 }
             }
         }
@@ -188,18 +239,15 @@ impl Stream {
         active: &mut Vec<i32>,
     ) -> Flow<Jump> {
         match node {
-            // A HEAD stream, or one of this chain, runs already.
-            Node::Activate(target)
-                if *target == id || built.heads.contains(target) || active.contains(target) =>
-            {
-                Ok(None)
-            }
+            Node::Activate(target) if built.runs_already(id, *target, active) => Ok(None),
+            Node::Activate(_) if active.len() >= MAX_NESTING => Err(failed(format!(
+                "activations nested {MAX_NESTING} deep on stream {id} (a cycle of stream \
+                 switches and activations that does not end with its activation)"
+            ))),
             Node::Activate(target) => {
-                let depth = active.len();
                 active.push(*target);
                 let flow = self.run_stream(sim, outer, built, *target, active);
-                // With the streams its switches added.
-                active.truncate(depth);
+                active.pop();
                 flow.map(|()| None)
             }
             Node::Switch(switch) => {

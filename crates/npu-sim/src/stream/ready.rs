@@ -31,7 +31,10 @@ impl Stream {
         let mut listens = extra.to_vec();
         listens.extend(self.listens(Bell::RING_ONLY));
         let deadline = timeout.map(|timeout| Instant::now() + timeout);
-        let outcome = wait_until(&listens, deadline, || {
+        let mut wait = || {
+            // Not waiting while it polls: a wait for the stream to be quiescent must not
+            // return while a poll reads memory.
+            self.waiting.store(false, Ordering::SeqCst);
             if self.discarding().is_some() {
                 return Some(Err(None));
             }
@@ -51,15 +54,23 @@ impl Stream {
                 }
                 None => {
                     self.begin(task.position);
+                    self.waiting.store(true, Ordering::SeqCst);
                     // A wait for the stream to be quiescent, which reads the flag only once
-                    // the stream is doomed, looks again.
-                    if !self.waiting.swap(true, Ordering::SeqCst) && self.doom().is_some() {
-                        self.bell.ring();
+                    // the stream is doomed, looks again (on a bell this wait does not listen
+                    // to, or it would wake itself).
+                    if self.doom().is_some() {
+                        self.waiting_bell.ring();
                     }
                     None
                 }
             }
-        });
+        };
+        let mut outcome = wait_until(&listens, deadline, &mut wait);
+        // A stop holds a timed wait's clock too: one whose time ran out while its stream was
+        // stopped waits for the abort that ends the stop (it would not have polled meanwhile).
+        if outcome.is_none() && self.stopped.load(Ordering::SeqCst) {
+            outcome = wait_until(&listens, None, &mut wait);
+        }
         self.waiting.store(false, Ordering::SeqCst);
         outcome.unwrap_or_else(|| {
             Err(Some(SimError::new(

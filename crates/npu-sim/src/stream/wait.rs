@@ -74,10 +74,14 @@ impl Stream {
             // Taken under the queue lock, so a task is counted before it can start; once it
             // is counted, a doomed stream abandons it at once or it is the one running.
             let running = self.started.load(Ordering::Acquire);
-            wait_until(&[self.bell.at(running)], None, || {
-                let finished = self.finished.load(Ordering::Acquire) >= running;
-                (finished || self.waiting.load(Ordering::SeqCst)).then_some(())
-            });
+            wait_until(
+                &[self.bell.at(running), self.waiting_bell.any()],
+                None,
+                || {
+                    let finished = self.finished.load(Ordering::Acquire) >= running;
+                    (finished || self.waiting.load(Ordering::SeqCst)).then_some(())
+                },
+            );
         }
     }
 
