@@ -1489,3 +1489,95 @@ fn a_loop_then_a_record_stays_before_another_head_streams_wait() {
         acl!(aclrtDestroyStream(stream));
     }
 }
+
+/// Promise: HEAD or switched-to streams with no tasks are nothing to run, not a crash of the
+/// worker (which left the stream's synchronisation waiting for ever).
+#[test]
+fn streams_without_tasks_in_an_execution_are_nothing_to_run() {
+    install();
+    set_device(0);
+    for switch_to_empty in [false, true] {
+        let [a, b, empty] = [(); 3].map(|()| persistent_stream());
+        let (count, limit, y) = (zeroed(4), malloc(4), zeroed(4));
+        upload(limit, &[3i32]);
+        let mut model = ptr::null_mut();
+        acl!(aclmdlRIBuildBegin(&mut model, 0));
+        acl!(aclmdlRIBindStream(model, a, HEAD));
+        acl!(aclmdlRIBindStream(model, b, HEAD));
+        acl!(aclmdlRIBindStream(model, empty, ACTIVATED));
+        add_one(a, count);
+        // Back to itself while below the limit, or once to the empty stream.
+        let target = if switch_to_empty { empty } else { a };
+        acl!(aclrtSwitchStream(
+            count,
+            ACL_RT_LESS,
+            limit,
+            ACL_RT_SWITCH_INT32,
+            target,
+            ptr::null_mut(),
+            a
+        ));
+        if switch_to_empty {
+            add_one(b, y);
+        }
+        build_end(model);
+        let exec = create_stream();
+        acl!(aclmdlRIExecuteAsync(model, exec));
+        let raw = Raw::of(exec);
+        let code = bounded("an execution with streams without tasks", move || {
+            set_device(0);
+            code!(aclrtSynchronizeStream(raw.ptr()))
+        });
+        assert_eq!(code, 0);
+        let expected = if switch_to_empty { (1, 1) } else { (3, 0) };
+        assert_eq!((read_u32(count), read_u32(y)), expected);
+        acl!(aclmdlRIDestroy(model));
+        for stream in [a, b, empty, exec] {
+            acl!(aclrtDestroyStream(stream));
+        }
+    }
+}
+
+/// Promise: a wait whose event the execution has recorded already is not held back by an
+/// earlier record of the event that a looping stream never reaches: the record that ran
+/// satisfies it, and the stream it unblocks ends the loop.
+#[test]
+fn a_wait_satisfied_by_a_record_that_ran_is_not_held_back_by_one_never_reached() {
+    install();
+    set_device(0);
+    let [a, b, c] = [(); 3].map(|()| persistent_stream());
+    let (flag, one, y) = (zeroed(4), malloc(4), zeroed(4));
+    upload(one, &[1i32]);
+    let event = create_event();
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRIBuildBegin(&mut model, 0));
+    for stream in [a, b, c] {
+        acl!(aclmdlRIBindStream(model, stream, HEAD));
+    }
+    acl!(aclrtSwitchStream(
+        flag,
+        ACL_RT_LESS,
+        one,
+        ACL_RT_SWITCH_INT32,
+        a,
+        ptr::null_mut(),
+        a
+    ));
+    acl!(aclrtRecordEvent(event, a));
+    acl!(aclrtRecordEvent(event, c));
+    acl!(aclrtStreamWaitEvent(b, event));
+    add_one(b, flag);
+    add_one(b, y);
+    build_end(model);
+    let raw = Raw::of(model);
+    bounded("a wait a ran record satisfies", move || {
+        set_device(0);
+        execute(raw.ptr());
+    });
+    assert_eq!((read_u32(flag), read_u32(y)), (1, 1));
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyEvent(event));
+    for stream in [a, b, c] {
+        acl!(aclrtDestroyStream(stream));
+    }
+}

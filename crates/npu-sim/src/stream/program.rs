@@ -61,12 +61,22 @@ impl Built<'_> {
     /// submitted before the wait, is still ahead of another HEAD cursor.
     fn held_back(&self, cursors: &[(i32, usize, usize)], i: usize) -> bool {
         let (id, at, _) = cursors[i];
-        let Some((index, Node::WaitFor { event, .. })) = self.streams[&id].get(at) else {
+        let next = self.streams.get(&id).and_then(|tasks| tasks.get(at));
+        let Some((index, Node::WaitFor { event, .. })) = next else {
             return false;
         };
+        // A record of it already run satisfies the wait (see `run_node`).
+        if self.program.ran_record_of(event) {
+            return false;
+        }
         cursors.iter().enumerate().any(|(j, &(other, from, _))| {
+            let ahead = self
+                .streams
+                .get(&other)
+                .and_then(|tasks| tasks.get(from..))
+                .unwrap_or(&[]);
             j != i
-                && self.streams[&other][from..].iter().any(|(recorded, node)| {
+                && ahead.iter().any(|(recorded, node)| {
                     recorded < index
                         && matches!(node, Node::Run(Op::Record(record), _)
                             if record.event().is_some_and(|e| Arc::ptr_eq(&e, event)))
@@ -215,6 +225,8 @@ impl Stream {
                 if let Some(last) = active.last_mut() {
                     *last = id;
                 }
+                // A cycle of such activations must not hold the core the other workers need.
+                std::thread::yield_now();
                 continue;
             }
             if let Some(jump) = self.step(sim, outer, built, id, node, active)? {
