@@ -94,7 +94,7 @@ impl Stream {
             true => last_end().max(task.submit_ns),
             false => self.device.clock.now_ns(),
         };
-        let outcome = match &program.layout {
+        let run = || match &program.layout {
             Layout::Captured(body) => self.run_body(sim, &task, program, body),
             Layout::Built { streams, heads } => {
                 let built = Built {
@@ -105,6 +105,14 @@ impl Stream {
                 self.run_heads(sim, &task, &built)
             }
         };
+        // A panic in the simulator's own code fails the execution, as in a task's work: the
+        // worker must live on, or the stream's waits would never end.
+        let outcome = crate::error::contain(run).unwrap_or_else(|what| {
+            Err(Stop::Failed(SimError::new(
+                ACL_ERROR_RT_INTERNAL_ERROR,
+                format!("the simulator panicked running a model runtime instance: {what}"),
+            )))
+        });
         let end_ns = match timed {
             true => last_end(),
             false => self.device.clock.now_ns(),
