@@ -1581,3 +1581,44 @@ fn a_wait_satisfied_by_a_record_that_ran_is_not_held_back_by_one_never_reached()
         acl!(aclrtDestroyStream(stream));
     }
 }
+
+/// Promise: a stream switch whose target was bound again as a HEAD stream after the switch was
+/// added does not run that stream's tasks twice in one execution: the execution fails there
+/// with a code, as a label switch to another HEAD stream does.
+#[test]
+fn a_switch_to_a_stream_bound_again_as_a_head_fails_instead_of_running_it_twice() {
+    install();
+    set_device(0);
+    let (head, x) = (persistent_stream(), persistent_stream());
+    let (left, right, count) = (zeroed(4), zeroed(4), zeroed(4));
+    let model = build_on(head);
+    acl!(aclmdlRIBindStream(model, x, ACTIVATED));
+    acl!(aclrtSwitchStream(
+        left,
+        ACL_RT_EQUAL,
+        right,
+        ACL_RT_SWITCH_INT32,
+        x,
+        ptr::null_mut(),
+        head
+    ));
+    acl!(aclmdlRIUnbindStream(model, x));
+    acl!(aclmdlRIBindStream(model, x, HEAD));
+    add_one(x, count);
+    build_end(model);
+    let exec = create_stream();
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    let raw = Raw::of(exec);
+    let (code, message) = bounded("a switch to a stream bound again as a HEAD", move || {
+        set_device(0);
+        let code = code!(aclrtSynchronizeStream(raw.ptr()));
+        (code, recent_message())
+    });
+    assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID, "{message}");
+    assert!(message.contains("HEAD stream since"), "{message}");
+    assert!(read_u32(count) <= 1);
+    acl!(aclmdlRIDestroy(model));
+    for stream in [head, x, exec] {
+        acl!(aclrtDestroyStream(stream));
+    }
+}

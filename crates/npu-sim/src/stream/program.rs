@@ -324,7 +324,18 @@ impl Stream {
                 let width = comparison.width();
                 let left = read_bits(&sim.memory, *left, width).map_err(Stop::Failed)?;
                 let right = read_bits(&sim.memory, *right, width).map_err(Stop::Failed)?;
-                Ok(comparison.holds(left, right).then_some((*target, 0)))
+                if !comparison.holds(left, right) {
+                    return Ok(None);
+                }
+                // aclrtSwitchStream refuses another HEAD stream, but the stream may have been
+                // bound again as one since.
+                if *target != id && built.heads.contains(target) {
+                    return Err(failed(format!(
+                        "the aclrtSwitchStream on stream {id} goes to stream {target}, bound as a \
+                         HEAD stream since, which runs in every execution already"
+                    )));
+                }
+                Ok(Some((*target, 0)))
             }
         }
     }
