@@ -63,7 +63,7 @@ fn counted_loop(turns: u32, body: impl FnOnce(aclrtStream)) -> aclmdlRI {
 fn endless_label_loop(mark: *mut c_void) -> aclmdlRI {
     let head = persistent_stream();
     let index = zeroed(4);
-    let model = build_on(head);
+    let model = build_on(&[head]);
     let top = label();
     let list = label_list(&[top]);
     acl!(aclrtSetLabel(top, head));
@@ -78,7 +78,7 @@ fn endless_label_loop(mark: *mut c_void) -> aclmdlRI {
 fn bare_label_loop(mark: *mut c_void) -> aclmdlRI {
     let head = persistent_stream();
     let index = zeroed(4);
-    let model = build_on(head);
+    let model = build_on(&[head]);
     let top = label();
     let list = label_list(&[top]);
     add_one(head, mark);
@@ -457,7 +457,7 @@ fn a_switch_to_a_label_outside_its_instance_fails_the_execution() {
     install();
     set_device(0);
     let foreign_head = persistent_stream();
-    let foreign_model = build_on(foreign_head);
+    let foreign_model = build_on(&[foreign_head]);
     let foreign = label();
     acl!(aclrtSetLabel(foreign, foreign_head));
     build_end(foreign_model);
@@ -465,7 +465,7 @@ fn a_switch_to_a_label_outside_its_instance_fails_the_execution() {
     for target in [foreign, unset] {
         let head = persistent_stream();
         let (index, mark) = (zeroed(4), zeroed(4));
-        let model = build_on(head);
+        let model = build_on(&[head]);
         let list = label_list(&[target]);
         acl!(aclrtSwitchLabelByIndex(index, 1, list, head));
         add_one(head, mark);
@@ -507,7 +507,7 @@ fn a_stream_switch_to_itself_loops_until_its_condition_fails_and_one_to_a_head_i
     let (head, other) = (persistent_stream(), persistent_stream());
     let (count, limit, mark) = (zeroed(4), malloc(4), zeroed(4));
     upload(limit, &[3i32]);
-    let model = build_on(head);
+    let model = build_on(&[head]);
     acl!(aclmdlRIBindStream(model, other, ACTIVATED));
     add_one(head, mark);
     acl!(aclrtActiveStream(other, head));
@@ -531,11 +531,7 @@ fn a_stream_switch_to_itself_loops_until_its_condition_fails_and_one_to_a_head_i
     );
     assert_eq!(switch(other), 0, "{}", recent_message());
     build_end(model);
-    let raw = Raw::of(model);
-    bounded("a looping stream switch", move || {
-        set_device(0);
-        execute(raw.ptr());
-    });
+    execute_within("a looping stream switch", 0, model);
     assert_eq!((read_u32(count), read_u32(mark)), (3, 1));
     acl!(aclmdlRIDestroy(model));
     for stream in [head, other] {
@@ -791,7 +787,7 @@ fn destroying_what_a_running_loop_uses_leaves_it_running_until_aborted() {
     set_device(0);
     let head = persistent_stream();
     let (index, mark) = (zeroed(4), zeroed(4));
-    let model = build_on(head);
+    let model = build_on(&[head]);
     let top = label();
     let list = label_list(&[top]);
     acl!(aclrtSetLabel(top, head));
@@ -988,7 +984,7 @@ fn an_execution_with_branches_is_refused_by_a_persistent_or_bound_stream() {
         "aclmdlRIExecuteAsync",
     );
     let head = persistent_stream();
-    let outer = build_on(head);
+    let outer = build_on(&[head]);
     fails(
         code!(aclmdlRIExecuteAsync(inner, head)),
         ACL_ERROR_RT_PARAM_INVALID,
@@ -1122,11 +1118,7 @@ fn conditional_tasks_on_joined_streams_and_branch_captures_ended_elsewhere() {
     assert_ne!(code, 0, "ending a branch capture on a joined stream");
     assert!(message.contains("aclmdlRICaptureEnd"), "{message}");
     assert_eq!(capture_end(branch_stream), branch[0]);
-    let raw = Raw::of(model);
-    bounded("executing a branch captured on two streams", move || {
-        set_device(0);
-        execute(raw.ptr());
-    });
+    execute_within("executing a branch captured on two streams", 0, model);
     assert_eq!(read_u32(mark), 1);
     acl!(aclmdlRIDestroy(model));
     for stream in [origin, joined, branch_stream, helper] {
@@ -1156,11 +1148,7 @@ fn a_switch_of_thousands_of_branches_runs_the_one_indexed() {
         (0, 1),
     ] {
         upload(word, &[value]);
-        let raw = Raw::of(model);
-        bounded("a switch of thousands of branches", move || {
-            set_device(0);
-            execute(raw.ptr());
-        });
+        execute_within("a switch of thousands of branches", 0, model);
         assert_eq!(read_u32(mark), expected, "value {value}");
     }
     acl!(aclmdlRIDestroy(model));
@@ -1260,10 +1248,7 @@ fn a_loop_on_one_head_stream_lets_the_other_heads_run() {
     set_device(0);
     let (first, second) = (persistent_stream(), persistent_stream());
     let (index, mark) = (zeroed(4), zeroed(4));
-    let mut model = ptr::null_mut();
-    acl!(aclmdlRIBuildBegin(&mut model, 0));
-    acl!(aclmdlRIBindStream(model, first, HEAD));
-    acl!(aclmdlRIBindStream(model, second, HEAD));
+    let model = build_on(&[first, second]);
     let (top, exit) = (label(), label());
     let list = label_list(&[top, exit]);
     acl!(aclrtSetLabel(top, first));
@@ -1272,11 +1257,7 @@ fn a_loop_on_one_head_stream_lets_the_other_heads_run() {
     acl!(aclrtSetLabel(exit, first));
     add_one(first, mark);
     build_end(model);
-    let raw = Raw::of(model);
-    bounded("a loop waiting for another HEAD stream", move || {
-        set_device(0);
-        execute(raw.ptr());
-    });
+    execute_within("a loop waiting for another HEAD stream", 0, model);
     assert_eq!((read_u32(index), read_u32(mark)), (1, 1));
     acl!(aclmdlRIDestroy(model));
     acl!(aclrtDestroyLabelList(list));
@@ -1334,7 +1315,7 @@ fn a_head_stream_switching_to_itself_loops() {
     let head = persistent_stream();
     let (count, limit) = (zeroed(4), malloc(4));
     upload(limit, &[3i32]);
-    let model = build_on(head);
+    let model = build_on(&[head]);
     add_one(head, count);
     acl!(aclrtSwitchStream(
         count,
@@ -1362,10 +1343,7 @@ fn a_forward_switch_keeps_a_record_before_another_head_streams_wait() {
     let (first, second) = (persistent_stream(), persistent_stream());
     let (index, x, y) = (zeroed(4), zeroed(4), zeroed(4));
     let event = create_event();
-    let mut model = ptr::null_mut();
-    acl!(aclmdlRIBuildBegin(&mut model, 0));
-    acl!(aclmdlRIBindStream(model, first, HEAD));
-    acl!(aclmdlRIBindStream(model, second, HEAD));
+    let model = build_on(&[first, second]);
     let forward = label();
     let list = label_list(&[forward]);
     acl!(aclrtSwitchLabelByIndex(index, 1, list, first));
@@ -1405,7 +1383,7 @@ fn a_cycle_of_switches_and_activations_loops_without_nesting() {
         let [head, s1, s2] = [(); 3].map(|()| persistent_stream());
         let (count, limit, after) = (zeroed(4), malloc(4), zeroed(4));
         upload(limit, &[1000i32]);
-        let model = build_on(head);
+        let model = build_on(&[head]);
         acl!(aclmdlRIBindStream(model, s1, ACTIVATED));
         acl!(aclmdlRIBindStream(model, s2, ACTIVATED));
         acl!(aclrtActiveStream(s1, head));
@@ -1461,11 +1439,7 @@ fn a_loop_then_a_record_stays_before_another_head_streams_wait() {
     let (x, y, z, limit) = (zeroed(4), zeroed(4), zeroed(4), malloc(4));
     upload(limit, &[2i32]);
     let event = create_event();
-    let mut model = ptr::null_mut();
-    acl!(aclmdlRIBuildBegin(&mut model, 0));
-    for stream in [a, b, c] {
-        acl!(aclmdlRIBindStream(model, stream, HEAD));
-    }
+    let model = build_on(&[a, b, c]);
     add_one(a, x);
     acl!(aclrtSwitchStream(
         x,
@@ -1500,10 +1474,7 @@ fn streams_without_tasks_in_an_execution_are_nothing_to_run() {
         let [a, b, empty] = [(); 3].map(|()| persistent_stream());
         let (count, limit, y) = (zeroed(4), malloc(4), zeroed(4));
         upload(limit, &[3i32]);
-        let mut model = ptr::null_mut();
-        acl!(aclmdlRIBuildBegin(&mut model, 0));
-        acl!(aclmdlRIBindStream(model, a, HEAD));
-        acl!(aclmdlRIBindStream(model, b, HEAD));
+        let model = build_on(&[a, b]);
         acl!(aclmdlRIBindStream(model, empty, ACTIVATED));
         add_one(a, count);
         // Back to itself while below the limit, or once to the empty stream.
@@ -1549,11 +1520,7 @@ fn a_wait_satisfied_by_a_record_that_ran_is_not_held_back_by_one_never_reached()
     let (flag, one, y) = (zeroed(4), malloc(4), zeroed(4));
     upload(one, &[1i32]);
     let event = create_event();
-    let mut model = ptr::null_mut();
-    acl!(aclmdlRIBuildBegin(&mut model, 0));
-    for stream in [a, b, c] {
-        acl!(aclmdlRIBindStream(model, stream, HEAD));
-    }
+    let model = build_on(&[a, b, c]);
     acl!(aclrtSwitchStream(
         flag,
         ACL_RT_LESS,
@@ -1569,11 +1536,7 @@ fn a_wait_satisfied_by_a_record_that_ran_is_not_held_back_by_one_never_reached()
     add_one(b, flag);
     add_one(b, y);
     build_end(model);
-    let raw = Raw::of(model);
-    bounded("a wait a ran record satisfies", move || {
-        set_device(0);
-        execute(raw.ptr());
-    });
+    execute_within("a wait a ran record satisfies", 0, model);
     assert_eq!((read_u32(flag), read_u32(y)), (1, 1));
     acl!(aclmdlRIDestroy(model));
     acl!(aclrtDestroyEvent(event));
@@ -1591,7 +1554,7 @@ fn a_switch_to_a_stream_bound_again_as_a_head_fails_instead_of_running_it_twice(
     set_device(0);
     let (head, x) = (persistent_stream(), persistent_stream());
     let (left, right, count) = (zeroed(4), zeroed(4), zeroed(4));
-    let model = build_on(head);
+    let model = build_on(&[head]);
     acl!(aclmdlRIBindStream(model, x, ACTIVATED));
     acl!(aclrtSwitchStream(
         left,

@@ -52,7 +52,7 @@ fn a_label_switch_loops_until_its_index_changes() {
     set_device(0);
     let head = persistent_stream();
     let (counter, index, tail) = (zeroed(4), zeroed(4), zeroed(4));
-    let model = build_on(head);
+    let model = build_on(&[head]);
     let (top, exit) = (label(), label());
     let list = label_list(&[exit, top]);
     acl!(aclrtSetLabel(top, head));
@@ -92,7 +92,7 @@ fn a_label_switch_goes_to_the_label_its_index_names() {
     let (head, other) = (persistent_stream(), persistent_stream());
     let index = zeroed(4);
     let marks = [(); 3].map(|()| zeroed(4));
-    let model = build_on(head);
+    let model = build_on(&[head]);
     acl!(aclmdlRIBindStream(model, other, ACTIVATED));
     let labels = [(); 3].map(|()| label());
     let list = label_list(&labels);
@@ -145,7 +145,7 @@ fn a_stream_switch_compares_its_values_when_it_runs() {
             let (head, target) = (persistent_stream(), persistent_stream());
             let (left, right) = (zeroed(8), zeroed(8));
             let (taken, rest) = (zeroed(4), zeroed(4));
-            let model = build_on(head);
+            let model = build_on(&[head]);
             acl!(aclmdlRIBindStream(model, target, ACTIVATED));
             acl!(aclrtSwitchStream(
                 left,
@@ -384,7 +384,7 @@ fn an_endless_loop_is_stopped_by_an_abort() {
     set_device(1);
     let head = persistent_stream();
     let (index, mark) = (zeroed(4), zeroed(4));
-    let model = build_on(head);
+    let model = build_on(&[head]);
     let top = label();
     let list = label_list(&[top]);
     acl!(aclrtSetLabel(top, head));
@@ -427,7 +427,7 @@ fn a_switch_reading_freed_memory_fails_its_execution() {
     let head = persistent_stream();
     let index = malloc(4);
     let mark = zeroed(4);
-    let model = build_on(head);
+    let model = build_on(&[head]);
     let top = label();
     let list = label_list(&[top]);
     acl!(aclrtSwitchLabelByIndex(index, 1, list, head));
@@ -455,7 +455,7 @@ fn a_switch_to_a_label_never_set_fails_its_execution() {
     set_device(0);
     let head = persistent_stream();
     let (index, mark) = (zeroed(4), zeroed(4));
-    let model = build_on(head);
+    let model = build_on(&[head]);
     let nowhere = label();
     let list = label_list(&[nowhere]);
     acl!(aclrtSwitchLabelByIndex(index, 1, list, head));
@@ -521,7 +521,7 @@ fn a_built_wait_behind_a_switch_not_taken_does_not_hang() {
     let (left, right, mark) = (zeroed(4), zeroed(4), zeroed(4));
     upload(left, &[1u32]);
     let event = create_event();
-    let model = build_on(head);
+    let model = build_on(&[head]);
     acl!(aclmdlRIBindStream(model, other, ACTIVATED));
     acl!(aclrtRecordEvent(event, other));
     acl!(aclrtSwitchStream(
@@ -536,11 +536,7 @@ fn a_built_wait_behind_a_switch_not_taken_does_not_hang() {
     acl!(aclrtStreamWaitEvent(head, event));
     add_one(head, mark);
     build_end(model);
-    let raw = Raw::of(model);
-    bounded("a wait behind a switch not taken", move || {
-        set_device(0);
-        execute(raw.ptr());
-    });
+    execute_within("a wait behind a switch not taken", 0, model);
     assert_eq!(read_u32(mark), 1);
     acl!(aclmdlRIDestroy(model));
     acl!(aclrtDestroyEvent(event));
@@ -561,10 +557,7 @@ fn head_streams_keep_their_submission_order_with_a_switch() {
         let (x, y, left, right) = (zeroed(4), zeroed(4), zeroed(4), zeroed(4));
         upload(left, &[1u32]);
         let event = create_event();
-        let mut model = ptr::null_mut();
-        acl!(aclmdlRIBuildBegin(&mut model, 0));
-        acl!(aclmdlRIBindStream(model, first, HEAD));
-        acl!(aclmdlRIBindStream(model, second, HEAD));
+        let model = build_on(&[first, second]);
         acl!(aclmdlRIBindStream(model, target, ACTIVATED));
         add_one(second, x);
         acl!(aclrtRecordEvent(event, second));
@@ -608,7 +601,7 @@ fn records_a_failed_execution_skipped_carry_its_failure() {
     let head = persistent_stream();
     let index = zeroed(4);
     let event = create_event();
-    let model = build_on(head);
+    let model = build_on(&[head]);
     let nowhere = label();
     let list = label_list(&[nowhere]);
     acl!(aclrtSwitchLabelByIndex(index, 1, list, head));
@@ -793,11 +786,10 @@ fn a_branch_whose_capture_failed_can_be_captured_again() {
     }
 }
 
+/// A stream bound to an instance being built.
 fn bound_stream() -> aclrtStream {
     let stream = persistent_stream();
-    let mut model = ptr::null_mut();
-    acl!(aclmdlRIBuildBegin(&mut model, 0));
-    acl!(aclmdlRIBindStream(model, stream, HEAD));
+    build_on(&[stream]);
     stream
 }
 
@@ -925,7 +917,7 @@ const CASES: &[Case] = &[
         0,
         || {
             let stream = persistent_stream();
-            let model = build_on(stream);
+            let model = build_on(&[stream]);
             build_end(model);
             code!(aclrtSetLabel(label(), stream))
         },
@@ -1207,7 +1199,7 @@ const CASES: &[Case] = &[
         0,
         || {
             let (head, other) = (persistent_stream(), persistent_stream());
-            let model = build_on(head);
+            let model = build_on(&[head]);
             acl!(aclmdlRIBindStream(model, other, HEAD));
             switch_stream(word(), ACL_RT_EQUAL, ACL_RT_SWITCH_INT32, other, head)
         },

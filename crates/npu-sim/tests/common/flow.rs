@@ -77,12 +77,24 @@ pub fn label_list(labels: &[aclrtLabel]) -> aclrtLabelList {
     list
 }
 
-/// A built instance whose HEAD stream is `head`, being built.
-pub fn build_on(head: aclrtStream) -> aclmdlRI {
+/// A built instance whose HEAD streams are `heads`, being built.
+pub fn build_on(heads: &[aclrtStream]) -> aclmdlRI {
     let mut model = ptr::null_mut();
     acl!(aclmdlRIBuildBegin(&mut model, 0));
-    acl!(aclmdlRIBindStream(model, head, HEAD));
+    for &head in heads {
+        acl!(aclmdlRIBindStream(model, head, HEAD));
+    }
     model
+}
+
+/// Executes an instance once on device `device` and waits for it, on a thread of its own
+/// ([`super::bounded`]: a hang aborts the process naming `what`).
+pub fn execute_within(what: &str, device: i32, model: aclmdlRI) {
+    let model = super::Raw::of(model);
+    super::bounded(what, move || {
+        super::set_device(device);
+        super::execute(model.ptr());
+    });
 }
 
 pub fn build_end(model: aclmdlRI) {
