@@ -341,9 +341,10 @@ impl PinnedPool {
     /// pinning the missing ones now (pinning costs milliseconds, better spent at start-up than
     /// on a request's path). Returns the bytes of the blocks it reserved.
     ///
-    /// Fails like [`try_alloc`](PinnedPool::try_alloc) for a bad size, and with
-    /// [`Error::InvalidArgument`] when the capacity (or a queued waiter) leaves no room for
-    /// `count` blocks; the blocks pinned before that stay cached.
+    /// Fails like [`try_alloc`](PinnedPool::try_alloc) for a bad size (`bytes == 0` among
+    /// them, argument `bytes`), and with [`Error::InvalidArgument`] when the capacity (or a
+    /// queued waiter) leaves no room for `count` blocks; the blocks pinned before that stay
+    /// cached.
     ///
     /// ```
     /// use npu_core::Device;
@@ -357,11 +358,17 @@ impl PinnedPool {
     /// let small = PinnedPool::builder(pool.context()).capacity(16_384).build()?;
     /// let err = small.reserve(2, 10_000).unwrap_err();
     /// assert!(err.to_string().contains("room for 1 of 2 blocks"), "{err}");
+    /// assert!(small.reserve(1, 0).is_err(), "no request of 0 bytes can be made");
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn reserve(&self, count: usize, bytes: usize) -> Result<usize> {
+        const API: &str = "PinnedPool::reserve";
+        // The size check `try_alloc` makes, in bytes: a request of no bytes is refused there,
+        // so a block reserved for one could never be asked for (it was rounded up to a page
+        // and pinned all the same). `DevicePool::reserve` refuses it alike.
+        byte_size::<u8>(API, "bytes", bytes)?;
         self.shared
-            .reserve("PinnedPool::reserve", count, bytes, |class| self.pin(class))
+            .reserve(API, count, bytes, |class| self.pin(class))
     }
 
     /// Returns every cached block to the OS (`aclrtFreeHost`) and reports the bytes freed.
