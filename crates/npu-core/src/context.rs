@@ -63,17 +63,25 @@ thread_local! {
     static BOUND: RefCell<Vec<(usize, u64)>> = const { RefCell::new(Vec::new()) };
 }
 
+// Both reach the cache with `try_with`: npu-rs's values may be dropped by the thread's own
+// TLS destructors (a buffer, a stream or a context a user keeps in a `thread_local!`), after
+// this cache was destroyed, and `with` would panic there, which aborts the process. Without
+// the cache nothing is known to be bound, so every `bind` sets the context again.
+
 fn bound(library: usize) -> Option<u64> {
-    BOUND.with(|b| {
-        b.borrow()
-            .iter()
-            .find(|(lib, _)| *lib == library)
-            .map(|(_, ctx)| *ctx)
-    })
+    BOUND
+        .try_with(|b| {
+            b.borrow()
+                .iter()
+                .find(|(lib, _)| *lib == library)
+                .map(|(_, ctx)| *ctx)
+        })
+        .ok()
+        .flatten()
 }
 
 fn set_bound(library: usize, context: Option<u64>) {
-    BOUND.with(|b| {
+    let _ = BOUND.try_with(|b| {
         let mut b = b.borrow_mut();
         b.retain(|(lib, _)| *lib != library);
         if let Some(context) = context {

@@ -12,8 +12,6 @@
 mod common;
 
 use std::future::Future;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::pin::Pin;
 use std::sync::Arc;
 
 use common::*;
@@ -546,14 +544,118 @@ fn value_words_carved_from_a_pool_block_come_back_after_every_operation() {
     until_released("every block and stream released", || live(&ctx) == baseline);
 }
 
-/// Keeps `catch_unwind` and `Pin` in use for later tests of this file.
-#[allow(dead_code)]
-fn no_panic<R>(what: &str, body: impl FnOnce() -> R) -> R {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(r) => r,
-        Err(_) => panic!("{what} panicked"),
+// ---- Thread-local storage, each case in a child process of its own (an abort kills it). ----
+
+const CHILD_ENV: &str = "NPU_ATTACK20_CHILD";
+
+/// Runs this file's `thread_local_child` in a child process and checks it printed `CHILD OK`.
+fn in_child(case: &str) {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args([
+            "--exact",
+            "thread_local_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, case)
+        .stdout(std::process::Stdio::piped());
+    child_succeeded(command.spawn().unwrap(), HANG, case);
+}
+
+thread_local! {
+    /// What a thread keeps of npu-rs until it exits: a user's per-thread scratch state.
+    static KEPT: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A thread that touches its own thread-local first (so that it is destroyed after npu-rs's
+/// own, which are registered at their first use, later), then keeps there what `keep` makes.
+fn keep_on_a_thread_until_it_exits(
+    keep: impl FnOnce() -> Vec<Box<dyn std::any::Any>> + Send + 'static,
+) {
+    let thread = std::thread::spawn(move || {
+        KEPT.with(|kept| kept.borrow_mut().clear());
+        let values = keep();
+        KEPT.with(|kept| kept.borrow_mut().extend(values));
+    });
+    watchdog("the keeping thread exits", || thread.join().unwrap());
+}
+
+/// User state whose drop submits a last memset to its stream and drops the operation.
+struct SubmitsWhenDropped(Stream);
+
+impl Drop for SubmitsWhenDropped {
+    fn drop(&mut self) {
+        let ctx = self.0.context().clone();
+        drop(self.0.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2));
     }
 }
 
-#[allow(dead_code)]
-type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+fn check_thread_local_case(case: &str) {
+    let ctx = Device::open(0).unwrap().primary_context().clone();
+    let baseline = live(&ctx);
+    match case {
+        "buffers" => keep_on_a_thread_until_it_exits({
+            let ctx = ctx.clone();
+            move || {
+                vec![
+                    Box::new(DeviceBuffer::<u8>::new(&ctx, 64).unwrap()),
+                    Box::new(PinnedBuffer::<u8>::new(&ctx, 64).unwrap()),
+                ]
+            }
+        }),
+        "stream-in-flight" => {
+            for strategy in STRATEGIES {
+                keep_on_a_thread_until_it_exits({
+                    let ctx = ctx.clone();
+                    move || {
+                        let s = stream(&ctx, strategy);
+                        let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+                        let stopped = stream(&ctx, strategy);
+                        stopped.stop().unwrap();
+                        vec![
+                            Box::new(op),
+                            // Submitted from the destructor: one accepted, one refused.
+                            Box::new(SubmitsWhenDropped(s.clone())),
+                            Box::new(SubmitsWhenDropped(stopped)),
+                            Box::new(s),
+                        ]
+                    }
+                });
+            }
+        }
+        "context" => keep_on_a_thread_until_it_exits(|| {
+            let device = Device::open(0).unwrap();
+            let explicit = device.create_context().unwrap();
+            let buffer = DeviceBuffer::<u8>::new(&explicit, 64).unwrap();
+            vec![Box::new(buffer), Box::new(explicit), Box::new(device)]
+        }),
+        other => panic!("unknown case {other}"),
+    }
+    until_released(
+        &format!("{case}: everything the thread kept is released"),
+        || live(&ctx) == baseline,
+    );
+}
+
+#[test]
+fn thread_local_child() {
+    let Ok(case) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    check_thread_local_case(&case);
+    println!("CHILD OK");
+}
+
+/// "Never a panic" and rule 3 for values a thread keeps in its own thread-local storage
+/// until it exits (per-thread scratch buffers, a per-thread stream with an operation in
+/// flight, an explicit context): they are dropped by the thread's TLS destructors, after
+/// npu-rs's own thread-locals may have been destroyed. Dropping them must neither panic
+/// (a panic in a TLS destructor aborts the process) nor leak.
+#[test]
+fn values_kept_in_thread_local_storage_are_released_when_the_thread_exits() {
+    for case in ["buffers", "stream-in-flight", "context"] {
+        in_child(case);
+    }
+}
