@@ -631,6 +631,34 @@ fn check_thread_local_case(case: &str) {
             let buffer = DeviceBuffer::<u8>::new(&explicit, 64).unwrap();
             vec![Box::new(buffer), Box::new(explicit), Box::new(device)]
         }),
+        "tokio-runtime" => {
+            for strategy in STRATEGIES {
+                for paused in [false, true] {
+                    let held = sim::hold(&ctx.device()).unwrap();
+                    keep_on_a_thread_until_it_exits({
+                        let ctx = ctx.clone();
+                        move || {
+                            let rt = if paused {
+                                paused_runtime()
+                            } else {
+                                tokio::runtime::Builder::new_current_thread()
+                                    .enable_all()
+                                    .build()
+                                    .unwrap()
+                            };
+                            let s = stream(&ctx, strategy);
+                            let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+                            let task = rt.spawn(op);
+                            rt.block_on(tokio::task::yield_now());
+                            // A per-thread runtime with a task awaiting held work, and its
+                            // stream, dropped when the thread exits.
+                            vec![Box::new(task), Box::new(s), Box::new(rt)]
+                        }
+                    });
+                    held.release().unwrap();
+                }
+            }
+        }
         other => panic!("unknown case {other}"),
     }
     until_released(
@@ -650,12 +678,13 @@ fn thread_local_child() {
 
 /// "Never a panic" and rule 3 for values a thread keeps in its own thread-local storage
 /// until it exits (per-thread scratch buffers, a per-thread stream with an operation in
-/// flight, an explicit context): they are dropped by the thread's TLS destructors, after
-/// npu-rs's own thread-locals may have been destroyed. Dropping them must neither panic
-/// (a panic in a TLS destructor aborts the process) nor leak.
+/// flight, an explicit context, a per-thread Tokio runtime, paused or not, whose task awaits
+/// held work): they are dropped by the thread's TLS destructors, after npu-rs's own
+/// thread-locals may have been destroyed. Dropping them must neither panic (a panic in a TLS
+/// destructor aborts the process), nor wait for the held device, nor leak.
 #[test]
 fn values_kept_in_thread_local_storage_are_released_when_the_thread_exits() {
-    for case in ["buffers", "stream-in-flight", "context"] {
+    for case in ["buffers", "stream-in-flight", "context", "tokio-runtime"] {
         in_child(case);
     }
 }
