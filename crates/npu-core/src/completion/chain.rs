@@ -24,22 +24,30 @@ pub(super) fn run(notifies: Vec<Action>) {
     if notifies.is_empty() {
         return;
     }
-    let outermost = QUEUED.with(|queued| {
+    let mut notifies = Some(notifies);
+    let nested = QUEUED.try_with(|queued| {
         let mut queued = queued.borrow_mut();
         match queued.as_mut() {
             Some(queue) => {
-                queue.extend(notifies);
-                None
+                queue.extend(notifies.take().into_iter().flatten());
+                true
             }
             None => {
                 *queued = Some(VecDeque::new());
-                Some(notifies)
+                false
             }
         }
     });
-    let Some(notifies) = outermost else {
-        return;
-    };
+    let notifies = notifies.into_iter().flatten();
+    match nested {
+        Ok(true) => return,
+        Ok(false) => {}
+        // The thread's TLS destructors destroyed the queue already: a completion completed by
+        // dropping a value a user keeps in a `thread_local!`. `with` would panic, which aborts
+        // the process there; with no queue, nothing can nest behind this, so the notifies run
+        // here.
+        Err(_) => return notifies.for_each(|notify| notify()),
+    }
     // Clears the queue however this ends. If a notify unwinds, those still queued are dropped
     // unrun: their operations stay pending for ever and leak what they hold, never free it
     // early (a dropped `Completer` abandons its completion).
@@ -112,5 +120,33 @@ mod tests {
             1,
             "the next completion runs its notifies at once"
         );
+    }
+
+    /// A completion completed by a TLS destructor that runs after this queue's (a value a user
+    /// keeps in a `thread_local!` first used before any completion on the thread) runs its
+    /// notifies instead of panicking, which would abort the process.
+    #[test]
+    fn notifies_run_after_the_thread_destroyed_its_queue() {
+        struct CompletesOnDrop(Arc<Mutex<u32>>);
+        impl Drop for CompletesOnDrop {
+            fn drop(&mut self) {
+                let ran = self.0.clone();
+                run(vec![Box::new(move || *ran.lock().unwrap() += 1)]);
+            }
+        }
+        thread_local! {
+            static USER: RefCell<Option<CompletesOnDrop>> = const { RefCell::new(None) };
+        }
+        let ran = Arc::new(Mutex::new(0));
+        let theirs = ran.clone();
+        std::thread::spawn(move || {
+            // Destructors run in the reverse order of first use: the user's value is dropped
+            // after the queue is gone.
+            USER.with(|user| *user.borrow_mut() = Some(CompletesOnDrop(theirs)));
+            run(vec![Box::new(|| {})]);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(*ran.lock().unwrap(), 1);
     }
 }
