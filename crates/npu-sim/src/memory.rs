@@ -116,6 +116,8 @@ struct Allocation {
     kind: AllocKind,
     backing: Backing,
     locked: bool,
+    /// Moved into a file another process may map (exported with aclrtIpcMemGetExportKey).
+    shared: AtomicBool,
     /// Tasks touching the memory now ([`Lease`]s).
     users: AtomicUsize,
     /// Rung when the last user is done.
@@ -436,6 +438,7 @@ impl MemoryMap {
                 continue;
             }
             move_into_file(base, alloc.len, file)?;
+            alloc.shared.store(true, Ordering::Release);
             return Ok((base, alloc.len, alloc.kind));
         }
     }
@@ -483,6 +486,7 @@ impl MemoryMap {
             kind,
             backing,
             locked,
+            shared: AtomicBool::new(false),
             users: AtomicUsize::new(0),
             idle: Bell::new(),
         };
@@ -570,6 +574,17 @@ impl MemoryMap {
     pub(crate) fn allocation_of(&self, ptr: usize) -> Option<(usize, usize, AllocKind)> {
         let map = read(&self.allocations);
         find(&map, ptr).map(|(base, alloc)| (base, alloc.len, alloc.kind))
+    }
+
+    /// Whether another process may write the memory holding `ptr` behind this process's back:
+    /// memory exported to other processes, or mapped by someone else (an IPC import, a
+    /// virtual-memory mapping, whose physical memory may be another process's). Such writes
+    /// ring no bell here, so a wait reading the memory must look again by itself.
+    pub(crate) fn written_elsewhere(&self, ptr: usize) -> bool {
+        let map = read(&self.allocations);
+        find(&map, ptr).is_some_and(|(_, alloc)| {
+            alloc.shared.load(Ordering::Acquire) || matches!(alloc.backing, Backing::External)
+        })
     }
 
     /// The registration containing `ptr`: (base, registration).

@@ -6,7 +6,7 @@ use std::collections::btree_map::Entry;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::{LocalKey, Thread};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Locks a mutex, ignoring poisoning: the C boundary catches panics, and the simulator's state
 /// stays consistent across them (every critical section is a short, non-panicking update).
@@ -194,6 +194,17 @@ impl Bell {
 pub(crate) fn wait_until<T>(
     listens: &[Listen<'_>],
     deadline: Option<Instant>,
+    poll: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    wait_until_every(listens, deadline, None, poll)
+}
+
+/// [`wait_until`] that also polls at least once per `every` when set: for a condition some
+/// changes of which ring no bell (memory another process writes).
+pub(crate) fn wait_until_every<T>(
+    listens: &[Listen<'_>],
+    deadline: Option<Instant>,
+    every: Option<Duration>,
     mut poll: impl FnMut() -> Option<T>,
 ) -> Option<T> {
     if let Some(value) = poll() {
@@ -217,15 +228,14 @@ pub(crate) fn wait_until<T>(
         if let Some(value) = poll() {
             break Some(value);
         }
-        match deadline {
+        let now = Instant::now();
+        if deadline.is_some_and(|deadline| now >= deadline) {
+            break None;
+        }
+        let left = deadline.map(|deadline| deadline - now);
+        match left.into_iter().chain(every).min() {
             None => std::thread::park(),
-            Some(deadline) => {
-                let now = Instant::now();
-                if now >= deadline {
-                    break None;
-                }
-                std::thread::park_timeout(deadline - now);
-            }
+            Some(slice) => std::thread::park_timeout(slice),
         }
         // Checked before registering again, so a wake-up that satisfied the condition
         // leaves no registration behind for a later ring to take.

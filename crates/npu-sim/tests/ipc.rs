@@ -476,6 +476,42 @@ fn an_import_shares_the_exporters_memory_with_a_whitelisted_process_only() {
     acl!(aclrtFree(dev));
 }
 
+/// aclrtValueWait holds its stream until the word satisfies the comparison, whoever writes it:
+/// a word of exported memory written by the importing process releases the exporter's wait.
+/// It waited on, since no write of its own process woke it to read the word again.
+#[test]
+fn a_value_wait_sees_a_write_made_by_another_process() {
+    set_device(0);
+    let dev = malloc(4096);
+    let key = export(
+        dev,
+        4096,
+        ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION as u64,
+    );
+    let mut peer = Peer::spawn();
+    assert_eq!(peer.code(&format!("import {key} 0")), 0);
+    let stream = create_stream();
+    acl!(aclrtValueWait(
+        dev,
+        u64::from_ne_bytes([171; 8]),
+        ACL_STREAM_WAIT_VALUE_EQ,
+        stream
+    ));
+    let mut status = ACL_STREAM_STATUS_RESERVED;
+    acl!(aclrtStreamQuery(stream, &mut status));
+    assert_eq!(status, ACL_STREAM_STATUS_NOT_READY, "the word is still 0");
+    assert_eq!(peer.code("fill 171 8"), 0);
+    assert_eq!(
+        code!(aclrtSynchronizeStreamWithTimeout(stream, 20_000)),
+        0,
+        "the other process's write satisfies the wait: {}",
+        recent_message()
+    );
+    peer.exit();
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+}
+
 /// What the importer mapped stays valid when the exporter frees the memory and exits; a key of
 /// a freed allocation names nothing, and one of an exited exporter fails as an IPC error.
 #[test]

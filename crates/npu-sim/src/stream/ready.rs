@@ -8,10 +8,13 @@ use npu_sys::*;
 
 use crate::error::SimError;
 use crate::sim::Sim;
-use crate::sync::{Bell, Listen, wait_until};
+use crate::sync::{Bell, Listen, wait_until_every};
 use crate::task::{Op, Task, read_value};
 
 use super::Stream;
+
+/// How often a value wait reads again a word of memory another process may write.
+const REREAD_SHARED: Duration = Duration::from_millis(1);
 
 impl Stream {
     /// Blocks a task until `poll` gives its outcome (`Ok(ready_ns)` or a failure), or the
@@ -25,6 +28,19 @@ impl Stream {
         task: &Task,
         extra: &[Listen<'_>],
         timeout: Option<Duration>,
+        what: &str,
+        poll: impl FnMut() -> Option<Result<u64, SimError>>,
+    ) -> Result<u64, Option<SimError>> {
+        self.block_on_every(task, extra, timeout, None, what, poll)
+    }
+
+    /// [`Self::block_on`] that also polls once per `every`, if set, for what rings no bell.
+    fn block_on_every(
+        &self,
+        task: &Task,
+        extra: &[Listen<'_>],
+        timeout: Option<Duration>,
+        every: Option<Duration>,
         what: &str,
         mut poll: impl FnMut() -> Option<Result<u64, SimError>>,
     ) -> Result<u64, Option<SimError>> {
@@ -65,11 +81,11 @@ impl Stream {
                 }
             }
         };
-        let mut outcome = wait_until(&listens, deadline, &mut wait);
+        let mut outcome = wait_until_every(&listens, deadline, every, &mut wait);
         // A stop holds a timed wait's clock too: one whose time ran out while its stream was
         // stopped waits for the abort that ends the stop (it would not have polled meanwhile).
         if outcome.is_none() && self.stopped.load(Ordering::SeqCst) {
-            outcome = wait_until(&listens, None, &mut wait);
+            outcome = wait_until_every(&listens, None, every, &mut wait);
         }
         self.waiting.store(false, Ordering::SeqCst);
         outcome.unwrap_or_else(|| {
@@ -127,7 +143,10 @@ impl Stream {
                 }
                 Op::ValueWait { src, value, cmp } => {
                     let listens = [crate::device::MEMORY_BELL.any()];
-                    self.block_on(task, &listens, None, "a value wait", || {
+                    // Another process's writes ring nothing here: the word is read again
+                    // every so often, as the device reads it whoever writes.
+                    let every = sim.memory.written_elsewhere(*src).then_some(REREAD_SHARED);
+                    self.block_on_every(task, &listens, None, every, "a value wait", || {
                         match read_value(&sim.memory, *src) {
                             Ok(memory) => cmp
                                 .holds(memory, *value)
