@@ -576,14 +576,16 @@ impl MemoryMap {
         find(&map, ptr).map(|(base, alloc)| (base, alloc.len, alloc.kind))
     }
 
-    /// Whether another process may write the memory holding `ptr` behind this process's back:
-    /// memory exported to other processes, or mapped by someone else (an IPC import, a
-    /// virtual-memory mapping, whose physical memory may be another process's). Such writes
-    /// ring no bell here, so a wait reading the memory must look again by itself.
+    /// Whether the memory holding `ptr` may be written behind the runtime's back: memory
+    /// exported to other processes, memory mapped by someone else (an IPC import, a
+    /// virtual-memory mapping, whose physical memory may be another process's), or managed
+    /// memory, which the host writes directly. Such writes ring no bell, so a wait reading the
+    /// memory must look again by itself.
     pub(crate) fn written_elsewhere(&self, ptr: usize) -> bool {
         let map = read(&self.allocations);
         find(&map, ptr).is_some_and(|(_, alloc)| {
-            alloc.shared.load(Ordering::Acquire) || matches!(alloc.backing, Backing::External)
+            alloc.shared.load(Ordering::Acquire)
+                || matches!(alloc.backing, Backing::External | Backing::Placed)
         })
     }
 

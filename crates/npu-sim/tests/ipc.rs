@@ -497,9 +497,12 @@ fn a_value_wait_sees_a_write_made_by_another_process() {
         ACL_STREAM_WAIT_VALUE_EQ,
         stream
     ));
-    let mut status = ACL_STREAM_STATUS_RESERVED;
-    acl!(aclrtStreamQuery(stream, &mut status));
-    assert_eq!(status, ACL_STREAM_STATUS_NOT_READY, "the word is still 0");
+    // The word is still 0: the wait holds the stream (and has read the word meanwhile).
+    assert_eq!(
+        code!(aclrtSynchronizeStreamWithTimeout(stream, 200)),
+        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+    );
+    recent_message();
     assert_eq!(peer.code("fill 171 8"), 0);
     assert_eq!(
         code!(aclrtSynchronizeStreamWithTimeout(stream, 20_000)),

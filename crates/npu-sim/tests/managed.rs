@@ -89,6 +89,33 @@ fn managed_memory_is_reachable_from_host_and_device() {
     acl!(aclrtDestroyStream(stream));
 }
 
+/// A value wait on managed memory is released by the host writing the word directly, as the
+/// device reads the word whoever writes it (it waited on until a runtime operation happened to
+/// write memory).
+#[test]
+fn a_value_wait_sees_the_hosts_own_write_of_managed_memory() {
+    set_device(0);
+    let word = alloc_managed(8);
+    let stream = create_stream();
+    acl!(aclrtValueWait(word, 5, ACL_STREAM_WAIT_VALUE_EQ, stream));
+    // The word is still 0: the wait holds the stream (and has read the word meanwhile).
+    assert_eq!(
+        code!(aclrtSynchronizeStreamWithTimeout(stream, 200)),
+        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+    );
+    recent_message();
+    // SAFETY: 8 bytes of managed memory, accessible from the host, 8-byte aligned.
+    unsafe { word.cast::<u64>().write_volatile(5) };
+    assert_eq!(
+        code!(aclrtSynchronizeStreamWithTimeout(stream, 20_000)),
+        0,
+        "the host's write satisfies the wait: {}",
+        recent_message()
+    );
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(word));
+}
+
 #[test]
 fn error_paths() {
     set_device(1);

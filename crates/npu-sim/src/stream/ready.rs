@@ -13,7 +13,7 @@ use crate::task::{Op, Task, read_value};
 
 use super::Stream;
 
-/// How often a value wait reads again a word of memory another process may write.
+/// How often a value wait reads again a word that may be written behind the runtime's back.
 const REREAD_SHARED: Duration = Duration::from_millis(1);
 
 impl Stream {
@@ -143,8 +143,9 @@ impl Stream {
                 }
                 Op::ValueWait { src, value, cmp } => {
                     let listens = [crate::device::MEMORY_BELL.any()];
-                    // Another process's writes ring nothing here: the word is read again
-                    // every so often, as the device reads it whoever writes.
+                    // Another process's writes, and the host's own to managed memory, ring
+                    // nothing: the word is read again every so often, as the device reads it
+                    // whoever writes.
                     let every = sim.memory.written_elsewhere(*src).then_some(REREAD_SHARED);
                     self.block_on_every(task, &listens, None, every, "a value wait", || {
                         match read_value(&sim.memory, *src) {
