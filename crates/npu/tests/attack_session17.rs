@@ -98,7 +98,7 @@ fn operations_resolve_when_the_device_has_no_hardware_event_left() {
     until("no event or allocation is left", || {
         sim::flush_releases();
         let stats = sim::device_stats(&device).unwrap();
-        stats.live_allocations == 0 && stats.live_events == baseline
+        stats.live_allocations == 0 && stats.live_events <= baseline
     });
 }
 
@@ -170,7 +170,7 @@ fn a_device_full_of_streams_runs_and_releases_them_all() {
     assert!(matches!(err, Error::Acl(_)), "{err:?}");
     until("the pool's streams are destroyed", || {
         sim::flush_releases();
-        sim::device_stats(&device).unwrap().live_streams == baseline
+        sim::device_stats(&device).unwrap().live_streams <= baseline
     });
     let mut streams = Vec::new();
     let mut turn = 0usize;
@@ -214,7 +214,7 @@ fn a_device_full_of_streams_runs_and_releases_them_all() {
     until("every stream is destroyed", || {
         sim::flush_releases();
         let stats = sim::device_stats(&device).unwrap();
-        stats.live_streams == baseline && stats.live_allocations == 0
+        stats.live_streams <= baseline && stats.live_allocations == 0
     });
 }
 

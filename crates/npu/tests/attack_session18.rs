@@ -74,7 +74,7 @@ fn a_kernel_argument_panicking_in_pack_or_record_use_leaks_nothing() {
             assert!(panicked.is_err(), "the user's panic propagates");
             until_released(
                 &format!("{strategy:?} in_pack={in_pack}: the launch's buffer is freed"),
-                || live_allocations(&ctx) == before,
+                || live_allocations(&ctx) <= before,
             );
             // The stream still takes work and runs it.
             let x = DeviceBuffer::from_host_blocking(&ctx, &[1.0f32, 2.0, 3.0, 4.0]).unwrap();
@@ -137,7 +137,7 @@ fn a_memory_panicking_in_record_use_leaks_nothing() {
         );
         until_released(
             &format!("{strategy:?}: both buffers of the copy are freed"),
-            || live_allocations(&ctx) == before,
+            || live_allocations(&ctx) <= before,
         );
         let filled = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 7)).unwrap();
         assert_eq!(filled.to_vec_blocking().unwrap(), [7; 8], "{strategy:?}");
@@ -715,7 +715,7 @@ fn a_local_set_and_its_runtime_dropped_under_held_work_leave_another_runtime_wor
         assert_eq!(data, vec![0x5a; 64], "{strategy:?}");
         watchdog("dropping the other runtime", || drop(other_rt));
         until_released(&format!("{strategy:?}: the local tasks' buffers"), || {
-            live_allocations(&ctx) == before
+            live_allocations(&ctx) <= before
         });
     }
 }

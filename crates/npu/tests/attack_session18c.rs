@@ -308,7 +308,7 @@ fn value_operations_behind_a_fault_in_stop_mode_fail_and_release_their_word() {
         assert!(refused.value.is_some(), "the word handed back");
         drop((refused, s, other, stopping));
     }
-    until_released("every buffer", || live_allocations(&ctx) == before);
+    until_released("every buffer", || live_allocations(&ctx) <= before);
 }
 
 /// Timed event waits at their limits: a never-recorded event is waited for at once even with
@@ -446,7 +446,7 @@ fn stream_pool_turns_survive_cancelled_tasks_and_dropped_clones() {
     let stats = || {
         sim::flush_releases();
         let stats = sim::device_stats(&ctx.device()).unwrap();
-        (stats.live_streams, stats.live_allocations)
+        [stats.live_streams, stats.live_allocations]
     };
     let before = stats();
     for strategy in STRATEGIES {
@@ -493,7 +493,9 @@ fn stream_pool_turns_survive_cancelled_tasks_and_dropped_clones() {
         }
         drop(pool);
     }
-    until_released("the pools' streams and buffers", || stats() == before);
+    until_released("the pools' streams and buffers", || {
+        within(stats(), before)
+    });
 }
 
 /// A pool stream that faulted (in `FailureMode::Continue`, as stop mode would stop the whole
@@ -583,7 +585,7 @@ fn pool_builders_at_their_limits_serve_or_refuse_by_name() {
         let err = DevicePool::builder(&ctx).capacity(0).build().unwrap_err();
         assert_eq!(invalid(&err), ("DevicePoolBuilder::build", "capacity"));
     });
-    until_released("the pools' blocks", || live_allocations(&ctx) == before);
+    until_released("the pools' blocks", || live_allocations(&ctx) <= before);
 }
 
 // ---- The environment, each case in a child process of its own. ----

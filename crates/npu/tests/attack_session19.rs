@@ -82,13 +82,13 @@ unsafe impl<M: DeviceSlice> DeviceSlice for Trapped<M> {}
 unsafe impl<M: HostSlice> HostSlice for Trapped<M> {}
 
 /// Live device allocations of `ctx`'s device and live pinned host allocations.
-fn live(ctx: &Context) -> (u64, u64) {
+fn live(ctx: &Context) -> [u64; 2] {
     npu::sim::flush_releases();
     let device = npu::sim::device_stats(&ctx.device())
         .unwrap()
         .live_allocations;
     let host = npu::sim::host_stats().unwrap().pinned_allocations;
-    (device, host)
+    [device, host]
 }
 
 /// One kind of submission with one trapped buffer; returns whether the wire went off.
@@ -249,7 +249,7 @@ fn a_memory_panicking_at_any_call_of_a_submission_leaks_nothing() {
                 let tripped = case(&s, &ctx, &wire);
                 until_released(
                     &format!("{strategy:?}, {name}, panic at call {calls}: every buffer freed"),
-                    || live(&ctx) == before,
+                    || within(live(&ctx), before),
                 );
                 let filled = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 7)).unwrap();
                 assert_eq!(
@@ -331,7 +331,7 @@ fn a_value_panicking_when_dropped_on_the_reaper_harms_no_other_release() {
         until_released(
             &format!("{strategy:?}: both copies' buffers are freed after the panicking drop"),
             // The pool keeps its returned block cached: its host allocation stays live.
-            || live(&ctx).0 == before.0 && pool.stats().allocated == 0,
+            || live(&ctx)[0] <= before[0] && pool.stats().allocated == 0,
         );
         let filled = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 3)).unwrap();
         assert_eq!(filled.to_vec_blocking().unwrap(), [3; 8], "{strategy:?}");
@@ -361,9 +361,8 @@ fn a_submission_that_panicked_behind_held_work_resolves_with_an_abort_or_a_stop(
                 "{what}: the wire went off"
             );
             npu::sim::flush_releases();
-            assert_ne!(
-                live(&ctx),
-                before,
+            assert!(
+                !within(live(&ctx), before),
                 "{what}: nothing is released under held work"
             );
             if stop {
@@ -381,7 +380,7 @@ fn a_submission_that_panicked_behind_held_work_resolves_with_an_abort_or_a_stop(
             );
             drop(outcome);
             until_released(&format!("{what}: everything is released"), || {
-                live(&ctx) == before
+                within(live(&ctx), before)
             });
             if stop {
                 run(s.abort()).unwrap();

@@ -200,6 +200,6 @@ fn a_device_pools_counters_stay_within_capacity_while_the_reaper_returns_blocks(
         let stats = pool.stats().cache;
         assert_eq!((stats.reserved, stats.cached), (0, 0), "{when}: {stats:?}");
         drop((pool, streams));
-        until_released(&when, || live_allocations(&d0) == baseline);
+        until_released(&when, || live_allocations(&d0) <= baseline);
     }
 }

@@ -99,6 +99,17 @@ pub(crate) fn until_released(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Whether no count in `now` is above its `baseline`.
+///
+/// Tests that count the simulator's live objects compare this way, not for equality: what an
+/// earlier test dropped may still be on its way out when a later test takes its baseline (a
+/// stream is destroyed once its last completion has reached the reaper, which can be after
+/// the test that dropped it ended), so the counts may fall below the baseline, while the
+/// device lock keeps every other test from adding to them.
+pub(crate) fn within<const N: usize>(now: [u64; N], baseline: [u64; N]) -> bool {
+    now.iter().zip(&baseline).all(|(now, baseline)| now <= baseline)
+}
+
 /// A small deterministic generator (xorshift), so that a run's random choices (and a failing
 /// seed) can be replayed.
 pub(crate) struct Rng(pub(crate) u64);
