@@ -50,7 +50,10 @@
 //! when it passes the limit. After a 408 or a 413 the connection is closed (`Connection:
 //! close`), since the rest of the body is still unread. The one answer that is not JSON is the
 //! one hyper writes itself for a request head it cannot parse (400, 414 or 431 with an empty
-//! body), before any of this server's code runs.
+//! body), before any of this server's code runs. A client that stops reading its answer has
+//! the write timeout (10 s by default, counted from when the answer last made progress) before
+//! its connection is closed, so it cannot hold the connection and its unsent answer for ever;
+//! `GET /stats` counts those under `connections.write_timeouts`.
 //!
 //! # Backpressure: 503, not a queue
 //!
@@ -63,8 +66,8 @@
 //! no request allocates device memory synchronously (a block comes back once the device is
 //! done with it). Requests are spread over the streams of an `npu::stream::StreamPool`.
 //!
-//! `GET /stats` returns the request counters, the in-flight count, the pools' statistics and
-//! the reactor's counters. Shutdown (Ctrl-C) is graceful: the listener closes, the requests in
+//! `GET /stats` returns the request counters, the in-flight count, the open connections, the
+//! pools' statistics and the reactor's counters. Shutdown (Ctrl-C) is graceful: the listener closes, the requests in
 //! flight finish and are answered, then the process exits. The answers get the drain timeout
 //! (10 s by default) to reach their clients: a connection still open then (a client that stopped
 //! reading its answer, which would otherwise hold the shutdown for ever) is closed, and a
@@ -95,7 +98,8 @@ use percentile::percentile;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::{Semaphore, oneshot, watch};
+use tokio_io_timeout::TimeoutStream;
 
 #[path = "support/kernels.rs"]
 mod kernels;
@@ -119,6 +123,9 @@ struct Config {
     header_timeout: Duration,
     /// How long a request may take to send its whole body once the handler reads it.
     body_timeout: Duration,
+    /// How long writing an answer may make no progress (a client not reading it) before the
+    /// connection is closed.
+    write_timeout: Duration,
     /// How long a shutdown waits for the connections to finish their requests before closing
     /// them.
     drain_timeout: Duration,
@@ -134,6 +141,7 @@ impl Default for Config {
             alpha: 2.0,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(10),
         }
     }
@@ -271,6 +279,16 @@ struct AppState {
     overloaded: AtomicU64,
     rejected: AtomicU64,
     failed: AtomicU64,
+    connections: watch::Sender<Connections>,
+}
+
+/// The server's connections, for `GET /stats` (and watched by the tests).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Connections {
+    /// Accepted and not yet closed.
+    open: usize,
+    /// Closed because an answer made no progress for the write timeout.
+    write_timeouts: u64,
 }
 
 impl AppState {
@@ -284,6 +302,7 @@ impl AppState {
             overloaded: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            connections: watch::Sender::new(Connections::default()),
         })
     }
 
@@ -312,6 +331,11 @@ impl AppState {
             "overloaded": count(&self.overloaded),
             "rejected": count(&self.rejected),
             "failed": count(&self.failed),
+        });
+        let connections = *self.connections.borrow();
+        stats["connections"] = json!({
+            "open": connections.open,
+            "write_timeouts": connections.write_timeouts,
         });
         stats["in_flight"] = json!(self.in_flight());
         stats["max_in_flight"] = json!(self.config.max_in_flight);
@@ -560,16 +584,18 @@ fn router(state: Arc<AppState>) -> Router {
 /// Serves `app` over HTTP/1.1 on `listener` until `stop`, then lets the connections finish the
 /// requests they are in (within `drain_timeout`, after which the ones still open are closed)
 /// and returns. hyper's connection builder is used directly (not `axum::serve`) for its header
-/// read timeout, which needs a timer `axum::serve` does not give.
+/// read timeout, which needs a timer `axum::serve` does not give; hyper has no write timeout,
+/// so each connection's socket gets one of its own.
 async fn serve_http(
     mut listener: TcpListener,
     app: Router,
-    (header_timeout, drain_timeout): (Duration, Duration),
+    state: Arc<AppState>,
     stop: oneshot::Receiver<()>,
 ) {
+    let config = &state.config;
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(header_timeout);
+        .header_read_timeout(config.header_timeout);
     let connections = GracefulShutdown::new();
     // The connections' tasks, so that the ones a graceful shutdown cannot finish (a client that
     // stopped reading its answer) can be closed.
@@ -581,16 +607,24 @@ async fn serve_http(
             _ = &mut stop => break,
         };
         while tasks.try_join_next().is_some() {}
+        let mut tcp = TimeoutStream::new(tcp);
+        tcp.set_write_timeout(Some(config.write_timeout));
         let service = TowerToHyperService::new(app.clone());
-        let connection = connections.watch(http.serve_connection(TokioIo::new(tcp), service));
+        let connection =
+            connections.watch(http.serve_connection(TokioIo::new(Box::pin(tcp)), service));
+        let open = OpenConnection::new(&state.connections);
         tasks.spawn(async move {
             if let Err(err) = connection.await {
                 tracing::debug!(%peer, error = %err, "connection closed on an error");
+                if timed_out(&err) {
+                    open.0.send_modify(|c| c.write_timeouts += 1);
+                }
             }
+            drop(open);
         });
     }
     drop(listener);
-    if tokio::time::timeout(drain_timeout, connections.shutdown())
+    if tokio::time::timeout(config.drain_timeout, connections.shutdown())
         .await
         .is_err()
     {
@@ -604,6 +638,30 @@ async fn serve_http(
     tasks.shutdown().await;
 }
 
+/// Counts a connection as open for as long as it lives, also when its task is aborted.
+struct OpenConnection(watch::Sender<Connections>);
+
+impl OpenConnection {
+    fn new(connections: &watch::Sender<Connections>) -> OpenConnection {
+        connections.send_modify(|c| c.open += 1);
+        OpenConnection(connections.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.send_modify(|c| c.open -= 1);
+    }
+}
+
+/// Whether a connection ended because its socket's write timeout ran out (an I/O error of
+/// kind `TimedOut`; hyper's header timeout is an error of hyper's own).
+fn timed_out(err: &hyper::Error) -> bool {
+    std::error::Error::source(err)
+        .and_then(|source| source.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+}
+
 /// A running server.
 struct Server {
     addr: SocketAddr,
@@ -615,13 +673,12 @@ struct Server {
 impl Server {
     /// Sets up the model and serves on `addr` until [`Server::stop`].
     async fn start(config: Config, addr: SocketAddr) -> Result<Server, Box<dyn std::error::Error>> {
-        let timeouts = (config.header_timeout, config.drain_timeout);
         let state = Arc::new(AppState::new(config).await?);
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (shutdown, stop) = oneshot::channel::<()>();
         let app = router(state.clone());
-        let task = tokio::spawn(serve_http(listener, app, timeouts, stop));
+        let task = tokio::spawn(serve_http(listener, app, state.clone(), stop));
         Ok(Server {
             addr,
             state,
@@ -1246,20 +1303,12 @@ mod tests {
             .unwrap_or(4 << 20)
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_client_that_never_reads_its_answer_does_not_hold_the_shutdown_for_ever() {
-        // An answer longer than the server's largest send buffer plus the client's (small,
-        // fixed) receive buffer can never be written whole to a client that stops reading.
-        // Each output element is at least 9 characters and a comma ("0.6666667,").
-        let input_len = (2 * largest_send_buffer() + (1 << 20)) / 10;
-        let config = Config {
-            input_len,
-            max_in_flight: 1,
-            streams: 1,
-            drain_timeout: Duration::from_millis(200),
-            ..Config::default()
-        };
-        let server = Server::start(config, loopback()).await.unwrap();
+    /// A client that sends a request whose answer can never be written whole to it (longer
+    /// than the server's largest send buffer plus the client's small, fixed receive buffer;
+    /// each output element is at least 9 characters and a comma, "0.6666667,"), reads the
+    /// answer's first byte (so the server is writing it, and cannot finish), and stops
+    /// reading.
+    async fn never_reading_client(server: &Server, input_len: usize) -> tokio::net::TcpStream {
         let data = vec!["0.33333334"; input_len].join(",");
         let body = format!(r#"{{"dtype":"f32","shape":[{input_len}],"data":[{data}]}}"#);
         let head = format!("{JSON_POST}Content-Length: {}\r\n\r\n", body.len());
@@ -1269,19 +1318,16 @@ mod tests {
         tokio::time::timeout(PATIENCE, async {
             tcp.write_all(head.as_bytes()).await.unwrap();
             tcp.write_all(body.as_bytes()).await.unwrap();
-            // The first byte of the answer: the server is now writing it, and cannot finish.
             tcp.read_exact(&mut [0; 1]).await.unwrap();
         })
         .await
         .expect("the server did not start answering");
+        tcp
+    }
 
-        let state = server.state.clone();
-        tokio::time::timeout(PATIENCE, server.stop())
-            .await
-            .expect("a client that stops reading held the shutdown")
-            .unwrap();
-        // The connection was closed: the client reads the part of the answer that was sent,
-        // then the end (or a reset), never the whole answer.
+    /// Reads what the server sent (after the first byte) until it closes the connection (the
+    /// end, or a reset), and returns the bytes received, the first one included.
+    async fn read_to_close(tcp: &mut tokio::net::TcpStream) -> usize {
         let mut received = 1;
         let read = tokio::time::timeout(PATIENCE, async {
             let mut chunk = vec![0; 1 << 16];
@@ -1289,8 +1335,30 @@ mod tests {
                 received += n;
             }
         });
-        read.await
-            .expect("the connection stayed open after the shutdown");
+        read.await.expect("the connection stayed open");
+        received
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_that_never_reads_its_answer_does_not_hold_the_shutdown_for_ever() {
+        let input_len = (2 * largest_send_buffer() + (1 << 20)) / 10;
+        let config = Config {
+            input_len,
+            max_in_flight: 1,
+            streams: 1,
+            drain_timeout: Duration::from_millis(200),
+            ..Config::default()
+        };
+        let server = Server::start(config, loopback()).await.unwrap();
+        let mut tcp = never_reading_client(&server, input_len).await;
+        let state = server.state.clone();
+        tokio::time::timeout(PATIENCE, server.stop())
+            .await
+            .expect("a client that stops reading held the shutdown")
+            .unwrap();
+        // The connection was closed: the client reads the part of the answer that was sent,
+        // never the whole answer.
+        let received = read_to_close(&mut tcp).await;
         assert!(
             received < 9 * input_len,
             "{received} bytes: the whole answer"
@@ -1299,7 +1367,46 @@ mod tests {
         let stats = state.stats();
         assert_eq!(stats["requests"]["served"], 1);
         assert_eq!(stats["in_flight"], 0);
+        assert_eq!(stats["connections"]["open"], 0);
         assert_eq!(stats["pool"]["allocated_bytes"], 0, "{stats}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_that_never_reads_its_answer_loses_its_connection_after_the_write_timeout() {
+        let input_len = (2 * largest_send_buffer() + (1 << 20)) / 10;
+        let config = Config {
+            input_len,
+            max_in_flight: 1,
+            streams: 1,
+            write_timeout: Duration::from_millis(200),
+            ..Config::default()
+        };
+        let server = Server::start(config, loopback()).await.unwrap();
+        let mut tcp = never_reading_client(&server, input_len).await;
+        // No shutdown: the write timeout alone closes the connection.
+        let mut connections = server.state.connections.subscribe();
+        tokio::time::timeout(
+            PATIENCE,
+            connections.wait_for(|c| c.open == 0 && c.write_timeouts == 1),
+        )
+        .await
+        .expect("a client that stops reading kept its connection")
+        .unwrap();
+        let received = read_to_close(&mut tcp).await;
+        assert!(
+            received < 9 * input_len,
+            "{received} bytes: the whole answer"
+        );
+        let stats = server.state.stats();
+        assert_eq!(stats["requests"]["served"], 1);
+        assert_eq!(stats["in_flight"], 0);
+        assert_eq!(stats["connections"]["write_timeouts"], 1, "{stats}");
+        assert_eq!(stats["pool"]["allocated_bytes"], 0, "{stats}");
+        // The server goes on serving.
+        let (status, body) = post(&server, GOOD).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(body["error"]["code"], "wrong_length");
+        server.stop().await.unwrap();
     }
 
     // Injects its fault through the simulator's controls.

@@ -493,9 +493,7 @@ fn stream_pool_turns_survive_cancelled_tasks_and_dropped_clones() {
         }
         drop(pool);
     }
-    until_released("the pools' streams and buffers", || {
-        within(stats(), before)
-    });
+    until_released("the pools' streams and buffers", || within(stats(), before));
 }
 
 /// A pool stream that faulted (in `FailureMode::Continue`, as stop mode would stop the whole

@@ -107,7 +107,9 @@ pub(crate) fn until_released(what: &str, mut done: impl FnMut() -> bool) {
 /// the test that dropped it ended), so the counts may fall below the baseline, while the
 /// device lock keeps every other test from adding to them.
 pub(crate) fn within<const N: usize>(now: [u64; N], baseline: [u64; N]) -> bool {
-    now.iter().zip(&baseline).all(|(now, baseline)| now <= baseline)
+    now.iter()
+        .zip(&baseline)
+        .all(|(now, baseline)| now <= baseline)
 }
 
 /// A small deterministic generator (xorshift), so that a run's random choices (and a failing
