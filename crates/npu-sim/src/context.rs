@@ -256,10 +256,14 @@ pub(crate) fn set_device(sim: &Sim, device_id: i32) -> Res<()> {
     let created = match primary.ctx {
         Some(_) => None,
         None => {
-            let ctx = Context::create(sim, device, true)?;
-            primary.ctx = Some(ctx.handle);
-            primary.refs = 0;
-            Some(ctx)
+            device.unbind_default_stream();
+            let created = Context::create(sim, device, true);
+            if let Ok(ctx) = &created {
+                primary.ctx = Some(ctx.handle);
+                primary.refs = 0;
+            }
+            device.rebind_default_stream(&primary);
+            Some(created?)
         }
     };
     primary.refs += 1;

@@ -39,11 +39,13 @@ impl Drop for Admitted<'_> {
     }
 }
 
-/// The device's primary context and its reference count (aclrtSetDevice / aclrtResetDevice).
+/// The device's primary context and its reference count (aclrtSetDevice / aclrtResetDevice),
+/// and how many explicit contexts (aclrtCreateContext) live on the device.
 #[derive(Default)]
 pub(crate) struct Primary {
     pub(crate) ctx: Option<Handle>,
     pub(crate) refs: u32,
+    pub(crate) explicit: u32,
 }
 
 /// The hold gate's value while the gate is closed; otherwise it holds the simulated time of
@@ -81,6 +83,9 @@ pub(crate) struct Device {
     pub(crate) hold_bell: Bell,
     next_stream_id: AtomicI32,
     pub(crate) live_streams: AtomicU64,
+    /// The device's default stream is bound without a primary context holding it: explicit
+    /// contexts live on a device no aclrtSetDevice holds. It counts against the streams.
+    default_stream_bound: AtomicBool,
     pub(crate) live_events: AtomicU64,
     /// Live events holding a hardware event ([`crate::event::MAX_EVENTS_PER_DEVICE`]).
     pub(crate) hardware_events: AtomicU64,
@@ -118,6 +123,7 @@ impl Device {
             hold_bell: Bell::new(),
             next_stream_id: AtomicI32::new(1),
             live_streams: AtomicU64::new(0),
+            default_stream_bound: AtomicBool::new(false),
             live_events: AtomicU64::new(0),
             hardware_events: AtomicU64::new(0),
             next_event_id: AtomicU32::new(0),
@@ -383,6 +389,40 @@ impl Device {
     /// The code of the latest task failure on the device, if any.
     pub(crate) fn last_fault(&self) -> Option<aclError> {
         Some(self.last_fault.load(Ordering::Acquire)).filter(|&code| code != 0)
+    }
+
+    /// How many streams the device may hold now: the hardware's streams less the device's
+    /// default stream while explicit contexts keep it bound without a primary context.
+    pub(crate) fn stream_limit(&self) -> u64 {
+        let bound = self.default_stream_bound.load(Ordering::Acquire);
+        crate::stream::MAX_STREAMS_PER_DEVICE - u64::from(bound)
+    }
+
+    /// Updates whether the device's default stream is bound on its own, after `primary`
+    /// changed: the first context created on a device binds the device's default stream (the
+    /// reference counts it beside the context's own), a primary context uses it as its
+    /// default stream, and it is given back once no context of the device is left.
+    pub(crate) fn rebind_default_stream(&self, primary: &Primary) {
+        let bound = primary.ctx.is_none() && primary.explicit > 0;
+        self.default_stream_bound.store(bound, Ordering::Release);
+    }
+
+    /// Hands the bound default stream to the primary context about to be created (whose
+    /// default stream it becomes), so that its creation does not count it twice.
+    pub(crate) fn unbind_default_stream(&self) {
+        self.default_stream_bound.store(false, Ordering::Release);
+    }
+
+    /// Counts an explicit context about to be created (`true`) or one destroyed or not
+    /// created after all (`false`).
+    pub(crate) fn count_explicit_context(&self, created: bool) {
+        let mut primary = lock(&self.primary);
+        if created {
+            primary.explicit += 1;
+        } else {
+            primary.explicit -= 1;
+        }
+        self.rebind_default_stream(&primary);
     }
 
     pub(crate) fn next_stream_id(&self) -> i32 {

@@ -18,7 +18,7 @@ use npu_sys::*;
 
 fn install() {
     static ONCE: Once = Once::new();
-    ONCE.call_once(|| npu_sim::SimConfig::default().devices(5).install().unwrap());
+    ONCE.call_once(|| npu_sim::SimConfig::default().devices(6).install().unwrap());
 }
 
 fn current() -> aclrtContext {
@@ -121,6 +121,51 @@ fn explicit_contexts() {
     acl!(aclrtResetDevice(1));
 }
 
+/// The reference counts two streams for the first aclrtCreateContext on a device no
+/// aclrtSetDevice has opened: the device's default stream, which it binds, and the context's
+/// own. The primary context an aclrtSetDevice creates later has that bound stream as its
+/// default stream, and the device keeps it while any of its contexts lives.
+#[test]
+fn the_first_context_of_an_unopened_device_binds_its_default_stream() {
+    install();
+    const DEVICE: i32 = 5;
+    let available = || {
+        let mut count = u32::MAX;
+        acl!(aclrtGetStreamAvailableNum(&mut count));
+        count
+    };
+    let mut first = ptr::null_mut();
+    acl!(aclrtCreateContext(&mut first, DEVICE));
+    assert_eq!(available(), 1984 - 2, "the device's and the context's");
+    let mut second = ptr::null_mut();
+    acl!(aclrtCreateContext(&mut second, DEVICE));
+    assert_eq!(available(), 1984 - 3, "the device binds one default stream");
+    set_device(DEVICE);
+    assert_eq!(
+        available(),
+        1984 - 3,
+        "the primary context's default stream is the bound one"
+    );
+    acl!(aclrtResetDevice(DEVICE));
+    acl!(aclrtSetCurrentContext(second));
+    assert_eq!(
+        available(),
+        1984 - 3,
+        "still bound for the explicit contexts"
+    );
+    acl!(aclrtDestroyContext(second));
+    acl!(aclrtSetCurrentContext(first));
+    assert_eq!(available(), 1984 - 2);
+    acl!(aclrtDestroyContext(first));
+    set_device(DEVICE);
+    assert_eq!(
+        available(),
+        1984 - 1,
+        "the last context gave the bound stream back"
+    );
+    acl!(aclrtResetDevice(DEVICE));
+}
+
 #[test]
 fn streams_belong_to_contexts_and_null_is_the_default_stream() {
     install();
@@ -211,7 +256,7 @@ fn device_information() {
     install();
     let mut count = 0;
     acl!(aclrtGetDeviceCount(&mut count));
-    assert_eq!(count, 5);
+    assert_eq!(count, 6);
     let info = |attr| {
         let mut value = 0;
         acl!(aclrtGetDeviceInfo(1, attr, &mut value));

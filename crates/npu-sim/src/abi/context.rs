@@ -19,7 +19,12 @@ pub unsafe extern "C" fn aclrtCreateContext(context: *mut aclrtContext, deviceId
         let sim = sim()?;
         let device = sim.device(deviceId.into())?;
         device.check_alive()?;
-        let ctx = Context::create(sim, device, false)?;
+        // Counted first: the first context of a device no aclrtSetDevice holds binds the
+        // device's default stream too, and its own default stream must fit beside it.
+        device.count_explicit_context(true);
+        let ctx = Context::create(sim, device, false).inspect_err(|_| {
+            device.count_explicit_context(false);
+        })?;
         context::bind_explicit(ctx.handle);
         ctx.announce_default_stream();
         write_out(context, "context", handle::to_ptr(ctx.handle))
@@ -44,7 +49,9 @@ pub unsafe extern "C" fn aclrtDestroyContext(context: aclrtContext) -> aclError 
             ctx.device.id
         );
         ctx.refuse_self_wait()?;
-        ctx.destroy(sim)
+        ctx.destroy(sim)?;
+        ctx.device.count_explicit_context(false);
+        Ok(())
     })
 }
 

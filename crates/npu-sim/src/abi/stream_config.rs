@@ -10,7 +10,6 @@ use super::device::LEAST_PRIORITY;
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, guard_value, non_null, write_out};
 use crate::sim::sim;
-use crate::stream::MAX_STREAMS_PER_DEVICE;
 use crate::sync::lock;
 
 /// The stream configuration functions are documented as unsupported on an Atlas A2 (and on
@@ -103,7 +102,7 @@ pub unsafe extern "C" fn aclrtGetStreamAvailableNum(streamCount: *mut u32) -> ac
         write_out(
             streamCount,
             "streamCount",
-            MAX_STREAMS_PER_DEVICE.saturating_sub(live) as u32,
+            ctx.device.stream_limit().saturating_sub(live) as u32,
         )
     })
 }

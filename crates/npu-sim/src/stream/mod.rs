@@ -160,7 +160,7 @@ impl Stream {
     ) -> Res<Arc<Stream>> {
         device.take_slot(
             &device.live_streams,
-            MAX_STREAMS_PER_DEVICE,
+            device.stream_limit(),
             ACL_ERROR_RT_NO_STREAM_RESOURCE,
             "streams",
         )?;
