@@ -81,16 +81,6 @@ unsafe impl<M: DeviceSlice> DeviceSlice for Trapped<M> {}
 // SAFETY: the wrapped memory is page-locked host memory.
 unsafe impl<M: HostSlice> HostSlice for Trapped<M> {}
 
-/// Live device allocations of `ctx`'s device and live pinned host allocations.
-fn live(ctx: &Context) -> [u64; 2] {
-    npu::sim::flush_releases();
-    let device = npu::sim::device_stats(&ctx.device())
-        .unwrap()
-        .live_allocations;
-    let host = npu::sim::host_stats().unwrap().pinned_allocations;
-    [device, host]
-}
-
 /// One kind of submission with one trapped buffer; returns whether the wire went off.
 type Case = fn(&npu::Stream, &Context, &Tripwire) -> bool;
 
@@ -244,12 +234,12 @@ fn a_memory_panicking_at_any_call_of_a_submission_leaks_nothing() {
         let s = stream(&ctx, strategy);
         for (name, case) in CASES {
             for calls in 1.. {
-                let before = live(&ctx);
+                let before = live_memory(&ctx);
                 let wire = Tripwire::new(calls);
                 let tripped = case(&s, &ctx, &wire);
                 until_released(
                     &format!("{strategy:?}, {name}, panic at call {calls}: every buffer freed"),
-                    || within(live(&ctx), before),
+                    || within(live_memory(&ctx), before),
                 );
                 let filled = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 7)).unwrap();
                 assert_eq!(
@@ -316,7 +306,7 @@ fn a_value_panicking_when_dropped_on_the_reaper_harms_no_other_release() {
     let pool = PinnedPool::new(&ctx);
     for strategy in STRATEGIES {
         let s = stream(&ctx, strategy);
-        let before = live(&ctx);
+        let before = live_memory(&ctx);
         let held = npu::sim::hold(&ctx.device()).unwrap();
         let src = DeviceBuffer::from_host_blocking(&ctx, &[6u32; 16]).unwrap();
         let dst = PanicOnDrop(Some(DeviceBuffer::<u32>::new(&ctx, 16).unwrap()));
@@ -331,7 +321,7 @@ fn a_value_panicking_when_dropped_on_the_reaper_harms_no_other_release() {
         until_released(
             &format!("{strategy:?}: both copies' buffers are freed after the panicking drop"),
             // The pool keeps its returned block cached: its host allocation stays live.
-            || live(&ctx)[0] <= before[0] && pool.stats().allocated == 0,
+            || live_memory(&ctx)[0] <= before[0] && pool.stats().allocated == 0,
         );
         let filled = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 3)).unwrap();
         assert_eq!(filled.to_vec_blocking().unwrap(), [3; 8], "{strategy:?}");
@@ -349,7 +339,7 @@ fn a_submission_that_panicked_behind_held_work_resolves_with_an_abort_or_a_stop(
         for stop in [false, true] {
             let what = format!("{strategy:?}, stop={stop}");
             let s = stream(&ctx, strategy);
-            let before = live(&ctx);
+            let before = live_memory(&ctx);
             let held = npu::sim::hold(&ctx.device()).unwrap();
             let queued = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
             let wire = Tripwire::new(2);
@@ -362,7 +352,7 @@ fn a_submission_that_panicked_behind_held_work_resolves_with_an_abort_or_a_stop(
             );
             npu::sim::flush_releases();
             assert!(
-                !within(live(&ctx), before),
+                !within(live_memory(&ctx), before),
                 "{what}: nothing is released under held work"
             );
             if stop {
@@ -380,7 +370,7 @@ fn a_submission_that_panicked_behind_held_work_resolves_with_an_abort_or_a_stop(
             );
             drop(outcome);
             until_released(&format!("{what}: everything is released"), || {
-                within(live(&ctx), before)
+                within(live_memory(&ctx), before)
             });
             if stop {
                 run(s.abort()).unwrap();

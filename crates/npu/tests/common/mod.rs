@@ -203,6 +203,13 @@ pub(crate) fn live_allocations(ctx: &Context) -> u64 {
     sim::device_stats(&ctx.device()).unwrap().live_allocations
 }
 
+/// The live device allocations of `ctx`'s device and the live pinned host allocations, after
+/// the releases deferred so far; compare them with [`within`].
+pub(crate) fn live_memory(ctx: &Context) -> [u64; 2] {
+    let device = live_allocations(ctx);
+    [device, sim::host_stats().unwrap().pinned_allocations]
+}
+
 /// Waits for `child` (a run of this file's child test) at most `bound`, kills it and fails
 /// naming `what` past that, and returns its output once it has reported success.
 pub(crate) fn child_succeeded(
