@@ -190,6 +190,51 @@ fn a_policy_outside_the_enumeration_takes_huge_pages_from_2_mib() {
     acl!(aclrtFree(p));
 }
 
+/// aclrtMalloc, aclrtMallocAlign32 and aclrtMallocCached take one enumerator: a rule or-ed
+/// with a band-width bit is no aclrtMemMallocPolicy value, so the size chooses the pages (huge
+/// from 2 MiB on). aclrtMallocWithCfg's policy may or them, and its rule alone decides. The
+/// page size is read back, as the device's counters are shared with the other tests.
+#[test]
+fn aclrt_malloc_takes_an_or_ed_policy_as_one_outside_the_enumeration() {
+    install();
+    set_device(6);
+    let huge_fast = ACL_MEM_MALLOC_HUGE_ONLY | ACL_MEM_TYPE_HIGH_BAND_WIDTH;
+    let normal_slow = ACL_MEM_MALLOC_NORMAL_ONLY | ACL_MEM_TYPE_LOW_BAND_WIDTH;
+    type Malloc = unsafe extern "C" fn(*mut *mut c_void, usize, aclrtMemMallocPolicy) -> aclError;
+    let single: [(&str, Malloc); 3] = [
+        ("aclrtMalloc", aclrtMalloc),
+        ("aclrtMallocAlign32", aclrtMallocAlign32),
+        ("aclrtMallocCached", aclrtMallocCached),
+    ];
+    let mut p = ptr::null_mut();
+    for (name, malloc) in single {
+        for (size, policy, page) in [(64, huge_fast, 4096), (3 << 20, normal_slow, 2 << 20)] {
+            acl!(malloc(&mut p, size, policy));
+            assert_eq!(attributes(p).pageSize, page, "{name}({size}, {policy:#x})");
+            acl!(aclrtFree(p));
+        }
+    }
+    acl!(aclrtMallocWithCfg(&mut p, 64, huge_fast, ptr::null_mut()));
+    assert_eq!(
+        attributes(p).pageSize,
+        2 << 20,
+        "aclrtMallocWithCfg: the HUGE_ONLY rule"
+    );
+    acl!(aclrtFree(p));
+    acl!(aclrtMallocWithCfg(
+        &mut p,
+        3 << 20,
+        normal_slow,
+        ptr::null_mut()
+    ));
+    assert_eq!(
+        attributes(p).pageSize,
+        4096,
+        "aclrtMallocWithCfg: the NORMAL_ONLY rule"
+    );
+    acl!(aclrtFree(p));
+}
+
 #[test]
 fn host_register_v2_checks_the_flags_not_the_alignment() {
     install();

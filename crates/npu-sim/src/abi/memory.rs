@@ -15,16 +15,22 @@ const PADDING: u64 = 32;
 const HUGE_PAGE: u32 = 2 << 20;
 const GIANT_PAGE: u32 = 1 << 30;
 
+/// The allocation-rule bits of a policy: aclrtMallocWithCfg's policy may or a rule with the
+/// band-width and read-only bits, which choose no page size.
+const RULE_BITS: aclrtMemMallocPolicy = 0xff;
+
 /// The page size an allocation of `size` bytes gets under `policy`.
 fn page_size(policy: aclrtMemMallocPolicy, size: usize) -> u32 {
-    match policy & 0xff {
+    match policy {
         ACL_MEM_MALLOC_HUGE_ONLY | ACL_MEM_MALLOC_HUGE_ONLY_P2P => HUGE_PAGE,
         ACL_MEM_MALLOC_HUGE1G_ONLY | ACL_MEM_MALLOC_HUGE1G_ONLY_P2P => GIANT_PAGE,
         ACL_MEM_MALLOC_NORMAL_ONLY | ACL_MEM_MALLOC_NORMAL_ONLY_P2P => PAGE as u32,
         ACL_MEM_MALLOC_HUGE_FIRST | ACL_MEM_MALLOC_HUGE_FIRST_P2P if size > 1 << 20 => HUGE_PAGE,
         ACL_MEM_MALLOC_HUGE_FIRST | ACL_MEM_MALLOC_HUGE_FIRST_P2P => PAGE as u32,
         // A rule outside aclrtMemMallocPolicy: huge pages from 2 MiB on, as the reference
-        // says of every aclrtMalloc* policy parameter (HUGE_FIRST's threshold is 1 MiB).
+        // says of every aclrtMalloc* policy parameter (HUGE_FIRST's threshold is 1 MiB). A
+        // rule or-ed with other bits is one too where the function takes a single enumerator
+        // (aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached).
         _ if size >= HUGE_PAGE as usize => HUGE_PAGE,
         _ => PAGE as u32,
     }
@@ -74,7 +80,7 @@ fn device_malloc(
     };
     // HUGE_FIRST takes normal pages when the huge ones do not fit.
     let huge_first = matches!(
-        policy & 0xff,
+        policy,
         ACL_MEM_MALLOC_HUGE_FIRST | ACL_MEM_MALLOC_HUGE_FIRST_P2P
     );
     let fallback = (huge_first && page == HUGE_PAGE && bytes != accounted).then_some(bytes);
@@ -171,6 +177,8 @@ fn config_device(cfg: *mut aclrtMallocConfig) -> Res<Option<u32>> {
 }
 
 /// aclrtMalloc with a configuration (NULL allowed; DEVICE_ID must name the current device).
+/// Unlike aclrtMalloc's, its policy may combine a rule with the band-width and read-only bits;
+/// the rule alone decides the pages.
 ///
 /// # Safety
 /// `devPtr` must be NULL or valid for a write; `cfg` NULL or a valid configuration.
@@ -183,7 +191,7 @@ pub unsafe extern "C" fn aclrtMallocWithCfg(
 ) -> aclError {
     guard("aclrtMallocWithCfg", || {
         let device = config_device(cfg)?;
-        device_malloc(sim()?, devPtr, size, policy, true, device)
+        device_malloc(sim()?, devPtr, size, policy & RULE_BITS, true, device)
     })
 }
 
@@ -201,7 +209,7 @@ pub unsafe extern "C" fn aclrtMallocForTaskScheduler(
 ) -> aclError {
     guard("aclrtMallocForTaskScheduler", || {
         let device = config_device(cfg)?;
-        device_malloc(sim()?, devPtr, size, policy, true, device)
+        device_malloc(sim()?, devPtr, size, policy & RULE_BITS, true, device)
     })
 }
 
