@@ -190,6 +190,28 @@ fn a_policy_outside_the_enumeration_takes_huge_pages_from_2_mib() {
     acl!(aclrtFree(p));
 }
 
+/// HUGE_FIRST keeps requests up to 1 MiB on normal pages; the reference gives HUGE_FIRST_P2P
+/// no such threshold: it takes a huge page for any size (page size read back, the device's
+/// counters being shared with the other tests).
+#[test]
+fn huge_first_p2p_takes_huge_pages_below_1_mib_too() {
+    install();
+    set_device(5);
+    let mut p = ptr::null_mut();
+    for (policy, page) in [
+        (ACL_MEM_MALLOC_HUGE_FIRST, 4096),
+        (ACL_MEM_MALLOC_HUGE_FIRST_P2P, 2 << 20),
+    ] {
+        acl!(aclrtMalloc(&mut p, 64, policy));
+        assert_eq!(
+            attributes(p).pageSize,
+            page,
+            "64 bytes under policy {policy}"
+        );
+        acl!(aclrtFree(p));
+    }
+}
+
 /// aclrtMalloc, aclrtMallocAlign32 and aclrtMallocCached take one enumerator: a rule or-ed
 /// with a band-width bit is no aclrtMemMallocPolicy value, so the size chooses the pages (huge
 /// from 2 MiB on). aclrtMallocWithCfg's policy may or them, and its rule alone decides. The

@@ -25,8 +25,10 @@ fn page_size(policy: aclrtMemMallocPolicy, size: usize) -> u32 {
         ACL_MEM_MALLOC_HUGE_ONLY | ACL_MEM_MALLOC_HUGE_ONLY_P2P => HUGE_PAGE,
         ACL_MEM_MALLOC_HUGE1G_ONLY | ACL_MEM_MALLOC_HUGE1G_ONLY_P2P => GIANT_PAGE,
         ACL_MEM_MALLOC_NORMAL_ONLY | ACL_MEM_MALLOC_NORMAL_ONLY_P2P => PAGE as u32,
-        ACL_MEM_MALLOC_HUGE_FIRST | ACL_MEM_MALLOC_HUGE_FIRST_P2P if size > 1 << 20 => HUGE_PAGE,
-        ACL_MEM_MALLOC_HUGE_FIRST | ACL_MEM_MALLOC_HUGE_FIRST_P2P => PAGE as u32,
+        // Only HUGE_FIRST's description keeps requests up to 1 MiB on normal pages; the P2P
+        // form's asks for huge pages at any size, normal ones only when those do not fit.
+        ACL_MEM_MALLOC_HUGE_FIRST if size <= 1 << 20 => PAGE as u32,
+        ACL_MEM_MALLOC_HUGE_FIRST | ACL_MEM_MALLOC_HUGE_FIRST_P2P => HUGE_PAGE,
         // A rule outside aclrtMemMallocPolicy: huge pages from 2 MiB on, as the reference
         // says of every aclrtMalloc* policy parameter (HUGE_FIRST's threshold is 1 MiB). A
         // rule or-ed with other bits is one too where the function takes a single enumerator
