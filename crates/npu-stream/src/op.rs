@@ -148,17 +148,33 @@ impl<T: Send + 'static> Future for Op<T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        let _entered = this.span.enter();
-        let Poll::Ready(result) = this.wait.poll(cx) else {
+        // Entering, recording into and leaving the span run the subscriber, user code: a
+        // panic there is contained (a poll from a destructor run by the thread's TLS
+        // destructors, say, where tracing-subscriber's registry panics once its per-thread
+        // state is gone, and unwinding aborts the process). A span whose entry panicked is
+        // left again, as in a submission.
+        let mut entered = None;
+        if npu_core::contain::contained(|| entered = Some(this.span.enter())) {
+            npu_core::contain::contained(|| {
+                this.span
+                    .with_subscriber(|(id, dispatch)| dispatch.exit(id));
+            });
+        }
+        let polled = this.wait.poll(cx);
+        if let Poll::Ready(Err(err)) = &polled {
+            npu_core::contain::contained(|| {
+                this.span.record("error", tracing::field::display(err));
+            });
+        }
+        match &polled {
+            Poll::Ready(Ok(())) => npu_core::log!(debug, "completed"),
+            Poll::Ready(Err(err)) => npu_core::log!(debug, error = %err, "failed"),
+            Poll::Pending => {}
+        }
+        npu_core::contain::contained(move || drop(entered));
+        let Poll::Ready(result) = polled else {
             return Poll::Pending;
         };
-        match &result {
-            Ok(()) => npu_core::log!(debug, "completed"),
-            Err(err) => {
-                this.span.record("error", tracing::field::display(err));
-                npu_core::log!(debug, error = %err, "failed");
-            }
-        }
         let value = this.value.take();
         Poll::Ready(match (result, value) {
             (Ok(()), Some(value)) => Ok(value),
@@ -174,6 +190,10 @@ impl<T: Send + 'static> Future for Op<T> {
 
 impl<T: Send + 'static> Drop for Op<T> {
     fn drop(&mut self) {
+        // Closing the span runs the subscriber, user code, which may panic (from the
+        // thread's TLS destructors, say, where unwinding aborts the process): contained.
+        let span = std::mem::replace(&mut self.span, tracing::Span::none());
+        npu_core::contain::contained(move || drop(span));
         if let Some(value) = self.value.take() {
             // A value with nothing to drop (a synchronize's `()`) need not travel.
             if !std::mem::needs_drop::<T>() || self.wait.completion().is_complete() {

@@ -386,19 +386,30 @@ impl Stream {
     ) -> Op<T> {
         // `direction` and `kernel` are filled in here, before the submission lock is taken,
         // `error` when the operation fails.
-        let span = tracing::debug_span!(
-            "npu_op",
-            op = op.api,
-            stream = self.shared.id,
-            device = self.context().device_id(),
-            bytes,
-            direction = tracing::field::Empty,
-            kernel = tracing::field::Empty,
-            error = tracing::field::Empty,
-        );
-        if let Some((name, value)) = field {
-            span.record(name, value);
-        }
+        //
+        // Making the span and recording into it run the subscriber, user code (as entering
+        // it does, below): a panic there is contained and the operation goes without its span
+        // (or with what was recorded). Unwinding would refuse a valid submission, and from a
+        // destructor run by the thread's TLS destructors (a value a user keeps in a
+        // `thread_local!`, whose drop submits) it aborts the process: tracing-subscriber's
+        // registry panics there once its own per-thread state is gone.
+        let mut span = tracing::Span::none();
+        let device = self.context().device_id();
+        npu_core::contain::contained(|| {
+            span = tracing::debug_span!(
+                "npu_op",
+                op = op.api,
+                stream = self.shared.id,
+                device,
+                bytes,
+                direction = tracing::field::Empty,
+                kernel = tracing::field::Empty,
+                error = tracing::field::Empty,
+            );
+            if let Some((name, value)) = field {
+                span.record(name, value);
+            }
+        });
         // SAFETY: this completer is completed only by a completion strategy (once the
         // device is done with the operation), by the sentinel (once the stream has drained),
         // or below for work the device never accepted; its deferred actions never block.

@@ -1,0 +1,387 @@
+//! Attacks of the twentieth session's second helper, through the `npu` facade: values a user
+//! keeps in a `thread_local!` until the thread exits, dropped by its TLS destructors after
+//! npu-rs's (and its dependencies') own thread-locals are gone; user code npu-rs runs on its
+//! shared threads (a `Memory` whose drop calls npu-rs back on the reaper); and the ends of a
+//! process (`std::process::exit` with work in flight and a held device).
+//!
+//! Each test names the promise it attacks. The thread-local and exit cases run in child
+//! processes of their own (a panic in a TLS destructor aborts, and an exit ends the process);
+//! the others take the file's device lock. Every wait is bounded.
+
+mod common;
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use common::*;
+use npu::memory::{DevicePool, DevicePoolBackend};
+use npu::prelude::*;
+use npu::sim;
+use npu::stream::{Completion, Strategy};
+use npu::{Event, Stream};
+
+/// Live device allocations of `ctx`'s device and live pinned host allocations, after the
+/// deferred releases ran.
+fn live(ctx: &Context) -> [u64; 2] {
+    sim::flush_releases();
+    let device = sim::device_stats(&ctx.device()).unwrap().live_allocations;
+    let host = sim::host_stats().unwrap().pinned_allocations;
+    [device, host]
+}
+
+// ---- Child processes (an abort or an exit ends them). ----
+
+const CHILD_ENV: &str = "NPU_ATTACK20B_CHILD";
+
+/// Runs this file's `child` test in a child process with `case`, and checks it printed
+/// `CHILD OK` and exited successfully within the bound.
+fn in_child(case: &str) {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, case)
+        .stdout(std::process::Stdio::piped());
+    child_succeeded(command.spawn().unwrap(), HANG, case);
+}
+
+#[test]
+fn child() {
+    let Ok(case) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    child_case(&case);
+    println!("CHILD OK");
+}
+
+thread_local! {
+    /// What a thread keeps of npu-rs until it exits.
+    static KEPT: RefCell<Vec<Box<dyn std::any::Any>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A thread that touches its own thread-local first (so that it is destroyed after every
+/// thread-local npu-rs and its dependencies register later, at their first use), runs `keep`
+/// and keeps what it returns there until it exits.
+fn keep_on_a_thread_until_it_exits(
+    keep: impl FnOnce() -> Vec<Box<dyn std::any::Any>> + Send + 'static,
+) {
+    let thread = std::thread::spawn(move || {
+        KEPT.with(|kept| kept.borrow_mut().clear());
+        let values = keep();
+        KEPT.with(|kept| kept.borrow_mut().extend(values));
+    });
+    watchdog("the keeping thread exits", || thread.join().unwrap());
+}
+
+/// User state whose drop submits a memset to its stream and drops the operation.
+struct SubmitsWhenDropped(Stream);
+
+impl Drop for SubmitsWhenDropped {
+    fn drop(&mut self) {
+        let ctx = self.0.context().clone();
+        drop(self.0.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2));
+    }
+}
+
+/// User state whose drop runs `body`: npu-rs calls made from a TLS destructor.
+struct OnDrop(Option<Box<dyn FnOnce()>>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        if let Some(body) = self.0.take() {
+            body();
+        }
+    }
+}
+
+fn on_drop(body: impl FnOnce() + 'static) -> Box<dyn std::any::Any> {
+    Box::new(OnDrop(Some(Box::new(body))))
+}
+
+/// Installs the fmt subscriber at debug level, writing nowhere, as the process's default: a
+/// common set-up, which keeps each thread's span stack in a `thread_local::ThreadLocal` (its
+/// own TLS, registered at the thread's first span). The panics it raises from TLS destructors
+/// are contained by npu-rs; the panic hook is muted so that they do not flood the output.
+fn debug_fmt_subscriber() {
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(std::io::sink)
+        .init();
+    std::panic::set_hook(Box::new(|_| {}));
+}
+
+fn child_case(case: &str) {
+    match case {
+        "subscriber-submits" => {
+            debug_fmt_subscriber();
+            let ctx = Device::open(0).unwrap().primary_context().clone();
+            let baseline = live(&ctx);
+            for strategy in STRATEGIES {
+                keep_on_a_thread_until_it_exits({
+                    let ctx = ctx.clone();
+                    move || {
+                        let s = stream(&ctx, strategy);
+                        run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1)).unwrap();
+                        let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+                        vec![
+                            Box::new(op),
+                            Box::new(SubmitsWhenDropped(s.clone())),
+                            Box::new(s),
+                        ]
+                    }
+                });
+            }
+            until_released("what the threads kept", || within(live(&ctx), baseline));
+        }
+        "subscriber-polls" => {
+            debug_fmt_subscriber();
+            let ctx = Device::open(0).unwrap().primary_context().clone();
+            let baseline = live(&ctx);
+            for strategy in STRATEGIES {
+                keep_on_a_thread_until_it_exits({
+                    let ctx = ctx.clone();
+                    move || {
+                        let s = stream(&ctx, strategy);
+                        run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1)).unwrap();
+                        let kept = s.clone();
+                        // Submitted (its span made) while the thread runs, polled from the
+                        // destructor.
+                        let mut early = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 6);
+                        vec![on_drop(move || {
+                            early.completion().clone().wait_blocking().unwrap();
+                            match polled_once(std::pin::Pin::new(&mut early)) {
+                                std::task::Poll::Ready(done) => drop(done.unwrap()),
+                                std::task::Poll::Pending => panic!("complete, yet pending"),
+                            }
+                            // Submitted, waited for and polled to its value from the TLS
+                            // destructor (a hand-rolled executor: no runtime is left).
+                            let mut op = kept.memset(
+                                DeviceBuffer::<u8>::new(&kept.context().clone(), 64).unwrap(),
+                                3,
+                            );
+                            op.completion().clone().wait_blocking().unwrap();
+                            let buffer = match polled_once(std::pin::Pin::new(&mut op)) {
+                                std::task::Poll::Ready(done) => done.unwrap(),
+                                std::task::Poll::Pending => panic!("complete, yet pending"),
+                            };
+                            assert_eq!(buffer.to_vec_blocking().unwrap(), vec![3u8; 64]);
+                            // And one that fails.
+                            let stopped = stream(kept.context(), strategy);
+                            stopped.stop().unwrap();
+                            let mut op = stopped
+                                .memset(DeviceBuffer::<u8>::new(kept.context(), 64).unwrap(), 4);
+                            let _ = op.completion().clone().wait_blocking();
+                            match polled_once(std::pin::Pin::new(&mut op)) {
+                                std::task::Poll::Ready(done) => assert!(done.is_err()),
+                                std::task::Poll::Pending => panic!("complete, yet pending"),
+                            }
+                        })]
+                    }
+                });
+            }
+            until_released("what the threads kept", || within(live(&ctx), baseline));
+        }
+        "blocking-calls" => {
+            let ctx = Device::open(0).unwrap().primary_context().clone();
+            let baseline = live(&ctx);
+            for strategy in STRATEGIES {
+                keep_on_a_thread_until_it_exits({
+                    let ctx = ctx.clone();
+                    move || {
+                        // npu-rs's thread-locals are registered by this work, after `KEPT`.
+                        let s = stream(&ctx, strategy);
+                        run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1)).unwrap();
+                        vec![on_drop(move || blocking_calls_from_a_destructor(strategy))]
+                    }
+                });
+            }
+            until_released("what the threads kept", || within(live(&ctx), baseline));
+        }
+        "in-flight" => {
+            let ctx = Device::open(0).unwrap().primary_context().clone();
+            let baseline = live(&ctx);
+            for strategy in STRATEGIES {
+                for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
+                    let done: Arc<std::sync::Mutex<InFlight>> = Arc::default();
+                    keep_on_a_thread_until_it_exits({
+                        let (ctx, done) = (ctx.clone(), done.clone());
+                        move || in_flight_values(&ctx, strategy, backend, &done)
+                    });
+                    let mut done = done.lock().unwrap();
+                    let held = done.held.take().expect("the device was held");
+                    assert!(
+                        done.ops.iter().any(|op| !op.is_complete()),
+                        "{strategy:?}: the device is held"
+                    );
+                    held.release().unwrap();
+                    all_completed(&done.ops);
+                }
+            }
+            until_released("what the threads kept", || within(live(&ctx), baseline));
+        }
+        other => panic!("unknown case {other}"),
+    }
+}
+
+/// Blocking npu-rs calls made from a TLS destructor: opening a device, new streams, events
+/// and buffers, blocking copies and waits, pool allocations, a flush of the reaper.
+fn blocking_calls_from_a_destructor(strategy: Strategy) {
+    let device = Device::open(0).unwrap();
+    let ctx = device.primary_context().clone();
+    let explicit = device.create_context().unwrap();
+    for ctx in [&ctx, &explicit] {
+        let buffer = DeviceBuffer::from_host_blocking(ctx, &[5u32; 16]).unwrap();
+        assert_eq!(buffer.to_vec_blocking().unwrap(), vec![5u32; 16]);
+        let s = stream(ctx, strategy);
+        let op = s.memset(buffer.into_bytes(), 7);
+        let done = op.completion().clone();
+        drop(op);
+        done.wait_blocking().unwrap();
+        let event = Event::new(ctx).unwrap();
+        event.record(&s).unwrap();
+        let waiter = event.wait();
+        drop(waiter);
+        s.synchronize().completion().wait_blocking().unwrap();
+        ctx.synchronize_blocking().unwrap();
+        let mut word = npu::stream::ValueWord::new(ctx, 11).unwrap();
+        assert_eq!(word.read_blocking().unwrap(), 11);
+        let pinned = npu::PinnedPool::new(ctx);
+        let block = pinned.try_alloc::<u8>(64).unwrap().unwrap();
+        drop(block);
+        let pool = DevicePool::new(ctx).unwrap();
+        if let Some(block) = pool.try_alloc::<u8>(&s, 64).unwrap() {
+            drop(s.memset(block, 1));
+        }
+        let mut polled = Box::pin(pool.alloc::<u8>(&s, 64));
+        let _ = polled_once(polled.as_mut());
+        drop(polled);
+        sim::flush_releases();
+    }
+}
+
+/// What the keeping thread leaves to the test: the hold it took and the operations to await.
+#[derive(Default)]
+struct InFlight {
+    held: Option<sim::Hold>,
+    ops: Vec<Completion>,
+}
+
+/// Values in flight on a held device, kept in a thread-local: operations, an event recorded
+/// and waited for, pool waiters queued behind a full pool, a notify wait, value words.
+fn in_flight_values(
+    ctx: &Context,
+    strategy: Strategy,
+    backend: DevicePoolBackend,
+    in_flight: &std::sync::Mutex<InFlight>,
+) -> Vec<Box<dyn std::any::Any>> {
+    let mut kept: Vec<Box<dyn std::any::Any>> = Vec::new();
+    let s = stream(ctx, strategy);
+    let other = stream(ctx, strategy);
+    // Pools of one block each, whose blocks are taken before the device is held.
+    let pool = DevicePool::builder(ctx)
+        .capacity(4096)
+        .backend(backend)
+        .build()
+        .unwrap();
+    let block = run(pool.alloc::<u8>(&s, 4096)).unwrap();
+    let pinned = npu::PinnedPool::builder(ctx)
+        .capacity(4096)
+        .build()
+        .unwrap();
+    let host = run(pinned.alloc::<u8>(4096)).unwrap();
+    let mut in_flight = in_flight.lock().unwrap();
+    in_flight.held = Some(sim::hold(&ctx.device()).unwrap());
+    let done = &mut in_flight.ops;
+    let op = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1);
+    done.push(op.completion().clone());
+    kept.push(Box::new(op));
+    let event = Event::new(ctx).unwrap();
+    event.record(&s).unwrap();
+    other.wait_event(&event).unwrap();
+    let mut wait = Box::pin(event.wait());
+    let _ = polled_once(wait.as_mut());
+    kept.push(Box::new(wait));
+    kept.push(Box::new(event));
+    let sync = other.synchronize();
+    done.push(sync.completion().clone());
+    let mut sync = Box::pin(sync);
+    let _ = polled_once(sync.as_mut());
+    kept.push(Box::new(sync));
+    // The device pool's block lent to a dropped memset; a second request queued.
+    let fill = s.memset(block, 9);
+    done.push(fill.completion().clone());
+    drop(fill);
+    let mut queued = Box::pin({
+        let (pool, s) = (pool.clone(), s.clone());
+        async move { pool.alloc::<u8>(&s, 4096).await }
+    });
+    let _ = polled_once(queued.as_mut());
+    kept.push(Box::new(queued));
+    kept.push(Box::new(pool));
+    // The pinned pool's block in flight; a second request queued.
+    let copy = s.copy_d2h(DeviceBuffer::<u8>::new(ctx, 4096).unwrap(), host);
+    done.push(copy.completion().clone());
+    kept.push(Box::new(copy));
+    let mut queued = Box::pin({
+        let pinned = pinned.clone();
+        async move { pinned.alloc::<u8>(4096).await }
+    });
+    let _ = polled_once(queued.as_mut());
+    kept.push(Box::new(queued));
+    kept.push(Box::new(pinned));
+    // Signalling: a notify recorded after a wait on it, a value word stored and waited on.
+    let notify = npu::stream::Notify::new(ctx).unwrap();
+    let waited = other.wait_notify(&notify);
+    done.push(waited.completion().clone());
+    kept.push(Box::new(waited));
+    let recorded = s.record_notify(&notify);
+    done.push(recorded.completion().clone());
+    kept.push(Box::new(recorded));
+    let word = Arc::new(npu::stream::ValueWord::new(ctx, 0).unwrap());
+    let waits = other.wait_value(word.clone(), 5, npu::stream::ValueCondition::Equal);
+    done.push(waits.completion().clone());
+    kept.push(Box::new(waits));
+    let store = s.write_value(word, 5);
+    done.push(store.completion().clone());
+    kept.push(Box::new(store));
+    kept.push(Box::new(s));
+    kept.push(Box::new(other));
+    kept
+}
+
+/// "Never a panic" for a thread-local value whose drop submits work, in a process with the
+/// fmt subscriber at debug level: the thread's TLS destructors destroyed the subscriber's
+/// per-thread span stack before the value is dropped.
+#[test]
+fn a_thread_local_value_submitting_under_a_debug_fmt_subscriber_does_not_abort() {
+    in_child("subscriber-submits");
+}
+
+/// "Never a panic" for a thread-local value whose drop submits an operation, waits for it and
+/// polls it to its value (and one that fails), under a debug-level fmt subscriber whose
+/// per-thread state the thread's TLS destructors destroyed first: entering, recording into and
+/// closing the operation's span run the subscriber there.
+#[test]
+fn a_thread_local_value_polling_operations_under_a_debug_fmt_subscriber_does_not_abort() {
+    in_child("subscriber-polls");
+}
+
+/// "Never a panic", rule 5 and no leak for blocking npu-rs calls made from a TLS destructor
+/// after npu-rs's own thread-locals are gone: opening a device, an explicit context, blocking
+/// copies, a stream, a memset waited for, an event recorded and its wait dropped, a
+/// synchronisation, a value word read, pinned and device pool allocations (one polled once and
+/// dropped), a flush of the reaper. Every strategy.
+#[test]
+fn blocking_calls_from_a_thread_local_destructor_work() {
+    in_child("blocking-calls");
+}
+
+/// Rules 2, 3 and 5 and "never a panic" for values in flight on a held device, kept in a
+/// thread-local and dropped by the TLS destructors: operations, an event recorded and waited
+/// for by a stream and by a polled future, a polled synchronisation, a device pool (each
+/// backend) and a pinned pool whose one block is in flight with a second request queued and
+/// polled, a notify waited on and recorded, a value word stored and waited on. Every
+/// operation completes once the device is released, and nothing leaks.
+#[test]
+fn values_in_flight_kept_in_a_thread_local_are_released_after_the_device() {
+    in_child("in-flight");
+}
