@@ -11,7 +11,9 @@
 mod common;
 
 use std::cell::RefCell;
+use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
 use npu::memory::{DevicePool, DevicePoolBackend};
@@ -384,4 +386,128 @@ fn blocking_calls_from_a_thread_local_destructor_work() {
 #[test]
 fn values_in_flight_kept_in_a_thread_local_are_released_after_the_device() {
     in_child("in-flight");
+}
+
+// ---- Wakers whose clone is user code that calls npu-rs back. ----
+
+/// What a [`reentrant_waker`] does when cloned: polls (with a no-op waker) or drops a second
+/// future waiting for the same operation.
+struct CloneHook {
+    other: std::sync::Mutex<Option<std::pin::Pin<Box<npu::stream::Wait>>>>,
+    poll: bool,
+    clones: AtomicUsize,
+}
+
+impl CloneHook {
+    fn run(&self) {
+        self.clones.fetch_add(1, Ordering::SeqCst);
+        let mut other = self.other.lock().unwrap();
+        if self.poll {
+            if let Some(wait) = other.as_mut() {
+                let _ = polled_once(wait.as_mut());
+            }
+        } else {
+            drop(other.take());
+        }
+    }
+}
+
+static CLONE_HOOK_VTABLE: std::task::RawWakerVTable = std::task::RawWakerVTable::new(
+    clone_hook_clone,
+    clone_hook_noop,
+    clone_hook_noop_ref,
+    clone_hook_drop,
+);
+
+fn clone_hook_raw(hook: Arc<CloneHook>) -> std::task::RawWaker {
+    std::task::RawWaker::new(Arc::into_raw(hook).cast(), &CLONE_HOOK_VTABLE)
+}
+
+unsafe fn clone_hook_clone(data: *const ()) -> std::task::RawWaker {
+    // SAFETY: `data` came from `Arc::into_raw` in `clone_hook_raw`, and this waker still
+    // owns its count.
+    let hook = unsafe {
+        Arc::increment_strong_count(data.cast::<CloneHook>());
+        Arc::from_raw(data.cast::<CloneHook>())
+    };
+    hook.run();
+    clone_hook_raw(hook)
+}
+
+unsafe fn clone_hook_noop(data: *const ()) {
+    // SAFETY: as in `clone_hook_clone`; waking by value consumes the waker's count.
+    drop(unsafe { Arc::from_raw(data.cast::<CloneHook>()) });
+}
+
+unsafe fn clone_hook_noop_ref(_: *const ()) {}
+
+unsafe fn clone_hook_drop(data: *const ()) {
+    // SAFETY: as in `clone_hook_clone`; the waker's count goes with it.
+    drop(unsafe { Arc::from_raw(data.cast::<CloneHook>()) });
+}
+
+/// A waker whose clone polls or drops `other`.
+fn reentrant_waker(
+    other: std::pin::Pin<Box<npu::stream::Wait>>,
+    poll: bool,
+) -> (std::task::Waker, Arc<CloneHook>) {
+    let hook = Arc::new(CloneHook {
+        other: std::sync::Mutex::new(Some(other)),
+        poll,
+        clones: AtomicUsize::new(0),
+    });
+    // SAFETY: the vtable's functions keep the `Arc` count the waker owns balanced.
+    let waker = unsafe { std::task::Waker::from_raw(clone_hook_raw(hook.clone())) };
+    (waker, hook)
+}
+
+/// Rule 7 and "never a hang" for a waker whose clone is user code that touches the same
+/// operation (docs/cancellation.md: wakers are cloned and dropped outside the completion's
+/// lock): a future awaiting a held operation, an `Op` or a `Completion::wait`, polled with a
+/// waker whose clone polls, or drops, a second future waiting for that operation. The poll
+/// must return (pending), the clone must have run, and both futures (or the one left) must
+/// resolve once the device is released. Every strategy.
+#[test]
+fn a_waker_whose_clone_polls_or_drops_a_future_of_the_same_operation_does_not_deadlock() {
+    let (_guard, ctx, _) = exclusive(None);
+    for strategy in STRATEGIES {
+        for poll in [true, false] {
+            for through_op in [false, true] {
+                let what = format!("{strategy:?}, clone polls: {poll}, an Op: {through_op}");
+                let s = stream(&ctx, strategy);
+                let held = sim::hold(&ctx.device()).unwrap();
+                let mut op = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+                let done = op.completion().clone();
+                let (waker, hook) = reentrant_waker(Box::pin(done.wait()), poll);
+                let mut first = Box::pin(done.wait());
+                let (tx, rx) = std::sync::mpsc::channel();
+                let polling = std::thread::spawn(move || {
+                    let mut cx = std::task::Context::from_waker(&waker);
+                    let pending = if through_op {
+                        std::pin::Pin::new(&mut op).poll(&mut cx).is_pending()
+                    } else {
+                        first.as_mut().poll(&mut cx).is_pending()
+                    };
+                    tx.send(pending).unwrap();
+                    (op, first, waker)
+                });
+                let pending = rx
+                    .recv_timeout(HANG)
+                    .unwrap_or_else(|_| panic!("{what}: the poll deadlocked in the waker's clone"));
+                assert!(pending, "{what}: the device is held");
+                let (op, first, waker) = polling.join().unwrap();
+                assert!(hook.clones.load(Ordering::SeqCst) >= 1, "{what}: cloned");
+                held.release().unwrap();
+                run(async {
+                    op.await.unwrap();
+                    first.await.unwrap();
+                    let other = hook.other.lock().unwrap().take();
+                    if let Some(other) = other {
+                        other.await.unwrap();
+                    }
+                });
+                drop(waker);
+            }
+        }
+    }
 }

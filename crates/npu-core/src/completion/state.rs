@@ -138,7 +138,12 @@ impl<T: Clone> State<T> {
         // replaces dropped outside the lock, so that a waker whose clone or drop touches this
         // completion cannot deadlock on it.
         if registration.0.is_none() || !lock().holds(*registration, waker) {
-            let replaced = lock().register(registration, waker.clone());
+            // Cloned before the lock is taken: in `lock().register(.., waker.clone())` the
+            // receiver, and so the lock, comes first, and a clone that polled or dropped
+            // another future of this completion waited for that lock on its own thread for
+            // ever.
+            let waker = waker.clone();
+            let replaced = lock().register(registration, waker);
             drop(replaced);
         }
         match self.value() {
