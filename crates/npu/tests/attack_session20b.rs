@@ -14,6 +14,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Poll;
 
 use common::*;
 use npu::memory::{DevicePool, DevicePoolBackend};
@@ -220,8 +221,95 @@ fn child_case(case: &str) {
             }
             until_released("what the threads kept", || within(live(&ctx), baseline));
         }
+        "exit-in-flight" => exit_with_work_in_flight(),
+        "first-use-in-destructor" => {
+            // Nothing of npu-rs has run in this process: the runtime, the simulator and the
+            // shared threads all start from a TLS destructor.
+            keep_on_a_thread_until_it_exits(|| {
+                vec![on_drop(|| {
+                    let ctx = Device::open(0).unwrap().primary_context().clone();
+                    for strategy in STRATEGIES {
+                        let s = stream(&ctx, strategy);
+                        let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+                        op.completion().clone().wait_blocking().unwrap();
+                        drop(op);
+                        let pool = npu::PinnedPool::new(&ctx);
+                        let block = pool.try_alloc::<u8>(64).unwrap().unwrap();
+                        drop(s.copy_d2h(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), block));
+                    }
+                })]
+            });
+            let ctx = Device::open(0).unwrap().primary_context().clone();
+            until_released("what the destructor made", || live(&ctx) == [0, 0]);
+        }
         other => panic!("unknown case {other}"),
     }
+}
+
+/// Ends the process with `std::process::exit` while the device is held for good: work queued
+/// on every strategy, an abort waiting for the held device, a trace to write at exit, and in
+/// the exiting thread's own thread-locals (which `exit` destroys) streams with operations in
+/// flight, a current-thread Tokio runtime whose task awaits one, and a multi-thread runtime
+/// whose tasks await `BlockingSync` operations on its blocking pool.
+fn exit_with_work_in_flight() {
+    let ctx = Device::open(0).unwrap().primary_context().clone();
+    let trace = std::env::temp_dir().join(format!("npu-attack20b-{}.json", std::process::id()));
+    sim::trace::enable(&trace);
+    KEPT.with(|kept| kept.borrow_mut().clear());
+    // Warm the pools and threads while the device runs.
+    for strategy in STRATEGIES {
+        run(stream(&ctx, strategy).memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 0)).unwrap();
+    }
+    let held = sim::hold(&ctx.device()).unwrap();
+    let mut kept: Vec<Box<dyn std::any::Any>> = Vec::new();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        kept.push(Box::new(
+            s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1),
+        ));
+        let aborted = stream(&ctx, strategy);
+        drop(aborted.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2));
+        drop(aborted.abort());
+        kept.push(Box::new(SubmitsWhenDropped(s.clone())));
+        kept.push(Box::new(s));
+    }
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let s = stream(&ctx, Strategy::EventPoll);
+    let task = current.spawn(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 3));
+    current.block_on(tokio::task::yield_now());
+    kept.extend([
+        Box::new(task) as Box<dyn std::any::Any>,
+        Box::new(current),
+        Box::new(s),
+    ]);
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let s = stream(&ctx, Strategy::BlockingSync);
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..4 {
+        let (s, ctx, tx) = (s.clone(), ctx.clone(), tx.clone());
+        multi.spawn(async move {
+            let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 4);
+            let mut op = Box::pin(op);
+            let _ = std::future::poll_fn(|cx| Poll::Ready(op.as_mut().poll(cx))).await;
+            tx.send(()).unwrap();
+            op.await
+        });
+    }
+    for _ in 0..4 {
+        rx.recv_timeout(HANG).expect("the tasks submitted");
+    }
+    kept.extend([Box::new(multi) as Box<dyn std::any::Any>, Box::new(s)]);
+    KEPT.with(|k| k.borrow_mut().extend(kept));
+    std::mem::forget(held);
+    println!("CHILD OK");
+    std::process::exit(0);
 }
 
 /// Blocking npu-rs calls made from a TLS destructor: opening a device, new streams, events
@@ -510,4 +598,164 @@ fn a_waker_whose_clone_polls_or_drops_a_future_of_the_same_operation_does_not_de
             }
         }
     }
+}
+
+// ---- User code npu-rs runs on the reaper: a `Memory` whose drop calls npu-rs back. ----
+
+/// Device memory whose drop, wherever it runs (the reaper, for the value of an operation
+/// dropped in flight), calls npu-rs back without blocking: allocates, submits to its stream
+/// and to a new one (dropping the operations), drops the new stream with its work queued,
+/// records an event, opens a device, takes and returns pool blocks, flushes the reaper.
+struct CallsBackWhenDropped {
+    inner: Option<DeviceBuffer<u8>>,
+    stream: Stream,
+    pinned: npu::PinnedPool,
+    pool: DevicePool,
+    /// The threads its drop ran on.
+    ran_on: Arc<std::sync::Mutex<Vec<Option<String>>>>,
+}
+
+impl Drop for CallsBackWhenDropped {
+    fn drop(&mut self) {
+        drop(self.inner.take());
+        let thread = std::thread::current().name().map(str::to_owned);
+        let ctx = self.stream.context().clone();
+        drop(
+            self.stream
+                .memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 4),
+        );
+        let fresh = Stream::builder(&ctx)
+            .strategy(self.stream.strategy())
+            .build()
+            .unwrap();
+        drop(fresh.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 5));
+        let event = Event::new(&ctx).unwrap();
+        event.record(&fresh).unwrap();
+        drop(fresh);
+        let device = Device::open(ctx.device_id()).unwrap();
+        drop(device);
+        if let Some(block) = self.pinned.try_alloc::<u8>(64).unwrap() {
+            drop(
+                self.stream
+                    .copy_d2h(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), block),
+            );
+        }
+        if let Some(block) = self.pool.try_alloc::<u8>(&self.stream, 64).unwrap() {
+            drop(self.stream.memset(block, 6));
+        }
+        sim::flush_releases();
+        self.ran_on.lock().unwrap().push(thread);
+    }
+}
+
+// SAFETY: every method answers for the wrapped buffer, which it holds until dropped; the drop
+// calls npu-rs back without blocking (it waits for nothing: `flush_releases` returns at once
+// on the reaper).
+unsafe impl npu::memory::Memory for CallsBackWhenDropped {
+    type Elem = u8;
+    fn context(&self) -> &Context {
+        self.inner.as_ref().unwrap().context()
+    }
+    fn addr(&self) -> *const std::ffi::c_void {
+        self.inner.as_ref().unwrap().addr()
+    }
+    fn len(&self) -> usize {
+        self.inner.as_ref().unwrap().len()
+    }
+    fn record_use(&self, completion: &Completion) {
+        npu::memory::Memory::record_use(self.inner.as_ref().unwrap(), completion)
+    }
+}
+
+// SAFETY: as above.
+unsafe impl npu::memory::MemoryMut for CallsBackWhenDropped {
+    fn addr_mut(&mut self) -> *mut std::ffi::c_void {
+        self.inner.as_mut().unwrap().addr_mut()
+    }
+}
+
+// SAFETY: the wrapped buffer is device memory.
+unsafe impl npu::memory::DeviceSlice for CallsBackWhenDropped {}
+
+/// Rule 5 and 6 for user code on the reaper: the values of operations dropped under a held
+/// device (a user `Memory`, alone and inside an `Arc` a second stream's copy shares) call
+/// npu-rs back from their drops on the reaper (allocations, submissions, a new stream dropped
+/// with work queued, an event, a device, pool blocks, a flush). The reaper must survive it and
+/// keep serving: every drop runs once on the reaper, later releases still run, both streams
+/// keep working, and nothing leaks once everything is done. Every strategy.
+#[test]
+fn a_memory_calling_npu_back_from_its_drop_on_the_reaper_stops_nothing() {
+    let (_guard, ctx, _) = exclusive(None);
+    let baseline = live(&ctx);
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let other = stream(&ctx, strategy);
+        let pinned = npu::PinnedPool::new(&ctx);
+        let pool = DevicePool::new(&ctx).unwrap();
+        let ran_on: Arc<std::sync::Mutex<Vec<Option<String>>>> = Arc::default();
+        let hostile = || CallsBackWhenDropped {
+            inner: Some(DeviceBuffer::<u8>::new(&ctx, 64).unwrap()),
+            stream: s.clone(),
+            pinned: pinned.clone(),
+            pool: pool.clone(),
+            ran_on: ran_on.clone(),
+        };
+        let held = sim::hold(&ctx.device()).unwrap();
+        let alone = s.memset(hostile(), 1);
+        let shared = Arc::new(hostile());
+        let read = other.copy_d2d(shared.clone(), DeviceBuffer::<u8>::new(&ctx, 64).unwrap());
+        let done = [alone.completion().clone(), read.completion().clone()];
+        drop((alone, read, shared));
+        sim::flush_releases();
+        assert!(
+            ran_on.lock().unwrap().is_empty(),
+            "{strategy:?}: nothing dropped under the held device"
+        );
+        held.release().unwrap();
+        all_completed(&done);
+        until_released(&format!("{strategy:?}: both drops ran"), || {
+            ran_on.lock().unwrap().len() == 2
+        });
+        assert!(
+            ran_on
+                .lock()
+                .unwrap()
+                .iter()
+                .all(|thread| thread.as_deref() == Some("npu-reaper")),
+            "{strategy:?}: {:?}",
+            ran_on.lock().unwrap()
+        );
+        // The reaper serves later releases, and both streams work.
+        for s in [&s, &other] {
+            let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 8)).unwrap();
+            assert_eq!(buffer.to_vec_blocking().unwrap(), vec![8u8; 64]);
+            drop(s.memset(buffer, 9));
+        }
+        run(s.synchronize()).unwrap();
+        run(other.synchronize()).unwrap();
+        drop((s, other, pinned, pool));
+        until_released(&format!("{strategy:?}: everything released"), || {
+            within(live(&ctx), baseline)
+        });
+    }
+}
+
+/// Rule 5 at the end of a process: `std::process::exit` with the device held for good, work
+/// queued on every strategy, an abort waiting for the device, a trace to write at exit, and
+/// streams, operations in flight, a current-thread runtime awaiting one and a multi-thread
+/// runtime whose tasks await `BlockingSync` operations kept in the exiting thread's
+/// thread-locals, which `exit` destroys. The process must end with status 0, without a crash
+/// and without waiting for the device.
+#[test]
+fn exiting_the_process_with_work_in_flight_on_a_held_device_ends_it() {
+    in_child("exit-in-flight");
+}
+
+/// "Never a panic" and no leak when npu-rs's first use in the process comes from a TLS
+/// destructor: the runtime and the simulator are made, and the reaper, the reactor, the
+/// sentinel and the callback workers started, from there; operations on every strategy
+/// complete, and everything is released.
+#[test]
+fn npu_rs_first_used_from_a_thread_local_destructor_works() {
+    in_child("first-use-in-destructor");
 }
