@@ -388,6 +388,10 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclmdlRIAbort",
     "aclrtCacheLastTaskOpInfo",
     "aclrtCacheLastTaskExtendInfo",
+    // The platform queries (acl_platform.h), which CANN documents among its other functions
+    // but ships in a header of their own.
+    "aclplatformGetDeviceInfo",
+    "aclplatformGetInstructionInfo",
 ];
 
 /// The enum style of the bindings: each enumerator a constant of the enum's integer type.
@@ -396,8 +400,13 @@ const CONSTS: bindgen::EnumVariation = bindgen::EnumVariation::Consts;
 const OUTPUT: &str = "crates/npu-sys/src/bindings.rs";
 const PROJECT_INCLUDE: &str = "crates/npu-sim/include";
 /// The headers a program includes to reach every function we bind: acl.h gathers the
-/// runtime, but (as on CANN) the stream-ordered pools have a header of their own.
-const ENTRY_HEADERS: &[&str] = &["acl/acl.h", "acl/acl_rt_memory_soma.h"];
+/// runtime, but (as on CANN) the stream-ordered pools and the platform queries have headers
+/// of their own.
+const ENTRY_HEADERS: &[&str] = &[
+    "acl/acl.h",
+    "acl/acl_rt_memory_soma.h",
+    "acl/acl_platform.h",
+];
 
 const USAGE: &str = "\
 usage: cargo run -p xtask -- bindgen [--check | --out FILE]

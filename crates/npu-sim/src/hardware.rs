@@ -8,6 +8,21 @@ pub(crate) const VECTOR_CORES: u32 = 40;
 /// The L2 cache in bytes.
 pub(crate) const L2_CACHE_BYTES: i64 = 192 << 20;
 
+/// The buffers of one AI core in bytes (aclplatformGetDeviceInfo): the Unified Buffer, the
+/// cube unit's L0 A/B (inputs) and C (output) buffers, L1 and the BiasTable.
+pub(crate) const UB_BYTES: u32 = 192 << 10;
+pub(crate) const L0_A_BYTES: u32 = 64 << 10;
+pub(crate) const L0_B_BYTES: u32 = 64 << 10;
+pub(crate) const L0_C_BYTES: u32 = 128 << 10;
+pub(crate) const L1_BYTES: u32 = 512 << 10;
+pub(crate) const BT_BYTES: u32 = 1 << 10;
+/// The cube and vector cores' clock in MHz.
+pub(crate) const CORE_MHZ: u32 = 1800;
+/// The AI core version's name, and the NPU architecture (aclplatformNpuArch's DAV_2201, the
+/// reference's number for an Atlas A2).
+pub(crate) const AIC_VERSION: &str = "AIC-C-220";
+pub(crate) const NPU_ARCH: u32 = 2201;
+
 /// What an Atlas A2 kernel's atomic operation can work on (aclrtAtomicOperationCapability
 /// bits), the same on host memory and on another device's: `None` for a value that is no
 /// aclrtAtomicOperation.

@@ -396,6 +396,108 @@ fn utilization_and_capabilities() {
     );
 }
 
+/// aclplatformGetDeviceInfo's text for `item`, in a buffer of `len` bytes.
+fn platform_info(item: aclplatformDevInfo, len: u32) -> Result<String, aclError> {
+    let mut text = vec![b'x' as c_char; len as usize];
+    let ptr = text.as_mut_ptr();
+    match code!(aclplatformGetDeviceInfo(item, ptr, len)) {
+        // SAFETY: on success the text is NUL-terminated inside the buffer.
+        0 => Ok(unsafe { CStr::from_ptr(ptr) }.to_str().unwrap().to_owned()),
+        error => {
+            assert!(text.iter().all(|&c| c == b'x' as c_char), "nothing written");
+            Err(error)
+        }
+    }
+}
+
+/// The platform queries of CANN's acl_platform.h answer for an Atlas A2 (the simulator did
+/// not export them: a program calling them did not link).
+#[test]
+fn platform_queries_describe_an_atlas_a2() {
+    install();
+    let expected = [
+        (ACL_PLATFORM_AICORE_CNT, "20".to_owned()),
+        (ACL_PLATFORM_AICORE_UB_SIZE, "196608".to_owned()),
+        (ACL_PLATFORM_CUBE_CORE_CNT, "20".to_owned()),
+        (ACL_PLATFORM_VECTOR_CORE_CNT, "40".to_owned()),
+        (ACL_PLATFORM_L2_SIZE, (192u64 << 20).to_string()),
+        (ACL_PLATFORM_MEMORY_SIZE, (16u64 << 30).to_string()),
+        (ACL_PLATFORM_CUBE_FREQ, "1800".to_owned()),
+        (ACL_PLATFORM_VEC_FREQ, "1800".to_owned()),
+        (ACL_PLATFORM_BT_SIZE, "1024".to_owned()),
+        (ACL_PLATFORM_L0_A_SIZE, "65536".to_owned()),
+        (ACL_PLATFORM_L0_B_SIZE, "65536".to_owned()),
+        (ACL_PLATFORM_L0_C_SIZE, "131072".to_owned()),
+        (ACL_PLATFORM_L1_SIZE, "524288".to_owned()),
+        (ACL_PLATFORM_SOC_VERSION, "Ascend910B3".to_owned()),
+        (ACL_PLATFORM_AIC_VERSION, "AIC-C-220".to_owned()),
+        (ACL_PLATFORM_NPU_ARCH, DAV_2201.to_string()),
+        (ACL_PLATFORM_MEMORY_TYPE, HBM.to_string()),
+    ];
+    for (item, text) in expected {
+        assert_eq!(platform_info(item, 64), Ok(text), "item {item}");
+    }
+    // The text and its NUL must fit: "20" needs 3 bytes.
+    assert_eq!(
+        platform_info(ACL_PLATFORM_AICORE_CNT, 3),
+        Ok("20".to_owned())
+    );
+    let api = "aclplatformGetDeviceInfo";
+    fails(
+        platform_info(ACL_PLATFORM_AICORE_CNT, 2).unwrap_err(),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    fails(
+        platform_info(17, 64).unwrap_err(),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+    fails(
+        code!(aclplatformGetDeviceInfo(
+            ACL_PLATFORM_L1_SIZE,
+            ptr::null_mut(),
+            64
+        )),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+
+    // No instruction table: every argument checked, every instruction unknown.
+    let mut value = [0 as c_char; 64];
+    let api = "aclplatformGetInstructionInfo";
+    for (kind, name) in [
+        (ACL_PLATFORM_CORE_TYPE_AI_CORE, c"Intrinsic_vexp".as_ptr()),
+        (
+            ACL_PLATFORM_CORE_TYPE_VECTOR_CORE,
+            c"Intrinsic_vln".as_ptr(),
+        ),
+        (2, c"Intrinsic_vexp".as_ptr()),
+        (ACL_PLATFORM_CORE_TYPE_AI_CORE, ptr::null()),
+    ] {
+        fails(
+            code!(aclplatformGetInstructionInfo(
+                kind,
+                name,
+                value.as_mut_ptr(),
+                64
+            )),
+            ACL_ERROR_INVALID_PARAM,
+            api,
+        );
+    }
+    fails(
+        code!(aclplatformGetInstructionInfo(
+            ACL_PLATFORM_CORE_TYPE_AI_CORE,
+            c"Intrinsic_vexp".as_ptr(),
+            ptr::null_mut(),
+            64
+        )),
+        ACL_ERROR_INVALID_PARAM,
+        api,
+    );
+}
+
 fn uuid(device: i32) -> [c_char; 16] {
     let mut out = aclrtUuid { bytes: [0; 16] };
     acl!(aclrtDeviceGetUuid(device, &mut out));

@@ -2441,6 +2441,50 @@ impl Default for aclrtMemPoolProps {
         }
     }
 }
+pub const ACL_PLATFORM_AICORE_CNT: aclplatformDevInfo = 0;
+pub const ACL_PLATFORM_AICORE_UB_SIZE: aclplatformDevInfo = 1;
+pub const ACL_PLATFORM_CUBE_CORE_CNT: aclplatformDevInfo = 2;
+pub const ACL_PLATFORM_VECTOR_CORE_CNT: aclplatformDevInfo = 3;
+pub const ACL_PLATFORM_L2_SIZE: aclplatformDevInfo = 4;
+pub const ACL_PLATFORM_MEMORY_SIZE: aclplatformDevInfo = 5;
+pub const ACL_PLATFORM_CUBE_FREQ: aclplatformDevInfo = 6;
+pub const ACL_PLATFORM_VEC_FREQ: aclplatformDevInfo = 7;
+pub const ACL_PLATFORM_BT_SIZE: aclplatformDevInfo = 8;
+pub const ACL_PLATFORM_L0_A_SIZE: aclplatformDevInfo = 9;
+pub const ACL_PLATFORM_L0_B_SIZE: aclplatformDevInfo = 10;
+pub const ACL_PLATFORM_L0_C_SIZE: aclplatformDevInfo = 11;
+pub const ACL_PLATFORM_L1_SIZE: aclplatformDevInfo = 12;
+pub const ACL_PLATFORM_SOC_VERSION: aclplatformDevInfo = 13;
+pub const ACL_PLATFORM_AIC_VERSION: aclplatformDevInfo = 14;
+pub const ACL_PLATFORM_NPU_ARCH: aclplatformDevInfo = 15;
+pub const ACL_PLATFORM_MEMORY_TYPE: aclplatformDevInfo = 16;
+pub type aclplatformDevInfo = core::ffi::c_uint;
+pub const ACL_PLATFORM_CORE_TYPE_AI_CORE: aclplatformCoreType = 0;
+pub const ACL_PLATFORM_CORE_TYPE_VECTOR_CORE: aclplatformCoreType = 1;
+pub type aclplatformCoreType = core::ffi::c_uint;
+pub const DAV_1001: aclplatformNpuArch = 1001;
+pub const DAV_2002: aclplatformNpuArch = 2002;
+pub const DAV_2102: aclplatformNpuArch = 2102;
+pub const DAV_2201: aclplatformNpuArch = 2201;
+pub const DAV_3002: aclplatformNpuArch = 3002;
+pub const DAV_3003: aclplatformNpuArch = 3003;
+pub const DAV_3004: aclplatformNpuArch = 3004;
+pub const DAV_3102: aclplatformNpuArch = 3102;
+pub const DAV_3113: aclplatformNpuArch = 3113;
+pub const DAV_3505: aclplatformNpuArch = 3505;
+pub const DAV_3510: aclplatformNpuArch = 3510;
+pub const DAV_5102: aclplatformNpuArch = 5102;
+pub const DAV_5162: aclplatformNpuArch = 5162;
+pub const DAV_RESV: aclplatformNpuArch = 65535;
+pub type aclplatformNpuArch = core::ffi::c_uint;
+pub const L0_A: aclplatformLocalMemType = 0;
+pub const L0_B: aclplatformLocalMemType = 1;
+pub const L0_C: aclplatformLocalMemType = 2;
+pub const L1: aclplatformLocalMemType = 3;
+pub const L2: aclplatformLocalMemType = 4;
+pub const UB: aclplatformLocalMemType = 5;
+pub const HBM: aclplatformLocalMemType = 6;
+pub type aclplatformLocalMemType = core::ffi::c_uint;
 
 /// Expands `$callback! { $extra required { fn ...; } optional { fn ...; } }` with every
 /// ACL function npu-rs binds, in header order. `optional` lists the functions a runtime
@@ -2856,6 +2900,8 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemPoolMallocAsync(ptr: *mut *mut core::ffi::c_void, size: usize, memPool: $crate::aclrtMemPool, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtMemPoolFreeAsync(ptr: *mut core::ffi::c_void, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtMemPoolTrimTo(memPool: $crate::aclrtMemPool, minBytesToKeep: usize) -> $crate::aclError;
+                fn aclplatformGetDeviceInfo(infoType: $crate::aclplatformDevInfo, value: *mut core::ffi::c_char, maxLen: u32) -> $crate::aclError;
+                fn aclplatformGetInstructionInfo(type_: $crate::aclplatformCoreType, instruction: *const core::ffi::c_char, value: *mut core::ffi::c_char, maxLen: u32) -> $crate::aclError;
             }
         }
     };

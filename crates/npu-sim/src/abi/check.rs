@@ -62,11 +62,23 @@ pub(super) fn c_str<'a>(ptr: *const c_char, what: &str) -> Res<&'a str> {
 /// for both → ACL_ERROR_RT_PARAM_INVALID, nothing written (a truncated name would be silently
 /// wrong).
 pub(super) fn write_c_str(out: *mut c_char, max_len: u32, text: &str, what: &str) -> Res<()> {
+    write_c_str_or(out, max_len, text, what, ACL_ERROR_RT_PARAM_INVALID)
+}
+
+/// [`write_c_str`], refusing a buffer too small with `too_small` (the ACL layer's functions
+/// answer ACL_ERROR_INVALID_PARAM where the runtime's answer ACL_ERROR_RT_PARAM_INVALID).
+pub(super) fn write_c_str_or(
+    out: *mut c_char,
+    max_len: u32,
+    text: &str,
+    what: &str,
+    too_small: aclError,
+) -> Res<()> {
     non_null(out, what)?;
     let bytes = text.as_bytes();
     ensure!(
         bytes.len() < max_len as usize,
-        ACL_ERROR_RT_PARAM_INVALID,
+        too_small,
         "the {what} {text:?} needs {} bytes with its NUL, maxLen is {max_len}",
         bytes.len() + 1
     );
