@@ -439,7 +439,12 @@ impl MemoryMap {
             }
             move_into_file(base, alloc.len, file)?;
             alloc.shared.store(true, Ordering::Release);
-            return Ok((base, alloc.len, alloc.kind));
+            let shared = (base, alloc.len, alloc.kind);
+            drop(map);
+            // A value wait already parked on the memory looks again, and from now on reads
+            // the word every so often: the other process's writes ring nothing.
+            crate::device::MEMORY_BELL.ring();
+            return Ok(shared);
         }
     }
 

@@ -196,15 +196,16 @@ pub(crate) fn wait_until<T>(
     deadline: Option<Instant>,
     poll: impl FnMut() -> Option<T>,
 ) -> Option<T> {
-    wait_until_every(listens, deadline, None, poll)
+    wait_until_every(listens, deadline, || None, poll)
 }
 
-/// [`wait_until`] that also polls at least once per `every` when set: for a condition some
-/// changes of which ring no bell (memory another process writes).
+/// [`wait_until`] that also polls at least once per `every()`, asked before each park, when
+/// it is set: for a condition some changes of which ring no bell (memory another process
+/// writes, which it may start doing while the thread waits).
 pub(crate) fn wait_until_every<T>(
     listens: &[Listen<'_>],
     deadline: Option<Instant>,
-    every: Option<Duration>,
+    mut every: impl FnMut() -> Option<Duration>,
     mut poll: impl FnMut() -> Option<T>,
 ) -> Option<T> {
     if let Some(value) = poll() {
@@ -233,7 +234,7 @@ pub(crate) fn wait_until_every<T>(
             break None;
         }
         let left = deadline.map(|deadline| deadline - now);
-        match left.into_iter().chain(every).min() {
+        match left.into_iter().chain(every()).min() {
             None => std::thread::park(),
             Some(slice) => std::thread::park_timeout(slice),
         }

@@ -515,6 +515,45 @@ fn a_value_wait_sees_a_write_made_by_another_process() {
     acl!(aclrtFree(dev));
 }
 
+/// The same when the wait began before the memory was exported: the export makes the waiting
+/// stream read the word again every so often from then on (it had looked once, when it began,
+/// and waited on for ever). If the worker has not reached the wait by the export, the test
+/// takes the path of the one above.
+#[test]
+fn a_value_wait_begun_before_the_export_sees_the_other_process_write() {
+    set_device(0);
+    let dev = malloc(4096);
+    let stream = create_stream();
+    acl!(aclrtValueWait(
+        dev,
+        u64::from_ne_bytes([171; 8]),
+        ACL_STREAM_WAIT_VALUE_EQ,
+        stream
+    ));
+    assert_eq!(
+        code!(aclrtSynchronizeStreamWithTimeout(stream, 200)),
+        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+    );
+    recent_message();
+    let key = export(
+        dev,
+        4096,
+        ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION as u64,
+    );
+    let mut peer = Peer::spawn();
+    assert_eq!(peer.code(&format!("import {key} 0")), 0);
+    assert_eq!(peer.code("fill 171 8"), 0);
+    assert_eq!(
+        code!(aclrtSynchronizeStreamWithTimeout(stream, 20_000)),
+        0,
+        "the other process's write satisfies the wait: {}",
+        recent_message()
+    );
+    peer.exit();
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+}
+
 /// What the importer mapped stays valid when the exporter frees the memory and exits; a key of
 /// a freed allocation names nothing, and one of an exited exporter fails as an IPC error.
 #[test]

@@ -31,16 +31,17 @@ impl Stream {
         what: &str,
         poll: impl FnMut() -> Option<Result<u64, SimError>>,
     ) -> Result<u64, Option<SimError>> {
-        self.block_on_every(task, extra, timeout, None, what, poll)
+        self.block_on_every(task, extra, timeout, || None, what, poll)
     }
 
-    /// [`Self::block_on`] that also polls once per `every`, if set, for what rings no bell.
+    /// [`Self::block_on`] that also polls once per `every()` (asked before each park), if set,
+    /// for what rings no bell.
     fn block_on_every(
         &self,
         task: &Task,
         extra: &[Listen<'_>],
         timeout: Option<Duration>,
-        every: Option<Duration>,
+        mut every: impl FnMut() -> Option<Duration>,
         what: &str,
         mut poll: impl FnMut() -> Option<Result<u64, SimError>>,
     ) -> Result<u64, Option<SimError>> {
@@ -81,11 +82,11 @@ impl Stream {
                 }
             }
         };
-        let mut outcome = wait_until_every(&listens, deadline, every, &mut wait);
+        let mut outcome = wait_until_every(&listens, deadline, &mut every, &mut wait);
         // A stop holds a timed wait's clock too: one whose time ran out while its stream was
         // stopped waits for the abort that ends the stop (it would not have polled meanwhile).
         if outcome.is_none() && self.stopped.load(Ordering::SeqCst) {
-            outcome = wait_until_every(&listens, None, every, &mut wait);
+            outcome = wait_until_every(&listens, None, &mut every, &mut wait);
         }
         self.waiting.store(false, Ordering::SeqCst);
         outcome.unwrap_or_else(|| {
@@ -145,8 +146,9 @@ impl Stream {
                     let listens = [crate::device::MEMORY_BELL.any()];
                     // Another process's writes, and the host's own to managed memory, ring
                     // nothing: the word is read again every so often, as the device reads it
-                    // whoever writes.
-                    let every = sim.memory.written_elsewhere(*src).then_some(REREAD_SHARED);
+                    // whoever writes. Asked again before each park: an export while the wait
+                    // waits (which rings the memory bell) makes the memory written elsewhere.
+                    let every = || sim.memory.written_elsewhere(*src).then_some(REREAD_SHARED);
                     self.block_on_every(task, &listens, None, every, "a value wait", || {
                         match read_value(&sim.memory, *src) {
                             Ok(memory) => cmp
