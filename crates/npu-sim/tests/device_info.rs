@@ -463,10 +463,13 @@ fn platform_queries_describe_an_atlas_a2() {
         api,
     );
 
-    // No instruction table: every argument checked, every instruction unknown.
+    // No instruction table: every argument checked, every instruction unknown. A name that is
+    // not UTF-8 gets the ACL layer's code too, not the runtime's.
     let mut value = [0 as c_char; 64];
     let api = "aclplatformGetInstructionInfo";
+    let not_utf8 = [0xff_u8 as c_char, 0];
     for (kind, name) in [
+        (ACL_PLATFORM_CORE_TYPE_AI_CORE, not_utf8.as_ptr()),
         (ACL_PLATFORM_CORE_TYPE_AI_CORE, c"Intrinsic_vexp".as_ptr()),
         (
             ACL_PLATFORM_CORE_TYPE_VECTOR_CORE,

@@ -48,13 +48,19 @@ pub(super) fn refuse_after_checks(
 
 /// Reads a C string argument.
 pub(super) fn c_str<'a>(ptr: *const c_char, what: &str) -> Res<&'a str> {
+    c_str_or(ptr, what, ACL_ERROR_RT_PARAM_INVALID)
+}
+
+/// [`c_str`], refusing a string that is not UTF-8 with `not_utf8` (the ACL layer's functions
+/// answer ACL_ERROR_INVALID_PARAM where the runtime's answer ACL_ERROR_RT_PARAM_INVALID).
+pub(super) fn c_str_or<'a>(ptr: *const c_char, what: &str, not_utf8: aclError) -> Res<&'a str> {
     non_null(ptr, what)?;
     // SAFETY: non-NULL; C string arguments are NUL-terminated by the API contract, and the
     // borrow does not outlive the call.
     let text = unsafe { CStr::from_ptr(ptr) };
     match text.to_str() {
         Ok(text) => Ok(text),
-        Err(_) => crate::error::fail!(ACL_ERROR_RT_PARAM_INVALID, "{what} is not valid UTF-8"),
+        Err(_) => crate::error::fail!(not_utf8, "{what} is not valid UTF-8"),
     }
 }
 

@@ -5,7 +5,7 @@ use std::ffi::c_char;
 
 use npu_sys::*;
 
-use super::check::{c_str, write_c_str_or};
+use super::check::{c_str_or, write_c_str_or};
 use crate::error::{Res, fail, guard, non_null};
 use crate::hardware::*;
 use crate::sim::sim;
@@ -72,7 +72,7 @@ pub unsafe extern "C" fn aclplatformGetInstructionInfo(
 ) -> aclError {
     let _ = maxLen;
     guard("aclplatformGetInstructionInfo", || {
-        let instruction = c_str(instruction, "instruction")?;
+        let instruction = c_str_or(instruction, "instruction", ACL_ERROR_INVALID_PARAM)?;
         non_null(value, "value")?;
         match type_ {
             ACL_PLATFORM_CORE_TYPE_AI_CORE | ACL_PLATFORM_CORE_TYPE_VECTOR_CORE => fail!(
