@@ -8,15 +8,22 @@
 //! completion on a thread runs its notifies and then, in order, every notify queued by the
 //! completions they made, until none is left; the stack stays one completion deep.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::ptr::NonNull;
 
 use crate::reaper::Action;
 
+/// The queue the outermost completion running on a thread keeps on its stack.
+type Queue = RefCell<VecDeque<Action>>;
+
 thread_local! {
     /// `Some` while a completion on this thread runs its notifies: where nested completions
-    /// queue theirs.
-    static QUEUED: RefCell<Option<VecDeque<Action>>> = const { RefCell::new(None) };
+    /// queue theirs. A pointer to the outermost call's queue, not the queue itself, so that the
+    /// key has nothing to destroy and stays usable while the thread's TLS destructors run (a
+    /// value a user keeps in a `thread_local!` may complete operations as it is dropped, after
+    /// every key with a destructor is gone, where `with` panics and so aborts the process).
+    static QUEUED: Cell<Option<NonNull<Queue>>> = const { Cell::new(None) };
 }
 
 /// Runs `notifies` now, or after the notify running on this thread if there is one.
@@ -24,42 +31,31 @@ pub(super) fn run(notifies: Vec<Action>) {
     if notifies.is_empty() {
         return;
     }
-    let mut notifies = Some(notifies);
-    let nested = QUEUED.try_with(|queued| {
-        let mut queued = queued.borrow_mut();
-        match queued.as_mut() {
-            Some(queue) => {
-                queue.extend(notifies.take().into_iter().flatten());
-                true
-            }
-            None => {
-                *queued = Some(VecDeque::new());
-                false
-            }
-        }
-    });
-    let notifies = notifies.into_iter().flatten();
-    match nested {
-        Ok(true) => return,
-        Ok(false) => {}
-        // The thread's TLS destructors destroyed the queue already: a completion completed by
-        // dropping a value a user keeps in a `thread_local!`. `with` would panic, which aborts
-        // the process there; with no queue, nothing can nest behind this, so the notifies run
-        // here.
-        Err(_) => return notifies.for_each(|notify| notify()),
+    if let Some(queue) = QUEUED.get() {
+        // SAFETY: set only below, by the outermost `run` of this thread, to the queue on its
+        // stack, and cleared before that queue is dropped (also when a notify unwinds); this
+        // call runs on the same thread, inside a notify of that outermost call, and no borrow
+        // of the queue is held across a notify.
+        unsafe { queue.as_ref() }.borrow_mut().extend(notifies);
+        return;
     }
-    // Clears the queue however this ends. If a notify unwinds, those still queued are dropped
-    // unrun: their operations stay pending for ever and leak what they hold, never free it
-    // early (a dropped `Completer` abandons its completion).
+    let queue = Queue::default();
+    // Clears the pointer however this ends, before `queue` is dropped (declared after it). If
+    // a notify unwinds, those still queued are dropped unrun: their operations stay pending
+    // for ever and leak what they hold, never free it early (a dropped `Completer` abandons
+    // its completion).
     struct Outermost;
     impl Drop for Outermost {
         fn drop(&mut self) {
-            QUEUED.with(|queued| queued.borrow_mut().take());
+            QUEUED.set(None);
         }
     }
+    QUEUED.set(Some(NonNull::from(&queue)));
     let _outermost = Outermost;
     notifies.into_iter().for_each(|notify| notify());
-    while let Some(notify) = QUEUED.with(|queued| queued.borrow_mut().as_mut()?.pop_front()) {
+    loop {
+        let next = queue.borrow_mut().pop_front();
+        let Some(notify) = next else { break };
         notify();
     }
 }
@@ -122,31 +118,35 @@ mod tests {
         );
     }
 
-    /// A completion completed by a TLS destructor that runs after this queue's (a value a user
-    /// keeps in a `thread_local!` first used before any completion on the thread) runs its
-    /// notifies instead of panicking, which would abort the process.
+    /// A completion completed by a TLS destructor that runs after the thread's keys with
+    /// destructors are gone (a value a user keeps in a `thread_local!` first used before any
+    /// completion on the thread) runs its notifies instead of panicking, which would abort the
+    /// process, and runs a long chain flat, as anywhere else.
     #[test]
-    fn notifies_run_after_the_thread_destroyed_its_queue() {
-        struct CompletesOnDrop(Arc<Mutex<u32>>);
-        impl Drop for CompletesOnDrop {
+    fn a_long_chain_run_from_a_tls_destructor_runs_flat() {
+        struct ChainOnDrop(Arc<Mutex<Vec<u32>>>);
+        impl Drop for ChainOnDrop {
             fn drop(&mut self) {
-                let ran = self.0.clone();
-                run(vec![Box::new(move || *ran.lock().unwrap() += 1)]);
+                run(vec![link(self.0.clone(), 0, 200_000)]);
             }
         }
         thread_local! {
-            static USER: RefCell<Option<CompletesOnDrop>> = const { RefCell::new(None) };
+            static USER: RefCell<Option<ChainOnDrop>> = const { RefCell::new(None) };
+            // A key with a destructor, first used after the user's, so destroyed before it.
+            static LATER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
         }
-        let ran = Arc::new(Mutex::new(0));
-        let theirs = ran.clone();
-        std::thread::spawn(move || {
-            // Destructors run in the reverse order of first use: the user's value is dropped
-            // after the queue is gone.
-            USER.with(|user| *user.borrow_mut() = Some(CompletesOnDrop(theirs)));
-            run(vec![Box::new(|| {})]);
-        })
-        .join()
-        .unwrap();
-        assert_eq!(*ran.lock().unwrap(), 1);
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let theirs = order.clone();
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                USER.with(|user| *user.borrow_mut() = Some(ChainOnDrop(theirs)));
+                LATER.with(|later| later.borrow_mut().push(1));
+                run(vec![Box::new(|| {})]);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(order.lock().unwrap().len(), 2 * 200_000 + 1);
     }
 }
