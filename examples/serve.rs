@@ -67,11 +67,11 @@
 //! done with it). Requests are spread over the streams of an `npu::stream::StreamPool`.
 //!
 //! `GET /stats` returns the request counters, the in-flight count, the open connections, the
-//! pools' statistics and the reactor's counters. Shutdown (Ctrl-C) is graceful: the listener closes, the requests in
-//! flight finish and are answered, then the process exits. The answers get the drain timeout
-//! (10 s by default) to reach their clients: a connection still open then (a client that stopped
-//! reading its answer, which would otherwise hold the shutdown for ever) is closed, and a
-//! request it still has on the device is dropped, which npu-rs makes safe.
+//! pools' statistics and the reactor's counters. Shutdown (Ctrl-C) is graceful: the listener
+//! closes, the requests in flight finish and are answered, then the process exits. The answers
+//! get the drain timeout (10 s by default) to reach their clients: a connection still open then
+//! (a client that stopped reading its answer, which would otherwise hold the shutdown for ever)
+//! is closed, and a request it still has on the device is dropped, which npu-rs makes safe.
 
 use std::net::SocketAddr;
 use std::pin::pin;
@@ -655,7 +655,9 @@ impl Drop for OpenConnection {
 }
 
 /// Whether a connection ended because its socket's write timeout ran out (an I/O error of
-/// kind `TimedOut`; hyper's header timeout is an error of hyper's own).
+/// kind `TimedOut`; hyper's header timeout is an error of hyper's own). The kernel's own
+/// `ETIMEDOUT`, a peer gone without a word while an answer was being sent, counts too: the
+/// answer was not delivered either way.
 fn timed_out(err: &hyper::Error) -> bool {
     std::error::Error::source(err)
         .and_then(|source| source.downcast_ref::<std::io::Error>())
