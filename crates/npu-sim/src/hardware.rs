@@ -9,7 +9,8 @@ pub(crate) const VECTOR_CORES: u32 = 40;
 pub(crate) const L2_CACHE_BYTES: i64 = 192 << 20;
 
 /// The buffers of one AI core in bytes (aclplatformGetDeviceInfo): the Unified Buffer, the
-/// cube unit's L0 A/B (inputs) and C (output) buffers, L1 and the BiasTable.
+/// cube unit's L0 A/B (inputs) and C (output) buffers, L1, and the BT size (ACL_PLATFORM_BT_SIZE,
+/// which the reference calls the base tile).
 pub(crate) const UB_BYTES: u32 = 192 << 10;
 pub(crate) const L0_A_BYTES: u32 = 64 << 10;
 pub(crate) const L0_B_BYTES: u32 = 64 << 10;
