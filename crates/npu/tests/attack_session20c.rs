@@ -3,7 +3,8 @@
 //! views, casts and split parts, value words carved at byte offsets, checked byte for byte
 //! against a host model), ownership across contexts (an explicit context's events, notifies,
 //! value words, pool blocks and registrations used with the streams of other contexts of its
-//! device, every handle of it dropped under held work), and OS threads sharing streams, pools,
+//! device, every handle of it dropped under held work; another device's handles refused by
+//! name, or kept by a peer copy), and OS threads sharing streams, pools,
 //! events and completions with a fixed-seed generator.
 //!
 //! Each test names the promise it attacks. The simulator's hold gate and live counters are
@@ -983,5 +984,85 @@ fn memsets_and_value_stores_through_views_casts_and_parts_match_a_host_model() {
     }
     until_released("every buffer released", || {
         within(live_memory(&ctx), baseline)
+    });
+}
+
+/// Ownership across devices: device 1's notify, shared value word, device-pool block and
+/// event given to a stream of device 0 are refused naming the method and the argument
+/// (`notify`, `word`, `dst`; the event's wait is ACL's typed refusal), each value handed back
+/// and still usable on device 1. Then, with peer access from device 0 enabled, the block is the
+/// source of a copy on device 0's held stream whose future and access guard are both dropped:
+/// the block is not served again by its pool until the copy ran, then comes back holding its
+/// bytes, and the stream goes on. Every strategy.
+#[test]
+fn another_devices_handles_are_refused_by_name_or_kept_until_a_peer_copy_ran() {
+    use npu::memory::DevicePoolBackend;
+    use npu::stream::{Notify, ValueWord};
+    let (_guard, d0, d1) = exclusive(None);
+    let baseline = (live_memory(&d0), live_memory(&d1));
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let (s0, s1) = (stream(&d0, strategy), stream(&d1, strategy));
+        let notify = Notify::new(&d1).unwrap();
+        let word = Arc::new(ValueWord::new(&d1, 3).unwrap());
+        let pool = DevicePool::builder(&d1)
+            .capacity(4096)
+            .backend(DevicePoolBackend::Caching)
+            .build()
+            .unwrap();
+        let block = run(pool.alloc::<u8>(&s1, 4096)).unwrap();
+        let event = Event::new(&d1).unwrap();
+        event.record(&s1).unwrap();
+
+        let err = run(s0.record_notify(&notify)).unwrap_err();
+        assert_eq!(
+            invalid(&err.error),
+            ("Stream::record_notify", "notify"),
+            "{what}"
+        );
+        let err = run(s0.write_value(word.clone(), 7)).unwrap_err();
+        assert_eq!(
+            invalid(&err.error),
+            ("Stream::write_value", "word"),
+            "{what}"
+        );
+        drop(err.value.expect("the word comes back"));
+        let err = run(s0.memset(block, 1)).unwrap_err();
+        assert_eq!(invalid(&err.error), ("Stream::memset", "dst"), "{what}");
+        let block = err.value.expect("the block comes back");
+        assert!(
+            s0.wait_event(&event).is_err(),
+            "{what}: another device's event"
+        );
+        // Still usable where they belong.
+        run(s1.record_notify(&notify)).unwrap();
+        run(s1.wait_notify(&notify)).unwrap();
+        let mut word = Arc::into_inner(run(s1.write_value(word, 7)).unwrap()).unwrap();
+        assert_eq!(word.read_blocking().unwrap(), 7, "{what}");
+        let block = run(s1.memset(block, 0x6b)).unwrap();
+
+        let access = d0.device().enable_peer_access(&d1.device()).unwrap();
+        let held = sim::hold(&d0.device()).unwrap();
+        let copy = s0.copy_d2d(block, DeviceBuffer::<u8>::new(&d0, 4096).unwrap());
+        let copied = copy.completion().clone();
+        drop((copy, access));
+        sim::flush_releases();
+        assert!(!copied.is_complete(), "{what}: the device is held");
+        assert!(
+            pool.try_alloc::<u8>(&s1, 4096).unwrap().is_none(),
+            "{what}: the block was served again under the held copy"
+        );
+        held.release().unwrap();
+        run(copied.wait()).unwrap();
+        until_released(&format!("{what}: the block is back"), || {
+            pool.stats().cache.cached == 4096
+        });
+        let block = pool.try_alloc::<u8>(&s1, 4096).unwrap().expect("the block");
+        assert_eq!(run(s1.download(block)).unwrap(), vec![0x6b; 4096], "{what}");
+        run(s0.synchronize()).unwrap();
+        drop((s0, s1, notify, word, pool, event));
+    }
+    until_released("everything of both devices released", || {
+        within(live_memory(&d0), baseline.0) && within(live_memory(&d1), baseline.1)
     });
 }
