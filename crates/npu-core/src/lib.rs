@@ -1,8 +1,8 @@
 //! The foundation of npu-rs: loading the AscendCL runtime, typed errors, devices, and contexts
 //! that follow the task rather than the thread.
 //!
-//! - [`Runtime`] loads CANN's runtime (`libacl_rt.so`) or the npu-sim simulator (`NPU_BACKEND`) and
-//!   initialises ACL once.
+//! - [`Runtime`] loads CANN's runtime (`libacl_rt.so`, or the older `libascendcl.so`) or the
+//!   npu-sim simulator (`NPU_BACKEND`) and initialises ACL once.
 //! - [`Device`] and [`Context`] wrap devices and contexts; every context-dependent object holds
 //!   its `Context` and binds it before each call, so a Tokio task may migrate between threads.
 //! - [`Error`] names the failed API, the code, its symbolic name and the runtime's message.

@@ -1,11 +1,12 @@
 //! npu-sim: a software Ascend NPU behind the AscendCL (`aclrt*`) C ABI.
 //!
 //! The crate builds as an rlib and as `libascendcl.so`. Either way it exports every function of
-//! npu-rs's ACL header (`include/acl/acl.h`) with CANN's names, types and error codes, and
-//! implements the runtime's documented semantics: thread-local current contexts, ref-counted
-//! primary contexts, FIFO streams running concurrently on worker threads, legacy and Ex
-//! events, host callbacks, kernels, the exact error layering (ACL 100000 vs runtime 107000)
-//! and generation-checked handles (stale handles fail with 107017, never crash). Device memory
+//! npu-rs's ACL headers (`include/acl/`; `aclAppLog` on x86_64 and aarch64) with CANN's names,
+//! types and error codes, and implements the runtime's documented semantics: thread-local
+//! current contexts, ref-counted primary contexts, FIFO streams running concurrently on worker
+//! threads, legacy and Ex events, host callbacks, kernels, the exact error layering (ACL 100000
+//! vs runtime 107000) and generation-checked handles (stale handles fail with 107017, never
+//! crash). Device memory
 //! is host memory the simulator owns, so copies really move bytes and kernels really compute.
 //!
 //! - [`abi`]: the exported C functions (also callable from Rust);

@@ -70,9 +70,9 @@
 //! | `sim` | yes | Links npu-sim, the software Ascend device, into the process: it is the `sim` backend and what `NPU_BACKEND=auto` (the default) falls back to when no CANN runtime is found, initialises and sees a device. Adds the [`sim`] module. |
 //!
 //! Without `sim` (`default-features = false`), no simulator is linked: [`Runtime`] loads
-//! CANN's `libacl_rt.so` (or any library named by `NPU_ACL_LIB`), and `NPU_BACKEND=sim`
-//! fails with [`LoadError::SimulatorNotBuilt`]. The backend is chosen at run time by
-//! `NPU_BACKEND=sim|acl|auto`; see docs/ascend.md.
+//! CANN's `libacl_rt.so` (or the older `libascendcl.so`, or the library `NPU_ACL_LIB` names),
+//! and `NPU_BACKEND=sim` fails with [`LoadError::SimulatorNotBuilt`]. The backend is chosen at
+//! run time by `NPU_BACKEND=sim|acl|auto`; see docs/ascend.md.
 //!
 //! # Further reading
 //!
