@@ -10,7 +10,7 @@ use crate::device::Device;
 use crate::error::{Res, ensure, fail};
 use crate::handle::{self, Handle};
 use crate::sim::Sim;
-use crate::stream::Stream;
+use crate::stream::{Kind, Stream};
 use crate::sync::{Bell, lock};
 
 /// Whether a context stopped on a task failure (ACL_STOP_ON_FAILURE): shared by its streams.
@@ -87,7 +87,12 @@ impl Context {
     pub(crate) fn create(sim: &Sim, device: &Arc<Device>, primary: bool) -> Res<Arc<Context>> {
         let handle = sim.contexts.reserve()?;
         let health = Arc::new(Health::default());
-        let default_stream = match Stream::create(sim, handle, device, &health, 0, 0, true) {
+        let kind = if primary {
+            Kind::DeviceDefault
+        } else {
+            Kind::ContextDefault
+        };
+        let default_stream = match Stream::create(sim, handle, device, &health, 0, 0, kind) {
             Ok(stream) => stream,
             Err(error) => {
                 sim.contexts.remove(handle);
@@ -125,7 +130,7 @@ impl Context {
             &self.health,
             priority,
             flags,
-            false,
+            Kind::Created,
         )?;
         if let Err(error) = self.add_stream(stream.clone()) {
             stream.destroy(sim, false);
@@ -256,14 +261,10 @@ pub(crate) fn set_device(sim: &Sim, device_id: i32) -> Res<()> {
     let created = match primary.ctx {
         Some(_) => None,
         None => {
-            device.unbind_default_stream();
-            let created = Context::create(sim, device, true);
-            if let Ok(ctx) = &created {
-                primary.ctx = Some(ctx.handle);
-                primary.refs = 0;
-            }
-            device.rebind_default_stream(&primary);
-            Some(created?)
+            let ctx = Context::create(sim, device, true)?;
+            primary.ctx = Some(ctx.handle);
+            primary.refs = 0;
+            Some(ctx)
         }
     };
     primary.refs += 1;

@@ -83,9 +83,11 @@ pub(crate) struct Device {
     pub(crate) hold_bell: Bell,
     next_stream_id: AtomicI32,
     pub(crate) live_streams: AtomicU64,
-    /// The device's default stream is bound without a primary context holding it: explicit
-    /// contexts live on a device no aclrtSetDevice holds. It counts against the streams.
-    default_stream_bound: AtomicBool,
+    /// Holders of the device's default stream, which takes one of `live_streams` while it has
+    /// any: the primary context's default stream (until it is destroyed), and the explicit
+    /// contexts together (one holder while any lives). The slot passes between them without
+    /// ever being given back in between, so a stream created meanwhile cannot take it.
+    default_stream_holders: Mutex<u32>,
     pub(crate) live_events: AtomicU64,
     /// Live events holding a hardware event ([`crate::event::MAX_EVENTS_PER_DEVICE`]).
     pub(crate) hardware_events: AtomicU64,
@@ -123,7 +125,7 @@ impl Device {
             hold_bell: Bell::new(),
             next_stream_id: AtomicI32::new(1),
             live_streams: AtomicU64::new(0),
-            default_stream_bound: AtomicBool::new(false),
+            default_stream_holders: Mutex::new(0),
             live_events: AtomicU64::new(0),
             hardware_events: AtomicU64::new(0),
             next_event_id: AtomicU32::new(0),
@@ -391,38 +393,64 @@ impl Device {
         Some(self.last_fault.load(Ordering::Acquire)).filter(|&code| code != 0)
     }
 
-    /// How many streams the device may hold now: the hardware's streams less the device's
-    /// default stream while explicit contexts keep it bound without a primary context.
-    pub(crate) fn stream_limit(&self) -> u64 {
-        let bound = self.default_stream_bound.load(Ordering::Acquire);
-        crate::stream::MAX_STREAMS_PER_DEVICE - u64::from(bound)
+    /// Counts one more live stream, failing with 207008 once the device holds
+    /// [`MAX_STREAMS_PER_DEVICE`](crate::stream::MAX_STREAMS_PER_DEVICE). A `device_default`
+    /// stream (the primary context's default stream) is the device's default stream: it takes
+    /// a slot only if no explicit context holds that stream already.
+    pub(crate) fn take_stream_slot(&self, device_default: bool) -> Res<()> {
+        let take = || {
+            self.take_slot(
+                &self.live_streams,
+                crate::stream::MAX_STREAMS_PER_DEVICE,
+                ACL_ERROR_RT_NO_STREAM_RESOURCE,
+                "streams",
+            )
+        };
+        if !device_default {
+            return take();
+        }
+        // Under the lock, so that the slot is taken once for all holders, and a holder
+        // leaving cannot give it back while another arrives.
+        let mut holders = lock(&self.default_stream_holders);
+        if *holders == 0 {
+            take()?;
+        }
+        *holders += 1;
+        Ok(())
     }
 
-    /// Updates whether the device's default stream is bound on its own, after `primary`
-    /// changed: the first context created on a device binds the device's default stream (the
-    /// reference counts it beside the context's own), a primary context uses it as its
-    /// default stream, and it is given back once no context of the device is left.
-    pub(crate) fn rebind_default_stream(&self, primary: &Primary) {
-        let bound = primary.ctx.is_none() && primary.explicit > 0;
-        self.default_stream_bound.store(bound, Ordering::Release);
-    }
-
-    /// Hands the bound default stream to the primary context about to be created (whose
-    /// default stream it becomes), so that its creation does not count it twice.
-    pub(crate) fn unbind_default_stream(&self) {
-        self.default_stream_bound.store(false, Ordering::Release);
+    /// Gives back what [`Self::take_stream_slot`] took: the device's default stream's slot
+    /// only once its last holder leaves.
+    pub(crate) fn give_stream_slot(&self, device_default: bool) {
+        if device_default {
+            let mut holders = lock(&self.default_stream_holders);
+            *holders -= 1;
+            if *holders > 0 {
+                return;
+            }
+        }
+        self.live_streams.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Counts an explicit context about to be created (`true`) or one destroyed or not
-    /// created after all (`false`).
-    pub(crate) fn count_explicit_context(&self, created: bool) {
+    /// created after all (`false`). The first explicit context of the device holds the
+    /// device's default stream (the reference counts it beside the context's own), and the
+    /// last one gives it back: a creation fails (207008) if the device has no stream left
+    /// for it.
+    pub(crate) fn count_explicit_context(&self, created: bool) -> Res<()> {
         let mut primary = lock(&self.primary);
         if created {
+            if primary.explicit == 0 {
+                self.take_stream_slot(true)?;
+            }
             primary.explicit += 1;
         } else {
             primary.explicit -= 1;
+            if primary.explicit == 0 {
+                self.give_stream_slot(true);
+            }
         }
-        self.rebind_default_stream(&primary);
+        Ok(())
     }
 
     pub(crate) fn next_stream_id(&self) -> i32 {

@@ -21,9 +21,9 @@ pub unsafe extern "C" fn aclrtCreateContext(context: *mut aclrtContext, deviceId
         device.check_alive()?;
         // Counted first: the first context of a device no aclrtSetDevice holds binds the
         // device's default stream too, and its own default stream must fit beside it.
-        device.count_explicit_context(true);
+        device.count_explicit_context(true)?;
         let ctx = Context::create(sim, device, false).inspect_err(|_| {
-            device.count_explicit_context(false);
+            let _ = device.count_explicit_context(false);
         })?;
         context::bind_explicit(ctx.handle);
         ctx.announce_default_stream();
@@ -50,8 +50,7 @@ pub unsafe extern "C" fn aclrtDestroyContext(context: aclrtContext) -> aclError 
         );
         ctx.refuse_self_wait()?;
         ctx.destroy(sim)?;
-        ctx.device.count_explicit_context(false);
-        Ok(())
+        ctx.device.count_explicit_context(false)
     })
 }
 

@@ -97,14 +97,11 @@ fn release(sim: &Sim, device_id: i32, force: bool) -> Res<()> {
             ctx.refuse_self_wait()?;
         }
         primary.refs = if force { 0 } else { primary.refs - 1 };
-        let released = if primary.refs == 0 {
+        if primary.refs == 0 {
             primary.ctx.take()
         } else {
             None
-        };
-        // Explicit contexts left on the device keep its default stream bound.
-        device.rebind_default_stream(&primary);
-        released
+        }
     };
     if let Some(ctx) = released.and_then(|handle| sim.contexts.get(handle)) {
         // The primary context is released here only: no other call destroys it.

@@ -102,7 +102,7 @@ pub unsafe extern "C" fn aclrtGetStreamAvailableNum(streamCount: *mut u32) -> ac
         write_out(
             streamCount,
             "streamCount",
-            ctx.device.stream_limit().saturating_sub(live) as u32,
+            crate::stream::MAX_STREAMS_PER_DEVICE.saturating_sub(live) as u32,
         )
     })
 }

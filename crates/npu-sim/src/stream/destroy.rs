@@ -63,7 +63,7 @@ impl Stream {
         drop(kept);
         sim.streams.remove(self.handle);
         sim.reports.forget(self.handle);
-        self.device.live_streams.fetch_sub(1, Ordering::AcqRel);
+        self.device.give_stream_slot(self.device_default);
         self.nudge();
         // A task waiting for a stop to end gives up now.
         self.bell.ring();

@@ -13,7 +13,7 @@ use npu_sys::*;
 use crate::context::Health;
 use crate::device::Device;
 use crate::sim::sim;
-use crate::stream::Stream;
+use crate::stream::{Kind, Stream};
 use crate::task::{Op, Task};
 
 const LEN: usize = 64;
@@ -34,7 +34,7 @@ impl Rig {
         let health = Arc::new(Health::default());
         let targets = vec![[0; LEN]; streams];
         let streams = (0..streams)
-            .map(|_| Stream::create(sim, 0, &device, &health, 0, 0, false).unwrap())
+            .map(|_| Stream::create(sim, 0, &device, &health, 0, 0, Kind::Created).unwrap())
             .collect();
         Rig {
             device,

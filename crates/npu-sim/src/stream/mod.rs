@@ -101,6 +101,9 @@ pub(crate) struct Stream {
     priority: AtomicU64,
     pub(crate) flags: u32,
     pub(crate) is_default: bool,
+    /// The primary context's default stream, which is the device's default stream: it shares
+    /// that stream's slot with the device's explicit contexts ([`Device::take_stream_slot`]).
+    device_default: bool,
     failure_mode: AtomicU64,
     /// Whether aclrtSetStreamFailureMode was called on it: once per stream.
     failure_mode_chosen: AtomicBool,
@@ -147,6 +150,17 @@ pub(crate) struct Stream {
     stopped: AtomicBool,
 }
 
+/// What a stream is to its context, for [`Stream::create`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Created by aclrtCreateStream(WithConfig).
+    Created,
+    /// An explicit context's default stream.
+    ContextDefault,
+    /// The primary context's default stream: the device's default stream.
+    DeviceDefault,
+}
+
 impl Stream {
     /// Creates a stream in context `ctx`, registers its handle and starts its worker.
     pub(crate) fn create(
@@ -156,18 +170,18 @@ impl Stream {
         health: &Arc<Health>,
         priority: u32,
         flags: u32,
-        is_default: bool,
+        kind: Kind,
     ) -> Res<Arc<Stream>> {
-        device.take_slot(
-            &device.live_streams,
-            device.stream_limit(),
-            ACL_ERROR_RT_NO_STREAM_RESOURCE,
-            "streams",
-        )?;
+        let (is_default, device_default) = match kind {
+            Kind::Created => (false, false),
+            Kind::ContextDefault => (true, false),
+            Kind::DeviceDefault => (true, true),
+        };
+        device.take_stream_slot(device_default)?;
         let handle = match sim.streams.reserve() {
             Ok(handle) => handle,
             Err(error) => {
-                device.live_streams.fetch_sub(1, Ordering::AcqRel);
+                device.give_stream_slot(device_default);
                 return Err(error);
             }
         };
@@ -180,6 +194,7 @@ impl Stream {
             priority: AtomicU64::new(u64::from(priority)),
             flags,
             is_default,
+            device_default,
             failure_mode: AtomicU64::new(u64::from(ACL_CONTINUE_ON_FAILURE)),
             failure_mode_chosen: AtomicBool::new(false),
             attributes: Mutex::new(Attributes::default()),
@@ -209,7 +224,7 @@ impl Stream {
             .spawn(move || worker.run());
         if let Err(error) = spawned {
             sim.streams.remove(handle);
-            device.live_streams.fetch_sub(1, Ordering::AcqRel);
+            device.give_stream_slot(device_default);
             fail!(
                 ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
                 "could not start the worker thread of stream {}: {error}",
