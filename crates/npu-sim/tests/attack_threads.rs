@@ -12,8 +12,9 @@ extern crate ascendcl as npu_sim;
 #[macro_use]
 mod common;
 
+use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
@@ -21,6 +22,23 @@ use common::*;
 use npu_sim::abi::*;
 use npu_sim::control;
 use npu_sys::*;
+
+/// splitmix64: a small generator with a fixed seed per test, so that interleavings replay.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
 
 /// The device's streams as the reference counts them (1,984 on an Atlas A2).
 const MAX_STREAMS: u64 = 1984;
@@ -128,4 +146,225 @@ fn set_and_reset_device_racing_stream_creation_at_the_stream_limit() {
     }
     acl!(aclrtDestroyContext(ctx));
     assert_eq!(live_streams(DEVICE), 0, "every stream given back");
+}
+
+/// Slots of handles shared between the threads of a test (0: empty). A thread reads a slot and
+/// uses whatever handle it finds there, live or destroyed meanwhile by another thread.
+struct Slots(Vec<AtomicUsize>);
+
+impl Slots {
+    fn new(count: usize) -> Self {
+        Self((0..count).map(|_| AtomicUsize::new(0)).collect())
+    }
+
+    fn pick(&self, rng: &mut Rng) -> &AtomicUsize {
+        &self.0[rng.below(self.0.len() as u64) as usize]
+    }
+
+    /// Empties every slot, returning the handles left.
+    fn drain(&self) -> Vec<Raw> {
+        self.0
+            .iter()
+            .map(|slot| slot.swap(0, Ordering::AcqRel))
+            .filter(|&raw| raw != 0)
+            .map(|raw| Raw::of(raw as *mut c_void))
+            .collect()
+    }
+}
+
+/// Fails the test with what the call returned unless it is one of `allowed`.
+#[track_caller]
+fn expect_one_of(what: &str, code: aclError, allowed: &[aclError]) {
+    if !allowed.contains(&code) {
+        panic!("{what} returned {code}: {}", recent_message());
+    }
+}
+
+/// Runs `body(thread index, generator)` on `threads` threads at once, each with its own
+/// generator seeded from `seed`, and waits (bounded) for all of them.
+fn on_threads(
+    what: &'static str,
+    threads: usize,
+    seed: u64,
+    body: impl Fn(usize, &mut Rng) + Send + Sync + 'static,
+) {
+    let body = Arc::new(body);
+    let start = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|index| {
+            let (body, start) = (body.clone(), start.clone());
+            thread::spawn(move || {
+                let mut rng = Rng(seed ^ (index as u64).wrapping_mul(0x1000_0000_01b3));
+                start.wait();
+                body(index, &mut rng);
+            })
+        })
+        .collect();
+    bounded(what, move || {
+        for handle in handles {
+            handle.join().unwrap();
+        }
+    });
+}
+
+const OK: aclError = ACL_SUCCESS;
+const STALE: aclError = ACL_ERROR_RT_INVALID_HANDLE;
+const DROPPED: aclError = ACL_ERROR_RT_STREAM_ABORT;
+
+/// Promise (reference: streams and events may be shared between the threads of a context;
+/// docs: a destroyed handle is stale, 107017, never a dangling pointer; a forced destruction
+/// fails the waits on what it dropped with 107023): eight threads of one device create,
+/// destroy (plain and forced), submit to, record, wait on, synchronise and query streams and
+/// events they share, each using handles the others destroy under it. Every call returns one
+/// of the codes these races allow; no wait times out; the device's live stream and event
+/// counts return to where they were.
+#[test]
+fn shared_streams_and_events_destroyed_under_concurrent_use_leave_codes_and_counts() {
+    install_eight_devices();
+    const DEVICE: i32 = 1;
+    set_device(DEVICE);
+    let dev = Raw::of(malloc(1 << 16));
+    let before = control::device_stats(DEVICE).unwrap();
+    let streams = Arc::new(Slots::new(6));
+    let events = Arc::new(Slots::new(6));
+    {
+        let (streams, events) = (streams.clone(), events.clone());
+        on_threads(
+            "streams and events shared by eight threads",
+            8,
+            0x5eed_0001,
+            move |index, rng| {
+                set_device(DEVICE);
+                let region = dev.ptr::<u8>().wrapping_add(index * 4096).cast::<c_void>();
+                for _ in 0..3000 {
+                    let stream_slot = streams.pick(rng);
+                    let event_slot = events.pick(rng);
+                    let stream = stream_slot.load(Ordering::Acquire) as aclrtStream;
+                    let event = event_slot.load(Ordering::Acquire) as aclrtEvent;
+                    match rng.below(14) {
+                        0 if stream.is_null() => {
+                            let mut created = ptr::null_mut();
+                            acl!(aclrtCreateStream(&mut created));
+                            if stream_slot
+                                .compare_exchange(
+                                    0,
+                                    created as usize,
+                                    Ordering::AcqRel,
+                                    Ordering::Acquire,
+                                )
+                                .is_err()
+                            {
+                                acl!(aclrtDestroyStream(created));
+                            }
+                        }
+                        1 if event.is_null() => {
+                            let mut created = ptr::null_mut();
+                            acl!(aclrtCreateEventWithFlag(&mut created, ACL_EVENT_SYNC));
+                            if event_slot
+                                .compare_exchange(
+                                    0,
+                                    created as usize,
+                                    Ordering::AcqRel,
+                                    Ordering::Acquire,
+                                )
+                                .is_err()
+                            {
+                                acl!(aclrtDestroyEvent(created));
+                            }
+                        }
+                        2 | 3 if !stream.is_null() => {
+                            let force = rng.below(2) == 0;
+                            let code = if force {
+                                code!(aclrtDestroyStreamForce(stream))
+                            } else {
+                                code!(aclrtDestroyStream(stream))
+                            };
+                            expect_one_of("aclrtDestroyStream(Force)", code, &[OK, STALE]);
+                            let _ = stream_slot.compare_exchange(
+                                stream as usize,
+                                0,
+                                Ordering::AcqRel,
+                                Ordering::Acquire,
+                            );
+                        }
+                        4 if !event.is_null() => {
+                            let code = code!(aclrtDestroyEvent(event));
+                            expect_one_of("aclrtDestroyEvent", code, &[OK, STALE]);
+                            let _ = event_slot.compare_exchange(
+                                event as usize,
+                                0,
+                                Ordering::AcqRel,
+                                Ordering::Acquire,
+                            );
+                        }
+                        5 | 6 if !stream.is_null() => {
+                            let code =
+                                code!(aclrtMemsetAsync(region, 4096, index as i32, 4096, stream));
+                            expect_one_of("aclrtMemsetAsync", code, &[OK, STALE, DROPPED]);
+                        }
+                        7 if !stream.is_null() && !event.is_null() => {
+                            let code = code!(aclrtRecordEvent(event, stream));
+                            expect_one_of("aclrtRecordEvent", code, &[OK, STALE, DROPPED]);
+                        }
+                        8 if !stream.is_null() && !event.is_null() => {
+                            let code = code!(aclrtStreamWaitEvent(stream, event));
+                            expect_one_of("aclrtStreamWaitEvent", code, &[OK, STALE, DROPPED]);
+                        }
+                        9 if !stream.is_null() => {
+                            let code = code!(aclrtSynchronizeStreamWithTimeout(stream, 20_000));
+                            expect_one_of(
+                                "aclrtSynchronizeStreamWithTimeout",
+                                code,
+                                &[OK, STALE, DROPPED],
+                            );
+                        }
+                        10 if !event.is_null() => {
+                            let code = code!(aclrtSynchronizeEventWithTimeout(event, 20_000));
+                            expect_one_of(
+                                "aclrtSynchronizeEventWithTimeout",
+                                code,
+                                &[OK, STALE, DROPPED],
+                            );
+                        }
+                        11 if !event.is_null() => {
+                            let mut status = ACL_EVENT_RECORDED_STATUS_NOT_READY;
+                            let code = code!(aclrtQueryEventStatus(event, &mut status));
+                            expect_one_of("aclrtQueryEventStatus", code, &[OK, STALE, DROPPED]);
+                            let mut wait = ACL_EVENT_WAIT_STATUS_NOT_READY;
+                            let code = code!(aclrtQueryEventWaitStatus(event, &mut wait));
+                            expect_one_of("aclrtQueryEventWaitStatus", code, &[OK, STALE, DROPPED]);
+                        }
+                        12 if !stream.is_null() => {
+                            let mut status = ACL_STREAM_STATUS_NOT_READY;
+                            let code = code!(aclrtStreamQuery(stream, &mut status));
+                            expect_one_of("aclrtStreamQuery", code, &[OK, STALE, DROPPED]);
+                        }
+                        13 if !stream.is_null() && !event.is_null() => {
+                            let code = code!(aclrtResetEvent(event, stream));
+                            expect_one_of("aclrtResetEvent", code, &[OK, STALE, DROPPED]);
+                        }
+                        _ => {}
+                    }
+                    recent_message();
+                }
+            },
+        );
+    }
+    for stream in streams.drain() {
+        expect_one_of(
+            "aclrtDestroyStream",
+            code!(aclrtDestroyStream(stream.ptr())),
+            &[OK],
+        );
+    }
+    for event in events.drain() {
+        acl!(aclrtDestroyEvent(event.ptr()));
+    }
+    let after = control::device_stats(DEVICE).unwrap();
+    assert_eq!(
+        (after.live_streams, after.live_events),
+        (before.live_streams, before.live_events),
+        "streams or events left counted"
+    );
+    acl!(aclrtFree(dev.ptr()));
 }
