@@ -368,3 +368,269 @@ fn shared_streams_and_events_destroyed_under_concurrent_use_leave_codes_and_coun
     );
     acl!(aclrtFree(dev.ptr()));
 }
+
+const NO_CONTEXT: aclError = ACL_ERROR_RT_CONTEXT_NULL;
+const OTHER_CONTEXT: aclError = ACL_ERROR_RT_STREAM_CONTEXT;
+const NOT_SET: aclError = ACL_ERROR_RT_CONTEXT_RELEASE_ERROR;
+
+/// Promise (reference, aclrtResetDeviceForce: the primary context, its streams and their work
+/// go, whatever the count; docs: handles of what went are stale, 107017, and a thread whose
+/// device was reset has no context, 107002): one thread force-resets and sets the device
+/// again and again while six others, bound to it, create and destroy streams and events,
+/// allocate, fill and free memory, submit work to their streams and the default stream,
+/// synchronise, and create and destroy explicit contexts of the device. Every call returns a
+/// code these races allow, none hangs, and once every thread has finished the device holds no
+/// stream, no event and no memory, and aclrtGetMemInfo agrees.
+#[test]
+fn forced_resets_racing_every_kind_of_call_leave_codes_and_an_empty_device() {
+    install_eight_devices();
+    const DEVICE: i32 = 2;
+    let stop = Arc::new(AtomicBool::new(false));
+    let resetter = {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            let mut rng = Rng(0x5eed_0002);
+            let mut resets = 0;
+            while !stop.load(Ordering::Acquire) || resets < 20 {
+                set_device(DEVICE);
+                // Leave the device set for a while, so that the others' work lands in it.
+                for _ in 0..rng.below(64) {
+                    thread::yield_now();
+                }
+                let code = code!(aclrtResetDeviceForce(DEVICE));
+                expect_one_of("aclrtResetDeviceForce", code, &[OK, NOT_SET]);
+                recent_message();
+                resets += 1;
+            }
+            resets
+        })
+    };
+    let streams = Arc::new(Slots::new(8));
+    let events = Arc::new(Slots::new(4));
+    let memory = Arc::new(Slots::new(8));
+    {
+        let (streams, events, memory) = (streams.clone(), events.clone(), memory.clone());
+        on_threads(
+            "calls racing forced resets",
+            6,
+            0x5eed_0003,
+            move |_, rng| {
+                let mut own_context: aclrtContext = ptr::null_mut();
+                for _ in 0..600 {
+                    if rng.below(8) == 0 {
+                        // Bind again: a forced reset released this thread's reference.
+                        let code = code!(aclrtSetDevice(DEVICE));
+                        expect_one_of("aclrtSetDevice", code, &[OK]);
+                    }
+                    let stream_slot = streams.pick(rng);
+                    let stream = stream_slot.load(Ordering::Acquire) as aclrtStream;
+                    let event_slot = events.pick(rng);
+                    let event = event_slot.load(Ordering::Acquire) as aclrtEvent;
+                    let memory_slot = memory.pick(rng);
+                    let dev = memory_slot.load(Ordering::Acquire) as *mut c_void;
+                    let ctx_codes = [OK, STALE, DROPPED, NO_CONTEXT, OTHER_CONTEXT];
+                    match rng.below(13) {
+                        0 if stream.is_null() => {
+                            let mut created = ptr::null_mut();
+                            let code = code!(aclrtCreateStream(&mut created));
+                            expect_one_of("aclrtCreateStream", code, &[OK, NO_CONTEXT]);
+                            if code == OK
+                                && stream_slot
+                                    .compare_exchange(
+                                        0,
+                                        created as usize,
+                                        Ordering::AcqRel,
+                                        Ordering::Acquire,
+                                    )
+                                    .is_err()
+                            {
+                                let code = code!(aclrtDestroyStream(created));
+                                expect_one_of("aclrtDestroyStream", code, &ctx_codes);
+                            }
+                        }
+                        1 if !stream.is_null() => {
+                            let code = code!(aclrtDestroyStream(stream));
+                            expect_one_of("aclrtDestroyStream", code, &ctx_codes);
+                            if code != OTHER_CONTEXT && code != NO_CONTEXT {
+                                let _ = stream_slot.compare_exchange(
+                                    stream as usize,
+                                    0,
+                                    Ordering::AcqRel,
+                                    Ordering::Acquire,
+                                );
+                            }
+                        }
+                        2 if dev.is_null() => {
+                            let mut created = ptr::null_mut();
+                            let code =
+                                code!(aclrtMalloc(&mut created, 8192, ACL_MEM_MALLOC_HUGE_FIRST));
+                            expect_one_of("aclrtMalloc", code, &[OK, NO_CONTEXT]);
+                            if code == OK
+                                && memory_slot
+                                    .compare_exchange(
+                                        0,
+                                        created as usize,
+                                        Ordering::AcqRel,
+                                        Ordering::Acquire,
+                                    )
+                                    .is_err()
+                            {
+                                acl!(aclrtFree(created));
+                            }
+                        }
+                        3 if !dev.is_null() => {
+                            // Only the thread that empties the slot frees the memory: a second
+                            // free of an address another allocation may have taken since is the
+                            // caller's bug, not a race of the runtime's.
+                            if memory_slot
+                                .compare_exchange(
+                                    dev as usize,
+                                    0,
+                                    Ordering::AcqRel,
+                                    Ordering::Acquire,
+                                )
+                                .is_ok()
+                            {
+                                acl!(aclrtFree(dev));
+                            }
+                        }
+                        4 | 5 if !dev.is_null() => {
+                            // The memory may be freed under the memset (507013 at the next
+                            // synchronisation, or a refusal now).
+                            let code = code!(aclrtMemsetAsync(dev, 8192, 7, 8192, stream));
+                            expect_one_of(
+                                "aclrtMemsetAsync",
+                                code,
+                                &[
+                                    OK,
+                                    STALE,
+                                    DROPPED,
+                                    NO_CONTEXT,
+                                    OTHER_CONTEXT,
+                                    ACL_ERROR_RT_PARAM_INVALID,
+                                ],
+                            );
+                        }
+                        6 => {
+                            let code = code!(aclrtSynchronizeStreamWithTimeout(stream, 20_000));
+                            expect_one_of(
+                                "aclrtSynchronizeStreamWithTimeout",
+                                code,
+                                &[OK, STALE, DROPPED, NO_CONTEXT, ACL_ERROR_RT_SYS_DMA],
+                            );
+                        }
+                        7 => {
+                            let code = code!(aclrtSynchronizeDeviceWithTimeout(20_000));
+                            expect_one_of(
+                                "aclrtSynchronizeDeviceWithTimeout",
+                                code,
+                                &[OK, DROPPED, NO_CONTEXT, ACL_ERROR_RT_SYS_DMA],
+                            );
+                        }
+                        8 if event.is_null() => {
+                            let mut created = ptr::null_mut();
+                            let code = code!(aclrtCreateEvent(&mut created));
+                            expect_one_of("aclrtCreateEvent", code, &[OK, NO_CONTEXT]);
+                            if code == OK
+                                && event_slot
+                                    .compare_exchange(
+                                        0,
+                                        created as usize,
+                                        Ordering::AcqRel,
+                                        Ordering::Acquire,
+                                    )
+                                    .is_err()
+                            {
+                                acl!(aclrtDestroyEvent(created));
+                            }
+                        }
+                        9 if !event.is_null() => {
+                            let code = match rng.below(3) {
+                                0 => code!(aclrtRecordEvent(event, stream)),
+                                1 => code!(aclrtSynchronizeEventWithTimeout(event, 20_000)),
+                                _ => {
+                                    let code = code!(aclrtDestroyEvent(event));
+                                    let _ = event_slot.compare_exchange(
+                                        event as usize,
+                                        0,
+                                        Ordering::AcqRel,
+                                        Ordering::Acquire,
+                                    );
+                                    code
+                                }
+                            };
+                            // A memset the record captured may have met freed memory.
+                            expect_one_of(
+                                "an event call",
+                                code,
+                                &[
+                                    OK,
+                                    STALE,
+                                    DROPPED,
+                                    NO_CONTEXT,
+                                    OTHER_CONTEXT,
+                                    ACL_ERROR_RT_SYS_DMA,
+                                ],
+                            );
+                        }
+                        10 => {
+                            let (mut free, mut total) = (0, 0);
+                            let code = code!(aclrtGetMemInfo(ACL_HBM_MEM, &mut free, &mut total));
+                            expect_one_of("aclrtGetMemInfo", code, &[OK, NO_CONTEXT]);
+                            assert!(free <= total);
+                            let mut count = 0;
+                            let code = code!(aclrtGetStreamAvailableNum(&mut count));
+                            expect_one_of("aclrtGetStreamAvailableNum", code, &[OK, NO_CONTEXT]);
+                            assert!(u64::from(count) <= MAX_STREAMS);
+                        }
+                        11 if own_context.is_null() => {
+                            let code = code!(aclrtCreateContext(&mut own_context, DEVICE));
+                            expect_one_of("aclrtCreateContext", code, &[OK]);
+                        }
+                        12 if !own_context.is_null() => {
+                            acl!(aclrtDestroyContext(own_context));
+                            own_context = ptr::null_mut();
+                            // The thread has no context now; the next round may set the device.
+                        }
+                        _ => {}
+                    }
+                    recent_message();
+                }
+                if !own_context.is_null() {
+                    acl!(aclrtDestroyContext(own_context));
+                }
+            },
+        );
+    }
+    stop.store(true, Ordering::Release);
+    let resets = bounded("the resetting thread", move || resetter.join().unwrap());
+    assert!(resets >= 20);
+    // What is left: streams of a primary context released since are stale already.
+    set_device(DEVICE);
+    for stream in streams.drain() {
+        let code = code!(aclrtDestroyStream(stream.ptr()));
+        expect_one_of("aclrtDestroyStream", code, &[OK, STALE]);
+        recent_message();
+    }
+    for event in events.drain() {
+        acl!(aclrtDestroyEvent(event.ptr()));
+    }
+    for dev in memory.drain() {
+        acl!(aclrtFree(dev.ptr()));
+    }
+    let (mut free, mut total) = (0, 0);
+    acl!(aclrtGetMemInfo(ACL_HBM_MEM, &mut free, &mut total));
+    acl!(aclrtResetDeviceForce(DEVICE));
+    let stats = control::device_stats(DEVICE).unwrap();
+    assert_eq!(
+        (
+            stats.live_streams,
+            stats.live_events,
+            stats.live_allocations,
+            stats.bytes_allocated
+        ),
+        (0, 0, 0, 0),
+        "what the device still holds"
+    );
+    assert_eq!(free, total, "aclrtGetMemInfo: all device memory free");
+}
