@@ -634,3 +634,165 @@ fn forced_resets_racing_every_kind_of_call_leave_codes_and_an_empty_device() {
     );
     assert_eq!(free, total, "aclrtGetMemInfo: all device memory free");
 }
+
+const MIB: usize = 1 << 20;
+const FREED: aclError = ACL_ERROR_RT_SYS_DMA;
+
+/// Promise (docs, "Memory": aclrtFree is immediate; a task whose memory was freed under it
+/// fails with 507013 and touches nothing; a synchronous copy of freed memory is refused): two
+/// threads copy between device allocations (asynchronously on streams of their own, and
+/// synchronously to and from a host buffer) while two others free and allocate those
+/// allocations again. No copy reads or writes unmapped memory (the process would fault),
+/// every call returns a code these races allow, and the device's memory counts return to
+/// where they were.
+#[test]
+fn frees_racing_queued_and_synchronous_copies_leave_codes_and_counts() {
+    install_eight_devices();
+    const DEVICE: i32 = 3;
+    set_device(DEVICE);
+    let before = control::device_stats(DEVICE).unwrap();
+    let memory = Arc::new(Slots::new(6));
+    {
+        let memory = memory.clone();
+        on_threads("copies racing frees", 4, 0x5eed_0004, move |index, rng| {
+            set_device(DEVICE);
+            let stream = create_stream();
+            let mut host = vec![0u8; MIB];
+            for _ in 0..150 {
+                let slot = memory.pick(rng);
+                let dev = slot.load(Ordering::Acquire) as *mut c_void;
+                let other = memory.pick(rng).load(Ordering::Acquire) as *mut c_void;
+                if index >= 2 {
+                    // Freeing threads: free the allocation in a slot, or fill an empty one.
+                    if dev.is_null() {
+                        let fresh = malloc(MIB);
+                        if slot
+                            .compare_exchange(
+                                0,
+                                fresh as usize,
+                                Ordering::AcqRel,
+                                Ordering::Acquire,
+                            )
+                            .is_err()
+                        {
+                            acl!(aclrtFree(fresh));
+                        }
+                    } else if slot
+                        .compare_exchange(dev as usize, 0, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        acl!(aclrtFree(dev));
+                    }
+                    continue;
+                }
+                if dev.is_null() || other.is_null() {
+                    continue;
+                }
+                let refused = [OK, ACL_ERROR_RT_PARAM_INVALID];
+                // A synchronous copy whose memory is freed after it looked the address up
+                // meets the free as a task would.
+                let sync_refused = [OK, ACL_ERROR_RT_PARAM_INVALID, FREED];
+                match rng.below(4) {
+                    0 => {
+                        let code = code!(aclrtMemcpyAsync(
+                            dev,
+                            MIB,
+                            other,
+                            MIB,
+                            ACL_MEMCPY_DEVICE_TO_DEVICE,
+                            stream
+                        ));
+                        expect_one_of("aclrtMemcpyAsync", code, &refused);
+                        let code = code!(aclrtMemsetAsync(other, MIB, index as i32, MIB, stream));
+                        expect_one_of("aclrtMemsetAsync", code, &refused);
+                    }
+                    1 => {
+                        let code = code!(aclrtMemcpy(
+                            host.as_mut_ptr().cast(),
+                            MIB,
+                            dev,
+                            MIB,
+                            ACL_MEMCPY_DEVICE_TO_HOST
+                        ));
+                        expect_one_of("aclrtMemcpy (D2H)", code, &sync_refused);
+                    }
+                    2 => {
+                        let code = code!(aclrtMemcpy(
+                            dev,
+                            MIB,
+                            host.as_ptr().cast(),
+                            MIB,
+                            ACL_MEMCPY_HOST_TO_DEVICE
+                        ));
+                        expect_one_of("aclrtMemcpy (H2D)", code, &sync_refused);
+                    }
+                    _ => {
+                        let code = code!(aclrtSynchronizeStreamWithTimeout(stream, 20_000));
+                        expect_one_of("aclrtSynchronizeStreamWithTimeout", code, &[OK, FREED]);
+                    }
+                }
+                recent_message();
+            }
+            let code = code!(aclrtSynchronizeStreamWithTimeout(stream, 20_000));
+            expect_one_of("aclrtSynchronizeStreamWithTimeout", code, &[OK, FREED]);
+            recent_message();
+            acl!(aclrtDestroyStream(stream));
+        });
+    }
+    for dev in memory.drain() {
+        acl!(aclrtFree(dev.ptr()));
+    }
+    let after = control::device_stats(DEVICE).unwrap();
+    assert_eq!(
+        (after.live_allocations, after.bytes_allocated),
+        (before.live_allocations, before.bytes_allocated)
+    );
+}
+
+/// Promise (reference, aclrtMemcpy: a synchronous copy may be called from any thread; docs:
+/// copies of overlapping ranges are not ordered with each other): two threads copying
+/// different patterns into overlapping ranges of one allocation at once, each copy returning
+/// 0, leave every byte of the overlap holding one pattern or the other and every byte outside
+/// it the one copy that wrote it.
+#[test]
+fn synchronous_copies_into_overlapping_ranges_from_two_threads_keep_their_bytes() {
+    install_eight_devices();
+    const DEVICE: i32 = 3;
+    set_device(DEVICE);
+    let dev = Raw::of(malloc(3 * MIB));
+    for round in 0..20u8 {
+        let (a, b) = (2 * round + 1, 2 * round + 2);
+        on_threads(
+            "overlapping synchronous copies",
+            2,
+            0x5eed_0005,
+            move |index, _| {
+                set_device(DEVICE);
+                let (offset, value) = if index == 0 { (0, a) } else { (MIB, b) };
+                let source = vec![value; 2 * MIB];
+                let target = dev.ptr::<u8>().wrapping_add(offset).cast::<c_void>();
+                acl!(aclrtMemcpy(
+                    target,
+                    2 * MIB,
+                    source.as_ptr().cast(),
+                    2 * MIB,
+                    ACL_MEMCPY_HOST_TO_DEVICE
+                ));
+            },
+        );
+        let bytes = download::<u8>(dev.ptr(), 3 * MIB);
+        assert!(
+            bytes[..MIB].iter().all(|&x| x == a),
+            "round {round}: the first copy's part"
+        );
+        assert!(
+            bytes[MIB..2 * MIB].iter().all(|&x| x == a || x == b),
+            "round {round}: the overlap holds a byte neither copy wrote"
+        );
+        assert!(
+            bytes[2 * MIB..].iter().all(|&x| x == b),
+            "round {round}: the second copy's part"
+        );
+    }
+    acl!(aclrtFree(dev.ptr()));
+}
