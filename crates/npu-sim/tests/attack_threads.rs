@@ -14,7 +14,7 @@ mod common;
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
@@ -794,5 +794,198 @@ fn synchronous_copies_into_overlapping_ranges_from_two_threads_keep_their_bytes(
             "round {round}: the second copy's part"
         );
     }
+    acl!(aclrtFree(dev.ptr()));
+}
+
+/// What one aclrtLaunchCallback's function saw: how often it ran, and on which thread.
+#[derive(Default)]
+struct CallbackRun {
+    runs: AtomicU32,
+    thread: AtomicU64,
+}
+
+unsafe extern "C" fn count_run(data: *mut c_void) {
+    // SAFETY: the test passes a leaked CallbackRun, alive for the rest of the process.
+    let run = unsafe { &*data.cast::<CallbackRun>() };
+    run.thread.store(this_thread(), Ordering::Release);
+    run.runs.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Promise (reference: aclrtSubscribeReport / aclrtProcessReport run a stream's callbacks on
+/// the thread subscribed to it; docs, point 10: each launch runs at most once, on that thread,
+/// inside its aclrtProcessReport; a callback queued for a thread that unsubscribes never runs,
+/// and its stream does not hang): two report threads subscribe to, process and unsubscribe from
+/// four shared streams at random while two threads launch BLOCK and NO_BLOCK callbacks and
+/// memsets on them and synchronise them, and a fifth destroys (plainly or forced) and
+/// re-creates the streams. Every call returns a code these races allow; no callback runs twice
+/// or on a thread that is not a report thread; every synchronisation and destruction returns.
+#[test]
+fn report_threads_subscribing_and_leaving_under_callbacks_and_stream_destruction() {
+    install_eight_devices();
+    const DEVICE: i32 = 4;
+    set_device(DEVICE);
+    let dev = Raw::of(malloc(4096));
+    let before = control::device_stats(DEVICE).unwrap().live_streams;
+    let streams = Arc::new(Slots::new(4));
+    for slot in &streams.0 {
+        slot.store(create_stream() as usize, Ordering::Release);
+    }
+    let report_threads = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let launched = Arc::new(std::sync::Mutex::new(Vec::<&'static CallbackRun>::new()));
+    {
+        let (streams, report_threads, launched) =
+            (streams.clone(), report_threads.clone(), launched.clone());
+        on_threads(
+            "report threads, callbacks and destructions",
+            5,
+            0x5eed_0006,
+            move |index, rng| {
+                set_device(DEVICE);
+                match index {
+                    0 => {
+                        for _ in 0..60 {
+                            let slot = streams.pick(rng);
+                            let stream = slot.swap(0, Ordering::AcqRel) as aclrtStream;
+                            if !stream.is_null() {
+                                let code = if rng.below(2) == 0 {
+                                    code!(aclrtDestroyStream(stream))
+                                } else {
+                                    code!(aclrtDestroyStreamForce(stream))
+                                };
+                                expect_one_of("aclrtDestroyStream(Force)", code, &[OK]);
+                            }
+                            slot.store(create_stream() as usize, Ordering::Release);
+                            recent_message();
+                            thread::yield_now();
+                        }
+                    }
+                    1 | 2 => {
+                        let me = this_thread();
+                        report_threads[index - 1].store(me, Ordering::Release);
+                        for _ in 0..400 {
+                            let stream = streams.pick(rng).load(Ordering::Acquire) as aclrtStream;
+                            match rng.below(4) {
+                                0 if !stream.is_null() => {
+                                    let code = code!(aclrtSubscribeReport(me, stream));
+                                    expect_one_of(
+                                        "aclrtSubscribeReport",
+                                        code,
+                                        &[OK, STALE, ACL_ERROR_RT_STREAM_SUBSCRIBE],
+                                    );
+                                }
+                                1 if !stream.is_null() => {
+                                    let code = code!(aclrtUnSubscribeReport(me, stream));
+                                    expect_one_of(
+                                        "aclrtUnSubscribeReport",
+                                        code,
+                                        &[
+                                            OK,
+                                            STALE,
+                                            ACL_ERROR_RT_STREAM_SUBSCRIBE,
+                                            ACL_ERROR_RT_THREAD_SUBSCRIBE,
+                                        ],
+                                    );
+                                }
+                                _ => {
+                                    let code = code!(aclrtProcessReport(1));
+                                    expect_one_of(
+                                        "aclrtProcessReport",
+                                        code,
+                                        &[
+                                            OK,
+                                            ACL_ERROR_RT_REPORT_TIMEOUT,
+                                            ACL_ERROR_RT_THREAD_SUBSCRIBE,
+                                        ],
+                                    );
+                                }
+                            }
+                            recent_message();
+                        }
+                        // Leave every stream still subscribed: what is queued for this thread is
+                        // dropped, so no stream waits for it any more.
+                        for slot in &streams.0 {
+                            let stream = slot.load(Ordering::Acquire) as aclrtStream;
+                            if !stream.is_null() {
+                                let _ = code!(aclrtUnSubscribeReport(me, stream));
+                            }
+                        }
+                        recent_message();
+                    }
+                    _ => {
+                        let launch_codes = [OK, STALE, DROPPED, ACL_ERROR_RT_STREAM_NO_CB_REG];
+                        for _ in 0..300 {
+                            let stream = streams.pick(rng).load(Ordering::Acquire) as aclrtStream;
+                            if stream.is_null() {
+                                continue;
+                            }
+                            match rng.below(4) {
+                                0 | 1 => {
+                                    let run: &'static CallbackRun = Box::leak(Box::default());
+                                    let block = if rng.below(2) == 0 {
+                                        ACL_CALLBACK_BLOCK
+                                    } else {
+                                        ACL_CALLBACK_NO_BLOCK
+                                    };
+                                    let data = ptr::from_ref(run).cast_mut().cast();
+                                    let code = code!(aclrtLaunchCallback(
+                                        Some(count_run),
+                                        data,
+                                        block,
+                                        stream
+                                    ));
+                                    expect_one_of("aclrtLaunchCallback", code, &launch_codes);
+                                    launched.lock().unwrap().push(run);
+                                }
+                                2 => {
+                                    let code =
+                                        code!(aclrtMemsetAsync(dev.ptr(), 4096, 1, 4096, stream));
+                                    expect_one_of("aclrtMemsetAsync", code, &[OK, STALE, DROPPED]);
+                                }
+                                _ => {
+                                    // A BLOCK callback may wait for a report thread until it leaves.
+                                    let code =
+                                        code!(aclrtSynchronizeStreamWithTimeout(stream, 30_000));
+                                    expect_one_of(
+                                        "aclrtSynchronizeStreamWithTimeout",
+                                        code,
+                                        &[OK, STALE, DROPPED],
+                                    );
+                                }
+                            }
+                            recent_message();
+                        }
+                    }
+                }
+            },
+        );
+    }
+    for stream in streams.drain() {
+        let raw = stream;
+        bounded("destroying a stream the report threads left", move || {
+            set_device(DEVICE);
+            acl!(aclrtDestroyStream(raw.ptr()));
+        });
+    }
+    let report_threads: Vec<u64> = report_threads
+        .iter()
+        .map(|t| t.load(Ordering::Acquire))
+        .collect();
+    let launched = launched.lock().unwrap();
+    let mut ran = 0;
+    for run in launched.iter() {
+        let runs = run.runs.load(Ordering::Acquire);
+        assert!(runs <= 1, "a callback ran {runs} times");
+        if runs == 1 {
+            ran += 1;
+            let thread = run.thread.load(Ordering::Acquire);
+            assert!(
+                report_threads.contains(&thread),
+                "a callback ran on thread {thread:#x}"
+            );
+        }
+    }
+    assert!(!launched.is_empty());
+    assert!(ran > 0, "no callback ran");
+    assert_eq!(control::device_stats(DEVICE).unwrap().live_streams, before);
     acl!(aclrtFree(dev.ptr()));
 }
