@@ -989,3 +989,72 @@ fn report_threads_subscribing_and_leaving_under_callbacks_and_stream_destruction
     assert_eq!(control::device_stats(DEVICE).unwrap().live_streams, before);
     acl!(aclrtFree(dev.ptr()));
 }
+
+/// Promise (reference, aclrtSetDevice / aclrtResetDevice: the primary context is
+/// reference-counted, shared by the threads that set the device, and torn down when the last
+/// reference goes): six threads setting and resetting one device in loops never take the
+/// context from a seventh that holds a reference all along: its submissions to the default
+/// stream and its synchronisations all succeed. Once the holder resets too, the primary context
+/// is gone (aclrtGetPrimaryCtxState says 0), a further reset fails with 507007, and the device
+/// holds no stream.
+#[test]
+fn set_and_reset_cycles_on_many_threads_never_take_the_context_of_a_holder() {
+    install_eight_devices();
+    const DEVICE: i32 = 5;
+    let stop = Arc::new(AtomicBool::new(false));
+    let holder = {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            set_device(DEVICE);
+            let dev = malloc(4096);
+            let mut rounds = 0u32;
+            while !stop.load(Ordering::Acquire) || rounds < 50 {
+                acl!(aclrtMemsetAsync(
+                    dev,
+                    4096,
+                    rounds as i32 & 0xff,
+                    4096,
+                    ptr::null_mut()
+                ));
+                let mut stream = ptr::null_mut();
+                acl!(aclrtCreateStream(&mut stream));
+                acl!(aclrtMemsetAsync(dev, 64, 1, 64, stream));
+                acl!(aclrtSynchronizeStream(ptr::null_mut()));
+                acl!(aclrtDestroyStream(stream));
+                rounds += 1;
+            }
+            acl!(aclrtSynchronizeDevice());
+            acl!(aclrtFree(dev));
+            acl!(aclrtResetDevice(DEVICE));
+            rounds
+        })
+    };
+    on_threads("set and reset cycles", 6, 0x5eed_0007, move |_, rng| {
+        for _ in 0..150 {
+            let depth = 1 + rng.below(3);
+            for _ in 0..depth {
+                acl!(aclrtSetDevice(DEVICE));
+            }
+            if rng.below(2) == 0 {
+                let mut stream = ptr::null_mut();
+                acl!(aclrtCreateStream(&mut stream));
+                acl!(aclrtDestroyStream(stream));
+            }
+            for _ in 0..depth {
+                acl!(aclrtResetDevice(DEVICE));
+            }
+        }
+    });
+    stop.store(true, Ordering::Release);
+    bounded("the holder", move || holder.join().unwrap());
+    let mut active = -1;
+    acl!(aclrtGetPrimaryCtxState(
+        DEVICE,
+        ptr::null_mut(),
+        &mut active
+    ));
+    assert_eq!(active, 0, "the last reset tore the primary context down");
+    assert_eq!(code!(aclrtResetDevice(DEVICE)), NOT_SET);
+    recent_message();
+    assert_eq!(live_streams(DEVICE), 0);
+}
