@@ -23,6 +23,8 @@ const MAX_THREADS: usize = 1024;
 struct Pending {
     func: HostFn,
     data: usize,
+    /// The stream that launched it: its thread leaving that stream drops it.
+    stream: Handle,
     done: Arc<Done>,
     /// The stream and position of a BLOCK callback, which its stream waits for.
     holds: Option<(Handle, u64)>,
@@ -144,23 +146,33 @@ impl Reports {
         }
     }
 
-    /// Ends `thread`'s subscription of `stream` (taking the lock that found it); the thread's
-    /// last one drops its queued callbacks.
+    /// Ends `thread`'s subscription of `stream` (taking the lock that found it) and drops the
+    /// callbacks of `stream` queued for the thread: the thread no longer processes the
+    /// stream's callbacks, and a BLOCK one would hold the stream until the thread happened to
+    /// run it anyway. The thread's last subscription drops its whole queue.
     fn end(&self, mut inner: MutexGuard<'_, Inner>, thread: u64, stream: Handle) {
         inner.by_stream.remove(&stream);
-        let subscriber = inner.threads.get_mut(&thread);
-        let last = subscriber.is_some_and(|s| {
-            s.streams -= 1;
-            s.streams == 0
-        });
-        let dropped = if last {
-            inner.threads.remove(&thread).map(|s| s.queue)
-        } else {
-            None
+        let dropped: VecDeque<Pending> = match inner.threads.get_mut(&thread) {
+            Some(subscriber) => {
+                subscriber.streams -= 1;
+                if subscriber.streams == 0 {
+                    inner
+                        .threads
+                        .remove(&thread)
+                        .map(|s| s.queue)
+                        .unwrap_or_default()
+                } else {
+                    let queue = std::mem::take(&mut subscriber.queue);
+                    let (dropped, kept) = queue.into_iter().partition(|p| p.stream == stream);
+                    subscriber.queue = kept;
+                    dropped
+                }
+            }
+            None => VecDeque::new(),
         };
         drop(inner);
         // Callbacks nobody will process any more release their streams.
-        for pending in dropped.into_iter().flatten() {
+        for pending in dropped {
             pending.done.set();
         }
         self.bell.ring_key(thread);
@@ -198,6 +210,7 @@ impl Reports {
             subscriber.queue.push_back(Pending {
                 func,
                 data,
+                stream: stream.handle,
                 done: done.clone(),
                 holds: block.then_some((stream.handle, position)),
             });

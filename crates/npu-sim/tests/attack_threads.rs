@@ -1058,3 +1058,57 @@ fn set_and_reset_cycles_on_many_threads_never_take_the_context_of_a_holder() {
     recent_message();
     assert_eq!(live_streams(DEVICE), 0);
 }
+
+/// Promise (reference, aclrtUnSubscribeReport: the thread no longer processes the stream's
+/// callbacks; docs: a callback queued for a thread that unsubscribes never runs, and its stream
+/// does not hang): a report thread subscribed to two streams unsubscribes from one of them
+/// while a BLOCK callback of that stream is on its way to it (the stream's worker delivering
+/// it races the unsubscription). Whichever wins, the stream finishes (the callback was dropped
+/// or never delivered) and the thread, still subscribed to the other stream, never runs the
+/// callback.
+#[test]
+fn a_report_thread_leaving_one_of_its_streams_drops_that_streams_queued_callbacks() {
+    install_eight_devices();
+    const DEVICE: i32 = 6;
+    set_device(DEVICE);
+    let dev = malloc(4096);
+    let other = create_stream();
+    let me = this_thread();
+    acl!(aclrtSubscribeReport(me, other));
+    let mut rng = Rng(0x5eed_0008);
+    for round in 0..100 {
+        let stream = create_stream();
+        acl!(aclrtSubscribeReport(me, stream));
+        let run: &'static CallbackRun = Box::leak(Box::default());
+        let block = if round % 2 == 0 {
+            ACL_CALLBACK_BLOCK
+        } else {
+            ACL_CALLBACK_NO_BLOCK
+        };
+        acl!(aclrtLaunchCallback(
+            Some(count_run),
+            ptr::from_ref(run).cast_mut().cast(),
+            block,
+            stream
+        ));
+        acl!(aclrtMemsetAsync(dev, 4096, round, 4096, stream));
+        // Vary how far the worker gets before the thread leaves.
+        for _ in 0..rng.below(200) {
+            thread::yield_now();
+        }
+        acl!(aclrtUnSubscribeReport(me, stream));
+        let code = code!(aclrtSynchronizeStreamWithTimeout(stream, 20_000));
+        assert_eq!(code, OK, "round {round}: {}", recent_message());
+        assert_eq!(
+            code!(aclrtProcessReport(1)),
+            ACL_ERROR_RT_REPORT_TIMEOUT,
+            "round {round}: the thread ran a callback of a stream it left"
+        );
+        recent_message();
+        assert_eq!(run.runs.load(Ordering::Acquire), 0, "round {round}");
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtUnSubscribeReport(me, other));
+    acl!(aclrtDestroyStream(other));
+    acl!(aclrtFree(dev));
+}
