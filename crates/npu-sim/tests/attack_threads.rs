@@ -482,15 +482,15 @@ fn forced_resets_racing_every_kind_of_call_leave_codes_and_an_empty_device() {
                             // Only the thread that empties the slot frees the memory: a second
                             // free of an address another allocation may have taken since is the
                             // caller's bug, not a race of the runtime's.
-                            if memory_slot
+                            let emptied = memory_slot
                                 .compare_exchange(
                                     dev as usize,
                                     0,
                                     Ordering::AcqRel,
                                     Ordering::Acquire,
                                 )
-                                .is_ok()
-                            {
+                                .is_ok();
+                            if emptied {
                                 acl!(aclrtFree(dev));
                             }
                         }
