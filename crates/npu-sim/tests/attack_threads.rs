@@ -1112,3 +1112,98 @@ fn a_report_thread_leaving_one_of_its_streams_drops_that_streams_queued_callback
     acl!(aclrtDestroyStream(other));
     acl!(aclrtFree(dev));
 }
+
+const DEVICE_ABORTING: aclError = ACL_ERROR_RT_DEVICE_TASK_ABORT;
+
+/// Promise (reference, aclrtStreamAbort and aclrtDeviceTaskAbort: the tasks not run yet are
+/// dropped and the streams are left empty and usable; docs: meanwhile submissions are refused
+/// with 107023 or 107022, waits on dropped records fail with 107023): one thread aborts
+/// shared streams and the whole device again and again while three others submit memsets,
+/// records and waits to those streams and synchronise them and their events, and a fifth
+/// destroys and re-creates the streams. Every call returns a code these races allow, none
+/// hangs, and afterwards every stream runs new work to completion.
+#[test]
+fn stream_and_device_aborts_racing_submissions_waits_and_destructions() {
+    install_eight_devices();
+    const DEVICE: i32 = 7;
+    set_device(DEVICE);
+    let dev = Raw::of(malloc(1 << 16));
+    let before = control::device_stats(DEVICE).unwrap();
+    let streams = Arc::new(Slots::new(4));
+    let events = Arc::new(Slots::new(4));
+    for slot in &streams.0 {
+        slot.store(create_stream() as usize, Ordering::Release);
+    }
+    for slot in &events.0 {
+        slot.store(create_event() as usize, Ordering::Release);
+    }
+    {
+        let (streams, events) = (streams.clone(), events.clone());
+        on_threads(
+            "aborts racing submissions",
+            5,
+            0x5eed_0009,
+            move |index, rng| {
+                set_device(DEVICE);
+                let region = dev.ptr::<u8>().wrapping_add(index * 8192).cast::<c_void>();
+                for _ in 0..300 {
+                    let stream_slot = streams.pick(rng);
+                    let stream = stream_slot.load(Ordering::Acquire) as aclrtStream;
+                    let event = events.pick(rng).load(Ordering::Acquire) as aclrtEvent;
+                    let refused = [OK, STALE, DROPPED, DEVICE_ABORTING];
+                    match index {
+                        0 => {
+                            let code = if rng.below(4) == 0 {
+                                code!(aclrtDeviceTaskAbort(DEVICE, 0))
+                            } else {
+                                code!(aclrtStreamAbort(stream))
+                            };
+                            expect_one_of("an abort", code, &refused);
+                        }
+                        4 => {
+                            if rng.below(8) == 0 {
+                                let fresh = create_stream();
+                                let old = stream_slot.swap(fresh as usize, Ordering::AcqRel);
+                                let code = code!(aclrtDestroyStream(old as aclrtStream));
+                                expect_one_of("aclrtDestroyStream", code, &[OK]);
+                            } else {
+                                let code = code!(aclrtSynchronizeDeviceWithTimeout(20_000));
+                                expect_one_of("aclrtSynchronizeDeviceWithTimeout", code, &refused);
+                            }
+                        }
+                        _ => {
+                            let code = match rng.below(6) {
+                                0 | 1 => code!(aclrtMemsetAsync(region, 8192, 3, 8192, stream)),
+                                2 => code!(aclrtRecordEvent(event, stream)),
+                                3 => code!(aclrtStreamWaitEvent(stream, event)),
+                                4 => code!(aclrtSynchronizeStreamWithTimeout(stream, 20_000)),
+                                _ => code!(aclrtSynchronizeEventWithTimeout(event, 20_000)),
+                            };
+                            expect_one_of("a submission or wait", code, &refused);
+                        }
+                    }
+                    recent_message();
+                }
+            },
+        );
+    }
+    for stream in streams.drain() {
+        // A wait on a record an abort dropped failed the stream's work: reported once.
+        let code = code!(aclrtSynchronizeStreamWithTimeout(stream.ptr(), 20_000));
+        expect_one_of("aclrtSynchronizeStreamWithTimeout", code, &[OK, DROPPED]);
+        recent_message();
+        acl!(aclrtMemsetAsync(dev.ptr(), 4096, 9, 4096, stream.ptr()));
+        acl!(aclrtSynchronizeStreamWithTimeout(stream.ptr(), 20_000));
+        acl!(aclrtDestroyStream(stream.ptr()));
+    }
+    for event in events.drain() {
+        acl!(aclrtDestroyEvent(event.ptr()));
+    }
+    assert_eq!(download::<u8>(dev.ptr(), 4096), vec![9; 4096]);
+    let after = control::device_stats(DEVICE).unwrap();
+    assert_eq!(
+        (after.live_streams, after.live_events),
+        (before.live_streams, before.live_events)
+    );
+    acl!(aclrtFree(dev.ptr()));
+}
