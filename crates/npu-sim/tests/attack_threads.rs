@@ -1207,3 +1207,89 @@ fn stream_and_device_aborts_racing_submissions_waits_and_destructions() {
     );
     acl!(aclrtFree(dev.ptr()));
 }
+
+/// Promise (docs, "Copies" and "Memory": a task touching registered host memory that is no
+/// longer registered when it runs faults with 507013 and touches nothing; unregistered host
+/// memory is copied as C's memcpy would): one thread registers and unregisters a host buffer
+/// again and again while two others queue uploads from it and downloads back, and synchronise.
+/// Every call returns a code these races allow, a round trip that succeeded brings back the
+/// buffer's bytes, and no registration is left.
+#[test]
+fn host_registrations_racing_queued_copies_of_the_registered_range() {
+    install_eight_devices();
+    const DEVICE: i32 = 6;
+    const LEN: usize = 64 * 1024;
+    set_device(DEVICE);
+    let before = control::host_stats().unwrap().registrations;
+    let host = Raw::of(pageable(LEN));
+    // SAFETY: `pageable` returned LEN writable bytes, leaked for the process.
+    unsafe { std::slice::from_raw_parts_mut(host.ptr::<u8>(), LEN) }.fill(0x5a);
+    let dev = Raw::of(malloc(3 * LEN));
+    let stop = Arc::new(AtomicBool::new(false));
+    let registrar = {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            set_device(DEVICE);
+            let mut cycles = 0;
+            while !stop.load(Ordering::Acquire) || cycles < 20 {
+                let mut mapped = ptr::null_mut();
+                acl!(aclrtHostRegister(
+                    host.ptr(),
+                    LEN as u64,
+                    ACL_HOST_REGISTER_MAPPED,
+                    &mut mapped
+                ));
+                acl!(aclrtHostUnregister(host.ptr()));
+                cycles += 1;
+            }
+        })
+    };
+    on_threads(
+        "copies racing registrations",
+        2,
+        0x5eed_000a,
+        move |index, rng| {
+            set_device(DEVICE);
+            let stream = create_stream();
+            let region = dev.ptr::<u8>().wrapping_add(index * LEN).cast::<c_void>();
+            let mut back = vec![0u8; LEN];
+            for round in 0..150 {
+                let len = LEN - 4096 * rng.below(8) as usize;
+                acl!(aclrtMemsetAsync(region, LEN, 0, LEN, stream));
+                let code = code!(aclrtMemcpyAsync(
+                    region,
+                    len,
+                    host.ptr(),
+                    len,
+                    ACL_MEMCPY_HOST_TO_DEVICE,
+                    stream
+                ));
+                expect_one_of("aclrtMemcpyAsync (H2D)", code, &[OK, FREED]);
+                back.fill(0);
+                let down = code!(aclrtMemcpyAsync(
+                    back.as_mut_ptr().cast(),
+                    len,
+                    region,
+                    len,
+                    ACL_MEMCPY_DEVICE_TO_HOST,
+                    stream
+                ));
+                expect_one_of("aclrtMemcpyAsync (D2H)", down, &[OK, FREED]);
+                let synced = code!(aclrtSynchronizeStreamWithTimeout(stream, 20_000));
+                expect_one_of("aclrtSynchronizeStreamWithTimeout", synced, &[OK, FREED]);
+                recent_message();
+                if code == OK && down == OK && synced == OK {
+                    assert!(
+                        back[..len].iter().all(|&b| b == 0x5a),
+                        "round {round}: the round trip brought back other bytes"
+                    );
+                }
+            }
+            acl!(aclrtDestroyStream(stream));
+        },
+    );
+    stop.store(true, Ordering::Release);
+    bounded("the registering thread", move || registrar.join().unwrap());
+    assert_eq!(control::host_stats().unwrap().registrations, before);
+    acl!(aclrtFree(dev.ptr()));
+}
