@@ -40,6 +40,18 @@ impl Rng {
     }
 }
 
+/// Installs the file's simulator once: a device for each test (1 GiB each, committed lazily).
+fn install() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        npu_sim::SimConfig::default()
+            .devices(11)
+            .memory_per_device(1 << 30)
+            .install()
+            .unwrap();
+    });
+}
+
 /// The device's streams as the reference counts them (1,984 on an Atlas A2).
 const MAX_STREAMS: u64 = 1984;
 
@@ -62,7 +74,7 @@ fn live_streams(device: i32) -> u64 {
 /// creation must be refused (207008), the device never holding more than 1,984 streams.
 #[test]
 fn set_and_reset_device_racing_stream_creation_at_the_stream_limit() {
-    install_eight_devices();
+    install();
     const DEVICE: i32 = 0;
     let mut ctx = ptr::null_mut();
     acl!(aclrtCreateContext(&mut ctx, DEVICE));
@@ -220,7 +232,7 @@ const DROPPED: aclError = ACL_ERROR_RT_STREAM_ABORT;
 /// counts return to where they were.
 #[test]
 fn shared_streams_and_events_destroyed_under_concurrent_use_leave_codes_and_counts() {
-    install_eight_devices();
+    install();
     const DEVICE: i32 = 1;
     set_device(DEVICE);
     let dev = Raw::of(malloc(1 << 16));
@@ -383,7 +395,7 @@ const NOT_SET: aclError = ACL_ERROR_RT_CONTEXT_RELEASE_ERROR;
 /// stream, no event and no memory, and aclrtGetMemInfo agrees.
 #[test]
 fn forced_resets_racing_every_kind_of_call_leave_codes_and_an_empty_device() {
-    install_eight_devices();
+    install();
     const DEVICE: i32 = 2;
     let stop = Arc::new(AtomicBool::new(false));
     let resetter = {
@@ -647,7 +659,7 @@ const FREED: aclError = ACL_ERROR_RT_SYS_DMA;
 /// where they were.
 #[test]
 fn frees_racing_queued_and_synchronous_copies_leave_codes_and_counts() {
-    install_eight_devices();
+    install();
     const DEVICE: i32 = 3;
     set_device(DEVICE);
     let before = control::device_stats(DEVICE).unwrap();
@@ -756,8 +768,8 @@ fn frees_racing_queued_and_synchronous_copies_leave_codes_and_counts() {
 /// it the one copy that wrote it.
 #[test]
 fn synchronous_copies_into_overlapping_ranges_from_two_threads_keep_their_bytes() {
-    install_eight_devices();
-    const DEVICE: i32 = 3;
+    install();
+    const DEVICE: i32 = 8;
     set_device(DEVICE);
     let dev = Raw::of(malloc(3 * MIB));
     for round in 0..20u8 {
@@ -821,7 +833,7 @@ unsafe extern "C" fn count_run(data: *mut c_void) {
 /// or on a thread that is not a report thread; every synchronisation and destruction returns.
 #[test]
 fn report_threads_subscribing_and_leaving_under_callbacks_and_stream_destruction() {
-    install_eight_devices();
+    install();
     const DEVICE: i32 = 4;
     set_device(DEVICE);
     let dev = Raw::of(malloc(4096));
@@ -999,7 +1011,7 @@ fn report_threads_subscribing_and_leaving_under_callbacks_and_stream_destruction
 /// holds no stream.
 #[test]
 fn set_and_reset_cycles_on_many_threads_never_take_the_context_of_a_holder() {
-    install_eight_devices();
+    install();
     const DEVICE: i32 = 5;
     let stop = Arc::new(AtomicBool::new(false));
     let holder = {
@@ -1068,7 +1080,7 @@ fn set_and_reset_cycles_on_many_threads_never_take_the_context_of_a_holder() {
 /// callback.
 #[test]
 fn a_report_thread_leaving_one_of_its_streams_drops_that_streams_queued_callbacks() {
-    install_eight_devices();
+    install();
     const DEVICE: i32 = 6;
     set_device(DEVICE);
     let dev = malloc(4096);
@@ -1124,7 +1136,7 @@ const DEVICE_ABORTING: aclError = ACL_ERROR_RT_DEVICE_TASK_ABORT;
 /// hangs, and afterwards every stream runs new work to completion.
 #[test]
 fn stream_and_device_aborts_racing_submissions_waits_and_destructions() {
-    install_eight_devices();
+    install();
     const DEVICE: i32 = 7;
     set_device(DEVICE);
     let dev = Raw::of(malloc(1 << 16));
@@ -1216,8 +1228,8 @@ fn stream_and_device_aborts_racing_submissions_waits_and_destructions() {
 /// buffer's bytes, and no registration is left.
 #[test]
 fn host_registrations_racing_queued_copies_of_the_registered_range() {
-    install_eight_devices();
-    const DEVICE: i32 = 6;
+    install();
+    const DEVICE: i32 = 9;
     const LEN: usize = 64 * 1024;
     set_device(DEVICE);
     let before = control::host_stats().unwrap().registrations;
@@ -1292,4 +1304,127 @@ fn host_registrations_racing_queued_copies_of_the_registered_range() {
     bounded("the registering thread", move || registrar.join().unwrap());
     assert_eq!(control::host_stats().unwrap().registrations, before);
     acl!(aclrtFree(dev.ptr()));
+}
+
+/// One thread's share of the contexts attack: the explicit contexts it made, the streams it
+/// made in each context (index 0: the primary context), and its aclrtSetDevice references.
+#[derive(Default)]
+struct Holdings {
+    contexts: Vec<aclrtContext>,
+    /// (context index, 0 for the primary context, else explicit index + 1; stream)
+    streams: Vec<(usize, aclrtStream)>,
+    references: u32,
+}
+
+impl Holdings {
+    /// Makes context `at` current (0: the primary context, through a reference held).
+    fn enter(&self, at: usize, device: i32) {
+        if at == 0 {
+            acl!(aclrtSetDevice(device));
+            acl!(aclrtResetDevice(device));
+        } else {
+            acl!(aclrtSetCurrentContext(self.contexts[at - 1]));
+        }
+    }
+
+    /// Destroys the streams made in context `at`.
+    fn drop_streams_of(&mut self, at: usize, device: i32) {
+        self.enter(at, device);
+        self.streams.retain(|&(of, stream)| {
+            if of == at {
+                acl!(aclrtDestroyStream(stream));
+            }
+            of != at
+        });
+    }
+}
+
+/// Promise (docs, aclrtGetStreamAvailableNum: the device's streams, default streams included;
+/// the first explicit context binds the device's default stream, a primary context takes it
+/// as its own, and the device gives it back once neither is left): six threads create and
+/// destroy explicit contexts, set and reset the device, and create and destroy streams in
+/// whichever context is current, at random. Every call succeeds; what the device counts never
+/// exceeds 1,984 and agrees with aclrtGetStreamAvailableNum; once every thread has released
+/// what it holds, the device holds no stream and a new primary context counts exactly one.
+#[test]
+fn contexts_sets_and_streams_made_and_released_on_many_threads_keep_the_stream_count() {
+    install();
+    const DEVICE: i32 = 10;
+    on_threads(
+        "contexts, sets and streams",
+        6,
+        0x5eed_000b,
+        move |_, rng| {
+            let mut held = Holdings::default();
+            for _ in 0..120 {
+                match rng.below(6) {
+                    0 if held.contexts.len() < 3 => {
+                        let mut ctx = ptr::null_mut();
+                        acl!(aclrtCreateContext(&mut ctx, DEVICE));
+                        held.contexts.push(ctx);
+                    }
+                    1 if !held.contexts.is_empty() => {
+                        let at = 1 + rng.below(held.contexts.len() as u64) as usize;
+                        held.drop_streams_of(at, DEVICE);
+                        acl!(aclrtDestroyContext(held.contexts[at - 1]));
+                        held.contexts.remove(at - 1);
+                        for (of, _) in &mut held.streams {
+                            if *of > at {
+                                *of -= 1;
+                            }
+                        }
+                    }
+                    2 => {
+                        acl!(aclrtSetDevice(DEVICE));
+                        held.references += 1;
+                    }
+                    3 if held.references > 0 => {
+                        if held.references == 1 {
+                            held.drop_streams_of(0, DEVICE);
+                        }
+                        acl!(aclrtResetDevice(DEVICE));
+                        held.references -= 1;
+                    }
+                    4 => {
+                        let options = usize::from(held.references > 0);
+                        let count = options + held.contexts.len();
+                        if count == 0 {
+                            continue;
+                        }
+                        let pick = rng.below(count as u64) as usize;
+                        let at = if held.references > 0 { pick } else { pick + 1 };
+                        held.enter(at, DEVICE);
+                        let mut stream = ptr::null_mut();
+                        acl!(aclrtCreateStream(&mut stream));
+                        held.streams.push((at, stream));
+                        let mut available = 0;
+                        acl!(aclrtGetStreamAvailableNum(&mut available));
+                        assert!(u64::from(available) < MAX_STREAMS);
+                        assert!(live_streams(DEVICE) <= MAX_STREAMS);
+                    }
+                    5 if !held.streams.is_empty() => {
+                        let which = rng.below(held.streams.len() as u64) as usize;
+                        let (at, stream) = held.streams.remove(which);
+                        held.enter(at, DEVICE);
+                        acl!(aclrtDestroyStream(stream));
+                    }
+                    _ => {}
+                }
+            }
+            while let Some(&(at, _)) = held.streams.first() {
+                held.drop_streams_of(at, DEVICE);
+            }
+            for ctx in held.contexts.drain(..) {
+                acl!(aclrtDestroyContext(ctx));
+            }
+            for _ in 0..held.references {
+                acl!(aclrtResetDevice(DEVICE));
+            }
+        },
+    );
+    assert_eq!(live_streams(DEVICE), 0, "streams left counted");
+    set_device(DEVICE);
+    assert_eq!(u64::from(available_streams()), MAX_STREAMS - 1);
+    acl!(aclrtResetDevice(DEVICE));
+    assert_eq!(live_streams(DEVICE), 0);
 }
