@@ -45,7 +45,7 @@ fn install() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         npu_sim::SimConfig::default()
-            .devices(11)
+            .devices(12)
             .memory_per_device(1 << 30)
             .install()
             .unwrap();
@@ -1427,4 +1427,121 @@ fn contexts_sets_and_streams_made_and_released_on_many_threads_keep_the_stream_c
     assert_eq!(u64::from(available_streams()), MAX_STREAMS - 1);
     acl!(aclrtResetDevice(DEVICE));
     assert_eq!(live_streams(DEVICE), 0);
+}
+
+const LOST: aclError = ACL_ERROR_RT_LOST_HEARTBEAT;
+
+/// Promise (docs, "A lost device": work queued on a lost device is abandoned, and every call
+/// on it, waits included, reports 507010 promptly once no task touches memory any more): the
+/// device is lost while four threads submit copies, memsets, records and waits to shared
+/// streams, synchronise streams, events and the device, and create and destroy streams and
+/// memory. Every call returns 0 (it came first) or a code of the loss, none hangs, and once the
+/// loss is seen every submission, synchronisation and creation reports it.
+#[test]
+fn a_device_lost_under_work_on_many_threads_answers_every_call_with_a_code() {
+    install();
+    const DEVICE: i32 = 11;
+    set_device(DEVICE);
+    let dev = Raw::of(malloc(1 << 20));
+    let streams = Arc::new(Slots::new(4));
+    let events = Arc::new(Slots::new(4));
+    for slot in &streams.0 {
+        slot.store(create_stream() as usize, Ordering::Release);
+    }
+    for slot in &events.0 {
+        slot.store(create_event() as usize, Ordering::Release);
+    }
+    let progress = Arc::new(AtomicU32::new(0));
+    {
+        let (streams, events, progress) = (streams.clone(), events.clone(), progress.clone());
+        on_threads(
+            "work on a device being lost",
+            5,
+            0x5eed_000c,
+            move |index, rng| {
+                set_device(DEVICE);
+                if index == 4 {
+                    // Lose the device once the others are well under way.
+                    while progress.load(Ordering::Acquire) < 200 {
+                        thread::yield_now();
+                    }
+                    control::lose_device(DEVICE).unwrap();
+                    return;
+                }
+                let region = dev.ptr::<u8>().wrapping_add(index * 65536).cast::<c_void>();
+                let allowed = [OK, LOST, STALE, DROPPED];
+                let mut lost_seen = false;
+                for round in 0..400 {
+                    progress.fetch_add(1, Ordering::AcqRel);
+                    let stream_slot = streams.pick(rng);
+                    let stream = stream_slot.load(Ordering::Acquire) as aclrtStream;
+                    let event = events.pick(rng).load(Ordering::Acquire) as aclrtEvent;
+                    let (what, code) = match rng.below(9) {
+                        0 | 1 => (
+                            "aclrtMemsetAsync",
+                            code!(aclrtMemsetAsync(region, 65536, 1, 65536, stream)),
+                        ),
+                        2 => (
+                            "aclrtMemcpyAsync",
+                            code!(aclrtMemcpyAsync(
+                                region,
+                                4096,
+                                region.cast::<u8>().wrapping_add(32768).cast(),
+                                4096,
+                                ACL_MEMCPY_DEVICE_TO_DEVICE,
+                                stream
+                            )),
+                        ),
+                        3 => ("aclrtRecordEvent", code!(aclrtRecordEvent(event, stream))),
+                        4 => (
+                            "aclrtStreamWaitEvent",
+                            code!(aclrtStreamWaitEvent(stream, event)),
+                        ),
+                        5 => (
+                            "aclrtSynchronizeStreamWithTimeout",
+                            code!(aclrtSynchronizeStreamWithTimeout(stream, 20_000)),
+                        ),
+                        6 => (
+                            "aclrtSynchronizeEventWithTimeout",
+                            code!(aclrtSynchronizeEventWithTimeout(event, 20_000)),
+                        ),
+                        7 => (
+                            "aclrtSynchronizeDeviceWithTimeout",
+                            code!(aclrtSynchronizeDeviceWithTimeout(20_000)),
+                        ),
+                        _ => {
+                            let mut fresh = ptr::null_mut();
+                            let code =
+                                code!(aclrtMalloc(&mut fresh, 4096, ACL_MEM_MALLOC_HUGE_FIRST));
+                            if code == OK {
+                                let freed = code!(aclrtFree(fresh));
+                                expect_one_of("aclrtFree", freed, &[OK, LOST]);
+                            }
+                            ("aclrtMalloc", code)
+                        }
+                    };
+                    expect_one_of(what, code, &allowed);
+                    recent_message();
+                    if lost_seen && what.starts_with("aclrtSynchronize") {
+                        assert_eq!(code, LOST, "round {round}: {what} after the loss was seen");
+                    }
+                    lost_seen |= code == LOST;
+                }
+            },
+        );
+    }
+    let mut stream = ptr::null_mut();
+    assert_eq!(code!(aclrtCreateStream(&mut stream)), LOST);
+    assert_eq!(code!(aclrtSynchronizeDevice()), LOST);
+    recent_message();
+    for stream in streams.drain() {
+        let code = code!(aclrtDestroyStream(stream.ptr()));
+        expect_one_of("aclrtDestroyStream", code, &[OK, LOST]);
+        recent_message();
+    }
+    for event in events.drain() {
+        let code = code!(aclrtDestroyEvent(event.ptr()));
+        expect_one_of("aclrtDestroyEvent", code, &[OK, LOST]);
+        recent_message();
+    }
 }
