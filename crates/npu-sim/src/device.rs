@@ -432,6 +432,20 @@ impl Device {
         self.live_streams.fetch_sub(1, Ordering::AcqRel);
     }
 
+    /// The primary context's default stream leaves the device's default stream (its context
+    /// was released and the stream is about to be destroyed, perhaps after waiting for its
+    /// work): it keeps a slot of its own until then, and the device's default stream keeps its
+    /// slot for its other holders (the explicit contexts, a primary context set again).
+    pub(crate) fn detach_default_stream(&self) {
+        let mut holders = lock(&self.default_stream_holders);
+        *holders -= 1;
+        if *holders > 0 {
+            // Beyond the limit for a moment if the device is full: the creations meanwhile are
+            // refused, as the stream is still there.
+            self.live_streams.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
     /// Counts an explicit context about to be created (`true`) or one destroyed or not
     /// created after all (`false`). The first explicit context of the device holds the
     /// device's default stream (the reference counts it beside the context's own), and the

@@ -45,7 +45,7 @@ fn install() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         npu_sim::SimConfig::default()
-            .devices(12)
+            .devices(13)
             .memory_per_device(1 << 30)
             .install()
             .unwrap();
@@ -1544,4 +1544,54 @@ fn a_device_lost_under_work_on_many_threads_answers_every_call_with_a_code() {
         expect_one_of("aclrtDestroyEvent", code, &[OK, LOST]);
         recent_message();
     }
+}
+
+/// Promise (docs, aclrtGetStreamAvailableNum: the device's live streams, default streams
+/// included; aclrtResetDevice waits for the primary context's work before its streams go): a
+/// primary context released while its default stream holds work keeps that stream counted
+/// until it is destroyed, also when another thread sets the device again meanwhile and a new
+/// primary context, with a default stream of its own, takes the device's default stream.
+#[test]
+fn a_primary_context_torn_down_behind_held_work_keeps_its_default_stream_counted() {
+    install();
+    const DEVICE: i32 = 12;
+    set_device(DEVICE);
+    let dev = malloc(4096);
+    control::hold(DEVICE).unwrap();
+    acl!(aclrtMemsetAsync(dev, 4096, 1, 4096, ptr::null_mut()));
+    let resetter = thread::spawn(|| code!(aclrtResetDevice(DEVICE)));
+    // The reset has released the context once the device reports no primary context; its
+    // default stream waits for the held memset.
+    let released = bounded("the release of the primary context", || {
+        loop {
+            let mut active = -1;
+            acl!(aclrtGetPrimaryCtxState(
+                DEVICE,
+                ptr::null_mut(),
+                &mut active
+            ));
+            if active == 0 {
+                break true;
+            }
+            thread::yield_now();
+        }
+    });
+    assert!(released);
+    set_device(DEVICE);
+    assert_eq!(
+        live_streams(DEVICE),
+        2,
+        "the old default stream, still being destroyed, and the new one"
+    );
+    assert_eq!(u64::from(available_streams()), MAX_STREAMS - 2);
+    control::release(DEVICE).unwrap();
+    let code = bounded("aclrtResetDevice behind held work", move || {
+        resetter.join().unwrap()
+    });
+    assert_eq!(code, OK);
+    assert_eq!(live_streams(DEVICE), 1);
+    assert_eq!(download::<u8>(dev, 4096), vec![1; 4096]);
+    acl!(aclrtFree(dev));
+    acl!(aclrtResetDevice(DEVICE));
+    assert_eq!(live_streams(DEVICE), 0);
 }

@@ -97,13 +97,21 @@ fn release(sim: &Sim, device_id: i32, force: bool) -> Res<()> {
             ctx.refuse_self_wait()?;
         }
         primary.refs = if force { 0 } else { primary.refs - 1 };
-        if primary.refs == 0 {
-            primary.ctx.take()
-        } else {
-            None
+        let released = match primary.refs {
+            0 => primary
+                .ctx
+                .take()
+                .and_then(|handle| sim.contexts.get(handle)),
+            _ => None,
+        };
+        // Under the lock: a primary context set again from now on takes the device's default
+        // stream, while this context's stream is still counted until it is destroyed.
+        if let Some(ctx) = &released {
+            ctx.default_stream.detach_from_device_default();
         }
+        released
     };
-    if let Some(ctx) = released.and_then(|handle| sim.contexts.get(handle)) {
+    if let Some(ctx) = released {
         // The primary context is released here only: no other call destroys it.
         let _ = ctx.destroy(sim);
     }

@@ -63,7 +63,8 @@ impl Stream {
         drop(kept);
         sim.streams.remove(self.handle);
         sim.reports.forget(self.handle);
-        self.device.give_stream_slot(self.device_default);
+        self.device
+            .give_stream_slot(self.device_default.load(Ordering::Acquire));
         self.nudge();
         // A task waiting for a stop to end gives up now.
         self.bell.ring();

@@ -102,8 +102,9 @@ pub(crate) struct Stream {
     pub(crate) flags: u32,
     pub(crate) is_default: bool,
     /// The primary context's default stream, which is the device's default stream: it shares
-    /// that stream's slot with the device's explicit contexts ([`Device::take_stream_slot`]).
-    device_default: bool,
+    /// that stream's slot with the device's explicit contexts ([`Device::take_stream_slot`])
+    /// until its context is released ([`Stream::detach_from_device_default`]).
+    device_default: AtomicBool,
     failure_mode: AtomicU64,
     /// Whether aclrtSetStreamFailureMode was called on it: once per stream.
     failure_mode_chosen: AtomicBool,
@@ -194,7 +195,7 @@ impl Stream {
             priority: AtomicU64::new(u64::from(priority)),
             flags,
             is_default,
-            device_default,
+            device_default: AtomicBool::new(device_default),
             failure_mode: AtomicU64::new(u64::from(ACL_CONTINUE_ON_FAILURE)),
             failure_mode_chosen: AtomicBool::new(false),
             attributes: Mutex::new(Attributes::default()),
@@ -239,6 +240,14 @@ impl Stream {
             crate::stream_state::notify(handle, ACL_RT_STREAM_STATE_CREATE_POST);
         }
         Ok(stream)
+    }
+
+    /// The primary context holding this default stream was released: the stream is no longer
+    /// the device's default stream, and counts as a stream of its own until it is destroyed.
+    pub(crate) fn detach_from_device_default(&self) {
+        if self.device_default.swap(false, Ordering::AcqRel) {
+            self.device.detach_default_stream();
+        }
     }
 
     pub(crate) fn priority(&self) -> u32 {
