@@ -26,7 +26,8 @@ pub unsafe extern "C" fn aclrtSubscribeReport(threadId: u64, stream: aclrtStream
 }
 
 /// Undoes aclrtSubscribeReport (stream not subscribed → 107011 ACL_ERROR_RT_STREAM_SUBSCRIBE,
-/// subscribed by another thread → 107012). Callbacks of the stream still queued for the thread are dropped.
+/// subscribed by another thread → 107012). Callbacks of the stream still queued for the thread
+/// are dropped.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
