@@ -1128,6 +1128,14 @@ fn empty_model() -> aclmdlRI {
     capture_end(stream)
 }
 
+/// The one stream of an instance captured from one stream: its model stream.
+fn model_stream(model: aclmdlRI) -> aclrtStream {
+    let mut stream = ptr::null_mut();
+    let mut count = 1;
+    acl!(aclmdlRIGetStreams(model, &mut stream, &mut count));
+    stream
+}
+
 /// An aclrtCreateEventExWithFlag(ACL_EVENT_SYNC) event, the kind EXTERNAL records and waits
 /// take.
 fn sync_event() -> aclrtEvent {
@@ -1141,13 +1149,9 @@ fn one_task() -> aclmdlRITask {
     let (stream, dev) = (create_stream(), malloc(64));
     acl!(aclmdlRICaptureBegin(stream, RELAXED));
     acl!(aclrtMemsetAsync(dev, 64, 0, 64, stream));
-    let model = capture_end(stream);
-    let mut streams = [ptr::null_mut()];
-    let mut count = 1;
-    acl!(aclmdlRIGetStreams(model, streams.as_mut_ptr(), &mut count));
-    let mut task = ptr::null_mut();
-    count = 1;
-    acl!(aclmdlRIGetTasksByStream(streams[0], &mut task, &mut count));
+    let stream = model_stream(capture_end(stream));
+    let (mut task, mut count) = (ptr::null_mut(), 1);
+    acl!(aclmdlRIGetTasksByStream(stream, &mut task, &mut count));
     task
 }
 
@@ -1465,6 +1469,35 @@ const CASES: &[Case] = &[
             acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
             code!(aclmdlRIBindStream(model, persistent_stream(), HEAD))
         },
+    ),
+    case(
+        "bind a capturing stream",
+        "aclmdlRIBindStream",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let stream = persistent_stream();
+            acl!(aclmdlRICaptureBegin(stream, RELAXED));
+            code!(aclmdlRIBindStream(building(ptr::null_mut()), stream, HEAD))
+        },
+    ),
+    case(
+        "begin a stream bound to a built instance",
+        "aclmdlRICaptureBegin",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let stream = persistent_stream();
+            building(stream);
+            code!(aclmdlRICaptureBegin(stream, RELAXED))
+        },
+    ),
+    case(
+        "begin a captured instance's model stream",
+        "aclmdlRICaptureBegin",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || code!(aclmdlRICaptureBegin(model_stream(empty_model()), RELAXED)),
     ),
     case(
         "bind a stream of another context",

@@ -39,7 +39,8 @@ impl Stream {
     }
 
     /// Makes the stream's tasks go into `capture` (one capturing already →
-    /// ACL_ERROR_RT_STREAM_CAPTURED).
+    /// ACL_ERROR_RT_STREAM_CAPTURED; one bound to an instance, whose tasks go there →
+    /// ACL_ERROR_RT_PARAM_INVALID, as binding it to a second instance is).
     pub(crate) fn enter_capture(&self, capture: &Arc<Capture>) -> Res<()> {
         let mut state = lock(&self.state);
         ensure!(
@@ -48,6 +49,15 @@ impl Stream {
             "stream {} is being captured already",
             self.id
         );
+        if let Some(bound) = &state.bound {
+            fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "stream {} is bound to model runtime instance {} (its tasks go there), so it \
+                 cannot be captured into another",
+                self.id,
+                bound.id
+            );
+        }
         state.capture = Some(capture.clone());
         Ok(())
     }
@@ -58,7 +68,8 @@ impl Stream {
     }
 
     /// Binds the stream to a built instance: a PERSISTENT stream (ACL_ERROR_RT_PARAM_INVALID
-    /// otherwise) bound to none yet (ACL_ERROR_RT_PARAM_INVALID).
+    /// otherwise) bound to none yet and not being captured into another
+    /// (ACL_ERROR_RT_PARAM_INVALID).
     pub(crate) fn bind(&self, model: &Arc<ModelRi>) -> Res<()> {
         ensure!(
             self.is_persistent(),
@@ -71,6 +82,12 @@ impl Stream {
             state.bound.is_none(),
             ACL_ERROR_RT_PARAM_INVALID,
             "stream {} is bound to a model runtime instance already",
+            self.id
+        );
+        ensure!(
+            state.capture.is_none(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "stream {} is being captured (its tasks go into the capture's instance)",
             self.id
         );
         state.bound = Some(model.clone());
