@@ -1580,6 +1580,16 @@ const CASES: &[Case] = &[
         },
     ),
     case(
+        "unbind a captured instance's model stream",
+        "aclmdlRIUnbindStream",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let model = empty_model();
+            code!(aclmdlRIUnbindStream(model, model_stream(model)))
+        },
+    ),
+    case(
         "activate from a stream not bound",
         "aclrtActiveStream",
         ACL_ERROR_RT_STREAM_MODEL,

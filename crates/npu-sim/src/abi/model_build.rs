@@ -15,9 +15,9 @@ use crate::model_ri::{ModelRi, Step};
 use crate::sim::sim;
 use crate::stream::Stream;
 
-/// A built instance (aclmdlRIBuildBegin) still being built: a captured one, or one whose
-/// build ended → ACL_ERROR_RT_PARAM_INVALID.
-fn building_model(model_ri: aclmdlRI) -> Res<Arc<ModelRi>> {
+/// An instance begun with aclmdlRIBuildBegin (a captured one → ACL_ERROR_RT_PARAM_INVALID:
+/// its streams are its own, made at the capture's end).
+fn built_model(model_ri: aclmdlRI) -> Res<Arc<ModelRi>> {
     let model = model(model_ri)?;
     ensure!(
         model.built,
@@ -25,6 +25,13 @@ fn building_model(model_ri: aclmdlRI) -> Res<Arc<ModelRi>> {
         "model runtime instance {} was captured, not begun with aclmdlRIBuildBegin",
         model.id
     );
+    Ok(model)
+}
+
+/// A built instance (aclmdlRIBuildBegin) still being built: a captured one, or one whose
+/// build ended → ACL_ERROR_RT_PARAM_INVALID.
+fn building_model(model_ri: aclmdlRI) -> Res<Arc<ModelRi>> {
+    let model = built_model(model_ri)?;
     ensure!(
         model.is_open(),
         ACL_ERROR_RT_PARAM_INVALID,
@@ -127,14 +134,15 @@ pub unsafe extern "C" fn aclmdlRIBuildEnd(
     })
 }
 
-/// Unbinds a stream from the instance (not bound → 107005); the instance keeps its tasks.
+/// Unbinds a stream from a built instance (a captured instance → 107000; not bound → 107005):
+/// the instance no longer runs its tasks.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclmdlRIUnbindStream(modelRI: aclmdlRI, stream: aclrtStream) -> aclError {
     guard("aclmdlRIUnbindStream", || {
-        let model = model(modelRI)?;
+        let model = built_model(modelRI)?;
         let (_, stream) = context::owned_stream(sim()?, stream)?;
         model.unbind(&stream)
     })
