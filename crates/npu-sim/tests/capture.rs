@@ -836,6 +836,49 @@ fn a_task_on_another_stream_of_the_capture_interrupts_a_group_recording() {
     acl!(aclrtFree(dev));
 }
 
+/// A capture ended while one of its streams still records a task group (no
+/// aclmdlRICaptureTaskGrpEnd) fails with 107033 and leaves no instance, and the recording ends
+/// with it: the stream is captured again and records a group as if the first never began.
+#[test]
+fn a_capture_ended_with_a_group_open_fails_and_frees_the_stream() {
+    install();
+    set_device(3);
+    let (stream, exec) = (create_stream(), create_stream());
+    let dev = malloc(64);
+    upload(dev, &[0u32]);
+    let address = dev as u64;
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    let (_, first) = capture_info(stream);
+    acl!(aclmdlRICaptureTaskGrpBegin(stream));
+    assert_eq!(launch(add_one(), 1, stream, &address, ptr::null_mut()), 0);
+    let mut model = ptr::null_mut();
+    assert_eq!(
+        code!(aclmdlRICaptureEnd(stream, &mut model)),
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS
+    );
+    let message = recent_message();
+    assert!(message.contains("aclmdlRICaptureTaskGrpEnd"), "{message}");
+    assert!(model.is_null());
+    assert_eq!(capture_info(stream).0, ACL_MODEL_RI_CAPTURE_STATUS_NONE);
+    assert_eq!(code!(aclmdlRIDestroy(first)), ACL_ERROR_RT_INVALID_HANDLE);
+    recent_message();
+
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    acl!(aclmdlRICaptureTaskGrpBegin(stream));
+    assert_eq!(launch(add_one(), 1, stream, &address, ptr::null_mut()), 0);
+    let mut group = ptr::null_mut();
+    acl!(aclmdlRICaptureTaskGrpEnd(stream, &mut group));
+    let model = capture_end(stream);
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    acl!(aclrtSynchronizeStream(exec));
+    assert_eq!(read_u32(dev), 1, "the second capture's one launch, once");
+    acl!(aclmdlRIDestroy(model));
+    for stream in [stream, exec] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtFree(dev));
+}
+
 /// A task group's launches, updated after the capture by launches submitted between
 /// aclmdlRICaptureTaskUpdateBegin and End (which do not run), run as updated from then on.
 #[test]
@@ -1128,14 +1171,6 @@ fn empty_model() -> aclmdlRI {
     capture_end(stream)
 }
 
-/// The one stream of an instance captured from one stream: its model stream.
-fn model_stream(model: aclmdlRI) -> aclrtStream {
-    let mut stream = ptr::null_mut();
-    let mut count = 1;
-    acl!(aclmdlRIGetStreams(model, &mut stream, &mut count));
-    stream
-}
-
 /// An aclrtCreateEventExWithFlag(ACL_EVENT_SYNC) event, the kind EXTERNAL records and waits
 /// take.
 fn sync_event() -> aclrtEvent {
@@ -1149,10 +1184,7 @@ fn one_task() -> aclmdlRITask {
     let (stream, dev) = (create_stream(), malloc(64));
     acl!(aclmdlRICaptureBegin(stream, RELAXED));
     acl!(aclrtMemsetAsync(dev, 64, 0, 64, stream));
-    let stream = model_stream(capture_end(stream));
-    let (mut task, mut count) = (ptr::null_mut(), 1);
-    acl!(aclmdlRIGetTasksByStream(stream, &mut task, &mut count));
-    task
+    stream_tasks(instance_streams(capture_end(stream))[0])[0]
 }
 
 /// A task group of one launch, of an instance captured on device 0.
@@ -1254,6 +1286,18 @@ const CASES: &[Case] = &[
         || {
             let mut model = ptr::null_mut();
             code!(aclmdlRICaptureEnd(create_stream(), &mut model))
+        },
+    ),
+    case(
+        "end with a task group open",
+        "aclmdlRICaptureEnd",
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+        0,
+        || {
+            let stream = capturing();
+            acl!(aclmdlRICaptureTaskGrpBegin(stream));
+            let mut model = ptr::null_mut();
+            code!(aclmdlRICaptureEnd(stream, &mut model))
         },
     ),
     case(
@@ -1497,7 +1541,12 @@ const CASES: &[Case] = &[
         "aclmdlRICaptureBegin",
         ACL_ERROR_RT_PARAM_INVALID,
         0,
-        || code!(aclmdlRICaptureBegin(model_stream(empty_model()), RELAXED)),
+        || {
+            code!(aclmdlRICaptureBegin(
+                instance_streams(empty_model())[0],
+                RELAXED
+            ))
+        },
     ),
     case(
         "bind a stream of another context",
@@ -1586,7 +1635,7 @@ const CASES: &[Case] = &[
         0,
         || {
             let model = empty_model();
-            code!(aclmdlRIUnbindStream(model, model_stream(model)))
+            code!(aclmdlRIUnbindStream(model, instance_streams(model)[0]))
         },
     ),
     case(

@@ -84,8 +84,9 @@ pub unsafe extern "C" fn aclmdlRICaptureGetInfo(
 
 /// Ends the capture begun on this stream and returns its instance. Not capturing → 107029;
 /// a stream that joined another's capture → 107036; a non-RELAXED capture ended on another
-/// thread → 107038 (the capture goes on). An invalidated capture (507903) or one with a stream
-/// that did not return to this one (107025) ends without an instance.
+/// thread → 107038 (the capture goes on). An invalidated capture (507903), one with a stream
+/// that did not return to this one (107025) or one with a task group begun and not ended
+/// (107033) ends without an instance.
 ///
 /// # Safety
 /// `modelRI` must be NULL or valid for a write.
@@ -132,6 +133,16 @@ pub unsafe extern "C" fn aclmdlRICaptureEnd(
                     stream.id
                 ),
                 None => Ok(()),
+            })
+            .and_then(|()| {
+                ensure!(
+                    !model.is_recording_a_group(),
+                    ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+                    "a stream of the capture of stream {} began a task group \
+                     (aclmdlRICaptureTaskGrpBegin) and did not end it (aclmdlRICaptureTaskGrpEnd)",
+                    stream.id
+                );
+                Ok(())
             });
         let outcome = outcome.and_then(|()| {
             // A branch's instance destroyed (its root's capture failed) during its capture.

@@ -145,9 +145,14 @@ impl Stream {
         }
     }
 
-    /// Back to running its tasks; returns the capture it was in.
+    /// Back to running its tasks; returns the capture it was in. A task group it was still
+    /// recording ends with the capture (a group is recorded only while capturing).
     pub(crate) fn leave_capture(&self) -> Option<Arc<Capture>> {
-        lock(&self.state).capture.take()
+        let mut state = lock(&self.state);
+        if matches!(state.group, Some(GroupWork::Recording(_))) {
+            state.group = None;
+        }
+        state.capture.take()
     }
 
     /// Fails with ACL_ERROR_RT_STREAM_CAPTURED if the stream is being captured, and makes
