@@ -2079,6 +2079,17 @@ const CASES: &[Case] = &[
         },
     ),
     case(
+        "execute on a stream collecting an update",
+        "aclmdlRIExecuteAsync",
+        ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT,
+        0,
+        || {
+            let stream = create_stream();
+            acl!(aclmdlRICaptureTaskUpdateBegin(stream, one_group()));
+            code!(aclmdlRIExecuteAsync(empty_model(), stream))
+        },
+    ),
+    case(
         "update NULL",
         "aclmdlRIUpdate",
         ACL_ERROR_INVALID_PARAM,

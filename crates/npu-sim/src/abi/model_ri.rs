@@ -117,7 +117,8 @@ pub(super) fn check_same_context(model: &ModelRi, stream: &Stream) -> Res<()> {
 }
 
 /// Queues the instance's tasks on a stream of its context (another context → 107004; a
-/// stream being captured → 107027; an instance being captured → 107026).
+/// stream being captured → 107027, one collecting a task group's update → 507009; an instance
+/// being captured → 107026).
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -128,6 +129,8 @@ pub unsafe extern "C" fn aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtSt
         let stream = context::submit_stream(sim()?, stream)?;
         check_same_context(&model, &stream)?;
         stream.check_not_captured("executing a model runtime instance on it")?;
+        // Its tasks would be queued one by one: their launches taken for the update.
+        stream.check_not_updating("executing a model runtime instance on it")?;
         model.replay(&stream)
     })
 }

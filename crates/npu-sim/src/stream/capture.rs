@@ -145,6 +145,20 @@ impl Stream {
         }
     }
 
+    /// Fails with ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT if the stream is collecting a task
+    /// group's update (aclmdlRICaptureTaskUpdateBegin): `what`, which is not one kernel launch,
+    /// cannot be among the group's new tasks.
+    pub(crate) fn check_not_updating(&self, what: &str) -> Res<()> {
+        ensure!(
+            !matches!(lock(&self.state).group, Some(GroupWork::Updating { .. })),
+            ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT,
+            "{what} is not possible while stream {} collects a task group's update (only kernel \
+             launches are, until aclmdlRICaptureTaskUpdateEnd)",
+            self.id
+        );
+        Ok(())
+    }
+
     /// Back to running its tasks; returns the capture it was in. A task group it was still
     /// recording ends with the capture (a group is recorded only while capturing).
     pub(crate) fn leave_capture(&self) -> Option<Arc<Capture>> {
