@@ -1223,6 +1223,17 @@ const CASES: &[Case] = &[
         || code!(aclmdlRICaptureBegin(create_stream(), 3)),
     ),
     case(
+        "begin a stream collecting an update",
+        "aclmdlRICaptureBegin",
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+        0,
+        || {
+            let stream = create_stream();
+            acl!(aclmdlRICaptureTaskUpdateBegin(stream, one_group()));
+            code!(aclmdlRICaptureBegin(stream, RELAXED))
+        },
+    ),
+    case(
         "begin the default stream",
         "aclmdlRICaptureBegin",
         ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT,

@@ -39,14 +39,23 @@ impl Stream {
     }
 
     /// Makes the stream's tasks go into `capture` (one capturing already →
-    /// ACL_ERROR_RT_STREAM_CAPTURED; one bound to an instance, whose tasks go there →
-    /// ACL_ERROR_RT_PARAM_INVALID, as binding it to a second instance is).
+    /// ACL_ERROR_RT_STREAM_CAPTURED; one collecting a task group's update →
+    /// ACL_ERROR_STREAM_TASK_GROUP_STATUS, as recording a group there is; one bound to an
+    /// instance, whose tasks go there → ACL_ERROR_RT_PARAM_INVALID, as binding it to a second
+    /// instance is).
     pub(crate) fn enter_capture(&self, capture: &Arc<Capture>) -> Res<()> {
         let mut state = lock(&self.state);
         ensure!(
             state.capture.is_none(),
             ACL_ERROR_RT_STREAM_CAPTURED,
             "stream {} is being captured already",
+            self.id
+        );
+        ensure!(
+            !matches!(state.group, Some(GroupWork::Updating { .. })),
+            ACL_ERROR_STREAM_TASK_GROUP_STATUS,
+            "stream {} collects a task group's update (aclmdlRICaptureTaskUpdateBegin): it \
+             cannot be captured until aclmdlRICaptureTaskUpdateEnd",
             self.id
         );
         if let Some(bound) = &state.bound {
