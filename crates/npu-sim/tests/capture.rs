@@ -879,6 +879,48 @@ fn a_capture_ended_with_a_group_open_fails_and_frees_the_stream() {
     acl!(aclrtFree(dev));
 }
 
+/// A stream destroyed while it collects a task group's update abandons the update: the group
+/// is updated from another stream afterwards, and its executions run that update.
+#[test]
+fn a_stream_destroyed_during_an_update_frees_the_group() {
+    install();
+    set_device(3);
+    let (stream, exec) = (create_stream(), create_stream());
+    let (first, second) = (malloc(64), malloc(64));
+    upload(first, &[0u32]);
+    upload(second, &[0u32]);
+    let (first_address, second_address) = (first as u64, second as u64);
+    acl!(aclmdlRICaptureBegin(stream, RELAXED));
+    acl!(aclmdlRICaptureTaskGrpBegin(stream));
+    assert_eq!(
+        launch(add_one(), 1, stream, &first_address, ptr::null_mut()),
+        0
+    );
+    let mut group = ptr::null_mut();
+    acl!(aclmdlRICaptureTaskGrpEnd(stream, &mut group));
+    let model = capture_end(stream);
+
+    let abandoned = create_stream();
+    acl!(aclmdlRICaptureTaskUpdateBegin(abandoned, group));
+    acl!(aclrtDestroyStream(abandoned));
+    acl!(aclmdlRICaptureTaskUpdateBegin(stream, group));
+    assert_eq!(
+        launch(add_one(), 1, stream, &second_address, ptr::null_mut()),
+        0
+    );
+    acl!(aclmdlRICaptureTaskUpdateEnd(stream));
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    acl!(aclrtSynchronizeStream(exec));
+    assert_eq!((read_u32(first), read_u32(second)), (0, 1));
+    acl!(aclmdlRIDestroy(model));
+    for stream in [stream, exec] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    for dev in [first, second] {
+        acl!(aclrtFree(dev));
+    }
+}
+
 /// A task group's launches, updated after the capture by launches submitted between
 /// aclmdlRICaptureTaskUpdateBegin and End (which do not run), run as updated from then on.
 #[test]

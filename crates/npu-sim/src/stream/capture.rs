@@ -2,6 +2,7 @@
 //! instance, a task group being recorded or updated, a PERSISTENT stream's kept tasks.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use npu_sys::*;
 
@@ -166,6 +167,17 @@ impl Stream {
             self.id
         );
         Ok(())
+    }
+
+    /// Drops the task-group update the stream is collecting, if any (it is being destroyed):
+    /// the group may be updated again from another stream.
+    pub(crate) fn abandon_update(&self) {
+        let work = lock(&self.state).group.take();
+        if let Some(GroupWork::Updating { group, .. }) = &work {
+            group.updating.store(false, Ordering::Release);
+        }
+        // The staged launches may release a kernel library: outside the lock.
+        drop(work);
     }
 
     /// Back to running its tasks; returns the capture it was in. A task group it was still

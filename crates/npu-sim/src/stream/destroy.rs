@@ -33,6 +33,7 @@ impl Stream {
         if let Some(capture) = self.leave_capture() {
             capture.leave(self);
         }
+        self.abandon_update();
         if let Some(model) = self.bound_model() {
             // Not bound any more: the instance keeps the tasks it was given.
             let _ = model.unbind(self);
