@@ -191,7 +191,7 @@ impl Vmm {
                     && expect
                         .checked_add(len)
                         .is_some_and(|end| end <= EXPECT_HIGH)
-                    && expect % align == 0,
+                    && expect.is_multiple_of(align),
                 ACL_ERROR_RT_PARAM_INVALID,
                 "expectPtr {expect:#x} must lie in [16 TiB, 24 TiB) and be aligned to {align:#x}"
             );
@@ -362,7 +362,7 @@ impl Vmm {
     ) -> Res<()> {
         let len = physical.bytes;
         ensure!(
-            addr % physical.granularity == 0,
+            addr.is_multiple_of(physical.granularity),
             ACL_ERROR_RT_PARAM_INVALID,
             "{addr:#x} is not aligned to the allocation granularity ({:#x})",
             physical.granularity

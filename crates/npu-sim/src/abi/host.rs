@@ -70,7 +70,7 @@ pub unsafe extern "C" fn aclrtHostRegister(
         // Only the V1 call checks the page alignment the reference asks of both: aclrtHostRegisterV2
         // validates its flags and leaves the address to the driver.
         ensure!(
-            ptr as usize % PAGE == 0,
+            (ptr as usize).is_multiple_of(PAGE),
             ACL_ERROR_RT_PARAM_INVALID,
             "{ptr:p} is not aligned to the {PAGE}-byte page size"
         );

@@ -134,7 +134,7 @@ fn check_range(sim: &Sim, ptr: *const c_void, size: u64) -> Res<()> {
         "{ptr:p} is not managed memory (aclrtMemAllocManaged)"
     );
     ensure!(
-        size != 0 && size % GRAIN as u64 == 0,
+        size != 0 && size.is_multiple_of(GRAIN as u64),
         ACL_ERROR_RT_PARAM_INVALID,
         "size {size} is not a non-zero multiple of 2 MiB"
     );

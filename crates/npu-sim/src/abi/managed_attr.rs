@@ -92,7 +92,7 @@ fn write_attribute(
         }
         ACL_MEM_RANGE_ATTRIBUTE_ACCESSED_BY => {
             ensure!(
-                data_size != 0 && data_size % 4 == 0,
+                data_size != 0 && data_size.is_multiple_of(4),
                 ACL_ERROR_RT_PARAM_INVALID,
                 "dataSize must be a non-zero multiple of 4 for ACCESSED_BY, not {data_size}"
             );

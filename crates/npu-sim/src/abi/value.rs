@@ -21,7 +21,7 @@ fn submit_on_word(addr: usize, stream: aclrtStream, op: impl FnOnce(usize) -> Op
 /// aligned to its width (else 107000).
 pub(super) fn check_word(addr: usize, width: usize, device: i32, what: &str) -> Res<()> {
     ensure!(
-        addr % width == 0,
+        addr.is_multiple_of(width),
         ACL_ERROR_RT_PARAM_INVALID,
         "{what} {addr:#x} is not {width}-byte aligned"
     );
