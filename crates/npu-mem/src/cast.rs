@@ -50,13 +50,13 @@ impl<S: Memory, U: Pod> Cast<S, U> {
         let (size, align) = (size_of::<U>(), align_of::<U>());
         let problem = if size == 0 {
             Some("the target type has no size".to_string())
-        } else if inner.byte_len() % size != 0 {
+        } else if !inner.byte_len().is_multiple_of(size) {
             Some(format!(
                 "{} bytes are not a whole number of {} ({size} bytes)",
                 inner.byte_len(),
                 std::any::type_name::<U>()
             ))
-        } else if inner.addr() as usize % align != 0 {
+        } else if !(inner.addr() as usize).is_multiple_of(align) {
             Some(format!(
                 "the address {:p} is not aligned to {align} bytes for {}",
                 inner.addr(),

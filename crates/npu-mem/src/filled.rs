@@ -136,7 +136,7 @@ impl<T: Pod, B: Memory<Elem = T> + Deref<Target = [T]>> Filled<B> {
     /// ```
     pub fn into_view(self) -> Result<View<B>, OpError<Self>> {
         let size = size_of::<T>();
-        if self.read % size != 0 || self.filled % size != 0 {
+        if !self.read.is_multiple_of(size) || !self.filled.is_multiple_of(size) {
             let rule = format!(
                 "the unread bytes {}..{} do not start and end on an element boundary ({size} \
                  bytes)",

@@ -122,12 +122,11 @@ fn send(job: Job) -> std::result::Result<(), Job> {
             Some(stream.context.runtime().api())
         }
     };
-    if let Some(api) = api {
-        if api.aclrtSynchronizeStreamWithTimeout.is_none()
-            || api.aclrtSynchronizeEventWithTimeout.is_none()
-        {
-            return Err(job);
-        }
+    if let Some(api) = api
+        && (api.aclrtSynchronizeStreamWithTimeout.is_none()
+            || api.aclrtSynchronizeEventWithTimeout.is_none())
+    {
+        return Err(job);
     }
     let sender = sender().lock().unwrap_or_else(|e| e.into_inner());
     match sender.as_ref() {
@@ -213,10 +212,10 @@ fn run(rx: Receiver<Job>) {
             Err(RecvTimeoutError::Disconnected) => {}
         }
         for _ in 0..waiting.len() {
-            if let Some(job) = waiting.pop_front() {
-                if let Some(again) = step(job, SLICE_MS) {
-                    waiting.push_back(again);
-                }
+            if let Some(job) = waiting.pop_front()
+                && let Some(again) = step(job, SLICE_MS)
+            {
+                waiting.push_back(again);
             }
         }
     }

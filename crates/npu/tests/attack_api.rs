@@ -682,7 +682,7 @@ fn host_registration_refuses_partial_pages_and_outlives_its_copies() {
     let mut aligned = Vec::new();
     let unaligned = loop {
         let buffer = vec![1u8; 8192];
-        if buffer.as_ptr() as usize % 4096 != 0 {
+        if !(buffer.as_ptr() as usize).is_multiple_of(4096) {
             break buffer;
         }
         aligned.push(buffer);

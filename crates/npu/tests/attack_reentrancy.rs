@@ -199,10 +199,11 @@ fn a_layer_submitting_when_a_refused_submission_is_logged_does_not_deadlock() {
         let submitter = std::thread::current().id();
         let (hook_stream, hook_ctx, ops) = (s.clone(), ctx.clone(), inner.clone());
         set_hook(Some(Arc::new(move |point| {
-            if matches!(point, Point::Event(_)) && std::thread::current().id() == submitter {
-                if let Ok(buffer) = DeviceBuffer::<u8>::new(&hook_ctx, 16) {
-                    ops.lock().unwrap().push(hook_stream.memset(buffer, 5));
-                }
+            if matches!(point, Point::Event(_))
+                && std::thread::current().id() == submitter
+                && let Ok(buffer) = DeviceBuffer::<u8>::new(&hook_ctx, 16)
+            {
+                ops.lock().unwrap().push(hook_stream.memset(buffer, 5));
             }
         })));
         let refused = watchdog(&format!("{strategy:?}: a refused memset"), || {
@@ -726,11 +727,11 @@ fn mlock_child() {
     let fired = Arc::new(AtomicUsize::new(0));
     let count = fired.clone();
     set_hook(Some(Arc::new(move |point| {
-        if let Point::Event(target) = point {
-            if target.starts_with("npu_sim") {
-                count.fetch_add(1, Ordering::SeqCst);
-                let _ = sim::host_stats();
-            }
+        if let Point::Event(target) = point
+            && target.starts_with("npu_sim")
+        {
+            count.fetch_add(1, Ordering::SeqCst);
+            let _ = sim::host_stats();
         }
     })));
     let ctx = Device::open(0).unwrap().primary_context().clone();

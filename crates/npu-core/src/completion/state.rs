@@ -243,13 +243,13 @@ impl Wakers {
     /// replaces, or `waker` itself if the slot's wakes the same task), for the caller to drop
     /// once the lock is released.
     fn register(&mut self, registration: &mut Registration, waker: Waker) -> Option<Waker> {
-        if let Some(key) = registration.0 {
-            if let Some((_, known)) = self.registered.iter_mut().find(|(k, _)| *k == key) {
-                if known.will_wake(&waker) {
-                    return Some(waker);
-                }
-                return Some(std::mem::replace(known, waker));
+        if let Some(key) = registration.0
+            && let Some((_, known)) = self.registered.iter_mut().find(|(k, _)| *k == key)
+        {
+            if known.will_wake(&waker) {
+                return Some(waker);
             }
+            return Some(std::mem::replace(known, waker));
         }
         let key = registration.0.unwrap_or_else(|| {
             self.last += 1;

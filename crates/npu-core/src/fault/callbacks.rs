@@ -83,10 +83,10 @@ pub(crate) fn register(loaded: &'static Loaded) {
 
 unsafe extern "C" fn on_exception<const SLOT: usize>(info: *mut ffi::aclrtExceptionInfo) {
     let panicked = crate::contain::contained(|| {
-        if let Some(loaded) = LOADED[SLOT].get() {
-            if let Some(fault) = read_fault(loaded, info) {
-                loaded.faults.record(fault);
-            }
+        if let Some(loaded) = LOADED[SLOT].get()
+            && let Some(fault) = read_fault(loaded, info)
+        {
+            loaded.faults.record(fault);
         }
     });
     if panicked {

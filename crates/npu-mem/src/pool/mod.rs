@@ -171,19 +171,19 @@ impl PinnedPoolBuilder {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn build(self) -> Result<PinnedPool> {
-        if let Some(capacity) = self.capacity {
-            if capacity < PAGE {
-                // Named as `StreamBuilder::build` names its settings: the method that
-                // refuses, and the setting the caller gave it.
-                return Err(Error::invalid(
-                    "PinnedPoolBuilder::build",
-                    "capacity",
-                    format!(
-                        "{capacity} is less than the smallest block ({} bytes)",
-                        PAGE
-                    ),
-                ));
-            }
+        if let Some(capacity) = self.capacity
+            && capacity < PAGE
+        {
+            // Named as `StreamBuilder::build` names its settings: the method that
+            // refuses, and the setting the caller gave it.
+            return Err(Error::invalid(
+                "PinnedPoolBuilder::build",
+                "capacity",
+                format!(
+                    "{capacity} is less than the smallest block ({} bytes)",
+                    PAGE
+                ),
+            ));
         }
         Ok(PinnedPool::with_options(
             self.context,

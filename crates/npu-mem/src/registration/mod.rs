@@ -133,7 +133,7 @@ fn check_range(ptr: *const c_void, bytes: usize) -> Result<()> {
             "is empty: ACL rejects zero-size registrations",
         ));
     }
-    if ptr as usize % PAGE != 0 {
+    if !(ptr as usize).is_multiple_of(PAGE) {
         return Err(Error::invalid(
             api,
             "buffer",
@@ -143,7 +143,7 @@ fn check_range(ptr: *const c_void, bytes: usize) -> Result<()> {
             ),
         ));
     }
-    if bytes % PAGE != 0 {
+    if !bytes.is_multiple_of(PAGE) {
         return Err(Error::invalid(
             api,
             "buffer",

@@ -309,10 +309,10 @@ impl Reactor {
     /// Makes the reactor look at its streams now (after an abort marked operations discarded,
     /// or a fault was reported).
     pub(crate) fn nudge(&self) {
-        if self.wakeup.notify() {
-            if let Some(thread) = self.thread.get() {
-                thread.unpark();
-            }
+        if self.wakeup.notify()
+            && let Some(thread) = self.thread.get()
+        {
+            thread.unpark();
         }
     }
 

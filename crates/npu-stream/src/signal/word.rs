@@ -107,7 +107,7 @@ impl<M: DeviceSlice<Elem = u64> + MemoryMut> ValueWord<M> {
                 "holds {} words; a value word is exactly one (view one with `view(i..i + 1)`)",
                 memory.len()
             ))
-        } else if memory.addr() as usize % 8 != 0 {
+        } else if !(memory.addr() as usize).is_multiple_of(8) {
             Some(format!(
                 "{:p} is not 8-byte aligned, as ACL requires",
                 memory.addr()

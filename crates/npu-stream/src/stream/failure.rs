@@ -54,10 +54,10 @@ impl StreamShared {
         // An ordinary operation that succeeded changes nothing: no lock on the common path.
         if !op.synchronizes {
             // What an abort discarded is the caller's doing, not a device failure to report.
-            if let Err(err) = &result {
-                if !self.aborted(op) {
-                    failure().get_or_insert_with(|| err.clone());
-                }
+            if let Err(err) = &result
+                && !self.aborted(op)
+            {
+                failure().get_or_insert_with(|| err.clone());
             }
             return result;
         }
