@@ -262,8 +262,6 @@ pub fn h2d_async(dev: *mut c_void, host: *const c_void, bytes: usize, stream: ac
     ));
 }
 
-/// Registers `add_one_u32` (args: one u64 address of a u32; adds 1) and `trap` (always
-/// returns 1) once per process.
 /// Installs the 8-device configuration (1 GiB each) and the test kernels, once per process:
 /// for test files that give each test a device of its own.
 pub fn install_eight_devices() {
@@ -278,6 +276,8 @@ pub fn install_eight_devices() {
     });
 }
 
+/// Registers `add_one_u32` (args: one u64 address of a u32; adds 1) and `trap` (always
+/// returns 1) once per process.
 pub fn register_test_kernels() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
