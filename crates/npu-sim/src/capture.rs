@@ -35,6 +35,8 @@ pub(crate) struct Capture {
     members: Mutex<Vec<Arc<Stream>>>,
     /// The events (device, event id) recorded or waited with an EXTERNAL flag in it.
     external: Mutex<Vec<(i32, u32)>>,
+    /// Whether a stream left it still recording a task group (aclmdlRICaptureEnd fails).
+    group_left_open: AtomicBool,
 }
 
 /// Captures in progress, for the capture-mode checks.
@@ -161,6 +163,7 @@ impl Capture {
             invalidated: Mutex::new(None),
             members: Mutex::new(vec![origin.clone()]),
             external: Mutex::new(Vec::new()),
+            group_left_open: AtomicBool::new(false),
         });
         origin.enter_capture(&capture)?;
         capture.model.add_stream(origin);
@@ -246,6 +249,19 @@ impl Capture {
         lock(&ACTIVE).retain(|capture| !Arc::ptr_eq(capture, self));
         ACTIVE_COUNT.fetch_sub(1, Ordering::AcqRel);
         self.model.close();
+    }
+
+    /// A stream left the capture while recording a task group (under its state lock, where
+    /// the recording was counted): the instance no longer counts it, and the capture cannot
+    /// end well.
+    pub(crate) fn group_left_open(&self) {
+        self.model.group_recording(false);
+        self.group_left_open.store(true, Ordering::Release);
+    }
+
+    /// Whether a stream left it still recording a task group.
+    pub(crate) fn left_a_group_open(&self) -> bool {
+        self.group_left_open.load(Ordering::Acquire)
     }
 
     /// `stream` leaves the capture (it is being destroyed with its context): the capture is

@@ -879,6 +879,52 @@ fn a_capture_ended_with_a_group_open_fails_and_frees_the_stream() {
     acl!(aclrtFree(dev));
 }
 
+/// Attacks the instance's count of the groups being recorded: a capture ended with a group
+/// open clears the stream's recording, and must uncount it too. A branch instance
+/// (aclmdlRICaptureToModelRIBegin) survives such a failed capture, cleared, and is captured
+/// again: a stale count made every plain task of the new capture fail with 107034 and its end
+/// with 107033.
+#[test]
+fn a_branch_captured_again_after_a_group_left_open_still_counts_the_group() {
+    install();
+    set_device(1);
+    let (parent, model, _handle, branches) =
+        common::flow::capture_cond(ACL_MODEL_RI_COND_TYPE_IF, 1, 0, 0);
+    let branch = branches[0];
+    let dev = malloc(64);
+    let address = dev as u64;
+
+    let stream = create_stream();
+    acl!(aclmdlRICaptureToModelRIBegin(stream, branch, RELAXED));
+    acl!(aclmdlRICaptureTaskGrpBegin(stream));
+    assert_eq!(launch(add_one(), 1, stream, &address, ptr::null_mut()), 0);
+    let mut out = ptr::null_mut();
+    assert_eq!(
+        code!(aclmdlRICaptureEnd(stream, &mut out)),
+        ACL_ERROR_STREAM_TASK_GROUP_STATUS
+    );
+    recent_message();
+
+    // The branch, cleared, is captured again with one plain memset: no group anywhere.
+    acl!(aclmdlRICaptureToModelRIBegin(stream, branch, RELAXED));
+    let code = code!(aclrtMemsetAsync(dev, 64, 0, 64, stream));
+    let message = recent_message();
+    let mut out = ptr::null_mut();
+    let end = code!(aclmdlRICaptureEnd(stream, &mut out));
+    let end_message = recent_message();
+    assert_eq!(
+        (code, end),
+        (0, 0),
+        "memset: {message} / end: {end_message}"
+    );
+    assert_eq!(capture_end(parent), model);
+    acl!(aclmdlRIDestroy(model));
+    for stream in [stream, parent] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtFree(dev));
+}
+
 /// A stream destroyed while it collects a task group's update abandons the update: the group
 /// is updated from another stream afterwards, and its executions run that update.
 #[test]

@@ -136,7 +136,7 @@ pub unsafe extern "C" fn aclmdlRICaptureEnd(
             })
             .and_then(|()| {
                 ensure!(
-                    !model.is_recording_a_group(),
+                    !capture.left_a_group_open(),
                     ACL_ERROR_STREAM_TASK_GROUP_STATUS,
                     "a stream of the capture of stream {} began a task group \
                      (aclmdlRICaptureTaskGrpBegin) and did not end it (aclmdlRICaptureTaskGrpEnd)",

@@ -5,42 +5,25 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use npu_sys::*;
 
-use crate::capture::Capture;
 use crate::context;
-use crate::error::{Res, ensure, fail, guard, non_null, write_out};
+use crate::error::{ensure, fail, guard, non_null, write_out};
 use crate::handle;
-use crate::model_ri::{GroupWork, TaskGroup};
+use crate::model_ri::TaskGroup;
 use crate::sim::sim;
-use crate::stream::Stream;
-
-/// The stream (of the current context), which must be being captured
-/// (ACL_ERROR_RT_STREAM_NOT_CAPTURED).
-fn capturing(stream: aclrtStream) -> Res<(Arc<Stream>, Arc<Capture>)> {
-    let (_, stream) = context::owned_stream(sim()?, stream)?;
-    match stream.capture() {
-        Some(capture) => Ok((stream, capture)),
-        None => fail!(
-            ACL_ERROR_RT_STREAM_NOT_CAPTURED,
-            "stream {} is not being captured",
-            stream.id
-        ),
-    }
-}
 
 /// Starts recording a task group on a capturing stream (not capturing → 107029; a group
-/// recorded or updated on it already → 107033). Only kernel launches may be submitted until
-/// aclmdlRICaptureTaskGrpEnd (others → 507009), and a task submitted meanwhile to another
-/// stream of the same capture interrupts the recording (107034, the task is refused).
+/// recorded or updated on it already → 107033). Only kernel
+/// launches may be submitted until aclmdlRICaptureTaskGrpEnd (others → 507009), and a task
+/// submitted meanwhile to another stream of the same capture interrupts the recording
+/// (107034, the task is refused).
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclmdlRICaptureTaskGrpBegin(stream: aclrtStream) -> aclError {
     guard("aclmdlRICaptureTaskGrpBegin", || {
-        let (stream, capture) = capturing(stream)?;
-        stream.begin_group_work(GroupWork::Recording(Vec::new()))?;
-        capture.model.group_recording(true);
-        Ok(())
+        let (_, stream) = context::owned_stream(sim()?, stream)?;
+        stream.begin_recording()
     })
 }
 
@@ -56,9 +39,8 @@ pub unsafe extern "C" fn aclmdlRICaptureTaskGrpEnd(
 ) -> aclError {
     guard("aclmdlRICaptureTaskGrpEnd", || {
         non_null(handle, "handle")?;
-        let (stream, capture) = capturing(stream)?;
-        let indexes = stream.end_group()?;
-        capture.model.group_recording(false);
+        let (_, stream) = context::owned_stream(sim()?, stream)?;
+        let (indexes, capture) = stream.end_group()?;
         let group = Arc::new(TaskGroup {
             model: Arc::downgrade(&capture.model),
             indexes,
@@ -111,11 +93,7 @@ pub unsafe extern "C" fn aclmdlRICaptureTaskUpdateBegin(
             ACL_ERROR_STREAM_TASK_GROUP_STATUS,
             "the task group is being updated already"
         );
-        let work = GroupWork::Updating {
-            group: group.clone(),
-            staged: Vec::new(),
-        };
-        stream.begin_group_work(work).inspect_err(|_| {
+        stream.begin_update(&group).inspect_err(|_| {
             group.updating.store(false, Ordering::Release);
         })
     })

@@ -12,7 +12,7 @@ use crate::model_ri::{GroupWork, ModelRi, TaskGroup};
 use crate::sync::lock;
 use crate::task::Op;
 
-use super::Stream;
+use super::{State, Stream};
 
 impl Stream {
     /// aclrtPersistentTaskClean: drops the tasks kept for a model.
@@ -108,25 +108,66 @@ impl Stream {
         lock(&self.state).bound = None;
     }
 
-    /// Starts group work on the stream (one at a time: ACL_ERROR_STREAM_TASK_GROUP_STATUS).
-    pub(crate) fn begin_group_work(&self, work: GroupWork) -> Res<()> {
-        let mut state = lock(&self.state);
+    /// Fails with ACL_ERROR_STREAM_TASK_GROUP_STATUS if the stream records or updates a task
+    /// group already (one at a time).
+    fn check_no_group_work(&self, state: &State) -> Res<()> {
         ensure!(
             state.group.is_none(),
             ACL_ERROR_STREAM_TASK_GROUP_STATUS,
             "stream {} is recording or updating a task group already",
             self.id
         );
-        state.group = Some(work);
         Ok(())
     }
 
-    /// Ends the recording of a task group: the indexes of its tasks in the instance (not
-    /// recording → ACL_ERROR_STREAM_TASK_GROUP_STATUS).
-    pub(crate) fn end_group(&self) -> Res<Vec<usize>> {
+    /// The capture the stream takes part in (ACL_ERROR_RT_STREAM_NOT_CAPTURED if none).
+    fn capture_of(&self, state: &State) -> Res<Arc<Capture>> {
+        match &state.capture {
+            Some(capture) => Ok(capture.clone()),
+            None => fail!(
+                ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+                "stream {} is not being captured",
+                self.id
+            ),
+        }
+    }
+
+    /// Starts recording a task group on the capturing stream (aclmdlRICaptureTaskGrpBegin).
+    /// The capture's instance counts it in the same step, under the state lock, as
+    /// [`Self::end_group`] and [`Self::leave_capture`] uncount it: the count is always that of
+    /// the streams recording, whichever thread ends the capture meanwhile.
+    pub(crate) fn begin_recording(&self) -> Res<()> {
         let mut state = lock(&self.state);
+        let capture = self.capture_of(&state)?;
+        self.check_no_group_work(&state)?;
+        state.group = Some(GroupWork::Recording(Vec::new()));
+        capture.model.group_recording(true);
+        Ok(())
+    }
+
+    /// Starts collecting an update of `group` (aclmdlRICaptureTaskUpdateBegin): refused on a
+    /// stream doing group work already.
+    pub(crate) fn begin_update(&self, group: &Arc<TaskGroup>) -> Res<()> {
+        let mut state = lock(&self.state);
+        self.check_no_group_work(&state)?;
+        state.group = Some(GroupWork::Updating {
+            group: group.clone(),
+            staged: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Ends the recording of a task group: the indexes of its tasks in the instance and the
+    /// capture recording them (not capturing → ACL_ERROR_RT_STREAM_NOT_CAPTURED; not
+    /// recording → ACL_ERROR_STREAM_TASK_GROUP_STATUS).
+    pub(crate) fn end_group(&self) -> Res<(Vec<usize>, Arc<Capture>)> {
+        let mut state = lock(&self.state);
+        let capture = self.capture_of(&state)?;
         match state.group.take() {
-            Some(GroupWork::Recording(indexes)) => Ok(indexes),
+            Some(GroupWork::Recording(indexes)) => {
+                capture.model.group_recording(false);
+                Ok((indexes, capture))
+            }
             other => {
                 state.group = other;
                 fail!(
@@ -181,13 +222,18 @@ impl Stream {
     }
 
     /// Back to running its tasks; returns the capture it was in. A task group it was still
-    /// recording ends with the capture (a group is recorded only while capturing).
+    /// recording ends with the capture (a group is recorded only while capturing), which
+    /// notes it was left open.
     pub(crate) fn leave_capture(&self) -> Option<Arc<Capture>> {
         let mut state = lock(&self.state);
+        let capture = state.capture.take();
         if matches!(state.group, Some(GroupWork::Recording(_))) {
             state.group = None;
+            if let Some(capture) = &capture {
+                capture.group_left_open();
+            }
         }
-        state.capture.take()
+        capture
     }
 
     /// Fails with ACL_ERROR_RT_STREAM_CAPTURED if the stream is being captured, and makes
