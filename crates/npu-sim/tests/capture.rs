@@ -13,7 +13,9 @@ mod common;
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use common::cases::{Case, case, run_table};
 use common::*;
@@ -27,7 +29,8 @@ const THREAD_LOCAL: aclmdlRICaptureMode = ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL
 fn install() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        npu_sim::SimConfig::default().devices(7).install().unwrap();
+        // Devices 7 and 8 are held only by the tests of streams being destroyed.
+        npu_sim::SimConfig::default().devices(9).install().unwrap();
         register_test_kernels();
     });
 }
@@ -922,6 +925,146 @@ fn a_branch_captured_again_after_a_group_left_open_still_counts_the_group() {
     for stream in [stream, parent] {
         acl!(aclrtDestroyStream(stream));
     }
+    acl!(aclrtFree(dev));
+}
+
+/// What a stream-state callback watches for: the destruction of one stream beginning.
+struct DestroyWatch {
+    stream: usize,
+    begun: AtomicBool,
+}
+
+unsafe extern "C" fn on_destroy_pre(
+    stream: aclrtStream,
+    state: aclrtStreamState,
+    args: *mut c_void,
+) {
+    // SAFETY: registered with a pointer to a leaked `DestroyWatch`, which lives for ever (a
+    // callback may still run just after its registration is removed).
+    let watch = unsafe { &*args.cast::<DestroyWatch>() };
+    if stream as usize == watch.stream && state == ACL_RT_STREAM_STATE_DESTROY_PRE {
+        watch.begun.store(true, Ordering::Release);
+    }
+}
+
+/// Destroys `stream` (of `device`, current) on another thread while the device is held, a
+/// memset of `dev` queued on the stream so that the destruction waits for it; returns once
+/// the destruction has begun. Its stream-state callback (DESTROY_PRE) follows the mark that
+/// makes the stream refuse new work, so from then on the outcome is decided; the short wait
+/// after it only lets the destruction leave the stream's capture and abandon its update, as
+/// the defects this serves reproduced. The handle resolves until [`finish_destroying`].
+fn begin_destroying(device: i32, stream: aclrtStream, dev: *mut c_void) -> JoinHandle<aclError> {
+    let watch: &'static DestroyWatch = Box::leak(Box::new(DestroyWatch {
+        stream: stream as usize,
+        begun: AtomicBool::new(false),
+    }));
+    let args = (watch as *const DestroyWatch).cast_mut().cast();
+    let name = c_string(&format!("capture-destroying-{}", stream as usize));
+    acl!(aclrtRegStreamStateCallback(
+        name.as_ptr(),
+        Some(on_destroy_pre),
+        args
+    ));
+    control::hold(device).unwrap();
+    acl!(aclrtMemsetAsync(dev, 64, 0, 64, stream));
+    let raw = Raw::of(stream);
+    let destroyer = std::thread::spawn(move || {
+        set_device(device);
+        // SAFETY: a live stream handle.
+        unsafe { aclrtDestroyStream(raw.ptr()) }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !watch.begun.load(Ordering::Acquire) {
+        assert!(Instant::now() < deadline, "the destruction never began");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    acl!(aclrtRegStreamStateCallback(name.as_ptr(), None, args));
+    std::thread::sleep(Duration::from_millis(50));
+    destroyer
+}
+
+/// Lets the destruction begun by [`begin_destroying`] finish.
+fn finish_destroying(device: i32, destroyer: JoinHandle<aclError>) {
+    control::release(device).unwrap();
+    assert_eq!(destroyer.join().unwrap(), 0);
+}
+
+/// Attacks aclmdlRICaptureTaskUpdateBegin on a stream whose destruction has begun (it waits
+/// for the stream's work): the destruction abandoned the stream's update already, so an
+/// update begun then would never be, and the group would stay "being updated" for good. It
+/// is refused with 107017, as a submission to the stream is, and the group is free.
+#[test]
+fn an_update_begun_on_a_stream_being_destroyed_keeps_the_group_busy_for_ever() {
+    install();
+    const DEVICE: i32 = 7;
+    set_device(DEVICE);
+    let dev = malloc(64);
+    let address = dev as u64;
+    let capturing = create_stream();
+    acl!(aclmdlRICaptureBegin(capturing, RELAXED));
+    acl!(aclmdlRICaptureTaskGrpBegin(capturing));
+    assert_eq!(
+        launch(add_one(), 1, capturing, &address, ptr::null_mut()),
+        0
+    );
+    let mut group = ptr::null_mut();
+    acl!(aclmdlRICaptureTaskGrpEnd(capturing, &mut group));
+    let model = capture_end(capturing);
+
+    let doomed = create_stream();
+    let destroyer = begin_destroying(DEVICE, doomed, dev);
+    let begun = code!(aclmdlRICaptureTaskUpdateBegin(doomed, group));
+    let begun_message = recent_message();
+    finish_destroying(DEVICE, destroyer);
+
+    let other = create_stream();
+    let again = code!(aclmdlRICaptureTaskUpdateBegin(other, group));
+    let again_message = recent_message();
+    assert_eq!(
+        (begun, again),
+        (ACL_ERROR_RT_INVALID_HANDLE, 0),
+        "update begin on the dying stream: {begun_message}; a later update from a live \
+         stream: {again_message}"
+    );
+    // Destroying the updating stream abandons its update.
+    for stream in [other, capturing] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtFree(dev));
+}
+
+/// Attacks aclmdlRICaptureBegin on a stream whose destruction has begun and already left its
+/// capture: a capture begun then would never end, and stay active for good. It is refused with
+/// 107017, as a submission to the stream is. THREAD_LOCAL, whose restriction shows the capture
+/// still active, confines it to this test's thread had it been accepted (a GLOBAL one would
+/// refuse the other tests' synchronous copies).
+#[test]
+fn a_capture_begun_on_a_stream_being_destroyed_stays_active_for_ever() {
+    install();
+    const DEVICE: i32 = 8;
+    set_device(DEVICE);
+    let dev = malloc(64);
+    let doomed = create_stream();
+    let destroyer = begin_destroying(DEVICE, doomed, dev);
+    let begun = code!(aclmdlRICaptureBegin(doomed, THREAD_LOCAL));
+    let begun_message = recent_message();
+    finish_destroying(DEVICE, destroyer);
+    let mut host = [0u8; 64];
+    let copied = code!(aclrtMemcpy(
+        host.as_mut_ptr().cast(),
+        64,
+        dev,
+        64,
+        ACL_MEMCPY_DEVICE_TO_HOST
+    ));
+    let copied_message = recent_message();
+    assert_eq!(
+        (begun, copied),
+        (ACL_ERROR_RT_INVALID_HANDLE, 0),
+        "capture begin on the dying stream: {begun_message}; a later synchronous copy on the \
+         thread: {copied_message}"
+    );
     acl!(aclrtFree(dev));
 }
 

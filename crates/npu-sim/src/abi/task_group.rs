@@ -11,8 +11,8 @@ use crate::handle;
 use crate::model_ri::TaskGroup;
 use crate::sim::sim;
 
-/// Starts recording a task group on a capturing stream (not capturing → 107029; a group
-/// recorded or updated on it already → 107033). Only kernel
+/// Starts recording a task group on a capturing stream (being destroyed → 107017; not
+/// capturing → 107029; a group recorded or updated on it already → 107033). Only kernel
 /// launches may be submitted until aclmdlRICaptureTaskGrpEnd (others → 507009), and a task
 /// submitted meanwhile to another stream of the same capture interrupts the recording
 /// (107034, the task is refused).
@@ -56,7 +56,8 @@ pub unsafe extern "C" fn aclmdlRICaptureTaskGrpEnd(
 /// Starts updating a task group from a stream not being captured (capturing → 107027): the
 /// kernel launches submitted to it until aclmdlRICaptureTaskUpdateEnd do not run, they are the
 /// group's new tasks. A group updated already, or a stream recording or updating a group →
-/// 107033; an instance destroyed → 107017, still being captured → 107026.
+/// 107033; an instance destroyed, or a stream being destroyed → 107017; an instance still
+/// being captured → 107026.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.

@@ -39,13 +39,28 @@ impl Stream {
         lock(&self.state).capture.clone()
     }
 
-    /// Makes the stream's tasks go into `capture` (one capturing already →
-    /// ACL_ERROR_RT_STREAM_CAPTURED; one collecting a task group's update →
-    /// ACL_ERROR_STREAM_TASK_GROUP_STATUS, as recording a group there is; one bound to an
-    /// instance, whose tasks go there → ACL_ERROR_RT_PARAM_INVALID, as binding it to a second
-    /// instance is).
+    /// Fails with ACL_ERROR_RT_INVALID_HANDLE, as a submission does, if the stream's
+    /// destruction has begun. Takes the state (its lock held), where the destruction marks the
+    /// stream: a capture or update begun before the mark the destruction undoes
+    /// (leave_capture, abandon_update), and none is begun after it that would outlive it.
+    pub(super) fn check_alive(&self, _locked: &State) -> Res<()> {
+        ensure!(
+            !self.destroyed.load(Ordering::Acquire),
+            ACL_ERROR_RT_INVALID_HANDLE,
+            "stream {} is being destroyed",
+            self.id
+        );
+        Ok(())
+    }
+
+    /// Makes the stream's tasks go into `capture` (one being destroyed →
+    /// ACL_ERROR_RT_INVALID_HANDLE; one capturing already → ACL_ERROR_RT_STREAM_CAPTURED; one
+    /// collecting a task group's update → ACL_ERROR_STREAM_TASK_GROUP_STATUS, as recording a
+    /// group there is; one bound to an instance, whose tasks go there →
+    /// ACL_ERROR_RT_PARAM_INVALID, as binding it to a second instance is).
     pub(crate) fn enter_capture(&self, capture: &Arc<Capture>) -> Res<()> {
         let mut state = lock(&self.state);
+        self.check_alive(&state)?;
         ensure!(
             state.capture.is_none(),
             ACL_ERROR_RT_STREAM_CAPTURED,
@@ -138,6 +153,7 @@ impl Stream {
     /// the streams recording, whichever thread ends the capture meanwhile.
     pub(crate) fn begin_recording(&self) -> Res<()> {
         let mut state = lock(&self.state);
+        self.check_alive(&state)?;
         let capture = self.capture_of(&state)?;
         self.check_no_group_work(&state)?;
         state.group = Some(GroupWork::Recording(Vec::new()));
@@ -146,9 +162,11 @@ impl Stream {
     }
 
     /// Starts collecting an update of `group` (aclmdlRICaptureTaskUpdateBegin): refused on a
-    /// stream doing group work already.
+    /// stream being destroyed (its destruction abandoned its update already: this one would
+    /// never be) or doing group work already.
     pub(crate) fn begin_update(&self, group: &Arc<TaskGroup>) -> Res<()> {
         let mut state = lock(&self.state);
+        self.check_alive(&state)?;
         self.check_no_group_work(&state)?;
         state.group = Some(GroupWork::Updating {
             group: group.clone(),

@@ -66,12 +66,7 @@ impl Stream {
         let mut state = lock(&self.state);
         // Checked under the state lock, where destruction marks the stream: a task queued
         // after the destroyer read the submission count would never run (its worker gone).
-        ensure!(
-            !self.destroyed.load(Ordering::Acquire),
-            ACL_ERROR_RT_INVALID_HANDLE,
-            "stream {} is being destroyed",
-            self.id
-        );
+        self.check_alive(&state)?;
         if let Some(capture) = state.capture.clone() {
             return self.capture_step(&mut state, &capture, Step::Run(task.op));
         }
