@@ -1767,6 +1767,30 @@ const CASES: &[Case] = &[
             code!(aclmdlRIBindStream(building(ptr::null_mut()), stream, HEAD))
         },
     ),
+    // A stream in two instances at once: its launches would go both into the instance it is
+    // bound to and into the group's update.
+    case(
+        "bind a stream collecting an update",
+        "aclmdlRIBindStream",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let stream = persistent_stream();
+            acl!(aclmdlRICaptureTaskUpdateBegin(stream, one_group()));
+            code!(aclmdlRIBindStream(building(ptr::null_mut()), stream, HEAD))
+        },
+    ),
+    case(
+        "update from a stream bound to a built instance",
+        "aclmdlRICaptureTaskUpdateBegin",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let stream = persistent_stream();
+            building(stream);
+            code!(aclmdlRICaptureTaskUpdateBegin(stream, one_group()))
+        },
+    ),
     case(
         "begin a stream bound to a built instance",
         "aclmdlRICaptureBegin",

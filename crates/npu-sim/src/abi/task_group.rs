@@ -57,7 +57,8 @@ pub unsafe extern "C" fn aclmdlRICaptureTaskGrpEnd(
 /// kernel launches submitted to it until aclmdlRICaptureTaskUpdateEnd do not run, they are the
 /// group's new tasks. A group updated already, or a stream recording or updating a group →
 /// 107033; an instance destroyed, or a stream being destroyed → 107017; an instance still
-/// being captured → 107026.
+/// being captured → 107026; a stream bound to an instance (aclmdlRIBindStream), whose
+/// launches go there → 107000.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.

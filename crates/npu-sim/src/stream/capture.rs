@@ -53,6 +53,21 @@ impl Stream {
         Ok(())
     }
 
+    /// Fails with ACL_ERROR_RT_PARAM_INVALID if the stream is bound to an instance: its tasks
+    /// go there, so they cannot also go into `elsewhere` (a stream in two instances at once).
+    fn check_unbound(&self, state: &State, elsewhere: &str) -> Res<()> {
+        if let Some(bound) = &state.bound {
+            fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "stream {} is bound to model runtime instance {} (its tasks go there), so they \
+                 cannot go into {elsewhere}",
+                self.id,
+                bound.id
+            );
+        }
+        Ok(())
+    }
+
     /// Makes the stream's tasks go into `capture` (one being destroyed →
     /// ACL_ERROR_RT_INVALID_HANDLE; one capturing already → ACL_ERROR_RT_STREAM_CAPTURED; one
     /// collecting a task group's update → ACL_ERROR_STREAM_TASK_GROUP_STATUS, as recording a
@@ -74,15 +89,7 @@ impl Stream {
              cannot be captured until aclmdlRICaptureTaskUpdateEnd",
             self.id
         );
-        if let Some(bound) = &state.bound {
-            fail!(
-                ACL_ERROR_RT_PARAM_INVALID,
-                "stream {} is bound to model runtime instance {} (its tasks go there), so it \
-                 cannot be captured into another",
-                self.id,
-                bound.id
-            );
-        }
+        self.check_unbound(&state, "a capture's instance")?;
         state.capture = Some(capture.clone());
         Ok(())
     }
@@ -93,8 +100,8 @@ impl Stream {
     }
 
     /// Binds the stream to a built instance: a PERSISTENT stream (ACL_ERROR_RT_PARAM_INVALID
-    /// otherwise) bound to none yet and not being captured into another
-    /// (ACL_ERROR_RT_PARAM_INVALID).
+    /// otherwise) bound to none yet, not being captured into another and not collecting a
+    /// task group's update (ACL_ERROR_RT_PARAM_INVALID: its tasks would go to two places).
     pub(crate) fn bind(&self, model: &Arc<ModelRi>) -> Res<()> {
         ensure!(
             self.is_persistent(),
@@ -113,6 +120,13 @@ impl Stream {
             state.capture.is_none(),
             ACL_ERROR_RT_PARAM_INVALID,
             "stream {} is being captured (its tasks go into the capture's instance)",
+            self.id
+        );
+        ensure!(
+            !matches!(state.group, Some(GroupWork::Updating { .. })),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "stream {} collects a task group's update (its tasks go into the group until \
+             aclmdlRICaptureTaskUpdateEnd)",
             self.id
         );
         state.bound = Some(model.clone());
@@ -163,10 +177,12 @@ impl Stream {
 
     /// Starts collecting an update of `group` (aclmdlRICaptureTaskUpdateBegin): refused on a
     /// stream being destroyed (its destruction abandoned its update already: this one would
-    /// never be) or doing group work already.
+    /// never be), bound to an instance (its launches would go to two places) or doing group
+    /// work already.
     pub(crate) fn begin_update(&self, group: &Arc<TaskGroup>) -> Res<()> {
         let mut state = lock(&self.state);
         self.check_alive(&state)?;
+        self.check_unbound(&state, "a task group's update")?;
         self.check_no_group_work(&state)?;
         state.group = Some(GroupWork::Updating {
             group: group.clone(),
