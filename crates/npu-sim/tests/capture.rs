@@ -976,9 +976,13 @@ fn begin_destroying(device: i32, stream: aclrtStream, dev: *mut c_void) -> JoinH
     let deadline = Instant::now() + Duration::from_secs(30);
     while !watch.begun.load(Ordering::Acquire) {
         assert!(Instant::now() < deadline, "the destruction never began");
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::yield_now();
     }
     acl!(aclrtRegStreamStateCallback(name.as_ptr(), None, args));
+    // Not a synchronisation: the refusals the callers test are decided by the mark the
+    // callback came after. The pause only gives the destruction time to reach the steps
+    // (leaving the capture, abandoning an update) that a missing refusal would race with, so
+    // that such a regression shows.
     std::thread::sleep(Duration::from_millis(50));
     destroyer
 }
