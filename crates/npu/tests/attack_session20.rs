@@ -562,35 +562,6 @@ fn in_child(case: &str) {
     child_succeeded(command.spawn().unwrap(), HANG, case);
 }
 
-thread_local! {
-    /// What a thread keeps of npu-rs until it exits: a user's per-thread scratch state.
-    static KEPT: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// A thread that touches its own thread-local first (so that it is destroyed after npu-rs's
-/// own, which are registered at their first use, later), then keeps there what `keep` makes.
-fn keep_on_a_thread_until_it_exits(
-    keep: impl FnOnce() -> Vec<Box<dyn std::any::Any>> + Send + 'static,
-) {
-    let thread = std::thread::spawn(move || {
-        KEPT.with(|kept| kept.borrow_mut().clear());
-        let values = keep();
-        KEPT.with(|kept| kept.borrow_mut().extend(values));
-    });
-    watchdog("the keeping thread exits", || thread.join().unwrap());
-}
-
-/// User state whose drop submits a last memset to its stream and drops the operation.
-struct SubmitsWhenDropped(Stream);
-
-impl Drop for SubmitsWhenDropped {
-    fn drop(&mut self) {
-        let ctx = self.0.context().clone();
-        drop(self.0.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2));
-    }
-}
-
 fn check_thread_local_case(case: &str) {
     let ctx = Device::open(0).unwrap().primary_context().clone();
     let baseline = live_memory(&ctx);

@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,35 +53,6 @@ fn child() {
     };
     child_case(&case);
     println!("CHILD OK");
-}
-
-thread_local! {
-    /// What a thread keeps of npu-rs until it exits.
-    static KEPT: RefCell<Vec<Box<dyn std::any::Any>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A thread that touches its own thread-local first (so that it is destroyed after every
-/// thread-local npu-rs and its dependencies register later, at their first use), runs `keep`
-/// and keeps what it returns there until it exits.
-fn keep_on_a_thread_until_it_exits(
-    keep: impl FnOnce() -> Vec<Box<dyn std::any::Any>> + Send + 'static,
-) {
-    let thread = std::thread::spawn(move || {
-        KEPT.with(|kept| kept.borrow_mut().clear());
-        let values = keep();
-        KEPT.with(|kept| kept.borrow_mut().extend(values));
-    });
-    watchdog("the keeping thread exits", || thread.join().unwrap());
-}
-
-/// User state whose drop submits a memset to its stream and drops the operation.
-struct SubmitsWhenDropped(Stream);
-
-impl Drop for SubmitsWhenDropped {
-    fn drop(&mut self) {
-        let ctx = self.0.context().clone();
-        drop(self.0.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2));
-    }
 }
 
 /// User state whose drop runs `body`: npu-rs calls made from a TLS destructor.
@@ -255,7 +225,7 @@ fn exit_with_work_in_flight() {
     let ctx = Device::open(0).unwrap().primary_context().clone();
     let trace = std::env::temp_dir().join(format!("npu-attack20b-{}.json", std::process::id()));
     sim::trace::enable(&trace);
-    KEPT.with(|kept| kept.borrow_mut().clear());
+    touch_the_keeping_place();
     // Warm the pools and threads while the device runs.
     for strategy in STRATEGIES {
         run(stream(&ctx, strategy).memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 0)).unwrap();
@@ -306,7 +276,7 @@ fn exit_with_work_in_flight() {
         rx.recv_timeout(HANG).expect("the tasks submitted");
     }
     kept.extend([Box::new(multi) as Box<dyn std::any::Any>, Box::new(s)]);
-    KEPT.with(|k| k.borrow_mut().extend(kept));
+    keep_until_the_thread_exits(kept);
     std::mem::forget(held);
     println!("CHILD OK");
     std::process::exit(0);

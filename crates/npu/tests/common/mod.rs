@@ -112,6 +112,45 @@ pub(crate) fn within<const N: usize>(now: [u64; N], baseline: [u64; N]) -> bool 
         .all(|(now, baseline)| now <= baseline)
 }
 
+thread_local! {
+    /// What a thread keeps of npu-rs until it exits: a user's per-thread state.
+    static KEPT: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Touches this thread's keeping place, so that it is destroyed after every thread-local
+/// npu-rs and its dependencies register later, at their first use.
+pub(crate) fn touch_the_keeping_place() {
+    KEPT.with(|kept| kept.borrow_mut().clear());
+}
+
+/// Keeps `values` in this thread's keeping place until the thread exits.
+pub(crate) fn keep_until_the_thread_exits(values: Vec<Box<dyn std::any::Any>>) {
+    KEPT.with(|kept| kept.borrow_mut().extend(values));
+}
+
+/// A thread that touches its keeping place first, runs `keep` and keeps what it returns
+/// there until it exits.
+pub(crate) fn keep_on_a_thread_until_it_exits(
+    keep: impl FnOnce() -> Vec<Box<dyn std::any::Any>> + Send + 'static,
+) {
+    let thread = std::thread::spawn(move || {
+        touch_the_keeping_place();
+        keep_until_the_thread_exits(keep());
+    });
+    watchdog("the keeping thread exits", || thread.join().unwrap());
+}
+
+/// User state whose drop submits a memset to its stream and drops the operation.
+pub(crate) struct SubmitsWhenDropped(pub(crate) Stream);
+
+impl Drop for SubmitsWhenDropped {
+    fn drop(&mut self) {
+        let ctx = self.0.context().clone();
+        drop(self.0.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2));
+    }
+}
+
 /// A small deterministic generator (xorshift), so that a run's random choices (and a failing
 /// seed) can be replayed.
 pub(crate) struct Rng(pub(crate) u64);
