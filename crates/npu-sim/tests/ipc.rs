@@ -481,15 +481,31 @@ fn an_import_shares_the_exporters_memory_with_a_whitelisted_process_only() {
 /// It waited on, since no write of its own process woke it to read the word again.
 #[test]
 fn a_value_wait_sees_a_write_made_by_another_process() {
+    value_wait_released_by_the_importer(true);
+}
+
+/// The same when the wait began before the memory was exported: the export makes the waiting
+/// stream read the word again every so often from then on (it had looked once, when it began,
+/// and waited on for ever). If the worker has not reached the wait by the export, the test
+/// takes the path of the one above.
+#[test]
+fn a_value_wait_begun_before_the_export_sees_the_other_process_write() {
+    value_wait_released_by_the_importer(false);
+}
+
+/// A value wait on a word of exported memory (exported before the wait is queued, or after it
+/// held its stream), released by the importing process's write of the word.
+fn value_wait_released_by_the_importer(export_first: bool) {
     set_device(0);
     let dev = malloc(4096);
-    let key = export(
-        dev,
-        4096,
-        ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION as u64,
-    );
-    let mut peer = Peer::spawn();
-    assert_eq!(peer.code(&format!("import {key} 0")), 0);
+    let export_it = || {
+        export(
+            dev,
+            4096,
+            ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION as u64,
+        )
+    };
+    let early_key = export_first.then(export_it);
     let stream = create_stream();
     acl!(aclrtValueWait(
         dev,
@@ -503,43 +519,7 @@ fn a_value_wait_sees_a_write_made_by_another_process() {
         ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
     );
     recent_message();
-    assert_eq!(peer.code("fill 171 8"), 0);
-    assert_eq!(
-        code!(aclrtSynchronizeStreamWithTimeout(stream, 20_000)),
-        0,
-        "the other process's write satisfies the wait: {}",
-        recent_message()
-    );
-    peer.exit();
-    acl!(aclrtDestroyStream(stream));
-    acl!(aclrtFree(dev));
-}
-
-/// The same when the wait began before the memory was exported: the export makes the waiting
-/// stream read the word again every so often from then on (it had looked once, when it began,
-/// and waited on for ever). If the worker has not reached the wait by the export, the test
-/// takes the path of the one above.
-#[test]
-fn a_value_wait_begun_before_the_export_sees_the_other_process_write() {
-    set_device(0);
-    let dev = malloc(4096);
-    let stream = create_stream();
-    acl!(aclrtValueWait(
-        dev,
-        u64::from_ne_bytes([171; 8]),
-        ACL_STREAM_WAIT_VALUE_EQ,
-        stream
-    ));
-    assert_eq!(
-        code!(aclrtSynchronizeStreamWithTimeout(stream, 200)),
-        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
-    );
-    recent_message();
-    let key = export(
-        dev,
-        4096,
-        ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION as u64,
-    );
+    let key = early_key.unwrap_or_else(export_it);
     let mut peer = Peer::spawn();
     assert_eq!(peer.code(&format!("import {key} 0")), 0);
     assert_eq!(peer.code("fill 171 8"), 0);
