@@ -1317,15 +1317,7 @@ fn a_head_stream_switching_to_itself_loops() {
     upload(limit, &[3i32]);
     let model = build_on(&[head]);
     add_one(head, count);
-    acl!(aclrtSwitchStream(
-        count,
-        ACL_RT_LESS,
-        limit,
-        ACL_RT_SWITCH_INT32,
-        head,
-        ptr::null_mut(),
-        head
-    ));
+    switch_while_less(head, count, limit, head);
     build_end(model);
     execute(model);
     assert_eq!(read_u32(count), 3);
@@ -1388,15 +1380,7 @@ fn a_cycle_of_switches_and_activations_loops_without_nesting() {
         acl!(aclmdlRIBindStream(model, s2, ACTIVATED));
         acl!(aclrtActiveStream(s1, head));
         add_one(s1, count);
-        acl!(aclrtSwitchStream(
-            count,
-            ACL_RT_LESS,
-            limit,
-            ACL_RT_SWITCH_INT32,
-            s2,
-            ptr::null_mut(),
-            s1
-        ));
+        switch_while_less(s1, count, limit, s2);
         acl!(aclrtActiveStream(s1, s2));
         if !tail {
             add_one(s2, after);
@@ -1441,15 +1425,7 @@ fn a_loop_then_a_record_stays_before_another_head_streams_wait() {
     let event = create_event();
     let model = build_on(&[a, b, c]);
     add_one(a, x);
-    acl!(aclrtSwitchStream(
-        x,
-        ACL_RT_LESS,
-        limit,
-        ACL_RT_SWITCH_INT32,
-        a,
-        ptr::null_mut(),
-        a
-    ));
+    switch_while_less(a, x, limit, a);
     acl!(aclrtRecordEvent(event, a));
     acl!(aclrtStreamWaitEvent(b, event));
     acl!(aclrtMemcpyAsync(y, 4, x, 4, ACL_MEMCPY_DEVICE_TO_DEVICE, b));
@@ -1479,15 +1455,7 @@ fn streams_without_tasks_in_an_execution_are_nothing_to_run() {
         add_one(a, count);
         // Back to itself while below the limit, or once to the empty stream.
         let target = if switch_to_empty { empty } else { a };
-        acl!(aclrtSwitchStream(
-            count,
-            ACL_RT_LESS,
-            limit,
-            ACL_RT_SWITCH_INT32,
-            target,
-            ptr::null_mut(),
-            a
-        ));
+        switch_while_less(a, count, limit, target);
         if switch_to_empty {
             add_one(b, y);
         }
@@ -1521,15 +1489,7 @@ fn a_wait_satisfied_by_a_record_that_ran_is_not_held_back_by_one_never_reached()
     upload(one, &[1i32]);
     let event = create_event();
     let model = build_on(&[a, b, c]);
-    acl!(aclrtSwitchStream(
-        flag,
-        ACL_RT_LESS,
-        one,
-        ACL_RT_SWITCH_INT32,
-        a,
-        ptr::null_mut(),
-        a
-    ));
+    switch_while_less(a, flag, one, a);
     acl!(aclrtRecordEvent(event, a));
     acl!(aclrtRecordEvent(event, c));
     acl!(aclrtStreamWaitEvent(b, event));

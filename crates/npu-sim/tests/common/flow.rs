@@ -43,6 +43,25 @@ pub fn add_one(stream: aclrtStream, target: *mut c_void) {
     );
 }
 
+/// Queues on `stream` a switch to `to` while the int32 at `value` is below the one at `limit`:
+/// a loop's back edge, when `to` is `stream` (or a stream that comes back to it).
+pub fn switch_while_less(
+    stream: aclrtStream,
+    value: *mut c_void,
+    limit: *mut c_void,
+    to: aclrtStream,
+) {
+    acl!(aclrtSwitchStream(
+        value,
+        ACL_RT_LESS,
+        limit,
+        ACL_RT_SWITCH_INT32,
+        to,
+        ptr::null_mut(),
+        stream
+    ));
+}
+
 /// Launches `count_down_u64` on the u64 at `word`.
 pub fn count_down(stream: aclrtStream, word: *mut c_void) {
     let func = function(registry_binary(&["count_down_u64"]), "count_down_u64");
