@@ -184,6 +184,19 @@ impl Slots {
     }
 }
 
+/// Puts `handle` into the empty `slot`; false if another thread filled it first (the caller
+/// then destroys its own).
+fn fill<T>(slot: &AtomicUsize, handle: *mut T) -> bool {
+    slot.compare_exchange(0, handle as usize, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+}
+
+/// Empties `slot` if it still holds `handle`; false if another thread emptied or refilled it.
+fn empty<T>(slot: &AtomicUsize, handle: *mut T) -> bool {
+    slot.compare_exchange(handle as usize, 0, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+}
+
 /// Fails the test with what the call returned unless it is one of `allowed`.
 #[track_caller]
 fn expect_one_of(what: &str, code: aclError, allowed: &[aclError]) {
@@ -257,30 +270,14 @@ fn shared_streams_and_events_destroyed_under_concurrent_use_leave_codes_and_coun
                         0 if stream.is_null() => {
                             let mut created = ptr::null_mut();
                             acl!(aclrtCreateStream(&mut created));
-                            if stream_slot
-                                .compare_exchange(
-                                    0,
-                                    created as usize,
-                                    Ordering::AcqRel,
-                                    Ordering::Acquire,
-                                )
-                                .is_err()
-                            {
+                            if !fill(stream_slot, created) {
                                 acl!(aclrtDestroyStream(created));
                             }
                         }
                         1 if event.is_null() => {
                             let mut created = ptr::null_mut();
                             acl!(aclrtCreateEventWithFlag(&mut created, ACL_EVENT_SYNC));
-                            if event_slot
-                                .compare_exchange(
-                                    0,
-                                    created as usize,
-                                    Ordering::AcqRel,
-                                    Ordering::Acquire,
-                                )
-                                .is_err()
-                            {
+                            if !fill(event_slot, created) {
                                 acl!(aclrtDestroyEvent(created));
                             }
                         }
@@ -292,22 +289,12 @@ fn shared_streams_and_events_destroyed_under_concurrent_use_leave_codes_and_coun
                                 code!(aclrtDestroyStream(stream))
                             };
                             expect_one_of("aclrtDestroyStream(Force)", code, &[OK, STALE]);
-                            let _ = stream_slot.compare_exchange(
-                                stream as usize,
-                                0,
-                                Ordering::AcqRel,
-                                Ordering::Acquire,
-                            );
+                            empty(stream_slot, stream);
                         }
                         4 if !event.is_null() => {
                             let code = code!(aclrtDestroyEvent(event));
                             expect_one_of("aclrtDestroyEvent", code, &[OK, STALE]);
-                            let _ = event_slot.compare_exchange(
-                                event as usize,
-                                0,
-                                Ordering::AcqRel,
-                                Ordering::Acquire,
-                            );
+                            empty(event_slot, event);
                         }
                         5 | 6 if !stream.is_null() => {
                             let code =
@@ -446,16 +433,7 @@ fn forced_resets_racing_every_kind_of_call_leave_codes_and_an_empty_device() {
                             let mut created = ptr::null_mut();
                             let code = code!(aclrtCreateStream(&mut created));
                             expect_one_of("aclrtCreateStream", code, &[OK, NO_CONTEXT]);
-                            if code == OK
-                                && stream_slot
-                                    .compare_exchange(
-                                        0,
-                                        created as usize,
-                                        Ordering::AcqRel,
-                                        Ordering::Acquire,
-                                    )
-                                    .is_err()
-                            {
+                            if code == OK && !fill(stream_slot, created) {
                                 let code = code!(aclrtDestroyStream(created));
                                 expect_one_of("aclrtDestroyStream", code, &ctx_codes);
                             }
@@ -464,12 +442,7 @@ fn forced_resets_racing_every_kind_of_call_leave_codes_and_an_empty_device() {
                             let code = code!(aclrtDestroyStream(stream));
                             expect_one_of("aclrtDestroyStream", code, &ctx_codes);
                             if code != OTHER_CONTEXT && code != NO_CONTEXT {
-                                let _ = stream_slot.compare_exchange(
-                                    stream as usize,
-                                    0,
-                                    Ordering::AcqRel,
-                                    Ordering::Acquire,
-                                );
+                                empty(stream_slot, stream);
                             }
                         }
                         2 if dev.is_null() => {
@@ -477,16 +450,7 @@ fn forced_resets_racing_every_kind_of_call_leave_codes_and_an_empty_device() {
                             let code =
                                 code!(aclrtMalloc(&mut created, 8192, ACL_MEM_MALLOC_HUGE_FIRST));
                             expect_one_of("aclrtMalloc", code, &[OK, NO_CONTEXT]);
-                            if code == OK
-                                && memory_slot
-                                    .compare_exchange(
-                                        0,
-                                        created as usize,
-                                        Ordering::AcqRel,
-                                        Ordering::Acquire,
-                                    )
-                                    .is_err()
-                            {
+                            if code == OK && !fill(memory_slot, created) {
                                 acl!(aclrtFree(created));
                             }
                         }
@@ -494,14 +458,7 @@ fn forced_resets_racing_every_kind_of_call_leave_codes_and_an_empty_device() {
                             // Only the thread that empties the slot frees the memory: a second
                             // free of an address another allocation may have taken since is the
                             // caller's bug, not a race of the runtime's.
-                            let emptied = memory_slot
-                                .compare_exchange(
-                                    dev as usize,
-                                    0,
-                                    Ordering::AcqRel,
-                                    Ordering::Acquire,
-                                )
-                                .is_ok();
+                            let emptied = empty(memory_slot, dev);
                             if emptied {
                                 acl!(aclrtFree(dev));
                             }
@@ -543,16 +500,7 @@ fn forced_resets_racing_every_kind_of_call_leave_codes_and_an_empty_device() {
                             let mut created = ptr::null_mut();
                             let code = code!(aclrtCreateEvent(&mut created));
                             expect_one_of("aclrtCreateEvent", code, &[OK, NO_CONTEXT]);
-                            if code == OK
-                                && event_slot
-                                    .compare_exchange(
-                                        0,
-                                        created as usize,
-                                        Ordering::AcqRel,
-                                        Ordering::Acquire,
-                                    )
-                                    .is_err()
-                            {
+                            if code == OK && !fill(event_slot, created) {
                                 acl!(aclrtDestroyEvent(created));
                             }
                         }
@@ -562,12 +510,7 @@ fn forced_resets_racing_every_kind_of_call_leave_codes_and_an_empty_device() {
                                 1 => code!(aclrtSynchronizeEventWithTimeout(event, 20_000)),
                                 _ => {
                                     let code = code!(aclrtDestroyEvent(event));
-                                    let _ = event_slot.compare_exchange(
-                                        event as usize,
-                                        0,
-                                        Ordering::AcqRel,
-                                        Ordering::Acquire,
-                                    );
+                                    empty(event_slot, event);
                                     code
                                 }
                             };
@@ -678,21 +621,10 @@ fn frees_racing_queued_and_synchronous_copies_leave_codes_and_counts() {
                     // Freeing threads: free the allocation in a slot, or fill an empty one.
                     if dev.is_null() {
                         let fresh = malloc(MIB);
-                        if slot
-                            .compare_exchange(
-                                0,
-                                fresh as usize,
-                                Ordering::AcqRel,
-                                Ordering::Acquire,
-                            )
-                            .is_err()
-                        {
+                        if !fill(slot, fresh) {
                             acl!(aclrtFree(fresh));
                         }
-                    } else if slot
-                        .compare_exchange(dev as usize, 0, Ordering::AcqRel, Ordering::Acquire)
-                        .is_ok()
-                    {
+                    } else if empty(slot, dev) {
                         acl!(aclrtFree(dev));
                     }
                     continue;
