@@ -22,15 +22,6 @@ use npu::sim;
 use npu::stream::{Completion, Strategy};
 use npu::{Event, Stream};
 
-/// Live device allocations of `ctx`'s device and live pinned host allocations, after the
-/// deferred releases ran.
-fn live(ctx: &Context) -> [u64; 2] {
-    sim::flush_releases();
-    let device = sim::device_stats(&ctx.device()).unwrap().live_allocations;
-    let host = sim::host_stats().unwrap().pinned_allocations;
-    [device, host]
-}
-
 // ---- Child processes (an abort or an exit ends them). ----
 
 const CHILD_ENV: &str = "NPU_ATTACK20B_CHILD";
@@ -87,7 +78,7 @@ fn child_case(case: &str) {
         "subscriber-submits" => {
             debug_fmt_subscriber();
             let ctx = Device::open(0).unwrap().primary_context().clone();
-            let baseline = live(&ctx);
+            let baseline = live_memory(&ctx);
             for strategy in STRATEGIES {
                 keep_on_a_thread_until_it_exits({
                     let ctx = ctx.clone();
@@ -103,12 +94,14 @@ fn child_case(case: &str) {
                     }
                 });
             }
-            until_released("what the threads kept", || within(live(&ctx), baseline));
+            until_released("what the threads kept", || {
+                within(live_memory(&ctx), baseline)
+            });
         }
         "subscriber-polls" => {
             debug_fmt_subscriber();
             let ctx = Device::open(0).unwrap().primary_context().clone();
-            let baseline = live(&ctx);
+            let baseline = live_memory(&ctx);
             for strategy in STRATEGIES {
                 keep_on_a_thread_until_it_exits({
                     let ctx = ctx.clone();
@@ -151,11 +144,13 @@ fn child_case(case: &str) {
                     }
                 });
             }
-            until_released("what the threads kept", || within(live(&ctx), baseline));
+            until_released("what the threads kept", || {
+                within(live_memory(&ctx), baseline)
+            });
         }
         "blocking-calls" => {
             let ctx = Device::open(0).unwrap().primary_context().clone();
-            let baseline = live(&ctx);
+            let baseline = live_memory(&ctx);
             for strategy in STRATEGIES {
                 keep_on_a_thread_until_it_exits({
                     let ctx = ctx.clone();
@@ -167,11 +162,13 @@ fn child_case(case: &str) {
                     }
                 });
             }
-            until_released("what the threads kept", || within(live(&ctx), baseline));
+            until_released("what the threads kept", || {
+                within(live_memory(&ctx), baseline)
+            });
         }
         "in-flight" => {
             let ctx = Device::open(0).unwrap().primary_context().clone();
-            let baseline = live(&ctx);
+            let baseline = live_memory(&ctx);
             for strategy in STRATEGIES {
                 for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
                     let done: Arc<std::sync::Mutex<InFlight>> = Arc::default();
@@ -189,7 +186,9 @@ fn child_case(case: &str) {
                     all_completed(&done.ops);
                 }
             }
-            until_released("what the threads kept", || within(live(&ctx), baseline));
+            until_released("what the threads kept", || {
+                within(live_memory(&ctx), baseline)
+            });
         }
         "exit-in-flight" => exit_with_work_in_flight(),
         "first-use-in-destructor" => {
@@ -210,7 +209,7 @@ fn child_case(case: &str) {
                 })]
             });
             let ctx = Device::open(0).unwrap().primary_context().clone();
-            until_released("what the destructor made", || live(&ctx) == [0, 0]);
+            until_released("what the destructor made", || live_memory(&ctx) == [0, 0]);
         }
         other => panic!("unknown case {other}"),
     }
@@ -656,7 +655,7 @@ unsafe impl npu::memory::DeviceSlice for CallsBackWhenDropped {}
 #[test]
 fn a_memory_calling_npu_back_from_its_drop_on_the_reaper_stops_nothing() {
     let (_guard, ctx, _) = exclusive(None);
-    let baseline = live(&ctx);
+    let baseline = live_memory(&ctx);
     for strategy in STRATEGIES {
         let s = stream(&ctx, strategy);
         let other = stream(&ctx, strategy);
@@ -705,7 +704,7 @@ fn a_memory_calling_npu_back_from_its_drop_on_the_reaper_stops_nothing() {
         run(other.synchronize()).unwrap();
         drop((s, other, pinned, pool));
         until_released(&format!("{strategy:?}: everything released"), || {
-            within(live(&ctx), baseline)
+            within(live_memory(&ctx), baseline)
         });
     }
 }
