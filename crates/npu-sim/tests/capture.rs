@@ -13,7 +13,7 @@ mod common;
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -1070,6 +1070,71 @@ fn a_capture_begun_on_a_stream_being_destroyed_stays_active_for_ever() {
          thread: {copied_message}"
     );
     acl!(aclrtFree(dev));
+}
+
+/// What a stream-state callback does once the destruction of `stream` has begun: binds it to
+/// `model` (being built) and keeps the result.
+struct BindOnDestroy {
+    stream: usize,
+    model: usize,
+    code: AtomicI32,
+}
+
+unsafe extern "C" fn bind_on_destroy_pre(
+    stream: aclrtStream,
+    state: aclrtStreamState,
+    args: *mut c_void,
+) {
+    // SAFETY: registered with a pointer to a leaked `BindOnDestroy`, which lives for ever (a
+    // callback may still run just after its registration is removed).
+    let bind = unsafe { &*args.cast::<BindOnDestroy>() };
+    if stream as usize == bind.stream && state == ACL_RT_STREAM_STATE_DESTROY_PRE {
+        // SAFETY: the instance is alive (the test destroys it after the stream) and the
+        // stream's handle resolves until its destruction ends.
+        let code = unsafe { aclmdlRIBindStream(bind.model as aclmdlRI, stream, HEAD) };
+        bind.code.store(code, Ordering::Release);
+    }
+}
+
+/// Attacks aclmdlRIBindStream on a PERSISTENT stream whose destruction has begun (from the
+/// stream's DESTROY_PRE callback, which follows the mark): the destruction unbinds the stream
+/// from its instance only if it finds it bound, so a bind accepted then, or racing that
+/// step, left an instance listing a destroyed stream. It is refused with 107017, as a
+/// submission to the stream is, and the instance builds and executes without it.
+#[test]
+fn a_stream_bound_once_its_destruction_has_begun_is_refused() {
+    install();
+    set_device(6);
+    let doomed = persistent_stream();
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRIBuildBegin(&mut model, 0));
+    let bind: &'static BindOnDestroy = Box::leak(Box::new(BindOnDestroy {
+        stream: doomed as usize,
+        model: model as usize,
+        code: AtomicI32::new(i32::MIN),
+    }));
+    let args = (bind as *const BindOnDestroy).cast_mut().cast();
+    let name = c_string("capture-bind-on-destroy");
+    acl!(aclrtRegStreamStateCallback(
+        name.as_ptr(),
+        Some(bind_on_destroy_pre),
+        args
+    ));
+    acl!(aclrtDestroyStream(doomed));
+    acl!(aclrtRegStreamStateCallback(name.as_ptr(), None, args));
+    let bound = bind.code.load(Ordering::Acquire);
+    let bound_message = recent_message();
+    assert_eq!(
+        bound, ACL_ERROR_RT_INVALID_HANDLE,
+        "bind of the stream being destroyed: {bound_message}"
+    );
+    // The instance has no stream of its own: it builds and runs nothing.
+    let exec = create_stream();
+    acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    acl!(aclrtSynchronizeStream(exec));
+    acl!(aclrtDestroyStream(exec));
+    acl!(aclmdlRIDestroy(model));
 }
 
 /// A stream destroyed while it collects a task group's update abandons the update: the group

@@ -74,7 +74,8 @@ pub unsafe extern "C" fn aclmdlRIBuildBegin(modelRI: *mut aclmdlRI, flag: u32) -
 /// Binds an ACL_STREAM_PERSISTENT stream of the instance's context to an instance being
 /// built: its tasks go into the instance. NULL stream or a flag other than HEAD (0) and
 /// DEFAULT (0x7FFFFFFF) → 100000; a stream not PERSISTENT, bound already, or an instance
-/// captured or built already → 107000; another context → 107003 / 107004.
+/// captured or built already → 107000; another context → 107003 / 107004; a stream whose
+/// destruction has begun → 107017, as a submission there.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.

@@ -314,14 +314,14 @@ impl ModelRi {
 
     /// aclmdlRIBindStream: `stream`'s tasks go into the instance from now on.
     pub(crate) fn bind(self: &Arc<Self>, stream: &Arc<Stream>, head: bool) -> Res<()> {
-        stream.bind(self)?;
-        self.add_stream(stream);
-        lock(&self.bound).push(Bound {
-            stream: stream.clone(),
-            head,
-            ended: false,
-        });
-        Ok(())
+        stream.bind(self, || {
+            self.add_stream(stream);
+            lock(&self.bound).push(Bound {
+                stream: stream.clone(),
+                head,
+                ended: false,
+            });
+        })
     }
 
     /// Whether `stream` is bound to it as a HEAD stream (it runs from the start of every
@@ -425,12 +425,13 @@ impl ModelRi {
         for id in captured {
             let stream = make()?;
             lock(&self.owned).push(stream.clone());
-            stream.bind(self)?;
-            lock(&self.bound).push(Bound {
-                stream: stream.clone(),
-                head: true,
-                ended: true,
-            });
+            stream.bind(self, || {
+                lock(&self.bound).push(Bound {
+                    stream: stream.clone(),
+                    head: true,
+                    ended: true,
+                })
+            })?;
             renamed.insert(id, stream.id);
         }
         for entry in lock(&self.streams).iter_mut() {

@@ -100,9 +100,13 @@ impl Stream {
     }
 
     /// Binds the stream to a built instance: a PERSISTENT stream (ACL_ERROR_RT_PARAM_INVALID
-    /// otherwise) bound to none yet, not being captured into another and not collecting a
+    /// otherwise) whose destruction has not begun (ACL_ERROR_RT_INVALID_HANDLE, as a
+    /// submission), bound to none yet, not being captured into another and not collecting a
     /// task group's update (ACL_ERROR_RT_PARAM_INVALID: its tasks would go to two places).
-    pub(crate) fn bind(&self, model: &Arc<ModelRi>) -> Res<()> {
+    /// `enlist` runs under the state lock once the stream is bound, so that the instance lists
+    /// it in the same step: a destruction, which marks the stream and then unbinds it under
+    /// that lock, either finds it listed or keeps it from being bound.
+    pub(crate) fn bind(&self, model: &Arc<ModelRi>, enlist: impl FnOnce()) -> Res<()> {
         ensure!(
             self.is_persistent(),
             ACL_ERROR_RT_PARAM_INVALID,
@@ -110,6 +114,7 @@ impl Stream {
             self.id
         );
         let mut state = lock(&self.state);
+        self.check_alive(&state)?;
         ensure!(
             state.bound.is_none(),
             ACL_ERROR_RT_PARAM_INVALID,
@@ -130,6 +135,7 @@ impl Stream {
             self.id
         );
         state.bound = Some(model.clone());
+        enlist();
         Ok(())
     }
 
