@@ -34,6 +34,12 @@ pub struct Cast<S, U> {
     _elements: PhantomData<fn() -> U>,
 }
 
+/// The inner memory's size in bytes, from its `len()`: `Memory`'s contract covers that, not an
+/// implementation's own `byte_len`, which could say more than the memory holds.
+fn bytes_of<S: Memory>(inner: &S) -> usize {
+    inner.len() * size_of::<S::Elem>()
+}
+
 impl<S: Memory> Cast<S, u8> {
     /// Any memory as bytes: a whole number of them, always aligned.
     pub(crate) fn bytes(inner: S) -> Self {
@@ -50,10 +56,10 @@ impl<S: Memory, U: Pod> Cast<S, U> {
         let (size, align) = (size_of::<U>(), align_of::<U>());
         let problem = if size == 0 {
             Some("the target type has no size".to_string())
-        } else if !inner.byte_len().is_multiple_of(size) {
+        } else if !bytes_of(&inner).is_multiple_of(size) {
             Some(format!(
                 "{} bytes are not a whole number of {} ({size} bytes)",
-                inner.byte_len(),
+                bytes_of(&inner),
                 std::any::type_name::<U>()
             ))
         } else if !(inner.addr() as usize).is_multiple_of(align) {
@@ -109,7 +115,7 @@ unsafe impl<S: Memory, U: Pod> Memory for Cast<S, U> {
     }
 
     fn len(&self) -> usize {
-        self.inner.byte_len() / size_of::<U>()
+        bytes_of(&self.inner) / size_of::<U>()
     }
 
     fn record_use(&self, completion: &Completion) {

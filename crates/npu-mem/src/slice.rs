@@ -112,6 +112,9 @@ pub unsafe trait Memory: Send + 'static {
 
     /// The size in bytes.
     ///
+    /// npu-rs never relies on an implementation's own `byte_len`: every size it hands to the
+    /// runtime or to a slice is `len()` elements.
+    ///
     /// ```
     /// use npu_core::Device;
     /// use npu_mem::{Memory, PinnedBuffer};
@@ -401,10 +404,14 @@ pub unsafe trait HostSlice: Memory {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     fn as_bytes(&self) -> &[u8] {
-        // SAFETY: `byte_len()` initialised bytes at a host address (this trait's contract);
-        // while we hold the memory no device operation owns it, and only writable memory
-        // (`MemoryMut`, taken by value) is ever written by one.
-        unsafe { std::slice::from_raw_parts(self.addr().cast(), self.byte_len()) }
+        // The size comes from `len()`, which `Memory`'s contract covers, never from
+        // `byte_len()`, which an implementation may override with anything.
+        let bytes = self.len() * size_of::<Self::Elem>();
+        // SAFETY: `len()` initialised elements, so `bytes` initialised bytes, at a host
+        // address (`Memory`'s and this trait's contracts); while we hold the memory no device
+        // operation owns it, and only writable memory (`MemoryMut`, taken by value) is ever
+        // written by one.
+        unsafe { std::slice::from_raw_parts(self.addr().cast(), bytes) }
     }
 
     /// The memory's bytes, for writing (a socket read of an `f32` tensor, say).
@@ -423,7 +430,8 @@ pub unsafe trait HostSlice: Memory {
     where
         Self: MemoryMut,
     {
-        let len = self.byte_len();
+        // From `len()`, as in `as_bytes`.
+        let len = self.len() * size_of::<Self::Elem>();
         // SAFETY: as for `as_bytes`; `MemoryMut` and `&mut self` make this the only access.
         unsafe { std::slice::from_raw_parts_mut(self.addr_mut().cast(), len) }
     }

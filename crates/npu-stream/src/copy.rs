@@ -436,7 +436,9 @@ impl Stream {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn memset<D: DeviceSlice + MemoryMut>(&self, dst: D, value: u8) -> Op<D> {
-        let bytes = dst.byte_len();
+        // From `len()`, which `Memory`'s contract covers: an implementation may override
+        // `byte_len` with more than the memory holds.
+        let bytes = dst.len() * size_of::<D::Elem>();
         self.submit(
             ("Stream::memset", "self"),
             "aclrtMemsetAsync",
@@ -469,7 +471,8 @@ impl Stream {
         S: Memory,
         D: MemoryMut<Elem = S::Elem>,
     {
-        let bytes = src.byte_len();
+        // From `len()`, as for `memset`; the check below makes it `dst`'s size too.
+        let bytes = src.len() * size_of::<S::Elem>();
         let done = OnceCell::new();
         self.submit_described(
             (api, "self"),

@@ -132,7 +132,7 @@ impl Stream {
         }
         const API: &str = "Stream::copy_to_vec_staged";
         // Bytes, as for `copy_from_slice_staged`; the `Vec` has the element type's alignment.
-        let staging = match pool.alloc::<u8>(src.byte_len()).await {
+        let staging = match pool.alloc::<u8>(src.len() * size_of::<S::Elem>()).await {
             Ok(staging) => staging,
             Err(error) => return Err(OpError::new(as_callers(error, API, |_| "pool"), src)),
         };

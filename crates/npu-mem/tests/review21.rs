@@ -1,0 +1,88 @@
+//! Review 21: what the library's own unsafe code trusts of the `unsafe` memory traits.
+
+use std::ffi::c_void;
+
+use npu_core::{Completion, Context, Device};
+use npu_mem::{DeviceBuffer, HostSlice, Memory, MemoryMut, PinnedBuffer};
+use npu_stream::Stream;
+
+/// Pinned memory behind a wrapper that keeps every promise `Memory`'s safety section lists
+/// (address, length, allocation, uses, drop) but reports the size of the page it sits in as
+/// its "size in bytes" (a 64 KiB huge page), which the contract does not mention.
+struct Paged(PinnedBuffer<u8>);
+
+const PAGE: usize = 64 << 10;
+
+// SAFETY: address, length, context and uses are the inner buffer's own; `byte_len` is not
+// among the guarantees `Memory`'s safety section asks for.
+unsafe impl Memory for Paged {
+    type Elem = u8;
+
+    fn context(&self) -> &Context {
+        self.0.context()
+    }
+
+    fn addr(&self) -> *const c_void {
+        self.0.addr()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn byte_len(&self) -> usize {
+        self.0.len().next_multiple_of(PAGE)
+    }
+
+    fn record_use(&self, completion: &Completion) {
+        self.0.record_use(completion)
+    }
+}
+
+// SAFETY: the inner buffer's, which is the only access to its memory.
+unsafe impl MemoryMut for Paged {
+    fn addr_mut(&mut self) -> *mut c_void {
+        self.0.addr_mut()
+    }
+}
+
+// SAFETY: the inner buffer is pinned with aclrtMallocHost.
+unsafe impl HostSlice for Paged {}
+
+fn context() -> Context {
+    Device::open(0).unwrap().primary_context().clone()
+}
+
+/// The library's own `as_bytes` and `Cast` read only the `len()` elements the memory holds,
+/// whatever a `Memory` implementation reports as its size in bytes.
+#[test]
+fn host_views_read_only_the_elements_the_memory_holds() {
+    let ctx = context();
+    let memory = Paged(PinnedBuffer::from_slice(&ctx, &[7u8; 16]).unwrap());
+    // Sums before lengths, so that a read past the elements shows under valgrind.
+    let sum = memory.as_bytes().iter().map(|&b| u32::from(b)).sum::<u32>();
+    assert_eq!((sum, memory.as_bytes().len()), (16 * 7, 16));
+    let bytes = memory.into_bytes();
+    let sum = bytes[..].iter().map(|&b| u32::from(b)).sum::<u32>();
+    assert_eq!((sum, bytes.len()), (16 * 7, 16));
+}
+
+/// Copies and memsets move `len()` elements, not what `byte_len` says.
+#[test]
+fn copies_move_only_the_elements_the_memory_holds() {
+    let ctx = context();
+    let stream = Stream::new(&ctx).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let src = Paged(PinnedBuffer::from_slice(&ctx, &[3u8; 16]).unwrap());
+        let dst = DeviceBuffer::<u8>::new(&ctx, 16).unwrap();
+        let (_src, dst) = stream.copy_h2d(src, dst).await.unwrap();
+        assert_eq!(dst.to_vec_blocking().unwrap(), [3u8; 16]);
+        let back = Paged(PinnedBuffer::new(&ctx, 16).unwrap());
+        let (_dst, back) = stream.copy_d2h(dst, back).await.unwrap();
+        assert_eq!(back.0[..], [3u8; 16]);
+    });
+}
