@@ -32,7 +32,11 @@ use crate::split::{Halves, Split};
 ///
 /// Implementors guarantee that:
 /// - `addr()` is the address of `len()` contiguous, initialised elements that `context()`'s
-///   runtime can access asynchronously, and stays the same for the value's lifetime;
+///   runtime can access asynchronously, and both stay the same for the value's lifetime
+///   ([`View`], [`Cast`] and [`Split`] check a range once, when they are made, and trust it
+///   for as long as they hold the memory);
+/// - `context()` is the same context for the value's lifetime (device memory lives on its
+///   device: operations check the device against the stream's from it);
 /// - that memory stays allocated (and, for host memory, page-locked), and is not reused for
 ///   anything else, until every [`Completion`] passed to [`record_use`](Memory::record_use)
 ///   has completed, even if the value is dropped first (see [`npu_core::UseList`]);
@@ -237,7 +241,9 @@ pub unsafe trait Memory: Send + 'static {
 ///
 /// # Safety
 ///
-/// As for [`Memory`], and no other live value grants access to the same memory.
+/// As for [`Memory`], and no other live value grants access to the same memory;
+/// [`addr_mut`](MemoryMut::addr_mut) returns the same address as [`addr`](Memory::addr) (a
+/// copy writes `len()` elements there, and [`Split`] keeps it as the base of its parts).
 pub unsafe trait MemoryMut: Memory {
     /// The address of the first element, for writing.
     ///
@@ -312,7 +318,10 @@ pub unsafe trait MemoryMut: Memory {
 ///
 /// # Safety
 ///
-/// `addr()` is a device address allocated by `context()`'s runtime.
+/// `addr()` is a device address allocated by `context()`'s runtime on `context()`'s device:
+/// copies, memsets and kernel arguments refuse device memory of another device than the
+/// stream's (or the kernel's) by comparing that context's device, so memory that lives on
+/// another device would be written by a stream of the wrong one.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not device memory",
     label = "expected a `DeviceBuffer`, a view of one or an `Arc` of either",
@@ -558,9 +567,11 @@ impl<S> View<S> {
     }
 }
 
-// SAFETY: the view's range lies within the inner memory (checked at construction), whose
-// guarantees it forwards; the address arithmetic stays inside that allocation (and device
-// addresses are never dereferenced on the host).
+// SAFETY: the view's range lies within the inner memory's `len()` elements, checked at
+// construction and still true because `Memory`'s contract keeps the inner `addr()` and `len()`
+// fixed; the view forwards the inner memory's guarantees (uses are recorded on it), and the
+// address arithmetic stays inside that allocation (device addresses are never dereferenced on
+// the host).
 unsafe impl<S: Memory> Memory for View<S> {
     type Elem = S::Elem;
 

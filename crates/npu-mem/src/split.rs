@@ -225,9 +225,11 @@ impl<S: MemoryMut + Sync> Split<S> {
     }
 }
 
-// SAFETY: the part's range lies within the whole buffer (`split_at` checks it), whose
-// allocation the shared `Arc` keeps alive; uses are recorded on the whole buffer, which
-// releases its memory only after all of them, whichever part recorded them.
+// SAFETY: the part's range lies within the whole buffer's `len()` elements from `base` (which
+// `split_at` checks, and which `Memory`'s and `MemoryMut`'s contracts keep true: the buffer's
+// address and length are fixed, and `addr_mut` is its `addr`); the shared `Arc` keeps the
+// allocation alive, and uses are recorded on the whole buffer, which releases its memory only
+// after all of them, whichever part recorded them.
 unsafe impl<S: MemoryMut + Sync> Memory for Split<S> {
     type Elem = S::Elem;
 

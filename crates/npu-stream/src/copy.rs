@@ -449,7 +449,9 @@ impl Stream {
                 self.check_runtime("Stream::memset", "dst", dst.context())?;
                 self.check_device("Stream::memset", "dst", dst.context())?;
                 let ptr = dst.addr_mut();
-                // SAFETY: `dst` covers `bytes` bytes and stays valid until the memset completes.
+                // SAFETY: `bytes` is `dst`'s `len()` elements, valid at `ptr` (`Memory`'s
+                // contract), and `dst` stays valid until the memset completes (it recorded
+                // this operation as a use, and the operation owns it until then).
                 unsafe {
                     acl_call!(
                         self.context().runtime(),
@@ -493,8 +495,10 @@ impl Stream {
                 }
                 let (d, s) = (dst.addr_mut(), src.addr());
                 self.issue_copy(api, (src, dst), &done, || {
-                    // SAFETY: both ranges are `bytes` long and stay valid until the copy
-                    // completes (both owners recorded this operation as a use).
+                    // SAFETY: `bytes` is `len()` elements of either buffer (their lengths were
+                    // just checked equal), which `Memory`'s contract makes valid at `s` and
+                    // `d`; both stay valid until the copy completes (both owners recorded
+                    // this operation as a use, and the operation owns both until then).
                     unsafe {
                         acl_call!(
                             self.context().runtime(),

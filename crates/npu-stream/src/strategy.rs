@@ -146,7 +146,10 @@ pub(crate) fn record(
 ) -> std::result::Result<(PooledEvent, Completer), Unwatched> {
     let recorded = stream.events.take().and_then(|event| {
         let (handle, raw) = (event.handle(), stream.handle);
-        // SAFETY: both handles are alive; the stream's context is bound by the submitter.
+        // SAFETY: both handles are alive (the pool's event, the stream `stream` holds). The
+        // submitter bound the stream's context; a launch then bound its function's context,
+        // which a successful launch shows to be the stream's (ACL refuses a stream of another
+        // context with 107003), so the stream's context is the current one.
         unsafe { acl_call!(stream.context.runtime(), aclrtRecordEvent(handle, raw)) }?;
         Ok(event)
     });
