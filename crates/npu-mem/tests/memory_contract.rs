@@ -1,4 +1,5 @@
-//! Review 21: what the library's own unsafe code trusts of the `unsafe` memory traits.
+//! What the library's own unsafe code trusts of the `unsafe` memory traits, and what it does
+//! not: an implementation's own `byte_len`.
 
 use std::ffi::c_void;
 
