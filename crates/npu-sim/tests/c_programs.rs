@@ -451,6 +451,29 @@ fn the_cxx_conveniences_of_acl_rt_api_h() {
 }
 
 #[test]
+fn the_cxx_conveniences_for_managed_registered_and_device_variable_memory() {
+    // Chapter 26's overloads rt_api_flow.c leaves out: typed managed memory and its prefetches
+    // (a range, a batch with one location, a batch with a location per range), registration
+    // with flags, and the asynchronous copies to and from a device variable.
+    let library = compile("global_kernels", &["-shared", "-fPIC"]);
+    let linked = format!("-Wl,--no-as-needed,{}", library.display());
+    let stdout = run_with(
+        &compile_as("rt_api_managed", Lang::Cxx, &["-pedantic", &linked]),
+        &[("NPUSIM_GLOBALS_SO", &library)],
+    );
+    let _ = std::fs::remove_file(&library);
+    assert_eq!(
+        stdout,
+        "managed: 10 13 0x7f7f7f7f\n\
+         prefetch with flags 1: 100000\n\
+         registered with flags: mapped 1, the device wrote 5\n\
+         symbol, asynchronously: 3 4\n\
+         from the symbol with kind HOST_TO_DEVICE: 100000\n\
+         rt api managed flow ok\n"
+    );
+}
+
+#[test]
 fn headers_compile_warning_free_and_errors_are_reported_once() {
     let stdout = run(&compile("header_check", &["-pedantic"]));
     assert_eq!(
