@@ -108,7 +108,24 @@ impl CompletionStrategy for BlockingSync {
             Ok(handle) => match Overseer::get() {
                 Some(overseer) => {
                     overseer.watch(&wait.slot);
-                    handle.spawn_blocking(move || wait.run());
+                    let slot = wait.slot.clone();
+                    // Tokio panics when its pool has no thread and cannot start one (a
+                    // runtime built with a stack the host cannot map, threads exhausted).
+                    // The device has accepted the operation by now, so that panic must not
+                    // unwind through the submission, which would drop the value the
+                    // operation owns (an `Arc` clone the caller could then unwrap under the
+                    // device). The wait stays queued in Tokio; the reactor takes it now,
+                    // and a pool thread that ever runs it finds its slot empty.
+                    let refused = npu_core::contain::contained(|| {
+                        drop(handle.spawn_blocking(move || wait.run()));
+                    });
+                    if refused && let Some((pending, stream)) = take(&slot) {
+                        npu_core::log!(
+                            debug,
+                            "no blocking thread for a wait; the reactor watches it"
+                        );
+                        reactor::Reactor::get().adopt_pending(&stream, pending);
+                    }
                 }
                 // No overseer, so nothing would notice a full pool: the reactor watches it.
                 None => drop(wait),
