@@ -11,6 +11,7 @@
 
 mod common;
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use common::*;
@@ -97,4 +98,55 @@ fn a_blocking_pool_that_cannot_start_a_thread_never_lets_a_submitted_operations_
     assert!(Arc::get_mut(&mut shared).is_some(), "the copy has run");
     drop((shared, s));
     until_released("every allocation", || within(live_memory(&ctx), baseline));
+}
+
+/// "Never a panic", and rule 7, when Tokio cannot start a blocking thread under a paused
+/// clock: the first pending poll of an operation (and of an event wait) on a paused runtime
+/// spawns a blocking task that keeps the clock still. On a runtime whose
+/// blocking pool cannot start a thread, each future must still resolve with its data, under
+/// every strategy. A break: a poll that panics (Tokio's "OS can't spawn worker thread"),
+/// every time it is polled.
+#[test]
+fn futures_polled_on_a_paused_runtime_that_cannot_start_a_blocking_thread_resolve() {
+    let (_guard, ctx, _) = exclusive(None);
+    let baseline = live_memory(&ctx);
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .thread_stack_size(1 << 46)
+            .build()
+            .unwrap();
+        let held = sim::hold(&ctx.device()).unwrap();
+        let polled = rt.block_on(async {
+            let mut memset = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 4);
+            let event = Event::new(&ctx).unwrap();
+            event.record(&s).unwrap();
+            let mut event_wait = Box::pin(event.wait());
+            let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                polled_once(Pin::new(&mut memset)).is_pending()
+                    && polled_once(event_wait.as_mut()).is_pending()
+            }));
+            drop(held);
+            match panicked {
+                Ok(pending) => {
+                    assert!(pending, "{strategy:?}: held work resolved");
+                    let buffer = memset.await.unwrap();
+                    event_wait.await.unwrap();
+                    Ok(buffer.to_vec_blocking().unwrap())
+                }
+                Err(_) => Err(()),
+            }
+        });
+        assert_eq!(
+            polled.expect("a poll panicked: Tokio could not start the clock's keeper"),
+            [4; 64],
+            "{strategy:?}"
+        );
+        drop((rt, s));
+        until_released(&format!("{strategy:?}: every allocation"), || {
+            within(live_memory(&ctx), baseline)
+        });
+    }
 }
