@@ -25,7 +25,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use npu::memory::{DevicePool, DevicePoolBackend};
 use npu::prelude::*;
 use npu::sim;
-use npu::stream::Strategy;
+use npu::stream::{Strategy, ValueCondition, ValueWord};
 
 /// Rules 2, 3 and 5 under `Runtime::shutdown_timeout(Duration::ZERO)`: four tasks of a
 /// two-worker runtime each hold a `FuturesUnordered` of 300 operations (memsets, copies in and
@@ -511,5 +511,93 @@ fn futures_polled_on_a_paused_runtime_that_cannot_start_a_blocking_thread_resolv
         until_released(&format!("{strategy:?}: every allocation"), || {
             within(live_memory(&ctx), baseline)
         });
+    }
+}
+
+/// Rule 5 for a context whose stopped stream still waits on another stream's work: stream `t`
+/// of the primary context is blocked on a value wait nothing satisfies yet, with an event
+/// recorded behind it; a stream of an explicit context waits on that event, has a memset
+/// queued behind the wait, and is stopped; every handle of it and of its context is dropped.
+/// Its operations must fail, and the stream, its buffer and the context must go (destroyed on
+/// the reaper or the dropping thread) while `t` is still blocked: nothing may wait for `t`.
+/// A break: the reaper (and so `flush_releases`) hangs in a destroy that waits for the
+/// stopped stream's waiting task, or the buffer stays allocated.
+#[test]
+fn a_context_whose_stopped_stream_waits_on_a_blocked_stream_goes_without_waiting() {
+    let (_guard, ctx, _) = exclusive(None);
+    let baseline = live_memory(&ctx);
+    for strategy in STRATEGIES {
+        let t = stream(&ctx, strategy);
+        let word = Arc::new(ValueWord::new(&ctx, 0).unwrap());
+        let blocked = t.wait_value(word.clone(), 1, ValueCondition::Equal);
+        let event = Event::new(&ctx).unwrap();
+        event.record(&t).unwrap();
+
+        let explicit = ctx.device().create_context().unwrap();
+        let s = stream(&explicit, strategy);
+        s.wait_event(&event).unwrap();
+        let memset = s.memset(DeviceBuffer::<u8>::new(&explicit, 4096).unwrap(), 1);
+        let done = memset.completion().clone();
+        drop(memset);
+        s.stop().unwrap();
+        drop((s, explicit, event));
+        let failed = run(done.wait());
+        assert!(
+            failed.is_err(),
+            "{strategy:?}: a stopped stream ran its memset"
+        );
+        watchdog("the releases after a stopped stream", sim::flush_releases);
+        assert!(!blocked.is_complete(), "{strategy:?}: `t` is still blocked");
+        until_released(
+            &format!("{strategy:?}: the explicit context's buffer"),
+            || {
+                live_allocations(&ctx) <= baseline[0] + 1 // the word
+            },
+        );
+
+        let other = stream(&ctx, strategy);
+        run(other.write_value(word, 1)).unwrap();
+        run(blocked).unwrap();
+        run(t.synchronize()).unwrap();
+        drop((t, other));
+        until_released(&format!("{strategy:?}: every allocation"), || {
+            within(live_memory(&ctx), baseline)
+        });
+    }
+}
+
+/// Rules 5 and 7 for a Tokio runtime whose blocking threads die as they start (an
+/// `on_thread_start` hook that panics, user code): `BlockingSync` waits queued on its pool
+/// never run, so the overseer must hand them to the reactor; each operation must resolve with
+/// its data, and a paused clock's keeper that never runs must not stop the operation either.
+/// A break: an operation that never resolves (the test's bound), or a leak.
+#[test]
+fn operations_on_a_runtime_whose_blocking_threads_die_at_start_resolve() {
+    let (_guard, ctx, _) = exclusive(None);
+    let baseline = live_memory(&ctx);
+    for paused in [false, true] {
+        for strategy in STRATEGIES {
+            let s = stream(&ctx, strategy);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(paused)
+                .on_thread_start(|| panic!("a blocking thread's start hook panics"))
+                .build()
+                .unwrap();
+            let filled = rt.block_on(async {
+                let mut buffers = Vec::new();
+                for byte in 1..=3u8 {
+                    let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), byte);
+                    let buffer = tokio::time::timeout(HANG, op).await.expect("hung").unwrap();
+                    buffers.push(buffer.to_vec_blocking().unwrap());
+                }
+                buffers
+            });
+            assert_eq!(filled, [[1; 64], [2; 64], [3; 64]], "{strategy:?} {paused}");
+            drop((rt, s));
+            until_released(&format!("{strategy:?} paused {paused}"), || {
+                within(live_memory(&ctx), baseline)
+            });
+        }
     }
 }
