@@ -36,7 +36,8 @@ use bindgen::callbacks::{IntKind, ParseCallbacks};
 use syn::visit_mut::VisitMut;
 
 /// Functions a runtime library may lack: those only newer CANN releases export, the deprecated
-/// ones CANN says a later release removes, and the model dump trio. They are bound as `Option`
+/// ones CANN says a later release removes, the model dump trio, and every other function npu-rs's
+/// crates do not call unconditionally. They are bound as `Option`
 /// fields and probed at load time, so a library without them still loads; see docs/ascend.md.
 const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtSnapShotProcessLock",
@@ -57,6 +58,33 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclmdlInitDump",
     "aclmdlSetDump",
     "aclmdlFinalizeDump",
+    // Old functions of the header that npu-rs's crates never call: only a function npu-rs
+    // calls unconditionally may keep a runtime from loading. The last four are experimental
+    // in CANN's reference (their definition may change; a runtime need not export them).
+    "aclFloat16ToFloat",
+    "aclFloatToFloat16",
+    "aclCreateDataBuffer",
+    "aclDestroyDataBuffer",
+    "aclGetDataBufferAddr",
+    "aclDataTypeSize",
+    "aclrtGetRunMode",
+    "aclrtSetTsDevice",
+    "aclrtMallocCached",
+    "aclrtMemFlush",
+    "aclrtMemInvalidate",
+    "aclrtMemcpy2d",
+    "aclrtResetEvent",
+    "aclrtSwitchStream",
+    "aclrtCreateLabel",
+    "aclrtSetLabel",
+    "aclrtDestroyLabel",
+    "aclrtCreateLabelList",
+    "aclrtDestroyLabelList",
+    "aclrtSwitchLabelByIndex",
+    "aclmdlRICondHandleCreate",
+    "aclmdlRICondHandleGetCondPtr",
+    "aclmdlRIAddCondTask",
+    "aclmdlRICaptureToModelRIBegin",
     "aclUpdateDataBuffer",
     "aclGetDataBufferSizeV2",
     "aclsysGetVersionStr",
@@ -826,7 +854,7 @@ fn render(file: &syn::File, source: &str, absent: &[String]) -> Result<String, S
          instead.\n\n{items}\n\
          /// Expands `$callback! {{ $extra required {{ fn ...; }} optional {{ fn ...; }} }}` with \
          every\n/// ACL function npu-rs binds, in header order. `optional` lists the functions \
-         a runtime\n/// library may lack (newer, deprecated and model dump functions).\n\
+         a runtime\n/// library may lack (newer, deprecated, model dump and uncalled functions).\n\
          #[macro_export]\nmacro_rules! for_each_acl_function {{\n    ($callback:ident ! ( \
          $($extra:tt)* )) => {{\n        $callback! {{\n            $($extra)*\n            \
          required {{\n{required}            }}\n            optional {{\n{optional}            \

@@ -667,6 +667,51 @@ fn a_runtime_without_deprecated_or_dump_functions_loads() {
 }
 
 #[test]
+fn a_runtime_without_functions_npu_rs_never_calls_loads() {
+    // npu-rs's own crates never call these, so a runtime without them must not be refused.
+    // Four of them are marked experimental in CANN's reference (their definition may change,
+    // and a runtime need not export them): aclmdlRICondHandleCreate, aclmdlRICondHandleGetCondPtr,
+    // aclmdlRIAddCondTask and aclmdlRICaptureToModelRIBegin.
+    const UNUSED: [&str; 24] = [
+        "aclFloat16ToFloat",
+        "aclFloatToFloat16",
+        "aclCreateDataBuffer",
+        "aclDestroyDataBuffer",
+        "aclGetDataBufferAddr",
+        "aclDataTypeSize",
+        "aclrtGetRunMode",
+        "aclrtSetTsDevice",
+        "aclrtMallocCached",
+        "aclrtMemFlush",
+        "aclrtMemInvalidate",
+        "aclrtMemcpy2d",
+        "aclrtResetEvent",
+        "aclrtSwitchStream",
+        "aclrtCreateLabel",
+        "aclrtSetLabel",
+        "aclrtDestroyLabel",
+        "aclrtCreateLabelList",
+        "aclrtDestroyLabelList",
+        "aclrtSwitchLabelByIndex",
+        "aclmdlRICondHandleCreate",
+        "aclmdlRICondHandleGetCondPtr",
+        "aclmdlRIAddCondTask",
+        "aclmdlRICaptureToModelRIBegin",
+    ];
+    let tree = Tree::new("unused");
+    let stub = stub_runtime(&tree, "libacl_rt.so", 0, false, &UNUSED, &[]);
+    let runtime = Runtime::builder().library(&stub.library).build();
+    let runtime = runtime.expect("a runtime without them loads");
+    let unsupported = runtime.unsupported_functions();
+    for function in UNUSED {
+        assert!(
+            unsupported.contains(&function),
+            "{function}: {unsupported:?}"
+        );
+    }
+}
+
+#[test]
 fn a_cann_library_linking_npu_sims_build_is_refused_with_the_reason() {
     // On a CANN host, `cargo run` and `cargo test` put target/<profile>/deps, where npu-sim's
     // libascendcl.so lies, ahead of set_env.sh's directories on LD_LIBRARY_PATH: a CANN library

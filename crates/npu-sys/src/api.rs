@@ -28,10 +28,11 @@ macro_rules! define_acl_api {
     ) => {
         /// The ACL runtime as a table of C function pointers, one per function npu-rs binds.
         ///
-        /// Required functions are plain pointers; a library lacking one fails to load.
-        /// Functions a runtime may lack (those only newer CANN releases export, deprecated
-        /// ones a later release removes, the model dump trio) are `Option`s and `None` where
-        /// the loaded runtime does not export them.
+        /// Required functions, the ones npu-rs calls unconditionally, are plain pointers; a
+        /// library lacking one fails to load. Functions a runtime may lack (those only newer
+        /// CANN releases export, deprecated ones a later release removes, the model dump trio,
+        /// and those npu-rs never calls) are `Option`s and `None` where the loaded runtime does
+        /// not export them.
         #[derive(Clone, Copy)]
         pub struct AclApi {
             $(

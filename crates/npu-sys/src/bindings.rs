@@ -2488,7 +2488,7 @@ pub type aclplatformLocalMemType = core::ffi::c_uint;
 
 /// Expands `$callback! { $extra required { fn ...; } optional { fn ...; } }` with every
 /// ACL function npu-rs binds, in header order. `optional` lists the functions a runtime
-/// library may lack (newer, deprecated and model dump functions).
+/// library may lack (newer, deprecated, model dump and uncalled functions).
 #[macro_export]
 macro_rules! for_each_acl_function {
     ($callback:ident ! ( $($extra:tt)* )) => {
@@ -2496,22 +2496,14 @@ macro_rules! for_each_acl_function {
             $($extra)*
             required {
                 fn aclrtGetSocName() -> *const core::ffi::c_char;
-                fn aclFloat16ToFloat(value: $crate::aclFloat16) -> f32;
-                fn aclFloatToFloat16(value: f32) -> $crate::aclFloat16;
-                fn aclCreateDataBuffer(data: *mut core::ffi::c_void, size: usize) -> *mut $crate::aclDataBuffer;
-                fn aclDestroyDataBuffer(dataBuffer: *const $crate::aclDataBuffer) -> $crate::aclError;
-                fn aclGetDataBufferAddr(dataBuffer: *const $crate::aclDataBuffer) -> *mut core::ffi::c_void;
-                fn aclDataTypeSize(dataType: $crate::aclDataType) -> usize;
                 fn aclInit(configPath: *const core::ffi::c_char) -> $crate::aclError;
                 fn aclFinalize() -> $crate::aclError;
                 fn aclGetRecentErrMsg() -> *const core::ffi::c_char;
-                fn aclrtGetRunMode(runMode: *mut $crate::aclrtRunMode) -> $crate::aclError;
                 fn aclrtSetDevice(deviceId: i32) -> $crate::aclError;
                 fn aclrtResetDevice(deviceId: i32) -> $crate::aclError;
                 fn aclrtGetDevice(deviceId: *mut i32) -> $crate::aclError;
                 fn aclrtGetDeviceCount(count: *mut u32) -> $crate::aclError;
                 fn aclrtSynchronizeDevice() -> $crate::aclError;
-                fn aclrtSetTsDevice(tsId: $crate::aclrtTsId) -> $crate::aclError;
                 fn aclrtDeviceCanAccessPeer(canAccessPeer: *mut i32, deviceId: i32, peerDeviceId: i32) -> $crate::aclError;
                 fn aclrtDeviceEnablePeerAccess(peerDeviceId: i32, flags: u32) -> $crate::aclError;
                 fn aclrtDeviceDisablePeerAccess(peerDeviceId: i32) -> $crate::aclError;
@@ -2522,17 +2514,13 @@ macro_rules! for_each_acl_function {
                 fn aclrtSetCurrentContext(context: $crate::aclrtContext) -> $crate::aclError;
                 fn aclrtGetCurrentContext(context: *mut $crate::aclrtContext) -> $crate::aclError;
                 fn aclrtMalloc(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy) -> $crate::aclError;
-                fn aclrtMallocCached(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy) -> $crate::aclError;
                 fn aclrtFree(devPtr: *mut core::ffi::c_void) -> $crate::aclError;
-                fn aclrtMemFlush(devPtr: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
-                fn aclrtMemInvalidate(devPtr: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
                 fn aclrtMallocHost(hostPtr: *mut *mut core::ffi::c_void, size: usize) -> $crate::aclError;
                 fn aclrtFreeHost(hostPtr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtMemset(devPtr: *mut core::ffi::c_void, maxCount: usize, value: i32, count: usize) -> $crate::aclError;
                 fn aclrtMemsetAsync(devPtr: *mut core::ffi::c_void, maxCount: usize, value: i32, count: usize, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtMemcpy(dst: *mut core::ffi::c_void, destMax: usize, src: *const core::ffi::c_void, count: usize, kind: $crate::aclrtMemcpyKind) -> $crate::aclError;
                 fn aclrtMemcpyAsync(dst: *mut core::ffi::c_void, destMax: usize, src: *const core::ffi::c_void, count: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
-                fn aclrtMemcpy2d(dst: *mut core::ffi::c_void, dpitch: usize, src: *const core::ffi::c_void, spitch: usize, width: usize, height: usize, kind: $crate::aclrtMemcpyKind) -> $crate::aclError;
                 fn aclrtMemcpy2dAsync(dst: *mut core::ffi::c_void, dpitch: usize, src: *const core::ffi::c_void, spitch: usize, width: usize, height: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtCreateStream(stream: *mut $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtCreateStreamWithConfig(stream: *mut $crate::aclrtStream, priority: u32, flag: u32) -> $crate::aclError;
@@ -2543,29 +2531,23 @@ macro_rules! for_each_acl_function {
                 fn aclrtCreateEventWithFlag(event: *mut $crate::aclrtEvent, flag: u32) -> $crate::aclError;
                 fn aclrtDestroyEvent(event: $crate::aclrtEvent) -> $crate::aclError;
                 fn aclrtRecordEvent(event: $crate::aclrtEvent, stream: $crate::aclrtStream) -> $crate::aclError;
-                fn aclrtResetEvent(event: $crate::aclrtEvent, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtSynchronizeEvent(event: $crate::aclrtEvent) -> $crate::aclError;
                 fn aclrtEventElapsedTime(ms: *mut f32, startEvent: $crate::aclrtEvent, endEvent: $crate::aclrtEvent) -> $crate::aclError;
                 fn aclrtSubscribeReport(threadId: u64, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtUnSubscribeReport(threadId: u64, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtLaunchCallback(fn_: $crate::aclrtCallback, userData: *mut core::ffi::c_void, blockType: $crate::aclrtCallbackBlockType, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtProcessReport(timeout: i32) -> $crate::aclError;
-                fn aclrtSwitchStream(leftValue: *mut core::ffi::c_void, cond: $crate::aclrtCondition, rightValue: *mut core::ffi::c_void, dataType: $crate::aclrtCompareDataType, trueStream: $crate::aclrtStream, falseStream: $crate::aclrtStream, stream: $crate::aclrtStream) -> $crate::aclError;
-                fn aclrtCreateLabel(label: *mut $crate::aclrtLabel) -> $crate::aclError;
-                fn aclrtSetLabel(label: $crate::aclrtLabel, stream: $crate::aclrtStream) -> $crate::aclError;
-                fn aclrtDestroyLabel(label: $crate::aclrtLabel) -> $crate::aclError;
-                fn aclrtCreateLabelList(labels: *mut $crate::aclrtLabel, num: usize, labelList: *mut $crate::aclrtLabelList) -> $crate::aclError;
-                fn aclrtDestroyLabelList(labelList: $crate::aclrtLabelList) -> $crate::aclError;
-                fn aclrtSwitchLabelByIndex(ptr: *mut core::ffi::c_void, maxValue: u32, labelList: $crate::aclrtLabelList, stream: $crate::aclrtStream) -> $crate::aclError;
-                fn aclmdlRICondHandleCreate(modelRI: $crate::aclmdlRI, defaultLaunchValue: u32, flag: $crate::aclmdlRICondHandleFlag, handle: *mut $crate::aclmdlRICondHandle) -> $crate::aclError;
-                fn aclmdlRICondHandleGetCondPtr(handle: $crate::aclmdlRICondHandle, ptr: *mut *mut u64) -> $crate::aclError;
-                fn aclmdlRIAddCondTask(params: $crate::aclmdlRICondTaskParams, stream: $crate::aclrtStream, flags: u32) -> $crate::aclError;
-                fn aclmdlRICaptureToModelRIBegin(stream: $crate::aclrtStream, modelRI: $crate::aclmdlRI, mode: $crate::aclmdlRICaptureMode) -> $crate::aclError;
             }
             optional {
+                fn aclFloat16ToFloat(value: $crate::aclFloat16) -> f32;
+                fn aclFloatToFloat16(value: f32) -> $crate::aclFloat16;
+                fn aclCreateDataBuffer(data: *mut core::ffi::c_void, size: usize) -> *mut $crate::aclDataBuffer;
+                fn aclDestroyDataBuffer(dataBuffer: *const $crate::aclDataBuffer) -> $crate::aclError;
                 fn aclUpdateDataBuffer(dataBuffer: *mut $crate::aclDataBuffer, data: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
+                fn aclGetDataBufferAddr(dataBuffer: *const $crate::aclDataBuffer) -> *mut core::ffi::c_void;
                 fn aclGetDataBufferSize(dataBuffer: *const $crate::aclDataBuffer) -> u32;
                 fn aclGetDataBufferSizeV2(dataBuffer: *const $crate::aclDataBuffer) -> usize;
+                fn aclDataTypeSize(dataType: $crate::aclDataType) -> usize;
                 fn aclGetCannAttributeList(cannAttrList: *mut *const $crate::aclCannAttr, num: *mut usize) -> $crate::aclError;
                 fn aclGetCannAttribute(cannAttr: $crate::aclCannAttr, value: *mut i32) -> $crate::aclError;
                 fn aclGetDeviceCapability(deviceId: u32, deviceInfo: $crate::aclDeviceInfo, value: *mut i64) -> $crate::aclError;
@@ -2588,12 +2570,14 @@ macro_rules! for_each_acl_function {
                 fn aclInitCallbackUnRegister(type_: $crate::aclRegisterCallbackType, cbFunc: $crate::aclInitCallbackFunc) -> $crate::aclError;
                 fn aclFinalizeCallbackRegister(type_: $crate::aclRegisterCallbackType, cbFunc: $crate::aclFinalizeCallbackFunc, userData: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclFinalizeCallbackUnRegister(type_: $crate::aclRegisterCallbackType, cbFunc: $crate::aclFinalizeCallbackFunc) -> $crate::aclError;
+                fn aclrtGetRunMode(runMode: *mut $crate::aclrtRunMode) -> $crate::aclError;
                 fn aclrtGetLastError(level: $crate::aclrtLastErrLevel) -> $crate::aclError;
                 fn aclrtPeekAtLastError(level: $crate::aclrtLastErrLevel) -> $crate::aclError;
                 fn aclrtResetDeviceForce(deviceId: i32) -> $crate::aclError;
                 fn aclrtGetDeviceInfo(deviceId: u32, attr: $crate::aclrtDevAttr, value: *mut i64) -> $crate::aclError;
                 fn aclrtQueryDeviceStatus(deviceId: i32, deviceStatus: *mut $crate::aclrtDeviceStatus) -> $crate::aclError;
                 fn aclrtSynchronizeDeviceWithTimeout(timeout: i32) -> $crate::aclError;
+                fn aclrtSetTsDevice(tsId: $crate::aclrtTsId) -> $crate::aclError;
                 fn aclrtDeviceGetBareTgid(pid: *mut i32) -> $crate::aclError;
                 fn aclrtDeviceSetLimit(limit: $crate::aclrtDeviceLimit, value: usize) -> $crate::aclError;
                 fn aclrtDeviceGetLimit(limit: $crate::aclrtDeviceLimit, value: *mut usize) -> $crate::aclError;
@@ -2610,10 +2594,13 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetSysParamOpt(opt: $crate::aclSysParamOpt, value: *mut i64) -> $crate::aclError;
                 fn aclrtSetSysParamOpt(opt: $crate::aclSysParamOpt, value: i64) -> $crate::aclError;
                 fn aclrtGetPrimaryCtxState(deviceId: i32, flags: *mut u32, active: *mut i32) -> $crate::aclError;
+                fn aclrtMallocCached(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy) -> $crate::aclError;
                 fn aclrtMallocAlign32(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy) -> $crate::aclError;
                 fn aclrtMallocWithCfg(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy, cfg: *mut $crate::aclrtMallocConfig) -> $crate::aclError;
                 fn aclrtMallocForTaskScheduler(devPtr: *mut *mut core::ffi::c_void, size: usize, policy: $crate::aclrtMemMallocPolicy, cfg: *mut $crate::aclrtMallocConfig) -> $crate::aclError;
                 fn aclrtFreeWithDevSync(devPtr: *mut core::ffi::c_void) -> $crate::aclError;
+                fn aclrtMemFlush(devPtr: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
+                fn aclrtMemInvalidate(devPtr: *mut core::ffi::c_void, size: usize) -> $crate::aclError;
                 fn aclrtCheckMemType(addrList: *mut *mut core::ffi::c_void, size: u32, memType: u32, checkResult: *mut u32, reserve: u32) -> $crate::aclError;
                 fn aclrtMallocHostWithCfg(ptr: *mut *mut core::ffi::c_void, size: u64, cfg: *mut $crate::aclrtMallocConfig) -> $crate::aclError;
                 fn aclrtFreeHostWithDevSync(hostPtr: *mut core::ffi::c_void) -> $crate::aclError;
@@ -2629,6 +2616,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtSetMemcpyDesc(desc: *mut core::ffi::c_void, kind: $crate::aclrtMemcpyKind, srcAddr: *mut core::ffi::c_void, dstAddr: *mut core::ffi::c_void, count: usize, config: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtMemcpyAsyncWithOffset(dst: *mut *mut core::ffi::c_void, destMax: usize, dstDataOffset: usize, src: *mut *const core::ffi::c_void, count: usize, srcDataOffset: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtMemcpyAsyncWithDesc(desc: *mut core::ffi::c_void, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtMemcpy2d(dst: *mut core::ffi::c_void, dpitch: usize, src: *const core::ffi::c_void, spitch: usize, width: usize, height: usize, kind: $crate::aclrtMemcpyKind) -> $crate::aclError;
                 fn aclrtDestroyStreamForce(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtSynchronizeStreamWithTimeout(stream: $crate::aclrtStream, timeout: i32) -> $crate::aclError;
                 fn aclrtStreamQuery(stream: $crate::aclrtStream, status: *mut $crate::aclrtStreamStatus) -> $crate::aclError;
@@ -2637,6 +2625,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtStreamGetPriority(stream: $crate::aclrtStream, priority: *mut u32) -> $crate::aclError;
                 fn aclrtStreamGetFlags(stream: $crate::aclrtStream, flags: *mut u32) -> $crate::aclError;
                 fn aclrtCreateEventExWithFlag(event: *mut $crate::aclrtEvent, flag: u32) -> $crate::aclError;
+                fn aclrtResetEvent(event: $crate::aclrtEvent, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtQueryEvent(event: $crate::aclrtEvent, status: *mut $crate::aclrtEventStatus) -> $crate::aclError;
                 fn aclrtQueryEventStatus(event: $crate::aclrtEvent, status: *mut $crate::aclrtEventRecordedStatus) -> $crate::aclError;
                 fn aclrtQueryEventWaitStatus(event: $crate::aclrtEvent, status: *mut $crate::aclrtEventWaitStatus) -> $crate::aclError;
@@ -2696,6 +2685,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetFuncBySymbol(symbol: *const core::ffi::c_void, funcHandle: *mut $crate::aclrtFuncHandle) -> $crate::aclError;
                 fn aclrtFunctionGetBinary(funcHandle: $crate::aclrtFuncHandle, binHandle: *mut $crate::aclrtBinHandle) -> $crate::aclError;
                 fn aclrtActiveStream(activeStream: $crate::aclrtStream, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtSwitchStream(leftValue: *mut core::ffi::c_void, cond: $crate::aclrtCondition, rightValue: *mut core::ffi::c_void, dataType: $crate::aclrtCompareDataType, trueStream: $crate::aclrtStream, falseStream: $crate::aclrtStream, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetFunctionName(funcHandle: $crate::aclrtFuncHandle, maxLen: u32, name: *mut core::ffi::c_char) -> $crate::aclError;
                 fn aclrtFunctionGetParamCount(func: *const core::ffi::c_void, paramCount: *mut usize) -> $crate::aclError;
                 fn aclrtFunctionGetParamInfo(func: *const core::ffi::c_void, paramIndex: usize, paramOffset: *mut usize, paramSize: *mut usize) -> $crate::aclError;
@@ -2887,6 +2877,16 @@ macro_rules! for_each_acl_function {
                 fn aclmdlRITaskSetParams(task: $crate::aclmdlRITask, params: *mut $crate::aclmdlRITaskParams) -> $crate::aclError;
                 fn aclmdlRIUpdate(modelRI: $crate::aclmdlRI) -> $crate::aclError;
                 fn aclmdlRITaskDisable(task: $crate::aclmdlRITask) -> $crate::aclError;
+                fn aclrtCreateLabel(label: *mut $crate::aclrtLabel) -> $crate::aclError;
+                fn aclrtSetLabel(label: $crate::aclrtLabel, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclrtDestroyLabel(label: $crate::aclrtLabel) -> $crate::aclError;
+                fn aclrtCreateLabelList(labels: *mut $crate::aclrtLabel, num: usize, labelList: *mut $crate::aclrtLabelList) -> $crate::aclError;
+                fn aclrtDestroyLabelList(labelList: $crate::aclrtLabelList) -> $crate::aclError;
+                fn aclrtSwitchLabelByIndex(ptr: *mut core::ffi::c_void, maxValue: u32, labelList: $crate::aclrtLabelList, stream: $crate::aclrtStream) -> $crate::aclError;
+                fn aclmdlRICondHandleCreate(modelRI: $crate::aclmdlRI, defaultLaunchValue: u32, flag: $crate::aclmdlRICondHandleFlag, handle: *mut $crate::aclmdlRICondHandle) -> $crate::aclError;
+                fn aclmdlRICondHandleGetCondPtr(handle: $crate::aclmdlRICondHandle, ptr: *mut *mut u64) -> $crate::aclError;
+                fn aclmdlRIAddCondTask(params: $crate::aclmdlRICondTaskParams, stream: $crate::aclrtStream, flags: u32) -> $crate::aclError;
+                fn aclmdlRICaptureToModelRIBegin(stream: $crate::aclrtStream, modelRI: $crate::aclmdlRI, mode: $crate::aclmdlRICaptureMode) -> $crate::aclError;
                 fn aclmdlRIAbort(modelRI: $crate::aclmdlRI) -> $crate::aclError;
                 fn aclrtCacheLastTaskOpInfo(infoPtr: *const core::ffi::c_void, infoSize: usize) -> $crate::aclError;
                 fn aclrtCacheLastTaskExtendInfo(extendInfoPtr: *const core::ffi::c_char, infoSize: usize) -> $crate::aclError;
