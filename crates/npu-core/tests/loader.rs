@@ -199,7 +199,11 @@ fn each_location_is_tried_in_the_documented_order() {
     step(&user, vec![]);
     std::fs::remove_file(&user).unwrap();
     // 6. /usr/local/Ascend/ascend-toolkit/latest: as 4.
-    // 7. The system loader, with the bare names: LD_LIBRARY_PATH here names a directory of the
+    // 7. $HOME/Ascend/ascend-toolkit/latest/lib64: an older toolkit, installed as non-root.
+    let user_old = tree.copy_simulator("home/Ascend/ascend-toolkit/latest/lib64/libacl_rt.so");
+    step(&user_old, vec![]);
+    std::fs::remove_file(&user_old).unwrap();
+    // 8. The system loader, with the bare names: LD_LIBRARY_PATH here names a directory of the
     // tree (cargo's own holds npu-sim's libascendcl.so, which the other tests meet).
     let system = tree.copy_simulator("system/libacl_rt.so");
     step(
@@ -709,6 +713,25 @@ fn a_runtime_without_functions_npu_rs_never_calls_loads() {
             "{function}: {unsupported:?}"
         );
     }
+}
+
+#[test]
+fn an_older_non_root_toolkit_is_found_under_home() {
+    scenario(
+        "an_older_non_root_toolkit_is_found_under_home",
+        |tree| {
+            tree.copy_simulator("home/Ascend/ascend-toolkit/latest/lib64/libascendcl.so");
+            vec![
+                ("NPU_ACL_ALLOW_SIMULATOR", "1".into()),
+                ("HOME", tree.path("home").into()),
+            ]
+        },
+        || {
+            let runtime = acl().expect("the toolkit under $HOME loads");
+            let expected = var("HOME").join("Ascend/ascend-toolkit/latest/lib64/libascendcl.so");
+            assert_eq!(library_path(&runtime), expected);
+        },
+    );
 }
 
 #[test]

@@ -65,8 +65,8 @@ pub(crate) struct Candidate {
 /// Every candidate, in order. `NPU_ACL_LIB`, when set, is the only place: an override names
 /// the library to use, and one that cannot be loaded must say so rather than give way to
 /// another install. Otherwise `lib64` of `$ASCEND_TOOLKIT_HOME`, `$ASCEND_HOME_PATH`,
-/// `<root>/Ascend/cann`, `$HOME/Ascend/cann` and `<root>/Ascend/ascend-toolkit/latest`; then
-/// the bare names for the system loader. Each directory is tried with `libacl_rt.so` before
+/// `<root>/Ascend/cann`, `$HOME/Ascend/cann`, `<root>/Ascend/ascend-toolkit/latest` and
+/// `$HOME/Ascend/ascend-toolkit/latest`; then the bare names for the system loader. Each directory is tried with `libacl_rt.so` before
 /// `libascendcl.so`; a path already listed is not repeated (after `set_env.sh` both variables
 /// usually name one directory).
 pub(crate) fn candidates(env: &SearchEnv, root: &Path) -> Vec<Candidate> {
@@ -91,6 +91,10 @@ pub(crate) fn candidates(env: &SearchEnv, root: &Path) -> Vec<Candidate> {
         Some(root.join("Ascend/cann")),
         env.home.as_ref().map(|home| home.join("Ascend/cann")),
         Some(root.join("Ascend/ascend-toolkit/latest")),
+        // An older toolkit installed by a non-root user.
+        env.home
+            .as_ref()
+            .map(|home| home.join("Ascend/ascend-toolkit/latest")),
     ];
     for prefix in prefixes.into_iter().flatten() {
         paths.extend(in_dir(&prefix.join("lib64")));
@@ -142,6 +146,8 @@ mod tests {
                 "/home/me/Ascend/cann/lib64/libascendcl.so",
                 "/root-of/Ascend/ascend-toolkit/latest/lib64/libacl_rt.so",
                 "/root-of/Ascend/ascend-toolkit/latest/lib64/libascendcl.so",
+                "/home/me/Ascend/ascend-toolkit/latest/lib64/libacl_rt.so",
+                "/home/me/Ascend/ascend-toolkit/latest/lib64/libascendcl.so",
                 "libacl_rt.so",
                 "libascendcl.so",
             ]
