@@ -354,11 +354,35 @@ pub enum LoadFailure {
         /// The file name of the missing library, as the dynamic loader reported it.
         library: String,
     },
-    /// The library loaded but lacks required ACL functions: it is not an AscendCL runtime.
+    /// The library loaded but lacks required ACL functions, `aclInit` among them: it is not an
+    /// AscendCL runtime.
     #[error("not an AscendCL runtime: missing required ACL symbols: {}", .missing.join(", "))]
     NotAcl {
         /// The required functions it does not export.
         missing: Vec<&'static str>,
+    },
+    /// An AscendCL runtime (it exports `aclInit`) without some function npu-rs calls
+    /// unconditionally: a CANN release older than npu-rs supports.
+    #[error(
+        "an AscendCL runtime too old for npu-rs: it lacks {} (install a newer CANN release)",
+        .missing.join(", ")
+    )]
+    TooOld {
+        /// The required functions it does not export.
+        missing: Vec<&'static str>,
+    },
+    /// The file is a shared object for another processor architecture or word size than this
+    /// program's (an x86-64 toolkit on an Arm server, say). The dynamic loader reports it as
+    /// "cannot open shared object file: No such file or directory", about a file that exists.
+    #[error(
+        "built for {found}, but this program runs on {expected}: install the CANN packages for \
+         {expected}"
+    )]
+    WrongArchitecture {
+        /// The architecture the file was built for, from its ELF header.
+        found: String,
+        /// This program's architecture.
+        expected: String,
     },
     /// npu-sim's build of the runtime, found where CANN's was expected.
     #[error(

@@ -716,6 +716,64 @@ fn a_runtime_without_functions_npu_rs_never_calls_loads() {
 }
 
 #[test]
+fn a_runtime_too_old_for_npu_rs_is_named_so() {
+    // An AscendCL runtime (it has aclInit) lacking a function npu-rs calls unconditionally is an
+    // older CANN, not "not an AscendCL runtime".
+    let tree = Tree::new("too_old");
+    let stub = stub_runtime(&tree, "libacl_rt.so", 0, false, &["aclrtMemsetAsync"], &[]);
+    let tried = not_found(Runtime::builder().library(&stub.library).build());
+    assert_eq!(
+        tried[0].reason,
+        LoadFailure::TooOld {
+            missing: vec!["aclrtMemsetAsync"]
+        }
+    );
+    let text = tried[0].reason.to_string();
+    assert!(
+        text.starts_with("an AscendCL runtime too old for npu-rs: it lacks aclrtMemsetAsync"),
+        "{text}"
+    );
+    assert!(
+        stub.calls().is_empty(),
+        "a refused runtime is never initialised"
+    );
+}
+
+/// The ELF `e_machine` of a shared object built for another architecture than this host's.
+fn foreign_machine() -> (u16, &'static str) {
+    if cfg!(target_arch = "aarch64") {
+        (62, "x86-64")
+    } else {
+        (183, "AArch64")
+    }
+}
+
+#[test]
+fn a_library_for_another_architecture_is_named_so() {
+    // An x86-64 toolkit on an Arm server (or the reverse): the dynamic loader says "cannot open
+    // shared object file: No such file or directory" about a file that is there.
+    let tree = Tree::new("architecture");
+    let stub = stub_runtime(&tree, "libacl_rt.so", 0, false, &[], &[]);
+    let mut bytes = std::fs::read(&stub.library).unwrap();
+    let (machine, name) = foreign_machine();
+    bytes[18..20].copy_from_slice(&machine.to_le_bytes());
+    std::fs::write(&stub.library, bytes).unwrap();
+    let tried = not_found(Runtime::builder().library(&stub.library).build());
+    let LoadFailure::WrongArchitecture { found, expected } = &tried[0].reason else {
+        panic!("expected WrongArchitecture, got {:?}", tried[0].reason)
+    };
+    assert_eq!(found, name);
+    assert_ne!(found, expected);
+    let text = tried[0].reason.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "built for {name}, but this program runs on {expected}"
+        )),
+        "{text}"
+    );
+}
+
+#[test]
 fn an_older_non_root_toolkit_is_found_under_home() {
     scenario(
         "an_older_non_root_toolkit_is_found_under_home",

@@ -109,12 +109,20 @@ pub(crate) fn open(path: &Path) -> Result<&'static Loaded, LoadFailure> {
     let mut libraries = LIBRARIES.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: loading runs the library's initialisers. The candidates are the AscendCL runtime
     // of a CANN install or npu-sim's build of it, both of which are designed to be dlopened.
-    let library =
-        unsafe { libloading::Library::new(path) }.map_err(|e| loader_failure(path, &e))?;
+    let library = unsafe { libloading::Library::new(path) }.map_err(|e| {
+        // glibc reports a file for another architecture as missing; its ELF header says more.
+        let foreign = is_path.then(|| elf::foreign_architecture(path)).flatten();
+        foreign.unwrap_or_else(|| loader_failure(path, &e))
+    })?;
     // SAFETY: an AscendCL runtime exports these functions with the header's prototypes, and
     // the library is leaked below, so the pointers stay valid for the rest of the process.
-    let api = unsafe { AclApi::from_library(&library) }
-        .map_err(|e| LoadFailure::NotAcl { missing: e.missing })?;
+    let api = unsafe { AclApi::from_library(&library) }.map_err(|e| {
+        // With aclInit it is an AscendCL runtime, only an older one than npu-rs needs.
+        match e.missing.contains(&"aclInit") {
+            true => LoadFailure::NotAcl { missing: e.missing },
+            false => LoadFailure::TooOld { missing: e.missing },
+        }
+    })?;
     // The handle is deliberately leaked: loaded runtimes are never unloaded (see `Loaded`).
     // Loading an already mapped file again only raised its reference count.
     let simulated = is_simulator(&library);
@@ -236,6 +244,76 @@ fn mapped_file(symbol: *const c_void) -> Option<PathBuf> {
     // it while the object is mapped (forever, here); it is copied out at once.
     let name = unsafe { CStr::from_ptr(info.dli_fname) };
     Some(PathBuf::from(OsStr::from_bytes(name.to_bytes())))
+}
+
+/// Reading the architecture of a shared object from its ELF header.
+mod elf {
+    use std::io::Read;
+    use std::path::Path;
+
+    use crate::error::LoadFailure;
+
+    /// `EI_CLASS` of this program: `ELFCLASS64` (2) or `ELFCLASS32` (1).
+    const HOST_CLASS: u8 = if cfg!(target_pointer_width = "64") {
+        2
+    } else {
+        1
+    };
+
+    /// `e_machine` of this program, for the architectures CANN ships for and their neighbours.
+    const HOST_MACHINE: Option<u16> = if cfg!(target_arch = "x86_64") {
+        Some(62)
+    } else if cfg!(target_arch = "aarch64") {
+        Some(183)
+    } else if cfg!(target_arch = "x86") {
+        Some(3)
+    } else if cfg!(target_arch = "arm") {
+        Some(40)
+    } else {
+        None
+    };
+
+    fn machine_name(machine: u16, class: u8) -> String {
+        let name = match machine {
+            3 => "x86 (32-bit)",
+            40 => "ARM (32-bit)",
+            62 => "x86-64",
+            183 => "AArch64",
+            243 => "RISC-V",
+            258 => "LoongArch",
+            other => return format!("ELF machine {other} ({}-bit)", 32 * u32::from(class)),
+        };
+        name.to_string()
+    }
+
+    /// [`LoadFailure::WrongArchitecture`] when `path` is an ELF file whose class or machine is
+    /// not this program's; `None` when it is not ELF, cannot be read, or matches.
+    pub(super) fn foreign_architecture(path: &Path) -> Option<LoadFailure> {
+        let host = HOST_MACHINE?;
+        let mut header = [0u8; 20];
+        std::fs::File::open(path)
+            .and_then(|mut file| file.read_exact(&mut header))
+            .ok()?;
+        if header[..4] != *b"\x7fELF" {
+            return None;
+        }
+        let class = header[4];
+        let machine = match header[5] {
+            1 => u16::from_le_bytes([header[18], header[19]]),
+            2 => u16::from_be_bytes([header[18], header[19]]),
+            _ => return None,
+        };
+        if class == HOST_CLASS && machine == host {
+            return None;
+        }
+        let (found, expected) = (machine_name(machine, class), machine_name(host, HOST_CLASS));
+        // The same machine number in the other class (an x32 library, say) still differs.
+        let found = match found == expected {
+            true => format!("{found} (ELFCLASS{})", 32 * u32::from(class)),
+            false => found,
+        };
+        Some(LoadFailure::WrongArchitecture { found, expected })
+    }
 }
 
 /// Classifies a `dlopen` failure. glibc reports a library that cannot be found as
