@@ -36,9 +36,9 @@ use bindgen::callbacks::{IntKind, ParseCallbacks};
 use syn::visit_mut::VisitMut;
 
 /// Functions a runtime library may lack: those only newer CANN releases export, the deprecated
-/// ones CANN says a later release removes, the model dump trio, and every other function npu-rs's
-/// crates do not call unconditionally. They are bound as `Option`
-/// fields and probed at load time, so a library without them still loads; see docs/ascend.md.
+/// ones CANN says a later release removes, the model dump trio, and every other function
+/// npu-rs's crates do not call unconditionally. They are bound as `Option` fields and probed at
+/// load time, so a library without them still loads; see docs/ascend.md.
 const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtSnapShotProcessLock",
     "aclrtSnapShotProcessUnlock",

@@ -66,9 +66,9 @@ pub(crate) struct Candidate {
 /// the library to use, and one that cannot be loaded must say so rather than give way to
 /// another install. Otherwise `lib64` of `$ASCEND_TOOLKIT_HOME`, `$ASCEND_HOME_PATH`,
 /// `<root>/Ascend/cann`, `$HOME/Ascend/cann`, `<root>/Ascend/ascend-toolkit/latest` and
-/// `$HOME/Ascend/ascend-toolkit/latest`; then the bare names for the system loader. Each directory is tried with `libacl_rt.so` before
-/// `libascendcl.so`; a path already listed is not repeated (after `set_env.sh` both variables
-/// usually name one directory).
+/// `$HOME/Ascend/ascend-toolkit/latest`; then the bare names for the system loader. Each
+/// directory is tried with `libacl_rt.so` before `libascendcl.so`; a path already listed is
+/// not repeated (after `set_env.sh` both variables usually name one directory).
 pub(crate) fn candidates(env: &SearchEnv, root: &Path) -> Vec<Candidate> {
     let in_dir = |dir: &Path| LIBRARY_NAMES.map(|name| dir.join(name));
     if let Some(lib) = &env.acl_lib {
