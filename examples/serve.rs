@@ -38,6 +38,7 @@
 //! | 422 | `input_not_finite` | an element of `data` is beyond f32's finite range (e.g. `1e300`) |
 //! | 422 | `output_not_finite` | an element of the output overflows f32 (e.g. `3e38` with `alpha = 2`) |
 //! | 503 | `overloaded` | the in-flight limit is reached (with `Retry-After: 1`) |
+//! | 503 | `too_many_connections` | the connection limit is reached (with `Retry-After: 1` and `Connection: close`) |
 //! | 500 | `device_error` | the NPU reported a failure (the detail goes to the log, not the client) |
 //!
 //! # Hostile clients: timeouts and limits
@@ -54,6 +55,15 @@
 //! the write timeout (10 s by default, counted from when the answer last made progress) before
 //! its connection is closed, so it cannot hold the connection and its unsent answer for ever;
 //! `GET /stats` counts those under `connections.write_timeouts`.
+//!
+//! At most `max_connections` connections (512 by default) are open at once, so that neither
+//! memory nor file descriptors run out under a flood of connections (idle, slow or stalled
+//! ones): one more is answered 503 `too_many_connections` and closed as soon as it is accepted,
+//! without waiting for it (if its request arrives just as it is closed, the client may see a
+//! reset instead), and `GET /stats` counts it under `connections.refused`. Each connection
+//! buffers at most `max_buffer` bytes (64 KiB by default) of what it reads or writes, so a
+//! request head longer than that gets hyper's 431. A connection thus holds at most that buffer,
+//! the body limit and its answer.
 //!
 //! # Backpressure: 503, not a queue
 //!
@@ -129,6 +139,13 @@ struct Config {
     /// How long a shutdown waits for the connections to finish their requests before closing
     /// them.
     drain_timeout: Duration,
+    /// Connections open at once; one more is answered 503 and closed at once. Keep it below the
+    /// process's file-descriptor limit (`ulimit -n`), so that accepting never fails for want of
+    /// a descriptor.
+    max_connections: usize,
+    /// The most a connection buffers of what it reads or writes (hyper's `max_buf_size`, at
+    /// least 8192): a request head longer than this is refused with 431.
+    max_buffer: usize,
 }
 
 impl Default for Config {
@@ -143,6 +160,8 @@ impl Default for Config {
             body_timeout: Duration::from_secs(10),
             write_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(10),
+            max_connections: 512,
+            max_buffer: 64 << 10,
         }
     }
 }
@@ -289,6 +308,8 @@ struct Connections {
     open: usize,
     /// Closed because an answer made no progress for the write timeout.
     write_timeouts: u64,
+    /// Refused with 503 because `max_connections` were open.
+    refused: u64,
 }
 
 impl AppState {
@@ -336,6 +357,7 @@ impl AppState {
         stats["connections"] = json!({
             "open": connections.open,
             "write_timeouts": connections.write_timeouts,
+            "refused": connections.refused,
         });
         stats["in_flight"] = json!(self.in_flight());
         stats["max_in_flight"] = json!(self.config.max_in_flight);
@@ -595,7 +617,8 @@ async fn serve_http(
     let config = &state.config;
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(config.header_timeout);
+        .header_read_timeout(config.header_timeout)
+        .max_buf_size(config.max_buffer);
     let connections = GracefulShutdown::new();
     // The connections' tasks, so that the ones a graceful shutdown cannot finish (a client that
     // stopped reading its answer) can be closed.
@@ -607,6 +630,11 @@ async fn serve_http(
             _ = &mut stop => break,
         };
         while tasks.try_join_next().is_some() {}
+        if state.connections.borrow().open >= config.max_connections {
+            refuse(tcp, config.max_connections);
+            state.connections.send_modify(|c| c.refused += 1);
+            continue;
+        }
         let mut tcp = TimeoutStream::new(tcp);
         tcp.set_write_timeout(Some(config.write_timeout));
         let service = TowerToHyperService::new(app.clone());
@@ -636,6 +664,29 @@ async fn serve_http(
     // Aborting a connection drops its request's future: npu-rs keeps whatever the device may
     // still touch until it is done.
     tasks.shutdown().await;
+}
+
+/// Answers a connection beyond `max_connections` with 503 `too_many_connections` and closes it,
+/// without waiting on it: what the client has already sent is read first, so that closing does
+/// not reset the connection under the answer, and the answer is written only if the socket takes
+/// it at once (a new socket's send buffer always does).
+fn refuse(tcp: tokio::net::TcpStream, max_connections: usize) {
+    let message =
+        format!("the server has {max_connections} connections open, its limit; retry later");
+    let body = json!({ "error": { "code": "too_many_connections", "message": message } });
+    let body = body.to_string();
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n\
+         connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut unread = [0; 4096];
+    for _ in 0..16 {
+        if !matches!(tcp.try_read(&mut unread), Ok(1..)) {
+            break;
+        }
+    }
+    let _ = tcp.try_write(answer.as_bytes());
 }
 
 /// Counts a connection as open for as long as it lives, also when its task is aborted.
@@ -890,6 +941,7 @@ async fn self_load(
 ) -> Result<bool, Box<dyn std::error::Error>> {
     let config = Config {
         max_in_flight: connections.max(1),
+        max_connections: connections.max(Config::default().max_connections),
         ..Config::default()
     };
     let shape = (config.input_len, config.alpha);
@@ -1408,6 +1460,66 @@ mod tests {
         let (status, body) = post(&server, GOOD).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
         assert_eq!(body["error"]["code"], "wrong_length");
+        server.stop().await.unwrap();
+    }
+
+    /// Waits (within [`PATIENCE`]) until the server's connections satisfy `done`.
+    async fn connections_until(server: &Server, done: impl FnMut(&Connections) -> bool) {
+        let mut connections = server.state.connections.subscribe();
+        tokio::time::timeout(PATIENCE, connections.wait_for(done))
+            .await
+            .expect("the connections never got there")
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_beyond_the_limit_get_503_at_once_and_the_server_recovers() {
+        let config = Config {
+            max_connections: 2,
+            ..small()
+        };
+        let server = Server::start(config, loopback()).await.unwrap();
+        // Two idle connections, which the default 10 s header timeout leaves open: the limit.
+        let mut idle = Vec::new();
+        for _ in 0..2 {
+            idle.push(tokio::net::TcpStream::connect(server.addr).await.unwrap());
+        }
+        connections_until(&server, |c| c.open == 2).await;
+        // Each one more is answered at once, before it sends a byte (so that nothing it sends
+        // is unread when the server closes it), and closed.
+        for _ in 0..3 {
+            let reply = raw(server.addr, Vec::new()).await.expect("an answer");
+            reply
+                .assert_refused_and_closed(StatusCode::SERVICE_UNAVAILABLE, "too_many_connections");
+            assert_eq!(reply.header("retry-after"), Some("1"));
+        }
+        let stats = server.state.stats();
+        assert_eq!(stats["connections"]["open"], 2, "{stats}");
+        assert_eq!(stats["connections"]["refused"], 3, "{stats}");
+        // One closes: a new connection is served.
+        drop(idle.pop());
+        connections_until(&server, |c| c.open == 1).await;
+        let (status, body) = post(&server, GOOD).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        drop(idle);
+        connections_until(&server, |c| c.open == 0).await;
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_head_longer_than_the_connection_buffer_gets_431() {
+        let server = Server::start(small(), loopback()).await.unwrap();
+        // Exactly the buffer's worth of a head that never ends, so that the server reads all of
+        // it before refusing (nothing of ours unread when it closes).
+        let mut head = format!("{JSON_POST}X-Padding: ").into_bytes();
+        head.resize(server.state.config.max_buffer, b'a');
+        let reply = raw(server.addr, head).await.expect("an answer");
+        assert_eq!(
+            reply.status,
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "{reply:?}"
+        );
+        assert_eq!(server.state.stats()["connections"]["open"], 0);
         server.stop().await.unwrap();
     }
 
