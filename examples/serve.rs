@@ -65,6 +65,12 @@
 //! request head longer than that gets hyper's 431. A connection thus holds at most that buffer,
 //! the body limit and its answer.
 //!
+//! A client that closes or resets its connection while its request is on the device has it
+//! dropped at once (npu-rs keeps what the device may still touch until it is done, then the
+//! blocks go back to their pools), its admission slot freed, and `GET /stats` counts it under
+//! `requests.cancelled`. So does a client that only half-closes (shuts down its sending side)
+//! to wait for its answer: hyper's `half_close` is off, so it cannot be told from one gone.
+//!
 //! # Backpressure: 503, not a queue
 //!
 //! At most `max_in_flight` requests (64 by default) are admitted to the device at once; a
@@ -298,6 +304,7 @@ struct AppState {
     overloaded: AtomicU64,
     rejected: AtomicU64,
     failed: AtomicU64,
+    cancelled: AtomicU64,
     connections: watch::Sender<Connections>,
 }
 
@@ -323,6 +330,7 @@ impl AppState {
             overloaded: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
             connections: watch::Sender::new(Connections::default()),
         })
     }
@@ -352,6 +360,7 @@ impl AppState {
             "overloaded": count(&self.overloaded),
             "rejected": count(&self.rejected),
             "failed": count(&self.failed),
+            "cancelled": count(&self.cancelled),
         });
         let connections = *self.connections.borrow();
         stats["connections"] = json!({
@@ -519,9 +528,23 @@ async fn infer(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Tensor<f32>>, ApiError> {
+    let mut unanswered = Unanswered(Some(&state.cancelled));
     let answer = answer_infer(&state, &headers, body).await;
+    unanswered.0 = None;
     state.count(&answer);
     answer.map(Json)
+}
+
+/// Counts a request under `requests.cancelled` if it is dropped unanswered: hyper drops the
+/// handler of a connection that closed (a client gone, or one closed at the drain timeout).
+struct Unanswered<'a>(Option<&'a AtomicU64>);
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if let Some(cancelled) = self.0 {
+            cancelled.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The answer to `POST /v1/infer`: the checks, cheapest first, then the device.
@@ -1549,11 +1572,80 @@ mod tests {
         server.stop().await.unwrap();
     }
 
+    /// Device 1, which the tests that hold a device take in turn (a hold is the whole device's,
+    /// and one test's release would end another's), so that the other tests' device 0 never
+    /// stalls.
+    #[cfg(feature = "sim")]
+    static DEVICE_ONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+    /// Yields until `done` holds (within [`PATIENCE`]), for the counters nothing announces.
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let waited = tokio::time::timeout(PATIENCE, async {
+            while !done() {
+                tokio::task::yield_now().await;
+            }
+        });
+        waited
+            .await
+            .unwrap_or_else(|_| panic!("{what}: not within {PATIENCE:?}"));
+    }
+
+    // Holds the device through the simulator's controls.
+    #[cfg(feature = "sim")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn clients_gone_while_their_requests_are_on_the_device_get_everything_back() {
+        let _device = DEVICE_ONE.lock().await;
+        let config = Config {
+            device: 1,
+            max_in_flight: 3,
+            streams: 1,
+            ..small()
+        };
+        let server = Server::start(config, loopback()).await.unwrap();
+        npu::sim::control::hold(1).unwrap();
+        let whole = format!("{JSON_POST}Content-Length: {}\r\n\r\n{GOOD}", GOOD.len());
+        let mut clients = Vec::new();
+        for admitted in 1..=3 {
+            let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+            tcp.write_all(whole.as_bytes()).await.unwrap();
+            until("admitted", || server.state.in_flight() == admitted).await;
+            clients.push(tcp);
+        }
+        // Each goes its own way while its request is on the held device: a close, a reset, and
+        // a half-close, which hyper takes for a client gone too (its `half_close` is off).
+        let [closed, reset, mut half_closed] = clients.try_into().unwrap();
+        drop(closed);
+        reset.set_zero_linger().unwrap();
+        drop(reset);
+        half_closed.shutdown().await.unwrap();
+        connections_until(&server, |c| c.open == 0).await;
+        assert_eq!(server.state.in_flight(), 0, "the admission slots are back");
+        let mut unanswered = Vec::new();
+        let _ = half_closed.read_to_end(&mut unanswered).await;
+        assert!(unanswered.is_empty(), "{unanswered:?}");
+        // The device's blocks come back once it has run what the dropped requests queued.
+        npu::sim::control::release(1).unwrap();
+        until("both pools idle", || {
+            let stats = server.state.stats();
+            let idle = |pool: &str| {
+                stats[pool]["allocated_bytes"] == 0 && stats[pool]["awaiting_blocks"] == 0
+            };
+            idle("pool") && idle("device_pool")
+        })
+        .await;
+        let (status, body) = post(&server, GOOD).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let stats = server.state.stats();
+        assert_eq!(stats["requests"]["cancelled"], 3, "{stats}");
+        assert_eq!(stats["requests"]["served"], 1, "{stats}");
+        server.stop().await.unwrap();
+    }
+
     // Holds the device through the simulator's controls.
     #[cfg(feature = "sim")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn overload_gets_503_and_shutdown_finishes_the_requests_in_flight() {
-        // Device 1, so holding it does not stall the other tests' device 0.
+        let _device = DEVICE_ONE.lock().await;
         let config = Config {
             device: 1,
             input_len: 8,
