@@ -32,7 +32,7 @@
 //! | 405 | `method_not_allowed` | the path's route takes another method (listed in `Allow`) |
 //! | 408 | `request_timeout` | the body did not arrive within the body timeout (10 s by default) |
 //! | 413 | `too_large` | the body is over the limit (32 bytes per element of the input plus 1 KiB) |
-//! | 415 | `unsupported_media_type` | `POST /v1/infer`'s `Content-Type` is not `application/json` (parameters allowed) |
+//! | 415 | `unsupported_media_type` | `POST /v1/infer`'s `Content-Type` is not `application/json` (parameters allowed), or its body is content-encoded (`Content-Encoding` other than `identity`; none is decoded) |
 //! | 422 | `unsupported_dtype` | `dtype` is not `"f32"` |
 //! | 422 | `wrong_length` | `data` or `shape` does not have the model's input length |
 //! | 422 | `input_not_finite` | an element of `data` is beyond f32's finite range (e.g. `1e300`) |
@@ -441,6 +441,26 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     ))
 }
 
+/// Refuses a request whose body is content-encoded (`Content-Encoding` other than `identity`):
+/// the server decodes none, and reading a compressed body as JSON would only give a puzzling
+/// `bad_json`.
+fn require_identity(headers: &HeaderMap) -> Result<(), ApiError> {
+    let encodings = headers.get_all(header::CONTENT_ENCODING);
+    let Some(encoding) = encodings.iter().find(|value| {
+        let value = value.to_str().unwrap_or("?");
+        value
+            .split(',')
+            .any(|coding| !coding.trim().eq_ignore_ascii_case("identity"))
+    }) else {
+        return Ok(());
+    };
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        format!("the body must not be content-encoded; got Content-Encoding: {encoding:?}"),
+    ))
+}
+
 /// Reads the whole body within the body timeout and the size limit.
 async fn read_body(body: Body, config: &Config) -> Result<Bytes, ApiError> {
     let limit = config.body_limit();
@@ -554,6 +574,7 @@ async fn answer_infer(
     body: Body,
 ) -> Result<Tensor<f32>, ApiError> {
     require_json(headers)?;
+    require_identity(headers)?;
     let body = read_body(body, &state.config).await?;
     let _permit = state.admission.clone().try_acquire_owned().map_err(|_| {
         let message = format!(
@@ -1268,6 +1289,17 @@ mod tests {
                 "unsupported_media_type",
                 None,
             ),
+            // Declared compressed: refused, not read as if it were plain JSON.
+            (
+                request(
+                    "POST",
+                    "/v1/infer",
+                    &format!("{json}Content-Encoding: gzip\r\n"),
+                    GOOD,
+                ),
+                "unsupported_media_type",
+                None,
+            ),
         ];
         for (bytes, code, allow) in cases {
             let reply = raw(server.addr, bytes).await.expect("an answer");
@@ -1287,7 +1319,7 @@ mod tests {
         }
         let stats = server.state.stats();
         assert_eq!(stats["requests"]["served"], 2);
-        assert_eq!(stats["requests"]["rejected"], 3, "the three 415s");
+        assert_eq!(stats["requests"]["rejected"], 4, "the four 415s");
         server.stop().await.unwrap();
     }
 
