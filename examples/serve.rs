@@ -46,12 +46,15 @@
 //! A client has the header timeout (10 s by default) to send a request's head, counted from
 //! when the connection is ready for one (accepted, or the previous answer sent): a connection
 //! that stalls in its head, or stays idle that long, is closed without an answer. It then has
-//! the body timeout to send the whole body, or gets 408. A body declared (`Content-Length`)
+//! the body timeout to send the whole body, or gets 408. Both bound the whole head or body, so a
+//! client that drips it a byte at a time gains nothing. A body declared (`Content-Length`)
 //! over the limit is refused with 413 before a byte of it is read; an undeclared (chunked) one
 //! when it passes the limit. After a 408 or a 413 the connection is closed (`Connection:
 //! close`), since the rest of the body is still unread. The one answer that is not JSON is the
 //! one hyper writes itself for a request head it cannot parse (400, 414 or 431 with an empty
-//! body), before any of this server's code runs. A client that stops reading its answer has
+//! body), before any of this server's code runs. The server speaks HTTP/1.1 only: an HTTP/2
+//! connection with prior knowledge is closed unanswered (hyper recognises its preface), and a
+//! request asking for an `Upgrade` (h2c, WebSocket) is answered as a plain HTTP/1.1 one. A client that stops reading its answer has
 //! the write timeout (10 s by default, counted from when the answer last made progress) before
 //! its connection is closed, so it cannot hold the connection and its unsent answer for ever;
 //! `GET /stats` counts those under `connections.write_timeouts`.
@@ -1142,6 +1145,11 @@ mod tests {
             read.await.is_ok(),
             "the server neither answered nor closed within {PATIENCE:?}"
         );
+        parse_reply(received)
+    }
+
+    /// The answer in what a raw connection received: `None` if nothing.
+    fn parse_reply(received: Vec<u8>) -> Option<Reply> {
         if received.is_empty() {
             return None;
         }
@@ -1400,6 +1408,81 @@ mod tests {
             stats["requests"]["rejected"], 0,
             "no request reached the handler"
         );
+        server.stop().await.unwrap();
+    }
+
+    /// Sends `prefix`, then drips `drop` every 20 ms (the attack's pace, not a synchronisation)
+    /// for as long as the server takes it, and returns what the server answered before closing
+    /// (within [`PATIENCE`]).
+    async fn drip(addr: SocketAddr, prefix: String, drop: &'static [u8]) -> Option<Reply> {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut reader, mut writer) = tcp.into_split();
+        writer.write_all(prefix.as_bytes()).await.unwrap();
+        let dripping = tokio::spawn(async move {
+            while writer.write_all(drop).await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        let mut received = Vec::new();
+        let read = tokio::time::timeout(PATIENCE, async {
+            let mut chunk = [0; 4096];
+            while let Ok(n @ 1..) = reader.read(&mut chunk).await {
+                received.extend_from_slice(&chunk[..n]);
+            }
+        });
+        let closed = read.await;
+        dripping.abort();
+        assert!(closed.is_ok(), "a dripping client kept its connection");
+        parse_reply(received)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dripping_clients_are_bounded_by_the_whole_head_and_body_timeouts() {
+        let config = Config {
+            header_timeout: Duration::from_millis(200),
+            body_timeout: Duration::from_millis(200),
+            ..small()
+        };
+        let server = Server::start(config, loopback()).await.unwrap();
+        // A head that never ends, a byte at a time: closed unanswered.
+        let head = format!("{JSON_POST}X-Drip: ");
+        let reply = drip(server.addr, head, b"a").await;
+        assert!(reply.is_none(), "{reply:?}");
+        // A declared body under the limit, and a chunked one of one-byte chunks, dripped: 408.
+        let declared = format!("{JSON_POST}Content-Length: 1000\r\n\r\n");
+        let chunked = format!("{JSON_POST}Transfer-Encoding: chunked\r\n\r\n");
+        for (prefix, drop) in [(declared, &b"1"[..]), (chunked, b"1\r\n1\r\n")] {
+            let reply = drip(server.addr, prefix, drop).await.expect("an answer");
+            reply.assert_refused_and_closed(StatusCode::REQUEST_TIMEOUT, "request_timeout");
+        }
+        let stats = server.state.stats();
+        assert_eq!(stats["requests"]["rejected"], 2, "{stats}");
+        assert_eq!(stats["connections"]["open"], 0, "{stats}");
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn http2_is_closed_unanswered_and_upgrades_are_answered_as_http1() {
+        let server = Server::start(small(), loopback()).await.unwrap();
+        // HTTP/2 with prior knowledge: its preface, then a SETTINGS frame.
+        let mut preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        preface.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+        let reply = raw(server.addr, preface).await;
+        assert!(reply.is_none(), "{reply:?}");
+        let upgrades = [
+            "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n",
+            "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+        ];
+        for headers in upgrades {
+            // `request` asks for Connection: close too; hyper reads both.
+            let reply = raw(server.addr, request("GET", "/v1/model", headers, ""))
+                .await
+                .expect("an answer");
+            assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+            assert_eq!(reply.body["shape"], json!([4]), "{reply:?}");
+            assert_eq!(reply.header("upgrade"), None, "{reply:?}");
+        }
         server.stop().await.unwrap();
     }
 
