@@ -1238,6 +1238,10 @@ mod tests {
             (data("1,2,3,1e400"), bad_request, "bad_json"),
             // A finite f32 input whose output (2 * 3e38) overflows.
             (data("3e38,2,3,4"), unprocessable, "output_not_finite"),
+            // JSON has no NaN nor infinity.
+            (data("1,NaN,3,Infinity"), bad_request, "bad_json"),
+            // Nested a thousand deep, within the size limit.
+            (data(&"[".repeat(1000)), bad_request, "bad_json"),
         ];
         for (request, status, code) in cases {
             let (got_status, body) = post(&server, request.clone()).await;
@@ -1261,7 +1265,7 @@ mod tests {
 
         let stats = server.state.stats();
         assert_eq!(stats["requests"]["served"], 1);
-        assert_eq!(stats["requests"]["rejected"], 11);
+        assert_eq!(stats["requests"]["rejected"], 13);
         server.stop().await.unwrap();
     }
 
