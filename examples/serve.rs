@@ -40,6 +40,7 @@
 //! | 503 | `overloaded` | the in-flight limit is reached (with `Retry-After: 1`) |
 //! | 503 | `too_many_connections` | the connection limit is reached (with `Retry-After: 1` and `Connection: close`) |
 //! | 500 | `device_error` | the NPU reported a failure (the detail goes to the log, not the client) |
+//! | 504 | `device_timeout` | the device did not finish the request's work within the device timeout (30 s by default) |
 //!
 //! # Hostile clients: timeouts and limits
 //!
@@ -54,10 +55,11 @@
 //! one hyper writes itself for a request head it cannot parse (400, 414 or 431 with an empty
 //! body), before any of this server's code runs. The server speaks HTTP/1.1 only: an HTTP/2
 //! connection with prior knowledge is closed unanswered (hyper recognises its preface), and a
-//! request asking for an `Upgrade` (h2c, WebSocket) is answered as a plain HTTP/1.1 one. A client that stops reading its answer has
-//! the write timeout (10 s by default, counted from when the answer last made progress) before
-//! its connection is closed, so it cannot hold the connection and its unsent answer for ever;
-//! `GET /stats` counts those under `connections.write_timeouts`.
+//! request asking for an `Upgrade` (h2c, WebSocket) is answered as a plain HTTP/1.1 one. A
+//! client that stops reading its answer has the write timeout (10 s by default, counted from
+//! when the answer last made progress) before its connection is closed, so it cannot hold the
+//! connection and its unsent answer for ever; `GET /stats` counts those under
+//! `connections.write_timeouts`.
 //!
 //! At most `max_connections` connections (512 by default) are open at once, so that neither
 //! memory nor file descriptors run out under a flood of connections (idle, slow or stalled
@@ -83,7 +85,10 @@
 //! slots. The pinned pool is sized for the admitted requests, so an admitted request never
 //! waits for host memory; the device pool holds two prewarmed blocks per admitted request, so
 //! no request allocates device memory synchronously (a block comes back once the device is
-//! done with it). Requests are spread over the streams of an `npu::stream::StreamPool`.
+//! done with it). Requests are spread over the streams of an `npu::stream::StreamPool`. An
+//! admitted request waits for the device at most the device timeout (30 s by default), then is
+//! answered 504 `device_timeout` and frees its slot, so a stalled device cannot hold every slot
+//! for good; its blocks go back to the pools once the device is done with them.
 //!
 //! `GET /stats` returns the request counters, the in-flight count, the open connections, the
 //! pools' statistics and the reactor's counters. Shutdown (Ctrl-C) is graceful: the listener
@@ -148,6 +153,10 @@ struct Config {
     /// How long a shutdown waits for the connections to finish their requests before closing
     /// them.
     drain_timeout: Duration,
+    /// How long an admitted request may wait for the device (copies and kernels) before it is
+    /// answered 504 and its slot freed: a stalled or lost device then costs each request this
+    /// much, instead of holding every admission slot for good.
+    device_timeout: Duration,
     /// Connections open at once; one more is answered 503 and closed at once. Keep it below the
     /// process's file-descriptor limit (`ulimit -n`), so that accepting never fails for want of
     /// a descriptor.
@@ -169,6 +178,7 @@ impl Default for Config {
             body_timeout: Duration::from_secs(10),
             write_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(10),
+            device_timeout: Duration::from_secs(30),
             max_connections: 512,
             max_buffer: 64 << 10,
         }
@@ -587,12 +597,22 @@ async fn answer_infer(
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message)
     })?;
     let data = validate(&body, state.config.input_len)?;
-    let output = state.model.run(&data).await.map_err(|err| {
-        // The client gets no ACL function names or codes: the detail is for the operator.
-        tracing::error!(error = %err, "the model failed on the device");
-        let message = "the device failed to run the model";
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "device_error", message)
-    })?;
+    let timeout = state.config.device_timeout;
+    // Dropping the model's future on timeout is what frees the slot: npu-rs keeps the memory
+    // the device may still touch until it is done, and hands the blocks back to the pools then.
+    let output = tokio::time::timeout(timeout, state.model.run(&data))
+        .await
+        .map_err(|_| {
+            tracing::error!(?timeout, "the device did not finish a request in time");
+            let message = format!("the device did not finish within {timeout:?}");
+            ApiError::new(StatusCode::GATEWAY_TIMEOUT, "device_timeout", message)
+        })?
+        .map_err(|err| {
+            // The client gets no ACL function names or codes: the detail is for the operator.
+            tracing::error!(error = %err, "the model failed on the device");
+            let message = "the device failed to run the model";
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "device_error", message)
+        })?;
     let data = finite_output(output)?;
     Ok(Tensor {
         dtype: "f32".into(),
@@ -1756,6 +1776,44 @@ mod tests {
         assert_eq!(status, StatusCode::OK, "{body}");
         let stats = server.state.stats();
         assert_eq!(stats["requests"]["cancelled"], 3, "{stats}");
+        assert_eq!(stats["requests"]["served"], 1, "{stats}");
+        server.stop().await.unwrap();
+    }
+
+    // Holds the device through the simulator's controls.
+    #[cfg(feature = "sim")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_device_answers_504_and_frees_the_slots_and_blocks() {
+        let _device = DEVICE_ONE.lock().await;
+        let config = Config {
+            device: 1,
+            max_in_flight: 1,
+            streams: 1,
+            device_timeout: Duration::from_millis(100),
+            ..small()
+        };
+        let server = Server::start(config, loopback()).await.unwrap();
+        npu::sim::control::hold(1).unwrap();
+        // Each request in turn takes the only slot, times out on the held device and frees it.
+        for _ in 0..2 {
+            let (status, body) = post(&server, GOOD).await;
+            assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
+            assert_eq!(body["error"]["code"], "device_timeout", "{body}");
+            assert_eq!(server.state.in_flight(), 0, "the admission slot is back");
+        }
+        npu::sim::control::release(1).unwrap();
+        until("both pools idle", || {
+            let stats = server.state.stats();
+            let idle = |pool: &str| {
+                stats[pool]["allocated_bytes"] == 0 && stats[pool]["awaiting_blocks"] == 0
+            };
+            idle("pool") && idle("device_pool")
+        })
+        .await;
+        let (status, body) = post(&server, GOOD).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let stats = server.state.stats();
+        assert_eq!(stats["requests"]["failed"], 2, "{stats}");
         assert_eq!(stats["requests"]["served"], 1, "{stats}");
         server.stop().await.unwrap();
     }
