@@ -676,7 +676,7 @@ fn a_runtime_without_functions_npu_rs_never_calls_loads() {
     // Four of them are marked experimental in CANN's reference (their definition may change,
     // and a runtime need not export them): aclmdlRICondHandleCreate, aclmdlRICondHandleGetCondPtr,
     // aclmdlRIAddCondTask and aclmdlRICaptureToModelRIBegin.
-    const UNUSED: [&str; 24] = [
+    const UNUSED: [&str; 27] = [
         "aclFloat16ToFloat",
         "aclFloatToFloat16",
         "aclCreateDataBuffer",
@@ -684,6 +684,9 @@ fn a_runtime_without_functions_npu_rs_never_calls_loads() {
         "aclGetDataBufferAddr",
         "aclDataTypeSize",
         "aclrtGetRunMode",
+        "aclrtGetDevice",
+        "aclrtCreateEvent",
+        "aclrtMemset",
         "aclrtSetTsDevice",
         "aclrtMallocCached",
         "aclrtMemFlush",

@@ -224,15 +224,20 @@ impl<T: Pod> DeviceBuffer<T> {
     /// The raw device address. Using it is `unsafe`; `self` must outlive every use.
     ///
     /// ```
-    /// use npu_core::Device;
+    /// use npu_core::{Device, ffi};
     /// use npu_mem::DeviceBuffer;
     ///
     /// let ctx = Device::open(0)?.primary_context().clone();
     /// let buffer = DeviceBuffer::<u8>::new(&ctx, 16)?;
     /// let rt = ctx.runtime();
     /// ctx.bind()?;
-    /// // SAFETY: the buffer holds 16 bytes and no operation uses it.
-    /// rt.check("aclrtMemset", unsafe { (rt.api().aclrtMemset)(buffer.as_raw(), 16, 0xab, 16) })?;
+    /// let bytes = [0xabu8; 16];
+    /// // SAFETY: the buffer holds 16 bytes and no operation uses it; `bytes` is 16 host bytes.
+    /// let code = unsafe {
+    ///     let (dst, src) = (buffer.as_raw(), bytes.as_ptr().cast());
+    ///     (rt.api().aclrtMemcpy)(dst, 16, src, 16, ffi::ACL_MEMCPY_HOST_TO_DEVICE)
+    /// };
+    /// rt.check("aclrtMemcpy", code)?;
     /// assert_eq!(buffer.to_vec_blocking()?, [0xab; 16]);
     /// # Ok::<(), npu_core::Error>(())
     /// ```

@@ -2501,7 +2501,6 @@ macro_rules! for_each_acl_function {
                 fn aclGetRecentErrMsg() -> *const core::ffi::c_char;
                 fn aclrtSetDevice(deviceId: i32) -> $crate::aclError;
                 fn aclrtResetDevice(deviceId: i32) -> $crate::aclError;
-                fn aclrtGetDevice(deviceId: *mut i32) -> $crate::aclError;
                 fn aclrtGetDeviceCount(count: *mut u32) -> $crate::aclError;
                 fn aclrtSynchronizeDevice() -> $crate::aclError;
                 fn aclrtDeviceCanAccessPeer(canAccessPeer: *mut i32, deviceId: i32, peerDeviceId: i32) -> $crate::aclError;
@@ -2517,7 +2516,6 @@ macro_rules! for_each_acl_function {
                 fn aclrtFree(devPtr: *mut core::ffi::c_void) -> $crate::aclError;
                 fn aclrtMallocHost(hostPtr: *mut *mut core::ffi::c_void, size: usize) -> $crate::aclError;
                 fn aclrtFreeHost(hostPtr: *mut core::ffi::c_void) -> $crate::aclError;
-                fn aclrtMemset(devPtr: *mut core::ffi::c_void, maxCount: usize, value: i32, count: usize) -> $crate::aclError;
                 fn aclrtMemsetAsync(devPtr: *mut core::ffi::c_void, maxCount: usize, value: i32, count: usize, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtMemcpy(dst: *mut core::ffi::c_void, destMax: usize, src: *const core::ffi::c_void, count: usize, kind: $crate::aclrtMemcpyKind) -> $crate::aclError;
                 fn aclrtMemcpyAsync(dst: *mut core::ffi::c_void, destMax: usize, src: *const core::ffi::c_void, count: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
@@ -2527,7 +2525,6 @@ macro_rules! for_each_acl_function {
                 fn aclrtDestroyStream(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtSynchronizeStream(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtStreamWaitEvent(stream: $crate::aclrtStream, event: $crate::aclrtEvent) -> $crate::aclError;
-                fn aclrtCreateEvent(event: *mut $crate::aclrtEvent) -> $crate::aclError;
                 fn aclrtCreateEventWithFlag(event: *mut $crate::aclrtEvent, flag: u32) -> $crate::aclError;
                 fn aclrtDestroyEvent(event: $crate::aclrtEvent) -> $crate::aclError;
                 fn aclrtRecordEvent(event: $crate::aclrtEvent, stream: $crate::aclrtStream) -> $crate::aclError;
@@ -2574,6 +2571,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtGetLastError(level: $crate::aclrtLastErrLevel) -> $crate::aclError;
                 fn aclrtPeekAtLastError(level: $crate::aclrtLastErrLevel) -> $crate::aclError;
                 fn aclrtResetDeviceForce(deviceId: i32) -> $crate::aclError;
+                fn aclrtGetDevice(deviceId: *mut i32) -> $crate::aclError;
                 fn aclrtGetDeviceInfo(deviceId: u32, attr: $crate::aclrtDevAttr, value: *mut i64) -> $crate::aclError;
                 fn aclrtQueryDeviceStatus(deviceId: i32, deviceStatus: *mut $crate::aclrtDeviceStatus) -> $crate::aclError;
                 fn aclrtSynchronizeDeviceWithTimeout(timeout: i32) -> $crate::aclError;
@@ -2611,6 +2609,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtHostMemMapCapabilities(deviceId: u32, hacType: $crate::aclrtHacType, capabilities: *mut $crate::aclrtHostMemMapCapability) -> $crate::aclError;
                 fn aclrtPointerGetAttributes(ptr: *const core::ffi::c_void, attributes: *mut $crate::aclrtPtrAttributes) -> $crate::aclError;
                 fn aclrtMemP2PMap(devPtr: *mut core::ffi::c_void, size: usize, dstDevId: i32, flags: u64) -> $crate::aclError;
+                fn aclrtMemset(devPtr: *mut core::ffi::c_void, maxCount: usize, value: i32, count: usize) -> $crate::aclError;
                 fn aclrtMemcpyAsyncWithCondition(dst: *mut core::ffi::c_void, destMax: usize, src: *const core::ffi::c_void, count: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtGetMemcpyDescSize(kind: $crate::aclrtMemcpyKind, descSize: *mut usize) -> $crate::aclError;
                 fn aclrtSetMemcpyDesc(desc: *mut core::ffi::c_void, kind: $crate::aclrtMemcpyKind, srcAddr: *mut core::ffi::c_void, dstAddr: *mut core::ffi::c_void, count: usize, config: *mut core::ffi::c_void) -> $crate::aclError;
@@ -2624,6 +2623,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtStreamGetId(stream: $crate::aclrtStream, streamId: *mut i32) -> $crate::aclError;
                 fn aclrtStreamGetPriority(stream: $crate::aclrtStream, priority: *mut u32) -> $crate::aclError;
                 fn aclrtStreamGetFlags(stream: $crate::aclrtStream, flags: *mut u32) -> $crate::aclError;
+                fn aclrtCreateEvent(event: *mut $crate::aclrtEvent) -> $crate::aclError;
                 fn aclrtCreateEventExWithFlag(event: *mut $crate::aclrtEvent, flag: u32) -> $crate::aclError;
                 fn aclrtResetEvent(event: $crate::aclrtEvent, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtQueryEvent(event: $crate::aclrtEvent, status: *mut $crate::aclrtEventStatus) -> $crate::aclError;

@@ -27,8 +27,10 @@ pub(crate) fn until_the_runtime_aborts(stream: &Stream) {
     let api = ctx.runtime().api();
     let mut event = std::ptr::null_mut();
     // SAFETY: a valid out-pointer.
-    let code = unsafe { (api.aclrtCreateEvent)(&mut event) };
-    ctx.runtime().check("aclrtCreateEvent", code).unwrap();
+    let code = unsafe { (api.aclrtCreateEventWithFlag)(&mut event, ffi::ACL_EVENT_SYNC) };
+    ctx.runtime()
+        .check("aclrtCreateEventWithFlag", code)
+        .unwrap();
     loop {
         // SAFETY: the event and the stream are alive, and the stream's context is bound.
         let code = unsafe { (api.aclrtRecordEvent)(event, stream.as_raw()) };
