@@ -103,17 +103,15 @@ fn keep_until(runtime: &Handle, completion: &Completion) -> Option<Arc<()>> {
 fn keep(runtime: &Handle, waiter: BlockingWaiter, wanted: Weak<()>) {
     let next = runtime.clone();
     // The result reaches the operation's own future; the task only has to exist meanwhile.
-    // Tokio panics when its pool has no thread and cannot start one (a runtime built with a
-    // stack the host cannot map, say): the clock then goes unkept, and the future waits all
-    // the same, instead of its every poll panicking.
-    let refused = npu_core::contain::contained(|| {
-        drop(runtime.spawn_blocking(move || {
-            if waiter.wait_for(SLICE).is_none() && wanted.strong_count() > 0 {
-                keep(&next, waiter, wanted);
-            }
-        }));
+    // A refused keeper is no worse for the future, which waits all the same, instead of its
+    // every poll panicking; its queued task holds the clock still for good
+    // (`spawn_contained`).
+    let spawned = crate::blocking::spawn_contained(runtime, move || {
+        if waiter.wait_for(SLICE).is_none() && wanted.strong_count() > 0 {
+            keep(&next, waiter, wanted);
+        }
     });
-    if refused {
+    if !spawned {
         npu_core::log!(debug, "no blocking thread to keep a paused clock still");
     }
 }

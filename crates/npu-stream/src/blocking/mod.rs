@@ -14,6 +14,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use npu_core::Completer;
+use tokio::runtime::Handle;
 
 use crate::reactor::{self, Pending};
 use crate::strategy::{CompletionStrategy, OpInfo, Unwatched, record};
@@ -52,6 +53,18 @@ type Slot = Mutex<Option<(Pending, Arc<StreamShared>)>>;
 
 fn take(slot: &Slot) -> Option<(Pending, Arc<StreamShared>)> {
     slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+/// Runs `task` on `runtime`'s blocking pool; false if Tokio refused it. Tokio panics when its
+/// pool has no thread and cannot start one (a runtime built with a stack the host cannot map,
+/// threads exhausted); that panic must not unwind through npu-rs's callers, which own
+/// operations the device has accepted. A refused task stays in Tokio's queue, unrun while no
+/// thread starts, and on a runtime whose clock is paused it keeps Tokio from advancing the clock
+/// on its own for the rest of the runtime's life: timers there move only with
+/// `tokio::time::advance`.
+pub(crate) fn spawn_contained(runtime: &Handle, task: impl FnOnce() + Send + 'static) -> bool {
+    let refused = npu_core::contain::contained(|| drop(runtime.spawn_blocking(task)));
+    !refused
 }
 
 /// An operation waiting for its blocking thread. If the thread never runs it (a Tokio runtime
@@ -104,22 +117,16 @@ impl CompletionStrategy for BlockingSync {
         let wait = BlockingWait {
             slot: Arc::new(Mutex::new(Some((pending, stream.clone())))),
         };
-        match tokio::runtime::Handle::try_current() {
+        match Handle::try_current() {
             Ok(handle) => match Overseer::get() {
                 Some(overseer) => {
                     overseer.watch(&wait.slot);
                     let slot = wait.slot.clone();
-                    // Tokio panics when its pool has no thread and cannot start one (a
-                    // runtime built with a stack the host cannot map, threads exhausted).
-                    // The device has accepted the operation by now, so that panic must not
-                    // unwind through the submission, which would drop the value the
-                    // operation owns (an `Arc` clone the caller could then unwrap under the
-                    // device). The wait stays queued in Tokio; the reactor takes it now,
-                    // and a pool thread that ever runs it finds its slot empty.
-                    let refused = npu_core::contain::contained(|| {
-                        drop(handle.spawn_blocking(move || wait.run()));
-                    });
-                    if refused && let Some((pending, stream)) = take(&slot) {
+                    // The device has accepted the operation by now: if Tokio refuses the wait,
+                    // the reactor takes it, and a pool thread that ever runs the queued wait
+                    // finds its slot empty.
+                    let spawned = spawn_contained(&handle, move || wait.run());
+                    if !spawned && let Some((pending, stream)) = take(&slot) {
                         npu_core::log!(
                             debug,
                             "no blocking thread for a wait; the reactor watches it"
