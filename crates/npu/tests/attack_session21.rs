@@ -382,15 +382,26 @@ fn a_runtime_dropped_inside_another_runtimes_task_loses_nothing() {
     }
 }
 
-/// A current-thread Tokio runtime whose blocking pool can never start a thread: its threads'
-/// stack (64 TiB) is more than the host can map, so `spawn_blocking` panics ("OS can't spawn
-/// worker thread") when no pool thread exists yet. User configuration, in safe code.
-fn runtime_without_blocking_threads() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
+/// A current-thread Tokio runtime (its clock paused if `paused`) whose blocking pool can never
+/// start a thread: its threads' stack (1 EiB) is more than any host's address space, whatever
+/// its overcommit policy, so `spawn_blocking` panics ("OS can't spawn worker thread") while no
+/// pool thread exists. User configuration, in safe code. Checked here, so that the attacks
+/// below cannot pass on a host where the pool would start after all.
+fn runtime_without_blocking_threads(paused: bool) -> tokio::runtime::Runtime {
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .thread_stack_size(1 << 46)
+        .start_paused(paused)
+        .thread_stack_size(1 << 60)
         .build()
-        .unwrap()
+        .unwrap();
+    let spawned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        drop(rt.spawn_blocking(|| ()));
+    }));
+    assert!(
+        spawned.is_err(),
+        "this host started a blocking thread with a 1 EiB stack"
+    );
+    rt
 }
 
 /// Rules 2 and 3 when Tokio cannot start a blocking thread: a `BlockingSync` submission made
@@ -407,7 +418,7 @@ fn a_blocking_pool_that_cannot_start_a_thread_never_lets_a_submitted_operations_
     let (_guard, ctx, _) = exclusive(None);
     let baseline = live_memory(&ctx);
     let s = stream(&ctx, Strategy::BlockingSync);
-    let rt = runtime_without_blocking_threads();
+    let rt = runtime_without_blocking_threads(false);
     let mut shared = Arc::new(PinnedBuffer::from_slice(&ctx, &[0x5a_u8; 4096]).unwrap());
     let src = DeviceBuffer::from_host_blocking(&ctx, &[0xab_u8; 4096]).unwrap();
     let (part, rest) = PinnedBuffer::<u8>::new(&ctx, 8192)
@@ -444,6 +455,10 @@ fn a_blocking_pool_that_cannot_start_a_thread_never_lets_a_submitted_operations_
         ),
         Err(refused) => refused.value.unwrap(),
     };
+    assert!(
+        copy_in.is_some() && copy_out.is_some(),
+        "a submission the device accepted unwound"
+    );
     drop(held);
     let outcome = run(async {
         let copied_in = match copy_in {
@@ -475,12 +490,7 @@ fn futures_polled_on_a_paused_runtime_that_cannot_start_a_blocking_thread_resolv
     let baseline = live_memory(&ctx);
     for strategy in STRATEGIES {
         let s = stream(&ctx, strategy);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .thread_stack_size(1 << 46)
-            .build()
-            .unwrap();
+        let rt = runtime_without_blocking_threads(true);
         let held = sim::hold(&ctx.device()).unwrap();
         let polled = rt.block_on(async {
             let mut memset = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 4);
