@@ -362,9 +362,11 @@ pub enum LoadFailure {
         missing: Vec<&'static str>,
     },
     /// An AscendCL runtime (it exports `aclInit`) without some function npu-rs calls
-    /// unconditionally: a CANN release older than npu-rs supports.
+    /// unconditionally: a CANN release older than npu-rs supports (or an out-of-date build of
+    /// npu-sim, which exports the same functions).
     #[error(
-        "an AscendCL runtime too old for npu-rs: it lacks {} (install a newer CANN release)",
+        "an AscendCL runtime too old for npu-rs: it lacks {} (a CANN release older than npu-rs \
+         supports, or an out-of-date build)",
         .missing.join(", ")
     )]
     TooOld {

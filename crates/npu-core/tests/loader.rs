@@ -777,6 +777,23 @@ fn a_library_for_another_architecture_is_named_so() {
 }
 
 #[test]
+fn a_damaged_elf_header_is_not_taken_for_another_architecture() {
+    // The class byte is neither ELFCLASS32 nor ELFCLASS64: the file is damaged, whatever its
+    // machine says, and the loader's own message is the one to show.
+    let tree = Tree::new("damaged");
+    let stub = stub_runtime(&tree, "libacl_rt.so", 0, false, &[], &[]);
+    let mut bytes = std::fs::read(&stub.library).unwrap();
+    bytes[4] = 0;
+    std::fs::write(&stub.library, bytes).unwrap();
+    let tried = not_found(Runtime::builder().library(&stub.library).build());
+    assert!(
+        !matches!(tried[0].reason, LoadFailure::WrongArchitecture { .. }),
+        "{:?}",
+        tried[0].reason
+    );
+}
+
+#[test]
 fn an_older_non_root_toolkit_is_found_under_home() {
     scenario(
         "an_older_non_root_toolkit_is_found_under_home",

@@ -298,6 +298,10 @@ mod elf {
             return None;
         }
         let class = header[4];
+        // Neither ELFCLASS32 nor ELFCLASS64: a damaged file, for the loader's own message.
+        if !matches!(class, 1 | 2) {
+            return None;
+        }
         let machine = match header[5] {
             1 => u16::from_le_bytes([header[18], header[19]]),
             2 => u16::from_be_bytes([header[18], header[19]]),
