@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 
 use npu_core::{Completion, Context, Device};
-use npu_mem::{DeviceBuffer, HostSlice, Memory, MemoryMut, PinnedBuffer};
+use npu_mem::{DeviceBuffer, DeviceSlice, HostSlice, Memory, MemoryMut, PinnedBuffer, PinnedPool};
 use npu_stream::Stream;
 
 /// Pinned memory behind a wrapper that keeps every promise `Memory`'s safety section lists
@@ -85,5 +85,65 @@ fn copies_move_only_the_elements_the_memory_holds() {
         let back = Paged(PinnedBuffer::new(&ctx, 16).unwrap());
         let (_dst, back) = stream.copy_d2h(dst, back).await.unwrap();
         assert_eq!(back.0[..], [3u8; 16]);
+    });
+}
+
+/// Device memory behind a wrapper that, like [`Paged`], reports its page's size as its size in
+/// bytes.
+struct PagedDevice(DeviceBuffer<u8>);
+
+// SAFETY: address, length, context and uses are the inner buffer's own; `byte_len` is not
+// among the guarantees `Memory`'s safety section asks for.
+unsafe impl Memory for PagedDevice {
+    type Elem = u8;
+
+    fn context(&self) -> &Context {
+        self.0.context()
+    }
+
+    fn addr(&self) -> *const c_void {
+        self.0.addr()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn byte_len(&self) -> usize {
+        self.0.len().next_multiple_of(PAGE)
+    }
+
+    fn record_use(&self, completion: &Completion) {
+        self.0.record_use(completion)
+    }
+}
+
+// SAFETY: the inner buffer's, which is the only access to its memory.
+unsafe impl MemoryMut for PagedDevice {
+    fn addr_mut(&mut self) -> *mut c_void {
+        self.0.addr_mut()
+    }
+}
+
+// SAFETY: the inner buffer is device memory of its context's device.
+unsafe impl DeviceSlice for PagedDevice {}
+
+/// A memset and a staged download size themselves from `len()` too: the memset writes the
+/// buffer's 16 bytes and no more (the simulator refuses a write past an allocation), and the
+/// download stages and returns those 16.
+#[test]
+fn memsets_and_staged_downloads_move_only_the_elements_the_memory_holds() {
+    let ctx = context();
+    let stream = Stream::new(&ctx).unwrap();
+    let pool = PinnedPool::new(&ctx);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let device = PagedDevice(DeviceBuffer::<u8>::new(&ctx, 16).unwrap());
+        let device = stream.memset(device, 9).await.unwrap();
+        let (_device, data) = stream.copy_to_vec_staged(&pool, device).await.unwrap();
+        assert_eq!(data, [9u8; 16]);
     });
 }
