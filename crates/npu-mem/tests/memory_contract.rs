@@ -7,16 +7,16 @@ use npu_core::{Completion, Context, Device};
 use npu_mem::{DeviceBuffer, DeviceSlice, HostSlice, Memory, MemoryMut, PinnedBuffer, PinnedPool};
 use npu_stream::Stream;
 
-/// Pinned memory behind a wrapper that keeps every promise `Memory`'s safety section lists
-/// (address, length, allocation, uses, drop) but reports the size of the page it sits in as
-/// its "size in bytes" (a 64 KiB huge page), which the contract does not mention.
-struct Paged(PinnedBuffer<u8>);
+/// Memory behind a wrapper that keeps every promise `Memory`'s safety section lists (address,
+/// length, allocation, uses, drop) but reports the size of the page it sits in as its "size in
+/// bytes" (a 64 KiB huge page), which the contract does not mention.
+struct Paged<B>(B);
 
 const PAGE: usize = 64 << 10;
 
 // SAFETY: address, length, context and uses are the inner buffer's own; `byte_len` is not
 // among the guarantees `Memory`'s safety section asks for.
-unsafe impl Memory for Paged {
+unsafe impl<B: Memory<Elem = u8>> Memory for Paged<B> {
     type Elem = u8;
 
     fn context(&self) -> &Context {
@@ -41,14 +41,17 @@ unsafe impl Memory for Paged {
 }
 
 // SAFETY: the inner buffer's, which is the only access to its memory.
-unsafe impl MemoryMut for Paged {
+unsafe impl<B: MemoryMut<Elem = u8>> MemoryMut for Paged<B> {
     fn addr_mut(&mut self) -> *mut c_void {
         self.0.addr_mut()
     }
 }
 
-// SAFETY: the inner buffer is pinned with aclrtMallocHost.
-unsafe impl HostSlice for Paged {}
+// SAFETY: the inner buffer's: pinned host memory.
+unsafe impl<B: HostSlice<Elem = u8>> HostSlice for Paged<B> {}
+
+// SAFETY: the inner buffer's: device memory of its context's device.
+unsafe impl<B: DeviceSlice<Elem = u8>> DeviceSlice for Paged<B> {}
 
 fn context() -> Context {
     Device::open(0).unwrap().primary_context().clone()
@@ -88,46 +91,6 @@ fn copies_move_only_the_elements_the_memory_holds() {
     });
 }
 
-/// Device memory behind a wrapper that, like [`Paged`], reports its page's size as its size in
-/// bytes.
-struct PagedDevice(DeviceBuffer<u8>);
-
-// SAFETY: address, length, context and uses are the inner buffer's own; `byte_len` is not
-// among the guarantees `Memory`'s safety section asks for.
-unsafe impl Memory for PagedDevice {
-    type Elem = u8;
-
-    fn context(&self) -> &Context {
-        self.0.context()
-    }
-
-    fn addr(&self) -> *const c_void {
-        self.0.addr()
-    }
-
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn byte_len(&self) -> usize {
-        self.0.len().next_multiple_of(PAGE)
-    }
-
-    fn record_use(&self, completion: &Completion) {
-        self.0.record_use(completion)
-    }
-}
-
-// SAFETY: the inner buffer's, which is the only access to its memory.
-unsafe impl MemoryMut for PagedDevice {
-    fn addr_mut(&mut self) -> *mut c_void {
-        self.0.addr_mut()
-    }
-}
-
-// SAFETY: the inner buffer is device memory of its context's device.
-unsafe impl DeviceSlice for PagedDevice {}
-
 /// A memset and a staged download size themselves from `len()` too: the memset writes the
 /// buffer's 16 bytes and no more (the simulator refuses a write past an allocation), and the
 /// download stages and returns those 16.
@@ -141,7 +104,7 @@ fn memsets_and_staged_downloads_move_only_the_elements_the_memory_holds() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let device = PagedDevice(DeviceBuffer::<u8>::new(&ctx, 16).unwrap());
+        let device = Paged(DeviceBuffer::<u8>::new(&ctx, 16).unwrap());
         let device = stream.memset(device, 9).await.unwrap();
         let (_device, data) = stream.copy_to_vec_staged(&pool, device).await.unwrap();
         assert_eq!(data, [9u8; 16]);
