@@ -123,7 +123,8 @@ unsafe impl<S: Memory, U: Pod> Memory for Cast<S, U> {
     }
 }
 
-// SAFETY: exclusive ownership of the inner memory gives exclusive access to its bytes.
+// SAFETY: exclusive ownership of the inner memory gives exclusive access to its bytes;
+// `addr_mut` is `addr`, since the inner memory's are the same.
 unsafe impl<S: MemoryMut, U: Pod> MemoryMut for Cast<S, U> {
     fn addr_mut(&mut self) -> *mut c_void {
         self.inner.addr_mut()

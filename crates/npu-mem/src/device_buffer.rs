@@ -356,8 +356,8 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 }
 
-// SAFETY: `ptr` is this buffer's own allocation of `len` elements in `context`; `Drop` frees it
-// only after every recorded use has completed.
+// SAFETY: `ptr` is this buffer's own allocation of `len` elements in `context`, all three fixed
+// for the buffer's life; `Drop` frees it only after every recorded use has completed.
 unsafe impl<T: Pod> Memory for DeviceBuffer<T> {
     type Elem = T;
 
@@ -378,7 +378,7 @@ unsafe impl<T: Pod> Memory for DeviceBuffer<T> {
     }
 }
 
-// SAFETY: the buffer is the only owner of its allocation.
+// SAFETY: the buffer is the only owner of its allocation, and `addr_mut` is `addr`.
 unsafe impl<T: Pod> MemoryMut for DeviceBuffer<T> {
     fn addr_mut(&mut self) -> *mut c_void {
         self.ptr

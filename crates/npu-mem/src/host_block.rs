@@ -232,7 +232,8 @@ macro_rules! pinned_memory {
 
         // SAFETY: the block is an aclrtMallocHost allocation of at least `len` initialised
         // elements used by this buffer alone; `Drop` gives it up (to be freed or pooled) only
-        // after every recorded use has completed.
+        // after every recorded use has completed. Block, length and context are fixed for the
+        // buffer's life.
         unsafe impl<T: bytemuck::Pod> $crate::slice::Memory for $type<T> {
             type Elem = T;
 
@@ -254,7 +255,7 @@ macro_rules! pinned_memory {
             }
         }
 
-        // SAFETY: the buffer is the only user of its block.
+        // SAFETY: the buffer is the only user of its block, and `addr_mut` is `addr`.
         unsafe impl<T: bytemuck::Pod> $crate::slice::MemoryMut for $type<T> {
             fn addr_mut(&mut self) -> *mut std::ffi::c_void {
                 self.block.ptr().cast()

@@ -447,7 +447,8 @@ pub unsafe trait HostSlice: Memory {
 }
 
 // SAFETY: an `Arc` shares the inner memory read-only; the inner value, and with it the memory,
-// lives until the last clone is dropped, and its own guarantees cover pending uses.
+// lives until the last clone is dropped, and its own guarantees (fixed address, length and
+// context among them) cover pending uses.
 unsafe impl<S: Memory + Sync> Memory for Arc<S> {
     type Elem = S::Elem;
 
@@ -596,7 +597,8 @@ unsafe impl<S: Memory> Memory for View<S> {
     }
 }
 
-// SAFETY: exclusive ownership of the inner memory gives exclusive access to any part of it.
+// SAFETY: exclusive ownership of the inner memory gives exclusive access to any part of it;
+// `addr_mut` is `addr`, since the inner memory's are the same.
 unsafe impl<S: MemoryMut> MemoryMut for View<S> {
     fn addr_mut(&mut self) -> *mut c_void {
         let offset = self.offset * size_of::<S::Elem>();

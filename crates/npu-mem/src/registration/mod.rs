@@ -337,7 +337,8 @@ impl<B: StableBuffer> DerefMut for HostRegistration<B> {
 }
 
 // SAFETY: the elements belong to the owned buffer, registered with the context's runtime until
-// `Drop` unregisters it after every recorded use has completed (or leaks it).
+// `Drop` unregisters it after every recorded use has completed (or leaks it); its address,
+// length and context are set at registration and never change.
 unsafe impl<B: StableBuffer> Memory for HostRegistration<B> {
     type Elem = B::Elem;
 
@@ -358,7 +359,7 @@ unsafe impl<B: StableBuffer> Memory for HostRegistration<B> {
     }
 }
 
-// SAFETY: the registration owns the buffer exclusively.
+// SAFETY: the registration owns the buffer exclusively, and `addr_mut` is `addr`.
 unsafe impl<B: StableBuffer> MemoryMut for HostRegistration<B> {
     fn addr_mut(&mut self) -> *mut c_void {
         self.ptr.cast()

@@ -98,7 +98,8 @@ impl<T: Pod> PooledDeviceBuffer<T> {
 }
 
 // SAFETY: the block is a device allocation of at least `len` elements used by this buffer
-// alone; `Drop` gives it back to the pool only after every recorded use has completed.
+// alone, block, length and context fixed for its life; `Drop` gives it back to the pool only
+// after every recorded use has completed.
 unsafe impl<T: Pod> Memory for PooledDeviceBuffer<T> {
     type Elem = T;
 
@@ -119,7 +120,7 @@ unsafe impl<T: Pod> Memory for PooledDeviceBuffer<T> {
     }
 }
 
-// SAFETY: the buffer is the only user of its block.
+// SAFETY: the buffer is the only user of its block, and `addr_mut` is `addr`.
 unsafe impl<T: Pod> MemoryMut for PooledDeviceBuffer<T> {
     fn addr_mut(&mut self) -> *mut c_void {
         self.block.ptr
