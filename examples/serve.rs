@@ -1729,6 +1729,19 @@ mod tests {
             .unwrap_or_else(|_| panic!("{what}: not within {PATIENCE:?}"));
     }
 
+    /// Yields until both pools hold no block and have no waiter: the blocks of dropped
+    /// requests come back once the device has run what those requests queued.
+    async fn until_pools_idle(state: &AppState) {
+        until("both pools idle", || {
+            let stats = state.stats();
+            let idle = |pool: &str| {
+                stats[pool]["allocated_bytes"] == 0 && stats[pool]["awaiting_blocks"] == 0
+            };
+            idle("pool") && idle("device_pool")
+        })
+        .await;
+    }
+
     // Holds the device through the simulator's controls.
     #[cfg(feature = "sim")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1764,14 +1777,7 @@ mod tests {
         assert!(unanswered.is_empty(), "{unanswered:?}");
         // The device's blocks come back once it has run what the dropped requests queued.
         npu::sim::control::release(1).unwrap();
-        until("both pools idle", || {
-            let stats = server.state.stats();
-            let idle = |pool: &str| {
-                stats[pool]["allocated_bytes"] == 0 && stats[pool]["awaiting_blocks"] == 0
-            };
-            idle("pool") && idle("device_pool")
-        })
-        .await;
+        until_pools_idle(&server.state).await;
         let (status, body) = post(&server, GOOD).await;
         assert_eq!(status, StatusCode::OK, "{body}");
         let stats = server.state.stats();
@@ -1802,14 +1808,7 @@ mod tests {
             assert_eq!(server.state.in_flight(), 0, "the admission slot is back");
         }
         npu::sim::control::release(1).unwrap();
-        until("both pools idle", || {
-            let stats = server.state.stats();
-            let idle = |pool: &str| {
-                stats[pool]["allocated_bytes"] == 0 && stats[pool]["awaiting_blocks"] == 0
-            };
-            idle("pool") && idle("device_pool")
-        })
-        .await;
+        until_pools_idle(&server.state).await;
         let (status, body) = post(&server, GOOD).await;
         assert_eq!(status, StatusCode::OK, "{body}");
         let stats = server.state.stats();
@@ -1819,6 +1818,7 @@ mod tests {
     }
 
     /// Connects until the server refuses: its listener is gone, and its drain has begun.
+    #[cfg(feature = "sim")]
     async fn until_refused(addr: SocketAddr) {
         let refused = tokio::time::timeout(PATIENCE, async {
             while tokio::net::TcpStream::connect(addr).await.is_ok() {
@@ -1922,14 +1922,7 @@ mod tests {
         assert_eq!(stats["requests"]["cancelled"], 0, "{stats}");
         assert_eq!(stats["in_flight"], 0, "{stats}");
         assert_eq!(stats["connections"]["open"], 0, "{stats}");
-        until("both pools idle", || {
-            let stats = state.stats();
-            let idle = |pool: &str| {
-                stats[pool]["allocated_bytes"] == 0 && stats[pool]["awaiting_blocks"] == 0
-            };
-            idle("pool") && idle("device_pool")
-        })
-        .await;
+        until_pools_idle(&state).await;
         assert!(tokio::net::TcpStream::connect(addr).await.is_err());
     }
 
