@@ -393,6 +393,8 @@ struct Seq {
     pending: Vec<Pending>,
     step: u64,
     hold: Option<sim::Hold>,
+    /// The steps at which each hold began and ended.
+    holds: Vec<(u64, Option<u64>)>,
     /// Device and host allocation faults armed and not seen yet.
     alloc_armed: bool,
     host_alloc_armed: bool,
@@ -466,9 +468,39 @@ impl Seq {
         self.sm[s].faults.iter().any(|&(t, c)| t < at && c == code)
     }
 
+    /// Whether the operation can never have run: it was submitted to a stopped stream, or
+    /// the device was held from before its submission until its stream was stopped or an
+    /// abort of it was confirmed (a held task has not started, and a stopped stream's task
+    /// does not start; an abort discards it).
+    fn never_ran(&self, p: &Pending) -> bool {
+        let m = &self.sm[p.stream];
+        let on_stopped = m
+            .stops
+            .iter()
+            .any(|&u| u < p.at && !m.aborts.iter().any(|&(a, _)| a > u && a < p.at));
+        on_stopped
+            || self.holds.iter().any(|&(hs, he)| {
+                let held_at = |t: u64| t > hs && he.is_none_or(|e| t < e);
+                held_at(p.at)
+                    && (m.stops.iter().any(|&u| u >= p.at && held_at(u))
+                        || m.aborts
+                            .iter()
+                            .any(|&(a, c)| a >= p.at && c.is_some_and(held_at)))
+            })
+    }
+
     /// Judges an operation's result: `Some(true)` it ran, `Some(false)` it did not, `None` it
     /// may have.
     fn judge(&self, p: &Pending, result: &Result<(), Error>) -> Option<bool> {
+        if self.never_ran(p) {
+            if result.is_ok() {
+                self.fail(format!(
+                    "{}: succeeded, but it was held until its stream was stopped or aborted",
+                    p.what
+                ));
+            }
+            return Some(false);
+        }
         let err = match result {
             Ok(()) => return Some(true),
             Err(err) => err,
@@ -1135,6 +1167,11 @@ impl Seq {
         let Some((src, dst)) = self.both(src, dst) else {
             return;
         };
+        if src.meta.cells.is_empty() || dst.meta.cells.is_empty() {
+            self.both(Some(src), None);
+            self.both(Some(dst), None);
+            return;
+        }
         let (sv, sm) = self.lend(src);
         let (dv, dm) = self.lend(dst);
         let (sl, dl) = (sm.cells.len(), dm.cells.len());
@@ -1453,10 +1490,12 @@ impl Seq {
         match self.hold.take() {
             Some(hold) => {
                 hold.release().unwrap();
+                self.holds.last_mut().unwrap().1 = Some(self.step);
                 self.note("released the device".into());
             }
             None => {
                 self.hold = Some(sim::hold(&self.ctx.device()).unwrap());
+                self.holds.push((self.step, None));
                 self.note("held the device".into());
             }
         }
@@ -1631,6 +1670,7 @@ impl Seq {
         self.step += 1;
         if let Some(hold) = self.hold.take() {
             hold.release().unwrap();
+            self.holds.last_mut().unwrap().1 = Some(self.step);
         }
         for s in 0..self.streams.len() {
             if self.sm[s].stopped() {
@@ -1792,6 +1832,7 @@ fn sequence(ctx: &Context, xor: &Function, seed: u64, steps: usize) {
         pending: Vec::new(),
         step: 0,
         hold: None,
+        holds: Vec::new(),
         alloc_armed: false,
         host_alloc_armed: false,
         forgot: false,
