@@ -474,15 +474,22 @@ impl Seq {
     /// does not start; an abort discards it).
     fn never_ran(&self, p: &Pending) -> bool {
         let m = &self.sm[p.stream];
-        let on_stopped = m
-            .stops
+        // An abort not confirmed when the stop was made may run its runtime call after the
+        // stop, which clears it.
+        let sure = |u: u64| {
+            m.aborts
+                .iter()
+                .all(|&(a, c)| a > u || c.is_some_and(|c| c < u))
+        };
+        let stops: Vec<u64> = m.stops.iter().copied().filter(|&u| sure(u)).collect();
+        let on_stopped = stops
             .iter()
             .any(|&u| u < p.at && !m.aborts.iter().any(|&(a, _)| a > u && a < p.at));
         on_stopped
             || self.holds.iter().any(|&(hs, he)| {
                 let held_at = |t: u64| t > hs && he.is_none_or(|e| t < e);
                 held_at(p.at)
-                    && (m.stops.iter().any(|&u| u >= p.at && held_at(u))
+                    && (stops.iter().any(|&u| u >= p.at && held_at(u))
                         || m.aborts
                             .iter()
                             .any(|&(a, c)| a >= p.at && c.is_some_and(held_at)))
@@ -492,7 +499,9 @@ impl Seq {
     /// Judges an operation's result: `Some(true)` it ran, `Some(false)` it did not, `None` it
     /// may have.
     fn judge(&self, p: &Pending, result: &Result<(), Error>) -> Option<bool> {
-        if self.never_ran(p) {
+        // A synchronisation or an event wait writes nothing, and one with nothing before it
+        // to wait for may resolve at once: only work that writes is held to this.
+        if !p.writes.is_empty() && self.never_ran(p) {
             if result.is_ok() {
                 self.fail(format!(
                     "{}: succeeded, but it was held until its stream was stopped or aborted",
@@ -734,6 +743,12 @@ impl Seq {
                 match got {
                     Ok(Some(b)) => (Dev::Pooled(b), vec![Cell::ANY; len], true),
                     Ok(None) => return,
+                    // A runtime-pool allocation is an operation of the stream: an abort in
+                    // progress refuses it.
+                    Err(e) if e.is_aborted() && self.may_be_disrupted(s, self.step) => {
+                        self.note(format!("DevicePool::alloc on stream {s} refused: {e}"));
+                        return;
+                    }
                     Err(e) => return self.alloc_failed("DevicePool::alloc", &e, true),
                 }
             }
