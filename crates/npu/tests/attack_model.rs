@@ -1389,13 +1389,15 @@ impl Seq {
         let b = self.pick_stream();
         self.note(format!("event {k} recorded on {a}"));
         if self.rng.below(2) == 0 && a != b {
+            // Whether it fails or not, `b` may fail what follows once `a` is disrupted.
+            self.sm[b].waited_on.insert(a);
             match self.streams[b].wait_event(&self.events[k].0) {
-                Ok(()) => {
-                    self.sm[b].waited_on.insert(a);
-                    self.note(format!("stream {b} waits on event {k}"));
-                }
+                Ok(()) => self.note(format!("stream {b} waits on event {k}")),
                 Err(e) => {
-                    if !self.may_be_disrupted(b, self.step) {
+                    // The wait fails (at once, if the runtime already knows) when the record
+                    // it waits for fails: `a` stopped, say.
+                    if !self.may_be_disrupted(b, self.step) && !self.may_be_disrupted(a, self.step)
+                    {
                         self.fail(format!("Stream::wait_event failed: {e:?}"));
                     }
                 }
