@@ -535,6 +535,10 @@ impl Stream {
     /// Makes all work submitted to this stream after this call wait until `event`'s latest
     /// record is reached (`aclrtStreamWaitEvent`). Does not block the caller.
     ///
+    /// Fails if the runtime refuses the wait, and also if the wait has failed already by the
+    /// time this returns: the record it waits for can never complete (its stream was stopped,
+    /// aborted or faulted). A wait that fails later shows in this stream's later operations.
+    ///
     /// ```
     /// use npu_core::Device;
     /// use npu_mem::DeviceBuffer;
