@@ -537,7 +537,8 @@ impl Stream {
     ///
     /// Fails if the runtime refuses the wait, and also if the wait has failed already by the
     /// time this returns: the record it waits for can never complete (its stream was stopped,
-    /// aborted or faulted). A wait that fails later shows in this stream's later operations.
+    /// aborted or faulted). A wait that fails later is a failed task of this stream, which its
+    /// [`FailureMode`](crate::FailureMode) decides the consequences of.
     ///
     /// ```
     /// use npu_core::Device;
