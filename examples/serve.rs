@@ -37,7 +37,7 @@
 //! | 422 | `wrong_length` | `data` or `shape` does not have the model's input length |
 //! | 422 | `input_not_finite` | an element of `data` is beyond f32's finite range (e.g. `1e300`) |
 //! | 422 | `output_not_finite` | an element of the output overflows f32 (e.g. `3e38` with `alpha = 2`) |
-//! | 503 | `overloaded` | the in-flight limit is reached (with `Retry-After: 1`) |
+//! | 503 | `overloaded` | the in-flight limit is reached, or no memory block is free for the request (with `Retry-After: 1`) |
 //! | 503 | `too_many_connections` | the connection limit is reached (with `Retry-After: 1` and `Connection: close`) |
 //! | 500 | `device_error` | the NPU reported a failure (the detail goes to the log, not the client) |
 //! | 504 | `device_timeout` | the device did not finish the request's work within the device timeout (30 s by default) |
@@ -63,9 +63,11 @@
 //!
 //! At most `max_connections` connections (512 by default) are open at once, so that neither
 //! memory nor file descriptors run out under a flood of connections (idle, slow or stalled
-//! ones): one more is answered 503 `too_many_connections` and closed as soon as it is accepted,
-//! without waiting for it (if its request arrives just as it is closed, the client may see a
-//! reset instead), and `GET /stats` counts it under `connections.refused`. Each connection
+//! ones): one more has its request's head read (within 1 s), is answered 503
+//! `too_many_connections` and closed (HTTP clients take an answer sent before their request
+//! for a dead connection), and `GET /stats` counts it under `connections.refused`. At most 64
+//! such refusals run at once; past that a connection over the limit is closed unanswered
+//! (still counted), so a flood of them costs 64 small tasks at most. Each connection
 //! buffers at most `max_buffer` bytes (64 KiB by default) of what it reads or writes, so a
 //! request head longer than that gets hyper's 431. A connection thus holds at most that buffer,
 //! the body limit and its answer.
@@ -82,13 +84,15 @@
 //! request beyond that is refused at once with 503 `overloaded`, when its body has arrived and
 //! before it is parsed, so a client can retry elsewhere instead of waiting in a queue it
 //! cannot see. Admission comes after the body so that slow senders cannot hold the device's
-//! slots. The pinned pool is sized for the admitted requests, so an admitted request never
-//! waits for host memory; the device pool holds two prewarmed blocks per admitted request, so
-//! no request allocates device memory synchronously (a block comes back once the device is
-//! done with it). Requests are spread over the streams of an `npu::stream::StreamPool`. An
-//! admitted request waits for the device at most the device timeout (30 s by default), then is
-//! answered 504 `device_timeout` and frees its slot, so a stalled device cannot hold every slot
-//! for good; its blocks go back to the pools once the device is done with them.
+//! slots. Requests are spread over the streams of an `npu::stream::StreamPool`. The pinned
+//! pool is sized for the admitted requests, and the device pool holds two prewarmed blocks per
+//! admitted request, so no request allocates memory synchronously (a block comes back once the
+//! device is done with it). An admitted request waits for the device at most the device
+//! timeout (30 s by default), then is answered 504 `device_timeout` and frees its slot, so a
+//! stalled device cannot hold every slot for good. A request never waits for a block either:
+//! one given up on (timed out, or its client gone) frees its slot at once but its blocks only
+//! once the device is done with them, and a request that then finds no block free is refused
+//! at once with 503 `overloaded` too.
 //!
 //! `GET /stats` returns the request counters, the in-flight count, the open connections, the
 //! pools' statistics and the reactor's counters. Shutdown (Ctrl-C) is graceful: the listener
@@ -121,6 +125,7 @@ use npu::stream::StreamPool;
 use percentile::percentile;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot, watch};
 use tokio_io_timeout::TimeoutStream;
@@ -157,7 +162,7 @@ struct Config {
     /// answered 504 and its slot freed: a stalled or lost device then costs each request this
     /// much, instead of holding every admission slot for good.
     device_timeout: Duration,
-    /// Connections open at once; one more is answered 503 and closed at once. Keep it below the
+    /// Connections open at once; one more is answered 503 and closed. Keep it below the
     /// process's file-descriptor limit (`ulimit -n`), so that accepting never fails for want of
     /// a descriptor.
     max_connections: usize,
@@ -195,6 +200,21 @@ impl Config {
 /// The model's bias: small integers, so every output is exact in f32 and in JSON.
 fn bias(i: usize) -> f32 {
     (i % 7) as f32
+}
+
+/// Why the model did not run a request.
+enum RunError {
+    /// The named pool (`"pinned"` or `"device"`) had no free block: requests given up on still
+    /// have the device using theirs.
+    NoRoom(&'static str),
+    /// The NPU reported a failure.
+    Device(npu::Error),
+}
+
+impl<E: Into<npu::Error>> From<E> for RunError {
+    fn from(err: E) -> Self {
+        RunError::Device(err.into())
+    }
 }
 
 /// The model on the device: everything here touches the NPU, and nothing else does.
@@ -254,17 +274,25 @@ impl Model {
 
     /// Runs the model on `data` (of the model's input length): copy in, scale, add the bias,
     /// copy out, all awaited.
-    async fn run(&self, data: &[f32]) -> npu::Result<Vec<f32>> {
+    async fn run(&self, data: &[f32]) -> Result<Vec<f32>, RunError> {
         let n = data.len();
         let stream = self.streams.next();
-        let mut host = self.pool.alloc::<f32>(n).await?;
+        // Blocks are taken, never waited for: an admitted request finds its blocks free unless
+        // requests given up on (timed out, or their client gone) still have the device using
+        // theirs; then it is refused at once, as a request over the admission limit is.
+        let mut host = self
+            .pool
+            .try_alloc::<f32>(n)?
+            .ok_or(RunError::NoRoom("pinned"))?;
         host.copy_from_slice(data);
-        let x = self.device_pool.alloc::<f32>(&stream, n).await?;
+        let x =
+            (self.device_pool.try_alloc::<f32>(&stream, n)?).ok_or(RunError::NoRoom("device"))?;
         let (host, x) = stream.copy_h2d(host, x).await?;
         // SAFETY: scale_f32(float *x, uint64_t n, float alpha) scales n elements of x in
         // place; x holds n.
         let (x, ..) = unsafe { stream.launch(&self.scale, 4, (x, n as u64, self.alpha)) }.await?;
-        let y = self.device_pool.alloc::<f32>(&stream, n).await?;
+        let y =
+            (self.device_pool.try_alloc::<f32>(&stream, n)?).ok_or(RunError::NoRoom("device"))?;
         // SAFETY: vector_add_f32(const float *a, const float *b, float *c, uint64_t n) reads n
         // elements of x and the bias and writes n of y; all hold n (the bias has the model's
         // input length, which the handler checked n against). The bias is only ever read.
@@ -461,9 +489,11 @@ fn require_identity(headers: &HeaderMap) -> Result<(), ApiError> {
     let encodings = headers.get_all(header::CONTENT_ENCODING);
     let Some(encoding) = encodings.iter().find(|value| {
         let value = value.to_str().unwrap_or("?");
+        // Empty list elements are allowed (RFC 9110, 5.6.1) and name no coding.
         value
             .split(',')
-            .any(|coding| !coding.trim().eq_ignore_ascii_case("identity"))
+            .map(str::trim)
+            .any(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("identity"))
     }) else {
         return Ok(());
     };
@@ -607,11 +637,21 @@ async fn answer_infer(
             let message = format!("the device did not finish within {timeout:?}");
             ApiError::new(StatusCode::GATEWAY_TIMEOUT, "device_timeout", message)
         })?
-        .map_err(|err| {
-            // The client gets no ACL function names or codes: the detail is for the operator.
-            tracing::error!(error = %err, "the model failed on the device");
-            let message = "the device failed to run the model";
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "device_error", message)
+        .map_err(|err| match err {
+            RunError::NoRoom(pool) => {
+                let message = format!(
+                    "no {pool} memory is free for another request (requests given up on still \
+                     have the device using theirs); retry later"
+                );
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message)
+            }
+            RunError::Device(err) => {
+                // The client gets no ACL function names or codes: the detail is for the
+                // operator.
+                tracing::error!(error = %err, "the model failed on the device");
+                let message = "the device failed to run the model";
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "device_error", message)
+            }
         })?;
     let data = finite_output(output)?;
     Ok(Tensor {
@@ -685,11 +725,13 @@ async fn serve_http(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)
-        .max_buf_size(config.max_buffer);
+        // hyper panics below 8192 bytes, its smallest buffer.
+        .max_buf_size(config.max_buffer.max(8192));
     let connections = GracefulShutdown::new();
     // The connections' tasks, so that the ones a graceful shutdown cannot finish (a client that
     // stopped reading its answer) can be closed.
     let mut tasks = tokio::task::JoinSet::new();
+    let refusals = Arc::new(Semaphore::new(MAX_REFUSING));
     let mut stop = pin!(stop);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -698,8 +740,15 @@ async fn serve_http(
         };
         while tasks.try_join_next().is_some() {}
         if state.connections.borrow().open >= config.max_connections {
-            refuse(tcp, config.max_connections);
+            // Counted first: the client may have its answer as soon as `refuse` writes it.
             state.connections.send_modify(|c| c.refused += 1);
+            if let Ok(refusing) = refusals.clone().try_acquire_owned() {
+                let max_connections = config.max_connections;
+                tasks.spawn(async move {
+                    refuse(tcp, max_connections).await;
+                    drop(refusing);
+                });
+            }
             continue;
         }
         let mut tcp = TimeoutStream::new(tcp);
@@ -733,11 +782,20 @@ async fn serve_http(
     tasks.shutdown().await;
 }
 
-/// Answers a connection beyond `max_connections` with 503 `too_many_connections` and closes it,
-/// without waiting on it: what the client has already sent is read first, so that closing does
-/// not reset the connection under the answer, and the answer is written only if the socket takes
-/// it at once (a new socket's send buffer always does).
-fn refuse(tcp: tokio::net::TcpStream, max_connections: usize) {
+/// Refusals answered at once at most: past this many, a connection over the limit is closed
+/// unanswered, so that a flood of them costs no more than this many small tasks.
+const MAX_REFUSING: usize = 64;
+
+/// How long a refusal waits for the request's head, and then for the client to take the
+/// answer and close.
+const REFUSAL_PATIENCE: Duration = Duration::from_secs(1);
+
+/// Answers a connection beyond `max_connections` with 503 `too_many_connections` and closes it.
+/// The request's head is read first (within [`REFUSAL_PATIENCE`]), because HTTP clients take an
+/// answer that comes before their request for a dead connection; then the answer is written,
+/// the sending side shut down, and what the client still sends drained briefly, so that closing
+/// does not reset the connection under the answer.
+async fn refuse(mut tcp: tokio::net::TcpStream, max_connections: usize) {
     let message =
         format!("the server has {max_connections} connections open, its limit; retry later");
     let body = json!({ "error": { "code": "too_many_connections", "message": message } });
@@ -747,13 +805,24 @@ fn refuse(tcp: tokio::net::TcpStream, max_connections: usize) {
          connection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
-    let mut unread = [0; 4096];
-    for _ in 0..16 {
-        if !matches!(tcp.try_read(&mut unread), Ok(1..)) {
-            break;
+    let mut chunk = [0; 4096];
+    let mut head = Vec::new();
+    let _ = tokio::time::timeout(REFUSAL_PATIENCE, async {
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 << 10 {
+            match tcp.read(&mut chunk).await {
+                Ok(n @ 1..) => head.extend_from_slice(&chunk[..n]),
+                _ => break,
+            }
         }
-    }
-    let _ = tcp.try_write(answer.as_bytes());
+    })
+    .await;
+    let _ = tokio::time::timeout(REFUSAL_PATIENCE, async {
+        tcp.write_all(answer.as_bytes()).await?;
+        tcp.shutdown().await?;
+        while tcp.read(&mut chunk).await? > 0 {}
+        std::io::Result::Ok(())
+    })
+    .await;
 }
 
 /// Counts a connection as open for as long as it lives, also when its task is aborted.
@@ -1481,7 +1550,8 @@ mod tests {
         }
         let stats = server.state.stats();
         assert_eq!(stats["requests"]["rejected"], 2, "{stats}");
-        assert_eq!(stats["connections"]["open"], 0, "{stats}");
+        // hyper closes the socket before the connection's task counts it closed.
+        connections_until(&server, |c| c.open == 0).await;
         server.stop().await.unwrap();
     }
 
@@ -1635,7 +1705,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn connections_beyond_the_limit_get_503_at_once_and_the_server_recovers() {
+    async fn connections_beyond_the_limit_get_503_and_the_server_recovers() {
         let config = Config {
             max_connections: 2,
             ..small()
@@ -1647,17 +1717,34 @@ mod tests {
             idle.push(tokio::net::TcpStream::connect(server.addr).await.unwrap());
         }
         connections_until(&server, |c| c.open == 2).await;
-        // Each one more is answered at once, before it sends a byte (so that nothing it sends
-        // is unread when the server closes it), and closed.
+        // Each one more has its request answered 503 and is closed: a raw request, and one of an
+        // HTTP client, which takes an answer that comes before its request for a dead
+        // connection.
         for _ in 0..3 {
-            let reply = raw(server.addr, Vec::new()).await.expect("an answer");
+            let request = request(
+                "POST",
+                "/v1/infer",
+                "Content-Type: application/json\r\n",
+                GOOD,
+            );
+            let reply = raw(server.addr, request).await.expect("an answer");
             reply
                 .assert_refused_and_closed(StatusCode::SERVICE_UNAVAILABLE, "too_many_connections");
             assert_eq!(reply.header("retry-after"), Some("1"));
         }
+        for _ in 0..3 {
+            let mut client = client::Connection::open(server.addr).await.unwrap();
+            let (status, body) = client
+                .send(Method::POST, "/v1/infer", GOOD.into())
+                .await
+                .expect("an answer, not a dead connection");
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body["error"]["code"], "too_many_connections", "{body}");
+        }
         let stats = server.state.stats();
         assert_eq!(stats["connections"]["open"], 2, "{stats}");
-        assert_eq!(stats["connections"]["refused"], 3, "{stats}");
+        assert_eq!(stats["connections"]["refused"], 6, "{stats}");
         // One closes: a new connection is served.
         drop(idle.pop());
         connections_until(&server, |c| c.open == 1).await;
@@ -1681,7 +1768,8 @@ mod tests {
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             "{reply:?}"
         );
-        assert_eq!(server.state.stats()["connections"]["open"], 0);
+        // hyper closes the socket before the connection's task counts it closed.
+        connections_until(&server, |c| c.open == 0).await;
         server.stop().await.unwrap();
     }
 
@@ -1800,19 +1888,27 @@ mod tests {
         };
         let server = Server::start(config, loopback()).await.unwrap();
         npu::sim::control::hold(1).unwrap();
-        // Each request in turn takes the only slot, times out on the held device and frees it.
+        // Each request in turn takes the only slot, times out on the held device and frees it;
+        // the memory it gave up stays with the device. The pinned pool has a block for each
+        // admitted request and one more, so the third request finds none free and is refused
+        // at once rather than left waiting for memory the held device keeps.
         for _ in 0..2 {
             let (status, body) = post(&server, GOOD).await;
             assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
             assert_eq!(body["error"]["code"], "device_timeout", "{body}");
             assert_eq!(server.state.in_flight(), 0, "the admission slot is back");
         }
+        let (status, body) = post(&server, GOOD).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body["error"]["code"], "overloaded", "{body}");
+        assert_eq!(server.state.stats()["pool"]["waiters"], 0);
         npu::sim::control::release(1).unwrap();
         until_pools_idle(&server.state).await;
         let (status, body) = post(&server, GOOD).await;
         assert_eq!(status, StatusCode::OK, "{body}");
         let stats = server.state.stats();
         assert_eq!(stats["requests"]["failed"], 2, "{stats}");
+        assert_eq!(stats["requests"]["overloaded"], 1, "{stats}");
         assert_eq!(stats["requests"]["served"], 1, "{stats}");
         server.stop().await.unwrap();
     }
