@@ -261,7 +261,8 @@ impl<S: MemoryMut + Sync> Split<S> {
 
 // SAFETY: parts of one buffer never overlap (`split_at` divides a part, `join` merges only
 // adjacent ones), the buffer itself is reachable only through its parts, and the base address
-// came from the buffer's own `addr_mut`: each part is the only access to its bytes.
+// came from the buffer's own `addr_mut`, which is its `addr`: each part is the only access to
+// its bytes, and its `addr_mut` is its `addr`.
 unsafe impl<S: MemoryMut + Sync> MemoryMut for Split<S> {
     fn addr_mut(&mut self) -> *mut c_void {
         self.addr_of_offset()
