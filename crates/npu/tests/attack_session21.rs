@@ -382,26 +382,30 @@ fn a_runtime_dropped_inside_another_runtimes_task_loses_nothing() {
     }
 }
 
+/// The stack size of the blocking threads below: 1 EiB, more than any host's address space,
+/// whatever its overcommit policy.
+const UNMAPPABLE_STACK: usize = 1 << 60;
+
 /// A current-thread Tokio runtime (its clock paused if `paused`) whose blocking pool can never
-/// start a thread: its threads' stack (1 EiB) is more than any host's address space, whatever
-/// its overcommit policy, so `spawn_blocking` panics ("OS can't spawn worker thread") while no
-/// pool thread exists. User configuration, in safe code. Checked here, so that the attacks
-/// below cannot pass on a host where the pool would start after all.
+/// start a thread (its threads' stack is [`UNMAPPABLE_STACK`]), so `spawn_blocking` panics ("OS
+/// can't spawn worker thread") while no pool thread exists. User configuration, in safe code.
+/// That the OS refuses such a thread is checked first, with a thread of its own (a refused
+/// `spawn_blocking` would stay queued in the runtime under test and change it), so that the
+/// attacks below cannot pass on a host where the pool would start after all.
 fn runtime_without_blocking_threads(paused: bool) -> tokio::runtime::Runtime {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(paused)
-        .thread_stack_size(1 << 60)
-        .build()
-        .unwrap();
-    let spawned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        drop(rt.spawn_blocking(|| ()));
-    }));
+    let spawned = std::thread::Builder::new()
+        .stack_size(UNMAPPABLE_STACK)
+        .spawn(|| ());
     assert!(
         spawned.is_err(),
-        "this host started a blocking thread with a 1 EiB stack"
+        "this host started a thread with a 1 EiB stack"
     );
-    rt
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(paused)
+        .thread_stack_size(UNMAPPABLE_STACK)
+        .build()
+        .unwrap()
 }
 
 /// Rules 2 and 3 when Tokio cannot start a blocking thread: a `BlockingSync` submission made
