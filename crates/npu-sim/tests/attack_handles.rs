@@ -410,9 +410,11 @@ fn callbacks_held_when_their_thread_unsubscribes_never_run() {
 }
 
 /// Promise: a forced reset racing an aclrtDestroyStream that waits for held work leaves codes,
-/// not a hang or a double release: the reset returns 0, the destruction 0 or 107017 (the
-/// stream went with the context), and the device can be set again. The destroyer sets the
-/// device before the reset (set after it, its new primary context does not own the stream).
+/// not a hang or a double release: the reset returns 0, the destruction 0, 107002 (it came
+/// while the reset was tearing the primary context down: the thread's current context is gone,
+/// the stream not yet) or 107017 (the stream went with the context), and the device can be set
+/// again. The destroyer sets the device before the reset (set after it, its new primary context
+/// does not own the stream); nothing orders its aclrtDestroyStream with the reset.
 #[test]
 fn a_forced_reset_racing_a_waiting_stream_destruction_leaves_codes() {
     install_eight_devices();
@@ -436,7 +438,7 @@ fn a_forced_reset_racing_a_waiting_stream_destruction_leaves_codes() {
     });
     assert_eq!(reset, 0);
     assert!(
-        destroyed == 0 || destroyed == ACL_ERROR_RT_INVALID_HANDLE,
+        [0, ACL_ERROR_RT_CONTEXT_NULL, ACL_ERROR_RT_INVALID_HANDLE].contains(&destroyed),
         "aclrtDestroyStream returned {destroyed}"
     );
     set_device(0);
