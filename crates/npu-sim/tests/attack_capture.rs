@@ -219,6 +219,11 @@ fn destroy_callbacks_calling_back_into_the_api_get_codes() {
 /// Promise (point 15, point 8): an abort drops the tasks not started of every execution queued
 /// before it, on every stream; the instance cannot be destroyed or updated while they are on
 /// their streams, and once they are gone it can.
+///
+/// A stream drops an aborted task as soon as it reaches it, held gate or not (the task never
+/// starts): each stream's executions queue behind a memset of its own, which waits at the
+/// gate, so that they are still on their streams when the destroy and the update come. Without
+/// it, whether they were depended on each worker having taken its first task before the abort.
 #[test]
 fn an_instance_executed_on_many_streams_then_aborted_runs_nothing() {
     install_eight_devices();
@@ -236,8 +241,10 @@ fn an_instance_executed_on_many_streams_then_aborted_runs_nothing() {
     acl!(aclmdlRIEndTask(model, head));
     acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
     let streams: Vec<aclrtStream> = (0..4).map(|_| create_stream()).collect();
+    let before = malloc(64);
     control::hold(2).unwrap();
     for &stream in &streams {
+        acl!(aclrtMemsetAsync(before, 64, 1, 64, stream));
         acl!(aclmdlRIExecuteAsync(model, stream));
         acl!(aclmdlRIExecuteAsync(model, stream));
     }
@@ -252,6 +259,7 @@ fn an_instance_executed_on_many_streams_then_aborted_runs_nothing() {
         acl!(aclrtSynchronizeStream(stream));
     }
     assert_eq!((read_u32(a), read_u64(word)), (0, 0), "all eight dropped");
+    assert_eq!(download::<u8>(before, 64), vec![1; 64], "the memsets ran");
     acl!(aclmdlRIExecute(model, -1));
     assert_eq!((read_u32(a), read_u64(word)), (1, 9));
     acl!(aclmdlRIDestroy(model));
@@ -265,6 +273,7 @@ fn an_instance_executed_on_many_streams_then_aborted_runs_nothing() {
     }
     acl!(aclrtFree(a));
     acl!(aclrtFree(word));
+    acl!(aclrtFree(before));
 }
 
 /// Promise (point 12): an execution queued before a task-group update runs the old launches,
