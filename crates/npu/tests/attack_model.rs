@@ -238,6 +238,11 @@ struct Root {
     clones_pending: usize,
     /// A dropped operation may still own an `Arc` clone of it.
     clone_dropped: bool,
+    /// Dropped operations that owned an `Arc` clone of it, dropped while the device was held
+    /// since before their submission: `(stream, submitted at, hold began at)`. While that hold
+    /// lasts, with no stop or abort of the stream since, such an operation cannot have run,
+    /// so npu-rs must still keep its clone.
+    clones_held: Vec<(usize, u64, u64)>,
     /// A forgotten operation owns a clone or a part of it: it is never released.
     forgotten: bool,
 }
@@ -429,6 +434,53 @@ impl Seq {
 
     fn held(&self) -> bool {
         self.hold.is_some()
+    }
+
+    /// The step the current hold began at, if the device is held.
+    fn hold_began(&self) -> Option<u64> {
+        self.hold
+            .as_ref()
+            .and_then(|_| self.holds.last().map(|&(hs, _)| hs))
+    }
+
+    /// Records that an operation of `stream` submitted at `at`, owning an `Arc` clone of a root, was dropped: npu-rs keeps the clone
+    /// until its task is done, which it cannot be if the device has been held since before it
+    /// was submitted (and its stream was not stopped at its submission).
+    fn clone_op_dropped(&mut self, stream: usize, at: u64, root: usize) {
+        let recorded = self.clone_op_dropped_record(stream, at, root);
+        // Try to take the buffer back at once, sometimes: npu-rs must refuse.
+        if recorded && self.rng.below(2) == 0 {
+            self.unshare(Some(root));
+        }
+    }
+
+    fn clone_op_dropped_record(&mut self, stream: usize, at: u64, root: usize) -> bool {
+        let r = &mut self.roots[root];
+        r.clones_pending -= 1;
+        r.clone_dropped = true;
+        if let Some(hs) = self.hold_began()
+            && hs < at
+            && !self.sm[stream].stopped()
+        {
+            self.roots[root].clones_held.push((stream, at, hs));
+            return true;
+        }
+        false
+    }
+
+    /// Whether a dropped operation owning a clone of `root` surely has not run yet: the hold it
+    /// was dropped under still lasts, and its stream was not stopped or aborted since its
+    /// submission (which may discard it, after which npu-rs releases the clone).
+    fn clone_surely_kept(&self, root: usize) -> bool {
+        let Some(now) = self.hold_began() else {
+            return false;
+        };
+        self.roots[root].clones_held.iter().any(|&(s, at, hs)| {
+            let m = &self.sm[s];
+            hs == now
+                && !m.stops.iter().any(|&u| u >= at)
+                && !m.aborts.iter().any(|&(a, _)| a >= at)
+        })
     }
 
     // --- outcome judgement ------------------------------------------------------------------
@@ -981,59 +1033,72 @@ impl Seq {
                 };
                 table.push(slot);
             }
-            _ => {
-                // Take a shared buffer back: `Arc::try_unwrap` must fail while an operation
-                // that may still touch it owns a clone, and succeed once none can.
-                let device = self.rng.below(2) == 0;
-                let table = if device {
-                    &mut self.devs
-                } else {
-                    &mut self.hosts
-                };
-                let choices: Vec<usize> =
-                    (0..table.len()).filter(|&k| table[k].meta.shared).collect();
-                if choices.is_empty() {
-                    return;
-                }
-                let mut slot = table.swap_remove(choices[self.rng.below(choices.len())]);
-                let root = self.roots[slot.meta.root].clone();
-                let must_fail = root.clones_pending > 0 || root.forgotten;
-                let may_fail = must_fail || root.clone_dropped;
-                let (unwrapped, val) = match slot.val {
-                    Val::D(Dev::Shared(a)) => match Arc::try_unwrap(a) {
-                        Ok(b) => (true, Val::D(Dev::Plain(b))),
-                        Err(a) => (false, Val::D(Dev::Shared(a))),
-                    },
-                    Val::H(Host::Shared(a)) => match Arc::try_unwrap(a) {
-                        Ok(b) => (true, Val::H(Host::Plain(b))),
-                        Err(a) => (false, Val::H(Host::Shared(a))),
-                    },
-                    _ => unreachable!(),
-                };
-                if unwrapped && must_fail {
-                    self.fail(format!(
-                        "Arc::try_unwrap succeeded while an operation owns a clone: {root:?}"
-                    ));
-                }
-                if !unwrapped && !may_fail {
-                    self.fail(format!(
-                        "Arc::try_unwrap failed with no clone out: {root:?}"
-                    ));
-                }
-                if unwrapped {
-                    slot.meta.shared = false;
-                    self.roots[slot.meta.root].clone_dropped = false;
-                }
-                self.note(format!("unshare: {unwrapped}"));
-                slot.val = val;
-                let table = if device {
-                    &mut self.devs
-                } else {
-                    &mut self.hosts
-                };
-                table.push(slot);
-            }
+            _ => self.unshare(None),
         }
+    }
+
+    /// Takes a shared buffer back (one of `root`'s, if given).
+    fn unshare(&mut self, root: Option<usize>) {
+        // Take a shared buffer back: `Arc::try_unwrap` must fail while an operation
+        // that may still touch it owns a clone, and succeed once none can.
+        let device = match root {
+            Some(r) => self.roots[r].device,
+            None => self.rng.below(2) == 0,
+        };
+        let table = if device {
+            &mut self.devs
+        } else {
+            &mut self.hosts
+        };
+        let choices: Vec<usize> = (0..table.len())
+            .filter(|&k| table[k].meta.shared && root.is_none_or(|r| table[k].meta.root == r))
+            .collect();
+        if choices.is_empty() {
+            return;
+        }
+        let mut slot = table.swap_remove(choices[self.rng.below(choices.len())]);
+        let root = self.roots[slot.meta.root].clone();
+        let kept = self.clone_surely_kept(slot.meta.root);
+        if kept {
+            tally("unshare while a dropped operation's clone is surely kept");
+        }
+        let must_fail = root.clones_pending > 0 || root.forgotten || kept;
+        let may_fail = must_fail || root.clone_dropped;
+        let (unwrapped, val) = match slot.val {
+            Val::D(Dev::Shared(a)) => match Arc::try_unwrap(a) {
+                Ok(b) => (true, Val::D(Dev::Plain(b))),
+                Err(a) => (false, Val::D(Dev::Shared(a))),
+            },
+            Val::H(Host::Shared(a)) => match Arc::try_unwrap(a) {
+                Ok(b) => (true, Val::H(Host::Plain(b))),
+                Err(a) => (false, Val::H(Host::Shared(a))),
+            },
+            _ => unreachable!(),
+        };
+        if unwrapped && must_fail {
+            self.fail(format!(
+                "Arc::try_unwrap succeeded while an operation owns a clone \
+                 (a dropped one surely not run: {kept}): {root:?}"
+            ));
+        }
+        if !unwrapped && !may_fail {
+            self.fail(format!(
+                "Arc::try_unwrap failed with no clone out: {root:?}"
+            ));
+        }
+        if unwrapped {
+            slot.meta.shared = false;
+            self.roots[slot.meta.root].clone_dropped = false;
+            self.roots[slot.meta.root].clones_held.clear();
+        }
+        self.note(format!("unshare: {unwrapped}"));
+        slot.val = val;
+        let table = if device {
+            &mut self.devs
+        } else {
+            &mut self.hosts
+        };
+        table.push(slot);
     }
 
     // --- operations -----------------------------------------------------------------------
@@ -1578,14 +1643,12 @@ impl Seq {
                 let p = self.pending.swap_remove(k);
                 self.note(format!("dropped {} (polled: {})", p.what, p.polled));
                 tally(format!("dropped (polled: {})", p.polled));
+                drop(p.fut);
                 for m in &p.metas {
                     if m.clone {
-                        let root = &mut self.roots[m.root];
-                        root.clones_pending -= 1;
-                        root.clone_dropped = true;
+                        self.clone_op_dropped(p.stream, p.at, m.root);
                     }
                 }
-                drop(p.fut);
             }
             _ => {
                 let p = self.pending.swap_remove(k);
@@ -1594,9 +1657,7 @@ impl Seq {
                     drop(p.fut);
                     for m in &p.metas {
                         if m.clone {
-                            let root = &mut self.roots[m.root];
-                            root.clones_pending -= 1;
-                            root.clone_dropped = true;
+                            self.clone_op_dropped(p.stream, p.at, m.root);
                         }
                     }
                     self.note(format!("dropped {} (instead of forgetting)", p.what));
