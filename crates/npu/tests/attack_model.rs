@@ -1875,21 +1875,8 @@ impl Seq {
     }
 }
 
-/// Live device allocations, pinned allocations, events and streams of device 0.
-fn live(ctx: &Context) -> [u64; 4] {
-    sim::flush_releases();
-    let device = sim::device_stats(&ctx.device()).unwrap();
-    let host = sim::host_stats().unwrap();
-    [
-        device.live_allocations,
-        host.pinned_allocations,
-        device.live_events,
-        device.live_streams,
-    ]
-}
-
 fn sequence(ctx: &Context, xor: &Function, seed: u64, steps: usize) {
-    let baseline = live(ctx);
+    let baseline = live_objects(ctx);
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let strategies: Vec<Strategy> = (0..3)
         .map(|i| STRATEGIES[(seed as usize + i) % 3])
@@ -1932,11 +1919,12 @@ fn sequence(ctx: &Context, xor: &Function, seed: u64, steps: usize) {
         baseline[1] + leak_host,
         baseline[2],
         baseline[3],
+        baseline[4],
     ];
     let mut now = allowed;
     let settled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         until_released(&what, || {
-            now = live(ctx);
+            now = live_objects(ctx);
             if forgot {
                 within([now[0], now[1]], [allowed[0], allowed[1]])
             } else {

@@ -26,26 +26,12 @@ use npu::prelude::*;
 use npu::sim;
 use npu::stream::{Strategy, StreamPool};
 
-/// Device memory, pinned memory, registrations and events in use in the simulator for `ctx`'s
-/// device, once every deferred release has run.
-fn live(ctx: &Context) -> [u64; 4] {
-    sim::flush_releases();
-    let host = sim::host_stats().unwrap();
-    let dev = sim::device_stats(&ctx.device()).unwrap();
-    [
-        dev.live_allocations,
-        host.pinned_allocations,
-        host.registrations,
-        dev.live_events,
-    ]
-}
-
 /// Waits (bounded) until the simulator's counters for `ctx`'s device are back to `baseline`
 /// ([`within`] it).
-fn back_to(ctx: &Context, baseline: [u64; 4], what: &str) {
+fn back_to(ctx: &Context, baseline: [u64; 5], what: &str) {
     let deadline = Instant::now() + HANG;
     loop {
-        let now = live(ctx);
+        let now = live_objects(ctx);
         if within(now, baseline) {
             return;
         }
@@ -170,7 +156,7 @@ fn serving_under_cancellation_and_shutdown_loses_nothing() {
     for strategy in STRATEGIES {
         for backend in [DevicePoolBackend::Caching, DevicePoolBackend::RuntimePool] {
             let what = format!("{strategy:?}, {backend:?}");
-            let baseline = live(&ctx);
+            let baseline = live_objects(&ctx);
             let model = Arc::new(Model::load(&ctx, strategy, backend));
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(4)
@@ -296,7 +282,7 @@ fn serving_under_cancellation_and_shutdown_loses_nothing() {
 #[test]
 fn constructors_built_on_others_name_themselves_in_their_errors() {
     let (_guard, ctx, _) = exclusive(None);
-    let baseline = live(&ctx);
+    let baseline = live_objects(&ctx);
 
     let err = DeviceBuffer::<u32>::from_host_blocking(&ctx, &[]).unwrap_err();
     assert_eq!(invalid(&err).0, "DeviceBuffer::from_host_blocking");
@@ -376,7 +362,7 @@ fn futures_moved_between_runtimes_and_executors_resolve_with_their_data() {
     let (_guard, ctx, _) = exclusive(None);
     let device = ctx.device();
     for strategy in STRATEGIES {
-        let baseline = live(&ctx);
+        let baseline = live_objects(&ctx);
         let s = stream(&ctx, strategy);
         let data: Vec<u32> = (0..4096).collect();
 
@@ -499,7 +485,7 @@ fn an_explicit_context_and_its_module_outlive_work_queued_in_them() {
     let (_guard, ctx, _) = exclusive(None);
     let device = ctx.device();
     for strategy in STRATEGIES {
-        let baseline = live(&ctx);
+        let baseline = live_objects(&ctx);
         let n = 2048usize;
         let explicit = Device::open(0).unwrap().create_context().unwrap();
         // SAFETY: npu-sim's shipped kernel library, built for its kernel ABI.
@@ -546,7 +532,7 @@ fn value_words_of_split_parts_beside_parts_in_flight() {
     let (_guard, ctx, _) = exclusive(None);
     let device = ctx.device();
     for strategy in STRATEGIES {
-        let baseline = live(&ctx);
+        let baseline = live_objects(&ctx);
         let (s1, s2) = (stream(&ctx, strategy), stream(&ctx, strategy));
         let whole = DeviceBuffer::<u64>::from_host_blocking(&ctx, &[0; 16]).unwrap();
         let (a, b) = whole.split_at(8).unwrap();
@@ -616,7 +602,7 @@ fn the_last_handle_of_a_held_device_goes_without_waiting_for_it() {
     let dev1 = ctx1.device();
     drop(ctx1);
     for strategy in STRATEGIES {
-        let baseline = live(&ctx0);
+        let baseline = live_objects(&ctx0);
         let s0 = stream(&ctx0, strategy);
         let held = sim::hold(&dev1).unwrap();
         {

@@ -731,21 +731,6 @@ fn a_completion_waited_and_dropped_on_many_threads_wakes_every_waiter() {
     });
 }
 
-/// The live allocations, streams and events of `ctx`'s device and the live pinned host
-/// allocations and registrations, once the releases deferred so far have run.
-fn live_objects(ctx: &Context) -> [u64; 5] {
-    sim::flush_releases();
-    let device = sim::device_stats(&ctx.device()).unwrap();
-    let host = sim::host_stats().unwrap();
-    [
-        device.live_allocations,
-        device.live_streams,
-        device.live_events,
-        host.pinned_allocations,
-        host.registrations,
-    ]
-}
-
 /// Rules 2 and 3 across contexts: every handle an explicit context `X` owns (an event, a
 /// notify, a shared value word, a device-pool block of each backend, a host registration, the
 /// stream the pool allocated on, and `X` itself) is given to the streams of two other contexts

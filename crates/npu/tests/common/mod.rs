@@ -249,6 +249,22 @@ pub(crate) fn live_memory(ctx: &Context) -> [u64; 2] {
     [device, sim::host_stats().unwrap().pinned_allocations]
 }
 
+/// What the simulator holds for `ctx`'s device and the host, after the releases deferred so
+/// far: live device allocations, pinned allocations, events, streams and host registrations,
+/// in that order (the first two are [`live_memory`]'s); compare them with [`within`].
+pub(crate) fn live_objects(ctx: &Context) -> [u64; 5] {
+    let [device_memory, pinned] = live_memory(ctx);
+    let device = sim::device_stats(&ctx.device()).unwrap();
+    let host = sim::host_stats().unwrap();
+    [
+        device_memory,
+        pinned,
+        device.live_events,
+        device.live_streams,
+        host.registrations,
+    ]
+}
+
 /// Waits for `child` (a run of this file's child test) at most `bound`, kills it and fails
 /// naming `what` past that, and returns its output once it has reported success.
 pub(crate) fn child_succeeded(
