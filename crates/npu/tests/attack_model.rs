@@ -116,92 +116,71 @@ enum Val {
     H(Host),
 }
 
-/// Runs `$body` with `$b` bound to the device value inside `$v` and `$w` to the variant's
-/// constructor (shared values too: for reading roles).
-macro_rules! dev_any {
-    ($v:expr, |$b:ident, $w:ident| $body:expr) => {
+/// Runs `$body` with `$b` bound to the value inside `$v` (of the enum `$e`: [`Dev`] or
+/// [`Host`]) and `$w` to the variant's constructor, for the three owned variants; `$shared`
+/// are the arms for the shared one.
+macro_rules! each_owned {
+    ($e:ident, $v:expr, |$b:ident, $w:ident| $body:expr, { $($shared:tt)* }) => {
         match $v {
-            Dev::Plain($b) => {
-                let $w = Dev::Plain;
+            $e::Plain($b) => {
+                let $w = $e::Plain;
                 $body
             }
-            Dev::Pooled($b) => {
-                let $w = Dev::Pooled;
+            $e::Pooled($b) => {
+                let $w = $e::Pooled;
                 $body
             }
-            Dev::Part($b) => {
-                let $w = Dev::Part;
+            $e::Part($b) => {
+                let $w = $e::Part;
                 $body
             }
-            Dev::Shared($b) => {
-                let $w = Dev::Shared;
-                $body
-            }
+            $($shared)*
         }
     };
 }
 
-/// As [`dev_any`], for writing roles: the model never picks a shared value for one.
+/// [`each_owned`] over every variant, shared values too: for reading roles.
+macro_rules! each_any {
+    ($e:ident, $v:expr, |$b:ident, $w:ident| $body:expr) => {
+        each_owned!($e, $v, |$b, $w| $body, {
+            $e::Shared($b) => {
+                let $w = $e::Shared;
+                $body
+            }
+        })
+    };
+}
+
+/// [`each_owned`] for writing roles: the model never picks a shared value for one.
+macro_rules! each_mut {
+    ($e:ident, $v:expr, |$b:ident, $w:ident| $body:expr) => {
+        each_owned!($e, $v, |$b, $w| $body, {
+            $e::Shared(_) => unreachable!("a shared buffer is never written"),
+        })
+    };
+}
+
+macro_rules! dev_any {
+    ($v:expr, |$b:ident, $w:ident| $body:expr) => {
+        each_any!(Dev, $v, |$b, $w| $body)
+    };
+}
+
 macro_rules! dev_mut {
     ($v:expr, |$b:ident, $w:ident| $body:expr) => {
-        match $v {
-            Dev::Plain($b) => {
-                let $w = Dev::Plain;
-                $body
-            }
-            Dev::Pooled($b) => {
-                let $w = Dev::Pooled;
-                $body
-            }
-            Dev::Part($b) => {
-                let $w = Dev::Part;
-                $body
-            }
-            Dev::Shared(_) => unreachable!("a shared buffer is never written"),
-        }
+        each_mut!(Dev, $v, |$b, $w| $body)
     };
 }
 
 macro_rules! host_any {
     ($v:expr, |$b:ident, $w:ident| $body:expr) => {
-        match $v {
-            Host::Plain($b) => {
-                let $w = Host::Plain;
-                $body
-            }
-            Host::Pooled($b) => {
-                let $w = Host::Pooled;
-                $body
-            }
-            Host::Part($b) => {
-                let $w = Host::Part;
-                $body
-            }
-            Host::Shared($b) => {
-                let $w = Host::Shared;
-                $body
-            }
-        }
+        each_any!(Host, $v, |$b, $w| $body)
     };
 }
 
 macro_rules! host_mut {
     ($v:expr, |$b:ident, $w:ident| $body:expr) => {
-        match $v {
-            Host::Plain($b) => {
-                let $w = Host::Plain;
-                $body
-            }
-            Host::Pooled($b) => {
-                let $w = Host::Pooled;
-                $body
-            }
-            Host::Part($b) => {
-                let $w = Host::Part;
-                $body
-            }
-            Host::Shared(_) => unreachable!("a shared buffer is never written"),
-        }
+        each_mut!(Host, $v, |$b, $w| $body)
     };
 }
 
