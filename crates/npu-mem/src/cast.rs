@@ -8,7 +8,7 @@ use std::ops::{Deref, DerefMut};
 use bytemuck::Pod;
 use npu_core::{Completion, Context, Error, OpError};
 
-use crate::slice::{DeviceSlice, HostSlice, Memory, MemoryMut};
+use crate::slice::{DeviceSlice, HostSlice, Memory, MemoryMut, bytes_of};
 
 /// Memory seen as elements of `U`: the same bytes, another [`Pod`] type. Obtained with
 /// [`Memory::cast`] (checked size and alignment) or [`Memory::into_bytes`];
@@ -32,12 +32,6 @@ use crate::slice::{DeviceSlice, HostSlice, Memory, MemoryMut};
 pub struct Cast<S, U> {
     inner: S,
     _elements: PhantomData<fn() -> U>,
-}
-
-/// The inner memory's size in bytes, from its `len()`: `Memory`'s contract covers that, not an
-/// implementation's own `byte_len`, which could say more than the memory holds.
-fn bytes_of<S: Memory>(inner: &S) -> usize {
-    inner.len() * size_of::<S::Elem>()
 }
 
 impl<S: Memory> Cast<S, u8> {

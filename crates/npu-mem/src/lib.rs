@@ -57,5 +57,7 @@ pub use registration::{
     HacType, HostRegistration, PageAlignedBuffer, RegisterError, RegisterFlags, StableBuffer,
     host_mem_map_capability,
 };
+#[doc(hidden)]
+pub use slice::bytes_of;
 pub use slice::{DeviceSlice, HostSlice, Memory, MemoryMut, View};
 pub use split::{Halves, Split};

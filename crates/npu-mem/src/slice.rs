@@ -128,7 +128,7 @@ pub unsafe trait Memory: Send + 'static {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     fn byte_len(&self) -> usize {
-        self.len() * size_of::<Self::Elem>()
+        bytes_of(self)
     }
 
     /// Records that the operation behind `completion` may access this memory.
@@ -413,9 +413,7 @@ pub unsafe trait HostSlice: Memory {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     fn as_bytes(&self) -> &[u8] {
-        // The size comes from `len()`, which `Memory`'s contract covers, never from
-        // `byte_len()`, which an implementation may override with anything.
-        let bytes = self.len() * size_of::<Self::Elem>();
+        let bytes = bytes_of(self);
         // SAFETY: `len()` initialised elements, so `bytes` initialised bytes, at a host
         // address (`Memory`'s and this trait's contracts); while we hold the memory no device
         // operation owns it, and only writable memory (`MemoryMut`, taken by value) is ever
@@ -439,11 +437,19 @@ pub unsafe trait HostSlice: Memory {
     where
         Self: MemoryMut,
     {
-        // From `len()`, as in `as_bytes`.
-        let len = self.len() * size_of::<Self::Elem>();
+        let len = bytes_of(self);
         // SAFETY: as for `as_bytes`; `MemoryMut` and `&mut self` make this the only access.
         unsafe { std::slice::from_raw_parts_mut(self.addr_mut().cast(), len) }
     }
+}
+
+/// The size of `memory` in bytes as npu-rs's own code counts it, for every size it hands to
+/// the runtime or to a slice: `len()` elements, which `Memory`'s contract covers, never an
+/// implementation's own [`byte_len`](Memory::byte_len), which may say more than the memory
+/// holds.
+#[doc(hidden)]
+pub fn bytes_of<M: Memory + ?Sized>(memory: &M) -> usize {
+    memory.len() * size_of::<M::Elem>()
 }
 
 // SAFETY: an `Arc` shares the inner memory read-only; the inner value, and with it the memory,

@@ -4,7 +4,7 @@ use std::cell::OnceCell;
 
 use npu_core::ffi;
 use npu_core::{Completion, Context, Error, Result, acl_call};
-use npu_mem::{DeviceSlice, HostSlice, Memory, MemoryMut};
+use npu_mem::{DeviceSlice, HostSlice, Memory, MemoryMut, bytes_of};
 
 use crate::op::Op;
 use crate::stream::Stream;
@@ -436,9 +436,7 @@ impl Stream {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn memset<D: DeviceSlice + MemoryMut>(&self, dst: D, value: u8) -> Op<D> {
-        // From `len()`, which `Memory`'s contract covers: an implementation may override
-        // `byte_len` with more than the memory holds.
-        let bytes = dst.len() * size_of::<D::Elem>();
+        let bytes = bytes_of(&dst);
         self.submit(
             ("Stream::memset", "self"),
             "aclrtMemsetAsync",
@@ -473,8 +471,8 @@ impl Stream {
         S: Memory,
         D: MemoryMut<Elem = S::Elem>,
     {
-        // From `len()`, as for `memset`; the check below makes it `dst`'s size too.
-        let bytes = src.len() * size_of::<S::Elem>();
+        // The check below makes it `dst`'s size too.
+        let bytes = bytes_of(&src);
         let done = OnceCell::new();
         self.submit_described(
             (api, "self"),

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use npu_core::{Context, Error, OpError, Result};
 use npu_mem::pool_cache::byte_size;
-use npu_mem::{DeviceBuffer, DeviceSlice, MemoryMut, PinnedPool, Pod, Zeroable};
+use npu_mem::{DeviceBuffer, DeviceSlice, MemoryMut, PinnedPool, Pod, Zeroable, bytes_of};
 
 use crate::stream::Stream;
 
@@ -132,7 +132,7 @@ impl Stream {
         }
         const API: &str = "Stream::copy_to_vec_staged";
         // Bytes, as for `copy_from_slice_staged`; the `Vec` has the element type's alignment.
-        let staging = match pool.alloc::<u8>(src.len() * size_of::<S::Elem>()).await {
+        let staging = match pool.alloc::<u8>(bytes_of(&src)).await {
             Ok(staging) => staging,
             Err(error) => return Err(OpError::new(as_callers(error, API, |_| "pool"), src)),
         };
