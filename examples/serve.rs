@@ -441,12 +441,16 @@ impl ApiError {
             message: message.into(),
         }
     }
+
+    /// The answer's JSON body.
+    fn body(&self) -> serde_json::Value {
+        json!({ "error": { "code": self.code, "message": self.message } })
+    }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({ "error": { "code": self.code, "message": self.message } }));
-        let mut response = (self.status, body).into_response();
+        let mut response = (self.status, Json(self.body())).into_response();
         let headers = response.headers_mut();
         match self.status {
             StatusCode::SERVICE_UNAVAILABLE => {
@@ -798,8 +802,12 @@ const REFUSAL_PATIENCE: Duration = Duration::from_secs(1);
 async fn refuse(mut tcp: tokio::net::TcpStream, max_connections: usize) {
     let message =
         format!("the server has {max_connections} connections open, its limit; retry later");
-    let body = json!({ "error": { "code": "too_many_connections", "message": message } });
-    let body = body.to_string();
+    let refusal = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too_many_connections",
+        message,
+    );
+    let body = refusal.body().to_string();
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n\
          connection: close\r\ncontent-length: {}\r\n\r\n{body}",
@@ -808,10 +816,15 @@ async fn refuse(mut tcp: tokio::net::TcpStream, max_connections: usize) {
     let mut chunk = [0; 4096];
     let mut head = Vec::new();
     let _ = tokio::time::timeout(REFUSAL_PATIENCE, async {
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 << 10 {
-            match tcp.read(&mut chunk).await {
-                Ok(n @ 1..) => head.extend_from_slice(&chunk[..n]),
-                _ => break,
+        while head.len() < 64 << 10 {
+            let Ok(n @ 1..) = tcp.read(&mut chunk).await else {
+                break;
+            };
+            // Only the bytes read now can complete the blank line that ends the head.
+            let from = head.len().saturating_sub(3);
+            head.extend_from_slice(&chunk[..n]);
+            if head[from..].windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
             }
         }
     })
