@@ -294,10 +294,19 @@ fn drained(stream: &StreamShared, timeout_ms: i32) -> Option<()> {
 /// `aclrtSynchronizeStreamWithTimeout`: `None` if it timed out, `Some(result)` otherwise. A
 /// timeout of -1 waits as long as needed, with `aclrtSynchronizeStream` on runtimes without
 /// the timed call; with a bounded timeout such a runtime counts as never finishing in time.
+///
+/// A context that cannot be made current also counts as not finished in time: that failure
+/// says nothing about the stream, and taking it for the synchronisation's own error would let
+/// a drain complete (and release its memory) while the device may still run the stream's work.
+/// The thread rests for one slice first, so that a bind failing every time makes the sentinel
+/// (or a drain's own thread) retry at the slice's pace instead of spinning; the operation stays
+/// pending, and its memory allocated, until a bind succeeds.
 fn sync_stream(stream: &StreamShared, timeout_ms: i32) -> Option<Result<()>> {
     let runtime = stream.context.runtime();
     if let Err(err) = stream.context.bind() {
-        return Some(Err(err));
+        npu_core::log!(debug, %err, stream = stream.id, "cannot bind the stream's context to wait for it");
+        std::thread::sleep(Duration::from_millis(SLICE_MS as u64));
+        return None;
     }
     let code = match runtime.api().aclrtSynchronizeStreamWithTimeout {
         // SAFETY: the stream is alive (`stream`) and its context is bound on this thread.
