@@ -5,7 +5,7 @@
 //!   from the headers npu-sim ships (`crates/npu-sim/include/acl/`: `acl.h`,
 //!   `acl_rt_memory_soma.h` and `acl_platform.h`);
 //! - [`AclApi`], a table with one function pointer per ACL function, filled either from a loaded
-//!   `libascendcl.so` ([`AclApi::from_library`]) or, by npu-sim, from its in-process functions;
+//!   CANN runtime, `libacl_rt.so` or `libascendcl.so` ([`AclApi::from_library`]) or, by npu-sim, from its in-process functions;
 //! - [`code_info`], the name and meaning of every return code the header defines.
 //!
 //! Both the simulator and `npu-core` depend on it, so a simulator function whose signature
