@@ -343,6 +343,28 @@ static INVALID_PARAM: &[Case] = &[
     case("record NULL event", "aclrtRecordEvent", 100000, 0, || {
         code!(aclrtRecordEvent(ptr::null_mut(), ptr::null_mut()))
     }),
+    // A NULL event is refused before the timeout is looked at (parameter order, and the ACL
+    // layer before the runtime), so these are 100000 where a valid event gets 107000.
+    case(
+        "sync NULL event with timeout 0",
+        "aclrtSynchronizeEventWithTimeout",
+        100000,
+        0,
+        || code!(aclrtSynchronizeEventWithTimeout(ptr::null_mut(), 0)),
+    ),
+    case(
+        "wait on NULL event with timeout -1",
+        "aclrtStreamWaitEventWithTimeout",
+        100000,
+        0,
+        || {
+            code!(aclrtStreamWaitEventWithTimeout(
+                ptr::null_mut(),
+                ptr::null_mut(),
+                -1
+            ))
+        },
+    ),
     case("load 0 bytes", "aclrtBinaryLoadFromData", 100000, 0, || {
         let mut bin = ptr::null_mut();
         let data = [0u8; 4];

@@ -384,6 +384,9 @@ pub unsafe extern "C" fn aclrtQueryEventWaitStatus(
 }
 
 fn synchronize(event: aclrtEvent, timeout: i32) -> Res<()> {
+    // The ACL layer's NULL check comes before the runtime's check of the timeout, as `event`
+    // comes before `timeout`.
+    non_null(event, "event")?;
     let deadline = deadline(timeout, ACL_ERROR_RT_PARAM_INVALID)?;
     let event = resolve(event)?;
     // Waits for a lost device's running task until the deadline at most.
@@ -455,8 +458,8 @@ pub unsafe extern "C" fn aclrtSynchronizeEvent(event: aclrtEvent) -> aclError {
     guard("aclrtSynchronizeEvent", || synchronize(event, -1))
 }
 
-/// aclrtSynchronizeEvent with a timeout in ms (-1 = forever; 0 and < -1 → 107000); expiry →
-/// 507047.
+/// aclrtSynchronizeEvent with a timeout in ms (-1 = forever; 0 and < -1 → 107000, checked
+/// after a NULL event's 100000); expiry → 507047.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.

@@ -65,7 +65,7 @@ pub unsafe extern "C" fn aclrtRecordEventWithFlag(
 
 /// aclrtStreamWaitEvent whose wait fails the stream's task with ACL_ERROR_RT_WAIT_TIMEOUT
 /// (107019) if the event's record is still pending `timeout` seconds after the wait began
-/// (0 = no timeout; negative → 107000).
+/// (0 = no timeout; negative → 107000, checked after a NULL event's 100000).
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -76,6 +76,8 @@ pub unsafe extern "C" fn aclrtStreamWaitEventWithTimeout(
     timeout: i32,
 ) -> aclError {
     guard("aclrtStreamWaitEventWithTimeout", || {
+        // A NULL event is the ACL layer's refusal, before the runtime looks at the timeout.
+        non_null(event, "event")?;
         ensure!(
             timeout >= 0,
             ACL_ERROR_RT_PARAM_INVALID,
