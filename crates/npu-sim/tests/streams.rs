@@ -262,6 +262,45 @@ fn stop_pauses_the_stream_until_an_abort() {
     acl!(aclrtDestroyStreamForce(stream));
 }
 
+/// The reference excludes streams bound to a model runtime instance (aclmdlRIBindStream) from
+/// aclrtStreamStop and aclrtStreamAbort: while bound, before and after the instance is built,
+/// both refuse it with 207000 and leave it as it was; once unbound it takes both again.
+#[test]
+fn stop_and_abort_refuse_a_stream_bound_to_a_model() {
+    install();
+    set_device(0);
+    let stream = stream_with_flags(ACL_STREAM_PERSISTENT);
+    let mut model = ptr::null_mut();
+    acl!(aclmdlRIBuildBegin(&mut model, 0));
+    // Flag 0 is ACL_MODEL_STREAM_FLAG_HEAD.
+    acl!(aclmdlRIBindStream(model, stream, 0));
+    for built in [false, true] {
+        if built {
+            acl!(aclmdlRIBuildEnd(model, ptr::null_mut()));
+        }
+        fails!(
+            aclrtStreamStop(stream),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "aclrtStreamStop"
+        );
+        fails!(
+            aclrtStreamAbort(stream),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "aclrtStreamAbort"
+        );
+    }
+    // Not stopped by the refused call: the instance still runs on another stream.
+    let exec = create_stream();
+    acl!(aclmdlRIExecuteAsync(model, exec));
+    acl!(aclrtSynchronizeStream(exec));
+    acl!(aclmdlRIUnbindStream(model, stream));
+    acl!(aclrtStreamStop(stream));
+    acl!(aclrtStreamAbort(stream));
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtDestroyStream(exec));
+}
+
 #[test]
 fn persistent_streams_keep_their_tasks_for_a_model() {
     install();

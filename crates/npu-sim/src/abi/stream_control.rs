@@ -29,18 +29,34 @@ fn explicit_stream(api: &str, stream: aclrtStream) -> Res<std::sync::Arc<crate::
     Ok(stream)
 }
 
+/// Refuses a stream bound to a model runtime instance (aclmdlRIBindStream), which the reference
+/// excludes from aclrtStreamStop and aclrtStreamAbort: its tasks belong to the instance, whose
+/// executions run them on other streams (aclmdlRIAbort ends those). 207000, naming no code.
+fn refuse_bound(api: &str, stream: &crate::stream::Stream) -> Res<()> {
+    ensure!(
+        stream.bound_model().is_none(),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "{api} does not take stream {}, which is bound to a model runtime instance \
+         (aclmdlRIBindStream; unbind it first)",
+        stream.id
+    );
+    Ok(())
+}
+
 /// Stops a created stream of the current context: it takes no further task (the task running
 /// finishes: the simulator cannot interrupt host code); queued work stays, and
 /// synchronisations and queries of the stream fail with ACL_ERROR_RT_INTERNAL_ERROR (507000)
 /// until aclrtStreamAbort discards the work. NULL → 100000; the default stream's own handle →
-/// 107000.
+/// 107000; a stream bound to a model runtime instance → 207000.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtStreamStop(stream: aclrtStream) -> aclError {
     guard("aclrtStreamStop", || {
-        explicit_stream("aclrtStreamStop", stream)?.stop();
+        let stream = explicit_stream("aclrtStreamStop", stream)?;
+        refuse_bound("aclrtStreamStop", &stream)?;
+        stream.stop();
         Ok(())
     })
 }
@@ -49,7 +65,7 @@ pub unsafe extern "C" fn aclrtStreamStop(stream: aclrtStream) -> aclError {
 /// finishes), clears its task errors and a stop, and returns with the stream empty and usable.
 /// Meanwhile submissions are refused and waits on the stream or its records fail with
 /// ACL_ERROR_RT_STREAM_ABORT (107023); records dropped by the abort fail their waits with it
-/// later too. NULL is the default stream.
+/// later too. NULL is the default stream; a stream bound to a model runtime instance → 207000.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -57,6 +73,7 @@ pub unsafe extern "C" fn aclrtStreamStop(stream: aclrtStream) -> aclError {
 pub unsafe extern "C" fn aclrtStreamAbort(stream: aclrtStream) -> aclError {
     guard("aclrtStreamAbort", || {
         let (_, stream) = context::owned_stream(sim()?, stream)?;
+        refuse_bound("aclrtStreamAbort", &stream)?;
         // The abort waits for the running task, which would be the caller's own.
         stream.refuse_wait_for_caller(u64::MAX)?;
         stream.abort();
