@@ -288,6 +288,162 @@ static INVALID_PARAM: &[Case] = &[
         || code!(aclrtDeviceEnablePeerAccess(0, 0)),
     ),
     case(
+        "disable peer on itself",
+        "aclrtDeviceDisablePeerAccess",
+        100000,
+        0,
+        || code!(aclrtDeviceDisablePeerAccess(0)),
+    ),
+    case(
+        "device count into NULL",
+        "aclrtGetDeviceCount",
+        100000,
+        -1,
+        || code!(aclrtGetDeviceCount(ptr::null_mut())),
+    ),
+    case(
+        "device status into NULL",
+        "aclrtQueryDeviceStatus",
+        100000,
+        -1,
+        || code!(aclrtQueryDeviceStatus(0, ptr::null_mut())),
+    ),
+    case(
+        "least priority into NULL",
+        "aclrtDeviceGetStreamPriorityRange",
+        100000,
+        -1,
+        || {
+            let mut greatest = 0;
+            code!(aclrtDeviceGetStreamPriorityRange(
+                ptr::null_mut(),
+                &mut greatest
+            ))
+        },
+    ),
+    case(
+        "greatest priority into NULL",
+        "aclrtDeviceGetStreamPriorityRange",
+        100000,
+        -1,
+        || {
+            let mut least = 0;
+            code!(aclrtDeviceGetStreamPriorityRange(
+                &mut least,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "current context into NULL",
+        "aclrtGetCurrentContext",
+        100000,
+        0,
+        || code!(aclrtGetCurrentContext(ptr::null_mut())),
+    ),
+    case(
+        "default stream into NULL",
+        "aclrtCtxGetCurrentDefaultStream",
+        100000,
+        0,
+        || code!(aclrtCtxGetCurrentDefaultStream(ptr::null_mut())),
+    ),
+    case(
+        "configured stream into NULL",
+        "aclrtCreateStreamWithConfig",
+        100000,
+        0,
+        || code!(aclrtCreateStreamWithConfig(ptr::null_mut(), 0, 0)),
+    ),
+    case("stream id into NULL", "aclrtStreamGetId", 100000, 0, || {
+        code!(aclrtStreamGetId(ptr::null_mut(), ptr::null_mut()))
+    }),
+    case(
+        "stream priority into NULL",
+        "aclrtStreamGetPriority",
+        100000,
+        0,
+        || code!(aclrtStreamGetPriority(ptr::null_mut(), ptr::null_mut())),
+    ),
+    case(
+        "stream flags into NULL",
+        "aclrtStreamGetFlags",
+        100000,
+        0,
+        || code!(aclrtStreamGetFlags(ptr::null_mut(), ptr::null_mut())),
+    ),
+    case(
+        "align32 NULL devPtr",
+        "aclrtMallocAlign32",
+        100000,
+        0,
+        || code!(aclrtMallocAlign32(ptr::null_mut(), 1, 0)),
+    ),
+    case("align32 size 0", "aclrtMallocAlign32", 100000, 0, || {
+        let mut p = ptr::null_mut();
+        code!(aclrtMallocAlign32(&mut p, 0, 0))
+    }),
+    case(
+        "free with device sync NULL",
+        "aclrtFreeWithDevSync",
+        100000,
+        0,
+        || code!(aclrtFreeWithDevSync(ptr::null_mut())),
+    ),
+    case("free host NULL", "aclrtFreeHost", 100000, 0, || {
+        code!(aclrtFreeHost(ptr::null_mut()))
+    }),
+    case(
+        "free host with device sync NULL",
+        "aclrtFreeHostWithDevSync",
+        100000,
+        0,
+        || code!(aclrtFreeHostWithDevSync(ptr::null_mut())),
+    ),
+    case(
+        "free memory into NULL",
+        "aclrtGetMemInfo",
+        100000,
+        0,
+        || {
+            let mut total = 0;
+            code!(aclrtGetMemInfo(ACL_HBM_MEM, ptr::null_mut(), &mut total))
+        },
+    ),
+    case(
+        "total memory into NULL",
+        "aclrtGetMemInfo",
+        100000,
+        0,
+        || {
+            let mut free = 0;
+            code!(aclrtGetMemInfo(ACL_HBM_MEM, &mut free, ptr::null_mut()))
+        },
+    ),
+    case("memset NULL", "aclrtMemset", 100000, 0, || {
+        code!(aclrtMemset(ptr::null_mut(), 4, 0, 4))
+    }),
+    case("async memset NULL", "aclrtMemsetAsync", 100000, 0, || {
+        code!(aclrtMemsetAsync(ptr::null_mut(), 4, 0, 4, ptr::null_mut()))
+    }),
+    case(
+        "attributes of NULL",
+        "aclrtPointerGetAttributes",
+        100000,
+        0,
+        || {
+            let mut attributes = aclrtPtrAttributes::default();
+            code!(aclrtPointerGetAttributes(ptr::null(), &mut attributes))
+        },
+    ),
+    case(
+        "attributes into NULL",
+        "aclrtPointerGetAttributes",
+        100000,
+        0,
+        || code!(aclrtPointerGetAttributes(malloc(64), ptr::null_mut())),
+    ),
+    case(
         "bad failure mode",
         "aclrtSetStreamFailureMode",
         100000,
@@ -648,6 +804,9 @@ static PARAM_INVALID: &[Case] = &[
     }),
     case("count > maxCount", "aclrtMemsetAsync", 107000, 0, || {
         code!(aclrtMemsetAsync(malloc(16), 8, 0, 16, ptr::null_mut()))
+    }),
+    case("count > maxCount", "aclrtMemset", 107000, 0, || {
+        code!(aclrtMemset(malloc(16), 8, 0, 16))
     }),
     case("height over 5242880", "aclrtMemcpy2d", 107000, 0, || {
         let (d, h) = (malloc(64), malloc_host(64));
@@ -1240,6 +1399,96 @@ static CONTEXTS_AND_HANDLES: &[Case] = &[
     case("no context", "aclrtSynchronizeStream", 107002, -1, || {
         code!(aclrtSynchronizeStream(ptr::null_mut()))
     }),
+    case(
+        "status of device 99",
+        "aclrtQueryDeviceStatus",
+        107001,
+        -1,
+        || {
+            let mut status = ACL_RT_DEVICE_STATUS_NORMAL;
+            code!(aclrtQueryDeviceStatus(99, &mut status))
+        },
+    ),
+    case(
+        "disable peer 99",
+        "aclrtDeviceDisablePeerAccess",
+        107001,
+        0,
+        || code!(aclrtDeviceDisablePeerAccess(99)),
+    ),
+    case(
+        "no context",
+        "aclrtDeviceDisablePeerAccess",
+        107002,
+        -1,
+        || code!(aclrtDeviceDisablePeerAccess(1)),
+    ),
+    case("no context", "aclrtGetCurrentContext", 107002, -1, || {
+        let mut ctx = ptr::null_mut();
+        code!(aclrtGetCurrentContext(&mut ctx))
+    }),
+    case(
+        "no context",
+        "aclrtCtxGetCurrentDefaultStream",
+        107002,
+        -1,
+        || {
+            let mut s = ptr::null_mut();
+            code!(aclrtCtxGetCurrentDefaultStream(&mut s))
+        },
+    ),
+    case(
+        "no context",
+        "aclrtCreateStreamWithConfig",
+        107002,
+        -1,
+        || {
+            let mut s = ptr::null_mut();
+            code!(aclrtCreateStreamWithConfig(
+                &mut s,
+                0,
+                ACL_STREAM_FAST_LAUNCH
+            ))
+        },
+    ),
+    case("no context", "aclrtGetMemInfo", 107002, -1, || {
+        let (mut free, mut total) = (0, 0);
+        code!(aclrtGetMemInfo(ACL_HBM_MEM, &mut free, &mut total))
+    }),
+    case("no context", "aclrtMallocAlign32", 107002, -1, || {
+        let mut p = ptr::null_mut();
+        code!(aclrtMallocAlign32(&mut p, 64, 0))
+    }),
+    case(
+        "priority of a stale stream",
+        "aclrtStreamGetPriority",
+        107017,
+        0,
+        || {
+            let mut priority = 0;
+            code!(aclrtStreamGetPriority(destroyed_stream(), &mut priority))
+        },
+    ),
+    case(
+        "flags of a stale stream",
+        "aclrtStreamGetFlags",
+        107017,
+        0,
+        || {
+            let mut flags = 0;
+            code!(aclrtStreamGetFlags(destroyed_stream(), &mut flags))
+        },
+    ),
+    case(
+        "id of a stale stream",
+        "aclrtStreamGetId",
+        107017,
+        0,
+        || {
+            let mut id = 0;
+            code!(aclrtStreamGetId(destroyed_stream(), &mut id))
+        },
+    ),
     case(
         "destroy the primary context",
         "aclrtDestroyContext",
