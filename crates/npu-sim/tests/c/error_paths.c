@@ -1,0 +1,216 @@
+/* Documented error paths of the device, context, stream, event, notify, memory, execution
+ * control and exception functions, as a CANN program sees them: each call returns the code
+ * CANN's headers name for it, and a call that fails leaves its outputs as they were. Prints a
+ * line for each mismatch, then how many paths were checked. */
+#include <stdint.h>
+
+#include "check.h"
+
+static int g_checked;
+static int g_wrong;
+
+/* What a failed call must not overwrite. */
+static int g_anchor;
+#define SENTINEL ((void *)&g_anchor)
+
+static const char *recent(void) {
+    const char *message = aclGetRecentErrMsg();
+    return message != NULL ? message : "";
+}
+
+static void expect(const char *call, aclError got, aclError want) {
+    ++g_checked;
+    if (got != want) {
+        ++g_wrong;
+        printf("%s returned %d, expected %d: %s\n", call, (int)got, (int)want, recent());
+    }
+}
+
+static void holds(const char *what, int ok) {
+    ++g_checked;
+    if (!ok) {
+        ++g_wrong;
+        printf("%s does not hold\n", what);
+    }
+}
+
+#define EXPECT(call, want) expect(#call, (call), (want))
+#define KEPT(condition) holds("output kept: " #condition, (condition))
+
+static void no_callback(void *data) { (void)data; }
+
+static void no_exception(aclrtExceptionInfo *info) { (void)info; }
+
+/* Before any device is set: the calls that need a current context, and unknown devices. */
+static void without_a_device(int32_t count) {
+    int32_t device = -7;
+    aclrtContext context = SENTINEL;
+    aclrtStream stream = SENTINEL;
+    aclrtEvent event = SENTINEL;
+    void *memory = SENTINEL;
+    size_t free_bytes = 7, total_bytes = 7;
+    aclrtDeviceStatus status = ACL_RT_DEVICE_STATUS_ABNORMAL;
+    int64_t value = -7;
+
+    EXPECT(aclrtGetDevice(&device), ACL_ERROR_RT_CONTEXT_NULL);
+    KEPT(device == -7);
+    EXPECT(aclrtGetCurrentContext(&context), ACL_ERROR_RT_CONTEXT_NULL);
+    KEPT(context == SENTINEL);
+    EXPECT(aclrtCreateStream(&stream), ACL_ERROR_RT_CONTEXT_NULL);
+    KEPT(stream == SENTINEL);
+    EXPECT(aclrtCreateEvent(&event), ACL_ERROR_RT_CONTEXT_NULL);
+    KEPT(event == SENTINEL);
+    EXPECT(aclrtMalloc(&memory, 64, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_RT_CONTEXT_NULL);
+    KEPT(memory == SENTINEL);
+    EXPECT(aclrtGetMemInfo(ACL_HBM_MEM, &free_bytes, &total_bytes), ACL_ERROR_RT_CONTEXT_NULL);
+    KEPT(free_bytes == 7 && total_bytes == 7);
+    EXPECT(aclrtSynchronizeDevice(), ACL_ERROR_RT_CONTEXT_NULL);
+    EXPECT(aclrtSetDevice(count), ACL_ERROR_RT_INVALID_DEVICEID);
+    EXPECT(aclrtResetDevice(0), ACL_ERROR_RT_CONTEXT_RELEASE_ERROR);
+    EXPECT(aclrtGetDeviceCount(NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtQueryDeviceStatus(count, &status), ACL_ERROR_RT_INVALID_DEVICEID);
+    KEPT(status == ACL_RT_DEVICE_STATUS_ABNORMAL);
+    EXPECT(aclrtGetDeviceInfo((uint32_t)count, ACL_DEV_ATTR_AICORE_CORE_NUM, &value),
+           ACL_ERROR_RT_INVALID_DEVICEID);
+    KEPT(value == -7);
+}
+
+static int devices_and_contexts(int32_t count) {
+    int32_t can = -7;
+    aclrtContext context = SENTINEL, primary = NULL;
+    int64_t value = -7;
+
+    EXPECT(aclrtDeviceCanAccessPeer(&can, 0, 0), ACL_ERROR_INVALID_PARAM);
+    KEPT(can == -7);
+    EXPECT(aclrtDeviceEnablePeerAccess(0, 0), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtDeviceDisablePeerAccess(0), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtDeviceDisablePeerAccess(count), ACL_ERROR_RT_INVALID_DEVICEID);
+    EXPECT(aclrtSynchronizeDeviceWithTimeout(0), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtCreateContext(NULL, 0), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtCreateContext(&context, count), ACL_ERROR_RT_INVALID_DEVICEID);
+    KEPT(context == SENTINEL);
+    CHECK(aclrtGetCurrentContext(&primary));
+    EXPECT(aclrtDestroyContext(primary), ACL_ERROR_RT_CONTEXT_NULL);
+    EXPECT(aclrtCtxGetSysParamOpt(ACL_OPT_DETERMINISTIC, &value),
+           ACL_ERROR_RT_SYSPARAMOPT_NOT_SET);
+    KEPT(value == -7);
+    return 0;
+}
+
+static int streams(void) {
+    aclrtStream default_stream = NULL, stream = NULL, persistent = NULL;
+    aclmdlRI instance = NULL;
+    uint32_t priority = 99;
+
+    EXPECT(aclrtCreateStreamWithConfig(NULL, 0, 0), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtDestroyStream(NULL), ACL_ERROR_INVALID_PARAM);
+    CHECK(aclrtCtxGetCurrentDefaultStream(&default_stream));
+    EXPECT(aclrtDestroyStream(default_stream), ACL_ERROR_RT_PARAM_INVALID);
+    CHECK(aclrtCreateStream(&stream));
+    CHECK(aclrtDestroyStream(stream));
+    EXPECT(aclrtStreamGetPriority(stream, &priority), ACL_ERROR_RT_INVALID_HANDLE);
+    KEPT(priority == 99);
+    EXPECT(aclrtSynchronizeStreamWithTimeout(NULL, 0), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtStreamStop(NULL), ACL_ERROR_INVALID_PARAM);
+
+    /* A stream bound to a model runtime instance is not one aclrtStreamStop or
+     * aclrtStreamAbort takes; unbound, it is. Flag 0 is ACL_MODEL_STREAM_FLAG_HEAD. */
+    CHECK(aclrtCreateStreamWithConfig(&persistent, 0, ACL_STREAM_PERSISTENT));
+    CHECK(aclmdlRIBuildBegin(&instance, 0));
+    CHECK(aclmdlRIBindStream(instance, persistent, 0));
+    EXPECT(aclrtStreamStop(persistent), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    EXPECT(aclrtStreamAbort(persistent), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    CHECK(aclmdlRIBuildEnd(instance, NULL));
+    CHECK(aclmdlRIUnbindStream(instance, persistent));
+    EXPECT(aclrtStreamAbort(persistent), ACL_SUCCESS);
+    CHECK(aclmdlRIDestroy(instance));
+    CHECK(aclrtDestroyStream(persistent));
+    return 0;
+}
+
+static int events_and_notifies(void) {
+    aclrtEvent event = SENTINEL, ex = NULL;
+    aclrtNotify notify = SENTINEL;
+    aclrtEventWaitStatus wait_status = ACL_EVENT_WAIT_STATUS_RESERVED;
+    aclrtEventRecordedStatus recorded = ACL_EVENT_RECORDED_STATUS_NOT_READY;
+
+    EXPECT(aclrtCreateEventWithFlag(&event, 0), ACL_ERROR_RT_PARAM_INVALID);
+    KEPT(event == SENTINEL);
+    /* A NULL event is refused before the timeout is looked at. */
+    EXPECT(aclrtSynchronizeEventWithTimeout(NULL, 0), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtStreamWaitEventWithTimeout(NULL, NULL, -1), ACL_ERROR_INVALID_PARAM);
+    CHECK(aclrtCreateEvent(&event));
+    EXPECT(aclrtSynchronizeEventWithTimeout(event, 0), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtStreamWaitEventWithTimeout(NULL, event, -1), ACL_ERROR_RT_PARAM_INVALID);
+    CHECK(aclrtCreateEventExWithFlag(&ex, ACL_EVENT_SYNC));
+    EXPECT(aclrtResetEvent(ex, NULL), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    EXPECT(aclrtQueryEventWaitStatus(ex, &wait_status), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    KEPT(wait_status == ACL_EVENT_WAIT_STATUS_RESERVED);
+    /* Never recorded, an Ex event has no task to wait for. */
+    CHECK(aclrtQueryEventStatus(ex, &recorded));
+    holds("a never-recorded Ex event is complete",
+          recorded == ACL_EVENT_RECORDED_STATUS_COMPLETE);
+    CHECK(aclrtDestroyEvent(ex));
+    CHECK(aclrtDestroyEvent(event));
+    EXPECT(aclrtCreateNotify(&notify, 2), ACL_ERROR_RT_PARAM_INVALID);
+    KEPT(notify == SENTINEL);
+    return 0;
+}
+
+static int memory(void) {
+    void *out = SENTINEL, *dev = NULL, *host = NULL, *other_host = NULL;
+
+    EXPECT(aclrtMalloc(&out, 0, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_INVALID_PARAM);
+    KEPT(out == SENTINEL);
+    EXPECT(aclrtMallocHost(&out, 0), ACL_ERROR_INVALID_PARAM);
+    KEPT(out == SENTINEL);
+    EXPECT(aclrtFree(NULL), ACL_ERROR_INVALID_PARAM);
+    CHECK(aclrtMalloc(&dev, 64, ACL_MEM_MALLOC_HUGE_FIRST));
+    CHECK(aclrtMallocHost(&host, 64));
+    CHECK(aclrtMallocHost(&other_host, 64));
+    EXPECT(aclrtFreeHost(dev), ACL_ERROR_RT_MEMORY_FREE);
+    EXPECT(aclrtMemcpy(dev, 4, host, 8, ACL_MEMCPY_HOST_TO_DEVICE), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtMemcpyAsync(other_host, 64, host, 64, ACL_MEMCPY_HOST_TO_HOST, NULL),
+           ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    EXPECT(aclrtMemcpy2dAsync(dev, 64, host, 64, 64, 1, ACL_MEMCPY_HOST_TO_HOST, NULL),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemcpy2dAsync(dev, 64, host, 64, 64, 5242881, ACL_MEMCPY_HOST_TO_DEVICE, NULL),
+           ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtMemset(dev, 8, 0, 16), ACL_ERROR_RT_PARAM_INVALID);
+    CHECK(aclrtFreeHost(other_host));
+    CHECK(aclrtFreeHost(host));
+    CHECK(aclrtFree(dev));
+    return 0;
+}
+
+static void execution_and_exceptions(void) {
+    EXPECT(aclrtProcessReport(0), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtLaunchCallback(no_callback, NULL, ACL_CALLBACK_BLOCK, NULL),
+           ACL_ERROR_RT_STREAM_NO_CB_REG);
+    EXPECT(aclrtExceptionInfoCallbackRegister(NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtExceptionInfoCallbackUnregister(no_exception), ACL_SUCCESS);
+    holds("the task id of no exception info is 0xFFFFFFFF",
+          aclrtGetTaskIdFromExceptionInfo(NULL) == 0xFFFFFFFFu);
+    EXPECT(aclrtDeviceTaskAbort(0, 36u * 60u * 1000u + 1u), ACL_ERROR_INVALID_PARAM);
+    /* The thread's last error is the failure's until aclrtGetLastError clears it. */
+    EXPECT(aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtGetLastError(ACL_RT_THREAD_LEVEL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtGetLastError(ACL_RT_THREAD_LEVEL), ACL_SUCCESS);
+}
+
+int main(void) {
+    uint32_t count = 0;
+    CHECK(aclInit(NULL));
+    CHECK(aclrtGetDeviceCount(&count));
+    without_a_device((int32_t)count);
+    CHECK(aclrtSetDevice(0));
+    if (devices_and_contexts((int32_t)count) != 0 || streams() != 0 ||
+        events_and_notifies() != 0 || memory() != 0) {
+        return 1;
+    }
+    execution_and_exceptions();
+    CHECK(aclrtResetDevice(0));
+    CHECK(aclFinalize());
+    printf("%d error paths checked, %d wrong\n", g_checked, g_wrong);
+    return 0;
+}
