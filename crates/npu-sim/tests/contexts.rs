@@ -265,6 +265,21 @@ fn device_information() {
     assert_eq!(info(ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE), 16 << 30);
     assert_eq!(info(ACL_DEV_ATTR_AICORE_CORE_NUM), 20);
     assert_eq!(info(ACL_DEV_ATTR_NPU_ARCH), 2201);
+    // SIMT attributes read 0 on an Atlas A2; the host link and the form factor, which only an
+    // Ascend 950 reports, fail there, and the value is left as it was.
+    assert_eq!(info(ACL_DEV_ATTR_WARP_SIZE), 0);
+    for attr in [
+        ACL_DEV_ATTR_HD_CONNECT_TYPE,
+        ACL_DEV_ATTR_DEVICE_FORM_FACTOR,
+    ] {
+        let mut value = -7;
+        fails!(
+            aclrtGetDeviceInfo(1, attr, &mut value),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "aclrtGetDeviceInfo"
+        );
+        assert_eq!(value, -7);
+    }
     // SAFETY: a non-NULL result is a NUL-terminated static string.
     let soc = unsafe { CStr::from_ptr(aclrtGetSocName()) };
     assert_eq!(soc.to_str().unwrap(), "Ascend910B3");

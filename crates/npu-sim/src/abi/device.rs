@@ -164,6 +164,8 @@ pub unsafe extern "C" fn aclrtGetDeviceCount(count: *mut u32) -> aclError {
 }
 
 /// Device attributes of the simulated SoC (an Ascend 910B3: 20 AI cores, 40 vector cores).
+/// The SIMT attributes read 0, as on every product but the Ascend 950; HD_CONNECT_TYPE and
+/// DEVICE_FORM_FACTOR, which only the Ascend 950 answers, → 207000; unknown → 107000.
 ///
 /// # Safety
 /// `value` must be NULL or valid for a write.
@@ -191,8 +193,10 @@ pub unsafe extern "C" fn aclrtGetDeviceInfo(
             | ACL_DEV_ATTR_CUST_OP_PRIVILEGE
             | ACL_DEV_ATTR_MAINBOARD_ID
             | ACL_DEV_ATTR_IS_VIRTUAL => 0,
-            ACL_DEV_ATTR_HD_CONNECT_TYPE => 0,
-            ACL_DEV_ATTR_DEVICE_FORM_FACTOR => 3,
+            // The reference: only the Ascend 950 answers these two; other products fail.
+            ACL_DEV_ATTR_HD_CONNECT_TYPE | ACL_DEV_ATTR_DEVICE_FORM_FACTOR => {
+                return super::check::unsupported_on_a2(&format!("device attribute {attr}"));
+            }
             ACL_DEV_ATTR_NPU_ARCH => 2201,
             other => fail!(
                 ACL_ERROR_RT_PARAM_INVALID,
