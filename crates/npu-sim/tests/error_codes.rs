@@ -1866,6 +1866,63 @@ static RESOURCES: &[Case] = &[
         let mut d = ptr::null_mut();
         code!(aclrtHostRegister(pageable(1 << 16), 4096, 0x1, &mut d))
     }),
+    // The reserved registration options, which the reference says are not supported yet.
+    case(
+        "register type IOMEMORY",
+        "aclrtHostRegister",
+        207000,
+        0,
+        || {
+            let mut d = ptr::null_mut();
+            code!(aclrtHostRegister(
+                pageable(1 << 16),
+                4096,
+                ACL_HOST_REGISTER_IOMEMORY,
+                &mut d
+            ))
+        },
+    ),
+    case(
+        "register type READONLY",
+        "aclrtHostRegister",
+        207000,
+        0,
+        || {
+            let mut d = ptr::null_mut();
+            code!(aclrtHostRegister(
+                pageable(1 << 16),
+                4096,
+                ACL_HOST_REGISTER_READONLY,
+                &mut d
+            ))
+        },
+    ),
+    case(
+        "register flag MAPPED | IOMEMORY",
+        "aclrtHostRegisterV2",
+        207000,
+        0,
+        || {
+            code!(aclrtHostRegisterV2(
+                pageable(1 << 16),
+                4096,
+                ACL_HOST_REG_MAPPED | ACL_HOST_REG_IOMEMORY
+            ))
+        },
+    ),
+    case(
+        "register flag READONLY",
+        "aclrtHostRegisterV2",
+        207000,
+        0,
+        || {
+            code!(aclrtHostRegisterV2(
+                pageable(1 << 16),
+                4096,
+                ACL_HOST_REG_READONLY
+            ))
+        },
+    ),
     case("more than the capacity", "aclrtMalloc", 207001, 0, || {
         let mut p = ptr::null_mut();
         code!(aclrtMalloc(&mut p, 2 << 30, 0))

@@ -43,9 +43,10 @@ fn register(ptr: *mut c_void, size: u64, mapped: bool, pin: bool) -> Res<()> {
 }
 
 /// Registers (maps) host memory for device access; `*devPtr` receives the device alias (on
-/// the simulator, the same address). `ptr` must be 4 KiB aligned (107000); type bits other
-/// than IOMEMORY/READONLY → 207000 (IOMEMORY and READONLY are accepted and have no effect);
-/// device memory, or memory the runtime took back → 107000.
+/// the simulator, the same address). `ptr` must be 4 KiB aligned (107000); a type other than
+/// ACL_HOST_REGISTER_MAPPED → 207000 (IOMEMORY and READONLY are reserved options the
+/// reference says are not supported yet); device memory, or memory the runtime took back →
+/// 107000.
 ///
 /// # Safety
 /// `ptr` must be host memory valid for `size` bytes while registered; `devPtr` NULL or
@@ -62,9 +63,10 @@ pub unsafe extern "C" fn aclrtHostRegister(
         non_null(devPtr, "devPtr")?;
         ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
         ensure!(
-            type_ & !(ACL_HOST_REGISTER_IOMEMORY | ACL_HOST_REGISTER_READONLY) == 0,
+            type_ == ACL_HOST_REGISTER_MAPPED,
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            "registration type {type_:#x} is not supported"
+            "registration type {type_:#x} is not supported: only ACL_HOST_REGISTER_MAPPED is \
+             (IOMEMORY and READONLY are reserved)"
         );
         context::current(sim()?)?;
         // Only the V1 call checks the page alignment the reference asks of both: aclrtHostRegisterV2
@@ -81,7 +83,8 @@ pub unsafe extern "C" fn aclrtHostRegister(
 
 /// Registers host memory with flags (MAPPED: device-accessible through
 /// aclrtHostGetDevicePointer; PINNED: page-locked, for pageable memory only). No valid bit or
-/// an unknown bit → 107000; any host address is accepted (unlike aclrtHostRegister, no
+/// an unknown bit → 107000; the reserved IOMEMORY and READONLY, which the reference says are
+/// not supported yet → 207000; any host address is accepted (unlike aclrtHostRegister, no
 /// alignment check), device memory or memory the runtime took back is not (107000); overlap
 /// with a registered range (or PINNED on aclrtMallocHost memory) → 507910.
 ///
@@ -100,6 +103,12 @@ pub unsafe extern "C" fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: 
             flag != 0 && flag & !known == 0,
             ACL_ERROR_RT_PARAM_INVALID,
             "flag {flag:#x} has no valid bit or an unknown bit"
+        );
+        ensure!(
+            flag & (ACL_HOST_REG_IOMEMORY | ACL_HOST_REG_READONLY) == 0,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "flag {flag:#x} asks for ACL_HOST_REG_IOMEMORY or ACL_HOST_REG_READONLY, reserved \
+             options that are not supported"
         );
         register(
             ptr,
