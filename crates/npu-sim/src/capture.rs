@@ -317,8 +317,9 @@ pub(crate) fn wait_dependency(stream: &Arc<Stream>, record: &Record) -> Res<bool
 
 /// The capture an EXTERNAL record or wait of `event` on `stream` goes into: the event must be
 /// an aclrtCreateEventExWithFlag(ACL_EVENT_SYNC) event (ACL_ERROR_RT_PARAM_INVALID), the
-/// stream being captured (ACL_ERROR_RT_STREAM_NOT_CAPTURED), the event not used EXTERNAL in
-/// the capture before.
+/// stream being captured (ACL_ERROR_RT_STREAM_NOT_CAPTURED) into an instance that is not a
+/// conditional task's branch (ACL_ERROR_RT_PARAM_INVALID), the event not used EXTERNAL in the
+/// capture before.
 pub(crate) fn external_capture(stream: &Stream, event: &Event) -> Res<Arc<Capture>> {
     ensure!(
         event.ex && event.flags == ACL_EVENT_SYNC,
@@ -333,6 +334,15 @@ pub(crate) fn external_capture(stream: &Stream, event: &Event) -> Res<Arc<Captur
         );
     };
     capture.check_valid()?;
+    // The reference: neither is supported in a sub-graph, a branch of a conditional task
+    // (captured with aclmdlRICaptureToModelRIBegin).
+    ensure!(
+        !capture.model.is_branch(),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "stream {} captures a branch of a conditional task (a sub-graph), which takes no \
+         EXTERNAL record or wait",
+        stream.id
+    );
     capture.claim_external(event)?;
     Ok(capture)
 }

@@ -511,6 +511,47 @@ fn a_wait_after_a_branch_not_taken_does_not_wait_for_its_record() {
     acl!(aclrtDestroyStream(stream));
 }
 
+/// The reference supports EXTERNAL records and waits in a capture's main graph only: a stream
+/// capturing a branch of a conditional task (a sub-graph) refuses both (107000), while the
+/// capture holding the conditional task takes them.
+#[test]
+fn a_branch_capture_takes_no_external_record_or_wait() {
+    install();
+    set_device(0);
+    let (mut recorded, mut waited) = (ptr::null_mut(), ptr::null_mut());
+    acl!(aclrtCreateEventExWithFlag(&mut recorded, ACL_EVENT_SYNC));
+    acl!(aclrtCreateEventExWithFlag(&mut waited, ACL_EVENT_SYNC));
+    let (stream, _, _, branches) = capture_cond(ACL_MODEL_RI_COND_TYPE_IF, 1, 0, 0);
+    acl!(aclrtRecordEventWithFlag(
+        recorded,
+        stream,
+        ACL_EVENT_RECORD_EXTERNAL
+    ));
+    acl!(aclrtStreamWaitEventWithFlag(
+        stream,
+        waited,
+        0,
+        ACL_EVENT_WAIT_EXTERNAL
+    ));
+    let model = capture_end(stream);
+    capture_branch(branches[0], |branch| {
+        fails!(
+            aclrtRecordEventWithFlag(recorded, branch, ACL_EVENT_RECORD_EXTERNAL),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "aclrtRecordEventWithFlag"
+        );
+        fails!(
+            aclrtStreamWaitEventWithFlag(branch, waited, 0, ACL_EVENT_WAIT_EXTERNAL),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "aclrtStreamWaitEventWithFlag"
+        );
+    });
+    acl!(aclmdlRIDestroy(model));
+    acl!(aclrtDestroyEvent(recorded));
+    acl!(aclrtDestroyEvent(waited));
+    acl!(aclrtDestroyStream(stream));
+}
+
 /// In a built instance, a wait for an event recorded on another of its streams, behind a
 /// switch not taken, waits for the record only if the execution has run it.
 #[test]
