@@ -505,7 +505,7 @@ fn devices_and_information_flow_in_c() {
          cube cores for this thread: 10\n\
          after reset: 20\n\
          atomics on the host: simt add 0x0, dma add 0x3d; on device 1: 0x0, 0x3d\n\
-         task update 0, own soc compatible 1, 2 cann attributes, bf16 1\n\
+         task update 1, own soc compatible 1, 2 cann attributes, bf16 1\n\
          0.5 as half 0x3800, back 0.5, float is 4 bytes\n\
          device info ok\n"
     );

@@ -67,8 +67,13 @@ pub unsafe extern "C" fn aclrtGetDeviceCapability(
         non_null(value, "value")?;
         sim()?.device(deviceId.into())?;
         match devFeatureType {
-            ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV
-            | ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV => {
+            // The simulator patches AI Core tasks of a model instance (aclrtTaskUpdateAsync
+            // with ACL_RT_UPDATE_AIC_AIV_TASK), as the Atlas A2 it models does.
+            ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV => {
+                write_out(value, "value", ACL_DEV_FEATURE_SUPPORT as i32)
+            }
+            // It has no queues.
+            ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV => {
                 write_out(value, "value", ACL_DEV_FEATURE_NOT_SUPPORT as i32)
             }
             other => fail!(ACL_ERROR_RT_PARAM_INVALID, "unknown device feature {other}"),
