@@ -22,7 +22,8 @@ impl Stream {
     /// trapped (`ACL_ERROR_RT_AICORE_EXCEPTION`, 507015, or 507035 on the vector engine).
     ///
     /// Rejected before ACL is called, with [`Error::InvalidArgument`]: `blocks` = 0, a function
-    /// or buffer of another runtime, a buffer of another device, more than
+    /// or buffer of another runtime, a function or buffer of another device than the
+    /// stream's, more than
     /// [`ArgPacker::MAX_ARGS`](npu_core::ArgPacker::MAX_ARGS) values or more than
     /// [`ArgPacker::MAX_BYTES`](npu_core::ArgPacker::MAX_BYTES) bytes of arguments. The launch
     /// binds the function's context, the one its binary was loaded in, so a stream of another
@@ -166,6 +167,15 @@ impl Stream {
                     )
                 })?;
                 self.check_runtime(api, "function", function.context())?;
+                // The arguments are checked against the function's device (`ArgWriter`), and
+                // the kernel runs on the stream's. A function of another device is refused
+                // here rather than left to the runtime: the reference does not say that
+                // aclrtLaunchKernelWithHostArgs refuses a stream of another context, and a
+                // runtime that ran it would hand this device's kernel addresses checked for
+                // another device. (A stream of another context of the same device is still
+                // the runtime's to refuse: device memory belongs to the device, so the
+                // arguments are valid there either way.)
+                self.check_device(api, "function", function.context())?;
                 let mut writer = ArgWriter::new(api, function.context());
                 match catch_unwind(AssertUnwindSafe(|| args.pack(&mut writer))) {
                     Ok(packed) => packed?,
