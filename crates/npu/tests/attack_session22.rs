@@ -72,7 +72,7 @@ fn pinned_allocations() -> u64 {
 /// while its copy is queued, or never freed.
 #[test]
 fn pinned_memory_of_another_devices_context_outlives_its_handles_under_a_copy() {
-    let (_guard, d0, d1) = exclusive(None);
+    let (_guard, d0, d1) = exclusive(Some(3));
     let baseline = live_objects(&d0);
     for strategy in STRATEGIES {
         for (here, there) in [(&d0, &d1), (&d1, &d0)] {
@@ -118,7 +118,7 @@ fn pinned_memory_of_another_devices_context_outlives_its_handles_under_a_copy() 
 /// memory), and be unregistered after.
 #[test]
 fn a_registration_of_another_devices_context_stays_registered_under_its_copies() {
-    let (_guard, d0, d1) = exclusive(None);
+    let (_guard, d0, d1) = exclusive(Some(3));
     let baseline = live_objects(&d1);
     for strategy in STRATEGIES {
         let what = format!("{strategy:?}");
@@ -165,7 +165,7 @@ fn a_registration_of_another_devices_context_stays_registered_under_its_copies()
 /// Nothing leaks.
 #[test]
 fn launches_across_contexts_and_devices_are_refused_by_name_and_hand_arguments_back() {
-    let (_guard, d0, d1) = exclusive(None);
+    let (_guard, d0, d1) = exclusive(Some(3));
     let baseline = [live_objects(&d0), live_objects(&d1)];
     let other = d0.device().create_context().unwrap();
     let (here, there) = (fill_function(&other), fill_function(&d1));
@@ -253,7 +253,7 @@ fn launches_across_contexts_and_devices_are_refused_by_name_and_hand_arguments_b
 /// first stream is aborted (a free queued late, or twice, would free the new owner's block).
 #[test]
 fn a_pool_allocation_discarded_by_a_stop_or_an_abort_is_freed_once_and_never_under_a_new_owner() {
-    let (_guard, ctx, _) = exclusive(None);
+    let (_guard, ctx, _) = exclusive(Some(3));
     let baseline = live_memory(&ctx);
     for strategy in STRATEGIES {
         for stop in [true, false] {
@@ -311,7 +311,7 @@ fn a_pool_allocation_discarded_by_a_stop_or_an_abort_is_freed_once_and_never_und
 /// stopped. Each refusal names `Event::elapsed` or is ACL's error.
 #[test]
 fn event_timing_across_streams_and_contexts_is_a_duration_or_a_typed_error() {
-    let (_guard, d0, d1) = exclusive(None);
+    let (_guard, d0, d1) = exclusive(Some(3));
     let other = d0.device().create_context().unwrap();
     for strategy in STRATEGIES {
         let what = format!("{strategy:?}");
@@ -399,7 +399,7 @@ fn event_timing_across_streams_and_contexts_is_a_duration_or_a_typed_error() {
 /// synchronisation after. Each returns with the right bytes.
 #[test]
 fn blocking_calls_inside_tokio_runtimes_return_once_the_device_is_released() {
-    let (_guard, ctx, _) = exclusive(None);
+    let (_guard, ctx, _) = exclusive(Some(3));
     let baseline = live_memory(&ctx);
     let runtimes: [(&str, MakeRuntime); 3] = [
         ("current-thread", || {
@@ -463,7 +463,7 @@ fn blocking_calls_inside_tokio_runtimes_return_once_the_device_is_released() {
 /// memset fails, and after an abort the context synchronises cleanly. All three strategies.
 #[test]
 fn synchronous_calls_beside_a_stopped_stream_give_typed_errors_not_a_hang() {
-    let (_guard, d0, _) = exclusive(None);
+    let (_guard, d0, _) = exclusive(Some(3));
     let baseline = live_objects(&d0);
     for strategy in STRATEGIES {
         let what = format!("{strategy:?}");
@@ -507,7 +507,7 @@ fn synchronous_calls_beside_a_stopped_stream_give_typed_errors_not_a_hang() {
 /// stream keeps working.
 #[test]
 fn events_of_every_flag_and_kind_give_results_or_typed_errors() {
-    let (_guard, d0, _) = exclusive(None);
+    let (_guard, d0, _) = exclusive(Some(3));
     let typed = |err: &Error| err.acl_code().is_some() || invalid(err).0 == "Event::elapsed";
     for strategy in STRATEGIES {
         let s = stream(&d0, strategy);
@@ -567,7 +567,7 @@ fn events_of_every_flag_and_kind_give_results_or_typed_errors() {
 /// and nothing leaks.
 #[test]
 fn staged_copies_through_another_devices_pool_or_on_a_dead_stream_give_everything_back() {
-    let (_guard, d0, d1) = exclusive(None);
+    let (_guard, d0, d1) = exclusive(Some(3));
     let baseline = live_objects(&d0);
     for strategy in STRATEGIES {
         let what = format!("{strategy:?}");
@@ -619,3 +619,48 @@ type MakeRuntime = fn() -> tokio::runtime::Runtime;
 fn dst_of(ctx: &Context) -> DeviceBuffer<u32> {
     DeviceBuffer::<u32>::new(ctx, 1024).unwrap()
 }
+
+/// Rules 1 to 3 for pinned host memory whose device is lost under it: pinned buffers of device
+/// 2's explicit and primary contexts are copied to and from device 0 on its held stream when
+/// device 2 is lost (the simulator's fault injection; device 2 is this file's doomed device,
+/// lost for the rest of the process). The memory must not go with the device: both copies run
+/// with their bytes once device 0 is released, a third pinned buffer of the lost device's
+/// context still serves a healthy stream, and every pinned allocation is freed afterwards
+/// (freeing binds the lost device's context). Opening the lost device is a typed error.
+#[test]
+fn pinned_memory_of_a_lost_device_keeps_serving_other_devices_and_is_freed() {
+    let (_guard, d0, _) = exclusive(Some(3));
+    let before = pinned_allocations();
+    let doomed = Device::open(DOOMED).unwrap();
+    let owner = doomed.create_context().unwrap();
+    let src = PinnedBuffer::from_slice(&owner, &[7u8; 4096]).unwrap();
+    let dst = PinnedBuffer::<u8>::new(doomed.primary_context(), 4096).unwrap();
+    let spare = PinnedBuffer::<u8>::from_slice(&owner, &[1u8; 4096]).unwrap();
+    let on_device = DeviceBuffer::<u8>::from_host_blocking(&d0, &[9u8; 4096]).unwrap();
+    let s = stream(&d0, npu::stream::Strategy::EventPoll);
+    let held = sim::hold(&d0.device()).unwrap();
+    let upload = s.copy_h2d(src, DeviceBuffer::<u8>::new(&d0, 4096).unwrap());
+    let download = s.copy_d2h(on_device, dst);
+    sim::lose(&doomed).unwrap();
+    assert_eq!(
+        pinned_allocations(),
+        before + 3,
+        "kept with the device lost"
+    );
+    held.release().unwrap();
+    let (src, landed) = run(upload).unwrap();
+    assert_eq!(landed.to_vec_blocking().unwrap(), [7; 4096]);
+    let (_, dst) = run(download).unwrap();
+    assert_eq!((&dst[..], &src[..]), (&[9; 4096][..], &[7; 4096][..]));
+    let landing = DeviceBuffer::<u8>::new(&d0, 4096).unwrap();
+    let (spare, landed) = run(s.copy_h2d(spare, landing)).unwrap();
+    assert_eq!(landed.to_vec_blocking().unwrap(), [1; 4096]);
+    drop((src, dst, spare, owner, doomed));
+    until_released("the lost device's pinned memory freed", || {
+        pinned_allocations() == before
+    });
+    assert!(Device::open(DOOMED).unwrap_err().acl_code().is_some());
+}
+
+/// Device 2, lost by the test above for the rest of the process.
+const DOOMED: u32 = 2;
