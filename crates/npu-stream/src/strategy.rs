@@ -252,9 +252,13 @@ pub(crate) fn complete_after(
     result: Result<()>,
     after: Option<Completion>,
 ) {
-    // Discarded by an abort: say so, whatever the device reported for the dropped task.
+    // Discarded by an abort: say so, whatever the device reported for the dropped task. The
+    // runtime's own code for a discard counts only for work an abort of this stream may have
+    // discarded: a wait of this stream that ran and found its record dropped by another
+    // stream's abort fails with the same code, and was not discarded (the work after it ran).
     let result = result.map_err(|err| {
-        let discarded = err.acl_code() == Some(npu_core::AclCode::STREAM_ABORT);
+        let discarded = err.acl_code() == Some(npu_core::AclCode::STREAM_ABORT)
+            && stream.abort_may_have_discarded(op);
         match discarded || stream.aborted(op) {
             true => Error::Aborted { api: op.api },
             false => err,

@@ -662,5 +662,50 @@ fn pinned_memory_of_a_lost_device_keeps_serving_other_devices_and_is_freed() {
     assert!(Device::open(DOOMED).unwrap_err().acl_code().is_some());
 }
 
+/// "A typed error that says what happened" for a stream that waits on a record another
+/// stream's abort discarded: stream `a` records an event behind held work, stream `b` waits on
+/// it (`wait_event`, and `wait_event_timeout` as an operation of its own) with work queued
+/// after the waits, and `a` is aborted. `a`'s work is discarded (`Error::Aborted`), but `b` was
+/// not aborted: its waits ran and failed (the record can never be reached: the runtime's
+/// `ACL_ERROR_RT_STREAM_ABORT`, which `is_aborted` still reports), and the work queued after
+/// them ran. `Error::Aborted` there ("discarded: its stream was aborted", which promises the
+/// device never ran it) would tell the caller that `b` lost its queue when it did not.
+#[test]
+fn a_wait_on_a_record_another_streams_abort_discarded_is_not_reported_as_aborted() {
+    let (_guard, d0, _) = exclusive(Some(3));
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let (a, b) = (stream(&d0, strategy), stream(&d0, strategy));
+        let event = Event::new(&d0).unwrap();
+        let held = sim::hold(&d0.device()).unwrap();
+        let discarded = a.memset(DeviceBuffer::<u8>::new(&d0, 64).unwrap(), 1);
+        event.record(&a).unwrap();
+        b.wait_event(&event).unwrap();
+        let timed = b.wait_event_timeout(&event, Duration::from_secs(60));
+        let after = b.memset(DeviceBuffer::<u8>::new(&d0, 64).unwrap(), 2);
+        run(a.abort()).unwrap();
+        held.release().unwrap();
+        let err = run(discarded).unwrap_err().error;
+        assert!(matches!(err, Error::Aborted { .. }), "{what}: {err}");
+        assert!(run(event.wait()).unwrap_err().is_aborted(), "{what}");
+        let err = run(timed).unwrap_err().error;
+        assert!(err.is_aborted(), "{what}: {err}");
+        assert!(
+            matches!(&err, Error::Acl(acl) if acl.api == "aclrtStreamWaitEventWithTimeout"),
+            "{what}: b's timed wait ran and failed, it was not discarded: {err}"
+        );
+        let after = run(after).unwrap();
+        assert_eq!(after.to_vec_blocking().unwrap(), [2; 64], "{what}: ran");
+        let err = run(b.synchronize()).unwrap_err().error;
+        assert!(err.is_aborted(), "{what}: {err}");
+        assert!(
+            matches!(&err, Error::Acl(acl) if acl.api == "aclrtStreamWaitEvent"),
+            "{what}: b's wait ran and failed, it was not discarded: {err}"
+        );
+        run(b.synchronize()).unwrap();
+        run(a.memset(DeviceBuffer::<u8>::new(&d0, 64).unwrap(), 3)).unwrap();
+    }
+}
+
 /// Device 2, lost by the test above for the rest of the process.
 const DOOMED: u32 = 2;

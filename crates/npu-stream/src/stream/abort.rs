@@ -262,7 +262,12 @@ impl StreamShared {
         if bound.is_ok() {
             let mut aborting = self.lock_submission();
             aborting.refusing += 1;
-            in_progress.through = Some(self.watched.load(Ordering::Acquire));
+            let through = self.watched.load(Ordering::Acquire);
+            in_progress.through = Some(through);
+            // Before the runtime call, so that whoever sees a failure of this stream's
+            // discarded work sees this too (the runtime reports the discard only once the call
+            // has begun).
+            self.aborting_through.fetch_max(through, Ordering::AcqRel);
             if let Some(shared) = aborting.shared.as_mut().filter(|s| s.completion.same(mine)) {
                 shared.stops_at_call = Some(self.stops.load(Ordering::Acquire));
             }

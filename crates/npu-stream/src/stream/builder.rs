@@ -160,6 +160,7 @@ impl StreamBuilder {
             tail: Mutex::new(None),
             watched: AtomicU64::new(0),
             aborted_through: AtomicU64::new(0),
+            aborting_through: AtomicU64::new(0),
             stops: AtomicU64::new(0),
             fault_noticed,
             _fault_watch: fault_watch,

@@ -79,6 +79,13 @@ pub(crate) struct StreamShared {
     pub(crate) watched: AtomicU64,
     /// The `seq` of the last operation an abort discarded (0: none); see [`Stream::abort`].
     pub(crate) aborted_through: AtomicU64,
+    /// The `seq` of the last operation an abort of this stream may discard: set when its
+    /// runtime call is about to begin, before the runtime can report anything discarded
+    /// (`aborted_through` follows once the runtime has confirmed the discard). A failure with
+    /// `ACL_ERROR_RT_STREAM_ABORT` is this stream's discarded work only up to here; past it,
+    /// or on a stream never aborted, it is a wait that ran and found its record dropped by
+    /// another stream's abort.
+    pub(crate) aborting_through: AtomicU64,
     /// How many `Stream::stop` calls have returned: an abort whose runtime call began before
     /// one may have run before the stop, so a later abort does not share it.
     stops: AtomicU64,
