@@ -22,9 +22,8 @@ impl Stream {
     /// trapped (`ACL_ERROR_RT_AICORE_EXCEPTION`, 507015, or 507035 on the vector engine).
     ///
     /// Rejected before ACL is called, with [`Error::InvalidArgument`]: `blocks` = 0, a function
-    /// or buffer of another runtime, a function or buffer of another device than the
-    /// stream's, more than
-    /// [`ArgPacker::MAX_ARGS`](npu_core::ArgPacker::MAX_ARGS) values or more than
+    /// or buffer of another runtime, a function or buffer of another device than the stream's,
+    /// more than [`ArgPacker::MAX_ARGS`](npu_core::ArgPacker::MAX_ARGS) values or more than
     /// [`ArgPacker::MAX_BYTES`](npu_core::ArgPacker::MAX_BYTES) bytes of arguments. The launch
     /// binds the function's context, the one its binary was loaded in, so a stream of another
     /// context fails with ACL's `ACL_ERROR_RT_STREAM_CONTEXT` (107003). A runtime without
