@@ -704,6 +704,37 @@ fn a_wait_on_a_record_another_streams_abort_discarded_is_not_reported_as_aborted
         );
         run(b.synchronize()).unwrap();
         run(a.memset(DeviceBuffer::<u8>::new(&d0, 64).unwrap(), 3)).unwrap();
+
+        // The same wait on a stream in STOP mode (in a context of its own, which its failure
+        // stops): the work after the wait never runs, and it fails with the wait's failure,
+        // not as discarded by an abort of its stream, which nothing aborted.
+        let stopping = d0.device().create_context().unwrap();
+        let b = stream(&stopping, strategy);
+        b.set_failure_mode(npu::stream::FailureMode::Stop).unwrap();
+        let held = sim::hold(&d0.device()).unwrap();
+        let discarded = a.memset(DeviceBuffer::<u8>::new(&d0, 64).unwrap(), 1);
+        event.record(&a).unwrap();
+        b.wait_event(&event).unwrap();
+        let after = b.memset(DeviceBuffer::<u8>::new(&stopping, 64).unwrap(), 2);
+        run(a.abort()).unwrap();
+        held.release().unwrap();
+        assert!(run(discarded).unwrap_err().error.is_aborted(), "{what}");
+        let failed = run(after).unwrap_err();
+        assert!(
+            !matches!(failed.error, Error::Aborted { .. }),
+            "{what}: b was not aborted: {}",
+            failed.error
+        );
+        assert_eq!(
+            failed
+                .value
+                .expect("the buffer back")
+                .to_vec_blocking()
+                .unwrap(),
+            [0; 64],
+            "{what}: never ran"
+        );
+        run(a.memset(DeviceBuffer::<u8>::new(&d0, 64).unwrap(), 3)).unwrap();
     }
 }
 
