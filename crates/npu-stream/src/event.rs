@@ -538,7 +538,11 @@ impl Stream {
     /// Fails if the runtime refuses the wait, and also if the wait has failed already by the
     /// time this returns: the record it waits for can never complete (its stream was stopped,
     /// aborted or faulted). A wait that fails later is a failed task of this stream, which its
-    /// [`FailureMode`](crate::FailureMode) decides the consequences of.
+    /// [`FailureMode`](crate::FailureMode) decides the consequences of. One whose record
+    /// another stream's [`Stream::abort`] dropped fails with the runtime's
+    /// `ACL_ERROR_RT_STREAM_ABORT` ([`is_aborted`](npu_core::Error::is_aborted) is true), not
+    /// [`Error::Aborted`](npu_core::Error::Aborted): this stream was not aborted, and the work
+    /// after the wait goes on (in `FailureMode::Continue`).
     ///
     /// ```
     /// use npu_core::Device;
