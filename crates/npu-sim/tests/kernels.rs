@@ -1256,8 +1256,8 @@ fn code_size_attribute_and_image_error_paths() {
         case("attribute 4", ATTRIBUTE, 107000, 0, || {
             attribute(library_function(), 4)
         }),
-        // The attribute is checked before the output, as the reference lists them.
-        case("unknown attribute into NULL", ATTRIBUTE, 107000, 0, || {
+        // The ACL layer's NULL check comes before the runtime's check of the attribute.
+        case("unknown attribute into NULL", ATTRIBUTE, 100000, 0, || {
             code!(aclrtGetFunctionAttribute(
                 library_function(),
                 4,
@@ -1289,5 +1289,227 @@ fn code_size_attribute_and_image_error_paths() {
             let bin = load_file(kernel::LIBRARY_PATH);
             code!(aclrtBinaryGetDevAddress(bin, &mut address, ptr::null_mut()))
         }),
+    ]);
+}
+
+/// A NULL pointer argument is the ACL layer's refusal (100000), made before the runtime looks
+/// the function up (an unloaded function → 107017) or checks the other arguments (107000).
+#[test]
+fn null_arguments_are_refused_before_the_function_is_looked_up() {
+    fn unloaded_function() -> aclrtFuncHandle {
+        let bin = load_file(kernel::LIBRARY_PATH);
+        let func = function(bin, kernel::SCALE_F32);
+        acl!(aclrtBinaryUnLoad(bin));
+        func
+    }
+    fn library_function() -> aclrtFuncHandle {
+        function(load_file(kernel::LIBRARY_PATH), kernel::SCALE_F32)
+    }
+    run_table(&[
+        case(
+            "binary of an unloaded function into NULL",
+            "aclrtFunctionGetBinary",
+            100000,
+            0,
+            || code!(aclrtFunctionGetBinary(unloaded_function(), ptr::null_mut())),
+        ),
+        case(
+            "name of an unloaded function into NULL",
+            "aclrtGetFunctionName",
+            100000,
+            0,
+            || {
+                code!(aclrtGetFunctionName(
+                    unloaded_function(),
+                    64,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "name into NULL with maxLen 0",
+            "aclrtGetFunctionName",
+            100000,
+            0,
+            || code!(aclrtGetFunctionName(library_function(), 0, ptr::null_mut())),
+        ),
+        case(
+            "address of an unloaded function into NULL",
+            "aclrtGetFunctionAddr",
+            100000,
+            0,
+            || {
+                let mut aiv = ptr::null_mut();
+                code!(aclrtGetFunctionAddr(
+                    unloaded_function(),
+                    ptr::null_mut(),
+                    &mut aiv
+                ))
+            },
+        ),
+        case(
+            "size of an unloaded function into NULL",
+            "aclrtGetFunctionSize",
+            100000,
+            0,
+            || {
+                let mut aic = 0;
+                code!(aclrtGetFunctionSize(
+                    unloaded_function(),
+                    &mut aic,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "attribute of an unloaded function into NULL",
+            "aclrtGetFunctionAttribute",
+            100000,
+            0,
+            || {
+                code!(aclrtGetFunctionAttribute(
+                    unloaded_function(),
+                    ACL_FUNC_ATTR_KERNEL_TYPE,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "param count of an unloaded function into NULL",
+            "aclrtFunctionGetParamCount",
+            100000,
+            0,
+            || {
+                code!(aclrtFunctionGetParamCount(
+                    unloaded_function(),
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "param info of an unloaded function into NULL",
+            "aclrtFunctionGetParamInfo",
+            100000,
+            0,
+            || {
+                let mut size = 0;
+                code!(aclrtFunctionGetParamInfo(
+                    unloaded_function(),
+                    0,
+                    ptr::null_mut(),
+                    &mut size
+                ))
+            },
+        ),
+        case(
+            "ubuf of an unloaded function into NULL",
+            "aclrtFunctionGetAvailDynUbufPerBlock",
+            100000,
+            0,
+            || {
+                code!(aclrtFunctionGetAvailDynUbufPerBlock(
+                    unloaded_function(),
+                    0,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "ubuf flags 1 into NULL",
+            "aclrtFunctionGetAvailDynUbufPerBlock",
+            100000,
+            0,
+            || {
+                code!(aclrtFunctionGetAvailDynUbufPerBlock(
+                    library_function(),
+                    1,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "launch an unloaded function with NULL args",
+            "aclrtLaunchKernel",
+            100000,
+            0,
+            || {
+                code!(aclrtLaunchKernel(
+                    unloaded_function(),
+                    1,
+                    ptr::null(),
+                    8,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "V2 launch of an unloaded function with NULL args",
+            "aclrtLaunchKernelV2",
+            100000,
+            0,
+            || {
+                code!(aclrtLaunchKernelV2(
+                    unloaded_function(),
+                    1,
+                    ptr::null(),
+                    8,
+                    ptr::null_mut(),
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "host-args launch of an unloaded function with NULL args",
+            "aclrtLaunchKernelWithHostArgs",
+            100000,
+            0,
+            || {
+                code!(aclrtLaunchKernelWithHostArgs(
+                    unloaded_function(),
+                    1,
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    8,
+                    ptr::null_mut(),
+                    0
+                ))
+            },
+        ),
+        case(
+            "host-args launch of an unloaded function with NULL placeholders",
+            "aclrtLaunchKernelWithHostArgs",
+            100000,
+            0,
+            || {
+                let mut args = [0u8; 8];
+                code!(aclrtLaunchKernelWithHostArgs(
+                    unloaded_function(),
+                    1,
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    args.as_mut_ptr().cast(),
+                    args.len(),
+                    ptr::null_mut(),
+                    1
+                ))
+            },
+        ),
+        case(
+            "config launch of an unloaded function with NULL args",
+            "aclrtLaunchKernelWithConfig",
+            100000,
+            0,
+            || {
+                code!(aclrtLaunchKernelWithConfig(
+                    unloaded_function(),
+                    1,
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    ptr::null_mut()
+                ))
+            },
+        ),
     ]);
 }

@@ -109,8 +109,9 @@ pub unsafe extern "C" fn aclrtFunctionGetBinary(
     binHandle: *mut aclrtBinHandle,
 ) -> aclError {
     guard("aclrtFunctionGetBinary", || {
-        let function = function(funcHandle)?;
+        non_null(funcHandle, "funcHandle")?;
         non_null(binHandle, "binHandle")?;
+        let function = function(funcHandle)?;
         write_out(binHandle, "binHandle", handle::to_ptr(function.binary))
     })
 }
@@ -127,6 +128,8 @@ pub unsafe extern "C" fn aclrtGetFunctionName(
     name: *mut c_char,
 ) -> aclError {
     guard("aclrtGetFunctionName", || {
+        non_null(funcHandle, "funcHandle")?;
+        non_null(name, "name")?;
         let function = function(funcHandle)?;
         super::check::write_c_str(name, maxLen, &function.name, "kernel name")
     })
@@ -144,9 +147,10 @@ pub unsafe extern "C" fn aclrtGetFunctionAddr(
     aivAddr: *mut *mut c_void,
 ) -> aclError {
     guard("aclrtGetFunctionAddr", || {
-        let function = function(funcHandle)?;
+        non_null(funcHandle, "funcHandle")?;
         non_null(aicAddr, "aicAddr")?;
         non_null(aivAddr, "aivAddr")?;
+        let function = function(funcHandle)?;
         let address = function.code_address() as *mut c_void;
         write_out(aicAddr, "aicAddr", address)?;
         write_out(aivAddr, "aivAddr", address)
@@ -166,9 +170,10 @@ pub unsafe extern "C" fn aclrtGetFunctionSize(
     aivSize: *mut usize,
 ) -> aclError {
     guard("aclrtGetFunctionSize", || {
-        let function = function(funcHandle)?;
+        non_null(funcHandle, "funcHandle")?;
         non_null(aicSize, "aicSize")?;
         non_null(aivSize, "aivSize")?;
+        let function = function(funcHandle)?;
         let size = function.code_size();
         write_out(aicSize, "aicSize", size)?;
         write_out(aivSize, "aivSize", size)
@@ -188,6 +193,8 @@ pub unsafe extern "C" fn aclrtGetFunctionAttribute(
     attrValue: *mut i64,
 ) -> aclError {
     guard("aclrtGetFunctionAttribute", || {
+        non_null(funcHandle, "funcHandle")?;
+        non_null(attrValue, "attrValue")?;
         function(funcHandle)?;
         let value = match attrType {
             ACL_FUNC_ATTR_KERNEL_TYPE => i64::from(ACL_KERNEL_TYPE_AICORE),
@@ -197,7 +204,6 @@ pub unsafe extern "C" fn aclrtGetFunctionAttribute(
                 "attrType {other} is not an aclrtFuncAttribute"
             ),
         };
-        non_null(attrValue, "attrValue")?;
         write_out(attrValue, "attrValue", value)
     })
 }
@@ -212,8 +218,9 @@ pub unsafe extern "C" fn aclrtFunctionGetParamCount(
     paramCount: *mut usize,
 ) -> aclError {
     guard("aclrtFunctionGetParamCount", || {
-        let function = function(func)?;
+        non_null(func, "funcHandle")?;
         non_null(paramCount, "paramCount")?;
+        let function = function(func)?;
         let count = function.param_list()?.len();
         write_out(paramCount, "paramCount", count)
     })
@@ -232,9 +239,10 @@ pub unsafe extern "C" fn aclrtFunctionGetParamInfo(
     paramSize: *mut usize,
 ) -> aclError {
     guard("aclrtFunctionGetParamInfo", || {
-        let function = function(func)?;
+        non_null(func, "funcHandle")?;
         non_null(paramOffset, "paramOffset")?;
         non_null(paramSize, "paramSize")?;
+        let function = function(func)?;
         let params = function.param_list()?;
         let Some(&(offset, size)) = params.get(paramIndex) else {
             fail!(
@@ -260,13 +268,14 @@ pub unsafe extern "C" fn aclrtFunctionGetAvailDynUbufPerBlock(
     dynamicUbufSize: *mut usize,
 ) -> aclError {
     guard("aclrtFunctionGetAvailDynUbufPerBlock", || {
+        non_null(func, "funcHandle")?;
+        non_null(dynamicUbufSize, "dynamicUbufSize")?;
         function(func)?;
         ensure!(
             flags == 0,
             ACL_ERROR_RT_PARAM_INVALID,
             "flags is reserved and must be 0, not {flags}"
         );
-        non_null(dynamicUbufSize, "dynamicUbufSize")?;
         write_out(dynamicUbufSize, "dynamicUbufSize", 0)
     })
 }

@@ -398,12 +398,14 @@ fn launch_target_with_args(
     size: usize,
     name: &str,
 ) -> Res<Arc<Function>> {
-    let function = launch_target(func, blocks)?;
+    // The ACL layer's refusals (100000) come before the function is looked up.
+    non_null(func, "funcHandle")?;
     ensure!(
         !args.is_null() || size == 0,
         ACL_ERROR_INVALID_PARAM,
         "{name} is NULL but argsSize is {size}"
     );
+    let function = launch_target(func, blocks)?;
     function.check_args(size)?;
     Ok(function)
 }
@@ -566,6 +568,9 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
     placeHolderNum: usize,
 ) -> aclError {
     guard("aclrtLaunchKernelWithHostArgs", || {
+        if placeHolderNum != 0 {
+            non_null(placeHolderArray, "placeHolderArray")?;
+        }
         let function = launch_target_with_args(
             funcHandle,
             numBlocks,
@@ -691,13 +696,14 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithConfig(
     reserve: *mut c_void,
 ) -> aclError {
     guard("aclrtLaunchKernelWithConfig", || {
-        let function = launch_target(funcHandle, numBlocks)?;
+        non_null(funcHandle, "funcHandle")?;
         non_null(argsHandle, "argsHandle")?;
         ensure!(
             reserve.is_null(),
             ACL_ERROR_INVALID_PARAM,
             "reserve must be NULL"
         );
+        let function = launch_target(funcHandle, numBlocks)?;
         let options = launch_options(cfg)?;
         let (_, args) = resolve_args(sim()?, argsHandle)?;
         ensure!(
