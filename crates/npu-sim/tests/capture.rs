@@ -1515,6 +1515,97 @@ fn null_out() -> *mut aclmdlRI {
 }
 
 const CASES: &[Case] = &[
+    // A NULL pointer argument is the ACL layer's refusal (100000), made before the runtime
+    // looks a handle up (107017) or checks the instance's state (107026, 107000).
+    case(
+        "set NULL name of a stale instance",
+        "aclmdlRISetName",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRISetName(stale_model(), ptr::null())),
+    ),
+    case(
+        "get name of a stale instance into NULL",
+        "aclmdlRIGetName",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIGetName(stale_model(), 8, ptr::null_mut())),
+    ),
+    case(
+        "get id of garbage into NULL",
+        "aclmdlRIGetId",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIGetId(garbage(), ptr::null_mut())),
+    ),
+    case(
+        "json of an instance being captured to NULL",
+        "aclmdlRIDebugJsonPrint",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRIDebugJsonPrint(
+                capture_info(capturing()).1,
+                ptr::null(),
+                0
+            ))
+        },
+    ),
+    case(
+        "bind NULL to a stale instance",
+        "aclmdlRIBindStream",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIBindStream(stale_model(), ptr::null_mut(), HEAD)),
+    ),
+    case(
+        "type of garbage into NULL",
+        "aclmdlRITaskGetType",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRITaskGetType(garbage(), ptr::null_mut())),
+    ),
+    case(
+        "sequence id of garbage into NULL",
+        "aclmdlRITaskGetSeqId",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRITaskGetSeqId(garbage(), ptr::null_mut())),
+    ),
+    case(
+        "kernel attribute of garbage into NULL",
+        "aclmdlRIKernelTaskGetAttribute",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRIKernelTaskGetAttribute(
+                garbage(),
+                ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "params of garbage into NULL",
+        "aclmdlRITaskGetParams",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRITaskGetParams(garbage(), ptr::null_mut())),
+    ),
+    case(
+        "set NULL params of garbage",
+        "aclmdlRITaskSetParams",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRITaskSetParams(garbage(), ptr::null_mut())),
+    ),
+    case(
+        "update a NULL group from a garbage stream",
+        "aclmdlRICaptureTaskUpdateBegin",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRICaptureTaskUpdateBegin(garbage(), ptr::null_mut())),
+    ),
     case(
         "begin mode 3",
         "aclmdlRICaptureBegin",

@@ -898,6 +898,49 @@ fn switch_stream(
 }
 
 const CASES: &[Case] = &[
+    // A NULL pointer argument is the ACL layer's refusal (100000), made before the runtime
+    // looks a handle up (107017).
+    case(
+        "cond handle of a destroyed instance into NULL",
+        "aclmdlRICondHandleCreate",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let (stream, model) = capturing_model();
+            let mut ended = ptr::null_mut();
+            acl!(aclmdlRICaptureEnd(stream, &mut ended));
+            acl!(aclmdlRIDestroy(model));
+            code!(aclmdlRICondHandleCreate(model, 0, 0, ptr::null_mut()))
+        },
+    ),
+    case(
+        "cond pointer of garbage into NULL",
+        "aclmdlRICondHandleGetCondPtr",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRICondHandleGetCondPtr(
+                0x1234 as aclmdlRICondHandle,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "cond task of a garbage handle with NULL branches",
+        "aclmdlRIAddCondTask",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let (stream, _) = capturing_model();
+            let params = aclmdlRICondTaskParams {
+                handle: 0x1234 as aclmdlRICondHandle,
+                type_: ACL_MODEL_RI_COND_TYPE_IF,
+                size: 1,
+                modelRIArray: ptr::null_mut(),
+            };
+            code!(aclmdlRIAddCondTask(params, stream, 0))
+        },
+    ),
     case(
         "create NULL",
         "aclrtCreateLabel",

@@ -1198,7 +1198,18 @@ fn every_shareable_handle_error_path() {
     let p = pid.as_mut_ptr();
     let mut handle = ptr::null_mut();
     let none = ACL_MEM_HANDLE_TYPE_NONE;
-    let cases: [(&str, aclError, aclError); 14] = [
+    let cases: [(&str, aclError, aclError); 15] = [
+        (
+            // The NULL output is the ACL layer's refusal, before the handle is looked up.
+            "export freed handle into NULL",
+            code!(aclrtMemExportToShareableHandle(
+                freed,
+                none,
+                0,
+                ptr::null_mut()
+            )),
+            ACL_ERROR_INVALID_PARAM,
+        ),
         (
             "export NULL handle",
             code!(aclrtMemExportToShareableHandle(
@@ -1357,11 +1368,42 @@ fn every_v2_shareable_handle_error_path() {
     let mut pid = [1];
     let p = pid.as_mut_ptr();
     let mut handle = ptr::null_mut();
-    let cases: [(&str, aclError, aclError); 11] = [
+    let cases: [(&str, aclError, aclError); 14] = [
         (
             "export FABRIC",
             code!(aclrtMemExportToShareableHandleV2(physical, 0, fabric, s)),
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        // A NULL pointer is the ACL layer's refusal, before the share type is checked.
+        (
+            "export FABRIC into NULL",
+            code!(aclrtMemExportToShareableHandleV2(
+                physical,
+                0,
+                fabric,
+                ptr::null_mut()
+            )),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "set NULL pid FABRIC",
+            code!(aclrtMemSetPidToShareableHandleV2(
+                s,
+                fabric,
+                ptr::null_mut(),
+                1
+            )),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "import FABRIC into NULL",
+            code!(aclrtMemImportFromShareableHandleV2(
+                s,
+                fabric,
+                0,
+                ptr::null_mut()
+            )),
+            ACL_ERROR_INVALID_PARAM,
         ),
         (
             "export unknown type",

@@ -573,6 +573,15 @@ fn attributes_report_what_every_page_was_told() {
             4,
             ACL_ERROR_RT_PARAM_INVALID,
         ),
+        // A NULL data pointer is the ACL layer's refusal, before the range is checked.
+        (
+            ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY,
+            plain,
+            64,
+            ptr::null_mut(),
+            4,
+            ACL_ERROR_INVALID_PARAM,
+        ),
         (
             ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY,
             m,

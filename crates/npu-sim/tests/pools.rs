@@ -503,6 +503,30 @@ fn error_paths() {
         ACL_ERROR_RT_INVALID_HANDLE,
         "aclrtMemPoolTrimTo"
     );
+    // A NULL value is the ACL layer's refusal, made before the pool is looked up.
+    fails!(
+        aclrtMemPoolGetAttr(
+            other_device,
+            ACL_RT_MEM_POOL_ATTR_RELEASE_THRESHOLD,
+            ptr::null_mut()
+        ),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemPoolGetAttr"
+    );
+    fails!(
+        aclrtMemPoolSetAttr(
+            other_device,
+            ACL_RT_MEM_POOL_ATTR_RELEASE_THRESHOLD,
+            ptr::null_mut()
+        ),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemPoolSetAttr"
+    );
+    fails!(
+        aclrtMemPoolGetAttr(other_device, ACL_RT_MEM_POOL_ATTR_RELEASE_THRESHOLD, v),
+        ACL_ERROR_RT_INVALID_HANDLE,
+        "aclrtMemPoolGetAttr"
+    );
     fails!(
         aclrtMemPoolFreeAsync(on_other.0 as *mut c_void, stream),
         ACL_ERROR_RT_MEMORY_FREE,

@@ -104,13 +104,14 @@ pub unsafe extern "C" fn aclmdlRICondHandleCreate(
     handle: *mut aclmdlRICondHandle,
 ) -> aclError {
     guard("aclmdlRICondHandleCreate", || {
-        let model = model(modelRI)?;
+        non_null(modelRI, "modelRI")?;
         ensure!(
             flag == 0 || flag == ACL_MODEL_RI_COND_HANDLE_ASSIGN_DEFAULT,
             ACL_ERROR_INVALID_PARAM,
             "flag {flag} is neither 0 nor ACL_MODEL_RI_COND_HANDLE_ASSIGN_DEFAULT"
         );
         non_null(handle, "handle")?;
+        let model = model(modelRI)?;
         ensure!(
             !model.built,
             ACL_ERROR_RT_PARAM_INVALID,
@@ -148,8 +149,9 @@ pub unsafe extern "C" fn aclmdlRICondHandleGetCondPtr(
     ptr: *mut *mut u64,
 ) -> aclError {
     guard("aclmdlRICondHandleGetCondPtr", || {
-        let cond = cond_handle(handle)?;
+        non_null(handle, "handle")?;
         non_null(ptr, "ptr")?;
+        let cond = cond_handle(handle)?;
         write_out(ptr, "ptr", cond.word as *mut u64)
     })
 }
@@ -171,7 +173,7 @@ pub unsafe extern "C" fn aclmdlRIAddCondTask(
     flags: u32,
 ) -> aclError {
     guard("aclmdlRIAddCondTask", || {
-        let cond = cond_handle(params.handle)?;
+        non_null(params.handle, "handle")?;
         let kind = CondKind::of(params.type_, params.size)?;
         non_null(params.modelRIArray, "modelRIArray")?;
         ensure!(
@@ -179,6 +181,7 @@ pub unsafe extern "C" fn aclmdlRIAddCondTask(
             ACL_ERROR_INVALID_PARAM,
             "flags {flags:#x} is reserved and must be 0"
         );
+        let cond = cond_handle(params.handle)?;
         let sim = sim()?;
         let stream = context::submit_stream(sim, stream)?;
         let Some(capture) = stream.capture() else {

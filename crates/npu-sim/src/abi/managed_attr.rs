@@ -139,6 +139,8 @@ pub unsafe extern "C" fn aclrtMemManagedGetAttr(
     dataSize: usize,
 ) -> aclError {
     guard("aclrtMemManagedGetAttr", || {
+        non_null(ptr, "ptr")?;
+        non_null(data, "data")?;
         let sim = sim()?;
         check_query_range(sim, ptr, size)?;
         let records = sim.advice.of(ptr as usize, size);

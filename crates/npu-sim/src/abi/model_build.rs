@@ -86,8 +86,9 @@ pub unsafe extern "C" fn aclmdlRIBindStream(
     flag: u32,
 ) -> aclError {
     guard("aclmdlRIBindStream", || {
-        let model = building_model(modelRI)?;
+        non_null(modelRI, "modelRI")?;
         non_null(stream, "stream")?;
+        let model = building_model(modelRI)?;
         ensure!(
             flag == STREAM_FLAG_HEAD || flag == STREAM_FLAG_DEFAULT,
             ACL_ERROR_INVALID_PARAM,

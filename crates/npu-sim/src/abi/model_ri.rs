@@ -180,8 +180,9 @@ pub unsafe extern "C" fn aclmdlRIAbort(modelRI: aclmdlRI) -> aclError {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclmdlRISetName(modelRI: aclmdlRI, name: *const c_char) -> aclError {
     guard("aclmdlRISetName", || {
-        let model = model(modelRI)?;
-        model.set_name(c_str(name, "name")?);
+        non_null(modelRI, "modelRI")?;
+        let name = c_str(name, "name")?;
+        model(modelRI)?.set_name(name);
         Ok(())
     })
 }
@@ -197,6 +198,8 @@ pub unsafe extern "C" fn aclmdlRIGetName(
     name: *mut c_char,
 ) -> aclError {
     guard("aclmdlRIGetName", || {
+        non_null(modelRI, "modelRI")?;
+        non_null(name, "name")?;
         let model = model(modelRI)?;
         write_c_str(name, maxLen, &model.name(), "model runtime instance name")
     })
@@ -209,8 +212,9 @@ pub unsafe extern "C" fn aclmdlRIGetName(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclmdlRIGetId(modelRI: aclmdlRI, modelRIId: *mut u32) -> aclError {
     guard("aclmdlRIGetId", || {
-        let model = model(modelRI)?;
+        non_null(modelRI, "modelRI")?;
         non_null(modelRIId, "modelRIId")?;
+        let model = model(modelRI)?;
         write_out(modelRIId, "modelRIId", model.id)
     })
 }
@@ -244,8 +248,9 @@ pub unsafe extern "C" fn aclmdlRIDebugJsonPrint(
     flags: u32,
 ) -> aclError {
     guard("aclmdlRIDebugJsonPrint", || {
-        let model = complete_model(modelRI, "printing it")?;
+        non_null(modelRI, "modelRI")?;
         let path = c_str(path, "path")?;
+        let model = complete_model(modelRI, "printing it")?;
         let verbose = match flags {
             ACL_MDLRI_DEBUG_JSON_PRINT_SUMMARY => false,
             ACL_MDLRI_DEBUG_JSON_PRINT_VERBOSE => true,

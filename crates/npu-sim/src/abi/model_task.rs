@@ -137,8 +137,9 @@ pub unsafe extern "C" fn aclmdlRITaskGetType(
     type_: *mut aclmdlRITaskType,
 ) -> aclError {
     guard("aclmdlRITaskGetType", || {
-        let captured = captured_task(task)?;
+        non_null(task, "task")?;
         non_null(type_, "type")?;
+        let captured = captured_task(task)?;
         write_out(type_, "type", task_type(&captured.step))
     })
 }
@@ -150,8 +151,9 @@ pub unsafe extern "C" fn aclmdlRITaskGetType(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclmdlRITaskGetSeqId(task: aclmdlRITask, id: *mut u32) -> aclError {
     guard("aclmdlRITaskGetSeqId", || {
-        let captured = captured_task(task)?;
+        non_null(task, "task")?;
         non_null(id, "id")?;
+        let captured = captured_task(task)?;
         write_out(id, "id", captured.seq)
     })
 }
@@ -171,8 +173,9 @@ pub unsafe extern "C" fn aclmdlRIKernelTaskGetAttribute(
     attrValue: *mut aclrtLaunchKernelAttrValue,
 ) -> aclError {
     guard("aclmdlRIKernelTaskGetAttribute", || {
-        let captured = captured_task(task)?;
+        non_null(task, "task")?;
         non_null(attrValue, "attrValue")?;
+        let captured = captured_task(task)?;
         let Step::Run(Op::Kernel(launch)) = &captured.step else {
             fail!(
                 ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT,

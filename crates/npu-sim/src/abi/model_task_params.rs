@@ -61,8 +61,9 @@ pub unsafe extern "C" fn aclmdlRITaskGetParams(
     params: *mut aclmdlRITaskParams,
 ) -> aclError {
     guard("aclmdlRITaskGetParams", || {
-        let (model, index) = task_ref(task)?;
+        non_null(task, "task")?;
         non_null(params, "params")?;
+        let (model, index) = task_ref(task)?;
         let group = group_of(&model, index)?;
         let out = described(&in_task(&model, index)?, group)?;
         write_out(params, "params", out)
@@ -246,8 +247,9 @@ pub unsafe extern "C" fn aclmdlRITaskSetParams(
     params: *mut aclmdlRITaskParams,
 ) -> aclError {
     guard("aclmdlRITaskSetParams", || {
-        let (model, index) = task_ref(task)?;
+        non_null(task, "task")?;
         non_null(params, "params")?;
+        let (model, index) = task_ref(task)?;
         // SAFETY: non-NULL; valid for a read by the API contract (plain data).
         let params = unsafe { params.read_unaligned() };
         let captured = in_task(&model, index)?;

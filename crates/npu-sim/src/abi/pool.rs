@@ -103,9 +103,9 @@ fn attr_target(
     attr: aclrtMemPoolAttr,
     value: *mut c_void,
 ) -> Res<(Arc<Pool>, Option<Reuse>)> {
-    let pool = resolve(pool)?;
+    non_null(pool, "memPool")?;
     non_null(value, "value")?;
-    Ok((pool, reuse_of(attr)))
+    Ok((resolve(pool)?, reuse_of(attr)))
 }
 
 /// Reads the attribute's value (uint32_t for the reuse switches, uint64_t otherwise).

@@ -28,6 +28,7 @@ fn export(
     write: impl FnOnce(u64) -> Res<()>,
 ) -> Res<()> {
     non_null(handle, "handle")?;
+    non_null(out, "shareableHandle")?;
     let sim = sim()?;
     let owner = handle::from_ptr(handle);
     let physical = sim.vmm.resolve(owner)?;
@@ -38,7 +39,6 @@ fn export(
         ACL_ERROR_RT_PARAM_INVALID,
         "flags {flags:#x} are not valid export flags (0 or 0x1)"
     );
-    non_null(out, "shareableHandle")?;
     let shared = sim.ipc.export_physical(
         owner as usize,
         &physical,
@@ -197,6 +197,8 @@ pub unsafe extern "C" fn aclrtMemSetPidToShareableHandleV2(
 ) -> aclError {
     guard("aclrtMemSetPidToShareableHandleV2", || {
         let shareable = read_shareable(shareableHandle)?;
+        non_null(pid, "pid")?;
+        ensure!(pidNum != 0, ACL_ERROR_INVALID_PARAM, "pidNum is 0");
         check_share_type(shareType)?;
         set_pid(shareable, pid, pidNum)
     })
@@ -240,13 +242,13 @@ pub unsafe extern "C" fn aclrtMemImportFromShareableHandleV2(
 ) -> aclError {
     guard("aclrtMemImportFromShareableHandleV2", || {
         let shareable = read_shareable(shareableHandle)?;
+        non_null(handle, "handle")?;
         check_share_type(shareType)?;
         ensure!(
             flags == 0,
             ACL_ERROR_RT_PARAM_INVALID,
             "flags is reserved and must be 0, not {flags:#x}"
         );
-        non_null(handle, "handle")?;
         let sim = sim()?;
         let ctx = context::current(sim)?;
         import(shareable, &ctx.device, handle)

@@ -68,9 +68,9 @@ pub unsafe extern "C" fn aclmdlRICaptureTaskUpdateBegin(
     handle: aclrtTaskGrp,
 ) -> aclError {
     guard("aclmdlRICaptureTaskUpdateBegin", || {
+        non_null(handle, "handle")?;
         let sim = sim()?;
         let (_, stream) = context::owned_stream(sim, stream)?;
-        non_null(handle, "handle")?;
         let group = sim.task_groups.resolve(handle::from_ptr(handle))?;
         ensure!(
             stream.capture().is_none(),
