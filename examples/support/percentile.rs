@@ -1,4 +1,4 @@
-//! The nearest-rank percentile of latency samples, shared by `examples/serve.rs`'s load
+//! The nearest-rank percentile of latency samples, shared by `examples/serve/`'s load
 //! generator and `benches/` (which includes this file).
 
 use std::time::Duration;

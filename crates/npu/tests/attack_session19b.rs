@@ -6,7 +6,7 @@
 //! process-wide, so every test takes the file's device lock; every wait is bounded, so a hang
 //! fails its test instead of stalling the suite. (The `serve` example's own attack, a client
 //! that stops reading its answer during a shutdown, is a test of the example:
-//! `examples/serve.rs`, `a_client_that_never_reads_its_answer_does_not_hold_the_shutdown_for_ever`.)
+//! `examples/serve/tests/slow_readers.rs`, `a_client_that_never_reads_its_answer_does_not_hold_the_shutdown_for_ever`.)
 
 mod common;
 

@@ -1,0 +1,144 @@
+//! The HTTP routes and their handlers: the path from a request to the model and back, and
+//! the answers for the paths and methods no route takes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::api_error::ApiError;
+use crate::body::read_body;
+use crate::model::RunError;
+use crate::state::AppState;
+use crate::tensor::Tensor;
+use crate::validation::{finite_output, require_identity, require_json, validate};
+
+/// `POST /v1/infer`: answers and counts the answer.
+async fn infer(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Tensor<f32>>, ApiError> {
+    let mut unanswered = Unanswered(Some(&state.cancelled));
+    let answer = answer_infer(&state, &headers, body).await;
+    unanswered.0 = None;
+    state.count(&answer);
+    answer.map(Json)
+}
+
+/// Counts a request under `requests.cancelled` if it is dropped unanswered: hyper drops the
+/// handler of a connection that closed (a client gone, or one closed at the drain timeout).
+struct Unanswered<'a>(Option<&'a AtomicU64>);
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if let Some(cancelled) = self.0 {
+            cancelled.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The answer to `POST /v1/infer`: the checks, cheapest first, then the device.
+async fn answer_infer(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Tensor<f32>, ApiError> {
+    require_json(headers)?;
+    require_identity(headers)?;
+    let body = read_body(body, &state.config).await?;
+    let _permit = state.admission.clone().try_acquire_owned().map_err(|_| {
+        let message = format!(
+            "{} requests are in flight, the limit; retry later",
+            state.config.max_in_flight
+        );
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message)
+    })?;
+    let data = validate(&body, state.config.input_len)?;
+    let timeout = state.config.device_timeout;
+    // Dropping the model's future on timeout is what frees the slot: npu-rs keeps the memory
+    // the device may still touch until it is done, and hands the blocks back to the pools then.
+    let output = tokio::time::timeout(timeout, state.model.run(&data))
+        .await
+        .map_err(|_| {
+            tracing::error!(?timeout, "the device did not finish a request in time");
+            let message = format!("the device did not finish within {timeout:?}");
+            ApiError::new(StatusCode::GATEWAY_TIMEOUT, "device_timeout", message)
+        })?
+        .map_err(|err| match err {
+            RunError::NoRoom(pool) => {
+                let message = format!(
+                    "no {pool} memory is free for another request (requests given up on still \
+                     have the device using theirs); retry later"
+                );
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message)
+            }
+            RunError::Device(err) => {
+                // The client gets no ACL function names or codes: the detail is for the
+                // operator.
+                tracing::error!(error = %err, "the model failed on the device");
+                let message = "the device failed to run the model";
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "device_error", message)
+            }
+        })?;
+    let data = finite_output(output)?;
+    Ok(Tensor {
+        dtype: "f32".into(),
+        shape: vec![data.len()],
+        data,
+    })
+}
+
+/// `GET /v1/model`: what the model takes and computes.
+async fn model(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    let config = &state.config;
+    Json(json!({
+        "dtype": "f32",
+        "shape": [config.input_len],
+        "computes": format!("{} * x + bias", config.alpha),
+        "max_body_bytes": config.body_limit(),
+    }))
+}
+
+/// `GET /stats`: the counters (see [`AppState::stats`]).
+async fn stats(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    Json(state.stats())
+}
+
+/// The answer for a path no route has.
+async fn not_found(uri: Uri) -> ApiError {
+    let message = format!(
+        "no route for {}; the routes are POST /v1/infer, GET /v1/model and GET /stats",
+        uri.path()
+    );
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+}
+
+/// The answer for a route's path with a method it does not take; axum adds `Allow`.
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    let message = format!(
+        "{method} is not allowed on {}; the Allow header lists the methods that are",
+        uri.path()
+    );
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        message,
+    )
+}
+
+/// The routes; every answer that is not a success is an [`ApiError`].
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/infer", post(infer))
+        .route("/v1/model", get(model))
+        .route("/stats", get(stats))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
