@@ -6,14 +6,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, Version};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde_json::json;
 
 use crate::api_error::ApiError;
 use crate::body::read_body;
 use crate::model::RunError;
+use crate::peer::Peer;
 use crate::state::AppState;
 use crate::tensor::Tensor;
 use crate::validation::{finite_output, require_identity, require_json, validate};
@@ -21,11 +22,13 @@ use crate::validation::{finite_output, require_identity, require_json, validate}
 /// `POST /v1/infer`: answers and counts the answer.
 async fn infer(
     State(state): State<Arc<AppState>>,
+    Extension(client): Extension<Arc<Peer>>,
+    version: Version,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Tensor<f32>>, ApiError> {
     let mut unanswered = Unanswered(Some(&state.cancelled));
-    let answer = answer_infer(&state, &headers, body).await;
+    let answer = answer_infer(&state, (&client, version), &headers, body).await;
     unanswered.0 = None;
     state.count(&answer);
     answer.map(Json)
@@ -43,15 +46,18 @@ impl Drop for Unanswered<'_> {
     }
 }
 
-/// The answer to `POST /v1/infer`: the checks, cheapest first, then the device.
+/// The answer to `POST /v1/infer`: the checks, cheapest first, then the device. `client`'s
+/// end of stream is taken for a half-close once the whole body is read.
 async fn answer_infer(
     state: &AppState,
+    (client, version): (&Arc<Peer>, Version),
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Tensor<f32>, ApiError> {
     require_json(headers)?;
     require_identity(headers)?;
     let body = read_body(body, &state.config).await?;
+    let _awaiting = client.awaiting(version);
     let _permit = state.admission.clone().try_acquire_owned().map_err(|_| {
         let message = format!(
             "{} requests are in flight, the limit; retry later",

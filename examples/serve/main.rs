@@ -75,8 +75,17 @@
 //! A client that closes or resets its connection while its request is on the device has it
 //! dropped at once (npu-rs keeps what the device may still touch until it is done, then the
 //! blocks go back to their pools), its admission slot freed, and `GET /stats` counts it under
-//! `requests.cancelled`. So does a client that only half-closes (shuts down its sending side)
-//! to wait for its answer: hyper's `half_close` is off, so it cannot be told from one gone.
+//! `requests.cancelled`. A client that only half-closes (shuts down its sending side) to wait
+//! for its answer gets it. Both send the same end of stream, which hyper takes either for a
+//! client gone (its `half_close` off) or for one waiting (on, when it also stops reading, so
+//! that even a reset is seen only when the answer is written). So `half_close` is on, and the
+//! server tells the two apart itself while a request whose whole body it has awaits its answer:
+//! a reset ends the connection at once, and an end of stream is answered with an interim
+//! `HTTP/1.1 100 Continue`, which an HTTP/1.1 client must take and may ignore (RFC 9110, 15.2)
+//! and a closed socket answers with a reset. What that leaves found only when the answer is
+//! written, or by the device and write timeouts: an HTTP/1.0 client that closes (HTTP/1.0 has
+//! no interim answers), a client whose end of stream comes behind a pipelined request, and one
+//! that vanishes without a FIN or a reset (unplugged, or its host gone).
 //!
 //! # Backpressure: 503, not a queue
 //!
@@ -111,6 +120,8 @@ mod handlers;
 mod kernels;
 mod load;
 mod model;
+mod peer;
+mod peer_io;
 #[path = "../support/percentile.rs"]
 mod percentile;
 mod refusal;

@@ -6,7 +6,10 @@ use std::pin::pin;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::http::Request;
 use axum::serve::Listener;
+use hyper::body::Incoming;
+use hyper::service::{Service, service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -17,6 +20,8 @@ use tokio_io_timeout::TimeoutStream;
 use crate::config::Config;
 use crate::connections::{OpenConnection, timed_out};
 use crate::handlers::router;
+use crate::peer::Peer;
+use crate::peer_io::PeerIo;
 use crate::refusal::{MAX_REFUSING, refuse};
 use crate::state::AppState;
 
@@ -24,7 +29,9 @@ use crate::state::AppState;
 /// requests they are in (within `drain_timeout`, after which the ones still open are closed)
 /// and returns. hyper's connection builder is used directly (not `axum::serve`) for its header
 /// read timeout, which needs a timer `axum::serve` does not give; hyper has no write timeout,
-/// so each connection's socket gets one of its own.
+/// so each connection's socket gets one of its own. hyper's `half_close` is on, so that a
+/// client that shuts down its sending side to wait for its answer gets it, and the connection's
+/// task tells a client gone from it instead ([`crate::peer`]).
 pub(crate) async fn serve_http(
     mut listener: TcpListener,
     app: Router,
@@ -36,7 +43,8 @@ pub(crate) async fn serve_http(
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)
         // hyper panics below 8192 bytes, its smallest buffer.
-        .max_buf_size(config.max_buffer.max(8192));
+        .max_buf_size(config.max_buffer.max(8192))
+        .half_close(true);
     let connections = GracefulShutdown::new();
     // The connections' tasks, so that the ones a graceful shutdown cannot finish (a client that
     // stopped reading its answer) can be closed.
@@ -61,17 +69,30 @@ pub(crate) async fn serve_http(
             }
             continue;
         }
-        let mut tcp = TimeoutStream::new(tcp);
-        tcp.set_write_timeout(Some(config.write_timeout));
+        let client = Peer::new(tcp);
+        let mut io = TimeoutStream::new(PeerIo(client.clone()));
+        io.set_write_timeout(Some(config.write_timeout));
         let service = TowerToHyperService::new(app.clone());
+        let for_handler = client.clone();
+        // The handler says through the connection's `Peer` when a request awaits its answer.
+        let service = service_fn(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(for_handler.clone());
+            service.call(request)
+        });
         let connection =
-            connections.watch(http.serve_connection(TokioIo::new(Box::pin(tcp)), service));
+            connections.watch(http.serve_connection(TokioIo::new(Box::pin(io)), service));
         let open = OpenConnection::new(&state.connections);
         tasks.spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!(%peer, error = %err, "connection closed on an error");
-                if timed_out(&err) {
-                    open.0.send_modify(|c| c.write_timeouts += 1);
+            tokio::select! {
+                served = connection => if let Err(err) = served {
+                    tracing::debug!(%peer, error = %err, "connection closed on an error");
+                    if timed_out(&err) {
+                        open.0.send_modify(|c| c.write_timeouts += 1);
+                    }
+                },
+                // Dropping the connection drops the request that awaits its answer.
+                err = client.until_gone() => {
+                    tracing::debug!(%peer, error = %err, "the client went away before its answer");
                 }
             }
             drop(open);

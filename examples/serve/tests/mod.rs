@@ -15,6 +15,7 @@ use crate::server::Server;
 use crate::state::AppState;
 
 mod bodies;
+mod clients_gone;
 mod connection_limit;
 mod dripping;
 mod errors;
@@ -25,8 +26,6 @@ mod slow_readers;
 mod under_load;
 
 // These hold the device, or inject its fault, through the simulator's controls.
-#[cfg(feature = "sim")]
-mod clients_gone;
 #[cfg(feature = "sim")]
 mod device;
 
@@ -91,6 +90,12 @@ impl Reply {
 async fn raw(addr: SocketAddr, bytes: Vec<u8>) -> Option<Reply> {
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     tcp.write_all(&bytes).await.unwrap();
+    read_reply(&mut tcp).await
+}
+
+/// Reads until the server closes `tcp` (within [`PATIENCE`]): `None` if it closed without
+/// answering.
+async fn read_reply(tcp: &mut tokio::net::TcpStream) -> Option<Reply> {
     let mut received = Vec::new();
     let read = tokio::time::timeout(PATIENCE, async {
         let mut chunk = [0; 4096];
@@ -112,6 +117,12 @@ fn parse_reply(received: Vec<u8>) -> Option<Reply> {
         return None;
     }
     let text = String::from_utf8(received).unwrap();
+    let mut text = text.as_str();
+    // Interim answers come before the answer (the server asks a client that half-closed with
+    // one whether it is still there); a client must take and may ignore them.
+    while text.starts_with("HTTP/1.1 1") {
+        text = text.split_once("\r\n\r\n").unwrap().1;
+    }
     let (head, body) = text.split_once("\r\n\r\n").unwrap();
     let mut lines = head.split("\r\n");
     let status = lines.next().unwrap().split(' ').nth(1).unwrap();
