@@ -12,6 +12,9 @@ pub(crate) struct ApiError {
     pub(crate) status: StatusCode,
     code: &'static str,
     message: String,
+    /// The client ended its connection before the request was whole: `GET /stats` counts the
+    /// request with those dropped for a client gone, not with the requests refused.
+    pub(crate) client_gone: bool,
 }
 
 impl ApiError {
@@ -24,6 +27,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            client_gone: false,
         }
     }
 

@@ -1,6 +1,9 @@
 //! Reading a request's body, the one place where a client can make the server wait for
 //! bytes, so its limits (size and time) are kept here together.
 
+use std::error::Error;
+use std::io;
+
 use axum::body::{Body, Bytes, HttpBody};
 use axum::http::StatusCode;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -27,7 +30,9 @@ pub(crate) async fn read_body(body: Body, config: &Config) -> Result<Bytes, ApiE
         Ok(Err(err)) => {
             tracing::debug!(error = %err, "reading a request body failed");
             let message = "the body could not be read";
-            Err(ApiError::new(StatusCode::BAD_REQUEST, "bad_body", message))
+            let mut refusal = ApiError::new(StatusCode::BAD_REQUEST, "bad_body", message);
+            refusal.client_gone = connection_ended(&*err);
+            Err(refusal)
         }
         Err(_) => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
@@ -38,4 +43,24 @@ pub(crate) async fn read_body(body: Body, config: &Config) -> Result<Bytes, ApiE
             ),
         )),
     }
+}
+
+/// Whether a body failed because its client ended the connection (closed, reset or
+/// half-closed it) rather than because it was malformed (a bad chunk size, say): hyper reports
+/// both as a body error, with the I/O error under it.
+fn connection_ended(err: &(dyn Error + 'static)) -> bool {
+    let mut cause = Some(err);
+    while let Some(err) = cause {
+        if let Some(io) = err.downcast_ref::<io::Error>() {
+            return matches!(
+                io.kind(),
+                io::ErrorKind::UnexpectedEof
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::BrokenPipe
+            );
+        }
+        cause = err.source();
+    }
+    false
 }

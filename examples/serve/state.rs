@@ -49,6 +49,7 @@ impl AppState {
     pub(crate) fn count<T>(&self, answer: &Result<T, ApiError>) {
         let counter = match answer {
             Ok(_) => &self.served,
+            Err(err) if err.client_gone => &self.cancelled,
             Err(err) if err.status == StatusCode::SERVICE_UNAVAILABLE => &self.overloaded,
             Err(err) if err.status.is_client_error() => &self.rejected,
             Err(_) => &self.failed,

@@ -1,6 +1,8 @@
 //! Clients that go away before their answer, and clients that only half-close their connection
 //! to wait for it.
 
+use std::sync::atomic::Ordering;
+
 use super::*;
 
 // Holds the device through the simulator's controls.
@@ -75,5 +77,69 @@ async fn clients_that_half_close_as_soon_as_their_request_is_sent_get_their_answ
     let stats = server.state.stats();
     assert_eq!(stats["requests"]["served"], rounds, "{stats}");
     assert_eq!(stats["requests"]["cancelled"], 0, "{stats}");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_gone_mid_body_are_counted_cancelled_not_rejected() {
+    let server = Server::start(small(), loopback()).await.unwrap();
+    // `Expect: 100-continue`: hyper sends the interim answer when the handler starts reading the
+    // body, so the client ends its connection with the handler surely reading.
+    let head = format!(
+        "{JSON_POST}Expect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        GOOD.len()
+    );
+    let ends = ["close", "reset", "half-close"];
+    for (gone, end) in (1..).zip(ends) {
+        let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        let mut interim = Vec::new();
+        while !interim.ends_with(b"\r\n\r\n") {
+            interim.push(tcp.read_u8().await.unwrap());
+        }
+        assert!(interim.starts_with(b"HTTP/1.1 100 "), "{interim:?}");
+        tcp.write_all(&GOOD.as_bytes()[..10]).await.unwrap();
+        match end {
+            "close" => drop(tcp),
+            "reset" => {
+                tcp.set_zero_linger().unwrap();
+                drop(tcp);
+            }
+            _ => {
+                // Still reading: it is told why, and counted with the others, since its
+                // request cannot be served either.
+                tcp.shutdown().await.unwrap();
+                let reply = read_reply(&mut tcp).await.expect("an answer");
+                let got = (reply.status, reply.body["error"]["code"].as_str());
+                assert_eq!(
+                    got,
+                    (StatusCode::BAD_REQUEST, Some("bad_body")),
+                    "{reply:?}"
+                );
+            }
+        }
+        until("counted", || {
+            server.state.cancelled.load(Ordering::Relaxed)
+                + server.state.rejected.load(Ordering::Relaxed)
+                == gone
+        })
+        .await;
+    }
+    // A body that fails for being malformed (a chunk size that is not hex) is refused, and
+    // counted so, while its client is still there.
+    let malformed = format!("{JSON_POST}Transfer-Encoding: chunked\r\n\r\nzz\r\n{GOOD}\r\n");
+    let reply = raw(server.addr, malformed.into_bytes())
+        .await
+        .expect("an answer");
+    let got = (reply.status, reply.body["error"]["code"].as_str());
+    assert_eq!(
+        got,
+        (StatusCode::BAD_REQUEST, Some("bad_body")),
+        "{reply:?}"
+    );
+    let stats = server.state.stats();
+    assert_eq!(stats["requests"]["cancelled"], 3, "{stats}");
+    assert_eq!(stats["requests"]["rejected"], 1, "{stats}");
+    connections_until(&server, |c| c.open == 0).await;
     server.stop().await.unwrap();
 }
