@@ -30,9 +30,10 @@ pub(crate) struct Config {
     /// answered 504 and its slot freed: a stalled or lost device then costs each request this
     /// much, instead of holding every admission slot for good.
     pub(crate) device_timeout: Duration,
-    /// Connections open at once; one more is answered 503 and closed. Keep it below the
-    /// process's file-descriptor limit (`ulimit -n`), so that accepting never fails for want of
-    /// a descriptor.
+    /// Connections open at once; one more is answered 503 and closed. The server raises the
+    /// process's open-file limit (`ulimit -n`) to cover it where the hard limit allows, and
+    /// serves with a lower one where it does not, so that accepting never fails for want of a
+    /// descriptor.
     pub(crate) max_connections: usize,
     /// The most a connection buffers of what it reads or writes (hyper's `max_buf_size`, at
     /// least 8192): a request head longer than this is refused with 431.

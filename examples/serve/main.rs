@@ -63,14 +63,19 @@
 //!
 //! At most `max_connections` connections (512 by default) are open at once, so that neither
 //! memory nor file descriptors run out under a flood of connections (idle, slow or stalled
-//! ones): one more has its request's head read (within 1 s), is answered 503
-//! `too_many_connections` and closed (HTTP clients take an answer sent before their request
-//! for a dead connection), and `GET /stats` counts it under `connections.refused`. At most 64
-//! such refusals run at once; past that a connection over the limit is closed unanswered
-//! (still counted), so a flood of them costs 64 small tasks at most. Each connection
-//! buffers at most `max_buffer` bytes (64 KiB by default) of what it reads or writes, so a
-//! request head longer than that gets hyper's 431. A connection thus holds at most that buffer,
-//! the body limit and its answer.
+//! ones). At start-up the process's open-file limit (`ulimit -n`) is fitted to it: the soft
+//! limit is raised toward the hard one to cover the connections and a margin for the process's
+//! other descriptors (the 64 refusals below among them), and where the hard limit cannot,
+//! `max_connections` is lowered to what it leaves room for (with a warning; `GET /stats`
+//! reports the limit in force as `max_connections`), so that accepting never fails with EMFILE
+//! before the limit is reached. One more has its request's head read (within 1 s), is
+//! answered 503 `too_many_connections` and closed (HTTP clients take an answer sent before
+//! their request for a dead connection), and `GET /stats` counts it under
+//! `connections.refused`. At most 64 such refusals run at once; past that a connection over the
+//! limit is closed unanswered (still counted), so a flood of them costs 64 small tasks at most.
+//! Each connection buffers at most `max_buffer` bytes (64 KiB by default) of what it reads or
+//! writes, so a request head longer than that gets hyper's 431. A connection thus holds at most
+//! that buffer, the body limit and its answer.
 //!
 //! A client that closes or resets its connection while its request is on the device has it
 //! dropped at once (npu-rs keeps what the device may still touch until it is done, then the
@@ -122,6 +127,7 @@ mod handlers;
 mod kernels;
 mod load;
 mod model;
+mod open_files;
 mod peer;
 mod peer_io;
 #[path = "../support/percentile.rs"]

@@ -20,6 +20,7 @@ use tokio_io_timeout::TimeoutStream;
 use crate::config::Config;
 use crate::connections::{OpenConnection, timed_out};
 use crate::handlers::router;
+use crate::open_files::fit_max_connections;
 use crate::peer::Peer;
 use crate::peer_io::PeerIo;
 use crate::refusal::{MAX_REFUSING, refuse};
@@ -122,11 +123,13 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    /// Sets up the model and serves on `addr` until [`Server::stop`].
+    /// Sets up the model and serves on `addr` until [`Server::stop`], with `max_connections`
+    /// fitted to the open-file limit.
     pub(crate) async fn start(
-        config: Config,
+        mut config: Config,
         addr: SocketAddr,
     ) -> Result<Server, Box<dyn std::error::Error>> {
+        config.max_connections = fit_max_connections(config.max_connections);
         let state = Arc::new(AppState::new(config).await?);
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;

@@ -64,6 +64,7 @@ impl AppState {
         });
         stats["in_flight"] = json!(self.in_flight());
         stats["max_in_flight"] = json!(self.config.max_in_flight);
+        stats["max_connections"] = json!(self.config.max_connections);
         stats
     }
 }
