@@ -34,8 +34,9 @@ async fn infer(
     answer.map(Json)
 }
 
-/// Counts a request under `requests.cancelled` if it is dropped unanswered: hyper drops the
-/// handler of a connection that closed (a client gone, or one closed at the drain timeout).
+/// Counts a request under `requests.cancelled` if it is dropped unanswered: the handler goes
+/// with its connection, which ends when its client is gone (seen by hyper, or by the watch of
+/// [`crate::peer`] while the request awaits its answer) or at the drain timeout.
 struct Unanswered<'a>(Option<&'a AtomicU64>);
 
 impl Drop for Unanswered<'_> {
