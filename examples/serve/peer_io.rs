@@ -3,7 +3,7 @@
 //! hyper's ownership of it would leave to hyper alone.
 
 use std::io::{self, IoSlice};
-use std::os::fd::AsRawFd;
+use std::net::Shutdown;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -95,17 +95,12 @@ impl AsyncWrite for PeerIo {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.0.poll_probe(cx))?;
-        // SAFETY: shutdown(2) on the socket's descriptor, which `self.0` keeps open; it reads
-        // and writes no memory of ours.
-        let shut = unsafe { libc::shutdown(self.0.tcp.as_raw_fd(), libc::SHUT_WR) };
-        match shut {
-            0 => Poll::Ready(Ok(())),
-            _ => match io::Error::last_os_error() {
-                // The peer reset the connection first: nothing is left to shut down (as tokio's
-                // own shutdown has it).
-                err if err.kind() == io::ErrorKind::NotConnected => Poll::Ready(Ok(())),
-                err => Poll::Ready(Err(err)),
-            },
+        // tokio shuts a `TcpStream` down only through `&mut`, which the shared socket is not.
+        match socket2::SockRef::from(&self.0.tcp).shutdown(Shutdown::Write) {
+            // The peer reset the connection first: nothing is left to shut down (as tokio's own
+            // shutdown has it).
+            Err(err) if err.kind() == io::ErrorKind::NotConnected => Poll::Ready(Ok(())),
+            shut => Poll::Ready(shut),
         }
     }
 }
