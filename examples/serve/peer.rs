@@ -112,6 +112,11 @@ impl Peer {
     /// Writes the probe, unless the answer is already on its way (the handler returned, or
     /// hyper still holds part of an earlier answer): its bytes then reach the client and a
     /// closed socket answers them with the same reset.
+    ///
+    /// The check and the start of the write cannot be split by a write of hyper's: the watcher,
+    /// hyper's connection and the handler (which hyper polls inside the connection's future)
+    /// all run in the connection's one task, so nothing else runs between them. Whatever of
+    /// the probe the socket does not take at once is finished by hyper's next write first.
     async fn probe(&self) -> io::Result<()> {
         if self.awaiting.borrow().is_none() || self.output_blocked.load(Ordering::Relaxed) {
             return Ok(());
