@@ -36,6 +36,8 @@ mod fault;
 mod launch;
 mod module;
 mod op_error;
+#[doc(hidden)]
+pub mod paused_clock;
 pub mod reaper;
 mod runtime;
 

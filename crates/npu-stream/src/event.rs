@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use npu_core::contain::Rank;
 use npu_core::ffi;
-use npu_core::{Completion, Context, Error, Result, Runtime, acl_call, acl_call_opt};
+use npu_core::{Completion, Context, Error, Result, Runtime, Wait, acl_call, acl_call_opt};
 
 use crate::op::Op;
-use crate::paused_clock::KeptWait;
 use crate::stream::Stream;
 
 /// Which ACL event model an [`Event`] uses.
@@ -373,7 +372,7 @@ impl Event {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map(KeptWait::new);
+            .map(Completion::wait);
         EventWait { record }
     }
 
@@ -692,7 +691,7 @@ impl fmt::Debug for Event {
 pub struct EventWait {
     /// The wait for the latest record, with its own waker registration (any number of tasks
     /// may wait for one event), keeping a paused Tokio clock still as an `Op` does.
-    record: Option<KeptWait>,
+    record: Option<Wait>,
 }
 
 impl Future for EventWait {
@@ -700,7 +699,7 @@ impl Future for EventWait {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
         match &mut self.record {
-            Some(record) => record.poll(cx),
+            Some(record) => Pin::new(record).poll(cx),
             None => Poll::Ready(Ok(())),
         }
     }

@@ -35,7 +35,6 @@ mod event;
 mod event_pool;
 mod kernel;
 mod op;
-mod paused_clock;
 mod reactor;
 mod sentinel;
 mod signal;

@@ -5,9 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
-use npu_core::{Completion, Error, OpError};
-
-use crate::paused_clock::KeptWait;
+use npu_core::{Completion, Error, OpError, Wait};
 
 /// A device operation in flight. Resolves to the buffers it took once the device is done, or
 /// to an [`OpError`] that hands them back with the failure.
@@ -78,7 +76,7 @@ pub struct Op<T: Send + 'static> {
     /// Waits with a registration of its own, so that tasks waiting for the same completion
     /// (or an event recorded after it) never displace this future's waker, and keeps a
     /// paused Tokio clock from jumping past the operation.
-    wait: KeptWait,
+    wait: Wait,
     value: Option<T>,
     span: tracing::Span,
 }
@@ -86,7 +84,7 @@ pub struct Op<T: Send + 'static> {
 impl<T: Send + 'static> Op<T> {
     pub(crate) fn new(completion: Completion, value: T, span: tracing::Span) -> Self {
         Op {
-            wait: KeptWait::new(&completion),
+            wait: completion.wait(),
             value: Some(value),
             span,
         }
@@ -160,7 +158,7 @@ impl<T: Send + 'static> Future for Op<T> {
                     .with_subscriber(|(id, dispatch)| dispatch.exit(id));
             });
         }
-        let polled = this.wait.poll(cx);
+        let polled = Pin::new(&mut this.wait).poll(cx);
         if let Poll::Ready(Err(err)) = &polled {
             npu_core::contain::contained(|| {
                 this.span.record("error", tracing::field::display(err));

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
 use crate::error::{Error, Result};
+use crate::paused_clock::{ClockHold, SLICE};
 use crate::reaper::Action;
 use blocked::{RaiseOnDrop, Signal};
 use state::{Deferred, Registration};
@@ -228,10 +229,47 @@ impl Completion {
     /// assert!(done.is_complete());
     /// # Ok::<(), npu_core::Error>(())
     /// ```
+    ///
+    /// Under a paused Tokio clock (`#[tokio::test(start_paused = true)]`) the wait keeps the
+    /// clock still from its first pending poll until the operation completes, as every npu-rs
+    /// future waiting on the device does: a timer raced against it cannot fire while the
+    /// device works, which the clock cannot see (docs/observability.md, "Tests in paused
+    /// time").
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use npu_core::Completer;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // SAFETY: no device work or memory stands behind this completion.
+    /// let completer = unsafe { Completer::new() };
+    /// let done = completer.completion();
+    /// let (polled, pending) = std::sync::mpsc::channel();
+    /// // Stands for the device: completes once the wait is pending.
+    /// let device = std::thread::spawn(move || {
+    ///     pending.recv().unwrap();
+    ///     completer.complete(Ok(()));
+    /// });
+    /// let mut wait = std::pin::pin!(tokio::time::timeout(Duration::from_secs(3600), done.wait()));
+    /// assert!(futures_poll_once(wait.as_mut()).await.is_pending());
+    /// polled.send(()).unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// assert!(wait.await.is_ok(), "the one-hour timeout did not fire");
+    /// assert_eq!(start.elapsed(), Duration::ZERO, "paused time stood still");
+    /// device.join().unwrap();
+    /// # }
+    /// # async fn futures_poll_once<F: std::future::Future>(
+    /// #     mut future: std::pin::Pin<&mut F>,
+    /// # ) -> std::task::Poll<()> {
+    /// #     std::future::poll_fn(|cx| std::task::Poll::Ready(future.as_mut().poll(cx).map(drop))).await
+    /// # }
+    /// ```
     pub fn wait(&self) -> Wait {
         Wait {
             completion: self.clone(),
             registration: Registration::default(),
+            clock: ClockHold::default(),
         }
     }
 
@@ -399,6 +437,8 @@ pub struct Wait {
     completion: Completion,
     /// This future's own waker slot, so that any number of tasks can wait at once.
     registration: Registration,
+    /// Its hold on a paused Tokio clock while the operation is pending.
+    clock: ClockHold,
 }
 
 impl Wait {
@@ -422,9 +462,18 @@ impl Future for Wait {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
         let this = &mut *self;
-        this.completion
+        let polled = this
+            .completion
             .state
-            .poll(cx.waker(), &mut this.registration)
+            .poll(cx.waker(), &mut this.registration);
+        if polled.is_pending() {
+            let completion = &this.completion;
+            this.clock.pending(|keeper| {
+                let waiter = completion.blocking_waiter();
+                keeper.keep(move |_| waiter.wait_for(SLICE).is_none());
+            });
+        }
+        polled
     }
 }
 
@@ -664,6 +713,37 @@ mod tests {
         assert!(!wait.is_woken());
         assert!(wait.poll().is_pending());
         assert!(done.result().is_none());
+    }
+
+    /// A wait polled on a paused runtime keeps the clock still until its completer, on
+    /// another thread, completes it: a one-hour timer raced against it does not fire.
+    #[test]
+    fn a_wait_keeps_a_paused_clock_until_completion() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (completer, done) = pending();
+            let (polled, pending) = std::sync::mpsc::channel::<()>();
+            let completing = std::thread::spawn(move || {
+                pending.recv().unwrap();
+                completer.complete(Ok(()));
+            });
+            let hour = std::time::Duration::from_secs(3600);
+            let start = tokio::time::Instant::now();
+            let mut timed = std::pin::pin!(tokio::time::timeout(hour, done.wait()));
+            let first = std::future::poll_fn(|cx| Poll::Ready(timed.as_mut().poll(cx))).await;
+            assert!(first.is_pending());
+            polled.send(()).unwrap();
+            let waited = timed
+                .await
+                .expect("the one-hour timer fired before the completion");
+            assert!(waited.is_ok());
+            assert_eq!(start.elapsed(), std::time::Duration::ZERO);
+            completing.join().unwrap();
+        });
     }
 
     #[test]

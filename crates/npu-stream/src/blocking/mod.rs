@@ -14,6 +14,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use npu_core::Completer;
+use npu_core::paused_clock::spawn_contained;
 use tokio::runtime::Handle;
 
 use crate::reactor::{self, Pending};
@@ -53,18 +54,6 @@ type Slot = Mutex<Option<(Pending, Arc<StreamShared>)>>;
 
 fn take(slot: &Slot) -> Option<(Pending, Arc<StreamShared>)> {
     slot.lock().unwrap_or_else(|e| e.into_inner()).take()
-}
-
-/// Runs `task` on `runtime`'s blocking pool; false if Tokio refused it. Tokio panics when its
-/// pool has no thread and cannot start one (a runtime built with a stack the host cannot map,
-/// threads exhausted); that panic must not unwind through npu-rs's callers, which own
-/// operations the device has accepted. A refused task stays in Tokio's queue, unrun while no
-/// thread starts, and on a runtime whose clock is paused it keeps Tokio from advancing the clock
-/// on its own for the rest of the runtime's life: timers there move only with
-/// `tokio::time::advance`.
-pub(crate) fn spawn_contained(runtime: &Handle, task: impl FnOnce() + Send + 'static) -> bool {
-    let refused = npu_core::contain::contained(|| drop(runtime.spawn_blocking(task)));
-    !refused
 }
 
 /// An operation waiting for its blocking thread. If the thread never runs it (a Tokio runtime

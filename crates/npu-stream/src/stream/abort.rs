@@ -8,7 +8,6 @@ use npu_core::contain::Rank;
 use npu_core::{Completer, Completion, Error, Result, acl_call_opt};
 
 use super::{Stream, StreamShared, reentered};
-use crate::paused_clock::KeptWait;
 use crate::strategy;
 
 impl Stream {
@@ -66,7 +65,7 @@ impl Stream {
     // here: what an unused abort loses is its result.
     #[must_use = "the abort runs whether or not this is awaited; await it to learn its result"]
     pub fn abort(&self) -> impl Future<Output = Result<()>> + Send + Unpin + 'static {
-        let mut wait = 'wait: {
+        let wait = 'wait: {
             let Some(mut aborting) =
                 npu_core::contain::lock_here(&self.shared.submit, Rank::Submission)
             else {
@@ -76,7 +75,7 @@ impl Stream {
                 // SAFETY: no memory is recorded against this completion and nothing is
                 // deferred on it; it completes here.
                 let completer = unsafe { Completer::new() };
-                let wait = KeptWait::new(&completer.completion());
+                let wait = completer.completion().wait();
                 completer.complete(Err(reentered(("Stream::abort", "self"))));
                 break 'wait wait;
             };
@@ -88,13 +87,13 @@ impl Stream {
                 // is what this one would. So this one waits for it instead of taking another
                 // thread.
                 Some(running) if running.stops_at_call.is_none_or(|at| at == stops) => {
-                    KeptWait::new(&running.completion)
+                    running.completion.wait()
                 }
                 _ => {
                     // SAFETY: no memory is recorded against this completion and nothing is
                     // deferred on it; it completes once the runtime's abort call has returned.
                     let completer = unsafe { Completer::new() };
-                    let wait = KeptWait::new(&completer.completion());
+                    let wait = completer.completion().wait();
                     aborting.shared = Some(SharedAbort {
                         completion: completer.completion(),
                         stops_at_call: None,
@@ -105,7 +104,7 @@ impl Stream {
                 }
             }
         };
-        std::future::poll_fn(move |cx| wait.poll(cx))
+        wait
     }
 
     /// Runs the abort on a thread of its own, started now, like every operation: a future
