@@ -72,7 +72,11 @@ impl<T: Pod> PooledBuffer<T> {
     }
 }
 
-pinned_memory!(PooledBuffer, |buffer| &buffer.shared.source().context);
+pinned_memory!(
+    PooledBuffer,
+    |buffer| &buffer.shared.source().context,
+    |buffer, completion| buffer.shared.record_use(&buffer.uses, completion)
+);
 
 impl<T: Pod> Drop for PooledBuffer<T> {
     fn drop(&mut self) {
