@@ -65,7 +65,7 @@ impl Stream {
     // here: what an unused abort loses is its result.
     #[must_use = "the abort runs whether or not this is awaited; await it to learn its result"]
     pub fn abort(&self) -> impl Future<Output = Result<()>> + Send + Unpin + 'static {
-        let wait = 'wait: {
+        'wait: {
             let Some(mut aborting) =
                 npu_core::contain::lock_here(&self.shared.submit, Rank::Submission)
             else {
@@ -103,8 +103,7 @@ impl Stream {
                     wait
                 }
             }
-        };
-        wait
+        }
     }
 
     /// Runs the abort on a thread of its own, started now, like every operation: a future
