@@ -547,6 +547,20 @@ impl Vmm {
         })?
     }
 
+    /// Checks that a mapping starts at `addr` and was mapped with size `len` (107000
+    /// otherwise), changing nothing.
+    pub(crate) fn check_mapping(&self, addr: usize, len: usize) -> Res<()> {
+        self.with_mapping(addr, |mapping| {
+            ensure!(
+                len == mapping.physical.size,
+                ACL_ERROR_RT_PARAM_INVALID,
+                "size {len} is not the size the mapping at {addr:#x} was made with ({})",
+                mapping.physical.size
+            );
+            Ok(())
+        })?
+    }
+
     /// The access flags of `device` on the mapping starting at `addr`.
     pub(crate) fn access(&self, addr: usize, device: u32) -> Res<aclrtMemAccessFlags> {
         self.with_mapping(addr, |m| {

@@ -350,6 +350,25 @@ fn error_paths() {
         ACL_ERROR_RT_PARAM_INVALID,
         "aclrtMallocPhysical"
     );
+    // The properties come before the later flags, and the option after the properties.
+    let on_host = aclrtPhysicalMemProp {
+        location: aclrtMemLocation {
+            id: 0,
+            type_: ACL_MEM_LOCATION_TYPE_HOST,
+        },
+        ..good
+    };
+    fails!(
+        aclrtMallocPhysical(&mut handle, MIB, &on_host, 1),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtMallocPhysical"
+    );
+    let mut on_host_mut = on_host;
+    fails!(
+        aclrtMemGetAllocationGranularity(&mut on_host_mut, 2, &mut granularity),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtMemGetAllocationGranularity"
+    );
     let cases: [(aclrtPhysicalMemProp, aclError); 7] = [
         (
             aclrtPhysicalMemProp {
@@ -546,6 +565,31 @@ fn error_paths() {
         ACL_ERROR_RT_INVALID_DEVICEID,
         "aclrtMemGetAccess"
     );
+    // The address is checked before the location, in parameter order.
+    fails!(
+        aclrtMemGetAccess(next, &mut nowhere, &mut flag),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemGetAccess"
+    );
+    let mut to_nowhere = aclrtMemAccessDesc {
+        location: nowhere,
+        ..desc
+    };
+    fails!(
+        aclrtMemSetAccess(va, 2 * MIB, &mut to_nowhere, 1),
+        ACL_ERROR_RT_INVALID_DEVICEID,
+        "aclrtMemSetAccess"
+    );
+    fails!(
+        aclrtMemSetAccess(next, 2 * MIB, &mut to_nowhere, 1),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemSetAccess"
+    );
+    fails!(
+        aclrtMemSetAccess(va, 4 * MIB, &mut to_nowhere, 1),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemSetAccess"
+    );
     fails!(
         aclrtMemSetAccess(ptr::null_mut(), MIB, &mut desc, 1),
         ACL_ERROR_INVALID_PARAM,
@@ -629,6 +673,12 @@ fn error_paths() {
     fails!(
         aclrtMapMem(next, 2 * MIB, 0, other_device, 0),
         ACL_ERROR_RT_INVALID_HANDLE,
+        "aclrtMapMem"
+    );
+    // The offset needs no lookup and comes before the handle, in parameter order.
+    fails!(
+        aclrtMapMem(next, 2 * MIB, 4096, other_device, 0),
+        ACL_ERROR_RT_PARAM_INVALID,
         "aclrtMapMem"
     );
     fails!(
@@ -804,6 +854,22 @@ fn a_mapping_without_access_gets_it_from_set_access() {
     fails!(
         aclrtMemMapSelectedLink(va, 2 * MIB, va, ACL_RT_MEM_LINK_IDX_1),
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtMemMapSelectedLink"
+    );
+    // Their pointer arguments are checked first, as everywhere in the ACL layer.
+    fails!(
+        aclrtReserveMemAddressNoUCMemory(ptr::null_mut(), 1 << 30, 0, wanted, 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtReserveMemAddressNoUCMemory"
+    );
+    fails!(
+        aclrtMemMapSelectedLink(ptr::null_mut(), 2 * MIB, va, ACL_RT_MEM_LINK_IDX_1),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemMapSelectedLink"
+    );
+    fails!(
+        aclrtMemMapSelectedLink(va, 2 * MIB, ptr::null_mut(), ACL_RT_MEM_LINK_IDX_1),
+        ACL_ERROR_INVALID_PARAM,
         "aclrtMemMapSelectedLink"
     );
     // The handle is refused before it is looked at: any non-NULL one reaches the link checks.

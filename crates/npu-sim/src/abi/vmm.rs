@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use npu_sys::*;
 
-use super::check::{array, optional, unsupported_on_a2};
+use super::check::{array, optional, unsupported_after_checks, unsupported_on_a2};
 use crate::device::Device;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::handle;
@@ -108,8 +108,8 @@ pub unsafe extern "C" fn aclrtReleaseMemAddress(virPtr: *mut c_void) -> aclError
 
 /// Allocates physical device memory: `size` rounded up to the granularity of `prop->memAttr`
 /// (2 MiB; 1 GiB for the HUGE1G types) and counted against the device's capacity (207001).
-/// `flags` must be 0; host locations, POSIX handles and ACL_MEM_P2P_HUGE1G → 207000; other bad
-/// properties → 107000, an unknown device → 107001.
+/// Host locations, POSIX handles and ACL_MEM_P2P_HUGE1G → 207000; other bad properties →
+/// 107000, an unknown device → 107001; then `flags` must be 0 (107000).
 ///
 /// # Safety
 /// `handle` must be NULL or valid for a write; `prop` NULL or a valid struct.
@@ -124,13 +124,14 @@ pub unsafe extern "C" fn aclrtMallocPhysical(
         non_null(handle, "handle")?;
         ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
         let prop = read_prop(prop)?;
+        // The properties are checked before the later `flags`, in parameter order.
+        let sim = sim()?;
+        let (device, granularity) = granularity_of(sim, &prop)?;
         ensure!(
             flags == 0,
             ACL_ERROR_RT_PARAM_INVALID,
             "flags is reserved and must be 0, not {flags}"
         );
-        let sim = sim()?;
-        let (device, granularity) = granularity_of(sim, &prop)?;
         device.check_alive()?;
         let physical = sim.vmm.allocate(device, size, granularity, prop)?;
         write_out(handle, "handle", handle::to_ptr(physical))
@@ -182,6 +183,13 @@ fn map_physical(
     };
     non_null(virPtr, "virPtr")?;
     non_null(handle, "handle")?;
+    // `offset` needs nothing looked up, so it is checked in its place before `handle`; `size`
+    // can only be compared with the allocation once the handle is resolved.
+    ensure!(
+        offset == 0,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "offset must be 0, not {offset}"
+    );
     let sim = sim()?;
     let physical = sim
         .vmm
@@ -192,11 +200,6 @@ fn map_physical(
         invalid,
         "size {size} is not the physical allocation's size ({})",
         physical.size
-    );
-    ensure!(
-        offset == 0,
-        ACL_ERROR_RT_PARAM_INVALID,
-        "offset must be 0, not {offset}"
     );
     ensure!(
         flags == 0,
@@ -253,10 +256,10 @@ pub unsafe extern "C" fn aclrtMemMapNoAccess(
     })
 }
 
-/// Not supported on an Atlas A2 (207000).
+/// Not supported on an Atlas A2: NULL `virPtr` → 100000, else 207000.
 ///
 /// # Safety
-/// No preconditions; `unsafe` only because it is part of the C ABI.
+/// No preconditions; `unsafe` only because it is part of the C ABI (`virPtr` is not written).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtReserveMemAddressNoUCMemory(
     virPtr: *mut *mut c_void,
@@ -265,16 +268,20 @@ pub unsafe extern "C" fn aclrtReserveMemAddressNoUCMemory(
     expectPtr: *mut c_void,
     flags: u64,
 ) -> aclError {
-    let _ = (virPtr, size, alignment, expectPtr, flags);
+    let _ = (size, alignment, expectPtr, flags);
     guard("aclrtReserveMemAddressNoUCMemory", || {
-        unsupported_on_a2("reserving virtual memory kept from uncached operators")
+        unsupported_after_checks(
+            &[(virPtr.cast_const().cast(), "virPtr")],
+            "reserving virtual memory kept from uncached operators",
+        )
     })
 }
 
-/// Not supported on an Atlas A2 (207000).
+/// Not supported on an Atlas A2: NULL `virPtrDst` or `virPtrSrc` → 100000 (the header's code for
+/// bad input), else 207000.
 ///
 /// # Safety
-/// No preconditions; `unsafe` only because it is part of the C ABI.
+/// No preconditions; `unsafe` only because it is part of the C ABI (no address is touched).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtMemMapSelectedLink(
     virPtrDst: *mut c_void,
@@ -282,9 +289,15 @@ pub unsafe extern "C" fn aclrtMemMapSelectedLink(
     virPtrSrc: *mut c_void,
     linkIdx: u32,
 ) -> aclError {
-    let _ = (virPtrDst, size, virPtrSrc, linkIdx);
+    let _ = (size, linkIdx);
     guard("aclrtMemMapSelectedLink", || {
-        unsupported_on_a2("mapping over a selected SIO or HCCS link")
+        unsupported_after_checks(
+            &[
+                (virPtrDst.cast_const(), "virPtrDst"),
+                (virPtrSrc.cast_const(), "virPtrSrc"),
+            ],
+            "mapping over a selected SIO or HCCS link",
+        )
     })
 }
 
@@ -347,8 +360,8 @@ fn access_location(sim: &Sim, location: &aclrtMemLocation) -> Res<u32> {
 
 /// Records which devices (and whether the host) may access the mapping made at `virPtr` with
 /// `size` bytes, and how (NONE, READ, READWRITE): `virPtr` and `size` must be those aclrtMapMem
-/// or aclrtMemMapNoAccess was given (107000 otherwise). The simulator records the flags; every
-/// device and the host can still reach the memory.
+/// or aclrtMemMapNoAccess was given (107000 otherwise, checked before `desc` is read). The
+/// simulator records the flags; every device and the host can still reach the memory.
 ///
 /// # Safety
 /// `desc` must be NULL or hold `count` descriptors.
@@ -365,6 +378,8 @@ pub unsafe extern "C" fn aclrtMemSetAccess(
         ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
         ensure!(count != 0, ACL_ERROR_INVALID_PARAM, "count is 0");
         let sim = sim()?;
+        // `virPtr` and `size` name a mapping before `desc` is read, in parameter order.
+        sim.vmm.check_mapping(virPtr as usize, size)?;
         // Every entry is checked before any is applied: a bad one changes nothing. The array
         // is read (and its count bounded) before anything is sized by the count.
         let entries = array(desc.cast_const(), count, "desc")?;
@@ -388,7 +403,7 @@ pub unsafe extern "C" fn aclrtMemSetAccess(
 }
 
 /// The access flags a device has on the mapping made at `virPtr` (a mapping's start, else
-/// 107000): READWRITE for the memory's own device after aclrtMapMem, NONE for others until
+/// 107000, checked before `location`): READWRITE for the memory's own device after aclrtMapMem, NONE for others until
 /// aclrtMemSetAccess.
 ///
 /// # Safety
@@ -406,6 +421,8 @@ pub unsafe extern "C" fn aclrtMemGetAccess(
             fail!(ACL_ERROR_INVALID_PARAM, "location is NULL");
         };
         let sim = sim()?;
+        // `virPtr` must start a mapping before `location` is looked at, in parameter order.
+        sim.vmm.access(virPtr as usize, HOST_ACCESS)?;
         let whose = access_location(sim, &location)?;
         let flags = sim.vmm.access(virPtr as usize, whose)?;
         write_out(flag, "flag", u64::from(flags))
@@ -426,13 +443,14 @@ pub unsafe extern "C" fn aclrtMemGetAllocationGranularity(
     guard("aclrtMemGetAllocationGranularity", || {
         let prop = read_prop(prop)?;
         non_null(granularity, "granularity")?;
+        // The properties are checked before the later `option`, in parameter order.
+        let (_, bytes) = granularity_of(sim()?, &prop)?;
         ensure!(
             option == ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM
                 || option == ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED,
             ACL_ERROR_RT_PARAM_INVALID,
             "option {option} is neither MINIMUM nor RECOMMENDED"
         );
-        let (_, bytes) = granularity_of(sim()?, &prop)?;
         write_out(granularity, "granularity", bytes)
     })
 }
