@@ -233,6 +233,22 @@ fn error_paths() {
         ACL_ERROR_RT_INVALID_HANDLE,
         "aclrtAllocatorSetObjToDesc"
     );
+    // A NULL value is the ACL layer's to refuse, before the descriptor is looked up.
+    fails!(
+        aclrtAllocatorSetObjToDesc(full, ptr::null_mut()),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtAllocatorSetObjToDesc"
+    );
+    fails!(
+        aclrtAllocatorSetFreeFuncToDesc(full, None),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtAllocatorSetFreeFuncToDesc"
+    );
+    fails!(
+        aclrtAllocatorRegister(stream, full),
+        ACL_ERROR_RT_INVALID_HANDLE,
+        "aclrtAllocatorRegister"
+    );
     acl!(aclrtAllocatorDestroyDesc(empty));
     acl!(aclrtDestroyStream(stream));
 }

@@ -141,6 +141,29 @@ fn every_error_path() {
             },
         ),
         case(
+            "barrier on NULL src",
+            "aclrtCmoAsyncWithBarrier",
+            100000,
+            0,
+            || {
+                let invalid = ACL_RT_CMO_TYPE_INVALID;
+                code!(aclrtCmoAsyncWithBarrier(
+                    ptr::null_mut(),
+                    64,
+                    invalid,
+                    1,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "wait barrier on NULL info",
+            "aclrtCmoWaitBarrier",
+            100000,
+            0,
+            || code!(aclrtCmoWaitBarrier(ptr::null_mut(), ptr::null_mut(), 0)),
+        ),
+        case(
             "desc size into NULL",
             "aclrtCmoGetDescSize",
             100000,

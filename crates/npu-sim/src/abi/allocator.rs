@@ -51,16 +51,17 @@ pub unsafe extern "C" fn aclrtAllocatorDestroyDesc(allocatorDesc: aclrtAllocator
     })
 }
 
-/// Sets one field of a descriptor, after checking the descriptor and that the value (`what`)
-/// is `present` (not NULL).
+/// Sets one field of a descriptor, after checking that neither the descriptor nor the value
+/// (`what`) is NULL (100000, the ACL layer's checks, made before the descriptor is looked up).
 fn set(
     allocator_desc: aclrtAllocatorDesc,
     present: bool,
     what: &str,
     apply: impl FnOnce(&mut Desc),
 ) -> Res<()> {
-    let desc = desc(sim()?, allocator_desc)?;
+    non_null(allocator_desc, "allocatorDesc")?;
     ensure!(present, ACL_ERROR_INVALID_PARAM, "{what} is NULL");
+    let desc = desc(sim()?, allocator_desc)?;
     apply(&mut lock(&desc));
     Ok(())
 }

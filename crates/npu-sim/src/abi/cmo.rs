@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use npu_sys::*;
 
+use super::check::refuse_after_checks;
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::event::Record;
@@ -66,10 +67,10 @@ pub unsafe extern "C" fn aclrtCmoAsync(
     })
 }
 
-/// Not supported on an Atlas A2 (207000).
+/// Not supported on an Atlas A2: NULL `src` → 100000, else 207000.
 ///
 /// # Safety
-/// No preconditions; `unsafe` only because it is part of the C ABI.
+/// No preconditions; `unsafe` only because it is part of the C ABI (`src` is not touched).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtCmoAsyncWithBarrier(
     src: *mut c_void,
@@ -78,32 +79,30 @@ pub unsafe extern "C" fn aclrtCmoAsyncWithBarrier(
     barrierId: u32,
     stream: aclrtStream,
 ) -> aclError {
-    let _ = (src, size, cmoType, barrierId, stream);
-    guard("aclrtCmoAsyncWithBarrier", || {
-        fail!(
-            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            "cache operations with barriers are not supported on an Atlas A2"
-        )
-    })
+    let _ = (size, cmoType, barrierId, stream);
+    refuse_after_checks(
+        "aclrtCmoAsyncWithBarrier",
+        &[(src.cast_const(), "src")],
+        "cache operations with barriers",
+    )
 }
 
-/// Not supported on an Atlas A2 (207000).
+/// Not supported on an Atlas A2: NULL `taskInfo` → 100000, else 207000.
 ///
 /// # Safety
-/// No preconditions; `unsafe` only because it is part of the C ABI.
+/// No preconditions; `unsafe` only because it is part of the C ABI (`taskInfo` is not read).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtCmoWaitBarrier(
     taskInfo: *mut aclrtBarrierTaskInfo,
     stream: aclrtStream,
     flag: u32,
 ) -> aclError {
-    let _ = (taskInfo, stream, flag);
-    guard("aclrtCmoWaitBarrier", || {
-        fail!(
-            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            "waiting for cache operation barriers is not supported on an Atlas A2"
-        )
-    })
+    let _ = (stream, flag);
+    refuse_after_checks(
+        "aclrtCmoWaitBarrier",
+        &[(taskInfo.cast_const().cast(), "taskInfo")],
+        "waiting for cache operation barriers",
+    )
 }
 
 /// The size of a CMO descriptor: 16 bytes (the address and size of the memory). NULL → 100000.
