@@ -917,7 +917,7 @@ fn every_ipc_notify_error_path() {
     let p = pid.as_mut_ptr();
     let mut out = ptr::null_mut();
     let junk = c_string("not-a-key");
-    let cases: [(&str, aclError, aclError); 18] = [
+    let cases: [(&str, aclError, aclError); 21] = [
         (
             "export NULL notify",
             code!(aclrtNotifyGetExportKey(ptr::null_mut(), k, KEY_LEN, 0)),
@@ -931,6 +931,11 @@ fn every_ipc_notify_error_path() {
         (
             "export NULL key",
             code!(aclrtNotifyGetExportKey(notify, ptr::null_mut(), KEY_LEN, 0)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "export stale notify into NULL key: the pointer is checked first",
+            code!(aclrtNotifyGetExportKey(stale, ptr::null_mut(), KEY_LEN, 0)),
             ACL_ERROR_INVALID_PARAM,
         ),
         (
@@ -961,6 +966,16 @@ fn every_ipc_notify_error_path() {
         (
             "set pid num 0",
             code!(aclrtNotifySetImportPid(notify, p, 0)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "set NULL pid of a stale notify: the pointer is checked first",
+            code!(aclrtNotifySetImportPid(stale, ptr::null_mut(), 1)),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "set pid num 0 of a stale notify: the count is checked first",
+            code!(aclrtNotifySetImportPid(stale, p, 0)),
             ACL_ERROR_INVALID_PARAM,
         ),
         (

@@ -1118,6 +1118,17 @@ fn every_error_path() {
         case("notify id NULL", "aclrtGetNotifyId", 100000, 0, || {
             code!(aclrtGetNotifyId(create_notify(), ptr::null_mut()))
         }),
+        case(
+            "notify id of a destroyed notify into NULL",
+            "aclrtGetNotifyId",
+            100000,
+            0,
+            || {
+                let notify = create_notify();
+                acl!(aclrtDestroyNotify(notify));
+                code!(aclrtGetNotifyId(notify, ptr::null_mut()))
+            },
+        ),
         case("notify id of NULL", "aclrtGetNotifyId", 100000, 0, || {
             let mut id = 0;
             code!(aclrtGetNotifyId(ptr::null_mut(), &mut id))

@@ -26,7 +26,7 @@ fn check_flags(flags: u64, allowed: u32, what: &str) -> crate::error::Res<()> {
 }
 
 /// Shares the notify with other processes and writes its key (NUL-terminated) into `key`.
-/// NULL notify or key → 100000; a stale notify → 107017; len below 65, unknown flags →
+/// NULL notify or key → 100000 (before the notify is looked up); a stale notify → 107017; len below 65, unknown flags →
 /// 107000. With ACL_RT_NOTIFY_EXPORT_FLAG_DEFAULT only whitelisted processes may import it.
 ///
 /// # Safety
@@ -39,8 +39,9 @@ pub unsafe extern "C" fn aclrtNotifyGetExportKey(
     flags: u64,
 ) -> aclError {
     guard("aclrtNotifyGetExportKey", || {
-        let shared = lookup(notify)?;
+        non_null(notify, "notify")?;
         non_null(key, "key")?;
+        let shared = lookup(notify)?;
         ensure!(
             len >= KEY_LEN,
             ACL_ERROR_RT_PARAM_INVALID,
@@ -64,7 +65,7 @@ pub unsafe extern "C" fn aclrtNotifyGetExportKey(
 }
 
 /// Adds `num` pids to the whitelist of an exported notify. NULL notify or pid, or num 0 →
-/// 100000; a stale notify → 107017; a notify this process did not export, or a pid that is
+/// 100000 (before the notify is looked up); a stale notify → 107017; a notify this process did not export, or a pid that is
 /// not positive → 107000.
 ///
 /// # Safety
@@ -76,9 +77,10 @@ pub unsafe extern "C" fn aclrtNotifySetImportPid(
     num: usize,
 ) -> aclError {
     guard("aclrtNotifySetImportPid", || {
-        lookup(notify)?;
+        non_null(notify, "notify")?;
         non_null(pid, "pid")?;
         ensure!(num != 0, ACL_ERROR_INVALID_PARAM, "num is 0");
+        lookup(notify)?;
         let pids = array(pid.cast_const(), num, "pid")?;
         sim()?
             .ipc

@@ -111,15 +111,17 @@ pub unsafe extern "C" fn aclrtWaitAndResetNotify(
     })
 }
 
-/// The notify's id (unique per device).
+/// The notify's id (unique per device). NULL `notify` or `notifyId` → 100000 before the notify
+/// is looked up (a destroyed one → 107017).
 ///
 /// # Safety
 /// `notifyId` must be NULL or valid for a write.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtGetNotifyId(notify: aclrtNotify, notifyId: *mut u32) -> aclError {
     guard("aclrtGetNotifyId", || {
-        let notify = lookup(notify)?;
+        non_null(notify, "notify")?;
         non_null(notifyId, "notifyId")?;
+        let notify = lookup(notify)?;
         write_out(notifyId, "notifyId", notify.id)
     })
 }
