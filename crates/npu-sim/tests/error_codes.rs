@@ -51,6 +51,14 @@ fn add_one() -> aclrtFuncHandle {
     function(registry_binary(&["add_one_u32", "trap"]), "add_one_u32")
 }
 
+/// A function handle whose binary has been unloaded (stale: 107017 once looked up).
+fn unloaded_function() -> aclrtFuncHandle {
+    let bin = registry_binary(&["add_one_u32"]);
+    let func = function(bin, "add_one_u32");
+    acl!(aclrtBinaryUnLoad(bin));
+    func
+}
+
 /// A size over `isize::MAX`, which no buffer can have.
 const IMPOSSIBLE: usize = 1 << 63;
 
@@ -761,6 +769,38 @@ static INVALID_PARAM: &[Case] = &[
         },
     ),
     case(
+        "args array NULL for a kernel without a parameter list",
+        "aclrtLaunchKernelWithArgsArray",
+        100000,
+        0,
+        || {
+            let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
+            code!(aclrtLaunchKernelWithArgsArray(
+                add_one(),
+                1,
+                stream,
+                cfg,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "args array NULL for a destroyed function",
+        "aclrtLaunchKernelWithArgsArray",
+        100000,
+        0,
+        || {
+            let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
+            code!(aclrtLaunchKernelWithArgsArray(
+                unloaded_function(),
+                1,
+                stream,
+                cfg,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
         "args array NULL entry",
         "aclrtLaunchKernelWithArgsArray",
         100000,
@@ -1307,13 +1347,15 @@ static PARAM_INVALID: &[Case] = &[
         107000,
         0,
         || {
+            let mut word = 0u64;
+            let mut args: [*mut c_void; 1] = [(&raw mut word).cast()];
             let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
             code!(aclrtLaunchKernelWithArgsArray(
                 add_one(),
                 1,
                 stream,
                 cfg,
-                ptr::null_mut()
+                args.as_mut_ptr()
             ))
         },
     ),

@@ -652,9 +652,11 @@ pub unsafe extern "C" fn aclrtLaunchSIMTKernelWithHostArgs(
 
 /// Launches a kernel whose arguments are given as an array of pointers to each parameter's
 /// host data, packed (copied at the call) by the kernel's declared parameter list. `func` must
-/// be a function handle (the simulator has no compiler-generated kernel symbols); a kernel
-/// without a parameter list → 107000; NULL `args` for a kernel with parameters, or a NULL
-/// entry → 100000.
+/// be a function handle (the simulator has no compiler-generated kernel symbols). NULL `func`
+/// or `args`, or `numBlocks` 0 → 100000, before the function is looked up (the reference lets
+/// `cfg` alone be NULL); then a stale function → 107017, a kernel without a parameter list →
+/// 107000, and a NULL entry among the parameter count's (known only from the function) →
+/// 100000.
 ///
 /// # Safety
 /// `args` must hold one pointer per declared parameter, each valid for that parameter's size;
@@ -668,6 +670,10 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithArgsArray(
     args: *mut *mut c_void,
 ) -> aclError {
     guard("aclrtLaunchKernelWithArgsArray", || {
+        // The ACL layer's refusals (100000) come before the function is looked up; only the
+        // entries wait for it, as their number is the function's parameter count.
+        non_null(func, "func")?;
+        non_null(args, "args")?;
         let function = launch_target(func, numBlocks)?;
         let options = launch_options(cfg)?;
         let params = function.param_list()?;
