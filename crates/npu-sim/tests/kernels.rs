@@ -915,6 +915,73 @@ fn symbol_error_paths() {
                 ))
             },
         ),
+        // The ACL layer's checks (100000) come before the variable is looked up.
+        case(
+            "copy to a host variable from NULL",
+            "aclrtMemcpyToSymbolAsync",
+            100000,
+            0,
+            || {
+                code!(aclrtMemcpyToSymbolAsync(
+                    not_a_global(),
+                    ptr::null(),
+                    4,
+                    0,
+                    ACL_MEMCPY_HOST_TO_DEVICE,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "copy to a host variable of the wrong kind",
+            "aclrtMemcpyToSymbol",
+            100000,
+            0,
+            || {
+                let data = [0u8; 4];
+                code!(aclrtMemcpyToSymbol(
+                    not_a_global(),
+                    data.as_ptr().cast(),
+                    4,
+                    0,
+                    ACL_MEMCPY_DEVICE_TO_HOST
+                ))
+            },
+        ),
+        case(
+            "copy from a host variable into NULL",
+            "aclrtMemcpyFromSymbol",
+            100000,
+            0,
+            || {
+                code!(aclrtMemcpyFromSymbol(
+                    ptr::null_mut(),
+                    4,
+                    not_a_global(),
+                    4,
+                    0,
+                    ACL_MEMCPY_DEVICE_TO_HOST
+                ))
+            },
+        ),
+        case(
+            "copy from a host variable past dstMax",
+            "aclrtMemcpyFromSymbolAsync",
+            100000,
+            0,
+            || {
+                let mut data = [0u8; 4];
+                code!(aclrtMemcpyFromSymbolAsync(
+                    data.as_mut_ptr().cast(),
+                    2,
+                    not_a_global(),
+                    4,
+                    0,
+                    ACL_MEMCPY_DEVICE_TO_HOST,
+                    ptr::null_mut()
+                ))
+            },
+        ),
         case(
             "async copy from NULL symbol",
             "aclrtMemcpyFromSymbolAsync",

@@ -66,18 +66,34 @@ pub unsafe extern "C" fn aclrtGetSymbolSize(symbol: *const c_void, size: *mut us
     })
 }
 
-/// The device address `offset` bytes into the variable `symbol` names, after checking the
-/// copy's kind (one of `kinds`, else 100000) and that `offset + count` stays inside the
-/// variable (else 100000: the headers name ACL_ERROR_INVALID_PARAM for error input); with the
-/// bytes left from there.
+/// The device address `offset` bytes into the variable `symbol` names, with the bytes left
+/// from there, after the checks of a copy to or from it, all but the variable's lookup made
+/// first (ACL_ERROR_INVALID_PARAM, the one code besides 107043 the headers name, "for error
+/// input"): NULL `symbol`, a NULL `host` pointer (the copy's `src` or `dst`; allowed for a
+/// copy of 0 bytes, as aclrtMemcpy allows it), `count` above `dst_max` (the copies from the
+/// variable), a `kind` not one of `kinds`; then the variable is looked up (107002, 107043) and
+/// `offset + count` must stay inside it (100000).
 fn inside(
     symbol: *const c_void,
+    host: *const c_void,
+    dst_max: Option<usize>,
     count: usize,
     offset: usize,
     kind: aclrtMemcpyKind,
     kinds: [aclrtMemcpyKind; 2],
 ) -> Res<(*mut c_void, usize)> {
-    let (address, len) = variable(symbol)?;
+    non_null(symbol, "symbol")?;
+    let host_name = if dst_max.is_some() { "dst" } else { "src" };
+    if count != 0 {
+        non_null(host, host_name)?;
+    }
+    if let Some(dst_max) = dst_max {
+        ensure!(
+            count <= dst_max,
+            ACL_ERROR_INVALID_PARAM,
+            "count ({count}) is greater than dstMax ({dst_max})"
+        );
+    }
     ensure!(
         kinds.contains(&kind),
         ACL_ERROR_INVALID_PARAM,
@@ -85,6 +101,7 @@ fn inside(
         kinds[0],
         ACL_MEMCPY_DEFAULT
     );
+    let (address, len) = variable(symbol)?;
     ensure!(
         offset.checked_add(count).is_some_and(|end| end <= len),
         ACL_ERROR_INVALID_PARAM,
@@ -109,7 +126,7 @@ pub unsafe extern "C" fn aclrtMemcpyToSymbol(
     kind: aclrtMemcpyKind,
 ) -> aclError {
     guard("aclrtMemcpyToSymbol", || {
-        let (dst, room) = inside(symbol, count, offset, kind, TO)?;
+        let (dst, room) = inside(symbol, src, None, count, offset, kind, TO)?;
         memcpy(dst, room, src, count, kind, None)
     })
 }
@@ -129,7 +146,7 @@ pub unsafe extern "C" fn aclrtMemcpyToSymbolAsync(
     stream: aclrtStream,
 ) -> aclError {
     guard("aclrtMemcpyToSymbolAsync", || {
-        let (dst, room) = inside(symbol, count, offset, kind, TO)?;
+        let (dst, room) = inside(symbol, src, None, count, offset, kind, TO)?;
         memcpy(dst, room, src, count, kind, Some(stream))
     })
 }
@@ -149,7 +166,15 @@ pub unsafe extern "C" fn aclrtMemcpyFromSymbol(
     kind: aclrtMemcpyKind,
 ) -> aclError {
     guard("aclrtMemcpyFromSymbol", || {
-        let (src, _) = inside(symbol, count, offset, kind, FROM)?;
+        let (src, _) = inside(
+            symbol,
+            dst.cast_const(),
+            Some(dstMax),
+            count,
+            offset,
+            kind,
+            FROM,
+        )?;
         memcpy(dst, dstMax, src, count, kind, None)
     })
 }
@@ -170,7 +195,15 @@ pub unsafe extern "C" fn aclrtMemcpyFromSymbolAsync(
     stream: aclrtStream,
 ) -> aclError {
     guard("aclrtMemcpyFromSymbolAsync", || {
-        let (src, _) = inside(symbol, count, offset, kind, FROM)?;
+        let (src, _) = inside(
+            symbol,
+            dst.cast_const(),
+            Some(dstMax),
+            count,
+            offset,
+            kind,
+            FROM,
+        )?;
         memcpy(dst, dstMax, src, count, kind, Some(stream))
     })
 }
