@@ -202,6 +202,21 @@ fn callbacks_follow_the_life_cycle() {
     );
     acl!(aclInit(ptr::null()));
     assert_eq!(take_calls(), calls(&[("a", "")]), "initialised afresh");
+    // aclFinalizeReference reaching zero fails the same way, and, failing, leaves its output
+    // as it was (the finalisation has happened all the same).
+    let mut left = u64::MAX;
+    assert_eq!(
+        code!(aclFinalizeReference(&mut left)),
+        ACL_ERROR_RT_INTERNAL_ERROR
+    );
+    assert_eq!(left, u64::MAX);
+    assert_eq!(
+        take_calls(),
+        calls(&[("g", "finalize failed"), ("h", "finalize")])
+    );
+    assert_eq!(code!(aclFinalize()), ACL_ERROR_REPEAT_FINALIZE);
+    acl!(aclInit(ptr::null()));
+    assert_eq!(take_calls(), calls(&[("a", "")]), "initialised afresh");
     acl!(aclFinalizeCallbackUnRegister(OTHER, Some(failing_finalize)));
     acl!(aclFinalize());
     assert_eq!(take_calls(), calls(&[("h", "finalize")]));

@@ -382,7 +382,8 @@ pub unsafe extern "C" fn aclFinalize() -> aclError {
 }
 
 /// Drops one aclInit reference, finalising at zero as aclFinalize does (finalize callbacks
-/// included); `refCount` (nullable) receives the count left.
+/// included); `refCount` (nullable) receives the count left, unless a finalize callback failed
+/// the call.
 ///
 /// # Safety
 /// `refCount` must be NULL or valid for a write.
@@ -403,14 +404,15 @@ pub unsafe extern "C" fn aclFinalizeReference(refCount: *mut u64) -> aclError {
             dump::reset();
         }
         drop(state);
-        let finalized = match left {
-            0 => finalize(),
-            _ => Ok(()),
-        };
+        if left == 0 {
+            // A failing finalize callback fails the call, which then leaves `refCount` as it
+            // was, as every failed call leaves its outputs (the finalisation has happened).
+            finalize()?;
+        }
         if !refCount.is_null() {
             write_out(refCount, "refCount", left)?;
         }
-        finalized
+        Ok(())
     })
 }
 
