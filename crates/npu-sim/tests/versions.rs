@@ -112,6 +112,21 @@ fn bad_arguments_are_parameter_errors() {
             "aclsysGetVersionNum",
             version_num("nosuchpackage").unwrap_err(),
         ),
+        // A name that is not UTF-8 names no package either.
+        (
+            "aclsysGetVersionStr",
+            code!(aclsysGetVersionStr(
+                c"\xff".as_ptr().cast_mut(),
+                text.as_mut_ptr()
+            )),
+        ),
+        (
+            "aclsysGetVersionNum",
+            code!(aclsysGetVersionNum(
+                c"\xfe".as_ptr().cast_mut(),
+                &mut number
+            )),
+        ),
     ];
     for (api, code) in cases {
         assert_eq!(code, ACL_ERROR_INVALID_PARAM, "{api}");

@@ -4,7 +4,7 @@ use std::ffi::{CString, c_char};
 
 use npu_sys::*;
 
-use super::check::c_str;
+use super::check::c_str_or;
 use crate::error::{Res, fail, guard, non_null, write_out};
 use crate::sim::sim;
 use crate::version::package_version_parts;
@@ -42,7 +42,7 @@ pub unsafe extern "C" fn aclsysGetVersionStr(
     versionStr: *mut c_char,
 ) -> aclError {
     guard("aclsysGetVersionStr", || {
-        let name = c_str(pkgName, "pkgName")?;
+        let name = c_str_or(pkgName, "pkgName", ACL_ERROR_INVALID_PARAM)?;
         non_null(versionStr, "versionStr")?;
         let (version, _) = package_version(name)?;
         let bytes = CString::new(version).unwrap_or_default();
@@ -67,7 +67,7 @@ pub unsafe extern "C" fn aclsysGetVersionNum(
     versionNum: *mut i32,
 ) -> aclError {
     guard("aclsysGetVersionNum", || {
-        let name = c_str(pkgName, "pkgName")?;
+        let name = c_str_or(pkgName, "pkgName", ACL_ERROR_INVALID_PARAM)?;
         non_null(versionNum, "versionNum")?;
         let (_, number) = package_version(name)?;
         write_out(versionNum, "versionNum", number)
