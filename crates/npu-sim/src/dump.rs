@@ -198,7 +198,7 @@ pub(crate) fn end() -> Res<()> {
 /// Reads a configuration file: one that cannot be read → ACL_ERROR_INVALID_FILE; larger than
 /// [`MAX_FILE_BYTES`] → ACL_ERROR_INVALID_FILE_SIZE; not JSON, or nested deeper than
 /// [`MAX_NESTING`] → ACL_ERROR_PARSE_FILE.
-pub(crate) fn read_config_file(path: &str) -> Res<Value> {
+pub(crate) fn read_config_file(path: &std::path::Path) -> Res<Value> {
     let size = match std::fs::metadata(path) {
         Ok(meta) if meta.is_file() => meta.len(),
         Ok(_) => fail!(ACL_ERROR_INVALID_FILE, "{path:?} is not a file"),

@@ -1421,6 +1421,24 @@ fn names_ids_prints_and_destroy_callbacks() {
     ));
     let summary = std::fs::read_to_string(&path).unwrap();
     assert!(!summary.contains("kernel_args"));
+    // A Linux path is bytes: one that is not UTF-8 is written to as any other.
+    let odd = {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let mut bytes = dir.as_os_str().as_bytes().to_vec();
+        bytes.extend_from_slice(b"/model_ri_\xff.json");
+        std::ffi::CString::new(bytes).unwrap()
+    };
+    acl!(aclmdlRIDebugJsonPrint(
+        model,
+        odd.as_ptr(),
+        ACL_MDLRI_DEBUG_JSON_PRINT_SUMMARY
+    ));
+    let written = {
+        use std::os::unix::ffi::OsStrExt;
+        std::ffi::OsStr::from_bytes(odd.as_bytes()).to_owned()
+    };
+    assert_eq!(std::fs::read_to_string(&written).unwrap(), summary);
 
     acl!(aclmdlRIDestroyRegisterCallback(
         model,

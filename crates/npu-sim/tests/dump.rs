@@ -182,6 +182,21 @@ fn the_dump_configuration_follows_the_documented_order_and_checks() {
     let models = set().unwrap();
     assert_eq!(models.models, ["ResNet-50"]);
     assert_eq!(models.path.as_deref(), Some("/home/output"));
+    // A file whose name is not UTF-8 (a Linux path is bytes) is read as any other.
+    let odd = {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let mut bytes = dir.as_os_str().as_bytes().to_vec();
+        bytes.extend_from_slice(b"/dump_\xfe.json");
+        std::fs::write(std::ffi::OsStr::from_bytes(&bytes), OVERFLOW).unwrap();
+        CString::new(bytes).unwrap()
+    };
+    set_ok(&odd);
+    assert!(
+        set().unwrap().overflow,
+        "the odd file's configuration is in force"
+    );
+    set_ok(&model);
 
     // The file's checks; a refused file leaves the configuration as it was.
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));

@@ -64,6 +64,17 @@ pub(super) fn c_str_or<'a>(ptr: *const c_char, what: &str, not_utf8: aclError) -
     }
 }
 
+/// Reads a C string argument naming a file: any bytes but NUL, as a Linux path may hold
+/// bytes that are not UTF-8.
+pub(super) fn c_path<'a>(ptr: *const c_char, what: &str) -> Res<&'a std::path::Path> {
+    use std::os::unix::ffi::OsStrExt;
+    non_null(ptr, what)?;
+    // SAFETY: non-NULL; C string arguments are NUL-terminated by the API contract, and the
+    // borrow does not outlive the call.
+    let bytes = unsafe { CStr::from_ptr(ptr) }.to_bytes();
+    Ok(std::path::Path::new(std::ffi::OsStr::from_bytes(bytes)))
+}
+
 /// Writes `text` and its NUL into the caller's `max_len` bytes at `out`: a buffer too small
 /// for both → ACL_ERROR_RT_PARAM_INVALID, nothing written (a truncated name would be silently
 /// wrong).

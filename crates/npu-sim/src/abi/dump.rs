@@ -5,7 +5,7 @@ use std::ffi::c_char;
 
 use npu_sys::*;
 
-use super::check::c_str;
+use super::check::c_path;
 use super::init::while_initialised;
 use crate::dump;
 use crate::error::{guard, non_null};
@@ -39,7 +39,7 @@ pub unsafe extern "C" fn aclmdlSetDump(dumpCfgPath: *const c_char) -> aclError {
         non_null(dumpCfgPath, "dumpCfgPath")?;
         while_initialised(|| {
             dump::check_session()?;
-            let path = c_str(dumpCfgPath, "dumpCfgPath")?;
+            let path = c_path(dumpCfgPath, "dumpCfgPath")?;
             let json = dump::read_config_file(path)?;
             let settings = dump::parse_section(&json)?.settle(any_device_set()?);
             dump::set(settings)

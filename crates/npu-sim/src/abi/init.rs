@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use npu_sys::*;
 
-use super::check::c_str;
+use super::check::c_path;
 use crate::config::{ConfigError, SimConfig};
 use crate::context;
 use crate::device_limit::{Limit, PRINTF_FIFO_LIMIT, SIMD_STACK_LIMIT};
@@ -290,8 +290,8 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
         }
         let text = match configPath.is_null() {
             true => None,
-            false => match c_str(configPath, "configPath")? {
-                "" => None,
+            false => match c_path(configPath, "configPath")? {
+                path if path.as_os_str().is_empty() => None,
                 path => match std::fs::read_to_string(path) {
                     // A file of no bytes configures nothing, as NULL does: a choice where the
                     // reference is silent (it calls `{}` the empty configuration), so that a

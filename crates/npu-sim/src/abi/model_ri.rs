@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use npu_sys::*;
 
-use super::check::{c_str, deadline, write_c_str};
+use super::check::{c_path, c_str, deadline, write_c_str};
 use crate::context;
 use crate::context::Context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
@@ -249,7 +249,7 @@ pub unsafe extern "C" fn aclmdlRIDebugJsonPrint(
 ) -> aclError {
     guard("aclmdlRIDebugJsonPrint", || {
         non_null(modelRI, "modelRI")?;
-        let path = c_str(path, "path")?;
+        let path = c_path(path, "path")?;
         let model = complete_model(modelRI, "printing it")?;
         let verbose = match flags {
             ACL_MDLRI_DEBUG_JSON_PRINT_SUMMARY => false,
