@@ -1578,5 +1578,47 @@ fn null_arguments_are_refused_before_the_function_is_looked_up() {
                 ))
             },
         ),
+        // A configuration counting attributes in a NULL array is refused with the pointers.
+        case(
+            "V2 launch of an unloaded function with NULL cfg attrs",
+            "aclrtLaunchKernelV2",
+            100000,
+            0,
+            || {
+                let mut cfg = aclrtLaunchKernelCfg {
+                    attrs: ptr::null_mut(),
+                    numAttrs: 1,
+                };
+                code!(aclrtLaunchKernelV2(
+                    unloaded_function(),
+                    1,
+                    ptr::null(),
+                    0,
+                    &mut cfg,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "args-array launch of an unloaded function with NULL cfg attrs",
+            "aclrtLaunchKernelWithArgsArray",
+            100000,
+            0,
+            || {
+                let mut word = 0u64;
+                let mut args: [*mut c_void; 1] = [(&raw mut word).cast()];
+                let mut cfg = aclrtLaunchKernelCfg {
+                    attrs: ptr::null_mut(),
+                    numAttrs: 2,
+                };
+                code!(aclrtLaunchKernelWithArgsArray(
+                    unloaded_function(),
+                    1,
+                    ptr::null_mut(),
+                    &mut cfg,
+                    args.as_mut_ptr()
+                ))
+            },
+        ),
     ]);
 }

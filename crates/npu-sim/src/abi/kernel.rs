@@ -381,11 +381,23 @@ fn launch_options(cfg: *mut aclrtLaunchKernelCfg) -> Res<LaunchOptions> {
     Ok(options)
 }
 
-/// Validation shared by the launches; returns the function. The argument size is checked
-/// against the kernel's declaration separately, once it is known.
-fn launch_target(func: aclrtFuncHandle, blocks: u32) -> Res<Arc<Function>> {
+/// Validation shared by the launches; returns the function. The ACL layer's refusals come
+/// before the function is looked up: NULL `func`, `blocks` 0, and a configuration whose
+/// attribute array is NULL with attributes counted (100000); the attributes themselves are
+/// checked after the lookup, in parameter order (`launch_options`). The argument size is
+/// checked against the kernel's declaration separately, once it is known.
+fn launch_target(
+    func: aclrtFuncHandle,
+    blocks: u32,
+    cfg: *const aclrtLaunchKernelCfg,
+) -> Res<Arc<Function>> {
     non_null(func, "funcHandle")?;
     ensure!(blocks != 0, ACL_ERROR_INVALID_PARAM, "numBlocks is 0");
+    if let Some(cfg) = optional(cfg)
+        && cfg.numAttrs != 0
+    {
+        non_null(cfg.attrs, "cfg->attrs")?;
+    }
     sim()?.functions.resolve(handle::from_ptr(func))
 }
 
@@ -394,6 +406,7 @@ fn launch_target(func: aclrtFuncHandle, blocks: u32) -> Res<Arc<Function>> {
 fn launch_target_with_args(
     func: aclrtFuncHandle,
     blocks: u32,
+    cfg: *const aclrtLaunchKernelCfg,
     args: *const c_void,
     size: usize,
     name: &str,
@@ -405,7 +418,7 @@ fn launch_target_with_args(
         ACL_ERROR_INVALID_PARAM,
         "{name} is NULL but argsSize is {size}"
     );
-    let function = launch_target(func, blocks)?;
+    let function = launch_target(func, blocks, cfg)?;
     function.check_args(size)?;
     Ok(function)
 }
@@ -464,7 +477,7 @@ fn launch_device_args(
     cfg: *mut aclrtLaunchKernelCfg,
     stream: aclrtStream,
 ) -> Res<()> {
-    let function = launch_target_with_args(func, blocks, argsData, argsSize, "argsData")?;
+    let function = launch_target_with_args(func, blocks, cfg, argsData, argsSize, "argsData")?;
     let options = launch_options(cfg)?;
     let target = context::submit_stream(sim()?, stream)?;
     check_function_device(&function, target.device.id)?;
@@ -496,7 +509,7 @@ pub(super) fn task_launch(
     device: i32,
     current: Option<&Launch>,
 ) -> Res<Launch> {
-    let function = launch_target_with_args(func, blocks, args, size, "args")?;
+    let function = launch_target_with_args(func, blocks, cfg, args, size, "args")?;
     let options = launch_options(cfg)?;
     check_function_device(&function, device)?;
     let own_copy = |launch: &&Launch| {
@@ -574,6 +587,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
         let function = launch_target_with_args(
             funcHandle,
             numBlocks,
+            cfg,
             hostArgs.cast_const(),
             argsSize,
             "hostArgs",
@@ -674,7 +688,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithArgsArray(
         // entries wait for it, as their number is the function's parameter count.
         non_null(func, "func")?;
         non_null(args, "args")?;
-        let function = launch_target(func, numBlocks)?;
+        let function = launch_target(func, numBlocks, cfg)?;
         let options = launch_options(cfg)?;
         let params = function.param_list()?;
         let values = array(args.cast_const(), params.len(), "args")?;
@@ -709,7 +723,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithConfig(
             ACL_ERROR_INVALID_PARAM,
             "reserve must be NULL"
         );
-        let function = launch_target(funcHandle, numBlocks)?;
+        let function = launch_target(funcHandle, numBlocks, cfg)?;
         let options = launch_options(cfg)?;
         let (_, args) = resolve_args(sim()?, argsHandle)?;
         ensure!(
