@@ -774,6 +774,11 @@ fn every_ipc_memory_error_path() {
         )),
         ACL_ERROR_INVALID_PARAM
     );
+    // NULL pids are refused only when some are counted, as every array argument.
+    assert_eq!(
+        code!(aclrtIpcMemImportPidInterServer(own, ptr::null_mut(), 2)),
+        ACL_ERROR_INVALID_PARAM
+    );
     assert!(out.is_null());
     acl!(aclrtIpcMemClose(own));
     acl!(aclrtFree(dev));
@@ -917,7 +922,7 @@ fn every_ipc_notify_error_path() {
     let p = pid.as_mut_ptr();
     let mut out = ptr::null_mut();
     let junk = c_string("not-a-key");
-    let cases: [(&str, aclError, aclError); 21] = [
+    let cases: [(&str, aclError, aclError); 22] = [
         (
             "export NULL notify",
             code!(aclrtNotifyGetExportKey(ptr::null_mut(), k, KEY_LEN, 0)),
@@ -1030,6 +1035,15 @@ fn every_ipc_notify_error_path() {
                 0
             )),
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        ),
+        (
+            "inter-server NULL pids counted",
+            code!(aclrtNotifySetImportPidInterServer(
+                notify,
+                ptr::null_mut(),
+                1
+            )),
+            ACL_ERROR_INVALID_PARAM,
         ),
     ];
     for (case, got, want) in cases {

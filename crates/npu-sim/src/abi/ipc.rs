@@ -178,18 +178,22 @@ pub unsafe extern "C" fn aclrtIpcMemSetAttr(
     })
 }
 
-/// Not supported on an Atlas A2: NULL key → 100000, else 207000.
+/// Not supported on an Atlas A2: NULL key, or NULL serverPids with a non-zero num → 100000,
+/// else 207000.
 ///
 /// # Safety
-/// No preconditions; the key is only checked for NULL.
+/// No preconditions; the pointers are only checked for NULL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtIpcMemImportPidInterServer(
     key: *const c_char,
-    _serverPids: *mut aclrtServerPid,
-    _num: usize,
+    serverPids: *mut aclrtServerPid,
+    num: usize,
 ) -> aclError {
     guard("aclrtIpcMemImportPidInterServer", || {
         non_null(key, "key")?;
+        if num != 0 {
+            non_null(serverPids, "serverPids")?;
+        }
         super_node_only("aclrtIpcMemImportPidInterServer")
     })
 }

@@ -121,18 +121,22 @@ pub unsafe extern "C" fn aclrtNotifyImportByKey(
     })
 }
 
-/// Not supported on an Atlas A2: NULL notify → 100000, else 207000.
+/// Not supported on an Atlas A2: NULL notify, or NULL serverPids with a non-zero num →
+/// 100000, else 207000.
 ///
 /// # Safety
-/// No preconditions; the notify is only checked for NULL.
+/// No preconditions; the pointers are only checked for NULL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtNotifySetImportPidInterServer(
     notify: aclrtNotify,
-    _serverPids: *mut aclrtServerPid,
-    _num: usize,
+    serverPids: *mut aclrtServerPid,
+    num: usize,
 ) -> aclError {
     guard("aclrtNotifySetImportPidInterServer", || {
         non_null(notify, "notify")?;
+        if num != 0 {
+            non_null(serverPids, "serverPids")?;
+        }
         fail!(
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
             "aclrtNotifySetImportPidInterServer is an Atlas A3 super-node function, which an \
