@@ -198,6 +198,60 @@ static void execution_and_exceptions(void) {
     EXPECT(aclrtGetLastError(ACL_RT_THREAD_LEVEL), ACL_SUCCESS);
 }
 
+/* The ACL layer's checks come first: NULL pointers (100000) before a handle is looked up or
+ * a feature refused, and the parameters in order. */
+static int checks_in_order(void) {
+    aclrtDrvMemHandle physical = SENTINEL, freed = NULL;
+    aclrtPhysicalMemProp prop = {0};
+    aclrtNotify notify = NULL;
+    aclrtAllocatorDesc desc = NULL;
+    void *reserved = SENTINEL, *va = NULL;
+    int32_t number = -7;
+
+    EXPECT(aclrtReserveMemAddressNoUCMemory(NULL, (size_t)1 << 30, 0,
+                                            (void *)((uintptr_t)48 << 40), 0),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemMapSelectedLink(NULL, (size_t)2 << 20, NULL, ACL_RT_MEM_LINK_IDX_1),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtCmoAsyncWithBarrier(NULL, 64, ACL_RT_CMO_TYPE_INVALID, 1, NULL),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtCmoWaitBarrier(NULL, NULL, 0), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtIpcMemImportPidInterServer("key", NULL, 2), ACL_ERROR_INVALID_PARAM);
+
+    /* Host physical memory is refused (207000) before the later flags are looked at. */
+    prop.handleType = ACL_MEM_HANDLE_TYPE_NONE;
+    prop.allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
+    prop.memAttr = ACL_MEM_HUGE;
+    prop.location.type = ACL_MEM_LOCATION_TYPE_HOST;
+    prop.location.id = 0;
+    EXPECT(aclrtMallocPhysical(&physical, (size_t)2 << 20, &prop, 1),
+           ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    KEPT(physical == SENTINEL);
+    /* A non-zero offset (107000) is refused before a freed handle is looked up. */
+    prop.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+    CHECK(aclrtMallocPhysical(&freed, (size_t)2 << 20, &prop, 0));
+    CHECK(aclrtFreePhysical(freed));
+    CHECK(aclrtReserveMemAddress(&va, (size_t)2 << 20, 0, NULL, 0));
+    EXPECT(aclrtMapMem(va, (size_t)2 << 20, 4096, freed, 0), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtMapMem(va, (size_t)2 << 20, 0, freed, 0), ACL_ERROR_RT_INVALID_HANDLE);
+    CHECK(aclrtReleaseMemAddress(va));
+    EXPECT(aclrtReserveMemAddress(&reserved, 0, 0, NULL, 0), ACL_ERROR_INVALID_PARAM);
+    KEPT(reserved == SENTINEL);
+
+    /* NULL outputs of destroyed handles: the pointer is refused first. */
+    CHECK(aclrtCreateNotify(&notify, 0));
+    CHECK(aclrtDestroyNotify(notify));
+    EXPECT(aclrtGetNotifyId(notify, NULL), ACL_ERROR_INVALID_PARAM);
+    desc = aclrtAllocatorCreateDesc();
+    CHECK(aclrtAllocatorDestroyDesc(desc));
+    EXPECT(aclrtAllocatorSetObjToDesc(desc, NULL), ACL_ERROR_INVALID_PARAM);
+
+    /* A package name that is not UTF-8 names no package. */
+    EXPECT(aclsysGetVersionNum((char *)"\xff", &number), ACL_ERROR_INVALID_PARAM);
+    KEPT(number == -7);
+    return 0;
+}
+
 int main(void) {
     uint32_t count = 0;
     CHECK(aclInit(NULL));
@@ -205,7 +259,7 @@ int main(void) {
     without_a_device((int32_t)count);
     CHECK(aclrtSetDevice(0));
     if (devices_and_contexts((int32_t)count) != 0 || streams() != 0 ||
-        events_and_notifies() != 0 || memory() != 0) {
+        events_and_notifies() != 0 || memory() != 0 || checks_in_order() != 0) {
         return 1;
     }
     execution_and_exceptions();
