@@ -617,7 +617,7 @@ fn error_paths() {
     );
     let mut bad_flags = aclrtMemAccessDesc { flags: 2, ..desc };
     fails!(
-        aclrtMemSetAccess(va, MIB, &mut bad_flags, 1),
+        aclrtMemSetAccess(va, 2 * MIB, &mut bad_flags, 1),
         ACL_ERROR_RT_PARAM_INVALID,
         "aclrtMemSetAccess"
     );
@@ -625,7 +625,7 @@ fn error_paths() {
     // the process on the allocation).
     for count in [70_000, 1 << 32, 1 << 40, usize::MAX] {
         fails!(
-            aclrtMemSetAccess(va, MIB, &mut desc, count),
+            aclrtMemSetAccess(va, 2 * MIB, &mut desc, count),
             ACL_ERROR_RT_PARAM_INVALID,
             "aclrtMemSetAccess"
         );
