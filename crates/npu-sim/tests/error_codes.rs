@@ -2406,6 +2406,9 @@ fn init_and_finalize_reference_counting() {
     assert!(recent_message().contains("differs from the first one"));
     acl!(aclInit(same.as_ptr()));
     acl!(aclFinalize());
+    // An empty path is no file, as NULL is (and so is not compared with the first file).
+    acl!(aclInit(c"".as_ptr()));
+    acl!(aclFinalize());
 }
 
 /// A synchronous 2D copy between two device allocations under `kind`.
