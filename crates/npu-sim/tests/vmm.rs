@@ -828,6 +828,17 @@ fn a_mapping_without_access_gets_it_from_set_access() {
         ACL_ERROR_RT_PARAM_INVALID,
         "aclrtMemMapNoAccess"
     );
+    // In parameter order: size 0 before the offset, the offset before a freed handle.
+    fails!(
+        aclrtMemMapNoAccess(again, 0, 1, freed, 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemMapNoAccess"
+    );
+    fails!(
+        aclrtMemMapNoAccess(again, 2 * MIB, 1, freed, 0),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemMapNoAccess"
+    );
     fails!(
         aclrtMapMem(again, 2 * MIB, 0, freed, 0),
         ACL_ERROR_RT_INVALID_HANDLE,

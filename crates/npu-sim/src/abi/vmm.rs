@@ -183,8 +183,9 @@ fn map_physical(
     };
     non_null(virPtr, "virPtr")?;
     non_null(handle, "handle")?;
-    // `offset` needs nothing looked up, so it is checked in its place before `handle`; `size`
-    // can only be compared with the allocation once the handle is resolved.
+    // `size` 0 and `offset` need nothing looked up, so they are checked in their places before
+    // `handle`; `size` can only be compared with the allocation once the handle is resolved.
+    ensure!(size != 0, invalid, "size is 0");
     ensure!(
         offset == 0,
         ACL_ERROR_RT_PARAM_INVALID,
