@@ -154,6 +154,17 @@ fn map_aligned(len: usize, align: usize) -> Option<usize> {
     Some(start)
 }
 
+/// 107000 unless `mapping`, found at `addr`, was mapped with size `len`.
+fn mapped_with(mapping: &Mapping, addr: usize, len: usize) -> Res<()> {
+    ensure!(
+        len == mapping.physical.size,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "size {len} is not the size the mapping at {addr:#x} was made with ({})",
+        mapping.physical.size
+    );
+    Ok(())
+}
+
 /// The start and the mapping holding `addr`, if it is mapped.
 fn mapping_at(
     reservations: &mut BTreeMap<usize, Reservation>,
@@ -536,12 +547,7 @@ impl Vmm {
         access: &[(u32, aclrtMemAccessFlags)],
     ) -> Res<()> {
         self.with_mapping(addr, |mapping| {
-            ensure!(
-                len == mapping.physical.size,
-                ACL_ERROR_RT_PARAM_INVALID,
-                "size {len} is not the size the mapping at {addr:#x} was made with ({})",
-                mapping.physical.size
-            );
+            mapped_with(mapping, addr, len)?;
             mapping.access.extend(access.iter().copied());
             Ok(())
         })?
@@ -550,15 +556,7 @@ impl Vmm {
     /// Checks that a mapping starts at `addr` and was mapped with size `len` (107000
     /// otherwise), changing nothing.
     pub(crate) fn check_mapping(&self, addr: usize, len: usize) -> Res<()> {
-        self.with_mapping(addr, |mapping| {
-            ensure!(
-                len == mapping.physical.size,
-                ACL_ERROR_RT_PARAM_INVALID,
-                "size {len} is not the size the mapping at {addr:#x} was made with ({})",
-                mapping.physical.size
-            );
-            Ok(())
-        })?
+        self.with_mapping(addr, |mapping| mapped_with(mapping, addr, len))?
     }
 
     /// The access flags of `device` on the mapping starting at `addr`.
