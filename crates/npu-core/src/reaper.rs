@@ -105,25 +105,8 @@ pub unsafe fn release_later(release: impl FnOnce() + Send + 'static) {
 /// current one returns, and waiting for them there would never return, stopping every
 /// deferred release of the process.
 pub fn flush() {
-    flush_within(None);
-}
-
-/// Like [`flush`], for at most `timeout` (`None`: without a bound); returns whether every
-/// release queued before the call has run. For a thread that must come back in bounded time,
-/// such as a blocking task keeping a paused Tokio clock still until the block a pool waiter
-/// waits for is back (its return runs here once the device is done with it).
-///
-/// ```
-/// use std::time::Duration;
-///
-/// // SAFETY: doing nothing does not block.
-/// unsafe { npu_core::reaper::release_later(|| ()) };
-/// while !npu_core::reaper::flush_within(Some(Duration::from_millis(100))) {}
-/// ```
-#[doc(hidden)]
-pub fn flush_within(timeout: Option<std::time::Duration>) -> bool {
     if ON_REAPER.with(std::cell::Cell::get) {
-        return true;
+        return;
     }
     let (tx, rx) = channel();
     // SAFETY: sending on an unbounded channel does not block.
@@ -132,12 +115,5 @@ pub fn flush_within(timeout: Option<std::time::Duration>) -> bool {
             let _ = tx.send(());
         })
     };
-    // A reaper gone (the channel closed unsent) cannot run anything queued after this either.
-    match timeout {
-        None => rx.recv().is_ok(),
-        Some(timeout) => !matches!(
-            rx.recv_timeout(timeout),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
-        ),
-    }
+    let _ = rx.recv();
 }

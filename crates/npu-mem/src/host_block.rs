@@ -208,15 +208,9 @@ impl HostBlock {
 /// buffer type `$type<T: Pod>` that owns a pinned block: fields `block: ManuallyDrop<HostBlock>`
 /// (at least `len` elements, aligned for `T`, checked with [`check_host_align`]), `len` and
 /// `uses: UseList`, and a `Drop` that gives the block up only through `uses.release`.
-/// `|$this| $context` reaches the buffer's `Context`; `|$buffer, $completion| $record`, if
-/// given, records a use instead of `uses.record` (a pool's buffer also tells its pool).
+/// `|$this| $context` reaches the buffer's `Context`.
 macro_rules! pinned_memory {
     ($type:ident, |$this:ident| $context:expr) => {
-        pinned_memory!($type, |$this| $context, |buffer, completion| buffer
-            .uses
-            .record(completion));
-    };
-    ($type:ident, |$this:ident| $context:expr, |$buffer:ident, $completion:ident| $record:expr) => {
         impl<T: bytemuck::Pod> std::ops::Deref for $type<T> {
             type Target = [T];
 
@@ -257,8 +251,7 @@ macro_rules! pinned_memory {
             }
 
             fn record_use(&self, completion: &npu_core::Completion) {
-                let ($buffer, $completion) = (self, completion);
-                $record
+                self.uses.record(completion);
             }
         }
 

@@ -1,6 +1,5 @@
-//! Every future of npu-rs that waits on device work keeps a paused Tokio clock still, as an
-//! `Op` does: `Completion::wait`, `HostRegistration::into_inner`, and a pool allocation queued
-//! for a block the device still uses. Each is awaited under a one-hour timeout on a paused
+//! The futures of npu-rs that wait on device work keep a paused Tokio clock still, as an `Op`
+//! does: `Completion::wait` and `HostRegistration::into_inner`. Each is awaited under a one-hour timeout on a paused
 //! runtime while device 0 is held; a thread releases the device once the future is pending.
 //! A paused clock that cannot see the work jumps to the timeout as soon as the runtime idles.
 //!
@@ -16,11 +15,10 @@ use std::time::Duration;
 
 use common::*;
 use npu_mem::{
-    DeviceBuffer, HostRegistration, Memory, PageAlignedBuffer, PinnedBuffer, PinnedPool,
-    RegisterFlags,
+    DeviceBuffer, HostRegistration, Memory, PageAlignedBuffer, PinnedBuffer, RegisterFlags,
 };
 use npu_sim::control;
-use npu_stream::{DevicePool, Op, Strategy, Stream};
+use npu_stream::{Op, Strategy, Stream};
 use tokio::runtime::Runtime;
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -136,92 +134,6 @@ fn host_registration_into_inner_keeps_a_paused_clock_while_the_device_works() {
     }
 }
 
-/// The pool's only block is owned by a copy whose future was dropped in flight: it comes back
-/// once the device is done, from the reaper, and the queued allocation gets it.
-#[test]
-fn a_pinned_pool_allocation_queued_behind_device_work_keeps_a_paused_clock() {
-    let (_device, ctx) = exclusive_device0();
-    for strategy in STRATEGIES {
-        paused_runtime().block_on(async {
-            let stream = stream(&ctx, strategy);
-            let pool = PinnedPool::builder(&ctx).capacity(PAGE).build().unwrap();
-            let block = pool.alloc::<u8>(PAGE).await.unwrap();
-            let held = Held::hold();
-            drop(stream.copy_h2d(block, DeviceBuffer::new(&ctx, PAGE).unwrap()));
-            let what = format!("{strategy:?}: PinnedPool::alloc");
-            let alloc = pool.alloc::<u8>(PAGE);
-            let block = outlives_a_one_hour_timeout(&what, held, alloc)
-                .await
-                .unwrap();
-            assert_eq!(block.len(), PAGE);
-        });
-    }
-}
-
-/// The pool's only block was dropped while an operation recorded against it is in flight
-/// (retired): it comes back when that operation completes.
-#[test]
-fn a_device_pool_allocation_queued_behind_device_work_keeps_a_paused_clock() {
-    let (_device, ctx) = exclusive_device0();
-    for (backend, strategy) in cases() {
-        paused_runtime().block_on(async {
-            let stream = stream(&ctx, strategy);
-            let pool = DevicePool::builder(&ctx)
-                .capacity(PAGE)
-                .backend(backend)
-                .build()
-                .unwrap();
-            let block = pool.alloc::<u8>(&stream, PAGE).await.unwrap();
-            let held = Held::hold();
-            let copy = held_copy(&stream);
-            block.record_use(copy.completion());
-            drop(block);
-            assert_eq!(pool.stats().cache.awaiting_blocks, 1, "retired");
-            let what = format!("{backend:?}, {strategy:?}: DevicePool::alloc");
-            let alloc = pool.alloc::<u8>(&stream, PAGE);
-            let block = outlives_a_one_hour_timeout(&what, held, alloc)
-                .await
-                .unwrap();
-            assert_eq!(block.len(), PAGE);
-            copy.await.unwrap();
-        });
-    }
-}
-
-/// A queued allocation keeps the clock only while the device holds a block it could get: one
-/// waiting for a block a task holds lets the clock move to the task's timers (that wait is host
-/// work, which Tokio sees), and once the task gives the block to an operation that the device
-/// holds, the same allocation keeps the clock until the device is done.
-#[test]
-fn a_pool_allocation_keeps_the_clock_only_while_the_device_holds_its_block() {
-    let (_device, ctx) = exclusive_device0();
-    paused_runtime().block_on(async {
-        let stream = stream(&ctx, Strategy::EventPoll);
-        let pool = PinnedPool::builder(&ctx).capacity(PAGE).build().unwrap();
-        let block = pool.alloc::<u8>(PAGE).await.unwrap();
-
-        let start = tokio::time::Instant::now();
-        let waited = tokio::time::timeout(HOUR, pool.alloc::<u8>(PAGE)).await;
-        assert!(waited.is_err(), "a task holds the only block");
-        assert_eq!(start.elapsed(), HOUR, "the clock moved to the timeout");
-
-        // Queued while a task holds the block: nothing for the device to finish yet.
-        let waiter = tokio::spawn({
-            let pool = pool.clone();
-            async move { pool.alloc::<u8>(PAGE).await.map(|block| block.len()) }
-        });
-        while pool.stats().waiters == 0 {
-            tokio::task::yield_now().await;
-        }
-        let held = Held::hold();
-        // The task hands the block to a copy and drops it in flight: now the device holds it.
-        drop(stream.copy_h2d(block, DeviceBuffer::new(&ctx, PAGE).unwrap()));
-        let what = "an allocation queued before the device took its block";
-        let served = outlives_a_one_hour_timeout(what, held, waiter).await;
-        assert_eq!(served.unwrap().unwrap(), PAGE);
-    });
-}
-
 /// A runtime whose tasks await device waits that nothing satisfies (the device stays held) keeps
 /// its paused clock still, and still shuts down: its keepers wait one slice at most.
 #[test]
@@ -240,15 +152,11 @@ fn a_paused_runtime_with_unsatisfied_device_waits_shuts_down() {
                 let (polled, mut polled_rx) = tokio::sync::mpsc::unbounded_channel();
                 let (fired, mut fired_rx) = tokio::sync::mpsc::unbounded_channel();
                 let copy = held_copy(&stream);
-                let pool = PinnedPool::builder(&ctx).capacity(PAGE).build().unwrap();
-                let block = pool.alloc::<u8>(PAGE).await.unwrap();
-                block.record_use(copy.completion());
-                drop(block);
                 let buffer = PageAlignedBuffer::from_slice(&[1u8; PAGE]).unwrap();
                 let registration =
                     HostRegistration::new(&ctx, buffer, RegisterFlags::PINNED).unwrap();
                 registration.record_use(copy.completion());
-                let waits: [(&str, DeviceWait); 3] = [
+                let waits: [(&str, DeviceWait); 2] = [
                     (
                         "Completion::wait",
                         Box::pin(ignore(copy.completion().wait())),
@@ -256,10 +164,6 @@ fn a_paused_runtime_with_unsatisfied_device_waits_shuts_down() {
                     (
                         "HostRegistration::into_inner",
                         Box::pin(ignore(registration.into_inner())),
-                    ),
-                    (
-                        "PinnedPool::alloc",
-                        Box::pin(ignore(async move { pool.alloc::<u8>(PAGE).await })),
                     ),
                 ];
                 for (what, wait) in waits {
@@ -274,7 +178,7 @@ fn a_paused_runtime_with_unsatisfied_device_waits_shuts_down() {
                         }
                     });
                 }
-                for _ in 0..3 {
+                for _ in 0..2 {
                     polled_rx.recv().await.unwrap();
                 }
                 pending.send(()).unwrap();

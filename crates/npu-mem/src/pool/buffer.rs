@@ -72,11 +72,7 @@ impl<T: Pod> PooledBuffer<T> {
     }
 }
 
-pinned_memory!(
-    PooledBuffer,
-    |buffer| &buffer.shared.source().context,
-    |buffer, completion| buffer.shared.record_use(&buffer.uses, completion)
-);
+pinned_memory!(PooledBuffer, |buffer| &buffer.shared.source().context);
 
 impl<T: Pod> Drop for PooledBuffer<T> {
     fn drop(&mut self) {

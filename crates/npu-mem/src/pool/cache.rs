@@ -18,11 +18,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Wake, Waker, ready};
 use std::time::Instant;
 
-use npu_core::paused_clock::ClockHold;
-use npu_core::{Completion, Error, Result, UseList};
+use npu_core::{Error, Result, UseList};
 use tokio::sync::oneshot;
 
-use super::device_uses::DeviceUses;
 use super::size_class::size_class;
 use super::state::State;
 use super::stats::{PoolStats, Timing};
@@ -61,9 +59,6 @@ pub struct Cache<S: Source> {
     capacity: Option<usize>,
     state: Mutex<State<S::Block, Reply<S::Block>>>,
     timing: Timing,
-    /// The device uses of the blocks that are out, which a queued request under a paused
-    /// Tokio clock keeps the clock for.
-    device_uses: Arc<DeviceUses>,
 }
 
 impl<S: Source> Cache<S> {
@@ -74,7 +69,6 @@ impl<S: Source> Cache<S> {
             capacity,
             state: Mutex::new(State::new(capacity)),
             timing: Timing::default(),
-            device_uses: Arc::default(),
         }
     }
 
@@ -155,7 +149,6 @@ impl<S: Source> Cache<S> {
                     done: false,
                     channel_waker: Waker::from(waiter.clone()),
                     waiter,
-                    clock: ClockHold::default(),
                 }
                 .await
             }
@@ -209,15 +202,6 @@ impl<S: Source> Cache<S> {
     fn retire(&self, class: usize) {
         // Bookkeeping only (nothing it frees can serve a waiter), so no `update`.
         self.lock().retire(class);
-    }
-
-    /// Records that the operation behind `completion` uses a block of this pool, in the
-    /// block's own `uses` (what its return waits for) and in the pool's list of device uses
-    /// (what a queued request under a paused Tokio clock keeps the clock for). What both
-    /// pools' buffers do in `Memory::record_use`.
-    pub fn record_use(&self, uses: &UseList, completion: &Completion) {
-        uses.record(completion);
-        self.device_uses.record(completion);
     }
 
     /// A block's owner dropped it while `uses` may still be running on the device: it is
@@ -405,8 +389,6 @@ struct Waiting<S: Source> {
     /// Holds the task's waker for the reply channel, which only ever sees `channel_waker`.
     waiter: Arc<WaiterWaker>,
     channel_waker: Waker,
-    /// Its hold on a paused Tokio clock while the pool's blocks are used by the device.
-    clock: ClockHold,
 }
 
 /// The waker a waiter's reply channel holds, standing in for the task's own.
@@ -461,14 +443,7 @@ impl<S: Source> Future for Waiting<S> {
         }
         let this = &mut *self;
         let mut channel_cx = TaskContext::from_waker(&this.channel_waker);
-        let polled = Pin::new(&mut this.reply).poll(&mut channel_cx);
-        if polled.is_pending() {
-            // The capacity it waits for may come back only once the device is done with a
-            // block: a paused clock must not jump past that (`device_uses.rs`).
-            let device_uses = &this.cache.device_uses;
-            this.clock.pending(|keeper| device_uses.keep(keeper));
-        }
-        let received = ready!(polled);
+        let received = ready!(Pin::new(&mut this.reply).poll(&mut channel_cx));
         self.done = true;
         Poll::Ready(
             received

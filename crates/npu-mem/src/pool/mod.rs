@@ -14,7 +14,6 @@ use crate::host_block::{HostAllocConfig, HostBlock, PAGE, check_host_align};
 
 mod buffer;
 pub mod cache;
-mod device_uses;
 mod size_class;
 mod state;
 mod stats;

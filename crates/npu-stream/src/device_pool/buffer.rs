@@ -116,7 +116,7 @@ unsafe impl<T: Pod> Memory for PooledDeviceBuffer<T> {
     }
 
     fn record_use(&self, completion: &Completion) {
-        self.pool.record_use(&self.uses, completion);
+        self.uses.record(completion);
     }
 }
 
