@@ -287,26 +287,31 @@ pub(crate) fn confirm(stream: &StreamShared) -> Result<()> {
 /// `Some(())` once everything submitted to `stream` so far has finished or can never run: the
 /// synchronisation returned (with a task failure, which it clears, or the stream's doom)
 /// rather than timing out.
+///
+/// A context that cannot be made current counts as not finished yet: that failure says
+/// nothing about the stream, and taking it for the synchronisation's own error would let the
+/// drain complete (and release its memory) while the device may still run the stream's work.
+/// The thread rests for one slice first, so that a bind failing every time makes the sentinel
+/// (or a drain's own thread) retry at the slice's pace instead of spinning; the operation stays
+/// pending, and its memory allocated, until a bind succeeds.
 fn drained(stream: &StreamShared, timeout_ms: i32) -> Option<()> {
+    if let Err(err) = stream.context.bind() {
+        npu_core::log!(debug, %err, stream = stream.id, "cannot bind the stream's context to drain it");
+        std::thread::sleep(Duration::from_millis(SLICE_MS as u64));
+        return None;
+    }
     sync_stream(stream, timeout_ms).map(drop)
 }
 
 /// `aclrtSynchronizeStreamWithTimeout`: `None` if it timed out, `Some(result)` otherwise. A
 /// timeout of -1 waits as long as needed, with `aclrtSynchronizeStream` on runtimes without
 /// the timed call; with a bounded timeout such a runtime counts as never finishing in time.
-///
-/// A context that cannot be made current also counts as not finished in time: that failure
-/// says nothing about the stream, and taking it for the synchronisation's own error would let
-/// a drain complete (and release its memory) while the device may still run the stream's work.
-/// The thread rests for one slice first, so that a bind failing every time makes the sentinel
-/// (or a drain's own thread) retry at the slice's pace instead of spinning; the operation stays
-/// pending, and its memory allocated, until a bind succeeds.
+/// A context that cannot be made current is the call's error (a probe then asks the stream's
+/// query, which needs no context; a drain never gets here with one).
 fn sync_stream(stream: &StreamShared, timeout_ms: i32) -> Option<Result<()>> {
     let runtime = stream.context.runtime();
     if let Err(err) = stream.context.bind() {
-        npu_core::log!(debug, %err, stream = stream.id, "cannot bind the stream's context to wait for it");
-        std::thread::sleep(Duration::from_millis(SLICE_MS as u64));
-        return None;
+        return Some(Err(err));
     }
     let code = match runtime.api().aclrtSynchronizeStreamWithTimeout {
         // SAFETY: the stream is alive (`stream`) and its context is bound on this thread.
