@@ -42,6 +42,29 @@ pub fn contained(f: impl FnOnce()) -> bool {
     }
 }
 
+/// Runs `task` on `runtime`'s blocking pool; false if Tokio refused it. Tokio panics when its
+/// pool has no thread and cannot start one (a runtime built with a stack the host cannot map,
+/// threads exhausted); that panic must not unwind through npu-rs's callers, which own
+/// operations the device has accepted. A refused task stays in Tokio's queue, unrun while no
+/// thread starts, and on a runtime whose clock is paused it keeps Tokio from advancing the clock
+/// on its own for the rest of the runtime's life: timers there move only with
+/// `tokio::time::advance`.
+///
+/// ```
+/// let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+/// let (tx, rx) = std::sync::mpsc::channel();
+/// assert!(npu_core::contain::spawn_contained(runtime.handle(), move || tx.send(()).unwrap()));
+/// rx.recv().unwrap();
+/// ```
+#[doc(hidden)]
+pub fn spawn_contained(
+    runtime: &tokio::runtime::Handle,
+    task: impl FnOnce() + Send + 'static,
+) -> bool {
+    let refused = contained(|| drop(runtime.spawn_blocking(task)));
+    !refused
+}
+
 thread_local! {
     /// The addresses and ranks of the [`lock_here`] locks this thread holds.
     static HELD: std::cell::RefCell<Vec<(usize, Rank)>> =

@@ -36,8 +36,7 @@ mod fault;
 mod launch;
 mod module;
 mod op_error;
-#[doc(hidden)]
-pub mod paused_clock;
+mod paused_clock;
 pub mod reaper;
 mod runtime;
 

@@ -11,8 +11,10 @@
 //!
 //! This is the one keeper of npu-rs, here because the lowest future that waits on the device
 //! is [`Completion::wait`](crate::Completion::wait): every other one (an operation, an event
-//! wait, a host registration's return, a pool allocation queued behind device work) is built
-//! on it or on a [`Keeper`] of its own.
+//! wait, an abort, a host registration's return) is built on it. A pool allocation queued for
+//! capacity keeps no clock: the block it will get may come back through the device or through
+//! a task, which is not known while it waits, and keeping the clock for a task's block would
+//! stop the timers that task waits on.
 //!
 //! Dropping the runtime waits for its blocking tasks, and must not wait for the device (a held
 //! device, a wait nothing will satisfy). So each task waits at most [`SLICE`], and one still
@@ -28,23 +30,13 @@ use std::time::Duration;
 use tokio::runtime::{Handle, Id, RuntimeFlavor};
 
 /// The longest a blocking task keeping the clock waits before handing on to its successor.
-#[doc(hidden)]
-pub const SLICE: Duration = Duration::from_millis(100);
+pub(crate) const SLICE: Duration = Duration::from_millis(100);
 
 /// What one future waiting on device work decided about its runtime's paused clock: kept
 /// from its first pending poll (on each runtime it is polled on) until the future is dropped
 /// or the work is done. Every npu-rs future that waits on the device holds one.
-///
-/// ```
-/// use npu_core::paused_clock::ClockHold;
-///
-/// let mut hold = ClockHold::default();
-/// // Outside a runtime there is no clock to keep: no keeper is started.
-/// hold.pending(|_keeper| unreachable!());
-/// ```
-#[doc(hidden)]
 #[derive(Debug, Default)]
-pub struct ClockHold {
+pub(crate) struct ClockHold {
     /// Set at the first pending poll, and again at the first pending poll on another runtime:
     /// the future can move between runtimes, and a paused clock is kept per runtime.
     clock: Option<Held>,
@@ -65,7 +57,7 @@ impl ClockHold {
     /// To be called at each pending poll of the future: calls `start` with a [`Keeper`] for
     /// the current runtime when its clock is paused and not yet kept for this future, and
     /// `start` must then keep it for as long as the future waits on the device.
-    pub fn pending(&mut self, start: impl FnOnce(Keeper)) {
+    pub(crate) fn pending(&mut self, start: impl FnOnce(Keeper)) {
         let runtime = Handle::try_current().ok();
         let id = runtime.as_ref().map(Handle::id);
         // Kept once per runtime: a future polled on one runtime and then moved to another
@@ -98,16 +90,15 @@ impl ClockHold {
 
 /// The right to keep one runtime's paused clock still on behalf of one future, for as long as
 /// that future is alive ([`ClockHold::pending`] hands it out).
-#[doc(hidden)]
-#[derive(Debug, Clone)]
-pub struct Keeper {
+#[derive(Debug)]
+pub(crate) struct Keeper {
     runtime: Handle,
     wanted: Weak<()>,
 }
 
 impl Keeper {
     /// Whether the future it keeps the clock for is still alive (and still on this runtime).
-    pub fn is_wanted(&self) -> bool {
+    fn is_wanted(&self) -> bool {
         self.wanted.strong_count() > 0
     }
 
@@ -115,17 +106,17 @@ impl Keeper {
     /// device for at most [`SLICE`] and returns whether the future still waits on it; the
     /// task then spawns its successor, unless the future is gone. `slice` must not wait
     /// longer: a runtime shutting down waits for the task running it.
-    pub fn keep<W>(self, mut slice: W)
+    pub(crate) fn keep<W>(self, mut slice: W)
     where
-        W: FnMut(&Keeper) -> bool + Send + 'static,
+        W: FnMut() -> bool + Send + 'static,
     {
         let runtime = self.runtime.clone();
         // The result reaches the future itself; the task only has to exist meanwhile. A
         // refused keeper is no worse for the future, which waits all the same, instead of its
         // every poll panicking; its queued task holds the clock still for good
         // (`spawn_contained`).
-        let spawned = spawn_contained(&runtime, move || {
-            if slice(&self) && self.is_wanted() {
+        let spawned = crate::contain::spawn_contained(&runtime, move || {
+            if slice() && self.is_wanted() {
                 self.keep(slice);
             }
         });
@@ -133,26 +124,6 @@ impl Keeper {
             crate::log!(debug, "no blocking thread to keep a paused clock still");
         }
     }
-}
-
-/// Runs `task` on `runtime`'s blocking pool; false if Tokio refused it. Tokio panics when its
-/// pool has no thread and cannot start one (a runtime built with a stack the host cannot map,
-/// threads exhausted); that panic must not unwind through npu-rs's callers, which own
-/// operations the device has accepted. A refused task stays in Tokio's queue, unrun while no
-/// thread starts, and on a runtime whose clock is paused it keeps Tokio from advancing the clock
-/// on its own for the rest of the runtime's life: timers there move only with
-/// `tokio::time::advance`.
-///
-/// ```
-/// let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-/// let (tx, rx) = std::sync::mpsc::channel();
-/// assert!(npu_core::paused_clock::spawn_contained(runtime.handle(), move || tx.send(()).unwrap()));
-/// rx.recv().unwrap();
-/// ```
-#[doc(hidden)]
-pub fn spawn_contained(runtime: &Handle, task: impl FnOnce() + Send + 'static) -> bool {
-    let refused = crate::contain::contained(|| drop(runtime.spawn_blocking(task)));
-    !refused
 }
 
 /// Whether the current runtime's clock is paused: it stood still while real time moved.

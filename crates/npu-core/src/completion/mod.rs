@@ -470,7 +470,7 @@ impl Future for Wait {
             let completion = &this.completion;
             this.clock.pending(|keeper| {
                 let waiter = completion.blocking_waiter();
-                keeper.keep(move |_| waiter.wait_for(SLICE).is_none());
+                keeper.keep(move || waiter.wait_for(SLICE).is_none());
             });
         }
         polled

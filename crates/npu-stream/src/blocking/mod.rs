@@ -14,7 +14,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use npu_core::Completer;
-use npu_core::paused_clock::spawn_contained;
+use npu_core::contain::spawn_contained;
 use tokio::runtime::Handle;
 
 use crate::reactor::{self, Pending};
