@@ -232,6 +232,12 @@ impl Drop for AbortInProgress<'_> {
                 // Before submissions are taken again: whoever completes the stream's
                 // operations fails what was discarded before work submitted from now on.
                 stream.strategy.discarded();
+            } else if aborting.refusing == 1 {
+                // The runtime vouched for no discard, and no other abort is under way: the
+                // runtime's discard code no longer speaks for this stream beyond what earlier
+                // aborts discarded.
+                let confirmed = stream.aborted_through.load(Ordering::Acquire);
+                stream.aborting_through.store(confirmed, Ordering::Release);
             }
             aborting.refusing -= 1;
         }

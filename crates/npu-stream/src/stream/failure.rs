@@ -73,11 +73,12 @@ impl StreamShared {
     }
 
     /// Whether an abort of this stream whose runtime call has begun may have discarded `op`
-    /// (one the stream could not watch, `seq` 0, is counted in: nothing tells when it came).
-    /// The runtime's `ACL_ERROR_RT_STREAM_ABORT` means a discard of this stream's work only
-    /// then: otherwise the operation ran and failed with it (a wait on a record that another
-    /// stream's abort dropped).
+    /// (once one has, an operation the stream could not watch, `seq` 0, is counted in:
+    /// nothing tells when it came). The runtime's `ACL_ERROR_RT_STREAM_ABORT` means a discard
+    /// of this stream's work only then: otherwise the operation ran and failed with it (a wait
+    /// on a record that another stream's abort dropped).
     pub(crate) fn abort_may_have_discarded(&self, op: OpInfo) -> bool {
-        op.seq == 0 || op.seq <= self.aborting_through.load(Ordering::Acquire)
+        let through = self.aborting_through.load(Ordering::Acquire);
+        through > 0 && (op.seq == 0 || op.seq <= through)
     }
 }
