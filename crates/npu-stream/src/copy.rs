@@ -3,7 +3,7 @@
 use std::cell::OnceCell;
 
 use npu_core::ffi;
-use npu_core::{Completion, Context, Error, Result, acl_call};
+use npu_core::{Completion, Error, Result, acl_call};
 use npu_mem::{DeviceSlice, HostSlice, Memory, MemoryMut, bytes_of};
 
 use crate::op::Op;
@@ -578,21 +578,6 @@ impl Stream {
                 }),
             _ => Ok(()),
         }
-    }
-
-    /// Checks that device memory (or a notify) lives on the stream's device.
-    pub(crate) fn check_device(
-        &self,
-        api: &'static str,
-        argument: &'static str,
-        memory: &Context,
-    ) -> Result<()> {
-        let (theirs, ours) = (memory.device_id(), self.context().device_id());
-        if theirs != ours {
-            let rule = format!("belongs to device {theirs}, but the stream is on device {ours}");
-            return Err(Error::invalid(api, argument, rule));
-        }
-        Ok(())
     }
 
     /// Makes a copy's ACL call. A copy that reaches a peer device's memory also keeps that

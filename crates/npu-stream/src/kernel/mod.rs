@@ -167,13 +167,12 @@ impl Stream {
                 })?;
                 self.check_runtime(api, "function", function.context())?;
                 // The arguments are checked against the function's device (`ArgWriter`), and
-                // the kernel runs on the stream's. A function of another device is refused
-                // here rather than left to the runtime: the reference does not say that
-                // aclrtLaunchKernelWithHostArgs refuses a stream of another context, and a
-                // runtime that ran it would hand this device's kernel addresses checked for
-                // another device. (A stream of another context of the same device is still
-                // the runtime's to refuse: device memory belongs to the device, so the
-                // arguments are valid there either way.)
+                // the kernel runs on the stream's. ACL refuses a stream of another context
+                // (107003, as documented above), but the reference states that check for no
+                // launch function in particular, so a function of another device is refused
+                // here: a runtime that skipped the check would otherwise hand the kernel
+                // addresses checked for another device. Within one device the arguments are
+                // valid in any of its contexts, and the context check is left to ACL.
                 self.check_device(api, "function", function.context())?;
                 let mut writer = ArgWriter::new(api, function.context());
                 match catch_unwind(AssertUnwindSafe(|| args.pack(&mut writer))) {

@@ -339,6 +339,22 @@ impl Stream {
         Ok(())
     }
 
+    /// Checks that what `argument` names (device memory, a notify, a value word, a kernel
+    /// function), made in `context`, lives on the stream's device.
+    pub(crate) fn check_device(
+        &self,
+        api: &'static str,
+        argument: &'static str,
+        context: &Context,
+    ) -> Result<()> {
+        let (theirs, ours) = (context.device_id(), self.context().device_id());
+        if theirs != ours {
+            let rule = format!("belongs to device {theirs}, but the stream is on device {ours}");
+            return Err(Error::invalid(api, argument, rule));
+        }
+        Ok(())
+    }
+
     /// The one submission path: record uses, issue `call` under the submission lock, then let the
     /// completion strategy watch it. `caller` is the public method the caller called and the
     /// argument that was the stream, which npu-rs's own refusals name; `api` is the ACL function
