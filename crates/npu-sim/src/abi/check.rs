@@ -54,11 +54,7 @@ pub(super) fn c_str<'a>(ptr: *const c_char, what: &str) -> Res<&'a str> {
 /// [`c_str`], refusing a string that is not UTF-8 with `not_utf8` (the ACL layer's functions
 /// answer ACL_ERROR_INVALID_PARAM where the runtime's answer ACL_ERROR_RT_PARAM_INVALID).
 pub(super) fn c_str_or<'a>(ptr: *const c_char, what: &str, not_utf8: aclError) -> Res<&'a str> {
-    non_null(ptr, what)?;
-    // SAFETY: non-NULL; C string arguments are NUL-terminated by the API contract, and the
-    // borrow does not outlive the call.
-    let text = unsafe { CStr::from_ptr(ptr) };
-    match text.to_str() {
+    match c_string(ptr, what)?.to_str() {
         Ok(text) => Ok(text),
         Err(_) => crate::error::fail!(not_utf8, "{what} is not valid UTF-8"),
     }
@@ -68,11 +64,16 @@ pub(super) fn c_str_or<'a>(ptr: *const c_char, what: &str, not_utf8: aclError) -
 /// bytes that are not UTF-8.
 pub(super) fn c_path<'a>(ptr: *const c_char, what: &str) -> Res<&'a std::path::Path> {
     use std::os::unix::ffi::OsStrExt;
+    let bytes = c_string(ptr, what)?.to_bytes();
+    Ok(std::path::Path::new(std::ffi::OsStr::from_bytes(bytes)))
+}
+
+/// A C string argument (NULL → ACL_ERROR_INVALID_PARAM naming `what`).
+fn c_string<'a>(ptr: *const c_char, what: &str) -> Res<&'a CStr> {
     non_null(ptr, what)?;
     // SAFETY: non-NULL; C string arguments are NUL-terminated by the API contract, and the
     // borrow does not outlive the call.
-    let bytes = unsafe { CStr::from_ptr(ptr) }.to_bytes();
-    Ok(std::path::Path::new(std::ffi::OsStr::from_bytes(bytes)))
+    Ok(unsafe { CStr::from_ptr(ptr) })
 }
 
 /// Writes `text` and its NUL into the caller's `max_len` bytes at `out`: a buffer too small

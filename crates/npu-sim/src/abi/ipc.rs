@@ -162,6 +162,19 @@ fn super_node_only(api: &str) -> Res<()> {
     )
 }
 
+/// The rest of an inter-server whitelist call (memory or notify) once its handle is checked:
+/// NULL `serverPids` with a non-zero `num` → 100000, else refused as [`super_node_only`].
+pub(super) fn inter_server_pids(
+    api: &str,
+    server_pids: *mut aclrtServerPid,
+    num: usize,
+) -> Res<()> {
+    if num != 0 {
+        non_null(server_pids, "serverPids")?;
+    }
+    super_node_only(api)
+}
+
 /// Not supported on an Atlas A2: NULL key → 100000, else 207000.
 ///
 /// # Safety
@@ -191,9 +204,6 @@ pub unsafe extern "C" fn aclrtIpcMemImportPidInterServer(
 ) -> aclError {
     guard("aclrtIpcMemImportPidInterServer", || {
         non_null(key, "key")?;
-        if num != 0 {
-            non_null(serverPids, "serverPids")?;
-        }
-        super_node_only("aclrtIpcMemImportPidInterServer")
+        inter_server_pids("aclrtIpcMemImportPidInterServer", serverPids, num)
     })
 }

@@ -9,7 +9,7 @@ use npu_sys::*;
 use super::check::{array, c_str};
 use super::notify::lookup;
 use crate::context;
-use crate::error::{ensure, fail, guard, non_null, write_out};
+use crate::error::{ensure, guard, non_null, write_out};
 use crate::handle;
 use crate::ipc::{self, KEY_LEN, Kind, SharedFlag};
 use crate::notify::Notify;
@@ -134,13 +134,6 @@ pub unsafe extern "C" fn aclrtNotifySetImportPidInterServer(
 ) -> aclError {
     guard("aclrtNotifySetImportPidInterServer", || {
         non_null(notify, "notify")?;
-        if num != 0 {
-            non_null(serverPids, "serverPids")?;
-        }
-        fail!(
-            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            "aclrtNotifySetImportPidInterServer is an Atlas A3 super-node function, which an \
-             Atlas A2 does not support"
-        )
+        super::ipc::inter_server_pids("aclrtNotifySetImportPidInterServer", serverPids, num)
     })
 }
