@@ -1128,6 +1128,28 @@ const CASES: &[Case] = &[
         || code!(aclrtSwitchLabelByIndex(word(), 0, a_list(), bound_stream())),
     ),
     case(
+        "switch maxValue 0 of a destroyed list",
+        "aclrtSwitchLabelByIndex",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let list = a_list();
+            acl!(aclrtDestroyLabelList(list));
+            code!(aclrtSwitchLabelByIndex(word(), 0, list, bound_stream()))
+        },
+    ),
+    case(
+        "switch a destroyed list",
+        "aclrtSwitchLabelByIndex",
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || {
+            let list = a_list();
+            acl!(aclrtDestroyLabelList(list));
+            code!(aclrtSwitchLabelByIndex(word(), 1, list, create_stream()))
+        },
+    ),
+    case(
         "switch maxValue past the list",
         "aclrtSwitchLabelByIndex",
         ACL_ERROR_INVALID_PARAM,

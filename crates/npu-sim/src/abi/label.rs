@@ -133,9 +133,10 @@ pub unsafe extern "C" fn aclrtDestroyLabelList(labelList: aclrtLabelList) -> acl
 /// Adds to a bound stream's tasks a switch: when an execution reaches it, it reads the
 /// uint32 at `ptr` (4-byte aligned device memory of the stream's device, else 107000) and
 /// goes on from the label at that index among the list's first `maxValue` (past them: the
-/// last of them), the rest of this stream's tasks skipped. NULL `ptr` or `maxValue` 0 or
-/// past the list's length → 100000; a stream not bound to a built instance → 107005; one of
-/// those labels of another context → 507031.
+/// last of them), the rest of this stream's tasks skipped. NULL `ptr` or `labelList`, then
+/// `maxValue` 0 → 100000 (before the list is looked up: a destroyed list → 107017), then
+/// `maxValue` past the list's length → 100000; a stream not bound to a built instance →
+/// 107005; one of those labels of another context → 507031.
 ///
 /// # Safety
 /// No preconditions; the pointer is only read by the device when the switch runs.
@@ -148,10 +149,17 @@ pub unsafe extern "C" fn aclrtSwitchLabelByIndex(
 ) -> aclError {
     guard("aclrtSwitchLabelByIndex", || {
         non_null(ptr, "ptr")?;
+        non_null(labelList, "labelList")?;
+        // maxValue comes before labelList: 0 is refused before the list is looked up.
+        ensure!(
+            maxValue != 0,
+            ACL_ERROR_INVALID_PARAM,
+            "maxValue is 0: the switch needs at least one label"
+        );
         let list = label_list(labelList)?;
         let max = maxValue as usize;
         ensure!(
-            (1..=list.labels.len()).contains(&max),
+            max <= list.labels.len(),
             ACL_ERROR_INVALID_PARAM,
             "maxValue {maxValue} is outside [1, {}], the labels of the list",
             list.labels.len()

@@ -205,6 +205,8 @@ static int checks_in_order(void) {
     aclrtPhysicalMemProp prop = {0};
     aclrtNotify notify = NULL;
     aclrtAllocatorDesc desc = NULL;
+    aclrtLabel label = NULL;
+    aclrtLabelList list = NULL;
     void *reserved = SENTINEL, *va = NULL;
     int32_t number = -7;
 
@@ -245,6 +247,15 @@ static int checks_in_order(void) {
     desc = aclrtAllocatorCreateDesc();
     CHECK(aclrtAllocatorDestroyDesc(desc));
     EXPECT(aclrtAllocatorSetObjToDesc(desc, NULL), ACL_ERROR_INVALID_PARAM);
+
+    /* A label switch's maxValue 0 is refused before its destroyed list is looked up, and the
+     * list before the (unbound) default stream. */
+    CHECK(aclrtCreateLabel(&label));
+    CHECK(aclrtCreateLabelList(&label, 1, &list));
+    CHECK(aclrtDestroyLabelList(list));
+    EXPECT(aclrtSwitchLabelByIndex(SENTINEL, 0, list, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtSwitchLabelByIndex(SENTINEL, 1, list, NULL), ACL_ERROR_RT_INVALID_HANDLE);
+    CHECK(aclrtDestroyLabel(label));
 
     /* A package name that is not UTF-8 names no package. */
     EXPECT(aclsysGetVersionNum((char *)"\xff", &number), ACL_ERROR_INVALID_PARAM);
