@@ -122,6 +122,50 @@ fn every_error_path() {
             },
         ),
         case(
+            "address of a destroyed buffer",
+            "aclGetDataBufferAddr",
+            107017,
+            -1,
+            || {
+                let mut word = 0u64;
+                let buffer = create((&raw mut word).cast(), 8);
+                acl!(aclDestroyDataBuffer(buffer));
+                assert!(code!(aclGetDataBufferAddr(buffer)).is_null());
+                // SAFETY: no preconditions.
+                unsafe { aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL) }
+            },
+        ),
+        case("size of NULL", "aclGetDataBufferSizeV2", 100000, -1, || {
+            assert_eq!(code!(aclGetDataBufferSizeV2(ptr::null())), 0);
+            // SAFETY: no preconditions.
+            unsafe { aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL) }
+        }),
+        case(
+            "deprecated size of NULL",
+            "aclGetDataBufferSize",
+            100000,
+            -1,
+            || {
+                assert_eq!(code!(aclGetDataBufferSize(ptr::null())), 0);
+                // SAFETY: no preconditions.
+                unsafe { aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL) }
+            },
+        ),
+        case(
+            "deprecated size of a destroyed buffer",
+            "aclGetDataBufferSize",
+            107017,
+            -1,
+            || {
+                let mut word = 0u64;
+                let buffer = create((&raw mut word).cast(), 8);
+                acl!(aclDestroyDataBuffer(buffer));
+                assert_eq!(code!(aclGetDataBufferSize(buffer)), 0);
+                // SAFETY: no preconditions.
+                unsafe { aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL) }
+            },
+        ),
+        case(
             "size of a destroyed buffer",
             "aclGetDataBufferSizeV2",
             107017,
