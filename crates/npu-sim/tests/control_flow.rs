@@ -1065,6 +1065,19 @@ const CASES: &[Case] = &[
         },
     ),
     case(
+        "list with a NULL label",
+        "aclrtCreateLabelList",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let mut labels = [label(), ptr::null_mut()];
+            let mut list: aclrtLabelList = ptr::dangling_mut();
+            let code = code!(aclrtCreateLabelList(labels.as_mut_ptr(), 2, &mut list));
+            assert_eq!(list, ptr::dangling_mut(), "a refused list was written");
+            code
+        },
+    ),
+    case(
         "list of a destroyed label",
         "aclrtCreateLabelList",
         ACL_ERROR_RT_INVALID_HANDLE,
