@@ -841,6 +841,21 @@ fn every_error_path() {
             },
         ),
         case(
+            "wait on a NULL counted notify",
+            "aclrtCntNotifyWaitWithTimeout",
+            100000,
+            0,
+            || {
+                // SAFETY: plain integers.
+                let mut info: aclrtCntNotifyWaitInfo = unsafe { std::mem::zeroed() };
+                code!(aclrtCntNotifyWaitWithTimeout(
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    &mut info
+                ))
+            },
+        ),
+        case(
             "wait on a counted notify on an Atlas A2",
             "aclrtCntNotifyWaitWithTimeout",
             207000,
@@ -875,6 +890,18 @@ fn every_error_path() {
             100000,
             0,
             || code!(aclrtCntNotifyGetId(ptr::dangling_mut(), ptr::null_mut())),
+        ),
+        case(
+            "id of a NULL counted notify",
+            "aclrtCntNotifyGetId",
+            100000,
+            0,
+            || {
+                let mut id = 7;
+                let code = code!(aclrtCntNotifyGetId(ptr::null_mut(), &mut id));
+                assert_eq!(id, 7, "a refused query wrote its output");
+                code
+            },
         ),
         case(
             "id of a counted notify on an Atlas A2",
