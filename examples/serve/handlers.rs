@@ -140,6 +140,10 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 }
 
 /// The routes; every answer that is not a success is an [`ApiError`].
+///
+/// `POST /v1/infer` needs the connection's [`Peer`](crate::peer::Peer) in the request's
+/// extensions, which `serve_http` inserts for each connection: served any other way (axum's
+/// own `serve`, a test calling the router directly), every inference answers 500.
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/infer", post(infer))

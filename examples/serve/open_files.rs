@@ -59,6 +59,8 @@ pub(crate) fn fit_max_connections(max_connections: usize) -> usize {
     }
     let (soft, hard) = (limit.rlim_cur, limit.rlim_max);
     let mut fitted = fit(max_connections, soft, hard);
+    // The soft limit the process runs with from here on, which is what bounds its descriptors.
+    let mut in_force = soft;
     if let Some(raised) = fitted.raise_soft_to {
         let limit = libc::rlimit {
             rlim_cur: raised,
@@ -66,6 +68,7 @@ pub(crate) fn fit_max_connections(max_connections: usize) -> usize {
         };
         // SAFETY: setrlimit(2) reads `limit`, a valid `rlimit`.
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } == 0 {
+            in_force = raised;
             tracing::info!(
                 from = soft,
                 to = raised,
@@ -81,7 +84,7 @@ pub(crate) fn fit_max_connections(max_connections: usize) -> usize {
         tracing::warn!(
             configured = max_connections,
             effective = fitted.max_connections,
-            open_file_limit = hard,
+            open_file_limit = in_force,
             "max_connections lowered to what the open-file limit (ulimit -n) leaves room for"
         );
     }

@@ -130,12 +130,11 @@ impl Peer {
     pub(crate) fn poll_probe(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut left = self.probe_left();
         while !left.is_empty() {
-            ready!(self.tcp.poll_write_ready(cx))?;
-            match self.tcp.try_write(&left) {
-                Ok(n) => *left = &left[n..],
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
-                Err(err) => return Poll::Ready(Err(err)),
-            }
+            let rest: &'static [u8] = &left;
+            let n = ready!(crate::peer_io::poll_write_once(&self.tcp, cx, |tcp| {
+                tcp.try_write(rest)
+            }))?;
+            *left = &rest[n..];
         }
         Poll::Ready(Ok(()))
     }

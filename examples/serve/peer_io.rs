@@ -37,12 +37,22 @@ impl PeerIo {
         write: impl Fn(&tokio::net::TcpStream) -> io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
         ready!(self.0.poll_probe(cx))?;
-        loop {
-            ready!(self.0.tcp.poll_write_ready(cx))?;
-            match write(&self.0.tcp) {
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
-                written => return Poll::Ready(written),
-            }
+        poll_write_once(&self.0.tcp, cx, write)
+    }
+}
+
+/// Writes with `write` once the socket is writable, waiting again when readiness was stale:
+/// the shared socket is written through `&TcpStream`, which tokio lets do only this way.
+pub(crate) fn poll_write_once(
+    tcp: &tokio::net::TcpStream,
+    cx: &mut Context<'_>,
+    write: impl Fn(&tokio::net::TcpStream) -> io::Result<usize>,
+) -> Poll<io::Result<usize>> {
+    loop {
+        ready!(tcp.poll_write_ready(cx))?;
+        match write(tcp) {
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+            written => return Poll::Ready(written),
         }
     }
 }
