@@ -58,8 +58,15 @@ pub enum Error {
     /// No runtime could be loaded.
     #[error(transparent)]
     Load(#[from] LoadError),
-    /// The operation was discarded by an abort of its stream (`Stream::abort`) before the
-    /// device ran it; the device is done with its memory.
+    /// The operation was discarded by an abort of its stream (`Stream::abort`); the device is
+    /// done with its memory.
+    ///
+    /// Discarded means its completion was: the device never started its work, or its work
+    /// was the task running when the abort began, which the runtime lets finish while it
+    /// drops what follows (the record npu-rs watches the operation by among it). The runtime
+    /// does not tell the two apart, so neither can this error: the memory the operation
+    /// wrote is unspecified (untouched, or everything its task wrote), never written after
+    /// the error is returned.
     #[error("{api} was discarded: its stream was aborted")]
     Aborted {
         /// The ACL function that submitted the operation.

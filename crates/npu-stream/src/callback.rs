@@ -222,10 +222,21 @@ impl Worker {
 
 /// Takes out the operations an abort discarded (their callbacks will never run), in
 /// submission order, each with its id and its `Error::Aborted`.
+///
+/// The abort's mark covers every operation watched before it, including ones whose work and
+/// completion record the device ran before it (their callback not run yet, or dropped by the
+/// abort): one whose event has completed was not discarded and stays, settled by its
+/// callback or, if the abort dropped that, from its event once it is stale
+/// ([`Worker::settle_lost_callbacks`]). The abort confirmed the discard before its mark moved,
+/// so an event not complete now never completes. The query does not block.
 fn take_discarded(outstanding: &mut HashMap<u64, Outstanding>) -> Vec<(u64, Outstanding, Error)> {
     let mut discarded: Vec<u64> = outstanding
         .iter()
-        .filter(|(_, op)| op.stream.aborted(op.pending.op))
+        .filter(|(_, op)| {
+            op.stream.aborted(op.pending.op)
+                && !query_event(op.stream.context.runtime(), op.pending.event.handle())
+                    .unwrap_or(false)
+        })
         .map(|(&id, _)| id)
         .collect();
     discarded.sort_unstable();

@@ -470,12 +470,24 @@ impl Reactor {
     }
 
     /// Fails the operations an abort discarded: the oldest ones, up to the abort's mark.
+    ///
+    /// The mark covers every operation watched before the abort, including ones whose work
+    /// and completion record the device ran before it (this reactor had not looked yet): an
+    /// operation whose event has completed was not discarded, so the failing stops there and
+    /// the ordinary path settles it with the device's result. The abort has confirmed the
+    /// discard before its mark moves, so an event not complete now never completes. The query
+    /// does not block.
     fn fail_aborted(&self, stream: &Arc<StreamShared>, finished: &mut Finished) {
         if stream.aborted_through.load(sync::Ordering::Acquire) == 0 {
             return; // never aborted: no lock on the common path
         }
+        let runtime = stream.context.runtime();
+        let discarded = |p: &Pending| {
+            stream.aborted(p.op)
+                && !crate::event::query_event(runtime, p.event.handle()).unwrap_or(false)
+        };
         let mut queue = lock_queue(stream);
-        while queue.pending.front().is_some_and(|p| stream.aborted(p.op)) {
+        while queue.pending.front().is_some_and(discarded) {
             if let Some(pending) = queue.pending.pop_front() {
                 let err = Error::Aborted {
                     api: pending.op.api,

@@ -15,7 +15,9 @@ impl Stream {
     /// device has confirmed it: the task running at that moment has finished, the others will
     /// never run. Every operation submitted before the call and not yet completed then fails
     /// with [`Error::Aborted`](npu_core::Error::Aborted) (its buffers released safely, since the
-    /// device is done with them), and the stream is usable again.
+    /// device is done with them), and the stream is usable again. The operation whose task was
+    /// running is among them: the device ran that task to its end and only the record after
+    /// it was dropped, so what its buffers hold is unspecified (see `Error::Aborted`).
     ///
     /// The runtime call waits for the running task, so it runs on a thread of its own
     /// (`npu-abort`), never on the caller's, an executor's or Tokio's blocking pool. It starts
@@ -63,8 +65,14 @@ impl Stream {
     /// ```
     // Beside the `Future` trait's own "futures do nothing unless polled", which is not so
     // here: what an unused abort loses is its result.
+    //
+    // `use<>`: the future borrows nothing of `self` (it owns what it waits on), and says so.
+    // Without it, Rust 2024 captures `&self`'s lifetime in the hidden type, and the borrow
+    // checker then refuses the very uses `'static` promises: returning the future from a
+    // scope (a thread, a function) whose stream handle is dropped first, or keeping it past
+    // the handle's drop.
     #[must_use = "the abort runs whether or not this is awaited; await it to learn its result"]
-    pub fn abort(&self) -> impl Future<Output = Result<()>> + Send + Unpin + 'static {
+    pub fn abort(&self) -> impl Future<Output = Result<()>> + Send + Unpin + 'static + use<> {
         'wait: {
             let Some(mut aborting) =
                 npu_core::contain::lock_here(&self.shared.submit, Rank::Submission)
