@@ -382,8 +382,9 @@ fn launch_options(cfg: *mut aclrtLaunchKernelCfg) -> Res<LaunchOptions> {
 }
 
 /// Validation shared by the launches; returns the function. The ACL layer's refusals come
-/// before the function is looked up: NULL `func`, `blocks` 0, and a configuration whose
-/// attribute array is NULL with attributes counted (100000); the attributes themselves are
+/// before the function is looked up: `blocks` 0 and a configuration whose attribute array is
+/// NULL with attributes counted (100000), after the NULL pointers each caller checks first,
+/// `func` among them, in its own parameter order; the attributes themselves are
 /// checked after the lookup, in parameter order (`launch_options`). The argument size is
 /// checked against the kernel's declaration separately, once it is known.
 fn launch_target(
@@ -391,7 +392,6 @@ fn launch_target(
     blocks: u32,
     cfg: *const aclrtLaunchKernelCfg,
 ) -> Res<Arc<Function>> {
-    non_null(func, "funcHandle")?;
     ensure!(blocks != 0, ACL_ERROR_INVALID_PARAM, "numBlocks is 0");
     if let Some(cfg) = optional(cfg)
         && cfg.numAttrs != 0
