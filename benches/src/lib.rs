@@ -7,6 +7,7 @@ pub mod alternatives;
 mod filter;
 pub mod host;
 pub mod pipeline;
+mod placement;
 pub mod pool;
 pub mod sim;
 pub mod stats;

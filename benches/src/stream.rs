@@ -17,6 +17,7 @@ use npu_mem::{DeviceBuffer, MemoryMut};
 use npu_sim::{TimingModel, control};
 use npu_stream::{Strategy, Stream};
 
+use crate::placement::DeviceAlone;
 use crate::stats::{self, median, micros, percentile};
 use crate::{Filter, Table};
 
@@ -58,7 +59,7 @@ fn strategy_name(strategy: Strategy) -> &'static str {
 }
 
 /// Runs the parts of the npu-stream section `filter` wants: `stream-latency`,
-/// `stream-throughput` and `stream-idle`.
+/// `stream-throughput`, `stream-spread` and `stream-idle`.
 pub fn run(table: &mut Table, filter: &Filter) {
     let runtime = Runtime::builder()
         .backend(BackendChoice::Sim)
@@ -109,6 +110,9 @@ pub fn run(table: &mut Table, filter: &Filter) {
                 shares.join(", ")
             ),
         );
+    }
+    if filter.wants("stream-spread") {
+        run_to_run_spread(table, &tokio, &context);
     }
     if filter.wants("stream-idle") {
         idle_reactor(table);
@@ -306,6 +310,9 @@ fn await_latency(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &C
 /// the streams, their buffers and the first operations of every chain (the fill, and the
 /// reactor learning each new stream's pace) stay out of it, as they do for a server whose
 /// streams live as long as it does; so do the operations still in flight when it ends.
+///
+/// With `device_alone`, the streams' simulator workers run on one core and every other thread
+/// on another, for the run ([`DeviceAlone`]).
 fn ops_per_sec(
     tokio: &tokio::runtime::Runtime,
     context: &Context,
@@ -313,6 +320,7 @@ fn ops_per_sec(
     streams: usize,
     in_flight: usize,
     window: Duration,
+    device_alone: bool,
 ) -> f64 {
     let streams: Vec<Stream> = (0..streams)
         .map(|_| {
@@ -322,6 +330,9 @@ fn ops_per_sec(
                 .expect("stream")
         })
         .collect();
+    let _placed = device_alone
+        .then(|| DeviceAlone::pin(streams.len()))
+        .flatten();
     let buffers: Vec<DeviceBuffer<u8>> = (0..in_flight)
         .map(|_| DeviceBuffer::<u8>::new(context, TASK_BYTES as usize).expect("buffer"))
         .collect();
@@ -353,6 +364,12 @@ fn ops_per_sec(
 
 /// Each strategy's throughput for one cell: the median of three runs, the strategies taking
 /// turns so that they share the machine's background load; after one warm-up run each.
+///
+/// At 1 in flight one stream is busy, so its worker can have a core of its own, as a real
+/// device's cores are its own: left to the scheduler, a worker that shares a core with the
+/// reactor or the awaiting thread slows whichever strategy it lands beside, from run to run
+/// (the spread part shows by how much). With more in flight the busy workers outnumber the
+/// cores they could be given, so the scheduler places them.
 fn rates(
     tokio: &tokio::runtime::Runtime,
     context: &Context,
@@ -367,7 +384,15 @@ fn rates(
             } else {
                 WINDOW / RUNS as u32
             };
-            let rate = ops_per_sec(tokio, context, strategy, streams, in_flight, window);
+            let rate = ops_per_sec(
+                tokio,
+                context,
+                strategy,
+                streams,
+                in_flight,
+                window,
+                in_flight == 1,
+            );
             if run > 0 {
                 samples.push(rate);
             }
@@ -427,14 +452,14 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
                 } else {
                     ""
                 };
-                let design = if in_flight == 256 {
-                    format!(
+                let design = match in_flight {
+                    1 => "; the device's worker alone on a core".to_string(),
+                    256 => format!(
                         "; EP/CB ≥ 1.5× and EP/BS ≥ 3×: {} / {}",
                         verdict(over_callback >= 1.5),
                         verdict(over_blocking >= 3.0)
-                    )
-                } else {
-                    String::new()
+                    ),
+                    _ => String::new(),
                 };
                 table.push(
                     SECTION,
@@ -474,6 +499,103 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
             verdict(single_met == single)
         ),
     );
+}
+
+/// Runs of each strategy in the spread part, per placement.
+const SPREAD_RUNS: usize = 15;
+/// The spread part's task length.
+const SPREAD_TASK_US: u64 = 10;
+
+/// The run-to-run spread of the cell that misses most often (10 µs tasks, 1 in flight, 1
+/// stream): [`SPREAD_RUNS`] interleaved runs of each strategy, with the quartiles of their
+/// rates, so that a miss of the sweep's median-of-three can be read against how far single
+/// runs move on the same binary. Then the same with the simulator's stream worker (the
+/// device) on a core of its own and every other thread on the other, which the scheduler
+/// otherwise decides anew for each run's new stream. Its queries come after the whole-run row
+/// and are not in it: this cell makes the most queries per completion, and repeating it
+/// would weigh the whole-run figure towards one cell.
+fn run_to_run_spread(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Context) {
+    let model = TimingModel::default().d2d_bandwidth(TASK_BYTES * 1_000_000 / SPREAD_TASK_US);
+    control::set_timing(0, Some(model)).expect("timing model");
+    for (device_alone, placement) in [
+        (false, "threads where the scheduler puts them"),
+        (true, "the device's worker alone on a core"),
+    ] {
+        spread_rows(table, tokio, context, device_alone, placement);
+    }
+    control::set_timing(0, None).expect("timing off");
+}
+
+fn spread_rows(
+    table: &mut Table,
+    tokio: &tokio::runtime::Runtime,
+    context: &Context,
+    device_alone: bool,
+    placement: &str,
+) {
+    let window = WINDOW / RUNS as u32;
+    let mut runs: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
+    // Event polling's runs split by how many queries each completion took, because the fast
+    // runs are the ones where the learned pace is right.
+    let (mut planned, mut retried) = (Vec::new(), Vec::new());
+    for run in 0..=SPREAD_RUNS {
+        for (strategy, samples) in STRATEGIES.into_iter().zip(&mut runs) {
+            let before = npu_stream::reactor_stats();
+            let rate = ops_per_sec(tokio, context, strategy, 1, 1, window, device_alone);
+            let after = npu_stream::reactor_stats();
+            if run == 0 {
+                continue;
+            }
+            samples.push(rate);
+            if strategy == Strategy::EventPoll {
+                let queries = (after.queries - before.queries) as f64
+                    / (after.completed - before.completed).max(1) as f64;
+                if queries <= QUERIES_TARGET {
+                    planned.push(rate);
+                } else {
+                    retried.push(rate);
+                }
+            }
+        }
+    }
+    let medians: Vec<f64> = runs
+        .iter()
+        .map(|samples| median(&mut samples.clone()))
+        .collect();
+    let best_alternative = medians[1].max(medians[2]);
+    for (strategy, samples) in STRATEGIES.into_iter().zip(&mut runs) {
+        samples.sort_by(f64::total_cmp);
+        let quartile = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+        let mut note = format!(
+            "min / p25 / p75 / max {:.0} / {:.0} / {:.0} / {:.0}; {SPREAD_RUNS} runs of {} ms, \
+             interleaved",
+            quartile(0.0),
+            quartile(0.25),
+            quartile(0.75),
+            quartile(1.0),
+            window.as_millis()
+        );
+        if strategy == Strategy::EventPoll {
+            note += &format!(
+                "; median / best alternative's median {:.2}×; runs with ≤ {QUERIES_TARGET} \
+                 queries per completion: {} (median {:.0}), with more: {} (median {:.0})",
+                medians[0] / best_alternative,
+                planned.len(),
+                median(&mut planned),
+                retried.len(),
+                median(&mut retried)
+            );
+        }
+        table.push(
+            SECTION,
+            format!(
+                "ops/s, {SPREAD_TASK_US} µs tasks, 1 in flight, 1 stream, {placement}: {}",
+                strategy_name(strategy)
+            ),
+            format!("{:.0}", quartile(0.5)),
+            note,
+        );
+    }
 }
 
 /// When event polling trails the best alternative by less than one operation per busy stream
