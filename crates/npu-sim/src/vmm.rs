@@ -90,6 +90,19 @@ struct Mapping {
     unmapping: bool,
 }
 
+/// A mapping's access flags per device id, as [`Vmm::access`] read them.
+pub(crate) struct Access(BTreeMap<u32, aclrtMemAccessFlags>);
+
+impl Access {
+    /// The flags of `device` (NONE when none were given to it).
+    pub(crate) fn of(&self, device: u32) -> aclrtMemAccessFlags {
+        self.0
+            .get(&device)
+            .copied()
+            .unwrap_or(ACL_RT_MEM_ACCESS_FLAGS_NONE)
+    }
+}
+
 struct Reservation {
     len: usize,
     mappings: BTreeMap<usize, Mapping>,
@@ -559,14 +572,10 @@ impl Vmm {
         self.with_mapping(addr, |mapping| mapped_with(mapping, addr, len))?
     }
 
-    /// The access flags of `device` on the mapping starting at `addr`.
-    pub(crate) fn access(&self, addr: usize, device: u32) -> Res<aclrtMemAccessFlags> {
-        self.with_mapping(addr, |m| {
-            m.access
-                .get(&device)
-                .copied()
-                .unwrap_or(ACL_RT_MEM_ACCESS_FLAGS_NONE)
-        })
+    /// The access flags of the mapping starting at `addr`, as they are now (one lookup: the
+    /// caller picks a device's once it has checked the location it was given).
+    pub(crate) fn access(&self, addr: usize) -> Res<Access> {
+        self.with_mapping(addr, |m| Access(m.access.clone()))
     }
 
     /// Whether `addr` lies in a reserved range. For an address the [`MemoryMap`] does not

@@ -422,11 +422,11 @@ pub unsafe extern "C" fn aclrtMemGetAccess(
             fail!(ACL_ERROR_INVALID_PARAM, "location is NULL");
         };
         let sim = sim()?;
-        // `virPtr` must start a mapping before `location` is looked at, in parameter order.
-        sim.vmm.access(virPtr as usize, HOST_ACCESS)?;
+        // `virPtr` must start a mapping before `location` is looked at, in parameter order:
+        // the mapping is looked up once, its flags read for the location once it is checked.
+        let access = sim.vmm.access(virPtr as usize)?;
         let whose = access_location(sim, &location)?;
-        let flags = sim.vmm.access(virPtr as usize, whose)?;
-        write_out(flag, "flag", u64::from(flags))
+        write_out(flag, "flag", u64::from(access.of(whose)))
     })
 }
 
