@@ -892,6 +892,55 @@ fn every_update_error_path() {
                 ))
             },
         ),
+        // The attribute is checked before either stream is looked up.
+        case(
+            "NULL srcAddr for a task stream of another context",
+            UPDATE,
+            RT,
+            0,
+            || {
+                let mut info = random_update(ptr::null_mut());
+                code!(aclrtTaskUpdateAsync(
+                    stream_of_device(1),
+                    1,
+                    &mut info,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "an unknown id for the default stream",
+            UPDATE,
+            RT,
+            0,
+            || {
+                let mut info = aclrtTaskUpdateInfo {
+                    id: 3,
+                    ..good_random_update()
+                };
+                code!(aclrtTaskUpdateAsync(
+                    ptr::null_mut(),
+                    1,
+                    &mut info,
+                    stream_of_device(1)
+                ))
+            },
+        ),
+        case(
+            "NULL binHandle for an ordinary task stream",
+            UPDATE,
+            RT,
+            0,
+            || {
+                let mut info = kernel_update(ptr::null_mut(), dev(8), dev(4));
+                code!(aclrtTaskUpdateAsync(
+                    create_stream(),
+                    1,
+                    &mut info,
+                    ptr::null_mut()
+                ))
+            },
+        ),
         case("an unknown id", UPDATE, RT, 0, || {
             update_built(2, |_| aclrtTaskUpdateInfo {
                 id: 3,

@@ -126,12 +126,12 @@ fn source(sim: &Sim, attr: Attr, target: &Step, device: i32) -> Res<Source> {
 /// aclrtRandomNumTaskInfo at `srcAddr`, or a kernel launch's function (the entry
 /// aclrtGetFunctionAddr gives, a u64 at funcEntryAddr, among the functions resolved from
 /// binHandle) and block count (a u32 at blockDimAddr). The executions whose task starts after
-/// the update has run use them. NULL info → 100000; a stream of another context → 107003;
-/// `taskStream` bound to no instance (the default stream, an ordinary one) → 107005; an id
-/// outside aclrtUpdateTaskAttrId, a NULL address or handle, a size smaller than the struct,
-/// reserved words not 0, no random number task or kernel launch `taskId` on the stream, one
-/// of the other kind, or an address that is not device memory of the device → 107000; an
-/// unloaded binary → 107017.
+/// the update has run use them. NULL info → 100000; then the attribute, before any lookup: an
+/// id outside aclrtUpdateTaskAttrId, a NULL address or handle, a size smaller than the
+/// struct, reserved words not 0 → 107000; a stream of another context → 107003; `taskStream`
+/// bound to no instance (the default stream, an ordinary one) → 107005; no random number task
+/// or kernel launch `taskId` on the stream, one of the other kind, or an address that is not
+/// device memory of the device → 107000; an unloaded binary → 107017.
 ///
 /// # Safety
 /// `info` must be NULL or valid for a read of an aclrtTaskUpdateInfo.
@@ -146,6 +146,9 @@ pub unsafe extern "C" fn aclrtTaskUpdateAsync(
         non_null(info, "info")?;
         // SAFETY: non-NULL, and valid for a read of the struct by the caller's contract.
         let info = unsafe { info.read_unaligned() };
+        // The attribute is an argument: checked (107000, the runtime's code for its structs)
+        // before any stream is looked up, as aclrtRandomNumAsync checks its task's fields.
+        let attr = attr(&info)?;
         let sim = sim()?;
         let (_, target_stream) = context::owned_stream(sim, taskStream)?;
         let Some(model) = target_stream.bound_model() else {
@@ -155,7 +158,6 @@ pub unsafe extern "C" fn aclrtTaskUpdateAsync(
                 target_stream.id
             );
         };
-        let attr = attr(&info)?;
         let Some((step, slot)) = model.updatable(target_stream.id, taskId) else {
             fail!(
                 ACL_ERROR_RT_PARAM_INVALID,
