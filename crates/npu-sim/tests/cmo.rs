@@ -22,6 +22,13 @@ fn query(stream: aclrtStream) -> aclrtStreamStatus {
     status
 }
 
+/// A stream handle that was valid and is no longer (any lookup of it fails).
+fn destroyed_stream() -> aclrtStream {
+    let stream = create_stream();
+    acl!(aclrtDestroyStream(stream));
+    stream
+}
+
 fn desc_size() -> usize {
     let mut size = 0;
     acl!(aclrtCmoGetDescSize(&mut size));
@@ -84,6 +91,27 @@ fn every_error_path() {
         case("size 0", "aclrtCmoAsync", 100000, 0, || {
             cmo(malloc(64), 0, PREFETCH)
         }),
+        // Pointers and sizes are checked before the stream is looked up.
+        case(
+            "NULL src on a destroyed stream",
+            "aclrtCmoAsync",
+            100000,
+            0,
+            || {
+                let stream = destroyed_stream();
+                code!(aclrtCmoAsync(ptr::null_mut(), 64, PREFETCH, stream))
+            },
+        ),
+        case(
+            "size 0 on a destroyed stream",
+            "aclrtCmoAsync",
+            100000,
+            0,
+            || {
+                let stream = destroyed_stream();
+                code!(aclrtCmoAsync(malloc(64), 0, PREFETCH, stream))
+            },
+        ),
         case("unknown type", "aclrtCmoAsync", 107000, 0, || {
             cmo(malloc(64), 64, 9)
         }),
@@ -201,6 +229,37 @@ fn every_error_path() {
         case("with NULL desc", "aclrtCmoAsyncWithDesc", 100000, 0, || {
             with_desc(ptr::null_mut(), PREFETCH, ptr::null())
         }),
+        case(
+            "with NULL desc on a destroyed stream",
+            "aclrtCmoAsyncWithDesc",
+            100000,
+            0,
+            || {
+                let stream = destroyed_stream();
+                code!(aclrtCmoAsyncWithDesc(
+                    ptr::null_mut(),
+                    PREFETCH,
+                    stream,
+                    ptr::null()
+                ))
+            },
+        ),
+        case(
+            "with reserve on a destroyed stream",
+            "aclrtCmoAsyncWithDesc",
+            100000,
+            0,
+            || {
+                let stream = destroyed_stream();
+                let reserve = 0u8;
+                code!(aclrtCmoAsyncWithDesc(
+                    malloc(16),
+                    PREFETCH,
+                    stream,
+                    (&raw const reserve).cast()
+                ))
+            },
+        ),
         case("with reserve", "aclrtCmoAsyncWithDesc", 100000, 0, || {
             let reserve = 0u8;
             with_desc(malloc(16), PREFETCH, (&raw const reserve).cast())

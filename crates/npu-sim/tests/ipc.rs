@@ -601,6 +601,19 @@ fn every_ipc_memory_error_path() {
     let own = valid_key.as_ptr();
     let junk = c_string("not-a-key");
     let absent = c_string("npusim-ipc-1-0-0");
+    // On a thread without a context, the pointers are checked before the context is looked up.
+    let key_at = own as usize;
+    let no_context = std::thread::spawn(move || {
+        let own = key_at as *const c_char;
+        let mut out = ptr::null_mut();
+        [
+            code!(aclrtIpcMemImportByKey(ptr::null_mut(), own, 0)),
+            code!(aclrtIpcMemImportByKey(&mut out, ptr::null(), 0)),
+            code!(aclrtIpcMemImportByKey(&mut out, own, 0)),
+        ]
+    })
+    .join()
+    .unwrap();
     let mut managed = ptr::null_mut();
     acl!(aclrtMemAllocManaged(
         &mut managed,
@@ -622,7 +635,7 @@ fn every_ipc_memory_error_path() {
     let stream = create_stream();
     let mut pooled = ptr::null_mut();
     acl!(aclrtMemPoolMallocAsync(&mut pooled, 4096, pool, stream));
-    let cases: [(&str, aclError, aclError); 23] = [
+    let cases: [(&str, aclError, aclError); 26] = [
         (
             "export NULL devPtr",
             code!(aclrtIpcMemGetExportKey(ptr::null_mut(), 64, k, KEY_LEN, 0)),
@@ -729,6 +742,21 @@ fn every_ipc_memory_error_path() {
             "import own key",
             code!(aclrtIpcMemImportByKey(&mut out, own, 0)),
             ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "import NULL devPtr without a context",
+            no_context[0],
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "import NULL key without a context",
+            no_context[1],
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "import without a context",
+            no_context[2],
+            ACL_ERROR_RT_CONTEXT_NULL,
         ),
         (
             "close NULL key",

@@ -687,6 +687,30 @@ fn every_error_path() {
                 ))
             },
         ),
+        // userdata and length are checked before the stream is looked up.
+        case(
+            "profiling marker of NULL on a foreign stream",
+            "aclrtProfTrace",
+            100000,
+            1,
+            || {
+                let stream = create_stream();
+                set_device(0);
+                code!(aclrtProfTrace(ptr::null_mut(), 4, stream))
+            },
+        ),
+        case(
+            "profiling marker of 19 bytes on a destroyed stream",
+            "aclrtProfTrace",
+            100000,
+            0,
+            || {
+                let stream = create_stream();
+                acl!(aclrtDestroyStream(stream));
+                let mut data = [0u8; 19];
+                code!(aclrtProfTrace(data.as_mut_ptr().cast(), 19, stream))
+            },
+        ),
         case(
             "profiling marker on a foreign stream",
             "aclrtProfTrace",
