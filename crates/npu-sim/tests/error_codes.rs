@@ -202,6 +202,26 @@ static INVALID_PARAM: &[Case] = &[
             ACL_MEMCPY_HOST_TO_HOST
         ))
     }),
+    case("null dst of 0 bytes", "aclrtMemcpy", 100000, 0, || {
+        let src = [0u8; 4];
+        code!(aclrtMemcpy(
+            ptr::null_mut(),
+            0,
+            src.as_ptr().cast(),
+            0,
+            ACL_MEMCPY_HOST_TO_HOST
+        ))
+    }),
+    case("memcpy kind 8 of 0 bytes", "aclrtMemcpy", 100000, 0, || {
+        let (mut a, b) = ([0u8; 4], [0u8; 4]);
+        code!(aclrtMemcpy(
+            a.as_mut_ptr().cast(),
+            0,
+            b.as_ptr().cast(),
+            0,
+            ACL_MEMCPY_INTER_DEVICE_TO_DEVICE + 1
+        ))
+    }),
     case("memcpy kind 8", "aclrtMemcpy", 100000, 0, || {
         let (mut a, b) = ([0u8; 4], [0u8; 4]);
         code!(aclrtMemcpy(
@@ -434,6 +454,17 @@ static INVALID_PARAM: &[Case] = &[
     case("async memset NULL", "aclrtMemsetAsync", 100000, 0, || {
         code!(aclrtMemsetAsync(ptr::null_mut(), 4, 0, 4, ptr::null_mut()))
     }),
+    // A count of 0 does not skip the checks of the arguments before it.
+    case("memset NULL of 0 bytes", "aclrtMemset", 100000, 0, || {
+        code!(aclrtMemset(ptr::null_mut(), 0, 0, 0))
+    }),
+    case(
+        "async memset NULL of 0 bytes",
+        "aclrtMemsetAsync",
+        100000,
+        0,
+        || code!(aclrtMemsetAsync(ptr::null_mut(), 0, 0, 0, ptr::null_mut())),
+    ),
     case(
         "attributes of NULL",
         "aclrtPointerGetAttributes",

@@ -933,6 +933,21 @@ fn symbol_error_paths() {
             },
         ),
         case(
+            "copy 0 bytes to a host variable from NULL",
+            "aclrtMemcpyToSymbol",
+            100000,
+            0,
+            || {
+                code!(aclrtMemcpyToSymbol(
+                    not_a_global(),
+                    ptr::null(),
+                    0,
+                    0,
+                    ACL_MEMCPY_HOST_TO_DEVICE
+                ))
+            },
+        ),
+        case(
             "copy to a host variable of the wrong kind",
             "aclrtMemcpyToSymbol",
             100000,

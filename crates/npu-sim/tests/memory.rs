@@ -403,8 +403,26 @@ fn copy_kinds_are_corrected_from_the_pointers() {
         ACL_MEMCPY_DEFAULT
     ));
     assert!(download::<u8>(dev, 64).iter().all(|&b| b == 0x22));
-    // Zero bytes, or dst == src, succeed without looking at anything else.
-    acl!(aclrtMemcpy(ptr::null_mut(), 0, ptr::null(), 0, 99));
+    // Zero bytes succeed once the arguments have passed (a NULL pointer or a bad kind is
+    // refused whatever the count: the checks go in parameter order), without the pointers
+    // being looked up; dst == src succeeds without copying.
+    fails!(
+        aclrtMemcpy(ptr::null_mut(), 0, dev, 0, ACL_MEMCPY_DEFAULT),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemcpy"
+    );
+    fails!(
+        aclrtMemcpyAsync(dev, 0, ptr::null(), 0, ACL_MEMCPY_DEFAULT, ptr::null_mut()),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemcpyAsync"
+    );
+    fails!(
+        aclrtMemcpy(dev, 0, dev, 0, 99),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemcpy"
+    );
+    let unknown = 0x10usize as *mut c_void;
+    acl!(aclrtMemcpy(unknown, 0, unknown.wrapping_add(8), 0, 0));
     acl!(aclrtMemcpy(dev, 64, dev, 64, ACL_MEMCPY_DEVICE_TO_DEVICE));
     // Staged host data may be reused as soon as the call returns.
     let mut staged = [0x33u8; 64];
@@ -607,8 +625,29 @@ fn two_dimensional_copies() {
             host[row * HOST_PITCH..][..WIDTH]
         );
     }
-    // Zero width or height is a successful no-op, checked before anything else.
-    acl!(aclrtMemcpy2d(ptr::null_mut(), 0, ptr::null(), 0, 0, 5, 99));
+    // Zero width or height is a successful no-op once the arguments have passed (NULL
+    // pointers and the kind are checked first, in parameter order); the pointers are not
+    // looked up.
+    fails!(
+        aclrtMemcpy2d(ptr::null_mut(), 0, ptr::null(), 0, 0, 5, 99),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemcpy2d"
+    );
+    fails!(
+        aclrtMemcpy2d(dev, 0, dev, 0, 0, 5, 99),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemcpy2d"
+    );
+    let unknown = 0x10usize as *mut c_void;
+    acl!(aclrtMemcpy2d(
+        unknown,
+        0,
+        unknown,
+        0,
+        0,
+        5,
+        ACL_MEMCPY_HOST_TO_DEVICE
+    ));
 }
 
 #[test]

@@ -36,8 +36,14 @@ fn d32_fills_device_and_pinned_memory_word_by_word() {
     assert_eq!(&bytes[..4], &0x0102_0304u32.to_ne_bytes());
     assert_eq!(&bytes[56..60], &0x0102_0304u32.to_ne_bytes());
     assert_eq!(bytes[60], 0);
-    // N = 0 does nothing, whatever the pointer.
-    acl!(aclrtMemsetD32(ptr::null_mut(), 0, 1, 0));
+    // N = 0 does nothing, once the pointer has passed its NULL check (parameter order): the
+    // pointer is not looked up.
+    fails!(
+        aclrtMemsetD32(ptr::null_mut(), 0, 1, 0),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemsetD32"
+    );
+    acl!(aclrtMemsetD32(0x10usize as *mut c_void, 0, 1, 0));
     acl!(aclrtFreeHost(pinned));
     acl!(aclrtFree(dev));
     acl!(aclrtDestroyStream(stream));

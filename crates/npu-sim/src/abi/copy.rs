@@ -230,8 +230,9 @@ fn plan(
     })
 }
 
-/// Checks shared by aclrtMemcpy and aclrtMemcpyAsync, in the runtime's order. `Ok(false)`:
-/// nothing to do (count 0).
+/// Checks shared by aclrtMemcpy and aclrtMemcpyAsync, in parameter order. `Ok(false)`:
+/// nothing to do (count 0, once every argument has passed: a NULL pointer or a bad kind is
+/// refused whatever the count).
 fn check_memcpy(
     dst: *mut c_void,
     dest_max: usize,
@@ -239,9 +240,6 @@ fn check_memcpy(
     count: usize,
     kind: aclrtMemcpyKind,
 ) -> Res<bool> {
-    if count == 0 {
-        return Ok(false);
-    }
     non_null(dst, "dst")?;
     non_null(src, "src")?;
     ensure!(
@@ -254,7 +252,7 @@ fn check_memcpy(
         ACL_ERROR_RT_PARAM_INVALID,
         "count ({count}) is greater than destMax ({dest_max})"
     );
-    Ok(true)
+    Ok(count != 0)
 }
 
 /// Every direction; the directions of asynchronous copies; of synchronous 2D copies.
@@ -430,9 +428,6 @@ type Copy2d = (
 /// A 2D copy: checks in the runtime's order, then [`copy`].
 fn memcpy_2d(args: Copy2d, stream: Option<aclrtStream>) -> Res<()> {
     let (dst, dpitch, src, spitch, width, height, kind) = args;
-    if width == 0 || height == 0 {
-        return Ok(());
-    }
     non_null(dst, "dst")?;
     non_null(src, "src")?;
     ensure!(
@@ -485,6 +480,10 @@ fn memcpy_2d(args: Copy2d, stream: Option<aclrtStream>) -> Res<()> {
         ACL_ERROR_RT_PARAM_INVALID,
         "the 2D copy spans more than the address space"
     );
+    // Nothing to copy, once every argument has passed.
+    if width == 0 || height == 0 {
+        return Ok(());
+    }
     let sim = sim()?;
     let on = On::resolve(sim, stream)?;
     let extent = Extent {
@@ -536,18 +535,16 @@ pub unsafe extern "C" fn aclrtMemcpy2dAsync(
     guard("aclrtMemcpy2dAsync", || memcpy_2d(args, Some(stream)))
 }
 
-/// Checks shared by the memsets; `Ok(false)`: nothing to do (count 0).
+/// Checks shared by the memsets; `Ok(false)`: nothing to do (count 0, once `devPtr` has
+/// been checked).
 fn check_memset(dev_ptr: *mut c_void, max_count: usize, count: usize) -> Res<bool> {
-    if count == 0 {
-        return Ok(false);
-    }
     non_null(dev_ptr, "devPtr")?;
     ensure!(
         count <= max_count,
         ACL_ERROR_RT_PARAM_INVALID,
         "count ({count}) is greater than maxCount ({max_count})"
     );
-    Ok(true)
+    Ok(count != 0)
 }
 
 fn memset(
@@ -604,13 +601,12 @@ fn fill(
     }
 }
 
-/// The byte length of `n` 32-bit words, checked against `mem_size`; `Ok(None)`: nothing to do.
+/// The byte length of `n` 32-bit words, checked against `mem_size`; `Ok(None)`: nothing to do
+/// (`n` 0, once `ptr` has been checked).
 fn check_memset_d32(ptr: *mut c_void, mem_size: usize, n: usize) -> Res<Option<usize>> {
-    if n == 0 {
-        return Ok(None);
-    }
     non_null(ptr, "ptr")?;
     match n.checked_mul(4) {
+        Some(0) => Ok(None),
         Some(len) if len <= mem_size => Ok(Some(len)),
         _ => fail!(
             ACL_ERROR_RT_PARAM_INVALID,

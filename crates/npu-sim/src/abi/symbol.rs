@@ -84,9 +84,7 @@ fn inside(
 ) -> Res<(*mut c_void, usize)> {
     non_null(symbol, "symbol")?;
     let host_name = if dst_max.is_some() { "dst" } else { "src" };
-    if count != 0 {
-        non_null(host, host_name)?;
-    }
+    non_null(host, host_name)?;
     if let Some(dst_max) = dst_max {
         ensure!(
             count <= dst_max,

@@ -177,6 +177,10 @@ static int memory(void) {
     EXPECT(aclrtMemcpy2dAsync(dev, 64, host, 64, 64, 5242881, ACL_MEMCPY_HOST_TO_DEVICE, NULL),
            ACL_ERROR_RT_PARAM_INVALID);
     EXPECT(aclrtMemset(dev, 8, 0, 16), ACL_ERROR_RT_PARAM_INVALID);
+    /* A count of 0 is nothing to do only once the arguments before it have passed. */
+    EXPECT(aclrtMemcpy(NULL, 0, host, 0, ACL_MEMCPY_HOST_TO_DEVICE), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemset(NULL, 0, 0, 0), ACL_ERROR_INVALID_PARAM);
+    CHECK(aclrtMemcpy(dev, 0, host, 0, ACL_MEMCPY_HOST_TO_DEVICE));
     CHECK(aclrtFreeHost(other_host));
     CHECK(aclrtFreeHost(host));
     CHECK(aclrtFree(dev));
