@@ -68,7 +68,8 @@ pub struct DumpSettings {
     pub overflow: bool,
     /// The watch mode (`dump_scene` "watcher"): the operators whose outputs are watched.
     pub watched: Vec<String>,
-    /// Kernel debug data (`dump_kernel_data`): the types asked for.
+    /// Kernel debug data (`dump_kernel_data`): the types asked for; "all" when the field is
+    /// absent and a model or single-operator dump is on, as the reference says.
     pub kernel_data: Vec<String>,
 }
 
@@ -292,7 +293,7 @@ pub(crate) fn parse_section(json: &Value) -> Res<DumpSettings> {
             "watcher",
         ],
     )?;
-    let kernel_data = kernel_data(section)?;
+    let asked_kernel_data = kernel_data(section)?;
     let watcher = scene == Some("watcher");
     let exception = match scene {
         Some("aic_err_brief_dump" | "lite_exception") => Some(ExceptionDump::Brief),
@@ -305,6 +306,12 @@ pub(crate) fn parse_section(json: &Value) -> Res<DumpSettings> {
         false => list.iter().filter_map(|e| e.model.clone()).collect(),
     };
     let model_or_op = !models.is_empty() || single_op;
+    // Without `dump_kernel_data`, a model or single-operator dump exports every type.
+    let kernel_data = match asked_kernel_data {
+        Some(types) => types,
+        None if model_or_op => vec!["all".to_owned()],
+        None => Vec::new(),
+    };
     let needs_path = |what: &str| -> Res<()> {
         ensure!(
             path.is_some(),
@@ -431,11 +438,12 @@ fn names(object: &Map<String, Value>, key: &str) -> Res<Vec<String>> {
     Ok(out)
 }
 
-/// `dump_kernel_data`: comma-separated types, each one of those Ascend C kernels can print.
-fn kernel_data(section: &Map<String, Value>) -> Res<Vec<String>> {
+/// `dump_kernel_data`: comma-separated types, each one of those Ascend C kernels can print
+/// (absent: `None`).
+fn kernel_data(section: &Map<String, Value>) -> Res<Option<Vec<String>>> {
     const TYPES: [&str; 5] = ["all", "printf", "tensor", "assert", "timestamp"];
     let Some(list) = text(section, "dump_kernel_data")? else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
     let mut types = Vec::new();
     for item in list.split(',').map(str::trim) {
@@ -446,7 +454,7 @@ fn kernel_data(section: &Map<String, Value>) -> Res<Vec<String>> {
         );
         types.push(item.to_owned());
     }
-    Ok(types)
+    Ok(Some(types))
 }
 
 #[cfg(test)]
@@ -499,6 +507,34 @@ mod tests {
         .unwrap();
         assert_eq!(settings.models, ["a", "b"]);
         assert_eq!(settings.path.as_deref(), Some("out"));
+    }
+
+    /// Without `dump_kernel_data`, a model or single-operator dump exports every kernel debug
+    /// type; other dumps export none, and a field given is taken as it is.
+    #[test]
+    fn kernel_debug_data_defaults_to_all_with_a_model_or_single_operator_dump() {
+        for (text, types) in [
+            (
+                r#"{"dump": {"dump_list": [{"model_name": "m"}], "dump_path": "o"}}"#,
+                &["all"][..],
+            ),
+            (
+                r#"{"dump": {"dump_path": "o", "dump_list": [{}], "dump_op_switch": "on"}}"#,
+                &["all"],
+            ),
+            (
+                r#"{"dump": {"dump_path": "o", "dump_op_switch": "on", "dump_kernel_data": "printf"}}"#,
+                &["printf"],
+            ),
+            (r#"{"dump": {"dump_path": "o", "dump_debug": "on"}}"#, &[]),
+            (r#"{"dump": {"dump_scene": "aic_err_brief_dump"}}"#, &[]),
+            (
+                r#"{"dump": {"dump_path": "o", "dump_op_switch": "off"}}"#,
+                &[],
+            ),
+        ] {
+            assert_eq!(parse(text).unwrap().kernel_data, types, "{text}");
+        }
     }
 
     #[test]

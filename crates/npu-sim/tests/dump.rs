@@ -269,7 +269,10 @@ fn the_dump_configuration_follows_the_documented_order_and_checks() {
             "dump_data": "tensor"}}"#,
     );
     set_ok(&single_op);
-    assert!(set().unwrap().single_op);
+    let settings = set().unwrap();
+    assert!(settings.single_op);
+    // No dump_kernel_data: a single-operator dump exports every kernel debug type.
+    assert_eq!(settings.kernel_data, ["all"]);
     let lite = config_file(
         "dump-lite.json",
         r#"{"dump": {"dump_scene": "lite_exception"}}"#,
