@@ -552,6 +552,13 @@ fn every_error_path() {
             code!(aclrtGetErrorVerbose(0, ptr::null_mut()))
         }),
         case(
+            "verbose NULL of device 99",
+            "aclrtGetErrorVerbose",
+            100000,
+            0,
+            || code!(aclrtGetErrorVerbose(99, ptr::null_mut())),
+        ),
+        case(
             "subscribe NULL",
             "aclrtSubscribeHostFunc",
             100000,

@@ -590,6 +590,44 @@ fn every_error_path() {
         case("repair of NULL", "aclrtRepairError", 100000, -1, || {
             code!(aclrtRepairError(5, ptr::null()))
         }),
+        // The pointer and size arguments are checked before the device is looked up.
+        case(
+            "repair of NULL on an unknown device",
+            "aclrtRepairError",
+            100000,
+            -1,
+            || code!(aclrtRepairError(99, ptr::null())),
+        ),
+        case(
+            "UCE info into NULL on an unknown device",
+            "aclrtGetMemUceInfo",
+            100000,
+            -1,
+            || {
+                let mut count = 0;
+                code!(aclrtGetMemUceInfo(99, ptr::null_mut(), 1, &mut count))
+            },
+        ),
+        case(
+            "UCE info with a NULL retSize on an unknown device",
+            "aclrtGetMemUceInfo",
+            100000,
+            -1,
+            || {
+                let mut info = uce_info(0, 0);
+                code!(aclrtGetMemUceInfo(99, &mut info, 1, ptr::null_mut()))
+            },
+        ),
+        case(
+            "UCE repair of 0 entries on an unknown device",
+            "aclrtMemUceRepair",
+            100000,
+            -1,
+            || {
+                let mut info = uce_info(0, 0);
+                code!(aclrtMemUceRepair(99, &mut info, 0))
+            },
+        ),
         case(
             "repair of an unknown error type",
             "aclrtRepairError",

@@ -186,7 +186,7 @@ pub unsafe extern "C" fn aclrtGetFuncHandleFromExceptionInfo(
 /// ACL_RT_ERROR_MEMORY and ACL_RT_ERROR_OTHERS: a lost device or a failed kernel is OTHERS;
 /// memory with uncorrectable errors (UCE) is MEMORY with its ranges (the first 20) as the
 /// detail and `tryRepair` set (aclrtRepairError); a DMA fault (memory freed under a task) is
-/// MEMORY with no detail, nothing to repair. Unknown device → 107001; NULL → 100000.
+/// MEMORY with no detail, nothing to repair. NULL → 100000, then an unknown device → 107001.
 ///
 /// # Safety
 /// `errorInfo` must be NULL or valid for a write.
@@ -196,9 +196,9 @@ pub unsafe extern "C" fn aclrtGetErrorVerbose(
     errorInfo: *mut aclrtErrorInfo,
 ) -> aclError {
     guard("aclrtGetErrorVerbose", || {
+        non_null(errorInfo, "errorInfo")?;
         let sim = sim()?;
         let device = sim.device(i64::from(deviceId))?;
-        non_null(errorInfo, "errorInfo")?;
         // SAFETY: aclrtErrorInfo is plain integers and pointers, for which all-zero is valid.
         let mut info: aclrtErrorInfo = unsafe { std::mem::zeroed() };
         let uce = sim.memory.uce.of_device(device.id);

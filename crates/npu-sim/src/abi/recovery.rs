@@ -66,9 +66,17 @@ fn uce_info(addr: usize, len: usize) -> aclrtMemUceInfo {
     }
 }
 
+/// The UCE array arguments of aclrtGetMemUceInfo and aclrtMemUceRepair: NULL or an arraySize
+/// of 0 → 100000, checked before the device is looked up.
+fn check_uce_array(array: *const aclrtMemUceInfo, size: usize) -> Res<()> {
+    non_null(array, "memUceInfoArray")?;
+    ensure!(size > 0, ACL_ERROR_INVALID_PARAM, "arraySize is 0");
+    Ok(())
+}
+
 /// Lists the device's memory ranges with uncorrectable errors, in address order, into the
 /// caller's array (at most `arraySize` of them); `*retSize` receives how many were written.
-/// Unknown device → 107001; NULL array or retSize, or arraySize 0 → 100000.
+/// NULL array or retSize, or arraySize 0 → 100000, then an unknown device → 107001.
 ///
 /// # Safety
 /// `memUceInfoArray` must be NULL or valid for writes of `arraySize` entries; `retSize` NULL
@@ -81,11 +89,10 @@ pub unsafe extern "C" fn aclrtGetMemUceInfo(
     retSize: *mut usize,
 ) -> aclError {
     guard("aclrtGetMemUceInfo", || {
+        check_uce_array(memUceInfoArray, arraySize)?;
+        non_null(retSize, "retSize")?;
         let sim = sim()?;
         let device = sim.device(deviceId.into())?;
-        non_null(memUceInfoArray, "memUceInfoArray")?;
-        ensure!(arraySize > 0, ACL_ERROR_INVALID_PARAM, "arraySize is 0");
-        non_null(retSize, "retSize")?;
         let ranges = sim.memory.uce.of_device(device.id);
         let written = ranges.len().min(arraySize);
         for (at, &(addr, len)) in ranges.iter().take(written).enumerate() {
@@ -117,8 +124,8 @@ fn repair(sim: &Sim, device: &Arc<Device>, infos: &[aclrtMemUceInfo]) -> Res<()>
     Ok(())
 }
 
-/// Repairs uncorrectable memory errors the caller got from aclrtGetMemUceInfo. Unknown device
-/// → 107001; NULL array or arraySize 0 → 100000; an entry that is not one of the device's
+/// Repairs uncorrectable memory errors the caller got from aclrtGetMemUceInfo. NULL array or
+/// arraySize 0 → 100000, then an unknown device → 107001; an entry that is not one of the device's
 /// error ranges → 107000, nothing repaired.
 ///
 /// # Safety
@@ -130,10 +137,9 @@ pub unsafe extern "C" fn aclrtMemUceRepair(
     arraySize: usize,
 ) -> aclError {
     guard("aclrtMemUceRepair", || {
+        check_uce_array(memUceInfoArray, arraySize)?;
         let sim = sim()?;
         let device = sim.device(deviceId.into())?;
-        non_null(memUceInfoArray, "memUceInfoArray")?;
-        ensure!(arraySize > 0, ACL_ERROR_INVALID_PARAM, "arraySize is 0");
         let infos =
             super::check::array(memUceInfoArray.cast_const(), arraySize, "memUceInfoArray")?;
         repair(sim, device, infos)
@@ -144,7 +150,7 @@ pub unsafe extern "C" fn aclrtMemUceRepair(
 /// for a repair (`tryRepair` 0) or reports no error; a MEMORY error's UCE ranges are repaired
 /// as aclrtMemUceRepair does (they must be in its detail: `hasDetail` 0 or more than 20
 /// entries → 100000); the other kinds cannot be repaired on an Atlas A2 (207000): reset the
-/// device. Unknown device → 107001; NULL → 100000; an unknown error type → 100000.
+/// device. NULL → 100000, then an unknown device → 107001; an unknown error type → 100000.
 ///
 /// # Safety
 /// `errorInfo` must be NULL or valid for a read.
@@ -154,9 +160,9 @@ pub unsafe extern "C" fn aclrtRepairError(
     errorInfo: *const aclrtErrorInfo,
 ) -> aclError {
     guard("aclrtRepairError", || {
+        non_null(errorInfo, "errorInfo")?;
         let sim = sim()?;
         let device = sim.device(deviceId.into())?;
-        non_null(errorInfo, "errorInfo")?;
         // SAFETY: non-NULL, and the caller's info is valid for a read; every field is a plain
         // integer (the error type is read as one, whatever its value).
         let info = unsafe { errorInfo.read_unaligned() };
