@@ -65,11 +65,14 @@ impl AsyncRead for PeerIo {
     ) -> Poll<io::Result<()>> {
         loop {
             ready!(self.0.tcp.poll_read_ready(cx))?;
-            match self.0.tcp.try_read(buf.initialize_unfilled()) {
-                Ok(n) => {
-                    buf.advance(n);
-                    return Poll::Ready(Ok(()));
-                }
+            // Straight into the unfilled part, initialised or not: hyper-util's `TokioIo` hands
+            // each read a fresh `ReadBuf` over hyper's spare capacity that counts none of it
+            // initialised, so `initialize_unfilled` would zero all of it (up to the whole
+            // buffer) on every read. tokio's `ReadBuf` is a `BufMut` whose unfilled part the
+            // read writes as `UninitSlice`, and `try_read_buf` marks only what it read as
+            // initialised and filled: no `unsafe` here, and no zeroing.
+            match self.0.tcp.try_read_buf(buf) {
+                Ok(_) => return Poll::Ready(Ok(())),
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
                 Err(err) => return Poll::Ready(Err(err)),
             }
@@ -112,5 +115,50 @@ impl AsyncWrite for PeerIo {
             Err(err) if err.kind() == io::ErrorKind::NotConnected => Poll::Ready(Ok(())),
             shut => Poll::Ready(shut),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::MaybeUninit;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_read_initialises_only_what_it_reads() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        client.write_all(b"abc").await.unwrap();
+        let mut io = PeerIo(Peer::new(server));
+        // As hyper-util's `TokioIo` hands it over: spare capacity, none of it initialised.
+        let mut spare = [MaybeUninit::<u8>::uninit(); 8192];
+        let mut buf = ReadBuf::uninit(&mut spare);
+        let mut read = 0;
+        while read < 3 {
+            std::future::poll_fn(|cx| Pin::new(&mut io).poll_read(cx, &mut buf))
+                .await
+                .unwrap();
+            assert!(
+                buf.filled().len() > read,
+                "an end of stream before the bytes"
+            );
+            read = buf.filled().len();
+        }
+        assert_eq!(buf.filled(), b"abc");
+        // What a zero-fill would have initialised: the whole unfilled part.
+        assert_eq!(
+            buf.initialized().len(),
+            3,
+            "only the bytes read are initialised"
+        );
+        drop(client);
+        let mut rest = Vec::new();
+        io.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
     }
 }
