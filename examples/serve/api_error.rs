@@ -12,8 +12,9 @@ pub(crate) struct ApiError {
     pub(crate) status: StatusCode,
     code: &'static str,
     message: String,
-    /// The client ended its connection before the request was whole: `GET /stats` counts the
-    /// request with those dropped for a client gone, not with the requests refused.
+    /// The client reset its connection before the request was whole, so the answer goes
+    /// nowhere: `GET /stats` counts the request with those dropped for a client gone, not with
+    /// the requests refused (the rule is [`crate::body`]'s).
     pub(crate) client_gone: bool,
 }
 

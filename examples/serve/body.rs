@@ -31,7 +31,7 @@ pub(crate) async fn read_body(body: Body, config: &Config) -> Result<Bytes, ApiE
             tracing::debug!(error = %err, "reading a request body failed");
             let message = "the body could not be read";
             let mut refusal = ApiError::new(StatusCode::BAD_REQUEST, "bad_body", message);
-            refusal.client_gone = connection_ended(&*err);
+            refusal.client_gone = client_gone(&*err);
             Err(refusal)
         }
         Err(_) => Err(ApiError::new(
@@ -45,17 +45,26 @@ pub(crate) async fn read_body(body: Body, config: &Config) -> Result<Bytes, ApiE
     }
 }
 
-/// Whether a body failed because its client ended the connection (closed, reset or
-/// half-closed it) rather than because it was malformed (a bad chunk size, say): hyper reports
-/// both as a body error, with the I/O error under it.
-fn connection_ended(err: &(dyn Error + 'static)) -> bool {
+/// Whether a body failed because its client is gone (it reset the connection) rather than
+/// because the body was malformed (a bad chunk size, say) or cut short by an end of stream:
+/// hyper reports all of them as a body error, with the I/O error under it.
+///
+/// The rule that keeps the answer and `GET /stats` in agreement: a request is counted under
+/// `requests.cancelled` only when the server knows its client gone before answering, and a
+/// request it answers is counted by that answer. A reset is the kernel's word that the client
+/// is gone: its 400 goes nowhere, and the request is cancelled. An end of stream mid-body (a
+/// FIN) says only that the client sends nothing more. A client that half-closed still reads,
+/// and takes its 400 `bad_body`; one that closed is told from it only by the reset its
+/// socket answers bytes with, so not before the answer is written. Both are answered 400 and
+/// counted under `requests.rejected`, as a malformed body is: no request was made whole, and
+/// the server said so.
+fn client_gone(err: &(dyn Error + 'static)) -> bool {
     let mut cause = Some(err);
     while let Some(err) = cause {
         if let Some(io) = err.downcast_ref::<io::Error>() {
             return matches!(
                 io.kind(),
-                io::ErrorKind::UnexpectedEof
-                    | io::ErrorKind::ConnectionReset
+                io::ErrorKind::ConnectionReset
                     | io::ErrorKind::ConnectionAborted
                     | io::ErrorKind::BrokenPipe
             );

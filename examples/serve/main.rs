@@ -27,7 +27,7 @@
 //! | status | code | when |
 //! | --- | --- | --- |
 //! | 400 | `bad_json` | the body is not the JSON above (syntax, missing or unknown fields, non-numbers, numbers beyond f64) |
-//! | 400 | `bad_body` | the body could not be read: malformed (a chunk size that is not hex), or cut short by its client closing, resetting or half-closing the connection (then counted under `requests.cancelled`, below) |
+//! | 400 | `bad_body` | the body could not be read: malformed (a chunk size that is not hex), or cut short by its client closing or half-closing the connection (a reset instead: counted under `requests.cancelled`, below) |
 //! | 404 | `not_found` | no route has the path |
 //! | 405 | `method_not_allowed` | the path's route takes another method (listed in `Allow`) |
 //! | 408 | `request_timeout` | the body did not arrive within the body timeout (10 s by default) |
@@ -90,9 +90,11 @@
 //! and a closed socket answers with a reset. What that leaves found only when the answer is
 //! written, or by the device and write timeouts: an HTTP/1.0 client that closes (HTTP/1.0 has
 //! no interim answers), a client whose end of stream comes behind a pipelined request, and one
-//! that vanishes without a FIN or a reset (unplugged, or its host gone). A client that ends its
-//! connection mid-body is counted under `requests.cancelled` too: its request cannot be served
-//! (one that only half-closed is still answered 400 `bad_body`).
+//! that vanishes without a FIN or a reset (unplugged, or its host gone). A client that resets
+//! its connection mid-body is counted under `requests.cancelled` too. One that closes or
+//! half-closes it mid-body sends an end of stream, which cannot tell the two apart before
+//! something is written to it: it is answered 400 `bad_body` (which one that half-closed
+//! reads) and counted under `requests.rejected`, by what it was answered.
 //!
 //! # Backpressure: 503, not a queue
 //!
