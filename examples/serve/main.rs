@@ -6,7 +6,7 @@
 //! workers (none of them blocks), and answers with the result.
 //!
 //! ```sh
-//! cargo run --example serve                      # serves on 127.0.0.1:8080 until Ctrl-C
+//! cargo run --example serve                      # serves on 127.0.0.1:8080 until Ctrl-C (or SIGTERM)
 //! cargo run --example serve -- load 64 10000     # self-hosted load test: connections, requests
 //! ```
 //!
@@ -113,7 +113,8 @@
 //! at once with 503 `overloaded` too.
 //!
 //! `GET /stats` returns the request counters, the in-flight count, the open connections, the
-//! pools' statistics and the reactor's counters. Shutdown (Ctrl-C) is graceful: the listener
+//! pools' statistics and the reactor's counters. Shutdown (Ctrl-C, or the SIGTERM a service
+//! manager stops a process with) is graceful: the listener
 //! closes, the requests in flight finish and are answered, then the process exits. The answers
 //! get the drain timeout (10 s by default) to reach their clients: a connection still open then
 //! (a client that stopped reading its answer, which would otherwise hold the shutdown for ever)
@@ -151,18 +152,35 @@ use config::Config;
 use load::load;
 use server::Server;
 
-/// Serves until Ctrl-C.
+/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM. A service manager (systemd, Kubernetes,
+/// `docker stop`) stops a process with SIGTERM, whose default action would end it at once with
+/// its requests in flight unanswered. Both handlers are installed before this returns, so a
+/// signal that comes while the server starts is not lost (nor kills the process).
+fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    })
+}
+
+/// Serves until Ctrl-C or SIGTERM.
 async fn serve(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
+    let stopping = shutdown_signal()?;
     let server = Server::start(Config::default(), addr).await?;
     println!(
         "backend: {}",
         server.state.model.device_pool.context().runtime().backend()
     );
     println!(
-        "serving y = {} * x + bias (f32[{}]) on http://{}  (POST /v1/infer, GET /v1/model, GET /stats; Ctrl-C stops)",
+        "serving y = {} * x + bias (f32[{}]) on http://{}  (POST /v1/infer, GET /v1/model, GET /stats; Ctrl-C or SIGTERM stops)",
         server.state.config.alpha, server.state.config.input_len, server.addr
     );
-    tokio::signal::ctrl_c().await?;
+    stopping.await;
     println!("shutting down: finishing the requests in flight");
     let state = server.state.clone();
     server.stop().await?;

@@ -161,3 +161,15 @@ async fn overload_gets_503_and_shutdown_finishes_the_requests_in_flight() {
     assert_eq!(state.stats()["requests"]["served"], 2);
     assert_eq!(state.stats()["requests"]["overloaded"], 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_starts_the_graceful_shutdown_as_ctrl_c_does() {
+    // Installs the handlers: from here on SIGTERM no longer ends this test process (for the
+    // rest of its life, as tokio never uninstalls one), it only wakes the shutdown.
+    let stopping = crate::shutdown_signal().unwrap();
+    // SAFETY: kill(2) with this process's own id and a signal number; it touches no memory.
+    assert_eq!(unsafe { libc::kill(libc::getpid(), libc::SIGTERM) }, 0);
+    tokio::time::timeout(PATIENCE, stopping)
+        .await
+        .expect("SIGTERM did not start the shutdown");
+}
