@@ -8,7 +8,19 @@
 //! answer is written). The server turns `half_close` on and watches the client itself while a
 //! request awaits its answer: a reset ends the connection at once; an end of stream is answered
 //! with an interim `100 Continue`, which an HTTP/1.1 client must take and may ignore (RFC 9110,
-//! 15.2) and to which a closed socket answers with a reset.
+//! 15.2) and to which a closed socket answers with a reset. An end of stream behind pipelined
+//! requests is seen too: the watcher reads those requests aside (up to the connection's
+//! buffer size) for hyper to read first once the answer is written.
+//!
+//! What only writing the answer can find gone: an HTTP/1.0 client that closes, and one whose
+//! end of stream comes behind more pipelined bytes than the read-aside holds. A closed socket
+//! and a half-closed one send the same FIN, and tell themselves apart only by answering bytes
+//! sent to them (a reset, or an acknowledgement): TCP's keep-alive probes carry no new byte,
+//! and a socket that closed acknowledges them as one that half-closed does. The interim answer
+//! is the one byte string HTTP lets the server send before its answer, and HTTP/1.0 has no
+//! interim answers (RFC 9110, 15.2: none may be sent to an HTTP/1.0 client), so such a client
+//! can be asked only with its answer. This is the protocol's limit, not the single task's:
+//! any design must send bytes to tell, and HTTP/1.0 allows none but the answer.
 
 use std::future::poll_fn;
 use std::io;
@@ -17,7 +29,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, ready};
 
 use axum::http::Version;
-use tokio::io::Interest;
+use bytes::BufMut;
+use tokio::io::{Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
@@ -38,6 +51,12 @@ pub(crate) struct Peer {
     pub(crate) output_blocked: AtomicBool,
     /// What the socket has not taken yet of a probe: written before any byte of hyper's.
     probe_left: Mutex<&'static [u8]>,
+    /// Bytes the watcher read off the socket behind a request awaiting its answer (the next
+    /// requests, pipelined) to see whether an end of stream follows them: hyper's reads take
+    /// them before the socket's.
+    read_aside: Mutex<Vec<u8>>,
+    /// The most `read_aside` holds: as much as hyper's own read buffer.
+    read_aside_limit: usize,
 }
 
 /// Marks a connection's request as awaiting its answer for as long as it lives: dropped when the
@@ -51,12 +70,16 @@ impl Drop for AwaitingAnswer {
 }
 
 impl Peer {
-    pub(crate) fn new(tcp: TcpStream) -> Arc<Peer> {
+    /// A connection's client; at most `read_aside_limit` bytes of pipelined requests are
+    /// read aside while a request awaits its answer.
+    pub(crate) fn new(tcp: TcpStream, read_aside_limit: usize) -> Arc<Peer> {
         Arc::new(Peer {
             tcp,
             awaiting: watch::Sender::new(None),
             output_blocked: AtomicBool::new(false),
             probe_left: Mutex::new(&[]),
+            read_aside: Mutex::new(Vec::new()),
+            read_aside_limit,
         })
     }
 
@@ -86,18 +109,27 @@ impl Peer {
 
     /// Watches the client of a request of `version` awaiting its answer until it is gone.
     async fn gone(&self, version: Version) -> io::Error {
-        match self.tcp.peek(&mut [0]).await {
-            Err(err) => return err,
-            // The end of the stream. An HTTP/1.0 client may not be sent an interim answer: only
-            // writing its answer will tell whether it is still there.
-            Ok(0) if version >= Version::HTTP_11 => {
-                if let Err(err) = self.probe().await {
-                    return err;
+        loop {
+            match self.tcp.peek(&mut [0]).await {
+                Err(err) => return err,
+                // The end of the stream. An HTTP/1.0 client may not be sent an interim answer:
+                // only writing its answer will tell whether it is still there.
+                Ok(0) => {
+                    if version >= Version::HTTP_11
+                        && let Err(err) = self.probe().await
+                    {
+                        return err;
+                    }
+                    break;
                 }
+                // The next requests, pipelined: read aside to see what comes behind them. Once
+                // the read-aside is full, only a reset says the client went away.
+                Ok(_) => match self.read_aside() {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(err) => return err,
+                },
             }
-            // The next request, pipelined: the client waits for its answers, and only a reset
-            // says it went away.
-            Ok(_) => {}
         }
         // A reset sets the socket's error, which peeking after an end of stream does not see.
         match self.tcp.ready(Interest::ERROR).await {
@@ -139,10 +171,48 @@ impl Peer {
         Poll::Ready(Ok(()))
     }
 
-    fn probe_left(&self) -> MutexGuard<'_, &'static [u8]> {
-        // Only slice assignments run under the lock: a poisoned one holds a whole slice.
-        self.probe_left
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    /// Reads what the socket has (as much as the read-aside has room for) into the read-aside:
+    /// `false` once it is full. A read that finds nothing after all (stale readiness) or the
+    /// end of the stream reads nothing; the watcher's next peek waits for or sees them.
+    fn read_aside(&self) -> io::Result<bool> {
+        let mut aside = lock(&self.read_aside);
+        let room = self.read_aside_limit.saturating_sub(aside.len());
+        if room == 0 {
+            return Ok(false);
+        }
+        aside.reserve(room);
+        match self.tcp.try_read_buf(&mut (&mut *aside).limit(room)) {
+            Err(err) if err.kind() != io::ErrorKind::WouldBlock => Err(err),
+            _ => Ok(true),
+        }
     }
+
+    /// Moves what was read aside into `buf`, as much as fits: `false` if nothing was.
+    pub(crate) fn take_read_aside(&self, buf: &mut ReadBuf<'_>) -> bool {
+        let mut aside = lock(&self.read_aside);
+        if aside.is_empty() {
+            return false;
+        }
+        let n = aside.len().min(buf.remaining());
+        buf.put_slice(&aside[..n]);
+        if n == aside.len() {
+            // Its memory goes too: pipelining is rare, and a connection keeps no more than it
+            // needs.
+            *aside = Vec::new();
+        } else {
+            aside.drain(..n);
+        }
+        true
+    }
+
+    fn probe_left(&self) -> MutexGuard<'_, &'static [u8]> {
+        lock(&self.probe_left)
+    }
+}
+
+/// Locks one of a `Peer`'s mutexes, poisoned or not: each guards a plain value (a slice, a
+/// vector of bytes) that every panic leaves whole, and none is held across a call that could
+/// leave it half-changed.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -63,6 +63,10 @@ impl AsyncRead for PeerIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        // Pipelined requests the watcher read aside come before what the socket still has.
+        if self.0.take_read_aside(buf) {
+            return Poll::Ready(Ok(()));
+        }
         loop {
             ready!(self.0.tcp.poll_read_ready(cx))?;
             // Straight into the unfilled part, initialised or not: hyper-util's `TokioIo` hands
@@ -134,7 +138,7 @@ mod tests {
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
         client.write_all(b"abc").await.unwrap();
-        let mut io = PeerIo(Peer::new(server));
+        let mut io = PeerIo(Peer::new(server, 0));
         // As hyper-util's `TokioIo` hands it over: spare capacity, none of it initialised.
         let mut spare = [MaybeUninit::<u8>::uninit(); 8192];
         let mut buf = ReadBuf::uninit(&mut spare);

@@ -51,6 +51,58 @@ async fn clients_gone_while_their_requests_are_on_the_device_get_everything_back
     server.stop().await.unwrap();
 }
 
+// Holds the device through the simulator's controls.
+#[cfg(feature = "sim")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_of_stream_behind_a_pipelined_request_is_seen_before_the_answer() {
+    let _device = DEVICE_ONE.lock().await;
+    let config = Config {
+        device: 1,
+        streams: 1,
+        ..small()
+    };
+    let server = Server::start(config, loopback()).await.unwrap();
+    npu::sim::control::hold(1).unwrap();
+    let whole = format!("{JSON_POST}Content-Length: {}\r\n\r\n{GOOD}", GOOD.len());
+    // Each client sends a request, then (with the first on the held device, so the second
+    // waits in the socket) a second one and its end of stream.
+    let pipelining = || async {
+        let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+        tcp.write_all(whole.as_bytes()).await.unwrap();
+        until("admitted", || server.state.in_flight() == 1).await;
+        tcp.write_all(whole.as_bytes()).await.unwrap();
+        tcp
+    };
+    // One that closes is found gone while the device is still held: its first request is
+    // dropped, and the second never read by hyper.
+    drop(pipelining().await);
+    connections_until(&server, |c| c.open == 0).await;
+    assert_eq!(server.state.in_flight(), 0, "the admission slot is back");
+    assert_eq!(server.state.stats()["requests"]["cancelled"], 1);
+    // One that half-closes is asked, and has both answers, in order, once the device runs:
+    // the second request comes to hyper from the read-aside.
+    let mut tcp = pipelining().await;
+    tcp.shutdown().await.unwrap();
+    let mut probe = [0; 25];
+    tcp.read_exact(&mut probe).await.unwrap();
+    assert_eq!(&probe, b"HTTP/1.1 100 Continue\r\n\r\n");
+    npu::sim::control::release(1).unwrap();
+    let mut received = Vec::new();
+    tokio::time::timeout(PATIENCE, tcp.read_to_end(&mut received))
+        .await
+        .expect("the server neither answered nor closed")
+        .unwrap();
+    let text = String::from_utf8(received).unwrap();
+    let answer = "[2.0,5.0,8.0,11.0]";
+    assert_eq!(text.matches("HTTP/1.1 200 OK\r\n").count(), 2, "{text}");
+    assert_eq!(text.matches(answer).count(), 2, "{text}");
+    let stats = server.state.stats();
+    assert_eq!(stats["requests"]["served"], 2, "{stats}");
+    assert_eq!(stats["requests"]["cancelled"], 1, "{stats}");
+    until_pools_idle(&server.state).await;
+    server.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_half_close_as_soon_as_their_request_is_sent_get_their_answers() {
     let server = Server::start(small(), loopback()).await.unwrap();
