@@ -1,14 +1,17 @@
 //! The HTTP routes and their handlers: the path from a request to the model and back, and
 //! the answers for the paths and methods no route takes.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, Version};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
+use futures::FutureExt;
 use serde_json::json;
 
 use crate::api_error::ApiError;
@@ -27,22 +30,57 @@ async fn infer(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Tensor<f32>>, ApiError> {
-    let mut unanswered = Unanswered(Some(&state.cancelled));
+    let mut unanswered = Unanswered(Some((&state.cancelled, &state.failed)));
     let answer = answer_infer(&state, (&client, version), &headers, body).await;
     unanswered.0 = None;
     state.count(&answer);
     answer.map(Json)
 }
 
-/// Counts a request under `requests.cancelled` if it is dropped unanswered: the handler goes
-/// with its connection, which ends when its client is gone (seen by hyper, or by the watch of
-/// [`crate::peer`] while the request awaits its answer) or at the drain timeout.
-struct Unanswered<'a>(Option<&'a AtomicU64>);
+/// Counts a request dropped unanswered: under `requests.cancelled` (the first counter) when
+/// the handler goes with its connection, which ends when its client is gone (seen by hyper, or
+/// by the watch of [`crate::peer`] while the request awaits its answer) or at the drain
+/// timeout; under `requests.failed` (the second) when it goes with a panic of its own, a bug
+/// that [`answer_panics`] answers 500.
+struct Unanswered<'a>(Option<(&'a AtomicU64, &'a AtomicU64)>);
 
 impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
-        if let Some(cancelled) = self.0 {
-            cancelled.fetch_add(1, Ordering::Relaxed);
+        if let Some((cancelled, failed)) = self.0 {
+            let counter = if std::thread::panicking() {
+                failed
+            } else {
+                cancelled
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Answers a request whose handler panicked (a bug) with 500 `internal_error`, which axum does
+/// not: the panic would unwind out of the connection's task, closing the connection unanswered
+/// (with any requests pipelined behind), and the request would be counted as if its client had
+/// gone. The detail goes to the log, not the client.
+///
+/// `AssertUnwindSafe` holds: the panicked handler's future is dropped, never polled again, and
+/// what it shares with other requests stays whole across a panic (the counters are atomics, the
+/// admission slot and the memory blocks go back in their guards' drops, and the example's own
+/// mutexes are taken poisoned or not).
+pub(crate) async fn answer_panics<E>(
+    handler: impl Future<Output = Result<Response, E>>,
+) -> Result<Response, E> {
+    match AssertUnwindSafe(handler).catch_unwind().await {
+        Ok(answer) => answer,
+        Err(panic) => {
+            let detail = panic
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("(not a string)");
+            tracing::error!(panic = detail, "a handler panicked");
+            let message = "the server failed to answer the request";
+            let error = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message);
+            Ok(error.into_response())
         }
     }
 }
@@ -152,4 +190,46 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_handler_that_panics_is_answered_500_and_counted_failed() {
+        let (cancelled, failed) = (AtomicU64::new(0), AtomicU64::new(0));
+        let handler = async {
+            let _unanswered = Unanswered(Some((&cancelled, &failed)));
+            if cancelled.load(Ordering::Relaxed) == 0 {
+                panic!("a bug in the handler");
+            }
+            Ok::<_, Infallible>(StatusCode::OK.into_response())
+        };
+        let Ok(answer) = answer_panics(handler).await;
+        assert_eq!(answer.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = answer.into_body().collect().await.unwrap().to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["code"], "internal_error", "{body}");
+        let counts = (
+            cancelled.load(Ordering::Relaxed),
+            failed.load(Ordering::Relaxed),
+        );
+        assert_eq!(counts, (0, 1), "counted failed, not cancelled");
+        // Dropped unanswered without a panic (its connection gone): cancelled.
+        drop(Unanswered(Some((&cancelled, &failed))));
+        let counts = (
+            cancelled.load(Ordering::Relaxed),
+            failed.load(Ordering::Relaxed),
+        );
+        assert_eq!(counts, (1, 1));
+        // An answer passes through untouched.
+        let answered = answer_panics(async { Ok::<_, Infallible>(StatusCode::OK.into_response()) });
+        let Ok(answer) = answered.await;
+        assert_eq!(answer.status(), StatusCode::OK);
+    }
 }

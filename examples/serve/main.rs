@@ -40,6 +40,7 @@
 //! | 503 | `overloaded` | the in-flight limit is reached, or no memory block is free for the request (with `Retry-After: 1`) |
 //! | 503 | `too_many_connections` | the connection limit is reached (with `Retry-After: 1` and `Connection: close`) |
 //! | 500 | `device_error` | the NPU reported a failure (the detail goes to the log, not the client) |
+//! | 500 | `internal_error` | a handler panicked, a bug (the detail goes to the log; the connection stays open) |
 //! | 504 | `device_timeout` | the device did not finish the request's work within the device timeout (30 s by default) |
 //!
 //! # Hostile clients: timeouts and limits

@@ -19,7 +19,7 @@ use tokio_io_timeout::TimeoutStream;
 
 use crate::config::Config;
 use crate::connections::{OpenConnection, timed_out};
-use crate::handlers::router;
+use crate::handlers::{answer_panics, router};
 use crate::open_files::fit_max_connections;
 use crate::peer::Peer;
 use crate::peer_io::PeerIo;
@@ -78,7 +78,7 @@ pub(crate) async fn serve_http(
         // The handler says through the connection's `Peer` when a request awaits its answer.
         let service = service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(for_handler.clone());
-            service.call(request)
+            answer_panics(service.call(request))
         });
         let connection =
             connections.watch(http.serve_connection(TokioIo::new(Box::pin(io)), service));
