@@ -41,17 +41,11 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, Json(self.body())).into_response();
-        let headers = response.headers_mut();
-        match self.status {
-            StatusCode::SERVICE_UNAVAILABLE => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            }
-            // The rest of the body is still on the wire: the connection cannot carry another
-            // request.
-            StatusCode::REQUEST_TIMEOUT | StatusCode::PAYLOAD_TOO_LARGE => {
-                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-            }
-            _ => {}
+        // `Connection: close` is not decided here but by whether the request's body was read
+        // ([`crate::body::WatchedBody`]), whatever the answer.
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            let headers = response.headers_mut();
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
     }

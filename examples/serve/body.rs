@@ -3,10 +3,16 @@
 
 use std::error::Error;
 use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::{Frame, Incoming, SizeHint};
 
 use crate::api_error::ApiError;
 use crate::config::Config;
@@ -72,4 +78,67 @@ fn client_gone(err: &(dyn Error + 'static)) -> bool {
         cause = err.source();
     }
     false
+}
+
+/// A request's body as the handlers get it, which records whether it was read to its end: an
+/// answer given before that (refused on its headers, its path or its method, or its body too
+/// large, too slow, malformed or cut short) is the connection's last, since the rest of the
+/// body stands between it and the next request. hyper then closes the connection after the
+/// answer, and [`BodyRead::close_unless_read`] has the answer say so: a keep-alive client told
+/// nothing would send its next request into the close, and a POST is not retried for it.
+pub(crate) struct WatchedBody {
+    body: Incoming,
+    read: Arc<AtomicBool>,
+}
+
+/// Whether a [`WatchedBody`] was read to its end, kept by the connection for its answer.
+pub(crate) struct BodyRead(Arc<AtomicBool>);
+
+impl WatchedBody {
+    pub(crate) fn new(body: Incoming) -> (WatchedBody, BodyRead) {
+        // A request without a body (none declared, or a zero length) has nothing unread.
+        let read = Arc::new(AtomicBool::new(body.is_end_stream()));
+        let watched = WatchedBody {
+            body,
+            read: read.clone(),
+        };
+        (watched, BodyRead(read))
+    }
+}
+
+impl HttpBody for WatchedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        // The end comes as `None`, or as `is_end_stream` right after the last frame; an error
+        // is no end: the connection cannot carry another request after it.
+        if matches!(frame, Poll::Ready(None)) || self.body.is_end_stream() {
+            self.read.store(true, Ordering::Relaxed);
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl BodyRead {
+    /// Marks `answer` as the connection's last (`Connection: close`) unless its request's body
+    /// was read to its end.
+    pub(crate) fn close_unless_read(&self, answer: &mut Response) {
+        if !self.0.load(Ordering::Relaxed) {
+            let close = HeaderValue::from_static("close");
+            answer.headers_mut().insert(header::CONNECTION, close);
+        }
+    }
 }

@@ -51,8 +51,10 @@
 //! the body timeout to send the whole body, or gets 408. Both bound the whole head or body, so a
 //! client that drips it a byte at a time gains nothing. A body declared (`Content-Length`)
 //! over the limit is refused with 413 before a byte of it is read; an undeclared (chunked) one
-//! when it passes the limit. After a 408 or a 413 the connection is closed (`Connection:
-//! close`), since the rest of the body is still unread. The one answer that is not JSON is the
+//! when it passes the limit. After any answer given before its request's body was read to
+//! its end (a 408 or a 413, a 415, a 404 or 405 with a body, a 400 `bad_body`), the connection
+//! is closed and the answer says so (`Connection: close`), since the rest of the body stands
+//! between it and the next request. The one answer that is not JSON is the
 //! one hyper writes itself for a request head it cannot parse (400, 414 or 431 with an empty
 //! body), before any of this server's code runs. The server speaks HTTP/1.1 only: an HTTP/2
 //! connection with prior knowledge is closed unanswered (hyper recognises its preface), and a

@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot};
 use tokio_io_timeout::TimeoutStream;
 
+use crate::body::WatchedBody;
 use crate::config::Config;
 use crate::connections::{OpenConnection, timed_out};
 use crate::handlers::{answer_panics, router};
@@ -76,9 +77,16 @@ pub(crate) async fn serve_http(
         let service = TowerToHyperService::new(app.clone());
         let for_handler = client.clone();
         // The handler says through the connection's `Peer` when a request awaits its answer.
-        let service = service_fn(move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(for_handler.clone());
-            answer_panics(service.call(request))
+        let service = service_fn(move |request: Request<Incoming>| {
+            let (mut head, body) = request.into_parts();
+            head.extensions.insert(for_handler.clone());
+            let (body, read) = WatchedBody::new(body);
+            let answer = answer_panics(service.call(Request::from_parts(head, body)));
+            async move {
+                let mut answer = answer.await?;
+                read.close_unless_read(&mut answer);
+                Ok::<_, std::convert::Infallible>(answer)
+            }
         });
         let connection =
             connections.watch(http.serve_connection(TokioIo::new(Box::pin(io)), service));

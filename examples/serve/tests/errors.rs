@@ -136,3 +136,57 @@ async fn routing_and_content_type_errors_are_json_too() {
     assert_eq!(stats["requests"]["rejected"], 4, "the four 415s");
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_given_before_their_body_is_read_say_the_connection_closes() {
+    let server = Server::start(small(), loopback()).await.unwrap();
+    let keep_alive = |method: &str, path: &str, content_type: &str| {
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: {content_type}\r\n\
+             Content-Length: 1000\r\n\r\n{}",
+            "1".repeat(10)
+        )
+    };
+    // Keep-alive requests answered with most of their body still to come: hyper closes the
+    // connection after the answer (the rest of the body is in the way of the next request),
+    // and the answer says so, or a client would send its next request into the close.
+    let cases = [
+        (
+            keep_alive("POST", "/v1/infer", "text/plain"),
+            "unsupported_media_type",
+        ),
+        (
+            keep_alive("POST", "/v2/infer", "application/json"),
+            "not_found",
+        ),
+        (
+            keep_alive("PUT", "/v1/infer", "application/json"),
+            "method_not_allowed",
+        ),
+    ];
+    for (bytes, code) in cases {
+        let reply = raw(server.addr, bytes.into_bytes())
+            .await
+            .expect("an answer");
+        assert_eq!(
+            reply.body["error"]["code"].as_str(),
+            Some(code),
+            "{reply:?}"
+        );
+        assert_eq!(reply.header("connection"), Some("close"), "{reply:?}");
+    }
+    // A keep-alive request whose body was read is answered on a connection that stays open,
+    // even when the answer is an error.
+    let mut connection = client::Connection::open(server.addr).await.unwrap();
+    for (body, status) in [
+        ("not json", StatusCode::BAD_REQUEST),
+        (GOOD, StatusCode::OK),
+    ] {
+        let (got, answer) = connection
+            .send(Method::POST, "/v1/infer", body.into())
+            .await
+            .expect("an answer on the same connection");
+        assert_eq!(got, status, "{answer:?}");
+    }
+    server.stop().await.unwrap();
+}
