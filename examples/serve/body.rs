@@ -83,9 +83,11 @@ fn client_gone(err: &(dyn Error + 'static)) -> bool {
 /// A request's body as the handlers get it, which records whether it was read to its end: an
 /// answer given before that (refused on its headers, its path or its method, or its body too
 /// large, too slow, malformed or cut short) is the connection's last, since the rest of the
-/// body stands between it and the next request. hyper then closes the connection after the
-/// answer, and [`BodyRead::close_unless_read`] has the answer say so: a keep-alive client told
-/// nothing would send its next request into the close, and a POST is not retried for it.
+/// body stands between it and the next request. hyper closes the connection after such an
+/// answer (unless the rest of the body happens to be in its buffer already, which it then
+/// drops), silently: a keep-alive client would send its next request into the close, and a
+/// POST is not retried for it. [`BodyRead::close_unless_read`] makes the answer the last one
+/// always, and say so (`Connection: close`).
 pub(crate) struct WatchedBody {
     body: Incoming,
     read: Arc<AtomicBool>,
