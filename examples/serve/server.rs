@@ -44,8 +44,7 @@ pub(crate) async fn serve_http(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)
-        // hyper panics below 8192 bytes, its smallest buffer.
-        .max_buf_size(config.max_buffer.max(8192))
+        .max_buf_size(config.max_buffer)
         .half_close(true);
     let connections = GracefulShutdown::new();
     // The connections' tasks, so that the ones a graceful shutdown cannot finish (a client that
@@ -132,12 +131,15 @@ pub(crate) struct Server {
 
 impl Server {
     /// Sets up the model and serves on `addr` until [`Server::stop`], with `max_connections`
-    /// fitted to the open-file limit.
+    /// fitted to the open-file limit and `max_buffer` to hyper's smallest, so that the state's
+    /// config holds the limits in force.
     pub(crate) async fn start(
         mut config: Config,
         addr: SocketAddr,
     ) -> Result<Server, Box<dyn std::error::Error>> {
         config.max_connections = fit_max_connections(config.max_connections);
+        // hyper panics below 8192 bytes, its smallest buffer.
+        config.max_buffer = config.max_buffer.max(8192);
         let state = Arc::new(AppState::new(config).await?);
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;

@@ -32,18 +32,27 @@ async fn stalled_heads_and_idle_connections_are_closed_unanswered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_longer_than_the_connection_buffer_gets_431() {
-    let server = Server::start(small(), loopback()).await.unwrap();
-    // Exactly the buffer's worth of a head that never ends, so that the server reads all of
-    // it before refusing (nothing of ours unread when it closes).
-    let mut head = format!("{JSON_POST}X-Padding: ").into_bytes();
-    head.resize(server.state.config.max_buffer, b'a');
-    let reply = raw(server.addr, head).await.expect("an answer");
-    assert_eq!(
-        reply.status,
-        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-        "{reply:?}"
-    );
-    // hyper closes the socket before the connection's task counts it closed.
-    connections_until(&server, |c| c.open == 0).await;
-    server.stop().await.unwrap();
+    // The default buffer, and one below hyper's smallest (8192 bytes), which the server serves
+    // with and reports as its buffer instead.
+    for max_buffer in [small().max_buffer, 1000] {
+        let config = Config {
+            max_buffer,
+            ..small()
+        };
+        let server = Server::start(config, loopback()).await.unwrap();
+        assert_eq!(server.state.config.max_buffer, max_buffer.max(8192));
+        // Exactly the buffer's worth of a head that never ends, so that the server reads all
+        // of it before refusing (nothing of ours unread when it closes).
+        let mut head = format!("{JSON_POST}X-Padding: ").into_bytes();
+        head.resize(server.state.config.max_buffer, b'a');
+        let reply = raw(server.addr, head).await.expect("an answer");
+        assert_eq!(
+            reply.status,
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "{reply:?}"
+        );
+        // hyper closes the socket before the connection's task counts it closed.
+        connections_until(&server, |c| c.open == 0).await;
+        server.stop().await.unwrap();
+    }
 }
