@@ -58,6 +58,17 @@ pub(crate) async fn load(
     deadline: Duration,
     (input_len, alpha): (usize, f32),
 ) -> LoadReport {
+    if connections == 0 {
+        // No worker would send them: every request is an error, said so, not a report of
+        // nothing that reads like requests lost without a word.
+        return LoadReport {
+            ok: 0,
+            errors: requests,
+            first_errors: vec!["no connection to send the requests over".to_owned()],
+            elapsed: Duration::ZERO,
+            latencies: Vec::new(),
+        };
+    }
     let (body, expected) = load_case(input_len, alpha);
     let expected = Arc::new(expected);
     let issued = Arc::new(AtomicUsize::new(0));
@@ -135,4 +146,18 @@ pub(crate) fn check_answer(answer: Answer, expected: &[f32]) -> Result<(), Strin
         return Err("the answer differs from the model's output".to_owned());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_load_over_no_connection_reports_every_request_failed() {
+        // Nothing listens there: no connection is tried.
+        let addr = SocketAddr::from(([127, 0, 0, 1], 9));
+        let report = load(addr, 0, 10, Duration::from_secs(1), (4, 2.0)).await;
+        assert_eq!((report.ok, report.errors), (0, 10), "{report:?}");
+        assert_eq!(report.first_errors.len(), 1, "{report:?}");
+    }
 }
