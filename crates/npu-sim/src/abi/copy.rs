@@ -472,6 +472,10 @@ fn memcpy_2d(args: Copy2d, stream: Option<aclrtStream>) -> Res<()> {
         ACL_ERROR_RT_PARAM_INVALID,
         "width ({width}) exceeds {MAX_2D_WIDTH}"
     );
+    // Nothing to copy, once every argument has passed (an empty copy spans nothing).
+    if width == 0 || height == 0 {
+        return Ok(());
+    }
     let spans = (height - 1)
         .checked_mul(dpitch.max(spitch))
         .and_then(|s| s.checked_add(width));
@@ -480,10 +484,6 @@ fn memcpy_2d(args: Copy2d, stream: Option<aclrtStream>) -> Res<()> {
         ACL_ERROR_RT_PARAM_INVALID,
         "the 2D copy spans more than the address space"
     );
-    // Nothing to copy, once every argument has passed.
-    if width == 0 || height == 0 {
-        return Ok(());
-    }
     let sim = sim()?;
     let on = On::resolve(sim, stream)?;
     let extent = Extent {
