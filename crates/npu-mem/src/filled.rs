@@ -69,7 +69,8 @@ impl<T: Pod, B: Deref<Target = [T]>> Filled<B> {
     /// assert_eq!(buf.filled(), &[1, 2]);
     /// ```
     pub fn filled(&self) -> &[u8] {
-        &bytes_of(&self.buf)[..self.filled]
+        let (bytes, _, filled) = self.parts();
+        &bytes[..filled]
     }
 
     /// The buffer's size in bytes.
@@ -106,6 +107,18 @@ impl<T: Pod, B: Deref<Target = [T]>> Filled<B> {
     /// ```
     pub fn into_inner(self) -> B {
         self.buf
+    }
+
+    /// The buffer's bytes, with the cursor and the filled length clamped to them.
+    ///
+    /// `B`'s `Deref` is user code and may answer with a different length on each call (the
+    /// buffer shrank since bytes were filled, or the impl is hostile): each method reads the
+    /// length once and works within it, so a shrunken buffer reads as filled up to its end and
+    /// never panics or underflows.
+    fn parts(&self) -> (&[u8], usize, usize) {
+        let bytes = bytes_of(&self.buf);
+        let filled = self.filled.min(bytes.len());
+        (bytes, self.read.min(filled), filled)
     }
 }
 
@@ -148,7 +161,8 @@ impl<T: Pod, B: Memory<Elem = T> + Deref<Target = [T]>> Filled<B> {
             ));
         }
         let (read, filled) = (self.read, self.filled);
-        // Within the buffer (the cursors never pass its end), so this hands back nothing.
+        // Within the buffer as its `Deref` last gave it (the cursors never pass that end); a
+        // `Memory` length shorter than that is `view`'s error, handed back with the adapter.
         self.buf
             .view(read / size..filled / size)
             .map_err(|err| err.map_value(|buf| Filled { buf, read, filled }))
@@ -162,25 +176,66 @@ fn bytes_of<T: Pod>(elements: &[T]) -> &[u8] {
 
 impl<T: Pod, B: Deref<Target = [T]>> Buf for Filled<B> {
     fn remaining(&self) -> usize {
-        self.filled - self.read
+        self.chunk().len()
     }
 
     fn chunk(&self) -> &[u8] {
-        &bytes_of(&self.buf)[self.read..self.filled]
+        let (bytes, read, filled) = self.parts();
+        &bytes[read..filled]
     }
 
     fn advance(&mut self, cnt: usize) {
         self.read = self.read.saturating_add(cnt).min(self.filled);
     }
+
+    // The provided form loops over `chunk()` until `remaining()` bytes are read, which never
+    // ends if the buffer shrinks between the two calls; this one reads the length once.
+    fn try_copy_to_slice(&mut self, dst: &mut [u8]) -> Result<(), bytes::TryGetError> {
+        let (bytes, read, filled) = self.parts();
+        let Some(src) = bytes[read..filled].get(..dst.len()) else {
+            return Err(bytes::TryGetError {
+                requested: dst.len(),
+                available: filled - read,
+            });
+        };
+        dst.copy_from_slice(src);
+        self.read = read + dst.len();
+        Ok(())
+    }
 }
 
-// SAFETY: `chunk_mut` is exactly the unfilled tail of the buffer (`remaining_mut` bytes), and
-// `advance_mut` only moves the filled length within it. The tail is always initialised
-// memory, so advancing over bytes the caller did not write exposes old data, never
-// uninitialised memory.
+impl<T: Pod, B: DerefMut<Target = [T]>> Filled<B> {
+    /// The unfilled tail of the buffer as its `DerefMut` gives it now, the filled length (and
+    /// the cursor) first clamped to that buffer.
+    fn tail_mut(&mut self) -> &mut [u8] {
+        let bytes = bytemuck::cast_slice_mut::<T, u8>(&mut self.buf);
+        self.filled = self.filled.min(bytes.len());
+        self.read = self.read.min(self.filled);
+        &mut bytes[self.filled..]
+    }
+
+    /// The next `cnt` unfilled bytes, which the caller fills and then counts as filled; a
+    /// panic naming `api` if fewer are left, as `BufMut` documents for its writes.
+    fn reserve(&mut self, api: &str, cnt: usize) -> &mut [u8] {
+        let tail = self.tail_mut();
+        let left = tail.len();
+        match tail.get_mut(..cnt) {
+            Some(room) => room,
+            None => panic!("Filled::{api}: {cnt} bytes do not fit in the {left} left"),
+        }
+    }
+}
+
+// SAFETY: `chunk_mut` is exactly the unfilled tail of the buffer (`remaining_mut` bytes, both
+// read from one length of the buffer, the filled length clamped to it), and `advance_mut`
+// only moves the filled length within the buffer. The tail is always initialised memory, so
+// advancing over bytes the caller did not write exposes old data, never uninitialised memory.
+// `put_slice` and `put_bytes` write only into that tail, through `reserve`. A `Deref` whose
+// length changes between calls changes only which initialised bytes count as filled: every
+// access goes through a slice of the length read for it.
 unsafe impl<T: Pod, B: DerefMut<Target = [T]>> BufMut for Filled<B> {
     fn remaining_mut(&self) -> usize {
-        self.capacity() - self.filled
+        self.capacity().saturating_sub(self.filled)
     }
 
     unsafe fn advance_mut(&mut self, cnt: usize) {
@@ -188,7 +243,18 @@ unsafe impl<T: Pod, B: DerefMut<Target = [T]>> BufMut for Filled<B> {
     }
 
     fn chunk_mut(&mut self) -> &mut UninitSlice {
-        let filled = self.filled;
-        UninitSlice::new(&mut bytemuck::cast_slice_mut::<T, u8>(&mut self.buf)[filled..])
+        UninitSlice::new(self.tail_mut())
+    }
+
+    // The provided forms loop over `chunk_mut()` until the bytes are written, which never ends
+    // if the buffer shrinks after `remaining_mut()` was read; these read the length once.
+    fn put_slice(&mut self, src: &[u8]) {
+        self.reserve("put_slice", src.len()).copy_from_slice(src);
+        self.filled += src.len();
+    }
+
+    fn put_bytes(&mut self, val: u8, cnt: usize) {
+        self.reserve("put_bytes", cnt).fill(val);
+        self.filled += cnt;
     }
 }
