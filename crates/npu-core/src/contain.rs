@@ -50,6 +50,14 @@ pub fn contained(f: impl FnOnce()) -> bool {
 /// on its own for the rest of the runtime's life: timers there move only with
 /// `tokio::time::advance`.
 ///
+/// Containing the panic does not hide it from the panic hook, which runs before the unwind
+/// reaches here: each refusal prints Tokio's "OS can't spawn worker thread" report (with a
+/// backtrace when `RUST_BACKTRACE` is set), though nothing failed. A process whose hook ends it
+/// on any panic, or built with `panic = "abort"`, ends there. Tokio offers no `spawn_blocking`
+/// that reports the refusal instead, and swapping the process-wide hook around the call would
+/// swallow other threads' panics, so this is left as it is (docs/cancellation.md, twenty-third
+/// session).
+///
 /// ```
 /// let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
 /// let (tx, rx) = std::sync::mpsc::channel();

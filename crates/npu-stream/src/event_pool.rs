@@ -87,6 +87,13 @@ impl PooledEvent {
         self.raw.as_ref().map_or(std::ptr::null_mut(), |raw| raw.0)
     }
 
+    /// Gives the event up without a thread to watch its last record, which may still be
+    /// queued on the device: it is leaked, neither handed to the next operation (whose record
+    /// the queued one could pass for) nor destroyed under the record.
+    pub(crate) fn leak(mut self) {
+        self.raw = None;
+    }
+
     /// The event's last record may never complete (its stream failed): destroy it rather
     /// than hand a stuck event to the next operation.
     pub(crate) fn discard(mut self) {

@@ -172,23 +172,65 @@ pub(crate) fn watch(stream: Arc<StreamShared>, pending: Pending) {
     }
 }
 
-/// Runs one job to its end on a thread of its own, with unbounded waits in slices. If even that
-/// thread cannot start, the job is leaked: its completion stays pending and its memory
-/// allocated, which is safe.
+/// Runs one job to its end on a thread of its own, with unbounded waits in slices.
 fn spawn_fallback(job: Job) {
-    let spawned = std::thread::Builder::new()
-        .name("npu-drain".into())
-        .spawn(move || {
-            let mut job = job;
-            loop {
-                match step(job, -1) {
-                    Some(again) => job = again,
-                    None => return,
-                }
+    spawn_fallback_on(std::thread::Builder::new(), job);
+}
+
+/// [`spawn_fallback`] with `builder`, which the tests make unable to start its thread.
+///
+/// If the thread cannot start, `spawn` drops the closure, and the job with it: the stream
+/// reference would be dropped here (the last one destroys the stream under work the device may
+/// still run), and a watched operation's event would go back to the pool with its record still
+/// queued, where the next operation's record could pass for it. So the job travels in an
+/// [`Unstarted`], whose drop, on a thread that never started, gives the job up instead.
+fn spawn_fallback_on(builder: std::thread::Builder, job: Job) {
+    let unstarted = Unstarted(Some(job));
+    let spawned = builder.name("npu-drain".into()).spawn(move || {
+        let mut unstarted = unstarted;
+        let Some(mut job) = unstarted.0.take() else {
+            return;
+        };
+        loop {
+            match step(job, -1) {
+                Some(again) => job = again,
+                None => return,
             }
-        });
+        }
+    });
     if let Err(err) = spawned {
-        npu_core::log!(error, %err, "no thread to drain a stream; its operation is leaked");
+        npu_core::log!(error, %err, "no thread to drain a stream; its operation is abandoned");
+    }
+}
+
+/// A job on its way to a thread of its own; dropped with the job still in it, the thread never
+/// started.
+struct Unstarted(Option<Job>);
+
+impl Drop for Unstarted {
+    /// Gives the job up: its completion is abandoned (nothing it holds is released, so its
+    /// memory stays allocated, and a thread blocked on it wakes with an error; a future stays
+    /// pending), and what the device may still use (the stream, a watched operation's event)
+    /// is leaked.
+    fn drop(&mut self) {
+        match self.0.take() {
+            None => {}
+            Some(Job::Probe { stream, verdict }) => {
+                // As without a sentinel: taken to be alive. A probe holds no device work.
+                verdict.give(Ok(()));
+                strategy::release_stream(stream);
+            }
+            Some(Job::Drain {
+                stream, completer, ..
+            }) => {
+                drop(completer);
+                std::mem::forget(stream);
+            }
+            Some(Job::Watch { stream, pending }) => {
+                pending.abandon();
+                std::mem::forget(stream);
+            }
+        }
     }
 }
 
@@ -345,4 +387,102 @@ fn query_stream(stream: &StreamShared) -> Option<(Result<()>, ffi::aclrtStreamSt
     // SAFETY: the stream is alive (`stream`); aclrtStreamQuery checks no context.
     let code = unsafe { stream_query(stream.handle, &mut status) };
     Some((runtime.check("aclrtStreamQuery", code), status))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use npu_core::{BackendChoice, Runtime};
+
+    use super::*;
+    use crate::Stream;
+    use crate::event_pool::EventPool;
+
+    /// A thread no host can start: its stack does not fit in the address space.
+    fn unstartable() -> std::thread::Builder {
+        std::thread::Builder::new().stack_size(1 << 62)
+    }
+
+    /// Sets its flag when dropped: stands for memory an operation's completion releases.
+    struct Released(Arc<AtomicBool>);
+
+    impl Drop for Released {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A completer standing for work queued on a stream, with a release recorded against it.
+    fn pending_with_release() -> (Completer, npu_core::Completion, Arc<AtomicBool>) {
+        // SAFETY: no device work stands behind it; the release is a flag.
+        let completer = unsafe { Completer::new() };
+        let done = completer.completion();
+        let released = Arc::new(AtomicBool::new(false));
+        // SAFETY: setting a flag does not block.
+        unsafe { done.drop_after(Released(released.clone())) };
+        (completer, done, released)
+    }
+
+    /// What a waiter sees of an abandoned operation: no result, a blocked thread's error.
+    fn abandoned(done: &npu_core::Completion, released: &AtomicBool) {
+        assert!(done.result().is_none(), "never completed");
+        let woken = done.blocking_waiter().wait_for(Duration::ZERO);
+        let err = woken.expect("a blocked thread is woken").unwrap_err();
+        assert!(err.to_string().contains("abandoned"), "{err}");
+        assert!(
+            !released.load(Ordering::SeqCst),
+            "its memory stays allocated"
+        );
+    }
+
+    /// A drain or a watch whose own thread cannot start (the sentinel gone, threads exhausted)
+    /// is abandoned, not dropped: a thread blocked on its operation wakes with an error instead
+    /// of waiting for ever, the memory recorded against it is never released, the stream it
+    /// references is never destroyed (the device may still run the operation), and a watched
+    /// operation's event, whose record may still be queued, never goes back to the pool. The
+    /// break: `spawn` dropped the job, so the stream reference went (the last one destroying
+    /// the stream) and the event was handed to the next operation.
+    #[test]
+    fn a_job_whose_thread_cannot_start_is_abandoned_and_leaks_what_the_device_may_use() {
+        let runtime = Runtime::builder()
+            .backend(BackendChoice::Sim)
+            .build()
+            .unwrap();
+        let ctx = runtime.device(0).unwrap().primary_context().clone();
+        let stream = Stream::new(&ctx).unwrap();
+
+        let (completer, done, released) = pending_with_release();
+        let error = Error::invalid("test", "stream", "cannot watch");
+        let before = Arc::strong_count(&stream.shared);
+        let drain = Job::Drain {
+            stream: stream.shared.clone(),
+            completer,
+            error,
+        };
+        spawn_fallback_on(unstartable(), drain);
+        abandoned(&done, &released);
+        assert_eq!(
+            Arc::strong_count(&stream.shared),
+            before + 1,
+            "the stream is leaked"
+        );
+
+        let pool = EventPool::for_context(&ctx);
+        let event = pool.take().unwrap();
+        let handle = event.handle();
+        let (completer, done, released) = pending_with_release();
+        let pending = Pending::new(event, completer, OpInfo::new("test"), None);
+        let watch = Job::Watch {
+            stream: stream.shared.clone(),
+            pending,
+        };
+        spawn_fallback_on(unstartable(), watch);
+        abandoned(&done, &released);
+        // The pool hands out the event freed last: this one, had it gone back.
+        let next = pool.take().unwrap();
+        assert_ne!(next.handle(), handle, "the event is not reused");
+        assert_eq!(Arc::strong_count(&stream.shared), before + 2);
+    }
 }

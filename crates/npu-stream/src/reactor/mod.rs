@@ -83,6 +83,15 @@ impl Pending {
         }
     }
 
+    /// Gives the operation up with no thread left to watch it (see `sentinel::spawn_fallback`):
+    /// its event is leaked, since its record may still be queued, and its completion abandoned,
+    /// which leaves every release recorded against it undone and wakes a thread blocked on it
+    /// with an error.
+    pub(crate) fn abandon(self) {
+        self.event.leak();
+        drop(self.completer);
+    }
+
     /// Completes an operation whose event a query (or its callback) found complete, with the
     /// result the event captured.
     ///
