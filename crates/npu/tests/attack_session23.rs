@@ -13,6 +13,7 @@ use std::ops::{Deref, DerefMut};
 
 use bytes::{Buf, BufMut};
 use npu::Filled;
+use npu::prelude::*;
 
 /// A buffer whose `Deref` answers with the next entry of `lengths` on each call, the last
 /// one for ever after, over storage of the longest of them: legal safe code, which `Filled`
@@ -131,4 +132,182 @@ fn filled_over_a_buffer_that_grew_keeps_its_bytes_and_uses_the_room() {
     buf.put_bytes(5, 28);
     assert_eq!(buf.filled().len(), 32);
     assert_eq!(&buf.filled()[..5], &[1, 2, 3, 4, 5]);
+}
+
+/// The message of a refusal, which must be a typed error naming `api`, never a panic.
+fn refusal<T: std::fmt::Debug, E: std::fmt::Display>(api: &str, result: Result<T, E>) -> String {
+    let err = result.expect_err(api).to_string();
+    assert!(err.contains(api), "{api}: {err}");
+    err
+}
+
+/// "Bad input gets a typed error naming the API, never a panic": lengths whose byte count
+/// overflows, or that no host can hold, for every allocating call; ranges and split points at
+/// `usize::MAX`; zero lengths where they are refused. The allocations that succeed at zero
+/// length must also be usable by the copies and memsets that take them.
+#[test]
+fn huge_and_zero_lengths_are_refused_by_name_or_work() {
+    let (_guard, d0, _d1) = common::exclusive(None);
+    for len in [
+        usize::MAX,
+        usize::MAX / 2,
+        isize::MAX as usize / 8 + 1,
+        1 << 60,
+    ] {
+        refusal("DeviceBuffer::new", npu::DeviceBuffer::<u64>::new(&d0, len));
+        refusal("PinnedBuffer::new", npu::PinnedBuffer::<u64>::new(&d0, len));
+        refusal(
+            "PageAlignedBuffer::new",
+            npu::memory::PageAlignedBuffer::<u64>::new(len),
+        );
+        let pool = npu::memory::PinnedPool::new(&d0);
+        refusal("PinnedPool::try_alloc", pool.try_alloc::<u64>(len));
+        refusal("PinnedPool::alloc", common::run(pool.alloc::<u64>(len)));
+        for strategy in common::STRATEGIES {
+            let s = common::stream(&d0, strategy);
+            let device_pool = npu::memory::DevicePool::new(&d0).unwrap();
+            refusal(
+                "DevicePool::try_alloc",
+                device_pool.try_alloc::<u64>(&s, len),
+            );
+            refusal(
+                "DevicePool::alloc",
+                common::run(device_pool.alloc::<u64>(&s, len)),
+            );
+        }
+    }
+    let buffer = npu::DeviceBuffer::<u8>::new(&d0, 8).unwrap();
+    let buffer = refusal_back("Memory::view", buffer.view(usize::MAX..));
+    let buffer = refusal_back("Memory::view", buffer.view(..=usize::MAX));
+    let buffer = refusal_back("Memory::view", buffer.view(4..usize::MAX));
+    let view = buffer.view(8..).unwrap();
+    assert_eq!(view.len(), 0);
+    let pinned = npu::PinnedBuffer::<u8>::new(&d0, 8).unwrap();
+    let pinned = refusal_back("MemoryMut::split_at", pinned.split_at(usize::MAX));
+    let (head, _tail) = pinned.split_at(8).unwrap();
+    let (head, tail) = refusal_back("Split::split_at", head.split_at(usize::MAX))
+        .split_at(8)
+        .unwrap();
+    assert_eq!((head.len(), tail.len()), (8, 0));
+    for strategy in common::STRATEGIES {
+        let s = common::stream(&d0, strategy);
+        common::run(async {
+            let empty = npu::PinnedBuffer::<u8>::new(&d0, 0);
+            let device = npu::DeviceBuffer::<u8>::new(&d0, 0);
+            if let (Ok(empty), Ok(device)) = (empty, device) {
+                let (empty, device) = s.copy_h2d(empty, device).await.expect("zero bytes up");
+                let device = s.memset(device, 1).await.expect("zero bytes set");
+                s.copy_d2h(device, empty).await.expect("zero bytes down");
+            }
+        });
+        common::run(async {
+            let a = npu::DeviceBuffer::<u8>::new(&d0, 8)
+                .unwrap()
+                .view(8..)
+                .unwrap();
+            let b = npu::DeviceBuffer::<u8>::new(&d0, 8)
+                .unwrap()
+                .view(0..0)
+                .unwrap();
+            let (a, _b) = s.copy_d2d(a, b).await.expect("empty views");
+            s.memset(a, 7).await.expect("an empty view set");
+        });
+    }
+}
+
+/// The error of a refusal naming `api`, with the value it hands back.
+fn refusal_back<T, V>(api: &str, result: Result<T, npu::stream::OpError<V>>) -> V {
+    let err = match result {
+        Ok(_) => panic!("{api}: accepted"),
+        Err(err) => err,
+    };
+    assert!(err.to_string().contains(api), "{api}: {err}");
+    err.value.expect("handed back")
+}
+
+/// "Bad input gets a typed error naming the API" for zero-sized elements (`()` is `Pod`),
+/// whose buffers would hold no bytes whatever their length: every allocation refuses them, so
+/// no `Memory` of npu-rs has them.
+#[test]
+fn zero_sized_elements_are_refused_by_every_allocation() {
+    let (_guard, d0, _d1) = common::exclusive(None);
+    let s = common::stream(&d0, npu::stream::Strategy::EventPoll);
+    let pool = npu::memory::PinnedPool::new(&d0);
+    let device_pool = npu::memory::DevicePool::new(&d0).unwrap();
+    let flags = npu::memory::RegisterFlags::PINNED;
+    let refusals = [
+        refusal("PinnedBuffer::new", npu::PinnedBuffer::<()>::new(&d0, 4)),
+        refusal(
+            "DeviceBuffer::new",
+            npu::DeviceBuffer::<()>::new(&d0, usize::MAX),
+        ),
+        refusal(
+            "PageAlignedBuffer::new",
+            npu::memory::PageAlignedBuffer::<()>::new(4),
+        ),
+        refusal("PinnedPool::try_alloc", pool.try_alloc::<()>(4)),
+        refusal("PinnedPool::alloc", common::run(pool.alloc::<()>(4))),
+        refusal("DevicePool::try_alloc", device_pool.try_alloc::<()>(&s, 4)),
+        refusal(
+            "DevicePool::alloc",
+            common::run(device_pool.alloc::<()>(&s, 4)),
+        ),
+        refusal(
+            "HostRegistration::new",
+            npu::HostRegistration::new(&d0, vec![(); 4], flags),
+        ),
+    ];
+    for refused in refusals {
+        assert!(refused.contains("zero-size"), "{refused}");
+    }
+}
+
+/// Memory of the user's with zero-sized elements: legal (its `len()` elements occupy no bytes,
+/// so there is nothing to keep allocated).
+struct Units {
+    context: npu::Context,
+    units: Vec<()>,
+}
+
+// SAFETY: zero-sized elements occupy no bytes: any address is that of `len()` of them, there
+// is nothing for the runtime to access or for a use to keep allocated, and the drop does not
+// block.
+unsafe impl npu::Memory for Units {
+    type Elem = ();
+
+    fn context(&self) -> &npu::Context {
+        &self.context
+    }
+
+    fn addr(&self) -> *const std::ffi::c_void {
+        self.units.as_ptr().cast()
+    }
+
+    fn len(&self) -> usize {
+        self.units.len()
+    }
+
+    fn record_use(&self, _completion: &npu::stream::Completion) {}
+}
+
+impl Deref for Units {
+    type Target = [()];
+    fn deref(&self) -> &[()] {
+        &self.units
+    }
+}
+
+/// "Never a panic" for `Filled::into_view` over memory of zero-sized elements: no bytes, so
+/// an empty view. The break: the cursors were divided by the element size, 0.
+#[test]
+fn filled_over_zero_sized_elements_gives_an_empty_view() {
+    let context = npu::Device::open(0).unwrap().primary_context().clone();
+    let units = Units {
+        context,
+        units: vec![(); 8],
+    };
+    let filled = Filled::new(units);
+    assert_eq!((filled.capacity(), filled.remaining()), (0, 0));
+    let view = filled.into_view().expect("an empty view");
+    assert_eq!((view.offset(), view.len()), (0, 0));
 }
