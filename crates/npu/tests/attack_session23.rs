@@ -311,3 +311,68 @@ fn filled_over_zero_sized_elements_gives_an_empty_view() {
     let view = filled.into_view().expect("an empty view");
     assert_eq!((view.offset(), view.len()), (0, 0));
 }
+
+/// Checks that `result` is a success or an error naming `api`, never another API's error.
+fn served_or_named<T, E: std::fmt::Display>(api: &str, result: Result<T, E>) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(err) => {
+            let err = err.to_string();
+            assert!(err.contains(api), "{api}: {err}");
+            None
+        }
+    }
+}
+
+/// "Bad input gets a typed error naming the API, never a panic or a hang" for pools at their
+/// edges: reserves of counts and sizes whose product overflows, capacities of 0, 1 byte and
+/// `usize::MAX`, size classes of extreme requests, and an allocation larger than a pool's
+/// whole capacity (refused, not left waiting for room that can never come), under both
+/// device-pool backends.
+#[test]
+fn pools_at_their_edges_refuse_or_serve_and_never_wait_for_ever() {
+    let (_guard, d0, _d1) = common::exclusive(None);
+    for bytes in [0, 1, usize::MAX / 2, usize::MAX] {
+        let _ = npu::memory::PinnedPool::size_class(bytes);
+        let _ = npu::memory::DevicePool::size_class(bytes);
+    }
+    let s = common::stream(&d0, npu::stream::Strategy::EventPoll);
+    let reserves = [
+        (usize::MAX, usize::MAX),
+        (2, usize::MAX / 2 + 1),
+        (0, 0),
+        (1, 0),
+    ];
+    for capacity in [0, 1, usize::MAX] {
+        let built = npu::memory::PinnedPool::builder(&d0)
+            .capacity(capacity)
+            .build();
+        if let Some(pool) = served_or_named("PinnedPoolBuilder::build", built) {
+            for (count, bytes) in reserves {
+                served_or_named("PinnedPool::reserve", pool.reserve(count, bytes));
+            }
+            served_or_named("PinnedPool::alloc", common::run(pool.alloc::<u8>(8192)));
+            served_or_named("PinnedPool::try_alloc", pool.try_alloc::<u8>(8192));
+        }
+        for backend in [
+            npu::memory::DevicePoolBackend::Caching,
+            npu::memory::DevicePoolBackend::RuntimePool,
+        ] {
+            let built = npu::memory::DevicePool::builder(&d0)
+                .capacity(capacity)
+                .backend(backend)
+                .build();
+            if let Some(pool) = served_or_named("DevicePoolBuilder::build", built) {
+                for (count, bytes) in reserves {
+                    let reserved = common::run(pool.reserve(&s, count, bytes));
+                    served_or_named("DevicePool::reserve", reserved);
+                }
+                let allocated = common::run(pool.alloc::<u8>(&s, 8192));
+                served_or_named("DevicePool::alloc", allocated);
+                served_or_named("DevicePool::try_alloc", pool.try_alloc::<u8>(&s, 8192));
+                served_or_named("DevicePool::trim_to", pool.trim_to(usize::MAX));
+                served_or_named("DevicePool::trim_to", pool.trim_to(0));
+            }
+        }
+    }
+}
