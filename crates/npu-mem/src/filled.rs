@@ -164,8 +164,8 @@ impl<T: Pod, B: Memory<Elem = T> + Deref<Target = [T]>> Filled<B> {
         // A zero-sized element type has no bytes, so both cursors are 0 here: the view is
         // empty. (npu-rs allocates no such memory, but a `Memory` of the user's may be one.)
         let size = size.max(1);
-        // Within the buffer as its `Deref` last gave it (the cursors never pass that end); a
-        // `Memory` length shorter than that is `view`'s error, handed back with the adapter.
+        // Within the buffer, unless its `Deref` shrank since the bytes were filled: a range
+        // past the `Memory`'s length is `view`'s error, handed back with the adapter.
         self.buf
             .view(read / size..filled / size)
             .map_err(|err| err.map_value(|buf| Filled { buf, read, filled }))
