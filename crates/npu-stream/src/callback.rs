@@ -126,22 +126,13 @@ impl Worker {
             let aborts = ABORTS.load(Ordering::Acquire);
             if !done.is_empty() && aborts != aborts_seen {
                 aborts_seen = aborts;
-                let discarded = take_discarded(&mut self.lock());
-                done.extend(
-                    discarded
-                        .into_iter()
-                        .map(|(id, op, err)| (id, op, Some(err))),
-                );
-                // Ids grow with submission: on each stream, what was discarded fails before
+                done.extend(take_aborted(&mut self.lock()));
+                // Ids grow with submission: on each stream, what an abort covered ends before
                 // what was submitted after it completes.
                 done.sort_unstable_by_key(|(id, ..)| *id);
             }
             for (_, entry, failure) in done {
-                match failure {
-                    None => entry.pending.settle(&entry.stream),
-                    Some(err) => entry.pending.fail(&entry.stream, err),
-                }
-                strategy::release_stream(entry.stream);
+                entry.end(failure);
             }
             match code {
                 ffi::ACL_SUCCESS => {}
@@ -171,7 +162,7 @@ impl Worker {
     /// streams with an operation waiting for a while. Never waits: the lock is held only to
     /// look, and the checks themselves run on the sentinel.
     fn probe(&self, probes: &mut Probes) {
-        let mut failed: Vec<(Outstanding, Error)> = Vec::new();
+        let mut ended: Vec<(Outstanding, Option<Error>)> = Vec::new();
         let answered = probes.answered();
         let stale_after = Duration::from_millis(REPORT_TIMEOUT_MS as u64);
         let now = Instant::now();
@@ -181,8 +172,8 @@ impl Worker {
         self.settle_lost_callbacks(now, stale_after);
         {
             let mut outstanding = self.lock();
-            let discarded = take_discarded(&mut outstanding).into_iter();
-            failed.extend(discarded.map(|(_, op, err)| (op, err)));
+            let aborted = take_aborted(&mut outstanding).into_iter();
+            ended.extend(aborted.map(|(_, op, failure)| (op, failure)));
             for (stream, dead) in answered {
                 // In submission order (ids grow with it), so that a failed synchronize sees
                 // the failures before it. Only what was queued when the probe found the
@@ -196,7 +187,7 @@ impl Worker {
                 ids.sort_unstable();
                 dead_streams.push((stream.id, ids.len(), dead.error.clone()));
                 let ops = ids.iter().filter_map(|id| outstanding.remove(id));
-                failed.extend(ops.map(|op| (op, dead.error.clone())));
+                ended.extend(ops.map(|op| (op, Some(dead.error.clone()))));
                 strategy::release_stream(stream);
             }
             for op in outstanding.values() {
@@ -213,41 +204,54 @@ impl Worker {
         for stream in stale {
             probes.ask(stream);
         }
-        for (entry, err) in failed {
-            entry.pending.fail(&entry.stream, err);
-            strategy::release_stream(entry.stream);
+        for (entry, failure) in ended {
+            entry.end(failure);
         }
     }
 }
 
-/// Takes out the operations an abort discarded (their callbacks will never run), in
-/// submission order, each with its id and its `Error::Aborted`.
+impl Outstanding {
+    /// Completes the operation, from its event (`None`: the device finished it) or with
+    /// `failure`, and lets go of its stream.
+    fn end(self, failure: Option<Error>) {
+        match failure {
+            None => self.pending.settle(&self.stream),
+            Some(err) => self.pending.fail(&self.stream, err),
+        }
+        strategy::release_stream(self.stream);
+    }
+}
+
+/// Takes out every operation an abort's mark covers, in submission order, each with its id
+/// and how it ends: `Some(Error::Aborted)` if the abort discarded it (its callback will never
+/// run), `None` (settled from its event) if the device finished it first.
 ///
-/// The abort's mark covers every operation watched before it, including ones whose work and
-/// completion record the device ran before it (their callback not run yet, or dropped by the
-/// abort): one whose event has completed was not discarded and stays, settled by its
-/// callback or, if the abort dropped that, from its event once it is stale
-/// ([`Worker::settle_lost_callbacks`]). The abort confirmed the discard before its mark moved,
-/// so an event not complete now never completes. The query does not block.
-fn take_discarded(outstanding: &mut HashMap<u64, Outstanding>) -> Vec<(u64, Outstanding, Error)> {
-    let mut discarded: Vec<u64> = outstanding
+/// The mark covers every operation watched before the abort, including ones whose work and
+/// completion record the device ran before it: their callback may not have run yet, or the
+/// abort may have dropped it, and one left waiting for it would complete only once stale
+/// ([`Worker::settle_lost_callbacks`]), after operations submitted behind it, which breaks the
+/// order completions keep on a stream. A callback that still comes finds its entry gone. The
+/// abort confirmed the discard before its mark moved, so an event not complete now never
+/// completes. The query does not block.
+fn take_aborted(
+    outstanding: &mut HashMap<u64, Outstanding>,
+) -> Vec<(u64, Outstanding, Option<Error>)> {
+    let mut covered: Vec<u64> = outstanding
         .iter()
-        .filter(|(_, op)| {
-            op.stream.aborted(op.pending.op)
-                && !query_event(op.stream.context.runtime(), op.pending.event.handle())
-                    .unwrap_or(false)
-        })
+        .filter(|(_, op)| op.stream.aborted(op.pending.op))
         .map(|(&id, _)| id)
         .collect();
-    discarded.sort_unstable();
-    let ops = discarded
+    covered.sort_unstable();
+    let ops = covered
         .into_iter()
         .filter_map(|id| Some((id, outstanding.remove(&id)?)));
     ops.map(|(id, op)| {
-        let err = Error::Aborted {
+        let runtime = op.stream.context.runtime();
+        let finished = query_event(runtime, op.pending.event.handle()).unwrap_or(false);
+        let failure = (!finished).then(|| Error::Aborted {
             api: op.pending.op.api,
-        };
-        (id, op, err)
+        });
+        (id, op, failure)
     })
     .collect()
 }
