@@ -248,7 +248,7 @@ fn take_aborted(
     ops.map(|(id, op)| {
         let runtime = op.stream.context.runtime();
         let finished = query_event(runtime, op.pending.event.handle()).unwrap_or(false);
-        let failure = (!finished).then(|| Error::Aborted {
+        let failure = (!finished).then_some(Error::Aborted {
             api: op.pending.op.api,
         });
         (id, op, failure)
