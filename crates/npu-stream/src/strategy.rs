@@ -260,7 +260,7 @@ pub(crate) fn complete_after(
         let discarded = err.acl_code() == Some(npu_core::AclCode::STREAM_ABORT)
             && stream.abort_may_have_discarded(op);
         match discarded || stream.aborted(op) {
-            true => Error::Aborted { api: op.api },
+            true => stream.aborted_error(op),
             false => err,
         }
     });

@@ -17,7 +17,9 @@ impl Stream {
     /// with [`Error::Aborted`](npu_core::Error::Aborted) (its buffers released safely, since the
     /// device is done with them), and the stream is usable again. The operation whose task was
     /// running is among them: the device ran that task to its end and only the record after
-    /// it was dropped, so what its buffers hold is unspecified (see `Error::Aborted`).
+    /// it was dropped, so what its buffers hold is unspecified (see `Error::Aborted`). Work a
+    /// device fault had already stopped when the abort began (the faulted task and what it
+    /// stopped) fails with that fault's error instead, as it would had it been noticed first.
     ///
     /// The runtime call waits for the running task, so it runs on a thread of its own
     /// (`npu-abort`), never on the caller's, an executor's or Tokio's blocking pool. It starts
@@ -225,6 +227,8 @@ struct AbortInProgress<'a> {
     through: Option<u64>,
     /// Whether the runtime confirmed the discard.
     discarded: bool,
+    /// The device fault that had stopped the stream before the runtime call, if one had.
+    faulted: Option<Error>,
 }
 
 impl Drop for AbortInProgress<'_> {
@@ -233,7 +237,18 @@ impl Drop for AbortInProgress<'_> {
         let mut aborting = stream.lock_submission();
         if let Some(through) = self.through {
             if self.discarded {
-                stream.aborted_through.fetch_max(through, Ordering::AcqRel);
+                let after = stream.aborted_through.fetch_max(through, Ordering::AcqRel);
+                // Before the strategies hear of the discard (below), so that whoever fails
+                // the discarded work sees it.
+                *stream
+                    .faulted_at_abort
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) =
+                    self.faulted.take().map(|error| super::FaultedAtAbort {
+                        after,
+                        through,
+                        error,
+                    });
                 // The runtime cleared the stream's errors with its queue; so does the failure
                 // record.
                 *stream.failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
@@ -270,6 +285,7 @@ impl StreamShared {
             mine,
             through: None,
             discarded: false,
+            faulted: None,
         };
         if bound.is_ok() {
             let mut aborting = self.lock_submission();
@@ -284,6 +300,9 @@ impl StreamShared {
                 shared.stops_at_call = Some(self.stops.load(Ordering::Acquire));
             }
         }
+        if in_progress.through.is_some() {
+            in_progress.faulted = self.fault_before_abort();
+        }
         let handle = self.handle;
         let result = bound.and_then(|()| {
             // SAFETY: the stream is alive (`self`) and its context is bound.
@@ -292,6 +311,20 @@ impl StreamShared {
         in_progress.discarded = result.is_ok();
         drop(in_progress);
         result
+    }
+
+    /// The error of a device fault that has already stopped the stream (or its context, in
+    /// `ACL_STOP_ON_FAILURE` mode), if one has: the work it stopped failed with it before the
+    /// abort, which only discards what can no longer run anyway. Whether the strategy had
+    /// noticed the fault before the abort is a race; without this, the task that faulted and
+    /// the work it stopped came back `Error::Aborted` when the abort won it, and the fault was
+    /// lost. An explicit `Stream::stop` carries no fault and stays the abort's (`Aborted`).
+    ///
+    /// Asked on the abort's own thread, before its runtime call; a probe waits 1 ms at most.
+    fn fault_before_abort(&self) -> Option<Error> {
+        let error = crate::sentinel::confirm(self).err()?;
+        let error = strategy::with_stopping_fault(self, error);
+        matches!(&error, Error::Acl(acl) if acl.fault.is_some()).then_some(error)
     }
 
     fn lock_submission(&self) -> MutexGuard<'_, Aborting> {

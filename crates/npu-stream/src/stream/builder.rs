@@ -161,6 +161,7 @@ impl StreamBuilder {
             watched: AtomicU64::new(0),
             aborted_through: AtomicU64::new(0),
             aborting_through: AtomicU64::new(0),
+            faulted_at_abort: Mutex::new(None),
             stops: AtomicU64::new(0),
             fault_noticed,
             _fault_watch: fault_watch,

@@ -72,6 +72,26 @@ impl StreamShared {
         op.seq != 0 && op.seq <= self.aborted_through.load(Ordering::Acquire)
     }
 
+    /// The error of an operation an abort discarded: `Error::Aborted`, unless a device fault
+    /// had stopped the stream before the abort began (the operation's task faulted, or the
+    /// fault stopped it before it ran): then the fault's error, as it would have been had the
+    /// strategy settled it before the abort, which is a race the user cannot see.
+    pub(crate) fn aborted_error(&self, op: OpInfo) -> npu_core::Error {
+        let faulted = self
+            .faulted_at_abort
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match &*faulted {
+            Some(at) if op.seq > at.after && op.seq <= at.through => match at.error.clone() {
+                npu_core::Error::Acl(acl) => {
+                    npu_core::Error::Acl(npu_core::AclError { api: op.api, ..acl })
+                }
+                other => other,
+            },
+            _ => npu_core::Error::Aborted { api: op.api },
+        }
+    }
+
     /// Whether an abort of this stream whose runtime call has begun may have discarded `op`
     /// (once one has, an operation the stream could not watch, `seq` 0, is counted in:
     /// nothing tells when it came). The runtime's `ACL_ERROR_RT_STREAM_ABORT` means a discard

@@ -87,6 +87,10 @@ pub(crate) struct StreamShared {
     /// or on a stream never aborted, it is a wait that ran and found its record dropped by
     /// another stream's abort.
     pub(crate) aborting_through: AtomicU64,
+    /// The work the latest abort discarded after a device fault had already stopped the
+    /// stream (`seq` in `(after, through]`), and that fault's error: that work failed with it
+    /// before the abort began, so its operations report it, not `Error::Aborted`.
+    pub(crate) faulted_at_abort: Mutex<Option<FaultedAtAbort>>,
     /// How many `Stream::stop` calls have returned: an abort whose runtime call began before
     /// one may have run before the stop, so a later abort does not share it.
     stops: AtomicU64,
@@ -95,6 +99,14 @@ pub(crate) struct StreamShared {
     pub(crate) fault_noticed: Arc<AtomicBool>,
     /// Keeps the exception callback telling this stream about its faults.
     _fault_watch: npu_core::FaultWatch,
+}
+
+/// What [`StreamShared::faulted_at_abort`] holds.
+#[derive(Debug, Clone)]
+pub(crate) struct FaultedAtAbort {
+    pub(crate) after: u64,
+    pub(crate) through: u64,
+    pub(crate) error: npu_core::Error,
 }
 
 /// A stream's pending completions, whether the reactor is currently watching it, and how long
