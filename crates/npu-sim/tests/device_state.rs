@@ -817,6 +817,13 @@ const CASES: &[Case] = &[
         || code!(aclrtGetEventId(stale_event(), &mut 0)),
     ),
     case(
+        "event id of a destroyed event into NULL: the pointer is checked first",
+        "aclrtGetEventId",
+        ACL_ERROR_INVALID_PARAM,
+        3,
+        || code!(aclrtGetEventId(stale_event(), ptr::null_mut())),
+    ),
+    case(
         "events left NULL",
         "aclrtGetEventAvailNum",
         ACL_ERROR_INVALID_PARAM,

@@ -950,7 +950,7 @@ fn every_ipc_notify_error_path() {
     let p = pid.as_mut_ptr();
     let mut out = ptr::null_mut();
     let junk = c_string("not-a-key");
-    let cases: [(&str, aclError, aclError); 22] = [
+    let cases: [(&str, aclError, aclError); 24] = [
         (
             "export NULL notify",
             code!(aclrtNotifyGetExportKey(ptr::null_mut(), k, KEY_LEN, 0)),
@@ -979,6 +979,16 @@ fn every_ipc_notify_error_path() {
         (
             "export memory's flag",
             code!(aclrtNotifyGetExportKey(notify, k, KEY_LEN, 1)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "export stale notify with a short len: the len is checked first",
+            code!(aclrtNotifyGetExportKey(stale, k, KEY_LEN - 1, 0)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
+        (
+            "export stale notify with memory's flag: the flags are checked first",
+            code!(aclrtNotifyGetExportKey(stale, k, KEY_LEN, 1)),
             ACL_ERROR_RT_PARAM_INVALID,
         ),
         (

@@ -763,6 +763,19 @@ fn every_error_path() {
             },
         ),
         case(
+            "batch reset with a destroyed notify before a NULL entry: every entry is checked \
+             for NULL before any is looked up",
+            "aclrtNotifyBatchReset",
+            100000,
+            0,
+            || {
+                let stale = create_notify();
+                acl!(aclrtDestroyNotify(stale));
+                let mut notifies = [stale, ptr::null_mut()];
+                code!(aclrtNotifyBatchReset(notifies.as_mut_ptr(), 2))
+            },
+        ),
+        case(
             "persistent clean of NULL",
             "aclrtPersistentTaskClean",
             100000,

@@ -546,13 +546,16 @@ pub unsafe extern "C" fn aclrtEventGetTimestamp(
 }
 
 /// The event's ID, unique among the events of its device for the life of the process. The
-/// device must not be lost (507010); NULL → 100000; a stale handle → 107017.
+/// device must not be lost (507010); NULL `event` or `eventId` → 100000 before the event is
+/// looked up (a stale handle → 107017).
 ///
 /// # Safety
 /// `eventId` must be NULL or valid for a write.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtGetEventId(event: aclrtEvent, eventId: *mut u32) -> aclError {
     guard("aclrtGetEventId", || {
+        non_null(event, "event")?;
+        non_null(eventId, "eventId")?;
         let event = live_event(event)?;
         ensure!(
             event.flags != ACL_EVENT_IPC,

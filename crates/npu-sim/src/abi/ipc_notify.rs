@@ -26,8 +26,9 @@ fn check_flags(flags: u64, allowed: u32, what: &str) -> crate::error::Res<()> {
 }
 
 /// Shares the notify with other processes and writes its key (NUL-terminated) into `key`.
-/// NULL notify or key → 100000 (before the notify is looked up); a stale notify → 107017; len below 65, unknown flags →
-/// 107000. With ACL_RT_NOTIFY_EXPORT_FLAG_DEFAULT only whitelisted processes may import it.
+/// NULL notify or key → 100000, then len below 65 or unknown flags → 107000, all before the
+/// notify is looked up (a stale notify → 107017). With ACL_RT_NOTIFY_EXPORT_FLAG_DEFAULT only
+/// whitelisted processes may import it.
 ///
 /// # Safety
 /// `key` must be NULL or valid for `len` bytes of writes.
@@ -41,7 +42,6 @@ pub unsafe extern "C" fn aclrtNotifyGetExportKey(
     guard("aclrtNotifyGetExportKey", || {
         non_null(notify, "notify")?;
         non_null(key, "key")?;
-        let shared = lookup(notify)?;
         ensure!(
             len >= KEY_LEN,
             ACL_ERROR_RT_PARAM_INVALID,
@@ -52,6 +52,7 @@ pub unsafe extern "C" fn aclrtNotifyGetExportKey(
             ACL_RT_NOTIFY_EXPORT_FLAG_DISABLE_PID_VALIDATION,
             "export",
         )?;
+        let shared = lookup(notify)?;
         let flag = shared.share()?;
         let exported = sim()?.ipc.export_notify(
             handle::from_ptr(notify) as usize,
@@ -80,8 +81,8 @@ pub unsafe extern "C" fn aclrtNotifySetImportPid(
         non_null(notify, "notify")?;
         non_null(pid, "pid")?;
         ensure!(num != 0, ACL_ERROR_INVALID_PARAM, "num is 0");
-        lookup(notify)?;
         let pids = array(pid.cast_const(), num, "pid")?;
+        lookup(notify)?;
         sim()?
             .ipc
             .allow_notify(handle::from_ptr(notify) as usize, pids)

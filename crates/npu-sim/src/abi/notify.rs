@@ -127,8 +127,8 @@ pub unsafe extern "C" fn aclrtGetNotifyId(notify: aclrtNotify, notifyId: *mut u3
 }
 
 /// Clears every notify of the array at once, on the host: a record not yet waited for is
-/// forgotten. NULL array or entry, or `num` 0 → 100000; a destroyed notify → 107017 (nothing is
-/// cleared then); a notify of a lost device → 507010.
+/// forgotten. NULL array or entry, or `num` 0 → 100000, every entry checked before any is looked
+/// up; a destroyed notify → 107017 (nothing is cleared then); a notify of a lost device → 507010.
 ///
 /// # Safety
 /// `notifies` must be NULL or valid for reads of `num` handles.
@@ -138,6 +138,9 @@ pub unsafe extern "C" fn aclrtNotifyBatchReset(notifies: *mut aclrtNotify, num: 
         non_null(notifies, "notifies")?;
         ensure!(num > 0, ACL_ERROR_INVALID_PARAM, "num is 0");
         let handles = super::check::array(notifies.cast_const(), num, "notifies")?;
+        for &notify in handles {
+            non_null(notify, "an entry of notifies")?;
+        }
         let resolved = handles
             .iter()
             .map(|&notify| lookup(notify))

@@ -208,6 +208,9 @@ static int checks_in_order(void) {
     aclrtDrvMemHandle physical = SENTINEL, freed = NULL;
     aclrtPhysicalMemProp prop = {0};
     aclrtNotify notify = NULL;
+    aclrtNotify batch[2] = {NULL, NULL};
+    char key[8] = {0};
+    aclrtEvent event = NULL;
     aclrtAllocatorDesc desc = NULL;
     aclrtLabel label = NULL;
     aclrtLabelList list = NULL;
@@ -248,6 +251,14 @@ static int checks_in_order(void) {
     CHECK(aclrtCreateNotify(&notify, 0));
     CHECK(aclrtDestroyNotify(notify));
     EXPECT(aclrtGetNotifyId(notify, NULL), ACL_ERROR_INVALID_PARAM);
+    /* Every entry of a batch is checked for NULL before any is looked up, and an export's
+     * length before its notify. */
+    batch[0] = notify;
+    EXPECT(aclrtNotifyBatchReset(batch, 2), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtNotifyGetExportKey(notify, key, 8, 0), ACL_ERROR_RT_PARAM_INVALID);
+    CHECK(aclrtCreateEvent(&event));
+    CHECK(aclrtDestroyEvent(event));
+    EXPECT(aclrtGetEventId(event, NULL), ACL_ERROR_INVALID_PARAM);
     desc = aclrtAllocatorCreateDesc();
     CHECK(aclrtAllocatorDestroyDesc(desc));
     EXPECT(aclrtAllocatorSetObjToDesc(desc, NULL), ACL_ERROR_INVALID_PARAM);
