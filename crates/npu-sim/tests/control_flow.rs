@@ -1065,6 +1065,20 @@ const CASES: &[Case] = &[
         },
     ),
     case(
+        "list with a destroyed label before a NULL one: every label is checked for NULL \
+         before any is looked up",
+        "aclrtCreateLabelList",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let stale = label();
+            acl!(aclrtDestroyLabel(stale));
+            let mut labels = [stale, ptr::null_mut()];
+            let mut list: aclrtLabelList = ptr::dangling_mut();
+            code!(aclrtCreateLabelList(labels.as_mut_ptr(), 2, &mut list))
+        },
+    ),
+    case(
         "list with a NULL label",
         "aclrtCreateLabelList",
         ACL_ERROR_INVALID_PARAM,

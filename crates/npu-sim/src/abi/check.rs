@@ -144,6 +144,15 @@ pub(super) fn array<'a, T>(ptr: *const T, count: usize, what: &str) -> Res<&'a [
     Ok(unsafe { std::slice::from_raw_parts(ptr, count) })
 }
 
+/// Checks every handle of an array argument for NULL (100000) before any of them is looked up:
+/// the ACL layer's pointer checks come before the runtime's lookups.
+pub(super) fn non_null_entries<T>(entries: &[*mut T], what: &str) -> Res<()> {
+    for &entry in entries {
+        non_null(entry.cast_const(), what)?;
+    }
+    Ok(())
+}
+
 /// Checks the start indexes of a batch's runs (copy attributes, prefetch locations): `starts`
 /// holds 1 to `count` entries, the first 0, each above the one before and below `count`
 /// (107000 otherwise).

@@ -106,6 +106,7 @@ pub unsafe extern "C" fn aclrtCreateLabelList(
         // SAFETY: non-NULL, and an aligned array of `num` handles by the API contract; the
         // slice is read here and not kept past the call.
         let given = unsafe { std::slice::from_raw_parts(labels, num) };
+        super::check::non_null_entries(given, "a label of labels")?;
         let labels = given
             .iter()
             .map(|&l| self::label(l))

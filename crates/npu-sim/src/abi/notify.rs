@@ -138,9 +138,7 @@ pub unsafe extern "C" fn aclrtNotifyBatchReset(notifies: *mut aclrtNotify, num: 
         non_null(notifies, "notifies")?;
         ensure!(num > 0, ACL_ERROR_INVALID_PARAM, "num is 0");
         let handles = super::check::array(notifies.cast_const(), num, "notifies")?;
-        for &notify in handles {
-            non_null(notify, "an entry of notifies")?;
-        }
+        super::check::non_null_entries(handles, "an entry of notifies")?;
         let resolved = handles
             .iter()
             .map(|&notify| lookup(notify))
