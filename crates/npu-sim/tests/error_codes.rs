@@ -192,6 +192,52 @@ static INVALID_PARAM: &[Case] = &[
         };
         code!(aclrtMallocWithCfg(&mut p, 64, 0, &mut cfg))
     }),
+    case(
+        "NULL devPtr with an unknown cfg attribute: the pointer is checked first",
+        "aclrtMallocWithCfg",
+        100000,
+        0,
+        || {
+            with_attribute(UNKNOWN_MALLOC_ATTRIBUTE, |cfg| {
+                code!(aclrtMallocWithCfg(ptr::null_mut(), 64, 0, cfg))
+            })
+        },
+    ),
+    case(
+        "size 0 with an unknown cfg attribute: the size is checked first",
+        "aclrtMallocForTaskScheduler",
+        100000,
+        0,
+        || {
+            let mut p = ptr::null_mut();
+            with_attribute(UNKNOWN_MALLOC_ATTRIBUTE, |cfg| {
+                code!(aclrtMallocForTaskScheduler(&mut p, 0, 0, cfg))
+            })
+        },
+    ),
+    case(
+        "NULL host pointer with an unknown cfg attribute: the pointer is checked first",
+        "aclrtMallocHostWithCfg",
+        100000,
+        0,
+        || {
+            with_attribute(UNKNOWN_MALLOC_ATTRIBUTE, |cfg| {
+                code!(aclrtMallocHostWithCfg(ptr::null_mut(), 64, cfg))
+            })
+        },
+    ),
+    case(
+        "unknown cfg attribute",
+        "aclrtMallocHostWithCfg",
+        107000,
+        0,
+        || {
+            let mut p = ptr::null_mut();
+            with_attribute(UNKNOWN_MALLOC_ATTRIBUTE, |cfg| {
+                code!(aclrtMallocHostWithCfg(&mut p, 64, cfg))
+            })
+        },
+    ),
     case("null dst", "aclrtMemcpy", 100000, 0, || {
         let src = [0u8; 4];
         code!(aclrtMemcpy(
@@ -2451,8 +2497,16 @@ fn sync_2d_between_device_pointers(kind: aclrtMemcpyKind) -> aclError {
 /// Runs `call` with an allocation configuration whose DEVICE_ID attribute names device 1
 /// (the cases run on device 0).
 fn with_another_device(call: impl FnOnce(*mut aclrtMallocConfig) -> aclError) -> aclError {
+    with_attribute(ACL_RT_MEM_ATTR_DEVICE_ID, call)
+}
+
+/// Runs `call` with an allocation configuration of one attribute of type `attr`, valued 1.
+fn with_attribute(
+    attr: aclrtMallocAttrType,
+    call: impl FnOnce(*mut aclrtMallocConfig) -> aclError,
+) -> aclError {
     let mut attr = aclrtMallocAttribute {
-        attr: ACL_RT_MEM_ATTR_DEVICE_ID,
+        attr,
         value: aclrtMallocAttrValue { deviceId: 1 },
     };
     let mut cfg = aclrtMallocConfig {
@@ -2461,3 +2515,6 @@ fn with_another_device(call: impl FnOnce(*mut aclrtMallocConfig) -> aclError) ->
     };
     call(&mut cfg)
 }
+
+/// An attribute type no allocation configuration knows (107000 once the configuration is read).
+const UNKNOWN_MALLOC_ATTRIBUTE: aclrtMallocAttrType = 99;

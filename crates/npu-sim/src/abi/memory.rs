@@ -59,8 +59,7 @@ fn device_malloc(
     padded: bool,
     required_device: Option<u32>,
 ) -> Res<()> {
-    non_null(dev_ptr, "devPtr")?;
-    ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+    check_out_and_size(dev_ptr, "devPtr", size as u64)?;
     let ctx = context::current(sim)?;
     check_required_device(&ctx.device, required_device)?;
     let device = &ctx.device;
@@ -151,6 +150,14 @@ pub unsafe extern "C" fn aclrtMallocAlign32(
     })
 }
 
+/// The ACL layer's checks of an allocation's leading arguments: the out pointer (NULL →
+/// 100000) and the size (0 → 100000), made before the configuration that follows them is read.
+fn check_out_and_size(out: *mut *mut c_void, what: &str, size: u64) -> Res<()> {
+    non_null(out, what)?;
+    ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+    Ok(())
+}
+
 /// The DEVICE_ID attribute of a malloc configuration, after validating it.
 fn config_device(cfg: *mut aclrtMallocConfig) -> Res<Option<u32>> {
     let Some(cfg) = super::check::optional(cfg) else {
@@ -192,6 +199,7 @@ pub unsafe extern "C" fn aclrtMallocWithCfg(
     cfg: *mut aclrtMallocConfig,
 ) -> aclError {
     guard("aclrtMallocWithCfg", || {
+        check_out_and_size(devPtr, "devPtr", size as u64)?;
         let device = config_device(cfg)?;
         device_malloc(sim()?, devPtr, size, policy & RULE_BITS, true, device)
     })
@@ -210,6 +218,7 @@ pub unsafe extern "C" fn aclrtMallocForTaskScheduler(
     cfg: *mut aclrtMallocConfig,
 ) -> aclError {
     guard("aclrtMallocForTaskScheduler", || {
+        check_out_and_size(devPtr, "devPtr", size as u64)?;
         let device = config_device(cfg)?;
         device_malloc(sim()?, devPtr, size, policy & RULE_BITS, true, device)
     })
@@ -378,8 +387,7 @@ fn host_malloc(
     size: u64,
     required_device: Option<u32>,
 ) -> Res<()> {
-    non_null(ptr, "hostPtr")?;
-    ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+    check_out_and_size(ptr, "hostPtr", size)?;
     check_required_device(&context::current(sim)?.device, required_device)?;
     let Some(bytes) = usize::try_from(size)
         .ok()
@@ -423,6 +431,7 @@ pub unsafe extern "C" fn aclrtMallocHostWithCfg(
     cfg: *mut aclrtMallocConfig,
 ) -> aclError {
     guard("aclrtMallocHostWithCfg", || {
+        check_out_and_size(ptr, "hostPtr", size)?;
         let required = config_device(cfg)?;
         host_malloc(sim()?, ptr, size, required)
     })
