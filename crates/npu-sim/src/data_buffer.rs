@@ -24,16 +24,14 @@ impl DataBuffer {
         *lock(&self.0)
     }
 
-    /// Describes other memory from now on (aclUpdateDataBuffer).
-    pub(crate) fn update(&self, data: usize, size: usize) -> Res<()> {
-        check("aclUpdateDataBuffer", data, size)?;
+    /// Describes other memory from now on (aclUpdateDataBuffer), after [`check`].
+    pub(crate) fn update(&self, data: usize, size: usize) {
         *lock(&self.0) = (data, size);
-        Ok(())
     }
 }
 
 /// A NULL address describes an empty buffer: its size must be 0.
-fn check(api: &str, data: usize, size: usize) -> Res<()> {
+pub(crate) fn check(api: &str, data: usize, size: usize) -> Res<()> {
     ensure!(
         data != 0 || size == 0,
         ACL_ERROR_INVALID_PARAM,

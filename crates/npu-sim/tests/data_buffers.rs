@@ -111,6 +111,17 @@ fn every_error_path() {
             },
         ),
         case(
+            "update a destroyed buffer to NULL data with a size: the pointer is checked first",
+            "aclUpdateDataBuffer",
+            100000,
+            -1,
+            || {
+                let buffer = create(ptr::null_mut(), 0);
+                acl!(aclDestroyDataBuffer(buffer));
+                code!(aclUpdateDataBuffer(buffer, ptr::null_mut(), 8))
+            },
+        ),
+        case(
             "address of NULL",
             "aclGetDataBufferAddr",
             100000,

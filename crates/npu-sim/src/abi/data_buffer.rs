@@ -50,7 +50,8 @@ pub unsafe extern "C" fn aclDestroyDataBuffer(dataBuffer: *const aclDataBuffer) 
 }
 
 /// Makes a data buffer describe `size` bytes at `data`, with the rules of aclCreateDataBuffer.
-/// NULL buffer → 100000; a dead one → 107017.
+/// NULL buffer, or NULL `data` with a size, → 100000 before the buffer is looked up; a dead
+/// one → 107017.
 ///
 /// # Safety
 /// No preconditions: the handle is checked, the memory only described.
@@ -61,7 +62,11 @@ pub unsafe extern "C" fn aclUpdateDataBuffer(
     size: usize,
 ) -> aclError {
     guard("aclUpdateDataBuffer", || {
-        buffer(dataBuffer)?.update(data as usize, size)
+        // A NULL `data` with a size is the ACL layer's refusal, before the buffer is looked up.
+        non_null(dataBuffer, "dataBuffer")?;
+        crate::data_buffer::check("aclUpdateDataBuffer", data as usize, size)?;
+        buffer(dataBuffer)?.update(data as usize, size);
+        Ok(())
     })
 }
 
