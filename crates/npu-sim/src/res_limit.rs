@@ -21,11 +21,12 @@ pub(crate) struct ResLimits {
 impl ResLimits {
     /// The limit slot and the hardware count of a resource type; an unknown type → 107000.
     fn slot(&self, kind: aclrtDevResLimitType) -> Res<(&AtomicU32, u32)> {
-        match kind {
-            ACL_RT_DEV_RES_CUBE_CORE => Ok((&self.cube, CUBE_CORES)),
-            ACL_RT_DEV_RES_VECTOR_CORE => Ok((&self.vector, VECTOR_CORES)),
-            other => fail!(ACL_ERROR_RT_PARAM_INVALID, "unknown resource type {other}"),
-        }
+        let hardware = hardware_count(kind)?;
+        let slot = match kind {
+            ACL_RT_DEV_RES_CUBE_CORE => &self.cube,
+            _ => &self.vector,
+        };
+        Ok((slot, hardware))
     }
 
     /// Limits the cores of one type to `value`, from 1 to the hardware's count (107000 outside).
@@ -65,6 +66,16 @@ impl ResLimits {
     pub(crate) fn reset(&self) {
         self.cube.store(0, Ordering::Release);
         self.vector.store(0, Ordering::Release);
+    }
+}
+
+/// The hardware count of a resource type; an unknown type → 107000 (checked by the functions
+/// that take a type before they look up the context or stream whose limit they read).
+pub(crate) fn hardware_count(kind: aclrtDevResLimitType) -> Res<u32> {
+    match kind {
+        ACL_RT_DEV_RES_CUBE_CORE => Ok(CUBE_CORES),
+        ACL_RT_DEV_RES_VECTOR_CORE => Ok(VECTOR_CORES),
+        other => fail!(ACL_ERROR_RT_PARAM_INVALID, "unknown resource type {other}"),
     }
 }
 

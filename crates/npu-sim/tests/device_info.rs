@@ -259,6 +259,12 @@ fn resource_limit_errors() {
             ACL_ERROR_RT_CONTEXT_NULL,
             api,
         );
+        // The type is an argument: it is checked before the (missing) context is looked up.
+        fails(
+            code!(aclrtGetResInCurrentThread(7, &mut value)),
+            ACL_ERROR_RT_PARAM_INVALID,
+            api,
+        );
         set_device(0);
         fails(
             code!(aclrtGetResInCurrentThread(7, &mut value)),

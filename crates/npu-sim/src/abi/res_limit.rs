@@ -56,7 +56,8 @@ pub unsafe extern "C" fn aclrtResetDeviceResLimit(deviceId: i32) -> aclError {
 
 /// The core limit in force for the calling thread: the limit of the stream it uses
 /// (aclrtUseStreamResInCurrentThread), where that stream sets one and still exists, else its
-/// current device's (the process's, else the hardware's count). No current context → 107002.
+/// current device's (the process's, else the hardware's count). NULL `value` → 100000, then an
+/// unknown type → 107000, both before the context is looked up (none → 107002).
 ///
 /// # Safety
 /// `value` must be NULL or valid for a write.
@@ -67,6 +68,7 @@ pub unsafe extern "C" fn aclrtGetResInCurrentThread(
 ) -> aclError {
     guard("aclrtGetResInCurrentThread", || {
         non_null(value, "value")?;
+        res_limit::hardware_count(type_)?;
         let sim = sim()?;
         let ctx = context::current(sim)?;
         let in_use = res_limit::in_thread().and_then(|handle| sim.streams.get(handle));
