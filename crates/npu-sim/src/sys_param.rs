@@ -20,7 +20,8 @@ fn admits(opt: aclSysParamOpt, value: i64) -> bool {
 }
 
 /// The index of a known option, else 100000.
-fn index(opt: aclSysParamOpt) -> Res<usize> {
+/// The slot of an option (an unknown option → 100000).
+pub(crate) fn index(opt: aclSysParamOpt) -> Res<usize> {
     match opt {
         ACL_OPT_DETERMINISTIC
         | ACL_OPT_ENABLE_DEBUG_KERNEL
@@ -34,6 +35,18 @@ fn index(opt: aclSysParamOpt) -> Res<usize> {
 }
 
 /// One set of runtime parameters; `None` for an option never set.
+/// The slot of an option after checking the option and a value for it (100000 otherwise): the
+/// ACL layer's checks, which the context functions make before they look the context up.
+pub(crate) fn checked(opt: aclSysParamOpt, value: i64) -> Res<usize> {
+    let at = index(opt)?;
+    ensure!(
+        admits(opt, value),
+        ACL_ERROR_INVALID_PARAM,
+        "{value} is not a value of option {opt}"
+    );
+    Ok(at)
+}
+
 #[derive(Default)]
 pub(crate) struct SysParams(Mutex<[Option<i64>; 4]>);
 
@@ -43,12 +56,7 @@ pub(crate) static PROCESS: SysParams = SysParams(Mutex::new([None; 4]));
 impl SysParams {
     /// Sets an option after checking it and its value (100000 otherwise).
     pub(crate) fn set(&self, opt: aclSysParamOpt, value: i64) -> Res<()> {
-        let at = index(opt)?;
-        ensure!(
-            admits(opt, value),
-            ACL_ERROR_INVALID_PARAM,
-            "{value} is not a value of option {opt}"
-        );
+        let at = checked(opt, value)?;
         lock(&self.0)[at] = Some(value);
         Ok(())
     }

@@ -355,6 +355,13 @@ fn runtime_parameters_of_the_process_and_of_each_context() {
             code!(aclrtCtxSetSysParamOpt(ACL_OPT_DETERMINISTIC, 1)),
             ACL_ERROR_RT_CONTEXT_NULL
         );
+        // The option and its value are arguments, checked before the (missing) context.
+        assert_eq!(
+            code!(aclrtCtxSetSysParamOpt(ACL_OPT_DETERMINISTIC, 4)),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(code!(aclrtCtxSetSysParamOpt(9, 0)), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(ctx_param(9), Err(ACL_ERROR_INVALID_PARAM));
         set_device(3);
         assert_eq!(
             ctx_param(ACL_OPT_DETERMINISTIC),

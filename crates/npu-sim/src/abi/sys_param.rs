@@ -31,22 +31,24 @@ pub unsafe extern "C" fn aclrtGetSysParamOpt(opt: aclSysParamOpt, value: *mut i6
     })
 }
 
-/// Sets a runtime parameter of the calling thread's current context (no context → 107002);
-/// options and values as aclrtSetSysParamOpt.
+/// Sets a runtime parameter of the calling thread's current context; options and values as
+/// aclrtSetSysParamOpt (100000 otherwise), checked before the context is looked up (none →
+/// 107002).
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtCtxSetSysParamOpt(opt: aclSysParamOpt, value: i64) -> aclError {
     guard("aclrtCtxSetSysParamOpt", || {
+        crate::sys_param::checked(opt, value)?;
         let ctx = context::current(sim()?)?;
         ctx.sys_params.set(opt, value)
     })
 }
 
 /// A runtime parameter of the current context. Context parameters have no default: one the
-/// context never set → 107021 (ACL_ERROR_RT_SYSPARAMOPT_NOT_SET). NULL → 100000; no context
-/// → 107002.
+/// context never set → 107021 (ACL_ERROR_RT_SYSPARAMOPT_NOT_SET). NULL or an unknown option →
+/// 100000, before the context is looked up (none → 107002).
 ///
 /// # Safety
 /// `value` must be NULL or valid for a write.
@@ -54,6 +56,7 @@ pub unsafe extern "C" fn aclrtCtxSetSysParamOpt(opt: aclSysParamOpt, value: i64)
 pub unsafe extern "C" fn aclrtCtxGetSysParamOpt(opt: aclSysParamOpt, value: *mut i64) -> aclError {
     guard("aclrtCtxGetSysParamOpt", || {
         non_null(value, "value")?;
+        crate::sys_param::index(opt)?;
         let ctx = context::current(sim()?)?;
         match ctx.sys_params.get(opt)? {
             Some(set) => write_out(value, "value", set),
