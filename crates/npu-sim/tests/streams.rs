@@ -1441,6 +1441,57 @@ fn every_error_path() {
             },
         ),
         case(
+            "set attribute unknown on a stale stream: the attribute is checked first",
+            "aclrtSetStreamAttribute",
+            100000,
+            0,
+            || {
+                let stream = create_stream();
+                acl!(aclrtDestroyStream(stream));
+                set_attribute(stream, 0, 1)
+            },
+        ),
+        case(
+            "overflow switch 2 on a stale stream: the value is checked first",
+            "aclrtSetStreamAttribute",
+            100000,
+            0,
+            || {
+                let stream = create_stream();
+                acl!(aclrtDestroyStream(stream));
+                set_attribute(stream, ACL_STREAM_ATTR_FLOAT_OVERFLOW_CHECK, 2)
+            },
+        ),
+        case(
+            "priority 8 on a stale stream: the value is checked first",
+            "aclrtSetStreamAttribute",
+            107000,
+            0,
+            || {
+                let stream = create_stream();
+                acl!(aclrtDestroyStream(stream));
+                set_attribute(stream, ACL_STREAM_ATTR_PRIORITY, 8)
+            },
+        ),
+        case(
+            "failure mode 2 of the default stream: the mode is checked first",
+            "aclrtSetStreamAttribute",
+            100000,
+            0,
+            || set_attribute(ptr::null_mut(), ACL_STREAM_ATTR_FAILURE_MODE, 2),
+        ),
+        case(
+            "overflow switch flag 2 on a stale stream: the flag is checked first",
+            "aclrtSetStreamOverflowSwitch",
+            100000,
+            0,
+            || {
+                let stream = create_stream();
+                acl!(aclrtDestroyStream(stream));
+                code!(aclrtSetStreamOverflowSwitch(stream, 2))
+            },
+        ),
+        case(
             "get attribute NULL",
             "aclrtGetStreamAttribute",
             100000,
@@ -1461,6 +1512,18 @@ fn every_error_path() {
             || {
                 let mut value = aclrtStreamAttrValue::default();
                 code!(aclrtGetStreamAttribute(ptr::null_mut(), 0, &mut value))
+            },
+        ),
+        case(
+            "get attribute unknown of a stale stream: the attribute is checked first",
+            "aclrtGetStreamAttribute",
+            100000,
+            0,
+            || {
+                let stream = create_stream();
+                acl!(aclrtDestroyStream(stream));
+                let mut value = aclrtStreamAttrValue::default();
+                code!(aclrtGetStreamAttribute(stream, 0, &mut value))
             },
         ),
         case(

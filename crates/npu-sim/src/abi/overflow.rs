@@ -21,19 +21,15 @@ pub(super) const OVERFLOW_STATUS_BYTES: usize = 64;
 
 /// Turns a stream's overflow detection off (0) or on (1) for the tasks submitted after it, as
 /// aclrtSetStreamAttribute(FLOAT_OVERFLOW_CHECK) does. NULL is the default stream; a stream of
-/// another context → 107003; another flag → 100000.
+/// another context → 107003; another flag → 100000, checked before the stream is looked up.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtSetStreamOverflowSwitch(stream: aclrtStream, flag: u32) -> aclError {
     guard("aclrtSetStreamOverflowSwitch", || {
+        let flag = super::stream_config::switch("flag", flag)?;
         let (_, target) = context::owned_stream(sim()?, stream)?;
-        ensure!(
-            flag <= 1,
-            ACL_ERROR_INVALID_PARAM,
-            "flag {flag} is neither 0 (off) nor 1 (on)"
-        );
         lock(&target.attributes).overflow_switch = flag;
         Ok(())
     })

@@ -254,11 +254,7 @@ pub(super) fn wait_external(stream: aclrtStream, event: aclrtEvent, timeout: u32
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtSetStreamFailureMode(stream: aclrtStream, mode: u64) -> aclError {
     guard("aclrtSetStreamFailureMode", || {
-        ensure!(
-            mode == u64::from(ACL_CONTINUE_ON_FAILURE) || mode == u64::from(ACL_STOP_ON_FAILURE),
-            ACL_ERROR_INVALID_PARAM,
-            "failure mode {mode} is neither ACL_CONTINUE_ON_FAILURE nor ACL_STOP_ON_FAILURE"
-        );
+        let mode = super::stream_config::failure_mode(mode)?;
         let (_, stream) = context::owned_stream(sim()?, stream)?;
         stream.choose_failure_mode(mode)
     })

@@ -108,7 +108,7 @@ pub unsafe extern "C" fn aclrtGetStreamAvailableNum(streamCount: *mut u32) -> ac
 }
 
 /// A 0/1 switch value.
-fn switch(name: &str, value: u32) -> Res<u32> {
+pub(super) fn switch(name: &str, value: u32) -> Res<u32> {
     ensure!(
         value <= 1,
         ACL_ERROR_INVALID_PARAM,
@@ -117,10 +117,63 @@ fn switch(name: &str, value: u32) -> Res<u32> {
     Ok(value)
 }
 
+/// A failure mode argument: ACL_CONTINUE_ON_FAILURE or ACL_STOP_ON_FAILURE (100000 otherwise).
+pub(super) fn failure_mode(mode: u64) -> Res<u64> {
+    ensure!(
+        mode == u64::from(ACL_CONTINUE_ON_FAILURE) || mode == u64::from(ACL_STOP_ON_FAILURE),
+        ACL_ERROR_INVALID_PARAM,
+        "failure mode {mode} is neither ACL_CONTINUE_ON_FAILURE nor ACL_STOP_ON_FAILURE"
+    );
+    Ok(mode)
+}
+
+/// A stream attribute to set, checked as far as the arguments alone decide.
+enum Setting {
+    FailureMode(u64),
+    OverflowSwitch(u32),
+    UserCustomTag(u32),
+    CacheOpInfo(u32),
+    Priority(u32),
+}
+
+/// The attribute aclrtSetStreamAttribute is asked to set: an unknown attribute, a failure mode
+/// or a switch outside its values → 100000; a priority above 7 → 107000.
+fn setting(kind: aclrtStreamAttr, value: &aclrtStreamAttrValue) -> Res<Setting> {
+    // SAFETY: every field of the union is plain integers; each arm reads the one its attribute
+    // defines.
+    unsafe {
+        Ok(match kind {
+            ACL_STREAM_ATTR_FAILURE_MODE => Setting::FailureMode(failure_mode(value.failureMode)?),
+            ACL_STREAM_ATTR_FLOAT_OVERFLOW_CHECK => {
+                Setting::OverflowSwitch(switch("overflowSwitch", value.overflowSwitch)?)
+            }
+            ACL_STREAM_ATTR_USER_CUSTOM_TAG => Setting::UserCustomTag(value.userCustomTag),
+            ACL_STREAM_ATTR_CACHE_OP_INFO => {
+                Setting::CacheOpInfo(switch("cacheOpInfoSwitch", value.cacheOpInfoSwitch)?)
+            }
+            ACL_STREAM_ATTR_PRIORITY => {
+                let priority = value.streamPriority;
+                ensure!(
+                    priority <= LEAST_PRIORITY,
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    "priority {priority} is outside 0..={LEAST_PRIORITY}"
+                );
+                Setting::Priority(priority)
+            }
+            _ => return unknown_attribute(kind),
+        })
+    }
+}
+
+fn unknown_attribute<T>(kind: aclrtStreamAttr) -> Res<T> {
+    fail!(ACL_ERROR_INVALID_PARAM, "{kind} is not an aclrtStreamAttr")
+}
+
 /// Sets a stream attribute (NULL is the default stream, except for FAILURE_MODE → 107000):
 /// FAILURE_MODE as aclrtSetStreamFailureMode; FLOAT_OVERFLOW_CHECK and CACHE_OP_INFO (0/1) and
 /// USER_CUSTOM_TAG are stored (no effect: no overflow detection or operator cache here);
-/// PRIORITY 0..=7 (107000 beyond). NULL value, unknown attribute or a bad switch → 100000.
+/// PRIORITY 0..=7 (107000 beyond). NULL value, unknown attribute or a bad switch → 100000. The
+/// attribute and its value are checked before the stream is looked up.
 ///
 /// # Safety
 /// `value` must be NULL or point at a readable aclrtStreamAttrValue.
@@ -134,61 +187,30 @@ pub unsafe extern "C" fn aclrtSetStreamAttribute(
         let Some(value) = optional(value) else {
             fail!(ACL_ERROR_INVALID_PARAM, "value is NULL");
         };
+        let setting = setting(stmAttrType, &value)?;
         let (_, target) = context::owned_stream(sim()?, stream)?;
-        // SAFETY: every field of the union is plain integers; each arm reads the one its
-        // attribute defines.
-        unsafe {
-            match stmAttrType {
-                ACL_STREAM_ATTR_FAILURE_MODE => {
-                    // The default stream, named by NULL or by its own handle
-                    // (aclrtCtxGetCurrentDefaultStream): the reference excludes the stream.
-                    ensure!(
-                        !target.is_default,
-                        ACL_ERROR_RT_PARAM_INVALID,
-                        "the failure mode of the default stream cannot be set"
-                    );
-                    let mode = value.failureMode;
-                    ensure!(
-                        mode == u64::from(ACL_CONTINUE_ON_FAILURE)
-                            || mode == u64::from(ACL_STOP_ON_FAILURE),
-                        ACL_ERROR_INVALID_PARAM,
-                        "failure mode {mode} is neither ACL_CONTINUE_ON_FAILURE nor \
-                         ACL_STOP_ON_FAILURE"
-                    );
-                    target.set_failure_mode(mode);
-                }
-                ACL_STREAM_ATTR_FLOAT_OVERFLOW_CHECK => {
-                    lock(&target.attributes).overflow_switch =
-                        switch("overflowSwitch", value.overflowSwitch)?;
-                }
-                ACL_STREAM_ATTR_USER_CUSTOM_TAG => {
-                    lock(&target.attributes).user_custom_tag = value.userCustomTag;
-                }
-                ACL_STREAM_ATTR_CACHE_OP_INFO => {
-                    lock(&target.attributes).cache_op_info =
-                        switch("cacheOpInfoSwitch", value.cacheOpInfoSwitch)?;
-                }
-                ACL_STREAM_ATTR_PRIORITY => {
-                    let priority = value.streamPriority;
-                    ensure!(
-                        priority <= LEAST_PRIORITY,
-                        ACL_ERROR_RT_PARAM_INVALID,
-                        "priority {priority} is outside 0..={LEAST_PRIORITY}"
-                    );
-                    target.set_priority(priority);
-                }
-                _ => fail!(
-                    ACL_ERROR_INVALID_PARAM,
-                    "{stmAttrType} is not an aclrtStreamAttr"
-                ),
+        match setting {
+            Setting::FailureMode(mode) => {
+                // The default stream, named by NULL or by its own handle
+                // (aclrtCtxGetCurrentDefaultStream): the reference excludes the stream.
+                ensure!(
+                    !target.is_default,
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    "the failure mode of the default stream cannot be set"
+                );
+                target.set_failure_mode(mode);
             }
+            Setting::OverflowSwitch(on) => lock(&target.attributes).overflow_switch = on,
+            Setting::UserCustomTag(tag) => lock(&target.attributes).user_custom_tag = tag,
+            Setting::CacheOpInfo(on) => lock(&target.attributes).cache_op_info = on,
+            Setting::Priority(priority) => target.set_priority(priority),
         }
         Ok(())
     })
 }
 
 /// Reads a stream attribute (NULL is the default stream). NULL value or unknown attribute →
-/// 100000.
+/// 100000, before the stream is looked up.
 ///
 /// # Safety
 /// `value` must be NULL or valid for a write of an aclrtStreamAttrValue.
@@ -200,6 +222,16 @@ pub unsafe extern "C" fn aclrtGetStreamAttribute(
 ) -> aclError {
     guard("aclrtGetStreamAttribute", || {
         non_null(value, "value")?;
+        if !matches!(
+            stmAttrType,
+            ACL_STREAM_ATTR_FAILURE_MODE
+                | ACL_STREAM_ATTR_FLOAT_OVERFLOW_CHECK
+                | ACL_STREAM_ATTR_USER_CUSTOM_TAG
+                | ACL_STREAM_ATTR_CACHE_OP_INFO
+                | ACL_STREAM_ATTR_PRIORITY
+        ) {
+            return unknown_attribute(stmAttrType);
+        }
         let target = context::any_stream(sim()?, stream)?;
         let attributes = *lock(&target.attributes);
         let mut out = aclrtStreamAttrValue::default();
@@ -209,10 +241,7 @@ pub unsafe extern "C" fn aclrtGetStreamAttribute(
             ACL_STREAM_ATTR_USER_CUSTOM_TAG => out.userCustomTag = attributes.user_custom_tag,
             ACL_STREAM_ATTR_CACHE_OP_INFO => out.cacheOpInfoSwitch = attributes.cache_op_info,
             ACL_STREAM_ATTR_PRIORITY => out.streamPriority = target.priority(),
-            _ => fail!(
-                ACL_ERROR_INVALID_PARAM,
-                "{stmAttrType} is not an aclrtStreamAttr"
-            ),
+            _ => return unknown_attribute(stmAttrType),
         }
         write_out(value, "value", out)
     })

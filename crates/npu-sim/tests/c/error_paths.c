@@ -211,6 +211,9 @@ static int checks_in_order(void) {
     aclrtNotify batch[2] = {NULL, NULL};
     char key[8] = {0};
     aclrtEvent event = NULL;
+    aclrtStream stream = NULL;
+    aclrtMallocAttribute attribute = {0};
+    aclrtMallocConfig cfg = {0};
     aclrtAllocatorDesc desc = NULL;
     aclrtLabel label = NULL;
     aclrtLabelList list = NULL;
@@ -259,6 +262,15 @@ static int checks_in_order(void) {
     CHECK(aclrtCreateEvent(&event));
     CHECK(aclrtDestroyEvent(event));
     EXPECT(aclrtGetEventId(event, NULL), ACL_ERROR_INVALID_PARAM);
+    /* Arguments a lookup does not decide come before it: a switch value before a destroyed
+     * stream, an out pointer before the malloc configuration after it. */
+    CHECK(aclrtCreateStream(&stream));
+    CHECK(aclrtDestroyStream(stream));
+    EXPECT(aclrtSetStreamOverflowSwitch(stream, 2), ACL_ERROR_INVALID_PARAM);
+    cfg.attrs = &attribute;
+    cfg.numAttrs = 1;
+    attribute.attr = (aclrtMallocAttrType)99;
+    EXPECT(aclrtMallocWithCfg(NULL, 64, ACL_MEM_MALLOC_HUGE_FIRST, &cfg), ACL_ERROR_INVALID_PARAM);
     desc = aclrtAllocatorCreateDesc();
     CHECK(aclrtAllocatorDestroyDesc(desc));
     EXPECT(aclrtAllocatorSetObjToDesc(desc, NULL), ACL_ERROR_INVALID_PARAM);
