@@ -1981,6 +1981,22 @@ static RESOURCES: &[Case] = &[
             code!(aclrtQueryEvent(e, &mut st))
         },
     ),
+    case(
+        "register misaligned with a reserved type: the address is checked first",
+        "aclrtHostRegister",
+        107000,
+        0,
+        || {
+            let mut d = ptr::null_mut();
+            let p = pageable(1 << 16).cast::<u8>().wrapping_add(8).cast();
+            code!(aclrtHostRegister(
+                p,
+                4096,
+                ACL_HOST_REGISTER_IOMEMORY,
+                &mut d
+            ))
+        },
+    ),
     case("register type 0x1", "aclrtHostRegister", 207000, 0, || {
         let mut d = ptr::null_mut();
         code!(aclrtHostRegister(pageable(1 << 16), 4096, 0x1, &mut d))

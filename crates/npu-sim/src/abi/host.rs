@@ -45,8 +45,8 @@ fn register(ptr: *mut c_void, size: u64, mapped: bool, pin: bool) -> Res<()> {
 /// Registers (maps) host memory for device access; `*devPtr` receives the device alias (on
 /// the simulator, the same address). `ptr` must be 4 KiB aligned (107000); a type other than
 /// ACL_HOST_REGISTER_MAPPED → 207000 (IOMEMORY and READONLY are reserved options the
-/// reference says are not supported yet); device memory, or memory the runtime took back →
-/// 107000.
+/// reference says are not supported yet), both checked in parameter order before the context
+/// is looked up (none → 107002); device memory, or memory the runtime took back → 107000.
 ///
 /// # Safety
 /// `ptr` must be host memory valid for `size` bytes while registered; `devPtr` NULL or
@@ -62,6 +62,14 @@ pub unsafe extern "C" fn aclrtHostRegister(
         non_null(ptr, "ptr")?;
         non_null(devPtr, "devPtr")?;
         ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+        // In parameter order: the address before the type, both before the context is looked
+        // up. Only the V1 call checks the page alignment the reference asks of both:
+        // aclrtHostRegisterV2 validates its flags and leaves the address to the driver.
+        ensure!(
+            (ptr as usize).is_multiple_of(PAGE),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "{ptr:p} is not aligned to the {PAGE}-byte page size"
+        );
         ensure!(
             type_ == ACL_HOST_REGISTER_MAPPED,
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
@@ -69,13 +77,6 @@ pub unsafe extern "C" fn aclrtHostRegister(
              (IOMEMORY and READONLY are reserved)"
         );
         context::current(sim()?)?;
-        // Only the V1 call checks the page alignment the reference asks of both: aclrtHostRegisterV2
-        // validates its flags and leaves the address to the driver.
-        ensure!(
-            (ptr as usize).is_multiple_of(PAGE),
-            ACL_ERROR_RT_PARAM_INVALID,
-            "{ptr:p} is not aligned to the {PAGE}-byte page size"
-        );
         register(ptr, size, true, false)?;
         write_out(devPtr, "devPtr", ptr)
     })
