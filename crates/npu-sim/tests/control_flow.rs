@@ -1212,6 +1212,31 @@ const CASES: &[Case] = &[
         },
     ),
     case(
+        "switch index unaligned with a destroyed list: the index is checked first",
+        "aclrtSwitchLabelByIndex",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let list = a_list();
+            acl!(aclrtDestroyLabelList(list));
+            let unaligned = word().cast::<u8>().wrapping_add(2).cast();
+            code!(aclrtSwitchLabelByIndex(unaligned, 1, list, bound_stream()))
+        },
+    ),
+    case(
+        "stream switch unaligned to a destroyed stream: the values are checked first",
+        "aclrtSwitchStream",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let stream = bound_stream();
+            let stale = create_stream();
+            acl!(aclrtDestroyStream(stale));
+            let unaligned = word().cast::<u8>().wrapping_add(4).cast();
+            switch_stream(unaligned, ACL_RT_EQUAL, ACL_RT_SWITCH_INT64, stale, stream)
+        },
+    ),
+    case(
         "switch index unaligned",
         "aclrtSwitchLabelByIndex",
         ACL_ERROR_RT_PARAM_INVALID,

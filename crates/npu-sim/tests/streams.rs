@@ -1219,6 +1219,18 @@ fn every_error_path() {
             },
         ),
         case(
+            "value wait misaligned on a destroyed stream: the address is checked first",
+            "aclrtValueWait",
+            107000,
+            0,
+            || {
+                let stream = create_stream();
+                acl!(aclrtDestroyStream(stream));
+                let dev = malloc(16).cast::<u8>();
+                code!(aclrtValueWait(dev.wrapping_add(4).cast(), 1, 0, stream))
+            },
+        ),
+        case(
             "value write host memory",
             "aclrtValueWrite",
             107000,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use npu_sys::*;
 
 use super::model_build::bound_model;
-use super::value::check_word;
+use super::value::{check_aligned, check_word};
 use crate::context;
 use crate::control_flow::{Label, LabelList, MAX_LABELS, Place, Switch};
 use crate::error::{Res, ensure, guard, non_null, write_out};
@@ -135,7 +135,8 @@ pub unsafe extern "C" fn aclrtDestroyLabelList(labelList: aclrtLabelList) -> acl
 /// uint32 at `ptr` (4-byte aligned device memory of the stream's device, else 107000) and
 /// goes on from the label at that index among the list's first `maxValue` (past them: the
 /// last of them), the rest of this stream's tasks skipped. NULL `ptr` or `labelList`, then
-/// `maxValue` 0 → 100000 (before the list is looked up: a destroyed list → 107017), then
+/// `maxValue` 0 → 100000, then an unaligned `ptr` → 107000 (all before the list is looked up:
+/// a destroyed list → 107017), then
 /// `maxValue` past the list's length → 100000; a stream not bound to a built instance →
 /// 107005; one of those labels of another context → 507031.
 ///
@@ -157,6 +158,7 @@ pub unsafe extern "C" fn aclrtSwitchLabelByIndex(
             ACL_ERROR_INVALID_PARAM,
             "maxValue is 0: the switch needs at least one label"
         );
+        check_aligned(ptr as usize, 4, "ptr")?;
         let list = label_list(labelList)?;
         let max = maxValue as usize;
         ensure!(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use npu_sys::*;
 
 use super::model_ri::{check_same_context, model};
-use super::value::check_word;
+use super::value::{check_aligned, check_word};
 use crate::context;
 use crate::control_flow::{Comparison, Switch};
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
@@ -176,7 +176,8 @@ pub unsafe extern "C" fn aclrtActiveStream(
 /// Adds to a bound stream's tasks a switch to `trueStream` (bound to the same built
 /// instance): when an execution reaches it, it compares the values at `leftValue` and
 /// `rightValue` (int32 or int64 device memory of the stream's device, aligned to their size,
-/// else 107000) and, if `cond` holds, runs `trueStream` from its first task instead of the
+/// else 107000: the alignment is checked before either stream is looked up) and, if `cond`
+/// holds, runs `trueStream` from its first task instead of the
 /// rest of this stream's. NULL values or `trueStream`, a `falseStream` (reserved: NULL), or a
 /// condition or type outside their enums → 100000; either stream not bound to a built
 /// instance, or the two bound to different ones → 107005; another HEAD stream as
@@ -204,6 +205,9 @@ pub unsafe extern "C" fn aclrtSwitchStream(
             ACL_ERROR_INVALID_PARAM,
             "falseStream is reserved and must be NULL"
         );
+        let width = comparison.width();
+        check_aligned(leftValue as usize, width, "leftValue")?;
+        check_aligned(rightValue as usize, width, "rightValue")?;
         let sim = sim()?;
         let (_, target) = context::owned_stream(sim, trueStream)?;
         let stream = context::submit_stream(sim, stream)?;
@@ -217,7 +221,6 @@ pub unsafe extern "C" fn aclrtSwitchStream(
             model.id
         );
         model.check_accepts(&stream)?;
-        let width = comparison.width();
         check_word(leftValue as usize, width, stream.device.id, "leftValue")?;
         check_word(rightValue as usize, width, stream.device.id, "rightValue")?;
         model.push(

@@ -12,19 +12,28 @@ use crate::task::{Compare, Op, Task};
 /// Queues on `stream` the operation `op` builds for the word at `addr`, once `addr` is checked
 /// to be an 8-byte aligned word of device memory of the stream's device.
 fn submit_on_word(addr: usize, stream: aclrtStream, op: impl FnOnce(usize) -> Op) -> Res<()> {
+    check_aligned(addr, 8, "devAddr")?;
     let stream = context::submit_stream(sim()?, stream)?;
     check_word(addr, 8, stream.device.id, "devAddr")?;
     stream.submit(Task::new(op(addr)))
 }
 
-/// The `width`-byte word at `addr` (the argument `what`) is device memory of `device`,
-/// aligned to its width (else 107000).
-pub(super) fn check_word(addr: usize, width: usize, device: i32, what: &str) -> Res<()> {
+/// The `width`-byte word at `addr` (the argument `what`) is aligned to its width (else
+/// 107000): an argument check, which the functions taking a word make before they look up the
+/// stream (or list) that says whose memory it must be.
+pub(super) fn check_aligned(addr: usize, width: usize, what: &str) -> Res<()> {
     ensure!(
         addr.is_multiple_of(width),
         ACL_ERROR_RT_PARAM_INVALID,
         "{what} {addr:#x} is not {width}-byte aligned"
     );
+    Ok(())
+}
+
+/// The `width`-byte word at `addr` (the argument `what`) is device memory of `device`,
+/// aligned to its width (else 107000).
+pub(super) fn check_word(addr: usize, width: usize, device: i32, what: &str) -> Res<()> {
+    check_aligned(addr, width, what)?;
     let located = sim()?.memory.locate(addr);
     ensure!(
         located.class == PtrClass::Device(device),
@@ -36,7 +45,7 @@ pub(super) fn check_word(addr: usize, width: usize, device: i32, what: &str) -> 
 
 /// Queues a store of `value` to the 8-byte aligned 64-bit word at `devAddr` (device memory of
 /// the stream's device; else 107000). flag is reserved: 0 (else 100000). NULL stream is the
-/// default stream.
+/// default stream. The flag, then the alignment, are checked before the stream is looked up.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
