@@ -297,6 +297,7 @@ fn query<T>(
     legacy_api: Option<&str>,
     pick: impl FnOnce(&Event, Option<bool>) -> T,
 ) -> Res<()> {
+    non_null(event, "event")?;
     non_null(status, "status")?;
     let event = resolve(event)?;
     // A query never waits: a lost device still running a task reports the work not done
@@ -539,6 +540,7 @@ pub unsafe extern "C" fn aclrtEventGetTimestamp(
     timestamp: *mut u64,
 ) -> aclError {
     guard("aclrtEventGetTimestamp", || {
+        non_null(event, "event")?;
         non_null(timestamp, "timestamp")?;
         let (event, record) = lookup(event)?;
         write_out(timestamp, "timestamp", timestamp_ns(&event, record)? / 1000)
