@@ -124,7 +124,9 @@ impl Worker {
                 ran.map(|(id, entry)| (id, entry, None)).collect()
             };
             let aborts = ABORTS.load(Ordering::Acquire);
-            if !done.is_empty() && aborts != aborts_seen {
+            // Also with no callback run: a probe at the next quiet moment settles stale
+            // operations, which must not overtake the ones an abort covered.
+            if aborts != aborts_seen {
                 aborts_seen = aborts;
                 done.extend(take_aborted(&mut self.lock()));
                 // Ids grow with submission: on each stream, what an abort covered ends before
@@ -169,11 +171,15 @@ impl Worker {
         let mut stale: Vec<Arc<StreamShared>> = Vec::new();
         // Logged once the lock is released: a subscriber may call back into npu-rs.
         let mut dead_streams: Vec<(u64, usize, Error)> = Vec::new();
+        // What an abort covered ends before any stale operation is settled: those may have
+        // been submitted after it.
+        let aborted = take_aborted(&mut self.lock());
+        for (_, op, failure) in aborted {
+            op.end(failure);
+        }
         self.settle_lost_callbacks(now, stale_after);
         {
             let mut outstanding = self.lock();
-            let aborted = take_aborted(&mut outstanding).into_iter();
-            ended.extend(aborted.map(|(_, op, failure)| (op, failure)));
             for (stream, dead) in answered {
                 // In submission order (ids grow with it), so that a failed synchronize sees
                 // the failures before it. Only what was queued when the probe found the

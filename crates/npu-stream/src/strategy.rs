@@ -256,10 +256,13 @@ pub(crate) fn complete_after(
     // runtime's own code for a discard counts only for work an abort of this stream may have
     // discarded: a wait of this stream that ran and found its record dropped by another
     // stream's abort fails with the same code, and was not discarded (the work after it ran).
+    // A fault claimed for the operation says its task ran and failed (its event completed
+    // with the fault, as in `FailureMode::Continue`): it is reported, abort or not.
     let result = result.map_err(|err| {
         let discarded = err.acl_code() == Some(npu_core::AclCode::STREAM_ABORT)
             && stream.abort_may_have_discarded(op);
-        match discarded || stream.aborted(op) {
+        let ran_and_faulted = matches!(&err, Error::Acl(acl) if acl.fault.is_some());
+        match (discarded || stream.aborted(op)) && !ran_and_faulted {
             true => stream.aborted_error(op),
             false => err,
         }

@@ -85,6 +85,60 @@ fn work_a_fault_stopped_before_an_abort_reports_the_fault_not_aborted() {
     }
 }
 
+/// The same promise in the default `FailureMode::Continue`: the memset whose task faults runs
+/// and fails, its record completing with the fault, and the stream goes on. An abort called
+/// right after the record completed (seen through the raw event query, before the strategy
+/// may have settled the memset) covers the memset with its mark, but discards nothing of it:
+/// it must report the fault, and the memset behind it its success. Ten rounds under every
+/// strategy. Found by the session's last read: the mark turned any error of a covered
+/// operation into `Error::Aborted`.
+#[test]
+fn a_task_that_faulted_in_continue_mode_before_an_abort_reports_the_fault() {
+    let (_guard, d0, _d1) = exclusive(None);
+    for strategy in STRATEGIES {
+        for round in 0..10 {
+            let what = format!("{strategy:?} round {round}");
+            let ctx = d0.device().create_context().unwrap();
+            let s = stream(&ctx, strategy);
+            sim::fail_task(&s, 1, AclCode(507015)).unwrap();
+            let faulted = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+            let after = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2);
+            let ran = Event::new(&ctx).unwrap();
+            ran.record(&s).unwrap();
+            until_recorded(&ctx, &ran);
+            run(s.abort()).unwrap();
+            let err = run(faulted).unwrap_err();
+            match &err.error {
+                Error::Acl(acl) => {
+                    assert_eq!(acl.code, AclCode(507015), "{what}");
+                    assert!(acl.fault.is_some(), "{what}: the fault lost");
+                }
+                other => panic!("{what}: the faulted memset reported {other}, not its fault"),
+            }
+            let written = run(after).unwrap_or_else(|e| panic!("{what}: {}", e.error));
+            assert_eq!(written.to_vec_blocking().unwrap(), [2; 64], "{what}");
+        }
+    }
+}
+
+/// Waits (spinning on the raw query, which does not block) until `event`'s record has
+/// completed on the device; npu-rs's strategies may or may not have settled what came before.
+fn until_recorded(ctx: &Context, event: &Event) {
+    ctx.bind().unwrap();
+    let query = ctx
+        .runtime()
+        .api()
+        .aclrtQueryEventStatus
+        .expect("npu-sim has it");
+    let mut status = npu::ffi::ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    // SAFETY: the event is alive (`event`); the status is a valid out-pointer.
+    while unsafe { query(event.as_raw(), &mut status) } != 0
+        || status != npu::ffi::ACL_EVENT_RECORDED_STATUS_COMPLETE
+    {
+        std::thread::yield_now();
+    }
+}
+
 /// The fill kernel `{uint8_t *x, uint64_t n}` that waits for its test's gate before it writes
 /// 0x5B over the `n` bytes at `x`: the device's running task when an abort begins.
 const GATED_FILL: &str = "attack_session23b_gated_fill";

@@ -239,16 +239,22 @@ impl Drop for AbortInProgress<'_> {
             if self.discarded {
                 let after = stream.aborted_through.fetch_max(through, Ordering::AcqRel);
                 // Before the strategies hear of the discard (below), so that whoever fails
-                // the discarded work sees it.
-                *stream
-                    .faulted_at_abort
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner()) =
-                    self.faulted.take().map(|error| super::FaultedAtAbort {
+                // the discarded work sees it. An abort that ended after a later one (after a
+                // stop, two may run at once) has no range of its own left.
+                if let Some(error) = self.faulted.take().filter(|_| after < through) {
+                    let mut faulted = stream
+                        .faulted_at_abort
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    if faulted.len() == super::FAULTED_ABORTS_KEPT {
+                        faulted.pop_front();
+                    }
+                    faulted.push_back(super::FaultedAtAbort {
                         after,
                         through,
                         error,
                     });
+                }
                 // The runtime cleared the stream's errors with its queue; so does the failure
                 // record.
                 *stream.failure.lock().unwrap_or_else(|e| e.into_inner()) = None;

@@ -1,5 +1,6 @@
 //! Creating a stream: its options, its id and the watch on its faults.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -161,7 +162,7 @@ impl StreamBuilder {
             watched: AtomicU64::new(0),
             aborted_through: AtomicU64::new(0),
             aborting_through: AtomicU64::new(0),
-            faulted_at_abort: Mutex::new(None),
+            faulted_at_abort: Mutex::new(VecDeque::new()),
             stops: AtomicU64::new(0),
             fault_noticed,
             _fault_watch: fault_watch,

@@ -81,14 +81,15 @@ impl StreamShared {
             .faulted_at_abort
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        match &*faulted {
-            Some(at) if op.seq > at.after && op.seq <= at.through => match at.error.clone() {
-                npu_core::Error::Acl(acl) => {
-                    npu_core::Error::Acl(npu_core::AclError { api: op.api, ..acl })
-                }
-                other => other,
-            },
-            _ => npu_core::Error::Aborted { api: op.api },
+        let range = faulted
+            .iter()
+            .find(|at| op.seq > at.after && op.seq <= at.through);
+        match range.map(|at| at.error.clone()) {
+            Some(npu_core::Error::Acl(acl)) => {
+                npu_core::Error::Acl(npu_core::AclError { api: op.api, ..acl })
+            }
+            Some(other) => other,
+            None => npu_core::Error::Aborted { api: op.api },
         }
     }
 

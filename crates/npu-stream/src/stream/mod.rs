@@ -87,10 +87,12 @@ pub(crate) struct StreamShared {
     /// or on a stream never aborted, it is a wait that ran and found its record dropped by
     /// another stream's abort.
     pub(crate) aborting_through: AtomicU64,
-    /// The work the latest abort discarded after a device fault had already stopped the
-    /// stream (`seq` in `(after, through]`), and that fault's error: that work failed with it
-    /// before the abort began, so its operations report it, not `Error::Aborted`.
-    pub(crate) faulted_at_abort: Mutex<Option<FaultedAtAbort>>,
+    /// The work aborts discarded after a device fault had already stopped the stream (`seq`
+    /// in `(after, through]`, one range per such abort), and each fault's error: that work
+    /// failed with it before the abort began, so its operations report it, not
+    /// `Error::Aborted`. Every range is kept (a later abort must not hide an earlier one's
+    /// fault from operations a strategy has not failed yet), up to [`FAULTED_ABORTS_KEPT`].
+    pub(crate) faulted_at_abort: Mutex<VecDeque<FaultedAtAbort>>,
     /// How many `Stream::stop` calls have returned: an abort whose runtime call began before
     /// one may have run before the stop, so a later abort does not share it.
     stops: AtomicU64,
@@ -100,6 +102,11 @@ pub(crate) struct StreamShared {
     /// Keeps the exception callback telling this stream about its faults.
     _fault_watch: npu_core::FaultWatch,
 }
+
+/// How many faulted aborts a stream remembers. Each range is read only until the strategies
+/// have failed its operations, which they do soon after the abort; the bound keeps a stream
+/// that is faulted and aborted over and over from growing without end.
+pub(crate) const FAULTED_ABORTS_KEPT: usize = 16;
 
 /// What [`StreamShared::faulted_at_abort`] holds.
 #[derive(Debug, Clone)]
