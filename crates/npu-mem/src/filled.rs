@@ -260,4 +260,22 @@ unsafe impl<T: Pod, B: DerefMut<Target = [T]>> BufMut for Filled<B> {
         self.reserve("put_bytes", cnt).fill(val);
         self.filled += cnt;
     }
+
+    // The provided form loops over `chunk_mut()` as well; this one copies the source's chunks
+    // through `put_slice`, which reads the length once per chunk. A source whose `chunk()` is
+    // empty while it says bytes remain ends the copy instead of spinning on it.
+    fn put<U: Buf>(&mut self, mut src: U)
+    where
+        Self: Sized,
+    {
+        while src.has_remaining() {
+            let chunk = src.chunk();
+            let len = chunk.len();
+            if len == 0 {
+                break;
+            }
+            self.put_slice(chunk);
+            src.advance(len);
+        }
+    }
 }

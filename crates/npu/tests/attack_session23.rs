@@ -112,14 +112,30 @@ fn filled_copies_read_the_buffer_once_and_end() {
             buf.put_bytes(7, room);
         })
     });
-    let message = write.expect_err("16 bytes do not fit in 4");
-    let message = message
-        .downcast_ref::<String>()
-        .expect("a formatted message");
+    let message = panic_text(write.expect_err("16 bytes do not fit in 4"));
     assert!(
         message.contains("Filled::put_bytes: 16 bytes do not fit in the 4 left"),
         "{message}"
     );
+    // `put` of another `Buf`, the room checked at 16 bytes and the copy made at 4: found by
+    // the session's last read (bytes' provided loop spun on `chunk_mut`).
+    let put = bounded(|| {
+        std::panic::catch_unwind(|| {
+            let mut buf = Filled::new(Fickle::new(&[16, 4]));
+            let room = buf.remaining_mut();
+            buf.put(&vec![9u8; room][..]);
+        })
+    });
+    let message = panic_text(put.expect_err("16 bytes do not fit in 4"));
+    assert!(
+        message.contains("Filled::put_slice: 16 bytes do not fit in the 4 left"),
+        "{message}"
+    );
+}
+
+/// A panic's formatted message.
+fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+    *payload.downcast::<String>().expect("a formatted message")
 }
 
 /// `Filled` over a buffer that grows after a fill: the filled bytes stay filled and the new
