@@ -3,19 +3,36 @@
 //! worker decides how much of a core the device takes from the host's threads, which a real
 //! device, running on its own cores, never does.
 
+use std::collections::HashSet;
 use std::mem::{size_of, zeroed};
 
-/// While alive, the newest simulator stream workers (the device) run alone on the second CPU
-/// and every other thread of the process on the first; dropping it lets every thread
-/// (including those started meanwhile) run on all the CPUs the process had.
+/// While alive, the given simulator stream workers (the device) run alone on the process's
+/// last CPU and every other thread of the process on the others; dropping it lets every
+/// thread (including those started meanwhile) run on all the CPUs the process had.
 pub(crate) struct DeviceAlone {
     all: libc::cpu_set_t,
 }
 
+/// The ids of the process's simulator stream workers of device 0. Taken before and after the
+/// streams of a run are made, the difference is that run's workers: a thread's name keeps only
+/// 15 bytes (`npu-sim-d0-s1234` reads back as `npu-sim-d0-s123`), so the stream id in it
+/// cannot tell a new worker from an old one.
+pub(crate) fn sim_workers() -> HashSet<libc::pid_t> {
+    threads()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, name)| name.starts_with("npu-sim-d0-s"))
+        .map(|(tid, _)| tid)
+        .collect()
+}
+
 impl DeviceAlone {
-    /// Pins the threads, the newest `workers` stream workers of device 0 to the second CPU;
-    /// `None` on a host with fewer than two CPUs or without `/proc/self/task`.
-    pub(crate) fn pin(workers: usize) -> Option<Self> {
+    /// Pins the threads, `device` to the last CPU; `None` (nothing pinned) on a host with
+    /// fewer than two CPUs, without `/proc/self/task`, or if no worker is given.
+    pub(crate) fn pin(device: &HashSet<libc::pid_t>) -> Option<Self> {
+        if device.is_empty() {
+            return None;
+        }
         // SAFETY: a zeroed `cpu_set_t` is an empty set, and the call writes at most its size.
         let mut all: libc::cpu_set_t = unsafe { zeroed() };
         // SAFETY: `all` is a valid, writable set of the size given.
@@ -26,31 +43,37 @@ impl DeviceAlone {
             // SAFETY: `all` is an initialised set and `cpu` is below its size.
             .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &all) })
             .collect();
-        let (&first, &second) = (cpus.first()?, cpus.get(1)?);
+        let (&last, host) = cpus.split_last()?;
+        if host.is_empty() {
+            return None;
+        }
         let threads = threads()?;
-        let mut device: Vec<(u32, libc::pid_t)> = threads
-            .iter()
-            .filter_map(|(tid, name)| {
-                let stream = name.strip_prefix("npu-sim-d0-s")?.parse().ok()?;
-                Some((stream, *tid))
-            })
-            .collect();
-        device.sort_unstable();
-        let device: Vec<libc::pid_t> = device.iter().rev().take(workers).map(|w| w.1).collect();
+        let (on_device, on_host) = (set_of(&[last]), set_of(host));
         for (tid, _) in &threads {
-            set(
-                *tid,
-                &only(if device.contains(tid) { second } else { first }),
-            );
+            let cpus = if device.contains(tid) {
+                &on_device
+            } else {
+                &on_host
+            };
+            set(*tid, cpus);
         }
         Some(DeviceAlone { all })
     }
 }
 
 impl Drop for DeviceAlone {
+    /// Until every thread reads back the full set: a thread a not yet restored one starts
+    /// meanwhile inherits its creator's narrow set (a blocking-pool thread would keep it for
+    /// the cells after).
     fn drop(&mut self) {
-        for (tid, _) in threads().unwrap_or_default() {
-            set(tid, &self.all);
+        for _ in 0..100 {
+            for (tid, _) in threads().unwrap_or_default() {
+                set(tid, &self.all);
+            }
+            let restored = threads().unwrap_or_default();
+            if restored.iter().all(|(tid, _)| has(*tid, &self.all)) {
+                return;
+            }
         }
     }
 }
@@ -70,11 +93,13 @@ fn threads() -> Option<Vec<(libc::pid_t, String)>> {
     )
 }
 
-fn only(cpu: usize) -> libc::cpu_set_t {
+fn set_of(cpus: &[usize]) -> libc::cpu_set_t {
     // SAFETY: a zeroed `cpu_set_t` is an empty set.
     let mut set: libc::cpu_set_t = unsafe { zeroed() };
-    // SAFETY: `cpu` came from a set of this size, so it is below `CPU_SETSIZE`.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    for &cpu in cpus {
+        // SAFETY: `cpu` came from a set of this size, so it is below `CPU_SETSIZE`.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
     set
 }
 
@@ -82,4 +107,16 @@ fn only(cpu: usize) -> libc::cpu_set_t {
 fn set(tid: libc::pid_t, cpus: &libc::cpu_set_t) {
     // SAFETY: `cpus` is an initialised set of the size given; the call only reads it.
     unsafe { libc::sched_setaffinity(tid, size_of::<libc::cpu_set_t>(), cpus) };
+}
+
+/// Whether `tid` may run on every CPU of `cpus` (a thread that ended counts as restored).
+fn has(tid: libc::pid_t, cpus: &libc::cpu_set_t) -> bool {
+    // SAFETY: a zeroed `cpu_set_t` is an empty set, and the call writes at most its size.
+    let mut now: libc::cpu_set_t = unsafe { zeroed() };
+    // SAFETY: `now` is a valid, writable set of the size given.
+    if unsafe { libc::sched_getaffinity(tid, size_of::<libc::cpu_set_t>(), &mut now) } != 0 {
+        return true;
+    }
+    // SAFETY: both sets are initialised.
+    unsafe { libc::CPU_EQUAL(&now, cpus) }
 }

@@ -9,6 +9,7 @@
 //! alike, and each row says whether its target is met.
 
 use std::cell::Cell;
+use std::collections::HashSet;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,7 @@ use npu_mem::{DeviceBuffer, MemoryMut};
 use npu_sim::{TimingModel, control};
 use npu_stream::{Strategy, Stream};
 
-use crate::placement::DeviceAlone;
+use crate::placement::{self, DeviceAlone};
 use crate::stats::{self, median, micros, percentile};
 use crate::{Filter, Table};
 
@@ -312,7 +313,7 @@ fn await_latency(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &C
 /// streams live as long as it does; so do the operations still in flight when it ends.
 ///
 /// With `device_alone`, the streams' simulator workers run on one core and every other thread
-/// on another, for the run ([`DeviceAlone`]).
+/// on the others, for the run ([`DeviceAlone`]).
 fn ops_per_sec(
     tokio: &tokio::runtime::Runtime,
     context: &Context,
@@ -322,6 +323,7 @@ fn ops_per_sec(
     window: Duration,
     device_alone: bool,
 ) -> f64 {
+    let workers_before = placement::sim_workers();
     let streams: Vec<Stream> = (0..streams)
         .map(|_| {
             Stream::builder(context)
@@ -330,8 +332,13 @@ fn ops_per_sec(
                 .expect("stream")
         })
         .collect();
-    let _placed = device_alone
-        .then(|| DeviceAlone::pin(streams.len()))
+    let workers: HashSet<_> = placement::sim_workers()
+        .difference(&workers_before)
+        .copied()
+        .collect();
+    // Placed only when every stream's worker is known; otherwise the scheduler places them.
+    let _placed = (device_alone && workers.len() == streams.len())
+        .then(|| DeviceAlone::pin(&workers))
         .flatten();
     let buffers: Vec<DeviceBuffer<u8>> = (0..in_flight)
         .map(|_| DeviceBuffer::<u8>::new(context, TASK_BYTES as usize).expect("buffer"))
