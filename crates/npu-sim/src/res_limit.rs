@@ -24,7 +24,8 @@ impl ResLimits {
         let hardware = hardware_count(kind)?;
         let slot = match kind {
             ACL_RT_DEV_RES_CUBE_CORE => &self.cube,
-            _ => &self.vector,
+            ACL_RT_DEV_RES_VECTOR_CORE => &self.vector,
+            _ => unreachable!("hardware_count refuses type {kind}"),
         };
         Ok((slot, hardware))
     }

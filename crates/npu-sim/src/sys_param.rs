@@ -19,7 +19,6 @@ fn admits(opt: aclSysParamOpt, value: i64) -> bool {
     }
 }
 
-/// The index of a known option, else 100000.
 /// The slot of an option (an unknown option → 100000).
 pub(crate) fn index(opt: aclSysParamOpt) -> Res<usize> {
     match opt {
@@ -34,7 +33,6 @@ pub(crate) fn index(opt: aclSysParamOpt) -> Res<usize> {
     }
 }
 
-/// One set of runtime parameters; `None` for an option never set.
 /// The slot of an option after checking the option and a value for it (100000 otherwise): the
 /// ACL layer's checks, which the context functions make before they look the context up.
 pub(crate) fn checked(opt: aclSysParamOpt, value: i64) -> Res<usize> {
@@ -47,6 +45,7 @@ pub(crate) fn checked(opt: aclSysParamOpt, value: i64) -> Res<usize> {
     Ok(at)
 }
 
+/// One set of runtime parameters; `None` for an option never set.
 #[derive(Default)]
 pub(crate) struct SysParams(Mutex<[Option<i64>; 4]>);
 

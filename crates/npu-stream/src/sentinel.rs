@@ -215,6 +215,8 @@ impl Drop for Unstarted {
     fn drop(&mut self) {
         match self.0.take() {
             None => {}
+            // Only drains and watches take a thread of their own (`spawn_fallback`); a probe
+            // is given up as `probe` does without a sentinel, should one ever come here.
             Some(Job::Probe { stream, verdict }) => {
                 // As without a sentinel: taken to be alive. A probe holds no device work.
                 verdict.give(Ok(()));

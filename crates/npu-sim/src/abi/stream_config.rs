@@ -10,6 +10,7 @@ use super::device::LEAST_PRIORITY;
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, guard_value, non_null, write_out};
 use crate::sim::sim;
+use crate::stream::{Attributes, Stream};
 use crate::sync::lock;
 
 /// The stream configuration functions are documented as unsupported on an Atlas A2 (and on
@@ -222,27 +223,22 @@ pub unsafe extern "C" fn aclrtGetStreamAttribute(
 ) -> aclError {
     guard("aclrtGetStreamAttribute", || {
         non_null(value, "value")?;
-        if !matches!(
-            stmAttrType,
-            ACL_STREAM_ATTR_FAILURE_MODE
-                | ACL_STREAM_ATTR_FLOAT_OVERFLOW_CHECK
-                | ACL_STREAM_ATTR_USER_CUSTOM_TAG
-                | ACL_STREAM_ATTR_CACHE_OP_INFO
-                | ACL_STREAM_ATTR_PRIORITY
-        ) {
-            return unknown_attribute(stmAttrType);
-        }
+        // The attribute is an argument: known or not is settled before the stream is looked up.
+        type Read = fn(&Stream, &Attributes, &mut aclrtStreamAttrValue);
+        let read: Read = match stmAttrType {
+            ACL_STREAM_ATTR_FAILURE_MODE => |s, _, out| out.failureMode = s.failure_mode(),
+            ACL_STREAM_ATTR_FLOAT_OVERFLOW_CHECK => {
+                |_, a, out| out.overflowSwitch = a.overflow_switch
+            }
+            ACL_STREAM_ATTR_USER_CUSTOM_TAG => |_, a, out| out.userCustomTag = a.user_custom_tag,
+            ACL_STREAM_ATTR_CACHE_OP_INFO => |_, a, out| out.cacheOpInfoSwitch = a.cache_op_info,
+            ACL_STREAM_ATTR_PRIORITY => |s, _, out| out.streamPriority = s.priority(),
+            _ => return unknown_attribute(stmAttrType),
+        };
         let target = context::any_stream(sim()?, stream)?;
         let attributes = *lock(&target.attributes);
         let mut out = aclrtStreamAttrValue::default();
-        match stmAttrType {
-            ACL_STREAM_ATTR_FAILURE_MODE => out.failureMode = target.failure_mode(),
-            ACL_STREAM_ATTR_FLOAT_OVERFLOW_CHECK => out.overflowSwitch = attributes.overflow_switch,
-            ACL_STREAM_ATTR_USER_CUSTOM_TAG => out.userCustomTag = attributes.user_custom_tag,
-            ACL_STREAM_ATTR_CACHE_OP_INFO => out.cacheOpInfoSwitch = attributes.cache_op_info,
-            ACL_STREAM_ATTR_PRIORITY => out.streamPriority = target.priority(),
-            _ => return unknown_attribute(stmAttrType),
-        }
+        read(&target, &attributes, &mut out);
         write_out(value, "value", out)
     })
 }
