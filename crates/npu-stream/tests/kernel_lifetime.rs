@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use kernel_support::{context, in_process};
 use npu_mem::DeviceBuffer;
-use npu_sim::control::{device_stats, set_kernel_duration, set_timing};
+use npu_sim::control::{device_stats, hold, release, set_kernel_duration, set_timing};
 use npu_sim::kernel::VECTOR_ADD_F32;
 use npu_stream::Stream;
 
@@ -54,6 +54,10 @@ async fn a_dropped_launch_keeps_its_arguments_until_the_kernel_finished() {
     let buffers = [(); 3].map(|()| DeviceBuffer::<f32>::new(&ctx, n).unwrap());
     assert_eq!(live_allocations(), baseline + 3);
     let [a, b, c] = buffers;
+    // The device is held so that the kernel is still to run when the checks below run,
+    // whatever the scheduler does to this thread: they used to count samples taken while the
+    // 100 ms kernel ran, which a thread kept off the CPU for that long fails.
+    hold(0).unwrap();
     // SAFETY: {const float *a, const float *b, float *c, uint64_t n}; all hold n f32.
     let launch = unsafe { stream.launch(&add, 4, (a, b, c, n as u64)) };
     let done = launch.completion().clone();
@@ -61,9 +65,11 @@ async fn a_dropped_launch_keeps_its_arguments_until_the_kernel_finished() {
     drop(launch);
     drop(add);
 
-    // Until the kernel completes, none of the three buffers may be freed.
-    let mut samples = 0;
-    while !done.is_complete() {
+    // Until the kernel completes, none of the three buffers may be freed and the binary stays
+    // loaded. Checked five times while the device holds the kernel (the releases run on other
+    // threads, which get their turns between the checks), then as often as the scheduler lets
+    // this thread while the kernel runs its 100 ms.
+    let still_in_use = || {
         assert_eq!(
             live_allocations(),
             baseline + 3,
@@ -73,13 +79,19 @@ async fn a_dropped_launch_keeps_its_arguments_until_the_kernel_finished() {
             function_loaded(&ctx, raw_function),
             "the binary was unloaded while the kernel could still run"
         );
-        samples += 1;
+    };
+    for _ in 0..5 {
+        assert!(!done.is_complete(), "the kernel completed on a held device");
+        still_in_use();
+        tokio::task::yield_now().await;
+        std::thread::yield_now();
+    }
+    release(0).unwrap();
+    while !done.is_complete() {
+        still_in_use();
+        // A sampling interval, not a synchronisation: the loop ends on the completion.
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(
-        samples >= 5,
-        "the 100 ms kernel was observed {samples} times"
-    );
     assert!(
         done.result().unwrap().is_ok(),
         "the kernel ran, its binary still loaded: {:?}",
