@@ -1187,6 +1187,14 @@ fn a_free_with_device_sync_returns_behind_a_stopped_program() {
     acl!(aclrtDestroyStream(exec));
 }
 
+/// The callbacks [`a_report_thread_waiting_behind_a_program_with_a_blocking_callback_gets_a_code`]
+/// ran: its own count, since other tests run [`count_callback`] concurrently.
+static REPORT_TURNS: AtomicU32 = AtomicU32::new(0);
+
+unsafe extern "C" fn count_report_turn(_: *mut c_void) {
+    REPORT_TURNS.fetch_add(1, Ordering::AcqRel);
+}
+
 /// Promise: the report thread of a stream whose program holds BLOCK callbacks is refused
 /// (207000) when it waits for that stream, as it is for a BLOCK callback queued there itself:
 /// only its own aclrtProcessReport can run the callbacks the stream will stop at, the next
@@ -1203,7 +1211,7 @@ fn a_report_thread_waiting_behind_a_program_with_a_blocking_callback_gets_a_code
         let model = counted_loop(2, |s| {
             acl!(aclrtSubscribeReport(me, s));
             acl!(aclrtLaunchCallback(
-                Some(count_callback),
+                Some(count_report_turn),
                 ptr::null_mut(),
                 ACL_CALLBACK_BLOCK,
                 s
@@ -1219,8 +1227,12 @@ fn a_report_thread_waiting_behind_a_program_with_a_blocking_callback_gets_a_code
                 ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
                 "aclrtSynchronizeStream",
             );
-            // Running this turn's callback lets the turn end.
-            while read_u32(raw.ptr()) < turn {
+            // Running this turn's callback lets the turn end. The loop counts the callbacks
+            // run, not the turns' marks: waiting for this turn's mark, a call made before the
+            // device wrote it could run the next turn's callback too, ending the program
+            // before the next refusal was asked for (then the wait returned 0; seen with
+            // tests run on 8 and 16 threads). aclrtProcessReport runs one callback a call.
+            while REPORT_TURNS.load(Ordering::Acquire) < turn {
                 code!(aclrtProcessReport(10));
                 recent_message();
             }
@@ -1233,6 +1245,7 @@ fn a_report_thread_waiting_behind_a_program_with_a_blocking_callback_gets_a_code
             std::thread::yield_now();
         }
         acl!(aclrtSynchronizeStream(exec));
+        assert_eq!(read_u32(raw.ptr()), 2, "the program ran both turns");
         acl!(aclrtUnSubscribeReport(me, exec));
         destroy_when_over(0, model);
         acl!(aclrtDestroyStream(exec));
