@@ -672,6 +672,9 @@ fn a_set_function_whose_binary_is_unloaded_under_a_held_execution_still_runs() {
     upload::<u32>(counter, &[0]);
     upload::<u64>(args, &[counter as u64]);
     let (model, task) = capture_device_args(stream, args);
+    // Registered here: the other tests register it on first use, and this one may run first
+    // (it then found no "read_through" in its image: seen with 16 test threads).
+    register_read_through();
     let bin = registry_binary(&[READ_THROUGH]);
     let func = function(bin, READ_THROUGH);
     let mut through = Through {

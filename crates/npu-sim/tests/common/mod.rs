@@ -484,6 +484,13 @@ pub const READ_THROUGH: &str = "read_through";
 
 /// `read_through`, registered once per process.
 pub fn read_through() -> aclrtFuncHandle {
+    register_read_through();
+    function(registry_binary(&[READ_THROUGH]), READ_THROUGH)
+}
+
+/// Registers `read_through` (once per process), for a test that loads a binary of it itself:
+/// a registry image names kernels registered before it is loaded.
+pub fn register_read_through() {
     static REGISTER: std::sync::Once = std::sync::Once::new();
     REGISTER.call_once(|| {
         ascendcl::kernel::register_with_args_size(READ_THROUGH, 24, |_, _, args: *mut c_void| {
@@ -499,7 +506,6 @@ pub fn read_through() -> aclrtFuncHandle {
         })
         .unwrap();
     });
-    function(registry_binary(&[READ_THROUGH]), READ_THROUGH)
 }
 
 /// A random-number task parameter given as a value: its native bytes.
