@@ -13,10 +13,7 @@ pub(crate) struct DeviceAlone {
     all: libc::cpu_set_t,
 }
 
-/// The ids of the process's simulator stream workers of device 0. Taken before and after the
-/// streams of a run are made, the difference is that run's workers: a thread's name keeps only
-/// 15 bytes (`npu-sim-d0-s1234` reads back as `npu-sim-d0-s123`), so the stream id in it
-/// cannot tell a new worker from an old one.
+/// The ids of the process's simulator stream workers of device 0.
 pub(crate) fn sim_workers() -> HashSet<libc::pid_t> {
     threads()
         .unwrap_or_default()
@@ -24,6 +21,25 @@ pub(crate) fn sim_workers() -> HashSet<libc::pid_t> {
         .filter(|(_, name)| name.starts_with("npu-sim-d0-s"))
         .map(|(tid, _)| tid)
         .collect()
+}
+
+/// The `count` workers started since `before` was taken (by [`sim_workers`]), or `None` if
+/// they do not all show up. The stream id in a worker's name cannot tell them (a name keeps 15
+/// bytes: `npu-sim-d0-s1234` reads back as `npu-sim-d0-s123`), and a new thread names itself
+/// once it runs, shortly after its stream was made: the workers are waited for, a bounded
+/// number of yields.
+pub(crate) fn new_sim_workers(
+    before: &HashSet<libc::pid_t>,
+    count: usize,
+) -> Option<HashSet<libc::pid_t>> {
+    for _ in 0..10_000 {
+        let new: HashSet<_> = sim_workers().difference(before).copied().collect();
+        if new.len() == count {
+            return Some(new);
+        }
+        std::thread::yield_now();
+    }
+    None
 }
 
 impl DeviceAlone {

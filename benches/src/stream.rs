@@ -9,7 +9,6 @@
 //! alike, and each row says whether its target is met.
 
 use std::cell::Cell;
-use std::collections::HashSet;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -312,7 +311,7 @@ fn await_latency(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &C
 /// reactor learning each new stream's pace) stay out of it, as they do for a server whose
 /// streams live as long as it does; so do the operations still in flight when it ends.
 ///
-/// With `device_alone`, the streams' simulator workers run on one core and every other thread
+/// With `device_alone`, the simulator's stream workers run on one core and every other thread
 /// on the others, for the run ([`DeviceAlone`]).
 fn ops_per_sec(
     tokio: &tokio::runtime::Runtime,
@@ -323,7 +322,7 @@ fn ops_per_sec(
     window: Duration,
     device_alone: bool,
 ) -> f64 {
-    let workers_before = placement::sim_workers();
+    let before = placement::sim_workers();
     let streams: Vec<Stream> = (0..streams)
         .map(|_| {
             Stream::builder(context)
@@ -332,14 +331,11 @@ fn ops_per_sec(
                 .expect("stream")
         })
         .collect();
-    let workers: HashSet<_> = placement::sim_workers()
-        .difference(&workers_before)
-        .copied()
-        .collect();
     // Placed only when every stream's worker is known; otherwise the scheduler places them.
-    let _placed = (device_alone && workers.len() == streams.len())
-        .then(|| DeviceAlone::pin(&workers))
-        .flatten();
+    let _placed = device_alone
+        .then(|| placement::new_sim_workers(&before, streams.len()))
+        .flatten()
+        .and_then(|workers| DeviceAlone::pin(&workers));
     let buffers: Vec<DeviceBuffer<u8>> = (0..in_flight)
         .map(|_| DeviceBuffer::<u8>::new(context, TASK_BYTES as usize).expect("buffer"))
         .collect();
