@@ -85,6 +85,42 @@ fn work_a_fault_stopped_before_an_abort_reports_the_fault_not_aborted() {
     }
 }
 
+/// The same promise with a second abort right behind the first: the first abort found the
+/// fault and kept it for the work it discarded; the second finds the stream healthy again.
+/// Whichever order the strategy fails the first abort's work in (the callback worker only on
+/// its next pass, up to its report timeout later), the faulted memset and the one it stopped
+/// still report the fault. Found by the session's last read: the stream kept one fault, which
+/// the second abort replaced with none.
+#[test]
+fn a_second_abort_does_not_hide_the_fault_the_first_one_kept() {
+    let (_guard, d0, _d1) = exclusive(None);
+    for strategy in STRATEGIES {
+        for round in 0..5 {
+            let what = format!("{strategy:?} round {round}");
+            let ctx = d0.device().create_context().unwrap();
+            let s = stream(&ctx, strategy);
+            s.set_failure_mode(FailureMode::Stop).unwrap();
+            sim::fail_task(&s, 1, AclCode(507015)).unwrap();
+            let hold = sim::hold(&ctx.device()).unwrap();
+            let faulted = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+            let stopped = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2);
+            hold.release().unwrap();
+            until_the_device_stopped(&ctx, &s);
+            run(s.abort()).unwrap();
+            run(s.abort()).unwrap();
+            for (name, op) in [("faulted", faulted), ("stopped", stopped)] {
+                match run(op).unwrap_err().error {
+                    Error::Acl(acl) => {
+                        assert_eq!(acl.code, AclCode(507015), "{what}: {name}");
+                        assert!(acl.fault.is_some(), "{what}: {name} lost its fault");
+                    }
+                    other => panic!("{what}: {name} reported {other}, not the fault"),
+                }
+            }
+        }
+    }
+}
+
 /// The same promise in the default `FailureMode::Continue`: the memset whose task faults runs
 /// and fails, its record completing with the fault, and the stream goes on. An abort called
 /// right after the record completed (seen through the raw event query, before the strategy
