@@ -10,7 +10,7 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Condvar, Mutex, Once};
+use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use common::*;
@@ -173,51 +173,6 @@ fn until_recorded(ctx: &Context, event: &Event) {
     {
         std::thread::yield_now();
     }
-}
-
-/// The fill kernel `{uint8_t *x, uint64_t n}` that waits for its test's gate before it writes
-/// 0x5B over the `n` bytes at `x`: the device's running task when an abort begins.
-const GATED_FILL: &str = "attack_session23b_gated_fill";
-
-/// Whether the gated kernel has started, and whether it may write and return.
-static GATE: (Mutex<(bool, bool)>, Condvar) = (Mutex::new((false, false)), Condvar::new());
-
-fn set_gate(update: impl FnOnce(&mut (bool, bool))) {
-    update(&mut GATE.0.lock().unwrap_or_else(|e| e.into_inner()));
-    GATE.1.notify_all();
-}
-
-fn wait_gate(until: impl Fn(&(bool, bool)) -> bool) {
-    let state = GATE.0.lock().unwrap_or_else(|e| e.into_inner());
-    drop(GATE.1.wait_while(state, |state| !until(state)));
-}
-
-fn gated_fill(ctx: &Context) -> Function {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        sim::kernel::register_with_args_size(GATED_FILL, 16, |block, _, args| {
-            // SAFETY: launched with {uint8_t *x, uint64_t n}: 16 bytes.
-            let (x, n) = unsafe {
-                let words = args.cast::<u64>();
-                (
-                    words.read_unaligned() as *mut u8,
-                    words.add(1).read_unaligned(),
-                )
-            };
-            set_gate(|gate| gate.0 = true);
-            wait_gate(|gate| gate.1);
-            if block == 0 {
-                // SAFETY: x holds n bytes, kept allocated by the launch until it completes.
-                unsafe { std::ptr::write_bytes(x, 0x5B, n as usize) };
-            }
-            0
-        })
-        .unwrap();
-    });
-    let image = sim::kernel::registry_image(&[GATED_FILL]);
-    // SAFETY: a registry image only names in-process kernels; loading it runs no code.
-    let module = unsafe { Module::from_data(ctx, &image) }.unwrap();
-    module.function(GATED_FILL).unwrap()
 }
 
 /// Waits until the runtime's abort of `s` has begun: it then refuses a raw submission (npu-rs

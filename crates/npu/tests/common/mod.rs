@@ -25,6 +25,10 @@ mod until;
 
 pub(crate) use until::{until, until_the_runtime_aborts};
 
+mod gated_fill;
+
+pub(crate) use gated_fill::{GATE, RETURNED, gated_fill, set_gate, wait_gate};
+
 /// Every completion strategy: each attack involving a stream runs under all three.
 pub(crate) const STRATEGIES: [Strategy; 3] = [
     Strategy::EventPoll,
