@@ -16,8 +16,8 @@ use std::time::Duration;
 use common::*;
 use npu::prelude::*;
 use npu::sim;
-use npu::stream::Completion;
-use npu::{AclCode, Error, FailureMode, Stream};
+use npu::stream::{Completion, Strategy};
+use npu::{AclCode, Error, FailureMode, Op, Stream};
 
 /// Waits (spinning on the raw query, which does not block) until the device has stopped `s`
 /// on a fault: `aclrtStreamQuery` then fails. npu-rs's strategies may or may not have noticed.
@@ -52,14 +52,10 @@ fn work_a_fault_stopped_before_an_abort_reports_the_fault_not_aborted() {
         for round in 0..10 {
             let what = format!("{strategy:?} round {round}");
             let ctx = d0.device().create_context().unwrap();
-            let s = stream(&ctx, strategy);
-            s.set_failure_mode(FailureMode::Stop).unwrap();
-            sim::fail_task(&s, 1, AclCode(507015)).unwrap();
+            let (s, faulted, stopped, hold) =
+                two_memsets_the_first_to_stop_on_a_fault(&ctx, strategy);
             // Held, so that the record is queued before the fault stops the context (which
             // then refuses records).
-            let hold = sim::hold(&ctx.device()).unwrap();
-            let faulted = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
-            let stopped = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2);
             let event = Event::new(&ctx).unwrap();
             event.record(&s).unwrap();
             hold.release().unwrap();
@@ -68,13 +64,7 @@ fn work_a_fault_stopped_before_an_abort_reports_the_fault_not_aborted() {
             for (name, op) in [("faulted", faulted), ("stopped", stopped)] {
                 let err = run(op).unwrap_err();
                 assert!(err.value.is_some(), "{what}: {name}'s buffer handed back");
-                match &err.error {
-                    Error::Acl(acl) => {
-                        assert_eq!(acl.code, AclCode(507015), "{what}: {name}");
-                        assert!(acl.fault.is_some(), "{what}: {name} lost its fault");
-                    }
-                    other => panic!("{what}: {name} reported {other}, not the fault"),
-                }
+                assert_the_fault(&format!("{what}: {name}"), &err.error);
             }
             let waited = run(event.wait()).unwrap_err();
             assert!(
@@ -82,6 +72,37 @@ fn work_a_fault_stopped_before_an_abort_reports_the_fault_not_aborted() {
                 "{what}: the event behind them reported {waited}"
             );
         }
+    }
+}
+
+/// A `FailureMode::Stop` stream of `ctx` whose first memset will fault (507015), with that
+/// memset and a second one queued behind it while the device is held (the hold is returned).
+fn two_memsets_the_first_to_stop_on_a_fault(
+    ctx: &Context,
+    strategy: Strategy,
+) -> (
+    Stream,
+    Op<DeviceBuffer<u8>>,
+    Op<DeviceBuffer<u8>>,
+    sim::Hold,
+) {
+    let s = stream(ctx, strategy);
+    s.set_failure_mode(FailureMode::Stop).unwrap();
+    sim::fail_task(&s, 1, AclCode(507015)).unwrap();
+    let hold = sim::hold(&ctx.device()).unwrap();
+    let faulted = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1);
+    let stopped = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 2);
+    (s, faulted, stopped, hold)
+}
+
+/// Asserts that `error` is the injected fault (507015) with its `DeviceFault`.
+fn assert_the_fault(what: &str, error: &Error) {
+    match error {
+        Error::Acl(acl) => {
+            assert_eq!(acl.code, AclCode(507015), "{what}");
+            assert!(acl.fault.is_some(), "{what}: the fault lost");
+        }
+        other => panic!("{what}: reported {other}, not the fault"),
     }
 }
 
@@ -98,24 +119,14 @@ fn a_second_abort_does_not_hide_the_fault_the_first_one_kept() {
         for round in 0..5 {
             let what = format!("{strategy:?} round {round}");
             let ctx = d0.device().create_context().unwrap();
-            let s = stream(&ctx, strategy);
-            s.set_failure_mode(FailureMode::Stop).unwrap();
-            sim::fail_task(&s, 1, AclCode(507015)).unwrap();
-            let hold = sim::hold(&ctx.device()).unwrap();
-            let faulted = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
-            let stopped = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2);
+            let (s, faulted, stopped, hold) =
+                two_memsets_the_first_to_stop_on_a_fault(&ctx, strategy);
             hold.release().unwrap();
             until_the_device_stopped(&ctx, &s);
             run(s.abort()).unwrap();
             run(s.abort()).unwrap();
             for (name, op) in [("faulted", faulted), ("stopped", stopped)] {
-                match run(op).unwrap_err().error {
-                    Error::Acl(acl) => {
-                        assert_eq!(acl.code, AclCode(507015), "{what}: {name}");
-                        assert!(acl.fault.is_some(), "{what}: {name} lost its fault");
-                    }
-                    other => panic!("{what}: {name} reported {other}, not the fault"),
-                }
+                assert_the_fault(&format!("{what}: {name}"), &run(op).unwrap_err().error);
             }
         }
     }
