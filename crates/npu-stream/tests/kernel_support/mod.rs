@@ -6,11 +6,17 @@
 
 use std::ffi::c_void;
 use std::num::NonZeroU32;
-use std::sync::{Condvar, Mutex, MutexGuard, Once};
+use std::sync::{Mutex, MutexGuard, Once};
 
 use npu_core::{Context, Function, LaunchConfig, Module};
 use npu_sim::kernel::{self, LIBRARY_PATH, VectorAddArgs, block_range};
 use npu_stream::{Op, Stream};
+
+// Shared with the facade's abort attacks, which gate their own fill kernel.
+#[path = "../common/gate.rs"]
+mod gate;
+
+use gate::{set_gate, wait_gate};
 
 /// A Rust closure computing `c = a + b` with [`VectorAddArgs`], like the shipped kernel.
 pub(crate) const RUST_VECTOR_ADD: &str = "npu_stream_test_vector_add";
@@ -78,19 +84,6 @@ pub(crate) fn random_f32(seed: u64, n: usize) -> Vec<f32> {
 /// A kernel that runs until its test opens the gate ([`open_gate`]): the device's running
 /// task, which an abort or a device loss waits for.
 const GATED: &str = "npu_stream_test_gated";
-
-/// Whether the gated kernel has started, and whether it may return.
-static GATE: (Mutex<(bool, bool)>, Condvar) = (Mutex::new((false, false)), Condvar::new());
-
-fn set_gate(update: impl FnOnce(&mut (bool, bool))) {
-    update(&mut GATE.0.lock().unwrap_or_else(|e| e.into_inner()));
-    GATE.1.notify_all();
-}
-
-fn wait_gate(until: impl Fn(&(bool, bool)) -> bool) {
-    let state = GATE.0.lock().unwrap_or_else(|e| e.into_inner());
-    drop(GATE.1.wait_while(state, |state| !until(state)));
-}
 
 /// Launches the gated kernel on `stream` and returns once it runs, with its operation and the
 /// gate, which one test holds at a time (a binary's tests run in parallel) until the guard is

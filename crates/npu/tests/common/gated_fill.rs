@@ -1,32 +1,20 @@
 //! The gated fill kernel the abort attacks share: the device's running task when an abort
 //! begins, held until its test opens the gate.
 
+use std::sync::Once;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, Once};
 
 use npu::prelude::*;
 use npu::sim;
+
+use super::gate::{set_gate, wait_gate};
 
 /// The fill kernel `{uint8_t *x, uint64_t n}` that waits for its test's gate before it writes
 /// 0x5B over the `n` bytes at `x`: the device's running task when an abort begins.
 const GATED_FILL: &str = "npu_attack_gated_fill";
 
-/// Whether the gated kernel has started, and whether it may write and return.
-pub(crate) static GATE: (Mutex<(bool, bool)>, Condvar) =
-    (Mutex::new((false, false)), Condvar::new());
-
 /// Set by the gated kernel just before it returns.
 pub(crate) static RETURNED: AtomicBool = AtomicBool::new(false);
-
-pub(crate) fn set_gate(update: impl FnOnce(&mut (bool, bool))) {
-    update(&mut GATE.0.lock().unwrap_or_else(|e| e.into_inner()));
-    GATE.1.notify_all();
-}
-
-pub(crate) fn wait_gate(until: impl Fn(&(bool, bool)) -> bool) {
-    let state = GATE.0.lock().unwrap_or_else(|e| e.into_inner());
-    drop(GATE.1.wait_while(state, |state| !until(state)));
-}
 
 pub(crate) fn gated_fill(ctx: &Context) -> Function {
     static ONCE: Once = Once::new();
