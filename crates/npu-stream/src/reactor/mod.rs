@@ -346,6 +346,7 @@ impl Reactor {
             if self.wakeup.take_notification() {
                 self.adopt(active);
             }
+            let watching = !active.is_empty();
             active.retain_mut(|stream| {
                 let keep = self.poll_stream(stream, finished);
                 if !keep {
@@ -365,12 +366,18 @@ impl Reactor {
                 strategy::release_stream(stream);
             }
             let now = Instant::now();
+            // The linger runs from the last pass that had a stream to watch, including one
+            // that found its only operation done at once: the reactor woken for that
+            // operation is then still passing when its caller submits the next.
+            if watching {
+                busy_until = now + LINGER;
+            }
             let due = active.iter().map(|stream| match stream.health.suspect {
                 true => now,
                 false => stream.plan.due,
             });
             let Some(due) = due.min() else {
-                if Instant::now() < busy_until {
+                if now < busy_until {
                     std::thread::yield_now();
                     continue;
                 }
@@ -380,8 +387,6 @@ impl Reactor {
                 }
                 continue;
             };
-            let now = Instant::now();
-            busy_until = now + LINGER;
             let wait = due.saturating_duration_since(now);
             if wait > YIELD_WINDOW {
                 self.counters.parked();
