@@ -83,7 +83,17 @@ pub fn stolen(since: Option<CpuTime>) -> String {
 /// A numeric field of /proc/self/status (`key` with its colon, e.g. `"VmLck:"`), where the OS
 /// reports it.
 pub fn proc_status(key: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status_field("/proc/self/status", key)
+}
+
+/// How many times the calling thread has given up its CPU to wait (parked, blocked, slept):
+/// `voluntary_ctxt_switches` in its /proc status, where the OS reports it.
+pub fn thread_waits() -> Option<u64> {
+    status_field("/proc/thread-self/status", "voluntary_ctxt_switches:")
+}
+
+fn status_field(path: &str, key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(path).ok()?;
     let value = status.lines().find_map(|line| line.strip_prefix(key))?;
     value.split_whitespace().next()?.parse().ok()
 }
@@ -139,6 +149,15 @@ mod tests {
         assert!(CpuTime::parse("cpu  1 2 3").is_none(), "no steal column");
         if cfg!(target_os = "linux") {
             assert!(CpuTime::now().is_some());
+        }
+    }
+
+    #[test]
+    fn the_calling_thread_has_waited_on_linux() {
+        if cfg!(target_os = "linux") {
+            let before = thread_waits().expect("a voluntary switch count");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            assert!(thread_waits().expect("a voluntary switch count") > before);
         }
     }
 

@@ -313,6 +313,16 @@ fn await_latency(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &C
 ///
 /// With `device_alone`, the simulator's stream workers run on one core and every other thread
 /// on the others, for the run ([`DeviceAlone`]).
+/// One throughput run of one strategy.
+struct Run {
+    /// Completions per second in the counted window.
+    rate: f64,
+    /// How often the thread running the awaiting tasks waited (parked) per completed
+    /// operation, over the whole run: each wait is a hand-over of its core, and a strategy
+    /// that wakes it once for several completions makes fewer.
+    waits_per_op: f64,
+}
+
 fn ops_per_sec(
     tokio: &tokio::runtime::Runtime,
     context: &Context,
@@ -321,7 +331,7 @@ fn ops_per_sec(
     in_flight: usize,
     window: Duration,
     device_alone: bool,
-) -> f64 {
+) -> Run {
     let before = placement::sim_workers();
     let streams: Vec<Stream> = (0..streams)
         .map(|_| {
@@ -340,16 +350,19 @@ fn ops_per_sec(
         .map(|_| DeviceBuffer::<u8>::new(context, TASK_BYTES as usize).expect("buffer"))
         .collect();
     let completed = Rc::new(Cell::new(0u64));
+    let all = Rc::new(Cell::new(0u64));
+    let waits_before = stats::thread_waits();
     let from = Instant::now() + STEADY_AFTER;
     let end = from + window;
     tokio.block_on(async {
         let local = tokio::task::LocalSet::new();
         for (chain, mut buffer) in buffers.into_iter().enumerate() {
             let stream = streams[chain % streams.len()].clone();
-            let completed = completed.clone();
+            let (completed, all) = (completed.clone(), all.clone());
             local.spawn_local(async move {
                 loop {
                     buffer = stream.memset(buffer, chain as u8).await.expect("memset");
+                    all.set(all.get() + 1);
                     let now = Instant::now();
                     if now >= end {
                         break;
@@ -362,7 +375,13 @@ fn ops_per_sec(
         }
         local.await;
     });
-    completed.get() as f64 / window.as_secs_f64()
+    let waits = stats::thread_waits()
+        .zip(waits_before)
+        .map_or(0, |(after, before)| after - before);
+    Run {
+        rate: completed.get() as f64 / window.as_secs_f64(),
+        waits_per_op: waits as f64 / all.get().max(1) as f64,
+    }
 }
 
 /// Each strategy's throughput for one cell: the median of three runs, the strategies taking
@@ -373,13 +392,15 @@ fn ops_per_sec(
 /// reactor or the awaiting thread slows whichever strategy it lands beside, from run to run
 /// (the spread part shows by how much). With more in flight the busy workers outnumber the
 /// cores they could be given, so the scheduler places them.
+///
+/// Returns each strategy's median rate and the median of its runs' waits per operation.
 fn rates(
     tokio: &tokio::runtime::Runtime,
     context: &Context,
     streams: usize,
     in_flight: usize,
-) -> Vec<f64> {
-    let mut runs: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
+) -> Vec<(f64, f64)> {
+    let mut runs: Vec<Vec<Run>> = STRATEGIES.map(|_| Vec::new()).into();
     for run in 0..=RUNS {
         for (strategy, samples) in STRATEGIES.into_iter().zip(&mut runs) {
             let window = if run == 0 {
@@ -387,7 +408,7 @@ fn rates(
             } else {
                 WINDOW / RUNS as u32
             };
-            let rate = ops_per_sec(
+            let measured = ops_per_sec(
                 tokio,
                 context,
                 strategy,
@@ -397,14 +418,15 @@ fn rates(
                 in_flight == 1,
             );
             if run > 0 {
-                samples.push(rate);
+                samples.push(measured);
             }
         }
     }
     runs.into_iter()
-        .map(|mut samples| {
-            samples.sort_by(f64::total_cmp);
-            samples[RUNS / 2]
+        .map(|samples| {
+            let mut rates: Vec<f64> = samples.iter().map(|run| run.rate).collect();
+            let mut waits: Vec<f64> = samples.iter().map(|run| run.waits_per_op).collect();
+            (median(&mut rates), median(&mut waits))
         })
         .collect()
 }
@@ -426,7 +448,10 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
                 // lag, not a strategy's speed, and is not credited to anyone.
                 let cpu_before = stats::CpuTime::now();
                 let reactor_before = npu_stream::reactor_stats();
-                let measured = rates(tokio, context, streams, in_flight);
+                let (measured, waits): (Vec<f64>, Vec<f64>) =
+                    rates(tokio, context, streams, in_flight)
+                        .into_iter()
+                        .unzip();
                 let reactor_after = npu_stream::reactor_stats();
                 let cell_queries = (reactor_after.queries - reactor_before.queries) as f64
                     / (reactor_after.completed - reactor_before.completed).max(1) as f64;
@@ -475,7 +500,8 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
                         "callback {:.0}, spawn_blocking+sync {:.0}; EP/CB {over_callback:.2}×, \
                          EP/BS {over_blocking:.2}×; EP/best ≥ {target}×: {}{}{design}{at_bound}; \
                          device bound {device_bound:.0}{}; CPU stolen {stolen}; \
-                         {cell_queries:.2} queries per completion",
+                         {cell_queries:.2} queries per completion; the awaiting thread's waits \
+                         per operation EP {:.2}, CB {:.2}, BS {:.2}",
                         rates[1],
                         rates[2],
                         verdict(over_best >= target || (target == CELL_TARGET && tie.is_some())),
@@ -484,7 +510,10 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
                             " (rates over it counted at it)"
                         } else {
                             ""
-                        }
+                        },
+                        waits[0],
+                        waits[1],
+                        waits[2]
                     ),
                 );
             }
@@ -544,7 +573,7 @@ fn spread_rows(
     for run in 0..=SPREAD_RUNS {
         for (strategy, samples) in STRATEGIES.into_iter().zip(&mut runs) {
             let before = npu_stream::reactor_stats();
-            let rate = ops_per_sec(tokio, context, strategy, 1, 1, window, device_alone);
+            let rate = ops_per_sec(tokio, context, strategy, 1, 1, window, device_alone).rate;
             let after = npu_stream::reactor_stats();
             if run == 0 {
                 continue;
