@@ -225,6 +225,8 @@ struct AbortInProgress<'a> {
     mine: &'a Completion,
     /// The horizon it marked (and so counted itself as refusing), if it got that far.
     through: Option<u64>,
+    /// What earlier aborts had discarded when it marked: its own range starts after it.
+    since: u64,
     /// Whether the runtime confirmed the discard.
     discarded: bool,
     /// The device fault that had stopped the stream before the runtime call, if one had.
@@ -237,11 +239,13 @@ impl Drop for AbortInProgress<'_> {
         let mut aborting = stream.lock_submission();
         if let Some(through) = self.through {
             if self.discarded {
-                let after = stream.aborted_through.fetch_max(through, Ordering::AcqRel);
+                stream.aborted_through.fetch_max(through, Ordering::AcqRel);
                 // Before the strategies hear of the discard (below), so that whoever fails
-                // the discarded work sees it. An abort that ended after a later one (after a
-                // stop, two may run at once) has no range of its own left.
-                if let Some(error) = self.faulted.take().filter(|_| after < through) {
+                // the discarded work sees it. From what it marked, not from what the aborts
+                // before it had confirmed by now: after a stop two may run at once, and one
+                // that ends after a later one (which may have found no fault) still speaks
+                // for the work it marked.
+                if let Some(error) = self.faulted.take().filter(|_| self.since < through) {
                     let mut faulted = stream
                         .faulted_at_abort
                         .lock()
@@ -250,7 +254,7 @@ impl Drop for AbortInProgress<'_> {
                         faulted.pop_front();
                     }
                     faulted.push_back(super::FaultedAtAbort {
-                        after,
+                        after: self.since,
                         through,
                         error,
                     });
@@ -290,6 +294,7 @@ impl StreamShared {
             stream: self,
             mine,
             through: None,
+            since: 0,
             discarded: false,
             faulted: None,
         };
@@ -298,6 +303,7 @@ impl StreamShared {
             aborting.refusing += 1;
             let through = self.watched.load(Ordering::Acquire);
             in_progress.through = Some(through);
+            in_progress.since = self.aborted_through.load(Ordering::Acquire);
             // Before the runtime call, so that whoever sees a failure of this stream's
             // discarded work sees this too (the runtime reports the discard only once the call
             // has begun).
@@ -335,5 +341,69 @@ impl StreamShared {
 
     fn lock_submission(&self) -> MutexGuard<'_, Aborting> {
         self.submit.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use npu_core::{AclCode, AclError, BackendChoice, DeviceFault, Runtime};
+
+    use super::*;
+    use crate::strategy::OpInfo;
+
+    /// After a `stop`, two aborts of a stream may run at once, and the one that began first
+    /// may end last. If only that one found the device fault that had stopped the stream (the
+    /// later one looked after the runtime had cleared it with the queue), the work it marked
+    /// must still report the fault, not `Error::Aborted`. The break: the range of a faulted
+    /// abort started from what the aborts before it had confirmed when it ended, so the
+    /// later abort's confirmation left it nothing. No public call orders the two ends, so
+    /// this ends the two marks directly, in that order.
+    #[test]
+    fn an_abort_ending_after_a_later_one_keeps_the_fault_of_the_work_it_marked() {
+        let runtime = Runtime::builder()
+            .backend(BackendChoice::Sim)
+            .build()
+            .unwrap();
+        let ctx = runtime.device(0).unwrap().primary_context().clone();
+        let stream = Stream::new(&ctx).unwrap();
+        let shared = &*stream.shared;
+        let fault = Error::Acl(AclError {
+            api: "aclrtLaunchKernel",
+            code: AclCode::AICORE_EXCEPTION,
+            message: None,
+            fault: Some(Box::new(DeviceFault {
+                task_id: 1,
+                stream_id: 0,
+                device_id: 0,
+                thread_id: 0,
+                code: AclCode::AICORE_EXCEPTION,
+                kind: None,
+            })),
+        });
+        // SAFETY: nothing is recorded against these completions and nothing waits on them.
+        let (first, later) = unsafe { (Completer::new(), Completer::new()) };
+        let (first, later) = (first.completion(), later.completion());
+        // Both marked the same three operations, as two aborts do while submissions are
+        // refused, before either's runtime call confirmed anything.
+        shared.lock_submission().refusing = 2;
+        let marked = |mine, faulted| AbortInProgress {
+            stream: shared,
+            mine,
+            through: Some(3),
+            since: 0,
+            discarded: true,
+            faulted,
+        };
+        drop(marked(&later, None));
+        drop(marked(&first, Some(fault)));
+
+        let err = shared.aborted_error(OpInfo {
+            seq: 2,
+            ..OpInfo::new("aclrtMemsetAsync")
+        });
+        assert!(
+            matches!(&err, Error::Acl(acl) if acl.fault.is_some() && acl.api == "aclrtMemsetAsync"),
+            "the marked work reports the fault under its own call: {err}"
+        );
     }
 }
