@@ -34,7 +34,9 @@ use crate::split::{Halves, Split};
 /// - `addr()` is the address of `len()` contiguous, initialised elements that `context()`'s
 ///   runtime can access asynchronously, and both stay the same for the value's lifetime
 ///   ([`View`], [`Cast`] and [`Split`] check a range once, when they are made, and trust it
-///   for as long as they hold the memory);
+///   for as long as they hold the memory), moves included; moving the value does not assert
+///   unique access to that memory (as moving a `Box` of it would), since the device and those
+///   views reach it through the address while the value moves;
 /// - `context()` is the same context for the value's lifetime (device memory lives on its
 ///   device: operations check the device against the stream's from it);
 /// - that memory stays allocated (and, for host memory, page-locked), and is not reused for

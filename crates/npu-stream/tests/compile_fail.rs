@@ -1,9 +1,10 @@
 //! Misuse that must not compile: safe code cannot complete an operation (and so free its
 //! buffers while the device still uses them), create a completer, or run code on a completion;
 //! nor can it replace a stream's fault watch or claim its faults, hand pageable memory to an
-//! async copy, reach one part of a split buffer from two operations, or copy over a value word
-//! that another stream may be signalling through. The expected compiler errors are in
-//! `tests/ui*/*.stderr`; `TRYBUILD=overwrite` regenerates them after a deliberate change.
+//! async copy, reach one part of a split buffer from two operations, copy over a value word
+//! that another stream may be signalling through, or register a boxed slice. The expected
+//! compiler errors are in `tests/ui*/*.stderr`; `TRYBUILD=overwrite` regenerates them after a
+//! deliberate change.
 
 #[test]
 fn forging_a_completion_does_not_compile() {

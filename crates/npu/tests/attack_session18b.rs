@@ -234,13 +234,13 @@ fn a_forgotten_copy_from_a_registration_only_leaks_it() {
     }
 }
 
-/// A page of bytes, aligned to a page: a `Box<[Page]>` is page-aligned whole pages.
+/// A page of bytes, aligned to a page: a `Vec<Page>` is page-aligned whole pages.
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C, align(4096))]
 struct Page([u8; 4096]);
 
 /// Held: element types at the edges of `StableBuffer`: zero-sized elements (no bytes) are
-/// refused by name with the buffer handed back; page-sized, page-aligned elements in a `Box`
+/// refused by name with the buffer handed back; page-sized, page-aligned elements in a `Vec`
 /// register and copy exactly, viewed as bytes.
 #[test]
 fn zero_sized_and_page_sized_elements_register_or_are_refused_by_name() {
@@ -253,7 +253,7 @@ fn zero_sized_and_page_sized_elements_register_or_are_refused_by_name() {
         ("HostRegistration::new", "buffer")
     );
     assert_eq!(rejected.buffer.len(), 1 << 20);
-    let empty: Box<[Page]> = Box::new([]);
+    let empty: Vec<Page> = Vec::new();
     let rejected = HostRegistration::new(&ctx, empty, RegisterFlags::PINNED).unwrap_err();
     assert_eq!(
         invalid(&rejected.error),
@@ -261,7 +261,7 @@ fn zero_sized_and_page_sized_elements_register_or_are_refused_by_name() {
     );
 
     for strategy in STRATEGIES {
-        let mut pages: Box<[Page]> = vec![Page([0; 4096]); 3].into_boxed_slice();
+        let mut pages: Vec<Page> = vec![Page([0; 4096]); 3];
         for (i, page) in pages.iter_mut().enumerate() {
             page.0.fill(i as u8 + 1);
         }

@@ -120,7 +120,8 @@ impl<T: Pod> DerefMut for PageAlignedBuffer<T> {
 }
 
 // SAFETY: the allocation never moves or resizes and is freed only in `Drop`; it spans
-// `layout.size()` bytes, which is what `registered_bytes` reports.
+// `layout.size()` bytes, which is what `registered_bytes` reports; it is owned through a raw
+// pointer, so moving the buffer asserts nothing about the elements.
 unsafe impl<T: Pod> StableBuffer for PageAlignedBuffer<T> {
     type Elem = T;
 

@@ -7,8 +7,11 @@ use bytemuck::Pod;
 /// [`HostRegistration`](crate::HostRegistration) takes ownership of, so the memory cannot be
 /// freed or moved while the device may access it.
 ///
-/// Implemented for `Vec<T>`, `Box<[T]>` and [`PageAlignedBuffer<T>`](crate::PageAlignedBuffer).
-/// The registration never resizes the buffer (it hands out `[T]`, not the `Vec`).
+/// Implemented for `Vec<T>` and [`PageAlignedBuffer<T>`](crate::PageAlignedBuffer). The
+/// registration never resizes the buffer (it hands out `[T]`, not the `Vec`). Not for
+/// `Box<[T]>`: moving a `Box` asserts that nothing else reaches what it owns, while the
+/// registration and the device keep using the elements' address across every move; turn a
+/// boxed slice into a `Vec` (`into_vec`, which reuses its allocation) to register it.
 ///
 /// # Safety
 ///
@@ -18,6 +21,11 @@ use bytemuck::Pod;
 ///   included;
 /// - the memory is owned by the value alone (no other handle reads or writes it) and is
 ///   released only when the value is dropped;
+/// - moving the value does not assert unique access to the elements, as moving a `Box` of
+///   them does: the registration keeps the elements' address and reads and writes through
+///   it (and the device does) while the value moves, so the elements must be reached through
+///   a raw pointer the value holds (as `Vec` and [`PageAlignedBuffer`](crate::PageAlignedBuffer)
+///   do), not owned inline or by a `Box`;
 /// - [`registered_bytes`](StableBuffer::registered_bytes) bytes from that address belong to
 ///   the allocation;
 /// - dropping the value does not block (no wait for the device, another operation, a lock
@@ -40,8 +48,8 @@ pub unsafe trait StableBuffer: Send + Sync + 'static {
     /// ```
     /// use npu_mem::StableBuffer;
     ///
-    /// let boxed: Box<[u16]> = vec![1, 2, 3].into_boxed_slice();
-    /// assert_eq!(StableBuffer::as_slice(&boxed), &[1, 2, 3]);
+    /// let buffer = vec![1u16, 2, 3];
+    /// assert_eq!(StableBuffer::as_slice(&buffer), &[1, 2, 3]);
     /// ```
     fn as_slice(&self) -> &[Self::Elem];
 
@@ -73,21 +81,9 @@ pub unsafe trait StableBuffer: Send + Sync + 'static {
 }
 
 // SAFETY: a Vec's heap buffer moves only when it grows or shrinks, which needs `&mut Vec`;
-// the registration exposes only the slice. Its heap storage is owned and freed on drop.
+// the registration exposes only the slice. Its heap storage is owned through a raw pointer
+// (moving the Vec asserts nothing about it) and freed on drop.
 unsafe impl<T: Pod + Send + Sync> StableBuffer for Vec<T> {
-    type Elem = T;
-
-    fn as_slice(&self) -> &[T] {
-        self
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [T] {
-        self
-    }
-}
-
-// SAFETY: a boxed slice never reallocates; its storage is owned and freed on drop.
-unsafe impl<T: Pod + Send + Sync> StableBuffer for Box<[T]> {
     type Elem = T;
 
     fn as_slice(&self) -> &[T] {
