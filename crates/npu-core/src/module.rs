@@ -47,8 +47,10 @@ struct ModuleInner {
 enum Source {
     File(PathBuf),
     /// ACL does not say whether it reads the caller's buffer after `aclrtBinaryLoadFromData`
-    /// returns, so the module keeps its own copy until the binary is unloaded.
-    Data(Box<[u8]>),
+    /// returns, so the module keeps its own copy until the binary is unloaded. A `Vec`, not a
+    /// `Box`: the runtime keeps the address while the module moves, and moving a `Box`
+    /// would assert that nothing else reaches its bytes.
+    Data(Vec<u8>),
 }
 
 // SAFETY: an aclrtBinHandle is an opaque handle that ACL lets any thread use; every call binds
@@ -260,7 +262,7 @@ impl ModuleLoader {
                 "must not be empty: a binary has at least a header",
             ));
         }
-        let data: Box<[u8]> = data.into();
+        let data = data.to_vec();
         let (bytes, len) = (data.as_ptr().cast::<c_void>(), data.len());
         self.load(Source::Data(data), |runtime, options, handle| {
             // SAFETY: `bytes` points at `len` bytes on the heap, owned by the module's source

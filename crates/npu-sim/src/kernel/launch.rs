@@ -18,8 +18,10 @@ use crate::error::SimError;
 #[derive(Debug)]
 pub(crate) struct ArgsBlob {
     /// Cells: a kernel gets a pointer to them and may write through it, as into a device
-    /// argument buffer, while other executions sharing the blob read it.
-    words: Box<[UnsafeCell<u64>]>,
+    /// argument buffer, while other executions sharing the blob read it. A `Vec`, not a
+    /// `Box`: moving a `Box` would assert that nothing else reaches the cells, while those
+    /// pointers do.
+    words: Vec<UnsafeCell<u64>>,
     len: usize,
 }
 
@@ -34,7 +36,7 @@ impl ArgsBlob {
         crate::error::reserve(&mut words, len.div_ceil(8), "kernel arguments")?;
         words.resize_with(len.div_ceil(8), || UnsafeCell::new(0u64));
         Ok(Self {
-            words: words.into_boxed_slice(),
+            words,
             len,
         })
     }
