@@ -10,7 +10,9 @@
 //! It is public only so that npu-stream can build on it, and hidden from the documentation:
 //! it is not part of the stable API. A [`Source`]'s `free` runs on the shared reaper thread,
 //! so implementing it is `unsafe` (it must not block); a `Source` that misbehaves otherwise
-//! can only leak or lose blocks.
+//! can only leak or lose blocks, and calls out of turn (room never granted, a block the
+//! cache never lent) only skew its counters, which stop at zero: no panic, and no cache that
+//! refuses every request afterwards.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -19,6 +19,14 @@ pub enum Granted<B> {
     Room(usize),
 }
 
+/// Takes `by` from one of the counters below. The cache is public (npu-stream builds on it),
+/// so its safe calls can come out of turn (room that was never granted, a block it never
+/// lent): a counter then stops at zero rather than wrapping, which would leave the cache
+/// refusing every request for good. Its own pools never take more than they added.
+fn less(counter: &mut usize, by: usize) {
+    *counter = counter.saturating_sub(by);
+}
+
 /// The byte and event counters `PoolStats` reports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Counts {
@@ -182,7 +190,7 @@ impl<B, W> State<B, W> {
 
     /// A new block filled granted room: it is now in use.
     pub(crate) fn room_filled(&mut self, class: usize) {
-        self.counts.growing -= class;
+        less(&mut self.counts.growing, class);
         self.counts.allocated += class;
         self.counts.misses += 1;
         self.counts.note_peaks();
@@ -190,19 +198,19 @@ impl<B, W> State<B, W> {
 
     /// Granted room went unused (the allocation failed, or nobody took the grant).
     pub(crate) fn room_unused(&mut self, class: usize) {
-        self.counts.growing -= class;
+        less(&mut self.counts.growing, class);
     }
 
     /// A block's owner dropped it; it returns once its recorded operations complete.
     pub(crate) fn retire(&mut self, class: usize) {
-        self.counts.allocated -= class;
+        less(&mut self.counts.allocated, class);
         self.counts.awaiting_bytes += class;
         self.counts.awaiting_blocks += 1;
     }
 
     /// A block in use came back with no operation pending on it: cache it for reuse.
     pub(crate) fn released(&mut self, block: B, class: usize) {
-        self.counts.allocated -= class;
+        less(&mut self.counts.allocated, class);
         self.cache(block, class);
     }
 
@@ -220,8 +228,8 @@ impl<B, W> State<B, W> {
 
     /// A retired block's operations have completed: cache it for reuse.
     pub(crate) fn returned(&mut self, block: B, class: usize) {
-        self.counts.awaiting_bytes -= class;
-        self.counts.awaiting_blocks -= 1;
+        less(&mut self.counts.awaiting_bytes, class);
+        less(&mut self.counts.awaiting_blocks, 1);
         self.cache(block, class);
     }
 

@@ -35,10 +35,7 @@ impl ArgsBlob {
         let mut words = Vec::new();
         crate::error::reserve(&mut words, len.div_ceil(8), "kernel arguments")?;
         words.resize_with(len.div_ceil(8), || UnsafeCell::new(0u64));
-        Ok(Self {
-            words,
-            len,
-        })
+        Ok(Self { words, len })
     }
 
     pub(crate) fn len(&self) -> usize {
