@@ -303,16 +303,6 @@ fn await_latency(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &C
     }
 }
 
-/// Operations completed per second in steady state, with `in_flight` chains of memsets spread
-/// over `streams` streams, each chain awaiting its memset before submitting the next.
-///
-/// Only completions within `window` count, after the chains have run for [`STEADY_AFTER`]:
-/// the streams, their buffers and the first operations of every chain (the fill, and the
-/// reactor learning each new stream's pace) stay out of it, as they do for a server whose
-/// streams live as long as it does; so do the operations still in flight when it ends.
-///
-/// With `device_alone`, the simulator's stream workers run on one core and every other thread
-/// on the others, for the run ([`DeviceAlone`]).
 /// One throughput run of one strategy.
 struct Run {
     /// Completions per second in the counted window.
@@ -323,6 +313,16 @@ struct Run {
     waits_per_op: f64,
 }
 
+/// Operations completed per second in steady state, with `in_flight` chains of memsets spread
+/// over `streams` streams, each chain awaiting its memset before submitting the next.
+///
+/// Only completions within `window` count, after the chains have run for [`STEADY_AFTER`]:
+/// the streams, their buffers and the first operations of every chain (the fill, and the
+/// reactor learning each new stream's pace) stay out of it, as they do for a server whose
+/// streams live as long as it does; so do the operations still in flight when it ends.
+///
+/// With `device_alone`, the simulator's stream workers run on one core and every other thread
+/// on the others, for the run ([`DeviceAlone`]).
 fn ops_per_sec(
     tokio: &tokio::runtime::Runtime,
     context: &Context,
