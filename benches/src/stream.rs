@@ -314,7 +314,8 @@ struct Run {
 }
 
 /// Operations completed per second in steady state, with `in_flight` chains of memsets spread
-/// over `streams` streams, each chain awaiting its memset before submitting the next.
+/// over `streams` streams, each chain awaiting its memset before submitting the next; and how
+/// often the thread running the chains waited per operation.
 ///
 /// Only completions within `window` count, after the chains have run for [`STEADY_AFTER`]:
 /// the streams, their buffers and the first operations of every chain (the fill, and the
