@@ -2288,6 +2288,22 @@ const CASES: &[Case] = &[
         },
     ),
     case(
+        "EXTERNAL wait with a timeout on a destroyed stream: the timeout is checked first",
+        "aclrtStreamWaitEventWithFlag",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let stream = create_stream();
+            acl!(aclrtDestroyStream(stream));
+            code!(aclrtStreamWaitEventWithFlag(
+                stream,
+                sync_event(),
+                5,
+                ACL_EVENT_WAIT_EXTERNAL
+            ))
+        },
+    ),
+    case(
         "wait flag switched",
         "aclrtStreamWaitEventWithFlag",
         ACL_ERROR_RT_PARAM_INVALID,

@@ -40,6 +40,19 @@ fn destroyed_stream() -> aclrtStream {
     stream
 }
 
+fn destroyed_event() -> aclrtEvent {
+    let event = create_event();
+    acl!(aclrtDestroyEvent(event));
+    event
+}
+
+fn destroyed_notify() -> aclrtNotify {
+    let mut notify = ptr::null_mut();
+    acl!(aclrtCreateNotify(&mut notify, 0));
+    acl!(aclrtDestroyNotify(notify));
+    notify
+}
+
 fn finalized_args(func: aclrtFuncHandle) -> aclrtArgsHandle {
     let mut args = ptr::null_mut();
     acl!(aclrtKernelArgsInit(func, &mut args));
@@ -1672,6 +1685,109 @@ static CONTEXTS_AND_HANDLES: &[Case] = &[
             let event = create_event();
             set_device(0);
             code!(aclrtRecordEvent(event, ptr::null_mut()))
+        },
+    ),
+    // Two handles are looked up in the order the parameters name them: the event first for a
+    // record or reset, the stream first for a wait.
+    case(
+        "record a destroyed event on a foreign stream",
+        "aclrtRecordEvent",
+        107017,
+        0,
+        || {
+            code!(aclrtRecordEvent(
+                destroyed_event(),
+                stream_of_other_context()
+            ))
+        },
+    ),
+    case(
+        "flagged record of a destroyed event on a foreign stream",
+        "aclrtRecordEventWithFlag",
+        107017,
+        0,
+        || {
+            code!(aclrtRecordEventWithFlag(
+                destroyed_event(),
+                stream_of_other_context(),
+                ACL_EVENT_RECORD_DEFAULT
+            ))
+        },
+    ),
+    case(
+        "reset a destroyed event on a foreign stream",
+        "aclrtResetEvent",
+        107017,
+        0,
+        || {
+            code!(aclrtResetEvent(
+                destroyed_event(),
+                stream_of_other_context()
+            ))
+        },
+    ),
+    case(
+        "a foreign stream waits for a destroyed event",
+        "aclrtStreamWaitEvent",
+        107003,
+        0,
+        || {
+            code!(aclrtStreamWaitEvent(
+                stream_of_other_context(),
+                destroyed_event()
+            ))
+        },
+    ),
+    case(
+        "a foreign stream waits with a timeout for a destroyed event",
+        "aclrtStreamWaitEventWithTimeout",
+        107003,
+        0,
+        || {
+            code!(aclrtStreamWaitEventWithTimeout(
+                stream_of_other_context(),
+                destroyed_event(),
+                0
+            ))
+        },
+    ),
+    case(
+        "a foreign stream's flagged wait for a destroyed event",
+        "aclrtStreamWaitEventWithFlag",
+        107003,
+        0,
+        || {
+            code!(aclrtStreamWaitEventWithFlag(
+                stream_of_other_context(),
+                destroyed_event(),
+                0,
+                ACL_EVENT_WAIT_DEFAULT
+            ))
+        },
+    ),
+    case(
+        "record a destroyed notify on a foreign stream",
+        "aclrtRecordNotify",
+        107017,
+        0,
+        || {
+            code!(aclrtRecordNotify(
+                destroyed_notify(),
+                stream_of_other_context()
+            ))
+        },
+    ),
+    case(
+        "wait for a destroyed notify on a foreign stream",
+        "aclrtWaitAndResetNotify",
+        107017,
+        0,
+        || {
+            code!(aclrtWaitAndResetNotify(
+                destroyed_notify(),
+                stream_of_other_context(),
+                0
+            ))
         },
     ),
     case("stale stream", "aclrtMemsetAsync", 107017, 0, || {

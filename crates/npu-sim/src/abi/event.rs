@@ -78,16 +78,43 @@ fn check_host_usable(event: &Event) -> Res<()> {
     Ok(())
 }
 
-/// The event and stream of an event operation submitted to a stream (record, reset, wait),
-/// after the checks they share.
+/// The event and stream of a record or reset (`event`, `stream`), looked up in that order,
+/// after the checks every event operation on a stream shares.
 pub(super) fn event_on_stream(
     event: aclrtEvent,
     stream: aclrtStream,
 ) -> Res<(Arc<Event>, Arc<Stream>)> {
+    event_and_stream(event, stream, true)
+}
+
+/// The stream and event of a wait (`stream`, `event`), looked up in that order, after the
+/// checks every event operation on a stream shares.
+pub(super) fn stream_waiting_for(
+    stream: aclrtStream,
+    event: aclrtEvent,
+) -> Res<(Arc<Event>, Arc<Stream>)> {
+    event_and_stream(event, stream, false)
+}
+
+/// The NULL event first (the ACL layer's refusal), then both handles in the order the
+/// function's parameters name them (`event_first`), as every two-handle function looks its
+/// handles up: a destroyed event recorded on another context's stream is 107017, a foreign
+/// stream waiting for a destroyed event 107003.
+fn event_and_stream(
+    event: aclrtEvent,
+    stream: aclrtStream,
+    event_first: bool,
+) -> Res<(Arc<Event>, Arc<Stream>)> {
     non_null(event, "event")?;
     let sim = sim()?;
-    let stream = context::submit_stream(sim, stream)?;
-    let event = sim.events.resolve(handle::from_ptr(event))?;
+    let lookup_event = || sim.events.resolve(handle::from_ptr(event));
+    let (event, stream) = if event_first {
+        let event = lookup_event()?;
+        (event, context::submit_stream(sim, stream)?)
+    } else {
+        let stream = context::submit_stream(sim, stream)?;
+        (lookup_event()?, stream)
+    };
     check_same_device(&event, &stream)?;
     check_host_usable(&event)?;
     Ok((event, stream))
@@ -164,13 +191,10 @@ pub unsafe extern "C" fn aclrtDestroyEvent(event: aclrtEvent) -> aclError {
 /// No preconditions; `unsafe` only because it is part of the C ABI.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream) -> aclError {
-    guard("aclrtRecordEvent", || record(event, stream))
-}
-
-/// aclrtRecordEvent's work, shared with aclrtRecordEventWithFlag.
-pub(super) fn record(event: aclrtEvent, stream: aclrtStream) -> Res<()> {
-    let (event, stream) = event_on_stream(event, stream)?;
-    record_on(&event, &stream, false)
+    guard("aclrtRecordEvent", || {
+        let (event, stream) = event_on_stream(event, stream)?;
+        record_on(&event, &stream, false)
+    })
 }
 
 /// Queues a record of `event` on `stream`. An `external` one (ACL_EVENT_RECORD_EXTERNAL)

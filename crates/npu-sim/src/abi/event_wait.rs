@@ -6,39 +6,33 @@ use std::time::Duration;
 use npu_sys::*;
 
 use crate::error::{Res, ensure, guard, non_null};
-use crate::event::Event;
-use crate::handle;
-use crate::sim::sim;
 
 /// Stream waits take their timeout in seconds, 0 waiting forever.
 fn seconds(timeout: u32) -> Option<Duration> {
     (timeout != 0).then(|| Duration::from_secs(u64::from(timeout)))
 }
 
-/// The flag of a flagged record or wait: DEFAULT or EXTERNAL (100000 otherwise), and the one
-/// the event was first used with by the API (`bound`; fixed at the first call, whatever its
-/// outcome; another → 107000). Returns whether it is EXTERNAL.
-fn is_external(
-    api: &str,
-    event: aclrtEvent,
-    flag: u32,
-    (external, default): (u32, u32),
-    bound: fn(&Event) -> &OnceLock<u32>,
-) -> Res<bool> {
+/// Whether the flag of a flagged record or wait is EXTERNAL: DEFAULT or EXTERNAL, else
+/// 100000. A value check, made after the NULL event and before any lookup.
+fn is_external(api: &str, flag: u32, (external, default): (u32, u32)) -> Res<bool> {
     ensure!(
         flag == default || flag == external,
         ACL_ERROR_INVALID_PARAM,
         "{api}: flag {flag:#x} is not a known flag"
     );
-    non_null(event, "event")?;
-    let event = sim()?.events.resolve(handle::from_ptr(event))?;
-    let first = *bound(&event).get_or_init(|| flag);
+    Ok(flag == external)
+}
+
+/// Fixes the flag the API uses the event with at its first call that gets past the lookups
+/// (`bound`), whatever that call's outcome; another flag later → 107000.
+fn bind_flag(api: &str, bound: &OnceLock<u32>, flag: u32) -> Res<()> {
+    let first = *bound.get_or_init(|| flag);
     ensure!(
         first == flag,
         ACL_ERROR_RT_PARAM_INVALID,
         "{api}: the event was first used with flag {first:#x}, which cannot change to {flag:#x}"
     );
-    Ok(flag == external)
+    Ok(())
 }
 
 /// aclrtRecordEvent with a flag: ACL_EVENT_RECORD_DEFAULT records as aclrtRecordEvent;
@@ -54,11 +48,12 @@ pub unsafe extern "C" fn aclrtRecordEventWithFlag(
     flag: u32,
 ) -> aclError {
     guard("aclrtRecordEventWithFlag", || {
+        const API: &str = "aclrtRecordEventWithFlag";
+        non_null(event, "event")?;
         let flags = (ACL_EVENT_RECORD_EXTERNAL, ACL_EVENT_RECORD_DEFAULT);
-        let external = is_external("aclrtRecordEventWithFlag", event, flag, flags, |e| {
-            &e.record_flag
-        })?;
+        let external = is_external(API, flag, flags)?;
         let (event, stream) = super::event::event_on_stream(event, stream)?;
+        bind_flag(API, &event.record_flag, flag)?;
         super::event::record_on(&event, &stream, external)
     })
 }
@@ -101,13 +96,20 @@ pub unsafe extern "C" fn aclrtStreamWaitEventWithFlag(
     flag: u32,
 ) -> aclError {
     guard("aclrtStreamWaitEventWithFlag", || {
+        const API: &str = "aclrtStreamWaitEventWithFlag";
+        non_null(event, "event")?;
         let flags = (ACL_EVENT_WAIT_EXTERNAL, ACL_EVENT_WAIT_DEFAULT);
-        let external = is_external("aclrtStreamWaitEventWithFlag", event, flag, flags, |e| {
-            &e.wait_flag
-        })?;
+        let external = is_external(API, flag, flags)?;
+        ensure!(
+            !external || timeout == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "an EXTERNAL wait takes no timeout (0), not {timeout}"
+        );
+        let (event, stream) = super::event::stream_waiting_for(stream, event)?;
+        bind_flag(API, &event.wait_flag, flag)?;
         match external {
-            true => super::stream::wait_external(stream, event, timeout),
-            false => super::stream::wait_event(stream, event, seconds(timeout)),
+            true => super::stream::wait_external(event, &stream),
+            false => super::stream::wait_on(event, &stream, seconds(timeout)),
         }
     })
 }

@@ -1,14 +1,17 @@
 //! Stream management.
 
+use std::sync::Arc;
+
 use npu_sys::*;
 
 use super::check::deadline;
 use super::device::LEAST_PRIORITY;
 use crate::context;
 use crate::error::{Res, ensure, guard, non_null, write_out};
-use crate::event::Latest;
+use crate::event::{Event, Latest};
 use crate::handle;
 use crate::sim::sim;
+use crate::stream::Stream;
 use crate::task::{Op, Task};
 
 /// Stream flags the runtime knows; other bits are ignored.
@@ -191,17 +194,26 @@ pub(super) fn wait_event(
     event: aclrtEvent,
     timeout: Option<std::time::Duration>,
 ) -> Res<()> {
-    let (event, stream) = super::event::event_on_stream(event, stream)?;
+    let (event, stream) = super::event::stream_waiting_for(stream, event)?;
+    wait_on(event, &stream, timeout)
+}
+
+/// [`wait_event`]'s work, once the stream and event are looked up.
+pub(super) fn wait_on(
+    event: Arc<Event>,
+    stream: &Arc<Stream>,
+    timeout: Option<std::time::Duration>,
+) -> Res<()> {
     ensure!(
         event.waitable(),
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
         "the event was created without ACL_EVENT_SYNC and cannot be waited on"
     );
-    super::event::check_not_captured(&event, &stream)?;
+    super::event::check_not_captured(&event, stream)?;
     if let Some(model) = stream.bound_model() {
         // A built instance's wait waits, at each execution, for the record current then.
-        model.check_accepts(&stream)?;
-        model.push(&stream, crate::model_ri::Step::WaitFor(event));
+        model.check_accepts(stream)?;
+        model.push(stream, crate::model_ri::Step::WaitFor(event));
         return Ok(());
     }
     let record = match event.latest() {
@@ -213,7 +225,7 @@ pub(super) fn wait_event(
     };
     let captured = record.is_captured() || stream.capture().is_some();
     if captured {
-        match crate::capture::wait_dependency(&stream, &record)? {
+        match crate::capture::wait_dependency(stream, &record)? {
             true => {}
             // A record of a capture that is over only runs in its replays.
             false => return Ok(()),
@@ -229,19 +241,14 @@ pub(super) fn wait_event(
     stream.submit(task)
 }
 
-/// aclrtStreamWaitEventWithFlag(EXTERNAL): the capturing stream's instance waits, at each of
-/// its executions, for the event's record current then (timeout 0 only, else 107000).
-pub(super) fn wait_external(stream: aclrtStream, event: aclrtEvent, timeout: u32) -> Res<()> {
-    let (event, stream) = super::event::event_on_stream(event, stream)?;
-    ensure!(
-        timeout == 0,
-        ACL_ERROR_RT_PARAM_INVALID,
-        "an EXTERNAL wait takes no timeout (0), not {timeout}"
-    );
-    let capture = crate::capture::external_capture(&stream, &event)?;
+/// aclrtStreamWaitEventWithFlag(EXTERNAL), once its stream and event are looked up: the
+/// capturing stream's instance waits, at each of its executions, for the event's record
+/// current then.
+pub(super) fn wait_external(event: Arc<Event>, stream: &Arc<Stream>) -> Res<()> {
+    let capture = crate::capture::external_capture(stream, &event)?;
     capture
         .model
-        .push(&stream, crate::model_ri::Step::WaitFor(event));
+        .push(stream, crate::model_ri::Step::WaitFor(event));
     Ok(())
 }
 

@@ -211,7 +211,8 @@ static int checks_in_order(void) {
     aclrtNotify batch[2] = {NULL, NULL};
     char key[8] = {0};
     aclrtEvent event = NULL;
-    aclrtStream stream = NULL;
+    aclrtStream stream = NULL, foreign = NULL;
+    aclrtContext primary = NULL, other = NULL;
     aclrtMallocAttribute attribute = {0};
     aclrtMallocConfig cfg = {0};
     aclrtAllocatorDesc desc = NULL;
@@ -262,6 +263,20 @@ static int checks_in_order(void) {
     CHECK(aclrtCreateEvent(&event));
     CHECK(aclrtDestroyEvent(event));
     EXPECT(aclrtGetEventId(event, NULL), ACL_ERROR_INVALID_PARAM);
+    /* Two handles are looked up in the order the parameters name them: a record's or reset's
+     * destroyed event before another context's stream, a wait's stream before the event. */
+    CHECK(aclrtGetCurrentContext(&primary));
+    CHECK(aclrtCreateContext(&other, 0));
+    CHECK(aclrtCreateStream(&foreign));
+    CHECK(aclrtSetCurrentContext(primary));
+    EXPECT(aclrtRecordEvent(event, foreign), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtResetEvent(event, foreign), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtStreamWaitEvent(foreign, event), ACL_ERROR_RT_STREAM_CONTEXT);
+    EXPECT(aclrtRecordNotify(notify, foreign), ACL_ERROR_RT_INVALID_HANDLE);
+    CHECK(aclrtSetCurrentContext(other));
+    CHECK(aclrtDestroyStream(foreign));
+    CHECK(aclrtDestroyContext(other));
+    CHECK(aclrtSetCurrentContext(primary));
     /* Arguments a lookup does not decide come before it: a switch value before a destroyed
      * stream, an out pointer before the malloc configuration after it. */
     CHECK(aclrtCreateStream(&stream));
