@@ -735,9 +735,16 @@ fn peer_mappings_need_peer_access_and_change_nothing() {
         (4096, 2, 0, ACL_ERROR_RT_PARAM_INVALID),
         (4096, 4, 1, ACL_ERROR_RT_PARAM_INVALID),
         (4096, 99, 0, ACL_ERROR_RT_INVALID_DEVICEID),
+        // The reserved flags are checked before the device and the memory are looked up.
+        (4096, 99, 1, ACL_ERROR_RT_PARAM_INVALID),
+        (1 << 20, 2, 1, ACL_ERROR_RT_PARAM_INVALID),
     ] {
         assert_eq!(map(size, peer, flags), code, "{size} {peer} {flags}");
-        assert!(recent_message().contains("aclrtMemP2PMap"));
+        let message = recent_message();
+        assert!(message.contains("aclrtMemP2PMap"));
+        if flags != 0 {
+            assert!(message.contains("flags is reserved"), "{message}");
+        }
     }
     let host = malloc_host(64);
     assert_eq!(

@@ -242,6 +242,12 @@ pub unsafe extern "C" fn aclrtMemP2PMap(
     guard("aclrtMemP2PMap", || {
         non_null(devPtr, "devPtr")?;
         ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+        // A value no lookup decides: before the device and the memory are looked up.
+        ensure!(
+            flags == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "flags is reserved and must be 0, not {flags}"
+        );
         let sim = sim()?;
         let user = sim.device(dstDevId.into())?;
         let owner = crate::indirect::device_of_range(&sim.memory, devPtr as usize, size, "devPtr")?;
@@ -249,11 +255,6 @@ pub unsafe extern "C" fn aclrtMemP2PMap(
             owner != dstDevId,
             ACL_ERROR_RT_PARAM_INVALID,
             "devPtr is memory of device {dstDevId} itself"
-        );
-        ensure!(
-            flags == 0,
-            ACL_ERROR_RT_PARAM_INVALID,
-            "flags is reserved and must be 0, not {flags}"
         );
         ensure!(
             user.peer_enabled(owner),

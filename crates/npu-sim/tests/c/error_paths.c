@@ -250,6 +250,8 @@ static int checks_in_order(void) {
     CHECK(aclrtReleaseMemAddress(va));
     EXPECT(aclrtReserveMemAddress(&reserved, 0, 0, NULL, 0), ACL_ERROR_INVALID_PARAM);
     KEPT(reserved == SENTINEL);
+    /* A peer mapping's reserved flags are refused before its unknown device is looked up. */
+    EXPECT(aclrtMemP2PMap(SENTINEL, 64, 99, 1), ACL_ERROR_RT_PARAM_INVALID);
 
     /* NULL outputs of destroyed handles: the pointer is refused first. */
     CHECK(aclrtCreateNotify(&notify, 0));
