@@ -18,44 +18,80 @@ pub(crate) struct ResLimits {
     vector: AtomicU32,
 }
 
-impl ResLimits {
-    /// The limit slot and the hardware count of a resource type; an unknown type → 107000.
-    fn slot(&self, kind: aclrtDevResLimitType) -> Res<(&AtomicU32, u32)> {
-        let hardware = hardware_count(kind)?;
-        let slot = match kind {
-            ACL_RT_DEV_RES_CUBE_CORE => &self.cube,
-            ACL_RT_DEV_RES_VECTOR_CORE => &self.vector,
-            _ => unreachable!("hardware_count refuses type {kind}"),
-        };
-        Ok((slot, hardware))
+/// A resource type, checked to be one of [`aclrtDevResLimitType`]'s (107000 otherwise). The
+/// functions that take one check it before they look up the device, context or stream whose
+/// limits they touch: it is a value no lookup decides.
+#[derive(Clone, Copy)]
+pub(crate) enum Kind {
+    Cube,
+    Vector,
+}
+
+impl Kind {
+    pub(crate) fn of(kind: aclrtDevResLimitType) -> Res<Kind> {
+        match kind {
+            ACL_RT_DEV_RES_CUBE_CORE => Ok(Kind::Cube),
+            ACL_RT_DEV_RES_VECTOR_CORE => Ok(Kind::Vector),
+            other => fail!(ACL_ERROR_RT_PARAM_INVALID, "unknown resource type {other}"),
+        }
     }
 
-    /// Limits the cores of one type to `value`, from 1 to the hardware's count (107000 outside).
-    pub(crate) fn set(&self, kind: aclrtDevResLimitType, value: u32) -> Res<()> {
-        let (slot, hardware) = self.slot(kind)?;
+    /// The hardware's count of cores of this type: every simulated device has the same.
+    fn hardware(self) -> u32 {
+        match self {
+            Kind::Cube => CUBE_CORES,
+            Kind::Vector => VECTOR_CORES,
+        }
+    }
+}
+
+/// A limit checked before anything is looked up: a known type, and a value from 1 to the
+/// hardware's count of cores of that type (107000 outside: a limit of no cores, or of more
+/// than the hardware has, cannot be honoured).
+#[derive(Clone, Copy)]
+pub(crate) struct Limit {
+    kind: Kind,
+    value: u32,
+}
+
+impl Limit {
+    pub(crate) fn new(kind: aclrtDevResLimitType, value: u32) -> Res<Limit> {
+        let kind = Kind::of(kind)?;
+        let hardware = kind.hardware();
         if value == 0 || value > hardware {
             fail!(
                 ACL_ERROR_RT_PARAM_INVALID,
                 "limit {value} is outside 1 to {hardware}, the device's count of that core type"
             );
         }
-        slot.store(value, Ordering::Release);
-        Ok(())
+        Ok(Limit { kind, value })
+    }
+}
+
+impl ResLimits {
+    fn slot(&self, kind: Kind) -> &AtomicU32 {
+        match kind {
+            Kind::Cube => &self.cube,
+            Kind::Vector => &self.vector,
+        }
+    }
+
+    /// Sets a limit; the last setting wins.
+    pub(crate) fn set(&self, limit: Limit) {
+        self.slot(limit.kind).store(limit.value, Ordering::Release);
     }
 
     /// The limit in force: the process's, or the hardware's count.
-    pub(crate) fn get(&self, kind: aclrtDevResLimitType) -> Res<u32> {
-        let (_, hardware) = self.slot(kind)?;
-        Ok(self.get_set(kind)?.unwrap_or(hardware))
+    pub(crate) fn get(&self, kind: Kind) -> u32 {
+        self.get_set(kind).unwrap_or(kind.hardware())
     }
 
     /// The limit set, `None` if none is.
-    pub(crate) fn get_set(&self, kind: aclrtDevResLimitType) -> Res<Option<u32>> {
-        let (slot, _) = self.slot(kind)?;
-        Ok(match slot.load(Ordering::Acquire) {
+    pub(crate) fn get_set(&self, kind: Kind) -> Option<u32> {
+        match self.slot(kind).load(Ordering::Acquire) {
             0 => None,
             set => Some(set),
-        })
+        }
     }
 
     /// Whether any limit is set.
@@ -67,16 +103,6 @@ impl ResLimits {
     pub(crate) fn reset(&self) {
         self.cube.store(0, Ordering::Release);
         self.vector.store(0, Ordering::Release);
-    }
-}
-
-/// The hardware count of a resource type; an unknown type → 107000 (checked by the functions
-/// that take a type before they look up the context or stream whose limit they read).
-pub(crate) fn hardware_count(kind: aclrtDevResLimitType) -> Res<u32> {
-    match kind {
-        ACL_RT_DEV_RES_CUBE_CORE => Ok(CUBE_CORES),
-        ACL_RT_DEV_RES_VECTOR_CORE => Ok(VECTOR_CORES),
-        other => fail!(ACL_ERROR_RT_PARAM_INVALID, "unknown resource type {other}"),
     }
 }
 

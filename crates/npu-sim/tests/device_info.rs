@@ -158,6 +158,12 @@ fn stream_limits_come_before_the_devices_for_the_threads_that_use_them() {
             ACL_ERROR_RT_STREAM_CONTEXT,
             api,
         );
+        // A limit out of range needs no lookup: it is refused before the stream is looked up.
+        fails(
+            code!(aclrtSetStreamResLimit(foreign, vector, 41)),
+            ACL_ERROR_RT_PARAM_INVALID,
+            api,
+        );
         let api = "aclrtGetStreamResLimit";
         fails(
             code!(aclrtGetStreamResLimit(stream, cube, ptr::null_mut())),
@@ -175,6 +181,19 @@ fn stream_limits_come_before_the_devices_for_the_threads_that_use_them() {
             ACL_ERROR_RT_INVALID_HANDLE,
             api,
         );
+        // The type and the value before the destroyed stream.
+        fails(
+            code!(aclrtGetStreamResLimit(stream, 7, &mut 0)),
+            ACL_ERROR_RT_PARAM_INVALID,
+            api,
+        );
+        for (kind, cores) in [(7, 1), (cube, 0)] {
+            fails(
+                code!(aclrtSetStreamResLimit(stream, kind, cores)),
+                ACL_ERROR_RT_PARAM_INVALID,
+                "aclrtSetStreamResLimit",
+            );
+        }
         fails(
             code!(aclrtResetStreamResLimit(stream)),
             ACL_ERROR_RT_INVALID_HANDLE,
@@ -211,6 +230,14 @@ fn resource_limit_errors() {
         ACL_ERROR_RT_PARAM_INVALID,
         api,
     );
+    // The type and the value need no lookup: they are refused before the unknown device.
+    for (kind, cores) in [(7, 1), (ACL_RT_DEV_RES_CUBE_CORE, 0)] {
+        fails(
+            code!(aclrtSetDeviceResLimit(9, kind, cores)),
+            ACL_ERROR_RT_PARAM_INVALID,
+            api,
+        );
+    }
     let api = "aclrtGetDeviceResLimit";
     fails(
         code!(aclrtGetDeviceResLimit(
@@ -232,6 +259,11 @@ fn resource_limit_errors() {
     );
     fails(
         code!(aclrtGetDeviceResLimit(0, 7, &mut value)),
+        ACL_ERROR_RT_PARAM_INVALID,
+        api,
+    );
+    fails(
+        code!(aclrtGetDeviceResLimit(-1, 7, &mut value)),
         ACL_ERROR_RT_PARAM_INVALID,
         api,
     );

@@ -9,8 +9,8 @@ use crate::res_limit;
 use crate::sim::sim;
 
 /// Limits the cores of one type the process's later tasks on the device may use (1 to the
-/// hardware's count, else 107000); the last setting wins. Unknown device → 107001, unknown
-/// type → 107000.
+/// hardware's count, else 107000); the last setting wins. Unknown type or a value out of
+/// range → 107000, checked before the device is looked up (unknown → 107001).
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -21,11 +21,14 @@ pub unsafe extern "C" fn aclrtSetDeviceResLimit(
     value: u32,
 ) -> aclError {
     guard("aclrtSetDeviceResLimit", || {
-        sim()?.device(deviceId.into())?.res_limits.set(type_, value)
+        let limit = res_limit::Limit::new(type_, value)?;
+        sim()?.device(deviceId.into())?.res_limits.set(limit);
+        Ok(())
     })
 }
 
 /// The device's core limit of one type: the process's, or the hardware's count when unset.
+/// NULL `value` → 100000, then an unknown type → 107000, both before the device is looked up.
 ///
 /// # Safety
 /// `value` must be NULL or valid for a write.
@@ -37,7 +40,8 @@ pub unsafe extern "C" fn aclrtGetDeviceResLimit(
 ) -> aclError {
     guard("aclrtGetDeviceResLimit", || {
         non_null(value, "value")?;
-        let limit = sim()?.device(deviceId.into())?.res_limits.get(type_)?;
+        let kind = res_limit::Kind::of(type_)?;
+        let limit = sim()?.device(deviceId.into())?.res_limits.get(kind);
         write_out(value, "value", limit)
     })
 }
@@ -68,25 +72,20 @@ pub unsafe extern "C" fn aclrtGetResInCurrentThread(
 ) -> aclError {
     guard("aclrtGetResInCurrentThread", || {
         non_null(value, "value")?;
-        res_limit::hardware_count(type_)?;
+        let kind = res_limit::Kind::of(type_)?;
         let sim = sim()?;
         let ctx = context::current(sim)?;
         let in_use = res_limit::in_thread().and_then(|handle| sim.streams.get(handle));
-        let stream_limit = match in_use {
-            Some(stream) => stream.res_limits.get_set(type_)?,
-            None => None,
-        };
-        let limit = match stream_limit {
-            Some(limit) => limit,
-            None => ctx.device.res_limits.get(type_)?,
-        };
+        let stream_limit = in_use.and_then(|stream| stream.res_limits.get_set(kind));
+        let limit = stream_limit.unwrap_or_else(|| ctx.device.res_limits.get(kind));
         write_out(value, "value", limit)
     })
 }
 
 /// The core limit of one type on a stream: the stream's own (aclrtSetStreamResLimit), else its
 /// device's (the process's, else the hardware's count). NULL is the current context's default
-/// stream; a destroyed stream → 107017; unknown type → 107000.
+/// stream. NULL `value` → 100000, then an unknown type → 107000, both before the stream is
+/// looked up (a destroyed stream → 107017).
 ///
 /// # Safety
 /// `value` must be NULL or valid for a write.
@@ -98,17 +97,19 @@ pub unsafe extern "C" fn aclrtGetStreamResLimit(
 ) -> aclError {
     guard("aclrtGetStreamResLimit", || {
         non_null(value, "value")?;
+        let kind = res_limit::Kind::of(type_)?;
         let target = context::any_stream(sim()?, stream)?;
-        let limit = match target.res_limits.get_set(type_)? {
+        let limit = match target.res_limits.get_set(kind) {
             Some(limit) => limit,
-            None => target.device.res_limits.get(type_)?,
+            None => target.device.res_limits.get(kind),
         };
         write_out(value, "value", limit)
     })
 }
 
 /// Limits the cores of one type the stream's work may use (1 to the hardware's count, else
-/// 107000); the last setting wins. A stream of another context → 107003.
+/// 107000, as an unknown type is, before the stream is looked up); the last setting wins. A
+/// stream of another context → 107003.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -119,8 +120,10 @@ pub unsafe extern "C" fn aclrtSetStreamResLimit(
     value: u32,
 ) -> aclError {
     guard("aclrtSetStreamResLimit", || {
+        let limit = res_limit::Limit::new(type_, value)?;
         let (_, target) = context::owned_stream(sim()?, stream)?;
-        target.res_limits.set(type_, value)
+        target.res_limits.set(limit);
+        Ok(())
     })
 }
 

@@ -279,11 +279,15 @@ static int checks_in_order(void) {
     CHECK(aclrtDestroyStream(foreign));
     CHECK(aclrtDestroyContext(other));
     CHECK(aclrtSetCurrentContext(primary));
-    /* Arguments a lookup does not decide come before it: a switch value before a destroyed
-     * stream, an out pointer before the malloc configuration after it. */
+    /* Arguments a lookup does not decide come before it: a switch value and a resource
+     * limit before a destroyed stream, a resource type before an unknown device, an out
+     * pointer before the malloc configuration after it. */
     CHECK(aclrtCreateStream(&stream));
     CHECK(aclrtDestroyStream(stream));
     EXPECT(aclrtSetStreamOverflowSwitch(stream, 2), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtSetStreamResLimit(stream, ACL_RT_DEV_RES_CUBE_CORE, 0),
+           ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtSetDeviceResLimit(99, (aclrtDevResLimitType)7, 1), ACL_ERROR_RT_PARAM_INVALID);
     cfg.attrs = &attribute;
     cfg.numAttrs = 1;
     attribute.attr = (aclrtMallocAttrType)99;
