@@ -683,6 +683,19 @@ fn engines_that_can_reach_registered_host_memory() {
         capability(ACL_RT_HAC_TYPE_RDMA),
         ACL_RT_HOST_MEM_MAP_NOT_SUPPORTED
     );
+    // The engine type is checked before the device is looked up, and a failure writes nothing.
+    let mut cap = 9;
+    for (device, hac, code) in [
+        (99, ACL_RT_HAC_TYPE_AIC, ACL_ERROR_RT_INVALID_DEVICEID),
+        (99, 10, ACL_ERROR_RT_PARAM_INVALID),
+    ] {
+        fails!(
+            aclrtHostMemMapCapabilities(device, hac, &mut cap),
+            code,
+            "aclrtHostMemMapCapabilities"
+        );
+    }
+    assert_eq!(cap, 9);
 }
 
 #[test]

@@ -166,7 +166,9 @@ pub unsafe extern "C" fn aclrtHostUnregister(ptr: *mut c_void) -> aclError {
 }
 
 /// Whether an engine can access registered host memory: yes for the task scheduler, AI CPU,
-/// AI cores, vector cores and the DMA engines; no for RDMA, DVPP, UDMA and CCU.
+/// AI cores, vector cores and the DMA engines; no for RDMA, DVPP, UDMA and CCU. NULL
+/// `capabilities` → 100000, then an unknown engine type → 107000, then an unknown device →
+/// 107001; nothing is written on a failure.
 ///
 /// # Safety
 /// `capabilities` must be NULL or valid for a write.
@@ -178,7 +180,7 @@ pub unsafe extern "C" fn aclrtHostMemMapCapabilities(
 ) -> aclError {
     guard("aclrtHostMemMapCapabilities", || {
         non_null(capabilities, "capabilities")?;
-        sim()?.device(deviceId.into())?;
+        // The engine type is a value no lookup decides: checked before the device.
         let capability = match hacType {
             ACL_RT_HAC_TYPE_STARS
             | ACL_RT_HAC_TYPE_AICPU
@@ -190,6 +192,7 @@ pub unsafe extern "C" fn aclrtHostMemMapCapabilities(
             | ACL_RT_HAC_TYPE_CCU => ACL_RT_HOST_MEM_MAP_NOT_SUPPORTED,
             other => fail!(ACL_ERROR_RT_PARAM_INVALID, "unknown engine type {other}"),
         };
+        sim()?.device(deviceId.into())?;
         write_out(capabilities, "capabilities", capability)
     })
 }

@@ -220,6 +220,7 @@ static int checks_in_order(void) {
     aclrtLabelList list = NULL;
     void *reserved = SENTINEL, *va = NULL;
     int32_t number = -7;
+    aclrtHostMemMapCapability capability = (aclrtHostMemMapCapability)7;
 
     EXPECT(aclrtReserveMemAddressNoUCMemory(NULL, (size_t)1 << 30, 0,
                                             (void *)((uintptr_t)48 << 40), 0),
@@ -250,8 +251,12 @@ static int checks_in_order(void) {
     CHECK(aclrtReleaseMemAddress(va));
     EXPECT(aclrtReserveMemAddress(&reserved, 0, 0, NULL, 0), ACL_ERROR_INVALID_PARAM);
     KEPT(reserved == SENTINEL);
-    /* A peer mapping's reserved flags are refused before its unknown device is looked up. */
+    /* A peer mapping's reserved flags, and an engine type outside aclrtHacType, are refused
+     * before the unknown device is looked up. */
     EXPECT(aclrtMemP2PMap(SENTINEL, 64, 99, 1), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtHostMemMapCapabilities(99, (aclrtHacType)99, &capability),
+           ACL_ERROR_RT_PARAM_INVALID);
+    KEPT(capability == (aclrtHostMemMapCapability)7);
 
     /* NULL outputs of destroyed handles: the pointer is refused first. */
     CHECK(aclrtCreateNotify(&notify, 0));
