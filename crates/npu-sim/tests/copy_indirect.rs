@@ -140,6 +140,32 @@ fn every_error_path() {
                 code!(aclrtGetMemcpyDescSize(9, &mut size))
             },
         ),
+        // NULL pointers come before the kind: 100000 where a valid pointer gets the kind's code.
+        case(
+            "desc size of kind 9 into NULL",
+            "aclrtGetMemcpyDescSize",
+            100000,
+            0,
+            || code!(aclrtGetMemcpyDescSize(9, ptr::null_mut())),
+        ),
+        case(
+            "set NULL dst with a host-to-device kind",
+            "aclrtSetMemcpyDesc",
+            100000,
+            0,
+            || {
+                let (desc, src) = (malloc(32), malloc(8));
+                let kind = ACL_MEMCPY_HOST_TO_DEVICE;
+                code!(aclrtSetMemcpyDesc(
+                    desc,
+                    kind,
+                    src,
+                    ptr::null_mut(),
+                    8,
+                    ptr::null_mut()
+                ))
+            },
+        ),
         case("set NULL desc", "aclrtSetMemcpyDesc", 100000, 0, || {
             set_desc(ptr::null_mut(), malloc(8), malloc(8), 8)
         }),

@@ -40,7 +40,7 @@ fn submit(stream: aclrtStream, reads: &[(usize, usize, &str)], how: Indirect) ->
     stream.submit(Task::new(Op::IndirectCopy(IndirectCopy { device, how })))
 }
 
-/// The size of a memcpy descriptor: 32 bytes. NULL → 100000.
+/// The size of a memcpy descriptor: 32 bytes. NULL → 100000, before the kind is checked.
 ///
 /// # Safety
 /// `descSize` must be NULL or valid for a write.
@@ -50,15 +50,15 @@ pub unsafe extern "C" fn aclrtGetMemcpyDescSize(
     descSize: *mut usize,
 ) -> aclError {
     guard("aclrtGetMemcpyDescSize", || {
-        check_kind(kind)?;
         non_null(descSize, "descSize")?;
+        check_kind(kind)?;
         write_out(descSize, "descSize", MEMCPY_DESC_SIZE)
     })
 }
 
 /// Records a copy of `count` bytes from `srcAddr` to `dstAddr` in a descriptor held in device
 /// memory (written now). The descriptor and both ranges must be memory of one device (107000);
-/// NULL pointers or a non-NULL `config` → 100000.
+/// NULL pointers → 100000 (before the kind), a non-NULL `config` → 100000.
 ///
 /// # Safety
 /// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
@@ -73,9 +73,9 @@ pub unsafe extern "C" fn aclrtSetMemcpyDesc(
 ) -> aclError {
     guard("aclrtSetMemcpyDesc", || {
         non_null(desc, "desc")?;
-        check_kind(kind)?;
         non_null(srcAddr, "srcAddr")?;
         non_null(dstAddr, "dstAddr")?;
+        check_kind(kind)?;
         ensure!(
             config.is_null(),
             ACL_ERROR_INVALID_PARAM,

@@ -258,6 +258,9 @@ static int checks_in_order(void) {
            ACL_ERROR_RT_PARAM_INVALID);
     KEPT(capability == (aclrtHostMemMapCapability)7);
 
+    /* A NULL output before a kind the descriptors do not support. */
+    EXPECT(aclrtGetMemcpyDescSize(ACL_MEMCPY_HOST_TO_DEVICE, NULL), ACL_ERROR_INVALID_PARAM);
+
     /* NULL outputs of destroyed handles: the pointer is refused first. */
     CHECK(aclrtCreateNotify(&notify, 0));
     CHECK(aclrtDestroyNotify(notify));
