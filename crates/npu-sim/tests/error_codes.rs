@@ -1112,6 +1112,43 @@ static PARAM_INVALID: &[Case] = &[
             ))
         },
     ),
+    // The range is an argument: checked before the type and before the (missing) context.
+    case(
+        "register past the address space with a reserved type",
+        "aclrtHostRegister",
+        107000,
+        0,
+        || {
+            let mut d = ptr::null_mut();
+            let size = (usize::MAX - 4095) as u64;
+            code!(aclrtHostRegister(pageable(1 << 16), size, 0x1, &mut d))
+        },
+    ),
+    case(
+        "register past the address space without a context",
+        "aclrtHostRegister",
+        107000,
+        -1,
+        || {
+            let mut d = ptr::null_mut();
+            let size = (usize::MAX - 4095) as u64;
+            let mapped = ACL_HOST_REGISTER_MAPPED;
+            code!(aclrtHostRegister(pageable(1 << 16), size, mapped, &mut d))
+        },
+    ),
+    case(
+        "register over isize::MAX without a context",
+        "aclrtHostRegisterV2",
+        107000,
+        -1,
+        || {
+            code!(aclrtHostRegisterV2(
+                pageable(1 << 16),
+                1 << 63,
+                ACL_HOST_REG_MAPPED
+            ))
+        },
+    ),
     case("register flag 0", "aclrtHostRegisterV2", 107000, 0, || {
         code!(aclrtHostRegisterV2(pageable(1 << 16), 4096, 0))
     }),

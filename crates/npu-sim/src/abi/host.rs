@@ -9,20 +9,27 @@ use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::memory::PAGE;
 use crate::sim::sim;
 
-fn register(ptr: *mut c_void, size: u64, mapped: bool, pin: bool) -> Res<()> {
-    let sim = sim()?;
-    context::current(sim)?;
-    // No buffer is larger than isize::MAX bytes or ends past the address space: a range that
-    // did would wrap the registry's `base + len` round to a small end.
+/// The length of a registration of `size` bytes at `ptr`. No buffer is larger than
+/// isize::MAX bytes or ends past the address space: a range that did would wrap the
+/// registry's `base + len` round to a small end (107000). A value no lookup decides, so both
+/// calls check it with their other arguments, before the context is looked up.
+fn range_len(ptr: *mut c_void, size: u64) -> Res<usize> {
     let len = usize::try_from(size)
         .ok()
         .filter(|&len| isize::try_from(len).is_ok() && (ptr as usize).checked_add(len).is_some());
-    let Some(len) = len else {
-        fail!(
+    match len {
+        Some(len) => Ok(len),
+        None => fail!(
             ACL_ERROR_RT_PARAM_INVALID,
             "{ptr:p}+{size} does not fit the address space"
-        );
-    };
+        ),
+    }
+}
+
+/// Registers `len` bytes at `ptr`, once the arguments have passed: needs a current context.
+fn register(ptr: *mut c_void, len: usize, mapped: bool, pin: bool) -> Res<()> {
+    let sim = sim()?;
+    context::current(sim)?;
     // Only host memory can be registered. Device memory is the device's already, and an
     // address the runtime gave out and took back (freed memory held back from reuse, a bare
     // virtual-memory reservation) is no memory of the caller's: registered, it would count as
@@ -31,7 +38,7 @@ fn register(ptr: *mut c_void, size: u64, mapped: bool, pin: bool) -> Res<()> {
     ensure!(
         !sim.memory.overlaps_device(ptr as usize, len),
         ACL_ERROR_RT_PARAM_INVALID,
-        "{ptr:p}+{size} is device memory, not host memory"
+        "{ptr:p}+{len} is device memory, not host memory"
     );
     super::copy::check_mapped(sim, sim.memory.locate(ptr as usize).class, ptr as usize)?;
     ensure!(
@@ -62,22 +69,22 @@ pub unsafe extern "C" fn aclrtHostRegister(
         non_null(ptr, "ptr")?;
         non_null(devPtr, "devPtr")?;
         ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
-        // In parameter order: the address before the type, both before the context is looked
-        // up. Only the V1 call checks the page alignment the reference asks of both:
+        // In parameter order: the address, the range and the type, all before the context is
+        // looked up. Only the V1 call checks the page alignment the reference asks of both:
         // aclrtHostRegisterV2 validates its flags and leaves the address to the driver.
         ensure!(
             (ptr as usize).is_multiple_of(PAGE),
             ACL_ERROR_RT_PARAM_INVALID,
             "{ptr:p} is not aligned to the {PAGE}-byte page size"
         );
+        let len = range_len(ptr, size)?;
         ensure!(
             type_ == ACL_HOST_REGISTER_MAPPED,
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
             "registration type {type_:#x} is not supported: only ACL_HOST_REGISTER_MAPPED is \
              (IOMEMORY and READONLY are reserved)"
         );
-        context::current(sim()?)?;
-        register(ptr, size, true, false)?;
+        register(ptr, len, true, false)?;
         write_out(devPtr, "devPtr", ptr)
     })
 }
@@ -96,6 +103,7 @@ pub unsafe extern "C" fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: 
     guard("aclrtHostRegisterV2", || {
         non_null(ptr, "ptr")?;
         ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+        let len = range_len(ptr, size)?;
         let known = ACL_HOST_REG_MAPPED
             | ACL_HOST_REG_IOMEMORY
             | ACL_HOST_REG_READONLY
@@ -113,7 +121,7 @@ pub unsafe extern "C" fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: 
         );
         register(
             ptr,
-            size,
+            len,
             flag & ACL_HOST_REG_MAPPED != 0,
             flag & ACL_HOST_REG_PINNED != 0,
         )

@@ -65,6 +65,9 @@ static void without_a_device(int32_t count) {
     EXPECT(aclrtGetMemInfo(ACL_HBM_MEM, &free_bytes, &total_bytes), ACL_ERROR_RT_CONTEXT_NULL);
     KEPT(free_bytes == 7 && total_bytes == 7);
     EXPECT(aclrtSynchronizeDevice(), ACL_ERROR_RT_CONTEXT_NULL);
+    /* A registration's range is an argument, refused before the missing context. */
+    EXPECT(aclrtHostRegisterV2(SENTINEL, (uint64_t)1 << 63, ACL_HOST_REG_MAPPED),
+           ACL_ERROR_RT_PARAM_INVALID);
     EXPECT(aclrtSetDevice(count), ACL_ERROR_RT_INVALID_DEVICEID);
     EXPECT(aclrtResetDevice(0), ACL_ERROR_RT_CONTEXT_RELEASE_ERROR);
     EXPECT(aclrtGetDeviceCount(NULL), ACL_ERROR_INVALID_PARAM);
