@@ -225,6 +225,43 @@ fn huge_first_p2p_takes_huge_pages_below_1_mib_too() {
     }
 }
 
+/// aclrtMallocCached takes four rules, none of them P2P: a P2P rule is one outside its range,
+/// so the size chooses the pages, where aclrtMalloc takes the rule (page size read back, the
+/// device's counters being shared with the other tests).
+#[test]
+fn aclrt_malloc_cached_takes_no_p2p_rule() {
+    install();
+    set_device(6);
+    let mut p = ptr::null_mut();
+    for (policy, page) in [
+        (ACL_MEM_MALLOC_HUGE_ONLY, 2 << 20),
+        (ACL_MEM_MALLOC_HUGE_ONLY_P2P, 4096),
+        (ACL_MEM_MALLOC_HUGE_FIRST_P2P, 4096),
+    ] {
+        acl!(aclrtMallocCached(&mut p, 64, policy));
+        assert_eq!(attributes(p).pageSize, page, "64 bytes under rule {policy}");
+        acl!(aclrtFree(p));
+    }
+    acl!(aclrtMallocCached(
+        &mut p,
+        2 << 20,
+        ACL_MEM_MALLOC_NORMAL_ONLY_P2P
+    ));
+    assert_eq!(
+        attributes(p).pageSize,
+        2 << 20,
+        "2 MiB under NORMAL_ONLY_P2P"
+    );
+    acl!(aclrtFree(p));
+    acl!(aclrtMalloc(&mut p, 64, ACL_MEM_MALLOC_HUGE_ONLY_P2P));
+    assert_eq!(
+        attributes(p).pageSize,
+        2 << 20,
+        "aclrtMalloc takes the rule"
+    );
+    acl!(aclrtFree(p));
+}
+
 /// aclrtMalloc, aclrtMallocAlign32 and aclrtMallocCached take one enumerator: a rule or-ed
 /// with a band-width bit is no aclrtMemMallocPolicy value, so the size chooses the pages (huge
 /// from 2 MiB on). aclrtMallocWithCfg's policy may or them, and its rule alone decides. The

@@ -19,6 +19,18 @@ const GIANT_PAGE: u32 = 1 << 30;
 /// band-width and read-only bits, which choose no page size.
 const RULE_BITS: aclrtMemMallocPolicy = 0xff;
 
+/// The rules aclrtMallocCached takes, the reference's four: its P2P rules are not among them.
+const CACHED_RULES: [aclrtMemMallocPolicy; 4] = [
+    ACL_MEM_MALLOC_HUGE_FIRST,
+    ACL_MEM_MALLOC_HUGE_ONLY,
+    ACL_MEM_MALLOC_NORMAL_ONLY,
+    ACL_MEM_MALLOC_HUGE1G_ONLY,
+];
+
+/// A value outside aclrtMemMallocPolicy, standing for a rule a function does not take: the
+/// size then chooses the pages, as the reference says of a rule outside the enumeration.
+const NO_RULE: aclrtMemMallocPolicy = RULE_BITS;
+
 /// The page size an allocation of `size` bytes gets under `policy`.
 fn page_size(policy: aclrtMemMallocPolicy, size: usize) -> u32 {
     match policy {
@@ -120,7 +132,9 @@ pub unsafe extern "C" fn aclrtMalloc(
 }
 
 /// The same as aclrtMalloc, as CANN documents it: device memory is always cached, and CPU/NPU
-/// coherence is the runtime's business.
+/// coherence is the runtime's business. It takes HUGE_FIRST, HUGE_ONLY, NORMAL_ONLY and
+/// HUGE1G_ONLY only: another value, a P2P rule included, is a rule outside its range, and the
+/// size chooses the pages (huge from 2 MiB on).
 ///
 /// # Safety
 /// `devPtr` must be NULL or valid for a write.
@@ -131,7 +145,11 @@ pub unsafe extern "C" fn aclrtMallocCached(
     policy: aclrtMemMallocPolicy,
 ) -> aclError {
     guard("aclrtMallocCached", || {
-        device_malloc(sim()?, devPtr, size, policy, true, None)
+        let rule = match CACHED_RULES.contains(&policy) {
+            true => policy,
+            false => NO_RULE,
+        };
+        device_malloc(sim()?, devPtr, size, rule, true, None)
     })
 }
 
