@@ -222,49 +222,66 @@ fn callbacks_follow_the_life_cycle() {
     assert_eq!(take_calls(), calls(&[("h", "finalize")]));
 }
 
+/// Each of the four refuses a NULL callback and a type outside `aclRegisterCallbackType` with
+/// 100000, the NULL callback first (a pointer before a value), whatever the type.
 #[test]
 fn bad_arguments_are_parameter_errors() {
-    let apis = [
-        (
-            "aclInitCallbackRegister",
-            code!(aclInitCallbackRegister(OTHER, None, ptr::null_mut())),
-        ),
-        (
-            "aclInitCallbackRegister",
-            code!(aclInitCallbackRegister(8, Some(on_init), ptr::null_mut())),
-        ),
-        (
-            "aclInitCallbackUnRegister",
-            code!(aclInitCallbackUnRegister(OTHER, None)),
-        ),
-        (
-            "aclInitCallbackUnRegister",
-            code!(aclInitCallbackUnRegister(0xFFFE, Some(on_init))),
-        ),
-        (
-            "aclFinalizeCallbackRegister",
-            code!(aclFinalizeCallbackRegister(OTHER, None, ptr::null_mut())),
-        ),
-        (
-            "aclFinalizeCallbackRegister",
-            code!(aclFinalizeCallbackRegister(
-                u32::MAX,
-                Some(on_finalize),
-                ptr::null_mut()
-            )),
-        ),
-        (
-            "aclFinalizeCallbackUnRegister",
-            code!(aclFinalizeCallbackUnRegister(OTHER, None)),
-        ),
-        (
-            "aclFinalizeCallbackUnRegister",
-            code!(aclFinalizeCallbackUnRegister(9, Some(on_finalize))),
-        ),
-    ];
-    let messages = recent_message();
-    for (api, code) in apis {
+    let refused = |api: &str, code: aclError, why: &str| {
+        let message = recent_message();
         assert_eq!(code, ACL_ERROR_INVALID_PARAM, "{api}");
-        assert!(messages.contains(api), "{api}: {messages}");
+        assert!(
+            message.contains(api) && message.contains(why),
+            "{api}: {message}"
+        );
+    };
+    let null = "cbFunc is NULL";
+    let init: aclInitCallbackFunc = Some(on_init);
+    let finalize: aclFinalizeCallbackFunc = Some(on_finalize);
+    for (type_, why) in [(OTHER, null), (8, null)] {
+        refused(
+            "aclInitCallbackRegister",
+            code!(aclInitCallbackRegister(type_, None, ptr::null_mut())),
+            why,
+        );
+        refused(
+            "aclInitCallbackUnRegister",
+            code!(aclInitCallbackUnRegister(type_, None)),
+            why,
+        );
+        refused(
+            "aclFinalizeCallbackRegister",
+            code!(aclFinalizeCallbackRegister(type_, None, ptr::null_mut())),
+            why,
+        );
+        refused(
+            "aclFinalizeCallbackUnRegister",
+            code!(aclFinalizeCallbackUnRegister(type_, None)),
+            why,
+        );
     }
+    let unknown = "is not an aclRegisterCallbackType";
+    refused(
+        "aclInitCallbackRegister",
+        code!(aclInitCallbackRegister(8, init, ptr::null_mut())),
+        unknown,
+    );
+    refused(
+        "aclInitCallbackUnRegister",
+        code!(aclInitCallbackUnRegister(0xFFFE, init)),
+        unknown,
+    );
+    refused(
+        "aclFinalizeCallbackRegister",
+        code!(aclFinalizeCallbackRegister(
+            u32::MAX,
+            finalize,
+            ptr::null_mut()
+        )),
+        unknown,
+    );
+    refused(
+        "aclFinalizeCallbackUnRegister",
+        code!(aclFinalizeCallbackUnRegister(9, finalize)),
+        unknown,
+    );
 }

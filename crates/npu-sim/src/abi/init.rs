@@ -431,8 +431,8 @@ pub unsafe extern "C" fn aclInitCallbackRegister(
     userData: *mut c_void,
 ) -> aclError {
     guard("aclInitCallbackRegister", || {
-        lifecycle::check_module(r#type)?;
         let func = callback(cbFunc)?;
+        lifecycle::check_module(r#type)?;
         let current = lock(&CURRENT_CONFIG).clone();
         if let Some(config) = current {
             let code = call_init(func, &config, userData as usize);
@@ -458,8 +458,9 @@ pub unsafe extern "C" fn aclInitCallbackUnRegister(
     cbFunc: aclInitCallbackFunc,
 ) -> aclError {
     guard("aclInitCallbackUnRegister", || {
+        let func = callback(cbFunc)?;
         lifecycle::check_module(r#type)?;
-        lifecycle::INIT.unregister(r#type, callback(cbFunc)?);
+        lifecycle::INIT.unregister(r#type, func);
         Ok(())
     })
 }
@@ -478,8 +479,9 @@ pub unsafe extern "C" fn aclFinalizeCallbackRegister(
     userData: *mut c_void,
 ) -> aclError {
     guard("aclFinalizeCallbackRegister", || {
+        let func = callback(cbFunc)?;
         lifecycle::check_module(r#type)?;
-        lifecycle::FINALIZE.register(r#type, callback(cbFunc)?, userData as usize);
+        lifecycle::FINALIZE.register(r#type, func, userData as usize);
         Ok(())
     })
 }
@@ -495,13 +497,15 @@ pub unsafe extern "C" fn aclFinalizeCallbackUnRegister(
     cbFunc: aclFinalizeCallbackFunc,
 ) -> aclError {
     guard("aclFinalizeCallbackUnRegister", || {
+        let func = callback(cbFunc)?;
         lifecycle::check_module(r#type)?;
-        lifecycle::FINALIZE.unregister(r#type, callback(cbFunc)?);
+        lifecycle::FINALIZE.unregister(r#type, func);
         Ok(())
     })
 }
 
-/// A required callback argument.
+/// A required callback argument: NULL → 100000, checked before the type (a pointer before a
+/// value, as every function checks its arguments).
 fn callback<F>(func: Option<F>) -> Res<F> {
     match func {
         Some(func) => Ok(func),
