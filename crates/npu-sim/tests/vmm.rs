@@ -754,6 +754,18 @@ fn memory_types_are_device_reserved_or_neither() {
     assert_eq!(check_mem_type(&[dev, va], dev_type | rsvd), 1);
     // Host memory is none of them.
     assert_eq!(check_mem_type(&[dev, host], dev_type | rsvd), 0);
+    // The NULL pointers come before the values: a NULL result is named whatever else is wrong.
+    let mut list = [dev];
+    let code = code!(aclrtCheckMemType(
+        list.as_mut_ptr(),
+        0,
+        0,
+        ptr::null_mut(),
+        1
+    ));
+    let message = recent_message();
+    assert_eq!(code, ACL_ERROR_INVALID_PARAM, "{message}");
+    assert!(message.contains("checkResult is NULL"), "{message}");
     acl!(aclrtUnmapMem(mapped));
     acl!(aclrtFreePhysical(phys));
     acl!(aclrtReleaseMemAddress(mapped));

@@ -55,7 +55,8 @@ fn mem_type(sim: &Sim, address: usize) -> u32 {
 
 /// Whether every address of `addrList` is of one of the types `memType` or-s together
 /// (ACL_RT_MEM_TYPE_DEV, _DVPP, _RSVD): `*checkResult` 1 if so, 0 if not. NULL list or result,
-/// `size` 0, a `memType` of no or unknown type bits, or a non-zero `reserve` → 100000.
+/// `size` 0, a `memType` of no or unknown type bits, or a non-zero `reserve` → 100000, the NULL
+/// pointers first.
 ///
 /// # Safety
 /// `addrList` must be NULL or valid for `size` reads; `checkResult` NULL or valid for a write.
@@ -69,6 +70,7 @@ pub unsafe extern "C" fn aclrtCheckMemType(
 ) -> aclError {
     guard("aclrtCheckMemType", || {
         non_null(addrList, "addrList")?;
+        non_null(checkResult, "checkResult")?;
         ensure!(size != 0, ACL_ERROR_INVALID_PARAM, "size is 0");
         let known = ACL_RT_MEM_TYPE_DEV | ACL_RT_MEM_TYPE_DVPP | ACL_RT_MEM_TYPE_RSVD;
         ensure!(
@@ -76,7 +78,6 @@ pub unsafe extern "C" fn aclrtCheckMemType(
             ACL_ERROR_INVALID_PARAM,
             "memType {memType:#x} is not an or of ACL_RT_MEM_TYPE_DEV, _DVPP and _RSVD"
         );
-        non_null(checkResult, "checkResult")?;
         ensure!(
             reserve == 0,
             ACL_ERROR_INVALID_PARAM,
