@@ -223,6 +223,13 @@ fn bad_batches_name_the_failing_copy() {
         ACL_ERROR_INVALID_PARAM
     );
     assert!(recent_message().contains("failIndex"));
+    // The pointers in parameter order: a NULL srcs is named before a NULL failIndex.
+    assert_eq!(
+        with(ptr::null_mut(), ptr::null_mut()),
+        ACL_ERROR_INVALID_PARAM
+    );
+    let message = recent_message();
+    assert!(message.contains("srcs is NULL"), "{message}");
     // A NULL array names no copy: failIndex is SIZE_MAX, not what the caller left in it.
     let mut fail = 123;
     assert_eq!(with(ptr::null_mut(), &mut fail), ACL_ERROR_INVALID_PARAM);

@@ -69,16 +69,19 @@ fn matches_location(located: &Located, location: &aclrtMemLocation) -> bool {
 /// Checks the whole batch; returns its copy kind and its non-empty copies.
 fn check(sim: &Sim, batch: &Batch) -> Res<(aclrtMemcpyKind, Vec<Entry>)> {
     // Every error that names no copy leaves failIndex SIZE_MAX, the NULL arrays' included.
-    if let Some(fail_index) = batch.fail_index {
-        non_null(fail_index, "failIndex")?;
+    if let Some(fail_index) = batch.fail_index.filter(|at| !at.is_null()) {
         write_out(fail_index, "failIndex", usize::MAX)?;
     }
+    // The NULL checks in parameter order: failIndex, the last pointer, is named last.
     non_null(batch.dsts, "dsts")?;
     non_null(batch.dest_maxs, "destMaxs")?;
     non_null(batch.srcs, "srcs")?;
     non_null(batch.sizes, "sizes")?;
     non_null(batch.attrs, "attrs")?;
     non_null(batch.attrs_indexes, "attrsIndexes")?;
+    if let Some(fail_index) = batch.fail_index {
+        non_null(fail_index, "failIndex")?;
+    }
     ensure!(batch.count != 0, ACL_ERROR_INVALID_PARAM, "numBatches is 0");
     ensure!(
         batch.num_attrs != 0 && batch.num_attrs <= batch.count,
