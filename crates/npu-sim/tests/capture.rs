@@ -1577,6 +1577,13 @@ const CASES: &[Case] = &[
         || code!(aclmdlRIBindStream(stale_model(), ptr::null_mut(), HEAD)),
     ),
     case(
+        "bind with flag 5 to a stale instance: the flag is checked first",
+        "aclmdlRIBindStream",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIBindStream(stale_model(), persistent_stream(), 5)),
+    ),
+    case(
         "type of garbage into NULL",
         "aclmdlRITaskGetType",
         ACL_ERROR_INVALID_PARAM,

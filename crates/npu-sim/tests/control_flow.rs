@@ -838,6 +838,12 @@ fn word() -> *mut c_void {
     zeroed(8)
 }
 
+fn destroyed_stream() -> aclrtStream {
+    let stream = create_stream();
+    acl!(aclrtDestroyStream(stream));
+    stream
+}
+
 fn stale_label() -> aclrtLabel {
     let stale = label();
     acl!(aclrtDestroyLabel(stale));
@@ -1230,8 +1236,7 @@ const CASES: &[Case] = &[
         0,
         || {
             let stream = bound_stream();
-            let stale = create_stream();
-            acl!(aclrtDestroyStream(stale));
+            let stale = destroyed_stream();
             let unaligned = word().cast::<u8>().wrapping_add(4).cast();
             switch_stream(unaligned, ACL_RT_EQUAL, ACL_RT_SWITCH_INT64, stale, stream)
         },
@@ -1633,6 +1638,33 @@ const CASES: &[Case] = &[
         || {
             code!(aclmdlRICaptureToModelRIBegin(
                 create_stream(),
+                capturing_model().1,
+                3
+            ))
+        },
+    ),
+    // The NULL instance and the mode need no lookup: refused before the destroyed stream.
+    case(
+        "capture into NULL from a destroyed stream",
+        "aclmdlRICaptureToModelRIBegin",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRICaptureToModelRIBegin(
+                destroyed_stream(),
+                ptr::null_mut(),
+                RELAXED
+            ))
+        },
+    ),
+    case(
+        "capture in mode 3 from a destroyed stream",
+        "aclmdlRICaptureToModelRIBegin",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRICaptureToModelRIBegin(
+                destroyed_stream(),
                 capturing_model().1,
                 3
             ))

@@ -247,8 +247,8 @@ pub unsafe extern "C" fn aclmdlRIAddCondTask(
 /// Begins capturing the stream's tasks into a branch that aclmdlRIAddCondTask created, until
 /// aclmdlRICaptureEnd on the stream; a branch is captured once. The default stream → 107031;
 /// an instance that is not such a branch, or one captured already → 107000; a stream of
-/// another context → 107004; a stream capturing already → 107027; a mode outside
-/// aclmdlRICaptureMode → 100000.
+/// another context → 107004; a stream capturing already → 107027; a NULL instance or a mode
+/// outside aclmdlRICaptureMode → 100000, before anything is looked up.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -259,10 +259,13 @@ pub unsafe extern "C" fn aclmdlRICaptureToModelRIBegin(
     mode: aclmdlRICaptureMode,
 ) -> aclError {
     guard("aclmdlRICaptureToModelRIBegin", || {
+        // The NULL instance and the mode before the stream and the instance are looked up,
+        // in that (parameter) order.
+        non_null(modelRI, "modelRI")?;
+        capture::check_mode(mode)?;
         let sim = sim()?;
         let stream = context::submit_stream(sim, stream)?;
         let model = model(modelRI)?;
-        capture::check_mode(mode)?;
         ensure!(
             !stream.is_default,
             ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT,

@@ -88,12 +88,13 @@ pub unsafe extern "C" fn aclmdlRIBindStream(
     guard("aclmdlRIBindStream", || {
         non_null(modelRI, "modelRI")?;
         non_null(stream, "stream")?;
-        let model = building_model(modelRI)?;
+        // A value no lookup decides: before the instance and the stream are looked up.
         ensure!(
             flag == STREAM_FLAG_HEAD || flag == STREAM_FLAG_DEFAULT,
             ACL_ERROR_INVALID_PARAM,
             "flag {flag:#x} is neither ACL_MODEL_STREAM_FLAG_HEAD nor ACL_MODEL_STREAM_FLAG_DEFAULT"
         );
+        let model = building_model(modelRI)?;
         let (_, stream) = context::owned_stream(sim()?, stream)?;
         check_same_context(&model, &stream)?;
         model.bind(&stream, flag == STREAM_FLAG_HEAD)
