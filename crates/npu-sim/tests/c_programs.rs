@@ -547,7 +547,8 @@ fn acl_base_rt_h_or_acl_rt_h_alone_compiles_as_c_and_cxx() {
     let programs = [
         (
             "only_base_rt",
-            "soc Ascend910B3, success 0, bad param 100000, handles 1, half 0\n",
+            "soc Ascend910B3, success 0, bad param 100000, handles 1, half 0\n\
+             format ND 2, NZ 29, memtype host 1\n",
         ),
         (
             "only_rt",

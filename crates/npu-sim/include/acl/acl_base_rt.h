@@ -178,6 +178,31 @@ typedef enum {
     ACL_FLOAT4_E1M2 = 41,
 } aclDataType;
 
+/* Tensor layouts. No runtime function takes one; the enum is here, where CANN declares it, so
+ * that a program naming a layout (for the operator and model libraries) compiles unchanged. */
+typedef enum {
+    ACL_FORMAT_UNDEFINED = -1,
+    ACL_FORMAT_NCHW = 0,
+    ACL_FORMAT_NHWC = 1,
+    ACL_FORMAT_ND = 2,
+    ACL_FORMAT_NC1HWC0 = 3,
+    ACL_FORMAT_FRACTAL_Z = 4,
+    ACL_FORMAT_NC1HWC0_C04 = 12,
+    ACL_FORMAT_HWCN = 16,
+    ACL_FORMAT_NDHWC = 27,
+    ACL_FORMAT_FRACTAL_NZ = 29,
+    ACL_FORMAT_NCDHW = 30,
+    ACL_FORMAT_NDC1HWC0 = 32,
+    ACL_FRACTAL_Z_3D = 33,
+    ACL_FORMAT_NC = 35,
+    ACL_FORMAT_NCL = 47,
+    ACL_FORMAT_FRACTAL_NZ_C0_16 = 50,
+    ACL_FORMAT_FRACTAL_NZ_C0_32 = 51,
+    ACL_FORMAT_FRACTAL_NZ_C0_2 = 52,
+    ACL_FORMAT_FRACTAL_NZ_C0_4 = 53,
+    ACL_FORMAT_FRACTAL_NZ_C0_8 = 54,
+} aclFormat;
+
 typedef enum {
     ACL_CANN_ATTR_UNDEFINED = -1,
     ACL_CANN_ATTR_INF_NAN = 0,
@@ -198,6 +223,10 @@ typedef enum {
     ACL_WARNING = 2,
     ACL_ERROR = 3,
 } aclLogLevel;
+
+/* Where a tensor's data lives, for the operator library's tensor descriptions (no runtime
+ * function takes it; declared here as CANN does). */
+typedef enum { ACL_MEMTYPE_DEVICE = 0, ACL_MEMTYPE_HOST = 1, ACL_MEMTYPE_HOST_COMPILE_INDEPENDENT = 2 } aclMemType;
 
 /* Half-precision conversions without special values: float to half saturates (NaN and +Inf
  * give 65504, -Inf -65504); half to float reads the all-ones exponent as 2^16 (+Inf 65536,
