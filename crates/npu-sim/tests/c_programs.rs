@@ -552,7 +552,8 @@ fn acl_base_rt_h_or_acl_rt_h_alone_compiles_as_c_and_cxx() {
         ),
         (
             "only_rt",
-            "devices 2, version known 1, ge code 145000, rt code 107000\n",
+            "devices 2, version known 1, ge code 145000, rt code 107000\n\
+             connect types 0 1 2, form factors 0 1 2 3\n",
         ),
     ];
     for (program, expected) in programs {

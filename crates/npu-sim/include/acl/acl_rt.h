@@ -201,6 +201,17 @@ typedef enum {
     ACL_DEV_ATTR_NPU_ARCH = 601,
 } aclrtDevAttr;
 
+/* The answers of ACL_DEV_ATTR_HD_CONNECT_TYPE (the link between host and device) and
+ * ACL_DEV_ATTR_DEVICE_FORM_FACTOR. Only an Ascend 950 gives them; the simulated Atlas A2
+ * refuses both attributes with 207000, as the reference has other products do. */
+#define ACL_HOST_DEVICE_CONNECT_TYPE_PCIE 0
+#define ACL_HOST_DEVICE_CONNECT_TYPE_HCCS 1
+#define ACL_HOST_DEVICE_CONNECT_TYPE_UB 2
+#define ACL_DEVICE_FORM_FACTOR_POD 0
+#define ACL_DEVICE_FORM_FACTOR_A_K 1
+#define ACL_DEVICE_FORM_FACTOR_A_X 2
+#define ACL_DEVICE_FORM_FACTOR_PCIE_CARD 3
+
 typedef enum aclrtDeviceStatus {
     ACL_RT_DEVICE_STATUS_NORMAL = 0,
     ACL_RT_DEVICE_STATUS_ABNORMAL = 1,

@@ -19,5 +19,10 @@ int main(void)
     }
     printf("devices %u, version known %d, ge code %u, rt code %d\n", count, version > 0,
            (unsigned)ACL_ERROR_GE_PARAM_INVALID, ACL_ERROR_RT_PARAM_INVALID);
+    /* The values aclrtGetDeviceInfo's connection and form-factor attributes are named by. */
+    printf("connect types %d %d %d, form factors %d %d %d %d\n", ACL_HOST_DEVICE_CONNECT_TYPE_PCIE,
+           ACL_HOST_DEVICE_CONNECT_TYPE_HCCS, ACL_HOST_DEVICE_CONNECT_TYPE_UB,
+           ACL_DEVICE_FORM_FACTOR_POD, ACL_DEVICE_FORM_FACTOR_A_K, ACL_DEVICE_FORM_FACTOR_A_X,
+           ACL_DEVICE_FORM_FACTOR_PCIE_CARD);
     return aclFinalize() == ACL_SUCCESS ? 0 : 1;
 }
