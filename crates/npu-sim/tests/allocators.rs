@@ -191,6 +191,13 @@ fn error_paths() {
         ACL_ERROR_RT_INVALID_HANDLE,
         "aclrtAllocatorRegister"
     );
+    // The stream is looked up before the descriptor, whose contents are only known after its
+    // lookup: a destroyed stream is named even with a descriptor lacking its callbacks.
+    fails!(
+        aclrtAllocatorRegister(gone, empty),
+        ACL_ERROR_RT_INVALID_HANDLE,
+        "aclrtAllocatorRegister"
+    );
     assert_eq!(get(gone).0, ACL_ERROR_RT_INVALID_HANDLE);
     assert_eq!(get(ptr::null_mut()).0, ACL_ERROR_INVALID_PARAM);
     let mut desc = ptr::null_mut();

@@ -140,7 +140,10 @@ pub unsafe extern "C" fn aclrtAllocatorSetGetAddrFromBlockFuncToDesc(
 
 /// Registers a copy of the descriptor for `stream` (not NULL: 100000), replacing an earlier
 /// registration. The descriptor must hold the allocator object and the alloc, free and
-/// get-address callbacks (100000 otherwise; the advise callback is optional).
+/// get-address callbacks (100000 otherwise; the advise callback is optional). The stream is
+/// looked up before the descriptor, in parameter order, so a destroyed stream → 107017 even
+/// with a descriptor that lacks a callback (what the descriptor holds is only known once it is
+/// looked up).
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -151,7 +154,9 @@ pub unsafe extern "C" fn aclrtAllocatorRegister(
 ) -> aclError {
     guard("aclrtAllocatorRegister", || {
         non_null(stream, "stream")?;
+        non_null(allocatorDesc, "allocatorDesc")?;
         let sim = sim()?;
+        let stream = sim.streams.resolve(handle::from_ptr(stream))?;
         let contents = *lock(&*desc(sim, allocatorDesc)?);
         ensure!(
             contents.allocator != 0
@@ -161,7 +166,6 @@ pub unsafe extern "C" fn aclrtAllocatorRegister(
             ACL_ERROR_INVALID_PARAM,
             "the descriptor lacks the allocator object or its alloc, free or get-address callback"
         );
-        let stream = sim.streams.resolve(handle::from_ptr(stream))?;
         let mut registered = lock(&sim.allocators.registered);
         // Registrations of destroyed streams can never be asked for again.
         registered.retain(|&s, _| sim.streams.get(s).is_some());

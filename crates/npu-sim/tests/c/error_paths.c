@@ -306,6 +306,11 @@ static int checks_in_order(void) {
     desc = aclrtAllocatorCreateDesc();
     CHECK(aclrtAllocatorDestroyDesc(desc));
     EXPECT(aclrtAllocatorSetObjToDesc(desc, NULL), ACL_ERROR_INVALID_PARAM);
+    /* The destroyed stream is looked up before the descriptor, whose missing callbacks can
+     * only be seen once it is. */
+    desc = aclrtAllocatorCreateDesc();
+    EXPECT(aclrtAllocatorRegister(stream, desc), ACL_ERROR_RT_INVALID_HANDLE);
+    CHECK(aclrtAllocatorDestroyDesc(desc));
 
     /* A label switch's maxValue 0 is refused before its destroyed list is looked up, and the
      * list before the (unbound) default stream. */
