@@ -955,6 +955,25 @@ const CASES: &[Case] = &[
         || code!(aclrtCreateLabel(ptr::null_mut())),
     ),
     case(
+        "create NULL without a context: the pointer is checked first",
+        "aclrtCreateLabel",
+        ACL_ERROR_INVALID_PARAM,
+        -1,
+        || code!(aclrtCreateLabel(ptr::null_mut())),
+    ),
+    case(
+        "create without a context",
+        "aclrtCreateLabel",
+        ACL_ERROR_RT_CONTEXT_NULL,
+        -1,
+        || {
+            let mut label: aclrtLabel = ptr::dangling_mut();
+            let code = code!(aclrtCreateLabel(&mut label));
+            assert_eq!(label, ptr::dangling_mut(), "a refused label was written");
+            code
+        },
+    ),
+    case(
         "set NULL label",
         "aclrtSetLabel",
         ACL_ERROR_INVALID_PARAM,
