@@ -13,7 +13,7 @@ mod common;
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, mpsc};
+use std::sync::{Mutex, mpsc};
 use std::thread;
 
 use common::*;
@@ -24,13 +24,9 @@ use npu_sys::*;
 /// Device 7 is shared by tests that compare its live counters (streams, allocated bytes) with
 /// a baseline and a test that creates streams on it: run together (libtest runs tests on
 /// several threads, more on a bigger machine), a count saw the other test's streams (`round
-/// 101: streams left alive by a destroyed context`, `left: 2, right: 1`). Each holds this for
-/// its whole run.
-fn device_7() -> MutexGuard<'static, ()> {
-    static DEVICE_7: Mutex<()> = Mutex::new(());
-    // A failed test poisons the lock; the others still run one at a time.
-    DEVICE_7.lock().unwrap_or_else(PoisonError::into_inner)
-}
+/// 101: streams left alive by a destroyed context`, `left: 2, right: 1`). Each takes this turn
+/// ([`take_turn`]) for its whole run.
+static DEVICE_7: Mutex<()> = Mutex::new(());
 
 fn memset_async(dev: *mut c_void, len: usize, stream: aclrtStream) -> aclError {
     code!(aclrtMemsetAsync(dev, len, 7, len, stream))
@@ -622,7 +618,7 @@ fn host_tasks_calling_back_into_the_runtime_get_codes_not_deadlocks() {
 /// with a code, and the device's live stream count returns to where it was.
 #[test]
 fn a_context_destroyed_under_concurrent_stream_creation_leaks_no_stream() {
-    let _device_7 = device_7();
+    let _device_7 = take_turn(&DEVICE_7);
     install_eight_devices();
     let device = 7;
     set_device(device);
@@ -833,7 +829,7 @@ fn init_and_finalize_racing_on_threads_keep_one_count_and_never_wait_for_the_dev
 /// the device's allocated bytes return to where they were.
 #[test]
 fn a_pool_destroyed_under_concurrent_allocations_leaks_no_memory() {
-    let _device_7 = device_7();
+    let _device_7 = take_turn(&DEVICE_7);
     install_eight_devices();
     let device = 7;
     set_device(device);
@@ -1388,7 +1384,7 @@ unsafe extern "C" fn hold_until_wait_gate(_: *mut c_void) {
 /// stream and the latest record completed: no ticket outlives its task.
 #[test]
 fn the_wait_status_follows_the_wait_tasks_under_concurrent_records_and_resets() {
-    let _device_7 = device_7();
+    let _device_7 = take_turn(&DEVICE_7);
     install_eight_devices();
     set_device(7);
     let recorder = Raw::of(create_stream());

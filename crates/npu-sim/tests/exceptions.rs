@@ -28,7 +28,7 @@ fn install() -> MutexGuard<'static, ()> {
         npu_sim::SimConfig::default().devices(5).install().unwrap();
         register_test_kernels();
     });
-    TURN.lock().unwrap_or_else(|e| e.into_inner())
+    take_turn(&TURN)
 }
 
 /// What a callback read through the getters.

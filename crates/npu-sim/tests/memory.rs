@@ -32,15 +32,9 @@ fn install() {
 
 /// Device 5 is shared by a test that compares its allocated bytes with a baseline and one
 /// that allocates there: run together (libtest runs tests on several threads, more on a
-/// bigger machine), the count saw the other's allocation (`left: 96, right: 0`). Each holds
-/// this for its whole run.
-fn device_5() -> std::sync::MutexGuard<'static, ()> {
-    static DEVICE_5: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    // A failed test poisons the lock; the others still run one at a time.
-    DEVICE_5
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+/// bigger machine), the count saw the other's allocation (`left: 96, right: 0`). Each takes
+/// this turn ([`take_turn`]) for its whole run.
+static DEVICE_5: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn used(device: i32) -> u64 {
     control::device_stats(device).unwrap().bytes_allocated
@@ -207,7 +201,7 @@ fn a_policy_outside_the_enumeration_takes_huge_pages_from_2_mib() {
 /// counters being shared with the other tests).
 #[test]
 fn huge_first_p2p_takes_huge_pages_below_1_mib_too() {
-    let _device_5 = device_5();
+    let _device_5 = take_turn(&DEVICE_5);
     install();
     set_device(5);
     let mut p = ptr::null_mut();
@@ -737,7 +731,7 @@ fn engines_that_can_reach_registered_host_memory() {
 
 #[test]
 fn cached_memory_is_device_memory_and_cache_maintenance_keeps_it() {
-    let _device_5 = device_5();
+    let _device_5 = take_turn(&DEVICE_5);
     install();
     set_device(5);
     let before = used(5);

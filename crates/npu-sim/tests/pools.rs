@@ -20,7 +20,7 @@ use npu_sys::*;
 /// given that address by a pool of its own, and the free would then return its block.
 fn serial() -> MutexGuard<'static, ()> {
     static TURN: Mutex<()> = Mutex::new(());
-    TURN.lock().unwrap_or_else(|e| e.into_inner())
+    take_turn(&TURN)
 }
 
 fn props(device: u32, max_size: usize) -> aclrtMemPoolProps {

@@ -427,6 +427,17 @@ pub fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'st
     }
 }
 
+/// Holds `turn` until the guard is dropped, so that the tests of a file that take the same
+/// turn run one at a time. libtest runs a file's tests on parallel threads (as many as the
+/// machine has cores, unless told otherwise), and they share the simulator's counters: a test
+/// that compares a device's counts, or the process's host-memory counts, with a baseline takes
+/// a turn with every other test of its file that changes them.
+pub fn take_turn(turn: &'static std::sync::Mutex<()>) -> std::sync::MutexGuard<'static, ()> {
+    // A failed test poisons the lock; the others still run one at a time.
+    turn.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A handle or pointer sent to another thread (the simulator's handles are opaque tokens).
 #[derive(Clone, Copy)]
 pub struct Raw(usize);
