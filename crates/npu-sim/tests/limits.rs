@@ -59,8 +59,18 @@ fn running_out_of_subscribed_threads() {
     acl!(aclrtSubscribeReport(0x9999, create_stream()));
 }
 
+/// The process's host memory, whose counters two tests compare with a baseline: one injects
+/// a failure into the process's next host allocation and then allocates pinned memory, the
+/// other asks for more pinned memory than the machine has. Run together (libtest runs tests on
+/// parallel threads), one's pinned allocation showed in the other's counts (40 of 1,000 runs
+/// of the pair on two threads: `pinned_allocations: 1` against a baseline of 0, or the other
+/// way round), and the refused request can take the failure injected for the other's next
+/// allocation, which then succeeds. Each takes this turn ([`take_turn`]) for its whole run.
+static HOST_MEMORY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn the_next_host_allocation_fails_with_the_injected_code() {
+    let _host_memory = take_turn(&HOST_MEMORY);
     set_device(1);
     let before = npu_sim::control::host_stats().unwrap();
     let mut host = ptr::null_mut();
@@ -155,6 +165,7 @@ fn running_out_of_labels() {
 
 #[test]
 fn a_request_beyond_the_machine_is_an_allocation_error() {
+    let _host_memory = take_turn(&HOST_MEMORY);
     set_device(0);
     const TIB: usize = 1 << 40;
     let before = npu_sim::control::host_stats().unwrap();
