@@ -42,6 +42,8 @@ mod staged;
 mod strategy;
 mod stream;
 mod stream_pool;
+#[cfg(test)]
+mod test_support;
 mod timed;
 
 pub use copy::{Copy2d, MAX_2D_HEIGHT, MAX_2D_WIDTH_BYTES};

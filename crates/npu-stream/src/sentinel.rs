@@ -396,10 +396,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
-    use npu_core::{BackendChoice, Runtime};
-
     use super::*;
-    use crate::Stream;
     use crate::event_pool::EventPool;
 
     /// A thread no host can start: its stack does not fit in the address space.
@@ -448,12 +445,8 @@ mod tests {
     /// the stream) and the event was handed to the next operation.
     #[test]
     fn a_job_whose_thread_cannot_start_is_abandoned_and_leaks_what_the_device_may_use() {
-        let runtime = Runtime::builder()
-            .backend(BackendChoice::Sim)
-            .build()
-            .unwrap();
-        let ctx = runtime.device(0).unwrap().primary_context().clone();
-        let stream = Stream::new(&ctx).unwrap();
+        let stream = crate::test_support::sim_stream(0);
+        let ctx = stream.context().clone();
 
         let (completer, done, released) = pending_with_release();
         let error = Error::invalid("test", "stream", "cannot watch");

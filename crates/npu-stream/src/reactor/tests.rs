@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use npu_core::{BackendChoice, Completer, Completion, Runtime};
+use npu_core::{Completer, Completion};
 
 use super::*;
 use crate::Stream;
@@ -34,12 +34,7 @@ fn finishes(done: &Completion) {
 /// A stream of `device`, a reactor of the test's own, and two operations it watches that the
 /// device, whose hold gate this closes, cannot finish.
 fn two_held_operations(device: u32) -> (Stream, Reactor, Completion, Completion) {
-    let runtime = Runtime::builder()
-        .backend(BackendChoice::Sim)
-        .build()
-        .unwrap();
-    let ctx = runtime.device(device).unwrap().primary_context().clone();
-    let stream = Stream::new(&ctx).unwrap();
+    let stream = crate::test_support::sim_stream(device);
     let reactor = Reactor::unstarted();
     npu_sim::control::hold(device as i32).unwrap();
     let (Ok(first), Ok(second)) = (watch(&reactor, &stream), watch(&reactor, &stream)) else {

@@ -346,7 +346,7 @@ impl StreamShared {
 
 #[cfg(test)]
 mod tests {
-    use npu_core::{AclCode, AclError, BackendChoice, DeviceFault, Runtime};
+    use npu_core::{AclCode, AclError, DeviceFault};
 
     use super::*;
     use crate::strategy::OpInfo;
@@ -360,12 +360,7 @@ mod tests {
     /// this ends the two marks directly, in that order.
     #[test]
     fn an_abort_ending_after_a_later_one_keeps_the_fault_of_the_work_it_marked() {
-        let runtime = Runtime::builder()
-            .backend(BackendChoice::Sim)
-            .build()
-            .unwrap();
-        let ctx = runtime.device(0).unwrap().primary_context().clone();
-        let stream = Stream::new(&ctx).unwrap();
+        let stream = crate::test_support::sim_stream(0);
         let shared = &*stream.shared;
         let fault = Error::Acl(AclError {
             api: "aclrtLaunchKernel",
