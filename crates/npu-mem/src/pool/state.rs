@@ -21,10 +21,16 @@ pub enum Granted<B> {
 
 /// Takes `by` from one of the counters below. The cache is public (npu-stream builds on it),
 /// so its safe calls can come out of turn (room that was never granted, a block it never
-/// lent): a counter then stops at zero rather than wrapping, which would leave the cache
-/// refusing every request for good. Its own pools never take more than they added.
+/// lent, a size no block has): a counter then stops at zero, or at the top ([`more`]),
+/// rather than wrapping, which would panic in a debug build and in a release build leave the
+/// cache refusing every request for good. Its own pools never take more than they added.
 fn less(counter: &mut usize, by: usize) {
     *counter = counter.saturating_sub(by);
+}
+
+/// Adds `by` to one of the counters below, stopping at the top (see [`less`]).
+fn more(counter: &mut usize, by: usize) {
+    *counter = counter.saturating_add(by);
 }
 
 /// The byte and event counters `PoolStats` reports.
@@ -47,11 +53,13 @@ pub(crate) struct Counts {
 impl Counts {
     /// Pinned bytes the pool holds: in use, awaiting events, cached.
     pub(crate) fn reserved(&self) -> usize {
-        self.allocated + self.awaiting_bytes + self.cached
+        self.allocated
+            .saturating_add(self.awaiting_bytes)
+            .saturating_add(self.cached)
     }
 
     fn held(&self) -> usize {
-        self.reserved() + self.growing
+        self.reserved().saturating_add(self.growing)
     }
 
     fn note_peaks(&mut self) {
@@ -132,8 +140,8 @@ impl<B, W> State<B, W> {
     }
 
     fn counted_hit(&mut self, class: usize) {
-        self.counts.cached -= class;
-        self.counts.allocated += class;
+        less(&mut self.counts.cached, class);
+        more(&mut self.counts.allocated, class);
         self.counts.hits += 1;
         self.counts.note_peaks();
     }
@@ -148,7 +156,7 @@ impl<B, W> State<B, W> {
         if !self.make_room(class, evicted) {
             return None;
         }
-        self.counts.growing += class;
+        more(&mut self.counts.growing, class);
         Some(Granted::Room(class))
     }
 
@@ -161,7 +169,8 @@ impl<B, W> State<B, W> {
         if self.counts.held().saturating_add(bytes) <= capacity {
             return true;
         }
-        if (self.counts.held() - self.counts.cached).saturating_add(bytes) > capacity {
+        if (self.counts.held().saturating_sub(self.counts.cached)).saturating_add(bytes) > capacity
+        {
             return false;
         }
         while self.counts.held().saturating_add(bytes) > capacity {
@@ -183,7 +192,7 @@ impl<B, W> State<B, W> {
             largest.remove();
         }
         if block.is_some() {
-            self.counts.cached -= class;
+            less(&mut self.counts.cached, class);
         }
         block
     }
@@ -191,7 +200,7 @@ impl<B, W> State<B, W> {
     /// A new block filled granted room: it is now in use.
     pub(crate) fn room_filled(&mut self, class: usize) {
         less(&mut self.counts.growing, class);
-        self.counts.allocated += class;
+        more(&mut self.counts.allocated, class);
         self.counts.misses += 1;
         self.counts.note_peaks();
     }
@@ -204,8 +213,8 @@ impl<B, W> State<B, W> {
     /// A block's owner dropped it; it returns once its recorded operations complete.
     pub(crate) fn retire(&mut self, class: usize) {
         less(&mut self.counts.allocated, class);
-        self.counts.awaiting_bytes += class;
-        self.counts.awaiting_blocks += 1;
+        more(&mut self.counts.awaiting_bytes, class);
+        more(&mut self.counts.awaiting_blocks, 1);
     }
 
     /// A block in use came back with no operation pending on it: cache it for reuse.
@@ -219,8 +228,8 @@ impl<B, W> State<B, W> {
         match granted {
             Granted::Room(room) => self.room_unused(room),
             Granted::Block(block) => {
-                self.counts.allocated -= class;
-                self.counts.hits -= 1;
+                less(&mut self.counts.allocated, class);
+                self.counts.hits = self.counts.hits.saturating_sub(1);
                 self.cache(block, class);
             }
         }
@@ -234,7 +243,7 @@ impl<B, W> State<B, W> {
     }
 
     fn cache(&mut self, block: B, class: usize) {
-        self.counts.cached += class;
+        more(&mut self.counts.cached, class);
         self.free.entry(class).or_default().push(block);
     }
 
