@@ -2972,3 +2972,37 @@ fn information_cached_on_the_last_task_stays_with_it() {
     acl!(aclrtDestroyStream(stream));
     acl!(aclrtFree(dev));
 }
+
+/// A flagged wait or record refused by a check (here its destroyed stream) fixes nothing: the
+/// event's first accepted call chooses its flag, so a DEFAULT wait or record after a refused
+/// EXTERNAL one succeeds.
+#[test]
+fn a_refused_first_flagged_call_leaves_the_events_flag_free() {
+    set_device(0);
+    let (event, stream) = (sync_event(), create_stream());
+    acl!(aclrtDestroyStream(stream));
+    let refused = code!(aclrtStreamWaitEventWithFlag(
+        stream,
+        event,
+        0,
+        ACL_EVENT_WAIT_EXTERNAL
+    ));
+    assert_eq!(refused, ACL_ERROR_RT_INVALID_HANDLE, "the destroyed stream");
+    acl!(aclrtStreamWaitEventWithFlag(
+        create_stream(),
+        event,
+        0,
+        ACL_EVENT_WAIT_DEFAULT
+    ));
+    let refused = code!(aclrtRecordEventWithFlag(
+        event,
+        stream,
+        ACL_EVENT_RECORD_EXTERNAL
+    ));
+    assert_eq!(refused, ACL_ERROR_RT_INVALID_HANDLE, "the destroyed stream");
+    acl!(aclrtRecordEventWithFlag(
+        event,
+        create_stream(),
+        ACL_EVENT_RECORD_DEFAULT
+    ));
+}

@@ -23,8 +23,10 @@ fn is_external(api: &str, flag: u32, (external, default): (u32, u32)) -> Res<boo
     Ok(flag == external)
 }
 
-/// Fixes the flag the API uses the event with at its first call that gets past the lookups
-/// (`bound`), whatever that call's outcome; another flag later → 107000.
+/// Fixes the flag the API uses the event with (`bound`) at its first call that passes every
+/// argument and handle check (both lookups, the same device, a stream the host may use),
+/// whatever that call's outcome after them; another flag later → 107000. A call refused by
+/// a check fixes nothing.
 fn bind_flag(api: &str, bound: &OnceLock<u32>, flag: u32) -> Res<()> {
     let first = *bound.get_or_init(|| flag);
     ensure!(
