@@ -233,6 +233,22 @@ struct AbortInProgress<'a> {
     faulted: Option<Error>,
 }
 
+impl AbortInProgress<'_> {
+    /// Marks the work the abort discards, under the stream's submission lock (`aborting`):
+    /// every operation watched so far, after what earlier aborts had confirmed; submissions
+    /// are refused from now until the abort ends.
+    fn mark(&mut self, aborting: &mut Aborting) {
+        let stream = self.stream;
+        aborting.refusing += 1;
+        let through = stream.watched.load(Ordering::Acquire);
+        self.through = Some(through);
+        self.since = stream.aborted_through.load(Ordering::Acquire);
+        // Before the runtime call, so that whoever sees a failure of this stream's discarded
+        // work sees this too (the runtime reports the discard only once the call has begun).
+        stream.aborting_through.fetch_max(through, Ordering::AcqRel);
+    }
+}
+
 impl Drop for AbortInProgress<'_> {
     fn drop(&mut self) {
         let stream = self.stream;
@@ -300,14 +316,7 @@ impl StreamShared {
         };
         if bound.is_ok() {
             let mut aborting = self.lock_submission();
-            aborting.refusing += 1;
-            let through = self.watched.load(Ordering::Acquire);
-            in_progress.through = Some(through);
-            in_progress.since = self.aborted_through.load(Ordering::Acquire);
-            // Before the runtime call, so that whoever sees a failure of this stream's
-            // discarded work sees this too (the runtime reports the discard only once the call
-            // has begun).
-            self.aborting_through.fetch_max(through, Ordering::AcqRel);
+            in_progress.mark(&mut aborting);
             if let Some(shared) = aborting.shared.as_mut().filter(|s| s.completion.same(mine)) {
                 shared.stops_at_call = Some(self.stops.load(Ordering::Acquire));
             }
@@ -362,7 +371,45 @@ mod tests {
     fn an_abort_ending_after_a_later_one_keeps_the_fault_of_the_work_it_marked() {
         let stream = crate::test_support::sim_stream(0);
         let shared = &*stream.shared;
-        let fault = Error::Acl(AclError {
+        let fault = fault();
+        // SAFETY: nothing is recorded against these completions and nothing waits on them.
+        let (first, later) = unsafe { (Completer::new(), Completer::new()) };
+        let (first, later) = (first.completion(), later.completion());
+        // Both mark the same three operations, as two aborts do while submissions are
+        // refused, before either's runtime call confirmed anything.
+        shared.watched.store(3, Ordering::Release);
+        let (first, later) = (
+            marked(shared, &first, Some(fault.clone())),
+            marked(shared, &later, None),
+        );
+        drop(later);
+        drop(first);
+        assert_reports(shared, 2, Some(&fault));
+        assert_reports(shared, 3, Some(&fault));
+    }
+
+    /// Sequential aborts: one that found no fault, then one that found a fault, each over the
+    /// work watched since the one before. Only the second one's work reports the fault; the
+    /// first one's stays `Aborted` (a strategy may fail it after the second abort ends).
+    #[test]
+    fn a_faulted_abort_speaks_only_for_the_work_it_marked_after_the_last_one() {
+        let stream = crate::test_support::sim_stream(0);
+        let shared = &*stream.shared;
+        // SAFETY: nothing is recorded against these completions and nothing waits on them.
+        let (one, two) = unsafe { (Completer::new(), Completer::new()) };
+        let (one, two) = (one.completion(), two.completion());
+        shared.watched.store(2, Ordering::Release);
+        drop(marked(shared, &one, None));
+        shared.watched.store(5, Ordering::Release);
+        drop(marked(shared, &two, Some(fault())));
+        assert_reports(shared, 2, None);
+        assert_reports(shared, 3, Some(&fault()));
+        assert_reports(shared, 5, Some(&fault()));
+    }
+
+    /// A device fault's error, as the runtime's exception callback reports one.
+    fn fault() -> Error {
+        Error::Acl(AclError {
             api: "aclrtLaunchKernel",
             code: AclCode::AICORE_EXCEPTION,
             message: None,
@@ -374,31 +421,45 @@ mod tests {
                 code: AclCode::AICORE_EXCEPTION,
                 kind: None,
             })),
-        });
-        // SAFETY: nothing is recorded against these completions and nothing waits on them.
-        let (first, later) = unsafe { (Completer::new(), Completer::new()) };
-        let (first, later) = (first.completion(), later.completion());
-        // Both marked the same three operations, as two aborts do while submissions are
-        // refused, before either's runtime call confirmed anything.
-        shared.lock_submission().refusing = 2;
-        let marked = |mine, faulted| AbortInProgress {
-            stream: shared,
+        })
+    }
+
+    /// An abort of `stream` that has marked its work as `abort_blocking` does and whose
+    /// runtime call confirmed the discard, having found `faulted` before it; it ends when
+    /// dropped.
+    fn marked<'a>(
+        stream: &'a StreamShared,
+        mine: &'a Completion,
+        faulted: Option<Error>,
+    ) -> AbortInProgress<'a> {
+        let mut abort = AbortInProgress {
+            stream,
             mine,
-            through: Some(3),
+            through: None,
             since: 0,
             discarded: true,
             faulted,
         };
-        drop(marked(&later, None));
-        drop(marked(&first, Some(fault)));
+        abort.mark(&mut stream.lock_submission());
+        abort
+    }
 
-        let err = shared.aborted_error(OpInfo {
-            seq: 2,
+    /// Operation `seq` of `stream`, discarded, reports `fault` under its own call, or
+    /// `Error::Aborted` when `None`.
+    fn assert_reports(stream: &StreamShared, seq: u64, fault: Option<&Error>) {
+        let err = stream.aborted_error(OpInfo {
+            seq,
             ..OpInfo::new("aclrtMemsetAsync")
         });
-        assert!(
-            matches!(&err, Error::Acl(acl) if acl.fault.is_some() && acl.api == "aclrtMemsetAsync"),
-            "the marked work reports the fault under its own call: {err}"
-        );
+        match fault {
+            Some(_) => assert!(
+                matches!(&err, Error::Acl(acl) if acl.fault.is_some() && acl.api == "aclrtMemsetAsync"),
+                "operation {seq} reports the fault under its own call: {err}"
+            ),
+            None => assert!(
+                matches!(err, Error::Aborted { .. }),
+                "operation {seq} is aborted: {err}"
+            ),
+        }
     }
 }

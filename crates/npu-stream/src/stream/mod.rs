@@ -88,7 +88,9 @@ pub(crate) struct StreamShared {
     /// another stream's abort.
     pub(crate) aborting_through: AtomicU64,
     /// The work aborts discarded after a device fault had already stopped the stream (`seq`
-    /// in `(after, through]`, one range per such abort), and each fault's error: that work
+    /// in `(after, through]`, one range per such abort, from what the aborts before it had
+    /// confirmed when it marked its work: two aborts running at once after a stop may overlap,
+    /// and an operation takes the oldest range that holds it), and each fault's error: that work
     /// failed with it before the abort began, so its operations report it, not
     /// `Error::Aborted`. Every range is kept (a later abort must not hide an earlier one's
     /// fault from operations a strategy has not failed yet), up to [`FAULTED_ABORTS_KEPT`].
