@@ -309,8 +309,9 @@ struct Run {
     rate: f64,
     /// How often the thread running the awaiting tasks waited (parked) per completed
     /// operation, over the whole run: each wait is a hand-over of its core, and a strategy
-    /// that wakes it once for several completions makes fewer.
-    waits_per_op: f64,
+    /// that wakes it once for several completions makes fewer. `None` where the OS does not
+    /// report a thread's waits.
+    waits_per_op: Option<f64>,
 }
 
 /// Operations completed per second in steady state, with `in_flight` chains of memsets spread
@@ -378,10 +379,10 @@ fn ops_per_sec(
     });
     let waits = stats::thread_waits()
         .zip(waits_before)
-        .map_or(0, |(after, before)| after - before);
+        .map(|(after, before)| after - before);
     Run {
         rate: completed.get() as f64 / window.as_secs_f64(),
-        waits_per_op: waits as f64 / all.get().max(1) as f64,
+        waits_per_op: waits.map(|waits| waits as f64 / all.get().max(1) as f64),
     }
 }
 
@@ -394,13 +395,14 @@ fn ops_per_sec(
 /// (the spread part shows by how much). With more in flight the busy workers outnumber the
 /// cores they could be given, so the scheduler places them.
 ///
-/// Returns each strategy's median rate and the median of its runs' waits per operation.
+/// Returns each strategy's median rate and the median of its runs' waits per operation (if
+/// every run has them).
 fn rates(
     tokio: &tokio::runtime::Runtime,
     context: &Context,
     streams: usize,
     in_flight: usize,
-) -> Vec<(f64, f64)> {
+) -> Vec<(f64, Option<f64>)> {
     let mut runs: Vec<Vec<Run>> = STRATEGIES.map(|_| Vec::new()).into();
     for run in 0..=RUNS {
         for (strategy, samples) in STRATEGIES.into_iter().zip(&mut runs) {
@@ -426,8 +428,11 @@ fn rates(
     runs.into_iter()
         .map(|samples| {
             let mut rates: Vec<f64> = samples.iter().map(|run| run.rate).collect();
-            let mut waits: Vec<f64> = samples.iter().map(|run| run.waits_per_op).collect();
-            (median(&mut rates), median(&mut waits))
+            let waits: Option<Vec<f64>> = samples.iter().map(|run| run.waits_per_op).collect();
+            (
+                median(&mut rates),
+                waits.map(|mut waits| median(&mut waits)),
+            )
         })
         .collect()
 }
@@ -449,7 +454,7 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
                 // lag, not a strategy's speed, and is not credited to anyone.
                 let cpu_before = stats::CpuTime::now();
                 let reactor_before = npu_stream::reactor_stats();
-                let (measured, waits): (Vec<f64>, Vec<f64>) =
+                let (measured, waits): (Vec<f64>, Vec<Option<f64>>) =
                     rates(tokio, context, streams, in_flight)
                         .into_iter()
                         .unzip();
@@ -502,7 +507,7 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
                          EP/BS {over_blocking:.2}×; EP/best ≥ {target}×: {}{}{design}{at_bound}; \
                          device bound {device_bound:.0}{}; CPU stolen {stolen}; \
                          {cell_queries:.2} queries per completion; the awaiting thread's waits \
-                         per operation EP {:.2}, CB {:.2}, BS {:.2}",
+                         per operation EP {}, CB {}, BS {}",
                         rates[1],
                         rates[2],
                         verdict(over_best >= target || (target == CELL_TARGET && tie.is_some())),
@@ -512,9 +517,9 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
                         } else {
                             ""
                         },
-                        waits[0],
-                        waits[1],
-                        waits[2]
+                        per_op(waits[0]),
+                        per_op(waits[1]),
+                        per_op(waits[2])
                     ),
                 );
             }
@@ -532,6 +537,12 @@ fn throughput(table: &mut Table, tokio: &tokio::runtime::Runtime, context: &Cont
             verdict(single_met == single)
         ),
     );
+}
+
+/// A count per operation as the table prints it: two decimals, or "n/a" where the OS gave
+/// none.
+fn per_op(value: Option<f64>) -> String {
+    value.map_or_else(|| "n/a".into(), |value| format!("{value:.2}"))
 }
 
 /// Runs of each strategy in the spread part, per placement.
