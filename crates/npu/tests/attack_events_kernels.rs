@@ -49,29 +49,20 @@ fn gate_function(ctx: &Context) -> Function {
     ONCE.call_once(|| {
         sim::kernel::register_with_args_size(GATE_KERNEL, 16, |block, _, args| {
             // SAFETY: launched with {uint8_t *x, uint64_t n}: 16 bytes.
-            let (x, n) = unsafe {
-                let words = args.cast::<u64>();
-                (
-                    words.read_unaligned() as *mut u8,
-                    words.add(1).read_unaligned(),
-                )
-            };
+            let (x, n) = unsafe { fill_args(args) };
             if block == 0 {
                 STARTED.store(true, Ordering::SeqCst);
                 while !GATE.load(Ordering::SeqCst) {
                     std::thread::yield_now();
                 }
                 // SAFETY: x holds n bytes, kept allocated by the launch until it completes.
-                unsafe { std::ptr::write_bytes(x, 0xAB, n as usize) };
+                unsafe { std::ptr::write_bytes(x, 0xAB, n) };
             }
             0
         })
         .unwrap();
     });
-    let image = sim::kernel::registry_image(&[GATE_KERNEL]);
-    // SAFETY: a registry image only names in-process kernels; loading it runs no code.
-    let module = unsafe { Module::from_data(ctx, &image) }.unwrap();
-    module.function(GATE_KERNEL).unwrap()
+    in_process(ctx, GATE_KERNEL)
 }
 
 /// Launches the gate kernel over a fresh buffer of `n` bytes and waits until it runs.

@@ -323,10 +323,7 @@ fn xor_function(ctx: &Context) -> Function {
         })
         .unwrap();
     });
-    let image = sim::kernel::registry_image(&[XOR_KERNEL]);
-    // SAFETY: a registry image only names in-process kernels; loading it runs no code.
-    let module = unsafe { Module::from_data(ctx, &image) }.unwrap();
-    module.function(XOR_KERNEL).unwrap()
+    in_process(ctx, XOR_KERNEL)
 }
 
 // ---------------------------------------------------------------------------------------------

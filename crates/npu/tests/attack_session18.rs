@@ -26,12 +26,7 @@ use npu::stream::{Completion, Strategy};
 
 /// `scale_f32` `{float *x, uint64_t n, float alpha}` from the registry.
 fn scale_function(ctx: &Context) -> Function {
-    let image = sim::kernel::registry_image(&["scale_f32"]);
-    // SAFETY: a registry image names in-process kernels; loading it runs no code.
-    unsafe { Module::from_data(ctx, &image) }
-        .unwrap()
-        .function("scale_f32")
-        .unwrap()
+    in_process(ctx, "scale_f32")
 }
 
 /// A kernel argument (a `u64` by value) whose `pack` or `record_use` panics, as user code may.

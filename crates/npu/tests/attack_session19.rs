@@ -132,12 +132,7 @@ where
 
 /// `scale_f32` `{float *x, uint64_t n, float alpha}` from the registry.
 fn scale_function(ctx: &Context) -> Function {
-    let image = npu::sim::kernel::registry_image(&["scale_f32"]);
-    // SAFETY: a registry image names in-process kernels; loading it runs no code.
-    unsafe { Module::from_data(ctx, &image) }
-        .unwrap()
-        .function("scale_f32")
-        .unwrap()
+    in_process(ctx, "scale_f32")
 }
 
 const CASES: [(&str, Case); 11] = [

@@ -27,25 +27,16 @@ fn fill_function(ctx: &Context) -> Function {
     ONCE.call_once(|| {
         sim::kernel::register_with_args_size(FILL_KERNEL, 16, |block, _, args| {
             // SAFETY: launched with {uint8_t *x, uint64_t n}: 16 bytes.
-            let (x, n) = unsafe {
-                let words = args.cast::<u64>();
-                (
-                    words.read_unaligned() as *mut u8,
-                    words.add(1).read_unaligned(),
-                )
-            };
+            let (x, n) = unsafe { fill_args(args) };
             if block == 0 {
                 // SAFETY: x holds n bytes, kept allocated by the launch until it completes.
-                unsafe { std::ptr::write_bytes(x, 0x5A, n as usize) };
+                unsafe { std::ptr::write_bytes(x, 0x5A, n) };
             }
             0
         })
         .unwrap();
     });
-    let image = sim::kernel::registry_image(&[FILL_KERNEL]);
-    // SAFETY: a registry image only names in-process kernels; loading it runs no code.
-    let module = unsafe { Module::from_data(ctx, &image) }.unwrap();
-    module.function(FILL_KERNEL).unwrap()
+    in_process(ctx, FILL_KERNEL)
 }
 
 fn device_pool(ctx: &Context, backend: DevicePoolBackend, capacity: usize) -> DevicePool {

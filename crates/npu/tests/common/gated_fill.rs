@@ -8,6 +8,7 @@ use npu::prelude::*;
 use npu::sim;
 
 use super::gate::{set_gate, wait_gate};
+use super::kernels::{fill_args, in_process};
 
 /// The fill kernel `{uint8_t *x, uint64_t n}` that waits for its test's gate before it writes
 /// 0x5B over the `n` bytes at `x`: the device's running task when an abort begins.
@@ -21,26 +22,17 @@ pub(crate) fn gated_fill(ctx: &Context) -> Function {
     ONCE.call_once(|| {
         sim::kernel::register_with_args_size(GATED_FILL, 16, |block, _, args| {
             // SAFETY: launched with {uint8_t *x, uint64_t n}: 16 bytes.
-            let (x, n) = unsafe {
-                let words = args.cast::<u64>();
-                (
-                    words.read_unaligned() as *mut u8,
-                    words.add(1).read_unaligned(),
-                )
-            };
+            let (x, n) = unsafe { fill_args(args) };
             set_gate(|gate| gate.0 = true);
             wait_gate(|gate| gate.1);
             if block == 0 {
                 // SAFETY: x holds n bytes, kept allocated by the launch until it completes.
-                unsafe { std::ptr::write_bytes(x, 0x5B, n as usize) };
+                unsafe { std::ptr::write_bytes(x, 0x5B, n) };
             }
             RETURNED.store(true, Ordering::Release);
             0
         })
         .unwrap();
     });
-    let image = sim::kernel::registry_image(&[GATED_FILL]);
-    // SAFETY: a registry image only names in-process kernels; loading it runs no code.
-    let module = unsafe { Module::from_data(ctx, &image) }.unwrap();
-    module.function(GATED_FILL).unwrap()
+    in_process(ctx, GATED_FILL)
 }

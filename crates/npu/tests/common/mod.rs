@@ -29,9 +29,11 @@ pub(crate) use until::{until, until_the_runtime_aborts};
 #[path = "../../../npu-stream/tests/common/gate.rs"]
 mod gate;
 mod gated_fill;
+mod kernels;
 
 pub(crate) use gate::{set_gate, wait_gate};
 pub(crate) use gated_fill::{RETURNED, gated_fill};
+pub(crate) use kernels::{fill_args, in_process};
 
 /// Every completion strategy: each attack involving a stream runs under all three.
 pub(crate) const STRATEGIES: [Strategy; 3] = [
