@@ -266,15 +266,17 @@ impl Worker {
     /// Settles stale operations whose event has completed although their callback has not run
     /// within the report timeout (a callback held up behind others, or one the runtime never
     /// delivers): the device is done with their memory, so their completion need not wait for
-    /// a callback that may never come. The
-    /// queries run without the lock; an entry that settled meanwhile is simply gone.
+    /// a callback that may never come. In submission order (ids grow with it), as every
+    /// completion on a stream is. The queries run without the lock; an entry that settled
+    /// meanwhile is simply gone.
     fn settle_lost_callbacks(&self, now: Instant, stale_after: Duration) {
-        let stale: Vec<(u64, Arc<StreamShared>, ffi::aclrtEvent)> = self
+        let mut stale: Vec<(u64, Arc<StreamShared>, ffi::aclrtEvent)> = self
             .lock()
             .iter()
             .filter(|(_, op)| now.duration_since(op.since) >= stale_after)
             .map(|(&id, op)| (id, op.stream.clone(), op.pending.event.handle()))
             .collect();
+        stale.sort_unstable_by_key(|(id, ..)| *id);
         for (id, stream, event) in stale {
             if query_event(stream.context.runtime(), event).unwrap_or(false) {
                 let entry = self.lock().remove(&id);
@@ -395,5 +397,82 @@ pub(crate) fn release(stream: &StreamShared) {
     });
     if let Err(err) = result {
         npu_core::log!(warn, %err, stream = stream.id, "unsubscribing the callback thread failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use npu_core::Completion;
+
+    use super::*;
+
+    /// Notes its operation's place in `order` when woken.
+    struct Note {
+        place: usize,
+        order: Arc<Mutex<Vec<usize>>>,
+    }
+
+    impl Wake for Note {
+        fn wake(self: Arc<Self>) {
+            self.order.lock().unwrap().push(self.place);
+        }
+    }
+
+    /// No public call holds a callback back past the report timeout, so a worker whose thread
+    /// never starts is given operations whose callbacks never ran, their events complete.
+    #[test]
+    fn operations_whose_callbacks_were_lost_settle_in_submission_order() {
+        let stream = crate::test_support::sim_stream(0);
+        let worker = Worker {
+            tid: 0,
+            outstanding: Mutex::new(HashMap::new()),
+        };
+        let long_ago = Instant::now() - Duration::from_secs(1);
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let completions: Vec<Completion> = (0..32)
+            .map(|place| {
+                // SAFETY: no memory stands behind the completion; its event is the work.
+                let completer = unsafe { Completer::new() };
+                let done = completer.completion();
+                let (event, completer) = strategy::record(&stream.shared, completer)
+                    .map_err(|unwatched| unwatched.error)
+                    .unwrap();
+                let entry = Outstanding {
+                    stream: stream.shared.clone(),
+                    pending: Pending::new(event, completer, OpInfo::new("test"), None),
+                    since: long_ago,
+                };
+                worker.lock().insert(next_op_id(), entry);
+                let waker = Waker::from(Arc::new(Note {
+                    place,
+                    order: order.clone(),
+                }));
+                assert!(
+                    done.poll_result(&mut Context::from_waker(&waker))
+                        .is_pending()
+                );
+                done
+            })
+            .collect();
+        let handle = stream.shared.handle;
+        // SAFETY: the stream is alive and its context is bound on this thread.
+        unsafe {
+            acl_call!(
+                stream.shared.context.runtime(),
+                aclrtSynchronizeStream(handle)
+            )
+        }
+        .unwrap();
+        worker.settle_lost_callbacks(Instant::now(), Duration::from_millis(50));
+        assert!(worker.lock().is_empty());
+        for done in &completions {
+            let waker = Waker::noop();
+            let polled = done.poll_result(&mut Context::from_waker(waker));
+            assert!(matches!(polled, Poll::Ready(Ok(()))), "{polled:?}");
+        }
+        assert_eq!(*order.lock().unwrap(), (0..32).collect::<Vec<_>>());
     }
 }
