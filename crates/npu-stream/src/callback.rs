@@ -267,8 +267,9 @@ impl Worker {
     /// within the report timeout (a callback held up behind others, or one the runtime never
     /// delivers): the device is done with their memory, so their completion need not wait for
     /// a callback that may never come. In submission order (ids grow with it), as every
-    /// completion on a stream is. The queries run without the lock; an entry that settled
-    /// meanwhile is simply gone.
+    /// completion on a stream is: a stream's first operation found not done holds back the
+    /// ones behind it, whose events may complete before the next query. The queries run
+    /// without the lock; an entry that settled meanwhile is simply gone.
     fn settle_lost_callbacks(&self, now: Instant, stale_after: Duration) {
         let mut stale: Vec<(u64, Arc<StreamShared>, ffi::aclrtEvent)> = self
             .lock()
@@ -277,16 +278,21 @@ impl Worker {
             .map(|(&id, op)| (id, op.stream.clone(), op.pending.event.handle()))
             .collect();
         stale.sort_unstable_by_key(|(id, ..)| *id);
+        let mut held_back: Vec<Arc<StreamShared>> = Vec::new();
         for (id, stream, event) in stale {
-            if query_event(stream.context.runtime(), event).unwrap_or(false) {
-                let entry = self.lock().remove(&id);
-                if let Some(entry) = entry {
-                    entry.pending.settle(&entry.stream);
-                    strategy::release_stream(entry.stream);
-                }
+            let held = held_back.iter().any(|held| Arc::ptr_eq(held, &stream));
+            if held || !query_event(stream.context.runtime(), event).unwrap_or(false) {
+                held_back.push(stream);
+                continue;
+            }
+            let entry = self.lock().remove(&id);
+            if let Some(entry) = entry {
+                entry.pending.settle(&entry.stream);
+                strategy::release_stream(entry.stream);
             }
             strategy::release_stream(stream);
         }
+        held_back.into_iter().for_each(strategy::release_stream);
     }
 }
 
@@ -408,11 +414,16 @@ mod tests {
     use npu_core::Completion;
 
     use super::*;
+    use crate::Stream;
+    use crate::test_support::{gate_turn, sim_stream};
 
-    /// Notes its operation's place in `order` when woken.
+    /// The places of the operations in the order their completions woke their tasks.
+    type Order = Arc<Mutex<Vec<usize>>>;
+
+    /// Notes its operation's place in the order when woken.
     struct Note {
         place: usize,
-        order: Arc<Mutex<Vec<usize>>>,
+        order: Order,
     }
 
     impl Wake for Note {
@@ -421,42 +432,49 @@ mod tests {
         }
     }
 
-    /// No public call holds a callback back past the report timeout, so a worker whose thread
-    /// never starts is given operations whose callbacks never ran, their events complete.
-    #[test]
-    fn operations_whose_callbacks_were_lost_settle_in_submission_order() {
-        let stream = crate::test_support::sim_stream(0);
-        let worker = Worker {
+    /// No public call holds a callback back past the report timeout, so the tests give a
+    /// worker whose thread never starts operations whose callbacks never ran.
+    fn worker() -> Worker {
+        Worker {
             tid: 0,
             outstanding: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Gives `worker` an operation of `stream` submitted long ago whose callback never ran,
+    /// its event recorded on `recorded_on`, and returns its completion, polled once by a task
+    /// noting `place` in `order`.
+    fn lost(
+        worker: &Worker,
+        stream: &Stream,
+        recorded_on: &Stream,
+        place: usize,
+        order: &Order,
+    ) -> Completion {
+        // SAFETY: no memory stands behind the completion; its event is the work.
+        let completer = unsafe { Completer::new() };
+        let done = completer.completion();
+        recorded_on.shared.context.bind().unwrap();
+        let (event, completer) = strategy::record(&recorded_on.shared, completer)
+            .map_err(|unwatched| unwatched.error)
+            .unwrap();
+        let entry = Outstanding {
+            stream: stream.shared.clone(),
+            pending: Pending::new(event, completer, OpInfo::new("test"), None),
+            since: Instant::now() - Duration::from_secs(1),
         };
-        let long_ago = Instant::now() - Duration::from_secs(1);
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let completions: Vec<Completion> = (0..32)
-            .map(|place| {
-                // SAFETY: no memory stands behind the completion; its event is the work.
-                let completer = unsafe { Completer::new() };
-                let done = completer.completion();
-                let (event, completer) = strategy::record(&stream.shared, completer)
-                    .map_err(|unwatched| unwatched.error)
-                    .unwrap();
-                let entry = Outstanding {
-                    stream: stream.shared.clone(),
-                    pending: Pending::new(event, completer, OpInfo::new("test"), None),
-                    since: long_ago,
-                };
-                worker.lock().insert(next_op_id(), entry);
-                let waker = Waker::from(Arc::new(Note {
-                    place,
-                    order: order.clone(),
-                }));
-                assert!(
-                    done.poll_result(&mut Context::from_waker(&waker))
-                        .is_pending()
-                );
-                done
-            })
-            .collect();
+        worker.lock().insert(next_op_id(), entry);
+        let note = Arc::new(Note {
+            place,
+            order: order.clone(),
+        });
+        let polled = done.poll_result(&mut Context::from_waker(&Waker::from(note)));
+        assert!(polled.is_pending());
+        done
+    }
+
+    fn synchronize(stream: &Stream) {
+        stream.shared.context.bind().unwrap();
         let handle = stream.shared.handle;
         // SAFETY: the stream is alive and its context is bound on this thread.
         unsafe {
@@ -466,13 +484,53 @@ mod tests {
             )
         }
         .unwrap();
+    }
+
+    fn settle(worker: &Worker) {
         worker.settle_lost_callbacks(Instant::now(), Duration::from_millis(50));
+    }
+
+    fn succeeded(done: &Completion) {
+        let polled = done.poll_result(&mut Context::from_waker(Waker::noop()));
+        assert!(matches!(polled, Poll::Ready(Ok(()))), "{polled:?}");
+    }
+
+    #[test]
+    fn operations_whose_callbacks_were_lost_settle_in_submission_order() {
+        let (stream, worker, order) = (sim_stream(0), worker(), Order::default());
+        let completions: Vec<Completion> = (0..32)
+            .map(|place| lost(&worker, &stream, &stream, place, &order))
+            .collect();
+        synchronize(&stream);
+        settle(&worker);
         assert!(worker.lock().is_empty());
-        for done in &completions {
-            let waker = Waker::noop();
-            let polled = done.poll_result(&mut Context::from_waker(waker));
-            assert!(matches!(polled, Poll::Ready(Ok(()))), "{polled:?}");
-        }
+        completions.iter().for_each(succeeded);
         assert_eq!(*order.lock().unwrap(), (0..32).collect::<Vec<_>>());
+    }
+
+    /// The event of a stream's first stale operation, not done at its query, may be done by
+    /// the time the next one is queried; the next must not settle first. Its event is recorded
+    /// on a held device's stream so that it is not done at its query while the second's is.
+    #[test]
+    fn a_lost_callback_not_yet_done_holds_back_the_later_ones_of_its_stream() {
+        let _turn = gate_turn();
+        let (stream, held, worker, order) =
+            (sim_stream(0), sim_stream(1), worker(), Order::default());
+        npu_sim::control::hold(1).unwrap();
+        let first = lost(&worker, &stream, &held, 0, &order);
+        let second = lost(&worker, &stream, &stream, 1, &order);
+        synchronize(&stream);
+        settle(&worker);
+        assert!(
+            order.lock().unwrap().is_empty(),
+            "the second waits for the first"
+        );
+        assert_eq!(worker.lock().len(), 2);
+        npu_sim::control::release(1).unwrap();
+        synchronize(&held);
+        settle(&worker);
+        assert!(worker.lock().is_empty());
+        [first, second].iter().for_each(succeeded);
+        assert_eq!(*order.lock().unwrap(), [0, 1]);
     }
 }

@@ -44,6 +44,7 @@ fn two_held_operations(device: u32) -> (Stream, Reactor, Completion, Completion)
 }
 
 fn check(adopted: bool) {
+    let _turn = crate::test_support::gate_turn();
     let (stream, reactor, first, second) = two_held_operations(0);
     let mut watched = Watched::default();
     if adopted {
@@ -84,7 +85,7 @@ fn a_stopped_reactor_hands_its_inbox_and_its_active_streams_to_the_sentinel() {
 /// back while the device still uses it.
 #[test]
 fn a_dead_verdict_fails_only_what_was_queued_when_the_probe_looked() {
-    // Device 1: the stop test above holds device 0.
+    let _turn = crate::test_support::gate_turn();
     let (stream, reactor, seen, later) = two_held_operations(1);
     let mut watched = Watched::default();
     reactor.adopt(&mut watched.active);
