@@ -19,6 +19,10 @@ use crate::stream::StreamShared;
 
 /// How long one `aclrtProcessReport` waits; also the fault-probe period.
 const REPORT_TIMEOUT_MS: i32 = 50;
+/// How often a worker whose reports keep arriving still checks its streams' health (a quiet
+/// report timeout checks at once), and how late a callback may be before its operation's
+/// event is asked instead.
+const PROBE_EVERY: Duration = Duration::from_millis(REPORT_TIMEOUT_MS as u64);
 
 /// How many aborts have discarded work on a `CallbackThread` stream. The callbacks of
 /// discarded operations never run, so a worker that sees this change fails them before it
@@ -107,6 +111,7 @@ impl Worker {
     fn run(&self, runtime: &npu_core::Runtime) {
         let mut probes = Probes::default();
         let mut aborts_seen = 0;
+        let mut last_probe = Instant::now();
         loop {
             // SAFETY: plain integer argument; callbacks run inside this call on this thread.
             let code = unsafe { (runtime.api().aclrtProcessReport)(REPORT_TIMEOUT_MS) };
@@ -136,22 +141,25 @@ impl Worker {
             for (_, entry, failure) in done {
                 entry.end(failure);
             }
-            match code {
-                ffi::ACL_SUCCESS => {}
-                // Nothing arrived, or no stream is subscribed yet: a quiet moment to check
-                // that the streams we wait on are healthy.
-                ffi::ACL_ERROR_RT_REPORT_TIMEOUT | ffi::ACL_ERROR_RT_THREAD_SUBSCRIBE => {
-                    self.probe(&mut probes);
-                    if code == ffi::ACL_ERROR_RT_THREAD_SUBSCRIBE {
-                        std::thread::sleep(Duration::from_millis(REPORT_TIMEOUT_MS as u64));
-                    }
-                }
-                _ => {
-                    if let Err(err) = reported {
-                        npu_core::log!(warn, %err, "aclrtProcessReport failed");
-                    }
-                    self.probe(&mut probes);
-                }
+            if let Err(err) = reported
+                && !matches!(
+                    code,
+                    ffi::ACL_ERROR_RT_REPORT_TIMEOUT | ffi::ACL_ERROR_RT_THREAD_SUBSCRIBE
+                )
+            {
+                npu_core::log!(warn, %err, "aclrtProcessReport failed");
+            }
+            // A report that brought nothing (a timeout, no stream subscribed yet, an error) is
+            // a quiet moment to check that the streams we wait on are healthy. A report returns after each callback, so on
+            // a device whose other streams keep reporting a quiet moment may never come: the
+            // check also runs once a report timeout has passed since the last.
+            let now = Instant::now();
+            if code != ffi::ACL_SUCCESS || now.duration_since(last_probe) >= PROBE_EVERY {
+                self.probe(&mut probes);
+                last_probe = now;
+            }
+            if code == ffi::ACL_ERROR_RT_THREAD_SUBSCRIBE {
+                std::thread::sleep(PROBE_EVERY);
             }
         }
     }
@@ -166,7 +174,7 @@ impl Worker {
     fn probe(&self, probes: &mut Probes) {
         let mut ended: Vec<(Outstanding, Option<Error>)> = Vec::new();
         let answered = probes.answered();
-        let stale_after = Duration::from_millis(REPORT_TIMEOUT_MS as u64);
+        let stale_after = PROBE_EVERY;
         let now = Instant::now();
         let mut stale: Vec<Arc<StreamShared>> = Vec::new();
         // Logged once the lock is released: a subscriber may call back into npu-rs.
