@@ -18,7 +18,7 @@ use npu_core::contain::spawn_contained;
 use tokio::runtime::Handle;
 
 use crate::reactor::{self, Pending};
-use crate::strategy::{CompletionStrategy, OpInfo, Unwatched, record};
+use crate::strategy::{self, CompletionStrategy, OpInfo, Unwatched, record};
 use crate::stream::StreamShared;
 use deadlines::Deadlines;
 
@@ -70,8 +70,9 @@ impl BlockingWait {
         };
         // Still running after the bound: the reactor takes over, so this thread returns in
         // bounded time.
-        if let Some(pending) = pending.wait_for(&stream, BLOCKING_WAIT_MS) {
-            reactor::Reactor::get().adopt_pending(&stream, pending);
+        match pending.wait_for(&stream, BLOCKING_WAIT_MS) {
+            Some(pending) => hand_over(pending, stream),
+            None => strategy::release_stream(stream),
         }
     }
 }
@@ -79,9 +80,17 @@ impl BlockingWait {
 impl Drop for BlockingWait {
     fn drop(&mut self) {
         if let Some((pending, stream)) = take(&self.slot) {
-            reactor::Reactor::get().adopt_pending(&stream, pending);
+            hand_over(pending, stream);
         }
     }
+}
+
+/// Gives a wait's operation to the reactor. The wait's reference to the stream goes as every
+/// shared thread's does: if it is the last (the user dropped the `Stream` meanwhile), the
+/// stream is destroyed on the reaper, not on a blocking-pool thread or the overseer.
+fn hand_over(pending: Pending, stream: Arc<StreamShared>) {
+    reactor::Reactor::get().adopt_pending(&stream, pending);
+    strategy::release_stream(stream);
 }
 
 impl CompletionStrategy for BlockingSync {
@@ -120,7 +129,7 @@ impl CompletionStrategy for BlockingSync {
                             debug,
                             "no blocking thread for a wait; the reactor watches it"
                         );
-                        reactor::Reactor::get().adopt_pending(&stream, pending);
+                        hand_over(pending, stream);
                     }
                 }
                 // No overseer, so nothing would notice a full pool: the reactor watches it.
@@ -194,7 +203,7 @@ impl Overseer {
             // Outside the lock: adopting takes the reactor's.
             for slot in late {
                 if let Some((pending, stream)) = slot.upgrade().as_deref().and_then(take) {
-                    reactor::Reactor::get().adopt_pending(&stream, pending);
+                    hand_over(pending, stream);
                 }
             }
             match next {
