@@ -85,12 +85,27 @@ impl Drop for BlockingWait {
     }
 }
 
-/// Gives a wait's operation to the reactor. The wait's reference to the stream goes as every
-/// shared thread's does: if it is the last (the user dropped the `Stream` meanwhile), the
-/// stream is destroyed on the reaper, not on a blocking-pool thread or the overseer.
+/// Gives a wait's operation to the reactor, once the operation submitted before it has
+/// completed. The reactor queries only the oldest operation of a stream's queue, so they must
+/// join it in submission order; waits run out (or are taken by the overseer, or dropped) in
+/// any order, and a later one handed over first would keep the reactor from ever looking at
+/// an earlier one behind it, for good if the later one waits on what the host does once the
+/// earlier completes. The wait's reference to the stream goes as every shared thread's does:
+/// if it is the last (the user dropped the `Stream` meanwhile), the stream is destroyed on the
+/// reaper, not on a blocking-pool thread or the overseer.
 fn hand_over(pending: Pending, stream: Arc<StreamShared>) {
-    reactor::Reactor::get().adopt_pending(&stream, pending);
-    strategy::release_stream(stream);
+    match pending.unfinished_predecessor() {
+        Some(previous) => {
+            let later = move || hand_over(pending, stream);
+            // SAFETY: handing over takes the stream's queue lock and the reactor's inbox lock
+            // for a push, and calls no ACL.
+            unsafe { previous.on_complete(later) }
+        }
+        None => {
+            reactor::Reactor::get().adopt_pending(&stream, pending);
+            strategy::release_stream(stream);
+        }
+    }
 }
 
 impl CompletionStrategy for BlockingSync {

@@ -83,6 +83,11 @@ impl Pending {
         }
     }
 
+    /// The operation submitted before it, if it has not completed yet.
+    pub(crate) fn unfinished_predecessor(&self) -> Option<Completion> {
+        self.after.clone().filter(|after| !after.is_complete())
+    }
+
     /// Gives the operation up with no thread left to watch it (see `sentinel::spawn_fallback`):
     /// its event is leaked, since its record may still be queued, and its completion abandoned,
     /// which leaves every release recorded against it undone and wakes a thread blocked on it
