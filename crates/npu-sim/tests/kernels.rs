@@ -1637,3 +1637,247 @@ fn null_arguments_are_refused_before_the_function_is_looked_up() {
         ),
     ]);
 }
+
+/// A launch configuration of one attribute, `id` with the value `set` gives it.
+struct OneAttr {
+    attr: aclrtLaunchKernelAttr,
+    cfg: aclrtLaunchKernelCfg,
+}
+
+impl OneAttr {
+    fn new(id: aclrtLaunchKernelAttrId, set: fn(&mut aclrtLaunchKernelAttrValue)) -> OneAttr {
+        let mut attr = aclrtLaunchKernelAttr {
+            id,
+            value: aclrtLaunchKernelAttrValue { rsv: [0; 4] },
+        };
+        set(&mut attr.value);
+        let cfg = aclrtLaunchKernelCfg {
+            attrs: ptr::null_mut(),
+            numAttrs: 1,
+        };
+        OneAttr { attr, cfg }
+    }
+
+    /// The configuration, pointing at the attribute where it now lies (valid while `self`
+    /// is not moved).
+    fn cfg(&mut self) -> *mut aclrtLaunchKernelCfg {
+        self.cfg.attrs = &mut self.attr;
+        &mut self.cfg
+    }
+}
+
+/// A stream of the calling thread's context, which then stops being current: a new context
+/// is created and made current (so the stream → 107003 once looked up).
+fn stream_of_another_context() -> aclrtStream {
+    let stream = create_stream();
+    let mut other = ptr::null_mut();
+    acl!(aclrtCreateContext(&mut other, 0));
+    stream
+}
+
+/// A launch's values (the configuration's attributes, a placeholder's offsets) need nothing
+/// looked up, so they are refused (107000) before the function is (an unloaded one → 107017);
+/// the handles are then looked up in parameter order: the function before the stream (another
+/// context's → 107003), the stream before aclrtLaunchKernelWithConfig's args handle, and what
+/// needs only the function (its parameter list) before the stream.
+#[test]
+fn launch_values_come_before_the_function_and_handles_in_parameter_order() {
+    fn unloaded_function() -> aclrtFuncHandle {
+        let bin = load_file(kernel::LIBRARY_PATH);
+        let func = function(bin, kernel::SCALE_F32);
+        acl!(aclrtBinaryUnLoad(bin));
+        func
+    }
+    fn library_function() -> aclrtFuncHandle {
+        function(load_file(kernel::LIBRARY_PATH), kernel::SCALE_F32)
+    }
+    fn engine_10(value: &mut aclrtLaunchKernelAttrValue) {
+        value.engineType = 10;
+    }
+    run_table(&[
+        case(
+            "V2 launch of an unloaded function on engine 10",
+            "aclrtLaunchKernelV2",
+            107000,
+            0,
+            || {
+                let mut cfg = OneAttr::new(ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE, engine_10);
+                code!(aclrtLaunchKernelV2(
+                    unloaded_function(),
+                    1,
+                    ptr::null(),
+                    0,
+                    cfg.cfg(),
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "host-args launch of an unloaded function with schedule mode 2",
+            "aclrtLaunchKernelWithHostArgs",
+            107000,
+            0,
+            || {
+                let mut cfg = OneAttr::new(ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE, |value| {
+                    value.schemMode = 2;
+                });
+                let mut args = [0u8; 24];
+                code!(aclrtLaunchKernelWithHostArgs(
+                    unloaded_function(),
+                    1,
+                    ptr::null_mut(),
+                    cfg.cfg(),
+                    args.as_mut_ptr().cast(),
+                    args.len(),
+                    ptr::null_mut(),
+                    0
+                ))
+            },
+        ),
+        case(
+            "host-args launch of an unloaded function with a placeholder past the arguments",
+            "aclrtLaunchKernelWithHostArgs",
+            107000,
+            0,
+            || {
+                let mut args = [0u8; 24];
+                let mut holder = aclrtPlaceHolderInfo {
+                    addrOffset: 20,
+                    dataOffset: 0,
+                };
+                code!(aclrtLaunchKernelWithHostArgs(
+                    unloaded_function(),
+                    1,
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    args.as_mut_ptr().cast(),
+                    args.len(),
+                    &mut holder,
+                    1
+                ))
+            },
+        ),
+        case(
+            "args-array launch of an unloaded function with dynamic UB",
+            "aclrtLaunchKernelWithArgsArray",
+            107000,
+            0,
+            || {
+                let mut cfg = OneAttr::new(ACL_RT_LAUNCH_KERNEL_ATTR_DYN_UBUF_SIZE, |value| {
+                    value.dynUBufSize = 1024;
+                });
+                let mut word = 0u64;
+                let mut args: [*mut c_void; 1] = [(&raw mut word).cast()];
+                code!(aclrtLaunchKernelWithArgsArray(
+                    unloaded_function(),
+                    1,
+                    ptr::null_mut(),
+                    cfg.cfg(),
+                    args.as_mut_ptr()
+                ))
+            },
+        ),
+        case(
+            "config launch of an unloaded function with an unknown attribute",
+            "aclrtLaunchKernelWithConfig",
+            107000,
+            0,
+            || {
+                let mut cfg = OneAttr::new(99, |_| {});
+                let mut args = ptr::null_mut();
+                acl!(aclrtKernelArgsInit(library_function(), &mut args));
+                code!(aclrtLaunchKernelWithConfig(
+                    unloaded_function(),
+                    1,
+                    ptr::null_mut(),
+                    cfg.cfg(),
+                    args,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "config launch of an unloaded function on another context's stream",
+            "aclrtLaunchKernelWithConfig",
+            107017,
+            0,
+            || {
+                let mut args = ptr::null_mut();
+                acl!(aclrtKernelArgsInit(library_function(), &mut args));
+                code!(aclrtLaunchKernelWithConfig(
+                    unloaded_function(),
+                    1,
+                    stream_of_another_context(),
+                    ptr::null_mut(),
+                    args,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "config launch on another context's stream with args of an unloaded function",
+            "aclrtLaunchKernelWithConfig",
+            107003,
+            0,
+            || {
+                let bin = load_file(kernel::LIBRARY_PATH);
+                let mut args = ptr::null_mut();
+                acl!(aclrtKernelArgsInit(
+                    function(bin, kernel::SCALE_F32),
+                    &mut args
+                ));
+                acl!(aclrtBinaryUnLoad(bin));
+                code!(aclrtLaunchKernelWithConfig(
+                    library_function(),
+                    1,
+                    stream_of_another_context(),
+                    ptr::null_mut(),
+                    args,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        // The stream's device is checked against the function's as soon as the stream is
+        // known, before the args handle is looked up and compared with the function.
+        case(
+            "config launch of another device's function with args of another function",
+            "aclrtLaunchKernelWithConfig",
+            107044,
+            0,
+            || {
+                set_device(1);
+                let func = library_function();
+                set_device(0);
+                let mut args = ptr::null_mut();
+                acl!(aclrtKernelArgsInit(library_function(), &mut args));
+                code!(aclrtLaunchKernelWithConfig(
+                    func,
+                    1,
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    args,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "args-array launch of a kernel without a parameter list on another context's stream",
+            "aclrtLaunchKernelWithArgsArray",
+            107000,
+            0,
+            || {
+                register_test_kernels();
+                let trap = function(registry_binary(&["trap"]), "trap");
+                let mut word = 0u64;
+                let mut args: [*mut c_void; 1] = [(&raw mut word).cast()];
+                code!(aclrtLaunchKernelWithArgsArray(
+                    trap,
+                    1,
+                    stream_of_another_context(),
+                    ptr::null_mut(),
+                    args.as_mut_ptr()
+                ))
+            },
+        ),
+    ]);
+}

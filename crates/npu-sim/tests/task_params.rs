@@ -306,6 +306,28 @@ fn every_error_path() {
             params.__bindgen_anon_1.kernelTaskParams.funcHandle = func;
             code!(aclmdlRITaskSetParams(tasks[0], &mut params))
         }),
+        // A launch's configuration is checked, as the launches check it, before its function
+        // is looked up.
+        case("set a stale function on engine 10", SET, 107000, 0, || {
+            let bin = registry_binary(&["add_one_u32"]);
+            let func = function(bin, "add_one_u32");
+            acl!(aclrtBinaryUnLoad(bin));
+            let tasks = four_tasks();
+            let mut params = task_params(tasks[0]);
+            let mut attr = aclrtLaunchKernelAttr {
+                id: ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE,
+                value: aclrtLaunchKernelAttrValue { engineType: 10 },
+            };
+            let mut cfg = aclrtLaunchKernelCfg {
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: the KERNEL task's parameters.
+            let kernel = unsafe { &mut params.__bindgen_anon_1.kernelTaskParams };
+            kernel.funcHandle = func;
+            kernel.cfg = &mut cfg;
+            code!(aclmdlRITaskSetParams(tasks[0], &mut params))
+        }),
         case("set a value write to NULL", SET, 100000, 0, || {
             set(four_tasks()[1], |p| {
                 p.__bindgen_anon_1.valueWriteTaskParams.devAddr = ptr::null_mut()

@@ -14,6 +14,7 @@ use crate::indirect::check_on_device;
 use crate::kernel::{ArgsBlob, Binary, Function, Launch, LaunchArgs, LaunchAttrs};
 use crate::op_timeout;
 use crate::sim::{Sim, sim};
+use crate::stream::Stream;
 use crate::task::{Op, Task};
 
 /// Checks the load options: each a known type (else 100000) with a value it allows (else
@@ -381,46 +382,63 @@ fn launch_options(cfg: *mut aclrtLaunchKernelCfg) -> Res<LaunchOptions> {
     Ok(options)
 }
 
-/// Validation shared by the launches; returns the function. The ACL layer's refusals come
-/// before the function is looked up: `blocks` 0 and a configuration whose attribute array is
-/// NULL with attributes counted (100000), after the NULL pointers each caller checks first,
-/// `func` among them, in its own parameter order; the attributes themselves are
-/// checked after the lookup, in parameter order (`launch_options`). The argument size is
-/// checked against the kernel's declaration separately, once it is known.
-fn launch_target(
-    func: aclrtFuncHandle,
-    blocks: u32,
-    cfg: *const aclrtLaunchKernelCfg,
-) -> Res<Arc<Function>> {
+/// The checks every launch makes before it looks anything up, after the NULL pointers each
+/// caller checks first in its own parameter order: `blocks` 0 and a configuration counting
+/// attributes in a NULL array (100000), then the attributes' values (107000,
+/// [`launch_options`]). None of them needs the function or the stream, so a bad value is
+/// refused whatever the handles are; a caller's other values (a placeholder's offsets) follow,
+/// still before any lookup.
+fn launch_values(blocks: u32, cfg: *mut aclrtLaunchKernelCfg) -> Res<LaunchOptions> {
     ensure!(blocks != 0, ACL_ERROR_INVALID_PARAM, "numBlocks is 0");
-    if let Some(cfg) = optional(cfg)
+    if let Some(cfg) = optional(cfg.cast_const())
         && cfg.numAttrs != 0
     {
         non_null(cfg.attrs, "cfg->attrs")?;
     }
-    sim()?.functions.resolve(handle::from_ptr(func))
+    launch_options(cfg)
 }
 
-/// The function of a launch whose `size` bytes of arguments are at `args` (named `name` in
-/// errors): NULL only with no arguments, and no more than the function takes.
-fn launch_target_with_args(
-    func: aclrtFuncHandle,
-    blocks: u32,
-    cfg: *const aclrtLaunchKernelCfg,
-    args: *const c_void,
-    size: usize,
-    name: &str,
-) -> Res<Arc<Function>> {
-    // The ACL layer's refusals (100000) come before the function is looked up.
+/// Refuses NULL `func` and NULL arguments `args` (named `name` in errors) counted by `size`
+/// bytes (100000): the pointer checks of a launch whose arguments come as one buffer.
+fn args_pointers(func: aclrtFuncHandle, args: *const c_void, size: usize, name: &str) -> Res<()> {
     non_null(func, "funcHandle")?;
     ensure!(
         !args.is_null() || size == 0,
         ACL_ERROR_INVALID_PARAM,
         "{name} is NULL but argsSize is {size}"
     );
-    let function = launch_target(func, blocks, cfg)?;
+    Ok(())
+}
+
+/// The function of a launch, looked up once its values have passed ([`launch_values`]).
+fn launch_function(func: aclrtFuncHandle) -> Res<Arc<Function>> {
+    sim()?.functions.resolve(handle::from_ptr(func))
+}
+
+/// The function and options of a launch whose `size` bytes of arguments are at `args` (named
+/// `name` in errors): NULL only with no arguments, and no fewer than the function reads,
+/// which can only be checked once the function is looked up.
+fn checked_launch(
+    func: aclrtFuncHandle,
+    blocks: u32,
+    cfg: *mut aclrtLaunchKernelCfg,
+    (args, size): (*const c_void, usize),
+    name: &str,
+) -> Res<(Arc<Function>, LaunchOptions)> {
+    args_pointers(func, args, size, name)?;
+    let options = launch_values(blocks, cfg)?;
+    let function = launch_function(func)?;
     function.check_args(size)?;
-    Ok(function)
+    Ok((function, options))
+}
+
+/// The stream a launch of `function` is queued on, looked up after the function (the
+/// parameter order of every launch) and refused if it is on another device than the one the
+/// function was resolved on.
+fn launch_stream(stream: aclrtStream, function: &Function) -> Res<Arc<Stream>> {
+    let stream = context::submit_stream(sim()?, stream)?;
+    check_function_device(function, stream.device.id)?;
+    Ok(stream)
 }
 
 /// The launch of `function` (handle `func`) with `args` and the configuration's options.
@@ -442,17 +460,15 @@ fn launch(
     }
 }
 
-/// Queues a launch with arguments owned by the task.
+/// Queues on `stream` (from [`launch_stream`]) a launch with arguments owned by the task.
 fn submit_launch(
-    stream: aclrtStream,
+    stream: &Arc<Stream>,
     func: aclrtFuncHandle,
     function: Arc<Function>,
     blocks: u32,
     blob: ArgsBlob,
     options: LaunchOptions,
 ) -> Res<()> {
-    let stream = context::submit_stream(sim()?, stream)?;
-    check_function_device(&function, stream.device.id)?;
     let args = LaunchArgs::Owned(Arc::new(blob));
     let launch = launch(func, function, blocks, args, options);
     stream.submit(Task::new(Op::Kernel(launch)))
@@ -477,10 +493,9 @@ fn launch_device_args(
     cfg: *mut aclrtLaunchKernelCfg,
     stream: aclrtStream,
 ) -> Res<()> {
-    let function = launch_target_with_args(func, blocks, cfg, argsData, argsSize, "argsData")?;
-    let options = launch_options(cfg)?;
-    let target = context::submit_stream(sim()?, stream)?;
-    check_function_device(&function, target.device.id)?;
+    let args = (argsData, argsSize);
+    let (function, options) = checked_launch(func, blocks, cfg, args, "argsData")?;
+    let target = launch_stream(stream, &function)?;
     let args = device_args((argsData, argsSize, "argsData"), target.device.id)?;
     let launch = launch(func, function, blocks, args, options);
     target.submit(Task::new(Op::Kernel(launch)))
@@ -509,8 +524,7 @@ pub(super) fn task_launch(
     device: i32,
     current: Option<&Launch>,
 ) -> Res<Launch> {
-    let function = launch_target_with_args(func, blocks, cfg, args, size, "args")?;
-    let options = launch_options(cfg)?;
+    let (function, options) = checked_launch(func, blocks, cfg, (args, size), "args")?;
     check_function_device(&function, device)?;
     let own_copy = |launch: &&Launch| {
         matches!(launch.args, LaunchArgs::Owned(_)) && launch.args() == (args.cast_mut(), size)
@@ -564,7 +578,8 @@ pub unsafe extern "C" fn aclrtLaunchKernelV2(
 
 /// Launches a kernel with arguments packed in host memory (copied at the call, so the buffer
 /// may be reused at once). Each placeholder's pointer slot (`addrOffset`) is set to the copy
-/// of its data (`dataOffset`).
+/// of its data (`dataOffset`); a slot or data offset outside `argsSize` → 107000, checked with
+/// the configuration before the function is looked up.
 ///
 /// # Safety
 /// `hostArgs` must be valid for `argsSize` bytes; `placeHolderArray` for `placeHolderNum`
@@ -581,24 +596,19 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
     placeHolderNum: usize,
 ) -> aclError {
     guard("aclrtLaunchKernelWithHostArgs", || {
+        let args = hostArgs.cast_const();
+        args_pointers(funcHandle, args, argsSize, "hostArgs")?;
         if placeHolderNum != 0 {
             non_null(placeHolderArray, "placeHolderArray")?;
         }
-        let function = launch_target_with_args(
-            funcHandle,
-            numBlocks,
-            cfg,
-            hostArgs.cast_const(),
-            argsSize,
-            "hostArgs",
-        )?;
+        let options = launch_values(numBlocks, cfg)?;
         let placeholders = array(
             placeHolderArray.cast_const(),
             placeHolderNum,
             "placeHolderArray",
         )?;
-        let options = launch_options(cfg)?;
-        let mut blob = copied_args(hostArgs, argsSize, "hostArgs")?;
+        // The offsets are values: they are checked against argsSize before anything is
+        // looked up, as the configuration's attributes are.
         for (i, placeholder) in placeholders.iter().enumerate() {
             let (slot, data) = (
                 placeholder.addrOffset as usize,
@@ -609,10 +619,20 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
                 ACL_ERROR_RT_PARAM_INVALID,
                 "placeholder {i} (addrOffset {slot}, dataOffset {data}) lies outside the {argsSize} bytes of arguments"
             );
+        }
+        let function = launch_function(funcHandle)?;
+        function.check_args(argsSize)?;
+        let target = launch_stream(stream, &function)?;
+        let mut blob = copied_args(hostArgs, argsSize, "hostArgs")?;
+        for placeholder in placeholders {
+            let (slot, data) = (
+                placeholder.addrOffset as usize,
+                placeholder.dataOffset as usize,
+            );
             let address = blob.address_of(data);
             blob.bytes_mut()[slot..slot + 8].copy_from_slice(&address.to_ne_bytes());
         }
-        submit_launch(stream, funcHandle, function, numBlocks, blob, options)
+        submit_launch(&target, funcHandle, function, numBlocks, blob, options)
     })
 }
 
@@ -667,10 +687,10 @@ pub unsafe extern "C" fn aclrtLaunchSIMTKernelWithHostArgs(
 /// Launches a kernel whose arguments are given as an array of pointers to each parameter's
 /// host data, packed (copied at the call) by the kernel's declared parameter list. `func` must
 /// be a function handle (the simulator has no compiler-generated kernel symbols). NULL `func`
-/// or `args`, or `numBlocks` 0 → 100000, before the function is looked up (the reference lets
-/// `cfg` alone be NULL); then a stale function → 107017, a kernel without a parameter list →
-/// 107000, and a NULL entry among the parameter count's (known only from the function) →
-/// 100000.
+/// or `args`, or `numBlocks` 0 → 100000, then the configuration's values (107000), before
+/// the function is looked up (the reference lets `cfg` alone be NULL); then a stale function
+/// → 107017, a kernel without a parameter list → 107000, and a NULL entry among the parameter
+/// count's (known only from the function) → 100000; then the stream.
 ///
 /// # Safety
 /// `args` must hold one pointer per declared parameter, each valid for that parameter's size;
@@ -684,12 +704,14 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithArgsArray(
     args: *mut *mut c_void,
 ) -> aclError {
     guard("aclrtLaunchKernelWithArgsArray", || {
-        // The ACL layer's refusals (100000) come before the function is looked up; only the
-        // entries wait for it, as their number is the function's parameter count.
+        // The ACL layer's refusals (100000) and the configuration's values come before the
+        // function is looked up; only the entries wait for it, as their number is the
+        // function's parameter count. Like every check needing only the function, they come
+        // before the stream, the next parameter to be looked up.
         non_null(func, "func")?;
         non_null(args, "args")?;
-        let function = launch_target(func, numBlocks, cfg)?;
-        let options = launch_options(cfg)?;
+        let options = launch_values(numBlocks, cfg)?;
+        let function = launch_function(func)?;
         let params = function.param_list()?;
         let values = array(args.cast_const(), params.len(), "args")?;
         let mut blob = ArgsBlob::zeroed(function.args_size)?;
@@ -697,12 +719,15 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithArgsArray(
             let value = bytes(value, size, &format!("args[{i}]"))?;
             blob.bytes_mut()[offset..offset + size].copy_from_slice(value);
         }
-        submit_launch(stream, func, function, numBlocks, blob, options)
+        let target = launch_stream(stream, &function)?;
+        submit_launch(&target, func, function, numBlocks, blob, options)
     })
 }
 
 /// Launches a kernel with arguments built by aclrtKernelArgs* (finalized; else 107000).
-/// `reserve` must be NULL.
+/// `reserve` must be NULL. The NULL pointers, `numBlocks` and the configuration are checked
+/// first; then the handles are looked up in parameter order (function, stream, args), and
+/// the args are checked against the function last.
 ///
 /// # Safety
 /// `cfg` must be NULL or valid.
@@ -723,8 +748,10 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithConfig(
             ACL_ERROR_INVALID_PARAM,
             "reserve must be NULL"
         );
-        let function = launch_target(funcHandle, numBlocks, cfg)?;
-        let options = launch_options(cfg)?;
+        let options = launch_values(numBlocks, cfg)?;
+        // The three handles in parameter order: the function, the stream, the args.
+        let function = launch_function(funcHandle)?;
+        let target = launch_stream(stream, &function)?;
         let (_, args) = resolve_args(sim()?, argsHandle)?;
         ensure!(
             args.function == handle::from_ptr(funcHandle),
@@ -733,6 +760,6 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithConfig(
         );
         let blob = args.blob()?;
         function.check_args(blob.len())?;
-        submit_launch(stream, funcHandle, function, numBlocks, blob, options)
+        submit_launch(&target, funcHandle, function, numBlocks, blob, options)
     })
 }

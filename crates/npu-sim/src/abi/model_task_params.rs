@@ -225,11 +225,11 @@ fn new_op(
 
 /// Sets a task's parameters for the executions queued from now on (those queued before run
 /// it as it was). `params->type` must be the task's type (else 107000). A kernel launch takes
-/// a new launch, checked as aclrtLaunchKernelV2 checks its own (NULL function → 100000,
-/// 0 blocks → 100000, a stale function → 107017, arguments NULL with a size → 100000, fewer
-/// bytes than the kernel declares → 107000, a function of another device → 107044, device
-/// arguments that are not device memory of the instance's device → 107000, a bad
-/// configuration as the launch's), its arguments in host memory (isHostArgs 1: copied now) or
+/// a new launch, checked as aclrtLaunchKernelV2 checks its own (NULL function or arguments
+/// NULL with a size → 100000, 0 blocks → 100000, a bad configuration as the launch's, then
+/// a stale function → 107017, fewer bytes than the kernel declares → 107000, a function of
+/// another device → 107044, device arguments that are not device memory of the instance's
+/// device → 107000), its arguments in host memory (isHostArgs 1: copied now) or
 /// in device memory (0: read when it runs; another value → 107000; the arguments a query
 /// gave, the task's own copy, stay its arguments); a value write or wait a
 /// new address (NULL → 100000; not 8-byte aligned device memory of the instance's device →
