@@ -675,9 +675,14 @@ fn error_paths() {
         ACL_ERROR_RT_INVALID_HANDLE,
         "aclrtMapMem"
     );
-    // The offset needs no lookup and comes before the handle, in parameter order.
+    // The offset and the flags need no lookup and come before the handle, in parameter order.
     fails!(
         aclrtMapMem(next, 2 * MIB, 4096, other_device, 0),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMapMem"
+    );
+    fails!(
+        aclrtMapMem(next, 2 * MIB, 0, other_device, 1),
         ACL_ERROR_RT_PARAM_INVALID,
         "aclrtMapMem"
     );

@@ -183,13 +183,19 @@ fn map_physical(
     };
     non_null(virPtr, "virPtr")?;
     non_null(handle, "handle")?;
-    // `size` 0 and `offset` need nothing looked up, so they are checked in their places before
-    // `handle`; `size` can only be compared with the allocation once the handle is resolved.
+    // `size` 0, `offset` and `flags` need nothing looked up, so they are checked in parameter
+    // order before `handle` is; `size` can only be compared with the allocation once the
+    // handle is resolved.
     ensure!(size != 0, invalid, "size is 0");
     ensure!(
         offset == 0,
         ACL_ERROR_RT_PARAM_INVALID,
         "offset must be 0, not {offset}"
+    );
+    ensure!(
+        flags == 0,
+        invalid,
+        "flags is reserved and must be 0, not {flags}"
     );
     let sim = sim()?;
     let physical = sim
@@ -201,11 +207,6 @@ fn map_physical(
         invalid,
         "size {size} is not the physical allocation's size ({})",
         physical.size
-    );
-    ensure!(
-        flags == 0,
-        invalid,
-        "flags is reserved and must be 0, not {flags}"
     );
     physical.device.check_alive()?;
     sim.vmm

@@ -244,12 +244,13 @@ static int checks_in_order(void) {
     EXPECT(aclrtMallocPhysical(&physical, (size_t)2 << 20, &prop, 1),
            ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
     KEPT(physical == SENTINEL);
-    /* A non-zero offset (107000) is refused before a freed handle is looked up. */
+    /* A non-zero offset or flags (107000) are refused before a freed handle is looked up. */
     prop.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
     CHECK(aclrtMallocPhysical(&freed, (size_t)2 << 20, &prop, 0));
     CHECK(aclrtFreePhysical(freed));
     CHECK(aclrtReserveMemAddress(&va, (size_t)2 << 20, 0, NULL, 0));
     EXPECT(aclrtMapMem(va, (size_t)2 << 20, 4096, freed, 0), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtMapMem(va, (size_t)2 << 20, 0, freed, 1), ACL_ERROR_RT_PARAM_INVALID);
     EXPECT(aclrtMapMem(va, (size_t)2 << 20, 0, freed, 0), ACL_ERROR_RT_INVALID_HANDLE);
     CHECK(aclrtReleaseMemAddress(va));
     EXPECT(aclrtReserveMemAddress(&reserved, 0, 0, NULL, 0), ACL_ERROR_INVALID_PARAM);
