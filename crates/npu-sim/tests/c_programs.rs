@@ -491,7 +491,7 @@ fn headers_compile_warning_free_and_errors_are_reported_once() {
 #[test]
 fn documented_error_paths_return_cann_codes_in_c() {
     let stdout = run(&compile("error_paths", &[]));
-    assert_eq!(stdout, "111 error paths checked, 0 wrong\n");
+    assert_eq!(stdout, "114 error paths checked, 0 wrong\n");
 }
 
 #[test]

@@ -833,7 +833,7 @@ fn atomic_capabilities_answer_as_an_atlas_a2() {
 
     let mut out = [u32::MAX; 2];
     let unknown = [ACL_RT_ATOMIC_OPERATION_DMA_ADD, 13];
-    let host_cases: [(aclError, &dyn Fn(*mut u32) -> aclError); 5] = [
+    let host_cases: [(aclError, &dyn Fn(*mut u32) -> aclError); 6] = [
         (ACL_ERROR_INVALID_PARAM, &|_| {
             code!(aclrtDeviceGetHostAtomicCapabilities(
                 ptr::null_mut(),
@@ -869,6 +869,15 @@ fn atomic_capabilities_answer_as_an_atlas_a2() {
                 0
             ))
         }),
+        // The operations are values no lookup decides: checked before the device.
+        (ACL_ERROR_RT_PARAM_INVALID, &|out| {
+            code!(aclrtDeviceGetHostAtomicCapabilities(
+                out,
+                unknown.as_ptr(),
+                2,
+                99
+            ))
+        }),
     ];
     for (expected, call) in host_cases {
         fails(
@@ -878,7 +887,7 @@ fn atomic_capabilities_answer_as_an_atlas_a2() {
         );
         assert_eq!(out, [u32::MAX; 2], "nothing written");
     }
-    let p2p_cases: [(aclError, &dyn Fn(*mut u32) -> aclError); 6] = [
+    let p2p_cases: [(aclError, &dyn Fn(*mut u32) -> aclError); 9] = [
         (ACL_ERROR_INVALID_PARAM, &|_| {
             code!(aclrtDeviceGetP2PAtomicCapabilities(
                 ptr::null_mut(),
@@ -931,6 +940,35 @@ fn atomic_capabilities_answer_as_an_atlas_a2() {
                 2,
                 0,
                 1
+            ))
+        }),
+        // The operations before either device is looked up; the ACL layer's same-device
+        // check (100000) before the operations; the source device before the destination.
+        (ACL_ERROR_RT_PARAM_INVALID, &|out| {
+            code!(aclrtDeviceGetP2PAtomicCapabilities(
+                out,
+                unknown.as_ptr(),
+                2,
+                99,
+                98
+            ))
+        }),
+        (ACL_ERROR_INVALID_PARAM, &|out| {
+            code!(aclrtDeviceGetP2PAtomicCapabilities(
+                out,
+                unknown.as_ptr(),
+                2,
+                99,
+                99
+            ))
+        }),
+        (ACL_ERROR_RT_INVALID_DEVICEID, &|out| {
+            code!(aclrtDeviceGetP2PAtomicCapabilities(
+                out,
+                operations.as_ptr(),
+                1,
+                99,
+                0
             ))
         }),
     ];

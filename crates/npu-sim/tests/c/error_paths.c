@@ -224,6 +224,8 @@ static int checks_in_order(void) {
     void *reserved = SENTINEL, *va = NULL;
     int32_t number = -7;
     aclrtHostMemMapCapability capability = (aclrtHostMemMapCapability)7;
+    aclrtAtomicOperation operation = (aclrtAtomicOperation)99;
+    uint32_t atomics = 7;
 
     EXPECT(aclrtReserveMemAddressNoUCMemory(NULL, (size_t)1 << 30, 0,
                                             (void *)((uintptr_t)48 << 40), 0),
@@ -261,6 +263,12 @@ static int checks_in_order(void) {
     EXPECT(aclrtHostMemMapCapabilities(99, (aclrtHacType)99, &capability),
            ACL_ERROR_RT_PARAM_INVALID);
     KEPT(capability == (aclrtHostMemMapCapability)7);
+    /* So is an atomic operation outside aclrtAtomicOperation, for either device query. */
+    EXPECT(aclrtDeviceGetHostAtomicCapabilities(&atomics, &operation, 1, 99),
+           ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtDeviceGetP2PAtomicCapabilities(&atomics, &operation, 1, 0, 99),
+           ACL_ERROR_RT_PARAM_INVALID);
+    KEPT(atomics == 7);
 
     /* A NULL output before a kind the descriptors do not support. */
     EXPECT(aclrtGetMemcpyDescSize(ACL_MEMCPY_HOST_TO_DEVICE, NULL), ACL_ERROR_INVALID_PARAM);
