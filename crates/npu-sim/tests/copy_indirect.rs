@@ -130,10 +130,12 @@ fn every_error_path() {
                 ))
             },
         ),
+        // A value that is no aclrtMemcpyKind is a parameter error (100000), as for every
+        // other copy; a kind these copies do not support is a missing feature (207000).
         case(
             "desc size of kind 9",
             "aclrtGetMemcpyDescSize",
-            107000,
+            100000,
             0,
             || {
                 let mut size = 0;
@@ -142,12 +144,19 @@ fn every_error_path() {
         ),
         // NULL pointers come before the kind: 100000 where a valid pointer gets the kind's code.
         case(
-            "desc size of kind 9 into NULL",
+            "desc size of a host-to-device kind into NULL",
             "aclrtGetMemcpyDescSize",
             100000,
             0,
-            || code!(aclrtGetMemcpyDescSize(9, ptr::null_mut())),
+            || {
+                let kind = ACL_MEMCPY_HOST_TO_DEVICE;
+                code!(aclrtGetMemcpyDescSize(kind, ptr::null_mut()))
+            },
         ),
+        case("set kind 9", "aclrtSetMemcpyDesc", 100000, 0, || {
+            let (desc, src, dst) = (malloc(32), malloc(8), malloc(8));
+            code!(aclrtSetMemcpyDesc(desc, 9, src, dst, 8, ptr::null_mut()))
+        }),
         case(
             "set NULL dst with a host-to-device kind",
             "aclrtSetMemcpyDesc",
@@ -219,7 +228,7 @@ fn every_error_path() {
                 ))
             },
         ),
-        case("with kind 9", "aclrtMemcpyAsyncWithDesc", 107000, 0, || {
+        case("with kind 9", "aclrtMemcpyAsyncWithDesc", 100000, 0, || {
             code!(aclrtMemcpyAsyncWithDesc(malloc(32), 9, ptr::null_mut()))
         }),
         case(
@@ -293,6 +302,25 @@ fn every_error_path() {
                     8,
                     0,
                     kind,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "offset kind 9",
+            "aclrtMemcpyAsyncWithOffset",
+            100000,
+            0,
+            || {
+                let (dst, src) = (malloc(8).cast(), malloc(8).cast());
+                code!(aclrtMemcpyAsyncWithOffset(
+                    dst,
+                    8,
+                    0,
+                    src,
+                    8,
+                    0,
+                    9,
                     ptr::null_mut()
                 ))
             },

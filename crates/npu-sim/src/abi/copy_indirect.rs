@@ -16,7 +16,8 @@ use crate::sim::sim;
 use crate::task::{Op, Task};
 
 /// These copies take ACL_MEMCPY_INNER_DEVICE_TO_DEVICE only: another kind → 207000, a value
-/// that is no kind → 107000.
+/// that is no aclrtMemcpyKind → 100000, as every other copy answers it (the reference names
+/// no code for these four functions).
 fn check_kind(kind: aclrtMemcpyKind) -> Res<()> {
     match kind {
         ACL_MEMCPY_INNER_DEVICE_TO_DEVICE => Ok(()),
@@ -24,7 +25,10 @@ fn check_kind(kind: aclrtMemcpyKind) -> Res<()> {
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
             "copy kind {kind} is not supported: only ACL_MEMCPY_INNER_DEVICE_TO_DEVICE is"
         ),
-        other => fail!(ACL_ERROR_RT_PARAM_INVALID, "unknown copy kind {other}"),
+        other => fail!(
+            ACL_ERROR_INVALID_PARAM,
+            "copy kind {other} is not an aclrtMemcpyKind"
+        ),
     }
 }
 
