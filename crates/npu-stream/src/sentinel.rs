@@ -26,6 +26,7 @@ use npu_core::{Completer, Error, Result, ffi};
 use crate::reactor::Pending;
 use crate::strategy::{self, OpInfo};
 use crate::stream::StreamShared;
+use crate::stream::drains::{self, Drain};
 
 /// The longest single wait the sentinel makes (ACL's smallest timeout).
 pub(crate) const SLICE_MS: i32 = 1;
@@ -87,8 +88,7 @@ enum Job {
     },
     Drain {
         stream: Arc<StreamShared>,
-        completer: Completer,
-        error: Error,
+        drain: Arc<Drain>,
     },
     Watch {
         stream: Arc<StreamShared>,
@@ -151,14 +151,15 @@ pub(crate) fn probe(stream: &Arc<StreamShared>) -> Arc<Verdict> {
 }
 
 /// Completes `completer` with `error` once the work queued on `stream` so far has finished
-/// (or can never run).
+/// (or can never run): once the stream has drained, or when an operation submitted after it
+/// finishes (`stream::drains`), whichever comes first.
 pub(crate) fn drain(stream: Arc<StreamShared>, completer: Completer, error: Error) {
     npu_core::log!(warn, %error, stream = stream.id, "cannot watch an operation; draining the stream");
-    let job = Job::Drain {
-        stream,
-        completer,
-        error,
-    };
+    // Read after the submission that failed: an operation numbered above it came later (one
+    // submitted meanwhile only makes the count higher, so later ones end it).
+    let through = stream.watched.load(std::sync::atomic::Ordering::Acquire);
+    let drain = stream.drains.add(through, completer, error);
+    let job = Job::Drain { stream, drain };
     if let Err(job) = send(job) {
         // No sentinel: a thread of the operation's own is the only sound way left.
         spawn_fallback(job);
@@ -222,10 +223,10 @@ impl Drop for Unstarted {
                 verdict.give(Ok(()));
                 strategy::release_stream(stream);
             }
-            Some(Job::Drain {
-                stream, completer, ..
-            }) => {
-                drop(completer);
+            Some(Job::Drain { stream, drain }) => {
+                stream.drains.remove(&drain);
+                let taken = drain.lock().unwrap_or_else(|e| e.into_inner()).take();
+                drop(taken);
                 std::mem::forget(stream);
             }
             Some(Job::Watch { stream, pending }) => {
@@ -276,22 +277,16 @@ fn step(job: Job, timeout: i32) -> Option<Job> {
             strategy::release_stream(stream);
             None
         }
-        Job::Drain {
-            stream,
-            completer,
-            error,
-        } => match drained(&stream, timeout) {
-            None => Some(Job::Drain {
-                stream,
-                completer,
-                error,
-            }),
-            Some(()) => {
-                completer.complete(Err(error));
-                strategy::release_stream(stream);
-                None
+        Job::Drain { stream, drain } => {
+            // Ended by an operation submitted after it: nothing left to wait for.
+            if !drains::ended(&drain) && drained(&stream, timeout).is_none() {
+                return Some(Job::Drain { stream, drain });
             }
-        },
+            stream.drains.remove(&drain);
+            drains::end(&drain);
+            strategy::release_stream(stream);
+            None
+        }
         Job::Watch { stream, pending } => {
             let unfinished = pending
                 .wait_for(&stream, timeout)
@@ -453,8 +448,7 @@ mod tests {
         let before = Arc::strong_count(&stream.shared);
         let drain = Job::Drain {
             stream: stream.shared.clone(),
-            completer,
-            error,
+            drain: stream.shared.drains.add(0, completer, error),
         };
         spawn_fallback_on(unstartable(), drain);
         abandoned(&done, &released);

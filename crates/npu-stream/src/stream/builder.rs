@@ -163,6 +163,7 @@ impl StreamBuilder {
             aborted_through: AtomicU64::new(0),
             aborting_through: AtomicU64::new(0),
             faulted_at_abort: Mutex::new(VecDeque::new()),
+            drains: Default::default(),
             stops: AtomicU64::new(0),
             fault_noticed,
             _fault_watch: fault_watch,

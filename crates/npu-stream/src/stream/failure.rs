@@ -50,6 +50,9 @@ impl StreamShared {
     /// an ordinary operation's failure is remembered for the next `synchronize`; a
     /// `synchronize` reports (and clears) the first one remembered.
     pub(crate) fn finish(&self, op: OpInfo, result: Result<()>) -> Result<()> {
+        // An operation no strategy watched, submitted before this one, is over by now: it
+        // completes first.
+        self.drains.end_before(op.seq);
         let failure = || self.failure.lock().unwrap_or_else(|e| e.into_inner());
         // An ordinary operation that succeeded changes nothing: no lock on the common path.
         if !op.synchronizes {

@@ -19,6 +19,7 @@ use crate::strategy::{self, OpInfo, Strategy, StrategyState, Unwatched};
 
 mod abort;
 mod builder;
+pub(crate) mod drains;
 mod failure;
 
 use abort::Aborting;
@@ -101,6 +102,8 @@ pub(crate) struct StreamShared {
     /// Set by the runtime's exception callback when a task of this stream failed, for the
     /// reactor to look at the stream at once.
     pub(crate) fault_noticed: Arc<AtomicBool>,
+    /// Operations no strategy watches, waiting for the stream to run them (`sentinel::drain`).
+    pub(crate) drains: drains::Drains,
     /// Keeps the exception callback telling this stream about its faults.
     _fault_watch: npu_core::FaultWatch,
 }

@@ -1,0 +1,121 @@
+//! Operations the device may run that no strategy watches: their submission panicked, or
+//! recording their event (or launching their callback) failed. The sentinel ends each once
+//! the stream has drained; on a stream that never drains (work always queued) that would
+//! never happen, so each also ends as soon as an operation submitted after it finishes, and
+//! before that operation's own completion: the device runs a stream's work in order, so a
+//! later operation's end says the drained one's work has run or never will.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use npu_core::{Completer, Error};
+
+/// A drained operation's completer and the error it ends with, taken by whichever of the
+/// sentinel and a later operation's end comes first.
+pub(crate) type Drain = Mutex<Option<(Completer, Error)>>;
+
+/// The drains of one stream still waiting, each with the stream's `watched` count when it
+/// began: every operation numbered above it was submitted after the drained one.
+#[derive(Default)]
+pub(crate) struct Drains {
+    /// How many are in `waiting`, so that finishing an operation takes no lock when none is.
+    count: AtomicUsize,
+    waiting: Mutex<Vec<(u64, Arc<Drain>)>>,
+}
+
+impl Drains {
+    /// Adds a drain that an operation numbered above `through` ends.
+    pub(crate) fn add(&self, through: u64, completer: Completer, error: Error) -> Arc<Drain> {
+        let drain = Arc::new(Mutex::new(Some((completer, error))));
+        let mut waiting = self.lock();
+        waiting.push((through, drain.clone()));
+        self.count.store(waiting.len(), Ordering::Release);
+        drain
+    }
+
+    /// Ends every drain that the operation numbered `seq` finishing shows to be over.
+    pub(crate) fn end_before(&self, seq: u64) {
+        if seq == 0 || self.count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let over: Vec<Arc<Drain>> = {
+            let mut waiting = self.lock();
+            let (over, still): (Vec<_>, Vec<_>) =
+                waiting.drain(..).partition(|(through, _)| *through < seq);
+            *waiting = still;
+            self.count.store(waiting.len(), Ordering::Release);
+            over.into_iter().map(|(_, drain)| drain).collect()
+        };
+        // Completed with no lock held: a completion runs what was deferred on it.
+        for drain in over {
+            end(&drain);
+        }
+    }
+
+    /// Forgets a drain the sentinel ended.
+    pub(crate) fn remove(&self, drain: &Arc<Drain>) {
+        let mut waiting = self.lock();
+        waiting.retain(|(_, waiting)| !Arc::ptr_eq(waiting, drain));
+        self.count.store(waiting.len(), Ordering::Release);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Arc<Drain>)>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Completes the drained operation with its error, unless that was done already.
+pub(crate) fn end(drain: &Drain) {
+    let taken = drain.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some((completer, error)) = taken {
+        completer.complete(Err(error));
+    }
+}
+
+/// Whether the drained operation has been completed.
+pub(crate) fn ended(drain: &Drain) -> bool {
+    drain.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use npu_core::Completion;
+
+    use super::*;
+
+    fn drain(drains: &Drains, through: u64) -> (Arc<Drain>, Completion) {
+        // SAFETY: no memory stands behind the completion.
+        let completer = unsafe { Completer::new() };
+        let done = completer.completion();
+        let error = Error::invalid("test", "self", "could not be watched");
+        (drains.add(through, completer, error), done)
+    }
+
+    #[test]
+    fn a_drain_ends_when_an_operation_submitted_after_it_finishes_and_only_then() {
+        let drains = Drains::default();
+        let (first, first_done) = drain(&drains, 3);
+        let (second, second_done) = drain(&drains, 5);
+        // Operations up to the one it followed say nothing about it; 0 is no operation.
+        for seq in [0, 1, 3] {
+            drains.end_before(seq);
+        }
+        assert!(!first_done.is_complete() && !second_done.is_complete());
+        drains.end_before(4);
+        assert!(ended(&first) && !ended(&second));
+        let failed = first_done.result().unwrap().unwrap_err();
+        assert!(
+            failed.to_string().contains("could not be watched"),
+            "{failed}"
+        );
+        assert!(!second_done.is_complete());
+        // The sentinel finding the stream drained ends it once; a later operation finds it
+        // gone.
+        end(&second);
+        drains.remove(&second);
+        assert!(second_done.result().unwrap().is_err());
+        drains.end_before(9);
+        assert_eq!(drains.count.load(Ordering::Acquire), 0);
+        assert!(drains.lock().is_empty());
+    }
+}
