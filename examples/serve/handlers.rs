@@ -3,7 +3,6 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::Body;
 use axum::extract::State;
@@ -18,11 +17,17 @@ use crate::api_error::ApiError;
 use crate::body::read_body;
 use crate::model::RunError;
 use crate::peer::Peer;
+use crate::requests::{Outcome, Request};
 use crate::state::AppState;
 use crate::tensor::Tensor;
 use crate::validation::{finite_output, require_identity, require_json, validate};
 
-/// `POST /v1/infer`: answers and counts the answer.
+/// `POST /v1/infer`: answers and counts the answer. A request dropped unanswered is counted
+/// too, by [`Request`]'s drop: under `requests.cancelled` when the handler goes with its
+/// connection, which ends when its client is gone (seen by hyper, or by the watch of
+/// [`crate::peer`] while the request awaits its answer) or at the drain timeout; under
+/// `requests.failed` when it goes with a panic of its own, a bug that [`answer_panics`]
+/// answers 500.
 async fn infer(
     State(state): State<Arc<AppState>>,
     Extension(client): Extension<Arc<Peer>>,
@@ -30,31 +35,10 @@ async fn infer(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Tensor<f32>>, ApiError> {
-    let mut unanswered = Unanswered(Some((&state.cancelled, &state.failed)));
-    let answer = answer_infer(&state, (&client, version), &headers, body).await;
-    unanswered.0 = None;
-    state.count(&answer);
+    let mut request = state.requests.receive();
+    let answer = answer_infer(&state, &mut request, (&client, version), &headers, body).await;
+    request.finish(Outcome::of(&answer));
     answer.map(Json)
-}
-
-/// Counts a request dropped unanswered: under `requests.cancelled` (the first counter) when
-/// the handler goes with its connection, which ends when its client is gone (seen by hyper, or
-/// by the watch of [`crate::peer`] while the request awaits its answer) or at the drain
-/// timeout; under `requests.failed` (the second) when it goes with a panic of its own, a bug
-/// that [`answer_panics`] answers 500.
-struct Unanswered<'a>(Option<(&'a AtomicU64, &'a AtomicU64)>);
-
-impl Drop for Unanswered<'_> {
-    fn drop(&mut self) {
-        if let Some((cancelled, failed)) = self.0 {
-            let counter = if std::thread::panicking() {
-                failed
-            } else {
-                cancelled
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-    }
 }
 
 /// Answers a request whose handler panicked (a bug) with 500 `internal_error`, which axum does
@@ -63,8 +47,8 @@ impl Drop for Unanswered<'_> {
 /// gone. The detail goes to the log, not the client.
 ///
 /// `AssertUnwindSafe` holds: the panicked handler's future is dropped, never polled again, and
-/// what it shares with other requests stays whole across a panic (the counters are atomics, the
-/// admission slot and the memory blocks go back in their guards' drops, and the example's own
+/// what it shares with other requests stays whole across a panic (the counters and the
+/// admission slots are atomics, a slot and the memory blocks go back in their guards' drops, and the example's own
 /// mutexes are taken poisoned or not).
 pub(crate) async fn answer_panics<E>(
     handler: impl Future<Output = Result<Response, E>>,
@@ -89,6 +73,7 @@ pub(crate) async fn answer_panics<E>(
 /// end of stream is taken for a half-close once the whole body is read.
 async fn answer_infer(
     state: &AppState,
+    request: &mut Request<'_>,
     (client, version): (&Arc<Peer>, Version),
     headers: &HeaderMap,
     body: Body,
@@ -97,13 +82,18 @@ async fn answer_infer(
     require_identity(headers)?;
     let body = read_body(body, &state.config).await?;
     let _awaiting = client.awaiting(version);
-    let _permit = state.admission.clone().try_acquire_owned().map_err(|_| {
+    // The slot is held until the request has its outcome (in `infer`).
+    if !request.admit() {
         let message = format!(
             "{} requests are in flight, the limit; retry later",
             state.config.max_in_flight
         );
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message)
-    })?;
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            message,
+        ));
+    }
     let data = validate(&body, state.config.input_len)?;
     let timeout = state.config.device_timeout;
     // Dropping the model's future on timeout is what frees the slot: npu-rs keeps the memory
@@ -202,12 +192,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_handler_that_panics_is_answered_500_and_counted_failed() {
-        let (cancelled, failed) = (AtomicU64::new(0), AtomicU64::new(0));
+        let requests = crate::requests::Requests::new(1);
         let handler = async {
-            let _unanswered = Unanswered(Some((&cancelled, &failed)));
-            if cancelled.load(Ordering::Relaxed) == 0 {
+            let mut request = requests.receive();
+            assert!(request.admit());
+            if requests.in_flight() == 1 {
                 panic!("a bug in the handler");
             }
+            request.finish(Outcome::Served);
             Ok::<_, Infallible>(StatusCode::OK.into_response())
         };
         let Ok(answer) = answer_panics(handler).await;
@@ -215,18 +207,13 @@ mod tests {
         let body = answer.into_body().collect().await.unwrap().to_bytes();
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(body["error"]["code"], "internal_error", "{body}");
-        let counts = (
-            cancelled.load(Ordering::Relaxed),
-            failed.load(Ordering::Relaxed),
+        let counts = requests.snapshot();
+        assert_eq!(
+            (counts.failed, counts.cancelled),
+            (1, 0),
+            "failed, not cancelled"
         );
-        assert_eq!(counts, (0, 1), "counted failed, not cancelled");
-        // Dropped unanswered without a panic (its connection gone): cancelled.
-        drop(Unanswered(Some((&cancelled, &failed))));
-        let counts = (
-            cancelled.load(Ordering::Relaxed),
-            failed.load(Ordering::Relaxed),
-        );
-        assert_eq!(counts, (1, 1));
+        assert_eq!(counts.in_flight, 0, "the slot is back");
         // An answer passes through untouched.
         let answered = answer_panics(async { Ok::<_, Infallible>(StatusCode::OK.into_response()) });
         let Ok(answer) = answered.await;

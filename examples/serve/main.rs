@@ -120,7 +120,10 @@
 //! at once with 503 `overloaded` too.
 //!
 //! `GET /stats` returns the request counters, the in-flight count, the open connections, the
-//! pools' statistics and the reactor's counters. Shutdown (Ctrl-C, or the SIGTERM a service
+//! pools' statistics and the reactor's counters. The request counters and the in-flight count
+//! are read as one consistent snapshot without a lock on the request path (never more answers
+//! than requests received, never a slot held by an answered request; `requests.rs` states the
+//! invariants). Shutdown (Ctrl-C, or the SIGTERM a service
 //! manager stops a process with) is graceful: the listener
 //! closes, the requests in flight finish and are answered, then the process exits. The answers
 //! get the drain timeout (10 s by default) to reach their clients: a connection still open then
@@ -143,6 +146,7 @@ mod peer_io;
 #[path = "../support/percentile.rs"]
 mod percentile;
 mod refusal;
+mod requests;
 mod server;
 mod state;
 mod stats;

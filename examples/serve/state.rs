@@ -1,26 +1,18 @@
 //! What the handlers and the connection loop share, and the counters they keep in it.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::watch;
 
-use axum::http::StatusCode;
-use tokio::sync::{Semaphore, watch};
-
-use crate::api_error::ApiError;
 use crate::config::Config;
 use crate::connections::Connections;
 use crate::model::Model;
+use crate::requests::Requests;
 
 /// What every handler shares.
 pub(crate) struct AppState {
     pub(crate) config: Config,
     pub(crate) model: Model,
-    pub(crate) admission: Arc<Semaphore>,
-    pub(crate) served: AtomicU64,
-    pub(crate) overloaded: AtomicU64,
-    pub(crate) rejected: AtomicU64,
-    pub(crate) failed: AtomicU64,
-    pub(crate) cancelled: AtomicU64,
+    /// The inference requests' counters and admission slots.
+    pub(crate) requests: Requests,
     pub(crate) connections: watch::Sender<Connections>,
 }
 
@@ -29,31 +21,15 @@ impl AppState {
     pub(crate) async fn new(config: Config) -> npu::Result<AppState> {
         Ok(AppState {
             model: Model::load(&config).await?,
-            admission: Arc::new(Semaphore::new(config.max_in_flight)),
+            requests: Requests::new(config.max_in_flight),
             config,
-            served: AtomicU64::new(0),
-            overloaded: AtomicU64::new(0),
-            rejected: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-            cancelled: AtomicU64::new(0),
             connections: watch::Sender::new(Connections::default()),
         })
     }
 
-    /// Requests admitted to the device and not yet answered.
+    /// Requests admitted to the device and not yet answered, for the tests to wait on.
+    #[cfg(test)]
     pub(crate) fn in_flight(&self) -> usize {
-        self.config.max_in_flight - self.admission.available_permits()
-    }
-
-    /// Counts an answer under the counter its outcome belongs to.
-    pub(crate) fn count<T>(&self, answer: &Result<T, ApiError>) {
-        let counter = match answer {
-            Ok(_) => &self.served,
-            Err(err) if err.client_gone => &self.cancelled,
-            Err(err) if err.status == StatusCode::SERVICE_UNAVAILABLE => &self.overloaded,
-            Err(err) if err.status.is_client_error() => &self.rejected,
-            Err(_) => &self.failed,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.requests.in_flight()
     }
 }

@@ -1,8 +1,6 @@
 //! The JSON of `GET /stats` in one place, so that it can be read against the table in
 //! docs/observability.md field by field.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use npu::memory::PoolStats;
 use serde_json::json;
 
@@ -45,16 +43,21 @@ fn pool_json(pool: &PoolStats) -> serde_json::Value {
 }
 
 impl AppState {
-    /// The request counters, the in-flight count and the device's statistics.
+    /// The request counters, the in-flight count and the device's statistics. The request
+    /// counters and `in_flight` are one consistent snapshot (their invariants are
+    /// [`crate::requests::Snapshot`]'s), and so are the connections' counters (one value
+    /// behind a lock taken per connection, not per request) and each pool's (read under the
+    /// pool's lock); the three groups are read one after another.
     pub(crate) fn stats(&self) -> serde_json::Value {
-        let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let requests = self.requests.snapshot();
         let mut stats = self.model.stats();
         stats["requests"] = json!({
-            "served": count(&self.served),
-            "overloaded": count(&self.overloaded),
-            "rejected": count(&self.rejected),
-            "failed": count(&self.failed),
-            "cancelled": count(&self.cancelled),
+            "received": requests.received,
+            "served": requests.served,
+            "overloaded": requests.overloaded,
+            "rejected": requests.rejected,
+            "failed": requests.failed,
+            "cancelled": requests.cancelled,
         });
         let connections = *self.connections.borrow();
         stats["connections"] = json!({
@@ -62,7 +65,7 @@ impl AppState {
             "write_timeouts": connections.write_timeouts,
             "refused": connections.refused,
         });
-        stats["in_flight"] = json!(self.in_flight());
+        stats["in_flight"] = json!(requests.in_flight);
         stats["max_in_flight"] = json!(self.config.max_in_flight);
         stats["max_connections"] = json!(self.config.max_connections);
         stats

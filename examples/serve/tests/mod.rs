@@ -23,6 +23,7 @@ mod heads;
 mod http_versions;
 mod shutdown;
 mod slow_readers;
+mod stats;
 mod under_load;
 
 // These hold the device, or inject its fault, through the simulator's controls.

@@ -1,7 +1,6 @@
 //! The graceful shutdown: the requests in flight finished, the ones racing it answered or refused.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use super::*;
 use crate::load::check_answer;
@@ -98,7 +97,7 @@ async fn requests_racing_the_shutdown_are_answered_whole_or_refused() {
         })
         .collect();
     until("some requests served", || {
-        server.state.served.load(Ordering::Relaxed) >= 16
+        server.state.requests.snapshot().served >= 16
     })
     .await;
     let state = server.state.clone();
