@@ -72,7 +72,7 @@ async fn stats_read_under_load_are_consistent_snapshots() {
             let mut connection = client::Connection::open(addr).await.unwrap();
             let mut last = requests_of(&state.stats());
             let mut readings = 0u64;
-            while !done.load(Ordering::Relaxed) {
+            loop {
                 let (status, body) = connection
                     .send(Method::GET, "/stats", Bytes::new())
                     .await
@@ -86,9 +86,11 @@ async fn stats_read_under_load_are_consistent_snapshots() {
                     last = now;
                     readings += 1;
                 }
+                if done.load(Ordering::Relaxed) {
+                    break readings;
+                }
                 tokio::task::yield_now().await;
             }
-            readings
         })
     };
     for client in clients {
