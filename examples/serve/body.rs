@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use axum::body::{Body, Bytes, HttpBody};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
+use bytes::BytesMut;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Frame, Incoming, SizeHint};
 
@@ -29,9 +30,9 @@ pub(crate) async fn read_body(body: Body, config: &Config) -> Result<Bytes, ApiE
     if body.size_hint().lower() > limit as u64 {
         return Err(too_large());
     }
-    let read = tokio::time::timeout(config.body_timeout, Limited::new(body, limit).collect());
+    let read = tokio::time::timeout(config.body_timeout, collect(Limited::new(body, limit)));
     match read.await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Ok(whole)) => Ok(whole),
         Ok(Err(err)) if err.is::<LengthLimitError>() => Err(too_large()),
         Ok(Err(err)) => {
             tracing::debug!(error = %err, "reading a request body failed");
@@ -49,6 +50,34 @@ pub(crate) async fn read_body(body: Body, config: &Config) -> Result<Bytes, ApiE
             ),
         )),
     }
+}
+
+/// Collects `body` into one buffer, holding it once: each frame is copied in as it comes and
+/// dropped, so that a body is never in its frames and a whole copy at once (`BodyExt::collect`
+/// keeps every frame until `to_bytes` copies them all). A declared length sizes the buffer at
+/// the start (it is within the limit: [`read_body`] checked it); a body that comes whole in one
+/// frame is kept as it is, without a copy.
+async fn collect<B>(mut body: B) -> Result<Bytes, B::Error>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+{
+    let declared = body.size_hint().exact();
+    let mut whole = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        // Trailers carry no bytes of the body.
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        if whole.is_empty() && body.is_end_stream() {
+            return Ok(data);
+        }
+        if whole.capacity() == 0 {
+            let expected = declared.and_then(|n| usize::try_from(n).ok());
+            whole.reserve(expected.unwrap_or(0).max(data.len()));
+        }
+        whole.extend_from_slice(&data);
+    }
+    Ok(whole.freeze())
 }
 
 /// Whether a body failed because its client is gone (it reset the connection) rather than
@@ -142,5 +171,101 @@ impl BodyRead {
             let close = HeaderValue::from_static("close");
             answer.headers_mut().insert(header::CONNECTION, close);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::convert::Infallible;
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    /// A frame's bytes, counted alive until the last `Bytes` of them is dropped.
+    struct Counted(Vec<u8>, Arc<AtomicUsize>);
+
+    impl AsRef<[u8]> for Counted {
+        fn as_ref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.1.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A body of declared length handed out in frames, recording the most frames still alive
+    /// when the next one is handed out.
+    struct Frames {
+        left: VecDeque<Vec<u8>>,
+        alive: Arc<AtomicUsize>,
+        most_alive_before_next: Arc<AtomicUsize>,
+        declared: u64,
+    }
+
+    impl Frames {
+        fn new(frames: &[&[u8]]) -> (Frames, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+            let (alive, most) = (Arc::default(), Arc::<AtomicUsize>::default());
+            let body = Frames {
+                left: frames.iter().map(|f| f.to_vec()).collect(),
+                alive: Arc::clone(&alive),
+                most_alive_before_next: Arc::clone(&most),
+                declared: frames.iter().map(|f| f.len() as u64).sum(),
+            };
+            (body, alive, most)
+        }
+    }
+
+    impl HttpBody for Frames {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            let Some(bytes) = self.left.pop_front() else {
+                return Poll::Ready(None);
+            };
+            let before = self.alive.fetch_add(1, Ordering::Relaxed);
+            self.most_alive_before_next
+                .fetch_max(before, Ordering::Relaxed);
+            let counted = Counted(bytes, Arc::clone(&self.alive));
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_owner(counted)))))
+        }
+
+        fn is_end_stream(&self) -> bool {
+            self.left.is_empty()
+        }
+
+        fn size_hint(&self) -> SizeHint {
+            SizeHint::with_exact(self.declared)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_is_held_once_while_it_is_collected() {
+        let parts: [&[u8]; 4] = [
+            b"{\"dtype\":",
+            b"\"f32\",",
+            b"\"shape\":[1],",
+            b"\"data\":[1]}",
+        ];
+        let (body, alive, most_alive) = Frames::new(&parts);
+        let Ok(whole) = collect(body).await;
+        assert_eq!(whole, parts.concat());
+        // Each frame was dropped once copied, before the next came: never two at once, nor a
+        // frame and the whole copy of the ones before it.
+        assert_eq!(most_alive.load(Ordering::Relaxed), 0);
+        assert_eq!(alive.load(Ordering::Relaxed), 0);
+        // A body in one frame is that frame, not a copy of it.
+        let (body, alive, _) = Frames::new(&[b"[1]"]);
+        let Ok(whole) = collect(body).await;
+        assert_eq!(alive.load(Ordering::Relaxed), 1, "the frame itself");
+        drop(whole);
+        assert_eq!(alive.load(Ordering::Relaxed), 0);
     }
 }

@@ -36,9 +36,8 @@ pub(crate) struct Config {
     /// descriptor.
     pub(crate) max_connections: usize,
     /// The most a connection buffers of what it reads or writes (hyper's `max_buf_size`, at
-    /// least 8192: `Server::start` raises a smaller one), and of pipelined requests it reads
-    /// aside while a request awaits its answer: a request head longer than this is refused
-    /// with 431.
+    /// least 8192: `Server::start` raises a smaller one): a request head longer than this is
+    /// refused with 431.
     pub(crate) max_buffer: usize,
 }
 

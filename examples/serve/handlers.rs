@@ -95,6 +95,9 @@ async fn answer_infer(
         ));
     }
     let data = validate(&body, state.config.input_len)?;
+    // The JSON takes up to 8 times the bytes of the data parsed from it: it is not kept
+    // while the request waits for the device.
+    drop(body);
     let timeout = state.config.device_timeout;
     // Dropping the model's future on timeout is what frees the slot: npu-rs keeps the memory
     // the device may still touch until it is done, and hands the blocks back to the pools then.

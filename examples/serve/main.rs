@@ -78,8 +78,9 @@
 //! limit is closed unanswered (still counted), so a flood of them costs 64 small tasks at most.
 //! Each connection buffers at most `max_buffer` bytes (64 KiB by default) of what it reads or
 //! writes, so a request head longer than that gets hyper's 431. A connection thus holds at most
-//! that buffer, the body limit, its answer and, while a request awaits its answer, as much
-//! again of pipelined requests read aside (below).
+//! that buffer, its request's body once (collected frame by frame into one buffer, and dropped
+//! once parsed, before the request waits for the device) and its answer; pipelined requests
+//! wait in the kernel's receive buffer, where TCP's flow control holds the client back.
 //!
 //! A client that closes or resets its connection while its request is on the device has it
 //! dropped at once (npu-rs keeps what the device may still touch until it is done, then the
@@ -94,10 +95,10 @@
 //! and a closed socket answers with a reset. What that leaves found only when the answer is
 //! written, or by the device and write timeouts: an HTTP/1.0 client that closes (HTTP/1.0 has
 //! no interim answers, and nothing else tells a closed socket from a half-closed one but
-//! bytes sent to it), a client whose end of stream comes behind more pipelined requests than
-//! the connection's buffer holds (the server reads pipelined requests aside, up to `max_buffer`
-//! bytes, to see an end of stream behind them), and one that vanishes without a FIN or a reset
-//! (unplugged, or its host gone). A client that resets
+//! bytes sent to it), and one that vanishes without a FIN or a reset (unplugged, or its host
+//! gone). An end of stream behind pipelined requests is seen at once, however many bytes
+//! they are, without reading them (the socket's readiness says "read closed" behind them).
+//! A client that resets
 //! its connection mid-body is counted under `requests.cancelled` too. One that closes or
 //! half-closes it mid-body sends an end of stream, which cannot tell the two apart before
 //! something is written to it: it is answered 400 `bad_body` (which one that half-closed

@@ -9,11 +9,13 @@
 //! request awaits its answer: a reset ends the connection at once; an end of stream is answered
 //! with an interim `100 Continue`, which an HTTP/1.1 client must take and may ignore (RFC 9110,
 //! 15.2) and to which a closed socket answers with a reset. An end of stream behind pipelined
-//! requests is seen too: the watcher reads those requests aside (up to the connection's
-//! buffer size) for hyper to read first once the answer is written.
+//! requests is seen too, however many bytes they are, without reading them: the socket's
+//! readiness says "read closed" once the FIN is in, whatever is queued before it, and the
+//! bytes stay in the kernel's receive buffer (where TCP's flow control holds the client back)
+//! for hyper to read once the answer is written, so a connection holds no second buffer of
+//! them.
 //!
-//! What only writing the answer can find gone: an HTTP/1.0 client that closes, and one whose
-//! end of stream comes behind more pipelined bytes than the read-aside holds. A closed socket
+//! What only writing the answer can find gone: an HTTP/1.0 client that closes. A closed socket
 //! and a half-closed one send the same FIN, and tell themselves apart only by answering bytes
 //! sent to them (a reset, or an acknowledgement): TCP's keep-alive probes carry no new byte,
 //! and a socket that closed acknowledges them as one that half-closed does. The interim answer
@@ -24,12 +26,12 @@
 
 use std::future::poll_fn;
 use std::io;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, ready};
 
 use axum::http::Version;
-use bytes::BufMut;
 use tokio::io::{Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -51,12 +53,10 @@ pub(crate) struct Peer {
     pub(crate) output_blocked: AtomicBool,
     /// What the socket has not taken yet of a probe: written before any byte of hyper's.
     probe_left: Mutex<&'static [u8]>,
-    /// Bytes the watcher read off the socket behind a request awaiting its answer (the next
-    /// requests, pipelined) to see whether an end of stream follows them: hyper's reads take
-    /// them before the socket's.
-    read_aside: Mutex<Vec<u8>>,
-    /// The most `read_aside` holds: as much as hyper's own read buffer.
-    read_aside_limit: usize,
+    /// Whether the watcher took the socket's read readiness with bytes unread in it (pipelined
+    /// requests), to wait for what comes after them: tokio would then not wake hyper's next
+    /// read for those bytes, so hyper's reads ask the socket itself until it has nothing.
+    readiness_taken: AtomicBool,
 }
 
 /// Marks a connection's request as awaiting its answer for as long as it lives: dropped when the
@@ -70,16 +70,14 @@ impl Drop for AwaitingAnswer {
 }
 
 impl Peer {
-    /// A connection's client; at most `read_aside_limit` bytes of pipelined requests are
-    /// read aside while a request awaits its answer.
-    pub(crate) fn new(tcp: TcpStream, read_aside_limit: usize) -> Arc<Peer> {
+    /// A connection's client.
+    pub(crate) fn new(tcp: TcpStream) -> Arc<Peer> {
         Arc::new(Peer {
             tcp,
             awaiting: watch::Sender::new(None),
             output_blocked: AtomicBool::new(false),
             probe_left: Mutex::new(&[]),
-            read_aside: Mutex::new(Vec::new()),
-            read_aside_limit,
+            readiness_taken: AtomicBool::new(false),
         })
     }
 
@@ -109,29 +107,32 @@ impl Peer {
 
     /// Watches the client of a request of `version` awaiting its answer until it is gone.
     async fn gone(&self, version: Version) -> io::Error {
+        // tokio keeps "read closed" once the FIN (or a reset) is in, and clears it never, so
+        // it shows behind any pipelined bytes still unread.
         loop {
-            match self.tcp.peek(&mut [0]).await {
+            match self.tcp.ready(Interest::READABLE).await {
                 Err(err) => return err,
-                // The end of the stream. An HTTP/1.0 client may not be sent an interim answer:
-                // only writing its answer will tell whether it is still there.
-                Ok(0) => {
-                    if version >= Version::HTTP_11
-                        && let Err(err) = self.probe().await
-                    {
-                        return err;
-                    }
-                    break;
-                }
-                // The next requests, pipelined: read aside to see what comes behind them. Once
-                // the read-aside is full, only a reset says the client went away.
-                Ok(_) => match self.read_aside() {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(err) => return err,
-                },
+                Ok(ready) if ready.is_read_closed() => break,
+                // Only bytes (the next requests, pipelined), left in the socket for hyper.
+                // Taking the readiness makes the next wait end on what comes after them: more
+                // bytes, an end of stream or a reset.
+                Ok(_) => self.take_read_readiness(),
             }
         }
-        // A reset sets the socket's error, which peeking after an end of stream does not see.
+        // A reset reads as closed too, and sets the socket's error.
+        match self.tcp.take_error() {
+            Ok(Some(err)) | Err(err) => return err,
+            Ok(None) => {}
+        }
+        // The end of the stream. An HTTP/1.0 client may not be sent an interim answer: only
+        // writing its answer will tell whether it is still there.
+        if version >= Version::HTTP_11
+            && let Err(err) = self.probe().await
+        {
+            return err;
+        }
+        // A reset sets the socket's error, which the readiness already read closed does not
+        // tell.
         match self.tcp.ready(Interest::ERROR).await {
             Ok(_) => match self.tcp.take_error() {
                 Ok(Some(err)) | Err(err) => err,
@@ -171,38 +172,42 @@ impl Peer {
         Poll::Ready(Ok(()))
     }
 
-    /// Reads what the socket has (as much as the read-aside has room for) into the read-aside:
-    /// `false` once it is full. A read that finds nothing after all (stale readiness) or the
-    /// end of the stream reads nothing; the watcher's next peek waits for or sees them.
-    fn read_aside(&self) -> io::Result<bool> {
-        let mut aside = lock(&self.read_aside);
-        let room = self.read_aside_limit.saturating_sub(aside.len());
-        if room == 0 {
-            return Ok(false);
-        }
-        aside.reserve(room);
-        match self.tcp.try_read_buf(&mut (&mut *aside).limit(room)) {
-            Err(err) if err.kind() != io::ErrorKind::WouldBlock => Err(err),
-            _ => Ok(true),
-        }
+    /// Clears the socket's read readiness (and says so for hyper's reads), leaving the bytes
+    /// in it: the watcher's next wait then ends only on a new event.
+    fn take_read_readiness(&self) {
+        self.readiness_taken.store(true, Ordering::Relaxed);
+        // A `WouldBlock` from `try_io` is tokio's one way to clear readiness; an event that
+        // came since the readiness was read is kept.
+        let _ = self.tcp.try_io(Interest::READABLE, || {
+            Err::<(), _>(io::ErrorKind::WouldBlock.into())
+        });
     }
 
-    /// Moves what was read aside into `buf`, as much as fits: `false` if nothing was.
-    pub(crate) fn take_read_aside(&self, buf: &mut ReadBuf<'_>) -> bool {
-        let mut aside = lock(&self.read_aside);
-        if aside.is_empty() {
-            return false;
+    /// For hyper's read: once the watcher took the read readiness, reads straight from the
+    /// socket into `buf`, bypassing tokio's readiness, until the socket has nothing left
+    /// (`WouldBlock`, and the readiness is tokio's again); `None` when the readiness was not
+    /// taken. Like the watcher, hyper's reads run in the connection's one task, so the flag
+    /// needs no ordering.
+    pub(crate) fn read_untracked(&self, buf: &mut ReadBuf<'_>) -> Option<io::Result<()>> {
+        if !self.readiness_taken.load(Ordering::Relaxed) {
+            return None;
         }
-        let n = aside.len().min(buf.remaining());
-        buf.put_slice(&aside[..n]);
-        if n == aside.len() {
-            // Its memory goes too: pipelining is rare, and a connection keeps no more than it
-            // needs.
-            *aside = Vec::new();
-        } else {
-            aside.drain(..n);
+        // SAFETY: `recv` only writes bytes into the slice (socket2 takes it as
+        // `MaybeUninit<u8>` for that reason), so nothing initialised is de-initialised.
+        let unfilled: &mut [MaybeUninit<u8>] = unsafe { buf.unfilled_mut() };
+        match socket2::SockRef::from(&self.tcp).recv(unfilled) {
+            Ok(n) => {
+                // SAFETY: `recv` wrote the first `n` bytes of the unfilled part.
+                unsafe { buf.assume_init(n) };
+                buf.advance(n);
+                Some(Ok(()))
+            }
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                self.readiness_taken.store(false, Ordering::Relaxed);
+                None
+            }
+            Err(err) => Some(Err(err)),
         }
-        true
     }
 
     fn probe_left(&self) -> MutexGuard<'_, &'static [u8]> {
@@ -210,9 +215,8 @@ impl Peer {
     }
 }
 
-/// Locks one of a `Peer`'s mutexes, poisoned or not: each guards a plain value (a slice, a
-/// vector of bytes) that every panic leaves whole, and none is held across a call that could
-/// leave it half-changed.
+/// Locks a `Peer`'s mutex, poisoned or not: it guards a plain value (a slice) that every
+/// panic leaves whole, and is held across no call that could leave it half-changed.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -63,9 +63,9 @@ impl AsyncRead for PeerIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        // Pipelined requests the watcher read aside come before what the socket still has.
-        if self.0.take_read_aside(buf) {
-            return Poll::Ready(Ok(()));
+        // Bytes the watcher left in the socket after taking its readiness are not announced.
+        if let Some(read) = self.0.read_untracked(buf) {
+            return Poll::Ready(read);
         }
         loop {
             ready!(self.0.tcp.poll_read_ready(cx))?;
@@ -138,7 +138,7 @@ mod tests {
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
         client.write_all(b"abc").await.unwrap();
-        let mut io = PeerIo(Peer::new(server, 0));
+        let mut io = PeerIo(Peer::new(server));
         // As hyper-util's `TokioIo` hands it over: spare capacity, none of it initialised.
         let mut spare = [MaybeUninit::<u8>::uninit(); 8192];
         let mut buf = ReadBuf::uninit(&mut spare);

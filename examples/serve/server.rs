@@ -70,7 +70,7 @@ pub(crate) async fn serve_http(
             }
             continue;
         }
-        let client = Peer::new(tcp, config.max_buffer);
+        let client = Peer::new(tcp);
         let mut io = TimeoutStream::new(PeerIo(client.clone()));
         io.set_write_timeout(Some(config.write_timeout));
         let service = TowerToHyperService::new(app.clone());

@@ -80,7 +80,7 @@ async fn an_end_of_stream_behind_a_pipelined_request_is_seen_before_the_answer()
     assert_eq!(server.state.in_flight(), 0, "the admission slot is back");
     assert_eq!(server.state.stats()["requests"]["cancelled"], 1);
     // One that half-closes is asked, and has both answers, in order, once the device runs:
-    // the second request comes to hyper from the read-aside.
+    // the second request, left in the socket by the watch, comes to hyper from there.
     let mut tcp = pipelining().await;
     tcp.shutdown().await.unwrap();
     let mut probe = [0; 25];
@@ -99,6 +99,44 @@ async fn an_end_of_stream_behind_a_pipelined_request_is_seen_before_the_answer()
     let stats = server.state.stats();
     assert_eq!(stats["requests"]["served"], 2, "{stats}");
     assert_eq!(stats["requests"]["cancelled"], 1, "{stats}");
+    until_pools_idle(&server.state).await;
+    server.stop().await.unwrap();
+}
+
+// Holds the device through the simulator's controls.
+#[cfg(feature = "sim")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_of_stream_behind_more_pipelined_bytes_than_the_buffer_is_seen_without_reading_them()
+{
+    let _device = DEVICE_ONE.lock().await;
+    let config = Config {
+        device: 1,
+        streams: 1,
+        max_buffer: 8192,
+        ..small()
+    };
+    let server = Server::start(config, loopback()).await.unwrap();
+    npu::sim::control::hold(1).unwrap();
+    let whole = format!("{JSON_POST}Content-Length: {}\r\n\r\n{GOOD}", GOOD.len());
+    let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    tcp.write_all(whole.as_bytes()).await.unwrap();
+    until("admitted", || server.state.in_flight() == 1).await;
+    // Behind the request on the held device, a second one three times the connection's
+    // buffer (which the kernel's receive buffer holds, unread), then the close.
+    let length = 3 * server.state.config.max_buffer;
+    let second = format!(
+        "{JSON_POST}Content-Length: {length}\r\n\r\n{}",
+        "1".repeat(length)
+    );
+    tcp.write_all(second.as_bytes()).await.unwrap();
+    drop(tcp);
+    // Seen with the device still held: the first request dropped, its slot back.
+    connections_until(&server, |c| c.open == 0).await;
+    assert_eq!(server.state.in_flight(), 0, "the admission slot is back");
+    let stats = server.state.stats();
+    assert_eq!(stats["requests"]["cancelled"], 1, "{stats}");
+    assert_eq!(stats["requests"]["received"], 1, "{stats}");
+    npu::sim::control::release(1).unwrap();
     until_pools_idle(&server.state).await;
     server.stop().await.unwrap();
 }
