@@ -16,12 +16,16 @@ pub(crate) struct Config {
     pub(crate) streams: usize,
     /// The model's scale factor.
     pub(crate) alpha: f32,
-    /// How long a connection may take to send a request's head once it is ready for one.
+    /// How long a connection may take to send a request's head once it is ready for one
+    /// (accepted, or its last answer written): the whole head, however slowly it drips, and
+    /// the keep-alive idle time before it too.
     pub(crate) header_timeout: Duration,
     /// How long a request may take to send its whole body once the handler reads it.
     pub(crate) body_timeout: Duration,
-    /// How long writing an answer may make no progress (a client not reading it) before the
-    /// connection is closed.
+    /// How long a client may take, once the socket stops taking its answer, to take all that
+    /// the server holds for it (the answer and those of pipelined requests) before the
+    /// connection is closed. Counted from the first write the socket refused, not from the last
+    /// one it took, so a client that reads a trickle gains nothing.
     pub(crate) write_timeout: Duration,
     /// How long a shutdown waits for the connections to finish their requests before closing
     /// them.

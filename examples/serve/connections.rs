@@ -8,7 +8,7 @@ use tokio::sync::watch;
 pub(crate) struct Connections {
     /// Accepted and not yet closed.
     pub(crate) open: usize,
-    /// Closed because an answer made no progress for the write timeout.
+    /// Closed because the client did not take its answers within the write timeout.
     pub(crate) write_timeouts: u64,
     /// Refused with 503 because `max_connections` were open.
     pub(crate) refused: u64,
@@ -30,7 +30,7 @@ impl Drop for OpenConnection {
     }
 }
 
-/// Whether a connection ended because its socket's write timeout ran out (an I/O error of
+/// Whether a connection ended because its write timeout ran out (an I/O error of
 /// kind `TimedOut`; hyper's header timeout is an error of hyper's own). The kernel's own
 /// `ETIMEDOUT`, a peer gone without a word while an answer was being sent, counts too: the
 /// answer was not delivered either way.

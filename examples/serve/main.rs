@@ -47,7 +47,8 @@
 //!
 //! A client has the header timeout (10 s by default) to send a request's head, counted from
 //! when the connection is ready for one (accepted, or the previous answer sent): a connection
-//! that stalls in its head, or stays idle that long, is closed without an answer. It then has
+//! that stalls in its head, or stays idle that long (it is the keep-alive idle timeout too),
+//! is closed without an answer. It then has
 //! the body timeout to send the whole body, or gets 408. Both bound the whole head or body, so a
 //! client that drips it a byte at a time gains nothing. A body declared (`Content-Length`)
 //! over the limit is refused with 413 before a byte of it is read; an undeclared (chunked) one
@@ -58,11 +59,17 @@
 //! one hyper writes itself for a request head it cannot parse (400, 414 or 431 with an empty
 //! body), before any of this server's code runs. The server speaks HTTP/1.1 only: an HTTP/2
 //! connection with prior knowledge is closed unanswered (hyper recognises its preface), and a
-//! request asking for an `Upgrade` (h2c, WebSocket) is answered as a plain HTTP/1.1 one. A
-//! client that stops reading its answer has the write timeout (10 s by default, counted from
-//! when the answer last made progress) before its connection is closed, so it cannot hold the
-//! connection and its unsent answer for ever; `GET /stats` counts those under
-//! `connections.write_timeouts`.
+//! request asking for an `Upgrade` (h2c, WebSocket) is answered as a plain HTTP/1.1 one. Once
+//! the socket stops taking a client's answer, the client has the write timeout (10 s by
+//! default) to take all that the server holds for it (the answer, and those of requests
+//! pipelined behind it), or its connection is closed; taking a few bytes now and then does not
+//! put that off, so a client that stops reading, or reads a trickle, cannot hold the
+//! connection and its unsent answers for ever. `GET /stats` counts those under
+//! `connections.write_timeouts`. So every state a connection can be in is bounded: its head
+//! and the idle time before it by the header timeout, its body by the body timeout, the
+//! device's work by the device timeout, its answers by the write timeout, and a shutdown by
+//! the drain timeout; a client that vanishes without a FIN or a reset is closed by the first
+//! of these it meets.
 //!
 //! At most `max_connections` connections (512 by default) are open at once, so that neither
 //! memory nor file descriptors run out under a flood of connections (idle, slow or stalled

@@ -15,7 +15,6 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot};
-use tokio_io_timeout::TimeoutStream;
 
 use crate::body::WatchedBody;
 use crate::config::Config;
@@ -30,8 +29,10 @@ use crate::state::AppState;
 /// Serves `app` over HTTP/1.1 on `listener` until `stop`, then lets the connections finish the
 /// requests they are in (within `drain_timeout`, after which the ones still open are closed)
 /// and returns. hyper's connection builder is used directly (not `axum::serve`) for its header
-/// read timeout, which needs a timer `axum::serve` does not give; hyper has no write timeout,
-/// so each connection's socket gets one of its own. hyper's `half_close` is on, so that a
+/// read timeout, which needs a timer `axum::serve` does not give (it bounds the idle time
+/// between requests too: hyper starts it whenever it waits for a head); hyper has no write
+/// timeout, so each connection's I/O ([`PeerIo`]) bounds how long its client may leave its
+/// answers untaken. hyper's `half_close` is on, so that a
 /// client that shuts down its sending side to wait for its answer gets it, and the connection's
 /// task tells a client gone from it instead ([`crate::peer`]).
 pub(crate) async fn serve_http(
@@ -71,8 +72,7 @@ pub(crate) async fn serve_http(
             continue;
         }
         let client = Peer::new(tcp);
-        let mut io = TimeoutStream::new(PeerIo(client.clone()));
-        io.set_write_timeout(Some(config.write_timeout));
+        let io = PeerIo::new(client.clone(), config.write_timeout);
         let service = TowerToHyperService::new(app.clone());
         let for_handler = client.clone();
         // The handler says through the connection's `Peer` when a request awaits its answer.

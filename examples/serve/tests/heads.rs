@@ -56,3 +56,56 @@ async fn a_head_longer_than_the_connection_buffer_gets_431() {
         server.stop().await.unwrap();
     }
 }
+
+/// The answer to a `GET`, read off `tcp` up to its declared length.
+async fn read_answer(tcp: &mut tokio::net::TcpStream) -> String {
+    let mut received = Vec::new();
+    let mut chunk = [0; 4096];
+    loop {
+        let n = tcp.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "closed before the answer");
+        received.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&received);
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length: "))
+                .map(|n| n.parse::<usize>().unwrap());
+            if length.is_some_and(|length| body.len() >= length) {
+                return text.into_owned();
+            }
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_keep_alive_connection_is_closed_at_the_header_timeout_after_its_answer() {
+    let config = small();
+    let header_timeout = config.header_timeout;
+    let server = Server::start(config, loopback()).await.unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    // Two requests, each sent just within the header timeout of the connection being ready
+    // for it (virtual time): neither wait counts against the next.
+    for _ in 0..2 {
+        tokio::time::sleep(header_timeout - Duration::from_millis(1)).await;
+        tcp.write_all(b"GET /v1/model HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_answer(&mut tcp).await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    }
+    connections_until(&server, |c| c.open == 1).await;
+    // Then the client sends nothing more, nor closes: the connection is closed unanswered at
+    // the header timeout, counted from the last answer, and no longer counts.
+    let answered = tokio::time::Instant::now();
+    let mut rest = Vec::new();
+    tcp.read_to_end(&mut rest).await.unwrap();
+    let idle = answered.elapsed();
+    assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
+    assert!(
+        idle >= header_timeout && idle < header_timeout + Duration::from_secs(1),
+        "{idle:?}"
+    );
+    connections_until(&server, |c| c.open == 0).await;
+    server.stop().await.unwrap();
+}
