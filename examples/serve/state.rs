@@ -26,10 +26,4 @@ impl AppState {
             connections: watch::Sender::new(Connections::default()),
         })
     }
-
-    /// Requests admitted to the device and not yet answered, for the tests to wait on.
-    #[cfg(test)]
-    pub(crate) fn in_flight(&self) -> usize {
-        self.requests.in_flight()
-    }
 }

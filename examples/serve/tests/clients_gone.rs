@@ -21,7 +21,7 @@ async fn clients_gone_while_their_requests_are_on_the_device_get_everything_back
     for admitted in 1..=3 {
         let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
         tcp.write_all(whole.as_bytes()).await.unwrap();
-        until("admitted", || server.state.in_flight() == admitted).await;
+        until("admitted", || server.state.requests.in_flight() == admitted).await;
         clients.push(tcp);
     }
     // Each goes its own way while its request is on the held device: a close and a reset, gone,
@@ -34,7 +34,11 @@ async fn clients_gone_while_their_requests_are_on_the_device_get_everything_back
     // The two gone lose their connections and their requests, whose admission slots come back
     // at once, with the device still held.
     connections_until(&server, |c| c.open == 1).await;
-    assert_eq!(server.state.in_flight(), 1, "two admission slots are back");
+    assert_eq!(
+        server.state.requests.in_flight(),
+        1,
+        "two admission slots are back"
+    );
     assert_eq!(server.state.stats()["requests"]["cancelled"], 2);
     // The half-closed client has its answer once the device runs, and the dropped requests'
     // blocks come back once it has run what they queued.
@@ -69,7 +73,7 @@ async fn an_end_of_stream_behind_a_pipelined_request_is_seen_before_the_answer()
     let pipelining = || async {
         let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
         tcp.write_all(whole.as_bytes()).await.unwrap();
-        until("admitted", || server.state.in_flight() == 1).await;
+        until("admitted", || server.state.requests.in_flight() == 1).await;
         tcp.write_all(whole.as_bytes()).await.unwrap();
         tcp
     };
@@ -77,7 +81,11 @@ async fn an_end_of_stream_behind_a_pipelined_request_is_seen_before_the_answer()
     // dropped, and the second never read by hyper.
     drop(pipelining().await);
     connections_until(&server, |c| c.open == 0).await;
-    assert_eq!(server.state.in_flight(), 0, "the admission slot is back");
+    assert_eq!(
+        server.state.requests.in_flight(),
+        0,
+        "the admission slot is back"
+    );
     assert_eq!(server.state.stats()["requests"]["cancelled"], 1);
     // One that half-closes is asked, and has both answers, in order, once the device runs:
     // the second request, left in the socket by the watch, comes to hyper from there.
@@ -120,7 +128,7 @@ async fn an_end_of_stream_behind_more_pipelined_bytes_than_the_buffer_is_seen_wi
     let whole = format!("{JSON_POST}Content-Length: {}\r\n\r\n{GOOD}", GOOD.len());
     let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     tcp.write_all(whole.as_bytes()).await.unwrap();
-    until("admitted", || server.state.in_flight() == 1).await;
+    until("admitted", || server.state.requests.in_flight() == 1).await;
     // Behind the request on the held device, a second one three times the connection's
     // buffer (which the kernel's receive buffer holds, unread), then the close.
     let length = 3 * server.state.config.max_buffer;
@@ -132,7 +140,11 @@ async fn an_end_of_stream_behind_more_pipelined_bytes_than_the_buffer_is_seen_wi
     drop(tcp);
     // Seen with the device still held: the first request dropped, its slot back.
     connections_until(&server, |c| c.open == 0).await;
-    assert_eq!(server.state.in_flight(), 0, "the admission slot is back");
+    assert_eq!(
+        server.state.requests.in_flight(),
+        0,
+        "the admission slot is back"
+    );
     let stats = server.state.stats();
     assert_eq!(stats["requests"]["cancelled"], 1, "{stats}");
     assert_eq!(stats["requests"]["received"], 1, "{stats}");

@@ -50,7 +50,11 @@ async fn a_stalled_device_answers_504_and_frees_the_slots_and_blocks() {
         let (status, body) = post(&server, GOOD).await;
         assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
         assert_eq!(body["error"]["code"], "device_timeout", "{body}");
-        assert_eq!(server.state.in_flight(), 0, "the admission slot is back");
+        assert_eq!(
+            server.state.requests.in_flight(),
+            0,
+            "the admission slot is back"
+        );
     }
     let (status, body) = post(&server, GOOD).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");

@@ -34,7 +34,7 @@ async fn a_request_during_the_drain_is_answered_once_and_the_connection_closed()
     let whole = format!("{JSON_POST}Content-Length: {}\r\n\r\n{GOOD}", GOOD.len());
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     tcp.write_all(whole.as_bytes()).await.unwrap();
-    until("admitted", || server.state.in_flight() == 1).await;
+    until("admitted", || server.state.requests.in_flight() == 1).await;
     let state = server.state.clone();
     let stopped = tokio::spawn(server.stop());
     until_refused(addr).await;
@@ -141,7 +141,7 @@ async fn overload_gets_503_and_shutdown_finishes_the_requests_in_flight() {
             })
         })
         .collect();
-    while server.state.in_flight() < 2 {
+    while server.state.requests.in_flight() < 2 {
         tokio::task::yield_now().await;
     }
     let (status, answer) = post(&server, body).await;
