@@ -15,7 +15,9 @@
 //! for hyper to read once the answer is written, so a connection holds no second buffer of
 //! them.
 //!
-//! What only writing the answer can find gone: an HTTP/1.0 client that closes. A closed socket
+//! What only writing the answer can find gone: an HTTP/1.0 client that closes (and one that
+//! vanishes without a FIN or a reset, which nothing but the connection's timeouts can find:
+//! it sends nothing at all). A closed socket
 //! and a half-closed one send the same FIN, and tell themselves apart only by answering bytes
 //! sent to them (a reset, or an acknowledgement): TCP's keep-alive probes carry no new byte,
 //! and a socket that closed acknowledges them as one that half-closed does. The interim answer
