@@ -256,12 +256,34 @@ fn run(rx: Receiver<Job>) {
             Err(RecvTimeoutError::Disconnected) if waiting.is_empty() => return,
             Err(RecvTimeoutError::Disconnected) => {}
         }
-        for _ in 0..waiting.len() {
-            if let Some(job) = waiting.pop_front()
-                && let Some(again) = step(job, SLICE_MS)
-            {
-                waiting.push_back(again);
-            }
+        round(&mut waiting);
+    }
+}
+
+/// Advances every job in progress once, each by at most one slice.
+///
+/// A stream's watched operations arrive oldest first. One not found done in a round holds back
+/// the later ones of its stream until the next (their events may complete meanwhile), so that
+/// completions keep submission order.
+fn round(waiting: &mut VecDeque<Job>) {
+    // Streams are told apart by address: each one held back stays referenced by its job for
+    // the round.
+    let mut behind: Vec<*const StreamShared> = Vec::new();
+    for _ in 0..waiting.len() {
+        let Some(job) = waiting.pop_front() else {
+            break;
+        };
+        let watched = match &job {
+            Job::Watch { stream, .. } => Some(Arc::as_ptr(stream)),
+            _ => None,
+        };
+        if watched.is_some_and(|stream| behind.contains(&stream)) {
+            waiting.push_back(job);
+            continue;
+        }
+        if let Some(again) = step(job, SLICE_MS) {
+            waiting.push_back(again);
+            behind.extend(watched);
         }
     }
 }
@@ -288,6 +310,18 @@ fn step(job: Job, timeout: i32) -> Option<Job> {
             None
         }
         Job::Watch { stream, pending } => {
+            // What an abort discarded never completes, and its event's wait fails at once
+            // without the event completing: failed as the reactor fails it, or it would come
+            // round for ever. The abort confirmed the discard before marking it.
+            let runtime = stream.context.runtime();
+            if stream.aborted(pending.op)
+                && !crate::event::query_event(runtime, pending.event.handle()).unwrap_or(false)
+            {
+                let api = pending.op.api;
+                pending.fail(&stream, Error::Aborted { api });
+                strategy::release_stream(stream);
+                return None;
+            }
             let unfinished = pending
                 .wait_for(&stream, timeout)
                 .map(|pending| (pending, confirm(&stream)));
@@ -428,6 +462,85 @@ mod tests {
         assert!(
             !released.load(Ordering::SeqCst),
             "its memory stays allocated"
+        );
+    }
+
+    /// An operation the sentinel watches (the reactor could not take it) that an abort of its
+    /// stream discarded fails `Aborted`. The break: its event's wait failed at once and the
+    /// stream was alive again, so the job came round for ever, the operation never completed
+    /// and the sentinel never rested.
+    #[test]
+    fn a_watched_operation_an_abort_discarded_fails_instead_of_coming_round_for_ever() {
+        let _turn = crate::test_support::gate_turn();
+        let stream = crate::test_support::sim_stream(1);
+        npu_sim::control::hold(1).unwrap();
+        let (completer, done, released) = pending_with_release();
+        let (event, completer) = strategy::record(&stream.shared, completer)
+            .map_err(|unwatched| unwatched.error)
+            .unwrap();
+        let op = OpInfo {
+            seq: stream.shared.watched.fetch_add(1, Ordering::AcqRel) + 1,
+            ..OpInfo::new("test")
+        };
+        let pending = Pending::new(event, completer, op, None);
+        futures::executor::block_on(stream.abort()).unwrap();
+        npu_sim::control::release(1).unwrap();
+        let job = Job::Watch {
+            stream: stream.shared.clone(),
+            pending,
+        };
+        assert!(step(job, SLICE_MS).is_none(), "the job is over");
+        let failed = done.result().expect("completed").unwrap_err();
+        assert!(matches!(failed, Error::Aborted { .. }), "{failed}");
+        npu_core::reaper::flush();
+        assert!(released.load(Ordering::SeqCst), "its memory is let go");
+    }
+
+    /// Two operations of one stream that the sentinel watches: the first not done when its
+    /// round looks, the second done by then. The second waits for the next round. The break:
+    /// jobs were served in turn, each on its own, so the second completed first. The first's
+    /// event is recorded on a held device's stream so that only it is not done.
+    #[test]
+    fn a_watched_operation_not_done_holds_back_the_later_ones_of_its_stream() {
+        let _turn = crate::test_support::gate_turn();
+        let (stream, held) = (
+            crate::test_support::sim_stream(0),
+            crate::test_support::sim_stream(1),
+        );
+        npu_sim::control::hold(1).unwrap();
+        let mut waiting = VecDeque::new();
+        let mut completions = Vec::new();
+        for recorded_on in [&held, &stream] {
+            let (completer, done, _) = pending_with_release();
+            recorded_on.shared.context.bind().unwrap();
+            let (event, completer) = strategy::record(&recorded_on.shared, completer)
+                .map_err(|unwatched| unwatched.error)
+                .unwrap();
+            let pending = Pending::new(event, completer, OpInfo::new("test"), None);
+            waiting.push_back(Job::Watch {
+                stream: stream.shared.clone(),
+                pending,
+            });
+            completions.push(done);
+        }
+        stream.shared.context.bind().unwrap();
+        futures::executor::block_on(stream.synchronize()).unwrap();
+        round(&mut waiting);
+        assert_eq!(waiting.len(), 2);
+        assert!(
+            !completions[1].is_complete(),
+            "the second waits for the first"
+        );
+        npu_sim::control::release(1).unwrap();
+        // A hang bound, not a synchronisation: each round waits at most a slice per job.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !waiting.is_empty() && std::time::Instant::now() < deadline {
+            round(&mut waiting);
+        }
+        assert!(
+            completions
+                .iter()
+                .all(|done| done.result().unwrap().is_ok())
         );
     }
 
