@@ -133,7 +133,7 @@ impl Worker {
             // operations, which must not overtake the ones an abort covered.
             if aborts != aborts_seen {
                 aborts_seen = aborts;
-                done.extend(take_aborted(&mut self.lock()));
+                done.extend(take_aborted(&self.outstanding));
                 // Ids grow with submission: on each stream, what an abort covered ends before
                 // what was submitted after it completes.
                 done.sort_unstable_by_key(|(id, ..)| *id);
@@ -181,7 +181,7 @@ impl Worker {
         let mut dead_streams: Vec<(u64, usize, Error)> = Vec::new();
         // What an abort covered ends before any stale operation is settled: those may have
         // been submitted after it.
-        let aborted = take_aborted(&mut self.lock());
+        let aborted = take_aborted(&self.outstanding);
         for (_, op, failure) in aborted {
             op.end(failure);
         }
@@ -248,26 +248,33 @@ impl Outstanding {
 /// abort confirmed the discard before its mark moved, so an event not complete now never
 /// completes. The query does not block.
 fn take_aborted(
-    outstanding: &mut HashMap<u64, Outstanding>,
+    outstanding: &Mutex<HashMap<u64, Outstanding>>,
 ) -> Vec<(u64, Outstanding, Option<Error>)> {
-    let mut covered: Vec<u64> = outstanding
-        .iter()
-        .filter(|(_, op)| op.stream.aborted(op.pending.op))
-        .map(|(&id, _)| id)
-        .collect();
-    covered.sort_unstable();
-    let ops = covered
-        .into_iter()
-        .filter_map(|id| Some((id, outstanding.remove(&id)?)));
-    ops.map(|(id, op)| {
-        let runtime = op.stream.context.runtime();
-        let finished = query_event(runtime, op.pending.event.handle()).unwrap_or(false);
-        let failure = (!finished).then_some(Error::Aborted {
-            api: op.pending.op.api,
-        });
-        (id, op, failure)
-    })
-    .collect()
+    let ops: Vec<(u64, Outstanding)> = {
+        let mut outstanding = outstanding.lock().unwrap_or_else(|e| e.into_inner());
+        let mut covered: Vec<u64> = outstanding
+            .iter()
+            .filter(|(_, op)| op.stream.aborted(op.pending.op))
+            .map(|(&id, _)| id)
+            .collect();
+        covered.sort_unstable();
+        covered
+            .into_iter()
+            .filter_map(|id| Some((id, outstanding.remove(&id)?)))
+            .collect()
+    };
+    // Queried with the table's lock released: a query the runtime fails may run a tracing
+    // subscriber, which may submit to a stream of this worker (and take the lock).
+    ops.into_iter()
+        .map(|(id, op)| {
+            let runtime = op.stream.context.runtime();
+            let finished = query_event(runtime, op.pending.event.handle()).unwrap_or(false);
+            let failure = (!finished).then_some(Error::Aborted {
+                api: op.pending.op.api,
+            });
+            (id, op, failure)
+        })
+        .collect()
 }
 
 impl Worker {

@@ -500,13 +500,25 @@ impl Reactor {
         if stream.aborted_through.load(sync::Ordering::Acquire) == 0 {
             return; // never aborted: no lock on the common path
         }
+        // Queried with no lock held: a query the runtime fails may run a tracing subscriber,
+        // which may submit to this stream, and a registration takes the queue's lock.
+        let covered: Vec<npu_core::ffi::aclrtEvent> = lock_queue(stream)
+            .pending
+            .iter()
+            .take_while(|pending| stream.aborted(pending.op))
+            .map(|pending| pending.event.handle())
+            .collect();
         let runtime = stream.context.runtime();
-        let discarded = |p: &Pending| {
-            stream.aborted(p.op)
-                && !crate::event::query_event(runtime, p.event.handle()).unwrap_or(false)
-        };
+        let discarded = covered
+            .iter()
+            .take_while(|&&event| !crate::event::query_event(runtime, event).unwrap_or(false))
+            .count();
         let mut queue = lock_queue(stream);
-        while queue.pending.front().is_some_and(discarded) {
+        // Only this thread takes operations off the front; the check keeps it so.
+        for event in &covered[..discarded] {
+            if queue.pending.front().map(|pending| pending.event.handle()) != Some(*event) {
+                break;
+            }
             if let Some(pending) = queue.pending.pop_front() {
                 let err = Error::Aborted {
                     api: pending.op.api,
