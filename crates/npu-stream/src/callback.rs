@@ -129,8 +129,8 @@ impl Worker {
                 ran.map(|(id, entry)| (id, entry, None)).collect()
             };
             let aborts = ABORTS.load(Ordering::Acquire);
-            // Also with no callback run: a probe at the next quiet moment settles stale
-            // operations, which must not overtake the ones an abort covered.
+            // Also with no callback run: the next health check settles stale operations, which
+            // must not overtake the ones an abort covered.
             if aborts != aborts_seen {
                 aborts_seen = aborts;
                 done.extend(take_aborted(&self.outstanding));
@@ -150,9 +150,10 @@ impl Worker {
                 npu_core::log!(warn, %err, "aclrtProcessReport failed");
             }
             // A report that brought nothing (a timeout, no stream subscribed yet, an error) is
-            // a quiet moment to check that the streams we wait on are healthy. A report returns after each callback, so on
-            // a device whose other streams keep reporting a quiet moment may never come: the
-            // check also runs once a report timeout has passed since the last.
+            // a quiet moment to check that the streams we wait on are healthy. A report
+            // returns after each callback, so on a device whose other streams keep reporting a
+            // quiet moment may never come: the check also runs once a report timeout has
+            // passed since the last.
             let now = Instant::now();
             if code != ffi::ACL_SUCCESS || now.duration_since(last_probe) >= PROBE_EVERY {
                 self.probe(&mut probes);

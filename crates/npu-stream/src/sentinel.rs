@@ -8,8 +8,10 @@
 //!   into a [`Verdict`] slot that the asking thread reads on a later pass, so a faulted stream
 //!   costs the reactor O(1) per pass, however many there are.
 //! - **Drains.** An operation the device accepted but nothing watches (recording its event
-//!   failed) must not complete before the stream has run it: the sentinel waits for the stream
-//!   in 1 ms slices, round-robin with every other drain and probe, then completes it.
+//!   failed, or the submission's user code panicked) must not complete before the stream has
+//!   run it: the sentinel waits for the stream in 1 ms slices, round-robin with every other
+//!   drain and probe, then completes it, unless an operation submitted after it finished first
+//!   and ended it (`stream::drains`).
 //! - **Watches.** An operation whose strategy could not hand it to the reactor (its thread
 //!   could not start) is waited for on its own event the same way.
 //!
@@ -21,7 +23,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use npu_core::{Completer, Error, Result, ffi};
+use npu_core::{Error, Result, ffi};
 
 use crate::reactor::Pending;
 use crate::strategy::{self, OpInfo};
@@ -96,6 +98,17 @@ enum Job {
     },
 }
 
+impl Job {
+    /// Whether the job's runtime can bound its waits, which the sentinel's slices need.
+    fn timed(&self) -> bool {
+        let (Job::Probe { stream, .. } | Job::Drain { stream, .. } | Job::Watch { stream, .. }) =
+            self;
+        let api = stream.context.runtime().api();
+        api.aclrtSynchronizeStreamWithTimeout.is_some()
+            && api.aclrtSynchronizeEventWithTimeout.is_some()
+    }
+}
+
 fn sender() -> &'static Mutex<Option<Sender<Job>>> {
     static SENDER: OnceLock<Mutex<Option<Sender<Job>>>> = OnceLock::new();
     SENDER.get_or_init(|| {
@@ -116,16 +129,7 @@ fn sender() -> &'static Mutex<Option<Sender<Job>>> {
 /// Hands a job to the sentinel; gives it back if the sentinel thread is not running, or if the
 /// runtime lacks the timed waits the sentinel's slices need.
 fn send(job: Job) -> std::result::Result<(), Job> {
-    let api = match &job {
-        Job::Probe { .. } => None,
-        Job::Drain { stream, .. } | Job::Watch { stream, .. } => {
-            Some(stream.context.runtime().api())
-        }
-    };
-    if let Some(api) = api
-        && (api.aclrtSynchronizeStreamWithTimeout.is_none()
-            || api.aclrtSynchronizeEventWithTimeout.is_none())
-    {
+    if !matches!(job, Job::Probe { .. }) && !job.timed() {
         return Err(job);
     }
     let sender = sender().lock().unwrap_or_else(|e| e.into_inner());
@@ -150,15 +154,13 @@ pub(crate) fn probe(stream: &Arc<StreamShared>) -> Arc<Verdict> {
     verdict
 }
 
-/// Completes `completer` with `error` once the work queued on `stream` so far has finished
-/// (or can never run): once the stream has drained, or when an operation submitted after it
-/// finishes (`stream::drains`), whichever comes first.
-pub(crate) fn drain(stream: Arc<StreamShared>, completer: Completer, error: Error) {
-    npu_core::log!(warn, %error, stream = stream.id, "cannot watch an operation; draining the stream");
-    // Read after the submission that failed: an operation numbered above it came later (one
-    // submitted meanwhile only makes the count higher, so later ones end it).
-    let through = stream.watched.load(std::sync::atomic::Ordering::Acquire);
-    let drain = stream.drains.add(through, completer, error);
+/// Ends `drain` (one of `stream`'s `drains`) once the work queued on `stream` so far has
+/// finished (or can never run), unless an operation submitted after it finishes first
+/// (`stream::drains`).
+pub(crate) fn drain(stream: Arc<StreamShared>, drain: Arc<Drain>) {
+    if let Some((_, error)) = drain.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        npu_core::log!(warn, %error, stream = stream.id, "cannot watch an operation; draining the stream");
+    }
     let job = Job::Drain { stream, drain };
     if let Err(job) = send(job) {
         // No sentinel: a thread of the operation's own is the only sound way left.
@@ -193,7 +195,10 @@ fn spawn_fallback_on(builder: std::thread::Builder, job: Job) {
             return;
         };
         loop {
-            match step(job, -1) {
+            // In slices where the runtime can bound its waits: a drain may end meanwhile,
+            // through an operation submitted after it, which one unbounded wait would miss.
+            let timeout = if job.timed() { SLICE_MS } else { -1 };
+            match step(job, timeout) {
                 Some(again) => job = again,
                 None => return,
             }
@@ -427,6 +432,7 @@ mod tests {
 
     use super::*;
     use crate::event_pool::EventPool;
+    use npu_core::Completer;
 
     /// A thread no host can start: its stack does not fit in the address space.
     fn unstartable() -> std::thread::Builder {
@@ -542,6 +548,65 @@ mod tests {
                 .iter()
                 .all(|done| done.result().unwrap().is_ok())
         );
+    }
+
+    /// A drain on a thread of its own (no sentinel) on a stream that never drains ends as
+    /// soon as an operation submitted after it finishes. The break: the thread made one
+    /// unbounded synchronisation, which a stream with work it cannot finish never ends, so the
+    /// thread and the stream it holds stayed for ever after the drain had ended.
+    #[test]
+    fn a_drain_on_a_thread_of_its_own_notices_it_ended() {
+        let stream = crate::test_support::sim_stream(0);
+        let gate = crate::Notify::new(stream.context()).unwrap();
+        let blocked = stream.wait_notify(&gate);
+        let (completer, done, _) = pending_with_release();
+        let through = stream.shared.watched.load(Ordering::Acquire);
+        let error = Error::invalid("test", "self", "could not be watched");
+        let drain = Job::Drain {
+            stream: stream.shared.clone(),
+            drain: stream.shared.drains.add(through, completer, error),
+        };
+        let before = Arc::strong_count(&stream.shared);
+        spawn_fallback_on(std::thread::Builder::new(), drain);
+        // Ended once the thread waits on the stream (asleep, as the OS says), as an operation
+        // submitted after it ends it when it finishes.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !a_drain_thread_sleeps() && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        stream.shared.drains.end_before(through + 1);
+        assert!(done.result().unwrap().is_err());
+        // A hang bound, not a synchronisation: the thread lets go within a slice.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while Arc::strong_count(&stream.shared) >= before && std::time::Instant::now() < deadline {
+            npu_core::reaper::flush();
+            std::thread::yield_now();
+        }
+        assert!(
+            Arc::strong_count(&stream.shared) < before,
+            "the drain's thread let go"
+        );
+        let signaller = crate::test_support::sim_stream(0);
+        futures::executor::block_on(signaller.record_notify(&gate)).unwrap();
+        futures::executor::block_on(blocked).unwrap();
+    }
+
+    /// Whether a thread of the process named `npu-drain` is asleep (`/proc`'s state `S`).
+    fn a_drain_thread_sleeps() -> bool {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return true; // no way to tell: the test checks less
+        };
+        tasks.flatten().any(|task| {
+            let path = task.path();
+            let named = std::fs::read_to_string(path.join("comm"))
+                .is_ok_and(|name| name.trim() == "npu-drain");
+            // The state follows the name, which is in parentheses: "tid (name) S ...".
+            let asleep = std::fs::read_to_string(path.join("stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('S'))
+            });
+            named && asleep
+        })
     }
 
     /// A drain or a watch whose own thread cannot start (the sentinel gone, threads exhausted)

@@ -269,8 +269,14 @@ pub(crate) fn complete_after(
     });
     match after {
         Some(previous) if !previous.is_complete() => {
-            let stream = stream.clone();
+            // An abandoned predecessor drops this unrun: the completer goes abandoned too,
+            // and the stream is leaked, since the device may still run its work.
+            let carried = Carried::new((completer, stream.clone()), |(completer, stream)| {
+                drop(completer);
+                std::mem::forget(stream);
+            });
             let finish = move || {
+                let (completer, stream) = carried.take();
                 completer.complete(stream.finish(op, result));
                 release_stream(stream);
             };
@@ -289,5 +295,37 @@ pub(crate) fn release_stream(stream: Arc<StreamShared>) {
         // still run, and the drop force-destroys a stream the runtime does not report done
         // (docs/cancellation.md, rule 5): destroying it does not wait for the device.
         unsafe { npu_core::reaper::release_later(move || drop(last)) };
+    }
+}
+
+/// What a notification chained on another operation's completion carries: if that operation
+/// is abandoned, its notifications are dropped unrun, and `give_up` decides what becomes of
+/// the value (what the device may still use must be leaked, not freed).
+pub(crate) struct Carried<T> {
+    value: Option<T>,
+    give_up: fn(T),
+}
+
+impl<T> Carried<T> {
+    pub(crate) fn new(value: T, give_up: fn(T)) -> Self {
+        Carried {
+            value: Some(value),
+            give_up,
+        }
+    }
+
+    /// The value, for the notification that runs.
+    pub(crate) fn take(mut self) -> T {
+        self.value
+            .take()
+            .expect("a carried value is taken once, by the notification that owns it")
+    }
+}
+
+impl<T> Drop for Carried<T> {
+    fn drop(&mut self) {
+        if let Some(value) = self.value.take() {
+            (self.give_up)(value);
+        }
     }
 }

@@ -18,7 +18,7 @@ use npu_core::contain::spawn_contained;
 use tokio::runtime::Handle;
 
 use crate::reactor::{self, Pending};
-use crate::strategy::{self, CompletionStrategy, OpInfo, Unwatched, record};
+use crate::strategy::{self, Carried, CompletionStrategy, OpInfo, Unwatched, record};
 use crate::stream::StreamShared;
 use deadlines::Deadlines;
 
@@ -96,9 +96,21 @@ impl Drop for BlockingWait {
 fn hand_over(pending: Pending, stream: Arc<StreamShared>) {
     match pending.unfinished_predecessor() {
         Some(previous) => {
-            let later = move || hand_over(pending, stream);
+            // An abandoned predecessor drops this unrun: the operation is given up as one no
+            // thread can watch (its event, whose record may still be queued, and its stream
+            // are leaked).
+            let carried = Carried::new((pending, stream), |(pending, stream)| {
+                pending.abandon();
+                std::mem::forget(stream);
+            });
+            let later = move || {
+                let (pending, stream) = carried.take();
+                hand_over(pending, stream);
+            };
             // SAFETY: handing over takes the stream's queue lock and the reactor's inbox lock
-            // for a push, and calls no ACL.
+            // for a push and calls no ACL; at most it starts the reactor's thread (its first
+            // use) or hands the operation to the sentinel (a stopped reactor), neither of
+            // which waits.
             unsafe { previous.on_complete(later) }
         }
         None => {
@@ -230,5 +242,44 @@ impl Overseer {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use npu_core::Completer;
+
+    use super::*;
+
+    /// A hand-over waiting for its predecessor, which is abandoned (it could never be
+    /// watched): the operation is given up with it, its completion abandoned, and its stream
+    /// leaked rather than dropped, since the device may still run the stream's work. The break:
+    /// the notification was dropped unrun with the operation in it, which put its event back in
+    /// the pool with its record perhaps still queued, and dropped the stream reference.
+    #[test]
+    fn a_hand_over_behind_an_abandoned_operation_gives_its_operation_up() {
+        let stream = crate::test_support::sim_stream(0);
+        // SAFETY: no device work or memory stands behind either completion.
+        let (predecessor, completer) = unsafe { (Completer::new(), Completer::new()) };
+        let done = completer.completion();
+        let (event, completer) = record(&stream.shared, completer)
+            .map_err(|unwatched| unwatched.error)
+            .unwrap();
+        let after = Some(predecessor.completion());
+        let pending = Pending::new(event, completer, OpInfo::new("test"), after);
+        let before = Arc::strong_count(&stream.shared);
+        hand_over(pending, stream.shared.clone());
+        assert!(!done.is_complete(), "it waits for its predecessor");
+        drop(predecessor);
+        let woken = done.blocking_waiter().wait_for(Duration::ZERO);
+        let err = woken.expect("a blocked thread is woken").unwrap_err();
+        assert!(err.to_string().contains("abandoned"), "{err}");
+        assert_eq!(
+            Arc::strong_count(&stream.shared),
+            before + 1,
+            "the stream is leaked"
+        );
     }
 }

@@ -61,7 +61,12 @@ fn check(adopted: bool) {
         refused.error
     );
     // The refused operation's completer is the submitter's to drain, as `Stream` does.
-    sentinel::drain(stream.shared.clone(), refused.completer, refused.error);
+    let through = stream.shared.watched.load(sync::Ordering::Acquire);
+    let drain = stream
+        .shared
+        .drains
+        .add(through, refused.completer, refused.error);
+    sentinel::drain(stream.shared.clone(), drain);
     assert!(
         !first.is_complete() && !second.is_complete(),
         "the device is held"

@@ -193,8 +193,8 @@ fn stream_id(context: &Context, handle: ffi::aclrtStream) -> u64 {
 /// reactor serves (`EventPoll`, and `BlockingSync` operations it took over), wake the reactor,
 /// so that the failed operation and, in `FailureMode::Stop`, those behind it resolve without
 /// waiting for the reactor's next planned query or probe. The callback worker of
-/// `CallbackThread` sits in `aclrtProcessReport` and cannot be woken; it finds the fault on its
-/// next report or quiet period.
+/// `CallbackThread` sits in `aclrtProcessReport` and cannot be woken; it finds the fault at its
+/// next health check (a report that brings nothing, or 50 ms after the last check).
 fn watch_faults(
     context: &Context,
     id: u64,

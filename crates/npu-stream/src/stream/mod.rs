@@ -15,7 +15,7 @@ use crate::event_pool::EventPool;
 use crate::op::Op;
 use crate::reactor::{Pace, Pending};
 use crate::sentinel;
-use crate::strategy::{self, OpInfo, Strategy, StrategyState, Unwatched};
+use crate::strategy::{self, OpInfo, Strategy, StrategyState};
 
 mod abort;
 mod builder;
@@ -139,7 +139,23 @@ unsafe impl Sync for StreamShared {}
 /// Where a submission failed: before the device accepted the work, or after.
 enum Submission {
     Rejected(Completer, npu_core::Error),
-    Unwatched(Unwatched),
+    /// The device may run it, but no strategy watches it: drained (see [`drain`]).
+    Drained(Arc<drains::Drain>),
+}
+
+/// Makes an operation the device may run, but no strategy watches, a drain of `stream`. Called
+/// under the submission lock, so that every operation numbered above the count it reads was
+/// submitted after this one, and ends it when it finishes. A stream that a fault of this very
+/// operation stopped refuses the event record after it: the error is the operation's.
+fn drain(
+    stream: &StreamShared,
+    completer: Completer,
+    error: Error,
+    api: &'static str,
+) -> Submission {
+    let error = strategy::attribute(stream, error, api);
+    let through = stream.watched.load(Ordering::Acquire);
+    Submission::Drained(stream.drains.add(through, completer, error))
 }
 
 impl Stream {
@@ -459,8 +475,9 @@ impl Stream {
             }
         });
         // SAFETY: this completer is completed only by a completion strategy (once the
-        // device is done with the operation), by the sentinel (once the stream has drained),
-        // or below for work the device never accepted; its deferred actions never block.
+        // device is done with the operation), as a drain (once the stream has drained, or an
+        // operation submitted after it has finished), or below for work the device never
+        // accepted; its deferred actions never block.
         let completer = unsafe { Completer::new() };
         let completion = completer.completion();
         // Recording a use runs the buffers' `Memory::record_use` and the kernel arguments'
@@ -532,17 +549,17 @@ impl Stream {
                     panicked = Some(payload);
                     let rule = "a Memory or KernelArg implementation panicked while it was \
                                 submitted";
-                    return Err(Submission::Unwatched(Unwatched {
-                        completer,
-                        error: Error::invalid(caller.0, "self", rule),
-                    }));
+                    let error = Error::invalid(caller.0, "self", rule);
+                    return Err(drain(&self.shared, completer, error, op.api));
                 }
             }
             op.seq = self.shared.watched.fetch_add(1, Ordering::AcqRel) + 1;
             self.shared
                 .strategy
                 .watch(&self.shared, op, completer)
-                .map_err(Submission::Unwatched)
+                .map_err(|unwatched| {
+                    drain(&self.shared, unwatched.completer, unwatched.error, op.api)
+                })
         })();
         npu_core::contain::contained(move || drop(entered));
         match outcome {
@@ -552,13 +569,9 @@ impl Stream {
             Err(Submission::Rejected(completer, err)) => {
                 completer.complete(Err(strategy::with_stopping_fault(&self.shared, err)));
             }
-            // The device may run it: it completes once the stream has drained. A stream that a
-            // fault of this very operation stopped refuses the event record after it: the
-            // error is the operation's.
-            Err(Submission::Unwatched(unwatched)) => {
-                let error = strategy::attribute(&self.shared, unwatched.error, op.api);
-                sentinel::drain(self.shared.clone(), unwatched.completer, error);
-            }
+            // The device may run it: it completes once the stream has drained, or an operation
+            // submitted after it has finished.
+            Err(Submission::Drained(drained)) => sentinel::drain(self.shared.clone(), drained),
         }
         let op = Op::new(completion, value, span);
         if let Some(payload) = panicked {
