@@ -1275,15 +1275,6 @@ fn code_sizes_attributes_and_binary_images() {
 
 #[test]
 fn code_size_attribute_and_image_error_paths() {
-    fn library_function() -> aclrtFuncHandle {
-        function(load_file(kernel::LIBRARY_PATH), kernel::SCALE_F32)
-    }
-    fn unloaded_function() -> aclrtFuncHandle {
-        let bin = load_file(kernel::LIBRARY_PATH);
-        let func = function(bin, kernel::SCALE_F32);
-        acl!(aclrtBinaryUnLoad(bin));
-        func
-    }
     fn size(func: aclrtFuncHandle) -> aclError {
         let (mut aic, mut aiv) = (0, 0);
         code!(aclrtGetFunctionSize(func, &mut aic, &mut aiv))
@@ -1374,19 +1365,23 @@ fn code_size_attribute_and_image_error_paths() {
     ]);
 }
 
+/// `scale_f32` of a library binary that has been unloaded again: a stale function handle.
+fn unloaded_function() -> aclrtFuncHandle {
+    let bin = load_file(kernel::LIBRARY_PATH);
+    let func = function(bin, kernel::SCALE_F32);
+    acl!(aclrtBinaryUnLoad(bin));
+    func
+}
+
+/// `scale_f32` of a freshly loaded library binary.
+fn library_function() -> aclrtFuncHandle {
+    function(load_file(kernel::LIBRARY_PATH), kernel::SCALE_F32)
+}
+
 /// A NULL pointer argument is the ACL layer's refusal (100000), made before the runtime looks
 /// the function up (an unloaded function → 107017) or checks the other arguments (107000).
 #[test]
 fn null_arguments_are_refused_before_the_function_is_looked_up() {
-    fn unloaded_function() -> aclrtFuncHandle {
-        let bin = load_file(kernel::LIBRARY_PATH);
-        let func = function(bin, kernel::SCALE_F32);
-        acl!(aclrtBinaryUnLoad(bin));
-        func
-    }
-    fn library_function() -> aclrtFuncHandle {
-        function(load_file(kernel::LIBRARY_PATH), kernel::SCALE_F32)
-    }
     run_table(&[
         case(
             "binary of an unloaded function into NULL",
@@ -1682,15 +1677,6 @@ fn stream_of_another_context() -> aclrtStream {
 /// needs only the function (its parameter list) before the stream.
 #[test]
 fn launch_values_come_before_the_function_and_handles_in_parameter_order() {
-    fn unloaded_function() -> aclrtFuncHandle {
-        let bin = load_file(kernel::LIBRARY_PATH);
-        let func = function(bin, kernel::SCALE_F32);
-        acl!(aclrtBinaryUnLoad(bin));
-        func
-    }
-    fn library_function() -> aclrtFuncHandle {
-        function(load_file(kernel::LIBRARY_PATH), kernel::SCALE_F32)
-    }
     fn engine_10(value: &mut aclrtLaunchKernelAttrValue) {
         value.engineType = 10;
     }

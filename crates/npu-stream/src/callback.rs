@@ -431,7 +431,7 @@ mod tests {
 
     use super::*;
     use crate::Stream;
-    use crate::test_support::{gate_turn, sim_stream};
+    use crate::test_support::{hold, sim_stream};
 
     /// The places of the operations in the order their completions woke their tasks.
     type Order = Arc<Mutex<Vec<usize>>>;
@@ -529,10 +529,9 @@ mod tests {
     /// on a held device's stream so that it is not done at its query while the second's is.
     #[test]
     fn a_lost_callback_not_yet_done_holds_back_the_later_ones_of_its_stream() {
-        let _turn = gate_turn();
         let (stream, held, worker, order) =
             (sim_stream(0), sim_stream(1), worker(), Order::default());
-        npu_sim::control::hold(1).unwrap();
+        let held_device = hold(1);
         let first = lost(&worker, &stream, &held, 0, &order);
         let second = lost(&worker, &stream, &stream, 1, &order);
         synchronize(&stream);
@@ -542,7 +541,7 @@ mod tests {
             "the second waits for the first"
         );
         assert_eq!(worker.lock().len(), 2);
-        npu_sim::control::release(1).unwrap();
+        held_device.release();
         synchronize(&held);
         settle(&worker);
         assert!(worker.lock().is_empty());

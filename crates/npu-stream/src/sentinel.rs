@@ -477,9 +477,8 @@ mod tests {
     /// and the sentinel never rested.
     #[test]
     fn a_watched_operation_an_abort_discarded_fails_instead_of_coming_round_for_ever() {
-        let _turn = crate::test_support::gate_turn();
         let stream = crate::test_support::sim_stream(1);
-        npu_sim::control::hold(1).unwrap();
+        let held_device = crate::test_support::hold(1);
         let (completer, done, released) = pending_with_release();
         let (event, completer) = strategy::record(&stream.shared, completer)
             .map_err(|unwatched| unwatched.error)
@@ -490,7 +489,7 @@ mod tests {
         };
         let pending = Pending::new(event, completer, op, None);
         futures::executor::block_on(stream.abort()).unwrap();
-        npu_sim::control::release(1).unwrap();
+        held_device.release();
         let job = Job::Watch {
             stream: stream.shared.clone(),
             pending,
@@ -508,12 +507,11 @@ mod tests {
     /// event is recorded on a held device's stream so that only it is not done.
     #[test]
     fn a_watched_operation_not_done_holds_back_the_later_ones_of_its_stream() {
-        let _turn = crate::test_support::gate_turn();
         let (stream, held) = (
             crate::test_support::sim_stream(0),
             crate::test_support::sim_stream(1),
         );
-        npu_sim::control::hold(1).unwrap();
+        let held_device = crate::test_support::hold(1);
         let mut waiting = VecDeque::new();
         let mut completions = Vec::new();
         for recorded_on in [&held, &stream] {
@@ -537,7 +535,7 @@ mod tests {
             !completions[1].is_complete(),
             "the second waits for the first"
         );
-        npu_sim::control::release(1).unwrap();
+        held_device.release();
         // A hang bound, not a synchronisation: each round waits at most a slice per job.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while !waiting.is_empty() && std::time::Instant::now() < deadline {

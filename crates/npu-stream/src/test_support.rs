@@ -17,9 +17,37 @@ pub(crate) fn sim_stream(device: u32) -> Stream {
     Stream::new(&ctx).unwrap()
 }
 
-/// Taken by every unit test that closes a device's hold gate, for as long as it may be
-/// closed: a gate is one per device, and one test's release would open another's.
-pub(crate) fn gate_turn() -> MutexGuard<'static, ()> {
+/// `device`'s hold gate closed (nothing on it starts) for as long as this lives, for one test
+/// at a time: a gate is one per device, and one test's release would open another's. Reopened
+/// when dropped, also when the test panics: a gate left closed would hang the next test that
+/// uses the device instead of showing the failure.
+pub(crate) struct Held {
+    device: i32,
+    _turn: MutexGuard<'static, ()>,
+}
+
+/// Closes `device`'s hold gate; see [`Held`].
+pub(crate) fn hold(device: u32) -> Held {
     static TURN: Mutex<()> = Mutex::new(());
-    TURN.lock().unwrap_or_else(|e| e.into_inner())
+    let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let device = device as i32;
+    npu_sim::control::hold(device).unwrap();
+    Held {
+        device,
+        _turn: turn,
+    }
+}
+
+impl Held {
+    /// Opens the gate; the test keeps its turn until the guard is dropped.
+    pub(crate) fn release(&self) {
+        npu_sim::control::release(self.device).unwrap();
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // Already open when the test released it: harmless.
+        let _ = npu_sim::control::release(self.device);
+    }
 }

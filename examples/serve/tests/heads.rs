@@ -84,10 +84,12 @@ async fn an_idle_keep_alive_connection_is_closed_at_the_header_timeout_after_its
     let header_timeout = config.header_timeout;
     let server = Server::start(config, loopback()).await.unwrap();
     let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    // Two requests, each sent just within the header timeout of the connection being ready
-    // for it (virtual time): neither wait counts against the next.
+    // Two requests, each sent three quarters of the header timeout after the connection was
+    // ready for it (virtual time): together longer than the timeout, so neither wait counts
+    // against the next. The quarter left is room for the server to see the request before
+    // the paused clock moves on to its timer.
     for _ in 0..2 {
-        tokio::time::sleep(header_timeout - Duration::from_millis(1)).await;
+        tokio::time::sleep(header_timeout * 3 / 4).await;
         tcp.write_all(b"GET /v1/model HTTP/1.1\r\nHost: localhost\r\n\r\n")
             .await
             .unwrap();

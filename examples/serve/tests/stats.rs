@@ -113,8 +113,13 @@ async fn stats_read_under_load_are_consistent_snapshots() {
         "{at_rest:?}"
     );
     assert_eq!((at_rest.unanswered(), at_rest.in_flight), (0, 0));
-    let counts = [at_rest.served, at_rest.overloaded, at_rest.rejected];
-    assert!(counts.iter().all(|&n| n > 0), "every outcome: {at_rest:?}");
+    // Overload depends on how many requests the scheduler lets overlap, so it is not required;
+    // when it happens, the invariants above have counted it.
+    let counts = [at_rest.served, at_rest.rejected];
+    assert!(
+        counts.iter().all(|&n| n > 0),
+        "served and rejected: {at_rest:?}"
+    );
     assert_eq!(at_rest.failed, 0, "{at_rest:?}");
     server.stop().await.unwrap();
 }

@@ -10,6 +10,7 @@ use npu_core::{Completer, Completion};
 use super::*;
 use crate::Stream;
 use crate::sentinel::Dead;
+use crate::test_support::Held;
 
 /// Watches one operation (a completer standing for work queued on `stream`) with `reactor`,
 /// numbered like a submission.
@@ -32,20 +33,19 @@ fn finishes(done: &Completion) {
 }
 
 /// A stream of `device`, a reactor of the test's own, and two operations it watches that the
-/// device, whose hold gate this closes, cannot finish.
-fn two_held_operations(device: u32) -> (Stream, Reactor, Completion, Completion) {
+/// device, whose hold gate this closes (until the guard returned goes), cannot finish.
+fn two_held_operations(device: u32) -> (Held, Stream, Reactor, Completion, Completion) {
     let stream = crate::test_support::sim_stream(device);
     let reactor = Reactor::unstarted();
-    npu_sim::control::hold(device as i32).unwrap();
+    let held = crate::test_support::hold(device);
     let (Ok(first), Ok(second)) = (watch(&reactor, &stream), watch(&reactor, &stream)) else {
         panic!("a running reactor takes operations on");
     };
-    (stream, reactor, first, second)
+    (held, stream, reactor, first, second)
 }
 
 fn check(adopted: bool) {
-    let _turn = crate::test_support::gate_turn();
-    let (stream, reactor, first, second) = two_held_operations(0);
+    let (held, stream, reactor, first, second) = two_held_operations(0);
     let mut watched = Watched::default();
     if adopted {
         // As the thread does on its next pass: the stream moves from the inbox to `active`.
@@ -71,7 +71,7 @@ fn check(adopted: bool) {
         !first.is_complete() && !second.is_complete(),
         "the device is held"
     );
-    npu_sim::control::release(0).unwrap();
+    held.release();
     finishes(&first);
     finishes(&second);
 }
@@ -90,8 +90,7 @@ fn a_stopped_reactor_hands_its_inbox_and_its_active_streams_to_the_sentinel() {
 /// back while the device still uses it.
 #[test]
 fn a_dead_verdict_fails_only_what_was_queued_when_the_probe_looked() {
-    let _turn = crate::test_support::gate_turn();
-    let (stream, reactor, seen, later) = two_held_operations(1);
+    let (held, stream, reactor, seen, later) = two_held_operations(1);
     let mut watched = Watched::default();
     reactor.adopt(&mut watched.active);
     let dead = Dead::new(
@@ -117,6 +116,6 @@ fn a_dead_verdict_fails_only_what_was_queued_when_the_probe_looked() {
     assert!(failed.to_string().contains("found dead"), "{failed}");
     assert!(!later.is_complete(), "the device is held");
     reactor.stop(watched);
-    npu_sim::control::release(1).unwrap();
+    held.release();
     finishes(&later);
 }
