@@ -25,7 +25,9 @@ pub(crate) struct Config {
     /// How long a client may take, once the socket stops taking its answer, to take all that
     /// the server holds for it (the answer and those of pipelined requests) before the
     /// connection is closed. Counted from the first write the socket refused, not from the last
-    /// one it took, so a client that reads a trickle gains nothing.
+    /// one it took, so a client that reads a trickle gains nothing. An answer larger than the
+    /// socket's buffers must therefore be taken whole within it, however steadily the client
+    /// reads: this server's answers are small, and one with large answers would size it so.
     pub(crate) write_timeout: Duration,
     /// How long a shutdown waits for the connections to finish their requests before closing
     /// them.
