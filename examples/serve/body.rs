@@ -52,11 +52,14 @@ pub(crate) async fn read_body(body: Body, config: &Config) -> Result<Bytes, ApiE
     }
 }
 
+/// The least a body's buffer starts with when its length is declared: one read's worth.
+const FIRST_ROOM: usize = 8 << 10;
+
 /// Collects `body` into one buffer, holding it once: each frame is copied in as it comes and
 /// dropped, so that a body is never in its frames and a whole copy at once (`BodyExt::collect`
 /// keeps every frame until `to_bytes` copies them all). A declared length sizes the buffer at
-/// the start (it is within the limit: [`read_body`] checked it); a body that comes whole in one
-/// frame is kept as it is, without a copy.
+/// the start, up to a few times the first frame (it is within the limit: [`read_body`] checked
+/// it); a body that comes whole in one frame is kept as it is, without a copy.
 async fn collect<B>(mut body: B) -> Result<Bytes, B::Error>
 where
     B: HttpBody<Data = Bytes> + Unpin,
@@ -72,8 +75,14 @@ where
             return Ok(data);
         }
         if whole.capacity() == 0 {
+            // Sized for the declared length, but not beyond a few times what has come: a
+            // client that declares the limit and sends a byte at a time holds no more than
+            // it sent until the body timeout (the buffer doubles as the body comes).
             let expected = declared.and_then(|n| usize::try_from(n).ok());
-            whole.reserve(expected.unwrap_or(0).max(data.len()));
+            let room = expected
+                .unwrap_or(0)
+                .min(data.len().saturating_mul(4).max(FIRST_ROOM));
+            whole.reserve(room.max(data.len()));
         }
         whole.extend_from_slice(&data);
     }
