@@ -772,8 +772,13 @@ impl Seq {
                     Ok(Some(b)) => (Dev::Pooled(b), vec![Cell::ANY; len], true),
                     Ok(None) => return,
                     // A runtime-pool allocation is an operation of the stream: an abort in
-                    // progress refuses it.
-                    Err(e) if e.is_aborted() && self.may_be_disrupted(s, self.step) => {
+                    // progress refuses it, and so does the runtime while a stop no confirmed
+                    // abort has cleared holds (a dropped abort may not have run yet).
+                    Err(e)
+                        if !(self.alloc_armed && e.is_out_of_memory())
+                            && (e.is_aborted() || matches!(e, Error::Acl(_)))
+                            && self.may_be_disrupted(s, self.step) =>
+                    {
                         self.note(format!("DevicePool::alloc on stream {s} refused: {e}"));
                         return;
                     }
