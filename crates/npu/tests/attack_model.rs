@@ -446,7 +446,9 @@ impl Seq {
 
     /// Whether a dropped operation owning a clone of `root` surely has not run yet: the hold it
     /// was dropped under still lasts, and its stream was not stopped or aborted since its
-    /// submission (which may discard it, after which npu-rs releases the clone).
+    /// submission (which may discard it, after which npu-rs releases the clone), nor has an
+    /// abort called before it whose end is unknown (a dropped abort may still be refusing
+    /// submissions, or mark this one when it runs).
     fn clone_surely_kept(&self, root: usize) -> bool {
         let Some(now) = self.hold_began() else {
             return false;
@@ -455,7 +457,10 @@ impl Seq {
             let m = &self.sm[s];
             hs == now
                 && !m.stops.iter().any(|&u| u >= at)
-                && !m.aborts.iter().any(|&(a, _)| a >= at)
+                && !m
+                    .aborts
+                    .iter()
+                    .any(|&(a, c)| a >= at || c.is_none_or(|c| c >= at))
         })
     }
 
