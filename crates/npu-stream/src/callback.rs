@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use npu_core::ffi;
 use npu_core::{Completer, Error, Result, acl_call};
 
-use crate::event::query_event;
+use crate::event::event_complete;
 use crate::reactor::Pending;
 use crate::sentinel::{self, Dead, Verdict};
 use crate::strategy::{self, CompletionStrategy, OpInfo, Unwatched};
@@ -269,7 +269,7 @@ fn take_aborted(
     ops.into_iter()
         .map(|(id, op)| {
             let runtime = op.stream.context.runtime();
-            let finished = query_event(runtime, op.pending.event.handle()).unwrap_or(false);
+            let finished = event_complete(runtime, op.pending.event.handle());
             let failure = (!finished).then_some(Error::Aborted {
                 api: op.pending.op.api,
             });
@@ -297,7 +297,7 @@ impl Worker {
         let mut held_back: Vec<Arc<StreamShared>> = Vec::new();
         for (id, stream, event) in stale {
             let held = held_back.iter().any(|held| Arc::ptr_eq(held, &stream));
-            if held || !query_event(stream.context.runtime(), event).unwrap_or(false) {
+            if held || !event_complete(stream.context.runtime(), event) {
                 held_back.push(stream);
                 continue;
             }

@@ -507,6 +507,13 @@ impl Event {
     }
 }
 
+/// Whether an event's latest record is known to have completed: a query that fails counts as
+/// not complete, since it says the event or its stream is broken, and taking that for done
+/// would release memory the device may still use.
+pub(crate) fn event_complete(runtime: &Runtime, event: ffi::aclrtEvent) -> bool {
+    query_event(runtime, event).unwrap_or(false)
+}
+
 /// Whether an event's latest record has completed, hiding ACL's two status numberings: the
 /// current `aclrtEventRecordedStatus` (1 = complete) and, on runtimes without
 /// `aclrtQueryEventStatus`, the deprecated `aclrtEventStatus` (0 = complete).

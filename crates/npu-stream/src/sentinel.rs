@@ -320,7 +320,7 @@ fn step(job: Job, timeout: i32) -> Option<Job> {
             // round for ever. The abort confirmed the discard before marking it.
             let runtime = stream.context.runtime();
             if stream.aborted(pending.op)
-                && !crate::event::query_event(runtime, pending.event.handle()).unwrap_or(false)
+                && !crate::event::event_complete(runtime, pending.event.handle())
             {
                 let api = pending.op.api;
                 pending.fail(&stream, Error::Aborted { api });

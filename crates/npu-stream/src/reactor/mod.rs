@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use npu_core::{Completer, Completion, Error};
 
-use crate::event::query_event;
+use crate::event::{event_complete, query_event};
 use crate::event_pool::PooledEvent;
 use crate::sentinel::{self, Dead, Verdict};
 use crate::strategy::{self, CompletionStrategy, OpInfo, Unwatched};
@@ -143,7 +143,7 @@ impl Pending {
             }
             Some(Err(err)) => {
                 let runtime = stream.context.runtime();
-                if !matches!(query_event(runtime, self.event.handle()), Ok(true)) {
+                if !event_complete(runtime, self.event.handle()) {
                     return Some(self);
                 }
                 self.fail(stream, err);
@@ -511,7 +511,7 @@ impl Reactor {
         let runtime = stream.context.runtime();
         let discarded = covered
             .iter()
-            .take_while(|&&event| !crate::event::query_event(runtime, event).unwrap_or(false))
+            .take_while(|&&event| !event_complete(runtime, event))
             .count();
         let mut queue = lock_queue(stream);
         // Only this thread takes operations off the front; the check keeps it so.
