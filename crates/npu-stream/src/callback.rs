@@ -133,7 +133,7 @@ impl Worker {
             // must not overtake the ones an abort covered.
             if aborts != aborts_seen {
                 aborts_seen = aborts;
-                done.extend(take_aborted(&self.outstanding));
+                done.extend(self.take_aborted());
                 // Ids grow with submission: on each stream, what an abort covered ends before
                 // what was submitted after it completes.
                 done.sort_unstable_by_key(|(id, ..)| *id);
@@ -175,18 +175,17 @@ impl Worker {
     fn probe(&self, probes: &mut Probes) {
         let mut ended: Vec<(Outstanding, Option<Error>)> = Vec::new();
         let answered = probes.answered();
-        let stale_after = PROBE_EVERY;
         let now = Instant::now();
         let mut stale: Vec<Arc<StreamShared>> = Vec::new();
         // Logged once the lock is released: a subscriber may call back into npu-rs.
         let mut dead_streams: Vec<(u64, usize, Error)> = Vec::new();
         // What an abort covered ends before any stale operation is settled: those may have
         // been submitted after it.
-        let aborted = take_aborted(&self.outstanding);
+        let aborted = self.take_aborted();
         for (_, op, failure) in aborted {
             op.end(failure);
         }
-        self.settle_lost_callbacks(now, stale_after);
+        self.settle_lost_callbacks(now);
         {
             let mut outstanding = self.lock();
             for (stream, dead) in answered {
@@ -206,7 +205,7 @@ impl Worker {
                 strategy::release_stream(stream);
             }
             for op in outstanding.values() {
-                if now.duration_since(op.since) >= stale_after
+                if now.duration_since(op.since) >= PROBE_EVERY
                     && !stale.iter().any(|s| Arc::ptr_eq(s, &op.stream))
                 {
                     stale.push(op.stream.clone());
@@ -237,48 +236,46 @@ impl Outstanding {
     }
 }
 
-/// Takes out every operation an abort's mark covers, in submission order, each with its id
-/// and how it ends: `Some(Error::Aborted)` if the abort discarded it (its callback will never
-/// run), `None` (settled from its event) if the device finished it first.
-///
-/// The mark covers every operation watched before the abort, including ones whose work and
-/// completion record the device ran before it: their callback may not have run yet, or the
-/// abort may have dropped it, and one left waiting for it would complete only once stale
-/// ([`Worker::settle_lost_callbacks`]), after operations submitted behind it, which breaks the
-/// order completions keep on a stream. A callback that still comes finds its entry gone. The
-/// abort confirmed the discard before its mark moved, so an event not complete now never
-/// completes. The query does not block.
-fn take_aborted(
-    outstanding: &Mutex<HashMap<u64, Outstanding>>,
-) -> Vec<(u64, Outstanding, Option<Error>)> {
-    let ops: Vec<(u64, Outstanding)> = {
-        let mut outstanding = outstanding.lock().unwrap_or_else(|e| e.into_inner());
-        let mut covered: Vec<u64> = outstanding
-            .iter()
-            .filter(|(_, op)| op.stream.aborted(op.pending.op))
-            .map(|(&id, _)| id)
-            .collect();
-        covered.sort_unstable();
-        covered
-            .into_iter()
-            .filter_map(|id| Some((id, outstanding.remove(&id)?)))
-            .collect()
-    };
-    // Queried with the table's lock released: a query the runtime fails may run a tracing
-    // subscriber, which may submit to a stream of this worker (and take the lock).
-    ops.into_iter()
-        .map(|(id, op)| {
-            let runtime = op.stream.context.runtime();
-            let finished = event_complete(runtime, op.pending.event.handle());
-            let failure = (!finished).then_some(Error::Aborted {
-                api: op.pending.op.api,
-            });
-            (id, op, failure)
-        })
-        .collect()
-}
-
 impl Worker {
+    /// Takes out every operation an abort's mark covers, in submission order, each with its id
+    /// and how it ends: `Some(Error::Aborted)` if the abort discarded it (its callback will never
+    /// run), `None` (settled from its event) if the device finished it first.
+    ///
+    /// The mark covers every operation watched before the abort, including ones whose work and
+    /// completion record the device ran before it: their callback may not have run yet, or the
+    /// abort may have dropped it, and one left waiting for it would complete only once stale
+    /// ([`Worker::settle_lost_callbacks`]), after operations submitted behind it, which breaks the
+    /// order completions keep on a stream. A callback that still comes finds its entry gone. The
+    /// abort confirmed the discard before its mark moved, so an event not complete now never
+    /// completes. The query does not block.
+    fn take_aborted(&self) -> Vec<(u64, Outstanding, Option<Error>)> {
+        let ops: Vec<(u64, Outstanding)> = {
+            let mut outstanding = self.lock();
+            let mut covered: Vec<u64> = outstanding
+                .iter()
+                .filter(|(_, op)| op.stream.aborted(op.pending.op))
+                .map(|(&id, _)| id)
+                .collect();
+            covered.sort_unstable();
+            covered
+                .into_iter()
+                .filter_map(|id| Some((id, outstanding.remove(&id)?)))
+                .collect()
+        };
+        // Queried with the table's lock released: a query the runtime fails may run a tracing
+        // subscriber, which may submit to a stream of this worker (and take the lock).
+        ops.into_iter()
+            .map(|(id, op)| {
+                let runtime = op.stream.context.runtime();
+                let finished = event_complete(runtime, op.pending.event.handle());
+                let failure = (!finished).then_some(Error::Aborted {
+                    api: op.pending.op.api,
+                });
+                (id, op, failure)
+            })
+            .collect()
+    }
+
     /// Settles stale operations whose event has completed although their callback has not run
     /// within the report timeout (a callback held up behind others, or one the runtime never
     /// delivers): the device is done with their memory, so their completion need not wait for
@@ -286,11 +283,11 @@ impl Worker {
     /// completion on a stream is: a stream's first operation found not done holds back the
     /// ones behind it, whose events may complete before the next query. The queries run
     /// without the lock; an entry that settled meanwhile is simply gone.
-    fn settle_lost_callbacks(&self, now: Instant, stale_after: Duration) {
+    fn settle_lost_callbacks(&self, now: Instant) {
         let mut stale: Vec<(u64, Arc<StreamShared>, ffi::aclrtEvent)> = self
             .lock()
             .iter()
-            .filter(|(_, op)| now.duration_since(op.since) >= stale_after)
+            .filter(|(_, op)| now.duration_since(op.since) >= PROBE_EVERY)
             .map(|(&id, op)| (id, op.stream.clone(), op.pending.event.handle()))
             .collect();
         stale.sort_unstable_by_key(|(id, ..)| *id);
@@ -503,7 +500,7 @@ mod tests {
     }
 
     fn settle(worker: &Worker) {
-        worker.settle_lost_callbacks(Instant::now(), Duration::from_millis(50));
+        worker.settle_lost_callbacks(Instant::now());
     }
 
     fn succeeded(done: &Completion) {
