@@ -428,7 +428,7 @@ mod tests {
 
     use super::*;
     use crate::Stream;
-    use crate::test_support::{hold, sim_stream};
+    use crate::test_support::{hold, recorded, sim_stream};
 
     /// The places of the operations in the order their completions woke their tasks.
     type Order = Arc<Mutex<Vec<usize>>>;
@@ -467,10 +467,7 @@ mod tests {
         // SAFETY: no memory stands behind the completion; its event is the work.
         let completer = unsafe { Completer::new() };
         let done = completer.completion();
-        recorded_on.shared.context.bind().unwrap();
-        let (event, completer) = strategy::record(&recorded_on.shared, completer)
-            .map_err(|unwatched| unwatched.error)
-            .unwrap();
+        let (event, completer) = recorded(recorded_on, completer);
         let entry = Outstanding {
             stream: stream.shared.clone(),
             pending: Pending::new(event, completer, OpInfo::new("test"), None),
@@ -487,16 +484,7 @@ mod tests {
     }
 
     fn synchronize(stream: &Stream) {
-        stream.shared.context.bind().unwrap();
-        let handle = stream.shared.handle;
-        // SAFETY: the stream is alive and its context is bound on this thread.
-        unsafe {
-            acl_call!(
-                stream.shared.context.runtime(),
-                aclrtSynchronizeStream(handle)
-            )
-        }
-        .unwrap();
+        futures::executor::block_on(stream.synchronize()).unwrap();
     }
 
     fn settle(worker: &Worker) {

@@ -480,9 +480,7 @@ mod tests {
         let stream = crate::test_support::sim_stream(1);
         let held_device = crate::test_support::hold(1);
         let (completer, done, released) = pending_with_release();
-        let (event, completer) = strategy::record(&stream.shared, completer)
-            .map_err(|unwatched| unwatched.error)
-            .unwrap();
+        let (event, completer) = crate::test_support::recorded(&stream, completer);
         let op = OpInfo {
             seq: stream.shared.watched.fetch_add(1, Ordering::AcqRel) + 1,
             ..OpInfo::new("test")
@@ -516,10 +514,7 @@ mod tests {
         let mut completions = Vec::new();
         for recorded_on in [&held, &stream] {
             let (completer, done, _) = pending_with_release();
-            recorded_on.shared.context.bind().unwrap();
-            let (event, completer) = strategy::record(&recorded_on.shared, completer)
-                .map_err(|unwatched| unwatched.error)
-                .unwrap();
+            let (event, completer) = crate::test_support::recorded(recorded_on, completer);
             let pending = Pending::new(event, completer, OpInfo::new("test"), None);
             waiting.push_back(Job::Watch {
                 stream: stream.shared.clone(),
@@ -527,7 +522,6 @@ mod tests {
             });
             completions.push(done);
         }
-        stream.shared.context.bind().unwrap();
         futures::executor::block_on(stream.synchronize()).unwrap();
         round(&mut waiting);
         assert_eq!(waiting.len(), 2);

@@ -2,9 +2,10 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use npu_core::{BackendChoice, Runtime};
+use npu_core::{BackendChoice, Completer, Runtime};
 
 use crate::Stream;
+use crate::event_pool::PooledEvent;
 
 /// A new stream of `device` of an in-process simulator (the stream keeps its context and the
 /// runtime alive).
@@ -15,6 +16,15 @@ pub(crate) fn sim_stream(device: u32) -> Stream {
         .unwrap();
     let ctx = runtime.device(device).unwrap().primary_context().clone();
     Stream::new(&ctx).unwrap()
+}
+
+/// Records an event on `stream` for `completer`, as a strategy does after an operation: it
+/// completes once the work queued on the stream so far has.
+pub(crate) fn recorded(stream: &Stream, completer: Completer) -> (PooledEvent, Completer) {
+    stream.shared.context.bind().unwrap();
+    crate::strategy::record(&stream.shared, completer)
+        .map_err(|unwatched| unwatched.error)
+        .unwrap()
 }
 
 /// `device`'s hold gate closed (nothing on it starts) for as long as this lives, for one test

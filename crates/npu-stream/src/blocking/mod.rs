@@ -264,9 +264,7 @@ mod tests {
         // SAFETY: no device work or memory stands behind either completion.
         let (predecessor, completer) = unsafe { (Completer::new(), Completer::new()) };
         let done = completer.completion();
-        let (event, completer) = record(&stream.shared, completer)
-            .map_err(|unwatched| unwatched.error)
-            .unwrap();
+        let (event, completer) = crate::test_support::recorded(&stream, completer);
         let after = Some(predecessor.completion());
         let pending = Pending::new(event, completer, OpInfo::new("test"), after);
         let before = Arc::strong_count(&stream.shared);
