@@ -609,6 +609,7 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
         )?;
         // The offsets are values: they are checked against argsSize before anything is
         // looked up, as the configuration's attributes are.
+        let mut offsets = Vec::with_capacity(placeholders.len());
         for (i, placeholder) in placeholders.iter().enumerate() {
             let (slot, data) = (
                 placeholder.addrOffset as usize,
@@ -619,16 +620,13 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
                 ACL_ERROR_RT_PARAM_INVALID,
                 "placeholder {i} (addrOffset {slot}, dataOffset {data}) lies outside the {argsSize} bytes of arguments"
             );
+            offsets.push((slot, data));
         }
         let function = launch_function(funcHandle)?;
         function.check_args(argsSize)?;
         let target = launch_stream(stream, &function)?;
         let mut blob = copied_args(hostArgs, argsSize, "hostArgs")?;
-        for placeholder in placeholders {
-            let (slot, data) = (
-                placeholder.addrOffset as usize,
-                placeholder.dataOffset as usize,
-            );
+        for (slot, data) in offsets {
             let address = blob.address_of(data);
             blob.bytes_mut()[slot..slot + 8].copy_from_slice(&address.to_ne_bytes());
         }
