@@ -277,4 +277,32 @@ mod tests {
         drop(whole);
         assert_eq!(alive.load(Ordering::Relaxed), 0);
     }
+
+    /// The room a collected body's buffer was given, read back from the unique `Bytes`.
+    fn room_of(whole: Bytes) -> usize {
+        whole.try_into_mut().expect("the only handle").capacity()
+    }
+
+    #[tokio::test]
+    async fn a_declared_length_sizes_the_buffer_only_up_to_a_few_times_what_came_first() {
+        // Declared within a few times the first frame: reserved whole at the start, so the
+        // buffer never grows while the body comes.
+        let frame = [7; 10_000];
+        let (body, ..) = Frames::new(&[&frame, &frame]);
+        let Ok(whole) = collect(body).await;
+        assert_eq!(whole.len(), 20_000);
+        assert_eq!(room_of(whole), 20_000);
+        // A client that declares a gigabyte and sends a byte: one read's worth of room, not
+        // the declared length.
+        let (mut body, ..) = Frames::new(&[b"a", b"b"]);
+        body.declared = 1 << 30;
+        let Ok(whole) = collect(body).await;
+        assert_eq!(whole, &b"ab"[..]);
+        assert_eq!(room_of(whole), FIRST_ROOM);
+        // Four times the first frame when that is more than one read's worth.
+        let (mut body, ..) = Frames::new(&[&frame, b"b"]);
+        body.declared = 1 << 30;
+        let Ok(whole) = collect(body).await;
+        assert_eq!(room_of(whole), 40_000);
+    }
 }
