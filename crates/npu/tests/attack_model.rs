@@ -224,6 +224,9 @@ struct Root {
     clones_held: Vec<(usize, u64, u64)>,
     /// A forgotten operation owns a clone or a part of it: it is never released.
     forgotten: bool,
+    /// A dropped operation owned a part of it, which npu-rs releases once the operation's
+    /// task is done (so perhaps not yet).
+    part_dropped: bool,
 }
 
 /// The model's side of a value: where its bytes live, and what they may hold.
@@ -417,6 +420,76 @@ impl Seq {
         self.hold
             .as_ref()
             .and_then(|_| self.holds.last().map(|&(hs, _)| hs))
+    }
+
+    /// Drops an operation's future unresolved and records what it owned: its clones and parts
+    /// are released when its task is done.
+    fn op_dropped(&mut self, p: Pending) {
+        drop(p.fut);
+        for m in &p.metas {
+            if m.clone {
+                self.clone_op_dropped(p.stream, p.at, m.root);
+            }
+            if m.part {
+                self.roots[m.root].part_dropped = true;
+            }
+        }
+    }
+
+    /// Joins two adjacent parts and, if `try_whole`, turns the join back into its buffer,
+    /// which must succeed exactly when no other part is alive (`other`, `None` allowing
+    /// either): the buffer, or the joined part if it stays one.
+    fn join_parts<S: MemoryMut + Sync>(
+        &self,
+        a: Split<S>,
+        b: Split<S>,
+        try_whole: bool,
+        other: Option<bool>,
+    ) -> Result<S, Split<S>> {
+        let joined = a
+            .join(b)
+            .unwrap_or_else(|e| self.fail(format!("join refused: {e:?}")));
+        if !try_whole {
+            return Err(joined);
+        }
+        match joined.into_whole() {
+            Ok(whole) if other == Some(true) => {
+                drop(whole);
+                self.fail("into_whole accepted while another part is alive".into())
+            }
+            Ok(whole) => Ok(whole),
+            Err(e) if other == Some(false) => self.fail(format!("into_whole refused: {e:?}")),
+            Err(e) => {
+                let (err, part) = e.into_parts();
+                if !matches!(err, Error::InvalidArgument { .. }) {
+                    self.fail(format!("into_whole refused with {err:?}"));
+                }
+                tally("into_whole refused while an empty part may be alive");
+                Err(part.expect("the part handed back"))
+            }
+        }
+    }
+
+    /// Whether a part of `root` other than the two being joined is alive: `Some(true)` if
+    /// surely (in a table, or owned by a pending operation), `None` if perhaps (owned by a
+    /// dropped or forgotten operation). Parts that cover the allocation between them leave
+    /// only empty parts for this.
+    fn other_part_alive(&self, root: usize) -> Option<bool> {
+        let part_of = |m: &Meta| m.part && m.root == root;
+        let in_tables = self
+            .devs
+            .iter()
+            .chain(&self.hosts)
+            .any(|s| part_of(&s.meta));
+        let in_pending = self.pending.iter().any(|p| p.metas.iter().any(part_of));
+        let r = &self.roots[root];
+        if in_tables || in_pending {
+            Some(true)
+        } else if r.part_dropped || r.forgotten {
+            None
+        } else {
+            Some(false)
+        }
     }
 
     /// Records that an operation of `stream` submitted at `at`, owning an `Arc` clone of a root, was dropped: npu-rs keeps the clone
@@ -945,41 +1018,26 @@ impl Seq {
                 let mut meta = first.meta;
                 meta.cells.extend(second.meta.cells);
                 let whole = meta.offset == 0 && meta.cells.len() == self.roots[meta.root].len;
+                // Parts that cover the allocation may still leave empty parts of it alive,
+                // which `into_whole` must refuse for.
+                let other = self.other_part_alive(meta.root);
+                let try_whole = whole && self.rng.below(2) == 0;
                 let val = match (first.val, second.val) {
                     (Val::D(Dev::Part(a)), Val::D(Dev::Part(b))) => {
-                        let joined = a
-                            .join(b)
-                            .unwrap_or_else(|e| self.fail(format!("join refused: {e:?}")));
-                        if whole && self.rng.below(2) == 0 {
-                            match joined.into_whole() {
-                                Ok(b) => {
-                                    meta.part = false;
-                                    Val::D(Dev::Plain(b))
-                                }
-                                Err(e) => self.fail(format!("into_whole refused: {e:?}")),
-                            }
-                        } else {
-                            Val::D(Dev::Part(joined))
+                        match self.join_parts(a, b, try_whole, other) {
+                            Ok(b) => Val::D(Dev::Plain(b)),
+                            Err(part) => Val::D(Dev::Part(part)),
                         }
                     }
                     (Val::H(Host::Part(a)), Val::H(Host::Part(b))) => {
-                        let joined = a
-                            .join(b)
-                            .unwrap_or_else(|e| self.fail(format!("join refused: {e:?}")));
-                        if whole && self.rng.below(2) == 0 {
-                            match joined.into_whole() {
-                                Ok(b) => {
-                                    meta.part = false;
-                                    Val::H(Host::Plain(b))
-                                }
-                                Err(e) => self.fail(format!("into_whole refused: {e:?}")),
-                            }
-                        } else {
-                            Val::H(Host::Part(joined))
+                        match self.join_parts(a, b, try_whole, other) {
+                            Ok(b) => Val::H(Host::Plain(b)),
+                            Err(part) => Val::H(Host::Part(part)),
                         }
                     }
                     _ => unreachable!(),
                 };
+                meta.part = matches!(val, Val::D(Dev::Part(_)) | Val::H(Host::Part(_)));
                 self.note(format!("joined two parts (whole: {whole})"));
                 let table = if device {
                     &mut self.devs
@@ -1629,24 +1687,14 @@ impl Seq {
                 let p = self.pending.swap_remove(k);
                 self.note(format!("dropped {} (polled: {})", p.what, p.polled));
                 tally(format!("dropped (polled: {})", p.polled));
-                drop(p.fut);
-                for m in &p.metas {
-                    if m.clone {
-                        self.clone_op_dropped(p.stream, p.at, m.root);
-                    }
-                }
+                self.op_dropped(p);
             }
             _ => {
                 let p = self.pending.swap_remove(k);
                 if p.metas.iter().any(|m| self.roots[m.root].pooled) {
                     // A forgotten pool block keeps its pool for good; only dropped here.
-                    drop(p.fut);
-                    for m in &p.metas {
-                        if m.clone {
-                            self.clone_op_dropped(p.stream, p.at, m.root);
-                        }
-                    }
                     self.note(format!("dropped {} (instead of forgetting)", p.what));
+                    self.op_dropped(p);
                     return;
                 }
                 self.note(format!("forgot {} (polled: {})", p.what, p.polled));
