@@ -96,7 +96,7 @@ fn worker_for(stream: &StreamShared) -> Result<Arc<Worker>> {
                 outstanding: Mutex::new(HashMap::new()),
             });
             if tx.send(worker.clone()).is_ok() {
-                worker.run(&runtime);
+                worker.run(&runtime, key);
             }
         })
         .map_err(|e| Error::invalid("Strategy::CallbackThread", "thread", e.to_string()))?;
@@ -108,7 +108,10 @@ fn worker_for(stream: &StreamShared) -> Result<Arc<Worker>> {
 }
 
 impl Worker {
-    fn run(&self, runtime: &npu_core::Runtime) {
+    /// Serves the device's subscribed streams until nothing can reach the worker any more
+    /// ([`Worker::retire_if_unused`]); returning lets go of the thread's handle of the
+    /// runtime, so a runtime whose every other handle is gone is finalised then.
+    fn run(self: &Arc<Self>, runtime: &npu_core::Runtime, key: (usize, u32)) {
         let mut probes = Probes::default();
         let mut aborts_seen = 0;
         let mut last_probe = Instant::now();
@@ -159,10 +162,30 @@ impl Worker {
                 self.probe(&mut probes);
                 last_probe = now;
             }
+            if code != ffi::ACL_SUCCESS && self.retire_if_unused(key) {
+                return;
+            }
             if code == ffi::ACL_ERROR_RT_THREAD_SUBSCRIBE {
                 std::thread::sleep(PROBE_EVERY);
             }
         }
+    }
+
+    /// Takes the worker out of the table and says so when only the table and this thread
+    /// hold it: every stream that subscribed keeps it (and every outstanding operation keeps
+    /// its stream), so no stream is subscribed and nothing waits on a callback. Decided under
+    /// the table's lock, the only place where new references are handed out ([`worker_for`],
+    /// which holds it from the worker's start to its entry), so a stream arriving later
+    /// starts a new worker. Without this, the thread's handle of its runtime kept a runtime
+    /// the program had dropped entirely from ever being finalised (docs/ascend.md, teardown).
+    fn retire_if_unused(self: &Arc<Self>, key: (usize, u32)) -> bool {
+        let mut workers = workers().lock().unwrap_or_else(|e| e.into_inner());
+        let listed = workers.get(&key).is_some_and(|w| Arc::ptr_eq(w, self));
+        if !listed || Arc::strong_count(self) != 2 || !self.lock().is_empty() {
+            return false;
+        }
+        workers.remove(&key);
+        true
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Outstanding>> {

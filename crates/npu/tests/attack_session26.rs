@@ -67,10 +67,9 @@ fn a_notify_cycle_deadlocked_on_the_device_is_broken_by_aborts_and_leaks_nothing
             .build()
             .unwrap();
         let (started_tx, started_rx) = std::sync::mpsc::channel();
-        for done in a_side.iter().chain(&b_side).cloned() {
-            let started = started_tx.clone();
+        for done in a_side.iter().chain(&b_side) {
+            let (waiting, started) = (done.wait(), started_tx.clone());
             tokio_rt.spawn(async move {
-                let waiting = done.wait();
                 let _ = started.send(());
                 let _ = waiting.await;
             });
@@ -228,3 +227,59 @@ fn a_completing_thread_letting_go_of_its_own_devices_streams_goes_on() {
 // Keeps `Future::poll` in scope for the tests above.
 use npu::stream::Completion;
 use std::future::Future as _;
+
+/// docs/ascend.md's teardown promise ("a program that wants ACL finalised ... drops every
+/// npu-rs object ... the last drop ... calls `aclFinalizeReference` or `aclFinalize`. A
+/// dropped runtime may be built again later"), under every strategy: a runtime of its own
+/// (npu-sim's cdylib, which nothing else in this process uses) runs a memset on a stream, and
+/// everything of it is dropped. ACL must then be finalised: a new runtime of that library
+/// with a configuration file applies it (a runtime still initialised refuses the file, naming
+/// `acl_config`). A break: a shared thread keeping a handle of the dropped runtime, so that
+/// ACL is never finalised and the library's state lives on.
+#[test]
+fn a_runtime_of_its_own_is_finalised_once_everything_of_it_is_dropped() {
+    let (_guard, _d0, _d1) = exclusive(None);
+    let exe = std::env::current_exe().unwrap();
+    let library = exe.parent().unwrap().join("libascendcl.so");
+    let config = std::env::temp_dir().join(format!("npu-attack26-{}.json", std::process::id()));
+    std::fs::write(&config, "{}").unwrap();
+    let build = |with_config: bool| {
+        let builder =
+            npu::Runtime::builder().backend(npu::runtime::BackendChoice::Library(library.clone()));
+        match with_config {
+            true => builder.acl_config(&config).build(),
+            false => builder.build(),
+        }
+    };
+    for strategy in STRATEGIES {
+        let runtime = build(false).unwrap();
+        let ctx = runtime.device(0).unwrap().primary_context().clone();
+        let s = stream(&ctx, strategy);
+        let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 7)).unwrap();
+        assert_eq!(buffer.to_vec_blocking().unwrap(), [7; 64]);
+        drop((buffer, s, ctx, runtime));
+        // Every deferred release (the stream's, on the reaper) runs first.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let refused = loop {
+            sim::flush_releases();
+            match build(true) {
+                Ok(applied) => {
+                    // Built again, it serves the same strategy (a new callback worker, for
+                    // one).
+                    let ctx = applied.device(0).unwrap().primary_context().clone();
+                    let s = stream(&ctx, strategy);
+                    let set = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 8));
+                    assert_eq!(set.unwrap().to_vec_blocking().unwrap(), [8; 64]);
+                    break None;
+                }
+                Err(err) if std::time::Instant::now() > deadline => break Some(err),
+                Err(_) => std::thread::yield_now(),
+            }
+        };
+        if let Some(err) = refused {
+            let _ = std::fs::remove_file(&config);
+            panic!("{strategy:?}: ACL was never finalised: {err}");
+        }
+    }
+    let _ = std::fs::remove_file(&config);
+}
