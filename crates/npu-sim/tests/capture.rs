@@ -2973,14 +2973,17 @@ fn information_cached_on_the_last_task_stays_with_it() {
     acl!(aclrtFree(dev));
 }
 
-/// A flagged wait or record refused by a check (here its destroyed stream) fixes nothing: the
-/// event's first accepted call chooses its flag, so a DEFAULT wait or record after a refused
-/// EXTERNAL one succeeds.
+/// The first flagged wait or record of an event fixes its flag at the call's entry, and what
+/// the call returns does not undo it (the reference's rule for both functions): one refused
+/// for its destroyed stream still fixes EXTERNAL, so a DEFAULT call afterwards is refused with
+/// 107000. A call whose flag is no flag (100000) has nothing to fix.
 #[test]
-fn a_refused_first_flagged_call_leaves_the_events_flag_free() {
+fn a_refused_first_flagged_call_still_fixes_the_events_flag() {
     set_device(0);
     let (event, stream) = (sync_event(), create_stream());
     acl!(aclrtDestroyStream(stream));
+    let unknown = code!(aclrtStreamWaitEventWithFlag(create_stream(), event, 0, 2));
+    assert_eq!(unknown, ACL_ERROR_INVALID_PARAM, "an unknown wait flag");
     let refused = code!(aclrtStreamWaitEventWithFlag(
         stream,
         event,
@@ -2988,20 +2991,41 @@ fn a_refused_first_flagged_call_leaves_the_events_flag_free() {
         ACL_EVENT_WAIT_EXTERNAL
     ));
     assert_eq!(refused, ACL_ERROR_RT_INVALID_HANDLE, "the destroyed stream");
-    acl!(aclrtStreamWaitEventWithFlag(
+    let switched = code!(aclrtStreamWaitEventWithFlag(
         create_stream(),
         event,
         0,
         ACL_EVENT_WAIT_DEFAULT
     ));
+    assert_eq!(
+        switched, ACL_ERROR_RT_PARAM_INVALID,
+        "the wait flag was fixed"
+    );
+    let unknown = code!(aclrtRecordEventWithFlag(event, create_stream(), 2));
+    assert_eq!(unknown, ACL_ERROR_INVALID_PARAM, "an unknown record flag");
     let refused = code!(aclrtRecordEventWithFlag(
         event,
         stream,
         ACL_EVENT_RECORD_EXTERNAL
     ));
     assert_eq!(refused, ACL_ERROR_RT_INVALID_HANDLE, "the destroyed stream");
-    acl!(aclrtRecordEventWithFlag(
+    let switched = code!(aclrtRecordEventWithFlag(
         event,
+        create_stream(),
+        ACL_EVENT_RECORD_DEFAULT
+    ));
+    assert_eq!(
+        switched, ACL_ERROR_RT_PARAM_INVALID,
+        "the record flag was fixed"
+    );
+    // Another event, whose first calls were refused for their flag value only, is still free.
+    let other = sync_event();
+    assert_eq!(
+        code!(aclrtRecordEventWithFlag(other, create_stream(), 2)),
+        ACL_ERROR_INVALID_PARAM
+    );
+    acl!(aclrtRecordEventWithFlag(
+        other,
         create_stream(),
         ACL_EVENT_RECORD_DEFAULT
     ));

@@ -6,6 +6,9 @@ use std::time::Duration;
 use npu_sys::*;
 
 use crate::error::{Res, ensure, guard, non_null};
+use crate::event::Event;
+use crate::handle;
+use crate::sim::sim;
 
 /// Stream waits take their timeout in seconds, 0 waiting forever.
 fn seconds(timeout: u32) -> Option<Duration> {
@@ -23,10 +26,22 @@ fn is_external(api: &str, flag: u32, (external, default): (u32, u32)) -> Res<boo
     Ok(flag == external)
 }
 
-/// Fixes the flag the API uses the event with (`bound`) at its first call that passes every
-/// argument and handle check (both lookups, the same device, a stream the host may use),
-/// whatever that call's outcome after them; another flag later → 107000. A call refused by
-/// a check fixes nothing.
+/// Fixes the flag the API uses the event with at the entry of its first call, as the
+/// reference has it: the association is made there and what the call then returns does not
+/// undo it. "There" is once the flag is known (DEFAULT or EXTERNAL) and `event` names a live
+/// event (a NULL or destroyed one has nothing to associate), before the stream is looked up or
+/// anything else checked, so a first call refused for its stream, a timeout or the capture
+/// state still fixes the flag. `bound` picks the record or the wait association.
+fn bind_at_entry(event: aclrtEvent, bound: fn(&Event) -> &OnceLock<u32>, flag: u32) {
+    if let Ok(sim) = sim()
+        && let Some(event) = sim.events.get(handle::from_ptr(event))
+    {
+        bound(&event).get_or_init(|| flag);
+    }
+}
+
+/// Refuses a flag other than the one the event's first call fixed ([`bind_at_entry`]) with
+/// 107000, once both handles are looked up (the codes keep the parameters' order).
 fn bind_flag(api: &str, bound: &OnceLock<u32>, flag: u32) -> Res<()> {
     let first = *bound.get_or_init(|| flag);
     ensure!(
@@ -54,6 +69,7 @@ pub unsafe extern "C" fn aclrtRecordEventWithFlag(
         non_null(event, "event")?;
         let flags = (ACL_EVENT_RECORD_EXTERNAL, ACL_EVENT_RECORD_DEFAULT);
         let external = is_external(API, flag, flags)?;
+        bind_at_entry(event, |e| &e.record_flag, flag);
         let (event, stream) = super::event::event_on_stream(event, stream)?;
         bind_flag(API, &event.record_flag, flag)?;
         super::event::record_on(&event, &stream, external)
@@ -102,6 +118,7 @@ pub unsafe extern "C" fn aclrtStreamWaitEventWithFlag(
         non_null(event, "event")?;
         let flags = (ACL_EVENT_WAIT_EXTERNAL, ACL_EVENT_WAIT_DEFAULT);
         let external = is_external(API, flag, flags)?;
+        bind_at_entry(event, |e| &e.wait_flag, flag);
         ensure!(
             !external || timeout == 0,
             ACL_ERROR_RT_PARAM_INVALID,
