@@ -494,6 +494,19 @@ fn documented_error_paths_return_cann_codes_in_c() {
     assert_eq!(stdout, "114 error paths checked, 0 wrong\n");
 }
 
+/// The runtime samples' flows (devices, contexts, streams, events, copies, host memory,
+/// callbacks) through the edge cases the API reference documents for them: the Set/Reset
+/// pairing rules, stream and event limits, timeouts of -1, 0 and expiring ones (each held up
+/// by a gate the program opens, so nothing depends on timing), the event flag rules, copy
+/// kinds, 2D pitches that overflow or end the allocation, batch attribute indexes, host
+/// registration and the callback subscription rules. The program prints a line for each
+/// mismatch.
+#[test]
+fn the_samples_documented_edge_cases_in_c() {
+    let stdout = run(&compile("sample_edges", &["-pthread"]));
+    assert_eq!(stdout, "214 documented edges checked, 0 wrong\n");
+}
+
 #[test]
 fn devices_and_information_flow_in_c() {
     let stdout = run(&compile("device_info", &[]));
