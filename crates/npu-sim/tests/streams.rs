@@ -224,16 +224,19 @@ fn stop_pauses_the_stream_until_an_abort() {
     set_device(3);
     let dev = malloc(64);
     let notify = create_notify();
-    for flags in [0, ACL_STREAM_DEVICE_USE_ONLY] {
+    for flags in [0, ACL_STREAM_DEVICE_USE_ONLY, ACL_STREAM_CPU_SCHEDULE] {
         let stream = stream_with_flags(flags);
-        // The host does not synchronise a device-use-only stream: its sync returns at once.
         block(stream, notify);
         memset_async(dev, 64, 4, stream);
-        if flags != 0 {
-            acl!(aclrtSynchronizeStream(stream));
-        }
         acl!(aclrtStreamStop(stream));
         for _ in 0..2 {
+            if flags != 0 {
+                // The reference: the host does not synchronise a device-use-only or
+                // CPU-schedule stream; its sync returns success at once, stopped or not.
+                acl!(aclrtSynchronizeStream(stream));
+                acl!(aclrtSynchronizeStreamWithTimeout(stream, 10));
+                continue;
+            }
             assert_eq!(
                 code!(aclrtSynchronizeStream(stream)),
                 ACL_ERROR_RT_INTERNAL_ERROR

@@ -119,12 +119,19 @@ fn synchronize(stream: aclrtStream, timeout: i32) -> Res<()> {
     // A current context is required, but the stream may belong to another one.
     context::current(sim)?;
     let stream = context::any_stream(sim, stream)?;
+    // The reference: a PERSISTENT, DEVICE_USE_ONLY or CPU_SCHEDULE stream's synchronisation
+    // does nothing and returns success at once, whatever the stream's state (stopped, its
+    // context stopped, a task failed).
+    if stream.host_unsynced() {
+        return Ok(());
+    }
     stream.check_not_captured("synchronizing it")?;
     stream.synchronize(deadline)
 }
 
 /// Waits for a stream's work; returns (and clears) the first task error of the stream. NULL is
-/// the current context's default stream; streams of other contexts are accepted.
+/// the current context's default stream; streams of other contexts are accepted. A PERSISTENT,
+/// DEVICE_USE_ONLY or CPU_SCHEDULE stream is not synchronised: 0 at once.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.

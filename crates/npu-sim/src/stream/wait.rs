@@ -11,6 +11,12 @@ use crate::sync::{lock, wait_until};
 use super::{Stream, UNSYNCED_FLAGS};
 
 impl Stream {
+    /// Whether the host does not synchronise the stream (PERSISTENT, DEVICE_USE_ONLY or
+    /// CPU_SCHEDULE): aclrtSynchronizeStream(WithTimeout) returns success at once.
+    pub(crate) fn host_unsynced(&self) -> bool {
+        self.flags & UNSYNCED_FLAGS != 0
+    }
+
     /// Waits for every task submitted so far, leaving task errors in place. Fails if the
     /// stream is doomed, or with ACL_ERROR_RT_STREAM_SYNC_TIMEOUT at the deadline.
     pub(crate) fn wait_idle(&self, deadline: Option<Instant>) -> Res<()> {

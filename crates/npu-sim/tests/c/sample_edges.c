@@ -171,11 +171,24 @@ static int streams(void)
         CHECK(aclrtDestroyStream(limit_test[i]));
     }
 
-    /* A persistent stream's synchronisation returns at once. */
+    /* A persistent, device-use-only or CPU-schedule stream's synchronisation does nothing and
+     * returns success at once: with work held up, and stopped. */
     CHECK(aclrtCreateStreamWithConfig(&persistent, 0, ACL_STREAM_PERSISTENT));
     EXPECT(aclrtSynchronizeStream(persistent), ACL_SUCCESS);
     EXPECT(aclrtSynchronizeStreamWithTimeout(persistent, 10), ACL_SUCCESS);
     CHECK(aclrtDestroyStream(persistent));
+    uint32_t unsynced[2] = {ACL_STREAM_DEVICE_USE_ONLY, ACL_STREAM_CPU_SCHEDULE};
+    for (int i = 0; i < 2; ++i) {
+        CHECK(aclrtCreateStreamWithConfig(&persistent, 0, unsynced[i]));
+        CHECK(close_gate(persistent));
+        EXPECT(aclrtSynchronizeStreamWithTimeout(persistent, 10), ACL_SUCCESS);
+        EXPECT(aclrtStreamStop(persistent), ACL_SUCCESS);
+        EXPECT(aclrtSynchronizeStream(persistent), ACL_SUCCESS);
+        EXPECT(aclrtSynchronizeStreamWithTimeout(persistent, 10), ACL_SUCCESS);
+        open_gate();
+        EXPECT(aclrtStreamAbort(persistent), ACL_SUCCESS);
+        CHECK(aclrtDestroyStream(persistent));
+    }
 
     /* Timeouts: -1 waits for ever, a positive one in ms, 0 and other negatives are refused;
      * an expired stream or device synchronisation is ACL_ERROR_RT_STREAM_SYNC_TIMEOUT. */
