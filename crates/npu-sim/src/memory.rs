@@ -33,6 +33,10 @@ pub(crate) struct Located {
     pub(crate) class: PtrClass,
     /// The simulator's allocation holding the pointer: (base, length, kind).
     pub(crate) allocation: Option<(usize, usize, AllocKind)>,
+    /// The bytes from the allocation's base that one access may cover: its length, or, for a
+    /// virtual-memory mapping, up to the end of the mappings adjoining it in its reserved
+    /// range (contiguous virtual memory is what such a range is for).
+    pub(crate) span: usize,
     /// For registered host memory, the bytes from the pointer to the registration's end.
     pub(crate) registered: usize,
 }
@@ -45,15 +49,14 @@ impl Located {
     /// capture made before it would).
     pub(crate) fn check_range(&self, ptr: usize, len: usize, what: &str) -> Res<bool> {
         match self.allocation {
-            Some((base, alloc_len, _)) => {
+            Some((base, _, _)) => {
+                let span = self.span;
                 // Checked: a caller's `len` near usize::MAX would wrap the sum round to a
                 // small end that passes, and the task would then write that far.
                 ensure!(
-                    (ptr - base)
-                        .checked_add(len)
-                        .is_some_and(|end| end <= alloc_len),
+                    (ptr - base).checked_add(len).is_some_and(|end| end <= span),
                     ACL_ERROR_RT_PARAM_INVALID,
-                    "{what} range {ptr:#x}+{len} runs past the end of its allocation ({base:#x}+{alloc_len})"
+                    "{what} range {ptr:#x}+{len} runs past the end of its allocation ({base:#x}+{span})"
                 );
                 Ok(true)
             }
@@ -115,6 +118,9 @@ struct Allocation {
     serial: u64,
     kind: AllocKind,
     backing: Backing,
+    /// For a virtual-memory mapping, the base of the reserved range it lies in: mappings of
+    /// one range that adjoin are one stretch of memory to a copy or a task.
+    reservation: Option<usize>,
     locked: bool,
     /// Moved into a file another process may map (exported with aclrtIpcMemGetExportKey).
     shared: AtomicBool,
@@ -162,14 +168,57 @@ pub(crate) struct MemoryMap {
 /// A task's hold on one live allocation while it touches the memory: freeing the allocation
 /// waits until the lease is dropped, so a task never touches memory freed under it (and one
 /// that starts after the free finds no allocation to lease).
-pub(crate) struct Lease(Arc<Allocation>);
+pub(crate) struct Lease(Vec<Arc<Allocation>>);
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if self.0.users.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.idle.ring();
+        for alloc in &self.0 {
+            if alloc.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+                alloc.idle.ring();
+            }
         }
     }
+}
+
+/// The allocations holding `[ptr, ptr+len)`: the one holding `ptr`, then, while the range goes
+/// on past it, the virtual-memory mappings adjoining it in the same reserved range. `None` if
+/// the range runs past them (or wraps).
+fn covering(
+    map: &BTreeMap<usize, Arc<Allocation>>,
+    ptr: usize,
+    len: usize,
+) -> Option<Vec<&Arc<Allocation>>> {
+    let (base, first) = find(map, ptr)?;
+    let end = ptr.checked_add(len)?;
+    let mut held = vec![first];
+    let mut reached = base + first.len;
+    while end > reached {
+        let reservation = first.reservation?;
+        let next = map.get(&reached)?;
+        if next.reservation != Some(reservation) {
+            return None;
+        }
+        held.push(next);
+        reached += next.len;
+    }
+    Some(held)
+}
+
+/// The bytes from the base of the allocation holding `ptr` to the end of the run of
+/// virtual-memory mappings adjoining it in its reserved range (its own length otherwise).
+fn span_of(map: &BTreeMap<usize, Arc<Allocation>>, ptr: usize) -> usize {
+    let Some((base, first)) = find(map, ptr) else {
+        return 0;
+    };
+    let mut reached = base + first.len;
+    if let Some(reservation) = first.reservation {
+        while let Some(next) = map.get(&reached)
+            && next.reservation == Some(reservation)
+        {
+            reached += next.len;
+        }
+    }
+    reached - base
 }
 
 fn find(map: &BTreeMap<usize, Arc<Allocation>>, ptr: usize) -> Option<(usize, &Arc<Allocation>)> {
@@ -480,16 +529,41 @@ impl MemoryMap {
     /// Records device memory mapped by someone else at `[base, base+len)`, so copies, memsets
     /// and kernels treat it as device memory.
     pub(crate) fn adopt(&self, base: usize, len: usize, kind: AllocKind) {
-        self.insert(base, len, kind, Backing::External, false);
+        self.insert_with(base, len, kind, Backing::External, None, false);
+    }
+
+    /// [`Self::adopt`] for a virtual-memory mapping in the range reserved at `reservation`:
+    /// an access may run on into the mappings adjoining it there.
+    pub(crate) fn adopt_mapping(
+        &self,
+        base: usize,
+        len: usize,
+        kind: AllocKind,
+        reservation: usize,
+    ) {
+        self.insert_with(base, len, kind, Backing::External, Some(reservation), false);
     }
 
     fn insert(&self, base: usize, len: usize, kind: AllocKind, backing: Backing, locked: bool) {
+        self.insert_with(base, len, kind, backing, None, locked);
+    }
+
+    fn insert_with(
+        &self,
+        base: usize,
+        len: usize,
+        kind: AllocKind,
+        backing: Backing,
+        reservation: Option<usize>,
+        locked: bool,
+    ) {
         static SERIALS: AtomicU64 = AtomicU64::new(0);
         let allocation = Allocation {
             len,
             serial: SERIALS.fetch_add(1, Ordering::Relaxed),
             kind,
             backing,
+            reservation,
             locked,
             shared: AtomicBool::new(false),
             users: AtomicUsize::new(0),
@@ -604,7 +678,11 @@ impl MemoryMap {
     /// Where a pointer lives, found with one lookup: what copy-kind correction needs, and the
     /// simulator's allocation holding it, if any, for range checks.
     pub(crate) fn locate(&self, ptr: usize) -> Located {
-        let allocation = self.allocation_of(ptr);
+        let (allocation, span) = {
+            let map = read(&self.allocations);
+            let allocation = find(&map, ptr).map(|(base, alloc)| (base, alloc.len, alloc.kind));
+            (allocation, span_of(&map, ptr))
+        };
         let registered = self.registered_from(ptr);
         let class = match allocation {
             Some((_, _, AllocKind::Device { device, .. })) => PtrClass::Device(device),
@@ -615,6 +693,7 @@ impl MemoryMap {
         Located {
             class,
             allocation,
+            span,
             registered,
         }
     }
@@ -634,16 +713,14 @@ impl MemoryMap {
     /// it; `None` if there is none (it was freed).
     pub(crate) fn lease(&self, ptr: usize, len: usize) -> Option<Lease> {
         let map = read(&self.allocations);
-        let (base, alloc) = find(&map, ptr)?;
         // Checked, as in `Located::check_range`: a wrapped end would pass.
-        let end = (ptr - base).checked_add(len)?;
-        if end > alloc.len {
-            return None;
-        }
+        let held = covering(&map, ptr, len)?;
         // Under the map's read lock: a free, which removes the allocation under the write
         // lock before waiting for its users, either sees this user or came first.
-        alloc.users.fetch_add(1, Ordering::AcqRel);
-        Some(Lease(alloc.clone()))
+        for alloc in &held {
+            alloc.users.fetch_add(1, Ordering::AcqRel);
+        }
+        Some(Lease(held.into_iter().cloned().collect()))
     }
 
     /// Whether any device allocation (aclrtMalloc, managed or mapped virtual memory) overlaps

@@ -468,7 +468,7 @@ impl Vmm {
             );
         }
         let device = physical.device.id;
-        memory.adopt(
+        memory.adopt_mapping(
             addr,
             len,
             AllocKind::Device {
@@ -476,6 +476,7 @@ impl Vmm {
                 accounted: 0,
                 page_size: physical.granularity as u32,
             },
+            base,
         );
         reservation.mappings.insert(
             addr,

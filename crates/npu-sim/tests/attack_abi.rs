@@ -1241,7 +1241,7 @@ fn a_refused_access_change_changes_nothing() {
     install_eight_devices();
     set_device(0);
     let (va, physical) = one_huge_page_mapped(0, 4 * MIB);
-    let entry = |device: u32| device_access(device, ACL_RT_MEM_ACCESS_FLAGS_READ);
+    let entry = |device: u32| device_access(device, ACL_RT_MEM_ACCESS_FLAGS_READWRITE);
     // The second half of the range is reserved but not mapped.
     let mut one = [entry(1)];
     fails!(
@@ -1266,7 +1266,7 @@ fn a_refused_access_change_changes_nothing() {
         "an entry before a bad one"
     );
     acl!(aclrtMemSetAccess(va, 2 * MIB, one.as_mut_ptr(), 1));
-    assert_eq!(access_of(va, 1), ACL_RT_MEM_ACCESS_FLAGS_READ);
+    assert_eq!(access_of(va, 1), ACL_RT_MEM_ACCESS_FLAGS_READWRITE);
     acl!(aclrtUnmapMem(va));
     acl!(aclrtFreePhysical(physical));
     acl!(aclrtReleaseMemAddress(va));

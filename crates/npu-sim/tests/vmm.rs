@@ -124,11 +124,14 @@ fn the_documented_flow_maps_physical_memory_into_reserved_addresses() {
     // Access: READWRITE for the memory's device, NONE for another until it is set.
     assert_eq!(access(va, 2), u64::from(ACL_RT_MEM_ACCESS_FLAGS_READWRITE));
     assert_eq!(access(va, 1), u64::from(ACL_RT_MEM_ACCESS_FLAGS_NONE));
-    let mut desc = device_access(1, ACL_RT_MEM_ACCESS_FLAGS_READ);
+    let mut desc = device_access(1, ACL_RT_MEM_ACCESS_FLAGS_READWRITE);
     // Access is set per mapping, with the address and size aclrtMapMem was given.
     acl!(aclrtMemSetAccess(va, 4 * MIB, &mut desc, 1));
     acl!(aclrtMemSetAccess(upper, 3 * MIB, &mut desc, 1));
-    assert_eq!(access(upper, 1), u64::from(ACL_RT_MEM_ACCESS_FLAGS_READ));
+    assert_eq!(
+        access(upper, 1),
+        u64::from(ACL_RT_MEM_ACCESS_FLAGS_READWRITE)
+    );
     // Not across two mappings, not from inside one, not with another size.
     for (at, size) in [
         (va, 8 * MIB),
@@ -168,7 +171,10 @@ fn the_documented_flow_maps_physical_memory_into_reserved_addresses() {
     let readwrite = u64::from(ACL_RT_MEM_ACCESS_FLAGS_READWRITE);
     assert_eq!(access_of(upper, 0, host), readwrite);
     assert_eq!(access_of(upper, 3, host), readwrite);
-    assert_eq!(access(upper, 1), u64::from(ACL_RT_MEM_ACCESS_FLAGS_READ));
+    assert_eq!(
+        access(upper, 1),
+        u64::from(ACL_RT_MEM_ACCESS_FLAGS_READWRITE)
+    );
 
     // The mapping's handle and properties.
     let mut retained = ptr::null_mut();
@@ -987,4 +993,96 @@ fn mapping_queries_racing_the_teardown_succeed_or_find_no_mapping() {
             acl!(aclrtFreePhysical(again as aclrtDrvMemHandle));
         }
     }
+}
+
+/// Mappings that adjoin in one reserved range are one stretch of device memory, as the
+/// reference's "address-contiguous virtual memory" has them: a copy or a task may run from one
+/// into the next, not into addresses left unmapped. A task queued across the boundary whose
+/// second mapping is unmapped before it runs faults and touches neither mapping.
+#[test]
+fn adjoining_mappings_are_one_stretch_of_memory() {
+    install();
+    set_device(1);
+    let va = reserve(6 * MIB);
+    let (a, b) = (physical(1, 2 * MIB), physical(1, 2 * MIB));
+    let upper = va.cast::<u8>().wrapping_add(2 * MIB).cast::<c_void>();
+    acl!(aclrtMapMem(va, 2 * MIB, 0, a, 0));
+    acl!(aclrtMapMem(upper, 2 * MIB, 0, b, 0));
+    let data: Vec<u8> = (0..4 * MIB).map(|i| (i * 7 + 1) as u8).collect();
+    upload(va, &data);
+    assert_eq!(download::<u8>(va, 4 * MIB), data);
+    let seam = va.cast::<u8>().wrapping_add(2 * MIB - 8).cast::<c_void>();
+    acl!(aclrtMemset(seam, 16, 0xEE, 16));
+    assert_eq!(download::<u8>(seam, 16), vec![0xEE; 16]);
+    // The third 2 MiB are reserved but not mapped.
+    let mut host = vec![0u8; 4 * MIB + 1];
+    fails!(
+        aclrtMemcpy(
+            host.as_mut_ptr().cast(),
+            host.len(),
+            va,
+            host.len(),
+            ACL_MEMCPY_DEVICE_TO_HOST
+        ),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemcpy"
+    );
+
+    // A memset held behind a value wait, its second mapping unmapped meanwhile.
+    let stream = create_stream();
+    let word = malloc(8);
+    upload(word, &[0u64]);
+    acl!(aclrtValueWait(word, 1, ACL_STREAM_WAIT_VALUE_EQ, stream));
+    acl!(aclrtMemsetAsync(seam, 16, 0x11, 16, stream));
+    acl!(aclrtUnmapMem(upper));
+    upload(word, &[1u64]);
+    sync_fails_with_dma(stream);
+    assert_eq!(
+        download::<u8>(seam, 8),
+        vec![0xEE; 8],
+        "the first mapping's bytes"
+    );
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(word));
+    acl!(aclrtUnmapMem(va));
+    acl!(aclrtFreePhysical(a));
+    acl!(aclrtFreePhysical(b));
+    acl!(aclrtReleaseMemAddress(va));
+}
+
+/// aclrtMemSetAccess takes only ACL_RT_MEM_ACCESS_FLAGS_READWRITE, with `rsv` 0, as the
+/// reference's aclrtMemAccessDesc says; the refusal changes nothing.
+#[test]
+fn access_descriptors_are_readwrite_with_rsv_zero() {
+    install();
+    set_device(1);
+    let va = reserve(2 * MIB);
+    let handle = physical(1, 2 * MIB);
+    acl!(aclrtMapMem(va, 2 * MIB, 0, handle, 0));
+    for flags in [
+        ACL_RT_MEM_ACCESS_FLAGS_NONE,
+        ACL_RT_MEM_ACCESS_FLAGS_READ,
+        7,
+    ] {
+        let mut desc = device_access(0, flags);
+        fails!(
+            aclrtMemSetAccess(va, 2 * MIB, &mut desc, 1),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "aclrtMemSetAccess"
+        );
+    }
+    let mut desc = device_access(0, ACL_RT_MEM_ACCESS_FLAGS_READWRITE);
+    desc.rsv[11] = 1;
+    fails!(
+        aclrtMemSetAccess(va, 2 * MIB, &mut desc, 1),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMemSetAccess"
+    );
+    assert_eq!(access(va, 0), u64::from(ACL_RT_MEM_ACCESS_FLAGS_NONE));
+    desc.rsv[11] = 0;
+    acl!(aclrtMemSetAccess(va, 2 * MIB, &mut desc, 1));
+    assert_eq!(access(va, 0), u64::from(ACL_RT_MEM_ACCESS_FLAGS_READWRITE));
+    acl!(aclrtUnmapMem(va));
+    acl!(aclrtFreePhysical(handle));
+    acl!(aclrtReleaseMemAddress(va));
 }

@@ -361,9 +361,10 @@ fn access_location(sim: &Sim, location: &aclrtMemLocation) -> Res<u32> {
 }
 
 /// Records which devices (and whether the host) may access the mapping made at `virPtr` with
-/// `size` bytes, and how (NONE, READ, READWRITE): `virPtr` and `size` must be those aclrtMapMem
-/// or aclrtMemMapNoAccess was given (107000 otherwise, checked before `desc` is read). The
-/// simulator records the flags; every device and the host can still reach the memory.
+/// `size` bytes: `virPtr` and `size` must be those aclrtMapMem or aclrtMemMapNoAccess was given
+/// (107000 otherwise, checked before `desc` is read); each entry's flags must be READWRITE, the
+/// only ones the reference supports, and its `rsv` 0 (107000). The simulator records the flags;
+/// every device and the host can still reach the memory.
 ///
 /// # Safety
 /// `desc` must be NULL or hold `count` descriptors.
@@ -387,16 +388,18 @@ pub unsafe extern "C" fn aclrtMemSetAccess(
         let entries = array(desc.cast_const(), count, "desc")?;
         let mut access = Vec::with_capacity(entries.len());
         for entry in entries {
+            // The reference (aclrtMemAccessDesc): only READWRITE is supported, and `rsv` is
+            // fixed at 0; NONE and READ are in the header's enum all the same.
             ensure!(
-                matches!(
-                    entry.flags,
-                    ACL_RT_MEM_ACCESS_FLAGS_NONE
-                        | ACL_RT_MEM_ACCESS_FLAGS_READ
-                        | ACL_RT_MEM_ACCESS_FLAGS_READWRITE
-                ),
+                entry.flags == ACL_RT_MEM_ACCESS_FLAGS_READWRITE,
                 ACL_ERROR_RT_PARAM_INVALID,
-                "unknown access flags {}",
+                "access flags {:#x}: only ACL_RT_MEM_ACCESS_FLAGS_READWRITE is supported",
                 entry.flags
+            );
+            ensure!(
+                entry.rsv.iter().all(|&byte| byte == 0),
+                ACL_ERROR_RT_PARAM_INVALID,
+                "an access descriptor's rsv is reserved and must be 0"
             );
             access.push((access_location(sim, &entry.location)?, entry.flags));
         }
