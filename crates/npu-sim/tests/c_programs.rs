@@ -507,6 +507,17 @@ fn the_samples_documented_edge_cases_in_c() {
     assert_eq!(stdout, "224 documented edges checked, 0 wrong\n");
 }
 
+/// `tests/c/memory_chapter_edges.c`: the virtual memory, stream-ordered pool, stream memory
+/// operation, notify and pointer attribute chapters' flows and documented edge cases (a copy
+/// across two adjoining mappings, only READWRITE access, one export per handle, a pool's
+/// read-only counters and release at synchronisation, each value wait comparison, a notify
+/// ordering two streams), checked in C; the program prints each mismatch.
+#[test]
+fn the_memory_chapters_documented_edge_cases_in_c() {
+    let stdout = run(&compile("memory_chapter_edges", &[]));
+    assert_eq!(stdout, "249 documented edges checked, 0 wrong\n");
+}
+
 #[test]
 fn devices_and_information_flow_in_c() {
     let stdout = run(&compile("device_info", &[]));
