@@ -180,45 +180,46 @@ impl Drop for Lease {
     }
 }
 
+/// The allocation holding `ptr`, with its base, then the virtual-memory mappings adjoining it
+/// in its reserved range, in address order: the run one access may cover.
+fn run_from(
+    map: &BTreeMap<usize, Arc<Allocation>>,
+    ptr: usize,
+) -> Option<(usize, impl Iterator<Item = &Arc<Allocation>>)> {
+    let (base, first) = find(map, ptr)?;
+    let run = std::iter::successors(Some((base, first)), |&(at, alloc)| {
+        let reservation = alloc.reservation?;
+        let next = map.get(&(at + alloc.len))?;
+        (next.reservation == Some(reservation)).then_some((at + alloc.len, next))
+    });
+    Some((base, run.map(|(_, alloc)| alloc)))
+}
+
 /// The allocations holding `[ptr, ptr+len)`: the one holding `ptr`, then, while the range goes
-/// on past it, the virtual-memory mappings adjoining it in the same reserved range. `None` if
-/// the range runs past them (or wraps).
+/// on past it, the mappings of its run ([`run_from`]). `None` if the range runs past them (or
+/// wraps).
 fn covering(
     map: &BTreeMap<usize, Arc<Allocation>>,
     ptr: usize,
     len: usize,
 ) -> Option<Vec<&Arc<Allocation>>> {
-    let (base, first) = find(map, ptr)?;
+    let (mut reached, run) = run_from(map, ptr)?;
     let end = ptr.checked_add(len)?;
-    let mut held = vec![first];
-    let mut reached = base + first.len;
-    while end > reached {
-        let reservation = first.reservation?;
-        let next = map.get(&reached)?;
-        if next.reservation != Some(reservation) {
-            return None;
+    let mut held = Vec::new();
+    for alloc in run {
+        held.push(alloc);
+        reached += alloc.len;
+        if reached >= end {
+            return Some(held);
         }
-        held.push(next);
-        reached += next.len;
     }
-    Some(held)
+    None
 }
 
-/// The bytes from the base of the allocation holding `ptr` to the end of the run of
-/// virtual-memory mappings adjoining it in its reserved range (its own length otherwise).
+/// The bytes from the base of the allocation holding `ptr` to the end of its run
+/// ([`run_from`]); 0 if no allocation holds it.
 fn span_of(map: &BTreeMap<usize, Arc<Allocation>>, ptr: usize) -> usize {
-    let Some((base, first)) = find(map, ptr) else {
-        return 0;
-    };
-    let mut reached = base + first.len;
-    if let Some(reservation) = first.reservation {
-        while let Some(next) = map.get(&reached)
-            && next.reservation == Some(reservation)
-        {
-            reached += next.len;
-        }
-    }
-    reached - base
+    run_from(map, ptr).map_or(0, |(_, run)| run.map(|alloc| alloc.len).sum())
 }
 
 fn find(map: &BTreeMap<usize, Arc<Allocation>>, ptr: usize) -> Option<(usize, &Arc<Allocation>)> {
