@@ -291,6 +291,16 @@ impl<S: Source> Cache<S> {
         bytes
     }
 
+    /// Takes every cached block out of the cache, as [`trim_to(0)`](Cache::trim_to) does, and
+    /// hands them to the caller to free instead of the source's `free`: for a pool that frees
+    /// them as stream operations it then waits for. They are counted as freed.
+    pub fn take_cached(self: &Arc<Self>) -> Vec<S::Block> {
+        let blocks = self.update(|state, _| state.trim_to(0));
+        self.timing
+            .freed(blocks.len() as u64, std::time::Duration::ZERO);
+        blocks
+    }
+
     /// A snapshot of the counters.
     pub fn stats(&self) -> PoolStats {
         let counts = self.lock().counts();

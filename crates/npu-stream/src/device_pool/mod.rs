@@ -604,7 +604,7 @@ impl DevicePool {
         });
         let started = Instant::now();
         let block = match self.submit_malloc(api, stream, &room).await {
-            Err(err) if err.is_out_of_memory() && self.cache.trim_to(0) > 0 => {
+            Err(err) if err.is_out_of_memory() && self.free_cache_on(api, stream).await => {
                 self.cache.source().trim_runtime(0)?;
                 self.submit_malloc(api, stream, &room).await
             }
@@ -612,6 +612,44 @@ impl DevicePool {
         }?;
         room.filled(started);
         Ok(block)
+    }
+
+    /// Out of memory on the runtime pool: gives every cached block back to the runtime pool
+    /// on `stream` and waits until the stream has run those frees, so that the runtime can
+    /// reuse or release their memory when the allocation is tried again. (Frees queued on the
+    /// pool's release stream had not run yet when the retry came, which then failed as the
+    /// first attempt had.) Whether any block was cached.
+    async fn free_cache_on(&self, api: &'static str, stream: &Stream) -> bool {
+        let blocks = self.cache.take_cached();
+        if blocks.is_empty() {
+            return false;
+        }
+        let bytes = blocks.iter().map(|block| block.bytes).sum();
+        let freeing = Freeing {
+            cache: self.cache.clone(),
+            blocks,
+        };
+        let op = stream.submit(
+            (api, "stream"),
+            "aclrtMemPoolFreeAsync",
+            bytes,
+            freeing,
+            |_, _| {},
+            |freeing, raw| {
+                while let Some(block) = freeing.blocks.pop() {
+                    if let Err(err) = self.cache.source().free_on(&block, raw) {
+                        freeing.blocks.push(block);
+                        return Err(err);
+                    }
+                }
+                Ok(())
+            },
+        );
+        // Failed or not, the frees the runtime accepted are its own, and the blocks it did
+        // not take go back on the release stream (`Freeing`); the retry says whether the
+        // memory came back.
+        let _ = op.await;
+        true
     }
 
     async fn submit_malloc(
@@ -698,6 +736,22 @@ impl Drop for Unclaimed {
         if let Some(block) = self.block.take() {
             use npu_mem::pool_cache::Source;
             self.cache.source().free(vec![block]);
+        }
+    }
+}
+
+/// Idle runtime-pool blocks being given back to the runtime pool on a user's stream; those the
+/// runtime did not take go back on the pool's release stream when this is dropped.
+struct Freeing {
+    cache: Arc<Cache<DeviceSource>>,
+    blocks: Vec<DeviceBlock>,
+}
+
+impl Drop for Freeing {
+    fn drop(&mut self) {
+        if !self.blocks.is_empty() {
+            use npu_mem::pool_cache::Source;
+            self.cache.source().free(std::mem::take(&mut self.blocks));
         }
     }
 }

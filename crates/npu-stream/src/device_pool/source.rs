@@ -197,6 +197,27 @@ impl DeviceSource {
         Ok(DeviceBlock { ptr, bytes })
     }
 
+    /// Returns an idle runtime-pool block to the runtime pool at this point of `stream`
+    /// (`aclrtMemPoolFreeAsync`; the caller holds the stream's submission lock, with the
+    /// context bound). Refused on the caching backend, whose blocks are not the runtime pool's.
+    pub(crate) fn free_on(&self, block: &DeviceBlock, stream: ffi::aclrtStream) -> Result<()> {
+        let Backend::Runtime(_) = &self.backend else {
+            return Err(Error::invalid(
+                "aclrtMemPoolFreeAsync",
+                "ptr",
+                "the block is not the runtime pool's",
+            ));
+        };
+        // SAFETY: the block came from this pool and is idle (every operation that used it
+        // has completed); `stream` is a live stream of the bound context.
+        unsafe {
+            acl_call_opt!(
+                self.context.runtime(),
+                aclrtMemPoolFreeAsync(block.ptr, stream)
+            )
+        }
+    }
+
     /// Asks the runtime pool to release idle memory down to `keep` bytes.
     pub(crate) fn trim_runtime(&self, keep: usize) -> Result<()> {
         let Backend::Runtime(pool) = &self.backend else {
