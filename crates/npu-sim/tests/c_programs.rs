@@ -518,6 +518,20 @@ fn the_memory_chapters_documented_edge_cases_in_c() {
     assert_eq!(stdout, "249 documented edges checked, 0 wrong\n");
 }
 
+/// `tests/c/kernel_chapter_edges.c`: the kernel loading and execution chapter (loading from a
+/// file, lazily and from memory, the older binary path, what a function tells, every launch
+/// form, argument handles with placeholders, updates, 128 parameters and caller memory, the
+/// configuration's exclusive timeouts, the unsupported SIMT launches and AI CPU registration),
+/// the exception handling chapter (a binary's callback, set and registered process-wide
+/// callbacks, the thread's last error, task abort callbacks, error detail), resource limits,
+/// the exporting half of IPC memory and the device queries, checked in C; the program prints
+/// each mismatch.
+#[test]
+fn the_kernel_and_exception_chapters_documented_edge_cases_in_c() {
+    let stdout = run(&compile("kernel_chapter_edges", &[]));
+    assert_eq!(stdout, "327 documented edges checked, 0 wrong\n");
+}
+
 #[test]
 fn devices_and_information_flow_in_c() {
     let stdout = run(&compile("device_info", &[]));
