@@ -5,36 +5,12 @@
 #include <stdint.h>
 
 #include "check.h"
-
-static int g_checked;
-static int g_wrong;
+#include "expect.h"
 
 /* What a failed call must not overwrite. */
 static int g_anchor;
 #define SENTINEL ((void *)&g_anchor)
 
-static const char *recent(void) {
-    const char *message = aclGetRecentErrMsg();
-    return message != NULL ? message : "";
-}
-
-static void expect(const char *call, aclError got, aclError want) {
-    ++g_checked;
-    if (got != want) {
-        ++g_wrong;
-        printf("%s returned %d, expected %d: %s\n", call, (int)got, (int)want, recent());
-    }
-}
-
-static void holds(const char *what, int ok) {
-    ++g_checked;
-    if (!ok) {
-        ++g_wrong;
-        printf("%s does not hold\n", what);
-    }
-}
-
-#define EXPECT(call, want) expect(#call, (call), (want))
 #define KEPT(condition) holds("output kept: " #condition, (condition))
 
 static void no_callback(void *data) { (void)data; }
@@ -349,6 +325,6 @@ int main(void) {
     execution_and_exceptions();
     CHECK(aclrtResetDevice(0));
     CHECK(aclFinalize());
-    printf("%d error paths checked, %d wrong\n", g_checked, g_wrong);
+    checks_done("error paths");
     return 0;
 }

@@ -16,44 +16,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "expect.h"
 #include "acl/acl_rt_memory_soma.h"
-
-static int g_checked;
-static int g_wrong;
-
-static void expect(const char *call, aclError got, aclError want)
-{
-    ++g_checked;
-    if (got != want) {
-        ++g_wrong;
-        const char *message = aclGetRecentErrMsg();
-        printf("%s returned %d, expected %d: %s\n", call, (int)got, (int)want,
-               message != NULL ? message : "");
-    }
-}
-
-/* For a refusal whose code the reference does not name. */
-static void fails(const char *call, aclError got)
-{
-    ++g_checked;
-    if (got == ACL_SUCCESS) {
-        ++g_wrong;
-        printf("%s succeeded, expected a failure\n", call);
-    }
-}
-
-static void holds(const char *what, int ok)
-{
-    ++g_checked;
-    if (!ok) {
-        ++g_wrong;
-        printf("%s does not hold\n", what);
-    }
-}
-
-#define EXPECT(call, want) expect(#call, (call), (want))
-#define FAILS(call) fails(#call, (call))
-#define HOLDS(condition) holds(#condition, (condition))
 
 static aclrtPhysicalMemProp device_prop(aclrtMemAttr attr)
 {
@@ -538,6 +502,6 @@ int main(void)
     CHECK(aclrtDestroyStream(first));
     CHECK(aclrtResetDevice(0));
     CHECK(aclFinalize());
-    printf("%d documented edges checked, %d wrong\n", g_checked, g_wrong);
+    checks_done("documented edges");
     return 0;
 }

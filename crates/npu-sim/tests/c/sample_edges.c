@@ -19,32 +19,7 @@
 #include <unistd.h>
 
 #include "check.h"
-
-static int g_checked;
-static int g_wrong;
-
-static void expect(const char *call, aclError got, aclError want)
-{
-    ++g_checked;
-    if (got != want) {
-        ++g_wrong;
-        const char *message = aclGetRecentErrMsg();
-        printf("%s returned %d, expected %d: %s\n", call, (int)got, (int)want,
-               message != NULL ? message : "");
-    }
-}
-
-static void holds(const char *what, int ok)
-{
-    ++g_checked;
-    if (!ok) {
-        ++g_wrong;
-        printf("%s does not hold\n", what);
-    }
-}
-
-#define EXPECT(call, want) expect(#call, (call), (want))
-#define HOLDS(condition) holds(#condition, (condition))
+#include "expect.h"
 
 static void sleep_ms(long ms)
 {
@@ -837,6 +812,6 @@ int main(void)
     }
     CHECK(aclrtResetDevice(0));
     CHECK(aclFinalize());
-    printf("%d documented edges checked, %d wrong\n", g_checked, g_wrong);
+    checks_done("documented edges");
     return 0;
 }
