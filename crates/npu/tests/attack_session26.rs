@@ -239,48 +239,20 @@ use std::future::Future as _;
 #[test]
 fn a_runtime_of_its_own_is_finalised_once_everything_of_it_is_dropped() {
     let (_guard, _d0, _d1) = exclusive(None);
-    let exe = std::env::current_exe().unwrap();
-    let library = exe.parent().unwrap().join("libascendcl.so");
-    let config = std::env::temp_dir().join(format!("npu-attack26-{}.json", std::process::id()));
-    std::fs::write(&config, "{}").unwrap();
-    let build = |with_config: bool| {
-        let builder =
-            npu::Runtime::builder().backend(npu::runtime::BackendChoice::Library(library.clone()));
-        match with_config {
-            true => builder.acl_config(&config).build(),
-            false => builder.build(),
-        }
-    };
+    let own = OwnRuntime::new("attack26");
     for strategy in STRATEGIES {
-        let runtime = build(false).unwrap();
+        let runtime = own.build();
         let ctx = runtime.device(0).unwrap().primary_context().clone();
         let s = stream(&ctx, strategy);
         let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 7)).unwrap();
         assert_eq!(buffer.to_vec_blocking().unwrap(), [7; 64]);
         drop((buffer, s, ctx, runtime));
-        // Every deferred release (the stream's, on the reaper) runs first, and the callback
-        // worker ends at its next quiet report; the deadline only bounds a hang.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        let refused = loop {
-            sim::flush_releases();
-            match build(true) {
-                Ok(applied) => {
-                    // Built again, it serves the same strategy (a new callback worker, for
-                    // one).
-                    let ctx = applied.device(0).unwrap().primary_context().clone();
-                    let s = stream(&ctx, strategy);
-                    let set = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 8));
-                    assert_eq!(set.unwrap().to_vec_blocking().unwrap(), [8; 64]);
-                    break None;
-                }
-                Err(err) if std::time::Instant::now() > deadline => break Some(err),
-                Err(_) => std::thread::yield_now(),
-            }
-        };
-        if let Some(err) = refused {
-            let _ = std::fs::remove_file(&config);
-            panic!("{strategy:?}: ACL was never finalised: {err}");
-        }
+        own.when_finalised(&format!("{strategy:?}"), |applied| {
+            // Built again, it serves the same strategy (a new callback worker, for one).
+            let ctx = applied.device(0).unwrap().primary_context().clone();
+            let s = stream(&ctx, strategy);
+            let set = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 8));
+            assert_eq!(set.unwrap().to_vec_blocking().unwrap(), [8; 64]);
+        });
     }
-    let _ = std::fs::remove_file(&config);
 }

@@ -107,20 +107,9 @@ fn a_pool_out_of_device_memory_frees_its_idle_blocks_and_serves_the_request() {
 #[test]
 fn a_runtime_of_its_own_used_through_every_kind_of_memory_is_finalised_when_dropped() {
     let (_guard, _d0, _d1) = devices();
-    let exe = std::env::current_exe().unwrap();
-    let library = exe.parent().unwrap().join("libascendcl.so");
-    let config = std::env::temp_dir().join(format!("npu-attack26b-{}.json", std::process::id()));
-    std::fs::write(&config, "{}").unwrap();
-    let build = |with_config: bool| {
-        let builder =
-            npu::Runtime::builder().backend(npu::runtime::BackendChoice::Library(library.clone()));
-        match with_config {
-            true => builder.acl_config(&config).build(),
-            false => builder.build(),
-        }
-    };
+    let own = OwnRuntime::new("attack26b");
     for strategy in STRATEGIES {
-        let runtime = build(false).unwrap();
+        let runtime = own.build();
         let (dev0, dev1) = (runtime.device(0).unwrap(), runtime.device(1).unwrap());
         let ctx = dev0.primary_context().clone();
         let ctx1 = dev1.primary_context().clone();
@@ -176,29 +165,13 @@ fn a_runtime_of_its_own_used_through_every_kind_of_memory_is_finalised_when_drop
             assert_eq!(s.download(local).await.unwrap(), vec![7; 4096]);
         });
         drop((s, t, s1, ctx, ctx1, dev0, dev1, runtime));
-        // Every deferred release runs first, and the shared threads let go at their next quiet
-        // moment; the deadline only bounds a hang.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        let refused = loop {
-            sim::flush_releases();
-            match build(true) {
-                Ok(applied) => {
-                    let ctx = applied.device(0).unwrap().primary_context().clone();
-                    let s = stream(&ctx, strategy);
-                    let pool = DevicePool::new(&ctx).unwrap();
-                    let block = run(pool.alloc::<u8>(&s, 64)).unwrap();
-                    let set = run(s.memset(block, 8)).unwrap();
-                    assert_eq!(run(s.download(set)).unwrap(), vec![8; 64]);
-                    break None;
-                }
-                Err(err) if std::time::Instant::now() > deadline => break Some(err),
-                Err(_) => std::thread::yield_now(),
-            }
-        };
-        if let Some(err) = refused {
-            let _ = std::fs::remove_file(&config);
-            panic!("{strategy:?}: ACL was never finalised: {err}");
-        }
+        own.when_finalised(&format!("{strategy:?}"), |applied| {
+            let ctx = applied.device(0).unwrap().primary_context().clone();
+            let s = stream(&ctx, strategy);
+            let pool = DevicePool::new(&ctx).unwrap();
+            let block = run(pool.alloc::<u8>(&s, 64)).unwrap();
+            let set = run(s.memset(block, 8)).unwrap();
+            assert_eq!(run(s.download(set)).unwrap(), vec![8; 64]);
+        });
     }
-    let _ = std::fs::remove_file(&config);
 }

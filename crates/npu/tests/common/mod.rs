@@ -30,10 +30,12 @@ pub(crate) use until::{until, until_the_runtime_aborts};
 mod gate;
 mod gated_fill;
 mod kernels;
+mod own_runtime;
 
 pub(crate) use gate::{set_gate, wait_gate};
 pub(crate) use gated_fill::{RETURNED, gated_fill};
 pub(crate) use kernels::{fill_args, in_process};
+pub(crate) use own_runtime::OwnRuntime;
 
 /// Every completion strategy: each attack involving a stream runs under all three.
 pub(crate) const STRATEGIES: [Strategy; 3] = [
