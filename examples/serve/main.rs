@@ -118,14 +118,14 @@
 //! before it is parsed, so a client can retry elsewhere instead of waiting in a queue it
 //! cannot see. Admission comes after the body so that slow senders cannot hold the device's
 //! slots. Requests are spread over the streams of an `npu::stream::StreamPool`. The pinned
-//! pool is sized for the admitted requests, and the device pool holds two prewarmed blocks per
-//! admitted request, so no request allocates memory synchronously (a block comes back once the
-//! device is done with it). An admitted request waits for the device at most the device
-//! timeout (30 s by default), then is answered 504 `device_timeout` and frees its slot, so a
-//! stalled device cannot hold every slot for good. A request never waits for a block either:
-//! one given up on (timed out, or its client gone) frees its slot at once but its blocks only
-//! once the device is done with them, and a request that then finds no block free is refused
-//! at once with 503 `overloaded` too.
+//! pool holds a block pinned at start-up for each admitted request (and one more), and the
+//! device pool two prewarmed blocks per admitted request, so no request allocates memory
+//! synchronously (a block comes back once the device is done with it). An admitted request
+//! waits for the device at most the device timeout (30 s by default), then is answered 504
+//! `device_timeout` and frees its slot, so a stalled device cannot hold every slot for good.
+//! A request never waits for a block either: one given up on (timed out, or its client gone)
+//! frees its slot at once but its blocks only once the device is done with them, and a
+//! request that then finds no block free is refused at once with 503 `overloaded` too.
 //!
 //! `GET /stats` returns the request counters, the in-flight count, the open connections, the
 //! pools' statistics and the reactor's counters. The request counters and the in-flight count

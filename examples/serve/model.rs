@@ -43,7 +43,8 @@ pub(crate) struct Model {
 
 impl Model {
     /// Loads the kernels, creates the streams, a pinned pool with a block for each request
-    /// `config` admits (and one for the bias) and a device pool with two, and uploads the bias.
+    /// `config` admits (and one for the bias) and a device pool with two, all made now, and
+    /// uploads the bias.
     pub(crate) async fn load(config: &Config) -> npu::Result<Model> {
         let device = Device::open(config.device)?;
         let ctx = device.primary_context().clone();
@@ -58,11 +59,14 @@ impl Model {
         let pool = PinnedPool::builder(&ctx)
             .capacity(block * (config.max_in_flight + 1))
             .build()?;
+        // Pinned now, so that no request pins memory (a synchronous `aclrtMallocHost`) on its
+        // way to the device.
+        let bytes = config.input_len * size_of::<f32>();
+        pool.reserve(config.max_in_flight + 1, bytes)?;
         let mut host = pool.alloc::<f32>(config.input_len).await?;
         for (i, b) in host.iter_mut().enumerate() {
             *b = bias(i);
         }
-        let bytes = config.input_len * size_of::<f32>();
         let blocks = 2 * config.max_in_flight;
         let device_block = DevicePool::size_class(bytes).unwrap_or(bytes);
         let device_pool = DevicePool::builder(&ctx)

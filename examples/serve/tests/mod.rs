@@ -14,6 +14,7 @@ use crate::connections::Connections;
 use crate::server::Server;
 use crate::state::AppState;
 
+mod attack_session26;
 mod bodies;
 mod clients_gone;
 mod connection_limit;
