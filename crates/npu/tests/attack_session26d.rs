@@ -156,10 +156,11 @@ fn messages(op: &OpSpan, message: &str) -> usize {
 }
 
 // Promise (docs/observability.md, "The `npu_op` span"): every stream operation opens one
-// `npu_op` span (debug, target `npu_stream`) with `op` the ACL function of the table, `stream`
-// the stream's id, `device`, `bytes` as the table says, `direction` for copies and `kernel`
-// for launches; each awaited one logs one `completed` (debug) inside it. And (rule of the
-// happy path) nothing at WARN or ERROR on any thread meanwhile, streams and pools dropped too.
+// `npu_op` span (debug, target `npu_stream::stream`) with `op` the ACL function of the table,
+// `stream` the stream's id, `device`, `bytes` as the table says, `direction` for copies and
+// `kernel` for launches; each awaited one logs one `completed` (debug, `npu_stream::op`) inside
+// it. And (the happy path) nothing at WARN or ERROR on any thread meanwhile, streams and pools
+// dropped too.
 #[test]
 fn every_documented_operation_is_one_npu_op_span_with_its_documented_fields() {
     let (_turn, ctx, _) = turn();
@@ -278,7 +279,7 @@ fn every_documented_operation_is_one_npu_op_span_with_its_documented_fields() {
         assert_eq!(got_owned, expected, "{strategy:?}");
         for op in &ours {
             assert_eq!(op.level, tracing::Level::DEBUG, "{op:?}");
-            assert!(op.target.starts_with("npu_stream"), "{op:?}");
+            assert_eq!(op.target, "npu_stream::stream", "{op:?}");
             assert_eq!(op.fields["device"], device, "{op:?}");
             let refused = op.fields.get("direction").map(String::as_str) == Some("h2h");
             assert_eq!(op.fields.contains_key("error"), refused, "{op:?}");
@@ -297,7 +298,7 @@ fn every_documented_operation_is_one_npu_op_span_with_its_documented_fields() {
             };
             for (level, target, _) in op.events.iter().filter(|(.., f)| own(f)) {
                 assert_eq!(*level, tracing::Level::DEBUG, "{op:?}");
-                assert!(target.starts_with("npu_stream"), "{op:?}");
+                assert_eq!(target, "npu_stream::op", "{op:?}");
             }
         }
         // The other stream's record of the event and of the notifies.
