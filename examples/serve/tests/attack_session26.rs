@@ -412,7 +412,7 @@ where
 }
 
 // Promise (docs/observability.md): on the serving path each request's operations are
-// `npu_op` spans (debug, target `npu_stream`) with `completed` events, a device fault is a
+// `npu_op` spans (debug, targets under `npu_stream`) with `completed` events, a device fault is a
 // `failed` event and the handler's error log, and nothing is logged at WARN or ERROR on the
 // happy path. The whole server runs on this thread under a subscriber scoped to it.
 #[cfg(feature = "sim")]
