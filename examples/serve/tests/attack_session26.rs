@@ -435,6 +435,12 @@ fn the_serving_path_logs_its_operations_and_nothing_above_debug_when_all_goes_we
         runtime.block_on(async {
             let server = Server::start(config, loopback()).await.unwrap();
             let stream = server.state.model.streams.streams()[0].clone();
+            // tracing caches each callsite's interest when it is first hit: one first hit on
+            // another test's thread while this subscriber was being made can cache "never"
+            // for it (a race in tracing-core between registering a callsite and a scoped
+            // dispatcher). The start-up above hit every callsite of the serving path: ask
+            // again now that they are all registered.
+            tracing::callsite::rebuild_interest_cache();
             let at_start = std::mem::take(&mut *seen.lock().unwrap());
             drop(at_start);
             let mut connection = client::Connection::open(server.addr).await.unwrap();
