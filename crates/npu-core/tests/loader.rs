@@ -547,18 +547,40 @@ fn stub_runtime(
     omit: &[&str],
     link: &[String],
 ) -> StubRuntime {
+    stub_runtime_defining(tree, name, init_code, finalize_reference, omit, link, &[])
+}
+
+/// [`stub_runtime`] with some functions defined by the caller: each `(function, definition)`
+/// replaces the stub's own definition of `function` with the C `definition` (which may call
+/// `note("...")` to append to the log).
+fn stub_runtime_defining(
+    tree: &Tree,
+    name: &str,
+    init_code: i32,
+    finalize_reference: bool,
+    omit: &[&str],
+    link: &[String],
+    defined: &[(&str, &str)],
+) -> StubRuntime {
     use std::fmt::Write as _;
+    let own = |function: &str| !defined.iter().any(|(f, _)| *f == function);
     let log = tree.path(&format!("{name}.calls"));
     let mut source = format!(
         "#include <stdio.h>\n#include <stdint.h>\n\
          static int note(const char *f) {{ FILE *l = fopen(\"{}\", \"a\"); \
          if (l) {{ fprintf(l, \"%s\\n\", f); fclose(l); }} return 0; }}\n\
-         int aclInit(const char *c) {{ (void)c; note(\"aclInit\"); return {init_code}; }}\n\
          int aclFinalize(void) {{ return note(\"aclFinalize\"); }}\n\
          const char *aclGetRecentErrMsg(void) {{ return 0; }}\n\
          const char *aclrtGetSocName(void) {{ return 0; }}\n",
         log.display()
     );
+    if own("aclInit") {
+        writeln!(
+            source,
+            "int aclInit(const char *c) {{ (void)c; note(\"aclInit\"); return {init_code}; }}"
+        )
+        .unwrap();
+    }
     if finalize_reference {
         source.push_str(
             "int aclFinalizeReference(uint64_t *r) { if (r) *r = 0; \
@@ -572,9 +594,12 @@ fn stub_runtime(
         "aclrtGetSocName",
     ];
     for function in npu_core::ffi::AclApi::REQUIRED {
-        if !written.contains(function) && !omit.contains(function) {
+        if !written.contains(function) && !omit.contains(function) && own(function) {
             writeln!(source, "int {function}(void) {{ return 507899; }}").unwrap();
         }
+    }
+    for (_, definition) in defined {
+        writeln!(source, "{definition}").unwrap();
     }
     let lib64 = tree.path("lib64");
     std::fs::create_dir_all(&lib64).unwrap();
@@ -845,3 +870,214 @@ fn a_cann_library_linking_npu_sims_build_is_refused_with_the_reason() {
         "a refused runtime is never initialised"
     );
 }
+
+/// The directory a child makes its current one, for the tests of relative paths.
+const CWD: &str = "NPU_LOADER_TEST_CWD";
+
+#[test]
+fn places_that_lead_nowhere_are_listed_as_given_and_passed_over() {
+    scenario(
+        "places_that_lead_nowhere_are_listed_as_given_and_passed_over",
+        |tree| {
+            tree.copy_simulator("cann/lib64/libacl_rt.so");
+            // `latest` naming a version that was uninstalled since.
+            let toolkit = tree.path("home/Ascend/ascend-toolkit");
+            std::fs::create_dir_all(&toolkit).unwrap();
+            std::os::unix::fs::symlink(toolkit.join("7.0.RC1"), toolkit.join("latest")).unwrap();
+            std::fs::create_dir_all(tree.path("empty")).unwrap();
+            vec![
+                ("NPU_ACL_ALLOW_SIMULATOR", "1".into()),
+                // A toolkit that is not there (any more).
+                ("ASCEND_TOOLKIT_HOME", tree.path("removed").into()),
+                // A relative path: taken from the current directory.
+                ("ASCEND_HOME_PATH", "cann".into()),
+                ("HOME", tree.path("home").into()),
+                // Not cargo's directories, where npu-sim's build lies.
+                ("LD_LIBRARY_PATH", tree.path("empty").into()),
+                (CWD, tree.0.clone().into()),
+            ]
+        },
+        || {
+            // From the test's own directory the relative place names no file either: one
+            // error, every place as it was tried.
+            let err = acl().unwrap_err();
+            let text = err.to_string();
+            let tried = not_found(Err(err));
+            let removed = var("ASCEND_TOOLKIT_HOME");
+            let reason_of = |path: &Path| {
+                let attempt = tried.iter().find(|t| t.path == path);
+                attempt
+                    .unwrap_or_else(|| panic!("{path:?} not tried: {tried:?}"))
+                    .reason
+                    .clone()
+            };
+            assert_eq!(tried[0].path, removed.join("lib64/libacl_rt.so"));
+            assert_eq!(tried[1].path, removed.join("lib64/libascendcl.so"));
+            assert_eq!(tried[2].path, Path::new("cann/lib64/libacl_rt.so"));
+            assert_eq!(tried[3].path, Path::new("cann/lib64/libascendcl.so"));
+            for attempt in &tried[..4] {
+                assert_eq!(attempt.reason, LoadFailure::NoSuchFile, "{tried:?}");
+            }
+            let dangling = var("HOME").join("Ascend/ascend-toolkit/latest/lib64/libacl_rt.so");
+            assert_eq!(reason_of(&dangling), LoadFailure::NoSuchFile);
+            for bare in ["libacl_rt.so", "libascendcl.so"] {
+                assert_eq!(reason_of(Path::new(bare)), LoadFailure::NotInLoaderPath);
+            }
+            assert!(
+                text.contains("\n  cann/lib64/libacl_rt.so: no such file"),
+                "{text}"
+            );
+            // From the directory it is relative to, the same variable finds the library, and the
+            // runtime reports its absolute path.
+            let cwd = var(CWD);
+            std::env::set_current_dir(&cwd).unwrap();
+            let runtime = acl().expect("the relative place holds a library");
+            assert_eq!(library_path(&runtime), cwd.join("cann/lib64/libacl_rt.so"));
+        },
+    );
+}
+
+#[test]
+fn a_cann_runtime_s_calls_to_its_own_functions_stay_in_it() {
+    // This test binary links npu-sim in-process (the `sim` feature, as programs built with npu's
+    // default features do), and npu-sim defines every ACL function under CANN's names. CANN's
+    // runtime calls functions it exports itself; were the program to export the simulator's,
+    // the dynamic loader would bind those calls to the simulator (symbol interposition) and a
+    // real host would run on a mix of the two. The stand-in's aclInit calls its own
+    // aclrtGetDeviceCount and fails unless it gets that function's answer.
+    let in_process = Runtime::builder().backend(BackendChoice::Sim).build();
+    assert!(in_process.unwrap().device_count().unwrap() >= 1);
+    let tree = Tree::new("interposition");
+    let count = "int aclrtGetDeviceCount(uint32_t *n) { *n = 77; return 0; }";
+    let init = "int aclrtGetDeviceCount(uint32_t *n);\n\
+                int aclInit(const char *c) { uint32_t n = 0; (void)c; note(\"aclInit\"); \
+                return aclrtGetDeviceCount(&n) == 0 && n == 77 ? 0 : 100000; }";
+    let defined = [("aclrtGetDeviceCount", count), ("aclInit", init)];
+    let stub = stub_runtime_defining(&tree, "libacl_rt.so", 0, false, &[], &[], &defined);
+    let runtime = Runtime::builder().library(&stub.library).build();
+    let runtime = runtime.expect("the stand-in's aclInit reached its own aclrtGetDeviceCount");
+    assert_eq!(runtime.device_count().unwrap(), 77);
+    assert_eq!(stub.calls(), ["aclInit"]);
+}
+
+#[test]
+fn acl_is_initialised_once_per_library_and_again_only_after_it_was_finalised() {
+    let tree = Tree::new("init_contract");
+    // Runtimes built on four threads at once share one aclInit.
+    let stub = stub_runtime(&tree, "libacl_rt.so", 0, false, &[], &[]);
+    let start = std::sync::Barrier::new(4);
+    let runtimes: Vec<Runtime> = std::thread::scope(|s| {
+        let build = || {
+            start.wait();
+            Runtime::builder().library(&stub.library).build().unwrap()
+        };
+        let threads: Vec<_> = (0..4).map(|_| s.spawn(build)).collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert!(runtimes.iter().all(|r| r.same_library(&runtimes[0])));
+    assert_eq!(stub.calls(), ["aclInit"]);
+    drop(runtimes);
+    assert_eq!(stub.calls(), ["aclInit", "aclFinalize"]);
+    // aclInit, work, aclFinalize, aclInit again: the sequence CANN supports.
+    let again = Runtime::builder().library(&stub.library).build().unwrap();
+    assert_eq!(stub.calls(), ["aclInit", "aclFinalize", "aclInit"]);
+    drop(again);
+    assert_eq!(
+        stub.calls(),
+        ["aclInit", "aclFinalize", "aclInit", "aclFinalize"]
+    );
+
+    // With aclFinalizeReference, npu-rs releases its reference with it even when it initialised
+    // ACL itself: aclFinalize would clear references other components took since.
+    let counted = stub_runtime(&tree, "libacl_rt_counted.so", 0, true, &[], &[]);
+    let first = Runtime::builder()
+        .library(&counted.library)
+        .build()
+        .unwrap();
+    let second = Runtime::builder()
+        .library(&counted.library)
+        .build()
+        .unwrap();
+    drop(first);
+    assert_eq!(counted.calls(), ["aclInit"]);
+    drop(second);
+    assert_eq!(counted.calls(), ["aclInit", "aclFinalizeReference"]);
+
+    // A failed aclInit is an error naming it; nothing is finalised, and the next runtime built
+    // tries again.
+    let failing = stub_runtime(&tree, "libacl_rt_failing.so", 100000, true, &[], &[]);
+    for _ in 0..2 {
+        let err = Runtime::builder()
+            .library(&failing.library)
+            .build()
+            .unwrap_err();
+        assert_eq!(err.acl_code(), Some(AclCode(100000)), "{err}");
+        assert!(err.to_string().starts_with("aclInit failed"), "{err}");
+    }
+    assert_eq!(failing.calls(), ["aclInit", "aclInit"]);
+}
+
+/// What a stand-in made by [`stub_runtime`] at the root of the tree named by `variable` logged.
+fn calls_of_stub_under(variable: &str, name: &str) -> Vec<String> {
+    let log = var(variable).join(format!("{name}.calls"));
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn auto_releases_the_reference_it_took_on_a_runtime_it_does_not_use() {
+    scenario(
+        "auto_releases_the_reference_it_took_on_a_runtime_it_does_not_use",
+        |tree| {
+            // Its aclrtGetDeviceCount fails (507899), as every function the stand-in does not
+            // define.
+            stub_runtime(tree, "libacl_rt.so", 0, false, &[], &[]);
+            vec![("ASCEND_TOOLKIT_HOME", tree.0.clone().into())]
+        },
+        || {
+            let (runtime, why) = fallback_of_auto();
+            let Fallback::DeviceCountFailed { library, error } = why else {
+                panic!("unexpected fallback: {why}")
+            };
+            let expected = var("ASCEND_TOOLKIT_HOME").join("lib64/libacl_rt.so");
+            assert_eq!(
+                library,
+                Backend::Library {
+                    path: expected,
+                    simulated: false
+                }
+            );
+            assert_eq!(error.acl_code(), Some(AclCode(507899)), "{error}");
+            // ACL was initialised for the probe and finalised before falling back.
+            let calls = calls_of_stub_under("ASCEND_TOOLKIT_HOME", "libacl_rt.so");
+            assert_eq!(calls, ["aclInit", "aclFinalize"]);
+            drop(runtime);
+        },
+    );
+}
+
+#[test]
+fn auto_keeps_the_one_acl_init_of_a_runtime_it_uses() {
+    scenario(
+        "auto_keeps_the_one_acl_init_of_a_runtime_it_uses",
+        |tree| {
+            let count = "int aclrtGetDeviceCount(uint32_t *n) { *n = 2; return 0; }";
+            let defined = [("aclrtGetDeviceCount", count)];
+            stub_runtime_defining(tree, "libacl_rt.so", 0, false, &[], &[], &defined);
+            vec![("ASCEND_HOME_PATH", tree.0.clone().into())]
+        },
+        || {
+            let runtime = auto();
+            assert!(matches!(
+                runtime.backend_reason(),
+                BackendReason::Detected { devices: 2 }
+            ));
+            // The probe's runtime and the one returned share one aclInit, not finalised between.
+            let calls = || calls_of_stub_under("ASCEND_HOME_PATH", "libacl_rt.so");
+            assert_eq!(calls(), ["aclInit"]);
+            drop(runtime);
+            assert_eq!(calls(), ["aclInit", "aclFinalize"]);
+        },
+    );
+}
+
