@@ -413,6 +413,21 @@ pub enum LoadFailure {
         /// The npu-sim build the dynamic loader mapped for the dependency.
         simulator: PathBuf,
     },
+    /// The library is not npu-sim's build, but npu-sim's ACL functions are already in the
+    /// process's global symbol scope, exported by `simulator`: a shared library built with npu's
+    /// `sim` feature that the program links against (or loaded with `RTLD_GLOBAL`), or an
+    /// `LD_PRELOAD`. The dynamic loader would bind the runtime's calls to its own exported
+    /// functions to the simulator's, running CANN on a mix of the two.
+    #[error(
+        "npu-sim's ACL functions are already exported to the whole process by {} (a shared \
+         library built with npu's `sim` feature, or an LD_PRELOAD), and CANN's runtime would call \
+         them in place of its own: build that library with default-features = false",
+        .simulator.display()
+    )]
+    SimulatorInProcess {
+        /// The object exporting npu-sim's functions to the process.
+        simulator: PathBuf,
+    },
     /// Any other error of the dynamic loader, in its words.
     #[error("{0}")]
     Loader(String),

@@ -1081,3 +1081,43 @@ fn auto_keeps_the_one_acl_init_of_a_runtime_it_uses() {
     );
 }
 
+#[test]
+fn a_cann_runtime_is_refused_while_the_process_exports_the_simulator() {
+    // A shared library built with npu's `sim` feature exports the simulator's ACL functions
+    // (a Rust cdylib exports every #[no_mangle] function of its dependencies); a program linked
+    // against it has them in its global symbol scope, where the dynamic loader binds a CANN
+    // runtime's calls to its own exported functions first. LD_PRELOAD of npu-sim's build puts
+    // them there the same way.
+    scenario(
+        "a_cann_runtime_is_refused_while_the_process_exports_the_simulator",
+        |tree| {
+            stub_runtime(tree, "libacl_rt.so", 0, false, &[], &[]);
+            vec![
+                ("LD_PRELOAD", common::simulator_library().into()),
+                ("ASCEND_TOOLKIT_HOME", tree.0.clone().into()),
+            ]
+        },
+        || {
+            let stub = var("ASCEND_TOOLKIT_HOME").join("lib64/libacl_rt.so");
+            let tried = not_found(Runtime::builder().library(&stub).build());
+            let LoadFailure::SimulatorInProcess { simulator } = &tried[0].reason else {
+                panic!("expected SimulatorInProcess, got {:?}", tried[0].reason)
+            };
+            assert!(same_file(simulator, &common::simulator_library()));
+            let text = tried[0].reason.to_string();
+            assert!(text.contains("default-features = false"), "{text}");
+            let calls = calls_of_stub_under("ASCEND_TOOLKIT_HOME", "libacl_rt.so");
+            assert!(calls.is_empty(), "a refused runtime is never initialised");
+            // `auto` says why it does not use the runtime it found.
+            let (_runtime, why) = fallback_of_auto();
+            let Fallback::NotInstalled { tried } = why else {
+                panic!("unexpected fallback: {why}")
+            };
+            assert_eq!(tried[0].path, stub);
+            assert!(matches!(
+                tried[0].reason,
+                LoadFailure::SimulatorInProcess { .. }
+            ));
+        },
+    );
+}

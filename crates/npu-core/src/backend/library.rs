@@ -133,6 +133,9 @@ pub(crate) fn open(path: &Path) -> Result<&'static Loaded, LoadFailure> {
     {
         return Err(LoadFailure::SimulatorDependency { simulator });
     }
+    if let Some(simulator) = (!simulated).then(simulator_in_global_scope).flatten() {
+        return Err(LoadFailure::SimulatorInProcess { simulator });
+    }
     std::mem::forget(library);
     if let Some(loaded) = libraries
         .iter()
@@ -160,6 +163,24 @@ pub(crate) fn open(path: &Path) -> Result<&'static Loaded, LoadFailure> {
 fn is_simulator(library: &libloading::Library) -> bool {
     // SAFETY: only the symbol's presence is checked; it is never dereferenced or called.
     unsafe { library.get::<*const ()>(b"npusimConfigure\0") }.is_ok()
+}
+
+/// The object that puts npu-sim's functions in the process's global symbol scope, if one does:
+/// a shared library built with npu's `sim` feature (a Rust `cdylib` exports every `#[no_mangle]`
+/// function of its dependencies, the simulator's ACL functions among them) that the program links
+/// against or that was loaded with `RTLD_GLOBAL`, or an `LD_PRELOAD`. The dynamic loader binds
+/// a CANN runtime's calls to the functions it exports itself to the first definition in that
+/// scope, so that runtime would call the simulator's `aclrt*` functions in place of its own.
+/// (A program built with the feature exports none of them, nor does a library loaded as
+/// `RTLD_LOCAL`, as npu-core loads runtimes.)
+fn simulator_in_global_scope() -> Option<PathBuf> {
+    // SAFETY: a lookup in the global scope by a NUL-terminated name; the address returned is
+    // only passed to dladdr, never dereferenced or called.
+    let marker = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"npusimConfigure".as_ptr()) };
+    match marker.is_null() {
+        true => None,
+        false => Some(mapped_file(marker).unwrap_or_else(|| PathBuf::from("npusimConfigure"))),
+    }
 }
 
 /// Where npu-sim's build came from when `library` is not that build itself but links against
