@@ -1,6 +1,7 @@
 //! The twenty-sixth session's attacks on the serving path: device faults and shutdowns with
 //! requests in flight, pipelining, and what the server logs on its happy path.
 
+#[cfg(feature = "sim")]
 use std::sync::{Arc, Mutex};
 
 use super::*;
@@ -21,6 +22,7 @@ fn body_for(k: usize) -> (String, serde_json::Value) {
 }
 
 /// Writes a whole `POST /v1/infer` of `body` on a new raw connection.
+#[cfg(feature = "sim")]
 async fn send_raw(addr: SocketAddr, body: &str) -> tokio::net::TcpStream {
     let whole = format!("{JSON_POST}Content-Length: {}\r\n\r\n{body}", body.len());
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -45,12 +47,7 @@ fn assert_at_rest(stats: &serde_json::Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_in_flight_at_once_allocate_no_pinned_memory() {
     let _device = DEVICE_ONE.lock().await;
-    let config = Config {
-        device: 1,
-        max_in_flight: 3,
-        streams: 1,
-        ..small()
-    };
+    let config = on_device_one(3);
     let server = Server::start(config, loopback()).await.unwrap();
     let pool = |field: &str| server.state.stats()["pool"][field].as_u64().unwrap();
     let made_at_start = pool("misses");
@@ -81,6 +78,7 @@ async fn requests_in_flight_at_once_allocate_no_pinned_memory() {
 }
 
 /// Reads one answer off a keep-alive connection (up to the end of its JSON body).
+#[cfg(feature = "sim")]
 async fn read_reply_keep_alive(tcp: &mut tokio::net::TcpStream) -> (StatusCode, String) {
     read_next_reply(tcp, &mut Vec::new()).await
 }
@@ -132,12 +130,7 @@ async fn read_next_reply(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fault_in_a_stream_shared_by_requests_fails_exactly_one_of_them() {
     let _device = DEVICE_ONE.lock().await;
-    let config = Config {
-        device: 1,
-        max_in_flight: 4,
-        streams: 1,
-        ..small()
-    };
+    let config = on_device_one(4);
     let server = Server::start(config, loopback()).await.unwrap();
     let device = npu::Device::open(1).unwrap();
     let stream = server.state.model.streams.streams()[0].clone();
@@ -344,16 +337,20 @@ async fn pipelined_requests_of_every_kind_are_answered_in_order() {
 
 /// What a scoped subscriber saw: every event's level, target, message and fields, and the
 /// fields of the `npu_op` span it was in (if any); every `npu_op` span closed, with its fields.
+#[cfg(feature = "sim")]
 #[derive(Default)]
 struct Seen {
     events: Vec<(tracing::Level, String, Fields, Option<Fields>)>,
     spans: Vec<(tracing::Level, String, Fields)>,
 }
 
+#[cfg(feature = "sim")]
 type Fields = std::collections::BTreeMap<String, String>;
 
+#[cfg(feature = "sim")]
 struct FieldText<'a>(&'a mut Fields);
 
+#[cfg(feature = "sim")]
 impl tracing::field::Visit for FieldText<'_> {
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
         self.0.insert(field.name().to_owned(), format!("{value:?}"));
@@ -363,8 +360,10 @@ impl tracing::field::Visit for FieldText<'_> {
     }
 }
 
+#[cfg(feature = "sim")]
 struct Recorder(Arc<Mutex<Seen>>);
 
+#[cfg(feature = "sim")]
 impl<S> tracing_subscriber::Layer<S> for Recorder
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,

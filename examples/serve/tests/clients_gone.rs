@@ -8,12 +8,7 @@ use super::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_gone_while_their_requests_are_on_the_device_get_everything_back() {
     let _device = DEVICE_ONE.lock().await;
-    let config = Config {
-        device: 1,
-        max_in_flight: 3,
-        streams: 1,
-        ..small()
-    };
+    let config = on_device_one(3);
     let server = Server::start(config, loopback()).await.unwrap();
     npu::sim::control::hold(1).unwrap();
     let whole = format!("{JSON_POST}Content-Length: {}\r\n\r\n{GOOD}", GOOD.len());

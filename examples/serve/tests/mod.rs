@@ -54,6 +54,18 @@ fn small() -> Config {
     }
 }
 
+/// A small model on device 1, the one the device tests hold, with one stream, admitting
+/// `max_in_flight` requests at once.
+#[cfg(feature = "sim")]
+fn on_device_one(max_in_flight: usize) -> Config {
+    Config {
+        device: 1,
+        max_in_flight,
+        streams: 1,
+        ..small()
+    }
+}
+
 /// A whole HTTP/1.1 request asking the server to close the connection after answering.
 fn request(method: &str, path: &str, headers: &str, body: &str) -> Vec<u8> {
     let length = body.len();
