@@ -5,39 +5,27 @@
 //! A file of its own: it installs a process-wide subscriber and injects faults.
 
 mod common;
+#[path = "common/field_text.rs"]
+mod field_text;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use common::*;
+use field_text::{FieldText, Fields};
 use npu_core::Module;
 use npu_mem::{DeviceBuffer, PinnedBuffer};
 use npu_sim::control;
 use npu_stream::{Strategy, Stream};
-use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
-
-type Fields = BTreeMap<String, String>;
 
 /// An event as seen: its message and fields, and the fields of its `npu_op` span.
 #[derive(Debug, Clone)]
 struct Seen {
     fields: Fields,
     span: Fields,
-}
-
-struct FieldText<'a>(&'a mut Fields);
-
-impl Visit for FieldText<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
 }
 
 /// Keeps each span's fields and every event inside an `npu_op` span.

@@ -6,35 +6,23 @@
 //! A file of its own: it installs a process-wide subscriber, and its tests take turns.
 
 mod common;
+#[path = "../../npu-stream/tests/common/field_text.rs"]
+mod field_text;
 
-use std::collections::BTreeMap;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use common::*;
+use field_text::{FieldText, Fields};
 use npu::error::AclCode;
 use npu::prelude::*;
 use npu::sim;
 use npu::stream::{Copy2d, Notify, Strategy, ValueCondition, ValueWord};
-use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
-
-type Fields = BTreeMap<String, String>;
-
-struct FieldText<'a>(&'a mut Fields);
-
-impl Visit for FieldText<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
-}
 
 /// An `npu_op` span as it closed: its level, target and fields, in the order the spans were
 /// made, and the messages of the events logged inside it.

@@ -4,6 +4,12 @@
 #[cfg(feature = "sim")]
 use std::sync::{Arc, Mutex};
 
+#[cfg(feature = "sim")]
+#[path = "../../../crates/npu-stream/tests/common/field_text.rs"]
+mod field_text;
+#[cfg(feature = "sim")]
+use field_text::{FieldText, Fields};
+
 use super::*;
 
 /// The answer `GOOD` gets from every test's model (`2 * x + bias`).
@@ -342,22 +348,6 @@ async fn pipelined_requests_of_every_kind_are_answered_in_order() {
 struct Seen {
     events: Vec<(tracing::Level, String, Fields, Option<Fields>)>,
     spans: Vec<(tracing::Level, String, Fields)>,
-}
-
-#[cfg(feature = "sim")]
-type Fields = std::collections::BTreeMap<String, String>;
-
-#[cfg(feature = "sim")]
-struct FieldText<'a>(&'a mut Fields);
-
-#[cfg(feature = "sim")]
-impl tracing::field::Visit for FieldText<'_> {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
 }
 
 #[cfg(feature = "sim")]
