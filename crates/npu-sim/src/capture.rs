@@ -177,6 +177,14 @@ impl Capture {
         self.active.load(Ordering::Acquire)
     }
 
+    /// Whether operator information is cached on its tasks (aclrtCacheLastTaskOpInfo), as
+    /// aclrtGetStreamAttribute(ACL_STREAM_ATTR_CACHE_OP_INFO) reports on its streams: while it
+    /// goes on and the stream that began it has the switch on (the streams joining it share
+    /// that stream's switch, as the reference says).
+    pub(crate) fn caches_op_info(&self) -> bool {
+        self.is_active() && lock(&self.origin.attributes).cache_op_info == 1
+    }
+
     /// Makes the capture invalid: later submissions into it are refused and its end fails.
     pub(crate) fn invalidate(&self, why: &SimError) {
         lock(&self.invalidated).get_or_insert_with(|| why.clone());

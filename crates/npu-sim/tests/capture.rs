@@ -2878,6 +2878,63 @@ fn printed_tasks(model: aclmdlRI, name: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The switch as aclrtGetStreamAttribute(ACL_STREAM_ATTR_CACHE_OP_INFO) reads it on `stream`.
+fn cache_op_info_read(stream: aclrtStream) -> u32 {
+    let mut value = aclrtStreamAttrValue { reserve: [7; 4] };
+    acl!(aclrtGetStreamAttribute(
+        stream,
+        ACL_STREAM_ATTR_CACHE_OP_INFO,
+        &mut value
+    ));
+    // SAFETY: every union member is plain integers over the same bytes.
+    unsafe { value.cacheOpInfoSwitch }
+}
+
+/// The reference's flow for aclrtCacheLastTaskOpInfo: aclrtGetStreamAttribute reads the
+/// operator information cache switch as on only while the stream is being captured with the
+/// switch set, and a stream that joins the capture reads the switch of the stream that began
+/// it. The simulator read back whatever had been set on the stream itself (on outside captures,
+/// off on a joined stream whose capture cached the information).
+#[test]
+fn the_cache_switch_reads_on_only_in_a_capture_and_joined_streams_share_it() {
+    install();
+    set_device(3);
+    let (main, side) = (create_stream(), create_stream());
+    let (fork, join) = (create_event(), create_event());
+    cache_op_info_switch(main, 1);
+    assert_eq!(cache_op_info_read(main), 0, "set, but no capture");
+    acl!(aclmdlRICaptureBegin(main, RELAXED));
+    assert_eq!(cache_op_info_read(main), 1);
+    assert_eq!(cache_op_info_read(side), 0, "not in the capture yet");
+    acl!(aclrtRecordEvent(fork, main));
+    acl!(aclrtStreamWaitEvent(side, fork));
+    assert_eq!(
+        cache_op_info_read(side),
+        1,
+        "joined: the main stream's switch"
+    );
+    cache_op_info_switch(main, 0);
+    assert_eq!((cache_op_info_read(main), cache_op_info_read(side)), (0, 0));
+    cache_op_info_switch(main, 1);
+    acl!(aclrtRecordEvent(join, side));
+    acl!(aclrtStreamWaitEvent(main, join));
+    let model = capture_end(main);
+    assert_eq!((cache_op_info_read(main), cache_op_info_read(side)), (0, 0));
+    // The switch stays set: the next capture reads it on again.
+    acl!(aclmdlRICaptureBegin(main, RELAXED));
+    assert_eq!(cache_op_info_read(main), 1);
+    let again = capture_end(main);
+    for model in [model, again] {
+        acl!(aclmdlRIDestroy(model));
+    }
+    for event in [fork, join] {
+        acl!(aclrtDestroyEvent(event));
+    }
+    for stream in [main, side] {
+        acl!(aclrtDestroyStream(stream));
+    }
+}
+
 /// aclrtCacheLastTaskOpInfo and aclrtCacheLastTaskExtendInfo attach information to the thread's
 /// last captured (or built) task, which aclmdlRIDebugJsonPrint then shows; operator information
 /// only while the capture's stream has ACL_STREAM_ATTR_CACHE_OP_INFO on.

@@ -507,12 +507,14 @@ fn attributes_round_trip() {
         )[0],
         77
     );
+    // The operator information cache switch reads on only while the stream is being captured
+    // (tests/capture.rs `the_cache_switch_reads_on_only_in_a_capture_and_joined_streams_share_it`).
     assert_eq!(
         set(
             ACL_STREAM_ATTR_CACHE_OP_INFO,
             value(|v| v.cacheOpInfoSwitch = 1)
         )[0],
-        1
+        0
     );
     assert_eq!(
         set(ACL_STREAM_ATTR_PRIORITY, value(|v| v.streamPriority = 6))[0],

@@ -171,9 +171,10 @@ fn unknown_attribute<T>(kind: aclrtStreamAttr) -> Res<T> {
 }
 
 /// Sets a stream attribute (NULL is the default stream, except for FAILURE_MODE → 107000):
-/// FAILURE_MODE as aclrtSetStreamFailureMode; FLOAT_OVERFLOW_CHECK and CACHE_OP_INFO (0/1) and
-/// USER_CUSTOM_TAG are stored (no effect: no overflow detection or operator cache here);
-/// PRIORITY 0..=7 (107000 beyond). NULL value, unknown attribute or a bad switch → 100000. The
+/// FAILURE_MODE as aclrtSetStreamFailureMode; FLOAT_OVERFLOW_CHECK (0/1) and USER_CUSTOM_TAG
+/// are stored (no effect: no overflow detection here); CACHE_OP_INFO (0/1) is the switch
+/// aclrtCacheLastTaskOpInfo obeys in a capture begun on the stream; PRIORITY 0..=7 (107000
+/// beyond). NULL value, unknown attribute or a bad switch → 100000. The
 /// attribute and its value are checked before the stream is looked up.
 ///
 /// # Safety
@@ -210,8 +211,10 @@ pub unsafe extern "C" fn aclrtSetStreamAttribute(
     })
 }
 
-/// Reads a stream attribute (NULL is the default stream). NULL value or unknown attribute →
-/// 100000, before the stream is looked up.
+/// Reads a stream attribute (NULL is the default stream). CACHE_OP_INFO reads 1 only while the
+/// stream is being captured and the stream that began the capture has the switch set (the
+/// reference: only then is the switch on, and joined streams share the first one's). NULL
+/// value or unknown attribute → 100000, before the stream is looked up.
 ///
 /// # Safety
 /// `value` must be NULL or valid for a write of an aclrtStreamAttrValue.
@@ -231,7 +234,10 @@ pub unsafe extern "C" fn aclrtGetStreamAttribute(
                 |_, a, out| out.overflowSwitch = a.overflow_switch
             }
             ACL_STREAM_ATTR_USER_CUSTOM_TAG => |_, a, out| out.userCustomTag = a.user_custom_tag,
-            ACL_STREAM_ATTR_CACHE_OP_INFO => |_, a, out| out.cacheOpInfoSwitch = a.cache_op_info,
+            // On only where the switch acts: in a capture whose first stream has it set.
+            ACL_STREAM_ATTR_CACHE_OP_INFO => |s, _, out| {
+                out.cacheOpInfoSwitch = u32::from(s.capture().is_some_and(|c| c.caches_op_info()))
+            },
             ACL_STREAM_ATTR_PRIORITY => |s, _, out| out.streamPriority = s.priority(),
             _ => return unknown_attribute(stmAttrType),
         };

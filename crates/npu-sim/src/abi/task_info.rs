@@ -13,7 +13,6 @@ use super::check::bytes;
 use crate::capture::{LastCaptured, last_captured};
 use crate::error::{ensure, fail, guard, non_null};
 use crate::model_ri::TaskInfo;
-use crate::sync::lock;
 
 /// The most bytes of operator information a task takes (the reference's range is (0, 64K]).
 pub(crate) const MAX_OP_INFO: usize = 64 << 10;
@@ -53,8 +52,7 @@ pub unsafe extern "C" fn aclrtCacheLastTaskOpInfo(
         let (Some(model), Some(capture)) = (model.upgrade(), capture.upgrade()) else {
             return Ok(());
         };
-        let switched_on = lock(&capture.origin.attributes).cache_op_info == 1;
-        if capture.is_active() && switched_on {
+        if capture.caches_op_info() {
             model.cache_info(index, TaskInfo::Op, info);
         }
         Ok(())
