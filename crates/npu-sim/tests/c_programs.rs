@@ -532,6 +532,21 @@ fn the_kernel_and_exception_chapters_documented_edge_cases_in_c() {
     assert_eq!(stdout, "327 documented edges checked, 0 wrong\n");
 }
 
+/// `tests/c/control_chapter_edges.c`: the notify, counted notify, label, execution control and
+/// model runtime instance chapters, and the stream chapter's capture, switching, activation and
+/// attribute parts (stream flags, priorities and attribute ranges, the streams whose
+/// synchronisation does nothing, state callbacks; a wait resetting its notify, a batch reset,
+/// export flags, the notifies of a device and labels of a process; every stream switch
+/// condition, a label index past its list; building, capturing, capture modes on each thread,
+/// task groups and updates, instance introspection, destroy callbacks, conditional tasks;
+/// execute timeouts, the thread's last task, host functions holding their stream), checked in
+/// C; the program prints each mismatch.
+#[test]
+fn the_control_chapters_documented_edge_cases_in_c() {
+    let stdout = run(&compile("control_chapter_edges", &["-pthread"]));
+    assert_eq!(stdout, "817 documented edges checked, 0 wrong\n");
+}
+
 #[test]
 fn devices_and_information_flow_in_c() {
     let stdout = run(&compile("device_info", &[]));
