@@ -7,41 +7,16 @@
  * after; a stream of the exporter waits for the notify and then copies the bytes back. Every
  * read of a pipe is bounded. */
 #define _GNU_SOURCE
-#include <poll.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "child_process.h"
 
 #define BYTES 10000
 #define KEY_LEN 65
-
-extern char **environ;
-
-/* Reads one line (at most cap-1 bytes) from fd, waiting at most 60 s for each byte. */
-static int read_line(int fd, char *line, size_t cap) {
-    size_t len = 0;
-    while (len + 1 < cap) {
-        struct pollfd ready = {fd, POLLIN, 0};
-        if (poll(&ready, 1, 60000) != 1 || read(fd, &line[len], 1) != 1) {
-            return -1;
-        }
-        if (line[len] == '\n') {
-            break;
-        }
-        len++;
-    }
-    line[len] = '\0';
-    return 0;
-}
-
-static int write_line(int fd, const char *line) {
-    size_t len = strlen(line);
-    return write(fd, line, len) == (ssize_t)len && write(fd, "\n", 1) == 1 ? 0 : -1;
-}
 
 /* An IPC event handle as hex, to pass it on a command line, and back. */
 static void handle_to_hex(const aclrtIpcEventHandle *handle, char *hex) {
@@ -140,33 +115,20 @@ int main(int argc, char **argv) {
     CHECK(aclrtRecordEvent(filled, stream));
     handle_to_hex(&handle, event_hex);
 
-    int to_child[2], from_child[2];
-    if (pipe(to_child) != 0 || pipe(from_child) != 0) {
-        return 2;
-    }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, to_child[0], 0);
-    posix_spawn_file_actions_adddup2(&actions, from_child[1], 1);
-    posix_spawn_file_actions_addclose(&actions, to_child[1]);
-    posix_spawn_file_actions_addclose(&actions, from_child[0]);
     char *child_argv[] = {argv[0], "import", key, notify_key, event_hex, NULL};
-    pid_t child;
-    if (posix_spawn(&child, "/proc/self/exe", &actions, NULL, child_argv, environ) != 0) {
+    struct child child;
+    if (spawn_self(child_argv, &child) != 0) {
         return 2;
     }
-    posix_spawn_file_actions_destroy(&actions);
-    close(to_child[0]);
-    close(from_child[1]);
 
     char line[32];
-    if (read_line(from_child[0], line, sizeof line) != 0) {
+    if (read_line(child.from_child, line, sizeof line) != 0) {
         return 3;
     }
     int32_t pid = atoi(line);
-    printf("importer pid reported: %d\n", pid == child);
+    printf("importer pid reported: %d\n", pid == child.pid);
     CHECK(aclrtIpcMemSetImportPid(key, &pid, 1));
-    if (write_line(to_child[1], "go") != 0) {
+    if (write_line(child.to_child, "go") != 0) {
         return 3;
     }
     /* The copy runs once the importer's record releases the wait, so it sees its bytes. */
@@ -178,12 +140,12 @@ int main(int argc, char **argv) {
         changed += ((unsigned char *)host)[i] == 0xC3;
     }
     printf("bytes the importer wrote, after its notify: %d\n", changed);
-    if (read_line(from_child[0], line, sizeof line) != 0) {
+    if (read_line(child.from_child, line, sizeof line) != 0) {
         return 3;
     }
     printf("importer saw %s wrong bytes\n", line);
     int status = 0;
-    if (waitpid(child, &status, 0) != child || !WIFEXITED(status)) {
+    if (waitpid(child.pid, &status, 0) != child.pid || !WIFEXITED(status)) {
         return 3;
     }
     printf("importer exit status: %d\n", WEXITSTATUS(status));
