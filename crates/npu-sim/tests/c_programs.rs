@@ -547,6 +547,27 @@ fn the_control_chapters_documented_edge_cases_in_c() {
     assert_eq!(stdout, "817 documented edges checked, 0 wrong\n");
 }
 
+/// `tests/c/config_chapter_edges.c`: the initialisation chapter (aclInit's file and its
+/// nesting limits, init callbacks at aclInit or at once, finalize callbacks, one aclFinalize
+/// for many aclInit calls, aclFinalizeReference's count), runtime parameters and resource
+/// limits, cache operations, IPC memory across two processes (whitelisted, unvalidated, closed
+/// and freed keys, the import flags), custom allocators, device variable copies, compute
+/// groups, dump sessions and the dump kinds that exclude each other, every snapshot stage and
+/// state, and the other APIs (half conversions of special values, version order, the
+/// platform's description, profiling marks, cached task information in a capture), checked in
+/// C; the program prints each mismatch.
+#[test]
+fn the_configuration_chapters_documented_edge_cases_in_c() {
+    let library = compile("global_kernels", &["-shared", "-fPIC"]);
+    let linked = format!("-Wl,--no-as-needed,{}", library.display());
+    let stdout = run_with(
+        &compile("config_chapter_edges", &["-pthread", &linked]),
+        &[("NPUSIM_GLOBALS_SO", &library)],
+    );
+    let _ = std::fs::remove_file(&library);
+    assert_eq!(stdout, "527 documented edges checked, 0 wrong\n");
+}
+
 #[test]
 fn devices_and_information_flow_in_c() {
     let stdout = run(&compile("device_info", &[]));
