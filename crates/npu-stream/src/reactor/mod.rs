@@ -37,6 +37,14 @@ mod sync {
 
 /// A stream without progress for this long is health-checked by the sentinel.
 const PROBE_AFTER: Duration = Duration::from_millis(10);
+/// The longest a fault notice keeps a stream suspect (queried on every pass, probed as soon as
+/// the last probe answered) without progress or a dead verdict. The notice names no operation:
+/// the failed one may have completed long before the reactor reads it (a `BlockingSync` wait
+/// completed it, and the notice waited until the reactor took a later operation of the stream
+/// over), or its stream may then be held up by work that takes as long as it likes. Past this,
+/// the stream is an ordinary one without progress, which the sentinel probes from
+/// [`PROBE_AFTER`] on anyway.
+const SUSPECT_FOR: Duration = PROBE_AFTER;
 /// Probes of a stream that keeps running without progress grow apart up to this interval.
 const MAX_PROBE_INTERVAL: Duration = Duration::from_millis(160);
 /// A query due within this long is waited for by yielding the core rather than parking: a
@@ -446,13 +454,19 @@ impl Reactor {
         self.fail_aborted(stream, finished);
         let mut now = Instant::now();
         // A fault the exception callback reported: look now, and keep looking (and asking
-        // the sentinel) until the stream progresses or is found dead.
+        // the sentinel) until the stream progresses or is found dead, for `SUSPECT_FOR` at
+        // most.
         // Read, then cleared: a notice landing in between finds the stream suspect already.
         // (The wake-up it rides on is modelled in `model.rs`.)
         if stream.fault_noticed.load(sync::Ordering::Acquire) {
             stream.fault_noticed.store(false, sync::Ordering::Release);
             self.counters.fault_noticed();
             health.suspect = true;
+            health.suspected_at = now;
+        } else if health.suspect && now.duration_since(health.suspected_at) >= SUSPECT_FOR {
+            // A suspect stream is never parked for: the suspicion must end, or the reactor
+            // spins for as long as the stream's head is held up.
+            health.suspect = false;
         }
         if !failed && !health.suspect && !plan.is_due(now) {
             return true;
@@ -587,8 +601,12 @@ struct Health {
     /// The sentinel's answer to the probe in flight, if one is.
     asked: Option<Arc<Verdict>>,
     /// A fault was reported on the stream: it is queried on every pass and probed as soon as
-    /// the previous probe answered, until it progresses or is found dead.
+    /// the previous probe answered, until it progresses or is found dead, or [`SUSPECT_FOR`]
+    /// has passed.
     suspect: bool,
+    /// When the latest fault notice made the stream suspect; the suspicion ends
+    /// [`SUSPECT_FOR`] later.
+    suspected_at: Instant,
 }
 
 impl Health {
@@ -599,6 +617,7 @@ impl Health {
             probe_every: PROBE_AFTER,
             asked: None,
             suspect: false,
+            suspected_at: now,
         }
     }
 
