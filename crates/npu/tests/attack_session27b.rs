@@ -52,3 +52,38 @@ fn a_fault_long_settled_does_not_make_the_reactor_spin_on_held_work() {
         run(op).unwrap();
     }
 }
+
+/// The same rule while the fault is fresh: a task fails in `FailureMode::Continue` with a
+/// notify wait queued behind it that only the host satisfies, and the host satisfies it only
+/// once it has seen the failure (as a program reacting to a fault would). Meanwhile the
+/// stream's head waits for as long as the host likes; the reactor must park between its
+/// queries of it, and the work behind it run once the notify is recorded.
+#[test]
+fn a_fault_followed_by_a_wait_the_host_ends_does_not_make_the_reactor_spin() {
+    let (_devices, ctx, _) = exclusive(None);
+    for strategy in [Strategy::EventPoll, Strategy::BlockingSync] {
+        let (s, other) = (stream(&ctx, strategy), stream(&ctx, strategy));
+        let notify = npu::stream::Notify::new(&ctx).unwrap();
+        let before = npu::stream::reactor_stats();
+        sim::fail_task(&s, 1, AclCode(507015)).unwrap();
+        let failed = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+        let waiting = s.wait_notify(&notify);
+        let after = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2);
+        let err = run(failed).unwrap_err();
+        assert_eq!(err.error.acl_code(), Some(AclCode(507015)), "{strategy:?}");
+        // A `BlockingSync` wait hands the notify wait to the reactor after 100 ms.
+        until("the reactor watches the notify wait", || {
+            npu::stream::reactor_stats().registered > before.registered
+        });
+        let taken = npu::stream::reactor_stats();
+        until("the reactor parks while the notify wait is pending", || {
+            npu::stream::reactor_stats().parks >= taken.parks + 20
+        });
+        assert!(!waiting.is_complete() && !after.is_complete());
+        run(other.record_notify(&notify)).unwrap();
+        run(waiting).unwrap();
+        assert_eq!(run(after).unwrap().to_vec_blocking().unwrap(), [2; 64]);
+        run(s.synchronize()).unwrap_err();
+        run(s.synchronize()).unwrap();
+    }
+}
