@@ -8,10 +8,19 @@ use npu_core::{Context, Result, acl_call};
 
 /// Events are recorded after every operation; creating one per operation would cost an ACL
 /// allocation each time, so they are pooled per context and re-recorded.
+///
+/// The pool keeps at most [`MAX_IDLE`] events between uses. Each operation in flight holds
+/// one, so a burst of operations takes as many of the device's events (a fixed number of
+/// hardware events: 65,536 on npu-sim) as it has in flight; kept idle for the life of the
+/// context's streams, a burst's events left the device without any once nothing was in
+/// flight, and `Event::new`, and every other context's completion events, failed.
 pub(crate) struct EventPool {
     context: Context,
     free: Mutex<Vec<RawEvent>>,
 }
+
+/// How many idle events a pool keeps; those returned past it are destroyed.
+const MAX_IDLE: usize = 1024;
 
 /// An `aclrtEvent` owned by a pool.
 struct RawEvent(ffi::aclrtEvent);
@@ -106,11 +115,15 @@ impl PooledEvent {
 impl Drop for PooledEvent {
     fn drop(&mut self) {
         if let Some(raw) = self.raw.take() {
-            self.pool
-                .free
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(raw);
+            let mut free = self.pool.free.lock().unwrap_or_else(|e| e.into_inner());
+            if free.len() < MAX_IDLE {
+                free.push(raw);
+                return;
+            }
+            drop(free);
+            // Destroyed with no lock held, as a discarded event is: the call does not block,
+            // and a failure is logged, which may run a tracing subscriber.
+            self.pool.destroy(raw);
         }
     }
 }

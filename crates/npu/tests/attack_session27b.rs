@@ -87,3 +87,52 @@ fn a_fault_followed_by_a_wait_the_host_ends_does_not_make_the_reactor_spin() {
         run(s.synchronize()).unwrap();
     }
 }
+
+/// "Nothing leaks" for the device's hardware events: a burst of operations in flight on one
+/// long-lived stream (the device held, so every operation takes a completion event of its
+/// own, until the device has none left) must not keep the device out of events once the burst
+/// is over and nothing is in flight: a user event is then made again, and a stream of another
+/// context of the device gets a completion event of its own.
+#[test]
+fn a_burst_of_operations_in_flight_does_not_keep_the_device_out_of_events() {
+    let (_devices, _, ctx) = exclusive(None);
+    let device = ctx.device();
+    // The pool is the context's, whatever the strategy; `BlockingSync` would take a thread per
+    // operation of the burst.
+    for strategy in [Strategy::EventPoll, Strategy::CallbackThread] {
+        let s = stream(&ctx, strategy);
+        run(s.synchronize()).unwrap();
+        let held = sim::hold(&device).unwrap();
+        // Synchronisations own nothing; each one records a completion event after it. Once
+        // the device has no event left, the later ones are drained instead and fail with the
+        // runtime's error once the stream has run them, as documented.
+        let mut burst = Vec::new();
+        while Event::new(&ctx).is_ok() {
+            burst.extend((0..256).map(|_| s.synchronize()));
+            assert!(burst.len() <= 1 << 18, "the device never ran out of events");
+        }
+        burst.extend((0..16).map(|_| s.synchronize()));
+        held.release().unwrap();
+        run(async {
+            for op in burst {
+                if let Err(err) = op.await {
+                    assert_eq!(err.error.acl_code(), Some(AclCode(207007)), "{err}");
+                }
+            }
+        });
+        // Nothing is in flight and the stream is idle, but kept: the device serves events.
+        let event = Event::new(&ctx).unwrap_or_else(|err| {
+            panic!(
+                "{strategy:?}: {err}; live events {}",
+                sim::device_stats(&device).unwrap().live_events
+            )
+        });
+        event.record(&s).unwrap();
+        run(event.wait()).unwrap();
+        // An operation that could not record its completion event would fail with the
+        // runtime's 207007 once drained.
+        let other = stream(&device.create_context().unwrap(), strategy);
+        run(other.synchronize()).unwrap();
+        drop((s, other));
+    }
+}
