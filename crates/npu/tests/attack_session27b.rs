@@ -136,3 +136,89 @@ fn a_burst_of_operations_in_flight_does_not_keep_the_device_out_of_events() {
         drop((s, other));
     }
 }
+
+/// Rule 5 for wakers on the completing threads (the reactor, a callback worker, a blocking
+/// waiter) that reach into another device's held stream: the waker records an event behind
+/// the held work, makes a third stream wait on it, stops the held stream and starts an abort
+/// of it. None of it may wait for the held device, so the waker returns and the completing
+/// thread goes on serving; the held work fails unwritten (stopped, then discarded), so does
+/// the event's wait, and once the device is released every stream runs again.
+#[test]
+fn a_waker_stopping_and_aborting_a_held_stream_returns_at_once() {
+    use std::sync::mpsc;
+    use std::sync::{Arc, Mutex};
+    use std::task::Wake;
+
+    struct Reaching {
+        victim: npu::Stream,
+        event: Event,
+        waiter: npu::Stream,
+        done: Mutex<Option<mpsc::Sender<[bool; 3]>>>,
+    }
+
+    impl Wake for Reaching {
+        fn wake(self: Arc<Self>) {
+            let Some(done) = self.done.lock().unwrap().take() else {
+                return;
+            };
+            let recorded = self.event.record(&self.victim).is_ok();
+            let waited = self.waiter.wait_event(&self.event).is_ok();
+            let stopped = self.victim.stop().is_ok();
+            drop(self.victim.abort());
+            done.send([recorded, waited, stopped]).unwrap();
+        }
+    }
+
+    let (_devices, d0, d1) = exclusive(None);
+    for strategy in [
+        Strategy::EventPoll,
+        Strategy::CallbackThread,
+        Strategy::BlockingSync,
+    ] {
+        let (s0, victim, waiter) = (
+            stream(&d0, strategy),
+            stream(&d1, strategy),
+            stream(&d1, strategy),
+        );
+        let held = sim::hold(&d1.device()).unwrap();
+        let queued = victim.memset(DeviceBuffer::<u8>::new(&d1, 64).unwrap(), 1);
+        let (tx, rx) = mpsc::channel();
+        let reaching = Arc::new(Reaching {
+            victim: victim.clone(),
+            event: Event::new(&d1).unwrap(),
+            waiter: waiter.clone(),
+            done: Mutex::new(Some(tx)),
+        });
+        // Submitted outside Tokio (a `BlockingSync` wait runs on a plain thread of its own),
+        // on device 0 held until the waker is registered.
+        let held0 = sim::hold(&d0.device()).unwrap();
+        let mut op = s0.memset(DeviceBuffer::<u8>::new(&d0, 64).unwrap(), 2);
+        let waker = std::task::Waker::from(reaching.clone());
+        let polled = std::pin::Pin::new(&mut op).poll(&mut std::task::Context::from_waker(&waker));
+        assert!(polled.is_pending());
+        held0.release().unwrap();
+        let done = common::watchdog("the waker returns", || rx.recv().unwrap());
+        assert_eq!(done, [true; 3], "{strategy:?}");
+        run(op).unwrap();
+        // The completing thread goes on serving device 0 while device 1 stays held.
+        run(s0.memset(DeviceBuffer::<u8>::new(&d0, 64).unwrap(), 3)).unwrap();
+        // The abort discards the queued memset without the device: it never started.
+        held.release().unwrap();
+        let buffer = run(queued).unwrap_err().value.unwrap();
+        assert_eq!(
+            buffer.to_vec_blocking().unwrap(),
+            [0; 64],
+            "{strategy:?}: never ran"
+        );
+        assert!(
+            run(reaching.event.wait()).is_err(),
+            "{strategy:?}: its record was discarded"
+        );
+        let _ = run(waiter.synchronize());
+        run(victim.abort()).unwrap();
+        for s in [&victim, &waiter] {
+            let filled = run(s.memset(DeviceBuffer::<u8>::new(&d1, 64).unwrap(), 4)).unwrap();
+            assert_eq!(filled.to_vec_blocking().unwrap(), [4; 64], "{strategy:?}");
+        }
+    }
+}
