@@ -1,5 +1,6 @@
 //! The twenty-seventh session's second helper: streams, events, kernels and the reactor.
-//! All three strategies where a stream is involved.
+//! Each test names the strategies it runs under; every wait is bounded (`run`, `until`,
+//! `watchdog`), so a hang fails its test.
 
 mod common;
 
