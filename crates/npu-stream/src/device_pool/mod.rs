@@ -604,7 +604,7 @@ impl DevicePool {
         });
         let started = Instant::now();
         let block = match self.submit_malloc(api, stream, &room).await {
-            Err(err) if err.is_out_of_memory() && self.free_cache_on(api, stream).await => {
+            Err(err) if err.is_out_of_memory() && self.drain_cache().await => {
                 self.cache.source().trim_runtime(0)?;
                 self.submit_malloc(api, stream, &room).await
             }
@@ -615,40 +615,42 @@ impl DevicePool {
     }
 
     /// Out of memory on the runtime pool: gives every cached block back to the runtime pool
-    /// on `stream` and waits until the stream has run those frees, so that the runtime can
-    /// reuse or release their memory when the allocation is tried again. (Frees queued on the
-    /// pool's release stream had not run yet when the retry came, which then failed as the
-    /// first attempt had.) Whether any block was cached.
-    async fn free_cache_on(&self, api: &'static str, stream: &Stream) -> bool {
-        let blocks = self.cache.take_cached();
-        if blocks.is_empty() {
+    /// (on the pool's own release stream, as any eviction) and waits until that stream has
+    /// run those frees, so that the runtime can reuse or release their memory when the
+    /// allocation is tried again. (Frees queued and not yet run when the retry came left it
+    /// failing as the first attempt had.) Whether any block was cached.
+    ///
+    /// The wait is a synchronisation of the release stream on a thread of its own, which
+    /// completes a completion this awaits (so a paused clock stands still meanwhile, as for
+    /// any device wait). The frees are not queued on the caller's stream: there they would
+    /// run only once the stream ran, and never on a stream that does not (stopped, or blocked
+    /// and then aborted), which left the memory of every block the cache held reusable by
+    /// that stream alone, and every other stream of the pool out of memory for the pool's
+    /// life.
+    async fn drain_cache(&self) -> bool {
+        if self.cache.trim_to(0) == 0 {
             return false;
         }
-        let bytes = blocks.iter().map(|block| block.bytes).sum();
-        let freeing = Freeing {
-            cache: self.cache.clone(),
-            blocks,
-        };
-        let op = stream.submit(
-            (api, "stream"),
-            "aclrtMemPoolFreeAsync",
-            bytes,
-            freeing,
-            |_, _| {},
-            |freeing, raw| {
-                while let Some(block) = freeing.blocks.pop() {
-                    if let Err(err) = self.cache.source().free_on(&block, raw) {
-                        freeing.blocks.push(block);
-                        return Err(err);
-                    }
-                }
-                Ok(())
-            },
-        );
-        // Failed or not, the frees the runtime accepted are its own, and the blocks it did
-        // not take go back on the release stream (`Freeing`); the retry says whether the
-        // memory came back.
-        let _ = op.await;
+        // SAFETY: nothing is recorded against this completion and nothing is deferred on it:
+        // it only says that the release stream's synchronisation has returned, and the thread
+        // below completes it then.
+        let completer = unsafe { npu_core::Completer::new() };
+        let drained = completer.completion();
+        let cache = self.cache.clone();
+        let spawned = std::thread::Builder::new()
+            .name("npu-pool-drain".into())
+            .spawn(move || {
+                let result = cache.source().drain_release();
+                completer.complete(result);
+            });
+        match spawned {
+            // Failed or not, the retry says whether the memory came back.
+            Ok(_) => drop(drained.wait().await),
+            // The completer went with the closure unrun: nothing would complete the wait.
+            Err(err) => {
+                npu_core::log!(warn, %err, "no thread to wait for a device pool's frees");
+            }
+        }
         true
     }
 
@@ -736,22 +738,6 @@ impl Drop for Unclaimed {
         if let Some(block) = self.block.take() {
             use npu_mem::pool_cache::Source;
             self.cache.source().free(vec![block]);
-        }
-    }
-}
-
-/// Idle runtime-pool blocks being given back to the runtime pool on a user's stream; those the
-/// runtime did not take go back on the pool's release stream when this is dropped.
-struct Freeing {
-    cache: Arc<Cache<DeviceSource>>,
-    blocks: Vec<DeviceBlock>,
-}
-
-impl Drop for Freeing {
-    fn drop(&mut self) {
-        if !self.blocks.is_empty() {
-            use npu_mem::pool_cache::Source;
-            self.cache.source().free(std::mem::take(&mut self.blocks));
         }
     }
 }

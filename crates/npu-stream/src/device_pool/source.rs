@@ -197,25 +197,20 @@ impl DeviceSource {
         Ok(DeviceBlock { ptr, bytes })
     }
 
-    /// Returns an idle runtime-pool block to the runtime pool at this point of `stream`
-    /// (`aclrtMemPoolFreeAsync`; the caller holds the stream's submission lock, with the
-    /// context bound). Refused on the caching backend, whose blocks are not the runtime pool's.
-    pub(crate) fn free_on(&self, block: &DeviceBlock, stream: ffi::aclrtStream) -> Result<()> {
-        let Backend::Runtime(_) = &self.backend else {
-            return Err(Error::invalid(
-                "aclrtMemPoolFreeAsync",
-                "ptr",
-                "the block is not the runtime pool's",
-            ));
+    /// Waits until the runtime pool's release stream has run the frees queued on it so far
+    /// (`aclrtSynchronizeStream`), so that the runtime can reuse or release their memory; a
+    /// no-op on the caching backend, whose frees are immediate. It blocks for as long as the
+    /// device takes to reach them (a held device, say), so it runs only on a thread of its own
+    /// (`DevicePool::drain_cache`): nothing else runs on that stream, and no drop and no shared
+    /// thread waits for it.
+    pub(crate) fn drain_release(&self) -> Result<()> {
+        let Backend::Runtime(pool) = &self.backend else {
+            return Ok(());
         };
-        // SAFETY: the block came from this pool and is idle (every operation that used it
-        // has completed); `stream` is a live stream of the bound context.
-        unsafe {
-            acl_call_opt!(
-                self.context.runtime(),
-                aclrtMemPoolFreeAsync(block.ptr, stream)
-            )
-        }
+        self.context.bind()?;
+        // SAFETY: `release` is our live stream in the bound context; the caller keeps the
+        // source (and so the stream) alive for the call.
+        unsafe { acl_call!(self.context.runtime(), aclrtSynchronizeStream(pool.release)) }
     }
 
     /// Asks the runtime pool to release idle memory down to `keep` bytes.
