@@ -1,6 +1,6 @@
 //! Attacks of the twenty-seventh session's helper, through the `npu` facade, on memory: the
-//! runtime-pool backend of `DevicePool` out of memory on a stream that does not run, and the
-//! other angles listed with each test.
+//! runtime-pool backend of `DevicePool` out of memory on a stream that does not run, its
+//! `try_alloc` when only room could serve, and the other angles listed with each test.
 //!
 //! Each test names the promise it attacks. The simulator's hold gate is process-wide, so every
 //! test takes the file's device lock; every wait is bounded (`run`, `until`, `until_released`,
@@ -121,5 +121,60 @@ fn an_out_of_memory_retry_on_a_stream_that_does_not_run_leaves_the_memory_to_oth
                 within(live_memory(&ctx), baseline)
             });
         }
+    }
+}
+
+/// `DevicePool::try_alloc` "never waits: `Ok(None)` when the request would have to queue for
+/// capacity, or when only a new stream-ordered allocation could serve it". A try that gives
+/// nothing must leave the pool as it was: on the runtime pool, with a capacity full of cached
+/// blocks of another class, it must not evict them (and free them) to make room it then does
+/// not use. It still serves a cached block of its class, and never overtakes a queued waiter.
+#[test]
+fn a_try_alloc_that_gives_nothing_leaves_the_runtime_pools_cache_alone() {
+    let (_guard, ctx, _d1) = devices();
+    let baseline = live_memory(&ctx);
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let pool = DevicePool::builder(&ctx)
+            .backend(DevicePoolBackend::RuntimePool)
+            .capacity(16384)
+            .build()
+            .unwrap();
+        assert_eq!(run(pool.reserve(&s, 2, 8192)).unwrap(), 16384);
+        let before = pool.stats();
+        for _ in 0..3 {
+            assert!(pool.try_alloc::<u8>(&s, 4096).unwrap().is_none());
+        }
+        let after = pool.stats();
+        assert_eq!(
+            after.cache, before.cache,
+            "{strategy:?}: the try changed the pool"
+        );
+        assert_eq!(after.runtime, before.runtime, "{strategy:?}");
+        // A cached block of its class is a hit.
+        let hit = pool
+            .try_alloc::<u8>(&s, 8000)
+            .unwrap()
+            .expect("a cached block");
+        assert_eq!((hit.block_bytes(), pool.stats().cache.hits), (8192, 1));
+        // A waiter queued for more room than is free is not overtaken by a try of a class the
+        // cache holds.
+        let held = pool
+            .try_alloc::<u8>(&s, 8192)
+            .unwrap()
+            .expect("the other block");
+        drop(hit);
+        let whole = {
+            let mut waiter = std::pin::pin!(pool.alloc::<u8>(&s, 16384));
+            assert!(polled_once(waiter.as_mut()).is_pending());
+            assert!(pool.try_alloc::<u8>(&s, 8192).unwrap().is_none());
+            drop(held);
+            run(waiter).unwrap()
+        };
+        assert_eq!(whole.block_bytes(), 16384, "{strategy:?}");
+        drop((whole, pool, s));
+        until_released(&format!("{strategy:?}: everything"), || {
+            within(live_memory(&ctx), baseline)
+        });
     }
 }

@@ -121,10 +121,19 @@ impl<S: Source> Cache<S> {
             .or_else(|| self.update(|state, evicted| state.try_request(class, evicted)))
     }
 
+    /// A cached block of `class`, only: `None` while none is cached or anyone waits. Unlike
+    /// [`try_grant`](Cache::try_grant) it never grants room, and so never evicts cached blocks
+    /// of other classes to make some: for a pool that cannot fill room without waiting (a
+    /// stream-ordered allocation), whose `try_alloc` would otherwise free cached blocks and
+    /// then give nothing.
+    pub fn try_hit(&self, class: usize) -> Option<S::Block> {
+        self.lock().take_cached(class)
+    }
+
     /// The common case of both grants, a cached block with nobody waiting: one short critical
     /// section, none of the request machinery.
     fn hit(&self, class: usize) -> Option<Granted<S::Block>> {
-        self.lock().take_cached(class).map(Granted::Block)
+        self.try_hit(class).map(Granted::Block)
     }
 
     /// A cached block of `class`, or room to allocate one, waiting in FIFO order while the
@@ -289,16 +298,6 @@ impl<S: Source> Cache<S> {
         let bytes = blocks.iter().map(S::block_bytes).sum();
         self.free_blocks(blocks);
         bytes
-    }
-
-    /// Takes every cached block out of the cache, as [`trim_to(0)`](Cache::trim_to) does, and
-    /// hands them to the caller to free instead of the source's `free`: for a pool that frees
-    /// them as stream operations it then waits for. They are counted as freed.
-    pub fn take_cached(self: &Arc<Self>) -> Vec<S::Block> {
-        let blocks = self.update(|state, _| state.trim_to(0));
-        self.timing
-            .freed(blocks.len() as u64, std::time::Duration::ZERO);
-        blocks
     }
 
     /// A snapshot of the counters.

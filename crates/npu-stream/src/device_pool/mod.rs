@@ -402,13 +402,18 @@ impl DevicePool {
         len: usize,
     ) -> Result<Option<PooledDeviceBuffer<T>>> {
         let class = self.check::<T>(("DevicePool::try_alloc", "len"), stream, len)?;
+        if self.cache.source().stream_ordered() {
+            // Only a cached block can serve it without waiting. Asking for room would evict
+            // cached blocks of other classes to make it, and then give nothing: a `try_alloc`
+            // that returned `None` emptied the cache.
+            return Ok(self
+                .cache
+                .try_hit(class)
+                .map(|block| self.buffer(block, len)));
+        }
         let Some(granted) = self.cache.try_grant(class) else {
             return Ok(None);
         };
-        if matches!(granted, Granted::Room(_)) && self.cache.source().stream_ordered() {
-            self.cache.room_unused(class);
-            return Ok(None);
-        }
         let block = self.cache.fill(granted, |class| self.malloc_now(class))?;
         Ok(Some(self.buffer(block, len)))
     }
