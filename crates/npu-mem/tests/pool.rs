@@ -220,3 +220,23 @@ async fn stats_add_up_while_blocks_await_device_work() {
     assert_eq!(pool.trim(), 2 * MIB + 4096);
     assert_eq!(pool.stats().reserved, 0);
 }
+
+/// A reserve hands nothing out, under a capacity as without one: the blocks it finds cached
+/// are no hits, the ones it pins never count as allocated, and it makes room by evicting
+/// other sizes, never the size it reserves.
+#[test]
+fn a_reserve_counts_no_hit_and_no_allocation() {
+    let pool = bounded(4 * MIB);
+    drop(block(&pool, 2 * MIB));
+    for _ in 0..2 {
+        assert_eq!(pool.reserve(3, MIB).unwrap(), 3 * MIB);
+        let stats = pool.stats();
+        assert_adds_up(&stats);
+        let counts = (stats.hits, stats.misses, stats.cached, stats.evictions);
+        assert_eq!(counts, (0, 4, 3 * MIB, 1), "the 2 MiB block made room");
+        assert_eq!(stats.peak_allocated, 2 * MIB, "only the block handed out");
+    }
+    let err = pool.reserve(5, MIB).unwrap_err();
+    assert!(err.to_string().contains("room for 4 of 5 blocks"), "{err}");
+    assert_eq!(pool.stats().cached, 4 * MIB, "its own size kept");
+}

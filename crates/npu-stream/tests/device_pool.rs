@@ -223,6 +223,26 @@ fn trim_and_stats_add_up() {
     }
 }
 
+/// A reserve hands nothing out: the blocks it finds cached are no hits and the ones it makes
+/// never count as allocated, so `peak_allocated` is what requests held, not the prewarming.
+#[test]
+fn a_reserve_counts_no_hit_and_no_allocation() {
+    let (_device, ctx) = exclusive_device0();
+    for (backend, strategy) in cases() {
+        let pool = pool(&ctx, backend);
+        let s = stream(&ctx, strategy);
+        for _ in 0..2 {
+            assert_eq!(run(pool.reserve(&s, 3, 10_000)).unwrap(), 3 * 12_288);
+            let cache = pool.stats().cache;
+            let counts = (cache.hits, cache.misses, cache.cached, cache.peak_allocated);
+            assert_eq!(counts, (0, 3, 3 * 12_288, 0), "{backend:?} {strategy:?}");
+        }
+        let block = run(pool.alloc::<u8>(&s, 10_000)).unwrap();
+        let cache = pool.stats().cache;
+        assert_eq!((cache.hits, cache.peak_allocated), (1, block.block_bytes()));
+    }
+}
+
 #[test]
 fn bad_requests_are_typed_errors_naming_the_problem() {
     let (_device, ctx) = exclusive_device0();

@@ -27,7 +27,7 @@ use super::size_class::size_class;
 use super::state::State;
 use super::stats::{PoolStats, Timing};
 
-pub use super::state::Granted;
+pub use super::state::{Granted, Reserving};
 pub use crate::device_buffer::byte_size;
 
 /// Where a pool's blocks come from and go back to.
@@ -243,7 +243,8 @@ impl<S: Source> Cache<S> {
     /// Makes sure `count` blocks for requests of `bytes` bytes are cached, allocating the
     /// missing ones with `alloc`; returns the bytes of the blocks it reserved. Fails when the
     /// capacity (or a queued waiter) leaves no room for `count` blocks; the blocks allocated
-    /// before that stay cached.
+    /// before that stay cached. Nothing is handed out: the blocks already cached count no
+    /// hit, and the new ones (misses) never count as allocated.
     pub fn reserve(
         self: &Arc<Self>,
         api: &'static str,
@@ -253,25 +254,38 @@ impl<S: Source> Cache<S> {
     ) -> Result<usize> {
         let class = self.class_for(api, "bytes", bytes)?;
         let total = Self::reserved_bytes(api, count, class)?;
-        // Grown as blocks arrive: `count` itself may be far more than memory could hold.
-        let mut blocks = Vec::new();
-        let outcome = loop {
-            if blocks.len() == count {
-                break Ok(total);
+        // At most `count` new blocks, even if others take cached ones meanwhile.
+        for _ in 0..count {
+            match self.reserve_next(class, count) {
+                Reserving::Done => break,
+                Reserving::Full(cached) => return Err(Self::no_room(api, cached, count, bytes)),
+                Reserving::Room => {
+                    let started = Instant::now();
+                    match alloc(class) {
+                        Ok(block) => self.room_reserved_in(block, started.elapsed()),
+                        Err(err) => {
+                            self.room_unused(class);
+                            return Err(err);
+                        }
+                    }
+                }
             }
-            let Some(granted) = self.try_grant(class) else {
-                break Err(Self::no_room(api, blocks.len(), count, bytes));
-            };
-            match self.fill(granted, &mut alloc) {
-                Ok(block) => blocks.push(block),
-                Err(err) => break Err(err),
-            }
-        };
-        // Never handed out, so nothing used them: straight to the free list.
-        for block in blocks {
-            self.update(|state, _| state.released(block, class));
         }
-        outcome
+        Ok(total)
+    }
+
+    /// The next step of a reserve of `count` blocks of `class`: done, room for one more block
+    /// (filled with [`room_reserved_in`](Cache::room_reserved_in) or given back with
+    /// [`room_unused`](Cache::room_unused)), or no room.
+    pub fn reserve_next(self: &Arc<Self>, class: usize, count: usize) -> Reserving {
+        self.update(|state, evicted| state.reserve_next(class, count, evicted))
+    }
+
+    /// A reserve's room holds `block`, allocated in `took`: cached at once.
+    pub fn room_reserved_in(self: &Arc<Self>, block: S::Block, took: std::time::Duration) {
+        self.timing.allocated(took);
+        let class = S::block_bytes(&block);
+        self.update(|state, _| state.room_reserved(block, class));
     }
 
     /// The bytes `count` blocks of `class` bytes take, or an error naming `count` when that

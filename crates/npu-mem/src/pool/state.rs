@@ -19,6 +19,18 @@ pub enum Granted<B> {
     Room(usize),
 }
 
+/// What a `reserve` does next, decided under the lock.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reserving {
+    /// The blocks asked for are cached.
+    Done,
+    /// Room for one more block of the class, to be filled and cached
+    /// ([`room_reserved`](State::room_reserved)) or given back.
+    Room,
+    /// No room for another block; this many of the class are cached.
+    Full(usize),
+}
+
 /// Takes `by` from one of the counters below. The cache is public (npu-stream builds on it),
 /// so its safe calls can come out of turn (room that was never granted, a block it never
 /// lent, a size no block has): a counter then stops at zero, or at the top ([`more`]),
@@ -153,28 +165,66 @@ impl<B, W> State<B, W> {
             self.counted_hit(class);
             return Some(Granted::Block(block));
         }
-        if !self.make_room(class, evicted) {
+        // Nothing of `class` is cached, so the room may come from any cached block.
+        if !self.make_room(class, None, evicted) {
             return None;
         }
         more(&mut self.counts.growing, class);
         Some(Granted::Room(class))
     }
 
+    /// The next step of a `reserve` of `count` blocks of `class`: done once that many are
+    /// cached, or room for one more (evicting cached blocks of other classes if that makes
+    /// room, never of `class`, which the reserve is there to keep), or full. The cached blocks
+    /// stay cached: a reserve hands nothing out, so it counts no hit and leaves
+    /// `peak_allocated` alone. Like any request it gives way to queued waiters.
+    pub(crate) fn reserve_next(
+        &mut self,
+        class: usize,
+        count: usize,
+        evicted: &mut Vec<B>,
+    ) -> Reserving {
+        let cached = self.free.get(&class).map_or(0, Vec::len);
+        if cached >= count {
+            return Reserving::Done;
+        }
+        if !self.waiters.is_empty() || !self.make_room(class, Some(class), evicted) {
+            return Reserving::Full(cached);
+        }
+        more(&mut self.counts.growing, class);
+        Reserving::Room
+    }
+
+    /// A reserve's room holds a new block: cached at once, never handed out (a miss, and
+    /// pool memory, but not `allocated`).
+    pub(crate) fn room_reserved(&mut self, block: B, class: usize) {
+        less(&mut self.counts.growing, class);
+        self.counts.misses += 1;
+        self.cache(block, class);
+        self.counts.note_peaks();
+    }
+
     /// Whether `bytes` more fit under the capacity, evicting cached blocks (largest first,
-    /// so the fewest frees make the room) when that is enough.
-    fn make_room(&mut self, bytes: usize, evicted: &mut Vec<B>) -> bool {
+    /// so the fewest frees make the room; none of the class `keep`) when that is enough.
+    fn make_room(&mut self, bytes: usize, keep: Option<usize>, evicted: &mut Vec<B>) -> bool {
         let Some(capacity) = self.capacity else {
             return true;
         };
         if self.counts.held().saturating_add(bytes) <= capacity {
             return true;
         }
-        if (self.counts.held().saturating_sub(self.counts.cached)).saturating_add(bytes) > capacity
-        {
+        let kept = keep.map_or(0, |class| {
+            self.free
+                .get(&class)
+                .map_or(0, Vec::len)
+                .saturating_mul(class)
+        });
+        let evictable = self.counts.cached.saturating_sub(kept);
+        if (self.counts.held().saturating_sub(evictable)).saturating_add(bytes) > capacity {
             return false;
         }
         while self.counts.held().saturating_add(bytes) > capacity {
-            let Some(block) = self.take_largest() else {
+            let Some(block) = self.take_largest(keep) else {
                 break;
             };
             self.counts.evictions += 1;
@@ -183,13 +233,16 @@ impl<B, W> State<B, W> {
         true
     }
 
-    /// Takes a cached block of the largest class.
-    fn take_largest(&mut self) -> Option<B> {
-        let mut largest = self.free.last_entry()?;
-        let class = *largest.key();
-        let block = largest.get_mut().pop();
-        if largest.get().is_empty() {
-            largest.remove();
+    /// Takes a cached block of the largest class but `keep`.
+    fn take_largest(&mut self, keep: Option<usize>) -> Option<B> {
+        let (&class, blocks) = self
+            .free
+            .iter_mut()
+            .rev()
+            .find(|(class, blocks)| Some(**class) != keep && !blocks.is_empty())?;
+        let block = blocks.pop();
+        if blocks.is_empty() {
+            self.free.remove(&class);
         }
         if block.is_some() {
             less(&mut self.counts.cached, class);
@@ -275,7 +328,7 @@ impl<B, W> State<B, W> {
     pub(crate) fn trim_to(&mut self, keep: usize) -> Vec<B> {
         let mut taken = Vec::new();
         while self.counts.reserved() > keep {
-            let Some(block) = self.take_largest() else {
+            let Some(block) = self.take_largest(None) else {
                 break;
             };
             taken.push(block);
@@ -471,5 +524,75 @@ mod tests {
         assert_eq!(state.counts().reserved(), 6 * MIB);
         assert_eq!(state.trim_to(0), vec![2, 1], "the block in use stays");
         assert_eq!(state.counts().reserved(), 3 * MIB);
+    }
+
+    /// Fills a reserve's room as a pool does (the block labelled `label`).
+    fn reserve_one(state: &mut Test, class: usize, count: usize, label: u32) -> Reserving {
+        let next = state.reserve_next(class, count, &mut Vec::new());
+        if next == Reserving::Room {
+            state.room_reserved(label, class);
+        }
+        next
+    }
+
+    #[test]
+    fn a_reserve_hands_nothing_out() {
+        let mut state = Test::new(None);
+        fresh(&mut state, MIB);
+        state.released(1, MIB);
+        let before = state.counts();
+        assert_eq!(reserve_one(&mut state, MIB, 3, 2), Reserving::Room);
+        assert_eq!(reserve_one(&mut state, MIB, 3, 3), Reserving::Room);
+        assert_eq!(reserve_one(&mut state, MIB, 3, 4), Reserving::Done);
+        let after = state.counts();
+        assert_eq!((after.cached, after.allocated), (3 * MIB, 0));
+        assert_eq!((after.hits, after.misses), (before.hits, before.misses + 2));
+        assert_eq!(
+            after.peak_allocated, MIB,
+            "only the block handed out before"
+        );
+        assert_eq!(after.peak_reserved, 3 * MIB);
+    }
+
+    #[test]
+    fn a_reserve_evicts_other_classes_but_never_its_own() {
+        let mut state = Test::new(Some(4 * MIB));
+        fresh(&mut state, 2 * MIB);
+        state.released(1, 2 * MIB);
+        let mut evicted = Vec::new();
+        assert_eq!(state.reserve_next(MIB, 4, &mut evicted), Reserving::Room);
+        state.room_reserved(2, MIB);
+        assert_eq!(state.reserve_next(MIB, 4, &mut evicted), Reserving::Room);
+        state.room_reserved(3, MIB);
+        assert!(evicted.is_empty(), "4 MiB held so far");
+        assert_eq!(state.reserve_next(MIB, 4, &mut evicted), Reserving::Room);
+        assert_eq!(evicted, vec![1], "the 2 MiB block made the room");
+        state.room_reserved(4, MIB);
+        assert_eq!(state.reserve_next(MIB, 4, &mut evicted), Reserving::Room);
+        state.room_reserved(5, MIB);
+        assert_eq!(state.reserve_next(MIB, 5, &mut evicted), Reserving::Full(4));
+        assert_eq!(evicted, vec![1], "none of its own class");
+        assert_eq!(state.counts().cached, 4 * MIB);
+    }
+
+    #[test]
+    fn a_class_emptied_by_hits_does_not_hide_smaller_blocks_from_eviction() {
+        let mut state = Test::new(Some(3 * MIB));
+        fresh(&mut state, 2 * MIB);
+        state.released(1, 2 * MIB);
+        fresh(&mut state, MIB);
+        assert_eq!(
+            granted(&mut state, 2 * MIB, &mut Vec::new()),
+            Granted::Block(1)
+        );
+        state.released(2, MIB);
+        // 3 MiB held: the 2 MiB block in use and 1 MiB cached, under the emptied 2 MiB list.
+        let mut evicted = Vec::new();
+        assert_eq!(
+            granted(&mut state, MIB / 2, &mut evicted),
+            Granted::Room(MIB / 2)
+        );
+        assert_eq!(evicted, vec![2], "the room came from the cached block");
+        assert!(state.counts().held() <= 3 * MIB, "{:?}", state.counts());
     }
 }

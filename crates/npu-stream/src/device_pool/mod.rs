@@ -6,12 +6,12 @@ use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
 use npu_core::{Context, Error, Result, UseList};
 use npu_mem::PoolStats;
-use npu_mem::pool_cache::{Cache, Granted, byte_size};
+use npu_mem::pool_cache::{Cache, Granted, Reserving, byte_size};
 
 use crate::stream::Stream;
 
@@ -369,7 +369,10 @@ impl DevicePool {
             // Boxed: the awaited allocation is a whole stream operation, and carrying it
             // inline would make every `alloc` future, hits included, several times larger.
             Granted::Room(class) if self.cache.source().stream_ordered() => {
-                Box::pin(self.malloc_on("DevicePool::alloc", stream, class)).await?
+                let (block, took) =
+                    Box::pin(self.malloc_on("DevicePool::alloc", stream, class)).await?;
+                self.cache.room_filled_in(class, took);
+                block
             }
             granted => self.cache.fill(granted, |class| self.malloc_now(class))?,
         };
@@ -456,33 +459,21 @@ impl DevicePool {
                 .reserve(API, count, bytes, |class| self.malloc_now(class));
         }
         let total = Cache::<DeviceSource>::reserved_bytes(API, count, class)?;
-        // Stream-ordered allocations are awaited one by one, then cached together; the list
-        // grows as they arrive, as `count` may be far more than memory could hold.
-        let mut blocks = Vec::new();
-        let outcome = loop {
-            if blocks.len() == count {
-                break Ok(total);
-            }
-            let block = match self.cache.try_grant(class) {
-                None => {
-                    break Err(Cache::<DeviceSource>::no_room(
-                        API,
-                        blocks.len(),
-                        count,
-                        bytes,
-                    ));
+        // Stream-ordered allocations are awaited one by one and cached as they arrive; at
+        // most `count` of them, even if others take cached blocks meanwhile.
+        for _ in 0..count {
+            match self.cache.reserve_next(class, count) {
+                Reserving::Done => break,
+                Reserving::Full(cached) => {
+                    return Err(Cache::<DeviceSource>::no_room(API, cached, count, bytes));
                 }
-                Some(Granted::Room(class)) => self.malloc_on(API, stream, class).await,
-                Some(granted) => self.cache.fill(granted, |class| self.malloc_now(class)),
-            };
-            match block {
-                Ok(block) => blocks.push(self.buffer::<u8>(block, bytes)),
-                Err(err) => break Err(err),
+                Reserving::Room => {
+                    let (block, took) = self.malloc_on(API, stream, class).await?;
+                    self.cache.room_reserved_in(block, took);
+                }
             }
-        };
-        // Dropped unused, the blocks go straight to the free list.
-        drop(blocks);
-        outcome
+        }
+        Ok(total)
     }
 
     /// Gives every cached block back to the runtime and reports the bytes freed; on the
@@ -595,13 +586,15 @@ impl DevicePool {
 
     /// Fills granted room with a stream-ordered allocation on `stream`, awaited so that the
     /// memory is valid on every stream; out of memory, frees the cache and tries once more.
-    /// `api` is the pool method the caller called, which a refused submission names.
+    /// `api` is the pool method the caller called, which a refused submission names. The
+    /// block and how long it took; the caller counts it as handed out or cached (the room is
+    /// its own from here: a failure, or a dropped future, gives it back).
     async fn malloc_on(
         &self,
         api: &'static str,
         stream: &Stream,
         class: usize,
-    ) -> Result<DeviceBlock> {
+    ) -> Result<(DeviceBlock, Duration)> {
         let room = Arc::new(Room {
             cache: self.cache.clone(),
             class,
@@ -615,8 +608,8 @@ impl DevicePool {
             }
             allocated => allocated,
         }?;
-        room.filled(started);
-        Ok(block)
+        room.filled.store(true, Ordering::Release);
+        Ok((block, started.elapsed()))
     }
 
     /// Out of memory on the runtime pool: gives every cached block back to the runtime pool
@@ -711,13 +704,6 @@ struct Room {
     cache: Arc<Cache<DeviceSource>>,
     class: usize,
     filled: AtomicBool,
-}
-
-impl Room {
-    fn filled(&self, started: Instant) {
-        self.filled.store(true, Ordering::Release);
-        self.cache.room_filled_in(self.class, started.elapsed());
-    }
 }
 
 impl Drop for Room {
