@@ -240,3 +240,21 @@ fn a_reserve_counts_no_hit_and_no_allocation() {
     assert!(err.to_string().contains("room for 4 of 5 blocks"), "{err}");
     assert_eq!(pool.stats().cached, 4 * MIB, "its own size kept");
 }
+
+/// The capacity holds when the largest size's free list was emptied by a hit: the room for a
+/// third size comes from evicting the smaller cached block, never from over the capacity.
+#[test]
+fn the_capacity_holds_after_a_hit_empties_the_largest_size() {
+    let pool = bounded(3 * MIB);
+    drop(block(&pool, 2 * MIB));
+    let small = block(&pool, MIB);
+    let large = block(&pool, 2 * MIB);
+    assert_eq!(pool.stats().hits, 1);
+    drop(small);
+    let third = block(&pool, MIB / 2);
+    let stats = pool.stats();
+    assert_adds_up(&stats);
+    assert!(stats.reserved <= 3 * MIB, "{stats:?}");
+    assert_eq!(stats.evictions, 1, "{stats:?}");
+    drop((large, third));
+}
