@@ -1,8 +1,10 @@
 //! Streams, events and the futures their operations return.
 //!
 //! A [`Stream`] is a FIFO queue of device work. Each operation (copies, 2D copies, memsets,
-//! kernel launches, event records and waits) takes ownership of the buffers it touches and
-//! returns an [`Op`], a future that gives them back once the device has finished.
+//! kernel launches, the signalling below) takes ownership of the buffers it touches and
+//! returns an [`Op`], a future that gives them back once the device has finished. Event
+//! records and event waits (`Event::record`, `Stream::wait_event`) touch no buffer and return
+//! a plain `Result` once queued; await the point they mark with [`Event::wait`].
 //!
 //! **Operations are submitted when the method is called, not when the future is first
 //! polled.** `stream.copy_h2d(a, b)` has queued the copy on the device by the time it returns;
