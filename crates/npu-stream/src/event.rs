@@ -29,7 +29,7 @@ use crate::stream::Stream;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum EventKind {
-    /// `aclrtCreateEvent`/`aclrtCreateEventWithFlag`: available on every CANN release.
+    /// `aclrtCreateEventWithFlag`: available on every CANN release.
     #[default]
     Legacy,
     /// `aclrtCreateEventExWithFlag` (newer releases): every record re-captures the stream's
