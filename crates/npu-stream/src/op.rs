@@ -146,6 +146,11 @@ impl<T: Send + 'static> Future for Op<T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
+        // The value is taken when the operation resolves, and only then: polled again, it
+        // has told its outcome, and its span logs nothing more ("completed" once only).
+        if this.value.is_none() {
+            return Poll::Ready(Err(Self::resolved_already()));
+        }
         // Entering, recording into and leaving the span run the subscriber, user code: a
         // panic there is contained (a poll from a destructor run by the thread's TLS
         // destructors, say, where tracing-subscriber's registry panics once its per-thread
@@ -177,12 +182,18 @@ impl<T: Send + 'static> Future for Op<T> {
         Poll::Ready(match (result, value) {
             (Ok(()), Some(value)) => Ok(value),
             (Err(error), value) => Err(OpError { error, value }),
-            (Ok(()), None) => Err(OpError::without_value(Error::invalid(
-                "Op::poll",
-                "self",
-                "polled after it resolved",
-            ))),
+            (Ok(()), None) => Err(Self::resolved_already()),
         })
+    }
+}
+
+impl<T: Send + 'static> Op<T> {
+    fn resolved_already() -> OpError<T> {
+        OpError::without_value(Error::invalid(
+            "Op::poll",
+            "self",
+            "polled after it resolved",
+        ))
     }
 }
 

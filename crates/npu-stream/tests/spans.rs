@@ -116,6 +116,36 @@ fn copies_show_direction_and_bytes_and_complete() {
     assert!(done.iter().all(|s| s.span["op"] == "aclrtMemcpyAsync"));
 }
 
+/// An operation polled again after it resolved (a misuse a hand-written future can make)
+/// says so and logs nothing: "completed" and "failed" are each logged once, when it resolves.
+#[test]
+fn an_operation_polled_after_it_resolved_logs_nothing_more() {
+    seen();
+    let (_device, ctx) = exclusive_device0();
+    let (fine, failing) = (
+        stream(&ctx, Strategy::EventPoll),
+        stream(&ctx, Strategy::EventPoll),
+    );
+    control::fail_task(failing.as_raw(), 1, 507015).unwrap();
+    for s in [&fine, &failing] {
+        let buffer = DeviceBuffer::<u8>::new(&ctx, 64).unwrap();
+        let mut op = tokio_test::task::spawn(s.memset(buffer, 1));
+        let _ = op.completion().clone().wait_blocking();
+        assert!(op.poll().is_ready());
+        let again = match op.poll() {
+            std::task::Poll::Ready(Err(again)) => again,
+            other => panic!("{other:?}"),
+        };
+        assert!(again.value.is_none());
+        assert!(
+            again.to_string().contains("polled after it resolved"),
+            "{again}"
+        );
+    }
+    assert_eq!(events_of(&fine, "completed").len(), 1);
+    assert_eq!(events_of(&failing, "failed").len(), 1);
+}
+
 #[test]
 fn a_failed_kernel_shows_its_name_and_the_error() {
     seen();
