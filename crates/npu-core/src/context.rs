@@ -108,8 +108,9 @@ impl Context {
             // SAFETY: `handle` is a valid out-pointer; SetDevice just made a context current.
             let got = unsafe { crate::acl_call!(runtime, aclrtGetCurrentContext(&mut handle)) };
             if let Err(err) = got {
-                // SAFETY: undoes the SetDevice above.
-                let _ = unsafe { (runtime.api().aclrtResetDevice)(device_id) };
+                // SAFETY: undoes the SetDevice above. Checked only to take a failure's
+                // message off this thread: the error returned is the first one.
+                let _ = unsafe { crate::acl_call!(runtime, aclrtResetDevice(device_id)) };
                 set_bound(runtime.library_id(), None);
                 return Err(err);
             }

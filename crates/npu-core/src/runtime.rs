@@ -232,6 +232,11 @@ fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<
             return Err(AclError::new("aclInit", AclCode(code), recent_message(loaded)).into());
         }
         users.borrowed = code == ffi::ACL_ERROR_REPEAT_INITIALIZE;
+        if users.borrowed {
+            // The runtime explains the repeat like a failure: taken off this thread, or the
+            // next error npu-rs reports here would carry it as its own runtime message.
+            let _ = recent_message(loaded);
+        }
         users.config = config.map(std::path::Path::to_path_buf);
         if let Some(path) = config.filter(|_| users.borrowed) {
             // ACL kept the configuration it was first given; the other component owns it.
@@ -289,7 +294,9 @@ impl Drop for RuntimeInner {
             None => unsafe { (api.aclFinalize)() },
         };
         if code != ffi::ACL_SUCCESS {
-            crate::log!(warn, code = %AclCode(code), "finalising AscendCL failed");
+            // Taken off this thread whatever happens, as for every failure npu-rs reports.
+            let message = recent_message(self.loaded).unwrap_or_default();
+            crate::log!(warn, code = %AclCode(code), message, "finalising AscendCL failed");
         }
     }
 }
@@ -307,7 +314,7 @@ unsafe fn owned_c_str(text: *const std::ffi::c_char) -> Option<String> {
     })
 }
 
-fn recent_message(loaded: &Loaded) -> Option<String> {
+pub(crate) fn recent_message(loaded: &Loaded) -> Option<String> {
     // SAFETY: aclGetRecentErrMsg takes no arguments and returns NULL or a NUL-terminated string
     // that stays valid until the next call on this thread; it is copied out at once.
     unsafe { owned_c_str((loaded.api.aclGetRecentErrMsg)()) }

@@ -66,7 +66,10 @@ pub(crate) fn register(loaded: &'static Loaded) {
         (None, None) => ffi::ACL_SUCCESS,
     };
     if exception != ffi::ACL_SUCCESS {
-        crate::log!(debug, code = %AclCode(exception), "no exception callback: faults carry no detail");
+        // The runtime's message is taken off this thread (the one making the runtime), or
+        // the next error npu-rs reports here would carry it as its own.
+        let message = crate::runtime::recent_message(loaded).unwrap_or_default();
+        crate::log!(debug, code = %AclCode(exception), message, "no exception callback: faults carry no detail");
     }
     if let Some(register_state) = api.aclrtRegStreamStateCallback {
         let args = std::ptr::from_ref(loaded).cast_mut().cast::<c_void>();
@@ -76,7 +79,10 @@ pub(crate) fn register(loaded: &'static Loaded) {
             unsafe { register_state(STATE_CALLBACK_NAME.as_ptr(), Some(on_stream_state), args) };
         // Already registered (by an earlier aclInit of the same library) is fine.
         if code != ffi::ACL_SUCCESS {
-            crate::log!(debug, code = %AclCode(code), "stream-state callback not (re)registered");
+            // As above: a runtime initialised again finds the callback registered still,
+            // which it explains like a failure.
+            let message = crate::runtime::recent_message(loaded).unwrap_or_default();
+            crate::log!(debug, code = %AclCode(code), message, "stream-state callback not (re)registered");
         }
     }
 }
