@@ -4,7 +4,9 @@
 /// result, producing an [`Error::Acl`](crate::Error::Acl) that names the function.
 ///
 /// The expansion calls a raw C function pointer, so it must be written inside an `unsafe`
-/// block whose `// SAFETY:` comment justifies the arguments.
+/// block whose `// SAFETY:` comment justifies the arguments. In a process forked after npu-rs
+/// started a runtime the function is not called and the result is
+/// [`Error::Forked`](crate::Error::Forked) (see [`forked`](crate::forked)).
 ///
 /// ```
 /// use npu_core::{acl_call, Runtime};
@@ -21,7 +23,10 @@
 macro_rules! acl_call {
     ($runtime:expr, $function:ident ( $($argument:expr),* $(,)? )) => {{
         let runtime: &$crate::Runtime = $runtime;
-        runtime.check(stringify!($function), (runtime.api().$function)($($argument),*))
+        match $crate::fork::refuse(stringify!($function)) {
+            Ok(()) => runtime.check(stringify!($function), (runtime.api().$function)($($argument),*)),
+            Err(err) => Err(err),
+        }
     }};
 }
 
@@ -33,9 +38,10 @@ macro_rules! acl_call {
 macro_rules! acl_call_opt {
     ($runtime:expr, $function:ident ( $($argument:expr),* $(,)? )) => {{
         let runtime: &$crate::Runtime = $runtime;
-        match runtime.api().$function {
-            Some(function) => runtime.check(stringify!($function), function($($argument),*)),
-            None => Err($crate::Error::Unsupported { api: stringify!($function) }),
+        match (runtime.api().$function, $crate::fork::refuse(stringify!($function))) {
+            (Some(function), Ok(())) => runtime.check(stringify!($function), function($($argument),*)),
+            (None, _) => Err($crate::Error::Unsupported { api: stringify!($function) }),
+            (Some(_), Err(err)) => Err(err),
         }
     }};
 }

@@ -33,6 +33,8 @@ mod control_error;
 mod device;
 mod error;
 mod fault;
+#[doc(hidden)]
+pub mod fork;
 mod launch;
 mod module;
 mod op_error;
@@ -47,6 +49,7 @@ pub use context::Context;
 pub use device::{Device, DeviceAttr, DeviceStatus, MemAttr, MemInfo, PeerAccess, PriorityRange};
 pub use error::{AclError, Error, LoadAttempt, LoadError, LoadFailure, Result};
 pub use fault::{DeviceFault, FaultKind, FaultWatch};
+pub use fork::forked;
 pub use launch::{ArgPacker, Engine, LaunchConfig};
 pub use module::{BinaryMagic, Function, Module, ModuleLoader};
 pub use op_error::OpError;

@@ -103,9 +103,11 @@ pub unsafe fn release_later(release: impl FnOnce() + Send + 'static) {
 /// On the reaper thread itself (user code the reaper runs: a tracing subscriber's callback, a
 /// waker it wakes) it returns at once: the releases queued before the call run once the
 /// current one returns, and waiting for them there would never return, stopping every
-/// deferred release of the process.
+/// deferred release of the process. In a process forked after npu-rs started a runtime
+/// ([`forked`](crate::forked)) it returns at once too: the reaper thread stayed in the parent.
 pub fn flush() {
-    if ON_REAPER.with(std::cell::Cell::get) {
+    // In a forked child the reaper thread is the parent's: nothing would ever run the wake-up.
+    if ON_REAPER.with(std::cell::Cell::get) || crate::fork::forked() {
         return;
     }
     let (tx, rx) = channel();

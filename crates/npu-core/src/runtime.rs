@@ -214,6 +214,7 @@ fn refuse_while_initialising(api: &'static str) -> Result<()> {
 fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<()> {
     const API: &str = "RuntimeBuilder::build";
     refuse_while_initialising(API)?;
+    crate::fork::refuse(API)?;
     let c_config = config
         .map(|p| {
             CString::new(p.as_os_str().as_encoded_bytes())
@@ -279,7 +280,9 @@ impl Drop for RuntimeInner {
             .unwrap_or_else(|e| e.into_inner());
         let _finalising = Raised::raise(&INITIALISING);
         users.count -= 1;
-        if users.count > 0 {
+        if users.count > 0 || crate::fork::forked() {
+            // In a forked child ACL is not ours to finalise: it was the parent's, and it does
+            // not survive the fork.
             return;
         }
         let api = &self.loaded.api;
@@ -327,6 +330,8 @@ impl Runtime {
         config: Option<&std::path::Path>,
         reason: BackendReason,
     ) -> Result<Runtime> {
+        // Before the first aclInit: a child forked from now on refuses ACL (`crate::fork`).
+        crate::fork::watch();
         acquire(loaded, config)?;
         Ok(Runtime {
             inner: Arc::new(RuntimeInner { loaded, reason }),

@@ -518,6 +518,7 @@ pub(crate) fn event_complete(runtime: &Runtime, event: ffi::aclrtEvent) -> bool 
 /// current `aclrtEventRecordedStatus` (1 = complete) and, on runtimes without
 /// `aclrtQueryEventStatus`, the deprecated `aclrtEventStatus` (0 = complete).
 pub(crate) fn query_event(runtime: &Runtime, event: ffi::aclrtEvent) -> Result<bool> {
+    npu_core::fork::refuse("aclrtQueryEventStatus")?;
     let api = runtime.api();
     match api.aclrtQueryEventStatus {
         Some(query_status) => {

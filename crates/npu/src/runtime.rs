@@ -15,4 +15,6 @@
 //! # Ok::<(), npu::Error>(())
 //! ```
 
-pub use npu_core::{Backend, BackendChoice, BackendReason, Fallback, Runtime, RuntimeBuilder};
+pub use npu_core::{
+    Backend, BackendChoice, BackendReason, Fallback, Runtime, RuntimeBuilder, forked,
+};

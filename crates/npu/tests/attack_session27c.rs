@@ -1,7 +1,7 @@
 //! Attacks of the twenty-seventh session's third helper, through the `npu` facade: runtimes,
 //! devices, contexts, modules and the errors they return. Runtimes of their own built again
-//! after being finalised, and after another component initialised ACL; and the angles listed
-//! with each test.
+//! after being finalised, and after another component initialised ACL; a process forked after
+//! a runtime started; and the angles listed with each test.
 //!
 //! Each test names the promise it attacks. npu-sim's cdylib is one library of the process, so
 //! its tests take turns (`LIBRARY`); every wait is bounded, so a hang fails its test.
@@ -11,14 +11,41 @@ mod common;
 use std::sync::Mutex;
 
 use common::*;
-use npu::Error;
 use npu::prelude::*;
+use npu::{Error, Op, sim};
 
 /// npu-sim's cdylib is initialised and finalised by its tests: they take turns.
 static LIBRARY: Mutex<()> = Mutex::new(());
 
 fn library_turn() -> std::sync::MutexGuard<'static, ()> {
     LIBRARY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// ---- Child processes (a fork, a process-wide setting). ----
+
+const CHILD_ENV: &str = "NPU_ATTACK27C_CHILD";
+
+/// Runs this file's `child` test in a child process with `case`, and checks it printed
+/// `CHILD OK` and exited successfully within the bound.
+fn in_child(case: &str) {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, case)
+        .stdout(std::process::Stdio::piped());
+    child_succeeded(command.spawn().unwrap(), HANG, case);
+}
+
+#[test]
+fn child() {
+    let Ok(case) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    match case.as_str() {
+        "fork" => forking_with_work_in_flight(),
+        other => panic!("no child case {other}"),
+    }
+    println!("CHILD OK");
 }
 
 // ---- The runtime's message. ----
@@ -78,4 +105,132 @@ fn a_runtime_initialised_again_leaves_no_stale_message_for_the_next_error() {
     // SAFETY: the other component's reference, released as that component would.
     assert_eq!(unsafe { (api.aclFinalize)() }, 0);
     own.when_finalised("the borrowed runtime", drop);
+}
+
+// ---- fork(). ----
+
+/// What a child forked with work in flight must find: every wait for that work and every new
+/// call ends with `Error::Forked`, the values come back, and nothing waits.
+fn in_the_forked_child(
+    ctx: Context,
+    streams: Vec<npu::Stream>,
+    pending: Vec<Op<DeviceBuffer<u8>>>,
+    event: npu::Event,
+    spare: DeviceBuffer<u8>,
+) {
+    let forked = |err: &Error, api: &str| {
+        assert!(
+            matches!(err, Error::Forked { api: named } if *named == api),
+            "expected {api} refused as forked: {err:?}"
+        );
+        assert!(err.to_string().starts_with(api), "{err}");
+        assert!(err.to_string().contains("fork()"), "{err}");
+    };
+    assert!(npu::runtime::forked());
+    // Work submitted before the fork: nothing in the child will ever complete it.
+    let done = pending[0].completion().clone();
+    forked(
+        &done.wait_blocking().unwrap_err(),
+        "Completion::wait_blocking",
+    );
+    forked(
+        &futures::executor::block_on(event.wait()).unwrap_err(),
+        "Completion::wait",
+    );
+    for op in pending {
+        let (err, buffer) = futures::executor::block_on(op).unwrap_err().into_parts();
+        forked(&err, "Completion::wait");
+        assert_eq!(buffer.expect("the buffer comes back").len(), 64);
+    }
+    // New calls: refused before they reach ACL, whose threads are the parent's.
+    forked(&Device::open(0).unwrap_err(), "aclrtGetDeviceCount");
+    forked(
+        &DeviceBuffer::<u8>::new(&ctx, 64).unwrap_err(),
+        "aclrtMalloc",
+    );
+    forked(
+        &npu::Stream::builder(&ctx).build().unwrap_err(),
+        "aclrtCreateStreamWithConfig",
+    );
+    let (err, back) = futures::executor::block_on(streams[0].memset(spare, 1))
+        .unwrap_err()
+        .into_parts();
+    assert!(matches!(err, Error::Forked { .. }), "{err:?}");
+    assert!(back.is_some(), "the refused memset hands its buffer back");
+    forked(
+        &ctx.synchronize_blocking().unwrap_err(),
+        "aclrtSynchronizeDevice",
+    );
+    forked(
+        &npu::Runtime::builder()
+            .backend(npu::runtime::BackendChoice::Sim)
+            .build()
+            .unwrap_err(),
+        "RuntimeBuilder::build",
+    );
+    assert!(matches!(event.is_complete(), Err(Error::Forked { .. })));
+    sim::flush_releases();
+    // Everything dropped in the child: nothing waits for the parent's threads.
+    drop((streams, event, ctx));
+    sim::flush_releases();
+}
+
+/// "Never UB, never a hang" for a process forked while npu-rs runs (a pre-fork server, a
+/// library that daemonises): memsets held on the device under every strategy, an event
+/// recorded behind them. The child (bounded by `alarm`) used npu-rs as if it were its own:
+/// opening the device, allocating and making a stream all "worked", and the memset it
+/// submitted, and every wait for the work from before the fork, waited for ever (the
+/// runtime's and npu-rs's threads stayed in the parent), so the child was killed by its alarm.
+/// The parent's work must be untouched by the child.
+fn forking_with_work_in_flight() {
+    let ctx = Device::open(0).unwrap().primary_context().clone();
+    let streams: Vec<npu::Stream> = STRATEGIES.iter().map(|&s| stream(&ctx, s)).collect();
+    for stream in &streams {
+        run(stream.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 0)).unwrap();
+    }
+    let hold = sim::hold(&ctx.device()).unwrap();
+    let pending: Vec<Op<DeviceBuffer<u8>>> = streams
+        .iter()
+        .map(|stream| stream.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 7))
+        .collect();
+    let event = npu::Event::new(&ctx).unwrap();
+    event.record(&streams[0]).unwrap();
+    let spare = DeviceBuffer::<u8>::new(&ctx, 64).unwrap();
+    sim::flush_releases();
+    // SAFETY: the child makes no call that another thread of this process could have left
+    // locked at the fork: this process runs this one test, whose threads are idle (the
+    // device is held, every release flushed), and glibc's allocator is fork-safe. It ends
+    // with `_exit`, running no destructor of the parent's state.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: an alarm turns a hang of the child into its death by SIGALRM.
+        unsafe { libc::alarm(10) };
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            in_the_forked_child(ctx, streams, pending, event, spare)
+        }));
+        // SAFETY: ends the child at once, as a child of a multi-threaded process must.
+        unsafe { libc::_exit(if checked.is_ok() { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: `pid` is our child; `status` a valid out-pointer.
+    watchdog("the forked child", || unsafe {
+        libc::waitpid(pid, &mut status, 0)
+    });
+    hold.release().unwrap();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the forked child failed or hung (status {status:#x})"
+    );
+    // The parent's work is its own: it completes with its bytes.
+    for op in pending {
+        assert_eq!(run(op).unwrap().to_vec_blocking().unwrap(), vec![7; 64]);
+    }
+    run(event.wait()).unwrap();
+    drop(spare);
+}
+
+#[test]
+fn a_process_forked_with_work_in_flight_refuses_npu_and_never_hangs() {
+    in_child("fork");
 }

@@ -338,6 +338,13 @@ impl Completion {
 
     /// The result of an operation that completed or was abandoned; an abandoned one is an
     /// error of `api`, the wait the caller called.
+    /// Whether this process was forked since the operation was made: its completer's thread
+    /// (the reactor, a callback worker, a blocking waiter, the device's) is not in this
+    /// process, so it never completes here ([`crate::fork`]).
+    fn orphaned_by_fork(&self) -> bool {
+        self.state.generation != crate::fork::generation()
+    }
+
     fn settled(&self, api: &'static str) -> Result<()> {
         self.result().unwrap_or_else(|| {
             Err(Error::invalid(
@@ -466,6 +473,10 @@ impl Future for Wait {
             .completion
             .state
             .poll(cx.waker(), &mut this.registration);
+        if polled.is_pending() && this.completion.orphaned_by_fork() {
+            // Nothing in this forked child will ever complete it: waiting would never end.
+            return Poll::Ready(Err(crate::fork::error("Completion::wait")));
+        }
         if polled.is_pending() {
             let completion = &this.completion;
             this.clock.pending(|keeper| {
@@ -530,6 +541,9 @@ impl BlockingWaiter {
         if self.completion.is_complete() {
             return Some(self.completion.settled(API));
         }
+        if self.completion.orphaned_by_fork() {
+            return Some(Err(crate::fork::error(API)));
+        }
         // A completer dropped without completing leaves the operation pending for ever; its
         // drop raises the signal, and `is_abandoned` covers a completer gone before.
         if !self.completion.state.is_abandoned() && !self.woken.wait(Some(timeout)) {
@@ -541,6 +555,9 @@ impl BlockingWaiter {
     /// Blocks until the operation completes, and returns its result; an abandoned operation
     /// is an error of `api`.
     fn wait(&self, api: &'static str) -> Result<()> {
+        if !self.completion.is_complete() && self.completion.orphaned_by_fork() {
+            return Err(crate::fork::error(api));
+        }
         if !self.completion.state.is_abandoned() {
             self.woken.wait(None);
         }

@@ -41,6 +41,9 @@ pub(crate) struct State<T> {
     deferred: Mutex<Option<Vec<Deferred>>>,
     /// What blocked threads wait on, made (and its one notification deferred) by the first.
     pub(crate) blocked: std::sync::OnceLock<std::sync::Arc<crate::completion::blocked::Signal>>,
+    /// The process's fork generation when the operation was made ([`crate::fork`]): in a
+    /// child forked since, nothing will ever complete it.
+    pub(crate) generation: u32,
 }
 
 impl<T: Clone> State<T> {
@@ -52,6 +55,7 @@ impl<T: Clone> State<T> {
             wakers: Mutex::new(Wakers::default()),
             deferred: Mutex::new(Some(Vec::new())),
             blocked: std::sync::OnceLock::new(),
+            generation: crate::fork::generation(),
         }
     }
 
