@@ -1,7 +1,8 @@
 //! Attacks of the twenty-seventh session's third helper, through the `npu` facade: runtimes,
 //! devices, contexts, modules and the errors they return. Runtimes of their own built again
 //! after being finalised, and after another component initialised ACL; a process forked after
-//! a runtime started; and the angles listed with each test.
+//! a runtime started; contexts destroyed while current on another thread; errors as values
+//! (traits, `Display`, `source`); and the angles listed with each test.
 //!
 //! Each test names the promise it attacks. npu-sim's cdylib is one library of the process, so
 //! its tests take turns (`LIBRARY`); every wait is bounded, so a hang fails its test.
@@ -12,6 +13,7 @@ use std::sync::Mutex;
 
 use common::*;
 use npu::prelude::*;
+use npu::stream::Strategy;
 use npu::{Error, Op, sim};
 
 /// npu-sim's cdylib is initialised and finalised by its tests: they take turns.
@@ -233,4 +235,128 @@ fn forking_with_work_in_flight() {
 #[test]
 fn a_process_forked_with_work_in_flight_refuses_npu_and_never_hangs() {
     in_child("fork");
+}
+
+// ---- Contexts across threads. ----
+
+/// "Binding per call means no API ever asks you to set the device first", for a thread whose
+/// current context was destroyed under it: thread `t` creates explicit contexts (each becomes
+/// current there), hands them to the test's thread, which drops them (destroying them while
+/// they are current on `t`), and on `t` every kind of call on the primary contexts of both
+/// devices then lands on the right device (allocations, pinned memory, a module and its
+/// kernel, a stream's round trip, memory information), with a context of the other library
+/// (npu-sim's cdylib) made current on `t` in between.
+#[test]
+fn a_thread_whose_current_context_was_destroyed_elsewhere_keeps_working() {
+    let _turn = library_turn();
+    let (tx, rx) = std::sync::mpsc::channel::<Context>();
+    let (back, done) = std::sync::mpsc::channel::<()>();
+    let other = dlopened_simulator();
+    let thread = std::thread::spawn(move || {
+        let foreign = other.device(0).unwrap().create_context().unwrap();
+        for round in 0..4u32 {
+            let device = Device::open(round % 2).unwrap();
+            tx.send(device.create_context().unwrap()).unwrap();
+            done.recv().unwrap(); // destroyed on the test's thread, current here
+            if round == 2 {
+                let _ = DeviceBuffer::<u8>::new(&foreign, 8).unwrap();
+            }
+            for id in [0, 1] {
+                let device = Device::open(id).unwrap();
+                let ctx = device.primary_context();
+                let buffer = DeviceBuffer::<u32>::from_host_blocking(ctx, &[round; 16]).unwrap();
+                assert_eq!(buffer.context().device_id(), id);
+                let pinned = PinnedBuffer::<u32>::from_slice(ctx, &[id; 16]).unwrap();
+                let image = sim::kernel::registry_image(&["scale_f32"]);
+                // SAFETY: a registry image names in-process kernels; loading it runs no code.
+                let module = unsafe { Module::from_data(ctx, &image) }.unwrap();
+                module.function("scale_f32").unwrap();
+                let stream = stream(ctx, Strategy::EventPoll);
+                let (_, back) = run(stream.copy_h2d(pinned, buffer)).unwrap();
+                assert_eq!(back.to_vec_blocking().unwrap(), vec![id; 16]);
+                assert!(device.memory_info(npu::MemAttr::Normal).unwrap().total > 0);
+            }
+        }
+    });
+    for _ in 0..4 {
+        let ctx = rx.recv().unwrap();
+        drop(ctx);
+        back.send(()).unwrap();
+    }
+    watchdog("the thread using destroyed contexts", || {
+        thread.join().unwrap()
+    });
+}
+
+// ---- Errors as values. ----
+
+fn send_sync_static<T: Send + Sync + 'static>() {}
+
+/// Errors travel: across tasks and threads (`Send + Sync + 'static`, so `anyhow` and
+/// `Box<dyn Error + Send + Sync>` take them), and each kind's `Display` names the API it
+/// belongs to; `source()` never loops and an `OpError`'s is its error.
+#[test]
+fn every_error_kind_is_send_sync_static_and_names_its_api() {
+    send_sync_static::<Error>();
+    send_sync_static::<npu::AclError>();
+    send_sync_static::<npu::LoadError>();
+    send_sync_static::<npu::stream::OpError<DeviceBuffer<u8>>>();
+    send_sync_static::<sim::ControlError>();
+    let rt = npu::Runtime::global().unwrap();
+    let kinds: Vec<(Error, &str)> = vec![
+        (rt.check("aclrtMalloc", 207001).unwrap_err(), "aclrtMalloc"),
+        (rt.check("aclrtMalloc", -7).unwrap_err(), "aclrtMalloc"),
+        (rt.check("aclrtFree", i32::MIN).unwrap_err(), "aclrtFree"),
+        (
+            Error::invalid("Device::open", "id", "too large"),
+            "Device::open",
+        ),
+        (
+            Error::Unsupported {
+                api: "aclrtBinaryLoadFromData",
+            },
+            "aclrtBinaryLoadFromData",
+        ),
+        (
+            Error::Aborted {
+                api: "aclrtMemsetAsync",
+            },
+            "aclrtMemsetAsync",
+        ),
+        (Error::Forked { api: "aclrtMalloc" }, "aclrtMalloc"),
+        (Device::open(u32::MAX).unwrap_err(), "Device::open"),
+    ];
+    for (err, api) in kinds {
+        let shown = err.to_string();
+        assert!(shown.starts_with(api), "{shown}");
+        let boxed: Box<dyn std::error::Error + Send + Sync + 'static> = Box::new(err.clone());
+        let mut depth = 0;
+        let mut source = boxed.source();
+        while let Some(next) = source {
+            depth += 1;
+            assert!(depth < 8, "{shown}: a source chain that does not end");
+            source = next.source();
+        }
+        let code = err.acl_code();
+        if let Some(code) = code {
+            assert!(shown.contains(&code.0.to_string()), "{shown}");
+        }
+    }
+    // A code outside ACL's ranges (negative, or past them) is unknown, never a panic.
+    for raw in [i32::MIN, -1, 42, 999_999, 1_000_000, i32::MAX] {
+        let code = npu::AclCode(raw);
+        assert_eq!(code.class(), npu::ErrorClass::Unknown, "{raw}");
+        assert!(code.to_string().contains(&raw.to_string()));
+    }
+    let failed = npu::stream::OpError::new(
+        rt.check("aclrtMemsetAsync", 507015).unwrap_err(),
+        DeviceBuffer::<u8>::new(Device::open(0).unwrap().primary_context(), 8).unwrap(),
+    );
+    assert_eq!(failed.to_string(), failed.error.to_string());
+    assert!(
+        format!("{failed:?}").contains("DeviceBuffer"),
+        "Debug names the value's type"
+    );
+    let boxed: Box<dyn std::error::Error + Send + Sync + 'static> = Box::new(failed);
+    assert!(boxed.to_string().starts_with("aclrtMemsetAsync failed"));
 }
