@@ -547,19 +547,9 @@ fn value_words_carved_from_a_pool_block_come_back_after_every_operation() {
 
 const CHILD_ENV: &str = "NPU_ATTACK20_CHILD";
 
-/// Runs this file's `thread_local_child` in a child process and checks it printed `CHILD OK`.
+/// Runs this file's `thread_local_child` test in a child process with `case`.
 fn in_child(case: &str) {
-    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
-    command
-        .args([
-            "--exact",
-            "thread_local_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, case)
-        .stdout(std::process::Stdio::piped());
-    child_succeeded(command.spawn().unwrap(), HANG, case);
+    in_child_test("thread_local_child", CHILD_ENV, case);
 }
 
 fn check_thread_local_case(case: &str) {

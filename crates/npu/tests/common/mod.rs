@@ -277,6 +277,18 @@ pub(crate) fn live_objects(ctx: &Context) -> [u64; 5] {
     ]
 }
 
+/// Runs this test binary's test `test` alone in a child process, with the environment
+/// variable `env` set to `case` (the child test reads it to pick its case, and does nothing
+/// without it), and checks it printed `CHILD OK` and exited successfully within [`HANG`].
+pub(crate) fn in_child_test(test: &str, env: &str, case: &str) -> String {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(env, case)
+        .stdout(std::process::Stdio::piped());
+    child_succeeded(command.spawn().unwrap(), HANG, case)
+}
+
 /// Waits for `child` (a run of this file's child test) at most `bound`, kills it and fails
 /// naming `what` past that, and returns its output once it has reported success.
 pub(crate) fn child_succeeded(
