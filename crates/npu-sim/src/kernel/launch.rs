@@ -12,18 +12,31 @@ use super::registry::KernelCode;
 use crate::error::SimError;
 
 /// Launch arguments owned by the task (host-packed arguments are copied at submission, so the
-/// caller may reuse its buffer when the launch call returns). 8-byte aligned; an empty blob
-/// owns no memory and is passed to the kernel as NULL. Not `Clone`: a placeholder's slot holds
-/// the address of data inside the blob, which a copy would still point back into.
+/// caller may reuse its buffer when the launch call returns). An empty blob owns no memory and
+/// is passed to the kernel as NULL. Not `Clone`: a placeholder's slot holds the address of data
+/// inside the blob, which a copy would still point back into.
+///
+/// Aligned for the struct the bytes are: a kernel reads them as its parameter struct
+/// (`const Params *p = args;`), which is sound only if `args` is aligned for `Params`, and a
+/// field the packer placed at a multiple of 64 is 64-byte aligned in memory only if the blob's
+/// start is. The simulator does not know the struct, but a C struct's size is a multiple of its
+/// alignment, so the blob starts at a multiple of the largest power of two dividing its
+/// length, from 8 up to [`MAX_ALIGN`] (npu-rs's `ArgPacker::MAX_ALIGN`); the padding this
+/// costs is less than the length. (An 8-byte aligned blob, as before, gave a 64-byte aligned
+/// by-value parameter a misaligned address in about three launches of four.)
 #[derive(Debug)]
 pub(crate) struct ArgsBlob {
     /// Cells: a kernel gets a pointer to them and may write through it, as into a device
     /// argument buffer, while other executions sharing the blob read it. A `Vec`, not a
     /// `Box`: moving a `Box` would assert that nothing else reaches the cells, while those
-    /// pointers do.
+    /// pointers do. The arguments start at word `start`, the first one aligned as above.
     words: Vec<UnsafeCell<u64>>,
+    start: usize,
     len: usize,
 }
+
+/// The largest alignment an argument blob is given: a page.
+pub(crate) const MAX_ALIGN: usize = 4096;
 
 // SAFETY: once built (through `&mut self`), the words are reached only through raw pointers:
 // by kernels, as device memory is, and by `to_bytes`; no reference to them is shared.
@@ -32,42 +45,58 @@ unsafe impl Sync for ArgsBlob {}
 impl ArgsBlob {
     /// `len` zero bytes; 207001 if the host cannot allocate them.
     pub(crate) fn zeroed(len: usize) -> Result<Self, SimError> {
+        let words_needed = len.div_ceil(8);
+        if words_needed == 0 {
+            return Ok(Self {
+                words: Vec::new(),
+                start: 0,
+                len,
+            });
+        }
+        // The largest power of two dividing `len`, at least a word's 8 bytes, at most a page.
+        let align = (1usize << len.trailing_zeros()).clamp(8, MAX_ALIGN);
+        let slack = align / 8 - 1;
         let mut words = Vec::new();
-        crate::error::reserve(&mut words, len.div_ceil(8), "kernel arguments")?;
-        words.resize_with(len.div_ceil(8), || UnsafeCell::new(0u64));
-        Ok(Self { words, len })
+        crate::error::reserve(&mut words, words_needed + slack, "kernel arguments")?;
+        words.resize_with(words_needed + slack, || UnsafeCell::new(0u64));
+        // The first word at a multiple of `align`; a `u64` is 8-aligned, so one is within
+        // `slack` words of the allocation's start.
+        let misalignment = (words.as_ptr() as usize % align) / 8;
+        let start = (align / 8 - misalignment) % (align / 8);
+        Ok(Self { words, start, len })
     }
 
     pub(crate) fn len(&self) -> usize {
         self.len
     }
 
+    /// The first byte of the arguments.
+    fn first(&self) -> *mut u8 {
+        UnsafeCell::raw_get(self.words.as_ptr().wrapping_add(self.start)).cast::<u8>()
+    }
+
     pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
-        let start = UnsafeCell::raw_get(self.words.as_ptr()).cast::<u8>();
-        // SAFETY: `len` bytes lie within the words (`zeroed` allocates `len` rounded up to
-        // whole words); `UnsafeCell<u64>` has `u64`'s layout; `&mut self` excludes every
-        // other access for the borrow's life.
-        unsafe { std::slice::from_raw_parts_mut(start, self.len) }
+        // SAFETY: `len` bytes from word `start` lie within the words (`zeroed` allocates `len`
+        // rounded up to whole words after `start`); `UnsafeCell<u64>` has `u64`'s layout;
+        // `&mut self` excludes every other access for the borrow's life. An empty blob gives
+        // an empty slice of the vector's dangling, aligned pointer.
+        unsafe { std::slice::from_raw_parts_mut(self.first(), self.len) }
     }
 
     /// The bytes as they are now (a kernel of a running execution may be writing them).
     fn to_bytes(&self) -> Vec<u8> {
         let mut bytes = vec![0u8; self.len];
-        // SAFETY: `len` bytes lie within the words; the copy reads through a raw pointer, as
-        // a copy from device memory does.
+        // SAFETY: `len` bytes from word `start` lie within the words; the copy reads through
+        // a raw pointer, as a copy from device memory does.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                UnsafeCell::raw_get(self.words.as_ptr()).cast::<u8>(),
-                bytes.as_mut_ptr(),
-                self.len,
-            );
+            std::ptr::copy_nonoverlapping(self.first(), bytes.as_mut_ptr(), self.len);
         }
         bytes
     }
 
     /// The address of byte `offset`.
     pub(crate) fn address_of(&self, offset: usize) -> u64 {
-        self.words.as_ptr() as u64 + offset as u64
+        self.first() as u64 + offset as u64
     }
 
     /// The pointer the kernel gets: NULL for no arguments, so a kernel can tell.
@@ -75,7 +104,7 @@ impl ArgsBlob {
         if self.len == 0 {
             std::ptr::null_mut()
         } else {
-            UnsafeCell::raw_get(self.words.as_ptr()).cast()
+            self.first().cast()
         }
     }
 }
