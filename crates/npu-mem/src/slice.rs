@@ -378,7 +378,13 @@ pub unsafe trait DeviceSlice: Memory {}
 /// # Safety
 ///
 /// `addr()` is a host pointer to memory that `context()`'s runtime pinned (`aclrtMallocHost`)
-/// or registered, for at least as long as [`Memory`] requires.
+/// or registered, for at least as long as [`Memory`] requires. npu-rs makes shared slices of
+/// the elements from it (`as_bytes`, the `Deref` of a [`Cast`] or [`Split`] part), so also:
+/// - `addr()` is non-null and aligned for `Elem`, even when `len()` is 0;
+/// - the elements are never written while the value (or a reference to it) is shared, except
+///   by a device operation given the memory as a [`MemoryMut`] by value: no interior
+///   mutability of the elements (a store through `&self`, a clone that writes them while
+///   another clone is read).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not page-locked host memory",
     label = "pageable memory cannot take part in an async copy",

@@ -65,6 +65,44 @@ fn misaligned_partial_and_empty_buffers_are_refused_before_acl() {
     }
 }
 
+/// Two pages, of which the buffer claims to register only the first: a `StableBuffer` whose
+/// `registered_bytes` falls short of its slice.
+struct ShortClaim(PageAlignedBuffer<u8>);
+
+// SAFETY: the page-aligned buffer never moves and is owned here; its first page belongs to the
+// allocation (the claim is short, not wrong).
+unsafe impl StableBuffer for ShortClaim {
+    type Elem = u8;
+
+    fn as_slice(&self) -> &[u8] {
+        &self.0
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+
+    fn registered_bytes(&self) -> usize {
+        4096
+    }
+}
+
+/// A registration is page-locked host memory for every element it holds (`HostSlice`), so a
+/// buffer that would register fewer bytes than its slice is refused, and handed back.
+#[test]
+fn a_buffer_registering_less_than_its_elements_is_refused() {
+    let buffer = ShortClaim(PageAlignedBuffer::new(2 * 4096).unwrap());
+    let rejected = HostRegistration::new(&context(), buffer, RegisterFlags::PINNED).unwrap_err();
+    let text = rejected.error.to_string();
+    assert!(text.contains("HostRegistration::new"), "{text}");
+    assert!(text.contains("registers 4096 bytes of its 8192"), "{text}");
+    assert_eq!(
+        rejected.buffer.0.len(),
+        2 * 4096,
+        "the buffer is handed back"
+    );
+}
+
 #[tokio::test]
 async fn registering_a_registered_range_is_acl_error_507910() {
     let ctx = context();

@@ -177,8 +177,17 @@ impl<B: StableBuffer> HostRegistration<B> {
         flags: RegisterFlags,
     ) -> Result<Self, RegisterError<B>> {
         let slice = buffer.as_mut_slice();
-        let (ptr, len) = (slice.as_mut_ptr(), slice.len());
+        let (ptr, len, slice_bytes) = (slice.as_mut_ptr(), slice.len(), size_of_val(slice));
         let bytes = buffer.registered_bytes();
+        if bytes < slice_bytes {
+            // The registration is `HostSlice` for every element: all of them must be pinned.
+            let rule = format!(
+                "registers {bytes} bytes of its {slice_bytes}: the elements past them would \
+                 not be page-locked, yet copies would use them as if they were"
+            );
+            let error = Error::invalid("HostRegistration::new", "buffer", rule);
+            return Err(RegisterError { error, buffer });
+        }
         match register(context, ptr.cast(), bytes, flags) {
             Ok(device_ptr) => Ok(HostRegistration {
                 context: context.clone(),

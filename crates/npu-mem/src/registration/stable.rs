@@ -27,7 +27,8 @@ use bytemuck::Pod;
 ///   a raw pointer the value holds (as `Vec` and [`PageAlignedBuffer`](crate::PageAlignedBuffer)
 ///   do), not owned inline or by a `Box`;
 /// - [`registered_bytes`](StableBuffer::registered_bytes) bytes from that address belong to
-///   the allocation;
+///   the allocation (fewer than the slice's bytes are refused by
+///   [`HostRegistration::new`](crate::HostRegistration::new));
 /// - dropping the value does not block (no wait for the device, another operation, a lock
 ///   held across such a wait, or I/O): a registration an operation still uses is released,
 ///   and the buffer dropped, on npu-rs's reaper thread, which every deferred release of the
