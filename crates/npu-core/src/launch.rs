@@ -53,6 +53,7 @@ impl Engine {
 /// assert_eq!(config.engine_type(), Some(Engine::Aiv));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[must_use = "a LaunchConfig is a value: a setter returns the changed copy"]
 pub struct LaunchConfig {
     blocks: NonZeroU32,
     engine: Option<Engine>,

@@ -72,6 +72,7 @@ unsafe impl Sync for ModuleInner {}
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a loader does nothing until it loads"]
 pub struct ModuleLoader {
     context: Context,
     lazy_load: Option<bool>,

@@ -66,6 +66,7 @@ pub(crate) struct SharedState {
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 #[derive(Debug, Clone, Default)]
+#[must_use = "a builder does nothing until built"]
 pub struct RuntimeBuilder {
     choice: Option<BackendChoice>,
     config: Option<PathBuf>,
@@ -596,7 +597,8 @@ impl Runtime {
     }
 
     /// Identifies the loaded library: ACL's global and thread-local state is per library, so
-    /// caches of that state (per device, per thread) are keyed by it.
+    /// caches of that state (per device, per thread) are keyed by it. Shared with npu-stream,
+    /// not part of the API: [`same_library`](Runtime::same_library) is what users compare.
     ///
     /// ```
     /// use npu_core::{BackendChoice, Runtime};
@@ -605,6 +607,7 @@ impl Runtime {
     /// assert_eq!(sim()?.library_id(), sim()?.library_id(), "one simulator per process");
     /// # Ok::<(), npu_core::Error>(())
     /// ```
+    #[doc(hidden)]
     pub fn library_id(&self) -> usize {
         self.inner.loaded.id
     }

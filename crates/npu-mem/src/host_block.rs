@@ -30,6 +30,7 @@ pub(crate) const PAGE: usize = 4096;
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[must_use = "a HostAllocConfig is a value: a setter returns the changed copy"]
 pub struct HostAllocConfig {
     module_id: Option<u16>,
     device_va: bool,

@@ -102,6 +102,7 @@ unsafe impl Sync for EventInner {}
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until built"]
 pub struct EventBuilder {
     context: Context,
     kind: EventKind,

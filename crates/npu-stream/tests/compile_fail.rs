@@ -2,7 +2,8 @@
 //! buffers while the device still uses them), create a completer, or run code on a completion;
 //! nor can it replace a stream's fault watch or claim its faults, hand pageable memory to an
 //! async copy, reach one part of a split buffer from two operations, copy over a value word
-//! that another stream may be signalling through, or register a boxed slice. The expected
+//! that another stream may be signalling through, or register a boxed slice; and a discarded
+//! builder or setting of a value type is flagged (`#[must_use]`). The expected
 //! compiler errors are in `tests/ui*/*.stderr`; `TRYBUILD=overwrite` regenerates them after a
 //! deliberate change.
 
@@ -16,4 +17,10 @@ fn forging_a_completion_does_not_compile() {
 fn aliasing_memory_or_copying_pageable_memory_does_not_compile() {
     let cases = trybuild::TestCases::new();
     cases.compile_fail("tests/ui_memory/*.rs");
+}
+
+#[test]
+fn discarding_a_builder_or_a_changed_setting_is_flagged() {
+    let cases = trybuild::TestCases::new();
+    cases.compile_fail("tests/ui_unused/*.rs");
 }

@@ -24,6 +24,11 @@
 //! ```
 
 pub use npu_core::{
-    AclCode, AclError, DeviceFault, Error, ErrorClass, FaultKind, FaultWatch, LoadAttempt,
-    LoadError, LoadFailure, OpError, Result,
+    AclCode, AclError, DeviceFault, Error, ErrorClass, FaultKind, LoadAttempt, LoadError,
+    LoadFailure, OpError, Result,
 };
+
+/// What npu-stream's streams install to be told of their faults: made only by a hidden
+/// runtime method, so it is not part of the documented surface.
+#[doc(hidden)]
+pub use npu_core::FaultWatch;

@@ -70,7 +70,7 @@
 //! (`Stream::wait_notify_timeout`, `Stream::wait_event_timeout`).
 
 pub use npu_core::OpError;
-pub use npu_core::{Completion, Wait};
+pub use npu_core::{BlockingWaiter, Completion, Wait};
 pub use npu_stream::{
     AsValueWord, Copy2d, Event, EventBuilder, EventKind, EventWait, FailureMode, MAX_2D_HEIGHT,
     MAX_2D_WIDTH_BYTES, Notify, Op, ReactorStats, Strategy, Stream, StreamBuilder, StreamPool,

@@ -115,6 +115,7 @@ unsafe impl Source for Pinned {
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until built"]
 pub struct PinnedPoolBuilder {
     context: Context,
     capacity: Option<usize>,

@@ -91,6 +91,7 @@ pub struct DevicePoolStats {
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until built"]
 pub struct DevicePoolBuilder {
     context: Context,
     capacity: Option<usize>,

@@ -26,6 +26,7 @@ use crate::strategy::{Strategy, StrategyState};
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until built"]
 pub struct StreamBuilder {
     context: Context,
     priority: u32,
