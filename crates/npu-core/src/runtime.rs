@@ -436,7 +436,7 @@ impl Runtime {
     /// // SAFETY: the stream is this example's own.
     /// let fault = unsafe { rt.claim_fault(1, id as u64, AclCode(507015)) };
     /// let fault = fault.expect("the callback recorded it");
-    /// assert_eq!((fault.task_id, fault.device_id, fault.stream_id), (1, 1, id as u32));
+    /// assert_eq!((fault.task_id, fault.device_id, fault.stream_id), (1, 1, id as u64));
     /// // SAFETY: as above.
     /// let none = unsafe { rt.claim_fault(1, id as u64, AclCode(100000)) };
     /// assert_eq!(none, None, "no fault has that code");

@@ -26,7 +26,7 @@ fn tasks_per_operation(strategy: Strategy) -> u32 {
 fn expected(stream: &Stream, index: u32, code: i32, kind: FaultKind) -> DeviceFault {
     DeviceFault {
         task_id: index * tasks_per_operation(stream.strategy()) + 1,
-        stream_id: stream.id() as u32,
+        stream_id: stream.id(),
         device_id: stream.context().device_id(),
         thread_id: 0, // checked apart: the submitting thread
         code: AclCode(code),

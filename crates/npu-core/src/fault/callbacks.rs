@@ -114,7 +114,7 @@ fn read_fault(loaded: &Loaded, info: *mut ffi::aclrtExceptionInfo) -> Option<Dev
         let device_id = (api.aclrtGetDeviceIdFromExceptionInfo?)(info);
         Some(DeviceFault {
             task_id: (api.aclrtGetTaskIdFromExceptionInfo?)(info),
-            stream_id: (api.aclrtGetStreamIdFromExceptionInfo?)(info),
+            stream_id: u64::from((api.aclrtGetStreamIdFromExceptionInfo?)(info)),
             device_id,
             thread_id: (api.aclrtGetThreadIdFromExceptionInfo?)(info),
             code: AclCode((api.aclrtGetErrorCodeFromExceptionInfo?)(info) as i32),

@@ -44,9 +44,9 @@ pub use table::FaultWatch;
 pub struct DeviceFault {
     /// The runtime's id of the failed task (`aclrtGetTaskIdFromExceptionInfo`).
     pub task_id: u32,
-    /// The failed task's stream, as `aclrtStreamGetId` (and npu-stream's `Stream::id`) names
-    /// it.
-    pub stream_id: u32,
+    /// The failed task's stream, as `aclrtStreamGetId` (and npu-stream's `Stream::id`, of the
+    /// same type, so the two compare directly) names it.
+    pub stream_id: u64,
     /// The device the task failed on.
     pub device_id: u32,
     /// The host thread that submitted the task (`aclrtGetThreadIdFromExceptionInfo`).

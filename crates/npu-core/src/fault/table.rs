@@ -56,7 +56,7 @@ impl FaultTable {
 
     /// Records a fault and tells the stream's watcher, outside the lock.
     pub(crate) fn record(&self, fault: DeviceFault) {
-        let key = (fault.device_id, u64::from(fault.stream_id));
+        let key = (fault.device_id, fault.stream_id);
         lock(&self.latest).insert(fault.device_id, fault.clone());
         let listener = {
             let mut streams = self.lock();
