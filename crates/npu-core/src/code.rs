@@ -180,6 +180,25 @@ impl AclCode {
     /// assert!(AclCode::EVENT_SYNC_TIMEOUT.is_timeout());
     /// ```
     pub const EVENT_SYNC_TIMEOUT: AclCode = AclCode(ffi::ACL_ERROR_RT_EVENT_SYNC_TIMEOUT);
+    /// A task touched device memory with an uncorrectable error (UCE, memory the hardware
+    /// cannot correct): `ACL_ERROR_RT_DEVICE_MEM_ERROR`. `aclrtGetMemUceInfo` lists the bad
+    /// ranges and `aclrtMemUceRepair` repairs them; a `DevicePool` does both for its blocks.
+    /// ```
+    /// use npu_core::AclCode;
+    /// assert_eq!(AclCode::DEVICE_MEM_ERROR, AclCode(507053));
+    /// assert_eq!(AclCode::DEVICE_MEM_ERROR.name(), Some("ACL_ERROR_RT_DEVICE_MEM_ERROR"));
+    /// assert!(AclCode::DEVICE_MEM_ERROR.is_memory_error());
+    /// ```
+    pub const DEVICE_MEM_ERROR: AclCode = AclCode(ffi::ACL_ERROR_RT_DEVICE_MEM_ERROR);
+    /// A task may have touched device memory with an uncorrectable error on a peer device
+    /// (several devices or processes): `ACL_ERROR_RT_SUSPECT_DEVICE_MEM_ERROR`.
+    /// ```
+    /// use npu_core::AclCode;
+    /// assert_eq!(AclCode::SUSPECT_DEVICE_MEM_ERROR, AclCode(507055));
+    /// assert!(AclCode::SUSPECT_DEVICE_MEM_ERROR.is_memory_error());
+    /// ```
+    pub const SUSPECT_DEVICE_MEM_ERROR: AclCode =
+        AclCode(ffi::ACL_ERROR_RT_SUSPECT_DEVICE_MEM_ERROR);
 
     /// Whether the code says memory (device or host) ran out.
     ///
@@ -240,6 +259,18 @@ impl AclCode {
             AclCode(ffi::ACL_ERROR_RT_TASK_ABORT_STOP),
         ]
         .contains(&self)
+    }
+
+    /// Whether the code says device memory has an uncorrectable error (UCE), on this device
+    /// or a peer's: [`DEVICE_MEM_ERROR`](Self::DEVICE_MEM_ERROR) or
+    /// [`SUSPECT_DEVICE_MEM_ERROR`](Self::SUSPECT_DEVICE_MEM_ERROR).
+    /// ```
+    /// use npu_core::AclCode;
+    /// assert!(AclCode(507053).is_memory_error());
+    /// assert!(!AclCode::AICORE_EXCEPTION.is_memory_error());
+    /// ```
+    pub fn is_memory_error(self) -> bool {
+        [Self::DEVICE_MEM_ERROR, Self::SUSPECT_DEVICE_MEM_ERROR].contains(&self)
     }
 
     /// The symbolic name, e.g. `ACL_ERROR_RT_STREAM_CONTEXT`, for every documented code.

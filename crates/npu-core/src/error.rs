@@ -191,6 +191,20 @@ impl Error {
         self.acl_code().is_some_and(AclCode::is_timeout)
     }
 
+    /// Whether device memory the work touched has an uncorrectable error
+    /// ([`AclCode::is_memory_error`]).
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, Error};
+    ///
+    /// let err = Error::from(AclError::new("aclrtMemsetAsync", AclCode::DEVICE_MEM_ERROR, None));
+    /// assert!(err.is_memory_error());
+    /// assert!(!Error::invalid("example", "len", "must not be 0").is_memory_error());
+    /// ```
+    pub fn is_memory_error(&self) -> bool {
+        self.acl_code().is_some_and(AclCode::is_memory_error)
+    }
+
     /// Whether the work was aborted ([`AclCode::is_aborted`]).
     ///
     /// ```

@@ -122,6 +122,11 @@ impl Completer {
     /// Completes with `result`.
     #[doc(hidden)]
     pub fn complete(self, result: Result<()>) {
+        // Noted before the result is visible, for the use lists of the memory it touched: a
+        // pool must not hand out memory with an uncorrectable error again.
+        if result.as_ref().is_err_and(Error::is_memory_error) {
+            self.state.mark_memory_error();
+        }
         // Releases are handed on before the result is visible, so that whoever sees the
         // operation complete finds them queued.
         let Some(notifies) = self.state.complete(result, crate::reaper::run_later) else {
@@ -397,6 +402,14 @@ impl Completion {
         {
             action();
         }
+    }
+
+    /// Whether the operation failed with a device memory error ([`Error::is_memory_error`]):
+    /// one load, for the use lists that ask every completed use. Meaningful once complete,
+    /// or in a release deferred on it (which may run before `is_complete` says so: the
+    /// completer hands releases on first).
+    pub(crate) fn failed_with_memory_error(&self) -> bool {
+        self.state.failed_with_memory_error()
     }
 
     /// Whether two handles refer to the same operation.

@@ -35,6 +35,10 @@ pub(crate) struct State<T> {
     done: AtomicBool,
     /// Set when the completer went away without completing (see [`State::abandon`]).
     abandoned: AtomicBool,
+    /// Set by the completer, before completing, when the operation failed with a device
+    /// memory error: what a `UseList` asks of every completed use, so that it costs a load
+    /// rather than the value's lock ([`State::mark_memory_error`]).
+    memory_error: AtomicBool,
     value: Mutex<Option<T>>,
     /// The waker of each registration, taken by the completer.
     wakers: Mutex<Wakers>,
@@ -51,6 +55,7 @@ impl<T: Clone> State<T> {
         State {
             done: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
+            memory_error: AtomicBool::new(false),
             value: Mutex::new(None),
             wakers: Mutex::new(Wakers::default()),
             deferred: Mutex::new(Some(Vec::new())),
@@ -116,6 +121,20 @@ impl<T: Clone> State<T> {
             .map(|(_, waker)| crate::contain::contained(move || waker.wake()))
             .filter(|panicked| *panicked)
             .count()
+    }
+
+    /// Notes that the operation failed with a device memory error; called before
+    /// [`State::complete`], whose release of `done` publishes it.
+    pub(crate) fn mark_memory_error(&self) {
+        self.memory_error.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the operation failed with a device memory error. Meaningful once it has
+    /// completed: read after [`State::is_complete`]'s acquire, or by a release deferred on
+    /// it, which the completer hands on after noting the error (and possibly before raising
+    /// `done`, so such a release must not ask `is_complete` first).
+    pub(crate) fn failed_with_memory_error(&self) -> bool {
+        self.memory_error.load(Ordering::Relaxed)
     }
 
     pub(crate) fn is_complete(&self) -> bool {

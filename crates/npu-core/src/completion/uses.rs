@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::Completion;
 
@@ -44,12 +44,22 @@ pub struct UseList {
 #[derive(Default)]
 struct Uses {
     pending: Vec<Completion>,
+    /// Whether a use pruned so far failed with a device memory error: pruning forgets the
+    /// completion, not what it said about the memory.
+    memory_error: bool,
 }
 
 impl Uses {
-    /// Drops completed uses.
+    /// Drops completed uses, noting whether one failed with a memory error (a load per
+    /// completed use).
     fn prune(&mut self) {
-        self.pending.retain(|c| !c.is_complete());
+        let mut memory_error = false;
+        self.pending.retain(|c| {
+            let done = c.is_complete();
+            memory_error |= done && c.failed_with_memory_error();
+            !done
+        });
+        self.memory_error |= memory_error;
     }
 }
 
@@ -149,6 +159,30 @@ impl UseList {
         uses.pending.is_empty()
     }
 
+    /// Whether an operation recorded here has completed with a device memory error
+    /// ([`Error::is_memory_error`](crate::Error::is_memory_error)): the memory may have an
+    /// uncorrectable error, which a pool looks for before handing it out again. It takes
+    /// `&mut self` like [`is_idle`](UseList::is_idle), which a pooled buffer's `Drop` asks
+    /// first: once idle, the answer is final.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, Completer, UseList};
+    ///
+    /// let mut uses = UseList::new();
+    /// // SAFETY: no device work stands behind these completions.
+    /// let (ok, bad) = unsafe { (Completer::new(), Completer::new()) };
+    /// uses.record(&ok.completion());
+    /// uses.record(&bad.completion());
+    /// ok.complete(Ok(()));
+    /// bad.complete(Err(AclError::new("aclrtMemsetAsync", AclCode::DEVICE_MEM_ERROR, None).into()));
+    /// assert!(uses.is_idle() && uses.memory_error());
+    /// ```
+    pub fn memory_error(&mut self) -> bool {
+        let uses = self.uses_mut();
+        uses.prune();
+        uses.memory_error
+    }
+
     /// Runs `release` once every recorded operation has completed.
     ///
     /// With nothing pending it runs at once on this thread; otherwise on the reaper thread
@@ -177,24 +211,57 @@ impl UseList {
     /// assert_eq!(rx.try_recv(), Ok("released"));
     /// ```
     pub unsafe fn release(&mut self, release: impl FnOnce() + Send + 'static) {
-        let pending = {
+        // SAFETY: the caller upholds the same contract.
+        unsafe { self.release_noting_memory_errors(move |_| release()) }
+    }
+
+    /// [`release`](UseList::release), telling `release` whether any recorded operation
+    /// completed with a device memory error ([`memory_error`](UseList::memory_error), once
+    /// they all have): for a pool, which must not cache such memory as it is.
+    ///
+    /// # Safety
+    ///
+    /// As for [`release`](UseList::release): `release` must not block.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, Completer, UseList};
+    ///
+    /// let mut uses = UseList::new();
+    /// // SAFETY: no device work stands behind this completion.
+    /// let bad = unsafe { Completer::new() };
+    /// uses.record(&bad.completion());
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// // SAFETY: sending on an unbounded channel does not block.
+    /// unsafe { uses.release_noting_memory_errors(move |memory_error| tx.send(memory_error).unwrap()) };
+    /// bad.complete(Err(AclError::new("aclrtMemsetAsync", AclCode::DEVICE_MEM_ERROR, None).into()));
+    /// assert_eq!(rx.recv(), Ok(true));
+    /// ```
+    pub unsafe fn release_noting_memory_errors(
+        &mut self,
+        release: impl FnOnce(bool) + Send + 'static,
+    ) {
+        let (pending, memory_error) = {
             let uses = self.uses_mut();
             uses.prune();
-            std::mem::take(&mut uses.pending)
+            (std::mem::take(&mut uses.pending), uses.memory_error)
         };
         if pending.is_empty() {
-            release();
+            release(memory_error);
             return;
         }
         let countdown = std::sync::Arc::new(Countdown {
             remaining: AtomicUsize::new(pending.len()),
+            memory_error: AtomicBool::new(memory_error),
             release: Mutex::new(Some(Box::new(release))),
         });
         for completion in pending {
             let countdown = countdown.clone();
-            // SAFETY: arriving is an atomic decrement; the release it may run does not block
+            // The action keeps its completion to read its outcome when it runs: a cycle (the
+            // completion holds the action) that completing breaks, as it takes the action.
+            let used = completion.clone();
+            // SAFETY: arriving is an atomic update; the release it may run does not block
             // (this method's contract, which the caller upholds).
-            unsafe { completion.defer(move || countdown.arrive()) };
+            unsafe { completion.defer(move || countdown.arrive(used.failed_with_memory_error())) };
         }
     }
 
@@ -217,16 +284,23 @@ impl fmt::Debug for UseList {
     }
 }
 
-type Release = Box<dyn FnOnce() + Send>;
+type Release = Box<dyn FnOnce(bool) + Send>;
 
 /// The release of a resource, run by whichever of its pending uses completes last.
 struct Countdown {
     remaining: AtomicUsize,
+    /// Whether a use failed with a device memory error, so far.
+    memory_error: AtomicBool,
     release: Mutex<Option<Release>>,
 }
 
 impl Countdown {
-    fn arrive(&self) {
+    /// One pending use completed, with a memory error or not.
+    fn arrive(&self, memory_error: bool) {
+        if memory_error {
+            self.memory_error.store(true, Ordering::Relaxed);
+        }
+        // The AcqRel decrement orders every arrival's store before the last one's load.
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
             let release = self
                 .release
@@ -234,7 +308,7 @@ impl Countdown {
                 .unwrap_or_else(|e| e.into_inner())
                 .take();
             if let Some(release) = release {
-                release();
+                release(self.memory_error.load(Ordering::Relaxed));
             }
         }
     }
@@ -321,6 +395,65 @@ mod tests {
         assert!(rx.try_recv().is_err(), "one use is still pending");
         later.complete(Ok(()));
         assert!(rx.recv().is_ok());
+    }
+
+    fn memory_error() -> crate::error::Error {
+        AclError::new("aclrtMemsetAsync", AclCode::DEVICE_MEM_ERROR, None).into()
+    }
+
+    #[test]
+    fn a_memory_error_outlives_the_pruning_of_its_use() {
+        let mut uses = UseList::new();
+        let bad = pending();
+        uses.record(&bad.completion());
+        bad.complete(Err(memory_error()));
+        // Recording the next use prunes the failed one; the list still knows.
+        let later = pending();
+        uses.record(&later.completion());
+        later.complete(Ok(()));
+        assert!(uses.is_idle());
+        assert!(uses.memory_error());
+        let (tx, rx) = std::sync::mpsc::channel();
+        // SAFETY: sending on an unbounded channel does not block.
+        unsafe { uses.release_noting_memory_errors(move |bad| tx.send(bad).unwrap()) };
+        assert_eq!(
+            rx.try_recv(),
+            Ok(true),
+            "idle: released at once, with the error"
+        );
+    }
+
+    #[test]
+    fn a_deferred_release_hears_of_a_memory_error_from_any_use() {
+        for failing in 0..2 {
+            let mut uses = UseList::new();
+            let ops = [pending(), pending()];
+            for op in &ops {
+                uses.record(&op.completion());
+            }
+            let (tx, rx) = std::sync::mpsc::channel();
+            // SAFETY: sending on an unbounded channel does not block.
+            unsafe { uses.release_noting_memory_errors(move |bad| tx.send(bad).unwrap()) };
+            for (at, op) in ops.into_iter().enumerate() {
+                // Another failure is no memory error.
+                let other = AclError::new("aclrtMemsetAsync", AclCode(507015), None).into();
+                op.complete(Err(if at == failing { memory_error() } else { other }));
+            }
+            assert_eq!(rx.recv(), Ok(true), "use {failing} failed");
+        }
+        let mut uses = UseList::new();
+        let op = pending();
+        uses.record(&op.completion());
+        let (tx, rx) = std::sync::mpsc::channel();
+        // SAFETY: sending on an unbounded channel does not block.
+        unsafe { uses.release_noting_memory_errors(move |bad| tx.send(bad).unwrap()) };
+        op.complete(Err(AclError::new(
+            "aclrtMemsetAsync",
+            AclCode(507015),
+            None,
+        )
+        .into()));
+        assert_eq!(rx.recv(), Ok(false));
     }
 
     #[test]
