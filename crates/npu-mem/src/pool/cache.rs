@@ -50,6 +50,33 @@ pub unsafe trait Source: Send + Sync + 'static {
     /// Gives blocks back to the runtime. They are idle (every operation that used them has
     /// completed) and the pool's lock is not held. Must not wait for the device.
     fn free(&self, blocks: Vec<Self::Block>);
+
+    /// Whether the blocks can have uncorrectable memory errors for [`repair`](Source::repair)
+    /// to look for (device memory). When false, a block one of whose operations failed with a
+    /// memory error is cached like any other: the error was in other memory.
+    const MEMORY_ERRORS: bool = false;
+
+    /// Looks for uncorrectable memory errors in `block`'s range and repairs them if it can,
+    /// for an idle block one of whose operations failed with a memory error (and so only
+    /// when [`MEMORY_ERRORS`](Source::MEMORY_ERRORS) is true). It runs on the pool's repair
+    /// thread, not the reaper, so it may wait for the runtime; the pool's lock is not held.
+    fn repair(&self, block: &Self::Block) -> Repair {
+        let _ = block;
+        Repair::Sound
+    }
+}
+
+/// What [`Source::repair`] found in a block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Repair {
+    /// No uncorrectable error in the block's range (the failed operation's was in other
+    /// memory): it is cached as it is.
+    Sound,
+    /// Its errors were repaired (what: for the log); its contents are lost, and it is cached.
+    Repaired(String),
+    /// Its errors could not be repaired (why: for the log); it is quarantined, never handed
+    /// out again.
+    Unrepairable(String),
 }
 
 type Reply<B> = oneshot::Sender<Granted<B>>;
@@ -61,6 +88,14 @@ pub struct Cache<S: Source> {
     capacity: Option<usize>,
     state: Mutex<State<S::Block, Reply<S::Block>>>,
     timing: Timing,
+    /// Blocks waiting for [`Source::repair`], and whether a repair thread is serving them.
+    repairs: Mutex<Repairs<S::Block>>,
+}
+
+/// The repair thread's queue.
+struct Repairs<B> {
+    queue: Vec<B>,
+    running: bool,
 }
 
 impl<S: Source> Cache<S> {
@@ -71,6 +106,10 @@ impl<S: Source> Cache<S> {
             capacity,
             state: Mutex::new(State::new(capacity)),
             timing: Timing::default(),
+            repairs: Mutex::new(Repairs {
+                queue: Vec::new(),
+                running: false,
+            }),
         }
     }
 
@@ -221,23 +260,130 @@ impl<S: Source> Cache<S> {
     pub fn give_back(self: &Arc<Self>, block: S::Block, uses: &mut UseList) {
         let class = S::block_bytes(&block);
         // Idle stays idle (the owner is being dropped), so the block goes straight back, with
-        // no deferral.
+        // no deferral. Whether a use failed with a memory error is a flag the list kept: the
+        // common return makes no ACL call and takes no other lock.
         if uses.is_idle() {
-            self.update(|state, _| state.released(block, class));
+            if S::MEMORY_ERRORS && uses.memory_error() {
+                self.retire(class);
+                self.suspect(block);
+            } else {
+                self.update(|state, _| state.released(block, class));
+            }
             return;
         }
         self.retire(class);
         let cache = self.clone();
         // SAFETY: returning a block only takes the cache's lock, which is never held across a
-        // wait, and frees evicted blocks with the source's `free` (the trait's contract).
-        unsafe { uses.release(move || cache.returned(block)) };
+        // wait, and frees evicted blocks with the source's `free` (the trait's contract); a
+        // suspect block is handed to the repair thread, which the reaper never waits for.
+        unsafe {
+            uses.release_noting_memory_errors(move |memory_error| {
+                if S::MEMORY_ERRORS && memory_error {
+                    cache.suspect(block);
+                } else {
+                    cache.returned(block);
+                }
+            })
+        };
     }
 
     /// A retired block's operations have completed (the device is done with it, whether they
-    /// succeeded or failed): back to the free list, or straight to a waiter.
+    /// succeeded or failed, none with a memory error): back to the free list, or straight to
+    /// a waiter.
     pub fn returned(self: &Arc<Self>, block: S::Block) {
         let class = S::block_bytes(&block);
         self.update(|state, _| state.returned(block, class));
+    }
+
+    /// A retired, idle block one of whose operations failed with a memory error: it may have
+    /// an uncorrectable error, so it is not cached before [`Source::repair`] has looked. That
+    /// may wait for the runtime, which neither the reaper nor a dropping thread may do, so it
+    /// runs on a repair thread of the pool's, started for the queue and ending when it is
+    /// empty (failing operations come in bursts, one thread serves them all). The block
+    /// counts as awaiting until it is settled.
+    fn suspect(self: &Arc<Self>, block: S::Block) {
+        let start = {
+            let mut repairs = self.repairs();
+            repairs.queue.push(block);
+            !std::mem::replace(&mut repairs.running, true)
+        };
+        if !start {
+            return;
+        }
+        let cache = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("npu-pool-repair".into())
+            .spawn(move || cache.repair_queued());
+        if let Err(err) = spawned {
+            npu_core::log!(warn, pool = S::NAME, %err, "no thread to examine pooled blocks after a memory error");
+            // Nothing will look at the queued blocks, and none may be cached unexamined.
+            let blocks = {
+                let mut repairs = self.repairs();
+                repairs.running = false;
+                std::mem::take(&mut repairs.queue)
+            };
+            for block in blocks {
+                let why = format!("no thread to examine it ({err})");
+                self.settle(block, Repair::Unrepairable(why));
+            }
+        }
+    }
+
+    /// The repair thread: examines the queued blocks until none is left. It holds the cache,
+    /// so a pool dropped meanwhile ends here, once the last block is settled.
+    fn repair_queued(self: Arc<Self>) {
+        loop {
+            let block = {
+                let mut repairs = self.repairs();
+                match repairs.queue.pop() {
+                    Some(block) => block,
+                    None => {
+                        repairs.running = false;
+                        return;
+                    }
+                }
+            };
+            // A source's panic is contained: the block is then quarantined, not lost.
+            let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.source.repair(&block)
+            }));
+            let found = found.unwrap_or_else(|_| {
+                Repair::Unrepairable("examining it for memory errors panicked".into())
+            });
+            self.settle(block, found);
+        }
+    }
+
+    /// Caches an examined block, or quarantines it; logs either repair.
+    fn settle(self: &Arc<Self>, block: S::Block, found: Repair) {
+        let class = S::block_bytes(&block);
+        match found {
+            Repair::Sound => self.update(|state, _| state.returned(block, class)),
+            Repair::Repaired(what) => {
+                npu_core::log!(
+                    warn,
+                    pool = S::NAME,
+                    bytes = class,
+                    repaired = %what,
+                    "a pooled block's uncorrectable memory errors were repaired; it is reused, its contents lost"
+                );
+                self.update(|state, _| state.repaired(block, class));
+            }
+            Repair::Unrepairable(why) => {
+                npu_core::log!(
+                    warn,
+                    pool = S::NAME,
+                    bytes = class,
+                    reason = %why,
+                    "a pooled block has an uncorrectable memory error that was not repaired; it is quarantined, never handed out again"
+                );
+                self.update(|state, _| state.quarantine(block, class));
+            }
+        }
+    }
+
+    fn repairs(&self) -> MutexGuard<'_, Repairs<S::Block>> {
+        self.repairs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Makes sure `count` blocks for requests of `bytes` bytes are cached, allocating the
@@ -392,11 +538,11 @@ impl<S: Source> Cache<S> {
 
 impl<S: Source> Drop for Cache<S> {
     fn drop(&mut self) {
-        let blocks = self
-            .state
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .trim_to(0);
+        // The quarantined blocks too: kept from the runtime while the pool could get them
+        // back, they go with the pool.
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let mut blocks = state.trim_to(0);
+        blocks.append(&mut state.take_quarantined());
         self.free_blocks(blocks);
     }
 }

@@ -85,6 +85,10 @@ pub(crate) struct Pinned {
 }
 
 // SAFETY: `free` unpins with aclrtFreeHost, which does not wait for the device.
+//
+// `MEMORY_ERRORS` stays false: the runtime reports uncorrectable memory errors of device
+// memory only (aclrtGetMemUceInfo lists a device's virtual addresses), so a pinned block
+// whose copy failed with one was not the bad memory, and is cached as usual.
 unsafe impl Source for Pinned {
     type Block = HostBlock;
     const NAME: &'static str = "PinnedPool::alloc";

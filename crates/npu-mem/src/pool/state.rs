@@ -60,6 +60,12 @@ pub(crate) struct Counts {
     pub(crate) misses: u64,
     pub(crate) evictions: u64,
     pub(crate) waiters: usize,
+    /// Blocks whose uncorrectable memory errors were repaired before they were cached again.
+    pub(crate) repaired: u64,
+    /// Blocks quarantined with an error that was not repaired, and their bytes (held outside
+    /// `reserved`, so outside the capacity).
+    pub(crate) quarantined: u64,
+    pub(crate) quarantined_bytes: usize,
 }
 
 impl Counts {
@@ -95,6 +101,9 @@ pub(crate) struct State<B, W> {
     waiters: VecDeque<Waiter<W>>,
     next_waiter: u64,
     counts: Counts,
+    /// Blocks with an unrepaired memory error: never handed out again, nor given back to the
+    /// runtime (which could hand them to this pool again) before the pool's end.
+    quarantined: Vec<B>,
 }
 
 impl<B, W> State<B, W> {
@@ -105,6 +114,7 @@ impl<B, W> State<B, W> {
             waiters: VecDeque::new(),
             next_waiter: 0,
             counts: Counts::default(),
+            quarantined: Vec::new(),
         }
     }
 
@@ -293,6 +303,28 @@ impl<B, W> State<B, W> {
         less(&mut self.counts.awaiting_bytes, class);
         less(&mut self.counts.awaiting_blocks, 1);
         self.cache(block, class);
+    }
+
+    /// A retired block's memory errors were repaired: cached for reuse like any other.
+    pub(crate) fn repaired(&mut self, block: B, class: usize) {
+        self.counts.repaired += 1;
+        self.returned(block, class);
+    }
+
+    /// A retired block has a memory error that was not repaired: kept out of use and out of
+    /// the capacity for the rest of the pool's life, so the room it held serves new blocks.
+    pub(crate) fn quarantine(&mut self, block: B, class: usize) {
+        less(&mut self.counts.awaiting_bytes, class);
+        less(&mut self.counts.awaiting_blocks, 1);
+        self.counts.quarantined += 1;
+        more(&mut self.counts.quarantined_bytes, class);
+        self.quarantined.push(block);
+    }
+
+    /// The quarantined blocks, for freeing at the pool's end.
+    pub(crate) fn take_quarantined(&mut self) -> Vec<B> {
+        self.counts.quarantined_bytes = 0;
+        std::mem::take(&mut self.quarantined)
     }
 
     fn cache(&mut self, block: B, class: usize) {
@@ -492,6 +524,35 @@ mod tests {
         state.untaken(block, MIB);
         let counts = state.counts();
         assert_eq!((counts.allocated, counts.cached, counts.hits), (0, MIB, 0));
+    }
+
+    #[test]
+    fn a_quarantined_block_leaves_the_capacity_and_is_never_granted() {
+        let mut state = Test::new(Some(MIB));
+        fresh(&mut state, MIB);
+        state.retire(MIB);
+        let mut evicted = Vec::new();
+        assert!(request(&mut state, MIB, "next", &mut evicted).is_err());
+        state.quarantine(1, MIB);
+        // Its room serves the waiter with a new block, not with the bad one.
+        assert_eq!(state.pump(&mut evicted), vec![("next", Granted::Room(MIB))]);
+        state.room_filled(MIB);
+        let counts = state.counts();
+        assert_eq!((counts.quarantined, counts.quarantined_bytes), (1, MIB));
+        assert_eq!((counts.awaiting_blocks, counts.reserved()), (0, MIB));
+        assert!(state.trim_to(0).is_empty(), "never trimmed");
+        assert_eq!(state.take_quarantined(), vec![1]);
+        assert_eq!(state.counts().quarantined_bytes, 0);
+    }
+
+    #[test]
+    fn a_repaired_block_is_cached_and_counted() {
+        let mut state = Test::new(None);
+        fresh(&mut state, MIB);
+        state.retire(MIB);
+        state.repaired(5, MIB);
+        assert_eq!(state.counts().repaired, 1);
+        assert_eq!(granted(&mut state, MIB, &mut Vec::new()), Granted::Block(5));
     }
 
     #[test]

@@ -36,7 +36,8 @@ pub struct PoolStats {
     pub reserved: usize,
     /// Bytes of free blocks ready for reuse.
     pub cached: usize,
-    /// Dropped blocks waiting for the device operations that used them to complete.
+    /// Dropped blocks waiting for the device operations that used them to complete (or, after
+    /// a memory error, for the pool to look for uncorrectable errors in them).
     pub awaiting_blocks: usize,
     /// Bytes of those blocks.
     pub awaiting_bytes: usize,
@@ -53,6 +54,19 @@ pub struct PoolStats {
     pub evictions: u64,
     /// Requests waiting for capacity.
     pub waiters: usize,
+    /// Blocks returned after one of their operations failed with an uncorrectable memory
+    /// error (UCE, `ACL_ERROR_RT_DEVICE_MEM_ERROR`) in their own range, whose error ranges the
+    /// pool repaired (`aclrtMemUceRepair`) before caching them again. A repaired block's
+    /// contents are lost. Always 0 for a pinned pool: host memory has no such errors to
+    /// repair.
+    pub repaired: u64,
+    /// Blocks returned with such an error that the pool could not repair: quarantined, never
+    /// handed out again. They are not counted in `reserved` (nor against the capacity), so the
+    /// pool serves new requests in their place; it keeps their memory from the runtime, which
+    /// could otherwise hand it back, until the pool's end.
+    pub quarantined: u64,
+    /// Bytes of the quarantined blocks.
+    pub quarantined_bytes: usize,
     /// Blocks the pool gave back to the runtime (`aclrtFreeHost`, `aclrtFree` or
     /// `aclrtMemPoolFreeAsync`).
     pub frees: u64,
@@ -97,6 +111,9 @@ impl Timing {
             misses: counts.misses,
             evictions: counts.evictions,
             waiters: counts.waiters,
+            repaired: counts.repaired,
+            quarantined: counts.quarantined,
+            quarantined_bytes: counts.quarantined_bytes,
             frees: self.frees.load(Ordering::Relaxed),
             alloc_time: Duration::from_nanos(self.alloc_ns.load(Ordering::Relaxed)),
             free_time: Duration::from_nanos(self.free_ns.load(Ordering::Relaxed)),
