@@ -20,7 +20,11 @@ use super::source::{DeviceBlock, DeviceSource};
 /// returns the block to the pool once every operation recorded against it, on any stream, has
 /// completed (until then the pool counts it as awaiting its operations), failed or not: an
 /// operation completes only once the device will not touch its memory again. So the next
-/// owner, on whatever stream, can never race the last one.
+/// owner, on whatever stream, can never race the last one. If one of those operations failed
+/// with an uncorrectable memory error (`Error::is_memory_error`), the pool first looks for
+/// the error in the block: it repairs it (`aclrtMemUceRepair`; the contents are lost) or
+/// quarantines the block, which is never handed out again (`PoolStats::repaired`,
+/// `quarantined`).
 ///
 /// The contents are unspecified: whatever the previous owner left, or the device memory held.
 ///

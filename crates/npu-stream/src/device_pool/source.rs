@@ -6,7 +6,7 @@ use std::fmt;
 
 use npu_core::ffi::{self, AclApi};
 use npu_core::{Context, Error, Result, acl_call, acl_call_opt};
-use npu_mem::pool_cache::Source;
+use npu_mem::pool_cache::{Repair, Source};
 
 use super::DevicePoolBackend;
 
@@ -291,6 +291,119 @@ unsafe impl Source for DeviceSource {
             npu_core::log!(warn, %err, "pooled device memory was not freed (leaked)");
         }
     }
+
+    const MEMORY_ERRORS: bool = true;
+
+    /// CANN's way back from an uncorrectable memory error (UCE): `aclrtGetMemUceInfo` lists
+    /// the device's error ranges, and `aclrtMemUceRepair` repairs those inside the block
+    /// (its memory then reads as zeros on npu-sim; what it held is lost). The block is idle,
+    /// so none of its own work can touch it meanwhile. A device-wide recovery
+    /// (`aclrtDeviceTaskAbort` and `aclrtRepairError`) is not the pool's to make: it would
+    /// drop every user's work on the device.
+    fn repair(&self, block: &DeviceBlock) -> Repair {
+        match self.repair_errors(block) {
+            Ok(found) => found,
+            Err(err) => Repair::Unrepairable(err.to_string()),
+        }
+    }
+}
+
+/// The most error ranges one `aclrtGetMemUceInfo` call lists (the reference's array size).
+const UCE_LIST: usize = ffi::MAX_MEM_UCE_INFO_ARRAY_SIZE as usize;
+
+impl DeviceSource {
+    /// Lists the device's error ranges and repairs the block's; an error (a runtime without
+    /// either function, a product that does not support them, a failed repair) leaves the
+    /// block unrepaired.
+    fn repair_errors(&self, block: &DeviceBlock) -> Result<Repair> {
+        let runtime = self.context.runtime();
+        self.context.bind()?;
+        let device = i32::try_from(self.context.device_id())
+            .map_err(|_| Error::invalid("aclrtGetMemUceInfo", "deviceId", "out of range"))?;
+        let mut listed = vec![ffi::aclrtMemUceInfo::default(); UCE_LIST];
+        let mut count = 0;
+        // SAFETY: `listed` holds UCE_LIST entries and `count` is a valid out-pointer; the
+        // context is bound.
+        unsafe {
+            acl_call_opt!(
+                runtime,
+                aclrtGetMemUceInfo(device, listed.as_mut_ptr(), UCE_LIST, &mut count)
+            )
+        }?;
+        let every = count < UCE_LIST;
+        listed.truncate(count.min(UCE_LIST));
+        let mut ours = match errors_in_block(block, &listed, every) {
+            Ok(ours) if ours.is_empty() => return Ok(Repair::Sound),
+            Ok(ours) => ours,
+            Err(why) => return Ok(Repair::Unrepairable(why)),
+        };
+        // SAFETY: `ours` holds entries exactly as the runtime listed them; the block is
+        // idle and ours, and the context is bound.
+        unsafe {
+            acl_call_opt!(
+                runtime,
+                aclrtMemUceRepair(device, ours.as_mut_ptr(), ours.len())
+            )
+        }?;
+        let ranges: Vec<String> = ours
+            .iter()
+            .map(|r| format!("{:p}+{}", r.addr, r.len))
+            .collect();
+        Ok(Repair::Repaired(format!(
+            "{} in the block at {:p}+{}",
+            ranges.join(", "),
+            block.ptr,
+            block.bytes
+        )))
+    }
+}
+
+/// The listed error ranges inside `block`, to repair (none: the error was in other memory);
+/// or why the block cannot be repaired alone. `every` says whether the list is complete
+/// (shorter than one call can return).
+///
+/// A range that overlaps the block but reaches past it is not repaired: the rest may be
+/// another allocation's (a neighbouring block of the runtime pool, say), whose contents a
+/// repair would lose. When the list is full and holds none of the block's, its own may be
+/// among those the runtime did not return. Either way the block may still be bad, so it is
+/// not reused.
+fn errors_in_block(
+    block: &DeviceBlock,
+    listed: &[ffi::aclrtMemUceInfo],
+    every: bool,
+) -> std::result::Result<Vec<ffi::aclrtMemUceInfo>, String> {
+    let (start, end) = (
+        block.ptr as usize,
+        (block.ptr as usize).saturating_add(block.bytes),
+    );
+    let mut ours = Vec::new();
+    for range in listed {
+        let (at, until) = (
+            range.addr as usize,
+            (range.addr as usize).saturating_add(range.len),
+        );
+        if until <= start || at >= end {
+            continue;
+        }
+        if at < start || until > end {
+            return Err(format!(
+                "the error range {:p}+{} reaches past the block at {:p}+{}: repairing it \
+                 would touch memory that is not the block's",
+                range.addr, range.len, block.ptr, block.bytes
+            ));
+        }
+        ours.push(*range);
+    }
+    if ours.is_empty() && !every {
+        return Err(format!(
+            "the runtime listed {} error ranges, as many as one call returns, none in the \
+             block at {:p}+{}: its own may be among the others",
+            listed.len(),
+            block.ptr,
+            block.bytes
+        ));
+    }
+    Ok(ours)
 }
 
 impl RuntimePool {
@@ -448,6 +561,52 @@ mod tests {
             plan(&api, Some(DevicePoolBackend::Caching)).unwrap(),
             Plan::Caching(_)
         ));
+    }
+
+    fn range(addr: usize, len: usize) -> ffi::aclrtMemUceInfo {
+        ffi::aclrtMemUceInfo {
+            addr: addr as *mut c_void,
+            len,
+            ..Default::default()
+        }
+    }
+
+    fn ranges(found: &[ffi::aclrtMemUceInfo]) -> Vec<(usize, usize)> {
+        found.iter().map(|r| (r.addr as usize, r.len)).collect()
+    }
+
+    #[test]
+    fn only_the_error_ranges_inside_a_block_are_its_to_repair() {
+        let block = DeviceBlock {
+            ptr: 0x10000 as *mut c_void,
+            bytes: 0x1000,
+        };
+        let listed = [
+            range(0x8000, 0x100),
+            range(0x10000, 0x40),
+            range(0x10fc0, 0x40),
+            range(0x11000, 0x40),
+        ];
+        let ours = errors_in_block(&block, &listed, true).unwrap();
+        assert_eq!(ranges(&ours), [(0x10000, 0x40), (0x10fc0, 0x40)]);
+        // Another memory's error: nothing to repair, the block is sound.
+        assert!(
+            errors_in_block(&block, &listed[..1], true)
+                .unwrap()
+                .is_empty()
+        );
+        // Reaching past either end: not the block's alone.
+        for straddling in [range(0xffc0, 0x80), range(0x10fe0, 0x40)] {
+            let why = errors_in_block(&block, &[straddling], true).unwrap_err();
+            assert!(why.contains("reaches past the block"), "{why}");
+        }
+        // A full list without the block's ranges does not clear it.
+        let why = errors_in_block(&block, &listed[..1], false).unwrap_err();
+        assert!(why.contains("as many as one call returns"), "{why}");
+        assert_eq!(
+            errors_in_block(&block, &listed[1..2], false).map(|r| ranges(&r)),
+            Ok(vec![(0x10000, 0x40)])
+        );
     }
 
     #[test]
