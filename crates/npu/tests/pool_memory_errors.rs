@@ -1,0 +1,341 @@
+//! A pooled device block whose memory has an uncorrectable error (UCE): every operation
+//! touching it fails with `ACL_ERROR_RT_DEVICE_MEM_ERROR` (507053), so a pool that cached it
+//! as it is would fail one request in N for the rest of its life. A block returned after one
+//! of its operations failed with a memory error comes back repaired (`aclrtMemUceRepair` on
+//! its error ranges), or is quarantined and never handed out again (docs/architecture.md,
+//! Memory). Through the public API, on both `DevicePool` backends, under every completion
+//! strategy; npu-sim's UCE control marks the memory.
+//!
+//! A file of its own: it installs a process-wide tracing subscriber, to see the pool's
+//! events; its tests take turns on the devices (`exclusive`), and every wait is bounded.
+
+mod common;
+
+use std::fmt::Write as _;
+use std::sync::{Mutex, MutexGuard, Once};
+
+use common::*;
+use npu::error::AclCode;
+use npu::memory::{DevicePoolBackend, PooledDeviceBuffer};
+use npu::prelude::*;
+use npu::stream::Strategy;
+use npu::{Stream, ffi, sim};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
+
+const BACKENDS: [DevicePoolBackend; 2] =
+    [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching];
+
+/// One block of the 4 KiB class.
+const BYTES: usize = 4096;
+
+/// The events logged in this process, as `field=value` lines.
+static EVENTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+struct Recorder;
+
+impl<S: tracing::Subscriber> Layer<S> for Recorder {
+    fn on_event(&self, event: &tracing::Event<'_>, _: LayerContext<'_, S>) {
+        let mut line = String::new();
+        event.record(
+            &mut |field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
+                let _ = write!(line, "{}={value:?} ", field.name());
+            },
+        );
+        events().push(line);
+    }
+}
+
+fn events() -> MutexGuard<'static, Vec<String>> {
+    EVENTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The devices to this test alone, with the process's recorder installed and emptied.
+fn turn() -> (MutexGuard<'static, ()>, Context) {
+    static RECORDER: Once = Once::new();
+    RECORDER.call_once(|| {
+        let subscriber = tracing_subscriber::registry().with(Recorder);
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    });
+    let (guard, d0, _d1) = exclusive(None);
+    events().clear();
+    (guard, d0)
+}
+
+/// How many recorded events contain `text`.
+fn logged(text: &str) -> usize {
+    events().iter().filter(|line| line.contains(text)).count()
+}
+
+fn pool(ctx: &Context, backend: DevicePoolBackend, capacity: Option<usize>) -> DevicePool {
+    let builder = DevicePool::builder(ctx).backend(backend);
+    match capacity {
+        Some(bytes) => builder.capacity(bytes),
+        None => builder,
+    }
+    .build()
+    .unwrap()
+}
+
+/// Gives `len` bytes of `block`'s memory from byte `at` on an uncorrectable error; the range
+/// may reach past the block into the rest of its allocation (the runtime pads every one).
+fn inject(block: &PooledDeviceBuffer<u8>, at: usize, len: usize) {
+    let ptr = block.as_raw().wrapping_byte_add(at);
+    sim::raw_control::inject_mem_uce(ptr, len).unwrap();
+}
+
+/// The device's uncorrectable error ranges, as `aclrtGetMemUceInfo` lists them.
+fn uce_ranges(ctx: &Context) -> Vec<(usize, usize)> {
+    ctx.bind().unwrap();
+    let api = ctx.runtime().api();
+    let get = api
+        .aclrtGetMemUceInfo
+        .expect("npu-sim exports aclrtGetMemUceInfo");
+    let mut listed = [ffi::aclrtMemUceInfo::default(); 8];
+    let mut count = 0;
+    // SAFETY: the array holds 8 entries and `count` is a valid out-pointer.
+    let code = unsafe { get(ctx.device_id() as i32, listed.as_mut_ptr(), 8, &mut count) };
+    ctx.runtime().check("aclrtGetMemUceInfo", code).unwrap();
+    listed[..count]
+        .iter()
+        .map(|r| (r.addr as usize, r.len))
+        .collect()
+}
+
+/// A memset of `block` that must fail with the memory error: the block handed back.
+fn fails_with_the_memory_error(
+    s: &Stream,
+    block: PooledDeviceBuffer<u8>,
+    what: &str,
+) -> PooledDeviceBuffer<u8> {
+    let err = run(s.memset(block, 7)).unwrap_err();
+    assert_eq!(
+        err.error.acl_code(),
+        Some(AclCode::DEVICE_MEM_ERROR),
+        "{what}: {}",
+        err.error
+    );
+    assert!(err.error.is_memory_error(), "{what}");
+    err.value.expect("the block handed back")
+}
+
+/// The block holds `byte` everywhere after a memset with it, on `s`.
+fn works(s: &Stream, block: PooledDeviceBuffer<u8>, byte: u8, what: &str) {
+    let block = run(s.memset(block, byte)).unwrap_or_else(|e| panic!("{what}: {}", e.error));
+    let bytes = run(s.download(block)).unwrap_or_else(|e| panic!("{what}: {}", e.error));
+    assert!(bytes.iter().all(|&b| b == byte), "{what}");
+}
+
+/// Waits until no dropped block of `pool` awaits its operations or its examination.
+fn settled(pool: &DevicePool, what: &str) -> npu::PoolStats {
+    until_released(what, || pool.stats().cache.awaiting_blocks == 0);
+    pool.stats().cache
+}
+
+/// The promise: a block whose memset failed on an uncorrectable error in it comes back with
+/// the error repaired, counted (`repaired`) and logged, and serves the next request (a hit on
+/// the same block) without failing. Both backends, every strategy. Before the change the
+/// block was cached with its error, and the next owner's memset failed too.
+#[test]
+fn a_block_with_a_memory_error_comes_back_repaired() {
+    let (_guard, d0) = turn();
+    for backend in BACKENDS {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?}, {strategy:?}");
+            let pool = pool(&d0, backend, None);
+            let s = stream(&d0, strategy);
+            let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+            let addr = block.as_raw();
+            inject(&block, 1024, 256);
+            let block = fails_with_the_memory_error(&s, block, &what);
+            drop(block);
+            let stats = settled(&pool, &what);
+            assert_eq!(
+                (stats.repaired, stats.quarantined, stats.cached),
+                (1, 0, BYTES),
+                "{what}"
+            );
+            assert!(uce_ranges(&d0).is_empty(), "{what}: repaired");
+            let again = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+            assert_eq!(again.as_raw(), addr, "{what}: the repaired block is reused");
+            works(&s, again, 9, &what);
+            assert_eq!(pool.stats().cache.hits, 1, "{what}");
+        }
+    }
+    assert_eq!(logged("were repaired"), 6);
+}
+
+/// An error range that reaches past the block (into the padding of its allocation) is not
+/// the block's alone to repair: the block is quarantined (counted, logged), never handed out
+/// again; the next request gets a new block that works. Both backends, every strategy.
+/// Before the change the bad block was the next request's hit, whose memset failed.
+#[test]
+fn a_block_whose_error_cannot_be_repaired_is_never_handed_out_again() {
+    let (_guard, d0) = turn();
+    for backend in BACKENDS {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?}, {strategy:?}");
+            let pool = pool(&d0, backend, None);
+            let s = stream(&d0, strategy);
+            let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+            let bad = block.as_raw();
+            inject(&block, BYTES - 16, 32);
+            drop(fails_with_the_memory_error(&s, block, &what));
+            let stats = settled(&pool, &what);
+            assert_eq!(
+                (stats.repaired, stats.quarantined, stats.quarantined_bytes),
+                (0, 1, BYTES),
+                "{what}"
+            );
+            assert_eq!((stats.cached, stats.reserved), (0, 0), "{what}");
+            for _ in 0..3 {
+                let next = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+                assert_ne!(next.as_raw(), bad, "{what}: the bad block came back");
+                works(&s, next, 3, &what);
+            }
+            assert_eq!(uce_ranges(&d0).len(), 1, "{what}: held by the quarantine");
+            drop(pool);
+            until_released(&what, || uce_ranges(&d0).is_empty());
+        }
+    }
+    assert_eq!(logged("quarantined"), 6);
+}
+
+/// A bounded pool whose every block went bad (two blocks, the capacity, both quarantined)
+/// still serves new requests with blocks that work: the quarantined blocks hold no room.
+/// Before the change, both were cached, and every request got one.
+#[test]
+fn a_pool_whose_blocks_all_went_bad_still_serves_new_requests() {
+    let (_guard, d0) = turn();
+    for backend in BACKENDS {
+        let what = format!("{backend:?}");
+        let pool = pool(&d0, backend, Some(2 * BYTES));
+        let s = stream(&d0, Strategy::EventPoll);
+        let (a, b) = run(async {
+            let a = pool.alloc::<u8>(&s, BYTES).await.unwrap();
+            (a, pool.alloc::<u8>(&s, BYTES).await.unwrap())
+        });
+        let bad = [a.as_raw(), b.as_raw()];
+        for block in [a, b] {
+            inject(&block, BYTES - 16, 32);
+            drop(fails_with_the_memory_error(&s, block, &what));
+        }
+        let stats = settled(&pool, &what);
+        assert_eq!((stats.quarantined, stats.reserved), (2, 0), "{what}");
+        let (c, d) = run(async {
+            let c = pool.alloc::<u8>(&s, BYTES).await.unwrap();
+            (c, pool.alloc::<u8>(&s, BYTES).await.unwrap())
+        });
+        assert_eq!(pool.stats().cache.reserved, 2 * BYTES, "{what}");
+        for block in [c, d] {
+            assert!(
+                !bad.contains(&block.as_raw()),
+                "{what}: a bad block came back"
+            );
+            works(&s, block, 5, &what);
+        }
+    }
+}
+
+/// A memory error on a block another operation still uses: a kernel on another stream holds
+/// the block's right half while a memset of its left half fails on the error there. The pool
+/// must neither repair nor reuse the block before the kernel is done (its error stays listed,
+/// the block awaits); then it comes back repaired, the kernel's bytes intact, and serves the
+/// next request. Under every strategy, both backends. Before the change the block was cached
+/// with its error once the kernel was done.
+#[test]
+fn a_memory_error_on_a_block_still_in_use_waits_for_its_other_operation() {
+    let (_guard, d0) = turn();
+    let fill = gated_fill(&d0);
+    for backend in BACKENDS {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?}, {strategy:?}");
+            let pool = pool(&d0, backend, None);
+            let (s, other) = (stream(&d0, strategy), stream(&d0, strategy));
+            let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+            let addr = block.as_raw() as usize;
+            inject(&block, 64, 64);
+            let (left, right) = block.split_at(BYTES / 2).unwrap();
+            set_gate(|gate| *gate = (false, false));
+            // SAFETY: the kernel writes the right half's bytes, which the launch keeps.
+            let held = unsafe { other.launch(&fill, 1, (right, (BYTES / 2) as u64)) };
+            wait_gate(|gate| gate.0);
+            let err = run(s.memset(left, 1)).unwrap_err();
+            assert_eq!(
+                err.error.acl_code(),
+                Some(AclCode::DEVICE_MEM_ERROR),
+                "{what}"
+            );
+            drop(err);
+            sim::flush_releases();
+            let stats = pool.stats().cache;
+            assert_eq!(
+                (stats.repaired, stats.cached),
+                (0, 0),
+                "{what}: still in use"
+            );
+            assert_eq!(
+                uce_ranges(&d0),
+                [(addr + 64, 64)],
+                "{what}: not repaired yet"
+            );
+            set_gate(|gate| gate.1 = true);
+            let (right, _) = run(held).unwrap();
+            let kept = run(s.download(right)).unwrap();
+            assert!(
+                kept.iter().all(|&b| b == 0x5B),
+                "{what}: the kernel's bytes"
+            );
+            let stats = settled(&pool, &what);
+            assert_eq!((stats.repaired, stats.cached), (1, BYTES), "{what}");
+            let again = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+            assert_eq!(again.as_raw() as usize, addr, "{what}");
+            works(&s, again, 2, &what);
+        }
+    }
+}
+
+/// The pool dropped while its bad blocks' operations are queued (the device held), one of them
+/// dropped in flight:
+/// once the device runs them, the blocks are still examined (one repaired, one quarantined,
+/// both logged), and everything the pool held goes back to the device: no error range and no
+/// allocation is left. Both backends, every strategy. Before the change the blocks went to
+/// the dropped pool's cache and were freed unexamined: nothing was repaired or quarantined.
+#[test]
+fn dropping_the_pool_meanwhile_still_settles_its_bad_blocks_and_leaks_nothing() {
+    let (_guard, d0) = turn();
+    let device = d0.device();
+    for backend in BACKENDS {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?}, {strategy:?}");
+            let s = stream(&d0, strategy);
+            sim::flush_releases();
+            let baseline = sim::device_stats(&device).unwrap().live_allocations;
+            let before = (logged("were repaired"), logged("quarantined"));
+            let pool = pool(&d0, backend, None);
+            let (a, b) = run(async {
+                let a = pool.alloc::<u8>(&s, BYTES).await.unwrap();
+                (a, pool.alloc::<u8>(&s, BYTES).await.unwrap())
+            });
+            inject(&a, 0, 128);
+            inject(&b, BYTES - 16, 32);
+            let hold = sim::hold(&device).unwrap();
+            let awaited = s.memset(a, 1);
+            // Dropped in flight: its block is dropped on the reaper once the memset fails.
+            drop(s.memset(b, 1));
+            drop(pool);
+            hold.release().unwrap();
+            let err = run(awaited).unwrap_err();
+            assert!(err.error.is_memory_error(), "{what}: {}", err.error);
+            drop(err);
+            // The dropped memset's failure, reported here.
+            let _ = run(s.synchronize());
+            until_released(&what, || {
+                let now = sim::device_stats(&device).unwrap().live_allocations;
+                now <= baseline && uce_ranges(&d0).is_empty()
+            });
+            let after = (logged("were repaired"), logged("quarantined"));
+            assert_eq!(after, (before.0 + 1, before.1 + 1), "{what}");
+        }
+    }
+}
