@@ -43,23 +43,38 @@ pub struct UseList {
 
 #[derive(Default)]
 struct Uses {
+    /// The uses that have not completed, and at most one that completed with a device memory
+    /// error: pruning forgets a completed use, but not what it said about the memory. Kept in
+    /// the list rather than as a flag beside it, which would make every buffer (and so every
+    /// operation's error, which hands the buffer back) a word larger.
     pending: Vec<Completion>,
-    /// Whether a use pruned so far failed with a device memory error: pruning forgets the
-    /// completion, not what it said about the memory.
-    memory_error: bool,
 }
 
 impl Uses {
-    /// Drops completed uses, noting whether one failed with a memory error (a load per
+    /// Drops completed uses but the first that failed with a memory error (a load per
     /// completed use).
     fn prune(&mut self) {
-        let mut memory_error = false;
+        let mut noted = false;
         self.pending.retain(|c| {
-            let done = c.is_complete();
-            memory_error |= done && c.failed_with_memory_error();
-            !done
+            if !c.is_complete() {
+                return true;
+            }
+            let keep = !noted && c.failed_with_memory_error();
+            noted |= keep;
+            keep
         });
-        self.memory_error |= memory_error;
+    }
+
+    /// Whether a use completed with a device memory error (after [`prune`](Uses::prune)).
+    fn memory_error(&self) -> bool {
+        self.pending
+            .iter()
+            .any(|c| c.is_complete() && c.failed_with_memory_error())
+    }
+
+    /// The uses that have not completed (after [`prune`](Uses::prune)).
+    fn in_flight(&self) -> impl Iterator<Item = &Completion> {
+        self.pending.iter().filter(|c| !c.is_complete())
     }
 }
 
@@ -111,11 +126,7 @@ impl UseList {
     /// assert_eq!(uses.pending(), 1, "only the unfinished operation counts");
     /// ```
     pub fn pending(&self) -> usize {
-        self.lock()
-            .pending
-            .iter()
-            .filter(|c| !c.is_complete())
-            .count()
+        self.lock().in_flight().count()
     }
 
     /// The recorded operations that have not completed, for waiting on them (for example
@@ -135,7 +146,7 @@ impl UseList {
     pub fn pending_uses(&self) -> Vec<Completion> {
         let mut uses = self.lock();
         uses.prune();
-        uses.pending.clone()
+        uses.in_flight().cloned().collect()
     }
 
     /// Whether every recorded operation has completed. It takes `&mut self`, as a resource's
@@ -156,7 +167,7 @@ impl UseList {
     pub fn is_idle(&mut self) -> bool {
         let uses = self.uses_mut();
         uses.prune();
-        uses.pending.is_empty()
+        uses.in_flight().next().is_none()
     }
 
     /// Whether an operation recorded here has completed with a device memory error
@@ -180,7 +191,7 @@ impl UseList {
     pub fn memory_error(&mut self) -> bool {
         let uses = self.uses_mut();
         uses.prune();
-        uses.memory_error
+        uses.memory_error()
     }
 
     /// Runs `release` once every recorded operation has completed.
@@ -240,11 +251,16 @@ impl UseList {
         &mut self,
         release: impl FnOnce(bool) + Send + 'static,
     ) {
-        let (pending, memory_error) = {
-            let uses = self.uses_mut();
-            uses.prune();
-            (std::mem::take(&mut uses.pending), uses.memory_error)
-        };
+        // One look at each use: a use seen complete has its memory error noted already (the
+        // completer notes it before raising `done`); one seen running tells the countdown.
+        let (mut pending, mut memory_error) = (Vec::new(), false);
+        for completion in std::mem::take(&mut self.uses_mut().pending) {
+            if completion.is_complete() {
+                memory_error |= completion.failed_with_memory_error();
+            } else {
+                pending.push(completion);
+            }
+        }
         if pending.is_empty() {
             release(memory_error);
             return;
