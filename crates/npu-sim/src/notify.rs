@@ -25,6 +25,12 @@ pub(crate) struct Notify {
     bell: Bell,
     /// The flag shared with other processes, once exported or imported.
     shared: OnceLock<Arc<SharedFlag>>,
+    /// Whether the notify still takes one of the device's places: from its creation until
+    /// aclrtDestroyNotify (or its drop, if it never was destroyed), not until the last task
+    /// naming it is dropped, which a worker may do just after the stream's synchronisation
+    /// returned (a program that synchronised, destroyed and created again found the place
+    /// still taken).
+    counted: AtomicBool,
 }
 
 impl Notify {
@@ -43,7 +49,15 @@ impl Notify {
             set: AtomicBool::new(false),
             bell: Bell::new(),
             shared: OnceLock::new(),
+            counted: AtomicBool::new(true),
         })
+    }
+
+    /// Gives the notify's place on the device back (aclrtDestroyNotify), once.
+    pub(crate) fn release_place(&self) {
+        if self.counted.swap(false, Ordering::AcqRel) {
+            self.device.live_notifies.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     /// A notify of `device` whose flag is `flag`, shared with the process that exported it.
@@ -93,6 +107,6 @@ impl Notify {
 
 impl Drop for Notify {
     fn drop(&mut self) {
-        self.device.live_notifies.fetch_sub(1, Ordering::AcqRel);
+        self.release_place();
     }
 }

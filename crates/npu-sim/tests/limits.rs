@@ -106,14 +106,25 @@ fn the_next_host_allocation_fails_with_the_injected_code() {
 
 #[test]
 fn running_out_of_notifies() {
-    // Notifies are counted apart from streams, so this shares device 0 with the stream test.
-    set_device(0);
-    let notifies: Vec<aclrtNotify> = (0..8192)
-        .map(|_| {
-            let mut notify = ptr::null_mut();
-            acl!(aclrtCreateNotify(&mut notify, 0));
-            notify
-        })
+    // Notifies are counted apart from streams, so this shares device 1 with the subscription
+    // test (not device 0, whose stream test counts the streams this one makes).
+    set_device(1);
+    let create = || {
+        let mut notify = ptr::null_mut();
+        acl!(aclrtCreateNotify(&mut notify, 0));
+        notify
+    };
+    // A notify destroyed while a queued task still names it gives its place back at once, as
+    // a program that destroyed it may count on (here the task waits behind a gate; a task the
+    // device just finished may still be dropped by its worker when the stream's
+    // synchronisation returns).
+    let (stream, opener) = (create_stream(), create_stream());
+    let (gate, queued) = (create(), create());
+    acl!(aclrtWaitAndResetNotify(gate, stream, 0));
+    acl!(aclrtRecordNotify(queued, stream));
+    acl!(aclrtDestroyNotify(queued));
+    let notifies: Vec<aclrtNotify> = std::iter::once(gate)
+        .chain((1..8192).map(|_| create()))
         .collect();
     let mut extra = ptr::null_mut();
     assert_eq!(
@@ -121,6 +132,11 @@ fn running_out_of_notifies() {
         ACL_ERROR_RT_NO_NOTIFY_RESOURCE
     );
     assert!(recent_message().contains("aclrtCreateNotify failed with 207009"));
+    acl!(aclrtRecordNotify(gate, opener));
+    acl!(aclrtSynchronizeStream(stream));
+    for stream in [stream, opener] {
+        acl!(aclrtDestroyStream(stream));
+    }
     for notify in notifies {
         acl!(aclrtDestroyNotify(notify));
     }

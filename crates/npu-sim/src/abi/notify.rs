@@ -73,7 +73,7 @@ pub unsafe extern "C" fn aclrtDestroyNotify(notify: aclrtNotify) -> aclError {
         non_null(notify, "notify")?;
         let sim = sim()?;
         let handle = handle::from_ptr(notify);
-        sim.notifies.remove_live(handle)?;
+        sim.notifies.remove_live(handle)?.release_place();
         // Its keys stop being importable; other processes' notifies of it live on.
         sim.ipc.forget(crate::ipc::Kind::Notify, handle as usize);
         Ok(())
