@@ -202,6 +202,39 @@ fn bad_batches_name_the_failing_copy() {
     batch.fails(None, ACL_ERROR_INVALID_PARAM, none);
     let mut batch = Batch::new(&[], &[(0, h2d(1))]);
     batch.fails(None, ACL_ERROR_INVALID_PARAM, none);
+    let mut batch = Batch::new(&good, &[(0, h2d(1))]);
+    batch.srcs[1] = ptr::null_mut();
+    batch.fails(None, ACL_ERROR_INVALID_PARAM, none);
+    assert!(recent_message().contains("srcs[i] is NULL"));
+    // Each array NULL in turn, the others valid: refused naming it, failIndex SIZE_MAX.
+    let arrays = ["dsts", "destMaxs", "srcs", "sizes", "attrs", "attrsIndexes"];
+    for (at, name) in arrays.into_iter().enumerate() {
+        let mut batch = Batch::new(&good, &[(0, h2d(1))]);
+        /// The array's pointer, or NULL for the one under test.
+        fn or_null<T>(array: &mut [T], null: bool) -> *mut T {
+            if null {
+                ptr::null_mut()
+            } else {
+                array.as_mut_ptr()
+            }
+        }
+        let mut fail = 123;
+        let code = code!(aclrtMemcpyBatch(
+            or_null(&mut batch.dsts, at == 0),
+            or_null(&mut batch.maxs, at == 1),
+            or_null(&mut batch.srcs, at == 2),
+            or_null(&mut batch.sizes, at == 3),
+            2,
+            or_null(&mut batch.attrs, at == 4),
+            or_null(&mut batch.starts, at == 5),
+            1,
+            &mut fail
+        ));
+        assert_eq!(code, ACL_ERROR_INVALID_PARAM, "{name}");
+        let message = recent_message();
+        assert!(message.contains(&format!("{name} is NULL")), "{message}");
+        assert_eq!(fail, none, "{name}");
+    }
     // The arrays the Batch helper cannot make NULL: srcs, failIndex.
     let (mut d, mut m, mut s, mut z) = ([dev], [64usize], [host], [64usize]);
     let (mut attr, mut start) = ([h2d(1)], [0usize]);

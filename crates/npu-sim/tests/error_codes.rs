@@ -925,6 +925,587 @@ static INVALID_PARAM: &[Case] = &[
             ))
         },
     ),
+    // NULL pointers of the commonly used functions, each refused (100000) before a handle is
+    // looked up or another argument checked: a stale handle or a bad value beside the NULL
+    // shows the order.
+    case(
+        "info of device 99 into NULL",
+        "aclrtGetDeviceInfo",
+        100000,
+        0,
+        || {
+            code!(aclrtGetDeviceInfo(
+                99,
+                ACL_DEV_ATTR_AICORE_CORE_NUM,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "peer of device 99 into NULL",
+        "aclrtDeviceCanAccessPeer",
+        100000,
+        0,
+        || code!(aclrtDeviceCanAccessPeer(ptr::null_mut(), 0, 99)),
+    ),
+    case(
+        "destroy NULL context",
+        "aclrtDestroyContext",
+        100000,
+        0,
+        || code!(aclrtDestroyContext(ptr::null_mut())),
+    ),
+    case(
+        "status of a destroyed stream into NULL",
+        "aclrtStreamQuery",
+        100000,
+        0,
+        || code!(aclrtStreamQuery(destroyed_stream(), ptr::null_mut())),
+    ),
+    case(
+        "create event into NULL",
+        "aclrtCreateEvent",
+        100000,
+        0,
+        || code!(aclrtCreateEvent(ptr::null_mut())),
+    ),
+    case(
+        "create event with flag 0 into NULL",
+        "aclrtCreateEventWithFlag",
+        100000,
+        0,
+        || code!(aclrtCreateEventWithFlag(ptr::null_mut(), 0)),
+    ),
+    case(
+        "create Ex event with unknown flags into NULL",
+        "aclrtCreateEventExWithFlag",
+        100000,
+        0,
+        || code!(aclrtCreateEventExWithFlag(ptr::null_mut(), 0x8000_0000)),
+    ),
+    case("query NULL event", "aclrtQueryEvent", 100000, 0, || {
+        let mut status = 0;
+        code!(aclrtQueryEvent(ptr::null_mut(), &mut status))
+    }),
+    case(
+        "status of a destroyed event into NULL",
+        "aclrtQueryEventStatus",
+        100000,
+        0,
+        || code!(aclrtQueryEventStatus(destroyed_event(), ptr::null_mut())),
+    ),
+    case(
+        "wait status of NULL event",
+        "aclrtQueryEventWaitStatus",
+        100000,
+        0,
+        || {
+            let mut status = 0;
+            code!(aclrtQueryEventWaitStatus(ptr::null_mut(), &mut status))
+        },
+    ),
+    case(
+        "elapsed time of destroyed events into NULL",
+        "aclrtEventElapsedTime",
+        100000,
+        0,
+        || {
+            let (start, end) = (destroyed_event(), destroyed_event());
+            code!(aclrtEventElapsedTime(ptr::null_mut(), start, end))
+        },
+    ),
+    case(
+        "elapsed time from NULL to a destroyed event",
+        "aclrtEventElapsedTime",
+        100000,
+        0,
+        || {
+            let mut ms = 0.0;
+            code!(aclrtEventElapsedTime(
+                &mut ms,
+                ptr::null_mut(),
+                destroyed_event()
+            ))
+        },
+    ),
+    case(
+        "elapsed time from a destroyed event to NULL",
+        "aclrtEventElapsedTime",
+        100000,
+        0,
+        || {
+            let mut ms = 0.0;
+            code!(aclrtEventElapsedTime(
+                &mut ms,
+                destroyed_event(),
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "timestamp of NULL event",
+        "aclrtEventGetTimestamp",
+        100000,
+        0,
+        || {
+            let mut timestamp = 0;
+            code!(aclrtEventGetTimestamp(ptr::null_mut(), &mut timestamp))
+        },
+    ),
+    case(
+        "timestamp of a destroyed event into NULL",
+        "aclrtEventGetTimestamp",
+        100000,
+        0,
+        || code!(aclrtEventGetTimestamp(destroyed_event(), ptr::null_mut())),
+    ),
+    case(
+        "record NULL event with an unknown flag",
+        "aclrtRecordEventWithFlag",
+        100000,
+        0,
+        || {
+            code!(aclrtRecordEventWithFlag(
+                ptr::null_mut(),
+                ptr::null_mut(),
+                7
+            ))
+        },
+    ),
+    case(
+        "wait on NULL event with an unknown flag",
+        "aclrtStreamWaitEventWithFlag",
+        100000,
+        0,
+        || {
+            code!(aclrtStreamWaitEventWithFlag(
+                ptr::null_mut(),
+                ptr::null_mut(),
+                0,
+                7
+            ))
+        },
+    ),
+    case("register NULL", "aclrtHostRegister", 100000, 0, || {
+        let mut dev = ptr::null_mut();
+        code!(aclrtHostRegister(
+            ptr::null_mut(),
+            4096,
+            ACL_HOST_REGISTER_MAPPED,
+            &mut dev
+        ))
+    }),
+    case(
+        "register misaligned memory into NULL",
+        "aclrtHostRegister",
+        100000,
+        0,
+        || {
+            let host = pageable(8192);
+            code!(aclrtHostRegister(
+                host.wrapping_byte_add(1),
+                4096,
+                ACL_HOST_REGISTER_MAPPED,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case("register 0 bytes", "aclrtHostRegister", 100000, 0, || {
+        let mut dev = ptr::null_mut();
+        let host = pageable(8192).wrapping_byte_add(1);
+        code!(aclrtHostRegister(
+            host,
+            0,
+            ACL_HOST_REGISTER_MAPPED,
+            &mut dev
+        ))
+    }),
+    case("register V2 NULL", "aclrtHostRegisterV2", 100000, 0, || {
+        code!(aclrtHostRegisterV2(ptr::null_mut(), 4096, 0))
+    }),
+    case(
+        "register V2 0 bytes",
+        "aclrtHostRegisterV2",
+        100000,
+        0,
+        || code!(aclrtHostRegisterV2(pageable(64), 0, 0)),
+    ),
+    case(
+        "device pointer of NULL with flag 1",
+        "aclrtHostGetDevicePointer",
+        100000,
+        0,
+        || {
+            let mut dev = ptr::null_mut();
+            code!(aclrtHostGetDevicePointer(ptr::null_mut(), &mut dev, 1))
+        },
+    ),
+    case(
+        "device pointer of unregistered memory into NULL",
+        "aclrtHostGetDevicePointer",
+        100000,
+        0,
+        || code!(aclrtHostGetDevicePointer(pageable(64), ptr::null_mut(), 0)),
+    ),
+    case("unregister NULL", "aclrtHostUnregister", 100000, 0, || {
+        code!(aclrtHostUnregister(ptr::null_mut()))
+    }),
+    case(
+        "capabilities of device 99 into NULL",
+        "aclrtHostMemMapCapabilities",
+        100000,
+        0,
+        || {
+            code!(aclrtHostMemMapCapabilities(
+                99,
+                ACL_RT_HAC_TYPE_AIC,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "P2P map of NULL to device 99",
+        "aclrtMemP2PMap",
+        100000,
+        0,
+        || code!(aclrtMemP2PMap(ptr::null_mut(), 64, 99, 0)),
+    ),
+    case("2D copy from NULL", "aclrtMemcpy2d", 100000, 0, || {
+        code!(aclrtMemcpy2d(
+            malloc(64),
+            64,
+            ptr::null(),
+            64,
+            8,
+            1,
+            ACL_MEMCPY_HOST_TO_DEVICE
+        ))
+    }),
+    case("width > dpitch", "aclrtMemcpy2dAsync", 100000, 0, || {
+        let (dst, src) = (malloc(64), malloc_host(64));
+        code!(aclrtMemcpy2dAsync(
+            dst,
+            8,
+            src,
+            64,
+            16,
+            1,
+            ACL_MEMCPY_HOST_TO_DEVICE,
+            ptr::null_mut()
+        ))
+    }),
+    case(
+        "offset copy from NULL of kind 8",
+        "aclrtMemcpyAsyncWithOffset",
+        100000,
+        0,
+        || {
+            let mut dst = malloc(64);
+            code!(aclrtMemcpyAsyncWithOffset(
+                &mut dst,
+                64,
+                0,
+                ptr::null_mut(),
+                8,
+                0,
+                8,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "entry lookup of NULL binary",
+        "aclrtBinaryGetFunctionByEntry",
+        100000,
+        0,
+        || {
+            let mut func = ptr::null_mut();
+            code!(aclrtBinaryGetFunctionByEntry(ptr::null_mut(), 0, &mut func))
+        },
+    ),
+    case(
+        "entry lookup into NULL",
+        "aclrtBinaryGetFunctionByEntry",
+        100000,
+        0,
+        || {
+            let bin = registry_binary(&[]);
+            code!(aclrtBinaryGetFunctionByEntry(bin, 0, ptr::null_mut()))
+        },
+    ),
+    case("unload NULL binary", "aclrtBinaryUnLoad", 100000, 0, || {
+        code!(aclrtBinaryUnLoad(ptr::null_mut()))
+    }),
+    case(
+        "name of NULL function",
+        "aclrtGetFunctionName",
+        100000,
+        0,
+        || {
+            let mut name = [0 as std::ffi::c_char; 64];
+            code!(aclrtGetFunctionName(ptr::null_mut(), 64, name.as_mut_ptr()))
+        },
+    ),
+    case(
+        "addresses of NULL function",
+        "aclrtGetFunctionAddr",
+        100000,
+        0,
+        || {
+            let (mut aic, mut aiv) = (ptr::null_mut(), ptr::null_mut());
+            code!(aclrtGetFunctionAddr(ptr::null_mut(), &mut aic, &mut aiv))
+        },
+    ),
+    case(
+        "param count of NULL function",
+        "aclrtFunctionGetParamCount",
+        100000,
+        0,
+        || {
+            let mut count = 0;
+            code!(aclrtFunctionGetParamCount(ptr::null_mut(), &mut count))
+        },
+    ),
+    case(
+        "param info of NULL function",
+        "aclrtFunctionGetParamInfo",
+        100000,
+        0,
+        || {
+            let (mut offset, mut size) = (0, 0);
+            code!(aclrtFunctionGetParamInfo(
+                ptr::null_mut(),
+                0,
+                &mut offset,
+                &mut size
+            ))
+        },
+    ),
+    case(
+        "CPU function of NULL binary",
+        "aclrtRegisterCpuFunc",
+        100000,
+        0,
+        || {
+            let name = c_string("f");
+            let mut func = ptr::null_mut();
+            code!(aclrtRegisterCpuFunc(
+                ptr::null_mut(),
+                name.as_ptr(),
+                name.as_ptr(),
+                &mut func
+            ))
+        },
+    ),
+    case(
+        "CPU function of an unloaded binary into NULL",
+        "aclrtRegisterCpuFunc",
+        100000,
+        0,
+        || {
+            let bin = registry_binary(&[]);
+            acl!(aclrtBinaryUnLoad(bin));
+            let name = c_string("f");
+            code!(aclrtRegisterCpuFunc(
+                bin,
+                name.as_ptr(),
+                name.as_ptr(),
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "args array launch of NULL function",
+        "aclrtLaunchKernelWithArgsArray",
+        100000,
+        0,
+        || {
+            let mut word = 0u64;
+            let mut args: [*mut c_void; 1] = [(&raw mut word).cast()];
+            code!(aclrtLaunchKernelWithArgsArray(
+                ptr::null_mut(),
+                1,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                args.as_mut_ptr()
+            ))
+        },
+    ),
+    case(
+        "config launch of NULL function",
+        "aclrtLaunchKernelWithConfig",
+        100000,
+        0,
+        || {
+            let args = finalized_args(add_one());
+            launch_built(ptr::null_mut(), 1, args, ptr::null_mut())
+        },
+    ),
+    case(
+        "append into NULL",
+        "aclrtKernelArgsAppend",
+        100000,
+        0,
+        || {
+            let (args, _, _) = args_with_a_value_and_a_placeholder();
+            let mut value = 0u64;
+            code!(aclrtKernelArgsAppend(
+                args,
+                (&raw mut value).cast(),
+                8,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case("append 0 bytes", "aclrtKernelArgsAppend", 100000, 0, || {
+        let (args, _, _) = args_with_a_value_and_a_placeholder();
+        let (mut value, mut param) = (0u64, ptr::null_mut());
+        code!(aclrtKernelArgsAppend(
+            args,
+            (&raw mut value).cast(),
+            0,
+            &mut param
+        ))
+    }),
+    case(
+        "placeholder of NULL args",
+        "aclrtKernelArgsAppendPlaceHolder",
+        100000,
+        0,
+        || {
+            let mut param = ptr::null_mut();
+            code!(aclrtKernelArgsAppendPlaceHolder(
+                ptr::null_mut(),
+                &mut param
+            ))
+        },
+    ),
+    case(
+        "placeholder into NULL",
+        "aclrtKernelArgsAppendPlaceHolder",
+        100000,
+        0,
+        || {
+            let (args, _, _) = args_with_a_value_and_a_placeholder();
+            code!(aclrtKernelArgsAppendPlaceHolder(args, ptr::null_mut()))
+        },
+    ),
+    case(
+        "placeholder buffer of 0 bytes",
+        "aclrtKernelArgsGetPlaceHolderBuffer",
+        100000,
+        0,
+        || {
+            let (args, _, holder) = args_with_a_value_and_a_placeholder();
+            let mut buffer = ptr::null_mut();
+            code!(aclrtKernelArgsGetPlaceHolderBuffer(
+                args,
+                holder,
+                0,
+                &mut buffer
+            ))
+        },
+    ),
+    case(
+        "placeholder buffer of NULL args",
+        "aclrtKernelArgsGetPlaceHolderBuffer",
+        100000,
+        0,
+        || {
+            let (_, _, holder) = args_with_a_value_and_a_placeholder();
+            let mut buffer = ptr::null_mut();
+            code!(aclrtKernelArgsGetPlaceHolderBuffer(
+                ptr::null_mut(),
+                holder,
+                8,
+                &mut buffer
+            ))
+        },
+    ),
+    case(
+        "placeholder buffer of a NULL placeholder",
+        "aclrtKernelArgsGetPlaceHolderBuffer",
+        100000,
+        0,
+        || {
+            let (args, _, _) = args_with_a_value_and_a_placeholder();
+            let mut buffer = ptr::null_mut();
+            code!(aclrtKernelArgsGetPlaceHolderBuffer(
+                args,
+                ptr::null_mut(),
+                8,
+                &mut buffer
+            ))
+        },
+    ),
+    case(
+        "update to 0 bytes",
+        "aclrtKernelArgsParaUpdate",
+        100000,
+        0,
+        || {
+            let (args, param, _) = args_with_a_value_and_a_placeholder();
+            let mut value = 0u64;
+            code!(aclrtKernelArgsParaUpdate(
+                args,
+                param,
+                (&raw mut value).cast(),
+                0
+            ))
+        },
+    ),
+    case(
+        "update a NULL parameter",
+        "aclrtKernelArgsParaUpdate",
+        100000,
+        0,
+        || {
+            let (args, _, _) = args_with_a_value_and_a_placeholder();
+            let mut value = 0u64;
+            code!(aclrtKernelArgsParaUpdate(
+                args,
+                ptr::null_mut(),
+                (&raw mut value).cast(),
+                8
+            ))
+        },
+    ),
+    case(
+        "handle size of NULL function",
+        "aclrtKernelArgsGetHandleMemSize",
+        100000,
+        0,
+        || {
+            let mut size = 0;
+            code!(aclrtKernelArgsGetHandleMemSize(ptr::null_mut(), &mut size))
+        },
+    ),
+    case(
+        "args size of NULL function",
+        "aclrtKernelArgsGetMemSize",
+        100000,
+        0,
+        || {
+            let mut size = 0;
+            code!(aclrtKernelArgsGetMemSize(ptr::null_mut(), 8, &mut size))
+        },
+    ),
+    case(
+        "init for NULL function",
+        "aclrtKernelArgsInitByUserMem",
+        100000,
+        0,
+        || {
+            let mut memory = [0u64; 16];
+            let base: *mut c_void = memory.as_mut_ptr().cast();
+            code!(aclrtKernelArgsInitByUserMem(
+                ptr::null_mut(),
+                base,
+                base.wrapping_byte_add(8),
+                64
+            ))
+        },
+    ),
 ];
 
 static PARAM_INVALID: &[Case] = &[
@@ -1236,6 +1817,34 @@ static PARAM_INVALID: &[Case] = &[
             let mut args = ptr::null_mut();
             acl!(aclrtKernelArgsInit(func, &mut args));
             launch_built(func, 1, args, ptr::null_mut())
+        },
+    ),
+    case(
+        "config launch with another function's args",
+        "aclrtLaunchKernelWithConfig",
+        107000,
+        0,
+        || {
+            // add_one() resolves the kernel from a binary of its own each time: two functions.
+            let args = finalized_args(add_one());
+            launch_built(add_one(), 1, args, ptr::null_mut())
+        },
+    ),
+    case(
+        "update a parameter of other args",
+        "aclrtKernelArgsParaUpdate",
+        107000,
+        0,
+        || {
+            let (args, _, _) = args_with_a_value_and_a_placeholder();
+            let (_, theirs, _) = args_with_a_value_and_a_placeholder();
+            let mut value = 0u64;
+            code!(aclrtKernelArgsParaUpdate(
+                args,
+                theirs,
+                (&raw mut value).cast(),
+                8
+            ))
         },
     ),
     case(
