@@ -23,7 +23,7 @@ use npu_sys::*;
 fn install() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        npu_sim::SimConfig::default().devices(6).install().unwrap();
+        npu_sim::SimConfig::default().devices(7).install().unwrap();
         // One recording callback for the process: two would record every abort twice.
         register("recovery-stages", Some(record_stage));
     });
@@ -185,6 +185,62 @@ fn a_pre_callback_failing_stops_the_abort_and_submissions_meanwhile_are_refused(
         [ACL_ERROR_RT_DEVICE_TASK_ABORT; 2]
     );
     register("recovery-veto", None);
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+}
+
+/// What an aclrtDeviceTaskAbort of device 6 returned from inside device 6's PRE callback.
+static NESTED_ABORTS: Mutex<Vec<aclError>> = Mutex::new(Vec::new());
+
+/// Device 6's callback: its PRE stage aborts the device again, its POST stage fails.
+unsafe extern "C" fn nest_then_fail_on_device_6(
+    device: i32,
+    stage: aclrtDeviceTaskAbortStage,
+    _: u32,
+    _: *mut c_void,
+) -> i32 {
+    if device != 6 {
+        return 0;
+    }
+    if stage == ACL_RT_DEVICE_TASK_ABORT_PRE {
+        // SAFETY: no preconditions.
+        let code = unsafe { aclrtDeviceTaskAbort(6, 0) };
+        NESTED_ABORTS.lock().unwrap().push(code);
+        return 0;
+    }
+    1
+}
+
+#[test]
+fn an_abort_inside_an_abort_is_refused_and_a_failing_post_callback_fails_a_finished_abort() {
+    install();
+    set_device(6);
+    register("recovery-nest", Some(nest_then_fail_on_device_6));
+    let notify = create_notify();
+    let stream = create_stream();
+    let dev = malloc(64);
+    acl!(aclrtMemset(dev, 64, 0, 64));
+    queue_blocked_memset(stream, notify, dev, 64);
+
+    assert_eq!(
+        code!(aclrtDeviceTaskAbort(6, 1000)),
+        ACL_ERROR_RT_TASK_ABORT_STOP
+    );
+    let message = recent_message();
+    assert!(
+        message.contains("recovery-nest") && message.contains("after the abort"),
+        "{message}"
+    );
+    // The abort already running refused the second one, which aborted nothing of its own.
+    assert_eq!(
+        *NESTED_ABORTS.lock().unwrap(),
+        [ACL_ERROR_RT_DEVICE_TASK_ABORT]
+    );
+    // The POST callback's failure comes after the abort: the queued memset was dropped.
+    acl!(aclrtRecordNotify(notify, ptr::null_mut()));
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(download::<u8>(dev, 64), vec![0; 64]);
+    register("recovery-nest", None);
     acl!(aclrtDestroyStream(stream));
     acl!(aclrtFree(dev));
 }
