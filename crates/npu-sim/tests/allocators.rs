@@ -229,6 +229,26 @@ fn error_paths() {
         ACL_ERROR_INVALID_PARAM,
         "aclrtAllocatorGetByStream"
     );
+    // Every other out pointer NULL in turn, each refused before the stream is looked up.
+    for null in 0..4 {
+        /// `out`, or NULL for the pointer under test.
+        fn or_null<T>(out: &mut T, null: bool) -> *mut T {
+            if null { ptr::null_mut() } else { out }
+        }
+        fails!(
+            aclrtAllocatorGetByStream(
+                gone,
+                &mut desc,
+                or_null(&mut object, null == 0),
+                or_null(&mut alloc, null == 1),
+                or_null(&mut free, null == 2),
+                or_null(&mut advise, null == 3),
+                &mut get_addr
+            ),
+            ACL_ERROR_INVALID_PARAM,
+            "aclrtAllocatorGetByStream"
+        );
+    }
     acl!(aclrtAllocatorDestroyDesc(full));
     fails!(
         aclrtAllocatorDestroyDesc(full),

@@ -1887,6 +1887,13 @@ const CASES: &[Case] = &[
         },
     ),
     case(
+        "bind to NULL with flag 5",
+        "aclmdlRIBindStream",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIBindStream(ptr::null_mut(), create_stream(), 5)),
+    ),
+    case(
         "bind flag 5",
         "aclmdlRIBindStream",
         ACL_ERROR_INVALID_PARAM,
@@ -2692,6 +2699,36 @@ const CASES: &[Case] = &[
         ACL_ERROR_RT_INVALID_HANDLE,
         0,
         || code!(aclmdlRISetName(stale_model(), c_string("x").as_ptr())),
+    ),
+    case(
+        "get name of NULL",
+        "aclmdlRIGetName",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let mut name = [0 as std::ffi::c_char; 8];
+            code!(aclmdlRIGetName(ptr::null_mut(), 8, name.as_mut_ptr()))
+        },
+    ),
+    case(
+        "get id of NULL",
+        "aclmdlRIGetId",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let mut id = 0;
+            code!(aclmdlRIGetId(ptr::null_mut(), &mut id))
+        },
+    ),
+    case(
+        "json of NULL with flags 2",
+        "aclmdlRIDebugJsonPrint",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let path = c_string(concat!(env!("CARGO_TARGET_TMPDIR"), "/model_ri_null.json"));
+            code!(aclmdlRIDebugJsonPrint(ptr::null_mut(), path.as_ptr(), 2))
+        },
     ),
     case(
         "get name into NULL",

@@ -932,6 +932,22 @@ const CASES: &[Case] = &[
         },
     ),
     case(
+        "cond task of a NULL handle with type 9",
+        "aclmdlRIAddCondTask",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let (stream, _) = capturing_model();
+            let params = aclmdlRICondTaskParams {
+                handle: ptr::null_mut(),
+                type_: 9,
+                size: 1,
+                modelRIArray: ptr::null_mut(),
+            };
+            code!(aclmdlRIAddCondTask(params, stream, 0))
+        },
+    ),
+    case(
         "cond task of a garbage handle with NULL branches",
         "aclmdlRIAddCondTask",
         ACL_ERROR_INVALID_PARAM,

@@ -2951,6 +2951,41 @@ static RESOURCES: &[Case] = &[
             code!(aclrtSynchronizeStream(s))
         },
     ),
+    // Sizes whose rounding to the runtime's granularity would overflow: no allocation fits.
+    case(
+        "device memory of SIZE_MAX bytes",
+        "aclrtMalloc",
+        207001,
+        0,
+        || {
+            let mut p = ptr::null_mut();
+            code!(aclrtMalloc(&mut p, usize::MAX, 0))
+        },
+    ),
+    case(
+        "host memory of SIZE_MAX bytes",
+        "aclrtMallocHost",
+        207001,
+        0,
+        || {
+            let mut p = ptr::null_mut();
+            code!(aclrtMallocHost(&mut p, usize::MAX))
+        },
+    ),
+    case(
+        "managed memory of UINT64_MAX bytes",
+        "aclrtMemAllocManaged",
+        207001,
+        0,
+        || {
+            let mut p = ptr::null_mut();
+            code!(aclrtMemAllocManaged(
+                &mut p,
+                u64::MAX,
+                ACL_RT_MEM_ATTACH_GLOBAL
+            ))
+        },
+    ),
     case(
         "injected allocation failure",
         "aclrtMalloc",

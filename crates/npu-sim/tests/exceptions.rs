@@ -515,6 +515,32 @@ fn every_error_path() {
             },
         ),
         case(
+            "args length of an unknown info into NULL",
+            "aclrtGetArgsFromExceptionInfo",
+            100000,
+            0,
+            || {
+                let mut args = ptr::null_mut();
+                code!(aclrtGetArgsFromExceptionInfo(
+                    info_outside_a_callback(),
+                    &mut args,
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
+            "func of an unknown info into NULL",
+            "aclrtGetFuncHandleFromExceptionInfo",
+            100000,
+            0,
+            || {
+                code!(aclrtGetFuncHandleFromExceptionInfo(
+                    info_outside_a_callback(),
+                    ptr::null_mut()
+                ))
+            },
+        ),
+        case(
             "func of NULL info",
             "aclrtGetFuncHandleFromExceptionInfo",
             100000,
