@@ -394,6 +394,33 @@ fn batch_prefetches_check_every_range_and_location() {
         assert_eq!(code, expected, "{ranges:?} {starts:?} {flags}");
         assert!(recent_message().contains("aclrtMemManagedPrefetchBatchAsync"));
     }
+    // Each array NULL in turn: 100000 before the ranges or the stream are checked.
+    for null in 0..4 {
+        /// The array's pointer, or NULL for the one under test.
+        fn or_null<T>(array: &mut [T], null: bool) -> *mut T {
+            if null {
+                ptr::null_mut()
+            } else {
+                array.as_mut_ptr()
+            }
+        }
+        let (mut ptrs, mut sizes) = ([a.cast_const()], [2 * MIB]);
+        let (mut locations, mut starts) = ([on_device(0)], [0usize]);
+        fails!(
+            aclrtMemManagedPrefetchBatchAsync(
+                or_null(&mut ptrs, null == 0),
+                or_null(&mut sizes, null == 1),
+                1,
+                or_null(&mut locations, null == 2),
+                or_null(&mut starts, null == 3),
+                1,
+                0,
+                stream
+            ),
+            ACL_ERROR_INVALID_PARAM,
+            "aclrtMemManagedPrefetchBatchAsync"
+        );
+    }
     acl!(aclrtFree(a));
     acl!(aclrtFree(b));
     acl!(aclrtFree(plain));
@@ -611,6 +638,43 @@ fn attributes_report_what_every_page_was_told() {
             0,
             m,
             64,
+            data.as_mut_ptr(),
+            sizes.as_mut_ptr()
+        ),
+        ACL_ERROR_INVALID_PARAM,
+        "aclrtMemManagedGetAttrs"
+    );
+    // Each array NULL in turn, then a NULL range and a NULL entry of data, all 100000.
+    for null in 0..4 {
+        /// The array's pointer, or NULL for the one under test.
+        fn or_null<T>(array: &mut [T], null: bool) -> *mut T {
+            if null {
+                ptr::null_mut()
+            } else {
+                array.as_mut_ptr()
+            }
+        }
+        let range = if null == 3 { ptr::null_mut() } else { lower };
+        fails!(
+            aclrtMemManagedGetAttrs(
+                or_null(&mut attributes, null == 0),
+                2,
+                range,
+                2 * MIB,
+                or_null(&mut data, null == 1),
+                or_null(&mut sizes, null == 2)
+            ),
+            ACL_ERROR_INVALID_PARAM,
+            "aclrtMemManagedGetAttrs"
+        );
+    }
+    data[1] = ptr::null_mut();
+    fails!(
+        aclrtMemManagedGetAttrs(
+            attributes.as_mut_ptr(),
+            2,
+            lower,
+            2 * MIB,
             data.as_mut_ptr(),
             sizes.as_mut_ptr()
         ),
