@@ -3331,3 +3331,30 @@ fn with_attribute(
 
 /// An attribute type no allocation configuration knows (107000 once the configuration is read).
 const UNKNOWN_MALLOC_ATTRIBUTE: aclrtMallocAttrType = 99;
+
+/// ACL_RT_THREAD_LEVEL is the only aclrtLastErrLevel: another level is refused with 100000,
+/// and the thread's last error stays as it was.
+#[test]
+fn last_error_queries_refuse_other_levels() {
+    install();
+    std::thread::spawn(|| {
+        set_device(0);
+        let mut event = ptr::null_mut();
+        assert_eq!(
+            code!(aclrtCreateEventWithFlag(&mut event, 0)),
+            ACL_ERROR_RT_PARAM_INVALID
+        );
+        recent_message();
+        // SAFETY: no preconditions.
+        unsafe {
+            assert_eq!(aclrtGetLastError(1), ACL_ERROR_INVALID_PARAM);
+            assert_eq!(aclrtPeekAtLastError(1), ACL_ERROR_INVALID_PARAM);
+            assert_eq!(
+                aclrtGetLastError(ACL_RT_THREAD_LEVEL),
+                ACL_ERROR_RT_PARAM_INVALID
+            );
+        }
+    })
+    .join()
+    .unwrap();
+}

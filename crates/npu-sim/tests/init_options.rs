@@ -1,5 +1,6 @@
-//! aclInit's `"err_msg_mode"` and `"defaultDevice"` keys. Both are process-wide, and aclInit is
-//! counted process-wide, so they are tested in a process of their own, in one test.
+//! aclInit's `"err_msg_mode"` and `"defaultDevice"` keys, and a malformed `"npu_sim"` section.
+//! The keys are process-wide, and aclInit is counted process-wide, so they are tested in a
+//! process of their own, in one test.
 
 extern crate ascendcl as npu_sim;
 
@@ -43,6 +44,12 @@ fn error_on_a_fresh_thread() -> String {
 fn err_msg_mode_and_default_device() {
     // Malformed values are refused before anything is applied.
     for (text, code) in [
+        // A simulator section that is no configuration, or that its checks refuse.
+        (r#"{"npu_sim": 5}"#, ACL_ERROR_INVALID_PARAM),
+        (
+            r#"{"npu_sim": {"devices": 100000}}"#,
+            ACL_ERROR_INVALID_PARAM,
+        ),
         (r#"{"err_msg_mode": "2"}"#, ACL_ERROR_INVALID_PARAM),
         (r#"{"err_msg_mode": 1}"#, ACL_ERROR_INVALID_PARAM),
         (r#"{"defaultDevice": 1}"#, ACL_ERROR_INVALID_PARAM),

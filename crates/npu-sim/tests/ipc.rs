@@ -1435,7 +1435,7 @@ fn every_v2_shareable_handle_error_path() {
     let mut pid = [1];
     let p = pid.as_mut_ptr();
     let mut handle = ptr::null_mut();
-    let cases: [(&str, aclError, aclError); 14] = [
+    let cases: [(&str, aclError, aclError); 15] = [
         (
             "export FABRIC",
             code!(aclrtMemExportToShareableHandleV2(physical, 0, fabric, s)),
@@ -1460,6 +1460,11 @@ fn every_v2_shareable_handle_error_path() {
                 ptr::null_mut(),
                 1
             )),
+            ACL_ERROR_INVALID_PARAM,
+        ),
+        (
+            "set pid num 0 FABRIC",
+            code!(aclrtMemSetPidToShareableHandleV2(s, fabric, p, 0)),
             ACL_ERROR_INVALID_PARAM,
         ),
         (
