@@ -833,7 +833,7 @@ fn atomic_capabilities_answer_as_an_atlas_a2() {
 
     let mut out = [u32::MAX; 2];
     let unknown = [ACL_RT_ATOMIC_OPERATION_DMA_ADD, 13];
-    let host_cases: [(aclError, &dyn Fn(*mut u32) -> aclError); 6] = [
+    let host_cases: [(aclError, &dyn Fn(*mut u32) -> aclError); 7] = [
         (ACL_ERROR_INVALID_PARAM, &|_| {
             code!(aclrtDeviceGetHostAtomicCapabilities(
                 ptr::null_mut(),
@@ -856,6 +856,15 @@ fn atomic_capabilities_answer_as_an_atlas_a2() {
         (ACL_ERROR_RT_INVALID_DEVICEID, &|out| {
             code!(aclrtDeviceGetHostAtomicCapabilities(
                 out,
+                operations.as_ptr(),
+                1,
+                99
+            ))
+        }),
+        // capabilities not aligned for uint32_t, of an unknown device: the array comes first.
+        (ACL_ERROR_INVALID_PARAM, &|out| {
+            code!(aclrtDeviceGetHostAtomicCapabilities(
+                out.cast::<u8>().wrapping_add(1).cast(),
                 operations.as_ptr(),
                 1,
                 99
