@@ -748,6 +748,16 @@ fn branches_and_condition_words_belong_to_their_instance() {
         "aclmdlRICaptureToModelRIBegin",
     );
     assert_eq!(capture_end(branch_stream), branches[0]);
+    // A branch is captured once.
+    fails(
+        code!(aclmdlRICaptureToModelRIBegin(
+            create_stream(),
+            branches[0],
+            RELAXED
+        )),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclmdlRICaptureToModelRIBegin",
+    );
     fails(
         code!(aclmdlRIExecuteAsync(branches[0], exec)),
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,

@@ -206,6 +206,23 @@ fn bad_batches_name_the_failing_copy() {
     batch.srcs[1] = ptr::null_mut();
     batch.fails(None, ACL_ERROR_INVALID_PARAM, none);
     assert!(recent_message().contains("srcs[i] is NULL"));
+    // A count no batch can have: refused before any array is read for it.
+    let mut batch = Batch::new(&good, &[(0, h2d(1))]);
+    let mut fail = 123;
+    let code = code!(aclrtMemcpyBatch(
+        batch.dsts.as_mut_ptr(),
+        batch.maxs.as_mut_ptr(),
+        batch.srcs.as_mut_ptr(),
+        batch.sizes.as_mut_ptr(),
+        1 << 17,
+        batch.attrs.as_mut_ptr(),
+        batch.starts.as_mut_ptr(),
+        1,
+        &mut fail
+    ));
+    assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID);
+    assert!(recent_message().contains("implausible"));
+    assert_eq!(fail, none);
     // Each array NULL in turn, the others valid: refused naming it, failIndex SIZE_MAX.
     let arrays = ["dsts", "destMaxs", "srcs", "sizes", "attrs", "attrsIndexes"];
     for (at, name) in arrays.into_iter().enumerate() {

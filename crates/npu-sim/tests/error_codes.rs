@@ -1831,6 +1831,38 @@ static PARAM_INVALID: &[Case] = &[
         },
     ),
     case(
+        "placeholder buffer of a value",
+        "aclrtKernelArgsGetPlaceHolderBuffer",
+        107000,
+        0,
+        || {
+            let (args, value, _) = args_with_a_value_and_a_placeholder();
+            let mut buffer = ptr::null_mut();
+            code!(aclrtKernelArgsGetPlaceHolderBuffer(
+                args,
+                value,
+                8,
+                &mut buffer
+            ))
+        },
+    ),
+    case(
+        "update a placeholder",
+        "aclrtKernelArgsParaUpdate",
+        107000,
+        0,
+        || {
+            let (args, _, holder) = args_with_a_value_and_a_placeholder();
+            let mut value = 0u64;
+            code!(aclrtKernelArgsParaUpdate(
+                args,
+                holder,
+                (&raw mut value).cast(),
+                8
+            ))
+        },
+    ),
+    case(
         "update a parameter of other args",
         "aclrtKernelArgsParaUpdate",
         107000,
@@ -1961,6 +1993,22 @@ static PARAM_INVALID: &[Case] = &[
             acl!(aclrtSynchronizeStream(ptr::null_mut()));
             let mut ms = 0.0;
             code!(aclrtEventElapsedTime(&mut ms, start, end))
+        },
+    ),
+    case(
+        "an ELF header and nothing loadable",
+        "aclrtBinaryLoadFromData",
+        107000,
+        0,
+        || {
+            let mut bin = ptr::null_mut();
+            let data = *b"\x7fELF and then no shared object";
+            code!(aclrtBinaryLoadFromData(
+                data.as_ptr().cast(),
+                data.len(),
+                ptr::null(),
+                &mut bin
+            ))
         },
     ),
     case(

@@ -729,6 +729,13 @@ fn every_random_error_path() {
         case("min not below max", API, RT, 0, || {
             with(|i| *min_param(i) = random_value(&1.0f32.to_ne_bytes()))
         }),
+        case("integer min not below max", API, RT, 0, || {
+            let bound = random_value(&5i32.to_ne_bytes());
+            with(|i| {
+                i.dataType = ACL_INT32;
+                i.randomNumFuncParaInfo = func(UNIFORM, bound, bound);
+            })
+        }),
         case("a negative stddev", API, RT, 0, || {
             let (mean, stddev) = f32s(&[0.0, -1.0]);
             with(|i| i.randomNumFuncParaInfo = func(NORMAL, mean, stddev))
