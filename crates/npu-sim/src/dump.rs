@@ -30,7 +30,7 @@ use std::sync::Mutex;
 use npu_sys::*;
 use serde_json::{Map, Value};
 
-use crate::error::{Res, ensure, fail};
+use crate::error::{Res, SimError, ensure, fail};
 use crate::sync::lock;
 
 /// The deepest nesting of `{` and of `[` a configuration file may have (aclInit's documented
@@ -197,8 +197,8 @@ pub(crate) fn end() -> Res<()> {
 }
 
 /// Reads a configuration file: one that cannot be read → ACL_ERROR_INVALID_FILE; larger than
-/// [`MAX_FILE_BYTES`] → ACL_ERROR_INVALID_FILE_SIZE; not JSON, or nested deeper than
-/// [`MAX_NESTING`] → ACL_ERROR_PARSE_FILE.
+/// [`MAX_FILE_BYTES`] → ACL_ERROR_INVALID_FILE_SIZE; not JSON (not UTF-8 text included), or
+/// nested deeper than [`MAX_NESTING`] → ACL_ERROR_PARSE_FILE.
 pub(crate) fn read_config_file(path: &std::path::Path) -> Res<Value> {
     let size = match std::fs::metadata(path) {
         Ok(meta) if meta.is_file() => meta.len(),
@@ -210,11 +210,22 @@ pub(crate) fn read_config_file(path: &std::path::Path) -> Res<Value> {
         ACL_ERROR_INVALID_FILE_SIZE,
         "{path:?} has {size} bytes; a configuration file may have at most {MAX_FILE_BYTES}"
     );
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
         Err(e) => fail!(ACL_ERROR_INVALID_FILE, "cannot read {path:?}: {e}"),
     };
-    parse_json(&text)
+    parse_json(&json_text(bytes, path)?)
+}
+
+/// A configuration file's bytes as text: JSON text is UTF-8, so bytes that are not are a file
+/// that is no JSON (ACL_ERROR_PARSE_FILE), not one that cannot be read.
+pub(crate) fn json_text(bytes: Vec<u8>, path: &std::path::Path) -> Res<String> {
+    String::from_utf8(bytes).map_err(|e| {
+        SimError::new(
+            ACL_ERROR_PARSE_FILE,
+            format!("{path:?} is not JSON: it is not UTF-8 text ({e})"),
+        )
+    })
 }
 
 /// Parses a configuration's text (not JSON, or too deeply nested → ACL_ERROR_PARSE_FILE).

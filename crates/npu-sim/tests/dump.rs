@@ -219,6 +219,9 @@ fn the_dump_configuration_follows_the_documented_order_and_checks() {
     );
     let not_json = config_file("dump-not-json.json", r#"{"dump": {"#);
     fails(set_dump(&not_json), ACL_ERROR_PARSE_FILE, "aclmdlSetDump");
+    // JSON text is UTF-8: a file that is not is no JSON, not an unreadable file.
+    let not_utf8 = config_file("dump-not-utf8.json", b"{\"dump\": {\"x\": \"\xff\"}}");
+    fails(set_dump(&not_utf8), ACL_ERROR_PARSE_FILE, "aclmdlSetDump");
     let deep = format!("{}{}", "[".repeat(11), "]".repeat(11));
     let deep = config_file(
         "dump-deep.json",

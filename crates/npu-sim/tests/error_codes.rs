@@ -3330,6 +3330,8 @@ fn init_and_finalize_reference_counting() {
     );
     assert_eq!(code!(aclInit(missing.as_ptr())), ACL_ERROR_INVALID_FILE);
     assert_eq!(code!(aclInit(broken.as_ptr())), ACL_ERROR_PARSE_FILE);
+    let not_utf8 = config_file("npu-sim-not-utf8.json", b"{\"x\": \"\xff\"}");
+    assert_eq!(code!(aclInit(not_utf8.as_ptr())), ACL_ERROR_PARSE_FILE);
     assert_eq!(code!(aclInit(other.as_ptr())), ACL_ERROR_INVALID_PARAM);
     assert!(recent_message().contains("aclInit failed with 100000"));
     acl!(aclInit(same.as_ptr()));

@@ -192,8 +192,9 @@ pub fn pageable(bytes: usize) -> *mut c_void {
     unsafe { std::alloc::alloc_zeroed(layout) }.cast()
 }
 
-/// Writes `text` to `name` in the tests' scratch directory; returns the path as a C string.
-pub fn config_file(name: &str, text: &str) -> CString {
+/// Writes `text` (bytes: a test may need a file that is not UTF-8) to `name` in the tests'
+/// scratch directory; returns the path as a C string.
+pub fn config_file(name: &str, text: impl AsRef<[u8]>) -> CString {
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     std::fs::write(&path, text).unwrap();
     c_string(path.to_str().unwrap())
