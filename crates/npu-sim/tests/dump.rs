@@ -225,13 +225,13 @@ fn the_dump_configuration_follows_the_documented_order_and_checks() {
     let deep = format!("{}{}", "[".repeat(11), "]".repeat(11));
     let deep = config_file(
         "dump-deep.json",
-        &format!(r#"{{"dump": {{}}, "x": {deep}}}"#),
+        format!(r#"{{"dump": {{}}, "x": {deep}}}"#),
     );
     fails(set_dump(&deep), ACL_ERROR_PARSE_FILE, "aclmdlSetDump");
     let ten = format!("{}{}", "[".repeat(10), "]".repeat(10));
     set_ok(&config_file(
         "dump-ten.json",
-        &format!(r#"{{"x": {ten}, "dump": {{}}}}"#),
+        format!(r#"{{"x": {ten}, "dump": {{}}}}"#),
     ));
     assert_eq!(
         set(),

@@ -292,12 +292,12 @@ pub unsafe extern "C" fn aclInit(configPath: *const c_char) -> aclError {
             true => None,
             false => match c_path(configPath, "configPath")? {
                 path if path.as_os_str().is_empty() => None,
-                path => match std::fs::read(&path) {
+                path => match std::fs::read(path) {
                     // A file of no bytes configures nothing, as NULL does: a choice where the
                     // reference is silent (it calls `{}` the empty configuration), so that a
                     // program shipping an empty acl.json starts.
                     Ok(bytes) if bytes.is_empty() => None,
-                    Ok(bytes) => Some(dump::json_text(bytes, &path)?),
+                    Ok(bytes) => Some(dump::json_text(bytes, path)?),
                     Err(e) => fail!(
                         ACL_ERROR_INVALID_FILE,
                         "cannot read the configuration file {path:?}: {e}"
