@@ -25,7 +25,7 @@ pub enum Reserving {
     /// The blocks asked for are cached.
     Done,
     /// Room for one more block of the class, to be filled and cached
-    /// ([`room_reserved`](State::room_reserved)) or given back.
+    /// ([`Cache::room_reserved_in`](super::cache::Cache::room_reserved_in)) or given back.
     Room,
     /// No room for another block; this many of the class are cached.
     Full(usize),
