@@ -460,6 +460,15 @@ impl<S: Source> Cache<S> {
         bytes
     }
 
+    /// Frees every cached block of a class other than `keep`; returns the bytes freed. What
+    /// a reserve of `keep` out of memory may give up: not the blocks it reserved.
+    pub fn trim_except(self: &Arc<Self>, keep: usize) -> usize {
+        let blocks = self.update(|state, _| state.take_cached_except(keep));
+        let bytes = blocks.iter().map(S::block_bytes).sum();
+        self.free_blocks(blocks);
+        bytes
+    }
+
     /// A snapshot of the counters.
     pub fn stats(&self) -> PoolStats {
         let counts = self.lock().counts();

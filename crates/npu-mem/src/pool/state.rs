@@ -355,6 +355,15 @@ impl<B, W> State<B, W> {
         served
     }
 
+    /// Takes every cached block of a class other than `keep`, for freeing.
+    pub(crate) fn take_cached_except(&mut self, keep: usize) -> Vec<B> {
+        let mut taken = Vec::new();
+        while let Some(block) = self.take_largest(Some(keep)) {
+            taken.push(block);
+        }
+        taken
+    }
+
     /// Takes cached blocks, largest first (the fewest frees), until the pool holds at most
     /// `keep` bytes or nothing is cached, for freeing.
     pub(crate) fn trim_to(&mut self, keep: usize) -> Vec<B> {

@@ -371,11 +371,13 @@ impl DevicePool {
             // inline would make every `alloc` future, hits included, several times larger.
             Granted::Room(class) if self.cache.source().stream_ordered() => {
                 let (block, took) =
-                    Box::pin(self.malloc_on("DevicePool::alloc", stream, class)).await?;
+                    Box::pin(self.malloc_on("DevicePool::alloc", stream, class, None)).await?;
                 self.cache.room_filled_in(class, took);
                 block
             }
-            granted => self.cache.fill(granted, |class| self.malloc_now(class))?,
+            granted => self
+                .cache
+                .fill(granted, |class| self.malloc_now(class, None))?,
         };
         Ok(self.buffer(block, len))
     }
@@ -418,7 +420,9 @@ impl DevicePool {
         let Some(granted) = self.cache.try_grant(class) else {
             return Ok(None);
         };
-        let block = self.cache.fill(granted, |class| self.malloc_now(class))?;
+        let block = self
+            .cache
+            .fill(granted, |class| self.malloc_now(class, None))?;
         Ok(Some(self.buffer(block, len)))
     }
 
@@ -455,9 +459,9 @@ impl DevicePool {
         const API: &str = "DevicePool::reserve";
         let class = self.check::<u8>((API, "bytes"), stream, bytes)?;
         if !self.cache.source().stream_ordered() {
-            return self
-                .cache
-                .reserve(API, count, bytes, |class| self.malloc_now(class));
+            return self.cache.reserve(API, count, bytes, |class| {
+                self.malloc_now(class, Some(class))
+            });
         }
         let total = Cache::<DeviceSource>::reserved_bytes(API, count, class)?;
         // Stream-ordered allocations are awaited one by one and cached as they arrive; at
@@ -469,7 +473,7 @@ impl DevicePool {
                     return Err(Cache::<DeviceSource>::no_room(API, cached, count, bytes));
                 }
                 Reserving::Room => {
-                    let (block, took) = self.malloc_on(API, stream, class).await?;
+                    let (block, took) = self.malloc_on(API, stream, class, Some(class)).await?;
                     self.cache.room_reserved_in(block, took);
                 }
             }
@@ -573,12 +577,24 @@ impl DevicePool {
         self.cache.class_for(api, argument, bytes)
     }
 
-    /// A new block with `aclrtMalloc`; out of memory, frees the cache and tries once more.
-    fn malloc_now(&self, class: usize) -> Result<DeviceBlock> {
+    /// Frees the cached blocks for an allocation out of memory; returns the bytes freed.
+    /// `keep`: a class whose cached blocks stay, for a reserve of that class, which must not
+    /// free the blocks it reserved to make room for the next (it then reported blocks
+    /// reserved that it had freed itself).
+    fn free_cache(&self, keep: Option<usize>) -> usize {
+        match keep {
+            None => self.cache.trim_to(0),
+            Some(class) => self.cache.trim_except(class),
+        }
+    }
+
+    /// A new block with `aclrtMalloc`; out of memory, frees the cache (but `keep`'s class,
+    /// see [`free_cache`](DevicePool::free_cache)) and tries once more.
+    fn malloc_now(&self, class: usize, keep: Option<usize>) -> Result<DeviceBlock> {
         let source = self.cache.source();
         let null = std::ptr::null_mut();
         match source.malloc(class, null) {
-            Err(err) if err.is_out_of_memory() && self.cache.trim_to(0) > 0 => {
+            Err(err) if err.is_out_of_memory() && self.free_cache(keep) > 0 => {
                 source.malloc(class, null)
             }
             allocated => allocated,
@@ -586,7 +602,8 @@ impl DevicePool {
     }
 
     /// Fills granted room with a stream-ordered allocation on `stream`, awaited so that the
-    /// memory is valid on every stream; out of memory, frees the cache and tries once more.
+    /// memory is valid on every stream; out of memory, frees the cache (but `keep`'s class,
+    /// see [`free_cache`](DevicePool::free_cache)) and tries once more.
     /// `api` is the pool method the caller called, which a refused submission names. The
     /// block and how long it took; the caller counts it as handed out or cached (the room is
     /// its own from here: a failure, or a dropped future, gives it back).
@@ -595,6 +612,7 @@ impl DevicePool {
         api: &'static str,
         stream: &Stream,
         class: usize,
+        keep: Option<usize>,
     ) -> Result<(DeviceBlock, Duration)> {
         let room = Arc::new(Room {
             cache: self.cache.clone(),
@@ -603,7 +621,7 @@ impl DevicePool {
         });
         let started = Instant::now();
         let block = match self.submit_malloc(api, stream, &room).await {
-            Err(err) if err.is_out_of_memory() && self.drain_cache().await => {
+            Err(err) if err.is_out_of_memory() && self.drain_cache(keep).await => {
                 self.cache.source().trim_runtime(0)?;
                 self.submit_malloc(api, stream, &room).await
             }
@@ -626,8 +644,8 @@ impl DevicePool {
     /// and then aborted), which left the memory of every block the cache held reusable by
     /// that stream alone, and every other stream of the pool out of memory for the pool's
     /// life.
-    async fn drain_cache(&self) -> bool {
-        if self.cache.trim_to(0) == 0 {
+    async fn drain_cache(&self, keep: Option<usize>) -> bool {
+        if self.free_cache(keep) == 0 {
             return false;
         }
         // SAFETY: nothing is recorded against this completion and nothing is deferred on it:
