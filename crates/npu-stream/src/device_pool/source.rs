@@ -315,46 +315,85 @@ impl DeviceSource {
     /// Lists the device's error ranges and repairs the block's; an error (a runtime without
     /// either function, a product that does not support them, a failed repair) leaves the
     /// block unrepaired.
+    ///
+    /// One listing holds at most [`UCE_LIST`] ranges, so a full one that held some of the
+    /// block's may have left others out: the block is listed again after each repair, until
+    /// a listing is not full (it then holds every range left) or holds none of the block's
+    /// (then its remaining ones may be among those left out: unrepairable). Repairing only
+    /// the first listing's ranges cached a block with errors still in it.
     fn repair_errors(&self, block: &DeviceBlock) -> Result<Repair> {
+        /// Listings after which a block whose ranges keep coming back is given up.
+        const ROUNDS: usize = 64;
         let runtime = self.context.runtime();
         self.context.bind()?;
         let device = i32::try_from(self.context.device_id())
             .map_err(|_| Error::invalid("aclrtGetMemUceInfo", "deviceId", "out of range"))?;
+        let mut repaired: Vec<String> = Vec::new();
+        for _ in 0..ROUNDS {
+            let mut listed = vec![ffi::aclrtMemUceInfo::default(); UCE_LIST];
+            let mut count = 0;
+            // SAFETY: `listed` holds UCE_LIST entries and `count` is a valid out-pointer; the
+            // context is bound.
+            unsafe {
+                acl_call_opt!(
+                    runtime,
+                    aclrtGetMemUceInfo(device, listed.as_mut_ptr(), UCE_LIST, &mut count)
+                )
+            }?;
+            let every = count < UCE_LIST;
+            listed.truncate(count.min(UCE_LIST));
+            let mut ours = match errors_in_block(block, &listed, every) {
+                Ok(ours) if ours.is_empty() && repaired.is_empty() => return Ok(Repair::Sound),
+                Ok(ours) if ours.is_empty() => break,
+                Ok(ours) => ours,
+                Err(why) => return Ok(Repair::Unrepairable(why)),
+            };
+            // SAFETY: `ours` holds entries exactly as the runtime listed them; the block is
+            // idle and ours, and the context is bound.
+            unsafe {
+                acl_call_opt!(
+                    runtime,
+                    aclrtMemUceRepair(device, ours.as_mut_ptr(), ours.len())
+                )
+            }?;
+            repaired.extend(ours.iter().map(|r| format!("{:p}+{}", r.addr, r.len)));
+            if every {
+                break;
+            }
+        }
+        // Every range left is listed now, or some may not be (a full listing without the
+        // block's, or the rounds used up): only a listing clear of the block's clears it.
+        if self.still_listed(block, device)? {
+            return Ok(Repair::Unrepairable(format!(
+                "error ranges are still listed in the block at {:p}+{} after {} were repaired",
+                block.ptr,
+                block.bytes,
+                repaired.len()
+            )));
+        }
+        Ok(Repair::Repaired(format!(
+            "{} in the block at {:p}+{}",
+            repaired.join(", "),
+            block.ptr,
+            block.bytes
+        )))
+    }
+
+    /// Whether a listing still holds (or may hold, being full) a range of `block`.
+    fn still_listed(&self, block: &DeviceBlock, device: i32) -> Result<bool> {
         let mut listed = vec![ffi::aclrtMemUceInfo::default(); UCE_LIST];
         let mut count = 0;
         // SAFETY: `listed` holds UCE_LIST entries and `count` is a valid out-pointer; the
-        // context is bound.
+        // context is bound (by the caller, on this thread).
         unsafe {
             acl_call_opt!(
-                runtime,
+                self.context.runtime(),
                 aclrtGetMemUceInfo(device, listed.as_mut_ptr(), UCE_LIST, &mut count)
             )
         }?;
         let every = count < UCE_LIST;
         listed.truncate(count.min(UCE_LIST));
-        let mut ours = match errors_in_block(block, &listed, every) {
-            Ok(ours) if ours.is_empty() => return Ok(Repair::Sound),
-            Ok(ours) => ours,
-            Err(why) => return Ok(Repair::Unrepairable(why)),
-        };
-        // SAFETY: `ours` holds entries exactly as the runtime listed them; the block is
-        // idle and ours, and the context is bound.
-        unsafe {
-            acl_call_opt!(
-                runtime,
-                aclrtMemUceRepair(device, ours.as_mut_ptr(), ours.len())
-            )
-        }?;
-        let ranges: Vec<String> = ours
-            .iter()
-            .map(|r| format!("{:p}+{}", r.addr, r.len))
-            .collect();
-        Ok(Repair::Repaired(format!(
-            "{} in the block at {:p}+{}",
-            ranges.join(", "),
-            block.ptr,
-            block.bytes
-        )))
+        Ok(!matches!(errors_in_block(block, &listed, every), Ok(ours) if ours.is_empty()))
     }
 }
 
