@@ -1,0 +1,264 @@
+//! Attacks of the twenty-seventh session's helper (memory errors), through the `npu` facade:
+//! `DevicePool`'s repair and quarantine of blocks after an uncorrectable memory error (UCE),
+//! its out-of-memory retry and `reserve`, each test naming the promise it attacks.
+//!
+//! The simulator of this process has devices of 64 MiB (installed by the first test to take
+//! the lock), so that a pool can fill a device. Every test takes the device lock; every wait
+//! is bounded (`run`, `until_released`), so a hang fails its test.
+
+mod common;
+
+use std::sync::Once;
+
+use common::*;
+use npu::error::AclCode;
+use npu::memory::{DevicePoolBackend, PooledDeviceBuffer};
+use npu::prelude::*;
+use npu::stream::Strategy;
+use npu::{Stream, ffi, sim};
+
+const BACKENDS: [DevicePoolBackend; 2] =
+    [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching];
+
+/// The memory of each simulated device in this process.
+const DEVICE_MEMORY: u64 = 64 << 20;
+
+/// [`exclusive`], with the simulator configured for this file first.
+fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
+    static CONFIG: Once = Once::new();
+    CONFIG.call_once(|| {
+        sim::SimConfig::default()
+            .devices(2)
+            .memory_per_device(DEVICE_MEMORY)
+            .install()
+            .unwrap()
+    });
+    let (guard, d0, _d1) = exclusive(None);
+    (guard, d0)
+}
+
+fn pool(ctx: &Context, backend: DevicePoolBackend, capacity: Option<usize>) -> DevicePool {
+    let builder = DevicePool::builder(ctx).backend(backend);
+    match capacity {
+        Some(bytes) => builder.capacity(bytes),
+        None => builder,
+    }
+    .build()
+    .unwrap()
+}
+
+/// Gives `len` bytes of `block` from byte `at` an uncorrectable memory error.
+fn inject(block: &PooledDeviceBuffer<u8>, at: usize, len: usize) {
+    let ptr = block.as_raw().wrapping_byte_add(at);
+    sim::raw_control::inject_mem_uce(ptr, len).unwrap();
+}
+
+/// How many uncorrectable error ranges the device lists (at most one call's worth).
+fn uce_count(ctx: &Context) -> usize {
+    ctx.bind().unwrap();
+    let api = ctx.runtime().api();
+    let get = api.aclrtGetMemUceInfo.unwrap();
+    const N: usize = ffi::MAX_MEM_UCE_INFO_ARRAY_SIZE as usize;
+    let mut listed = vec![ffi::aclrtMemUceInfo::default(); N];
+    let mut count = 0;
+    // SAFETY: the array holds N entries and `count` is a valid out-pointer.
+    let code = unsafe { get(ctx.device_id() as i32, listed.as_mut_ptr(), N, &mut count) };
+    ctx.runtime().check("aclrtGetMemUceInfo", code).unwrap();
+    count
+}
+
+/// A memset of `block` that must fail with the memory error: the block handed back.
+fn fails(s: &Stream, block: PooledDeviceBuffer<u8>, what: &str) -> PooledDeviceBuffer<u8> {
+    let err = run(s.memset(block, 7)).unwrap_err();
+    assert_eq!(
+        err.error.acl_code(),
+        Some(AclCode::DEVICE_MEM_ERROR),
+        "{what}: {}",
+        err.error
+    );
+    err.value.expect("the block handed back")
+}
+
+/// Waits until no dropped block of `pool` awaits its operations or its examination.
+fn settled(pool: &DevicePool, what: &str) -> npu::PoolStats {
+    until_released(what, || pool.stats().cache.awaiting_blocks == 0);
+    pool.stats().cache
+}
+
+/// The counters add up: the pool holds what is in use, awaiting and cached, and no more
+/// than its capacity; quarantined blocks are outside all of it.
+fn adds_up(stats: &npu::PoolStats, capacity: Option<usize>, what: &str) {
+    assert_eq!(
+        stats.reserved,
+        stats.allocated + stats.awaiting_bytes + stats.cached,
+        "{what}: {stats:?}"
+    );
+    if let Some(capacity) = capacity {
+        assert!(stats.reserved <= capacity, "{what}: {stats:?}");
+    }
+}
+
+/// "A block returned after a memory error comes back repaired, or is quarantined and never
+/// handed out again", for a block with more error ranges than one `aclrtGetMemUceInfo` call
+/// lists (128): the first call lists 128 of the block's ranges, all inside it. Repairing
+/// those and caching the block leaves the rest in it, and the next owner's memset fails.
+/// Both backends.
+#[test]
+fn a_block_with_more_error_ranges_than_one_listing_is_never_cached_with_the_rest() {
+    let (_guard, d0) = devices();
+    const BYTES: usize = 64 << 10;
+    const RANGES: usize = ffi::MAX_MEM_UCE_INFO_ARRAY_SIZE as usize + 4;
+    for backend in BACKENDS {
+        let what = format!("{backend:?}");
+        let pool = pool(&d0, backend, None);
+        let s = stream(&d0, Strategy::EventPoll);
+        let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+        for at in 0..RANGES {
+            inject(&block, at * 256, 16);
+        }
+        drop(fails(&s, block, &what));
+        let stats = settled(&pool, &what);
+        assert_eq!(stats.repaired + stats.quarantined, 1, "{what}: {stats:?}");
+        // Whatever the pool decided, no request gets memory with an error left in it.
+        let next = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+        let next = run(s.memset(next, 5))
+            .unwrap_or_else(|e| panic!("{what}: a block with errors was handed out: {}", e.error));
+        assert!(run(s.download(next)).unwrap().iter().all(|&b| b == 5));
+        drop(pool);
+        until_released(&what, || uce_count(&d0) == 0);
+    }
+}
+
+/// A bounded pool at capacity, a request queued behind it, and the block holding the whole
+/// capacity quarantined on its return: "quarantined blocks hold no room", so the queued
+/// request is served with a new block (never the bad one) rather than waiting for good. Both
+/// backends, every strategy; the counters add up and stay within the capacity.
+#[test]
+fn a_request_queued_at_capacity_is_served_when_the_block_is_quarantined() {
+    let (_guard, d0) = devices();
+    const BYTES: usize = 4096;
+    for backend in BACKENDS {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?}, {strategy:?}");
+            let pool = pool(&d0, backend, Some(BYTES));
+            let s = stream(&d0, strategy);
+            let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+            let bad = block.as_raw();
+            // Reaching past the block: not its alone to repair, so quarantined.
+            inject(&block, BYTES - 16, 32);
+            let block = fails(&s, block, &what);
+            let served = run(async {
+                let queued = pool.alloc::<u8>(&s, BYTES);
+                let mut queued = std::pin::pin!(queued);
+                assert!(polled_once(queued.as_mut()).is_pending(), "{what}");
+                assert_eq!(pool.stats().cache.waiters, 1, "{what}");
+                drop(block);
+                queued.await.unwrap()
+            });
+            assert_ne!(served.as_raw(), bad, "{what}: the bad block came back");
+            let served = run(s.memset(served, 1)).unwrap();
+            let stats = pool.stats().cache;
+            assert_eq!(
+                (stats.quarantined, stats.quarantined_bytes),
+                (1, BYTES),
+                "{what}"
+            );
+            adds_up(&stats, Some(BYTES), &what);
+            drop((served, pool));
+            until_released(&what, || uce_count(&d0) == 0);
+        }
+    }
+}
+
+/// Many bad blocks at once, more of them than one listing holds: every one is settled
+/// (repaired or quarantined, none left awaiting), the counters add up, and none of the bad
+/// memory serves a request: the same number of requests afterwards all work. Both backends.
+#[test]
+fn many_bad_blocks_at_once_are_all_settled_and_none_serves_again_unrepaired() {
+    let (_guard, d0) = devices();
+    const BYTES: usize = 4096;
+    const BLOCKS: usize = ffi::MAX_MEM_UCE_INFO_ARRAY_SIZE as usize + 8;
+    for backend in BACKENDS {
+        let what = format!("{backend:?}");
+        let pool = pool(&d0, backend, None);
+        let s = stream(&d0, Strategy::EventPoll);
+        let blocks: Vec<_> = (0..BLOCKS)
+            .map(|_| run(pool.alloc::<u8>(&s, BYTES)).unwrap())
+            .collect();
+        // Every other one reaches past its block: quarantined.
+        for (i, block) in blocks.iter().enumerate() {
+            match i % 2 {
+                0 => inject(block, 128, 64),
+                _ => inject(block, BYTES - 16, 32),
+            }
+        }
+        // All in flight together; each dropped with its failure.
+        let ops: Vec<_> = blocks.into_iter().map(|b| s.memset(b, 1)).collect();
+        let failed = run(async {
+            let mut failed = 0;
+            for op in ops {
+                failed += usize::from(op.await.is_err());
+            }
+            failed
+        });
+        assert_eq!(failed, BLOCKS, "{what}");
+        let stats = settled(&pool, &what);
+        assert_eq!(
+            stats.repaired + stats.quarantined,
+            BLOCKS as u64,
+            "{what}: {stats:?}"
+        );
+        assert!(
+            stats.quarantined >= (BLOCKS / 2) as u64,
+            "{what}: {stats:?}"
+        );
+        adds_up(&stats, None, &what);
+        let again: Vec<_> = (0..BLOCKS)
+            .map(|_| run(pool.alloc::<u8>(&s, BYTES)).unwrap())
+            .collect();
+        for block in again {
+            run(s.memset(block, 2)).unwrap_or_else(|e| panic!("{what}: {}", e.error));
+        }
+        drop(pool);
+        until_released(&what, || uce_count(&d0) == 0);
+    }
+}
+
+/// `reserve`'s "makes sure `count` blocks are cached; returns the bytes of the blocks it
+/// reserved", asked for more than the device holds (20 blocks of 4 MiB on a 64 MiB device):
+/// it may fail (out of memory, the blocks allocated so far staying cached), but what it
+/// reports reserved must be cached. A break: its out-of-memory retry frees the blocks it just
+/// reserved to make room for the next, and it reports 80 MiB reserved with a few cached.
+/// Both backends.
+#[test]
+fn a_reserve_beyond_the_device_never_reports_blocks_it_freed_itself() {
+    let (_guard, d0) = devices();
+    const BYTES: usize = 4 << 20;
+    const COUNT: usize = 20;
+    let baseline = live_memory(&d0);
+    for backend in BACKENDS {
+        let what = format!("{backend:?}");
+        let pool = pool(&d0, backend, None);
+        let s = stream(&d0, Strategy::EventPoll);
+        let reserved = run(pool.reserve(&s, COUNT, BYTES));
+        let stats = pool.stats().cache;
+        match reserved {
+            Ok(bytes) => assert!(
+                stats.cached >= bytes,
+                "{what}: reported {bytes} bytes reserved, {} cached",
+                stats.cached
+            ),
+            Err(err) => {
+                assert!(err.is_out_of_memory(), "{what}: {err}");
+                assert!(stats.cached >= BYTES, "{what}: kept {stats:?}");
+            }
+        }
+        adds_up(&stats, None, &what);
+        // The trim gives all of it back, and the counters say so.
+        pool.trim().unwrap();
+        let stats = pool.stats().cache;
+        assert_eq!((stats.reserved, stats.cached), (0, 0), "{what}");
+        drop(pool);
+        until_released(&what, || within(live_memory(&d0), baseline));
+    }
+}
