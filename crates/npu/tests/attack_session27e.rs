@@ -25,6 +25,12 @@ const DEVICE_MEMORY: u64 = 64 << 20;
 
 /// [`exclusive`], with the simulator configured for this file first.
 fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
+    let (guard, d0, _d1) = both_devices();
+    (guard, d0)
+}
+
+/// [`devices`], with device 1 as well.
+fn both_devices() -> (std::sync::MutexGuard<'static, ()>, Context, Context) {
     static CONFIG: Once = Once::new();
     CONFIG.call_once(|| {
         sim::SimConfig::default()
@@ -33,8 +39,7 @@ fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
             .install()
             .unwrap()
     });
-    let (guard, d0, _d1) = exclusive(None);
-    (guard, d0)
+    exclusive(None)
 }
 
 fn pool(ctx: &Context, backend: DevicePoolBackend, capacity: Option<usize>) -> DevicePool {
@@ -260,5 +265,135 @@ fn a_reserve_beyond_the_device_never_reports_blocks_it_freed_itself() {
         assert_eq!((stats.reserved, stats.cached), (0, 0), "{what}");
         drop(pool);
         until_released(&what, || within(live_memory(&d0), baseline));
+    }
+}
+
+/// A peer copy failing on a memory error of its source's device: the source (a pool block of
+/// device 1 with an error inside it) is repaired, and the destination (a pool block of device
+/// 0, whose memory is sound) is examined against device 0's list and cached as it is, neither
+/// quarantined nor repaired; both serve again. Both backends, every strategy.
+#[test]
+fn a_peer_copy_failing_on_its_sources_memory_error_repairs_the_source_alone() {
+    let (_guard, d0, d1) = both_devices();
+    const BYTES: usize = 4096;
+    for backend in BACKENDS {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?}, {strategy:?}");
+            let (p0, p1) = (pool(&d0, backend, None), pool(&d1, backend, None));
+            let (s0, s1) = (stream(&d0, strategy), stream(&d1, strategy));
+            let src = run(p1.alloc::<u8>(&s1, BYTES)).unwrap();
+            let dst = run(p0.alloc::<u8>(&s0, BYTES)).unwrap();
+            let (src_at, dst_at) = (src.as_raw(), dst.as_raw());
+            inject(&src, 512, 64);
+            let access = d0.device().enable_peer_access(&d1.device()).unwrap();
+            let err = run(s0.copy_d2d(src, dst)).unwrap_err();
+            drop(access);
+            assert!(err.error.is_memory_error(), "{what}: {}", err.error);
+            drop(err);
+            let (st0, st1) = (settled(&p0, &what), settled(&p1, &what));
+            assert_eq!(
+                (st0.repaired, st0.quarantined, st0.cached),
+                (0, 0, BYTES),
+                "{what}"
+            );
+            assert_eq!(
+                (st1.repaired, st1.quarantined, st1.cached),
+                (1, 0, BYTES),
+                "{what}"
+            );
+            let again = run(p1.alloc::<u8>(&s1, BYTES)).unwrap();
+            assert_eq!(again.as_raw(), src_at, "{what}");
+            run(s1.memset(again, 4)).unwrap_or_else(|e| panic!("{what}: {}", e.error));
+            let again = run(p0.alloc::<u8>(&s0, BYTES)).unwrap();
+            assert_eq!(again.as_raw(), dst_at, "{what}");
+            run(s0.memset(again, 4)).unwrap_or_else(|e| panic!("{what}: {}", e.error));
+            assert_eq!(uce_count(&d1), 0, "{what}");
+        }
+    }
+}
+
+/// An error that strikes a block while it is cached (no operation of it failed): the next
+/// owner's operation fails, and the block returned after it is repaired, not cached with its
+/// error; a reserve, a quarantine and a trim in between keep the counters adding up within
+/// the capacity. Both backends.
+#[test]
+fn an_error_striking_a_cached_block_is_repaired_after_its_next_owner_fails() {
+    let (_guard, d0) = devices();
+    const BYTES: usize = 4096;
+    const CAPACITY: usize = 4 * BYTES;
+    for backend in BACKENDS {
+        let what = format!("{backend:?}");
+        let pool = pool(&d0, backend, Some(CAPACITY));
+        let s = stream(&d0, Strategy::EventPoll);
+        assert_eq!(
+            run(pool.reserve(&s, 2, BYTES)).unwrap(),
+            2 * BYTES,
+            "{what}"
+        );
+        adds_up(&pool.stats().cache, Some(CAPACITY), &what);
+        // One of them goes bad in the cache: inject through a block, then give it back idle.
+        let a = pool.try_alloc::<u8>(&s, BYTES).unwrap().unwrap();
+        let b = pool.try_alloc::<u8>(&s, BYTES).unwrap().unwrap();
+        let bad = a.as_raw();
+        drop(a);
+        let a = pool.try_alloc::<u8>(&s, BYTES).unwrap().unwrap();
+        assert_eq!(a.as_raw(), bad, "{what}: the cache is a stack");
+        inject(&a, 0, 64);
+        drop(a);
+        // The other one is quarantined.
+        inject(&b, BYTES - 8, 16);
+        drop(fails(&s, b, &what));
+        let stats = settled(&pool, &what);
+        assert_eq!(
+            (stats.quarantined, stats.cached),
+            (1, BYTES),
+            "{what}: {stats:?}"
+        );
+        adds_up(&stats, Some(CAPACITY), &what);
+        // The reserve fills the capacity again around the quarantined block.
+        assert_eq!(
+            run(pool.reserve(&s, 4, BYTES)).unwrap(),
+            4 * BYTES,
+            "{what}"
+        );
+        let stats = pool.stats().cache;
+        assert_eq!(stats.cached, CAPACITY, "{what}: {stats:?}");
+        adds_up(&stats, Some(CAPACITY), &what);
+        // The bad cached block reaches an owner whose memset fails; it comes back repaired.
+        let mut failed = 0;
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            let block = pool.try_alloc::<u8>(&s, BYTES).unwrap().unwrap();
+            match run(s.memset(block, 6)) {
+                Ok(block) => held.push(block),
+                Err(err) => {
+                    assert!(err.error.is_memory_error(), "{what}");
+                    failed += 1;
+                }
+            }
+        }
+        assert_eq!(failed, 1, "{what}");
+        drop(held);
+        let stats = settled(&pool, &what);
+        assert_eq!(
+            (stats.repaired, stats.quarantined),
+            (1, 1),
+            "{what}: {stats:?}"
+        );
+        adds_up(&stats, Some(CAPACITY), &what);
+        assert_eq!(pool.trim_to(BYTES).unwrap(), CAPACITY - BYTES, "{what}");
+        let stats = pool.stats().cache;
+        assert_eq!(
+            (stats.reserved, stats.quarantined_bytes),
+            (BYTES, BYTES),
+            "{what}"
+        );
+        adds_up(&stats, Some(CAPACITY), &what);
+        for _ in 0..4 {
+            let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+            run(s.memset(block, 8)).unwrap_or_else(|e| panic!("{what}: {}", e.error));
+        }
+        drop(pool);
+        until_released(&what, || uce_count(&d0) == 0);
     }
 }
