@@ -397,3 +397,58 @@ fn an_error_striking_a_cached_block_is_repaired_after_its_next_owner_fails() {
         until_released(&what, || uce_count(&d0) == 0);
     }
 }
+
+/// A runtime-pool `DevicePool` whose cache holds idle 4 MiB blocks filling `ctx`'s device
+/// (allocated on `filler`, then dropped): nothing else fits until they are freed.
+fn pool_holding_the_device(ctx: &Context, filler: &Stream) -> DevicePool {
+    let pool = pool(ctx, DevicePoolBackend::RuntimePool, None);
+    let mut blocks = Vec::new();
+    let full = loop {
+        match run(pool.alloc::<u8>(filler, 4 << 20)) {
+            Ok(block) => blocks.push(block),
+            Err(err) => break err,
+        }
+    };
+    assert!(full.is_out_of_memory(), "{full}");
+    assert!(blocks.len() >= 12, "{} blocks", blocks.len());
+    drop(blocks);
+    pool
+}
+
+/// Two requests out of memory at once on the runtime pool, each of 24 MiB, while its cache
+/// holds the device's 48 MiB and more, idle: the first frees the cache and waits for the
+/// frees (the device held); the second, finding nothing left to free, must not fail while
+/// those frees are on their way: there is room for both once they run. Every strategy.
+#[test]
+fn a_second_request_out_of_memory_while_the_first_drains_the_cache_is_served_too() {
+    let (_guard, d0) = devices();
+    let baseline = live_memory(&d0);
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let (s, t) = (stream(&d0, strategy), stream(&d0, strategy));
+        let pool = pool_holding_the_device(&d0, &s);
+        let hold = sim::hold(&d0.device()).unwrap();
+        let (a, b) = {
+            let mut first = std::pin::pin!(pool.alloc::<u8>(&s, 24 << 20));
+            assert!(polled_once(first.as_mut()).is_pending(), "{what}");
+            assert_eq!(pool.stats().cache.cached, 0, "{what}: the cache was freed");
+            let mut second = std::pin::pin!(pool.alloc::<u8>(&t, 24 << 20));
+            let early = polled_once(second.as_mut());
+            hold.release().unwrap();
+            run(async {
+                let a = first.await;
+                let b = match early {
+                    std::task::Poll::Ready(b) => b,
+                    std::task::Poll::Pending => second.await,
+                };
+                (a, b)
+            })
+        };
+        a.unwrap_or_else(|e| panic!("{what}: the first: {e}"));
+        b.unwrap_or_else(|e| {
+            panic!("{what}: the second failed while the frees were on their way: {e}")
+        });
+        drop((pool, s, t));
+        until_released(&what, || within(live_memory(&d0), baseline));
+    }
+}

@@ -644,9 +644,28 @@ impl DevicePool {
     /// and then aborted), which left the memory of every block the cache held reusable by
     /// that stream alone, and every other stream of the pool out of memory for the pool's
     /// life.
+    ///
+    /// A request that finds nothing left to free while another's drain is on its way (two
+    /// requests out of memory at once: the first freed the whole cache) waits for that drain
+    /// and retries too: it failed out of memory while the memory it needed was being given
+    /// back.
     async fn drain_cache(&self, keep: Option<usize>) -> bool {
+        let source = self.cache.source();
         if self.free_cache(keep) == 0 {
-            return false;
+            let draining = source
+                .draining
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            // One that completed may have done so after this request's attempt failed: the
+            // retry costs one more attempt, and finds the memory if it came back.
+            return match draining {
+                Some(drain) => {
+                    drop(drain.wait().await);
+                    true
+                }
+                None => false,
+            };
         }
         // SAFETY: nothing is recorded against this completion and nothing is deferred on it:
         // it only says that the release stream's synchronisation has returned, and the thread
@@ -661,8 +680,13 @@ impl DevicePool {
                 completer.complete(result);
             });
         match spawned {
-            // Failed or not, the retry says whether the memory came back.
-            Ok(_) => drop(drained.wait().await),
+            // Failed or not, the retry says whether the memory came back. Published only
+            // once the thread runs: a completer that went with an unrun closure never
+            // completes, and a request waiting for it would wait for good.
+            Ok(_) => {
+                *source.draining.lock().unwrap_or_else(|e| e.into_inner()) = Some(drained.clone());
+                drop(drained.wait().await);
+            }
             // The completer went with the closure unrun: nothing would complete the wait.
             Err(err) => {
                 npu_core::log!(warn, %err, "no thread to wait for a device pool's frees");

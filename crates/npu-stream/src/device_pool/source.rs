@@ -123,6 +123,10 @@ pub(crate) struct DeviceSource {
     backend: Backend,
     /// Why this backend was chosen.
     pub(crate) reason: String,
+    /// The latest out-of-memory drain of the release stream (`DevicePool::drain_cache`): a
+    /// request out of memory that finds the cache already freed by another waits for it
+    /// before its retry, as the memory is on its way back.
+    pub(crate) draining: std::sync::Mutex<Option<npu_core::Completion>>,
 }
 
 impl DeviceSource {
@@ -133,6 +137,7 @@ impl DeviceSource {
             context: context.clone(),
             backend: Backend::Caching,
             reason: format!("{reason}: aclrtMalloc with completion-tracked reuse"),
+            draining: std::sync::Mutex::new(None),
         };
         let force = match plan(context.runtime().api(), forced)? {
             Plan::Caching(reason) => return Ok(caching(reason)),
@@ -147,6 +152,7 @@ impl DeviceSource {
                 },
                 context,
                 backend: Backend::Runtime(pool),
+                draining: std::sync::Mutex::new(None),
             }),
             Err(err) if !force => Ok(caching(format!("creating a runtime pool failed ({err})"))),
             Err(err) => Err(err),
