@@ -452,3 +452,103 @@ fn a_second_request_out_of_memory_while_the_first_drains_the_cache_is_served_too
         until_released(&what, || within(live_memory(&d0), baseline));
     }
 }
+
+/// A memory error met through a cast of a view of one half of a split pool block (the other
+/// half still held): the whole block is examined once every part is gone, and repaired; the
+/// failure is met on a thread whose Tokio runtime and pool handle are dropped before that.
+/// Nothing hangs, nothing is left listed or allocated. Both backends, every strategy.
+#[test]
+fn a_memory_error_through_a_cast_view_of_a_part_settles_the_whole_block_after_the_pool_is_gone() {
+    let (_guard, d0) = devices();
+    const BYTES: usize = 8192;
+    let baseline = live_memory(&d0);
+    for backend in BACKENDS {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?}, {strategy:?}");
+            let pool = pool(&d0, backend, None);
+            let s = stream(&d0, strategy);
+            let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+            inject(&block, BYTES / 2 + 256, 64);
+            let (left, right) = block.split_at(BYTES / 2).unwrap();
+            let view = right.view(128..1024).unwrap().cast::<u32>().unwrap();
+            let (repaired, stats) = {
+                let pool = pool.clone();
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    let err = runtime.block_on(s.memset(view, 0)).unwrap_err();
+                    assert!(err.error.is_memory_error(), "{}", err.error);
+                    drop(runtime);
+                    drop(err);
+                    // Not examined while the left half is held.
+                    let stats = pool.stats().cache;
+                    drop(pool);
+                    (stats.repaired, stats)
+                })
+                .join()
+                .unwrap()
+            };
+            assert_eq!(repaired, 0, "{what}: {stats:?}");
+            let watched = pool.clone();
+            drop(pool);
+            let left = run(s.memset(left, 1)).unwrap();
+            drop(left);
+            let stats = settled(&watched, &what);
+            assert_eq!(
+                (stats.repaired, stats.quarantined, stats.cached),
+                (1, 0, BYTES),
+                "{what}"
+            );
+            drop((watched, s));
+            until_released(&what, || {
+                uce_count(&d0) == 0 && within(live_memory(&d0), baseline)
+            });
+        }
+    }
+}
+
+/// `reserve` while requests queue at a bounded pool's capacity: it gives way to them (fails
+/// for want of room rather than take what they wait for), and once the blocks in use come
+/// back the queued requests are served in order and a reserve then fills what is left; the
+/// counters add up throughout. Both backends.
+#[test]
+fn a_reserve_gives_way_to_requests_queued_at_capacity() {
+    let (_guard, d0) = devices();
+    const BYTES: usize = 4096;
+    const CAPACITY: usize = 3 * BYTES;
+    for backend in BACKENDS {
+        let what = format!("{backend:?}");
+        let pool = pool(&d0, backend, Some(CAPACITY));
+        let s = stream(&d0, Strategy::EventPoll);
+        let held: Vec<_> = (0..3)
+            .map(|_| run(pool.alloc::<u8>(&s, BYTES)).unwrap())
+            .collect();
+        run(async {
+            let mut first = std::pin::pin!(pool.alloc::<u8>(&s, BYTES));
+            let mut second = std::pin::pin!(pool.alloc::<u8>(&s, 2 * BYTES));
+            assert!(polled_once(first.as_mut()).is_pending(), "{what}");
+            assert!(polled_once(second.as_mut()).is_pending(), "{what}");
+            let refused = pool.reserve(&s, 1, BYTES).await.unwrap_err();
+            assert!(!refused.is_out_of_memory(), "{what}: {refused}");
+            assert_eq!(pool.stats().cache.waiters, 2, "{what}");
+            adds_up(&pool.stats().cache, Some(CAPACITY), &what);
+            drop(held);
+            let first = first.await.unwrap();
+            drop(first);
+            let second = second.await.unwrap();
+            let stats = pool.stats().cache;
+            assert_eq!(stats.waiters, 0, "{what}");
+            adds_up(&stats, Some(CAPACITY), &what);
+            // One 4 KiB block fits beside the 8 KiB one.
+            assert_eq!(pool.reserve(&s, 1, BYTES).await.unwrap(), BYTES, "{what}");
+            assert!(pool.reserve(&s, 2, BYTES).await.is_err(), "{what}");
+            adds_up(&pool.stats().cache, Some(CAPACITY), &what);
+            drop(second);
+        });
+        pool.trim().unwrap();
+        assert_eq!(pool.stats().cache.reserved, 0, "{what}");
+    }
+}
