@@ -9,17 +9,43 @@
 //! nothing in the child will ever complete, ends with that error instead of waiting.
 
 use std::sync::Once;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::error::{Error, Result};
 
-/// How many forks separate this process from the one that registered the handler: 0 in the
-/// process that started npu-rs's first runtime, raised in each child.
+/// How many forks separate this process from the one that started npu-rs's first runtime: 0
+/// there, raised in each child.
 static GENERATION: AtomicU32 = AtomicU32::new(0);
 
+/// Whether an `aclInit` of npu-rs's succeeded in this process: from then on the runtime's
+/// threads may run, and a child has none of them.
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// How many `aclInit`s of npu-rs's are under way: a fork during one has the runtime half
+/// started in the parent.
+static STARTING: AtomicU32 = AtomicU32::new(0);
+
 extern "C" fn in_child() {
-    // Async-signal-safe: an atomic add, nothing else.
-    GENERATION.fetch_add(1, Ordering::Relaxed);
+    // Async-signal-safe: atomic loads and an atomic add, nothing else. A process whose every
+    // `aclInit` failed started no runtime: its child is free to start its own.
+    if STARTED.load(Ordering::SeqCst) || STARTING.load(Ordering::SeqCst) != 0 {
+        GENERATION.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Runs `init` (an `aclInit`) as npu-rs's start of a runtime in this process: a child forked
+/// during or after it is a forked child; if `init` fails and no runtime started before, a
+/// child forked afterwards is not.
+pub(crate) fn starting<T, E>(
+    init: impl FnOnce() -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
+    STARTING.fetch_add(1, Ordering::SeqCst);
+    let started = init();
+    if started.is_ok() {
+        STARTED.store(true, Ordering::SeqCst);
+    }
+    STARTING.fetch_sub(1, Ordering::SeqCst);
+    started
 }
 
 /// Registers the child handler, once per process; called before the first runtime starts.
@@ -44,7 +70,8 @@ pub(crate) fn generation() -> u32 {
     GENERATION.load(Ordering::Relaxed)
 }
 
-/// Whether this process was forked from one in which npu-rs had started a runtime.
+/// Whether this process was forked from one in which npu-rs had started a runtime (one whose
+/// `aclInit` succeeded, or was under way at the fork).
 ///
 /// ```
 /// assert!(!npu_core::forked(), "this process is no forked child");

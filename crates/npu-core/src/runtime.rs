@@ -226,13 +226,18 @@ fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<
     let _initialising = Raised::raise(&INITIALISING);
     if users.count == 0 {
         let path = c_config.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
-        // SAFETY: `path` is NULL or a NUL-terminated string that outlives the call.
-        let code = unsafe { (loaded.api.aclInit)(path) };
         // Another component of the process may have initialised ACL first; aclInit then
-        // counts our reference and says so, which is success for us.
-        if code != ffi::ACL_SUCCESS && code != ffi::ACL_ERROR_REPEAT_INITIALIZE {
-            return Err(AclError::new("aclInit", AclCode(code), recent_message(loaded)).into());
-        }
+        // counts our reference and says so, which is success for us. A failed aclInit
+        // started nothing: a child forked after it is no forked child (`crate::fork`).
+        let code = crate::fork::starting(|| {
+            // SAFETY: `path` is NULL or a NUL-terminated string that outlives the call.
+            let code = unsafe { (loaded.api.aclInit)(path) };
+            if code != ffi::ACL_SUCCESS && code != ffi::ACL_ERROR_REPEAT_INITIALIZE {
+                return Err(code);
+            }
+            Ok(code)
+        })
+        .map_err(|code| AclError::new("aclInit", AclCode(code), recent_message(loaded)))?;
         users.borrowed = code == ffi::ACL_ERROR_REPEAT_INITIALIZE;
         if users.borrowed {
             // The runtime explains the repeat like a failure: taken off this thread, or the

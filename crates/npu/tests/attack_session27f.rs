@@ -1,0 +1,359 @@
+//! Attacks of the twenty-seventh session's sixth helper, through the `npu` facade: processes
+//! forked while npu-rs runs (every kind of object dropped in the child, a Tokio runtime whose
+//! tasks await operations, a fork from another thread, a grandchild, a process whose runtime
+//! never started), and the angles listed with each test.
+//!
+//! Every case runs in a child process of its own (`in_child_test`), which forks; each forked
+//! process is bounded by `alarm`, so a hang fails its test.
+
+mod common;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context as TaskContext, Poll};
+
+use common::*;
+use npu::memory::{DevicePoolBackend, HostRegistration, PageAlignedBuffer, RegisterFlags};
+use npu::prelude::*;
+use npu::{Error, Op, sim};
+
+const CHILD_ENV: &str = "NPU_ATTACK27F_CHILD";
+
+fn in_child(case: &str) {
+    in_child_test("child", CHILD_ENV, case);
+}
+
+#[test]
+fn child() {
+    let Ok(case) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    match case.as_str() {
+        "tasks" => tasks_pending_at_the_fork(),
+        "runtime-dropped" => a_tokio_runtime_dropped_in_the_child(),
+        "objects" => every_object_dropped_in_the_child(),
+        "thread" => forked_from_another_thread(),
+        "never" => a_process_that_never_started_a_runtime_forks(),
+        "failed" => a_process_whose_runtime_failed_to_start_forks(),
+        other => panic!("no child case {other}"),
+    }
+    println!("CHILD OK");
+}
+
+/// Forks; the child runs `body` (bounded by an alarm) and `_exit`s with its outcome; the
+/// parent waits for it and returns whether it succeeded, and its raw status.
+fn fork_and_check(body: impl FnOnce()) -> (bool, i32) {
+    // SAFETY: the child only runs npu-rs code, under an alarm, and ends with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: an alarm turns a hang of the child into its death by SIGALRM.
+        unsafe { libc::alarm(10) };
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+        // SAFETY: ends the child at once, running no destructor of the parent's state.
+        unsafe { libc::_exit(if checked.is_ok() { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: `pid` is our child; `status` a valid out-pointer.
+    watchdog("the forked child", || unsafe {
+        libc::waitpid(pid, &mut status, 0)
+    });
+    (
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        status,
+    )
+}
+
+fn assert_forked(err: &Error) {
+    assert!(
+        matches!(err, Error::Forked { .. }),
+        "expected Forked: {err:?}"
+    );
+}
+
+/// A future that counts its polls: a task awaiting it has registered its waker once the count
+/// is past zero.
+struct Counted<F> {
+    inner: Pin<Box<F>>,
+    polls: Arc<AtomicUsize>,
+}
+
+impl<F: Future> Future for Counted<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<F::Output> {
+        let polled = self.inner.as_mut().poll(cx);
+        self.polls.fetch_add(1, Ordering::SeqCst);
+        polled
+    }
+}
+
+/// A current-thread Tokio runtime with one task per strategy awaiting a memset held on the
+/// device, each polled (its waker registered) before the fork.
+fn runtime_with_pending_tasks(
+    ctx: &Context,
+    streams: &[npu::Stream],
+) -> (
+    tokio::runtime::Runtime,
+    Vec<tokio::task::JoinHandle<Result<DeviceBuffer<u8>, Error>>>,
+) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let polls = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = streams
+        .iter()
+        .map(|stream| {
+            let op = stream.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 7);
+            let counted = Counted {
+                inner: Box::pin(op),
+                polls: polls.clone(),
+            };
+            rt.spawn(async move { counted.await.map_err(|e| e.into_parts().0) })
+        })
+        .collect();
+    rt.block_on(async {
+        while polls.load(Ordering::SeqCst) < streams.len() {
+            tokio::task::yield_now().await;
+        }
+    });
+    (rt, handles)
+}
+
+/// "A wait for an operation made before the fork ends with `Error::Forked`", for waits that
+/// were already pending at the fork: Tokio tasks that awaited memsets held on the device (their
+/// wakers registered with npu-rs, whose completer stayed in the parent). The child awaits the
+/// tasks' handles.
+fn tasks_pending_at_the_fork() {
+    let (_guard, ctx, _d1) = exclusive(None);
+    let streams: Vec<npu::Stream> = STRATEGIES.iter().map(|&s| stream(&ctx, s)).collect();
+    let hold = sim::hold(&ctx.device()).unwrap();
+    let (rt, handles) = runtime_with_pending_tasks(&ctx, &streams);
+    sim::flush_releases();
+    let (ok, status) = fork_and_check(|| {
+        for handle in handles {
+            let result = rt.block_on(handle).unwrap();
+            assert_forked(&result.unwrap_err());
+        }
+    });
+    hold.release().unwrap();
+    assert!(
+        ok,
+        "the child awaiting tasks pending at the fork failed or hung ({status:#x})"
+    );
+}
+
+/// A Tokio runtime (current-thread) whose tasks await held memsets, dropped in the child with
+/// its tasks: every task's `Op` is dropped there, nothing waits.
+fn a_tokio_runtime_dropped_in_the_child() {
+    let (_guard, ctx, _d1) = exclusive(None);
+    let streams: Vec<npu::Stream> = STRATEGIES.iter().map(|&s| stream(&ctx, s)).collect();
+    let hold = sim::hold(&ctx.device()).unwrap();
+    let (rt, handles) = runtime_with_pending_tasks(&ctx, &streams);
+    sim::flush_releases();
+    let (ok, status) = fork_and_check(|| {
+        drop(handles);
+        drop(rt);
+        drop(streams);
+        sim::flush_releases();
+    });
+    hold.release().unwrap();
+    assert!(
+        ok,
+        "the child dropping a runtime failed or hung ({status:#x})"
+    );
+}
+
+/// Everything npu-rs makes, some of it with work held on the device, dropped in a forked
+/// child, and again in a grandchild: buffers, pinned buffers and pool blocks, device pools of
+/// both backends and their blocks, streams under every strategy, events, modules, host
+/// registrations, operations never awaited. Each wait ends with `Error::Forked` and every drop
+/// returns.
+fn every_object_dropped_in_the_child() {
+    let (_guard, ctx, _d1) = exclusive(None);
+    let streams: Vec<npu::Stream> = STRATEGIES.iter().map(|&s| stream(&ctx, s)).collect();
+    let pinned_pool = PinnedPool::builder(&ctx).capacity(1 << 16).build().unwrap();
+    let pools: Vec<DevicePool> = [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching]
+        .into_iter()
+        .map(|b| DevicePool::builder(&ctx).backend(b).build().unwrap())
+        .collect();
+    let blocks: Vec<_> = pools
+        .iter()
+        .map(|pool| run(pool.alloc::<u8>(&streams[0], 4096)).unwrap())
+        .collect();
+    let pooled = run(pinned_pool.alloc::<u8>(4096)).unwrap();
+    let image = sim::kernel::registry_image(&["scale_f32"]);
+    // SAFETY: a registry image names in-process kernels; loading it runs no code.
+    let module = unsafe { Module::from_data(&ctx, &image) }.unwrap();
+    let function = module.function("scale_f32").unwrap();
+    let registration = HostRegistration::new(
+        &ctx,
+        PageAlignedBuffer::<u8>::from_slice(&[1; 4096]).unwrap(),
+        RegisterFlags::PINNED,
+    )
+    .unwrap();
+    let hold = sim::hold(&ctx.device()).unwrap();
+    // Work held on the device: memsets of pool blocks, an upload from pinned memory.
+    let mut pending: Vec<Op<_>> = Vec::new();
+    for (stream, block) in streams.iter().zip(blocks) {
+        pending.push(stream.memset(block, 3));
+    }
+    let upload = streams[1].copy_h2d(pooled, DeviceBuffer::<u8>::new(&ctx, 4096).unwrap());
+    let from_registration =
+        streams[2].copy_h2d(registration, DeviceBuffer::<u8>::new(&ctx, 4096).unwrap());
+    let event = npu::Event::new(&ctx).unwrap();
+    event.record(&streams[2]).unwrap();
+    let pinned = PinnedBuffer::<u8>::from_slice(&ctx, &[5; 64]).unwrap();
+    let idle_block = run(pools[1].alloc::<u8>(&streams[0], 64));
+    sim::flush_releases();
+    let done = pending[0].completion().clone();
+    let check = |generation: &str, event: &npu::Event| {
+        assert!(npu::runtime::forked(), "{generation}");
+        assert_forked(&done.wait_blocking().unwrap_err());
+        assert_forked(&futures::executor::block_on(event.wait()).unwrap_err());
+    };
+    let (ok, status) = fork_and_check(move || {
+        check("child", &event);
+        // A grandchild finds the same.
+        let (grandchild_ok, status) = fork_and_check(|| check("grandchild", &event));
+        assert!(grandchild_ok, "the grandchild failed or hung ({status:#x})");
+        for op in pending {
+            let (err, back) = futures::executor::block_on(op).unwrap_err().into_parts();
+            assert_forked(&err);
+            drop(back.expect("the block comes back"));
+        }
+        drop(upload); // never awaited
+        let (err, _) = futures::executor::block_on(from_registration)
+            .unwrap_err()
+            .into_parts();
+        assert_forked(&err);
+        drop((idle_block, pinned, function, module, event));
+        drop(pools);
+        drop(pinned_pool);
+        drop(streams);
+        sim::flush_releases();
+        npu::reaper::flush();
+        // A grandchild of a child that dropped everything.
+        let (grandchild_ok, status) = fork_and_check(|| {
+            assert!(npu::runtime::forked());
+            assert_forked(&Device::open(0).unwrap_err());
+        });
+        assert!(
+            grandchild_ok,
+            "the second grandchild failed or hung ({status:#x})"
+        );
+    });
+    hold.release().unwrap();
+    assert!(
+        ok,
+        "the child dropping everything failed or hung ({status:#x})"
+    );
+}
+
+/// A fork from a thread other than the one that started the runtime and made the work.
+fn forked_from_another_thread() {
+    let (_guard, ctx, _d1) = exclusive(None);
+    let streams: Vec<npu::Stream> = STRATEGIES.iter().map(|&s| stream(&ctx, s)).collect();
+    let hold = sim::hold(&ctx.device()).unwrap();
+    let pending: Vec<Op<DeviceBuffer<u8>>> = streams
+        .iter()
+        .map(|s| s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 9))
+        .collect();
+    sim::flush_releases();
+    let (ok, status) = std::thread::spawn(move || {
+        fork_and_check(move || {
+            assert!(npu::runtime::forked());
+            for op in pending {
+                let (err, _) = futures::executor::block_on(op).unwrap_err().into_parts();
+                assert_forked(&err);
+            }
+            assert_forked(&Device::open(0).unwrap_err());
+            drop(streams);
+        })
+    })
+    .join()
+    .unwrap();
+    hold.release().unwrap();
+    assert!(
+        ok,
+        "the child forked from another thread failed or hung ({status:#x})"
+    );
+}
+
+/// A child's own round trip: a runtime, a stream, a memset and its bytes.
+fn round_trip_in_the_child() {
+    assert!(
+        !npu::runtime::forked(),
+        "no runtime started before the fork"
+    );
+    let ctx = Device::open(0).unwrap().primary_context().clone();
+    let stream = stream(&ctx, npu::stream::Strategy::EventPoll);
+    let buffer = run(stream.memset(DeviceBuffer::<u8>::new(&ctx, 16).unwrap(), 4)).unwrap();
+    assert_eq!(buffer.to_vec_blocking().unwrap(), vec![4; 16]);
+}
+
+/// A process that never started a runtime forks: its child is no "child of npu-rs" and uses
+/// the NPU as its own.
+fn a_process_that_never_started_a_runtime_forks() {
+    let (ok, status) = fork_and_check(round_trip_in_the_child);
+    assert!(
+        ok,
+        "the child of a process without a runtime failed ({status:#x})"
+    );
+}
+
+/// A process whose one runtime failed to start (its ACL configuration file is no JSON, so
+/// `aclInit` refused it) forks: nothing of npu-rs ran, and the child must be free to start a
+/// runtime of its own, as the child of a process that never tried.
+fn a_process_whose_runtime_failed_to_start_forks() {
+    let config = std::env::temp_dir().join(format!("npu-attack27f-{}.json", std::process::id()));
+    std::fs::write(&config, "this is no JSON").unwrap();
+    let refused = npu::Runtime::builder()
+        .backend(npu::runtime::BackendChoice::Sim)
+        .acl_config(&config)
+        .build()
+        .unwrap_err();
+    let _ = std::fs::remove_file(&config);
+    assert!(!matches!(refused, Error::Forked { .. }), "{refused:?}");
+    assert!(!npu::runtime::forked());
+    let (ok, status) = fork_and_check(round_trip_in_the_child);
+    assert!(
+        ok,
+        "the child of a process whose runtime never started was refused ({status:#x})"
+    );
+}
+
+#[test]
+#[ignore = "left open: a task parked on a wait at the fork is never woken in the child \
+            (docs/cancellation.md, twenty-seventh session, runtime and contexts)"]
+fn a_wait_pending_at_the_fork_ends_with_forked_in_the_child() {
+    in_child("tasks");
+}
+
+#[test]
+fn a_tokio_runtime_with_tasks_awaiting_ops_drops_in_the_child() {
+    in_child("runtime-dropped");
+}
+
+#[test]
+fn every_kind_of_object_drops_in_a_forked_child_and_grandchild() {
+    in_child("objects");
+}
+
+#[test]
+fn a_fork_from_another_thread_refuses_and_never_hangs() {
+    in_child("thread");
+}
+
+#[test]
+fn the_child_of_a_process_that_never_started_a_runtime_uses_npu() {
+    in_child("never");
+}
+
+#[test]
+fn the_child_of_a_process_whose_runtime_failed_to_start_uses_npu() {
+    in_child("failed");
+}
