@@ -16,6 +16,7 @@ use std::task::{Context as TaskContext, Poll};
 
 use common::*;
 use npu::memory::{DevicePoolBackend, HostRegistration, PageAlignedBuffer, RegisterFlags};
+use npu::error::AclCode;
 use npu::prelude::*;
 use npu::{Error, Op, sim};
 
@@ -37,6 +38,7 @@ fn child() {
         "thread" => forked_from_another_thread(),
         "never" => a_process_that_never_started_a_runtime_forks(),
         "failed" => a_process_whose_runtime_failed_to_start_forks(),
+        "lost" => a_stream_faulting_on_every_task_then_lost(),
         other => panic!("no child case {other}"),
     }
     println!("CHILD OK");
@@ -356,4 +358,84 @@ fn the_child_of_a_process_that_never_started_a_runtime_uses_npu() {
 #[test]
 fn the_child_of_a_process_whose_runtime_failed_to_start_uses_npu() {
     in_child("failed");
+}
+
+// ---- A stream that faults on every task (the reactor's fault suspicion). ----
+
+const FAULT: AclCode = AclCode(507015);
+
+/// `n` memsets on `faulting`, each armed to fail, interleaved with memsets on `healthy`,
+/// submitted while the device is held; the faulting stream's every notice renews the
+/// reactor's suspicion of it.
+fn faulting_and_healthy(
+    ctx: &Context,
+    faulting: &npu::Stream,
+    healthy: &npu::Stream,
+    n: u64,
+) -> (Vec<Op<DeviceBuffer<u8>>>, Vec<Op<DeviceBuffer<u8>>>) {
+    for nth in 1..=n {
+        sim::fail_task(faulting, nth, FAULT).unwrap();
+    }
+    (0..n)
+        .map(|i| {
+            (
+                faulting.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), i as u8),
+                healthy.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), i as u8),
+            )
+        })
+        .unzip()
+}
+
+/// The reactor's suspicion of a faulted stream is bounded (`SUSPECT_FOR`) and renewed by each
+/// notice: a stream whose every task faults (two hundred in a row, submitted while the device
+/// was held) beside a healthy one, under every strategy. Every faulted operation fails with
+/// its code, every healthy one completes with its bytes, and the faulting stream works again
+/// afterwards.
+#[test]
+fn a_stream_faulting_on_every_task_completes_everything() {
+    let (_guard, ctx, _d1) = exclusive(None);
+    for strategy in STRATEGIES {
+        let (faulting, healthy) = (stream(&ctx, strategy), stream(&ctx, strategy));
+        let hold = sim::hold(&ctx.device()).unwrap();
+        let (faulted, fine) = faulting_and_healthy(&ctx, &faulting, &healthy, 200);
+        hold.release().unwrap();
+        run(async {
+            for (i, (bad, good)) in faulted.into_iter().zip(fine).enumerate() {
+                let err = bad.await.unwrap_err();
+                assert_eq!(err.error.acl_code(), Some(FAULT), "{strategy:?} {i}");
+                let good = good.await.unwrap();
+                assert_eq!(good.to_vec_blocking().unwrap(), vec![i as u8; 64]);
+            }
+        });
+        let again = run(faulting.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 9)).unwrap();
+        assert_eq!(again.to_vec_blocking().unwrap(), vec![9; 8], "{strategy:?}");
+    }
+}
+
+/// The same stream, its device lost while the faulted work is queued: the reactor must still
+/// find the streams dead and complete everything (with an error), under every strategy.
+fn a_stream_faulting_on_every_task_then_lost() {
+    let device = Device::open(1).unwrap();
+    let ctx = device.primary_context().clone();
+    let mut all = Vec::new();
+    let hold = sim::hold(&device).unwrap();
+    for strategy in STRATEGIES {
+        let (faulting, healthy) = (stream(&ctx, strategy), stream(&ctx, strategy));
+        // A first fault, seen, so that the stream is suspect when the rest is queued.
+        let (faulted, fine) = faulting_and_healthy(&ctx, &faulting, &healthy, 50);
+        all.extend(faulted);
+        all.extend(fine);
+    }
+    sim::lose(&device).unwrap();
+    drop(hold);
+    run(async {
+        for op in all {
+            assert!(op.await.is_err(), "work of a lost device fails");
+        }
+    });
+}
+
+#[test]
+fn a_stream_faulting_on_every_task_whose_device_is_lost_completes_everything() {
+    in_child("lost");
 }
