@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context as TaskContext, Poll};
 
 use common::*;
-use npu::memory::{DevicePoolBackend, HostRegistration, PageAlignedBuffer, RegisterFlags};
 use npu::error::AclCode;
+use npu::memory::{DevicePoolBackend, HostRegistration, PageAlignedBuffer, RegisterFlags};
 use npu::prelude::*;
 use npu::{Error, Op, sim};
 
@@ -92,15 +92,18 @@ impl<F: Future> Future for Counted<F> {
     }
 }
 
+/// A task awaiting a memset.
+type Task = tokio::task::JoinHandle<Result<DeviceBuffer<u8>, Error>>;
+
+/// Memsets, each an `Op` not awaited yet.
+type Memsets = Vec<Op<DeviceBuffer<u8>>>;
+
 /// A current-thread Tokio runtime with one task per strategy awaiting a memset held on the
 /// device, each polled (its waker registered) before the fork.
 fn runtime_with_pending_tasks(
     ctx: &Context,
     streams: &[npu::Stream],
-) -> (
-    tokio::runtime::Runtime,
-    Vec<tokio::task::JoinHandle<Result<DeviceBuffer<u8>, Error>>>,
-) {
+) -> (tokio::runtime::Runtime, Vec<Task>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -372,7 +375,7 @@ fn faulting_and_healthy(
     faulting: &npu::Stream,
     healthy: &npu::Stream,
     n: u64,
-) -> (Vec<Op<DeviceBuffer<u8>>>, Vec<Op<DeviceBuffer<u8>>>) {
+) -> (Memsets, Memsets) {
     for nth in 1..=n {
         sim::fail_task(faulting, nth, FAULT).unwrap();
     }
@@ -438,4 +441,153 @@ fn a_stream_faulting_on_every_task_then_lost() {
 #[test]
 fn a_stream_faulting_on_every_task_whose_device_is_lost_completes_everything() {
     in_child("lost");
+}
+
+// ---- Op polled after it resolved, through combinators. ----
+
+fn assert_resolved_already<T: std::fmt::Debug>(polled: Poll<Result<T, npu::error::OpError<T>>>) {
+    let Poll::Ready(Err(err)) = polled else {
+        panic!("a resolved Op polled again: {polled:?}")
+    };
+    assert!(err.value.is_none(), "{err:?}");
+    assert!(
+        err.error.to_string().contains("polled after it resolved"),
+        "{err}"
+    );
+}
+
+/// `Op` under combinators that poll it after it resolved, or leave it to be polled later:
+/// `tokio::select!` in a loop on `&mut op` (the completed branch polled again on the next
+/// round), `FuturesUnordered`, `futures::future::select` (the loser awaited afterwards, with
+/// its value), an `Op` failed on the device polled again (its error told once), and an `Op`
+/// dropped after it resolved. Every strategy.
+#[test]
+fn an_op_polled_again_by_combinators_tells_its_outcome_once() {
+    use futures::StreamExt;
+    let (_guard, ctx, _d1) = exclusive(None);
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        run(async {
+            // select! in a loop: the completed branch's future polled again next round.
+            let mut op = s.memset(DeviceBuffer::<u8>::new(&ctx, 16).unwrap(), 1);
+            let mut rounds = 0;
+            let mut got = None;
+            while rounds < 2 {
+                rounds += 1;
+                tokio::select! {
+                    biased;
+                    done = &mut op => {
+                        if got.is_none() {
+                            got = Some(done.unwrap());
+                        } else {
+                            let err = done.unwrap_err();
+                            assert!(err.value.is_none());
+                        }
+                    }
+                }
+            }
+            assert_eq!(got.unwrap().to_vec_blocking().unwrap(), vec![1; 16]);
+            assert_resolved_already(polled_once(Pin::new(&mut op)));
+            drop(op);
+
+            // FuturesUnordered, then the same Ops polled again by hand.
+            let mut set: futures::stream::FuturesUnordered<_> = (0..8u8)
+                .map(|i| s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), i))
+                .collect();
+            let mut seen = 0;
+            while let Some(done) = set.next().await {
+                let bytes = done.unwrap().to_vec_blocking().unwrap();
+                assert!(bytes.iter().all(|&b| b == bytes[0]));
+                seen += 1;
+            }
+            assert_eq!(seen, 8);
+
+            // select: the loser is awaited later and hands its value back.
+            let hold = sim::hold(&ctx.device()).unwrap();
+            let held = s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 5);
+            let ready = std::future::ready(());
+            match futures::future::select(held, std::pin::pin!(ready)).await {
+                futures::future::Either::Right(((), held)) => {
+                    hold.release().unwrap();
+                    let mut held = held;
+                    let buffer = (&mut held).await.unwrap();
+                    assert_eq!(buffer.to_vec_blocking().unwrap(), vec![5; 8]);
+                    assert_resolved_already(polled_once(Pin::new(&mut held)));
+                }
+                futures::future::Either::Left(_) => panic!("a held memset won"),
+            }
+
+            // A failed Op polled again: its device error is told once.
+            sim::fail_task(&s, 1, FAULT).unwrap();
+            let mut failed = s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 6);
+            let err = (&mut failed).await.unwrap_err();
+            assert_eq!(err.error.acl_code(), Some(FAULT));
+            assert!(err.value.is_some());
+            assert_resolved_already(polled_once(Pin::new(&mut failed)));
+            assert_resolved_already(polled_once(Pin::new(&mut failed)));
+            assert!(failed.is_complete());
+            drop(failed);
+        });
+    }
+}
+
+// ---- Runtime messages across threads. ----
+
+/// `AclError::message` is the runtime's account of that failure: operations failing on the
+/// device with different codes on streams of every strategy (settled on the reactor, callback
+/// workers and blocking threads, which settle other streams' failures too), interleaved with
+/// failing calls on other threads (a module load, an allocation too large), each error only
+/// carries its own message.
+#[test]
+fn errors_on_shared_threads_carry_only_their_own_messages() {
+    let (_guard, ctx, _d1) = exclusive(None);
+    let streams: Vec<npu::Stream> = STRATEGIES.iter().map(|&s| stream(&ctx, s)).collect();
+    let codes = [AclCode(507015), AclCode(507011), AclCode(507035)];
+    for round in 0..6 {
+        let loader = {
+            let ctx = ctx.clone();
+            std::thread::spawn(move || {
+                // SAFETY: nothing is loaded: the file does not exist.
+                let err =
+                    unsafe { Module::from_file(&ctx, "/nonexistent/attack27f.so") }.unwrap_err();
+                let Error::Acl(acl) = &err else {
+                    panic!("{err:?}")
+                };
+                let message = acl.detail().unwrap_or_default();
+                assert!(!message.contains('\n'), "{err}");
+                let huge = DeviceBuffer::<u8>::new(&ctx, 1 << 50).unwrap_err();
+                assert!(!huge.to_string().contains("kernel binary"), "{huge}");
+            })
+        };
+        let mut ops = Vec::new();
+        for (i, s) in streams.iter().enumerate() {
+            let code = codes[(i + round) % codes.len()];
+            sim::fail_task(s, 1, code).unwrap();
+            ops.push((code, s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 1)));
+        }
+        run(async {
+            for (code, op) in ops {
+                let err = op.await.unwrap_err().error;
+                assert_eq!(err.acl_code(), Some(code), "{err}");
+                let Error::Acl(acl) = &err else {
+                    panic!("{err:?}")
+                };
+                if let Some(message) = &acl.message {
+                    for other in codes.iter().filter(|&&c| c != code) {
+                        assert!(
+                            !message.contains(&other.0.to_string()),
+                            "{code:?}'s error carries another failure's message: {err}"
+                        );
+                    }
+                    assert!(!message.contains("kernel binary"), "{err}");
+                }
+            }
+        });
+        loader.join().unwrap();
+        let checked = ctx.runtime().check("aclrtProbe", 107000).unwrap_err();
+        let Error::Acl(acl) = &checked else {
+            panic!("{checked:?}")
+        };
+        assert_eq!(acl.message, None, "round {round}: {checked}");
+    }
 }
