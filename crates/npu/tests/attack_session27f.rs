@@ -39,6 +39,7 @@ fn child() {
         "never" => a_process_that_never_started_a_runtime_forks(),
         "failed" => a_process_whose_runtime_failed_to_start_forks(),
         "lost" => a_stream_faulting_on_every_task_then_lost(),
+        "pools" => pools_at_capacity_in_the_child(),
         other => panic!("no child case {other}"),
     }
     println!("CHILD OK");
@@ -361,6 +362,63 @@ fn the_child_of_a_process_that_never_started_a_runtime_uses_npu() {
 #[test]
 fn the_child_of_a_process_whose_runtime_failed_to_start_uses_npu() {
     in_child("failed");
+}
+
+/// Pools at their capacity at the fork, their one block in an operation held on the device:
+/// a device pool of each backend (a memset) and a pinned pool (an upload). In the child each
+/// operation ends with `Error::Forked` and hands its block back, which is dropped; an
+/// allocation then, which would wait for that block to come back, must not wait for ever.
+fn pools_at_capacity_in_the_child() {
+    let (_guard, ctx, _d1) = exclusive(None);
+    let s = stream(&ctx, npu::stream::Strategy::EventPoll);
+    let pools: Vec<DevicePool> = [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching]
+        .into_iter()
+        .map(|b| {
+            DevicePool::builder(&ctx)
+                .backend(b)
+                .capacity(4096)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let pinned = PinnedPool::builder(&ctx).capacity(4096).build().unwrap();
+    let blocks: Vec<_> = pools
+        .iter()
+        .map(|pool| run(pool.alloc::<u8>(&s, 4096)).unwrap())
+        .collect();
+    let host = run(pinned.alloc::<u8>(4096)).unwrap();
+    let hold = sim::hold(&ctx.device()).unwrap();
+    let memsets: Vec<_> = blocks.into_iter().map(|b| s.memset(b, 1)).collect();
+    let upload = s.copy_h2d(host, DeviceBuffer::<u8>::new(&ctx, 4096).unwrap());
+    sim::flush_releases();
+    let (ok, status) = fork_and_check(move || {
+        for op in memsets {
+            let (err, back) = futures::executor::block_on(op).unwrap_err().into_parts();
+            assert_forked(&err);
+            drop(back.expect("the block comes back"));
+        }
+        let (err, back) = futures::executor::block_on(upload)
+            .unwrap_err()
+            .into_parts();
+        assert_forked(&err);
+        drop(back);
+        for pool in &pools {
+            let allocated = futures::executor::block_on(pool.alloc::<u8>(&s, 4096));
+            assert_forked(&allocated.unwrap_err());
+        }
+        let allocated = futures::executor::block_on(pinned.alloc::<u8>(4096));
+        assert_forked(&allocated.unwrap_err());
+    });
+    hold.release().unwrap();
+    assert!(
+        ok,
+        "the child allocating from full pools failed or hung ({status:#x})"
+    );
+}
+
+#[test]
+fn pools_at_capacity_at_the_fork_never_make_the_child_wait() {
+    in_child("pools");
 }
 
 // ---- A stream that faults on every task (the reactor's fault suspicion). ----

@@ -315,6 +315,9 @@ impl PinnedPool {
     /// ```
     pub async fn alloc<T: Pod>(&self, len: usize) -> Result<PooledBuffer<T>> {
         let class = self.class_of::<T>("PinnedPool::alloc", len)?;
+        // In a forked child a block out at the fork never comes back (its release waits for
+        // work only the parent runs), so a request queued for room would wait for ever.
+        npu_core::fork::refuse("PinnedPool::alloc")?;
         let granted = self.shared.grant(class).await?;
         self.fulfil(granted, len)
     }

@@ -365,6 +365,9 @@ impl DevicePool {
         len: usize,
     ) -> Result<PooledDeviceBuffer<T>> {
         let class = self.check::<T>(("DevicePool::alloc", "len"), stream, len)?;
+        // In a forked child a block out at the fork never comes back (its release waits for
+        // work only the parent runs), so a request queued for room would wait for ever.
+        npu_core::fork::refuse("DevicePool::alloc")?;
         let granted = self.cache.grant(class).await?;
         let block = match granted {
             // Boxed: the awaited allocation is a whole stream operation, and carrying it
