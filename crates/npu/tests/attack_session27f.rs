@@ -40,6 +40,7 @@ fn child() {
         "failed" => a_process_whose_runtime_failed_to_start_forks(),
         "lost" => a_stream_faulting_on_every_task_then_lost(),
         "pools" => pools_at_capacity_in_the_child(),
+        "abort" => aborting_in_the_child(),
         other => panic!("no child case {other}"),
     }
     println!("CHILD OK");
@@ -419,6 +420,44 @@ fn pools_at_capacity_in_the_child() {
 #[test]
 fn pools_at_capacity_at_the_fork_never_make_the_child_wait() {
     in_child("pools");
+}
+
+/// The stream controls in a child, on streams with memsets held on the device at the fork,
+/// every strategy: `synchronize`, `abort` (which runs on a thread of its own, started in the
+/// child), `stop`, and the pending memsets afterwards; each returns, none waits for ever.
+fn aborting_in_the_child() {
+    let (_guard, ctx, _d1) = exclusive(None);
+    let streams: Vec<npu::Stream> = STRATEGIES.iter().map(|&s| stream(&ctx, s)).collect();
+    let hold = sim::hold(&ctx.device()).unwrap();
+    let pending: Vec<Op<DeviceBuffer<u8>>> = streams
+        .iter()
+        .map(|s| s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 9))
+        .collect();
+    sim::flush_releases();
+    let (ok, status) = fork_and_check(move || {
+        for s in &streams {
+            let synced = futures::executor::block_on(s.synchronize());
+            assert_forked(&synced.unwrap_err().error);
+            let aborted = futures::executor::block_on(s.abort());
+            assert!(aborted.is_err(), "an abort in a forked child: {aborted:?}");
+            let _ = s.stop();
+        }
+        for op in pending {
+            let (err, back) = futures::executor::block_on(op).unwrap_err().into_parts();
+            assert!(back.is_some(), "{err}");
+        }
+        drop(streams);
+    });
+    hold.release().unwrap();
+    assert!(
+        ok,
+        "the child synchronizing and aborting failed or hung ({status:#x})"
+    );
+}
+
+#[test]
+fn stream_controls_in_a_forked_child_return() {
+    in_child("abort");
 }
 
 // ---- A stream that faults on every task (the reactor's fault suspicion). ----

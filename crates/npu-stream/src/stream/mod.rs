@@ -512,6 +512,14 @@ impl Stream {
         }
         let mut panicked = None;
         let outcome = (|| {
+            // In a forked child nothing runs the stream: refused before anything, as the ACL
+            // call would be. A synchronisation makes none before recording its event, and on
+            // the thread that forked the bind is answered from the parent's record without
+            // ACL, so its refused record was taken for work the device may run and drained
+            // by a thread that never could: it waited for ever.
+            if let Err(err) = npu_core::fork::refuse(op.api) {
+                return Err(Submission::Rejected(completer, err));
+            }
             if let Err(err) = self.context().bind() {
                 return Err(Submission::Rejected(completer, err));
             }
@@ -611,6 +619,12 @@ impl StreamShared {
 
 impl Drop for StreamShared {
     fn drop(&mut self) {
+        if npu_core::forked() {
+            // The stream is the parent's: in a forked child ACL is not ours to call (on the
+            // thread that forked, the bind below would be answered from the parent's record,
+            // and the stream queried through ACL).
+            return;
+        }
         callback::release(self);
         let runtime = self.context.runtime();
         let result = self.context.bind().and_then(|()| {
