@@ -305,7 +305,15 @@ fn round_trip_in_the_child() {
 /// A process that never started a runtime forks: its child is no "child of npu-rs" and uses
 /// the NPU as its own.
 fn a_process_that_never_started_a_runtime_forks() {
-    let (ok, status) = fork_and_check(round_trip_in_the_child);
+    let (ok, status) = fork_and_check(|| {
+        round_trip_in_the_child();
+        // The child started a runtime of its own: its children are forked ones.
+        let (ok, status) = fork_and_check(|| {
+            assert!(npu::runtime::forked());
+            assert_forked(&Device::open(0).unwrap_err());
+        });
+        assert!(ok, "the grandchild was not refused ({status:#x})");
+    });
     assert!(
         ok,
         "the child of a process without a runtime failed ({status:#x})"
@@ -326,7 +334,15 @@ fn a_process_whose_runtime_failed_to_start_forks() {
     let _ = std::fs::remove_file(&config);
     assert!(!matches!(refused, Error::Forked { .. }), "{refused:?}");
     assert!(!npu::runtime::forked());
-    let (ok, status) = fork_and_check(round_trip_in_the_child);
+    let (ok, status) = fork_and_check(|| {
+        round_trip_in_the_child();
+        // The child started a runtime of its own: its children are forked ones.
+        let (ok, status) = fork_and_check(|| {
+            assert!(npu::runtime::forked());
+            assert_forked(&Device::open(0).unwrap_err());
+        });
+        assert!(ok, "the grandchild was not refused ({status:#x})");
+    });
     assert!(
         ok,
         "the child of a process whose runtime never started was refused ({status:#x})"
