@@ -12,7 +12,6 @@ mod common;
 use std::sync::Once;
 
 use common::*;
-use npu::Stream;
 use npu::memory::{DevicePool, DevicePoolBackend};
 use npu::prelude::*;
 use npu::sim;
@@ -32,27 +31,6 @@ fn devices() -> (std::sync::MutexGuard<'static, ()>, Context, Context) {
             .unwrap()
     });
     exclusive(None)
-}
-
-/// A runtime-pool `DevicePool` whose cache holds idle 4 MiB blocks filling `ctx`'s device
-/// (allocated on `filler`, then dropped): nothing else fits until they are freed.
-fn pool_holding_the_device(ctx: &Context, filler: &Stream) -> DevicePool {
-    let pool = DevicePool::builder(ctx)
-        .backend(DevicePoolBackend::RuntimePool)
-        .build()
-        .unwrap();
-    let mut blocks = Vec::new();
-    let full = loop {
-        match run(pool.alloc::<u8>(filler, 4 << 20)) {
-            Ok(block) => blocks.push(block),
-            Err(err) => break err,
-        }
-    };
-    assert!(full.is_out_of_memory(), "{full}");
-    assert!(blocks.len() >= 12, "{} blocks", blocks.len());
-    drop(blocks);
-    assert!(pool.stats().cache.cached >= 48 << 20);
-    pool
 }
 
 /// `DevicePool::alloc`'s "when the device is out of memory, the pool frees its cached blocks

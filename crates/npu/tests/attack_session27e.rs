@@ -11,11 +11,11 @@ mod common;
 use std::sync::Once;
 
 use common::*;
-use npu::error::AclCode;
-use npu::memory::{DevicePoolBackend, PooledDeviceBuffer};
+
+use npu::memory::DevicePoolBackend;
 use npu::prelude::*;
 use npu::stream::Strategy;
-use npu::{Stream, ffi, sim};
+use npu::{ffi, sim};
 
 const BACKENDS: [DevicePoolBackend; 2] =
     [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching];
@@ -40,54 +40,6 @@ fn both_devices() -> (std::sync::MutexGuard<'static, ()>, Context, Context) {
             .unwrap()
     });
     exclusive(None)
-}
-
-fn pool(ctx: &Context, backend: DevicePoolBackend, capacity: Option<usize>) -> DevicePool {
-    let builder = DevicePool::builder(ctx).backend(backend);
-    match capacity {
-        Some(bytes) => builder.capacity(bytes),
-        None => builder,
-    }
-    .build()
-    .unwrap()
-}
-
-/// Gives `len` bytes of `block` from byte `at` an uncorrectable memory error.
-fn inject(block: &PooledDeviceBuffer<u8>, at: usize, len: usize) {
-    let ptr = block.as_raw().wrapping_byte_add(at);
-    sim::raw_control::inject_mem_uce(ptr, len).unwrap();
-}
-
-/// How many uncorrectable error ranges the device lists (at most one call's worth).
-fn uce_count(ctx: &Context) -> usize {
-    ctx.bind().unwrap();
-    let api = ctx.runtime().api();
-    let get = api.aclrtGetMemUceInfo.unwrap();
-    const N: usize = ffi::MAX_MEM_UCE_INFO_ARRAY_SIZE as usize;
-    let mut listed = vec![ffi::aclrtMemUceInfo::default(); N];
-    let mut count = 0;
-    // SAFETY: the array holds N entries and `count` is a valid out-pointer.
-    let code = unsafe { get(ctx.device_id() as i32, listed.as_mut_ptr(), N, &mut count) };
-    ctx.runtime().check("aclrtGetMemUceInfo", code).unwrap();
-    count
-}
-
-/// A memset of `block` that must fail with the memory error: the block handed back.
-fn fails(s: &Stream, block: PooledDeviceBuffer<u8>, what: &str) -> PooledDeviceBuffer<u8> {
-    let err = run(s.memset(block, 7)).unwrap_err();
-    assert_eq!(
-        err.error.acl_code(),
-        Some(AclCode::DEVICE_MEM_ERROR),
-        "{what}: {}",
-        err.error
-    );
-    err.value.expect("the block handed back")
-}
-
-/// Waits until no dropped block of `pool` awaits its operations or its examination.
-fn settled(pool: &DevicePool, what: &str) -> npu::PoolStats {
-    until_released(what, || pool.stats().cache.awaiting_blocks == 0);
-    pool.stats().cache
 }
 
 /// The counters add up: the pool holds what is in use, awaiting and cached, and no more
@@ -115,13 +67,13 @@ fn a_block_with_more_error_ranges_than_one_listing_is_never_cached_with_the_rest
     const RANGES: usize = ffi::MAX_MEM_UCE_INFO_ARRAY_SIZE as usize + 4;
     for backend in BACKENDS {
         let what = format!("{backend:?}");
-        let pool = pool(&d0, backend, None);
+        let pool = device_pool(&d0, backend, None);
         let s = stream(&d0, Strategy::EventPoll);
         let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
         for at in 0..RANGES {
             inject(&block, at * 256, 16);
         }
-        drop(fails(&s, block, &what));
+        drop(fails_with_the_memory_error(&s, block, &what));
         let stats = settled(&pool, &what);
         assert_eq!(stats.repaired + stats.quarantined, 1, "{what}: {stats:?}");
         // Whatever the pool decided, no request gets memory with an error left in it.
@@ -130,7 +82,7 @@ fn a_block_with_more_error_ranges_than_one_listing_is_never_cached_with_the_rest
             .unwrap_or_else(|e| panic!("{what}: a block with errors was handed out: {}", e.error));
         assert!(run(s.download(next)).unwrap().iter().all(|&b| b == 5));
         drop(pool);
-        until_released(&what, || uce_count(&d0) == 0);
+        until_released(&what, || uce_ranges(&d0).is_empty());
     }
 }
 
@@ -145,13 +97,13 @@ fn a_request_queued_at_capacity_is_served_when_the_block_is_quarantined() {
     for backend in BACKENDS {
         for strategy in STRATEGIES {
             let what = format!("{backend:?}, {strategy:?}");
-            let pool = pool(&d0, backend, Some(BYTES));
+            let pool = device_pool(&d0, backend, Some(BYTES));
             let s = stream(&d0, strategy);
             let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
             let bad = block.as_raw();
             // Reaching past the block: not its alone to repair, so quarantined.
             inject(&block, BYTES - 16, 32);
-            let block = fails(&s, block, &what);
+            let block = fails_with_the_memory_error(&s, block, &what);
             let served = run(async {
                 let queued = pool.alloc::<u8>(&s, BYTES);
                 let mut queued = std::pin::pin!(queued);
@@ -170,7 +122,7 @@ fn a_request_queued_at_capacity_is_served_when_the_block_is_quarantined() {
             );
             adds_up(&stats, Some(BYTES), &what);
             drop((served, pool));
-            until_released(&what, || uce_count(&d0) == 0);
+            until_released(&what, || uce_ranges(&d0).is_empty());
         }
     }
 }
@@ -185,7 +137,7 @@ fn many_bad_blocks_at_once_are_all_settled_and_none_serves_again_unrepaired() {
     const BLOCKS: usize = ffi::MAX_MEM_UCE_INFO_ARRAY_SIZE as usize + 8;
     for backend in BACKENDS {
         let what = format!("{backend:?}");
-        let pool = pool(&d0, backend, None);
+        let pool = device_pool(&d0, backend, None);
         let s = stream(&d0, Strategy::EventPoll);
         let blocks: Vec<_> = (0..BLOCKS)
             .map(|_| run(pool.alloc::<u8>(&s, BYTES)).unwrap())
@@ -225,7 +177,7 @@ fn many_bad_blocks_at_once_are_all_settled_and_none_serves_again_unrepaired() {
             run(s.memset(block, 2)).unwrap_or_else(|e| panic!("{what}: {}", e.error));
         }
         drop(pool);
-        until_released(&what, || uce_count(&d0) == 0);
+        until_released(&what, || uce_ranges(&d0).is_empty());
     }
 }
 
@@ -243,7 +195,7 @@ fn a_reserve_beyond_the_device_never_reports_blocks_it_freed_itself() {
     let baseline = live_memory(&d0);
     for backend in BACKENDS {
         let what = format!("{backend:?}");
-        let pool = pool(&d0, backend, None);
+        let pool = device_pool(&d0, backend, None);
         let s = stream(&d0, Strategy::EventPoll);
         let reserved = run(pool.reserve(&s, COUNT, BYTES));
         let stats = pool.stats().cache;
@@ -279,7 +231,10 @@ fn a_peer_copy_failing_on_its_sources_memory_error_repairs_the_source_alone() {
     for backend in BACKENDS {
         for strategy in STRATEGIES {
             let what = format!("{backend:?}, {strategy:?}");
-            let (p0, p1) = (pool(&d0, backend, None), pool(&d1, backend, None));
+            let (p0, p1) = (
+                device_pool(&d0, backend, None),
+                device_pool(&d1, backend, None),
+            );
             let (s0, s1) = (stream(&d0, strategy), stream(&d1, strategy));
             let src = run(p1.alloc::<u8>(&s1, BYTES)).unwrap();
             let dst = run(p0.alloc::<u8>(&s0, BYTES)).unwrap();
@@ -307,7 +262,7 @@ fn a_peer_copy_failing_on_its_sources_memory_error_repairs_the_source_alone() {
             let again = run(p0.alloc::<u8>(&s0, BYTES)).unwrap();
             assert_eq!(again.as_raw(), dst_at, "{what}");
             run(s0.memset(again, 4)).unwrap_or_else(|e| panic!("{what}: {}", e.error));
-            assert_eq!(uce_count(&d1), 0, "{what}");
+            assert_eq!(uce_ranges(&d1).len(), 0, "{what}");
         }
     }
 }
@@ -323,7 +278,7 @@ fn an_error_striking_a_cached_block_is_repaired_after_its_next_owner_fails() {
     const CAPACITY: usize = 4 * BYTES;
     for backend in BACKENDS {
         let what = format!("{backend:?}");
-        let pool = pool(&d0, backend, Some(CAPACITY));
+        let pool = device_pool(&d0, backend, Some(CAPACITY));
         let s = stream(&d0, Strategy::EventPoll);
         assert_eq!(
             run(pool.reserve(&s, 2, BYTES)).unwrap(),
@@ -342,7 +297,7 @@ fn an_error_striking_a_cached_block_is_repaired_after_its_next_owner_fails() {
         drop(a);
         // The other one is quarantined.
         inject(&b, BYTES - 8, 16);
-        drop(fails(&s, b, &what));
+        drop(fails_with_the_memory_error(&s, b, &what));
         let stats = settled(&pool, &what);
         assert_eq!(
             (stats.quarantined, stats.cached),
@@ -394,25 +349,8 @@ fn an_error_striking_a_cached_block_is_repaired_after_its_next_owner_fails() {
             run(s.memset(block, 8)).unwrap_or_else(|e| panic!("{what}: {}", e.error));
         }
         drop(pool);
-        until_released(&what, || uce_count(&d0) == 0);
+        until_released(&what, || uce_ranges(&d0).is_empty());
     }
-}
-
-/// A runtime-pool `DevicePool` whose cache holds idle 4 MiB blocks filling `ctx`'s device
-/// (allocated on `filler`, then dropped): nothing else fits until they are freed.
-fn pool_holding_the_device(ctx: &Context, filler: &Stream) -> DevicePool {
-    let pool = pool(ctx, DevicePoolBackend::RuntimePool, None);
-    let mut blocks = Vec::new();
-    let full = loop {
-        match run(pool.alloc::<u8>(filler, 4 << 20)) {
-            Ok(block) => blocks.push(block),
-            Err(err) => break err,
-        }
-    };
-    assert!(full.is_out_of_memory(), "{full}");
-    assert!(blocks.len() >= 12, "{} blocks", blocks.len());
-    drop(blocks);
-    pool
 }
 
 /// Two requests out of memory at once on the runtime pool, each of 24 MiB, while its cache
@@ -465,7 +403,7 @@ fn a_memory_error_through_a_cast_view_of_a_part_settles_the_whole_block_after_th
     for backend in BACKENDS {
         for strategy in STRATEGIES {
             let what = format!("{backend:?}, {strategy:?}");
-            let pool = pool(&d0, backend, None);
+            let pool = device_pool(&d0, backend, None);
             let s = stream(&d0, strategy);
             let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
             inject(&block, BYTES / 2 + 256, 64);
@@ -504,7 +442,7 @@ fn a_memory_error_through_a_cast_view_of_a_part_settles_the_whole_block_after_th
             );
             drop((watched, s));
             until_released(&what, || {
-                uce_count(&d0) == 0 && within(live_memory(&d0), baseline)
+                uce_ranges(&d0).is_empty() && within(live_memory(&d0), baseline)
             });
         }
     }
@@ -521,7 +459,7 @@ fn a_reserve_gives_way_to_requests_queued_at_capacity() {
     const CAPACITY: usize = 3 * BYTES;
     for backend in BACKENDS {
         let what = format!("{backend:?}");
-        let pool = pool(&d0, backend, Some(CAPACITY));
+        let pool = device_pool(&d0, backend, Some(CAPACITY));
         let s = stream(&d0, Strategy::EventPoll);
         let held: Vec<_> = (0..3)
             .map(|_| run(pool.alloc::<u8>(&s, BYTES)).unwrap())

@@ -19,7 +19,7 @@ use npu::error::AclCode;
 use npu::memory::{DevicePoolBackend, PooledDeviceBuffer};
 use npu::prelude::*;
 use npu::stream::Strategy;
-use npu::{Stream, ffi, sim};
+use npu::{Stream, sim};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
 
@@ -67,69 +67,11 @@ fn logged(text: &str) -> usize {
     events().iter().filter(|line| line.contains(text)).count()
 }
 
-fn pool(ctx: &Context, backend: DevicePoolBackend, capacity: Option<usize>) -> DevicePool {
-    let builder = DevicePool::builder(ctx).backend(backend);
-    match capacity {
-        Some(bytes) => builder.capacity(bytes),
-        None => builder,
-    }
-    .build()
-    .unwrap()
-}
-
-/// Gives `len` bytes of `block`'s memory from byte `at` on an uncorrectable error; the range
-/// may reach past the block into the rest of its allocation (the runtime pads every one).
-fn inject(block: &PooledDeviceBuffer<u8>, at: usize, len: usize) {
-    let ptr = block.as_raw().wrapping_byte_add(at);
-    sim::raw_control::inject_mem_uce(ptr, len).unwrap();
-}
-
-/// The device's uncorrectable error ranges, as `aclrtGetMemUceInfo` lists them.
-fn uce_ranges(ctx: &Context) -> Vec<(usize, usize)> {
-    ctx.bind().unwrap();
-    let api = ctx.runtime().api();
-    let get = api
-        .aclrtGetMemUceInfo
-        .expect("npu-sim exports aclrtGetMemUceInfo");
-    let mut listed = [ffi::aclrtMemUceInfo::default(); 8];
-    let mut count = 0;
-    // SAFETY: the array holds 8 entries and `count` is a valid out-pointer.
-    let code = unsafe { get(ctx.device_id() as i32, listed.as_mut_ptr(), 8, &mut count) };
-    ctx.runtime().check("aclrtGetMemUceInfo", code).unwrap();
-    listed[..count]
-        .iter()
-        .map(|r| (r.addr as usize, r.len))
-        .collect()
-}
-
-/// A memset of `block` that must fail with the memory error: the block handed back.
-fn fails_with_the_memory_error(
-    s: &Stream,
-    block: PooledDeviceBuffer<u8>,
-    what: &str,
-) -> PooledDeviceBuffer<u8> {
-    let err = run(s.memset(block, 7)).unwrap_err();
-    assert_eq!(
-        err.error.acl_code(),
-        Some(AclCode::DEVICE_MEM_ERROR),
-        "{what}: {}",
-        err.error
-    );
-    assert!(err.error.is_memory_error(), "{what}");
-    err.value.expect("the block handed back")
-}
-
 /// The block holds `byte` everywhere after a memset with it, on `s`.
 fn works(s: &Stream, block: PooledDeviceBuffer<u8>, byte: u8, what: &str) {
     let block = run(s.memset(block, byte)).unwrap_or_else(|e| panic!("{what}: {}", e.error));
     let bytes = run(s.download(block)).unwrap_or_else(|e| panic!("{what}: {}", e.error));
     assert!(bytes.iter().all(|&b| b == byte), "{what}");
-}
-
-/// Waits until no dropped block of `pool` awaits its operations or its examination.
-fn settled(pool: &DevicePool, what: &str) -> npu::PoolStats {
-    until_released(what, || pool.stats().cache.awaiting_blocks == 0);
-    pool.stats().cache
 }
 
 /// The promise: a block whose memset failed on an uncorrectable error in it comes back with
@@ -142,7 +84,7 @@ fn a_block_with_a_memory_error_comes_back_repaired() {
     for backend in BACKENDS {
         for strategy in STRATEGIES {
             let what = format!("{backend:?}, {strategy:?}");
-            let pool = pool(&d0, backend, None);
+            let pool = device_pool(&d0, backend, None);
             let s = stream(&d0, strategy);
             let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
             let addr = block.as_raw();
@@ -175,7 +117,7 @@ fn a_block_whose_error_cannot_be_repaired_is_never_handed_out_again() {
     for backend in BACKENDS {
         for strategy in STRATEGIES {
             let what = format!("{backend:?}, {strategy:?}");
-            let pool = pool(&d0, backend, None);
+            let pool = device_pool(&d0, backend, None);
             let s = stream(&d0, strategy);
             let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
             let bad = block.as_raw();
@@ -209,7 +151,7 @@ fn a_pool_whose_blocks_all_went_bad_still_serves_new_requests() {
     let (_guard, d0) = turn();
     for backend in BACKENDS {
         let what = format!("{backend:?}");
-        let pool = pool(&d0, backend, Some(2 * BYTES));
+        let pool = device_pool(&d0, backend, Some(2 * BYTES));
         let s = stream(&d0, Strategy::EventPoll);
         let (a, b) = run(async {
             let a = pool.alloc::<u8>(&s, BYTES).await.unwrap();
@@ -250,7 +192,7 @@ fn a_memory_error_on_a_block_still_in_use_waits_for_its_other_operation() {
     for backend in BACKENDS {
         for strategy in STRATEGIES {
             let what = format!("{backend:?}, {strategy:?}");
-            let pool = pool(&d0, backend, None);
+            let pool = device_pool(&d0, backend, None);
             let (s, other) = (stream(&d0, strategy), stream(&d0, strategy));
             let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
             let addr = block.as_raw() as usize;
@@ -312,7 +254,7 @@ fn dropping_the_pool_meanwhile_still_settles_its_bad_blocks_and_leaks_nothing() 
             sim::flush_releases();
             let baseline = sim::device_stats(&device).unwrap().live_allocations;
             let before = (logged("were repaired"), logged("quarantined"));
-            let pool = pool(&d0, backend, None);
+            let pool = device_pool(&d0, backend, None);
             let (a, b) = run(async {
                 let a = pool.alloc::<u8>(&s, BYTES).await.unwrap();
                 (a, pool.alloc::<u8>(&s, BYTES).await.unwrap())
