@@ -105,6 +105,7 @@ impl From<SimError> for ControlError {
 /// }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct DeviceStats {
     /// Device memory accounted to live allocations (after ACL's rounding), in bytes.
     pub bytes_allocated: u64,
@@ -139,6 +140,7 @@ pub struct DeviceStats {
 /// }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct HostStats {
     /// Bytes of live aclrtMallocHost memory.
     pub pinned_bytes: u64,

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// assert!(stats.completed <= stats.registered);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct ReactorStats {
     /// Operations handed to the reactor.
     pub registered: u64,
