@@ -14,6 +14,7 @@ use common::*;
 use npu::error::AclCode;
 use npu::memory::{DevicePoolBackend, PooledDeviceBuffer, Split};
 use npu::prelude::*;
+use npu::stream::Strategy;
 use npu::{Op, PinnedBuffer, Stream, sim};
 
 const BACKENDS: [DevicePoolBackend; 2] =
@@ -26,9 +27,10 @@ const HALF: usize = BYTES / 2;
 /// A shared half of a pooled block.
 type Part = Arc<Split<PooledDeviceBuffer<u8>>>;
 
-/// Devices 0 and 1 to this test alone.
+/// Devices 0 and 1 to this test alone, of a simulator of four devices: 2 and 3 are lost by
+/// the test that needs lost devices.
 fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
-    let (guard, d0, _d1) = exclusive(None);
+    let (guard, d0, _d1) = exclusive(Some(4));
     (guard, d0)
 }
 
@@ -353,5 +355,137 @@ fn threads_trading_clones_of_parts_of_bad_and_sound_blocks_settle_each_block_onc
             assert!(stats.peak_reserved <= CAPACITY, "{what}: {stats:?}");
             assert!(uce_ranges(&d0).is_empty(), "{what}: still listed");
         }
+    }
+}
+
+/// The promise, after a device fault: a block whose read failed with the memory error, its
+/// halves shared by `Arc` clones, one of them on another thread, when the device is lost. The
+/// clone's later read is a typed error, not a hang; the block, once its last clone is gone, is
+/// settled (repaired or quarantined, never cached unexamined) and dropping the pool and its
+/// stream returns. One device per backend (a loss is for good).
+#[test]
+fn a_device_lost_under_clones_of_a_failed_blocks_parts_settles_it_and_hangs_nothing() {
+    let (_guard, _d0) = devices();
+    for (id, backend) in [2, 3].into_iter().zip(BACKENDS) {
+        let what = format!("device {id}, {backend:?}");
+        let device = Device::open(id).unwrap();
+        let ctx = device.primary_context().clone();
+        let s = stream(&ctx, Strategy::EventPoll);
+        let pool = device_pool(&ctx, backend, None);
+        let (left, right, _) = split_bad_block(&pool, &s);
+        let (left, right) = (Arc::new(left), Arc::new(right));
+        fails_on_the_error(read(&s, &left), &what);
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let elsewhere = {
+            let (kept, s) = (right.clone(), s.clone());
+            std::thread::spawn(move || {
+                wait.recv().unwrap();
+                run(read(&s, &kept)).map(drop).map_err(|e| e.error)
+            })
+        };
+        sim::lose(&device).unwrap();
+        drop((left, right));
+        go.send(()).unwrap();
+        let outcome = watchdog("the clone's read", || elsewhere.join().unwrap());
+        assert!(
+            outcome.is_err(),
+            "{what}: a read on a lost device: {outcome:?}"
+        );
+        let stats = watchdog("the block settled", || settled(&pool, &what));
+        assert_eq!(
+            stats.repaired + stats.quarantined,
+            1,
+            "{what}: examined: {stats:?}"
+        );
+        assert_eq!(
+            stats.cached,
+            stats.repaired as usize * BYTES,
+            "{what}: {stats:?}"
+        );
+        watchdog("dropping the pool and stream", || drop((pool, s)));
+    }
+}
+
+/// npu-sim's `npusimInjectMemUce` in the cdylib a runtime of its own loaded (the in-process
+/// control reaches the in-process simulator only).
+fn own_injector() -> unsafe extern "C" fn(*mut std::ffi::c_void, usize) -> i32 {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe.parent().unwrap().join("libascendcl.so");
+    let path = std::ffi::CString::new(path.into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: RTLD_NOLOAD only looks the library up (the runtime of its own loaded it) and
+    // takes a reference, which the handle's `dlclose` gives back; the symbol is npu-sim's
+    // C ABI function of this signature, valid while the runtime keeps the library loaded.
+    unsafe {
+        let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        assert!(
+            !handle.is_null(),
+            "the runtime of its own loaded the library"
+        );
+        let symbol = libc::dlsym(handle, c"npusimInjectMemUce".as_ptr());
+        assert!(!symbol.is_null(), "npu-sim exports npusimInjectMemUce");
+        libc::dlclose(handle);
+        std::mem::transmute::<
+            *mut libc::c_void,
+            unsafe extern "C" fn(*mut std::ffi::c_void, usize) -> i32,
+        >(symbol)
+    }
+}
+
+/// The promise, with a runtime of its own: its pools' blocks, one repaired and one
+/// quarantined after a memory error in a split part, their last `Arc` clones dropped on
+/// another thread after the pool handles, leave nothing behind: every error range goes, and
+/// once every handle is dropped ACL is finalised (the repair thread, which holds the pool and
+/// binds its context, keeps neither). Both backends, every strategy.
+#[test]
+fn a_runtime_of_its_own_whose_pools_repaired_and_quarantined_split_blocks_is_finalised() {
+    let (_guard, _d0) = devices();
+    let own = OwnRuntime::new("attack28");
+    for strategy in STRATEGIES {
+        let runtime = own.build();
+        let inject_uce = own_injector();
+        let ctx = runtime.device(0).unwrap().primary_context().clone();
+        let s = stream(&ctx, strategy);
+        let mut last_clones = Vec::new();
+        for (n, backend) in BACKENDS.into_iter().enumerate() {
+            let what = format!("{backend:?}, {strategy:?}");
+            let pool = device_pool(&ctx, backend, None);
+            // Inside the left half (repaired); reaching past the block's end (quarantined).
+            for (at, len) in [(64, 64), (BYTES - 16, 32)] {
+                let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+                let ptr = block.as_raw().wrapping_byte_add(at);
+                // SAFETY: the pointer is looked up by the simulator, never dereferenced.
+                assert_eq!(unsafe { inject_uce(ptr, len) }, 0, "{what}");
+                let (left, right) = block.split_at(HALF).unwrap();
+                let (part, other) = match at < HALF {
+                    true => (left, right),
+                    false => (right, left),
+                };
+                let failed = run(s.memset(part, 1)).unwrap_err();
+                assert!(failed.error.is_memory_error(), "{what}: {}", failed.error);
+                let other = Arc::new(other);
+                last_clones.push(other.clone());
+                drop((failed, other));
+            }
+            let held = 2 * (n + 1);
+            assert_eq!(
+                uce_ranges(&ctx).len(),
+                held,
+                "{what}: unexamined while held"
+            );
+        }
+        std::thread::spawn(move || drop(last_clones))
+            .join()
+            .unwrap();
+        let what = format!("{strategy:?}");
+        until_released(&what, || uce_ranges(&ctx).is_empty());
+        drop((s, ctx, runtime));
+        own.when_finalised(&what, |applied| {
+            let ctx = applied.device(0).unwrap().primary_context().clone();
+            let s = stream(&ctx, strategy);
+            let pool = DevicePool::new(&ctx).unwrap();
+            let block = run(pool.alloc::<u8>(&s, 64)).unwrap();
+            let set = run(s.memset(block, 8)).unwrap();
+            assert_eq!(run(s.download(set)).unwrap(), vec![8; 64]);
+        });
     }
 }
