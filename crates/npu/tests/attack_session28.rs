@@ -285,15 +285,17 @@ fn a_pinned_part_whose_copy_met_a_device_memory_error_is_cached_after_its_last_c
 /// other one given a UCE in its left half), share its right half with the next thread through
 /// an `Arc` clone, read both halves (the received clone's read dropped in flight every other
 /// round) and drop everything, the last clone of a block on whichever thread lets go last.
-/// Every bad block is repaired exactly once, after its last clone; no read of a sound half
-/// fails (no repair or new owner raced it); the pool never holds more than its capacity;
-/// and at the end nothing is listed, awaited or quarantined. Both backends, every strategy.
+/// A thread trims the pool all along. Every bad block is repaired exactly once, after its last
+/// clone; no read of a sound half fails (no repair or new owner raced it); the pool never
+/// holds more than its capacity; and at the end nothing is listed, awaited, quarantined or
+/// counted, and the device's memory is back. Both backends, every strategy.
 #[test]
 fn threads_trading_clones_of_parts_of_bad_and_sound_blocks_settle_each_block_once() {
     const THREADS: usize = 4;
     const ROUNDS: usize = 6;
     const CAPACITY: usize = THREADS * BYTES;
     let (_guard, d0) = devices();
+    let baseline = live_memory(&d0);
     for backend in BACKENDS {
         for strategy in STRATEGIES {
             let what = format!("{backend:?}, {strategy:?}");
@@ -342,9 +344,22 @@ fn threads_trading_clones_of_parts_of_bad_and_sound_blocks_settle_each_block_onc
                 })
                 .collect();
             drop(senders);
+            // Trims race the returns, the repairs and the grants throughout.
+            let working = Arc::new(std::sync::atomic::AtomicBool::new(true));
+            let trimmer = {
+                let (pool, working) = (pool.clone(), working.clone());
+                std::thread::spawn(move || {
+                    while working.load(std::sync::atomic::Ordering::Acquire) {
+                        pool.trim().unwrap();
+                        std::thread::yield_now();
+                    }
+                })
+            };
             for worker in workers {
                 worker.join().unwrap();
             }
+            working.store(false, std::sync::atomic::Ordering::Release);
+            trimmer.join().unwrap();
             let stats = settled(&pool, &what);
             let bad = (THREADS * ROUNDS / 2) as u64;
             assert_eq!(
@@ -354,6 +369,16 @@ fn threads_trading_clones_of_parts_of_bad_and_sound_blocks_settle_each_block_onc
             );
             assert!(stats.peak_reserved <= CAPACITY, "{what}: {stats:?}");
             assert!(uce_ranges(&d0).is_empty(), "{what}: still listed");
+            // The counters add up to nothing once the cache is trimmed: none went astray.
+            pool.trim().unwrap();
+            let stats = pool.stats().cache;
+            assert_eq!(
+                (stats.reserved, stats.cached, stats.awaiting_bytes),
+                (0, 0, 0),
+                "{what}: {stats:?}"
+            );
+            drop(pool);
+            until_released(&what, || within(live_memory(&d0), baseline));
         }
     }
 }
