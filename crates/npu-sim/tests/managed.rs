@@ -686,3 +686,109 @@ fn attributes_report_what_every_page_was_told() {
     acl!(aclrtFree(plain));
     acl!(aclrtDestroyStream(stream));
 }
+
+/// The simulated host is one NUMA node, 0 (HOST_NUMA_CURRENT's): a HOST_NUMA location naming
+/// another node is refused by advice (107000) and by prefetches (100000, their code for every
+/// refused location), and nothing is recorded; node 0 is accepted, and HOST ignores its id.
+#[test]
+fn a_numa_location_names_the_hosts_one_node() {
+    set_device(0);
+    let stream = create_stream();
+    let m = alloc_managed(2 * MIB as u64);
+    let numa = |id| aclrtMemManagedLocation {
+        type_: ACL_MEM_LOCATIONTYPE_HOST_NUMA,
+        id,
+    };
+    let two = 2 * MIB as u64;
+    let preferred = ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION;
+    let prefetched = ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION;
+    for id in [1, -1] {
+        let code = code!(aclrtMemManagedAdvise(
+            m,
+            two,
+            ACL_MEM_ADVISE_SET_PREFERRED_LOCATION,
+            numa(id)
+        ));
+        assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID, "advice to NUMA node {id}");
+        let code = code!(aclrtMemManagedPrefetchAsync(
+            m,
+            2 * MIB,
+            numa(id),
+            0,
+            stream
+        ));
+        assert_eq!(code, ACL_ERROR_INVALID_PARAM, "prefetch to NUMA node {id}");
+        let code = prefetch_batch(&[(m, 2 * MIB)], &[numa(id)], &[0], 0, stream);
+        assert_eq!(code, ACL_ERROR_INVALID_PARAM, "batch to NUMA node {id}");
+    }
+    let _ = recent_message();
+    assert_eq!(attr(preferred, m, 2 * MIB), -2);
+    assert_eq!(attr(prefetched, m, 2 * MIB), -2);
+
+    acl!(aclrtMemManagedAdvise(
+        m,
+        two,
+        ACL_MEM_ADVISE_SET_PREFERRED_LOCATION,
+        numa(0)
+    ));
+    assert_eq!(attr(preferred, m, 2 * MIB), 0);
+    assert_eq!(
+        attr(ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE, m, 2 * MIB),
+        ACL_MEM_LOCATIONTYPE_HOST_NUMA as i32
+    );
+    let host = aclrtMemManagedLocation {
+        type_: ACL_MEM_LOCATIONTYPE_HOST,
+        id: 9,
+    };
+    acl!(aclrtMemManagedPrefetchAsync(m, 2 * MIB, host, 0, stream));
+    assert_eq!(attr(prefetched, m, 2 * MIB), -1);
+    acl!(aclrtSynchronizeStream(stream));
+    acl!(aclrtFree(m));
+    acl!(aclrtDestroyStream(stream));
+}
+
+/// aclrtMemManagedGetAttrs checks every attribute, output and dataSize before writing any: a
+/// query refused for its second attribute leaves the first one's output as it was.
+#[test]
+fn a_refused_attribute_query_writes_nothing() {
+    set_device(0);
+    let m = alloc_managed(2 * MIB as u64);
+    let mut attributes = [
+        ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY,
+        ACL_MEM_RANGE_ATTRIBUTE_ACCESSED_BY,
+    ];
+    let (mut read_mostly, mut accessed_by) = (9i32, [9i32; 2]);
+    let mut data: [*mut c_void; 2] = [
+        (&raw mut read_mostly).cast(),
+        accessed_by.as_mut_ptr().cast(),
+    ];
+    let query = |attributes: &mut [aclrtMemManagedRangeAttribute; 2],
+                 data: &mut [*mut c_void; 2],
+                 sizes: &mut [usize; 2]| {
+        code!(aclrtMemManagedGetAttrs(
+            attributes.as_mut_ptr(),
+            2,
+            m,
+            2 * MIB,
+            data.as_mut_ptr(),
+            sizes.as_mut_ptr()
+        ))
+    };
+    // A dataSize, an attribute and an output refused in turn.
+    let code = query(&mut attributes, &mut data, &mut [4, 6]);
+    assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID);
+    attributes[1] = 42;
+    let code = query(&mut attributes, &mut data, &mut [4, 8]);
+    assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID);
+    attributes[1] = ACL_MEM_RANGE_ATTRIBUTE_ACCESSED_BY;
+    let kept = data[1];
+    data[1] = ptr::null_mut();
+    let code = query(&mut attributes, &mut data, &mut [4, 8]);
+    assert_eq!(code, ACL_ERROR_INVALID_PARAM);
+    let _ = recent_message();
+    assert_eq!((read_mostly, accessed_by), (9, [9, 9]));
+    data[1] = kept;
+    assert_eq!(query(&mut attributes, &mut data, &mut [4, 8]), 0);
+    assert_eq!((read_mostly, accessed_by), (0, [-2, -2]));
+    acl!(aclrtFree(m));
+}

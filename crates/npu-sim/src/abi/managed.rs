@@ -161,13 +161,24 @@ fn record_prefetch(sim: &Sim, ptr: *const c_void, size: usize, place: Place) {
         .update(ptr as usize, size, |page| page.last_prefetch = Some(place));
 }
 
-/// Checks a managed-memory location: a device that exists (107001) or the host.
+/// Checks a managed-memory location: a device that exists (107001), the host, or a NUMA node of
+/// the host. The simulated host is one NUMA node, 0 (what HOST_NUMA_CURRENT records), so a
+/// HOST_NUMA location naming another node is refused (107000): the reference asks for a
+/// reasonable NUMA id with that type, and a node the host does not have would be recorded and
+/// reported back as if memory could be placed there.
 fn check_location(sim: &Sim, location: &aclrtMemManagedLocation) -> Res<()> {
     match location.type_ {
         ACL_MEM_LOCATIONTYPE_DEVICE => sim.device(location.id.into()).map(drop),
-        ACL_MEM_LOCATIONTYPE_HOST
-        | ACL_MEM_LOCATIONTYPE_HOST_NUMA
-        | ACL_MEM_LOCATIONTYPE_HOST_NUMA_CURRENT => Ok(()),
+        ACL_MEM_LOCATIONTYPE_HOST_NUMA => {
+            ensure!(
+                location.id == 0,
+                ACL_ERROR_RT_PARAM_INVALID,
+                "NUMA node {} does not exist: the host is one node, 0",
+                location.id
+            );
+            Ok(())
+        }
+        ACL_MEM_LOCATIONTYPE_HOST | ACL_MEM_LOCATIONTYPE_HOST_NUMA_CURRENT => Ok(()),
         other => fail!(
             ACL_ERROR_RT_PARAM_INVALID,
             "location type {other} is not a device or the host"

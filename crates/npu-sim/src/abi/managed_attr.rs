@@ -31,13 +31,8 @@ fn check_query_range(sim: &Sim, ptr: *const c_void, size: usize) -> Res<()> {
     Ok(())
 }
 
-/// Writes the 4-byte value of an attribute that takes exactly 4 bytes.
-fn write_word(data: *mut c_void, data_size: usize, value: i32) -> Res<()> {
-    ensure!(
-        data_size == 4,
-        ACL_ERROR_RT_PARAM_INVALID,
-        "dataSize must be 4 for this attribute, not {data_size}"
-    );
+/// Writes the 4-byte value of an attribute that takes exactly 4 bytes (`check_attribute`).
+fn write_word(data: *mut c_void, value: i32) -> Res<()> {
     write_out(data.cast::<i32>(), "data", value)
 }
 
@@ -59,6 +54,40 @@ fn node_id_of(place: Option<Place>) -> i32 {
     }
 }
 
+/// Checks that `data` (`data_size` bytes) can take `attribute`: a known attribute, 4 bytes
+/// (ACCESSED_BY: a non-zero multiple of 4), NULL → 100000, else 107000. Checked for every
+/// attribute of a query before any is written, so that a refused query writes nothing.
+fn check_attribute(
+    attribute: aclrtMemManagedRangeAttribute,
+    data: *mut c_void,
+    data_size: usize,
+) -> Res<()> {
+    non_null(data, "data")?;
+    match attribute {
+        ACL_MEM_RANGE_ATTRIBUTE_ACCESSED_BY => ensure!(
+            data_size != 0 && data_size.is_multiple_of(4),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "dataSize must be a non-zero multiple of 4 for ACCESSED_BY, not {data_size}"
+        ),
+        ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY
+        | ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION
+        | ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE
+        | ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID
+        | ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION
+        | ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE
+        | ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID => ensure!(
+            data_size == 4,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "dataSize must be 4 for this attribute, not {data_size}"
+        ),
+        other => fail!(
+            ACL_ERROR_RT_PARAM_INVALID,
+            "unknown managed memory attribute {other}"
+        ),
+    }
+    Ok(())
+}
+
 /// Writes one attribute of the pages `records` into `data` (`data_size` bytes).
 fn write_attribute(
     records: &[PageAdvice],
@@ -66,36 +95,25 @@ fn write_attribute(
     data: *mut c_void,
     data_size: usize,
 ) -> Res<()> {
-    non_null(data, "data")?;
+    check_attribute(attribute, data, data_size)?;
     let preferred = common(records, |page| page.preferred);
     let prefetched = common(records, |page| page.last_prefetch);
     match attribute {
         ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY => {
             let all = records.iter().all(|page| page.read_mostly);
-            write_word(data, data_size, i32::from(all))
+            write_word(data, i32::from(all))
         }
-        ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION => write_word(data, data_size, id_of(preferred)),
-        ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE => {
-            write_word(data, data_size, type_of(preferred))
-        }
-        ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID => {
-            write_word(data, data_size, node_id_of(preferred))
-        }
-        ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION => {
-            write_word(data, data_size, id_of(prefetched))
-        }
+        ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION => write_word(data, id_of(preferred)),
+        ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE => write_word(data, type_of(preferred)),
+        ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID => write_word(data, node_id_of(preferred)),
+        ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION => write_word(data, id_of(prefetched)),
         ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE => {
-            write_word(data, data_size, type_of(prefetched))
+            write_word(data, type_of(prefetched))
         }
         ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID => {
-            write_word(data, data_size, node_id_of(prefetched))
+            write_word(data, node_id_of(prefetched))
         }
         ACL_MEM_RANGE_ATTRIBUTE_ACCESSED_BY => {
-            ensure!(
-                data_size != 0 && data_size.is_multiple_of(4),
-                ACL_ERROR_RT_PARAM_INVALID,
-                "dataSize must be a non-zero multiple of 4 for ACCESSED_BY, not {data_size}"
-            );
             // The places every page of the range names, then -2 for the rest of the array.
             let mut everywhere = records.first().map(|page| page.accessed_by.clone());
             if let Some(set) = everywhere.as_mut() {
@@ -149,7 +167,8 @@ pub unsafe extern "C" fn aclrtMemManagedGetAttr(
 }
 
 /// aclrtMemManagedGetAttr for `numAttributes` attributes at once: `data[i]` (`dataSizes[i]`
-/// bytes) receives `attributes[i]`. NULL arrays or numAttributes 0 → 100000.
+/// bytes) receives `attributes[i]`. NULL arrays or numAttributes 0 → 100000. Every attribute
+/// and its output are checked before any is written: a refused query writes nothing.
 ///
 /// # Safety
 /// The arrays must hold `numAttributes` elements; each `data[i]` NULL or valid for
@@ -177,6 +196,9 @@ pub unsafe extern "C" fn aclrtMemManagedGetAttrs(
         let attributes = array(attributes.cast_const(), numAttributes, "attributes")?;
         let outputs = array(data.cast_const(), numAttributes, "data")?;
         let sizes = array(dataSizes.cast_const(), numAttributes, "dataSizes")?;
+        for ((&attribute, &out), &out_size) in attributes.iter().zip(outputs).zip(sizes) {
+            check_attribute(attribute, out, out_size)?;
+        }
         let records = sim.advice.of(ptr as usize, size);
         for ((&attribute, &out), &out_size) in attributes.iter().zip(outputs).zip(sizes) {
             write_attribute(&records, attribute, out, out_size)?;
