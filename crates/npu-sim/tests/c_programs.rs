@@ -568,6 +568,21 @@ fn the_configuration_chapters_documented_edge_cases_in_c() {
     assert_eq!(stdout, "527 documented edges checked, 0 wrong\n");
 }
 
+/// `tests/c/exception_and_memory_ext_edges.c`: the chapters no other edges program walks
+/// function by function: exception handling (one registration per function, a function both
+/// set and registered called twice, the set one not unregistered, every info getter inside a
+/// callback and after it, the thread's own last error and message, UCE repair and
+/// aclrtRepairError after a device abort), the second-generation shareable handles, unified
+/// addressing (advice that ignores its location, the host's one NUMA node, attribute queries
+/// that write nothing when refused, single and batched prefetches and where each range was
+/// sent, peer mappings), the reserved shared buffers and the data buffers, checked in C; the
+/// program prints each mismatch.
+#[test]
+fn the_exception_and_unified_memory_chapters_documented_edge_cases_in_c() {
+    let stdout = run(&compile("exception_and_memory_ext_edges", &["-pthread"]));
+    assert_eq!(stdout, "258 documented edges checked, 0 wrong\n");
+}
+
 #[test]
 fn devices_and_information_flow_in_c() {
     let stdout = run(&compile("device_info", &[]));
