@@ -583,6 +583,18 @@ fn the_exception_and_unified_memory_chapters_documented_edge_cases_in_c() {
     assert_eq!(stdout, "258 documented edges checked, 0 wrong\n");
 }
 
+/// `tests/c/memory_alloc_and_copy_edges.c`: the memory chapters' functions no other edges
+/// program calls (aclrtMallocAlign32's rounding without aclrtMalloc's padding, a rule outside
+/// the policy choosing pages by size, the configured allocations, memory type checks, the
+/// usage report, cache flushes, configured pinned memory and its synchronising free, the
+/// host-memory mapping capabilities, descriptor, offset and conditional copies, batched copies
+/// without a fail index), checked in C; the program prints each mismatch.
+#[test]
+fn the_allocation_and_copy_functions_documented_edge_cases_in_c() {
+    let stdout = run(&compile("memory_alloc_and_copy_edges", &[]));
+    assert_eq!(stdout, "112 documented edges checked, 0 wrong\n");
+}
+
 #[test]
 fn devices_and_information_flow_in_c() {
     let stdout = run(&compile("device_info", &[]));
