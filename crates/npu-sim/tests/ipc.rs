@@ -1435,7 +1435,13 @@ fn every_v2_shareable_handle_error_path() {
     let mut pid = [1];
     let p = pid.as_mut_ptr();
     let mut handle = ptr::null_mut();
-    let cases: [(&str, aclError, aclError); 15] = [
+    let cases: [(&str, aclError, aclError); 16] = [
+        // The flags come before the share type, in the parameters' order.
+        (
+            "export FABRIC with flag 4",
+            code!(aclrtMemExportToShareableHandleV2(physical, 4, fabric, s)),
+            ACL_ERROR_RT_PARAM_INVALID,
+        ),
         (
             "export FABRIC",
             code!(aclrtMemExportToShareableHandleV2(physical, 0, fabric, s)),

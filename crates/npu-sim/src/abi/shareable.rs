@@ -17,12 +17,23 @@ use crate::handle;
 use crate::ipc::{Kind, shareable_key};
 use crate::sim::sim;
 
-/// The checks of an export in the parameters' order (the handle, then `kind`'s checks of the
-/// handle or share type, then the flags, then `out`), then the export; `write` stores the
+/// Checks an export's flags: 0 or ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION (107000).
+fn check_export_flags(flags: u64) -> Res<()> {
+    ensure!(
+        flags == ACL_RT_VMM_EXPORT_FLAG_DEFAULT as u64
+            || flags == ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION as u64,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "flags {flags:#x} are not valid export flags (0 or 0x1)"
+    );
+    Ok(())
+}
+
+/// The checks of an export (the NULL pointers, the handle, then `values`: the handle or share
+/// type and the flags, in the form's parameter order), then the export; `write` stores the
 /// result.
 fn export(
     handle: aclrtDrvMemHandle,
-    kind: impl FnOnce() -> Res<()>,
+    values: impl FnOnce() -> Res<()>,
     flags: u64,
     out: *const c_void,
     write: impl FnOnce(u64) -> Res<()>,
@@ -32,13 +43,7 @@ fn export(
     let sim = sim()?;
     let owner = handle::from_ptr(handle);
     let physical = sim.vmm.resolve(owner)?;
-    kind()?;
-    ensure!(
-        flags == ACL_RT_VMM_EXPORT_FLAG_DEFAULT as u64
-            || flags == ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION as u64,
-        ACL_ERROR_RT_PARAM_INVALID,
-        "flags {flags:#x} are not valid export flags (0 or 0x1)"
-    );
+    values()?;
     let shared = sim.ipc.export_physical(
         owner as usize,
         &physical,
@@ -127,15 +132,15 @@ pub unsafe extern "C" fn aclrtMemExportToShareableHandle(
     shareableHandle: *mut u64,
 ) -> aclError {
     guard("aclrtMemExportToShareableHandle", || {
-        let kind = || {
+        let values = || {
             ensure!(
                 handleType == ACL_MEM_HANDLE_TYPE_NONE,
                 ACL_ERROR_RT_PARAM_INVALID,
                 "handleType {handleType} is reserved: use ACL_MEM_HANDLE_TYPE_NONE"
             );
-            Ok(())
+            check_export_flags(flags)
         };
-        export(handle, kind, flags, shareableHandle.cast(), |shared| {
+        export(handle, values, flags, shareableHandle.cast(), |shared| {
             write_out(shareableHandle, "shareableHandle", shared)
         })
     })
@@ -143,7 +148,7 @@ pub unsafe extern "C" fn aclrtMemExportToShareableHandle(
 
 /// aclrtMemExportToShareableHandle with the share type instead of the handle type: DEFAULT
 /// writes a uint64_t at `shareableHandle`; FABRIC → 207000 (Atlas A3 only); another type →
-/// 107000.
+/// 107000. Unknown flags (107000) are refused before the share type, which follows them.
 ///
 /// # Safety
 /// `shareableHandle` must be NULL or valid for a write of a uint64_t.
@@ -155,8 +160,12 @@ pub unsafe extern "C" fn aclrtMemExportToShareableHandleV2(
     shareableHandle: *mut c_void,
 ) -> aclError {
     guard("aclrtMemExportToShareableHandleV2", || {
-        let kind = || check_share_type(shareType);
-        export(handle, kind, flags, shareableHandle, |shared| {
+        // The flags precede the share type among this form's parameters.
+        let values = || {
+            check_export_flags(flags)?;
+            check_share_type(shareType)
+        };
+        export(handle, values, flags, shareableHandle, |shared| {
             // SAFETY: non-NULL; for the DEFAULT type it addresses a writable uint64_t by the
             // API contract (written unaligned: it is a void pointer).
             unsafe { shareableHandle.cast::<u64>().write_unaligned(shared) };

@@ -178,6 +178,18 @@ static int last_errors(void)
     EXPECT(aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtSetDevice(1000), ACL_ERROR_RT_INVALID_DEVICEID);
     EXPECT(aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL), ACL_ERROR_RT_INVALID_DEVICEID);
+    /* Only the thread level exists; asking for another keeps the thread's code. */
+    FAILS(aclrtPeekAtLastError((aclrtLastErrLevel)1));
+    FAILS(aclrtGetLastError((aclrtLastErrLevel)1));
+    EXPECT(aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL), ACL_ERROR_RT_INVALID_DEVICEID);
+    /* Several messages: the newest comes first. */
+    (void)aclGetRecentErrMsg();
+    EXPECT(aclrtMalloc(&out, 0, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtSetDevice(1000), ACL_ERROR_RT_INVALID_DEVICEID);
+    const char *messages = aclGetRecentErrMsg();
+    const char *newest = messages != NULL ? strstr(messages, "aclrtSetDevice") : NULL;
+    const char *oldest = messages != NULL ? strstr(messages, "aclrtMalloc") : NULL;
+    HOLDS(newest != NULL && oldest != NULL && newest < oldest);
 
     struct thread_view view;
     memset(&view, 0, sizeof view);
@@ -296,6 +308,10 @@ static int shareable_handles_v2(void)
                                              &fabric),
            ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
     FAILS(aclrtMemExportToShareableHandleV2(handle, 0, (aclrtMemSharedHandleType)3, &shareable));
+    /* The flags come before the share type (parameter order). */
+    EXPECT(aclrtMemExportToShareableHandleV2(handle, 4, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC,
+                                             &fabric),
+           ACL_ERROR_RT_PARAM_INVALID);
     FAILS(aclrtMemExportToShareableHandleV2(handle, 4, ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT,
                                             &shareable));
     HOLDS(shareable == 0);
