@@ -285,6 +285,15 @@ fn error_paths() {
             stream,
             ACL_ERROR_INVALID_PARAM,
         ),
+        // The flags, a value, before the location's device is looked up (as in a batch).
+        (
+            m.cast_const(),
+            2 * MIB,
+            on_device(99),
+            1,
+            stream,
+            ACL_ERROR_INVALID_PARAM,
+        ),
         (
             m.cast_const(),
             2 * MIB,

@@ -307,14 +307,16 @@ pub unsafe extern "C" fn aclrtMemManagedPrefetchAsync(
     stream: aclrtStream,
 ) -> aclError {
     guard("aclrtMemManagedPrefetchAsync", || {
-        let sim = sim()?;
-        check_range(sim, ptr, size as u64).map_err(as_input_error)?;
-        check_location(sim, &location).map_err(as_input_error)?;
+        // A value, checked before the range and the location's device are looked up, as the
+        // batched form checks its flags.
         ensure!(
             flags == 0,
             ACL_ERROR_INVALID_PARAM,
             "flags is reserved and must be 0, not {flags}"
         );
+        let sim = sim()?;
+        check_range(sim, ptr, size as u64).map_err(as_input_error)?;
+        check_location(sim, &location).map_err(as_input_error)?;
         let stream = context::submit_stream(sim, stream)?;
         record_prefetch(sim, ptr, size, place_of(&location));
         super::cmo::ordering_only(&stream)

@@ -544,6 +544,17 @@ static int managed_prefetches(uint8_t *managed, void *plain, aclrtStream stream)
            ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtMemManagedPrefetchAsync(managed, 2 * MIB, device0, 1, stream),
            ACL_ERROR_INVALID_PARAM);
+    /* Values before lookups: the flags before the location's device, as in a batch. */
+    EXPECT(aclrtMemManagedPrefetchAsync(managed, 2 * MIB,
+                                        location(ACL_MEM_LOCATIONTYPE_DEVICE, 99), 1, stream),
+           ACL_ERROR_INVALID_PARAM);
+    aclrtMemManagedLocation nowhere = location(ACL_MEM_LOCATIONTYPE_DEVICE, 99);
+    const void *one_range[1] = {managed};
+    size_t one_size[1] = {2 * MIB};
+    size_t first[1] = {0};
+    EXPECT(aclrtMemManagedPrefetchBatchAsync(one_range, one_size, 1, &nowhere, first, 1, 1,
+                                             stream),
+           ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtMemManagedPrefetchAsync(managed, 2 * MIB,
                                         location(ACL_MEM_LOCATIONTYPE_DEVICE, 99), 0, stream),
            ACL_ERROR_RT_INVALID_DEVICEID);
