@@ -886,3 +886,45 @@ fn a_freed_address_stays_unallocated_for_the_allocations_right_after() {
     }
     acl!(aclrtDestroyStream(stream));
 }
+
+/// The VA_FLAG attribute of a malloc configuration is 0 or 1 (the reference's two values):
+/// another value is refused with 107000 by every configured allocation, nothing allocated;
+/// with 1, pinned memory registered for the device keeps its address.
+#[test]
+fn the_va_flag_is_zero_or_one() {
+    set_device(0);
+    let mut attr = aclrtMallocAttribute {
+        attr: ACL_RT_MEM_ATTR_VA_FLAG,
+        value: aclrtMallocAttrValue { vaFlag: 2 },
+    };
+    let mut cfg = aclrtMallocConfig {
+        attrs: &raw mut attr,
+        numAttrs: 1,
+    };
+    let mut host = ptr::null_mut();
+    let code = code!(aclrtMallocHostWithCfg(&mut host, 4096, &mut cfg));
+    assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID, "{}", recent_message());
+    assert!(host.is_null());
+    let mut dev = ptr::null_mut();
+    let policy = ACL_MEM_MALLOC_NORMAL_ONLY;
+    let code = code!(aclrtMallocWithCfg(&mut dev, 64, policy, &mut cfg));
+    assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID, "{}", recent_message());
+    let code = code!(aclrtMallocForTaskScheduler(&mut dev, 64, policy, &mut cfg));
+    assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID, "{}", recent_message());
+    assert!(dev.is_null());
+
+    attr.value.vaFlag = 1;
+    // Borrowed again after the write: the configuration reads the attribute through it.
+    cfg.attrs = &raw mut attr;
+    acl!(aclrtMallocHostWithCfg(&mut host, 4096, &mut cfg));
+    let mut mapped = ptr::null_mut();
+    acl!(aclrtHostRegister(
+        host,
+        4096,
+        ACL_HOST_REGISTER_MAPPED,
+        &mut mapped
+    ));
+    assert_eq!(mapped, host);
+    acl!(aclrtHostUnregister(host));
+    acl!(aclrtFreeHost(host));
+}

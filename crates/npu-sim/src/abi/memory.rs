@@ -190,7 +190,18 @@ fn config_device(cfg: *mut aclrtMallocConfig) -> Res<Option<u32>> {
     let mut device = None;
     for attr in array(cfg.attrs, cfg.numAttrs, "cfg->attrs")? {
         match attr.attr {
-            ACL_RT_MEM_ATTR_RSV | ACL_RT_MEM_ATTR_MODULE_ID | ACL_RT_MEM_ATTR_VA_FLAG => {}
+            ACL_RT_MEM_ATTR_RSV | ACL_RT_MEM_ATTR_MODULE_ID => {}
+            // The reference gives vaFlag two values: 0 (no VA consistency, the default) and 1.
+            ACL_RT_MEM_ATTR_VA_FLAG => {
+                // SAFETY: every member of the 8-byte union is plain data; vaFlag is what the
+                // VA_FLAG attribute carries.
+                let flag = unsafe { attr.value.vaFlag };
+                ensure!(
+                    flag <= 1,
+                    ACL_ERROR_RT_PARAM_INVALID,
+                    "vaFlag {flag} is neither 0 nor 1"
+                );
+            }
             // SAFETY: every member of the 8-byte union is plain data; deviceId is what the
             // DEVICE_ID attribute carries.
             ACL_RT_MEM_ATTR_DEVICE_ID => device = Some(unsafe { attr.value.deviceId }),

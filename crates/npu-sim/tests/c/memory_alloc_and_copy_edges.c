@@ -191,6 +191,24 @@ static int host_memory(aclrtStream stream)
     EXPECT(aclrtFreeHostWithDevSync(NULL), ACL_ERROR_INVALID_PARAM);
     CHECK(aclrtFree(dev));
 
+    /* VA consistency (an Atlas A2 has it): registered, the memory keeps its address for the
+     * device. vaFlag is 0 or 1. */
+    aclrtMallocAttribute va;
+    memset(&va, 0, sizeof va);
+    va.attr = ACL_RT_MEM_ATTR_VA_FLAG;
+    va.value.vaFlag = 1;
+    aclrtMallocConfig cfg = {&va, 1};
+    void *consistent = NULL, *mapped = NULL;
+    EXPECT(aclrtMallocHostWithCfg(&consistent, 8192, &cfg), ACL_SUCCESS);
+    EXPECT(aclrtHostRegister(consistent, 8192, ACL_HOST_REGISTER_MAPPED, &mapped), ACL_SUCCESS);
+    HOLDS(mapped == consistent);
+    EXPECT(aclrtHostUnregister(consistent), ACL_SUCCESS);
+    EXPECT(aclrtFreeHost(consistent), ACL_SUCCESS);
+    va.value.vaFlag = 2;
+    consistent = NULL;
+    FAILS(aclrtMallocHostWithCfg(&consistent, 8192, &cfg));
+    HOLDS(consistent == NULL);
+
     /* Which hardware accelerators reach registered host memory. */
     aclrtHostMemMapCapability capability = (aclrtHostMemMapCapability)7;
     EXPECT(aclrtHostMemMapCapabilities(0, ACL_RT_HAC_TYPE_AIC, &capability), ACL_SUCCESS);
