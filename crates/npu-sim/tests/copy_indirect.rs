@@ -344,6 +344,28 @@ fn every_error_path() {
                 ))
             },
         ),
+        // destMax and count precede the kind: a count past destMax is refused before a kind
+        // these copies do not support, as aclrtMemcpyAsync refuses it.
+        case(
+            "offset count > destMax of kind D2D",
+            "aclrtMemcpyAsyncWithOffset",
+            107000,
+            0,
+            || {
+                let (dst, src) = (malloc(8).cast(), malloc(8).cast());
+                let kind = ACL_MEMCPY_DEVICE_TO_DEVICE;
+                code!(aclrtMemcpyAsyncWithOffset(
+                    dst,
+                    4,
+                    0,
+                    src,
+                    8,
+                    0,
+                    kind,
+                    ptr::null_mut()
+                ))
+            },
+        ),
         case(
             "offset base pointer in host memory",
             "aclrtMemcpyAsyncWithOffset",

@@ -8,7 +8,7 @@ use std::ffi::c_void;
 use npu_sys::*;
 
 use crate::context;
-use crate::error::{Res, ensure, fail, guard, non_null, write_out};
+use crate::error::{Res, ensure, guard, non_null, write_out};
 use crate::indirect::{
     Indirect, IndirectCopy, MEMCPY_DESC_SIZE, check_on_device, device_of_range, write_descriptor,
 };
@@ -19,17 +19,28 @@ use crate::task::{Op, Task};
 /// that is no aclrtMemcpyKind → 100000, as every other copy answers it (the reference names
 /// no code for these four functions).
 fn check_kind(kind: aclrtMemcpyKind) -> Res<()> {
-    match kind {
-        ACL_MEMCPY_INNER_DEVICE_TO_DEVICE => Ok(()),
-        ACL_MEMCPY_HOST_TO_HOST..=ACL_MEMCPY_INTER_DEVICE_TO_DEVICE => fail!(
-            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            "copy kind {kind} is not supported: only ACL_MEMCPY_INNER_DEVICE_TO_DEVICE is"
-        ),
-        other => fail!(
-            ACL_ERROR_INVALID_PARAM,
-            "copy kind {other} is not an aclrtMemcpyKind"
-        ),
-    }
+    check_kind_value(kind)?;
+    check_kind_supported(kind)
+}
+
+/// The ACL layer's half of `check_kind`: a value that is no aclrtMemcpyKind → 100000.
+fn check_kind_value(kind: aclrtMemcpyKind) -> Res<()> {
+    ensure!(
+        kind <= ACL_MEMCPY_INTER_DEVICE_TO_DEVICE,
+        ACL_ERROR_INVALID_PARAM,
+        "copy kind {kind} is not an aclrtMemcpyKind"
+    );
+    Ok(())
+}
+
+/// The runtime's half of `check_kind`: a kind other than INNER_DEVICE_TO_DEVICE → 207000.
+fn check_kind_supported(kind: aclrtMemcpyKind) -> Res<()> {
+    ensure!(
+        kind == ACL_MEMCPY_INNER_DEVICE_TO_DEVICE,
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "copy kind {kind} is not supported: only ACL_MEMCPY_INNER_DEVICE_TO_DEVICE is"
+    );
+    Ok(())
 }
 
 /// Queues an indirect copy on `stream` after checking that the device memory it reads its
@@ -139,12 +150,15 @@ pub unsafe extern "C" fn aclrtMemcpyAsyncWithOffset(
     guard("aclrtMemcpyAsyncWithOffset", || {
         non_null(dst, "dst")?;
         non_null(src, "src")?;
-        check_kind(kind)?;
+        check_kind_value(kind)?;
+        // destMax and count precede kind among the parameters, and aclrtMemcpyAsync too
+        // refuses count > destMax before a kind it does not support.
         ensure!(
             count <= destMax,
             ACL_ERROR_RT_PARAM_INVALID,
             "count ({count}) is greater than destMax ({destMax})"
         );
+        check_kind_supported(kind)?;
         if count == 0 {
             return Ok(());
         }

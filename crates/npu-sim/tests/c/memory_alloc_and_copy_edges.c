@@ -280,6 +280,15 @@ static int indirect_copies(aclrtStream stream)
     EXPECT(aclrtMemcpyAsyncWithOffset(&slots[0], 16, 200, (const void **)&slots[1], 16, 128,
                                       ACL_MEMCPY_DEVICE_TO_DEVICE, stream),
            ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    /* destMax and count precede the kind, as aclrtMemcpyAsync checks them before its kind. */
+    EXPECT(aclrtMemcpyAsyncWithOffset(&slots[0], 8, 200, (const void **)&slots[1], 16, 128,
+                                      ACL_MEMCPY_DEVICE_TO_DEVICE, stream),
+           ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtMemcpyAsync(dst, 8, src, 16, ACL_MEMCPY_HOST_TO_HOST, stream),
+           ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtMemcpyAsyncWithOffset(&slots[0], 8, 200, (const void **)&slots[1], 16, 128,
+                                      (aclrtMemcpyKind)99, stream),
+           ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
     CHECK(aclrtMemcpy(&host[0], 1, dst + 200, 1, ACL_MEMCPY_DEVICE_TO_HOST));
     CHECK(aclrtMemcpy(&host[1], 1, dst + 216, 1, ACL_MEMCPY_DEVICE_TO_HOST));
