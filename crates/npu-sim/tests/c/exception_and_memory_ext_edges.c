@@ -211,6 +211,33 @@ static int last_errors(void)
     return 0;
 }
 
+/* Two ranges: a short array gets the first and a count of what it holds; a repair is all or
+ * nothing. */
+static int memory_error_lists(void)
+{
+    uint8_t *dev = NULL;
+    CHECK(aclrtMalloc((void **)&dev, MIB, ACL_MEM_MALLOC_HUGE_FIRST));
+    CHECK(npusimInjectMemUce(dev + 4096, 4096));
+    CHECK(npusimInjectMemUce(dev + 65536, 4096));
+    aclrtMemUceInfo uce[4];
+    memset(uce, 0, sizeof uce);
+    size_t found = 0;
+    EXPECT(aclrtGetMemUceInfo(0, uce, 1, &found), ACL_SUCCESS);
+    HOLDS(found == 1 && uce[0].addr == dev + 4096 && uce[1].addr == NULL);
+    EXPECT(aclrtGetMemUceInfo(0, uce, 4, &found), ACL_SUCCESS);
+    HOLDS(found == 2 && uce[1].addr == dev + 65536);
+    aclrtMemUceInfo half[2] = {uce[0], uce[1]};
+    half[1].len = 8;
+    FAILS(aclrtMemUceRepair(0, half, 2));
+    EXPECT(aclrtGetMemUceInfo(0, uce, 4, &found), ACL_SUCCESS);
+    HOLDS(found == 2);
+    EXPECT(aclrtMemUceRepair(0, uce, 2), ACL_SUCCESS);
+    EXPECT(aclrtGetMemUceInfo(0, uce, 4, &found), ACL_SUCCESS);
+    HOLDS(found == 0);
+    CHECK(aclrtFree(dev));
+    return 0;
+}
+
 static int memory_errors(void)
 {
     uint8_t *dev = NULL;
@@ -760,7 +787,7 @@ int main(void)
     CHECK(aclrtFree(dev));
     aclrtStream stream = NULL;
     CHECK(aclrtCreateStream(&stream));
-    if (memory_errors() != 0 || shareable_handles_v2() != 0 || unified_addressing(stream) != 0 ||
+    if (memory_error_lists() != 0 || memory_errors() != 0 || shareable_handles_v2() != 0 || unified_addressing(stream) != 0 ||
         shared_buffers() != 0 || data_buffers() != 0) {
         return 1;
     }
