@@ -105,6 +105,18 @@ static int exception_callbacks(void *dev)
     HOLDS(aclrtGetTaskIdFromExceptionInfo(NULL) == NO_ID);
     HOLDS(aclrtGetErrorCodeFromExceptionInfo(NULL) == NO_ID);
 
+    /* A task of the default stream names the default stream's id. */
+    int32_t default_id = -1;
+    EXPECT(aclrtStreamGetId(NULL, &default_id), ACL_SUCCESS);
+    reset_counts();
+    g_stream = NO_ID;
+    CHECK(npusimFailTask(NULL, 1, ACL_ERROR_RT_AICORE_EXCEPTION));
+    EXPECT(aclrtMemsetAsync(dev, 64, 0, 64, NULL), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(NULL), ACL_ERROR_RT_AICORE_EXCEPTION);
+    (void)aclGetRecentErrMsg();
+    (void)aclrtGetLastError(ACL_RT_THREAD_LEVEL);
+    HOLDS(g_registered_calls == 1 && g_stream == (uint32_t)default_id && g_device == 0);
+
     /* Unregister cannot remove the callback set with aclrtSetExceptionInfoCallback. */
     (void)aclrtExceptionInfoCallbackUnregister(set_callback);
     (void)aclGetRecentErrMsg();
@@ -681,7 +693,21 @@ static int unified_addressing(aclrtStream stream)
 {
     uint8_t *managed = NULL;
     void *plain = NULL;
-    CHECK(aclrtMemAllocManaged((void **)&managed, 6 * MIB, ACL_RT_MEM_ATTACH_GLOBAL));
+    /* Managed memory: in the unified window [0x90000000000, +3 TB), sizes rounded up to
+     * 2 MiB, ACL_RT_MEM_ATTACH_GLOBAL the only flag, at most 3 TB in a process. */
+    EXPECT(aclrtMemAllocManaged(NULL, MIB, ACL_RT_MEM_ATTACH_GLOBAL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemAllocManaged((void **)&managed, 0, ACL_RT_MEM_ATTACH_GLOBAL),
+           ACL_ERROR_INVALID_PARAM);
+    FAILS(aclrtMemAllocManaged((void **)&managed, MIB, 0));
+    FAILS(aclrtMemAllocManaged((void **)&managed, (3ull << 40) + 1, ACL_RT_MEM_ATTACH_GLOBAL));
+    HOLDS(managed == NULL);
+    CHECK(aclrtMemAllocManaged((void **)&managed, 5 * MIB + 1, ACL_RT_MEM_ATTACH_GLOBAL));
+    const uintptr_t window = (uintptr_t)0x90000000000ull;
+    HOLDS((uintptr_t)managed >= window && (uintptr_t)managed < window + (3ull << 40));
+    void *base = NULL;
+    size_t whole = 0;
+    EXPECT(aclrtMemGetAddressRange(managed + 5 * MIB, &base, &whole), ACL_SUCCESS);
+    HOLDS(base == managed && whole == 6 * MIB);
     CHECK(aclrtMalloc(&plain, 2 * MIB, ACL_MEM_MALLOC_HUGE_FIRST));
     if (managed_advice(managed, plain) != 0 || managed_prefetches(managed, plain, stream) != 0 ||
         peer_mappings() != 0) {
