@@ -219,7 +219,23 @@ static int host_memory(aclrtStream stream)
     FAILS(aclrtHostMemMapCapabilities(0, (aclrtHacType)42, &capability));
     EXPECT(aclrtHostMemMapCapabilities(99, ACL_RT_HAC_TYPE_AIC, &capability),
            ACL_ERROR_RT_INVALID_DEVICEID);
+    /* The engine type is a value: checked before the device is looked up. */
+    FAILS(aclrtHostMemMapCapabilities(99, (aclrtHacType)42, &capability));
     HOLDS(capability == (aclrtHostMemMapCapability)7);
+    /* The simulator's answer for an Atlas A2 (the reference lists none per product). */
+    const aclrtHacType reach[] = {ACL_RT_HAC_TYPE_STARS, ACL_RT_HAC_TYPE_AICPU,
+                                  ACL_RT_HAC_TYPE_AIC,   ACL_RT_HAC_TYPE_AIV,
+                                  ACL_RT_HAC_TYPE_PCIEDMA, ACL_RT_HAC_TYPE_SDMA};
+    const aclrtHacType cannot[] = {ACL_RT_HAC_TYPE_RDMA, ACL_RT_HAC_TYPE_DVPP,
+                                   ACL_RT_HAC_TYPE_UDMA, ACL_RT_HAC_TYPE_CCU};
+    for (size_t i = 0; i < sizeof reach / sizeof reach[0]; ++i) {
+        EXPECT(aclrtHostMemMapCapabilities(0, reach[i], &capability), ACL_SUCCESS);
+        HOLDS(capability == ACL_RT_HOST_MEM_MAP_SUPPORTED);
+    }
+    for (size_t i = 0; i < sizeof cannot / sizeof cannot[0]; ++i) {
+        EXPECT(aclrtHostMemMapCapabilities(0, cannot[i], &capability), ACL_SUCCESS);
+        HOLDS(capability == ACL_RT_HOST_MEM_MAP_NOT_SUPPORTED);
+    }
     (void)aclrtGetLastError(ACL_RT_THREAD_LEVEL);
     return 0;
 }
