@@ -374,6 +374,19 @@ static int batch_copies(aclrtStream stream)
     sizes[1] = 9;
     FAILS(aclrtMemcpyBatchV2(dsts, maxes, srcs, sizes, 2, attrs, indexes, 1));
     sizes[1] = 8;
+    /* The asynchronous form with a fail index: the copy whose attribute or direction is
+     * wrong, SIZE_MAX for an error no copy is to blame for. */
+    size_t fail = 77;
+    EXPECT(aclrtMemcpyBatchAsync(dsts, maxes, srcs, sizes, 2, attrs, indexes, 1, &fail, stream),
+           ACL_SUCCESS);
+    FAILS(aclrtMemcpyBatchAsync(dsts, maxes, srcs, sizes, 2, attrs, indexes, 2, &fail, stream));
+    HOLDS(fail == 1);
+    fail = 77;
+    FAILS(aclrtMemcpyBatchAsync(dsts, maxes, srcs, sizes, 2, attrs, from_one, 1, &fail, stream));
+    HOLDS(fail == SIZE_MAX);
+    EXPECT(aclrtMemcpyBatchAsync(dsts, maxes, srcs, sizes, 2, attrs, indexes, 1, NULL, stream),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
     /* The failing batch copies nothing. */
     memset(in[0], 5, 8);
     FAILS(aclrtMemcpyBatchV2(dsts, maxes, srcs, sizes, 2, attrs, indexes, 2));
