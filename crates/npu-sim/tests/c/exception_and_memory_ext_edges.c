@@ -224,9 +224,19 @@ static int last_errors(void)
 }
 
 /* Two ranges: a short array gets the first and a count of what it holds; a repair is all or
- * nothing. */
+ * nothing; a refused query writes nothing. */
 static int memory_error_lists(void)
 {
+    /* A refused query writes nothing. */
+    aclrtMemUceInfo untouched[2];
+    memset(untouched, 0x5a, sizeof untouched);
+    size_t count = 77;
+    EXPECT(aclrtGetMemUceInfo(99, untouched, 2, &count), ACL_ERROR_RT_INVALID_DEVICEID);
+    aclrtErrorInfo verbose;
+    memset(&verbose, 0x5a, sizeof verbose);
+    EXPECT(aclrtGetErrorVerbose(99, &verbose), ACL_ERROR_RT_INVALID_DEVICEID);
+    HOLDS(count == 77 && ((unsigned char *)untouched)[0] == 0x5a &&
+          ((unsigned char *)&verbose)[0] == 0x5a);
     uint8_t *dev = NULL;
     CHECK(aclrtMalloc((void **)&dev, MIB, ACL_MEM_MALLOC_HUGE_FIRST));
     CHECK(npusimInjectMemUce(dev + 4096, 4096));

@@ -163,7 +163,11 @@ static int memory_types_and_usage(void)
     HOLDS(one == 1);
     EXPECT(aclrtGetMemUsageInfo(0, NULL, 4, &count), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtGetMemUsageInfo(0, usage, 4, NULL), ACL_ERROR_INVALID_PARAM);
+    count = 77;
+    usage[0].curMemSize = 77;
     EXPECT(aclrtGetMemUsageInfo(99, usage, 4, &count), ACL_ERROR_RT_INVALID_DEVICEID);
+    EXPECT(aclrtGetMemUsageInfo(0, usage, 0, &count), ACL_ERROR_INVALID_PARAM);
+    HOLDS(count == 77 && usage[0].curMemSize == 77);
     CHECK(aclrtReleaseMemAddress(virt));
     CHECK(aclrtFree(dev));
     (void)aclrtGetLastError(ACL_RT_THREAD_LEVEL);
