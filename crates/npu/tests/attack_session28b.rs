@@ -1,0 +1,513 @@
+//! The twenty-eighth session's second helper: the Tokio test-harness story and teardown, as a
+//! user's tests and services lean on them. Tokio runtimes of both flavours made and ended
+//! (dropped, shut down in the background, shut down with a zero timeout, dropped inside
+//! `block_on`'s return) in sequence and in parallel with device work in flight; work started on
+//! one runtime and awaited on another; `tokio_test::task::spawn` polling npu futures by hand;
+//! `tokio::time::advance` with device work in flight; `npu_op` spans under cancellation and
+//! faults; and handles dropped in every order while the device holds their work.
+//!
+//! Each test is named for the promise it attacks and asserts it, under all three strategies
+//! where a stream is involved. The file installs a process-wide subscriber before any test
+//! touches a device, and its tests take turns (the hold gate and the live counters are the
+//! simulator's, process-wide).
+
+mod common;
+#[path = "../../npu-stream/tests/common/field_text.rs"]
+mod field_text;
+
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::task::Poll;
+use std::time::Duration;
+
+use common::*;
+use field_text::{FieldText, Fields};
+use npu::error::AclCode;
+use npu::prelude::*;
+use npu::memory::DevicePoolBackend;
+use npu::sim;
+use npu::stream::Strategy;
+use npu::{Op, Stream};
+use tracing::span::{Attributes, Id};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+
+/// An `npu_op` span's messages (`completed`, `failed`), counted by its id as the span closes.
+#[derive(Default)]
+struct Spans {
+    /// Per span made: its `op` field, the messages logged in it, whether it closed.
+    made: Vec<(String, Vec<String>, bool)>,
+}
+
+/// The index of a span in [`Spans::made`], kept in the span's extensions.
+struct Index(usize);
+
+struct Recorder(Arc<Mutex<Spans>>);
+
+impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recorder {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
+        let span = ctx.span(id).unwrap();
+        if span.name() != "npu_op" {
+            return;
+        }
+        let mut fields = Fields::new();
+        attrs.record(&mut FieldText(&mut fields));
+        let op = fields.get("op").cloned().unwrap_or_default();
+        let mut spans = self.0.lock().unwrap();
+        spans.made.push((op, Vec::new(), false));
+        span.extensions_mut().insert(Index(spans.made.len() - 1));
+    }
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: LayerContext<'_, S>) {
+        let op = ctx
+            .event_span(event)
+            .and_then(|span| span.scope().find(|s| s.name() == "npu_op"));
+        let Some(op) = op else { return };
+        let Some(&Index(index)) = op.extensions().get::<Index>() else {
+            return;
+        };
+        let mut fields = Fields::new();
+        event.record(&mut FieldText(&mut fields));
+        let message = fields.get("message").cloned().unwrap_or_default();
+        self.0.lock().unwrap().made[index].1.push(message);
+    }
+    fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {
+        let span = ctx.span(&id).unwrap();
+        if let Some(&Index(index)) = span.extensions().get::<Index>() {
+            self.0.lock().unwrap().made[index].2 = true;
+        }
+    }
+}
+
+/// The process-wide record, installed before any test touches a device (a subscriber scoped
+/// to one test can miss callsites another thread registered first; attack_session26d says why).
+fn spans() -> &'static Arc<Mutex<Spans>> {
+    static SPANS: OnceLock<Arc<Mutex<Spans>>> = OnceLock::new();
+    SPANS.get_or_init(|| {
+        let spans = Arc::new(Mutex::new(Spans::default()));
+        let subscriber = tracing_subscriber::registry().with(Recorder(spans.clone()));
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        spans
+    })
+}
+
+/// This file's tests take turns: the record, the hold gate and the live counters are
+/// process-wide.
+fn turn() -> (MutexGuard<'static, ()>, Context, Context) {
+    spans();
+    exclusive(None)
+}
+
+/// What the simulator holds for device 1 and the host once everything earlier tests dropped
+/// has been released: the baseline [`within`] compares with.
+fn baseline(ctx: &Context) -> [u64; 5] {
+    live_objects(ctx)
+}
+
+/// Waits (bounded) until the simulator holds no more than `baseline` again.
+fn nothing_left(ctx: &Context, baseline: [u64; 5], what: &str) {
+    until_released(what, || within(live_objects(ctx), baseline));
+}
+
+/// A memset of `len` bytes to `value` on `stream`, of a buffer of its own.
+fn memset(stream: &Stream, len: usize, value: u8) -> Op<DeviceBuffer<u8>> {
+    let buffer = DeviceBuffer::new(stream.context(), len).unwrap();
+    stream.memset(buffer, value)
+}
+
+/// Polls `future` once with the task's waker, as `futures::poll!` does.
+async fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *future).poll(cx))).await
+}
+
+/// How a test ends a Tokio runtime with npu work in flight.
+#[derive(Debug, Clone, Copy)]
+enum End {
+    Drop,
+    Background,
+    ZeroTimeout,
+}
+
+const ENDS: [End; 3] = [End::Drop, End::Background, End::ZeroTimeout];
+
+fn end(runtime: tokio::runtime::Runtime, how: End) {
+    match how {
+        End::Drop => drop(runtime),
+        End::Background => runtime.shutdown_background(),
+        End::ZeroTimeout => runtime.shutdown_timeout(Duration::ZERO),
+    }
+}
+
+fn tokio_runtime(multi_thread: bool) -> tokio::runtime::Runtime {
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder.worker_threads(2).enable_all().build().unwrap()
+}
+
+// Promise (docs/cancellation.md, rule 5, and "a dropped Tokio runtime with work in flight
+// neither hangs nor leaks device memory"): Tokio runtimes of both flavours, made and ended in
+// sequence on four threads at once, each ended (dropped, shut down in the background, shut
+// down with a zero timeout) while its tasks await memsets the held device never starts and a
+// `block_on` returned with its operation's future dropped inside it: every end returns with
+// the device still held, and once it is released every buffer comes back and the device
+// serves a new runtime.
+#[test]
+fn tokio_runtimes_ended_in_parallel_with_held_work_neither_hang_nor_leak() {
+    let (_turn, _d0, ctx) = turn();
+    let before = baseline(&ctx);
+    let held = sim::hold(&ctx.device()).unwrap();
+    let pending = Arc::new(Mutex::new(Vec::new()));
+    std::thread::scope(|scope| {
+        for thread in 0..4 {
+            let (ctx, pending) = (&ctx, &pending);
+            scope.spawn(move || {
+                for round in 0..6 {
+                    let strategy = STRATEGIES[(thread + round) % 3];
+                    let how = ENDS[round % 3];
+                    let runtime = tokio_runtime(round % 2 == 1);
+                    let s = stream(ctx, strategy);
+                    for task in 0..3 {
+                        let op = memset(&s, 256, task);
+                        pending.lock().unwrap().push(op.completion().clone());
+                        runtime.spawn(async move { op.await.map(drop) });
+                    }
+                    // The future is dropped inside the `block_on` that returned: its memset
+                    // stays queued on the held device.
+                    let polled = runtime.block_on(async {
+                        let mut op = pin!(memset(&s, 64, 9));
+                        pending.lock().unwrap().push(op.completion().clone());
+                        poll_once(&mut op.as_mut()).await.is_pending()
+                    });
+                    assert!(polled, "the device is held");
+                    let what = format!("ending runtime {round} of thread {thread} by {how:?}");
+                    watchdog(&what, || end(runtime, how));
+                }
+            });
+        }
+    });
+    let pending = std::mem::take(&mut *pending.lock().unwrap());
+    assert!(
+        pending.iter().all(|done| !done.is_complete()),
+        "the device is still held"
+    );
+    held.release().unwrap();
+    all_completed(&pending);
+    nothing_left(&ctx, before, "the ended runtimes' memsets");
+    let s = stream(&ctx, Strategy::EventPoll);
+    let filled = run(memset(&s, 16, 4)).unwrap();
+    assert_eq!(filled.to_vec_blocking().unwrap(), [4; 16]);
+}
+
+// Promise (the harness story; rules 2 and 7): an operation, an event wait and a completion
+// wait first polled by a task of one Tokio runtime (of either flavour), that runtime then shut
+// down in the background, are awaited by a task of another runtime (of either flavour) and
+// resolve there once the device runs them, with their values whole.
+#[test]
+fn work_started_on_one_runtime_is_awaited_on_another_after_the_first_is_gone() {
+    let (_turn, _d0, ctx) = turn();
+    let before = baseline(&ctx);
+    for (i, strategy) in STRATEGIES.into_iter().enumerate() {
+        for (first, second) in [(false, true), (true, false), (true, true), (false, false)] {
+            let held = sim::hold(&ctx.device()).unwrap();
+            let s = stream(&ctx, strategy);
+            let event = Event::new(&ctx).unwrap();
+            let value = 10 + i as u8;
+            let (op, event_wait, completion_wait) = {
+                let runtime = tokio_runtime(first);
+                let (s, event) = (s.clone(), event.clone());
+                let started = runtime.block_on(async move {
+                    let task = tokio::spawn(async move {
+                        let mut op = memset(&s, 128, value);
+                        event.record(&s).unwrap();
+                        let mut event_wait = event.wait();
+                        let mut completion_wait = op.completion().wait();
+                        assert!(poll_once(&mut op).await.is_pending());
+                        assert!(poll_once(&mut event_wait).await.is_pending());
+                        assert!(poll_once(&mut completion_wait).await.is_pending());
+                        (op, event_wait, completion_wait)
+                    });
+                    task.await.unwrap()
+                });
+                watchdog("shutting the first runtime down", || {
+                    runtime.shutdown_background()
+                });
+                started
+            };
+            let runtime = tokio_runtime(second);
+            let awaited = runtime.spawn(async move {
+                let completion = completion_wait.await;
+                let event = event_wait.await;
+                (op.await.map_err(|e| e.error), event, completion)
+            });
+            held.release().unwrap();
+            // A current-thread runtime runs its tasks only inside its own `block_on`.
+            let (op, event, completion) = runtime.block_on(async {
+                let awaited = tokio::time::timeout(HANG, awaited).await;
+                awaited.expect("the moved work hung").unwrap()
+            });
+            assert_eq!(op.unwrap().to_vec_blocking().unwrap(), [value; 128]);
+            event.unwrap();
+            completion.unwrap();
+            end(runtime, End::Drop);
+        }
+    }
+    nothing_left(&ctx, before, "the moved operations");
+}
+
+// Promise (the harness story with `tokio_test::task::spawn`; rule 7, and "polling after it
+// resolved yields an error rather than a panic"): an operation, an event wait and a completion
+// wait polled by hand outside any runtime are pending on the held device, wake their task once
+// it runs, resolve on the next poll, and, polled again, the operation says it resolved already
+// (its value told once) while the waits tell their result again; one polled once and dropped,
+// and one never polled, lose nothing.
+#[test]
+fn hand_polled_npu_futures_wake_resolve_once_and_lose_nothing_when_dropped() {
+    let (_turn, _d0, ctx) = turn();
+    let before = baseline(&ctx);
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let held = sim::hold(&ctx.device()).unwrap();
+        let mut op = tokio_test::task::spawn(memset(&s, 64, 7));
+        let event = Event::new(&ctx).unwrap();
+        event.record(&s).unwrap();
+        let mut event_wait = tokio_test::task::spawn(event.wait());
+        let mut completion_wait = tokio_test::task::spawn(op.completion().wait());
+        let mut dropped = tokio_test::task::spawn(memset(&s, 64, 8));
+        let never_polled = memset(&s, 64, 9);
+        assert!(op.poll().is_pending());
+        assert!(event_wait.poll().is_pending());
+        assert!(completion_wait.poll().is_pending());
+        assert!(dropped.poll().is_pending());
+        drop(dropped);
+        drop(never_polled);
+        assert!(!op.is_woken() && !event_wait.is_woken() && !completion_wait.is_woken());
+        held.release().unwrap();
+        until_released("every hand-polled future woken", || {
+            op.is_woken() && event_wait.is_woken() && completion_wait.is_woken()
+        });
+        let Poll::Ready(Ok(buffer)) = op.poll() else {
+            panic!("the woken operation resolves")
+        };
+        assert_eq!(buffer.to_vec_blocking().unwrap(), [7; 64]);
+        let Poll::Ready(Err(again)) = op.poll() else {
+            panic!("polled again, it resolves at once")
+        };
+        assert!(again.value.is_none(), "the value was told once");
+        assert_eq!(invalid(&again.error), ("Op::poll", "self"));
+        for _ in 0..2 {
+            assert!(matches!(event_wait.poll(), Poll::Ready(Ok(()))));
+            assert!(matches!(completion_wait.poll(), Poll::Ready(Ok(()))));
+        }
+    }
+    nothing_left(&ctx, before, "the hand-polled futures");
+}
+
+// Promise (docs/observability.md, "Tests in paused time"): with device work in flight under a
+// paused clock, the clock moves only when the test moves it: `tokio::time::advance` while an
+// awaited operation is pending moves it by exactly that much (no hang, no panic), the timers it
+// passes fire (a `timeout` the test advanced past ends the wait, which loses nothing), and an
+// operation awaited afterwards still sees the clock stand still until the device is done.
+#[test]
+fn advancing_a_paused_clock_over_pending_device_work_moves_it_by_exactly_that_much() {
+    let (_turn, _d0, ctx) = turn();
+    let before = baseline(&ctx);
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let held = sim::hold(&ctx.device()).unwrap();
+        let device = ctx.device();
+        let outcome = watchdog("the paused runtime", || {
+            paused_runtime().block_on(async {
+                let start = tokio::time::Instant::now();
+                let hour = Duration::from_secs(3600);
+                let mut timed = pin!(tokio::time::timeout(hour, memset(&s, 64, 1)));
+                assert!(poll_once(&mut timed.as_mut()).await.is_pending());
+                tokio::time::advance(hour / 2).await;
+                assert!(poll_once(&mut timed.as_mut()).await.is_pending(), "half an hour in");
+                tokio::time::advance(hour).await;
+                let elapsed = timed.await;
+                assert!(elapsed.is_err(), "the test advanced past the timeout");
+                let advanced = start.elapsed();
+                // The held device is released by a blocking task: it runs only while the
+                // clock is kept, so the timer raced against the operation must not fire.
+                let release = tokio::task::spawn_blocking(move || held.release());
+                let awaited = tokio::time::timeout(hour, memset(&s, 64, 2)).await;
+                release.await.unwrap().unwrap();
+                drop(device);
+                (advanced, awaited.map(|op| op.map(|b| b.to_vec_blocking())), start.elapsed())
+            })
+        });
+        let (advanced, awaited, total) = outcome;
+        assert_eq!(advanced, Duration::from_secs(5400), "moved only by advance");
+        let filled = awaited.expect("the clock stood still").unwrap().unwrap();
+        assert_eq!(filled, [2; 64]);
+        assert_eq!(total, advanced, "the clock stood still while the device worked");
+    }
+    nothing_left(&ctx, before, "the timed-out operation");
+}
+
+/// The spans made since `from` (an index into the record): their `op` field, their messages
+/// and whether they closed.
+fn spans_since(from: usize) -> Vec<(String, Vec<String>, bool)> {
+    spans().lock().unwrap().made[from..].to_vec()
+}
+
+// Promise (docs/observability.md, "Events in the span"): each operation's span gets at most
+// one `completed` or `failed`, from the poll that resolves its future: one for each awaited
+// operation (a `failed` for a faulted one), none for one whose future was dropped before it
+// resolved (pending, or never polled, faulted or not), also when its future lost a `select!`
+// and was awaited later; and every span closes once its future is gone.
+#[test]
+fn each_operation_logs_one_outcome_only_if_awaited_and_every_span_closes() {
+    let (_turn, _d0, ctx) = turn();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let from = spans().lock().unwrap().made.len();
+        let held = sim::hold(&ctx.device()).unwrap();
+        // Tasks 1 to 6 of the stream, in order; task 4 faults.
+        let awaited = memset(&s, 64, 1);
+        let mut polled_then_dropped = memset(&s, 64, 2);
+        let never_polled = memset(&s, 64, 3);
+        sim::fail_task(&s, 1, AclCode(507015)).unwrap();
+        let faulted_dropped = memset(&s, 64, 4);
+        let mut select_loser = memset(&s, 64, 5);
+        let faulted_awaited = {
+            sim::fail_task(&s, 1, AclCode(507015)).unwrap();
+            memset(&s, 64, 6)
+        };
+        assert!(polled_once(pin!(&mut polled_then_dropped)).is_pending());
+        drop(polled_then_dropped);
+        drop(never_polled);
+        drop(faulted_dropped);
+        let outcomes = run(async {
+            let lost = tokio::select! {
+                biased;
+                _ = &mut select_loser => false,
+                _ = std::future::ready(()) => true,
+            };
+            assert!(lost, "the held memset loses");
+            held.release().unwrap();
+            let awaited = awaited.await.map(drop).map_err(|e| e.error);
+            let loser = select_loser.await.map(drop).map_err(|e| e.error);
+            let faulted = faulted_awaited.await.map(drop).map_err(|e| e.error);
+            (awaited, loser, faulted)
+        });
+        outcomes.0.unwrap();
+        outcomes.1.unwrap();
+        let fault = outcomes.2.unwrap_err();
+        assert_eq!(fault.acl_code(), Some(AclCode(507015)), "{fault}");
+        // The dropped faulted memset's failure is the stream's to report once: consumed here.
+        let reported = run(s.synchronize()).unwrap_err().error;
+        assert_eq!(reported.acl_code(), Some(AclCode(507015)), "{reported}");
+        sim::flush_releases();
+        let made = spans_since(from);
+        let memsets: Vec<_> = made
+            .iter()
+            .filter(|(op, ..)| op == "aclrtMemsetAsync")
+            .collect();
+        assert_eq!(memsets.len(), 6, "{made:?}");
+        let want: [&[&str]; 6] = [&["completed"], &[], &[], &[], &["completed"], &["failed"]];
+        for ((_, messages, closed), want) in memsets.iter().zip(want) {
+            let outcomes: Vec<_> = messages
+                .iter()
+                .filter(|m| *m == "completed" || *m == "failed")
+                .collect();
+            assert_eq!(outcomes, want, "{strategy:?}: {made:?}");
+            assert!(*closed, "{strategy:?}: a span outlived its future: {made:?}");
+        }
+    }
+}
+
+/// Handles a teardown drops, in the order a case names.
+struct Handles {
+    device: Option<Device>,
+    ctx: Option<Context>,
+    stream: Option<Stream>,
+    event: Option<Event>,
+    /// Shared with a copy whose future was dropped: the copy's clone keeps it.
+    buffer: Option<Arc<DeviceBuffer<u8>>>,
+    pool: Option<DevicePool>,
+}
+
+impl Handles {
+    /// Device 1's handles, with work of every kind queued on it once held (the returned
+    /// [`sim::Hold`]): a pooled block's memset (of a pool on `backend`), a copy from a shared
+    /// buffer and an event record, their futures dropped.
+    fn with_held_work(strategy: Strategy, backend: DevicePoolBackend) -> (Handles, sim::Hold) {
+        let device = Device::open(1).unwrap();
+        let ctx = device.primary_context().clone();
+        let s = stream(&ctx, strategy);
+        let pool = DevicePool::builder(&ctx).backend(backend).capacity(1 << 16);
+        let pool = pool.build().unwrap();
+        // Reserved first: a new stream-ordered block is awaited on the stream.
+        run(pool.reserve(&s, 1, 64)).unwrap();
+        let held = sim::hold(&device).unwrap();
+        let block = pool.try_alloc::<u8>(&s, 64).unwrap().expect("a reserved block");
+        drop(s.memset(block, 3));
+        let buffer = Arc::new(DeviceBuffer::<u8>::new(&ctx, 64).unwrap());
+        let pinned = PinnedBuffer::<u8>::new(&ctx, 64).unwrap();
+        drop(s.copy_d2h(buffer.clone(), pinned));
+        let event = Event::new(&ctx).unwrap();
+        event.record(&s).unwrap();
+        let handles = Handles {
+            device: Some(device),
+            ctx: Some(ctx),
+            stream: Some(s),
+            event: Some(event),
+            buffer: Some(buffer),
+            pool: Some(pool),
+        };
+        (handles, held)
+    }
+
+    /// Drops handle `which` (an index into the fields, in their order); the shared buffer on
+    /// another thread.
+    fn drop_one(&mut self, which: usize) {
+        match which {
+            0 => drop(self.device.take()),
+            1 => drop(self.ctx.take()),
+            2 => drop(self.stream.take()),
+            3 => drop(self.event.take()),
+            4 => {
+                let buffer = self.buffer.take();
+                std::thread::spawn(move || drop(buffer)).join().unwrap();
+            }
+            _ => drop(self.pool.take()),
+        }
+    }
+}
+
+// Promise (docs/cancellation.md, rules 2, 3 and 5): handles dropped in every order while the
+// device holds their work (the device and context handles first, the stream before the
+// buffer its copy reads, the buffer on another thread, a pool before its block's memset)
+// never wait for the device; once it is released, every allocation, event and stream is gone,
+// and the device serves a stream made again.
+#[test]
+fn handles_dropped_in_every_order_under_held_work_never_wait_and_leave_nothing() {
+    let (_turn, _d0, ctx) = turn();
+    let before = baseline(&ctx);
+    let orders: [[usize; 6]; 4] = [
+        [0, 1, 2, 3, 4, 5],
+        [2, 0, 1, 5, 3, 4],
+        [4, 5, 3, 2, 1, 0],
+        [5, 4, 2, 3, 0, 1],
+    ];
+    let backends = [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching];
+    for (strategy, backend) in STRATEGIES.into_iter().zip(backends.into_iter().cycle()) {
+        for (round, order) in orders.iter().enumerate() {
+            let (mut handles, held) = Handles::with_held_work(strategy, backend);
+            watchdog(&format!("{strategy:?}: drop order {round}"), || {
+                for &which in order {
+                    handles.drop_one(which);
+                }
+            });
+            held.release().unwrap();
+            nothing_left(&ctx, before, &format!("{strategy:?}: drop order {round}"));
+        }
+    }
+    let s = stream(&ctx, Strategy::CallbackThread);
+    assert_eq!(run(memset(&s, 8, 5)).unwrap().to_vec_blocking().unwrap(), [5; 8]);
+}
