@@ -511,3 +511,68 @@ fn handles_dropped_in_every_order_under_held_work_never_wait_and_leave_nothing()
     let s = stream(&ctx, Strategy::CallbackThread);
     assert_eq!(run(memset(&s, 8, 5)).unwrap().to_vec_blocking().unwrap(), [5; 8]);
 }
+
+// Promise (docs/observability.md, "Tests in paused time": the keeper "runs on the runtime's own
+// blocking pool"): with more futures awaiting the held device than the paused runtime has
+// blocking threads (twenty on two), every one keeps the clock with a blocking task of its
+// own, and a blocking task of the test's queued behind them (the one that releases the
+// device) still runs: the keepers hand on in slices, at the back of the pool's queue, so
+// no timeout fires and every memset completes; a paused runtime dropped with seven hundred
+// keepers on the default pool returns too.
+#[test]
+fn a_blocking_task_queued_behind_more_keepers_than_blocking_threads_still_runs() {
+    let (_turn, _d0, ctx) = turn();
+    let before = baseline(&ctx);
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let held = sim::hold(&ctx.device()).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .max_blocking_threads(2)
+            .build()
+            .unwrap();
+        let (released, in_time) = watchdog("twenty keepers on two threads", || {
+            runtime.block_on(async {
+                let hour = Duration::from_secs(3600);
+                let tasks: Vec<_> = (0..20)
+                    .map(|i| tokio::spawn(tokio::time::timeout(hour, memset(&s, 64, i))))
+                    .collect();
+                // Every task's first poll starts its keeper before the release is queued.
+                tokio::task::yield_now().await;
+                let released = tokio::task::spawn_blocking(move || held.release());
+                let released = released.await.unwrap();
+                let mut in_time = 0;
+                for (i, task) in tasks.into_iter().enumerate() {
+                    let filled = task.await.unwrap().expect("the clock stood still").unwrap();
+                    assert_eq!(filled.to_vec_blocking().unwrap(), [i as u8; 64]);
+                    in_time += 1;
+                }
+                (released, in_time)
+            })
+        });
+        released.unwrap();
+        assert_eq!(in_time, 20);
+    }
+    let s = stream(&ctx, Strategy::EventPoll);
+    let held = sim::hold(&ctx.device()).unwrap();
+    let runtime = paused_runtime();
+    let pending: Vec<_> = runtime.block_on(async {
+        let hour = Duration::from_secs(3600);
+        let pending = (0..700).map(|i| {
+            let op = memset(&s, 64, i as u8);
+            let done = op.completion().clone();
+            tokio::spawn(tokio::time::timeout(hour, op));
+            done
+        });
+        let pending = pending.collect();
+        tokio::task::yield_now().await;
+        pending
+    });
+    watchdog("dropping seven hundred keepers", || drop(runtime));
+    held.release().unwrap();
+    all_completed(&pending);
+    // The context's event pool keeps the burst's completion events while its streams live.
+    drop(s);
+    nothing_left(&ctx, before, "the keepers' memsets");
+}

@@ -15,6 +15,7 @@ use crate::server::Server;
 use crate::state::AppState;
 
 mod attack_session26;
+mod attack_session28b;
 mod bodies;
 mod clients_gone;
 mod connection_limit;
