@@ -403,21 +403,59 @@ fn each_operation_logs_one_outcome_only_if_awaited_and_every_span_closes() {
         let reported = run(s.synchronize()).unwrap_err().error;
         assert_eq!(reported.acl_code(), Some(AclCode(507015)), "{reported}");
         sim::flush_releases();
-        let made = spans_since(from);
-        let memsets: Vec<_> = made
-            .iter()
-            .filter(|(op, ..)| op == "aclrtMemsetAsync")
-            .collect();
-        assert_eq!(memsets.len(), 6, "{made:?}");
         let want: [&[&str]; 6] = [&["completed"], &[], &[], &[], &["completed"], &["failed"]];
-        for ((_, messages, closed), want) in memsets.iter().zip(want) {
-            let outcomes: Vec<_> = messages
-                .iter()
-                .filter(|m| *m == "completed" || *m == "failed")
-                .collect();
-            assert_eq!(outcomes, want, "{strategy:?}: {made:?}");
-            assert!(*closed, "{strategy:?}: a span outlived its future: {made:?}");
+        assert_outcomes(from, "aclrtMemsetAsync", &want, strategy);
+        // A copy refused before submission (lengths differ) resolves with one `failed`; a
+        // pool's stream-ordered allocation awaited logs one `completed`, and one whose
+        // `alloc` future was dropped while the held device queued it logs nothing, its span
+        // closing once the pool is done with it.
+        let from = spans().lock().unwrap().made.len();
+        let pool = DevicePool::builder(&ctx)
+            .backend(DevicePoolBackend::RuntimePool)
+            .capacity(1 << 20)
+            .build()
+            .unwrap();
+        let held = sim::hold(&ctx.device()).unwrap();
+        {
+            let mut dropped_alloc = pin!(pool.alloc::<u8>(&s, 4096));
+            assert!(polled_once(dropped_alloc.as_mut()).is_pending());
         }
+        held.release().unwrap();
+        let (refused, allocated) = run(async {
+            let src = PinnedBuffer::<u8>::new(&ctx, 16).unwrap();
+            let dst = DeviceBuffer::<u8>::new(&ctx, 32).unwrap();
+            let refused = s.copy_h2d(src, dst).await.map(drop);
+            (refused, pool.alloc::<u8>(&s, 8192).await.map(drop))
+        });
+        assert!(refused.is_err(), "lengths differ");
+        allocated.unwrap();
+        drop(pool);
+        until_released("the pool's spans closed", || {
+            spans_since(from).iter().all(|(.., closed)| *closed)
+        });
+        assert_outcomes(from, "aclrtMemcpyAsync", &[&["failed"]], strategy);
+        assert_outcomes(
+            from,
+            "aclrtMemPoolMallocAsync",
+            &[&[], &["completed"]],
+            strategy,
+        );
+    }
+}
+
+/// Checks the spans of `op` made since `from`: as many as `want`, each closed, with the
+/// outcomes (`completed`, `failed`) `want` lists for it, in the order they were made.
+fn assert_outcomes(from: usize, op: &str, want: &[&[&str]], strategy: Strategy) {
+    let made = spans_since(from);
+    let of_op: Vec<_> = made.iter().filter(|(name, ..)| name == op).collect();
+    assert_eq!(of_op.len(), want.len(), "{strategy:?}: {op}: {made:?}");
+    for ((_, messages, closed), want) in of_op.iter().zip(want) {
+        let outcomes: Vec<_> = messages
+            .iter()
+            .filter(|m| *m == "completed" || *m == "failed")
+            .collect();
+        assert_eq!(&outcomes, want, "{strategy:?}: {op}: {made:?}");
+        assert!(*closed, "{strategy:?}: a span outlived its future: {made:?}");
     }
 }
 
