@@ -24,8 +24,8 @@ use std::time::Duration;
 use common::*;
 use field_text::{FieldText, Fields};
 use npu::error::AclCode;
-use npu::prelude::*;
 use npu::memory::DevicePoolBackend;
+use npu::prelude::*;
 use npu::sim;
 use npu::stream::Strategy;
 use npu::{Op, Stream};
@@ -326,7 +326,10 @@ fn advancing_a_paused_clock_over_pending_device_work_moves_it_by_exactly_that_mu
                 let mut timed = pin!(tokio::time::timeout(hour, memset(&s, 64, 1)));
                 assert!(poll_once(&mut timed.as_mut()).await.is_pending());
                 tokio::time::advance(hour / 2).await;
-                assert!(poll_once(&mut timed.as_mut()).await.is_pending(), "half an hour in");
+                assert!(
+                    poll_once(&mut timed.as_mut()).await.is_pending(),
+                    "half an hour in"
+                );
                 tokio::time::advance(hour).await;
                 let elapsed = timed.await;
                 assert!(elapsed.is_err(), "the test advanced past the timeout");
@@ -337,14 +340,21 @@ fn advancing_a_paused_clock_over_pending_device_work_moves_it_by_exactly_that_mu
                 let awaited = tokio::time::timeout(hour, memset(&s, 64, 2)).await;
                 release.await.unwrap().unwrap();
                 drop(device);
-                (advanced, awaited.map(|op| op.map(|b| b.to_vec_blocking())), start.elapsed())
+                (
+                    advanced,
+                    awaited.map(|op| op.map(|b| b.to_vec_blocking())),
+                    start.elapsed(),
+                )
             })
         });
         let (advanced, awaited, total) = outcome;
         assert_eq!(advanced, Duration::from_secs(5400), "moved only by advance");
         let filled = awaited.expect("the clock stood still").unwrap().unwrap();
         assert_eq!(filled, [2; 64]);
-        assert_eq!(total, advanced, "the clock stood still while the device worked");
+        assert_eq!(
+            total, advanced,
+            "the clock stood still while the device worked"
+        );
     }
     nothing_left(&ctx, before, "the timed-out operation");
 }
@@ -455,7 +465,10 @@ fn assert_outcomes(from: usize, op: &str, want: &[&[&str]], strategy: Strategy) 
             .filter(|m| *m == "completed" || *m == "failed")
             .collect();
         assert_eq!(&outcomes, want, "{strategy:?}: {op}: {made:?}");
-        assert!(*closed, "{strategy:?}: a span outlived its future: {made:?}");
+        assert!(
+            *closed,
+            "{strategy:?}: a span outlived its future: {made:?}"
+        );
     }
 }
 
@@ -483,7 +496,10 @@ impl Handles {
         // Reserved first: a new stream-ordered block is awaited on the stream.
         run(pool.reserve(&s, 1, 64)).unwrap();
         let held = sim::hold(&device).unwrap();
-        let block = pool.try_alloc::<u8>(&s, 64).unwrap().expect("a reserved block");
+        let block = pool
+            .try_alloc::<u8>(&s, 64)
+            .unwrap()
+            .expect("a reserved block");
         drop(s.memset(block, 3));
         let buffer = Arc::new(DeviceBuffer::<u8>::new(&ctx, 64).unwrap());
         let pinned = PinnedBuffer::<u8>::new(&ctx, 64).unwrap();
@@ -547,7 +563,10 @@ fn handles_dropped_in_every_order_under_held_work_never_wait_and_leave_nothing()
         }
     }
     let s = stream(&ctx, Strategy::CallbackThread);
-    assert_eq!(run(memset(&s, 8, 5)).unwrap().to_vec_blocking().unwrap(), [5; 8]);
+    assert_eq!(
+        run(memset(&s, 8, 5)).unwrap().to_vec_blocking().unwrap(),
+        [5; 8]
+    );
 }
 
 // Promise (docs/observability.md, "Tests in paused time": the keeper "runs on the runtime's own

@@ -2,7 +2,7 @@
 //! dropped at every one of its await points, and a request given up on whose device work then
 //! faults.
 
-use std::pin::pin;
+use std::sync::Arc;
 use std::task::Poll;
 
 use super::*;
@@ -76,7 +76,11 @@ async fn a_request_given_up_on_whose_work_faults_is_cancelled_once_and_the_next_
         server.state.stats()["requests"]["cancelled"] == 1
     })
     .await;
-    assert_eq!(server.state.requests.in_flight(), 0, "the slot is back at once");
+    assert_eq!(
+        server.state.requests.in_flight(),
+        0,
+        "the slot is back at once"
+    );
     held.release().unwrap();
     until_pools_idle(&server.state).await;
     let (status, body) = post(&server, GOOD).await;
@@ -88,13 +92,73 @@ async fn a_request_given_up_on_whose_work_faults_is_cancelled_once_and_the_next_
     assert_eq!(requests["received"], 2, "{stats}");
     assert_eq!(requests["cancelled"], 1, "{stats}");
     assert_eq!(requests["served"], 1, "{stats}");
-    assert_eq!(requests["failed"], 0, "the fault struck no answered request: {stats}");
+    assert_eq!(
+        requests["failed"], 0,
+        "the fault struck no answered request: {stats}"
+    );
     server.stop().await.unwrap();
 }
 
-#[allow(dead_code, reason = "pins the run's future type as `Send`, as a handler's must be")]
-fn the_run_is_send(state: &AppState) {
-    fn send<F: Future + Send>(_: F) {}
-    send(state.model.run(&[]));
-    let _ = pin!(async {});
+/// Device 1's live allocations once every deferred release has run.
+#[cfg(feature = "sim")]
+fn live_on_device_one() -> u64 {
+    npu::sim::flush_releases();
+    let device = npu::Device::open(1).unwrap();
+    npu::sim::device_stats(&device).unwrap().live_allocations
+}
+
+// Promise (docs/cancellation.md, rule 5, and "a dropped Tokio runtime with work in flight
+// neither hangs nor leaks device memory"), for the serving path's state: a model loaded on
+// one current-thread runtime, that runtime dropped, serves on a multi-thread one; runs left
+// pending on the held device by a third runtime shut down in the background, the model then
+// dropped (its pools and streams with them) with the device still held, never wait for the
+// device; once it is released, every allocation of the model is gone.
+#[cfg(feature = "sim")]
+#[test]
+fn a_model_outlives_its_loading_runtime_and_drops_with_runs_in_flight_leaking_nothing() {
+    let _device = DEVICE_ONE.blocking_lock();
+    let before = live_on_device_one();
+    let loading = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let state = Arc::new(loading.block_on(AppState::new(on_device_one(2))).unwrap());
+    drop(loading);
+    let serving = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (_, output) = serving.block_on(run_for(&state, usize::MAX));
+    assert_eq!(output.unwrap(), GOOD_ANSWER);
+    let device = npu::Device::open(1).unwrap();
+    let held = npu::sim::hold(&device).unwrap();
+    let abandoning = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    abandoning.block_on(async {
+        for _ in 0..2 {
+            let state = state.clone();
+            tokio::spawn(async move { state.model.run(&[1.0, 2.0, 3.0, 4.0]).await.is_ok() });
+        }
+        until("both runs on the held device", || {
+            let stats = state.stats();
+            stats["device_pool"]["allocated_bytes"] != 0 && stats["pool"]["allocated_bytes"] != 0
+        })
+        .await;
+    });
+    abandoning.shutdown_background();
+    // Dropped off this thread, bounded: the model's drop must not wait for the held device.
+    let (dropped, gone) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(state);
+        dropped.send(()).unwrap();
+    });
+    gone.recv_timeout(PATIENCE)
+        .expect("dropping the model waited for the held device");
+    held.release().unwrap();
+    serving.block_on(until("the model's memory freed", || {
+        live_on_device_one() <= before
+    }));
 }
