@@ -633,3 +633,126 @@ fn a_blocking_task_queued_behind_more_keepers_than_blocking_threads_still_runs()
     drop(s);
     nothing_left(&ctx, before, "the keepers' memsets");
 }
+
+/// npusim/control.h's device statistics, as the cdylib fills them in.
+#[repr(C)]
+#[derive(Debug, Default)]
+struct CdylibDeviceStats {
+    bytes_allocated: u64,
+    live_allocations: u64,
+    live_streams: u64,
+    live_events: u64,
+    capacity: u64,
+    lost: i32,
+    reserved: i32,
+}
+
+/// The controls of the cdylib an [`OwnRuntime`] loads (which `npu::sim` does not reach): its
+/// hold gate and its device statistics, through npusim/control.h's C functions.
+struct CdylibControls {
+    hold: unsafe extern "C" fn(i32) -> i32,
+    release: unsafe extern "C" fn(i32) -> i32,
+    stats: unsafe extern "C" fn(i32, *mut CdylibDeviceStats) -> i32,
+}
+
+impl CdylibControls {
+    /// The controls of the library loaded already (a runtime of it must be alive).
+    fn of_the_loaded_library() -> CdylibControls {
+        let exe = std::env::current_exe().unwrap();
+        let path = exe.parent().unwrap().join("libascendcl.so");
+        let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path; RTLD_NOLOAD only looks the library up. The handle's
+        // reference is kept for the process's life, so the symbols stay valid.
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        assert!(!handle.is_null(), "the cdylib is loaded");
+        let symbol = |name: &std::ffi::CStr| {
+            // SAFETY: a live handle and a NUL-terminated name.
+            let symbol = unsafe { libc::dlsym(handle, name.as_ptr()) };
+            assert!(!symbol.is_null(), "{name:?} is exported");
+            symbol
+        };
+        // SAFETY: npusim/control.h declares these with exactly these signatures.
+        unsafe {
+            CdylibControls {
+                hold: std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn(i32) -> i32>(
+                    symbol(c"npusimHold"),
+                ),
+                release: std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn(i32) -> i32>(
+                    symbol(c"npusimRelease"),
+                ),
+                stats: std::mem::transmute::<
+                    *mut libc::c_void,
+                    unsafe extern "C" fn(i32, *mut CdylibDeviceStats) -> i32,
+                >(symbol(c"npusimGetDeviceStats")),
+            }
+        }
+    }
+
+    fn hold(&self, device: i32) {
+        // SAFETY: takes a device id; no pointer.
+        assert_eq!(unsafe { (self.hold)(device) }, 0);
+    }
+
+    fn release(&self, device: i32) {
+        // SAFETY: takes a device id; no pointer.
+        assert_eq!(unsafe { (self.release)(device) }, 0);
+    }
+
+    fn stats(&self, device: i32) -> CdylibDeviceStats {
+        let mut stats = CdylibDeviceStats::default();
+        // SAFETY: `stats` is a valid out-pointer of the C layout.
+        assert_eq!(unsafe { (self.stats)(device, &mut stats) }, 0);
+        stats
+    }
+}
+
+// Promise ("a dropped npu `Runtime` with work in flight neither hangs nor leaks device memory
+// indefinitely"; docs/ascend.md's teardown): a runtime of its own (npu-sim's cdylib) whose
+// device is held (through the cdylib's own controls) with work queued under every strategy
+// (memsets whose futures were dropped, one awaited by a task of a Tokio runtime shut down
+// meanwhile, a pool's block, an event record), every handle of it then dropped, the runtime
+// last: no drop waits for the device; once it is released, nothing of it is left on the
+// device and ACL is finalised, and the library serves a runtime built again.
+#[test]
+fn a_runtime_of_its_own_dropped_with_held_work_never_waits_and_leaves_nothing() {
+    let (_turn, _d0, _d1) = turn();
+    let own = OwnRuntime::new("attack28b");
+    for strategy in STRATEGIES {
+        let runtime = own.build();
+        let controls = CdylibControls::of_the_loaded_library();
+        let ctx = runtime.device(0).unwrap().primary_context().clone();
+        let s = stream(&ctx, strategy);
+        let pool = DevicePool::builder(&ctx).capacity(1 << 16).build().unwrap();
+        run(pool.reserve(&s, 1, 64)).unwrap();
+        controls.hold(0);
+        let tokio = tokio_runtime(true);
+        let awaited = tokio.spawn(memset(&s, 64, 1));
+        let block = pool
+            .try_alloc::<u8>(&s, 64)
+            .unwrap()
+            .expect("a reserved block");
+        drop(s.memset(block, 2));
+        drop(memset(&s, 4096, 3));
+        let event = Event::new(&ctx).unwrap();
+        event.record(&s).unwrap();
+        watchdog(&format!("{strategy:?}: dropping everything"), || {
+            tokio.shutdown_background();
+            drop(awaited);
+            drop((event, pool, s, ctx, runtime));
+        });
+        controls.release(0);
+        own.when_finalised(&format!("{strategy:?}"), |applied| {
+            let stats = controls.stats(0);
+            assert_eq!(
+                (stats.live_allocations, stats.live_events),
+                (0, 0),
+                "{strategy:?}: the pool's block, the memsets' buffers and the events are gone \
+                 once ACL is finalised: {stats:?}"
+            );
+            let ctx = applied.device(0).unwrap().primary_context().clone();
+            let set =
+                run(stream(&ctx, strategy).memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 4));
+            assert_eq!(set.unwrap().to_vec_blocking().unwrap(), [4; 8]);
+        });
+    }
+}

@@ -2,16 +2,24 @@
 //! docs/ascend.md's teardown promise: once everything of it is dropped, ACL is finalised, and
 //! the runtime may be built again.
 
+use std::cell::Cell;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use npu::sim;
 
-/// The library and an (empty) ACL configuration file. A runtime still initialised refuses the
-/// file (it names `acl_config`), so a runtime built with it says ACL was finalised.
+/// The library and (empty) ACL configuration files, a new one for each look. A runtime still
+/// initialised refuses a file other than the one it was initialised with (it names
+/// `acl_config`), so a runtime built with a new one says ACL was finalised. The file must be
+/// new each time: the runtime a look builds is initialised with its file, and a runtime of the
+/// same library built after it (without a file) joins that initialisation, which then accepts
+/// the same file again without having been finalised.
 pub(crate) struct OwnRuntime {
     library: PathBuf,
+    /// The looks' files are named after it.
     config: PathBuf,
+    /// Looks taken so far: the next look's file is numbered after them.
+    looks: Cell<u32>,
 }
 
 impl OwnRuntime {
@@ -21,8 +29,11 @@ impl OwnRuntime {
         let library = exe.parent().unwrap().join("libascendcl.so");
         let file = format!("npu-{name}-{}.json", std::process::id());
         let config = std::env::temp_dir().join(file);
-        std::fs::write(&config, "{}").unwrap();
-        OwnRuntime { library, config }
+        OwnRuntime {
+            library,
+            config,
+            looks: Cell::new(0),
+        }
     }
 
     fn builder(&self) -> npu::runtime::RuntimeBuilder {
@@ -36,14 +47,20 @@ impl OwnRuntime {
     }
 
     /// Once every deferred release has run and the shared threads have let go (at their next
-    /// quiet moment), a runtime built with the configuration file, handed to `check`; panics
-    /// naming `what` if ACL is still initialised after a minute (the bound only catches a
-    /// hang: a shared thread keeping a handle of the dropped runtime).
+    /// quiet moment), a runtime built with a configuration file no earlier look used, handed
+    /// to `check`; panics naming `what` if ACL is still initialised after a minute (the bound
+    /// only catches a hang: a shared thread keeping a handle of the dropped runtime).
     pub(crate) fn when_finalised(&self, what: &str, check: impl FnOnce(npu::Runtime)) {
+        self.looks.set(self.looks.get() + 1);
+        let config = self
+            .config
+            .with_extension(format!("{}.json", self.looks.get()));
+        std::fs::write(&config, "{}").unwrap();
+        let _removed = Removed(config.clone());
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             sim::flush_releases();
-            match self.builder().acl_config(&self.config).build() {
+            match self.builder().acl_config(&config).build() {
                 Ok(applied) => return check(applied),
                 Err(err) if Instant::now() > deadline => {
                     panic!("{what}: ACL was never finalised: {err}")
@@ -54,8 +71,11 @@ impl OwnRuntime {
     }
 }
 
-impl Drop for OwnRuntime {
+/// Removes a configuration file when dropped.
+struct Removed(PathBuf);
+
+impl Drop for Removed {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.config);
+        let _ = std::fs::remove_file(&self.0);
     }
 }
