@@ -653,6 +653,7 @@ struct CdylibControls {
     hold: unsafe extern "C" fn(i32) -> i32,
     release: unsafe extern "C" fn(i32) -> i32,
     stats: unsafe extern "C" fn(i32, *mut CdylibDeviceStats) -> i32,
+    lose: unsafe extern "C" fn(i32) -> i32,
 }
 
 impl CdylibControls {
@@ -684,6 +685,9 @@ impl CdylibControls {
                     *mut libc::c_void,
                     unsafe extern "C" fn(i32, *mut CdylibDeviceStats) -> i32,
                 >(symbol(c"npusimGetDeviceStats")),
+                lose: std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn(i32) -> i32>(
+                    symbol(c"npusimLoseDevice"),
+                ),
             }
         }
     }
@@ -696,6 +700,11 @@ impl CdylibControls {
     fn release(&self, device: i32) {
         // SAFETY: takes a device id; no pointer.
         assert_eq!(unsafe { (self.release)(device) }, 0);
+    }
+
+    fn lose(&self, device: i32) {
+        // SAFETY: takes a device id; no pointer.
+        assert_eq!(unsafe { (self.lose)(device) }, 0);
     }
 
     fn stats(&self, device: i32) -> CdylibDeviceStats {
@@ -755,4 +764,61 @@ fn a_runtime_of_its_own_dropped_with_held_work_never_waits_and_leaves_nothing() 
             assert_eq!(set.unwrap().to_vec_blocking().unwrap(), [4; 8]);
         });
     }
+}
+
+// Promise (rules 3 and 5, and docs/ascend.md's teardown, with the device lost): a runtime of
+// its own whose device 1 (the cdylib's, which no other test uses) is lost while held, with
+// work queued on streams of every strategy (a caching pool's block, memsets, one awaited by a
+// Tokio task, an event record), everything dropped: the awaited memset fails with the loss,
+// no drop waits, every allocation and event is gone once ACL is finalised.
+#[test]
+fn a_runtime_of_its_own_whose_device_is_lost_under_held_work_is_finalised_leaving_nothing() {
+    let (_turn, _d0, _d1) = turn();
+    let own = OwnRuntime::new("attack28b-lost");
+    let runtime = own.build();
+    let controls = CdylibControls::of_the_loaded_library();
+    let ctx = runtime.device(1).unwrap().primary_context().clone();
+    controls.hold(1);
+    let tokio = tokio_runtime(true);
+    let mut awaited = Vec::new();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let pool = DevicePool::builder(&ctx)
+            .backend(DevicePoolBackend::Caching)
+            .capacity(1 << 16)
+            .build()
+            .unwrap();
+        let block = pool.try_alloc::<u8>(&s, 64).unwrap().expect("a new block");
+        drop(s.memset(block, 2));
+        awaited.push(tokio.spawn(memset(&s, 64, 1)));
+        drop(memset(&s, 4096, 3));
+        let event = Event::new(&ctx).unwrap();
+        event.record(&s).unwrap();
+        drop((event, pool, s));
+    }
+    controls.lose(1);
+    controls.release(1);
+    let failures = tokio.block_on(async {
+        let mut failures = Vec::new();
+        for task in awaited {
+            let awaited = tokio::time::timeout(HANG, task).await.expect("hung");
+            failures.push(awaited.unwrap().map(drop).unwrap_err().error);
+        }
+        failures
+    });
+    for failure in failures {
+        assert_eq!(failure.acl_code(), Some(AclCode(507010)), "{failure}");
+    }
+    watchdog("dropping everything of the lost device", || {
+        tokio.shutdown_background();
+        drop((ctx, runtime));
+    });
+    own.when_finalised("the lost device's runtime", |_| {
+        let stats = controls.stats(1);
+        assert_eq!(
+            (stats.live_allocations, stats.live_events),
+            (0, 0),
+            "{stats:?}"
+        );
+    });
 }
