@@ -2,6 +2,7 @@
 
 use std::cell::RefCell;
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -37,7 +38,8 @@ pub struct Context {
 }
 
 pub(crate) struct ContextInner {
-    runtime: Runtime,
+    /// Taken out only by the drop, which hands it to the context's release.
+    runtime: ManuallyDrop<Runtime>,
     device_id: i32,
     handle: ffi::aclrtContext,
     /// Process-unique, never reused: thread caches compare ids, never handles, because ACL
@@ -115,7 +117,7 @@ impl Context {
                 return Err(err);
             }
             let inner = Arc::new(ContextInner {
-                runtime: runtime.clone(),
+                runtime: ManuallyDrop::new(runtime.clone()),
                 device_id,
                 handle,
                 id: next_context_id(),
@@ -131,12 +133,12 @@ impl Context {
     /// Creates an explicit context on `device` (`aclrtCreateContext`).
     pub(crate) fn create(device: &Device) -> Result<Context> {
         let primary = device.primary_context().inner.clone();
-        let runtime = &primary.runtime;
+        let runtime: &Runtime = &primary.runtime;
         let mut handle: ffi::aclrtContext = std::ptr::null_mut();
         // SAFETY: `handle` is a valid out-pointer; ACL validates the device id.
         unsafe { crate::acl_call!(runtime, aclrtCreateContext(&mut handle, primary.device_id)) }?;
         let inner = Arc::new(ContextInner {
-            runtime: runtime.clone(),
+            runtime: ManuallyDrop::new(runtime.clone()),
             device_id: primary.device_id,
             handle,
             id: next_context_id(),
@@ -343,11 +345,44 @@ impl Context {
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
-        let runtime = &self.runtime;
-        let library = runtime.library_id();
+        let library = self.runtime.library_id();
         if bound(library) == Some(self.id) {
             set_bound(library, None);
         }
+        // SAFETY: taken once, here, as the context goes; nothing reads the field after it.
+        let runtime = unsafe { ManuallyDrop::take(&mut self.runtime) };
+        let release = Release {
+            runtime,
+            device_id: self.device_id,
+            handle: self.handle,
+            primary: self.primary.take(),
+        };
+        // The last context of a device (and often of its runtime) goes with the last object
+        // made in it, which a deferred release drops on the reaper. Resetting the device waits
+        // for work still queued in it, and finalising ACL after it takes up to 2 s while the
+        // device's logs reach the host (and runs the finalize callbacks of every component):
+        // neither may hold up the reaper, which runs every release of the process.
+        crate::reaper::off_the_reaper(move || release.run());
+    }
+}
+
+/// What releasing a context needs, moved off the thread that dropped it when that is the
+/// reaper: the runtime and, for an explicit context, the primary context, are dropped after
+/// the ACL call, so that ACL is finalised (and the primary reset) only after it.
+struct Release {
+    runtime: Runtime,
+    device_id: i32,
+    handle: ffi::aclrtContext,
+    primary: Option<Arc<ContextInner>>,
+}
+
+// SAFETY: an aclrtContext is an opaque handle that ACL allows any thread to use; the rest is
+// `Send`.
+unsafe impl Send for Release {}
+
+impl Release {
+    fn run(self) {
+        let runtime = &self.runtime;
         let result = match self.primary {
             None => {
                 // Only tidying: a dead entry is replaced when the device is next opened, so a

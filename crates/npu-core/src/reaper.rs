@@ -58,6 +58,34 @@ pub(crate) fn run_later(actions: Vec<Action>) {
     rejected.into_iter().for_each(run);
 }
 
+/// Runs `teardown` here, unless this is the reaper: then on a thread of its own
+/// (`npu-teardown`), so that a teardown that may wait (resetting a device, finalising ACL)
+/// holds up no release of the process. Inline if that thread cannot be started.
+pub(crate) fn off_the_reaper(teardown: impl FnOnce() + Send + 'static) {
+    if !ON_REAPER.with(std::cell::Cell::get) {
+        return teardown();
+    }
+    // Shared with the thread, so that a refused spawn (which drops its closure) leaves the
+    // teardown here to run.
+    let shared = std::sync::Arc::new(std::sync::Mutex::new(Some(teardown)));
+    let theirs = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name("npu-teardown".into())
+        .spawn(move || {
+            let teardown = theirs.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(teardown) = teardown {
+                teardown();
+            }
+        });
+    if let Err(err) = spawned {
+        crate::log!(warn, %err, "cannot start a teardown thread; tearing down on the reaper");
+        let teardown = shared.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(teardown) = teardown {
+            teardown();
+        }
+    }
+}
+
 /// Runs `release` on the reaper thread: for dropping something from a thread that must not
 /// make ACL calls (a completer, the reactor), such as a stream whose work is all done.
 ///

@@ -279,34 +279,39 @@ fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<
 
 impl Drop for RuntimeInner {
     fn drop(&mut self) {
-        let mut users = self
-            .loaded
-            .init_users
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let _finalising = Raised::raise(&INITIALISING);
-        users.count -= 1;
-        if users.count > 0 || crate::fork::forked() {
-            // In a forked child ACL is not ours to finalise: it was the parent's, and it does
-            // not survive the fork.
-            return;
-        }
-        let api = &self.loaded.api;
-        // aclFinalize drops every reference at once, so prefer releasing only ours.
-        let code = match api.aclFinalizeReference {
-            // SAFETY: a NULL count pointer is allowed; ACL was initialised by `acquire`.
-            Some(finalize_reference) => unsafe { finalize_reference(std::ptr::null_mut()) },
-            // ACL was initialised by another component of the process before us: finalising
-            // it would pull it from under that component, which finalises it itself.
-            None if users.borrowed => ffi::ACL_SUCCESS,
-            // SAFETY: ACL was initialised by `acquire` and nothing of ours still uses it.
-            None => unsafe { (api.aclFinalize)() },
-        };
-        if code != ffi::ACL_SUCCESS {
-            // Taken off this thread whatever happens, as for every failure npu-rs reports.
-            let message = recent_message(self.loaded).unwrap_or_default();
-            crate::log!(warn, code = %AclCode(code), message, "finalising AscendCL failed");
-        }
+        let loaded = self.loaded;
+        // Finalising takes up to 2 s while the device's logs reach the host, and runs every
+        // component's finalize callbacks: never on the reaper, where the last object of a
+        // runtime is often released.
+        crate::reaper::off_the_reaper(move || release_reference(loaded));
+    }
+}
+
+/// Drops one `aclInit` reference of `loaded`, finalising ACL with the last.
+fn release_reference(loaded: &'static Loaded) {
+    let mut users = loaded.init_users.lock().unwrap_or_else(|e| e.into_inner());
+    let _finalising = Raised::raise(&INITIALISING);
+    users.count -= 1;
+    if users.count > 0 || crate::fork::forked() {
+        // In a forked child ACL is not ours to finalise: it was the parent's, and it does
+        // not survive the fork.
+        return;
+    }
+    let api = &loaded.api;
+    // aclFinalize drops every reference at once, so prefer releasing only ours.
+    let code = match api.aclFinalizeReference {
+        // SAFETY: a NULL count pointer is allowed; ACL was initialised by `acquire`.
+        Some(finalize_reference) => unsafe { finalize_reference(std::ptr::null_mut()) },
+        // ACL was initialised by another component of the process before us: finalising
+        // it would pull it from under that component, which finalises it itself.
+        None if users.borrowed => ffi::ACL_SUCCESS,
+        // SAFETY: ACL was initialised by `acquire` and nothing of ours still uses it.
+        None => unsafe { (api.aclFinalize)() },
+    };
+    if code != ffi::ACL_SUCCESS {
+        // Taken off this thread whatever happens, as for every failure npu-rs reports.
+        let message = recent_message(loaded).unwrap_or_default();
+        crate::log!(warn, code = %AclCode(code), message, "finalising AscendCL failed");
     }
 }
 
