@@ -50,6 +50,33 @@ pub(crate) struct Record {
     /// event's current record when its stream queues it ([`Record::queued`]), before the
     /// worker can reach a reset of the same execution.
     replayed: bool,
+    /// The event's hardware event, held until the record completes or is dropped: the
+    /// reference frees an event destroyed before its record completed only once it completes.
+    hardware: Mutex<Option<Arc<HardwareEvent>>>,
+}
+
+/// One of a device's [`MAX_EVENTS_PER_DEVICE`] hardware events, given back when the last
+/// holder (its event, or a record of it not completed yet) lets it go.
+pub(crate) struct HardwareEvent(Arc<Device>);
+
+impl HardwareEvent {
+    /// Takes one of `device`'s hardware events (ACL_ERROR_RT_NO_EVENT_RESOURCE when none is
+    /// left).
+    fn take(device: &Arc<Device>) -> Res<Arc<Self>> {
+        device.take_slot(
+            &device.hardware_events,
+            MAX_EVENTS_PER_DEVICE,
+            ACL_ERROR_RT_NO_EVENT_RESOURCE,
+            "events with ACL_EVENT_SYNC or ACL_EVENT_EXTERNAL",
+        )?;
+        Ok(Arc::new(Self(device.clone())))
+    }
+}
+
+impl Drop for HardwareEvent {
+    fn drop(&mut self) {
+        self.0.hardware_events.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -82,6 +109,7 @@ impl Record {
             shared: OnceLock::new(),
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             replayed,
+            hardware: Mutex::new(event.and_then(|event| event.hardware.clone())),
         }
     }
 
@@ -171,6 +199,7 @@ impl Record {
         if let Some((shared, n)) = self.shared.get() {
             shared.complete(*n);
         }
+        drop(lock(&self.hardware).take());
     }
 
     /// Whether the record completed or was dropped.
@@ -185,6 +214,7 @@ impl Record {
         if let Some((shared, n)) = self.shared.get() {
             shared.drop_record(*n);
         }
+        drop(lock(&self.hardware).take());
     }
 
     /// Why this record will never complete, if that is known: its stream dropped it, its
@@ -267,6 +297,9 @@ pub(crate) struct Event {
     /// One more reference for each wait task on the event (aclrtStreamWaitEvent) still in its
     /// stream: the task drops it before it counts as finished (aclrtQueryEventWaitStatus).
     waits: Arc<()>,
+    /// The hardware event it holds (waitable legacy and EXTERNAL events), shared with its
+    /// records not completed yet.
+    hardware: Option<Arc<HardwareEvent>>,
 }
 
 /// Where the latest record of an event is, for a wait, sync or query.
@@ -287,14 +320,10 @@ impl Event {
     /// says its creation is not limited by the hardware (its SYNC resource is taken by each
     /// record, which the simulator does not count).
     pub(crate) fn new(device: Arc<Device>, flags: u32, ex: bool) -> Res<Self> {
-        if holds_hardware_event(flags, ex) {
-            device.take_slot(
-                &device.hardware_events,
-                MAX_EVENTS_PER_DEVICE,
-                ACL_ERROR_RT_NO_EVENT_RESOURCE,
-                "events with ACL_EVENT_SYNC or ACL_EVENT_EXTERNAL",
-            )?;
-        }
+        let hardware = match holds_hardware_event(flags, ex) {
+            true => Some(HardwareEvent::take(&device)?),
+            false => None,
+        };
         device.live_events.fetch_add(1, Ordering::Relaxed);
         Ok(Self {
             id: device.next_event_id.fetch_add(1, Ordering::Relaxed),
@@ -307,6 +336,7 @@ impl Event {
             shared: OnceLock::new(),
             key: OnceLock::new(),
             waits: Arc::new(()),
+            hardware,
         })
     }
 
@@ -408,9 +438,6 @@ impl Event {
 impl Drop for Event {
     fn drop(&mut self) {
         self.device.live_events.fetch_sub(1, Ordering::Relaxed);
-        if holds_hardware_event(self.flags, self.ex) {
-            self.device.hardware_events.fetch_sub(1, Ordering::AcqRel);
-        }
     }
 }
 
