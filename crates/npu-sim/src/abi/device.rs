@@ -165,7 +165,8 @@ pub unsafe extern "C" fn aclrtGetDeviceCount(count: *mut u32) -> aclError {
 
 /// Device attributes of the simulated SoC (an Ascend 910B3: 20 AI cores, 40 vector cores).
 /// The SIMT attributes read 0, as on every product but the Ascend 950; HD_CONNECT_TYPE and
-/// DEVICE_FORM_FACTOR, which only the Ascend 950 answers, → 207000; unknown → 107000.
+/// DEVICE_FORM_FACTOR, which only the Ascend 950 answers, → 207000; unknown → 107000; both
+/// before an unknown device's 107001.
 ///
 /// # Safety
 /// `value` must be NULL or valid for a write.
@@ -177,33 +178,35 @@ pub unsafe extern "C" fn aclrtGetDeviceInfo(
 ) -> aclError {
     guard("aclrtGetDeviceInfo", || {
         non_null(value, "value")?;
-        let device = sim()?.device(deviceId.into())?;
-        let v: i64 = match attr {
-            ACL_DEV_ATTR_AICPU_CORE_NUM => 6,
-            ACL_DEV_ATTR_AICORE_CORE_NUM | ACL_DEV_ATTR_CUBE_CORE_NUM => CUBE_CORES.into(),
-            ACL_DEV_ATTR_VECTOR_CORE_NUM => VECTOR_CORES.into(),
-            ACL_DEV_ATTR_WARP_SIZE..=ACL_DEV_ATTR_MAX_BLOCK_DIM_Z => 0,
-            ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE => device.capacity as i64,
-            ACL_DEV_ATTR_L2_CACHE_SIZE => L2_CACHE_BYTES,
-            ACL_DEV_ATTR_PHY_CHIP_ID => i64::from(device.id),
+        // The attribute is a value no lookup decides: refused before the device is looked up,
+        // as every function's values are.
+        let read: fn(&crate::device::Device) -> i64 = match attr {
+            ACL_DEV_ATTR_AICPU_CORE_NUM => |_| 6,
+            ACL_DEV_ATTR_AICORE_CORE_NUM | ACL_DEV_ATTR_CUBE_CORE_NUM => |_| CUBE_CORES.into(),
+            ACL_DEV_ATTR_VECTOR_CORE_NUM => |_| VECTOR_CORES.into(),
+            ACL_DEV_ATTR_WARP_SIZE..=ACL_DEV_ATTR_MAX_BLOCK_DIM_Z => |_| 0,
+            ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE => |device| device.capacity as i64,
+            ACL_DEV_ATTR_L2_CACHE_SIZE => |_| L2_CACHE_BYTES,
+            ACL_DEV_ATTR_PHY_CHIP_ID => |device| i64::from(device.id),
             ACL_DEV_ATTR_SMP_ID
             | ACL_DEV_ATTR_SUPER_POD_DEVICE_ID
             | ACL_DEV_ATTR_SUPER_POD_SERVER_ID
             | ACL_DEV_ATTR_SUPER_POD_ID
             | ACL_DEV_ATTR_CUST_OP_PRIVILEGE
             | ACL_DEV_ATTR_MAINBOARD_ID
-            | ACL_DEV_ATTR_IS_VIRTUAL => 0,
+            | ACL_DEV_ATTR_IS_VIRTUAL => |_| 0,
             // The reference: only the Ascend 950 answers these two; other products fail.
             ACL_DEV_ATTR_HD_CONNECT_TYPE | ACL_DEV_ATTR_DEVICE_FORM_FACTOR => {
                 return super::check::unsupported_on_a2(&format!("device attribute {attr}"));
             }
-            ACL_DEV_ATTR_NPU_ARCH => 2201,
+            ACL_DEV_ATTR_NPU_ARCH => |_| 2201,
             other => fail!(
                 ACL_ERROR_RT_PARAM_INVALID,
                 "unknown device attribute {other}"
             ),
         };
-        write_out(value, "value", v)
+        let device = sim()?.device(deviceId.into())?;
+        write_out(value, "value", read(&device))
     })
 }
 

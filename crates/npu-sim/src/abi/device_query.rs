@@ -51,9 +51,9 @@ pub unsafe extern "C" fn aclrtGetDeviceUtilizationRate(
     })
 }
 
-/// Whether the device supports a feature: neither runtime task updates of AI Core work nor
-/// cross-device queue events exist on the simulator, so both report
-/// ACL_DEV_FEATURE_NOT_SUPPORT. Unknown feature → 107000.
+/// Whether the device supports a feature: runtime task updates of AI Core work do
+/// (ACL_DEV_FEATURE_SUPPORT), cross-device queue events do not (there are no queues). Unknown
+/// feature → 107000, before an unknown device's 107001.
 ///
 /// # Safety
 /// `value` must be NULL or valid for a write.
@@ -65,19 +65,17 @@ pub unsafe extern "C" fn aclrtGetDeviceCapability(
 ) -> aclError {
     guard("aclrtGetDeviceCapability", || {
         non_null(value, "value")?;
-        sim()?.device(deviceId.into())?;
-        match devFeatureType {
+        // The feature is a value no lookup decides: refused before the device is looked up.
+        let supported = match devFeatureType {
             // The simulator patches AI Core tasks of a model instance (aclrtTaskUpdateAsync
             // with ACL_RT_UPDATE_AIC_AIV_TASK), as the Atlas A2 it models does.
-            ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV => {
-                write_out(value, "value", ACL_DEV_FEATURE_SUPPORT as i32)
-            }
+            ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV => ACL_DEV_FEATURE_SUPPORT,
             // It has no queues.
-            ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV => {
-                write_out(value, "value", ACL_DEV_FEATURE_NOT_SUPPORT as i32)
-            }
+            ACL_FEATURE_SYSTEM_MEMQ_EVENT_CROSS_DEV => ACL_DEV_FEATURE_NOT_SUPPORT,
             other => fail!(ACL_ERROR_RT_PARAM_INVALID, "unknown device feature {other}"),
-        }
+        };
+        sim()?.device(deviceId.into())?;
+        write_out(value, "value", supported as i32)
     })
 }
 
@@ -253,7 +251,8 @@ pub unsafe extern "C" fn aclrtDevicePeerAccessStatus(
 }
 
 /// How two devices are linked: every pair of simulated devices is connected through HCCS, as
-/// in an Atlas A2 server. A device and itself → 107000 (there is no link to describe).
+/// in an Atlas A2 server. A device and itself → 107000 (there is no link to describe), a
+/// relation of the arguments checked before the devices are looked up (107001).
 ///
 /// # Safety
 /// `value` must be NULL or valid for a write.
@@ -265,14 +264,14 @@ pub unsafe extern "C" fn aclrtGetDevicesTopo(
 ) -> aclError {
     guard("aclrtGetDevicesTopo", || {
         non_null(value, "value")?;
-        let sim = sim()?;
-        sim.device(deviceId.into())?;
-        sim.device(otherDeviceId.into())?;
         ensure!(
             deviceId != otherDeviceId,
             ACL_ERROR_RT_PARAM_INVALID,
             "deviceId and otherDeviceId are both {deviceId}"
         );
+        let sim = sim()?;
+        sim.device(deviceId.into())?;
+        sim.device(otherDeviceId.into())?;
         write_out(value, "value", u64::from(ACL_RT_DEVS_TOPOLOGY_HCCS))
     })
 }
