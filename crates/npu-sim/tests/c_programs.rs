@@ -547,6 +547,20 @@ fn the_control_chapters_documented_edge_cases_in_c() {
     assert_eq!(stdout, "817 documented edges checked, 0 wrong\n");
 }
 
+/// `tests/c/device_context_stream_event_edges.c`: the device, context, stream and event
+/// management chapters function by function (aclrtSetDevice's reference count against both
+/// resets, the reference's right and wrong mixes and two threads forcing one device; the current
+/// context and device after each set, switch, reset and destruction; the device queries, peer
+/// access, state callbacks; context parameters and default streams, the streams a first context
+/// takes; stream priorities, flags, destruction, the failure mode, queries, aborts and stops;
+/// the flags each event creation takes, event counts, query states before, during and after a
+/// record, timed waits and timestamps), checked in C; the program prints each mismatch.
+#[test]
+fn the_device_context_stream_and_event_chapters_documented_edge_cases_in_c() {
+    let stdout = run(&compile("device_context_stream_event_edges", &["-pthread"]));
+    assert_eq!(stdout, "642 documented edges checked, 0 wrong\n");
+}
+
 /// `tests/c/config_chapter_edges.c`: the initialisation chapter (aclInit's file and its
 /// nesting limits, init callbacks at aclInit or at once, finalize callbacks, one aclFinalize
 /// for many aclInit calls, aclFinalizeReference's count), runtime parameters and resource
