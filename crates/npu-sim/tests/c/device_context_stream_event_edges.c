@@ -37,19 +37,24 @@ static uint32_t g_devices;
 
 static void *g_latch;
 
-/* Queues on `stream` a wait for the latch word to become 1. */
-static aclError latch_close(aclrtStream stream)
+/* Queues on `stream` a wait for the word at `latch` (device memory of the stream's device)
+ * to become 1. */
+static aclError latch_close_at(void *latch, aclrtStream stream)
 {
-    aclError err = aclrtMemset(g_latch, 8, 0, 8);
-    return err != ACL_SUCCESS ? err : aclrtValueWait(g_latch, 1, ACL_STREAM_WAIT_VALUE_EQ, stream);
+    aclError err = aclrtMemset(latch, 8, 0, 8);
+    return err != ACL_SUCCESS ? err : aclrtValueWait(latch, 1, ACL_STREAM_WAIT_VALUE_EQ, stream);
 }
 
-/* Lets every stream held by the latch go on. */
-static aclError latch_open(void)
+/* Lets every stream held by the word at `latch` go on. */
+static aclError latch_open_at(void *latch)
 {
     const uint64_t one = 1;
-    return aclrtMemcpy(g_latch, 8, &one, 8, ACL_MEMCPY_HOST_TO_DEVICE);
+    return aclrtMemcpy(latch, 8, &one, 8, ACL_MEMCPY_HOST_TO_DEVICE);
 }
+
+static aclError latch_close(aclrtStream stream) { return latch_close_at(g_latch, stream); }
+
+static aclError latch_open(void) { return latch_open_at(g_latch); }
 
 /* Runs `body` on a new thread (bound to nothing) and waits for it. */
 static void on_thread(void *(*body)(void *), void *arg)
@@ -590,6 +595,13 @@ static int contexts(aclrtContext primary)
     EXPECT(aclrtCtxSetSysParamOpt(ACL_OPT_ENABLE_DEBUG_KERNEL, 1), ACL_SUCCESS);
     EXPECT(aclrtCtxGetSysParamOpt(ACL_OPT_ENABLE_DEBUG_KERNEL, &value), ACL_SUCCESS);
     HOLDS(value == 1);
+    /* DETERMINISTIC takes 0 to 3, the switches 0 or 1. */
+    EXPECT(aclrtCtxSetSysParamOpt(ACL_OPT_DETERMINISTIC, 3), ACL_SUCCESS);
+    FAILS(aclrtCtxSetSysParamOpt(ACL_OPT_DETERMINISTIC, 4));
+    FAILS(aclrtCtxSetSysParamOpt(ACL_OPT_DETERMINISTIC, -1));
+    FAILS(aclrtCtxSetSysParamOpt(ACL_OPT_ENABLE_DEBUG_KERNEL, 2));
+    EXPECT(aclrtCtxGetSysParamOpt(ACL_OPT_DETERMINISTIC, &value), ACL_SUCCESS);
+    HOLDS(value == 3);
     FAILS(aclrtCtxSetSysParamOpt((aclSysParamOpt)99, 1));
     FAILS(aclrtCtxGetSysParamOpt((aclSysParamOpt)99, &value));
     EXPECT(aclrtSetCurrentContext(c2), ACL_SUCCESS);
@@ -763,6 +775,7 @@ static int stream_switches(void)
     CHECK(npusimFailTask(s, 1, ACL_ERROR_RT_AICORE_EXCEPTION));
     EXPECT(aclrtMemsetAsync(dev, 64, 1, 64, s), ACL_SUCCESS);
     EXPECT(aclrtSynchronizeStream(s), ACL_ERROR_RT_AICORE_EXCEPTION);
+    FAILS(aclrtMemsetAsync(dev, 64, 2, 64, s));
     FAILS(aclrtMemsetAsync(dev, 64, 2, 64, t));
     FAILS(aclrtSynchronizeStream(t));
     CHECK(aclrtFree(dev));
@@ -770,6 +783,74 @@ static int stream_switches(void)
     CHECK(aclrtDestroyStream(t));
     CHECK(aclrtDestroyContext(ctx));
     CHECK(aclrtSetCurrentContext(primary));
+    return 0;
+}
+
+/* What a thread opening a latch is given: the context it binds, the latch's word. */
+struct opener {
+    aclrtContext ctx;
+    void *latch;
+};
+
+/* Opens a latch from another thread. */
+static void *open_the_latch(void *arg)
+{
+    const struct opener *opener = arg;
+    EXPECT(aclrtSetCurrentContext(opener->ctx), ACL_SUCCESS);
+    EXPECT(latch_open_at(opener->latch), ACL_SUCCESS);
+    return NULL;
+}
+
+static void set_flag(void *arg) { *(volatile int *)arg = 1; }
+
+/* aclrtDestroyStream waits for the stream's tasks, aclrtDestroyStreamForce does not. */
+static int stream_destruction_waits(void)
+{
+    aclrtStream s = NULL;
+    aclrtContext ctx = NULL;
+    uint8_t *dev = NULL, byte = 0;
+    pthread_t opener;
+    CHECK(aclrtGetCurrentContext(&ctx));
+    CHECK(aclrtMalloc((void **)&dev, 64, ACL_MEM_MALLOC_NORMAL_ONLY));
+    CHECK(aclrtMemset(dev, 64, 0, 64));
+    CHECK(aclrtCreateStream(&s));
+    CHECK(latch_close(s));
+    EXPECT(aclrtMemsetAsync(dev, 64, 9, 64, s), ACL_SUCCESS);
+    /* Whenever the latch opens, the destruction returns only after the memset. */
+    struct opener opens = {ctx, g_latch};
+    if (pthread_create(&opener, NULL, open_the_latch, &opens) != 0) {
+        return 1;
+    }
+    EXPECT(aclrtDestroyStream(s), ACL_SUCCESS);
+    pthread_join(opener, NULL);
+    CHECK(aclrtMemcpy(&byte, 1, dev, 1, ACL_MEMCPY_DEVICE_TO_HOST));
+    HOLDS(byte == 9);
+    /* A forced destruction returns with the latch still closed; the memset never runs. */
+    CHECK(aclrtCreateStream(&s));
+    CHECK(latch_close(s));
+    EXPECT(aclrtMemsetAsync(dev, 64, 7, 64, s), ACL_SUCCESS);
+    EXPECT(aclrtDestroyStreamForce(s), ACL_SUCCESS);
+    CHECK(latch_open());
+    CHECK(aclrtMemcpy(&byte, 1, dev, 1, ACL_MEMCPY_DEVICE_TO_HOST));
+    HOLDS(byte == 9);
+    CHECK(aclrtFree(dev));
+
+    /* The last aclrtResetDevice waits for the default stream's tasks before releasing it. */
+    void *latch1 = NULL;
+    volatile int ran = 0;
+    CHECK(aclrtSetDevice(1));
+    CHECK(aclrtMalloc(&latch1, 64, ACL_MEM_MALLOC_NORMAL_ONLY));
+    CHECK(latch_close_at(latch1, NULL));
+    CHECK(aclrtLaunchHostFunc(NULL, set_flag, (void *)&ran));
+    struct opener opens1 = {ctx, latch1};
+    if (pthread_create(&opener, NULL, open_the_latch, &opens1) != 0) {
+        return 1;
+    }
+    EXPECT(aclrtResetDevice(1), ACL_SUCCESS);
+    HOLDS(ran == 1);
+    pthread_join(opener, NULL);
+    CHECK(aclrtSetCurrentContext(ctx));
+    CHECK(aclrtFree(latch1));
     return 0;
 }
 
@@ -1235,8 +1316,8 @@ int main(void)
     CHECK(aclrtMalloc(&g_latch, 64, ACL_MEM_MALLOC_NORMAL_ONLY));
     device_queries();
     if (peers_and_overflow() != 0 || contexts(primary) != 0 || stream_creation() != 0 ||
-        stream_switches() != 0 || stream_waits() != 0 || event_creation() != 0 ||
-        event_states() != 0 || event_waits() != 0) {
+        stream_switches() != 0 || stream_destruction_waits() != 0 || stream_waits() != 0 ||
+        event_creation() != 0 || event_states() != 0 || event_waits() != 0) {
         return 1;
     }
     CHECK(aclrtFree(g_latch));
