@@ -206,7 +206,7 @@ pub unsafe extern "C" fn aclrtGetDeviceInfo(
             ),
         };
         let device = sim()?.device(deviceId.into())?;
-        write_out(value, "value", read(&device))
+        write_out(value, "value", read(device))
     })
 }
 
