@@ -101,6 +101,12 @@ static void before_any_device(void)
     EXPECT(aclrtCreateEvent(NULL), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtGetCurrentContext(NULL), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtGetEventAvailNum(NULL), ACL_ERROR_INVALID_PARAM);
+    /* So are flags, options and values, which no lookup decides. */
+    EXPECT(aclrtCreateEventWithFlag(&event, 0x80), ACL_ERROR_RT_PARAM_INVALID);
+    FAILS(aclrtCtxSetSysParamOpt((aclSysParamOpt)99, 1));
+    FAILS(aclrtCtxGetSysParamOpt((aclSysParamOpt)99, NULL));
+    EXPECT(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_UNDEF), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtCreateStreamWithConfig(&stream, 0, 0), ACL_ERROR_RT_CONTEXT_NULL);
     EXPECT(aclrtSynchronizeDevice(), ACL_ERROR_RT_CONTEXT_NULL);
     EXPECT(aclrtSynchronizeDeviceWithTimeout(-1), ACL_ERROR_RT_CONTEXT_NULL);
     /* The timeout is an argument: refused before the context is looked for. */
@@ -301,6 +307,7 @@ static void device_queries(void)
     memset(&use, 0x7F, sizeof use);
     use.utilizationExtend = NULL;
     EXPECT(aclrtGetDeviceUtilizationRate(0, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtGetDeviceUtilizationRate(2, NULL), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtGetDeviceUtilizationRate(2, &use), ACL_ERROR_RT_INVALID_DEVICEID);
     EXPECT(aclrtGetDeviceUtilizationRate(0, &use), ACL_SUCCESS);
     /* Memory utilisation cannot be queried: -1. */
@@ -310,6 +317,7 @@ static void device_queries(void)
 
     aclrtDeviceStatus status = ACL_RT_DEVICE_STATUS_END;
     EXPECT(aclrtQueryDeviceStatus(0, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtQueryDeviceStatus(-1, NULL), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtQueryDeviceStatus(-1, &status), ACL_ERROR_RT_INVALID_DEVICEID);
     HOLDS(status == ACL_RT_DEVICE_STATUS_END);
     EXPECT(aclrtQueryDeviceStatus(1, &status), ACL_SUCCESS);
@@ -360,6 +368,7 @@ static void device_queries(void)
 
     uint64_t topology = 0;
     EXPECT(aclrtGetDevicesTopo(0, 1, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtGetDevicesTopo(0, 2, NULL), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtGetDevicesTopo(0, 2, &topology), ACL_ERROR_RT_INVALID_DEVICEID);
     /* There is no link from a device to itself, whichever device it is. */
     EXPECT(aclrtGetDevicesTopo(1, 1, &topology), ACL_ERROR_RT_PARAM_INVALID);
@@ -394,6 +403,7 @@ static void device_queries(void)
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
     EXPECT(aclrtDeviceGetUuid(0, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtDeviceGetUuid(2, NULL), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtDeviceGetUuid(2, &a), ACL_ERROR_RT_INVALID_DEVICEID);
     EXPECT(aclrtDeviceGetUuid(0, &a), ACL_SUCCESS);
     EXPECT(aclrtDeviceGetUuid(1, &b), ACL_SUCCESS);
@@ -427,6 +437,7 @@ static int peers_and_overflow(void)
 {
     int32_t can = -1, status = -1;
     EXPECT(aclrtDeviceCanAccessPeer(NULL, 0, 1), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtDeviceCanAccessPeer(NULL, 5, 5), ACL_ERROR_INVALID_PARAM);
     /* deviceId and peerDeviceId must differ. */
     FAILS(aclrtDeviceCanAccessPeer(&can, 1, 1));
     FAILS(aclrtDeviceCanAccessPeer(&can, 5, 5));
@@ -753,13 +764,25 @@ static int stream_switches(void)
     HOLDS(flag == 1);
     EXPECT(aclrtSetStreamOverflowSwitch(NULL, 0), ACL_SUCCESS);
     EXPECT(aclrtSetStreamOverflowSwitch(FORGED, 1), ACL_ERROR_RT_INVALID_HANDLE);
+    /* The switch is a value: refused before the stream is looked up. */
+    FAILS(aclrtSetStreamOverflowSwitch(FORGED, 2));
+    EXPECT(aclrtGetStreamOverflowSwitch(FORGED, NULL), ACL_ERROR_INVALID_PARAM);
 
     /* The failure mode is chosen once per stream; an Atlas A2 takes the default stream. */
     FAILS(aclrtSetStreamFailureMode(s, 2));
     EXPECT(aclrtSetStreamFailureMode(s, ACL_CONTINUE_ON_FAILURE), ACL_SUCCESS);
     FAILS(aclrtSetStreamFailureMode(s, ACL_STOP_ON_FAILURE));
     EXPECT(aclrtSetStreamFailureMode(FORGED, ACL_CONTINUE_ON_FAILURE), ACL_ERROR_RT_INVALID_HANDLE);
+    FAILS(aclrtSetStreamFailureMode(FORGED, 2));
     EXPECT(aclrtSetStreamFailureMode(NULL, ACL_CONTINUE_ON_FAILURE), ACL_SUCCESS);
+    /* NULL and the default stream's handle name one stream, which was given its mode. */
+    aclrtStream def = NULL;
+    int32_t by_null = -1, by_handle = -2;
+    CHECK(aclrtCtxGetCurrentDefaultStream(&def));
+    FAILS(aclrtSetStreamFailureMode(def, ACL_CONTINUE_ON_FAILURE));
+    EXPECT(aclrtStreamGetId(NULL, &by_null), ACL_SUCCESS);
+    EXPECT(aclrtStreamGetId(def, &by_handle), ACL_SUCCESS);
+    HOLDS(by_null == by_handle);
     CHECK(aclrtDestroyStream(s));
 
     /* STOP on one stream stops its context's other streams too: once a task failed there,
@@ -872,6 +895,9 @@ static int stream_waits(void)
     /* Timeouts: -1 or a positive number of ms. */
     EXPECT(aclrtSynchronizeStreamWithTimeout(s, 0), ACL_ERROR_RT_PARAM_INVALID);
     EXPECT(aclrtSynchronizeStreamWithTimeout(s, -2), ACL_ERROR_RT_PARAM_INVALID);
+    /* The timeout is a value: refused before the stream is looked up. */
+    EXPECT(aclrtSynchronizeStreamWithTimeout(FORGED, 0), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtSynchronizeStreamWithTimeout(FORGED, -1), ACL_ERROR_RT_INVALID_HANDLE);
     EXPECT(aclrtSynchronizeDeviceWithTimeout(0), ACL_ERROR_RT_PARAM_INVALID);
     EXPECT(aclrtSynchronizeDeviceWithTimeout(-2), ACL_ERROR_RT_PARAM_INVALID);
     EXPECT(aclrtSynchronizeStreamWithTimeout(s, -1), ACL_SUCCESS);
@@ -1225,6 +1251,42 @@ static int event_states(void)
     EXPECT(aclrtEventGetTimestamp(start, &first), ACL_SUCCESS);
     EXPECT(aclrtEventGetTimestamp(end, &second), ACL_SUCCESS);
     HOLDS(second >= first);
+    /* An end before its start is a reversal. A memset of 1 ms under a timing model lies
+     * between the two records, so their timestamps differ whatever the host does. */
+    npusimTimingModel model = {0, 0, 0, 0, 1000000};
+    void *dev = NULL;
+    CHECK(aclrtMalloc(&dev, 64, ACL_MEM_MALLOC_NORMAL_ONLY));
+    CHECK(npusimSetTiming(0, &model));
+    EXPECT(aclrtRecordEvent(start, s), ACL_SUCCESS);
+    EXPECT(aclrtMemsetAsync(dev, 64, 1, 64, s), ACL_SUCCESS);
+    EXPECT(aclrtRecordEvent(end, s), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(s), ACL_SUCCESS);
+    CHECK(npusimSetTiming(0, NULL));
+    EXPECT(aclrtEventElapsedTime(&ms, start, end), ACL_SUCCESS);
+    HOLDS(ms >= 1.0f);
+    ms = -1.0f;
+    EXPECT(aclrtEventElapsedTime(&ms, end, start), ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL);
+    HOLDS(ms == -1.0f);
+    CHECK(aclrtFree(dev));
+    /* TIME_LINE alone times, and is synchronised and queried, without SYNC; so does an Ex
+     * event with it, recorded on another stream. */
+    aclrtEvent ex_timeline = event_with(ACL_EVENT_TIME_LINE, 1);
+    CHECK(latch_close(s));
+    EXPECT(aclrtRecordEvent(timeline, s), ACL_SUCCESS);
+    EXPECT(aclrtQueryEventStatus(timeline, &recorded), ACL_SUCCESS);
+    HOLDS(recorded == ACL_EVENT_RECORDED_STATUS_NOT_READY);
+    CHECK(latch_open());
+    EXPECT(aclrtSynchronizeEvent(timeline), ACL_SUCCESS);
+    EXPECT(aclrtQueryEventStatus(timeline, &recorded), ACL_SUCCESS);
+    HOLDS(recorded == ACL_EVENT_RECORDED_STATUS_COMPLETE);
+    EXPECT(aclrtRecordEvent(ex_timeline, t), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(t), ACL_SUCCESS);
+    EXPECT(aclrtEventElapsedTime(&ms, timeline, ex_timeline), ACL_SUCCESS);
+    CHECK(aclrtDestroyEvent(ex_timeline));
+    /* An Ex event with SYNC is waited for like a legacy one. */
+    EXPECT(aclrtRecordEvent(ex, s), ACL_SUCCESS);
+    EXPECT(aclrtStreamWaitEvent(t, ex), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(t), ACL_SUCCESS);
     /* A SYNC event without TIME_LINE keeps no timestamp. */
     EXPECT(aclrtRecordEvent(sync, s), ACL_SUCCESS);
     EXPECT(aclrtSynchronizeStream(s), ACL_SUCCESS);
@@ -1255,6 +1317,9 @@ static int event_waits(void)
     EXPECT(aclrtStreamWaitEventWithTimeout(t, e, -1), ACL_ERROR_RT_PARAM_INVALID);
     EXPECT(aclrtStreamWaitEventWithTimeout(t, NULL, -1), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtStreamWaitEventWithTimeout(FORGED, e, 0), ACL_ERROR_RT_INVALID_HANDLE);
+    /* The NULL event first, then the timeout, then the handles. */
+    EXPECT(aclrtStreamWaitEventWithTimeout(FORGED, NULL, -1), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtStreamWaitEventWithTimeout(FORGED, e, -1), ACL_ERROR_RT_PARAM_INVALID);
     /* 0 is no timeout. */
     EXPECT(aclrtRecordEvent(e, s), ACL_SUCCESS);
     EXPECT(aclrtStreamWaitEventWithTimeout(t, e, 0), ACL_SUCCESS);
@@ -1280,6 +1345,8 @@ static int event_waits(void)
      * event's first call gave stays, even when that call failed. */
     EXPECT(aclrtRecordEventWithFlag(NULL, s, 2), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtRecordEventWithFlag(e, s, 2), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtRecordEventWithFlag(FORGED, FORGED, 2), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtStreamWaitEventWithFlag(FORGED, FORGED, 0, 2), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtStreamWaitEventWithFlag(t, e, 0, 2), ACL_ERROR_INVALID_PARAM);
     aclrtEvent flagged = NULL;
     CHECK(aclrtCreateEventExWithFlag(&flagged, ACL_EVENT_SYNC));
