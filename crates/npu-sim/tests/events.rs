@@ -17,7 +17,7 @@ use npu_sys::*;
 
 fn install() {
     static ONCE: Once = Once::new();
-    ONCE.call_once(|| npu_sim::SimConfig::default().devices(5).install().unwrap());
+    ONCE.call_once(|| npu_sim::SimConfig::default().devices(6).install().unwrap());
 }
 
 fn ex_event(flags: u32) -> aclrtEvent {
@@ -288,4 +288,38 @@ fn the_wait_status_waits_for_the_wait_tasks() {
     acl!(aclrtSynchronizeStream(waiter));
     assert_eq!(wait_status(event), ACL_EVENT_WAIT_STATUS_COMPLETE);
     acl!(aclrtUnSubscribeReport(this_thread(), waiter));
+}
+
+/// The reference frees an event destroyed before its record completed only when the record
+/// completes: until then its hardware event stays taken (it was given back at the destroy).
+#[test]
+fn a_destroyed_event_keeps_its_hardware_event_until_its_record_is_settled() {
+    install();
+    set_device(5);
+    let available = || {
+        let mut count = u32::MAX;
+        acl!(aclrtGetEventAvailNum(&mut count));
+        count
+    };
+    let stream = create_stream();
+    let before = available();
+    control::hold(5).unwrap();
+    let completed = create_event();
+    acl!(aclrtRecordEvent(completed, stream));
+    acl!(aclrtDestroyEvent(completed));
+    assert_eq!(available(), before - 1, "its record is held at the gate");
+    control::release(5).unwrap();
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(available(), before, "its record completed");
+    // A record the stream drops gives it back too.
+    control::hold(5).unwrap();
+    let dropped = create_event();
+    acl!(aclrtRecordEvent(dropped, stream));
+    acl!(aclrtDestroyEvent(dropped));
+    assert_eq!(available(), before - 1);
+    acl!(aclrtStreamAbort(stream));
+    assert_eq!(available(), before, "its record was dropped");
+    control::release(5).unwrap();
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtResetDevice(5));
 }
