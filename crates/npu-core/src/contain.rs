@@ -84,6 +84,9 @@ thread_local! {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Rank {
+    /// A device pool's drain lock, held across the frees of its cache and the submission of
+    /// the release stream's synchronisation that awaits them.
+    Drain,
     /// An event's record lock, held across its submission.
     Record,
     /// A stream's submission lock, held across the operation's ACL calls (a peer copy takes

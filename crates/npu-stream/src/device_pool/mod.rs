@@ -9,10 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
-use npu_core::{Context, Error, Result, UseList};
+use npu_core::contain::{Rank, lock_here};
+use npu_core::{Completion, Context, Error, Result, UseList};
 use npu_mem::PoolStats;
 use npu_mem::pool_cache::{Cache, Granted, Reserving, byte_size};
 
+use crate::op::Op;
 use crate::stream::Stream;
 
 mod buffer;
@@ -640,60 +642,66 @@ impl DevicePool {
     /// allocation is tried again. (Frees queued and not yet run when the retry came left it
     /// failing as the first attempt had.) Whether any block was cached.
     ///
-    /// The wait is a synchronisation of the release stream on a thread of its own, which
-    /// completes a completion this awaits (so a paused clock stands still meanwhile, as for
-    /// any device wait). The frees are not queued on the caller's stream: there they would
-    /// run only once the stream ran, and never on a stream that does not (stopped, or blocked
-    /// and then aborted), which left the memory of every block the cache held reusable by
-    /// that stream alone, and every other stream of the pool out of memory for the pool's
-    /// life.
+    /// The wait is an operation like any other: a synchronisation of the release stream (an
+    /// `npu_stream::Stream` of `Strategy::EventPoll`), that is, an event recorded on it after
+    /// the frees, which the reactor watches and which wakes this task once the device has run
+    /// them. No thread blocks meanwhile, and a paused clock stands still, as for any device
+    /// wait. Whatever becomes of the stream, the operation ends: a device fault that stops it,
+    /// a lost device (the sentinel finds it dead), a forked child (the record is refused with
+    /// `Error::Forked`) end it with an error, and the retry then says whether the memory came
+    /// back. Dropping the `alloc` future mid-drain drops only its wait: the device still runs
+    /// the frees, and the operation still completes for any request waiting on it.
+    ///
+    /// The frees are not queued on the caller's stream: there they would run only once the
+    /// stream ran, and never on a stream that does not (stopped, or blocked and then aborted),
+    /// which left the memory of every block the cache held reusable by that stream alone, and
+    /// every other stream of the pool out of memory for the pool's life.
     ///
     /// A request that finds nothing left to free while another's drain is on its way (two
     /// requests out of memory at once: the first freed the whole cache) waits for that drain
     /// and retries too: it failed out of memory while the memory it needed was being given
-    /// back.
+    /// back. The cache is freed and the drain published under one lock (`draining`), so a
+    /// request never finds the cache emptied by a drain it cannot see yet.
     async fn drain_cache(&self, keep: Option<usize>) -> bool {
         let source = self.cache.source();
-        if self.free_cache(keep) == 0 {
-            let draining = source
-                .draining
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            // One that completed may have done so after this request's attempt failed: the
-            // retry costs one more attempt, and finds the memory if it came back.
-            return match draining {
-                Some(drain) => {
-                    drop(drain.wait().await);
-                    true
+        let Some(release) = source.release_stream() else {
+            // Frees on the caching backend are immediate: nothing to wait for.
+            return self.free_cache(keep) > 0;
+        };
+        let drain = {
+            // Held across the frees and the synchronisation's submission, which make only the
+            // runtime's immediate calls: the cache's lock is released before the frees, and
+            // the release stream's submission lock ranks above this one. Taken again on this
+            // thread (a tracing subscriber called back from inside those calls that runs a
+            // request out of memory) or against the lock order, it is not waited for: the
+            // drain then goes ahead unlocked, as before the lock, and a request that finds the
+            // cache emptied meanwhile fails out of memory rather than deadlock.
+            let mut locked = lock_here(&source.draining, Rank::Drain);
+            if self.free_cache(keep) == 0 {
+                let latest = match &locked {
+                    Some(draining) => (**draining).clone(),
+                    None => source.latest_drain(),
+                };
+                // One that completed may have done so after this request's attempt failed:
+                // the retry costs one more attempt, and finds the memory if it came back.
+                match latest {
+                    Some(drain) => Drain::Theirs(drain),
+                    None => return false,
                 }
-                None => false,
-            };
-        }
-        // SAFETY: nothing is recorded against this completion and nothing is deferred on it:
-        // it only says that the release stream's synchronisation has returned, and the thread
-        // below completes it then.
-        let completer = unsafe { npu_core::Completer::new() };
-        let drained = completer.completion();
-        let cache = self.cache.clone();
-        let spawned = std::thread::Builder::new()
-            .name("npu-pool-drain".into())
-            .spawn(move || {
-                let result = cache.source().drain_release();
-                completer.complete(result);
-            });
-        match spawned {
-            // Failed or not, the retry says whether the memory came back. Published only
-            // once the thread runs: a completer that went with an unrun closure never
-            // completes, and a request waiting for it would wait for good.
-            Ok(_) => {
-                *source.draining.lock().unwrap_or_else(|e| e.into_inner()) = Some(drained.clone());
-                drop(drained.wait().await);
+            } else {
+                let own = release.synchronize();
+                let completion = own.completion().clone();
+                match &mut locked {
+                    Some(draining) => **draining = Some(completion),
+                    None => source.publish_drain(completion),
+                }
+                Drain::Own(own)
             }
-            // The completer went with the closure unrun: nothing would complete the wait.
-            Err(err) => {
-                npu_core::log!(warn, %err, "no thread to wait for a device pool's frees");
-            }
+        };
+        // Failed or not, the retry says whether the memory came back.
+        match drain {
+            Drain::Own(own) => drop(own.await),
+            Drain::Theirs(theirs) => drop(theirs.wait().await),
         }
         true
     }
@@ -739,6 +747,14 @@ impl DevicePool {
             _elements: PhantomData,
         }
     }
+}
+
+/// The out-of-memory drain a request waits for: the synchronisation of the release stream it
+/// submitted itself, or the latest one another request submitted (see
+/// [`DevicePool::drain_cache`]).
+enum Drain {
+    Own(Op<()>),
+    Theirs(Completion),
 }
 
 /// Granted room an awaited allocation is filling, shared by the `alloc` future and the

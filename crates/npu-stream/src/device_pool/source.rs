@@ -9,6 +9,7 @@ use npu_core::{Context, Error, Result, acl_call, acl_call_opt};
 use npu_mem::pool_cache::{Repair, Source};
 
 use super::DevicePoolBackend;
+use crate::stream::Stream;
 
 /// One device allocation the pool caches. Owning it means owning the memory; it goes back
 /// only through [`DeviceSource::free`] (dropping it leaks until the pool is destroyed).
@@ -103,12 +104,20 @@ struct RuntimePool {
     pool: ffi::aclrtMemPool,
     /// A stream of the pool's own for `aclrtMemPoolFreeAsync`: nothing else runs on it, so a
     /// free executes as soon as the device reaches it and never waits behind user work.
-    release: ffi::aclrtStream,
+    ///
+    /// An npu-stream [`Stream`] (`Strategy::EventPoll`), so that the out-of-memory drain can
+    /// await "the stream has run the frees queued so far" as any operation is awaited: an
+    /// event recorded on it, which the reactor watches (`DevicePool::drain_cache`). The frees
+    /// themselves are raw `aclrtMemPoolFreeAsync` calls on its handle: they are made from
+    /// drops and the reaper, and are no operation anyone awaits.
+    release: Stream,
 }
 
-// SAFETY: both are runtime handles, usable from any thread once the context is bound.
+// SAFETY: the pool is a runtime handle, usable from any thread once the context is bound;
+// the stream is `Send`.
 unsafe impl Send for RuntimePool {}
-// SAFETY: every use is an ACL call, which the runtime makes thread-safe.
+// SAFETY: every use of the pool is an ACL call, which the runtime makes thread-safe; the
+// stream is `Sync`.
 unsafe impl Sync for RuntimePool {}
 
 /// How the blocks are allocated and freed.
@@ -123,9 +132,11 @@ pub(crate) struct DeviceSource {
     backend: Backend,
     /// Why this backend was chosen.
     pub(crate) reason: String,
-    /// The latest out-of-memory drain of the release stream (`DevicePool::drain_cache`): a
-    /// request out of memory that finds the cache already freed by another waits for it
-    /// before its retry, as the memory is on its way back.
+    /// The latest out-of-memory drain of the release stream (`DevicePool::drain_cache`): the
+    /// completion of its synchronisation. A request out of memory that finds the cache
+    /// already freed by another waits for it before its retry, as the memory is on its way
+    /// back. Taken with `contain::lock_here` (`Rank::Drain`) by the drain, which holds it
+    /// from freeing the cache to publishing its synchronisation.
     pub(crate) draining: std::sync::Mutex<Option<npu_core::Completion>>,
 }
 
@@ -203,20 +214,36 @@ impl DeviceSource {
         Ok(DeviceBlock { ptr, bytes })
     }
 
-    /// Waits until the runtime pool's release stream has run the frees queued on it so far
-    /// (`aclrtSynchronizeStream`), so that the runtime can reuse or release their memory; a
-    /// no-op on the caching backend, whose frees are immediate. It blocks for as long as the
-    /// device takes to reach them (a held device, say), so it runs only on a thread of its own
-    /// (`DevicePool::drain_cache`): nothing else runs on that stream, and no drop and no shared
-    /// thread waits for it.
-    pub(crate) fn drain_release(&self) -> Result<()> {
-        let Backend::Runtime(pool) = &self.backend else {
-            return Ok(());
-        };
-        self.context.bind()?;
-        // SAFETY: `release` is our live stream in the bound context; the caller keeps the
-        // source (and so the stream) alive for the call.
-        unsafe { acl_call!(self.context.runtime(), aclrtSynchronizeStream(pool.release)) }
+    /// The latest drain (see `draining`), for a drain that could not take the drain lock
+    /// (`contain::lock_here` refused): only if it is free, since this thread may hold it
+    /// already, or hold a lock ranked above it.
+    pub(crate) fn latest_drain(&self) -> Option<npu_core::Completion> {
+        match self.draining.try_lock() {
+            Ok(latest) => latest.clone(),
+            Err(std::sync::TryLockError::Poisoned(latest)) => latest.into_inner().clone(),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Makes `drain` the latest drain, for a drain that could not take the drain lock: only
+    /// if it is free, as for [`latest_drain`](DeviceSource::latest_drain).
+    pub(crate) fn publish_drain(&self, drain: npu_core::Completion) {
+        match self.draining.try_lock() {
+            Ok(mut latest) => *latest = Some(drain),
+            Err(std::sync::TryLockError::Poisoned(latest)) => *latest.into_inner() = Some(drain),
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
+    }
+
+    /// The runtime pool's release stream, where its frees are queued; `None` on the caching
+    /// backend, whose frees are immediate. `DevicePool::drain_cache` awaits a synchronisation
+    /// of it (an event the reactor watches) for the frees queued so far to have run: nothing
+    /// blocks meanwhile, no drop and no shared thread waits for it.
+    pub(crate) fn release_stream(&self) -> Option<&Stream> {
+        match &self.backend {
+            Backend::Runtime(pool) => Some(&pool.release),
+            Backend::Caching => None,
+        }
     }
 
     /// Asks the runtime pool to release idle memory down to `keep` bytes.
@@ -288,7 +315,10 @@ unsafe impl Source for DeviceSource {
                     // SAFETY: the block came from this pool and is idle; `release` is our
                     // live stream in the bound context.
                     unsafe {
-                        acl_call_opt!(runtime, aclrtMemPoolFreeAsync(block.ptr, pool.release))
+                        acl_call_opt!(
+                            runtime,
+                            aclrtMemPoolFreeAsync(block.ptr, pool.release.as_raw())
+                        )
                     }
                 })
             }),
@@ -471,14 +501,18 @@ impl RuntimePool {
         let mut pool = std::ptr::null_mut();
         // SAFETY: both pointers are valid for the call; the context is bound.
         unsafe { acl_call_opt!(runtime, aclrtMemPoolCreate(&mut pool, &props)) }?;
-        let mut release = std::ptr::null_mut();
-        // SAFETY: `release` is a valid out-pointer; the context is bound.
-        let created = unsafe { acl_call!(runtime, aclrtCreateStream(&mut release)) };
+        let release = match Stream::new(context) {
+            Ok(release) => release,
+            Err(err) => {
+                Teardown {
+                    pool,
+                    release: None,
+                }
+                .spawn(context);
+                return Err(err);
+            }
+        };
         let pool = RuntimePool { pool, release };
-        if let Err(err) = created {
-            pool.destroy(context);
-            return Err(err);
-        }
         // Every block is freed only once idle, so any reuse is safe; but the runtime's
         // "internal dependencies" reuse would queue a wait for our release stream on the
         // user's stream, work npu-rs would not watch. Without it, another stream reuses a
@@ -505,6 +539,27 @@ impl RuntimePool {
     /// Destroys the pool and its release stream, on a thread of its own:
     /// `aclrtMemPoolDestroy` synchronises the device, which no shared thread may wait for.
     fn destroy(self, context: &Context) {
+        Teardown {
+            pool: self.pool,
+            release: Some(self.release),
+        }
+        .spawn(context);
+    }
+}
+
+/// A runtime pool being destroyed, and its release stream if it got one.
+struct Teardown {
+    pool: ffi::aclrtMemPool,
+    release: Option<Stream>,
+}
+
+// SAFETY: as for `RuntimePool`: a runtime handle, and a `Send` stream.
+unsafe impl Send for Teardown {}
+
+impl Teardown {
+    /// Destroys the pool on a thread of its own: `aclrtMemPoolDestroy` synchronises the
+    /// device, which no shared thread may wait for.
+    fn spawn(self, context: &Context) {
         let context = context.clone();
         let spawned = std::thread::Builder::new()
             .name("npu-pool-destroy".into())
@@ -520,43 +575,35 @@ impl RuntimePool {
             npu_core::log!(warn, %err, "a device memory pool was not destroyed (leaked)");
             return;
         }
-        if self.release.is_null() {
+        let Some(release) = self.release else {
             // SAFETY: the pool is ours and was never used.
             let destroyed = unsafe { acl_call_opt!(runtime, aclrtMemPoolDestroy(self.pool)) };
             if let Err(err) = destroyed {
                 npu_core::log!(warn, %err, "a device memory pool was not destroyed (leaked)");
             }
             return;
-        }
+        };
         // Waits for the frees queued on `release`. A failure (the device lost, a free that
         // failed) is reported only once the stream has run everything queued on it or can
-        // never run it again, so the pool and the stream are destroyed all the same: stopping
-        // at the error leaked both for good (nothing retries), a device lost under a pool
-        // leaking a stream and every block the pool still held.
+        // never run it again, so the pool is destroyed all the same: stopping at the error
+        // leaked it for good (nothing retries), a device lost under a pool leaking every
+        // block the pool still held.
         // SAFETY: `release` is our live stream in the bound context.
-        let synced = unsafe { acl_call!(runtime, aclrtSynchronizeStream(self.release)) };
+        let synced = unsafe { acl_call!(runtime, aclrtSynchronizeStream(release.as_raw())) };
         // SAFETY: the pool is ours and no block of it is in use (the last buffer and the last
         // pool handle are gone); only frees ran on `release`, which has nothing left to run.
         let pool = unsafe { acl_call_opt!(runtime, aclrtMemPoolDestroy(self.pool)) };
-        // A stream whose synchronisation failed may hold work it can never run, which an
-        // unforced destruction would wait for on CANN (as for a user's stream, see
-        // `Stream`'s release): force it when the runtime can.
-        let force = synced.is_err() && runtime.api().aclrtDestroyStreamForce.is_some();
-        let stream = if force {
-            // SAFETY: as below; the forced form drops whatever the stream could not run.
-            unsafe { acl_call_opt!(runtime, aclrtDestroyStreamForce(self.release)) }
-        } else {
-            // SAFETY: `release` is ours, and nothing uses it after this.
-            unsafe { acl_call!(runtime, aclrtDestroyStream(self.release)) }
-        };
+        // The stream goes with its last handle: this one, or the reactor's, if it still
+        // watches an out-of-memory drain's synchronisation (then on the reaper, once that
+        // completes). Either way as every `Stream` goes: a stream whose synchronisation failed
+        // may hold work it can never run, which an unforced destruction would wait for on
+        // CANN, so one the runtime does not report done is forced.
+        drop(release);
         if let Err(err) = &synced {
             npu_core::log!(warn, %err, "a device memory pool's frees failed");
         }
         if let Err(err) = pool {
             npu_core::log!(warn, %err, "a device memory pool was not destroyed (leaked)");
-        }
-        if let Err(err) = stream {
-            npu_core::log!(warn, %err, "a device memory pool's release stream was not destroyed (leaked)");
         }
     }
 }
