@@ -40,6 +40,30 @@ pub enum ErrorClass {
     Unknown,
 }
 
+/// What a device memory error ([`AclCode::is_memory_error`]) leaves of the memory: whether
+/// CANN can repair it. Ordered from the least to the most severe, so the worst of several is
+/// their maximum.
+///
+/// ```
+/// use npu_core::{AclCode, MemoryErrorKind};
+///
+/// let kinds = [AclCode::DEVICE_MEM_ERROR, AclCode::HBM_MULTI_BIT_ECC_ERROR]
+///     .map(|code| code.memory_error_kind().unwrap());
+/// assert_eq!(kinds.into_iter().max(), Some(MemoryErrorKind::Unrepairable));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum MemoryErrorKind {
+    /// An uncorrectable error (UCE) that the runtime lists (`aclrtGetMemUceInfo`) and may
+    /// repair (`aclrtMemUceRepair`): `ACL_ERROR_RT_DEVICE_MEM_ERROR` (507053) and
+    /// `ACL_ERROR_RT_SUSPECT_DEVICE_MEM_ERROR` (507055).
+    Repairable,
+    /// An error with no repair: `ACL_ERROR_RT_HBM_MULTI_BIT_ECC_ERROR` (507054), for which
+    /// the reference's remedy is to collect the logs and contact support. Memory that saw it
+    /// is not to be used again.
+    Unrepairable,
+}
+
 impl fmt::Display for ErrorClass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -190,6 +214,20 @@ impl AclCode {
     /// assert!(AclCode::DEVICE_MEM_ERROR.is_memory_error());
     /// ```
     pub const DEVICE_MEM_ERROR: AclCode = AclCode(ffi::ACL_ERROR_RT_DEVICE_MEM_ERROR);
+    /// A task touched device memory whose HBM found a multi-bit ECC error:
+    /// `ACL_ERROR_RT_HBM_MULTI_BIT_ECC_ERROR`. CANN has no repair for it (the reference's
+    /// remedy is to collect the logs and contact support), so memory that saw it must not be
+    /// used again: a `DevicePool` quarantines such a block at once.
+    /// ```
+    /// use npu_core::{AclCode, MemoryErrorKind};
+    /// assert_eq!(AclCode::HBM_MULTI_BIT_ECC_ERROR, AclCode(507054));
+    /// assert!(AclCode::HBM_MULTI_BIT_ECC_ERROR.is_memory_error());
+    /// assert_eq!(
+    ///     AclCode::HBM_MULTI_BIT_ECC_ERROR.memory_error_kind(),
+    ///     Some(MemoryErrorKind::Unrepairable)
+    /// );
+    /// ```
+    pub const HBM_MULTI_BIT_ECC_ERROR: AclCode = AclCode(ffi::ACL_ERROR_RT_HBM_MULTI_BIT_ECC_ERROR);
     /// A task may have touched device memory with an uncorrectable error on a peer device
     /// (several devices or processes): `ACL_ERROR_RT_SUSPECT_DEVICE_MEM_ERROR`.
     /// ```
@@ -261,16 +299,38 @@ impl AclCode {
         .contains(&self)
     }
 
-    /// Whether the code says device memory has an uncorrectable error (UCE), on this device
-    /// or a peer's: [`DEVICE_MEM_ERROR`](Self::DEVICE_MEM_ERROR) or
-    /// [`SUSPECT_DEVICE_MEM_ERROR`](Self::SUSPECT_DEVICE_MEM_ERROR).
+    /// Whether the code says device memory has an uncorrectable error, on this device or a
+    /// peer's: [`DEVICE_MEM_ERROR`](Self::DEVICE_MEM_ERROR),
+    /// [`SUSPECT_DEVICE_MEM_ERROR`](Self::SUSPECT_DEVICE_MEM_ERROR) or
+    /// [`HBM_MULTI_BIT_ECC_ERROR`](Self::HBM_MULTI_BIT_ECC_ERROR)
+    /// ([`memory_error_kind`](Self::memory_error_kind) says which can be repaired).
     /// ```
     /// use npu_core::AclCode;
     /// assert!(AclCode(507053).is_memory_error());
+    /// assert!(AclCode(507054).is_memory_error());
     /// assert!(!AclCode::AICORE_EXCEPTION.is_memory_error());
     /// ```
     pub fn is_memory_error(self) -> bool {
-        [Self::DEVICE_MEM_ERROR, Self::SUSPECT_DEVICE_MEM_ERROR].contains(&self)
+        self.memory_error_kind().is_some()
+    }
+
+    /// The kind of device memory error the code reports, if it reports one: whether CANN's
+    /// repair (`aclrtGetMemUceInfo`, `aclrtMemUceRepair`) applies to it.
+    /// ```
+    /// use npu_core::{AclCode, MemoryErrorKind};
+    /// assert_eq!(AclCode::DEVICE_MEM_ERROR.memory_error_kind(), Some(MemoryErrorKind::Repairable));
+    /// assert_eq!(AclCode(507055).memory_error_kind(), Some(MemoryErrorKind::Repairable));
+    /// assert_eq!(AclCode(507054).memory_error_kind(), Some(MemoryErrorKind::Unrepairable));
+    /// assert_eq!(AclCode::AICORE_EXCEPTION.memory_error_kind(), None);
+    /// ```
+    pub fn memory_error_kind(self) -> Option<MemoryErrorKind> {
+        match self {
+            Self::DEVICE_MEM_ERROR | Self::SUSPECT_DEVICE_MEM_ERROR => {
+                Some(MemoryErrorKind::Repairable)
+            }
+            Self::HBM_MULTI_BIT_ECC_ERROR => Some(MemoryErrorKind::Unrepairable),
+            _ => None,
+        }
     }
 
     /// The symbolic name, e.g. `ACL_ERROR_RT_STREAM_CONTEXT`, for every documented code.

@@ -205,6 +205,20 @@ impl Error {
         self.acl_code().is_some_and(AclCode::is_memory_error)
     }
 
+    /// The kind of device memory error the work failed with, if it failed with one
+    /// ([`AclCode::memory_error_kind`]): whether CANN can repair the memory.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, Error, MemoryErrorKind};
+    ///
+    /// let err = Error::from(AclError::new("aclrtMemsetAsync", AclCode::HBM_MULTI_BIT_ECC_ERROR, None));
+    /// assert_eq!(err.memory_error_kind(), Some(MemoryErrorKind::Unrepairable));
+    /// assert_eq!(Error::invalid("example", "len", "must not be 0").memory_error_kind(), None);
+    /// ```
+    pub fn memory_error_kind(&self) -> Option<crate::MemoryErrorKind> {
+        self.acl_code().and_then(AclCode::memory_error_kind)
+    }
+
     /// Whether the work was aborted ([`AclCode::is_aborted`]).
     ///
     /// ```

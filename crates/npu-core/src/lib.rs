@@ -43,7 +43,7 @@ pub mod reaper;
 mod runtime;
 
 pub use backend::{Backend, BackendChoice, BackendReason, Fallback};
-pub use code::{AclCode, ErrorClass};
+pub use code::{AclCode, ErrorClass, MemoryErrorKind};
 pub use completion::{BlockingWaiter, Completer, Completion, UseList, Wait};
 pub use context::Context;
 pub use device::{Device, DeviceAttr, DeviceStatus, MemAttr, MemInfo, PeerAccess, PriorityRange};

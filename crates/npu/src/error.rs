@@ -25,7 +25,7 @@
 
 pub use npu_core::{
     AclCode, AclError, DeviceFault, Error, ErrorClass, FaultKind, LoadAttempt, LoadError,
-    LoadFailure, OpError, Result,
+    LoadFailure, MemoryErrorKind, OpError, Result,
 };
 
 /// What npu-stream's streams install to be told of their faults: made only by a hidden

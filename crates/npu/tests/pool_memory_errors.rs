@@ -281,3 +281,85 @@ fn dropping_the_pool_meanwhile_still_settles_its_bad_blocks_and_leaks_nothing() 
         }
     }
 }
+
+/// An operation failing with `ACL_ERROR_RT_HBM_MULTI_BIT_ECC_ERROR` (507054: an HBM
+/// multi-bit ECC error, which CANN has no repair for) on a pool block: a memory error
+/// (`is_memory_error`), and the block is quarantined at once (counted, logged), never
+/// repaired, never handed out again, and freed with the pool. npu-sim's task-failure control
+/// gives the memset the code. Both backends, every strategy. Before the change the code was
+/// no memory error: the block was cached and the next request got it.
+#[test]
+fn a_block_whose_operation_failed_with_an_hbm_ecc_error_is_quarantined_at_once() {
+    let (_guard, d0) = turn();
+    let device = d0.device();
+    for backend in BACKENDS {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?}, {strategy:?}");
+            let s = stream(&d0, strategy);
+            sim::flush_releases();
+            let baseline = sim::device_stats(&device).unwrap().live_allocations;
+            let pool = device_pool(&d0, backend, None);
+            let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+            let bad = block.as_raw();
+            sim::fail_task(&s, 1, AclCode::HBM_MULTI_BIT_ECC_ERROR).unwrap();
+            let ecc = AclCode::HBM_MULTI_BIT_ECC_ERROR;
+            drop(fails_with_memory_error(&s, block, ecc, &what));
+            let stats = settled(&pool, &what);
+            assert_eq!(
+                (stats.repaired, stats.quarantined, stats.quarantined_bytes),
+                (0, 1, BYTES),
+                "{what}"
+            );
+            assert_eq!((stats.cached, stats.reserved), (0, 0), "{what}");
+            for _ in 0..3 {
+                let next = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+                assert_ne!(next.as_raw(), bad, "{what}: the bad block came back");
+                works(&s, next, 4, &what);
+            }
+            drop(pool);
+            until_released(&what, || {
+                sim::device_stats(&device).unwrap().live_allocations <= baseline
+            });
+        }
+    }
+    assert_eq!(logged("which has no repair"), 6);
+    assert_eq!(logged("were repaired"), 0);
+}
+
+/// A block that saw both kinds of memory error, through the two halves of a split: an
+/// uncorrectable error in the left half (repairable) and an HBM ECC error on the right half's
+/// memset (not), with a later successful memset of the right half in between (whose use list
+/// forgets completed uses, but must not forget the worse error). The worse one decides: the
+/// block is quarantined, not repaired, its UCE range stays listed (its memory held by the
+/// quarantine) until the pool is gone. Both backends, every strategy.
+#[test]
+fn a_block_that_saw_both_kinds_of_memory_error_is_quarantined_not_repaired() {
+    let (_guard, d0) = turn();
+    for backend in BACKENDS {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?}, {strategy:?}");
+            let pool = device_pool(&d0, backend, None);
+            let s = stream(&d0, strategy);
+            let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+            inject(&block, 64, 64);
+            let (left, right) = block.split_at(BYTES / 2).unwrap();
+            let uce = AclCode::DEVICE_MEM_ERROR;
+            let left = fails_with_memory_error(&s, left, uce, &what);
+            sim::fail_task(&s, 1, AclCode::HBM_MULTI_BIT_ECC_ERROR).unwrap();
+            let ecc = AclCode::HBM_MULTI_BIT_ECC_ERROR;
+            let right = fails_with_memory_error(&s, right, ecc, &what);
+            // The pruning this use's recording does keeps both errors.
+            let right = run(s.memset(right, 1)).unwrap_or_else(|e| panic!("{what}: {}", e.error));
+            drop((left, right));
+            let stats = settled(&pool, &what);
+            assert_eq!(
+                (stats.repaired, stats.quarantined, stats.cached),
+                (0, 1, 0),
+                "{what}: {stats:?}"
+            );
+            assert_eq!(uce_ranges(&d0).len(), 1, "{what}: not repaired");
+            drop(pool);
+            until_released(&what, || uce_ranges(&d0).is_empty());
+        }
+    }
+}

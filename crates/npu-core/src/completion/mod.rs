@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
+use crate::code::MemoryErrorKind;
 use crate::error::{Error, Result};
 use crate::paused_clock::{ClockHold, SLICE};
 use crate::reaper::Action;
@@ -22,10 +23,28 @@ mod model;
 
 pub use uses::UseList;
 
+/// How a completion's state stores a [`MemoryErrorKind`]: 0 for none, and higher for worse,
+/// so that the worst of several is their maximum.
+pub(crate) fn memory_error_level(kind: MemoryErrorKind) -> u8 {
+    match kind {
+        MemoryErrorKind::Repairable => 1,
+        MemoryErrorKind::Unrepairable => 2,
+    }
+}
+
+/// The kind a [`memory_error_level`] stands for.
+pub(crate) fn memory_error_from_level(level: u8) -> Option<MemoryErrorKind> {
+    match level {
+        0 => None,
+        1 => Some(MemoryErrorKind::Repairable),
+        _ => Some(MemoryErrorKind::Unrepairable),
+    }
+}
+
 /// Std-backed primitives for [`state`]; the loom model test supplies loom's instead.
 mod sync {
     pub(crate) use std::sync::Mutex;
-    pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 }
 
 /// The completion of one device operation: the read side, shared by whoever waits for it (a
@@ -124,8 +143,8 @@ impl Completer {
     pub fn complete(self, result: Result<()>) {
         // Noted before the result is visible, for the use lists of the memory it touched: a
         // pool must not hand out memory with an uncorrectable error again.
-        if result.as_ref().is_err_and(Error::is_memory_error) {
-            self.state.mark_memory_error();
+        if let Some(kind) = result.as_ref().err().and_then(Error::memory_error_kind) {
+            self.state.mark_memory_error(memory_error_level(kind));
         }
         // Releases are handed on before the result is visible, so that whoever sees the
         // operation complete finds them queued.
@@ -404,12 +423,12 @@ impl Completion {
         }
     }
 
-    /// Whether the operation failed with a device memory error ([`Error::is_memory_error`]):
-    /// one load, for the use lists that ask every completed use. Meaningful once complete,
-    /// or in a release deferred on it (which may run before `is_complete` says so: the
-    /// completer hands releases on first).
-    pub(crate) fn failed_with_memory_error(&self) -> bool {
-        self.state.failed_with_memory_error()
+    /// The kind of device memory error the operation failed with, if it did
+    /// ([`Error::memory_error_kind`]): one load, for the use lists that ask every completed
+    /// use. Meaningful once complete, or in a release deferred on it (which may run before
+    /// `is_complete` says so: the completer hands releases on first).
+    pub(crate) fn memory_error_kind(&self) -> Option<MemoryErrorKind> {
+        memory_error_from_level(self.state.memory_error_level())
     }
 
     /// Whether two handles refer to the same operation.

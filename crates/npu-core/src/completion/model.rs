@@ -3,7 +3,7 @@
 
 mod sync {
     pub(crate) use loom::sync::Mutex;
-    pub(crate) use loom::sync::atomic::{AtomicBool, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 }
 
 // The point of the model is to check the very file the library compiles, under loom.

@@ -3,7 +3,7 @@
 
 use std::task::{Poll, Waker};
 
-use super::sync::{AtomicBool, Mutex, Ordering};
+use super::sync::{AtomicBool, AtomicU8, Mutex, Ordering};
 use crate::reaper::Action;
 
 /// Work queued to run after completion, and where it runs.
@@ -36,9 +36,10 @@ pub(crate) struct State<T> {
     /// Set when the completer went away without completing (see [`State::abandon`]).
     abandoned: AtomicBool,
     /// Set by the completer, before completing, when the operation failed with a device
-    /// memory error: what a `UseList` asks of every completed use, so that it costs a load
-    /// rather than the value's lock ([`State::mark_memory_error`]).
-    memory_error: AtomicBool,
+    /// memory error, to the error's level (0: none; the caller's encoding of its kinds,
+    /// higher for worse): what a `UseList` asks of every completed use, so that it costs a
+    /// load rather than the value's lock ([`State::mark_memory_error`]).
+    memory_error: AtomicU8,
     value: Mutex<Option<T>>,
     /// The waker of each registration, taken by the completer.
     wakers: Mutex<Wakers>,
@@ -55,7 +56,7 @@ impl<T: Clone> State<T> {
         State {
             done: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
-            memory_error: AtomicBool::new(false),
+            memory_error: AtomicU8::new(0),
             value: Mutex::new(None),
             wakers: Mutex::new(Wakers::default()),
             deferred: Mutex::new(Some(Vec::new())),
@@ -125,15 +126,15 @@ impl<T: Clone> State<T> {
 
     /// Notes that the operation failed with a device memory error; called before
     /// [`State::complete`], whose release of `done` publishes it.
-    pub(crate) fn mark_memory_error(&self) {
-        self.memory_error.store(true, Ordering::Relaxed);
+    pub(crate) fn mark_memory_error(&self, level: u8) {
+        self.memory_error.fetch_max(level, Ordering::Relaxed);
     }
 
-    /// Whether the operation failed with a device memory error. Meaningful once it has
+    /// The level of the device memory error the operation failed with (0: none). Meaningful once it has
     /// completed: read after [`State::is_complete`]'s acquire, or by a release deferred on
     /// it, which the completer hands on after noting the error (and possibly before raising
     /// `done`, so such a release must not ask `is_complete` first).
-    pub(crate) fn failed_with_memory_error(&self) -> bool {
+    pub(crate) fn memory_error_level(&self) -> u8 {
         self.memory_error.load(Ordering::Relaxed)
     }
 

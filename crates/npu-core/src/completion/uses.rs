@@ -2,9 +2,10 @@
 
 use std::fmt;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
-use super::Completion;
+use super::{Completion, memory_error_from_level, memory_error_level};
+use crate::code::MemoryErrorKind;
 
 /// The operations that may still touch a resource (device memory, pinned memory, a host
 /// registration): the completions recorded against it.
@@ -43,33 +44,40 @@ pub struct UseList {
 
 #[derive(Default)]
 struct Uses {
-    /// The uses that have not completed, and at most one that completed with a device memory
-    /// error: pruning forgets a completed use, but not what it said about the memory. Kept in
-    /// the list rather than as a flag beside it, which would make every buffer (and so every
-    /// operation's error, which hands the buffer back) a word larger.
+    /// The uses that have not completed, and at most one of each kind of device memory error
+    /// that completed with one: pruning forgets a completed use, but not what it said about
+    /// the memory. Kept in the list rather than as a flag beside it, which would make every
+    /// buffer (and so every operation's error, which hands the buffer back) a word larger.
     pending: Vec<Completion>,
 }
 
 impl Uses {
-    /// Drops completed uses but the first that failed with a memory error (a load per
-    /// completed use).
+    /// Drops completed uses but the first that failed with each kind of memory error (a load
+    /// per completed use). One of each, not the first of any: a later use's worse error must
+    /// outlive the pruning as well as an earlier milder one.
     fn prune(&mut self) {
-        let mut noted = false;
+        let mut noted = 0u8; // a bit per memory error level
         self.pending.retain(|c| {
             if !c.is_complete() {
                 return true;
             }
-            let keep = !noted && c.failed_with_memory_error();
-            noted |= keep;
+            let Some(kind) = c.memory_error_kind() else {
+                return false;
+            };
+            let bit = 1 << memory_error_level(kind);
+            let keep = noted & bit == 0;
+            noted |= bit;
             keep
         });
     }
 
-    /// Whether a use completed with a device memory error (after [`prune`](Uses::prune)).
-    fn memory_error(&self) -> bool {
+    /// The worst device memory error a use completed with (after [`prune`](Uses::prune)).
+    fn memory_error(&self) -> Option<MemoryErrorKind> {
         self.pending
             .iter()
-            .any(|c| c.is_complete() && c.failed_with_memory_error())
+            .filter(|c| c.is_complete())
+            .filter_map(Completion::memory_error_kind)
+            .max()
     }
 
     /// The uses that have not completed (after [`prune`](Uses::prune)).
@@ -189,6 +197,28 @@ impl UseList {
     /// assert!(uses.is_idle() && uses.memory_error());
     /// ```
     pub fn memory_error(&mut self) -> bool {
+        self.memory_error_kind().is_some()
+    }
+
+    /// The worst kind of device memory error an operation recorded here has completed with
+    /// ([`Error::memory_error_kind`](crate::Error::memory_error_kind)), if any: whether a
+    /// pool may repair the memory, or must never hand it out again. As
+    /// [`memory_error`](UseList::memory_error), final once the list is idle.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, Completer, MemoryErrorKind, UseList};
+    ///
+    /// let mut uses = UseList::new();
+    /// // SAFETY: no device work stands behind these completions.
+    /// let (uce, ecc) = unsafe { (Completer::new(), Completer::new()) };
+    /// uses.record(&uce.completion());
+    /// uses.record(&ecc.completion());
+    /// uce.complete(Err(AclError::new("aclrtMemsetAsync", AclCode::DEVICE_MEM_ERROR, None).into()));
+    /// assert_eq!(uses.memory_error_kind(), Some(MemoryErrorKind::Repairable));
+    /// ecc.complete(Err(AclError::new("aclrtMemcpyAsync", AclCode::HBM_MULTI_BIT_ECC_ERROR, None).into()));
+    /// assert_eq!(uses.memory_error_kind(), Some(MemoryErrorKind::Unrepairable), "the worst");
+    /// ```
+    pub fn memory_error_kind(&mut self) -> Option<MemoryErrorKind> {
         let uses = self.uses_mut();
         uses.prune();
         uses.memory_error()
@@ -223,7 +253,7 @@ impl UseList {
     /// ```
     pub unsafe fn release(&mut self, release: impl FnOnce() + Send + 'static) {
         // SAFETY: the caller upholds the same contract.
-        unsafe { self.release_noting_memory_errors(move |_| release()) }
+        unsafe { self.release_noting_memory_error_kind(move |_| release()) }
     }
 
     /// [`release`](UseList::release), telling `release` whether any recorded operation
@@ -251,12 +281,43 @@ impl UseList {
         &mut self,
         release: impl FnOnce(bool) + Send + 'static,
     ) {
+        // SAFETY: the caller upholds the same contract.
+        unsafe { self.release_noting_memory_error_kind(move |kind| release(kind.is_some())) }
+    }
+
+    /// [`release`](UseList::release), telling `release` the worst kind of device memory
+    /// error any recorded operation completed with
+    /// ([`memory_error_kind`](UseList::memory_error_kind), once they all have): for a pool,
+    /// which repairs memory with a repairable error before caching it again, and never hands
+    /// out memory with an unrepairable one.
+    ///
+    /// # Safety
+    ///
+    /// As for [`release`](UseList::release): `release` must not block.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, Completer, MemoryErrorKind, UseList};
+    ///
+    /// let mut uses = UseList::new();
+    /// // SAFETY: no device work stands behind this completion.
+    /// let bad = unsafe { Completer::new() };
+    /// uses.record(&bad.completion());
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// // SAFETY: sending on an unbounded channel does not block.
+    /// unsafe { uses.release_noting_memory_error_kind(move |kind| tx.send(kind).unwrap()) };
+    /// bad.complete(Err(AclError::new("aclrtMemsetAsync", AclCode::HBM_MULTI_BIT_ECC_ERROR, None).into()));
+    /// assert_eq!(rx.recv(), Ok(Some(MemoryErrorKind::Unrepairable)));
+    /// ```
+    pub unsafe fn release_noting_memory_error_kind(
+        &mut self,
+        release: impl FnOnce(Option<MemoryErrorKind>) + Send + 'static,
+    ) {
         // One look at each use: a use seen complete has its memory error noted already (the
         // completer notes it before raising `done`); one seen running tells the countdown.
-        let (mut pending, mut memory_error) = (Vec::new(), false);
+        let (mut pending, mut memory_error) = (Vec::new(), None);
         for completion in std::mem::take(&mut self.uses_mut().pending) {
             if completion.is_complete() {
-                memory_error |= completion.failed_with_memory_error();
+                memory_error = memory_error.max(completion.memory_error_kind());
             } else {
                 pending.push(completion);
             }
@@ -267,7 +328,7 @@ impl UseList {
         }
         let countdown = std::sync::Arc::new(Countdown {
             remaining: AtomicUsize::new(pending.len()),
-            memory_error: AtomicBool::new(memory_error),
+            memory_error: AtomicU8::new(memory_error.map_or(0, memory_error_level)),
             release: Mutex::new(Some(Box::new(release))),
         });
         for completion in pending {
@@ -277,7 +338,7 @@ impl UseList {
             let used = completion.clone();
             // SAFETY: arriving is an atomic update; the release it may run does not block
             // (this method's contract, which the caller upholds).
-            unsafe { completion.defer(move || countdown.arrive(used.failed_with_memory_error())) };
+            unsafe { completion.defer(move || countdown.arrive(used.memory_error_kind())) };
         }
     }
 
@@ -300,21 +361,22 @@ impl fmt::Debug for UseList {
     }
 }
 
-type Release = Box<dyn FnOnce(bool) + Send>;
+type Release = Box<dyn FnOnce(Option<MemoryErrorKind>) + Send>;
 
 /// The release of a resource, run by whichever of its pending uses completes last.
 struct Countdown {
     remaining: AtomicUsize,
-    /// Whether a use failed with a device memory error, so far.
-    memory_error: AtomicBool,
+    /// The worst device memory error a use failed with so far, as a completion stores it.
+    memory_error: AtomicU8,
     release: Mutex<Option<Release>>,
 }
 
 impl Countdown {
     /// One pending use completed, with a memory error or not.
-    fn arrive(&self, memory_error: bool) {
-        if memory_error {
-            self.memory_error.store(true, Ordering::Relaxed);
+    fn arrive(&self, memory_error: Option<MemoryErrorKind>) {
+        if let Some(kind) = memory_error {
+            self.memory_error
+                .fetch_max(memory_error_level(kind), Ordering::Relaxed);
         }
         // The AcqRel decrement orders every arrival's store before the last one's load.
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -324,7 +386,9 @@ impl Countdown {
                 .unwrap_or_else(|e| e.into_inner())
                 .take();
             if let Some(release) = release {
-                release(self.memory_error.load(Ordering::Relaxed));
+                release(memory_error_from_level(
+                    self.memory_error.load(Ordering::Relaxed),
+                ));
             }
         }
     }

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Wake, Waker, ready};
 use std::time::Instant;
 
-use npu_core::{Error, Result, UseList};
+use npu_core::{Error, MemoryErrorKind, Result, UseList};
 use tokio::sync::oneshot;
 
 use super::size_class::size_class;
@@ -57,8 +57,9 @@ pub unsafe trait Source: Send + Sync + 'static {
     const MEMORY_ERRORS: bool = false;
 
     /// Looks for uncorrectable memory errors in `block`'s range and repairs them if it can,
-    /// for an idle block one of whose operations failed with a memory error (and so only
-    /// when [`MEMORY_ERRORS`](Source::MEMORY_ERRORS) is true). It runs on the pool's repair
+    /// for an idle block one of whose operations failed with a repairable memory error
+    /// (`MemoryErrorKind::Repairable`; one that saw an unrepairable one is quarantined
+    /// without asking), and so only when [`MEMORY_ERRORS`](Source::MEMORY_ERRORS) is true. It runs on the pool's repair
     /// thread, not the reaper, so it may wait for the runtime; the pool's lock is not held.
     fn repair(&self, block: &Self::Block) -> Repair {
         let _ = block;
@@ -263,25 +264,26 @@ impl<S: Source> Cache<S> {
         // no deferral. Whether a use failed with a memory error is a flag the list kept: the
         // common return makes no ACL call and takes no other lock.
         if uses.is_idle() {
-            if S::MEMORY_ERRORS && uses.memory_error() {
-                self.retire(class);
-                self.suspect(block);
-            } else {
-                self.update(|state, _| state.released(block, class));
+            match uses.memory_error_kind().filter(|_| S::MEMORY_ERRORS) {
+                Some(kind) => {
+                    self.retire(class);
+                    self.suspect(block, kind);
+                }
+                None => self.update(|state, _| state.released(block, class)),
             }
             return;
         }
         self.retire(class);
         let cache = self.clone();
-        // SAFETY: returning a block only takes the cache's lock, which is never held across a
-        // wait, and frees evicted blocks with the source's `free` (the trait's contract); a
-        // suspect block is handed to the repair thread, which the reaper never waits for.
+        // SAFETY: returning (or quarantining) a block only takes the cache's lock, which is
+        // never held across a wait, and frees evicted blocks with the source's `free` (the
+        // trait's contract); a suspect block is handed to the repair thread, which the reaper
+        // never waits for.
         unsafe {
-            uses.release_noting_memory_errors(move |memory_error| {
-                if S::MEMORY_ERRORS && memory_error {
-                    cache.suspect(block);
-                } else {
-                    cache.returned(block);
+            uses.release_noting_memory_error_kind(move |memory_error| {
+                match memory_error.filter(|_| S::MEMORY_ERRORS) {
+                    Some(kind) => cache.suspect(block, kind),
+                    None => cache.returned(block),
                 }
             })
         };
@@ -295,13 +297,36 @@ impl<S: Source> Cache<S> {
         self.update(|state, _| state.returned(block, class));
     }
 
-    /// A retired, idle block one of whose operations failed with a memory error: it may have
-    /// an uncorrectable error, so it is not cached before [`Source::repair`] has looked. That
-    /// may wait for the runtime, which neither the reaper nor a dropping thread may do, so it
-    /// runs on a repair thread of the pool's, started for the queue and ending when it is
-    /// empty (failing operations come in bursts, one thread serves them all). The block
+    /// A retired, idle block one of whose operations failed with a memory error of `kind`.
+    ///
+    /// A [repairable](MemoryErrorKind::Repairable) one (an uncorrectable error the runtime
+    /// lists) may be in the block, so it is not cached before [`Source::repair`] has looked.
+    /// That may wait for the runtime, which neither the reaper nor a dropping thread may do,
+    /// so it runs on a repair thread of the pool's, started for the queue and ending when it
+    /// is empty (failing operations come in bursts, one thread serves them all). The block
     /// counts as awaiting until it is settled.
-    fn suspect(self: &Arc<Self>, block: S::Block) {
+    ///
+    /// An [unrepairable](MemoryErrorKind::Unrepairable) one (an HBM multi-bit ECC error, which
+    /// no runtime call lists or repairs) is quarantined here and now: there is nothing for a
+    /// repair to look for, and the block must never be handed out again. So is a kind this
+    /// pool does not know.
+    fn suspect(self: &Arc<Self>, block: S::Block, kind: MemoryErrorKind) {
+        let why = match kind {
+            MemoryErrorKind::Repairable => None,
+            MemoryErrorKind::Unrepairable => Some(
+                "an operation on it failed with an HBM multi-bit ECC error \
+                 (ACL_ERROR_RT_HBM_MULTI_BIT_ECC_ERROR), which has no repair"
+                    .to_string(),
+            ),
+            other => Some(format!(
+                "an operation on it failed with a memory error this pool cannot repair \
+                 ({other:?})"
+            )),
+        };
+        if let Some(why) = why {
+            self.settle(block, Repair::Unrepairable(why));
+            return;
+        }
         let start = {
             let mut repairs = self.repairs();
             repairs.queue.push(block);

@@ -60,8 +60,9 @@ pub struct PoolStats {
     /// contents are lost. Always 0 for a pinned pool: host memory has no such errors to
     /// repair.
     pub repaired: u64,
-    /// Blocks returned with such an error that the pool could not repair: quarantined, never
-    /// handed out again. They are not counted in `reserved` (nor against the capacity), so the
+    /// Blocks returned with such an error that the pool could not repair, or after an
+    /// operation failed with an error that has no repair (`ACL_ERROR_RT_HBM_MULTI_BIT_ECC_ERROR`,
+    /// 507054): quarantined, never handed out again. They are not counted in `reserved` (nor against the capacity), so the
     /// pool serves new requests in their place; it keeps their memory from the runtime, which
     /// could otherwise hand it back, until the pool's end.
     pub quarantined: u64,

@@ -24,7 +24,8 @@ use super::source::{DeviceBlock, DeviceSource};
 /// with an uncorrectable memory error (`Error::is_memory_error`), the pool first looks for
 /// the error in the block: it repairs it (`aclrtMemUceRepair`; the contents are lost) or
 /// quarantines the block, which is never handed out again (`PoolStats::repaired`,
-/// `quarantined`).
+/// `quarantined`). After an error that has no repair (`MemoryErrorKind::Unrepairable`: an
+/// HBM multi-bit ECC error, 507054) the block is quarantined without looking.
 ///
 /// The contents are unspecified: whatever the previous owner left, or the device memory held.
 ///

@@ -3,7 +3,7 @@
 //! memory-error tests use them.
 
 use npu::error::AclCode;
-use npu::memory::{DevicePool, DevicePoolBackend, PooledDeviceBuffer};
+use npu::memory::{DevicePool, DevicePoolBackend, DeviceSlice, MemoryMut, PooledDeviceBuffer};
 use npu::prelude::*;
 use npu::{Stream, ffi, sim};
 
@@ -74,13 +74,21 @@ pub(crate) fn fails_with_the_memory_error(
     block: PooledDeviceBuffer<u8>,
     what: &str,
 ) -> PooledDeviceBuffer<u8> {
+    fails_with_memory_error(s, block, AclCode::DEVICE_MEM_ERROR, what)
+}
+
+/// A memset of `block` (or a part of one) that must fail with the memory error `code`: the
+/// memory handed back.
+pub(crate) fn fails_with_memory_error<
+    M: DeviceSlice + MemoryMut + std::fmt::Debug + Send + 'static,
+>(
+    s: &Stream,
+    block: M,
+    code: AclCode,
+    what: &str,
+) -> M {
     let err = run(s.memset(block, 7)).unwrap_err();
-    assert_eq!(
-        err.error.acl_code(),
-        Some(AclCode::DEVICE_MEM_ERROR),
-        "{what}: {}",
-        err.error
-    );
+    assert_eq!(err.error.acl_code(), Some(code), "{what}: {}", err.error);
     assert!(err.error.is_memory_error(), "{what}");
     err.value.expect("the block handed back")
 }
