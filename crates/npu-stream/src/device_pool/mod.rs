@@ -344,7 +344,9 @@ impl DevicePool {
     ///
     /// Cancel safety: cancel-safe. Dropping the future while it waits for capacity leaves the
     /// queue (a grant already on its way goes back to the pool); dropped during a new
-    /// block's allocation, the block goes back to the runtime once that allocation completes.
+    /// block's allocation, the block goes back to the runtime once that allocation completes;
+    /// dropped while it waits for the frees of an out-of-memory retry, it drops only that
+    /// wait (the frees still run, and other requests waiting for them still retry).
     ///
     /// ```
     /// use npu_core::Device;
