@@ -310,3 +310,51 @@ fn a_runtime_dropped_while_its_request_drains_returns_and_loses_nothing() {
         });
     }
 }
+
+/// The variable that makes a run of this binary's `child` test a forking case.
+const CHILD_ENV: &str = "NPU_POOL_DRAIN_CHILD";
+
+#[test]
+fn child() {
+    let Ok(case) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    match case.as_str() {
+        "fork" => forked_while_a_request_drains(),
+        other => panic!("no child case {other}"),
+    }
+    println!("CHILD OK");
+}
+
+/// A process forked while a request waits for its drain (the device held): in the child,
+/// where nothing will ever run the release stream, awaiting the request ends with
+/// `Error::Forked` rather than a hang; in the parent it is served once the device runs.
+/// Every strategy of the caller's stream, in a process of its own (`in_child_test`), which
+/// forks.
+#[test]
+fn a_fork_while_a_request_drains_ends_it_in_the_child_and_not_in_the_parent() {
+    in_child_test("child", CHILD_ENV, "fork");
+}
+
+fn forked_while_a_request_drains() {
+    let (_guard, ctx) = devices();
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let s = stream(&ctx, strategy);
+        let pool = pool_holding_the_device(&ctx, &s);
+        let hold = sim::hold(&ctx.device()).unwrap();
+        let mut request = Box::pin(pool.alloc::<u8>(&s, BIG));
+        draining(&pool, request.as_mut(), &what);
+        let (ok, status) = fork_and_check(|| {
+            let err = run(request.as_mut()).unwrap_err();
+            assert_forked(&err);
+        });
+        assert!(
+            ok,
+            "{what}: the child's request failed or hung ({status:#x})"
+        );
+        hold.release().unwrap();
+        let block = run(request).unwrap_or_else(|e| panic!("{what}: {e}"));
+        drop((block, pool, s));
+    }
+}

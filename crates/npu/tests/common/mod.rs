@@ -320,3 +320,35 @@ pub(crate) fn child_succeeded(
     );
     out
 }
+
+/// Forks; the child runs `body` (bounded by an alarm) and `_exit`s with its outcome; the
+/// parent waits for it and returns whether it succeeded, and its raw status.
+pub(crate) fn fork_and_check(body: impl FnOnce()) -> (bool, i32) {
+    // SAFETY: the child only runs npu-rs code, under an alarm, and ends with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: an alarm turns a hang of the child into its death by SIGALRM.
+        unsafe { libc::alarm(10) };
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+        // SAFETY: ends the child at once, running no destructor of the parent's state.
+        unsafe { libc::_exit(if checked.is_ok() { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: `pid` is our child; `status` a valid out-pointer.
+    watchdog("the forked child", || unsafe {
+        libc::waitpid(pid, &mut status, 0)
+    });
+    (
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        status,
+    )
+}
+
+/// Checks that `err` is the refusal of a forked child.
+pub(crate) fn assert_forked(err: &Error) {
+    assert!(
+        matches!(err, Error::Forked { .. }),
+        "expected Forked: {err:?}"
+    );
+}
