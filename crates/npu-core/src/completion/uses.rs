@@ -178,32 +178,11 @@ impl UseList {
         uses.in_flight().next().is_none()
     }
 
-    /// Whether an operation recorded here has completed with a device memory error
-    /// ([`Error::is_memory_error`](crate::Error::is_memory_error)): the memory may have an
-    /// uncorrectable error, which a pool looks for before handing it out again. It takes
-    /// `&mut self` like [`is_idle`](UseList::is_idle), which a pooled buffer's `Drop` asks
-    /// first: once idle, the answer is final.
-    ///
-    /// ```
-    /// use npu_core::{AclCode, AclError, Completer, UseList};
-    ///
-    /// let mut uses = UseList::new();
-    /// // SAFETY: no device work stands behind these completions.
-    /// let (ok, bad) = unsafe { (Completer::new(), Completer::new()) };
-    /// uses.record(&ok.completion());
-    /// uses.record(&bad.completion());
-    /// ok.complete(Ok(()));
-    /// bad.complete(Err(AclError::new("aclrtMemsetAsync", AclCode::DEVICE_MEM_ERROR, None).into()));
-    /// assert!(uses.is_idle() && uses.memory_error());
-    /// ```
-    pub fn memory_error(&mut self) -> bool {
-        self.memory_error_kind().is_some()
-    }
-
     /// The worst kind of device memory error an operation recorded here has completed with
     /// ([`Error::memory_error_kind`](crate::Error::memory_error_kind)), if any: whether a
-    /// pool may repair the memory, or must never hand it out again. As
-    /// [`memory_error`](UseList::memory_error), final once the list is idle.
+    /// pool may repair the memory, or must never hand it out again. It takes `&mut self`
+    /// like [`is_idle`](UseList::is_idle), which a pooled buffer's `Drop` asks first: once
+    /// idle, the answer is final.
     ///
     /// ```
     /// use npu_core::{AclCode, AclError, Completer, MemoryErrorKind, UseList};
@@ -254,35 +233,6 @@ impl UseList {
     pub unsafe fn release(&mut self, release: impl FnOnce() + Send + 'static) {
         // SAFETY: the caller upholds the same contract.
         unsafe { self.release_noting_memory_error_kind(move |_| release()) }
-    }
-
-    /// [`release`](UseList::release), telling `release` whether any recorded operation
-    /// completed with a device memory error ([`memory_error`](UseList::memory_error), once
-    /// they all have): for a pool, which must not cache such memory as it is.
-    ///
-    /// # Safety
-    ///
-    /// As for [`release`](UseList::release): `release` must not block.
-    ///
-    /// ```
-    /// use npu_core::{AclCode, AclError, Completer, UseList};
-    ///
-    /// let mut uses = UseList::new();
-    /// // SAFETY: no device work stands behind this completion.
-    /// let bad = unsafe { Completer::new() };
-    /// uses.record(&bad.completion());
-    /// let (tx, rx) = std::sync::mpsc::channel();
-    /// // SAFETY: sending on an unbounded channel does not block.
-    /// unsafe { uses.release_noting_memory_errors(move |memory_error| tx.send(memory_error).unwrap()) };
-    /// bad.complete(Err(AclError::new("aclrtMemsetAsync", AclCode::DEVICE_MEM_ERROR, None).into()));
-    /// assert_eq!(rx.recv(), Ok(true));
-    /// ```
-    pub unsafe fn release_noting_memory_errors(
-        &mut self,
-        release: impl FnOnce(bool) + Send + 'static,
-    ) {
-        // SAFETY: the caller upholds the same contract.
-        unsafe { self.release_noting_memory_error_kind(move |kind| release(kind.is_some())) }
     }
 
     /// [`release`](UseList::release), telling `release` the worst kind of device memory
@@ -492,13 +442,13 @@ mod tests {
         uses.record(&later.completion());
         later.complete(Ok(()));
         assert!(uses.is_idle());
-        assert!(uses.memory_error());
+        assert_eq!(uses.memory_error_kind(), Some(MemoryErrorKind::Repairable));
         let (tx, rx) = std::sync::mpsc::channel();
         // SAFETY: sending on an unbounded channel does not block.
-        unsafe { uses.release_noting_memory_errors(move |bad| tx.send(bad).unwrap()) };
+        unsafe { uses.release_noting_memory_error_kind(move |kind| tx.send(kind).unwrap()) };
         assert_eq!(
             rx.try_recv(),
-            Ok(true),
+            Ok(Some(MemoryErrorKind::Repairable)),
             "idle: released at once, with the error"
         );
     }
@@ -513,27 +463,31 @@ mod tests {
             }
             let (tx, rx) = std::sync::mpsc::channel();
             // SAFETY: sending on an unbounded channel does not block.
-            unsafe { uses.release_noting_memory_errors(move |bad| tx.send(bad).unwrap()) };
+            unsafe { uses.release_noting_memory_error_kind(move |kind| tx.send(kind).unwrap()) };
             for (at, op) in ops.into_iter().enumerate() {
                 // Another failure is no memory error.
                 let other = AclError::new("aclrtMemsetAsync", AclCode(507015), None).into();
                 op.complete(Err(if at == failing { memory_error() } else { other }));
             }
-            assert_eq!(rx.recv(), Ok(true), "use {failing} failed");
+            assert_eq!(
+                rx.recv(),
+                Ok(Some(MemoryErrorKind::Repairable)),
+                "use {failing} failed"
+            );
         }
         let mut uses = UseList::new();
         let op = pending();
         uses.record(&op.completion());
         let (tx, rx) = std::sync::mpsc::channel();
         // SAFETY: sending on an unbounded channel does not block.
-        unsafe { uses.release_noting_memory_errors(move |bad| tx.send(bad).unwrap()) };
+        unsafe { uses.release_noting_memory_error_kind(move |kind| tx.send(kind).unwrap()) };
         op.complete(Err(AclError::new(
             "aclrtMemsetAsync",
             AclCode(507015),
             None,
         )
         .into()));
-        assert_eq!(rx.recv(), Ok(false));
+        assert_eq!(rx.recv(), Ok(None));
     }
 
     #[test]
