@@ -1,6 +1,7 @@
 //! Reusable completion events, one pool per context.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use npu_core::ffi;
@@ -9,18 +10,41 @@ use npu_core::{Context, Result, acl_call};
 /// Events are recorded after every operation; creating one per operation would cost an ACL
 /// allocation each time, so they are pooled per context and re-recorded.
 ///
-/// The pool keeps at most [`MAX_IDLE`] events between uses. Each operation in flight holds
-/// one, so a burst of operations takes as many of the device's events (a fixed number of
-/// hardware events: 65,536 on npu-sim) as it has in flight; kept idle for the life of the
-/// context's streams, a burst's events left the device without any once nothing was in
-/// flight, and `Event::new`, and every other context's completion events, failed.
+/// The pools of one device's contexts keep at most [`MAX_IDLE`] events between uses, all
+/// together. Each operation in flight holds one, so a burst of operations takes as many of the
+/// device's events (a fixed number of hardware events: 65,536 on npu-sim) as it has in flight;
+/// kept idle for the life of the context's streams, a burst's events left the device without
+/// any once nothing was in flight, and `Event::new`, and every other context's completion
+/// events, failed. The bound is the device's, not each pool's: the events are the device's,
+/// and 64 contexts keeping 1,024 each held every one of them.
 pub(crate) struct EventPool {
     context: Context,
     free: Mutex<Vec<RawEvent>>,
+    /// The idle events of every pool of the context's device (in this runtime), each pool's
+    /// counted under its `free` lock.
+    idle: Arc<AtomicUsize>,
 }
 
-/// How many idle events a pool keeps; those returned past it are destroyed.
+/// How many idle events the pools of one device keep; those returned past it are destroyed.
 const MAX_IDLE: usize = 1024;
+
+/// The idle count shared by the pools of `context`'s device, in its runtime.
+fn device_idle(context: &Context) -> Arc<AtomicUsize> {
+    type Counts = Mutex<HashMap<(usize, u32), Weak<AtomicUsize>>>;
+    static COUNTS: OnceLock<Counts> = OnceLock::new();
+    let mut counts = COUNTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    counts.retain(|_, count| count.strong_count() > 0);
+    let key = (context.runtime().library_id(), context.device_id());
+    if let Some(count) = counts.get(&key).and_then(Weak::upgrade) {
+        return count;
+    }
+    let count = Arc::new(AtomicUsize::new(0));
+    counts.insert(key, Arc::downgrade(&count));
+    count
+}
 
 /// An `aclrtEvent` owned by a pool.
 struct RawEvent(ffi::aclrtEvent);
@@ -50,6 +74,7 @@ impl EventPool {
         let pool = Arc::new(EventPool {
             context: context.clone(),
             free: Mutex::new(Vec::new()),
+            idle: device_idle(context),
         });
         pools.insert(context.id(), Arc::downgrade(&pool));
         pool
@@ -60,7 +85,14 @@ impl EventPool {
     /// Pool events are legacy `ACL_EVENT_SYNC` events: every CANN release has them, they can
     /// be waited on by other streams, and they skip the timestamp cost of timing events.
     pub(crate) fn take(self: &Arc<Self>) -> Result<PooledEvent> {
-        let reused = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let reused = {
+            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            let reused = free.pop();
+            if reused.is_some() {
+                self.idle.fetch_sub(1, Ordering::Relaxed);
+            }
+            reused
+        };
         let raw = match reused {
             Some(raw) => raw,
             None => {
@@ -116,10 +148,13 @@ impl Drop for PooledEvent {
     fn drop(&mut self) {
         if let Some(raw) = self.raw.take() {
             let mut free = self.pool.free.lock().unwrap_or_else(|e| e.into_inner());
-            if free.len() < MAX_IDLE {
+            // Counted before it is kept: pools of the device returning events at once never
+            // keep more than the bound between them.
+            if self.pool.idle.fetch_add(1, Ordering::Relaxed) < MAX_IDLE {
                 free.push(raw);
                 return;
             }
+            self.pool.idle.fetch_sub(1, Ordering::Relaxed);
             drop(free);
             // Destroyed with no lock held, as a discarded event is: the call does not block,
             // and a failure is logged, which may run a tracing subscriber.
@@ -144,6 +179,7 @@ impl EventPool {
 impl Drop for EventPool {
     fn drop(&mut self) {
         let free = std::mem::take(self.free.get_mut().unwrap_or_else(|e| e.into_inner()));
+        self.idle.fetch_sub(free.len(), Ordering::Relaxed);
         for raw in free {
             self.destroy(raw);
         }

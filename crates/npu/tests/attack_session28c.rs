@@ -1,0 +1,56 @@
+//! The twenty-eighth session's third helper: streams, events, kernels and the reactor, through
+//! the public API only. Each test names the strategies it runs under; every wait is bounded
+//! (`run`, `until`, `watchdog`), so a hang fails its test.
+
+mod common;
+
+use npu::error::AclCode;
+use npu::prelude::*;
+use npu::sim;
+use npu::stream::Strategy;
+
+use common::{exclusive, run, stream};
+
+/// "Nothing leaks" for the device's hardware events, across contexts: the completion events
+/// are pooled per context, but the hardware events are the device's (65,536 on npu-sim). A
+/// burst of operations in flight on each of many contexts of one device (the device held, so
+/// every operation takes an event of its own, as many as the device has) must not leave the
+/// device without an event once every burst is over and nothing is in flight, even though
+/// every context and its stream is kept.
+#[test]
+fn idle_completion_events_of_many_contexts_never_keep_the_device_out_of_events() {
+    let (_devices, _, d1) = exclusive(None);
+    let device = d1.device();
+    // One burst per context, each no larger than what one context's pool may keep idle: a cap
+    // per context alone keeps every event of the burst, and 65 contexts take them all.
+    const CONTEXTS: usize = 65;
+    const BURST: usize = 1024;
+    let streams: Vec<npu::Stream> = (0..CONTEXTS)
+        .map(|_| stream(&device.create_context().unwrap(), Strategy::EventPoll))
+        .collect();
+    let held = sim::hold(&device).unwrap();
+    let burst: Vec<_> = streams
+        .iter()
+        .flat_map(|s| (0..BURST).map(|_| s.synchronize()))
+        .collect();
+    held.release().unwrap();
+    run(async {
+        for op in burst {
+            // Once the device has no event left, the later ones are drained and fail with the
+            // runtime's error, as documented.
+            if let Err(err) = op.await {
+                assert_eq!(err.error.acl_code(), Some(AclCode(207007)), "{err}");
+            }
+        }
+    });
+    // Nothing is in flight, every stream is idle and kept: the device serves events.
+    let event = Event::new(&d1).unwrap_or_else(|err| {
+        panic!(
+            "{err}; live events {}",
+            sim::device_stats(&device).unwrap().live_events
+        )
+    });
+    event.record(&streams[0]).unwrap();
+    run(event.wait()).unwrap();
+    drop(streams);
+}
