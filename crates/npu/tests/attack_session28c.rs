@@ -9,7 +9,7 @@ use npu::prelude::*;
 use npu::sim;
 use npu::stream::Strategy;
 
-use common::{exclusive, run, stream, until_released};
+use common::{STRATEGIES, exclusive, live_memory, run, stream, until_released, within};
 
 /// "Nothing leaks" for the device's hardware events, across contexts: the completion events
 /// are pooled per context, but the hardware events are the device's (65,536 on npu-sim). A
@@ -98,4 +98,68 @@ fn contexts_returning_events_at_once_keep_at_most_the_device_bound_idle() {
         idle - baseline
     );
     drop(streams);
+}
+
+/// Every hardware event of `device` taken by user events (kept by the caller), so that the next
+/// completion event a context's pool must create is refused (207007).
+fn take_every_event(ctx: &Context) -> Vec<Event> {
+    let mut events = Vec::new();
+    while let Ok(event) = Event::new(ctx) {
+        events.push(event);
+        assert!(events.len() <= 1 << 17, "the device never ran out of events");
+    }
+    events
+}
+
+/// Rules 2 and 3 for operations the device accepted but no strategy could watch: the device
+/// out of events (every one held by the user), a fresh context's stream cannot record the
+/// completion event of its work, which then waits for the stream to drain. On a held device,
+/// one such memset's future is dropped at once and another's kept, with a task failing in
+/// `FailureMode::Continue` between them: the kept one resolves only after its memset ran
+/// (its buffer handed back written), the dropped one's buffer is freed only after the device
+/// is done with it, nothing leaks, and once the user's events are gone the stream is watched
+/// again. Every strategy.
+#[test]
+fn work_the_device_accepted_without_a_completion_event_keeps_its_memory_until_it_ran() {
+    let (_devices, _, d1) = exclusive(None);
+    let device = d1.device();
+    for strategy in STRATEGIES {
+        let ctx = device.create_context().unwrap();
+        let s = stream(&ctx, strategy);
+        let baseline = live_memory(&ctx);
+        let events = take_every_event(&ctx);
+        let held = sim::hold(&device).unwrap();
+        let dropped = s.memset(DeviceBuffer::<u8>::new(&ctx, 4096).unwrap(), 7);
+        drop(dropped);
+        sim::fail_task(&s, 1, AclCode(507015)).unwrap();
+        let failing = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 8);
+        let kept = s.memset(DeviceBuffer::<u8>::new(&ctx, 4096).unwrap(), 9);
+        assert!(!kept.is_complete(), "{strategy:?}: resolved before the device ran it");
+        held.release().unwrap();
+        let failed = run(failing).unwrap_err();
+        assert!(failed.error.acl_code().is_some(), "{strategy:?}: {failed}");
+        drop(failed);
+        match run(kept) {
+            Ok(buffer) => assert_eq!(buffer.to_vec_blocking().unwrap(), [9; 4096]),
+            Err(err) => {
+                assert_eq!(err.error.acl_code(), Some(AclCode(207007)), "{err}");
+                let buffer = err.value.expect("the buffer comes back");
+                assert_eq!(buffer.to_vec_blocking().unwrap(), [9; 4096], "{strategy:?}");
+            }
+        }
+        drop(events);
+        // Events again. The first record since the failed task captures its failure (no
+        // completion event was recorded after it): a synchronisation reports it, once.
+        if let Err(err) = run(s.synchronize()) {
+            assert_eq!(err.error.acl_code(), Some(AclCode(507015)), "{strategy:?}: {err}");
+        }
+        // The stream's work is watched as usual.
+        let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1)).unwrap();
+        assert_eq!(buffer.to_vec_blocking().unwrap(), [1; 64]);
+        drop(buffer);
+        until_released("the dropped memset's buffer is freed", || {
+            within(live_memory(&ctx), baseline)
+        });
+        run(s.synchronize()).unwrap();
+    }
 }
