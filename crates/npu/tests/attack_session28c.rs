@@ -9,7 +9,7 @@ use npu::prelude::*;
 use npu::sim;
 use npu::stream::Strategy;
 
-use common::{STRATEGIES, exclusive, live_memory, run, stream, until_released, within};
+use common::{STRATEGIES, exclusive, live_memory, run, stream, until, until_released, within};
 
 /// "Nothing leaks" for the device's hardware events, across contexts: the completion events
 /// are pooled per context, but the hardware events are the device's (65,536 on npu-sim). A
@@ -106,7 +106,10 @@ fn take_every_event(ctx: &Context) -> Vec<Event> {
     let mut events = Vec::new();
     while let Ok(event) = Event::new(ctx) {
         events.push(event);
-        assert!(events.len() <= 1 << 17, "the device never ran out of events");
+        assert!(
+            events.len() <= 1 << 17,
+            "the device never ran out of events"
+        );
     }
     events
 }
@@ -134,7 +137,10 @@ fn work_the_device_accepted_without_a_completion_event_keeps_its_memory_until_it
         sim::fail_task(&s, 1, AclCode(507015)).unwrap();
         let failing = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 8);
         let kept = s.memset(DeviceBuffer::<u8>::new(&ctx, 4096).unwrap(), 9);
-        assert!(!kept.is_complete(), "{strategy:?}: resolved before the device ran it");
+        assert!(
+            !kept.is_complete(),
+            "{strategy:?}: resolved before the device ran it"
+        );
         held.release().unwrap();
         let failed = run(failing).unwrap_err();
         assert!(failed.error.acl_code().is_some(), "{strategy:?}: {failed}");
@@ -151,7 +157,11 @@ fn work_the_device_accepted_without_a_completion_event_keeps_its_memory_until_it
         // Events again. The first record since the failed task captures its failure (no
         // completion event was recorded after it): a synchronisation reports it, once.
         if let Err(err) = run(s.synchronize()) {
-            assert_eq!(err.error.acl_code(), Some(AclCode(507015)), "{strategy:?}: {err}");
+            assert_eq!(
+                err.error.acl_code(),
+                Some(AclCode(507015)),
+                "{strategy:?}: {err}"
+            );
         }
         // The stream's work is watched as usual.
         let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1)).unwrap();
@@ -160,6 +170,63 @@ fn work_the_device_accepted_without_a_completion_event_keeps_its_memory_until_it
         until_released("the dropped memset's buffer is freed", || {
             within(live_memory(&ctx), baseline)
         });
+        run(s.synchronize()).unwrap();
+    }
+}
+
+/// Rule 5 and "a faulted stream costs the reactor O(1) per pass" with many faulted streams at
+/// once: on each of 16 contexts of one device, a stream in `FailureMode::Continue` whose task
+/// fails (the exception callback flags it) with a notify wait behind it that the host records
+/// only after every failure was seen, then a memset behind that. The reactor must park again
+/// between its queries of the 16 held heads once their suspicions ran out, rather than spin,
+/// and every memset runs once the notifies are recorded.
+#[test]
+fn many_faulted_streams_held_behind_waits_do_not_make_the_reactor_spin() {
+    let (_devices, _, d1) = exclusive(None);
+    let device = d1.device();
+    let recorder = stream(&d1, Strategy::EventPoll);
+    let streams: Vec<(npu::Stream, npu::stream::Notify)> = (0..16)
+        .map(|_| {
+            let ctx = device.create_context().unwrap();
+            let notify = npu::stream::Notify::new(&ctx).unwrap();
+            (stream(&ctx, Strategy::EventPoll), notify)
+        })
+        .collect();
+    let before = npu::stream::reactor_stats();
+    let mut waits = Vec::new();
+    let mut afters = Vec::new();
+    let mut failures = Vec::new();
+    for (s, notify) in &streams {
+        sim::fail_task(s, 1, AclCode(507015)).unwrap();
+        let ctx = s.context();
+        failures.push(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1));
+        waits.push(s.wait_notify(notify));
+        afters.push(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 2));
+    }
+    for failed in failures {
+        let err = run(failed).unwrap_err();
+        assert_eq!(err.error.acl_code(), Some(AclCode(507015)), "{err}");
+    }
+    let seen = npu::stream::reactor_stats();
+    assert!(
+        seen.fault_notices > before.fault_notices,
+        "no fault was noticed"
+    );
+    until("the reactor parks while every wait is pending", || {
+        npu::stream::reactor_stats().parks >= seen.parks + 20
+    });
+    assert!(waits.iter().all(|wait| !wait.is_complete()));
+    for (_, notify) in &streams {
+        run(recorder.record_notify(notify)).unwrap();
+    }
+    for wait in waits {
+        run(wait).unwrap();
+    }
+    for after in afters {
+        assert_eq!(run(after).unwrap().to_vec_blocking().unwrap(), [2; 64]);
+    }
+    for (s, _) in &streams {
+        run(s.synchronize()).unwrap_err();
         run(s.synchronize()).unwrap();
     }
 }
