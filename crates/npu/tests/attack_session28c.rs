@@ -9,7 +9,10 @@ use npu::prelude::*;
 use npu::sim;
 use npu::stream::Strategy;
 
-use common::{STRATEGIES, exclusive, live_memory, run, stream, until, until_released, within};
+use common::{
+    STRATEGIES, exclusive, live_memory, live_objects, run, stream, until, until_released, watchdog,
+    within,
+};
 
 /// "Nothing leaks" for the device's hardware events, across contexts: the completion events
 /// are pooled per context, but the hardware events are the device's (65,536 on npu-sim). A
@@ -272,4 +275,39 @@ fn many_drained_operations_of_one_stream_do_not_hold_up_the_sentinel() {
     });
     drop(events);
     run(s1.synchronize()).unwrap();
+}
+
+/// Rules 2, 3 and 5 for drained work whose stream, context and futures are all dropped: on a
+/// held device out of events, memsets no strategy could watch are dropped with their stream
+/// and its context (every handle gone, nothing waits); once the device is released and the
+/// user's events dropped, the sentinel ends the drains, and the buffers, the stream and every
+/// completion event are released after the device ran the memsets. Every strategy.
+#[test]
+fn drained_work_dropped_with_its_stream_and_context_is_released_after_it_ran() {
+    let (_devices, _, d1) = exclusive(None);
+    let device = d1.device();
+    for strategy in STRATEGIES {
+        let baseline = live_objects(&d1);
+        let ctx = device.create_context().unwrap();
+        let s = stream(&ctx, strategy);
+        let events = take_every_event(&ctx);
+        let held = sim::hold(&device).unwrap();
+        let ops: Vec<_> = (0..64)
+            .map(|i| s.memset(DeviceBuffer::<u8>::new(&ctx, 4096).unwrap(), i))
+            .collect();
+        watchdog("dropping drained work, its stream and its context", || {
+            drop((ops, s, ctx))
+        });
+        // The device may still run every memset: none of their buffers is freed yet.
+        assert!(
+            live_memory(&d1)[0] >= baseline[0] + 64,
+            "{strategy:?}: a buffer of queued work was freed"
+        );
+        held.release().unwrap();
+        drop(events);
+        until_released(
+            "the drained work, its stream and its events are released",
+            || within(live_objects(&d1), baseline),
+        );
+    }
 }
