@@ -10,8 +10,9 @@
 //! - **Drains.** An operation the device accepted but nothing watches (recording its event
 //!   failed, or the submission's user code panicked) must not complete before the stream has
 //!   run it: the sentinel waits for the stream in 1 ms slices, round-robin with every other
-//!   drain and probe, then completes it, unless an operation submitted after it finished first
-//!   and ended it (`stream::drains`).
+//!   stream's drains and probes (a stream's drains share one slice a round), then completes
+//!   it, unless an operation submitted after it finished first and ended it
+//!   (`stream::drains`).
 //! - **Watches.** An operation whose strategy could not hand it to the reactor (its thread
 //!   could not start) is waited for on its own event the same way.
 //!
