@@ -213,7 +213,8 @@ impl<T: Send + 'static> Drop for Op<T> {
                 // clone, a device pool's unclaimed block), whose drops do not block: npu-rs's
                 // own make only immediate calls (destroy, free, `aclrtMemPoolFreeAsync`) or
                 // hand the release on, and implementations of the unsafe `Memory`,
-                // `StableBuffer` and `KernelArg` traits promise it.
+                // `StableBuffer`, `KernelArg` and `KernelArgs` traits promise it (a launch's
+                // value is its `KernelArgs`, which may be a struct of the caller's own).
                 unsafe { self.wait.completion().drop_after(value) };
             }
         }

@@ -409,7 +409,11 @@ device_args! {
 /// # Safety
 ///
 /// As for [`KernelArg`]: every address `pack` writes stays valid until every completion passed
-/// to `record_uses` has completed.
+/// to `record_uses` has completed, and dropping the value does not block. The launch's future
+/// owns the value itself (a tuple, or a struct of the implementor's own), so a launch dropped
+/// in flight drops it on npu-rs's reaper thread, which every deferred release of the process
+/// shares: the whole value's drop must not wait (for the device, another operation, a lock
+/// held across such a wait, or I/O), not only its arguments'.
 pub unsafe trait KernelArgs: Send + 'static {
     /// Packs every argument, in order.
     ///
