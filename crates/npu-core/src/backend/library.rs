@@ -107,8 +107,12 @@ pub(crate) fn open(path: &Path) -> Result<&'static Loaded, LoadFailure> {
     }
     // Held across the load, so two threads loading one file cannot make two runtimes of it.
     let mut libraries = LIBRARIES.lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: loading runs the library's initialisers. The candidates are the AscendCL runtime
-    // of a CANN install or npu-sim's build of it, both of which are designed to be dlopened.
+    // SAFETY: loading runs the library's initialisers, and `from_library` below calls its
+    // exports with ACL's prototypes: sound only for an AscendCL runtime (a CANN install's or
+    // npu-sim's build of it, both designed to be dlopened). npu-rs's own search finds only
+    // those, but `BackendChoice::Library` (`RuntimeBuilder::library`) is a path of the safe
+    // caller's choice, which nothing here can check: that choice is trusted as the loader's
+    // search path is, and is not a guarantee safe code can give (see docs/cancellation.md).
     let library = unsafe { libloading::Library::new(path) }.map_err(|e| {
         // glibc reports a file for another architecture as missing; its ELF header says more.
         let foreign = is_path.then(|| elf::foreign_architecture(path)).flatten();
