@@ -7,7 +7,9 @@ use std::ptr::NonNull;
 use npu_core::ffi;
 use npu_core::{Context, Error, Result, acl_call, acl_call_opt};
 
-/// The address alignment `aclrtMallocHost` guarantees.
+/// The address alignment `aclrtMallocHost` documents, which npu-rs checks on every block (the
+/// reference leaves it to the caller on some products, where the host is the device's own
+/// CPU).
 pub(crate) const HOST_ALIGN: usize = 64;
 /// The host page size: the granularity of pinning and of registration, and the pool's
 /// smallest block.
@@ -122,6 +124,32 @@ pub(crate) fn check_host_align<T>(api: &'static str) -> Result<()> {
     Ok(())
 }
 
+/// The address a successful pinned allocation returned, if npu-rs can use it: not NULL, and
+/// aligned to [`HOST_ALIGN`], which every element type npu-rs accepts for pinned memory needs
+/// at most ([`check_host_align`]) and which shared slices of the block rely on. The reference
+/// guarantees that alignment except on products whose host is the device's own CPU, where it
+/// leaves alignment to the caller; an unaligned block is refused rather than trusted.
+fn returned_block(raw: *mut c_void) -> Result<NonNull<u8>> {
+    let Some(ptr) = NonNull::new(raw.cast::<u8>()) else {
+        return Err(Error::invalid(
+            "aclrtMallocHost",
+            "hostPtr",
+            "the runtime reported success but returned NULL",
+        ));
+    };
+    if !(ptr.as_ptr() as usize).is_multiple_of(HOST_ALIGN) {
+        return Err(Error::invalid(
+            "aclrtMallocHost",
+            "hostPtr",
+            format!(
+                "the runtime returned {ptr:p}, which is not {HOST_ALIGN}-byte aligned: npu-rs \
+                 makes slices of pinned blocks for element types aligned up to {HOST_ALIGN} bytes"
+            ),
+        ));
+    }
+    Ok(ptr)
+}
+
 /// One zero-filled `aclrtMallocHost` allocation. Owning it means owning the memory; it is
 /// returned with [`HostBlock::free`], never implicitly (dropping it leaks).
 pub(crate) struct HostBlock {
@@ -165,12 +193,18 @@ impl HostBlock {
                 }?
             }
         }
-        let Some(ptr) = NonNull::new(raw.cast::<u8>()) else {
-            return Err(Error::invalid(
-                "aclrtMallocHost",
-                "hostPtr",
-                "the runtime reported success but returned NULL",
-            ));
+        let ptr = match returned_block(raw) {
+            Ok(ptr) => ptr,
+            Err(err) => {
+                if !raw.is_null() {
+                    // SAFETY: the runtime just allocated `raw`; nothing else knows of it.
+                    let freed = unsafe { acl_call!(runtime, aclrtFreeHost(raw)) };
+                    if let Err(free) = freed {
+                        npu_core::log!(warn, %free, bytes, "refused pinned host memory was not freed (leaked)");
+                    }
+                }
+                return Err(err);
+            }
         };
         // SAFETY: the runtime returned `bytes` writable bytes at `ptr`.
         unsafe { ptr.as_ptr().write_bytes(0, bytes) };
@@ -217,8 +251,9 @@ macro_rules! pinned_memory {
 
             fn deref(&self) -> &[T] {
                 // SAFETY: the block holds at least `len` initialised elements (zero-filled when
-                // pinned, then written only as whole `T`s or by the device), aligned for `T`,
-                // and is owned by `self` until `Drop`. The device writes into it only while an
+                // pinned, then written only as whole `T`s or by the device), aligned for `T`
+                // (`alloc` refuses a block not `HOST_ALIGN`-aligned, and `T`'s alignment was
+                // checked to be at most that), and is owned by `self` until `Drop`. The device writes into it only while an
                 // operation owns the buffer, so no `&self` exists then.
                 unsafe { std::slice::from_raw_parts(self.block.ptr().cast(), self.len) }
             }
@@ -269,3 +304,24 @@ macro_rules! pinned_memory {
 }
 
 pub(crate) use pinned_memory;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_returned_block_must_be_aligned_for_every_element_type_pinned_memory_takes() {
+        let aligned = std::ptr::without_provenance_mut::<c_void>(HOST_ALIGN * 3);
+        assert_eq!(
+            returned_block(aligned).unwrap().as_ptr() as usize,
+            HOST_ALIGN * 3
+        );
+        // The reference leaves the alignment to the caller on some products: such a block
+        // would make `PinnedBuffer<u64>` hand out misaligned slices.
+        let unaligned = std::ptr::without_provenance_mut::<c_void>(HOST_ALIGN * 3 + 8);
+        let err = returned_block(unaligned).unwrap_err();
+        assert!(err.to_string().contains("not 64-byte aligned"), "{err}");
+        let null = returned_block(std::ptr::null_mut()).unwrap_err();
+        assert!(null.to_string().contains("returned NULL"), "{null}");
+    }
+}
