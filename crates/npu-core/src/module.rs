@@ -649,8 +649,9 @@ impl Function {
     /// - `stream` must be a live stream of the same runtime, or NULL for the default stream
     ///   of the function's context.
     /// - `args` must be laid out as the kernel expects, and everything the kernel accesses
-    ///   through them must stay valid, and untouched by concurrent device work where the
-    ///   kernel writes, until the launch has completed on the device.
+    ///   through them must stay valid, and untouched by concurrent device work and host code
+    ///   where the kernel writes (and unwritten by them where it reads), until the launch has
+    ///   completed on the device.
     /// - Whoever unloads the binary must wait for the launch: keep a clone of `self` until
     ///   then.
     pub unsafe fn launch_raw(

@@ -205,7 +205,9 @@ impl<B: StableBuffer> HostRegistration<B> {
     /// The device's alias of the memory, for kernel arguments, when registered with
     /// [`RegisterFlags::MAPPED`]. ACL forbids passing it to copies; use the registration
     /// itself there. Dereferencing it is up to device code, and it is valid only while the
-    /// registration lives.
+    /// registration lives. npu-rs records no use through it: a kernel given it by value must
+    /// complete before the registration is dropped, and before host code reads memory the
+    /// kernel writes (or writes memory it reads), which `Stream::launch`'s contract requires.
     ///
     /// ```
     /// use npu_core::Device;

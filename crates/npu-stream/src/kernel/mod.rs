@@ -74,6 +74,13 @@ impl Stream {
     /// - memory the kernel writes must not be accessed by device work that may run at the same
     ///   time: work on other streams not ordered with this launch by events (through a
     ///   shared `Arc` argument, for example);
+    /// - host memory the kernel reaches through a device address passed as a value (a
+    ///   [`HostRegistration::device_ptr`](npu_mem::HostRegistration::device_ptr) alias, or
+    ///   the address of pinned memory the device can use directly) must not be read or
+    ///   written by host code until the launch has completed if the kernel writes it, nor
+    ///   written if it reads it: npu-rs cannot see that use, so the buffer's `Deref`,
+    ///   `DerefMut` and `HostSlice` views stay available meanwhile, and a reference to memory
+    ///   a kernel writes is a data race;
     /// - on npu-sim a kernel is host code running in this process: it must be sound for these
     ///   arguments, with its blocks running concurrently.
     pub unsafe fn launch<A: KernelArgs>(&self, function: &Function, blocks: u32, args: A) -> Op<A> {
