@@ -70,6 +70,7 @@ const OPTIONAL_FUNCTIONS: &[&str] = &[
     "aclrtGetRunMode",
     "aclrtSetTsDevice",
     "aclrtGetDevice",
+    "aclrtCreateStream",
     "aclrtCreateEvent",
     "aclrtMemset",
     "aclrtMallocCached",

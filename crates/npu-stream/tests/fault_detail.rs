@@ -173,8 +173,11 @@ fn a_destroyed_stream_leaves_no_fault_behind() {
     ctx.bind().unwrap();
     // SAFETY: valid out-pointers; the context is current; `dev` holds 64 bytes.
     unsafe {
-        rt.check("aclrtCreateStream", (api.aclrtCreateStream)(&mut raw))
-            .unwrap();
+        rt.check(
+            "aclrtCreateStreamWithConfig",
+            (api.aclrtCreateStreamWithConfig)(&mut raw, 0, 0),
+        )
+        .unwrap();
         let get_id = api.aclrtStreamGetId.unwrap();
         rt.check("aclrtStreamGetId", get_id(raw, &mut id)).unwrap();
         rt.check("aclrtMalloc", (api.aclrtMalloc)(&mut dev, 64, 0))

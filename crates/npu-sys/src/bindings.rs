@@ -2552,7 +2552,6 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemcpy(dst: *mut core::ffi::c_void, destMax: usize, src: *const core::ffi::c_void, count: usize, kind: $crate::aclrtMemcpyKind) -> $crate::aclError;
                 fn aclrtMemcpyAsync(dst: *mut core::ffi::c_void, destMax: usize, src: *const core::ffi::c_void, count: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtMemcpy2dAsync(dst: *mut core::ffi::c_void, dpitch: usize, src: *const core::ffi::c_void, spitch: usize, width: usize, height: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
-                fn aclrtCreateStream(stream: *mut $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtCreateStreamWithConfig(stream: *mut $crate::aclrtStream, priority: u32, flag: u32) -> $crate::aclError;
                 fn aclrtDestroyStream(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtSynchronizeStream(stream: $crate::aclrtStream) -> $crate::aclError;
@@ -2648,6 +2647,7 @@ macro_rules! for_each_acl_function {
                 fn aclrtMemcpyAsyncWithOffset(dst: *mut *mut core::ffi::c_void, destMax: usize, dstDataOffset: usize, src: *mut *const core::ffi::c_void, count: usize, srcDataOffset: usize, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtMemcpyAsyncWithDesc(desc: *mut core::ffi::c_void, kind: $crate::aclrtMemcpyKind, stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtMemcpy2d(dst: *mut core::ffi::c_void, dpitch: usize, src: *const core::ffi::c_void, spitch: usize, width: usize, height: usize, kind: $crate::aclrtMemcpyKind) -> $crate::aclError;
+                fn aclrtCreateStream(stream: *mut $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtDestroyStreamForce(stream: $crate::aclrtStream) -> $crate::aclError;
                 fn aclrtSynchronizeStreamWithTimeout(stream: $crate::aclrtStream, timeout: i32) -> $crate::aclError;
                 fn aclrtStreamQuery(stream: $crate::aclrtStream, status: *mut $crate::aclrtStreamStatus) -> $crate::aclError;
