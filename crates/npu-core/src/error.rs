@@ -359,7 +359,10 @@ impl std::error::Error for AclError {}
 /// ```
 /// use npu_core::{Error, LoadError, LoadFailure, Runtime};
 ///
-/// let missing = Runtime::builder().library("/nonexistent/libacl_rt.so").build().unwrap_err();
+/// // SAFETY: the path names CANN's runtime library, if the file exists at all.
+/// let missing = unsafe { Runtime::builder().library("/nonexistent/libacl_rt.so") }
+///     .build()
+///     .unwrap_err();
 /// let Error::Load(LoadError::NotFound { tried }) = missing else { unreachable!() };
 /// assert_eq!(tried[0].path, std::path::Path::new("/nonexistent/libacl_rt.so"));
 /// assert_eq!(tried[0].reason, LoadFailure::NoSuchFile);

@@ -42,7 +42,7 @@ mod paused_clock;
 pub mod reaper;
 mod runtime;
 
-pub use backend::{Backend, BackendChoice, BackendReason, Fallback};
+pub use backend::{Backend, BackendChoice, BackendReason, Fallback, RuntimeLibrary};
 pub use code::{AclCode, ErrorClass, MemoryErrorKind};
 pub use completion::{BlockingWaiter, Completer, Completion, UseList, Wait};
 pub use context::Context;

@@ -87,17 +87,29 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Uses the AscendCL runtime library at `path` (for example npu-sim's `libascendcl.so`).
+    /// Uses the AscendCL runtime library at `path` (for example npu-sim's `libascendcl.so`):
+    /// [`BackendChoice::Library`].
+    ///
+    /// # Safety
+    ///
+    /// As for [`RuntimeLibrary::new`](crate::RuntimeLibrary::new): `path`, if it loads, must
+    /// be an AscendCL runtime (CANN's, or npu-sim's build), since npu-rs runs its
+    /// initialisers and calls its `acl*` functions with ACL's prototypes.
     ///
     /// ```
     /// use npu_core::Runtime;
     ///
     /// // npu-sim's cdylib or CANN's lib64/libascendcl.so; a missing file is named in the error.
-    /// let err = Runtime::builder().library("/nonexistent/libascendcl.so").build().unwrap_err();
+    /// // SAFETY: the path names CANN's runtime library, if the file exists at all.
+    /// let builder = unsafe { Runtime::builder().library("/nonexistent/libascendcl.so") };
+    /// let err = builder.build().unwrap_err();
     /// assert!(err.to_string().contains("/nonexistent/libascendcl.so: no such file"), "{err}");
     /// ```
-    pub fn library(self, path: impl Into<PathBuf>) -> Self {
-        self.backend(BackendChoice::Library(path.into()))
+    pub unsafe fn library(self, path: impl Into<PathBuf>) -> Self {
+        // SAFETY: the caller vouches for the library, as this function's contract asks.
+        self.backend(BackendChoice::Library(unsafe {
+            crate::RuntimeLibrary::new(path)
+        }))
     }
 
     /// Passes a JSON configuration file to `aclInit` when this runtime initialises ACL.
@@ -144,7 +156,8 @@ impl RuntimeBuilder {
     ///
     /// let rt = Runtime::builder().backend(BackendChoice::Sim).build()?;
     /// assert!(rt.device_count()? >= 1);
-    /// let no_runtime = Runtime::builder().library("/nonexistent/libascendcl.so").build();
+    /// // SAFETY: the path names CANN's runtime library, if the file exists at all.
+    /// let no_runtime = unsafe { Runtime::builder().library("/nonexistent/libascendcl.so") }.build();
     /// assert!(no_runtime.is_err());
     /// # Ok::<(), npu_core::Error>(())
     /// ```
@@ -433,7 +446,7 @@ impl Runtime {
     /// ctx.bind()?;
     /// // SAFETY: valid out-pointers; `ctx` is current.
     /// unsafe {
-    ///     rt.check("aclrtCreateStream", (api.aclrtCreateStream)(&mut stream))?;
+    ///     rt.check("aclrtCreateStreamWithConfig", (api.aclrtCreateStreamWithConfig)(&mut stream, 0, 0))?;
     ///     rt.check("aclrtStreamGetId", (api.aclrtStreamGetId.unwrap())(stream, &mut id))?;
     ///     rt.check("aclrtMalloc", (api.aclrtMalloc)(&mut dev, 64, 0))?;
     /// }
@@ -499,7 +512,7 @@ impl Runtime {
     /// ctx.bind()?;
     /// // SAFETY: valid out-pointers; `ctx` is current.
     /// unsafe {
-    ///     rt.check("aclrtCreateStream", (api.aclrtCreateStream)(&mut stream))?;
+    ///     rt.check("aclrtCreateStreamWithConfig", (api.aclrtCreateStreamWithConfig)(&mut stream, 0, 0))?;
     ///     rt.check("aclrtStreamGetId", (api.aclrtStreamGetId.unwrap())(stream, &mut id))?;
     ///     rt.check("aclrtMalloc", (api.aclrtMalloc)(&mut dev, 64, 0))?;
     /// }

@@ -118,6 +118,15 @@ impl Drop for Tree {
     }
 }
 
+/// A builder for the runtime library at `path`.
+fn runtime_library(path: impl Into<PathBuf>) -> npu_core::RuntimeBuilder {
+    // SAFETY: every library these tests name is npu-sim's build (copied or linked into a fake
+    // install tree), a C stand-in for CANN's runtime exporting ACL's functions
+    // (`stub_runtime`), or a file that fails to load as a runtime before any of its
+    // functions is called.
+    unsafe { Runtime::builder().library(path) }
+}
+
 fn acl() -> Result<Runtime, Error> {
     Runtime::builder().backend(BackendChoice::Acl).build()
 }
@@ -234,7 +243,7 @@ fn the_simulator_in_an_install_tree_is_refused_without_the_opt_in() {
                 "cargo's deps directory"
             );
             // Named explicitly, the same file is accepted.
-            let explicit = Runtime::builder().library(&tried[0].path).build().unwrap();
+            let explicit = runtime_library(&tried[0].path).build().unwrap();
             assert!(is_the_simulator_library(explicit.backend()));
         },
     );
@@ -270,10 +279,10 @@ fn a_symlink_and_the_real_path_are_one_runtime() {
     let tree = Tree::new("symlink");
     let link = tree.link_simulator("lib64/libacl_rt.so");
     let real = common::simulator_library();
-    let via_link = Runtime::builder().library(&link).build().unwrap();
-    let via_real = Runtime::builder().library(&real).build().unwrap();
+    let via_link = runtime_library(&link).build().unwrap();
+    let via_real = runtime_library(&real).build().unwrap();
     let dotted = real.parent().unwrap().join("../deps/libascendcl.so");
-    let via_dots = Runtime::builder().library(&dotted).build().unwrap();
+    let via_dots = runtime_library(&dotted).build().unwrap();
     assert!(via_link.same_library(&via_real) && via_real.same_library(&via_dots));
     assert_eq!(via_link.backend(), via_real.backend());
     assert_eq!(library_path(&via_link), real.canonicalize().unwrap());
@@ -343,7 +352,7 @@ fn a_missing_dependency_says_to_source_set_env() {
         "a_missing_dependency_says_to_source_set_env",
         |tree| {
             let runtime = library_with_a_missing_dependency(tree);
-            let tried = not_found(Runtime::builder().library(&runtime).build());
+            let tried = not_found(runtime_library(&runtime).build());
             assert_eq!(
                 tried[0].reason,
                 LoadFailure::MissingDependency {
@@ -639,7 +648,7 @@ fn acl_initialised_by_another_component_is_not_finalised_under_it() {
     // aclFinalizeReference: aclInit says so with ACL_ERROR_REPEAT_INITIALIZE and counts
     // nothing, and aclFinalize would finalise ACL for that component too.
     let older = stub_runtime(&tree, "libacl_rt_older.so", 100002, false, &[], &[]);
-    let runtime = Runtime::builder().library(&older.library).build();
+    let runtime = runtime_library(&older.library).build();
     let runtime = runtime.expect("a repeated aclInit is success");
     assert!(matches!(
         runtime.backend(),
@@ -657,13 +666,13 @@ fn acl_initialised_by_another_component_is_not_finalised_under_it() {
 
     // The same runtime with aclFinalizeReference counts the repeated aclInit: ours is released.
     let newer = stub_runtime(&tree, "libacl_rt_newer.so", 100002, true, &[], &[]);
-    drop(Runtime::builder().library(&newer.library).build().unwrap());
+    drop(runtime_library(&newer.library).build().unwrap());
     assert_eq!(newer.calls(), ["aclInit", "aclFinalizeReference"]);
 
     // ACL that npu-rs initialised itself is finalised when its last runtime goes.
     let own = stub_runtime(&tree, "libacl_rt_own.so", 0, false, &[], &[]);
-    let first = Runtime::builder().library(&own.library).build().unwrap();
-    let second = Runtime::builder().library(&own.library).build().unwrap();
+    let first = runtime_library(&own.library).build().unwrap();
+    let second = runtime_library(&own.library).build().unwrap();
     drop(first);
     assert_eq!(own.calls(), ["aclInit"]);
     drop(second);
@@ -685,7 +694,7 @@ fn a_runtime_without_deprecated_or_dump_functions_loads() {
     ];
     let tree = Tree::new("optional");
     let stub = stub_runtime(&tree, "libacl_rt.so", 0, false, &ABSENT, &[]);
-    let runtime = Runtime::builder().library(&stub.library).build();
+    let runtime = runtime_library(&stub.library).build();
     let runtime = runtime.expect("a runtime without them loads");
     let unsupported = runtime.unsupported_functions();
     for function in ABSENT {
@@ -732,7 +741,7 @@ fn a_runtime_without_functions_npu_rs_never_calls_loads() {
     ];
     let tree = Tree::new("unused");
     let stub = stub_runtime(&tree, "libacl_rt.so", 0, false, &UNUSED, &[]);
-    let runtime = Runtime::builder().library(&stub.library).build();
+    let runtime = runtime_library(&stub.library).build();
     let runtime = runtime.expect("a runtime without them loads");
     let unsupported = runtime.unsupported_functions();
     for function in UNUSED {
@@ -749,7 +758,7 @@ fn a_runtime_too_old_for_npu_rs_is_named_so() {
     // older CANN, not "not an AscendCL runtime".
     let tree = Tree::new("too_old");
     let stub = stub_runtime(&tree, "libacl_rt.so", 0, false, &["aclrtMemsetAsync"], &[]);
-    let tried = not_found(Runtime::builder().library(&stub.library).build());
+    let tried = not_found(runtime_library(&stub.library).build());
     assert_eq!(
         tried[0].reason,
         LoadFailure::TooOld {
@@ -786,7 +795,7 @@ fn a_library_for_another_architecture_is_named_so() {
     let (machine, name) = foreign_machine();
     bytes[18..20].copy_from_slice(&machine.to_le_bytes());
     std::fs::write(&stub.library, bytes).unwrap();
-    let tried = not_found(Runtime::builder().library(&stub.library).build());
+    let tried = not_found(runtime_library(&stub.library).build());
     let LoadFailure::WrongArchitecture { found, expected } = &tried[0].reason else {
         panic!("expected WrongArchitecture, got {:?}", tried[0].reason)
     };
@@ -810,7 +819,7 @@ fn a_damaged_elf_header_is_not_taken_for_another_architecture() {
     let mut bytes = std::fs::read(&stub.library).unwrap();
     bytes[4] = 0;
     std::fs::write(&stub.library, bytes).unwrap();
-    let tried = not_found(Runtime::builder().library(&stub.library).build());
+    let tried = not_found(runtime_library(&stub.library).build());
     assert!(
         !matches!(tried[0].reason, LoadFailure::WrongArchitecture { .. }),
         "{:?}",
@@ -852,7 +861,7 @@ fn a_cann_library_linking_npu_sims_build_is_refused_with_the_reason() {
         "-lascendcl".to_owned(),
     ];
     let stub = stub_runtime(&tree, "libacl_rt.so", 0, false, &[], &link);
-    let tried = not_found(Runtime::builder().library(&stub.library).build());
+    let tried = not_found(runtime_library(&stub.library).build());
     assert_eq!(tried.len(), 1, "{tried:?}");
     match &tried[0].reason {
         LoadFailure::SimulatorDependency { simulator } => {
@@ -954,7 +963,7 @@ fn a_cann_runtime_s_calls_to_its_own_functions_stay_in_it() {
                 return aclrtGetDeviceCount(&n) == 0 && n == 77 ? 0 : 100000; }";
     let defined = [("aclrtGetDeviceCount", count), ("aclInit", init)];
     let stub = stub_runtime_defining(&tree, "libacl_rt.so", 0, false, &[], &[], &defined);
-    let runtime = Runtime::builder().library(&stub.library).build();
+    let runtime = runtime_library(&stub.library).build();
     let runtime = runtime.expect("the stand-in's aclInit reached its own aclrtGetDeviceCount");
     assert_eq!(runtime.device_count().unwrap(), 77);
     assert_eq!(stub.calls(), ["aclInit"]);
@@ -969,7 +978,7 @@ fn acl_is_initialised_once_per_library_and_again_only_after_it_was_finalised() {
     let runtimes: Vec<Runtime> = std::thread::scope(|s| {
         let build = || {
             start.wait();
-            Runtime::builder().library(&stub.library).build().unwrap()
+            runtime_library(&stub.library).build().unwrap()
         };
         let threads: Vec<_> = (0..4).map(|_| s.spawn(build)).collect();
         threads.into_iter().map(|t| t.join().unwrap()).collect()
@@ -979,7 +988,7 @@ fn acl_is_initialised_once_per_library_and_again_only_after_it_was_finalised() {
     drop(runtimes);
     assert_eq!(stub.calls(), ["aclInit", "aclFinalize"]);
     // aclInit, work, aclFinalize, aclInit again: the sequence CANN supports.
-    let again = Runtime::builder().library(&stub.library).build().unwrap();
+    let again = runtime_library(&stub.library).build().unwrap();
     assert_eq!(stub.calls(), ["aclInit", "aclFinalize", "aclInit"]);
     drop(again);
     assert_eq!(
@@ -990,14 +999,8 @@ fn acl_is_initialised_once_per_library_and_again_only_after_it_was_finalised() {
     // With aclFinalizeReference, npu-rs releases its reference with it even when it initialised
     // ACL itself: aclFinalize would clear references other components took since.
     let counted = stub_runtime(&tree, "libacl_rt_counted.so", 0, true, &[], &[]);
-    let first = Runtime::builder()
-        .library(&counted.library)
-        .build()
-        .unwrap();
-    let second = Runtime::builder()
-        .library(&counted.library)
-        .build()
-        .unwrap();
+    let first = runtime_library(&counted.library).build().unwrap();
+    let second = runtime_library(&counted.library).build().unwrap();
     drop(first);
     assert_eq!(counted.calls(), ["aclInit"]);
     drop(second);
@@ -1007,10 +1010,7 @@ fn acl_is_initialised_once_per_library_and_again_only_after_it_was_finalised() {
     // tries again.
     let failing = stub_runtime(&tree, "libacl_rt_failing.so", 100000, true, &[], &[]);
     for _ in 0..2 {
-        let err = Runtime::builder()
-            .library(&failing.library)
-            .build()
-            .unwrap_err();
+        let err = runtime_library(&failing.library).build().unwrap_err();
         assert_eq!(err.acl_code(), Some(AclCode(100000)), "{err}");
         assert!(err.to_string().starts_with("aclInit failed"), "{err}");
     }
@@ -1099,7 +1099,7 @@ fn a_cann_runtime_is_refused_while_the_process_exports_the_simulator() {
         },
         || {
             let stub = var("ASCEND_TOOLKIT_HOME").join("lib64/libacl_rt.so");
-            let tried = not_found(Runtime::builder().library(&stub).build());
+            let tried = not_found(runtime_library(&stub).build());
             let LoadFailure::SimulatorInProcess { simulator } = &tried[0].reason else {
                 panic!("expected SimulatorInProcess, got {:?}", tried[0].reason)
             };

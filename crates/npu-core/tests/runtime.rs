@@ -287,7 +287,11 @@ fn asking_for_a_real_runtime_lists_every_place_tried() {
 fn an_acl_config_that_cannot_apply_is_refused() {
     for (name, runtime) in common::runtimes() {
         let choice = match runtime.backend() {
-            Backend::Library { path, .. } => BackendChoice::Library(path.clone()),
+            Backend::Library { path, .. } => {
+                // SAFETY: the library a runtime of `common::runtimes` loaded: npu-sim's build.
+                let library = unsafe { npu_core::RuntimeLibrary::new(path) };
+                BackendChoice::Library(library)
+            }
             _ => BackendChoice::Sim,
         };
         let build = |config: &str| {

@@ -220,8 +220,8 @@ async fn bad_launches_are_typed_errors() {
         .unwrap();
 
     // A function of another runtime (the simulator's cdylib) never reaches ACL.
-    let dlopened = Runtime::builder()
-        .library(common::simulator_library())
+    // SAFETY: npu-sim's build of libascendcl.so, an AscendCL runtime.
+    let dlopened = unsafe { Runtime::builder().library(common::simulator_library()) }
         .build()
         .unwrap();
     let foreign_ctx = dlopened.device(0).unwrap().primary_context().clone();

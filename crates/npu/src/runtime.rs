@@ -16,5 +16,6 @@
 //! ```
 
 pub use npu_core::{
-    Backend, BackendChoice, BackendReason, Fallback, Runtime, RuntimeBuilder, forked,
+    Backend, BackendChoice, BackendReason, Fallback, Runtime, RuntimeBuilder, RuntimeLibrary,
+    forked,
 };

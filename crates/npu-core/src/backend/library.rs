@@ -110,9 +110,9 @@ pub(crate) fn open(path: &Path) -> Result<&'static Loaded, LoadFailure> {
     // SAFETY: loading runs the library's initialisers, and `from_library` below calls its
     // exports with ACL's prototypes: sound only for an AscendCL runtime (a CANN install's or
     // npu-sim's build of it, both designed to be dlopened). npu-rs's own search finds only
-    // those, but `BackendChoice::Library` (`RuntimeBuilder::library`) is a path of the safe
-    // caller's choice, which nothing here can check: that choice is trusted as the loader's
-    // search path is, and is not a guarantee safe code can give (see docs/cancellation.md).
+    // those (trusting the install locations and the loader's search path, as any program
+    // does); a path of the caller's choice comes as a `RuntimeLibrary`, whose `unsafe`
+    // constructor's contract is that it is one.
     let library = unsafe { libloading::Library::new(path) }.map_err(|e| {
         // glibc reports a file for another architecture as missing; its ELF header says more.
         let foreign = is_path.then(|| elf::foreign_architecture(path)).flatten();

@@ -33,8 +33,51 @@ pub enum BackendChoice {
     /// simulator.
     #[default]
     Auto,
-    /// The AscendCL runtime library at exactly this path (npu-sim's build is accepted).
-    Library(PathBuf),
+    /// The AscendCL runtime library at exactly this path (npu-sim's build is accepted),
+    /// which the caller vouches for: see [`RuntimeLibrary::new`].
+    Library(RuntimeLibrary),
+}
+
+/// An AscendCL runtime library at a path of the caller's choice, for
+/// [`BackendChoice::Library`] and [`RuntimeBuilder::library`](crate::RuntimeBuilder::library).
+///
+/// Making one is `unsafe` because nothing can check what a file is before loading it:
+/// loading runs the library's initialisers, and npu-rs then calls the `acl*` functions it
+/// exports with CANN's prototypes. The libraries npu-rs finds itself (`acl`, `auto`: CANN's
+/// documented install locations and the dynamic loader's search path) are trusted as the
+/// loader's search path is; a path named in code is the caller's word.
+///
+/// ```
+/// use npu_core::{BackendChoice, Runtime, RuntimeLibrary};
+///
+/// // SAFETY: the path names CANN's runtime library, if the file exists at all.
+/// let library = unsafe { RuntimeLibrary::new("/nonexistent/libascendcl.so") };
+/// let err = Runtime::builder().backend(BackendChoice::Library(library)).build().unwrap_err();
+/// assert!(err.to_string().contains("no such file"), "{err}");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RuntimeLibrary {
+    path: PathBuf,
+}
+
+impl RuntimeLibrary {
+    /// The runtime library at `path` (a bare file name is searched by the dynamic loader).
+    ///
+    /// # Safety
+    ///
+    /// `path`, if it names a file that loads, must be an AscendCL runtime: CANN's
+    /// `libascendcl.so` or `libacl_rt.so`, or npu-sim's build of `libascendcl.so`. Any other
+    /// library's initialisers would run in this process, and its functions named like ACL's
+    /// would be called with ACL's prototypes, which is undefined behaviour unless they have
+    /// them. A path that does not exist, or does not load, is safe: it is an error.
+    pub unsafe fn new(path: impl Into<PathBuf>) -> Self {
+        RuntimeLibrary { path: path.into() }
+    }
+
+    /// The path as given.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
 }
 
 impl FromStr for BackendChoice {
@@ -134,12 +177,14 @@ impl std::fmt::Display for Backend {
 pub(crate) fn load(choice: &BackendChoice) -> Result<&'static Loaded, LoadError> {
     match choice {
         BackendChoice::Sim => simulator(),
-        BackendChoice::Library(path) => library::open(path).map_err(|reason| LoadError::NotFound {
-            tried: vec![LoadAttempt {
-                path: path.clone(),
-                reason,
-            }],
-        }),
+        BackendChoice::Library(chosen) => {
+            library::open(chosen.path()).map_err(|reason| LoadError::NotFound {
+                tried: vec![LoadAttempt {
+                    path: chosen.path().to_path_buf(),
+                    reason,
+                }],
+            })
+        }
         BackendChoice::Acl | BackendChoice::Auto => {
             load_installed().map_err(|tried| LoadError::NotFound { tried })
         }
@@ -170,7 +215,11 @@ mod tests {
 
     /// The one attempt an explicit library choice makes, when it fails.
     fn failed_attempt(path: &str) -> LoadAttempt {
-        match load(&BackendChoice::Library(path.into())) {
+        // SAFETY: the tests' paths are missing files or files that are no AscendCL runtime
+        // and refuse to load as one before any of their functions is called.
+        match load(&BackendChoice::Library(unsafe {
+            RuntimeLibrary::new(path)
+        })) {
             Err(LoadError::NotFound { tried }) if tried.len() == 1 => tried[0].clone(),
             Err(other) => panic!("unexpected {other:?}"),
             Ok(_) => panic!("{path} is no AscendCL runtime"),

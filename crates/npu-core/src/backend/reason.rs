@@ -86,8 +86,8 @@ impl fmt::Display for BackendReason {
             BackendReason::Requested(BackendChoice::Sim) => f.write_str("requested: sim"),
             BackendReason::Requested(BackendChoice::Acl) => f.write_str("requested: acl"),
             BackendReason::Requested(BackendChoice::Auto) => f.write_str("requested: auto"),
-            BackendReason::Requested(BackendChoice::Library(path)) => {
-                write!(f, "requested: the library {}", path.display())
+            BackendReason::Requested(BackendChoice::Library(library)) => {
+                write!(f, "requested: the library {}", library.path().display())
             }
             BackendReason::Detected { devices } => write!(
                 f,

@@ -28,8 +28,8 @@ pub(crate) fn runtimes() -> Vec<(&'static str, Runtime)> {
         .backend(BackendChoice::Sim)
         .build()
         .expect("in-process sim");
-    let dlopened = Runtime::builder()
-        .library(simulator_library())
+    // SAFETY: npu-sim's build of libascendcl.so, an AscendCL runtime.
+    let dlopened = unsafe { Runtime::builder().library(simulator_library()) }
         .build()
         .expect("sim cdylib");
     vec![("in-process", in_process), ("dlopen", dlopened)]

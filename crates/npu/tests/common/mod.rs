@@ -202,8 +202,8 @@ pub(crate) fn paused_runtime() -> tokio::runtime::Runtime {
 pub(crate) fn dlopened_simulator() -> npu::Runtime {
     let exe = std::env::current_exe().unwrap();
     let library = exe.parent().unwrap().join("libascendcl.so");
-    npu::Runtime::builder()
-        .backend(npu::runtime::BackendChoice::Library(library))
+    // SAFETY: npu-sim's build of libascendcl.so, an AscendCL runtime.
+    unsafe { npu::Runtime::builder().library(library) }
         .build()
         .unwrap()
 }

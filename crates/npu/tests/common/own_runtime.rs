@@ -37,7 +37,9 @@ impl OwnRuntime {
     }
 
     fn builder(&self) -> npu::runtime::RuntimeBuilder {
-        let backend = npu::runtime::BackendChoice::Library(self.library.clone());
+        // SAFETY: npu-sim's build of libascendcl.so, an AscendCL runtime.
+        let library = unsafe { npu::runtime::RuntimeLibrary::new(&self.library) };
+        let backend = npu::runtime::BackendChoice::Library(library);
         npu::Runtime::builder().backend(backend)
     }
 
