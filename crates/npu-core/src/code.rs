@@ -27,6 +27,7 @@ pub struct AclCode(pub i32);
 /// assert_eq!(out_of_memory.class().to_string(), "resource error");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ErrorClass {
     /// 1xxxxx: the caller passed something invalid or called in the wrong state.
     Caller,

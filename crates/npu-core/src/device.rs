@@ -185,6 +185,7 @@ pub struct PriorityRange {
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DeviceStatus {
     /// Working normally.
     Normal,

@@ -140,9 +140,8 @@ impl Error {
     /// ```
     /// use npu_core::{AclCode, AclError, DeviceFault, Error};
     ///
-    /// let fault = DeviceFault {
-    ///     task_id: 2, stream_id: 4, device_id: 0, thread_id: 1, code: AclCode(507015), kind: None,
-    /// };
+    /// let mut fault = DeviceFault::new(AclCode(507015));
+    /// (fault.task_id, fault.stream_id) = (2, 4);
     /// let err = Error::from(AclError::new("aclrtMemsetAsync", AclCode(507015), None).with_fault(fault));
     /// assert_eq!(err.fault().map(|f| f.task_id), Some(2));
     /// assert!(Error::invalid("example", "len", "must not be 0").fault().is_none());
@@ -245,6 +244,7 @@ impl Error {
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AclError {
     /// The ACL function that failed, e.g. `aclrtMemcpyAsync`.
     pub api: &'static str,
@@ -284,9 +284,8 @@ impl AclError {
     /// ```
     /// use npu_core::{AclCode, AclError, DeviceFault};
     ///
-    /// let fault = DeviceFault {
-    ///     task_id: 2, stream_id: 4, device_id: 0, thread_id: 1, code: AclCode(507015), kind: None,
-    /// };
+    /// let mut fault = DeviceFault::new(AclCode(507015));
+    /// (fault.task_id, fault.stream_id) = (2, 4);
     /// let err = AclError::new("aclrtMemsetAsync", AclCode(507015), None).with_fault(fault.clone());
     /// assert_eq!(err.fault.as_deref(), Some(&fault));
     /// assert!(err.to_string().ends_with(", at task 2 of stream 4 on device 0"), "{err}");
@@ -368,6 +367,7 @@ impl std::error::Error for AclError {}
 /// assert_eq!(tried[0].reason, LoadFailure::NoSuchFile);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LoadAttempt {
     /// The path or library name handed to the dynamic loader.
     pub path: PathBuf,

@@ -123,9 +123,8 @@ impl<T> OpError<T> {
     /// ```
     /// use npu_core::{AclCode, AclError, DeviceFault, OpError};
     ///
-    /// let fault = DeviceFault {
-    ///     task_id: 2, stream_id: 4, device_id: 0, thread_id: 1, code: AclCode(507015), kind: None,
-    /// };
+    /// let mut fault = DeviceFault::new(AclCode(507015));
+    /// (fault.task_id, fault.stream_id) = (2, 4);
     /// let acl = AclError::new("aclrtMemsetAsync", AclCode(507015), None).with_fault(fault);
     /// assert_eq!(OpError::new(acl.into(), ()).fault().map(|f| f.stream_id), Some(4));
     /// ```

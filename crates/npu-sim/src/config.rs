@@ -198,6 +198,7 @@ pub const MAX_OP_TIMEOUT_INTERVAL_US: u64 = u32::MAX as u64 / 254 * 1000;
 /// assert!(matches!(misspelt, ConfigError::Json(_)), "unknown keys are refused");
 /// ```
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The simulator already runs with another configuration (process-level options are fixed
     /// at first initialisation).

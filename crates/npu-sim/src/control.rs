@@ -68,6 +68,7 @@ use crate::sim::sim;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message} (ACL error {code})")]
+#[non_exhaustive]
 pub struct ControlError {
     /// The ACL error code.
     pub code: aclError,

@@ -28,6 +28,7 @@ use crate::stream::Stream;
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum EventKind {
     /// `aclrtCreateEventWithFlag`: available on every CANN release.
     #[default]

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use npu_core::{AclError, Completer, Completion, Error, Result, acl_call, ffi};
+use npu_core::{Completer, Completion, Error, Result, acl_call, ffi};
 
 use crate::event_pool::PooledEvent;
 use crate::stream::StreamShared;
@@ -31,6 +31,7 @@ use crate::{blocking, callback, reactor};
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Strategy {
     /// The reactor thread polls `aclrtQueryEventStatus` on the oldest pending event of each
     /// stream and wakes the task. One thread for the whole process; no blocking anywhere.
@@ -200,7 +201,10 @@ pub(crate) fn fail(
 /// fault ([`with_fault`]).
 pub(crate) fn attribute(stream: &StreamShared, err: Error, api: &'static str) -> Error {
     match with_fault(stream, err) {
-        Error::Acl(acl) => Error::Acl(AclError { api, ..acl }),
+        Error::Acl(mut acl) => {
+            acl.api = api;
+            Error::Acl(acl)
+        }
         other => other,
     }
 }

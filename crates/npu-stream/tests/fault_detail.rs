@@ -24,14 +24,13 @@ fn tasks_per_operation(strategy: Strategy) -> u32 {
 /// The fault npu-sim reports when the `index`-th operation (0-based) of a fresh stream fails
 /// with `code`: task ids are positions in the stream, the first task is 1.
 fn expected(stream: &Stream, index: u32, code: i32, kind: FaultKind) -> DeviceFault {
-    DeviceFault {
-        task_id: index * tasks_per_operation(stream.strategy()) + 1,
-        stream_id: stream.id(),
-        device_id: stream.context().device_id(),
-        thread_id: 0, // checked apart: the submitting thread
-        code: AclCode(code),
-        kind: Some(kind),
-    }
+    let mut fault = DeviceFault::new(AclCode(code));
+    fault.task_id = index * tasks_per_operation(stream.strategy()) + 1;
+    fault.stream_id = stream.id();
+    fault.device_id = stream.context().device_id();
+    // thread_id stays 0: the submitting thread is checked apart.
+    fault.kind = Some(kind);
+    fault
 }
 
 fn check(stream: &Stream, fault: Option<&DeviceFault>, want: &DeviceFault) {
@@ -41,10 +40,8 @@ fn check(stream: &Stream, fault: Option<&DeviceFault>, want: &DeviceFault) {
         fault.thread_id, 0,
         "{strategy:?}: the submitting thread's id"
     );
-    let fault = DeviceFault {
-        thread_id: 0,
-        ..fault.clone()
-    };
+    let mut fault = fault.clone();
+    fault.thread_id = 0;
     assert_eq!(&fault, want, "{strategy:?}");
 }
 

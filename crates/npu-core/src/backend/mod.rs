@@ -24,6 +24,7 @@ pub use reason::{BackendReason, Fallback};
 /// assert!("cuda".parse::<BackendChoice>().is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum BackendChoice {
     /// The in-process simulator (requires the `sim` feature).
     Sim,
@@ -138,6 +139,7 @@ impl BackendChoice {
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Backend {
     /// npu-sim, linked into this process.
     Simulator,

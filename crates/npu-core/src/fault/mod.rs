@@ -30,17 +30,13 @@ pub use table::FaultWatch;
 /// ```
 /// use npu_core::{AclCode, DeviceFault, FaultKind};
 ///
-/// let fault = DeviceFault {
-///     task_id: 3,
-///     stream_id: 7,
-///     device_id: 1,
-///     thread_id: 4242,
-///     code: AclCode::AICORE_EXCEPTION,
-///     kind: Some(FaultKind::Other),
-/// };
+/// let mut fault = DeviceFault::new(AclCode::AICORE_EXCEPTION);
+/// (fault.task_id, fault.stream_id, fault.device_id) = (3, 7, 1);
+/// fault.kind = Some(FaultKind::Other);
 /// assert_eq!(fault.to_string(), "task 3 of stream 7 on device 1 (other error)");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct DeviceFault {
     /// The runtime's id of the failed task (`aclrtGetTaskIdFromExceptionInfo`).
     pub task_id: u32,
@@ -56,6 +52,31 @@ pub struct DeviceFault {
     /// The device's error detail at the time of the fault (`aclrtGetErrorVerbose`), when the
     /// runtime has the function and reported an error.
     pub kind: Option<FaultKind>,
+}
+
+impl DeviceFault {
+    /// A fault with `code` and every other field zero or `None`, to fill in field by field:
+    /// for tests of code that handles faults. The runtime's faults come filled in; the struct
+    /// is `#[non_exhaustive]`, so that what the runtime reports can grow, and this is how code
+    /// outside npu-core makes one.
+    ///
+    /// ```
+    /// use npu_core::{AclCode, DeviceFault};
+    ///
+    /// let mut fault = DeviceFault::new(AclCode::AICORE_EXCEPTION);
+    /// fault.task_id = 2;
+    /// assert_eq!(fault.to_string(), "task 2 of stream 0 on device 0");
+    /// ```
+    pub fn new(code: AclCode) -> Self {
+        DeviceFault {
+            task_id: 0,
+            stream_id: 0,
+            device_id: 0,
+            thread_id: 0,
+            code,
+            kind: None,
+        }
+    }
 }
 
 impl fmt::Display for DeviceFault {

@@ -37,6 +37,7 @@ pub(crate) struct Registered {
 /// assert!(matches!(kernel::register("", |_, _, _| 0), Err(KernelError::InvalidName(_))));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KernelError {
     /// A kernel with this name is already registered.
     #[error("a kernel named {0:?} is already registered")]

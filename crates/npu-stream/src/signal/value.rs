@@ -21,6 +21,7 @@ use crate::stream::Stream;
 /// assert!(!ValueCondition::NotAllBits.holds(u64::MAX, 0));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ValueCondition {
     /// `(m - v) as i64 >= 0` (`ACL_STREAM_WAIT_VALUE_GEQ`): `m` has reached `v`, counting
     /// with wrap-around, so a counter that overflows still compares as later.

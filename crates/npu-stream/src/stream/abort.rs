@@ -409,19 +409,11 @@ mod tests {
 
     /// A device fault's error, as the runtime's exception callback reports one.
     fn fault() -> Error {
-        Error::Acl(AclError {
-            api: "aclrtLaunchKernel",
-            code: AclCode::AICORE_EXCEPTION,
-            message: None,
-            fault: Some(Box::new(DeviceFault {
-                task_id: 1,
-                stream_id: 0,
-                device_id: 0,
-                thread_id: 0,
-                code: AclCode::AICORE_EXCEPTION,
-                kind: None,
-            })),
-        })
+        let mut fault = DeviceFault::new(AclCode::AICORE_EXCEPTION);
+        fault.task_id = 1;
+        Error::Acl(
+            AclError::new("aclrtLaunchKernel", AclCode::AICORE_EXCEPTION, None).with_fault(fault),
+        )
     }
 
     /// An abort of `stream` that has marked its work as `abort_blocking` does and whose

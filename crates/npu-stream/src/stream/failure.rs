@@ -28,6 +28,7 @@ use crate::strategy::OpInfo;
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum FailureMode {
     /// Later tasks still run; the failure is reported to the failed task's operation.
     #[default]
@@ -88,8 +89,9 @@ impl StreamShared {
             .iter()
             .find(|at| op.seq > at.after && op.seq <= at.through);
         match range.map(|at| at.error.clone()) {
-            Some(npu_core::Error::Acl(acl)) => {
-                npu_core::Error::Acl(npu_core::AclError { api: op.api, ..acl })
+            Some(npu_core::Error::Acl(mut acl)) => {
+                acl.api = op.api;
+                npu_core::Error::Acl(acl)
             }
             Some(other) => other,
             None => npu_core::Error::Aborted { api: op.api },
