@@ -194,8 +194,10 @@ pub const MAX_OP_TIMEOUT_INTERVAL_US: u64 = u32::MAX as u64 / 254 * 1000;
 ///
 /// let out_of_range = SimConfig::from_json(r#"{"devices": 65}"#).unwrap_err();
 /// assert!(matches!(out_of_range, ConfigError::Invalid(_)));
-/// let misspelt = SimConfig::from_json(r#"{"device": 2}"#).unwrap_err();
-/// assert!(matches!(misspelt, ConfigError::Json(_)), "unknown keys are refused");
+/// let Err(ConfigError::Json(json)) = SimConfig::from_json(r#"{"device": 2}"#) else {
+///     panic!("unknown keys are refused")
+/// };
+/// assert_eq!((json.line(), json.column()), (1, 9));
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -212,10 +214,56 @@ pub enum ConfigError {
     Invalid(String),
     /// The JSON text does not describe a configuration.
     #[error("invalid simulator configuration JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(#[source] JsonError),
     /// The simulator could not start with the configuration from the environment.
     #[error("the simulator failed to initialise: {0}")]
     Startup(String),
+}
+
+/// Why a JSON text is not a configuration: its message says what is wrong and where, and
+/// [`line`](JsonError::line) and [`column`](JsonError::column) locate it.
+///
+/// Opaque so that the JSON parser npu-sim uses is not part of its API: a parser upgrade is not
+/// a breaking change here.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use npu_sim::{ConfigError, SimConfig};
+///
+/// let Err(ConfigError::Json(json)) = SimConfig::from_json("{\n  \"devices\": true\n}") else {
+///     panic!("not a device count")
+/// };
+/// assert_eq!(json.line(), 2);
+/// assert!(json.to_string().contains("expected u32"), "{json}");
+/// ```
+#[derive(Debug)]
+pub struct JsonError(serde_json::Error);
+
+impl JsonError {
+    /// The line of the error, from 1; 0 when the error is not tied to a place in the text.
+    pub fn line(&self) -> usize {
+        self.0.line()
+    }
+
+    /// The column of the error, from 1; 0 when the error is not tied to a place in the text.
+    pub fn column(&self) -> usize {
+        self.0.column()
+    }
+}
+
+impl std::fmt::Display for JsonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for JsonError {
+    // Forwarded rather than `Some(&self.0)`: the parser's error would be nameable by
+    // downcasting, and its own source (an I/O error, when there is one) is what is useful.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.0)
+    }
 }
 
 impl SimConfig {
@@ -356,7 +404,8 @@ impl SimConfig {
     /// assert_eq!(config.timing.unwrap().launch_latency_ns, 1000);
     /// ```
     pub fn from_json(text: &str) -> Result<Self, ConfigError> {
-        let config: Self = serde_json::from_str(text)?;
+        let config: Self =
+            serde_json::from_str(text).map_err(|e| ConfigError::Json(JsonError(e)))?;
         config.validate()?;
         Ok(config)
     }

@@ -96,7 +96,7 @@ mod task_update;
 mod uce;
 mod vmm;
 
-pub use config::{ConfigError, SimConfig, TimingModel};
+pub use config::{ConfigError, JsonError, SimConfig, TimingModel};
 
 /// Every ACL function as an [`npu_sys::AclApi`], pointing at this crate's implementations.
 ///

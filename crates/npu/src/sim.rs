@@ -50,7 +50,7 @@ use npu_core::{AclCode, Backend, Device, Error, Result};
 use npu_stream::Stream;
 
 pub use npu_sim::control::{ControlError, DeviceStats, HostStats};
-pub use npu_sim::{ConfigError, SimConfig, TimingModel, config, kernel, trace};
+pub use npu_sim::{ConfigError, JsonError, SimConfig, TimingModel, config, kernel, trace};
 
 /// The simulator's raw controls (`i32` device ids, raw stream handles), as npu-sim exports
 /// them; the typed functions of this module are the ones to use.
