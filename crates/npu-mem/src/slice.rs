@@ -266,27 +266,32 @@ pub unsafe trait MemoryMut: Memory {
     /// that an operation may take on its own; see [`Split`]. Fails, handing the memory back,
     /// when `mid > len`.
     ///
+    /// Not named `split_at`: host buffers dereference to slices, and a trait method of that
+    /// name, taking `self`, would win method resolution over the slice's `split_at` wherever
+    /// this trait is in scope (as under `npu::prelude::*`), so `pinned.split_at(n)` would
+    /// consume the buffer instead of borrowing two subslices.
+    ///
     /// ```
     /// use npu_core::Device;
     /// use npu_mem::{Memory, MemoryMut, PinnedBuffer};
     ///
     /// let ctx = Device::open(0)?.primary_context().clone();
-    /// let (mut head, mut tail) = PinnedBuffer::<u8>::new(&ctx, 6)?.split_at(4)?;
+    /// let (mut head, mut tail) = PinnedBuffer::<u8>::new(&ctx, 6)?.into_halves(4)?;
     /// head.fill(1);
     /// tail.fill(2); // both parts writable at once: they never overlap
     /// assert_eq!(head.join(tail)?.into_whole()?[..], [1, 1, 1, 1, 2, 2]);
-    /// let err = PinnedBuffer::<u8>::new(&ctx, 6)?.split_at(7).unwrap_err();
+    /// let err = PinnedBuffer::<u8>::new(&ctx, 6)?.into_halves(7).unwrap_err();
     /// assert!(err.to_string().contains("7 is past"), "{err}");
     /// # Ok::<(), npu_core::Error>(())
     /// ```
-    fn split_at(self, mid: usize) -> Result<Halves<Self>, OpError<Self>>
+    fn into_halves(self, mid: usize) -> Result<Halves<Self>, OpError<Self>>
     where
         Self: Sized + Sync,
     {
         if mid > self.len() {
             let rule = format!("{mid} is past the memory's {} elements", self.len());
             return Err(OpError::new(
-                Error::invalid("MemoryMut::split_at", "mid", rule),
+                Error::invalid("MemoryMut::into_halves", "mid", rule),
                 self,
             ));
         }

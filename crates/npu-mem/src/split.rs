@@ -9,8 +9,8 @@ use npu_core::{Completion, Context, Error, OpError};
 
 use crate::slice::{DeviceSlice, HostSlice, Memory, MemoryMut};
 
-/// One of several disjoint, owned parts of a buffer, made by [`MemoryMut::split_at`] and
-/// [`Split::split_at`]. Each part is writable memory of its own, so two parts can be used by
+/// One of several disjoint, owned parts of a buffer, made by [`MemoryMut::into_halves`] and
+/// [`Split::into_halves`]. Each part is writable memory of its own, so two parts can be used by
 /// two operations at once (even on two streams), and [`join`](Split::join) /
 /// [`into_whole`](Split::into_whole) put them back together.
 ///
@@ -25,7 +25,7 @@ use crate::slice::{DeviceSlice, HostSlice, Memory, MemoryMut};
 ///
 /// let ctx = Device::open(0)?.primary_context().clone();
 /// let buffer = DeviceBuffer::from_host_blocking(&ctx, &[1u32, 2, 3, 4, 5])?;
-/// let (head, tail) = buffer.split_at(2)?;
+/// let (head, tail) = buffer.into_halves(2)?;
 /// assert_eq!((head.offset(), head.len(), tail.offset(), tail.len()), (0, 2, 2, 3));
 /// assert_eq!(tail.addr() as usize, head.addr() as usize + 8);
 /// let whole = head.join(tail)?.into_whole()?;
@@ -41,7 +41,7 @@ use crate::slice::{DeviceSlice, HostSlice, Memory, MemoryMut};
 ///
 /// let ctx = Device::open(0)?.primary_context().clone();
 /// let buffer = DeviceBuffer::<u8>::new(&ctx, 8)?;
-/// let (head, tail) = buffer.split_at(4)?;
+/// let (head, tail) = buffer.into_halves(4)?;
 /// let aliased = buffer.view(..)?; // error: `buffer` was moved into its parts
 /// # Ok::<(), npu_core::Error>(())
 /// ```
@@ -60,7 +60,7 @@ pub struct Split<S> {
 /// use npu_mem::{DeviceBuffer, Halves, MemoryMut};
 ///
 /// let ctx = Device::open(0)?.primary_context().clone();
-/// let (head, tail): Halves<DeviceBuffer<u8>> = DeviceBuffer::new(&ctx, 4)?.split_at(1)?;
+/// let (head, tail): Halves<DeviceBuffer<u8>> = DeviceBuffer::new(&ctx, 4)?.into_halves(1)?;
 /// assert_eq!((head.offset(), tail.offset()), (0, 1));
 /// # Ok::<(), npu_core::Error>(())
 /// ```
@@ -91,8 +91,8 @@ impl<S: MemoryMut + Sync> Split<S> {
     /// use npu_mem::{MemoryMut, PinnedBuffer};
     ///
     /// let ctx = Device::open(0)?.primary_context().clone();
-    /// let (_, tail) = PinnedBuffer::<u8>::new(&ctx, 10)?.split_at(3)?;
-    /// let (_, last) = tail.split_at(6)?;
+    /// let (_, tail) = PinnedBuffer::<u8>::new(&ctx, 10)?.into_halves(3)?;
+    /// let (_, last) = tail.into_halves(6)?;
     /// assert_eq!(last.offset(), 9);
     /// # Ok::<(), npu_core::Error>(())
     /// ```
@@ -108,19 +108,19 @@ impl<S: MemoryMut + Sync> Split<S> {
     /// use npu_mem::{Memory, MemoryMut, PinnedBuffer};
     ///
     /// let ctx = Device::open(0)?.primary_context().clone();
-    /// let (head, tail) = PinnedBuffer::from_slice(&ctx, &[1u8, 2, 3, 4])?.split_at(1)?;
-    /// let (middle, last) = tail.split_at(2)?;
+    /// let (head, tail) = PinnedBuffer::from_slice(&ctx, &[1u8, 2, 3, 4])?.into_halves(1)?;
+    /// let (middle, last) = tail.into_halves(2)?;
     /// assert_eq!((&head[..], &middle[..], &last[..]), (&[1][..], &[2, 3][..], &[4][..]));
-    /// let err = last.split_at(2).unwrap_err();
+    /// let err = last.into_halves(2).unwrap_err();
     /// assert!(err.to_string().contains("2 is past the part's 1 elements"), "{err}");
     /// assert_eq!(err.value.unwrap().len(), 1); // handed back
     /// # Ok::<(), npu_core::Error>(())
     /// ```
-    pub fn split_at(self, mid: usize) -> Result<Halves<S>, OpError<Split<S>>> {
+    pub fn into_halves(self, mid: usize) -> Result<Halves<S>, OpError<Split<S>>> {
         if mid > self.len {
             let rule = format!("{mid} is past the part's {} elements", self.len);
             return Err(OpError::new(
-                Error::invalid("Split::split_at", "mid", rule),
+                Error::invalid("Split::into_halves", "mid", rule),
                 self,
             ));
         }
@@ -148,8 +148,8 @@ impl<S: MemoryMut + Sync> Split<S> {
     /// use npu_mem::{DeviceBuffer, Memory, MemoryMut};
     ///
     /// let ctx = Device::open(0)?.primary_context().clone();
-    /// let (a, rest) = DeviceBuffer::<u8>::new(&ctx, 9)?.split_at(3)?;
-    /// let (b, c) = rest.split_at(3)?;
+    /// let (a, rest) = DeviceBuffer::<u8>::new(&ctx, 9)?.into_halves(3)?;
+    /// let (b, c) = rest.into_halves(3)?;
     /// let err = a.join(c).unwrap_err(); // a and c do not touch
     /// assert!(err.to_string().contains("not adjacent"), "{err}");
     /// let (a, c) = err.value.unwrap();
@@ -197,7 +197,7 @@ impl<S: MemoryMut + Sync> Split<S> {
     /// use npu_mem::{Memory, MemoryMut, PinnedBuffer};
     ///
     /// let ctx = Device::open(0)?.primary_context().clone();
-    /// let (head, tail) = PinnedBuffer::<u16>::new(&ctx, 4)?.split_at(2)?;
+    /// let (head, tail) = PinnedBuffer::<u16>::new(&ctx, 4)?.into_halves(2)?;
     /// let err = head.into_whole().unwrap_err();
     /// assert!(err.to_string().contains("1 other part"), "{err}");
     /// let buffer: PinnedBuffer<u16> = err.value.unwrap().join(tail)?.into_whole()?;
@@ -226,7 +226,7 @@ impl<S: MemoryMut + Sync> Split<S> {
 }
 
 // SAFETY: the part's range lies within the whole buffer's `len()` elements from `base` (which
-// `split_at` checks, and which `Memory`'s and `MemoryMut`'s contracts keep true: the buffer's
+// `into_halves` checks, and which `Memory`'s and `MemoryMut`'s contracts keep true: the buffer's
 // address and length are fixed, and `addr_mut` is its `addr`); the shared `Arc` keeps the
 // allocation alive, and uses are recorded on the whole buffer, which releases its memory only
 // after all of them, whichever part recorded them.
@@ -259,7 +259,7 @@ impl<S: MemoryMut + Sync> Split<S> {
     }
 }
 
-// SAFETY: parts of one buffer never overlap (`split_at` divides a part, `join` merges only
+// SAFETY: parts of one buffer never overlap (`into_halves` divides a part, `join` merges only
 // adjacent ones), the buffer itself is reachable only through its parts, and the base address
 // came from the buffer's own `addr_mut`, which is its `addr`: each part is the only access to
 // its bytes, and its `addr_mut` is its `addr`.

@@ -41,7 +41,7 @@ fn the_parts_of_a_device_buffer_are_written_by_two_streams_at_once() {
         let (first, second) = (stream(&ctx, strategy), stream(&ctx, strategy));
         let (head, tail) = DeviceBuffer::<u16>::new(&ctx, 1000)
             .unwrap()
-            .split_at(300)
+            .into_halves(300)
             .unwrap();
         let (head, tail) = run(async {
             let (head, tail) = tokio::join!(first.memset(head, 1), second.memset(tail, 2));
@@ -59,9 +59,9 @@ fn parts_never_overlap_and_writing_one_leaves_the_other_alone() {
     let ctx = context(0);
     let (mut a, rest) = PinnedBuffer::<u32>::new(&ctx, 10)
         .unwrap()
-        .split_at(4)
+        .into_halves(4)
         .unwrap();
-    let (mut b, mut c) = rest.split_at(0).unwrap();
+    let (mut b, mut c) = rest.into_halves(0).unwrap();
     let ranges: Vec<(usize, usize)> = [&a, &b, &c]
         .iter()
         .map(|part| (part.addr() as usize, part.addr() as usize + part.byte_len()))
@@ -84,11 +84,11 @@ fn parts_of_different_buffers_do_not_join() {
     let ctx = context(0);
     let (a, _) = DeviceBuffer::<u8>::new(&ctx, 8)
         .unwrap()
-        .split_at(4)
+        .into_halves(4)
         .unwrap();
     let (_, b) = DeviceBuffer::<u8>::new(&ctx, 8)
         .unwrap()
-        .split_at(4)
+        .into_halves(4)
         .unwrap();
     let failed = a.join(b).unwrap_err();
     assert!(failed.to_string().contains("different buffers"), "{failed}");
@@ -102,7 +102,7 @@ fn a_dropped_part_keeps_the_allocation_until_every_part_is_done() {
     let before = device_stats(1).unwrap().live_allocations;
     let (head, tail) = DeviceBuffer::<u8>::new(&ctx, 4096)
         .unwrap()
-        .split_at(2048)
+        .into_halves(2048)
         .unwrap();
     npu_sim::control::hold(1).unwrap();
     let pending = stream.memset(tail, 3);

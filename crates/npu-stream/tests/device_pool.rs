@@ -396,7 +396,7 @@ fn a_pooled_buffer_works_wherever_a_device_buffer_does() {
         let host = PinnedBuffer::from_slice(&ctx, &[1.5f32; 1024]).unwrap();
         let device = run(pool.alloc::<f32>(&s, 1024)).unwrap();
         let (host, device) = run(s.copy_h2d(host, device)).unwrap();
-        let (low, high) = device.split_at(512).unwrap();
+        let (low, high) = device.into_halves(512).unwrap();
         let low = run(s.memset(low, 0)).unwrap();
         let device = low.join(high).unwrap().into_whole().unwrap();
         let other = DeviceBuffer::<f32>::new(&ctx, 1024).unwrap();

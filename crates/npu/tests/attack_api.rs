@@ -188,7 +188,7 @@ fn split_parts_keep_the_allocation_and_rejoin_only_when_they_may() {
         let hold = sim::hold(&ctx.device()).unwrap();
         let (head, tail) = DeviceBuffer::<u8>::new(&ctx, 8)
             .unwrap()
-            .split_at(4)
+            .into_halves(4)
             .unwrap();
         let (x, y) = (a.memset(head, 1), b.memset(tail, 2));
         let done = [x.completion().clone(), y.completion().clone()];
@@ -209,12 +209,12 @@ fn split_parts_keep_the_allocation_and_rejoin_only_when_they_may() {
         run(async {
             let (head, rest) = DeviceBuffer::<u8>::new(&ctx, 8)
                 .unwrap()
-                .split_at(2)
+                .into_halves(2)
                 .unwrap();
-            let (middle, tail) = rest.split_at(3).unwrap();
+            let (middle, tail) = rest.into_halves(3).unwrap();
             assert_eq!((middle.offset(), tail.offset()), (2, 5));
-            let err = head.split_at(3).unwrap_err();
-            assert_eq!(invalid(&err.error), ("Split::split_at", "mid"));
+            let err = head.into_halves(3).unwrap_err();
+            assert_eq!(invalid(&err.error), ("Split::into_halves", "mid"));
             let head = err.value.unwrap();
             let (head, tail) = (a.memset(head, 1), b.memset(tail, 3));
             let (head, tail) = (head.await.unwrap(), tail.await.unwrap());
@@ -225,7 +225,7 @@ fn split_parts_keep_the_allocation_and_rejoin_only_when_they_may() {
             let (head, tail) = err.value.unwrap();
             let (_, stranger) = DeviceBuffer::<u8>::new(&ctx, 4)
                 .unwrap()
-                .split_at(1)
+                .into_halves(1)
                 .unwrap();
             let err = head.join(stranger).unwrap_err();
             assert!(err.to_string().contains("different buffers"), "{err}");
@@ -267,8 +267,8 @@ fn views_splits_casts_and_filled_refuse_what_they_cannot_represent() {
         assert!(err.value.is_some(), "the memory comes back");
     }
     let buffer = Arc::into_inner(buffer).unwrap();
-    let err = buffer.split_at(usize::MAX).unwrap_err();
-    assert_eq!(invalid(&err.error), ("MemoryMut::split_at", "mid"));
+    let err = buffer.into_halves(usize::MAX).unwrap_err();
+    assert_eq!(invalid(&err.error), ("MemoryMut::into_halves", "mid"));
     let buffer = err.value.unwrap();
 
     // Casts: a type of no size, a length that is not whole elements, an unaligned start.
@@ -404,7 +404,7 @@ fn split_parts_and_casts_are_kernel_arguments_that_keep_their_allocations() {
         let s = stream(&ctx, strategy);
         for dropped in [true, false] {
             let ab = run(s.upload(&[[1f32; 8], [2f32; 8]].concat())).unwrap();
-            let (a, b) = ab.split_at(n).map_err(|e| e.error).unwrap();
+            let (a, b) = ab.into_halves(n).map_err(|e| e.error).unwrap();
             let bits = DeviceBuffer::<u32>::new(&ctx, n).unwrap();
             let c = Arc::new(bits.cast::<f32>().map_err(|e| e.error).unwrap());
             let hold = sim::hold(&ctx.device()).unwrap();

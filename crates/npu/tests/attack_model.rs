@@ -943,19 +943,19 @@ impl Seq {
                 let mid = self.rng.below(len + 1);
                 let (a, b) = match slot.val {
                     Val::D(Dev::Plain(buf)) => {
-                        let (a, b) = buf.split_at(mid).unwrap();
+                        let (a, b) = buf.into_halves(mid).unwrap();
                         (Val::D(Dev::Part(a)), Val::D(Dev::Part(b)))
                     }
                     Val::D(Dev::Part(p)) => {
-                        let (a, b) = p.split_at(mid).unwrap();
+                        let (a, b) = p.into_halves(mid).unwrap();
                         (Val::D(Dev::Part(a)), Val::D(Dev::Part(b)))
                     }
                     Val::H(Host::Plain(buf)) => {
-                        let (a, b) = buf.split_at(mid).unwrap();
+                        let (a, b) = buf.into_halves(mid).unwrap();
                         (Val::H(Host::Part(a)), Val::H(Host::Part(b)))
                     }
                     Val::H(Host::Part(p)) => {
-                        let (a, b) = p.split_at(mid).unwrap();
+                        let (a, b) = p.into_halves(mid).unwrap();
                         (Val::H(Host::Part(a)), Val::H(Host::Part(b)))
                     }
                     _ => unreachable!(),

@@ -535,8 +535,8 @@ fn value_words_of_split_parts_beside_parts_in_flight() {
         let baseline = live_objects(&ctx);
         let (s1, s2) = (stream(&ctx, strategy), stream(&ctx, strategy));
         let whole = DeviceBuffer::<u64>::from_host_blocking(&ctx, &[0; 16]).unwrap();
-        let (a, b) = whole.split_at(8).unwrap();
-        let (w, rest) = b.split_at(1).unwrap();
+        let (a, b) = whole.into_halves(8).unwrap();
+        let (w, rest) = b.into_halves(1).unwrap();
         let (a, rest) = match a.join(rest) {
             Ok(_) => panic!("joined parts that are not adjacent"),
             Err(refused) => {

@@ -55,7 +55,7 @@ fn a_split_pool_block_on_two_pool_streams_comes_back_only_after_both_parts() {
             assert!(!s1.same(&s2));
             let block = run(pool.alloc::<u32>(&s1, 2048)).unwrap();
             let block = run(s1.memset(block, 0)).unwrap();
-            let (head, tail) = block.split_at(1024).unwrap();
+            let (head, tail) = block.into_halves(1024).unwrap();
 
             let held = sim::hold(&ctx.device()).unwrap();
             let mut timed = Box::pin(s1.timed(|s| s.memset(head.into_bytes(), 0x11)));
@@ -428,7 +428,7 @@ fn a_pinned_pool_dropped_under_copies_of_its_split_block_frees_it_after_the_devi
         let pinned_before = sim::host_stats().unwrap().pinned_allocations;
 
         let held = sim::hold(&ctx.device()).unwrap();
-        let (head, tail) = block.split_at(1024).unwrap();
+        let (head, tail) = block.into_halves(1024).unwrap();
         let head = head.into_bytes().view(16..4096 - 16).unwrap();
         let up = s1.copy_h2d(head, DeviceBuffer::<u8>::new(&ctx, 4096 - 32).unwrap());
         let down = s2.copy_d2h(source, tail);
@@ -481,7 +481,7 @@ fn value_words_carved_from_a_pool_block_come_back_after_every_operation() {
             let (waiter, writer) = (streams.next(), streams.next());
             let block = run(pool.alloc::<u64>(&waiter, 512)).unwrap();
             let block = run(waiter.memset(block, 0)).unwrap();
-            let (head, tail) = block.split_at(1).unwrap();
+            let (head, tail) = block.into_halves(1).unwrap();
             let word = Arc::new(ValueWord::from_memory(head).unwrap());
 
             let held = sim::hold(&ctx.device()).unwrap();

@@ -436,7 +436,7 @@ async fn job(shared: &Shared, rng: &mut Rng, tag: u32) -> Result<(), Error> {
     let event = &shared.events[rng.below(shared.events.len())];
     event.record(s)?;
     t.wait_event(event)?;
-    let (head, tail) = device.split_at(n / 2).map_err(|e| e.error)?;
+    let (head, tail) = device.into_halves(n / 2).map_err(|e| e.error)?;
     let tail = t.memset(tail, 0xab).await.map_err(|e| e.error)?;
     if disruption == 2 {
         t.abort().await?;
@@ -862,9 +862,9 @@ fn memsets_and_value_stores_through_views_casts_and_parts_match_a_host_model() {
             let mut cuts: Vec<usize> = (0..rng.below(6)).map(|_| rng.below(total + 1)).collect();
             cuts.sort_unstable();
             let mut parts: Vec<Part> = Vec::new();
-            let (mut rest, mut at) = (buffer.split_at(0).unwrap().1, 0);
+            let (mut rest, mut at) = (buffer.into_halves(0).unwrap().1, 0);
             for cut in cuts {
-                let (head, tail) = rest.split_at(cut - at).unwrap();
+                let (head, tail) = rest.into_halves(cut - at).unwrap();
                 parts.push(head);
                 (rest, at) = (tail, cut);
             }

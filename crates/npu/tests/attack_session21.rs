@@ -427,7 +427,7 @@ fn a_blocking_pool_that_cannot_start_a_thread_never_lets_a_submitted_operations_
     let src = DeviceBuffer::from_host_blocking(&ctx, &[0xab_u8; 4096]).unwrap();
     let (part, rest) = PinnedBuffer::<u8>::new(&ctx, 8192)
         .unwrap()
-        .split_at(4096)
+        .into_halves(4096)
         .unwrap();
     let held = sim::hold(&ctx.device()).unwrap();
     let (copy_in, copy_out) = rt.block_on(async {

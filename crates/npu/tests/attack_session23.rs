@@ -199,10 +199,10 @@ fn huge_and_zero_lengths_are_refused_by_name_or_work() {
     let view = buffer.view(8..).unwrap();
     assert_eq!(view.len(), 0);
     let pinned = npu::PinnedBuffer::<u8>::new(&d0, 8).unwrap();
-    let pinned = refusal_back("MemoryMut::split_at", pinned.split_at(usize::MAX));
-    let (head, _tail) = pinned.split_at(8).unwrap();
-    let (head, tail) = refusal_back("Split::split_at", head.split_at(usize::MAX))
-        .split_at(8)
+    let pinned = refusal_back("MemoryMut::into_halves", pinned.into_halves(usize::MAX));
+    let (head, _tail) = pinned.into_halves(8).unwrap();
+    let (head, tail) = refusal_back("Split::into_halves", head.into_halves(usize::MAX))
+        .into_halves(8)
         .unwrap();
     assert_eq!((head.len(), tail.len()), (8, 0));
     for strategy in common::STRATEGIES {

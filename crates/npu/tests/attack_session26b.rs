@@ -147,7 +147,7 @@ fn a_runtime_of_its_own_used_through_every_kind_of_memory_is_finalised_when_drop
             // Split parts of a pinned buffer on two streams, futures dropped.
             let (head, tail) = PinnedBuffer::<u8>::new(&ctx, 8192)
                 .unwrap()
-                .split_at(4096)
+                .into_halves(4096)
                 .unwrap();
             drop(s.copy_h2d(head, DeviceBuffer::<u8>::new(&ctx, 4096).unwrap()));
             drop(t.copy_h2d(tail, DeviceBuffer::<u8>::new(&ctx, 4096).unwrap()));

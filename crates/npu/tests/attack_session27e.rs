@@ -407,7 +407,7 @@ fn a_memory_error_through_a_cast_view_of_a_part_settles_the_whole_block_after_th
             let s = stream(&d0, strategy);
             let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
             inject(&block, BYTES / 2 + 256, 64);
-            let (left, right) = block.split_at(BYTES / 2).unwrap();
+            let (left, right) = block.into_halves(BYTES / 2).unwrap();
             let view = right.view(128..1024).unwrap().cast::<u32>().unwrap();
             let (repaired, stats) = {
                 let pool = pool.clone();

@@ -95,8 +95,8 @@ fn parts_of_one_buffer_copy_into_each_other_exactly() {
             // Device: [0, 16) | [16, 40) | [40, 64).
             let init = pattern(64);
             let whole = DeviceBuffer::from_host_blocking(&ctx, &init).unwrap();
-            let (a, rest) = whole.split_at(16).unwrap();
-            let (b, c) = rest.split_at(24).unwrap();
+            let (a, rest) = whole.into_halves(16).unwrap();
+            let (b, c) = rest.into_halves(24).unwrap();
             // 4 rows of 2 bytes, 4 apart in a, into b's elements 1.. at 5 apart.
             let shape = Copy2d {
                 width: 2,
@@ -134,7 +134,7 @@ fn parts_of_one_buffer_copy_into_each_other_exactly() {
             // Host: a pitched copy from the device into a pinned part leaves its gaps and the
             // other part alone.
             let host = PinnedBuffer::from_slice(&ctx, &[0xaa; 32]).unwrap();
-            let (head, tail) = host.split_at(11).unwrap();
+            let (head, tail) = host.into_halves(11).unwrap();
             let dev = DeviceBuffer::from_host_blocking(&ctx, &pattern(9)).unwrap();
             let shape = Copy2d {
                 width: 3,
@@ -208,7 +208,7 @@ fn a_split_registration_stays_registered_until_both_parts_are_done() {
         let registrations = sim::host_stats().unwrap().registrations;
         let data = PageAlignedBuffer::from_slice(&[1u8; 8192]).unwrap();
         let registered = HostRegistration::new(&ctx, data, RegisterFlags::PINNED).unwrap();
-        let (head, tail) = registered.split_at(4096).unwrap();
+        let (head, tail) = registered.into_halves(4096).unwrap();
         let source = DeviceBuffer::from_host_blocking(&ctx, &[2u8; 4096]).unwrap();
         let hold = sim::hold(&ctx.device()).unwrap();
         let x = a.copy_h2d(head, DeviceBuffer::<u8>::new(&ctx, 4096).unwrap());
@@ -229,7 +229,7 @@ fn a_split_registration_stays_registered_until_both_parts_are_done() {
 
         let data = PageAlignedBuffer::from_slice(&[1u8; 8192]).unwrap();
         let registered = HostRegistration::new(&ctx, data, RegisterFlags::PINNED).unwrap();
-        let (head, tail) = registered.split_at(4096).unwrap();
+        let (head, tail) = registered.into_halves(4096).unwrap();
         let back = run(async {
             let source = DeviceBuffer::from_host_blocking(&ctx, &[2u8; 4096]).unwrap();
             let x = a.copy_h2d(head, DeviceBuffer::<u8>::new(&ctx, 4096).unwrap());
@@ -260,7 +260,7 @@ fn forgetting_a_copy_into_a_part_only_leaks_its_allocation() {
         let before = live_allocations(&ctx);
         let (head, tail) = DeviceBuffer::<u8>::new(&ctx, 64)
             .unwrap()
-            .split_at(32)
+            .into_halves(32)
             .unwrap();
         let hold = sim::hold(&ctx.device()).unwrap();
         let op = s.copy_h2d(host(&ctx, &[7; 32]), head);
@@ -330,7 +330,7 @@ fn foreign_contexts_and_devices_are_copied_or_refused_with_typed_errors() {
             let (far, _near) = err.value.expect("both back");
             let (part, _) = DeviceBuffer::<u8>::new(&ctx1, 128)
                 .unwrap()
-                .split_at(64)
+                .into_halves(64)
                 .unwrap();
             let err = s.copy_2d_d2d(far, part, shape).await.unwrap_err();
             assert_eq!(invalid(&err.error), ("Stream::copy_2d_d2d", "self"));
@@ -352,7 +352,7 @@ fn parts_of_a_peer_buffer_on_two_devices_keep_the_allocation_and_the_access() {
         let access = ctx.device().enable_peer_access(&ctx1.device()).unwrap();
         let (head, tail) = DeviceBuffer::from_host_blocking(&ctx1, &[1u8; 128])
             .unwrap()
-            .split_at(64)
+            .into_halves(64)
             .unwrap();
         let holds = [
             sim::hold(&ctx.device()).unwrap(),
@@ -379,7 +379,7 @@ fn parts_of_a_peer_buffer_on_two_devices_keep_the_allocation_and_the_access() {
         let access = ctx.device().enable_peer_access(&ctx1.device()).unwrap();
         run(async {
             let whole = DeviceBuffer::from_host_blocking(&ctx1, &pattern(128)).unwrap();
-            let (head, tail) = whole.split_at(64).unwrap();
+            let (head, tail) = whole.into_halves(64).unwrap();
             let x = near.copy_d2d(
                 head.view(8..).unwrap(),
                 DeviceBuffer::new(&ctx, 56).unwrap(),
@@ -444,7 +444,7 @@ fn degenerate_copies_of_empty_views_complete_and_touch_nothing() {
                     }
                 };
             }
-            let (head, tail) = dev.split_at(4096).unwrap();
+            let (head, tail) = dev.into_halves(4096).unwrap();
             let tail = s.memset(tail, 0).await.unwrap();
             let (tail, _) = s
                 .copy_d2h(
@@ -491,7 +491,7 @@ fn a_device_lost_under_queued_peer_and_host_copies_resolves_everything() {
     let access = ctx.device().enable_peer_access(&lost).unwrap();
     let (head, tail) = DeviceBuffer::from_host_blocking(&ctx3, &[3u8; 128])
         .unwrap()
-        .split_at(64)
+        .into_halves(64)
         .unwrap();
     let pinned = host(&ctx3, &[4; 64]);
     let data = PageAlignedBuffer::from_slice(&[5u8; 4096]).unwrap();
@@ -570,8 +570,8 @@ fn parts_on_a_stop_faulted_context_and_a_healthy_one_come_back_whole() {
             sim::fail_task(&bad, 1, npu::error::AclCode(507015)).unwrap();
             let before = live_allocations(&ctx);
             let whole = DeviceBuffer::from_host_blocking(&ctx, &[1u8; 64]).unwrap();
-            let (head, rest) = whole.split_at(16).unwrap();
-            let (middle, tail) = rest.split_at(16).unwrap();
+            let (head, rest) = whole.into_halves(16).unwrap();
+            let (middle, tail) = rest.into_halves(16).unwrap();
             let hold = sim::hold(&ctx.device()).unwrap();
             let x = bad.memset(head, 2);
             let y = bad.memset(middle, 3);
@@ -665,7 +665,7 @@ fn random_work_on_the_parts_of_one_buffer_matches_a_model() {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let mut model = pattern(LEN);
         let whole = DeviceBuffer::from_host_blocking(&ctx, &model).unwrap();
-        let mut parts = vec![whole.split_at(0).unwrap().1];
+        let mut parts = vec![whole.into_halves(0).unwrap().1];
         run(async {
             for round in 0..40 {
                 // Split some parts.
@@ -673,7 +673,7 @@ fn random_work_on_the_parts_of_one_buffer_matches_a_model() {
                 for part in parts.drain(..) {
                     if part.len() >= 2 && rng.below(2) == 0 {
                         let mid = 1 + rng.below(part.len() - 1);
-                        let (a, b) = part.split_at(mid).unwrap();
+                        let (a, b) = part.into_halves(mid).unwrap();
                         next.extend([a, b]);
                     } else {
                         next.push(part);

@@ -197,7 +197,7 @@ fn a_memory_error_on_a_block_still_in_use_waits_for_its_other_operation() {
             let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
             let addr = block.as_raw() as usize;
             inject(&block, 64, 64);
-            let (left, right) = block.split_at(BYTES / 2).unwrap();
+            let (left, right) = block.into_halves(BYTES / 2).unwrap();
             set_gate(|gate| *gate = (false, false));
             // SAFETY: the kernel writes the right half's bytes, which the launch keeps.
             let held = unsafe { other.launch(&fill, 1, (right, (BYTES / 2) as u64)) };

@@ -190,7 +190,7 @@ impl<'a> ArgWriter<'a> {
 /// is_arg(&shared);
 /// is_arg(&buffer.view(2..4)?);
 /// let parts = DeviceBuffer::<f32>::new(&ctx, 8)?;
-/// let (head, tail) = parts.split_at(4).map_err(|e| e.error)?;
+/// let (head, tail) = parts.into_halves(4).map_err(|e| e.error)?;
 /// is_arg(&head.cast::<u32>().map_err(|e| e.error)?);
 /// is_arg(&tail);
 /// is_arg(&7u32);
