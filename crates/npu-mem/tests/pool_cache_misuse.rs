@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use npu_core::UseList;
-use npu_mem::pool_cache::{Cache, Granted, Source};
+use npu_mem::pool_cache::{Cache, Granted, Seal, Source};
 
 /// A source of plain sizes: a block is its own byte count.
 struct Sizes;
@@ -18,6 +18,8 @@ struct Sizes;
 unsafe impl Source for Sizes {
     type Block = usize;
     const NAME: &'static str = "Sizes::alloc";
+    // SAFETY: a test of npu-mem's own.
+    const SEAL: Seal = unsafe { Seal::npu_rs() };
 
     fn block_bytes(block: &usize) -> usize {
         *block

@@ -30,7 +30,30 @@ use super::stats::{PoolStats, Timing};
 pub use super::state::{Granted, Reserving};
 pub use crate::device_buffer::byte_size;
 
-/// Where a pool's blocks come from and go back to.
+/// The seal of [`Source`]: what only npu-rs's own crates may make, so that only they implement
+/// the trait.
+///
+/// `Source` is public because npu-stream implements it, which also lets any crate name it; a
+/// trait other crates implement cannot change without breaking them. Implementing it
+/// therefore takes a `Seal`, which has no safe constructor: crates outside npu-rs cannot write
+/// an implementation without breaking [`Seal::npu_rs`]'s contract, and the trait stays free to
+/// change with npu-rs's crates.
+#[derive(Debug, Clone, Copy)]
+pub struct Seal(());
+
+impl Seal {
+    /// The seal, for a [`Source`] of npu-rs.
+    ///
+    /// # Safety
+    ///
+    /// Called only by npu-rs's own crates (and their tests), for their own sources: the
+    /// trait's requirements change with them, without notice to anyone else.
+    pub const unsafe fn npu_rs() -> Seal {
+        Seal(())
+    }
+}
+
+/// Where a pool's blocks come from and go back to. Sealed: see [`Seal`].
 ///
 /// # Safety
 ///
@@ -43,6 +66,9 @@ pub unsafe trait Source: Send + Sync + 'static {
 
     /// The pool's allocating method, named in its errors (`"PinnedPool::alloc"`).
     const NAME: &'static str;
+
+    /// The implementation is npu-rs's own.
+    const SEAL: Seal;
 
     /// The block's size: the size class it was allocated for.
     fn block_bytes(block: &Self::Block) -> usize;

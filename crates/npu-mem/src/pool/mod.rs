@@ -21,7 +21,7 @@ mod stats;
 pub use buffer::PooledBuffer;
 pub use stats::PoolStats;
 
-use cache::{Cache, Source};
+use cache::{Cache, Seal, Source};
 use size_class::size_class;
 
 /// A caching allocator of pinned host memory (`aclrtMallocHost`), tied to one [`Context`].
@@ -92,6 +92,8 @@ pub(crate) struct Pinned {
 unsafe impl Source for Pinned {
     type Block = HostBlock;
     const NAME: &'static str = "PinnedPool::alloc";
+    // SAFETY: npu-mem is a crate of npu-rs.
+    const SEAL: Seal = unsafe { Seal::npu_rs() };
 
     fn block_bytes(block: &HostBlock) -> usize {
         block.bytes()

@@ -6,7 +6,7 @@ use std::fmt;
 
 use npu_core::ffi::{self, AclApi};
 use npu_core::{Context, Error, Result, acl_call, acl_call_opt};
-use npu_mem::pool_cache::{Repair, Source};
+use npu_mem::pool_cache::{Repair, Seal, Source};
 
 use super::DevicePoolBackend;
 use crate::stream::Stream;
@@ -291,6 +291,8 @@ impl DeviceSource {
 unsafe impl Source for DeviceSource {
     type Block = DeviceBlock;
     const NAME: &'static str = "DevicePool::alloc";
+    // SAFETY: npu-stream is a crate of npu-rs.
+    const SEAL: Seal = unsafe { Seal::npu_rs() };
 
     fn block_bytes(block: &DeviceBlock) -> usize {
         block.bytes
