@@ -22,6 +22,11 @@ use crate::runtime::Runtime;
 /// context is destroyed when the last clone, and everything created in it, is gone; an explicit
 /// context keeps its device's primary context alive, so the device is reset last.
 ///
+/// Equality and hashing are by identity, as [`same`](Context::same): two `Context`s are equal
+/// when they are handles of one context (clones, or the primary context reached through two
+/// `Device` handles), never because two contexts look alike. A context in a `HashMap` keeps
+/// itself alive, so its identity is not reused while it is a key.
+///
 /// ```
 /// use npu_core::Device;
 ///
@@ -407,6 +412,20 @@ impl Release {
         if let Err(err) = result {
             crate::log!(warn, %err, device = self.device_id, "releasing an ACL context failed");
         }
+    }
+}
+
+impl PartialEq for Context {
+    fn eq(&self, other: &Context) -> bool {
+        self.same(other)
+    }
+}
+
+impl Eq for Context {}
+
+impl std::hash::Hash for Context {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.inner), state)
     }
 }
 

@@ -14,6 +14,9 @@ use crate::runtime::{Runtime, SharedState};
 /// (`aclrtResetDevice`) when the last handle and everything created on it are gone; opening it
 /// again after that sets it again.
 ///
+/// Equality and hashing are by identity: two `Device`s are equal when they share the primary
+/// context, that is, they are handles of one device opened through one runtime.
+///
 /// ```
 /// use npu_core::{Device, MemAttr};
 ///
@@ -746,3 +749,9 @@ impl PartialEq for Device {
 }
 
 impl Eq for Device {}
+
+impl std::hash::Hash for Device {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.primary.hash(state)
+    }
+}

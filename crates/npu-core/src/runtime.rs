@@ -22,6 +22,11 @@ use crate::ffi;
 /// contexts, streams, buffers) is gone. [`Runtime::global`] is the shared process-wide runtime
 /// chosen by `NPU_BACKEND`; it is never finalised.
 ///
+/// `Runtime` is not `PartialEq`: runtimes built apart for one library share its ACL instance
+/// and devices yet are separate handles, so whether they are "the same runtime" has no single
+/// answer. Compare [`backend`](Runtime::backend)s, or the devices and contexts, which compare
+/// by identity.
+///
 /// ```
 /// use npu_core::{Backend, BackendChoice, Runtime};
 ///

@@ -44,6 +44,10 @@ pub enum EventKind {
 /// stream wait for it. `Event` is `Send + Sync` and cheap to clone; the ACL event is destroyed
 /// with the last clone.
 ///
+/// Equality and hashing are by identity: clones are equal, two events created apart are not,
+/// whether or not they were recorded at the same point. An event in a `HashMap` keeps itself
+/// alive, so its identity is not reused while it is a key.
+///
 /// ```
 /// use npu_core::Device;
 /// use npu_stream::{Event, Stream};
@@ -666,6 +670,20 @@ impl Drop for EventInner {
         if let Err(err) = result {
             npu_core::log!(warn, %err, "destroying an event failed");
         }
+    }
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Event) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl Eq for Event {}
+
+impl std::hash::Hash for Event {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.inner), state)
     }
 }
 

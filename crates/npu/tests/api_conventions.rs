@@ -1,5 +1,9 @@
 //! The API conventions of docs/architecture.md that a user meets through `npu::prelude::*`:
-//! the prelude's traits do not shadow the standard library's slice methods.
+//! the prelude's traits do not shadow the standard library's slice methods, and the handles
+//! (devices, contexts, streams, events) compare and hash by identity.
+
+use std::collections::HashSet;
+use std::hash::{BuildHasher, Hash, RandomState};
 
 use npu::prelude::*;
 
@@ -31,5 +35,35 @@ fn the_prelude_leaves_the_slice_methods_alone() -> npu::Result<()> {
     // The consuming split, for when two operations are to own the parts.
     let (head, tail) = pinned.into_halves(1)?;
     assert_eq!((head.len(), tail.len()), (1, 3));
+    Ok(())
+}
+
+/// Checks that `a` and its clone are one key, and `other` (alike but made apart) another.
+fn identity<T: Clone + Eq + Hash + std::fmt::Debug>(what: &str, a: &T, other: &T) {
+    let hasher = RandomState::new();
+    assert_eq!(a, &a.clone(), "{what}: a clone is the same handle");
+    assert_eq!(hasher.hash_one(a), hasher.hash_one(a.clone()), "{what}");
+    assert_ne!(a, other, "{what}: made apart, not the same");
+    let set: HashSet<T> = [a.clone(), other.clone(), a.clone()].into_iter().collect();
+    assert_eq!(set.len(), 2, "{what}");
+    assert!(set.contains(a) && set.contains(other), "{what}");
+}
+
+#[test]
+fn handles_are_equal_when_they_are_the_same_handle() -> npu::Result<()> {
+    let device = Device::open(0)?;
+    identity("device", &device, &Device::open(1)?);
+    assert_eq!(device, Device::open(0)?, "two opens of one device");
+
+    let ctx = device.primary_context().clone();
+    identity("context", &ctx, &device.create_context()?);
+    assert_eq!(
+        &ctx,
+        Device::open(0)?.primary_context(),
+        "one primary context"
+    );
+
+    identity("stream", &NpuStream::new(&ctx)?, &NpuStream::new(&ctx)?);
+    identity("event", &Event::new(&ctx)?, &Event::new(&ctx)?);
     Ok(())
 }

@@ -38,6 +38,10 @@ pub use failure::FailureMode;
 /// has completed: on the dropping thread if none is in flight by then, otherwise later, on
 /// npu-rs's reaper thread. Either way dropping never waits for the device.
 ///
+/// Equality and hashing are by identity, as [`same`](Stream::same): clones are equal, two
+/// streams created apart are not, whatever their settings. A stream in a `HashMap` keeps
+/// itself alive, so its identity is not reused while it is a key.
+///
 /// ```
 /// use npu_core::Device;
 /// use npu_stream::Stream;
@@ -648,6 +652,20 @@ impl Drop for StreamShared {
         if let Err(err) = result {
             npu_core::log!(warn, %err, stream = self.id, "destroying a stream failed");
         }
+    }
+}
+
+impl PartialEq for Stream {
+    fn eq(&self, other: &Stream) -> bool {
+        self.same(other)
+    }
+}
+
+impl Eq for Stream {}
+
+impl std::hash::Hash for Stream {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.shared), state)
     }
 }
 
