@@ -136,20 +136,22 @@ pub unsafe trait Memory: Send + 'static {
     /// Records that the operation behind `completion` may access this memory.
     ///
     /// ```
-    /// use npu_core::{Completer, Device};
+    /// use npu_core::Device;
     /// use npu_mem::{DeviceBuffer, Memory};
-    /// use npu_sim::control::device_stats;
+    /// use npu_sim::control::{device_stats, hold, release};
+    /// use npu_stream::Stream;
     ///
     /// let ctx = Device::open(1)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// hold(1).unwrap(); // npu-sim: nothing on device 1 runs until `release`
+    /// let op = stream.memset(DeviceBuffer::<u8>::new(&ctx, 16)?, 0);
     /// let buffer = DeviceBuffer::<u8>::new(&ctx, 64)?;
-    /// // SAFETY: no device work stands behind this completion.
-    /// let op = unsafe { Completer::new() };
-    /// buffer.record_use(&op.completion()); // what every stream operation does with its buffers
+    /// buffer.record_use(op.completion()); // what every stream operation does with its buffers
+    /// let live = device_stats(1).unwrap().live_allocations;
     /// drop(buffer);
-    /// assert_eq!(device_stats(1).unwrap().live_allocations, 1, "still in use");
-    /// op.complete(Ok(()));
-    /// npu_core::reaper::flush();
-    /// assert_eq!(device_stats(1).unwrap().live_allocations, 0, "freed after the operation");
+    /// assert_eq!(device_stats(1).unwrap().live_allocations, live, "kept while the op runs");
+    /// release(1).unwrap();
+    /// tokio_test::block_on(op)?; // once it completes, the buffer is freed
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     fn record_use(&self, completion: &Completion);

@@ -272,22 +272,23 @@ pub unsafe trait KernelArg: Send + 'static {
     /// to. Values refer to none.
     ///
     /// ```
-    /// use npu_core::{Completer, Device};
+    /// use npu_core::Device;
     /// use npu_mem::DeviceBuffer;
-    /// use npu_sim::control::device_stats;
-    /// use npu_stream::KernelArg;
+    /// use npu_sim::control::{device_stats, hold, release};
+    /// use npu_stream::{KernelArg, Stream};
     ///
     /// let ctx = Device::open(1)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// hold(1).unwrap(); // npu-sim: nothing on device 1 runs until `release`
+    /// let launch = stream.memset(DeviceBuffer::<u8>::new(&ctx, 16)?, 0); // stands in for one
     /// let buffer = DeviceBuffer::<f32>::new(&ctx, 16)?;
-    /// // SAFETY: no device work stands behind this completion.
-    /// let launch = unsafe { Completer::new() };
-    /// KernelArg::record_use(&buffer, &launch.completion()); // what a launch does with each argument
-    /// KernelArg::record_use(&7u32, &launch.completion()); // a value: nothing to keep alive
+    /// KernelArg::record_use(&buffer, launch.completion()); // what a launch does with each argument
+    /// KernelArg::record_use(&7u32, launch.completion()); // a value: nothing to keep alive
+    /// let live = device_stats(1).unwrap().live_allocations;
     /// drop(buffer);
-    /// assert_eq!(device_stats(1).unwrap().live_allocations, 1, "kept for the launch");
-    /// launch.complete(Ok(()));
-    /// npu_core::reaper::flush();
-    /// assert_eq!(device_stats(1).unwrap().live_allocations, 0);
+    /// assert_eq!(device_stats(1).unwrap().live_allocations, live, "kept for the launch");
+    /// release(1).unwrap();
+    /// tokio_test::block_on(launch)?;
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     fn record_use(&self, completion: &Completion);
@@ -457,21 +458,22 @@ pub unsafe trait KernelArgs: Send + 'static {
     /// Records the launch behind `completion` as a use of every argument's memory.
     ///
     /// ```
-    /// use npu_core::{Completer, Device};
+    /// use npu_core::Device;
     /// use npu_mem::DeviceBuffer;
-    /// use npu_sim::control::device_stats;
-    /// use npu_stream::KernelArgs;
+    /// use npu_sim::control::{device_stats, hold, release};
+    /// use npu_stream::{KernelArgs, Stream};
     ///
     /// let ctx = Device::open(1)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// hold(1).unwrap(); // npu-sim: nothing on device 1 runs until `release`
+    /// let launch = stream.memset(DeviceBuffer::<u8>::new(&ctx, 16)?, 0); // stands in for one
     /// let args = (DeviceBuffer::<f32>::new(&ctx, 4)?, DeviceBuffer::<f32>::new(&ctx, 4)?, 4u64);
-    /// // SAFETY: no device work stands behind this completion.
-    /// let launch = unsafe { Completer::new() };
-    /// args.record_uses(&launch.completion()); // what a launch does with its arguments
+    /// args.record_uses(launch.completion()); // what a launch does with its arguments
+    /// let live = device_stats(1).unwrap().live_allocations;
     /// drop(args);
-    /// assert_eq!(device_stats(1).unwrap().live_allocations, 2, "both kept for the launch");
-    /// launch.complete(Ok(()));
-    /// npu_core::reaper::flush();
-    /// assert_eq!(device_stats(1).unwrap().live_allocations, 0);
+    /// assert_eq!(device_stats(1).unwrap().live_allocations, live, "both kept for the launch");
+    /// release(1).unwrap();
+    /// tokio_test::block_on(launch)?;
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     fn record_uses(&self, completion: &Completion);
