@@ -47,7 +47,7 @@ fn split_bad_block(
     let block = run(pool.alloc::<u8>(s, BYTES)).unwrap();
     let addr = block.as_raw() as usize;
     inject(&block, 64, 64);
-    let (left, right) = block.split_at(HALF).unwrap();
+    let (left, right) = block.into_halves(HALF).unwrap();
     (left, right, addr)
 }
 
@@ -244,7 +244,7 @@ fn a_pinned_part_whose_copy_met_a_device_memory_error_is_cached_after_its_last_c
         let pool = PinnedPool::builder(&d0).capacity(BYTES).build().unwrap();
         let block = run(pool.alloc::<u8>(BYTES)).unwrap();
         let addr = block.as_ptr() as usize;
-        let (left, right) = block.split_at(HALF).unwrap();
+        let (left, right) = block.into_halves(HALF).unwrap();
         let bad = DeviceBuffer::<u8>::new(&d0, HALF).unwrap();
         sim::raw_control::inject_mem_uce(bad.as_raw(), 16).unwrap();
         let err = run(s.copy_d2h(bad, left)).unwrap_err();
@@ -319,7 +319,7 @@ fn threads_trading_clones_of_parts_of_bad_and_sound_blocks_settle_each_block_onc
                             if bad {
                                 inject(&block, 64, 64);
                             }
-                            let (left, right) = block.split_at(HALF).unwrap();
+                            let (left, right) = block.into_halves(HALF).unwrap();
                             let (left, right) = (Arc::new(left), Arc::new(right));
                             next.send(right.clone()).unwrap();
                             match run(read(&s, &left)) {
@@ -480,7 +480,7 @@ fn a_runtime_of_its_own_whose_pools_repaired_and_quarantined_split_blocks_is_fin
                 let ptr = block.as_raw().wrapping_byte_add(at);
                 // SAFETY: the pointer is looked up by the simulator, never dereferenced.
                 assert_eq!(unsafe { inject_uce(ptr, len) }, 0, "{what}");
-                let (left, right) = block.split_at(HALF).unwrap();
+                let (left, right) = block.into_halves(HALF).unwrap();
                 let (part, other) = match at < HALF {
                     true => (left, right),
                     false => (right, left),

@@ -342,7 +342,7 @@ fn a_block_that_saw_both_kinds_of_memory_error_is_quarantined_not_repaired() {
             let s = stream(&d0, strategy);
             let block = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
             inject(&block, 64, 64);
-            let (left, right) = block.split_at(BYTES / 2).unwrap();
+            let (left, right) = block.into_halves(BYTES / 2).unwrap();
             let uce = AclCode::DEVICE_MEM_ERROR;
             let left = fails_with_memory_error(&s, left, uce, &what);
             sim::fail_task(&s, 1, AclCode::HBM_MULTI_BIT_ECC_ERROR).unwrap();
