@@ -2,6 +2,7 @@
 //! dropped at every one of its await points, and a request given up on whose device work then
 //! faults.
 
+#[cfg(feature = "sim")]
 use std::sync::Arc;
 use std::task::Poll;
 
