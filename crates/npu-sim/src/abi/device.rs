@@ -317,9 +317,12 @@ fn peer_access(api_flags: u32, peer: i32, enable: bool) -> Res<()> {
         ACL_ERROR_INVALID_PARAM,
         "peer device {peer} is the current device"
     );
-    sim.device(peer.into())?;
+    let peer_device = sim.device(peer.into())?;
     ctx.device.check_alive()?;
     if enable {
+        // Access to a lost device's memory cannot start (copies to it are refused); taking
+        // it away still works, as teardown does.
+        peer_device.check_alive()?;
         ctx.device.enable_peer(peer)
     } else {
         ctx.device.disable_peer(peer)

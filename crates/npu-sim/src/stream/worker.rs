@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use npu_sys::*;
 
 use crate::error::SimError;
+use crate::memory::PtrClass;
 use crate::sim::Sim;
 use crate::sync::{Bell, lock, wait_until};
-use crate::task::{Op, Task};
+use crate::task::{Op, Source, Task};
 
 use super::Stream;
 use super::retire::Retired;
@@ -155,6 +156,7 @@ impl Stream {
                 let Some(_admitted) = self.device.admit() else {
                     return Err(None);
                 };
+                self.check_peers(sim, task).map_err(Some)?;
                 // Taken while admitted: a synchronous copy the submitter issues next passes
                 // the device's fence only once this task is done with memory.
                 self.begin(task.position);
@@ -163,6 +165,28 @@ impl Stream {
                 result
             }
         }
+    }
+
+    /// Fails a copy that reaches the memory of another device which is lost, as its submission
+    /// would have been refused (507010): queued on this device before the loss, it must not
+    /// write (or read) memory of a device that is gone, which on hardware no longer answers.
+    fn check_peers(&self, sim: &Sim, task: &Task) -> Result<(), SimError> {
+        let Op::Copy { dst, src, .. } = &task.op else {
+            return Ok(());
+        };
+        let src = match src {
+            Source::Ptr(ptr) => Some(*ptr),
+            Source::Staged(_) => None,
+        };
+        for ptr in [Some(*dst), src].into_iter().flatten() {
+            if let PtrClass::Device(id) = sim.memory.locate(ptr).class
+                && id != self.device.id
+                && let Ok(peer) = sim.device(id.into())
+            {
+                peer.check_alive()?;
+            }
+        }
+        Ok(())
     }
 
     fn execute(&self, sim: &Sim, mut task: Task) {
