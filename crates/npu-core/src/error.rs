@@ -391,6 +391,10 @@ pub enum LoadFailure {
     /// The path names no file.
     #[error("no such file")]
     NoSuchFile,
+    /// The path names something other than a regular file: a directory, a FIFO or a device.
+    /// None is a library, and opening a FIFO (or a terminal) to look would wait for a writer.
+    #[error("not a regular file (a directory, a FIFO or a device)")]
+    NotARegularFile,
     /// A bare library name the system loader did not find.
     #[error("not found by the system loader (LD_LIBRARY_PATH, the ld.so cache)")]
     NotInLoaderPath,

@@ -93,7 +93,9 @@ impl RuntimeBuilder {
     }
 
     /// Uses the AscendCL runtime library at `path` (for example npu-sim's `libascendcl.so`):
-    /// [`BackendChoice::Library`].
+    /// [`BackendChoice::Library`]. A path naming something other than a regular file is
+    /// refused by [`build`](RuntimeBuilder::build)
+    /// ([`LoadFailure::NotARegularFile`](crate::LoadFailure)), without opening it.
     ///
     /// # Safety
     ///
@@ -125,7 +127,9 @@ impl RuntimeBuilder {
     /// runtime still alive (the process-wide [`Runtime::global`] included, which uses none),
     /// rather than run with a configuration the caller did not ask for; the same path is
     /// accepted. If another component of the process initialised ACL itself, ACL keeps that
-    /// component's configuration, and npu-rs logs a warning.
+    /// component's configuration, and npu-rs logs a warning. A path naming something other
+    /// than a regular file (a directory, a FIFO, a device) is refused too (argument
+    /// `acl_config`): reading a FIFO would wait for a writer, and `/dev/zero` would never end.
     ///
     /// ```standalone_crate
     /// use npu_core::{BackendChoice, Runtime};
@@ -234,6 +238,22 @@ fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<
     const API: &str = "RuntimeBuilder::build";
     refuse_while_initialising(API)?;
     crate::fork::refuse(API)?;
+    // aclInit reads the file under the library's lock: a FIFO would hold every runtime of the
+    // library until a writer came, and a device that never ends would be read until memory ran
+    // out. A missing file is left to aclInit, which names it.
+    if let Some(path) = config
+        && std::fs::metadata(path).is_ok_and(|found| !found.is_file())
+    {
+        return Err(Error::invalid(
+            API,
+            "acl_config",
+            format!(
+                "{} is not a regular file (a directory, a FIFO or a device): ACL reads its \
+                 configuration from a JSON file",
+                path.display()
+            ),
+        ));
+    }
     let c_config = config
         .map(|p| {
             CString::new(p.as_os_str().as_encoded_bytes())

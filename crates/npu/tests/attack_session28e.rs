@@ -335,3 +335,90 @@ fn tasks_moving_between_threads_with_explicit_contexts_of_two_devices_use_the_ri
     dropper.join().unwrap();
     drop(access);
 }
+
+/// A FIFO in a directory of its own, removed with it.
+struct Fifo(std::path::PathBuf);
+
+impl Fifo {
+    fn new(name: &str) -> Fifo {
+        let dir = std::env::temp_dir().join(format!("npu-28e-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("fifo");
+        let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        let _ = std::fs::remove_file(&path);
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        Fifo(path)
+    }
+
+    /// Lets a reader blocked in opening the FIFO go on (to read its end at once).
+    fn unblock(&self) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&self.0);
+    }
+}
+
+impl Drop for Fifo {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.0.parent().unwrap());
+    }
+}
+
+/// `build` on a thread of its own, bounded: a hang is unblocked through `fifo` and fails the test.
+fn build_bounded(fifo: &Fifo, builder: npu::runtime::RuntimeBuilder) -> npu::Result<Runtime> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || tx.send(builder.build()).unwrap());
+    let built = rx.recv_timeout(common::HANG);
+    if built.is_err() {
+        while !thread.is_finished() {
+            fifo.unblock();
+            std::thread::yield_now();
+        }
+    }
+    thread.join().unwrap();
+    built.expect("building the runtime hung on a file that is not a regular one")
+}
+
+/// Bad input is a typed error, never a hang: a FIFO (whose opening for reading waits for a
+/// writer) given as the runtime library or as the ACL configuration file of a runtime of its
+/// own, and a device file that never ends (`/dev/zero`) given as either, are refused by
+/// `RuntimeBuilder::build` naming the file.
+#[test]
+fn a_fifo_or_a_device_file_as_library_or_acl_config_is_refused_not_waited_on() {
+    let (_guard, _, _) = exclusive(Some(4));
+    let library = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("libascendcl.so");
+    let own = || Runtime::builder().backend(npu::runtime::BackendChoice::Library(library.clone()));
+    let fifo = Fifo::new("library");
+    let err = build_bounded(&fifo, Runtime::builder().library(&fifo.0)).unwrap_err();
+    assert!(matches!(err, Error::Load(_)), "{err}");
+    assert!(
+        err.to_string().contains(&*fifo.0.to_string_lossy()),
+        "{err}"
+    );
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+    let fifo = Fifo::new("config");
+    let err = build_bounded(&fifo, own().acl_config(&fifo.0)).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("RuntimeBuilder::build: invalid argument `acl_config`"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+    for builder in [
+        Runtime::builder().library("/dev/zero"),
+        own().acl_config("/dev/zero"),
+    ] {
+        let err = build_bounded(&fifo, builder).unwrap_err();
+        assert!(err.to_string().contains("/dev/zero"), "{err}");
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
+    // The runtime of its own still starts with no file, and the refusals left nothing behind.
+    drop(own().build().unwrap());
+}

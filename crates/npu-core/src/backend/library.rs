@@ -105,6 +105,11 @@ pub(crate) fn open(path: &Path) -> Result<&'static Loaded, LoadFailure> {
     if path.as_os_str().is_empty() || (is_path && !path.exists()) {
         return Err(LoadFailure::NoSuchFile);
     }
+    // dlopen opens what it is given: a FIFO would hold it (and the lock below, so every later
+    // load) until some writer came, a terminal until input did.
+    if is_path && std::fs::metadata(path).is_ok_and(|found| !found.is_file()) {
+        return Err(LoadFailure::NotARegularFile);
+    }
     // Held across the load, so two threads loading one file cannot make two runtimes of it.
     let mut libraries = LIBRARIES.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: loading runs the library's initialisers, and `from_library` below calls its
