@@ -126,10 +126,21 @@ fn a_lost_device_stops_neither_the_others_work_nor_its_peers_streams() {
             })
         })
         .collect();
-    let held2 = sim::hold(&dev2).unwrap();
-    let held3 = sim::hold(&dev3).unwrap();
     let on2: Vec<_> = STRATEGIES.iter().map(|&st| stream(&c2, st)).collect();
     let on3: Vec<_> = STRATEGIES.iter().map(|&st| stream(&c3, st)).collect();
+    // A device pool on each side with a block cached and one to be out in a memset held on the
+    // device (taken first: a runtime-pool block is awaited on its stream before it is handed out).
+    let pools = [&c2, &c3].map(|ctx| DevicePool::builder(ctx).capacity(1 << 20).build().unwrap());
+    let blocks: Vec<_> = pools
+        .iter()
+        .zip([&on2[0], &on3[0]])
+        .map(|(pool, s)| {
+            drop(run(pool.alloc::<u8>(s, 4096)).unwrap());
+            run(pool.alloc::<u8>(s, 8192)).unwrap()
+        })
+        .collect();
+    let held2 = sim::hold(&dev2).unwrap();
+    let held3 = sim::hold(&dev3).unwrap();
     let into3: Vec<_> = on2
         .iter()
         .map(|s| {
@@ -155,6 +166,11 @@ fn a_lost_device_stops_neither_the_others_work_nor_its_peers_streams() {
     let memsets2: Vec<_> = on2
         .iter()
         .map(|s| s.memset(DeviceBuffer::<u8>::new(&c2, 4096).unwrap(), 2))
+        .collect();
+    let pooled: Vec<_> = blocks
+        .into_iter()
+        .zip([&on2[0], &on3[0]])
+        .map(|(block, s)| s.memset(block, 4))
         .collect();
     sim::lose(&dev3).unwrap();
     drop(held3);
@@ -183,6 +199,29 @@ fn a_lost_device_stops_neither_the_others_work_nor_its_peers_streams() {
             assert_eq!(op.await.unwrap().to_vec_blocking().unwrap(), [2; 4096]);
         }
     });
+    let mut pooled = pooled.into_iter();
+    let block2 = run(pooled.next().unwrap()).unwrap();
+    assert_eq!(run(on2[1].download(block2)).unwrap(), [4; 8192]);
+    let failed = run(pooled.next().unwrap()).unwrap_err();
+    lost(
+        "a memset of a pooled block of the lost device",
+        &failed.error,
+    );
+    drop(failed);
+    // The live device's pool serves again, its cached and returned blocks reused; the lost
+    // device's pool refuses as lost, and neither counts a block it does not hold.
+    let again = run(pools[0].alloc::<u8>(&on2[1], 4096)).unwrap();
+    let again = run(on2[1].memset(again, 6)).unwrap();
+    assert_eq!(run(on2[1].download(again)).unwrap(), [6; 4096]);
+    let refused = run(pools[1].alloc::<u8>(&on3[1], 100_000));
+    lost("DevicePool::alloc", &refused.map(drop).unwrap_err());
+    until_released("both pools' blocks back", || {
+        pools.iter().all(|pool| {
+            let stats = pool.stats().cache;
+            stats.allocated == 0 && stats.waiters == 0 && stats.cached <= stats.reserved
+        })
+    });
+    drop(pools);
     for s in &on2 {
         let again = run(s.memset(DeviceBuffer::<u8>::new(&c2, 64).unwrap(), 9));
         assert_eq!(again.unwrap().to_vec_blocking().unwrap(), [9; 64]);
