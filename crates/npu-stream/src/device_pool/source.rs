@@ -111,6 +111,14 @@ struct RuntimePool {
     /// themselves are raw `aclrtMemPoolFreeAsync` calls on its handle: they are made from
     /// drops and the reaper, and are no operation anyone awaits.
     release: Stream,
+    /// Held across `aclrtMemPoolTrimTo`, so that one trim of this pool never overlaps
+    /// another. A trim takes its blocks out of the pool before their memory is back on the
+    /// device: requests retrying out of memory at once each trim before they retry, and one
+    /// whose trim found nothing left (another's had taken every block) retried while the
+    /// other's was still giving the memory back, and failed out of memory again with the
+    /// pool empty (`pool_out_of_memory_drain`, about 1 run in 6). Once this trim has the lock,
+    /// every earlier trim has returned.
+    trims: std::sync::Mutex<()>,
 }
 
 // SAFETY: the pool is a runtime handle, usable from any thread once the context is bound;
@@ -254,6 +262,8 @@ impl DeviceSource {
         // Bound although the reference states no context for the pool's calls, as for its
         // frees (docs/architecture.md).
         self.context.bind()?;
+        // A plain lock: a trim makes one immediate runtime call and never waits for the device.
+        let _trimming = pool.trims.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: `pool` is our live pool.
         unsafe { acl_call_opt!(self.context.runtime(), aclrtMemPoolTrimTo(pool.pool, keep)) }
     }
@@ -514,7 +524,11 @@ impl RuntimePool {
                 return Err(err);
             }
         };
-        let pool = RuntimePool { pool, release };
+        let pool = RuntimePool {
+            pool,
+            release,
+            trims: std::sync::Mutex::new(()),
+        };
         // Every block is freed only once idle, so any reuse is safe; but the runtime's
         // "internal dependencies" reuse would queue a wait for our release stream on the
         // user's stream, work npu-rs would not watch. Without it, another stream reuses a
