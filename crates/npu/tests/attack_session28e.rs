@@ -433,9 +433,12 @@ fn a_fifo_or_a_device_file_as_library_or_acl_config_is_refused_not_waited_on() {
         .parent()
         .unwrap()
         .join("libascendcl.so");
-    let own = || Runtime::builder().backend(npu::runtime::BackendChoice::Library(library.clone()));
+    // SAFETY: npu-sim's build of libascendcl.so, an AscendCL runtime; the other libraries
+    // named below are a FIFO and a device file, refused before anything opens them.
+    let library_at = |path: &std::path::Path| unsafe { Runtime::builder().library(path) };
+    let own = || library_at(&library);
     let fifo = Fifo::new("library");
-    let err = build_bounded(&fifo, Runtime::builder().library(&fifo.0)).unwrap_err();
+    let err = build_bounded(&fifo, library_at(&fifo.0)).unwrap_err();
     assert!(matches!(err, Error::Load(_)), "{err}");
     assert!(
         err.to_string().contains(&*fifo.0.to_string_lossy()),
@@ -451,7 +454,7 @@ fn a_fifo_or_a_device_file_as_library_or_acl_config_is_refused_not_waited_on() {
     );
     assert!(err.to_string().contains("not a regular file"), "{err}");
     for builder in [
-        Runtime::builder().library("/dev/zero"),
+        library_at("/dev/zero".as_ref()),
         own().acl_config("/dev/zero"),
     ] {
         let err = build_bounded(&fifo, builder).unwrap_err();
