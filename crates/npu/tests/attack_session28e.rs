@@ -464,3 +464,34 @@ fn a_fifo_or_a_device_file_as_library_or_acl_config_is_refused_not_waited_on() {
     // The runtime of its own still starts with no file, and the refusals left nothing behind.
     drop(own().build().unwrap());
 }
+
+/// "Bad input gets a typed error naming the API and the problem": a `DevicePool` given a stream
+/// of another context of its own runtime says so with both devices, and one given a stream of
+/// another runtime on the same device number names the two runtimes, rather than calling it
+/// "another context (device 0) than the pool's (device 0)".
+#[test]
+fn a_device_pool_given_a_stream_of_another_runtime_or_context_names_which() {
+    let (_guard, d0, d1) = exclusive(Some(4));
+    let pool = DevicePool::new(&d0).unwrap();
+    let other_device = npu::Stream::new(&d1).unwrap();
+    let err = run(pool.alloc::<u8>(&other_device, 64)).unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("DevicePool::alloc"), "{text}");
+    assert!(text.contains("`stream`"), "{text}");
+    assert!(
+        text.contains("another context (device 1) than the pool's (device 0)"),
+        "{text}"
+    );
+    let foreign = common::dlopened_simulator();
+    let foreign_ctx = foreign.device(0).unwrap().primary_context().clone();
+    let foreign_stream = npu::Stream::new(&foreign_ctx).unwrap();
+    let err = run(pool.alloc::<u8>(&foreign_stream, 64)).unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("DevicePool::alloc"), "{text}");
+    assert!(
+        text.contains("another AscendCL runtime than the pool's"),
+        "{text}"
+    );
+    assert!(text.contains("npu-sim (in-process)"), "{text}");
+    assert!(text.contains("libascendcl.so"), "{text}");
+}

@@ -571,15 +571,24 @@ impl DevicePool {
     ) -> Result<usize> {
         let bytes = byte_size::<T>(api, argument, len)?;
         if !stream.context().same(self.context()) {
-            return Err(Error::invalid(
-                api,
-                "stream",
+            let (theirs, ours) = (stream.context(), self.context());
+            let problem = if theirs.runtime().same_library(ours.runtime()) {
                 format!(
                     "belongs to another context (device {}) than the pool's (device {})",
-                    stream.context().device_id(),
-                    self.context().device_id()
-                ),
-            ));
+                    theirs.device_id(),
+                    ours.device_id()
+                )
+            } else {
+                format!(
+                    "belongs to another AscendCL runtime than the pool's (device {} of {}, the \
+                     pool on device {} of {})",
+                    theirs.device_id(),
+                    theirs.runtime().backend(),
+                    ours.device_id(),
+                    ours.runtime().backend()
+                )
+            };
+            return Err(Error::invalid(api, "stream", problem));
         }
         self.cache.class_for(api, argument, bytes)
     }
