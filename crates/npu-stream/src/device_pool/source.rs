@@ -378,18 +378,7 @@ impl DeviceSource {
             .map_err(|_| Error::invalid("aclrtGetMemUceInfo", "deviceId", "out of range"))?;
         let mut repaired: Vec<String> = Vec::new();
         for _ in 0..ROUNDS {
-            let mut listed = vec![ffi::aclrtMemUceInfo::default(); UCE_LIST];
-            let mut count = 0;
-            // SAFETY: `listed` holds UCE_LIST entries and `count` is a valid out-pointer; the
-            // context is bound.
-            unsafe {
-                acl_call_opt!(
-                    runtime,
-                    aclrtGetMemUceInfo(device, listed.as_mut_ptr(), UCE_LIST, &mut count)
-                )
-            }?;
-            let every = count < UCE_LIST;
-            listed.truncate(count.min(UCE_LIST));
+            let (listed, every) = self.list_errors(device)?;
             let mut ours = match errors_in_block(block, &listed, every) {
                 Ok(ours) if ours.is_empty() && repaired.is_empty() => return Ok(Repair::Sound),
                 Ok(ours) if ours.is_empty() => break,
@@ -429,6 +418,13 @@ impl DeviceSource {
 
     /// Whether a listing still holds (or may hold, being full) a range of `block`.
     fn still_listed(&self, block: &DeviceBlock, device: i32) -> Result<bool> {
+        let (listed, every) = self.list_errors(device)?;
+        Ok(!matches!(errors_in_block(block, &listed, every), Ok(ours) if ours.is_empty()))
+    }
+
+    /// One listing of the device's error ranges (`aclrtGetMemUceInfo`), and whether it holds
+    /// every range (it is not full). The caller has bound the context on this thread.
+    fn list_errors(&self, device: i32) -> Result<(Vec<ffi::aclrtMemUceInfo>, bool)> {
         let mut listed = vec![ffi::aclrtMemUceInfo::default(); UCE_LIST];
         let mut count = 0;
         // SAFETY: `listed` holds UCE_LIST entries and `count` is a valid out-pointer; the
@@ -441,7 +437,7 @@ impl DeviceSource {
         }?;
         let every = count < UCE_LIST;
         listed.truncate(count.min(UCE_LIST));
-        Ok(!matches!(errors_in_block(block, &listed, every), Ok(ours) if ours.is_empty()))
+        Ok((listed, every))
     }
 }
 
