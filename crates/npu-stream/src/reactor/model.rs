@@ -1,7 +1,8 @@
 //! Loom model of the reactor's registration and wake-up protocol, on the reactor's own
 //! `wakeup.rs`: a submitter publishes work and notifies; the reactor drains or sleeps. Also the
-//! flag-then-notify paths (a fault notice, an abort's discard mark), and the stop path, which
-//! hands what a stopped reactor watched to the sentinel.
+//! flag-then-notify paths (a fault notice, an abort's discard mark), the stop path, which
+//! hands what a stopped reactor watched to the sentinel, and a stream leaving the reactor
+//! while registrations race it.
 
 mod sync {
     pub(crate) use loom::sync::atomic::{AtomicU8, Ordering};
@@ -292,6 +293,136 @@ mod stop {
                 assert_eq!(handed, accepted);
                 assert!(shared.queue.lock().unwrap().pending.is_empty());
             });
+        }
+    }
+}
+
+/// A stream leaving the reactor against a registration (`head`, `advance`, `Reactor::register`,
+/// `Reactor::adopt`): the reactor finds the stream's queue empty and clears `in_reactor` under
+/// the queue lock, dropping the stream from its active list; a registration pushes under the
+/// same lock and, if it found `in_reactor` clear, puts the stream in the inbox and notifies.
+/// The registration must never land in a queue no one watches.
+mod leave {
+    use std::collections::VecDeque;
+
+    use loom::sync::{Arc, Mutex};
+
+    use super::{Idle, LINGERS, wakeup::Wakeup};
+
+    #[derive(Default)]
+    struct Queue {
+        pending: VecDeque<u32>,
+        in_reactor: bool,
+    }
+
+    #[derive(Default)]
+    struct Shared {
+        queue: Mutex<Queue>,
+        /// Holds the one stream when it is in the inbox.
+        inbox: Mutex<Vec<()>>,
+        wakeup: Wakeup,
+    }
+
+    impl Default for Wakeup {
+        fn default() -> Self {
+            Wakeup::new()
+        }
+    }
+
+    impl Shared {
+        fn register(&self, item: u32, reactor: &loom::thread::Thread) {
+            let activate = {
+                let mut queue = self.queue.lock().unwrap();
+                queue.pending.push_back(item);
+                !std::mem::replace(&mut queue.in_reactor, true)
+            };
+            if activate {
+                self.inbox.lock().unwrap().push(());
+                if self.wakeup.notify() {
+                    reactor.unpark();
+                }
+            }
+        }
+
+        /// `head`: the oldest operation, or the stream leaves (same lock).
+        fn head(queue: &mut Queue) -> Option<u32> {
+            let head = queue.pending.front().copied();
+            if head.is_none() {
+                queue.in_reactor = false;
+            }
+            head
+        }
+
+        /// `adopt`: whether the inbox held the stream.
+        fn adopt(&self) -> bool {
+            !std::mem::take(&mut *self.inbox.lock().unwrap()).is_empty()
+        }
+
+        /// The reactor until it has completed `expected` operations; the stream starts active.
+        fn reactor(&self, expected: usize, linger: usize) -> Vec<u32> {
+            let (mut seen, mut active, mut idle) = (Vec::new(), true, Idle::new(linger));
+            loop {
+                if self.wakeup.take_notification() && self.adopt() {
+                    assert!(!active, "a stream is adopted only once it left");
+                    active = true;
+                    idle.passes = 0;
+                }
+                if active {
+                    // The query runs with no lock held; every head is found done.
+                    let mut next = Self::head(&mut self.queue.lock().unwrap());
+                    while next.is_some() {
+                        let mut queue = self.queue.lock().unwrap();
+                        seen.extend(queue.pending.pop_front());
+                        next = Self::head(&mut queue);
+                    }
+                    active = false;
+                }
+                if seen.len() == expected {
+                    return seen;
+                }
+                if idle.pass(&self.wakeup) && self.adopt() {
+                    active = true;
+                }
+            }
+        }
+    }
+
+    /// One or two registrations race a stream that is leaving (its queue empty, or holding
+    /// one operation the reactor completes first): every registered operation is completed.
+    #[test]
+    fn a_registration_racing_a_stream_leaving_is_never_stranded() {
+        for linger in LINGERS {
+            for (queued, registrants) in [(0, 1), (1, 1), (1, 2)] {
+                loom::model(move || {
+                    let shared = Arc::new(Shared::default());
+                    {
+                        let mut queue = shared.queue.lock().unwrap();
+                        queue.pending.extend((0..queued).map(|i| 100 + i));
+                        queue.in_reactor = true;
+                    }
+                    let expected = (queued + registrants) as usize;
+                    let reactor = {
+                        let shared = shared.clone();
+                        loom::thread::spawn(move || shared.reactor(expected, linger))
+                    };
+                    let others: Vec<_> = (1..registrants)
+                        .map(|item| {
+                            let (shared, handle) = (shared.clone(), reactor.thread().clone());
+                            loom::thread::spawn(move || shared.register(item, &handle))
+                        })
+                        .collect();
+                    shared.register(0, reactor.thread());
+                    others.into_iter().for_each(|t| t.join().unwrap());
+                    let mut seen = reactor.join().unwrap();
+                    seen.sort();
+                    let mut want: Vec<u32> = (0..registrants)
+                        .chain((0..queued).map(|i| 100 + i))
+                        .collect();
+                    want.sort();
+                    assert_eq!(seen, want);
+                    assert!(shared.queue.lock().unwrap().pending.is_empty());
+                });
+            }
         }
     }
 }
