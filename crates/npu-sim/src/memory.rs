@@ -39,6 +39,8 @@ pub(crate) struct Located {
     pub(crate) span: usize,
     /// For registered host memory, the bytes from the pointer to the registration's end.
     pub(crate) registered: usize,
+    /// Memory another process exported and this one imported by key (aclrtIpcMemImportByKey).
+    pub(crate) imported: bool,
 }
 
 impl Located {
@@ -90,6 +92,10 @@ enum Backing {
     Placed,
     /// Memory someone else maps and unmaps (virtual memory mapped with aclrtMapMem).
     External,
+    /// Another process's exported memory, mapped by aclrtIpcMemImportByKey and unmapped by
+    /// aclrtIpcMemClose: `External` memory that copies must tell apart (the reference limits
+    /// what a process of another device may copy to and from it).
+    Imported,
 }
 
 /// A device allocation's contents as a snapshot's backup saved them.
@@ -293,7 +299,7 @@ fn release(base: usize, alloc: &Allocation) {
         // SAFETY: the range was mapped by `allocate` (or by the caller of `insert_mapped`)
         // with this length and is no longer in the map, so nothing can reach it any more.
         Backing::Mapped | Backing::Placed => unsafe { crate::quarantine::retire(base, alloc.len) },
-        Backing::External => {}
+        Backing::External | Backing::Imported => {}
     }
 }
 
@@ -437,7 +443,7 @@ impl MemoryMap {
         let alloc = match map.entry(ptr) {
             Entry::Occupied(entry)
                 if (entry.get().kind == AllocKind::Pinned) == pinned
-                    && !matches!(entry.get().backing, Backing::External) =>
+                    && !matches!(entry.get().backing, Backing::External | Backing::Imported) =>
             {
                 entry.remove()
             }
@@ -533,6 +539,11 @@ impl MemoryMap {
         self.insert_with(base, len, kind, Backing::External, None, false);
     }
 
+    /// [`Self::adopt`] for another process's memory imported by key.
+    pub(crate) fn adopt_import(&self, base: usize, len: usize, kind: AllocKind) {
+        self.insert_with(base, len, kind, Backing::Imported, None, false);
+    }
+
     /// [`Self::adopt`] for a virtual-memory mapping in the range reserved at `reservation`:
     /// an access may run on into the mappings adjoining it there.
     pub(crate) fn adopt_mapping(
@@ -578,7 +589,9 @@ impl MemoryMap {
     pub(crate) fn disown(&self, base: usize) -> Option<usize> {
         let mut map = write(&self.allocations);
         let alloc = match map.entry(base) {
-            Entry::Occupied(entry) if matches!(entry.get().backing, Backing::External) => {
+            Entry::Occupied(entry)
+                if matches!(entry.get().backing, Backing::External | Backing::Imported) =>
+            {
                 entry.remove()
             }
             _ => return None,
@@ -665,7 +678,10 @@ impl MemoryMap {
         let map = read(&self.allocations);
         find(&map, ptr).is_some_and(|(_, alloc)| {
             alloc.shared.load(Ordering::Acquire)
-                || matches!(alloc.backing, Backing::External | Backing::Placed)
+                || matches!(
+                    alloc.backing,
+                    Backing::External | Backing::Imported | Backing::Placed
+                )
         })
     }
 
@@ -679,10 +695,13 @@ impl MemoryMap {
     /// Where a pointer lives, found with one lookup: what copy-kind correction needs, and the
     /// simulator's allocation holding it, if any, for range checks.
     pub(crate) fn locate(&self, ptr: usize) -> Located {
-        let (allocation, span) = {
+        let (allocation, span, imported) = {
             let map = read(&self.allocations);
-            let allocation = find(&map, ptr).map(|(base, alloc)| (base, alloc.len, alloc.kind));
-            (allocation, span_of(&map, ptr))
+            let found = find(&map, ptr);
+            let allocation = found.map(|(base, alloc)| (base, alloc.len, alloc.kind));
+            let imported =
+                found.is_some_and(|(_, alloc)| matches!(alloc.backing, Backing::Imported));
+            (allocation, span_of(&map, ptr), imported)
         };
         let registered = self.registered_from(ptr);
         let class = match allocation {
@@ -696,6 +715,7 @@ impl MemoryMap {
             allocation,
             span,
             registered,
+            imported,
         }
     }
 

@@ -609,6 +609,21 @@ fn the_allocation_and_copy_functions_documented_edge_cases_in_c() {
     assert_eq!(stdout, "152 documented edges checked, 0 wrong\n");
 }
 
+/// `tests/c/memory_ext_and_kernel_function_by_function.c`: the CMO, IPC memory, custom
+/// allocator, stream memory operation and stream-ordered pool chapters walked function by
+/// function for the edges the other programs leave out (NULL and out-of-range arguments,
+/// destroyed handles, another device's streams and memory, a pool's size limit and its reuse
+/// rules across streams, stream order of prefetches and value writes, an IPC importer on the
+/// exporter's device and on another one, where only asynchronous device-to-device copies of
+/// an explicit kind are allowed), a function resolved on one device launched on another's
+/// stream, a second dump session and snapshot steps naming another process, checked in C; the
+/// program (and its importer) prints each mismatch.
+#[test]
+fn the_memory_extension_chapters_function_by_function_in_c() {
+    let stdout = run(&compile("memory_ext_and_kernel_function_by_function", &[]));
+    assert_eq!(stdout, "329 documented edges checked, 0 wrong\n");
+}
+
 #[test]
 fn devices_and_information_flow_in_c() {
     let stdout = run(&compile("device_info", &[]));

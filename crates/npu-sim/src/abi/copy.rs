@@ -9,7 +9,7 @@ use crate::capture;
 use crate::context;
 use crate::device::Device;
 use crate::error::{Res, SimError, ensure, fail, guard, non_null};
-use crate::memory::PtrClass;
+use crate::memory::{Located, PtrClass};
 use crate::sim::{Sim, sim};
 use crate::stream::Stream;
 use crate::task::{Direction, Extent, Op, Owned, Source, Task};
@@ -185,6 +185,40 @@ fn check_alive(sim: &Sim, class: PtrClass) -> Res<()> {
     }
 }
 
+/// Memory imported by key from a process of another device (`at`, the copy's `side`) takes
+/// only asynchronous device-to-device copies of an explicit kind on `device`: the reference's
+/// IPC constraints (no ACL_MEMCPY_DEFAULT, no copy to or from the host, no synchronous copy)
+/// for an importer whose device is not the exporter's. 207000 otherwise.
+fn check_import_use(
+    at: &Located,
+    side: &str,
+    device: i32,
+    kind: aclrtMemcpyKind,
+    dir: Direction,
+    synchronous: bool,
+) -> Res<()> {
+    let PtrClass::Device(owner) = at.class else {
+        return Ok(());
+    };
+    if !at.imported || owner == device {
+        return Ok(());
+    }
+    let refused = if kind == ACL_MEMCPY_DEFAULT {
+        "an ACL_MEMCPY_DEFAULT copy"
+    } else if dir != Direction::DeviceToDevice {
+        "a copy to or from the host"
+    } else if synchronous {
+        "a synchronous copy"
+    } else {
+        return Ok(());
+    };
+    fail!(
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "the {side} is IPC memory of device {owner} imported on device {device}, which \
+         supports only asynchronous device-to-device copies of an explicit kind, not {refused}"
+    )
+}
+
 /// A validated copy.
 struct Plan {
     dir: Direction,
@@ -195,6 +229,7 @@ struct Plan {
 fn plan(
     sim: &Sim,
     current: &Device,
+    synchronous: bool,
     dst: usize,
     src: usize,
     kind: aclrtMemcpyKind,
@@ -211,6 +246,9 @@ fn plan(
     };
     for class in [src_class, dst_class] {
         check_alive(sim, class)?;
+    }
+    for (at, side) in [(&src_at, "source"), (&dst_at, "destination")] {
+        check_import_use(at, side, current.id, kind, dir, synchronous)?;
     }
     if let (PtrClass::Device(a), PtrClass::Device(b)) = (src_class, dst_class) {
         for peer in [a, b].into_iter().filter(|&d| a != b && d != current.id) {
@@ -280,7 +318,16 @@ pub(super) fn copy(
     extent: Extent,
     allowed: &[Direction],
 ) -> Res<()> {
-    let plan = plan(sim, on.device(), dst as usize, src as usize, kind, &extent)?;
+    let synchronous = matches!(on, On::Caller(_));
+    let plan = plan(
+        sim,
+        on.device(),
+        synchronous,
+        dst as usize,
+        src as usize,
+        kind,
+        &extent,
+    )?;
     ensure!(
         allowed.contains(&plan.dir),
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,

@@ -371,7 +371,7 @@ impl Ipc {
         );
         let len = reply.len as usize;
         let base = map_file(&file, len)?;
-        memory.adopt(
+        memory.adopt_import(
             base,
             len,
             AllocKind::Device {
