@@ -613,6 +613,16 @@ static void pool_reuse(aclrtStream first, aclrtStream second, aclrtStream third)
     HOLDS(fresh != freed);
     EXPECT(aclrtMemPoolFreeAsync(fresh, first), ACL_SUCCESS);
 
+    /* Reuse takes the free block closest in size above the request. */
+    void *large = NULL, *small = NULL, *picked = NULL;
+    EXPECT(aclrtMemPoolMallocAsync(&large, 2 * MIB, pool, first), ACL_SUCCESS);
+    EXPECT(aclrtMemPoolMallocAsync(&small, MIB, pool, first), ACL_SUCCESS);
+    EXPECT(aclrtMemPoolFreeAsync(large, first), ACL_SUCCESS);
+    EXPECT(aclrtMemPoolFreeAsync(small, first), ACL_SUCCESS);
+    EXPECT(aclrtMemPoolMallocAsync(&picked, MIB / 2, pool, first), ACL_SUCCESS);
+    HOLDS(picked == small);
+    EXPECT(aclrtMemPoolFreeAsync(picked, first), ACL_SUCCESS);
+
     EXPECT(aclrtSynchronizeStream(first), ACL_SUCCESS);
     EXPECT(aclrtSynchronizeStream(third), ACL_SUCCESS);
     EXPECT(aclrtDestroyEvent(event), ACL_SUCCESS);
