@@ -7,8 +7,9 @@
  * keeps on its stream; IPC memory imported by a second process on the exporter's device and on
  * another one (where the reference allows only asynchronous device-to-device copies of an
  * explicit kind), written there and read back by the exporter; a function resolved on one
- * device launched on another's stream; a second dump session while one is open; snapshot
- * steps naming another process.
+ * device launched on another's stream; which parameter an argument handle's update and
+ * placeholder buffer may name, and the launches an unfinalized or another function's handle
+ * is refused; a second dump session while one is open; snapshot steps naming another process.
  * Where the reference names no code only a failure is required. Prints a line for each
  * mismatch, then how many checks ran. Compiled by tests/c_programs.rs (also against CANN's own
  * headers), which compares the output.
@@ -660,6 +661,56 @@ static void kernel_devices(uint32_t devices)
     EXPECT(aclrtBinaryUnLoad(bin), ACL_SUCCESS);
 }
 
+/* ---- 14 argument handles: which parameter each call may name ---- */
+
+static void kernel_arguments(aclrtStream stream)
+{
+    enum { N = 64 };
+    aclrtBinHandle bin = NULL;
+    aclrtFuncHandle add = NULL, scale = NULL;
+    EXPECT(aclrtBinaryLoadFromFile(npusimKernelLibraryPath(), NULL, &bin), ACL_SUCCESS);
+    EXPECT(aclrtBinaryGetFunction(bin, "vector_add_f32", &add), ACL_SUCCESS);
+    EXPECT(aclrtBinaryGetFunction(bin, "scale_f32", &scale), ACL_SUCCESS);
+    float *x = NULL;
+    EXPECT(aclrtMalloc((void **)&x, N * sizeof(float), ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+    EXPECT(aclrtMemset(x, N * sizeof(float), 0, N * sizeof(float)), ACL_SUCCESS);
+    const float *in = x;
+    uint64_t n = N;
+    uint32_t narrow = N;
+
+    /* Values appended with aclrtKernelArgsAppend; a placeholder from another handle. */
+    aclrtArgsHandle values = NULL, holder = NULL;
+    aclrtParamHandle pa = NULL, pb = NULL, pc = NULL, pn = NULL, place = NULL;
+    EXPECT(aclrtKernelArgsInit(add, &values), ACL_SUCCESS);
+    EXPECT(aclrtKernelArgsAppend(values, &in, sizeof in, &pa), ACL_SUCCESS);
+    EXPECT(aclrtKernelArgsAppend(values, &in, sizeof in, &pb), ACL_SUCCESS);
+    EXPECT(aclrtKernelArgsAppend(values, &x, sizeof x, &pc), ACL_SUCCESS);
+    EXPECT(aclrtKernelArgsAppend(values, &n, sizeof n, &pn), ACL_SUCCESS);
+    EXPECT(aclrtKernelArgsInit(add, &holder), ACL_SUCCESS);
+    EXPECT(aclrtKernelArgsAppendPlaceHolder(holder, &place), ACL_SUCCESS);
+    /* Only a value appended with aclrtKernelArgsAppend is updated, with its own size, through
+     * its own handle; only a placeholder has a buffer, of at least a byte. */
+    FAILS(aclrtKernelArgsParaUpdate(values, pn, &narrow, sizeof narrow));
+    FAILS(aclrtKernelArgsParaUpdate(holder, place, &n, sizeof n));
+    FAILS(aclrtKernelArgsParaUpdate(holder, pn, &n, sizeof n));
+    void *buffer = SENTINEL;
+    FAILS(aclrtKernelArgsGetPlaceHolderBuffer(values, pa, 16, &buffer));
+    FAILS(aclrtKernelArgsGetPlaceHolderBuffer(values, place, 16, &buffer));
+    FAILS(aclrtKernelArgsGetPlaceHolderBuffer(holder, place, 0, &buffer));
+    HOLDS(buffer == SENTINEL);
+    /* Not finalized: no launch. Finalized: a launch of its own function only. */
+    FAILS(aclrtLaunchKernelWithConfig(add, 1, stream, NULL, values, NULL));
+    EXPECT(aclrtKernelArgsFinalize(values), ACL_SUCCESS);
+    FAILS(aclrtLaunchKernelWithConfig(scale, 1, stream, NULL, values, NULL));
+    EXPECT(aclrtLaunchKernelWithConfig(add, 1, stream, NULL, values, NULL), ACL_SUCCESS);
+    /* An update undoes the finalization. */
+    EXPECT(aclrtKernelArgsParaUpdate(values, pn, &n, sizeof n), ACL_SUCCESS);
+    FAILS(aclrtLaunchKernelWithConfig(add, 1, stream, NULL, values, NULL));
+    EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
+    EXPECT(aclrtFree(x), ACL_SUCCESS);
+    EXPECT(aclrtBinaryUnLoad(bin), ACL_SUCCESS);
+}
+
 /* ---- 18 and 21: a second dump session, snapshots of this process only ---- */
 
 static void dump_sessions(void)
@@ -707,6 +758,7 @@ int main(int argc, char **argv)
     pool_arguments(stream, devices);
     pool_reuse(stream, second, third);
     kernel_devices(devices);
+    kernel_arguments(stream);
     dump_sessions();
     snapshot_pids();
 
