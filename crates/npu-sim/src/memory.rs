@@ -584,8 +584,9 @@ impl MemoryMap {
         write(&self.allocations).insert(base, Arc::new(allocation));
     }
 
-    /// Forgets memory recorded with [`Self::adopt`] once no task touches it; returns its
-    /// length, `None` if `base` starts no such memory.
+    /// Forgets memory recorded with [`Self::adopt`], [`Self::adopt_import`] or
+    /// [`Self::adopt_mapping`] once no task touches it; returns its length, `None` if `base`
+    /// starts no such memory.
     pub(crate) fn disown(&self, base: usize) -> Option<usize> {
         let mut map = write(&self.allocations);
         let alloc = match map.entry(base) {
