@@ -27,45 +27,11 @@
 
 #include "check.h"
 #include "expect.h"
+#include "model_helpers.h"
 #include "npusim/control.h"
 #include "npusim/kernel.h"
 
-/* ACL_MODEL_STREAM_FLAG_HEAD and _DEFAULT, which CANN's headers do not define. */
-enum { HEAD = 0x0, ACTIVATED = 0x7FFFFFFF };
-
-#define SENTINEL ((void *)(uintptr_t)0x5E17)
-
 static aclrtContext g_primary;
-
-static uint8_t byte_at(const void *dev)
-{
-    uint8_t value = 0xEE;
-    (void)aclrtMemcpy(&value, 1, dev, 1, ACL_MEMCPY_DEVICE_TO_HOST);
-    return value;
-}
-
-static aclError put(void *dev, const void *host, size_t len)
-{
-    return aclrtMemcpy(dev, len, host, len, ACL_MEMCPY_HOST_TO_DEVICE);
-}
-
-static aclrtStream persistent_stream(void)
-{
-    aclrtStream stream = NULL;
-    (void)aclrtCreateStreamWithConfig(&stream, 0, ACL_STREAM_PERSISTENT);
-    return stream;
-}
-
-/* Runs `body` on a new thread bound to the primary context, and waits for it. */
-static void on_thread(void *(*body)(void *), void *arg)
-{
-    pthread_t thread;
-    if (pthread_create(&thread, NULL, body, arg) != 0) {
-        holds("a thread was started", 0);
-        return;
-    }
-    pthread_join(thread, NULL);
-}
 
 /* ---- 06 stream flags, priorities, attributes and synchronisation ---- */
 

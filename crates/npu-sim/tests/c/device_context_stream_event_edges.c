@@ -26,6 +26,7 @@
 
 #include "check.h"
 #include "expect.h"
+#include "model_helpers.h"
 #include "npusim/control.h"
 
 /* A handle no call ever returned: stale handles are refused without being read. */
@@ -55,17 +56,6 @@ static aclError latch_open_at(void *latch)
 static aclError latch_close(aclrtStream stream) { return latch_close_at(g_latch, stream); }
 
 static aclError latch_open(void) { return latch_open_at(g_latch); }
-
-/* Runs `body` on a new thread (bound to nothing) and waits for it. */
-static void on_thread(void *(*body)(void *), void *arg)
-{
-    pthread_t thread;
-    if (pthread_create(&thread, NULL, body, arg) != 0) {
-        holds("a thread was started", 0);
-        return;
-    }
-    pthread_join(thread, NULL);
-}
 
 static int primary_active(int32_t device)
 {
