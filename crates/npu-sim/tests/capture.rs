@@ -1584,6 +1584,80 @@ const CASES: &[Case] = &[
         || code!(aclmdlRIBindStream(stale_model(), persistent_stream(), 5)),
     ),
     case(
+        "register NULL callback on a stale instance",
+        "aclmdlRIDestroyRegisterCallback",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRIDestroyRegisterCallback(
+                stale_model(),
+                None,
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "unregister NULL callback on a stale instance",
+        "aclmdlRIDestroyUnregisterCallback",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || code!(aclmdlRIDestroyUnregisterCallback(stale_model(), None)),
+    ),
+    case(
+        "streams of a stale instance into a NULL count",
+        "aclmdlRIGetStreams",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            code!(aclmdlRIGetStreams(
+                stale_model(),
+                ptr::null_mut(),
+                ptr::null_mut()
+            ))
+        },
+    ),
+    case(
+        "build end of a stale instance with reserve: reserve is checked first",
+        "aclmdlRIBuildEnd",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let mut reserve = 0u8;
+            code!(aclmdlRIBuildEnd(stale_model(), (&raw mut reserve).cast()))
+        },
+    ),
+    case(
+        "json flags 2 of a stale instance: the flags are checked first",
+        "aclmdlRIDebugJsonPrint",
+        ACL_ERROR_INVALID_PARAM,
+        0,
+        || {
+            let path = c_string(concat!(env!("CARGO_TARGET_TMPDIR"), "/model_ri_stale.json"));
+            code!(aclmdlRIDebugJsonPrint(stale_model(), path.as_ptr(), 2))
+        },
+    ),
+    case(
+        "run a stale instance with timeout 0: the timeout is checked first",
+        "aclmdlRIExecute",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || code!(aclmdlRIExecute(stale_model(), 0)),
+    ),
+    case(
+        "ENGINE_TYPE of garbage: the attribute is checked first",
+        "aclmdlRIKernelTaskGetAttribute",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let mut value = aclrtLaunchKernelAttrValue { rsv: [0; 4] };
+            code!(aclmdlRIKernelTaskGetAttribute(
+                garbage(),
+                ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE,
+                &mut value
+            ))
+        },
+    ),
+    case(
         "type of garbage into NULL",
         "aclmdlRITaskGetType",
         ACL_ERROR_INVALID_PARAM,

@@ -126,13 +126,14 @@ pub unsafe extern "C" fn aclmdlRIBuildEnd(
     reserve: *mut std::ffi::c_void,
 ) -> aclError {
     guard("aclmdlRIBuildEnd", || {
-        let model = building_model(modelRI)?;
+        non_null(modelRI, "modelRI")?;
+        // `reserve` needs no lookup: refused before the instance is looked up.
         ensure!(
             reserve.is_null(),
             ACL_ERROR_INVALID_PARAM,
             "reserve must be NULL"
         );
-        model.close();
+        building_model(modelRI)?.close();
         Ok(())
     })
 }

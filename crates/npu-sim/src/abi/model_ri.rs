@@ -250,7 +250,7 @@ pub unsafe extern "C" fn aclmdlRIDebugJsonPrint(
     guard("aclmdlRIDebugJsonPrint", || {
         non_null(modelRI, "modelRI")?;
         let path = c_path(path, "path")?;
-        let model = complete_model(modelRI, "printing it")?;
+        // The flags are a value: checked before the instance is looked up.
         let verbose = match flags {
             ACL_MDLRI_DEBUG_JSON_PRINT_SUMMARY => false,
             ACL_MDLRI_DEBUG_JSON_PRINT_VERBOSE => true,
@@ -259,6 +259,7 @@ pub unsafe extern "C" fn aclmdlRIDebugJsonPrint(
                 "flags {other:#x} are neither ACL_MDLRI_DEBUG_JSON_PRINT_SUMMARY nor ..._VERBOSE"
             ),
         };
+        let model = complete_model(modelRI, "printing it")?;
         let text = debug_json(&model, verbose).to_string();
         match std::fs::write(path, text) {
             Ok(()) => Ok(()),
@@ -326,11 +327,12 @@ pub unsafe extern "C" fn aclmdlRIDestroyRegisterCallback(
     userData: *mut std::ffi::c_void,
 ) -> aclError {
     guard("aclmdlRIDestroyRegisterCallback", || {
-        let model = model(modelRI)?;
+        non_null(modelRI, "modelRI")?;
+        // A NULL func is refused before the instance is looked up, as every NULL argument.
         let Some(func) = func else {
             fail!(ACL_ERROR_INVALID_PARAM, "func is NULL");
         };
-        model.register_destroy_callback(func, userData as usize);
+        model(modelRI)?.register_destroy_callback(func, userData as usize);
         Ok(())
     })
 }
@@ -345,11 +347,11 @@ pub unsafe extern "C" fn aclmdlRIDestroyUnregisterCallback(
     func: aclrtCallback,
 ) -> aclError {
     guard("aclmdlRIDestroyUnregisterCallback", || {
-        let model = model(modelRI)?;
+        non_null(modelRI, "modelRI")?;
         let Some(func) = func else {
             fail!(ACL_ERROR_INVALID_PARAM, "func is NULL");
         };
-        model.unregister_destroy_callback(func);
+        model(modelRI)?.unregister_destroy_callback(func);
         Ok(())
     })
 }
@@ -364,8 +366,10 @@ pub unsafe extern "C" fn aclmdlRIDestroyUnregisterCallback(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclmdlRIExecute(modelRI: aclmdlRI, timeout: i32) -> aclError {
     guard("aclmdlRIExecute", || {
-        let model = root_model(modelRI, "an execution")?;
+        non_null(modelRI, "modelRI")?;
+        // The timeout is a value: checked before the instance is looked up.
         let deadline = deadline(timeout, ACL_ERROR_RT_PARAM_INVALID)?;
+        let model = root_model(modelRI, "an execution")?;
         let sim = sim()?;
         let ctx = context::current(sim)?;
         ctx.check_usable()?;

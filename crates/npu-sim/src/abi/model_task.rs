@@ -51,6 +51,9 @@ pub unsafe extern "C" fn aclmdlRIGetStreams(
     numStreams: *mut u32,
 ) -> aclError {
     guard("aclmdlRIGetStreams", || {
+        non_null(modelRI, "modelRI")?;
+        // A NULL count is refused before the instance is looked up, as every NULL argument.
+        non_null(numStreams, "numStreams")?;
         let model = complete_model(modelRI, "listing its streams")?;
         let handles: Vec<aclrtStream> = model
             .stream_handles()
@@ -161,8 +164,8 @@ pub unsafe extern "C" fn aclmdlRITaskGetSeqId(task: aclmdlRITask, id: *mut u32) 
 /// The launch attribute `attrId` of a kernel task (ACL_MODEL_RI_TASK_KERNEL), as its launch
 /// configuration gave it (0 when it gave none): SCHEM_MODE, DYN_UBUF_SIZE, DATA_DUMP, TIMEOUT,
 /// TIMEOUT_US, ENABLE_PROFILING. ENGINE_TYPE, BLOCKDIM_OFFSET and BLOCK_TASK_PREFETCH, which the
-/// reference says cannot be queried, and unknown ids → 107000; a task that is no kernel launch
-/// → 507009 (ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT).
+/// reference says cannot be queried, and unknown ids → 107000, before the task is looked up; a
+/// task that is no kernel launch → 507009 (ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT).
 ///
 /// # Safety
 /// `attrValue` must be NULL or valid for a write.
@@ -175,6 +178,26 @@ pub unsafe extern "C" fn aclmdlRIKernelTaskGetAttribute(
     guard("aclmdlRIKernelTaskGetAttribute", || {
         non_null(task, "task")?;
         non_null(attrValue, "attrValue")?;
+        // The attribute is a value: checked before the task is looked up.
+        match attrId {
+            ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE
+            | ACL_RT_LAUNCH_KERNEL_ATTR_DYN_UBUF_SIZE
+            | ACL_RT_LAUNCH_KERNEL_ATTR_DATA_DUMP
+            | ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT
+            | ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US
+            | ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING => {}
+            ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE
+            | ACL_RT_LAUNCH_KERNEL_ATTR_BLOCKDIM_OFFSET
+            | ACL_RT_LAUNCH_KERNEL_ATTR_BLOCK_TASK_PREFETCH => fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "launch attribute {attrId} cannot be queried (ENGINE_TYPE, BLOCKDIM_OFFSET and \
+                 BLOCK_TASK_PREFETCH are not kept with the task)"
+            ),
+            other => fail!(
+                ACL_ERROR_RT_PARAM_INVALID,
+                "unknown launch attribute {other}"
+            ),
+        }
         let captured = captured_task(task)?;
         let Step::Run(Op::Kernel(launch)) = &captured.step else {
             fail!(
@@ -199,17 +222,8 @@ pub unsafe extern "C" fn aclmdlRIKernelTaskGetAttribute(
                 };
             }
             ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING => value.enableProfiling = attrs.profiling,
-            ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE
-            | ACL_RT_LAUNCH_KERNEL_ATTR_BLOCKDIM_OFFSET
-            | ACL_RT_LAUNCH_KERNEL_ATTR_BLOCK_TASK_PREFETCH => fail!(
-                ACL_ERROR_RT_PARAM_INVALID,
-                "launch attribute {attrId} cannot be queried (ENGINE_TYPE, BLOCKDIM_OFFSET and \
-                 BLOCK_TASK_PREFETCH are not kept with the task)"
-            ),
-            other => fail!(
-                ACL_ERROR_RT_PARAM_INVALID,
-                "unknown launch attribute {other}"
-            ),
+            // The others were refused before the lookup.
+            _ => {}
         }
         write_out(attrValue, "attrValue", value)
     })
