@@ -518,6 +518,35 @@ static int callbacks(aclrtStream stream, aclrtStream other)
     return 0;
 }
 
+/* A captured callback runs at each execution, queued for the thread subscribed to the stream
+ * executing the instance: none there, and it is dropped. */
+static int captured_callbacks(aclrtStream stream, aclrtStream exec)
+{
+    uint64_t self = (uint64_t)pthread_self();
+    aclmdlRI model = NULL;
+    int data = 0;
+    CHECK(aclrtSubscribeReport(self, stream));
+    CHECK(aclmdlRICaptureBegin(stream, ACL_MODEL_RI_CAPTURE_MODE_RELAXED));
+    g_runs = 0;
+    EXPECT(aclrtLaunchCallback(count_call, &data, ACL_CALLBACK_NO_BLOCK, stream), ACL_SUCCESS);
+    CHECK(aclmdlRICaptureEnd(stream, &model));
+    EXPECT(aclrtProcessReport(1), ACL_ERROR_RT_REPORT_TIMEOUT);
+    HOLDS(g_runs == 0);
+    for (int run = 1; run <= 2; ++run) {
+        EXPECT(aclmdlRIExecuteAsync(model, stream), ACL_SUCCESS);
+        EXPECT(aclrtProcessReport(-1), ACL_SUCCESS);
+        EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
+        HOLDS(g_runs == run && g_data == &data);
+    }
+    EXPECT(aclmdlRIExecuteAsync(model, exec), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(exec), ACL_SUCCESS);
+    EXPECT(aclrtProcessReport(1), ACL_ERROR_RT_REPORT_TIMEOUT);
+    HOLDS(g_runs == 2);
+    CHECK(aclmdlRIDestroy(model));
+    CHECK(aclrtUnSubscribeReport(self, stream));
+    return 0;
+}
+
 static int g_order[4];
 static int g_calls;
 
@@ -1120,6 +1149,7 @@ int main(void)
     CHECK(aclrtCreateStream(&exec));
     if (notify_handles(s1) != 0 || notify_order(s1, s2) != 0 || counted_notifies(s1) != 0 ||
         label_handles() != 0 || label_switching(exec) != 0 || callbacks(s1, s2) != 0 ||
+        captured_callbacks(s1, exec) != 0 ||
         execution_control(s1, s2) != 0 || stale_instances(s1, exec) != 0 ||
         build_states(exec) != 0 || capture_states(s1, exec) != 0 ||
         groups_and_conditions(s1, s2) != 0 || thread_modes() != 0 ||
