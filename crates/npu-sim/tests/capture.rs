@@ -1291,6 +1291,52 @@ fn disabled_tasks_are_skipped_after_an_update() {
     acl!(aclrtFree(b));
 }
 
+/// aclmdlRIDestroy of an instance whose build never ended: the build is abandoned, the
+/// destroy callbacks run, and the bound stream is free for another instance (it was refused
+/// with 107026 until aclmdlRIBuildEnd, which a program whose build failed half way may not
+/// want to call).
+#[test]
+fn an_instance_still_being_built_may_be_destroyed() {
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    unsafe extern "C" fn count(_: *mut c_void) {
+        CALLS.fetch_add(1, Ordering::SeqCst);
+    }
+    install();
+    set_device(0);
+    let stream = persistent_stream();
+    let dev = malloc(64);
+    let model = building(stream);
+    acl!(aclrtMemsetAsync(dev, 64, 1, 64, stream));
+    acl!(aclmdlRIDestroyRegisterCallback(
+        model,
+        Some(count),
+        ptr::null_mut()
+    ));
+    acl!(aclmdlRIDestroy(model));
+    assert_eq!(CALLS.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        code!(aclmdlRIBuildEnd(model, ptr::null_mut())),
+        ACL_ERROR_RT_INVALID_HANDLE
+    );
+    assert_eq!(code!(aclmdlRIDestroy(model)), ACL_ERROR_RT_INVALID_HANDLE);
+    // Its stream is bound to nothing now.
+    let other = building(stream);
+    acl!(aclmdlRIBuildEnd(other, ptr::null_mut()));
+    acl!(aclmdlRIDestroy(other));
+    // A capture still going on is refused, as the error table says.
+    let captured = create_stream();
+    acl!(aclmdlRICaptureBegin(captured, RELAXED));
+    let (_, instance) = capture_info(captured);
+    assert_eq!(
+        code!(aclmdlRIDestroy(instance)),
+        ACL_ERROR_RT_MODEL_CAPTURED
+    );
+    acl!(aclmdlRIDestroy(capture_end(captured)));
+    acl!(aclrtDestroyStream(captured));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+}
+
 /// An instance being built (device 0), with `stream` bound as its HEAD stream if not NULL.
 fn building(stream: aclrtStream) -> aclmdlRI {
     let mut model = ptr::null_mut();

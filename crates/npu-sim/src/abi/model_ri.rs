@@ -136,14 +136,21 @@ pub unsafe extern "C" fn aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtSt
 }
 
 /// Destroys the instance and runs its destroy callbacks. Still being captured → 107026; an
-/// execution not over → 107037.
+/// execution not over → 107037. An instance still being built may go: its build is abandoned
+/// and its streams are unbound.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclmdlRIDestroy(modelRI: aclmdlRI) -> aclError {
     guard("aclmdlRIDestroy", || {
-        let model = root_model(modelRI, "destroying it")?;
+        // The error table refuses only a capture going on: a program whose build failed half
+        // way must be able to let the instance go without ending a build it cannot finish.
+        let found = model(modelRI)?;
+        let model = match found.built {
+            true => found,
+            false => root_model(modelRI, "destroying it")?,
+        };
         let sim = sim()?;
         model.retire()?;
         discard(sim, &model);

@@ -810,6 +810,14 @@ static int build_states(aclrtStream exec)
     /* Once ended: no second end, no more streams. */
     FAILS(aclmdlRIBuildEnd(model, NULL));
     FAILS(aclmdlRIBindStream(model, late, HEAD));
+    /* An instance whose build never ended may be destroyed: its streams are free again. */
+    aclmdlRI abandoned = NULL;
+    CHECK(aclmdlRIBuildBegin(&abandoned, 0));
+    CHECK(aclmdlRIBindStream(abandoned, late, HEAD));
+    CHECK(aclrtMemsetAsync(out + 3, 1, 5, 1, late));
+    EXPECT(aclmdlRIDestroy(abandoned), ACL_SUCCESS);
+    EXPECT(aclmdlRIBuildEnd(abandoned, NULL), ACL_ERROR_RT_INVALID_HANDLE);
+    HOLDS(byte_at(out + 3) == 0);
 
     /* Both HEAD streams run at each execution, synchronous or not. */
     EXPECT(aclmdlRIExecute(model, -1), ACL_SUCCESS);
@@ -844,6 +852,7 @@ static int build_states(aclrtStream exec)
     /* The unbound stream is free for another instance. */
     EXPECT(aclmdlRIBuildBegin(&other, 0), ACL_SUCCESS);
     EXPECT(aclmdlRIBindStream(other, second, HEAD), ACL_SUCCESS);
+    EXPECT(aclmdlRIBindStream(other, late, ACTIVATED), ACL_SUCCESS);
 
     /* Names: "" is a name; maxLen holding the name and its NUL is enough. */
     char name[8];
@@ -871,6 +880,7 @@ static int build_states(aclrtStream exec)
     /* The instance's streams are free again. */
     EXPECT(aclmdlRIBindStream(other, head, ACTIVATED), ACL_SUCCESS);
     CHECK(aclmdlRIEndTask(other, second));
+    CHECK(aclmdlRIEndTask(other, late));
     CHECK(aclmdlRIEndTask(other, head));
     CHECK(aclmdlRIBuildEnd(other, NULL));
     CHECK(aclmdlRIDestroy(other));
