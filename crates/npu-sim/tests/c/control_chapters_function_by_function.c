@@ -7,9 +7,10 @@
  * a stream of another context (107003) or not bound to an instance (107005), the documented
  * limits and flags, and what a successful call does that a program can see: the order a
  * notify puts between two streams and the one record it counts, a label switch skipping the
- * rest of its own stream, callbacks holding (BLOCK) or not holding their stream, the report
- * thread's subscriptions, a thread's own last task, an instance's state from capture or build
- * to execution, its streams, tasks and names, and the functions an Atlas A2 does not support
+ * rest of its own stream, callbacks holding (BLOCK) or not holding their stream and captured
+ * ones running at each execution, the report thread's subscriptions, a thread's own last task,
+ * an instance's state from capture or build to execution (or to its destruction half built),
+ * its streams, tasks and names, and the functions an Atlas A2 does not support
  * (counted notifies, compute groups, the super-node whitelist, millisecond timeouts: 207000).
  * Where the reference's error table names the code for a situation the code is checked, else
  * only a failure. Prints a line for each mismatch, then how many checks ran. Compiled by
