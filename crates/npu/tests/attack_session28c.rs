@@ -10,8 +10,8 @@ use npu::sim;
 use npu::stream::Strategy;
 
 use common::{
-    STRATEGIES, exclusive, live_memory, live_objects, run, stream, until, until_released, watchdog,
-    within,
+    STRATEGIES, exclusive, live_memory, live_objects, run, stream, take_every_event, until,
+    until_released, watchdog, within,
 };
 
 /// "Nothing leaks" for the device's hardware events, across contexts: the completion events
@@ -99,20 +99,6 @@ fn contexts_returning_events_at_once_keep_at_most_the_device_bound_idle() {
         sim::device_stats(&device).unwrap().live_events <= baseline + 1024
     });
     drop(streams);
-}
-
-/// Every hardware event of `device` taken by user events (kept by the caller), so that the next
-/// completion event a context's pool must create is refused (207007).
-fn take_every_event(ctx: &Context) -> Vec<Event> {
-    let mut events = Vec::new();
-    while let Ok(event) = Event::new(ctx) {
-        events.push(event);
-        assert!(
-            events.len() <= 1 << 17,
-            "the device never ran out of events"
-        );
-    }
-    events
 }
 
 /// Rules 2 and 3 for operations the device accepted but no strategy could watch: the device

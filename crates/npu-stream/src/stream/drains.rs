@@ -4,9 +4,16 @@
 //! never happen, so each also ends as soon as an operation submitted after it finishes, and
 //! before that operation's own completion: the device runs a stream's work in order, so a
 //! later operation's end says the drained one's work has run or never will.
+//!
+//! A drained operation's work has no completion event recorded after it, and a runtime event
+//! captures every task of its stream since the previous record: the next operation's own
+//! event would capture the drained tasks' failures, and that operation would fail with an
+//! earlier task's fault although its own work ran. So the next submission to a stream with
+//! drained work first records a fence of its own ([`Drains::fence_due`]), which reports what
+//! it captured to the stream's failure record, for the next `synchronize`.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use npu_core::{Completer, Error};
@@ -25,6 +32,12 @@ pub(crate) struct Drains {
     /// the front. (Removal by a search of the whole list made 40,000 drains end in 40 s of
     /// the sentinel's time, during which it answered no probe of any stream.)
     waiting: Mutex<VecDeque<(u64, Arc<Drain>)>>,
+    /// Whether work was drained since the last fence: read by every submission, so that a
+    /// stream that never drained pays one load and nothing more.
+    unfenced: AtomicBool,
+    /// The ACL function of the first operation drained since the last fence, which the
+    /// fence's failure names.
+    first_unfenced: Mutex<Option<&'static str>>,
 }
 
 impl Drains {
@@ -54,6 +67,40 @@ impl Drains {
         for drain in over {
             end(&drain);
         }
+    }
+
+    /// Notes that an operation submitting `api` was drained: the next submission fences it
+    /// off. Called under the stream's submission lock.
+    pub(crate) fn unfence(&self, api: &'static str) {
+        let mut first = self
+            .first_unfenced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        first.get_or_insert(api);
+        self.unfenced.store(true, Ordering::Release);
+    }
+
+    /// Whether a fence must be recorded before the next submission's work, and the ACL
+    /// function it names: that of the first operation drained since the last fence. Called
+    /// under the stream's submission lock, as [`unfence`](Drains::unfence) and
+    /// [`fenced`](Drains::fenced) are, so the answer holds until the submission is done.
+    pub(crate) fn fence_due(&self) -> Option<&'static str> {
+        if !self.unfenced.load(Ordering::Acquire) {
+            return None;
+        }
+        *self
+            .first_unfenced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes that a fence watched by a strategy now follows every operation drained so far.
+    pub(crate) fn fenced(&self) {
+        *self
+            .first_unfenced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+        self.unfenced.store(false, Ordering::Release);
     }
 
     /// Forgets a drain the sentinel ended.
@@ -126,5 +173,20 @@ mod tests {
         drains.end_before(9);
         assert_eq!(drains.count.load(Ordering::Acquire), 0);
         assert!(drains.lock().is_empty());
+    }
+
+    /// A fence is due from the first drain on until one is recorded, and names the first
+    /// drained operation's function, whichever drains followed it.
+    #[test]
+    fn a_fence_is_due_after_a_drain_and_names_the_first_drained_function() {
+        let drains = Drains::default();
+        assert_eq!(drains.fence_due(), None, "a stream that never drained");
+        drains.unfence("aclrtMemsetAsync");
+        drains.unfence("aclrtMemcpyAsync");
+        assert_eq!(drains.fence_due(), Some("aclrtMemsetAsync"));
+        drains.fenced();
+        assert_eq!(drains.fence_due(), None);
+        drains.unfence("aclrtMemcpyAsync");
+        assert_eq!(drains.fence_due(), Some("aclrtMemcpyAsync"));
     }
 }

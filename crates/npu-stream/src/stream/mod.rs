@@ -150,7 +150,8 @@ enum Submission {
 /// Makes an operation the device may run, but no strategy watches, a drain of `stream`. Called
 /// under the submission lock, so that every operation numbered above the count it reads was
 /// submitted after this one, and ends it when it finishes. A stream that a fault of this very
-/// operation stopped refuses the event record after it: the error is the operation's.
+/// operation stopped refuses the event record after it: the error is the operation's. The
+/// next submission fences the drained work off ([`Stream::fence`]).
 fn drain(
     stream: &StreamShared,
     completer: Completer,
@@ -159,6 +160,7 @@ fn drain(
 ) -> Submission {
     let error = strategy::attribute(stream, error, api);
     let through = stream.watched.load(Ordering::Acquire);
+    stream.drains.unfence(api);
     Submission::Drained(stream.drains.add(through, completer, error))
 }
 
@@ -542,6 +544,12 @@ impl Stream {
                     Error::Aborted { api: op.api },
                 ));
             }
+            // On a stream with drained work, fenced off before this operation's work, so
+            // that its own event captures only its own tasks. Without a fence (no event
+            // left for it) the operation is not watched by its event either, which would
+            // capture the drained tasks' failures: it is drained too, once the device has
+            // accepted it.
+            let fence = self.shared.drains.fence_due().map(|api| self.fence(api));
             // The call runs user code too: the buffers' `Memory::context`, `addr`, `len` and
             // `MemoryMut::addr_mut`, the kernel arguments' `KernelArg::pack`. Unwinding from
             // here would drop the completer uncompleted, leaking every buffer whose use was
@@ -564,6 +572,9 @@ impl Stream {
                     let error = Error::invalid(caller.0, "self", rule);
                     return Err(drain(&self.shared, completer, error, op.api));
                 }
+            }
+            if let Some(Err(error)) = fence {
+                return Err(drain(&self.shared, completer, error, op.api));
             }
             op.seq = self.shared.watched.fetch_add(1, Ordering::AcqRel) + 1;
             self.shared
@@ -592,6 +603,38 @@ impl Stream {
             std::panic::resume_unwind(payload);
         }
         op
+    }
+}
+
+impl Stream {
+    /// Records a completion event of no operation's own after the work drained on this stream
+    /// since the last fence, so that the next operation's event captures only its own tasks.
+    /// Watched like an operation (numbered, completed in order by the stream's strategy), it
+    /// ends the drains before it when it completes, and a failure it captured goes to the
+    /// stream's failure record under `api`, the first drained operation's ACL function, for
+    /// the next `synchronize` to report. Called under the submission lock; `Err` if no
+    /// strategy watches it (its event could not be recorded): the drained work stays
+    /// unfenced.
+    fn fence(&self, api: &'static str) -> Result<()> {
+        // SAFETY: no memory stands behind the fence's completion and nothing is deferred on
+        // it; the strategy completes it once the device has passed its record, or it is
+        // completed below, unwatched.
+        let completer = unsafe { Completer::new() };
+        let op = OpInfo {
+            api,
+            synchronizes: false,
+            seq: self.shared.watched.fetch_add(1, Ordering::AcqRel) + 1,
+        };
+        match self.shared.strategy.watch(&self.shared, op, completer) {
+            Ok(()) => {
+                self.shared.drains.fenced();
+                Ok(())
+            }
+            Err(unwatched) => {
+                unwatched.completer.complete(Err(unwatched.error.clone()));
+                Err(unwatched.error)
+            }
+        }
     }
 }
 

@@ -76,6 +76,20 @@ pub(crate) fn stream(ctx: &Context, strategy: Strategy) -> Stream {
     Stream::builder(ctx).strategy(strategy).build().unwrap()
 }
 
+/// Every hardware event of `ctx`'s device taken by user events (kept by the caller), so that
+/// the next completion event a context's pool must create is refused (207007).
+pub(crate) fn take_every_event(ctx: &Context) -> Vec<Event> {
+    let mut events = Vec::new();
+    while let Ok(event) = Event::new(ctx) {
+        events.push(event);
+        assert!(
+            events.len() <= 1 << 17,
+            "the device never ran out of events"
+        );
+    }
+    events
+}
+
 /// Runs `future` on a current-thread Tokio runtime, failing the test if it hangs.
 pub(crate) fn run<F: Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
