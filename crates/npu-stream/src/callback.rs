@@ -2,7 +2,7 @@
 //! by a per-device thread looping `aclrtProcessReport`.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
@@ -43,7 +43,125 @@ pub(crate) struct CallbackStrategy;
 pub(crate) struct Worker {
     /// `pthread_self()` of the worker, ACL's identity for subscriptions.
     tid: u64,
-    outstanding: Mutex<HashMap<u64, Outstanding>>,
+    outstanding: Mutex<Table>,
+}
+
+/// The operations a worker waits on, by stream, so that a look at them costs the streams
+/// rather than the operations in flight: each stream's operations complete in submission
+/// order, so only its oldest can be the next to settle, and only its oldest says whether it
+/// has waited long.
+#[derive(Default)]
+struct Table {
+    /// Each stream's operations by id, oldest first (ids grow with submission, and so do
+    /// `OpInfo::seq` and `Outstanding::since` on one stream). Keyed by the stream's address,
+    /// which its entries keep alive; a stream leaves with its last entry.
+    streams: HashMap<usize, BTreeMap<u64, Outstanding>>,
+    /// The stream of each operation, for a callback that names only the operation's id.
+    stream_of: HashMap<u64, usize>,
+    /// How many entries the looks examined, for the tests that bound it.
+    #[cfg(test)]
+    examined: usize,
+}
+
+/// The key of `stream`'s entries in a [`Table`].
+fn key(stream: &Arc<StreamShared>) -> usize {
+    Arc::as_ptr(stream) as usize
+}
+
+impl Table {
+    fn insert(&mut self, id: u64, entry: Outstanding) {
+        let stream = key(&entry.stream);
+        self.stream_of.insert(id, stream);
+        self.streams.entry(stream).or_default().insert(id, entry);
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Outstanding> {
+        let stream = self.stream_of.remove(&id)?;
+        let ops = self.streams.get_mut(&stream)?;
+        let entry = ops.remove(&id);
+        if ops.is_empty() {
+            self.streams.remove(&stream);
+        }
+        entry
+    }
+
+    fn is_empty(&self) -> bool {
+        self.stream_of.is_empty()
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.stream_of.len()
+    }
+
+    fn examine(&mut self) {
+        #[cfg(test)]
+        {
+            self.examined += 1;
+        }
+    }
+
+    /// Takes out the oldest operations of the stream keyed `stream` for which `ends` holds,
+    /// up to the first for which it does not: oldest first, with their ids.
+    fn take_leading(
+        &mut self,
+        stream: usize,
+        mut ends: impl FnMut(&Outstanding) -> bool,
+    ) -> Vec<(u64, Outstanding)> {
+        let mut taken = Vec::new();
+        let Some(ops) = self.streams.get_mut(&stream) else {
+            return taken;
+        };
+        while let Some(oldest) = ops.first_entry() {
+            #[cfg(test)]
+            {
+                self.examined += 1;
+            }
+            if !ends(oldest.get()) {
+                break;
+            }
+            let (id, entry) = oldest.remove_entry();
+            self.stream_of.remove(&id);
+            taken.push((id, entry));
+        }
+        if ops.is_empty() {
+            self.streams.remove(&stream);
+        }
+        taken
+    }
+
+    /// [`take_leading`](Table::take_leading) on every stream, in no order between streams.
+    fn take_leading_everywhere(
+        &mut self,
+        mut ends: impl FnMut(&Outstanding) -> bool,
+    ) -> Vec<(u64, Outstanding)> {
+        let streams: Vec<usize> = self.streams.keys().copied().collect();
+        let taken = streams
+            .into_iter()
+            .flat_map(|stream| self.take_leading(stream, &mut ends));
+        taken.collect()
+    }
+
+    /// The oldest operation of the stream keyed `stream`, if it has waited for its callback
+    /// since `now - PROBE_EVERY` or longer: its id and event.
+    fn stale_head(&mut self, stream: usize, now: Instant) -> Option<(u64, ffi::aclrtEvent)> {
+        self.examine();
+        let (&id, oldest) = self.streams.get(&stream)?.first_key_value()?;
+        (now.duration_since(oldest.since) >= PROBE_EVERY)
+            .then(|| (id, oldest.pending.event.handle()))
+    }
+
+    /// Every stream whose oldest operation is stale (see [`stale_head`](Table::stale_head)),
+    /// with that operation's id and event.
+    fn stale_heads(&mut self, now: Instant) -> Vec<(Arc<StreamShared>, u64, ffi::aclrtEvent)> {
+        let streams: Vec<usize> = self.streams.keys().copied().collect();
+        let heads = streams.into_iter().filter_map(|stream| {
+            let (id, event) = self.stale_head(stream, now)?;
+            let entry = &self.streams.get(&stream)?[&id];
+            Some((entry.stream.clone(), id, event))
+        });
+        heads.collect()
+    }
 }
 
 struct Outstanding {
@@ -93,7 +211,7 @@ fn worker_for(stream: &StreamShared) -> Result<Arc<Worker>> {
             let tid = unsafe { libc::pthread_self() } as u64;
             let worker = Arc::new(Worker {
                 tid,
-                outstanding: Mutex::new(HashMap::new()),
+                outstanding: Mutex::new(Table::default()),
             });
             if tx.send(worker.clone()).is_ok() {
                 worker.run(&runtime, key);
@@ -128,7 +246,7 @@ impl Worker {
                 let mut outstanding = self.lock();
                 let ran = fired
                     .iter()
-                    .filter_map(|&id| Some((id, outstanding.remove(&id)?)));
+                    .filter_map(|&id| Some((id, outstanding.remove(id)?)));
                 ran.map(|(id, entry)| (id, entry, None)).collect()
             };
             let aborts = ABORTS.load(Ordering::Acquire);
@@ -188,7 +306,7 @@ impl Worker {
         true
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Outstanding>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         self.outstanding.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -199,7 +317,7 @@ impl Worker {
         let mut ended: Vec<(Outstanding, Option<Error>)> = Vec::new();
         let answered = probes.answered();
         let now = Instant::now();
-        let mut stale: Vec<Arc<StreamShared>> = Vec::new();
+        let stale: Vec<Arc<StreamShared>>;
         // Logged once the lock is released: a subscriber may call back into npu-rs.
         let mut dead_streams: Vec<(u64, usize, Error)> = Vec::new();
         // What an abort covered ends before any stale operation is settled: those may have
@@ -212,28 +330,20 @@ impl Worker {
         {
             let mut outstanding = self.lock();
             for (stream, dead) in answered {
-                // In submission order (ids grow with it), so that a failed synchronize sees
-                // the failures before it. Only what was queued when the probe found the
-                // stream dead: an abort since may have revived it for what came after.
-                let mut ids: Vec<u64> = outstanding
-                    .iter()
-                    .filter(|(_, op)| Arc::ptr_eq(&op.stream, &stream))
-                    .filter(|(_, op)| dead.covers(op.pending.op))
-                    .map(|(id, _)| *id)
-                    .collect();
-                ids.sort_unstable();
-                dead_streams.push((stream.id, ids.len(), dead.error.clone()));
-                let ops = ids.iter().filter_map(|id| outstanding.remove(id));
-                ended.extend(ops.map(|op| (op, Some(dead.error.clone()))));
+                // In submission order, so that a failed synchronize sees the failures before
+                // it. Only what was queued when the probe found the stream dead (the oldest
+                // ones): an abort since may have revived it for what came after.
+                let ops = outstanding.take_leading(key(&stream), |op| dead.covers(op.pending.op));
+                dead_streams.push((stream.id, ops.len(), dead.error.clone()));
+                ended.extend(
+                    ops.into_iter()
+                        .map(|(_, op)| (op, Some(dead.error.clone()))),
+                );
                 strategy::release_stream(stream);
             }
-            for op in outstanding.values() {
-                if now.duration_since(op.since) >= PROBE_EVERY
-                    && !stale.iter().any(|s| Arc::ptr_eq(s, &op.stream))
-                {
-                    stale.push(op.stream.clone());
-                }
-            }
+            // A stream's oldest operation has waited longest.
+            let heads = outstanding.stale_heads(now).into_iter();
+            stale = heads.map(|(stream, ..)| stream).collect();
         }
         for (stream, failed, err) in dead_streams {
             npu_core::log!(warn, %err, stream, failed, "stream failed");
@@ -273,17 +383,12 @@ impl Worker {
     /// completes. The query does not block.
     fn take_aborted(&self) -> Vec<(u64, Outstanding, Option<Error>)> {
         let ops: Vec<(u64, Outstanding)> = {
-            let mut outstanding = self.lock();
-            let mut covered: Vec<u64> = outstanding
-                .iter()
-                .filter(|(_, op)| op.stream.aborted(op.pending.op))
-                .map(|(&id, _)| id)
-                .collect();
-            covered.sort_unstable();
+            // What an abort covers is the oldest operations of its stream.
+            let mut covered = self
+                .lock()
+                .take_leading_everywhere(|op| op.stream.aborted(op.pending.op));
+            covered.sort_unstable_by_key(|(id, _)| *id);
             covered
-                .into_iter()
-                .filter_map(|id| Some((id, outstanding.remove(&id)?)))
-                .collect()
         };
         // Queried with the table's lock released: a query the runtime fails may run a tracing
         // subscriber, which may submit to a stream of this worker (and take the lock).
@@ -302,33 +407,32 @@ impl Worker {
     /// Settles stale operations whose event has completed although their callback has not run
     /// within the report timeout (a callback held up behind others, or one the runtime never
     /// delivers): the device is done with their memory, so their completion need not wait for
-    /// a callback that may never come. In submission order (ids grow with it), as every
-    /// completion on a stream is: a stream's first operation found not done holds back the
-    /// ones behind it, whose events may complete before the next query. The queries run
-    /// without the lock; an entry that settled meanwhile is simply gone.
+    /// a callback that may never come. In submission order, as every completion on a stream
+    /// is: each stream's oldest operation first, then the next once it settled; the first
+    /// found not done holds back the ones behind it, whose events may complete before the
+    /// next query, and nothing behind it is looked at. So a look costs the streams, and the
+    /// operations it settles. The queries run without the lock; an entry that settled
+    /// meanwhile is simply gone.
     fn settle_lost_callbacks(&self, now: Instant) {
-        let mut stale: Vec<(u64, Arc<StreamShared>, ffi::aclrtEvent)> = self
-            .lock()
-            .iter()
-            .filter(|(_, op)| now.duration_since(op.since) >= PROBE_EVERY)
-            .map(|(&id, op)| (id, op.stream.clone(), op.pending.event.handle()))
-            .collect();
-        stale.sort_unstable_by_key(|(id, ..)| *id);
-        let mut held_back: Vec<Arc<StreamShared>> = Vec::new();
-        for (id, stream, event) in stale {
-            let held = held_back.iter().any(|held| Arc::ptr_eq(held, &stream));
-            if held || !event_complete(stream.context.runtime(), event) {
-                held_back.push(stream);
-                continue;
-            }
-            let entry = self.lock().remove(&id);
-            if let Some(entry) = entry {
-                entry.pending.settle(&entry.stream);
-                strategy::release_stream(entry.stream);
+        let heads = self.lock().stale_heads(now);
+        for (stream, mut id, mut event) in heads {
+            while event_complete(stream.context.runtime(), event) {
+                let (entry, next) = {
+                    let mut outstanding = self.lock();
+                    let entry = outstanding.remove(id);
+                    (entry, outstanding.stale_head(key(&stream), now))
+                };
+                if let Some(entry) = entry {
+                    entry.pending.settle(&entry.stream);
+                    strategy::release_stream(entry.stream);
+                }
+                match next {
+                    Some(head) => (id, event) = head,
+                    None => break,
+                }
             }
             strategy::release_stream(stream);
         }
-        held_back.into_iter().for_each(strategy::release_stream);
     }
 }
 
@@ -416,7 +520,7 @@ impl CompletionStrategy for CallbackStrategy {
             // The operation itself was queued; hand its completion back so the submitter
             // drains the stream before releasing anything. The callback may have fired
             // already only if the launch succeeded, so the entry is still there.
-            if let Some(entry) = worker.lock().remove(&id) {
+            if let Some(entry) = worker.lock().remove(id) {
                 let completer = entry.pending.into_completer();
                 return Err(Unwatched { completer, error });
             }
@@ -473,7 +577,7 @@ mod tests {
     fn worker() -> Worker {
         Worker {
             tid: 0,
-            outstanding: Mutex::new(HashMap::new()),
+            outstanding: Mutex::new(Table::default()),
         }
     }
 
@@ -555,5 +659,42 @@ mod tests {
         assert!(worker.lock().is_empty());
         [first, second].iter().for_each(succeeded);
         assert_eq!(*order.lock().unwrap(), [0, 1]);
+    }
+
+    /// A look costs the streams, not the operations in flight: with a stream's oldest stale
+    /// operation not done, a look at the worker's operations (settling lost callbacks, and the
+    /// whole health check around it) examines that one, not the 500 behind it. The break:
+    /// every look collected, cloned and sorted every stale operation, and listed a held-back
+    /// stream once per operation, which later streams' operations scanned.
+    #[test]
+    fn a_look_examines_each_streams_oldest_operation_not_every_one_in_flight() {
+        let (stream, held, worker, order) =
+            (sim_stream(0), sim_stream(1), worker(), Order::default());
+        let held_device = hold(1);
+        let mut completions = vec![lost(&worker, &stream, &held, 0, &order)];
+        completions.extend((1..=500).map(|place| lost(&worker, &stream, &stream, place, &order)));
+        synchronize(&stream);
+        let before = worker.lock().examined;
+        settle(&worker);
+        let settling = worker.lock().examined - before;
+        assert_eq!(
+            settling, 1,
+            "settling lost callbacks examined {settling} entries"
+        );
+        worker.probe(&mut Probes::default());
+        let look = worker.lock().examined - before - settling;
+        // The aborted ones, the lost callbacks, the stale streams: the oldest each time.
+        assert!(look <= 3, "a health check examined {look} entries");
+        assert_eq!(
+            worker.lock().len(),
+            501,
+            "nothing settled behind the oldest"
+        );
+        held_device.release();
+        synchronize(&held);
+        settle(&worker);
+        assert!(worker.lock().is_empty());
+        completions.iter().for_each(succeeded);
+        assert_eq!(*order.lock().unwrap(), (0..=500).collect::<Vec<_>>());
     }
 }
