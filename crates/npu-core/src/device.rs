@@ -422,6 +422,13 @@ impl Device {
 
     /// Whether this device can access `peer`'s memory (`aclrtDeviceCanAccessPeer`).
     ///
+    /// The runtime's answer is the devices' topology, which does not change when a device
+    /// fails. So the two devices' health is asked first (`aclrtQueryDeviceStatus`, where the
+    /// runtime has it): an abnormal one (lost or faulted) can exchange no data, and the answer
+    /// is the error [`enable_peer_access`](Device::enable_peer_access) and copies towards a
+    /// lost device give, `ACL_ERROR_RT_LOST_HEARTBEAT` ([`Error::is_device_lost`]), naming
+    /// this method and the device.
+    ///
     /// ```
     /// use npu_core::Device;
     ///
@@ -431,7 +438,22 @@ impl Device {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
-        self.check_peer("Device::can_access_peer", peer)?;
+        const API: &str = "Device::can_access_peer";
+        self.check_peer(API, peer)?;
+        for device in [self, peer] {
+            match device.status() {
+                Ok(DeviceStatus::Normal) | Err(Error::Unsupported { .. }) => {}
+                Ok(DeviceStatus::Abnormal) => {
+                    let id = device.id();
+                    let why = format!(
+                        "device {id} is abnormal (aclrtQueryDeviceStatus): it exchanges no data"
+                    );
+                    let lost = crate::AclError::new(API, crate::AclCode::DEVICE_LOST, Some(why));
+                    return Err(Error::Acl(lost));
+                }
+                Err(other) => return Err(other),
+            }
+        }
         let mut can = 0i32;
         let (id, peer_id) = (self.id() as i32, peer.id() as i32);
         // SAFETY: `can` is a valid out-pointer for the duration of the call.
