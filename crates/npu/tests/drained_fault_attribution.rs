@@ -11,7 +11,20 @@ use npu::error::AclCode;
 use npu::prelude::*;
 use npu::sim;
 
-use common::{STRATEGIES, exclusive, run, stream, take_every_event};
+use common::{STRATEGIES, exclusive, run, stream, take_every_event, until_released};
+
+/// Runs `case` in a fresh context of `device` (its event pool has no event to reuse), then
+/// waits until the device has every event of that context back: one the reaper destroyed
+/// during the next case would let that case's drained operation record an event after all.
+fn in_a_fresh_context(device: &npu::Device, case: impl FnOnce(&Context)) {
+    let baseline = sim::device_stats(device).unwrap().live_events;
+    let ctx = device.create_context().unwrap();
+    case(&ctx);
+    drop(ctx);
+    until_released("the case's completion events are destroyed", || {
+        sim::device_stats(device).unwrap().live_events <= baseline
+    });
+}
 
 /// The drained memset fails with the runtime's refusal of its completion event, its buffer
 /// handed back.
@@ -43,27 +56,28 @@ fn the_operation_after_drained_work_reports_only_its_own_outcome() {
     let device = d1.device();
     for strategy in STRATEGIES {
         for drained_first in [true, false] {
-            let ctx = device.create_context().unwrap();
-            let s = stream(&ctx, strategy);
-            let events = take_every_event(&ctx);
-            let held = (!drained_first).then(|| sim::hold(&device).unwrap());
-            sim::fail_task(&s, 1, AclCode(507015)).unwrap();
-            let failing = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 8);
-            if drained_first {
-                drained_without_an_event(run(failing).unwrap_err());
-                drop(events);
-                let next = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1));
-                let next = next.unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
-                assert_eq!(next.to_vec_blocking().unwrap(), [1; 64]);
-            } else {
-                drop(events);
-                let next = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
-                drop(held);
-                let next = run(next).unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
-                assert_eq!(next.to_vec_blocking().unwrap(), [1; 64]);
-                drained_without_an_event(run(failing).unwrap_err());
-            }
-            synchronize_reports_the_drained_fault(&s);
+            in_a_fresh_context(&device, |ctx| {
+                let s = stream(ctx, strategy);
+                let events = take_every_event(ctx);
+                let held = (!drained_first).then(|| sim::hold(&device).unwrap());
+                sim::fail_task(&s, 1, AclCode(507015)).unwrap();
+                let failing = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 8);
+                if drained_first {
+                    drained_without_an_event(run(failing).unwrap_err());
+                    drop(events);
+                    let next = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1));
+                    let next = next.unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
+                    assert_eq!(next.to_vec_blocking().unwrap(), [1; 64]);
+                } else {
+                    drop(events);
+                    let next = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1);
+                    drop(held);
+                    let next = run(next).unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
+                    assert_eq!(next.to_vec_blocking().unwrap(), [1; 64]);
+                    drained_without_an_event(run(failing).unwrap_err());
+                }
+                synchronize_reports_the_drained_fault(&s);
+            });
         }
     }
 }
@@ -78,24 +92,25 @@ fn with_one_event_free_the_next_operation_never_takes_the_drained_fault() {
     let (_devices, _, d1) = exclusive(None);
     let device = d1.device();
     for strategy in STRATEGIES {
-        let ctx = device.create_context().unwrap();
-        let s = stream(&ctx, strategy);
-        let mut events = take_every_event(&ctx);
-        sim::fail_task(&s, 1, AclCode(507015)).unwrap();
-        let failing = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 8);
-        drained_without_an_event(run(failing).unwrap_err());
-        drop(events.pop());
-        let next = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1));
-        let buffer = next.unwrap_or_else(|failed| {
-            assert_eq!(
-                failed.error.acl_code(),
-                Some(AclCode(207007)),
-                "{strategy:?}: {failed}"
-            );
-            failed.value.expect("the buffer comes back")
+        in_a_fresh_context(&device, |ctx| {
+            let s = stream(ctx, strategy);
+            let mut events = take_every_event(ctx);
+            sim::fail_task(&s, 1, AclCode(507015)).unwrap();
+            let failing = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 8);
+            drained_without_an_event(run(failing).unwrap_err());
+            drop(events.pop());
+            let next = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1));
+            let buffer = next.unwrap_or_else(|failed| {
+                assert_eq!(
+                    failed.error.acl_code(),
+                    Some(AclCode(207007)),
+                    "{strategy:?}: {failed}"
+                );
+                failed.value.expect("the buffer comes back")
+            });
+            assert_eq!(buffer.to_vec_blocking().unwrap(), [1; 64], "{strategy:?}");
+            drop(events);
+            synchronize_reports_the_drained_fault(&s);
         });
-        assert_eq!(buffer.to_vec_blocking().unwrap(), [1; 64], "{strategy:?}");
-        drop(events);
-        synchronize_reports_the_drained_fault(&s);
     }
 }
