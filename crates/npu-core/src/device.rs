@@ -423,11 +423,13 @@ impl Device {
     /// Whether this device can access `peer`'s memory (`aclrtDeviceCanAccessPeer`).
     ///
     /// The runtime's answer is the devices' topology, which does not change when a device
-    /// fails. So the two devices' health is asked first (`aclrtQueryDeviceStatus`, where the
-    /// runtime has it): an abnormal one (lost or faulted) can exchange no data, and the answer
-    /// is the error [`enable_peer_access`](Device::enable_peer_access) and copies towards a
-    /// lost device give, `ACL_ERROR_RT_LOST_HEARTBEAT` ([`Error::is_device_lost`]), naming
-    /// this method and the device.
+    /// fails. So the two devices' health is asked first (`aclrtQueryDeviceStatus`): an
+    /// abnormal one (lost or faulted) can exchange no data, and the answer is the error
+    /// [`enable_peer_access`](Device::enable_peer_access) and copies towards a lost device
+    /// give, `ACL_ERROR_RT_LOST_HEARTBEAT` ([`Error::is_device_lost`]), naming this method and
+    /// the device (or the query's own error, if it reports the loss). Where the health cannot
+    /// be asked (a runtime without the query, or whose product does not support it), the
+    /// topology answers alone.
     ///
     /// ```
     /// use npu_core::Device;
@@ -442,7 +444,6 @@ impl Device {
         self.check_peer(API, peer)?;
         for device in [self, peer] {
             match device.status() {
-                Ok(DeviceStatus::Normal) | Err(Error::Unsupported { .. }) => {}
                 Ok(DeviceStatus::Abnormal) => {
                     let id = device.id();
                     let why = format!(
@@ -451,7 +452,10 @@ impl Device {
                     let lost = crate::AclError::new(API, crate::AclCode::DEVICE_LOST, Some(why));
                     return Err(Error::Acl(lost));
                 }
-                Err(other) => return Err(other),
+                Err(lost) if lost.is_device_lost() => return Err(lost),
+                // Health unknown (a runtime or product without the query): the topology
+                // answers alone, as it did before the health was asked.
+                Ok(DeviceStatus::Normal) | Err(_) => {}
             }
         }
         let mut can = 0i32;
