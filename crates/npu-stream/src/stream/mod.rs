@@ -334,7 +334,10 @@ impl Stream {
     ///
     /// A failed operation's own future reports its failure too; `synchronize` is where the
     /// failure of an operation whose future was dropped surfaces. The error names the failed
-    /// operation's ACL function.
+    /// operation's ACL function. It is also where the failure of work the device ran without
+    /// a completion event of its own surfaces (the device out of events: that operation fails
+    /// with the runtime's refusal of its event, and the next submission to the stream records
+    /// one after its work first), never on a later operation.
     ///
     /// Cancel safety: cancel-safe in that no device work is lost; but a failure it would have
     /// reported is consumed when the synchronisation completes, whether or not the future is
