@@ -33,9 +33,24 @@ fn drained_without_an_event(failed: npu::stream::OpError<DeviceBuffer<u8>>) {
     assert!(failed.value.is_some(), "the buffer comes back: {failed}");
 }
 
-/// The stream's next `synchronize` reports the drained task's fault, under the drained
-/// operation's function and with the failed task's place, once.
-fn synchronize_reports_the_drained_fault(s: &npu::Stream) {
+/// The id the runtime gave the last task this thread submitted (`aclrtGetThreadLastTaskId`),
+/// as a `DeviceFault` names a failed task.
+fn last_task_id(ctx: &Context) -> u32 {
+    let runtime = ctx.runtime();
+    let query = runtime
+        .api()
+        .aclrtGetThreadLastTaskId
+        .expect("npu-sim has it");
+    let mut id = 0;
+    // SAFETY: `id` is a valid out-pointer for the duration of the call.
+    let code = unsafe { query(&mut id) };
+    runtime.check("aclrtGetThreadLastTaskId", code).unwrap();
+    id
+}
+
+/// The stream's next `synchronize` reports the drained task's fault (the task `task`), under
+/// the drained operation's function, once.
+fn synchronize_reports_the_drained_fault(s: &npu::Stream, task: u32) {
     let err = run(s.synchronize()).unwrap_err().error;
     assert_eq!(err.acl_code(), Some(AclCode(507015)), "{err}");
     assert!(
@@ -43,7 +58,7 @@ fn synchronize_reports_the_drained_fault(s: &npu::Stream) {
         "{err}"
     );
     let fault = err.fault().unwrap_or_else(|| panic!("no fault: {err}"));
-    assert_eq!(fault.stream_id, s.id(), "{err}");
+    assert_eq!((fault.stream_id, fault.task_id), (s.id(), task), "{err}");
     run(s.synchronize()).unwrap();
 }
 
@@ -62,6 +77,7 @@ fn the_operation_after_drained_work_reports_only_its_own_outcome() {
                 let held = (!drained_first).then(|| sim::hold(&device).unwrap());
                 sim::fail_task(&s, 1, AclCode(507015)).unwrap();
                 let failing = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 8);
+                let failing_task = last_task_id(ctx);
                 if drained_first {
                     drained_without_an_event(run(failing).unwrap_err());
                     drop(events);
@@ -76,7 +92,7 @@ fn the_operation_after_drained_work_reports_only_its_own_outcome() {
                     assert_eq!(next.to_vec_blocking().unwrap(), [1; 64]);
                     drained_without_an_event(run(failing).unwrap_err());
                 }
-                synchronize_reports_the_drained_fault(&s);
+                synchronize_reports_the_drained_fault(&s, failing_task);
             });
         }
     }
@@ -97,6 +113,7 @@ fn with_one_event_free_the_next_operation_never_takes_the_drained_fault() {
             let mut events = take_every_event(ctx);
             sim::fail_task(&s, 1, AclCode(507015)).unwrap();
             let failing = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 8);
+            let failing_task = last_task_id(ctx);
             drained_without_an_event(run(failing).unwrap_err());
             drop(events.pop());
             let next = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1));
@@ -110,7 +127,7 @@ fn with_one_event_free_the_next_operation_never_takes_the_drained_fault() {
             });
             assert_eq!(buffer.to_vec_blocking().unwrap(), [1; 64], "{strategy:?}");
             drop(events);
-            synchronize_reports_the_drained_fault(&s);
+            synchronize_reports_the_drained_fault(&s, failing_task);
         });
     }
 }
