@@ -11,7 +11,6 @@
 
 mod common;
 
-use std::sync::Once;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
@@ -30,16 +29,7 @@ const BIG: usize = 24 << 20;
 
 /// [`exclusive`], with the simulator configured for this file first.
 fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
-    static CONFIG: Once = Once::new();
-    CONFIG.call_once(|| {
-        sim::SimConfig::default()
-            .devices(3)
-            .memory_per_device(DEVICE_MEMORY)
-            .install()
-            .unwrap()
-    });
-    let (guard, d0, _d1) = exclusive(None);
-    (guard, d0)
+    devices_of(3, DEVICE_MEMORY)
 }
 
 /// How many threads of this process are named `name`.

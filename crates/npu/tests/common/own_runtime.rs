@@ -36,7 +36,7 @@ impl OwnRuntime {
         }
     }
 
-    fn builder(&self) -> npu::runtime::RuntimeBuilder {
+    pub(crate) fn builder(&self) -> npu::runtime::RuntimeBuilder {
         // SAFETY: npu-sim's build of libascendcl.so, an AscendCL runtime.
         let library = unsafe { npu::runtime::RuntimeLibrary::new(&self.library) };
         let backend = npu::runtime::BackendChoice::Library(library);

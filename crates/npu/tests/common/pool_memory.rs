@@ -7,7 +7,26 @@ use npu::memory::{DevicePool, DevicePoolBackend, DeviceSlice, MemoryMut, PooledD
 use npu::prelude::*;
 use npu::{Stream, ffi, sim};
 
-use super::{run, until_released};
+use super::{exclusive, run, until_released};
+
+/// Devices 0 and 1 to this test alone ([`exclusive`]), of a simulator of `devices` devices of
+/// `memory` bytes each (installed by the binary's first call): small enough for a pool to
+/// fill one. Device 0's primary context.
+pub(crate) fn devices_of(
+    devices: u32,
+    memory: u64,
+) -> (std::sync::MutexGuard<'static, ()>, Context) {
+    static CONFIG: std::sync::Once = std::sync::Once::new();
+    CONFIG.call_once(|| {
+        sim::SimConfig::default()
+            .devices(devices)
+            .memory_per_device(memory)
+            .install()
+            .unwrap()
+    });
+    let (guard, d0, _d1) = exclusive(None);
+    (guard, d0)
+}
 
 /// A `DevicePool` of `ctx` on `backend`, of at most `capacity` bytes when given.
 pub(crate) fn device_pool(
