@@ -23,7 +23,7 @@ mod source;
 pub use buffer::PooledDeviceBuffer;
 pub use source::RuntimePoolUsage;
 
-use source::{DeviceBlock, DeviceSource};
+use source::{DeviceBlock, DeviceSource, Drained};
 
 /// Which allocator a [`DevicePool`] builds on.
 ///
@@ -334,8 +334,9 @@ impl DevicePool {
     /// a new block is allocated: on the runtime pool, `aclrtMemPoolMallocAsync` submitted on
     /// `stream` and awaited (so the memory is valid on every stream before it is handed out);
     /// on the caching backend, `aclrtMalloc`. At the capacity, waits in FIFO order for blocks
-    /// to come back. When the device is out of memory, the pool frees its cached blocks and
-    /// tries once more.
+    /// to come back. When the device is out of memory, the pool frees its cached blocks, waits
+    /// until the runtime has them back (with any other blocks it gave back before: trimmed,
+    /// evicted), and tries once more.
     ///
     /// Errors: `len == 0`, a zero-sized `T`, a size over `isize::MAX` bytes, a block larger
     /// than the capacity (it could never be served: it fails at once) and a stream of another
@@ -651,7 +652,8 @@ impl DevicePool {
     /// (on the pool's own release stream, as any eviction) and waits until that stream has
     /// run those frees, so that the runtime can reuse or release their memory when the
     /// allocation is tried again. (Frees queued and not yet run when the retry came left it
-    /// failing as the first attempt had.) Whether any block was cached.
+    /// failing as the first attempt had.) Whether memory may be on its way back: blocks were
+    /// cached, or frees no earlier drain covers are queued.
     ///
     /// The wait is an operation like any other: a synchronisation of the release stream (an
     /// `npu_stream::Stream` of `Strategy::EventPoll`), that is, an event recorded on it after
@@ -673,6 +675,15 @@ impl DevicePool {
     /// and retries too: it failed out of memory while the memory it needed was being given
     /// back. The cache is freed and the drain published under one lock (`draining`), so a
     /// request never finds the cache emptied by a drain it cannot see yet.
+    ///
+    /// Nor by frees no drain waits for: blocks the pool gave back otherwise (a trim, the
+    /// eviction that made room for this very request in a bounded pool, an allocation whose
+    /// `alloc` was dropped) are on the release stream too, and until it runs them their memory
+    /// is neither the device's nor reusable on another stream. The source counts the batches
+    /// of frees it queued and each drain the batches it covers; a request that finds nothing
+    /// to free but frees no drain covers synchronises the stream itself. Before, such a
+    /// request failed out of memory at once: a `trim` followed by a request for the memory it
+    /// gave back, or a bounded pool evicting its cache for a request, on a device they filled.
     async fn drain_cache(&self, keep: Option<usize>) -> bool {
         let source = self.cache.source();
         let Some(release) = source.release_stream() else {
@@ -688,25 +699,34 @@ impl DevicePool {
             // drain then goes ahead unlocked, as before the lock, and a request that finds the
             // cache emptied meanwhile fails out of memory rather than deadlock.
             let mut locked = lock_here(&source.draining, Rank::Drain);
-            if self.free_cache(keep) == 0 {
-                let latest = match &locked {
-                    Some(draining) => (**draining).clone(),
-                    None => source.latest_drain(),
-                };
+            let freed = self.free_cache(keep) > 0;
+            // Read after this request's own frees, before the synchronisation is recorded:
+            // every batch counted is on the stream ahead of the record.
+            let queued = source.frees_queued();
+            let latest = match &locked {
+                Some(draining) => (**draining).clone(),
+                None => source.latest_drain(),
+            };
+            match latest {
                 // One that completed may have done so after this request's attempt failed:
                 // the retry costs one more attempt, and finds the memory if it came back.
-                match latest {
-                    Some(drain) => Drain::Theirs(drain),
-                    None => return false,
+                Some(latest) if !freed && latest.covers >= queued => {
+                    Drain::Theirs(latest.completion)
                 }
-            } else {
-                let own = release.synchronize();
-                let completion = own.completion().clone();
-                match &mut locked {
-                    Some(draining) => **draining = Some(completion),
-                    None => source.publish_drain(completion),
+                // Nothing was ever given back: no memory is on its way.
+                None if !freed && queued == 0 => return false,
+                _ => {
+                    let own = release.synchronize();
+                    let drained = Drained {
+                        completion: own.completion().clone(),
+                        covers: queued,
+                    };
+                    match &mut locked {
+                        Some(draining) => **draining = Some(drained),
+                        None => source.publish_drain(drained),
+                    }
+                    Drain::Own(own)
                 }
-                Drain::Own(own)
             }
         };
         // Failed or not, the retry says whether the memory came back.

@@ -3,6 +3,7 @@
 
 use std::ffi::c_void;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use npu_core::ffi::{self, AclApi};
 use npu_core::{Context, Error, Result, acl_call, acl_call_opt};
@@ -141,11 +142,26 @@ pub(crate) struct DeviceSource {
     /// Why this backend was chosen.
     pub(crate) reason: String,
     /// The latest out-of-memory drain of the release stream (`DevicePool::drain_cache`): the
-    /// completion of its synchronisation. A request out of memory that finds the cache
-    /// already freed by another waits for it before its retry, as the memory is on its way
-    /// back. Taken with `contain::lock_here` (`Rank::Drain`) by the drain, which holds it
-    /// from freeing the cache to publishing its synchronisation.
-    pub(crate) draining: std::sync::Mutex<Option<npu_core::Completion>>,
+    /// completion of its synchronisation, and the frees it covers. A request out of memory
+    /// that finds the cache already freed by another waits for it before its retry, as the
+    /// memory is on its way back. Taken with `contain::lock_here` (`Rank::Drain`) by the
+    /// drain, which holds it from freeing the cache to publishing its synchronisation.
+    pub(crate) draining: std::sync::Mutex<Option<Drained>>,
+    /// How many times blocks were queued for freeing on the release stream (`free`), counted
+    /// once the frees are queued: by a trim, an eviction, a drain, an unclaimed allocation.
+    /// A drain covers those counted before its synchronisation was recorded; a request out
+    /// of memory that finds more counted than the latest drain covers has memory on its way
+    /// back that no drain waits for, and synchronises the stream itself.
+    queued: AtomicU64,
+}
+
+/// An out-of-memory drain of the release stream: the completion of its synchronisation, and
+/// how many batches of frees had been queued before it ([`DeviceSource::frees_queued`]), which
+/// it covers.
+#[derive(Clone)]
+pub(crate) struct Drained {
+    pub(crate) completion: npu_core::Completion,
+    pub(crate) covers: u64,
 }
 
 impl DeviceSource {
@@ -157,6 +173,7 @@ impl DeviceSource {
             backend: Backend::Caching,
             reason: format!("{reason}: aclrtMalloc with completion-tracked reuse"),
             draining: std::sync::Mutex::new(None),
+            queued: AtomicU64::new(0),
         };
         let force = match plan(context.runtime().api(), forced)? {
             Plan::Caching(reason) => return Ok(caching(reason)),
@@ -172,6 +189,7 @@ impl DeviceSource {
                 context,
                 backend: Backend::Runtime(pool),
                 draining: std::sync::Mutex::new(None),
+                queued: AtomicU64::new(0),
             }),
             Err(err) if !force => Ok(caching(format!("creating a runtime pool failed ({err})"))),
             Err(err) => Err(err),
@@ -225,7 +243,7 @@ impl DeviceSource {
     /// The latest drain (see `draining`), for a drain that could not take the drain lock
     /// (`contain::lock_here` refused): only if it is free, since this thread may hold it
     /// already, or hold a lock ranked above it.
-    pub(crate) fn latest_drain(&self) -> Option<npu_core::Completion> {
+    pub(crate) fn latest_drain(&self) -> Option<Drained> {
         match self.draining.try_lock() {
             Ok(latest) => latest.clone(),
             Err(std::sync::TryLockError::Poisoned(latest)) => latest.into_inner().clone(),
@@ -235,12 +253,18 @@ impl DeviceSource {
 
     /// Makes `drain` the latest drain, for a drain that could not take the drain lock: only
     /// if it is free, as for [`latest_drain`](DeviceSource::latest_drain).
-    pub(crate) fn publish_drain(&self, drain: npu_core::Completion) {
+    pub(crate) fn publish_drain(&self, drain: Drained) {
         match self.draining.try_lock() {
             Ok(mut latest) => *latest = Some(drain),
             Err(std::sync::TryLockError::Poisoned(latest)) => *latest.into_inner() = Some(drain),
             Err(std::sync::TryLockError::WouldBlock) => {}
         }
+    }
+
+    /// How many batches of blocks have been queued for freeing on the release stream so far:
+    /// each counted one is on the stream before anything recorded on it after this read.
+    pub(crate) fn frees_queued(&self) -> u64 {
+        self.queued.load(Ordering::Acquire)
     }
 
     /// The runtime pool's release stream, where its frees are queued; `None` on the caching
@@ -322,18 +346,24 @@ unsafe impl Source for DeviceSource {
                     unsafe { acl_call!(runtime, aclrtFree(block.ptr)) }
                 })
             }),
-            Backend::Runtime(pool) => self.context.bind().and_then(|()| {
-                blocks.into_iter().try_for_each(|block| {
-                    // SAFETY: the block came from this pool and is idle; `release` is our
-                    // live stream in the bound context.
-                    unsafe {
-                        acl_call_opt!(
-                            runtime,
-                            aclrtMemPoolFreeAsync(block.ptr, pool.release.as_raw())
-                        )
-                    }
-                })
-            }),
+            Backend::Runtime(pool) => {
+                let freed = self.context.bind().and_then(|()| {
+                    blocks.into_iter().try_for_each(|block| {
+                        // SAFETY: the block came from this pool and is idle; `release` is our
+                        // live stream in the bound context.
+                        unsafe {
+                            acl_call_opt!(
+                                runtime,
+                                aclrtMemPoolFreeAsync(block.ptr, pool.release.as_raw())
+                            )
+                        }
+                    })
+                });
+                // Counted after the calls, failed or not (one that failed only costs a
+                // request out of memory a synchronisation it did not need).
+                self.queued.fetch_add(1, Ordering::AcqRel);
+                freed
+            }
         };
         if let Err(err) = freed {
             npu_core::log!(warn, %err, "pooled device memory was not freed (leaked)");

@@ -1,0 +1,378 @@
+//! Attacks of the twenty-ninth session, through the `npu` facade, on what the last session
+//! changed: the runtime-pool `DevicePool`'s out-of-memory drain (awaited on the reactor,
+//! published under one lock) and its one-trim-at-a-time rule, the device-wide bound on idle
+//! completion events, ACL's finalisation off the reaper, and the refusal of runtime libraries
+//! that are not regular files. Each test names the promise it attacks.
+//!
+//! The simulator of this process has four devices of 64 MiB (installed by the first test to
+//! take the lock), so that a pool can fill a device; device 3 is lost by the test that loses a
+//! device. Every test takes the device lock; every wait is bounded (`run`, `until`,
+//! `until_released`, `watchdog`), so a hang fails its test.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use common::*;
+use npu::memory::DevicePoolBackend;
+use npu::prelude::*;
+use npu::runtime::BackendChoice;
+use npu::{Error, Stream, sim};
+
+/// The memory of each simulated device in this process.
+const DEVICE_MEMORY: u64 = 64 << 20;
+
+/// A request the filled device cannot serve before the pool's cache is freed.
+const BIG: usize = 24 << 20;
+
+/// The device lock and device 0's primary context, on this file's simulator.
+fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
+    devices_of(4, DEVICE_MEMORY)
+}
+
+/// Polls `request` once and requires it to wait: it failed its first attempt out of memory
+/// while the memory it needs is on its way back to the runtime, behind the held device.
+fn waits_for_the_memory<T>(
+    request: std::pin::Pin<&mut impl Future<Output = npu::Result<T>>>,
+    what: &str,
+) {
+    match polled_once(request) {
+        std::task::Poll::Pending => {}
+        std::task::Poll::Ready(Ok(_)) => panic!("{what}: served while the device was held"),
+        std::task::Poll::Ready(Err(err)) => {
+            panic!("{what}: failed at once instead of waiting for the memory given back: {err}")
+        }
+    }
+}
+
+/// "When the device is out of memory, the pool frees its cached blocks and tries once more",
+/// and a request never fails while memory the pool gave back is on its way: a `trim` (which
+/// queues the cache's frees on the release stream and reports the bytes given back) followed
+/// by a request for that memory, on a device the pool had filled and that is held, so that
+/// the frees have not run. The request must wait for them and be served once the device runs.
+/// Every strategy of the request's stream.
+#[test]
+fn a_request_out_of_memory_waits_for_the_memory_a_trim_gave_back() {
+    let (_guard, ctx) = devices();
+    let baseline = live_memory(&ctx);
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let s = stream(&ctx, strategy);
+        let pool = pool_holding_the_device(&ctx, &s);
+        let hold = sim::hold(&ctx.device()).unwrap();
+        let trimmed = pool.trim().unwrap();
+        assert!(trimmed >= 48 << 20, "{what}: trimmed {trimmed}");
+        let block = {
+            let mut request = std::pin::pin!(pool.alloc::<u8>(&s, BIG));
+            waits_for_the_memory(request.as_mut(), &what);
+            hold.release().unwrap();
+            run(request).unwrap_or_else(|e| panic!("{what}: {e}"))
+        };
+        assert_eq!(pool.stats().cache.allocated, BIG, "{what}");
+        drop((block, pool, s));
+        until_released(&format!("{what}: everything"), || {
+            within(live_memory(&ctx), baseline)
+        });
+    }
+}
+
+/// The same promise for the pool's own evictions: a pool bounded at 48 MiB, its cache full of
+/// 4 MiB blocks, asked for a 48 MiB block on the held device. Making room evicts every cached
+/// block (their frees queued behind the hold), then the allocation fails out of memory with
+/// nothing left in the cache: the request must wait for the frees of its own eviction, not
+/// fail. Every strategy.
+#[test]
+fn a_bounded_pool_that_evicts_its_cache_for_a_request_waits_for_that_memory() {
+    const CAPACITY: usize = 48 << 20;
+    let (_guard, ctx) = devices();
+    let baseline = live_memory(&ctx);
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let s = stream(&ctx, strategy);
+        let pool = device_pool(&ctx, DevicePoolBackend::RuntimePool, Some(CAPACITY));
+        let blocks: Vec<_> = (0..CAPACITY / (4 << 20))
+            .map(|_| run(pool.alloc::<u8>(&s, 4 << 20)).unwrap())
+            .collect();
+        drop(blocks);
+        assert_eq!(pool.stats().cache.cached, CAPACITY, "{what}");
+        let hold = sim::hold(&ctx.device()).unwrap();
+        let block = {
+            let mut request = std::pin::pin!(pool.alloc::<u8>(&s, CAPACITY));
+            waits_for_the_memory(request.as_mut(), &what);
+            assert_eq!(
+                pool.stats().cache.cached,
+                0,
+                "{what}: the cache was evicted"
+            );
+            hold.release().unwrap();
+            run(request).unwrap_or_else(|e| panic!("{what}: {e}"))
+        };
+        let stats = pool.stats().cache;
+        assert_eq!((stats.allocated, stats.cached), (CAPACITY, 0), "{what}");
+        drop((block, pool, s));
+        until_released(&format!("{what}: everything"), || {
+            within(live_memory(&ctx), baseline)
+        });
+    }
+}
+
+/// The drain is the pool's: two pools sharing one filled device, each with its cache holding
+/// about half of it, each asked for 24 MiB on the held device (every strategy among their
+/// streams), a second request of the first pool waiting on that pool's drain and dropped
+/// there, and a thread trimming both pools once the device runs (racing the retries' trims). Each request frees its own pool's cache
+/// and waits for that pool's release stream; both are served once the device runs, and
+/// everything goes back.
+#[test]
+fn requests_of_two_pools_on_one_device_each_wait_for_their_own_pools_drain() {
+    let (_guard, ctx) = devices();
+    let baseline = live_memory(&ctx);
+    let streams: Vec<Stream> = STRATEGIES.iter().map(|&s| stream(&ctx, s)).collect();
+    let (a, b) = (
+        device_pool(&ctx, DevicePoolBackend::RuntimePool, None),
+        device_pool(&ctx, DevicePoolBackend::RuntimePool, None),
+    );
+    let first: Vec<_> = (0..8)
+        .map(|_| run(a.alloc::<u8>(&streams[0], 4 << 20)).unwrap())
+        .collect();
+    let mut second = Vec::new();
+    let full = loop {
+        match run(b.alloc::<u8>(&streams[1], 4 << 20)) {
+            Ok(block) => second.push(block),
+            Err(err) => break err,
+        }
+    };
+    assert!(full.is_out_of_memory(), "{full}");
+    assert!(second.len() >= 6, "{} blocks", second.len());
+    drop((first, second));
+    let hold = sim::hold(&ctx.device()).unwrap();
+    let mut of_a = Box::pin(a.alloc::<u8>(&streams[0], BIG));
+    let mut of_b = Box::pin(b.alloc::<u8>(&streams[1], BIG));
+    waits_for_the_memory(of_a.as_mut(), "the first pool's request");
+    waits_for_the_memory(of_b.as_mut(), "the second pool's request");
+    let mut dropped = Box::pin(a.alloc::<u8>(&streams[2], 5 << 20));
+    waits_for_the_memory(dropped.as_mut(), "the first pool's second request");
+    drop(dropped);
+    // Racing the retries' trims of the runtime pools once the device runs.
+    let trimming = Arc::new(AtomicBool::new(true));
+    let trimmer = {
+        let (a, b, trimming) = (a.clone(), b.clone(), trimming.clone());
+        std::thread::spawn(move || {
+            while trimming.load(Ordering::Acquire) {
+                a.trim().unwrap();
+                b.trim().unwrap();
+                std::thread::yield_now();
+            }
+        })
+    };
+    hold.release().unwrap();
+    let (of_a, of_b) = run(async { (of_a.await, of_b.await) });
+    trimming.store(false, Ordering::Release);
+    watchdog("the trimming thread", || trimmer.join().unwrap());
+    let (of_a, of_b) = (of_a.unwrap(), of_b.unwrap());
+    assert_eq!(a.stats().cache.allocated, BIG);
+    assert_eq!(b.stats().cache.allocated, BIG);
+    drop((of_a, of_b));
+    for pool in [&a, &b] {
+        let stats = pool.stats().cache;
+        assert_eq!((stats.allocated, stats.waiters), (0, 0), "{stats:?}");
+    }
+    drop((a, b, streams));
+    until_released("everything", || within(live_memory(&ctx), baseline));
+}
+
+/// "Every operation resolves exactly once; bad input gets a typed error": device 3 lost while
+/// three requests of one pool (a stream of each strategy) wait for its drain on the held
+/// device, a thread trimming the pool meanwhile. Each request ends with an error that says the
+/// device is lost (its retry is refused); the pool then refuses new requests as lost, and
+/// dropping the pool and streams returns.
+#[test]
+fn a_device_lost_while_requests_wait_for_a_drain_ends_each_with_a_typed_error() {
+    let (_guard, _ctx) = devices();
+    let device = Device::open(3).unwrap();
+    let ctx = device.primary_context().clone();
+    let streams: Vec<Stream> = STRATEGIES.iter().map(|&s| stream(&ctx, s)).collect();
+    let pool = pool_holding_the_device(&ctx, &streams[0]);
+    let hold = sim::hold(&device).unwrap();
+    let mut requests: Vec<_> = streams
+        .iter()
+        .map(|s| Box::pin(pool.alloc::<u8>(s, BIG)))
+        .collect();
+    for (request, strategy) in requests.iter_mut().zip(STRATEGIES) {
+        waits_for_the_memory(request.as_mut(), &format!("{strategy:?}"));
+    }
+    let trimmer = {
+        let pool = pool.clone();
+        std::thread::spawn(move || {
+            for _ in 0..100 {
+                let _ = pool.trim();
+            }
+        })
+    };
+    sim::lose(&device).unwrap();
+    drop(hold);
+    for (request, strategy) in requests.into_iter().zip(STRATEGIES) {
+        let err = run(request).expect_err("no request is served by a lost device");
+        assert!(err.is_device_lost(), "{strategy:?}: {err}");
+    }
+    watchdog("the trimming thread", || trimmer.join().unwrap());
+    let err = run(pool.alloc::<u8>(&streams[0], 4096)).unwrap_err();
+    assert!(err.is_device_lost(), "{err}");
+    assert_eq!(pool.stats().cache.allocated, 0);
+    watchdog("dropping the pool and streams", || drop((pool, streams)));
+}
+
+/// "Nothing leaks" for the device's completion events, with the pools of its contexts made
+/// and dropped while others return bursts: four threads, each with a runtime of its own of
+/// the in-process library (one device, one bound between them), make eight contexts of
+/// device 0 one after another, each with a stream (strategies in turn) that awaits a burst of
+/// 300 synchronisations, and drop every other one at once; the contexts kept, all idle, keep
+/// at most the device's 1,024 idle events, `Event::new` still works, and once everything is
+/// dropped no event is left.
+#[test]
+fn contexts_made_and_dropped_while_others_return_bursts_keep_the_device_bound() {
+    const BOUND: u64 = 1024;
+    let (_guard, ctx) = devices();
+    let device = ctx.device();
+    let baseline = sim::device_stats(&device).unwrap().live_events;
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let runtime = npu::Runtime::builder()
+                    .backend(BackendChoice::Sim)
+                    .build()
+                    .unwrap();
+                let mut kept = Vec::new();
+                for round in 0..8 {
+                    let ctx = runtime.device(0).unwrap().create_context().unwrap();
+                    let s = stream(&ctx, STRATEGIES[(t + round) % STRATEGIES.len()]);
+                    let burst: Vec<_> = (0..300).map(|_| s.synchronize()).collect();
+                    run(futures::future::try_join_all(burst)).unwrap();
+                    if round % 2 == 0 {
+                        kept.push((s, ctx));
+                    }
+                }
+                kept
+            })
+        })
+        .collect();
+    let kept: Vec<_> = threads
+        .into_iter()
+        .flat_map(|t| watchdog("a thread of bursts", || t.join().unwrap()))
+        .collect();
+    sim::flush_releases();
+    let live = sim::device_stats(&device).unwrap().live_events;
+    assert!(
+        live <= baseline + BOUND,
+        "{} events live with nothing in flight (bound {BOUND})",
+        live - baseline
+    );
+    let event = Event::new(&ctx).unwrap();
+    let s = Stream::new(&ctx).unwrap();
+    event.record(&s).unwrap();
+    run(event.wait()).unwrap();
+    drop((event, s, kept));
+    until_released("every event", || {
+        sim::device_stats(&device).unwrap().live_events <= baseline
+    });
+}
+
+/// ACL's finalisation off the reaper and a runtime built while another of the same library is
+/// torn down: a runtime of its own (npu-sim's cdylib) whose last objects go inside a task of a
+/// multi-thread Tokio runtime (its memset awaited there, another memset's future dropped in
+/// flight so that its buffer goes on the reaper), while another thread builds a second runtime
+/// of the library and runs a round trip on it. Whichever of the two drops and builds comes
+/// first, the second runtime serves, nothing waits for ever, and once both are gone ACL is
+/// finalised. Every strategy, four rounds each.
+#[test]
+fn a_runtime_built_while_another_of_its_library_is_torn_down_serves() {
+    let (_guard, _ctx) = devices();
+    let own = OwnRuntime::new("attack29-torn-down");
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for strategy in STRATEGIES {
+        for round in 0..4 {
+            let what = format!("{strategy:?}, round {round}");
+            let first = own.build();
+            let ctx = first.device(0).unwrap().primary_context().clone();
+            let s = stream(&ctx, strategy);
+            drop(s.memset(DeviceBuffer::<u8>::new(&ctx, 4096).unwrap(), 1));
+            let buffer = DeviceBuffer::<u8>::new(&ctx, 4096).unwrap();
+            let torn_down = tokio.spawn(async move {
+                let buffer = s.memset(buffer, 2).await.unwrap();
+                assert_eq!(buffer.to_vec_blocking().unwrap(), [2; 4096]);
+                drop((buffer, s, ctx, first));
+            });
+            let second = std::thread::spawn(move || {
+                let runtime = dlopened_simulator();
+                let ctx = runtime.device(0).unwrap().primary_context().clone();
+                let s = stream(&ctx, strategy);
+                let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 512).unwrap(), 5));
+                buffer.unwrap().to_vec_blocking().unwrap()
+            });
+            let read = watchdog(&what, || second.join().unwrap());
+            assert_eq!(read, [5; 512], "{what}");
+            run(torn_down).unwrap();
+        }
+    }
+    drop(tokio);
+    own.when_finalised("both runtimes dropped", drop);
+}
+
+/// Bad input is a typed error, never a hang, for library paths the FIFO check must see
+/// through: a symlink to a FIFO, a symlink to a directory, a directory itself, an empty file,
+/// a dangling symlink and a loop of symlinks, as the library of a runtime; and a symlink to a
+/// FIFO as its `acl_config`. Each is refused by `RuntimeBuilder::build` with the path listed.
+#[test]
+fn library_paths_through_symlinks_fifos_and_empty_files_are_typed_errors() {
+    let (_guard, _ctx) = devices();
+    let dir = std::env::temp_dir().join(format!("npu-attack29-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("fifo");
+    let c_fifo = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path; mkfifo only creates the file.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0);
+    let link = |name: &str, to: &std::path::Path| {
+        let at = dir.join(name);
+        std::os::unix::fs::symlink(to, &at).unwrap();
+        at
+    };
+    let to_fifo = link("to-fifo.so", &fifo);
+    let to_dir = link("to-dir.so", &dir);
+    let dangling = link("dangling.so", &dir.join("nothing-here"));
+    let looping = link("loop-a.so", &dir.join("loop-b.so"));
+    link("loop-b.so", &looping);
+    let empty = dir.join("empty.so");
+    std::fs::File::create(&empty).unwrap();
+    for (path, reason) in [
+        (&to_fifo, "not a regular file"),
+        (&to_dir, "not a regular file"),
+        (&dir, "not a regular file"),
+        (&empty, ""),
+        (&dangling, "no such file"),
+        (&looping, "no such file"),
+    ] {
+        // SAFETY: none of these is a library: each is refused before anything calls into it.
+        let builder = unsafe { npu::Runtime::builder().library(path) };
+        let err = watchdog(&path.display().to_string(), || builder.build()).unwrap_err();
+        assert!(matches!(err, Error::Load(_)), "{}: {err}", path.display());
+        let text = err.to_string();
+        assert!(text.contains(&*path.to_string_lossy()), "{text}");
+        assert!(text.contains(reason), "{text}");
+    }
+    let own = OwnRuntime::new("attack29-config");
+    let err = watchdog("a FIFO behind a symlink as acl_config", || {
+        own.builder().acl_config(&to_fifo).build()
+    })
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("RuntimeBuilder::build: invalid argument `acl_config`"),
+        "{text}"
+    );
+    assert!(text.contains("not a regular file"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
