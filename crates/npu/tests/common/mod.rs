@@ -38,8 +38,8 @@ pub(crate) use gated_fill::{RETURNED, gated_fill};
 pub(crate) use kernels::{fill_args, in_process};
 pub(crate) use own_runtime::OwnRuntime;
 pub(crate) use pool_memory::{
-    device_pool, devices_of, fails_with_memory_error, fails_with_the_memory_error, inject,
-    pool_holding_the_device, settled, uce_ranges,
+    device_pool, devices_of, fails_with_memory_error, fails_with_the_memory_error, fill_the_device,
+    inject, pool_holding_the_device, settled, uce_ranges,
 };
 
 /// Every completion strategy: each attack involving a stream runs under all three.

@@ -43,10 +43,8 @@ pub(crate) fn device_pool(
     .unwrap()
 }
 
-/// A runtime-pool `DevicePool` whose cache holds idle 4 MiB blocks filling `ctx`'s device
-/// (allocated on `filler`, then dropped): nothing else fits until they are freed.
-pub(crate) fn pool_holding_the_device(ctx: &Context, filler: &Stream) -> DevicePool {
-    let pool = device_pool(ctx, DevicePoolBackend::RuntimePool, None);
+/// 4 MiB blocks of `pool`, allocated on `filler` until the device is out of memory.
+pub(crate) fn fill_the_device(pool: &DevicePool, filler: &Stream) -> Vec<PooledDeviceBuffer<u8>> {
     let mut blocks = Vec::new();
     let full = loop {
         match run(pool.alloc::<u8>(filler, 4 << 20)) {
@@ -55,6 +53,14 @@ pub(crate) fn pool_holding_the_device(ctx: &Context, filler: &Stream) -> DeviceP
         }
     };
     assert!(full.is_out_of_memory(), "{full}");
+    blocks
+}
+
+/// A runtime-pool `DevicePool` whose cache holds idle 4 MiB blocks filling `ctx`'s device
+/// (allocated on `filler`, then dropped): nothing else fits until they are freed.
+pub(crate) fn pool_holding_the_device(ctx: &Context, filler: &Stream) -> DevicePool {
+    let pool = device_pool(ctx, DevicePoolBackend::RuntimePool, None);
+    let blocks = fill_the_device(&pool, filler);
     assert!(blocks.len() >= 12, "{} blocks", blocks.len());
     drop(blocks);
     assert!(pool.stats().cache.cached >= 48 << 20);
