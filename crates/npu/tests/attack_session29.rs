@@ -11,14 +11,17 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Once};
 
 use common::*;
-use npu::memory::DevicePoolBackend;
+use npu::error::AclCode;
+use npu::memory::{DevicePoolBackend, PooledDeviceBuffer, Split};
 use npu::prelude::*;
 use npu::runtime::BackendChoice;
 use npu::{Error, Stream, sim};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
 
 /// The memory of each simulated device in this process.
 const DEVICE_MEMORY: u64 = 64 << 20;
@@ -377,4 +380,172 @@ fn library_paths_through_symlinks_fifos_and_empty_files_are_typed_errors() {
     );
     assert!(text.contains("not a regular file"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Where a pool's repair thread stops when armed: at the log of a repair, after the block's
+/// errors were repaired and before it is cached (`settle` logs first).
+#[derive(Default)]
+struct RepairGate {
+    armed: bool,
+    held: bool,
+}
+
+static REPAIR_GATE: Mutex<RepairGate> = Mutex::new(RepairGate {
+    armed: false,
+    held: false,
+});
+static REPAIR_GATE_CHANGED: Condvar = Condvar::new();
+
+/// A tracing layer that holds the repair thread at [`RepairGate`] while it is armed: the
+/// test's hold on a thread that makes only immediate runtime calls, which the device's hold
+/// cannot stop.
+struct HoldsRepairs;
+
+impl<S: tracing::Subscriber> Layer<S> for HoldsRepairs {
+    fn on_event(&self, event: &tracing::Event<'_>, _: LayerContext<'_, S>) {
+        if std::thread::current().name() != Some("npu-pool-repair") {
+            return;
+        }
+        let mut repaired = false;
+        event.record(
+            &mut |field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
+                if field.name() == "message" {
+                    repaired |= format!("{value:?}").contains("were repaired");
+                }
+            },
+        );
+        let mut gate = REPAIR_GATE.lock().unwrap_or_else(|e| e.into_inner());
+        if !repaired || !gate.armed {
+            return;
+        }
+        gate.held = true;
+        REPAIR_GATE_CHANGED.notify_all();
+        while gate.armed {
+            gate = REPAIR_GATE_CHANGED
+                .wait(gate)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        gate.held = false;
+    }
+}
+
+/// Arms the gate (installing the layer as the process's subscriber the first time).
+fn arm_the_repair_gate() {
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| {
+        let subscriber = tracing_subscriber::registry().with(HoldsRepairs);
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    });
+    REPAIR_GATE.lock().unwrap().armed = true;
+}
+
+/// Opens the gate: the held repair thread goes on.
+fn open_the_repair_gate() {
+    REPAIR_GATE.lock().unwrap().armed = false;
+    REPAIR_GATE_CHANGED.notify_all();
+}
+
+/// Memory errors against the repair thread: a bounded pool of two 4 KiB blocks, one with an
+/// uncorrectable error (507053) whose failed memset's block is split, a half shared through
+/// an `Arc`, and every part dropped, so that its last part sends it for repair; the repair
+/// thread held once it has repaired the block and before it caches it. Meanwhile the other
+/// block's memset fails with an HBM ECC error (507054) and the block is quarantined at once,
+/// a request is served in the room the quarantine freed, a second request waits for room,
+/// and another thread trims the pool. Then either the pool is kept (the waiter must be served
+/// with the repaired block, whose memset now works) or everything is dropped under the held
+/// repair (the waiter cancelled, the pool, its blocks and the stream), and once the repair
+/// goes on the pool's last holder is the repair thread: no error range and no allocation may
+/// be left. Both backends, every strategy.
+#[test]
+fn a_pool_kept_or_dropped_while_its_repair_thread_settles_a_block_loses_nothing() {
+    const BYTES: usize = 4096;
+    let (_guard, ctx) = devices();
+    let device = ctx.device();
+    for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
+        for strategy in STRATEGIES {
+            for dropped in [false, true] {
+                let what = format!("{backend:?}, {strategy:?}, pool dropped: {dropped}");
+                let s = stream(&ctx, strategy);
+                sim::flush_releases();
+                let baseline = sim::device_stats(&device).unwrap().live_allocations;
+                let pool = device_pool(&ctx, backend, Some(2 * BYTES));
+                let (repairable, ecc) = run(async {
+                    let a = pool.alloc::<u8>(&s, BYTES).await.unwrap();
+                    (a, pool.alloc::<u8>(&s, BYTES).await.unwrap())
+                });
+                let bad = repairable.as_raw();
+                inject(&repairable, 64, 64);
+                let repairable =
+                    fails_with_memory_error(&s, repairable, AclCode::DEVICE_MEM_ERROR, &what);
+                let (left, right) = repairable.into_halves(BYTES / 2).unwrap();
+                let shared: Arc<Split<PooledDeviceBuffer<u8>>> = Arc::new(left);
+                arm_the_repair_gate();
+                let elsewhere = {
+                    let shared = shared.clone();
+                    std::thread::spawn(move || drop(shared))
+                };
+                drop((shared, right));
+                watchdog(&what, || elsewhere.join().unwrap());
+                until(&what, || REPAIR_GATE.lock().unwrap().held);
+                sim::fail_task(&s, 1, AclCode::HBM_MULTI_BIT_ECC_ERROR).unwrap();
+                let ecc = fails_with_memory_error(&s, ecc, AclCode::HBM_MULTI_BIT_ECC_ERROR, &what);
+                drop(ecc);
+                let stats = pool.stats().cache;
+                assert_eq!(
+                    (stats.quarantined, stats.awaiting_blocks, stats.repaired),
+                    (1, 1, 0),
+                    "{what}: quarantined at once while the repair is held: {stats:?}"
+                );
+                let served = run(pool.alloc::<u8>(&s, BYTES)).unwrap();
+                assert_ne!(served.as_raw(), bad, "{what}");
+                let mut waiting = Box::pin(pool.alloc::<u8>(&s, BYTES));
+                assert!(
+                    polled_once(waiting.as_mut()).is_pending(),
+                    "{what}: no room"
+                );
+                let trimmer = {
+                    let pool = pool.clone();
+                    std::thread::spawn(move || {
+                        for _ in 0..50 {
+                            pool.trim().unwrap();
+                        }
+                    })
+                };
+                watchdog(&what, || trimmer.join().unwrap());
+                if dropped {
+                    drop(waiting);
+                    drop((served, pool, s));
+                    open_the_repair_gate();
+                    until_released(&what, || {
+                        let now = sim::device_stats(&device).unwrap().live_allocations;
+                        now <= baseline && uce_ranges(&ctx).is_empty()
+                    });
+                    continue;
+                }
+                open_the_repair_gate();
+                let again = run(waiting).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(
+                    again.as_raw(),
+                    bad,
+                    "{what}: the repaired block serves the waiter"
+                );
+                let again =
+                    run(s.memset(again, 9)).unwrap_or_else(|e| panic!("{what}: {}", e.error));
+                let bytes =
+                    run(s.download(again)).unwrap_or_else(|e| panic!("{what}: {}", e.error));
+                assert!(bytes.iter().all(|&b| b == 9), "{what}");
+                let stats = pool.stats().cache;
+                assert_eq!(
+                    (stats.repaired, stats.quarantined),
+                    (1, 1),
+                    "{what}: {stats:?}"
+                );
+                drop((served, pool, s));
+                until_released(&what, || {
+                    let now = sim::device_stats(&device).unwrap().live_allocations;
+                    now <= baseline && uce_ranges(&ctx).is_empty()
+                });
+            }
+        }
+    }
 }
