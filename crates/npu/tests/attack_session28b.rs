@@ -823,42 +823,6 @@ fn a_runtime_of_its_own_whose_device_is_lost_under_held_work_is_finalised_leavin
     });
 }
 
-/// What the ACL finalize callback of [`a_runtime_of_its_own_is_finalised_off_the_reaper`] saw
-/// and waits for: the threads it ran on, and whether the test lets it return.
-struct Finalising {
-    threads: Vec<String>,
-    go: bool,
-}
-
-static FINALISING: Mutex<Finalising> = Mutex::new(Finalising {
-    threads: Vec::new(),
-    go: true,
-});
-static FINALISING_CHANGED: std::sync::Condvar = std::sync::Condvar::new();
-
-/// An ACL finalize callback standing in for CANN's own finalisation, which waits up to 2 s for
-/// the device's logs: it notes its thread and waits (bounded) until the test lets it go.
-unsafe extern "C" fn finalising(_: *mut std::ffi::c_void) -> i32 {
-    let mut state = FINALISING.lock().unwrap();
-    state
-        .threads
-        .push(std::thread::current().name().unwrap_or("").to_owned());
-    FINALISING_CHANGED.notify_all();
-    let bound = FINALISING_CHANGED.wait_timeout_while(state, 2 * HANG, |state| !state.go);
-    drop(bound.unwrap());
-    0
-}
-
-/// Waits (bounded) until `done` holds of the finalize callback's state.
-fn until_finalising(what: &str, done: impl Fn(&Finalising) -> bool) {
-    let state = FINALISING.lock().unwrap();
-    let (state, waited) = FINALISING_CHANGED
-        .wait_timeout_while(state, HANG, |state| !done(state))
-        .unwrap();
-    assert!(!waited.timed_out(), "{what}: not within {HANG:?}");
-    drop(state);
-}
-
 // Promise (docs/cancellation.md, rule 5: the reaper "runs releases, which make only
 // non-blocking calls"; docs/ascend.md: `aclFinalize` may take up to 2 s): a runtime of its own
 // whose last object goes with a deferred release (a memset's buffer, its future dropped, every
@@ -871,20 +835,7 @@ fn a_runtime_of_its_own_is_finalised_off_the_reaper() {
     let own = OwnRuntime::new("attack28b-finalised");
     for strategy in STRATEGIES {
         let runtime = own.build();
-        let register = runtime.api().aclFinalizeCallbackRegister.unwrap();
-        // SAFETY: a C function of the callback type; it takes no user data.
-        let code = unsafe {
-            register(
-                npu::ffi::ACL_REG_TYPE_OTHER,
-                Some(finalising),
-                std::ptr::null_mut(),
-            )
-        };
-        assert_eq!(code, 0);
-        *FINALISING.lock().unwrap() = Finalising {
-            threads: Vec::new(),
-            go: false,
-        };
+        hold_finalisation(&runtime);
         let ctx = runtime.device(0).unwrap().primary_context().clone();
         let s = stream(&ctx, strategy);
         drop(memset(&s, 4096, 3));
@@ -901,12 +852,7 @@ fn a_runtime_of_its_own_is_finalised_off_the_reaper() {
             let _ = flushed.send(());
         });
         let flushed = done.recv_timeout(HANG);
-        let threads = {
-            let mut state = FINALISING.lock().unwrap();
-            state.go = true;
-            FINALISING_CHANGED.notify_all();
-            state.threads.clone()
-        };
+        let threads = let_finalisation_go();
         assert!(
             flushed.is_ok(),
             "{strategy:?}: the reaper waited for ACL's finalisation on {threads:?}"

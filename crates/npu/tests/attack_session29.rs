@@ -549,3 +549,67 @@ fn a_pool_kept_or_dropped_while_its_repair_thread_settles_a_block_loses_nothing(
         }
     }
 }
+
+/// Whether a thread of this process named `name` is asleep (`/proc`'s state `S`).
+fn a_thread_sleeps(name: &str) -> bool {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return false;
+    };
+    tasks.filter_map(Result::ok).any(|task| {
+        let named = std::fs::read_to_string(task.path().join("comm"))
+            .is_ok_and(|comm| comm.trim_end() == name);
+        // The state follows the parenthesised name in `stat`.
+        let state = std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            .and_then(|stat| Some(stat.get(stat.rfind(')')? + 2..)?.starts_with('S')));
+        named && state == Some(true)
+    })
+}
+
+/// "Whether a second runtime built while the first is tearing down works", with the teardown
+/// held: a runtime of its own whose last object goes with a deferred release (a memset's
+/// buffer, its future dropped), so that the context's reset and ACL's finalisation run on
+/// `npu-teardown`, held there inside ACL's finalisation (a finalize callback standing in for
+/// CANN's wait of up to 2 s). Meanwhile the in-process runtime serves, and another thread
+/// builds a runtime of the same library, which waits (it is let go once that thread sleeps);
+/// once the finalisation returns, that runtime is a fresh initialisation that serves a round
+/// trip, and once it is dropped ACL is finalised again. Every strategy.
+#[test]
+fn a_runtime_built_while_its_library_is_being_finalised_waits_and_then_serves() {
+    let (_guard, ctx) = devices();
+    let own = OwnRuntime::new("attack29-finalising");
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let runtime = own.build();
+        hold_finalisation(&runtime);
+        let theirs = runtime.device(0).unwrap().primary_context().clone();
+        let s = stream(&theirs, strategy);
+        drop(s.memset(DeviceBuffer::<u8>::new(&theirs, 4096).unwrap(), 3));
+        drop((s, theirs, runtime));
+        until_finalising(&what, |state| !state.threads.is_empty());
+        let ours = stream(&ctx, strategy).memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 4);
+        let ours = run(ours).unwrap_or_else(|e| panic!("{what}: {}", e.error));
+        assert_eq!(ours.to_vec_blocking().unwrap(), [4; 64], "{what}");
+        let second = std::thread::Builder::new()
+            .name("attack29-second".into())
+            .spawn(move || {
+                let runtime = dlopened_simulator();
+                let ctx = runtime.device(0).unwrap().primary_context().clone();
+                let s = stream(&ctx, strategy);
+                let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 512).unwrap(), 5));
+                buffer.unwrap().to_vec_blocking().unwrap()
+            })
+            .unwrap();
+        until(&what, || {
+            a_thread_sleeps("attack29-second") || second.is_finished()
+        });
+        let threads = let_finalisation_go();
+        assert!(
+            !threads.iter().any(|thread| thread == "npu-reaper"),
+            "{what}: finalised on {threads:?}"
+        );
+        let read = watchdog(&what, || second.join().unwrap());
+        assert_eq!(read, [5; 512], "{what}");
+        own.when_finalised(&what, drop);
+    }
+}

@@ -36,7 +36,9 @@ mod pool_memory;
 pub(crate) use gate::{set_gate, wait_gate};
 pub(crate) use gated_fill::{RETURNED, gated_fill};
 pub(crate) use kernels::{fill_args, in_process};
-pub(crate) use own_runtime::OwnRuntime;
+pub(crate) use own_runtime::{
+    OwnRuntime, hold_finalisation, let_finalisation_go, until_finalising,
+};
 pub(crate) use pool_memory::{
     device_pool, devices_of, fails_with_memory_error, fails_with_the_memory_error, fill_the_device,
     inject, pool_holding_the_device, settled, uce_ranges,

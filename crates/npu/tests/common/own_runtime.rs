@@ -4,9 +4,12 @@
 
 use std::cell::Cell;
 use std::path::PathBuf;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use npu::sim;
+
+use super::HANG;
 
 /// The library and (empty) ACL configuration files, a new one for each look. A runtime still
 /// initialised refuses a file other than the one it was initialised with (it names
@@ -80,4 +83,67 @@ impl Drop for Removed {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
+}
+
+/// What the ACL finalize callback [`hold_finalisation`] registers saw and waits for: the
+/// threads it ran on, and whether the test lets it return.
+pub(crate) struct Finalising {
+    pub(crate) threads: Vec<String>,
+    go: bool,
+}
+
+static FINALISING: Mutex<Finalising> = Mutex::new(Finalising {
+    threads: Vec::new(),
+    go: true,
+});
+static FINALISING_CHANGED: Condvar = Condvar::new();
+
+/// An ACL finalize callback standing in for CANN's own finalisation, which waits up to 2 s for
+/// the device's logs: it notes its thread and waits (bounded) until the test lets it go.
+unsafe extern "C" fn finalising(_: *mut std::ffi::c_void) -> i32 {
+    let mut state = FINALISING.lock().unwrap();
+    state
+        .threads
+        .push(std::thread::current().name().unwrap_or("").to_owned());
+    FINALISING_CHANGED.notify_all();
+    let bound = FINALISING_CHANGED.wait_timeout_while(state, 2 * HANG, |state| !state.go);
+    drop(bound.unwrap());
+    0
+}
+
+/// Registers the finalize callback with `runtime`'s library: its next finalisation of ACL
+/// notes its thread and waits until [`let_finalisation_go`].
+pub(crate) fn hold_finalisation(runtime: &npu::Runtime) {
+    let register = runtime.api().aclFinalizeCallbackRegister.unwrap();
+    // SAFETY: a C function of the callback type; it takes no user data.
+    let code = unsafe {
+        register(
+            npu::ffi::ACL_REG_TYPE_OTHER,
+            Some(finalising),
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(code, 0);
+    *FINALISING.lock().unwrap() = Finalising {
+        threads: Vec::new(),
+        go: false,
+    };
+}
+
+/// Lets a held finalisation return (and any later one pass); the threads it ran on so far.
+pub(crate) fn let_finalisation_go() -> Vec<String> {
+    let mut state = FINALISING.lock().unwrap();
+    state.go = true;
+    FINALISING_CHANGED.notify_all();
+    state.threads.clone()
+}
+
+/// Waits (bounded) until `done` holds of the finalize callback's state.
+pub(crate) fn until_finalising(what: &str, done: impl Fn(&Finalising) -> bool) {
+    let state = FINALISING.lock().unwrap();
+    let (state, waited) = FINALISING_CHANGED
+        .wait_timeout_while(state, HANG, |state| !done(state))
+        .unwrap();
+    assert!(!waited.timed_out(), "{what}: not within {HANG:?}");
+    drop(state);
 }
