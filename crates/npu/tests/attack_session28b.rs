@@ -838,8 +838,14 @@ fn a_runtime_of_its_own_is_finalised_off_the_reaper() {
         hold_finalisation(&runtime);
         let ctx = runtime.device(0).unwrap().primary_context().clone();
         let s = stream(&ctx, strategy);
+        // Held until every handle is gone, so that the memset's buffer is the deferred
+        // release the test is about: run before the drops, the last drop was the test
+        // thread's own, which waited in the finalize callback for itself (60 s under valgrind).
+        let controls = CdylibControls::of_the_loaded_library();
+        controls.hold(0);
         drop(memset(&s, 4096, 3));
         drop((s, ctx, runtime));
+        controls.release(0);
         until_finalising(&format!("{strategy:?}: finalising"), |state| {
             !state.threads.is_empty()
         });

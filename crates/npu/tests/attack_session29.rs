@@ -1,8 +1,9 @@
 //! Attacks of the twenty-ninth session, through the `npu` facade, on what the last session
 //! changed: the runtime-pool `DevicePool`'s out-of-memory drain (awaited on the reactor,
-//! published under one lock) and its one-trim-at-a-time rule, the device-wide bound on idle
-//! completion events, ACL's finalisation off the reaper, and the refusal of runtime libraries
-//! that are not regular files. Each test names the promise it attacks.
+//! published under one lock) and its one-trim-at-a-time rule, memory errors against a held
+//! repair thread, the device-wide bound on idle completion events, ACL's finalisation off the
+//! reaper, and the refusal of runtime libraries that are not regular files. Each test names
+//! the promise it attacks.
 //!
 //! The simulator of this process has four devices of 64 MiB (installed by the first test to
 //! take the lock), so that a pool can fill a device; device 3 is lost by the test that loses a
@@ -569,7 +570,8 @@ fn a_thread_sleeps(name: &str) -> bool {
 /// "Whether a second runtime built while the first is tearing down works", with the teardown
 /// held: a runtime of its own whose last object goes with a deferred release (a memset's
 /// buffer, its future dropped), so that the context's reset and ACL's finalisation run on
-/// `npu-teardown`, held there inside ACL's finalisation (a finalize callback standing in for
+/// `npu-teardown` (or, if the memset ran before the handles went, on the thread dropping
+/// them), held there inside ACL's finalisation (a finalize callback standing in for
 /// CANN's wait of up to 2 s). Meanwhile the in-process runtime serves, and another thread
 /// builds a runtime of the same library, which waits (it is let go once that thread sleeps);
 /// once the finalisation returns, that runtime is a fresh initialisation that serves a round
@@ -585,7 +587,9 @@ fn a_runtime_built_while_its_library_is_being_finalised_waits_and_then_serves() 
         let theirs = runtime.device(0).unwrap().primary_context().clone();
         let s = stream(&theirs, strategy);
         drop(s.memset(DeviceBuffer::<u8>::new(&theirs, 4096).unwrap(), 3));
-        drop((s, theirs, runtime));
+        // On a thread of its own: if the memset has run already, the last drop is this one,
+        // and the finalisation it makes here waits for the test.
+        let dropping = std::thread::spawn(move || drop((s, theirs, runtime)));
         until_finalising(&what, |state| !state.threads.is_empty());
         let ours = stream(&ctx, strategy).memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 4);
         let ours = run(ours).unwrap_or_else(|e| panic!("{what}: {}", e.error));
@@ -610,6 +614,7 @@ fn a_runtime_built_while_its_library_is_being_finalised_waits_and_then_serves() 
         );
         let read = watchdog(&what, || second.join().unwrap());
         assert_eq!(read, [5; 512], "{what}");
+        watchdog(&what, || dropping.join().unwrap());
         own.when_finalised(&what, drop);
     }
 }
