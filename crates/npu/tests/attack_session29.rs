@@ -91,51 +91,65 @@ fn a_request_out_of_memory_waits_for_the_memory_a_trim_gave_back() {
 }
 
 /// The same promise for the pool's own evictions: a pool bounded at 48 MiB, its cache full of
-/// 4 MiB blocks, asked for a 48 MiB block on the held device. Making room evicts every cached
-/// block (their frees queued behind the hold), then the allocation fails out of memory with
-/// nothing left in the cache: the request must wait for the frees of its own eviction, not
-/// fail. Every strategy.
+/// 4 MiB blocks, asked for a 48 MiB block (`alloc`, or `reserve` of one block) on the held
+/// device. Making room evicts every cached block (their frees queued behind the hold), then
+/// the allocation fails out of memory with nothing left in the cache: the request must wait
+/// for the frees of its own eviction, not fail. Every strategy.
 #[test]
 fn a_bounded_pool_that_evicts_its_cache_for_a_request_waits_for_that_memory() {
     const CAPACITY: usize = 48 << 20;
     let (_guard, ctx) = devices();
     let baseline = live_memory(&ctx);
     for strategy in STRATEGIES {
-        let what = format!("{strategy:?}");
-        let s = stream(&ctx, strategy);
-        let pool = device_pool(&ctx, DevicePoolBackend::RuntimePool, Some(CAPACITY));
-        let blocks: Vec<_> = (0..CAPACITY / (4 << 20))
-            .map(|_| run(pool.alloc::<u8>(&s, 4 << 20)).unwrap())
-            .collect();
-        drop(blocks);
-        assert_eq!(pool.stats().cache.cached, CAPACITY, "{what}");
-        let hold = sim::hold(&ctx.device()).unwrap();
-        let block = {
-            let mut request = std::pin::pin!(pool.alloc::<u8>(&s, CAPACITY));
-            waits_for_the_memory(request.as_mut(), &what);
-            assert_eq!(
-                pool.stats().cache.cached,
-                0,
-                "{what}: the cache was evicted"
-            );
-            hold.release().unwrap();
-            run(request).unwrap_or_else(|e| panic!("{what}: {e}"))
-        };
-        let stats = pool.stats().cache;
-        assert_eq!((stats.allocated, stats.cached), (CAPACITY, 0), "{what}");
-        drop((block, pool, s));
-        until_released(&format!("{what}: everything"), || {
-            within(live_memory(&ctx), baseline)
-        });
+        for reserving in [false, true] {
+            let what = format!("{strategy:?}, reserving: {reserving}");
+            let s = stream(&ctx, strategy);
+            let pool = device_pool(&ctx, DevicePoolBackend::RuntimePool, Some(CAPACITY));
+            let blocks: Vec<_> = (0..CAPACITY / (4 << 20))
+                .map(|_| run(pool.alloc::<u8>(&s, 4 << 20)).unwrap())
+                .collect();
+            drop(blocks);
+            assert_eq!(pool.stats().cache.cached, CAPACITY, "{what}");
+            let hold = sim::hold(&ctx.device()).unwrap();
+            let evicted = || {
+                let cached = pool.stats().cache.cached;
+                assert_eq!(cached, 0, "{what}: the cache was evicted");
+            };
+            let block = if reserving {
+                let mut request = std::pin::pin!(pool.reserve(&s, 1, CAPACITY));
+                waits_for_the_memory(request.as_mut(), &what);
+                evicted();
+                hold.release().unwrap();
+                let reserved = run(request).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(reserved, CAPACITY, "{what}");
+                None
+            } else {
+                let mut request = std::pin::pin!(pool.alloc::<u8>(&s, CAPACITY));
+                waits_for_the_memory(request.as_mut(), &what);
+                evicted();
+                hold.release().unwrap();
+                Some(run(request).unwrap_or_else(|e| panic!("{what}: {e}")))
+            };
+            let stats = pool.stats().cache;
+            let expected = match reserving {
+                true => (0, CAPACITY),
+                false => (CAPACITY, 0),
+            };
+            assert_eq!((stats.allocated, stats.cached), expected, "{what}");
+            drop((block, pool, s));
+            until_released(&format!("{what}: everything"), || {
+                within(live_memory(&ctx), baseline)
+            });
+        }
     }
 }
 
 /// The drain is the pool's: two pools sharing one filled device, each with its cache holding
 /// about half of it, each asked for 24 MiB on the held device (every strategy among their
 /// streams), a second request of the first pool waiting on that pool's drain and dropped
-/// there, and a thread trimming both pools once the device runs (racing the retries' trims). Each request frees its own pool's cache
-/// and waits for that pool's release stream; both are served once the device runs, and
-/// everything goes back.
+/// there, and a thread trimming both pools once the device runs (racing the retries' trims).
+/// Each request frees its own pool's cache and waits for that pool's release stream; both
+/// are served once the device runs, and everything goes back.
 #[test]
 fn requests_of_two_pools_on_one_device_each_wait_for_their_own_pools_drain() {
     let (_guard, ctx) = devices();
