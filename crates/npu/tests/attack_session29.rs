@@ -20,6 +20,7 @@ use npu::error::AclCode;
 use npu::memory::{DevicePoolBackend, PooledDeviceBuffer, Split};
 use npu::prelude::*;
 use npu::runtime::BackendChoice;
+use npu::stream::Strategy;
 use npu::{Error, Stream, sim};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
@@ -631,4 +632,51 @@ fn a_runtime_built_while_its_library_is_being_finalised_waits_and_then_serves() 
         watchdog(&what, || dropping.join().unwrap());
         own.when_finalised(&what, drop);
     }
+}
+
+/// The variable that makes a run of this binary's `child` test a case of its own.
+const CHILD_ENV: &str = "NPU_ATTACK29_CHILD";
+
+#[test]
+fn child() {
+    let Ok(case) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    match case.as_str() {
+        "exit" => exits_while_a_runtime_is_finalised(),
+        other => panic!("no child case {other}"),
+    }
+    println!("CHILD OK");
+}
+
+/// ACL's finalisation at process exit: a process whose runtime of its own is being finalised
+/// (held inside ACL's finalisation for good, on `npu-teardown` or the thread that dropped its
+/// last handle) while the in-process runtime has a memset in flight on a held device, exits
+/// (its test returns and the harness ends the process). The exit must neither hang (the
+/// finalisation holds the library's `aclInit` lock, and the device is held) nor crash.
+#[test]
+fn the_process_exits_while_a_runtime_of_its_own_is_being_finalised() {
+    let (_guard, _ctx) = devices();
+    in_child_test("child", CHILD_ENV, "exit");
+}
+
+/// The child's side of [`the_process_exits_while_a_runtime_of_its_own_is_being_finalised`].
+fn exits_while_a_runtime_is_finalised() {
+    let own = OwnRuntime::new("attack29-exit");
+    let runtime = own.build();
+    hold_finalisation(&runtime);
+    let theirs = runtime.device(0).unwrap().primary_context().clone();
+    let s = stream(&theirs, Strategy::CallbackThread);
+    drop(s.memset(DeviceBuffer::<u8>::new(&theirs, 4096).unwrap(), 3));
+    let dropping = std::thread::spawn(move || drop((s, theirs, runtime)));
+    until_finalising("the child's finalisation", |state| {
+        !state.threads.is_empty()
+    });
+    let ours = Device::open(0).unwrap();
+    let ctx = ours.primary_context().clone();
+    let hold = sim::hold(&ours).unwrap();
+    let s = stream(&ctx, Strategy::EventPoll);
+    let in_flight = s.memset(DeviceBuffer::<u8>::new(&ctx, 4096).unwrap(), 4);
+    // Left as they are when the process exits: the finalisation waiting, the device held.
+    std::mem::forget((dropping, hold, in_flight, s, ctx, ours));
 }
