@@ -91,6 +91,39 @@ fn a_request_out_of_memory_waits_for_the_memory_a_trim_gave_back() {
     }
 }
 
+/// The wait for trimmed memory under a paused Tokio clock: the synchronisation a request now
+/// submits itself for frees no drain covers is a device wait like any other, so the clock
+/// stands still while the held device keeps the request waiting (a timer of an hour does not
+/// fire), and the request is served once the device runs. Every strategy.
+#[test]
+fn a_request_waiting_for_trimmed_memory_keeps_a_paused_clock_still() {
+    let (_guard, ctx) = devices();
+    let baseline = live_memory(&ctx);
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let s = stream(&ctx, strategy);
+        let pool = pool_holding_the_device(&ctx, &s);
+        let hold = sim::hold(&ctx.device()).unwrap();
+        pool.trim().unwrap();
+        let block = paused_runtime().block_on(async {
+            let start = tokio::time::Instant::now();
+            let mut request = std::pin::pin!(pool.alloc::<u8>(&s, BIG));
+            waits_for_the_memory(request.as_mut(), &what);
+            hold.release().unwrap();
+            let hour = std::time::Duration::from_secs(3600);
+            let served = tokio::time::timeout(hour, request)
+                .await
+                .unwrap_or_else(|_| panic!("{what}: the hour passed"));
+            assert_eq!(start.elapsed(), std::time::Duration::ZERO, "{what}");
+            served.unwrap_or_else(|e| panic!("{what}: {e}"))
+        });
+        drop((block, pool, s));
+        until_released(&format!("{what}: everything"), || {
+            within(live_memory(&ctx), baseline)
+        });
+    }
+}
+
 /// The same promise for the pool's own evictions: a pool bounded at 48 MiB, its cache full of
 /// 4 MiB blocks, asked for a 48 MiB block (`alloc`, or `reserve` of one block) on the held
 /// device. Making room evicts every cached block (their frees queued behind the hold), then
