@@ -112,11 +112,12 @@ pub fn byte_size<T>(api: &'static str, argument: &'static str, len: usize) -> Re
         ));
     }
     if len == 0 {
-        return Err(Error::invalid(
-            api,
-            argument,
-            "must be at least 1: ACL rejects empty allocations",
-        ));
+        // A count "must be at least 1"; said of a slice, that reads as a number it is not.
+        let rule = match argument {
+            "data" => "is empty: ACL rejects empty allocations, so it needs at least 1 element",
+            _ => "must be at least 1: ACL rejects empty allocations",
+        };
+        return Err(Error::invalid(api, argument, rule));
     }
     // Rust slices, and so every host view of the memory, are limited to isize::MAX bytes.
     len.checked_mul(size_of::<T>())

@@ -688,7 +688,12 @@ async fn bad_input_names_the_api_the_argument_and_the_problem() -> npu::Result<(
         (
             stream.upload::<f32>(&[]).await.unwrap_err(),
             ("Stream::upload", "data"),
-            "ACL rejects empty allocations",
+            "`data`: is empty: ACL rejects empty allocations",
+        ),
+        (
+            PinnedBuffer::<f32>::from_slice(&ctx, &[]).unwrap_err(),
+            ("PinnedBuffer::from_slice", "data"),
+            "`data`: is empty",
         ),
         (
             DeviceBuffer::<f32>::new(&ctx, 0).unwrap_err(),
