@@ -74,6 +74,32 @@
 //! and `NPU_BACKEND=sim` fails with [`LoadError::SimulatorNotBuilt`]. The backend is chosen at
 //! run time by `NPU_BACKEND=sim|acl|auto`; see docs/ascend.md.
 //!
+//! # Reading the examples of re-exported items
+//!
+//! Most items here are re-exported from the crates that define them (npu-core, npu-mem,
+//! npu-stream, npu-sim), and their pages keep those crates' examples, which import from there
+//! (`use npu_stream::Stream;`, `Ok::<(), npu_core::Error>(())`) and drive the simulator through
+//! its raw controls. With `npu` as your dependency, those crates are not in scope; the same items
+//! are here:
+//!
+//! | an example's path | yours |
+//! | --- | --- |
+//! | `npu_core::{Device, Context, Runtime, Module, Function, Error, Result, ...}` | [`prelude`], or [`device`], [`runtime`], [`kernel`], [`error`] |
+//! | `npu_mem::...` | [`memory`] |
+//! | `npu_stream::...` | [`stream`]; `DevicePool` and its types in [`memory`], the kernel argument traits in [`kernel`] |
+//! | `npu_sim::{kernel, trace, SimConfig, TimingModel}` | [`sim`]`::{kernel, trace, SimConfig, TimingModel}` |
+//! | `npu_sim::control::fail_task(stream.as_raw(), 1, 507015)`, `hold(1)`, `set_timing(1, ..)` (raw handles and `i32` ids) | [`sim::fail_task`]`(&stream, 1, AclCode(507015))?`, [`sim::hold`]`(&device)?`, [`sim::set_timing`]`(&device, ..)?` |
+//!
+//! ```
+//! // What `use npu_core::Device; use npu_stream::{Stream, StreamPool};` reads as here:
+//! use npu::prelude::*;
+//! use npu::stream::StreamPool;
+//!
+//! let pool = StreamPool::new(Device::open(0)?.primary_context(), 2)?;
+//! assert_eq!(pool.len(), 2);
+//! # Ok::<(), npu::Error>(())
+//! ```
+//!
 //! # Further reading
 //!
 //! In the repository: docs/architecture.md (crates, layers, the reactor, ownership),
