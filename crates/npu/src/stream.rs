@@ -34,6 +34,36 @@
 //! # Ok::<(), npu::Error>(())
 //! ```
 //!
+//! # Many requests, several streams
+//!
+//! Work on one stream runs in order; work on two streams may overlap. A server that wants its
+//! concurrent requests to overlap on the device gives each one a stream of a [`StreamPool`]
+//! (handed out round-robin; clones share the streams) and its memory from a
+//! [`DevicePool`](crate::DevicePool):
+//!
+//! ```
+//! use npu::prelude::*;
+//! use npu::stream::StreamPool;
+//!
+//! # tokio_test::block_on(async {
+//! let ctx = Device::open(0)?.primary_context().clone();
+//! let (streams, memory) = (StreamPool::new(&ctx, 4)?, DevicePool::new(&ctx)?);
+//! let requests = (0..8u8).map(|i| {
+//!     let (stream, memory) = (streams.next(), memory.clone());
+//!     async move {
+//!         let block = memory.alloc::<u8>(&stream, 1024).await?;
+//!         let block = stream.memset(block, i).await?;
+//!         stream.download(block).await.map_err(npu::Error::from)
+//!     }
+//! });
+//! for (i, answer) in futures::future::join_all(requests).await.into_iter().enumerate() {
+//!     assert_eq!(answer?, [i as u8; 1024]);
+//! }
+//! # Ok::<(), npu::Error>(())
+//! # })?;
+//! # Ok::<(), npu::Error>(())
+//! ```
+//!
 //! # Signalling between streams
 //!
 //! Besides [`Event`]s, streams signal each other with a [`Notify`] (`record_notify` /
