@@ -393,6 +393,29 @@ pub fn now_ns(device: &Device) -> Result<u64> {
 /// ```
 /// npu::sim::flush_releases(); // nothing deferred: returns at once
 /// ```
+///
+/// A [`DevicePool`](crate::DevicePool) is the exception: once its last clone and last block
+/// are gone, it gives its memory back to the runtime on a thread of its own (destroying a
+/// runtime pool synchronises the device, which no release may wait for), and this does not
+/// wait for that thread, so [`device_stats`] counts the pool's memory until the thread has
+/// run. Check code that allocates from a pool by the pool's own counters instead: once its
+/// work is awaited, nothing `allocated` and no block `awaiting_blocks`.
+///
+/// ```
+/// use npu::prelude::*;
+///
+/// # tokio_test::block_on(async {
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let (stream, pool) = (NpuStream::new(&ctx)?, DevicePool::new(&ctx)?);
+/// let block = stream.memset(pool.alloc::<u8>(&stream, 4096).await?, 0).await?;
+/// drop(block);
+/// npu::sim::flush_releases();
+/// let at_rest = pool.stats().cache;
+/// assert_eq!((at_rest.allocated, at_rest.awaiting_blocks), (0, 0), "nothing leaked");
+/// # Ok::<(), npu::Error>(())
+/// # })?;
+/// # Ok::<(), npu::Error>(())
+/// ```
 pub fn flush_releases() {
     npu_core::reaper::flush();
 }

@@ -193,7 +193,9 @@ impl DevicePoolBuilder {
 ///
 /// The pool is `Clone + Send + Sync`; clones share the cache. The runtime pool is destroyed
 /// (on a thread of its own, as `aclrtMemPoolDestroy` synchronises the device) once the last
-/// clone and the last block are gone.
+/// clone and the last block are gone; `npu::sim::flush_releases` does not wait for that
+/// thread, so a leak check of code using a pool reads the pool's [`stats`](DevicePool::stats),
+/// not the simulated device's allocation count.
 ///
 /// ```
 /// use npu_core::Device;
