@@ -410,7 +410,22 @@ impl Event {
 
     /// The device time between two recorded and completed events (`aclrtEventElapsedTime`).
     /// Both must be events of one device: each device stamps its records with its own clock, so
-    /// events of two devices are refused (`InvalidArgument`, argument `end`).
+    /// events of two devices are refused (`InvalidArgument`, argument `end`). An event never
+    /// recorded with [`record`](Event::record) that the runtime refuses is an
+    /// `InvalidArgument` of `start` or `end` too, not the runtime's code, which reads as an
+    /// internal error (507000 on npu-sim); a record not yet completed is the runtime's
+    /// `ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID` (107006): await [`wait`](Event::wait) first.
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// use npu_stream::Event;
+    ///
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// let (start, end) = (Event::new(&ctx)?, Event::new(&ctx)?);
+    /// let err = Event::elapsed(&start, &end).unwrap_err();
+    /// assert!(err.to_string().starts_with("Event::elapsed: invalid argument `start`: was never recorded"), "{err}");
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     ///
     /// ```
     /// # use npu_core::Device;
@@ -477,13 +492,21 @@ impl Event {
         let mut ms = 0f32;
         let (a, b) = (start.inner.handle, end.inner.handle);
         // SAFETY: both events are alive and `ms` is a valid out-pointer.
-        unsafe { acl_call!(runtime, aclrtEventElapsedTime(&mut ms, a, b)) }?;
+        let measured = unsafe { acl_call!(runtime, aclrtEventElapsedTime(&mut ms, a, b)) };
+        if let Err(err) = measured {
+            for (event, argument) in [(start, "start"), (end, "end")] {
+                event.never_recorded("Event::elapsed", argument)?;
+            }
+            return Err(err);
+        }
         Duration::try_from_secs_f64(f64::from(ms) / 1e3).map_err(|_| {
             Error::invalid("Event::elapsed", "end", format!("is {ms} ms before start"))
         })
     }
 
-    /// The device time of the latest record, in microseconds (`aclrtEventGetTimestamp`).
+    /// The device time of the latest record, in microseconds (`aclrtEventGetTimestamp`). An
+    /// event never recorded with [`record`](Event::record) that the runtime refuses is an
+    /// `InvalidArgument` of `self`, as for [`elapsed`](Event::elapsed).
     ///
     /// ```
     /// # use npu_core::Device;
@@ -508,8 +531,30 @@ impl Event {
         let handle = self.inner.handle;
         let mut timestamp = 0u64;
         // SAFETY: the event is alive and `timestamp` is a valid out-pointer.
-        unsafe { acl_call_opt!(runtime, aclrtEventGetTimestamp(handle, &mut timestamp)) }?;
+        let read =
+            unsafe { acl_call_opt!(runtime, aclrtEventGetTimestamp(handle, &mut timestamp)) };
+        if let Err(err) = read {
+            self.never_recorded("Event::timestamp_us", "self")?;
+            return Err(err);
+        }
         Ok(timestamp)
+    }
+
+    /// Refuses, as the caller's mistake, an event npu-rs never recorded, once the runtime has
+    /// refused it: the runtime's code for that is an internal error's (507000 on npu-sim),
+    /// which a caller would take for a broken device. Asked only after the runtime failed, so
+    /// that an event recorded through its raw handle is still the runtime's to judge.
+    fn never_recorded(&self, api: &'static str, argument: &'static str) -> Result<()> {
+        let last = self.inner.last_record.lock();
+        if last.unwrap_or_else(|e| e.into_inner()).is_none() {
+            return Err(Error::invalid(
+                api,
+                argument,
+                "was never recorded: record it on a stream (Event::record) and await its \
+                 Event::wait first",
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -709,6 +709,16 @@ async fn bad_input_names_the_api_the_argument_and_the_problem() -> npu::Result<(
             "4..9 is outside the slice's 8 elements",
         ),
         (
+            Event::elapsed(&Event::new(&ctx)?, &Event::new(&ctx)?).unwrap_err(),
+            ("Event::elapsed", "start"),
+            "was never recorded",
+        ),
+        (
+            Event::new(&ctx)?.timestamp_us().unwrap_err(),
+            ("Event::timestamp_us", "self"),
+            "was never recorded",
+        ),
+        (
             StreamPool::new(&ctx, 0).unwrap_err(),
             ("StreamPool::new", "count"),
             "at least one",
