@@ -49,12 +49,18 @@ struct Scaler {
 
 impl Scaler {
     fn new(ctx: &Context, streams: usize) -> npu::Result<Scaler> {
+        Scaler::with_capacity(ctx, streams, 16 << 20)
+    }
+
+    /// A service whose pools each hold at most `capacity` bytes: requests beyond that wait
+    /// their turn for a block.
+    fn with_capacity(ctx: &Context, streams: usize, capacity: usize) -> npu::Result<Scaler> {
         // SAFETY: npu-sim's shipped kernel library, built for its kernel ABI.
         let module = unsafe { Module::from_file(ctx, npu::sim::kernel::LIBRARY_PATH) }?;
         Ok(Scaler {
             streams: StreamPool::new(ctx, streams)?,
-            memory: DevicePool::builder(ctx).capacity(16 << 20).build()?,
-            staging: PinnedPool::builder(ctx).capacity(16 << 20).build()?,
+            memory: DevicePool::builder(ctx).capacity(capacity).build()?,
+            staging: PinnedPool::builder(ctx).capacity(capacity).build()?,
             scale: module.function("scale_f32")?,
         })
     }
@@ -225,6 +231,41 @@ async fn concurrent_requests_over_a_stream_pool_each_get_their_own_answer() -> n
     scaler.staging.trim();
     drop(scaler);
     common::until_released("the pools' memory", || within(live_memory(&ctx), before));
+    Ok(())
+}
+
+/// Backpressure: 32 requests at once against pools with room for two blocks each, on a
+/// multi-threaded runtime. Requests wait their turn for memory (no error, no deadlock: a
+/// request holding a staging block is in a copy, which completes) and every one is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_beyond_the_pools_capacity_wait_their_turn() -> npu::Result<()> {
+    let _turn = turn().await;
+    let ctx = device(0);
+    const LEN: usize = 4096;
+    let scaler = Scaler::with_capacity(&ctx, 4, 2 * LEN * size_of::<f32>())?;
+    let mut requests = tokio::task::JoinSet::new();
+    for i in 0..32usize {
+        let scaler = scaler.clone();
+        requests.spawn(async move {
+            let body = input(LEN - i);
+            let request = scaler.handle(&body, 0.5);
+            let answer = tokio::time::timeout(HANG, request)
+                .await
+                .expect("a request hung")?;
+            assert_eq!(answer, scaled(&body, 0.5), "request {i}");
+            Ok::<_, npu::Error>(())
+        });
+    }
+    while let Some(request) = requests.join_next().await {
+        request.expect("a request panicked")?;
+    }
+    let (device, host) = (scaler.memory.stats().cache, scaler.staging.stats());
+    assert!(
+        device.peak_reserved <= 2 * LEN * size_of::<f32>(),
+        "{device:?}"
+    );
+    assert!(host.peak_reserved <= 2 * LEN * size_of::<f32>(), "{host:?}");
+    assert!(scaler.at_rest());
     Ok(())
 }
 
