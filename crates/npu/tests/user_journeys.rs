@@ -544,7 +544,11 @@ async fn each_operation_is_a_span_a_subscriber_sees() -> npu::Result<()> {
             "aclrtMemcpyAsync"
         ]
     );
-    let (copy_in, launch, copy_out) = (&seen[1].0, &seen[2].0, &seen[3].0);
+    let (alloc, copy_in, launch, copy_out) = (&seen[0].0, &seen[1].0, &seen[2].0, &seen[3].0);
+    assert_eq!(
+        alloc["bytes"], "4096",
+        "a pool allocation's bytes are its block's"
+    );
     assert_eq!(copy_in["direction"], "h2d");
     assert_eq!(copy_in["bytes"], "4000");
     assert_eq!(launch["kernel"], "scale_f32");
