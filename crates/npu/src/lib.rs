@@ -91,9 +91,8 @@
 //! | `npu_sim::control::fail_task(stream.as_raw(), 1, 507015)`, `hold(1)`, `set_timing(1, ..)` (raw handles and `i32` ids) | [`sim::fail_task`]`(&stream, 1, AclCode(507015))?`, [`sim::hold`]`(&device)?`, [`sim::set_timing`]`(&device, ..)?` |
 //!
 //! ```
-//! // What `use npu_core::Device; use npu_stream::{Stream, StreamPool};` reads as here:
+//! // What `use npu_core::Device; use npu_stream::StreamPool;` reads as here:
 //! use npu::prelude::*;
-//! use npu::stream::StreamPool;
 //!
 //! let pool = StreamPool::new(Device::open(0)?.primary_context(), 2)?;
 //! assert_eq!(pool.len(), 2);
@@ -172,8 +171,9 @@ pub struct ReadmeDoctests;
 
 /// What nearly every npu-rs program uses: `use npu::prelude::*;`.
 ///
-/// Types: [`Runtime`], [`Device`], [`Context`], [`NpuStream`](Stream), [`Event`],
-/// [`DeviceBuffer`], [`PinnedBuffer`], [`PinnedPool`], [`PooledBuffer`], [`DevicePool`],
+/// Types: [`Runtime`], [`Device`], [`Context`], [`NpuStream`](Stream),
+/// [`StreamPool`](stream::StreamPool), [`Event`], [`DeviceBuffer`], [`PinnedBuffer`],
+/// [`PinnedPool`], [`PooledBuffer`], [`DevicePool`],
 /// [`PooledDeviceBuffer`](memory::PooledDeviceBuffer), [`Module`], [`Function`],
 /// [`LaunchConfig`]; traits: [`Memory`], [`MemoryMut`], [`DeviceSlice`], [`HostSlice`] (for
 /// `len()`, `view()` and friends). The
@@ -209,5 +209,5 @@ pub mod prelude {
         DeviceBuffer, DeviceSlice, HostSlice, Memory, MemoryMut, PinnedBuffer, PinnedPool,
         PooledBuffer,
     };
-    pub use npu_stream::{DevicePool, Event, PooledDeviceBuffer, Stream as NpuStream};
+    pub use npu_stream::{DevicePool, Event, PooledDeviceBuffer, Stream as NpuStream, StreamPool};
 }

@@ -42,8 +42,7 @@
 //! [`DevicePool`](crate::DevicePool):
 //!
 //! ```
-//! use npu::prelude::*;
-//! use npu::stream::StreamPool;
+//! use npu::prelude::*; // StreamPool and DevicePool among it
 //!
 //! # tokio_test::block_on(async {
 //! let ctx = Device::open(0)?.primary_context().clone();

@@ -24,7 +24,7 @@ use field_text::{FieldText, Fields};
 use npu::error::{AclCode, FaultKind};
 use npu::prelude::*;
 use npu::sim::{self, SimConfig, TimingModel};
-use npu::stream::{Copy2d, StreamPool};
+use npu::stream::Copy2d;
 use npu::{Error, Stream};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::Layer;
