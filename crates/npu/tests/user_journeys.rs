@@ -705,7 +705,18 @@ async fn bad_input_names_the_api_the_argument_and_the_problem() -> npu::Result<(
                 .await
                 .unwrap_err(),
             ("DevicePool::alloc", "stream"),
-            "device 1",
+            "another context (device 1) than the pool's (device 0): allocate on a stream of \
+             the pool's context (DevicePool::context)",
+        ),
+        (
+            scaler
+                .memory
+                .alloc::<f32>(&Stream::new(&ctx.device().create_context()?)?, 4)
+                .await
+                .unwrap_err(),
+            ("DevicePool::alloc", "stream"),
+            "another context (device 0) than the pool's (device 0): allocate on a stream of \
+             the pool's context (DevicePool::context)",
         ),
         (
             scaler

@@ -591,6 +591,11 @@ impl DevicePool {
                     ours.runtime().backend()
                 )
             };
+            // What to do about it: a pool's blocks are memory of its context, ordered on its
+            // streams, so the only fix is a stream of that context.
+            let problem = format!(
+                "{problem}: allocate on a stream of the pool's context (DevicePool::context)"
+            );
             return Err(Error::invalid(api, "stream", problem));
         }
         self.cache.class_for(api, argument, bytes)
