@@ -2,7 +2,7 @@
 //! buffers while the device still uses them), create a completer, or run code on a completion;
 //! nor can it replace a stream's fault watch or claim its faults, implement the pool
 //! machinery's sealed `Source`, hand pageable memory to an
-//! async copy, reach one part of a split buffer from two operations, copy over a value word
+//! async copy or a borrowed buffer to a kernel launch, reach one part of a split buffer from two operations, copy over a value word
 //! that another stream may be signalling through, or register a boxed slice; and a discarded
 //! builder or setting of a value type is flagged (`#[must_use]`). The expected
 //! compiler errors are in `tests/ui*/*.stderr`; `TRYBUILD=overwrite` regenerates them after a

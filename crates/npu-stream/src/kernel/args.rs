@@ -208,7 +208,7 @@ impl<'a> ArgWriter<'a> {
 /// # use npu_mem::PinnedBuffer;
 /// # use npu_stream::Stream;
 /// # fn f(stream: &Stream, function: &Function, host: PinnedBuffer<f32>) {
-/// // error: `PinnedBuffer<f32>` is not a `KernelArg`
+/// // error: `PinnedBuffer<f32>` is not a kernel argument
 /// let _ = unsafe { stream.launch(function, 1, (host,)) };
 /// # }
 /// ```
@@ -217,7 +217,7 @@ impl<'a> ArgWriter<'a> {
 /// # use npu_core::Function;
 /// # use npu_stream::Stream;
 /// # fn f(stream: &Stream, function: &Function) {
-/// // error: `Vec<f32>` is not a `KernelArg`
+/// // error: `Vec<f32>` is not a kernel argument
 /// let _ = unsafe { stream.launch(function, 1, (vec![1.0f32],)) };
 /// # }
 /// ```
@@ -228,6 +228,16 @@ impl<'a> ArgWriter<'a> {
 /// until every [`Completion`] passed to `record_use` has completed (see [`npu_mem::Memory`]).
 /// Dropping the value does not block: the arguments of a launch dropped in flight are dropped
 /// on npu-rs's reaper thread, which every deferred release of the process shares.
+// A borrowed buffer is what a cudarc user passes first (cudarc's launches take `&slice`), and
+// the compiler's own error only lists the implementors: say why, and what to pass instead.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel argument",
+    label = "not a device buffer, a view or `Arc` of one, a scalar or a `ByValue`",
+    note = "a launch takes its arguments by value and hands them back once the kernel has \
+            finished, as a copy takes its buffers: move a buffer in (not `&buffer`), or pass \
+            an `Arc` of it to share it with other work; host memory cannot be an argument, \
+            since a kernel cannot address it"
+)]
 pub unsafe trait KernelArg: Send + 'static {
     /// Packs the argument.
     ///
