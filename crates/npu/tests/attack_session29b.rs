@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -387,6 +388,11 @@ fn a_queued_wait_whose_event_is_recorded_again_and_dropped_resolves_once() {
         let waited = b.wait_event_timeout(&timed, Duration::from_secs(60));
         drop(timed);
         let after = b.memset(DeviceBuffer::<u8>::new(&d0, 16).unwrap(), 5);
+        // A wait takes the record current when it is submitted, not a later one.
+        assert!(
+            !behind.is_complete(),
+            "{strategy:?}: behind the first record"
+        );
         assert!(
             !after.is_complete(),
             "{strategy:?}: behind a record behind the kernel"
@@ -533,5 +539,51 @@ fn waits_and_records_across_devices_are_refused_or_honoured() {
         run(s0.synchronize()).unwrap();
         run(s1.synchronize()).unwrap();
         run(e0.wait()).unwrap();
+    }
+}
+
+/// A shared (`Arc`) half of a buffer read on two streams while a kernel held running writes
+/// the other half: the read queued behind the kernel, its future dropped, keeps its clone (the
+/// half cannot be unwrapped) until the device has run it; the other stream's read of the same
+/// half completes meanwhile, exact; the halves join once every clone is gone. Every strategy.
+#[test]
+fn a_shared_half_read_behind_a_running_write_of_the_other_half_is_kept_until_read() {
+    let (_guard, d0, _d1) = devices();
+    let fill = gated_fill(&d0);
+    for strategy in STRATEGIES {
+        let (writer, reader) = (stream(&d0, strategy), stream(&d0, strategy));
+        let whole = DeviceBuffer::from_host_blocking(&d0, &pattern(128)).unwrap();
+        let (busy, shared) = whole.into_halves(64).unwrap();
+        let shared = Arc::new(shared);
+        set_gate(|gate| *gate = (false, false));
+        RETURNED.store(false, Ordering::Release);
+        // SAFETY: the kernel writes the 64 bytes of `busy`, which the launch keeps.
+        let running = unsafe { writer.launch(&fill, 1, (busy, 64u64)) };
+        wait_gate(|gate| gate.0);
+        let host = PinnedBuffer::<u8>::new(&d0, 64).unwrap();
+        drop(writer.copy_d2h(shared.clone(), host));
+        let host = PinnedBuffer::<u8>::new(&d0, 64).unwrap();
+        let (_, host) = run(reader.copy_d2h(shared.clone(), host)).unwrap();
+        assert_eq!(&host[..], &pattern(128)[64..], "{strategy:?}");
+        let shared = Arc::try_unwrap(shared).expect_err("the queued read keeps its clone");
+        assert!(
+            !running.is_complete(),
+            "{strategy:?}: the kernel is held at its gate"
+        );
+        set_gate(|gate| gate.1 = true);
+        let (busy, _) = run(running).unwrap();
+        let mut shared = Some(shared);
+        let mut free = None;
+        until_released("the dropped read's clone", || {
+            match Arc::try_unwrap(shared.take().unwrap()) {
+                Ok(part) => free = Some(part),
+                Err(again) => shared = Some(again),
+            }
+            free.is_some()
+        });
+        let whole = busy.join(free.unwrap()).unwrap().into_whole().unwrap();
+        let mut want = vec![0x5Bu8; 64];
+        want.extend(&pattern(128)[64..]);
+        assert_eq!(whole.to_vec_blocking().unwrap(), want, "{strategy:?}");
     }
 }
