@@ -454,13 +454,7 @@ impl Event {
     /// ```
     pub fn elapsed(start: &Event, end: &Event) -> Result<Duration> {
         for (event, argument) in [(start, "start"), (end, "end")] {
-            if event.inner.flags & ffi::ACL_EVENT_TIME_LINE == 0 {
-                return Err(Error::invalid(
-                    "Event::elapsed",
-                    argument,
-                    "was created without ACL_EVENT_TIME_LINE, so it records no timestamp",
-                ));
-            }
+            event.check_timestamped("Event::elapsed", argument)?;
         }
         let runtime = start.context().runtime();
         // Handles are meaningful only to the library that made them: another runtime's handle
@@ -505,8 +499,10 @@ impl Event {
     }
 
     /// The device time of the latest record, in microseconds (`aclrtEventGetTimestamp`). An
-    /// event never recorded with [`record`](Event::record) that the runtime refuses is an
-    /// `InvalidArgument` of `self`, as for [`elapsed`](Event::elapsed).
+    /// event created without `ACL_EVENT_TIME_LINE` records no timestamp and is refused
+    /// (`InvalidArgument`, argument `self`), as [`elapsed`](Event::elapsed) refuses it.
+    /// An event never recorded with [`record`](Event::record) that the runtime refuses is an
+    /// `InvalidArgument` of `self` too, as for [`elapsed`](Event::elapsed).
     ///
     /// ```
     /// # use npu_core::Device;
@@ -525,6 +521,9 @@ impl Event {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn timestamp_us(&self) -> Result<u64> {
+        // As for `elapsed`: without the flag no stamp is written, and what a runtime answers
+        // for the unwritten one (an error, or some number) is not the event's time.
+        self.check_timestamped("Event::timestamp_us", "self")?;
         let runtime = self.context().runtime();
         // Bound for the reason `elapsed` gives.
         self.context().bind()?;
@@ -552,6 +551,19 @@ impl Event {
                 argument,
                 "was never recorded: record it on a stream (Event::record) and await its \
                  Event::wait first",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses an event created without `ACL_EVENT_TIME_LINE`, which records no timestamp, as
+    /// `api`'s `argument`.
+    fn check_timestamped(&self, api: &'static str, argument: &'static str) -> Result<()> {
+        if self.inner.flags & ffi::ACL_EVENT_TIME_LINE == 0 {
+            return Err(Error::invalid(
+                api,
+                argument,
+                "was created without ACL_EVENT_TIME_LINE, so it records no timestamp",
             ));
         }
         Ok(())

@@ -587,3 +587,31 @@ fn a_shared_half_read_behind_a_running_write_of_the_other_half_is_kept_until_rea
         assert_eq!(whole.to_vec_blocking().unwrap(), want, "{strategy:?}");
     }
 }
+
+/// `Event::timestamp_us` of an event created without `ACL_EVENT_TIME_LINE`, which records no
+/// timestamp: refused before the runtime is asked, with an error naming the API and the event,
+/// as `Event::elapsed` refuses one, whether the event was recorded or not (a runtime may
+/// answer for the unwritten stamp with any number).
+#[test]
+fn a_timestamp_of_an_event_recording_none_is_refused_naming_the_api() {
+    let (_guard, d0, _d1) = devices();
+    for strategy in STRATEGIES {
+        let s = stream(&d0, strategy);
+        let bare = Event::builder(&d0)
+            .flags(npu::ffi::ACL_EVENT_SYNC)
+            .build()
+            .unwrap();
+        let err = bare.timestamp_us().unwrap_err();
+        assert_eq!(invalid(&err), ("Event::timestamp_us", "self"), "{err}");
+        bare.record(&s).unwrap();
+        run(bare.wait()).unwrap();
+        let err = bare.timestamp_us().unwrap_err();
+        assert_eq!(invalid(&err), ("Event::timestamp_us", "self"), "{err}");
+        assert!(err.to_string().contains("ACL_EVENT_TIME_LINE"), "{err}");
+        // An event with timestamps still reads its stamp.
+        let timed = Event::new(&d0).unwrap();
+        timed.record(&s).unwrap();
+        run(timed.wait()).unwrap();
+        timed.timestamp_us().unwrap();
+    }
+}
