@@ -615,3 +615,98 @@ fn a_timestamp_of_an_event_recording_none_is_refused_naming_the_api() {
         timed.timestamp_us().unwrap();
     }
 }
+
+/// Pitched-copy shapes whose extent or pitch in bytes overflows `usize`, whose pitch is below
+/// the width, or whose height is above ACL's limit, in every direction with `u32` elements:
+/// each a typed error naming the API and the argument at fault (`src` or `dst` for an extent
+/// past a buffer, `shape` for a rule of the shape alone), the buffers handed back, and the
+/// stream still copies afterwards. Every strategy.
+#[test]
+fn overflowing_and_malformed_pitched_shapes_are_refused_naming_the_argument() {
+    let (_guard, d0, _d1) = devices();
+    let huge = usize::MAX / 2;
+    let one = Copy2d {
+        width: 1,
+        height: 3,
+        src_pitch: 1,
+        dst_pitch: 1,
+    };
+    let cases = [
+        (
+            Copy2d {
+                src_pitch: huge,
+                ..one
+            },
+            "src",
+        ),
+        (
+            Copy2d {
+                dst_pitch: huge,
+                ..one
+            },
+            "dst",
+        ),
+        (
+            Copy2d {
+                height: 1,
+                src_pitch: huge,
+                ..one
+            },
+            "shape",
+        ),
+        (
+            Copy2d {
+                height: 1,
+                dst_pitch: huge,
+                ..one
+            },
+            "shape",
+        ),
+        (Copy2d { width: 2, ..one }, "shape"),
+        (
+            Copy2d {
+                height: npu::stream::MAX_2D_HEIGHT + 1,
+                ..one
+            },
+            "shape",
+        ),
+    ];
+    for strategy in STRATEGIES {
+        let s = stream(&d0, strategy);
+        run(async {
+            let mut host = PinnedBuffer::from_slice(&d0, &[7u32; 8]).unwrap();
+            let mut dev = DeviceBuffer::<u32>::new(&d0, 8).unwrap();
+            let mut other = DeviceBuffer::<u32>::new(&d0, 8).unwrap();
+            for (shape, argument) in cases {
+                let what = format!("{strategy:?} {shape:?}");
+                let err = s.copy_2d_h2d(host, dev, shape).await.unwrap_err();
+                assert_eq!(
+                    invalid(&err.error),
+                    ("Stream::copy_2d_h2d", argument),
+                    "{what}"
+                );
+                (host, dev) = err.value.unwrap();
+                let err = s.copy_2d_d2h(dev, host, shape).await.unwrap_err();
+                assert_eq!(
+                    invalid(&err.error),
+                    ("Stream::copy_2d_d2h", argument),
+                    "{what}"
+                );
+                (dev, host) = err.value.unwrap();
+                let err = s.copy_2d_d2d(dev, other, shape).await.unwrap_err();
+                assert_eq!(
+                    invalid(&err.error),
+                    ("Stream::copy_2d_d2d", argument),
+                    "{what}"
+                );
+                (dev, other) = err.value.unwrap();
+            }
+            let (_, dev) = s.copy_2d_h2d(host, dev, one).await.unwrap();
+            assert_eq!(
+                &dev.to_vec_blocking().unwrap()[..3],
+                &[7; 3],
+                "{strategy:?}"
+            );
+        });
+    }
+}
