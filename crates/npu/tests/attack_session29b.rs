@@ -710,3 +710,35 @@ fn overflowing_and_malformed_pitched_shapes_are_refused_naming_the_argument() {
         });
     }
 }
+
+/// A stream of a context created on device 0 waiting on an event of device 0's primary
+/// context, recorded behind a kernel held running: the work behind the wait waits for the
+/// kernel, and resolves once it has run, whichever context's stream is dropped first. Every
+/// strategy.
+#[test]
+fn a_wait_on_another_contexts_event_of_the_same_device_orders_the_work_behind_it() {
+    let (_guard, d0, _d1) = devices();
+    let fill = gated_fill(&d0);
+    let created = Device::open(0).unwrap().create_context().unwrap();
+    for strategy in STRATEGIES {
+        let (a, b) = (stream(&d0, strategy), stream(&created, strategy));
+        let x = DeviceBuffer::<u8>::new(&d0, 32).unwrap();
+        set_gate(|gate| *gate = (false, false));
+        RETURNED.store(false, Ordering::Release);
+        // SAFETY: the kernel writes the 32 bytes of `x`, which the launch keeps.
+        let running = unsafe { a.launch(&fill, 1, (x, 32u64)) };
+        wait_gate(|gate| gate.0);
+        let event = Event::new(&d0).unwrap();
+        event.record(&a).unwrap();
+        b.wait_event(&event).unwrap();
+        drop(event);
+        let behind = b.memset(DeviceBuffer::<u8>::new(&created, 16).unwrap(), 6);
+        drop(b);
+        assert!(!behind.is_complete(), "{strategy:?}: behind the kernel");
+        set_gate(|gate| gate.1 = true);
+        drop(a);
+        let (x, _) = run(running).unwrap();
+        assert_eq!(x.to_vec_blocking().unwrap(), [0x5B; 32]);
+        assert_eq!(run(behind).unwrap().to_vec_blocking().unwrap(), [6; 16]);
+    }
+}
