@@ -742,3 +742,42 @@ fn a_wait_on_another_contexts_event_of_the_same_device_orders_the_work_behind_it
         assert_eq!(run(behind).unwrap().to_vec_blocking().unwrap(), [6; 16]);
     }
 }
+
+/// A pitched copy from the end half of a device 1 buffer (its last row ending at the
+/// allocation's end) into device 0 memory on a held device 0 stream, its peer access dropped
+/// by the user while the copy is queued: the copy keeps the access until it ran, and is exact;
+/// without the access the same copy is the runtime's typed refusal with both buffers handed
+/// back. Every strategy.
+#[test]
+fn a_queued_pitched_peer_copy_keeps_its_access_after_the_users_guard_is_dropped() {
+    let (_guard, d0, d1) = devices();
+    let (dev0, dev1) = (d0.device(), d1.device());
+    let data = pattern(64);
+    for strategy in STRATEGIES {
+        let s = stream(&d0, strategy);
+        let whole = DeviceBuffer::from_host_blocking(&d1, &data).unwrap();
+        let (_head, tail) = whole.into_halves(64 - SPAN).unwrap();
+        let dst = DeviceBuffer::<u8>::new(&d0, ROWS * WIDTH).unwrap();
+        let err = run(s.copy_2d_d2d(tail, dst, shape())).unwrap_err();
+        assert!(
+            err.error.acl_code().is_some(),
+            "{strategy:?}: {}",
+            err.error
+        );
+        let (tail, dst) = err.value.unwrap();
+        let access = dev0.enable_peer_access(&dev1).unwrap();
+        let held = sim::hold(&dev0).unwrap();
+        let copy = s.copy_2d_d2d(tail, dst, shape());
+        drop(access);
+        assert!(
+            dev0.peer_access_to(&dev1).is_some(),
+            "{strategy:?}: the queued copy keeps the access"
+        );
+        held.release().unwrap();
+        let (_tail, dst) = run(copy).unwrap();
+        assert_eq!(dst.to_vec_blocking().unwrap(), rows_of(&data[64 - SPAN..]));
+        until_released("the copy's peer access", || {
+            dev0.peer_access_to(&dev1).is_none()
+        });
+    }
+}
