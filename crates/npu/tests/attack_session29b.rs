@@ -792,6 +792,8 @@ fn a_queued_pitched_peer_copy_keeps_its_access_after_the_users_guard_is_dropped(
 fn forgetting_a_registration_only_leaks_it_and_into_inner_never_waits_after_its_copies() {
     let (_guard, d0, _d1) = devices();
     let device = Device::open(0).unwrap();
+    let registrations = || sim::host_stats().unwrap().registrations;
+    let baseline = registrations();
     for strategy in STRATEGIES {
         let s = stream(&d0, strategy);
         let pages = PageAlignedBuffer::from_slice(&[1u8; 4096]).unwrap();
@@ -835,5 +837,43 @@ fn forgetting_a_registration_only_leaks_it_and_into_inner_never_waits_after_its_
             ("HostRegistration::new", "buffer")
         );
         assert_eq!(rejected.buffer, vec![5u8; 100]);
+    }
+    // Every registration but the forgotten ones is gone.
+    let forgotten = STRATEGIES.len() as u64;
+    until_released("the registrations that were dropped", || {
+        registrations() <= baseline + forgotten
+    });
+}
+
+/// An event dropped by the user while its record is queued on a held device and another
+/// stream's wait on it is queued too, 64 rounds: the wait's work resolves once the device
+/// runs, and the event is destroyed afterwards. The device's live events grow by no more than
+/// the streams' pool of idle completion events may (a round has at most four operations in
+/// flight), never by one event a round. Every strategy.
+#[test]
+fn an_event_dropped_with_its_record_and_a_wait_queued_is_destroyed_after_them() {
+    const ROUNDS: u64 = 64;
+    let (_guard, d0, _d1) = devices();
+    let device = Device::open(0).unwrap();
+    let events = || sim::device_stats(&device).unwrap().live_events;
+    for strategy in STRATEGIES {
+        let (a, b) = (stream(&d0, strategy), stream(&d0, strategy));
+        let mut baseline = None;
+        for _round in 0..ROUNDS {
+            let held = sim::hold(&device).unwrap();
+            let event = Event::new(&d0).unwrap();
+            event.record(&a).unwrap();
+            b.wait_event(&event).unwrap();
+            let behind = b.memset(DeviceBuffer::<u8>::new(&d0, 16).unwrap(), 8);
+            drop(event);
+            assert!(!behind.is_complete(), "{strategy:?}: the device is held");
+            held.release().unwrap();
+            assert_eq!(run(behind).unwrap().to_vec_blocking().unwrap(), [8; 16]);
+            run(a.synchronize()).unwrap();
+            run(b.synchronize()).unwrap();
+            baseline.get_or_insert_with(events);
+        }
+        let bound = baseline.unwrap() + 8;
+        until_released("the dropped events", || events() <= bound);
     }
 }
