@@ -13,6 +13,13 @@ use crate::stream::{Stream, StreamBuilder};
 /// Clones share the streams and the turn. Round-robin rather than least-loaded: every stream
 /// gets the same share of work, and picking never queries the device.
 ///
+/// Cancelling one request is dropping its futures: its work still runs on the device, and
+/// nothing else is touched (docs/cancellation.md). Stopping work already queued is per stream:
+/// [`Stream::abort`] and [`Stream::stop`] discard every operation queued on that stream, those
+/// of the other requests the pool gave the same stream included. A server that must cut one
+/// request's device work short, not only stop awaiting it, gives that request a stream of its
+/// own ([`Stream::new`]) instead of one from the pool.
+///
 /// ```
 /// use npu_core::Device;
 /// use npu_stream::StreamPool;
