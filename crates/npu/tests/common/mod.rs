@@ -26,6 +26,7 @@ mod until;
 pub(crate) use until::{until, until_the_runtime_aborts};
 
 // The gate npu-stream's kernel tests hold their running kernel at; the gated fill waits at it.
+mod drained;
 #[path = "../../../npu-stream/tests/common/gate.rs"]
 mod gate;
 mod gated_fill;
@@ -33,6 +34,10 @@ mod kernels;
 mod own_runtime;
 mod pool_memory;
 
+pub(crate) use drained::{
+    drained_without_an_event, in_a_fresh_context, last_task_id,
+    synchronize_reports_the_drained_fault,
+};
 pub(crate) use gate::{set_gate, wait_gate};
 pub(crate) use gated_fill::{RETURNED, gated_fill};
 pub(crate) use kernels::{fill_args, in_process};

@@ -1,0 +1,214 @@
+//! Attacks on the drain fence: the completion event the next submission to a stream with
+//! drained work records before its own work (docs/cancellation.md, "Failures before
+//! submission complete at once; after submission, drain first"). Every operation resolves
+//! once with its own outcome, the drained fault is reported by the next `synchronize` once
+//! (or discarded with the queue by an abort), nothing leaks and nothing hangs. Every strategy;
+//! every wait is bounded (`run`, `until_released`).
+
+mod common;
+
+use npu::error::AclCode;
+use npu::prelude::*;
+use npu::sim;
+use npu::stream::FailureMode;
+
+use common::{
+    STRATEGIES, drained_without_an_event, exclusive, in_a_fresh_context, last_task_id,
+    live_objects, run, stream, synchronize_reports_the_drained_fault, take_every_event,
+    until_released, within,
+};
+
+/// Drains a memset whose task fails on `s` (every event of `ctx`'s device taken): it fails
+/// with the refusal of its event once the device has run it. The events, still taken, and the
+/// failed task's id.
+fn drain_a_failing_memset(ctx: &Context, s: &npu::Stream) -> (Vec<Event>, u32) {
+    let events = take_every_event(ctx);
+    sim::fail_task(s, 1, AclCode(507015)).unwrap();
+    let failing = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 8);
+    let task = last_task_id(ctx);
+    drained_without_an_event(run(failing).unwrap_err());
+    (events, task)
+}
+
+/// Whether `buffer` holds `value` in every byte.
+fn filled(buffer: &DeviceBuffer<u8>, value: u8) -> bool {
+    buffer
+        .to_vec_blocking()
+        .unwrap()
+        .iter()
+        .all(|&b| b == value)
+}
+
+/// Eight threads submit to one stream with drained work at once: one of them fences it off,
+/// and every memset succeeds with its own bytes; none takes the drained fault, which the next
+/// `synchronize` reports once.
+#[test]
+fn threads_submitting_after_drained_work_each_see_their_own_outcome() {
+    let (_devices, _, d1) = exclusive(None);
+    let device = d1.device();
+    for strategy in STRATEGIES {
+        in_a_fresh_context(&device, |ctx| {
+            let s = stream(ctx, strategy);
+            let (events, task) = drain_a_failing_memset(ctx, &s);
+            drop(events);
+            std::thread::scope(|scope| {
+                for value in 1..=8u8 {
+                    let s = &s;
+                    scope.spawn(move || {
+                        let buffer = DeviceBuffer::<u8>::new(ctx, 64).unwrap();
+                        let done = run(s.memset(buffer, value))
+                            .unwrap_or_else(|err| panic!("{strategy:?} {value}: {err}"));
+                        assert!(filled(&done, value), "{strategy:?} {value}");
+                    });
+                }
+            });
+            synchronize_reports_the_drained_fault(&s, task);
+        });
+    }
+}
+
+/// Events come back one at a time: the fence takes the only one, its operation is drained
+/// (its work runs), and the next submission fences that drain off in turn. Each operation
+/// resolves with its own bytes or the refusal of its event, never the drained fault, which
+/// the next `synchronize` reports once.
+#[test]
+fn events_coming_back_one_at_a_time_never_hand_the_drained_fault_to_an_operation() {
+    let (_devices, _, d1) = exclusive(None);
+    let device = d1.device();
+    for strategy in STRATEGIES {
+        in_a_fresh_context(&device, |ctx| {
+            let s = stream(ctx, strategy);
+            let (mut events, task) = drain_a_failing_memset(ctx, &s);
+            for value in 1..=4u8 {
+                drop(events.pop());
+                let buffer = DeviceBuffer::<u8>::new(ctx, 64).unwrap();
+                let buffer = run(s.memset(buffer, value)).unwrap_or_else(|failed| {
+                    assert_eq!(
+                        failed.error.acl_code(),
+                        Some(AclCode(207007)),
+                        "{strategy:?} {value}: {failed}"
+                    );
+                    failed.value.expect("the buffer comes back")
+                });
+                assert!(filled(&buffer, value), "{strategy:?} {value}");
+            }
+            drop(events);
+            let last = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 9));
+            let last = last.unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
+            assert!(filled(&last, 9), "{strategy:?}");
+            synchronize_reports_the_drained_fault(&s, task);
+        });
+    }
+}
+
+/// The operation after drained work, queued behind its fence on a held device, is never handed
+/// the drained fault: `Ok` with its bytes if it ran, or failed without a fault of an earlier
+/// task, its buffer back.
+fn resolved_with_its_own_outcome(
+    strategy: npu::stream::Strategy,
+    result: Result<DeviceBuffer<u8>, npu::stream::OpError<DeviceBuffer<u8>>>,
+    task: u32,
+) {
+    match result {
+        Ok(buffer) => assert!(filled(&buffer, 1), "{strategy:?}"),
+        Err(failed) => {
+            let task_of = failed.error.fault().map(|fault| fault.task_id);
+            assert_ne!(task_of, Some(task), "{strategy:?}: {failed}");
+            assert!(failed.value.is_some(), "{strategy:?}: {failed}");
+        }
+    }
+}
+
+/// The stream's `synchronize` reports the drained fault at most once (an abort clears the
+/// failure record with the runtime's queue), then nothing.
+fn synchronize_reports_it_at_most_once(s: &npu::Stream, task: u32) {
+    if let Err(failed) = run(s.synchronize()) {
+        let fault = failed.error.fault();
+        assert_eq!(fault.map(|fault| fault.task_id), Some(task), "{failed}");
+    }
+    run(s.synchronize()).unwrap();
+}
+
+/// A fence queued on a held device, with its operation, when the stream is aborted (the abort
+/// racing the device's release) or stopped: every operation resolves once, none with the
+/// drained fault; after the abort the stream runs new work and reports the drained fault at
+/// most once.
+#[test]
+fn an_abort_or_a_stop_racing_the_fence_resolves_everything_once() {
+    let (_devices, _, d1) = exclusive(None);
+    let device = d1.device();
+    for strategy in STRATEGIES {
+        for stop in [false, true] {
+            in_a_fresh_context(&device, |ctx| {
+                let s = stream(ctx, strategy);
+                let (events, task) = drain_a_failing_memset(ctx, &s);
+                let held = sim::hold(&device).unwrap();
+                drop(events);
+                let fenced = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1);
+                if stop {
+                    s.stop().unwrap();
+                }
+                let abort = s.abort();
+                drop(held);
+                run(abort).unwrap();
+                resolved_with_its_own_outcome(strategy, run(fenced), task);
+                let next = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 2));
+                let next = next.unwrap_or_else(|err| panic!("{strategy:?} {stop}: {err}"));
+                assert!(filled(&next, 2), "{strategy:?} {stop}");
+                synchronize_reports_it_at_most_once(&s, task);
+            });
+        }
+    }
+}
+
+/// The stream and the operation after drained work dropped while its fence and work are
+/// queued on a held device: once the device runs, every object the case made is released.
+#[test]
+fn a_stream_dropped_right_after_its_fence_is_released() {
+    let (_devices, _, d1) = exclusive(None);
+    let device = d1.device();
+    for strategy in STRATEGIES {
+        in_a_fresh_context(&device, |ctx| {
+            let baseline = live_objects(ctx);
+            let s = stream(ctx, strategy);
+            let (events, _) = drain_a_failing_memset(ctx, &s);
+            let held = sim::hold(&device).unwrap();
+            drop(events);
+            let fenced = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1);
+            drop((fenced, s));
+            drop(held);
+            until_released("the stream, its buffers and events", || {
+                within(live_objects(ctx), baseline)
+            });
+        });
+    }
+}
+
+/// Under `FailureMode::Stop` the drained task's fault stops the context, so the fence is
+/// refused: the next operation fails with the stopping fault, naming the drained task (its
+/// buffer back), without hanging, so does `synchronize`, and everything is released once the stream is dropped.
+#[test]
+fn a_fault_in_the_fence_window_under_stop_fails_the_next_operation_and_releases_everything() {
+    let (_devices, _, d1) = exclusive(None);
+    let device = d1.device();
+    for strategy in STRATEGIES {
+        in_a_fresh_context(&device, |ctx| {
+            let baseline = live_objects(ctx);
+            let s = stream(ctx, strategy);
+            s.set_failure_mode(FailureMode::Stop).unwrap();
+            let (events, task) = drain_a_failing_memset(ctx, &s);
+            drop(events);
+            let failed = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1)).unwrap_err();
+            assert!(failed.value.is_some(), "{strategy:?}: {failed}");
+            for err in [&failed.error, &run(s.synchronize()).unwrap_err().error] {
+                assert_eq!(err.acl_code(), Some(AclCode(507015)), "{strategy:?}: {err}");
+                let fault = err.fault().map(|fault| fault.task_id);
+                assert_eq!(fault, Some(task), "{strategy:?}: {err}");
+            }
+            drop((failed, s));
+            until_released("the stopped stream and its buffers", || {
+                within(live_objects(ctx), baseline)
+            });
+        });
+    }
+}
