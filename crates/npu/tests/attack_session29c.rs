@@ -212,3 +212,117 @@ fn a_fault_in_the_fence_window_under_stop_fails_the_next_operation_and_releases_
         });
     }
 }
+
+/// How one memset of the callback attack resolved: with its bytes, or discarded by an abort
+/// with its buffer back; nothing else.
+fn written_or_aborted(
+    result: Result<DeviceBuffer<u8>, npu::stream::OpError<DeviceBuffer<u8>>>,
+    value: u8,
+) {
+    match result {
+        Ok(buffer) => assert!(filled(&buffer, value), "{value}"),
+        Err(failed) => {
+            assert!(
+                matches!(failed.error, npu::Error::Aborted { .. }),
+                "{failed}"
+            );
+            assert!(failed.value.is_some(), "{failed}");
+        }
+    }
+}
+
+/// Four `CallbackThread` streams of one device (one callback worker), submitted to by three
+/// threads at once, each memset on every stream in turn, while a fourth thread aborts the
+/// streams one after another (covering part of each stream's operations while callbacks of
+/// the rest fire): every operation resolves once, written or aborted; each thread's last
+/// operation on a stream resolves only after all its earlier ones there (completions keep
+/// submission order); and once the streams are dropped, every stream and buffer is released.
+#[test]
+fn callback_streams_of_one_worker_keep_order_under_interleaved_submissions_and_aborts() {
+    const STREAMS: usize = 4;
+    const ROUNDS: usize = 40;
+    let (_devices, _, d1) = exclusive(None);
+    let device = d1.device();
+    in_a_fresh_context(&device, |ctx| {
+        let baseline = live_objects(ctx);
+        let streams: Vec<npu::Stream> = (0..STREAMS)
+            .map(|_| stream(ctx, npu::stream::Strategy::CallbackThread))
+            .collect();
+        std::thread::scope(|scope| {
+            for thread in 0..3u8 {
+                let streams = &streams;
+                scope.spawn(move || {
+                    let mut ops: Vec<Vec<_>> = (0..STREAMS).map(|_| Vec::new()).collect();
+                    for round in 0..ROUNDS {
+                        for (s, queue) in streams.iter().zip(&mut ops) {
+                            let value = thread * 50 + (round % 50) as u8;
+                            let buffer = DeviceBuffer::<u8>::new(ctx, 256).unwrap();
+                            queue.push((value, s.memset(buffer, value)));
+                        }
+                    }
+                    for mut queue in ops {
+                        let (value, last) = queue.pop().unwrap();
+                        let last = run(last);
+                        // One refused during an abort completes at once, ahead of earlier
+                        // ones (the device never saw it); one that ran completes in order.
+                        let ran = last.is_ok();
+                        written_or_aborted(last, value);
+                        let pending = queue.iter().filter(|(_, op)| !op.is_complete()).count();
+                        assert!(
+                            !ran || pending == 0,
+                            "{pending} earlier operations pending after a later one ran"
+                        );
+                        for (value, op) in queue {
+                            written_or_aborted(run(op), value);
+                        }
+                    }
+                });
+            }
+            let (streams, device) = (&streams, &device);
+            scope.spawn(move || {
+                // Each abort covers what is queued behind a hold, while the callbacks of what
+                // ran before it may still be on their way.
+                for s in streams.iter().cycle().take(3 * STREAMS) {
+                    let held = sim::hold(&device).unwrap();
+                    let aborting = s.abort();
+                    drop(held);
+                    run(aborting).unwrap();
+                }
+            });
+        });
+        for s in &streams {
+            run(s.synchronize()).unwrap();
+        }
+        drop(streams);
+        until_released("the callback streams and their buffers", || {
+            within(live_objects(ctx), baseline)
+        });
+    });
+}
+
+/// `CallbackThread` streams of one worker dropped with operations queued on a held device,
+/// their futures dropped too, beside a stream that keeps working: once the device runs, the
+/// dropped streams are released and the other's operations complete.
+#[test]
+fn callback_streams_dropped_with_operations_outstanding_are_released() {
+    let (_devices, _, d1) = exclusive(None);
+    let device = d1.device();
+    in_a_fresh_context(&device, |ctx| {
+        let baseline = live_objects(ctx);
+        let kept = stream(ctx, npu::stream::Strategy::CallbackThread);
+        let held = sim::hold(&device).unwrap();
+        for _ in 0..3 {
+            let s = stream(ctx, npu::stream::Strategy::CallbackThread);
+            for value in 0..8 {
+                drop(s.memset(DeviceBuffer::<u8>::new(ctx, 256).unwrap(), value));
+            }
+        }
+        let kept_op = kept.memset(DeviceBuffer::<u8>::new(ctx, 256).unwrap(), 7);
+        drop(held);
+        assert!(filled(&run(kept_op).unwrap(), 7));
+        drop(kept);
+        until_released("the dropped callback streams and their buffers", || {
+            within(live_objects(ctx), baseline)
+        });
+    });
+}
