@@ -283,7 +283,7 @@ fn callback_streams_of_one_worker_keep_order_under_interleaved_submissions_and_a
                 // Each abort covers what is queued behind a hold, while the callbacks of what
                 // ran before it may still be on their way.
                 for s in streams.iter().cycle().take(3 * STREAMS) {
-                    let held = sim::hold(&device).unwrap();
+                    let held = sim::hold(device).unwrap();
                     let aborting = s.abort();
                     drop(held);
                     run(aborting).unwrap();
