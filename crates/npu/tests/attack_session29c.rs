@@ -326,3 +326,26 @@ fn callback_streams_dropped_with_operations_outstanding_are_released() {
         });
     });
 }
+
+/// The submission that fences drained work off is a `synchronize`, and a second one is queued
+/// behind it before either is awaited: the first reports the drained fault, the second
+/// nothing, and a third nothing (the fault is reported once).
+#[test]
+fn a_synchronize_that_fences_drained_work_reports_its_fault_once() {
+    let (_devices, _, d1) = exclusive(None);
+    let device = d1.device();
+    for strategy in STRATEGIES {
+        in_a_fresh_context(&device, |ctx| {
+            let s = stream(ctx, strategy);
+            let (events, task) = drain_a_failing_memset(ctx, &s);
+            drop(events);
+            let (first, second) = (s.synchronize(), s.synchronize());
+            let err = run(first).unwrap_err().error;
+            assert_eq!(err.acl_code(), Some(AclCode(507015)), "{strategy:?}: {err}");
+            let fault = err.fault().map(|fault| fault.task_id);
+            assert_eq!(fault, Some(task), "{strategy:?}: {err}");
+            run(second).unwrap_or_else(|err| panic!("{strategy:?}: reported twice: {err}"));
+            run(s.synchronize()).unwrap();
+        });
+    }
+}
