@@ -18,6 +18,10 @@ use common::{
     until_released, within,
 };
 
+/// The simulator's devices in this process: 0 and 1 for the attacks, and one more for each
+/// strategy for the attack that loses its device for good.
+const DEVICES: u32 = 5;
+
 /// Drains a memset whose task fails on `s` (every event of `ctx`'s device taken): it fails
 /// with the refusal of its event once the device has run it. The events, still taken, and the
 /// failed task's id.
@@ -44,7 +48,7 @@ fn filled(buffer: &DeviceBuffer<u8>, value: u8) -> bool {
 /// `synchronize` reports once.
 #[test]
 fn threads_submitting_after_drained_work_each_see_their_own_outcome() {
-    let (_devices, _, d1) = exclusive(None);
+    let (_devices, _, d1) = exclusive(Some(DEVICES));
     let device = d1.device();
     for strategy in STRATEGIES {
         in_a_fresh_context(&device, |ctx| {
@@ -73,7 +77,7 @@ fn threads_submitting_after_drained_work_each_see_their_own_outcome() {
 /// the next `synchronize` reports once.
 #[test]
 fn events_coming_back_one_at_a_time_never_hand_the_drained_fault_to_an_operation() {
-    let (_devices, _, d1) = exclusive(None);
+    let (_devices, _, d1) = exclusive(Some(DEVICES));
     let device = d1.device();
     for strategy in STRATEGIES {
         in_a_fresh_context(&device, |ctx| {
@@ -135,7 +139,7 @@ fn synchronize_reports_it_at_most_once(s: &npu::Stream, task: u32) {
 /// most once.
 #[test]
 fn an_abort_or_a_stop_racing_the_fence_resolves_everything_once() {
-    let (_devices, _, d1) = exclusive(None);
+    let (_devices, _, d1) = exclusive(Some(DEVICES));
     let device = d1.device();
     for strategy in STRATEGIES {
         for stop in [false, true] {
@@ -165,7 +169,7 @@ fn an_abort_or_a_stop_racing_the_fence_resolves_everything_once() {
 /// queued on a held device: once the device runs, every object the case made is released.
 #[test]
 fn a_stream_dropped_right_after_its_fence_is_released() {
-    let (_devices, _, d1) = exclusive(None);
+    let (_devices, _, d1) = exclusive(Some(DEVICES));
     let device = d1.device();
     for strategy in STRATEGIES {
         in_a_fresh_context(&device, |ctx| {
@@ -189,7 +193,7 @@ fn a_stream_dropped_right_after_its_fence_is_released() {
 /// buffer back), without hanging, so does `synchronize`, and everything is released once the stream is dropped.
 #[test]
 fn a_fault_in_the_fence_window_under_stop_fails_the_next_operation_and_releases_everything() {
-    let (_devices, _, d1) = exclusive(None);
+    let (_devices, _, d1) = exclusive(Some(DEVICES));
     let device = d1.device();
     for strategy in STRATEGIES {
         in_a_fresh_context(&device, |ctx| {
@@ -241,7 +245,7 @@ fn written_or_aborted(
 fn callback_streams_of_one_worker_keep_order_under_interleaved_submissions_and_aborts() {
     const STREAMS: usize = 4;
     const ROUNDS: usize = 40;
-    let (_devices, _, d1) = exclusive(None);
+    let (_devices, _, d1) = exclusive(Some(DEVICES));
     let device = d1.device();
     in_a_fresh_context(&device, |ctx| {
         let baseline = live_objects(ctx);
@@ -305,7 +309,7 @@ fn callback_streams_of_one_worker_keep_order_under_interleaved_submissions_and_a
 /// dropped streams are released and the other's operations complete.
 #[test]
 fn callback_streams_dropped_with_operations_outstanding_are_released() {
-    let (_devices, _, d1) = exclusive(None);
+    let (_devices, _, d1) = exclusive(Some(DEVICES));
     let device = d1.device();
     in_a_fresh_context(&device, |ctx| {
         let baseline = live_objects(ctx);
@@ -332,7 +336,7 @@ fn callback_streams_dropped_with_operations_outstanding_are_released() {
 /// nothing, and a third nothing (the fault is reported once).
 #[test]
 fn a_synchronize_that_fences_drained_work_reports_its_fault_once() {
-    let (_devices, _, d1) = exclusive(None);
+    let (_devices, _, d1) = exclusive(Some(DEVICES));
     let device = d1.device();
     for strategy in STRATEGIES {
         in_a_fresh_context(&device, |ctx| {
@@ -347,5 +351,26 @@ fn a_synchronize_that_fences_drained_work_reports_its_fault_once() {
             run(second).unwrap_or_else(|err| panic!("{strategy:?}: reported twice: {err}"));
             run(s.synchronize()).unwrap();
         });
+    }
+}
+
+/// The device lost between the drain and the next submission, whose fence it refuses: that
+/// operation fails (its buffer back) and `synchronize` fails, neither hanging. Devices 2 to 4,
+/// one per strategy, lost for the rest of the process.
+#[test]
+fn a_device_lost_between_the_drain_and_the_fence_fails_the_next_operation_without_a_hang() {
+    let _devices = exclusive(Some(DEVICES));
+    for (strategy, id) in STRATEGIES.into_iter().zip(2..) {
+        let device = Device::open(id).unwrap();
+        let ctx = device.primary_context();
+        let s = stream(ctx, strategy);
+        let (events, _) = drain_a_failing_memset(ctx, &s);
+        // Allocated first: a lost device allocates nothing.
+        let buffer = DeviceBuffer::<u8>::new(ctx, 64).unwrap();
+        sim::lose(&device).unwrap();
+        drop(events);
+        let failed = run(s.memset(buffer, 1)).unwrap_err();
+        assert!(failed.value.is_some(), "{strategy:?}: {failed}");
+        run(s.synchronize()).unwrap_err();
     }
 }
