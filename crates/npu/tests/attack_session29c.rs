@@ -43,31 +43,64 @@ fn filled(buffer: &DeviceBuffer<u8>, value: u8) -> bool {
         .all(|&b| b == value)
 }
 
-/// Eight threads submit to one stream with drained work at once: one of them fences it off,
-/// and every memset succeeds with its own bytes; none takes the drained fault, which the next
+/// Its bytes, whether the memset resolved with them or failed with the refusal of its event
+/// (drained, as an operation is when the fence before it took the only event): never the
+/// drained fault.
+fn written_or_refused(
+    strategy: npu::stream::Strategy,
+    result: Result<DeviceBuffer<u8>, npu::stream::OpError<DeviceBuffer<u8>>>,
+    value: u8,
+) {
+    let buffer = result.unwrap_or_else(|failed| {
+        let code = failed.error.acl_code();
+        assert_eq!(
+            code,
+            Some(AclCode(207007)),
+            "{strategy:?} {value}: {failed}"
+        );
+        failed.value.expect("the buffer comes back")
+    });
+    assert!(filled(&buffer, value), "{strategy:?} {value}");
+}
+
+/// Eight threads submit to one stream with drained work at once, with every event back or
+/// only one: one of them fences it off, and every memset resolves with its own bytes (or, with
+/// one event, the refusal of its event); none takes the drained fault, which the next
 /// `synchronize` reports once.
 #[test]
 fn threads_submitting_after_drained_work_each_see_their_own_outcome() {
     let (_devices, _, d1) = exclusive(Some(DEVICES));
     let device = d1.device();
     for strategy in STRATEGIES {
-        in_a_fresh_context(&device, |ctx| {
-            let s = stream(ctx, strategy);
-            let (events, task) = drain_a_failing_memset(ctx, &s);
-            drop(events);
-            std::thread::scope(|scope| {
-                for value in 1..=8u8 {
-                    let s = &s;
-                    scope.spawn(move || {
-                        let buffer = DeviceBuffer::<u8>::new(ctx, 64).unwrap();
-                        let done = run(s.memset(buffer, value))
-                            .unwrap_or_else(|err| panic!("{strategy:?} {value}: {err}"));
-                        assert!(filled(&done, value), "{strategy:?} {value}");
-                    });
+        for one_event in [false, true] {
+            in_a_fresh_context(&device, |ctx| {
+                let s = stream(ctx, strategy);
+                let (mut events, task) = drain_a_failing_memset(ctx, &s);
+                if one_event {
+                    drop(events.pop());
+                } else {
+                    events.clear();
                 }
+                std::thread::scope(|scope| {
+                    for value in 1..=8u8 {
+                        let s = &s;
+                        scope.spawn(move || {
+                            let buffer = DeviceBuffer::<u8>::new(ctx, 64).unwrap();
+                            let done = run(s.memset(buffer, value));
+                            if one_event {
+                                written_or_refused(strategy, done, value);
+                            } else {
+                                let done = done
+                                    .unwrap_or_else(|err| panic!("{strategy:?} {value}: {err}"));
+                                assert!(filled(&done, value), "{strategy:?} {value}");
+                            }
+                        });
+                    }
+                });
+                drop(events);
+                synchronize_reports_the_drained_fault(&s, task);
             });
-            synchronize_reports_the_drained_fault(&s, task);
-        });
+        }
     }
 }
 
@@ -86,15 +119,7 @@ fn events_coming_back_one_at_a_time_never_hand_the_drained_fault_to_an_operation
             for value in 1..=4u8 {
                 drop(events.pop());
                 let buffer = DeviceBuffer::<u8>::new(ctx, 64).unwrap();
-                let buffer = run(s.memset(buffer, value)).unwrap_or_else(|failed| {
-                    assert_eq!(
-                        failed.error.acl_code(),
-                        Some(AclCode(207007)),
-                        "{strategy:?} {value}: {failed}"
-                    );
-                    failed.value.expect("the buffer comes back")
-                });
-                assert!(filled(&buffer, value), "{strategy:?} {value}");
+                written_or_refused(strategy, run(s.memset(buffer, value)), value);
             }
             drop(events);
             let last = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 9));
