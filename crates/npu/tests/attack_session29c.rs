@@ -213,32 +213,49 @@ fn a_stream_dropped_right_after_its_fence_is_released() {
     }
 }
 
-/// Under `FailureMode::Stop` the drained task's fault stops the context, so the fence is
-/// refused: the next operation fails with the stopping fault, naming the drained task (its
-/// buffer back), without hanging, so does `synchronize`, and everything is released once the stream is dropped.
+/// Under `FailureMode::Stop` the drained task's fault stops the context, before the next
+/// submission (whose fence is then refused) or, the device held, after its fence and work
+/// were queued (which then never run): the next operation fails with the stopping fault,
+/// naming the drained task (its buffer back), without hanging, so does `synchronize`, the
+/// drained memset ends, and everything is released once the stream is dropped.
 #[test]
 fn a_fault_in_the_fence_window_under_stop_fails_the_next_operation_and_releases_everything() {
     let (_devices, _, d1) = exclusive(Some(DEVICES));
     let device = d1.device();
     for strategy in STRATEGIES {
-        in_a_fresh_context(&device, |ctx| {
-            let baseline = live_objects(ctx);
-            let s = stream(ctx, strategy);
-            s.set_failure_mode(FailureMode::Stop).unwrap();
-            let (events, task) = drain_a_failing_memset(ctx, &s);
-            drop(events);
-            let failed = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1)).unwrap_err();
-            assert!(failed.value.is_some(), "{strategy:?}: {failed}");
-            for err in [&failed.error, &run(s.synchronize()).unwrap_err().error] {
-                assert_eq!(err.acl_code(), Some(AclCode(507015)), "{strategy:?}: {err}");
-                let fault = err.fault().map(|fault| fault.task_id);
-                assert_eq!(fault, Some(task), "{strategy:?}: {err}");
-            }
-            drop((failed, s));
-            until_released("the stopped stream and its buffers", || {
-                within(live_objects(ctx), baseline)
+        for queued_first in [false, true] {
+            in_a_fresh_context(&device, |ctx| {
+                let baseline = live_objects(ctx);
+                let s = stream(ctx, strategy);
+                s.set_failure_mode(FailureMode::Stop).unwrap();
+                let events = take_every_event(ctx);
+                let held = queued_first.then(|| sim::hold(&device).unwrap());
+                sim::fail_task(&s, 1, AclCode(507015)).unwrap();
+                let failing = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 8);
+                let task = last_task_id(ctx);
+                // Awaited now unless held: a drain ends only once the device has run it.
+                let failing = match held {
+                    None => Ok(run(failing).unwrap_err()),
+                    Some(_) => Err(failing),
+                };
+                drop(events);
+                let next = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1);
+                drop(held);
+                let failing = failing.unwrap_or_else(|failing| run(failing).unwrap_err());
+                assert!(failing.value.is_some(), "{strategy:?}: {failing}");
+                let failed = run(next).unwrap_err();
+                assert!(failed.value.is_some(), "{strategy:?}: {failed}");
+                for err in [&failed.error, &run(s.synchronize()).unwrap_err().error] {
+                    let what = format!("{strategy:?} {queued_first}: {err}");
+                    assert_eq!(err.acl_code(), Some(AclCode(507015)), "{what}");
+                    assert_eq!(err.fault().map(|fault| fault.task_id), Some(task), "{what}");
+                }
+                drop((failing, failed, s));
+                until_released("the stopped stream and its buffers", || {
+                    within(live_objects(ctx), baseline)
+                });
             });
-        });
+        }
     }
 }
 
