@@ -185,18 +185,6 @@ pub(crate) fn wait_event(event: &PooledEvent, timeout_ms: i32) -> Option<Result<
     (code != ffi::ACL_ERROR_RT_EVENT_SYNC_TIMEOUT).then_some(checked)
 }
 
-/// The error of an operation of `stream` that failed on the device: its event, which captured
-/// the failure, is not recycled, and the error is reported under the operation's API.
-pub(crate) fn fail(
-    stream: &StreamShared,
-    event: PooledEvent,
-    err: Error,
-    api: &'static str,
-) -> Error {
-    event.discard();
-    attribute(stream, err, api)
-}
-
 /// Reports a device-side failure under the API of the operation it belongs to, with its
 /// fault ([`with_fault`]).
 pub(crate) fn attribute(stream: &StreamShared, err: Error, api: &'static str) -> Error {
@@ -256,21 +244,61 @@ pub(crate) fn complete_after(
     result: Result<()>,
     after: Option<Completion>,
 ) {
+    complete_in_order(stream, op, completer, result, after, false);
+}
+
+/// Fails an operation of `stream` whose event reported `err` (or whose stream can no longer
+/// run it), after `after` has completed, as [`complete_after`] does. The error is reported
+/// under the operation's API with the fault the runtime recorded for it ([`attribute`]),
+/// claimed only once the operation completes: `Runtime::claim_fault` hands out the stream's
+/// oldest unclaimed fault of the code, so the operations of a stream must claim theirs in
+/// submission order. Under `BlockingSync` the waits of two failed operations end on threads
+/// of their own, in either order; claimed as each wait ended, the later one took the earlier
+/// one's fault (the operation after a drain fence, the fault of the drained task).
+pub(crate) fn fail_after(
+    stream: &Arc<StreamShared>,
+    op: OpInfo,
+    completer: Completer,
+    err: Error,
+    after: Option<Completion>,
+) {
+    complete_in_order(stream, op, completer, Err(err), after, true);
+}
+
+fn complete_in_order(
+    stream: &Arc<StreamShared>,
+    op: OpInfo,
+    completer: Completer,
+    result: Result<()>,
+    after: Option<Completion>,
+    claim: bool,
+) {
     // Discarded by an abort: say so, whatever the device reported for the dropped task. The
     // runtime's own code for a discard counts only for work an abort of this stream may have
     // discarded: a wait of this stream that ran and found its record dropped by another
     // stream's abort fails with the same code, and was not discarded (the work after it ran).
     // A fault claimed for the operation says its task ran and failed (its event completed
-    // with the fault, as in `FailureMode::Continue`): it is reported, abort or not.
-    let result = result.map_err(|err| {
+    // with the fault, as in `FailureMode::Continue`): it is reported, abort or not. Whether an
+    // abort covers it is decided now, when the device reported the result.
+    let discarded = result.as_ref().is_err_and(|err| {
         let discarded = err.acl_code() == Some(npu_core::AclCode::STREAM_ABORT)
             && stream.abort_may_have_discarded(op);
-        let ran_and_faulted = matches!(&err, Error::Acl(acl) if acl.fault.is_some());
-        match (discarded || stream.aborted(op)) && !ran_and_faulted {
-            true => stream.aborted_error(op),
-            false => err,
-        }
+        discarded || stream.aborted(op)
     });
+    let ended = move |stream: &StreamShared| {
+        result.map_err(|err| {
+            let err = if claim {
+                attribute(stream, err, op.api)
+            } else {
+                err
+            };
+            let ran_and_faulted = matches!(&err, Error::Acl(acl) if acl.fault.is_some());
+            match discarded && !ran_and_faulted {
+                true => stream.aborted_error(op),
+                false => err,
+            }
+        })
+    };
     match after {
         Some(previous) if !previous.is_complete() => {
             // An abandoned predecessor drops this unrun: the completer goes abandoned too,
@@ -281,13 +309,15 @@ pub(crate) fn complete_after(
             });
             let finish = move || {
                 let (completer, stream) = carried.take();
+                let result = ended(&stream);
                 completer.complete(stream.finish(op, result));
                 release_stream(stream);
             };
-            // SAFETY: completing and handing the stream to the reaper do not block or call ACL.
+            // SAFETY: claiming a fault (one short lock of the runtime's fault table),
+            // completing and handing the stream to the reaper do not block or call ACL.
             unsafe { previous.on_complete(finish) }
         }
-        _ => completer.complete(stream.finish(op, result)),
+        _ => completer.complete(stream.finish(op, ended(stream))),
     }
 }
 

@@ -416,3 +416,39 @@ fn a_device_lost_between_the_drain_and_the_fence_fails_the_next_operation_withou
         run(s.synchronize()).unwrap_err();
     }
 }
+
+/// Under `FailureMode::Continue` the operation after the fence fails on its own (its task
+/// faults too): it reports its own task's fault, not the drained one's, and `synchronize`
+/// reports the drained task's fault, once. Both faults are claimed when the fence's and the
+/// operation's events report them: under `BlockingSync` their waits end on threads of their
+/// own at about the same time, so the case runs in rounds.
+#[test]
+fn an_operation_failing_after_the_fence_reports_its_own_fault_not_the_drained_one() {
+    let (_devices, _, d1) = exclusive(Some(DEVICES));
+    let device = d1.device();
+    for strategy in STRATEGIES {
+        for round in 0..32 {
+            in_a_fresh_context(&device, |ctx| {
+                let s = stream(ctx, strategy);
+                let (events, drained_task) = drain_a_failing_memset(ctx, &s);
+                drop(events);
+                sim::fail_task(&s, 1, AclCode(507015)).unwrap();
+                // Held, so that both waits are under way when the device runs the two records.
+                let held = sim::hold(&device).unwrap();
+                let next = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1);
+                // The last task of the submission is its completion record, after its memset.
+                let last_of_its_own = last_task_id(ctx);
+                let failed = run(async {
+                    drop(held);
+                    next.await
+                })
+                .unwrap_err();
+                let fault = failed.error.fault().map(|fault| fault.task_id);
+                let own = fault.is_some_and(|task| task > drained_task && task <= last_of_its_own);
+                assert!(own, "{strategy:?}, round {round}: {failed}");
+                assert!(failed.value.is_some(), "{strategy:?}: {failed}");
+                synchronize_reports_the_drained_fault(&s, drained_task);
+            });
+        }
+    }
+}

@@ -122,8 +122,9 @@ impl Pending {
 
     /// Fails an operation whose stream can no longer run it (or whose event reported `err`).
     pub(crate) fn fail(self, stream: &Arc<StreamShared>, err: Error) {
-        let err = strategy::fail(stream, self.event, err, self.op.api);
-        strategy::complete_after(stream, self.op, self.completer, Err(err), self.after);
+        // Its event captured the failure: not recycled.
+        self.event.discard();
+        strategy::fail_after(stream, self.op, self.completer, err, self.after);
     }
 
     /// The completer of an operation no strategy took on (the stream is drained instead); its
