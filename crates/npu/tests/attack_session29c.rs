@@ -452,3 +452,39 @@ fn an_operation_failing_after_the_fence_reports_its_own_fault_not_the_drained_on
         }
     }
 }
+
+/// Two consecutive memsets of one stream whose tasks both fail (`FailureMode::Continue`),
+/// both waits under way when a hold is released, in rounds: each reports its own task's
+/// fault, whichever wait ends first.
+#[test]
+fn consecutive_failing_operations_each_report_their_own_fault() {
+    let (_devices, _, d1) = exclusive(Some(DEVICES));
+    let device = d1.device();
+    for strategy in STRATEGIES {
+        let s = stream(&d1, strategy);
+        for round in 0..32 {
+            sim::fail_task(&s, 1, AclCode(507015)).unwrap();
+            sim::fail_task(&s, 2, AclCode(507015)).unwrap();
+            let held = sim::hold(&device).unwrap();
+            let first = s.memset(DeviceBuffer::<u8>::new(&d1, 64).unwrap(), 1);
+            let last_of_first = last_task_id(&d1);
+            let second = s.memset(DeviceBuffer::<u8>::new(&d1, 64).unwrap(), 2);
+            let (first, second) = run(async {
+                drop(held);
+                (first.await, second.await)
+            });
+            let task = |failed: &npu::stream::OpError<DeviceBuffer<u8>>| {
+                let fault = failed.error.fault();
+                fault
+                    .unwrap_or_else(|| panic!("{strategy:?}: {failed}"))
+                    .task_id
+            };
+            let (first, second) = (first.unwrap_err(), second.unwrap_err());
+            let what = format!("{strategy:?}, round {round}: {first} / {second}");
+            assert!(task(&first) <= last_of_first, "{what}");
+            assert!(task(&second) > last_of_first, "{what}");
+            // Both failures were their operations' own; the record holds the first.
+            run(s.synchronize()).unwrap_err();
+        }
+    }
+}
