@@ -1,9 +1,11 @@
-//! Attacks on the drain fence: the completion event the next submission to a stream with
-//! drained work records before its own work (docs/cancellation.md, "Failures before
-//! submission complete at once; after submission, drain first"). Every operation resolves
-//! once with its own outcome, the drained fault is reported by the next `synchronize` once
-//! (or discarded with the queue by an abort), nothing leaks and nothing hangs. Every strategy;
-//! every wait is bounded (`run`, `until_released`).
+//! Attacks on the two newest pieces of the completion path. The drain fence: the completion
+//! event the next submission to a stream with drained work records before its own
+//! (docs/cancellation.md, "Failures before submission complete at once; after submission,
+//! drain first"): every operation resolves once with its own outcome, the drained fault is
+//! reported by the next `synchronize` once (or discarded with the queue by an abort), nothing
+//! leaks and nothing hangs. Failed operations claim their own faults, in submission order.
+//! And the `CallbackThread` worker's per-stream table: many streams of one worker, aborts and
+//! dropped streams. Every strategy; every wait is bounded (`run`, `until_released`).
 
 mod common;
 
