@@ -321,12 +321,19 @@ fn round(waiting: &mut VecDeque<Job>) {
 fn end_if_ended(job: Job) -> Option<Job> {
     match job {
         Job::Drain { stream, drain } if drains::ended(&drain) => {
-            stream.drains.remove(&drain);
-            strategy::release_stream(stream);
+            finish_drain(stream, &drain);
             None
         }
         job => Some(job),
     }
+}
+
+/// Ends `drain` (if an operation submitted after it has not already), forgets it, and lets go
+/// of its stream.
+fn finish_drain(stream: Arc<StreamShared>, drain: &Arc<drains::Drain>) {
+    stream.drains.remove(drain);
+    drains::end(drain);
+    strategy::release_stream(stream);
 }
 
 /// Advances a job by at most one wait of `timeout` ms (-1: as long as needed, on a thread of
@@ -345,9 +352,7 @@ fn step(job: Job, timeout: i32) -> Option<Job> {
             if !drains::ended(&drain) && drained(&stream, timeout).is_none() {
                 return Some(Job::Drain { stream, drain });
             }
-            stream.drains.remove(&drain);
-            drains::end(&drain);
-            strategy::release_stream(stream);
+            finish_drain(stream, &drain);
             None
         }
         Job::Watch { stream, pending } => {
