@@ -6,135 +6,33 @@
 //! A file of its own: it installs a process-wide subscriber, and its tests take turns.
 
 mod common;
-#[path = "../../npu-stream/tests/common/field_text.rs"]
-mod field_text;
 
 use std::pin::pin;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use common::*;
-use field_text::{FieldText, Fields};
 use npu::error::AclCode;
 use npu::prelude::*;
 use npu::sim;
 use npu::stream::{Copy2d, Notify, Strategy, ValueCondition, ValueWord};
-use tracing::span::{Attributes, Id, Record};
-use tracing_subscriber::Layer;
-use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
-use tracing_subscriber::registry::LookupSpan;
-
-/// An `npu_op` span as it closed: its level, target and fields, in the order the spans were
-/// made, and the messages of the events logged inside it.
-#[derive(Debug, Clone)]
-struct OpSpan {
-    made: u64,
-    level: tracing::Level,
-    target: String,
-    fields: Fields,
-    events: Vec<(tracing::Level, String, Fields)>,
-}
-
-/// An event logged at WARN or ERROR, on whichever thread (its fields read in failures).
-#[derive(Debug, Clone)]
-#[allow(dead_code, reason = "read through Debug")]
-struct Loud {
-    level: tracing::Level,
-    target: String,
-    fields: Fields,
-    thread: Option<String>,
-}
-
-#[derive(Default)]
-struct Seen {
-    spans: Vec<OpSpan>,
-    loud: Vec<Loud>,
-    made: u64,
-}
-
-struct Recorder(Arc<Mutex<Seen>>);
-
-impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recorder {
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
-        let span = ctx.span(id).unwrap();
-        if span.name() != "npu_op" {
-            return;
-        }
-        let mut fields = Fields::new();
-        attrs.record(&mut FieldText(&mut fields));
-        let made = {
-            let mut seen = self.0.lock().unwrap();
-            seen.made += 1;
-            seen.made
-        };
-        let meta = span.metadata();
-        span.extensions_mut().insert(OpSpan {
-            made,
-            level: *meta.level(),
-            target: meta.target().to_owned(),
-            fields,
-            events: Vec::new(),
-        });
-    }
-    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: LayerContext<'_, S>) {
-        let span = ctx.span(id).unwrap();
-        if let Some(op) = span.extensions_mut().get_mut::<OpSpan>() {
-            values.record(&mut FieldText(&mut op.fields));
-        }
-    }
-    fn on_event(&self, event: &tracing::Event<'_>, ctx: LayerContext<'_, S>) {
-        let mut fields = Fields::new();
-        event.record(&mut FieldText(&mut fields));
-        let meta = event.metadata();
-        if *meta.level() <= tracing::Level::WARN {
-            self.0.lock().unwrap().loud.push(Loud {
-                level: *meta.level(),
-                target: meta.target().to_owned(),
-                fields: fields.clone(),
-                thread: std::thread::current().name().map(str::to_owned),
-            });
-        }
-        let op = ctx
-            .event_span(event)
-            .and_then(|span| span.scope().find(|s| s.name() == "npu_op"));
-        if let Some(op) = op
-            && let Some(op) = op.extensions_mut().get_mut::<OpSpan>()
-        {
-            op.events
-                .push((*meta.level(), meta.target().to_owned(), fields));
-        }
-    }
-    fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {
-        let span = ctx.span(&id).unwrap();
-        if let Some(op) = span.extensions_mut().remove::<OpSpan>() {
-            self.0.lock().unwrap().spans.push(op);
-        }
-    }
-}
-
-/// The process-wide record: installed once, as a program installs its subscriber.
-fn seen() -> &'static Arc<Mutex<Seen>> {
-    static SEEN: OnceLock<Arc<Mutex<Seen>>> = OnceLock::new();
-    SEEN.get_or_init(|| {
-        let seen = Arc::new(Mutex::new(Seen::default()));
-        let subscriber = tracing_subscriber::registry().with(Recorder(seen.clone()));
-        tracing::subscriber::set_global_default(subscriber).unwrap();
-        seen
-    })
-}
 
 /// This file's tests take turns: they read one process-wide record.
 fn turn() -> (MutexGuard<'static, ()>, Context, Context) {
-    let seen = seen();
+    record_op_spans();
     let turn = exclusive(None);
-    *seen.lock().unwrap() = Seen::default();
+    take();
     turn
 }
 
-/// Takes what was recorded since the last look, spans in the order they were made.
-fn take() -> Seen {
-    let mut seen = std::mem::take(&mut *seen().lock().unwrap());
-    seen.spans.sort_by_key(|op| op.made);
+/// What was recorded since the last look: the spans that closed meanwhile, in the order they
+/// were made, and the events logged at WARN or ERROR.
+fn take() -> OpSpans {
+    static LAST: Mutex<Mark> = Mutex::new(Mark::ZERO);
+    let mut last = LAST.lock().unwrap();
+    let mut seen = since(*last);
+    *last = mark();
+    seen.spans.retain(|op| op.closed);
     seen
 }
 

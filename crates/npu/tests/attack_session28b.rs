@@ -12,90 +12,25 @@
 //! simulator's, process-wide).
 
 mod common;
-#[path = "../../npu-stream/tests/common/field_text.rs"]
-mod field_text;
 
 use std::future::Future;
 use std::pin::{Pin, pin};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
 use std::time::Duration;
 
 use common::*;
-use field_text::{FieldText, Fields};
 use npu::error::AclCode;
 use npu::memory::DevicePoolBackend;
 use npu::prelude::*;
 use npu::sim;
 use npu::stream::Strategy;
 use npu::{Op, Stream};
-use tracing::span::{Attributes, Id};
-use tracing_subscriber::Layer;
-use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
-use tracing_subscriber::registry::LookupSpan;
-
-/// An `npu_op` span's messages (`completed`, `failed`), counted by its id as the span closes.
-#[derive(Default)]
-struct Spans {
-    /// Per span made: its `op` field, the messages logged in it, whether it closed.
-    made: Vec<(String, Vec<String>, bool)>,
-}
-
-/// The index of a span in [`Spans::made`], kept in the span's extensions.
-struct Index(usize);
-
-struct Recorder(Arc<Mutex<Spans>>);
-
-impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recorder {
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
-        let span = ctx.span(id).unwrap();
-        if span.name() != "npu_op" {
-            return;
-        }
-        let mut fields = Fields::new();
-        attrs.record(&mut FieldText(&mut fields));
-        let op = fields.get("op").cloned().unwrap_or_default();
-        let mut spans = self.0.lock().unwrap();
-        spans.made.push((op, Vec::new(), false));
-        span.extensions_mut().insert(Index(spans.made.len() - 1));
-    }
-    fn on_event(&self, event: &tracing::Event<'_>, ctx: LayerContext<'_, S>) {
-        let op = ctx
-            .event_span(event)
-            .and_then(|span| span.scope().find(|s| s.name() == "npu_op"));
-        let Some(op) = op else { return };
-        let Some(&Index(index)) = op.extensions().get::<Index>() else {
-            return;
-        };
-        let mut fields = Fields::new();
-        event.record(&mut FieldText(&mut fields));
-        let message = fields.get("message").cloned().unwrap_or_default();
-        self.0.lock().unwrap().made[index].1.push(message);
-    }
-    fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {
-        let span = ctx.span(&id).unwrap();
-        if let Some(&Index(index)) = span.extensions().get::<Index>() {
-            self.0.lock().unwrap().made[index].2 = true;
-        }
-    }
-}
-
-/// The process-wide record, installed before any test touches a device (a subscriber scoped
-/// to one test can miss callsites another thread registered first; attack_session26d says why).
-fn spans() -> &'static Arc<Mutex<Spans>> {
-    static SPANS: OnceLock<Arc<Mutex<Spans>>> = OnceLock::new();
-    SPANS.get_or_init(|| {
-        let spans = Arc::new(Mutex::new(Spans::default()));
-        let subscriber = tracing_subscriber::registry().with(Recorder(spans.clone()));
-        tracing::subscriber::set_global_default(subscriber).unwrap();
-        spans
-    })
-}
 
 /// This file's tests take turns: the record, the hold gate and the live counters are
 /// process-wide.
 fn turn() -> (MutexGuard<'static, ()>, Context, Context) {
-    spans();
+    record_op_spans();
     exclusive(None)
 }
 
@@ -359,10 +294,14 @@ fn advancing_a_paused_clock_over_pending_device_work_moves_it_by_exactly_that_mu
     nothing_left(&ctx, before, "the timed-out operation");
 }
 
-/// The spans made since `from` (an index into the record): their `op` field, their messages
-/// and whether they closed.
-fn spans_since(from: usize) -> Vec<(String, Vec<String>, bool)> {
-    spans().lock().unwrap().made[from..].to_vec()
+/// The spans made since `from`: their `op` field, their messages and whether they closed.
+fn spans_since(from: Mark) -> Vec<(String, Vec<String>, bool)> {
+    let op = |span: &OpSpan| span.fields.get("op").cloned().unwrap_or_default();
+    let spans = since(from).spans;
+    spans
+        .iter()
+        .map(|s| (op(s), s.messages(), s.closed))
+        .collect()
 }
 
 // Promise (docs/observability.md, "Events in the span"): each operation's span gets at most
@@ -375,7 +314,7 @@ fn each_operation_logs_one_outcome_only_if_awaited_and_every_span_closes() {
     let (_turn, _d0, ctx) = turn();
     for strategy in STRATEGIES {
         let s = stream(&ctx, strategy);
-        let from = spans().lock().unwrap().made.len();
+        let from = mark();
         let held = sim::hold(&ctx.device()).unwrap();
         // Tasks 1 to 6 of the stream, in order; task 4 faults.
         let awaited = memset(&s, 64, 1);
@@ -419,7 +358,7 @@ fn each_operation_logs_one_outcome_only_if_awaited_and_every_span_closes() {
         // pool's stream-ordered allocation awaited logs one `completed`, and one whose
         // `alloc` future was dropped while the held device queued it logs nothing, its span
         // closing once the pool is done with it.
-        let from = spans().lock().unwrap().made.len();
+        let from = mark();
         let pool = DevicePool::builder(&ctx)
             .backend(DevicePoolBackend::RuntimePool)
             .capacity(1 << 20)
@@ -455,7 +394,7 @@ fn each_operation_logs_one_outcome_only_if_awaited_and_every_span_closes() {
 
 /// Checks the spans of `op` made since `from`: as many as `want`, each closed, with the
 /// outcomes (`completed`, `failed`) `want` lists for it, in the order they were made.
-fn assert_outcomes(from: usize, op: &str, want: &[&[&str]], strategy: Strategy) {
+fn assert_outcomes(from: Mark, op: &str, want: &[&[&str]], strategy: Strategy) {
     let made = spans_since(from);
     let of_op: Vec<_> = made.iter().filter(|(name, ..)| name == op).collect();
     assert_eq!(of_op.len(), want.len(), "{strategy:?}: {op}: {made:?}");

@@ -11,25 +11,17 @@
 //! and the recorded spans are process-wide.
 
 mod common;
-#[path = "../../npu-stream/tests/common/field_text.rs"]
-mod field_text;
 
 use std::collections::VecDeque;
 use std::pin::pin;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use common::{HANG, invalid, live_memory, within};
-use field_text::{FieldText, Fields};
+use common::{Fields, HANG, Mark, invalid, live_memory, record_op_spans, since, within};
 use npu::error::{AclCode, FaultKind};
 use npu::prelude::*;
 use npu::sim::{self, SimConfig, TimingModel};
 use npu::stream::Copy2d;
 use npu::{Error, Stream};
-use tracing::span::{Attributes, Id, Record};
-use tracing_subscriber::Layer;
-use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
-use tracing_subscriber::registry::LookupSpan;
 
 /// Simulated duration of one `scale_f32` launch on the timed device.
 const SCALE_NS: u64 = 200_000;
@@ -117,78 +109,34 @@ fn device(id: u32) -> Context {
     Device::open(id).unwrap().primary_context().clone()
 }
 
-/// What a recording subscriber saw of `npu_op` spans: their fields (creation and later
-/// records) and the messages of the events logged inside them.
-#[derive(Default)]
-struct Spans {
-    made: Vec<(Fields, Vec<String>)>,
-}
-
-/// A span's index in [`Spans::made`], kept in its extensions.
-struct Index(usize);
-
-struct Recorder(Arc<Mutex<Spans>>);
-
-impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recorder {
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
-        let span = ctx.span(id).unwrap();
-        if span.name() != "npu_op" {
-            return;
-        }
-        let mut fields = Fields::new();
-        attrs.record(&mut FieldText(&mut fields));
-        let mut spans = self.0.lock().unwrap();
-        spans.made.push((fields, Vec::new()));
-        span.extensions_mut().insert(Index(spans.made.len() - 1));
-    }
-
-    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: LayerContext<'_, S>) {
-        let span = ctx.span(id).unwrap();
-        if let Some(&Index(index)) = span.extensions().get::<Index>() {
-            values.record(&mut FieldText(&mut self.0.lock().unwrap().made[index].0));
-        }
-    }
-
-    fn on_event(&self, event: &tracing::Event<'_>, ctx: LayerContext<'_, S>) {
-        let Some(span) = ctx.event_span(event) else {
-            return;
-        };
-        let Some(&Index(index)) = span.extensions().get::<Index>() else {
-            return;
-        };
-        let mut fields = Fields::new();
-        event.record(&mut FieldText(&mut fields));
-        let message = fields.remove("message").unwrap_or_default();
-        self.0.lock().unwrap().made[index].1.push(message);
-    }
-}
-
-/// The process-wide record (a subscriber scoped to one test can miss callsites another thread
-/// registered first), with the simulator configured before it.
-fn spans() -> &'static Arc<Mutex<Spans>> {
-    static SPANS: OnceLock<Arc<Mutex<Spans>>> = OnceLock::new();
-    SPANS.get_or_init(|| {
+/// The simulator configured, then the process-wide span record installed (before any device
+/// is touched).
+fn spans() {
+    static CONFIGURED: std::sync::Once = std::sync::Once::new();
+    CONFIGURED.call_once(|| {
         SimConfig::default().devices(3).install().unwrap();
-        let spans = Arc::new(Mutex::new(Spans::default()));
-        let subscriber = tracing_subscriber::registry().with(Recorder(spans.clone()));
-        tracing::subscriber::set_global_default(subscriber).unwrap();
-        spans
-    })
+        record_op_spans();
+    });
 }
 
-/// The recorded `npu_op` spans of `stream` (by its id and device), in submission order.
+/// The recorded `npu_op` spans of `stream` (by its id and device), in submission order: their
+/// fields and messages.
 fn spans_of(stream: &Stream) -> Vec<(Fields, Vec<String>)> {
     let (id, device) = (
         stream.id().to_string(),
         stream.context().device_id().to_string(),
     );
-    let spans = spans().lock().unwrap();
+    let ours = |fields: &Fields| {
+        fields.get("stream") == Some(&id) && fields.get("device") == Some(&device)
+    };
+    let spans = since(Mark::ZERO).spans;
     spans
-        .made
-        .iter()
-        .filter(|(fields, _)| fields.get("stream") == Some(&id))
-        .filter(|(fields, _)| fields.get("device") == Some(&device))
-        .cloned()
+        .into_iter()
+        .filter(|span| ours(&span.fields))
+        .map(|span| {
+            let messages = span.messages();
+            (span.fields, messages)
+        })
         .collect()
 }
 

@@ -31,6 +31,7 @@ mod drained;
 mod gate;
 mod gated_fill;
 mod kernels;
+mod op_spans;
 mod own_runtime;
 mod pool_memory;
 
@@ -41,6 +42,7 @@ pub(crate) use drained::{
 pub(crate) use gate::{set_gate, wait_gate};
 pub(crate) use gated_fill::{RETURNED, gated_fill};
 pub(crate) use kernels::{fill_args, in_process};
+pub(crate) use op_spans::{Fields, Mark, OpSpan, OpSpans, mark, record_op_spans, since};
 pub(crate) use own_runtime::{
     OwnRuntime, hold_finalisation, let_finalisation_go, until_finalising,
 };
