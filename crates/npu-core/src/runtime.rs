@@ -242,7 +242,7 @@ fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<
     // library until a writer came, and a device that never ends would be read until memory ran
     // out. A missing file is left to aclInit, which names it.
     if let Some(path) = config
-        && std::fs::metadata(path).is_ok_and(|found| !found.is_file())
+        && crate::backend::names_no_regular_file(path)
     {
         return Err(Error::invalid(
             API,

@@ -97,6 +97,17 @@ pub(crate) fn load_first(
     Err(tried)
 }
 
+/// Whether `path` names something that exists but is no regular file (a directory, a FIFO, a
+/// device), which a reader would block on or read forever. A missing file is not: whoever
+/// opens it names it.
+///
+/// A check before the open, not on the open file: a file swapped for a FIFO in between is the
+/// swapper's doing, and opening the file here to check it would mean handing the loader a
+/// `/proc/self/fd` path, under which it could not tell that it had loaded the file before.
+pub(crate) fn names_no_regular_file(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|found| !found.is_file())
+}
+
 /// Loads the library at `path` (a bare name is searched by the dynamic loader), or returns the
 /// runtime already loaded from the same file.
 pub(crate) fn open(path: &Path) -> Result<&'static Loaded, LoadFailure> {
@@ -106,8 +117,9 @@ pub(crate) fn open(path: &Path) -> Result<&'static Loaded, LoadFailure> {
         return Err(LoadFailure::NoSuchFile);
     }
     // dlopen opens what it is given: a FIFO would hold it (and the lock below, so every later
-    // load) until some writer came, a terminal until input did.
-    if is_path && std::fs::metadata(path).is_ok_and(|found| !found.is_file()) {
+    // load) until some writer came, a terminal until input did. A bare name is the loader's
+    // to search, in directories the environment and the system's cache name.
+    if is_path && names_no_regular_file(path) {
         return Err(LoadFailure::NotARegularFile);
     }
     // Held across the load, so two threads loading one file cannot make two runtimes of it.
