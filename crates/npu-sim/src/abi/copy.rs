@@ -336,9 +336,13 @@ pub(super) fn copy(
         if extent.rows > 1 { "2D " } else { "" }
     );
     // Staged host data (HOST_TO_BUF_TO_DEVICE on a stream) belongs to the task, so the caller
-    // may reuse its buffer at once, and it is not an allocation that could be freed.
-    let staged =
-        kind == ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE && matches!(on, On::Stream(_)) && !plan.pageable;
+    // may reuse its buffer at once, and it is not an allocation that could be freed. Pageable
+    // memory is what the kind is for: once staged it takes no part in the copy, which is then
+    // a stream task like one from pinned memory, not the synchronous fallback that waits for
+    // the stream. Only a host source is staged; a device one is read in stream order.
+    let staged = kind == ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE
+        && matches!(on, On::Stream(_))
+        && plan.dir == Direction::HostToDevice;
     let source = if staged {
         Source::Staged(super::check::bytes(src, extent.width, "src")?.into())
     } else {
@@ -355,7 +359,7 @@ pub(super) fn copy(
         dir: plan.dir,
         owned,
     };
-    on.run(sim, Task::new(op), plan.pageable)
+    on.run(sim, Task::new(op), plan.pageable && !staged)
 }
 
 pub(super) fn memcpy(
