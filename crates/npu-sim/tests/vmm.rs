@@ -100,7 +100,16 @@ fn the_documented_flow_maps_physical_memory_into_reserved_addresses() {
     );
     let upper = va.cast::<u8>().wrapping_add(4 * MIB).cast::<c_void>();
     acl!(aclrtMapMem(va, 4 * MIB, 0, a, 0));
-    acl!(aclrtMapMem(upper, 3 * MIB, 0, b, 0));
+    // A mapping's size is the allocation's and a whole number of granules: 3 MiB of 2 MiB
+    // pages is allocated (rounded) but cannot be mapped.
+    fails!(
+        aclrtMapMem(upper, 3 * MIB, 0, b, 0),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "aclrtMapMem"
+    );
+    acl!(aclrtFreePhysical(b));
+    let b = physical(2, 4 * MIB);
+    acl!(aclrtMapMem(upper, 4 * MIB, 0, b, 0));
 
     // Mapped memory is device memory of device 2.
     upload(upper, &[3u8; 4096]);
@@ -127,7 +136,7 @@ fn the_documented_flow_maps_physical_memory_into_reserved_addresses() {
     let mut desc = device_access(1, ACL_RT_MEM_ACCESS_FLAGS_READWRITE);
     // Access is set per mapping, with the address and size aclrtMapMem was given.
     acl!(aclrtMemSetAccess(va, 4 * MIB, &mut desc, 1));
-    acl!(aclrtMemSetAccess(upper, 3 * MIB, &mut desc, 1));
+    acl!(aclrtMemSetAccess(upper, 4 * MIB, &mut desc, 1));
     assert_eq!(
         access(upper, 1),
         u64::from(ACL_RT_MEM_ACCESS_FLAGS_READWRITE)
@@ -136,7 +145,7 @@ fn the_documented_flow_maps_physical_memory_into_reserved_addresses() {
     for (at, size) in [
         (va, 8 * MIB),
         (va.cast::<u8>().wrapping_add(2 * MIB).cast(), 2 * MIB),
-        (upper, 4 * MIB),
+        (upper, 3 * MIB),
         (upper, 2 * MIB),
     ] {
         fails!(
@@ -167,7 +176,7 @@ fn the_documented_flow_maps_physical_memory_into_reserved_addresses() {
     desc.flags = ACL_RT_MEM_ACCESS_FLAGS_READWRITE;
     desc.location = aclrtMemLocation { id: 7, type_: host };
     acl!(aclrtMemSetAccess(va, 4 * MIB, &mut desc, 1));
-    acl!(aclrtMemSetAccess(upper, 3 * MIB, &mut desc, 1));
+    acl!(aclrtMemSetAccess(upper, 4 * MIB, &mut desc, 1));
     let readwrite = u64::from(ACL_RT_MEM_ACCESS_FLAGS_READWRITE);
     assert_eq!(access_of(upper, 0, host), readwrite);
     assert_eq!(access_of(upper, 3, host), readwrite);

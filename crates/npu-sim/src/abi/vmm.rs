@@ -208,6 +208,14 @@ fn map_physical(
         "size {size} is not the physical allocation's size ({})",
         physical.size
     );
+    // The reference asks both: the allocation's size, and a whole number of the minimum
+    // granularity. An allocation of another size is rounded up and counted, but never mapped.
+    ensure!(
+        size.is_multiple_of(physical.granularity),
+        invalid,
+        "size {size} is not a multiple of the allocation granularity ({:#x})",
+        physical.granularity
+    );
     physical.device.check_alive()?;
     sim.vmm
         .map(&sim.memory, virPtr as usize, &physical, access)
@@ -216,8 +224,8 @@ fn map_physical(
 
 /// Maps a whole physical allocation at `virPtr` (granularity-aligned, inside one reserved
 /// range, over nothing mapped, and every mapping of a range on one device), readable and
-/// writable by the memory's own device. `size` must be the allocation's size, `offset` and
-/// `flags` 0 (107000 otherwise).
+/// writable by the memory's own device. `size` must be the allocation's size and a multiple of
+/// the granularity, `offset` and `flags` 0 (107000 otherwise).
 ///
 /// # Safety
 /// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
