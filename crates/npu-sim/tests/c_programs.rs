@@ -644,6 +644,24 @@ fn the_memory_extension_chapters_function_by_function_in_c() {
     assert_eq!(stdout, "364 documented edges checked, 0 wrong\n");
 }
 
+/// `tests/c/memory_chapters_function_by_function.c`: the device memory, host memory, copy and
+/// set, virtual memory, unified addressing and exception handling chapters function by
+/// function, the edges the other programs leave out (freed memory, another device's memory and
+/// streams, another allocator's memory, calls without a context, policies outside the
+/// enumeration and 1 GiB pages, what the synchronising frees wait for, the free figure a huge
+/// page costs, registrations in each state, the synchronous copy's reserved kind, host memory
+/// filled at once by aclrtMemsetD32Async while its stream is held, physical memory of two
+/// devices in one reservation, an abort callback's name), checked in C; the program prints
+/// each mismatch.
+#[test]
+fn the_memory_chapters_function_by_function_in_c() {
+    let stdout = run(&compile(
+        "memory_chapters_function_by_function",
+        &["-pthread"],
+    ));
+    assert_eq!(stdout, "433 documented edges checked, 0 wrong\n");
+}
+
 #[test]
 fn devices_and_information_flow_in_c() {
     let stdout = run(&compile("device_info", &[]));
