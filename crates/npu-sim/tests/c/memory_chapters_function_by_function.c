@@ -7,9 +7,11 @@
  * from a thread with no context, a policy outside the enumeration and the 1 GiB pages that add
  * no padding, what a free with device synchronisation waits for, what aclrtGetMemInfo's free
  * figure loses to a huge page, registrations of host memory in each of their states, the
- * pointer decides and the kind is reserved only for the synchronous copy, aclrtMemsetD32Async
- * filling host memory at once while its stream is held, physical memory of two devices in one
- * reservation and the properties only one side takes, and an abort callback's name. The
+ * pointer decides and the kind is reserved only for the synchronous copy, pageable memory
+ * staged by ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE without waiting for a held stream, descriptor and
+ * offset copies on the wrong device, aclrtMemsetD32Async filling host memory at once while its
+ * stream is held, physical memory of two devices in one reservation, a physical size no
+ * mapping can take, the properties only one side takes, and an abort callback's name. The
  * reference's chapters 22 and 23 (error reporting and logs) declare their functions in headers
  * other than ACL's, so there is nothing of theirs to call here. Where the reference names no
  * code only a failure is required. Prints a line for each mismatch, then how many checks ran.
@@ -292,6 +294,13 @@ static void mem_info_section(void)
     HOLDS(before - free_hbm() == 2 * MIB);
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
     HOLDS(free_hbm() == before);
+    EXPECT(aclrtMalloc(&dev, 100, ACL_MEM_MALLOC_HUGE1G_ONLY), ACL_SUCCESS);
+    HOLDS(before - free_hbm() == GIB);
+    EXPECT(aclrtFree(dev), ACL_SUCCESS);
+    /* Normal pages: the 32-byte rounding and padding only. */
+    EXPECT(aclrtMalloc(&dev, 100, ACL_MEM_MALLOC_NORMAL_ONLY), ACL_SUCCESS);
+    HOLDS(before - free_hbm() == 160);
+    EXPECT(aclrtFree(dev), ACL_SUCCESS);
     /* Each device's own figure: the other device's allocation leaves this one's alone. */
     EXPECT(aclrtSetCurrentContext(g_far), ACL_SUCCESS);
     EXPECT(aclrtMalloc(&dev, 4 * MIB, ACL_MEM_MALLOC_HUGE_ONLY), ACL_SUCCESS);
@@ -421,6 +430,10 @@ static void host_register_section(void)
     FAILS(aclrtHostRegister(page, 2 * 4096, ACL_HOST_REGISTER_MAPPED, &again));
     FAILS(aclrtHostRegister(page + 4096, 4096, ACL_HOST_REGISTER_MAPPED, &again));
     FAILS(aclrtHostRegisterV2(page, 4096, ACL_HOST_REG_MAPPED));
+    aclrtPtrAttributes attributes;
+    memset(&attributes, 0, sizeof attributes);
+    EXPECT(aclrtPointerGetAttributes(page, &attributes), ACL_SUCCESS);
+    HOLDS(attributes.location.type == ACL_MEM_LOCATION_TYPE_HOST);
     /* The device pointer of any address of the registration is the same offset in it. */
     void *device = NULL;
     EXPECT(aclrtHostGetDevicePointer(page + 100, &device, 0), ACL_SUCCESS);
@@ -603,6 +616,57 @@ static void memcpy_2d_section(aclrtStream stream)
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
 }
 
+/* ---- 11-03 aclrtSetMemcpyDesc, aclrtMemcpyAsyncWithDesc, aclrtMemcpyAsyncWithOffset ---- */
+
+static void descriptor_copy_section(aclrtStream stream)
+{
+    size_t desc_size = 0;
+    EXPECT(aclrtGetMemcpyDescSize(ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, &desc_size), ACL_SUCCESS);
+    void *desc = NULL, *src = NULL, *dst = NULL, *far = NULL, *pinned = NULL;
+    EXPECT(aclrtMalloc(&desc, desc_size, ACL_MEM_MALLOC_NORMAL_ONLY), ACL_SUCCESS);
+    EXPECT(aclrtMalloc(&src, 256, ACL_MEM_MALLOC_NORMAL_ONLY), ACL_SUCCESS);
+    EXPECT(aclrtMalloc(&dst, 256, ACL_MEM_MALLOC_NORMAL_ONLY), ACL_SUCCESS);
+    EXPECT(aclrtMallocHost(&pinned, 256), ACL_SUCCESS);
+    EXPECT(aclrtSetCurrentContext(g_far), ACL_SUCCESS);
+    EXPECT(aclrtMalloc(&far, 256, ACL_MEM_MALLOC_NORMAL_ONLY), ACL_SUCCESS);
+    EXPECT(aclrtSetCurrentContext(g_primary), ACL_SUCCESS);
+    /* The descriptor is device memory; the copy is within one device. */
+    FAILS(aclrtSetMemcpyDesc(pinned, ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, src, dst, 64, NULL));
+    FAILS(aclrtSetMemcpyDesc(desc, ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, pinned, dst, 64, NULL));
+    FAILS(aclrtSetMemcpyDesc(desc, ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, far, dst, 64, NULL));
+    FAILS(aclrtSetMemcpyDesc(desc, ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, src, dst, 512, NULL));
+    /* A descriptor on another device's stream, or on a destroyed one. */
+    EXPECT(aclrtSetMemcpyDesc(desc, ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, src, dst, 64, NULL),
+           ACL_SUCCESS);
+    FAILS(aclrtMemcpyAsyncWithDesc(desc, ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, g_far_stream));
+    FAILS(aclrtMemcpyAsyncWithDesc(desc, ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, g_gone));
+    EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
+    (void)aclrtGetLastError(ACL_RT_THREAD_LEVEL);
+    /* Offsets: the base pointers in device memory, on the stream's device only. */
+    void **slots = NULL;
+    EXPECT(aclrtMalloc((void **)&slots, 2 * sizeof(void *), ACL_MEM_MALLOC_NORMAL_ONLY),
+           ACL_SUCCESS);
+    void *bases[2] = {dst, src};
+    EXPECT(aclrtMemcpy(slots, sizeof bases, bases, sizeof bases, ACL_MEMCPY_HOST_TO_DEVICE),
+           ACL_SUCCESS);
+    FAILS(aclrtMemcpyAsyncWithOffset(&slots[0], 16, 0, (const void **)&slots[1], 16, 0,
+                                     ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, g_far_stream));
+    FAILS(aclrtMemcpyAsyncWithOffset(&slots[0], 16, 0, (const void **)&slots[1], 16, 0,
+                                     ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, g_gone));
+    EXPECT(aclrtMemset(src, 256, 0x3D, 256), ACL_SUCCESS);
+    EXPECT(aclrtMemcpyAsyncWithOffset(&slots[0], 16, 240, (const void **)&slots[1], 16, 0,
+                                      ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, stream),
+           ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
+    HOLDS(byte_at((char *)dst + 255) == 0x3D);
+    EXPECT(aclrtFree(slots), ACL_SUCCESS);
+    EXPECT(aclrtFree(far), ACL_SUCCESS);
+    EXPECT(aclrtFreeHost(pinned), ACL_SUCCESS);
+    EXPECT(aclrtFree(dst), ACL_SUCCESS);
+    EXPECT(aclrtFree(src), ACL_SUCCESS);
+    EXPECT(aclrtFree(desc), ACL_SUCCESS);
+}
+
 /* ---- 11-03 aclrtMemset, aclrtMemsetAsync ---- */
 
 static void memset_section(aclrtStream stream)
@@ -627,6 +691,26 @@ static void memset_section(aclrtStream stream)
     EXPECT(aclrtMallocHost(&pinned, 64), ACL_SUCCESS);
     EXPECT(aclrtMemset(pinned, 64, 0x55, 64), ACL_SUCCESS);
     HOLDS(((unsigned char *)pinned)[63] == 0x55);
+    /* Pinned memory set on a stream is a task of it: not set while the stream is held. */
+    uint64_t *gate = NULL;
+    EXPECT(aclrtMalloc((void **)&gate, 8, ACL_MEM_MALLOC_NORMAL_ONLY), ACL_SUCCESS);
+    EXPECT(aclrtMemset(gate, 8, 0, 8), ACL_SUCCESS);
+    EXPECT(aclrtValueWait(gate, 1, ACL_STREAM_WAIT_VALUE_EQ, stream), ACL_SUCCESS);
+    EXPECT(aclrtMemsetAsync(pinned, 64, 0x56, 64, stream), ACL_SUCCESS);
+    HOLDS(((unsigned char *)pinned)[63] == 0x55);
+    uint64_t one = 1;
+    EXPECT(aclrtMemcpy(gate, 8, &one, 8, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
+    HOLDS(((unsigned char *)pinned)[63] == 0x56);
+    EXPECT(aclrtFree(gate), ACL_SUCCESS);
+    /* Another device's memory, set synchronously by address. */
+    void *far = NULL;
+    EXPECT(aclrtSetCurrentContext(g_far), ACL_SUCCESS);
+    EXPECT(aclrtMalloc(&far, 64, ACL_MEM_MALLOC_NORMAL_ONLY), ACL_SUCCESS);
+    EXPECT(aclrtSetCurrentContext(g_primary), ACL_SUCCESS);
+    EXPECT(aclrtMemset(far, 64, 0x57, 64), ACL_SUCCESS);
+    HOLDS(byte_at((char *)far + 63) == 0x57);
+    EXPECT(aclrtFree(far), ACL_SUCCESS);
     /* The asynchronous form on its stream, refused on a destroyed or another device's one. */
     EXPECT(aclrtMemsetAsync(dev, 256, 0x66, 256, stream), ACL_SUCCESS);
     EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
@@ -809,6 +893,12 @@ static void virtual_memory_section(void)
     EXPECT(aclrtReleaseMemAddress(range), ACL_SUCCESS);
     EXPECT(aclrtFreePhysical(mine), ACL_SUCCESS);
 
+    /* The reserve's flags are only recommended to be 0, where the alignment must be. */
+    EXPECT(aclrtReserveMemAddress(&range, huge, 0, NULL, 1), ACL_SUCCESS);
+    EXPECT(aclrtReleaseMemAddress(range), ACL_SUCCESS);
+    range = SENTINEL;
+    FAILS(aclrtReserveMemAddress(&range, huge, huge, NULL, 0));
+    HOLDS(range == SENTINEL);
     /* The reserve's NULL out pointer; the address range of NULL, into NULL. */
     EXPECT(aclrtReserveMemAddress(NULL, huge, 0, NULL, 0), ACL_ERROR_INVALID_PARAM);
     void *base = NULL;
@@ -923,6 +1013,7 @@ int main(void)
     host_register_section();
     memcpy_section(stream);
     memcpy_2d_section(stream);
+    descriptor_copy_section(stream);
     memset_section(stream);
     memset_d32_section(stream);
     virtual_memory_section();
