@@ -25,6 +25,7 @@
 
 #include "check.h"
 #include "model_helpers.h"
+#include "npusim/control.h"
 
 #define MIB ((size_t)1 << 20)
 #define GIB ((size_t)1 << 30)
@@ -756,9 +757,23 @@ static void memset_d32_section(aclrtStream stream)
     /* Device memory: a task of the held stream, not done yet. */
     EXPECT(aclrtMemsetD32Async(dev, 256, 0x0A0B0C0D, 64, stream), ACL_SUCCESS);
     HOLDS(word_at(dev) == 0xDEADBEEF);
+    /* The synchronous calls do not wait for the held stream: a memset, an allocation, and a
+     * free of memory a queued task still uses. */
+    void *spare = NULL, *used = NULL;
+    EXPECT(aclrtMalloc(&spare, 64, ACL_MEM_MALLOC_NORMAL_ONLY), ACL_SUCCESS);
+    EXPECT(aclrtMemsetD32(spare, 64, 0x600DF00D, 16), ACL_SUCCESS);
+    HOLDS(word_at((char *)spare + 60) == 0x600DF00D);
+    EXPECT(aclrtMalloc(&used, 64, ACL_MEM_MALLOC_NORMAL_ONLY), ACL_SUCCESS);
+    EXPECT(aclrtMemcpyAsync(used, 64, spare, 64, ACL_MEMCPY_DEVICE_TO_DEVICE, stream),
+           ACL_SUCCESS);
+    EXPECT(aclrtFree(used), ACL_SUCCESS);
+    EXPECT(aclrtFree(spare), ACL_SUCCESS);
     uint64_t one = 1;
     EXPECT(aclrtMemcpy(gate, 8, &one, 8, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
-    EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
+    /* The queued copy finds its memory freed when it runs: a DMA fault of the stream. */
+    EXPECT(aclrtSynchronizeStream(stream), ACL_ERROR_RT_SYS_DMA);
+    (void)aclGetRecentErrMsg();
+    (void)aclrtGetLastError(ACL_RT_THREAD_LEVEL);
     HOLDS(word_at((char *)dev + 252) == 0x0A0B0C0D);
     /* NULL stream: the default stream. */
     EXPECT(aclrtMemsetD32Async(dev, 256, 5, 64, NULL), ACL_SUCCESS);
@@ -959,8 +974,42 @@ static int32_t abort_callback(int32_t deviceId, aclrtDeviceTaskAbortStage stage,
     return 0;
 }
 
+/* What the registered exception callback was told. */
+static uint32_t g_seen_device = 0xFFFFFFFFu;
+static uint32_t g_seen_stream = 0xFFFFFFFFu;
+static uint32_t g_seen_code = 0xFFFFFFFFu;
+static int g_seen_calls;
+
+static void exception_callback(aclrtExceptionInfo *info)
+{
+    ++g_seen_calls;
+    g_seen_device = aclrtGetDeviceIdFromExceptionInfo(info);
+    g_seen_stream = aclrtGetStreamIdFromExceptionInfo(info);
+    g_seen_code = aclrtGetErrorCodeFromExceptionInfo(info);
+}
+
 static void exception_section(void)
 {
+    /* A task failing on the other device: its device and stream, whichever thread waits. */
+    void *far = NULL;
+    int32_t far_id = -1;
+    EXPECT(aclrtExceptionInfoCallbackRegister(exception_callback), ACL_SUCCESS);
+    EXPECT(aclrtSetCurrentContext(g_far), ACL_SUCCESS);
+    EXPECT(aclrtStreamGetId(g_far_stream, &far_id), ACL_SUCCESS);
+    EXPECT(aclrtMalloc(&far, 64, ACL_MEM_MALLOC_NORMAL_ONLY), ACL_SUCCESS);
+    EXPECT(npusimFailTask(g_far_stream, 1, ACL_ERROR_RT_AICORE_EXCEPTION), ACL_SUCCESS);
+    EXPECT(aclrtMemsetAsync(far, 64, 0, 64, g_far_stream), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(g_far_stream), ACL_ERROR_RT_AICORE_EXCEPTION);
+    (void)aclGetRecentErrMsg();
+    EXPECT(aclrtGetLastError(ACL_RT_THREAD_LEVEL), ACL_ERROR_RT_AICORE_EXCEPTION);
+    HOLDS(g_seen_calls == 1 && g_seen_device == 1 && g_seen_stream == (uint32_t)far_id &&
+          g_seen_code == ACL_ERROR_RT_AICORE_EXCEPTION);
+    EXPECT(aclrtFree(far), ACL_SUCCESS);
+    EXPECT(aclrtSetCurrentContext(g_primary), ACL_SUCCESS);
+    EXPECT(aclrtExceptionInfoCallbackUnregister(exception_callback), ACL_SUCCESS);
+    /* Unregistered twice: nothing to do, success. */
+    EXPECT(aclrtExceptionInfoCallbackUnregister(exception_callback), ACL_SUCCESS);
+
     int calls = 0;
     /* The name is not empty; an unknown name unregistered is nothing to do. */
     FAILS(aclrtSetDeviceTaskAbortCallback("", abort_callback, &calls));
