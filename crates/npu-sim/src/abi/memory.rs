@@ -362,9 +362,11 @@ pub unsafe extern "C" fn aclrtMemInvalidate(devPtr: *mut c_void, size: usize) ->
     guard("aclrtMemInvalidate", || cache_maintenance(devPtr, size))
 }
 
-/// Synchronises the device owning the memory, then frees it: waits for the tasks of every
-/// stream of that device (of a stream that can no longer run its queued tasks, for the task
-/// running now), so no task is still touching the memory when it is freed. Task errors stay
+/// Synchronises the device owning the memory and the current device, then frees it: waits
+/// for the tasks of every stream of those devices (of a stream that can no longer run its
+/// queued tasks, for the task running now), so no task is still touching the memory when it is
+/// freed: the reference's "waits for the tasks using the memory" includes a task of the
+/// current device's stream reading another device's memory (a peer copy). Task errors stay
 /// for their streams' owners.
 ///
 /// # Safety
@@ -377,18 +379,27 @@ pub unsafe extern "C" fn aclrtFreeWithDevSync(devPtr: *mut c_void) -> aclError {
         if let Some((_, _, AllocKind::Device { device, .. })) =
             sim.memory.allocation_of(devPtr as usize)
         {
-            quiesce(sim, device)?;
+            let mut devices = vec![device];
+            if let Ok(ctx) = context::current(sim)
+                && ctx.device.id != device
+            {
+                devices.push(ctx.device.id);
+            }
+            quiesce(sim, &devices)?;
         }
         free_device(sim, devPtr)
     })
 }
 
-/// Waits until no task of any stream of `device` can still touch memory. Fails (207000),
-/// without waiting, if that would wait for the calling thread itself: it runs a host task of
-/// one of those streams, or is the report thread a BLOCK callback queued on one waits for
-/// (the wait for a stream that is not done includes its running task).
-pub(super) fn quiesce(sim: &Sim, device: i32) -> Res<()> {
-    let streams = sim.streams_of(device);
+/// Waits until no task of any stream of the `devices` named can still touch memory. Fails
+/// (207000), without waiting, if that would wait for the calling thread itself: it runs a host
+/// task of one of those streams, or is the report thread a BLOCK callback queued on one waits
+/// for (the wait for a stream that is not done includes its running task).
+pub(super) fn quiesce(sim: &Sim, devices: &[i32]) -> Res<()> {
+    let streams: Vec<_> = devices
+        .iter()
+        .flat_map(|&device| sim.streams_of(device))
+        .collect();
     for stream in &streams {
         stream.refuse_self_wait(u64::MAX)?;
     }
@@ -493,7 +504,7 @@ pub unsafe extern "C" fn aclrtFreeHostWithDevSync(hostPtr: *mut c_void) -> aclEr
         if sim.memory.is_pinned_allocation(hostPtr as usize)
             && let Ok(ctx) = context::current(sim)
         {
-            quiesce(sim, ctx.device.id)?;
+            quiesce(sim, &[ctx.device.id])?;
         }
         sim.memory.free(hostPtr as usize, true).map(drop)
     })

@@ -81,7 +81,7 @@ pub unsafe extern "C" fn aclrtMemPoolDestroy(memPool: aclrtMemPool) -> aclError 
     guard("aclrtMemPoolDestroy", || {
         let pool = resolve(memPool)?;
         let sim = sim()?;
-        quiesce(sim, pool.device.id)?;
+        quiesce(sim, &[pool.device.id])?;
         sim.pools.destroy(&sim.memory, &pool)
     })
 }

@@ -272,6 +272,29 @@ static void free_with_dev_sync_section(aclrtStream stream)
     FAILS(aclrtFreeWithDevSync(pinned));
     EXPECT(aclrtFreeHost(pinned), ACL_SUCCESS);
     EXPECT(aclrtFreeWithDevSync(held), ACL_SUCCESS);
+
+    /* Another device's memory a task of this device's stream reads: the free waits for that
+     * task too, not only for the memory's own device. */
+    void *far = NULL, *near = NULL;
+    EXPECT(aclrtSetCurrentContext(g_far), ACL_SUCCESS);
+    EXPECT(aclrtMalloc(&far, 8 * MIB, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+    EXPECT(aclrtMemset(far, 8 * MIB, 0x2B, 8 * MIB), ACL_SUCCESS);
+    EXPECT(aclrtSetCurrentContext(g_primary), ACL_SUCCESS);
+    EXPECT(aclrtDeviceEnablePeerAccess(1, 0), ACL_SUCCESS);
+    EXPECT(aclrtMalloc(&near, 8 * MIB, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+    for (int i = 0; i < 8; ++i) {
+        EXPECT(aclrtMemsetAsync(near, 8 * MIB, i, 8 * MIB, stream), ACL_SUCCESS);
+    }
+    EXPECT(aclrtMemcpyAsync(near, 8 * MIB, far, 8 * MIB, ACL_MEMCPY_DEVICE_TO_DEVICE, stream),
+           ACL_SUCCESS);
+    EXPECT(aclrtFreeWithDevSync(far), ACL_SUCCESS);
+    status = ACL_STREAM_STATUS_NOT_READY;
+    EXPECT(aclrtStreamQuery(stream, &status), ACL_SUCCESS);
+    HOLDS(status == ACL_STREAM_STATUS_COMPLETE);
+    EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
+    HOLDS(byte_at((char *)near + 8 * MIB - 1) == 0x2B);
+    EXPECT(aclrtDeviceDisablePeerAccess(1), ACL_SUCCESS);
+    EXPECT(aclrtFree(near), ACL_SUCCESS);
 }
 
 /* ---- 11-01 aclrtGetMemInfo ---- */
