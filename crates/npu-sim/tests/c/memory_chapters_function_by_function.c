@@ -516,6 +516,14 @@ static void memcpy_section(aclrtStream stream)
     FAILS(aclrtMemcpy(dev, 128, host, 256, ACL_MEMCPY_HOST_TO_DEVICE));
     FAILS(aclrtMemcpy(NULL, 256, host, 256, ACL_MEMCPY_HOST_TO_DEVICE));
     FAILS(aclrtMemcpy(dev, 256, NULL, 256, ACL_MEMCPY_HOST_TO_DEVICE));
+    /* In parameter order: a NULL pointer or a kind outside the enumeration (100000) before a
+     * count above destMax (107000), and that before the stream is looked up (107017). */
+    EXPECT(aclrtMemcpy(NULL, 8, host, 16, ACL_MEMCPY_HOST_TO_DEVICE), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemcpy(dev, 8, host, 16, (aclrtMemcpyKind)99), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemcpyAsync(dev, 8, host, 16, ACL_MEMCPY_HOST_TO_DEVICE, g_gone),
+           ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtMemcpyAsync(dev, 16, host, 16, ACL_MEMCPY_HOST_TO_DEVICE, g_gone),
+           ACL_ERROR_RT_INVALID_HANDLE);
     /* The synchronous kind is reserved: the pointers decide, whatever kind is named. */
     EXPECT(aclrtMemcpy(dev, 256, host, 256, ACL_MEMCPY_DEVICE_TO_HOST), ACL_SUCCESS);
     HOLDS(byte_at((char *)dev + 255) == 0x6D);
@@ -633,6 +641,17 @@ static void memcpy_2d_section(aclrtStream stream)
                              g_gone));
     FAILS(aclrtMemcpy2dAsync(dev2, 32, dev, PITCH, WIDTH, ROWS, ACL_MEMCPY_DEVICE_TO_DEVICE,
                              g_far_stream));
+    /* In parameter order: the pitches and the kind (100000) before the height (107000), the
+     * height before the stream. */
+    EXPECT(aclrtMemcpy2dAsync(dev2, 32, dev, WIDTH - 1, WIDTH, 5242881,
+                              ACL_MEMCPY_DEVICE_TO_DEVICE, stream),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemcpy2dAsync(dev2, 32, dev, PITCH, WIDTH, 5242881, ACL_MEMCPY_HOST_TO_HOST,
+                              stream),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemcpy2dAsync(dev2, 32, dev, PITCH, WIDTH, 5242881, ACL_MEMCPY_DEVICE_TO_DEVICE,
+                              g_gone),
+           ACL_ERROR_RT_PARAM_INVALID);
     /* Height above 5 MiB rows, whatever else. */
     FAILS(aclrtMemcpy2dAsync(dev2, 32, dev, PITCH, WIDTH, 5242881, ACL_MEMCPY_DEVICE_TO_DEVICE,
                              stream));
@@ -743,6 +762,10 @@ static void memset_section(aclrtStream stream)
     FAILS(aclrtMemsetAsync(dev, 256, 0x77, 256, g_far_stream));
     FAILS(aclrtMemsetAsync(dev, 16, 0x77, 256, stream));
     HOLDS(byte_at(dev) == 0x66);
+    /* count above maxCount (107000) before the stream is looked up (107017). */
+    EXPECT(aclrtMemsetAsync(dev, 16, 0x77, 256, g_gone), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtMemsetAsync(dev, 256, 0x77, 256, g_gone), ACL_ERROR_RT_INVALID_HANDLE);
+    HOLDS(byte_at(dev) == 0x66);
     EXPECT(aclrtFreeHost(pinned), ACL_SUCCESS);
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
 }
@@ -802,8 +825,11 @@ static void memset_d32_section(aclrtStream stream)
     EXPECT(aclrtMemsetD32Async(dev, 256, 5, 64, NULL), ACL_SUCCESS);
     EXPECT(aclrtSynchronizeStream(NULL), ACL_SUCCESS);
     HOLDS(word_at(dev) == 5);
-    FAILS(aclrtMemsetD32Async(dev, 256, 6, 64, g_gone));
+    EXPECT(aclrtMemsetD32Async(dev, 256, 6, 64, g_gone), ACL_ERROR_RT_INVALID_HANDLE);
     FAILS(aclrtMemsetD32Async(dev, 4, 6, 64, stream));
+    /* NULL (100000) before memSize (107000), memSize before the stream. */
+    EXPECT(aclrtMemsetD32(NULL, 4, 6, 64), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemsetD32Async(dev, 4, 6, 64, g_gone), ACL_ERROR_RT_PARAM_INVALID);
     HOLDS(word_at(dev) == 5);
     EXPECT(aclrtFree(gate), ACL_SUCCESS);
     EXPECT(aclrtFreeHost(pinned), ACL_SUCCESS);
