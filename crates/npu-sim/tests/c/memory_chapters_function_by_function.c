@@ -566,6 +566,18 @@ static void memcpy_section(aclrtStream stream)
     EXPECT(aclrtMemcpy(gate, 8, &one, 8, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
     EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
     HOLDS(byte_at((char *)dev + 255) == 0x71);
+    /* Captured, the staged bytes are the task's: each execution copies what was staged. */
+    aclmdlRI captured = NULL;
+    memset(other, 0x74, sizeof other);
+    EXPECT(aclmdlRICaptureBegin(stream, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL), ACL_SUCCESS);
+    EXPECT(aclrtMemcpyAsync(dev, 256, other, 256, ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE, stream),
+           ACL_SUCCESS);
+    EXPECT(aclmdlRICaptureEnd(stream, &captured), ACL_SUCCESS);
+    memset(other, 0x75, sizeof other);
+    EXPECT(aclmdlRIExecuteAsync(captured, stream), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
+    HOLDS(byte_at((char *)dev + 255) == 0x74);
+    EXPECT(aclmdlRIDestroy(captured), ACL_SUCCESS);
     /* Under that kind device memory to pinned memory is still device to host, its source read
      * in stream order: after the memset queued before it. */
     void *pinned = NULL;
@@ -1073,6 +1085,32 @@ static void exception_section(void)
     HOLDS(calls == 2);
     EXPECT(aclrtSetDeviceTaskAbortCallback("mcfbf", abort_callback, &calls), ACL_SUCCESS);
     EXPECT(aclrtSetDeviceTaskAbortCallback("mcfbf", NULL, NULL), ACL_SUCCESS);
+    /* The abort stops the task running (a value wait) and drops the tasks queued behind it;
+     * the stream takes new tasks afterwards. */
+    aclrtStream stream = NULL;
+    uint64_t *gate = NULL;
+    void *dev = NULL;
+    EXPECT(aclrtCreateStream(&stream), ACL_SUCCESS);
+    EXPECT(aclrtMalloc((void **)&gate, 8, ACL_MEM_MALLOC_NORMAL_ONLY), ACL_SUCCESS);
+    EXPECT(aclrtMalloc(&dev, 64, ACL_MEM_MALLOC_NORMAL_ONLY), ACL_SUCCESS);
+    EXPECT(aclrtMemset(gate, 8, 0, 8), ACL_SUCCESS);
+    EXPECT(aclrtMemset(dev, 64, 1, 64), ACL_SUCCESS);
+    EXPECT(aclrtValueWait(gate, 1, ACL_STREAM_WAIT_VALUE_EQ, stream), ACL_SUCCESS);
+    EXPECT(aclrtMemsetAsync(dev, 64, 7, 64, stream), ACL_SUCCESS);
+    EXPECT(aclrtDeviceTaskAbort(0, 1000), ACL_SUCCESS);
+    aclrtStreamStatus status = ACL_STREAM_STATUS_NOT_READY;
+    EXPECT(aclrtStreamQuery(stream, &status), ACL_SUCCESS);
+    HOLDS(status == ACL_STREAM_STATUS_COMPLETE);
+    uint64_t one = 1;
+    EXPECT(aclrtMemcpy(gate, 8, &one, 8, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
+    HOLDS(byte_at(dev) == 1);
+    EXPECT(aclrtMemsetAsync(dev, 64, 9, 64, stream), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
+    HOLDS(byte_at(dev) == 9);
+    EXPECT(aclrtFree(dev), ACL_SUCCESS);
+    EXPECT(aclrtFree(gate), ACL_SUCCESS);
+    EXPECT(aclrtDestroyStream(stream), ACL_SUCCESS);
     /* aclrtDeviceTaskAbort: an unknown device; the longest timeout is 36 minutes. */
     EXPECT(aclrtDeviceTaskAbort(99, 1000), ACL_ERROR_RT_INVALID_DEVICEID);
     EXPECT(aclrtDeviceTaskAbort(0, 36u * 60u * 1000u), ACL_SUCCESS);
