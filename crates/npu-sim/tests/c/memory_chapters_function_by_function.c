@@ -608,7 +608,8 @@ static void memcpy_section(aclrtStream stream)
     HOLDS(byte_at((char *)dev + 255) == 0x6D);
     EXPECT(aclrtDeviceDisablePeerAccess(1), ACL_SUCCESS);
     /* A copy on another device's stream. */
-    FAILS(aclrtMemcpyAsync(dev, 256, far, 256, ACL_MEMCPY_DEVICE_TO_DEVICE, g_far_stream));
+    EXPECT(aclrtMemcpyAsync(dev, 256, far, 256, ACL_MEMCPY_DEVICE_TO_DEVICE, g_far_stream),
+           ACL_ERROR_RT_STREAM_CONTEXT);
     EXPECT(aclrtFree(far), ACL_SUCCESS);
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
 }
@@ -649,10 +650,12 @@ static void memcpy_2d_section(aclrtStream stream)
     EXPECT(aclrtMemcpy2dAsync(dev2, 32, dev, PITCH, WIDTH, ROWS,
                               ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, stream),
            ACL_ERROR_INVALID_PARAM);
-    FAILS(aclrtMemcpy2dAsync(dev2, 32, dev, PITCH, WIDTH, ROWS, ACL_MEMCPY_DEVICE_TO_DEVICE,
-                             g_gone));
-    FAILS(aclrtMemcpy2dAsync(dev2, 32, dev, PITCH, WIDTH, ROWS, ACL_MEMCPY_DEVICE_TO_DEVICE,
-                             g_far_stream));
+    EXPECT(aclrtMemcpy2dAsync(dev2, 32, dev, PITCH, WIDTH, ROWS, ACL_MEMCPY_DEVICE_TO_DEVICE,
+                              g_gone),
+           ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtMemcpy2dAsync(dev2, 32, dev, PITCH, WIDTH, ROWS, ACL_MEMCPY_DEVICE_TO_DEVICE,
+                              g_far_stream),
+           ACL_ERROR_RT_STREAM_CONTEXT);
     /* In parameter order: the pitches and the kind (100000) before the height (107000), the
      * height before the stream. */
     EXPECT(aclrtMemcpy2dAsync(dev2, 32, dev, WIDTH - 1, WIDTH, 5242881,
@@ -693,7 +696,8 @@ static void descriptor_copy_section(aclrtStream stream)
     /* A descriptor on another device's stream, or on a destroyed one. */
     EXPECT(aclrtSetMemcpyDesc(desc, ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, src, dst, 64, NULL),
            ACL_SUCCESS);
-    FAILS(aclrtMemcpyAsyncWithDesc(desc, ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, g_far_stream));
+    EXPECT(aclrtMemcpyAsyncWithDesc(desc, ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, g_far_stream),
+           ACL_ERROR_RT_STREAM_CONTEXT);
     FAILS(aclrtMemcpyAsyncWithDesc(desc, ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, g_gone));
     EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
     (void)aclrtGetLastError(ACL_RT_THREAD_LEVEL);
@@ -704,10 +708,12 @@ static void descriptor_copy_section(aclrtStream stream)
     void *bases[2] = {dst, src};
     EXPECT(aclrtMemcpy(slots, sizeof bases, bases, sizeof bases, ACL_MEMCPY_HOST_TO_DEVICE),
            ACL_SUCCESS);
-    FAILS(aclrtMemcpyAsyncWithOffset(&slots[0], 16, 0, (const void **)&slots[1], 16, 0,
-                                     ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, g_far_stream));
-    FAILS(aclrtMemcpyAsyncWithOffset(&slots[0], 16, 0, (const void **)&slots[1], 16, 0,
-                                     ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, g_gone));
+    EXPECT(aclrtMemcpyAsyncWithOffset(&slots[0], 16, 0, (const void **)&slots[1], 16, 0,
+                                      ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, g_far_stream),
+           ACL_ERROR_RT_STREAM_CONTEXT);
+    EXPECT(aclrtMemcpyAsyncWithOffset(&slots[0], 16, 0, (const void **)&slots[1], 16, 0,
+                                      ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, g_gone),
+           ACL_ERROR_RT_INVALID_HANDLE);
     EXPECT(aclrtMemset(src, 256, 0x3D, 256), ACL_SUCCESS);
     EXPECT(aclrtMemcpyAsyncWithOffset(&slots[0], 16, 240, (const void **)&slots[1], 16, 0,
                                       ACL_MEMCPY_INNER_DEVICE_TO_DEVICE, stream),
@@ -771,7 +777,7 @@ static void memset_section(aclrtStream stream)
     EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
     HOLDS(byte_at((char *)dev + 255) == 0x66);
     FAILS(aclrtMemsetAsync(dev, 256, 0x77, 256, g_gone));
-    FAILS(aclrtMemsetAsync(dev, 256, 0x77, 256, g_far_stream));
+    EXPECT(aclrtMemsetAsync(dev, 256, 0x77, 256, g_far_stream), ACL_ERROR_RT_STREAM_CONTEXT);
     FAILS(aclrtMemsetAsync(dev, 16, 0x77, 256, stream));
     HOLDS(byte_at(dev) == 0x66);
     /* count above maxCount (107000) before the stream is looked up (107017). */
