@@ -11,7 +11,8 @@
  * staged by ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE without waiting for a held stream, descriptor and
  * offset copies on the wrong device, aclrtMemsetD32Async filling host memory at once while its
  * stream is held, physical memory of two devices in one reservation, a physical size no
- * mapping can take, the properties only one side takes, and an abort callback's name. The
+ * mapping can take, the properties only one side takes, an exception of another device's
+ * task, a device task abort dropping queued tasks, and an abort callback's name. The
  * reference's chapters 22 and 23 (error reporting and logs) declare their functions in headers
  * other than ACL's, so there is nothing of theirs to call here. Where the reference names no
  * code only a failure is required. Prints a line for each mismatch, then how many checks ran.
@@ -116,7 +117,7 @@ static void malloc_section(void)
     EXPECT(aclrtMalloc(&dev, 2 * MIB, ored), ACL_SUCCESS);
     HOLDS(page_of(dev) == 2 * MIB);
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
-    /* HUGE_FIRST keeps up to 1 MiB on normal pages; HUGE_ONLY takes a huge page whatever. */
+    /* HUGE_FIRST keeps up to 1 MiB on normal pages and takes huge ones above. */
     EXPECT(aclrtMalloc(&dev, MIB, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
     HOLDS(page_of(dev) < 2 * MIB);
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
