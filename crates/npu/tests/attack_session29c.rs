@@ -15,26 +15,13 @@ use npu::sim;
 use npu::stream::FailureMode;
 
 use common::{
-    STRATEGIES, drained_without_an_event, exclusive, in_a_fresh_context, last_task_id,
-    live_objects, run, stream, synchronize_reports_the_drained_fault, take_every_event,
-    until_released, within,
+    STRATEGIES, drain_a_failing_memset, exclusive, in_a_fresh_context, last_task_id, live_objects,
+    run, stream, synchronize_reports_the_drained_fault, take_every_event, until_released, within,
 };
 
 /// The simulator's devices in this process: 0 and 1 for the attacks, and one more for each
 /// strategy for the attack that loses its device for good.
 const DEVICES: u32 = 5;
-
-/// Drains a memset whose task fails on `s` (every event of `ctx`'s device taken): it fails
-/// with the refusal of its event once the device has run it. The events, still taken, and the
-/// failed task's id.
-fn drain_a_failing_memset(ctx: &Context, s: &npu::Stream) -> (Vec<Event>, u32) {
-    let events = take_every_event(ctx);
-    sim::fail_task(s, 1, AclCode(507015)).unwrap();
-    let failing = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 8);
-    let task = last_task_id(ctx);
-    drained_without_an_event(run(failing).unwrap_err());
-    (events, task)
-}
 
 /// Whether `buffer` holds `value` in every byte.
 fn filled(buffer: &DeviceBuffer<u8>, value: u8) -> bool {

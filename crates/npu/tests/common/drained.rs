@@ -5,7 +5,7 @@ use npu::error::AclCode;
 use npu::prelude::*;
 use npu::sim;
 
-use super::{run, until_released};
+use super::{run, take_every_event, until_released};
 
 /// Runs `case` in a fresh context of `device` (its event pool has no event to reuse), then
 /// waits until the device has every event of that context back: one the reaper destroyed
@@ -25,6 +25,18 @@ pub(crate) fn in_a_fresh_context(device: &npu::Device, case: impl FnOnce(&Contex
 pub(crate) fn drained_without_an_event(failed: npu::stream::OpError<DeviceBuffer<u8>>) {
     assert_eq!(failed.error.acl_code(), Some(AclCode(207007)), "{failed}");
     assert!(failed.value.is_some(), "the buffer comes back: {failed}");
+}
+
+/// Drains a memset whose task fails on `s` (every event of `ctx`'s device taken): it fails
+/// with the refusal of its event once the device has run it. The events, still taken, and the
+/// failed task's id.
+pub(crate) fn drain_a_failing_memset(ctx: &Context, s: &npu::Stream) -> (Vec<Event>, u32) {
+    let events = take_every_event(ctx);
+    sim::fail_task(s, 1, AclCode(507015)).unwrap();
+    let failing = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 8);
+    let task = last_task_id(ctx);
+    drained_without_an_event(run(failing).unwrap_err());
+    (events, task)
 }
 
 /// The id the runtime gave the last task this thread submitted (`aclrtGetThreadLastTaskId`),

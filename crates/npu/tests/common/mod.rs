@@ -36,7 +36,7 @@ mod own_runtime;
 mod pool_memory;
 
 pub(crate) use drained::{
-    drained_without_an_event, in_a_fresh_context, last_task_id,
+    drain_a_failing_memset, drained_without_an_event, in_a_fresh_context, last_task_id,
     synchronize_reports_the_drained_fault,
 };
 pub(crate) use gate::{set_gate, wait_gate};
