@@ -137,8 +137,8 @@ fn resolved_with_its_own_outcome(
     }
 }
 
-/// The stream's `synchronize` reports the drained fault at most once (an abort clears the
-/// failure record with the runtime's queue), then nothing.
+/// The stream's `synchronize` reports the drained fault at most once (an abort that
+/// discarded the fence before it ran discards what it would have captured), then nothing.
 fn synchronize_reports_it_at_most_once(s: &npu::Stream, task: u32) {
     if let Err(failed) = run(s.synchronize()) {
         let fault = failed.error.fault();

@@ -20,6 +20,9 @@ impl Stream {
     /// it was dropped, so what its buffers hold is unspecified (see `Error::Aborted`). Work a
     /// device fault had already stopped when the abort began (the faulted task and what it
     /// stopped) fails with that fault's error instead, as it would had it been noticed first.
+    /// A failure the next [`synchronize`](Stream::synchronize) would report is cleared with
+    /// the queue, unless it is the fault of a task whose operation completed before the abort
+    /// began: that one is still reported.
     ///
     /// The runtime call waits for the running task, so it runs on a thread of its own
     /// (`npu-abort`), never on the caller's, an executor's or Tokio's blocking pool. It starts
@@ -227,6 +230,8 @@ struct AbortInProgress<'a> {
     through: Option<u64>,
     /// What earlier aborts had discarded when it marked: its own range starts after it.
     since: u64,
+    /// How many aborts had marked their work once this one had (`StreamShared::aborts_marked`).
+    marked: u64,
     /// Whether the runtime confirmed the discard.
     discarded: bool,
     /// The device fault that had stopped the stream before the runtime call, if one had.
@@ -243,6 +248,7 @@ impl AbortInProgress<'_> {
         let through = stream.watched.load(Ordering::Acquire);
         self.through = Some(through);
         self.since = stream.aborted_through.load(Ordering::Acquire);
+        self.marked = stream.aborts_marked.fetch_add(1, Ordering::AcqRel) + 1;
         // Before the runtime call, so that whoever sees a failure of this stream's discarded
         // work sees this too (the runtime reports the discard only once the call has begun).
         stream.aborting_through.fetch_max(through, Ordering::AcqRel);
@@ -276,8 +282,16 @@ impl Drop for AbortInProgress<'_> {
                     });
                 }
                 // The runtime cleared the stream's errors with its queue; so does the failure
-                // record.
-                *stream.failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                // record, but for the fault of work that ran before the abort began
+                // (`failure::Failure`).
+                let mut failure = stream.failure.lock().unwrap_or_else(|e| e.into_inner());
+                if failure
+                    .as_ref()
+                    .is_some_and(|failure| !failure.outlives_abort(self.marked))
+                {
+                    *failure = None;
+                }
+                drop(failure);
                 // Before submissions are taken again: whoever completes the stream's
                 // operations fails what was discarded before work submitted from now on.
                 stream.strategy.discarded();
@@ -311,6 +325,7 @@ impl StreamShared {
             mine,
             through: None,
             since: 0,
+            marked: 0,
             discarded: false,
             faulted: None,
         };
@@ -429,6 +444,7 @@ mod tests {
             mine,
             through: None,
             since: 0,
+            marked: 0,
             discarded: true,
             faulted,
         };

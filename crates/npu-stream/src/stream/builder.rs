@@ -162,6 +162,7 @@ impl StreamBuilder {
             tail: Mutex::new(None),
             watched: AtomicU64::new(0),
             aborted_through: AtomicU64::new(0),
+            aborts_marked: AtomicU64::new(0),
             aborting_through: AtomicU64::new(0),
             faulted_at_abort: Mutex::new(VecDeque::new()),
             drains: Default::default(),

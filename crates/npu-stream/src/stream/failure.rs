@@ -46,10 +46,38 @@ impl FailureMode {
     }
 }
 
+/// What a stream's failure record holds: the first device-side failure since the last
+/// `synchronize` completed, and how many aborts had marked their work when it was recorded.
+///
+/// An abort clears the record with the runtime's queue, but not a failure that a task which
+/// ran reported before the abort began (it carries a `DeviceFault`, and was recorded before
+/// the abort marked its work): the abort discards work not yet run and cannot undo a fault of
+/// work that ran. That failure may be reported nowhere else: the fault of work drained without
+/// a completion event, which a fence captured, or of an operation whose future was dropped.
+/// What the abort did discard, and what a stop left undone (failures with no fault of their
+/// own), goes with the queue, as does a failure recorded once the abort had begun, which may
+/// be the abort's own doing.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    error: npu_core::Error,
+    aborts_marked: u64,
+}
+
+impl Failure {
+    /// Whether the failure outlives the abort that was the `marked`-th to mark its work.
+    pub(super) fn outlives_abort(&self, marked: u64) -> bool {
+        self.aborts_marked < marked
+            && matches!(&self.error, npu_core::Error::Acl(acl) if acl.fault.is_some())
+    }
+}
+
 impl StreamShared {
     /// Passes an operation's result through the stream's failure record, in completion order:
-    /// an ordinary operation's failure is remembered for the next `synchronize`; a
-    /// `synchronize` reports (and clears) the first one remembered.
+    /// an ordinary operation's failure is remembered for the next `synchronize`, unless one is
+    /// remembered already (the first one is kept, as `aclrtSynchronizeStream` reports the
+    /// first task error since the last synchronisation); a `synchronize` reports (and clears)
+    /// it. A `synchronize` an abort discarded reports `Error::Aborted` and leaves the record
+    /// to the next one.
     pub(crate) fn finish(&self, op: OpInfo, result: Result<()>) -> Result<()> {
         // An operation no strategy watched, submitted before this one, is over by now: it
         // completes first.
@@ -61,13 +89,24 @@ impl StreamShared {
             if let Err(err) = &result
                 && !self.aborted(op)
             {
-                failure().get_or_insert_with(|| err.clone());
+                let aborts_marked = self.aborts_marked.load(Ordering::Acquire);
+                failure().get_or_insert_with(|| Failure {
+                    error: err.clone(),
+                    aborts_marked,
+                });
             }
             return result;
         }
-        match (result, failure().take()) {
-            (Err(err), _) | (Ok(()), Some(err)) => Err(err),
-            (Ok(()), None) => Ok(()),
+        match result {
+            // Discarded, it synchronised nothing: the failure stays for the next one.
+            Err(err) if err.is_aborted() => Err(err),
+            Err(err) => {
+                failure().take();
+                Err(err)
+            }
+            Ok(()) => failure()
+                .take()
+                .map_or(Ok(()), |failure| Err(failure.error)),
         }
     }
 

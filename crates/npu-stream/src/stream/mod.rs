@@ -75,8 +75,9 @@ pub(crate) struct StreamShared {
     pub(crate) staging: OnceLock<Arc<PinnedPool>>,
     pub(crate) strategy: Strategy,
     pub(crate) strategy_state: StrategyState,
-    /// The first device-side failure since the last `synchronize` completed.
-    failure: Mutex<Option<npu_core::Error>>,
+    /// The first device-side failure since the last `synchronize` completed (see
+    /// [`failure::Failure`]).
+    failure: Mutex<Option<failure::Failure>>,
     /// The most recently watched operation, for strategies that must complete in order on
     /// their own (`BlockingSync`).
     tail: Mutex<Option<Completion>>,
@@ -84,6 +85,9 @@ pub(crate) struct StreamShared {
     pub(crate) watched: AtomicU64,
     /// The `seq` of the last operation an abort discarded (0: none); see [`Stream::abort`].
     pub(crate) aborted_through: AtomicU64,
+    /// How many aborts have marked the work they discard: a failure recorded before an abort
+    /// marked is of work that finished before the abort began (see [`failure::Failure`]).
+    pub(crate) aborts_marked: AtomicU64,
     /// The `seq` of the last operation an abort of this stream may discard: set when its
     /// runtime call is about to begin, before the runtime can report anything discarded
     /// (`aborted_through` follows once the runtime has confirmed the discard; the last abort
@@ -337,7 +341,12 @@ impl Stream {
     /// operation's ACL function. It is also where the failure of work the device ran without
     /// a completion event of its own surfaces (the device out of events: that operation fails
     /// with the runtime's refusal of its event, and the next submission to the stream records
-    /// one after its work first), never on a later operation.
+    /// one after its work first), never on a later operation. Only the first failure since the
+    /// previous `synchronize` is reported; later ones are reported by their own operations.
+    /// An [`abort`](Stream::abort) keeps it if it is the fault of a task whose operation
+    /// completed before the abort began (it carries a `DeviceFault`), and clears what the abort discarded or a stop
+    /// left undone; a `synchronize` the abort discarded fails with `Error::Aborted` and
+    /// leaves it to the next one.
     ///
     /// Cancel safety: cancel-safe in that no device work is lost; but a failure it would have
     /// reported is consumed when the synchronisation completes, whether or not the future is
