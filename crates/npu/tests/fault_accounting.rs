@@ -1,7 +1,8 @@
 //! Where device faults and pooled memory are accounted for, through the `npu` facade: the
 //! fault of work drained without a completion event (the device out of events), which a fence
 //! hands to the stream's failure record, across an abort or a stop, beside a second drained
-//! fault, and when the fence's own wait fails.
+//! fault, and when the fence's own wait fails; and a `DevicePool::trim` caught between taking
+//! its blocks out of the cache and queuing their frees by a request out of memory.
 //!
 //! The simulator of this process has five devices of 64 MiB (installed by the first test to
 //! take the lock), so that a pool can fill a device; devices 2 to 4 are lost by the test that
@@ -10,13 +11,20 @@
 
 mod common;
 
+use std::sync::{Condvar, Mutex, Once};
+
 use common::*;
 use npu::error::AclCode;
 use npu::prelude::*;
 use npu::{Stream, sim};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
 
 /// The memory of each simulated device in this process.
 const DEVICE_MEMORY: u64 = 64 << 20;
+
+/// A request the filled device cannot serve before the pool's cache is freed.
+const BIG: usize = 24 << 20;
 
 /// The device lock and device 0's primary context, on this file's simulator.
 fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
@@ -176,4 +184,154 @@ fn a_fence_whose_wait_fails_reports_the_device_loss() {
             );
         }
     }
+}
+
+/// Where the trimming thread stops when armed: at the log of its frees (the blocks out of the
+/// cache, their frees not yet queued), and what the requesting thread has done.
+struct TrimGate {
+    armed: bool,
+    held: bool,
+    /// The requesting thread's allocation failed out of memory.
+    refused: bool,
+}
+
+static TRIM_GATE: Mutex<TrimGate> = Mutex::new(TrimGate {
+    armed: false,
+    held: false,
+    refused: false,
+});
+static TRIM_GATE_CHANGED: Condvar = Condvar::new();
+
+/// The thread that trims, which the gate holds.
+const TRIMMER: &str = "fa-trim";
+/// The thread that requests the memory the trim gives back.
+// Both under the 15 bytes `/proc` keeps of a thread's name.
+const REQUESTER: &str = "fa-request";
+
+/// Whether `event` is one whose message contains `text`.
+fn says(event: &tracing::Event<'_>, text: &str) -> bool {
+    let mut found = false;
+    event.record(
+        &mut |field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
+            if field.name() == "message" {
+                found |= format!("{value:?}").contains(text);
+            }
+        },
+    );
+    found
+}
+
+/// A tracing layer that holds [`TRIMMER`] at the log of its frees while the gate is armed,
+/// and notes [`REQUESTER`]'s allocation refused out of memory (the simulator logs each failed
+/// call): the test's hold on a thread that makes only immediate runtime calls, which the
+/// device's hold cannot stop.
+struct HoldsTrims;
+
+impl<S: tracing::Subscriber> Layer<S> for HoldsTrims {
+    fn on_event(&self, event: &tracing::Event<'_>, _: LayerContext<'_, S>) {
+        let thread = std::thread::current();
+        let mut gate = TRIM_GATE.lock().unwrap_or_else(|e| e.into_inner());
+        if thread.name() == Some(REQUESTER) && says(event, "aclrtMemPoolMallocAsync failed") {
+            gate.refused = true;
+            TRIM_GATE_CHANGED.notify_all();
+            return;
+        }
+        if thread.name() != Some(TRIMMER) || !gate.armed || !says(event, "release stream") {
+            return;
+        }
+        gate.held = true;
+        TRIM_GATE_CHANGED.notify_all();
+        while gate.armed {
+            gate = TRIM_GATE_CHANGED
+                .wait(gate)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        gate.held = false;
+    }
+}
+
+/// Arms the gate (installing the layer as the process's subscriber the first time, with
+/// the simulator's and npu-stream's events enabled).
+fn arm_the_trim_gate() {
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| {
+        let subscriber = tracing_subscriber::registry().with(HoldsTrims);
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    });
+    let mut gate = TRIM_GATE.lock().unwrap();
+    gate.armed = true;
+    gate.refused = false;
+}
+
+/// Opens the gate: the held trimming thread goes on.
+fn open_the_trim_gate() {
+    TRIM_GATE.lock().unwrap().armed = false;
+    TRIM_GATE_CHANGED.notify_all();
+}
+
+/// Waits (bounded) until the gate's state satisfies `done`.
+fn until_the_gate(what: &str, done: impl Fn(&TrimGate) -> bool) {
+    let gate = TRIM_GATE.lock().unwrap_or_else(|e| e.into_inner());
+    let (gate, timeout) = TRIM_GATE_CHANGED
+        .wait_timeout_while(gate, HANG, |gate| !done(gate))
+        .unwrap_or_else(|e| e.into_inner());
+    assert!(!timeout.timed_out(), "never: {what}");
+    drop(gate);
+}
+
+/// Whether the thread of this process named `name` is asleep (`/proc`'s state `S`): blocked,
+/// here on a lock, as nothing else it does between its refused allocation and its drain
+/// sleeps.
+fn asleep(name: &str) -> bool {
+    let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+    tasks.flatten().any(|task| {
+        let path = task.path();
+        let named =
+            std::fs::read_to_string(path.join("comm")).is_ok_and(|comm| comm.trim() == name);
+        // The state follows the name, which is in parentheses: "tid (name) S ...".
+        let sleeping = std::fs::read_to_string(path.join("stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('S'))
+        });
+        named && sleeping
+    })
+}
+
+/// A request out of memory while a `trim` holds the blocks it took out of the cache, their
+/// frees not yet queued on the release stream, waits for the trim and then for those frees,
+/// and is served: the memory was on its way back. The trimming thread is held at the log of
+/// its frees; the request's thread fails its first attempt out of memory meanwhile. The
+/// break: the request found the cache empty and no frees counted, took nothing to be on its
+/// way back, and failed out of memory while the trim was giving the device's memory back.
+#[test]
+fn a_request_out_of_memory_during_a_trim_waits_for_the_memory_it_gives_back() {
+    let (_devices, ctx) = devices();
+    let s = stream(&ctx, npu::stream::Strategy::EventPoll);
+    let pool = pool_holding_the_device(&ctx, &s);
+    arm_the_trim_gate();
+    std::thread::scope(|scope| {
+        let trimming = std::thread::Builder::new()
+            .name(TRIMMER.into())
+            .spawn_scoped(scope, || pool.trim())
+            .unwrap();
+        until_the_gate("the trim is held", |gate| gate.held);
+        let requesting = std::thread::Builder::new()
+            .name(REQUESTER.into())
+            .spawn_scoped(scope, || {
+                run(pool.alloc::<u8>(&s, BIG)).map(|block| block.len())
+            })
+            .unwrap();
+        // Refused out of memory, then either done (it gave up) or waiting for the trim.
+        until_the_gate("the request's first attempt is refused", |gate| {
+            gate.refused
+        });
+        until("the request gives up or waits", || {
+            requesting.is_finished() || asleep(REQUESTER)
+        });
+        open_the_trim_gate();
+        let trimmed = trimming.join().unwrap().unwrap();
+        assert!(trimmed >= 48 << 20, "{trimmed} bytes");
+        let served = requesting.join().unwrap();
+        assert_eq!(served.unwrap_or_else(|err| panic!("{err}")), BIG);
+    });
 }

@@ -535,7 +535,17 @@ impl DevicePool {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn trim_to(&self, bytes: usize) -> Result<usize> {
-        let freed = self.cache.trim_to(bytes);
+        let freed = {
+            // Under the drain lock, from taking the blocks out of the cache until their frees
+            // are queued and counted, as a drain frees the cache: a request out of memory
+            // meanwhile found the cache empty and the frees not yet counted, took no memory
+            // to be on its way back, and failed out of memory while the trim was giving it
+            // back. It now waits for the trim's immediate calls, then counts its frees and
+            // synchronises the release stream. Refused on this thread (see `drain_cache`),
+            // the trim goes ahead unlocked.
+            let _draining = lock_here(&self.cache.source().draining, Rank::Drain);
+            self.cache.trim_to(bytes)
+        };
         self.cache.source().trim_runtime(bytes)?;
         Ok(freed)
     }

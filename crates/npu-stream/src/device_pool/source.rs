@@ -347,6 +347,14 @@ unsafe impl Source for DeviceSource {
                 })
             }),
             Backend::Runtime(pool) => {
+                // Out of the cache and not yet counted: a request out of memory cannot see
+                // these frees until they are (`DevicePool::trim_to` holds the drain lock
+                // across; `tests/fault_accounting.rs` holds a trim here).
+                npu_core::log!(
+                    trace,
+                    blocks = blocks.len(),
+                    "queueing frees on the release stream"
+                );
                 let freed = self.context.bind().and_then(|()| {
                     blocks.into_iter().try_for_each(|block| {
                         // SAFETY: the block came from this pool and is idle; `release` is our
