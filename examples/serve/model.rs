@@ -94,20 +94,19 @@ impl Model {
         let stream = self.streams.next();
         // Blocks are taken, never waited for: an admitted request finds its blocks free unless
         // requests given up on (timed out, or their client gone) still have the device using
-        // theirs; then it is refused at once, as a request over the admission limit is.
+        // theirs; then it is refused at once, as a request over the admission limit is. (A
+        // device block lost to a memory error is made again: `device_block`.)
         let mut host = self
             .pool
             .try_alloc::<f32>(n)?
             .ok_or(RunError::NoRoom("pinned"))?;
         host.copy_from_slice(data);
-        let x =
-            (self.device_pool.try_alloc::<f32>(&stream, n)?).ok_or(RunError::NoRoom("device"))?;
+        let x = self.device_block(&stream, n).await?;
         let (host, x) = stream.copy_h2d(host, x).await?;
         // SAFETY: scale_f32(float *x, uint64_t n, float alpha) scales n elements of x in
         // place; x holds n.
         let (x, ..) = unsafe { stream.launch(&self.scale, 4, (x, n as u64, self.alpha)) }.await?;
-        let y =
-            (self.device_pool.try_alloc::<f32>(&stream, n)?).ok_or(RunError::NoRoom("device"))?;
+        let y = self.device_block(&stream, n).await?;
         // SAFETY: vector_add_f32(const float *a, const float *b, float *c, uint64_t n) reads n
         // elements of x and the bias and writes n of y; all hold n (the bias has the model's
         // input length, which the handler checked n against). The bias is only ever read.
@@ -115,5 +114,40 @@ impl Model {
             unsafe { stream.launch(&self.add, 4, (x, self.bias.clone(), y, n as u64)) }.await?;
         let (_, host) = stream.copy_d2h(y, host).await?;
         Ok(host.to_vec())
+    }
+
+    /// A free device block of `n` elements, never waited for: a cached one, or `NoRoom` while
+    /// requests given up on hold the rest. A block the pool quarantined after an uncorrectable
+    /// memory error on it leaves the pool's capacity, and the pool has room for one in its
+    /// place; but a runtime-pool `try_alloc` takes only cached blocks and never makes one, so
+    /// without this the server lost that block for good (a server admitting one request
+    /// refused every later one with 503). The replacement is made here, on the request's
+    /// stream, as `load` made the others (`reserve`).
+    async fn device_block(
+        &self,
+        stream: &npu::Stream,
+        n: usize,
+    ) -> Result<npu::memory::PooledDeviceBuffer<f32>, RunError> {
+        if let Some(block) = self.device_pool.try_alloc::<f32>(stream, n)? {
+            return Ok(block);
+        }
+        let bytes = n * size_of::<f32>();
+        let class = DevicePool::size_class(bytes).unwrap_or(bytes);
+        let room = self
+            .device_pool
+            .capacity()
+            .is_none_or(|capacity| self.device_pool.stats().cache.reserved + class <= capacity);
+        if room {
+            match self.device_pool.reserve(stream, 1, bytes).await {
+                Ok(_) => {}
+                // Taken meanwhile by another request's replacement.
+                Err(npu::Error::InvalidArgument { .. }) => {}
+                Err(err) => return Err(RunError::Device(err)),
+            }
+            if let Some(block) = self.device_pool.try_alloc::<f32>(stream, n)? {
+                return Ok(block);
+            }
+        }
+        Err(RunError::NoRoom("device"))
     }
 }
