@@ -1116,3 +1116,62 @@ fn an_abort_of_a_shared_stream_ends_every_request_on_it_and_loses_no_block() {
         }
     }
 }
+
+/// docs/observability.md, "Tests in paused time": "a future dropped while pending (a
+/// `select!` branch that lost) lets the clock move again within 100 ms". A loop whose
+/// `Completion::wait` or `Event::wait` on the held device loses 200 `select!` turns in a row
+/// (each turn a fresh wait, polled once and dropped, as a `select!` in a loop does), on a
+/// paused runtime with two blocking threads, then a one-hour `sleep`: the paused clock moves
+/// on to it once the waits are gone, within two seconds of real time (a slice of 100 ms per
+/// queued keeper, two at a time, would be ten). Every strategy.
+#[test]
+fn waits_that_lose_every_select_turn_under_a_paused_clock_let_it_move_once_dropped() {
+    let (_turn, ctx, _) = exclusive(Some(4));
+    for strategy in STRATEGIES {
+        for which in ["Completion::wait", "Event::wait"] {
+            let what = format!("{which}, {strategy:?}");
+            let stream = common::stream(&ctx, strategy);
+            let held = sim::hold(&ctx.device()).unwrap();
+            let op = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+            let done = op.completion().clone();
+            let event = Event::new(&ctx).unwrap();
+            event.record(&stream).unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .max_blocking_threads(2)
+                .build()
+                .unwrap();
+            let moved_after = watchdog(&what, || {
+                rt.block_on(async {
+                    for _ in 0..200 {
+                        if which == "Completion::wait" {
+                            tokio::select! {
+                                biased;
+                                r = done.wait() => panic!("resolved on a held device: {r:?}"),
+                                () = std::future::ready(()) => {}
+                            }
+                        } else {
+                            tokio::select! {
+                                biased;
+                                r = event.wait() => panic!("resolved on a held device: {r:?}"),
+                                () = std::future::ready(()) => {}
+                            }
+                        }
+                    }
+                    let real = std::time::Instant::now();
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    real.elapsed()
+                })
+            });
+            assert!(
+                moved_after < Duration::from_secs(2),
+                "{what}: the paused clock stood still {moved_after:?} after the last wait was \
+                 dropped"
+            );
+            watchdog(&what, || drop(rt));
+            drop(held);
+            run(async { op.await.unwrap() });
+        }
+    }
+}
