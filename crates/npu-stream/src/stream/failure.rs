@@ -76,8 +76,8 @@ impl StreamShared {
     /// an ordinary operation's failure is remembered for the next `synchronize`, unless one is
     /// remembered already (the first one is kept, as `aclrtSynchronizeStream` reports the
     /// first task error since the last synchronisation); a `synchronize` reports (and clears)
-    /// it. A `synchronize` an abort discarded reports `Error::Aborted` and leaves the record
-    /// to the next one.
+    /// it. A `synchronize` this stream's abort discarded reports `Error::Aborted` and leaves
+    /// the record to the next one.
     pub(crate) fn finish(&self, op: OpInfo, result: Result<()>) -> Result<()> {
         // An operation no strategy watched, submitted before this one, is over by now: it
         // completes first.
@@ -85,9 +85,12 @@ impl StreamShared {
         let failure = || self.failure.lock().unwrap_or_else(|e| e.into_inner());
         // An ordinary operation that succeeded changes nothing: no lock on the common path.
         if !op.synchronizes {
-            // What an abort discarded is the caller's doing, not a device failure to report.
+            // What an abort discarded is the caller's doing, not a device failure to report;
+            // nor is an `Aborted` whose operation finished in the abort's window before the
+            // abort had marked it discarded.
             if let Err(err) = &result
                 && !self.aborted(op)
+                && !matches!(err, npu_core::Error::Aborted { .. })
             {
                 let aborts_marked = self.aborts_marked.load(Ordering::Acquire);
                 failure().get_or_insert_with(|| Failure {
@@ -98,8 +101,11 @@ impl StreamShared {
             return result;
         }
         match result {
-            // Discarded, it synchronised nothing: the failure stays for the next one.
-            Err(err) if err.is_aborted() => Err(err),
+            // Discarded by this stream's abort, it synchronised nothing: the failure stays for
+            // the next one. (Only `Error::Aborted`: a runtime abort code, an abort npu-rs did not
+            // make, fails the synchronisation as any other error does. A discarded one whose
+            // stream a fault had stopped gets that fault, and reports the record.)
+            err @ Err(npu_core::Error::Aborted { .. }) => err,
             Err(err) => {
                 failure().take();
                 Err(err)

@@ -344,9 +344,13 @@ impl Stream {
     /// one after its work first), never on a later operation. Only the first failure since the
     /// previous `synchronize` is reported; later ones are reported by their own operations.
     /// An [`abort`](Stream::abort) keeps it if it is the fault of a task whose operation
-    /// completed before the abort began (it carries a `DeviceFault`), and clears what the abort discarded or a stop
-    /// left undone; a `synchronize` the abort discarded fails with `Error::Aborted` and
-    /// leaves it to the next one.
+    /// was seen to complete before the abort began (it carries a `DeviceFault`; a dropped
+    /// operation's fault is kept only if its completion was seen by then, which awaiting a
+    /// later operation first makes certain), and clears what the abort discarded or a stop
+    /// left undone. A `synchronize` the abort discarded fails with `Error::Aborted` and
+    /// leaves it to the next one, unless a device fault had stopped the stream before the
+    /// abort: it then fails with that fault, which reports the stream's failures as any
+    /// failed `synchronize` does.
     ///
     /// Cancel safety: cancel-safe in that no device work is lost; but a failure it would have
     /// reported is consumed when the synchronisation completes, whether or not the future is
