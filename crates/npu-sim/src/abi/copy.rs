@@ -426,7 +426,7 @@ pub unsafe extern "C" fn aclrtMemcpy(
 
 /// Copies on a stream. With pinned/registered host memory (or device to device) this is a
 /// stream task; with pageable host memory the call waits for the stream and copies
-/// synchronously. Host to host, or the kind ACL_MEMCPY_HOST_TO_HOST whatever the pointers,
+/// synchronously, except under ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE (below). Host to host, or the kind ACL_MEMCPY_HOST_TO_HOST whatever the pointers,
 /// → 207000. ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE stages the source,
 /// so the caller may reuse it at once.
 ///
