@@ -3,7 +3,9 @@
 //! Every aclrtRecordEvent creates a [`Record`]: the capture of the work submitted to a stream
 //! so far. The event points at its latest record; waits and syncs hold on to the record that
 //! was current when they were issued, which gives the Ex events' "every record overwrites the
-//! capture" semantics and the legacy events' behaviour alike.
+//! capture" semantics and the legacy events' behaviour alike. A wait issued while its event is
+//! reset (aclrtResetEvent) holds on to the event's [`ResetGate`] instead: it waits for the
+//! record that comes next.
 
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -16,7 +18,7 @@ use crate::device::Device;
 use crate::error::{Res, SimError};
 use crate::ipc::SharedEvent;
 use crate::stream::Stream;
-use crate::sync::{Listen, lock, wait_until};
+use crate::sync::{Bell, Listen, lock, wait_until};
 
 /// What became of a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,6 +275,41 @@ impl Record {
     }
 }
 
+/// What a wait issued while its event was reset waits for: the event's next record, which the
+/// gate learns when that record is made. The reference has a reset event's later waits fail
+/// to go on (its figure of two streams waiting, one resetting in between): a reset clears the
+/// hardware event, which only a new record sets again.
+pub(crate) struct ResetGate {
+    /// Set once: the next record, or `None` if the event was destroyed before one was made
+    /// (nothing can set the event then, and the wait is not held for ever).
+    next: OnceLock<Option<Arc<Record>>>,
+    bell: Bell,
+}
+
+impl ResetGate {
+    fn new() -> Self {
+        Self {
+            next: OnceLock::new(),
+            bell: Bell::new(),
+        }
+    }
+
+    fn open(&self, next: Option<Arc<Record>>) {
+        let _ = self.next.set(next);
+        self.bell.ring();
+    }
+
+    /// What the gate opened on, once it has.
+    pub(crate) fn next(&self) -> Option<&Option<Arc<Record>>> {
+        self.next.get()
+    }
+
+    /// What a wait for the gate to open listens to.
+    pub(crate) fn listen(&self) -> Listen<'_> {
+        self.bell.any()
+    }
+}
+
 /// Events holding a hardware event that one device supports at once (Atlas A2).
 pub(crate) const MAX_EVENTS_PER_DEVICE: u64 = 65536;
 
@@ -285,6 +322,9 @@ pub(crate) struct Event {
     /// Created with aclrtCreateEventExWithFlag ("new mode").
     pub(crate) ex: bool,
     current: Mutex<Option<Arc<Record>>>,
+    /// Set by an executed reset of a recorded event, until its next record (locked after
+    /// `current`).
+    gate: Mutex<Option<Arc<ResetGate>>>,
     /// The flags of the first aclrtRecordEventWithFlag and aclrtStreamWaitEventWithFlag on
     /// it: later calls must pass the same.
     pub(crate) record_flag: OnceLock<u32>,
@@ -331,6 +371,7 @@ impl Event {
             flags,
             ex,
             current: Mutex::new(None),
+            gate: Mutex::new(None),
             record_flag: OnceLock::new(),
             wait_flag: OnceLock::new(),
             shared: OnceLock::new(),
@@ -415,13 +456,19 @@ impl Event {
         lock(&self.current).clone()
     }
 
-    /// Makes `record` the event's latest record; returns the one it replaces.
+    /// Makes `record` the event's latest record; returns the one it replaces. It is the
+    /// record the waits issued since a reset wait for.
     pub(crate) fn set_current(&self, record: Arc<Record>) -> Option<Arc<Record>> {
-        lock(&self.current).replace(record)
+        let mut current = lock(&self.current);
+        if let Some(gate) = lock(&self.gate).take() {
+            gate.open(Some(record.clone()));
+        }
+        current.replace(record)
     }
 
-    /// An executed aclrtResetEvent: back to "never recorded", unless the event was recorded
-    /// again after the reset was submitted.
+    /// An executed aclrtResetEvent: no record any more, unless the event was recorded again
+    /// after the reset was submitted. A reset of a recorded event leaves a gate for the waits
+    /// issued until its next record.
     pub(crate) fn reset_if(&self, captured: Option<&Arc<Record>>) {
         let mut current = lock(&self.current);
         let unchanged = match (current.as_ref(), captured) {
@@ -429,8 +476,17 @@ impl Event {
             (None, None) => true,
             _ => false,
         };
-        if unchanged {
-            *current = None;
+        if unchanged && current.take().is_some() {
+            lock(&self.gate).get_or_insert_with(|| Arc::new(ResetGate::new()));
+        }
+    }
+
+    /// The gate a wait issued now waits at: the event was reset since its last record.
+    pub(crate) fn reset_gate(&self) -> Option<Arc<ResetGate>> {
+        let current = lock(&self.current);
+        match *current {
+            Some(_) => None,
+            None => lock(&self.gate).clone(),
         }
     }
 }
@@ -438,6 +494,9 @@ impl Event {
 impl Drop for Event {
     fn drop(&mut self) {
         self.device.live_events.fetch_sub(1, Ordering::Relaxed);
+        if let Some(gate) = lock(&self.gate).take() {
+            gate.open(None);
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use npu_sys::*;
 use crate::config::TimingModel;
 use crate::control_flow::Program;
 use crate::error::SimError;
-use crate::event::{Event, Record};
+use crate::event::{Event, Record, ResetGate};
 use crate::indirect::IndirectCopy;
 use crate::ipc::SharedEvent;
 use crate::kernel::{Launch, LaunchArgs};
@@ -144,6 +144,13 @@ pub(crate) enum Op {
         record: Arc<Record>,
         timeout: Option<Duration>,
     },
+    /// Waits for the record that opens `gate` (the next record of an event reset when the wait
+    /// was issued), then for that record as `Wait` does; passes if the event is destroyed
+    /// first.
+    ResetWait {
+        gate: Arc<ResetGate>,
+        timeout: Option<Duration>,
+    },
     /// Waits for record `n` of an event shared between processes (or a later one) to
     /// complete; fails like `Wait`, and with ACL_ERROR_RT_STREAM_ABORT if it was dropped.
     SharedWait {
@@ -200,7 +207,7 @@ impl Op {
             Self::Callback { .. } => ("host", "callback".to_owned()),
             Self::HostFunc { .. } => ("host", "host func".to_owned()),
             Self::Record(_) => ("event", "record".to_owned()),
-            Self::Wait { .. } => ("event", "wait".to_owned()),
+            Self::Wait { .. } | Self::ResetWait { .. } => ("event", "wait".to_owned()),
             Self::SharedWait { .. } => ("event", "wait (IPC)".to_owned()),
             Self::NotifySet(_) => ("notify", "record".to_owned()),
             Self::NotifyWait { .. } => ("notify", "wait and reset".to_owned()),
@@ -320,6 +327,7 @@ impl Task {
             self.op,
             Op::Record(_)
                 | Op::Wait { .. }
+                | Op::ResetWait { .. }
                 | Op::SharedWait { .. }
                 | Op::Reset { .. }
                 | Op::ProfMarker(_)

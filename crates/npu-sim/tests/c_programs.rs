@@ -566,6 +566,24 @@ fn the_control_chapters_function_by_function_in_c() {
     assert_eq!(stdout, "484 documented edges checked, 0 wrong\n");
 }
 
+/// `tests/c/core_chapters_function_by_function.c`: the initialisation, runtime configuration,
+/// device, context, stream and event chapters function by function, the edges
+/// `config_chapter_edges.c` and `device_context_stream_event_edges.c` do not walk (init and
+/// finalize callbacks' user data, the last aclFinalizeReference, a second init cycle; the
+/// process, context, device, stream and thread scopes of parameters and limits; device ID
+/// mappings, PCI bus IDs, UUIDs and atomic capabilities of each device; device and stream state
+/// callbacks told of default streams; stream attributes, flags and counts; destroyed handles and
+/// other contexts' and devices' streams for every function taking one; IPC events in their own
+/// process; the SIMT limits an Atlas A2 lacks), checked in C; the program prints each mismatch.
+#[test]
+fn the_core_chapters_function_by_function_in_c() {
+    let stdout = run(&compile(
+        "core_chapters_function_by_function",
+        &["-pthread"],
+    ));
+    assert_eq!(stdout, "538 documented edges checked, 0 wrong\n");
+}
+
 /// `tests/c/device_context_stream_event_edges.c`: the device, context, stream and event
 /// management chapters function by function (aclrtSetDevice's reference count against both
 /// resets, the reference's right and wrong mixes and two threads forcing one device; the current

@@ -181,7 +181,8 @@ pub unsafe extern "C" fn aclrtStreamQuery(
 }
 
 /// Makes later work on `stream` wait for the work captured by the event's latest record (an
-/// event never recorded imposes no wait). Event of another device → 107003; event without
+/// event never recorded imposes no wait; one reset since its last record holds the stream
+/// until its next record completes). Event of another device → 107003; event without
 /// ACL_EVENT_SYNC → 207000. After aclrtSetOpWaitTimeout(n > 0) the wait fails the stream's
 /// task with ACL_ERROR_RT_WAIT_TIMEOUT if the record is still pending n seconds later.
 ///
@@ -224,7 +225,16 @@ pub(super) fn wait_on(
         return Ok(());
     }
     let record = match event.latest() {
-        Latest::Never => return Ok(()),
+        // Reset since its last record: the wait is for the next one. A capture takes no
+        // such wait (it waits for records it captured, or for none).
+        Latest::Never => {
+            let Some(gate) = event.reset_gate().filter(|_| stream.capture().is_none()) else {
+                return Ok(());
+            };
+            let mut task = Task::new(Op::ResetWait { gate, timeout });
+            task.wait_ticket = Some(event.wait_ticket());
+            return stream.submit(task);
+        }
         Latest::Local(record) => record,
         Latest::Shared(shared, n) => {
             return stream.submit(Task::new(Op::SharedWait { shared, n, timeout }));

@@ -109,20 +109,46 @@ impl Stream {
         })
     }
 
+    /// Blocks `task` until `record` completes (its simulated timestamp) or is doomed.
+    fn wait_for_record(
+        &self,
+        task: &Task,
+        record: &crate::event::Record,
+        timeout: Option<Duration>,
+    ) -> Result<u64, Option<SimError>> {
+        self.block_on(
+            task,
+            &record.listens(),
+            timeout,
+            "an event wait",
+            || match record.outcome() {
+                crate::event::Outcome::Done { ts_ns, .. } => Some(Ok(ts_ns)),
+                crate::event::Outcome::Pending => {
+                    record.doom().map(|code| Err(record.doom_error(code)))
+                }
+            },
+        )
+    }
+
     /// Waits for what must happen before the task may start: what it waits for and the
     /// device's hold gate. Returns the simulated time it became ready, or how it failed.
     pub(super) fn wait_ready(&self, sim: &Sim, task: &Task) -> Result<u64, Option<SimError>> {
         let ready_ns =
             match &task.op {
-                Op::Wait { record, timeout } => {
-                    self.block_on(task, &record.listens(), *timeout, "an event wait", || {
-                        match record.outcome() {
-                            crate::event::Outcome::Done { ts_ns, .. } => Some(Ok(ts_ns)),
-                            crate::event::Outcome::Pending => {
-                                record.doom().map(|code| Err(record.doom_error(code)))
-                            }
+                Op::Wait { record, timeout } => self.wait_for_record(task, record, *timeout)?,
+                Op::ResetWait { gate, timeout } => {
+                    let began = Instant::now();
+                    self.block_on(task, &[gate.listen()], *timeout, "an event wait", || {
+                        gate.next().map(|_| Ok(0))
+                    })?;
+                    match gate.next() {
+                        // The timeout counts from the wait's start, through both stages.
+                        Some(Some(record)) => {
+                            let left = timeout.map(|t| t.saturating_sub(began.elapsed()));
+                            self.wait_for_record(task, record, left)?
                         }
-                    })?
+                        _ => 0,
+                    }
                 }
                 Op::SharedWait { shared, n, timeout } => {
                     let wait = "an IPC event wait";

@@ -139,6 +139,7 @@ impl Stream {
             }
             Op::Record(_)
             | Op::Wait { .. }
+            | Op::ResetWait { .. }
             | Op::SharedWait { .. }
             | Op::NotifyWait { .. }
             | Op::ValueWait { .. }
