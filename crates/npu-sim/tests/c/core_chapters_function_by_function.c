@@ -664,6 +664,17 @@ static void contexts(void)
     HOLDS(side_id != primary_id);
     EXPECT(aclrtCtxGetCurrentDefaultStream(NULL), ACL_ERROR_INVALID_PARAM);
 
+    /* A context's destruction destroys its streams: their handles are stale. */
+    aclrtContext doomed = NULL;
+    aclrtStream orphan = NULL;
+    CHECK_VOID(aclrtCreateContext(&doomed, 0));
+    CHECK_VOID(aclrtCreateStream(&orphan));
+    EXPECT(aclrtDestroyContext(doomed), ACL_SUCCESS);
+    CHECK_VOID(aclrtSetCurrentContext(g_primary));
+    EXPECT(aclrtSynchronizeStream(orphan), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtDestroyStream(orphan), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtSetCurrentContext(doomed), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtDestroyContext(doomed), ACL_ERROR_RT_INVALID_HANDLE);
     /* The default context's state: active on a device set, with flags reserved (NULL). */
     int32_t active = 77;
     EXPECT(aclrtGetPrimaryCtxState(0, NULL, &active), ACL_SUCCESS);
@@ -958,12 +969,23 @@ static void event_handles(aclrtStream stream)
     EXPECT(aclrtQueryEventWaitStatus(g_gone_event, NULL), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtGetEventAvailNum(NULL), ACL_ERROR_INVALID_PARAM);
 
-    /* An event of this context on a stream of another device: refused. */
+    /* An event of device 1 on a stream of device 0, the current context's: 107003. */
+    aclrtEvent far = NULL;
+    CHECK_VOID(aclrtSetCurrentContext(g_far));
+    CHECK_VOID(aclrtCreateEventWithFlag(&far, ACL_EVENT_SYNC));
+    CHECK_VOID(aclrtSetCurrentContext(g_primary));
+    EXPECT(aclrtRecordEvent(far, stream), ACL_ERROR_RT_STREAM_CONTEXT);
+    EXPECT(aclrtStreamWaitEvent(stream, far), ACL_ERROR_RT_STREAM_CONTEXT);
+    EXPECT(aclrtResetEvent(far, stream), ACL_ERROR_RT_STREAM_CONTEXT);
+    EXPECT(aclrtDestroyEvent(far), ACL_SUCCESS);
+    /* An event of another context of the same device serves this context's streams. */
     aclrtEvent event = NULL;
+    CHECK_VOID(aclrtSetCurrentContext(g_side));
     CHECK_VOID(aclrtCreateEventWithFlag(&event, ACL_EVENT_SYNC));
-    FAILS(aclrtRecordEvent(event, g_far_stream));
-    FAILS(aclrtStreamWaitEvent(g_far_stream, event));
-    FAILS(aclrtResetEvent(event, g_far_stream));
+    CHECK_VOID(aclrtSetCurrentContext(g_primary));
+    EXPECT(aclrtRecordEvent(event, stream), ACL_SUCCESS);
+    EXPECT(aclrtStreamWaitEvent(stream, event), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeEvent(event), ACL_SUCCESS);
     /* Another context's stream of this device: 107003. */
     EXPECT(aclrtResetEvent(event, g_side_stream), ACL_ERROR_RT_STREAM_CONTEXT);
     EXPECT(aclrtStreamWaitEventWithTimeout(g_side_stream, event, 0), ACL_ERROR_RT_STREAM_CONTEXT);
@@ -1045,6 +1067,42 @@ static void resets(void)
     CHECK_VOID(aclrtDestroyStream(s3));
 }
 
+/* An Ex event's record replaces what it captured, and a wait keeps the capture current when
+ * it was issued: a later record, complete, does not end the wait; the event's status is its
+ * latest record's. A notify holds the first record's stream. */
+static void ex_records_replace_their_capture(void)
+{
+    aclrtStream held = NULL, waiter = NULL, idle = NULL;
+    aclrtNotify gate = NULL;
+    aclrtEvent ex = NULL;
+    CHECK_VOID(aclrtCreateStream(&held));
+    CHECK_VOID(aclrtCreateStream(&waiter));
+    CHECK_VOID(aclrtCreateStream(&idle));
+    CHECK_VOID(aclrtCreateNotify(&gate, ACL_NOTIFY_DEFAULT));
+    CHECK_VOID(aclrtCreateEventExWithFlag(&ex, ACL_EVENT_SYNC));
+    CHECK_VOID(aclrtWaitAndResetNotify(gate, held, 0));
+    EXPECT(aclrtRecordEvent(ex, held), ACL_SUCCESS);
+    EXPECT(aclrtStreamWaitEvent(waiter, ex), ACL_SUCCESS);
+    EXPECT(aclrtRecordEvent(ex, idle), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(idle), ACL_SUCCESS);
+    aclrtEventRecordedStatus recorded = ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    EXPECT(aclrtQueryEventStatus(ex, &recorded), ACL_SUCCESS);
+    HOLDS(recorded == ACL_EVENT_RECORDED_STATUS_COMPLETE);
+    EXPECT(aclrtSynchronizeEvent(ex), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStreamWithTimeout(waiter, 20), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+    /* A wait issued now takes the latest capture, complete: it does not wait. */
+    EXPECT(aclrtStreamWaitEvent(idle, ex), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(idle), ACL_SUCCESS);
+    EXPECT(aclrtRecordNotify(gate, idle), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(waiter), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(held), ACL_SUCCESS);
+    CHECK_VOID(aclrtDestroyEvent(ex));
+    CHECK_VOID(aclrtDestroyNotify(gate));
+    CHECK_VOID(aclrtDestroyStream(held));
+    CHECK_VOID(aclrtDestroyStream(waiter));
+    CHECK_VOID(aclrtDestroyStream(idle));
+}
+
 static void ipc_events(aclrtStream stream)
 {
     aclrtEvent ipc = NULL, opened = SENTINEL;
@@ -1115,6 +1173,7 @@ int main(void)
     stream_models();
     event_handles(stream);
     resets();
+    ex_records_replace_their_capture();
     ipc_events(stream);
 
     CHECK(aclrtDestroyStream(stream));
