@@ -540,6 +540,35 @@ static void device_states_and_peers(void)
     EXPECT(aclrtSetTsDevice(ACL_TS_ID_AICORE), ACL_SUCCESS);
     FAILS(aclrtSetTsDevice(ACL_TS_ID_RESERVED));
 
+    /* The count bounds every device ID: count - 1 is answered, count is not. */
+    uint32_t count = 0;
+    EXPECT(aclrtGetDeviceCount(&count), ACL_SUCCESS);
+    HOLDS(count == 2);
+    aclrtDeviceStatus last = ACL_RT_DEVICE_STATUS_END;
+    EXPECT(aclrtQueryDeviceStatus((int32_t)count - 1, &last), ACL_SUCCESS);
+    EXPECT(aclrtQueryDeviceStatus((int32_t)count, &last), ACL_ERROR_RT_INVALID_DEVICEID);
+    /* Whether two devices can share data does not depend on the order they are named in,
+     * nor on the current device. */
+    int32_t can = 77;
+    CHECK_VOID(aclrtSetCurrentContext(g_far));
+    EXPECT(aclrtDeviceCanAccessPeer(&can, 1, 0), ACL_SUCCESS);
+    HOLDS(can == 1);
+    can = 77;
+    EXPECT(aclrtDeviceCanAccessPeer(&can, 0, 1), ACL_SUCCESS);
+    HOLDS(can == 1);
+    CHECK_VOID(aclrtSetCurrentContext(g_primary));
+    /* The priority range: the least priority is the greatest number; a stream created with
+     * either end reports it. */
+    int32_t least = -1, greatest = -1;
+    EXPECT(aclrtDeviceGetStreamPriorityRange(&least, &greatest), ACL_SUCCESS);
+    HOLDS(least > greatest && greatest == 0);
+    aclrtStream lowest = NULL;
+    uint32_t priority = 77;
+    CHECK_VOID(aclrtCreateStreamWithConfig(&lowest, (uint32_t)least, 0));
+    EXPECT(aclrtStreamGetPriority(lowest, &priority), ACL_SUCCESS);
+    HOLDS(priority == (uint32_t)least);
+    CHECK_VOID(aclrtDestroyStream(lowest));
+
     /* Queries answered for each device, the NULL output before the device. */
     aclrtDeviceStatus device_status = ACL_RT_DEVICE_STATUS_END;
     EXPECT(aclrtQueryDeviceStatus(1, &device_status), ACL_SUCCESS);
