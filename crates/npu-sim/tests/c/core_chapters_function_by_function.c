@@ -753,13 +753,23 @@ static void stream_state_callbacks(void)
     CHECK_VOID(aclrtDestroyContext(context));
     HOLDS(g_stream_states.count == 4 && g_stream_states.stream[3] == own_default &&
           g_stream_states.state[3] == ACL_RT_STREAM_STATE_DESTROY_PRE);
+    /* And the default stream of a device's default context, at aclrtSetDevice and at the
+     * aclrtResetDevice that releases it. */
+    EXPECT(aclrtSetDevice(1), ACL_SUCCESS);
+    aclrtStream primary_default = NULL;
+    CHECK_VOID(aclrtCtxGetCurrentDefaultStream(&primary_default));
+    HOLDS(g_stream_states.count == 5 && g_stream_states.stream[4] == primary_default &&
+          g_stream_states.state[4] == ACL_RT_STREAM_STATE_CREATE_POST);
+    EXPECT(aclrtResetDevice(1), ACL_SUCCESS);
+    HOLDS(g_stream_states.count == 6 && g_stream_states.stream[5] == primary_default &&
+          g_stream_states.state[5] == ACL_RT_STREAM_STATE_DESTROY_PRE);
     CHECK_VOID(aclrtSetCurrentContext(g_primary));
 
     /* Unregistered: nothing more is told. */
     EXPECT(aclrtRegStreamStateCallback("core chapters", NULL, NULL), ACL_SUCCESS);
     CHECK_VOID(aclrtCreateStream(&stream));
     CHECK_VOID(aclrtDestroyStream(stream));
-    HOLDS(g_stream_states.count == 4);
+    HOLDS(g_stream_states.count == 6);
 }
 
 static void stream_attributes(aclrtStream stream)
