@@ -573,8 +573,10 @@ fn the_control_chapters_function_by_function_in_c() {
 /// process, context, device, stream and thread scopes of parameters and limits; device ID
 /// mappings, PCI bus IDs, UUIDs and atomic capabilities of each device; device and stream state
 /// callbacks told of default streams; stream attributes, flags and counts; destroyed handles and
-/// other contexts' and devices' streams for every function taking one; IPC events in their own
-/// process; the SIMT limits an Atlas A2 lacks), checked in C; the program prints each mismatch.
+/// other contexts' and devices' streams for every function taking one; a stream waiting after
+/// another's wait and reset, held until the next record; an Ex event's records replacing their
+/// capture; IPC events in their own process; the SIMT limits an Atlas A2 lacks), checked in C;
+/// the program prints each mismatch.
 #[test]
 fn the_core_chapters_function_by_function_in_c() {
     let stdout = run(&compile(

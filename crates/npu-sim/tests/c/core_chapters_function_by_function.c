@@ -6,11 +6,13 @@
  * (100000, the ACL layer's parameter code, before a handle or device is looked up or another
  * argument checked), a destroyed handle (107017), another context's stream (107003) and
  * another device's, out-of-range device IDs (107001) and values (107000), the flags and their
- * combinations, the states the reference describes (callbacks registered before and after
- * aclInit, finalize callbacks at the last aclFinalizeReference, a second aclInit cycle;
- * process, context, device, stream and thread scopes of parameters and limits; a setting that
- * takes effect at the next aclrtSetDevice; the default streams a state callback is told of) and
- * what an Atlas A2 does not support (the SIMT limits: 207000). Where the reference's error
+ * combinations, the states the reference describes (init and finalize callbacks registered
+ * before aclInit, the finalize callback at the last aclFinalizeReference, a second aclInit
+ * cycle; process, context, device, stream and thread scopes of parameters and limits; a
+ * setting that takes effect at the next aclrtSetDevice; the default streams a state callback
+ * is told of; a stream waiting after another stream's wait and reset of the event, held until
+ * the next record; an Ex event's records replacing their capture) and what an Atlas A2 does
+ * not support (the SIMT limits: 207000). Where the reference's error
  * table names the code for a situation the code is checked, else only a failure. Prints a line
  * for each mismatch, then how many checks ran. Compiled by tests/c_programs.rs (also against
  * CANN's own headers), which compares the output.
