@@ -457,10 +457,13 @@ impl Event {
     }
 
     /// Makes `record` the event's latest record; returns the one it replaces. It is the
-    /// record the waits issued since a reset wait for.
+    /// record the waits issued since a reset wait for, unless it went into a capture: that
+    /// one never runs itself, and the waits wait for a record that does (one of its replays).
     pub(crate) fn set_current(&self, record: Arc<Record>) -> Option<Arc<Record>> {
         let mut current = lock(&self.current);
-        if let Some(gate) = lock(&self.gate).take() {
+        if !record.is_captured()
+            && let Some(gate) = lock(&self.gate).take()
+        {
             gate.open(Some(record.clone()));
         }
         current.replace(record)

@@ -1088,6 +1088,24 @@ static void resets(void)
     EXPECT(aclrtStreamWaitEventWithTimeout(s3, sync, 1), ACL_SUCCESS);
     EXPECT(aclrtSynchronizeStream(s3), ACL_ERROR_RT_WAIT_TIMEOUT);
 
+    /* A record captured into an instance does not run, and does not end the wait; the
+     * instance's execution records the event, and does. */
+    aclrtStream capturing = NULL;
+    aclmdlRI model = NULL;
+    CHECK_VOID(aclrtCreateStream(&capturing));
+    EXPECT(aclrtResetEvent(sync, s2), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(s2), ACL_SUCCESS);
+    EXPECT(aclrtStreamWaitEvent(s3, sync), ACL_SUCCESS);
+    CHECK_VOID(aclmdlRICaptureBegin(capturing, ACL_MODEL_RI_CAPTURE_MODE_RELAXED));
+    EXPECT(aclrtRecordEvent(sync, capturing), ACL_SUCCESS);
+    CHECK_VOID(aclmdlRICaptureEnd(capturing, &model));
+    EXPECT(aclrtSynchronizeStreamWithTimeout(s3, 20), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+    EXPECT(aclmdlRIExecuteAsync(model, s1), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(s3), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(s1), ACL_SUCCESS);
+    CHECK_VOID(aclmdlRIDestroy(model));
+    CHECK_VOID(aclrtDestroyStream(capturing));
+
     /* A reset of an event never recorded leaves it as it was: its waits do not wait. */
     EXPECT(aclrtResetEvent(fresh, s2), ACL_SUCCESS);
     EXPECT(aclrtSynchronizeStream(s2), ACL_SUCCESS);
