@@ -583,7 +583,7 @@ fn the_core_chapters_function_by_function_in_c() {
         "core_chapters_function_by_function",
         &["-pthread"],
     ));
-    assert_eq!(stdout, "584 documented edges checked, 0 wrong\n");
+    assert_eq!(stdout, "572 documented edges checked, 0 wrong\n");
 }
 
 /// `tests/c/device_context_stream_event_edges.c`: the device, context, stream and event
