@@ -171,11 +171,7 @@ fn woken(counter: &Counting) -> usize {
 
 /// Waits (bounded) until `counter` has been woken.
 fn until_woken(what: &str, counter: &Counting) {
-    let deadline = std::time::Instant::now() + HANG;
-    while woken(counter) == 0 {
-        assert!(std::time::Instant::now() < deadline, "never woken: {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    until(&format!("{what} is woken"), || woken(counter) > 0);
 }
 
 /// Rules 2, 3 and 5 for a serving backend's shared state: 24 requests over a three-stream
@@ -441,14 +437,10 @@ fn a_waker_replaced_between_polls_is_the_one_woken() {
         drop(pinned.unwrap());
         let woken_by_pinned = woken(&second);
         drop(device_block);
+        until(&format!("{what}: the device alloc is woken"), || {
+            woken(&second) > woken_by_pinned
+        });
         let deadline = std::time::Instant::now() + HANG;
-        while woken(&second) == woken_by_pinned {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{what}: device alloc never woken"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
         let device = loop {
             if let Poll::Ready(block) = device_alloc.as_mut().poll(&mut cx) {
                 break block.unwrap();
@@ -682,17 +674,11 @@ fn requests_in_flight_when_their_device_is_lost_end_with_its_error_and_give_ever
             })
         })
         .collect();
-    let deadline = std::time::Instant::now() + HANG;
-    while models
-        .iter()
-        .any(|m| m.device.stats().cache.allocated < 8 * BLOCK)
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the requests never queued"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    until("the requests queued", || {
+        models
+            .iter()
+            .all(|m| m.device.stats().cache.allocated >= 8 * BLOCK)
+    });
     sim::lose(&ctx.device()).unwrap();
     drop(held);
     let ended = rt.block_on(async {
@@ -780,11 +766,9 @@ fn runtimes_sharing_a_pool_end_under_its_waiters_without_waiting_and_lose_nothin
                     drop(waiter);
                 }
             });
-            let deadline = std::time::Instant::now() + HANG;
-            while model.pinned.stats().waiters < 2 {
-                assert!(std::time::Instant::now() < deadline, "{what}: never queued");
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            until(&format!("{what}: queued"), || {
+                model.pinned.stats().waiters >= 2
+            });
             watchdog(&format!("{what}: ending the runtimes"), || {
                 holder.shutdown_timeout(Duration::ZERO);
                 drop(current);
@@ -829,11 +813,9 @@ fn a_fault_in_one_request_on_a_shared_stream_fails_that_request_only() {
                         })
                     })
                     .collect();
-                let deadline = std::time::Instant::now() + HANG;
-                while model.device.stats().cache.allocated < 16 * BLOCK {
-                    assert!(std::time::Instant::now() < deadline, "{what}: never queued");
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                until(&format!("{what}: queued"), || {
+                    model.device.stats().cache.allocated >= 16 * BLOCK
+                });
                 // The simulator counts device tasks from their submission: each stream has
                 // 16 / streams requests' kernels and copies out still to come.
                 let target = rng.below(streams);
@@ -1066,11 +1048,9 @@ fn an_abort_of_a_shared_stream_ends_every_request_on_it_and_loses_no_block() {
                     })
                 })
                 .collect();
-            let deadline = std::time::Instant::now() + HANG;
-            while model.device.stats().cache.allocated < 12 * BLOCK {
-                assert!(std::time::Instant::now() < deadline, "{what}: never queued");
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            until(&format!("{what}: queued"), || {
+                model.device.stats().cache.allocated >= 12 * BLOCK
+            });
             let stream = model.streams.next();
             let aborted = rt.spawn(async move {
                 let abort = stream.abort();
@@ -1081,7 +1061,11 @@ fn an_abort_of_a_shared_stream_ends_every_request_on_it_and_loses_no_block() {
                     Some(abort.await)
                 }
             });
-            std::thread::sleep(Duration::from_millis(5));
+            // While the device is held only the abort's discard can end a request: once one
+            // has ended, the abort has discarded the queued work.
+            until(&format!("{what}: the abort ends a request"), || {
+                requests.iter().any(|request| request.is_finished())
+            });
             drop(held);
             let ended = rt.block_on(async {
                 tokio::time::timeout(HANG, futures::future::join_all(requests))
