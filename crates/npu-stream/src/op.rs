@@ -211,8 +211,9 @@ impl<T: Send + 'static> Drop for Op<T> {
                 // SAFETY: the values operations own are buffers, views, `Arc`s of them,
                 // kernel arguments, and npu-rs's own operation values (an `Event` or `Notify`
                 // clone, a device pool's unclaimed block), whose drops do not block: npu-rs's
-                // own make only immediate calls (destroy, free, `aclrtMemPoolFreeAsync`) or
-                // hand the release on, and implementations of the unsafe `Memory`,
+                // own make only immediate calls (destroy, free, `aclrtMemPoolFreeAsync`, the
+                // last under its pool's drain lock, held across such calls alone) or hand the
+                // release on, and implementations of the unsafe `Memory`,
                 // `StableBuffer`, `KernelArg` and `KernelArgs` traits promise it (a launch's
                 // value is its `KernelArgs`, which may be a struct of the caller's own).
                 unsafe { self.wait.completion().drop_after(value) };

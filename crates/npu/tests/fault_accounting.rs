@@ -1,8 +1,9 @@
 //! Where device faults and pooled memory are accounted for, through the `npu` facade: the
 //! fault of work drained without a completion event (the device out of events), which a fence
 //! hands to the stream's failure record, across an abort or a stop, beside a second drained
-//! fault, and when the fence's own wait fails; and a `DevicePool::trim` caught between taking
-//! its blocks out of the cache and queuing their frees by a request out of memory.
+//! fault, and when the fence's own wait fails; and the blocks a `DevicePool` gives back (a
+//! trim's, an eviction's, an unclaimed allocation's) caught between leaving the pool and their
+//! frees being queued by a request out of memory.
 //!
 //! The simulator of this process has five devices of 64 MiB (installed by the first test to
 //! take the lock), so that a pool can fill a device; devices 2 to 4 are lost by the test that
@@ -11,10 +12,12 @@
 
 mod common;
 
+use std::future::Future;
 use std::sync::{Condvar, Mutex, Once};
 
 use common::*;
 use npu::error::AclCode;
+use npu::memory::{DevicePool, DevicePoolBackend};
 use npu::prelude::*;
 use npu::{Stream, sim};
 use tracing_subscriber::Layer;
@@ -186,25 +189,26 @@ fn a_fence_whose_wait_fails_reports_the_device_loss() {
     }
 }
 
-/// Where the trimming thread stops when armed: at the log of its frees (the blocks out of the
-/// cache, their frees not yet queued), and what the requesting thread has done.
-struct TrimGate {
+/// Where the thread giving blocks back (a trim, an eviction, an unclaimed allocation's drop)
+/// stops when armed: at the log of its frees (the blocks out of the cache or the allocation,
+/// their frees not yet queued), and what the requesting thread has done.
+struct FreeGate {
     armed: bool,
     held: bool,
     /// The requesting thread's allocation failed out of memory.
     refused: bool,
 }
 
-static TRIM_GATE: Mutex<TrimGate> = Mutex::new(TrimGate {
+static FREE_GATE: Mutex<FreeGate> = Mutex::new(FreeGate {
     armed: false,
     held: false,
     refused: false,
 });
-static TRIM_GATE_CHANGED: Condvar = Condvar::new();
+static FREE_GATE_CHANGED: Condvar = Condvar::new();
 
-/// The thread that trims, which the gate holds.
-const TRIMMER: &str = "fa-trim";
-/// The thread that requests the memory the trim gives back.
+/// The thread that gives blocks back, which the gate holds.
+const HOLDER: &str = "fa-give-back";
+/// The thread that requests the memory given back.
 // Both under the 15 bytes `/proc` keeps of a thread's name.
 const REQUESTER: &str = "fa-request";
 
@@ -221,28 +225,28 @@ fn says(event: &tracing::Event<'_>, text: &str) -> bool {
     found
 }
 
-/// A tracing layer that holds [`TRIMMER`] at the log of its frees while the gate is armed,
+/// A tracing layer that holds [`HOLDER`] at the log of its frees while the gate is armed,
 /// and notes [`REQUESTER`]'s allocation refused out of memory (the simulator logs each failed
 /// call): the test's hold on a thread that makes only immediate runtime calls, which the
 /// device's hold cannot stop.
-struct HoldsTrims;
+struct HoldsFrees;
 
-impl<S: tracing::Subscriber> Layer<S> for HoldsTrims {
+impl<S: tracing::Subscriber> Layer<S> for HoldsFrees {
     fn on_event(&self, event: &tracing::Event<'_>, _: LayerContext<'_, S>) {
         let thread = std::thread::current();
-        let mut gate = TRIM_GATE.lock().unwrap_or_else(|e| e.into_inner());
+        let mut gate = FREE_GATE.lock().unwrap_or_else(|e| e.into_inner());
         if thread.name() == Some(REQUESTER) && says(event, "aclrtMemPoolMallocAsync failed") {
             gate.refused = true;
-            TRIM_GATE_CHANGED.notify_all();
+            FREE_GATE_CHANGED.notify_all();
             return;
         }
-        if thread.name() != Some(TRIMMER) || !gate.armed || !says(event, "release stream") {
+        if thread.name() != Some(HOLDER) || !gate.armed || !says(event, "release stream") {
             return;
         }
         gate.held = true;
-        TRIM_GATE_CHANGED.notify_all();
+        FREE_GATE_CHANGED.notify_all();
         while gate.armed {
-            gate = TRIM_GATE_CHANGED
+            gate = FREE_GATE_CHANGED
                 .wait(gate)
                 .unwrap_or_else(|e| e.into_inner());
         }
@@ -252,27 +256,27 @@ impl<S: tracing::Subscriber> Layer<S> for HoldsTrims {
 
 /// Arms the gate (installing the layer as the process's subscriber the first time, with
 /// the simulator's and npu-stream's events enabled).
-fn arm_the_trim_gate() {
+fn arm_the_free_gate() {
     static INSTALLED: Once = Once::new();
     INSTALLED.call_once(|| {
-        let subscriber = tracing_subscriber::registry().with(HoldsTrims);
+        let subscriber = tracing_subscriber::registry().with(HoldsFrees);
         tracing::subscriber::set_global_default(subscriber).unwrap();
     });
-    let mut gate = TRIM_GATE.lock().unwrap();
+    let mut gate = FREE_GATE.lock().unwrap();
     gate.armed = true;
     gate.refused = false;
 }
 
 /// Opens the gate: the held trimming thread goes on.
-fn open_the_trim_gate() {
-    TRIM_GATE.lock().unwrap().armed = false;
-    TRIM_GATE_CHANGED.notify_all();
+fn open_the_free_gate() {
+    FREE_GATE.lock().unwrap().armed = false;
+    FREE_GATE_CHANGED.notify_all();
 }
 
 /// Waits (bounded) until the gate's state satisfies `done`.
-fn until_the_gate(what: &str, done: impl Fn(&TrimGate) -> bool) {
-    let gate = TRIM_GATE.lock().unwrap_or_else(|e| e.into_inner());
-    let (gate, timeout) = TRIM_GATE_CHANGED
+fn until_the_gate(what: &str, done: impl Fn(&FreeGate) -> bool) {
+    let gate = FREE_GATE.lock().unwrap_or_else(|e| e.into_inner());
+    let (gate, timeout) = FREE_GATE_CHANGED
         .wait_timeout_while(gate, HANG, |gate| !done(gate))
         .unwrap_or_else(|e| e.into_inner());
     assert!(!timeout.timed_out(), "never: {what}");
@@ -297,6 +301,53 @@ fn asleep(name: &str) -> bool {
     })
 }
 
+/// Opens the gate when dropped: a failed wait of the test's thread must not leave the holder
+/// held, which the thread scope would then wait for without end.
+struct OpensTheGate;
+
+impl Drop for OpensTheGate {
+    fn drop(&mut self) {
+        open_the_free_gate();
+    }
+}
+
+/// Runs `give_back` on [`HOLDER`], held at the log of its frees, and meanwhile a request of
+/// `bytes` on `s` on [`REQUESTER`], which fails its first attempt out of memory or waits
+/// before it (asleep: a bounded pool's grant waits for the drain lock the eviction holds),
+/// and then either gives up or waits; then lets the holder go. What `give_back` returned,
+/// and the request's block length or error.
+fn requested_while_held<T: Send>(
+    pool: &DevicePool,
+    s: &Stream,
+    bytes: usize,
+    give_back: impl FnOnce() -> T + Send,
+) -> (T, npu::Result<usize>) {
+    arm_the_free_gate();
+    std::thread::scope(|scope| {
+        let _opens = OpensTheGate;
+        let giving = std::thread::Builder::new()
+            .name(HOLDER.into())
+            .spawn_scoped(scope, give_back)
+            .unwrap();
+        until_the_gate("the blocks given back are held", |gate| gate.held);
+        let requesting = std::thread::Builder::new()
+            .name(REQUESTER.into())
+            .spawn_scoped(scope, || {
+                run(pool.alloc::<u8>(s, bytes)).map(|block| block.len())
+            })
+            .unwrap();
+        until("the request is refused or waits", || {
+            FREE_GATE.lock().unwrap().refused || asleep(REQUESTER)
+        });
+        // Refused out of memory, then either done (it gave up) or waiting for the frees.
+        until("the request gives up or waits", || {
+            requesting.is_finished() || asleep(REQUESTER)
+        });
+        open_the_free_gate();
+        (giving.join().unwrap(), requesting.join().unwrap())
+    })
+}
+
 /// A request out of memory while a `trim` holds the blocks it took out of the cache, their
 /// frees not yet queued on the release stream, waits for the trim and then for those frees,
 /// and is served: the memory was on its way back. The trimming thread is held at the log of
@@ -308,30 +359,94 @@ fn a_request_out_of_memory_during_a_trim_waits_for_the_memory_it_gives_back() {
     let (_devices, ctx) = devices();
     let s = stream(&ctx, npu::stream::Strategy::EventPoll);
     let pool = pool_holding_the_device(&ctx, &s);
-    arm_the_trim_gate();
-    std::thread::scope(|scope| {
-        let trimming = std::thread::Builder::new()
-            .name(TRIMMER.into())
-            .spawn_scoped(scope, || pool.trim())
-            .unwrap();
-        until_the_gate("the trim is held", |gate| gate.held);
-        let requesting = std::thread::Builder::new()
-            .name(REQUESTER.into())
-            .spawn_scoped(scope, || {
-                run(pool.alloc::<u8>(&s, BIG)).map(|block| block.len())
-            })
-            .unwrap();
-        // Refused out of memory, then either done (it gave up) or waiting for the trim.
-        until_the_gate("the request's first attempt is refused", |gate| {
-            gate.refused
-        });
-        until("the request gives up or waits", || {
-            requesting.is_finished() || asleep(REQUESTER)
-        });
-        open_the_trim_gate();
-        let trimmed = trimming.join().unwrap().unwrap();
-        assert!(trimmed >= 48 << 20, "{trimmed} bytes");
-        let served = requesting.join().unwrap();
-        assert_eq!(served.unwrap_or_else(|err| panic!("{err}")), BIG);
+    let (trimmed, served) = requested_while_held(&pool, &s, BIG, || pool.trim());
+    let trimmed = trimmed.unwrap();
+    assert!(trimmed >= 48 << 20, "{trimmed} bytes");
+    assert_eq!(served.unwrap_or_else(|err| panic!("{err}")), BIG);
+}
+
+/// 4 MiB device buffers outside any pool, allocated until the device is out of memory.
+fn fill_outside_the_pool(ctx: &Context) -> Vec<DeviceBuffer<u8>> {
+    let mut filler = Vec::new();
+    let full = loop {
+        match DeviceBuffer::<u8>::new(ctx, 4 << 20) {
+            Ok(buffer) => filler.push(buffer),
+            Err(err) => break err,
+        }
+    };
+    assert!(full.is_out_of_memory(), "{full}");
+    filler
+}
+
+/// A request out of memory while a bounded pool's eviction holds the cached blocks it took to
+/// make room for another request, their frees not yet queued, waits for them and is served.
+/// The pool (36 MiB) caches a 16 MiB block and the device is full: a 24 MiB request evicts it
+/// (16 + 24 > 36) on the held thread, and an 8 MiB request, which fits beside the 24 MiB
+/// room, fails its first attempt meanwhile. The 24 MiB request itself never fits the 16 MiB
+/// left, so only the waiting request can take the memory. The break: it found the cache empty
+/// and no frees counted, and failed out of memory while the eviction gave 16 MiB back.
+#[test]
+fn a_request_out_of_memory_during_an_eviction_waits_for_the_memory_it_gives_back() {
+    const MIB: usize = 1 << 20;
+    let (_devices, ctx) = devices();
+    let s = stream(&ctx, npu::stream::Strategy::EventPoll);
+    let pool = device_pool(&ctx, DevicePoolBackend::RuntimePool, Some(36 * MIB));
+    drop(run(pool.alloc::<u8>(&s, 16 * MIB)).unwrap());
+    assert_eq!(pool.stats().cache.cached, 16 * MIB);
+    let filler = fill_outside_the_pool(&ctx);
+    let (evicting, served) = requested_while_held(&pool, &s, 8 * MIB, || {
+        run(pool.alloc::<u8>(&s, BIG)).map(|block| block.len())
     });
+    let evicting = evicting.expect_err("24 MiB never fit the 16 MiB given back");
+    assert!(evicting.is_out_of_memory(), "{evicting}");
+    assert_eq!(pool.stats().cache.evictions, 1);
+    assert_eq!(served.unwrap_or_else(|err| panic!("{err}")), 8 * MIB);
+    drop(filler);
+}
+
+/// A waker that counts its wake-ups.
+#[derive(Default)]
+struct Woken(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for Woken {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A request out of memory while the block of an allocation whose `alloc` future was dropped
+/// unclaimed is on its way back, its free not yet queued, waits for it and is served. The
+/// allocation (24 MiB) is submitted while the device is held, so that its future is pending;
+/// the device is then filled outside the pool, let go, and the future dropped on the held
+/// thread once its allocation has completed (its only wake-up), which gives the block back
+/// there. The break: the request found nothing cached and no frees counted, and failed out of
+/// memory while the unclaimed block's memory was on its way back.
+#[test]
+fn a_request_out_of_memory_while_an_unclaimed_block_goes_back_waits_for_it() {
+    let (_devices, ctx) = devices();
+    let s = stream(&ctx, npu::stream::Strategy::EventPoll);
+    let pool = device_pool(&ctx, DevicePoolBackend::RuntimePool, None);
+    let woken = std::sync::Arc::new(Woken::default());
+    let waker = std::task::Waker::from(woken.clone());
+    let hold = sim::hold(&ctx.device()).unwrap();
+    let mut unclaimed = Box::pin(pool.alloc::<u8>(&s, BIG));
+    let polled = unclaimed
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(&waker));
+    assert!(
+        polled.is_pending(),
+        "the allocation waits for the held device"
+    );
+    let filler = fill_outside_the_pool(&ctx);
+    hold.release().unwrap();
+    until("the allocation completes", || {
+        woken.0.load(std::sync::atomic::Ordering::SeqCst) > 0
+    });
+    let ((), served) = requested_while_held(&pool, &s, BIG, move || drop(unclaimed));
+    assert_eq!(served.unwrap_or_else(|err| panic!("{err}")), BIG);
+    // The unclaimed allocation counted nowhere; the request's block, dropped, is cached.
+    let stats = pool.stats().cache;
+    let counted = (stats.allocated, stats.cached, stats.misses);
+    assert_eq!(counted, (0, BIG, 1), "{stats:?}");
+    drop(filler);
 }

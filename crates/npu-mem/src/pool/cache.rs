@@ -59,7 +59,9 @@ impl Seal {
 ///
 /// [`free`](Source::free) must not block (no wait for the device, for another operation or
 /// for a release): it runs on the reaper thread, which every deferred release of the process
-/// shares, when a block whose operations completed is evicted.
+/// shares, when a block whose operations completed is evicted. Nor may
+/// [`giving_back`](Source::giving_back), which runs there too, wait for more than other
+/// threads' immediate calls.
 pub unsafe trait Source: Send + Sync + 'static {
     /// One allocation the pool caches.
     type Block: Send + 'static;
@@ -76,6 +78,16 @@ pub unsafe trait Source: Send + Sync + 'static {
     /// Gives blocks back to the runtime. They are idle (every operation that used them has
     /// completed) and the pool's lock is not held. Must not wait for the device.
     fn free(&self, blocks: Vec<Self::Block>);
+
+    /// Runs `give_back`, which takes blocks out of the cache (an eviction, a trim) and frees
+    /// them, as one step for whoever must not see the blocks gone and their frees not yet
+    /// made: a source whose frees complete later (queued on a stream) lets a request out of
+    /// memory wait for them, and holds it off here until they are made. It runs on the
+    /// reaper and on dropping threads too, so it may wait only for the like of itself:
+    /// others' immediate calls. Taken before the pool's lock.
+    fn giving_back<R>(&self, give_back: impl FnOnce() -> R) -> R {
+        give_back()
+    }
 
     /// Whether the blocks can have uncorrectable memory errors for [`repair`](Source::repair)
     /// to look for (device memory). When false, a block one of whose operations failed with a
@@ -302,8 +314,8 @@ impl<S: Source> Cache<S> {
         self.retire(class);
         let cache = self.clone();
         // SAFETY: returning (or quarantining) a block only takes the cache's lock, which is
-        // never held across a wait, and frees evicted blocks with the source's `free` (the
-        // trait's contract); a suspect block is handed to the repair thread, which the reaper
+        // never held across a wait, and frees evicted blocks with the source's `free` inside
+        // its `giving_back` (the trait's contract); a suspect block is handed to the repair thread, which the reaper
         // never waits for.
         unsafe {
             uses.release_noting_memory_error_kind(move |memory_error| {
@@ -505,19 +517,27 @@ impl<S: Source> Cache<S> {
     /// nothing cached left); returns the bytes freed. Blocks in use or awaiting their
     /// operations are unaffected.
     pub fn trim_to(self: &Arc<Self>, keep: usize) -> usize {
-        let blocks = self.update(|state, _| state.trim_to(keep));
-        let bytes = blocks.iter().map(S::block_bytes).sum();
-        self.free_blocks(blocks);
-        bytes
+        self.take_and_free(|state| state.trim_to(keep))
     }
 
     /// Frees every cached block of a class other than `keep`; returns the bytes freed. What
     /// a reserve of `keep` out of memory may give up: not the blocks it reserved.
     pub fn trim_except(self: &Arc<Self>, keep: usize) -> usize {
-        let blocks = self.update(|state, _| state.take_cached_except(keep));
-        let bytes = blocks.iter().map(S::block_bytes).sum();
-        self.free_blocks(blocks);
-        bytes
+        self.take_and_free(|state| state.take_cached_except(keep))
+    }
+
+    /// Takes cached blocks with `take` and frees them, as one step of the source's
+    /// [`giving_back`](Source::giving_back); returns the bytes freed.
+    fn take_and_free(
+        self: &Arc<Self>,
+        take: impl FnOnce(&mut State<S::Block, Reply<S::Block>>) -> Vec<S::Block>,
+    ) -> usize {
+        self.source.giving_back(|| {
+            let blocks = self.update(|state, _| take(state));
+            let bytes = blocks.iter().map(S::block_bytes).sum();
+            self.free_blocks(blocks);
+            bytes
+        })
     }
 
     /// A snapshot of the counters.
@@ -538,21 +558,30 @@ impl<S: Source> Cache<S> {
         self: &Arc<Self>,
         change: impl FnOnce(&mut State<S::Block, Reply<S::Block>>, &mut Vec<S::Block>) -> R,
     ) -> R {
-        let mut evicted = Vec::new();
-        let (result, served) = {
-            let mut state = self.lock();
-            let result = change(&mut state, &mut evicted);
-            // Most changes find nobody waiting and evict nothing: that common case (a hit, an
-            // idle return) then costs the lock alone.
-            let served = match state.has_waiters() {
-                true => state.pump(&mut evicted),
-                false => Vec::new(),
+        let change_and_evict = || {
+            let mut evicted = Vec::new();
+            let (result, served) = {
+                let mut state = self.lock();
+                let result = change(&mut state, &mut evicted);
+                // Most changes find nobody waiting and evict nothing: that common case (a hit,
+                // an idle return) then costs the lock alone.
+                let served = match state.has_waiters() {
+                    true => state.pump(&mut evicted),
+                    false => Vec::new(),
+                };
+                (result, served)
             };
+            if !evicted.is_empty() {
+                self.free_blocks(evicted);
+            }
             (result, served)
         };
-        if !evicted.is_empty() {
-            self.free_blocks(evicted);
-        }
+        // Only a bounded cache evicts, for a request or a waiter, whichever change it is: its
+        // evictions are given back as one step with their frees, which the grants follow.
+        let (result, served) = match self.capacity {
+            Some(_) => self.source.giving_back(change_and_evict),
+            None => change_and_evict(),
+        };
         if !served.is_empty() {
             for (reply, granted) in served {
                 self.deliver(reply, granted);

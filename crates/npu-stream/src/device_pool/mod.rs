@@ -535,17 +535,9 @@ impl DevicePool {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn trim_to(&self, bytes: usize) -> Result<usize> {
-        let freed = {
-            // Under the drain lock, from taking the blocks out of the cache until their frees
-            // are queued and counted, as a drain frees the cache: a request out of memory
-            // meanwhile found the cache empty and the frees not yet counted, took no memory
-            // to be on its way back, and failed out of memory while the trim was giving it
-            // back. It now waits for the trim's immediate calls, then counts its frees and
-            // synchronises the release stream. Refused on this thread (see `drain_cache`),
-            // the trim goes ahead unlocked.
-            let _draining = lock_here(&self.cache.source().draining, Rank::Drain);
-            self.cache.trim_to(bytes)
-        };
+        // Under the drain lock from taking the blocks out of the cache until their frees are
+        // queued and counted (`Source::giving_back`), as a drain frees the cache.
+        let freed = self.cache.trim_to(bytes);
         self.cache.source().trim_runtime(bytes)?;
         Ok(freed)
     }
@@ -838,7 +830,11 @@ impl Drop for Unclaimed {
     fn drop(&mut self) {
         if let Some(block) = self.block.take() {
             use npu_mem::pool_cache::Source;
-            self.cache.source().free(vec![block]);
+            // As one step under the drain lock, as the cache's blocks are given back: a
+            // request out of memory meanwhile saw neither the block nor its free, and failed
+            // while its memory was on its way back.
+            let source = self.cache.source();
+            source.giving_back(|| source.free(vec![block]));
         }
     }
 }

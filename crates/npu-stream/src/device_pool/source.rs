@@ -5,6 +5,7 @@ use std::ffi::c_void;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use npu_core::contain::{Rank, lock_here};
 use npu_core::ffi::{self, AclApi};
 use npu_core::{Context, Error, Result, acl_call, acl_call_opt};
 use npu_mem::pool_cache::{Repair, Seal, Source};
@@ -145,7 +146,9 @@ pub(crate) struct DeviceSource {
     /// completion of its synchronisation, and the frees it covers. A request out of memory
     /// that finds the cache already freed by another waits for it before its retry, as the
     /// memory is on its way back. Taken with `contain::lock_here` (`Rank::Drain`) by the
-    /// drain, which holds it from freeing the cache to publishing its synchronisation.
+    /// drain, which holds it from freeing the cache to publishing its synchronisation, and by
+    /// every other way blocks are given back, from taking them to counting their frees
+    /// ([`giving_back`](Source::giving_back)).
     pub(crate) draining: std::sync::Mutex<Option<Drained>>,
     /// How many times blocks were queued for freeing on the release stream (`free`), counted
     /// once the frees are queued: by a trim, an eviction, a drain, an unclaimed allocation.
@@ -321,7 +324,9 @@ impl DeviceSource {
 
 // SAFETY: `free` makes only the runtime's immediate calls (aclrtFree, and
 // aclrtMemPoolFreeAsync, which queues the free on the pool's release stream): it waits for
-// neither the device nor another operation.
+// neither the device nor another operation. `giving_back` waits only for the drain lock, which
+// is held across immediate calls alone (frees, and the submission of the release stream's
+// synchronisation) and never across a wait for the device or the reaper.
 unsafe impl Source for DeviceSource {
     type Block = DeviceBlock;
     const NAME: &'static str = "DevicePool::alloc";
@@ -347,9 +352,10 @@ unsafe impl Source for DeviceSource {
                 })
             }),
             Backend::Runtime(pool) => {
-                // Out of the cache and not yet counted: a request out of memory cannot see
-                // these frees until they are (`DevicePool::trim_to` holds the drain lock
-                // across; `tests/fault_accounting.rs` holds a trim here).
+                // Out of the cache (or the unclaimed allocation) and not yet counted: a
+                // request out of memory cannot see these frees until they are, so every way
+                // here holds the drain lock across (`giving_back`; `tests/fault_accounting.rs`
+                // holds a trim, an eviction and an unclaimed block here).
                 npu_core::log!(
                     trace,
                     blocks = blocks.len(),
@@ -376,6 +382,21 @@ unsafe impl Source for DeviceSource {
         if let Err(err) = freed {
             npu_core::log!(warn, %err, "pooled device memory was not freed (leaked)");
         }
+    }
+
+    /// Under the drain lock on the runtime pool, from the blocks leaving the cache until their
+    /// frees are queued and counted: a request out of memory meanwhile found the cache
+    /// without them and no frees counted, took no memory to be on its way back, and failed
+    /// out of memory while it was. It now waits for these immediate calls, then counts the
+    /// frees and synchronises the release stream (`DevicePool::drain_cache`). Refused on this
+    /// thread (held already, as by a drain freeing the cache, or against the lock order), it
+    /// goes ahead unlocked. The caching backend's frees are done when `free` returns.
+    fn giving_back<R>(&self, give_back: impl FnOnce() -> R) -> R {
+        let _draining = match self.backend {
+            Backend::Runtime(_) => lock_here(&self.draining, Rank::Drain),
+            Backend::Caching => None,
+        };
+        give_back()
     }
 
     const MEMORY_ERRORS: bool = true;
