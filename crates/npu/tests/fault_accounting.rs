@@ -365,11 +365,12 @@ fn a_request_out_of_memory_during_a_trim_waits_for_the_memory_it_gives_back() {
     assert_eq!(served.unwrap_or_else(|err| panic!("{err}")), BIG);
 }
 
-/// 4 MiB device buffers outside any pool, allocated until the device is out of memory.
-fn fill_outside_the_pool(ctx: &Context) -> Vec<DeviceBuffer<u8>> {
+/// Device buffers of `piece` bytes outside any pool, allocated until the device is out of
+/// memory: less than `piece` is left.
+fn fill_outside_the_pool(ctx: &Context, piece: usize) -> Vec<DeviceBuffer<u8>> {
     let mut filler = Vec::new();
     let full = loop {
-        match DeviceBuffer::<u8>::new(ctx, 4 << 20) {
+        match DeviceBuffer::<u8>::new(ctx, piece) {
             Ok(buffer) => filler.push(buffer),
             Err(err) => break err,
         }
@@ -393,7 +394,7 @@ fn a_request_out_of_memory_during_an_eviction_waits_for_the_memory_it_gives_back
     let pool = device_pool(&ctx, DevicePoolBackend::RuntimePool, Some(36 * MIB));
     drop(run(pool.alloc::<u8>(&s, 16 * MIB)).unwrap());
     assert_eq!(pool.stats().cache.cached, 16 * MIB);
-    let filler = fill_outside_the_pool(&ctx);
+    let filler = fill_outside_the_pool(&ctx, 4 << 20);
     let (evicting, served) = requested_while_held(&pool, &s, 8 * MIB, || {
         run(pool.alloc::<u8>(&s, BIG)).map(|block| block.len())
     });
@@ -401,6 +402,34 @@ fn a_request_out_of_memory_during_an_eviction_waits_for_the_memory_it_gives_back
     assert!(evicting.is_out_of_memory(), "{evicting}");
     assert_eq!(pool.stats().cache.evictions, 1);
     assert_eq!(served.unwrap_or_else(|err| panic!("{err}")), 8 * MIB);
+    drop(filler);
+}
+
+/// A request out of memory while a block dropped into a bounded pool makes it evict its cache
+/// for a queued waiter, the evicted blocks' frees not yet queued, waits for them and is served.
+/// The pool (19 MiB) caches an 8 MiB block and lends a 4 MiB one; a 16 MiB request waits
+/// (4 + 16 > 19), and the device is full. The 4 MiB block dropped on the held thread serves
+/// the waiter: both cached blocks are evicted (12 + 16 > 19) for its room. A 2 MiB request,
+/// which fits beside it, fails its first attempt meanwhile; the waiter itself never fits the
+/// 12 MiB given back. The break: the request found the cache empty and no frees counted, and
+/// failed out of memory while the eviction gave 12 MiB back.
+#[test]
+fn a_request_out_of_memory_during_an_eviction_for_a_waiter_waits_for_the_memory_it_gives_back() {
+    const MIB: usize = 1 << 20;
+    let (_devices, ctx) = devices();
+    let s = stream(&ctx, npu::stream::Strategy::EventPoll);
+    let pool = device_pool(&ctx, DevicePoolBackend::RuntimePool, Some(19 * MIB));
+    drop(run(pool.alloc::<u8>(&s, 8 * MIB)).unwrap());
+    let lent = run(pool.alloc::<u8>(&s, 4 * MIB)).unwrap();
+    let filler = fill_outside_the_pool(&ctx, MIB);
+    let mut waiter = Box::pin(pool.alloc::<u8>(&s, 16 * MIB));
+    assert!(polled_once(waiter.as_mut()).is_pending());
+    assert_eq!(pool.stats().cache.waiters, 1);
+    let ((), served) = requested_while_held(&pool, &s, 2 * MIB, move || drop(lent));
+    assert_eq!(pool.stats().cache.evictions, 2);
+    assert_eq!(served.unwrap_or_else(|err| panic!("{err}")), 2 * MIB);
+    let waited = run(waiter).expect_err("16 MiB never fit the 12 MiB given back");
+    assert!(waited.is_out_of_memory(), "{waited}");
     drop(filler);
 }
 
@@ -437,7 +466,7 @@ fn a_request_out_of_memory_while_an_unclaimed_block_goes_back_waits_for_it() {
         polled.is_pending(),
         "the allocation waits for the held device"
     );
-    let filler = fill_outside_the_pool(&ctx);
+    let filler = fill_outside_the_pool(&ctx, 4 << 20);
     hold.release().unwrap();
     until("the allocation completes", || {
         woken.0.load(std::sync::atomic::Ordering::SeqCst) > 0

@@ -355,7 +355,7 @@ unsafe impl Source for DeviceSource {
                 // Out of the cache (or the unclaimed allocation) and not yet counted: a
                 // request out of memory cannot see these frees until they are, so every way
                 // here holds the drain lock across (`giving_back`; `tests/fault_accounting.rs`
-                // holds a trim, an eviction and an unclaimed block here).
+                // holds a trim, evictions and an unclaimed block here).
                 npu_core::log!(
                     trace,
                     blocks = blocks.len(),
