@@ -20,6 +20,7 @@
 
 #include "check.h"
 #include "expect.h"
+#include "memory_helpers.h"
 #include "npusim/control.h"
 
 /* aclrtSetExceptionInfoCallback and aclGetDataBufferSize are deprecated in CANN's headers, and
@@ -332,13 +333,7 @@ static int memory_errors(void)
 static int shareable_handles_v2(void)
 {
     size_t granularity = 0;
-    aclrtPhysicalMemProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.handleType = ACL_MEM_HANDLE_TYPE_NONE;
-    prop.allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
-    prop.memAttr = ACL_HBM_MEM_HUGE;
-    prop.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
+    aclrtPhysicalMemProp prop = physical_prop(ACL_HBM_MEM_HUGE, ACL_MEM_LOCATION_TYPE_DEVICE, 0);
     CHECK(aclrtMemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
                                            &granularity));
     aclrtDrvMemHandle handle = NULL, other = NULL;

@@ -16,6 +16,7 @@
 
 #include "check.h"
 #include "expect.h"
+#include "memory_helpers.h"
 
 /* aclrtMemcpyAsyncWithCondition is deprecated in CANN's headers, and still documented. */
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -32,17 +33,6 @@ static size_t reserved(void *ptr)
         return 0;
     }
     return size;
-}
-
-static uint32_t page_size(void *ptr)
-{
-    aclrtPtrAttributes attributes;
-    memset(&attributes, 0, sizeof attributes);
-    if (aclrtPointerGetAttributes(ptr, &attributes) != ACL_SUCCESS) {
-        (void)aclGetRecentErrMsg();
-        return 0;
-    }
-    return attributes.pageSize;
 }
 
 static int allocations(void)
@@ -69,16 +59,16 @@ static int allocations(void)
     void *small = NULL, *large = NULL;
     EXPECT(aclrtMallocAlign32(&small, 64, outside), ACL_SUCCESS);
     EXPECT(aclrtMallocAlign32(&large, 2 * MIB, outside), ACL_SUCCESS);
-    HOLDS(page_size(small) < 2 * MIB && page_size(large) == 2 * MIB);
+    HOLDS(page_size_of(small) < 2 * MIB && page_size_of(large) == 2 * MIB);
     EXPECT(aclrtFree(small), ACL_SUCCESS);
     EXPECT(aclrtFree(large), ACL_SUCCESS);
     EXPECT(aclrtMallocAlign32(&small, 64, ored), ACL_SUCCESS);
-    HOLDS(page_size(small) < 2 * MIB);
+    HOLDS(page_size_of(small) < 2 * MIB);
     EXPECT(aclrtFree(small), ACL_SUCCESS);
 
     /* The configured forms accept or-ed groups, the rule deciding; NULL cfg is none. */
     EXPECT(aclrtMallocWithCfg(&configured, 64, ored, NULL), ACL_SUCCESS);
-    HOLDS(page_size(configured) == 2 * MIB);
+    HOLDS(page_size_of(configured) == 2 * MIB);
     EXPECT(aclrtFree(configured), ACL_SUCCESS);
     aclrtMallocConfig cfg;
     memset(&cfg, 0, sizeof cfg);

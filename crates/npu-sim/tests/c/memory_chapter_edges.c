@@ -17,19 +17,8 @@
 
 #include "check.h"
 #include "expect.h"
+#include "memory_helpers.h"
 #include "acl/acl_rt_memory_soma.h"
-
-static aclrtPhysicalMemProp device_prop(aclrtMemAttr attr)
-{
-    aclrtPhysicalMemProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.handleType = ACL_MEM_HANDLE_TYPE_NONE;
-    prop.allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
-    prop.memAttr = attr;
-    prop.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
-    return prop;
-}
 
 static aclrtMemAccessDesc access_of_device(int32_t device, aclrtMemAccessFlags flags)
 {
@@ -45,7 +34,7 @@ static aclrtMemAccessDesc access_of_device(int32_t device, aclrtMemAccessFlags f
 
 static int virtual_memory(aclrtStream stream)
 {
-    aclrtPhysicalMemProp prop = device_prop(ACL_MEM_HUGE);
+    aclrtPhysicalMemProp prop = physical_prop(ACL_MEM_HUGE, ACL_MEM_LOCATION_TYPE_DEVICE, 0);
     size_t minimum = 0, recommended = 0;
     EXPECT(aclrtMemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, &minimum),
            ACL_SUCCESS);
@@ -56,15 +45,15 @@ static int virtual_memory(aclrtStream stream)
     HOLDS(minimum == (2u << 20));
     HOLDS(recommended >= minimum && recommended % minimum == 0);
     size_t giant = 0;
-    aclrtPhysicalMemProp prop1g = device_prop(ACL_MEM_HUGE1G);
+    aclrtPhysicalMemProp prop1g = physical_prop(ACL_MEM_HUGE1G, ACL_MEM_LOCATION_TYPE_DEVICE, 0);
     EXPECT(aclrtMemGetAllocationGranularity(&prop1g, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, &giant),
            ACL_SUCCESS);
     HOLDS(giant == (1u << 30));
     /* ACL_HBM_MEM_HUGE1G is supported on an Atlas A2, ACL_MEM_P2P_HUGE1G is not. */
-    prop1g = device_prop(ACL_HBM_MEM_HUGE1G);
+    prop1g = physical_prop(ACL_HBM_MEM_HUGE1G, ACL_MEM_LOCATION_TYPE_DEVICE, 0);
     EXPECT(aclrtMemGetAllocationGranularity(&prop1g, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, &giant),
            ACL_SUCCESS);
-    prop1g = device_prop(ACL_MEM_P2P_HUGE1G);
+    prop1g = physical_prop(ACL_MEM_P2P_HUGE1G, ACL_MEM_LOCATION_TYPE_DEVICE, 0);
     FAILS(aclrtMemGetAllocationGranularity(&prop1g, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, &giant));
     aclrtDrvMemHandle refused = NULL;
     FAILS(aclrtMallocPhysical(&refused, minimum, &prop1g, 0));

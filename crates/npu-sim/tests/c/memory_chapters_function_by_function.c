@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "memory_helpers.h"
 #include "model_helpers.h"
 #include "npusim/control.h"
 
@@ -47,17 +48,6 @@ static size_t block_of(void *ptr, void **base)
         return 0;
     }
     return size;
-}
-
-static uint32_t page_of(void *ptr)
-{
-    aclrtPtrAttributes attributes;
-    memset(&attributes, 0, sizeof attributes);
-    if (aclrtPointerGetAttributes(ptr, &attributes) != ACL_SUCCESS) {
-        (void)aclGetRecentErrMsg();
-        return 0;
-    }
-    return attributes.pageSize;
 }
 
 static size_t free_hbm(void)
@@ -105,24 +95,24 @@ static void malloc_section(void)
     EXPECT(aclrtMalloc(&dev, 100, ACL_MEM_MALLOC_HUGE1G_ONLY), ACL_SUCCESS);
     void *base = NULL;
     HOLDS(block_of(dev, &base) == 128 && base == dev);
-    HOLDS(page_of(dev) == GIB);
+    HOLDS(page_size_of(dev) == GIB);
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
     /* A single enumerator only: HUGE_ONLY or-ed with a band-width bit is a rule outside the
      * policy, and the size chooses the pages. */
     const aclrtMemMallocPolicy ored =
         (aclrtMemMallocPolicy)(ACL_MEM_MALLOC_HUGE_ONLY | ACL_MEM_TYPE_HIGH_BAND_WIDTH);
     EXPECT(aclrtMalloc(&dev, 64, ored), ACL_SUCCESS);
-    HOLDS(page_of(dev) < 2 * MIB);
+    HOLDS(page_size_of(dev) < 2 * MIB);
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
     EXPECT(aclrtMalloc(&dev, 2 * MIB, ored), ACL_SUCCESS);
-    HOLDS(page_of(dev) == 2 * MIB);
+    HOLDS(page_size_of(dev) == 2 * MIB);
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
     /* HUGE_FIRST keeps up to 1 MiB on normal pages and takes huge ones above. */
     EXPECT(aclrtMalloc(&dev, MIB, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
-    HOLDS(page_of(dev) < 2 * MIB);
+    HOLDS(page_size_of(dev) < 2 * MIB);
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
     EXPECT(aclrtMalloc(&dev, MIB + 1, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
-    HOLDS(page_of(dev) == 2 * MIB);
+    HOLDS(page_size_of(dev) == 2 * MIB);
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
     /* The memory is usable at once, and what it holds is the caller's to set. */
     EXPECT(aclrtMalloc(&dev, 256, ACL_MEM_MALLOC_NORMAL_ONLY), ACL_SUCCESS);
@@ -158,13 +148,13 @@ static void malloc_cached_section(void)
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
     /* Its four rules only: a P2P rule is outside them, and the size chooses the pages. */
     EXPECT(aclrtMallocCached(&dev, 64, ACL_MEM_MALLOC_HUGE_ONLY_P2P), ACL_SUCCESS);
-    HOLDS(page_of(dev) < 2 * MIB);
+    HOLDS(page_size_of(dev) < 2 * MIB);
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
     EXPECT(aclrtMallocCached(&dev, 2 * MIB, ACL_MEM_MALLOC_NORMAL_ONLY_P2P), ACL_SUCCESS);
-    HOLDS(page_of(dev) == 2 * MIB);
+    HOLDS(page_size_of(dev) == 2 * MIB);
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
     EXPECT(aclrtMallocCached(&dev, 64, ACL_MEM_MALLOC_HUGE_ONLY), ACL_SUCCESS);
-    HOLDS(page_of(dev) == 2 * MIB);
+    HOLDS(page_size_of(dev) == 2 * MIB);
     /* Flushing and invalidating cached memory: accepted, the data unchanged. */
     EXPECT(aclrtMemset(dev, 64, 0x21, 64), ACL_SUCCESS);
     EXPECT(aclrtMemFlush(dev, 64), ACL_SUCCESS);
@@ -204,11 +194,11 @@ static void malloc_with_cfg_section(void)
         ACL_MEM_TYPE_HIGH_BAND_WIDTH | ACL_MEM_ACCESS_USER_SPACE_READONLY |
         ACL_MEM_MALLOC_NORMAL_ONLY);
     EXPECT(aclrtMallocWithCfg(&dev, 2 * MIB, three, NULL), ACL_SUCCESS);
-    HOLDS(page_of(dev) < 2 * MIB);
+    HOLDS(page_size_of(dev) < 2 * MIB);
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
     /* A rule outside the enumeration: the size decides. */
     EXPECT(aclrtMallocWithCfg(&dev, 2 * MIB, (aclrtMemMallocPolicy)0x77, NULL), ACL_SUCCESS);
-    HOLDS(page_of(dev) == 2 * MIB);
+    HOLDS(page_size_of(dev) == 2 * MIB);
     EXPECT(aclrtFree(dev), ACL_SUCCESS);
     /* Task scheduler memory is device memory the copies reach, freed by aclrtFree. */
     EXPECT(aclrtMallocForTaskScheduler(&dev, 64, ACL_MEM_MALLOC_HUGE_FIRST, &own), ACL_SUCCESS);
@@ -856,19 +846,6 @@ static void memset_d32_section(aclrtStream stream)
 }
 
 /* ---- 11-04 virtual memory ---- */
-
-static aclrtPhysicalMemProp physical_prop(aclrtMemAttr attr, aclrtMemLocationType type,
-                                          uint32_t id)
-{
-    aclrtPhysicalMemProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.handleType = ACL_MEM_HANDLE_TYPE_NONE;
-    prop.allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
-    prop.memAttr = attr;
-    prop.location.type = type;
-    prop.location.id = id;
-    return prop;
-}
 
 static void virtual_memory_section(void)
 {

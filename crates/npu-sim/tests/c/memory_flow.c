@@ -10,6 +10,7 @@
 
 #include "acl/acl.h"
 #include "check.h"
+#include "memory_helpers.h"
 
 enum { MIB = 1024 * 1024 };
 
@@ -21,13 +22,7 @@ int main(void)
     CHECK(aclrtCreateStream(&stream));
 
     /* Virtual memory. */
-    aclrtPhysicalMemProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.handleType = ACL_MEM_HANDLE_TYPE_NONE;
-    prop.allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
-    prop.memAttr = ACL_MEM_HUGE;
-    prop.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
+    aclrtPhysicalMemProp prop = physical_prop(ACL_MEM_HUGE, ACL_MEM_LOCATION_TYPE_DEVICE, 0);
     size_t granularity = 0;
     CHECK(aclrtMemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, &granularity));
     void *va = NULL;
