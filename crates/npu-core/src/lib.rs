@@ -31,6 +31,7 @@ mod context;
 #[cfg(feature = "sim")]
 mod control_error;
 mod device;
+mod device_abort;
 mod error;
 mod fault;
 #[doc(hidden)]
@@ -47,6 +48,7 @@ pub use code::{AclCode, ErrorClass, MemoryErrorKind};
 pub use completion::{BlockingWaiter, Completer, Completion, UseList, Wait};
 pub use context::Context;
 pub use device::{Device, DeviceAttr, DeviceStatus, MemAttr, MemInfo, PeerAccess, PriorityRange};
+pub use device_abort::DeviceAbortWatch;
 pub use error::{AclError, Error, LoadAttempt, LoadError, LoadFailure, Result};
 pub use fault::{DeviceFault, FaultKind, FaultWatch};
 pub use fork::forked;

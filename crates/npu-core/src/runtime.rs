@@ -293,6 +293,7 @@ fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<
             );
         }
         crate::fault::register(loaded);
+        crate::device_abort::register(loaded);
     } else if let Some(asked) = config.filter(|asked| users.config.as_deref() != Some(*asked)) {
         // Silently running with another configuration than the caller asked for would be
         // worse than refusing: ACL applies one only when it is initialised.
@@ -568,6 +569,19 @@ impl Runtime {
         let faults: &'static crate::fault::FaultTable = &self.inner.loaded.faults;
         let on_fault = std::sync::Arc::new(on_fault);
         faults.watch(device, stream_id, stream as usize, on_fault)
+    }
+
+    /// Tells `watcher` of every `aclrtDeviceTaskAbort` of `device` made through this runtime,
+    /// until it is dropped, if the runtime has `aclrtSetDeviceTaskAbortCallback` (see
+    /// [`DeviceAbortWatch`](crate::DeviceAbortWatch)); npu-stream's streams watch their
+    /// device so.
+    #[doc(hidden)]
+    pub fn watch_device_aborts(
+        &self,
+        device: u32,
+        watcher: std::sync::Weak<dyn crate::DeviceAbortWatch>,
+    ) {
+        self.inner.loaded.device_aborts.watch(device, watcher);
     }
 
     /// The runtime that was loaded.

@@ -220,6 +220,57 @@ fn a_layer_submitting_when_a_refused_submission_is_logged_does_not_deadlock() {
     }
 }
 
+/// A layer that calls `aclrtDeviceTaskAbort` of the device (through the raw API) when a
+/// refused submission is logged, from inside it: npu-rs's device task abort callback, on the
+/// same thread, would mark the stream's work under the submission lock that thread holds. It
+/// refuses the abort instead (the runtime then discards nothing: 107035), and the submission
+/// resolves. Taking the lock as `Stream::abort` does would wait for itself for ever.
+#[test]
+fn a_layer_aborting_the_device_from_inside_a_submission_is_refused() {
+    let _guard = exclusive();
+    let ctx = Device::open(0).unwrap().create_context().unwrap();
+    let abort = ctx.runtime().api().aclrtDeviceTaskAbort;
+    let abort = abort.expect("npu-sim exports aclrtDeviceTaskAbort");
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        s.set_failure_mode(npu::FailureMode::Stop).unwrap();
+        sim::fail_task(&s, 1, npu::AclCode(507015)).unwrap();
+        let failed = watchdog("the faulting memset", || {
+            run(s.memset(DeviceBuffer::<u8>::new(&ctx, 16).unwrap(), 1))
+        });
+        assert!(failed.is_err());
+        let code: Arc<Mutex<Option<i32>>> = Arc::default();
+        let submitter = std::thread::current().id();
+        let (seen, device) = (code.clone(), ctx.device_id() as i32);
+        set_hook(Some(Arc::new(move |point| {
+            let mut seen = seen.lock().unwrap();
+            // The simulator's log of the refused call, made inside it.
+            if point == Point::Event("npu_sim")
+                && std::thread::current().id() == submitter
+                && seen.is_none()
+            {
+                // SAFETY: a plain call on a device this test opened, with a bounded timeout.
+                *seen = Some(unsafe { abort(device, 1000) });
+            }
+        })));
+        let buffer = DeviceBuffer::<u8>::new(&ctx, 16).unwrap();
+        let refused = watchdog(&format!("{strategy:?}: a refused memset"), || {
+            run(s.memset(buffer, 2))
+        });
+        set_hook(None);
+        assert!(
+            refused.is_err(),
+            "{strategy:?}: a stopped context refuses work"
+        );
+        let code = code.lock().unwrap().take();
+        assert_eq!(
+            code,
+            Some(npu::ffi::ACL_ERROR_RT_TASK_ABORT_STOP),
+            "{strategy:?}: the abort from inside the submission"
+        );
+    }
+}
+
 /// A layer that opens a device when anything is logged (the simulator logs each failed
 /// call). npu-core enables and disables peer access under its runtime-wide lock, with the ACL
 /// call inside; on a lost device the disable fails and the simulator logs it there. The hook

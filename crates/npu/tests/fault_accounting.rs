@@ -1,9 +1,10 @@
 //! Where device faults and pooled memory are accounted for, through the `npu` facade: the
 //! fault of work drained without a completion event (the device out of events), which a fence
 //! hands to the stream's failure record, across an abort or a stop, beside a second drained
-//! fault, and when the fence's own wait fails; and the blocks a `DevicePool` gives back (a
-//! trim's, an eviction's, an unclaimed allocation's) caught between leaving the pool and their
-//! frees being queued by a request out of memory.
+//! fault, and when the fence's own wait fails; the blocks a `DevicePool` gives back (a trim's,
+//! an eviction's, an unclaimed allocation's) caught between leaving the pool and their frees
+//! being queued by a request out of memory; and the work a raw `aclrtDeviceTaskAbort`
+//! discards (or, refused by another callback, does not).
 //!
 //! The simulator of this process has five devices of 64 MiB (installed by the first test to
 //! take the lock), so that a pool can fill a device; devices 2 to 4 are lost by the test that
@@ -19,7 +20,7 @@ use common::*;
 use npu::error::AclCode;
 use npu::memory::{DevicePool, DevicePoolBackend};
 use npu::prelude::*;
-use npu::{Stream, sim};
+use npu::{Stream, ffi, sim};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
 
@@ -117,6 +118,100 @@ fn an_abort_clears_what_a_stop_left_undone() {
             let failed = run(stopped).unwrap_err();
             assert!(failed.error.fault().is_none(), "{strategy:?}: {failed}");
             run(s.abort()).unwrap();
+            run(s.synchronize()).unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
+        });
+    }
+}
+
+/// `aclrtDeviceTaskAbort(device, 1000)` of `ctx`'s device through the raw API, as a program
+/// calls it (npu-rs never does): its code.
+fn device_task_abort(ctx: &Context) -> AclCode {
+    ctx.bind().unwrap();
+    let abort = ctx.runtime().api().aclrtDeviceTaskAbort;
+    let abort = abort.expect("npu-sim exports aclrtDeviceTaskAbort");
+    // SAFETY: a plain call on a device this test opened, with a bounded timeout.
+    AclCode(unsafe { abort(ctx.device_id() as i32, 1000) })
+}
+
+/// Registers (`Some`) or removes (`None`) a device task abort callback named `name` beside
+/// npu-rs's own, through the raw API.
+fn set_device_task_abort_callback(
+    ctx: &Context,
+    name: &std::ffi::CStr,
+    callback: ffi::aclrtDeviceTaskAbortCallback,
+) {
+    let set = ctx.runtime().api().aclrtSetDeviceTaskAbortCallback;
+    let set = set.expect("npu-sim exports aclrtSetDeviceTaskAbortCallback");
+    // SAFETY: the name is NUL-terminated; the callback (a plain function) ignores `args`.
+    let code = unsafe { set(name.as_ptr(), callback, std::ptr::null_mut()) };
+    assert_eq!(AclCode(code), AclCode(0));
+}
+
+/// A device-wide abort made through the raw API (`aclrtDeviceTaskAbort`, not npu-rs's
+/// `Stream::abort`) discards a memset queued behind a held device, and its completion event's
+/// record with it: npu-rs's abort callback marks the stream's work before the runtime's
+/// discard and confirms it after, so the memset fails as aborted and hands its buffer back,
+/// and the stream runs new work. The break: the event was never reached, the stream was
+/// alive and idle, and the memset stayed pending for ever under every strategy.
+#[test]
+fn a_raw_device_task_abort_fails_the_work_it_discarded() {
+    let (_devices, _) = devices();
+    let device = Device::open(1).unwrap();
+    for strategy in STRATEGIES {
+        in_a_fresh_context(&device, |ctx| {
+            let s = stream(ctx, strategy);
+            let held = sim::hold(&device).unwrap();
+            let queued = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1);
+            assert_eq!(device_task_abort(ctx), AclCode(0), "{strategy:?}");
+            drop(held);
+            let discarded = run(queued).unwrap_err();
+            let aborted = matches!(discarded.error, npu::Error::Aborted { .. });
+            assert!(aborted, "{strategy:?}: {discarded}");
+            assert_eq!(discarded.value.map(|b| b.len()), Some(64), "{strategy:?}");
+            let next = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 2));
+            let next = next.unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
+            assert_eq!(next.to_vec_blocking().unwrap(), [2; 64]);
+            run(s.synchronize()).unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
+        });
+    }
+}
+
+/// A device task abort that another registrant's PRE callback refuses discards nothing, and
+/// npu-rs, whose callback marked the stream's work before it, takes nothing for discarded:
+/// the queued memset runs once the device is released. The next abort, which happens, fails
+/// the memset queued before it, its mark taking the place of the refused one's.
+#[test]
+fn a_device_task_abort_refused_by_another_callback_discards_nothing() {
+    unsafe extern "C" fn refuse(
+        _: i32,
+        _: ffi::aclrtDeviceTaskAbortStage,
+        _: u32,
+        _: *mut std::ffi::c_void,
+    ) -> i32 {
+        1
+    }
+    let (_devices, _) = devices();
+    let device = Device::open(1).unwrap();
+    for strategy in STRATEGIES {
+        in_a_fresh_context(&device, |ctx| {
+            let s = stream(ctx, strategy);
+            let held = sim::hold(&device).unwrap();
+            let kept = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1);
+            set_device_task_abort_callback(ctx, c"refuses", Some(refuse));
+            let refused = device_task_abort(ctx);
+            set_device_task_abort_callback(ctx, c"refuses", None);
+            assert_eq!(refused, AclCode(ffi::ACL_ERROR_RT_TASK_ABORT_STOP));
+            drop(held);
+            let kept = run(kept).unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
+            assert_eq!(kept.to_vec_blocking().unwrap(), [1; 64]);
+
+            let held = sim::hold(&device).unwrap();
+            let queued = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 2);
+            assert_eq!(device_task_abort(ctx), AclCode(0), "{strategy:?}");
+            drop(held);
+            let discarded = run(queued).unwrap_err();
+            let aborted = matches!(discarded.error, npu::Error::Aborted { .. });
+            assert!(aborted, "{strategy:?}: {discarded}");
             run(s.synchronize()).unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
         });
     }

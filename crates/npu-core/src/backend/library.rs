@@ -27,6 +27,8 @@ pub(crate) struct Loaded {
     pub(crate) shared: Mutex<SharedState>,
     /// The faults its exception callback recorded.
     pub(crate) faults: FaultTable,
+    /// Who its device task abort callback tells of each device's aborts.
+    pub(crate) device_aborts: crate::device_abort::DeviceAborts,
 }
 
 /// The `aclInit` references npu-rs holds on one library.
@@ -55,6 +57,7 @@ impl Loaded {
             init_users: Mutex::default(),
             shared: Mutex::default(),
             faults: FaultTable::default(),
+            device_aborts: Default::default(),
         }))
     }
 

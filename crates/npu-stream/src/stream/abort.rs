@@ -221,37 +221,23 @@ struct SharedAbort {
     stops_at_call: Option<u64>,
 }
 
-/// Ends an abort on drop, on every path out of [`StreamShared::abort_blocking`]: marks what it
-/// discarded, stops refusing submissions on its behalf, and leaves the shared slot.
+/// Ends an abort on drop, on every path out of [`StreamShared::abort_blocking`]: confirms
+/// what it discarded, stops refusing submissions on its behalf, and leaves the shared slot.
 struct AbortInProgress<'a> {
     stream: &'a StreamShared,
     mine: &'a Completion,
-    /// The horizon it marked (and so counted itself as refusing), if it got that far.
-    through: Option<u64>,
-    /// What earlier aborts had discarded when it marked: its own range starts after it.
-    since: u64,
-    /// How many aborts had marked their work once this one had (`StreamShared::aborts_marked`).
-    marked: u64,
+    /// What it marked (and so counted itself as refusing), if it got that far.
+    marked: Option<Marked>,
     /// Whether the runtime confirmed the discard.
     discarded: bool,
-    /// The device fault that had stopped the stream before the runtime call, if one had.
-    faulted: Option<Error>,
 }
 
 impl AbortInProgress<'_> {
-    /// Marks the work the abort discards, under the stream's submission lock (`aborting`):
-    /// every operation watched so far, after what earlier aborts had confirmed; submissions
-    /// are refused from now until the abort ends.
+    /// Marks the work the abort discards, under the stream's submission lock (`aborting`);
+    /// submissions are refused from now until the abort ends.
     fn mark(&mut self, aborting: &mut Aborting) {
-        let stream = self.stream;
         aborting.refusing += 1;
-        let through = stream.watched.load(Ordering::Acquire);
-        self.through = Some(through);
-        self.since = stream.aborted_through.load(Ordering::Acquire);
-        self.marked = stream.aborts_marked.fetch_add(1, Ordering::AcqRel) + 1;
-        // Before the runtime call, so that whoever sees a failure of this stream's discarded
-        // work sees this too (the runtime reports the discard only once the call has begun).
-        stream.aborting_through.fetch_max(through, Ordering::AcqRel);
+        self.marked = Some(self.stream.mark_discard());
     }
 }
 
@@ -259,42 +245,9 @@ impl Drop for AbortInProgress<'_> {
     fn drop(&mut self) {
         let stream = self.stream;
         let mut aborting = stream.lock_submission();
-        if let Some(through) = self.through {
+        if let Some(marked) = self.marked.take() {
             if self.discarded {
-                stream.aborted_through.fetch_max(through, Ordering::AcqRel);
-                // Before the strategies hear of the discard (below), so that whoever fails
-                // the discarded work sees it. From what it marked, not from what the aborts
-                // before it had confirmed by now: after a stop two may run at once, and one
-                // that ends after a later one (which may have found no fault) still speaks
-                // for the work it marked.
-                if let Some(error) = self.faulted.take().filter(|_| self.since < through) {
-                    let mut faulted = stream
-                        .faulted_at_abort
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner());
-                    if faulted.len() == super::FAULTED_ABORTS_KEPT {
-                        faulted.pop_front();
-                    }
-                    faulted.push_back(super::FaultedAtAbort {
-                        after: self.since,
-                        through,
-                        error,
-                    });
-                }
-                // The runtime cleared the stream's errors with its queue; so does the failure
-                // record, but for the fault of work that ran before the abort began
-                // (`failure::Failure`).
-                let mut failure = stream.failure.lock().unwrap_or_else(|e| e.into_inner());
-                if failure
-                    .as_ref()
-                    .is_some_and(|failure| !failure.outlives_abort(self.marked))
-                {
-                    *failure = None;
-                }
-                drop(failure);
-                // Before submissions are taken again: whoever completes the stream's
-                // operations fails what was discarded before work submitted from now on.
-                stream.strategy.discarded();
+                stream.confirm_discard(marked);
             } else if aborting.refusing == 1 {
                 // The runtime vouched for no discard, and no other abort is under way: the
                 // runtime's discard code no longer speaks for this stream beyond what earlier
@@ -308,7 +261,78 @@ impl Drop for AbortInProgress<'_> {
     }
 }
 
+/// The work an abort is about to discard, marked before its runtime call (see
+/// [`StreamShared::mark_discard`]) and confirmed once the runtime has discarded it
+/// ([`StreamShared::confirm_discard`]).
+#[derive(Debug)]
+pub(super) struct Marked {
+    /// The `seq` of the last operation it discards.
+    through: u64,
+    /// What earlier aborts had discarded when it marked: its own range starts after it.
+    since: u64,
+    /// How many aborts had marked their work once this one had (`StreamShared::aborts_marked`).
+    marked: u64,
+    /// The device fault that had stopped the stream before the runtime call, if one had.
+    faulted: Option<Error>,
+}
+
 impl StreamShared {
+    /// Marks the work an abort is about to discard, under the stream's submission lock: every
+    /// operation watched so far, after what earlier aborts had confirmed.
+    fn mark_discard(&self) -> Marked {
+        let through = self.watched.load(Ordering::Acquire);
+        let since = self.aborted_through.load(Ordering::Acquire);
+        let marked = self.aborts_marked.fetch_add(1, Ordering::AcqRel) + 1;
+        // Before the runtime call, so that whoever sees a failure of this stream's discarded
+        // work sees this too (the runtime reports the discard only once the call has begun).
+        self.aborting_through.fetch_max(through, Ordering::AcqRel);
+        Marked {
+            through,
+            since,
+            marked,
+            faulted: None,
+        }
+    }
+
+    /// Confirms the discard of what `marked` marked, under the stream's submission lock, once
+    /// the runtime has confirmed it, and tells the strategies, which fail the discarded work
+    /// whose events are not complete.
+    fn confirm_discard(&self, mut marked: Marked) {
+        let through = marked.through;
+        self.aborted_through.fetch_max(through, Ordering::AcqRel);
+        // Before the strategies hear of the discard (below), so that whoever fails the
+        // discarded work sees it. From what it marked, not from what the aborts before it had
+        // confirmed by now: after a stop two may run at once, and one that ends after a later
+        // one (which may have found no fault) still speaks for the work it marked.
+        if let Some(error) = marked.faulted.take().filter(|_| marked.since < through) {
+            let mut faulted = self
+                .faulted_at_abort
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if faulted.len() == super::FAULTED_ABORTS_KEPT {
+                faulted.pop_front();
+            }
+            faulted.push_back(super::FaultedAtAbort {
+                after: marked.since,
+                through,
+                error,
+            });
+        }
+        // The runtime cleared the stream's errors with its queue; so does the failure record,
+        // but for the fault of work that ran before the abort began (`failure::Failure`).
+        let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        if failure
+            .as_ref()
+            .is_some_and(|failure| !failure.outlives_abort(marked.marked))
+        {
+            *failure = None;
+        }
+        drop(failure);
+        // Before submissions are taken again: whoever completes the stream's operations fails
+        // what was discarded before work submitted from now on.
+        self.strategy.discarded();
+    }
+
     /// Discards the stream's queued work (`aclrtStreamAbort`), blocking until the device has
     /// confirmed it; then marks every operation watched so far as discarded and tells the
     /// strategies.
@@ -323,11 +347,8 @@ impl StreamShared {
         let mut in_progress = AbortInProgress {
             stream: self,
             mine,
-            through: None,
-            since: 0,
-            marked: 0,
+            marked: None,
             discarded: false,
-            faulted: None,
         };
         if bound.is_ok() {
             let mut aborting = self.lock_submission();
@@ -336,8 +357,8 @@ impl StreamShared {
                 shared.stops_at_call = Some(self.stops.load(Ordering::Acquire));
             }
         }
-        if in_progress.through.is_some() {
-            in_progress.faulted = self.fault_before_abort();
+        if let Some(marked) = &mut in_progress.marked {
+            marked.faulted = self.fault_before_abort(crate::sentinel::confirm);
         }
         let handle = self.handle;
         let result = bound.and_then(|()| {
@@ -356,15 +377,58 @@ impl StreamShared {
     /// the work it stopped came back `Error::Aborted` when the abort won it, and the fault was
     /// lost. An explicit `Stream::stop` carries no fault and stays the abort's (`Aborted`).
     ///
-    /// Asked on the abort's own thread, before its runtime call; a probe waits 1 ms at most.
-    fn fault_before_abort(&self) -> Option<Error> {
-        let error = crate::sentinel::confirm(self).err()?;
+    /// Asked before the runtime call, with `probe`: on a `Stream::abort`'s own thread the
+    /// sentinel's (which waits 1 ms at most), inside a device task abort's callback the
+    /// stream's query alone (see [`npu_core::DeviceAbortWatch`]).
+    fn fault_before_abort(&self, probe: fn(&StreamShared) -> Result<()>) -> Option<Error> {
+        let error = probe(self).err()?;
         let error = strategy::with_stopping_fault(self, error);
         matches!(&error, Error::Acl(acl) if acl.fault.is_some()).then_some(error)
     }
 
     fn lock_submission(&self) -> MutexGuard<'_, Aborting> {
         self.submit.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_device_abort(&self) -> MutexGuard<'_, Option<Marked>> {
+        self.device_abort.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// An abort npu-rs did not make: `aclrtDeviceTaskAbort` of the stream's device, which the
+/// runtime's device task abort callback reports before and after its discard. It marks and
+/// confirms the stream's work as `Stream::abort` does, without refusing submissions (the
+/// runtime refuses the device's submissions itself until the abort returns, and an abort a
+/// PRE callback refused never ends here to stop refusing). Marks of an abort that did not
+/// happen (refused, or not finished in time) are never confirmed: the work stays pending, as
+/// it would without the callback, and the next abort's mark replaces them.
+impl npu_core::DeviceAbortWatch for StreamShared {
+    fn before(&self) -> bool {
+        // The aborting thread may be inside this stream's submission (a tracing subscriber
+        // called from its ACL call): marking would wait for itself, so the abort is refused.
+        let Some(held) = npu_core::contain::lock_here(&self.submit, Rank::Submission) else {
+            return false;
+        };
+        let mut marked = self.mark_discard();
+        drop(held);
+        // The query, not the sentinel's probe: that binds the stream's context on the caller's
+        // thread, whose current context is the caller's own, and waits on the device.
+        marked.faulted = self.fault_before_abort(crate::sentinel::stream_status);
+        *self.lock_device_abort() = Some(marked);
+        true
+    }
+
+    fn after(&self) {
+        let Some(marked) = self.lock_device_abort().take() else {
+            // Created after the abort began: nothing of it was discarded.
+            return;
+        };
+        // Taken when this thread may take it, which it could at PRE (or the abort would not
+        // have happened); without it the order with submissions still holds, since the
+        // runtime refuses them until the abort returns.
+        let held = npu_core::contain::lock_here(&self.submit, Rank::Submission);
+        self.confirm_discard(marked);
+        drop(held);
     }
 }
 
@@ -442,13 +506,13 @@ mod tests {
         let mut abort = AbortInProgress {
             stream,
             mine,
-            through: None,
-            since: 0,
-            marked: 0,
+            marked: None,
             discarded: true,
-            faulted,
         };
         abort.mark(&mut stream.lock_submission());
+        if let Some(marked) = &mut abort.marked {
+            marked.faulted = faulted;
+        }
         abort
     }
 

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use npu_core::{Context, Error, Result, acl_call, acl_call_opt, ffi};
 
@@ -169,7 +169,11 @@ impl StreamBuilder {
             stops: AtomicU64::new(0),
             fault_noticed,
             _fault_watch: fault_watch,
+            device_abort: Mutex::new(None),
         });
+        let watcher: Weak<dyn npu_core::DeviceAbortWatch> = Arc::downgrade(&shared) as _;
+        let ctx = &shared.context;
+        ctx.runtime().watch_device_aborts(ctx.device_id(), watcher);
         Ok(Stream { shared })
     }
 }

@@ -104,6 +104,9 @@ pub(crate) struct StreamShared {
     /// `Error::Aborted`. Every range is kept (a later abort must not hide an earlier one's
     /// fault from operations a strategy has not failed yet), up to [`FAULTED_ABORTS_KEPT`].
     pub(crate) faulted_at_abort: Mutex<VecDeque<FaultedAtAbort>>,
+    /// What the stream's device's latest `aclrtDeviceTaskAbort` (made by someone else than
+    /// npu-rs) marked as discarded, from its PRE callback to its POST one.
+    device_abort: Mutex<Option<abort::Marked>>,
     /// How many `Stream::stop` calls have returned: an abort whose runtime call began before
     /// one may have run before the stop, so a later abort does not share it.
     stops: AtomicU64,
