@@ -47,6 +47,27 @@ fn until_the_device_stopped(ctx: &Context, s: &Stream) {
 /// moved before the strategy had failed them; the abort now checks the stream first.
 #[test]
 fn work_a_fault_stopped_before_an_abort_reports_the_fault_not_aborted() {
+    a_fault_then(|_, s| run(s.abort()).unwrap());
+}
+
+/// The same promise when the abort is the device's, made through the raw API
+/// (`aclrtDeviceTaskAbort`): npu-rs's device task abort callback asks each stream's query
+/// before the discard, finds the fault that stopped it, and keeps it for the work it marked.
+#[test]
+fn work_a_fault_stopped_before_a_raw_device_task_abort_reports_the_fault_not_aborted() {
+    a_fault_then(|ctx, _| {
+        let abort = ctx.runtime().api().aclrtDeviceTaskAbort;
+        let abort = abort.expect("npu-sim exports aclrtDeviceTaskAbort");
+        // SAFETY: a plain call on a device this test opened, with a bounded timeout.
+        let code = unsafe { abort(ctx.device_id() as i32, 1000) };
+        assert_eq!(AclCode(code), AclCode(0), "the device task abort");
+    });
+}
+
+/// Ten rounds under every strategy of [`two_memsets_the_first_to_stop_on_a_fault`], the
+/// device released until it stopped the stream, then `abort`: both memsets and an event
+/// recorded behind them report the fault.
+fn a_fault_then(abort: impl Fn(&Context, &Stream)) {
     let (_guard, d0, _d1) = exclusive(None);
     for strategy in STRATEGIES {
         for round in 0..10 {
@@ -60,7 +81,7 @@ fn work_a_fault_stopped_before_an_abort_reports_the_fault_not_aborted() {
             event.record(&s).unwrap();
             hold.release().unwrap();
             until_the_device_stopped(&ctx, &s);
-            run(s.abort()).unwrap();
+            abort(&ctx, &s);
             for (name, op) in [("faulted", faulted), ("stopped", stopped)] {
                 let err = run(op).unwrap_err();
                 assert!(err.value.is_some(), "{what}: {name}'s buffer handed back");
