@@ -58,8 +58,10 @@ pub enum Error {
     /// No runtime could be loaded.
     #[error(transparent)]
     Load(#[from] LoadError),
-    /// The operation was discarded by an abort of its stream (`Stream::abort`); the device is
-    /// done with its memory.
+    /// The operation was discarded by an abort of its stream (`Stream::abort`, or an
+    /// `aclrtDeviceTaskAbort` of its device made through the raw API, which npu-rs hears of
+    /// through the runtime's device task abort callback where the runtime has one); the device
+    /// is done with its memory.
     ///
     /// Discarded means its completion was: the device never started its work, or its work
     /// was the task running when the abort began, which the runtime lets finish while it

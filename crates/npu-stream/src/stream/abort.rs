@@ -49,6 +49,12 @@ impl Stream {
     ///
     /// The future is `Unpin` (`select!` on `&mut abort` needs no `pin!`).
     ///
+    /// An `aclrtDeviceTaskAbort` of the stream's device made through the raw API ends the
+    /// stream's discarded operations the same way (`Error::Aborted`, or the fault that had
+    /// stopped the stream), where the runtime has `aclrtSetDeviceTaskAbortCallback`: npu-rs
+    /// marks the stream's work before the runtime's discard and confirms it after. Without
+    /// that function, or when such an abort outlives its timeout, they stay pending.
+    ///
     /// ```
     /// # use npu_core::Device;
     /// use npu_mem::DeviceBuffer;
