@@ -21,8 +21,14 @@ use crate::ffi;
 /// Told of every `aclrtDeviceTaskAbort` of the device it watches (see
 /// [`Runtime::watch_device_aborts`](crate::Runtime::watch_device_aborts)). Both calls run on
 /// the aborting thread, inside the runtime's call: they must not submit work or synchronise.
+///
+/// # Safety
+///
+/// Dropping a watcher must not block (see [`reaper::release_later`](crate::reaper::release_later)):
+/// the callback holds each watcher while it calls it, and, should the watcher's other
+/// references go meanwhile, drops the last one on the reaper.
 #[doc(hidden)]
-pub trait DeviceAbortWatch: Send + Sync {
+pub unsafe trait DeviceAbortWatch: Send + Sync {
     /// The runtime is about to discard the device's queued tasks. `false` refuses the abort
     /// (the runtime then discards nothing and calls no POST): this thread cannot mark what it
     /// would discard without waiting for itself.
@@ -101,6 +107,12 @@ unsafe extern "C" fn on_device_abort(
         } else if stage == ffi::ACL_RT_DEVICE_TASK_ABORT_POST {
             watchers.iter().for_each(|watcher| watcher.after());
         }
+        // Not dropped here: if a watcher's other references went while it was called (a
+        // stream dropped on another thread), this one is its last, and a stream's drop
+        // destroys it, which inside the runtime's abort, on the caller's thread (binding the
+        // stream's context there), it must not.
+        // SAFETY: dropping a watcher does not block (the trait's contract).
+        unsafe { crate::reaper::release_later(move || drop(watchers)) };
     });
     if panicked {
         crate::log!(

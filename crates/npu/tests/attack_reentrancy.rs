@@ -271,6 +271,63 @@ fn a_layer_aborting_the_device_from_inside_a_submission_is_refused() {
     }
 }
 
+/// A layer that drops the last handle of a stream while npu-rs's device task abort callback
+/// looks at it: the callback asks the query of a stream a `FailureMode::Stop` fault stopped,
+/// the simulator logs the failed query on the aborting thread, and the hook drops the handle
+/// there. The callback's own reference is then the stream's last; dropping it where it is
+/// would destroy the stream inside the runtime's abort, on the caller's thread, binding the
+/// stream's context over the caller's current one. The caller's context stays current.
+#[test]
+fn a_layer_dropping_a_stream_during_a_device_task_abort_leaves_the_callers_context() {
+    let _guard = exclusive();
+    let device = Device::open(0).unwrap();
+    let (callers, streams) = (
+        device.create_context().unwrap(),
+        device.create_context().unwrap(),
+    );
+    let api = callers.runtime().api();
+    let abort = api
+        .aclrtDeviceTaskAbort
+        .expect("npu-sim exports aclrtDeviceTaskAbort");
+    let current = api.aclrtGetCurrentContext;
+    for strategy in STRATEGIES {
+        let s = stream(&streams, strategy);
+        s.set_failure_mode(npu::FailureMode::Stop).unwrap();
+        sim::fail_task(&s, 1, npu::AclCode(507015)).unwrap();
+        let failed = watchdog("the faulting memset", || {
+            run(s.memset(DeviceBuffer::<u8>::new(&streams, 16).unwrap(), 1))
+        });
+        assert!(failed.is_err());
+        let slot = Arc::new(Mutex::new(Some(s)));
+        let (held, aborting) = (slot.clone(), std::thread::current().id());
+        set_hook(Some(Arc::new(move |point| {
+            if point == Point::Event("npu_sim") && std::thread::current().id() == aborting {
+                drop(held.lock().unwrap().take());
+            }
+        })));
+        callers.bind().unwrap();
+        // SAFETY: a plain call on a device this test opened, with a bounded timeout.
+        let code = watchdog(&format!("{strategy:?}: the abort"), || unsafe {
+            abort(device.id() as i32, 1000)
+        });
+        set_hook(None);
+        assert_eq!(code, 0, "{strategy:?}: the device task abort");
+        assert!(
+            slot.lock().unwrap().is_none(),
+            "{strategy:?}: the hook never dropped the stream"
+        );
+        let mut bound = std::ptr::null_mut();
+        // SAFETY: `bound` is a valid out-pointer.
+        assert_eq!(unsafe { current(&mut bound) }, 0);
+        assert_eq!(
+            bound,
+            callers.as_raw(),
+            "{strategy:?}: the caller's context"
+        );
+        sim::flush_releases();
+    }
+}
+
 /// A layer that opens a device when anything is logged (the simulator logs each failed
 /// call). npu-core enables and disables peer access under its runtime-wide lock, with the ACL
 /// call inside; on a lost device the disable fails and the simulator logs it there. The hook

@@ -408,7 +408,10 @@ impl StreamShared {
 /// PRE callback refused never ends here to stop refusing). Marks of an abort that did not
 /// happen (refused, or not finished in time) are never confirmed: the work stays pending, as
 /// it would without the callback, and the next abort's mark replaces them.
-impl npu_core::DeviceAbortWatch for StreamShared {
+// SAFETY: dropping the last reference to a stream does not block: every operation npu-rs
+// watched on it has completed or can never run, and the drop force-destroys a stream the
+// runtime does not report done (as `strategy::release_stream` relies on).
+unsafe impl npu_core::DeviceAbortWatch for StreamShared {
     fn before(&self) -> bool {
         // The aborting thread may be inside this stream's submission (a tracing subscriber
         // called from its ACL call): marking would wait for itself, so the abort is refused.
