@@ -99,8 +99,8 @@ unsafe extern "C" fn on_device_abort(
         };
         let watchers = loaded.device_aborts.of(device);
         if stage == ffi::ACL_RT_DEVICE_TASK_ABORT_PRE {
-            // Every watcher marks, even after one refused: the marks of an abort that does
-            // not happen are never confirmed, and so discard nothing.
+            // One refusal refuses the abort; the others' marks are then never confirmed (no
+            // POST follows), and so discard nothing.
             for watcher in &watchers {
                 refused |= !watcher.before();
             }
