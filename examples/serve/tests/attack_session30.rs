@@ -1,7 +1,6 @@
 //! The thirtieth session's helper's attack on the serving path: a device memory error that
 //! retires one of the model's device blocks.
 
-#[cfg(feature = "sim")]
 use std::sync::Arc;
 
 use super::*;

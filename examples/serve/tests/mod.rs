@@ -16,6 +16,7 @@ use crate::state::AppState;
 
 mod attack_session26;
 mod attack_session28b;
+#[cfg(feature = "sim")]
 mod attack_session30;
 mod bodies;
 mod clients_gone;
