@@ -7,7 +7,7 @@
 //! reset (aclrtResetEvent) holds on to the event's [`ResetGate`] instead: it waits for the
 //! record that comes next.
 
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
@@ -325,6 +325,8 @@ pub(crate) struct Event {
     /// Set by an executed reset of a recorded event, until its next record (locked after
     /// `current`).
     gate: Mutex<Option<Arc<ResetGate>>>,
+    /// Set by aclrtDestroyEvent (under `gate`): a reset still queued then leaves no gate.
+    destroyed: AtomicBool,
     /// The flags of the first aclrtRecordEventWithFlag and aclrtStreamWaitEventWithFlag on
     /// it: later calls must pass the same.
     pub(crate) record_flag: OnceLock<u32>,
@@ -372,6 +374,7 @@ impl Event {
             ex,
             current: Mutex::new(None),
             gate: Mutex::new(None),
+            destroyed: AtomicBool::new(false),
             record_flag: OnceLock::new(),
             wait_flag: OnceLock::new(),
             shared: OnceLock::new(),
@@ -480,7 +483,21 @@ impl Event {
             _ => false,
         };
         if unchanged && current.take().is_some() {
-            lock(&self.gate).get_or_insert_with(|| Arc::new(ResetGate::new()));
+            let mut gate = lock(&self.gate);
+            if !self.destroyed.load(Ordering::Relaxed) {
+                gate.get_or_insert_with(|| Arc::new(ResetGate::new()));
+            }
+        }
+    }
+
+    /// aclrtDestroyEvent: nothing can record the event any more, so the waits held at its
+    /// gate go on. Not left to the event's drop: a task still queued (a reset) may keep the
+    /// event alive for as long as its stream is held.
+    pub(crate) fn destroy(&self) {
+        let mut gate = lock(&self.gate);
+        self.destroyed.store(true, Ordering::Relaxed);
+        if let Some(gate) = gate.take() {
+            gate.open(None);
         }
     }
 
@@ -497,9 +514,6 @@ impl Event {
 impl Drop for Event {
     fn drop(&mut self) {
         self.device.live_events.fetch_sub(1, Ordering::Relaxed);
-        if let Some(gate) = lock(&self.gate).take() {
-            gate.open(None);
-        }
     }
 }
 

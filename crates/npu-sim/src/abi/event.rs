@@ -178,7 +178,10 @@ pub unsafe extern "C" fn aclrtDestroyEvent(event: aclrtEvent) -> aclError {
         sim.ipc
             .forget(crate::ipc::Kind::Event, handle::from_ptr(event) as usize);
         match sim.events.remove(handle::from_ptr(event)) {
-            Some(_) => Ok(()),
+            Some(event) => {
+                event.destroy();
+                Ok(())
+            }
             None => sim.events.resolve(handle::from_ptr(event)).map(drop),
         }
     })

@@ -1,0 +1,284 @@
+//! Attacks on four behaviours changed together: a wait issued after aclrtResetEvent of a
+//! recorded event (held until the event's next record that runs), staged copies of kind
+//! ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE (a stream task, the caller's buffer free at once),
+//! aclrtFreeWithDevSync (the memory's device and the current device) and the granularity
+//! aclrtMapMem requires of a size. Every wait is bounded: a hang shows as a timeout code.
+
+extern crate ascendcl as npu_sim;
+
+#[macro_use]
+mod common;
+
+use std::ffi::c_void;
+use std::ptr;
+
+use common::*;
+use npu_sim::abi::*;
+use npu_sys::*;
+
+/// Installs the file's simulator once: a device for each test.
+fn install() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        npu_sim::SimConfig::default()
+            .devices(8)
+            .memory_per_device(1 << 30)
+            .install()
+            .unwrap();
+    });
+}
+
+/// How long a synchronisation that must end waits before the test calls it a hang (ms).
+const BOUND_MS: i32 = 10_000;
+
+fn sync_event() -> aclrtEvent {
+    let mut event = ptr::null_mut();
+    acl!(aclrtCreateEventWithFlag(&mut event, ACL_EVENT_SYNC));
+    event
+}
+
+fn notify() -> aclrtNotify {
+    let mut notify = ptr::null_mut();
+    acl!(aclrtCreateNotify(&mut notify, 0));
+    notify
+}
+
+/// A stream held by a notify wait until the test records the notify.
+fn held_stream(notify: aclrtNotify) -> aclrtStream {
+    let stream = create_stream();
+    acl!(aclrtWaitAndResetNotify(notify, stream, 0));
+    stream
+}
+
+/// An event recorded (the record complete), then reset (the reset run): a wait issued now is
+/// held until the event's next record.
+fn reset_event(stream: aclrtStream) -> aclrtEvent {
+    let event = sync_event();
+    acl!(aclrtRecordEvent(event, stream));
+    acl!(aclrtResetEvent(event, stream));
+    acl!(aclrtSynchronizeStream(stream));
+    event
+}
+
+fn wait_status(event: aclrtEvent) -> aclrtEventWaitStatus {
+    let mut status = ACL_EVENT_WAIT_STATUS_RESERVED;
+    acl!(aclrtQueryEventWaitStatus(event, &mut status));
+    status
+}
+
+/// Promise (docs, event models: "destroying the event ends such a wait, since nothing can
+/// record it any more"): a wait held after a reset ends when aclrtDestroyEvent returns, even
+/// while a reset of the event is still queued on a held stream (that queued task keeps the
+/// simulator's event alive, but no record can be made of a destroyed handle). While held, the
+/// wait keeps aclrtQueryEventWaitStatus NOT_READY.
+#[test]
+fn destroying_a_reset_event_ends_a_held_wait_while_another_reset_is_queued() {
+    install();
+    set_device(0);
+    let (resetter, waiter) = (create_stream(), create_stream());
+    let gate = notify();
+    let held = held_stream(gate);
+    let event = reset_event(resetter);
+    acl!(aclrtStreamWaitEvent(waiter, event));
+    acl!(aclrtResetEvent(event, held));
+    assert_eq!(wait_status(event), ACL_EVENT_WAIT_STATUS_NOT_READY);
+    acl!(aclrtDestroyEvent(event));
+    assert_eq!(
+        code!(aclrtSynchronizeStreamWithTimeout(waiter, BOUND_MS)),
+        0,
+        "the held wait outlived its event's destruction: {}",
+        recent_message()
+    );
+    acl!(aclrtRecordNotify(gate, resetter));
+    acl!(aclrtSynchronizeStreamWithTimeout(held, BOUND_MS));
+    for stream in [resetter, waiter, held] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtDestroyNotify(gate));
+}
+
+/// Promise (docs: aclrtStreamAbort, aclrtDestroyStreamForce and aclrtDeviceTaskAbort drop a
+/// stream's waiting work): each ends a wait held after a reset that nothing will record, returns
+/// 0, and leaves the device usable (a copy on a new stream runs).
+#[test]
+fn aborts_end_a_held_wait_no_record_will_open() {
+    install();
+    const DEVICE: i32 = 2;
+    set_device(DEVICE);
+    let resetter = create_stream();
+    let event = reset_event(resetter);
+    for how in [
+        "aclrtStreamAbort",
+        "aclrtDestroyStreamForce",
+        "aclrtDeviceTaskAbort",
+    ] {
+        let waiter = create_stream();
+        acl!(aclrtStreamWaitEvent(waiter, event));
+        assert_eq!(wait_status(event), ACL_EVENT_WAIT_STATUS_NOT_READY, "{how}");
+        let code = match how {
+            "aclrtStreamAbort" => code!(aclrtStreamAbort(waiter)),
+            "aclrtDestroyStreamForce" => code!(aclrtDestroyStreamForce(waiter)),
+            _ => code!(aclrtDeviceTaskAbort(DEVICE, 0)),
+        };
+        assert_eq!(code, 0, "{how}: {}", recent_message());
+        if how != "aclrtDestroyStreamForce" {
+            let synced = code!(aclrtSynchronizeStreamWithTimeout(waiter, BOUND_MS));
+            assert_ne!(
+                synced, ACL_ERROR_RT_WAIT_TIMEOUT,
+                "{how} left the wait held"
+            );
+            acl!(aclrtDestroyStreamForce(waiter));
+        }
+        // The dropped wait has left its stream: a record completes the event's waits.
+        acl!(aclrtRecordEvent(event, resetter));
+        acl!(aclrtSynchronizeStreamWithTimeout(resetter, BOUND_MS));
+        assert_eq!(wait_status(event), ACL_EVENT_WAIT_STATUS_COMPLETE, "{how}");
+        acl!(aclrtResetEvent(event, resetter));
+        acl!(aclrtSynchronizeStreamWithTimeout(resetter, BOUND_MS));
+    }
+    let stream = create_stream();
+    let dev = malloc(16);
+    let host = [5u8; 16];
+    acl!(aclrtMemcpyAsync(
+        dev,
+        16,
+        host.as_ptr().cast(),
+        16,
+        ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE,
+        stream
+    ));
+    acl!(aclrtSynchronizeStreamWithTimeout(stream, BOUND_MS));
+    assert_eq!(download::<u8>(dev, 16), vec![5u8; 16]);
+    acl!(aclrtDestroyEvent(event));
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtDestroyStream(resetter));
+    acl!(aclrtFree(dev));
+}
+
+/// Promise (docs: the timeout of a wait issued after a reset covers the whole wait): a wait
+/// whose gate opens on a record that cannot complete (queued behind a held notify wait) still
+/// fails with 107019 ACL_ERROR_RT_WAIT_TIMEOUT, and the stream is usable once its error is
+/// reported.
+#[test]
+fn a_held_waits_timeout_covers_the_record_it_opened_on() {
+    install();
+    set_device(3);
+    let resetter = create_stream();
+    let event = reset_event(resetter);
+    let gate = notify();
+    let held = held_stream(gate);
+    let waiter = create_stream();
+    acl!(aclrtStreamWaitEventWithTimeout(waiter, event, 1));
+    acl!(aclrtRecordEvent(event, held));
+    assert_eq!(
+        code!(aclrtSynchronizeStreamWithTimeout(waiter, BOUND_MS)),
+        ACL_ERROR_RT_WAIT_TIMEOUT
+    );
+    acl!(aclrtRecordNotify(gate, resetter));
+    acl!(aclrtSynchronizeStreamWithTimeout(held, BOUND_MS));
+    acl!(aclrtStreamWaitEvent(waiter, event));
+    acl!(aclrtSynchronizeStreamWithTimeout(waiter, BOUND_MS));
+    acl!(aclrtDestroyEvent(event));
+    for stream in [resetter, waiter, held] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtDestroyNotify(gate));
+}
+
+/// Promise (docs, ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: pageable memory is staged at the call):
+/// queued behind a held stream, a staged copy takes the bytes the buffer held at the call,
+/// whatever the caller writes or frees there afterwards; a captured one takes the bytes of the
+/// capture at every execution; 0 bytes is a success that queues nothing; a count past the
+/// destination allocation is refused (107000) before anything is staged; a stream destroyed by
+/// force with the staged copy queued drops it.
+#[test]
+fn staged_copies_take_the_bytes_of_the_call() {
+    install();
+    set_device(4);
+    let gate = notify();
+    let held = held_stream(gate);
+    let dev = malloc(4096);
+    let host = vec![0x11u8; 4096].into_boxed_slice();
+    let host = Box::into_raw(host).cast::<u8>();
+    acl!(aclrtMemcpyAsync(
+        dev,
+        4096,
+        host.cast::<c_void>(),
+        4096,
+        ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE,
+        held
+    ));
+    // SAFETY: the buffer is ours; the copy staged it, so writing and freeing it is allowed.
+    unsafe {
+        ptr::write_bytes(host, 0x22, 4096);
+        drop(Box::from_raw(ptr::slice_from_raw_parts_mut(host, 4096)));
+    }
+    assert_eq!(
+        code!(aclrtMemcpyAsync(
+            dev,
+            4096,
+            ptr::NonNull::<u8>::dangling().as_ptr().cast(),
+            0,
+            ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE,
+            held
+        )),
+        0
+    );
+    let big = pageable(8192);
+    assert_eq!(
+        code!(aclrtMemcpyAsync(
+            dev,
+            8192,
+            big,
+            8192,
+            ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE,
+            held
+        )),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    let other = create_stream();
+    acl!(aclrtRecordNotify(gate, other));
+    acl!(aclrtSynchronizeStreamWithTimeout(held, BOUND_MS));
+    assert_eq!(download::<u8>(dev, 4096), vec![0x11u8; 4096]);
+
+    let captured = create_stream();
+    let mut bytes = [0x33u8; 64];
+    acl!(aclmdlRICaptureBegin(
+        captured,
+        ACL_MODEL_RI_CAPTURE_MODE_RELAXED
+    ));
+    acl!(aclrtMemcpyAsync(
+        dev,
+        64,
+        bytes.as_ptr().cast(),
+        64,
+        ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE,
+        captured
+    ));
+    let mut instance = ptr::null_mut();
+    acl!(aclmdlRICaptureEnd(captured, &mut instance));
+    bytes.fill(0x44);
+    acl!(aclrtMemset(dev, 64, 0, 64));
+    acl!(aclmdlRIExecuteAsync(instance, other));
+    acl!(aclrtSynchronizeStreamWithTimeout(other, BOUND_MS));
+    assert_eq!(download::<u8>(dev, 64), vec![0x33u8; 64]);
+    acl!(aclmdlRIDestroy(instance));
+
+    acl!(aclrtWaitAndResetNotify(gate, held, 0));
+    acl!(aclrtMemcpyAsync(
+        dev,
+        64,
+        bytes.as_ptr().cast(),
+        64,
+        ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE,
+        held
+    ));
+    acl!(aclrtDestroyStreamForce(held));
+    acl!(aclrtSynchronizeDevice());
+    assert_eq!(download::<u8>(dev, 64), vec![0x33u8; 64]);
+    for stream in [other, captured] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtDestroyNotify(gate));
+    acl!(aclrtFree(dev));
+}
