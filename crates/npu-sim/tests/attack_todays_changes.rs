@@ -282,3 +282,163 @@ fn staged_copies_take_the_bytes_of_the_call() {
     acl!(aclrtDestroyNotify(gate));
     acl!(aclrtFree(dev));
 }
+
+/// A pointer handed to another thread (ACL handles and device addresses are plain tokens).
+#[derive(Clone, Copy)]
+struct Raw(usize);
+
+impl Raw {
+    fn of<T>(ptr: *mut T) -> Self {
+        Self(ptr as usize)
+    }
+
+    fn ptr<T>(self) -> *mut T {
+        self.0 as *mut T
+    }
+}
+
+/// Runs `call` on a thread of its own (bound to `device`) and returns its code, or panics if it
+/// has not returned within the bound (the thread is left behind: a hang is the failure).
+fn returns_on_a_thread(
+    what: &str,
+    device: Option<i32>,
+    unblock: impl FnOnce(),
+    call: impl FnOnce() -> aclError + Send + 'static,
+) -> aclError {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        if let Some(device) = device {
+            set_device(device);
+        }
+        let _ = tx.send(call());
+    });
+    unblock();
+    rx.recv_timeout(std::time::Duration::from_millis(BOUND_MS as u64))
+        .unwrap_or_else(|_| panic!("{what} did not return"))
+}
+
+/// Promise (docs, event models: a held wait holds its stream's synchronisation and destruction,
+/// the last aclrtResetDevice of its context, "for as long as the event lives unrecorded";
+/// destroying the event ends it): a thread blocked in each of aclrtSynchronizeDevice,
+/// aclrtDestroyStream, aclrtFreeWithDevSync, aclrtDestroyContext and aclrtResetDeviceForce
+/// behind a held wait returns 0 once another thread destroys the event (whichever comes
+/// first), and the device is usable afterwards.
+#[test]
+fn teardowns_behind_a_held_wait_return_once_the_event_is_destroyed() {
+    install();
+    const DEVICE: i32 = 5;
+    for how in [
+        "aclrtSynchronizeDevice",
+        "aclrtDestroyStream",
+        "aclrtFreeWithDevSync",
+        "aclrtDestroyContext",
+        "aclrtResetDeviceForce",
+    ] {
+        let mut ctx = ptr::null_mut();
+        if how == "aclrtDestroyContext" {
+            acl!(aclrtCreateContext(&mut ctx, DEVICE));
+        } else {
+            set_device(DEVICE);
+        }
+        let resetter = create_stream();
+        let event = reset_event(resetter);
+        let waiter = create_stream();
+        acl!(aclrtStreamWaitEvent(waiter, event));
+        let dev = Raw::of(malloc(64));
+        let (ctx, waiter_raw) = (Raw::of(ctx), Raw::of(waiter));
+        let bound = (how != "aclrtResetDeviceForce").then_some(DEVICE);
+        let code = returns_on_a_thread(
+            how,
+            bound,
+            || acl!(aclrtDestroyEvent(event)),
+            move || match how {
+                "aclrtSynchronizeDevice" => {
+                    // SAFETY: the context is the device's primary one, current on this thread.
+                    unsafe { aclrtSynchronizeDevice() }
+                }
+                // SAFETY: a live stream of this thread's current context.
+                "aclrtDestroyStream" => unsafe { aclrtDestroyStream(waiter_raw.ptr()) },
+                // SAFETY: live device memory of the current device.
+                "aclrtFreeWithDevSync" => unsafe { aclrtFreeWithDevSync(dev.ptr()) },
+                // SAFETY: a live explicit context.
+                "aclrtDestroyContext" => unsafe { aclrtDestroyContext(ctx.ptr()) },
+                // SAFETY: the device was set by the test's thread.
+                _ => unsafe { aclrtResetDeviceForce(DEVICE) },
+            },
+        );
+        assert_eq!(code, 0, "{how}");
+        match how {
+            "aclrtSynchronizeDevice" | "aclrtFreeWithDevSync" => {
+                if how == "aclrtSynchronizeDevice" {
+                    acl!(aclrtFree(dev.ptr()));
+                }
+                acl!(aclrtDestroyStream(waiter));
+                acl!(aclrtDestroyStream(resetter));
+            }
+            "aclrtDestroyStream" => {
+                acl!(aclrtFree(dev.ptr()));
+                acl!(aclrtDestroyStream(resetter));
+            }
+            _ => {}
+        }
+    }
+    set_device(DEVICE);
+    let stream = create_stream();
+    let dev = malloc(16);
+    acl!(aclrtMemsetAsync(dev, 16, 9, 16, stream));
+    acl!(aclrtSynchronizeStreamWithTimeout(stream, BOUND_MS));
+    assert_eq!(download::<u8>(dev, 16), vec![9u8; 16]);
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+}
+
+/// Promise (docs: aclrtFreeWithDevSync synchronises the memory's device and the current
+/// device; it refuses with 207000 a wait for the calling thread's own stream): another device's
+/// memory freed behind a current-device stream held by a notify wait returns 0 once the notify
+/// is recorded (from the test's thread, whichever comes first); a host function of a
+/// current-device stream freeing another device's memory gets 207000 and the memory stays
+/// usable.
+#[test]
+fn free_with_device_sync_waits_for_both_devices_and_refuses_its_own_stream() {
+    install();
+    const HERE: i32 = 6;
+    const THERE: i32 = 7;
+    set_device(THERE);
+    let remote = Raw::of(malloc(64));
+    set_device(HERE);
+    let gate = notify();
+    let held = held_stream(gate);
+    let recorder = create_stream();
+    let code = returns_on_a_thread(
+        "aclrtFreeWithDevSync behind a held stream of the current device",
+        Some(HERE),
+        || acl!(aclrtRecordNotify(gate, recorder)),
+        // SAFETY: live device memory of another device.
+        move || unsafe { aclrtFreeWithDevSync(remote.ptr()) },
+    );
+    assert_eq!(code, 0);
+
+    set_device(THERE);
+    let remote = malloc(64);
+    set_device(HERE);
+    static FREED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+    unsafe extern "C" fn free_inside(data: *mut c_void) {
+        set_device(6);
+        // SAFETY: the test passes live device memory of device 7.
+        let code = unsafe { aclrtFreeWithDevSync(data) };
+        FREED.store(code, std::sync::atomic::Ordering::SeqCst);
+    }
+    acl!(aclrtLaunchHostFunc(held, Some(free_inside), remote));
+    acl!(aclrtSynchronizeStreamWithTimeout(held, BOUND_MS));
+    assert_eq!(
+        FREED.load(std::sync::atomic::Ordering::SeqCst),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    );
+    acl!(aclrtMemset(remote, 64, 3, 64));
+    assert_eq!(download::<u8>(remote, 64), vec![3u8; 64]);
+    acl!(aclrtFreeWithDevSync(remote));
+    for stream in [held, recorder] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtDestroyNotify(gate));
+}
