@@ -310,6 +310,16 @@ impl ResetGate {
     }
 }
 
+/// [`Event::unrecorded`]'s answer.
+pub(crate) enum Unrecorded {
+    /// Never recorded, or destroyed (nothing can record it any more): no wait.
+    Nothing,
+    /// Reset since its last record: the wait is for the next one.
+    Gate(Arc<ResetGate>),
+    /// Recorded since the caller found no record: the wait is for that record.
+    Recorded(Arc<Record>),
+}
+
 /// Events holding a hardware event that one device supports at once (Atlas A2).
 pub(crate) const MAX_EVENTS_PER_DEVICE: u64 = 65536;
 
@@ -501,12 +511,15 @@ impl Event {
         }
     }
 
-    /// The gate a wait issued now waits at: the event was reset since its last record.
-    pub(crate) fn reset_gate(&self) -> Option<Arc<ResetGate>> {
+    /// What a wait issued now on the event, found without a record ([`Latest::Never`]),
+    /// waits for: decided under the event's lock, since a record may have been made since.
+    pub(crate) fn unrecorded(&self) -> Unrecorded {
         let current = lock(&self.current);
-        match *current {
-            Some(_) => None,
-            None => lock(&self.gate).clone(),
+        match &*current {
+            Some(record) => Unrecorded::Recorded(record.clone()),
+            None => lock(&self.gate)
+                .clone()
+                .map_or(Unrecorded::Nothing, Unrecorded::Gate),
         }
     }
 }

@@ -442,3 +442,72 @@ fn free_with_device_sync_waits_for_both_devices_and_refuses_its_own_stream() {
     }
     acl!(aclrtDestroyNotify(gate));
 }
+
+/// Promise (docs, event models): a wait issued on a reset event waits for the event's next
+/// record, and a wait issued after a record waits for that record; so a wait racing the record
+/// that follows a reset waits for it whichever call comes first. Each round resets the event,
+/// queues a memset behind a held notify wait on one stream, then races the record there (on a
+/// second thread) against a wait and a copy of the memset's bytes on another stream: once the
+/// notify is recorded, the copy must hold the round's bytes. A wait that passed without waiting
+/// would let the copy read the bytes of an earlier round.
+#[test]
+fn a_wait_racing_the_record_after_a_reset_waits_for_it() {
+    install();
+    const DEVICE: i32 = 0;
+    const ROUNDS: u32 = 300;
+    set_device(DEVICE);
+    let (recorder, waiter, helper) = (create_stream(), create_stream(), create_stream());
+    let gate = notify();
+    let event = sync_event();
+    let (x, y) = (malloc(4), malloc(4));
+    let barrier = std::sync::Barrier::new(2);
+    let (event_raw, recorder_raw) = (Raw::of(event), Raw::of(recorder));
+    let mut stale = Vec::new();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            set_device(DEVICE);
+            for _ in 0..ROUNDS {
+                barrier.wait();
+                acl!(aclrtRecordEvent(event_raw.ptr(), recorder_raw.ptr()));
+                barrier.wait();
+            }
+        });
+        for round in 0..ROUNDS {
+            let value = (round % 250 + 1) as i32;
+            acl!(aclrtRecordEvent(event, helper));
+            acl!(aclrtResetEvent(event, helper));
+            acl!(aclrtSynchronizeStream(helper));
+            acl!(aclrtWaitAndResetNotify(gate, recorder, 0));
+            acl!(aclrtMemsetAsync(x, 4, value, 4, recorder));
+            barrier.wait();
+            acl!(aclrtStreamWaitEvent(waiter, event));
+            acl!(aclrtMemcpyAsync(
+                y,
+                4,
+                x,
+                4,
+                ACL_MEMCPY_DEVICE_TO_DEVICE,
+                waiter
+            ));
+            barrier.wait();
+            acl!(aclrtRecordNotify(gate, helper));
+            acl!(aclrtSynchronizeStreamWithTimeout(recorder, BOUND_MS));
+            acl!(aclrtSynchronizeStreamWithTimeout(waiter, BOUND_MS));
+            // Not asserted here: a panic would leave the other thread at the barrier.
+            if download::<u8>(y, 4) != vec![value as u8; 4] {
+                stale.push(round);
+            }
+        }
+    });
+    assert!(
+        stale.is_empty(),
+        "rounds whose copy did not wait: {stale:?}"
+    );
+    acl!(aclrtDestroyEvent(event));
+    for stream in [recorder, waiter, helper] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtDestroyNotify(gate));
+    acl!(aclrtFree(x));
+    acl!(aclrtFree(y));
+}

@@ -8,7 +8,7 @@ use super::check::deadline;
 use super::device::LEAST_PRIORITY;
 use crate::context;
 use crate::error::{Res, ensure, guard, non_null, write_out};
-use crate::event::{Event, Latest};
+use crate::event::{Event, Latest, Unrecorded};
 use crate::handle;
 use crate::sim::sim;
 use crate::stream::Stream;
@@ -225,16 +225,18 @@ pub(super) fn wait_on(
         return Ok(());
     }
     let record = match event.latest() {
-        // Reset since its last record: the wait is for the next one. A capture takes no
-        // such wait (it waits for records it captured, or for none).
-        Latest::Never => {
-            let Some(gate) = event.reset_gate().filter(|_| stream.capture().is_none()) else {
-                return Ok(());
-            };
-            let mut task = Task::new(Op::ResetWait { gate, timeout });
-            task.wait_ticket = Some(event.wait_ticket());
-            return stream.submit(task);
-        }
+        // A capture takes no wait at a reset's gate (it waits for records it captured, or for
+        // none).
+        Latest::Never => match event.unrecorded() {
+            Unrecorded::Gate(gate) if stream.capture().is_none() => {
+                let mut task = Task::new(Op::ResetWait { gate, timeout });
+                task.wait_ticket = Some(event.wait_ticket());
+                return stream.submit(task);
+            }
+            Unrecorded::Gate(_) | Unrecorded::Nothing => return Ok(()),
+            // A wait racing a record waits for it, whichever came first.
+            Unrecorded::Recorded(record) => record,
+        },
         Latest::Local(record) => record,
         Latest::Shared(shared, n) => {
             return stream.submit(Task::new(Op::SharedWait { shared, n, timeout }));
