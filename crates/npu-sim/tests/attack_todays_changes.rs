@@ -511,3 +511,105 @@ fn a_wait_racing_the_record_after_a_reset_waits_for_it() {
     acl!(aclrtFree(x));
     acl!(aclrtFree(y));
 }
+
+fn huge_page_prop(device: u32) -> aclrtPhysicalMemProp {
+    aclrtPhysicalMemProp {
+        handleType: ACL_MEM_HANDLE_TYPE_NONE,
+        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+        memAttr: ACL_MEM_HUGE,
+        location: aclrtMemLocation {
+            id: device,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        reserve: 0,
+    }
+}
+
+/// Promise (docs, aclrtMapMem checks: the size must be the allocation's and a whole number of
+/// the 2 MiB granularity; aclrtMemMapNoAccess answers 100000 where aclrtMapMem answers 107000):
+/// allocations one byte past and one byte short of a granularity boundary are made, but mapped
+/// neither at their own size nor at the rounded one; an allocation of exactly two granules maps
+/// (with or without access); a staged copy across its two granules queued behind a held stream
+/// and unmapped under it fails with 507013 (docs: a queued task reaches what is mapped when it
+/// runs), and one queued after the memory is mapped again lands.
+#[test]
+fn map_sizes_at_granularity_boundaries() {
+    install();
+    const DEVICE: i32 = 3;
+    const GRANULE: usize = 2 << 20;
+    set_device(DEVICE);
+    let mut va = ptr::null_mut();
+    acl!(aclrtReserveMemAddress(
+        &mut va,
+        4 * GRANULE,
+        0,
+        ptr::null_mut(),
+        0
+    ));
+    let prop = huge_page_prop(DEVICE as u32);
+    for size in [GRANULE + 1, 2 * GRANULE - 1] {
+        let mut handle = ptr::null_mut();
+        acl!(aclrtMallocPhysical(&mut handle, size, &prop, 0));
+        for tried in [size, size.next_multiple_of(GRANULE)] {
+            assert_eq!(
+                code!(aclrtMapMem(va, tried, 0, handle, 0)),
+                ACL_ERROR_RT_PARAM_INVALID,
+                "map {tried} bytes of a {size}-byte allocation"
+            );
+            assert_eq!(
+                code!(aclrtMemMapNoAccess(va, tried, 0, handle, 0)),
+                ACL_ERROR_INVALID_PARAM,
+                "map without access {tried} bytes of a {size}-byte allocation"
+            );
+        }
+        acl!(aclrtFreePhysical(handle));
+    }
+    let mut handle = ptr::null_mut();
+    acl!(aclrtMallocPhysical(&mut handle, 2 * GRANULE, &prop, 0));
+    acl!(aclrtMemMapNoAccess(va, 2 * GRANULE, 0, handle, 0));
+    acl!(aclrtUnmapMem(va));
+    acl!(aclrtMapMem(va, 2 * GRANULE, 0, handle, 0));
+    let gate = notify();
+    let held = held_stream(gate);
+    let recorder = create_stream();
+    let host = vec![0x5au8; 4096];
+    // The copy crosses the seam between the two granules.
+    let at = Raw::of(va.cast::<u8>().wrapping_add(GRANULE - 2048));
+    acl!(aclrtMemcpyAsync(
+        at.ptr(),
+        4096,
+        host.as_ptr().cast(),
+        4096,
+        ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE,
+        held
+    ));
+    // Staged: the caller's buffer goes at once. Unmapped before the copy runs: the copy finds
+    // nothing mapped there (507013), and the stream goes on.
+    drop(host);
+    acl!(aclrtUnmapMem(va));
+    acl!(aclrtRecordNotify(gate, recorder));
+    assert_eq!(
+        code!(aclrtSynchronizeStreamWithTimeout(held, BOUND_MS)),
+        ACL_ERROR_RT_SYS_DMA
+    );
+    acl!(aclrtMapMem(va, 2 * GRANULE, 0, handle, 0));
+    let host = vec![0xa5u8; 4096];
+    acl!(aclrtMemcpyAsync(
+        at.ptr(),
+        4096,
+        host.as_ptr().cast(),
+        4096,
+        ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE,
+        held
+    ));
+    drop(host);
+    acl!(aclrtSynchronizeStreamWithTimeout(held, BOUND_MS));
+    assert_eq!(download::<u8>(at.ptr(), 4096), vec![0xa5u8; 4096]);
+    acl!(aclrtUnmapMem(va));
+    acl!(aclrtFreePhysical(handle));
+    acl!(aclrtReleaseMemAddress(va));
+    for stream in [held, recorder] {
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtDestroyNotify(gate));
+}
