@@ -187,7 +187,8 @@ fn a_held_waits_timeout_covers_the_record_it_opened_on() {
 
 /// Promise (docs, ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: pageable memory is staged at the call):
 /// queued behind a held stream, a staged copy takes the bytes the buffer held at the call,
-/// whatever the caller writes or frees there afterwards; a captured one takes the bytes of the
+/// whatever the caller writes or frees there afterwards; a device source under the kind is read
+/// in stream order (after a memset queued before it); a captured one takes the bytes of the
 /// capture at every execution; 0 bytes is a success that queues nothing; a count past the
 /// destination allocation is refused (107000) before anything is staged; a stream destroyed by
 /// force with the staged copy queued drops it.
@@ -236,10 +237,24 @@ fn staged_copies_take_the_bytes_of_the_call() {
         )),
         ACL_ERROR_RT_PARAM_INVALID
     );
+    // A device source under the kind is read in stream order, after the memset before it.
+    let source = malloc(64);
+    acl!(aclrtMemsetAsync(source, 64, 0x66, 64, held));
+    acl!(aclrtMemcpyAsync(
+        dev.cast::<u8>().wrapping_add(4032).cast(),
+        64,
+        source,
+        64,
+        ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE,
+        held
+    ));
     let other = create_stream();
     acl!(aclrtRecordNotify(gate, other));
     acl!(aclrtSynchronizeStreamWithTimeout(held, BOUND_MS));
-    assert_eq!(download::<u8>(dev, 4096), vec![0x11u8; 4096]);
+    let mut expected = vec![0x11u8; 4032];
+    expected.extend([0x66u8; 64]);
+    assert_eq!(download::<u8>(dev, 4096), expected);
+    acl!(aclrtFree(source));
 
     let captured = create_stream();
     let mut bytes = [0x33u8; 64];
