@@ -628,3 +628,48 @@ fn map_sizes_at_granularity_boundaries() {
     }
     acl!(aclrtDestroyNotify(gate));
 }
+
+/// Promise (docs, event models: destroying the event ends the waits held at its gate; a
+/// destroyed handle is stale, 107017): four threads issue waits on a reset event, each on a
+/// stream of its own, while the test's thread destroys it. Each wait is accepted (then held or
+/// not, and ended by the destruction) or refused as stale; every stream then synchronises
+/// with 0, whichever came first.
+#[test]
+fn waits_issued_while_the_reset_event_is_destroyed_all_end() {
+    install();
+    const DEVICE: i32 = 4;
+    const WAITS: usize = 50;
+    set_device(DEVICE);
+    for round in 0..20 {
+        let resetter = create_stream();
+        let event = Raw::of(reset_event(resetter));
+        let barrier = std::sync::Barrier::new(5);
+        let codes = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    set_device(DEVICE);
+                    let waiter = create_stream();
+                    barrier.wait();
+                    for _ in 0..WAITS {
+                        let code = code!(aclrtStreamWaitEvent(waiter, event.ptr()));
+                        codes.lock().unwrap().push(code);
+                    }
+                    let synced = code!(aclrtSynchronizeStreamWithTimeout(waiter, BOUND_MS));
+                    codes.lock().unwrap().push(synced);
+                    acl!(aclrtDestroyStream(waiter));
+                });
+            }
+            barrier.wait();
+            acl!(aclrtDestroyEvent(event.ptr()));
+        });
+        let codes = codes.into_inner().unwrap();
+        assert!(
+            codes
+                .iter()
+                .all(|&code| code == 0 || code == ACL_ERROR_RT_INVALID_HANDLE),
+            "round {round}: {codes:?}"
+        );
+        acl!(aclrtDestroyStream(resetter));
+    }
+}
