@@ -453,6 +453,13 @@ impl MemoryMap {
                 if pinned { "aclrtMallocHost" } else { "device" }
             ),
         };
+        // Held back before it leaves the map: a lookup racing the free finds the allocation
+        // or the range held back, never an unknown address it would take for the caller's
+        // pageable memory (a memset of which on a stream is written at once, here into a
+        // range about to become inaccessible: attack_threads' frees racing copies faulted).
+        if matches!(alloc.backing, Backing::Mapped | Backing::Placed) {
+            crate::quarantine::hold(ptr, alloc.len);
+        }
         drop(map);
         gone();
         alloc.wait_idle();

@@ -26,14 +26,69 @@ struct Held {
     order: VecDeque<(usize, usize)>,
     /// The same ranges by start, for [`holds`], which copies of pageable memory ask.
     by_base: BTreeMap<usize, usize>,
+    /// Ranges held by a free whose mapping is not retired yet (a task may still run on it):
+    /// never unmapped to make room.
+    live: std::collections::BTreeSet<usize>,
     bytes: usize,
 }
 
 static HELD: Mutex<Held> = Mutex::new(Held {
     order: VecDeque::new(),
     by_base: BTreeMap::new(),
+    live: std::collections::BTreeSet::new(),
     bytes: 0,
 });
+
+/// Holds `[base, base+len)` back from now on: a copy naming an address in it is refused, and
+/// no placement takes it. Called by a free before the allocation leaves the map, so that a
+/// lookup racing the free finds either the allocation or the range held back, never an
+/// address it would take for the caller's own host memory (which a memset writes at once,
+/// into a range about to become inaccessible). The oldest ranges held beyond the bounds are
+/// unmapped. Holding a range already held changes nothing.
+pub(crate) fn hold(base: usize, len: usize) {
+    hold_as(base, len, true);
+}
+
+/// [`hold`], the range still `live` (mapped, a task may run on it) or not.
+fn hold_as(base: usize, len: usize, live: bool) {
+    let evicted: Vec<(usize, usize)> = {
+        let mut held = lock(&HELD);
+        if !live {
+            held.live.remove(&base);
+        }
+        if held.by_base.get(&base) == Some(&len) {
+            return;
+        }
+        held.order.push_back((base, len));
+        held.by_base.insert(base, len);
+        if live {
+            held.live.insert(base);
+        }
+        held.bytes += len;
+        let mut evicted = Vec::new();
+        // The oldest first, passing over those still live (they go back to the end).
+        let mut looked = 0;
+        while (held.order.len() > RANGES || held.bytes > BYTES) && looked < held.order.len() {
+            let Some((old, old_len)) = held.order.pop_front() else {
+                break;
+            };
+            looked += 1;
+            if held.live.contains(&old) {
+                held.order.push_back((old, old_len));
+                continue;
+            }
+            held.by_base.remove(&old);
+            held.bytes -= old_len;
+            evicted.push((old, old_len));
+        }
+        evicted
+    };
+    for (old, old_len) in evicted {
+        // SAFETY: a range this module reserved (retired, no longer live) and has just stopped
+        // holding.
+        unsafe { unmap(old, old_len) };
+    }
+}
 
 /// Gives back the pages of the mapping `[base, base+len)` and holds its address range back;
 /// the oldest ranges held beyond the bounds are unmapped.
@@ -42,24 +97,10 @@ static HELD: Mutex<Held> = Mutex::new(Held {
 ///
 /// `[base, base+len)` is a whole private or shared mapping that nothing refers to any more.
 pub(crate) unsafe fn retire(base: usize, len: usize) {
-    // Recorded first, so that from the free on a copy naming the range is refused rather than
-    // let through to the mapping being replaced.
-    let evicted: Vec<(usize, usize)> = {
-        let mut held = lock(&HELD);
-        held.order.push_back((base, len));
-        held.by_base.insert(base, len);
-        held.bytes += len;
-        let mut evicted = Vec::new();
-        while held.order.len() > RANGES || held.bytes > BYTES {
-            let Some((old, old_len)) = held.order.pop_front() else {
-                break;
-            };
-            held.by_base.remove(&old);
-            held.bytes -= old_len;
-            evicted.push((old, old_len));
-        }
-        evicted
-    };
+    // Held first (unless its free held it already, while it was live), so that from the free
+    // on a copy naming the range is refused rather than let through to the mapping being
+    // replaced.
+    hold_as(base, len, false);
     // SAFETY: replaces the caller's mapping, which nothing refers to, by an inaccessible one
     // of the same range: its pages go back to the host, its address stays this process's.
     let kept = unsafe {
@@ -81,10 +122,6 @@ pub(crate) unsafe fn retire(base: usize, len: usize) {
         drop(held);
         // SAFETY: as above; the range is then simply given back.
         unsafe { unmap(base, len) };
-    }
-    for (old, old_len) in evicted {
-        // SAFETY: a range this module reserved and has just stopped holding.
-        unsafe { unmap(old, old_len) };
     }
 }
 
