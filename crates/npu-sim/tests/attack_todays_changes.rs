@@ -527,19 +527,6 @@ fn a_wait_racing_the_record_after_a_reset_waits_for_it() {
     acl!(aclrtFree(y));
 }
 
-fn huge_page_prop(device: u32) -> aclrtPhysicalMemProp {
-    aclrtPhysicalMemProp {
-        handleType: ACL_MEM_HANDLE_TYPE_NONE,
-        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
-        memAttr: ACL_MEM_HUGE,
-        location: aclrtMemLocation {
-            id: device,
-            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
-        },
-        reserve: 0,
-    }
-}
-
 /// Promise (docs, aclrtMapMem checks: the size must be the allocation's and a whole number of
 /// the 2 MiB granularity; aclrtMemMapNoAccess answers 100000 where aclrtMapMem answers 107000):
 /// allocations one byte past and one byte short of a granularity boundary are made, but mapped
@@ -561,7 +548,7 @@ fn map_sizes_at_granularity_boundaries() {
         ptr::null_mut(),
         0
     ));
-    let prop = huge_page_prop(DEVICE as u32);
+    let prop = huge_physical_prop(DEVICE as u32);
     for size in [GRANULE + 1, 2 * GRANULE - 1] {
         let mut handle = ptr::null_mut();
         acl!(aclrtMallocPhysical(&mut handle, size, &prop, 0));

@@ -40,10 +40,16 @@ fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
 fn a_drained_fault_fenced_off(ctx: &Context, s: &Stream) -> u32 {
     let (events, task) = drain_a_failing_memset(ctx, s);
     drop(events);
-    let next = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1));
-    let next = next.unwrap_or_else(|err| panic!("{:?}: {err}", s.strategy()));
-    assert_eq!(next.to_vec_blocking().unwrap(), [1; 64]);
+    a_memset_writes(ctx, s, 1, &format!("{:?}", s.strategy()));
     task
+}
+
+/// A memset of 64 bytes to `value` on `s` resolves with its own bytes (`what` names the case
+/// in a failure).
+fn a_memset_writes(ctx: &Context, s: &Stream, value: u8, what: &str) {
+    let next = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), value));
+    let next = next.unwrap_or_else(|err| panic!("{what}: {err}"));
+    assert_eq!(next.to_vec_blocking().unwrap(), [value; 64], "{what}");
 }
 
 /// How the stream is reset after its fence reported the drained fault.
@@ -92,9 +98,7 @@ fn an_abort_keeps_a_drained_fault_the_fence_captured_before_it() {
                         );
                     }
                 }
-                let next = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 2));
-                let next = next.unwrap_or_else(|err| panic!("{strategy:?} {reset:?}: {err}"));
-                assert_eq!(next.to_vec_blocking().unwrap(), [2; 64]);
+                a_memset_writes(ctx, &s, 2, &format!("{strategy:?} {reset:?}"));
                 synchronize_reports_the_drained_fault(&s, task);
             });
         }
@@ -168,9 +172,7 @@ fn a_raw_device_task_abort_fails_the_work_it_discarded() {
             let aborted = matches!(discarded.error, npu::Error::Aborted { .. });
             assert!(aborted, "{strategy:?}: {discarded}");
             assert_eq!(discarded.value.map(|b| b.len()), Some(64), "{strategy:?}");
-            let next = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 2));
-            let next = next.unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
-            assert_eq!(next.to_vec_blocking().unwrap(), [2; 64]);
+            a_memset_writes(ctx, &s, 2, &format!("{strategy:?}"));
             run(s.synchronize()).unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
         });
     }
@@ -245,9 +247,7 @@ fn a_synchronize_reports_the_first_of_two_drained_faults() {
             let own = own_fault.is_some_and(|task| task > first && task <= last_of_its_own);
             assert!(drained || own, "{strategy:?}: {failed}");
             drop(events);
-            let next = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 3));
-            let next = next.unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
-            assert_eq!(next.to_vec_blocking().unwrap(), [3; 64]);
+            a_memset_writes(ctx, &s, 3, &format!("{strategy:?}"));
             synchronize_reports_the_drained_fault(&s, first);
         });
     }
