@@ -20,18 +20,82 @@
 //! device, a wait nothing will satisfy). So each task waits at most [`SLICE`], and one still
 //! waiting spawns its successor before it returns: the clock never sees a moment without one,
 //! while a runtime shutting down (which runs no new blocking task) waits one slice at most.
-//! The chain keeps the clock for the future that started it, not for the work: once that
-//! future is dropped, the slice running ends the chain, and the clock moves again (a dropped
-//! wait that nothing will satisfy would otherwise stop it for good); a task that starts after
-//! its future is gone (queued behind others) ends at once, without waiting its slice.
+//! The chain keeps the clock for the futures that want it, not for the work: once they are
+//! dropped, the slice running ends the chain, and the clock moves again (a dropped wait that
+//! nothing will satisfy would otherwise stop it for good); a task that starts after they are
+//! gone (queued behind others) ends at once, without waiting its slice.
+//!
+//! An operation has at most one chain per runtime, shared by every future waiting on it there
+//! ([`Keepers`]). A `select!` loop whose wait loses every turn makes a new future each turn,
+//! each dropped before the next is made: with a chain per future, each turn started a blocking
+//! task, and every task that began before its turn ended waited out its slice, so a loop whose
+//! turns last a few milliseconds filled the blocking pool with dozens of threads (up to its
+//! limit of 512) each waiting 100 ms. A turn now joins the chain still running from the turns
+//! before it.
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::runtime::{Handle, Id, RuntimeFlavor};
 
 /// The longest a blocking task keeping the clock waits before handing on to its successor.
 pub(crate) const SLICE: Duration = Duration::from_millis(100);
+
+/// The chains keeping paused clocks still for the futures waiting on one operation: at most
+/// one per runtime, shared by all of those futures polled there.
+#[derive(Debug, Default)]
+pub(crate) struct Keepers(Mutex<Vec<Chain>>);
+
+/// One runtime's chain for one operation.
+#[derive(Debug)]
+struct Chain {
+    runtime: Id,
+    /// The futures on that runtime that want its clock kept (their [`Want`]s alive).
+    wanted: usize,
+    /// Whether a task of the chain is queued or running: while it is, a future that wants
+    /// the clock kept joins it instead of starting another.
+    running: bool,
+}
+
+impl Keepers {
+    fn chains(&self) -> MutexGuard<'_, Vec<Chain>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts one more future wanting `runtime`'s clock kept; returns whether it must start
+    /// the chain (none is running).
+    fn want(&self, runtime: Id) -> bool {
+        let mut chains = self.chains();
+        let chain = match chains.iter_mut().position(|chain| chain.runtime == runtime) {
+            Some(at) => &mut chains[at],
+            None => {
+                chains.push(Chain {
+                    runtime,
+                    wanted: 0,
+                    running: false,
+                });
+                chains.last_mut().expect("just pushed")
+            }
+        };
+        chain.wanted += 1;
+        !std::mem::replace(&mut chain.running, true)
+    }
+
+    /// Applies `change` to `runtime`'s chain and forgets the chain once nothing wants it
+    /// and no task of it runs; returns what `change` returned.
+    fn change<R>(&self, runtime: Id, change: impl FnOnce(&mut Chain) -> R) -> R {
+        let mut chains = self.chains();
+        let at = chains
+            .iter()
+            .position(|chain| chain.runtime == runtime)
+            .expect("a chain is kept while a future wants it or a task of it runs");
+        let changed = change(&mut chains[at]);
+        if chains[at].wanted == 0 && !chains[at].running {
+            chains.swap_remove(at);
+        }
+        changed
+    }
+}
 
 /// What one future waiting on device work decided about its runtime's paused clock: kept
 /// from its first pending poll (on each runtime it is polled on) until the future is dropped
@@ -48,17 +112,34 @@ pub(crate) struct ClockHold {
 struct Held {
     /// That runtime (`None`: polled outside Tokio).
     runtime: Option<Id>,
-    /// Set when that runtime's clock was paused and is kept from jumping past the work: the
-    /// keeper holds a `Weak` of it, and its chain ends once this is dropped (or replaced,
-    /// when the future moves to another runtime).
-    kept: Option<Arc<()>>,
+    /// Set when that runtime's clock was paused and is kept from jumping past the work.
+    /// Dropping it (or replacing it, when the future moves to another runtime) lets the chain
+    /// end once no other future wants it.
+    kept: Option<Want>,
+}
+
+/// One future's claim on its operation's chain for one runtime: counted while it lives.
+#[derive(Debug)]
+struct Want {
+    keepers: Arc<Keepers>,
+    runtime: Id,
+}
+
+impl Drop for Want {
+    fn drop(&mut self) {
+        self.keepers.change(self.runtime, |chain| chain.wanted -= 1);
+    }
 }
 
 impl ClockHold {
-    /// To be called at each pending poll of the future: calls `start` with a [`Keeper`] for
-    /// the current runtime when its clock is paused and not yet kept for this future, and
-    /// `start` must then keep it for as long as the future waits on the device.
-    pub(crate) fn pending(&mut self, start: impl FnOnce(Keeper)) {
+    /// To be called at each pending poll of the future, with the keepers of the operation it
+    /// waits on: when the current runtime's clock is paused and not yet kept for this future,
+    /// counts the future as wanting it kept and, unless that runtime's chain for the
+    /// operation already runs, starts it with the wait `slice` makes ([`Keeper::keep`]).
+    pub(crate) fn pending<W>(&mut self, keepers: &Arc<Keepers>, slice: impl FnOnce() -> W)
+    where
+        W: FnMut() -> bool + Send + 'static,
+    {
         let runtime = Handle::try_current().ok();
         let id = runtime.as_ref().map(Handle::id);
         // Kept once per runtime: a future polled on one runtime and then moved to another
@@ -78,56 +159,78 @@ impl ClockHold {
             if runtime.runtime_flavor() != RuntimeFlavor::CurrentThread || !clock_is_paused() {
                 return None;
             }
-            let kept = Arc::new(());
-            start(Keeper {
-                runtime,
-                wanted: Arc::downgrade(&kept),
-            });
-            Some(kept)
+            let id = runtime.id();
+            if keepers.want(id) {
+                Keeper {
+                    runtime,
+                    keepers: keepers.clone(),
+                    holds: true,
+                }
+                .keep(slice());
+            }
+            Some(Want {
+                keepers: keepers.clone(),
+                runtime: id,
+            })
         });
         self.clock = Some(Held { runtime: id, kept });
     }
 }
 
-/// The right to keep one runtime's paused clock still on behalf of one future, for as long as
-/// that future is alive ([`ClockHold::pending`] hands it out).
+/// The running chain of one operation on one runtime ([`ClockHold::pending`] starts it).
 #[derive(Debug)]
-pub(crate) struct Keeper {
+struct Keeper {
     runtime: Handle,
-    wanted: Weak<()>,
+    keepers: Arc<Keepers>,
+    /// Whether this keeper still stands for the chain's running task: dropping it then ends
+    /// the chain (a task dropped unrun by a runtime shutting down, say).
+    holds: bool,
 }
 
 impl Keeper {
-    /// Whether the future it keeps the clock for is still alive (and still on this runtime).
-    fn is_wanted(&self) -> bool {
-        self.wanted.strong_count() > 0
+    /// Whether a future still wants the clock kept; if none does, the chain ends here, in
+    /// the same step, so that a future arriving after it starts a new one.
+    fn wanted(&mut self) -> bool {
+        self.holds = self.keepers.change(self.runtime.id(), |chain| {
+            chain.running = chain.wanted > 0;
+            chain.running
+        });
+        self.holds
     }
 
     /// Keeps the clock with a chain of blocking tasks. Each calls `slice`, which waits on the
-    /// device for at most [`SLICE`] and returns whether the future still waits on it; the
-    /// task then spawns its successor, unless the future is gone. `slice` must not wait
-    /// longer: a runtime shutting down waits for the task running it.
-    pub(crate) fn keep<W>(self, mut slice: W)
+    /// device for at most [`SLICE`] and returns whether the operation is still pending; the
+    /// task then spawns its successor, unless no future wants the clock kept any more.
+    /// `slice` must not wait longer: a runtime shutting down waits for the task running it.
+    fn keep<W>(self, mut slice: W)
     where
         W: FnMut() -> bool + Send + 'static,
     {
         let runtime = self.runtime.clone();
-        // The result reaches the future itself; the task only has to exist meanwhile. A
-        // refused keeper is no worse for the future, which waits all the same, instead of its
-        // every poll panicking; its queued task holds the clock still for good
-        // (`spawn_contained`).
-        // A task that starts after its future is gone (queued behind other blocking tasks: a
-        // `select!` loop whose wait loses every turn queues one per turn) ends at once. Waiting
-        // its slice first held the clock for a slice per queued task, in turn: 20,000 lost
-        // turns stopped it for 4 s after the last one, where a dropped wait is to free it
-        // within one slice.
+        // The result reaches the futures themselves; the task only has to exist meanwhile. A
+        // refused keeper is no worse for the futures, which wait all the same, instead of
+        // their every poll panicking.
+        // A task that starts after its futures are gone (queued behind other blocking tasks)
+        // ends at once. Waiting its slice first held the clock for a slice per queued task,
+        // in turn: 20,000 lost turns stopped it for 4 s after the last one, where a dropped
+        // wait is to free it within one slice.
+        let mut keeper = self;
         let spawned = crate::contain::spawn_contained(&runtime, move || {
-            if self.is_wanted() && slice() && self.is_wanted() {
-                self.keep(slice);
+            if keeper.wanted() && slice() && keeper.wanted() {
+                keeper.keep(slice);
             }
         });
         if !spawned {
             crate::log!(debug, "no blocking thread to keep a paused clock still");
+        }
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        if self.holds {
+            self.keepers
+                .change(self.runtime.id(), |chain| chain.running = false);
         }
     }
 }

@@ -134,6 +134,47 @@ fn host_registration_into_inner_keeps_a_paused_clock_while_the_device_works() {
     }
 }
 
+/// A `select!` loop whose device wait loses every turn makes a new wait each turn, polled once
+/// and dropped at the turn's end. The waits of one operation share one keeper per runtime: 100
+/// such turns, each doing 1 ms of host work after the poll (time for a keeper that poll started
+/// to begin its slice), leave the runtime with a couple of blocking threads. With a keeper per
+/// wait, each turn's keeper waited out its 100 ms slice on a thread of its own: dozens at once.
+#[test]
+fn waits_losing_every_select_turn_share_one_keeper() {
+    const NAME: &str = "keeper-turns";
+    let (_device, ctx) = exclusive_device0();
+    let stream = stream(&ctx, Strategy::EventPoll);
+    let held = Held::hold();
+    let copy = held_copy(&stream);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .thread_name(NAME)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        for _ in 0..100 {
+            tokio::select! {
+                biased;
+                r = copy.completion().wait() => panic!("resolved on a held device: {r:?}"),
+                () = async { std::thread::sleep(Duration::from_millis(1)) } => {}
+            }
+        }
+    });
+    let threads = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == NAME)
+        .count();
+    drop(runtime);
+    drop(held);
+    paused_runtime().block_on(copy).unwrap();
+    assert!(
+        threads <= 4,
+        "{threads} blocking threads after 100 lost turns of one operation's waits"
+    );
+}
+
 /// A runtime whose tasks await device waits that nothing satisfies (the device stays held) keeps
 /// its paused clock still, and still shuts down: its keepers wait one slice at most.
 #[test]

@@ -511,9 +511,10 @@ impl Future for Wait {
         }
         if polled.is_pending() {
             let completion = &this.completion;
-            this.clock.pending(|keeper| {
+            let keepers = completion.state.clock_keepers.get_or_init(Default::default);
+            this.clock.pending(keepers, || {
                 let waiter = completion.blocking_waiter();
-                keeper.keep(move || waiter.wait_for(SLICE).is_none());
+                move || waiter.wait_for(SLICE).is_none()
             });
         }
         polled

@@ -46,6 +46,9 @@ pub(crate) struct State<T> {
     deferred: Mutex<Option<Vec<Deferred>>>,
     /// What blocked threads wait on, made (and its one notification deferred) by the first.
     pub(crate) blocked: std::sync::OnceLock<std::sync::Arc<crate::completion::blocked::Signal>>,
+    /// The chains keeping paused Tokio clocks still for the futures waiting on it, made by
+    /// the first such future ([`crate::paused_clock`]).
+    pub(crate) clock_keepers: std::sync::OnceLock<std::sync::Arc<crate::paused_clock::Keepers>>,
     /// The process's fork generation when the operation was made ([`crate::fork`]): in a
     /// child forked since, nothing will ever complete it.
     pub(crate) generation: u32,
@@ -61,6 +64,7 @@ impl<T: Clone> State<T> {
             wakers: Mutex::new(Wakers::default()),
             deferred: Mutex::new(Some(Vec::new())),
             blocked: std::sync::OnceLock::new(),
+            clock_keepers: std::sync::OnceLock::new(),
             generation: crate::fork::generation(),
         }
     }
