@@ -310,12 +310,16 @@ impl Worker {
         self.outstanding.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Fails the outstanding operations of streams the sentinel found dead, and asks it about
-    /// streams with an operation waiting for a while. Never waits: the lock is held only to
-    /// look, and the checks themselves run on the sentinel.
+    /// Fails the outstanding operations of streams the sentinel found dead, and those whose
+    /// records a stream found idle had discarded; asks it about streams with an operation
+    /// waiting for a while. Never waits: the lock is held only to look, and the checks
+    /// themselves run on the sentinel.
     fn probe(&self, probes: &mut Probes) {
         let mut ended: Vec<(Outstanding, Option<Error>)> = Vec::new();
-        let answered = probes.answered();
+        let Answers {
+            dead: answered,
+            idle,
+        } = probes.answered();
         let now = Instant::now();
         let stale: Vec<Arc<StreamShared>>;
         // Logged once the lock is released: a subscriber may call back into npu-rs.
@@ -325,6 +329,12 @@ impl Worker {
         let aborted = self.take_aborted();
         for (_, op, failure) in aborted {
             op.end(failure);
+        }
+        for (stream, through) in idle {
+            for (_, op, failure) in self.take_discarded(&stream, through) {
+                op.end(failure);
+            }
+            strategy::release_stream(stream);
         }
         self.settle_lost_callbacks(now);
         {
@@ -390,8 +400,30 @@ impl Worker {
             covered.sort_unstable_by_key(|(id, _)| *id);
             covered
         };
-        // Queried with the table's lock released: a query the runtime fails may run a tracing
-        // subscriber, which may submit to a stream of this worker (and take the lock).
+        Self::discarded_unless_done(ops)
+    }
+
+    /// [`take_aborted`](Worker::take_aborted) for an abort npu-rs never heard of: takes out
+    /// `stream`'s operations whose records were queued before a probe found the stream idle
+    /// (`seq` up to `through`, see `sentinel::Alive`); those whose events are not complete
+    /// now were discarded. The probe queried the stream before this queries their events.
+    fn take_discarded(
+        &self,
+        stream: &Arc<StreamShared>,
+        through: u64,
+    ) -> Vec<(u64, Outstanding, Option<Error>)> {
+        let covered = |op: &Outstanding| op.pending.op.seq != 0 && op.pending.op.seq <= through;
+        let ops = self.lock().take_leading(key(stream), covered);
+        Self::discarded_unless_done(ops)
+    }
+
+    /// Each of `ops` (a stream's oldest operations, covered by an abort), with how it ends:
+    /// `Error::Aborted` unless its event has completed. Queried with the table's lock
+    /// released: a query the runtime fails may run a tracing subscriber, which may submit to
+    /// a stream of this worker (and take the lock).
+    fn discarded_unless_done(
+        ops: Vec<(u64, Outstanding)>,
+    ) -> Vec<(u64, Outstanding, Option<Error>)> {
         ops.into_iter()
             .map(|(id, op)| {
                 let runtime = op.stream.context.runtime();
@@ -436,6 +468,15 @@ impl Worker {
     }
 }
 
+/// What a callback worker's answered probes found.
+struct Answers {
+    /// The streams found dead, with what doomed them.
+    dead: Vec<(Arc<StreamShared>, Dead)>,
+    /// The streams found idle with operations recorded before, with the `seq` of the last
+    /// (`sentinel::Alive`).
+    idle: Vec<(Arc<StreamShared>, u64)>,
+}
+
 /// The probes a callback worker has in flight, one per stream at most.
 #[derive(Default)]
 struct Probes {
@@ -453,20 +494,22 @@ impl Probes {
         self.asked.push((stream, verdict));
     }
 
-    /// The streams found dead since the last look, with what doomed them; answered probes
-    /// leave.
-    fn answered(&mut self) -> Vec<(Arc<StreamShared>, Dead)> {
-        let mut dead = Vec::new();
+    /// What the probes answered since the last look found; answered probes leave.
+    fn answered(&mut self) -> Answers {
+        let (mut dead, mut idle) = (Vec::new(), Vec::new());
         let mut still = Vec::new();
         for (stream, verdict) in self.asked.drain(..) {
             match verdict.take() {
                 None => still.push((stream, verdict)),
-                Some(Ok(())) => strategy::release_stream(stream),
+                Some(Ok(alive)) if alive.idle_through() > 0 => {
+                    idle.push((stream, alive.idle_through()));
+                }
+                Some(Ok(_)) => strategy::release_stream(stream),
                 Some(Err(err)) => dead.push((stream, err)),
             }
         }
         self.asked = still;
-        dead
+        Answers { dead, idle }
     }
 }
 

@@ -34,28 +34,66 @@ use crate::stream::drains::{self, Drain};
 /// The longest single wait the sentinel makes (ACL's smallest timeout).
 pub(crate) const SLICE_MS: i32 = 1;
 
-/// The answer to a probe: `Some(Err)` once the stream is found dead, `Some(Ok)` if alive.
+/// What a probe found: `Err` if the stream is dead, `Ok` if alive.
+pub(crate) type Found = std::result::Result<Alive, Dead>;
+
+/// The answer to a probe: `Some` once the sentinel has given it.
 #[derive(Default)]
 pub(crate) struct Verdict {
-    slot: Mutex<Option<std::result::Result<(), Dead>>>,
+    slot: Mutex<Option<Found>>,
 }
 
 impl Verdict {
     /// The verdict, once the sentinel has given it; taking it makes room for the next probe.
-    pub(crate) fn take(&self) -> Option<std::result::Result<(), Dead>> {
+    pub(crate) fn take(&self) -> Option<Found> {
         self.slot.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// A verdict already given, for tests.
     #[cfg(test)]
-    pub(crate) fn given(verdict: std::result::Result<(), Dead>) -> Arc<Self> {
+    pub(crate) fn given(verdict: Found) -> Arc<Self> {
         let given = Arc::new(Verdict::default());
         given.give(verdict);
         given
     }
 
-    fn give(&self, verdict: std::result::Result<(), Dead>) {
+    fn give(&self, verdict: Found) {
         *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(verdict);
+    }
+}
+
+/// A probe's finding that a stream can still run its work, and whether it had none left.
+///
+/// `aclrtStreamQuery` reporting the stream complete means that every task submitted before
+/// the query has run or was discarded (an abort npu-rs made, or one it never heard of: a
+/// program's own `aclrtStreamAbort` of the raw handle, an `aclrtDeviceTaskAbort` without
+/// npu-rs's callback or past its timeout). So an operation whose completion record was queued
+/// before the query, and whose event is not complete when asked after it, had its record
+/// discarded: the event will never complete, and the device is done with the operation's
+/// memory. The event is asked only after the stream: the other way round, a record reached
+/// between the two queries would pass for a discarded one.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Alive {
+    /// Found idle: every operation up to this `seq` had its record queued before the query
+    /// (0: not found idle, or the horizon could not be read without waiting).
+    idle_through: u64,
+}
+
+impl Alive {
+    /// A finding of a stream idle after its operations up to `through` were recorded, for
+    /// tests.
+    #[cfg(test)]
+    pub(crate) fn idle(through: u64) -> Self {
+        Alive {
+            idle_through: through,
+        }
+    }
+
+    /// The `seq` of the last operation whose record the stream had reached or discarded when
+    /// the probe looked (0: none known): any of them whose event is not complete now was
+    /// discarded.
+    pub(crate) fn idle_through(self) -> u64 {
+        self.idle_through
     }
 }
 
@@ -150,7 +188,7 @@ pub(crate) fn probe(stream: &Arc<StreamShared>) -> Arc<Verdict> {
         verdict: verdict.clone(),
     };
     if send(job).is_err() {
-        verdict.give(Ok(()));
+        verdict.give(Ok(Alive::default()));
     }
     verdict
 }
@@ -226,7 +264,7 @@ impl Drop for Unstarted {
             // is given up as `probe` does without a sentinel, should one ever come here.
             Some(Job::Probe { stream, verdict }) => {
                 // As without a sentinel: taken to be alive. A probe holds no device work.
-                verdict.give(Ok(()));
+                verdict.give(Ok(Alive::default()));
                 strategy::release_stream(stream);
             }
             Some(Job::Drain { stream, drain }) => {
@@ -341,9 +379,14 @@ fn finish_drain(stream: Arc<StreamShared>, drain: &Arc<drains::Drain>) {
 fn step(job: Job, timeout: i32) -> Option<Job> {
     match job {
         Job::Probe { stream, verdict } => {
-            // Read before the check: every operation up to it was on the device by then.
+            // Read before the check: every operation up to it was on the device by then (for
+            // a dead stream), and had its record queued (for an idle one).
             let through = stream.watched.load(std::sync::atomic::Ordering::Acquire);
-            verdict.give(confirm(&stream).map_err(|error| Dead { error, through }));
+            let recorded = stream.watched_and_recorded();
+            let found = examine(&stream).map(|idle| Alive {
+                idle_through: recorded.filter(|_| idle).unwrap_or(0),
+            });
+            verdict.give(found.map_err(|error| Dead { error, through }));
             strategy::release_stream(stream);
             None
         }
@@ -368,11 +411,19 @@ fn step(job: Job, timeout: i32) -> Option<Job> {
                 strategy::release_stream(stream);
                 return None;
             }
+            // Its record was queued before the stream is examined, so a stream found idle then
+            // has reached or discarded it (see `Alive`).
             let unfinished = pending
                 .wait_for(&stream, timeout)
-                .map(|pending| (pending, confirm(&stream)));
+                .map(|pending| (pending, examine(&stream)));
             match unfinished {
-                Some((pending, Ok(()))) => return Some(Job::Watch { stream, pending }),
+                Some((pending, Ok(true)))
+                    if !crate::event::event_complete(runtime, pending.event.handle()) =>
+                {
+                    let api = pending.op.api;
+                    pending.fail(&stream, Error::Aborted { api });
+                }
+                Some((pending, Ok(_))) => return Some(Job::Watch { stream, pending }),
                 Some((pending, Err(err))) => pending.fail(&stream, err),
                 None => {}
             }
@@ -394,12 +445,21 @@ fn step(job: Job, timeout: i32) -> Option<Job> {
 /// operation's future and the stream's failure record through that operation's event.
 /// Runtimes without the timed wait leave the stream taken to be alive.
 pub(crate) fn confirm(stream: &StreamShared) -> Result<()> {
-    if stream_status(stream).is_ok() {
-        return Ok(());
-    }
-    match sync_stream(stream, SLICE_MS) {
-        None | Some(Ok(())) => Ok(()),
-        Some(Err(_)) => stream_status(stream),
+    examine(stream).map(drop)
+}
+
+/// [`confirm`], and whether the stream's query found it idle (`aclrtStreamQuery` reported it
+/// complete, with no error): every task submitted before the query has run or was discarded.
+/// A stream whose query failed is not taken for idle even once the failure is cleared (the
+/// next probe may find it so), nor is one of a runtime without the query.
+fn examine(stream: &StreamShared) -> Result<bool> {
+    match query_stream(stream) {
+        None => Ok(false),
+        Some((Ok(()), status)) => Ok(status == ffi::ACL_STREAM_STATUS_COMPLETE),
+        Some((Err(_), _)) => match sync_stream(stream, SLICE_MS) {
+            None | Some(Ok(())) => Ok(false),
+            Some(Err(_)) => stream_status(stream).map(|()| false),
+        },
     }
 }
 

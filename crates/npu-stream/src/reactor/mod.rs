@@ -11,7 +11,7 @@ use npu_core::{Completer, Completion, Error};
 
 use crate::event::{event_complete, query_event};
 use crate::event_pool::PooledEvent;
-use crate::sentinel::{self, Dead, Verdict};
+use crate::sentinel::{self, Dead, Found, Verdict};
 use crate::strategy::{self, CompletionStrategy, OpInfo, Unwatched};
 use crate::stream::{Queue, StreamShared};
 
@@ -444,15 +444,21 @@ impl Reactor {
             health,
             plan,
         } = active;
-        let failed = if let Some(Err(dead)) = health.verdict() {
-            self.fail_dead(stream, dead, finished);
-            health.suspect = false;
-            true
-        } else {
-            false
+        let failed = match health.verdict() {
+            Some(Err(dead)) => {
+                self.fail_dead(stream, dead, finished);
+                health.suspect = false;
+                true
+            }
+            Some(Ok(alive)) => {
+                health.idle_through = health.idle_through.max(alive.idle_through());
+                false
+            }
+            None => false,
         };
         // What an abort discarded fails at once, due or not: the abort woke the reactor for it.
-        self.fail_aborted(stream, finished);
+        // So does what a probe found discarded by an abort npu-rs never heard of.
+        self.fail_aborted(stream, &mut health.idle_through, finished);
         let mut now = Instant::now();
         // A fault the exception callback reported: look now, and keep looking (and asking
         // the sentinel) until the stream progresses or is found dead, for `SUSPECT_FOR` at
@@ -503,26 +509,40 @@ impl Reactor {
         false
     }
 
-    /// Fails the operations an abort discarded: the oldest ones, up to the abort's mark.
+    /// Fails the operations an abort discarded: the oldest ones, up to the abort's mark, or up
+    /// to `idle_through`, what a probe found the stream idle after (see `sentinel::Alive`: an
+    /// abort npu-rs never heard of), which goes back to 0 once no operation it covers is left.
     ///
     /// The mark covers every operation watched before the abort, including ones whose work
     /// and completion record the device ran before it (this reactor had not looked yet): an
     /// operation whose event has completed was not discarded, so the failing stops there and
     /// the ordinary path settles it with the device's result. The abort has confirmed the
-    /// discard before its mark moves, so an event not complete now never completes. The query
-    /// does not block.
-    fn fail_aborted(&self, stream: &Arc<StreamShared>, finished: &mut Finished) {
-        if stream.aborted_through.load(sync::Ordering::Acquire) == 0 {
-            return; // never aborted: no lock on the common path
+    /// discard before its mark moves (the stream was idle before the probe's horizon was
+    /// read), so an event not complete now never completes. The query does not block.
+    fn fail_aborted(
+        &self,
+        stream: &Arc<StreamShared>,
+        idle_through: &mut u64,
+        finished: &mut Finished,
+    ) {
+        if stream.aborted_through.load(sync::Ordering::Acquire) == 0 && *idle_through == 0 {
+            return; // never aborted nor found idle with work: no lock on the common path
         }
+        let idle = *idle_through;
+        let discarded = |op: OpInfo| stream.aborted(op) || (op.seq != 0 && op.seq <= idle);
         // Queried with no lock held: a query the runtime fails may run a tracing subscriber,
         // which may submit to this stream, and a registration takes the queue's lock.
-        let covered: Vec<npu_core::ffi::aclrtEvent> = lock_queue(stream)
-            .pending
-            .iter()
-            .take_while(|pending| stream.aborted(pending.op))
-            .map(|pending| pending.event.handle())
-            .collect();
+        let covered: Vec<npu_core::ffi::aclrtEvent> = {
+            let queue = lock_queue(stream);
+            if queue.pending.front().is_none_or(|head| head.op.seq > idle) {
+                *idle_through = 0;
+            }
+            let covered = queue
+                .pending
+                .iter()
+                .take_while(|pending| discarded(pending.op));
+            covered.map(|pending| pending.event.handle()).collect()
+        };
         let runtime = stream.context.runtime();
         let discarded = covered
             .iter()
@@ -605,6 +625,9 @@ struct Health {
     /// the previous probe answered, until it progresses or is found dead, or [`SUSPECT_FOR`]
     /// has passed.
     suspect: bool,
+    /// The horizon of the latest probe that found the stream idle (`sentinel::Alive`), while
+    /// an operation it covers is queued; 0 otherwise.
+    idle_through: u64,
     /// When the latest fault notice made the stream suspect; the suspicion ends
     /// [`SUSPECT_FOR`] later.
     suspected_at: Instant,
@@ -619,6 +642,7 @@ impl Health {
             asked: None,
             suspect: false,
             suspected_at: now,
+            idle_through: 0,
         }
     }
 
@@ -629,7 +653,7 @@ impl Health {
     }
 
     /// The verdict of the probe in flight, once given: one lock, no ACL call.
-    fn verdict(&mut self) -> Option<std::result::Result<(), Dead>> {
+    fn verdict(&mut self) -> Option<Found> {
         let verdict = self.asked.as_ref()?.take()?;
         self.asked = None;
         if verdict.is_ok() {

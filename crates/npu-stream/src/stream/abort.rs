@@ -392,6 +392,16 @@ impl StreamShared {
         matches!(&error, Error::Acl(acl) if acl.fault.is_some()).then_some(error)
     }
 
+    /// How many operations were watched (`seq` of the latest), if no submission or abort of
+    /// the stream is under way; `None` if one is. Every one of them then has its completion
+    /// event's record queued: a submission takes its `seq` before it records (both under the
+    /// submission lock), so a count read outside the lock may name an operation whose record
+    /// is still to come. Never waits: the sentinel asks it (`sentinel::examine`).
+    pub(crate) fn watched_and_recorded(&self) -> Option<u64> {
+        let aborting = self.submit.try_lock().ok()?;
+        (aborting.refusing == 0).then(|| self.watched.load(Ordering::Acquire))
+    }
+
     fn lock_submission(&self) -> MutexGuard<'_, Aborting> {
         self.submit.lock().unwrap_or_else(|e| e.into_inner())
     }
