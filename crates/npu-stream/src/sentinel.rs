@@ -411,14 +411,15 @@ fn step(job: Job, timeout: i32) -> Option<Job> {
                 strategy::release_stream(stream);
                 return None;
             }
-            // Its record was queued before the stream is examined, so a stream found idle then
-            // has reached or discarded it (see `Alive`).
+            // A watched operation's record was queued on its stream before the stream is
+            // examined, so a stream found idle then has reached or discarded it (see `Alive`).
             let unfinished = pending
                 .wait_for(&stream, timeout)
                 .map(|pending| (pending, examine(&stream)));
             match unfinished {
                 Some((pending, Ok(true)))
-                    if !crate::event::event_complete(runtime, pending.event.handle()) =>
+                    if pending.op.seq != 0
+                        && !crate::event::event_complete(runtime, pending.event.handle()) =>
                 {
                     let api = pending.op.api;
                     pending.fail(&stream, Error::Aborted { api });
@@ -588,6 +589,39 @@ mod tests {
         };
         let pending = Pending::new(event, completer, op, None);
         futures::executor::block_on(stream.abort()).unwrap();
+        held_device.release();
+        let job = Job::Watch {
+            stream: stream.shared.clone(),
+            pending,
+        };
+        assert!(step(job, SLICE_MS).is_none(), "the job is over");
+        let failed = done.result().expect("completed").unwrap_err();
+        assert!(matches!(failed, Error::Aborted { .. }), "{failed}");
+        npu_core::reaper::flush();
+        assert!(released.load(Ordering::SeqCst), "its memory is let go");
+    }
+
+    /// The same, for an abort npu-rs never hears of: the program's own `aclrtStreamAbort` of
+    /// the stream's raw handle. The job finds the stream idle and then the operation's event
+    /// not complete: its record was discarded, and it fails `Aborted`. The break: the job came
+    /// round for ever, as above.
+    #[test]
+    fn a_watched_operation_an_unseen_abort_discarded_fails_instead_of_coming_round_for_ever() {
+        let stream = crate::test_support::sim_stream(1);
+        let held_device = crate::test_support::hold(1);
+        let (completer, done, released) = pending_with_release();
+        let (event, completer) = crate::test_support::recorded(&stream, completer);
+        let op = OpInfo {
+            seq: stream.shared.watched.fetch_add(1, Ordering::AcqRel) + 1,
+            ..OpInfo::new("test")
+        };
+        let pending = Pending::new(event, completer, op, None);
+        let api = stream.shared.context.runtime().api();
+        let abort = api
+            .aclrtStreamAbort
+            .expect("npu-sim exports aclrtStreamAbort");
+        // SAFETY: the stream is alive and its context is bound (by `recorded`, on this thread).
+        assert_eq!(unsafe { abort(stream.shared.handle) }, ffi::ACL_SUCCESS);
         held_device.release();
         let job = Job::Watch {
             stream: stream.shared.clone(),
