@@ -17,7 +17,7 @@ use npu_sys::*;
 
 fn install() {
     static ONCE: Once = Once::new();
-    ONCE.call_once(|| npu_sim::SimConfig::default().devices(6).install().unwrap());
+    ONCE.call_once(|| npu_sim::SimConfig::default().devices(7).install().unwrap());
 }
 
 fn ex_event(flags: u32) -> aclrtEvent {
@@ -322,4 +322,53 @@ fn a_destroyed_event_keeps_its_hardware_event_until_its_record_is_settled() {
     control::release(5).unwrap();
     acl!(aclrtDestroyStream(stream));
     acl!(aclrtResetDevice(5));
+}
+
+/// The reference: an event's status is that of the tasks its latest record captured, and an
+/// abort (aclrtStreamAbort, aclrtDeviceTaskAbort) discards the tasks not run yet. So a record
+/// the abort discarded never reads as complete, even on an event (legacy or Ex) whose previous
+/// record had completed, as a reused completion event's has: its status stays NOT_READY, a
+/// synchronisation on it fails rather than succeeds, while the stream itself reports complete.
+/// npu-rs tells a discarded record from a late one by exactly this (the stream queried first).
+#[test]
+fn a_record_an_abort_discarded_never_reads_as_its_events_earlier_completion() {
+    install();
+    const DEVICE: i32 = 6;
+    set_device(DEVICE);
+    let stream = create_stream();
+    for (kind, event) in [("legacy", create_event()), ("Ex", ex_event(ACL_EVENT_SYNC))] {
+        for abort in ["aclrtStreamAbort", "aclrtDeviceTaskAbort"] {
+            let what = format!("{kind} event, {abort}");
+            acl!(aclrtRecordEvent(event, stream));
+            acl!(aclrtSynchronizeStream(stream));
+            assert_eq!(statuses(event).0, RECORDED, "{what}: the earlier record");
+            control::hold(DEVICE).unwrap();
+            acl!(aclrtRecordEvent(event, stream));
+            let code = match abort {
+                "aclrtStreamAbort" => code!(aclrtStreamAbort(stream)),
+                _ => code!(aclrtDeviceTaskAbort(DEVICE, 0)),
+            };
+            control::release(DEVICE).unwrap();
+            assert_eq!(code, 0, "{what}: {}", recent_message());
+            let mut stream_status = 9;
+            acl!(aclrtStreamQuery(stream, &mut stream_status));
+            assert_eq!(stream_status, ACL_STREAM_STATUS_COMPLETE, "{what}");
+            assert_eq!(
+                statuses(event).0,
+                ACL_EVENT_RECORDED_STATUS_NOT_READY,
+                "{what}: the discarded record"
+            );
+            let synced = code!(aclrtSynchronizeEventWithTimeout(event, 1));
+            recent_message();
+            assert_ne!(synced, ACL_SUCCESS, "{what}: a sync on the discarded record");
+            assert_ne!(synced, ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, "{what}: it never completes");
+            // The next record completes as usual.
+            acl!(aclrtRecordEvent(event, stream));
+            acl!(aclrtSynchronizeStream(stream));
+            assert_eq!(statuses(event).0, RECORDED, "{what}: the next record");
+        }
+        acl!(aclrtDestroyEvent(event));
+    }
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtResetDevice(DEVICE));
 }
