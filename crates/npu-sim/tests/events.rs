@@ -360,8 +360,14 @@ fn a_record_an_abort_discarded_never_reads_as_its_events_earlier_completion() {
             );
             let synced = code!(aclrtSynchronizeEventWithTimeout(event, 1));
             recent_message();
-            assert_ne!(synced, ACL_SUCCESS, "{what}: a sync on the discarded record");
-            assert_ne!(synced, ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, "{what}: it never completes");
+            assert_ne!(
+                synced, ACL_SUCCESS,
+                "{what}: a sync on the discarded record"
+            );
+            assert_ne!(
+                synced, ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
+                "{what}: it never completes"
+            );
             // The next record completes as usual.
             acl!(aclrtRecordEvent(event, stream));
             acl!(aclrtSynchronizeStream(stream));

@@ -44,14 +44,6 @@ fn a_drained_fault_fenced_off(ctx: &Context, s: &Stream) -> u32 {
     task
 }
 
-/// A memset of 64 bytes to `value` on `s` resolves with its own bytes (`what` names the case
-/// in a failure).
-fn a_memset_writes(ctx: &Context, s: &Stream, value: u8, what: &str) {
-    let next = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), value));
-    let next = next.unwrap_or_else(|err| panic!("{what}: {err}"));
-    assert_eq!(next.to_vec_blocking().unwrap(), [value; 64], "{what}");
-}
-
 /// How the stream is reset after its fence reported the drained fault.
 #[derive(Debug, Clone, Copy)]
 enum Reset {
@@ -127,30 +119,6 @@ fn an_abort_clears_what_a_stop_left_undone() {
     }
 }
 
-/// `aclrtDeviceTaskAbort(device, 1000)` of `ctx`'s device through the raw API, as a program
-/// calls it (npu-rs never does): its code.
-fn device_task_abort(ctx: &Context) -> AclCode {
-    ctx.bind().unwrap();
-    let abort = ctx.runtime().api().aclrtDeviceTaskAbort;
-    let abort = abort.expect("npu-sim exports aclrtDeviceTaskAbort");
-    // SAFETY: a plain call on a device this test opened, with a bounded timeout.
-    AclCode(unsafe { abort(ctx.device_id() as i32, 1000) })
-}
-
-/// Registers (`Some`) or removes (`None`) a device task abort callback named `name` beside
-/// npu-rs's own, through the raw API.
-fn set_device_task_abort_callback(
-    ctx: &Context,
-    name: &std::ffi::CStr,
-    callback: ffi::aclrtDeviceTaskAbortCallback,
-) {
-    let set = ctx.runtime().api().aclrtSetDeviceTaskAbortCallback;
-    let set = set.expect("npu-sim exports aclrtSetDeviceTaskAbortCallback");
-    // SAFETY: the name is NUL-terminated; the callback (a plain function) ignores `args`.
-    let code = unsafe { set(name.as_ptr(), callback, std::ptr::null_mut()) };
-    assert_eq!(AclCode(code), AclCode(0));
-}
-
 /// A device-wide abort made through the raw API (`aclrtDeviceTaskAbort`, not npu-rs's
 /// `Stream::abort`) discards a memset queued behind a held device, and its completion event's
 /// record with it: npu-rs's abort callback marks the stream's work before the runtime's
@@ -166,7 +134,7 @@ fn a_raw_device_task_abort_fails_the_work_it_discarded() {
             let s = stream(ctx, strategy);
             let held = sim::hold(&device).unwrap();
             let queued = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1);
-            assert_eq!(device_task_abort(ctx), AclCode(0), "{strategy:?}");
+            assert_eq!(device_task_abort(ctx, 1000), AclCode(0), "{strategy:?}");
             drop(held);
             let discarded = run(queued).unwrap_err();
             let aborted = matches!(discarded.error, npu::Error::Aborted { .. });
@@ -200,7 +168,7 @@ fn a_device_task_abort_refused_by_another_callback_discards_nothing() {
             let held = sim::hold(&device).unwrap();
             let kept = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1);
             set_device_task_abort_callback(ctx, c"refuses", Some(refuse));
-            let refused = device_task_abort(ctx);
+            let refused = device_task_abort(ctx, 1000);
             set_device_task_abort_callback(ctx, c"refuses", None);
             assert_eq!(refused, AclCode(ffi::ACL_ERROR_RT_TASK_ABORT_STOP));
             drop(held);
@@ -209,7 +177,7 @@ fn a_device_task_abort_refused_by_another_callback_discards_nothing() {
 
             let held = sim::hold(&device).unwrap();
             let queued = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 2);
-            assert_eq!(device_task_abort(ctx), AclCode(0), "{strategy:?}");
+            assert_eq!(device_task_abort(ctx, 1000), AclCode(0), "{strategy:?}");
             drop(held);
             let discarded = run(queued).unwrap_err();
             let aborted = matches!(discarded.error, npu::Error::Aborted { .. });

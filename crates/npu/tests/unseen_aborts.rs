@@ -3,7 +3,8 @@
 //! device task abort callback, and one that outlives its timeout (PRE, but no POST). The
 //! discarded operations' completion records are gone with them and their stream is alive and
 //! idle, so nothing reaches their events: each must still end, `Error::Aborted`, its buffer
-//! handed back, under every strategy, and the stream must run new work.
+//! handed back, under every strategy, and the stream must run new work. And the marks of a
+//! device task abort another registrant refused, which no POST confirms or clears.
 //!
 //! Every test takes the device lock (the hold gate and the device-wide aborts are the
 //! simulator's); every wait is bounded (`run`), so a hang fails its test.
@@ -23,13 +24,6 @@ const CHILD_ENV: &str = "NPU_UNSEEN_ABORTS_CHILD";
 
 /// The name npu-core registers its device task abort callback under.
 const NPU_RS_CALLBACK: &std::ffi::CStr = c"npu-rs device task abort";
-
-/// A memset of 64 bytes on `s` resolves with its own bytes (`what` names the case).
-fn a_memset_writes(ctx: &Context, s: &Stream, value: u8, what: &str) {
-    let next = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), value));
-    let next = next.unwrap_or_else(|err| panic!("{what}: {err}"));
-    assert_eq!(next.to_vec_blocking().unwrap(), [value; 64], "{what}");
-}
 
 /// A memset queued on `s` behind a held device, after one that completed: its completion
 /// event comes from the stream's pool, complete from the first memset, so a discarded record
@@ -54,15 +48,6 @@ fn aborted<T>(result: Result<T, OpError<T>>, what: &str) -> T {
     discarded
         .value
         .unwrap_or_else(|| panic!("{what}: no value handed back"))
-}
-
-/// `aclrtDeviceTaskAbort(device, timeout_ms)` of `ctx`'s device through the raw API: its code.
-fn device_task_abort(ctx: &Context, timeout_ms: u32) -> AclCode {
-    ctx.bind().unwrap();
-    let abort = ctx.runtime().api().aclrtDeviceTaskAbort;
-    let abort = abort.expect("npu-sim exports aclrtDeviceTaskAbort");
-    // SAFETY: a plain call on a device this test opened, with a bounded timeout.
-    AclCode(unsafe { abort(ctx.device_id() as i32, timeout_ms) })
 }
 
 /// `aclrtStreamAbort` of `s`'s handle through the raw API, as a program holding
@@ -122,15 +107,8 @@ fn child() {
 fn without_callback() {
     let (_guard, d0, _d1) = exclusive(None);
     let device = Device::open(0).unwrap();
-    let set = d0.runtime().api().aclrtSetDeviceTaskAbortCallback;
-    let set = set.expect("npu-sim exports aclrtSetDeviceTaskAbortCallback");
-    // SAFETY: the name is NUL-terminated; NULL removes the registration.
-    let code = unsafe { set(NPU_RS_CALLBACK.as_ptr(), None, std::ptr::null_mut()) };
-    assert_eq!(
-        AclCode(code),
-        AclCode(0),
-        "npu-rs's callback was registered"
-    );
+    // Stands for a runtime without the function: npu-rs hears of no device task abort.
+    set_device_task_abort_callback(&d0, NPU_RS_CALLBACK, None);
     for strategy in STRATEGIES {
         let what = format!("{strategy:?}");
         let s = stream(&d0, strategy);
@@ -176,5 +154,59 @@ fn a_device_task_abort_past_its_timeout_fails_the_work_it_discarded() {
         assert_eq!(aborted(run(queued), &what).len(), 64, "{what}");
         a_memset_writes(&d0, &s, 2, &what);
         run(s.synchronize()).unwrap_or_else(|err| panic!("{what}: {err}"));
+    }
+}
+
+/// A device task abort another registrant's PRE callback refuses (107035) discards nothing,
+/// yet npu-rs's callback had marked each stream's work at PRE, and no POST confirms or clears
+/// that mark. A wait queued before it on stream `a`, for a record queued on stream `b` behind
+/// a notify wait, then runs and fails when `b`'s own abort drops that record: the runtime's
+/// `ACL_ERROR_RT_STREAM_ABORT`, the wait's own failure (it ran: its completion event was
+/// reached), never `Error::Aborted`, which says the work was discarded. Held under every
+/// strategy: the mark the refused abort left does make npu-rs take that code for a possible
+/// discard of `a`'s work, but the runtime reports the failed wait as a task fault, and an
+/// error carrying the operation's own fault is never taken for a discard.
+#[test]
+fn a_wait_failed_by_another_streams_abort_after_a_refused_device_abort_keeps_its_error() {
+    unsafe extern "C" fn refuse(
+        _: i32,
+        _: ffi::aclrtDeviceTaskAbortStage,
+        _: u32,
+        _: *mut std::ffi::c_void,
+    ) -> i32 {
+        1
+    }
+    let (_guard, d0, _d1) = exclusive(None);
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let (a, b) = (stream(&d0, strategy), stream(&d0, strategy));
+        let gate = npu::stream::Notify::new(&d0).unwrap();
+        let blocked = b.wait_notify(&gate);
+        let ready = Event::new(&d0).unwrap();
+        ready.record(&b).unwrap();
+        let waiting = a.wait_event_timeout(&ready, std::time::Duration::from_secs(600));
+        set_device_task_abort_callback(&d0, c"refuses", Some(refuse));
+        let refused = device_task_abort(&d0, 1000);
+        set_device_task_abort_callback(&d0, c"refuses", None);
+        assert_eq!(
+            refused,
+            AclCode(ffi::ACL_ERROR_RT_TASK_ABORT_STOP),
+            "{what}"
+        );
+        run(b.abort()).unwrap_or_else(|err| panic!("{what}: {err}"));
+        assert!(run(blocked).unwrap_err().error.is_aborted(), "{what}");
+        let failed = run(waiting).expect_err(&what).error;
+        let code = failed.acl_code();
+        assert_eq!(
+            code,
+            Some(AclCode(ffi::ACL_ERROR_RT_STREAM_ABORT)),
+            "{what}: {failed}"
+        );
+        assert!(
+            failed.fault().is_some(),
+            "{what}: the wait ran and failed: {failed}"
+        );
+        a_memset_writes(&d0, &a, 2, &what);
+        a_memset_writes(&d0, &b, 2, &what);
     }
 }

@@ -99,6 +99,38 @@ pub(crate) fn take_every_event(ctx: &Context) -> Vec<Event> {
     events
 }
 
+/// A memset of 64 bytes to `value` on `s` resolves with its own bytes (`what` names the case
+/// in a failure).
+pub(crate) fn a_memset_writes(ctx: &Context, s: &Stream, value: u8, what: &str) {
+    let next = run(s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), value));
+    let next = next.unwrap_or_else(|err| panic!("{what}: {err}"));
+    assert_eq!(next.to_vec_blocking().unwrap(), [value; 64], "{what}");
+}
+
+/// `aclrtDeviceTaskAbort(device, timeout_ms)` of `ctx`'s device through the raw API, as a
+/// program calls it (npu-rs never does): its code.
+pub(crate) fn device_task_abort(ctx: &Context, timeout_ms: u32) -> npu::error::AclCode {
+    ctx.bind().unwrap();
+    let abort = ctx.runtime().api().aclrtDeviceTaskAbort;
+    let abort = abort.expect("npu-sim exports aclrtDeviceTaskAbort");
+    // SAFETY: a plain call on a device this test opened, with a bounded timeout.
+    npu::error::AclCode(unsafe { abort(ctx.device_id() as i32, timeout_ms) })
+}
+
+/// Registers (`Some`) or removes (`None`) a device task abort callback named `name` beside
+/// npu-rs's own, through the raw API.
+pub(crate) fn set_device_task_abort_callback(
+    ctx: &Context,
+    name: &std::ffi::CStr,
+    callback: ffi::aclrtDeviceTaskAbortCallback,
+) {
+    let set = ctx.runtime().api().aclrtSetDeviceTaskAbortCallback;
+    let set = set.expect("npu-sim exports aclrtSetDeviceTaskAbortCallback");
+    // SAFETY: the name is NUL-terminated; the callback (a plain function) ignores `args`.
+    let code = unsafe { set(name.as_ptr(), callback, std::ptr::null_mut()) };
+    assert_eq!(code, 0, "{name:?}");
+}
+
 /// Runs `future` on a current-thread Tokio runtime, failing the test if it hangs.
 pub(crate) fn run<F: Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
