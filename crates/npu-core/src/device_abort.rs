@@ -4,7 +4,8 @@
 //! (`aclrtSetDeviceTaskAbortCallback`) once per loaded runtime that has the function, and
 //! tells whoever watches a device ([`DeviceAbortWatch`], npu-stream's streams) before the
 //! runtime discards anything (PRE) and once it has (POST). A runtime without the function
-//! tells no one: work such an abort discards stays pending.
+//! tells no one: the work such an abort discards is found later, by npu-stream's probes of
+//! streams without progress, once its stream is idle.
 //!
 //! The callback runs on the thread that called `aclrtDeviceTaskAbort`, which may hold
 //! npu-rs's locks (a tracing subscriber called from inside a submission): the watchers take

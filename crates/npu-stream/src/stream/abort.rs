@@ -53,7 +53,12 @@ impl Stream {
     /// stream's discarded operations the same way (`Error::Aborted`, or the fault that had
     /// stopped the stream), where the runtime has `aclrtSetDeviceTaskAbortCallback`: npu-rs
     /// marks the stream's work before the runtime's discard and confirms it after. Without
-    /// that function, or when such an abort outlives its timeout, they stay pending.
+    /// that function, when such an abort outlives its timeout, or after an `aclrtStreamAbort`
+    /// of [`as_raw`](Stream::as_raw) made through the raw API, npu-rs hears of no discard:
+    /// the discarded operations fail with `Error::Aborted` once a health check of the stream,
+    /// which comes after an operation has made no progress for 10 ms or more, finds the
+    /// stream idle (`aclrtStreamQuery` reports it complete) and then their events not
+    /// complete. On a runtime without `aclrtStreamQuery` they stay pending.
     ///
     /// ```
     /// # use npu_core::Device;
