@@ -517,8 +517,9 @@ impl Reactor {
     /// and completion record the device ran before it (this reactor had not looked yet): an
     /// operation whose event has completed was not discarded, so the failing stops there and
     /// the ordinary path settles it with the device's result. The abort has confirmed the
-    /// discard before its mark moves (the stream was idle before the probe's horizon was
-    /// read), so an event not complete now never completes. The query does not block.
+    /// discard before its mark moves (and the probe found the stream idle after the records
+    /// up to its horizon were queued), so an event not complete now never completes. The
+    /// query does not block.
     fn fail_aborted(
         &self,
         stream: &Arc<StreamShared>,
@@ -529,20 +530,15 @@ impl Reactor {
             return; // never aborted nor found idle with work: no lock on the common path
         }
         let idle = *idle_through;
-        let discarded = |op: OpInfo| stream.aborted(op) || (op.seq != 0 && op.seq <= idle);
+        let covers = |op: OpInfo| stream.aborted(op) || (op.seq != 0 && op.seq <= idle);
         // Queried with no lock held: a query the runtime fails may run a tracing subscriber,
         // which may submit to this stream, and a registration takes the queue's lock.
-        let covered: Vec<npu_core::ffi::aclrtEvent> = {
-            let queue = lock_queue(stream);
-            if queue.pending.front().is_none_or(|head| head.op.seq > idle) {
-                *idle_through = 0;
-            }
-            let covered = queue
-                .pending
-                .iter()
-                .take_while(|pending| discarded(pending.op));
-            covered.map(|pending| pending.event.handle()).collect()
-        };
+        let covered: Vec<npu_core::ffi::aclrtEvent> = lock_queue(stream)
+            .pending
+            .iter()
+            .take_while(|pending| covers(pending.op))
+            .map(|pending| pending.event.handle())
+            .collect();
         let runtime = stream.context.runtime();
         let discarded = covered
             .iter()
@@ -560,6 +556,12 @@ impl Reactor {
                 };
                 finished.push_back((stream.clone(), pending, Outcome::Failed(err)));
             }
+        }
+        // A stream's queue is in submission order: with its head past the horizon, nothing
+        // queued is covered. One it covers that joins later (a `BlockingSync` hand-over) waits
+        // for the next probe, which finds the stream idle again.
+        if queue.pending.front().is_none_or(|head| head.op.seq > idle) {
+            *idle_through = 0;
         }
     }
 

@@ -119,3 +119,47 @@ fn a_dead_verdict_fails_only_what_was_queued_when_the_probe_looked() {
     held.release();
     finishes(&later);
 }
+
+/// A program's own `aclrtStreamAbort` of the stream's raw handle discarded two watched
+/// operations and their records; a third was watched after it, on the held device. A probe
+/// found the stream idle after the first two were recorded (the verdict's horizon, 2): the
+/// reactor fails those two `Aborted` (their events are not complete, so their records were
+/// discarded) and keeps the third, which runs once the device is released; with nothing
+/// covered left, the reactor forgets the horizon, so later passes take no lock for it.
+#[test]
+fn an_idle_verdict_fails_the_operations_recorded_before_it_whose_events_never_complete() {
+    let (held, stream, reactor, first, second) = two_held_operations(1);
+    let shared = &stream.shared;
+    shared.context.bind().unwrap();
+    let abort = shared.context.runtime().api().aclrtStreamAbort;
+    let abort = abort.expect("npu-sim exports aclrtStreamAbort");
+    // SAFETY: the stream is alive and its context is bound on this thread.
+    assert_eq!(unsafe { abort(shared.handle) }, npu_core::ffi::ACL_SUCCESS);
+    let Ok(third) = watch(&reactor, &stream) else {
+        panic!("a running reactor takes operations on");
+    };
+    let mut watched = Watched::default();
+    reactor.adopt(&mut watched.active);
+    let idle = sentinel::Alive::idle(2);
+    watched.active[0].health.asked = Some(Verdict::given(Ok(idle)));
+    let Watched {
+        active, finished, ..
+    } = &mut watched;
+    assert!(reactor.poll_stream(&mut active[0], finished));
+    assert_eq!(finished.len(), 2, "the two discarded operations fail");
+    while let Some((stream, pending, outcome)) = finished.pop_front() {
+        outcome.apply(pending, &stream);
+    }
+    for done in [&first, &second] {
+        let failed = done.result().expect("completed").unwrap_err();
+        assert!(matches!(failed, Error::Aborted { .. }), "{failed}");
+    }
+    assert!(!third.is_complete(), "the device is held");
+    assert_eq!(
+        active[0].health.idle_through, 0,
+        "nothing it covers is left"
+    );
+    reactor.stop(watched);
+    held.release();
+    finishes(&third);
+}

@@ -510,6 +510,26 @@ mod tests {
         assert_reports(shared, 5, Some(&fault()));
     }
 
+    /// A probe reads how many operations have their completion records queued only while no
+    /// submission and no abort holds the stream: a submission takes its `seq` before it
+    /// records, so a count read meanwhile could name an operation whose record is queued only
+    /// after the probe's stream query, and an idle stream would make that record pass for a
+    /// discarded one. Refused, not waited for: the sentinel never waits for a submitter.
+    #[test]
+    fn the_recorded_horizon_is_not_read_while_a_submission_or_an_abort_holds_the_stream() {
+        let stream = crate::test_support::sim_stream(0);
+        let shared = &*stream.shared;
+        shared.watched.store(3, Ordering::Release);
+        assert_eq!(shared.watched_and_recorded(), Some(3));
+        let submitting = shared.lock_submission();
+        assert_eq!(shared.watched_and_recorded(), None, "a submission holds it");
+        drop(submitting);
+        shared.lock_submission().refusing += 1;
+        assert_eq!(shared.watched_and_recorded(), None, "an abort refuses");
+        shared.lock_submission().refusing -= 1;
+        assert_eq!(shared.watched_and_recorded(), Some(3));
+    }
+
     /// A device fault's error, as the runtime's exception callback reports one.
     fn fault() -> Error {
         let mut fault = DeviceFault::new(AclCode::AICORE_EXCEPTION);
