@@ -260,11 +260,16 @@ impl Drop for AbortInProgress<'_> {
             if self.discarded {
                 stream.confirm_discard(marked);
             } else if aborting.refusing == 1 {
-                // The runtime vouched for no discard, and no other abort is under way: the
-                // runtime's discard code no longer speaks for this stream beyond what earlier
-                // aborts discarded.
+                // The runtime vouched for no discard, and no other `Stream::abort` is under
+                // way: the runtime's discard code no longer speaks for this stream beyond what
+                // earlier aborts discarded, and what a device task abort marked at PRE (it may
+                // be discarding it now; its POST confirms it). Taken under the submission
+                // lock, the order `before` and `after` never take the two in reverse.
                 let confirmed = stream.aborted_through.load(Ordering::Acquire);
-                stream.aborting_through.store(confirmed, Ordering::Release);
+                let device = stream.lock_device_abort().as_ref().map_or(0, |m| m.through);
+                stream
+                    .aborting_through
+                    .store(confirmed.max(device), Ordering::Release);
             }
             aborting.refusing -= 1;
         }
@@ -528,6 +533,44 @@ mod tests {
         assert_eq!(shared.watched_and_recorded(), None, "an abort refuses");
         shared.lock_submission().refusing -= 1;
         assert_eq!(shared.watched_and_recorded(), Some(3));
+    }
+
+    /// A `Stream::abort` whose runtime call fails while an `aclrtDeviceTaskAbort` of the
+    /// stream's device is between its PRE and POST: the failed abort discarded nothing, but
+    /// the device abort is still discarding what it marked at PRE, so the runtime's discard
+    /// code still speaks for that work until POST confirms it. The break: the failed abort's
+    /// end brought `aborting_through` back to what aborts had confirmed, below the device
+    /// abort's mark, so a dead verdict's `ACL_ERROR_RT_STREAM_ABORT` for that work meanwhile
+    /// was reported as the runtime's error rather than `Error::Aborted`. No public call
+    /// orders the failure inside the device abort on npu-sim, so this calls the watcher's
+    /// PRE and POST and ends the failed abort directly.
+    #[test]
+    fn a_failed_abort_during_a_device_task_abort_keeps_the_device_aborts_mark() {
+        use npu_core::DeviceAbortWatch;
+        let stream = crate::test_support::sim_stream(0);
+        let shared = &*stream.shared;
+        shared.watched.store(2, Ordering::Release);
+        assert!(shared.before(), "PRE marks the two operations");
+        // SAFETY: nothing is recorded against this completion and nothing waits on it.
+        let mine = unsafe { Completer::new() }.completion();
+        let mut failed = AbortInProgress {
+            stream: shared,
+            mine: &mine,
+            marked: None,
+            discarded: false,
+        };
+        failed.mark(&mut shared.lock_submission());
+        drop(failed);
+        let op = OpInfo {
+            seq: 2,
+            ..OpInfo::new("aclrtMemsetAsync")
+        };
+        assert!(
+            shared.abort_may_have_discarded(op),
+            "the device abort's discard is still to come"
+        );
+        shared.after();
+        assert!(shared.aborted(op), "POST confirmed it");
     }
 
     /// A device fault's error, as the runtime's exception callback reports one.

@@ -91,7 +91,8 @@ pub(crate) struct StreamShared {
     /// The `seq` of the last operation an abort of this stream may discard: set when its
     /// runtime call is about to begin, before the runtime can report anything discarded
     /// (`aborted_through` follows once the runtime has confirmed the discard; the last abort
-    /// under way that fails brings it back down to `aborted_through`). A failure with
+    /// under way that fails brings it back down to `aborted_through`, or to the PRE mark of
+    /// a device task abort no POST has confirmed, if higher). A failure with
     /// `ACL_ERROR_RT_STREAM_ABORT` is this stream's discarded work only up to here; past it,
     /// or on a stream never aborted, it is a wait that ran and found its record dropped by
     /// another stream's abort.
