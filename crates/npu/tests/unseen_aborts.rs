@@ -26,8 +26,9 @@ const CHILD_ENV: &str = "NPU_UNSEEN_ABORTS_CHILD";
 const NPU_RS_CALLBACK: &std::ffi::CStr = c"npu-rs device task abort";
 
 /// A memset queued on `s` behind a held device, after one that completed: its completion
-/// event comes from the stream's pool, complete from the first memset, so a discarded record
-/// that read as that old completion would pass for success.
+/// event is taken from the stream's pool, where the first memset's, complete, is usually back
+/// by then, so a discarded record that read as that old completion would pass for success
+/// (npu-sim's answer for a reused event is pinned in its own `tests/events.rs`).
 fn queued_behind_a_hold(
     ctx: &Context,
     s: &Stream,
