@@ -664,6 +664,27 @@ fn the_memory_extension_chapters_function_by_function_in_c() {
     assert_eq!(stdout, "364 documented edges checked, 0 wrong\n");
 }
 
+/// `tests/c/kernel_and_other_chapters_function_by_function.c`: the kernel loading and
+/// execution, device variable, snapshot and other APIs chapters and the data types chapter's
+/// operation APIs function by function, the edges the other programs leave out (NULL
+/// arguments before handles in parameter order, an unloaded binary's handles and functions,
+/// destroyed and other contexts' streams for every launch form and asynchronous device
+/// variable copy, the SIMT launches' pointer checks before the feature an Atlas A2 lacks, a
+/// global by symbol and by name, a data buffer that never owned its memory, a snapshot
+/// callback only while registered), checked in C with global_kernels.c's library linked in; the
+/// program prints each mismatch.
+#[test]
+fn the_kernel_and_other_chapters_function_by_function_in_c() {
+    let library = compile("global_kernels", &["-shared", "-fPIC"]);
+    let linked = format!("-Wl,--no-as-needed,{}", library.display());
+    let stdout = run_with(
+        &compile("kernel_and_other_chapters_function_by_function", &[&linked]),
+        &[("NPUSIM_GLOBALS_SO", &library)],
+    );
+    let _ = std::fs::remove_file(&library);
+    assert_eq!(stdout, "282 documented edges checked, 0 wrong\n");
+}
+
 /// `tests/c/memory_chapters_function_by_function.c`: the device memory, host memory, copy and
 /// set, virtual memory, unified addressing and exception handling chapters function by
 /// function, the edges the other programs leave out (freed memory, another device's memory and

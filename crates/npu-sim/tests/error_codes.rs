@@ -3101,6 +3101,8 @@ static RESOURCES: &[Case] = &[
             let shape = dim3 { x: 1, y: 1, z: 1 };
             let (stream, cfg) = (ptr::null_mut(), ptr::null_mut());
             let func = add_one();
+            // Past the pointer checks (a NULL array is 100000 first), to the feature.
+            let mut args = [ptr::null_mut::<c_void>()];
             code!(aclrtLaunchSIMTKernelWithArgsArray(
                 func,
                 shape,
@@ -3108,7 +3110,7 @@ static RESOURCES: &[Case] = &[
                 0,
                 stream,
                 cfg,
-                ptr::null_mut()
+                args.as_mut_ptr()
             ))
         },
     ),

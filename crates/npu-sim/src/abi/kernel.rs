@@ -642,10 +642,11 @@ fn simt_unsupported() -> Res<()> {
     )
 }
 
-/// Not supported on an Atlas A2 (207000).
+/// Not supported on an Atlas A2 (207000), after the pointer checks that need no lookup: NULL
+/// `func` or `args` → 100000, as every launch refuses them first.
 ///
 /// # Safety
-/// No preconditions; `unsafe` only because it is part of the C ABI.
+/// No preconditions: no pointer is dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtLaunchSIMTKernelWithArgsArray(
     func: *mut c_void,
@@ -656,14 +657,20 @@ pub unsafe extern "C" fn aclrtLaunchSIMTKernelWithArgsArray(
     cfg: *mut aclrtLaunchKernelCfg,
     args: *mut *mut c_void,
 ) -> aclError {
-    let _ = (func, gridDim, blockDim, dynUbufSize, stream, cfg, args);
-    guard("aclrtLaunchSIMTKernelWithArgsArray", simt_unsupported)
+    let _ = (gridDim, blockDim, dynUbufSize, stream, cfg);
+    guard("aclrtLaunchSIMTKernelWithArgsArray", || {
+        non_null(func, "func")?;
+        non_null(args, "args")?;
+        simt_unsupported()
+    })
 }
 
-/// Not supported on an Atlas A2 (207000).
+/// Not supported on an Atlas A2 (207000), after the pointer checks that need no lookup: NULL
+/// `func`, NULL `hostArgs` with a non-zero `argsSize`, NULL `placeHolderArray` with a non-zero
+/// `placeHolderNum` → 100000, as aclrtLaunchKernelWithHostArgs refuses them first.
 ///
 /// # Safety
-/// No preconditions; `unsafe` only because it is part of the C ABI.
+/// No preconditions: no pointer is dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtLaunchSIMTKernelWithHostArgs(
     func: *mut c_void,
@@ -677,9 +684,14 @@ pub unsafe extern "C" fn aclrtLaunchSIMTKernelWithHostArgs(
     placeHolderArray: *mut aclrtPlaceHolderInfo,
     placeHolderNum: usize,
 ) -> aclError {
-    let _ = (func, gridDim, blockDim, dynUbufSize, stream, cfg);
-    let _ = (hostArgs, argsSize, placeHolderArray, placeHolderNum);
-    guard("aclrtLaunchSIMTKernelWithHostArgs", simt_unsupported)
+    let _ = (gridDim, blockDim, dynUbufSize, stream, cfg);
+    guard("aclrtLaunchSIMTKernelWithHostArgs", || {
+        args_pointers(func, hostArgs.cast_const(), argsSize, "hostArgs")?;
+        if placeHolderNum != 0 {
+            non_null(placeHolderArray, "placeHolderArray")?;
+        }
+        simt_unsupported()
+    })
 }
 
 /// Launches a kernel whose arguments are given as an array of pointers to each parameter's

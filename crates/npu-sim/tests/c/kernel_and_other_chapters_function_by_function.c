@@ -1,0 +1,664 @@
+/*
+ * The API reference's kernel loading and execution (14), device variable (11-11), snapshot
+ * (21) and other APIs (24) chapters and the operation APIs of the data types chapter (25-03:
+ * data buffers, allocator descriptions, stream configuration handles), function by function,
+ * for the edges kernel_chapter_edges.c, config_chapter_edges.c, exception_and_memory_ext_edges.c
+ * and the flow programs leave out. For each function: its NULL arguments in parameter order
+ * (100000, before a handle is looked up or a value checked), an unloaded binary's handles and
+ * its functions (107017), destroyed streams (107017) and another context's streams (107003)
+ * for every launch and asynchronous device variable copy, values out of range (107000), the
+ * reserved arguments, and what a successful call does that a program sees (a global's address
+ * and size by name and by symbol, a copy through one read back through the other, a data
+ * buffer that never owned its memory, a snapshot callback called at its stage only while
+ * registered). Where the reference names no code only a failure is required. Prints a line
+ * for each mismatch, then how many checks ran. Compiled by tests/c_programs.rs (also against
+ * CANN's own headers) with the device-global library of global_kernels.c linked in; the
+ * output is compared.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "acl/acl_rt_allocator.h"
+#include "expect.h"
+#include "npusim/control.h"
+#include "npusim/kernel.h"
+
+/* aclGetDataBufferSize is deprecated in CANN's headers, and still documented. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+enum { N = 256, BLOCKS = 2 };
+
+/* global_kernels.c's device global and kernel, linked into this program. */
+extern float bias[4];
+extern int32_t add_bias(uint32_t blockIdx, uint32_t blockNum, void *args);
+
+static void *const SENTINEL = (void *)(uintptr_t)0x5e5e;
+
+/* A stream created and destroyed: a stale handle. */
+static aclrtStream destroyed_stream(void)
+{
+    aclrtStream stream = NULL;
+    EXPECT(aclrtCreateStream(&stream), ACL_SUCCESS);
+    EXPECT(aclrtDestroyStream(stream), ACL_SUCCESS);
+    return stream;
+}
+
+/* A stream of a second context on device 0; `home` is current again after. */
+static aclrtStream stream_of_another_context(aclrtContext home, aclrtContext *other)
+{
+    aclrtStream stream = NULL;
+    EXPECT(aclrtCreateContext(other, 0), ACL_SUCCESS);
+    EXPECT(aclrtCreateStream(&stream), ACL_SUCCESS);
+    EXPECT(aclrtSetCurrentContext(home), ACL_SUCCESS);
+    return stream;
+}
+
+/* The streams every launch and asynchronous copy is refused: destroyed and foreign. */
+typedef struct Streams {
+    aclrtStream own;
+    aclrtStream gone;
+    aclrtStream foreign;
+} Streams;
+
+/* ---- 14: binaries and what their handles answer once unloaded ---- */
+
+static void on_exception(aclrtExceptionInfo *info, void *userData)
+{
+    (void)info;
+    (void)userData;
+}
+
+static void binaries(void)
+{
+    const char *library = npusimKernelLibraryPath();
+    aclrtBinHandle bin = SENTINEL;
+
+    /* Loading: the path (or data) before the output, the options' array before its entries. */
+    EXPECT(aclrtBinaryLoadFromFile(NULL, NULL, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtBinaryLoadFromData(NULL, 0, NULL, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtBinaryLoadFromData(library, 0, NULL, &bin), ACL_ERROR_INVALID_PARAM);
+    aclrtBinaryLoadOptions options = {NULL, 1};
+    EXPECT(aclrtBinaryLoadFromFile(library, &options, &bin), ACL_ERROR_INVALID_PARAM);
+    aclrtBinaryLoadOption unknown;
+    memset(&unknown, 0, sizeof unknown);
+    unknown.type = (aclrtBinaryLoadOptionType)99;
+    options.options = &unknown;
+    FAILS(aclrtBinaryLoadFromFile(library, &options, &bin));
+    HOLDS(bin == SENTINEL);
+    /* No options in the list is no option: an eager load. */
+    options.numOpt = 0;
+    EXPECT(aclrtBinaryLoadFromFile(library, &options, &bin), ACL_SUCCESS);
+
+    aclrtFuncHandle add = NULL;
+    EXPECT(aclrtBinaryGetFunction(bin, "vector_add_f32", &add), ACL_SUCCESS);
+    aclrtFuncHandle func = SENTINEL;
+    EXPECT(aclrtBinaryGetFunction(NULL, NULL, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtBinaryGetFunction(bin, NULL, &func), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtBinaryGetFunctionByEntry(bin, 0, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtBinaryGetFunctionByEntry(NULL, 0, &func), ACL_ERROR_INVALID_PARAM);
+
+    void *address = SENTINEL;
+    size_t size = 7;
+    EXPECT(aclrtBinaryGetDevAddress(NULL, &address, &size), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtBinaryGetDevAddress(bin, &address, &size), ACL_SUCCESS);
+    HOLDS(address != NULL && address != SENTINEL && size > 0);
+
+    /* The shipped library has no globals; the name before the outputs. */
+    EXPECT(aclrtBinaryGetGlobal(NULL, "bias", &address, &size), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtBinaryGetGlobal(bin, NULL, &address, &size), ACL_ERROR_INVALID_PARAM);
+    FAILS(aclrtBinaryGetGlobal(bin, "bias", &address, &size));
+
+    aclrtBinHandle owner = SENTINEL;
+    EXPECT(aclrtFunctionGetBinary(NULL, &owner), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtFunctionGetBinary(add, NULL), ACL_ERROR_INVALID_PARAM);
+    HOLDS(owner == SENTINEL);
+
+    EXPECT(aclrtBinaryLoad(NULL, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtBinaryUnLoad(NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtRegisterCpuFunc(NULL, "RunCpuKernel", "Add", &func), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtRegisterCpuFunc(bin, "RunCpuKernel", "Add", NULL), ACL_ERROR_INVALID_PARAM);
+
+    /* Unloaded: every handle of the binary, and of its functions, is stale. */
+    EXPECT(aclrtBinaryUnLoad(bin), ACL_SUCCESS);
+    EXPECT(aclrtBinaryGetFunction(bin, "vector_add_f32", &func), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtBinaryGetFunction(bin, NULL, &func), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtBinaryGetDevAddress(bin, &address, &size), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtBinaryGetDevAddress(bin, NULL, &size), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtBinaryGetGlobal(bin, "bias", &address, &size), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtBinarySetExceptionCallback(bin, NULL, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtBinarySetExceptionCallback(bin, on_exception, NULL), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtRegisterCpuFunc(bin, "RunCpuKernel", "Add", &func), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtFunctionGetBinary(add, &owner), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtBinaryUnLoad(bin), ACL_ERROR_RT_INVALID_HANDLE);
+    HOLDS(func == SENTINEL && owner == SENTINEL);
+}
+
+/* ---- 14: what a function tells, with NULL and stale handles ---- */
+
+static void function_queries(aclrtFuncHandle add, aclrtFuncHandle stale)
+{
+    void *aic = SENTINEL;
+    void *aiv = SENTINEL;
+    EXPECT(aclrtGetFunctionAddr(NULL, &aic, &aiv), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtGetFunctionAddr(add, NULL, &aiv), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtGetFunctionAddr(add, &aic, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtGetFunctionAddr(stale, &aic, &aiv), ACL_ERROR_RT_INVALID_HANDLE);
+    HOLDS(aic == SENTINEL && aiv == SENTINEL);
+
+    size_t aic_size = 7;
+    size_t aiv_size = 7;
+    EXPECT(aclrtGetFunctionSize(NULL, &aic_size, &aiv_size), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtGetFunctionSize(add, NULL, &aiv_size), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtGetFunctionSize(add, &aic_size, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtGetFunctionSize(stale, &aic_size, &aiv_size), ACL_ERROR_RT_INVALID_HANDLE);
+    HOLDS(aic_size == 7 && aiv_size == 7);
+
+    /* The name fits in exactly its length and the terminator. */
+    char name[32];
+    memset(name, 'x', sizeof name);
+    const uint32_t fits = (uint32_t)sizeof "vector_add_f32";
+    EXPECT(aclrtGetFunctionName(NULL, sizeof name, name), ACL_ERROR_INVALID_PARAM);
+    FAILS(aclrtGetFunctionName(add, 0, name));
+    FAILS(aclrtGetFunctionName(add, fits - 1, name));
+    HOLDS(name[0] == 'x');
+    EXPECT(aclrtGetFunctionName(add, fits, name), ACL_SUCCESS);
+    HOLDS(strcmp(name, "vector_add_f32") == 0);
+    EXPECT(aclrtGetFunctionName(stale, sizeof name, name), ACL_ERROR_RT_INVALID_HANDLE);
+
+    int64_t value = 7;
+    EXPECT(aclrtGetFunctionAttribute(NULL, ACL_FUNC_ATTR_KERNEL_TYPE, &value),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtGetFunctionAttribute(stale, ACL_FUNC_ATTR_KERNEL_TYPE, &value),
+           ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtGetFunctionAttribute(stale, ACL_FUNC_ATTR_KERNEL_TYPE, NULL),
+           ACL_ERROR_INVALID_PARAM);
+    FAILS(aclrtGetFunctionAttribute(add, (aclrtFuncAttribute)0, &value));
+    HOLDS(value == 7);
+
+    size_t count = 7;
+    size_t offset = 7;
+    size_t psize = 7;
+    EXPECT(aclrtFunctionGetParamCount(NULL, &count), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtFunctionGetParamCount(add, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtFunctionGetParamCount(stale, &count), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtFunctionGetParamInfo(NULL, 0, &offset, &psize), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtFunctionGetParamInfo(add, 0, NULL, &psize), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtFunctionGetParamInfo(add, 0, &offset, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtFunctionGetParamInfo(add, 4, &offset, &psize), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtFunctionGetParamInfo(stale, 0, &offset, &psize), ACL_ERROR_RT_INVALID_HANDLE);
+    HOLDS(count == 7 && offset == 7 && psize == 7);
+    EXPECT(aclrtFunctionGetParamInfo(add, 0, &offset, &psize), ACL_SUCCESS);
+    HOLDS(offset == 0 && psize == sizeof(void *));
+
+    /* flags is reserved: 0 only. */
+    size_t ubuf = 7;
+    FAILS(aclrtFunctionGetAvailDynUbufPerBlock(add, 1, &ubuf));
+    EXPECT(aclrtFunctionGetAvailDynUbufPerBlock(stale, 0, &ubuf), ACL_ERROR_RT_INVALID_HANDLE);
+    HOLDS(ubuf == 7);
+
+    size_t mem = 7;
+    EXPECT(aclrtKernelArgsGetMemSize(NULL, 32, &mem), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtKernelArgsGetMemSize(stale, 32, &mem), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtKernelArgsGetHandleMemSize(NULL, &mem), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtKernelArgsGetHandleMemSize(stale, &mem), ACL_ERROR_RT_INVALID_HANDLE);
+    HOLDS(mem == 7);
+
+    aclrtArgsHandle args = SENTINEL;
+    EXPECT(aclrtKernelArgsInit(stale, &args), ACL_ERROR_RT_INVALID_HANDLE);
+    HOLDS(args == SENTINEL);
+
+    aclrtFuncHandle func = SENTINEL;
+    EXPECT(aclrtGetFuncBySymbol(NULL, &func), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtGetFuncBySymbol((const void *)add_bias, NULL), ACL_ERROR_INVALID_PARAM);
+    FAILS(aclrtGetFuncBySymbol((const void *)bias, &func));
+    HOLDS(func == SENTINEL);
+
+    /* The exception info getters: the info before the outputs. */
+    void *dev_args = SENTINEL;
+    uint32_t len = 7;
+    EXPECT(aclrtGetArgsFromExceptionInfo(NULL, &dev_args, &len), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtGetFuncHandleFromExceptionInfo(NULL, &func), ACL_ERROR_INVALID_PARAM);
+    HOLDS(dev_args == SENTINEL && len == 7 && func == SENTINEL);
+}
+
+/* ---- 14: argument handles ---- */
+
+static void argument_handles(aclrtFuncHandle add)
+{
+    size_t handle_size = 0;
+    size_t actual = 0;
+    EXPECT(aclrtKernelArgsGetHandleMemSize(add, &handle_size), ACL_SUCCESS);
+    EXPECT(aclrtKernelArgsGetMemSize(add, sizeof(npusimVectorAddArgs), &actual), ACL_SUCCESS);
+    void *handle_mem = calloc(1, handle_size);
+    void *args_mem = calloc(1, actual);
+    EXPECT(aclrtKernelArgsInitByUserMem(NULL, handle_mem, args_mem, actual),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtKernelArgsInitByUserMem(add, NULL, args_mem, actual), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtKernelArgsInitByUserMem(add, handle_mem, NULL, actual), ACL_ERROR_INVALID_PARAM);
+    /* Memory of 0 bytes holds an empty list: a parameter does not fit. */
+    aclrtParamHandle param = SENTINEL;
+    uint64_t word = 1;
+    EXPECT(aclrtKernelArgsInitByUserMem(add, handle_mem, args_mem, 0), ACL_SUCCESS);
+    EXPECT(aclrtKernelArgsAppend(handle_mem, &word, sizeof word, &param),
+           ACL_ERROR_RT_PARAM_INVALID);
+    HOLDS(param == SENTINEL);
+    free(args_mem);
+    free(handle_mem);
+
+    aclrtArgsHandle args = NULL;
+    EXPECT(aclrtKernelArgsInit(add, &args), ACL_SUCCESS);
+    FAILS(aclrtKernelArgsAppend(args, &word, 0, &param));
+    EXPECT(aclrtKernelArgsAppend(args, &word, sizeof word, NULL), ACL_ERROR_INVALID_PARAM);
+    HOLDS(param == SENTINEL);
+    EXPECT(aclrtKernelArgsAppendPlaceHolder(NULL, &param), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtKernelArgsAppendPlaceHolder(args, NULL), ACL_ERROR_INVALID_PARAM);
+
+    aclrtParamHandle holder = NULL;
+    aclrtParamHandle value = NULL;
+    EXPECT(aclrtKernelArgsAppendPlaceHolder(args, &holder), ACL_SUCCESS);
+    EXPECT(aclrtKernelArgsAppend(args, &word, sizeof word, &value), ACL_SUCCESS);
+    void *buffer = SENTINEL;
+    EXPECT(aclrtKernelArgsGetPlaceHolderBuffer(NULL, holder, 8, &buffer), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtKernelArgsGetPlaceHolderBuffer(args, NULL, 8, &buffer), ACL_ERROR_INVALID_PARAM);
+    FAILS(aclrtKernelArgsGetPlaceHolderBuffer(args, holder, 0, &buffer));
+    HOLDS(buffer == SENTINEL);
+
+    /* An update names an appended value of its own size. */
+    EXPECT(aclrtKernelArgsParaUpdate(NULL, value, &word, sizeof word), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtKernelArgsParaUpdate(args, NULL, &word, sizeof word), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtKernelArgsParaUpdate(args, value, NULL, sizeof word), ACL_ERROR_INVALID_PARAM);
+    FAILS(aclrtKernelArgsParaUpdate(args, value, &word, sizeof word / 2));
+    EXPECT(aclrtKernelArgsParaUpdate(args, value, &word, sizeof word), ACL_SUCCESS);
+}
+
+/* ---- 14: every launch form against NULL arguments, stale functions and foreign streams ---- */
+
+static void launches(aclrtFuncHandle add, aclrtFuncHandle stale, const Streams *s)
+{
+    float *a = NULL;
+    float *c = NULL;
+    void *dev_args = NULL;
+    EXPECT(aclrtMalloc((void **)&a, N * sizeof(float), ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+    EXPECT(aclrtMalloc((void **)&c, N * sizeof(float), ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+    EXPECT(aclrtMalloc(&dev_args, 64, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+    float ones[N];
+    for (int i = 0; i < N; ++i) {
+        ones[i] = 1.0f;
+    }
+    EXPECT(aclrtMemcpy(a, sizeof ones, ones, sizeof ones, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
+    EXPECT(aclrtMemset(c, sizeof ones, 0, sizeof ones), ACL_SUCCESS);
+    npusimVectorAddArgs host = {a, a, c, N};
+    const size_t size = sizeof host;
+    EXPECT(aclrtMemcpy(dev_args, 64, &host, size, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
+
+    /* aclrtLaunchKernel and aclrtLaunchKernelV2: device arguments. */
+    EXPECT(aclrtLaunchKernel(NULL, BLOCKS, dev_args, size, s->own), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtLaunchKernel(add, BLOCKS, NULL, size, s->own), ACL_ERROR_INVALID_PARAM);
+    FAILS(aclrtLaunchKernel(add, 0, dev_args, size, s->own));
+    EXPECT(aclrtLaunchKernel(stale, BLOCKS, dev_args, size, s->own), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtLaunchKernel(add, BLOCKS, dev_args, size, s->gone), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtLaunchKernel(add, BLOCKS, dev_args, size, s->foreign), ACL_ERROR_RT_STREAM_CONTEXT);
+    EXPECT(aclrtLaunchKernelV2(NULL, BLOCKS, dev_args, size, NULL, s->own), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtLaunchKernelV2(add, BLOCKS, NULL, size, NULL, s->own), ACL_ERROR_INVALID_PARAM);
+    FAILS(aclrtLaunchKernelV2(add, 0, dev_args, size, NULL, s->own));
+    EXPECT(aclrtLaunchKernelV2(stale, BLOCKS, dev_args, size, NULL, s->own),
+           ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtLaunchKernelV2(add, BLOCKS, dev_args, size, NULL, s->gone),
+           ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtLaunchKernelV2(add, BLOCKS, dev_args, size, NULL, s->foreign),
+           ACL_ERROR_RT_STREAM_CONTEXT);
+    aclrtLaunchKernelCfg no_attrs = {NULL, 1};
+    EXPECT(aclrtLaunchKernelV2(add, BLOCKS, dev_args, size, &no_attrs, s->own),
+           ACL_ERROR_INVALID_PARAM);
+    /* Fewer bytes than the kernel declares it reads. */
+    EXPECT(aclrtLaunchKernel(add, BLOCKS, dev_args, size - 1, s->own), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtLaunchKernelV2(add, BLOCKS, dev_args, size - 1, NULL, s->own),
+           ACL_ERROR_RT_PARAM_INVALID);
+
+    /* aclrtLaunchKernelWithHostArgs: host arguments, placeholders named by count. */
+    EXPECT(aclrtLaunchKernelWithHostArgs(NULL, BLOCKS, s->own, NULL, &host, size, NULL, 0),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtLaunchKernelWithHostArgs(add, BLOCKS, s->own, NULL, NULL, size, NULL, 0),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtLaunchKernelWithHostArgs(add, BLOCKS, s->own, NULL, &host, size, NULL, 1),
+           ACL_ERROR_INVALID_PARAM);
+    FAILS(aclrtLaunchKernelWithHostArgs(add, 0, s->own, NULL, &host, size, NULL, 0));
+    EXPECT(aclrtLaunchKernelWithHostArgs(add, BLOCKS, s->own, &no_attrs, &host, size, NULL, 0),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtLaunchKernelWithHostArgs(add, BLOCKS, s->own, NULL, &host, size - 1, NULL, 0),
+           ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtLaunchKernelWithHostArgs(stale, BLOCKS, s->own, NULL, &host, size, NULL, 0),
+           ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtLaunchKernelWithHostArgs(add, BLOCKS, s->gone, NULL, &host, size, NULL, 0),
+           ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtLaunchKernelWithHostArgs(add, BLOCKS, s->foreign, NULL, &host, size, NULL, 0),
+           ACL_ERROR_RT_STREAM_CONTEXT);
+
+    /* aclrtLaunchKernelWithArgsArray: one pointer per declared parameter. */
+    void *params[4] = {&host.a, &host.b, &host.c, &host.n};
+    EXPECT(aclrtLaunchKernelWithArgsArray(NULL, BLOCKS, s->own, NULL, params),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtLaunchKernelWithArgsArray(add, BLOCKS, s->own, NULL, NULL), ACL_ERROR_INVALID_PARAM);
+    FAILS(aclrtLaunchKernelWithArgsArray(add, 0, s->own, NULL, params));
+    EXPECT(aclrtLaunchKernelWithArgsArray(add, BLOCKS, s->own, &no_attrs, params),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtLaunchKernelWithArgsArray(stale, BLOCKS, s->own, NULL, params),
+           ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtLaunchKernelWithArgsArray(add, BLOCKS, s->gone, NULL, params),
+           ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtLaunchKernelWithArgsArray(add, BLOCKS, s->foreign, NULL, params),
+           ACL_ERROR_RT_STREAM_CONTEXT);
+
+    /* aclrtLaunchKernelWithConfig: a finalized argument handle; reserve NULL. */
+    aclrtArgsHandle args = NULL;
+    aclrtParamHandle param = NULL;
+    EXPECT(aclrtKernelArgsInit(add, &args), ACL_SUCCESS);
+    for (int i = 0; i < 4; ++i) {
+        EXPECT(aclrtKernelArgsAppend(args, params[i], sizeof(uint64_t), &param), ACL_SUCCESS);
+    }
+    EXPECT(aclrtKernelArgsFinalize(args), ACL_SUCCESS);
+    EXPECT(aclrtLaunchKernelWithConfig(NULL, BLOCKS, s->own, NULL, args, NULL),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtLaunchKernelWithConfig(add, BLOCKS, s->own, NULL, NULL, NULL),
+           ACL_ERROR_INVALID_PARAM);
+    FAILS(aclrtLaunchKernelWithConfig(add, 0, s->own, NULL, args, NULL));
+    EXPECT(aclrtLaunchKernelWithConfig(add, BLOCKS, s->own, &no_attrs, args, NULL),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtLaunchKernelWithConfig(stale, BLOCKS, s->own, NULL, args, NULL),
+           ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtLaunchKernelWithConfig(add, BLOCKS, s->gone, NULL, args, NULL),
+           ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtLaunchKernelWithConfig(add, BLOCKS, s->foreign, NULL, args, NULL),
+           ACL_ERROR_RT_STREAM_CONTEXT);
+
+    /* The SIMT launches are not an Atlas A2's; a NULL function is still a NULL argument. */
+    dim3 grid = {1, 1, 1};
+    dim3 block = {1, 1, 1};
+    EXPECT(aclrtLaunchSIMTKernelWithArgsArray(NULL, grid, block, 0, s->own, NULL, params),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtLaunchSIMTKernelWithHostArgs(NULL, grid, block, 0, s->own, NULL, &host, size,
+                                             NULL, 0),
+           ACL_ERROR_INVALID_PARAM);
+
+    /* None of the refused launches ran: c is still zero; then one that does. */
+    EXPECT(aclrtSynchronizeStream(s->own), ACL_SUCCESS);
+    float back[N];
+    EXPECT(aclrtMemcpy(back, sizeof back, c, sizeof back, ACL_MEMCPY_DEVICE_TO_HOST), ACL_SUCCESS);
+    HOLDS(back[0] == 0.0f && back[N - 1] == 0.0f);
+    EXPECT(aclrtLaunchKernelWithConfig(add, BLOCKS, s->own, NULL, args, NULL), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(s->own), ACL_SUCCESS);
+    EXPECT(aclrtMemcpy(back, sizeof back, c, sizeof back, ACL_MEMCPY_DEVICE_TO_HOST), ACL_SUCCESS);
+    HOLDS(back[0] == 2.0f && back[N - 1] == 2.0f);
+
+    EXPECT(aclrtFree(dev_args), ACL_SUCCESS);
+    EXPECT(aclrtFree(c), ACL_SUCCESS);
+    EXPECT(aclrtFree(a), ACL_SUCCESS);
+}
+
+static void kernels(const Streams *s)
+{
+    binaries();
+    aclrtBinHandle bin = NULL;
+    aclrtBinHandle gone = NULL;
+    aclrtFuncHandle add = NULL;
+    aclrtFuncHandle stale = NULL;
+    EXPECT(aclrtBinaryLoadFromFile(npusimKernelLibraryPath(), NULL, &bin), ACL_SUCCESS);
+    EXPECT(aclrtBinaryGetFunction(bin, "vector_add_f32", &add), ACL_SUCCESS);
+    EXPECT(aclrtBinaryLoadFromFile(npusimKernelLibraryPath(), NULL, &gone), ACL_SUCCESS);
+    EXPECT(aclrtBinaryGetFunction(gone, "vector_add_f32", &stale), ACL_SUCCESS);
+    EXPECT(aclrtBinaryUnLoad(gone), ACL_SUCCESS);
+    function_queries(add, stale);
+    argument_handles(add);
+    launches(add, stale, s);
+    EXPECT(aclrtBinaryUnLoad(bin), ACL_SUCCESS);
+}
+
+/* ---- 11-11 and 14: a device global by symbol and by name ---- */
+
+/* Asynchronous copies with pinned memory run in stream order: while the device is held
+ * neither the variable (the library's own memory, which the program reads directly) nor the
+ * destination changes. */
+static void held_copies(aclrtStream stream)
+{
+    float *pinned = NULL;
+    EXPECT(aclrtMallocHost((void **)&pinned, 2 * sizeof(float)), ACL_SUCCESS);
+    if (pinned == NULL) {
+        return;
+    }
+    pinned[0] = 9.0f;
+    pinned[1] = 0.0f;
+    const float before = bias[3];
+    EXPECT(npusimHold(0), ACL_SUCCESS);
+    EXPECT(aclrtMemcpyToSymbolAsync(bias, &pinned[0], sizeof(float), 3 * sizeof(float),
+                                    ACL_MEMCPY_HOST_TO_DEVICE, stream),
+           ACL_SUCCESS);
+    EXPECT(aclrtMemcpyFromSymbolAsync(&pinned[1], sizeof(float), bias, sizeof(float),
+                                      3 * sizeof(float), ACL_MEMCPY_DEVICE_TO_HOST, stream),
+           ACL_SUCCESS);
+    HOLDS(bias[3] == before && pinned[1] == 0.0f);
+    EXPECT(npusimRelease(0), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
+    HOLDS(bias[3] == 9.0f && pinned[1] == 9.0f);
+    EXPECT(aclrtFreeHost(pinned), ACL_SUCCESS);
+}
+
+static void device_variables(const Streams *s, const char *library)
+{
+    aclrtBinHandle bin = NULL;
+    EXPECT(aclrtBinaryLoadFromFile(library, NULL, &bin), ACL_SUCCESS);
+
+    /* The symbol before the output. */
+    EXPECT(aclrtGetSymbolAddress(NULL, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtGetSymbolSize(NULL, NULL), ACL_ERROR_INVALID_PARAM);
+
+    /* By symbol and by name: one global. */
+    void *by_symbol = NULL;
+    void *by_name = NULL;
+    size_t symbol_size = 0;
+    size_t name_size = 0;
+    EXPECT(aclrtGetSymbolAddress(bias, &by_symbol), ACL_SUCCESS);
+    EXPECT(aclrtGetSymbolSize(bias, &symbol_size), ACL_SUCCESS);
+    EXPECT(aclrtBinaryGetGlobal(bin, "bias", &by_name, NULL), ACL_SUCCESS);
+    EXPECT(aclrtBinaryGetGlobal(bin, "bias", NULL, &name_size), ACL_SUCCESS);
+    HOLDS(by_symbol != NULL && by_symbol == by_name);
+    HOLDS(symbol_size == sizeof bias && name_size == sizeof bias);
+    EXPECT(aclrtBinaryGetGlobal(bin, "bias", NULL, NULL), ACL_ERROR_INVALID_PARAM);
+    void *unknown = SENTINEL;
+    FAILS(aclrtBinaryGetGlobal(bin, "add_bias", &unknown, NULL));
+    HOLDS(unknown == SENTINEL);
+
+    /* A kernel by symbol is the binary's function of that name. */
+    aclrtFuncHandle by_kernel_symbol = NULL;
+    aclrtFuncHandle by_kernel_name = NULL;
+    aclrtBinHandle owner = NULL;
+    EXPECT(aclrtGetFuncBySymbol((const void *)add_bias, &by_kernel_symbol), ACL_SUCCESS);
+    EXPECT(aclrtBinaryGetFunction(bin, "add_bias", &by_kernel_name), ACL_SUCCESS);
+    EXPECT(aclrtFunctionGetBinary(by_kernel_symbol, &owner), ACL_SUCCESS);
+    HOLDS(by_kernel_symbol == by_kernel_name && owner == bin);
+
+    /* Written by symbol, read through the address by name. */
+    const float values[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    float back[4] = {0};
+    EXPECT(aclrtMemcpyToSymbol(bias, values, sizeof values, 0, ACL_MEMCPY_HOST_TO_DEVICE),
+           ACL_SUCCESS);
+    EXPECT(aclrtMemcpy(back, sizeof back, by_name, sizeof back, ACL_MEMCPY_DEVICE_TO_HOST),
+           ACL_SUCCESS);
+    HOLDS(memcmp(back, values, sizeof back) == 0);
+
+    /* The copies: NULL arguments first, then the kind (100000, outside aclrtMemcpyKind too),
+     * then the range (100000 too: the symbol functions name no other code for bad input). */
+    EXPECT(aclrtMemcpyToSymbol(NULL, NULL, 4, 0, ACL_MEMCPY_HOST_TO_DEVICE),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemcpyFromSymbol(NULL, 4, NULL, 4, 0, ACL_MEMCPY_DEVICE_TO_HOST),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemcpyToSymbol(bias, values, 4, 0, (aclrtMemcpyKind)99), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemcpyFromSymbol(back, sizeof back, bias, 4, 0, (aclrtMemcpyKind)99),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemcpyToSymbol(bias, values, 4, sizeof bias, ACL_MEMCPY_HOST_TO_DEVICE),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemcpyFromSymbol(back, sizeof back, bias, 4, SIZE_MAX, ACL_MEMCPY_DEVICE_TO_HOST),
+           ACL_ERROR_INVALID_PARAM);
+
+    /* The asynchronous copies: a destroyed stream, another context's. */
+    EXPECT(aclrtMemcpyToSymbolAsync(NULL, values, 4, 0, ACL_MEMCPY_HOST_TO_DEVICE, s->own),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemcpyFromSymbolAsync(NULL, 4, bias, 4, 0, ACL_MEMCPY_DEVICE_TO_HOST, s->own),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemcpyToSymbolAsync(bias, values, 4, 0, ACL_MEMCPY_HOST_TO_DEVICE, s->gone),
+           ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtMemcpyFromSymbolAsync(back, 4, bias, 4, 0, ACL_MEMCPY_DEVICE_TO_HOST, s->gone),
+           ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtMemcpyToSymbolAsync(bias, values, 4, 0, ACL_MEMCPY_HOST_TO_DEVICE, s->foreign),
+           ACL_ERROR_RT_STREAM_CONTEXT);
+    EXPECT(aclrtMemcpyFromSymbolAsync(back, 4, bias, 4, 0, ACL_MEMCPY_DEVICE_TO_HOST, s->foreign),
+           ACL_ERROR_RT_STREAM_CONTEXT);
+
+    held_copies(s->own);
+
+    /* Unloaded: the global is no device variable any more, the kernel no function. */
+    EXPECT(aclrtBinaryUnLoad(bin), ACL_SUCCESS);
+    void *address = SENTINEL;
+    aclrtFuncHandle func = SENTINEL;
+    FAILS(aclrtGetSymbolAddress(bias, &address));
+    FAILS(aclrtMemcpyToSymbol(bias, values, 4, 0, ACL_MEMCPY_HOST_TO_DEVICE));
+    FAILS(aclrtGetFuncBySymbol((const void *)add_bias, &func));
+    HOLDS(address == SENTINEL && func == SENTINEL);
+}
+
+/* ---- 21: snapshot callbacks ---- */
+
+static int g_backups;
+
+static uint32_t count_backup(int32_t deviceId, void *args)
+{
+    (void)deviceId;
+    ++*(int *)args;
+    return 0;
+}
+
+static uint32_t other_backup(int32_t deviceId, void *args)
+{
+    (void)deviceId;
+    (void)args;
+    return 0;
+}
+
+static void snapshots(void)
+{
+    const int pid = (int)getpid();
+    FAILS(aclrtSnapShotCallbackUnregister(ACL_RT_SNAPSHOT_BACKUP_PRE, count_backup));
+    EXPECT(aclrtSnapShotCallbackRegister(ACL_RT_SNAPSHOT_BACKUP_PRE, count_backup, &g_backups),
+           ACL_SUCCESS);
+    /* Only the function registered for the stage is unregistered by it. */
+    FAILS(aclrtSnapShotCallbackUnregister(ACL_RT_SNAPSHOT_BACKUP_PRE, other_backup));
+    FAILS(aclrtSnapShotCallbackUnregister(ACL_RT_SNAPSHOT_BACKUP_POST, count_backup));
+    FAILS(aclrtSnapShotProcessLock(-1, NULL));
+    int reserve = 0;
+    EXPECT(aclrtSnapShotProcessLock(pid, &reserve), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtSnapShotProcessLock(pid, NULL), ACL_SUCCESS);
+    HOLDS(g_backups == 0);
+    EXPECT(aclrtSnapShotProcessBackup(pid, NULL), ACL_SUCCESS);
+    HOLDS(g_backups == 1);
+    /* Backed up again after a restore (LOCKED again), without the callback. */
+    EXPECT(aclrtSnapShotCallbackUnregister(ACL_RT_SNAPSHOT_BACKUP_PRE, count_backup), ACL_SUCCESS);
+    EXPECT(aclrtSnapShotProcessRestore(pid, NULL), ACL_SUCCESS);
+    EXPECT(aclrtSnapShotProcessBackup(pid, NULL), ACL_SUCCESS);
+    HOLDS(g_backups == 1);
+    EXPECT(aclrtSnapShotProcessUnlock(pid, NULL), ACL_SUCCESS);
+}
+
+/* ---- 24: other APIs ---- */
+
+static void other_apis(const Streams *s)
+{
+    HOLDS(aclDataTypeSize(ACL_DT_UNDEFINED) == 0);
+    HOLDS(aclDataTypeSize((aclDataType)12345) == 0);
+
+    int32_t supported = 7;
+    FAILS(aclGetCannAttribute((aclCannAttr)12345, &supported));
+    HOLDS(supported == 7);
+    int64_t value = 7;
+    FAILS(aclGetDeviceCapability(0, (aclDeviceInfo)12345, &value));
+    HOLDS(value == 7);
+
+    char mark[8] = "mark";
+    EXPECT(aclrtProfTrace(NULL, 4, s->own), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtProfTrace(mark, 4, s->gone), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtProfTrace(mark, 4, s->foreign), ACL_ERROR_RT_STREAM_CONTEXT);
+
+    /* Configured streams: NULL arguments before what an Atlas A2 lacks. */
+    uint32_t priority = 1;
+    EXPECT(aclrtSetStreamConfigOpt(NULL, ACL_RT_STREAM_PRIORITY, &priority, sizeof priority),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtCreateStreamV2(NULL, NULL), ACL_ERROR_INVALID_PARAM);
+    aclrtStream created = SENTINEL;
+    EXPECT(aclrtCreateStreamV2(&created, NULL), ACL_ERROR_INVALID_PARAM);
+    HOLDS(created == SENTINEL);
+}
+
+/* ---- 25-03: data buffers and allocator descriptions ---- */
+
+static void operations(void)
+{
+    /* A data buffer describes memory it does not own: destroying it leaves the memory live. */
+    void *dev = NULL;
+    EXPECT(aclrtMalloc(&dev, 64, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+    aclDataBuffer *buffer = aclCreateDataBuffer(dev, 64);
+    HOLDS(buffer != NULL);
+    HOLDS(aclGetDataBufferAddr(buffer) == dev && aclGetDataBufferSizeV2(buffer) == 64);
+    EXPECT(aclDestroyDataBuffer(buffer), ACL_SUCCESS);
+    EXPECT(aclrtMemset(dev, 64, 0x5a, 64), ACL_SUCCESS);
+    unsigned char byte = 0;
+    EXPECT(aclrtMemcpy(&byte, 1, (char *)dev + 63, 1, ACL_MEMCPY_DEVICE_TO_HOST), ACL_SUCCESS);
+    HOLDS(byte == 0x5a);
+    EXPECT(aclrtFree(dev), ACL_SUCCESS);
+    HOLDS(aclGetDataBufferSize(NULL) == 0);
+
+    /* Allocator descriptions: the description before the function set into it. */
+    EXPECT(aclrtAllocatorDestroyDesc(NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtAllocatorSetObjToDesc(NULL, SENTINEL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtAllocatorSetAllocFuncToDesc(NULL, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtAllocatorSetFreeFuncToDesc(NULL, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtAllocatorSetAllocAdviseFuncToDesc(NULL, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtAllocatorSetGetAddrFromBlockFuncToDesc(NULL, NULL), ACL_ERROR_INVALID_PARAM);
+}
+
+int main(void)
+{
+    const char *library = getenv("NPUSIM_GLOBALS_SO");
+    if (library == NULL) {
+        printf("NPUSIM_GLOBALS_SO is not set\n");
+        return 1;
+    }
+    if (aclInit(NULL) != ACL_SUCCESS || aclrtSetDevice(0) != ACL_SUCCESS) {
+        printf("setup failed: %s\n", aclGetRecentErrMsg());
+        return 1;
+    }
+    aclrtContext home = NULL;
+    aclrtContext other = NULL;
+    Streams s = {NULL, NULL, NULL};
+    EXPECT(aclrtGetCurrentContext(&home), ACL_SUCCESS);
+    EXPECT(aclrtCreateStream(&s.own), ACL_SUCCESS);
+    s.gone = destroyed_stream();
+    s.foreign = stream_of_another_context(home, &other);
+
+    kernels(&s);
+    device_variables(&s, library);
+    snapshots();
+    other_apis(&s);
+    operations();
+
+    EXPECT(aclrtDestroyStream(s.own), ACL_SUCCESS);
+    EXPECT(aclrtSetCurrentContext(other), ACL_SUCCESS);
+    EXPECT(aclrtDestroyStream(s.foreign), ACL_SUCCESS);
+    EXPECT(aclrtSetCurrentContext(home), ACL_SUCCESS);
+    EXPECT(aclrtDestroyContext(other), ACL_SUCCESS);
+    EXPECT(aclrtResetDevice(0), ACL_SUCCESS);
+    EXPECT(aclFinalize(), ACL_SUCCESS);
+    checks_done("documented edges");
+    return 0;
+}
