@@ -297,8 +297,8 @@ struct LaunchOptions {
 
 /// Reads a launch configuration: the engine and the launch's own execute timeout. The other
 /// attributes are checked against the values the reference lists (the switches SCHEM_MODE,
-/// BLOCK_TASK_PREFETCH and DATA_DUMP 0 or 1, DYN_UBUF_SIZE 0 for a kernel that is not a SIMT
-/// kernel; else 107000) and have no effect on the simulator. The two timeout attributes
+/// BLOCK_TASK_PREFETCH, DATA_DUMP and ENABLE_PROFILING 0 or 1, DYN_UBUF_SIZE 0 for a kernel
+/// that is not a SIMT kernel; else 107000) and have no effect on the simulator. The two timeout attributes
 /// exclude each other, as the reference says; a timeout of 0 (either form) waits for ever.
 fn launch_options(cfg: *mut aclrtLaunchKernelCfg) -> Res<LaunchOptions> {
     let Some(cfg) = optional(cfg) else {
@@ -333,9 +333,12 @@ fn launch_options(cfg: *mut aclrtLaunchKernelCfg) -> Res<LaunchOptions> {
             }
             ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE
             | ACL_RT_LAUNCH_KERNEL_ATTR_BLOCK_TASK_PREFETCH
-            | ACL_RT_LAUNCH_KERNEL_ATTR_DATA_DUMP => {
-                // SAFETY: as above; these three carry a one-byte switch (schemMode,
-                // isBlockTaskPrefetch, isDataDump), each documented as 0 or 1.
+            | ACL_RT_LAUNCH_KERNEL_ATTR_DATA_DUMP
+            | ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING => {
+                // SAFETY: as above; these four carry a one-byte switch at the union's start
+                // (schemMode, isBlockTaskPrefetch, isDataDump, enableProfiling), each
+                // documented as 0 or 1 (enableProfiling by CANN's header, the reference
+                // calling it a switch).
                 let switch = unsafe { attr.value.schemMode };
                 ensure!(
                     switch <= 1,
@@ -346,6 +349,7 @@ fn launch_options(cfg: *mut aclrtLaunchKernelCfg) -> Res<LaunchOptions> {
                 match attr.id {
                     ACL_RT_LAUNCH_KERNEL_ATTR_SCHEM_MODE => options.attrs.schem_mode = switch,
                     ACL_RT_LAUNCH_KERNEL_ATTR_DATA_DUMP => options.attrs.data_dump = switch,
+                    ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING => options.attrs.profiling = switch,
                     _ => {}
                 }
             }
@@ -358,10 +362,6 @@ fn launch_options(cfg: *mut aclrtLaunchKernelCfg) -> Res<LaunchOptions> {
                     "dynUBufSize {size}: a kernel that is not a SIMT kernel takes only 0 (a \
                      simulated kernel is none)"
                 );
-            }
-            ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING => {
-                // SAFETY: as above; ENABLE_PROFILING carries enableProfiling.
-                options.attrs.profiling = unsafe { attr.value.enableProfiling };
             }
             ACL_RT_LAUNCH_KERNEL_ATTR_BLOCKDIM_OFFSET => {}
             other => fail!(

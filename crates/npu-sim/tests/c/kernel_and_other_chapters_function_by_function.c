@@ -314,6 +314,18 @@ static void launches(aclrtFuncHandle add, aclrtFuncHandle stale, const Streams *
     aclrtLaunchKernelCfg no_attrs = {NULL, 1};
     EXPECT(aclrtLaunchKernelV2(add, BLOCKS, dev_args, size, &no_attrs, s->own),
            ACL_ERROR_INVALID_PARAM);
+    /* The switches of a launch configuration take 0 or 1, ENABLE_PROFILING as the rest. */
+    aclrtLaunchKernelAttr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = ACL_RT_LAUNCH_KERNEL_ATTR_ENABLE_PROFILING;
+    attr.value.enableProfiling = 2;
+    aclrtLaunchKernelCfg profiling = {&attr, 1};
+    EXPECT(aclrtLaunchKernelV2(add, BLOCKS, dev_args, size, &profiling, s->own),
+           ACL_ERROR_RT_PARAM_INVALID);
+    attr.id = ACL_RT_LAUNCH_KERNEL_ATTR_DATA_DUMP;
+    attr.value.isDataDump = 2;
+    EXPECT(aclrtLaunchKernelV2(add, BLOCKS, dev_args, size, &profiling, s->own),
+           ACL_ERROR_RT_PARAM_INVALID);
     /* Fewer bytes than the kernel declares it reads. */
     EXPECT(aclrtLaunchKernel(add, BLOCKS, dev_args, size - 1, s->own), ACL_ERROR_RT_PARAM_INVALID);
     EXPECT(aclrtLaunchKernelV2(add, BLOCKS, dev_args, size - 1, NULL, s->own),
@@ -399,6 +411,94 @@ static void launches(aclrtFuncHandle add, aclrtFuncHandle stale, const Streams *
     EXPECT(aclrtFree(a), ACL_SUCCESS);
 }
 
+/* Whether the N floats at device address `dev` are all `value`. */
+static int device_floats_are(const float *dev, float value)
+{
+    float back[N];
+    if (aclrtMemcpy(back, sizeof back, dev, sizeof back, ACL_MEMCPY_DEVICE_TO_HOST) != ACL_SUCCESS) {
+        (void)aclGetRecentErrMsg();
+        return 0;
+    }
+    for (int i = 0; i < N; ++i) {
+        if (back[i] != value) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* A launch takes its arguments as they are when it is submitted: placeholder data written,
+ * a value updated and finalized, host arguments and argument arrays changed after the call
+ * do not reach a launch still held. The arguments of a function of an unloaded binary are
+ * retired with it. */
+static void arguments_at_submission(aclrtBinHandle bin, aclrtFuncHandle add, aclrtStream stream)
+{
+    float *b = NULL;
+    float *c = NULL;
+    EXPECT(aclrtMalloc((void **)&b, N * sizeof(float), ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+    EXPECT(aclrtMalloc((void **)&c, N * sizeof(float), ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+    float ones[N];
+    for (int i = 0; i < N; ++i) {
+        ones[i] = 1.0f;
+    }
+    EXPECT(aclrtMemcpy(b, sizeof ones, ones, sizeof ones, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
+    EXPECT(aclrtMemset(c, sizeof ones, 0, sizeof ones), ACL_SUCCESS);
+
+    /* a[] as a placeholder: its data is copied at the launch. */
+    aclrtArgsHandle args = NULL;
+    aclrtParamHandle a_param = NULL;
+    aclrtParamHandle param = NULL;
+    aclrtParamHandle n_param = NULL;
+    uint64_t n = N;
+    uint64_t half = N / 2;
+    EXPECT(aclrtKernelArgsInit(add, &args), ACL_SUCCESS);
+    EXPECT(aclrtKernelArgsAppendPlaceHolder(args, &a_param), ACL_SUCCESS);
+    EXPECT(aclrtKernelArgsAppend(args, &b, sizeof b, &param), ACL_SUCCESS);
+    EXPECT(aclrtKernelArgsAppend(args, &c, sizeof c, &param), ACL_SUCCESS);
+    EXPECT(aclrtKernelArgsAppend(args, &n, sizeof n, &n_param), ACL_SUCCESS);
+    float *data = NULL;
+    EXPECT(aclrtKernelArgsGetPlaceHolderBuffer(args, a_param, sizeof ones, (void **)&data),
+           ACL_SUCCESS);
+    if (data == NULL) {
+        return;
+    }
+    for (int i = 0; i < N; ++i) {
+        data[i] = 5.0f;
+    }
+    EXPECT(aclrtKernelArgsFinalize(args), ACL_SUCCESS);
+    EXPECT(npusimHold(0), ACL_SUCCESS);
+    EXPECT(aclrtLaunchKernelWithConfig(add, BLOCKS, stream, NULL, args, NULL), ACL_SUCCESS);
+    for (int i = 0; i < N; ++i) {
+        data[i] = 7.0f;
+    }
+    EXPECT(aclrtKernelArgsParaUpdate(args, n_param, &half, sizeof half), ACL_SUCCESS);
+    EXPECT(aclrtKernelArgsFinalize(args), ACL_SUCCESS);
+    EXPECT(npusimRelease(0), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
+    HOLDS(device_floats_are(c, 6.0f));
+
+    /* Host arguments and an argument array, changed once submitted. */
+    npusimVectorAddArgs host = {b, b, c, N};
+    void *params[4] = {&host.a, &host.b, &host.c, &host.n};
+    EXPECT(npusimHold(0), ACL_SUCCESS);
+    EXPECT(aclrtLaunchKernelWithHostArgs(add, BLOCKS, stream, NULL, &host, sizeof host, NULL, 0),
+           ACL_SUCCESS);
+    host.b = c;
+    EXPECT(aclrtLaunchKernelWithArgsArray(add, BLOCKS, stream, NULL, params), ACL_SUCCESS);
+    host.n = 0;
+    EXPECT(npusimRelease(0), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
+    /* c = 1 + 1, then c = 1 + c. */
+    HOLDS(device_floats_are(c, 3.0f));
+
+    EXPECT(aclrtBinaryUnLoad(bin), ACL_SUCCESS);
+    EXPECT(aclrtKernelArgsAppend(args, &n, sizeof n, &param), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtKernelArgsParaUpdate(args, n_param, &n, sizeof n), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtKernelArgsFinalize(args), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtFree(c), ACL_SUCCESS);
+    EXPECT(aclrtFree(b), ACL_SUCCESS);
+}
+
 static void kernels(const Streams *s)
 {
     binaries();
@@ -414,7 +514,7 @@ static void kernels(const Streams *s)
     function_queries(add, stale);
     argument_handles(add);
     launches(add, stale, s);
-    EXPECT(aclrtBinaryUnLoad(bin), ACL_SUCCESS);
+    arguments_at_submission(bin, add, s->own);
 }
 
 /* ---- 11-11 and 14: a device global by symbol and by name ---- */
