@@ -669,10 +669,12 @@ fn the_memory_extension_chapters_function_by_function_in_c() {
 /// operation APIs function by function, the edges the other programs leave out (NULL
 /// arguments before handles in parameter order, an unloaded binary's handles and functions,
 /// destroyed and other contexts' streams for every launch form and asynchronous device
-/// variable copy, the SIMT launches' pointer checks before the feature an Atlas A2 lacks, a
-/// global by symbol and by name, a data buffer that never owned its memory, a snapshot
-/// callback only while registered), checked in C with global_kernels.c's library linked in; the
-/// program prints each mismatch.
+/// variable copy, the SIMT launches' and host function threads' argument checks before the
+/// features an Atlas A2 lacks, the launch configuration's switches, a held launch's arguments
+/// as at submission, a failed launch's arguments in its exception info, a global by symbol and
+/// by name, a data buffer that never owned its memory, a snapshot callback only while
+/// registered), checked in C with global_kernels.c's library linked in; the program prints
+/// each mismatch.
 #[test]
 fn the_kernel_and_other_chapters_function_by_function_in_c() {
     let library = compile("global_kernels", &["-shared", "-fPIC"]);
@@ -682,7 +684,7 @@ fn the_kernel_and_other_chapters_function_by_function_in_c() {
         &[("NPUSIM_GLOBALS_SO", &library)],
     );
     let _ = std::fs::remove_file(&library);
-    assert_eq!(stdout, "313 documented edges checked, 0 wrong\n");
+    assert_eq!(stdout, "337 documented edges checked, 0 wrong\n");
 }
 
 /// `tests/c/memory_chapters_function_by_function.c`: the device memory, host memory, copy and

@@ -7,10 +7,13 @@
  * (100000, before a handle is looked up or a value checked), an unloaded binary's handles and
  * its functions (107017), destroyed streams (107017) and another context's streams (107003)
  * for every launch and asynchronous device variable copy, values out of range (107000), the
- * reserved arguments, and what a successful call does that a program sees (a global's address
- * and size by name and by symbol, a copy through one read back through the other, a data
- * buffer that never owned its memory, a snapshot callback called at its stage only while
- * registered). Where the reference names no code only a failure is required. Prints a line
+ * reserved arguments and switches, and what a successful call does that a program sees (a
+ * held launch using its arguments as they were at submission, what a binary's exception
+ * callback reads of the failed launch, a global's address and size by name and by symbol, a
+ * copy through one read back through the other, asynchronous device variable copies in stream
+ * order, a data buffer that never owned its memory, a snapshot callback called at its stage
+ * only while registered). Where the reference names no code only a failure is required.
+ * Prints a line
  * for each mismatch, then how many checks ran. Compiled by tests/c_programs.rs (also against
  * CANN's own headers) with the device-global library of global_kernels.c linked in; the
  * output is compared.
@@ -499,6 +502,89 @@ static void arguments_at_submission(aclrtBinHandle bin, aclrtFuncHandle add, acl
     EXPECT(aclrtFree(b), ACL_SUCCESS);
 }
 
+/* ---- 14: what a binary's exception callback can read ---- */
+
+static int32_t trap_kernel(uint32_t blockIdx, uint32_t blockNum, void *args)
+{
+    (void)blockIdx;
+    (void)blockNum;
+    (void)args;
+    return 1;
+}
+
+typedef struct TrapArgs {
+    uint64_t first;
+    uint64_t second;
+} TrapArgs;
+
+/* What the callback saw: the getters' codes with NULL outputs, and what they gave. */
+typedef struct Seen {
+    int calls;
+    aclError null_args;
+    aclError null_len;
+    aclError null_func;
+    uint32_t len;
+    int args_match;
+    aclrtFuncHandle func;
+    const aclrtExceptionInfo *info;
+} Seen;
+
+static const TrapArgs TRAP_ARGS = {0x1122334455667788u, 42};
+
+static void record_exception(aclrtExceptionInfo *info, void *userData)
+{
+    Seen *seen = (Seen *)userData;
+    void *args = NULL;
+    ++seen->calls;
+    seen->info = info;
+    seen->null_args = aclrtGetArgsFromExceptionInfo(info, NULL, &seen->len);
+    seen->null_len = aclrtGetArgsFromExceptionInfo(info, &args, NULL);
+    seen->null_func = aclrtGetFuncHandleFromExceptionInfo(info, NULL);
+    if (aclrtGetArgsFromExceptionInfo(info, &args, &seen->len) == ACL_SUCCESS && args != NULL &&
+        seen->len == sizeof TRAP_ARGS) {
+        seen->args_match = memcmp(args, &TRAP_ARGS, sizeof TRAP_ARGS) == 0;
+    }
+    (void)aclrtGetFuncHandleFromExceptionInfo(info, &seen->func);
+    (void)aclGetRecentErrMsg();
+}
+
+/* devArgsLen is the arguments' length in bytes (the header's "args len"; the reference calls
+ * it their count), devArgsPtr the arguments as launched; both getters check their outputs
+ * first; an info no longer being delivered is refused. */
+static void exception_info(void)
+{
+    static Seen seen;
+    aclrtStream stream = NULL;
+    aclrtBinHandle bin = NULL;
+    aclrtFuncHandle trap = NULL;
+    const char *names[] = {"kofc_trap"};
+    size_t size = 0;
+    EXPECT(npusimRegisterKernel("kofc_trap", trap_kernel), ACL_SUCCESS);
+    EXPECT(npusimRegistryImage(names, 1, NULL, 0, &size), ACL_SUCCESS);
+    uint8_t *image = malloc(size);
+    EXPECT(npusimRegistryImage(names, 1, image, size, &size), ACL_SUCCESS);
+    EXPECT(aclrtBinaryLoadFromData(image, size, NULL, &bin), ACL_SUCCESS);
+    free(image);
+    EXPECT(aclrtBinaryGetFunction(bin, "kofc_trap", &trap), ACL_SUCCESS);
+    EXPECT(aclrtBinarySetExceptionCallback(bin, record_exception, &seen), ACL_SUCCESS);
+    EXPECT(aclrtCreateStream(&stream), ACL_SUCCESS);
+    TrapArgs args = TRAP_ARGS;
+    EXPECT(aclrtLaunchKernelWithHostArgs(trap, 1, stream, NULL, &args, sizeof args, NULL, 0),
+           ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(stream), ACL_ERROR_RT_AICORE_EXCEPTION);
+    HOLDS(seen.calls == 1);
+    HOLDS(seen.null_args == ACL_ERROR_INVALID_PARAM && seen.null_len == ACL_ERROR_INVALID_PARAM);
+    HOLDS(seen.null_func == ACL_ERROR_INVALID_PARAM);
+    HOLDS(seen.len == sizeof TRAP_ARGS && seen.args_match);
+    HOLDS(seen.func == trap);
+    void *after = SENTINEL;
+    uint32_t len = 7;
+    FAILS(aclrtGetArgsFromExceptionInfo(seen.info, &after, &len));
+    HOLDS(after == SENTINEL && len == 7);
+    EXPECT(aclrtDestroyStream(stream), ACL_SUCCESS);
+    EXPECT(aclrtBinaryUnLoad(bin), ACL_SUCCESS);
+}
+
 static void kernels(const Streams *s)
 {
     binaries();
@@ -515,6 +601,7 @@ static void kernels(const Streams *s)
     argument_handles(add);
     launches(add, stale, s);
     arguments_at_submission(bin, add, s->own);
+    exception_info();
 }
 
 /* ---- 11-11 and 14: a device global by symbol and by name ---- */
@@ -698,6 +785,16 @@ static void other_apis(const Streams *s)
     aclrtStream created = SENTINEL;
     EXPECT(aclrtCreateStreamV2(&created, NULL), ACL_ERROR_INVALID_PARAM);
     HOLDS(created == SENTINEL);
+
+    /* Host function threads: a NULL stream and a timeout of 0 are refused as arguments (the
+     * reference allows neither) before the feature an Atlas A2 lacks. */
+    const uint64_t thread = 1;
+    EXPECT(aclrtSubscribeHostFunc(thread, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtUnSubscribeHostFunc(thread, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtProcessHostFunc(0), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtSubscribeHostFunc(thread, s->own), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    EXPECT(aclrtProcessHostFunc(-1), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    EXPECT(aclrtUnSubscribeHostFunc(thread, s->own), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
 }
 
 /* ---- 25-03: data buffers and allocator descriptions ---- */
