@@ -276,6 +276,8 @@ static void argument_handles(aclrtFuncHandle add)
     EXPECT(aclrtKernelArgsParaUpdate(args, value, NULL, sizeof word), ACL_ERROR_INVALID_PARAM);
     FAILS(aclrtKernelArgsParaUpdate(args, value, &word, sizeof word / 2));
     EXPECT(aclrtKernelArgsParaUpdate(args, value, &word, sizeof word), ACL_SUCCESS);
+    /* A placeholder is no value to update. */
+    EXPECT(aclrtKernelArgsParaUpdate(args, holder, &word, sizeof word), ACL_ERROR_RT_PARAM_INVALID);
 }
 
 /* ---- 14: every launch form against NULL arguments, stale functions and foreign streams ---- */
@@ -494,6 +496,11 @@ static void arguments_at_submission(aclrtBinHandle bin, aclrtFuncHandle add, acl
     /* c = 1 + 1, then c = 1 + c. */
     HOLDS(device_floats_are(c, 3.0f));
 
+    /* An append after the finalize is a change: finalized again before the next launch. */
+    EXPECT(aclrtKernelArgsAppend(args, &n, sizeof n, &param), ACL_SUCCESS);
+    EXPECT(aclrtLaunchKernelWithConfig(add, BLOCKS, stream, NULL, args, NULL),
+           ACL_ERROR_RT_PARAM_INVALID);
+
     EXPECT(aclrtBinaryUnLoad(bin), ACL_SUCCESS);
     EXPECT(aclrtKernelArgsAppend(args, &n, sizeof n, &param), ACL_ERROR_RT_INVALID_HANDLE);
     EXPECT(aclrtKernelArgsParaUpdate(args, n_param, &n, sizeof n), ACL_ERROR_RT_INVALID_HANDLE);
@@ -705,6 +712,19 @@ static void device_variables(const Streams *s, const char *library)
            ACL_ERROR_RT_STREAM_CONTEXT);
 
     held_copies(s->own);
+
+    /* Pinned memory is checked as aclrtMemcpyAsync checks it: a range past its page. */
+    char *pinned = NULL;
+    EXPECT(aclrtMallocHost((void **)&pinned, 8), ACL_SUCCESS);
+    void *base = NULL;
+    size_t reserved = 0;
+    EXPECT(aclrtMemGetAddressRange(pinned, &base, &reserved), ACL_SUCCESS);
+    char *tail = (char *)base + reserved - 8;
+    EXPECT(aclrtMemcpyToSymbolAsync(bias, tail, 16, 0, ACL_MEMCPY_HOST_TO_DEVICE, s->own),
+           ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtMemcpyFromSymbolAsync(tail, 16, bias, 16, 0, ACL_MEMCPY_DEVICE_TO_HOST, s->own),
+           ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtFreeHost(pinned), ACL_SUCCESS);
 
     /* Unloaded: the global is no device variable any more, the kernel no function. */
     EXPECT(aclrtBinaryUnLoad(bin), ACL_SUCCESS);
