@@ -51,7 +51,9 @@ pub unsafe extern "C" fn aclrtDestroyStreamConfigHandle(
     })
 }
 
-/// Not supported on an Atlas A2: NULL handle or value → 100000, otherwise 207000.
+/// Not supported on an Atlas A2: the arguments in parameter order first (NULL handle, an
+/// `attr` outside aclrtStreamConfigAttr, NULL value, `valueSize` 0 → 100000), otherwise
+/// 207000.
 ///
 /// # Safety
 /// No preconditions: neither pointer is read.
@@ -62,10 +64,15 @@ pub unsafe extern "C" fn aclrtSetStreamConfigOpt(
     attrValue: *const c_void,
     valueSize: usize,
 ) -> aclError {
-    let _ = (attr, valueSize);
     guard("aclrtSetStreamConfigOpt", || {
         non_null(handle, "handle")?;
+        ensure!(
+            attr <= ACL_RT_STREAM_PRIORITY,
+            ACL_ERROR_INVALID_PARAM,
+            "attr {attr} is not an aclrtStreamConfigAttr"
+        );
         non_null(attrValue, "attrValue")?;
+        ensure!(valueSize != 0, ACL_ERROR_INVALID_PARAM, "valueSize is 0");
         unsupported()
     })
 }

@@ -805,10 +805,19 @@ static void other_apis(const Streams *s)
     EXPECT(aclrtProfTrace(mark, 4, s->gone), ACL_ERROR_RT_INVALID_HANDLE);
     EXPECT(aclrtProfTrace(mark, 4, s->foreign), ACL_ERROR_RT_STREAM_CONTEXT);
 
-    /* Configured streams: NULL arguments before what an Atlas A2 lacks. */
+    /* Configured streams: NULL arguments, an attribute outside aclrtStreamConfigAttr and a
+     * value of 0 bytes before what an Atlas A2 lacks. */
     uint32_t priority = 1;
     EXPECT(aclrtSetStreamConfigOpt(NULL, ACL_RT_STREAM_PRIORITY, &priority, sizeof priority),
            ACL_ERROR_INVALID_PARAM);
+    aclrtStreamConfigHandle config;
+    memset(&config, 0, sizeof config);
+    EXPECT(aclrtSetStreamConfigOpt(&config, (aclrtStreamConfigAttr)4, &priority, sizeof priority),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtSetStreamConfigOpt(&config, ACL_RT_STREAM_PRIORITY, &priority, 0),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtSetStreamConfigOpt(&config, ACL_RT_STREAM_PRIORITY, &priority, sizeof priority),
+           ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
     EXPECT(aclrtCreateStreamV2(NULL, NULL), ACL_ERROR_INVALID_PARAM);
     aclrtStream created = SENTINEL;
     EXPECT(aclrtCreateStreamV2(&created, NULL), ACL_ERROR_INVALID_PARAM);
