@@ -69,10 +69,11 @@ pub unsafe extern "C" fn aclrtGetSymbolSize(symbol: *const c_void, size: *mut us
 /// The device address `offset` bytes into the variable `symbol` names, with the bytes left
 /// from there, after the checks of a copy to or from it, all but the variable's lookup made
 /// first (ACL_ERROR_INVALID_PARAM, the one code besides 107043 the headers name, "for error
-/// input"): NULL `symbol`, a NULL `host` pointer (the copy's `src` or `dst`; allowed for a
-/// copy of 0 bytes, as aclrtMemcpy allows it), `count` above `dst_max` (the copies from the
-/// variable), a `kind` not one of `kinds`; then the variable is looked up (107002, 107043) and
-/// `offset + count` must stay inside it (100000).
+/// input"): NULL `symbol`, a NULL `host` pointer (the copy's `src` or `dst`; whatever `count`,
+/// as aclrtMemcpy refuses it), `count` above `dst_max` (the copies from the variable), a
+/// `kind` not one of `kinds`; then the variable is looked up (107002, 107043) and
+/// `offset + count` must stay inside it (100000), a copy of 0 bytes included: the reference
+/// states the bound for every copy.
 fn inside(
     symbol: *const c_void,
     host: *const c_void,

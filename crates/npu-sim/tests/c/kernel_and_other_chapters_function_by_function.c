@@ -704,6 +704,17 @@ static void device_variables(const Streams *s, const char *library)
     EXPECT(aclrtMemcpyFromSymbol(back, sizeof back, bias, 4, SIZE_MAX, ACL_MEMCPY_DEVICE_TO_HOST),
            ACL_ERROR_INVALID_PARAM);
 
+    /* A copy of 0 bytes still names a variable, within its bounds. */
+    EXPECT(aclrtMemcpyToSymbol(bias, NULL, 0, 0, ACL_MEMCPY_HOST_TO_DEVICE),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemcpyToSymbol(bias, values, 0, sizeof bias + 1, ACL_MEMCPY_HOST_TO_DEVICE),
+           ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtMemcpyFromSymbol(back, sizeof back, (const void *)values, 0, 0,
+                                 ACL_MEMCPY_DEVICE_TO_HOST),
+           ACL_ERROR_RT_INVALID_SYMBOL);
+    EXPECT(aclrtMemcpyToSymbol(bias, values, 0, sizeof bias, ACL_MEMCPY_HOST_TO_DEVICE),
+           ACL_SUCCESS);
+
     /* The asynchronous copies: a destroyed stream, another context's. */
     EXPECT(aclrtMemcpyToSymbolAsync(NULL, values, 4, 0, ACL_MEMCPY_HOST_TO_DEVICE, s->own),
            ACL_ERROR_INVALID_PARAM);
