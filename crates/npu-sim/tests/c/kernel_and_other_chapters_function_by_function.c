@@ -858,6 +858,13 @@ static void operations(void)
     HOLDS(buffer != NULL);
     HOLDS(aclGetDataBufferAddr(buffer) == dev && aclGetDataBufferSizeV2(buffer) == 64);
     EXPECT(aclDestroyDataBuffer(buffer), ACL_SUCCESS);
+    /* A destroyed buffer's getters answer nothing and leave the thread's last error. */
+    (void)aclrtGetLastError(ACL_RT_THREAD_LEVEL);
+    HOLDS(aclGetDataBufferAddr(buffer) == NULL);
+    EXPECT(aclrtGetLastError(ACL_RT_THREAD_LEVEL), ACL_ERROR_RT_INVALID_HANDLE);
+    HOLDS(aclGetDataBufferSizeV2(buffer) == 0);
+    EXPECT(aclrtGetLastError(ACL_RT_THREAD_LEVEL), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclUpdateDataBuffer(buffer, dev, 64), ACL_ERROR_RT_INVALID_HANDLE);
     EXPECT(aclrtMemset(dev, 64, 0x5a, 64), ACL_SUCCESS);
     unsigned char byte = 0;
     EXPECT(aclrtMemcpy(&byte, 1, (char *)dev + 63, 1, ACL_MEMCPY_DEVICE_TO_HOST), ACL_SUCCESS);
