@@ -79,8 +79,9 @@ pub unsafe extern "C" fn aclrtGetDeviceCapability(
     })
 }
 
-/// The device's core counts and L2 size (the older query of acl_base_rt.h). Undefined or
-/// unknown item → 100000.
+/// The device's core counts and L2 size (the older query of acl_base_rt.h). NULL `value`, then
+/// an undefined or unknown item → 100000, both before an unknown device's 107001: the item is
+/// a value, checked before the lookup as aclrtGetDeviceInfo checks its attribute.
 ///
 /// # Safety
 /// `value` must be NULL or valid for a write.
@@ -92,7 +93,6 @@ pub unsafe extern "C" fn aclGetDeviceCapability(
 ) -> aclError {
     guard("aclGetDeviceCapability", || {
         non_null(value, "value")?;
-        sim()?.device(deviceId.into())?;
         let answer = match deviceInfo {
             ACL_DEVICE_INFO_AI_CORE_NUM => CUBE_CORES.into(),
             ACL_DEVICE_INFO_VECTOR_CORE_NUM => VECTOR_CORES.into(),
@@ -102,6 +102,7 @@ pub unsafe extern "C" fn aclGetDeviceCapability(
                 "unknown device information item {other}"
             ),
         };
+        sim()?.device(deviceId.into())?;
         write_out(value, "value", answer)
     })
 }

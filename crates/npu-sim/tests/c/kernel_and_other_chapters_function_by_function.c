@@ -807,10 +807,18 @@ static void other_apis(const Streams *s)
     HOLDS(aclDataTypeSize((aclDataType)12345) == 0);
 
     int32_t supported = 7;
-    FAILS(aclGetCannAttribute((aclCannAttr)12345, &supported));
+    EXPECT(aclGetCannAttribute((aclCannAttr)12345, &supported), ACL_ERROR_INVALID_PARAM);
     HOLDS(supported == 7);
     int64_t value = 7;
-    FAILS(aclGetDeviceCapability(0, (aclDeviceInfo)12345, &value));
+    /* The item is a value, checked before the device is looked up (as aclrtGetDeviceInfo's
+     * attribute); NULL first. */
+    uint32_t devices = 0;
+    EXPECT(aclrtGetDeviceCount(&devices), ACL_SUCCESS);
+    EXPECT(aclGetDeviceCapability(0, (aclDeviceInfo)12345, &value), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclGetDeviceCapability(devices, (aclDeviceInfo)12345, &value), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclGetDeviceCapability(devices, ACL_DEVICE_INFO_AI_CORE_NUM, &value),
+           ACL_ERROR_RT_INVALID_DEVICEID);
+    EXPECT(aclGetDeviceCapability(devices, (aclDeviceInfo)12345, NULL), ACL_ERROR_INVALID_PARAM);
     HOLDS(value == 7);
 
     char mark[8] = "mark";
