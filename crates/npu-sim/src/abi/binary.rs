@@ -182,7 +182,8 @@ pub unsafe extern "C" fn aclrtGetFunctionSize(
 
 /// An attribute of the kernel as its binary gives it: a simulated kernel runs on whichever
 /// core its launch chooses (ACL_KERNEL_TYPE_AICORE), is no mix kernel and so has no
-/// Cube/Vector ratio (0), and declares the normal schedule mode (0). Another attribute → 107000.
+/// Cube/Vector ratio (0), and declares the normal schedule mode (0). Another attribute → 107000,
+/// before the function is looked up (after the NULL checks).
 ///
 /// # Safety
 /// `attrValue` must be NULL or valid for a write.
@@ -195,7 +196,7 @@ pub unsafe extern "C" fn aclrtGetFunctionAttribute(
     guard("aclrtGetFunctionAttribute", || {
         non_null(funcHandle, "funcHandle")?;
         non_null(attrValue, "attrValue")?;
-        function(funcHandle)?;
+        // The attribute is a value: checked before the lookup, as every query's values are.
         let value = match attrType {
             ACL_FUNC_ATTR_KERNEL_TYPE => i64::from(ACL_KERNEL_TYPE_AICORE),
             ACL_FUNC_ATTR_KERNEL_RATIO | ACL_FUNC_ATTR_KERNEL_SCHED_MODE => 0,
@@ -204,6 +205,7 @@ pub unsafe extern "C" fn aclrtGetFunctionAttribute(
                 "attrType {other} is not an aclrtFuncAttribute"
             ),
         };
+        function(funcHandle)?;
         write_out(attrValue, "attrValue", value)
     })
 }
@@ -257,7 +259,8 @@ pub unsafe extern "C" fn aclrtFunctionGetParamInfo(
 }
 
 /// The dynamic UB buffer a block of a SIMT kernel may use; simulated kernels are not SIMT
-/// kernels, for which CANN reports 0. `flags` must be 0 (107000).
+/// kernels, for which CANN reports 0. `flags` must be 0 (107000, before the function is
+/// looked up).
 ///
 /// # Safety
 /// `dynamicUbufSize` must be NULL or valid for a write.
@@ -270,12 +273,12 @@ pub unsafe extern "C" fn aclrtFunctionGetAvailDynUbufPerBlock(
     guard("aclrtFunctionGetAvailDynUbufPerBlock", || {
         non_null(func, "funcHandle")?;
         non_null(dynamicUbufSize, "dynamicUbufSize")?;
-        function(func)?;
         ensure!(
             flags == 0,
             ACL_ERROR_RT_PARAM_INVALID,
             "flags is reserved and must be 0, not {flags}"
         );
+        function(func)?;
         write_out(dynamicUbufSize, "dynamicUbufSize", 0)
     })
 }

@@ -181,6 +181,9 @@ static void function_queries(aclrtFuncHandle add, aclrtFuncHandle stale)
            ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtGetFunctionAttribute(add, (aclrtFuncAttribute)0, &value),
            ACL_ERROR_RT_PARAM_INVALID);
+    /* The attribute is a value: checked before the function is looked up. */
+    EXPECT(aclrtGetFunctionAttribute(stale, (aclrtFuncAttribute)0, &value),
+           ACL_ERROR_RT_PARAM_INVALID);
     HOLDS(value == 7);
 
     size_t count = 7;
@@ -198,9 +201,10 @@ static void function_queries(aclrtFuncHandle add, aclrtFuncHandle stale)
     EXPECT(aclrtFunctionGetParamInfo(add, 0, &offset, &psize), ACL_SUCCESS);
     HOLDS(offset == 0 && psize == sizeof(void *));
 
-    /* flags is reserved: 0 only. */
+    /* flags is reserved: 0 only, checked before the function is looked up. */
     size_t ubuf = 7;
     EXPECT(aclrtFunctionGetAvailDynUbufPerBlock(add, 1, &ubuf), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtFunctionGetAvailDynUbufPerBlock(stale, 1, &ubuf), ACL_ERROR_RT_PARAM_INVALID);
     EXPECT(aclrtFunctionGetAvailDynUbufPerBlock(stale, 0, &ubuf), ACL_ERROR_RT_INVALID_HANDLE);
     HOLDS(ubuf == 7);
 
