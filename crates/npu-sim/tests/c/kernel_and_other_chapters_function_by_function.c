@@ -338,6 +338,18 @@ static void launches(aclrtFuncHandle add, aclrtFuncHandle stale, const Streams *
     attr.value.isDataDump = 2;
     EXPECT(aclrtLaunchKernelV2(add, BLOCKS, dev_args, size, &profiling, s->own),
            ACL_ERROR_RT_PARAM_INVALID);
+    /* Device arguments lie in memory of the stream's device: not another device's, not the
+     * host's. */
+    void *other_args = NULL;
+    EXPECT(aclrtSetDevice(1), ACL_SUCCESS);
+    EXPECT(aclrtMalloc(&other_args, 64, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+    EXPECT(aclrtMemcpy(other_args, 64, &host, size, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
+    EXPECT(aclrtSetDevice(0), ACL_SUCCESS);
+    EXPECT(aclrtLaunchKernel(add, BLOCKS, other_args, size, s->own), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtLaunchKernel(add, BLOCKS, &host, size, s->own), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtFree(other_args), ACL_SUCCESS);
+    /* Device 1 is in use no more (the snapshot callbacks below count the devices in use). */
+    EXPECT(aclrtResetDevice(1), ACL_SUCCESS);
     /* Fewer bytes than the kernel declares it reads. */
     EXPECT(aclrtLaunchKernel(add, BLOCKS, dev_args, size - 1, s->own), ACL_ERROR_RT_PARAM_INVALID);
     EXPECT(aclrtLaunchKernelV2(add, BLOCKS, dev_args, size - 1, NULL, s->own),
