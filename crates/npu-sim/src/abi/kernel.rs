@@ -298,8 +298,9 @@ struct LaunchOptions {
 /// Reads a launch configuration: the engine and the launch's own execute timeout. The other
 /// attributes are checked against the values the reference lists (the switches SCHEM_MODE,
 /// BLOCK_TASK_PREFETCH, DATA_DUMP and ENABLE_PROFILING 0 or 1, DYN_UBUF_SIZE 0 for a kernel
-/// that is not a SIMT kernel; else 107000) and have no effect on the simulator. The two timeout attributes
-/// exclude each other, as the reference says; a timeout of 0 (either form) waits for ever.
+/// that is not a SIMT kernel; else 107000) and have no effect on the simulator. The two
+/// timeout attributes exclude each other, as the reference says; a timeout of 0 (either form)
+/// waits for ever.
 fn launch_options(cfg: *mut aclrtLaunchKernelCfg) -> Res<LaunchOptions> {
     let Some(cfg) = optional(cfg) else {
         return Ok(LaunchOptions::default());
@@ -686,6 +687,8 @@ pub unsafe extern "C" fn aclrtLaunchSIMTKernelWithHostArgs(
 ) -> aclError {
     let _ = (gridDim, blockDim, dynUbufSize, stream, cfg);
     guard("aclrtLaunchSIMTKernelWithHostArgs", || {
+        // Named as this function names it before args_pointers checks it as a handle.
+        non_null(func, "func")?;
         args_pointers(func, hostArgs.cast_const(), argsSize, "hostArgs")?;
         if placeHolderNum != 0 {
             non_null(placeHolderArray, "placeHolderArray")?;
