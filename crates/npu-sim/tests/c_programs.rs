@@ -684,7 +684,7 @@ fn the_kernel_and_other_chapters_function_by_function_in_c() {
         &[("NPUSIM_GLOBALS_SO", &library)],
     );
     let _ = std::fs::remove_file(&library);
-    assert_eq!(stdout, "372 documented edges checked, 0 wrong\n");
+    assert_eq!(stdout, "377 documented edges checked, 0 wrong\n");
 }
 
 /// `tests/c/memory_chapters_function_by_function.c`: the device memory, host memory, copy and

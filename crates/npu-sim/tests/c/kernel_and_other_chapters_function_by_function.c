@@ -794,12 +794,15 @@ static uint32_t other_backup(int32_t deviceId, void *args)
 static void snapshots(void)
 {
     const int pid = (int)getpid();
-    FAILS(aclrtSnapShotCallbackUnregister(ACL_RT_SNAPSHOT_BACKUP_PRE, count_backup));
+    EXPECT(aclrtSnapShotCallbackUnregister(ACL_RT_SNAPSHOT_BACKUP_PRE, count_backup),
+           ACL_ERROR_SNAPSHOT_REGISTER_CALLBACK_FAILED);
     EXPECT(aclrtSnapShotCallbackRegister(ACL_RT_SNAPSHOT_BACKUP_PRE, count_backup, &g_backups),
            ACL_SUCCESS);
     /* Only the function registered for the stage is unregistered by it. */
-    FAILS(aclrtSnapShotCallbackUnregister(ACL_RT_SNAPSHOT_BACKUP_PRE, other_backup));
-    FAILS(aclrtSnapShotCallbackUnregister(ACL_RT_SNAPSHOT_BACKUP_POST, count_backup));
+    EXPECT(aclrtSnapShotCallbackUnregister(ACL_RT_SNAPSHOT_BACKUP_PRE, other_backup),
+           ACL_ERROR_SNAPSHOT_REGISTER_CALLBACK_FAILED);
+    EXPECT(aclrtSnapShotCallbackUnregister(ACL_RT_SNAPSHOT_BACKUP_POST, count_backup),
+           ACL_ERROR_SNAPSHOT_REGISTER_CALLBACK_FAILED);
     EXPECT(aclrtSnapShotProcessLock(-1, NULL), ACL_ERROR_INVALID_PARAM);
     int reserve = 0;
     EXPECT(aclrtSnapShotProcessLock(pid, &reserve), ACL_ERROR_INVALID_PARAM);
@@ -903,6 +906,13 @@ static void operations(void)
     EXPECT(aclrtAllocatorSetFreeFuncToDesc(NULL, NULL), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtAllocatorSetAllocAdviseFuncToDesc(NULL, NULL), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtAllocatorSetGetAddrFromBlockFuncToDesc(NULL, NULL), ACL_ERROR_INVALID_PARAM);
+    /* A destroyed description: its value's NULL check first, then the handle. */
+    aclrtAllocatorDesc desc = aclrtAllocatorCreateDesc();
+    HOLDS(desc != NULL);
+    EXPECT(aclrtAllocatorDestroyDesc(desc), ACL_SUCCESS);
+    EXPECT(aclrtAllocatorSetObjToDesc(desc, NULL), ACL_ERROR_INVALID_PARAM);
+    EXPECT(aclrtAllocatorSetObjToDesc(desc, SENTINEL), ACL_ERROR_RT_INVALID_HANDLE);
+    EXPECT(aclrtAllocatorDestroyDesc(desc), ACL_ERROR_RT_INVALID_HANDLE);
 }
 
 int main(void)
