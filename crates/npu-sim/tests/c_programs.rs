@@ -667,7 +667,8 @@ fn the_memory_extension_chapters_function_by_function_in_c() {
 /// `tests/c/kernel_and_other_chapters_function_by_function.c`: the kernel loading and
 /// execution, device variable, snapshot and other APIs chapters and the data types chapter's
 /// operation APIs function by function, the edges the other programs leave out (NULL
-/// arguments before handles in parameter order, an unloaded binary's handles and functions,
+/// arguments, then values such as a function attribute, reserved flags or a device
+/// information item, before handles in parameter order, an unloaded binary's handles and functions,
 /// destroyed and other contexts' streams for every launch form and asynchronous device
 /// variable copy, the SIMT launches' and host function threads' argument checks before the
 /// features an Atlas A2 lacks, the launch configuration's switches, a held launch's arguments
