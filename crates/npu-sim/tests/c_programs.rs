@@ -668,9 +668,9 @@ fn the_memory_extension_chapters_function_by_function_in_c() {
 /// execution, device variable, snapshot and other APIs chapters and the data types chapter's
 /// operation APIs function by function, the edges the other programs leave out (NULL
 /// arguments, then values such as a function attribute, reserved flags or a device
-/// information item, before handles in parameter order, an unloaded binary's handles and functions,
-/// destroyed and other contexts' streams for every launch form and asynchronous device
-/// variable copy, the SIMT launches' and host function threads' argument checks before the
+/// information item, before handles in parameter order; an unloaded binary's handles and
+/// functions, destroyed and other contexts' streams for every launch form and asynchronous
+/// device variable copy, the SIMT launches' and host function threads' argument checks before the
 /// features an Atlas A2 lacks, the launch configuration's switches, a held launch's arguments
 /// as at submission, a failed launch's arguments in its exception info, a global by symbol and
 /// by name, a data buffer that never owned its memory, a snapshot callback only while
