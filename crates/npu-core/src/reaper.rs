@@ -147,3 +147,92 @@ pub fn flush() {
     };
     let _ = rx.recv();
 }
+
+/// Resolves once the reaper has run every release handed to it before this call: the
+/// asynchronous [`flush`], which blocks no thread.
+///
+/// For a request that must know whether memory already on its way back has arrived: a
+/// release is handed to the reaper only once the device is done with what it frees (an
+/// operation's value, a buffer's deferred free or return to its pool), so what it waits for is
+/// the reaper's own immediate calls, never device work. A device pool out of memory awaits it
+/// before it decides whether anything came back.
+///
+/// In a process forked after npu-rs started a runtime it resolves at once, as [`flush`]
+/// returns: the reaper thread stayed in the parent. Without a reaper thread (it could not be
+/// started) releases run where they are handed on, so it resolves at once too.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicBool, Ordering};
+///
+/// let released = Arc::new(AtomicBool::new(false));
+/// let flag = released.clone();
+/// // SAFETY: storing a flag does not block.
+/// unsafe { npu_core::reaper::release_later(move || flag.store(true, Ordering::SeqCst)) };
+/// tokio_test::block_on(npu_core::reaper::passed());
+/// assert!(released.load(Ordering::SeqCst));
+/// ```
+pub fn passed() -> Passed {
+    let pass = std::sync::Arc::new(std::sync::Mutex::new(Pass {
+        done: crate::fork::forked(),
+        waker: None,
+    }));
+    if !pass.lock().unwrap_or_else(|e| e.into_inner()).done {
+        let theirs = pass.clone();
+        run_later(vec![Box::new(move || {
+            let waker = {
+                let mut pass = theirs.lock().unwrap_or_else(|e| e.into_inner());
+                pass.done = true;
+                pass.waker.take()
+            };
+            // Woken outside the lock: the wake-up may poll the waiter on this thread.
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        })]);
+    }
+    Passed(pass)
+}
+
+/// What [`passed`] resolves, and the waker of whoever awaits it.
+struct Pass {
+    done: bool,
+    waker: Option<std::task::Waker>,
+}
+
+/// The future of [`passed`]. Dropping it drops only the wait: the reaper's marker still runs
+/// (and does nothing).
+#[must_use = "a future does nothing unless awaited"]
+pub struct Passed(std::sync::Arc<std::sync::Mutex<Pass>>);
+
+impl std::future::Future for Passed {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        // The waker is cloned outside the lock: its clone is user code, which may hand a
+        // release to the reaper and so run the marker here, on this thread.
+        if self.0.lock().unwrap_or_else(|e| e.into_inner()).done {
+            return std::task::Poll::Ready(());
+        }
+        let waker = cx.waker().clone();
+        let replaced = {
+            let mut pass = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if pass.done {
+                return std::task::Poll::Ready(());
+            }
+            pass.waker.replace(waker)
+        };
+        drop(replaced);
+        std::task::Poll::Pending
+    }
+}
+
+impl std::fmt::Debug for Passed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let done = self.0.lock().unwrap_or_else(|e| e.into_inner()).done;
+        f.debug_struct("Passed").field("done", &done).finish()
+    }
+}

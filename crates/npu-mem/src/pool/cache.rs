@@ -452,8 +452,10 @@ impl<S: Source> Cache<S> {
     /// Makes sure `count` blocks for requests of `bytes` bytes are cached, allocating the
     /// missing ones with `alloc`; returns the bytes of the blocks it reserved. Fails when the
     /// capacity (or a queued waiter) leaves no room for `count` blocks; the blocks allocated
-    /// before that stay cached. Nothing is handed out: the blocks already cached count no
-    /// hit, and the new ones (misses) never count as allocated.
+    /// before that stay cached (the capacity bounds them). Fails with `alloc`'s error when an
+    /// allocation fails, after freeing the blocks this call allocated
+    /// ([`unreserve`](Cache::unreserve)). Nothing is handed out: the blocks already cached
+    /// count no hit, and the new ones (misses) never count as allocated.
     pub fn reserve(
         self: &Arc<Self>,
         api: &'static str,
@@ -464,6 +466,7 @@ impl<S: Source> Cache<S> {
         let class = self.class_for(api, "bytes", bytes)?;
         let total = Self::reserved_bytes(api, count, class)?;
         // At most `count` new blocks, even if others take cached ones meanwhile.
+        let mut added = 0;
         for _ in 0..count {
             match self.reserve_next(class, count) {
                 Reserving::Done => break,
@@ -471,9 +474,13 @@ impl<S: Source> Cache<S> {
                 Reserving::Room => {
                     let started = Instant::now();
                     match alloc(class) {
-                        Ok(block) => self.room_reserved_in(block, started.elapsed()),
+                        Ok(block) => {
+                            self.room_reserved_in(block, started.elapsed());
+                            added += 1;
+                        }
                         Err(err) => {
                             self.room_unused(class);
+                            self.unreserve(class, added);
                             return Err(err);
                         }
                     }
@@ -481,6 +488,27 @@ impl<S: Source> Cache<S> {
             }
         }
         Ok(total)
+    }
+
+    /// Frees up to `count` cached blocks of `class`: those a reserve whose next allocation
+    /// failed had allocated itself. Such a failure is the runtime out of memory (or refusing
+    /// it): on a pool without a capacity, a reserve larger than the host or device can hold
+    /// took everything it could before failing, and keeping it cached would leave every other
+    /// allocation of the process failing for the pool's life. Returns the bytes freed.
+    pub fn unreserve(self: &Arc<Self>, class: usize, count: usize) -> usize {
+        self.take_and_free(|state| state.take_cached_of(class, count))
+    }
+
+    /// Whether blocks of the pool other than `own` bytes of granted room (the asking
+    /// request's) are out: handed out, awaiting their operations, or room being filled. Only
+    /// then can a release already handed to the reaper bring memory back to the pool.
+    pub fn holds_beyond(&self, own: usize) -> bool {
+        let counts = self.lock().counts();
+        counts
+            .allocated
+            .saturating_add(counts.awaiting_bytes)
+            .saturating_add(counts.growing.saturating_sub(own))
+            > 0
     }
 
     /// The next step of a reserve of `count` blocks of `class`: done, room for one more block

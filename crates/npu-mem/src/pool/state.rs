@@ -355,6 +355,20 @@ impl<B, W> State<B, W> {
         served
     }
 
+    /// Takes up to `count` cached blocks of `class`, the most recently cached first, for
+    /// freeing: the blocks a reserve that failed to allocate had cached itself.
+    pub(crate) fn take_cached_of(&mut self, class: usize, count: usize) -> Vec<B> {
+        let Some(blocks) = self.free.get_mut(&class) else {
+            return Vec::new();
+        };
+        let taken = blocks.split_off(blocks.len().saturating_sub(count));
+        if blocks.is_empty() {
+            self.free.remove(&class);
+        }
+        less(&mut self.counts.cached, class.saturating_mul(taken.len()));
+        taken
+    }
+
     /// Takes every cached block of a class other than `keep`, for freeing.
     pub(crate) fn take_cached_except(&mut self, keep: usize) -> Vec<B> {
         let mut taken = Vec::new();

@@ -375,19 +375,16 @@ impl DevicePool {
         // In a forked child a block out at the fork never comes back (its release waits for
         // work only the parent runs), so a request queued for room would wait for ever.
         npu_core::fork::refuse("DevicePool::alloc")?;
-        let granted = self.cache.grant(class).await?;
-        let block = match granted {
+        let block = match self.cache.grant(class).await? {
+            Granted::Block(block) => block,
             // Boxed: the awaited allocation is a whole stream operation, and carrying it
             // inline would make every `alloc` future, hits included, several times larger.
-            Granted::Room(class) if self.cache.source().stream_ordered() => {
+            Granted::Room(class) => {
                 let (block, took) =
-                    Box::pin(self.malloc_on("DevicePool::alloc", stream, class, None)).await?;
+                    Box::pin(self.new_block("DevicePool::alloc", stream, class, None)).await?;
                 self.cache.room_filled_in(class, took);
                 block
             }
-            granted => self
-                .cache
-                .fill(granted, |class| self.malloc_now(class, None))?,
         };
         Ok(self.buffer(block, len))
     }
@@ -468,24 +465,28 @@ impl DevicePool {
     pub async fn reserve(&self, stream: &Stream, count: usize, bytes: usize) -> Result<usize> {
         const API: &str = "DevicePool::reserve";
         let class = self.check::<u8>((API, "bytes"), stream, bytes)?;
-        if !self.cache.source().stream_ordered() {
-            return self.cache.reserve(API, count, bytes, |class| {
-                self.malloc_now(class, Some(class))
-            });
-        }
         let total = Cache::<DeviceSource>::reserved_bytes(API, count, class)?;
-        // Stream-ordered allocations are awaited one by one and cached as they arrive; at
-        // most `count` of them, even if others take cached blocks meanwhile.
+        // Allocations are awaited one by one (a stream-ordered one, or a wait for memory on
+        // its way back) and cached as they arrive; at most `count` of them, even if others
+        // take cached blocks meanwhile. A failed one frees those this call cached, as
+        // `Cache::reserve` does.
+        let mut added = 0;
         for _ in 0..count {
             match self.cache.reserve_next(class, count) {
                 Reserving::Done => break,
                 Reserving::Full(cached) => {
                     return Err(Cache::<DeviceSource>::no_room(API, cached, count, bytes));
                 }
-                Reserving::Room => {
-                    let (block, took) = self.malloc_on(API, stream, class, Some(class)).await?;
-                    self.cache.room_reserved_in(block, took);
-                }
+                Reserving::Room => match self.new_block(API, stream, class, Some(class)).await {
+                    Ok((block, took)) => {
+                        self.cache.room_reserved_in(block, took);
+                        added += 1;
+                    }
+                    Err(err) => {
+                        self.cache.unreserve(class, added);
+                        return Err(err);
+                    }
+                },
             }
         }
         Ok(total)
@@ -615,25 +616,61 @@ impl DevicePool {
     }
 
     /// A new block with `aclrtMalloc`; out of memory, frees the cache (but `keep`'s class,
-    /// see [`free_cache`](DevicePool::free_cache)) and tries once more.
+    /// see [`free_cache`](DevicePool::free_cache)) and tries once more, if that freed blocks
+    /// or blocks were freed since the attempt began (another thread's trim or eviction).
+    ///
+    /// Whether any were is asked under the drain lock, which every way blocks leave the cache
+    /// holds until their `aclrtFree` is made and counted (`Source::giving_back`): without it,
+    /// a request that found the cache emptied by a trim on another thread, its frees not yet
+    /// made, failed out of memory while the memory was on its way back.
     fn malloc_now(&self, class: usize, keep: Option<usize>) -> Result<DeviceBlock> {
         let source = self.cache.source();
         let null = std::ptr::null_mut();
+        let queued = source.frees_queued();
         match source.malloc(class, null) {
-            Err(err) if err.is_out_of_memory() && self.free_cache(keep) > 0 => {
+            Err(err) if err.is_out_of_memory() && self.freed_since(keep, queued) => {
                 source.malloc(class, null)
             }
             allocated => allocated,
         }
     }
 
-    /// Fills granted room with a stream-ordered allocation on `stream`, awaited so that the
-    /// memory is valid on every stream; out of memory, frees the cache (but `keep`'s class,
-    /// see [`free_cache`](DevicePool::free_cache)) and tries once more.
-    /// `api` is the pool method the caller called, which a refused submission names. The
-    /// block and how long it took; the caller counts it as handed out or cached (the room is
-    /// its own from here: a failure, or a dropped future, gives it back).
-    async fn malloc_on(
+    /// On the caching backend, out of memory: whether memory came back since `queued` frees
+    /// were counted, or freeing the cache (but `keep`'s class) gave some back; after the
+    /// frees in progress on other threads are made (the drain lock, refused on this thread as
+    /// for a drain, is then not waited for).
+    fn freed_since(&self, keep: Option<usize>, queued: u64) -> bool {
+        let source = self.cache.source();
+        let _draining = lock_here(&source.draining, Rank::Drain);
+        self.free_cache(keep) > 0 || source.frees_queued() != queued
+    }
+
+    /// Fills granted room with a new block: on the runtime pool a stream-ordered allocation
+    /// on `stream`, awaited so that the memory is valid on every stream; on the caching
+    /// backend `aclrtMalloc`. `api` is the pool method the caller called, which a refused
+    /// submission names; `keep` is a class whose cached blocks stay (see
+    /// [`free_cache`](DevicePool::free_cache)). The block and how long it took; the caller
+    /// counts it as handed out or cached (the room is its own from here: a failure, or a
+    /// dropped future, gives it back).
+    ///
+    /// Out of memory, it looks for memory on its way back before giving up:
+    ///
+    /// - first, when the pool has blocks out beyond this request's room (handed out,
+    ///   awaiting their operations, or an allocation in progress), it awaits one pass of the
+    ///   reaper ([`npu_core::reaper::passed`]). A block whose operations the device has
+    ///   finished, or an abandoned allocation's block once its allocation completed, comes
+    ///   back in a release the completion hands to the reaper (an operation's value, a
+    ///   buffer's deferred return, the unclaimed slot). Until that release ran, the block was
+    ///   neither cached nor its free counted, and a request out of memory failed while it
+    ///   was on its way back (`tests/pool_memory_on_its_way_back.rs` holds the reaper in
+    ///   front of each). The reaper runs immediate calls alone, so the pass waits for no
+    ///   device work; blocks whose operations have not completed are not waited for (their
+    ///   stream may never run them), nor, with nothing out, is anything;
+    /// - then it frees the cache and, on the runtime pool, awaits the release stream's run of
+    ///   every free queued so far ([`drain_cache`](DevicePool::drain_cache)); on the caching
+    ///   backend, whose frees are immediate, it retries if any were made
+    ///   ([`malloc_now`](DevicePool::malloc_now)).
+    async fn new_block(
         &self,
         api: &'static str,
         stream: &Stream,
@@ -646,15 +683,52 @@ impl DevicePool {
             filled: AtomicBool::new(false),
         });
         let started = Instant::now();
-        let block = match self.submit_malloc(api, stream, &room).await {
-            Err(err) if err.is_out_of_memory() && self.drain_cache(keep).await => {
-                self.cache.source().trim_runtime(0)?;
-                self.submit_malloc(api, stream, &room).await
+        let source = self.cache.source();
+        let block = match source.release_stream() {
+            Some(release) => self.malloc_on(api, stream, &room, release, keep).await,
+            None => {
+                let (queued, null) = (source.frees_queued(), std::ptr::null_mut());
+                match source.malloc(class, null) {
+                    Err(err) if err.is_out_of_memory() => {
+                        if self.cache.holds_beyond(class) {
+                            npu_core::reaper::passed().await;
+                        }
+                        match self.freed_since(keep, queued) {
+                            true => source.malloc(class, null),
+                            false => Err(err),
+                        }
+                    }
+                    allocated => allocated,
+                }
             }
-            allocated => allocated,
         }?;
         room.filled.store(true, Ordering::Release);
         Ok((block, started.elapsed()))
+    }
+
+    /// A stream-ordered allocation on `stream` for `room`; out of memory, the wait of
+    /// [`new_block`](DevicePool::new_block) and one retry.
+    async fn malloc_on(
+        &self,
+        api: &'static str,
+        stream: &Stream,
+        room: &Arc<Room>,
+        release: &Stream,
+        keep: Option<usize>,
+    ) -> Result<DeviceBlock> {
+        match self.submit_malloc(api, stream, room).await {
+            Err(err) if err.is_out_of_memory() => {
+                if self.cache.holds_beyond(room.class) {
+                    npu_core::reaper::passed().await;
+                }
+                if !self.drain_cache(release, keep).await {
+                    return Err(err);
+                }
+                self.cache.source().trim_runtime(0)?;
+                self.submit_malloc(api, stream, room).await
+            }
+            allocated => allocated,
+        }
     }
 
     /// Out of memory on the runtime pool: gives every cached block back to the runtime pool
@@ -693,12 +767,8 @@ impl DevicePool {
     /// to free but frees no drain covers synchronises the stream itself. Before, such a
     /// request failed out of memory at once: a `trim` followed by a request for the memory it
     /// gave back, or a bounded pool evicting its cache for a request, on a device they filled.
-    async fn drain_cache(&self, keep: Option<usize>) -> bool {
+    async fn drain_cache(&self, release: &Stream, keep: Option<usize>) -> bool {
         let source = self.cache.source();
-        let Some(release) = source.release_stream() else {
-            // Frees on the caching backend are immediate: nothing to wait for.
-            return self.free_cache(keep) > 0;
-        };
         let drain = {
             // Held across the frees and the synchronisation's submission, which make only the
             // runtime's immediate calls: the cache's lock is released before the frees, and

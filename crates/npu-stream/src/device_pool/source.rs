@@ -148,13 +148,16 @@ pub(crate) struct DeviceSource {
     /// memory is on its way back. Taken with `contain::lock_here` (`Rank::Drain`) by the
     /// drain, which holds it from freeing the cache to publishing its synchronisation, and by
     /// every other way blocks are given back, from taking them to counting their frees
-    /// ([`giving_back`](Source::giving_back)).
+    /// ([`giving_back`](Source::giving_back)). The caching backend has no drain: a request
+    /// out of memory there takes the lock to wait for frees in progress, and it stays `None`.
     pub(crate) draining: std::sync::Mutex<Option<Drained>>,
-    /// How many times blocks were queued for freeing on the release stream (`free`), counted
-    /// once the frees are queued: by a trim, an eviction, a drain, an unclaimed allocation.
-    /// A drain covers those counted before its synchronisation was recorded; a request out
-    /// of memory that finds more counted than the latest drain covers has memory on its way
-    /// back that no drain waits for, and synchronises the stream itself.
+    /// How many times blocks were given back (`free`), counted once the frees are queued on
+    /// the release stream (or, on the caching backend, made): by a trim, an eviction, a
+    /// drain, an unclaimed allocation. A drain covers those counted before its
+    /// synchronisation was recorded; a request out of memory that finds more counted than the
+    /// latest drain covers has memory on its way back that no drain waits for, and
+    /// synchronises the stream itself. On the caching backend a request out of memory that
+    /// finds more counted than before its attempt retries: memory came back meanwhile.
     queued: AtomicU64,
 }
 
@@ -264,8 +267,9 @@ impl DeviceSource {
         }
     }
 
-    /// How many batches of blocks have been queued for freeing on the release stream so far:
-    /// each counted one is on the stream before anything recorded on it after this read.
+    /// How many batches of blocks have been queued for freeing on the release stream (freed,
+    /// on the caching backend) so far: each counted one is on the stream before anything
+    /// recorded on it after this read.
     pub(crate) fn frees_queued(&self) -> u64 {
         self.queued.load(Ordering::Acquire)
     }
@@ -345,12 +349,20 @@ unsafe impl Source for DeviceSource {
         let freed = match &self.backend {
             // Bound as for `DeviceBuffer`'s free: the reference does not say aclrtFree ignores
             // the current context.
-            Backend::Caching => self.context.bind().and_then(|()| {
-                blocks.into_iter().try_for_each(|block| {
-                    // SAFETY: the allocation is ours and idle.
-                    unsafe { acl_call!(runtime, aclrtFree(block.ptr)) }
-                })
-            }),
+            Backend::Caching => {
+                // Out of the cache and not yet freed, as for the runtime pool's frees below:
+                // every way here holds the drain lock across (`giving_back`), and a request
+                // out of memory takes it before it looks (`DevicePool::malloc_now`).
+                npu_core::log!(trace, blocks = blocks.len(), "freeing cached blocks");
+                let freed = self.context.bind().and_then(|()| {
+                    blocks.into_iter().try_for_each(|block| {
+                        // SAFETY: the allocation is ours and idle.
+                        unsafe { acl_call!(runtime, aclrtFree(block.ptr)) }
+                    })
+                });
+                self.queued.fetch_add(1, Ordering::AcqRel);
+                freed
+            }
             Backend::Runtime(pool) => {
                 // Out of the cache (or the unclaimed allocation) and not yet counted: a
                 // request out of memory cannot see these frees until they are, so every way
@@ -384,18 +396,16 @@ unsafe impl Source for DeviceSource {
         }
     }
 
-    /// Under the drain lock on the runtime pool, from the blocks leaving the cache until their
-    /// frees are queued and counted: a request out of memory meanwhile found the cache
-    /// without them and no frees counted, took no memory to be on its way back, and failed
-    /// out of memory while it was. It now waits for these immediate calls, then counts the
-    /// frees and synchronises the release stream (`DevicePool::drain_cache`). Refused on this
-    /// thread (held already, as by a drain freeing the cache, or against the lock order), it
-    /// goes ahead unlocked. The caching backend's frees are done when `free` returns.
+    /// Under the drain lock, from the blocks leaving the cache until their frees are made
+    /// and counted: a request out of memory meanwhile found the cache without them and no
+    /// frees counted, took no memory to be on its way back, and failed out of memory while it
+    /// was. It now waits for these immediate calls, then counts the frees: on the runtime
+    /// pool it synchronises the release stream (`DevicePool::drain_cache`), on the caching
+    /// backend, whose `aclrtFree` is done when `free` returns, it retries
+    /// (`DevicePool::malloc_now`). Refused on this thread (held already, as by a drain freeing
+    /// the cache, or against the lock order), it goes ahead unlocked.
     fn giving_back<R>(&self, give_back: impl FnOnce() -> R) -> R {
-        let _draining = match self.backend {
-            Backend::Runtime(_) => lock_here(&self.draining, Rank::Drain),
-            Backend::Caching => None,
-        };
+        let _draining = lock_here(&self.draining, Rank::Drain);
         give_back()
     }
 
