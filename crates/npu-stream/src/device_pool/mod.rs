@@ -687,14 +687,16 @@ impl DevicePool {
         let block = match source.release_stream() {
             Some(release) => self.malloc_on(api, stream, &room, release, keep).await,
             None => {
-                let (queued, null) = (source.frees_queued(), std::ptr::null_mut());
-                match source.malloc(class, null) {
+                // The caching backend ignores the stream; no pointer is held across the
+                // wait, which would make the future not `Send`.
+                let queued = source.frees_queued();
+                match source.malloc(class, std::ptr::null_mut()) {
                     Err(err) if err.is_out_of_memory() => {
                         if self.cache.holds_beyond(class) {
                             npu_core::reaper::passed().await;
                         }
                         match self.freed_since(keep, queued) {
-                            true => source.malloc(class, null),
+                            true => source.malloc(class, std::ptr::null_mut()),
                             false => Err(err),
                         }
                     }
