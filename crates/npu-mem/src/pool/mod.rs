@@ -354,7 +354,17 @@ impl PinnedPool {
     /// Fails like [`try_alloc`](PinnedPool::try_alloc) for a bad size (`bytes == 0` among
     /// them, argument `bytes`), and with [`Error::InvalidArgument`] when the capacity (or a
     /// queued waiter) leaves no room for `count` blocks; the blocks pinned before that stay
-    /// cached.
+    /// cached (the capacity bounds them).
+    ///
+    /// On a pool without a capacity nothing bounds `count` but the host: a reserve of more
+    /// than the process may pin pins until the runtime refuses, then fails with that ACL
+    /// error ([`Error::is_out_of_memory`](npu_core::Error::is_out_of_memory):
+    /// `ACL_ERROR_RT_MEMORY_ALLOCATION`; no panic, no abort) and unpins every block it
+    /// pinned, so the host's pinned memory is what it was before the call (the blocks cached
+    /// before stay). Any failed pinning does the same. Until the refusal the host is short of
+    /// memory, and how short before the runtime refuses is the runtime's and the OS's limit
+    /// (npu-sim refuses past its `pinned_host_limit`, physical RAM by default): give the pool
+    /// a [`capacity`](PinnedPoolBuilder::capacity) to bound what it may pin at all.
     ///
     /// ```
     /// use npu_core::Device;

@@ -336,9 +336,14 @@ impl DevicePool {
     /// a new block is allocated: on the runtime pool, `aclrtMemPoolMallocAsync` submitted on
     /// `stream` and awaited (so the memory is valid on every stream before it is handed out);
     /// on the caching backend, `aclrtMalloc`. At the capacity, waits in FIFO order for blocks
-    /// to come back. When the device is out of memory, the pool frees its cached blocks, waits
+    /// to come back. When the device is out of memory, the pool first lets memory already on
+    /// its way back arrive (blocks the device is done with whose release is queued on
+    /// npu-rs's reaper: a dropped operation's block, an abandoned allocation's; one pass of
+    /// the reaper, only while the pool has blocks out), then frees its cached blocks, waits
     /// until the runtime has them back (with any other blocks it gave back before: trimmed,
-    /// evicted), and tries once more.
+    /// evicted; on the caching backend, frees another thread is making), and tries once more.
+    /// It never waits for device work: a block whose operations have not completed is not
+    /// waited for, and with nothing on its way back the request fails at once.
     ///
     /// Errors: `len == 0`, a zero-sized `T`, a size over `isize::MAX` bytes, a block larger
     /// than the capacity (it could never be served: it fails at once) and a stream of another
@@ -348,8 +353,9 @@ impl DevicePool {
     /// Cancel safety: cancel-safe. Dropping the future while it waits for capacity leaves the
     /// queue (a grant already on its way goes back to the pool); dropped during a new
     /// block's allocation, the block goes back to the runtime once that allocation completes;
-    /// dropped while it waits for the frees of an out-of-memory retry, it drops only that
-    /// wait (the frees still run, and other requests waiting for them still retry).
+    /// dropped while it waits for the reaper or for the frees of an out-of-memory retry, it
+    /// drops only that wait (the frees still run, and other requests waiting for them still
+    /// retry) and gives its room back.
     ///
     /// ```
     /// use npu_core::Device;
@@ -439,8 +445,11 @@ impl DevicePool {
     ///
     /// Fails like [`alloc`](DevicePool::alloc) for a bad size or stream, and with
     /// [`Error::InvalidArgument`] when the capacity leaves no room for `count` blocks (the
-    /// blocks allocated before that stay cached) or when `count` blocks would not even fit in
-    /// the address space (refused before allocating any).
+    /// blocks allocated before that stay cached: the capacity bounds them) or when `count`
+    /// blocks would not even fit in the address space (refused before allocating any). An
+    /// allocation that fails (the device out of memory, after the retry `alloc` makes) fails
+    /// the reserve with its error, and the blocks this call allocated are freed again: a
+    /// reserve larger than the device would otherwise leave it full for the pool's life.
     ///
     /// It never queues for capacity (it fails instead), so dropping the future leaves no
     /// queue. Cancel safety: cancel-safe in that nothing is lost or held: the blocks reserved
