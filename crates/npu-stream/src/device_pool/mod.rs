@@ -633,14 +633,36 @@ impl DevicePool {
     /// a request that found the cache emptied by a trim on another thread, its frees not yet
     /// made, failed out of memory while the memory was on its way back.
     fn malloc_now(&self, class: usize, keep: Option<usize>) -> Result<DeviceBlock> {
-        let source = self.cache.source();
-        let null = std::ptr::null_mut();
-        let queued = source.frees_queued();
-        match source.malloc(class, null) {
-            Err(err) if err.is_out_of_memory() && self.freed_since(keep, queued) => {
-                source.malloc(class, null)
+        match self.malloc_counting(class) {
+            (queued, Err(err)) if err.is_out_of_memory() => {
+                self.malloc_again(class, keep, queued, err)
             }
-            allocated => allocated,
+            (_, allocated) => allocated,
+        }
+    }
+
+    /// `aclrtMalloc` of `class` bytes, and how many frees were counted before it, for
+    /// [`malloc_again`](DevicePool::malloc_again).
+    fn malloc_counting(&self, class: usize) -> (u64, Result<DeviceBlock>) {
+        let source = self.cache.source();
+        let queued = source.frees_queued();
+        // The caching backend ignores the stream.
+        (queued, source.malloc(class, std::ptr::null_mut()))
+    }
+
+    /// After an `aclrtMalloc` that failed out of memory with `err` once `queued` frees were
+    /// counted: one more if memory came back ([`freed_since`](DevicePool::freed_since)),
+    /// else `err`.
+    fn malloc_again(
+        &self,
+        class: usize,
+        keep: Option<usize>,
+        queued: u64,
+        err: Error,
+    ) -> Result<DeviceBlock> {
+        match self.freed_since(keep, queued) {
+            true => self.cache.source().malloc(class, std::ptr::null_mut()),
+            false => Err(err),
         }
     }
 
@@ -662,23 +684,11 @@ impl DevicePool {
     /// counts it as handed out or cached (the room is its own from here: a failure, or a
     /// dropped future, gives it back).
     ///
-    /// Out of memory, it looks for memory on its way back before giving up:
-    ///
-    /// - first, when the pool has blocks out beyond this request's room (handed out,
-    ///   awaiting their operations, or an allocation in progress), it awaits one pass of the
-    ///   reaper ([`npu_core::reaper::passed`]). A block whose operations the device has
-    ///   finished, or an abandoned allocation's block once its allocation completed, comes
-    ///   back in a release the completion hands to the reaper (an operation's value, a
-    ///   buffer's deferred return, the unclaimed slot). Until that release ran, the block was
-    ///   neither cached nor its free counted, and a request out of memory failed while it
-    ///   was on its way back (`tests/pool_memory_on_its_way_back.rs` holds the reaper in
-    ///   front of each). The reaper runs immediate calls alone, so the pass waits for no
-    ///   device work; blocks whose operations have not completed are not waited for (their
-    ///   stream may never run them), nor, with nothing out, is anything;
-    /// - then it frees the cache and, on the runtime pool, awaits the release stream's run of
-    ///   every free queued so far ([`drain_cache`](DevicePool::drain_cache)); on the caching
-    ///   backend, whose frees are immediate, it retries if any were made
-    ///   ([`malloc_now`](DevicePool::malloc_now)).
+    /// Out of memory, it lets memory already on its way back arrive
+    /// ([`returns_arrived`](DevicePool::returns_arrived)), then frees the cache and, on the
+    /// runtime pool, awaits the release stream's run of every free queued so far
+    /// ([`drain_cache`](DevicePool::drain_cache)); on the caching backend, whose frees are
+    /// immediate, it retries if any were made ([`malloc_now`](DevicePool::malloc_now)).
     async fn new_block(
         &self,
         api: &'static str,
@@ -692,32 +702,39 @@ impl DevicePool {
             filled: AtomicBool::new(false),
         });
         let started = Instant::now();
-        let source = self.cache.source();
-        let block = match source.release_stream() {
+        let block = match self.cache.source().release_stream() {
             Some(release) => self.malloc_on(api, stream, &room, release, keep).await,
-            None => {
-                // The caching backend ignores the stream; no pointer is held across the
-                // wait, which would make the future not `Send`.
-                let queued = source.frees_queued();
-                match source.malloc(class, std::ptr::null_mut()) {
-                    Err(err) if err.is_out_of_memory() => {
-                        if self.cache.holds_beyond(class) {
-                            npu_core::reaper::passed().await;
-                        }
-                        match self.freed_since(keep, queued) {
-                            true => source.malloc(class, std::ptr::null_mut()),
-                            false => Err(err),
-                        }
-                    }
-                    allocated => allocated,
+            None => match self.malloc_counting(class) {
+                (queued, Err(err)) if err.is_out_of_memory() => {
+                    self.returns_arrived(class).await;
+                    self.malloc_again(class, keep, queued, err)
                 }
-            }
+                (_, allocated) => allocated,
+            },
         }?;
         room.filled.store(true, Ordering::Release);
         Ok((block, started.elapsed()))
     }
 
-    /// A stream-ordered allocation on `stream` for `room`; out of memory, the wait of
+    /// For a request out of memory holding `own` bytes of room: when the pool has blocks out
+    /// beyond it (handed out, awaiting their operations, or an allocation in progress),
+    /// awaits one pass of the reaper ([`npu_core::reaper::passed`]).
+    ///
+    /// A block whose operations the device has finished, or an abandoned allocation's block
+    /// once its allocation completed, comes back in a release the completion hands to the
+    /// reaper (an operation's value, a buffer's deferred return, the unclaimed slot). Until
+    /// that release ran, the block was neither cached nor its free counted, and a request out
+    /// of memory failed while it was on its way back (`tests/pool_memory_on_its_way_back.rs`
+    /// holds the reaper in front of each). The reaper runs immediate calls alone, so the pass
+    /// waits for no device work: blocks whose operations have not completed are not waited
+    /// for (their stream may never run them), and with nothing out nothing is.
+    async fn returns_arrived(&self, own: usize) {
+        if self.cache.holds_beyond(own) {
+            npu_core::reaper::passed().await;
+        }
+    }
+
+    /// A stream-ordered allocation on `stream` for `room`; out of memory, the waits of
     /// [`new_block`](DevicePool::new_block) and one retry.
     async fn malloc_on(
         &self,
@@ -729,9 +746,7 @@ impl DevicePool {
     ) -> Result<DeviceBlock> {
         match self.submit_malloc(api, stream, room).await {
             Err(err) if err.is_out_of_memory() => {
-                if self.cache.holds_beyond(room.class) {
-                    npu_core::reaper::passed().await;
-                }
+                self.returns_arrived(room.class).await;
                 if !self.drain_cache(release, keep).await {
                     return Err(err);
                 }
