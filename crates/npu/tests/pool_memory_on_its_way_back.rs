@@ -198,8 +198,10 @@ fn a_request_waits_for_a_block_in_use_whose_release_is_on_the_reaper() {
 /// Nothing on its way back, nothing waited for: with the device filled outside the pool and
 /// the reaper held, a request of a pool that has nothing out fails out of memory at its first
 /// poll, on both backends; a pool whose only block its owner keeps fails once the reaper has
-/// run what it was handed (one pass: that block is not coming back). Each leaves the pool's
-/// counters as they were.
+/// run what it was handed (one pass: that block is not coming back), and so does one whose
+/// block a dropped memset owns on a held device (its operation has not completed: the request
+/// does not wait for the device, which may never run it). Each leaves the pool's counters as
+/// they were.
 #[test]
 fn a_request_with_nothing_on_its_way_back_fails_out_of_memory_at_once() {
     let (_devices, ctx) = devices();
@@ -225,7 +227,18 @@ fn a_request_with_nothing_on_its_way_back_fails_out_of_memory_at_once() {
             (4 << 20, 4 << 20, 1)
         );
         assert_eq!(empty.stats().cache.reserved, 0, "{backend:?}");
-        drop((kept, filler, pool, empty));
+        let held = sim::hold(&ctx.device()).unwrap();
+        let mut memset = Box::pin(s.memset(kept, 1));
+        assert!(polled_once(memset.as_mut()).is_pending(), "{backend:?}");
+        drop(memset);
+        let refused = run(pool.alloc::<u8>(&s, BIG)).expect_err("the held block is not waited for");
+        assert!(refused.is_out_of_memory(), "{backend:?}: {refused}");
+        assert_eq!(pool.stats().cache.allocated, 4 << 20, "{backend:?}");
+        held.release().unwrap();
+        until_released("the memset's block is back", || {
+            pool.stats().cache.cached == 4 << 20
+        });
+        drop((filler, pool, empty));
         until_the_device_is_free(&ctx);
     }
 }
