@@ -236,3 +236,39 @@ impl std::fmt::Debug for Passed {
         f.debug_struct("Passed").field("done", &done).finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    use std::time::Duration;
+
+    /// `passed` resolves only once the releases queued before it ran: pending while the
+    /// reaper is held in one, ready once that one returns; a second wait dropped unpolled
+    /// meanwhile harms neither the reaper nor the first.
+    #[test]
+    fn passed_waits_for_the_releases_queued_before_it() {
+        let (open, opened) = channel::<()>();
+        let (running, ran) = channel::<()>();
+        // SAFETY: the release holds the reaper on purpose, for this test and at most 30 s:
+        // the window in which a release is queued and has not run.
+        unsafe {
+            release_later(move || {
+                let _ = running.send(());
+                let _ = opened.recv_timeout(Duration::from_secs(30));
+            })
+        };
+        ran.recv().unwrap();
+        let mut pass = std::pin::pin!(passed());
+        let dropped = passed();
+        let polled = pass.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        assert!(
+            polled.is_pending(),
+            "the reaper has not run the held release"
+        );
+        drop(dropped);
+        open.send(()).unwrap();
+        tokio_test::block_on(pass);
+    }
+}
