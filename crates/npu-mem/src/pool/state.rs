@@ -441,6 +441,34 @@ mod tests {
         assert_eq!(granted(&mut state, MIB, &mut Vec::new()), Granted::Block(4));
     }
 
+    /// What a failed reserve gives back: the most recently cached blocks of its class, no
+    /// more than asked, none of another class; asking beyond what is cached (or for a class
+    /// with nothing cached) takes what there is, and the counter stays true.
+    #[test]
+    fn a_failed_reserve_takes_back_only_its_own_class_and_count() {
+        let mut state = Test::new(None);
+        let mut evicted = Vec::new();
+        for label in 1..=3 {
+            assert_eq!(state.reserve_next(MIB, 3, &mut evicted), Reserving::Room);
+            state.room_reserved(label, MIB);
+        }
+        assert_eq!(
+            state.reserve_next(2 * MIB, 1, &mut evicted),
+            Reserving::Room
+        );
+        state.room_reserved(9, 2 * MIB);
+        assert_eq!(state.take_cached_of(MIB, 2), [2, 3]);
+        assert_eq!(state.counts().cached, 3 * MIB);
+        assert_eq!(state.take_cached_of(MIB, 5), [1]);
+        assert!(state.take_cached_of(MIB, 1).is_empty());
+        assert!(state.take_cached_of(4 * MIB, 1).is_empty());
+        assert_eq!(state.counts().cached, 2 * MIB);
+        assert_eq!(
+            granted(&mut state, 2 * MIB, &mut evicted),
+            Granted::Block(9)
+        );
+    }
+
     #[test]
     fn a_returned_block_is_reused_for_its_class() {
         let mut state = Test::new(None);
