@@ -173,67 +173,32 @@ pub fn flush() {
 /// assert!(released.load(Ordering::SeqCst));
 /// ```
 pub fn passed() -> Passed {
-    let pass = std::sync::Arc::new(std::sync::Mutex::new(Pass {
-        done: crate::fork::forked(),
-        waker: None,
-    }));
-    if !pass.lock().unwrap_or_else(|e| e.into_inner()).done {
-        let theirs = pass.clone();
+    let (passed, pass) = tokio::sync::oneshot::channel();
+    if crate::fork::forked() {
+        let _ = passed.send(());
+    } else {
+        // A marker dropped unrun counts as passed: the receiver then resolves with an error.
         run_later(vec![Box::new(move || {
-            let waker = {
-                let mut pass = theirs.lock().unwrap_or_else(|e| e.into_inner());
-                pass.done = true;
-                pass.waker.take()
-            };
-            // Woken outside the lock: the wake-up may poll the waiter on this thread.
-            if let Some(waker) = waker {
-                waker.wake();
-            }
+            let _ = passed.send(());
         })]);
     }
     Passed(pass)
 }
 
-/// What [`passed`] resolves, and the waker of whoever awaits it.
-struct Pass {
-    done: bool,
-    waker: Option<std::task::Waker>,
-}
-
 /// The future of [`passed`]. Dropping it drops only the wait: the reaper's marker still runs
 /// (and does nothing).
+#[derive(Debug)]
 #[must_use = "a future does nothing unless awaited"]
-pub struct Passed(std::sync::Arc<std::sync::Mutex<Pass>>);
+pub struct Passed(tokio::sync::oneshot::Receiver<()>);
 
 impl std::future::Future for Passed {
     type Output = ();
 
     fn poll(
-        self: std::pin::Pin<&mut Self>,
+        mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<()> {
-        // The waker is cloned outside the lock: its clone is user code, which may hand a
-        // release to the reaper and so run the marker here, on this thread.
-        if self.0.lock().unwrap_or_else(|e| e.into_inner()).done {
-            return std::task::Poll::Ready(());
-        }
-        let waker = cx.waker().clone();
-        let replaced = {
-            let mut pass = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            if pass.done {
-                return std::task::Poll::Ready(());
-            }
-            pass.waker.replace(waker)
-        };
-        drop(replaced);
-        std::task::Poll::Pending
-    }
-}
-
-impl std::fmt::Debug for Passed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let done = self.0.lock().unwrap_or_else(|e| e.into_inner()).done;
-        f.debug_struct("Passed").field("done", &done).finish()
+        std::pin::Pin::new(&mut self.0).poll(cx).map(drop)
     }
 }
 
