@@ -1,0 +1,268 @@
+//! Attacks of the thirty-first session, through the `npu` facade: events of the flags no
+//! earlier attack created (`ACL_EVENT_EXTERNAL`, `ACL_EVENT_IPC`, `ACL_EVENT_DEVICE_USE_ONLY`,
+//! `ACL_EVENT_CAPTURE_STREAM_PROGRESS`) recorded, waited on and timed by npu-rs's streams;
+//! pitched (2D) copies at the arithmetic extremes of their pitches; and the angles listed
+//! with each test.
+//!
+//! Each test names the promise it attacks. The simulator's hold gate and live counters are
+//! process-wide, so every test takes the file's device lock; every wait is bounded (`run`),
+//! so a hang fails its test.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use npu::ffi;
+use npu::prelude::*;
+use npu::sim;
+use npu::stream::{Copy2d, EventKind};
+use npu::{Error, Stream};
+
+fn devices() -> (std::sync::MutexGuard<'static, ()>, Context, Context) {
+    exclusive(Some(2))
+}
+
+/// An error npu-rs may give for a misused event: the runtime's, or a refusal naming the API.
+fn typed(err: &Error, what: &str) {
+    assert!(
+        matches!(err, Error::Acl(_) | Error::InvalidArgument { .. }),
+        "{what}: {err:?}"
+    );
+}
+
+/// Events of every single flag and both models are recorded on a held stream, waited on by a
+/// second stream (with and without a timeout), awaited and timed: each use works or is a
+/// typed error, work behind a wait that was accepted never runs before the record, and every
+/// operation resolves once the device is released.
+#[test]
+fn events_of_every_single_flag_order_streams_or_are_refused() {
+    let (_guard, ctx, _other) = devices();
+    let flags = [
+        ffi::ACL_EVENT_SYNC,
+        ffi::ACL_EVENT_CAPTURE_STREAM_PROGRESS,
+        ffi::ACL_EVENT_TIME_LINE,
+        ffi::ACL_EVENT_DEVICE_USE_ONLY,
+        ffi::ACL_EVENT_EXTERNAL,
+        ffi::ACL_EVENT_IPC,
+        ffi::ACL_EVENT_IPC | ffi::ACL_EVENT_SYNC,
+        ffi::ACL_EVENT_EXTERNAL | ffi::ACL_EVENT_SYNC | ffi::ACL_EVENT_TIME_LINE,
+    ];
+    for strategy in STRATEGIES {
+        let (a, b) = (stream(&ctx, strategy), stream(&ctx, strategy));
+        for kind in [EventKind::Legacy, EventKind::Ex] {
+            for flags in flags {
+                let what = format!("{strategy:?} {kind:?} {flags:#x}");
+                let event = match Event::builder(&ctx).kind(kind).flags(flags).build() {
+                    Ok(event) => event,
+                    Err(err) => {
+                        typed(&err, &what);
+                        continue;
+                    }
+                };
+                if let Err(err) = event.is_complete() {
+                    typed(&err, &what);
+                }
+                let hold = sim::hold(&ctx.device()).unwrap();
+                let first = a.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 9);
+                let recorded = event.record(&a);
+                let waited = b.wait_event(&event);
+                let timed_wait = b.wait_event_timeout(&event, Duration::from_secs(30));
+                let after = b.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+                if recorded.is_ok() && waited.is_ok() {
+                    assert!(!after.is_complete(), "{what}: ran before the record");
+                }
+                let event_wait = event.wait();
+                hold.release().unwrap();
+                run(first).unwrap();
+                if let Err(err) = &recorded {
+                    typed(err, &what);
+                }
+                if let Err(err) = &waited {
+                    typed(err, &what);
+                }
+                if let Err(err) = run(timed_wait) {
+                    typed(&err.error, &what);
+                }
+                match run(after) {
+                    Ok(buffer) => assert_eq!(buffer.to_vec_blocking().unwrap(), [1; 64]),
+                    Err(err) => panic!("{what}: work after the waits failed: {err}"),
+                }
+                if let Err(err) = run(event_wait) {
+                    typed(&err, &what);
+                }
+                match Event::elapsed(&event, &event) {
+                    Ok(d) => assert_eq!(d, Duration::ZERO, "{what}"),
+                    Err(err) => typed(&err, &what),
+                }
+                if let Err(err) = event.timestamp_us() {
+                    typed(&err, &what);
+                }
+                run(a.synchronize()).unwrap();
+                run(b.synchronize()).unwrap();
+            }
+        }
+    }
+    assert_eq!(live_allocations(&ctx), 0);
+}
+
+/// Pitched copies whose pitch is as large as a `usize` allows (one row, so no row is ever
+/// reached through it) copy exactly their one row in every direction, or are refused with a
+/// typed error naming the API; pitches one step past what a byte count can hold, and extents
+/// that overflow only through the row count, are refused, never a panic.
+#[test]
+fn pitched_copies_at_the_largest_pitches_copy_one_row_or_are_refused() {
+    let (_guard, ctx, _other) = devices();
+    let data: Vec<u32> = (1..=8).collect();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        run(async {
+            for pitch in [8, usize::MAX / 4, usize::MAX / 4 + 1, usize::MAX] {
+                let shape = Copy2d {
+                    width: 8,
+                    height: 1,
+                    src_pitch: pitch,
+                    dst_pitch: pitch,
+                };
+                let host = PinnedBuffer::from_slice(&ctx, &data).unwrap();
+                let dst = DeviceBuffer::<u32>::new(&ctx, 8).unwrap();
+                match s.copy_2d_h2d(host, dst, shape).await {
+                    Ok((_, dst)) => {
+                        assert_eq!(dst.to_vec_blocking().unwrap(), data, "{pitch}");
+                        let back = PinnedBuffer::<u32>::new(&ctx, 8).unwrap();
+                        let (dev, back) = s.copy_2d_d2h(dst, back, shape).await.unwrap();
+                        assert_eq!(back[..], data[..], "{pitch}");
+                        let other = DeviceBuffer::<u32>::new(&ctx, 8).unwrap();
+                        let (_, other) = s.copy_2d_d2d(dev, other, shape).await.unwrap();
+                        assert_eq!(other.to_vec_blocking().unwrap(), data, "{pitch}");
+                    }
+                    Err(err) => {
+                        assert!(pitch > usize::MAX / 4, "{pitch}: {}", err.error);
+                        assert_eq!(invalid(&err.error).0, "Stream::copy_2d_h2d");
+                    }
+                }
+                // Two rows: the second row's start overflows.
+                let two = Copy2d { height: 2, ..shape };
+                let host = PinnedBuffer::from_slice(&ctx, &data).unwrap();
+                let dst = DeviceBuffer::<u32>::new(&ctx, 8).unwrap();
+                if pitch > 8 {
+                    let err = s.copy_2d_h2d(host, dst, two).await.unwrap_err();
+                    assert_eq!(invalid(&err.error).0, "Stream::copy_2d_h2d");
+                }
+            }
+            // Zero-width copies of many rows with a zero pitch touch nothing.
+            let shape = Copy2d {
+                width: 0,
+                height: npu::stream::MAX_2D_HEIGHT,
+                src_pitch: 0,
+                dst_pitch: 0,
+            };
+            let host = PinnedBuffer::from_slice(&ctx, &data).unwrap();
+            let dst = s
+                .memset(DeviceBuffer::<u32>::new(&ctx, 8).unwrap(), 0xAB)
+                .await
+                .unwrap();
+            match s
+                .copy_2d_h2d(host.view(8..).unwrap(), dst.view(..0).unwrap(), shape)
+                .await
+            {
+                Ok((_, dst)) => {
+                    let dst = dst.into_inner();
+                    assert_eq!(dst.to_vec_blocking().unwrap(), [0xABAB_ABAB; 8]);
+                }
+                Err(err) => typed(&err.error, "zero width"),
+            }
+        });
+    }
+    assert_eq!(live_allocations(&ctx), 0);
+}
+
+/// A value whose drop waits for its stream with `futures::executor::block_on`, as teardown
+/// code of a user's own may: it records that the drop began, and what the wait returned.
+struct WaitsWhenDropped {
+    stream: Stream,
+    began: Arc<AtomicBool>,
+    waited: Arc<Mutex<Option<npu::Result<()>>>>,
+}
+
+impl Drop for WaitsWhenDropped {
+    fn drop(&mut self) {
+        self.began.store(true, Ordering::SeqCst);
+        let waited = futures::executor::block_on(self.stream.synchronize()).map_err(|e| e.error);
+        *self.waited.lock().unwrap() = Some(waited);
+    }
+}
+
+/// The runtimes a test suite or a service drops with tasks still awaiting device work.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    CurrentThread,
+    Paused,
+    MultiThread,
+}
+
+impl Shape {
+    fn build(self) -> tokio::runtime::Runtime {
+        match self {
+            Shape::CurrentThread => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+            Shape::Paused => paused_runtime(),
+            Shape::MultiThread => tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap(),
+        }
+    }
+}
+
+/// "No drop waits on device work" is npu-rs's promise, not its users': a task owning a value
+/// whose drop blocks on a synchronisation of the held device (`block_on` from a drop) is
+/// dropped with its runtime (current-thread, paused, multi-thread), the device released by
+/// another thread once that drop began. The wait ends with the device's work, under every
+/// strategy, on a runtime that is shutting down (its blocking pool and its paused clock's
+/// keepers refused): the drop returns `Ok`, the runtime's drop returns, nothing leaks.
+#[test]
+fn a_drop_blocking_on_a_synchronisation_while_its_runtime_shuts_down_returns() {
+    let (_guard, ctx, _other) = devices();
+    for strategy in STRATEGIES {
+        for shape in [Shape::CurrentThread, Shape::Paused, Shape::MultiThread] {
+            let what = format!("{strategy:?} {shape:?}");
+            let s = stream(&ctx, strategy);
+            let hold = sim::hold(&ctx.device()).unwrap();
+            let began = Arc::new(AtomicBool::new(false));
+            let waited = Arc::new(Mutex::new(None));
+            let runtime = shape.build();
+            let (polled, polled_rx) = tokio::sync::oneshot::channel();
+            let guard = WaitsWhenDropped {
+                stream: s.clone(),
+                began: began.clone(),
+                waited: waited.clone(),
+            };
+            let memset = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 3);
+            runtime.spawn(async move {
+                let _guard = guard;
+                let _ = polled.send(());
+                let _ = memset.await;
+            });
+            runtime.block_on(polled_rx).unwrap();
+            let releaser = {
+                let began = began.clone();
+                std::thread::spawn(move || {
+                    until("the drop began", || began.load(Ordering::SeqCst));
+                    hold.release().unwrap();
+                })
+            };
+            watchdog(&what, move || drop(runtime));
+            releaser.join().unwrap();
+            let waited = waited.lock().unwrap().take();
+            assert!(matches!(waited, Some(Ok(()))), "{what}: {waited:?}");
+            run(s.synchronize()).unwrap();
+        }
+    }
+    assert_eq!(live_allocations(&ctx), 0);
+}
