@@ -15,10 +15,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
+use npu::error::AclCode;
 use npu::ffi;
 use npu::prelude::*;
 use npu::sim;
-use npu::stream::{Copy2d, EventKind};
+use npu::stream::{Completion, Copy2d, EventKind};
 use npu::{Error, Stream};
 
 fn devices() -> (std::sync::MutexGuard<'static, ()>, Context, Context) {
@@ -265,4 +266,121 @@ fn a_drop_blocking_on_a_synchronisation_while_its_runtime_shuts_down_returns() {
         }
     }
     assert_eq!(live_allocations(&ctx), 0);
+}
+
+/// One thread's share of [`aborts_stops_and_holds_racing_submissions_end_everything`]: memsets
+/// (kept, dropped, or forgotten... never: forgetting leaks by design), event records, waits of
+/// one stream on another's events, and synchronisations, on streams chosen at random. Returns
+/// the completions of everything it submitted.
+fn racing_submitter(
+    ctx: &Context,
+    streams: &[Stream],
+    events: &[Event],
+    seed: u64,
+) -> Vec<Completion> {
+    let mut rng = Rng(seed);
+    let mut done = Vec::new();
+    let mut kept = Vec::new();
+    for _ in 0..300 {
+        let s = &streams[rng.below(streams.len())];
+        match rng.below(6) {
+            0..=2 => {
+                let memset = s.memset(DeviceBuffer::<u8>::new(ctx, 256).unwrap(), 7);
+                done.push(memset.completion().clone());
+                if rng.below(2) == 0 {
+                    kept.push(memset);
+                }
+            }
+            3 => {
+                let _ = events[rng.below(events.len())].record(s);
+            }
+            4 => {
+                let other = &streams[rng.below(streams.len())];
+                let _ = other.wait_event(&events[rng.below(events.len())]);
+            }
+            _ => done.push(s.synchronize().completion().clone()),
+        }
+    }
+    done
+}
+
+/// "Every operation ends, nothing leaks, and the streams work again" under three threads
+/// submitting at random to three streams (one per strategy) while a fourth aborts, stops and
+/// holds at random: `Stream::abort` (its mark and confirmation shared with the device task
+/// abort's since the last session), `Stream::stop` followed later by an abort, the device held
+/// and released. Once the racers are done, every stream is aborted (clearing its stop) and the
+/// device released: every completion ends, every stream then runs a memset, and the device's
+/// allocations return to none.
+#[test]
+fn aborts_stops_and_holds_racing_submissions_end_everything() {
+    let (_guard, ctx, _other) = devices();
+    for round in 0..8u64 {
+        let streams: Vec<Stream> = STRATEGIES.iter().map(|&s| stream(&ctx, s)).collect();
+        let events: Vec<Event> = (0..3).map(|_| Event::new(&ctx).unwrap()).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let disruptor = {
+            let (streams, stop, device) = (streams.clone(), stop.clone(), ctx.device());
+            std::thread::spawn(move || {
+                let mut rng = Rng(0x5eed ^ (round << 8) | 1);
+                let mut hold = None;
+                while !stop.load(Ordering::SeqCst) {
+                    let s = &streams[rng.below(streams.len())];
+                    match rng.below(6) {
+                        0 => drop(futures::executor::block_on(s.abort())),
+                        // Not awaited: the abort runs all the same.
+                        1 => drop(s.abort()),
+                        2 => drop(s.stop()),
+                        3 => drop(sim::fail_task(s, 1 + rng.below(3) as u64, AclCode(507015))),
+                        4 => hold = Some(sim::hold(&device).unwrap()),
+                        _ => drop(hold.take()),
+                    }
+                    std::thread::yield_now();
+                }
+                drop(hold);
+            })
+        };
+        let submitters: Vec<_> = (0..3u64)
+            .map(|i| {
+                let (ctx, streams, events) = (ctx.clone(), streams.clone(), events.clone());
+                std::thread::spawn(move || {
+                    racing_submitter(&ctx, &streams, &events, (round * 3 + i) * 0x9e37 | 1)
+                })
+            })
+            .collect();
+        let done: Vec<Completion> = submitters
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        stop.store(true, Ordering::SeqCst);
+        disruptor.join().unwrap();
+        let what = format!("round {round}");
+        run(async {
+            for s in &streams {
+                s.abort().await.unwrap();
+            }
+            for completion in &done {
+                let _ = completion.wait().await;
+            }
+            // A fault armed for a task the racers never submitted fails one of these with
+            // its code; nothing else may.
+            for s in &streams {
+                let mut tries = 0;
+                let buffer = loop {
+                    tries += 1;
+                    match s
+                        .memset(DeviceBuffer::<u8>::new(&ctx, 16).unwrap(), 1)
+                        .await
+                    {
+                        Ok(buffer) => break buffer,
+                        Err(err) if tries < 8 => {
+                            assert_eq!(err.error.acl_code(), Some(AclCode(507015)), "{what}")
+                        }
+                        Err(err) => panic!("{what}: the stream never worked again: {err}"),
+                    }
+                };
+                assert_eq!(buffer.to_vec_blocking().unwrap(), [1; 16], "{what}");
+            }
+        });
+    }
+    until_released("the racing rounds' buffers", || live_allocations(&ctx) == 0);
 }
