@@ -19,7 +19,7 @@ use npu::error::AclCode;
 use npu::ffi;
 use npu::prelude::*;
 use npu::sim;
-use npu::stream::{Completion, Copy2d, EventKind};
+use npu::stream::{Completion, Copy2d, EventKind, Notify, ValueCondition, ValueWord};
 use npu::{Error, Stream};
 
 fn devices() -> (std::sync::MutexGuard<'static, ()>, Context, Context) {
@@ -383,4 +383,77 @@ fn aborts_stops_and_holds_racing_submissions_end_everything() {
         });
     }
     until_released("the racing rounds' buffers", || live_allocations(&ctx) == 0);
+}
+
+/// A device-side wait nothing will satisfy, queued on `waiter` (with `helper` for the kinds
+/// that need a second stream): a value wait for a word no one writes, a notify wait for a
+/// notify no one records, or an event wait for a record queued behind such a value wait.
+/// Returns the wait's completion; the objects it waits on live in `keep`.
+fn unsatisfied_wait(
+    kind: usize,
+    ctx: &Context,
+    waiter: &Stream,
+    helper: &Stream,
+    keep: &mut Vec<Box<dyn std::any::Any>>,
+) -> Completion {
+    match kind {
+        0 => {
+            let word = Arc::new(ValueWord::new(ctx, 0).unwrap());
+            let wait = waiter.wait_value(word.clone(), 1, ValueCondition::Equal);
+            keep.push(Box::new(word));
+            let done = wait.completion().clone();
+            keep.push(Box::new(wait));
+            done
+        }
+        1 => {
+            let notify = Notify::new(ctx).unwrap();
+            let wait = waiter.wait_notify(&notify);
+            keep.push(Box::new(notify));
+            let done = wait.completion().clone();
+            keep.push(Box::new(wait));
+            done
+        }
+        _ => {
+            let done = unsatisfied_wait(0, ctx, helper, helper, keep);
+            let event = Event::new(ctx).unwrap();
+            event.record(helper).unwrap();
+            waiter.wait_event(&event).unwrap();
+            keep.push(Box::new(event));
+            done
+        }
+    }
+}
+
+/// `Stream::stop` of a stream whose running task is a device-side wait nothing will satisfy
+/// (a value wait, a notify wait, an event wait for a record behind such a wait): the stop
+/// returns, the stream's queued work fails instead of staying pending for ever, an abort then
+/// makes the stream work again, and aborting the helper stream ends the rest; nothing leaks.
+#[test]
+fn stopping_a_stream_inside_a_wait_nothing_satisfies_ends_its_work() {
+    let (_guard, ctx, _other) = devices();
+    for strategy in STRATEGIES {
+        for kind in 0..3 {
+            let what = format!("{strategy:?} wait kind {kind}");
+            let (waiter, helper) = (stream(&ctx, strategy), stream(&ctx, strategy));
+            let mut keep = Vec::new();
+            let waiting = unsatisfied_wait(kind, &ctx, &waiter, &helper, &mut keep);
+            let behind = waiter.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 5);
+            waiter.stop().unwrap();
+            run(async {
+                let behind = behind.await;
+                assert!(behind.is_err(), "{what}: work behind the stopped wait ran");
+                if kind < 2 {
+                    assert!(waiting.wait().await.is_err(), "{what}: the wait passed");
+                }
+                waiter.abort().await.unwrap();
+                helper.abort().await.unwrap();
+                for s in [&waiter, &helper] {
+                    let buffer = s.memset(DeviceBuffer::<u8>::new(&ctx, 8).unwrap(), 2).await;
+                    assert_eq!(buffer.unwrap().to_vec_blocking().unwrap(), [2; 8], "{what}");
+                }
+            });
+            drop(keep);
+        }
+    }
+    until_released("the waits' memory", || live_allocations(&ctx) == 0);
 }
