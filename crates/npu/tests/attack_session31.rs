@@ -457,3 +457,45 @@ fn stopping_a_stream_inside_a_wait_nothing_satisfies_ends_its_work() {
     }
     until_released("the waits' memory", || live_allocations(&ctx) == 0);
 }
+
+/// An event recorded on a stream that is then stopped, with another stream's wait queued on
+/// that record: `Event::wait` ends once the stop is reported (the record will never be
+/// reached), without an abort; the waiting stream's work goes on once the stopped stream is
+/// aborted (the record discarded), and a record of the same event afterwards orders streams
+/// again.
+#[test]
+fn a_record_on_a_stopped_stream_ends_event_waits_and_its_abort_frees_the_waiting_stream() {
+    let (_guard, ctx, _other) = devices();
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let (a, b) = (stream(&ctx, strategy), stream(&ctx, strategy));
+        let event = Event::new(&ctx).unwrap();
+        let hold = sim::hold(&ctx.device()).unwrap();
+        let first = a.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+        event.record(&a).unwrap();
+        let waiting = event.wait();
+        b.wait_event(&event).unwrap();
+        let behind = b.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2);
+        a.stop().unwrap();
+        hold.release().unwrap();
+        run(async {
+            assert!(first.await.is_err(), "{what}: a stopped stream's work ran");
+            assert!(waiting.await.is_err(), "{what}: a record never reached passed");
+            a.abort().await.unwrap();
+            let behind = behind.await.unwrap();
+            assert_eq!(behind.to_vec_blocking().unwrap(), [2; 64], "{what}");
+            // The event orders the two streams again.
+            let hold = sim::hold(&ctx.device()).unwrap();
+            let fill = a.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 3);
+            event.record(&a).unwrap();
+            b.wait_event(&event).unwrap();
+            let after = b.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 4);
+            assert!(!after.is_complete(), "{what}");
+            hold.release().unwrap();
+            fill.await.unwrap();
+            after.await.unwrap();
+            event.wait().await.unwrap();
+        });
+    }
+    assert_eq!(live_allocations(&ctx), 0);
+}
