@@ -480,7 +480,10 @@ fn a_record_on_a_stopped_stream_ends_event_waits_and_its_abort_frees_the_waiting
         hold.release().unwrap();
         run(async {
             assert!(first.await.is_err(), "{what}: a stopped stream's work ran");
-            assert!(waiting.await.is_err(), "{what}: a record never reached passed");
+            assert!(
+                waiting.await.is_err(),
+                "{what}: a record never reached passed"
+            );
             a.abort().await.unwrap();
             let behind = behind.await.unwrap();
             assert_eq!(behind.to_vec_blocking().unwrap(), [2; 64], "{what}");
@@ -495,6 +498,58 @@ fn a_record_on_a_stopped_stream_ends_event_waits_and_its_abort_frees_the_waiting
             fill.await.unwrap();
             after.await.unwrap();
             event.wait().await.unwrap();
+        });
+    }
+    assert_eq!(live_allocations(&ctx), 0);
+}
+
+/// `npu::sim::fail_task` with the codes ACL reserves for a synchronisation whose wait ran out
+/// (`ACL_ERROR_RT_STREAM_SYNC_TIMEOUT`, `ACL_ERROR_RT_EVENT_SYNC_TIMEOUT`) is refused by the
+/// simulator with a typed error naming the code, and fails no task: no task of a real device
+/// fails with them, and a task failed with one made every wait on its completion event answer
+/// "still running", so its operation stayed pending for ever under every strategy (the
+/// `EVENT_SYNC_TIMEOUT` case hung; a drained operation's next `synchronize` lost the fault and
+/// its context's events were never given back). Any other code is still injected: the next
+/// memset fails with it, and the one after runs.
+#[test]
+fn a_wait_timeout_code_is_refused_as_an_injected_task_failure() {
+    let (_guard, ctx, _other) = devices();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        for code in [AclCode::STREAM_SYNC_TIMEOUT, AclCode::EVENT_SYNC_TIMEOUT] {
+            let what = format!("{strategy:?} {code}");
+            let err = sim::fail_task(&s, 1, code).expect_err(&what);
+            assert_eq!(
+                err.acl_code(),
+                Some(AclCode(ffi::ACL_ERROR_INVALID_PARAM)),
+                "{what}"
+            );
+            let shown = err.to_string();
+            assert!(shown.contains(&code.0.to_string()), "{what}: {shown}");
+            assert!(shown.contains("not a task failure"), "{what}: {shown}");
+        }
+        run(async {
+            let buffer = s
+                .memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1)
+                .await;
+            assert_eq!(
+                buffer.unwrap().to_vec_blocking().unwrap(),
+                [1; 64],
+                "{strategy:?}"
+            );
+            sim::fail_task(&s, 1, AclCode::WAIT_TIMEOUT).unwrap();
+            let failed = s
+                .memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2)
+                .await;
+            let code = failed.unwrap_err().error.acl_code();
+            assert_eq!(code, Some(AclCode::WAIT_TIMEOUT), "{strategy:?}");
+            assert!(
+                s.synchronize().await.is_err(),
+                "{strategy:?}: the failure is reported"
+            );
+            s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 3)
+                .await
+                .unwrap();
         });
     }
     assert_eq!(live_allocations(&ctx), 0);
