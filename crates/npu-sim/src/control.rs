@@ -172,6 +172,19 @@ pub(crate) fn fail_task_impl(stream: aclrtStream, nth: u64, code: aclError) -> R
         ACL_ERROR_INVALID_PARAM,
         "the injected code must be an error"
     );
+    // A synchronisation whose wait ran out returns these, and a task's failure is what a wait
+    // on it returns: a task failed with one would tell every wait on it "still running", and a
+    // program (npu-rs's own waits) would wait for a task that has ended, for ever.
+    ensure!(
+        ![
+            ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+            ACL_ERROR_RT_EVENT_SYNC_TIMEOUT
+        ]
+        .contains(&code),
+        ACL_ERROR_INVALID_PARAM,
+        "code {code} is what a synchronisation returns when its wait runs out, not a task \
+         failure"
+    );
     let stream = context::any_stream(sim()?, stream)?;
     stream.inject_failure(nth, code);
     Ok(())
@@ -369,7 +382,10 @@ pub fn set_kernel_duration(
 /// event, notify and value operations do not count, nor do callbacks and host functions,
 /// which run on a host thread) submitted to `stream` from now on fail with `code` when it
 /// runs, without touching memory. `nth` = 1 is the next one; NULL is the calling thread's current
-/// default stream. The failure then follows the stream's failure mode.
+/// default stream. The failure then follows the stream's failure mode. `code` is any error but
+/// the two a synchronisation returns when its wait runs out (ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+/// ACL_ERROR_RT_EVENT_SYNC_TIMEOUT: 100000), which no task fails with: a wait on a task failed
+/// with one would take it for a task still running.
 ///
 /// ```
 /// # extern crate ascendcl as npu_sim;
@@ -389,6 +405,7 @@ pub fn set_kernel_duration(
 ///     assert_eq!(aclrtMemsetAsync(dev, 64, 0, 64, stream), 0); // ... this memset does
 ///     assert_eq!(aclrtSynchronizeStream(stream), 507015);
 ///     assert!(control::fail_task(stream, 0, 507015).is_err(), "nth counts from 1");
+///     assert_eq!(control::fail_task(stream, 1, 507047).unwrap_err().code, 100000, "a wait's");
 /// }
 /// ```
 pub fn fail_task(stream: aclrtStream, nth: u64, code: aclError) -> Result<(), ControlError> {

@@ -206,7 +206,10 @@ fn unhold(device: i32) -> std::result::Result<(), ControlError> {
 /// queue; the events and host callbacks npu-rs queues around them do not count, so under
 /// every [`Strategy`](crate::Strategy) a memset or a single copy is one task. The operation that task belongs to fails with an
 /// [`AclError`](crate::AclError) of that code; the stream's failure mode decides what happens
-/// to the rest of its work.
+/// to the rest of its work. The codes a synchronisation returns when its wait runs out
+/// ([`AclCode::STREAM_SYNC_TIMEOUT`], [`AclCode::EVENT_SYNC_TIMEOUT`]) are refused: no task
+/// fails with them, and every wait on a task failed with one would take it for a task still
+/// running.
 ///
 /// ```
 /// use npu::prelude::*;
@@ -222,6 +225,7 @@ fn unhold(device: i32) -> std::result::Result<(), ControlError> {
 /// assert!(first.await.is_ok());
 /// assert_eq!(second.await.unwrap_err().acl_code(), Some(AclCode(507015)));
 /// assert!(sim::fail_task(&stream, 0, AclCode(507015)).is_err(), "tasks count from 1");
+/// assert!(sim::fail_task(&stream, 1, AclCode::EVENT_SYNC_TIMEOUT).is_err(), "a wait's code");
 /// # Ok::<(), npu::Error>(())
 /// # })?;
 /// # Ok::<(), npu::Error>(())

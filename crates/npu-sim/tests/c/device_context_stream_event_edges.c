@@ -785,6 +785,10 @@ static int stream_switches(void)
     CHECK(aclrtCreateStream(&t));
     CHECK(aclrtMalloc(&dev, 64, ACL_MEM_MALLOC_NORMAL_ONLY));
     EXPECT(aclrtSetStreamFailureMode(s, ACL_STOP_ON_FAILURE), ACL_SUCCESS);
+    /* What a synchronisation returns when its wait runs out is no task's failure: refused,
+     * injecting nothing (the memset below is still the first task to fail). */
+    EXPECT(npusimFailTask(s, 1, ACL_ERROR_RT_STREAM_SYNC_TIMEOUT), ACL_ERROR_INVALID_PARAM);
+    EXPECT(npusimFailTask(s, 1, ACL_ERROR_RT_EVENT_SYNC_TIMEOUT), ACL_ERROR_INVALID_PARAM);
     CHECK(npusimFailTask(s, 1, ACL_ERROR_RT_AICORE_EXCEPTION));
     EXPECT(aclrtMemsetAsync(dev, 64, 1, 64, s), ACL_SUCCESS);
     EXPECT(aclrtSynchronizeStream(s), ACL_ERROR_RT_AICORE_EXCEPTION);
