@@ -17,6 +17,7 @@ use std::time::Duration;
 use common::*;
 use npu::error::AclCode;
 use npu::ffi;
+use npu::memory::DevicePoolBackend;
 use npu::prelude::*;
 use npu::sim;
 use npu::stream::{Completion, Copy2d, EventKind, Notify, ValueCondition, ValueWord};
@@ -551,6 +552,55 @@ fn a_wait_timeout_code_is_refused_as_an_injected_task_failure() {
                 .await
                 .unwrap();
         });
+    }
+    assert_eq!(live_allocations(&ctx), 0);
+}
+
+/// Every error code ACL's ranges hold (parameter, runtime, resource and device codes), injected
+/// with `npu::sim::fail_task` into a memset of a plain buffer and of a `DevicePool` block (both
+/// backends) under every strategy: the injection is refused (the wait-timeout codes only), or
+/// the operation ends with exactly that code, as the control promises; none is taken for a
+/// lost device, an abort or a wait still running. The stream's `synchronize` ends, the next
+/// memset and pool block work, and the pool has nothing allocated once its blocks are back.
+#[test]
+fn a_task_failed_with_any_code_ends_its_operation_with_that_code() {
+    let (_guard, ctx, _other) = devices();
+    let codes: Vec<i32> = (100000..100050)
+        .chain(107000..107050)
+        .chain(207000..207020)
+        .chain(500000..500010)
+        .chain(507000..507100)
+        .chain(507890..507920)
+        .collect();
+    for backend in [DevicePoolBackend::Caching, DevicePoolBackend::RuntimePool] {
+        for strategy in STRATEGIES {
+            let s = stream(&ctx, strategy);
+            let pool = DevicePool::builder(&ctx).backend(backend).build().unwrap();
+            for &code in &codes {
+                let what = format!("{backend:?} {strategy:?} {code}");
+                if let Err(err) = sim::fail_task(&s, 1, AclCode(code)) {
+                    assert!(AclCode(code).is_timeout(), "{what}: refused: {err}");
+                    continue;
+                }
+                run(async {
+                    let plain = s
+                        .memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1)
+                        .await;
+                    let failed = plain.map(drop).unwrap_err().error;
+                    assert_eq!(failed.acl_code(), Some(AclCode(code)), "{what}: {failed}");
+                    let _ = s.synchronize().await;
+                    sim::fail_task(&s, 1, AclCode(code)).unwrap();
+                    let block = pool.alloc::<u8>(&s, 4096).await.unwrap();
+                    let failed = s.memset(block, 2).await.map(drop).unwrap_err().error;
+                    assert_eq!(failed.acl_code(), Some(AclCode(code)), "{what}: {failed}");
+                    let _ = s.synchronize().await;
+                    let block = pool.alloc::<u8>(&s, 4096).await.unwrap();
+                    let block = s.memset(block, 3).await.unwrap();
+                    assert_eq!(s.download(block).await.unwrap(), [3; 4096], "{what}");
+                });
+            }
+            until_released("the pool's blocks", || pool.stats().cache.allocated == 0);
+        }
     }
     assert_eq!(live_allocations(&ctx), 0);
 }
