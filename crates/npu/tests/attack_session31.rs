@@ -322,7 +322,7 @@ fn aborts_stops_and_holds_racing_submissions_end_everything() {
         let disruptor = {
             let (streams, stop, device) = (streams.clone(), stop.clone(), ctx.device());
             std::thread::spawn(move || {
-                let mut rng = Rng(0x5eed ^ (round << 8) | 1);
+                let mut rng = Rng((0x5eed ^ (round << 8)) | 1);
                 let mut hold = None;
                 while !stop.load(Ordering::SeqCst) {
                     let s = &streams[rng.below(streams.len())];
@@ -344,7 +344,7 @@ fn aborts_stops_and_holds_racing_submissions_end_everything() {
             .map(|i| {
                 let (ctx, streams, events) = (ctx.clone(), streams.clone(), events.clone());
                 std::thread::spawn(move || {
-                    racing_submitter(&ctx, &streams, &events, (round * 3 + i) * 0x9e37 | 1)
+                    racing_submitter(&ctx, &streams, &events, ((round * 3 + i) * 0x9e37) | 1)
                 })
             })
             .collect();
