@@ -19,7 +19,7 @@ use npu::error::AclCode;
 use npu::ffi;
 use npu::memory::DevicePoolBackend;
 use npu::prelude::*;
-use npu::sim;
+use npu::sim::{self, TimingModel};
 use npu::stream::{Completion, Copy2d, EventKind, Notify, ValueCondition, ValueWord};
 use npu::{Error, Stream};
 
@@ -601,6 +601,42 @@ fn a_task_failed_with_any_code_ends_its_operation_with_that_code() {
             }
             until_released("the pool's blocks", || pool.stats().cache.allocated == 0);
         }
+    }
+    assert_eq!(live_allocations(&ctx), 0);
+}
+
+/// A timing model whose every task lasts for centuries (`min_task_ns` near `u64::MAX / 2`,
+/// a kernel duration of `Duration::MAX`): the controls take it (or refuse it by name); an
+/// asynchronous memset then paces on the device, and `Stream::abort` ends it at once with
+/// `Error::Aborted` instead of after its simulated duration; with the model cleared the
+/// stream works again. Every strategy.
+#[test]
+fn an_abort_ends_a_task_paced_for_centuries() {
+    let (_guard, _ctx, ctx) = devices();
+    let device = ctx.device();
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let s = stream(&ctx, strategy);
+        let century = TimingModel::default().min_task_ns(u64::MAX / 2);
+        sim::set_timing(&device, Some(century)).unwrap();
+        if let Err(err) = sim::set_kernel_duration(&device, "scale_f32", Duration::MAX) {
+            assert!(matches!(err, Error::Acl(_)), "{what}: {err:?}");
+        }
+        let paced = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+        run(async {
+            s.abort().await.unwrap();
+            let err = paced.await.map(drop).unwrap_err().error;
+            assert!(matches!(err, Error::Aborted { .. }), "{what}: {err:?}");
+            sim::set_timing(&device, None).unwrap();
+            let buffer = s
+                .memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2)
+                .await;
+            assert_eq!(
+                buffer.unwrap().to_vec_blocking().unwrap(),
+                [2; 64],
+                "{what}"
+            );
+        });
     }
     assert_eq!(live_allocations(&ctx), 0);
 }
