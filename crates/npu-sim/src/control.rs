@@ -384,8 +384,8 @@ pub fn set_kernel_duration(
 /// runs, without touching memory. `nth` = 1 is the next one; NULL is the calling thread's current
 /// default stream. The failure then follows the stream's failure mode. `code` is any error but
 /// the two a synchronisation returns when its wait runs out (ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
-/// ACL_ERROR_RT_EVENT_SYNC_TIMEOUT: 100000), which no task fails with: a wait on a task failed
-/// with one would take it for a task still running.
+/// ACL_ERROR_RT_EVENT_SYNC_TIMEOUT), which are refused with 100000: no task fails with them,
+/// and a wait on a task failed with one would take it for a task still running.
 ///
 /// ```
 /// # extern crate ascendcl as npu_sim;
