@@ -642,3 +642,64 @@ fn an_abort_ends_a_task_paced_for_centuries() {
     }
     assert_eq!(live_allocations(&ctx), 0);
 }
+
+/// Rules 2 and 3 for `Arc` clones raced across threads: eight threads copy out of clones of
+/// one device buffer on streams of their own (every strategy among them), dropping some
+/// futures unpolled, while the main thread waits for the buffer to be its alone
+/// (`Arc::try_unwrap`) and only then rewrites it. A clone inside a pending or dropped copy
+/// keeps the buffer shared until the device is done, so every copy reads one round's bytes
+/// whole, never a rewrite's; nothing leaks.
+#[test]
+fn arc_clones_raced_across_threads_keep_a_buffer_shared_until_every_copy_ends() {
+    let (_guard, ctx, _other) = devices();
+    let mut buffer = DeviceBuffer::from_host_blocking(&ctx, &[0u8; 4096]).unwrap();
+    for round in 1..=6u8 {
+        let shared = Arc::new(buffer);
+        let readers: Vec<_> = (0..8usize)
+            .map(|i| {
+                let (ctx, shared) = (ctx.clone(), shared.clone());
+                std::thread::spawn(move || {
+                    let s = stream(&ctx, STRATEGIES[i % 3]);
+                    let mut seen = Vec::new();
+                    for j in 0..4 {
+                        let host = PinnedBuffer::<u8>::new(&ctx, 4096).unwrap();
+                        let copy = s.copy_d2h(shared.clone(), host);
+                        if (i + j) % 3 == 0 {
+                            drop(copy); // the clone goes with the copy, after the device
+                            continue;
+                        }
+                        let (_, host) = futures::executor::block_on(copy).unwrap();
+                        seen.push(host.to_vec());
+                    }
+                    seen
+                })
+            })
+            .collect();
+        let (mut shared, deadline) = (shared, std::time::Instant::now() + HANG);
+        let owned = loop {
+            match Arc::try_unwrap(shared) {
+                Ok(owned) => break owned,
+                Err(again) => shared = again,
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: a clone was never let go"
+            );
+            sim::flush_releases();
+            std::thread::yield_now();
+        };
+        for reader in readers {
+            for bytes in reader.join().unwrap() {
+                assert!(
+                    bytes.iter().all(|&b| b == round - 1),
+                    "round {round}: torn read"
+                );
+            }
+        }
+        let s = stream(&ctx, STRATEGIES[round as usize % 3]);
+        buffer = run(s.memset(owned, round)).unwrap();
+    }
+    assert_eq!(buffer.to_vec_blocking().unwrap(), [6; 4096]);
+    drop(buffer);
+    assert_eq!(live_allocations(&ctx), 0);
+}
