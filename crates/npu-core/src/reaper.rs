@@ -158,8 +158,13 @@ pub fn flush() {
 /// before it decides whether anything came back.
 ///
 /// In a process forked after npu-rs started a runtime it resolves at once, as [`flush`]
-/// returns: the reaper thread stayed in the parent. Without a reaper thread (it could not be
-/// started) releases run where they are handed on, so it resolves at once too.
+/// returns: the reaper thread stayed in the parent. Called on the reaper thread itself (from
+/// a release), it resolves at once too, as [`flush`] returns at once there: the marker would
+/// queue behind the release awaiting it. Without a reaper thread (it could not be started)
+/// releases run where they are handed on, so it resolves at once too.
+///
+/// Under a paused Tokio clock it keeps the clock still until the reaper has passed, as every
+/// npu-rs future that waits for work done elsewhere does (it is a [`Completion::wait`]).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -172,15 +177,18 @@ pub fn flush() {
 /// tokio_test::block_on(npu_core::reaper::passed());
 /// assert!(released.load(Ordering::SeqCst));
 /// ```
+///
+/// [`Completion::wait`]: crate::Completion::wait
 pub fn passed() -> Passed {
-    let (passed, pass) = tokio::sync::oneshot::channel();
-    if crate::fork::forked() {
-        let _ = passed.send(());
+    // SAFETY: no device work and no memory stand behind this completion: it only tells when
+    // the reaper reached the marker.
+    let marker = unsafe { crate::Completer::new() };
+    let pass = marker.completion().wait();
+    if ON_REAPER.with(std::cell::Cell::get) || crate::fork::forked() {
+        marker.complete(Ok(()));
     } else {
-        // A marker dropped unrun counts as passed: the receiver then resolves with an error.
-        run_later(vec![Box::new(move || {
-            let _ = passed.send(());
-        })]);
+        // A marker dropped unrun abandons the completion, which ends the wait too.
+        run_later(vec![Box::new(move || marker.complete(Ok(())))]);
     }
     Passed(pass)
 }
@@ -189,7 +197,7 @@ pub fn passed() -> Passed {
 /// (and does nothing).
 #[derive(Debug)]
 #[must_use = "a future does nothing unless awaited"]
-pub struct Passed(tokio::sync::oneshot::Receiver<()>);
+pub struct Passed(crate::Wait);
 
 impl std::future::Future for Passed {
     type Output = ();
@@ -235,5 +243,81 @@ mod tests {
         drop(dropped);
         open.send(()).unwrap();
         tokio_test::block_on(pass);
+    }
+
+    /// Polled on the reaper thread (by a release), `passed` is ready at once, as `flush`
+    /// returns at once there: its marker would queue behind the release awaiting it, and a
+    /// release blocking on it would hold the reaper for ever. The break: pending.
+    #[test]
+    fn passed_on_the_reaper_is_ready_at_once() {
+        let (ready, was_ready) = channel::<bool>();
+        // SAFETY: the release polls a future once and sends a flag: it does not block.
+        unsafe {
+            release_later(move || {
+                let mut pass = std::pin::pin!(passed());
+                let polled = pass.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+                let _ = ready.send(polled.is_ready());
+            })
+        };
+        assert!(was_ready.recv().unwrap(), "ready on the reaper thread");
+    }
+
+    /// Under a paused Tokio clock, `passed` keeps the clock still while the reaper runs the
+    /// releases queued before it: a one-hour timeout around it does not fire while a release
+    /// holds the reaper. The reaper is let go only once the runtime's thread sleeps, which a
+    /// runtime whose clock may jump never does: it jumps to the timer instead. The break: a
+    /// wait no keeper held let the clock jump to the timeout.
+    #[test]
+    fn passed_keeps_a_paused_clock_until_the_reaper_passes() {
+        let (open, opened) = channel::<()>();
+        let (running, ran) = channel::<()>();
+        // SAFETY: the release holds the reaper on purpose, for this test and at most 30 s.
+        unsafe {
+            release_later(move || {
+                let _ = running.send(());
+                let _ = opened.recv_timeout(Duration::from_secs(30));
+            })
+        };
+        ran.recv().unwrap();
+        let me = std::fs::read_link("/proc/thread-self").unwrap();
+        let state = std::path::Path::new("/proc").join(me).join("stat");
+        let (polled, first_poll) = channel::<()>();
+        let opener = std::thread::spawn(move || {
+            if first_poll.recv().is_ok() {
+                // The state is the field after the command's closing parenthesis.
+                let sleeping = || {
+                    let stat = std::fs::read_to_string(&state).unwrap_or_default();
+                    stat.rsplit(')')
+                        .next()
+                        .map(str::trim_start)
+                        .is_some_and(|rest| rest.starts_with('S'))
+                };
+                while !sleeping() {
+                    std::thread::yield_now();
+                }
+            }
+            let _ = open.send(());
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let passed_in_time = runtime.block_on(async {
+            let mut timed =
+                std::pin::pin!(tokio::time::timeout(Duration::from_secs(3600), passed()));
+            let pending = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(timed.as_mut().poll(cx).is_pending())
+            })
+            .await;
+            assert!(pending, "the reaper is held");
+            polled.send(()).unwrap();
+            timed.await.is_ok()
+        });
+        opener.join().unwrap();
+        assert!(
+            passed_in_time,
+            "the one-hour timeout fired while the reaper was held"
+        );
     }
 }
