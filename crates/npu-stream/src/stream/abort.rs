@@ -408,7 +408,12 @@ impl StreamShared {
     /// submission lock), so a count read outside the lock may name an operation whose record
     /// is still to come. Never waits: the sentinel asks it (`sentinel::examine`).
     pub(crate) fn watched_and_recorded(&self) -> Option<u64> {
-        let aborting = self.submit.try_lock().ok()?;
+        // A lock a panicking submitter poisoned is free, as every other taker of it reads it.
+        let aborting = match self.submit.try_lock() {
+            Ok(aborting) => aborting,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
         (aborting.refusing == 0).then(|| self.watched.load(Ordering::Acquire))
     }
 
