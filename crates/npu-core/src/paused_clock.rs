@@ -82,18 +82,19 @@ impl Keepers {
     }
 
     /// Applies `change` to `runtime`'s chain and forgets the chain once nothing wants it
-    /// and no task of it runs; returns what `change` returned.
-    fn change<R>(&self, runtime: Id, change: impl FnOnce(&mut Chain) -> R) -> R {
+    /// and no task of it runs; returns what `change` returned, `None` if there is no chain.
+    /// There always is one (a chain is kept while a future wants it or a task of it runs),
+    /// but this runs in drops, which must not panic.
+    fn change<R>(&self, runtime: Id, change: impl FnOnce(&mut Chain) -> R) -> Option<R> {
         let mut chains = self.chains();
-        let at = chains
-            .iter()
-            .position(|chain| chain.runtime == runtime)
-            .expect("a chain is kept while a future wants it or a task of it runs");
+        let at = chains.iter().position(|chain| chain.runtime == runtime);
+        debug_assert!(at.is_some(), "no keeper chain for a runtime in use");
+        let at = at?;
         let changed = change(&mut chains[at]);
         if chains[at].wanted == 0 && !chains[at].running {
             chains.swap_remove(at);
         }
-        changed
+        Some(changed)
     }
 }
 
@@ -127,7 +128,9 @@ struct Want {
 
 impl Drop for Want {
     fn drop(&mut self) {
-        self.keepers.change(self.runtime, |chain| chain.wanted -= 1);
+        self.keepers.change(self.runtime, |chain| {
+            chain.wanted = chain.wanted.saturating_sub(1)
+        });
     }
 }
 
@@ -160,7 +163,13 @@ impl ClockHold {
                 return None;
             }
             let id = runtime.id();
-            if keepers.want(id) {
+            let start = keepers.want(id);
+            // Made before anything that could panic, so that the count goes back down.
+            let want = Want {
+                keepers: keepers.clone(),
+                runtime: id,
+            };
+            if start {
                 Keeper {
                     runtime,
                     keepers: keepers.clone(),
@@ -168,10 +177,7 @@ impl ClockHold {
                 }
                 .keep(slice());
             }
-            Some(Want {
-                keepers: keepers.clone(),
-                runtime: id,
-            })
+            Some(want)
         });
         self.clock = Some(Held { runtime: id, kept });
     }
@@ -191,10 +197,13 @@ impl Keeper {
     /// Whether a future still wants the clock kept; if none does, the chain ends here, in
     /// the same step, so that a future arriving after it starts a new one.
     fn wanted(&mut self) -> bool {
-        self.holds = self.keepers.change(self.runtime.id(), |chain| {
-            chain.running = chain.wanted > 0;
-            chain.running
-        });
+        self.holds = self
+            .keepers
+            .change(self.runtime.id(), |chain| {
+                chain.running = chain.wanted > 0;
+                chain.running
+            })
+            .unwrap_or(false);
         self.holds
     }
 
