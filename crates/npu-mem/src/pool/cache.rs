@@ -453,8 +453,8 @@ impl<S: Source> Cache<S> {
     /// missing ones with `alloc`; returns the bytes of the blocks it reserved. Fails when the
     /// capacity (or a queued waiter) leaves no room for `count` blocks; the blocks allocated
     /// before that stay cached (the capacity bounds them). Fails with `alloc`'s error when an
-    /// allocation fails, after freeing the blocks this call allocated
-    /// ([`unreserve`](Cache::unreserve)). Nothing is handed out: the blocks already cached
+    /// allocation fails, after freeing as many idle blocks of the size class as this call
+    /// allocated, the latest cached first ([`unreserve`](Cache::unreserve)). Nothing is handed out: the blocks already cached
     /// count no hit, and the new ones (misses) never count as allocated.
     pub fn reserve(
         self: &Arc<Self>,

@@ -342,8 +342,10 @@ impl DevicePool {
     /// the reaper, only while the pool has blocks out), then frees its cached blocks, waits
     /// until the runtime has them back (with any other blocks it gave back before: trimmed,
     /// evicted; on the caching backend, frees another thread is making), and tries once more.
-    /// It never waits for device work: a block whose operations have not completed is not
-    /// waited for, and with nothing on its way back the request fails at once.
+    /// It never waits for the work of operations: a block whose operations have not
+    /// completed is not waited for (the release stream it synchronises carries only the
+    /// pool's own frees), and with no block out the request fails at once (with blocks out,
+    /// after one pass of the reaper, even if none was on its way back).
     ///
     /// Errors: `len == 0`, a zero-sized `T`, a size over `isize::MAX` bytes, a block larger
     /// than the capacity (it could never be served: it fails at once) and a stream of another
@@ -448,8 +450,10 @@ impl DevicePool {
     /// blocks allocated before that stay cached: the capacity bounds them) or when `count`
     /// blocks would not even fit in the address space (refused before allocating any). An
     /// allocation that fails (the device out of memory, after the retry `alloc` makes) fails
-    /// the reserve with its error, and the blocks this call allocated are freed again: a
-    /// reserve larger than the device would otherwise leave it full for the pool's life.
+    /// the reserve with its error, and as many cached blocks of its size class as this call
+    /// allocated are freed again (the latest cached first, which are this call's unless
+    /// another call cached or took blocks of that class meanwhile): a reserve larger than the
+    /// device would otherwise leave it full for the pool's life.
     ///
     /// It never queues for capacity (it fails instead), so dropping the future leaves no
     /// queue. Cancel safety: cancel-safe in that nothing is lost or held: the blocks reserved

@@ -103,9 +103,11 @@ impl StreamShared {
         match result {
             // Discarded by an abort of this stream (its own, or its device's that the runtime's
             // device task abort callback reported), it synchronised nothing: the failure stays
-            // for the next one. (Only `Error::Aborted`: a runtime abort code, an abort npu-rs
-            // did not hear of, fails the synchronisation as any other error does. A discarded
-            // one whose stream a fault had stopped gets that fault, and reports the record.)
+            // for the next one. (Only `Error::Aborted`, which npu-rs also gives a
+            // synchronisation an abort it did not hear of discarded, once it finds the stream
+            // idle: a runtime abort code fails the synchronisation as any other error does. A
+            // discarded one whose stream a fault had stopped gets that fault, and reports the
+            // record.)
             err @ Err(npu_core::Error::Aborted { .. }) => err,
             Err(err) => {
                 failure().take();

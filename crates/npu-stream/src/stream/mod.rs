@@ -268,6 +268,14 @@ impl Stream {
 
     /// The raw handle. Using it is `unsafe`; `self` must outlive every use.
     ///
+    /// A raw call must not take the stream's work out of plain stream order while npu-rs has
+    /// operations on it: capturing the stream (`aclmdlRICaptureBegin`), binding it to a model
+    /// instance (`aclmdlRIBindStream`), or giving it a persistent or task-group mode moves
+    /// its tasks into something that may run them later, after npu-rs has handed their memory
+    /// back, since the stream itself then reports them done. Aborting it
+    /// (`aclrtStreamAbort`) is allowed: npu-rs fails the discarded operations with
+    /// `Error::Aborted` once it finds the stream idle ([`Stream::abort`] does it at once).
+    ///
     /// ```
     /// use npu_core::Device;
     /// use npu_stream::Stream;
