@@ -538,6 +538,15 @@ mod tests {
         assert_eq!(shared.watched_and_recorded(), None, "an abort refuses");
         shared.lock_submission().refusing -= 1;
         assert_eq!(shared.watched_and_recorded(), Some(3));
+        // A submitter that panicked with the lock held leaves it poisoned, not held.
+        std::thread::scope(|scope| {
+            let panicked = scope.spawn(|| {
+                let _submitting = shared.lock_submission();
+                panic!("a submitter panics with the lock held");
+            });
+            assert!(panicked.join().is_err());
+        });
+        assert_eq!(shared.watched_and_recorded(), Some(3), "poisoned is free");
     }
 
     /// A `Stream::abort` whose runtime call fails while an `aclrtDeviceTaskAbort` of the
