@@ -402,29 +402,23 @@ fn step(job: Job, timeout: i32) -> Option<Job> {
             // What an abort discarded never completes, and its event's wait fails at once
             // without the event completing: failed as the reactor fails it, or it would come
             // round for ever. The abort confirmed the discard before marking it.
-            let runtime = stream.context.runtime();
-            if stream.aborted(pending.op)
-                && !crate::event::event_complete(runtime, pending.event.handle())
-            {
-                let api = pending.op.api;
-                pending.fail(&stream, Error::Aborted { api });
+            let aborted = stream.aborted(pending.op);
+            let Some(pending) = fail_if_discarded(&stream, pending, aborted) else {
                 strategy::release_stream(stream);
                 return None;
-            }
+            };
             // A watched operation's record was queued on its stream before the stream is
             // examined, so a stream found idle then has reached or discarded it (see `Alive`).
             let unfinished = pending
                 .wait_for(&stream, timeout)
                 .map(|pending| (pending, examine(&stream)));
             match unfinished {
-                Some((pending, Ok(true)))
-                    if pending.op.seq != 0
-                        && !crate::event::event_complete(runtime, pending.event.handle()) =>
-                {
-                    let api = pending.op.api;
-                    pending.fail(&stream, Error::Aborted { api });
+                Some((pending, Ok(idle))) => {
+                    let covered = idle && pending.op.seq != 0;
+                    if let Some(pending) = fail_if_discarded(&stream, pending, covered) {
+                        return Some(Job::Watch { stream, pending });
+                    }
                 }
-                Some((pending, Ok(_))) => return Some(Job::Watch { stream, pending }),
                 Some((pending, Err(err))) => pending.fail(&stream, err),
                 None => {}
             }
@@ -434,6 +428,24 @@ fn step(job: Job, timeout: i32) -> Option<Job> {
             None
         }
     }
+}
+
+/// Fails `pending` with `Error::Aborted` when `covered` (an abort marked it, or the stream was
+/// found idle after its record was queued) and its event has not completed: its record was
+/// discarded, and the device is done with its memory. Gives it back otherwise. The query does
+/// not block.
+fn fail_if_discarded(
+    stream: &Arc<StreamShared>,
+    pending: Pending,
+    covered: bool,
+) -> Option<Pending> {
+    let runtime = stream.context.runtime();
+    if covered && !crate::event::event_complete(runtime, pending.event.handle()) {
+        let api = pending.op.api;
+        pending.fail(stream, Error::Aborted { api });
+        return None;
+    }
+    Some(pending)
 }
 
 /// `Err` when the work pending on `stream` can never complete (device lost, context stopped
