@@ -3,9 +3,9 @@
 //! Every aclrtRecordEvent creates a [`Record`]: the capture of the work submitted to a stream
 //! so far. The event points at its latest record; waits and syncs hold on to the record that
 //! was current when they were issued, which gives the Ex events' "every record overwrites the
-//! capture" semantics and the legacy events' behaviour alike. A wait issued while its event is
-//! reset (aclrtResetEvent) holds on to the event's [`ResetGate`] instead: it waits for the
-//! record that comes next.
+//! capture" semantics and the legacy events' behaviour alike. A wait issued while a legacy
+//! event is reset (aclrtResetEvent) or not yet recorded holds on to the event's [`ResetGate`]
+//! instead: it waits for the record that comes next.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -275,8 +275,8 @@ impl Record {
     }
 }
 
-/// What a wait issued while its event was reset waits for: the event's next record, which the
-/// gate learns when that record is made. The reference has a reset event's later waits fail
+/// What a wait issued while its legacy event was reset (or before its first record) waits
+/// for: the event's next record, which the gate learns when that record is made. The reference has a reset event's later waits fail
 /// to go on (its figure of two streams waiting, one resetting in between): a reset clears the
 /// hardware event, which only a new record sets again.
 pub(crate) struct ResetGate {
@@ -312,9 +312,11 @@ impl ResetGate {
 
 /// [`Event::unrecorded`]'s answer.
 pub(crate) enum Unrecorded {
-    /// Never recorded, or destroyed (nothing can record it any more): no wait.
+    /// An Ex event never recorded, or a destroyed event (nothing can record it any more): no
+    /// wait.
     Nothing,
-    /// Reset since its last record: the wait is for the next one.
+    /// A legacy event never recorded, or reset since its last record: the wait is for the
+    /// next record.
     Gate(Arc<ResetGate>),
     /// Recorded since the caller found no record: the wait is for that record.
     Recorded(Arc<Record>),
@@ -332,8 +334,8 @@ pub(crate) struct Event {
     /// Created with aclrtCreateEventExWithFlag ("new mode").
     pub(crate) ex: bool,
     current: Mutex<Option<Arc<Record>>>,
-    /// Set by an executed reset of a recorded event, until its next record (locked after
-    /// `current`).
+    /// Set from its creation for a waitable legacy event and by an executed reset of a
+    /// recorded event, until its next record (locked after `current`).
     gate: Mutex<Option<Arc<ResetGate>>>,
     /// Set by aclrtDestroyEvent (under `gate`): a reset still queued then leaves no gate.
     destroyed: AtomicBool,
@@ -383,7 +385,10 @@ impl Event {
             flags,
             ex,
             current: Mutex::new(None),
-            gate: Mutex::new(None),
+            // A legacy event starts as a reset leaves it (the reference's reset "restores the
+            // initial state", after which a wait cannot go on): its waits are held until its
+            // first record. An Ex event's wait before any record has no work to wait for.
+            gate: Mutex::new((!ex && waitable(flags)).then(|| Arc::new(ResetGate::new()))),
             destroyed: AtomicBool::new(false),
             record_flag: OnceLock::new(),
             wait_flag: OnceLock::new(),

@@ -65,6 +65,16 @@ fn live_streams(device: i32) -> u64 {
     control::device_stats(device).unwrap().live_streams
 }
 
+/// A legacy event whose record has completed. The threads' random waits are on such events: a
+/// wait on a legacy event never recorded holds its stream until a record, which the random
+/// calls may queue behind that very wait.
+fn recorded_event() -> aclrtEvent {
+    let event = create_event();
+    acl!(aclrtRecordEvent(event, ptr::null_mut()));
+    acl!(aclrtSynchronizeStream(ptr::null_mut()));
+    event
+}
+
 /// Promise (docs, aclrtGetStreamAvailableNum; the reference's 1,984 streams per device): the
 /// first explicit context of a device binds the device's default stream, and a primary context
 /// created later takes that bound stream as its own default stream, so neither aclrtSetDevice
@@ -244,8 +254,9 @@ const TIMED_OUT: aclError = ACL_ERROR_RT_WAIT_TIMEOUT;
 /// destroy (plain and forced), submit to, record, wait on, synchronise and query streams and
 /// events they share, each using handles the others destroy under it. Every call returns one
 /// of the codes these races allow; the device's live stream and event counts return to where
-/// they were. A wait issued after a reset of its event waits for the event's next record (the
-/// reference's figure for aclrtResetEvent), which no thread may make: each wait gives up after
+/// they were. A wait issued after a reset of its event, or before its first record, waits for
+/// the event's next record (the reference's figure for aclrtResetEvent: a reset restores the
+/// event's initial state), which no thread may make: each wait gives up after
 /// a second (107019, reported by its stream's synchronisation and by the records behind it),
 /// as a program mixing resets and waits this freely would need on the hardware too.
 #[test]
@@ -1084,7 +1095,7 @@ fn stream_and_device_aborts_racing_submissions_waits_and_destructions() {
         slot.store(create_stream() as usize, Ordering::Release);
     }
     for slot in &events.0 {
-        slot.store(create_event() as usize, Ordering::Release);
+        slot.store(recorded_event() as usize, Ordering::Release);
     }
     {
         let (streams, events) = (streams.clone(), events.clone());
@@ -1386,7 +1397,7 @@ fn a_device_lost_under_work_on_many_threads_answers_every_call_with_a_code() {
         slot.store(create_stream() as usize, Ordering::Release);
     }
     for slot in &events.0 {
-        slot.store(create_event() as usize, Ordering::Release);
+        slot.store(recorded_event() as usize, Ordering::Release);
     }
     let progress = Arc::new(AtomicU32::new(0));
     {

@@ -378,3 +378,75 @@ fn a_record_an_abort_discarded_never_reads_as_its_events_earlier_completion() {
     acl!(aclrtDestroyStream(stream));
     acl!(aclrtResetDevice(DEVICE));
 }
+
+/// How long a synchronisation that must end waits before the test calls it a hang (ms).
+const BOUND_MS: i32 = 10_000;
+
+/// A wait issued on `event` before its first record, then a memset of 7 on the waiting
+/// stream, while a stream held by a notify memsets 1 and then records the event. `held`: the
+/// waiter cannot finish before the notify is recorded (a synchronisation of it times out),
+/// else it finishes first. Returns the byte the two memsets leave once both are done.
+fn byte_after_a_wait_before_the_first_record(event: aclrtEvent, held: bool) -> u8 {
+    let (recorder, waiter, opener) = (create_stream(), create_stream(), create_stream());
+    let dev = malloc(64);
+    let mut gate = ptr::null_mut();
+    acl!(aclrtCreateNotify(&mut gate, 0));
+    acl!(aclrtWaitAndResetNotify(gate, recorder, 0));
+    acl!(aclrtStreamWaitEvent(waiter, event));
+    acl!(aclrtMemsetAsync(dev, 64, 7, 64, waiter));
+    acl!(aclrtMemsetAsync(dev, 64, 1, 64, recorder));
+    acl!(aclrtRecordEvent(event, recorder));
+    let (timeout, expected) = match held {
+        // Held until a record that cannot come yet: the timeout decides nothing but how long
+        // the test looks.
+        true => (200, ACL_ERROR_RT_STREAM_SYNC_TIMEOUT),
+        false => (BOUND_MS, ACL_SUCCESS),
+    };
+    assert_eq!(
+        code!(aclrtSynchronizeStreamWithTimeout(waiter, timeout)),
+        expected,
+        "held {held}: {}",
+        recent_message()
+    );
+    acl!(aclrtRecordNotify(gate, opener));
+    for stream in [opener, recorder, waiter] {
+        acl!(aclrtSynchronizeStreamWithTimeout(stream, BOUND_MS));
+        acl!(aclrtDestroyStream(stream));
+    }
+    acl!(aclrtDestroyNotify(gate));
+    let byte = download::<u8>(dev, 64)[0];
+    acl!(aclrtFree(dev));
+    byte
+}
+
+/// The reference: aclrtResetEvent restores a legacy event's initial state, after which a wait
+/// cannot go on until the event is recorded again, so a wait issued on a legacy event never
+/// recorded (aclrtCreateEvent, aclrtCreateEventWithFlag(SYNC)) holds its stream until the
+/// first record completes. An Ex event holds no work before its first record (its status is
+/// COMPLETE): a wait on it imposes none. The simulator let every such wait through at once.
+#[test]
+fn a_wait_before_the_first_record_holds_a_legacy_event_s_stream_only() {
+    install();
+    set_device(7);
+    let mut with_flag = ptr::null_mut();
+    acl!(aclrtCreateEventWithFlag(&mut with_flag, ACL_EVENT_SYNC));
+    for (name, event) in [("aclrtCreateEvent", create_event()), ("WithFlag(SYNC)", with_flag)] {
+        assert_eq!(
+            byte_after_a_wait_before_the_first_record(event, true),
+            7,
+            "{name}: the waiter's memset ran before the first record"
+        );
+        acl!(aclrtDestroyEvent(event));
+    }
+    let ex = ex_event(ACL_EVENT_SYNC);
+    assert_eq!(byte_after_a_wait_before_the_first_record(ex, false), 1);
+    acl!(aclrtDestroyEvent(ex));
+    // Destroying a never-recorded legacy event ends the waits held on it: nothing can record
+    // it any more.
+    let waiter = create_stream();
+    let never = create_event();
+    acl!(aclrtStreamWaitEvent(waiter, never));
+    acl!(aclrtDestroyEvent(never));
+    acl!(aclrtSynchronizeStreamWithTimeout(waiter, BOUND_MS));
+    acl!(aclrtDestroyStream(waiter));
+}

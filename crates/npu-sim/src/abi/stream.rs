@@ -181,8 +181,8 @@ pub unsafe extern "C" fn aclrtStreamQuery(
 }
 
 /// Makes later work on `stream` wait for the work captured by the event's latest record (an
-/// event never recorded imposes no wait; one reset since its last record holds the stream
-/// until its next record completes). Event of another device → 107003; event without
+/// Ex event never recorded imposes no wait; a legacy event never recorded, or reset since its
+/// last record, holds the stream until its next record completes). Event of another device → 107003; event without
 /// ACL_EVENT_SYNC → 207000. After aclrtSetOpWaitTimeout(n > 0) the wait fails the stream's
 /// task with ACL_ERROR_RT_WAIT_TIMEOUT if the record is still pending n seconds later.
 ///

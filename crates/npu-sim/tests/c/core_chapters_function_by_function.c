@@ -1091,10 +1091,13 @@ static void resets(void)
     CHECK_VOID(aclmdlRIDestroy(model));
     CHECK_VOID(aclrtDestroyStream(capturing));
 
-    /* A reset of an event never recorded leaves it as it was: its waits do not wait. */
+    /* A reset of an event never recorded leaves it as it was: its waits wait for its first
+     * record. */
     EXPECT(aclrtResetEvent(fresh, s2), ACL_SUCCESS);
     EXPECT(aclrtSynchronizeStream(s2), ACL_SUCCESS);
     EXPECT(aclrtStreamWaitEvent(s3, fresh), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStreamWithTimeout(s3, 20), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+    EXPECT(aclrtRecordEvent(fresh, s1), ACL_SUCCESS);
     EXPECT(aclrtSynchronizeStream(s3), ACL_SUCCESS);
 
     /* A wait no record can end any more, its event destroyed, does not hold its stream. */

@@ -1111,8 +1111,9 @@ static int event_states(void)
     aclrtEvent sync = event_with(ACL_EVENT_SYNC, 0);
     aclrtEvent device_only = event_with(ACL_EVENT_DEVICE_USE_ONLY | ACL_EVENT_SYNC, 0);
 
-    /* Before any record: a legacy event is not ready, an Ex event complete; waits on an
-     * event never recorded do not wait. */
+    /* Before any record: a legacy event is not ready, an Ex event complete; a wait on the Ex
+     * event does not wait, one on the legacy event holds its stream until its first record
+     * (a reset restores that initial state, after which a wait cannot go on). */
     EXPECT(aclrtQueryEventStatus(NULL, &recorded), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtQueryEventStatus(e, NULL), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtQueryEventStatus(FORGED, NULL), ACL_ERROR_INVALID_PARAM);
@@ -1129,7 +1130,11 @@ static int event_states(void)
     /* A NULL event is refused before its timeout is read. */
     EXPECT(aclrtSynchronizeEventWithTimeout(NULL, 0), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtSynchronizeEventWithTimeout(e, -1), ACL_SUCCESS);
+    EXPECT(aclrtStreamWaitEvent(t, ex), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStream(t), ACL_SUCCESS);
     EXPECT(aclrtStreamWaitEvent(t, sync), ACL_SUCCESS);
+    EXPECT(aclrtSynchronizeStreamWithTimeout(t, 10), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+    EXPECT(aclrtRecordEvent(sync, s), ACL_SUCCESS);
     EXPECT(aclrtSynchronizeStream(t), ACL_SUCCESS);
 
     /* Records and waits: the NULL event first, then the handles. */
