@@ -556,6 +556,24 @@ impl Event {
         Ok(())
     }
 
+    /// Refuses, as `api`'s `event`, a legacy event npu-rs never recorded: ACL holds a stream
+    /// waiting for one until its first record (as after a reset), and the wait keeps the event
+    /// alive, so nothing might ever record it and the stream would be held for ever. An Ex
+    /// event holds no work before its first record, and its wait is the runtime's to judge.
+    fn check_recorded_for_wait(&self, api: &'static str) -> Result<()> {
+        let last = self.inner.last_record.lock();
+        if self.inner.kind == EventKind::Legacy && last.unwrap_or_else(|e| e.into_inner()).is_none()
+        {
+            return Err(Error::invalid(
+                api,
+                "event",
+                "is a legacy event that was never recorded, whose wait ACL holds until its \
+                 first record: record it first (Event::record), or use an Ex event",
+            ));
+        }
+        Ok(())
+    }
+
     /// Refuses an event created without `ACL_EVENT_TIME_LINE`, which records no timestamp, as
     /// `api`'s `argument`.
     fn check_timestamped(&self, api: &'static str, argument: &'static str) -> Result<()> {
@@ -605,6 +623,10 @@ impl Stream {
     /// Makes all work submitted to this stream after this call wait until `event`'s latest
     /// record is reached (`aclrtStreamWaitEvent`). Does not block the caller.
     ///
+    /// A legacy event npu-rs never recorded is refused ([`Error::InvalidArgument`], argument
+    /// `event`): ACL would hold the stream until the event's first record. An
+    /// [`EventKind::Ex`] event never recorded holds no work, and its wait does not wait.
+    ///
     /// Fails if the runtime refuses the wait, and also if the wait has failed already by the
     /// time this returns: the record it waits for can never complete (its stream was stopped,
     /// aborted or faulted). A wait that fails later is a failed task of this stream, which its
@@ -644,7 +666,8 @@ impl Stream {
             0,
             event.clone(),
             |_, _| {},
-            |_, stream| {
+            |event, stream| {
+                event.check_recorded_for_wait("Stream::wait_event")?;
                 // SAFETY: stream and event are alive; the stream's context is bound.
                 unsafe {
                     acl_call!(
@@ -703,6 +726,7 @@ impl Stream {
             |event, stream| {
                 let seconds = i32::try_from(seconds?).unwrap_or(i32::MAX);
                 self.check_runtime(api, "event", event.context())?;
+                event.check_recorded_for_wait(api)?;
                 let handle = event.inner.handle;
                 // SAFETY: stream and event are alive; the stream's context is bound.
                 unsafe {

@@ -419,6 +419,9 @@ fn events_and_streams_of_different_devices_fail_with_107003() {
         let c1 = runtime.device(1).unwrap().primary_context().clone();
         for strategy in STRATEGIES {
             let (s0, e1) = (stream(&c0, strategy), Event::new(&c1).unwrap());
+            // Recorded on its own device first: a legacy event never recorded is refused by
+            // npu-rs before ACL could judge its device.
+            e1.record(&stream(&c1, strategy)).unwrap();
 
             let err = e1.record(&s0).unwrap_err();
             assert_eq!(
@@ -449,6 +452,45 @@ fn events_and_streams_of_different_devices_fail_with_107003() {
             // ...while npu-rs binds the stream's context itself, from the same thread.
             let on_0 = run(s0.memset(on_0, 1)).unwrap();
             assert_eq!(read_back(&on_0), vec![1; 64], "{name}");
+        }
+    }
+}
+
+/// ACL holds a stream waiting for a legacy event until the event's first record (a reset
+/// restores that state, after which a wait cannot go on), and the wait keeps the event alive:
+/// `wait_event` and `wait_event_timeout` refuse a legacy event npu-rs never recorded instead of
+/// holding the stream for ever, and queue nothing. An Ex event holds no work before its first
+/// record: a wait on it passes at once.
+#[test]
+fn a_wait_on_a_never_recorded_legacy_event_is_refused_and_on_an_ex_event_passes() {
+    for (name, runtime) in runtimes() {
+        let context = runtime.device(0).unwrap().primary_context().clone();
+        for strategy in STRATEGIES {
+            let stream = stream(&context, strategy);
+            let never = Event::new(&context).unwrap();
+            let err = stream.wait_event(&never).unwrap_err();
+            assert_eq!(invalid(&err), ("Stream::wait_event", "event"), "{name}");
+            assert!(err.to_string().contains("never recorded"), "{err}");
+            let refused = run(stream.wait_event_timeout(&never, std::time::Duration::from_secs(1)))
+                .unwrap_err();
+            assert_eq!(
+                invalid(&refused.error),
+                ("Stream::wait_event_timeout", "event"),
+                "{name}"
+            );
+            assert!(refused.value.is_some(), "{name}: the event handed back");
+            // Nothing was queued: the stream's later work runs, and is reported clean.
+            let after = stream.memset(DeviceBuffer::<u8>::new(&context, 64).unwrap(), 3);
+            assert_eq!(read_back(&run(after).unwrap()), vec![3; 64], "{name}");
+            run(stream.synchronize()).unwrap();
+
+            let ex = Event::builder(&context).kind(EventKind::Ex).build().unwrap();
+            stream.wait_event(&ex).unwrap();
+            run(stream.wait_event_timeout(&ex, std::time::Duration::from_secs(1))).unwrap();
+            // Once recorded, the legacy event is waited for.
+            never.record(&stream).unwrap();
+            stream.wait_event(&never).unwrap();
+            run(stream.synchronize()).unwrap();
         }
     }
 }

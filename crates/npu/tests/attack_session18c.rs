@@ -311,8 +311,9 @@ fn value_operations_behind_a_fault_in_stop_mode_fail_and_release_their_word() {
     until_released("every buffer", || live_allocations(&ctx) <= before);
 }
 
-/// Timed event waits at their limits: a never-recorded event is waited for at once even with
-/// the shortest timeout, the largest accepted timeout (`i32::MAX` s, and one rounded up to
+/// Timed event waits at their limits: a never-recorded Ex event is waited for at once even with
+/// the shortest timeout (a never-recorded legacy one, which ACL would hold the stream for until
+/// its first record, is refused by name with the event handed back), the largest accepted timeout (`i32::MAX` s, and one rounded up to
 /// it) is accepted and its wait discarded by an abort, one above is refused by name with the
 /// event handed back; an event of another device is refused by the runtime before anything
 /// is queued, handed back, and leaves nothing for `synchronize` to report.
@@ -324,8 +325,18 @@ fn timed_event_waits_at_their_limits() {
         let elsewhere = stream(&other, strategy);
         let notify = Notify::new(&ctx).unwrap();
         run(async {
-            let never = Event::new(&ctx).unwrap();
+            let never = Event::builder(&ctx)
+                .kind(npu::stream::EventKind::Ex)
+                .build()
+                .unwrap();
             b.wait_event_timeout(&never, SHORTEST).await.unwrap();
+            let legacy = Event::new(&ctx).unwrap();
+            let refused = b.wait_event_timeout(&legacy, SHORTEST).await.unwrap_err();
+            assert_eq!(
+                invalid(&refused.error),
+                ("Stream::wait_event_timeout", "event")
+            );
+            assert!(refused.value.is_some(), "the event handed back");
 
             let largest = Duration::from_secs(i32::MAX as u64);
             let rounded = Duration::new(i32::MAX as u64 - 1, 1);
