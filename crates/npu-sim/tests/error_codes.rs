@@ -1607,7 +1607,7 @@ static PARAM_INVALID: &[Case] = &[
     case(
         "destroyed context",
         "aclrtSetCurrentContext",
-        107000,
+        107017,
         0,
         || {
             let mut ctx = ptr::null_mut();

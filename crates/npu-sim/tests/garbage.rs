@@ -29,7 +29,7 @@ proptest! {
         prop_assert_eq!(code!(aclrtSynchronizeEvent(handle)), ACL_ERROR_RT_INVALID_HANDLE);
         prop_assert_eq!(code!(aclrtDestroyEvent(handle)), ACL_ERROR_RT_INVALID_HANDLE);
         prop_assert_eq!(code!(aclrtDestroyContext(handle)), ACL_ERROR_RT_INVALID_HANDLE);
-        prop_assert_eq!(code!(aclrtSetCurrentContext(handle)), ACL_ERROR_RT_PARAM_INVALID);
+        prop_assert_eq!(code!(aclrtSetCurrentContext(handle)), ACL_ERROR_RT_INVALID_HANDLE);
         prop_assert_eq!(code!(aclrtBinaryUnLoad(handle)), ACL_ERROR_RT_INVALID_HANDLE);
         prop_assert_eq!(code!(aclrtLaunchKernel(handle, 1, ptr::null(), 0, ptr::null_mut())), ACL_ERROR_RT_INVALID_HANDLE);
         prop_assert_eq!(code!(aclrtKernelArgsFinalize(handle)), ACL_ERROR_RT_INVALID_HANDLE);

@@ -3,7 +3,7 @@
 use npu_sys::*;
 
 use crate::context::{self, Context};
-use crate::error::{ensure, fail, guard, non_null, write_out};
+use crate::error::{ensure, guard, non_null, write_out};
 use crate::handle;
 use crate::sim::sim;
 
@@ -54,7 +54,9 @@ pub unsafe extern "C" fn aclrtDestroyContext(context: aclrtContext) -> aclError 
     })
 }
 
-/// Makes a context current on the calling thread. NULL → 100000; a destroyed context → 107000.
+/// Makes a context current on the calling thread. NULL → 100000; a destroyed context (or the
+/// primary context of a device reset since) → 107017 ACL_ERROR_RT_INVALID_HANDLE, as
+/// aclrtDestroyContext answers.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -62,14 +64,8 @@ pub unsafe extern "C" fn aclrtDestroyContext(context: aclrtContext) -> aclError 
 pub unsafe extern "C" fn aclrtSetCurrentContext(context: aclrtContext) -> aclError {
     guard("aclrtSetCurrentContext", || {
         non_null(context, "context")?;
-        let handle = handle::from_ptr(context);
-        if sim()?.contexts.get(handle).is_none() {
-            fail!(
-                ACL_ERROR_RT_PARAM_INVALID,
-                "{handle:#x} is not a live context"
-            );
-        }
-        context::bind_explicit(handle);
+        let ctx = sim()?.contexts.resolve(handle::from_ptr(context))?;
+        context::bind_explicit(ctx.handle);
         Ok(())
     })
 }

@@ -696,7 +696,7 @@ static void contexts(void)
     CHECK_VOID(aclrtSetCurrentContext(g_primary));
     EXPECT(aclrtSynchronizeStream(orphan), ACL_ERROR_RT_INVALID_HANDLE);
     EXPECT(aclrtDestroyStream(orphan), ACL_ERROR_RT_INVALID_HANDLE);
-    EXPECT(aclrtSetCurrentContext(doomed), ACL_ERROR_RT_PARAM_INVALID);
+    EXPECT(aclrtSetCurrentContext(doomed), ACL_ERROR_RT_INVALID_HANDLE);
     EXPECT(aclrtDestroyContext(doomed), ACL_ERROR_RT_INVALID_HANDLE);
     /* The default context's state: active on a device set, with flags reserved (NULL). */
     int32_t active = 77;
