@@ -13,7 +13,7 @@ use crate::error::{Res, SimError, ensure, fail};
 use crate::handle::Handle;
 use crate::res_limit::ResLimits;
 use crate::sim::Sim;
-use crate::sync::{Bell, lock, read, wait_until, write};
+use crate::sync::{Bell, OwnedGate, lock, read, wait_until, write};
 
 /// Rung after every task or synchronous operation that wrote device memory, and after memory
 /// left the memory map (freed, unmapped, closed), for the aclrtValueWait tasks polling it. One
@@ -48,6 +48,14 @@ pub(crate) struct Primary {
     pub(crate) explicit: u32,
 }
 
+impl Primary {
+    /// Whether a reset (`force`: aclrtResetDeviceForce) now releases the primary context: the
+    /// device is set, and this is its last reference or a force.
+    pub(crate) fn releases(&self, force: bool) -> bool {
+        self.ctx.is_some() && self.refs > 0 && (force || self.refs == 1)
+    }
+}
+
 /// The hold gate's value while the gate is closed; otherwise it holds the simulated time of
 /// the last release (0 before any).
 const HELD: u64 = u64::MAX;
@@ -74,6 +82,10 @@ pub(crate) struct Device {
     /// Rung when a task stops touching memory.
     running_bell: Bell,
     pub(crate) primary: Mutex<Primary>,
+    /// Held by an aclrtSetDevice or aclrtResetDevice(Force) from deciding whether it changes
+    /// the device's state (and telling the device state callbacks so) until it has changed
+    /// it, so that no other thread's set or reset comes in between.
+    pub(crate) state_gate: OwnedGate,
     peers: AtomicU64,
     pub(crate) clock: Clock,
     /// [`HELD`], or when the gate last opened: one atomic, as every task of every stream
@@ -119,6 +131,7 @@ impl Device {
             next_ticket: AtomicU64::new(0),
             running_bell: Bell::new(),
             primary: Mutex::new(Primary::default()),
+            state_gate: OwnedGate::default(),
             peers: AtomicU64::new(0),
             clock: Clock::new(epoch, timing),
             hold: AtomicU64::new(0),

@@ -4,8 +4,10 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::thread::{LocalKey, Thread};
+use std::sync::{
+    Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
+use std::thread::{LocalKey, Thread, ThreadId};
 use std::time::{Duration, Instant};
 
 /// Locks a mutex, ignoring poisoning: the C boundary catches panics, and the simulator's state
@@ -22,6 +24,54 @@ pub(crate) fn read<T>(rw: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 /// Write-locks an `RwLock`, ignoring poisoning (see [`lock`]).
 pub(crate) fn write<T>(rw: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     rw.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A gate one thread holds at a time, which the holding thread may enter again (a callback the
+/// holder runs calling back into the runtime): only its outermost entry closes and opens it.
+#[derive(Default)]
+pub(crate) struct OwnedGate {
+    owner: Mutex<Option<ThreadId>>,
+    opened: Condvar,
+}
+
+/// An entry into an [`OwnedGate`]; the outermost one opens the gate when dropped.
+pub(crate) struct Entered<'a> {
+    gate: &'a OwnedGate,
+    outermost: bool,
+}
+
+impl OwnedGate {
+    /// Enters the gate, waiting while another thread holds it.
+    pub(crate) fn enter(&self) -> Entered<'_> {
+        let me = std::thread::current().id();
+        let mut owner = lock(&self.owner);
+        if *owner == Some(me) {
+            return Entered {
+                gate: self,
+                outermost: false,
+            };
+        }
+        while owner.is_some() {
+            owner = self
+                .opened
+                .wait(owner)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *owner = Some(me);
+        Entered {
+            gate: self,
+            outermost: true,
+        }
+    }
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        if self.outermost {
+            *lock(&self.gate.owner) = None;
+            self.gate.opened.notify_one();
+        }
+    }
 }
 
 /// Raises a thread-local flag until dropped, then gives it back the value it had: the marks

@@ -3,13 +3,15 @@
 //! context), the float overflow settings, event IDs and the count of events left, with every
 //! error path, through the exported C ABI.
 //!
-//! Devices (this process has 6): 0 for events (only
+//! Devices (this process has 7): 0 for events (only
 //! `events_have_distinct_ids_and_only_waitable_ones_count_against_the_limit` uses it), 1 for
 //! the primary context's state (only `primary_context_state_follows_set_and_reset` sets it), 2
 //! is lost by `a_lost_device_fails_event_queries_but_still_maps`, 3 for the error cases and the
 //! overflow settings, 4 for
 //! the device state callbacks (only `device_state_callbacks_surround_set_and_reset` uses it),
-//! 5 for the overflow flag address (only `a_context_has_one_overflow_flag_address_on_its_device`).
+//! 5 for the overflow flag address (only `a_context_has_one_overflow_flag_address_on_its_device`),
+//! 6 for device state callbacks under racing sets and resets (only
+//! `racing_sets_and_resets_change_the_state_once_each_way`).
 
 extern crate ascendcl as npu_sim;
 
@@ -27,7 +29,7 @@ use npu_sys::*;
 fn install() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        npu_sim::SimConfig::default().devices(6).install().unwrap();
+        npu_sim::SimConfig::default().devices(7).install().unwrap();
     });
 }
 
@@ -177,19 +179,30 @@ fn device_state_callbacks_surround_set_and_reset() {
             Some(on_state),
             tag(&TAG_2)
         ));
-        set_device(4);
-        set_device(4);
-        acl!(aclrtResetDevice(4));
-        acl!(aclrtResetDeviceForce(4));
         use npu_sys::{
             ACL_RT_DEVICE_STATE_RESET_POST as RP, ACL_RT_DEVICE_STATE_RESET_PRE as RE,
             ACL_RT_DEVICE_STATE_SET_POST as SP, ACL_RT_DEVICE_STATE_SET_PRE as SE,
         };
         let round = |pre, post| [(1, pre), (2, pre), (1, post), (2, post)];
-        let expected: Vec<_> =
-            [round(SE, SP), round(SE, SP), round(RE, RP), round(RE, RP)].concat();
-        assert_eq!(states(), expected, "registration order, every call");
-        // A failing reset (nothing left to release) has a PRE and no POST.
+        // The reference counts the sets: the device's state changes at the first set and at
+        // the reset that releases it (the last, or a force), not at the nested ones.
+        set_device(4);
+        assert_eq!(states(), [round(SE, SP)].concat(), "the first set");
+        set_device(4);
+        acl!(aclrtResetDevice(4));
+        assert_eq!(states(), [], "a nested set and its reset");
+        acl!(aclrtResetDeviceForce(4));
+        assert_eq!(states(), [round(RE, RP)].concat(), "the force");
+        set_device(4);
+        set_device(4);
+        acl!(aclrtResetDevice(4));
+        acl!(aclrtResetDevice(4));
+        assert_eq!(
+            states(),
+            [round(SE, SP), round(RE, RP)].concat(),
+            "registration order, the first set and the last reset"
+        );
+        // A reset with nothing left to release changes nothing: no call.
         acl!(aclrtRegDeviceStateCallback(
             a.as_ptr(),
             None,
@@ -199,7 +212,10 @@ fn device_state_callbacks_surround_set_and_reset() {
             code!(aclrtResetDevice(4)),
             ACL_ERROR_RT_CONTEXT_RELEASE_ERROR
         );
-        assert_eq!(states(), [(2, RE)]);
+        assert_eq!(states(), []);
+        set_device(4);
+        acl!(aclrtResetDevice(4));
+        assert_eq!(states(), [(2, SE), (2, SP), (2, RE), (2, RP)], "b alone");
         acl!(aclrtRegDeviceStateCallback(
             b.as_ptr(),
             None,
@@ -211,6 +227,54 @@ fn device_state_callbacks_surround_set_and_reset() {
     })
     .join()
     .unwrap();
+}
+
+/// How often each state was told for device 6, by state.
+static RACED: [std::sync::atomic::AtomicU32; 4] = [const { std::sync::atomic::AtomicU32::new(0) }; 4];
+
+unsafe extern "C" fn count_state(device: i32, state: aclrtDeviceState, _: *mut c_void) {
+    if device == 6 {
+        RACED[state as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Eight threads set device 6 at once, then reset it at once, twice over: whichever sets and
+/// resets come first, the device's state changes once each way per round, and the callbacks
+/// are told exactly that (the simulator told every call, nested ones included).
+#[test]
+fn racing_sets_and_resets_change_the_state_once_each_way() {
+    install();
+    let name = c"racing";
+    acl!(aclrtRegDeviceStateCallback(
+        name.as_ptr(),
+        Some(count_state),
+        ptr::null_mut()
+    ));
+    const THREADS: usize = 8;
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(THREADS));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                for _ in 0..2 {
+                    barrier.wait();
+                    set_device(6);
+                    barrier.wait();
+                    acl!(aclrtResetDevice(6));
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    acl!(aclrtRegDeviceStateCallback(
+        name.as_ptr(),
+        None,
+        ptr::null_mut()
+    ));
+    let told = RACED.each_ref().map(|n| n.load(std::sync::atomic::Ordering::Relaxed));
+    assert_eq!(told, [2; 4], "SET_PRE, SET_POST, RESET_PRE, RESET_POST");
 }
 
 fn get_limit(limit: aclrtDeviceLimit) -> usize {
@@ -768,11 +832,11 @@ const CASES: &[Case] = &[
         || code!(aclrtGetPhyDevIdByUserDevId(0, ptr::null_mut())),
     ),
     case(
-        "map device 6",
+        "map device 7",
         "aclrtGetLogicDevIdByUserDevId",
         ACL_ERROR_RT_INVALID_DEVICEID,
         -1,
-        || code!(aclrtGetLogicDevIdByUserDevId(6, &mut 0)),
+        || code!(aclrtGetLogicDevIdByUserDevId(7, &mut 0)),
     ),
     case(
         "map device -1",
@@ -796,11 +860,11 @@ const CASES: &[Case] = &[
         || code!(aclrtGetPrimaryCtxState(0, ptr::null_mut(), ptr::null_mut())),
     ),
     case(
-        "primary state of device 6",
+        "primary state of device 7",
         "aclrtGetPrimaryCtxState",
         ACL_ERROR_RT_INVALID_DEVICEID,
         -1,
-        || code!(aclrtGetPrimaryCtxState(6, ptr::null_mut(), &mut 0)),
+        || code!(aclrtGetPrimaryCtxState(7, ptr::null_mut(), &mut 0)),
     ),
     case(
         "event id of NULL",

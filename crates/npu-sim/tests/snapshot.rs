@@ -707,10 +707,10 @@ static ENTERED: Mutex<Option<mpsc::Sender<()>>> = Mutex::new(None);
 static GO: Mutex<Option<mpsc::Receiver<()>>> = Mutex::new(None);
 static INNER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(i32::MIN);
 
-/// A device-state callback that allocates inside aclrtSetDevice(0) (SET_PRE), once armed, in
-/// the context the thread had before.
+/// A device-state callback that allocates inside the aclrtSetDevice(1) that sets device 1
+/// (SET_PRE), once armed, in the context the thread had before.
 unsafe extern "C" fn allocate_on_set(device: i32, state: aclrtDeviceState, _args: *mut c_void) {
-    if device != 0 || state != ACL_RT_DEVICE_STATE_SET_PRE {
+    if device != 1 || state != ACL_RT_DEVICE_STATE_SET_PRE {
         return;
     }
     let Some(entered) = ENTERED.lock().unwrap().take() else {
@@ -749,9 +749,11 @@ fn a_call_inside_a_call_that_a_draining_lock_waits_for_passes_the_gate() {
     *ENTERED.lock().unwrap() = Some(entered_tx);
     *GO.lock().unwrap() = Some(go_rx);
     let setter = std::thread::spawn(|| {
-        // A context for the callback's allocation: device 0's is not current before SET_PRE.
-        set_device(1);
-        let code = code!(aclrtSetDevice(0));
+        // A context for the callback's allocation: device 1's is not current before SET_PRE.
+        set_device(0);
+        // The callbacks are told only of a set that changes the device's state: no other test
+        // leaves device 1 set.
+        let code = code!(aclrtSetDevice(1));
         // Device 1 in use would change which devices the stage callbacks of other tests see.
         acl!(aclrtResetDevice(1));
         code

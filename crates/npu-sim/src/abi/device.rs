@@ -7,6 +7,7 @@ use npu_sys::*;
 
 use super::check::deadline;
 use crate::context::{self, Context};
+use crate::device::Primary;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::hardware::{CUBE_CORES, L2_CACHE_BYTES, VECTOR_CORES};
 use crate::sim::{Sim, sim};
@@ -28,31 +29,51 @@ pub unsafe extern "C" fn aclrtSetDevice(deviceId: i32) -> aclError {
             sim,
             deviceId,
             [ACL_RT_DEVICE_STATE_SET_PRE, ACL_RT_DEVICE_STATE_SET_POST],
-            || context::set_device(sim, deviceId),
+            |primary| primary.ctx.is_none(),
+            || context::set_device(sim, deviceId).map(|()| None),
         )
     })
 }
 
-/// Runs a set or reset of an existing device between the device state callbacks' PRE and
-/// (if it succeeded) POST calls.
+/// Runs a set or reset of an existing device. When `changes` finds that it changes the
+/// device's state (the set that creates the primary context, the reset that releases it), the
+/// device state callbacks are called with PRE before it and, if it succeeded, POST after it;
+/// a set or reset that only moves the reference count calls none. `body` returns the primary
+/// context a reset released, torn down here before POST.
 fn announced(
     sim: &Sim,
     device_id: i32,
     [pre, post]: [aclrtDeviceState; 2],
-    body: impl FnOnce() -> Res<()>,
+    changes: impl FnOnce(&Primary) -> bool,
+    body: impl FnOnce() -> Res<Option<Arc<Context>>>,
 ) -> Res<()> {
-    sim.device(device_id.into())?;
-    crate::stream_state::notify_device(device_id, pre);
-    body()?;
-    crate::stream_state::notify_device(device_id, post);
+    let device = sim.device(device_id.into())?;
+    let entered = device.state_gate.enter();
+    let change = changes(&lock(&device.primary));
+    if change {
+        crate::stream_state::notify_device(device_id, pre);
+    }
+    let released = body()?;
+    // Open before the teardown, which waits for the released context's streams: a task of
+    // theirs (a host function) may set the device again.
+    drop(entered);
+    if let Some(ctx) = released {
+        // The primary context is released here only: no other call destroys it.
+        let _ = ctx.destroy(sim);
+    }
+    if change {
+        crate::stream_state::notify_device(device_id, post);
+    }
     Ok(())
 }
 
 /// Registers `callback` under the unique name `regName` (NULL `callback`: removes the
-/// registration). It is called on the calling thread with ACL_RT_DEVICE_STATE_SET_PRE before
-/// and SET_POST after each aclrtSetDevice of an existing device, RESET_PRE / RESET_POST around
-/// each aclrtResetDevice and aclrtResetDeviceForce (POST only when the call succeeded). NULL
-/// or empty name → 100000; a name already registered, or removing one that is not → 107000.
+/// registration). It is called on the calling thread when a call changes the device's state:
+/// with ACL_RT_DEVICE_STATE_SET_PRE before and SET_POST after the aclrtSetDevice that creates
+/// the primary context (the reference count leaves 0), RESET_PRE / RESET_POST around the
+/// aclrtResetDevice or aclrtResetDeviceForce that releases it (POST only when the call
+/// succeeded). Sets and resets that only move the count call nothing. NULL or empty name →
+/// 100000; a name already registered, or removing one that is not → 107000.
 ///
 /// # Safety
 /// `regName` must be NULL or a NUL-terminated string; `callback` must be safe to call with
@@ -74,48 +95,49 @@ fn reset(sim: &Sim, device_id: i32, force: bool) -> Res<()> {
         ACL_RT_DEVICE_STATE_RESET_PRE,
         ACL_RT_DEVICE_STATE_RESET_POST,
     ];
-    announced(sim, device_id, states, || release(sim, device_id, force))
+    announced(
+        sim,
+        device_id,
+        states,
+        |primary| primary.releases(force),
+        || release(sim, device_id, force),
+    )
 }
 
-fn release(sim: &Sim, device_id: i32, force: bool) -> Res<()> {
+/// Drops one reference to the device's primary context (`force`: all of them); returns the
+/// context if that released it, for the caller to tear down.
+fn release(sim: &Sim, device_id: i32, force: bool) -> Res<Option<Arc<Context>>> {
     let device = sim.device(device_id.into())?;
-    let released = {
-        let mut primary = lock(&device.primary);
-        ensure!(
-            primary.ctx.is_some() && primary.refs > 0,
-            ACL_ERROR_RT_CONTEXT_RELEASE_ERROR,
-            "device {device_id} is not set (no aclrtSetDevice reference is left to release)"
-        );
-        // A release that tears the primary context down waits for its streams' work: refused
-        // (the count unchanged) if that would wait for the calling thread itself. Checked under
-        // the lock, so the count it sees is the one released; the check takes only the
-        // context's, its streams' and the subscriptions' locks, none of which is held while
-        // this one is taken.
-        if (force || primary.refs == 1)
-            && let Some(ctx) = primary.ctx.and_then(|handle| sim.contexts.get(handle))
-        {
-            ctx.refuse_self_wait()?;
-        }
-        primary.refs = if force { 0 } else { primary.refs - 1 };
-        let released = match primary.refs {
-            0 => primary
-                .ctx
-                .take()
-                .and_then(|handle| sim.contexts.get(handle)),
-            _ => None,
-        };
-        // Under the lock: a primary context set again from now on takes the device's default
-        // stream, while this context's stream is still counted until it is destroyed.
-        if let Some(ctx) = &released {
-            ctx.default_stream.detach_from_device_default();
-        }
-        released
-    };
-    if let Some(ctx) = released {
-        // The primary context is released here only: no other call destroys it.
-        let _ = ctx.destroy(sim);
+    let mut primary = lock(&device.primary);
+    ensure!(
+        primary.ctx.is_some() && primary.refs > 0,
+        ACL_ERROR_RT_CONTEXT_RELEASE_ERROR,
+        "device {device_id} is not set (no aclrtSetDevice reference is left to release)"
+    );
+    // A release that tears the primary context down waits for its streams' work: refused
+    // (the count unchanged) if that would wait for the calling thread itself. Checked under
+    // the lock, so the count it sees is the one released; the check takes only the
+    // context's, its streams' and the subscriptions' locks, none of which is held while
+    // this one is taken.
+    if primary.releases(force)
+        && let Some(ctx) = primary.ctx.and_then(|handle| sim.contexts.get(handle))
+    {
+        ctx.refuse_self_wait()?;
     }
-    Ok(())
+    primary.refs = if force { 0 } else { primary.refs - 1 };
+    let released = match primary.refs {
+        0 => primary
+            .ctx
+            .take()
+            .and_then(|handle| sim.contexts.get(handle)),
+        _ => None,
+    };
+    // Under the lock: a primary context set again from now on takes the device's default
+    // stream, while this context's stream is still counted until it is destroyed.
+    if let Some(ctx) = &released {
+        ctx.default_stream.detach_from_device_default();
+    }
+    Ok(released)
 }
 
 /// Drops one reference to the device's primary context; at zero the context, its streams and
