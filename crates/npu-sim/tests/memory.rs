@@ -1,7 +1,8 @@
 //! Device and host memory: rounding and capacity accounting, alignment, zero fill, pointer
 //! classes, copy-kind correction, the pageable fallback of async copies, host registration and
-//! 2D copies, and freed addresses held back from reuse. Devices have 64 MiB here, and each
-//! test has its own device.
+//! 2D copies, memsets of another device's memory, and freed addresses held back from reuse.
+//! Devices have 64 MiB here, and each test has its own device (8 and 9 for
+//! `memsets_of_another_devices_memory_need_peer_access`).
 
 extern crate ascendcl as npu_sim;
 
@@ -23,7 +24,7 @@ fn install() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         npu_sim::SimConfig::default()
-            .devices(8)
+            .devices(10)
             .memory_per_device(CAPACITY as u64)
             .install()
             .unwrap();
@@ -757,6 +758,63 @@ fn cached_memory_is_device_memory_and_cache_maintenance_keeps_it() {
     assert_eq!(attributes(p).location.type_, ACL_MEM_LOCATION_TYPE_DEVICE);
     acl!(aclrtFree(p));
     assert_eq!(used(5), before);
+}
+
+/// The device that runs a memset writes the memory it sets: memory of another device needs
+/// peer access from it, as a copy between two devices does (207006 ACL_ERROR_RT_NO_PERMISSION
+/// otherwise, nothing written), for every memset; host memory needs none. The simulator
+/// accepted every memset of another device's memory.
+#[test]
+fn memsets_of_another_devices_memory_need_peer_access() {
+    install();
+    set_device(9);
+    let remote = malloc(64);
+    upload(remote, &[5u8; 64]);
+    set_device(8);
+    let stream = create_stream();
+    // Each memset of every form, of `value`, with the code it returned and the message it left.
+    let memsets = |value: u8| {
+        let word = u32::from_ne_bytes([value; 4]);
+        let calls: [(&str, &dyn Fn() -> aclError); 4] = [
+            ("aclrtMemset", &|| code!(aclrtMemset(remote, 64, value.into(), 64))),
+            ("aclrtMemsetAsync", &|| {
+                code!(aclrtMemsetAsync(remote, 64, value.into(), 64, stream))
+            }),
+            ("aclrtMemsetD32", &|| code!(aclrtMemsetD32(remote, 64, word, 16))),
+            ("aclrtMemsetD32Async", &|| {
+                code!(aclrtMemsetD32Async(remote, 64, word, 16, stream))
+            }),
+        ];
+        calls.map(|(api, call)| (api, call(), recent_message()))
+    };
+    for (api, code, message) in memsets(7) {
+        assert_eq!(code, ACL_ERROR_RT_NO_PERMISSION, "{api}");
+        assert!(
+            message.contains(api) && message.contains("peer access from device 8 to device 9"),
+            "{message}"
+        );
+    }
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(download::<u8>(remote, 64), vec![5; 64], "nothing written");
+    // Peer access is one way: device 9's access to device 8 does not let device 8 in.
+    set_device(9);
+    acl!(aclrtDeviceEnablePeerAccess(8, 0));
+    set_device(8);
+    for (api, code, _) in memsets(7) {
+        assert_eq!(code, ACL_ERROR_RT_NO_PERMISSION, "{api}");
+    }
+    acl!(aclrtDeviceEnablePeerAccess(9, 0));
+    for (api, code, message) in memsets(3) {
+        assert_eq!(code, ACL_SUCCESS, "{api}: {message}");
+    }
+    acl!(aclrtSynchronizeStream(stream));
+    assert_eq!(download::<u8>(remote, 64), vec![3; 64]);
+    acl!(aclrtDeviceDisablePeerAccess(9));
+    set_device(9);
+    acl!(aclrtDeviceDisablePeerAccess(8));
+    acl!(aclrtFree(remote));
+    set_device(8);
+    acl!(aclrtDestroyStream(stream));
 }
 
 #[test]

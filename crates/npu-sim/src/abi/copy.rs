@@ -250,14 +250,13 @@ fn plan(
     for (at, side) in [(&src_at, "source"), (&dst_at, "destination")] {
         check_import_use(at, side, current.id, kind, dir, synchronous)?;
     }
-    if let (PtrClass::Device(a), PtrClass::Device(b)) = (src_class, dst_class) {
-        for peer in [a, b].into_iter().filter(|&d| a != b && d != current.id) {
-            ensure!(
-                current.peer_enabled(peer),
-                ACL_ERROR_RT_NO_PERMISSION,
-                "copy between device {a} and device {b}: peer access from device {} to device {peer} is not enabled (aclrtDeviceEnablePeerAccess)",
-                current.id
-            );
+    if let (PtrClass::Device(a), PtrClass::Device(b)) = (src_class, dst_class)
+        && a != b
+    {
+        for peer in [a, b] {
+            check_peer_access(current, peer, || {
+                format!("copy between device {a} and device {b}")
+            })?;
         }
     }
     let pageable = src_class == PtrClass::Unregistered || dst_class == PtrClass::Unregistered;
@@ -266,6 +265,20 @@ fn plan(
         owned,
         pageable,
     })
+}
+
+/// Refuses (ACL_ERROR_RT_NO_PERMISSION) work issued on `current` that reaches the memory of
+/// device `peer`, unless `peer` is `current` itself or `current` has enabled peer access to
+/// it; `what` names the work for the message.
+fn check_peer_access(current: &Device, peer: i32, what: impl FnOnce() -> String) -> Res<()> {
+    ensure!(
+        peer == current.id || current.peer_enabled(peer),
+        ACL_ERROR_RT_NO_PERMISSION,
+        "{}: peer access from device {} to device {peer} is not enabled (aclrtDeviceEnablePeerAccess)",
+        what(),
+        current.id
+    );
+    Ok(())
 }
 
 /// Checks shared by aclrtMemcpy and aclrtMemcpyAsync, in parameter order. `Ok(false)`:
@@ -635,6 +648,12 @@ fn fill(
     let owned = at.check_range(ptr as usize, len, "ptr")?;
     let class = at.class;
     check_alive(sim, class)?;
+    // As a copy between two devices: the device running the memset writes the other's memory.
+    if let PtrClass::Device(owner) = class {
+        check_peer_access(on.device(), owner, || {
+            format!("memset of memory of device {owner}")
+        })?;
+    }
     let op = Op::Memset {
         dst: ptr as usize,
         len,
