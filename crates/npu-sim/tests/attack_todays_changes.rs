@@ -449,7 +449,10 @@ fn free_with_device_sync_waits_for_both_devices_and_refuses_its_own_stream() {
         FREED.load(std::sync::atomic::Ordering::SeqCst),
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT
     );
+    // Still device 7's live memory, which device 7 sets (device 6 has no peer access to it).
+    set_device(THERE);
     acl!(aclrtMemset(remote, 64, 3, 64));
+    set_device(HERE);
     assert_eq!(download::<u8>(remote, 64), vec![3u8; 64]);
     acl!(aclrtFreeWithDevSync(remote));
     for stream in [held, recorder] {

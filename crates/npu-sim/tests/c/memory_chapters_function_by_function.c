@@ -755,13 +755,17 @@ static void memset_section(aclrtStream stream)
     EXPECT(aclrtSynchronizeStream(stream), ACL_SUCCESS);
     HOLDS(((unsigned char *)pinned)[63] == 0x56);
     EXPECT(aclrtFree(gate), ACL_SUCCESS);
-    /* Another device's memory, set synchronously by address. */
+    /* Another device's memory, set synchronously by address: the current device writes it,
+     * which needs its peer access to that device, as a copy between the two would. */
     void *far = NULL;
     EXPECT(aclrtSetCurrentContext(g_far), ACL_SUCCESS);
     EXPECT(aclrtMalloc(&far, 64, ACL_MEM_MALLOC_NORMAL_ONLY), ACL_SUCCESS);
     EXPECT(aclrtSetCurrentContext(g_primary), ACL_SUCCESS);
+    EXPECT(aclrtMemset(far, 64, 0x57, 64), ACL_ERROR_RT_NO_PERMISSION);
+    EXPECT(aclrtDeviceEnablePeerAccess(1, 0), ACL_SUCCESS);
     EXPECT(aclrtMemset(far, 64, 0x57, 64), ACL_SUCCESS);
     HOLDS(byte_at((char *)far + 63) == 0x57);
+    EXPECT(aclrtDeviceDisablePeerAccess(1), ACL_SUCCESS);
     EXPECT(aclrtFree(far), ACL_SUCCESS);
     /* The asynchronous form on its stream, refused on a destroyed or another device's one. */
     EXPECT(aclrtMemsetAsync(dev, 256, 0x66, 256, stream), ACL_SUCCESS);
