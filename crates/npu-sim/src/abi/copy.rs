@@ -281,6 +281,17 @@ fn check_peer_access(current: &Device, peer: i32, what: impl FnOnce() -> String)
     Ok(())
 }
 
+/// An operation with nothing to do (a count of 0) whose arguments have passed: the stream of
+/// an asynchronous form (`Some`) is looked up all the same, since a destroyed stream, or
+/// another context's, is refused by every stream function whatever its other arguments ask.
+/// The memory is not looked up: no byte of it is reached.
+pub(super) fn nothing_to_do(stream: Option<aclrtStream>) -> Res<()> {
+    if let Some(stream) = stream {
+        context::submit_stream(sim()?, stream)?;
+    }
+    Ok(())
+}
+
 /// Checks shared by aclrtMemcpy and aclrtMemcpyAsync, in parameter order. `Ok(false)`:
 /// nothing to do (count 0, once every argument has passed: a NULL pointer or a bad kind is
 /// refused whatever the count).
@@ -384,7 +395,7 @@ pub(super) fn memcpy(
     stream: Option<aclrtStream>,
 ) -> Res<()> {
     if !check_memcpy(dst, dest_max, src, count, kind)? {
-        return Ok(());
+        return nothing_to_do(stream);
     }
     copy_checked(dst, src, count, kind, stream)
 }
@@ -538,7 +549,7 @@ fn memcpy_2d(args: Copy2d, stream: Option<aclrtStream>) -> Res<()> {
     );
     // Nothing to copy, once every argument has passed (an empty copy spans nothing).
     if width == 0 || height == 0 {
-        return Ok(());
+        return nothing_to_do(stream);
     }
     let spans = (height - 1)
         .checked_mul(dpitch.max(spitch))
@@ -619,7 +630,7 @@ fn memset(
     stream: Option<aclrtStream>,
 ) -> Res<()> {
     if !check_memset(dev_ptr, max_count, count)? {
-        return Ok(());
+        return nothing_to_do(stream);
     }
     // Byte-wise like C memset: the low byte of `value`.
     fill(dev_ptr, count, u32::from(value as u8), 1, stream, false)
@@ -721,7 +732,7 @@ pub unsafe extern "C" fn aclrtMemsetD32Async(
     guard("aclrtMemsetD32Async", || {
         match check_memset_d32(ptr, memSize, N)? {
             Some(len) => fill(ptr, len, value, 4, Some(stream), true),
-            None => Ok(()),
+            None => nothing_to_do(Some(stream)),
         }
     })
 }

@@ -132,7 +132,8 @@ pub unsafe extern "C" fn aclrtMemcpyAsyncWithDesc(
 /// Queues a copy of `count` bytes from `*src + srcDataOffset` to `*dst + dstDataOffset`:
 /// `dst` and `src` are device memory of the stream's device holding the base addresses
 /// (107000 otherwise), read when the copy runs (memory that is not the device's then fails the
-/// task with 507013). count > destMax → 107000; count 0 queues nothing.
+/// task with 507013). count > destMax → 107000; count 0 queues nothing (the stream is still
+/// looked up).
 ///
 /// # Safety
 /// No preconditions beyond the ACL contract (addresses are looked up, never trusted).
@@ -160,7 +161,7 @@ pub unsafe extern "C" fn aclrtMemcpyAsyncWithOffset(
         );
         check_kind_supported(kind)?;
         if count == 0 {
-            return Ok(());
+            return super::copy::nothing_to_do(Some(stream));
         }
         let (dst, src) = (dst as usize, src as usize);
         let how = Indirect::Offset {
