@@ -230,7 +230,8 @@ fn device_state_callbacks_surround_set_and_reset() {
 }
 
 /// How often each state was told for device 6, by state.
-static RACED: [std::sync::atomic::AtomicU32; 4] = [const { std::sync::atomic::AtomicU32::new(0) }; 4];
+static RACED: [std::sync::atomic::AtomicU32; 4] =
+    [const { std::sync::atomic::AtomicU32::new(0) }; 4];
 
 unsafe extern "C" fn count_state(device: i32, state: aclrtDeviceState, _: *mut c_void) {
     if device == 6 {
@@ -273,7 +274,9 @@ fn racing_sets_and_resets_change_the_state_once_each_way() {
         None,
         ptr::null_mut()
     ));
-    let told = RACED.each_ref().map(|n| n.load(std::sync::atomic::Ordering::Relaxed));
+    let told = RACED
+        .each_ref()
+        .map(|n| n.load(std::sync::atomic::Ordering::Relaxed));
     assert_eq!(told, [2; 4], "SET_PRE, SET_POST, RESET_PRE, RESET_POST");
 }
 

@@ -2489,36 +2489,64 @@ static CONTEXTS_AND_HANDLES: &[Case] = &[
     }),
     // Nothing to do does not excuse a stale stream: every stream function refuses it (these
     // returned 0 before the stream was looked up).
-    case("0 bytes on a stale stream", "aclrtMemsetAsync", 107017, 0, || {
-        code!(aclrtMemsetAsync(malloc(64), 64, 0, 0, destroyed_stream()))
-    }),
-    case("0 words on a stale stream", "aclrtMemsetD32Async", 107017, 0, || {
-        code!(aclrtMemsetD32Async(malloc(64), 64, 0, 0, destroyed_stream()))
-    }),
-    case("0 bytes on a stale stream", "aclrtMemcpyAsync", 107017, 0, || {
-        let dev = malloc(64);
-        code!(aclrtMemcpyAsync(
-            dev,
-            64,
-            malloc(64),
-            0,
-            ACL_MEMCPY_DEVICE_TO_DEVICE,
-            destroyed_stream()
-        ))
-    }),
-    case("0 rows on a stale stream", "aclrtMemcpy2dAsync", 107017, 0, || {
-        let dev = malloc(64);
-        code!(aclrtMemcpy2dAsync(
-            dev,
-            64,
-            malloc(64),
-            64,
-            64,
-            0,
-            ACL_MEMCPY_DEVICE_TO_DEVICE,
-            destroyed_stream()
-        ))
-    }),
+    case(
+        "0 bytes on a stale stream",
+        "aclrtMemsetAsync",
+        107017,
+        0,
+        || code!(aclrtMemsetAsync(malloc(64), 64, 0, 0, destroyed_stream())),
+    ),
+    case(
+        "0 words on a stale stream",
+        "aclrtMemsetD32Async",
+        107017,
+        0,
+        || {
+            code!(aclrtMemsetD32Async(
+                malloc(64),
+                64,
+                0,
+                0,
+                destroyed_stream()
+            ))
+        },
+    ),
+    case(
+        "0 bytes on a stale stream",
+        "aclrtMemcpyAsync",
+        107017,
+        0,
+        || {
+            let dev = malloc(64);
+            code!(aclrtMemcpyAsync(
+                dev,
+                64,
+                malloc(64),
+                0,
+                ACL_MEMCPY_DEVICE_TO_DEVICE,
+                destroyed_stream()
+            ))
+        },
+    ),
+    case(
+        "0 rows on a stale stream",
+        "aclrtMemcpy2dAsync",
+        107017,
+        0,
+        || {
+            let dev = malloc(64);
+            code!(aclrtMemcpy2dAsync(
+                dev,
+                64,
+                malloc(64),
+                64,
+                64,
+                0,
+                ACL_MEMCPY_DEVICE_TO_DEVICE,
+                destroyed_stream()
+            ))
+        },
+    ),
     case(
         "0 bytes by offset on a stale stream",
         "aclrtMemcpyAsyncWithOffset",
@@ -2543,7 +2571,15 @@ static CONTEXTS_AND_HANDLES: &[Case] = &[
         "aclrtMemsetAsync",
         107003,
         0,
-        || code!(aclrtMemsetAsync(malloc(64), 64, 0, 0, stream_of_other_context())),
+        || {
+            code!(aclrtMemsetAsync(
+                malloc(64),
+                64,
+                0,
+                0,
+                stream_of_other_context()
+            ))
+        },
     ),
     case("stale stream", "aclrtSynchronizeStream", 107017, 0, || {
         code!(aclrtSynchronizeStream(destroyed_stream()))

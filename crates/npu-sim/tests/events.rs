@@ -430,7 +430,10 @@ fn a_wait_before_the_first_record_holds_a_legacy_event_s_stream_only() {
     set_device(7);
     let mut with_flag = ptr::null_mut();
     acl!(aclrtCreateEventWithFlag(&mut with_flag, ACL_EVENT_SYNC));
-    for (name, event) in [("aclrtCreateEvent", create_event()), ("WithFlag(SYNC)", with_flag)] {
+    for (name, event) in [
+        ("aclrtCreateEvent", create_event()),
+        ("WithFlag(SYNC)", with_flag),
+    ] {
         assert_eq!(
             byte_after_a_wait_before_the_first_record(event, true),
             7,

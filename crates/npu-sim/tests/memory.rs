@@ -776,11 +776,15 @@ fn memsets_of_another_devices_memory_need_peer_access() {
     let memsets = |value: u8| {
         let word = u32::from_ne_bytes([value; 4]);
         let calls: [(&str, &dyn Fn() -> aclError); 4] = [
-            ("aclrtMemset", &|| code!(aclrtMemset(remote, 64, value.into(), 64))),
+            ("aclrtMemset", &|| {
+                code!(aclrtMemset(remote, 64, value.into(), 64))
+            }),
             ("aclrtMemsetAsync", &|| {
                 code!(aclrtMemsetAsync(remote, 64, value.into(), 64, stream))
             }),
-            ("aclrtMemsetD32", &|| code!(aclrtMemsetD32(remote, 64, word, 16))),
+            ("aclrtMemsetD32", &|| {
+                code!(aclrtMemsetD32(remote, 64, word, 16))
+            }),
             ("aclrtMemsetD32Async", &|| {
                 code!(aclrtMemsetD32Async(remote, 64, word, 16, stream))
             }),

@@ -484,7 +484,10 @@ fn a_wait_on_a_never_recorded_legacy_event_is_refused_and_on_an_ex_event_passes(
             assert_eq!(read_back(&run(after).unwrap()), vec![3; 64], "{name}");
             run(stream.synchronize()).unwrap();
 
-            let ex = Event::builder(&context).kind(EventKind::Ex).build().unwrap();
+            let ex = Event::builder(&context)
+                .kind(EventKind::Ex)
+                .build()
+                .unwrap();
             stream.wait_event(&ex).unwrap();
             run(stream.wait_event_timeout(&ex, std::time::Duration::from_secs(1))).unwrap();
             // Once recorded, the legacy event is waited for.
