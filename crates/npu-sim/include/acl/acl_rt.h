@@ -727,9 +727,10 @@ typedef struct aclrtSnapShotRestoreArgs {
     char reserved[60];
 } aclrtSnapShotRestoreArgs;
 
-/* Called before and after each aclrtSetDevice / aclrtResetDevice(Force) of an existing device
- * (POST only when the call succeeded), on the calling thread. A NULL callback removes regName's
- * registration. */
+/* Called before and after a call that changes the device's state: the aclrtSetDevice that
+ * creates its primary context, the aclrtResetDevice that releases it, an aclrtResetDeviceForce
+ * (POST only when the call succeeded), on the calling thread; nested sets and resets call
+ * nothing. A NULL callback removes regName's registration. */
 ACL_FUNC_VISIBILITY aclError aclrtRegDeviceStateCallback(const char *regName, aclrtDeviceStateCallback callback,
                                                          void *args);
 
