@@ -597,8 +597,7 @@ fn the_core_chapters_function_by_function_in_c() {
 #[test]
 fn the_device_context_stream_and_event_chapters_documented_edge_cases_in_c() {
     let stdout = run(&compile("device_context_stream_event_edges", &["-pthread"]));
-    assert_eq!(stdout, "711 documented edges checked, 0 wrong
-");
+    assert_eq!(stdout, "711 documented edges checked, 0 wrong\n");
 }
 
 /// `tests/c/config_chapter_edges.c`: the initialisation chapter (aclInit's file and its
