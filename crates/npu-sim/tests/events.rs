@@ -8,7 +8,7 @@ mod common;
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::Once;
+use std::sync::{Mutex, Once};
 
 use common::*;
 use npu_sim::abi::*;
@@ -324,6 +324,10 @@ fn a_destroyed_event_keeps_its_hardware_event_until_its_record_is_settled() {
     acl!(aclrtResetDevice(5));
 }
 
+/// Device 6's turn: the two tests on it take turns, since one holds and aborts the device's
+/// work, which the other's streams must not see.
+static DEVICE_6: Mutex<()> = Mutex::new(());
+
 /// The reference: an event's status is that of the tasks its latest record captured, and an
 /// abort (aclrtStreamAbort, aclrtDeviceTaskAbort) discards the tasks not run yet. So a record
 /// the abort discarded never reads as complete, even on an event (legacy or Ex) whose previous
@@ -333,6 +337,7 @@ fn a_destroyed_event_keeps_its_hardware_event_until_its_record_is_settled() {
 #[test]
 fn a_record_an_abort_discarded_never_reads_as_its_events_earlier_completion() {
     install();
+    let _turn = DEVICE_6.lock().unwrap_or_else(|e| e.into_inner());
     const DEVICE: i32 = 6;
     set_device(DEVICE);
     let stream = create_stream();
@@ -427,7 +432,8 @@ fn byte_after_a_wait_before_the_first_record(event: aclrtEvent, held: bool) -> u
 #[test]
 fn a_wait_before_the_first_record_holds_a_legacy_event_s_stream_only() {
     install();
-    set_device(7);
+    let _turn = DEVICE_6.lock().unwrap_or_else(|e| e.into_inner());
+    set_device(6);
     let mut with_flag = ptr::null_mut();
     acl!(aclrtCreateEventWithFlag(&mut with_flag, ACL_EVENT_SYNC));
     for (name, event) in [
