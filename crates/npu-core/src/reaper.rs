@@ -217,15 +217,13 @@ mod tests {
     use std::task::{Context, Waker};
     use std::time::Duration;
 
-    /// `passed` resolves only once the releases queued before it ran: pending while the
-    /// reaper is held in one, ready once that one returns; a second wait dropped unpolled
-    /// meanwhile harms neither the reaper nor the first.
-    #[test]
-    fn passed_waits_for_the_releases_queued_before_it() {
+    /// Holds the reaper in a release until the returned sender sends (or drops), for at most
+    /// 30 s: the window in which a release is queued and has not run. Returns once the
+    /// reaper runs it.
+    fn hold_the_reaper() -> Sender<()> {
         let (open, opened) = channel::<()>();
         let (running, ran) = channel::<()>();
-        // SAFETY: the release holds the reaper on purpose, for this test and at most 30 s:
-        // the window in which a release is queued and has not run.
+        // SAFETY: the release holds the reaper on purpose, for a test and at most 30 s.
         unsafe {
             release_later(move || {
                 let _ = running.send(());
@@ -233,6 +231,15 @@ mod tests {
             })
         };
         ran.recv().unwrap();
+        open
+    }
+
+    /// `passed` resolves only once the releases queued before it ran: pending while the
+    /// reaper is held in one, ready once that one returns; a second wait dropped unpolled
+    /// meanwhile harms neither the reaper nor the first.
+    #[test]
+    fn passed_waits_for_the_releases_queued_before_it() {
+        let open = hold_the_reaper();
         let mut pass = std::pin::pin!(passed());
         let dropped = passed();
         let polled = pass.as_mut().poll(&mut Context::from_waker(Waker::noop()));
@@ -269,16 +276,7 @@ mod tests {
     /// wait no keeper held let the clock jump to the timeout.
     #[test]
     fn passed_keeps_a_paused_clock_until_the_reaper_passes() {
-        let (open, opened) = channel::<()>();
-        let (running, ran) = channel::<()>();
-        // SAFETY: the release holds the reaper on purpose, for this test and at most 30 s.
-        unsafe {
-            release_later(move || {
-                let _ = running.send(());
-                let _ = opened.recv_timeout(Duration::from_secs(30));
-            })
-        };
-        ran.recv().unwrap();
+        let open = hold_the_reaper();
         let me = std::fs::read_link("/proc/thread-self").unwrap();
         let state = std::path::Path::new("/proc").join(me).join("stat");
         let (polled, first_poll) = channel::<()>();

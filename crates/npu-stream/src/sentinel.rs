@@ -585,12 +585,9 @@ mod tests {
         );
     }
 
-    /// An operation the sentinel watches (the reactor could not take it) that an abort of its
-    /// stream discarded fails `Aborted`. The break: its event's wait failed at once and the
-    /// stream was alive again, so the job came round for ever, the operation never completed
-    /// and the sentinel never rested.
-    #[test]
-    fn a_watched_operation_an_abort_discarded_fails_instead_of_coming_round_for_ever() {
+    /// An operation the sentinel watches (the reactor could not take it), queued on a held
+    /// device's stream, that `abort` discarded fails `Aborted` and lets its memory go.
+    fn a_watched_operation_discarded_by(abort: impl FnOnce(&crate::Stream)) {
         let stream = crate::test_support::sim_stream(1);
         let held_device = crate::test_support::hold(1);
         let (completer, done, released) = pending_with_release();
@@ -600,7 +597,7 @@ mod tests {
             ..OpInfo::new("test")
         };
         let pending = Pending::new(event, completer, op, None);
-        futures::executor::block_on(stream.abort()).unwrap();
+        abort(&stream);
         held_device.release();
         let job = Job::Watch {
             stream: stream.shared.clone(),
@@ -613,37 +610,30 @@ mod tests {
         assert!(released.load(Ordering::SeqCst), "its memory is let go");
     }
 
-    /// The same, for an abort npu-rs never hears of: the program's own `aclrtStreamAbort` of
-    /// the stream's raw handle. The job finds the stream idle and then the operation's event
-    /// not complete: its record was discarded, and it fails `Aborted`. The break: the job came
-    /// round for ever, as above.
+    /// An abort of the stream npu-rs makes (`Stream::abort`). The break: its event's wait
+    /// failed at once and the stream was alive again, so the job came round for ever, the
+    /// operation never completed and the sentinel never rested.
+    #[test]
+    fn a_watched_operation_an_abort_discarded_fails_instead_of_coming_round_for_ever() {
+        a_watched_operation_discarded_by(|stream| {
+            futures::executor::block_on(stream.abort()).unwrap();
+        });
+    }
+
+    /// An abort npu-rs never hears of: the program's own `aclrtStreamAbort` of the stream's
+    /// raw handle. The job finds the stream idle and then the operation's event not complete:
+    /// its record was discarded. The break: the job came round for ever, as above.
     #[test]
     fn a_watched_operation_an_unseen_abort_discarded_fails_instead_of_coming_round_for_ever() {
-        let stream = crate::test_support::sim_stream(1);
-        let held_device = crate::test_support::hold(1);
-        let (completer, done, released) = pending_with_release();
-        let (event, completer) = crate::test_support::recorded(&stream, completer);
-        let op = OpInfo {
-            seq: stream.shared.watched.fetch_add(1, Ordering::AcqRel) + 1,
-            ..OpInfo::new("test")
-        };
-        let pending = Pending::new(event, completer, op, None);
-        let api = stream.shared.context.runtime().api();
-        let abort = api
-            .aclrtStreamAbort
-            .expect("npu-sim exports aclrtStreamAbort");
-        // SAFETY: the stream is alive and its context is bound (by `recorded`, on this thread).
-        assert_eq!(unsafe { abort(stream.shared.handle) }, ffi::ACL_SUCCESS);
-        held_device.release();
-        let job = Job::Watch {
-            stream: stream.shared.clone(),
-            pending,
-        };
-        assert!(step(job, SLICE_MS).is_none(), "the job is over");
-        let failed = done.result().expect("completed").unwrap_err();
-        assert!(matches!(failed, Error::Aborted { .. }), "{failed}");
-        npu_core::reaper::flush();
-        assert!(released.load(Ordering::SeqCst), "its memory is let go");
+        a_watched_operation_discarded_by(|stream| {
+            let api = stream.shared.context.runtime().api();
+            let abort = api
+                .aclrtStreamAbort
+                .expect("npu-sim exports aclrtStreamAbort");
+            // SAFETY: the stream is alive and its context is bound (by `recorded`, on this
+            // thread).
+            assert_eq!(unsafe { abort(stream.shared.handle) }, ffi::ACL_SUCCESS);
+        });
     }
 
     /// Two operations of one stream that the sentinel watches: the first not done when its

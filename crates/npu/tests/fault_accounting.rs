@@ -152,14 +152,6 @@ fn a_raw_device_task_abort_fails_the_work_it_discarded() {
 /// the memset queued before it, its mark taking the place of the refused one's.
 #[test]
 fn a_device_task_abort_refused_by_another_callback_discards_nothing() {
-    unsafe extern "C" fn refuse(
-        _: i32,
-        _: ffi::aclrtDeviceTaskAbortStage,
-        _: u32,
-        _: *mut std::ffi::c_void,
-    ) -> i32 {
-        1
-    }
     let (_devices, _) = devices();
     let device = Device::open(1).unwrap();
     for strategy in STRATEGIES {
@@ -167,9 +159,7 @@ fn a_device_task_abort_refused_by_another_callback_discards_nothing() {
             let s = stream(ctx, strategy);
             let held = sim::hold(&device).unwrap();
             let kept = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1);
-            set_device_task_abort_callback(ctx, c"refuses", Some(refuse));
-            let refused = device_task_abort(ctx, 1000);
-            set_device_task_abort_callback(ctx, c"refuses", None);
+            let refused = refused_device_task_abort(ctx, 1000);
             assert_eq!(refused, AclCode(ffi::ACL_ERROR_RT_TASK_ABORT_STOP));
             drop(held);
             let kept = run(kept).unwrap_or_else(|err| panic!("{strategy:?}: {err}"));

@@ -169,14 +169,6 @@ fn a_device_task_abort_past_its_timeout_fails_the_work_it_discarded() {
 /// error carrying the operation's own fault is never taken for a discard.
 #[test]
 fn a_wait_failed_by_another_streams_abort_after_a_refused_device_abort_keeps_its_error() {
-    unsafe extern "C" fn refuse(
-        _: i32,
-        _: ffi::aclrtDeviceTaskAbortStage,
-        _: u32,
-        _: *mut std::ffi::c_void,
-    ) -> i32 {
-        1
-    }
     let (_guard, d0, _d1) = exclusive(None);
     for strategy in STRATEGIES {
         let what = format!("{strategy:?}");
@@ -186,9 +178,7 @@ fn a_wait_failed_by_another_streams_abort_after_a_refused_device_abort_keeps_its
         let ready = Event::new(&d0).unwrap();
         ready.record(&b).unwrap();
         let waiting = a.wait_event_timeout(&ready, std::time::Duration::from_secs(600));
-        set_device_task_abort_callback(&d0, c"refuses", Some(refuse));
-        let refused = device_task_abort(&d0, 1000);
-        set_device_task_abort_callback(&d0, c"refuses", None);
+        let refused = refused_device_task_abort(&d0, 1000);
         assert_eq!(
             refused,
             AclCode(ffi::ACL_ERROR_RT_TASK_ABORT_STOP),

@@ -131,6 +131,24 @@ pub(crate) fn set_device_task_abort_callback(
     assert_eq!(code, 0, "{name:?}");
 }
 
+/// `aclrtDeviceTaskAbort` of `ctx`'s device while another registrant's PRE callback refuses
+/// it (answers 1): its code, `ACL_ERROR_RT_TASK_ABORT_STOP` on npu-sim. npu-rs's own callback
+/// has marked the streams' work at PRE by then, and no POST follows.
+pub(crate) fn refused_device_task_abort(ctx: &Context, timeout_ms: u32) -> npu::error::AclCode {
+    unsafe extern "C" fn refuse(
+        _: i32,
+        _: ffi::aclrtDeviceTaskAbortStage,
+        _: u32,
+        _: *mut std::ffi::c_void,
+    ) -> i32 {
+        1
+    }
+    set_device_task_abort_callback(ctx, c"refuses", Some(refuse));
+    let refused = device_task_abort(ctx, timeout_ms);
+    set_device_task_abort_callback(ctx, c"refuses", None);
+    refused
+}
+
 /// Runs `future` on a current-thread Tokio runtime, failing the test if it hangs.
 pub(crate) fn run<F: Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
