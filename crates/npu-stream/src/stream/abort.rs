@@ -58,7 +58,12 @@ impl Stream {
     /// the discarded operations fail with `Error::Aborted` once a health check of the stream,
     /// which comes after an operation has made no progress for 10 ms or more, finds the
     /// stream idle (`aclrtStreamQuery` reports it complete) and then their events not
-    /// complete. On a runtime without `aclrtStreamQuery` they stay pending.
+    /// complete. On a runtime without `aclrtStreamQuery` they stay pending. Such an abort
+    /// must not land inside a submission to the stream on another thread: npu-rs queues an
+    /// operation's work and then its completion record, and an abort between the two
+    /// discards the work but not the record, so the operation succeeds although its work
+    /// never ran (its memory is safe: the device no longer touches it). This abort takes
+    /// the stream's submission lock, as npu-rs's device task abort callback does.
     ///
     /// ```
     /// # use npu_core::Device;

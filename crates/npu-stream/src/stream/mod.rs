@@ -275,6 +275,12 @@ impl Stream {
     /// back, since the stream itself then reports them done. Aborting it
     /// (`aclrtStreamAbort`) is allowed: npu-rs fails the discarded operations with
     /// `Error::Aborted` once it finds the stream idle ([`Stream::abort`] does it at once).
+    /// But not while another thread submits to the stream through npu-rs (nor an
+    /// `aclrtDeviceTaskAbort` of its device without npu-rs's callback): an abort between an
+    /// operation's work and its completion record, which npu-rs queues one after the other,
+    /// discards the work and keeps the record, and the operation then succeeds although its
+    /// work never ran. Its memory stays safe (the device no longer touches it), its result
+    /// does not. [`Stream::abort`] takes the stream's submission lock and has no such window.
     ///
     /// ```
     /// use npu_core::Device;
