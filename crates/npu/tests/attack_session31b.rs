@@ -9,18 +9,34 @@
 
 mod common;
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
+use std::task::Poll;
 use std::time::Duration;
 
 use common::*;
 use npu::error::AclCode;
+use npu::memory::{DevicePool, DevicePoolBackend};
 use npu::prelude::*;
 use npu::stream::{Notify, Op, OpError, Strategy};
 use npu::{Error, Stream, sim};
 
 /// The value the attacks' memsets write; buffers start zeroed on the simulator.
 const WRITTEN: u8 = 7;
+
+/// The memory of each of the two simulated devices: small enough for a pool to fill one.
+const MEMORY: u64 = 64 << 20;
+
+/// The size of the blocks `fill_the_device` fills a device with.
+const BLOCK: usize = 4 << 20;
+
+/// The device lock and the primary contexts of devices 0 and 1, of this file's simulator.
+fn devices() -> (std::sync::MutexGuard<'static, ()>, Context, Context) {
+    let (guard, d0) = devices_of(2, MEMORY);
+    let d1 = Device::open(1).unwrap().primary_context().clone();
+    (guard, d0, d1)
+}
 
 /// `aclrtStreamAbort` of `s`'s handle through the raw API, as a program holding
 /// `Stream::as_raw` may call it.
@@ -80,7 +96,7 @@ fn ended_soundly(
 #[test]
 fn raw_aborts_between_rounds_of_three_submitting_threads_fail_only_the_work_they_discarded() {
     const ROUNDS: usize = 4;
-    let (_guard, d0, _d1) = exclusive(None);
+    let (_guard, d0, _d1) = devices();
     let device = Device::open(0).unwrap();
     for strategy in STRATEGIES {
         let what = format!("{strategy:?}");
@@ -139,7 +155,7 @@ fn raw_aborts_between_rounds_of_three_submitting_threads_fail_only_the_work_they
 /// `Stream::abort`. Under every strategy.
 #[test]
 fn a_stream_waiting_on_another_streams_discarded_record_is_judged_by_its_own_queue() {
-    let (_guard, d0, _d1) = exclusive(None);
+    let (_guard, d0, _d1) = devices();
     for strategy in STRATEGIES {
         for abort_waiter in [false, true] {
             let what = format!("{strategy:?}, raw abort of the waiter: {abort_waiter}");
@@ -175,7 +191,7 @@ fn a_stream_waiting_on_another_streams_discarded_record_is_judged_by_its_own_que
 /// begin before or after the kernel returns). Under every strategy.
 #[test]
 fn a_raw_abort_waiting_for_a_running_kernel_fails_nothing_before_the_kernel_returns() {
-    let (_guard, d0, _d1) = exclusive(None);
+    let (_guard, d0, _d1) = devices();
     let fill = gated_fill(&d0);
     for strategy in STRATEGIES {
         let what = format!("{strategy:?}");
@@ -223,7 +239,7 @@ fn a_raw_abort_waiting_for_a_running_kernel_fails_nothing_before_the_kernel_retu
 /// once the new record is reached). The stream waiting runs new work afterwards.
 #[test]
 fn waits_on_legacy_events_whose_records_went_elsewhere_or_were_discarded_end() {
-    let (_guard, d0, d1) = exclusive(Some(2));
+    let (_guard, d0, d1) = devices();
     let device = Device::open(0).unwrap();
     let (waiter, other) = (Stream::new(&d0).unwrap(), Stream::new(&d0).unwrap());
 
@@ -299,7 +315,7 @@ fn waits_on_legacy_events_whose_records_went_elsewhere_or_were_discarded_end() {
 /// first runtime is shut down mid-chain: its shutdown is not held for the device.
 #[test]
 fn a_wait_moved_from_a_running_clock_to_a_paused_runtime_keeps_that_clock() {
-    let (_guard, d0, _d1) = exclusive(None);
+    let (_guard, d0, _d1) = devices();
     let device = Device::open(0).unwrap();
     let s = stream(&d0, Strategy::EventPoll);
     let held = sim::hold(&device).unwrap();
@@ -351,7 +367,7 @@ fn a_wait_moved_from_a_running_clock_to_a_paused_runtime_keeps_that_clock() {
 /// one-hour sleep on the same paused runtime completes once the stream has run the work.
 #[test]
 fn a_forgotten_wait_stops_keeping_the_clock_once_its_work_is_done() {
-    let (_guard, d0, _d1) = exclusive(None);
+    let (_guard, d0, _d1) = devices();
     let device = Device::open(0).unwrap();
     let s = stream(&d0, Strategy::EventPoll);
     let held = sim::hold(&device).unwrap();
@@ -406,7 +422,7 @@ fn register_state_callback(ctx: &Context, callback: npu::ffi::aclrtDeviceStateCa
 /// device 1, a stream and work on them, and their drops, change nothing: no callback.
 #[test]
 fn nested_opens_of_a_device_in_use_change_no_state() {
-    let (_guard, d0, d1) = exclusive(Some(2));
+    let (_guard, d0, d1) = devices();
     d1.bind().unwrap();
     STATE_CHANGES.lock().unwrap().clear();
     register_state_callback(&d0, Some(note_state_change));
@@ -420,4 +436,133 @@ fn nested_opens_of_a_device_in_use_change_no_state() {
     }
     register_state_callback(&d0, None);
     assert_eq!(*STATE_CHANGES.lock().unwrap(), []);
+}
+
+/// A request of `pool` for one more block while every block it could get is out: out of
+/// memory, it waits one reaper pass and then fails.
+fn one_more_block(pool: &DevicePool, s: &Stream) -> impl Future<Output = npu::Result<()>> {
+    let request = pool.alloc::<u8>(s, BLOCK);
+    async move { request.await.map(drop) }
+}
+
+/// The bytes allocated on `ctx`'s device.
+fn allocated(ctx: &Context) -> u64 {
+    sim::flush_releases();
+    sim::device_stats(&ctx.device()).unwrap().bytes_allocated
+}
+
+/// Once `pool` is dropped, every byte it allocated is given back: the device is back to the
+/// `before` bytes it had allocated before the pool was made (a dropped runtime pool gives its
+/// memory back on a thread of its own, hence the bounded wait).
+fn nothing_left(pool: DevicePool, ctx: &Context, before: u64, what: &str) {
+    settled(&pool, what);
+    drop(pool);
+    until(what, || allocated(ctx) == before);
+}
+
+/// Promise attacked: `DevicePool::alloc` is cancel-safe while a request out of memory waits
+/// for the reaper's pass. Every block is out (the pool filled the device) and the reaper is
+/// held, so a request out of memory waits for its pass: one is dropped there, a second is
+/// kept waiting, and a third is forgotten there (never dropped while the pool is used). Once
+/// the reaper goes on, the second fails out of memory; a block given back serves the next
+/// request, and once everything is dropped (the forgotten request last) the pool gives every
+/// byte back. Both backends, every strategy.
+#[test]
+fn requests_out_of_memory_dropped_or_forgotten_at_the_reaper_pass_leave_the_pool_whole() {
+    let (_guard, ctx, _d1) = devices();
+    for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?}, {strategy:?}");
+            let s = stream(&ctx, strategy);
+            let before = allocated(&ctx);
+            let pool = device_pool(&ctx, backend, None);
+            let mut blocks = fill_the_device(&pool, &s);
+            let reaper = hold_the_reaper();
+            let mut dropped = Box::pin(one_more_block(&pool, &s));
+            let mut kept = Box::pin(one_more_block(&pool, &s));
+            let mut forgotten = std::mem::ManuallyDrop::new(Box::pin(one_more_block(&pool, &s)));
+            for request in [&mut dropped, &mut kept, &mut *forgotten] {
+                let polled = polled_once(request.as_mut());
+                assert!(polled.is_pending(), "{what}: waits for the reaper");
+            }
+            drop(dropped);
+            reaper.open();
+            let failed = run(kept).unwrap_err();
+            assert!(failed.is_out_of_memory(), "{what}: {failed}");
+            drop(blocks.pop());
+            settled(&pool, &what);
+            run(one_more_block(&pool, &s)).unwrap_or_else(|err| panic!("{what}: {err}"));
+            drop(blocks);
+            drop(std::mem::ManuallyDrop::into_inner(forgotten));
+            nothing_left(pool, &ctx, before, &what);
+        }
+    }
+}
+
+/// Promise attacked: a request out of memory waits for the reaper without letting a paused
+/// Tokio clock jump: with the reaper held, a one-hour timeout around the request, polled on a
+/// paused runtime, gives the request's own failure once another thread lets the reaper go
+/// after the first poll. Both backends.
+#[test]
+fn a_request_out_of_memory_keeps_a_paused_clock_while_the_reaper_is_held() {
+    let (_guard, ctx, _d1) = devices();
+    for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
+        let what = format!("{backend:?}");
+        let s = stream(&ctx, Strategy::EventPoll);
+        let before = allocated(&ctx);
+        let pool = device_pool(&ctx, backend, None);
+        let blocks = fill_the_device(&pool, &s);
+        let reaper = hold_the_reaper();
+        let (polled, first_poll) = std::sync::mpsc::channel::<()>();
+        let opener = std::thread::spawn(move || {
+            let _ = first_poll.recv();
+            reaper.open();
+        });
+        let timed = paused_runtime().block_on(async {
+            let timed = tokio::time::timeout(Duration::from_secs(3600), one_more_block(&pool, &s));
+            let mut timed = std::pin::pin!(timed);
+            let first = std::future::poll_fn(|cx| Poll::Ready(timed.as_mut().poll(cx))).await;
+            assert!(first.is_pending(), "{what}: waits for the reaper");
+            polled.send(()).unwrap();
+            timed.await
+        });
+        opener.join().unwrap();
+        let failed = timed
+            .unwrap_or_else(|_| panic!("{what}: the paused clock jumped to the timeout"))
+            .unwrap_err();
+        assert!(failed.is_out_of_memory(), "{what}: {failed}");
+        drop(blocks);
+        nothing_left(pool, &ctx, before, &what);
+    }
+}
+
+/// Promise attacked: a failed reserve frees as many blocks of its class as it allocated. Two
+/// reserves of one pool, each larger than the device, run at once; both fail out of memory,
+/// and afterwards the pool caches nothing, whichever blocks each took back, and gives every
+/// byte back once dropped. Both backends.
+#[test]
+fn two_reserves_larger_than_the_device_at_once_leave_nothing_cached() {
+    let (_guard, ctx, _d1) = devices();
+    for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
+        let what = format!("{backend:?}");
+        let (a, b) = (
+            stream(&ctx, Strategy::EventPoll),
+            stream(&ctx, Strategy::CallbackThread),
+        );
+        let before = allocated(&ctx);
+        let pool = device_pool(&ctx, backend, None);
+        let count = usize::try_from(MEMORY).unwrap() / BLOCK;
+        let (first, second) = run(async {
+            tokio::join!(
+                pool.reserve(&a, count, BLOCK),
+                pool.reserve(&b, count, BLOCK)
+            )
+        });
+        for reserved in [first, second] {
+            let failed = reserved.expect_err(&what);
+            assert!(failed.is_out_of_memory(), "{what}: {failed}");
+        }
+        assert_eq!(settled(&pool, &what).cached, 0, "{what}");
+        nothing_left(pool, &ctx, before, &what);
+    }
 }

@@ -34,6 +34,7 @@ mod kernels;
 mod op_spans;
 mod own_runtime;
 mod pool_memory;
+mod reaper_held;
 
 pub(crate) use drained::{
     drain_a_failing_memset, drained_without_an_event, in_a_fresh_context, last_task_id,
@@ -50,6 +51,7 @@ pub(crate) use pool_memory::{
     device_pool, devices_of, fails_with_memory_error, fails_with_the_memory_error, fill_the_device,
     inject, pool_holding_the_device, settled, uce_ranges,
 };
+pub(crate) use reaper_held::{ReaperHeld, hold_the_reaper};
 
 /// Every completion strategy: each attack involving a stream runs under all three.
 pub(crate) const STRATEGIES: [Strategy; 3] = [
