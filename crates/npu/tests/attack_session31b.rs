@@ -230,6 +230,49 @@ fn a_raw_abort_waiting_for_a_running_kernel_fails_nothing_before_the_kernel_retu
     }
 }
 
+/// Promise attacked: every discarded operation ends, and soundly, when a raw abort races
+/// npu-rs's own `Stream::abort` of the same stream, or follows a `Stream::stop`. Memsets
+/// queued behind a held device; then either another thread aborts the raw handle while this
+/// one awaits `Stream::abort`, or the stream is stopped (`Stream::stop`) and its raw handle
+/// aborted. Once the device is released each memset ends with an error and a buffer the
+/// device left alone, and the stream runs new work. Every strategy.
+#[test]
+fn raw_aborts_racing_a_stream_abort_or_following_a_stop_end_every_operation() {
+    let (_guard, d0, _d1) = devices();
+    let device = Device::open(0).unwrap();
+    for strategy in STRATEGIES {
+        for stop_first in [false, true] {
+            let what = format!("{strategy:?}, stopped first: {stop_first}");
+            let s = stream(&d0, strategy);
+            a_memset_writes(&d0, &s, 3, &what);
+            let held = sim::hold(&device).unwrap();
+            let queued: Vec<_> = (0..6).map(|_| a_memset(&d0, &s)).collect();
+            if stop_first {
+                s.stop().unwrap();
+                assert_eq!(raw_stream_abort(&d0, &s), AclCode(0), "{what}");
+            } else {
+                std::thread::scope(|scope| {
+                    let raw = scope.spawn(|| raw_stream_abort(&d0, &s));
+                    run(s.abort()).unwrap_or_else(|err| panic!("{what}: {err}"));
+                    // Two aborts of one stream at once both succeed: each waits for the
+                    // stream's running task (none, the device being held) and discards.
+                    assert_eq!(raw.join().unwrap(), AclCode(0), "{what}");
+                });
+            }
+            held.release().unwrap();
+            let settle = || {
+                let _ = run(s.synchronize());
+            };
+            for op in queued {
+                let result = run(op);
+                assert!(result.is_err(), "{what}: a discarded memset succeeded");
+                ended_soundly(result, settle, &what);
+            }
+            a_memset_writes(&d0, &s, 2, &what);
+        }
+    }
+}
+
 /// Promise attacked: `Stream::wait_event` refuses a legacy event npu-rs never recorded, and a
 /// wait it accepts never holds its stream for ever. Variants: an event of device 1 recorded
 /// there and waited on by device 0's stream (a typed error or a wait that passes); an event
