@@ -609,3 +609,32 @@ fn two_reserves_larger_than_the_device_at_once_leave_nothing_cached() {
         nothing_left(pool, &ctx, before, &what);
     }
 }
+
+/// Promise attacked: a memset of another device's memory needs peer access (the runtime
+/// refuses it otherwise, 207006). Through npu-rs it never reaches the runtime: a stream of
+/// device 0 memsetting a buffer of device 1 is refused first (`InvalidArgument`, `dst`), with
+/// peer access from device 0 to device 1 enabled or not, the buffer handed back untouched and
+/// the stream running new work. Every strategy.
+#[test]
+fn a_memset_of_another_devices_buffer_is_refused_with_or_without_peer_access() {
+    let (_guard, d0, d1) = devices();
+    let (dev0, dev1) = (Device::open(0).unwrap(), Device::open(1).unwrap());
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let s = stream(&d0, strategy);
+        let mut buffer = DeviceBuffer::<u8>::new(&d1, 64).unwrap();
+        for peer in [false, true] {
+            let access = peer.then(|| dev0.enable_peer_access(&dev1).unwrap());
+            let refused = run(s.memset(buffer, WRITTEN)).expect_err(&what);
+            assert_eq!(
+                invalid(&refused.error),
+                ("Stream::memset", "dst"),
+                "{what}, peer access: {peer}"
+            );
+            buffer = refused.value.expect("the buffer handed back");
+            assert_eq!(buffer.to_vec_blocking().unwrap(), [0; 64], "{what}");
+            drop(access);
+        }
+        a_memset_writes(&d0, &s, 2, &what);
+    }
+}
