@@ -196,14 +196,8 @@ fn a_raw_abort_waiting_for_a_running_kernel_fails_nothing_before_the_kernel_retu
     for strategy in STRATEGIES {
         let what = format!("{strategy:?}");
         let s = stream(&d0, strategy);
-        a_memset_writes(&d0, &s, 3, &what);
-        let x = DeviceBuffer::<u8>::new(&d0, 256).unwrap();
-        set_gate(|gate| *gate = (false, false));
-        RETURNED.store(false, Ordering::Release);
-        // SAFETY: the kernel writes the 256 bytes of `x`, which the launch keeps.
-        let running = unsafe { s.launch(&fill, 1, (x, 256u64)) };
-        let queued = a_memset(&d0, &s);
-        wait_gate(|gate| gate.0);
+        let (running, queued) =
+            a_held_fill_and_behind_it(&d0, &s, &fill, &what, || a_memset(&d0, &s));
         let aborting = std::thread::scope(|scope| {
             let abort = scope.spawn(|| raw_stream_abort(&d0, &s));
             // The launch cannot end while the kernel runs, whatever the probe concludes.

@@ -135,14 +135,9 @@ fn a_device_task_abort_past_its_timeout_fails_the_work_it_discarded() {
     for strategy in STRATEGIES {
         let what = format!("{strategy:?}");
         let s = stream(&d0, strategy);
-        a_memset_writes(&d0, &s, 3, &what);
-        let x = DeviceBuffer::<u8>::new(&d0, 256).unwrap();
-        set_gate(|gate| *gate = (false, false));
-        RETURNED.store(false, Ordering::Release);
-        // SAFETY: the kernel writes the 256 bytes of `x`, which the launch keeps.
-        let running = unsafe { s.launch(&fill, 1, (x, 256u64)) };
-        let queued = s.memset(DeviceBuffer::<u8>::new(&d0, 64).unwrap(), 1);
-        wait_gate(|gate| gate.0);
+        let (running, queued) = a_held_fill_and_behind_it(&d0, &s, &fill, &what, || {
+            s.memset(DeviceBuffer::<u8>::new(&d0, 64).unwrap(), 1)
+        });
         let code = device_task_abort(&d0, 1);
         assert_eq!(code, AclCode(ffi::ACL_ERROR_RT_TASK_TIMEOUT), "{what}");
         set_gate(|gate| gate.1 = true);

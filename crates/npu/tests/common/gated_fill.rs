@@ -4,8 +4,10 @@
 use std::sync::Once;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use npu::Stream;
 use npu::prelude::*;
 use npu::sim;
+use npu::stream::Op;
 
 use super::gate::{set_gate, wait_gate};
 use super::kernels::{fill_args, in_process};
@@ -17,6 +19,7 @@ const GATED_FILL: &str = "npu_attack_gated_fill";
 /// Set by the gated kernel just before it returns.
 pub(crate) static RETURNED: AtomicBool = AtomicBool::new(false);
 
+/// The gated fill, loaded in `ctx`'s process.
 pub(crate) fn gated_fill(ctx: &Context) -> Function {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
@@ -35,4 +38,26 @@ pub(crate) fn gated_fill(ctx: &Context) -> Function {
         .unwrap();
     });
     in_process(ctx, GATED_FILL)
+}
+
+/// On `s`, after a memset that shows the stream works (`what` names the case): a launch of
+/// `fill` (the gated fill) over a fresh 256-byte buffer, and what `behind` queues after it.
+/// Returns once the kernel is running, held at its gate: the device's running task, with
+/// `behind`'s work queued.
+pub(crate) fn a_held_fill_and_behind_it<Q>(
+    ctx: &Context,
+    s: &Stream,
+    fill: &Function,
+    what: &str,
+    behind: impl FnOnce() -> Q,
+) -> (Op<(DeviceBuffer<u8>, u64)>, Q) {
+    super::a_memset_writes(ctx, s, 3, what);
+    let x = DeviceBuffer::<u8>::new(ctx, 256).unwrap();
+    set_gate(|gate| *gate = (false, false));
+    RETURNED.store(false, Ordering::Release);
+    // SAFETY: the kernel writes the 256 bytes of `x`, which the launch keeps.
+    let running = unsafe { s.launch(fill, 1, (x, 256u64)) };
+    let queued = behind();
+    wait_gate(|gate| gate.0);
+    (running, queued)
 }

@@ -41,7 +41,7 @@ pub(crate) use drained::{
     synchronize_reports_the_drained_fault,
 };
 pub(crate) use gate::{set_gate, wait_gate};
-pub(crate) use gated_fill::{RETURNED, gated_fill};
+pub(crate) use gated_fill::{RETURNED, a_held_fill_and_behind_it, gated_fill};
 pub(crate) use kernels::{fill_args, in_process};
 pub(crate) use op_spans::{Fields, Mark, OpSpan, OpSpans, mark, record_op_spans, since};
 pub(crate) use own_runtime::{
