@@ -126,6 +126,20 @@ fn exclusive() -> MutexGuard<'static, ()> {
     guard
 }
 
+/// A stream of `ctx` whose context a `FailureMode::Stop` fault has stopped: its first memset
+/// failed, and every later submission is refused by the runtime (which logs the refusal from
+/// inside the call, under the stream's submission lock).
+fn a_stopped_stream(ctx: &Context, strategy: Strategy) -> Stream {
+    let s = stream(ctx, strategy);
+    s.set_failure_mode(npu::FailureMode::Stop).unwrap();
+    sim::fail_task(&s, 1, npu::AclCode(507015)).unwrap();
+    let failed = watchdog("the faulting memset", || {
+        run(s.memset(DeviceBuffer::<u8>::new(ctx, 16).unwrap(), 1))
+    });
+    assert!(failed.is_err());
+    s
+}
+
 fn set_hook(hook: Option<Hook>) {
     *HOOK.lock().unwrap_or_else(|e| e.into_inner()) = hook;
 }
@@ -188,13 +202,7 @@ fn a_layer_submitting_when_a_refused_submission_is_logged_does_not_deadlock() {
     let _guard = exclusive();
     let ctx = Device::open(0).unwrap().create_context().unwrap();
     for strategy in STRATEGIES {
-        let s = stream(&ctx, strategy);
-        s.set_failure_mode(npu::FailureMode::Stop).unwrap();
-        sim::fail_task(&s, 1, npu::AclCode(507015)).unwrap();
-        let failed = watchdog("the faulting memset", || {
-            run(s.memset(DeviceBuffer::<u8>::new(&ctx, 16).unwrap(), 1))
-        });
-        assert!(failed.is_err());
+        let s = a_stopped_stream(&ctx, strategy);
         let inner: Arc<Mutex<Vec<Op<DeviceBuffer<u8>>>>> = Arc::default();
         let submitter = std::thread::current().id();
         let (hook_stream, hook_ctx, ops) = (s.clone(), ctx.clone(), inner.clone());
@@ -232,13 +240,7 @@ fn a_layer_aborting_the_device_from_inside_a_submission_is_refused() {
     let abort = ctx.runtime().api().aclrtDeviceTaskAbort;
     let abort = abort.expect("npu-sim exports aclrtDeviceTaskAbort");
     for strategy in STRATEGIES {
-        let s = stream(&ctx, strategy);
-        s.set_failure_mode(npu::FailureMode::Stop).unwrap();
-        sim::fail_task(&s, 1, npu::AclCode(507015)).unwrap();
-        let failed = watchdog("the faulting memset", || {
-            run(s.memset(DeviceBuffer::<u8>::new(&ctx, 16).unwrap(), 1))
-        });
-        assert!(failed.is_err());
+        let s = a_stopped_stream(&ctx, strategy);
         let code: Arc<Mutex<Option<i32>>> = Arc::default();
         let submitter = std::thread::current().id();
         let (seen, device) = (code.clone(), ctx.device_id() as i32);
@@ -291,13 +293,7 @@ fn a_layer_dropping_a_stream_during_a_device_task_abort_leaves_the_callers_conte
         .expect("npu-sim exports aclrtDeviceTaskAbort");
     let current = api.aclrtGetCurrentContext;
     for strategy in STRATEGIES {
-        let s = stream(&streams, strategy);
-        s.set_failure_mode(npu::FailureMode::Stop).unwrap();
-        sim::fail_task(&s, 1, npu::AclCode(507015)).unwrap();
-        let failed = watchdog("the faulting memset", || {
-            run(s.memset(DeviceBuffer::<u8>::new(&streams, 16).unwrap(), 1))
-        });
-        assert!(failed.is_err());
+        let s = a_stopped_stream(&streams, strategy);
         let slot = Arc::new(Mutex::new(Some(s)));
         let (held, aborting) = (slot.clone(), std::thread::current().id());
         set_hook(Some(Arc::new(move |point| {

@@ -119,6 +119,26 @@ fn an_abort_clears_what_a_stop_left_undone() {
     }
 }
 
+/// A memset of `value` on `s` queued behind the held `device`, which a raw device task abort
+/// (`aclrtDeviceTaskAbort`, succeeding) discards: it fails `Aborted` and hands its 64-byte
+/// buffer back (`what` names the case in a failure).
+fn a_memset_a_device_task_abort_discards(
+    ctx: &Context,
+    device: &Device,
+    s: &Stream,
+    value: u8,
+    what: &str,
+) {
+    let held = sim::hold(device).unwrap();
+    let queued = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), value);
+    assert_eq!(device_task_abort(ctx, 1000), AclCode(0), "{what}");
+    drop(held);
+    let discarded = run(queued).unwrap_err();
+    let aborted = matches!(discarded.error, npu::Error::Aborted { .. });
+    assert!(aborted, "{what}: {discarded}");
+    assert_eq!(discarded.value.map(|b| b.len()), Some(64), "{what}");
+}
+
 /// A device-wide abort made through the raw API (`aclrtDeviceTaskAbort`, not npu-rs's
 /// `Stream::abort`) discards a memset queued behind a held device, and its completion event's
 /// record with it: npu-rs's abort callback marks the stream's work before the runtime's
@@ -132,14 +152,7 @@ fn a_raw_device_task_abort_fails_the_work_it_discarded() {
     for strategy in STRATEGIES {
         in_a_fresh_context(&device, |ctx| {
             let s = stream(ctx, strategy);
-            let held = sim::hold(&device).unwrap();
-            let queued = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 1);
-            assert_eq!(device_task_abort(ctx, 1000), AclCode(0), "{strategy:?}");
-            drop(held);
-            let discarded = run(queued).unwrap_err();
-            let aborted = matches!(discarded.error, npu::Error::Aborted { .. });
-            assert!(aborted, "{strategy:?}: {discarded}");
-            assert_eq!(discarded.value.map(|b| b.len()), Some(64), "{strategy:?}");
+            a_memset_a_device_task_abort_discards(ctx, &device, &s, 1, &format!("{strategy:?}"));
             a_memset_writes(ctx, &s, 2, &format!("{strategy:?}"));
             run(s.synchronize()).unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
         });
@@ -165,13 +178,7 @@ fn a_device_task_abort_refused_by_another_callback_discards_nothing() {
             let kept = run(kept).unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
             assert_eq!(kept.to_vec_blocking().unwrap(), [1; 64]);
 
-            let held = sim::hold(&device).unwrap();
-            let queued = s.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), 2);
-            assert_eq!(device_task_abort(ctx, 1000), AclCode(0), "{strategy:?}");
-            drop(held);
-            let discarded = run(queued).unwrap_err();
-            let aborted = matches!(discarded.error, npu::Error::Aborted { .. });
-            assert!(aborted, "{strategy:?}: {discarded}");
+            a_memset_a_device_task_abort_discards(ctx, &device, &s, 2, &format!("{strategy:?}"));
             run(s.synchronize()).unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
         });
     }
