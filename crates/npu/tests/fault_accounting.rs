@@ -3,7 +3,8 @@
 //! hands to the stream's failure record, across an abort or a stop, beside a second drained
 //! fault, and when the fence's own wait fails; the blocks a `DevicePool` gives back (a trim's,
 //! an eviction's, an unclaimed allocation's) caught between leaving the pool and their frees
-//! being queued by a request out of memory; and the work a raw `aclrtDeviceTaskAbort`
+//! being queued by a request out of memory, and a bounded caching pool's hit going on beside
+//! an eviction held there; and the work a raw `aclrtDeviceTaskAbort`
 //! discards (or, refused by another callback, does not).
 //!
 //! The simulator of this process has five devices of 64 MiB (installed by the first test to
@@ -512,6 +513,50 @@ fn a_request_out_of_memory_during_an_eviction_for_a_waiter_waits_for_the_memory_
     let waited = run(waiter).expect_err("16 MiB never fit the 12 MiB given back");
     assert!(waited.is_out_of_memory(), "{waited}");
     drop(filler);
+}
+
+/// A bounded caching pool's hit and its return go on while an eviction on another thread
+/// holds the blocks it took, their `aclrtFree` not yet made: only a change that may take
+/// blocks out of the cache gives them back as one step with their frees (the drain lock), and
+/// a hit's return cannot. The pool (36 MiB) caches a 16 MiB and a 1 MiB block; a 24 MiB
+/// request evicts the 16 MiB one (17 + 24 > 36) on the held thread, and the 1 MiB block is
+/// allocated and dropped meanwhile. The break: every change of a bounded cache took the
+/// drain lock, so the return waited for the eviction's frees, serialising the pool's hot
+/// path behind any eviction.
+#[test]
+fn a_bounded_caching_pools_hit_goes_on_while_an_eviction_is_held() {
+    const MIB: usize = 1 << 20;
+    let (_devices, ctx) = devices();
+    let s = stream(&ctx, npu::stream::Strategy::EventPoll);
+    let pool = device_pool(&ctx, DevicePoolBackend::Caching, Some(36 * MIB));
+    drop(run(pool.alloc::<u8>(&s, 16 * MIB)).unwrap());
+    drop(run(pool.alloc::<u8>(&s, MIB)).unwrap());
+    assert_eq!(pool.stats().cache.cached, 17 * MIB);
+    arm_the_free_gate();
+    std::thread::scope(|scope| {
+        let _opens = OpensTheGate;
+        let evicting = std::thread::Builder::new()
+            .name(HOLDER.into())
+            .spawn_scoped(scope, || {
+                run(pool.alloc::<u8>(&s, BIG)).map(|block| block.len())
+            })
+            .unwrap();
+        until_the_gate("the evicted block is held", |gate| gate.held);
+        let (done, returned) = std::sync::mpsc::channel();
+        let (pool, s) = (&pool, &s);
+        scope.spawn(move || {
+            let hit = run(pool.alloc::<u8>(s, MIB)).map(|block| block.len());
+            let _ = done.send(hit);
+        });
+        let hit = returned.recv_timeout(HANG);
+        let hit = hit.expect("the hit's return waited for the held eviction");
+        assert_eq!(hit.unwrap_or_else(|err| panic!("{err}")), MIB);
+        open_the_free_gate();
+        assert_eq!(evicting.join().unwrap().unwrap(), BIG);
+    });
+    let stats = pool.stats().cache;
+    assert_eq!((stats.evictions, stats.hits), (1, 1), "{stats:?}");
+    assert_eq!(stats.cached, 25 * MIB, "{stats:?}");
 }
 
 /// A waker that counts its wake-ups.

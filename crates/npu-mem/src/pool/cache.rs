@@ -120,6 +120,9 @@ pub enum Repair {
 
 type Reply<B> = oneshot::Sender<Granted<B>>;
 
+/// The waiters a change served, and their grants, to send once the cache is unlocked.
+type Served<B> = Vec<(Reply<B>, Granted<B>)>;
+
 /// The shared part of a caching pool: what every clone of the pool, its blocks and its
 /// waiters hold.
 pub struct Cache<S: Source> {
@@ -195,8 +198,9 @@ impl<S: Source> Cache<S> {
     /// A cached block of `class`, or room to allocate one, without waiting: `None` while the
     /// capacity is full or anyone else waits.
     pub fn try_grant(self: &Arc<Self>, class: usize) -> Option<Granted<S::Block>> {
-        self.hit(class)
-            .or_else(|| self.update(|state, evicted| state.try_request(class, evicted)))
+        self.hit(class).or_else(|| {
+            self.update_making_room(class, |state, evicted| state.try_request(class, evicted))
+        })
     }
 
     /// A cached block of `class`, only: `None` while none is cached or anyone waits. Unlike
@@ -221,7 +225,7 @@ impl<S: Source> Cache<S> {
         if let Some(hit) = self.hit(class) {
             return Ok(hit);
         }
-        let answer = self.update(|state, evicted| {
+        let answer = self.update_making_room(class, |state, evicted| {
             state.try_request(class, evicted).ok_or_else(|| {
                 let (reply, receiver) = oneshot::channel();
                 (state.enqueue(class, reply), receiver)
@@ -515,7 +519,9 @@ impl<S: Source> Cache<S> {
     /// (filled with [`room_reserved_in`](Cache::room_reserved_in) or given back with
     /// [`room_unused`](Cache::room_unused)), or no room.
     pub fn reserve_next(self: &Arc<Self>, class: usize, count: usize) -> Reserving {
-        self.update(|state, evicted| state.reserve_next(class, count, evicted))
+        self.update_making_room(class, |state, evicted| {
+            state.reserve_next(class, count, evicted)
+        })
     }
 
     /// A reserve's room holds `block`, allocated in `took`: cached at once.
@@ -581,34 +587,52 @@ impl<S: Source> Cache<S> {
     /// Runs `change` on the locked state, serves whichever waiters it made servable, then,
     /// after unlocking, frees the blocks evicted on the way and sends the grants. Only changes
     /// that can free capacity or cached blocks need it; counter moves that keep the held bytes
-    /// the same (`retire`, `room_filled`) just lock.
+    /// the same (`retire`, `room_filled`) just lock. For a change that evicts only through
+    /// the waiters it serves (a block back, room given up, a cancel): one that may evict to
+    /// make room itself is [`update_making_room`](Cache::update_making_room).
     fn update<R>(
         self: &Arc<Self>,
         change: impl FnOnce(&mut State<S::Block, Reply<S::Block>>, &mut Vec<S::Block>) -> R,
     ) -> R {
-        let change_and_evict = || {
-            let mut evicted = Vec::new();
-            let (result, served) = {
-                let mut state = self.lock();
-                let result = change(&mut state, &mut evicted);
-                // Most changes find nobody waiting and evict nothing: that common case (a hit,
-                // an idle return) then costs the lock alone.
-                let served = match state.has_waiters() {
-                    true => state.pump(&mut evicted),
-                    false => Vec::new(),
-                };
-                (result, served)
-            };
-            if !evicted.is_empty() {
-                self.free_blocks(evicted);
+        self.update_evicting(|_| false, change)
+    }
+
+    /// [`update`](Cache::update) for a change that may evict cached blocks to make room for
+    /// a block of `class` (a request that found none cached, a reserve's next block).
+    fn update_making_room<R>(
+        self: &Arc<Self>,
+        class: usize,
+        change: impl FnOnce(&mut State<S::Block, Reply<S::Block>>, &mut Vec<S::Block>) -> R,
+    ) -> R {
+        self.update_evicting(|state| state.full_for(class), change)
+    }
+
+    /// Runs `change` as [`update`](Cache::update) says, inside the source's
+    /// [`giving_back`](Source::giving_back) when it may take blocks out of the cache to free
+    /// them: on a bounded cache, when `evicts` says so of the state it finds, or when anyone
+    /// waits (serving a waiter may evict for its room).
+    ///
+    /// Evicted blocks are given back as one step with their frees, which a request out of
+    /// memory waits for (on a device pool, its drain lock); every other change (a hit's
+    /// return, the common case) takes no lock but the cache's. Taking that step for each of
+    /// them serialised a bounded pool's hot path on the drain lock. Asked and done under one
+    /// hold of the cache's lock, so that no change the answer missed comes between; when the
+    /// answer is yes the lock is let go and taken again inside the step, which is taken first.
+    fn update_evicting<R>(
+        self: &Arc<Self>,
+        evicts: impl FnOnce(&State<S::Block, Reply<S::Block>>) -> bool,
+        change: impl FnOnce(&mut State<S::Block, Reply<S::Block>>, &mut Vec<S::Block>) -> R,
+    ) -> R {
+        let state = self.lock();
+        // Only a bounded cache evicts.
+        let giving_back = self.capacity.is_some() && (state.has_waiters() || evicts(&state));
+        let (result, served) = match giving_back {
+            true => {
+                drop(state);
+                self.source
+                    .giving_back(|| self.change_and_evict(self.lock(), change))
             }
-            (result, served)
-        };
-        // Only a bounded cache evicts, for a request or a waiter, whichever change it is: its
-        // evictions are given back as one step with their frees, which the grants follow.
-        let (result, served) = match self.capacity {
-            Some(_) => self.source.giving_back(change_and_evict),
-            None => change_and_evict(),
+            false => self.change_and_evict(state, change),
         };
         if !served.is_empty() {
             for (reply, granted) in served {
@@ -616,6 +640,28 @@ impl<S: Source> Cache<S> {
             }
         }
         result
+    }
+
+    /// Runs `change` on `state` and serves the waiters it made servable; then, unlocked,
+    /// frees the blocks evicted on the way. The grants to send, and `change`'s result.
+    fn change_and_evict<R>(
+        &self,
+        mut state: MutexGuard<'_, State<S::Block, Reply<S::Block>>>,
+        change: impl FnOnce(&mut State<S::Block, Reply<S::Block>>, &mut Vec<S::Block>) -> R,
+    ) -> (R, Served<S::Block>) {
+        let mut evicted = Vec::new();
+        let result = change(&mut state, &mut evicted);
+        // Most changes find nobody waiting and evict nothing: that common case (a hit, an
+        // idle return) then costs the lock alone.
+        let served = match state.has_waiters() {
+            true => state.pump(&mut evicted),
+            false => Vec::new(),
+        };
+        drop(state);
+        if !evicted.is_empty() {
+            self.free_blocks(evicted);
+        }
+        (result, served)
     }
 
     /// Sends a grant to its waiter. Sending wakes the waiter's task on this thread, and a

@@ -161,6 +161,13 @@ impl<B, W> State<B, W> {
         !self.waiters.is_empty()
     }
 
+    /// Whether `bytes` more do not fit under the capacity beside what the pool holds: room
+    /// for them would have to come from evicting cached blocks. Never for an unbounded pool.
+    pub(crate) fn full_for(&self, bytes: usize) -> bool {
+        self.capacity
+            .is_some_and(|capacity| self.counts.held().saturating_add(bytes) > capacity)
+    }
+
     fn counted_hit(&mut self, class: usize) {
         less(&mut self.counts.cached, class);
         more(&mut self.counts.allocated, class);
