@@ -99,10 +99,27 @@ unsafe impl<T: Pod> Send for DeviceBuffer<T> {}
 // SAFETY: shared access only reads the address and records uses (a mutex-protected list).
 unsafe impl<T: Pod> Sync for DeviceBuffer<T> {}
 
-/// Checks an element count for an allocation and returns its size in bytes: at least one
-/// element of a non-zero-sized type, at most `isize::MAX` bytes. Errors name `api`, the
-/// method the caller called, and `argument`, what the caller gave the count as (`len`, or the
-/// `data` whose length it is).
+/// The size in bytes of an allocation of `len` elements of `T`: exactly
+/// `len * size_of::<T>()`, checked before any memory is asked for.
+///
+/// It counts `len` contiguous elements and nothing else: no rounding (a pool rounds the
+/// result up to a size class afterwards), no alignment or bookkeeping the runtime adds to an
+/// allocation, no row pitch (a 2D copy's shape is checked by `Copy2d`, not here), and not a
+/// view's offset: a view of `len` elements of a larger buffer has `len * size_of::<T>()`
+/// bytes wherever it starts (what [`Memory::byte_len`](crate::Memory::byte_len) says of it).
+///
+/// # Errors
+///
+/// It never wraps and never panics: every refusal is an [`Error::InvalidArgument`] naming
+/// `api`, the method the caller called, and `argument`, what the caller gave the count as
+/// (`len`, `bytes`, or the `data` whose length it is):
+///
+/// - `T` is zero-sized (argument `T`): there is nothing to allocate.
+/// - `len` is 0: ACL rejects empty allocations.
+/// - the product is more than `isize::MAX` bytes, or overflows `usize` (so it needs no
+///   wider type to be refused): no host view of the memory could span it, as Rust slices
+///   are limited to `isize::MAX` bytes. The largest size it returns is `isize::MAX` rounded
+///   down to a multiple of `size_of::<T>()`.
 pub fn byte_size<T>(api: &'static str, argument: &'static str, len: usize) -> Result<usize> {
     if size_of::<T>() == 0 {
         return Err(Error::invalid(
@@ -428,5 +445,62 @@ impl<T: Pod> fmt::Debug for DeviceBuffer<T> {
             .field("ptr", &self.ptr)
             .field("uses", &self.uses)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::byte_size;
+    use npu_core::Error;
+
+    const MAX: usize = isize::MAX as usize;
+
+    /// The argument and rule of `byte_size`'s refusal of `len` elements of `T`.
+    fn refused<T>(len: usize) -> (&'static str, String) {
+        match byte_size::<T>("DeviceBuffer::new", "len", len) {
+            Err(Error::InvalidArgument {
+                api,
+                argument,
+                rule,
+            }) => {
+                assert_eq!(api, "DeviceBuffer::new");
+                (argument, rule.into_owned())
+            }
+            other => panic!("{len} elements of {} bytes: {other:?}", size_of::<T>()),
+        }
+    }
+
+    #[test]
+    fn byte_size_is_exact_up_to_isize_max_and_refuses_the_rest_with_a_typed_error() {
+        let size = |len| byte_size::<[u8; 3]>("DeviceBuffer::new", "len", len).unwrap();
+        assert_eq!(size(1), 3);
+        // The largest: isize::MAX rounded down to the element size, for 1, 3 and 8 bytes.
+        assert_eq!(size(MAX / 3), MAX - MAX % 3);
+        assert_eq!(byte_size::<u8>("api", "len", MAX).unwrap(), MAX);
+        assert_eq!(
+            byte_size::<u64>("api", "len", MAX / 8).unwrap(),
+            MAX - MAX % 8
+        );
+        // One element more is past isize::MAX bytes; usize::MAX elements overflow usize
+        // itself: refused, never wrapped to a small size.
+        for (argument, rule) in [
+            refused::<u8>(MAX + 1),
+            refused::<[u8; 3]>(MAX / 3 + 1),
+            refused::<u64>(MAX / 8 + 1),
+            refused::<u64>(usize::MAX),
+            refused::<u8>(usize::MAX),
+        ] {
+            assert_eq!(argument, "len");
+            assert!(
+                rule.contains("exceed the largest possible allocation"),
+                "{rule}"
+            );
+        }
+        let (argument, rule) = refused::<u32>(0);
+        assert_eq!(argument, "len");
+        assert!(rule.contains("at least 1"), "{rule}");
+        let (argument, rule) = refused::<()>(1);
+        assert_eq!(argument, "T");
+        assert!(rule.contains("zero-sized"), "{rule}");
     }
 }
