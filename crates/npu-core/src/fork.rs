@@ -7,6 +7,11 @@
 //! waited for ever. A child of a process that started a runtime therefore refuses every ACL call
 //! npu-rs makes ([`Error::Forked`]), and a wait for work submitted before the fork, which
 //! nothing in the child will ever complete, ends with that error instead of waiting.
+//!
+//! Only a wait polled in the child: a task parked on one at the fork is never woken there
+//! (whoever would wake it stayed in the parent), and the child handler cannot wake it, as it
+//! may make only async-signal-safe calls and a waker takes locks. The program wakes or drops
+//! such tasks in the child itself.
 
 use std::sync::Once;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -72,6 +77,13 @@ pub(crate) fn generation() -> u32 {
 
 /// Whether this process was forked from one in which npu-rs had started a runtime (one whose
 /// `aclInit` succeeded, or was under way at the fork).
+///
+/// In such a child every ACL call of npu-rs is refused with [`Error::Forked`], and a wait for
+/// an operation made before the fork ends with it when it is polled there. A task already
+/// parked on such a wait at the fork is not woken in the child (what would have woken it, the
+/// reactor or a callback worker, stayed in the parent, and the fork handler may make only
+/// async-signal-safe calls, which a waker is not): wake the task yourself, or drop it or its
+/// runtime, which returns.
 ///
 /// ```
 /// assert!(!npu_core::forked(), "this process is no forked child");
