@@ -119,13 +119,27 @@ pub unsafe fn release_later(release: impl FnOnce() + Send + 'static) {
 /// ```
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicBool, Ordering};
+/// use npu_core::UseList;
+/// # use npu_core::Device;
+/// # use npu_stream::{Notify, Stream};
+/// # let ctx = Device::open(0)?.primary_context().clone();
+/// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+/// # let notify = Notify::new(&ctx)?;
 ///
+/// // A resource's release deferred behind an operation the device holds until another
+/// // stream sets the notify: it goes to the reaper once the operation completes.
+/// let op = waiting.wait_notify(&notify);
+/// let mut uses = UseList::new();
+/// uses.record(op.completion());
 /// let released = Arc::new(AtomicBool::new(false));
 /// let flag = released.clone();
 /// // SAFETY: storing a flag does not block.
-/// unsafe { npu_core::reaper::release_later(move || flag.store(true, Ordering::SeqCst)) };
+/// unsafe { uses.release(move || flag.store(true, Ordering::SeqCst)) };
+/// drop(setting.record_notify(&notify));
+/// tokio_test::block_on(op)?;
 /// npu_core::reaper::flush();
 /// assert!(released.load(Ordering::SeqCst));
+/// # Ok::<(), npu_core::Error>(())
 /// ```
 ///
 /// On the reaper thread itself (user code the reaper runs: a tracing subscriber's callback, a
@@ -169,13 +183,27 @@ pub fn flush() {
 /// ```
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicBool, Ordering};
+/// use npu_core::UseList;
+/// # use npu_core::Device;
+/// # use npu_stream::{Notify, Stream};
+/// # let ctx = Device::open(0)?.primary_context().clone();
+/// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+/// # let notify = Notify::new(&ctx)?;
 ///
+/// // A resource's release deferred behind an operation the device holds until another
+/// // stream sets the notify: it goes to the reaper once the operation completes.
+/// let op = waiting.wait_notify(&notify);
+/// let mut uses = UseList::new();
+/// uses.record(op.completion());
 /// let released = Arc::new(AtomicBool::new(false));
 /// let flag = released.clone();
 /// // SAFETY: storing a flag does not block.
-/// unsafe { npu_core::reaper::release_later(move || flag.store(true, Ordering::SeqCst)) };
+/// unsafe { uses.release(move || flag.store(true, Ordering::SeqCst)) };
+/// drop(setting.record_notify(&notify));
+/// tokio_test::block_on(op)?;
 /// tokio_test::block_on(npu_core::reaper::passed());
 /// assert!(released.load(Ordering::SeqCst));
+/// # Ok::<(), npu_core::Error>(())
 /// ```
 ///
 /// [`Completion::wait`]: crate::Completion::wait

@@ -51,19 +51,24 @@ mod sync {
 /// future, a buffer's deferred release, another thread).
 ///
 /// A `Completion` can be waited for and inspected, never completed: only the operation's
-/// [`Completer`], held by npu-rs's completion machinery (the reactor, the callback worker, the
+/// completer, held by npu-rs's completion machinery (the reactor, the callback worker, the
 /// blocking waiter), completes it, and only once the device will never again touch the memory
 /// the operation used. That is what lets a buffer's release wait for it.
 ///
-/// ```
-/// use npu_core::Completer;
+/// An operation's completion comes from the operation (npu-stream's `Op::completion`):
 ///
-/// // SAFETY: no device work or memory stands behind this completion.
-/// let completer = unsafe { Completer::new() };
-/// let done = completer.completion();
-/// let seen = done.clone();
-/// completer.complete(Ok(()));
-/// assert!(seen.result().unwrap().is_ok());
+/// ```
+/// use npu_core::Device;
+/// use npu_stream::Stream;
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let stream = Stream::new(&ctx)?;
+/// let op = stream.synchronize();
+/// let done = op.completion().clone(); // outlives the operation's future
+/// drop(op); // the device runs it all the same
+/// done.wait_blocking()?;
+/// assert!(done.result().unwrap().is_ok());
+/// # Ok::<(), npu_core::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct Completion {
@@ -71,6 +76,10 @@ pub struct Completion {
 }
 
 /// The write side of a [`Completion`]: completes it, exactly once.
+///
+/// Only npu-rs's completion machinery makes one (its constructor is `unsafe` and hidden), so
+/// it is not part of the documented API: a program waits for and inspects [`Completion`]s,
+/// which npu-stream's operations hand out.
 ///
 /// Completing hands the deferred releases to the reaper thread, then makes the result visible,
 /// then wakes the registered wakers outside every lock (a panicking waker is contained and
@@ -99,6 +108,7 @@ pub struct Completion {
 /// assert!(first.is_ok());
 /// assert!(matches!(second, Err(Error::InvalidArgument { argument: "self", .. })));
 /// ```
+#[doc(hidden)]
 pub struct Completer {
     state: Arc<state::State<Result<()>>>,
 }
@@ -189,14 +199,19 @@ impl Completion {
     /// Whether the operation has completed.
     ///
     /// ```
-    /// use npu_core::Completer;
-    ///
-    /// // SAFETY: no device work or memory stands behind this completion.
-    /// let completer = unsafe { Completer::new() };
-    /// let (done, seen) = (completer.completion(), completer.completion());
+    /// # use npu_core::Device;
+    /// # use npu_stream::{Notify, Stream};
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let notify = Notify::new(&ctx)?;
+    /// // The device holds this operation until another stream sets the notify.
+    /// let op = waiting.wait_notify(&notify);
+    /// let (done, seen) = (op.completion().clone(), op.completion().clone());
     /// assert!(!done.is_complete());
-    /// completer.complete(Ok(()));
-    /// assert!(seen.is_complete(), "every clone sees the completion");
+    /// drop(setting.record_notify(&notify)); // the device runs it all the same
+    /// seen.wait_blocking()?;
+    /// assert!(done.is_complete(), "every clone sees the completion");
+    /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn is_complete(&self) -> bool {
         self.state.is_complete()
@@ -205,14 +220,34 @@ impl Completion {
     /// The result, once complete.
     ///
     /// ```
-    /// use npu_core::{AclCode, AclError, Completer};
+    /// use npu_core::{AclCode, Device};
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
     ///
-    /// // SAFETY: no device work or memory stands behind this completion.
-    /// let completer = unsafe { Completer::new() };
-    /// let done = completer.completion();
-    /// assert!(done.result().is_none(), "still pending");
-    /// completer.complete(Err(AclError::new("aclrtMemcpyAsync", AclCode(507015), None).into()));
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// npu_sim::control::fail_task(stream.as_raw(), 1, 507015).unwrap(); // npu-sim: the next task faults
+    /// let op = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0);
+    /// let done = op.completion().clone();
+    /// drop(op);
+    /// let _ = done.wait_blocking();
     /// assert_eq!(done.result().unwrap().unwrap_err().acl_code(), Some(AclCode(507015)));
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    ///
+    /// `None` while it is pending:
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// # use npu_stream::{Notify, Stream};
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let notify = Notify::new(&ctx)?;
+    /// // The device holds this operation until another stream sets the notify.
+    /// let op = waiting.wait_notify(&notify);
+    /// assert!(op.completion().result().is_none(), "still pending");
+    /// # drop(setting.record_notify(&notify));
+    /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn result(&self) -> Option<Result<()>> {
         self.state.value()
@@ -225,15 +260,20 @@ impl Completion {
     ///
     /// ```
     /// use std::task::{Context, Poll, Waker};
-    /// use npu_core::Completer;
-    ///
-    /// // SAFETY: no device work or memory stands behind this completion.
-    /// let completer = unsafe { Completer::new() };
-    /// let done = completer.completion();
+    /// # use npu_core::Device;
+    /// # use npu_stream::{Notify, Stream};
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let notify = Notify::new(&ctx)?;
+    /// // The device holds this operation until another stream sets the notify.
+    /// let op = waiting.wait_notify(&notify);
+    /// let done = op.completion().clone();
     /// let mut cx = Context::from_waker(Waker::noop());
     /// assert!(done.poll_result(&mut cx).is_pending());
-    /// completer.complete(Ok(()));
+    /// drop(setting.record_notify(&notify));
+    /// # done.wait_blocking()?;
     /// assert!(matches!(done.poll_result(&mut cx), Poll::Ready(Ok(()))));
+    /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn poll_result(&self, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
         let mut shared = Registration::SHARED;
@@ -243,12 +283,15 @@ impl Completion {
     /// A future resolving to the result.
     ///
     /// ```
-    /// use npu_core::Completer;
-    ///
-    /// // SAFETY: no device work or memory stands behind this completion.
-    /// let completer = unsafe { Completer::new() };
-    /// let done = completer.completion();
-    /// std::thread::spawn(move || completer.complete(Ok(())));
+    /// # use npu_core::Device;
+    /// # use npu_stream::{Notify, Stream};
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let notify = Notify::new(&ctx)?;
+    /// // The device holds this operation until another stream sets the notify.
+    /// let op = waiting.wait_notify(&notify);
+    /// let done = op.completion().clone();
+    /// std::thread::spawn(move || drop(setting.record_notify(&notify)));
     /// tokio_test::block_on(done.wait())?;
     /// assert!(done.is_complete());
     /// # Ok::<(), npu_core::Error>(())
@@ -262,18 +305,22 @@ impl Completion {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use npu_core::Completer;
+    /// use npu_core::Device;
+    /// use npu_stream::{Notify, Stream};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// // SAFETY: no device work or memory stands behind this completion.
-    /// let completer = unsafe { Completer::new() };
-    /// let done = completer.completion();
+    /// # async fn main() -> npu_core::Result<()> {
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let notify = Notify::new(&ctx)?;
+    /// // The device holds this operation until another stream sets the notify.
+    /// let op = waiting.wait_notify(&notify);
+    /// let done = op.completion().clone();
     /// let (polled, pending) = std::sync::mpsc::channel();
-    /// // Stands for the device: completes once the wait is pending.
+    /// // Lets the device go on once the wait is pending.
     /// let device = std::thread::spawn(move || {
     ///     pending.recv().unwrap();
-    ///     completer.complete(Ok(()));
+    ///     drop(setting.record_notify(&notify));
     /// });
     /// let mut wait = std::pin::pin!(tokio::time::timeout(Duration::from_secs(3600), done.wait()));
     /// assert!(futures_poll_once(wait.as_mut()).await.is_pending());
@@ -282,6 +329,7 @@ impl Completion {
     /// assert!(wait.await.is_ok(), "the one-hour timeout did not fire");
     /// assert_eq!(start.elapsed(), Duration::ZERO, "paused time stood still");
     /// device.join().unwrap();
+    /// # Ok(())
     /// # }
     /// # async fn futures_poll_once<F: std::future::Future>(
     /// #     mut future: std::pin::Pin<&mut F>,
@@ -311,13 +359,17 @@ impl Completion {
     /// inside a Tokio runtime").
     ///
     /// ```
-    /// use npu_core::Completer;
-    ///
-    /// // SAFETY: no device work or memory stands behind this completion.
-    /// let completer = unsafe { Completer::new() };
-    /// let done = completer.completion();
-    /// std::thread::spawn(move || completer.complete(Ok(())));
+    /// # use npu_core::Device;
+    /// # use npu_stream::{Notify, Stream};
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let notify = Notify::new(&ctx)?;
+    /// // The device holds this operation until another stream sets the notify.
+    /// let op = waiting.wait_notify(&notify);
+    /// let done = op.completion().clone();
+    /// std::thread::spawn(move || drop(setting.record_notify(&notify)));
     /// assert!(done.wait_blocking().is_ok());
+    /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn wait_blocking(&self) -> Result<()> {
         if let Some(result) = self.result() {
@@ -334,15 +386,19 @@ impl Completion {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use npu_core::Completer;
-    ///
-    /// // SAFETY: no device work or memory stands behind this completion.
-    /// let completer = unsafe { Completer::new() };
-    /// let waiter = completer.completion().blocking_waiter();
+    /// # use npu_core::Device;
+    /// # use npu_stream::{Notify, Stream};
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let notify = Notify::new(&ctx)?;
+    /// // The device holds this operation until another stream sets the notify.
+    /// let op = waiting.wait_notify(&notify);
+    /// let waiter = op.completion().blocking_waiter();
     /// assert!(waiter.wait_for(Duration::from_millis(1)).is_none(), "still pending");
-    /// std::thread::spawn(move || completer.complete(Ok(())));
+    /// std::thread::spawn(move || drop(setting.record_notify(&notify)));
     /// while waiter.wait_for(Duration::from_secs(1)).is_none() {}
     /// assert!(waiter.wait_for(Duration::ZERO).unwrap().is_ok(), "complete stays complete");
+    /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn blocking_waiter(&self) -> BlockingWaiter {
         let signal = self.state.blocked.get_or_init(|| {
@@ -434,12 +490,16 @@ impl Completion {
     /// Whether two handles refer to the same operation.
     ///
     /// ```
-    /// use npu_core::Completer;
+    /// use npu_core::Device;
+    /// use npu_stream::Stream;
     ///
-    /// // SAFETY: no device work or memory stands behind these completions.
-    /// let (a, b) = unsafe { (Completer::new(), Completer::new()) };
-    /// assert!(a.completion().same(&a.completion()));
-    /// assert!(!a.completion().same(&b.completion()));
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// let (a, b) = (stream.synchronize(), stream.synchronize());
+    /// assert!(a.completion().same(&a.completion().clone()));
+    /// assert!(!a.completion().same(b.completion()));
+    /// # drop((a, b));
+    /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn same(&self, other: &Completion) -> bool {
         Arc::ptr_eq(&self.state, &other.state)
@@ -459,14 +519,17 @@ impl fmt::Debug for Completion {
 /// Cancel safety: dropping it only stops waiting; the operation is unaffected.
 ///
 /// ```
-/// use npu_core::Completer;
-///
-/// // SAFETY: no device work or memory stands behind this completion.
-/// let completer = unsafe { Completer::new() };
-/// let done = completer.completion();
+/// # use npu_core::Device;
+/// # use npu_stream::{Notify, Stream};
+/// # let ctx = Device::open(0)?.primary_context().clone();
+/// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+/// # let notify = Notify::new(&ctx)?;
+/// // The device holds this operation until another stream sets the notify.
+/// let op = waiting.wait_notify(&notify);
+/// let done = op.completion().clone();
 /// drop(done.wait()); // stops waiting; the operation is unaffected
 /// let wait = done.wait();
-/// completer.complete(Ok(()));
+/// drop(setting.record_notify(&notify));
 /// tokio_test::block_on(wait)?;
 /// # Ok::<(), npu_core::Error>(())
 /// ```
@@ -484,12 +547,15 @@ impl Wait {
     /// The completion this future waits for.
     ///
     /// ```
-    /// use npu_core::Completer;
+    /// use npu_core::Device;
+    /// use npu_stream::Stream;
     ///
-    /// // SAFETY: no device work or memory stands behind this completion.
-    /// let completer = unsafe { Completer::new() };
-    /// let done = completer.completion();
-    /// assert!(done.wait().completion().same(&done));
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let op = Stream::new(&ctx)?.synchronize();
+    /// let done = op.completion();
+    /// assert!(done.wait().completion().same(done));
+    /// # drop(op);
+    /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn completion(&self) -> &Completion {
         &self.completion
@@ -529,13 +595,17 @@ impl Future for Wait {
 /// ```
 /// use std::sync::atomic::{AtomicBool, Ordering};
 /// use std::time::Duration;
-/// use npu_core::Completer;
+/// # use npu_core::Device;
+/// # use npu_stream::{Notify, Stream};
+/// # let ctx = Device::open(0)?.primary_context().clone();
+/// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+/// # let notify = Notify::new(&ctx)?;
 ///
 /// static SHUTDOWN: AtomicBool = AtomicBool::new(false);
-/// // SAFETY: no device work and no memory stand behind this completion.
-/// let completer = unsafe { Completer::new() };
-/// let waiter = completer.completion().blocking_waiter();
-/// std::thread::spawn(move || completer.complete(Ok(())));
+/// // The device holds this operation until another stream sets the notify.
+/// let op = waiting.wait_notify(&notify);
+/// let waiter = op.completion().blocking_waiter();
+/// std::thread::spawn(move || drop(setting.record_notify(&notify)));
 /// let result = loop {
 ///     if let Some(result) = waiter.wait_for(Duration::from_millis(10)) {
 ///         break Some(result);
@@ -545,6 +615,7 @@ impl Future for Wait {
 ///     }
 /// };
 /// assert!(result.expect("completed before any shutdown").is_ok());
+/// # Ok::<(), npu_core::Error>(())
 /// ```
 pub struct BlockingWaiter {
     completion: Completion,
@@ -560,14 +631,19 @@ impl BlockingWaiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use npu_core::{Completer, Error};
-    ///
-    /// // SAFETY: no device work or memory stands behind this completion.
-    /// let completer = unsafe { Completer::new() };
-    /// let waiter = completer.completion().blocking_waiter();
-    /// drop(completer); // abandoned: it will never complete
-    /// let abandoned = waiter.wait_for(Duration::MAX).expect("not a timeout");
-    /// assert!(matches!(abandoned, Err(Error::InvalidArgument { argument: "self", .. })));
+    /// # use npu_core::Device;
+    /// # use npu_stream::{Notify, Stream};
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let notify = Notify::new(&ctx)?;
+    /// // The device holds this operation until another stream sets the notify.
+    /// let op = waiting.wait_notify(&notify);
+    /// let waiter = op.completion().blocking_waiter();
+    /// assert!(waiter.wait_for(Duration::ZERO).is_none(), "still pending: a timeout");
+    /// drop(setting.record_notify(&notify));
+    /// let done = waiter.wait_for(Duration::MAX).expect("an unbounded wait ends complete");
+    /// assert!(done.is_ok());
+    /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn wait_for(&self, timeout: std::time::Duration) -> Option<Result<()>> {
         const API: &str = "BlockingWaiter::wait_for";

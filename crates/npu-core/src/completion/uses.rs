@@ -19,13 +19,18 @@ use crate::code::MemoryErrorKind;
 /// It is public for implementers of `npu_mem::Memory`, whose contract requires one.
 ///
 /// ```
-/// use npu_core::{Completer, UseList};
+/// use npu_core::UseList;
 /// use std::sync::{Arc, atomic::{AtomicBool, Ordering}};
+/// # use npu_core::Device;
+/// # use npu_stream::{Notify, Stream};
+/// # let ctx = Device::open(0)?.primary_context().clone();
+/// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+/// # let notify = Notify::new(&ctx)?;
 ///
 /// let uses = UseList::new();
-/// // SAFETY: no device work stands behind this completion.
-/// let op = unsafe { Completer::new() };
-/// uses.record(&op.completion());
+/// // An operation the device holds until another stream sets the notify.
+/// let op = waiting.wait_notify(&notify);
+/// uses.record(op.completion());
 /// assert_eq!(uses.pending(), 1);
 ///
 /// let freed = Arc::new(AtomicBool::new(false));
@@ -34,8 +39,11 @@ use crate::code::MemoryErrorKind;
 /// // SAFETY: storing a flag does not block.
 /// unsafe { uses.release(move || flag.store(true, Ordering::SeqCst)) };
 /// assert!(!freed.load(Ordering::SeqCst), "still in use");
-/// op.complete(Ok(()));
-/// # while !freed.load(Ordering::SeqCst) { std::thread::yield_now(); }
+/// drop(setting.record_notify(&notify));
+/// tokio_test::block_on(op)?;
+/// npu_core::reaper::flush(); // tests only: the release ran on the reaper
+/// assert!(freed.load(Ordering::SeqCst));
+/// # Ok::<(), npu_core::Error>(())
 /// ```
 #[derive(Default)]
 pub struct UseList {
@@ -103,16 +111,22 @@ impl UseList {
     /// Records that the operation behind `completion` may touch the resource.
     ///
     /// ```
-    /// use npu_core::{Completer, UseList};
+    /// use npu_core::UseList;
+    /// # use npu_core::Device;
+    /// # use npu_stream::{Notify, Stream};
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let notify = Notify::new(&ctx)?;
     ///
     /// let uses = UseList::new();
-    /// // SAFETY: no device work stands behind these completions.
-    /// let (copy, kernel) = unsafe { (Completer::new(), Completer::new()) };
-    /// uses.record(&copy.completion());
-    /// uses.record(&kernel.completion());
+    /// let (held, run) = (waiting.wait_notify(&notify), setting.synchronize());
+    /// uses.record(held.completion());
+    /// uses.record(run.completion());
     /// assert_eq!(uses.pending(), 2);
-    /// copy.complete(Ok(()));
+    /// tokio_test::block_on(run)?;
     /// assert_eq!(uses.pending(), 1);
+    /// # drop(setting.record_notify(&notify));
+    /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn record(&self, completion: &Completion) {
         let mut uses = self.lock();
@@ -123,15 +137,21 @@ impl UseList {
     /// How many recorded operations have not completed.
     ///
     /// ```
-    /// use npu_core::{Completer, UseList};
+    /// use npu_core::UseList;
+    /// # use npu_core::Device;
+    /// # use npu_stream::{Notify, Stream};
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let notify = Notify::new(&ctx)?;
     ///
     /// let uses = UseList::new();
-    /// // SAFETY: no device work stands behind these completions.
-    /// let (finished, running) = unsafe { (Completer::new(), Completer::new()) };
-    /// uses.record(&finished.completion());
-    /// uses.record(&running.completion());
-    /// finished.complete(Ok(()));
+    /// let (running, finished) = (waiting.wait_notify(&notify), setting.synchronize());
+    /// uses.record(finished.completion());
+    /// uses.record(running.completion());
+    /// tokio_test::block_on(finished)?;
     /// assert_eq!(uses.pending(), 1, "only the unfinished operation counts");
+    /// # drop(setting.record_notify(&notify));
+    /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn pending(&self) -> usize {
         self.lock().in_flight().count()
@@ -141,15 +161,21 @@ impl UseList {
     /// before handing memory back to its owner).
     ///
     /// ```
-    /// use npu_core::{Completer, UseList};
+    /// use npu_core::UseList;
+    /// # use npu_core::Device;
+    /// # use npu_stream::{Notify, Stream};
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let notify = Notify::new(&ctx)?;
     ///
     /// let uses = UseList::new();
-    /// // SAFETY: no device work stands behind this completion.
-    /// let op = unsafe { Completer::new() };
-    /// uses.record(&op.completion());
-    /// assert!(uses.pending_uses()[0].same(&op.completion()));
-    /// op.complete(Ok(()));
+    /// let op = waiting.wait_notify(&notify);
+    /// uses.record(op.completion());
+    /// assert!(uses.pending_uses()[0].same(op.completion()));
+    /// drop(setting.record_notify(&notify));
+    /// tokio_test::block_on(op)?;
     /// assert!(uses.pending_uses().is_empty());
+    /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn pending_uses(&self) -> Vec<Completion> {
         let mut uses = self.lock();
@@ -161,16 +187,22 @@ impl UseList {
     /// `Drop` has it, so that no new use can be recorded after the answer: `true` stays true.
     ///
     /// ```
-    /// use npu_core::{Completer, UseList};
+    /// use npu_core::UseList;
+    /// # use npu_core::Device;
+    /// # use npu_stream::{Notify, Stream};
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let notify = Notify::new(&ctx)?;
     ///
     /// let mut uses = UseList::new();
     /// assert!(uses.is_idle());
-    /// // SAFETY: no device work stands behind this completion.
-    /// let op = unsafe { Completer::new() };
-    /// uses.record(&op.completion());
+    /// let op = waiting.wait_notify(&notify);
+    /// uses.record(op.completion());
     /// assert!(!uses.is_idle());
-    /// op.complete(Ok(()));
+    /// drop(setting.record_notify(&notify));
+    /// tokio_test::block_on(op)?;
     /// assert!(uses.is_idle());
+    /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn is_idle(&mut self) -> bool {
         let uses = self.uses_mut();
@@ -185,17 +217,24 @@ impl UseList {
     /// idle, the answer is final.
     ///
     /// ```
-    /// use npu_core::{AclCode, AclError, Completer, MemoryErrorKind, UseList};
+    /// use npu_core::{AclCode, Device, MemoryErrorKind, UseList};
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
     ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
     /// let mut uses = UseList::new();
-    /// // SAFETY: no device work stands behind these completions.
-    /// let (uce, ecc) = unsafe { (Completer::new(), Completer::new()) };
-    /// uses.record(&uce.completion());
-    /// uses.record(&ecc.completion());
-    /// uce.complete(Err(AclError::new("aclrtMemsetAsync", AclCode::DEVICE_MEM_ERROR, None).into()));
-    /// assert_eq!(uses.memory_error_kind(), Some(MemoryErrorKind::Repairable));
-    /// ecc.complete(Err(AclError::new("aclrtMemcpyAsync", AclCode::HBM_MULTI_BIT_ECC_ERROR, None).into()));
-    /// assert_eq!(uses.memory_error_kind(), Some(MemoryErrorKind::Unrepairable), "the worst");
+    /// for (code, worst) in [
+    ///     (AclCode::DEVICE_MEM_ERROR, MemoryErrorKind::Repairable),
+    ///     (AclCode::HBM_MULTI_BIT_ECC_ERROR, MemoryErrorKind::Unrepairable),
+    /// ] {
+    ///     let stream = Stream::new(&ctx)?;
+    ///     npu_sim::control::fail_task(stream.as_raw(), 1, code.0).unwrap(); // npu-sim: it faults
+    ///     let op = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0);
+    ///     uses.record(op.completion());
+    ///     assert!(tokio_test::block_on(op).is_err());
+    ///     assert_eq!(uses.memory_error_kind(), Some(worst), "the worst so far");
+    /// }
+    /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn memory_error_kind(&mut self) -> Option<MemoryErrorKind> {
         let uses = self.uses_mut();
@@ -246,17 +285,23 @@ impl UseList {
     /// As for [`release`](UseList::release): `release` must not block.
     ///
     /// ```
-    /// use npu_core::{AclCode, AclError, Completer, MemoryErrorKind, UseList};
+    /// use npu_core::{AclCode, Device, MemoryErrorKind, UseList};
+    /// use npu_mem::DeviceBuffer;
+    /// use npu_stream::Stream;
     ///
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// let code = AclCode::HBM_MULTI_BIT_ECC_ERROR.0;
+    /// npu_sim::control::fail_task(stream.as_raw(), 1, code).unwrap(); // npu-sim: it faults
     /// let mut uses = UseList::new();
-    /// // SAFETY: no device work stands behind this completion.
-    /// let bad = unsafe { Completer::new() };
-    /// uses.record(&bad.completion());
+    /// let bad = stream.memset(DeviceBuffer::<u8>::new(&ctx, 64)?, 0);
+    /// uses.record(bad.completion());
     /// let (tx, rx) = std::sync::mpsc::channel();
     /// // SAFETY: sending on an unbounded channel does not block.
     /// unsafe { uses.release_noting_memory_error_kind(move |kind| tx.send(kind).unwrap()) };
-    /// bad.complete(Err(AclError::new("aclrtMemsetAsync", AclCode::HBM_MULTI_BIT_ECC_ERROR, None).into()));
+    /// drop(bad); // the device runs it all the same
     /// assert_eq!(rx.recv(), Ok(Some(MemoryErrorKind::Unrepairable)));
+    /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub unsafe fn release_noting_memory_error_kind(
         &mut self,
