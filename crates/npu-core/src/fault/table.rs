@@ -147,6 +147,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Watches one stream for faults (see `Runtime::watch_faults`); dropping it stops the calls.
 ///
+/// What npu-stream's streams install to be told of their faults: made only by a hidden
+/// runtime method, so it is not part of the documented API (the facade hides it too).
+///
 /// ```
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicUsize, Ordering};
@@ -166,6 +169,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// # Ok::<(), npu_core::Error>(())
 /// ```
 #[must_use = "dropping a FaultWatch stops the calls at once"]
+#[doc(hidden)]
 pub struct FaultWatch {
     table: &'static FaultTable,
     key: Key,
