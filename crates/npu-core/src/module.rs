@@ -675,8 +675,12 @@ impl Function {
         };
         context.bind()?;
         // SAFETY: the function is loaded (`self`); `cfg_ptr` is NULL or points at `attrs`,
-        // and `args_ptr` at `args.len()` bytes (NULL when empty), all alive for the call; no
-        // placeholders. The caller guarantees the stream and what the arguments refer to.
+        // and `args_ptr` at `args.len()` bytes (NULL when empty), all alive for the call,
+        // which is as long as they need to be only because the runtime takes the host
+        // arguments in during the call (npu-sim copies them there; the reference names no
+        // later read of `hostArgs`, and npu-rs, like this function's callers, frees them on
+        // return); no placeholders. The caller guarantees the stream and what the arguments
+        // refer to.
         unsafe {
             crate::acl_call_opt!(
                 context.runtime(),

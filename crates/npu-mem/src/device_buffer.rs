@@ -326,7 +326,12 @@ impl<T: Pod> DeviceBuffer<T> {
         self.context.bind()?;
         let (src, bytes) = (self.ptr, self.byte_len());
         let kind = ffi::ACL_MEMCPY_DEVICE_TO_HOST;
-        // SAFETY: `dst` has room for `bytes` bytes and any byte pattern is a valid `T: Pod`.
+        // SAFETY: the buffer holds `bytes` bytes at `src` (its own allocation, kept by `&self`)
+        // and `dst` has room for as many (the lengths were just checked equal); any byte
+        // pattern is a valid `T: Pod`, so `dst` holds valid elements afterwards. No device
+        // operation writes the buffer meanwhile: one that may owns it (`MemoryMut`, taken by
+        // value), so no `&self` exists, and a kernel writing a shared buffer must not run
+        // while host code reads it (`Stream::launch`'s contract).
         unsafe {
             acl_call!(
                 self.context.runtime(),
@@ -403,7 +408,8 @@ unsafe impl<T: Pod> MemoryMut for DeviceBuffer<T> {
     }
 }
 
-// SAFETY: the allocation comes from aclrtMalloc.
+// SAFETY: `ptr` comes from aclrtMalloc made with `context` bound (`allocate`), so it is device
+// memory of `context`'s runtime on `context`'s device, and both are fixed for the buffer's life.
 unsafe impl<T: Pod> DeviceSlice for DeviceBuffer<T> {}
 
 /// Moves a raw device address into a deferred release.

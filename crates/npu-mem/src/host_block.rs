@@ -250,11 +250,15 @@ macro_rules! pinned_memory {
             type Target = [T];
 
             fn deref(&self) -> &[T] {
-                // SAFETY: the block holds at least `len` initialised elements (zero-filled when
-                // pinned, then written only as whole `T`s or by the device), aligned for `T`
-                // (`alloc` refuses a block not `HOST_ALIGN`-aligned, and `T`'s alignment was
-                // checked to be at most that), and is owned by `self` until `Drop`. The device writes into it only while an
-                // operation owns the buffer, so no `&self` exists then.
+                // SAFETY: the block holds at least `len` elements' bytes, all initialised (zeroed
+                // when pinned, written since only through slices of `Pod` elements, of this
+                // buffer or of an earlier owner of a pooled block, or by the device) and so
+                // valid `T`s; it is aligned for `T` (`alloc` refuses a block not
+                // `HOST_ALIGN`-aligned, and `T`'s alignment was checked to be at most that) and
+                // owned by `self` until `Drop`. Nothing writes it during the borrow: a copy into
+                // it owns the buffer (so no `&self` exists), and a kernel given its
+                // device-usable address must not write it while host code reads it
+                // (`Stream::launch`'s contract).
                 unsafe { std::slice::from_raw_parts(self.block.ptr().cast(), self.len) }
             }
         }

@@ -537,8 +537,13 @@ impl Stream {
                 let (width, spitch, dpitch) = shape.check::<S::Elem>(api, src.len(), dst.len())?;
                 let (d, s, height) = (dst.addr_mut(), src.addr(), shape.height);
                 self.issue_copy(api, (src, dst), &done, || {
-                    // SAFETY: the shape was checked against both buffers, which stay valid
-                    // until the copy completes.
+                    // SAFETY: `check` proved, in elements and without overflow, that
+                    // `height` rows of `width` elements with a row every `src_pitch`
+                    // (`dst_pitch`) elements end within `src`'s (`dst`'s) `len()` elements, which
+                    // `Memory`'s contract makes valid at `s` (`d`); the byte counts passed are
+                    // those extents times the element size, checked not to overflow. Both
+                    // buffers stay valid until the copy completes (both owners recorded this
+                    // operation as a use, and the operation owns both until then).
                     unsafe {
                         acl_call!(
                             self.context().runtime(),

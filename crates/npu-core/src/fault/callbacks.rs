@@ -130,8 +130,9 @@ fn read_fault(loaded: &Loaded, info: *mut ffi::aclrtExceptionInfo) -> Option<Dev
 fn error_verbose(loaded: &Loaded, device_id: u32) -> Option<FaultKind> {
     let verbose = loaded.api.aclrtGetErrorVerbose?;
     let device = i32::try_from(device_id).ok()?;
-    // SAFETY: aclrtErrorInfo is plain integers (and a union of them), for which all-zero is
-    // valid.
+    // SAFETY: aclrtErrorInfo is integers, byte arrays and a union of integers and
+    // `aclrtMemUceInfo` arrays (integers and a raw address), for all of which all-zero bytes
+    // are a valid value (a raw pointer may be null).
     let mut detail: ffi::aclrtErrorInfo = unsafe { std::mem::zeroed() };
     // SAFETY: `detail` is a valid out-pointer for the call.
     let code = unsafe { verbose(device, &mut detail) };
