@@ -12,6 +12,7 @@ use npu_core::ffi;
 use npu_core::{Completer, Error, Result, acl_call};
 
 use crate::event::event_complete;
+use crate::event_pool::PooledEvent;
 use crate::reactor::Pending;
 use crate::sentinel::{self, Dead, Verdict};
 use crate::strategy::{self, CompletionStrategy, OpInfo, Unwatched};
@@ -58,6 +59,11 @@ struct Table {
     streams: HashMap<usize, BTreeMap<u64, Outstanding>>,
     /// The stream of each operation, for a callback that names only the operation's id.
     stream_of: HashMap<u64, usize>,
+    /// The events of operations their submitters took back ([`Worker::take_back`]), which
+    /// the worker thread destroys between two looks ([`Worker::bury_taken_back`]): a look
+    /// queries events through handles it copied out of the table, with the lock released
+    /// (and wakers run) in between, and ACL forbids destroying an event another call uses.
+    taken_back: Vec<PooledEvent>,
     /// How many entries the looks examined, for the tests that bound it.
     #[cfg(test)]
     examined: usize,
@@ -234,6 +240,8 @@ impl Worker {
         let mut aborts_seen = 0;
         let mut last_probe = Instant::now();
         loop {
+            // Between two looks: no handle copied out of the table is in use.
+            self.bury_taken_back();
             // SAFETY: plain integer argument; callbacks run inside this call on this thread.
             let code = unsafe { (runtime.api().aclrtProcessReport)(REPORT_TIMEOUT_MS) };
             // Checking takes the runtime's message off this thread at once: an idle timeout's
@@ -281,6 +289,8 @@ impl Worker {
                 last_probe = now;
             }
             if code != ffi::ACL_SUCCESS && self.retire_if_unused(key) {
+                // No stream can take an operation back any more (each keeps the worker).
+                self.bury_taken_back();
                 return;
             }
             if code == ffi::ACL_ERROR_RT_THREAD_SUBSCRIBE {
@@ -308,6 +318,32 @@ impl Worker {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         self.outstanding.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes back the operation `id`, whose callback could not be launched, for its submitter
+    /// to drain the stream instead: its completer, if the entry is still there. Its event,
+    /// recorded but never to be waited on, is not destroyed here but by the worker thread
+    /// between two looks: a look may be about to query it through a handle it copied out of
+    /// the table before this took it (`settle_lost_callbacks` settles the operation ahead
+    /// first, which runs wakers), and a query of a destroyed event is a use after free on
+    /// CANN (the simulator refuses it as an invalid handle).
+    fn take_back(&self, id: u64) -> Option<Completer> {
+        // The entry's stream reference goes once the lock is released.
+        let (_stream, completer) = {
+            let mut table = self.lock();
+            let entry = table.remove(id)?;
+            let (event, completer) = entry.pending.into_parts();
+            table.taken_back.push(event);
+            (entry.stream, completer)
+        };
+        Some(completer)
+    }
+
+    /// Destroys the events of the operations taken back since the last call; made by the
+    /// worker thread only, between its looks (see [`Table::taken_back`]).
+    fn bury_taken_back(&self) {
+        let taken_back = std::mem::take(&mut self.lock().taken_back);
+        taken_back.into_iter().for_each(PooledEvent::discard);
     }
 
     /// Fails the outstanding operations of streams the sentinel found dead, and those whose
@@ -444,7 +480,10 @@ impl Worker {
     /// found not done holds back the ones behind it, whose events may complete before the
     /// next query, and nothing behind it is looked at. So a look costs the streams, and the
     /// operations it settles. The queries run without the lock; an entry that settled
-    /// meanwhile is simply gone.
+    /// meanwhile is simply gone. The event handles it copies out of the table stay valid
+    /// until it returns although the lock is released and wakers run in between: only this
+    /// thread destroys the events of entries, those taken back by their submitters between
+    /// two looks ([`Worker::take_back`]).
     fn settle_lost_callbacks(&self, now: Instant) {
         let heads = self.lock().stale_heads(now);
         for (stream, mut id, mut event) in heads {
@@ -563,8 +602,7 @@ impl CompletionStrategy for CallbackStrategy {
             // The operation itself was queued; hand its completion back so the submitter
             // drains the stream before releasing anything. The callback may have fired
             // already only if the launch succeeded, so the entry is still there.
-            if let Some(entry) = worker.lock().remove(id) {
-                let completer = entry.pending.into_completer();
+            if let Some(completer) = worker.take_back(id) {
                 return Err(Unwatched { completer, error });
             }
         }
@@ -634,6 +672,19 @@ mod tests {
         place: usize,
         order: &Order,
     ) -> Completion {
+        let (_, done) = stale(worker, stream, recorded_on);
+        let note = Arc::new(Note {
+            place,
+            order: order.clone(),
+        });
+        let polled = done.poll_result(&mut Context::from_waker(&Waker::from(note)));
+        assert!(polled.is_pending());
+        done
+    }
+
+    /// Gives `worker` an operation of `stream` submitted long ago whose callback never ran,
+    /// its event recorded on `recorded_on`: its id and completion.
+    fn stale(worker: &Worker, stream: &Stream, recorded_on: &Stream) -> (u64, Completion) {
         // SAFETY: no memory stands behind the completion; its event is the work.
         let completer = unsafe { Completer::new() };
         let done = completer.completion();
@@ -643,14 +694,9 @@ mod tests {
             pending: Pending::new(event, completer, OpInfo::new("test"), None),
             since: Instant::now() - Duration::from_secs(1),
         };
-        worker.lock().insert(next_op_id(), entry);
-        let note = Arc::new(Note {
-            place,
-            order: order.clone(),
-        });
-        let polled = done.poll_result(&mut Context::from_waker(&Waker::from(note)));
-        assert!(polled.is_pending());
-        done
+        let id = next_op_id();
+        worker.lock().insert(id, entry);
+        (id, done)
     }
 
     fn synchronize(stream: &Stream) {
@@ -739,5 +785,92 @@ mod tests {
         assert!(worker.lock().is_empty());
         completions.iter().for_each(succeeded);
         assert_eq!(*order.lock().unwrap(), (0..=500).collect::<Vec<_>>());
+    }
+
+    /// Takes operation `id` back when woken, as its submitter does when its callback cannot be
+    /// launched: woken by the completion of the operation ahead of it, this runs inside the
+    /// worker's look, after the look copied `id`'s event handle and before it queries it.
+    struct TakeBack {
+        worker: Arc<Worker>,
+        id: u64,
+        completer: Mutex<Option<Completer>>,
+    }
+
+    impl Wake for TakeBack {
+        fn wake(self: Arc<Self>) {
+            *self.completer.lock().unwrap() = self.worker.take_back(self.id);
+        }
+    }
+
+    /// What `body` logged on this thread at debug level and above.
+    fn logged(body: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Log(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Log {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let log = Log::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, body);
+        let bytes = log.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    /// A look settling a stream's lost callbacks queries the next one's event through a
+    /// handle it copied before it settled the one ahead, whose completion runs wakers; an
+    /// operation its submitter takes back in that window (its callback could not be launched)
+    /// keeps its event until the worker is between looks, and the worker then destroys it.
+    /// The break: the submitter destroyed the event at once, so the look queried a destroyed
+    /// event, a use after free on CANN (ACL forbids destroying an event another call uses),
+    /// which the simulator refuses as an invalid handle, as the look's log shows.
+    #[test]
+    fn an_operation_taken_back_during_a_look_keeps_its_event_until_the_look_is_over() {
+        let (stream, worker) = (sim_stream(0), Arc::new(worker()));
+        let (_, first) = stale(&worker, &stream, &stream);
+        let (second, _) = stale(&worker, &stream, &stream);
+        let event = worker.lock().streams[&key(&stream.shared)][&second]
+            .pending
+            .event
+            .handle();
+        let take_back = Arc::new(TakeBack {
+            worker: worker.clone(),
+            id: second,
+            completer: Mutex::new(None),
+        });
+        let waker = Waker::from(take_back.clone());
+        assert!(
+            first
+                .poll_result(&mut Context::from_waker(&waker))
+                .is_pending()
+        );
+        synchronize(&stream);
+        let log = logged(|| settle(&worker));
+        assert!(!log.contains("aclrtQueryEventStatus failed"), "{log}");
+        succeeded(&first);
+        let taken = take_back.completer.lock().unwrap().take();
+        let taken = taken.expect("the second was taken back during the look");
+        assert!(worker.lock().is_empty());
+        let runtime = stream.shared.context.runtime();
+        assert!(
+            crate::event::query_event(runtime, event).is_ok(),
+            "kept until the worker is between looks"
+        );
+        worker.bury_taken_back();
+        assert!(
+            crate::event::query_event(runtime, event).is_err(),
+            "destroyed then, not pooled"
+        );
+        taken.complete(Ok(()));
     }
 }

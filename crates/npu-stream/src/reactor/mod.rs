@@ -130,8 +130,16 @@ impl Pending {
     /// The completer of an operation no strategy took on (the stream is drained instead); its
     /// event, recorded but never to be waited on, is not recycled.
     pub(crate) fn into_completer(self) -> Completer {
-        self.event.discard();
-        self.completer
+        let (event, completer) = self.into_parts();
+        event.discard();
+        completer
+    }
+
+    /// [`into_completer`](Pending::into_completer) for a caller that may not destroy the event
+    /// yet (another thread may be using its handle): the event, to be discarded once nothing
+    /// uses it, and the completer.
+    pub(crate) fn into_parts(self) -> (PooledEvent, Completer) {
+        (self.event, self.completer)
     }
 
     /// Waits up to `timeout_ms` for the event: completes the operation and returns `None` if
