@@ -615,9 +615,9 @@ impl Function {
     }
 
     /// Enqueues the kernel on a raw stream with arguments packed in host memory
-    /// (`aclrtLaunchKernelWithHostArgs`; ACL copies `args` before returning). This is the
-    /// low-level call under npu-stream's `Stream::launch`; prefer that, which keeps the
-    /// arguments' memory alive and gives a future.
+    /// (`aclrtLaunchKernelWithHostArgs`). This is the low-level call under npu-stream's
+    /// `Stream::launch`; prefer that, which keeps the arguments and the memory they refer to
+    /// alive until the kernel has run, and gives a future.
     ///
     /// Binds the function's context first, so a stream of another context is ACL's
     /// `ACL_ERROR_RT_STREAM_CONTEXT` (107003). A runtime without the function is
@@ -639,8 +639,10 @@ impl Function {
     /// let config = LaunchConfig::new(NonZeroU32::MIN);
     /// // SAFETY: NULL is the default stream of the function's context; the arguments match
     /// // the kernel and refer to no memory.
-    /// unsafe { scale.launch_raw(std::ptr::null_mut(), &config, &mut args.into_bytes()) }?;
+    /// let mut bytes = args.into_bytes();
+    /// unsafe { scale.launch_raw(std::ptr::null_mut(), &config, &mut bytes) }?;
     /// ctx.synchronize_blocking()?;
+    /// drop(bytes); // the launch has completed
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     ///
@@ -648,6 +650,9 @@ impl Function {
     ///
     /// - `stream` must be a live stream of the same runtime, or NULL for the default stream
     ///   of the function's context.
+    /// - `args` must stay allocated and unchanged until the launch has completed: the
+    ///   reference does not say that the runtime has copied them when this call returns
+    ///   (npu-sim has).
     /// - `args` must be laid out as the kernel expects, and everything the kernel accesses
     ///   through them must stay valid, and untouched by concurrent device work and host code
     ///   where the kernel writes (and unwritten by them where it reads), until the launch has
@@ -675,12 +680,10 @@ impl Function {
         };
         context.bind()?;
         // SAFETY: the function is loaded (`self`); `cfg_ptr` is NULL or points at `attrs`,
-        // and `args_ptr` at `args.len()` bytes (NULL when empty), all alive for the call,
-        // which is as long as they need to be only because the runtime takes the host
-        // arguments in during the call (npu-sim copies them there; the reference names no
-        // later read of `hostArgs`, and npu-rs, like this function's callers, frees them on
-        // return); no placeholders. The caller guarantees the stream and what the arguments
-        // refer to.
+        // alive for the call, and `args_ptr` at `args.len()` bytes (NULL when empty), which
+        // the caller keeps until the launch completes, in case the runtime reads them after
+        // returning (the reference neither names such a read nor rules one out); no
+        // placeholders. The caller guarantees the stream and what the arguments refer to.
         unsafe {
             crate::acl_call_opt!(
                 context.runtime(),

@@ -3,6 +3,7 @@
 use std::cell::Cell;
 use std::num::NonZeroU32;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::{Arc, OnceLock};
 
 use npu_core::{Error, Function, LaunchConfig};
 
@@ -151,6 +152,11 @@ impl Stream {
         // any refused work) and the panic resumed after. (A panicking `record_use` is
         // contained the same way by the submission itself, for every operation.)
         let panicked = Cell::new(None);
+        // The packed arguments are kept until the launch completes, not just for the call:
+        // the reference neither names a later read of `hostArgs` by the runtime nor rules one
+        // out, so npu-rs does not rely on the runtime having copied them when it returns (as
+        // it keeps a binary's bytes for `aclrtBinaryLoadFromData`).
+        let kept = Arc::new(OnceLock::new());
         let op = self.submit_described(
             (api, "self"),
             "aclrtLaunchKernelWithHostArgs",
@@ -163,6 +169,8 @@ impl Stream {
                 // SAFETY: dropping a function clone unloads the binary at most, which does not
                 // wait for the device (the kernel has completed by then).
                 unsafe { done.drop_after(function.clone()) };
+                // SAFETY: dropping a byte vector waits for nothing.
+                unsafe { done.drop_after(kept.clone()) };
             },
             |args, stream| {
                 let config = config.ok_or_else(|| {
@@ -192,12 +200,16 @@ impl Stream {
                 let mut bytes = writer.into_bytes();
                 // SAFETY: `stream` is this stream's live handle, of the same runtime as the
                 // function (checked above). Every buffer the arguments refer to recorded this
-                // launch as a use and stays allocated until it completes, and the function is
-                // kept until then (above); the caller vouches for the kernel. `launch_raw`
+                // launch as a use and stays allocated until it completes, and the function and
+                // the packed arguments are kept until then (above); the caller vouches for the
+                // kernel. `launch_raw`
                 // binds the function's context: a successful launch means the stream belongs
                 // to it (ACL checks), so the event record that follows runs in the stream's
                 // context.
-                unsafe { function.launch_raw(stream, &config, &mut bytes) }
+                let launched = unsafe { function.launch_raw(stream, &config, &mut bytes) };
+                // A refused launch drops them with the completion, as any refused work.
+                let _ = kept.set(bytes);
+                launched
             },
         );
         if let Some(payload) = panicked.into_inner() {
