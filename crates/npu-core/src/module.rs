@@ -680,7 +680,8 @@ impl Function {
         };
         context.bind()?;
         // SAFETY: the function is loaded (`self`); `cfg_ptr` is NULL or points at `attrs`,
-        // alive for the call, and `args_ptr` at `args.len()` bytes (NULL when empty), which
+        // alive for the call, which reads them as it builds the task it queues (they decide
+        // how the task is scheduled: engine, block offset, timeouts), and `args_ptr` at `args.len()` bytes (NULL when empty), which
         // the caller keeps until the launch completes, in case the runtime reads them after
         // returning (the reference neither names such a read nor rules one out); no
         // placeholders. The caller guarantees the stream and what the arguments refer to.

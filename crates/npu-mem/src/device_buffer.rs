@@ -328,10 +328,10 @@ impl<T: Pod> DeviceBuffer<T> {
         let kind = ffi::ACL_MEMCPY_DEVICE_TO_HOST;
         // SAFETY: the buffer holds `bytes` bytes at `src` (its own allocation, kept by `&self`)
         // and `dst` has room for as many (the lengths were just checked equal); any byte
-        // pattern is a valid `T: Pod`, so `dst` holds valid elements afterwards. No device
-        // operation writes the buffer meanwhile: one that may owns it (`MemoryMut`, taken by
-        // value), so no `&self` exists, and a kernel writing a shared buffer must not run
-        // while host code reads it (`Stream::launch`'s contract).
+        // pattern is a valid `T: Pod`, so `dst` holds valid elements afterwards, whatever
+        // device work does to the source meanwhile (an operation that may write the buffer
+        // owns it, `MemoryMut` taken by value, so none exists while `&self` does; a kernel
+        // writing it through another address at most makes the values unspecified).
         unsafe {
             acl_call!(
                 self.context.runtime(),

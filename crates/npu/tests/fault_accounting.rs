@@ -376,9 +376,10 @@ impl Drop for OpensTheGate {
 }
 
 /// Runs `give_back` on [`HOLDER`], held at the log of its frees, and meanwhile a request of
-/// `bytes` on `s` on [`REQUESTER`], which fails its first attempt out of memory or waits
-/// before it (asleep: a bounded pool's grant waits for the drain lock the eviction holds),
-/// and then either gives up or waits; then lets the holder go. What `give_back` returned,
+/// `bytes` on `s` on [`REQUESTER`], which fails its first attempt out of memory (the pools
+/// here have room for the request beside what is held, so its grant itself evicts nothing
+/// and waits for no drain lock) and then either gives up or waits, asleep; then lets the
+/// holder go. What `give_back` returned,
 /// and the request's block length or error.
 fn requested_while_held<T: Send>(
     pool: &DevicePool,
