@@ -6,6 +6,8 @@
 //! `SCENARIO` set and the loader's variables replaced, and the child runs the test's body.
 
 mod common;
+#[path = "../../npu/tests/common/every_callsite.rs"]
+mod every_callsite;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -423,6 +425,7 @@ fn fallback_of_auto() -> (Runtime, Fallback) {
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
+    every_callsite::see_every_callsite();
     let runtime = tracing::subscriber::with_default(subscriber, auto);
     assert_eq!(runtime.backend(), &Backend::Simulator);
     let BackendReason::Fallback(why) = runtime.backend_reason() else {

@@ -6,6 +6,9 @@
 // Links the library that exports aclAppLog.
 use ascendcl as _;
 
+#[path = "../../npu/tests/common/every_callsite.rs"]
+mod every_callsite;
+
 use std::collections::BTreeMap;
 use std::ffi::c_char;
 use std::sync::{Arc, Mutex};
@@ -68,6 +71,7 @@ impl<S: tracing::Subscriber> Layer<S> for Recorder {
 fn app_log_events(body: impl FnOnce()) -> Vec<Seen> {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let subscriber = tracing_subscriber::registry().with(Recorder(seen.clone()));
+    every_callsite::see_every_callsite();
     tracing::subscriber::with_default(subscriber, body);
     let seen = seen.lock().unwrap().clone();
     seen.into_iter()
@@ -208,6 +212,7 @@ impl<S: tracing::Subscriber> Layer<S> for Panics {
 #[test]
 fn a_panicking_subscriber_does_not_unwind_into_the_caller() {
     let subscriber = tracing_subscriber::registry().with(Panics);
+    every_callsite::see_every_callsite();
     tracing::subscriber::with_default(subscriber, || {
         // SAFETY: valid strings, and a format that matches its argument.
         unsafe {

@@ -350,6 +350,7 @@ fn a_layer_panicking_on_enter_leaves_the_threads_span_context_alone() {
         .with(PanicOnEnter)
         .with(tracing_subscriber::filter::LevelFilter::TRACE);
     let s = stream(&ctx, npu::stream::Strategy::EventPoll);
+    common::see_every_callsite();
     let op = tracing::subscriber::with_default(subscriber, || {
         let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 16).unwrap(), 3);
         let current = tracing::Span::current();

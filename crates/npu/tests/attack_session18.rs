@@ -426,6 +426,7 @@ fn op_spans_report_each_awaited_outcome_once_and_dropped_ones_never() {
             .with(Counting(seen.clone()))
             .with(tracing_subscriber::filter::LevelFilter::DEBUG);
         let mut pending = Vec::new();
+        common::see_every_callsite();
         tracing::subscriber::with_default(subscriber, || {
             let s = stream(&ctx, strategy);
             sim::fail_task(&s, 3, npu::error::AclCode(507015)).unwrap();

@@ -577,6 +577,7 @@ fn spans_held_across_awaits_of_cancelled_operations_nest_and_close() {
     let checker = SpanChecker::default();
     let spans = checker.0.clone();
     {
+        common::see_every_callsite();
         let _default = tracing::subscriber::set_default(checker);
         for strategy in STRATEGIES {
             let what = format!("{strategy:?}");

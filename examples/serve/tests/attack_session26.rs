@@ -4,6 +4,8 @@
 #[cfg(feature = "sim")]
 use std::sync::{Arc, Mutex};
 
+#[path = "../../../crates/npu/tests/common/every_callsite.rs"]
+mod every_callsite;
 #[cfg(feature = "sim")]
 #[path = "../../../crates/npu-stream/tests/common/field_text.rs"]
 mod field_text;
@@ -420,6 +422,7 @@ fn the_serving_path_logs_its_operations_and_nothing_above_debug_when_all_goes_we
         streams: 1,
         ..small()
     };
+    every_callsite::see_every_callsite();
     tracing::subscriber::with_default(subscriber, || {
         runtime.block_on(async {
             let server = Server::start(config, loopback()).await.unwrap();

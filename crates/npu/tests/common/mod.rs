@@ -27,6 +27,7 @@ pub(crate) use until::{until, until_the_runtime_aborts};
 
 // The gate npu-stream's kernel tests hold their running kernel at; the gated fill waits at it.
 mod drained;
+mod every_callsite;
 #[path = "../../../npu-stream/tests/common/gate.rs"]
 mod gate;
 mod gated_fill;
@@ -40,6 +41,7 @@ pub(crate) use drained::{
     drain_a_failing_memset, drained_without_an_event, in_a_fresh_context, last_task_id,
     synchronize_reports_the_drained_fault,
 };
+pub(crate) use every_callsite::see_every_callsite;
 pub(crate) use gate::{set_gate, wait_gate};
 pub(crate) use gated_fill::{RETURNED, a_held_fill_and_behind_it, gated_fill};
 pub(crate) use kernels::{fill_args, in_process};
