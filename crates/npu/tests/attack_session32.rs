@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::sync::Once;
+use std::sync::{Arc, Once};
 
 use common::*;
 use npu::memory::{DevicePoolBackend, PinnedPool};
@@ -153,5 +153,118 @@ fn a_pooled_block_split_viewed_and_cast_into_a_kernel_and_a_pitched_copy_outlive
                 });
             }
         }
+    }
+}
+
+/// Promise attacked: rule 5 ("no drop waits for the device") and rules 2 and 3 for the
+/// handles the earlier teardown attacks left out, dropped in shuffled orders while the device
+/// holds work that needs each of them: a `Notify` recorded on one stream and waited on by
+/// another, an `Arc`-shared `ValueWord` written on one stream and waited for on another (a
+/// memset queued behind the wait), a `Module` and its `Function` with a launch queued, an
+/// `Arc`-shared `HostRegistration` being copied from, a `StreamPool` with a memset on each
+/// stream, an `Event` recorded on one stream and waited on by another, both streams, the
+/// explicit context they all live in, and the `Device`. Every drop returns with the device
+/// held; once released, every operation completes successfully in its order, the memset
+/// behind the value wait wrote its bytes, and everything is given back. Every strategy, six
+/// orders each (forward, reverse, four shuffles).
+#[test]
+fn handles_of_every_signalling_and_kernel_kind_dropped_in_shuffled_orders_never_wait() {
+    let (_guard, d0) = devices();
+    let kernel_image = sim::kernel::registry_image(&["npu_attack_session32_fill"]);
+    fill(&d0); // registers the kernel
+    let baseline = live_objects(&d0);
+    let mut rng = Rng(0x5e55_1032);
+    for strategy in STRATEGIES {
+        for order in 0..6 {
+            let what = format!("{strategy:?} order {order}");
+            let device = Device::open(0).unwrap();
+            let ctx = device.create_context().unwrap();
+            let (s1, s2) = (stream(&ctx, strategy), stream(&ctx, strategy));
+            let held = sim::hold(&device).unwrap();
+            let mut done = Vec::new();
+            let mut watch = |op: &dyn HasCompletion| done.push(op.completion_of());
+
+            let notify = npu::stream::Notify::new(&ctx).unwrap();
+            watch(&s1.record_notify(&notify));
+            watch(&s2.wait_notify(&notify));
+
+            let word = Arc::new(npu::stream::ValueWord::new(&ctx, 0).unwrap());
+            watch(&s1.write_value(word.clone(), 5));
+            watch(&s2.wait_value(word.clone(), 5, npu::stream::ValueCondition::AtLeast));
+            let behind = s2.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 9);
+            let behind_done = behind.completion().clone();
+
+            // SAFETY: a registry image only names in-process kernels; loading it runs no code.
+            let module = unsafe { Module::from_data(&ctx, &kernel_image) }.unwrap();
+            let function = module.function("npu_attack_session32_fill").unwrap();
+            let x = DeviceBuffer::<u8>::new(&ctx, 256).unwrap();
+            // SAFETY: the kernel writes the 256 bytes of `x`, which the launch keeps.
+            watch(&unsafe { s1.launch(&function, 1, (x, 256u64)) });
+
+            let mut pages = npu::memory::PageAlignedBuffer::<u8>::new(8192).unwrap();
+            pages.fill(4);
+            let registration = Arc::new(
+                npu::memory::HostRegistration::new(&ctx, pages, npu::memory::RegisterFlags::PINNED)
+                    .unwrap(),
+            );
+            watch(&s2.copy_h2d(registration.clone(), DeviceBuffer::<u8>::new(&ctx, 8192).unwrap()));
+
+            let pool = npu::stream::StreamPool::new(&ctx, 2).unwrap();
+            for _ in 0..2 {
+                watch(&pool.next().memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1));
+            }
+
+            let event = Event::new(&ctx).unwrap();
+            event.record(&s1).unwrap();
+            s2.wait_event(&event).unwrap_or_else(|e| panic!("{what}: {e}"));
+            watch(&s2.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2));
+
+            let mut handles: Vec<Box<dyn std::any::Any + Send>> = vec![
+                Box::new(notify),
+                Box::new(word),
+                Box::new(module),
+                Box::new(function),
+                Box::new(registration),
+                Box::new(pool),
+                Box::new(event),
+                Box::new(s1),
+                Box::new(s2),
+                Box::new(ctx),
+                Box::new(device),
+            ];
+            match order {
+                0 => {}
+                1 => handles.reverse(),
+                _ => {
+                    for i in (1..handles.len()).rev() {
+                        handles.swap(i, rng.below(i + 1));
+                    }
+                }
+            }
+            watchdog(&format!("{what}: dropping the handles"), || {
+                handles.into_iter().for_each(drop)
+            });
+            assert!(!behind_done.is_complete(), "{what}: the device is held");
+            drop(held);
+            for done in done {
+                run(done.wait()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
+            let behind = run(behind).unwrap_or_else(|e| panic!("{what}: {}", e.error));
+            assert_eq!(behind.to_vec_blocking().unwrap(), [9; 64], "{what}");
+            drop(behind);
+            until_released(&what, || within(live_objects(&d0), baseline));
+        }
+    }
+}
+
+/// What [`handles_of_every_signalling_and_kernel_kind_dropped_in_shuffled_orders_never_wait`]
+/// keeps of each operation before dropping it: its completion.
+trait HasCompletion {
+    fn completion_of(&self) -> npu::stream::Completion;
+}
+
+impl<T: Send + 'static> HasCompletion for npu::stream::Op<T> {
+    fn completion_of(&self) -> npu::stream::Completion {
+        self.completion().clone()
     }
 }
