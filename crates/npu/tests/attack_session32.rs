@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::future::Future;
 use std::sync::{Arc, Once};
 
 use common::*;
@@ -267,4 +268,106 @@ impl<T: Send + 'static> HasCompletion for npu::stream::Op<T> {
     fn completion_of(&self) -> npu::stream::Completion {
         self.completion().clone()
     }
+}
+
+/// A waker (made with `futures::task::waker`) whose wake panics, and which counts its wakes.
+struct PanickingWaker(std::sync::atomic::AtomicUsize);
+
+impl futures::task::ArcWake for PanickingWaker {
+    fn wake_by_ref(arc_self: &Arc<Self>) {
+        arc_self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        panic!("a user waker panics when woken");
+    }
+}
+
+/// Promise attacked: rules 2, 6 and 7 for futures that change threads and runtimes while the
+/// device finishes them. Each round queues, on a held device, a memset and a copy reading an
+/// `Arc`-shared buffer; a current-thread Tokio runtime started inside a multi-thread one's
+/// `spawn_blocking` polls both once (registering its wakers); they move to a plain thread,
+/// which drops them as the test's thread releases the device (after polling them again with a
+/// waker that panics when woken, every other round), or before it: then the `Arc` must still
+/// be shared while the device is held. Every `Arc` clone must go once the copy completed, the panicking waker harms no thread
+/// (the next round's operations complete), and every buffer comes back. Every strategy, 100
+/// rounds each.
+#[test]
+fn futures_polled_in_a_blocking_task_and_dropped_on_another_thread_as_the_device_finishes() {
+    const ROUNDS: usize = 100;
+    let (_guard, d0) = devices();
+    let device = Device::open(0).unwrap();
+    let baseline = live_memory(&d0);
+    let outer = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for strategy in STRATEGIES {
+        let s = stream(&d0, strategy);
+        let shared = Arc::new(run(s.memset(DeviceBuffer::<u8>::new(&d0, 4096).unwrap(), 6)).unwrap());
+        for round in 0..ROUNDS {
+            let what = format!("{strategy:?} round {round}");
+            let held = sim::hold(&device).unwrap();
+            let memset = s.memset(DeviceBuffer::<u8>::new(&d0, 4096).unwrap(), round as u8);
+            let read = s.copy_d2h(shared.clone(), PinnedBuffer::<u8>::new(&d0, 4096).unwrap());
+            let read_done = read.completion().clone();
+            let (memset, read) = outer
+                .block_on(outer.spawn_blocking(move || {
+                    let inner = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    inner.block_on(async move {
+                        let (mut memset, mut read) = (memset, read);
+                        std::future::poll_fn(|cx| {
+                            assert!(std::pin::Pin::new(&mut memset).poll(cx).is_pending());
+                            assert!(std::pin::Pin::new(&mut read).poll(cx).is_pending());
+                            std::task::Poll::Ready(())
+                        })
+                        .await;
+                        (memset, read)
+                    })
+                }))
+                .unwrap();
+            let go = Arc::new(std::sync::Barrier::new(2));
+            let theirs = go.clone();
+            let panicking = round % 2 == 1;
+            let dropper = std::thread::spawn(move || {
+                let (mut memset, mut read) = (memset, read);
+                let waker = Arc::new(PanickingWaker(Default::default()));
+                if panicking {
+                    let waker = futures::task::waker(waker.clone());
+                    let mut cx = std::task::Context::from_waker(&waker);
+                    let _ = std::pin::Pin::new(&mut memset).poll(&mut cx);
+                    let _ = std::pin::Pin::new(&mut read).poll(&mut cx);
+                }
+                theirs.wait();
+                drop((memset, read));
+                waker
+            });
+            let waker = if round % 3 == 2 {
+                // Dropped first, on the other thread, with the device still held: the copy's
+                // clone is kept for the device.
+                go.wait();
+                let waker = watchdog(&what, || dropper.join().unwrap());
+                assert!(!read_done.is_complete(), "{what}: held");
+                assert_eq!(Arc::strong_count(&shared), 2, "{what}: let go under the copy");
+                held.release().unwrap();
+                waker
+            } else {
+                go.wait();
+                held.release().unwrap();
+                watchdog(&what, || dropper.join().unwrap())
+            };
+            run(read_done.wait()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            until_released(&what, || Arc::strong_count(&shared) == 1);
+            if panicking {
+                // Either the device finished first (woken, the panic contained) or the
+                // futures were dropped first (never woken): at most one wake each.
+                assert!(waker.0.load(std::sync::atomic::Ordering::SeqCst) <= 2, "{what}");
+            }
+        }
+        let shared = Arc::try_unwrap(shared).unwrap();
+        assert_eq!(shared.to_vec_blocking().unwrap(), [6; 4096], "{strategy:?}");
+    }
+    drop(outer);
+    until_released("every buffer", || within(live_memory(&d0), baseline));
 }
