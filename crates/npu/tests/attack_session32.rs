@@ -16,7 +16,7 @@ use common::*;
 use npu::memory::{DevicePoolBackend, PinnedPool};
 use npu::prelude::*;
 use npu::sim;
-use npu::stream::Copy2d;
+use npu::stream::{Copy2d, Strategy};
 
 /// The memory of each of the two simulated devices: small enough for a pool to fill one.
 const MEMORY: u64 = 64 << 20;
@@ -208,16 +208,24 @@ fn handles_of_every_signalling_and_kernel_kind_dropped_in_shuffled_orders_never_
                 npu::memory::HostRegistration::new(&ctx, pages, npu::memory::RegisterFlags::PINNED)
                     .unwrap(),
             );
-            watch(&s2.copy_h2d(registration.clone(), DeviceBuffer::<u8>::new(&ctx, 8192).unwrap()));
+            watch(&s2.copy_h2d(
+                registration.clone(),
+                DeviceBuffer::<u8>::new(&ctx, 8192).unwrap(),
+            ));
 
             let pool = npu::stream::StreamPool::new(&ctx, 2).unwrap();
             for _ in 0..2 {
-                watch(&pool.next().memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1));
+                watch(
+                    &pool
+                        .next()
+                        .memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1),
+                );
             }
 
             let event = Event::new(&ctx).unwrap();
             event.record(&s1).unwrap();
-            s2.wait_event(&event).unwrap_or_else(|e| panic!("{what}: {e}"));
+            s2.wait_event(&event)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
             watch(&s2.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 2));
 
             let mut handles: Vec<Box<dyn std::any::Any + Send>> = vec![
@@ -302,7 +310,8 @@ fn futures_polled_in_a_blocking_task_and_dropped_on_another_thread_as_the_device
         .unwrap();
     for strategy in STRATEGIES {
         let s = stream(&d0, strategy);
-        let shared = Arc::new(run(s.memset(DeviceBuffer::<u8>::new(&d0, 4096).unwrap(), 6)).unwrap());
+        let shared =
+            Arc::new(run(s.memset(DeviceBuffer::<u8>::new(&d0, 4096).unwrap(), 6)).unwrap());
         for round in 0..ROUNDS {
             let what = format!("{strategy:?} round {round}");
             let held = sim::hold(&device).unwrap();
@@ -349,7 +358,11 @@ fn futures_polled_in_a_blocking_task_and_dropped_on_another_thread_as_the_device
                 go.wait();
                 let waker = watchdog(&what, || dropper.join().unwrap());
                 assert!(!read_done.is_complete(), "{what}: held");
-                assert_eq!(Arc::strong_count(&shared), 2, "{what}: let go under the copy");
+                assert_eq!(
+                    Arc::strong_count(&shared),
+                    2,
+                    "{what}: let go under the copy"
+                );
                 held.release().unwrap();
                 waker
             } else {
@@ -362,7 +375,10 @@ fn futures_polled_in_a_blocking_task_and_dropped_on_another_thread_as_the_device
             if panicking {
                 // Either the device finished first (woken, the panic contained) or the
                 // futures were dropped first (never woken): at most one wake each.
-                assert!(waker.0.load(std::sync::atomic::Ordering::SeqCst) <= 2, "{what}");
+                assert!(
+                    waker.0.load(std::sync::atomic::Ordering::SeqCst) <= 2,
+                    "{what}"
+                );
             }
         }
         let shared = Arc::try_unwrap(shared).unwrap();
@@ -370,4 +386,93 @@ fn futures_polled_in_a_blocking_task_and_dropped_on_another_thread_as_the_device
     }
     drop(outer);
     until_released("every buffer", || within(live_memory(&d0), baseline));
+}
+
+/// Lets a held ACL finalisation go when dropped, so that a failing test leaves no thread
+/// waiting in it; the threads it ran on are read before.
+struct FinalisationHeld;
+
+impl Drop for FinalisationHeld {
+    fn drop(&mut self) {
+        let_finalisation_go();
+    }
+}
+
+/// A waker that drops what it keeps the first time it is woken.
+struct DropsWhenWoken(std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>);
+
+impl std::task::Wake for DropsWhenWoken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let kept = self.0.lock().unwrap().take();
+        drop(kept);
+    }
+}
+
+/// Promise attacked: rule 5, "no drop waits for the device, and no shared thread waits on
+/// device work beyond a short bound", on the completing threads, with the last handles of a
+/// runtime of the program's own (npu-sim's cdylib) dropped there by a waker, as the brief's
+/// "last `Arc` dropped inside a waker" does. The last handle finalises ACL, which on CANN
+/// waits up to 2 s for the device's logs (a finalize callback stands in for that wait, as in
+/// `attack_session28b`). The reaper hands such a teardown to `npu-teardown`; the reactor, a
+/// callback worker or a blocking waiter must not run it either: while it waits, a later
+/// operation of the in-process runtime completing on the same kind of thread must still
+/// complete, and the finalisation must not run on a shared thread. Every strategy.
+#[test]
+fn a_runtime_of_its_own_whose_last_handle_a_waker_drops_is_finalised_off_the_completing_thread() {
+    let (_guard, d0) = devices();
+    let device = Device::open(0).unwrap();
+    let own = OwnRuntime::new("attack32-waker-finalises");
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let runtime = own.build();
+        let ctx = runtime.device(0).unwrap().primary_context().clone();
+        let s = stream(&ctx, Strategy::EventPoll);
+        let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 3)).unwrap();
+        hold_finalisation(&runtime);
+        let _let_go = FinalisationHeld;
+        let waker = Arc::new(DropsWhenWoken(std::sync::Mutex::new(Some(Box::new((
+            buffer, s, ctx, runtime,
+        ))))));
+
+        let local = stream(&d0, strategy);
+        let held = sim::hold(&device).unwrap();
+        let mut op = local.memset(DeviceBuffer::<u8>::new(&d0, 64).unwrap(), 8);
+        let woken = std::task::Waker::from(waker.clone());
+        let polled = std::pin::Pin::new(&mut op).poll(&mut std::task::Context::from_waker(&woken));
+        assert!(polled.is_pending(), "{what}: held");
+        drop((woken, waker));
+        held.release().unwrap();
+        until_finalising(&format!("{what}: finalising"), |state| {
+            !state.threads.is_empty()
+        });
+        // The completing threads go on while ACL's finalisation waits.
+        let (answered, answer) = std::sync::mpsc::channel();
+        let (later_ctx, later_stream) = (d0.clone(), local.clone());
+        std::thread::spawn(move || {
+            let later = later_stream.memset(DeviceBuffer::<u8>::new(&later_ctx, 64).unwrap(), 6);
+            let _ = answered.send(later.completion().wait_blocking().is_ok());
+        });
+        let completed = answer.recv_timeout(HANG);
+        let threads = let_finalisation_go();
+        assert_eq!(
+            completed,
+            Ok(true),
+            "{what}: a later operation waited for ACL's finalisation on {threads:?}"
+        );
+        assert_eq!(
+            threads,
+            ["npu-teardown"],
+            "{what}: finalised on {threads:?}"
+        );
+        assert_eq!(
+            run(op).unwrap().to_vec_blocking().unwrap(),
+            [8; 64],
+            "{what}"
+        );
+        own.when_finalised(&what, drop);
+    }
 }
