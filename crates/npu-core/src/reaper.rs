@@ -14,6 +14,26 @@ pub(crate) type Action = Box<dyn FnOnce() + Send + 'static>;
 thread_local! {
     /// Set on the reaper thread.
     static ON_REAPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// How many completions this thread is waking the waiters of (nested: a waker may
+    /// complete another operation). Their wakers are user code run on whichever thread
+    /// completed the operation (the reactor, a callback worker, the sentinel, an abort's or a
+    /// blocking waiter's thread), and one that drops the last handle of a context or a
+    /// runtime there must not tear it down there (see [`off_shared_threads`]).
+    static COMPLETING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `wake` (a completion waking its waiters and running its notifications) marked as
+/// completing on this thread, for [`off_shared_threads`], even if it unwinds.
+pub(crate) fn completing<R>(wake: impl FnOnce() -> R) -> R {
+    struct Completing;
+    impl Drop for Completing {
+        fn drop(&mut self) {
+            COMPLETING.with(|depth| depth.set(depth.get() - 1));
+        }
+    }
+    COMPLETING.with(|depth| depth.set(depth.get() + 1));
+    let _completing = Completing;
+    wake()
 }
 
 fn sender() -> Option<&'static Sender<Vec<Action>>> {
@@ -58,11 +78,13 @@ pub(crate) fn run_later(actions: Vec<Action>) {
     rejected.into_iter().for_each(run);
 }
 
-/// Runs `teardown` here, unless this is the reaper: then on a thread of its own
-/// (`npu-teardown`), so that a teardown that may wait (resetting a device, finalising ACL)
-/// holds up no release of the process. Inline if that thread cannot be started.
-pub(crate) fn off_the_reaper(teardown: impl FnOnce() + Send + 'static) {
-    if !ON_REAPER.with(std::cell::Cell::get) {
+/// Runs `teardown` here, unless this is the reaper or a thread waking a completion's waiters:
+/// then on a thread of its own (`npu-teardown`), so that a teardown that may wait (resetting a
+/// device, finalising ACL) holds up no release of the process, and no operation the completing
+/// thread (the process-wide reactor, a device's callback worker, ...) would complete next.
+/// Inline if that thread cannot be started.
+pub(crate) fn off_shared_threads(teardown: impl FnOnce() + Send + 'static) {
+    if !ON_REAPER.with(std::cell::Cell::get) && COMPLETING.with(std::cell::Cell::get) == 0 {
         return teardown();
     }
     // Shared with the thread, so that a refused spawn (which drops its closure) leaves the
@@ -78,7 +100,7 @@ pub(crate) fn off_the_reaper(teardown: impl FnOnce() + Send + 'static) {
             }
         });
     if let Err(err) = spawned {
-        crate::log!(warn, %err, "cannot start a teardown thread; tearing down on the reaper");
+        crate::log!(warn, %err, "cannot start a teardown thread; tearing down here");
         let teardown = shared.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(teardown) = teardown {
             teardown();

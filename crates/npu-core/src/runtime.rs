@@ -321,8 +321,9 @@ impl Drop for RuntimeInner {
         let loaded = self.loaded;
         // Finalising takes up to 2 s while the device's logs reach the host, and runs every
         // component's finalize callbacks: never on the reaper, where the last object of a
-        // runtime is often released.
-        crate::reaper::off_the_reaper(move || release_reference(loaded));
+        // runtime is often released, nor on a thread completing operations, where a waker
+        // may drop the last handle.
+        crate::reaper::off_shared_threads(move || release_reference(loaded));
     }
 }
 

@@ -162,16 +162,21 @@ impl Completer {
             return;
         };
         // A waker is user code: a panic in it must not take the completing thread (the
-        // process-wide reactor, say) down with it, nor keep the other waiters asleep.
-        let panicked = self.state.wake();
-        if panicked > 0 {
-            crate::log!(
-                error,
-                panicked,
-                "a task's waker panicked while being woken; the completer continues"
-            );
-        }
-        chain::run(notifies);
+        // process-wide reactor, say) down with it, nor keep the other waiters asleep. Nor may
+        // a waker that drops the last handle of a context or a runtime make this thread wait
+        // for its teardown (rule 5): marked as completing, such a teardown goes to a thread of
+        // its own.
+        crate::reaper::completing(|| {
+            let panicked = self.state.wake();
+            if panicked > 0 {
+                crate::log!(
+                    error,
+                    panicked,
+                    "a task's waker panicked while being woken; the completer continues"
+                );
+            }
+            chain::run(notifies);
+        });
     }
 }
 
