@@ -11,12 +11,13 @@ mod common;
 
 use std::future::Future;
 use std::sync::{Arc, Once};
+use std::time::Duration;
 
 use common::*;
 use npu::memory::{DevicePoolBackend, PinnedPool};
 use npu::prelude::*;
-use npu::sim;
 use npu::stream::{Copy2d, Strategy};
+use npu::{Stream, sim};
 
 /// The memory of each of the two simulated devices: small enough for a pool to fill one.
 const MEMORY: u64 = 64 << 20;
@@ -475,4 +476,229 @@ fn a_runtime_of_its_own_whose_last_handle_a_waker_drops_is_finalised_off_the_com
         );
         own.when_finalised(&what, drop);
     }
+}
+
+/// How a call given an extreme value ended: a panic fails the test (`what` names the case).
+fn never_panics<T>(what: &str, call: impl FnOnce() -> npu::Result<T>) -> npu::Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+        .unwrap_or_else(|_| panic!("{what}: panicked instead of returning a typed error"))
+}
+
+/// A call given an extreme value must be refused with a typed error: an invalid argument of
+/// `api` itself (never of a call made on the caller's behalf), or the runtime's refusal
+/// naming its ACL function.
+fn refused<T>(what: &str, api: &str, call: impl FnOnce() -> npu::Result<T>) -> npu::Error {
+    let Err(err) = never_panics(what, call) else {
+        panic!("{what}: accepted");
+    };
+    match &err {
+        npu::Error::InvalidArgument { .. } => assert_eq!(invalid(&err).0, api, "{what}: {err}"),
+        npu::Error::Acl(_) => assert!(err.to_string().starts_with("acl"), "{what}: {err}"),
+        other => panic!("{what}: not a refusal: {other:?}"),
+    }
+    err
+}
+
+/// Promise attacked: "bad input gives a typed error naming the API, never a panic", for the
+/// constructors and controls the earlier rounds left at their extremes: device buffers of
+/// every allocation policy and pinned buffers of every allocation configuration at 0, past
+/// `isize::MAX` bytes and past the device or host; page-aligned buffers too large to round to
+/// pages; registrations of every flag; streams and events of every flag bit and the extreme
+/// priorities; device attributes and memory kinds the runtime does not know; pools and their
+/// requests at `usize::MAX`; the simulator's controls at their extremes (an injected task
+/// failure numbered past the last task a stream can count to, handles that are no
+/// simulator's). Each is a typed
+/// error (or works, where the value is legal), and the device serves a copy afterwards.
+#[test]
+fn every_constructor_and_control_at_its_extremes_is_typed_or_works() {
+    use npu::device::{DeviceAttr, MemAttr};
+    use npu::memory::{
+        HostAllocConfig, HostRegistration, MallocPolicy, PageAlignedBuffer, RegisterFlags,
+    };
+    let (_guard, d0) = devices();
+    let device = Device::open(0).unwrap();
+    let policies = [
+        MallocPolicy::HugeFirst,
+        MallocPolicy::HugeOnly,
+        MallocPolicy::NormalOnly,
+        MallocPolicy::HugeFirstP2p,
+        MallocPolicy::HugeOnlyP2p,
+        MallocPolicy::NormalOnlyP2p,
+    ];
+    for policy in policies {
+        let what = format!("{policy:?}");
+        let api = "DeviceBuffer::with_policy";
+        for len in [0, usize::MAX, isize::MAX as usize / 4 + 1, 1 << 40] {
+            refused(&format!("{what} {len}"), api, || {
+                DeviceBuffer::<u32>::with_policy(&d0, len, policy)
+            });
+        }
+        let small = never_panics(&what, || DeviceBuffer::<u32>::with_policy(&d0, 16, policy));
+        if let Ok(small) = small {
+            assert_eq!(small.to_vec_blocking().unwrap(), [0; 16], "{what}");
+        }
+    }
+    let configs = [
+        HostAllocConfig::new(),
+        HostAllocConfig::new().module_id(0),
+        HostAllocConfig::new().module_id(u16::MAX),
+        HostAllocConfig::new().device_va(true),
+        HostAllocConfig::new()
+            .module_id(HostAllocConfig::APP_MODULE)
+            .device_va(true),
+    ];
+    for config in configs {
+        let what = format!("{config:?}");
+        let api = "PinnedBuffer::with_config";
+        for len in [0, usize::MAX, isize::MAX as usize / 8 + 1, 1 << 40] {
+            refused(&format!("{what} {len}"), api, || {
+                PinnedBuffer::<u64>::with_config(&d0, len, &config)
+            });
+        }
+        if let Ok(mut host) =
+            never_panics(&what, || PinnedBuffer::<u64>::with_config(&d0, 8, &config))
+        {
+            host.copy_from_slice(&[u64::MAX; 8]);
+            let s = stream(&d0, Strategy::EventPoll);
+            let (host, device_copy) =
+                run(s.copy_h2d(host, DeviceBuffer::<u64>::new(&d0, 8).unwrap())).unwrap();
+            assert_eq!(device_copy.to_vec_blocking().unwrap(), &host[..], "{what}");
+        }
+    }
+    for len in [
+        0,
+        usize::MAX,
+        isize::MAX as usize,
+        isize::MAX as usize - 4095,
+    ] {
+        let what = format!("PageAlignedBuffer {len}");
+        refused(&what, "PageAlignedBuffer::new", || {
+            PageAlignedBuffer::<u8>::new(len)
+        });
+    }
+    for flags in [
+        RegisterFlags::PINNED,
+        RegisterFlags::MAPPED,
+        RegisterFlags::PINNED | RegisterFlags::MAPPED,
+    ] {
+        let what = format!("{flags:?}");
+        let pages = PageAlignedBuffer::<u8>::new(1).unwrap();
+        let registered = never_panics(&what, || {
+            HostRegistration::new(&d0, pages, flags).map_err(npu::Error::from)
+        });
+        if let Ok(registered) = registered {
+            let s = stream(&d0, Strategy::EventPoll);
+            let (registered, _) =
+                run(s.copy_h2d(registered, DeviceBuffer::<u8>::new(&d0, 1).unwrap())).unwrap();
+            run(registered.into_inner()).unwrap();
+        }
+    }
+    for priority in [0, 1, u32::MAX / 2, u32::MAX] {
+        let what = format!("priority {priority}");
+        if let Ok(s) = never_panics(&what, || Stream::builder(&d0).priority(priority).build()) {
+            a_memset_writes(&d0, &s, 1, &what);
+        }
+    }
+    for bit in 0..32 {
+        let flags = 1u32 << bit;
+        let what = format!("stream flags {flags:#x}");
+        if let Ok(s) = never_panics(&what, || Stream::builder(&d0).flags(flags).build()) {
+            a_memset_writes(&d0, &s, 2, &what);
+        }
+        let what = format!("event flags {flags:#x}");
+        if let Ok(event) = never_panics(&what, || Event::builder(&d0).flags(flags).build()) {
+            let s = stream(&d0, Strategy::EventPoll);
+            if event.record(&s).is_ok() {
+                run(event.wait()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
+        }
+    }
+    for what in ["stream flags u32::MAX", "event flags u32::MAX"] {
+        let _ = never_panics(what, || Stream::builder(&d0).flags(u32::MAX).build());
+        let _ = never_panics(what, || Event::builder(&d0).flags(u32::MAX).build());
+    }
+    for raw in [u32::MAX, u32::MAX / 2, 1 << 16] {
+        let _ = never_panics("attribute", || device.attribute(DeviceAttr::Raw(raw as _)));
+        let _ = never_panics("memory info", || device.memory_info(MemAttr::Raw(raw as _)));
+    }
+    for id in [u32::MAX, i32::MAX as u32, i32::MAX as u32 + 1, 64] {
+        let what = format!("Device::open({id})");
+        let _ = never_panics(&what, || Device::open(id)).expect_err(&what);
+    }
+
+    let s = stream(&d0, Strategy::EventPoll);
+    for backend in [DevicePoolBackend::Caching, DevicePoolBackend::RuntimePool] {
+        let what = format!("{backend:?}");
+        let pool = device_pool(&d0, backend, None);
+        refused(&what, "DevicePool::alloc", || {
+            run(pool.alloc::<u64>(&s, usize::MAX))
+        });
+        refused(&what, "DevicePool::try_alloc", || {
+            pool.try_alloc::<u64>(&s, usize::MAX)
+        });
+        refused(&what, "DevicePool::reserve", || {
+            run(pool.reserve(&s, usize::MAX, usize::MAX))
+        });
+        refused(&what, "DevicePool::reserve", || {
+            run(pool.reserve(&s, 2, usize::MAX / 2))
+        });
+        let reserved = never_panics(&what, || run(pool.reserve(&s, 0, 4096)));
+        assert_eq!(
+            reserved.unwrap_or(0),
+            0,
+            "{what}: nothing reserved for no blocks"
+        );
+        assert_eq!(
+            pool.trim_to(usize::MAX).unwrap(),
+            0,
+            "{what}: nothing to trim"
+        );
+        let block = run(s.memset(run(pool.alloc::<u8>(&s, 64)).unwrap(), 4)).unwrap();
+        let (_, read) = run(s.copy_d2h(block, PinnedBuffer::<u8>::new(&d0, 64).unwrap())).unwrap();
+        assert_eq!(read[..], [4; 64], "{what}");
+    }
+    let pinned = PinnedPool::new(&d0);
+    refused("pinned", "PinnedPool::alloc", || {
+        run(pinned.alloc::<u64>(usize::MAX))
+    });
+    refused("pinned", "PinnedPool::try_alloc", || {
+        pinned.try_alloc::<u64>(usize::MAX)
+    });
+    refused("pinned", "PinnedPool::reserve", || {
+        pinned.reserve(usize::MAX, usize::MAX)
+    });
+    refused("pinned", "PinnedPool::reserve", || {
+        pinned.reserve(2, usize::MAX / 2)
+    });
+    assert_eq!(pinned.trim(), 0, "nothing pinned was kept");
+
+    // `s` has run tasks: its next task number plus `u64::MAX` cannot be counted to.
+    let past = sim::fail_task(&s, u64::MAX, npu::error::AclCode(507015))
+        .expect_err("a task number past the last one is refused");
+    assert!(past.to_string().contains("nth"), "{past}");
+    for nth in [0, 1 << 40, u64::MAX] {
+        for code in [i32::MIN, -1, 0, i32::MAX] {
+            let what = format!("fail_task({nth}, {code})");
+            let _ = never_panics(&what, || sim::fail_task(&s, nth, npu::error::AclCode(code)));
+        }
+    }
+    for name in ["", "\0", "npu_attack_session32_fill\0tail"] {
+        for duration in [Duration::ZERO, Duration::MAX] {
+            let what = format!("set_kernel_duration({name:?}, {duration:?})");
+            let _ = never_panics(&what, || sim::set_kernel_duration(&device, name, duration));
+        }
+    }
+    sim::set_timing(&device, None).unwrap();
+    let dangling = std::ptr::without_provenance_mut(0x10);
+    for (ptr, len) in [(dangling, 1), (dangling, usize::MAX)] {
+        let what = format!("inject_mem_uce({ptr:p}, {len})");
+        sim::raw_control::inject_mem_uce(ptr, len).expect_err(&what);
+        let what = format!("raw fail_task({ptr:p})");
+        sim::raw_control::fail_task(ptr, 1, 507015).expect_err(&what);
+    }
+    let block = DeviceBuffer::<u8>::new(&d0, 64).unwrap();
+    let what = "inject_mem_uce past the block";
+    sim::raw_control::inject_mem_uce(block.as_raw(), usize::MAX).expect_err(what);
+    let s = stream(&d0, Strategy::EventPoll);
+    a_memset_writes(&d0, &s, 5, "after every extreme");
 }
