@@ -186,8 +186,7 @@ pub(crate) fn fail_task_impl(stream: aclrtStream, nth: u64, code: aclError) -> R
          failure"
     );
     let stream = context::any_stream(sim()?, stream)?;
-    stream.inject_failure(nth, code);
-    Ok(())
+    stream.inject_failure(nth, code)
 }
 
 pub(crate) fn lose_device_impl(device: i32) -> Res<()> {
@@ -385,7 +384,9 @@ pub fn set_kernel_duration(
 /// default stream. The failure then follows the stream's failure mode. `code` is any error but
 /// the two a synchronisation returns when its wait runs out (ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
 /// ACL_ERROR_RT_EVENT_SYNC_TIMEOUT), which are refused with 100000: no task fails with them,
-/// and a wait on a task failed with one would take it for a task still running.
+/// and a wait on a task failed with one would take it for a task still running. An `nth` that
+/// counts past the last number the stream's `u64` task count can reach is refused with 100000
+/// too.
 ///
 /// ```
 /// # extern crate ascendcl as npu_sim;

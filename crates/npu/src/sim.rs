@@ -209,7 +209,8 @@ fn unhold(device: i32) -> std::result::Result<(), ControlError> {
 /// to the rest of its work. The codes a synchronisation returns when its wait runs out
 /// ([`AclCode::STREAM_SYNC_TIMEOUT`], [`AclCode::EVENT_SYNC_TIMEOUT`]) are refused: no task
 /// fails with them, and every wait on a task failed with one would take it for a task still
-/// running.
+/// running. So is an `nth` that counts past the last task number the stream can give (its
+/// tasks are numbered by a `u64`).
 ///
 /// ```
 /// use npu::prelude::*;

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 
 use npu_sys::*;
 
-use crate::error::{Res, ensure};
+use crate::error::{Res, ensure, fail};
 use crate::sync::lock;
 
 use super::Stream;
@@ -39,9 +39,19 @@ impl Stream {
     }
 
     /// Injects a failure into the `nth` device task submitted from now on (1 = the next one).
-    pub(crate) fn inject_failure(&self, nth: u64, code: aclError) {
+    /// Refuses an `nth` past the last task number the stream can give (a `u64` counts them):
+    /// the sum would overflow, which panics, or, wrapped, names a task already submitted.
+    pub(crate) fn inject_failure(&self, nth: u64, code: aclError) -> Res<()> {
         let mut state = lock(&self.state);
-        let target = state.device_seq + nth;
+        let seq = state.device_seq;
+        let Some(target) = seq.checked_add(nth) else {
+            fail!(
+                ACL_ERROR_INVALID_PARAM,
+                "nth {nth} counts past the last task stream {} can number ({seq} submitted so far)",
+                self.id
+            );
+        };
         state.injections.push((target, code));
+        Ok(())
     }
 }
