@@ -373,8 +373,9 @@ impl Drop for ContextInner {
 }
 
 /// What releasing a context needs, moved off the thread that dropped it when that is the
-/// reaper or a thread completing operations: the runtime and, for an explicit context, the primary context, are dropped after
-/// the ACL call, so that ACL is finalised (and the primary reset) only after it.
+/// reaper or a thread completing operations: the runtime and, for an explicit context, the
+/// primary context, are dropped after the ACL call, so that ACL is finalised (and the primary
+/// reset) only after it.
 struct Release {
     runtime: Runtime,
     device_id: i32,
