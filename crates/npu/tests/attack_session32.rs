@@ -1,7 +1,10 @@
 //! Attacks of the thirty-second session through the `npu` facade: pooled blocks taken apart
 //! (split, viewed, cast) and handed to kernels and pitched copies while their pools are
-//! trimmed and dropped; every fallible constructor and control at its extreme values; futures
-//! polled on one thread or runtime and dropped on another as the device finishes them.
+//! trimmed and dropped; handles of every kind dropped in shuffled orders under held work;
+//! futures polled on one thread or runtime and dropped on another as the device finishes
+//! them; the last handles of runtimes and contexts dropped by a waker on the thread that
+//! completes its operation; every fallible constructor and control at its extreme values; and
+//! pool reserves racing trims.
 //!
 //! Each test names the promise it attacks. The simulator's hold gate and live counters are
 //! process-wide, so every test takes the file's device lock; every wait is bounded (`run`,
@@ -30,12 +33,14 @@ fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
     devices_of(2, MEMORY)
 }
 
+/// The name the test's fill kernel is registered under.
+const FILL: &str = "npu_attack_session32_fill";
+
 /// The fill kernel `{uint8_t *x, uint64_t n}`: writes [`FILLED`] over the `n` bytes at `x`.
 fn fill(ctx: &Context) -> npu::Function {
-    const NAME: &str = "npu_attack_session32_fill";
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        sim::kernel::register_with_args_size(NAME, 16, |block, _, args| {
+        sim::kernel::register_with_args_size(FILL, 16, |block, _, args| {
             // SAFETY: launched with {uint8_t *x, uint64_t n}: 16 bytes.
             let (x, n) = unsafe { fill_args(args) };
             if block == 0 {
@@ -46,7 +51,7 @@ fn fill(ctx: &Context) -> npu::Function {
         })
         .unwrap();
     });
-    in_process(ctx, NAME)
+    in_process(ctx, FILL)
 }
 
 /// A zeroed pinned buffer of 4096 bytes to read device memory back into.
@@ -172,7 +177,7 @@ fn a_pooled_block_split_viewed_and_cast_into_a_kernel_and_a_pitched_copy_outlive
 #[test]
 fn handles_of_every_signalling_and_kernel_kind_dropped_in_shuffled_orders_never_wait() {
     let (_guard, d0) = devices();
-    let kernel_image = sim::kernel::registry_image(&["npu_attack_session32_fill"]);
+    let kernel_image = sim::kernel::registry_image(&[FILL]);
     fill(&d0); // registers the kernel
     let baseline = live_objects(&d0);
     let mut rng = Rng(0x5e55_1032);
@@ -198,7 +203,7 @@ fn handles_of_every_signalling_and_kernel_kind_dropped_in_shuffled_orders_never_
 
             // SAFETY: a registry image only names in-process kernels; loading it runs no code.
             let module = unsafe { Module::from_data(&ctx, &kernel_image) }.unwrap();
-            let function = module.function("npu_attack_session32_fill").unwrap();
+            let function = module.function(FILL).unwrap();
             let x = DeviceBuffer::<u8>::new(&ctx, 256).unwrap();
             // SAFETY: the kernel writes the 256 bytes of `x`, which the launch keeps.
             watch(&unsafe { s1.launch(&function, 1, (x, 256u64)) });
