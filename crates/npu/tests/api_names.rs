@@ -246,8 +246,8 @@ fn reentered_submissions() {
         let layer = Hooked(Mutex::new(Some(hook)));
         let subscriber = tracing_subscriber::registry().with(layer);
         let x = DeviceBuffer::<f32>::new(&ctx, 4).unwrap();
-        // SAFETY: refused by the runtime before the kernel runs.
         common::see_every_callsite();
+        // SAFETY: refused by the runtime before the kernel runs.
         let launched = tracing::subscriber::with_default(subscriber, || unsafe {
             s.launch(&scale, 1, (x, 4u64, 2.0f32))
         });

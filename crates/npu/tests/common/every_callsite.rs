@@ -11,7 +11,7 @@ use tracing::Dispatch;
 /// test's thread hits first is cached as "never" and the scoped subscriber misses it on its
 /// own thread too (docs/observability.md). With two alive, every callsite's interest is asked
 /// of all of them.
-pub fn see_every_callsite() {
+pub(crate) fn see_every_callsite() {
     static SECOND: LazyLock<Dispatch> =
         LazyLock::new(|| Dispatch::new(tracing::subscriber::NoSubscriber::default()));
     LazyLock::force(&SECOND);
