@@ -4,6 +4,7 @@
 #[cfg(feature = "sim")]
 use std::sync::{Arc, Mutex};
 
+#[cfg(feature = "sim")]
 #[path = "../../../crates/npu/tests/common/every_callsite.rs"]
 mod every_callsite;
 #[cfg(feature = "sim")]
