@@ -367,15 +367,15 @@ impl Drop for ContextInner {
         // for work still queued in it, and finalising ACL after it takes up to 2 s while the
         // device's logs reach the host (and runs the finalize callbacks of every component):
         // neither may hold up the reaper, which runs every release of the process, nor a
-        // thread completing operations, where a waker may drop the last handle.
+        // shared thread (a waker run as an operation completes may drop the last handle).
         crate::reaper::off_shared_threads(move || release.run());
     }
 }
 
 /// What releasing a context needs, moved off the thread that dropped it when that is the
-/// reaper or a thread completing operations: the runtime and, for an explicit context, the
-/// primary context, are dropped after the ACL call, so that ACL is finalised (and the primary
-/// reset) only after it.
+/// reaper or a shared thread (`reaper::as_shared_thread`): the runtime and, for an explicit
+/// context, the primary context, are dropped after the ACL call, so that ACL is finalised
+/// (and the primary reset) only after it.
 struct Release {
     runtime: Runtime,
     device_id: i32,

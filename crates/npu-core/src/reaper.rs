@@ -14,26 +14,33 @@ pub(crate) type Action = Box<dyn FnOnce() + Send + 'static>;
 thread_local! {
     /// Set on the reaper thread.
     static ON_REAPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// How many completions this thread is waking the waiters of (nested: a waker may
-    /// complete another operation). Their wakers are user code run on whichever thread
-    /// completed the operation (the reactor, a callback worker, the sentinel, an abort's or a
-    /// blocking waiter's thread), and one that drops the last handle of a context or a
-    /// runtime there must not tear it down there (see [`off_shared_threads`]).
-    static COMPLETING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// How many shared-thread scopes this thread is in (nested): a completion waking its
+    /// waiters and running its notifications, or the whole body of one of npu-rs's own
+    /// threads that serve every stream (the reactor, a callback worker, the sentinel). User
+    /// code runs there (wakers, a tracing subscriber's callbacks) and values whose last
+    /// handle is dropped there (an event pool's, a waker's), and a teardown of a context or a
+    /// runtime they trigger must not run there (see [`off_shared_threads`]).
+    static SHARED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// Runs `wake` (a completion waking its waiters and running its notifications) marked as
-/// completing on this thread, for [`off_shared_threads`], even if it unwinds.
-pub(crate) fn completing<R>(wake: impl FnOnce() -> R) -> R {
-    struct Completing;
-    impl Drop for Completing {
+/// Runs `body` as a shared thread of npu-rs's (see `SHARED`): a context or runtime whose
+/// last handle is dropped meanwhile on this thread is torn down on a thread of its own, so
+/// that ACL's finalisation or a device reset never holds up the work this thread serves.
+/// The mark is removed when `body` returns, even if it unwinds.
+///
+/// For npu-rs's own crates (a completion's wake, the threads npu-stream starts), not for
+/// applications.
+#[doc(hidden)]
+pub fn as_shared_thread<R>(body: impl FnOnce() -> R) -> R {
+    struct Shared;
+    impl Drop for Shared {
         fn drop(&mut self) {
-            COMPLETING.with(|depth| depth.set(depth.get() - 1));
+            SHARED.with(|depth| depth.set(depth.get() - 1));
         }
     }
-    COMPLETING.with(|depth| depth.set(depth.get() + 1));
-    let _completing = Completing;
-    wake()
+    SHARED.with(|depth| depth.set(depth.get() + 1));
+    let _shared = Shared;
+    body()
 }
 
 fn sender() -> Option<&'static Sender<Vec<Action>>> {
@@ -78,13 +85,13 @@ pub(crate) fn run_later(actions: Vec<Action>) {
     rejected.into_iter().for_each(run);
 }
 
-/// Runs `teardown` here, unless this is the reaper or a thread waking a completion's waiters:
+/// Runs `teardown` here, unless this is the reaper or a shared thread ([`as_shared_thread`]):
 /// then on a thread of its own (`npu-teardown`), so that a teardown that may wait (resetting a
-/// device, finalising ACL) holds up no release of the process, and no operation the completing
+/// device, finalising ACL) holds up no release of the process, and no operation the shared
 /// thread (the process-wide reactor, a device's callback worker, ...) would complete next.
 /// Inline if that thread cannot be started.
 pub(crate) fn off_shared_threads(teardown: impl FnOnce() + Send + 'static) {
-    if !ON_REAPER.with(std::cell::Cell::get) && COMPLETING.with(std::cell::Cell::get) == 0 {
+    if !ON_REAPER.with(std::cell::Cell::get) && SHARED.with(std::cell::Cell::get) == 0 {
         return teardown();
     }
     // Shared with the thread, so that a refused spawn (which drops its closure) leaves the

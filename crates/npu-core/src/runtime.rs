@@ -321,8 +321,8 @@ impl Drop for RuntimeInner {
         let loaded = self.loaded;
         // Finalising takes up to 2 s while the device's logs reach the host, and runs every
         // component's finalize callbacks: never on the reaper, where the last object of a
-        // runtime is often released, nor on a thread completing operations, where a waker
-        // may drop the last handle.
+        // runtime is often released, nor on another shared thread (an operation's wakers
+        // may drop the last handle as it completes).
         crate::reaper::off_shared_threads(move || release_reference(loaded));
     }
 }

@@ -228,7 +228,9 @@ fn worker_for(stream: &StreamShared) -> Result<Arc<Worker>> {
                 outstanding: Mutex::new(Table::default()),
             });
             if tx.send(worker.clone()).is_ok() {
-                worker.run(&runtime, key);
+                // Marked shared for its life: the last handle of a context may go here (a
+                // taken-back event's pool), and its teardown must not hold up the callbacks.
+                npu_core::reaper::as_shared_thread(|| worker.run(&runtime, key));
             }
         })
         .map_err(|e| Error::invalid("Strategy::CallbackThread", "thread", e.to_string()))?;

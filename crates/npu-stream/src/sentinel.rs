@@ -154,7 +154,8 @@ fn sender() -> &'static Mutex<Option<Sender<Job>>> {
         let (tx, rx) = channel();
         let spawned = std::thread::Builder::new()
             .name("npu-sentinel".into())
-            .spawn(move || run(rx));
+            // Marked shared for its life, as the reactor.
+            .spawn(move || npu_core::reaper::as_shared_thread(|| run(rx)));
         match spawned {
             Ok(_) => Mutex::new(Some(tx)),
             Err(err) => {

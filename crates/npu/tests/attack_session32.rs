@@ -742,62 +742,64 @@ fn reserves_racing_trims_and_allocations_keep_the_counters_and_give_every_byte_b
             let what = format!("{backend:?} {strategy:?}");
             let pool = device_pool(&d0, backend, Some(CAPACITY));
             let turn = std::sync::Barrier::new(2);
-            std::thread::scope(|threads| {
-                let reserving = threads.spawn(|| {
+            watchdog(&what, || {
+                std::thread::scope(|threads| {
+                    let reserving = threads.spawn(|| {
+                        let s = stream(&d0, strategy);
+                        let mut reserved = 0;
+                        for round in 0..ROUNDS {
+                            turn.wait();
+                            match run(pool.reserve(&s, 4, BLOCK)) {
+                                Ok(bytes) => {
+                                    assert!(bytes <= 4 * BLOCK, "{what}: {bytes}");
+                                    reserved += bytes;
+                                }
+                                Err(err) => assert!(
+                                    err.is_out_of_memory() || err.to_string().contains("capacity"),
+                                    "{what} round {round}: {err}"
+                                ),
+                            }
+                            counters_add_up(&pool.stats().cache, CAPACITY, &what);
+                        }
+                        reserved
+                    });
+                    let trimming = threads.spawn(|| {
+                        let mut rng = Rng(0x7e1a_5e32);
+                        let mut trimmed = 0;
+                        for _ in 0..ROUNDS {
+                            turn.wait();
+                            let keep = rng.below(CAPACITY + BLOCK);
+                            let freed = match rng.below(2) {
+                                0 => pool.trim(),
+                                _ => pool.trim_to(keep),
+                            };
+                            let freed = freed.unwrap_or_else(|e| panic!("{what}: {e}"));
+                            assert!(freed <= CAPACITY, "{what}: {freed}");
+                            trimmed += freed;
+                            counters_add_up(&pool.stats().cache, CAPACITY, &what);
+                        }
+                        trimmed
+                    });
                     let s = stream(&d0, strategy);
-                    let mut reserved = 0;
                     for round in 0..ROUNDS {
-                        turn.wait();
-                        match run(pool.reserve(&s, 4, BLOCK)) {
-                            Ok(bytes) => {
-                                assert!(bytes <= 4 * BLOCK, "{what}: {bytes}");
-                                reserved += bytes;
+                        match run(pool.alloc::<u8>(&s, BLOCK)) {
+                            Ok(block) => {
+                                let write = s.memset(block, round as u8);
+                                if round % 2 == 0 {
+                                    run(write).unwrap_or_else(|e| panic!("{what}: {}", e.error));
+                                }
                             }
-                            Err(err) => assert!(
-                                err.is_out_of_memory() || err.to_string().contains("capacity"),
-                                "{what} round {round}: {err}"
-                            ),
+                            Err(err) => assert!(err.is_out_of_memory(), "{what}: {err}"),
                         }
                         counters_add_up(&pool.stats().cache, CAPACITY, &what);
                     }
-                    reserved
-                });
-                let trimming = threads.spawn(|| {
-                    let mut rng = Rng(0x7e1a_5e32);
-                    let mut trimmed = 0;
-                    for _ in 0..ROUNDS {
-                        turn.wait();
-                        let keep = rng.below(CAPACITY + BLOCK);
-                        let freed = match rng.below(2) {
-                            0 => pool.trim(),
-                            _ => pool.trim_to(keep),
-                        };
-                        let freed = freed.unwrap_or_else(|e| panic!("{what}: {e}"));
-                        assert!(freed <= CAPACITY, "{what}: {freed}");
-                        trimmed += freed;
-                        counters_add_up(&pool.stats().cache, CAPACITY, &what);
-                    }
-                    trimmed
-                });
-                let s = stream(&d0, strategy);
-                for round in 0..ROUNDS {
-                    match run(pool.alloc::<u8>(&s, BLOCK)) {
-                        Ok(block) => {
-                            let write = s.memset(block, round as u8);
-                            if round % 2 == 0 {
-                                run(write).unwrap_or_else(|e| panic!("{what}: {}", e.error));
-                            }
-                        }
-                        Err(err) => assert!(err.is_out_of_memory(), "{what}: {err}"),
-                    }
-                    counters_add_up(&pool.stats().cache, CAPACITY, &what);
-                }
-                run(s.synchronize()).unwrap();
-                let reserved = reserving.join().unwrap();
-                let trimmed = trimming.join().unwrap();
-                // Not required: which of a round's reserve and trim goes first is the race's.
-                println!("{what}: reserved {reserved} bytes, trimmed {trimmed}");
-                assert!(reserved > 0, "{what}: no reserve succeeded");
+                    run(s.synchronize()).unwrap();
+                    let reserved = reserving.join().unwrap();
+                    let trimmed = trimming.join().unwrap();
+                    // Not required: which of a round's reserve and trim goes first is the race's.
+                    println!("{what}: reserved {reserved} bytes, trimmed {trimmed}");
+                    assert!(reserved > 0, "{what}: no reserve succeeded");
+                })
             });
             until_released(&what, || {
                 pool.trim().unwrap();
@@ -810,42 +812,44 @@ fn reserves_racing_trims_and_allocations_keep_the_counters_and_give_every_byte_b
     }
     let pool = PinnedPool::builder(&d0).capacity(CAPACITY).build().unwrap();
     let turn = std::sync::Barrier::new(2);
-    std::thread::scope(|threads| {
-        let reserving = threads.spawn(|| {
-            for round in 0..ROUNDS {
-                turn.wait();
-                if let Err(err) = pool.reserve(4, BLOCK) {
-                    assert!(
-                        err.is_out_of_memory() || err.to_string().contains("capacity"),
-                        "pinned round {round}: {err}"
-                    );
-                }
-                counters_add_up(&pool.stats(), CAPACITY, "pinned");
-            }
-        });
-        let trimming = threads.spawn(|| {
-            for _ in 0..ROUNDS {
-                turn.wait();
-                assert!(pool.trim() <= CAPACITY);
-                counters_add_up(&pool.stats(), CAPACITY, "pinned");
-            }
-        });
-        let s = stream(&d0, Strategy::EventPoll);
-        for round in 0..ROUNDS {
-            match run(pool.alloc::<u8>(BLOCK)) {
-                Ok(block) => {
-                    let read = s.copy_h2d(block, DeviceBuffer::<u8>::new(&d0, BLOCK).unwrap());
-                    if round % 2 == 0 {
-                        run(read).unwrap();
+    watchdog("pinned", || {
+        std::thread::scope(|threads| {
+            let reserving = threads.spawn(|| {
+                for round in 0..ROUNDS {
+                    turn.wait();
+                    if let Err(err) = pool.reserve(4, BLOCK) {
+                        assert!(
+                            err.is_out_of_memory() || err.to_string().contains("capacity"),
+                            "pinned round {round}: {err}"
+                        );
                     }
+                    counters_add_up(&pool.stats(), CAPACITY, "pinned");
                 }
-                Err(err) => assert!(err.is_out_of_memory(), "pinned: {err}"),
+            });
+            let trimming = threads.spawn(|| {
+                for _ in 0..ROUNDS {
+                    turn.wait();
+                    assert!(pool.trim() <= CAPACITY);
+                    counters_add_up(&pool.stats(), CAPACITY, "pinned");
+                }
+            });
+            let s = stream(&d0, Strategy::EventPoll);
+            for round in 0..ROUNDS {
+                match run(pool.alloc::<u8>(BLOCK)) {
+                    Ok(block) => {
+                        let read = s.copy_h2d(block, DeviceBuffer::<u8>::new(&d0, BLOCK).unwrap());
+                        if round % 2 == 0 {
+                            run(read).unwrap();
+                        }
+                    }
+                    Err(err) => assert!(err.is_out_of_memory(), "pinned: {err}"),
+                }
+                counters_add_up(&pool.stats(), CAPACITY, "pinned");
             }
-            counters_add_up(&pool.stats(), CAPACITY, "pinned");
-        }
-        run(s.synchronize()).unwrap();
-        reserving.join().unwrap();
-        trimming.join().unwrap();
+            run(s.synchronize()).unwrap();
+            reserving.join().unwrap();
+            trimming.join().unwrap();
+        })
     });
     until_released("pinned", || {
         pool.trim();

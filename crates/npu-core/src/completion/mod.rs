@@ -151,22 +151,23 @@ impl Completer {
     /// Completes with `result`.
     #[doc(hidden)]
     pub fn complete(self, result: Result<()>) {
-        // Noted before the result is visible, for the use lists of the memory it touched: a
-        // pool must not hand out memory with an uncorrectable error again.
-        if let Some(kind) = result.as_ref().err().and_then(Error::memory_error_kind) {
-            self.state.mark_memory_error(memory_error_level(kind));
-        }
-        // Releases are handed on before the result is visible, so that whoever sees the
-        // operation complete finds them queued.
-        let Some(notifies) = self.state.complete(result, crate::reaper::run_later) else {
-            return;
-        };
         // A waker is user code: a panic in it must not take the completing thread (the
         // process-wide reactor, say) down with it, nor keep the other waiters asleep. Nor may
-        // a waker that drops the last handle of a context or a runtime make this thread wait
-        // for its teardown (rule 5): marked as completing, such a teardown goes to a thread of
-        // its own.
-        crate::reaper::completing(|| {
+        // a waker, a release run here or the completer's own drop (the last reference to a
+        // waker registered late) that drops the last handle of a context or a runtime make
+        // this thread wait for its teardown (rule 5): marked as a shared thread until the
+        // completer is gone, such a teardown goes to a thread of its own.
+        crate::reaper::as_shared_thread(move || {
+            // Noted before the result is visible, for the use lists of the memory it
+            // touched: a pool must not hand out memory with an uncorrectable error again.
+            if let Some(kind) = result.as_ref().err().and_then(Error::memory_error_kind) {
+                self.state.mark_memory_error(memory_error_level(kind));
+            }
+            // Releases are handed on before the result is visible, so that whoever sees the
+            // operation complete finds them queued.
+            let Some(notifies) = self.state.complete(result, crate::reaper::run_later) else {
+                return;
+            };
             let panicked = self.state.wake();
             if panicked > 0 {
                 crate::log!(
@@ -176,6 +177,7 @@ impl Completer {
                 );
             }
             chain::run(notifies);
+            drop(self);
         });
     }
 }

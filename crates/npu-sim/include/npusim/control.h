@@ -53,7 +53,7 @@ aclError npusimSetKernelDuration(int32_t deviceId, const char *kernelName, uint6
  * events, notifies, value operations, callbacks or host functions) submitted to stream from
  * now on (1 = the next; NULL = current default stream) fails with code when it runs. The
  * codes a synchronisation returns when its wait runs out (507046, 507047) are no task's:
- * refused with 100000. */
+ * refused with 100000, as is an nth past the last task number the stream can count to. */
 aclError npusimFailTask(aclrtStream stream, uint64_t nth, aclError code);
 /* Loses a device: queued work is abandoned; later calls on it fail with 507010. */
 aclError npusimLoseDevice(int32_t deviceId);

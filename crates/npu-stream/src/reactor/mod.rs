@@ -228,7 +228,12 @@ impl Reactor {
                     // Wakers and completions are contained where they run; this is the last
                     // line: a reactor that stopped hands over what it watched and refuses new
                     // work, instead of stranding it.
-                    if npu_core::contain::contained(|| reactor.run(&mut watched)) {
+                    // Marked shared for its life: a context or runtime whose last handle
+                    // goes here (a subscriber's callback, say) is torn down elsewhere.
+                    let run = || reactor.run(&mut watched);
+                    let stopped =
+                        npu_core::contain::contained(|| npu_core::reaper::as_shared_thread(run));
+                    if stopped {
                         npu_core::log!(
                             error,
                             "the npu-reactor thread panicked; EventPoll is unavailable"
