@@ -17,11 +17,21 @@ use npu_sim::abi::*;
 use npu_sim::control;
 use npu_sys::*;
 
+/// Devices: 1 is lost while a kernel executes, 0 is the one it leaves unaffected, 2 is lost
+/// under synchronous copies.
+fn install() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        npu_sim::SimConfig::default().devices(3).install().unwrap();
+    });
+}
+
 static STARTED: AtomicBool = AtomicBool::new(false);
 static GO: AtomicBool = AtomicBool::new(false);
 
 #[test]
 fn a_loss_waits_for_the_executing_task_and_abandons_the_queue() {
+    install();
     npu_sim::kernel::register("slow_store", |_, _, args: *mut c_void| {
         STARTED.store(true, Ordering::SeqCst);
         while !GO.load(Ordering::SeqCst) {
@@ -108,4 +118,73 @@ fn a_loss_waits_for_the_executing_task_and_abandons_the_queue() {
     let dev = malloc(64);
     acl!(aclrtMemset(dev, 64, 3, 64));
     assert!(download::<u8>(dev, 64).iter().all(|&b| b == 3));
+}
+
+/// A synchronous copy under a timing model holds its caller for the copy's simulated duration;
+/// a loss of the device meanwhile ends the wait with 507010 (the simulator slept the whole
+/// duration blind: an hour here, so the copies return only if the loss wakes them). Both
+/// copies have done their memory work, seen in their destinations, before the loss.
+#[test]
+fn a_loss_wakes_synchronous_copies_held_for_their_simulated_duration() {
+    use std::sync::atomic::AtomicU8;
+    const BYTES: usize = 4096;
+    install();
+    set_device(2);
+    let dev = malloc(BYTES);
+    acl!(aclrtMemset(dev, BYTES, 0xAB, BYTES));
+    let hour_ns = 3_600_000_000_000;
+    control::set_timing(
+        2,
+        Some(npu_sim::TimingModel::default().min_task_ns(hour_ns)),
+    )
+    .unwrap();
+    // Host memory the copies write and the test watches: atomics, as it is read while written.
+    let hosts: [&'static [AtomicU8]; 2] =
+        [(); 2].map(|()| &*Vec::from_iter((0..BYTES).map(|_| AtomicU8::new(0))).leak());
+    let (src, dsts) = (dev as usize, hosts.map(|host| host.as_ptr() as usize));
+    type Copy = fn(usize, usize) -> aclError;
+    let copies: [(&str, Copy); 2] = [
+        ("aclrtMemcpy", |dst, src| {
+            code!(aclrtMemcpy(
+                dst as *mut c_void,
+                BYTES,
+                src as *const c_void,
+                BYTES,
+                ACL_MEMCPY_DEVICE_TO_HOST
+            ))
+        }),
+        ("aclrtMemcpy2d", |dst, src| {
+            code!(aclrtMemcpy2d(
+                dst as *mut c_void,
+                64,
+                src as *const c_void,
+                64,
+                64,
+                BYTES / 64,
+                ACL_MEMCPY_DEVICE_TO_HOST
+            ))
+        }),
+    ];
+    let (done_tx, done) = std::sync::mpsc::channel();
+    for ((name, copy), dst) in copies.into_iter().zip(dsts) {
+        let done_tx = done_tx.clone();
+        thread::spawn(move || {
+            set_device(2);
+            done_tx.send((name, copy(dst, src))).unwrap();
+        });
+    }
+    for host in hosts {
+        while host[BYTES - 1].load(Ordering::SeqCst) != 0xAB {
+            thread::yield_now();
+        }
+    }
+    control::lose_device(2).unwrap();
+    for _ in 0..2 {
+        // Bounded only so that a copy the loss does not wake fails the test instead of
+        // holding it for the hour.
+        let (name, code) = done
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a synchronous copy woke on the loss");
+        assert_eq!(code, ACL_ERROR_RT_LOST_HEARTBEAT, "{name}");
+    }
 }

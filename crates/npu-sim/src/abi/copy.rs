@@ -12,6 +12,7 @@ use crate::error::{Res, SimError, ensure, fail, guard, non_null};
 use crate::memory::{Located, PtrClass};
 use crate::sim::{Sim, sim};
 use crate::stream::Stream;
+use crate::sync::wait_until;
 use crate::task::{Direction, Extent, Op, Owned, Source, Task};
 use crate::trace;
 
@@ -80,7 +81,9 @@ impl On {
     }
 }
 
-/// Runs a memory task on the calling thread, paced by the device's timing model.
+/// Runs a memory task on the calling thread, paced by the device's timing model: the caller is
+/// held until the task's simulated end, unless the device is lost before then (507010, as a
+/// stream's task the loss abandons: the caller cannot count on the copy it did not see end).
 fn run_now(sim: &Sim, device: &Device, task: Task) -> Res<()> {
     device.fence(sim);
     let start_ns = device.clock.now_ns();
@@ -96,8 +99,12 @@ fn run_now(sim: &Sim, device: &Device, task: Task) -> Res<()> {
         Some(model) => {
             let end_ns = start_ns.saturating_add(task.duration_ns(&model));
             let wake = device.clock.instant_of(end_ns);
-            // A synchronous operation holds its caller for its simulated duration.
-            std::thread::sleep(wake.saturating_duration_since(std::time::Instant::now()));
+            let lost = wait_until(&[device.lost_bell.any()], Some(wake), || {
+                device.is_lost().then_some(())
+            });
+            if lost.is_some() {
+                return Err(device.loss_error());
+            }
             end_ns
         }
         None => device.clock.now_ns(),
