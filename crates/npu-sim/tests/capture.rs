@@ -1595,6 +1595,17 @@ const CASES: &[Case] = &[
         0,
         || code!(aclmdlRIGetName(stale_model(), 8, ptr::null_mut())),
     ),
+    // maxLen 0 is a value, checked (107000) before the instance is looked up (107017).
+    case(
+        "get name of a stale instance with maxLen 0",
+        "aclmdlRIGetName",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let mut name = [0 as std::ffi::c_char; 1];
+            code!(aclmdlRIGetName(stale_model(), 0, name.as_mut_ptr()))
+        },
+    ),
     case(
         "get id of garbage into NULL",
         "aclmdlRIGetId",

@@ -1326,6 +1326,29 @@ fn code_size_attribute_and_image_error_paths() {
         case("attribute 0", ATTRIBUTE, 107000, 0, || {
             attribute(library_function(), 0)
         }),
+        // Values are checked before the function is looked up: an unknown attribute, and a
+        // name's maxLen 0, which nothing fits in.
+        case(
+            "attribute 4 of an unloaded function",
+            ATTRIBUTE,
+            107000,
+            0,
+            || attribute(unloaded_function(), 4),
+        ),
+        case(
+            "name of an unloaded function with maxLen 0",
+            "aclrtGetFunctionName",
+            107000,
+            0,
+            || {
+                let mut name = [0 as std::ffi::c_char; 1];
+                code!(aclrtGetFunctionName(
+                    unloaded_function(),
+                    0,
+                    name.as_mut_ptr()
+                ))
+            },
+        ),
         case("attribute 4", ATTRIBUTE, 107000, 0, || {
             attribute(library_function(), 4)
         }),

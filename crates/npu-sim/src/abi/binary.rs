@@ -117,7 +117,8 @@ pub unsafe extern "C" fn aclrtFunctionGetBinary(
 }
 
 /// The kernel's name, NUL-terminated, into `name` (`maxLen` bytes). A buffer too small for
-/// the name and its NUL → 107000, nothing written.
+/// the name and its NUL → 107000, nothing written; `maxLen` 0 is refused so before the
+/// function is looked up, after the NULL checks.
 ///
 /// # Safety
 /// `name` must be NULL or valid for `maxLen` bytes of writes.
@@ -130,6 +131,7 @@ pub unsafe extern "C" fn aclrtGetFunctionName(
     guard("aclrtGetFunctionName", || {
         non_null(funcHandle, "funcHandle")?;
         non_null(name, "name")?;
+        super::check::check_text_room(maxLen, "kernel name")?;
         let function = function(funcHandle)?;
         super::check::write_c_str(name, maxLen, &function.name, "kernel name")
     })

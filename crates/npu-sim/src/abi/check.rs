@@ -76,6 +76,18 @@ fn c_string<'a>(ptr: *const c_char, what: &str) -> Res<&'a CStr> {
     Ok(unsafe { CStr::from_ptr(ptr) })
 }
 
+/// Refuses a `max_len` of 0 for a text [`write_c_str`] is to write (no text fits without its
+/// NUL), with ACL_ERROR_RT_PARAM_INVALID: a value check needing no lookup, so a query makes
+/// it before it looks up the handle whose text it writes, as it checks its other values.
+pub(super) fn check_text_room(max_len: u32, what: &str) -> Res<()> {
+    ensure!(
+        max_len > 0,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "maxLen is 0: no {what} fits, not even its NUL"
+    );
+    Ok(())
+}
+
 /// Writes `text` and its NUL into the caller's `max_len` bytes at `out`: a buffer too small
 /// for both → ACL_ERROR_RT_PARAM_INVALID, nothing written (a truncated name would be silently
 /// wrong).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use npu_sys::*;
 
-use super::check::{c_path, c_str, deadline, write_c_str};
+use super::check::{c_path, c_str, check_text_room, deadline, write_c_str};
 use crate::context;
 use crate::context::Context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
@@ -194,7 +194,8 @@ pub unsafe extern "C" fn aclmdlRISetName(modelRI: aclmdlRI, name: *const c_char)
     })
 }
 
-/// The instance's name ("" if never named) into `maxLen` bytes; too small → 107000.
+/// The instance's name ("" if never named) into `maxLen` bytes; too small → 107000 (`maxLen`
+/// 0 before the instance is looked up, after the NULL checks).
 ///
 /// # Safety
 /// `name` must be NULL or valid for `maxLen` bytes of writes.
@@ -207,6 +208,7 @@ pub unsafe extern "C" fn aclmdlRIGetName(
     guard("aclmdlRIGetName", || {
         non_null(modelRI, "modelRI")?;
         non_null(name, "name")?;
+        check_text_room(maxLen, "model runtime instance name")?;
         let model = model(modelRI)?;
         write_c_str(name, maxLen, &model.name(), "model runtime instance name")
     })
