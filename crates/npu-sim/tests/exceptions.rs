@@ -401,6 +401,20 @@ fn getters_refuse_infos_that_are_not_being_delivered() {
     }
 }
 
+fn destroyed_stream() -> aclrtStream {
+    let stream = create_stream();
+    acl!(aclrtDestroyStream(stream));
+    stream
+}
+
+/// A stream of the thread's context, which then makes another context current.
+fn stream_of_other_context() -> aclrtStream {
+    let stream = create_stream();
+    let mut ctx = ptr::null_mut();
+    acl!(aclrtCreateContext(&mut ctx, 0));
+    stream
+}
+
 #[test]
 fn every_error_path() {
     let _turn = install();
@@ -598,6 +612,26 @@ fn every_error_path() {
             0,
             || code!(aclrtSubscribeHostFunc(this_thread(), create_stream())),
         ),
+        // The stream is checked before the feature is refused, as the timeout is.
+        case(
+            "subscribe a destroyed stream",
+            "aclrtSubscribeHostFunc",
+            107017,
+            0,
+            || code!(aclrtSubscribeHostFunc(this_thread(), destroyed_stream())),
+        ),
+        case(
+            "subscribe another context's stream",
+            "aclrtSubscribeHostFunc",
+            107003,
+            0,
+            || {
+                code!(aclrtSubscribeHostFunc(
+                    this_thread(),
+                    stream_of_other_context()
+                ))
+            },
+        ),
         case(
             "process timeout 0",
             "aclrtProcessHostFunc",
@@ -614,6 +648,25 @@ fn every_error_path() {
             100000,
             0,
             || code!(aclrtUnSubscribeHostFunc(this_thread(), ptr::null_mut())),
+        ),
+        case(
+            "unsubscribe a destroyed stream",
+            "aclrtUnSubscribeHostFunc",
+            107017,
+            0,
+            || code!(aclrtUnSubscribeHostFunc(this_thread(), destroyed_stream())),
+        ),
+        case(
+            "unsubscribe another context's stream",
+            "aclrtUnSubscribeHostFunc",
+            107003,
+            0,
+            || {
+                code!(aclrtUnSubscribeHostFunc(
+                    this_thread(),
+                    stream_of_other_context()
+                ))
+            },
         ),
         case(
             "unsubscribe on A2",

@@ -3,7 +3,9 @@
 
 use npu_sys::*;
 
+use crate::context;
 use crate::error::{Res, fail, guard, non_null};
+use crate::sim::sim;
 
 /// Refuses a host-function call that the Atlas A2 does not support.
 fn unsupported(api: &str) -> Res<()> {
@@ -14,15 +16,19 @@ fn unsupported(api: &str) -> Res<()> {
     )
 }
 
-/// A (un)subscription: the stream argument is checked (NULL → 100000), then refused.
+/// A (un)subscription: the stream argument is checked as every stream-taking call checks it
+/// (NULL → 100000, destroyed → 107017, another context's → 107003), then the call is refused:
+/// arguments come before the feature, as aclrtProcessHostFunc's timeout does.
 fn subscription(api: &'static str, stream: aclrtStream) -> aclError {
     guard(api, || {
         non_null(stream, "exeStream")?;
+        context::owned_stream(sim()?, stream)?;
         unsupported(api)
     })
 }
 
-/// Not supported on an Atlas A2: NULL stream → 100000, else 207000.
+/// Not supported on an Atlas A2: NULL stream → 100000, a destroyed one → 107017, another
+/// context's → 107003, else 207000.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -47,7 +53,8 @@ pub unsafe extern "C" fn aclrtProcessHostFunc(timeout: i32) -> aclError {
     })
 }
 
-/// Not supported on an Atlas A2: NULL stream → 100000, else 207000.
+/// Not supported on an Atlas A2: NULL stream → 100000, a destroyed one → 107017, another
+/// context's → 107003, else 207000.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
