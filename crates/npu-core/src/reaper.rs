@@ -14,9 +14,9 @@ pub(crate) type Action = Box<dyn FnOnce() + Send + 'static>;
 thread_local! {
     /// Set on the reaper thread.
     static ON_REAPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// How many shared-thread scopes this thread is in (nested): a completion waking its
-    /// waiters and running its notifications, or the whole body of one of npu-rs's own
-    /// threads that serve every stream (the reactor, a callback worker, the sentinel). User
+    /// How many shared-thread scopes this thread is in (nested): a completion, from its
+    /// first step to the completer's drop, or the whole body of one of npu-rs's own threads
+    /// that serve every stream (the reactor, a callback worker, the sentinel, the overseer). User
     /// code runs there (wakers, a tracing subscriber's callbacks) and values whose last
     /// handle is dropped there (an event pool's, a waker's), and a teardown of a context or a
     /// runtime they trigger must not run there (see [`off_shared_threads`]).

@@ -175,6 +175,10 @@ fn a_loss_wakes_synchronous_copies_held_for_their_simulated_duration() {
     }
     for host in hosts {
         while host[BYTES - 1].load(Ordering::SeqCst) != 0xAB {
+            // A copy that returned before writing (refused, say) would leave this for ever.
+            if let Ok((name, code)) = done.try_recv() {
+                panic!("{name} returned {code} before the loss");
+            }
             thread::yield_now();
         }
     }

@@ -199,7 +199,9 @@ impl Overseer {
             }));
             match std::thread::Builder::new()
                 .name("npu-overseer".into())
-                .spawn(|| overseer.run())
+                // Marked shared for its life, as the reactor: a hand-over may drop the
+                // last reference to a completion and what it holds.
+                .spawn(|| npu_core::reaper::as_shared_thread(|| overseer.run()))
             {
                 Ok(handle) => {
                     let _ = overseer.thread.set(handle.thread().clone());

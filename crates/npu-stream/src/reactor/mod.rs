@@ -239,7 +239,8 @@ impl Reactor {
                             "the npu-reactor thread panicked; EventPoll is unavailable"
                         );
                     }
-                    reactor.stop(watched);
+                    // Completes and hands over what it watched: still a shared thread.
+                    npu_core::reaper::as_shared_thread(|| reactor.stop(watched));
                 }) {
                 Ok(handle) => {
                     let _ = reactor.thread.set(handle.thread().clone());
