@@ -1,0 +1,392 @@
+//! The thirty-second session's second helper: the serving path under a context a fault
+//! stopped, and the Tokio harness's runtimes as a test suite builds them, through the `npu`
+//! facade only. Requests sharing a `StreamPool`, a `DevicePool` and a `PinnedPool` on a
+//! context a `FailureMode::Stop` fault stops mid-flight; the same requests on Tokio runtimes
+//! without a time driver, under `tokio_test::block_on`, and under a paused clock.
+//!
+//! Each test is named for the promise it attacks and asserts it. The tests take turns (the
+//! hold gate and the live counters are the simulator's, process-wide).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use npu::memory::DevicePoolBackend;
+use npu::prelude::*;
+use npu::sim;
+use npu::stream::StreamPool;
+use npu::{Error, Stream};
+
+/// What a request handler of a serving backend shares: a stream pool, a pinned pool for the
+/// staging blocks, a device pool and the kernel it runs.
+#[derive(Clone)]
+struct Model {
+    streams: StreamPool,
+    pinned: PinnedPool,
+    device: DevicePool,
+    scale: Function,
+}
+
+/// Elements per request, and the bytes of one block.
+const N: usize = 1024;
+const BLOCK: usize = N * 4;
+
+impl Model {
+    /// `blocks` blocks of room in each pool (made now, as a server does at start-up),
+    /// `streams` streams built from `builder`.
+    fn new(
+        builder: npu::stream::StreamBuilder,
+        streams: usize,
+        blocks: usize,
+        backend: DevicePoolBackend,
+    ) -> Model {
+        let streams = StreamPool::with_builder(builder, streams).unwrap();
+        let ctx = streams.next().context().clone();
+        let model = Model {
+            streams,
+            pinned: PinnedPool::builder(&ctx)
+                .capacity(BLOCK * blocks)
+                .build()
+                .unwrap(),
+            device: DevicePool::builder(&ctx)
+                .capacity(BLOCK * blocks)
+                .backend(backend)
+                .build()
+                .unwrap(),
+            scale: in_process(&ctx, "scale_f32"),
+        };
+        model.pinned.reserve(blocks, BLOCK).unwrap();
+        let stream = model.streams.next();
+        run(async { model.device.reserve(&stream, blocks, BLOCK).await.unwrap() });
+        model
+    }
+
+    /// A request: a staging block, a device block (each waiting for room), copy in, scale by
+    /// 2, copy out.
+    async fn run(&self, data: &[f32]) -> npu::Result<Vec<f32>> {
+        let stream = self.streams.next();
+        let mut host = self.pinned.alloc::<f32>(data.len()).await?;
+        host.copy_from_slice(data);
+        let x = self.device.alloc::<f32>(&stream, data.len()).await?;
+        let (host, x) = stream.copy_h2d(host, x).await?;
+        // SAFETY: scale_f32(float *x, uint64_t n, float alpha) scales n elements of x in
+        // place; x holds data.len().
+        let (x, ..) =
+            unsafe { stream.launch(&self.scale, 4, (x, data.len() as u64, 2.0f32)) }.await?;
+        let (_, host) = stream.copy_d2h(x, host).await?;
+        Ok(host.to_vec())
+    }
+
+    /// Both pools have every block back and nobody waiting.
+    fn at_rest(&self) -> bool {
+        let (pinned, device) = (self.pinned.stats(), self.device.stats().cache);
+        pinned.allocated == 0
+            && device.allocated == 0
+            && pinned.awaiting_blocks == 0
+            && device.awaiting_blocks == 0
+            && pinned.waiters == 0
+            && device.waiters == 0
+    }
+
+    fn stats(&self) -> String {
+        format!(
+            "pinned {:?}, device {:?}",
+            self.pinned.stats(),
+            self.device.stats().cache
+        )
+    }
+}
+
+fn input(seed: usize) -> Vec<f32> {
+    (0..N).map(|i| ((i + seed) % 97) as f32).collect()
+}
+
+fn doubled(data: &[f32]) -> Vec<f32> {
+    data.iter().map(|x| x * 2.0).collect()
+}
+
+/// The process-wide span recorder (installed before any device is touched), then the
+/// devices to this test alone.
+fn turn() -> (std::sync::MutexGuard<'static, ()>, Context) {
+    record_op_spans();
+    let (guard, ctx, _) = exclusive(Some(2));
+    (guard, ctx)
+}
+
+/// docs/observability.md for the spans made since `from`: each closed, at most one outcome
+/// (`completed` or `failed`) each; returns how many failed with `code` in their `error`.
+fn spans_closed_with_one_outcome_each(from: Mark, code: &str, what: &str) -> usize {
+    let seen = since(from);
+    assert!(!seen.spans.is_empty(), "{what}: no npu_op span recorded");
+    let mut failed_with_code = 0;
+    for span in &seen.spans {
+        assert!(
+            span.closed,
+            "{what}: a span never closed: {:?}",
+            span.fields
+        );
+        let outcomes = span
+            .messages()
+            .iter()
+            .filter(|m| *m == "completed" || *m == "failed")
+            .count();
+        assert!(
+            outcomes <= 1,
+            "{what}: {outcomes} outcomes in {:?}",
+            span.fields
+        );
+        if span.messages().iter().any(|m| m == "failed")
+            && span.fields.get("error").is_some_and(|e| e.contains(code))
+        {
+            failed_with_code += 1;
+        }
+    }
+    failed_with_code
+}
+
+fn multi_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Typed errors and "never a hang" for a serving backend whose context a fault stops: 12
+/// requests over a three-stream `StreamPool` (`FailureMode::Stop`) with their copies in
+/// queued on the held device, one task of one stream made to fail. Every request ends, served
+/// or with a typed error; every block comes back to its pool; the next requests, whichever
+/// stream the pool hands them, fail at once with a typed error; the stopped model drops
+/// without waiting, every `npu_op` span closes with at most one outcome (the faulted one's
+/// `failed` naming the code), and a model on a fresh context of the same device serves. Both backends,
+/// every strategy.
+#[test]
+fn requests_on_a_context_a_fault_stopped_end_typed_and_give_every_block_back() {
+    let (_turn, _) = turn();
+    let device = Device::open(1).unwrap();
+    let trap = npu::error::AclCode(507015);
+    for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?}, {strategy:?}");
+            let from = mark();
+            let ctx = device.create_context().unwrap();
+            let builder = Stream::builder(&ctx).strategy(strategy);
+            let model = Model::new(builder, 3, 4, backend);
+            model.streams.streams()[0]
+                .set_failure_mode(npu::FailureMode::Stop)
+                .unwrap();
+            let rt = multi_thread();
+            let held = sim::hold(&device).unwrap();
+            let requests: Vec<_> = (0..12)
+                .map(|i| {
+                    let model = model.clone();
+                    rt.spawn(async move { (i, model.run(&input(i)).await) })
+                })
+                .collect();
+            until(&format!("{what}: requests queued"), || {
+                model.device.stats().cache.allocated >= 4 * BLOCK
+            });
+            // The next task of the second stream (a copy in) fails, and stops the context.
+            sim::fail_task(&model.streams.streams()[1], 1, trap).unwrap();
+            drop(held);
+            let ended = rt.block_on(async {
+                tokio::time::timeout(HANG, futures::future::join_all(requests))
+                    .await
+                    .unwrap_or_else(|_| panic!("{what}: a request on the stopped context hung"))
+            });
+            let mut failed = 0;
+            for ended in ended {
+                let (i, answer) = ended.unwrap();
+                match answer {
+                    Ok(out) => assert_eq!(out, doubled(&input(i)), "{what}: request {i}"),
+                    Err(err) => {
+                        failed += 1;
+                        assert!(
+                            matches!(err, Error::Acl(_) | Error::Aborted { .. }),
+                            "{what}: request {i}: a typed device error, got {err:?}"
+                        );
+                    }
+                }
+            }
+            assert!(failed > 0, "{what}: the fault failed no request");
+            until_released(&format!("{what}: {}", model.stats()), || model.at_rest());
+            // Whatever stream the pool hands out next, the request fails at once.
+            for i in 0..model.streams.len() {
+                let answer = rt.block_on(async {
+                    tokio::time::timeout(HANG, model.run(&input(i)))
+                        .await
+                        .unwrap_or_else(|_| panic!("{what}: a request after the stop hung"))
+                });
+                let err = answer.expect_err("a stopped context served a request");
+                assert!(matches!(err, Error::Acl(_)), "{what}: {err:?}");
+                until_released(
+                    &format!("{what}: after the stop, {}", model.stats()),
+                    || model.at_rest(),
+                );
+            }
+            watchdog(&format!("{what}: dropping the stopped model"), || {
+                drop(model);
+                drop(ctx);
+            });
+            until_released(&format!("{what}: the reactor"), || {
+                npu::stream::reactor_stats().pending() == 0
+            });
+            let failed = spans_closed_with_one_outcome_each(from, "507015", &what);
+            assert!(failed >= 1, "{what}: no span failed with the injected code");
+            let fresh = device.create_context().unwrap();
+            let model = Model::new(Stream::builder(&fresh).strategy(strategy), 3, 4, backend);
+            let out = rt.block_on(async {
+                tokio::time::timeout(HANG, model.run(&input(7)))
+                    .await
+                    .unwrap()
+            });
+            assert_eq!(
+                out.unwrap(),
+                doubled(&input(7)),
+                "{what}: a fresh context serves"
+            );
+            drop(model);
+            watchdog(&format!("{what}: the runtime's drop"), || drop(rt));
+        }
+    }
+}
+
+/// Releases the device from another thread once `pending` says the request waits on it: the
+/// request is polled first, so that its wake-up comes from the device's completion.
+fn release_when(
+    pending: std::sync::mpsc::Receiver<()>,
+    held: sim::Hold,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        pending
+            .recv_timeout(HANG)
+            .expect("the request never waited");
+        drop(held);
+    })
+}
+
+/// The harness story for runtimes a test builds by hand: a current-thread Tokio runtime
+/// without any driver (`Builder::new_current_thread().build()`, no time, no I/O) and
+/// `tokio_test::block_on` run a request through the pools whose device block waits for room
+/// another request holds while the device is held, the device let go from another thread once
+/// both are pending. Neither panics for want of a driver (npu-rs uses no Tokio timer), both
+/// requests are served with their own answers and both pools are at rest. Both backends,
+/// every strategy.
+#[test]
+fn requests_on_runtimes_without_drivers_or_under_tokio_test_are_served() {
+    let (_turn, ctx) = turn();
+    type BlockOn = fn(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>>);
+    let bare: BlockOn = |f| {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    };
+    let tokio_test: BlockOn = |f| tokio_test::block_on(f);
+    for (how, block_on) in [("driverless", bare), ("tokio_test", tokio_test)] {
+        for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
+            for strategy in STRATEGIES {
+                let what = format!("{how}, {backend:?}, {strategy:?}");
+                let model = Model::new(Stream::builder(&ctx).strategy(strategy), 2, 1, backend);
+                let held = sim::hold(&ctx.device()).unwrap();
+                let (pending_tx, pending_rx) = std::sync::mpsc::channel();
+                let letting_go = release_when(pending_rx, held);
+                watchdog(&what, || {
+                    block_on(Box::pin(async {
+                        let (one, two) = (input(1), input(2));
+                        let first = model.run(&one);
+                        let second = model.run(&two);
+                        let (mut first, mut second) =
+                            (std::pin::pin!(first), std::pin::pin!(second));
+                        // Both polled until the first waits on the device and the second for
+                        // the block the first holds.
+                        std::future::poll_fn(|cx| {
+                            assert!(first.as_mut().poll(cx).is_pending());
+                            assert!(second.as_mut().poll(cx).is_pending());
+                            std::task::Poll::Ready(())
+                        })
+                        .await;
+                        assert!(
+                            model.device.stats().cache.waiters + model.pinned.stats().waiters >= 1,
+                            "{what}: the second request waits for room"
+                        );
+                        pending_tx.send(()).unwrap();
+                        let (a, b) = tokio::join!(first, second);
+                        assert_eq!(a.unwrap(), doubled(&input(1)), "{what}");
+                        assert_eq!(b.unwrap(), doubled(&input(2)), "{what}");
+                    }))
+                });
+                letting_go.join().unwrap();
+                until_released(&format!("{what}: {}", model.stats()), || model.at_rest());
+            }
+        }
+    }
+}
+
+/// docs/observability.md, "Tests in paused time", when the awaited work fails because its
+/// context stops: under a paused clock (`start_paused`, as `#[tokio::test(start_paused =
+/// true)]` builds it), a request over a `StreamPool` whose copy in waits on the held device,
+/// and a `Stream::synchronize` of a sibling stream, both raced against a one-hour `timeout`;
+/// another thread makes the copy's task fail (`FailureMode::Stop`) and lets the device go.
+/// Both end with the device's typed error, not the timeout, with the clock standing still;
+/// every block comes back. Every strategy.
+#[test]
+fn under_a_paused_clock_work_a_stop_fails_ends_typed_before_a_one_hour_timeout() {
+    let (_turn, _) = turn();
+    let device = Device::open(1).unwrap();
+    let trap = npu::error::AclCode(507015);
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let ctx = device.create_context().unwrap();
+        let model = Model::new(
+            Stream::builder(&ctx).strategy(strategy),
+            2,
+            2,
+            DevicePoolBackend::Caching,
+        );
+        let streams = model.streams.streams().to_vec();
+        streams[0].set_failure_mode(npu::FailureMode::Stop).unwrap();
+        let held = sim::hold(&device).unwrap();
+        let (pending_tx, pending_rx) = std::sync::mpsc::channel::<()>();
+        // The copy in is the first stream's next task: it fails once the device runs.
+        sim::fail_task(&streams[0], 1, trap).unwrap();
+        let stopping = release_when(pending_rx, held);
+        let rt = paused_runtime();
+        let hour = Duration::from_secs(3600);
+        watchdog(&what, || {
+            rt.block_on(async {
+                let start = tokio::time::Instant::now();
+                // The pool hands the first request the first stream.
+                let data = input(3);
+                let request = tokio::time::timeout(hour, model.run(&data));
+                let sync = tokio::time::timeout(hour, streams[1].synchronize());
+                let (mut request, mut sync) = (std::pin::pin!(request), std::pin::pin!(sync));
+                std::future::poll_fn(|cx| {
+                    assert!(request.as_mut().poll(cx).is_pending());
+                    let _ = sync.as_mut().poll(cx);
+                    std::task::Poll::Ready(())
+                })
+                .await;
+                pending_tx.send(()).unwrap();
+                let (answer, synced) = tokio::join!(request, sync);
+                let err = answer
+                    .expect("the paused clock jumped past the stopped request")
+                    .expect_err("a request whose copy failed was served");
+                assert_eq!(err.acl_code(), Some(trap), "{what}: {err:?}");
+                let synced = synced.expect("the paused clock jumped past the synchronisation");
+                assert!(
+                    synced.is_ok() || synced.unwrap_err().acl_code().is_some(),
+                    "{what}"
+                );
+                assert_eq!(start.elapsed(), Duration::ZERO, "{what}: the clock moved");
+            })
+        });
+        stopping.join().unwrap();
+        until_released(&format!("{what}: {}", model.stats()), || model.at_rest());
+        watchdog(&what, || {
+            drop(model);
+            drop(rt);
+        });
+    }
+}
