@@ -390,3 +390,125 @@ fn under_a_paused_clock_work_a_stop_fails_ends_typed_before_a_one_hour_timeout()
         });
     }
 }
+
+/// `DevicePool::reserve` racing `trim_to`, and both racing requests (left unattacked by the
+/// thirty-first session): on a multi-thread runtime, two tasks reserve blocks of three size
+/// classes, two trim to random sizes, two allocate, memset and drop (every third reserve and
+/// request given up on after its first poll), while a thread reads the counters. Every reading adds up (`reserved` is `allocated + awaiting_bytes + cached`, and
+/// within the capacity); each reserve succeeds or is refused for room with
+/// `InvalidArgument` of `DevicePool::reserve`; nothing hangs; at rest a trim empties the pool,
+/// every block it made (`misses`) was given back (`frees`), and once dropped the device holds
+/// nothing of it. Both backends, with and without a capacity, every strategy.
+#[test]
+fn reserves_racing_trims_and_requests_keep_the_counters_exact() {
+    let (_turn, ctx) = turn();
+    const SIZES: [usize; 3] = [4096, 3 * 4096, 64 << 10];
+    let baseline = live_allocations(&ctx);
+    for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
+        for capacity in [None, Some(8 * (64 << 10))] {
+            for strategy in STRATEGIES {
+                let what = format!("{backend:?}, {capacity:?}, {strategy:?}");
+                let mut builder = DevicePool::builder(&ctx).backend(backend);
+                if let Some(capacity) = capacity {
+                    builder = builder.capacity(capacity);
+                }
+                let pool = builder.build().unwrap();
+                let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let checker = {
+                    let (pool, stop, what) = (pool.clone(), stop.clone(), what.clone());
+                    std::thread::spawn(move || {
+                        let mut readings = 0u64;
+                        while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                            let s = pool.stats().cache;
+                            assert_eq!(
+                                s.reserved,
+                                s.allocated + s.awaiting_bytes + s.cached,
+                                "{what}: {s:?}"
+                            );
+                            if let Some(capacity) = capacity {
+                                assert!(s.peak_reserved <= capacity, "{what}: {s:?}");
+                            }
+                            readings += 1;
+                            std::thread::yield_now();
+                        }
+                        readings
+                    })
+                };
+                let rt = multi_thread();
+                watchdog(&what, || {
+                    rt.block_on(async {
+                        let mut tasks = tokio::task::JoinSet::new();
+                        for task in 0..6usize {
+                            let (pool, ctx, what) = (pool.clone(), ctx.clone(), what.clone());
+                            tasks.spawn(async move {
+                                let s = Stream::builder(&ctx).strategy(strategy).build().unwrap();
+                                let mut rng = Rng(0x32b0 + task as u64);
+                                for round in 0..60usize {
+                                    let bytes = SIZES[rng.below(SIZES.len())];
+                                    match task % 3 {
+                                        // Every third reserve given up on after one poll.
+                                        0 if round % 3 == 2 => {
+                                            let reserve = pool.reserve(&s, 1 + round % 4, bytes);
+                                            let _ =
+                                                tokio::time::timeout(Duration::ZERO, reserve).await;
+                                        }
+                                        0 => match pool.reserve(&s, 1 + round % 4, bytes).await {
+                                            Ok(total) => assert!(total >= bytes, "{what}"),
+                                            Err(err) => {
+                                                assert_eq!(
+                                                    invalid(&err),
+                                                    ("DevicePool::reserve", "count"),
+                                                    "{what}"
+                                                );
+                                            }
+                                        },
+                                        1 => {
+                                            pool.trim_to(rng.below(4) * (64 << 10)).unwrap();
+                                        }
+                                        // Every third request given up on after one poll.
+                                        _ if round % 3 == 1 => {
+                                            let alloc = pool.alloc::<u8>(&s, bytes);
+                                            let _ =
+                                                tokio::time::timeout(Duration::ZERO, alloc).await;
+                                        }
+                                        _ => {
+                                            let block = pool.alloc::<u8>(&s, bytes).await.unwrap();
+                                            let block = s.memset(block, round as u8).await.unwrap();
+                                            drop(block);
+                                        }
+                                    }
+                                    tokio::task::yield_now().await;
+                                }
+                                s.synchronize().await.unwrap();
+                            });
+                        }
+                        while let Some(done) = tasks.join_next().await {
+                            done.unwrap();
+                        }
+                    })
+                });
+                stop.store(true, std::sync::atomic::Ordering::Release);
+                assert!(checker.join().unwrap() > 0, "{what}: no reading taken");
+                until_released(&what, || {
+                    let s = pool.stats().cache;
+                    s.allocated == 0 && s.awaiting_blocks == 0 && s.waiters == 0
+                });
+                pool.trim().unwrap();
+                let s = pool.stats().cache;
+                assert_eq!((s.reserved, s.cached), (0, 0), "{what}: {s:?}");
+                assert_eq!(s.quarantined, 0, "{what}: {s:?}");
+                assert_eq!(
+                    s.misses, s.frees,
+                    "{what}: every block made was given back: {s:?}"
+                );
+                watchdog(&what, || {
+                    drop(pool);
+                    drop(rt);
+                });
+                until_released(&format!("{what}: the device's memory"), || {
+                    live_allocations(&ctx) <= baseline
+                });
+            }
+        }
+    }
+}
