@@ -107,10 +107,11 @@ fn doubled(data: &[f32]) -> Vec<f32> {
 }
 
 /// The process-wide span recorder (installed before any device is touched), then the
-/// devices to this test alone.
+/// simulator's three devices to this test alone.
 fn turn() -> (std::sync::MutexGuard<'static, ()>, Context) {
     record_op_spans();
-    let (guard, ctx, _) = exclusive(Some(2));
+    // Device 2 is lost by one test and opened by no other.
+    let (guard, ctx, _) = exclusive(Some(3));
     (guard, ctx)
 }
 
@@ -509,6 +510,116 @@ fn reserves_racing_trims_and_requests_keep_the_counters_exact() {
                     live_allocations(&ctx) <= baseline
                 });
             }
+        }
+    }
+}
+
+/// Requests of a serving backend left behind by everything at once: on a held device, tasks
+/// whose runtime-pool allocations are queued on the device and tasks whose copies in are,
+/// their runtime ended with `shutdown_background`, then the stream pool, the pools and the
+/// context dropped, and only then the device let go (device 1), or lost (device 2, every
+/// strategy at once). docs/observability.md: every `npu_op` span closes (the allocations' once
+/// the device has run them) and none tells an outcome, since no future lived to see one; the
+/// reactor has nothing pending and the device holds nothing of them.
+#[test]
+fn requests_whose_runtime_pools_and_context_go_before_the_device_close_every_span() {
+    let (_turn, _) = turn();
+    let from = mark();
+    // Where each round's requests start in the record, and how many spans they made.
+    let rounds = std::cell::RefCell::new(Vec::new());
+    let serve_and_leave = |device: &Device, strategies: &[npu::stream::Strategy]| {
+        // Two blocks made while the device runs, so that two requests reach their copies;
+        // the allocations of the unbounded pool must be made by the held device.
+        let left: Vec<_> = strategies
+            .iter()
+            .map(|&strategy| {
+                let ctx = device.create_context().unwrap();
+                let model = Model::new(
+                    Stream::builder(&ctx).strategy(strategy),
+                    2,
+                    2,
+                    DevicePoolBackend::RuntimePool,
+                );
+                let unbounded = DevicePool::builder(&ctx)
+                    .backend(DevicePoolBackend::RuntimePool)
+                    .build()
+                    .unwrap();
+                (model, unbounded, ctx)
+            })
+            .collect();
+        let left_from = mark();
+        let held = sim::hold(device).unwrap();
+        let rt = multi_thread();
+        for (model, unbounded, _) in &left {
+            for i in 0..2 {
+                let model = model.clone();
+                rt.spawn(async move { model.run(&input(i)).await });
+            }
+            let stream = model.streams.next();
+            for _ in 0..3 {
+                let (pool, stream) = (unbounded.clone(), stream.clone());
+                rt.spawn(async move { pool.alloc::<u8>(&stream, BLOCK).await.map(drop) });
+            }
+        }
+        // Two copies in and three allocations per model.
+        let queued = 5 * left.len();
+        until("the work queued on the held device", || {
+            left.iter()
+                .all(|(model, ..)| model.device.stats().cache.allocated == 2 * BLOCK)
+                && since(from).spans.iter().filter(|s| !s.closed).count() >= queued
+        });
+        watchdog("the runtime's shutdown", || rt.shutdown_background());
+        watchdog("dropping the models", || drop(left));
+        let made = since(left_from).spans.len();
+        rounds.borrow_mut().push((left_from, made));
+        held
+    };
+    let device = Device::open(1).unwrap();
+    let baseline = live_allocations(device.primary_context());
+    for strategy in STRATEGIES {
+        serve_and_leave(&device, &[strategy]).release().unwrap();
+        until_released(&format!("{strategy:?}: the reactor"), || {
+            npu::stream::reactor_stats().pending() == 0
+        });
+        until_released(&format!("{strategy:?}: the device's memory"), || {
+            live_allocations(device.primary_context()) <= baseline
+        });
+    }
+    let lost = Device::open(2).unwrap();
+    let held = serve_and_leave(&lost, &STRATEGIES);
+    sim::lose(&lost).unwrap();
+    held.release().unwrap();
+    until_released("the lost device's operations", || {
+        npu::stream::reactor_stats().pending() == 0
+    });
+    let seen = since(from);
+    let allocations = seen
+        .spans
+        .iter()
+        .filter(|span| {
+            span.fields
+                .get("op")
+                .is_some_and(|op| op == "aclrtMemPoolMallocAsync")
+        })
+        .count();
+    assert!(
+        allocations >= 3 * 4,
+        "the allocations' spans: {allocations}"
+    );
+    until_released("every span closed", || {
+        since(from).spans.iter().all(|span| span.closed)
+    });
+    for &(left_from, made) in rounds.borrow().iter() {
+        for span in &since(left_from).spans[..made] {
+            let told = span
+                .messages()
+                .iter()
+                .any(|m| m == "completed" || m == "failed");
+            assert!(
+                !told,
+                "a dropped operation told an outcome: {:?}",
+                span.fields
+            );
         }
     }
 }
