@@ -623,3 +623,39 @@ fn requests_whose_runtime_pools_and_context_go_before_the_device_close_every_spa
         }
     }
 }
+
+/// What `DevicePool::alloc`'s documented retry does to a one-shot allocation fault
+/// (`npu::sim::fail_next_alloc`), which the model-based attack assumed the next allocation
+/// always reports: with a block cached, a request for a block of another size takes the fault,
+/// gives the cached block back and retries, and succeeds, so the fault never reaches the
+/// caller and the allocation after it succeeds too; with nothing cached and no block out, the
+/// same request fails out of memory at once. Both backends, on a fresh context each.
+#[test]
+fn a_pool_request_retries_past_a_one_shot_allocation_fault_only_when_it_holds_memory() {
+    let (_turn, _) = turn();
+    let device = Device::open(1).unwrap();
+    for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
+        let what = format!("{backend:?}");
+        let ctx = device.create_context().unwrap();
+        let s = Stream::new(&ctx).unwrap();
+        let pool = DevicePool::builder(&ctx).backend(backend).build().unwrap();
+        // Nothing cached, nothing out: the fault is the request's error.
+        sim::fail_next_alloc(&device).unwrap();
+        let err = run(pool.alloc::<u8>(&s, 64 << 10)).unwrap_err();
+        assert!(err.is_out_of_memory(), "{what}: {err:?}");
+        // A block cached: the request gives it back and retries past the fault.
+        drop(run(pool.alloc::<u8>(&s, 4096)).unwrap());
+        until_released(&what, || pool.stats().cache.cached == 4096);
+        sim::fail_next_alloc(&device).unwrap();
+        let block = run(pool.alloc::<u8>(&s, 64 << 10));
+        assert!(block.is_ok(), "{what}: the retry did not run: {block:?}");
+        let after = pool.stats().cache;
+        assert_eq!((after.cached, after.frees), (0, 1), "{what}: {after:?}");
+        assert!(
+            DeviceBuffer::<u8>::new(&ctx, 1).is_ok(),
+            "{what}: the fault was the pool's to take"
+        );
+        drop(block);
+        drop((pool, s));
+    }
+}
