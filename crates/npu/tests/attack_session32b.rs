@@ -659,3 +659,103 @@ fn a_pool_request_retries_past_a_one_shot_allocation_fault_only_when_it_holds_me
         drop((pool, s));
     }
 }
+
+/// `StreamPool`'s docs ("stopping work already queued is per stream") as a server meets it
+/// afterwards: one stream of a two-stream pool stopped (`Stream::stop`) under requests queued
+/// on the held device, the device let go. Every request on the stopped stream ends with a typed
+/// error, the other stream's are served; then, before anyone aborts it, each later request the
+/// pool hands the stopped stream ends with a typed error at once, never a hang (its
+/// allocation, copies and launch); once it is aborted, every request is served. Both
+/// backends, every strategy.
+#[test]
+fn a_stopped_stream_in_the_pool_fails_each_later_request_until_an_abort_mends_it() {
+    let (_turn, _) = turn();
+    let device = Device::open(1).unwrap();
+    for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?}, {strategy:?}");
+            let ctx = device.create_context().unwrap();
+            let model = Model::new(Stream::builder(&ctx).strategy(strategy), 2, 8, backend);
+            let rt = multi_thread();
+            let held = sim::hold(&device).unwrap();
+            let requests: Vec<_> = (0..6)
+                .map(|i| {
+                    let model = model.clone();
+                    rt.spawn(async move { (i, model.run(&input(i)).await) })
+                })
+                .collect();
+            until(&format!("{what}: requests queued"), || {
+                model.device.stats().cache.allocated >= 6 * BLOCK
+            });
+            let stopped = model.streams.streams()[0].clone();
+            stopped.stop().unwrap();
+            drop(held);
+            let ended = rt.block_on(async {
+                tokio::time::timeout(HANG, futures::future::join_all(requests))
+                    .await
+                    .unwrap_or_else(|_| panic!("{what}: a request hung"))
+            });
+            let failed = ended
+                .into_iter()
+                .map(|ended| ended.unwrap())
+                .filter(|(i, answer)| match answer {
+                    Ok(out) => {
+                        assert_eq!(out, &doubled(&input(*i)), "{what}: request {i}");
+                        false
+                    }
+                    Err(err) => {
+                        assert!(
+                            matches!(err, Error::Acl(_) | Error::Aborted { .. }),
+                            "{what}: request {i}: {err:?}"
+                        );
+                        true
+                    }
+                })
+                .count();
+            assert_eq!(
+                failed, 3,
+                "{what}: the stopped stream's requests, and only they"
+            );
+            until_released(&format!("{what}: {}", model.stats()), || model.at_rest());
+            // Each later request the pool hands the stopped stream (every other one) fails.
+            let mut later_failed = 0;
+            for round in 0..4 {
+                let answer = rt.block_on(async {
+                    tokio::time::timeout(HANG, model.run(&input(round)))
+                        .await
+                        .unwrap_or_else(|_| panic!("{what}: a request after the stop hung"))
+                });
+                match answer {
+                    Ok(out) => assert_eq!(out, doubled(&input(round)), "{what}"),
+                    Err(err) => {
+                        later_failed += 1;
+                        assert!(
+                            matches!(err, Error::Acl(_) | Error::Aborted { .. }),
+                            "{what}: {err:?}"
+                        );
+                    }
+                }
+                until_released(&format!("{what}: {}", model.stats()), || model.at_rest());
+            }
+            assert_eq!(later_failed, 2, "{what}: the stopped stream ran later work");
+            rt.block_on(async { stopped.abort().await.unwrap() });
+            rt.block_on(async {
+                for round in 0..4 {
+                    let out = tokio::time::timeout(HANG, model.run(&input(round)))
+                        .await
+                        .unwrap_or_else(|_| panic!("{what}: a request after the abort hung"));
+                    assert_eq!(
+                        out.unwrap(),
+                        doubled(&input(round)),
+                        "{what}: after the abort"
+                    );
+                }
+            });
+            until_released(&format!("{what}: {}", model.stats()), || model.at_rest());
+            watchdog(&what, || {
+                drop(model);
+                drop(rt);
+            });
+        }
+    }
+}
