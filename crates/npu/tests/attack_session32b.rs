@@ -107,11 +107,11 @@ fn doubled(data: &[f32]) -> Vec<f32> {
 }
 
 /// The process-wide span recorder (installed before any device is touched), then the
-/// simulator's three devices to this test alone.
+/// simulator's four devices to this test alone.
 fn turn() -> (std::sync::MutexGuard<'static, ()>, Context) {
     record_op_spans();
-    // Device 2 is lost by one test and opened by no other.
-    let (guard, ctx, _) = exclusive(Some(3));
+    // Devices 2 and 3 are each lost by one test and opened by no other.
+    let (guard, ctx, _) = exclusive(Some(4));
     (guard, ctx)
 }
 
@@ -758,4 +758,82 @@ fn a_stopped_stream_in_the_pool_fails_each_later_request_until_an_abort_mends_it
             });
         }
     }
+}
+
+/// docs/observability.md, "Tests in paused time", for work its device's loss ends: on a paused
+/// runtime, requests over a `StreamPool` of each strategy (device 3), their copies in queued on
+/// the held device, each raced against a one-hour `timeout`; another thread loses the device
+/// once all are pending. Every request ends with the loss as a typed error, not the timeout,
+/// the clock does not move, every block comes back, and dropping the models and the runtime
+/// returns.
+#[test]
+fn under_a_paused_clock_requests_on_a_device_lost_end_typed_before_a_one_hour_timeout() {
+    let (_turn, _) = turn();
+    let device = Device::open(3).unwrap();
+    let models: Vec<_> = STRATEGIES
+        .iter()
+        .map(|&strategy| {
+            let ctx = device.primary_context();
+            Model::new(
+                Stream::builder(ctx).strategy(strategy),
+                2,
+                2,
+                DevicePoolBackend::Caching,
+            )
+        })
+        .collect();
+    let held = sim::hold(&device).unwrap();
+    let (pending_tx, pending_rx) = std::sync::mpsc::channel::<()>();
+    let losing = {
+        let device = device.clone();
+        std::thread::spawn(move || {
+            pending_rx
+                .recv_timeout(HANG)
+                .expect("the requests never waited");
+            sim::lose(&device).unwrap();
+            drop(held);
+        })
+    };
+    let rt = paused_runtime();
+    let hour = Duration::from_secs(3600);
+    watchdog("requests on the lost device", || {
+        rt.block_on(async {
+            let start = tokio::time::Instant::now();
+            let inputs: Vec<_> = (0..4).map(input).collect();
+            let mut requests: Vec<_> = models
+                .iter()
+                .flat_map(|model| {
+                    inputs
+                        .iter()
+                        .map(|data| Box::pin(tokio::time::timeout(hour, model.run(data))))
+                })
+                .collect();
+            std::future::poll_fn(|cx| {
+                for request in &mut requests {
+                    assert!(request.as_mut().poll(cx).is_pending());
+                }
+                std::task::Poll::Ready(())
+            })
+            .await;
+            pending_tx.send(()).unwrap();
+            for answer in futures::future::join_all(requests).await {
+                let err = answer
+                    .expect("the paused clock jumped past a request on the lost device")
+                    .expect_err("a lost device served a request");
+                assert!(
+                    matches!(err, Error::Acl(_) | Error::Aborted { .. }),
+                    "a typed device error, got {err:?}"
+                );
+            }
+            assert_eq!(start.elapsed(), Duration::ZERO, "the clock moved");
+        })
+    });
+    losing.join().unwrap();
+    for model in &models {
+        until_released(&model.stats(), || model.at_rest());
+    }
+    watchdog("dropping the lost device's models and runtime", || {
+        drop(models);
+        drop(rt);
+    });
 }
