@@ -25,6 +25,7 @@
 //! # std::fs::remove_file(&path).ok();
 //! ```
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -373,8 +374,15 @@ pub(crate) fn enable_from_env() {
 }
 
 /// Records a task a stream ran, or a synchronous copy or memset with `stream` 0 (the device's
-/// "synchronous ops" track; stream ids start at 1).
-pub(crate) fn record_task(device: i32, stream: i32, task: &Task, start_ns: u64, end_ns: u64) {
+/// "synchronous ops" track; stream ids start at 1). `failed`: the task ended with an error.
+pub(crate) fn record_task(
+    device: i32,
+    stream: i32,
+    task: &Task,
+    start_ns: u64,
+    end_ns: u64,
+    failed: bool,
+) {
     if !is_enabled() {
         return;
     }
@@ -384,8 +392,10 @@ pub(crate) fn record_task(device: i32, stream: i32, task: &Task, start_ns: u64, 
     }
     let shape = match &task.op {
         Op::Record(record) => Shape::Record(flow_id(record)),
-        Op::Wait { record, .. } => Shape::Wait(flow_id(record)),
-        Op::Reset { .. } | Op::ProfMarker(_) => Shape::Instant,
+        // A wait that failed was not released by its record (it timed out, possibly before the
+        // record ran, or the record was discarded): an arrow to it would say it was.
+        Op::Wait { record, .. } if !failed => Shape::Wait(flow_id(record)),
+        Op::Wait { .. } | Op::Reset { .. } | Op::ProfMarker(_) => Shape::Instant,
         _ => Shape::Slice,
     };
     record(Span {
@@ -421,10 +431,11 @@ fn micros(ns: u64) -> f64 {
 }
 
 /// The trace events of one span: a complete event for a task with a duration; an instant
-/// (thread-scoped) for a marker, plus the flow start or end that links a record to its waits.
-/// The flow events are bound to the enclosing marker ("bp": "e"), so viewers draw the arrow
-/// between the two instants.
-fn render_span(span: &Span, waited: &std::collections::HashSet<&str>) -> Vec<Value> {
+/// (thread-scoped) for a marker, plus the flow start or end that links a record to its waits,
+/// when the trace holds both ends (`waited`: records a wait in it ended on; `recorded`:
+/// records it holds). The flow events are bound to the enclosing marker ("bp": "e"), so
+/// viewers draw the arrow between the two instants.
+fn render_span(span: &Span, waited: &HashSet<&str>, recorded: &HashSet<&str>) -> Vec<Value> {
     let (pid, tid) = (span.device, span.stream);
     let slice = |ph: &str| {
         json!({
@@ -460,25 +471,37 @@ fn render_span(span: &Span, waited: &std::collections::HashSet<&str>) -> Vec<Val
         Shape::Record(id) if waited.contains(id.as_str()) => {
             vec![instant(span.end_ns), at(span.end_ns, "s", id)]
         }
-        Shape::Record(_) | Shape::Instant => vec![instant(span.end_ns)],
-        Shape::Wait(id) => vec![instant(span.end_ns), at(span.end_ns, "f", id)],
+        // A wait on a record made before the trace began (or past its span limit) ends no
+        // arrow: nothing in the file starts it.
+        Shape::Wait(id) if recorded.contains(id.as_str()) => {
+            vec![instant(span.end_ns), at(span.end_ns, "f", id)]
+        }
+        Shape::Record(_) | Shape::Wait(_) | Shape::Instant => vec![instant(span.end_ns)],
     }
 }
 
 fn render(spans: &[Span], dropped: u64) -> Value {
     let mut tracks = std::collections::BTreeSet::new();
-    // Only a record that something waited on starts an arrow.
-    let waited: std::collections::HashSet<&str> = spans
-        .iter()
-        .filter_map(|span| match &span.shape {
-            Shape::Wait(id) => Some(id.as_str()),
-            _ => None,
-        })
-        .collect();
+    // Only a record that something waited on starts an arrow, and only a wait whose record
+    // is in the trace ends one.
+    let ids = |wanted: fn(&Shape) -> Option<&str>| -> HashSet<&str> {
+        spans
+            .iter()
+            .filter_map(|span| wanted(&span.shape))
+            .collect()
+    };
+    let waited = ids(|shape| match shape {
+        Shape::Wait(id) => Some(id.as_str()),
+        _ => None,
+    });
+    let recorded = ids(|shape| match shape {
+        Shape::Record(id) => Some(id.as_str()),
+        _ => None,
+    });
     let mut events = Vec::with_capacity(spans.len());
     for span in spans {
         tracks.insert((span.device, span.stream));
-        events.extend(render_span(span, &waited));
+        events.extend(render_span(span, &waited, &recorded));
     }
     let devices: std::collections::BTreeSet<i32> = tracks.iter().map(|&(d, _)| d).collect();
     for device in devices {

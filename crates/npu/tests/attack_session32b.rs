@@ -837,3 +837,101 @@ fn under_a_paused_clock_requests_on_a_device_lost_end_typed_before_a_one_hour_ti
         drop(rt);
     });
 }
+
+/// The flow arrows of every `"f"` (a wait's end) in the trace file at `path`, paired with
+/// their `"s"` (the record's start): `None` for an end no record starts.
+fn trace_flows(path: &std::path::Path) -> Vec<(serde_json::Value, Option<serde_json::Value>)> {
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    let start = |id: &serde_json::Value| {
+        events
+            .iter()
+            .find(|e| e["ph"] == "s" && &e["id"] == id)
+            .cloned()
+    };
+    events
+        .iter()
+        .filter(|e| e["ph"] == "f")
+        .map(|end| (end.clone(), start(&end["id"])))
+        .collect()
+}
+
+/// docs/observability.md, the timeline: "a flow arrow (`"s"` at the record, `"f"` at each wait
+/// on it) shows which record released which wait", and the trace's checks ("flows that pair
+/// up: every end has its start, never earlier"), for waits no record released: a
+/// `Stream::wait_event_timeout` that timed out (the record, behind a notify wait, runs only
+/// afterwards), one whose record an abort discarded, and one whose record ran before the trace
+/// began (`Guard::start` mid-program). None may end an arrow; a wait the record did release
+/// still does.
+#[test]
+fn the_trace_draws_no_arrow_to_a_wait_no_record_released() {
+    let (_turn, _) = turn();
+    let device = Device::open(1).unwrap();
+    let ctx = device.create_context().unwrap();
+    let path = std::env::temp_dir().join(format!("npu-attack32b-{}.json", std::process::id()));
+    let [a, b, c, d, e] = [0; 5].map(|_| Stream::new(&ctx).unwrap());
+    let (late, never) = (
+        npu::stream::Notify::new(&ctx).unwrap(),
+        npu::stream::Notify::new(&ctx).unwrap(),
+    );
+    let (timed_out, discarded, released) = (
+        npu::Event::new(&ctx).unwrap(),
+        npu::Event::new(&ctx).unwrap(),
+        npu::Event::new(&ctx).unwrap(),
+    );
+    // A record made before the trace begins, waited on once it has.
+    let early = npu::Event::new(&ctx).unwrap();
+    early.record(&a).unwrap();
+    run(a.synchronize()).unwrap();
+    let guard = sim::trace::Guard::start(&path);
+    run(async {
+        b.wait_event(&early).unwrap();
+        // A record that runs only after the wait on it timed out.
+        let blocked = a.wait_notify(&late);
+        timed_out.record(&a).unwrap();
+        let err = b
+            .wait_event_timeout(&timed_out, Duration::from_secs(1))
+            .await
+            .expect_err("the record cannot have run");
+        assert!(err.error.is_timeout(), "{err:?}");
+        c.record_notify(&late).await.unwrap();
+        blocked.await.unwrap();
+        timed_out.wait().await.unwrap();
+        // A record an abort discards, and a wait on it.
+        let stuck = d.wait_notify(&never);
+        discarded.record(&d).unwrap();
+        let waiting = e.wait_event_timeout(&discarded, Duration::from_secs(30));
+        d.abort().await.unwrap();
+        assert!(stuck.await.is_err());
+        assert!(
+            waiting.await.is_err(),
+            "a wait on a discarded record was released"
+        );
+        // A record that releases its wait.
+        released.record(&a).unwrap();
+        b.wait_event(&released).unwrap();
+        // The first synchronisation of a stream reports its failed wait once.
+        for s in [&a, &b, &c, &d, &e] {
+            let _ = s.synchronize().await;
+            s.synchronize().await.unwrap();
+        }
+    });
+    assert_eq!(guard.finish().unwrap().as_deref(), Some(path.as_path()));
+    let flows = trace_flows(&path);
+    std::fs::remove_file(&path).ok();
+    for (end, start) in &flows {
+        let start = start
+            .as_ref()
+            .unwrap_or_else(|| panic!("an arrow ends at a wait no record starts: {end}"));
+        assert!(
+            end["ts"].as_f64() >= start["ts"].as_f64(),
+            "an arrow ends before its record: {start} -> {end}"
+        );
+    }
+    assert_eq!(
+        flows.len(),
+        1,
+        "only the released wait ends an arrow: {flows:?}"
+    );
+}

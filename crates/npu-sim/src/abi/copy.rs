@@ -109,7 +109,7 @@ fn run_now(sim: &Sim, device: &Device, task: Task) -> Res<()> {
         }
         None => device.clock.now_ns(),
     };
-    trace::record_task(device.id, 0, &task, start_ns, end_ns);
+    trace::record_task(device.id, 0, &task, start_ns, end_ns, false);
     Ok(())
 }
 

@@ -88,7 +88,14 @@ impl Stream {
                 if let Some(code) = stop {
                     self.health.stop(code);
                 }
-                trace::record_task(self.device.id, self.id, task, start_ns, end_ns);
+                trace::record_task(
+                    self.device.id,
+                    self.id,
+                    task,
+                    start_ns,
+                    end_ns,
+                    failure.is_some(),
+                );
             }
             Retired::Abandoned => {
                 let code = self.discarding().unwrap_or(ACL_ERROR_RT_STREAM_ABORT);
