@@ -1111,3 +1111,360 @@ fn ipc_memory_notifies_and_events_are_shared_with_a_spawned_process_in_c() {
          ipc flow ok\n"
     );
 }
+
+/// The headers whose functions the ABI sweep calls: every function the simulator exports.
+const SWEPT_HEADERS: [&str; 5] = [
+    "acl_base_rt.h",
+    "acl_rt.h",
+    "acl_rt_allocator.h",
+    "acl_rt_memory_soma.h",
+    "acl_platform.h",
+];
+
+/// The types the sweep attacks as handles: by value the `void *` typedefs the runtime issues,
+/// and the opaque structures it hands out pointers to. Memory addresses and the allocator's
+/// user objects are the caller's, not handles.
+const SWEPT_HANDLES: [&str; 21] = [
+    "aclrtStream",
+    "aclrtEvent",
+    "aclrtContext",
+    "aclrtNotify",
+    "aclrtCntNotify",
+    "aclrtLabel",
+    "aclrtLabelList",
+    "aclrtMemPool",
+    "aclDataBuffer *",
+    "aclrtDrvMemHandle",
+    "aclrtGroupInfo *",
+    "aclrtAllocatorDesc",
+    "aclrtMbuf",
+    "aclmdlRI",
+    "aclrtBinary",
+    "aclrtBinHandle",
+    "aclrtFuncHandle",
+    "aclrtArgsHandle",
+    "aclrtParamHandle",
+    "aclmdlRITask",
+    "aclrtTaskGrp",
+];
+
+/// `text` without comments, preprocessor lines and what `#ifdef __cplusplus` guards.
+fn c_declarations_only(text: &str) -> String {
+    let mut plain = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("/*") {
+        plain.push_str(&rest[..start]);
+        let end = rest[start..].find("*/").expect("unterminated comment") + start + 2;
+        plain.push(' ');
+        rest = &rest[end..];
+    }
+    plain.push_str(rest);
+    let mut kept = String::new();
+    // The depth of open #if blocks, and the depth at which a __cplusplus block opened.
+    let (mut depth, mut cxx_from) = (0usize, None);
+    for line in plain.lines() {
+        let line = line.split("//").next().unwrap();
+        let directive = line.trim_start();
+        if let Some(directive) = directive.strip_prefix('#') {
+            let directive = directive.trim_start();
+            if directive.starts_with("if") {
+                depth += 1;
+                if directive.contains("__cplusplus") && cxx_from.is_none() {
+                    cxx_from = Some(depth);
+                }
+            } else if directive.starts_with("endif") {
+                if cxx_from == Some(depth) {
+                    cxx_from = None;
+                }
+                depth -= 1;
+            }
+        } else if cxx_from.is_none() {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept
+}
+
+/// Removes every `MACRO(...)` (its parenthesised argument may hold string literals).
+fn without_macro(text: &str, macro_name: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(macro_name) {
+        out.push_str(&rest[..start]);
+        let open = start + rest[start..].find('(').unwrap();
+        let (mut nesting, mut in_string, mut end) = (0, false, open);
+        for (offset, c) in rest[open..].char_indices() {
+            match c {
+                '"' => in_string = !in_string,
+                '(' if !in_string => nesting += 1,
+                ')' if !in_string => {
+                    nesting -= 1;
+                    if nesting == 0 {
+                        end = open + offset + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A function a header declares: its name, return type and parameter types.
+struct Declared {
+    name: String,
+    returns: String,
+    params: Vec<String>,
+}
+
+/// `params` split at the commas outside parentheses.
+fn split_params(params: &str) -> Vec<String> {
+    let (mut out, mut nesting, mut current) = (Vec::new(), 0, String::new());
+    for c in params.chars() {
+        match c {
+            '(' => nesting += 1,
+            ')' => nesting -= 1,
+            ',' if nesting == 0 => {
+                out.push(std::mem::take(&mut current));
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    out.push(current);
+    out.into_iter()
+        .map(|param| param.split_whitespace().collect::<Vec<_>>().join(" "))
+        // A variadic function is called without variable arguments.
+        .filter(|param| !param.is_empty() && param != "void" && param != "...")
+        .collect()
+}
+
+/// A parameter's type: its declaration without the parameter's name.
+fn param_type(param: &str) -> String {
+    assert!(
+        !param.contains('(') && !param.contains('['),
+        "the sweep's generator takes no function pointer or array parameters: {param}"
+    );
+    let name_start = param
+        .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .map_or(0, |at| at + 1);
+    let ty = param[..name_start].trim();
+    assert!(!ty.is_empty(), "a parameter without a name: {param}");
+    ty.to_owned()
+}
+
+/// The statements of `SWEPT_HEADERS` (declarations and definitions), whitespace collapsed.
+fn header_statements() -> Vec<String> {
+    let mut statements = Vec::new();
+    for header in SWEPT_HEADERS {
+        let text = std::fs::read_to_string(include_dir().join("acl").join(header)).unwrap();
+        let text = without_macro(&c_declarations_only(&text), "ACL_DEPRECATED_MESSAGE");
+        // Statements end at a ';' outside braces: structure and enum bodies stay inside theirs.
+        let (mut statement, mut braces) = (String::new(), 0);
+        for c in text.chars() {
+            match c {
+                '{' => braces += 1,
+                '}' => braces -= 1,
+                ';' if braces == 0 => {
+                    let words = std::mem::take(&mut statement);
+                    statements.push(words.split_whitespace().collect::<Vec<_>>().join(" "));
+                    continue;
+                }
+                _ => {}
+            }
+            statement.push(c);
+        }
+    }
+    statements
+}
+
+/// Every function `SWEPT_HEADERS` declare.
+fn declared_functions() -> Vec<Declared> {
+    let mut functions = Vec::new();
+    for statement in header_statements() {
+        let decl = statement.trim_start_matches("ACL_FUNC_VISIBILITY ");
+        if decl.starts_with("typedef") || decl.contains('{') || !decl.ends_with(')') {
+            continue;
+        }
+        let open = decl.find('(').unwrap();
+        let head = decl[..open].trim();
+        let name_start = head.rfind([' ', '*']).unwrap() + 1;
+        functions.push(Declared {
+            name: head[name_start..].to_owned(),
+            returns: head[..name_start].trim().to_owned(),
+            params: split_params(&decl[open + 1..decl.len() - 1])
+                .iter()
+                .map(|param| param_type(param))
+                .collect(),
+        });
+    }
+    functions
+}
+
+/// The function pointer types `SWEPT_HEADERS` define (`typedef R (*Name)(...)`).
+fn callback_types() -> Vec<String> {
+    header_statements()
+        .iter()
+        .filter(|statement| statement.starts_with("typedef"))
+        .filter_map(|statement| {
+            let name = &statement[statement.find("(*")? + 2..];
+            Some(name[..name.find(')')?].trim().to_owned())
+        })
+        .collect()
+}
+
+/// The handle `ty` is (an entry of `SWEPT_HANDLES`), if it is one.
+fn swept_handle(ty: &str) -> Option<&'static str> {
+    let ty = ty.trim_start_matches("const ").replace(" *", "*");
+    SWEPT_HANDLES
+        .into_iter()
+        .find(|handle| handle.replace(" *", "*") == ty)
+}
+
+/// abi_sweep_calls.h for `functions`: a thunk per function and the table abi_sweep.c runs.
+fn sweep_calls_header(functions: &[Declared]) -> String {
+    let callbacks = callback_types();
+    let mut thunks = String::new();
+    let mut table = String::from("static const struct sweep_entry sweep_entries[] = {\n");
+    for (i, function) in functions.iter().enumerate() {
+        thunks.push_str(&format!(
+            "static long long sweep_{i}(const struct sweep_call *call)\n{{\n    (void)call;\n"
+        ));
+        let mut handles = Vec::new();
+        for (index, ty) in function.params.iter().enumerate() {
+            let kind = if let Some(handle) = swept_handle(ty) {
+                handles.push(format!(
+                    "{{{index}, HANDLE_{}}}",
+                    handle.trim_end_matches(" *")
+                ));
+                "SWEEP_HANDLE"
+            } else if callbacks.contains(ty) {
+                "SWEEP_CALLBACK"
+            } else if ty.contains('*') {
+                "SWEEP_POINTER"
+            } else {
+                "SWEEP_VALUE"
+            };
+            // A const parameter is filled like any other: declare it without its top const.
+            let declared = if ty.contains('*') {
+                ty.trim_end_matches("const").trim_end()
+            } else {
+                ty.trim_start_matches("const ")
+            };
+            thunks.push_str(&format!(
+                "    {declared} a{index};\n    sweep_fill(&a{index}, sizeof a{index}, {kind}, {index}, call);\n"
+            ));
+        }
+        let args = (0..function.params.len())
+            .map(|index| format!("a{index}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let invocation = format!("{}({args})", function.name);
+        thunks.push_str(&match function.returns.as_str() {
+            "void" => format!("    {invocation};\n    return 0;\n}}\n"),
+            returns if returns.contains('*') || swept_handle(returns).is_some() => {
+                format!("    return {invocation} != NULL;\n}}\n")
+            }
+            _ => format!("    return (long long){invocation};\n}}\n"),
+        });
+        table.push_str(&format!(
+            "    {{\"{}\", sweep_{i}, {}, {{{}}}}},\n",
+            function.name,
+            handles.len(),
+            handles.join(", ")
+        ));
+    }
+    table.push_str("};\n");
+    thunks + &table
+}
+
+/// The codes the headers define for aclError (ACL_ERROR_* and ACL_ERROR_RT_*).
+fn defined_error_codes() -> std::collections::HashSet<i64> {
+    let mut codes = std::collections::HashSet::new();
+    let dir = include_dir().join("acl");
+    let headers = std::fs::read_dir(&dir)
+        .unwrap()
+        .chain(std::fs::read_dir(dir.join("error_codes")).unwrap())
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "h"));
+    for header in headers {
+        for line in std::fs::read_to_string(header).unwrap().lines() {
+            let Some(at) = line.find("ACL_ERROR_") else {
+                continue;
+            };
+            let value = line[at..]
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|digits| !digits.is_empty())
+                .last();
+            if let Some(code) = value.and_then(|digits| digits.parse().ok()) {
+                codes.insert(code);
+            }
+        }
+    }
+    codes
+}
+
+/// Every function the headers declare, called with NULL and zero arguments before and after
+/// aclInit, and with each handle argument stale, never issued (0x1234) and a pointer to zeroed
+/// memory: no call crashes, aborts or hangs its child; every aclError is 0 or a code the headers
+/// define; no bad handle is accepted (an aclError of 0, or a non-zero pointer, size or value).
+#[test]
+fn every_declared_function_survives_null_zero_and_bad_handle_arguments() {
+    let functions = declared_functions();
+    assert!(
+        functions.len() >= 400,
+        "the header parser found {} functions",
+        functions.len()
+    );
+    let generated = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("npu-sim-abi-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&generated).unwrap();
+    std::fs::write(
+        generated.join("abi_sweep_calls.h"),
+        sweep_calls_header(&functions),
+    )
+    .unwrap();
+    let include = format!("-I{}", generated.display());
+    let stdout = run(&compile("abi_sweep", &[&include]));
+    let _ = std::fs::remove_dir_all(&generated);
+    let codes = defined_error_codes();
+    let returns_error: std::collections::HashMap<&str, bool> = functions
+        .iter()
+        .map(|function| (function.name.as_str(), function.returns == "aclError"))
+        .collect();
+    let mut defects = Vec::new();
+    let mut done = 0;
+    for line in stdout.lines() {
+        let words: Vec<&str> = line.split(' ').collect();
+        match words.as_slice() {
+            [_, "done"] => done += 1,
+            ["swept", count, "functions"] => assert_eq!(*count, functions.len().to_string()),
+            [name, mode, value] if value.parse::<i64>().is_ok() => {
+                let value: i64 = value.parse().unwrap();
+                // Handles made before a reset or aclFinalize may live on (an explicit context,
+                // events, host-side objects): those calls need only return a code.
+                let bad_handle = mode.contains('@')
+                    && !mode.starts_with("reset")
+                    && !mode.starts_with("finalized")
+                    // The reference: unregistering from a stream without a registration succeeds.
+                    && *name != "aclrtAllocatorUnregister";
+                let wrong = if returns_error[name] {
+                    (value != 0 && !codes.contains(&value)) || (bad_handle && value == 0)
+                } else {
+                    bad_handle && value != 0
+                };
+                if wrong {
+                    defects.push(line.to_owned());
+                }
+            }
+            _ => defects.push(line.to_owned()),
+        }
+    }
+    assert_eq!(defects, Vec::<String>::new(), "sweep output:\n{stdout}");
+    assert_eq!(done, functions.len(), "sweep output:\n{stdout}");
+}
