@@ -44,12 +44,19 @@ pub(crate) struct Located {
 }
 
 impl Located {
-    /// For a pointer the simulator owns (device or pinned), checks `[ptr, ptr+len)` stays
-    /// inside its allocation. Returns whether the range is memory the runtime knows, and so
+    /// Checks `[ptr, ptr+len)` ends inside the address space and, for a pointer the simulator
+    /// owns (device or pinned), inside its allocation. Returns whether the range is memory the runtime knows, and so
     /// re-checked when a task runs: simulator-owned, or registered host memory (whose
     /// registration a task finds gone if aclrtHostUnregister came first, as a replay of a
     /// capture made before it would).
     pub(crate) fn check_range(&self, ptr: usize, len: usize, what: &str) -> Res<bool> {
+        // Whatever memory it is (pageable memory is the caller's to vouch for, not checked
+        // further), no range ends past the address space: a memset or copy would write that far.
+        ensure!(
+            ptr.checked_add(len).is_some(),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "{what} range {ptr:#x}+{len} runs past the end of the address space"
+        );
         match self.allocation {
             Some((base, _, _)) => {
                 let span = self.span;

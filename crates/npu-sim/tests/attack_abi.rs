@@ -1522,7 +1522,8 @@ fn a_dropped_blocking_callback_never_runs() {
 /// Promise: a byte count that would carry the end of its range past the end of the address
 /// space is refused with 107000, never wrapped round to a small end that passes the range
 /// checks (a debug build's overflow check turned it into 507000; a release build went on and
-/// wrote that far: a segmentation fault at the first memset), and the memory is left alone.
+/// wrote that far: a segmentation fault at the first memset), and the memory is left alone;
+/// pageable host memory too (a memset or a copy between pageable buffers wrote that far).
 #[test]
 fn ranges_that_wrap_the_address_space_are_refused() {
     install_eight_devices();
@@ -1551,7 +1552,12 @@ fn ranges_that_wrap_the_address_space_are_refused() {
     let mut alias = ptr::null_mut();
     let page = vec![0u8; 2 * 4096];
     let aligned = page.as_ptr().wrapping_add(page.as_ptr().align_offset(4096)) as *mut c_void;
-    let calls: [(&str, aclError); 11] = [
+    // Pageable memory is the caller's to vouch for, but no buffer's end lies past the address
+    // space.
+    let mut pageable = [0u8; 128];
+    let pageable_src = [0u8; 128];
+    let pageable_in = pageable.as_mut_ptr().wrapping_add(64).cast::<c_void>();
+    let calls: [(&str, aclError); 14] = [
         (
             "aclrtMemset",
             code!(aclrtMemset(dev_in, usize::MAX, 1, wraps)),
@@ -1563,6 +1569,24 @@ fn ranges_that_wrap_the_address_space_are_refused() {
         (
             "aclrtMemsetAsync",
             code!(aclrtMemsetAsync(dev_in, usize::MAX, 1, wraps, stream)),
+        ),
+        (
+            "aclrtMemset of pageable memory",
+            code!(aclrtMemset(pageable_in, usize::MAX, 1, wraps)),
+        ),
+        (
+            "aclrtMemsetAsync of pageable memory",
+            code!(aclrtMemsetAsync(pageable_in, usize::MAX, 1, wraps, stream)),
+        ),
+        (
+            "aclrtMemcpy between pageable buffers",
+            code!(aclrtMemcpy(
+                pageable_in,
+                usize::MAX,
+                pageable_src.as_ptr().cast(),
+                wraps,
+                ACL_MEMCPY_HOST_TO_HOST
+            )),
         ),
         (
             "aclrtMemcpy",
@@ -1647,6 +1671,7 @@ fn ranges_that_wrap_the_address_space_are_refused() {
     }
     acl!(aclrtSynchronizeStream(stream));
     assert_eq!(download::<u8>(dev, 4096), vec![0; 4096], "nothing written");
+    assert_eq!(pageable, [0; 128], "nothing written to pageable memory");
     acl!(aclrtFreeHost(host));
     acl!(aclrtFree(managed));
     acl!(aclrtFree(dev));
