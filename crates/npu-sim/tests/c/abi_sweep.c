@@ -1,14 +1,25 @@
 /* A sweep of every function the runtime headers declare, for robustness against misuse: each
  * runs in a child process of its own (a crash or hang of one hides none of the others) and is
- * called with every pointer NULL and every integer 0, before aclInit and after it, then with
- * each of its handle arguments stale (created and destroyed), a value never issued (0x1234) and
- * a pointer to zeroed memory, its other pointers pointing at zeroed scratch memory.
+ * called, in this order:
+ *   zero-before-init      every pointer NULL, every integer 0, before aclInit;
+ *   zero, null-max        the same after aclInit and aclrtSetDevice(0), then with every bit of
+ *                         every integer set (-1, SIZE_MAX);
+ *   valid-ones, valid-max pointers at zeroed scratch memory, integers 1, then all bits set;
+ *   stale, garbage, zeroed (each with -ones and -max)  for each handle argument in turn: a
+ *                         handle created and destroyed, a value never issued (0x1234), a pointer
+ *                         to zeroed memory; the other pointers at scratch memory;
+ *   other-kind            a live handle of another kind (an event; a stream for an event);
+ *   reset, finalized      handles made before aclrtResetDeviceForce(0), then before aclFinalize;
+ *   zero-after-finalize   NULL and 0 after aclFinalize;
+ *   live (-ones, -max)    after a second aclInit, live handles of the right kinds.
  *
  * The calls come from abi_sweep_calls.h, which tests/c_programs.rs generates from the headers
  * at test time (so a function added to a header is swept without a change here): one thunk per
- * function that fills each argument with sweep_fill and returns what the function returned.
+ * function that fills each argument with sweep_fill and returns what the function returned (a
+ * pointer as whether it is non-NULL).
  *
- * Output: one line "<function> <mode> <value>" per call, then "<function> done" when its child
+ * Output: one line "<function> <mode>[@<argument>] <value>" per call ("<function> panic ..."
+ * after one the library turned from a panic into 507000), then "<function> done" when its child
  * exited 0, or "<function> signal <n>" / "<function> exit <n>" when it did not; SIGALRM (14)
  * means the child hung for 20 s. With an argument, only the function of that name is swept. */
 #define _GNU_SOURCE
@@ -72,6 +83,7 @@ struct sweep_call {
     void *bad;          /* the bad handle value */
     int valid_pointers; /* non-handle pointers point at zeroed scratch memory instead of NULL */
     enum sweep_values values;
+    void *live[16]; /* by argument: a live handle for a handle argument (NULL: none) */
 };
 
 struct sweep_entry {
@@ -94,6 +106,8 @@ static void sweep_fill(void *arg, size_t size, enum sweep_kind kind, int index,
 {
     if (index == call->target && size == sizeof call->bad) {
         memcpy(arg, &call->bad, sizeof call->bad);
+    } else if (kind == SWEEP_HANDLE && call->live[index] != NULL) {
+        memcpy(arg, &call->live[index], sizeof call->live[index]);
     } else if (kind == SWEEP_POINTER && call->valid_pointers) {
         void *pointer = scratch;
         memcpy(arg, &pointer, sizeof pointer);
@@ -258,20 +272,30 @@ static long long call(const struct sweep_entry *entry, const struct sweep_call *
     return entry->call(how);
 }
 
+/* aclInit and device 0 set; the call swept before may have been aclInit itself. */
+static int set_up(void)
+{
+    aclError init = aclInit(NULL);
+    return (init == ACL_SUCCESS || init == ACL_ERROR_REPEAT_INITIALIZE) && aclrtSetDevice(0) == ACL_SUCCESS;
+}
+
 static void sweep_one(const struct sweep_entry *entry)
 {
     alarm(20);
-    struct sweep_call how = {-1, NULL, 0, SWEEP_ZEROS};
+    struct sweep_call how = {-1, NULL, 0, SWEEP_ZEROS, {NULL}};
     report(entry, "zero-before-init", -1, call(entry, &how));
-    /* The call may have been aclInit itself. */
-    aclError init = aclInit(NULL);
-    if ((init != ACL_SUCCESS && init != ACL_ERROR_REPEAT_INITIALIZE) || aclrtSetDevice(0) != ACL_SUCCESS) {
+    if (!set_up()) {
         printf("%s setup failed\n", entry->name);
         exit(3);
     }
     report(entry, "zero", -1, call(entry, &how));
     how.values = SWEEP_MAX;
     report(entry, "null-max", -1, call(entry, &how));
+    how.valid_pointers = 1;
+    how.values = SWEEP_ONES;
+    report(entry, "valid-ones", -1, call(entry, &how));
+    how.values = SWEEP_MAX;
+    report(entry, "valid-max", -1, call(entry, &how));
     for (int h = 0; h < entry->handles; h++) {
         how.target = entry->handle[h].index;
         how.valid_pointers = 1;
@@ -334,6 +358,24 @@ static void sweep_one(const struct sweep_entry *entry)
     how.valid_pointers = 0;
     how.values = SWEEP_ZEROS;
     report(entry, "zero-after-finalize", -1, call(entry, &how));
+    /* Last, as a second initialisation: live handles of the right kinds, so that the other
+     * arguments' checks past the lookups run (one call may destroy a handle the next gets: a
+     * stale one, as it should be). A call may leave a stream waiting for ever (on an event or
+     * notify never recorded), which a device reset would wait for: the process exits instead. */
+    if (!set_up()) {
+        printf("%s second setup failed\n", entry->name);
+        exit(3);
+    }
+    how.valid_pointers = 1;
+    for (int h = 0; h < entry->handles; h++) {
+        how.live[entry->handle[h].index] = create(entry->handle[h].type);
+    }
+    for (how.values = SWEEP_ZEROS; how.values <= SWEEP_MAX; how.values++) {
+        char mode[32];
+        snprintf(mode, sizeof mode, "live%s", value_names[how.values]);
+        report(entry, mode, -1, call(entry, &how));
+    }
+
     exit(0);
 }
 
