@@ -1399,8 +1399,7 @@ fn defined_error_codes() -> std::collections::HashSet<i64> {
             };
             let value = line[at..]
                 .split(|c: char| !c.is_ascii_digit())
-                .filter(|digits| !digits.is_empty())
-                .last();
+                .rfind(|digits| !digits.is_empty());
             if let Some(code) = value.and_then(|digits| digits.parse().ok()) {
                 codes.insert(code);
             }
