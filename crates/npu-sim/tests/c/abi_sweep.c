@@ -11,7 +11,8 @@
  *   other-kind            a live handle of another kind (an event; a stream for an event);
  *   reset, finalized      handles made before aclrtResetDeviceForce(0), then before aclFinalize;
  *   zero-after-finalize   NULL and 0 after aclFinalize;
- *   live (-ones, -max)    after a second aclInit, live handles of the right kinds.
+ *   device-ones, device-max  after a second aclInit, pointers at zeroed device memory;
+ *   live (-ones, -max)    live handles of the right kinds, pointers at scratch memory.
  *
  * The calls come from abi_sweep_calls.h, which tests/c_programs.rs generates from the headers
  * at test time (so a function added to a header is swept without a change here): one thunk per
@@ -41,7 +42,7 @@
 enum sweep_kind {
     SWEEP_VALUE,    /* an integer, enum, float or struct: zero, or 1 when the call asks for ones */
     SWEEP_CALLBACK, /* a function pointer: NULL (anything else would be called) */
-    SWEEP_POINTER,  /* NULL, or the zeroed scratch memory when the call asks for valid pointers */
+    SWEEP_POINTER,  /* NULL, or the zeroed memory the call names */
     SWEEP_HANDLE,   /* NULL, or the call's bad value when it is the argument under attack */
 };
 
@@ -81,7 +82,7 @@ static const char *const value_names[] = {"", "-ones", "-max"};
 struct sweep_call {
     int target;         /* the argument given `bad`, or -1 */
     void *bad;          /* the bad handle value */
-    int valid_pointers; /* non-handle pointers point at zeroed scratch memory instead of NULL */
+    void *pointers;     /* where non-handle pointers point (zeroed memory), or NULL */
     enum sweep_values values;
     void *live[16]; /* by argument: a live handle for a handle argument (NULL: none) */
 };
@@ -108,9 +109,8 @@ static void sweep_fill(void *arg, size_t size, enum sweep_kind kind, int index,
         memcpy(arg, &call->bad, sizeof call->bad);
     } else if (kind == SWEEP_HANDLE && call->live[index] != NULL) {
         memcpy(arg, &call->live[index], sizeof call->live[index]);
-    } else if (kind == SWEEP_POINTER && call->valid_pointers) {
-        void *pointer = scratch;
-        memcpy(arg, &pointer, sizeof pointer);
+    } else if (kind == SWEEP_POINTER) {
+        memcpy(arg, &call->pointers, sizeof call->pointers);
     } else if (kind == SWEEP_VALUE && call->values != SWEEP_ZEROS && size <= sizeof(uint64_t)) {
         /* Little-endian: the low bytes of a 64-bit 1 are a 1 of any narrower integer. */
         uint64_t value = call->values == SWEEP_ONES ? 1 : UINT64_MAX;
@@ -282,7 +282,7 @@ static int set_up(void)
 static void sweep_one(const struct sweep_entry *entry)
 {
     alarm(20);
-    struct sweep_call how = {-1, NULL, 0, SWEEP_ZEROS, {NULL}};
+    struct sweep_call how = {-1, NULL, NULL, SWEEP_ZEROS, {NULL}};
     report(entry, "zero-before-init", -1, call(entry, &how));
     if (!set_up()) {
         printf("%s setup failed\n", entry->name);
@@ -291,14 +291,14 @@ static void sweep_one(const struct sweep_entry *entry)
     report(entry, "zero", -1, call(entry, &how));
     how.values = SWEEP_MAX;
     report(entry, "null-max", -1, call(entry, &how));
-    how.valid_pointers = 1;
+    how.pointers = scratch;
     how.values = SWEEP_ONES;
     report(entry, "valid-ones", -1, call(entry, &how));
     how.values = SWEEP_MAX;
     report(entry, "valid-max", -1, call(entry, &how));
     for (int h = 0; h < entry->handles; h++) {
         how.target = entry->handle[h].index;
-        how.valid_pointers = 1;
+        how.pointers = scratch;
         for (how.values = SWEEP_ZEROS; how.values <= SWEEP_MAX; how.values++) {
             /* An earlier call may have reset the device (aclrtResetDevice): set it again. */
             (void)aclrtSetDevice(0);
@@ -355,18 +355,30 @@ static void sweep_one(const struct sweep_entry *entry)
         }
     }
     how.target = -1;
-    how.valid_pointers = 0;
+    how.pointers = NULL;
     how.values = SWEEP_ZEROS;
     report(entry, "zero-after-finalize", -1, call(entry, &how));
-    /* Last, as a second initialisation: live handles of the right kinds, so that the other
-     * arguments' checks past the lookups run (one call may destroy a handle the next gets: a
-     * stale one, as it should be). A call may leave a stream waiting for ever (on an event or
-     * notify never recorded), which a device reset would wait for: the process exits instead. */
+    /* Last, as a second initialisation: pointers at device memory, then live handles of the
+     * right kinds, so that the other arguments' checks past the lookups run (one call may
+     * destroy a handle the next gets: a stale one, as it should be). A call may leave a stream
+     * waiting for ever (on an event or notify never recorded, or device memory never holding
+     * the value waited for), which a device reset would wait for: the process exits instead. */
     if (!set_up()) {
         printf("%s second setup failed\n", entry->name);
         exit(3);
     }
-    how.valid_pointers = 1;
+    /* Device memory as large as the scratch memory. An earlier call may have left the default
+     * stream capturing (aclmdlRICaptureBegin), which refuses the synchronous memset. */
+    void *device = NULL;
+    if (aclrtMalloc(&device, sizeof scratch, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS &&
+        aclrtMemset(device, sizeof scratch, 0, sizeof scratch) == ACL_SUCCESS) {
+        how.pointers = device;
+        how.values = SWEEP_ONES;
+        report(entry, "device-ones", -1, call(entry, &how));
+        how.values = SWEEP_MAX;
+        report(entry, "device-max", -1, call(entry, &how));
+    }
+    how.pointers = scratch;
     for (int h = 0; h < entry->handles; h++) {
         how.live[entry->handle[h].index] = create(entry->handle[h].type);
     }
@@ -375,7 +387,6 @@ static void sweep_one(const struct sweep_entry *entry)
         snprintf(mode, sizeof mode, "live%s", value_names[how.values]);
         report(entry, mode, -1, call(entry, &how));
     }
-
     exit(0);
 }
 
