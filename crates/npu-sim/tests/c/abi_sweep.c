@@ -8,6 +8,7 @@
  *   stale, garbage, zeroed (each with -ones and -max)  for each handle argument in turn: a
  *                         handle created and destroyed, a value never issued (0x1234), a pointer
  *                         to zeroed memory; the other pointers at scratch memory;
+ *   garbage-among-live    0x1234 with the function's other handles live (integers 1);
  *   other-kind            a live handle of another kind (an event; a stream for an event);
  *   reset, finalized      handles made before aclrtResetDeviceForce(0), then before aclFinalize;
  *   zero-after-finalize   NULL and 0 after aclFinalize;
@@ -316,9 +317,18 @@ static void sweep_one(const struct sweep_entry *entry)
             snprintf(mode, sizeof mode, "zeroed%s", value_names[how.values]);
             report(entry, mode, how.target, call(entry, &how));
         }
-        /* A live handle of another kind: an event, or a stream where an event belongs. */
+        /* The never-issued value with the function's other handles live, so that a check of
+         * this one is not hidden behind a refusal of a NULL other. */
         (void)aclrtSetDevice(0);
         how.values = SWEEP_ONES;
+        for (int k = 0; k < entry->handles; k++) {
+            how.live[entry->handle[k].index] = k == h ? NULL : create(entry->handle[k].type);
+        }
+        how.bad = (void *)(uintptr_t)0x1234;
+        report(entry, "garbage-among-live", how.target, call(entry, &how));
+        memset(how.live, 0, sizeof how.live);
+        /* A live handle of another kind: an event, or a stream where an event belongs. */
+        (void)aclrtSetDevice(0);
         how.bad = NULL;
         if (entry->handle[h].type == HANDLE_aclrtEvent ? aclrtCreateStream(&how.bad) : aclrtCreateEvent(&how.bad)) {
             printf("%s other-kind setup failed\n", entry->name);
