@@ -2,18 +2,20 @@
  * runs in a child process of its own (a crash or hang of one hides none of the others) and is
  * called, in this order:
  *   zero-before-init      every pointer NULL, every integer 0, before aclInit;
- *   zero, null-max        the same after aclInit and aclrtSetDevice(0), then with every bit of
- *                         every integer set (-1, SIZE_MAX);
+ *   zero, null-max, null-min  the same after aclInit and aclrtSetDevice(0), then with every
+ *                         bit of every integer set (-1, SIZE_MAX), then the top bit alone;
  *   valid-ones, valid-max pointers at zeroed scratch memory, integers 1, then all bits set;
- *   stale, garbage, zeroed (each with -ones and -max)  for each handle argument in turn: a
+ *   stale, garbage, zeroed (each with -ones, -max and -min)  for each handle argument: a
  *                         handle created and destroyed, a value never issued (0x1234), a pointer
  *                         to zeroed memory; the other pointers at scratch memory;
  *   garbage-among-live    0x1234 with the function's other handles live (integers 1);
  *   other-kind            a live handle of another kind (an event; a stream for an event);
  *   reset, finalized      handles made before aclrtResetDeviceForce(0), then before aclFinalize;
  *   zero-after-finalize   NULL and 0 after aclFinalize;
- *   device-ones, device-max  after a second aclInit, pointers at zeroed device memory;
- *   live (-ones, -max)    live handles of the right kinds, pointers at scratch memory.
+ *   device-ones, -max, -min  after a second aclInit, pointers at zeroed device memory;
+ *   live (-ones, -max)    live handles of the right kinds, pointers at scratch memory (not
+ *                         -min: 2^63 bytes of pageable memory are the caller's word, which a
+ *                         memset on a live stream would take).
  *
  * The calls come from abi_sweep_calls.h, which tests/c_programs.rs generates from the headers
  * at test time (so a function added to a header is swept without a change here): one thunk per
@@ -77,8 +79,9 @@ enum sweep_values {
     SWEEP_ZEROS,
     SWEEP_ONES, /* so that a size or count check does not answer before a handle is looked up */
     SWEEP_MAX,  /* every bit set: -1, SIZE_MAX, UINT32_MAX */
+    SWEEP_MIN,  /* the top bit alone: INT32_MIN, 2^63 */
 };
-static const char *const value_names[] = {"", "-ones", "-max"};
+static const char *const value_names[] = {"", "-ones", "-max", "-min"};
 
 struct sweep_call {
     int target;         /* the argument given `bad`, or -1 */
@@ -115,6 +118,9 @@ static void sweep_fill(void *arg, size_t size, enum sweep_kind kind, int index,
     } else if (kind == SWEEP_VALUE && call->values != SWEEP_ZEROS && size <= sizeof(uint64_t)) {
         /* Little-endian: the low bytes of a 64-bit 1 are a 1 of any narrower integer. */
         uint64_t value = call->values == SWEEP_ONES ? 1 : UINT64_MAX;
+        if (call->values == SWEEP_MIN) {
+            value = (uint64_t)1 << (size * 8 - 1);
+        }
         memcpy(arg, &value, size);
     } else {
         memset(arg, 0, size);
@@ -292,6 +298,8 @@ static void sweep_one(const struct sweep_entry *entry)
     report(entry, "zero", -1, call(entry, &how));
     how.values = SWEEP_MAX;
     report(entry, "null-max", -1, call(entry, &how));
+    how.values = SWEEP_MIN;
+    report(entry, "null-min", -1, call(entry, &how));
     how.pointers = scratch;
     how.values = SWEEP_ONES;
     report(entry, "valid-ones", -1, call(entry, &how));
@@ -300,7 +308,7 @@ static void sweep_one(const struct sweep_entry *entry)
     for (int h = 0; h < entry->handles; h++) {
         how.target = entry->handle[h].index;
         how.pointers = scratch;
-        for (how.values = SWEEP_ZEROS; how.values <= SWEEP_MAX; how.values++) {
+        for (how.values = SWEEP_ZEROS; how.values <= SWEEP_MIN; how.values++) {
             /* An earlier call may have reset the device (aclrtResetDevice): set it again. */
             (void)aclrtSetDevice(0);
             char mode[32];
@@ -387,6 +395,8 @@ static void sweep_one(const struct sweep_entry *entry)
         report(entry, "device-ones", -1, call(entry, &how));
         how.values = SWEEP_MAX;
         report(entry, "device-max", -1, call(entry, &how));
+        how.values = SWEEP_MIN;
+        report(entry, "device-min", -1, call(entry, &how));
     }
     how.pointers = scratch;
     for (int h = 0; h < entry->handles; h++) {
