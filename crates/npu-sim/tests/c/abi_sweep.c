@@ -2,7 +2,9 @@
  * runs in a child process of its own (a crash or hang of one hides none of the others) and is
  * called, in this order:
  *   zero-before-init      every pointer NULL, every integer 0, before aclInit;
- *   zero, null-max, null-min  the same after aclInit and aclrtSetDevice(0), then with every
+ *   no-context-ones       after aclInit, no device set: pointers at zeroed scratch memory,
+ *                         integers 1;
+ *   zero, null-max, null-min  NULL and 0 after aclrtSetDevice(0), then with every
  *                         bit of every integer set (-1, SIZE_MAX), then the top bit alone;
  *   valid-ones, valid-max pointers at zeroed scratch memory, integers 1, then all bits set;
  *   stale, garbage, zeroed (each with -ones, -max and -min)  for each handle argument: a
@@ -291,6 +293,14 @@ static void sweep_one(const struct sweep_entry *entry)
     alarm(20);
     struct sweep_call how = {-1, NULL, NULL, SWEEP_ZEROS, {NULL}};
     report(entry, "zero-before-init", -1, call(entry, &how));
+    /* Initialised, with no device set: no current context (set_up's aclInit then answers
+     * 100002, which it accepts). */
+    (void)aclInit(NULL);
+    how.pointers = scratch;
+    how.values = SWEEP_ONES;
+    report(entry, "no-context-ones", -1, call(entry, &how));
+    how.pointers = NULL;
+    how.values = SWEEP_ZEROS;
     if (!set_up()) {
         printf("%s setup failed\n", entry->name);
         exit(3);
