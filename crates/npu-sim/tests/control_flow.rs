@@ -1116,6 +1116,21 @@ const CASES: &[Case] = &[
         },
     ),
     case(
+        "list at a misaligned address (it aborted the process: a slice made of it)",
+        "aclrtCreateLabelList",
+        ACL_ERROR_RT_PARAM_INVALID,
+        0,
+        || {
+            let mut bytes = [0u8; 3 * size_of::<aclrtLabel>()];
+            let aligned = bytes.as_ptr().align_offset(align_of::<aclrtLabel>());
+            let misaligned = bytes[aligned + 1..].as_mut_ptr().cast::<aclrtLabel>();
+            // SAFETY: the label fits in `bytes` after the misaligned address.
+            unsafe { misaligned.write_unaligned(label()) };
+            let mut list = ptr::null_mut();
+            code!(aclrtCreateLabelList(misaligned, 1, &mut list))
+        },
+    ),
+    case(
         "list with a destroyed label before a NULL one: every label is checked for NULL \
          before any is looked up",
         "aclrtCreateLabelList",

@@ -84,7 +84,7 @@ pub unsafe extern "C" fn aclrtDestroyLabel(label: aclrtLabel) -> aclError {
 }
 
 /// Creates a list of `num` labels (1 to 65535, else 100000; NULL `labels` or `labelList` →
-/// 100000; a label destroyed or forged → 107017).
+/// 100000; `labels` misaligned → 107000; a label destroyed or forged → 107017).
 ///
 /// # Safety
 /// `labels` must be NULL or valid for reads of `num` handles; `labelList` NULL or valid
@@ -103,9 +103,8 @@ pub unsafe extern "C" fn aclrtCreateLabelList(
             ACL_ERROR_INVALID_PARAM,
             "num {num} is outside (0, {MAX_LABELS}]"
         );
-        // SAFETY: non-NULL, and an aligned array of `num` handles by the API contract; the
-        // slice is read here and not kept past the call.
-        let given = unsafe { std::slice::from_raw_parts(labels, num) };
+        // A misaligned array is refused (107000): a slice of it would be undefined behaviour.
+        let given = super::check::array(labels.cast_const(), num, "labels")?;
         super::check::non_null_entries(given, "a label of labels")?;
         let labels = given
             .iter()
