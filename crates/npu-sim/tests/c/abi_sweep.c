@@ -7,6 +7,7 @@
  *   zero, null-max, null-min  NULL and 0 after aclrtSetDevice(0), then with every
  *                         bit of every integer set (-1, SIZE_MAX), then the top bit alone;
  *   valid-ones, valid-max pointers at zeroed scratch memory, integers 1, then all bits set;
+ *   misaligned-ones       pointers one byte into the scratch memory, integers 1;
  *   stale, garbage, zeroed (each with -ones, -max and -min)  for each handle argument: a
  *                         handle created and destroyed, a value never issued (0x1234), a pointer
  *                         to zeroed memory; the other pointers at scratch memory;
@@ -315,6 +316,9 @@ static void sweep_one(const struct sweep_entry *entry)
     report(entry, "valid-ones", -1, call(entry, &how));
     how.values = SWEEP_MAX;
     report(entry, "valid-max", -1, call(entry, &how));
+    how.pointers = scratch + 1;
+    how.values = SWEEP_ONES;
+    report(entry, "misaligned-ones", -1, call(entry, &how));
     for (int h = 0; h < entry->handles; h++) {
         how.target = entry->handle[h].index;
         how.pointers = scratch;
