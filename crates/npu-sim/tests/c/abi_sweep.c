@@ -18,7 +18,9 @@
  *   device-ones, -max, -min  after a second aclInit, pointers at zeroed device memory;
  *   live (-ones, -max)    live handles of the right kinds, pointers at scratch memory (not
  *                         -min: 2^63 bytes of pageable memory are the caller's word, which a
- *                         memset on a live stream would take).
+ *                         memset on a live stream would take);
+ *   live-misaligned-ones, live-device-misaligned-ones  live handles, integers 1, pointers one
+ *                         byte into the scratch memory, then into the device memory.
  *
  * The calls come from abi_sweep_calls.h, which tests/c_programs.rs generates from the headers
  * at test time (so a function added to a header is swept without a change here): one thunk per
@@ -420,6 +422,13 @@ static void sweep_one(const struct sweep_entry *entry)
         char mode[32];
         snprintf(mode, sizeof mode, "live%s", value_names[how.values]);
         report(entry, mode, -1, call(entry, &how));
+    }
+    how.pointers = scratch + 1;
+    how.values = SWEEP_ONES;
+    report(entry, "live-misaligned-ones", -1, call(entry, &how));
+    if (device != NULL) {
+        how.pointers = (unsigned char *)device + 1;
+        report(entry, "live-device-misaligned-ones", -1, call(entry, &how));
     }
     exit(0);
 }
