@@ -110,6 +110,7 @@ impl Context {
             workspaces: Mutex::new([None; Workspace::COUNT]),
         });
         sim.contexts.fill(handle, ctx.clone());
+        device.live_contexts.fetch_add(1, Ordering::AcqRel);
         Ok(ctx)
     }
 
@@ -182,6 +183,7 @@ impl Context {
     /// destroys them and retires the handle. Fails (107017) if another call retired it first.
     pub(crate) fn destroy(&self, sim: &Sim) -> Res<()> {
         sim.contexts.remove_live(self.handle)?;
+        self.device.live_contexts.fetch_sub(1, Ordering::AcqRel);
         let streams = lock(&self.streams).take().unwrap_or_default();
         for stream in std::iter::once(self.default_stream.clone()).chain(streams) {
             stream.destroy(sim, false);

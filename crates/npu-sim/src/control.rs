@@ -116,6 +116,12 @@ pub struct DeviceStats {
     pub live_streams: u64,
     /// Live events.
     pub live_events: u64,
+    /// Live contexts of the device: its primary context while it exists (from the first
+    /// aclrtSetDevice until the aclrtResetDevice that drops its last reference, or
+    /// aclrtResetDeviceForce) and each aclrtCreateContext context until aclrtDestroyContext,
+    /// each counted once however many threads have it current. A context stops counting when
+    /// its destruction begins, before its streams' work is waited for.
+    pub live_contexts: u64,
     /// The device's capacity in bytes.
     pub capacity: u64,
     /// Whether the device was lost.
@@ -245,6 +251,9 @@ pub(crate) fn device_stats_impl(device: i32) -> Res<DeviceStats> {
             .load(std::sync::atomic::Ordering::Relaxed),
         live_events: device
             .live_events
+            .load(std::sync::atomic::Ordering::Relaxed),
+        live_contexts: device
+            .live_contexts
             .load(std::sync::atomic::Ordering::Relaxed),
         capacity: device.capacity,
         lost: device.is_lost(),

@@ -101,6 +101,10 @@ pub(crate) struct Device {
     /// ever being given back in between, so a stream created meanwhile cannot take it.
     default_stream_holders: Mutex<u32>,
     pub(crate) live_events: AtomicU64,
+    /// Contexts of the device whose handle is valid: the primary context and the explicit
+    /// ones, each from its creation until its handle is retired ([`crate::context::Context`]'s
+    /// `destroy`).
+    pub(crate) live_contexts: AtomicU64,
     /// Live events holding a hardware event ([`crate::event::MAX_EVENTS_PER_DEVICE`]).
     pub(crate) hardware_events: AtomicU64,
     pub(crate) next_event_id: AtomicU32,
@@ -140,6 +144,7 @@ impl Device {
             live_streams: AtomicU64::new(0),
             default_stream_holders: Mutex::new(0),
             live_events: AtomicU64::new(0),
+            live_contexts: AtomicU64::new(0),
             hardware_events: AtomicU64::new(0),
             next_event_id: AtomicU32::new(0),
             sat_mode: AtomicU32::new(ACL_RT_OVERFLOW_MODE_INFNAN),

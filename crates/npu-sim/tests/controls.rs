@@ -1,7 +1,8 @@
 //! The simulator's own C control functions (`npusim/control.h`) refuse bad arguments as the ACL
 //! functions do: a NULL pointer, a value that means nothing or a configuration that conflicts
 //! → 100000; a trace flush in a process that never enabled tracing → 107000. This process
-//! never enables tracing, so that flush has no trace to write.
+//! never enables tracing, so that flush has no trace to write. The device statistics count
+//! live contexts as the ACL calls create and destroy them.
 
 extern crate ascendcl as npu_sim;
 
@@ -100,4 +101,42 @@ fn bad_arguments_are_refused() {
             || code!(npusimTraceFlush()),
         ),
     ]);
+}
+
+/// `live_contexts` counts a device's primary context once while it is set, however many
+/// references it has, and each explicit context until it is destroyed; the C struct carries
+/// the same count. Device 1 is this test's alone: the table above sets device 0 only.
+#[test]
+fn live_contexts_count_the_primary_context_once_and_each_explicit_one() {
+    let counted = || npu_sim::control::device_stats(1).unwrap().live_contexts;
+    assert_eq!(counted(), 0, "device 1 was never set");
+
+    set_device(1);
+    set_device(1);
+    assert_eq!(counted(), 1, "two references to one primary context");
+    let (mut first, mut second) = (ptr::null_mut(), ptr::null_mut());
+    acl!(aclrtCreateContext(&mut first, 1));
+    acl!(aclrtCreateContext(&mut second, 1));
+    assert_eq!(counted(), 3);
+    let mut stats = npusimDeviceStats::default();
+    acl!(npusimGetDeviceStats(1, &mut stats));
+    assert_eq!(stats.liveContexts, 3, "the C struct agrees");
+
+    acl!(aclrtDestroyContext(first));
+    assert_eq!(counted(), 2);
+    acl!(aclrtResetDevice(1));
+    assert_eq!(counted(), 2, "the primary context keeps its other reference");
+    acl!(aclrtResetDevice(1));
+    assert_eq!(counted(), 1, "released with its last reference");
+    acl!(aclrtDestroyContext(second));
+    assert_eq!(counted(), 0);
+
+    // A context destroyed twice is counted off once.
+    assert_eq!(code!(aclrtDestroyContext(second)), 107017);
+    assert_eq!(counted(), 0);
+    set_device(1);
+    acl!(aclrtResetDeviceForce(1));
+    assert_eq!(counted(), 0, "a forced reset releases the primary context");
+    acl!(npusimGetDeviceStats(1, &mut stats));
+    assert_eq!(stats.liveContexts, 0);
 }

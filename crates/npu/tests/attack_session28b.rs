@@ -584,6 +584,7 @@ struct CdylibDeviceStats {
     capacity: u64,
     lost: i32,
     reserved: i32,
+    live_contexts: u64,
 }
 
 /// The controls of the cdylib an [`OwnRuntime`] loads (which `npu::sim` does not reach): its

@@ -34,6 +34,7 @@ typedef struct npusimDeviceStats {
     uint64_t capacity;
     int32_t lost;             /* 1 once the device was lost */
     int32_t reserved;
+    uint64_t liveContexts;    /* the primary context (while set) and each explicit one */
 } npusimDeviceStats;
 
 typedef struct npusimHostStats {

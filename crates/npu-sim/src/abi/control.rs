@@ -101,6 +101,9 @@ pub struct npusimDeviceStats {
     pub lost: i32,
     /// Zero.
     pub reserved: i32,
+    /// Live contexts, the primary one included (after `reserved`, so that the fields before
+    /// keep their offsets for programs built against the earlier header).
+    pub liveContexts: u64,
 }
 
 /// C form of [`HostStats`].
@@ -276,6 +279,7 @@ pub unsafe extern "C" fn npusimGetDeviceStats(
             capacity: s.capacity,
             lost: i32::from(s.lost),
             reserved: 0,
+            liveContexts: s.live_contexts,
         };
         write_out(stats, "stats", value)
     })
