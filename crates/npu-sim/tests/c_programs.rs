@@ -563,7 +563,7 @@ fn the_control_chapters_function_by_function_in_c() {
         "control_chapters_function_by_function",
         &["-pthread"],
     ));
-    assert_eq!(stdout, "484 documented edges checked, 0 wrong\n");
+    assert_eq!(stdout, "486 documented edges checked, 0 wrong\n");
 }
 
 /// `tests/c/core_chapters_function_by_function.c`: the initialisation, runtime configuration,

@@ -22,11 +22,22 @@ fn query(stream: aclrtStream) -> aclrtStreamStatus {
     status
 }
 
-/// A stream handle that was valid and is no longer (any lookup of it fails).
-fn destroyed_stream() -> aclrtStream {
-    let stream = create_stream();
-    acl!(aclrtDestroyStream(stream));
-    stream
+/// A barrier prefetch (unsupported on an Atlas A2) of 64 bytes at `src` on `stream`.
+fn barrier(src: *mut std::ffi::c_void, stream: aclrtStream) -> aclError {
+    code!(aclrtCmoAsyncWithBarrier(
+        src,
+        64,
+        ACL_RT_CMO_TYPE_PREFETCH,
+        1,
+        stream
+    ))
+}
+
+/// A wait for barrier 0 (unsupported on an Atlas A2) on `stream`.
+fn wait_barrier(stream: aclrtStream) -> aclError {
+    // SAFETY: plain integers.
+    let mut info: aclrtBarrierTaskInfo = unsafe { std::mem::zeroed() };
+    code!(aclrtCmoWaitBarrier(&mut info, stream, 0))
 }
 
 fn desc_size() -> usize {
@@ -190,6 +201,75 @@ fn every_error_path() {
             100000,
             0,
             || code!(aclrtCmoWaitBarrier(ptr::null_mut(), ptr::null_mut(), 0)),
+        ),
+        // The barrier forms look their stream up, as every stream-taking call does, before
+        // refusing the feature; a NULL pointer comes before the lookup.
+        case(
+            "barrier on a destroyed stream",
+            "aclrtCmoAsyncWithBarrier",
+            107017,
+            0,
+            || barrier(malloc(64), destroyed_stream()),
+        ),
+        case(
+            "barrier on another context's stream",
+            "aclrtCmoAsyncWithBarrier",
+            107003,
+            1,
+            || {
+                let stream = create_stream();
+                set_device(0);
+                barrier(malloc(64), stream)
+            },
+        ),
+        case(
+            "barrier without a context",
+            "aclrtCmoAsyncWithBarrier",
+            107002,
+            -1,
+            || {
+                let mut word = 0u64;
+                barrier((&raw mut word).cast(), ptr::null_mut())
+            },
+        ),
+        case(
+            "barrier on NULL src and a destroyed stream",
+            "aclrtCmoAsyncWithBarrier",
+            100000,
+            0,
+            || barrier(ptr::null_mut(), destroyed_stream()),
+        ),
+        case(
+            "wait barrier on a destroyed stream",
+            "aclrtCmoWaitBarrier",
+            107017,
+            0,
+            || wait_barrier(destroyed_stream()),
+        ),
+        case(
+            "wait barrier on another context's stream",
+            "aclrtCmoWaitBarrier",
+            107003,
+            1,
+            || {
+                let stream = create_stream();
+                set_device(0);
+                wait_barrier(stream)
+            },
+        ),
+        case(
+            "wait barrier without a context",
+            "aclrtCmoWaitBarrier",
+            107002,
+            -1,
+            || wait_barrier(ptr::null_mut()),
+        ),
+        case(
+            "wait barrier on NULL info and a destroyed stream",
+            "aclrtCmoWaitBarrier",
+            100000,
+            0,
+            || code!(aclrtCmoWaitBarrier(ptr::null_mut(), destroyed_stream(), 0)),
         ),
         case(
             "desc size into NULL",

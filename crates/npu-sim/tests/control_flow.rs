@@ -848,12 +848,6 @@ fn word() -> *mut c_void {
     zeroed(8)
 }
 
-fn destroyed_stream() -> aclrtStream {
-    let stream = create_stream();
-    acl!(aclrtDestroyStream(stream));
-    stream
-}
-
 fn stale_label() -> aclrtLabel {
     let stale = label();
     acl!(aclrtDestroyLabel(stale));

@@ -125,7 +125,11 @@ fn live_contexts_count_the_primary_context_once_and_each_explicit_one() {
     acl!(aclrtDestroyContext(first));
     assert_eq!(counted(), 2);
     acl!(aclrtResetDevice(1));
-    assert_eq!(counted(), 2, "the primary context keeps its other reference");
+    assert_eq!(
+        counted(),
+        2,
+        "the primary context keeps its other reference"
+    );
     acl!(aclrtResetDevice(1));
     assert_eq!(counted(), 1, "released with its last reference");
     acl!(aclrtDestroyContext(second));

@@ -34,12 +34,6 @@ fn stream_of_other_context() -> aclrtStream {
     stream
 }
 
-fn destroyed_stream() -> aclrtStream {
-    let stream = create_stream();
-    acl!(aclrtDestroyStream(stream));
-    stream
-}
-
 fn destroyed_event() -> aclrtEvent {
     let event = create_event();
     acl!(aclrtDestroyEvent(event));
@@ -70,6 +64,52 @@ fn unloaded_function() -> aclrtFuncHandle {
     let func = function(bin, "add_one_u32");
     acl!(aclrtBinaryUnLoad(bin));
     func
+}
+
+/// A SIMT launch with an array of arguments (unsupported on an Atlas A2).
+fn simt_args_array(func: aclrtFuncHandle, stream: aclrtStream) -> aclError {
+    let shape = dim3 { x: 1, y: 1, z: 1 };
+    let mut args = [ptr::null_mut::<c_void>()];
+    code!(aclrtLaunchSIMTKernelWithArgsArray(
+        func,
+        shape,
+        shape,
+        0,
+        stream,
+        ptr::null_mut(),
+        args.as_mut_ptr()
+    ))
+}
+
+/// A SIMT launch with no host arguments (unsupported on an Atlas A2).
+fn simt_host_args(func: aclrtFuncHandle, stream: aclrtStream) -> aclError {
+    let shape = dim3 { x: 1, y: 1, z: 1 };
+    code!(aclrtLaunchSIMTKernelWithHostArgs(
+        func,
+        shape,
+        shape,
+        0,
+        stream,
+        ptr::null_mut(),
+        ptr::null_mut(),
+        0,
+        ptr::null_mut(),
+        0
+    ))
+}
+
+/// An asynchronous copy of kind HOST_TO_HOST between pinned buffers (unsupported on an
+/// Ascend EP host).
+fn async_host_to_host(stream: aclrtStream) -> aclError {
+    let (a, b) = (malloc_host(64), malloc_host(64));
+    code!(aclrtMemcpyAsync(
+        a,
+        64,
+        b,
+        64,
+        ACL_MEMCPY_HOST_TO_HOST,
+        stream
+    ))
 }
 
 /// A size over `isize::MAX`, which no buffer can have.
@@ -2731,6 +2771,75 @@ static CONTEXTS_AND_HANDLES: &[Case] = &[
                 &mut func
             ))
         },
+    ),
+    // Functions refusing a feature look their handles up first, as every call does.
+    case(
+        "kernel by entry of an unloaded binary",
+        "aclrtBinaryGetFunctionByEntry",
+        107017,
+        0,
+        || {
+            let bin = registry_binary(&["add_one_u32"]);
+            acl!(aclrtBinaryUnLoad(bin));
+            let mut func = ptr::null_mut();
+            code!(aclrtBinaryGetFunctionByEntry(bin, 0, &mut func))
+        },
+    ),
+    case(
+        "SIMT args array of an unloaded function",
+        "aclrtLaunchSIMTKernelWithArgsArray",
+        107017,
+        0,
+        || simt_args_array(unloaded_function(), ptr::null_mut()),
+    ),
+    case(
+        "SIMT args array on a destroyed stream",
+        "aclrtLaunchSIMTKernelWithArgsArray",
+        107017,
+        0,
+        || simt_args_array(add_one(), destroyed_stream()),
+    ),
+    case(
+        "SIMT args array on another context's stream",
+        "aclrtLaunchSIMTKernelWithArgsArray",
+        107003,
+        0,
+        || simt_args_array(add_one(), stream_of_other_context()),
+    ),
+    case(
+        "SIMT host args of an unloaded function",
+        "aclrtLaunchSIMTKernelWithHostArgs",
+        107017,
+        0,
+        || simt_host_args(unloaded_function(), ptr::null_mut()),
+    ),
+    case(
+        "SIMT host args on a destroyed stream",
+        "aclrtLaunchSIMTKernelWithHostArgs",
+        107017,
+        0,
+        || simt_host_args(add_one(), destroyed_stream()),
+    ),
+    case(
+        "SIMT host args on another context's stream",
+        "aclrtLaunchSIMTKernelWithHostArgs",
+        107003,
+        0,
+        || simt_host_args(add_one(), stream_of_other_context()),
+    ),
+    case(
+        "async host to host on a destroyed stream",
+        "aclrtMemcpyAsync",
+        107017,
+        0,
+        || async_host_to_host(destroyed_stream()),
+    ),
+    case(
+        "async host to host on another context's stream",
+        "aclrtMemcpyAsync",
+        107003,
+        0,
+        || async_host_to_host(stream_of_other_context()),
     ),
 ];
 

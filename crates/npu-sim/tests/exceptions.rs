@@ -401,12 +401,6 @@ fn getters_refuse_infos_that_are_not_being_delivered() {
     }
 }
 
-fn destroyed_stream() -> aclrtStream {
-    let stream = create_stream();
-    acl!(aclrtDestroyStream(stream));
-    stream
-}
-
 /// A stream of the thread's context, which then makes another context current.
 fn stream_of_other_context() -> aclrtStream {
     let stream = create_stream();

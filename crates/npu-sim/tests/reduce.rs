@@ -345,6 +345,43 @@ const CASES: &[Case] = &[
             )
         },
     ),
+    // The stream is looked up before a kind or type an Atlas A2 does not reduce is refused.
+    case(
+        "EQUAL on a destroyed stream",
+        API,
+        ACL_ERROR_RT_INVALID_HANDLE,
+        0,
+        || {
+            let block = device_block();
+            let stream = create_stream();
+            acl!(aclrtDestroyStream(stream));
+            let equal = ACL_RT_MEMCPY_SDMA_AUTOMATIC_EQUAL;
+            reduce_with(block, block, 4, equal, ACL_FLOAT, stream, ptr::null_mut())
+        },
+    ),
+    case(
+        "int64 on a stream of another device",
+        API,
+        ACL_ERROR_RT_STREAM_CONTEXT,
+        0,
+        || {
+            let block = device_block();
+            let stream = stream_of_device(1);
+            reduce_with(block, block, 8, SUM, ACL_INT64, stream, ptr::null_mut())
+        },
+    ),
+    case(
+        "EQUAL without a context",
+        API,
+        ACL_ERROR_RT_CONTEXT_NULL,
+        -1,
+        || {
+            let mut x = 0u64;
+            let p = (&raw mut x).cast::<c_void>();
+            let equal = ACL_RT_MEMCPY_SDMA_AUTOMATIC_EQUAL;
+            reduce_with(p, p, 4, equal, ACL_FLOAT, ptr::null_mut(), ptr::null_mut())
+        },
+    ),
     case(
         "without a context",
         API,

@@ -56,6 +56,28 @@ fn launch_add_one(func: aclrtFuncHandle, target: *mut c_void, stream: aclrtStrea
     ));
 }
 
+/// A record of a counted notify (unsupported on an Atlas A2) in `mode` on `stream`.
+fn record_counted(stream: aclrtStream, mode: aclrtCntNotifyRecordMode) -> aclError {
+    let mut info = aclrtCntNotifyRecordInfo { mode, value: 1 };
+    code!(aclrtCntNotifyRecord(ptr::dangling_mut(), stream, &mut info))
+}
+
+/// A wait on a counted notify (unsupported on an Atlas A2) in `mode` on `stream`.
+fn wait_counted(stream: aclrtStream, mode: aclrtCntNotifyWaitMode, is_clear: u8) -> aclError {
+    let mut info = aclrtCntNotifyWaitInfo {
+        mode,
+        value: 1,
+        timeout: 0,
+        isClear: is_clear,
+        rsv: [0; 3],
+    };
+    code!(aclrtCntNotifyWaitWithTimeout(
+        ptr::dangling_mut(),
+        stream,
+        &mut info
+    ))
+}
+
 fn status(stream: aclrtStream) -> aclrtStreamStatus {
     let mut status = ACL_STREAM_STATUS_RESERVED;
     acl!(aclrtStreamQuery(stream, &mut status));
@@ -968,6 +990,143 @@ fn every_error_path() {
             207000,
             0,
             || code!(aclrtCntNotifyDestroy(ptr::dangling_mut())),
+        ),
+        // The counted notify functions check NULL pointers, then values, then look their
+        // stream up as every stream-taking call does, before refusing the feature.
+        case(
+            "counted notify with flag 1",
+            "aclrtCntNotifyCreate",
+            107000,
+            0,
+            || {
+                let mut notify = ptr::null_mut();
+                let code = code!(aclrtCntNotifyCreate(&mut notify, 1));
+                assert!(notify.is_null(), "a refused creation wrote its output");
+                code
+            },
+        ),
+        case(
+            "record a counted notify in mode 3 on a destroyed stream",
+            "aclrtCntNotifyRecord",
+            107000,
+            0,
+            || record_counted(destroyed_stream(), 3),
+        ),
+        case(
+            "record a NULL counted notify on a destroyed stream",
+            "aclrtCntNotifyRecord",
+            100000,
+            0,
+            || {
+                let mut info = aclrtCntNotifyRecordInfo {
+                    mode: ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE,
+                    value: 1,
+                };
+                code!(aclrtCntNotifyRecord(
+                    ptr::null_mut(),
+                    destroyed_stream(),
+                    &mut info
+                ))
+            },
+        ),
+        case(
+            "record a counted notify on a destroyed stream",
+            "aclrtCntNotifyRecord",
+            107017,
+            0,
+            || record_counted(destroyed_stream(), ACL_RT_CNT_NOTIFY_RECORD_BIT_AND_MODE),
+        ),
+        case(
+            "record a counted notify on another context's stream",
+            "aclrtCntNotifyRecord",
+            107003,
+            1,
+            || {
+                let stream = create_stream();
+                set_device(0);
+                record_counted(stream, ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE)
+            },
+        ),
+        case(
+            "record a counted notify without a context",
+            "aclrtCntNotifyRecord",
+            107002,
+            -1,
+            || record_counted(ptr::null_mut(), ACL_RT_CNT_NOTIFY_RECORD_SET_VALUE_MODE),
+        ),
+        case(
+            "wait on a counted notify in mode 5 on a destroyed stream",
+            "aclrtCntNotifyWaitWithTimeout",
+            107000,
+            0,
+            || wait_counted(destroyed_stream(), 5, 0),
+        ),
+        case(
+            "wait on a counted notify with isClear 2 on a destroyed stream",
+            "aclrtCntNotifyWaitWithTimeout",
+            107000,
+            0,
+            || wait_counted(destroyed_stream(), ACL_RT_CNT_NOTIFY_WAIT_EQUAL_MODE, 2),
+        ),
+        case(
+            "wait on a counted notify on a destroyed stream",
+            "aclrtCntNotifyWaitWithTimeout",
+            107017,
+            0,
+            || {
+                let mode = ACL_RT_CNT_NOTIFY_WAIT_EQUAL_WITH_BITMASK_MODE;
+                wait_counted(destroyed_stream(), mode, 1)
+            },
+        ),
+        case(
+            "wait on a counted notify on another context's stream",
+            "aclrtCntNotifyWaitWithTimeout",
+            107003,
+            1,
+            || {
+                let stream = create_stream();
+                set_device(0);
+                wait_counted(stream, ACL_RT_CNT_NOTIFY_WAIT_LESS_MODE, 0)
+            },
+        ),
+        case(
+            "wait on a counted notify without a context",
+            "aclrtCntNotifyWaitWithTimeout",
+            107002,
+            -1,
+            || wait_counted(ptr::null_mut(), ACL_RT_CNT_NOTIFY_WAIT_LESS_MODE, 0),
+        ),
+        case(
+            "reset a NULL counted notify on a destroyed stream",
+            "aclrtCntNotifyReset",
+            100000,
+            0,
+            || code!(aclrtCntNotifyReset(ptr::null_mut(), destroyed_stream())),
+        ),
+        case(
+            "reset a counted notify on a destroyed stream",
+            "aclrtCntNotifyReset",
+            107017,
+            0,
+            || code!(aclrtCntNotifyReset(ptr::dangling_mut(), destroyed_stream())),
+        ),
+        case(
+            "reset a counted notify on another context's stream",
+            "aclrtCntNotifyReset",
+            107003,
+            1,
+            || {
+                let stream = create_stream();
+                set_device(0);
+                code!(aclrtCntNotifyReset(ptr::dangling_mut(), stream))
+            },
+        ),
+        case(
+            "reset a counted notify without a context",
+            "aclrtCntNotifyReset",
+            107002,
+            -1,
+            || code!(aclrtCntNotifyReset(ptr::dangling_mut(), ptr::null_mut())),
         ),
         case(
             "abort without context",

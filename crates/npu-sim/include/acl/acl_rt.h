@@ -1246,7 +1246,9 @@ ACL_FUNC_VISIBILITY aclError aclrtGetNotifyId(aclrtNotify notify, uint32_t *noti
 /* Clears notifies from the host, all at once. */
 ACL_FUNC_VISIBILITY aclError aclrtNotifyBatchReset(aclrtNotify *notifies, size_t num);
 
-/* Counted notifies: not supported on an Atlas A2 (NULL pointer arguments → 100000, else 207000). */
+/* Counted notifies: not supported on an Atlas A2. NULL pointer arguments → 100000, a reserved
+ * flag not 0, a mode outside its enum or an isClear not 0/1 → 107000, the stream as every
+ * stream-taking call looks it up (107002, 107017, 107003), else 207000. */
 typedef enum {
     ACL_RT_CNT_NOTIFY_RECORD_SET_VALUE_MODE = 0,
     ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE = 1,

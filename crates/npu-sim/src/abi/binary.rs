@@ -73,7 +73,8 @@ pub unsafe extern "C" fn aclrtBinaryLoad(
     })
 }
 
-/// Reserved by CANN ("not supported yet"): 207000 after the pointer checks.
+/// Reserved by CANN ("not supported yet"): 207000 after the pointer checks and the lookup of
+/// `binHandle` (unloaded → 107017).
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -86,6 +87,8 @@ pub unsafe extern "C" fn aclrtBinaryGetFunctionByEntry(
     guard("aclrtBinaryGetFunctionByEntry", || {
         non_null(binHandle, "binHandle")?;
         non_null(funcHandle, "funcHandle")?;
+        // The handle before the feature, as every call looks its handles up first.
+        sim()?.binaries.resolve(handle::from_ptr(binHandle))?;
         fail!(
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
             "looking a kernel up by entry ({funcEntry:#x}) is reserved and not supported; use \

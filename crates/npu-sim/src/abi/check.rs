@@ -27,6 +27,14 @@ pub(super) fn unsupported_on_a2(what: &str) -> Res<()> {
     )
 }
 
+/// Looks `stream` up as every stream-taking call does (NULL is the current context's default
+/// stream: no context → 107002; destroyed → 107017, another context's → 107003), then refuses
+/// `what` (207000): a function's arguments, handles included, come before its feature.
+pub(super) fn unsupported_on_stream(stream: aclrtStream, what: &str) -> Res<()> {
+    crate::context::owned_stream(crate::sim::sim()?, stream)?;
+    unsupported_on_a2(what)
+}
+
 /// Checks pointer arguments (NULL → 100000), then refuses a feature an Atlas A2 does not have
 /// (207000): for functions whose objects cannot exist on one.
 pub(super) fn unsupported_after_checks(pointers: &[(*const c_void, &str)], what: &str) -> Res<()> {

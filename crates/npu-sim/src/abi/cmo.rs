@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use npu_sys::*;
 
-use super::check::refuse_after_checks;
+use super::check::unsupported_on_stream;
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
 use crate::event::Record;
@@ -67,7 +67,8 @@ pub unsafe extern "C" fn aclrtCmoAsync(
     })
 }
 
-/// Not supported on an Atlas A2: NULL `src` → 100000, else 207000.
+/// Not supported on an Atlas A2: NULL `src` → 100000, the stream's lookup (no context →
+/// 107002, destroyed → 107017, another context's → 107003), else 207000.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI (`src` is not touched).
@@ -79,15 +80,15 @@ pub unsafe extern "C" fn aclrtCmoAsyncWithBarrier(
     barrierId: u32,
     stream: aclrtStream,
 ) -> aclError {
-    let _ = (size, cmoType, barrierId, stream);
-    refuse_after_checks(
-        "aclrtCmoAsyncWithBarrier",
-        &[(src.cast_const(), "src")],
-        "cache operations with barriers",
-    )
+    let _ = (size, cmoType, barrierId);
+    guard("aclrtCmoAsyncWithBarrier", || {
+        non_null(src, "src")?;
+        unsupported_on_stream(stream, "cache operations with barriers")
+    })
 }
 
-/// Not supported on an Atlas A2: NULL `taskInfo` → 100000, else 207000.
+/// Not supported on an Atlas A2: NULL `taskInfo` → 100000, the stream's lookup (no context →
+/// 107002, destroyed → 107017, another context's → 107003), else 207000.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI (`taskInfo` is not read).
@@ -97,12 +98,11 @@ pub unsafe extern "C" fn aclrtCmoWaitBarrier(
     stream: aclrtStream,
     flag: u32,
 ) -> aclError {
-    let _ = (stream, flag);
-    refuse_after_checks(
-        "aclrtCmoWaitBarrier",
-        &[(taskInfo.cast_const().cast(), "taskInfo")],
-        "waiting for cache operation barriers",
-    )
+    let _ = flag;
+    guard("aclrtCmoWaitBarrier", || {
+        non_null(taskInfo, "taskInfo")?;
+        unsupported_on_stream(stream, "waiting for cache operation barriers")
+    })
 }
 
 /// The size of a CMO descriptor: 16 bytes (the address and size of the memory). NULL → 100000.

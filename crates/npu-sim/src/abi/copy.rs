@@ -415,16 +415,17 @@ fn copy_checked(
     kind: aclrtMemcpyKind,
     stream: Option<aclrtStream>,
 ) -> Res<()> {
+    let sim = sim()?;
+    let on = On::resolve(sim, stream)?;
     // On an Ascend EP host the asynchronous copy refuses the kind itself, not only host
-    // pointers: a program asking for it fails there even with device or pinned pointers.
+    // pointers: a program asking for it fails there even with device or pinned pointers. The
+    // stream is looked up first, as every call looks its handles up before refusing a feature.
     ensure!(
         stream.is_none() || kind != ACL_MEMCPY_HOST_TO_HOST,
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
         "an asynchronous copy of kind ACL_MEMCPY_HOST_TO_HOST is not supported on an Ascend \
          EP host (whatever memory the pointers name)"
     );
-    let sim = sim()?;
-    let on = On::resolve(sim, stream)?;
     if std::ptr::eq(dst.cast_const(), src) {
         return Ok(());
     }

@@ -635,16 +635,21 @@ pub unsafe extern "C" fn aclrtLaunchKernelWithHostArgs(
     })
 }
 
-/// Refuses a SIMT launch: an Atlas A2 has no SIMT kernels.
-fn simt_unsupported() -> Res<()> {
+/// Refuses a SIMT launch: an Atlas A2 has no SIMT kernels. Its handles are looked up first
+/// as every launch looks them up, in parameter order (the function: unloaded → 107017; the
+/// stream: no context → 107002, destroyed → 107017, another context's → 107003, on another
+/// device than the function → 107044), so that a stale handle gets the code any launch gives.
+fn simt_unsupported(func: aclrtFuncHandle, stream: aclrtStream) -> Res<()> {
+    let function = launch_function(func)?;
+    launch_stream(stream, &function)?;
     fail!(
         ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
         "SIMT kernel launches are not supported on an Atlas A2"
     )
 }
 
-/// Not supported on an Atlas A2 (207000), after the pointer checks that need no lookup: NULL
-/// `func` or `args` → 100000, as every launch refuses them first.
+/// Not supported on an Atlas A2 (207000), after the pointer checks (NULL `func` or `args` →
+/// 100000, as every launch refuses them first) and the lookups of the function and the stream.
 ///
 /// # Safety
 /// No preconditions: no pointer is dereferenced.
@@ -658,17 +663,18 @@ pub unsafe extern "C" fn aclrtLaunchSIMTKernelWithArgsArray(
     cfg: *mut aclrtLaunchKernelCfg,
     args: *mut *mut c_void,
 ) -> aclError {
-    let _ = (gridDim, blockDim, dynUbufSize, stream, cfg);
+    let _ = (gridDim, blockDim, dynUbufSize, cfg);
     guard("aclrtLaunchSIMTKernelWithArgsArray", || {
         non_null(func, "func")?;
         non_null(args, "args")?;
-        simt_unsupported()
+        simt_unsupported(func, stream)
     })
 }
 
-/// Not supported on an Atlas A2 (207000), after the pointer checks that need no lookup: NULL
-/// `func`, NULL `hostArgs` with a non-zero `argsSize`, NULL `placeHolderArray` with a non-zero
-/// `placeHolderNum` → 100000, as aclrtLaunchKernelWithHostArgs refuses them first.
+/// Not supported on an Atlas A2 (207000), after the pointer checks (NULL `func`, NULL
+/// `hostArgs` with a non-zero `argsSize`, NULL `placeHolderArray` with a non-zero
+/// `placeHolderNum` → 100000, as aclrtLaunchKernelWithHostArgs refuses them first) and the
+/// lookups of the function and the stream.
 ///
 /// # Safety
 /// No preconditions: no pointer is dereferenced.
@@ -685,7 +691,7 @@ pub unsafe extern "C" fn aclrtLaunchSIMTKernelWithHostArgs(
     placeHolderArray: *mut aclrtPlaceHolderInfo,
     placeHolderNum: usize,
 ) -> aclError {
-    let _ = (gridDim, blockDim, dynUbufSize, stream, cfg);
+    let _ = (gridDim, blockDim, dynUbufSize, cfg);
     guard("aclrtLaunchSIMTKernelWithHostArgs", || {
         // Named as this function names it before args_pointers checks it as a handle.
         non_null(func, "func")?;
@@ -693,7 +699,7 @@ pub unsafe extern "C" fn aclrtLaunchSIMTKernelWithHostArgs(
         if placeHolderNum != 0 {
             non_null(placeHolderArray, "placeHolderArray")?;
         }
-        simt_unsupported()
+        simt_unsupported(func, stream)
     })
 }
 

@@ -14,10 +14,11 @@ use crate::task::{Op, Task};
 
 /// Queues `dst[i] = kind(dst[i], src[i])` over `count` bytes of elements of `type` (SUM, MAX or
 /// MIN of int8, int16, int32, fp16, fp32 or bf16, the types an Atlas A2 reduces). NULL `dst` or
-/// `src`, `reserve` not NULL, or a kind outside aclrtReduceKind → 100000; EQUAL or another
+/// `src`, `reserve` not NULL, or a kind outside aclrtReduceKind → 100000; then the stream (no
+/// context → 107002, destroyed → 107017, another context's → 107003); then EQUAL or another
 /// type → 207000; `count` not a whole number of elements, either range not device memory of
 /// the stream's device (inside one allocation), or ranges that overlap without being the same
-/// → 107000; a stream of another context → 107003. `count` 0 does nothing.
+/// → 107000. `count` 0 does nothing.
 ///
 /// # Safety
 /// No preconditions; `unsafe` only because it is part of the C ABI.
@@ -40,17 +41,24 @@ pub unsafe extern "C" fn aclrtReduceAsync(
             "reserve must be NULL"
         );
         let op = match kind {
-            ACL_RT_MEMCPY_SDMA_AUTOMATIC_SUM => Reduction::Sum,
-            ACL_RT_MEMCPY_SDMA_AUTOMATIC_MAX => Reduction::Max,
-            ACL_RT_MEMCPY_SDMA_AUTOMATIC_MIN => Reduction::Min,
-            ACL_RT_MEMCPY_SDMA_AUTOMATIC_EQUAL => fail!(
-                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                "the simulator does not simulate the EQUAL reduction"
-            ),
+            ACL_RT_MEMCPY_SDMA_AUTOMATIC_SUM => Some(Reduction::Sum),
+            ACL_RT_MEMCPY_SDMA_AUTOMATIC_MAX => Some(Reduction::Max),
+            ACL_RT_MEMCPY_SDMA_AUTOMATIC_MIN => Some(Reduction::Min),
+            ACL_RT_MEMCPY_SDMA_AUTOMATIC_EQUAL => None,
             _ => fail!(
                 ACL_ERROR_INVALID_PARAM,
                 "kind {kind} is not an aclrtReduceKind"
             ),
+        };
+        let sim = sim()?;
+        let stream = context::submit_stream(sim, stream)?;
+        // The features after the stream, as every call looks its handles up before refusing
+        // one.
+        let Some(op) = op else {
+            fail!(
+                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                "the simulator does not simulate the EQUAL reduction"
+            );
         };
         let Some(element) = Element::of(r#type) else {
             fail!(
@@ -59,8 +67,6 @@ pub unsafe extern "C" fn aclrtReduceAsync(
                 r#type
             );
         };
-        let sim = sim()?;
-        let stream = context::submit_stream(sim, stream)?;
         let Ok(len) = usize::try_from(count) else {
             fail!(ACL_ERROR_RT_PARAM_INVALID, "count {count} is too large");
         };

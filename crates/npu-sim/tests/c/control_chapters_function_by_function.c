@@ -254,9 +254,12 @@ static int counted_notifies(aclrtStream s1)
     record.value = 1;
     wait.mode = ACL_RT_CNT_NOTIFY_WAIT_EQUAL_MODE;
     wait.value = 1;
-    /* Each pointer argument is checked first (100000), then the function refused (207000). */
+    /* Each pointer argument is checked first (100000), then the values (the reserved flag:
+     * 107000), then the stream, then the function refused (207000). */
     EXPECT(aclrtCntNotifyCreate(NULL, 0), ACL_ERROR_INVALID_PARAM);
-    EXPECT(aclrtCntNotifyCreate(&out, 1), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    EXPECT(aclrtCntNotifyCreate(&out, 1), ACL_ERROR_RT_PARAM_INVALID);
+    HOLDS(out == SENTINEL);
+    EXPECT(aclrtCntNotifyCreate(&out, 0), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
     HOLDS(out == SENTINEL);
     EXPECT(aclrtCntNotifyRecord(NULL, s1, &record), ACL_ERROR_INVALID_PARAM);
     EXPECT(aclrtCntNotifyRecord(fake, s1, NULL), ACL_ERROR_INVALID_PARAM);

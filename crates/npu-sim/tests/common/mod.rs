@@ -77,6 +77,13 @@ pub fn create_stream() -> aclrtStream {
     stream
 }
 
+/// A stream handle that was valid and is no longer (any lookup of it fails with 107017).
+pub fn destroyed_stream() -> aclrtStream {
+    let stream = create_stream();
+    acl!(aclrtDestroyStream(stream));
+    stream
+}
+
 /// An ACL_STREAM_PERSISTENT stream (one a model runtime instance can be built on).
 pub fn persistent_stream() -> aclrtStream {
     let mut stream = ptr::null_mut();
