@@ -339,7 +339,9 @@ pub fn set_kernel_duration(device: &Device, name: &str, duration: Duration) -> R
     Ok(control::set_kernel_duration(id, name, duration)?)
 }
 
-/// Live counters of `device`: allocations, bytes, whether it is lost.
+/// Live counters of `device`: allocations, bytes, streams, events, contexts (the primary
+/// context while the device is set, and each explicit context until it is destroyed; see
+/// [`DeviceStats::live_contexts`]), whether it is lost.
 ///
 /// ```
 /// use npu::prelude::*;

@@ -867,7 +867,8 @@ fn reserves_racing_trims_and_allocations_keep_the_counters_and_give_every_byte_b
 /// strategy that ran work, a device pool with a cached block, a pinned pool, an event and a
 /// value word), while the test's thread makes the next round's context at once. Every round's
 /// memset completes, the completing thread goes on, and once the rounds are done every
-/// stream, event and allocation of both devices is back to where it started. Every strategy.
+/// stream, event and allocation of both devices is back to where it started, and so is device
+/// 1's count of contexts: every explicit context the rounds made was destroyed. Every strategy.
 #[test]
 fn explicit_contexts_a_waker_drops_on_the_completing_thread_are_all_released() {
     const ROUNDS: usize = 40;
@@ -875,11 +876,18 @@ fn explicit_contexts_a_waker_drops_on_the_completing_thread_are_all_released() {
     let d1 = Device::open(1).unwrap().primary_context().clone();
     let device = Device::open(0).unwrap();
     let baseline = (live_objects(&d0), live_objects(&d1));
+    let [.., contexts_before] = baseline.1;
     for strategy in STRATEGIES {
         let local = stream(&d0, strategy);
         for round in 0..ROUNDS {
             let what = format!("{strategy:?} round {round}");
             let ctx = d1.device().create_context().unwrap();
+            // The count the final check relies on sees the round's context.
+            let contexts = sim::device_stats(&d1.device()).unwrap().live_contexts;
+            assert!(
+                contexts > contexts_before,
+                "{what}: {contexts} live contexts"
+            );
             let streams: Vec<Stream> = STRATEGIES.iter().map(|&k| stream(&ctx, k)).collect();
             for s in &streams {
                 run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1)).unwrap();

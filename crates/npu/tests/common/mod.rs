@@ -344,9 +344,10 @@ pub(crate) fn live_memory(ctx: &Context) -> [u64; 2] {
 }
 
 /// What the simulator holds for `ctx`'s device and the host, after the releases deferred so
-/// far: live device allocations, pinned allocations, events, streams and host registrations,
-/// in that order (the first two are [`live_memory`]'s); compare them with [`within`].
-pub(crate) fn live_objects(ctx: &Context) -> [u64; 5] {
+/// far: live device allocations, pinned allocations, events, streams, host registrations and
+/// contexts of the device (the primary one and the explicit ones), in that order (the first
+/// two are [`live_memory`]'s); compare them with [`within`].
+pub(crate) fn live_objects(ctx: &Context) -> [u64; 6] {
     let [device_memory, pinned] = live_memory(ctx);
     let device = sim::device_stats(&ctx.device()).unwrap();
     let host = sim::host_stats().unwrap();
@@ -356,6 +357,7 @@ pub(crate) fn live_objects(ctx: &Context) -> [u64; 5] {
         device.live_events,
         device.live_streams,
         host.registrations,
+        device.live_contexts,
     ]
 }
 
