@@ -28,7 +28,7 @@ use npu::stream::{Strategy, StreamPool};
 
 /// Waits (bounded) until the simulator's counters for `ctx`'s device are back to `baseline`
 /// ([`within`] it).
-fn back_to(ctx: &Context, baseline: [u64; 5], what: &str) {
+fn back_to(ctx: &Context, baseline: LiveObjects, what: &str) {
     let deadline = Instant::now() + HANG;
     loop {
         let now = live_objects(ctx);

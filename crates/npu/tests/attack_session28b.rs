@@ -36,12 +36,12 @@ fn turn() -> (MutexGuard<'static, ()>, Context, Context) {
 
 /// What the simulator holds for device 1 and the host once everything earlier tests dropped
 /// has been released: the baseline [`within`] compares with.
-fn baseline(ctx: &Context) -> [u64; 5] {
+fn baseline(ctx: &Context) -> LiveObjects {
     live_objects(ctx)
 }
 
 /// Waits (bounded) until the simulator holds no more than `baseline` again.
-fn nothing_left(ctx: &Context, baseline: [u64; 5], what: &str) {
+fn nothing_left(ctx: &Context, baseline: LiveObjects, what: &str) {
     until_released(what, || within(live_objects(ctx), baseline));
 }
 

@@ -343,11 +343,14 @@ pub(crate) fn live_memory(ctx: &Context) -> [u64; 2] {
     [device, sim::host_stats().unwrap().pinned_allocations]
 }
 
+/// The counts [`live_objects`] returns.
+pub(crate) type LiveObjects = [u64; 6];
+
 /// What the simulator holds for `ctx`'s device and the host, after the releases deferred so
 /// far: live device allocations, pinned allocations, events, streams, host registrations and
 /// contexts of the device (the primary one and the explicit ones), in that order (the first
 /// two are [`live_memory`]'s); compare them with [`within`].
-pub(crate) fn live_objects(ctx: &Context) -> [u64; 6] {
+pub(crate) fn live_objects(ctx: &Context) -> LiveObjects {
     let [device_memory, pinned] = live_memory(ctx);
     let device = sim::device_stats(&ctx.device()).unwrap();
     let host = sim::host_stats().unwrap();
