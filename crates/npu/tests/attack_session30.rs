@@ -25,89 +25,10 @@ use common::*;
 use npu::memory::DevicePoolBackend;
 use npu::prelude::*;
 use npu::sim;
-use npu::stream::{Strategy, StreamPool};
+use npu::stream::Strategy;
 use npu::{Error, Stream};
 
-/// What a request handler of a serving backend shares: a stream pool, a pinned pool for the
-/// staging blocks, a device pool and the kernel it runs.
-#[derive(Clone)]
-struct Model {
-    streams: StreamPool,
-    pinned: PinnedPool,
-    device: DevicePool,
-    scale: Function,
-}
-
-/// Elements per request, and the bytes of one block.
-const N: usize = 1024;
-const BLOCK: usize = N * 4;
-
 impl Model {
-    /// `blocks` blocks of room in each pool, `streams` streams of `strategy`.
-    fn new(
-        ctx: &Context,
-        strategy: Strategy,
-        streams: usize,
-        blocks: usize,
-        backend: DevicePoolBackend,
-    ) -> Model {
-        let builder = Stream::builder(ctx).strategy(strategy);
-        let model = Model {
-            streams: StreamPool::with_builder(builder, streams).unwrap(),
-            pinned: PinnedPool::builder(ctx)
-                .capacity(BLOCK * blocks)
-                .build()
-                .unwrap(),
-            device: DevicePool::builder(ctx)
-                .capacity(BLOCK * blocks)
-                .backend(backend)
-                .build()
-                .unwrap(),
-            scale: in_process(ctx, "scale_f32"),
-        };
-        // Every block made now, as a server does at start-up: a runtime-pool block is made
-        // by the device, which the attacks hold.
-        model.pinned.reserve(blocks, BLOCK).unwrap();
-        let stream = model.streams.next();
-        run(async { model.device.reserve(&stream, blocks, BLOCK).await.unwrap() });
-        model
-    }
-
-    /// A request: a staging block (waiting for room), a device block (waiting for room), copy
-    /// in, scale by 2, copy out.
-    async fn run(&self, data: &[f32]) -> npu::Result<Vec<f32>> {
-        let stream = self.streams.next();
-        let mut host = self.pinned.alloc::<f32>(data.len()).await?;
-        host.copy_from_slice(data);
-        let x = self.device.alloc::<f32>(&stream, data.len()).await?;
-        let (host, x) = stream.copy_h2d(host, x).await?;
-        // SAFETY: scale_f32(float *x, uint64_t n, float alpha) scales n elements of x in
-        // place; x holds data.len().
-        let (x, ..) =
-            unsafe { stream.launch(&self.scale, 4, (x, data.len() as u64, 2.0f32)) }.await?;
-        let (_, host) = stream.copy_d2h(x, host).await?;
-        Ok(host.to_vec())
-    }
-
-    /// Both pools have every block back and nobody waiting.
-    fn at_rest(&self) -> bool {
-        let (pinned, device) = (self.pinned.stats(), self.device.stats().cache);
-        pinned.allocated == 0
-            && device.allocated == 0
-            && pinned.awaiting_blocks == 0
-            && device.awaiting_blocks == 0
-            && pinned.waiters == 0
-            && device.waiters == 0
-    }
-
-    fn stats(&self) -> String {
-        format!(
-            "pinned {:?}, device {:?}",
-            self.pinned.stats(),
-            self.device.stats().cache
-        )
-    }
-
     /// Every block of both pools is back, and `count` requests at once are served whole.
     async fn serves(&self, count: usize) {
         let mut set = tokio::task::JoinSet::new();
@@ -189,7 +110,7 @@ fn requests_given_up_on_in_every_way_over_shared_pools_give_every_block_back() {
     for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
         for strategy in STRATEGIES {
             let what = format!("{backend:?}, {strategy:?}");
-            let model = Model::new(&ctx, strategy, 3, 4, backend);
+            let model = Model::new(Stream::builder(&ctx).strategy(strategy), 3, 4, backend);
             let rt = multi_thread();
             rt.block_on(async {
                 tokio::time::timeout(HANG, async {
@@ -291,7 +212,12 @@ fn requests_given_up_on_in_every_way_over_shared_pools_give_every_block_back() {
 fn npu_futures_driven_by_other_executors_wake_and_resolve() {
     let (_turn, ctx, _) = exclusive(Some(4));
     for strategy in STRATEGIES {
-        let model = Model::new(&ctx, strategy, 2, 2, DevicePoolBackend::RuntimePool);
+        let model = Model::new(
+            Stream::builder(&ctx).strategy(strategy),
+            2,
+            2,
+            DevicePoolBackend::RuntimePool,
+        );
         let stream = model.streams.next();
         // The executors, each given the same work: a memset, an event recorded after it and
         // waited on, its completion waited on, a pinned block waited for while the other
@@ -398,7 +324,12 @@ fn a_waker_replaced_between_polls_is_the_one_woken() {
     let (_turn, ctx, _) = exclusive(Some(4));
     for strategy in STRATEGIES {
         let what = format!("{strategy:?}");
-        let model = Model::new(&ctx, strategy, 1, 1, DevicePoolBackend::Caching);
+        let model = Model::new(
+            Stream::builder(&ctx).strategy(strategy),
+            1,
+            1,
+            DevicePoolBackend::Caching,
+        );
         let stream = model.streams.next();
         let held = sim::hold(&ctx.device()).unwrap();
         let mut op = pin!(stream.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1));
@@ -510,7 +441,12 @@ fn forgotten_pool_futures_leak_at_most_their_block_and_the_waiters_behind_them_a
     let (_turn, ctx, _) = exclusive(Some(4));
     for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
         let what = format!("{backend:?}");
-        let model = Model::new(&ctx, Strategy::EventPoll, 1, 3, backend);
+        let model = Model::new(
+            Stream::builder(&ctx).strategy(Strategy::EventPoll),
+            1,
+            3,
+            backend,
+        );
         let stream = model.streams.next();
         run(async {
             let pinned: Vec<_> = (0..3)
@@ -577,7 +513,12 @@ fn under_a_paused_clock_a_request_through_the_pools_beats_its_one_hour_deadline(
     let (_turn, ctx, _) = exclusive(Some(4));
     for strategy in STRATEGIES {
         let what = format!("{strategy:?}");
-        let model = Model::new(&ctx, strategy, 2, 2, DevicePoolBackend::RuntimePool);
+        let model = Model::new(
+            Stream::builder(&ctx).strategy(strategy),
+            2,
+            2,
+            DevicePoolBackend::RuntimePool,
+        );
         for how in ["task", "LocalSet", "paused mid-flight"] {
             let what = format!("{what}, {how}");
             let held = sim::hold(&ctx.device()).unwrap();
@@ -661,7 +602,14 @@ fn requests_in_flight_when_their_device_is_lost_end_with_its_error_and_give_ever
     let ctx = Device::open(3).unwrap().primary_context().clone();
     let models: Vec<_> = STRATEGIES
         .iter()
-        .map(|&s| Model::new(&ctx, s, 3, 8, DevicePoolBackend::Caching))
+        .map(|&s| {
+            Model::new(
+                Stream::builder(&ctx).strategy(s),
+                3,
+                8,
+                DevicePoolBackend::Caching,
+            )
+        })
         .collect();
     let rt = multi_thread();
     let held = sim::hold(&ctx.device()).unwrap();
@@ -729,7 +677,7 @@ fn runtimes_sharing_a_pool_end_under_its_waiters_without_waiting_and_lose_nothin
     for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
         for strategy in STRATEGIES {
             let what = format!("{backend:?}, {strategy:?}");
-            let model = Model::new(&ctx, strategy, 2, 1, backend);
+            let model = Model::new(Stream::builder(&ctx).strategy(strategy), 2, 1, backend);
             let held = sim::hold(&ctx.device()).unwrap();
             let holder = multi_thread();
             let (queued_tx, queued_rx) = std::sync::mpsc::channel();
@@ -799,7 +747,12 @@ fn a_fault_in_one_request_on_a_shared_stream_fails_that_request_only() {
     let mut rng = Rng(0x5eed_3030);
     for strategy in STRATEGIES {
         for streams in [1, 2] {
-            let model = Model::new(&ctx, strategy, streams, 16, DevicePoolBackend::Caching);
+            let model = Model::new(
+                Stream::builder(&ctx).strategy(strategy),
+                streams,
+                16,
+                DevicePoolBackend::Caching,
+            );
             let rt = multi_thread();
             for round in 0..12 {
                 let what = format!("{strategy:?}, {streams} streams, round {round}");
@@ -928,7 +881,7 @@ fn allocations_given_up_on_at_random_moments_lose_no_room() {
     for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
         for strategy in STRATEGIES {
             let what = format!("{backend:?}, {strategy:?}");
-            let model = Model::new(&ctx, strategy, 2, 4, backend);
+            let model = Model::new(Stream::builder(&ctx).strategy(strategy), 2, 4, backend);
             let rt = multi_thread();
             rt.block_on(async {
                 let mut tasks = tokio::task::JoinSet::new();
@@ -1036,7 +989,12 @@ fn an_abort_of_a_shared_stream_ends_every_request_on_it_and_loses_no_block() {
     for strategy in STRATEGIES {
         for drop_the_abort in [false, true] {
             let what = format!("{strategy:?}, abort future dropped: {drop_the_abort}");
-            let model = Model::new(&ctx, strategy, 1, 12, DevicePoolBackend::RuntimePool);
+            let model = Model::new(
+                Stream::builder(&ctx).strategy(strategy),
+                1,
+                12,
+                DevicePoolBackend::RuntimePool,
+            );
             let rt = multi_thread();
             let held = sim::hold(&ctx.device()).unwrap();
             let requests: Vec<_> = (0..12)

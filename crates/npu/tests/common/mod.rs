@@ -36,6 +36,7 @@ mod op_spans;
 mod own_runtime;
 mod pool_memory;
 mod reaper_held;
+mod serving_model;
 
 pub(crate) use drained::{
     drain_a_failing_memset, drained_without_an_event, in_a_fresh_context, last_task_id,
@@ -54,6 +55,7 @@ pub(crate) use pool_memory::{
     inject, pool_holding_the_device, settled, uce_ranges,
 };
 pub(crate) use reaper_held::{ReaperHeld, hold_the_reaper};
+pub(crate) use serving_model::{BLOCK, Model, N};
 
 /// Every completion strategy: each attack involving a stream runs under all three.
 pub(crate) const STRATEGIES: [Strategy; 3] = [
