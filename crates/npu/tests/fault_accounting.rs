@@ -31,9 +31,15 @@ const DEVICE_MEMORY: u64 = 64 << 20;
 /// A request the filled device cannot serve before the pool's cache is freed.
 const BIG: usize = 24 << 20;
 
-/// The device lock and device 0's primary context, on this file's simulator.
+/// The device lock and device 0's primary context, on this file's simulator, once device 0's
+/// memory is all back: the tests before may have dropped pools whose blocks go back on the
+/// reaper or a pool's destroying thread, and several of these tests fill the device.
 fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
-    devices_of(5, DEVICE_MEMORY)
+    let (guard, ctx) = devices_of(5, DEVICE_MEMORY);
+    until("device 0's memory is back from the tests before", || {
+        sim::device_stats(&ctx.device()).unwrap().bytes_allocated == 0
+    });
+    (guard, ctx)
 }
 
 /// [`drain_a_failing_memset`], then the events given back and the next memset submitted, which
