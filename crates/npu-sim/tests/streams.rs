@@ -58,8 +58,17 @@ fn launch_add_one(func: aclrtFuncHandle, target: *mut c_void, stream: aclrtStrea
 
 /// A record of a counted notify (unsupported on an Atlas A2) in `mode` on `stream`.
 fn record_counted(stream: aclrtStream, mode: aclrtCntNotifyRecordMode) -> aclError {
+    record_counted_notify(ptr::dangling_mut(), stream, mode)
+}
+
+/// A record of `notify` in `mode` on `stream`, adding 1.
+fn record_counted_notify(
+    notify: aclrtCntNotify,
+    stream: aclrtStream,
+    mode: aclrtCntNotifyRecordMode,
+) -> aclError {
     let mut info = aclrtCntNotifyRecordInfo { mode, value: 1 };
-    code!(aclrtCntNotifyRecord(ptr::dangling_mut(), stream, &mut info))
+    code!(aclrtCntNotifyRecord(notify, stream, &mut info))
 }
 
 /// A wait on a counted notify (unsupported on an Atlas A2) in `mode` on `stream`.
@@ -850,15 +859,11 @@ fn every_error_path() {
             100000,
             0,
             || {
-                let mut info = aclrtCntNotifyRecordInfo {
-                    mode: ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE,
-                    value: 1,
-                };
-                code!(aclrtCntNotifyRecord(
+                record_counted_notify(
                     ptr::null_mut(),
                     ptr::null_mut(),
-                    &mut info
-                ))
+                    ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE,
+                )
             },
         ),
         case(
@@ -1018,15 +1023,11 @@ fn every_error_path() {
             100000,
             0,
             || {
-                let mut info = aclrtCntNotifyRecordInfo {
-                    mode: ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE,
-                    value: 1,
-                };
-                code!(aclrtCntNotifyRecord(
+                record_counted_notify(
                     ptr::null_mut(),
                     destroyed_stream(),
-                    &mut info
-                ))
+                    ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE,
+                )
             },
         ),
         case(
