@@ -741,10 +741,11 @@ fn reserves_racing_trims_and_allocations_keep_the_counters_and_give_every_byte_b
         for strategy in STRATEGIES {
             let what = format!("{backend:?} {strategy:?}");
             let pool = device_pool(&d0, backend, Some(CAPACITY));
-            let turn = std::sync::Barrier::new(2);
+            let turn = Turns::new(2);
             watchdog(&what, || {
                 std::thread::scope(|threads| {
                     let reserving = threads.spawn(|| {
+                        let _breaker = turn.breaker();
                         let s = stream(&d0, strategy);
                         let mut reserved = 0;
                         for round in 0..ROUNDS {
@@ -764,6 +765,7 @@ fn reserves_racing_trims_and_allocations_keep_the_counters_and_give_every_byte_b
                         reserved
                     });
                     let trimming = threads.spawn(|| {
+                        let _breaker = turn.breaker();
                         let mut rng = Rng(0x7e1a_5e32);
                         let mut trimmed = 0;
                         for _ in 0..ROUNDS {
@@ -811,10 +813,11 @@ fn reserves_racing_trims_and_allocations_keep_the_counters_and_give_every_byte_b
         }
     }
     let pool = PinnedPool::builder(&d0).capacity(CAPACITY).build().unwrap();
-    let turn = std::sync::Barrier::new(2);
+    let turn = Turns::new(2);
     watchdog("pinned", || {
         std::thread::scope(|threads| {
             let reserving = threads.spawn(|| {
+                let _breaker = turn.breaker();
                 for round in 0..ROUNDS {
                     turn.wait();
                     if let Err(err) = pool.reserve(4, BLOCK) {
@@ -827,6 +830,7 @@ fn reserves_racing_trims_and_allocations_keep_the_counters_and_give_every_byte_b
                 }
             });
             let trimming = threads.spawn(|| {
+                let _breaker = turn.breaker();
                 for _ in 0..ROUNDS {
                     turn.wait();
                     assert!(pool.trim() <= CAPACITY);

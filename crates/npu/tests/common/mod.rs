@@ -37,6 +37,7 @@ mod own_runtime;
 mod pool_memory;
 mod reaper_held;
 mod serving_model;
+mod turns;
 
 pub(crate) use drained::{
     drain_a_failing_memset, drained_without_an_event, in_a_fresh_context, last_task_id,
@@ -56,6 +57,7 @@ pub(crate) use pool_memory::{
 };
 pub(crate) use reaper_held::{ReaperHeld, hold_the_reaper};
 pub(crate) use serving_model::{BLOCK, Model, N};
+pub(crate) use turns::Turns;
 
 /// Every completion strategy: each attack involving a stream runs under all three.
 pub(crate) const STRATEGIES: [Strategy; 3] = [
