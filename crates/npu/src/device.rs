@@ -4,15 +4,18 @@
 //! [`primary_context`](Device::primary_context) is the [`Context`] most programs use.
 //! Every object that lives on a device (streams, buffers, modules) holds its context and makes
 //! it current on whichever thread uses it, so Tokio may move tasks between threads freely.
-//! Device ids are `u32` throughout npu-rs.
+//! Device ids are `u32` throughout npu-rs. [`Device::status`] is the device's health
+//! (`aclrtQueryDeviceStatus`), for a server's health check: [`DeviceStatus::Abnormal`] once it
+//! is lost (module [`error`](crate::error) tells a lost device from a failed request).
 //!
 //! ```
-//! use npu::device::{Device, MemAttr};
+//! use npu::device::{Device, DeviceStatus, MemAttr};
 //!
 //! let device = Device::open(0)?;
 //! assert_eq!(device.id(), 0);
 //! let memory = device.memory_info(MemAttr::Normal)?;
 //! assert!(memory.free <= memory.total);
+//! assert_eq!(device.status()?, DeviceStatus::Normal);
 //! # Ok::<(), npu::Error>(())
 //! ```
 
