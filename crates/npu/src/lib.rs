@@ -13,7 +13,7 @@
 //! | module | for |
 //! | --- | --- |
 //! | [`runtime`] | loading CANN's runtime or the simulator (`NPU_BACKEND`) |
-//! | [`device`] | opening devices, their contexts, attributes, memory info, peer access |
+//! | [`device`] | opening devices, their contexts, attributes, memory info, health, peer access |
 //! | [`memory`] | device buffers, the device pool (stream-ordered device memory), pinned buffers, the pinned pool, host registration |
 //! | [`stream`] | streams, events and [`Op`], the future every operation returns; when to pick a non-default completion strategy |
 //! | [`kernel`] | loading kernel binaries and launching their functions |
@@ -88,7 +88,7 @@
 //! | `npu_mem::...` | [`memory`] |
 //! | `npu_stream::...` | [`stream`]; `DevicePool` and its types in [`memory`], the kernel argument traits in [`kernel`] |
 //! | `npu_sim::{kernel, trace, SimConfig, TimingModel}` | [`sim`]`::{kernel, trace, SimConfig, TimingModel}` |
-//! | `npu_sim::control::fail_task(stream.as_raw(), 1, 507015)`, `hold(1)`, `set_timing(1, ..)` (raw handles and `i32` ids) | [`sim::fail_task`]`(&stream, 1, AclCode(507015))?`, [`sim::hold`]`(&device)?`, [`sim::set_timing`]`(&device, ..)?` |
+//! | `npu_sim::control::fail_task(stream.as_raw(), 1, 507015)`, `hold(1)`, `set_timing(1, ..)`, `inject_mem_uce(ptr, len)` (raw handles, pointers and `i32` ids) | [`sim::fail_task`]`(&stream, 1, AclCode(507015))?`, [`sim::hold`]`(&device)?`, [`sim::set_timing`]`(&device, ..)?`, [`sim::inject_memory_error`]`(&buffer, 0..len)?` |
 //!
 //! ```
 //! // What `use npu_core::Device; use npu_stream::StreamPool;` reads as here:

@@ -14,7 +14,8 @@
 //!   configuration a process of their own (a separate test file); `NPU_SIM_CONFIG` sets the
 //!   same options from the environment.
 //! - Faults: [`fail_task`] (the nth device task of a stream fails with a code), [`lose`] (a device
-//!   is lost), [`fail_next_alloc`] and [`fail_next_host_alloc`].
+//!   is lost), [`inject_memory_error`] (memory gets an uncorrectable error), [`fail_next_alloc`]
+//!   and [`fail_next_host_alloc`].
 //! - Ordering: [`hold`] keeps a device from starting work until the returned [`Hold`] is
 //!   dropped (also when the test panics), so work queued meanwhile starts at one instant.
 //! - Timing and counters: [`set_timing`], [`set_kernel_duration`], [`now_ns`],
@@ -43,10 +44,12 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use npu_core::{AclCode, Backend, Device, Error, Result};
+use npu_mem::{DeviceSlice, Memory};
 use npu_stream::Stream;
 
 pub use npu_sim::control::{ControlError, DeviceStats, HostStats};
@@ -289,6 +292,50 @@ pub fn lose(device: &Device) -> Result<()> {
 pub fn fail_next_alloc(device: &Device) -> Result<()> {
     let id = simulated("npu::sim::fail_next_alloc", "device", device)?;
     Ok(control::fail_next_alloc(id)?)
+}
+
+/// Gives `bytes` of `memory` (a byte range from its start) an uncorrectable memory error, as
+/// the device's ECC would find one: every task that touches the range from now on fails with
+/// [`AclCode::DEVICE_MEM_ERROR`] ([`Error::is_memory_error`]) without touching memory, until
+/// the range is repaired (a [`DevicePool`](crate::DevicePool) repairs its blocks' ranges when
+/// they come back, and counts them in `PoolStats::repaired`) or the memory is freed.
+///
+/// For testing what your code does with a memory error on memory it uses: the simulator's
+/// `inject_mem_uce` control, checked. An empty range, or one past the memory's end, is refused
+/// with [`Error::InvalidArgument`].
+///
+/// ```
+/// use npu::prelude::*;
+///
+/// # tokio_test::block_on(async {
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let stream = NpuStream::new(&ctx)?;
+/// let buffer = DeviceBuffer::<u32>::new(&ctx, 1024)?;
+/// npu::sim::inject_memory_error(&buffer, 64..128)?;
+/// let err = stream.memset(buffer, 0).await.unwrap_err();
+/// assert!(err.error.is_memory_error(), "{err}");
+/// assert!(err.value.is_some(), "the buffer comes back, to be freed (which clears the error)");
+/// let past_the_end = npu::sim::inject_memory_error(&DeviceBuffer::<u32>::new(&ctx, 4)?, 8..17);
+/// assert!(matches!(past_the_end, Err(npu::Error::InvalidArgument { argument: "bytes", .. })));
+/// # Ok::<(), npu::Error>(())
+/// # })?;
+/// # Ok::<(), npu::Error>(())
+/// ```
+pub fn inject_memory_error<M: DeviceSlice>(memory: &M, bytes: Range<usize>) -> Result<()> {
+    const API: &str = "npu::sim::inject_memory_error";
+    simulated(API, "memory", &memory.context().device())?;
+    if bytes.is_empty() || bytes.end > memory.byte_len() {
+        return Err(Error::invalid(
+            API,
+            "bytes",
+            format!(
+                "{bytes:?} is not a non-empty range within the memory's {} bytes",
+                memory.byte_len()
+            ),
+        ));
+    }
+    let start = memory.addr().cast_mut().wrapping_byte_add(bytes.start);
+    Ok(control::inject_mem_uce(start, bytes.len())?)
 }
 
 /// Makes the next pinned host allocation in the process fail with `code`.

@@ -447,4 +447,12 @@ fn devices_contexts_and_runtime() {
     let foreign_stream = Stream::new(foreign.primary_context()).unwrap();
     let err = sim::fail_task(&foreign_stream, 1, npu::AclCode(507015)).unwrap_err();
     assert_eq!(invalid(&err), ("npu::sim::fail_task", "stream"));
+    let foreign_memory = DeviceBuffer::<u8>::new(foreign.primary_context(), 64).unwrap();
+    let err = sim::inject_memory_error(&foreign_memory, 0..8).unwrap_err();
+    assert_eq!(invalid(&err), ("npu::sim::inject_memory_error", "memory"));
+    let memory = DeviceBuffer::<u16>::new(&ctx, 32).unwrap();
+    for bytes in [0..0, 60..65] {
+        let err = sim::inject_memory_error(&memory, bytes).unwrap_err();
+        assert_eq!(invalid(&err), ("npu::sim::inject_memory_error", "bytes"));
+    }
 }

@@ -348,6 +348,32 @@ async fn a_kernel_fault_is_500_device_fault_and_the_device_stays_healthy() -> np
     Ok(())
 }
 
+/// An uncorrectable memory error in the block a request gets is that request's 500
+/// `device_fault`; the pool repairs the block when it comes back, and the next request, on the
+/// same block, is served.
+#[tokio::test]
+async fn a_memory_error_in_a_requests_block_fails_only_that_request() -> npu::Result<()> {
+    let _turn = turn().await;
+    let backend = Backend::new(device(1), 1, 64).await?;
+    let block = backend
+        .memory
+        .try_alloc::<f32>(&backend.streams.next(), 64)?
+        .expect("the pool's one block");
+    sim::inject_memory_error(&block, 0..16)?;
+    drop(block);
+    let failure = backend.infer(&[1.0; 64], 2.0).await.unwrap_err();
+    let Failure::DeviceFault(err) = &failure else {
+        panic!("a memory error is a device fault: {failure:?}");
+    };
+    assert!(err.is_memory_error(), "{err}");
+    assert_eq!(failure.into_response().status(), 500);
+    npu::sim::flush_releases();
+    assert_eq!(backend.memory.stats().cache.repaired, 1);
+    assert_eq!(backend.health().0, StatusCode::OK);
+    assert_eq!(backend.infer(&[1.0; 64], 2.0).await.unwrap(), [2.0; 64]);
+    Ok(())
+}
+
 /// Under a paused clock a request on a held device waits for it (the pending work keeps the
 /// clock), and the deadline passes only when the test moves the clock; the request is then a
 /// 504 and its blocks come back once the device is done.
