@@ -470,6 +470,34 @@ pub fn now_ns(device: &Device) -> Result<u64> {
 /// # })?;
 /// # Ok::<(), npu::Error>(())
 /// ```
+///
+/// Nor does it wait for a pool's repairs: a block one of whose operations failed with a memory
+/// error ([`Error::is_memory_error`]) is examined for the error, and repaired or quarantined,
+/// on a thread of the pool's own (the examination asks the runtime, which no release may wait
+/// for), and counts in `awaiting_blocks` until then, however long ago its operation was
+/// awaited. Wait for that count instead, bounded, with `flush_releases` between looks (the
+/// block comes back through the reaper first):
+///
+/// ```
+/// use npu::prelude::*;
+///
+/// # tokio_test::block_on(async {
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let (stream, pool) = (NpuStream::new(&ctx)?, DevicePool::new(&ctx)?);
+/// let block = pool.alloc::<u8>(&stream, 4096).await?;
+/// npu::sim::inject_memory_error(&block, 0..16)?;
+/// drop(stream.memset(block, 0).await.unwrap_err()); // hands the block back to the pool
+/// let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+/// while pool.stats().cache.awaiting_blocks > 0 {
+///     assert!(std::time::Instant::now() < deadline, "the repair never ended");
+///     npu::sim::flush_releases();
+///     std::thread::yield_now();
+/// }
+/// assert_eq!(pool.stats().cache.repaired, 1, "repaired, and cached for reuse");
+/// # Ok::<(), npu::Error>(())
+/// # })?;
+/// # Ok::<(), npu::Error>(())
+/// ```
 pub fn flush_releases() {
     npu_core::reaper::flush();
 }

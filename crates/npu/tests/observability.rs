@@ -1,5 +1,5 @@
 //! docs/observability.md as a user reads it: the `fmt` subscriber it shows (an `EnvFilter` of
-//! `npu_stream=debug`, one line per closed span), installed once for the process before
+//! `npu_stream=debug` and `warn` for the rest, one line per closed span), installed once for the process before
 //! anything touches a device, writing into a buffer the tests read; and the counters the docs
 //! name (`npu::stream::reactor_stats`, the pools' `stats`).
 
@@ -31,6 +31,12 @@ impl Written {
             .filter(|line| line.contains(&ours))
             .map(str::to_string)
             .collect()
+    }
+
+    /// The lines written so far, from line `from` on.
+    fn lines(&self, from: usize) -> Vec<String> {
+        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+        text.lines().skip(from).map(str::to_string).collect()
     }
 
     fn count(&self) -> usize {
@@ -67,7 +73,7 @@ fn subscriber() -> Written {
     INSTALL.call_once(|| {
         let written = Written::default();
         tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("npu_stream=debug"))
+            .with_env_filter(tracing_subscriber::EnvFilter::new("warn,npu_stream=debug"))
             .with_span_events(FmtSpan::CLOSE)
             .with_ansi(false)
             .with_writer(written.clone())
@@ -177,5 +183,46 @@ async fn a_failed_operation_is_a_failed_line_with_the_error() -> npu::Result<()>
         after.fault_notices > before.fault_notices,
         "{before:?} {after:?}"
     );
+    Ok(())
+}
+
+/// A pool block returned after a memory error on it is repaired, and the warning the docs
+/// describe says so (level, target, message and fields); the pool counts the repair.
+#[tokio::test]
+async fn a_repaired_pool_block_is_a_warning_with_its_fields() -> npu::Result<()> {
+    let (_turn, written) = turn().await;
+    let ctx = Device::open(0)?.primary_context().clone();
+    let (stream, pool) = (NpuStream::new(&ctx)?, DevicePool::new(&ctx)?);
+    let block = pool.alloc::<u8>(&stream, 4096).await?;
+    sim::inject_memory_error(&block, 0..16)?;
+    let from = written.count();
+    let err = stream.memset(block, 0).await.unwrap_err();
+    assert!(err.error.is_memory_error(), "{err}");
+    drop(err);
+    // The pool examines the block on a thread of its own: flush_releases does not wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while pool.stats().cache.awaiting_blocks > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the repair never ended"
+        );
+        sim::flush_releases();
+        std::thread::yield_now();
+    }
+    assert_eq!(pool.stats().cache.repaired, 1);
+    let lines = written.lines(from);
+    let warning = lines
+        .iter()
+        .find(|l| l.contains("a pooled block's uncorrectable memory errors were repaired"))
+        .unwrap_or_else(|| panic!("{lines:#?}"));
+    for part in [
+        " WARN ",
+        "npu_mem::pool::cache:",
+        "pool=",
+        "bytes=4096",
+        "repaired=",
+    ] {
+        assert!(warning.contains(part), "{part} in {warning}");
+    }
     Ok(())
 }

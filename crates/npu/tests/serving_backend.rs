@@ -367,7 +367,16 @@ async fn a_memory_error_in_a_requests_block_fails_only_that_request() -> npu::Re
     };
     assert!(err.is_memory_error(), "{err}");
     assert_eq!(failure.into_response().status(), 500);
-    npu::sim::flush_releases();
+    // The pool examines the block on a thread of its own: flush_releases does not wait for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !backend.at_rest() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the repair never ended"
+        );
+        npu::sim::flush_releases();
+        std::thread::yield_now();
+    }
     assert_eq!(backend.memory.stats().cache.repaired, 1);
     assert_eq!(backend.health().0, StatusCode::OK);
     assert_eq!(backend.infer(&[1.0; 64], 2.0).await.unwrap(), [2.0; 64]);
