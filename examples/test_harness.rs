@@ -214,6 +214,11 @@ mod tests {
         // Task 1 on the stream is the copy in, task 2 the kernel: make the kernel trap.
         let trap = |stream: &Stream| sim::fail_task(stream, 2, AclCode(507015));
         let (stream, scale) = fails_cleanly(&device(0), &[1.0; 1000], trap, 507015).await;
+        assert_eq!(
+            device(0).status().unwrap(),
+            npu::device::DeviceStatus::Normal,
+            "a kernel fault fails the request, not the device"
+        );
         // The stream is still usable.
         let out = scale_on_device(&stream, &scale, &[1.0; 8], 3.0).await;
         assert_eq!(out.unwrap(), [3.0; 8]);
@@ -247,7 +252,10 @@ mod tests {
         let err = scale_on_device(&stream, &scale, &[1.0], 2.0)
             .await
             .unwrap_err();
-        assert!(err.acl_code().is_some(), "{err}");
+        // Your code can tell a lost device (fail the health check, stop routing to it) from a
+        // request the device failed (`err.fault()`), which a kernel fault is.
+        assert!(err.is_device_lost(), "{err}");
+        assert_eq!(lost.status().unwrap(), npu::device::DeviceStatus::Abnormal);
         assert!(sim::device_stats(&lost).unwrap().lost);
     }
 
