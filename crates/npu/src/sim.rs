@@ -49,7 +49,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use npu_core::{AclCode, Backend, Device, Error, Result};
-use npu_mem::{DeviceSlice, Memory};
+use npu_mem::DeviceSlice;
 use npu_stream::Stream;
 
 pub use npu_sim::control::{ControlError, DeviceStats, HostStats};
