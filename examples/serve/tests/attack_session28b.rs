@@ -63,11 +63,11 @@ async fn the_models_run_dropped_after_every_poll_gives_every_block_back() {
 async fn a_request_given_up_on_whose_work_faults_is_cancelled_once_and_the_next_is_served() {
     let _device = DEVICE_ONE.lock().await;
     let server = Server::start(on_device_one(1), loopback()).await.unwrap();
-    let stream = server.state.model.streams.streams()[0].as_raw();
+    let stream = &server.state.model.streams.streams()[0];
     let device = npu::Device::open(1).unwrap();
     let held = npu::sim::hold(&device).unwrap();
     // The copy in of the next request faults.
-    npu::sim::control::fail_task(stream, 1, 507015).unwrap();
+    npu::sim::fail_task(stream, 1, npu::error::AclCode(507015)).unwrap();
     let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     let whole = format!("{JSON_POST}Content-Length: {}\r\n\r\n{GOOD}", GOOD.len());
     tcp.write_all(whole.as_bytes()).await.unwrap();

@@ -16,9 +16,9 @@ use super::*;
 async fn a_device_block_quarantined_after_a_memory_error_does_not_shrink_the_server_for_good() {
     let _device = DEVICE_ONE.lock().await;
     let server = Server::start(on_device_one(1), loopback()).await.unwrap();
-    let stream = server.state.model.streams.streams()[0].as_raw();
+    let stream = &server.state.model.streams.streams()[0];
     // The request's first task, its copy into its first device block.
-    npu::sim::control::fail_task(stream, 1, 507054).unwrap();
+    npu::sim::fail_task(stream, 1, npu::error::AclCode(507054)).unwrap();
     let (status, body) = post(&server, GOOD).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
     assert_eq!(body["error"]["code"], "device_error", "{body}");
@@ -53,8 +53,8 @@ async fn a_device_block_quarantined_after_a_memory_error_does_not_shrink_the_ser
 async fn requests_at_once_after_a_quarantined_block_are_all_served() {
     let _device = DEVICE_ONE.lock().await;
     let server = Arc::new(Server::start(on_device_one(4), loopback()).await.unwrap());
-    let stream = server.state.model.streams.streams()[0].as_raw();
-    npu::sim::control::fail_task(stream, 3, 507054).unwrap();
+    let stream = &server.state.model.streams.streams()[0];
+    npu::sim::fail_task(stream, 3, npu::error::AclCode(507054)).unwrap();
     let wave = |server: Arc<Server>| async move {
         let posts: Vec<_> = (0..4)
             .map(|_| {

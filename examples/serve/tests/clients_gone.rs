@@ -10,7 +10,7 @@ async fn clients_gone_while_their_requests_are_on_the_device_get_everything_back
     let _device = DEVICE_ONE.lock().await;
     let config = on_device_one(3);
     let server = Server::start(config, loopback()).await.unwrap();
-    npu::sim::control::hold(1).unwrap();
+    let held = npu::sim::hold(&npu::Device::open(1).unwrap()).unwrap();
     let whole = format!("{JSON_POST}Content-Length: {}\r\n\r\n{GOOD}", GOOD.len());
     let mut clients = Vec::new();
     for admitted in 1..=3 {
@@ -37,7 +37,7 @@ async fn clients_gone_while_their_requests_are_on_the_device_get_everything_back
     assert_eq!(server.state.stats()["requests"]["cancelled"], 2);
     // The half-closed client has its answer once the device runs, and the dropped requests'
     // blocks come back once it has run what they queued.
-    npu::sim::control::release(1).unwrap();
+    held.release().unwrap();
     let reply = read_reply(&mut half_closed).await.expect("an answer");
     assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
     assert_eq!(reply.body["data"], serde_json::json!([2.0, 5.0, 8.0, 11.0]));
@@ -61,7 +61,7 @@ async fn an_end_of_stream_behind_a_pipelined_request_is_seen_before_the_answer()
         ..small()
     };
     let server = Server::start(config, loopback()).await.unwrap();
-    npu::sim::control::hold(1).unwrap();
+    let held = npu::sim::hold(&npu::Device::open(1).unwrap()).unwrap();
     let whole = format!("{JSON_POST}Content-Length: {}\r\n\r\n{GOOD}", GOOD.len());
     // Each client sends a request, then (with the first on the held device, so the second
     // waits in the socket) a second one and its end of stream.
@@ -89,7 +89,7 @@ async fn an_end_of_stream_behind_a_pipelined_request_is_seen_before_the_answer()
     let mut probe = [0; 25];
     tcp.read_exact(&mut probe).await.unwrap();
     assert_eq!(&probe, b"HTTP/1.1 100 Continue\r\n\r\n");
-    npu::sim::control::release(1).unwrap();
+    held.release().unwrap();
     let mut received = Vec::new();
     tokio::time::timeout(PATIENCE, tcp.read_to_end(&mut received))
         .await
@@ -119,7 +119,7 @@ async fn an_end_of_stream_behind_more_pipelined_bytes_than_the_buffer_is_seen_wi
         ..small()
     };
     let server = Server::start(config, loopback()).await.unwrap();
-    npu::sim::control::hold(1).unwrap();
+    let held = npu::sim::hold(&npu::Device::open(1).unwrap()).unwrap();
     let whole = format!("{JSON_POST}Content-Length: {}\r\n\r\n{GOOD}", GOOD.len());
     let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     tcp.write_all(whole.as_bytes()).await.unwrap();
@@ -143,7 +143,7 @@ async fn an_end_of_stream_behind_more_pipelined_bytes_than_the_buffer_is_seen_wi
     let stats = server.state.stats();
     assert_eq!(stats["requests"]["cancelled"], 1, "{stats}");
     assert_eq!(stats["requests"]["received"], 1, "{stats}");
-    npu::sim::control::release(1).unwrap();
+    held.release().unwrap();
     until_pools_idle(&server.state).await;
     server.stop().await.unwrap();
 }

@@ -12,8 +12,8 @@ async fn a_device_error_reaches_the_client_without_internals() {
         ..small()
     };
     let server = Server::start(config, loopback()).await.unwrap();
-    let stream = server.state.model.streams.streams()[0].as_raw();
-    npu::sim::control::fail_task(stream, 1, 507015).unwrap();
+    let stream = &server.state.model.streams.streams()[0];
+    npu::sim::fail_task(stream, 1, npu::error::AclCode(507015)).unwrap();
     let (status, body) = post(&server, GOOD).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
@@ -41,7 +41,7 @@ async fn a_stalled_device_answers_504_and_frees_the_slots_and_blocks() {
         ..small()
     };
     let server = Server::start(config, loopback()).await.unwrap();
-    npu::sim::control::hold(1).unwrap();
+    let held = npu::sim::hold(&npu::Device::open(1).unwrap()).unwrap();
     // Each request in turn takes the only slot, times out on the held device and frees it;
     // the memory it gave up stays with the device. The pinned pool has a block for each
     // admitted request and one more, so the third request finds none free and is refused
@@ -60,7 +60,7 @@ async fn a_stalled_device_answers_504_and_frees_the_slots_and_blocks() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(body["error"]["code"], "overloaded", "{body}");
     assert_eq!(server.state.stats()["pool"]["waiters"], 0);
-    npu::sim::control::release(1).unwrap();
+    held.release().unwrap();
     until_pools_idle(&server.state).await;
     let (status, body) = post(&server, GOOD).await;
     assert_eq!(status, StatusCode::OK, "{body}");

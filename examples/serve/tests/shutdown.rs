@@ -29,7 +29,7 @@ async fn a_request_during_the_drain_is_answered_once_and_the_connection_closed()
     };
     let server = Server::start(config, loopback()).await.unwrap();
     let addr = server.addr;
-    npu::sim::control::hold(1).unwrap();
+    let held = npu::sim::hold(&npu::Device::open(1).unwrap()).unwrap();
     // A keep-alive request, on the held device when the shutdown begins.
     let whole = format!("{JSON_POST}Content-Length: {}\r\n\r\n{GOOD}", GOOD.len());
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -40,7 +40,7 @@ async fn a_request_during_the_drain_is_answered_once_and_the_connection_closed()
     until_refused(addr).await;
     // A second request on the same connection during the drain: not served.
     tcp.write_all(whole.as_bytes()).await.unwrap();
-    npu::sim::control::release(1).unwrap();
+    held.release().unwrap();
     let mut received = Vec::new();
     let read = tokio::time::timeout(PATIENCE, async {
         let mut chunk = [0; 4096];
@@ -131,7 +131,7 @@ async fn overload_gets_503_and_shutdown_finishes_the_requests_in_flight() {
     let server = Server::start(config, loopback()).await.unwrap();
 
     // Hold the device: the two admitted requests stay in flight until it is released.
-    npu::sim::control::hold(1).unwrap();
+    let held = npu::sim::hold(&npu::Device::open(1).unwrap()).unwrap();
     let in_flight: Vec<_> = (0..2)
         .map(|_| {
             let (addr, body) = (server.addr, body.clone());
@@ -151,7 +151,7 @@ async fn overload_gets_503_and_shutdown_finishes_the_requests_in_flight() {
     // Shut down while both are in flight, then let the device run: both are answered.
     let state = server.state.clone();
     let stopped = tokio::spawn(server.stop());
-    npu::sim::control::release(1).unwrap();
+    held.release().unwrap();
     for request in in_flight {
         let answer = Ok(request.await.unwrap());
         assert_eq!(check_answer(answer, &expected), Ok(()));
