@@ -368,7 +368,7 @@ impl Drop for ContextInner {
         // device's logs reach the host (and runs the finalize callbacks of every component):
         // neither may hold up the reaper, which runs every release of the process, nor a
         // shared thread (a waker run as an operation completes may drop the last handle).
-        crate::reaper::off_shared_threads(move || release.run());
+        crate::reaper::off_shared_threads(library, move || release.run());
     }
 }
 

@@ -88,6 +88,21 @@ pub enum Error {
         /// The ACL function, or the npu-rs wait, that was refused.
         api: &'static str,
     },
+    /// Teardowns npu-rs handed to threads of their own (a device's reset, ACL's finalisation:
+    /// see [`wait_for_teardowns`](crate::wait_for_teardowns)) were still running when a wait
+    /// for them ran out: stuck in the runtime, or slower than the wait allowed.
+    #[error(
+        "{api}: {running} teardown(s) of npu-rs (aclrtResetDevice, aclrtDestroyContext or \
+         aclFinalize on an npu-teardown thread) still running after {waited:?}"
+    )]
+    TeardownsRunning {
+        /// The npu-rs API that waited.
+        api: &'static str,
+        /// How many were still running.
+        running: usize,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
 }
 
 impl Error {
@@ -180,7 +195,8 @@ impl Error {
         self.acl_code().is_some_and(AclCode::is_device_lost)
     }
 
-    /// Whether something timed out ([`AclCode::is_timeout`]).
+    /// Whether something timed out ([`AclCode::is_timeout`], or a wait for teardowns that ran
+    /// out: [`Error::TeardownsRunning`]).
     ///
     /// ```
     /// use npu_core::{AclCode, AclError, Error};
@@ -189,7 +205,8 @@ impl Error {
     /// assert!(err.is_timeout());
     /// ```
     pub fn is_timeout(&self) -> bool {
-        self.acl_code().is_some_and(AclCode::is_timeout)
+        matches!(self, Error::TeardownsRunning { .. })
+            || self.acl_code().is_some_and(AclCode::is_timeout)
     }
 
     /// Whether device memory the work touched has an uncorrectable error

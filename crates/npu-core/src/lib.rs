@@ -42,6 +42,7 @@ mod op_error;
 mod paused_clock;
 pub mod reaper;
 mod runtime;
+mod teardown;
 
 pub use backend::{Backend, BackendChoice, BackendReason, Fallback, RuntimeLibrary};
 pub use code::{AclCode, ErrorClass, MemoryErrorKind};
@@ -56,3 +57,4 @@ pub use launch::{ArgPacker, Engine, LaunchConfig};
 pub use module::{BinaryMagic, Function, Module, ModuleLoader};
 pub use op_error::OpError;
 pub use runtime::{Runtime, RuntimeBuilder};
+pub use teardown::wait_for_teardowns;

@@ -85,31 +85,42 @@ pub(crate) fn run_later(actions: Vec<Action>) {
     rejected.into_iter().for_each(run);
 }
 
-/// Runs `teardown` here, unless this is the reaper or a shared thread ([`as_shared_thread`]):
-/// then on a thread of its own (`npu-teardown`), so that a teardown that may wait (resetting a
-/// device, finalising ACL) holds up no release of the process, and no operation the shared
-/// thread (the process-wide reactor, a device's callback worker, ...) would complete next.
-/// Inline if that thread cannot be started.
-pub(crate) fn off_shared_threads(teardown: impl FnOnce() + Send + 'static) {
-    if !ON_REAPER.with(std::cell::Cell::get) && SHARED.with(std::cell::Cell::get) == 0 {
+/// Whether this is the reaper or a shared thread ([`as_shared_thread`]).
+pub(crate) fn on_shared_thread() -> bool {
+    ON_REAPER.with(std::cell::Cell::get) || SHARED.with(std::cell::Cell::get) > 0
+}
+
+/// Runs `teardown` (of a context or runtime of the library `library` identifies) here, unless
+/// this is the reaper or a shared thread ([`as_shared_thread`]): then on a thread of its own
+/// (`npu-teardown`), so that a teardown that may wait (resetting a device, finalising ACL)
+/// holds up no release of the process, and no operation the shared thread (the process-wide
+/// reactor, a device's callback worker, ...) would complete next. Inline if that thread cannot
+/// be started. A teardown handed off is counted until it ends, for
+/// [`wait_for_teardowns`](crate::wait_for_teardowns) and a runtime build to wait for.
+pub(crate) fn off_shared_threads(library: usize, teardown: impl FnOnce() + Send + 'static) {
+    if !on_shared_thread() {
         return teardown();
     }
+    // Counted before the thread can start, so that whoever sees the last handle gone finds
+    // the teardown counted; ended when the closure is done with, wherever it runs (or unwinds).
+    let running = crate::teardown::Running::start(library);
     // Shared with the thread, so that a refused spawn (which drops its closure) leaves the
     // teardown here to run.
-    let shared = std::sync::Arc::new(std::sync::Mutex::new(Some(teardown)));
+    let shared = std::sync::Arc::new(std::sync::Mutex::new(Some((teardown, running))));
     let theirs = shared.clone();
     let spawned = std::thread::Builder::new()
         .name("npu-teardown".into())
         .spawn(move || {
-            let teardown = theirs.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some(teardown) = teardown {
+            crate::teardown::Running::mark_thread();
+            let handed = theirs.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some((teardown, _running)) = handed {
                 teardown();
             }
         });
     if let Err(err) = spawned {
         crate::log!(warn, %err, "cannot start a teardown thread; tearing down here");
-        let teardown = shared.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(teardown) = teardown {
+        let handed = shared.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((teardown, _running)) = handed {
             teardown();
         }
     }

@@ -126,7 +126,14 @@ impl RuntimeBuilder {
     /// refuses (argument `acl_config`) a path other than the one ACL was initialised with by a
     /// runtime still alive (the process-wide [`Runtime::global`] included, which uses none),
     /// rather than run with a configuration the caller did not ask for; the same path is
-    /// accepted. If another component of the process initialised ACL itself, ACL keeps that
+    /// accepted. A runtime of the library whose last handle went on one of npu-rs's own
+    /// threads is torn down on a thread of its own (see
+    /// [`wait_for_teardowns`](crate::wait_for_teardowns)): a build asking for another path
+    /// waits for such teardowns of its library to end before it decides (on the caller's
+    /// thread, which `aclInit` blocks anyway), and fails with
+    /// [`Error::TeardownsRunning`] if they have not within 10 s (stuck in the runtime). On
+    /// one of npu-rs's own threads it does not wait, and decides at once.
+    /// If another component of the process initialised ACL itself, ACL keeps that
     /// component's configuration, and npu-rs logs a warning. A path naming something other
     /// than a regular file (a directory, a FIFO, a device) is refused too (argument
     /// `acl_config`): reading a FIFO would wait for a writer, and `/dev/zero` would never end.
@@ -260,7 +267,7 @@ fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<
                 .map_err(|_| Error::invalid(API, "acl_config", "path contains a NUL byte"))
         })
         .transpose()?;
-    let mut users = loaded.init_users.lock().unwrap_or_else(|e| e.into_inner());
+    let mut users = settled_users(loaded, config)?;
     let _initialising = Raised::raise(&INITIALISING);
     if users.count == 0 {
         let path = c_config.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
@@ -316,6 +323,42 @@ fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<
     Ok(())
 }
 
+/// `loaded`'s `aclInit` users, once no teardown of the library that could change whether
+/// `config` applies is running any more.
+///
+/// A configuration other than the one ACL was initialised with is refused while a runtime of
+/// the library lives; one whose last handle went on a shared thread is still being torn down
+/// on `npu-teardown` (the reset of its devices, then `aclFinalize`), and a program has no way
+/// to know when that ends. So a build asking for another configuration waits for those
+/// teardowns (bounded by [`BUILD_WAITS`](crate::teardown::BUILD_WAITS), past which one is
+/// taken as stuck in the runtime: [`Error::TeardownsRunning`]) before it decides. Not on a
+/// shared thread or a teardown's, which must not wait on device work (or would wait for
+/// itself): there it decides at once, as it did before.
+fn settled_users(
+    loaded: &'static Loaded,
+    config: Option<&std::path::Path>,
+) -> Result<std::sync::MutexGuard<'static, backend::InitUsers>> {
+    let deadline = std::time::Instant::now() + crate::teardown::BUILD_WAITS;
+    loop {
+        let users = loaded.init_users.lock().unwrap_or_else(|e| e.into_inner());
+        let refused =
+            users.count > 0 && config.is_some_and(|asked| users.config.as_deref() != Some(asked));
+        if !refused || !crate::teardown::may_wait_here() || !crate::teardown::running_for(loaded.id)
+        {
+            return Ok(users);
+        }
+        // The teardown takes this lock to drop its reference.
+        drop(users);
+        crate::teardown::wait_until_ended(Some(loaded.id), deadline).map_err(|running| {
+            Error::TeardownsRunning {
+                api: "RuntimeBuilder::build",
+                running,
+                waited: crate::teardown::BUILD_WAITS,
+            }
+        })?;
+    }
+}
+
 impl Drop for RuntimeInner {
     fn drop(&mut self) {
         let loaded = self.loaded;
@@ -323,7 +366,7 @@ impl Drop for RuntimeInner {
         // component's finalize callbacks: never on the reaper, where the last object of a
         // runtime is often released, nor on another shared thread (an operation's wakers
         // may drop the last handle as it completes).
-        crate::reaper::off_shared_threads(move || release_reference(loaded));
+        crate::reaper::off_shared_threads(loaded.id, move || release_reference(loaded));
     }
 }
 

@@ -6,6 +6,10 @@
 //! in code, and [`Runtime::backend_reason`] says why `auto` chose what it did. [`Runtime::backend`] says which one was
 //! loaded. docs/ascend.md lists where a real runtime is looked for.
 //!
+//! Before a program exits, [`wait_for_teardowns`] waits (bounded) for the device resets and
+//! ACL finalisations npu-rs ran on threads of their own, when a runtime's last handle went on
+//! one of npu-rs's threads (docs/ascend.md, "Teardown and process exit").
+//!
 //! ```
 //! use npu::runtime::{Backend, BackendChoice, Runtime};
 //!
@@ -17,5 +21,5 @@
 
 pub use npu_core::{
     Backend, BackendChoice, BackendReason, Fallback, Runtime, RuntimeBuilder, RuntimeLibrary,
-    forked,
+    forked, wait_for_teardowns,
 };

@@ -10,7 +10,7 @@ mod library;
 mod reason;
 mod search;
 
-pub(crate) use library::{Loaded, names_no_regular_file};
+pub(crate) use library::{InitUsers, Loaded, names_no_regular_file};
 pub use reason::{BackendReason, Fallback};
 
 /// Which runtime a [`Runtime`](crate::Runtime) should use.

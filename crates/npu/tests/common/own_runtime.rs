@@ -147,3 +147,85 @@ pub(crate) fn until_finalising(what: &str, done: impl Fn(&Finalising) -> bool) {
     assert!(!waited.timed_out(), "{what}: not within {HANG:?}");
     drop(state);
 }
+
+/// npusim/control.h's device statistics, as the cdylib fills them in.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub(crate) struct CdylibDeviceStats {
+    pub(crate) bytes_allocated: u64,
+    pub(crate) live_allocations: u64,
+    pub(crate) live_streams: u64,
+    pub(crate) live_events: u64,
+    pub(crate) capacity: u64,
+    pub(crate) lost: i32,
+    pub(crate) reserved: i32,
+    pub(crate) live_contexts: u64,
+}
+
+/// The controls of the cdylib an [`OwnRuntime`] loads (which `npu::sim` does not reach): its
+/// hold gate and its device statistics, through npusim/control.h's C functions.
+pub(crate) struct CdylibControls {
+    hold: unsafe extern "C" fn(i32) -> i32,
+    release: unsafe extern "C" fn(i32) -> i32,
+    stats: unsafe extern "C" fn(i32, *mut CdylibDeviceStats) -> i32,
+    lose: unsafe extern "C" fn(i32) -> i32,
+}
+
+impl CdylibControls {
+    /// The controls of the library loaded already (a runtime of it must be alive).
+    pub(crate) fn of_the_loaded_library() -> CdylibControls {
+        let exe = std::env::current_exe().unwrap();
+        let path = exe.parent().unwrap().join("libascendcl.so");
+        let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path; RTLD_NOLOAD only looks the library up. The handle's
+        // reference is kept for the process's life, so the symbols stay valid.
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        assert!(!handle.is_null(), "the cdylib is loaded");
+        let symbol = |name: &std::ffi::CStr| {
+            // SAFETY: a live handle and a NUL-terminated name.
+            let symbol = unsafe { libc::dlsym(handle, name.as_ptr()) };
+            assert!(!symbol.is_null(), "{name:?} is exported");
+            symbol
+        };
+        // SAFETY: npusim/control.h declares these with exactly these signatures.
+        unsafe {
+            CdylibControls {
+                hold: std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn(i32) -> i32>(
+                    symbol(c"npusimHold"),
+                ),
+                release: std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn(i32) -> i32>(
+                    symbol(c"npusimRelease"),
+                ),
+                stats: std::mem::transmute::<
+                    *mut libc::c_void,
+                    unsafe extern "C" fn(i32, *mut CdylibDeviceStats) -> i32,
+                >(symbol(c"npusimGetDeviceStats")),
+                lose: std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn(i32) -> i32>(
+                    symbol(c"npusimLoseDevice"),
+                ),
+            }
+        }
+    }
+
+    pub(crate) fn hold(&self, device: i32) {
+        // SAFETY: takes a device id; no pointer.
+        assert_eq!(unsafe { (self.hold)(device) }, 0);
+    }
+
+    pub(crate) fn release(&self, device: i32) {
+        // SAFETY: takes a device id; no pointer.
+        assert_eq!(unsafe { (self.release)(device) }, 0);
+    }
+
+    pub(crate) fn lose(&self, device: i32) {
+        // SAFETY: takes a device id; no pointer.
+        assert_eq!(unsafe { (self.lose)(device) }, 0);
+    }
+
+    pub(crate) fn stats(&self, device: i32) -> CdylibDeviceStats {
+        let mut stats = CdylibDeviceStats::default();
+        // SAFETY: `stats` is a valid out-pointer of the C layout.
+        assert_eq!(unsafe { (self.stats)(device, &mut stats) }, 0);
+        stats
+    }
+}

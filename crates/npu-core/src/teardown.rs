@@ -1,0 +1,262 @@
+//! The teardowns npu-rs hands to `npu-teardown` threads (a context's reset or destroy, ACL's
+//! finalisation), counted per library so that a program, and a runtime build, can wait for
+//! them to end.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// How long [`RuntimeBuilder::build`](crate::RuntimeBuilder::build) waits for teardowns of its
+/// library still running before it decides on its `acl_config`. CANN's `aclFinalize` takes up
+/// to 2 s while the device's logs reach the host; a reset waits for the work still queued in
+/// the device. Past this, the teardown is taken as stuck in the runtime.
+pub(crate) const BUILD_WAITS: Duration = Duration::from_secs(10);
+
+/// Teardowns running on `npu-teardown` threads, per library id (no entry: none).
+static RUNNING: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+/// Notified whenever a teardown ends.
+static ENDED: Condvar = Condvar::new();
+
+thread_local! {
+    /// Set on an `npu-teardown` thread: a wait for the teardowns there would wait for itself.
+    static ON_TEARDOWN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn running() -> MutexGuard<'static, Option<HashMap<usize, usize>>> {
+    RUNNING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One teardown of `library`'s handed to a thread of its own, counted from before that thread
+/// starts until it is dropped (when the teardown returns or unwinds, or the spawn failed and
+/// it ran where it was handed off).
+pub(crate) struct Running(usize);
+
+impl Running {
+    pub(crate) fn start(library: usize) -> Running {
+        *running()
+            .get_or_insert_with(HashMap::new)
+            .entry(library)
+            .or_default() += 1;
+        Running(library)
+    }
+
+    /// Marks the current thread as a teardown thread for the rest of its life.
+    pub(crate) fn mark_thread() {
+        ON_TEARDOWN.with(|on| on.set(true));
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut running = running();
+        if let Some(by_library) = running.as_mut()
+            && let Some(count) = by_library.get_mut(&self.0)
+        {
+            *count -= 1;
+            if *count == 0 {
+                by_library.remove(&self.0);
+            }
+        }
+        drop(running);
+        ENDED.notify_all();
+    }
+}
+
+/// How many teardowns of `library` (of every library for `None`) are running.
+fn count(running: &Option<HashMap<usize, usize>>, library: Option<usize>) -> usize {
+    let Some(by_library) = running else {
+        return 0;
+    };
+    match library {
+        Some(library) => by_library.get(&library).copied().unwrap_or(0),
+        None => by_library.values().sum(),
+    }
+}
+
+/// Whether this thread may wait for teardowns: not a thread of npu-rs's that serves every
+/// stream (the reaper, a shared thread: rule 5), nor a teardown thread (which would wait for
+/// itself).
+pub(crate) fn may_wait_here() -> bool {
+    !crate::reaper::on_shared_thread() && !ON_TEARDOWN.with(std::cell::Cell::get)
+}
+
+/// Whether a teardown of `library` is running.
+pub(crate) fn running_for(library: usize) -> bool {
+    count(&running(), Some(library)) > 0
+}
+
+/// Waits until no teardown of `library` (of any, for `None`) runs, or until `deadline`:
+/// `Err` with how many still run then.
+pub(crate) fn wait_until_ended(
+    library: Option<usize>,
+    deadline: Instant,
+) -> std::result::Result<(), usize> {
+    let mut running = running();
+    loop {
+        let left = count(&running, library);
+        if left == 0 {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(left);
+        }
+        running = ENDED
+            .wait_timeout(running, deadline - now)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+}
+
+/// Blocks until every teardown npu-rs handed to a thread of its own has ended, or `timeout`
+/// has passed: the way for a program to know that ACL was finalised (CANN asks for
+/// `aclFinalize` before the process exits) after its last npu-rs object went somewhere npu-rs
+/// cannot tear down inline.
+///
+/// A context whose last handle, or a [`Runtime`](crate::Runtime) whose last handle, is dropped
+/// on one of npu-rs's shared threads (a waker npu-rs wakes as an operation completes, a
+/// release the reaper runs, the reactor, a callback worker, ...) is torn down on a thread of
+/// its own (`npu-teardown`): the device's reset (`aclrtResetDevice`, which waits for work
+/// still queued) and ACL's finalisation (`aclFinalize`, up to 2 s on CANN) must not hold up
+/// the threads that complete every other operation. This waits for those threads; a drop made
+/// on the program's own thread tore down before it returned, and needs no wait. A teardown
+/// handed off after this call started is waited for too, if it is under way before the wait
+/// ends.
+///
+/// It does not wait for releases npu-rs deferred until the device is done (a buffer whose
+/// operation's future was dropped): a runtime some of whose objects await their work is still
+/// alive, and its teardown has not begun. Drop every npu-rs object, let their work finish,
+/// then call this.
+///
+/// # Blocking
+///
+/// This blocks the calling thread for up to `timeout`. Call it from `main` (after the Tokio
+/// runtime is shut down) or from a thread of the program's own; inside an async task, wrap it
+/// in `tokio::task::spawn_blocking`. Never call it from a waker, a tracing subscriber's
+/// callback or anything else npu-rs runs on its own threads: those threads must not wait on
+/// device work (docs/cancellation.md, rule 5), so there it is refused.
+///
+/// # Errors
+///
+/// - [`Error::TeardownsRunning`] if some are still running when `timeout` has passed (a
+///   teardown stuck in the runtime): it says how many.
+/// - [`Error::InvalidArgument`] (argument `thread`) when called on one of npu-rs's own threads
+///   (the reactor, the reaper, a callback worker, the sentinel, the overseer, a thread while it
+///   completes an operation, or a teardown thread, which would wait for itself).
+///
+/// ```
+/// use std::time::Duration;
+/// use npu_core::Device;
+///
+/// let device = Device::open(0)?;
+/// drop(device);
+/// // Nothing of npu-rs's is being torn down on a thread of its own any more.
+/// npu_core::wait_for_teardowns(Duration::from_secs(10))?;
+///
+/// // On one of npu-rs's shared threads (here the reaper, running a release) it is refused.
+/// let (tx, rx) = std::sync::mpsc::channel();
+/// // SAFETY: the release sends a result on an unbounded channel: it does not block.
+/// unsafe {
+///     npu_core::reaper::release_later(move || {
+///         let _ = tx.send(npu_core::wait_for_teardowns(Duration::from_secs(10)));
+///     })
+/// };
+/// let refused = rx.recv().unwrap().unwrap_err();
+/// assert!(matches!(refused, npu_core::Error::InvalidArgument { argument: "thread", .. }));
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+pub fn wait_for_teardowns(timeout: Duration) -> Result<()> {
+    const API: &str = "wait_for_teardowns";
+    if !may_wait_here() {
+        return Err(Error::invalid(
+            API,
+            "thread",
+            "is one of npu-rs's own threads (the reactor, the reaper, a callback worker, the \
+             sentinel, the overseer, a completing operation's or a teardown's), which must not \
+             wait on device work: call it from a thread of the program's own",
+        ));
+    }
+    // Clamped so that the deadline can be added: a year is no bound either.
+    let deadline = Instant::now() + timeout.min(Duration::from_secs(365 * 24 * 3600));
+    let ended = wait_until_ended(None, deadline);
+    ended.map_err(|running| Error::TeardownsRunning {
+        api: API,
+        running,
+        waited: timeout,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::channel;
+
+    use super::*;
+    use crate::reaper::{as_shared_thread, off_shared_threads};
+
+    /// A library id no loaded library has (ids count up from 0), one per test: the counts are
+    /// the process's, and other tests hand off teardowns of their own.
+    const HELD: usize = usize::MAX;
+    const INLINE: usize = usize::MAX - 1;
+    const ON_ITS_THREAD: usize = usize::MAX - 2;
+
+    fn now_and_later() -> (Instant, Instant) {
+        let now = Instant::now();
+        (now, now + Duration::from_secs(30))
+    }
+
+    /// A teardown handed off from a shared thread is counted from before the hand-off returns
+    /// until it has run: a wait ending now says it still runs, a longer one returns once it
+    /// ended. The break: not counted, so nothing waited for it.
+    #[test]
+    fn a_teardown_handed_off_is_counted_until_it_ends() {
+        let (go, held) = channel::<()>();
+        as_shared_thread(|| {
+            off_shared_threads(HELD, move || {
+                let _ = held.recv_timeout(Duration::from_secs(30));
+            })
+        });
+        assert!(running_for(HELD));
+        let (now, later) = now_and_later();
+        assert_eq!(wait_until_ended(Some(HELD), now), Err(1));
+        go.send(()).unwrap();
+        assert_eq!(wait_until_ended(Some(HELD), later), Ok(()));
+        assert!(!running_for(HELD));
+    }
+
+    /// A teardown made on the thread that dropped the last handle (no shared thread) ran before
+    /// the drop returned: nothing is counted for it, even while it runs.
+    #[test]
+    fn a_teardown_run_where_it_was_dropped_is_not_counted() {
+        let (seen, counted) = channel();
+        off_shared_threads(INLINE, move || seen.send(running_for(INLINE)).unwrap());
+        assert!(!counted.recv().unwrap());
+    }
+
+    /// On a teardown thread (a tracing subscriber's callback there, say) a wait for the
+    /// teardowns would wait for the one it runs in: refused, and a build does not wait there.
+    /// The break: the wait ran out with its own teardown counted.
+    #[test]
+    fn a_teardown_thread_may_not_wait_for_teardowns() {
+        let (seen, answers) = channel();
+        as_shared_thread(|| {
+            off_shared_threads(ON_ITS_THREAD, move || {
+                let waited = wait_for_teardowns(Duration::ZERO);
+                seen.send((may_wait_here(), waited)).unwrap();
+            })
+        });
+        let (may_wait, waited) = answers.recv().unwrap();
+        assert!(!may_wait);
+        assert!(
+            matches!(
+                waited,
+                Err(Error::InvalidArgument {
+                    argument: "thread",
+                    ..
+                })
+            ),
+            "{waited:?}"
+        );
+    }
+}

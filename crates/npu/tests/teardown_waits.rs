@@ -1,0 +1,323 @@
+//! The teardowns npu-rs hands to `npu-teardown` threads, waited for: a runtime build asking
+//! for another `acl_config` waits for the teardown of the library's last runtime to end (and a
+//! teardown stuck in the runtime turns into a typed error), `npu::runtime::wait_for_teardowns`
+//! waits for every one of them, and is refused on npu-rs's own threads.
+//!
+//! A teardown is held on its thread by a reset that waits for the device: a runtime of the
+//! test's own (npu-sim's cdylib, which nothing else in the process loads) with raw work queued
+//! on its held device 0's default stream, whose last handles a waker drops on the thread that
+//! completes an in-process operation. Every wait is bounded, so a hang fails its test.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::task::Wake;
+use std::time::{Duration, Instant};
+
+use common::*;
+use npu::prelude::*;
+use npu::runtime::wait_for_teardowns;
+use npu::sim;
+use npu::stream::Strategy;
+
+/// The memory of each of the two in-process simulated devices.
+const MEMORY: u64 = 64 << 20;
+
+/// A waker that, the first time it is woken, drops what it keeps, then runs `then` and sends
+/// its result with the name of the thread it ran on.
+struct DropsWhenWoken<T> {
+    kept: Mutex<Option<Box<dyn std::any::Any + Send>>>,
+    then: fn() -> T,
+    told: Mutex<Option<Sender<(String, T)>>>,
+}
+
+impl<T: Send + 'static> Wake for DropsWhenWoken<T> {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let kept = self.kept.lock().unwrap().take();
+        let Some(kept) = kept else { return };
+        drop(kept);
+        let result = (self.then)();
+        let thread = std::thread::current().name().unwrap_or("").to_owned();
+        if let Some(told) = self.told.lock().unwrap().take() {
+            let _ = told.send((thread, result));
+        }
+    }
+}
+
+/// Has `kept` dropped (then `then` run) by a waker woken on the thread that completes an
+/// in-process memset on a stream of `strategy` of device 0 (`d0`): the reactor, device 0's
+/// callback worker or a blocking waiter. Returns that thread's name and `then`'s result.
+fn in_a_waker<T: Send + 'static>(
+    d0: &Context,
+    strategy: Strategy,
+    kept: Box<dyn std::any::Any + Send>,
+    then: fn() -> T,
+) -> (String, T) {
+    let (told, heard) = channel();
+    let waker = Arc::new(DropsWhenWoken {
+        kept: Mutex::new(Some(kept)),
+        then,
+        told: Mutex::new(Some(told)),
+    });
+    let device = Device::open(0).unwrap();
+    let local = stream(d0, strategy);
+    let held = sim::hold(&device).unwrap();
+    let mut op = local.memset(DeviceBuffer::<u8>::new(d0, 64).unwrap(), 8);
+    let woken = std::task::Waker::from(waker);
+    let polled = std::pin::Pin::new(&mut op).poll(&mut std::task::Context::from_waker(&woken));
+    assert!(polled.is_pending(), "{strategy:?}: held");
+    drop(woken);
+    held.release().unwrap();
+    let heard = heard.recv_timeout(HANG);
+    let heard = heard.unwrap_or_else(|_| panic!("{strategy:?}: the waker was not woken"));
+    assert_eq!(run(op).unwrap().to_vec_blocking().unwrap(), [8; 64]);
+    heard
+}
+
+/// An ACL configuration file of this process, removed when dropped.
+struct Config(PathBuf);
+
+impl Config {
+    fn new(name: &str) -> Config {
+        let file = format!("npu-teardown-waits-{name}-{}.json", std::process::id());
+        let path = std::env::temp_dir().join(file);
+        std::fs::write(&path, "{}").unwrap();
+        Config(path)
+    }
+}
+
+impl Drop for Config {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A runtime of `own`'s library initialised with `config`, whose last handles a waker drops
+/// (on the thread completing an in-process operation of `strategy`) while its device 0 is
+/// held with raw work queued on its default stream: the reset that goes with them
+/// (`aclrtResetDevice`, then `aclFinalize`) waits on `npu-teardown` until the device is
+/// released through the returned controls.
+fn a_teardown_held_in_its_reset(
+    own: &OwnRuntime,
+    config: &Path,
+    d0: &Context,
+    strategy: Strategy,
+) -> CdylibControls {
+    let runtime = own.builder().acl_config(config).build().unwrap();
+    let controls = CdylibControls::of_the_loaded_library();
+    let ctx = runtime.device(0).unwrap().primary_context().clone();
+    controls.hold(0);
+    ctx.bind().unwrap();
+    let api = runtime.api();
+    let mut dev = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the context is current. The queued memset uses it until
+    // the reset, after which it cannot be freed: 64 bytes of the cdylib's device per call.
+    runtime
+        .check("aclrtMalloc", unsafe { (api.aclrtMalloc)(&mut dev, 64, 0) })
+        .unwrap();
+    // SAFETY: `dev` holds 64 bytes; NULL is the current context's default stream, whose work
+    // the reset of its device waits for.
+    let queued = unsafe { (api.aclrtMemsetAsync)(dev, 64, 7, 64, std::ptr::null_mut()) };
+    runtime.check("aclrtMemsetAsync", queued).unwrap();
+    let (thread, running) = in_a_waker(d0, strategy, Box::new((ctx, runtime)), || {
+        wait_for_teardowns(Duration::ZERO)
+    });
+    assert!(
+        thread.starts_with("npu-"),
+        "{strategy:?}: dropped on {thread}"
+    );
+    assert!(
+        matches!(
+            running,
+            Err(npu::Error::InvalidArgument {
+                argument: "thread",
+                ..
+            })
+        ),
+        "{strategy:?}: a wait on {thread} must be refused: {running:?}"
+    );
+    controls
+}
+
+/// The state of the thread behind `stat` (its /proc stat file) is sleeping: the field after
+/// the command's closing parenthesis.
+fn asleep(stat: &Path) -> bool {
+    let stat = std::fs::read_to_string(stat).unwrap_or_default();
+    stat.rsplit(')')
+        .next()
+        .map(str::trim_start)
+        .is_some_and(|rest| rest.starts_with('S'))
+}
+
+/// Runs `build` on a thread of its own; once that thread sleeps (waiting for the teardown)
+/// or has answered, runs `then`; returns the build's answer.
+fn build_while_asleep(
+    build: npu::runtime::RuntimeBuilder,
+    then: impl FnOnce(),
+) -> npu::Result<npu::Runtime> {
+    let (stat_tx, stat_rx) = channel::<PathBuf>();
+    let (answer_tx, answer): (Sender<_>, Receiver<_>) = channel();
+    let builder = std::thread::spawn(move || {
+        let me = std::fs::read_link("/proc/thread-self").unwrap();
+        stat_tx
+            .send(Path::new("/proc").join(me).join("stat"))
+            .unwrap();
+        let _ = answer_tx.send(build.build());
+    });
+    let stat = stat_rx.recv().unwrap();
+    let deadline = Instant::now() + HANG;
+    let early = loop {
+        if let Ok(answered) = answer.try_recv() {
+            break Some(answered);
+        }
+        if asleep(&stat) || Instant::now() > deadline {
+            break None;
+        }
+        std::thread::yield_now();
+    };
+    then();
+    let answered = early.unwrap_or_else(|| answer.recv_timeout(HANG).expect("the build hung"));
+    builder.join().unwrap();
+    answered
+}
+
+/// Promise (the brief's first point): a build asking for another `acl_config` while the
+/// library's last runtime is still being torn down on `npu-teardown` (its last handles
+/// dropped by a waker) waits for that teardown and then applies its configuration, instead of
+/// being refused as if the old runtime were alive; every strategy's completing thread. The
+/// break: refused at once (`acl_config` ... cannot apply).
+#[test]
+fn a_build_with_another_config_waits_for_the_teardown_a_waker_handed_off() {
+    let (_guard, d0) = devices_of(2, MEMORY);
+    let own = OwnRuntime::new("teardown-waits-build");
+    for strategy in STRATEGIES {
+        let (first, second) = (Config::new("first"), Config::new("second"));
+        let controls = a_teardown_held_in_its_reset(&own, &first.0, &d0, strategy);
+        let running = wait_for_teardowns(Duration::ZERO);
+        assert!(
+            matches!(
+                running,
+                Err(npu::Error::TeardownsRunning { running: 1, .. })
+            ),
+            "{strategy:?}: the reset is held on its own thread: {running:?}"
+        );
+        let built = build_while_asleep(own.builder().acl_config(&second.0), || controls.release(0));
+        let built = built.unwrap_or_else(|e| panic!("{strategy:?}: {e}"));
+        wait_for_teardowns(HANG).unwrap();
+        let stats = controls.stats(0);
+        assert_eq!(
+            stats.live_contexts, 0,
+            "{strategy:?}: the reset released the context: {stats:?}"
+        );
+        // Synchronous copies only: a stream's last handle may stay with the reactor a
+        // moment after its work, and the next round builds with yet another configuration.
+        assert_eq!(round_trip(&built), [4; 8], "{strategy:?}");
+    }
+}
+
+/// Promise (the brief's first and second points): a teardown stuck in the runtime turns a
+/// build asking for another `acl_config` into a typed error naming the build and the teardown
+/// (after the build's bound), never a hang; `wait_for_teardowns` says it is still running;
+/// once the device lets the reset go, `wait_for_teardowns` returns and the build applies its
+/// configuration at its first try (ACL was finalised).
+#[test]
+fn a_teardown_stuck_in_the_runtime_is_a_typed_error_and_then_waited_for() {
+    let (_guard, d0) = devices_of(2, MEMORY);
+    let own = OwnRuntime::new("teardown-waits-stuck");
+    let (first, second) = (Config::new("stuck-first"), Config::new("stuck-second"));
+    let controls = a_teardown_held_in_its_reset(&own, &first.0, &d0, Strategy::EventPoll);
+    let stuck = watchdog("a build behind a stuck teardown", || {
+        own.builder().acl_config(&second.0).build()
+    });
+    let err = stuck.expect_err("the old runtime is still being torn down");
+    assert!(
+        matches!(
+            err,
+            npu::Error::TeardownsRunning {
+                api: "RuntimeBuilder::build",
+                running: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.is_timeout(), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("aclFinalize") && message.contains("still running"),
+        "{message}"
+    );
+    let still = wait_for_teardowns(Duration::from_millis(1)).unwrap_err();
+    assert!(
+        matches!(
+            still,
+            npu::Error::TeardownsRunning {
+                api: "wait_for_teardowns",
+                running: 1,
+                ..
+            }
+        ),
+        "{still:?}"
+    );
+    controls.release(0);
+    wait_for_teardowns(HANG).unwrap();
+    let applied = own.builder().acl_config(&second.0).build();
+    let applied = applied.expect("ACL was finalised once the teardowns were waited for");
+    assert_eq!(applied.device(0).unwrap().id(), 0);
+}
+
+/// Promise (the brief's second point, rule 5): `wait_for_teardowns` is refused with a typed
+/// error on every thread npu-rs completes operations on (a waker npu-rs wakes), whatever is
+/// running, so that it can never make such a thread wait on device work; and the build the
+/// waker makes there with another `acl_config` is refused at once (it does not wait) while
+/// a teardown of the library is held. The break: the wait returned `Ok` there.
+#[test]
+fn wait_for_teardowns_is_refused_on_the_threads_that_complete_operations() {
+    let (_guard, d0) = devices_of(2, MEMORY);
+    for strategy in STRATEGIES {
+        let (thread, waited) = in_a_waker(&d0, strategy, Box::new(()), || {
+            wait_for_teardowns(Duration::from_secs(3600))
+        });
+        let err = waited.expect_err("refused on npu-rs's own thread");
+        assert!(
+            matches!(
+                err,
+                npu::Error::InvalidArgument {
+                    api: "wait_for_teardowns",
+                    argument: "thread",
+                    ..
+                }
+            ),
+            "{strategy:?} on {thread}: {err:?}"
+        );
+    }
+}
+
+/// Eight bytes through device 0 of `runtime` and back, with synchronous copies (no stream).
+fn round_trip(runtime: &npu::Runtime) -> Vec<u8> {
+    let ctx = runtime.device(0).unwrap().primary_context().clone();
+    let buffer = DeviceBuffer::from_host_blocking(&ctx, &[4u8; 8]).unwrap();
+    buffer.to_vec_blocking().unwrap()
+}
+
+/// Promise: a program whose last drops are its own (on its own thread) needs no wait: the
+/// teardown ran before the drop returned, `wait_for_teardowns` returns at once with nothing
+/// handed off, and the library may be built again with another configuration.
+#[test]
+fn last_drops_on_the_programs_own_thread_leave_nothing_to_wait_for() {
+    let (_guard, _d0) = devices_of(2, MEMORY);
+    let own = OwnRuntime::new("teardown-waits-own-thread");
+    let (first, second) = (Config::new("own-first"), Config::new("own-second"));
+    let runtime = own.builder().acl_config(&first.0).build().unwrap();
+    assert_eq!(round_trip(&runtime), [4; 8]);
+    drop(runtime);
+    wait_for_teardowns(Duration::ZERO).unwrap();
+    let again = own.builder().acl_config(&second.0).build();
+    assert!(again.is_ok(), "{again:?}");
+}
