@@ -394,16 +394,6 @@ fn futures_polled_in_a_blocking_task_and_dropped_on_another_thread_as_the_device
     until_released("every buffer", || within(live_memory(&d0), baseline));
 }
 
-/// Lets a held ACL finalisation go when dropped, so that a failing test leaves no thread
-/// waiting in it; the threads it ran on are read before.
-struct FinalisationHeld;
-
-impl Drop for FinalisationHeld {
-    fn drop(&mut self) {
-        let_finalisation_go();
-    }
-}
-
 /// A waker that drops what it keeps the first time it is woken.
 struct DropsWhenWoken(std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>);
 

@@ -321,3 +321,116 @@ fn last_drops_on_the_programs_own_thread_leave_nothing_to_wait_for() {
     let again = own.builder().acl_config(&second.0).build();
     assert!(again.is_ok(), "{again:?}");
 }
+
+/// What [`DropsOnAStoppedStream`] drops, and where it dropped it.
+struct Stashed {
+    kept: Option<Box<dyn std::any::Any + Send>>,
+    /// The name of the thread whose event dropped `kept`.
+    dropped_on: Option<String>,
+}
+
+static STASHED: Mutex<Stashed> = Mutex::new(Stashed {
+    kept: None,
+    dropped_on: None,
+});
+
+/// A tracing layer that drops what is stashed (the last handles of a runtime) on the first
+/// `stream failed` event npu-rs emits from one of its threads: user code npu-rs runs in the
+/// loop of the reactor or of a callback worker, outside any completion.
+struct DropsOnAStoppedStream;
+
+/// The `message` field of an event.
+struct Message(String);
+
+impl tracing::field::Visit for Message {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for DropsOnAStoppedStream {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        let thread = std::thread::current().name().unwrap_or("").to_owned();
+        if message.0 != "stream failed" || !thread.starts_with("npu-") {
+            return;
+        }
+        let kept = {
+            let mut stashed = STASHED.lock().unwrap();
+            let kept = stashed.kept.take();
+            if kept.is_some() {
+                stashed.dropped_on = Some(thread);
+            }
+            kept
+        };
+        drop(kept);
+    }
+}
+
+/// Promise (rule 5, the marks widened to the whole loop of the reactor and of each callback
+/// worker): a tracing subscriber's callback run in that loop (the `stream failed` event of a
+/// stream found stopped, which precedes every completion) that drops the last handles of a
+/// runtime of the program's own does not finalise ACL there: the finalisation (held, standing
+/// in for CANN's 2 s) runs on `npu-teardown`, `wait_for_teardowns` sees it running, and then
+/// waits for it. `EventPoll` (the reactor) and `CallbackThread` (device 0's callback worker).
+/// The break (the loop's mark removed, for each thread in turn): ACL was finalised on
+/// `npu-reactor` or `npu-callback-0`, which, held there, never completed the stopped
+/// stream's operation (the test's bounded wait for it ran out).
+#[test]
+fn a_subscriber_dropping_the_last_handles_in_a_completing_loop_hands_the_teardown_off() {
+    static SUBSCRIBED: std::sync::Once = std::sync::Once::new();
+    SUBSCRIBED.call_once(|| {
+        use tracing_subscriber::layer::SubscriberExt;
+        let subscriber = tracing_subscriber::registry().with(DropsOnAStoppedStream);
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    });
+    let (_guard, d0) = devices_of(2, MEMORY);
+    let device = Device::open(0).unwrap();
+    let own = OwnRuntime::new("teardown-waits-subscriber");
+    for strategy in [Strategy::EventPoll, Strategy::CallbackThread] {
+        let runtime = own.build();
+        let ctx = runtime.device(0).unwrap().primary_context().clone();
+        hold_finalisation(&runtime);
+        let _let_go = FinalisationHeld;
+        *STASHED.lock().unwrap() = Stashed {
+            kept: Some(Box::new((ctx, runtime))),
+            dropped_on: None,
+        };
+        let s = stream(&d0, strategy);
+        let held = sim::hold(&device).unwrap();
+        let queued = s.memset(DeviceBuffer::<u8>::new(&d0, 64).unwrap(), 1);
+        s.stop().unwrap();
+        held.release().unwrap();
+        assert!(
+            run(queued).is_err(),
+            "{strategy:?}: a stopped stream's work never runs"
+        );
+        until_finalising(&format!("{strategy:?}: finalising"), |state| {
+            !state.threads.is_empty()
+        });
+        let running = wait_for_teardowns(Duration::ZERO);
+        let threads = let_finalisation_go();
+        let dropped_on = STASHED.lock().unwrap().dropped_on.take();
+        assert!(
+            dropped_on.as_deref().is_some_and(|t| t.starts_with("npu-")),
+            "{strategy:?}: dropped on {dropped_on:?}"
+        );
+        assert_eq!(
+            threads,
+            ["npu-teardown"],
+            "{strategy:?}: dropped on {dropped_on:?}, finalised on {threads:?}"
+        );
+        assert!(
+            matches!(
+                running,
+                Err(npu::Error::TeardownsRunning { running: 1, .. })
+            ),
+            "{strategy:?}: {running:?}"
+        );
+        wait_for_teardowns(HANG).unwrap();
+        run(s.abort()).unwrap();
+    }
+}

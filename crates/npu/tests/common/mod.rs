@@ -49,8 +49,8 @@ pub(crate) use gated_fill::{RETURNED, a_held_fill_and_behind_it, gated_fill};
 pub(crate) use kernels::{fill_args, in_process};
 pub(crate) use op_spans::{Fields, Mark, OpSpan, OpSpans, mark, record_op_spans, since};
 pub(crate) use own_runtime::{
-    CdylibControls, CdylibDeviceStats, OwnRuntime, hold_finalisation, let_finalisation_go,
-    until_finalising,
+    CdylibControls, CdylibDeviceStats, FinalisationHeld, OwnRuntime, hold_finalisation,
+    let_finalisation_go, until_finalising,
 };
 pub(crate) use pool_memory::{
     device_pool, devices_of, fails_with_memory_error, fails_with_the_memory_error, fill_the_device,

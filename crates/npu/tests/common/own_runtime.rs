@@ -138,6 +138,16 @@ pub(crate) fn let_finalisation_go() -> Vec<String> {
     state.threads.clone()
 }
 
+/// Lets a held ACL finalisation go when dropped, so that a failing test leaves no thread
+/// waiting in it; the threads it ran on are read before.
+pub(crate) struct FinalisationHeld;
+
+impl Drop for FinalisationHeld {
+    fn drop(&mut self) {
+        let_finalisation_go();
+    }
+}
+
 /// Waits (bounded) until `done` holds of the finalize callback's state.
 pub(crate) fn until_finalising(what: &str, done: impl Fn(&Finalising) -> bool) {
     let state = FINALISING.lock().unwrap();
