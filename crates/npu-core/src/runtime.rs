@@ -165,7 +165,9 @@ impl RuntimeBuilder {
     /// there), which would otherwise wait for itself. With an explicit backend, a library
     /// that cannot be loaded is [`Error::Load`] and a failed `aclInit` is [`Error::Acl`]
     /// naming `aclInit`; `auto` in a build with the simulator falls back to it instead, and
-    /// [`Runtime::backend_reason`] says why.
+    /// [`Runtime::backend_reason`] says why. An [`acl_config`](RuntimeBuilder::acl_config)
+    /// other than the one ACL runs with waits for the library's teardowns still running (at
+    /// most 10 s, then [`Error::TeardownsRunning`]) before it is refused or applied.
     ///
     /// ```
     /// use npu_core::{BackendChoice, Runtime};
