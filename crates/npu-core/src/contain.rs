@@ -79,6 +79,12 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Whether this thread holds a [`lock_here`] lock: a wait for work another thread does (a
+/// teardown, the reaper), which may need that lock, must not be made here.
+pub(crate) fn holds_a_lock() -> bool {
+    HELD.with(|held| !held.borrow().is_empty())
+}
+
 /// Where a lock taken with [`lock_here`] stands in the order npu-rs takes them in: a thread
 /// waits for such a lock only while every one it holds ranks lower.
 #[doc(hidden)]

@@ -230,9 +230,15 @@ impl Drop for Raised {
     }
 }
 
+/// Whether this thread is initialising or finalising AscendCL ([`INITIALISING`]): it holds a
+/// library's `aclInit` lock, which a teardown takes to drop its reference.
+pub(crate) fn initialising_here() -> bool {
+    INITIALISING.with(Cell::get)
+}
+
 /// Refuses `api` on a thread that is initialising or finalising AscendCL ([`INITIALISING`]).
 fn refuse_while_initialising(api: &'static str) -> Result<()> {
-    if INITIALISING.with(Cell::get) {
+    if initialising_here() {
         return Err(Error::invalid(
             api,
             "thread",
@@ -331,27 +337,31 @@ fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<
 /// A configuration other than the one ACL was initialised with is refused while a runtime of
 /// the library lives; one whose last handle went on a shared thread is still being torn down
 /// on `npu-teardown` (the reset of its devices, then `aclFinalize`), and a program has no way
-/// to know when that ends. So a build asking for another configuration waits for those
-/// teardowns (bounded by [`BUILD_WAITS`](crate::teardown::BUILD_WAITS), past which one is
-/// taken as stuck in the runtime: [`Error::TeardownsRunning`]) before it decides. Not on a
-/// shared thread or a teardown's, which must not wait on device work (or would wait for
-/// itself): there it decides at once, as it did before.
+/// to know when that ends. So a build that would refuse first waits for those teardowns, and
+/// for the releases already queued on the reaper (one may hand off another), then decides
+/// again: bounded by [`BUILD_WAITS`](crate::teardown::BUILD_WAITS), past which a teardown is
+/// taken as stuck in the runtime ([`Error::TeardownsRunning`]). Not where it may not wait
+/// ([`may_wait_here`](crate::teardown::may_wait_here): a shared thread, a teardown's, or one
+/// holding a lock a teardown takes): there it decides at once.
 fn settled_users(
     loaded: &'static Loaded,
     config: Option<&std::path::Path>,
 ) -> Result<std::sync::MutexGuard<'static, backend::InitUsers>> {
     let deadline = std::time::Instant::now() + crate::teardown::BUILD_WAITS;
+    let mut settled = false;
     loop {
         let users = loaded.init_users.lock().unwrap_or_else(|e| e.into_inner());
         let refused =
             users.count > 0 && config.is_some_and(|asked| users.config.as_deref() != Some(asked));
-        if !refused || !crate::teardown::may_wait_here() || !crate::teardown::running_for(loaded.id)
-        {
+        // Settled once with nothing of the library's running since: a runtime lives.
+        let decided = settled && !crate::teardown::running_for(loaded.id);
+        if !refused || decided || !crate::teardown::may_wait_here() {
             return Ok(users);
         }
         // The teardown takes this lock to drop its reference.
         drop(users);
-        crate::teardown::wait_until_ended(Some(loaded.id), deadline).map_err(|running| {
+        settled = true;
+        crate::teardown::wait_until_settled(Some(loaded.id), deadline).map_err(|running| {
             Error::TeardownsRunning {
                 api: "RuntimeBuilder::build",
                 running,

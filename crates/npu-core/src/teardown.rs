@@ -77,9 +77,14 @@ fn count(running: &Option<HashMap<usize, usize>>, library: Option<usize>) -> usi
 
 /// Whether this thread may wait for teardowns: not a thread of npu-rs's that serves every
 /// stream (the reaper, a shared thread: rule 5), nor a teardown thread (which would wait for
-/// itself).
+/// itself), nor one holding a lock a teardown or a release may take (a library's `aclInit`
+/// lock, one of npu-rs's ranked locks: a tracing subscriber called back from an ACL call
+/// made under it).
 pub(crate) fn may_wait_here() -> bool {
-    !crate::reaper::on_shared_thread() && !ON_TEARDOWN.with(std::cell::Cell::get)
+    !crate::reaper::on_shared_thread()
+        && !ON_TEARDOWN.with(std::cell::Cell::get)
+        && !crate::runtime::initialising_here()
+        && !crate::contain::holds_a_lock()
 }
 
 /// Whether a teardown of `library` is running.
@@ -110,6 +115,22 @@ pub(crate) fn wait_until_ended(
     }
 }
 
+/// Waits as [`wait_until_ended`], then until the reaper has run the releases queued before
+/// (a completed operation's buffer, a stream: one may drop the last handle of a context and
+/// hand its teardown off), and again for any teardown that handed off.
+pub(crate) fn wait_until_settled(
+    library: Option<usize>,
+    deadline: Instant,
+) -> std::result::Result<(), usize> {
+    loop {
+        wait_until_ended(library, deadline)?;
+        crate::reaper::flush();
+        if count(&running(), library) == 0 {
+            return Ok(());
+        }
+    }
+}
+
 /// Blocks until every teardown npu-rs handed to a thread of its own has ended, or `timeout`
 /// has passed: the way for a program to know that ACL was finalised (CANN asks for
 /// `aclFinalize` before the process exits) after its last npu-rs object went somewhere npu-rs
@@ -125,10 +146,15 @@ pub(crate) fn wait_until_ended(
 /// handed off after this call started is waited for too, if it is under way before the wait
 /// ends.
 ///
-/// It does not wait for releases npu-rs deferred until the device is done (a buffer whose
-/// operation's future was dropped): a runtime some of whose objects await their work is still
-/// alive, and its teardown has not begun. Drop every npu-rs object, let their work finish,
-/// then call this.
+/// It also waits until npu-rs's reaper has run the releases queued before it looked (a
+/// completed operation's buffer, queued before the operation is seen complete), since one may
+/// drop a context's last handle and hand its teardown off. It does not wait for releases
+/// npu-rs deferred until the device is done (a buffer whose operation's future was dropped):
+/// a runtime some of whose objects await their work is still alive, and its teardown has not
+/// begun. Nor does it see a handle a shared thread still holds for a moment after it
+/// completed the work (the reactor lets go of a stream just after waking the task that
+/// awaited the stream's last operation): such a teardown is counted only once that thread
+/// lets go. Drop every npu-rs object, let their work finish, then call this.
 ///
 /// # Blocking
 ///
@@ -140,11 +166,15 @@ pub(crate) fn wait_until_ended(
 ///
 /// # Errors
 ///
+/// - [`Error::Forked`] in a process forked after npu-rs started a runtime
+///   ([`forked`](crate::forked)): the teardowns it would count are its parent's.
 /// - [`Error::TeardownsRunning`] if some are still running when `timeout` has passed (a
 ///   teardown stuck in the runtime): it says how many.
 /// - [`Error::InvalidArgument`] (argument `thread`) when called on one of npu-rs's own threads
 ///   (the reactor, the reaper, a callback worker, the sentinel, the overseer, a thread while it
-///   completes an operation, or a teardown thread, which would wait for itself).
+///   completes an operation, or a teardown thread, which would wait for itself), or on a
+///   thread inside an ACL call npu-rs makes under one of its locks (a tracing subscriber's
+///   callback), which a teardown may need.
 ///
 /// ```
 /// use std::time::Duration;
@@ -169,18 +199,21 @@ pub(crate) fn wait_until_ended(
 /// ```
 pub fn wait_for_teardowns(timeout: Duration) -> Result<()> {
     const API: &str = "wait_for_teardowns";
+    // The counts a child inherits are its parent's, whose teardown threads it does not have.
+    crate::fork::refuse(API)?;
     if !may_wait_here() {
         return Err(Error::invalid(
             API,
             "thread",
             "is one of npu-rs's own threads (the reactor, the reaper, a callback worker, the \
              sentinel, the overseer, a completing operation's or a teardown's), which must not \
-             wait on device work: call it from a thread of the program's own",
+             wait on device work, or holds a lock of npu-rs's that a teardown may take (called \
+             back from inside an ACL call): call it from a thread of the program's own",
         ));
     }
     // Clamped so that the deadline can be added: a year is no bound either.
     let deadline = Instant::now() + timeout.min(Duration::from_secs(365 * 24 * 3600));
-    let ended = wait_until_ended(None, deadline);
+    let ended = wait_until_settled(None, deadline);
     ended.map_err(|running| Error::TeardownsRunning {
         api: API,
         running,
@@ -258,5 +291,27 @@ mod tests {
             ),
             "{waited:?}"
         );
+    }
+
+    /// A thread holding one of npu-rs's ranked locks (a tracing subscriber called back from an
+    /// ACL call made under the runtime's lock, say) may not wait: a teardown takes the
+    /// runtime's lock, and the reaper's releases may too. The break: a wait there.
+    #[test]
+    fn a_thread_holding_a_lock_of_npu_rs_may_not_wait_for_teardowns() {
+        let lock = Mutex::new(());
+        let held = crate::contain::lock_here(&lock, crate::contain::Rank::Runtime).unwrap();
+        let waited = wait_for_teardowns(Duration::ZERO);
+        drop(held);
+        assert!(
+            matches!(
+                waited,
+                Err(Error::InvalidArgument {
+                    argument: "thread",
+                    ..
+                })
+            ),
+            "{waited:?}"
+        );
+        assert!(may_wait_here(), "once the lock is released");
     }
 }

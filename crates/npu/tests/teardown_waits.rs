@@ -155,20 +155,20 @@ fn asleep(stat: &Path) -> bool {
         .is_some_and(|rest| rest.starts_with('S'))
 }
 
-/// Runs `build` on a thread of its own; once that thread sleeps (waiting for the teardown)
-/// or has answered, runs `then`; returns the build's answer.
-fn build_while_asleep(
-    build: npu::runtime::RuntimeBuilder,
+/// Runs `ask` on a thread of its own; once that thread sleeps (waiting) or has answered,
+/// runs `then`; returns the answer.
+fn answer_while_asleep<T: Send + 'static>(
+    ask: impl FnOnce() -> T + Send + 'static,
     then: impl FnOnce(),
-) -> npu::Result<npu::Runtime> {
+) -> T {
     let (stat_tx, stat_rx) = channel::<PathBuf>();
-    let (answer_tx, answer): (Sender<_>, Receiver<_>) = channel();
-    let builder = std::thread::spawn(move || {
+    let (answer_tx, answer): (Sender<T>, Receiver<T>) = channel();
+    let asking = std::thread::spawn(move || {
         let me = std::fs::read_link("/proc/thread-self").unwrap();
         stat_tx
             .send(Path::new("/proc").join(me).join("stat"))
             .unwrap();
-        let _ = answer_tx.send(build.build());
+        let _ = answer_tx.send(ask());
     });
     let stat = stat_rx.recv().unwrap();
     let deadline = Instant::now() + HANG;
@@ -182,8 +182,8 @@ fn build_while_asleep(
         std::thread::yield_now();
     };
     then();
-    let answered = early.unwrap_or_else(|| answer.recv_timeout(HANG).expect("the build hung"));
-    builder.join().unwrap();
+    let answered = early.unwrap_or_else(|| answer.recv_timeout(HANG).expect("no answer"));
+    asking.join().unwrap();
     answered
 }
 
@@ -207,7 +207,8 @@ fn a_build_with_another_config_waits_for_the_teardown_a_waker_handed_off() {
             ),
             "{strategy:?}: the reset is held on its own thread: {running:?}"
         );
-        let built = build_while_asleep(own.builder().acl_config(&second.0), || controls.release(0));
+        let builder = own.builder().acl_config(&second.0);
+        let built = answer_while_asleep(move || builder.build(), || controls.release(0));
         let built = built.unwrap_or_else(|e| panic!("{strategy:?}: {e}"));
         wait_for_teardowns(HANG).unwrap();
         let stats = controls.stats(0);
@@ -297,6 +298,38 @@ fn wait_for_teardowns_is_refused_on_the_threads_that_complete_operations() {
             "{strategy:?} on {thread}: {err:?}"
         );
     }
+}
+
+/// Promise (the brief's second point): `wait_for_teardowns` returns only once the releases
+/// already queued on the reaper have run, and the teardowns they handed off have ended: the
+/// last handles of a runtime of the program's own, dropped by a release the reaper holds
+/// queued (as a completed operation's buffer is queued before the operation is seen
+/// complete), are released, and its context gone, by the time it returns. The break (no look
+/// at the reaper): it returned at once with nothing counted yet, the context still alive.
+#[test]
+fn wait_for_teardowns_waits_for_the_releases_queued_on_the_reaper() {
+    let (_guard, _d0) = devices_of(2, MEMORY);
+    let own = OwnRuntime::new("teardown-waits-reaper");
+    let runtime = own.build();
+    let controls = CdylibControls::of_the_loaded_library();
+    let ctx = runtime.device(0).unwrap().primary_context().clone();
+    let held = hold_the_reaper();
+    let last = (ctx, runtime);
+    // SAFETY: dropping the handles on the reaper hands their teardown to a thread of its own:
+    // the release does not block.
+    unsafe { npu::reaper::release_later(move || drop(last)) };
+    let (waited, contexts) = answer_while_asleep(
+        move || {
+            let waited = wait_for_teardowns(HANG);
+            (waited, controls.stats(0).live_contexts)
+        },
+        || held.open(),
+    );
+    waited.unwrap();
+    assert_eq!(
+        contexts, 0,
+        "the context was still alive when the wait returned"
+    );
 }
 
 /// Eight bytes through device 0 of `runtime` and back, with synchronous copies (no stream).
