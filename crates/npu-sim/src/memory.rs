@@ -614,6 +614,8 @@ impl MemoryMap {
         drop(map);
         gone();
         alloc.wait_idle();
+        // The address may be mapped again, to memory the error was never in.
+        self.uce.forget(base, alloc.len);
         Some(alloc.len)
     }
 

@@ -24,8 +24,13 @@ pub(crate) struct UceMap {
 
 impl UceMap {
     /// Marks `[addr, addr+len)` of `device` (the caller checked it is the device's memory).
+    /// A range starting where a marked one does keeps the longer length: marking a part of a
+    /// bad range again must not clear the rest of it.
     pub(crate) fn mark(&self, device: i32, addr: usize, len: usize) {
-        write(&self.ranges).insert(addr, (len, device));
+        write(&self.ranges)
+            .entry(addr)
+            .and_modify(|(marked, _)| *marked = (*marked).max(len))
+            .or_insert((len, device));
         self.any.store(true, Ordering::Release);
     }
 

@@ -373,6 +373,26 @@ fn a_memory_error_fails_the_tasks_touching_it_until_aclrt_repair_error_repairs_i
     acl!(aclrtFree(dev));
 }
 
+/// Marking part of a bad range again, from its start, leaves the whole range bad: the
+/// simulator keeps the longer of two ranges that start at one address.
+#[test]
+fn marking_a_range_again_from_its_start_keeps_the_longer_one() {
+    install();
+    set_device(4);
+    let dev = malloc(4096);
+    inject_uce(dev, 64);
+    inject_uce(dev, 16);
+    assert_eq!(uce_ranges(4), [(dev as usize, 64)]);
+    let tail = dev.cast::<u8>().wrapping_add(32).cast::<c_void>();
+    assert_eq!(
+        code!(aclrtMemset(tail, 16, 0, 16)),
+        ACL_ERROR_RT_DEVICE_MEM_ERROR
+    );
+    recent_message();
+    acl!(aclrtFree(dev));
+    assert!(uce_ranges(4).is_empty());
+}
+
 #[test]
 fn mem_uce_repair_repairs_the_ranges_it_is_given_and_a_free_forgets_them() {
     install();

@@ -1095,3 +1095,48 @@ fn access_descriptors_are_readwrite_with_rsv_zero() {
     acl!(aclrtFreePhysical(handle));
     acl!(aclrtReleaseMemAddress(va));
 }
+
+/// The uncorrectable memory error ranges of `device` (aclrtGetMemUceInfo).
+fn uce_ranges(device: i32) -> Vec<(usize, usize)> {
+    // SAFETY: aclrtMemUceInfo is plain integers and pointers.
+    let mut infos: [aclrtMemUceInfo; 4] = unsafe { std::mem::zeroed() };
+    let mut count = 0;
+    acl!(aclrtGetMemUceInfo(
+        device,
+        infos.as_mut_ptr(),
+        infos.len(),
+        &mut count
+    ));
+    infos[..count]
+        .iter()
+        .map(|info| (info.addr as usize, info.len))
+        .collect()
+}
+
+/// An uncorrectable error in mapped memory goes with its mapping: once unmapped, the device
+/// lists no such range, and physical memory mapped at the same addresses again works (the
+/// error was in the first allocation's pages, not in the addresses).
+#[test]
+fn a_memory_error_in_mapped_memory_goes_with_its_mapping() {
+    install();
+    set_device(1);
+    let va = reserve(2 * MIB);
+    let (first, second) = (physical(1, 2 * MIB), physical(1, 2 * MIB));
+    acl!(aclrtMapMem(va, 2 * MIB, 0, first, 0));
+    npu_sim::control::inject_mem_uce(va, 64).unwrap();
+    assert_eq!(uce_ranges(1), [(va as usize, 64)]);
+    assert_eq!(
+        code!(aclrtMemset(va, 64, 0, 64)),
+        ACL_ERROR_RT_DEVICE_MEM_ERROR
+    );
+    recent_message();
+    acl!(aclrtUnmapMem(va));
+    assert_eq!(uce_ranges(1), [], "the range went with the mapping");
+    acl!(aclrtMapMem(va, 2 * MIB, 0, second, 0));
+    acl!(aclrtMemset(va, 64, 7, 64));
+    assert_eq!(download::<u8>(va, 64), vec![7; 64]);
+    acl!(aclrtUnmapMem(va));
+    acl!(aclrtFreePhysical(first));
+    acl!(aclrtFreePhysical(second));
+    acl!(aclrtReleaseMemAddress(va));
+}
