@@ -383,7 +383,14 @@ impl Device {
         Ok(PriorityRange { least, greatest })
     }
 
-    /// Health of the device (`aclrtQueryDeviceStatus`).
+    /// Health of the device (`aclrtQueryDeviceStatus`): [`DeviceStatus::Abnormal`] once it is
+    /// lost.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] on a runtime without `aclrtQueryDeviceStatus` (a health check
+    /// then falls back on the errors of the device's work, [`Error::is_device_lost`]), or the
+    /// runtime's error for the query.
     ///
     /// ```standalone_crate
     /// use npu_core::{Device, DeviceStatus};

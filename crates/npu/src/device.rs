@@ -6,7 +6,9 @@
 //! it current on whichever thread uses it, so Tokio may move tasks between threads freely.
 //! Device ids are `u32` throughout npu-rs. [`Device::status`] is the device's health
 //! (`aclrtQueryDeviceStatus`), for a server's health check: [`DeviceStatus::Abnormal`] once it
-//! is lost (module [`error`](crate::error) tells a lost device from a failed request).
+//! is lost (module [`error`](crate::error) tells a lost device from a failed request). On a
+//! runtime without `aclrtQueryDeviceStatus` it fails with [`Error::Unsupported`](crate::Error::Unsupported): a health
+//! check then falls back on the errors of the device's work ([`Error::is_device_lost`](crate::Error::is_device_lost)).
 //!
 //! ```
 //! use npu::device::{Device, DeviceStatus, MemAttr};

@@ -29,7 +29,7 @@
 //!
 //! A server tells three failures apart, each its own answer: a request the device failed (its
 //! task faulted: [`Error::fault`] says where; the device and the stream go on serving), a
-//! device that is gone ([`Error::is_device_lost`]: every later call on it fails the same way,
+//! device that is gone ([`Error::is_device_lost`]: every later operation on it fails the same way,
 //! so fail the health check and stop routing to it; [`Device::status`](crate::Device::status)
 //! reports it too), and memory that ran out ([`Error::is_out_of_memory`]: overload, retry
 //! later). Ask for the loss first: an operation the loss ended may carry the device's report

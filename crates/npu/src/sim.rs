@@ -295,10 +295,20 @@ pub fn fail_next_alloc(device: &Device) -> Result<()> {
 }
 
 /// Gives `bytes` of `memory` (a byte range from its start) an uncorrectable memory error, as
-/// the device's ECC would find one: every task that touches the range from now on fails with
-/// [`AclCode::DEVICE_MEM_ERROR`] ([`Error::is_memory_error`]) without touching memory, until
-/// the range is repaired (a [`DevicePool`](crate::DevicePool) repairs its blocks' ranges when
-/// they come back, and counts them in `PoolStats::repaired`) or the memory is freed.
+/// the device's ECC would find one. From now on a copy, memset, value write or wait, or
+/// reduction that touches the range fails with [`AclCode::DEVICE_MEM_ERROR`]
+/// ([`Error::is_memory_error`]) without touching memory. A kernel's buffers are not checked:
+/// npu-rs passes a launch's arguments packed on the host, and the simulator cannot tell which
+/// memory a kernel reads or writes.
+///
+/// The error stays until the range is repaired or the allocation is freed. A block of a
+/// [`DevicePool`](crate::DevicePool) one of whose operations failed with the error is repaired
+/// by the pool when it comes back (counted in `PoolStats::repaired`); a pooled block dropped
+/// without such a failure goes back to the pool's cache with the error, to its next owner.
+/// Until then the device reports a memory error in the detail of every fault on it
+/// (`aclrtGetErrorVerbose`), the faults of other streams included: free or repair the memory
+/// before a test that checks what kind of fault it got. Marking a range that starts where a
+/// marked one does keeps the longer of the two.
 ///
 /// For testing what your code does with a memory error on memory it uses: the simulator's
 /// `inject_mem_uce` control, checked. An empty range, or one past the memory's end, is refused
@@ -471,12 +481,14 @@ pub fn now_ns(device: &Device) -> Result<u64> {
 /// # Ok::<(), npu::Error>(())
 /// ```
 ///
-/// Nor does it wait for a pool's repairs: a block one of whose operations failed with a memory
-/// error ([`Error::is_memory_error`]) is examined for the error, and repaired or quarantined,
-/// on a thread of the pool's own (the examination asks the runtime, which no release may wait
-/// for), and counts in `awaiting_blocks` until then, however long ago its operation was
-/// awaited. Wait for that count instead, bounded, with `flush_releases` between looks (the
-/// block comes back through the reaper first):
+/// Nor does it wait for a pool's repairs: a block one of whose operations failed with a
+/// repairable memory error (an uncorrectable error the runtime lists, [`AclCode::DEVICE_MEM_ERROR`])
+/// is examined for the error, and repaired or quarantined, on a thread of the pool's own (the
+/// examination asks the runtime, which no release may wait for), and counts in
+/// `awaiting_blocks` until then, however long ago its operation was awaited. (A block whose
+/// error has no repair, an HBM multi-bit ECC error, is quarantined at once.) Wait for that
+/// count instead, bounded, with `flush_releases` between looks (a block dropped while its
+/// operation still ran comes back through the reaper before the repair sees it):
 ///
 /// ```
 /// use npu::prelude::*;
