@@ -2,10 +2,10 @@
 //! by a per-device thread looping `aclrtProcessReport`.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use npu_core::ffi;
@@ -17,6 +17,16 @@ use crate::reactor::Pending;
 use crate::sentinel::{self, Dead, Verdict};
 use crate::strategy::{self, CompletionStrategy, OpInfo, Unwatched};
 use crate::stream::StreamShared;
+use table::{Entry, Ledger, Table};
+
+#[cfg(test)]
+mod model;
+mod table;
+
+/// Std-backed primitives for [`table`]; the loom model supplies loom's instead.
+mod sync {
+    pub(crate) use std::sync::{Mutex, MutexGuard};
+}
 
 /// How long one `aclrtProcessReport` waits; also the fault-probe period.
 const REPORT_TIMEOUT_MS: i32 = 50;
@@ -44,37 +54,7 @@ pub(crate) struct CallbackStrategy;
 pub(crate) struct Worker {
     /// `pthread_self()` of the worker, ACL's identity for subscriptions.
     tid: u64,
-    outstanding: Mutex<Table>,
-}
-
-/// The operations a worker waits on, by stream, so that a look at them costs the streams
-/// rather than the operations in flight: each stream's operations complete in submission
-/// order, so only its oldest can be the next to settle, and only its oldest says whether it
-/// has waited long.
-#[derive(Default)]
-struct Table {
-    /// Each stream's operations by id, oldest first (ids grow with submission, and so do
-    /// `OpInfo::seq` and `Outstanding::since` on one stream). Keyed by the stream's address,
-    /// which its entries keep alive; a stream leaves with its last entry.
-    streams: HashMap<usize, BTreeMap<u64, Outstanding>>,
-    /// The stream of each operation, for a callback that names only the operation's id.
-    stream_of: HashMap<u64, usize>,
-    /// The events of operations their submitters took back ([`Worker::take_back`]), which
-    /// the worker thread destroys between two looks ([`Worker::bury_taken_back`]): a look
-    /// queries events through handles it copied out of the table, with the lock released
-    /// (and wakers run) in between, and ACL forbids destroying an event another call uses.
-    taken_back: Vec<PooledEvent>,
-    /// How many entries the looks examined, for the tests that bound it.
-    #[cfg(test)]
-    examined: usize,
-}
-
-impl Drop for Table {
-    /// Events taken back are destroyed, never pooled, even by a table the worker thread did
-    /// not empty (one it unwound out of): their last records are never waited on.
-    fn drop(&mut self) {
-        self.taken_back.drain(..).for_each(PooledEvent::discard);
-    }
+    outstanding: Ledger<Outstanding>,
 }
 
 /// The key of `stream`'s entries in a [`Table`].
@@ -82,106 +62,43 @@ fn key(stream: &Arc<StreamShared>) -> usize {
     Arc::as_ptr(stream) as usize
 }
 
-impl Table {
-    fn insert(&mut self, id: u64, entry: Outstanding) {
-        let stream = key(&entry.stream);
-        self.stream_of.insert(id, stream);
-        self.streams.entry(stream).or_default().insert(id, entry);
-    }
-
-    fn remove(&mut self, id: u64) -> Option<Outstanding> {
-        let stream = self.stream_of.remove(&id)?;
-        let ops = self.streams.get_mut(&stream)?;
-        let entry = ops.remove(&id);
-        if ops.is_empty() {
-            self.streams.remove(&stream);
-        }
-        entry
-    }
-
-    fn is_empty(&self) -> bool {
-        self.stream_of.is_empty()
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.stream_of.len()
-    }
-
-    fn examine(&mut self) {
-        #[cfg(test)]
-        {
-            self.examined += 1;
-        }
-    }
-
-    /// Takes out the oldest operations of the stream keyed `stream` for which `ends` holds,
-    /// up to the first for which it does not: oldest first, with their ids.
-    fn take_leading(
-        &mut self,
-        stream: usize,
-        mut ends: impl FnMut(&Outstanding) -> bool,
-    ) -> Vec<(u64, Outstanding)> {
-        let mut taken = Vec::new();
-        let Some(ops) = self.streams.get_mut(&stream) else {
-            return taken;
-        };
-        while let Some(oldest) = ops.first_entry() {
-            #[cfg(test)]
-            {
-                self.examined += 1;
-            }
-            if !ends(oldest.get()) {
-                break;
-            }
-            let (id, entry) = oldest.remove_entry();
-            self.stream_of.remove(&id);
-            taken.push((id, entry));
-        }
-        if ops.is_empty() {
-            self.streams.remove(&stream);
-        }
-        taken
-    }
-
-    /// [`take_leading`](Table::take_leading) on every stream, in no order between streams.
-    fn take_leading_everywhere(
-        &mut self,
-        mut ends: impl FnMut(&Outstanding) -> bool,
-    ) -> Vec<(u64, Outstanding)> {
-        let streams: Vec<usize> = self.streams.keys().copied().collect();
-        let taken = streams
-            .into_iter()
-            .flat_map(|stream| self.take_leading(stream, &mut ends));
-        taken.collect()
-    }
-
-    /// The oldest operation of the stream keyed `stream`, if it has waited for its callback
-    /// since `now - PROBE_EVERY` or longer: its id and event.
-    fn stale_head(&mut self, stream: usize, now: Instant) -> Option<(u64, ffi::aclrtEvent)> {
-        self.examine();
-        let (&id, oldest) = self.streams.get(&stream)?.first_key_value()?;
-        (now.duration_since(oldest.since) >= PROBE_EVERY)
-            .then(|| (id, oldest.pending.event.handle()))
-    }
-
-    /// Every stream whose oldest operation is stale (see [`stale_head`](Table::stale_head)),
-    /// with that operation's id and event.
-    fn stale_heads(&mut self, now: Instant) -> Vec<(Arc<StreamShared>, u64, ffi::aclrtEvent)> {
-        let streams: Vec<usize> = self.streams.keys().copied().collect();
-        let heads = streams.into_iter().filter_map(|stream| {
-            let (id, event) = self.stale_head(stream, now)?;
-            let entry = &self.streams.get(&stream)?[&id];
-            Some((entry.stream.clone(), id, event))
-        });
-        heads.collect()
-    }
-}
-
 struct Outstanding {
     stream: Arc<StreamShared>,
     pending: Pending,
     since: Instant,
+}
+
+impl Entry for Outstanding {
+    type Stream = Arc<StreamShared>;
+    type Event = PooledEvent;
+    type Handle = ffi::aclrtEvent;
+    type Completer = Completer;
+
+    /// The stream's address: the entry keeps the stream alive, so no other stream has it.
+    fn stream_key(&self) -> usize {
+        key(&self.stream)
+    }
+
+    fn stream(&self) -> &Arc<StreamShared> {
+        &self.stream
+    }
+
+    fn since(&self) -> Instant {
+        self.since
+    }
+
+    fn handle(&self) -> ffi::aclrtEvent {
+        self.pending.event.handle()
+    }
+
+    fn into_parts(self) -> (PooledEvent, Completer, Arc<StreamShared>) {
+        let (event, completer) = self.pending.into_parts();
+        (event, completer, self.stream)
+    }
+
+    fn bury(event: PooledEvent) {
+        event.discard();
+    }
 }
 
 thread_local! {
@@ -225,7 +142,7 @@ fn worker_for(stream: &StreamShared) -> Result<Arc<Worker>> {
             let tid = unsafe { libc::pthread_self() } as u64;
             let worker = Arc::new(Worker {
                 tid,
-                outstanding: Mutex::new(Table::default()),
+                outstanding: Ledger::default(),
             });
             if tx.send(worker.clone()).is_ok() {
                 // Marked shared for its life: the last handle of a context may go here (a
@@ -261,10 +178,7 @@ impl Worker {
             // The operations whose callbacks ran are taken out first: the device finished
             // them, so none may be taken for one an abort discarded.
             let mut done: Vec<(u64, Outstanding, Option<Error>)> = {
-                let mut outstanding = self.lock();
-                let ran = fired
-                    .iter()
-                    .filter_map(|&id| Some((id, outstanding.remove(id)?)));
+                let ran = self.outstanding.take_fired(&fired).into_iter();
                 ran.map(|(id, entry)| (id, entry, None)).collect()
             };
             let aborts = ABORTS.load(Ordering::Acquire);
@@ -326,34 +240,18 @@ impl Worker {
         true
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.outstanding.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Table<Outstanding>> {
+        self.outstanding.lock()
     }
 
-    /// Takes back the operation `id`, whose callback could not be launched, for its submitter
-    /// to drain the stream instead: its completer, if the entry is still there. Its event,
-    /// recorded but never to be waited on, is not destroyed here but by the worker thread
-    /// between two looks: a look may be about to query it through a handle it copied out of
-    /// the table before this took it (`settle_lost_callbacks` settles the operation ahead
-    /// first, which runs wakers), and a query of a destroyed event is a use after free on
-    /// CANN (the simulator refuses it as an invalid handle).
+    /// [`Ledger::take_back`], for a submitter whose callback launch failed.
     fn take_back(&self, id: u64) -> Option<Completer> {
-        // The entry's stream reference goes once the lock is released.
-        let (_stream, completer) = {
-            let mut table = self.lock();
-            let entry = table.remove(id)?;
-            let (event, completer) = entry.pending.into_parts();
-            table.taken_back.push(event);
-            (entry.stream, completer)
-        };
-        Some(completer)
+        self.outstanding.take_back(id)
     }
 
-    /// Destroys the events of the operations taken back since the last call; made by the
-    /// worker thread only, between its looks (see [`Table::taken_back`]).
+    /// [`Ledger::bury_taken_back`], between two looks.
     fn bury_taken_back(&self) {
-        let taken_back = std::mem::take(&mut self.lock().taken_back);
-        taken_back.into_iter().for_each(PooledEvent::discard);
+        self.outstanding.bury_taken_back();
     }
 
     /// Fails the outstanding operations of streams the sentinel found dead, and those whose
@@ -398,7 +296,7 @@ impl Worker {
                 strategy::release_stream(stream);
             }
             // A stream's oldest operation has waited longest.
-            let heads = outstanding.stale_heads(now).into_iter();
+            let heads = outstanding.stale_heads(now, PROBE_EVERY).into_iter();
             stale = heads.map(|(stream, ..)| stream).collect();
         }
         for (stream, failed, err) in dead_streams {
@@ -484,36 +382,16 @@ impl Worker {
 
     /// Settles stale operations whose event has completed although their callback has not run
     /// within the report timeout (a callback held up behind others, or one the runtime never
-    /// delivers): the device is done with their memory, so their completion need not wait for
-    /// a callback that may never come. In submission order, as every completion on a stream
-    /// is: each stream's oldest operation first, then the next once it settled; the first
-    /// found not done holds back the ones behind it, whose events may complete before the
-    /// next query, and nothing behind it is looked at. So a look costs the streams, and the
-    /// operations it settles. The queries run without the lock; an entry that settled
-    /// meanwhile is simply gone. The event handles it copies out of the table stay valid
-    /// until it returns although the lock is released and wakers run in between: only this
-    /// thread destroys the events of entries, those taken back by their submitters between
-    /// two looks ([`Worker::take_back`]).
+    /// delivers), in submission order, querying their events with the lock released
+    /// ([`Ledger::settle_lost_callbacks`]).
     fn settle_lost_callbacks(&self, now: Instant) {
-        let heads = self.lock().stale_heads(now);
-        for (stream, mut id, mut event) in heads {
-            while event_complete(stream.context.runtime(), event) {
-                let (entry, next) = {
-                    let mut outstanding = self.lock();
-                    let entry = outstanding.remove(id);
-                    (entry, outstanding.stale_head(key(&stream), now))
-                };
-                if let Some(entry) = entry {
-                    entry.pending.settle(&entry.stream);
-                    strategy::release_stream(entry.stream);
-                }
-                match next {
-                    Some(head) => (id, event) = head,
-                    None => break,
-                }
-            }
-            strategy::release_stream(stream);
-        }
+        self.outstanding.settle_lost_callbacks(
+            now,
+            PROBE_EVERY,
+            |stream, event| event_complete(stream.context.runtime(), event),
+            |entry| entry.end(None),
+            strategy::release_stream,
+        );
     }
 }
 
@@ -668,7 +546,7 @@ mod tests {
     fn worker() -> Worker {
         Worker {
             tid: 0,
-            outstanding: Mutex::new(Table::default()),
+            outstanding: Ledger::default(),
         }
     }
 
