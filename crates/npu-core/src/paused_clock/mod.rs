@@ -33,68 +33,38 @@
 //! limit of 512) each waiting 100 ms. A turn now joins the chain still running from the turns
 //! before it.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::{Handle, Id, RuntimeFlavor};
+
+use chain::{Runtime, Want};
+
+mod chain;
+#[cfg(test)]
+mod model;
+
+/// Std-backed primitives for [`chain`]; the loom model supplies loom's instead.
+mod sync {
+    pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
+}
 
 /// The longest a blocking task keeping the clock waits before handing on to its successor.
 pub(crate) const SLICE: Duration = Duration::from_millis(100);
 
 /// The chains keeping paused clocks still for the futures waiting on one operation: at most
-/// one per runtime, shared by all of those futures polled there.
-#[derive(Debug, Default)]
-pub(crate) struct Keepers(Mutex<Vec<Chain>>);
+/// one per Tokio runtime, shared by all of those futures polled there.
+pub(crate) type Keepers = chain::Keepers<Id>;
 
-/// One runtime's chain for one operation.
-#[derive(Debug)]
-struct Chain {
-    runtime: Id,
-    /// The futures on that runtime that want its clock kept (their [`Want`]s alive).
-    wanted: usize,
-    /// Whether a task of the chain is queued or running: while it is, a future that wants
-    /// the clock kept joins it instead of starting another.
-    running: bool,
-}
+impl Runtime for Handle {
+    type Id = Id;
 
-impl Keepers {
-    fn chains(&self) -> MutexGuard<'_, Vec<Chain>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    fn id(&self) -> Id {
+        Handle::id(self)
     }
 
-    /// Counts one more future wanting `runtime`'s clock kept; returns whether it must start
-    /// the chain (none is running).
-    fn want(&self, runtime: Id) -> bool {
-        let mut chains = self.chains();
-        let chain = match chains.iter_mut().position(|chain| chain.runtime == runtime) {
-            Some(at) => &mut chains[at],
-            None => {
-                chains.push(Chain {
-                    runtime,
-                    wanted: 0,
-                    running: false,
-                });
-                chains.last_mut().expect("just pushed")
-            }
-        };
-        chain.wanted += 1;
-        !std::mem::replace(&mut chain.running, true)
-    }
-
-    /// Applies `change` to `runtime`'s chain and forgets the chain once nothing wants it
-    /// and no task of it runs; returns what `change` returned, `None` if there is no chain.
-    /// There always is one (a chain is kept while a future wants it or a task of it runs),
-    /// but this runs in drops, which must not panic.
-    fn change<R>(&self, runtime: Id, change: impl FnOnce(&mut Chain) -> R) -> Option<R> {
-        let mut chains = self.chains();
-        let at = chains.iter().position(|chain| chain.runtime == runtime);
-        debug_assert!(at.is_some(), "no keeper chain for a runtime in use");
-        let at = at?;
-        let changed = change(&mut chains[at]);
-        if chains[at].wanted == 0 && !chains[at].running {
-            chains.swap_remove(at);
-        }
-        Some(changed)
+    fn spawn_blocking(&self, task: impl FnOnce() + Send + 'static) -> bool {
+        crate::contain::spawn_contained(self, task)
     }
 }
 
@@ -116,29 +86,14 @@ struct Held {
     /// Set when that runtime's clock was paused and is kept from jumping past the work.
     /// Dropping it (or replacing it, when the future moves to another runtime) lets the chain
     /// end once no other future wants it.
-    kept: Option<Want>,
-}
-
-/// One future's claim on its operation's chain for one runtime: counted while it lives.
-#[derive(Debug)]
-struct Want {
-    keepers: Arc<Keepers>,
-    runtime: Id,
-}
-
-impl Drop for Want {
-    fn drop(&mut self) {
-        self.keepers.change(self.runtime, |chain| {
-            chain.wanted = chain.wanted.saturating_sub(1)
-        });
-    }
+    kept: Option<Want<Id>>,
 }
 
 impl ClockHold {
     /// To be called at each pending poll of the future, with the keepers of the operation it
     /// waits on: when the current runtime's clock is paused and not yet kept for this future,
     /// counts the future as wanting it kept and, unless that runtime's chain for the
-    /// operation already runs, starts it with the wait `slice` makes ([`Keeper::keep`]).
+    /// operation already runs, starts it with the wait `slice` makes ([`chain::join`]).
     pub(crate) fn pending<W>(&mut self, keepers: &Arc<Keepers>, slice: impl FnOnce() -> W)
     where
         W: FnMut() -> bool + Send + 'static,
@@ -162,85 +117,9 @@ impl ClockHold {
             if runtime.runtime_flavor() != RuntimeFlavor::CurrentThread || !clock_is_paused() {
                 return None;
             }
-            let id = runtime.id();
-            let start = keepers.want(id);
-            // Made before anything that could panic, so that the count goes back down.
-            let want = Want {
-                keepers: keepers.clone(),
-                runtime: id,
-            };
-            if start {
-                Keeper {
-                    runtime,
-                    keepers: keepers.clone(),
-                    holds: true,
-                }
-                .keep(slice());
-            }
-            Some(want)
+            Some(chain::join(keepers, runtime, slice))
         });
         self.clock = Some(Held { runtime: id, kept });
-    }
-}
-
-/// The running chain of one operation on one runtime ([`ClockHold::pending`] starts it).
-#[derive(Debug)]
-struct Keeper {
-    runtime: Handle,
-    keepers: Arc<Keepers>,
-    /// Whether this keeper still stands for the chain's running task: dropping it then ends
-    /// the chain (a task dropped unrun by a runtime shutting down, say).
-    holds: bool,
-}
-
-impl Keeper {
-    /// Whether a future still wants the clock kept; if none does, the chain ends here, in
-    /// the same step, so that a future arriving after it starts a new one.
-    fn wanted(&mut self) -> bool {
-        self.holds = self
-            .keepers
-            .change(self.runtime.id(), |chain| {
-                chain.running = chain.wanted > 0;
-                chain.running
-            })
-            .unwrap_or(false);
-        self.holds
-    }
-
-    /// Keeps the clock with a chain of blocking tasks. Each calls `slice`, which waits on the
-    /// device for at most [`SLICE`] and returns whether the operation is still pending; the
-    /// task then spawns its successor, unless no future wants the clock kept any more.
-    /// `slice` must not wait longer: a runtime shutting down waits for the task running it.
-    fn keep<W>(self, mut slice: W)
-    where
-        W: FnMut() -> bool + Send + 'static,
-    {
-        let runtime = self.runtime.clone();
-        // The result reaches the futures themselves; the task only has to exist meanwhile. A
-        // refused keeper is no worse for the futures, which wait all the same, instead of
-        // their every poll panicking.
-        // A task that starts after its futures are gone (queued behind other blocking tasks)
-        // ends at once. Waiting its slice first held the clock for a slice per queued task,
-        // in turn: 20,000 lost turns stopped it for 4 s after the last one, where a dropped
-        // wait is to free it within one slice.
-        let mut keeper = self;
-        let spawned = crate::contain::spawn_contained(&runtime, move || {
-            if keeper.wanted() && slice() && keeper.wanted() {
-                keeper.keep(slice);
-            }
-        });
-        if !spawned {
-            crate::log!(debug, "no blocking thread to keep a paused clock still");
-        }
-    }
-}
-
-impl Drop for Keeper {
-    fn drop(&mut self) {
-        if self.holds {
-            self.keepers
-                .change(self.runtime.id(), |chain| chain.running = false);
-        }
     }
 }
 
