@@ -1,7 +1,10 @@
-//! The one wake-up that every thread blocked on an operation shares.
+//! The one wake-up that every thread blocked on an operation shares. Written against
+//! `super::sync`, so that the loom model (`completion::model`) checks the very code blocked
+//! threads run.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use super::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Raised once, when the operation completes or is abandoned. Every [`BlockingWaiter`] of the
 /// operation waits on the same one, so however many waiters come and go while it is pending,

@@ -41,10 +41,11 @@ pub(crate) fn memory_error_from_level(level: u8) -> Option<MemoryErrorKind> {
     }
 }
 
-/// Std-backed primitives for [`state`]; the loom model test supplies loom's instead.
+/// Std-backed primitives for [`state`] and [`blocked`]; the loom model test supplies loom's
+/// instead.
 mod sync {
-    pub(crate) use std::sync::Mutex;
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+    pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 }
 
 /// The completion of one device operation: the read side, shared by whoever waits for it (a

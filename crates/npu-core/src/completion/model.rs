@@ -1,17 +1,22 @@
 //! Loom model of the completion protocol: every interleaving of completer, poller and
-//! deferrer is explored, on the same source file the library compiles (`state.rs`).
+//! deferrer is explored, on the same source files the library compiles (`state.rs`, and
+//! `blocked.rs`, the signal blocked threads wait on).
 
 mod sync {
-    pub(crate) use loom::sync::Mutex;
     pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+    pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
 }
 
-// The point of the model is to check the very file the library compiles, under loom.
+// The point of the model is to check the very files the library compiles, under loom.
 // The model exercises the protocol, not every helper the library calls.
+#[allow(clippy::duplicate_mod)]
+#[path = "blocked.rs"]
+mod blocked;
 #[allow(clippy::duplicate_mod, dead_code)]
 #[path = "state.rs"]
 mod state;
 
+use blocked::{RaiseOnDrop, Signal};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use state::{Deferred, Registration, State};
@@ -236,37 +241,52 @@ fn a_release_deferred_during_completion_is_handed_on_before_the_completion_is_se
     });
 }
 
+/// What `Completion::blocking_waiter` does: defers the operation's one notification, a drop
+/// guard raising the signal blocked threads wait on (run in place if the operation is done).
+fn blocking_waiter(state: &State<u32>) -> Arc<Signal> {
+    let signal = Arc::new(Signal::default());
+    let raise = RaiseOnDrop(signal.clone());
+    let notify = Deferred::Notify(Box::new(move || drop(raise)));
+    if let Some(returned) = state.defer(notify) {
+        run(returned);
+    }
+    signal
+}
+
+/// A thread blocked on an operation (`BlockingWaiter::wait`, on `blocked.rs`'s signal) wakes
+/// once it completes, and finds the value there.
+#[test]
+fn a_blocked_thread_wakes_to_the_value() {
+    loom::model(|| {
+        let state = Arc::new(State::<u32>::new());
+        let completer = state.clone();
+        let thread = loom::thread::spawn(move || assert!(complete(&completer, 5)));
+        let signal = blocking_waiter(&state);
+        if !state.is_abandoned() {
+            assert!(signal.wait(None));
+        }
+        assert_eq!(state.value(), Some(5), "woken before the value was visible");
+        thread.join().unwrap();
+    });
+}
+
 /// The other way a blocked thread is woken: its completer goes away without completing
 /// (`Completer`'s drop, `State::abandon`). `Completion::blocking_waiter` defers its one
 /// notification (a drop guard that raises the signal) and `BlockingWaiter::wait` then blocks
 /// on the signal only if it does not see the operation abandoned: either the abandonment drops
 /// the notification (raising the signal) or the waiter sees `abandoned` and does not block.
+/// A waiter left blocked is a deadlock, which loom reports.
 #[test]
 fn a_blocked_waiter_is_woken_when_the_operation_is_abandoned() {
-    struct Raise(Arc<loom::sync::atomic::AtomicBool>);
-
-    impl Drop for Raise {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
-
     loom::model(|| {
         let state = Arc::new(State::<u32>::new());
         let abandoner = state.clone();
         let thread = loom::thread::spawn(move || abandoner.abandon());
-        let raised = Arc::new(loom::sync::atomic::AtomicBool::new(false));
-        let raise = Raise(raised.clone());
-        let notify = Deferred::Notify(Box::new(move || drop(raise)));
-        // Never handed back: the operation never completes.
-        assert!(state.defer(notify).is_none());
-        // As `BlockingWaiter::wait`: it waits on the signal unless it sees the abandonment.
-        let blocks = !state.is_abandoned();
+        let signal = blocking_waiter(&state);
+        if !state.is_abandoned() {
+            assert!(signal.wait(None));
+        }
         thread.join().unwrap();
-        assert!(
-            !blocks || raised.load(Ordering::SeqCst),
-            "a blocked waiter slept on after its operation was abandoned"
-        );
         assert!(!state.is_complete());
     });
 }
