@@ -54,6 +54,7 @@ pub(crate) struct CallbackStrategy;
 pub(crate) struct Worker {
     /// `pthread_self()` of the worker, ACL's identity for subscriptions.
     tid: u64,
+    /// The operations it waits on, and the events of those taken back ([`Ledger`]).
     outstanding: Ledger<Outstanding>,
 }
 
