@@ -151,7 +151,7 @@ async fn each_operation_is_a_line_with_its_fields_and_the_reactor_counts_it() ->
 }
 
 /// A failed operation's line carries its `error` field (where the device saw the fault), and a
-/// `failed` event inside it; the reactor counts the fault notice.
+/// `failed` event inside it; the reactor completed it.
 #[tokio::test]
 async fn a_failed_operation_is_a_failed_line_with_the_error() -> npu::Result<()> {
     let (_turn, written) = turn().await;
@@ -178,10 +178,11 @@ async fn a_failed_operation_is_a_failed_line_with_the_error() -> npu::Result<()>
     );
     assert!(close.contains("op=\"aclrtMemsetAsync\""), "{close}");
     assert!(close.contains("error="), "{close}");
+    // Not `fault_notices`: a pass may find the operation done before it reads the notice.
     let after = reactor_stats();
     assert!(
-        after.fault_notices > before.fault_notices,
-        "{before:?} {after:?}"
+        after.completed > before.completed,
+        "the reactor completed the failed operation: {before:?} {after:?}"
     );
     Ok(())
 }

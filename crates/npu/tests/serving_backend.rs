@@ -5,8 +5,8 @@
 //! overload with distinct typed errors; a health check that reports the device's state; and the
 //! Tokio tests its author writes for it, injecting faults through `npu::sim`.
 //!
-//! The simulator is configured (three devices; device 2 is the one lost) and a process-wide
-//! subscriber installed before anything touches a device; the tests take turns.
+//! The simulator is configured (three devices; device 2 is the one lost) before anything
+//! touches a device; the tests take turns.
 
 use std::sync::Once;
 use std::time::Duration;
@@ -249,8 +249,7 @@ async fn request(addr: std::net::SocketAddr, method: &str, path: &str, body: &st
     (status, serde_json::from_str(body).unwrap())
 }
 
-/// The simulator configured and the subscriber installed, once, before any device is touched;
-/// then this test's turn.
+/// The simulator configured, once, before any device is touched; then this test's turn.
 async fn turn() -> tokio::sync::MutexGuard<'static, ()> {
     static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     static SETUP: Once = Once::new();
@@ -264,9 +263,20 @@ fn device(id: u32) -> Device {
     Device::open(id).unwrap()
 }
 
-/// Until the request in flight has taken its blocks (and so waits for the device).
-async fn until_in_flight(backend: &Backend) {
+/// How long a test waits, in real time, for what must happen before it fails instead of
+/// hanging.
+const HANG: Duration = Duration::from_secs(60);
+
+/// Until `request`, in flight, has taken its blocks (and so waits for the device); fails if it
+/// ended first, or never does.
+async fn until_in_flight<T>(backend: &Backend, request: &tokio::task::JoinHandle<T>) {
+    let start = std::time::Instant::now();
     while backend.staging.stats().allocated == 0 {
+        assert!(
+            !request.is_finished(),
+            "the request ended before taking its blocks"
+        );
+        assert!(start.elapsed() < HANG, "the request never took its blocks");
         tokio::task::yield_now().await;
     }
 }
@@ -289,7 +299,7 @@ async fn a_full_pool_is_503_and_shutdown_answers_the_request_in_flight() -> npu:
         let body = body.clone();
         async move { request(addr, "POST", "/v1/infer", &body).await }
     });
-    until_in_flight(&backend).await;
+    until_in_flight(&backend, &first).await;
     let (status, answer) = request(addr, "POST", "/v1/infer", &body).await;
     assert_eq!(status, 503, "{answer}");
     assert_eq!(answer["error"]["code"], "overloaded", "{answer}");
@@ -305,7 +315,9 @@ async fn a_full_pool_is_503_and_shutdown_answers_the_request_in_flight() -> npu:
 
     stop.send(()).unwrap();
     // The listener closes while the request is still on the held device.
+    let start = std::time::Instant::now();
     while tokio::net::TcpStream::connect(addr).await.is_ok() {
+        assert!(start.elapsed() < HANG, "the listener never closed");
         tokio::task::yield_now().await;
     }
     assert!(
@@ -384,8 +396,9 @@ async fn a_memory_error_in_a_requests_block_fails_only_that_request() -> npu::Re
 }
 
 /// Under a paused clock a request on a held device waits for it (the pending work keeps the
-/// clock), and the deadline passes only when the test moves the clock; the request is then a
-/// 504 and its blocks come back once the device is done.
+/// clock: the runtime goes idle with the deadline's timer pending and does not jump to it), and
+/// the deadline passes only when the test moves the clock; the request is then a 504 and its
+/// blocks come back once the device is done.
 #[tokio::test(start_paused = true)]
 async fn in_paused_time_the_deadline_passes_only_when_the_test_says() -> npu::Result<()> {
     let _turn = turn().await;
@@ -395,10 +408,22 @@ async fn in_paused_time_the_deadline_passes_only_when_the_test_says() -> npu::Re
         let backend = backend.clone();
         async move { backend.infer(&[1.0; 64], 2.0).await }
     });
-    until_in_flight(&backend).await;
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
+    until_in_flight(&backend, &request).await;
+    // Idle for a while of real time, so that the runtime parks with the deadline pending: a
+    // paused clock with nothing keeping it would jump to the deadline there. (The window only
+    // gives a broken keeper its chance; nothing waits on its length.)
+    let paused_at = tokio::time::Instant::now();
+    let (wake, idle) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        wake.send(()).unwrap();
+    });
+    idle.await.unwrap();
+    assert_eq!(
+        tokio::time::Instant::now(),
+        paused_at,
+        "the clock waits for the held device"
+    );
     assert!(
         !request.is_finished(),
         "the clock waits for the held device"
@@ -432,7 +457,7 @@ async fn a_lost_device_is_503_device_lost_and_fails_the_health_check() -> npu::R
         let backend = backend.clone();
         async move { backend.infer(&[1.0; 64], 2.0).await }
     });
-    until_in_flight(&backend).await;
+    until_in_flight(&backend, &in_flight).await;
     let lost = backend.device.clone();
     tokio::task::spawn_blocking(move || sim::lose(&lost))
         .await

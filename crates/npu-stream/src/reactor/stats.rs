@@ -19,8 +19,10 @@ pub struct ReactorStats {
     pub queries: u64,
     /// Times the reactor thread parked (timed or until new work arrived).
     pub parks: u64,
-    /// Task failures the runtime's exception callback reported on a stream the reactor was
-    /// watching, which made it look at that stream at once.
+    /// Passes that found a fault notice (set by the runtime's exception callback) on a stream
+    /// the reactor was watching, which made it look at that stream at once. Not a count of
+    /// faults: several before one pass count once, and one whose operation that pass finds
+    /// done may go uncounted.
     pub fault_notices: u64,
 }
 
