@@ -126,6 +126,32 @@ pub(crate) fn off_shared_threads(library: usize, teardown: impl FnOnce() + Send 
     }
 }
 
+/// Starts a thread of npu-rs's own, named `name`, for `job`, which holds a handle of a runtime
+/// of library `library` (`Runtime::library_id`): a context, a pool's memory. Such a thread may
+/// drop the last handle and tear the context or the runtime down where it runs, as its own
+/// thread may (it serves no other operation), so it counts as a teardown of that library from
+/// now until `job` and everything it captured are gone (also if it unwinds):
+/// [`wait_for_teardowns`](crate::wait_for_teardowns), and a runtime build waiting for its
+/// library's teardowns, wait for it. `Err` if the thread cannot start (`job` is then dropped
+/// here, and the count with it).
+#[doc(hidden)]
+pub fn spawn_counted(
+    name: &str,
+    library: usize,
+    job: impl FnOnce() + Send + 'static,
+) -> std::io::Result<()> {
+    let running = crate::teardown::Running::start(library);
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            crate::teardown::Running::mark_thread();
+            // Dropped at the end of this closure: after `job` has run and its captures are gone.
+            let _running = running;
+            job();
+        })
+        .map(drop)
+}
+
 /// Runs `release` on the reaper thread: for dropping something from a thread that must not
 /// make ACL calls (a completer, the reactor), such as a stream whose work is all done.
 ///

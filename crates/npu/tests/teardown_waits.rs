@@ -98,18 +98,11 @@ impl Drop for Config {
     }
 }
 
-/// A runtime of `own`'s library initialised with `config`, whose last handles a waker drops
-/// (on the thread completing an in-process operation of `strategy`) while its device 0 is
-/// held with raw work queued on its default stream: the reset that goes with them
-/// (`aclrtResetDevice`, then `aclFinalize`) waits on `npu-teardown` until the device is
-/// released through the returned controls.
-fn a_teardown_held_in_its_reset(
-    own: &OwnRuntime,
-    config: &Path,
-    d0: &Context,
-    strategy: Strategy,
-) -> CdylibControls {
-    let runtime = own.builder().acl_config(config).build().unwrap();
+/// Device 0's primary context of `runtime` (a runtime of the test's own library), its device
+/// held with raw work queued on the context's default stream, so that resetting the device
+/// (as the context's last handle goes) waits until the device is released through the
+/// returned controls.
+fn held_with_work_queued(runtime: &npu::Runtime) -> (Context, CdylibControls) {
     let controls = CdylibControls::of_the_loaded_library();
     let ctx = runtime.device(0).unwrap().primary_context().clone();
     controls.hold(0);
@@ -125,6 +118,22 @@ fn a_teardown_held_in_its_reset(
     // the reset of its device waits for.
     let queued = unsafe { (api.aclrtMemsetAsync)(dev, 64, 7, 64, std::ptr::null_mut()) };
     runtime.check("aclrtMemsetAsync", queued).unwrap();
+    (ctx, controls)
+}
+
+/// A runtime of `own`'s library initialised with `config`, whose last handles a waker drops
+/// (on the thread completing an in-process operation of `strategy`) while its device 0 is
+/// held with raw work queued on its default stream: the reset that goes with them
+/// (`aclrtResetDevice`, then `aclFinalize`) waits on `npu-teardown` until the device is
+/// released through the returned controls.
+fn a_teardown_held_in_its_reset(
+    own: &OwnRuntime,
+    config: &Path,
+    d0: &Context,
+    strategy: Strategy,
+) -> CdylibControls {
+    let runtime = own.builder().acl_config(config).build().unwrap();
+    let (ctx, controls) = held_with_work_queued(&runtime);
     let (thread, running) = in_a_waker(d0, strategy, Box::new((ctx, runtime)), || {
         wait_for_teardowns(Duration::ZERO)
     });
@@ -328,6 +337,49 @@ fn wait_for_teardowns_waits_for_the_releases_queued_on_the_reaper() {
     waited.unwrap();
     assert_eq!(
         contexts, 0,
+        "the context was still alive when the wait returned"
+    );
+}
+
+/// Promise: `wait_for_teardowns` waits for a thread of a pool's own that holds the last
+/// handle of a runtime. A `DevicePool` on the runtime's pool backend is destroyed on a thread
+/// of its own (destroying a runtime pool synchronises the device), which holds the pool's
+/// context; with every other handle of the runtime dropped first, that thread drops the
+/// context's last handle and resets the device there, which waits for the held device. The
+/// wait sees it running, and returns only once the reset has released the context. The break
+/// (the pool's thread not counted): `wait_for_teardowns` returned at once, with the reset
+/// still to come.
+#[test]
+fn wait_for_teardowns_waits_for_a_pool_thread_holding_the_last_handle() {
+    let (_guard, _d0) = devices_of(2, MEMORY);
+    let own = OwnRuntime::new("teardown-waits-pool");
+    let runtime = own.build();
+    let (ctx, controls) = held_with_work_queued(&runtime);
+    let pool = DevicePool::builder(&ctx)
+        .backend(npu::memory::DevicePoolBackend::RuntimePool)
+        .build()
+        .unwrap();
+    assert_eq!(
+        pool.backend(),
+        npu::memory::DevicePoolBackend::RuntimePool,
+        "the simulator has runtime pools"
+    );
+    drop((ctx, runtime));
+    drop(pool);
+    npu::sim::flush_releases();
+    let running = wait_for_teardowns(Duration::ZERO);
+    assert!(
+        matches!(
+            running,
+            Err(npu::Error::TeardownsRunning { running: 1, .. })
+        ),
+        "the pool's thread holds the last handle, its reset held: {running:?}"
+    );
+    controls.release(0);
+    wait_for_teardowns(HANG).unwrap();
+    assert_eq!(
+        controls.stats(0).live_contexts,
+        0,
         "the context was still alive when the wait returned"
     );
 }

@@ -75,6 +75,14 @@ pub unsafe trait Source: Send + Sync + 'static {
     /// The block's size: the size class it was allocated for.
     fn block_bytes(block: &Self::Block) -> usize;
 
+    /// The library (`Runtime::library_id`) of the runtime whose memory the pool holds, if the
+    /// source holds a handle of it: a thread of the pool's own (the repair thread), which
+    /// holds the source, then counts as a teardown of that library, since it may drop the
+    /// last handle.
+    fn library(&self) -> Option<usize> {
+        None
+    }
+
     /// Gives blocks back to the runtime. They are idle (every operation that used them has
     /// completed) and the pool's lock is not held. Must not wait for the device.
     fn free(&self, blocks: Vec<Self::Block>);
@@ -378,9 +386,14 @@ impl<S: Source> Cache<S> {
             return;
         }
         let cache = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("npu-pool-repair".into())
-            .spawn(move || cache.repair_queued());
+        let repair = move || cache.repair_queued();
+        let spawned = match self.source.library() {
+            Some(library) => npu_core::reaper::spawn_counted("npu-pool-repair", library, repair),
+            None => std::thread::Builder::new()
+                .name("npu-pool-repair".into())
+                .spawn(repair)
+                .map(drop),
+        };
         if let Err(err) = spawned {
             npu_core::log!(warn, pool = S::NAME, %err, "no thread to examine pooled blocks after a memory error");
             // Nothing will look at the queued blocks, and none may be cached unexamined.

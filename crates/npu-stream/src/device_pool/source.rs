@@ -341,6 +341,10 @@ unsafe impl Source for DeviceSource {
         block.bytes
     }
 
+    fn library(&self) -> Option<usize> {
+        Some(self.context.runtime().library_id())
+    }
+
     /// The blocks are idle: every operation that used them, on any stream, has completed. So
     /// `aclrtFree` frees at once, and `aclrtMemPoolFreeAsync` hands the runtime memory nothing
     /// will touch again, which it may give to any stream.
@@ -639,12 +643,15 @@ unsafe impl Send for Teardown {}
 
 impl Teardown {
     /// Destroys the pool on a thread of its own: `aclrtMemPoolDestroy` synchronises the
-    /// device, which no shared thread may wait for.
+    /// device, which no shared thread may wait for. The thread holds the context, and so may
+    /// drop its last handle: it counts as a teardown (`npu_core::wait_for_teardowns` waits for
+    /// it).
     fn spawn(self, context: &Context) {
+        let library = context.runtime().library_id();
         let context = context.clone();
-        let spawned = std::thread::Builder::new()
-            .name("npu-pool-destroy".into())
-            .spawn(move || self.destroy_now(&context));
+        let spawned = npu_core::reaper::spawn_counted("npu-pool-destroy", library, move || {
+            self.destroy_now(&context)
+        });
         if let Err(err) = spawned {
             npu_core::log!(warn, %err, "no thread to destroy a device memory pool (leaked)");
         }
