@@ -1,0 +1,407 @@
+//! Attacks of the thirty-third session through the `npu` facade: every awaitable kind polled
+//! once and forgotten on streams of all three strategies mixed on one device, with every
+//! handle and the Tokio runtime dropped before the device runs anything; a device reset (its
+//! last handles dropped and the device opened again) while futures of the old handles are
+//! held; events, pools, value words and notifies reused after the stream they served was
+//! aborted; and forgotten waits on work only an abort ends, under a paused clock.
+//!
+//! Each test names the promise it attacks. The simulator's hold gate and live counters are
+//! process-wide, so every test takes the file's device lock; every wait is bounded (`run`,
+//! `watchdog`), so a hang fails its test.
+
+mod common;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, Once};
+use std::task::Poll;
+use std::time::Duration;
+
+use common::*;
+use npu::memory::{DevicePoolBackend, PinnedPool};
+use npu::prelude::*;
+use npu::sim;
+use npu::stream::{Completion, Copy2d, Notify, ValueCondition, ValueWord};
+
+/// The memory of each of the two simulated devices.
+const MEMORY: u64 = 64 << 20;
+
+/// The byte the test's fill kernel writes.
+const FILLED: u8 = 0x3C;
+
+/// The name the test's fill kernel is registered under.
+const FILL: &str = "npu_attack_session33_fill";
+
+/// The device lock and device 0's primary context, of this file's simulator.
+fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
+    devices_of(2, MEMORY)
+}
+
+/// The fill kernel `{uint8_t *x, uint64_t n}`: writes [`FILLED`] over the `n` bytes at `x`.
+fn fill(ctx: &Context) -> npu::Function {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        sim::kernel::register_with_args_size(FILL, 16, |block, _, args| {
+            // SAFETY: launched with {uint8_t *x, uint64_t n}: 16 bytes.
+            let (x, n) = unsafe { fill_args(args) };
+            if block == 0 {
+                // SAFETY: x holds n bytes, kept allocated by the launch until it completes.
+                unsafe { std::ptr::write_bytes(x, FILLED, n) };
+            }
+            0
+        })
+        .unwrap();
+    });
+    in_process(ctx, FILL)
+}
+
+/// The addresses of the futures [`poll_once_and_forget`] forgot: kept so that a leak checker
+/// sees their boxes as reachable (what `mem::forget` leaks is the point of the test, not a
+/// finding of the checker).
+static FORGOTTEN: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// Polls `future` once in the current task, then forgets it (`mem::forget`): its destructor
+/// never runs, whatever it borrowed may go. Whether that poll left it pending.
+async fn poll_once_and_forget<F: Future>(future: F) -> bool {
+    let mut boxed = Box::pin(future);
+    let pending =
+        std::future::poll_fn(|cx| Poll::Ready(boxed.as_mut().poll(cx).is_pending())).await;
+    let address = std::ptr::from_ref::<F>(&boxed) as usize;
+    FORGOTTEN.lock().unwrap().push(address);
+    std::mem::forget(boxed);
+    pending
+}
+
+/// A zeroed device buffer of `n` bytes.
+fn dev(ctx: &Context, n: usize) -> DeviceBuffer<u8> {
+    DeviceBuffer::new(ctx, n).unwrap()
+}
+
+/// A pinned buffer of `n` bytes, each `byte`.
+fn pinned(ctx: &Context, n: usize, byte: u8) -> PinnedBuffer<u8> {
+    PinnedBuffer::from_slice(ctx, &vec![byte; n]).unwrap()
+}
+
+/// Promise attacked: rules 2 and 5 and "every future completes" for every awaitable kind the
+/// facade offers, on three streams of one device, one per strategy. With the device held, each
+/// stream gets a memset, copies in every direction (linear and pitched), a kernel, a
+/// synchronisation, an event record and its `Event::wait`, another stream's `wait_event`, a
+/// value write and another stream's value wait, a notify record and another stream's notify
+/// wait, a `timed` memset, an `upload`, a `download` and allocations from a `DevicePool` and a
+/// `PinnedPool`; each future is polled once on a multi-thread runtime and forgotten. Then every
+/// handle (streams, events, notifies, words, pools, the kernel) and the runtime are dropped,
+/// and only then is the device released. Every operation the device was given must still
+/// complete successfully (forgetting only leaks), nothing it was given stays registered with
+/// the reactor, and each strategy serves fresh streams of the device afterwards.
+#[test]
+fn every_awaitable_forgotten_after_its_first_poll_on_mixed_strategies_only_leaks() {
+    let (_guard, d0) = devices();
+    let device = Device::open(0).unwrap();
+    let kernel = fill(&d0);
+    let baseline = npu::stream::reactor_stats().pending();
+    let held = sim::hold(&device).unwrap();
+    let streams = STRATEGIES.map(|strategy| stream(&d0, strategy));
+    let events: Vec<Event> = streams.iter().map(|_| Event::new(&d0).unwrap()).collect();
+    let notifies: Vec<Notify> = streams.iter().map(|_| Notify::new(&d0).unwrap()).collect();
+    let words: Vec<Arc<ValueWord>> = streams
+        .iter()
+        .map(|_| Arc::new(ValueWord::new(&d0, 0).unwrap()))
+        .collect();
+    let device_pool = DevicePool::builder(&d0)
+        .backend(DevicePoolBackend::Caching)
+        .build()
+        .unwrap();
+    let pinned_pool = PinnedPool::new(&d0);
+    let shape = Copy2d {
+        width: 16,
+        height: 4,
+        src_pitch: 32,
+        dst_pitch: 64,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut done: Vec<Completion> = Vec::new();
+    let mut pending = 0;
+    runtime.block_on(async {
+        // An operation's completion is kept before it is forgotten, to see it end.
+        macro_rules! forget {
+            (op $op:expr) => {{
+                let op = $op;
+                done.push(op.completion().clone());
+                forget!(future op);
+            }};
+            (future $future:expr) => {
+                if poll_once_and_forget($future).await {
+                    pending += 1;
+                }
+            };
+        }
+        // Each stream's own work first, so that every wait submitted below finds the record or
+        // write it waits for already queued on its stream (no cycle between the streams).
+        for (i, s) in streams.iter().enumerate() {
+            forget!(op s.memset(dev(&d0, 64), 1));
+            forget!(op s.copy_h2d(pinned(&d0, 64, 2), dev(&d0, 64)));
+            forget!(op s.copy_d2h(dev(&d0, 64), pinned(&d0, 64, 0)));
+            forget!(op s.copy_d2d(dev(&d0, 64), dev(&d0, 64)));
+            // Refused at once by the simulator's EP host (207000): forgotten all the same.
+            forget!(future s.copy_h2h(pinned(&d0, 64, 3), pinned(&d0, 64, 0)));
+            forget!(op s.copy_2d_h2d(pinned(&d0, 128, 4), dev(&d0, 256), shape));
+            forget!(op s.copy_2d_d2h(dev(&d0, 128), pinned(&d0, 256, 0), shape));
+            forget!(op s.copy_2d_d2d(dev(&d0, 128), dev(&d0, 256), shape));
+            // SAFETY: the fill kernel writes the 64 bytes of the buffer it is given.
+            forget!(op unsafe { s.launch(&kernel, 1, (dev(&d0, 64), 64u64)) });
+            forget!(op s.write_value(words[i].clone(), 1));
+            forget!(op s.record_notify(&notifies[i]));
+            forget!(op s.synchronize());
+            events[i].record(s).unwrap();
+            forget!(future events[i].wait());
+            forget!(future s.timed(|s| s.memset(dev(&d0, 64), 5)));
+            forget!(future s.upload(&[6u8; 64]));
+            forget!(future s.download(dev(&d0, 64)));
+            forget!(future device_pool.alloc::<u8>(s, 64));
+            forget!(future pinned_pool.alloc::<u8>(64));
+        }
+        // The waits: each stream waits on the previous stream's record, write and notify.
+        for (i, t) in streams.iter().enumerate() {
+            let before = (i + streams.len() - 1) % streams.len();
+            t.wait_event(&events[before]).unwrap();
+            forget!(op t.wait_value(words[before].clone(), 1, ValueCondition::Equal));
+            forget!(op t.wait_notify(&notifies[before]));
+            forget!(op t.synchronize());
+        }
+    });
+    assert!(pending > 0, "the held device left nothing pending");
+    let ran: Vec<_> = done
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| op.is_complete())
+        .map(|(n, op)| (n, op.result()))
+        .collect();
+    assert!(ran.is_empty(), "the held device ran operations: {ran:?}");
+    watchdog("dropping every handle and the runtime", || {
+        drop((streams, events, notifies, words));
+        drop((device_pool, pinned_pool, kernel));
+        drop(runtime);
+    });
+    held.release().unwrap();
+    for (n, op) in done.iter().enumerate() {
+        let result = run(op.wait());
+        assert!(result.is_ok(), "forgotten operation {n}: {result:?}");
+    }
+    until_released("the forgotten operations' registrations", || {
+        npu::stream::reactor_stats().pending() <= baseline
+    });
+    for strategy in STRATEGIES {
+        let fresh = stream(&d0, strategy);
+        a_memset_writes(
+            &d0,
+            &fresh,
+            9,
+            &format!("{strategy:?} after the forgotten work"),
+        );
+        run(fresh.synchronize()).unwrap();
+    }
+}
+
+/// Promise attacked: rules 2, 3 and 5 and "every future completes" across a device reset.
+/// With device 1 held, a memset is queued on a stream of an explicit context and one on a
+/// stream of the primary context, each polled once; then every handle of the device is
+/// dropped (streams, contexts, the `Device`), so that only the queued work keeps it, and the
+/// device is opened again: a new explicit context and a stream of the new primary context
+/// queue memsets of their own. Once released, every memset resolves with its own bytes, old
+/// and new, the old futures polled on another runtime than the new ones; once everything is
+/// dropped, the device is back to what it held before. Every strategy.
+#[test]
+fn a_device_reopened_while_futures_of_its_old_handles_are_held_serves_both() {
+    let (_guard, _d0) = devices();
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let probe = Device::open(1).unwrap();
+        let before = live_objects(probe.primary_context());
+        let held = sim::hold(&probe).unwrap();
+        drop(probe);
+        let queue = |ctx: &Context, value: u8| {
+            let s = stream(ctx, strategy);
+            let mut op = Box::pin(s.memset(dev(ctx, 64), value));
+            assert!(
+                polled_once(op.as_mut()).is_pending(),
+                "{what}: ran while held"
+            );
+            op
+        };
+        let old = {
+            let device = Device::open(1).unwrap();
+            let explicit = device.create_context().unwrap();
+            [
+                queue(&explicit, 0x11),
+                queue(device.primary_context(), 0x22),
+            ]
+        };
+        let new = {
+            let device = Device::open(1).unwrap();
+            let explicit = device.create_context().unwrap();
+            [
+                queue(&explicit, 0x33),
+                queue(device.primary_context(), 0x44),
+            ]
+        };
+        held.release().unwrap();
+        let old = std::thread::spawn(move || run(futures::future::join_all(old)));
+        let new = run(futures::future::join_all(new));
+        let old = old.join().unwrap();
+        for (result, value) in old.into_iter().chain(new).zip([0x11, 0x22, 0x33, 0x44]) {
+            let buffer = result.unwrap_or_else(|err| panic!("{what}: {err}"));
+            assert_eq!(buffer.to_vec_blocking().unwrap(), [value; 64], "{what}");
+        }
+        let device = Device::open(1).unwrap();
+        until_released(&what, || {
+            within(live_objects(device.primary_context()), before)
+        });
+    }
+}
+
+/// `counts` of [`live_objects`] but the device's events, which the contexts' completion-event
+/// pools keep idle between operations (up to a bound of the device's).
+fn without_events(mut counts: LiveObjects) -> LiveObjects {
+    counts[2] = 0;
+    counts
+}
+
+/// Promise attacked: rules 2, 3 and 7 and "reuse after an abort" for the handles an aborted
+/// stream's work used, with the two streams of different strategies. With the device held,
+/// stream `a` queues a copy from a `PinnedPool` block into a `DevicePool` block, an event
+/// record, a value write and a notify record; stream `b` waits on each of the three and then
+/// memsets. `a` is aborted, which discards all of it, so `b`'s value and notify waits are left
+/// unsatisfied. Then the same event, word and notify are recorded, written and set again on
+/// `a`, the same pools serve `a` again, and the device is released: `a`'s new work succeeds,
+/// each of `b`'s waits resolves (the wait on the discarded record with the runtime's error or
+/// success, never `Aborted`, which only an abort of `b` may report), `b`'s memset writes, the
+/// aborted copy hands both blocks back to their pools, and nothing is left in flight. Every
+/// ordered pair of strategies.
+#[test]
+fn events_words_notifies_and_pools_reused_after_an_abort_serve_another_strategys_waits() {
+    let (_guard, d0) = devices();
+    let device = Device::open(0).unwrap();
+    for sa in STRATEGIES {
+        for sb in STRATEGIES {
+            let what = format!("a {sa:?}, b {sb:?}");
+            let before = live_objects(&d0);
+            let (a, b) = (stream(&d0, sa), stream(&d0, sb));
+            let event = Event::new(&d0).unwrap();
+            let word = Arc::new(ValueWord::new(&d0, 0).unwrap());
+            let notify = Notify::new(&d0).unwrap();
+            let device_pool = DevicePool::new(&d0).unwrap();
+            let pinned_pool = PinnedPool::new(&d0);
+            // Both blocks allocated before the hold: a new runtime-pool block is awaited on
+            // its stream before it is handed out.
+            let (staging, block) = run(async {
+                let mut staging = pinned_pool.alloc::<u8>(64).await.unwrap();
+                staging.fill(0x5A);
+                (staging, device_pool.alloc::<u8>(&a, 64).await.unwrap())
+            });
+            let held = sim::hold(&device).unwrap();
+            let copy = a.copy_h2d(staging, block);
+            event.record(&a).unwrap();
+            let write = a.write_value(word.clone(), 1);
+            let record = a.record_notify(&notify);
+            b.wait_event(&event).unwrap();
+            let waits = (
+                b.wait_value(word.clone(), 1, ValueCondition::AtLeast),
+                b.wait_notify(&notify),
+            );
+            let memset = b.memset(dev(&d0, 64), 0x6B);
+            let behind = b.synchronize();
+            run(a.abort()).unwrap_or_else(|err| panic!("{what}: the abort: {err}"));
+            for (name, result) in [
+                ("copy", run(copy).map(drop).map_err(|e| e.error)),
+                ("write", run(write).map(drop).map_err(|e| e.error)),
+                ("record", run(record).map(drop).map_err(|e| e.error)),
+            ] {
+                let err = result.expect_err(&format!("{what}: the aborted {name} succeeded"));
+                assert!(err.is_aborted(), "{what}: the aborted {name}: {err}");
+            }
+            // The same handles again, on the aborted stream.
+            event.record(&a).unwrap();
+            let rewrite = a.write_value(word.clone(), 2);
+            let rerecord = a.record_notify(&notify);
+            let again = run(async {
+                let mut staging = pinned_pool.alloc::<u8>(64).await.unwrap();
+                staging.fill(0x7C);
+                a.copy_h2d(staging, device_pool.alloc::<u8>(&a, 64).await.unwrap())
+            });
+            held.release().unwrap();
+            run(rewrite).unwrap_or_else(|err| panic!("{what}: the second write: {err}"));
+            run(rerecord).unwrap_or_else(|err| panic!("{what}: the second notify: {err}"));
+            let (_, copied) = run(again).unwrap_or_else(|err| panic!("{what}: the copy: {err}"));
+            assert_eq!(run(b.download(copied)).unwrap(), [0x7C; 64], "{what}");
+            for (name, result) in [
+                ("value wait", run(waits.0).map(drop).map_err(|e| e.error)),
+                ("notify wait", run(waits.1).map(drop).map_err(|e| e.error)),
+            ] {
+                result.unwrap_or_else(|err| panic!("{what}: {name}: {err}"));
+            }
+            let written = run(memset).unwrap_or_else(|err| panic!("{what}: memset: {err}"));
+            assert_eq!(written.to_vec_blocking().unwrap(), [0x6B; 64], "{what}");
+            drop(written);
+            // The wait on the discarded record may fail with the runtime's code for a discard
+            // (107023), reported at `b`'s next synchronisation; never as a discard of `b`'s own.
+            if let Err(err) = run(behind) {
+                assert!(
+                    !matches!(err.error, npu::Error::Aborted { .. }),
+                    "{what}: b was never aborted: {err}"
+                );
+            }
+            run(event.wait()).unwrap_or_else(|err| panic!("{what}: the event: {err}"));
+            run(a.synchronize()).unwrap();
+            run(b.synchronize()).unwrap();
+            let word = Arc::into_inner(word).expect("every value operation gave its word back");
+            assert_eq!(word.into_inner().to_vec_blocking().unwrap(), [2], "{what}");
+            until_released(&format!("{what}: the pools' blocks"), || {
+                device_pool.stats().cache.allocated == 0 && pinned_pool.stats().allocated == 0
+            });
+            drop((a, b, event, notify, device_pool, pinned_pool));
+            until_released(&what, || {
+                within(without_events(live_objects(&d0)), without_events(before))
+            });
+        }
+    }
+}
+
+/// Promise attacked: the paused clock's keepers end once the work is done, "done" including
+/// failed by an abort, even when the futures that wanted it were forgotten while pending. On a
+/// paused runtime, a notify wait nothing will set, a `Completion::wait` of it and an
+/// `Event::wait` of a record behind it are each polled once and forgotten; the stream is
+/// aborted (awaited on the same runtime) and then a one-hour sleep on that runtime must end.
+/// The runtime is dropped and the stream serves afterwards. Every strategy.
+#[test]
+fn forgotten_waits_on_work_only_an_abort_ends_let_a_paused_clock_move_after_it() {
+    let (_guard, d0) = devices();
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let s = stream(&d0, strategy);
+        let notify = Notify::new(&d0).unwrap();
+        let event = Event::new(&d0).unwrap();
+        let runtime = paused_runtime();
+        watchdog(&what, || {
+            runtime.block_on(async {
+                let wait = s.wait_notify(&notify);
+                let done = wait.completion().clone();
+                event.record(&s).unwrap();
+                assert!(
+                    poll_once_and_forget(wait).await,
+                    "{what}: the notify wait ended"
+                );
+                assert!(poll_once_and_forget(done.wait()).await, "{what}");
+                assert!(poll_once_and_forget(event.wait()).await, "{what}");
+                s.abort().await.unwrap();
+                let err = done.wait().await.expect_err("an abort discarded the wait");
+                assert!(err.is_aborted(), "{what}: {err}");
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            })
+        });
+        drop(runtime);
+        a_memset_writes(&d0, &s, 0x2E, &what);
+    }
+}
