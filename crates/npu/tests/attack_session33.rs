@@ -405,3 +405,55 @@ fn forgotten_waits_on_work_only_an_abort_ends_let_a_paused_clock_move_after_it()
         a_memset_writes(&d0, &s, 0x2E, &what);
     }
 }
+
+/// Promise attacked: rules 2, 3 and 5 for pooled device memory crossing contexts of one
+/// device. A `DevicePool` block of an explicit context (device memory, valid for every
+/// context of its device) is split: one half filled by a kernel on a stream of a second
+/// explicit context, the other the destination of a copy on a stream of the primary context,
+/// both queued on the held device. Then every handle of the pool's context is dropped (the
+/// pool, its stream, the context) and the futures with them; the drops return at once. Once
+/// released, the device's bytes are all given back (nothing was freed under the queued work,
+/// which a freed and reallocated block would show as a write into another owner's memory:
+/// a buffer allocated meanwhile stays untouched). Both backends, every strategy.
+#[test]
+fn a_pool_block_used_by_other_contexts_streams_outlives_its_pool_and_context() {
+    let (_guard, d0) = devices();
+    let device = Device::open(0).unwrap();
+    let kernel_context = device.create_context().unwrap();
+    let kernel = fill(&kernel_context);
+    let baseline = sim::device_stats(&device).unwrap().bytes_allocated;
+    for backend in [DevicePoolBackend::Caching, DevicePoolBackend::RuntimePool] {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?} {strategy:?}");
+            let owner = device.create_context().unwrap();
+            let pool = DevicePool::builder(&owner)
+                .backend(backend)
+                .build()
+                .unwrap();
+            let own_stream = stream(&owner, strategy);
+            let block = run(pool.alloc::<u8>(&own_stream, 8192)).unwrap();
+            let (head, tail) = block.into_halves(4096).unwrap();
+            let (ks, cs) = (stream(&kernel_context, strategy), stream(&d0, strategy));
+            let held = sim::hold(&device).unwrap();
+            // SAFETY: the fill kernel writes the 4096 bytes of the half it is given.
+            let mut filled = Box::pin(unsafe { ks.launch(&kernel, 1, (head, 4096u64)) });
+            let mut copied = Box::pin(cs.copy_h2d(pinned(&d0, 4096, 0x4D), tail));
+            assert!(polled_once(filled.as_mut()).is_pending(), "{what}");
+            assert!(polled_once(copied.as_mut()).is_pending(), "{what}");
+            watchdog(&what, || {
+                drop((filled, copied));
+                drop((pool, own_stream, owner));
+            });
+            // Memory allocated while the dropped work is queued: never a block of the pool's.
+            let bystander = DeviceBuffer::<u8>::new(&d0, 8192).unwrap();
+            held.release().unwrap();
+            run(ks.synchronize()).unwrap();
+            run(cs.synchronize()).unwrap();
+            assert_eq!(bystander.to_vec_blocking().unwrap(), [0; 8192], "{what}");
+            drop((bystander, ks, cs));
+            until_released(&what, || {
+                sim::device_stats(&device).unwrap().bytes_allocated <= baseline
+            });
+        }
+    }
+}
