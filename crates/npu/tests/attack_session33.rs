@@ -19,8 +19,8 @@ use std::time::Duration;
 use common::*;
 use npu::memory::{DevicePoolBackend, PinnedPool};
 use npu::prelude::*;
-use npu::sim;
 use npu::stream::{Completion, Copy2d, Notify, ValueCondition, ValueWord};
+use npu::{Stream, sim};
 
 /// The memory of each of the two simulated devices.
 const MEMORY: u64 = 64 << 20;
@@ -33,7 +33,7 @@ const FILL: &str = "npu_attack_session33_fill";
 
 /// The device lock and device 0's primary context, of this file's simulator.
 fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
-    devices_of(2, MEMORY)
+    devices_of(3, MEMORY)
 }
 
 /// The fill kernel `{uint8_t *x, uint64_t n}`: writes [`FILLED`] over the `n` bytes at `x`.
@@ -81,36 +81,26 @@ fn pinned(ctx: &Context, n: usize, byte: u8) -> PinnedBuffer<u8> {
     PinnedBuffer::from_slice(ctx, &vec![byte; n]).unwrap()
 }
 
-/// Promise attacked: rules 2 and 5 and "every future completes" for every awaitable kind the
-/// facade offers, on three streams of one device, one per strategy. With the device held, each
-/// stream gets a memset, copies in every direction (linear and pitched), a kernel, a
-/// synchronisation, an event record and its `Event::wait`, another stream's `wait_event`, a
-/// value write and another stream's value wait, a notify record and another stream's notify
-/// wait, a `timed` memset, an `upload`, a `download` and allocations from a `DevicePool` and a
-/// `PinnedPool`; each future is polled once on a multi-thread runtime and forgotten. Then every
-/// handle (streams, events, notifies, words, pools, the kernel) and the runtime are dropped,
-/// and only then is the device released. Every operation the device was given must still
-/// complete successfully (forgetting only leaks), nothing it was given stays registered with
-/// the reactor, and each strategy serves fresh streams of the device afterwards.
-#[test]
-fn every_awaitable_forgotten_after_its_first_poll_on_mixed_strategies_only_leaks() {
-    let (_guard, d0) = devices();
-    let device = Device::open(0).unwrap();
-    let kernel = fill(&d0);
-    let baseline = npu::stream::reactor_stats().pending();
-    let held = sim::hold(&device).unwrap();
-    let streams = STRATEGIES.map(|strategy| stream(&d0, strategy));
-    let events: Vec<Event> = streams.iter().map(|_| Event::new(&d0).unwrap()).collect();
-    let notifies: Vec<Notify> = streams.iter().map(|_| Notify::new(&d0).unwrap()).collect();
+/// Every awaitable kind the facade offers, on three streams of `ctx`'s device (one per
+/// strategy), each polled once on a multi-thread runtime and forgotten while the device is
+/// held; then every handle the work used (streams, events, notifies, value words, pools, the
+/// kernel) and the runtime are dropped, and `end` lets the device go on (a release) or ends it
+/// (a loss). The completions of the forgotten operations.
+fn forget_every_awaitable_then(ctx: &Context, end: impl FnOnce(sim::Hold)) -> Vec<Completion> {
+    let kernel = fill(ctx);
+    let held = sim::hold(&ctx.device()).unwrap();
+    let streams = STRATEGIES.map(|strategy| stream(ctx, strategy));
+    let events: Vec<Event> = streams.iter().map(|_| Event::new(ctx).unwrap()).collect();
+    let notifies: Vec<Notify> = streams.iter().map(|_| Notify::new(ctx).unwrap()).collect();
     let words: Vec<Arc<ValueWord>> = streams
         .iter()
-        .map(|_| Arc::new(ValueWord::new(&d0, 0).unwrap()))
+        .map(|_| Arc::new(ValueWord::new(ctx, 0).unwrap()))
         .collect();
-    let device_pool = DevicePool::builder(&d0)
+    let device_pool = DevicePool::builder(ctx)
         .backend(DevicePoolBackend::Caching)
         .build()
         .unwrap();
-    let pinned_pool = PinnedPool::new(&d0);
+    let pinned_pool = PinnedPool::new(ctx);
     let shape = Copy2d {
         width: 16,
         height: 4,
@@ -141,25 +131,25 @@ fn every_awaitable_forgotten_after_its_first_poll_on_mixed_strategies_only_leaks
         // Each stream's own work first, so that every wait submitted below finds the record or
         // write it waits for already queued on its stream (no cycle between the streams).
         for (i, s) in streams.iter().enumerate() {
-            forget!(op s.memset(dev(&d0, 64), 1));
-            forget!(op s.copy_h2d(pinned(&d0, 64, 2), dev(&d0, 64)));
-            forget!(op s.copy_d2h(dev(&d0, 64), pinned(&d0, 64, 0)));
-            forget!(op s.copy_d2d(dev(&d0, 64), dev(&d0, 64)));
+            forget!(op s.memset(dev(ctx, 64), 1));
+            forget!(op s.copy_h2d(pinned(ctx, 64, 2), dev(ctx, 64)));
+            forget!(op s.copy_d2h(dev(ctx, 64), pinned(ctx, 64, 0)));
+            forget!(op s.copy_d2d(dev(ctx, 64), dev(ctx, 64)));
             // Refused at once by the simulator's EP host (207000): forgotten all the same.
-            forget!(future s.copy_h2h(pinned(&d0, 64, 3), pinned(&d0, 64, 0)));
-            forget!(op s.copy_2d_h2d(pinned(&d0, 128, 4), dev(&d0, 256), shape));
-            forget!(op s.copy_2d_d2h(dev(&d0, 128), pinned(&d0, 256, 0), shape));
-            forget!(op s.copy_2d_d2d(dev(&d0, 128), dev(&d0, 256), shape));
+            forget!(future s.copy_h2h(pinned(ctx, 64, 3), pinned(ctx, 64, 0)));
+            forget!(op s.copy_2d_h2d(pinned(ctx, 128, 4), dev(ctx, 256), shape));
+            forget!(op s.copy_2d_d2h(dev(ctx, 128), pinned(ctx, 256, 0), shape));
+            forget!(op s.copy_2d_d2d(dev(ctx, 128), dev(ctx, 256), shape));
             // SAFETY: the fill kernel writes the 64 bytes of the buffer it is given.
-            forget!(op unsafe { s.launch(&kernel, 1, (dev(&d0, 64), 64u64)) });
+            forget!(op unsafe { s.launch(&kernel, 1, (dev(ctx, 64), 64u64)) });
             forget!(op s.write_value(words[i].clone(), 1));
             forget!(op s.record_notify(&notifies[i]));
             forget!(op s.synchronize());
             events[i].record(s).unwrap();
             forget!(future events[i].wait());
-            forget!(future s.timed(|s| s.memset(dev(&d0, 64), 5)));
+            forget!(future s.timed(|s| s.memset(dev(ctx, 64), 5)));
             forget!(future s.upload(&[6u8; 64]));
-            forget!(future s.download(dev(&d0, 64)));
+            forget!(future s.download(dev(ctx, 64)));
             forget!(future device_pool.alloc::<u8>(s, 64));
             forget!(future pinned_pool.alloc::<u8>(64));
         }
@@ -185,7 +175,26 @@ fn every_awaitable_forgotten_after_its_first_poll_on_mixed_strategies_only_leaks
         drop((device_pool, pinned_pool, kernel));
         drop(runtime);
     });
-    held.release().unwrap();
+    end(held);
+    done
+}
+
+/// Promise attacked: rules 2 and 5 and "every future completes" for every awaitable kind the
+/// facade offers, on three streams of one device, one per strategy. With the device held, each
+/// stream gets a memset, copies in every direction (linear and pitched), a kernel, a
+/// synchronisation, an event record and its `Event::wait`, another stream's `wait_event`, a
+/// value write and another stream's value wait, a notify record and another stream's notify
+/// wait, a `timed` memset, an `upload`, a `download` and allocations from a `DevicePool` and a
+/// `PinnedPool`; each future is polled once on a multi-thread runtime and forgotten. Then every
+/// handle (streams, events, notifies, words, pools, the kernel) and the runtime are dropped,
+/// and only then is the device released. Every operation the device was given must still
+/// complete successfully (forgetting only leaks), nothing it was given stays registered with
+/// the reactor, and each strategy serves fresh streams of the device afterwards.
+#[test]
+fn every_awaitable_forgotten_after_its_first_poll_on_mixed_strategies_only_leaks() {
+    let (_guard, d0) = devices();
+    let baseline = npu::stream::reactor_stats().pending();
+    let done = forget_every_awaitable_then(&d0, |held| held.release().unwrap());
     for (n, op) in done.iter().enumerate() {
         let result = run(op.wait());
         assert!(result.is_ok(), "forgotten operation {n}: {result:?}");
@@ -202,6 +211,47 @@ fn every_awaitable_forgotten_after_its_first_poll_on_mixed_strategies_only_leaks
             &format!("{strategy:?} after the forgotten work"),
         );
         run(fresh.synchronize()).unwrap();
+    }
+}
+
+/// Promise attacked: "every future completes or fails typed, never hangs" and rule 5 when the
+/// device is lost under forgotten work. The same forgotten work as above on device 2 (lost for
+/// the rest of the process), every handle and the runtime dropped, and then the device is lost
+/// while still held: every forgotten operation ends with a typed error (none succeeds: the
+/// device never ran anything), nothing stays registered with the reactor, new work on the lost
+/// device is refused, and device 0 keeps serving every strategy.
+#[test]
+fn every_awaitable_forgotten_on_a_device_lost_under_it_ends_typed() {
+    let (_guard, d0) = devices();
+    let lost = Device::open(2).unwrap().primary_context().clone();
+    let baseline = npu::stream::reactor_stats().pending();
+    let done = forget_every_awaitable_then(&lost, |held| {
+        sim::lose(&lost.device()).unwrap();
+        drop(held);
+    });
+    for (n, op) in done.iter().enumerate() {
+        let result = run(op.wait());
+        assert!(
+            result.is_err(),
+            "forgotten operation {n} ran on a lost device"
+        );
+    }
+    until_released("the forgotten operations' registrations", || {
+        npu::stream::reactor_stats().pending() <= baseline
+    });
+    // The forgotten futures keep the lost device's context: new work on it is refused.
+    let refused = Stream::new(&lost).and_then(|s| {
+        let buffer = DeviceBuffer::<u8>::new(&lost, 64)?;
+        run(s.memset(buffer, 1)).map(drop).map_err(|e| e.error)
+    });
+    assert!(refused.is_err(), "new work ran on the lost device");
+    for strategy in STRATEGIES {
+        a_memset_writes(
+            &d0,
+            &stream(&d0, strategy),
+            8,
+            &format!("{strategy:?} beside the loss"),
+        );
     }
 }
 
@@ -455,5 +505,30 @@ fn a_pool_block_used_by_other_contexts_streams_outlives_its_pool_and_context() {
                 sim::device_stats(&device).unwrap().bytes_allocated <= baseline
             });
         }
+    }
+}
+
+/// Promise attacked: "every future completes" across real device resets. Device 1 is opened,
+/// given a stream of every strategy at once (one `CallbackThread` worker, one reactor, blocking
+/// waits), each stream's memset awaited and one more dropped in flight, and then every handle
+/// is dropped, so that the device's primary context is released (`aclrtResetDevice`: the
+/// simulator then holds no context of it). Three rounds: each new opening serves every strategy
+/// again, the shared threads carrying over the reset.
+#[test]
+fn every_strategy_serves_a_device_across_resets() {
+    let (_guard, _d0) = devices();
+    for round in 0..3 {
+        let device = Device::open(1).unwrap();
+        let ctx = device.primary_context().clone();
+        let streams = STRATEGIES.map(|strategy| stream(&ctx, strategy));
+        for (s, strategy) in streams.iter().zip(STRATEGIES) {
+            a_memset_writes(&ctx, s, round + 1, &format!("round {round}, {strategy:?}"));
+            drop(s.memset(dev(&ctx, 64), 0xEE));
+        }
+        drop((streams, ctx, device));
+        until_released(&format!("round {round}: the device's reset"), || {
+            let probe = sim::raw_control::device_stats(1).unwrap();
+            probe.live_contexts == 0 && probe.live_allocations == 0
+        });
     }
 }
