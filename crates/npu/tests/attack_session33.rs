@@ -532,3 +532,43 @@ fn every_strategy_serves_a_device_across_resets() {
         });
     }
 }
+
+/// Promise attacked: "every future completes" with destruction in any order. An event is
+/// recorded on stream `a` behind a memset on the held device, stream `b` waits on that record
+/// and memsets behind the wait; `a` is stopped, so its record will never run, and then, instead
+/// of the abort that would discard it, every handle of `a` is dropped (with the event, and in a
+/// second case with `a`'s explicit context too). Once released, `b`'s memset resolves (with
+/// its bytes, or a typed error) rather than waiting for ever on a record of a stream that no
+/// longer exists, and `b` serves afterwards. Every strategy.
+#[test]
+fn a_wait_on_a_record_of_a_stopped_stream_dropped_without_an_abort_ends() {
+    let (_guard, d0) = devices();
+    let device = Device::open(0).unwrap();
+    for strategy in STRATEGIES {
+        for own_context in [false, true] {
+            let what = format!("{strategy:?}, a in its own context: {own_context}");
+            let actx = if own_context {
+                device.create_context().unwrap()
+            } else {
+                d0.clone()
+            };
+            let (a, b) = (stream(&actx, strategy), stream(&d0, strategy));
+            let event = Event::new(&actx).unwrap();
+            let held = sim::hold(&device).unwrap();
+            let first = a.memset(dev(&actx, 64), 1);
+            event.record(&a).unwrap();
+            b.wait_event(&event).unwrap();
+            let behind = b.memset(dev(&d0, 64), 2);
+            a.stop().unwrap();
+            watchdog(&what, || drop((a, event, actx)));
+            held.release().unwrap();
+            assert!(run(first).is_err(), "{what}: a stopped stream's work ran");
+            match run(behind) {
+                Ok(buffer) => assert_eq!(buffer.to_vec_blocking().unwrap(), [2; 64], "{what}"),
+                Err(err) => assert!(err.value.is_some(), "{what}: {err}"),
+            }
+            let _ = run(b.synchronize());
+            a_memset_writes(&d0, &b, 3, &what);
+        }
+    }
+}
