@@ -572,3 +572,41 @@ fn a_wait_on_a_record_of_a_stopped_stream_dropped_without_an_abort_ends() {
         }
     }
 }
+
+/// Promise attacked: rule 5 for the paused clock's keepers of forgotten futures. On a paused
+/// runtime, a memset of each strategy's stream (its `Op`, a `Completion::wait` of it and an
+/// `Event::wait` of a record behind it) is polled once and forgotten while the device is held,
+/// so each keeps a keeper waiting on the runtime's blocking pool; then the runtime is dropped
+/// with the device still held. The drop returns (the keepers wait in bounded slices and end
+/// with their runtime), and once released every memset completes and the streams serve.
+#[test]
+fn a_paused_runtime_dropped_under_forgotten_keepers_of_held_work_returns() {
+    let (_guard, d0) = devices();
+    let device = Device::open(0).unwrap();
+    let streams = STRATEGIES.map(|strategy| stream(&d0, strategy));
+    let events: Vec<Event> = streams.iter().map(|_| Event::new(&d0).unwrap()).collect();
+    let held = sim::hold(&device).unwrap();
+    let runtime = paused_runtime();
+    let done: Vec<Completion> = runtime.block_on(async {
+        let mut done = Vec::new();
+        for (s, event) in streams.iter().zip(&events) {
+            let op = s.memset(dev(&d0, 64), 0x19);
+            done.push(op.completion().clone());
+            event.record(s).unwrap();
+            let wait = op.completion().wait();
+            assert!(poll_once_and_forget(op).await, "ran while held");
+            assert!(poll_once_and_forget(wait).await, "ran while held");
+            assert!(poll_once_and_forget(event.wait()).await, "ran while held");
+        }
+        done
+    });
+    watchdog("dropping the paused runtime", || drop(runtime));
+    held.release().unwrap();
+    for op in &done {
+        run(op.wait()).unwrap();
+    }
+    for (s, event) in streams.iter().zip(&events) {
+        run(event.wait()).unwrap();
+        a_memset_writes(&d0, s, 0x1A, &format!("{:?}", s.strategy()));
+    }
+}
