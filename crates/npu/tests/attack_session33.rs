@@ -610,3 +610,111 @@ fn a_paused_runtime_dropped_under_forgotten_keepers_of_held_work_returns() {
         a_memset_writes(&d0, s, 0x1A, &format!("{:?}", s.strategy()));
     }
 }
+
+/// Promise attacked: "bad input is a typed error naming the API, never a panic" and rule 2 at
+/// the edges of pooled memory, whose blocks are larger than what was asked for (the rest of
+/// the size class). A one-element and a 4097-byte block of each pool: views up to the
+/// requested length and no further (the block's tail is never reachable), splits at 0, at the
+/// length and past it, casts of odd and unaligned parts refused with the part handed back,
+/// empty parts copied without touching their neighbours, a one-word `ValueWord` cast out of a
+/// view of a pooled block; every part queued at once on the held stream, then joined back
+/// whole with exactly what each wrote, and every block back in its pool. Every strategy.
+#[test]
+fn pooled_blocks_at_their_edges_are_refused_by_name_or_exact() {
+    let (_guard, d0) = devices();
+    let device = Device::open(0).unwrap();
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let s = stream(&d0, strategy);
+        let device_pool = DevicePool::new(&d0).unwrap();
+        let pinned_pool = PinnedPool::new(&d0);
+        let (one, odd, mut host) = run(async {
+            (
+                s.memset(device_pool.alloc::<u8>(&s, 1).await.unwrap(), 0x25)
+                    .await
+                    .unwrap(),
+                device_pool.alloc::<u8>(&s, 4097).await.unwrap(),
+                pinned_pool.alloc::<u8>(4097).await.unwrap(),
+            )
+        });
+        let pooled_word = run(device_pool.alloc::<u8>(&s, 16)).unwrap();
+        host.fill(0x55);
+        assert!(one.block_bytes() > 1 && host.block_bytes() > 4097, "{what}");
+        // Past the requested length, though the block goes on: refused, handed back.
+        let err = one.view(0..2).unwrap_err();
+        assert_eq!(invalid(&err.error), ("Memory::view", "range"), "{what}");
+        let one = err.value.unwrap();
+        let err = odd.into_halves(4098).unwrap_err();
+        assert_eq!(err.value.as_ref().map(|b| b.len()), Some(4097), "{what}");
+        let odd = err.value.unwrap();
+        let err = host.view(usize::MAX..).unwrap_err();
+        let host = err.value.unwrap();
+        // A u64 cast of 4097 bytes, and of a part one byte in, refused by name.
+        let err = odd.cast::<u64>().unwrap_err();
+        assert_eq!(invalid(&err.error), ("Memory::cast", "U"), "{what}");
+        let (head, rest) = err.value.unwrap().into_halves(1).unwrap();
+        let (middle, tail) = rest.into_halves(4088).unwrap();
+        let err = middle.cast::<u64>().unwrap_err();
+        assert_eq!(invalid(&err.error), ("Memory::cast", "U"), "{what}");
+        let middle = err.value.unwrap();
+        // Empty parts at both ends of the host block.
+        let (empty_front, host_rest) = host.into_halves(0).unwrap();
+        let (host_body, empty_back) = host_rest.into_halves(4097).unwrap();
+        assert_eq!((empty_front.len(), empty_back.len()), (0, 0), "{what}");
+        let held = sim::hold(&device).unwrap();
+        let word_op = {
+            let word = pooled_word.view(8..16).unwrap().cast::<u64>().unwrap();
+            s.write_value(ValueWord::from_memory(word).unwrap(), 0x0102_0304_0506_0708)
+        };
+        let middle_op = s.memset(middle, 0x21);
+        let head_op = s.memset(head, 0x22);
+        let tail_op = s.memset(tail, 0x23);
+        let empty_op = s.copy_h2d(empty_front, dev(&d0, 1).view(1..).unwrap());
+        let host_op = s.copy_d2h(one, host_body.view(0..1).unwrap());
+        let back_op = s.copy_d2h(
+            DeviceBuffer::<u8>::new(&d0, 1).unwrap().view(0..0).unwrap(),
+            empty_back,
+        );
+        assert!(!middle_op.is_complete(), "{what}: ran while held");
+        held.release().unwrap();
+        let word = run(word_op).unwrap();
+        let written = run(s.download(word.into_inner())).unwrap();
+        assert_eq!(written, [0x0102_0304_0506_0708], "{what}");
+        let (head, middle, tail) = (
+            run(head_op).unwrap(),
+            run(middle_op).unwrap(),
+            run(tail_op).unwrap(),
+        );
+        let whole = head
+            .join(middle)
+            .unwrap()
+            .join(tail)
+            .unwrap()
+            .into_whole()
+            .unwrap();
+        let mut expected = vec![0x22u8];
+        expected.extend([0x21; 4088]);
+        expected.extend([0x23; 8]);
+        assert_eq!(run(s.download(whole)).unwrap(), expected, "{what}");
+        let (empty_front, _) = run(empty_op).unwrap();
+        let (one, host_view) = run(host_op).unwrap();
+        let (_, empty_back) = run(back_op).unwrap();
+        let host = empty_front
+            .join(host_view.into_inner())
+            .unwrap()
+            .join(empty_back)
+            .unwrap()
+            .into_whole()
+            .unwrap();
+        assert_eq!(host.len(), 4097, "{what}");
+        assert_eq!(host[0], 0x25, "{what}: the one-byte block");
+        assert!(
+            host[1..].iter().all(|&b| b == 0x55),
+            "{what}: past the copied byte"
+        );
+        drop((one, host));
+        until_released(&what, || {
+            device_pool.stats().cache.allocated == 0 && pinned_pool.stats().allocated == 0
+        });
+    }
+}
