@@ -376,11 +376,13 @@ fn events_words_notifies_and_pools_reused_after_an_abort_serve_another_strategys
             event.record(&a).unwrap();
             let rewrite = a.write_value(word.clone(), 2);
             let rerecord = a.record_notify(&notify);
-            let again = run(async {
+            // The block the aborted copy handed back is cached: served while the device is held.
+            let (staging, block) = run(async {
                 let mut staging = pinned_pool.alloc::<u8>(64).await.unwrap();
                 staging.fill(0x7C);
-                a.copy_h2d(staging, device_pool.alloc::<u8>(&a, 64).await.unwrap())
+                (staging, device_pool.alloc::<u8>(&a, 64).await.unwrap())
             });
+            let again = a.copy_h2d(staging, block);
             held.release().unwrap();
             run(rewrite).unwrap_or_else(|err| panic!("{what}: the second write: {err}"));
             run(rerecord).unwrap_or_else(|err| panic!("{what}: the second notify: {err}"));
