@@ -1,13 +1,17 @@
 //! Attacks of the thirty-third session through the `npu` facade: every awaitable kind polled
 //! once and forgotten on streams of all three strategies mixed on one device, with every
-//! handle and the Tokio runtime dropped before the device runs anything; a device reset (its
-//! last handles dropped and the device opened again) while futures of the old handles are
-//! held; events, pools, value words and notifies reused after the stream they served was
-//! aborted; and forgotten waits on work only an abort ends, under a paused clock.
+//! handle and the Tokio runtime dropped before the device runs anything (then released, or
+//! lost); device resets (the last handles dropped and the device opened again) with futures of
+//! the old handles held; events, pools, value words and notifies reused after the stream they
+//! served was aborted; forgotten waits and their paused-clock keepers; a pool block used by
+//! other contexts' streams after its pool and context are gone; a wait on a record of a
+//! stopped stream dropped without an abort; pooled blocks at their edges; and a device lost
+//! while its work paces for centuries.
 //!
 //! Each test names the promise it attacks. The simulator's hold gate and live counters are
 //! process-wide, so every test takes the file's device lock; every wait is bounded (`run`,
-//! `watchdog`), so a hang fails its test.
+//! `watchdog`), so a hang fails its test. Devices 2 and 3 are lost for the rest of the process
+//! by the two tests that lose a device.
 
 mod common;
 
@@ -31,9 +35,9 @@ const FILLED: u8 = 0x3C;
 /// The name the test's fill kernel is registered under.
 const FILL: &str = "npu_attack_session33_fill";
 
-/// The device lock and device 0's primary context, of this file's simulator.
+/// The device lock and device 0's primary context, of this file's four-device simulator.
 fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
-    devices_of(3, MEMORY)
+    devices_of(4, MEMORY)
 }
 
 /// The fill kernel `{uint8_t *x, uint64_t n}`: writes [`FILLED`] over the `n` bytes at `x`.
@@ -719,4 +723,43 @@ fn pooled_blocks_at_their_edges_are_refused_by_name_or_exact() {
             device_pool.stats().cache.allocated == 0 && pinned_pool.stats().allocated == 0
         });
     }
+}
+
+/// Promise attacked: "never a hang" and rules 3 and 5 for a device lost while its work paces
+/// under a timing model for centuries (`min_task_ns` near `u64::MAX / 2`). On device 3 (lost
+/// for the rest of the process), a memset of each strategy's stream paces, a `synchronize`
+/// waits behind each, and another thread makes a synchronous copy (`to_vec_blocking`), which
+/// the simulator holds for the copy's simulated duration. `npu::sim::lose` returns, every
+/// memset and synchronisation ends with a typed error, the memsets' buffers come back, and the
+/// synchronous copy returns an error instead of waiting out its centuries.
+#[test]
+fn a_device_lost_while_its_work_paces_for_centuries_ends_everything() {
+    let (_guard, _d0) = devices();
+    let ctx = Device::open(3).unwrap().primary_context().clone();
+    let device = ctx.device();
+    let streams = STRATEGIES.map(|strategy| stream(&ctx, strategy));
+    let century = sim::TimingModel::default().min_task_ns(u64::MAX / 2);
+    sim::set_timing(&device, Some(century)).unwrap();
+    let paced: Vec<_> = streams
+        .iter()
+        .map(|s| (s.memset(dev(&ctx, 64), 1), s.synchronize()))
+        .collect();
+    let copying = dev(&ctx, 64);
+    let copier = std::thread::spawn(move || copying.to_vec_blocking());
+    watchdog("losing a device whose work paces for centuries", || {
+        sim::lose(&device).unwrap();
+        let copied = copier.join().unwrap();
+        assert!(
+            copied.is_err(),
+            "a synchronous copy on a lost device succeeded"
+        );
+        for ((memset, synchronize), strategy) in paced.into_iter().zip(STRATEGIES) {
+            let err = run(memset).expect_err("a memset on a lost device succeeded");
+            assert!(
+                err.value.is_some(),
+                "{strategy:?}: the buffer did not come back"
+            );
+            assert!(run(synchronize).is_err(), "{strategy:?}");
+        }
+    });
 }
