@@ -117,6 +117,12 @@ pub(crate) struct Device {
     last_fault: AtomicI32,
     /// aclrtDeviceTaskAbort in progress: submissions to the device's streams are refused.
     aborting_tasks: AtomicBool,
+    /// How many aclrtDeviceTaskAbort calls have begun dropping the device's work (past their
+    /// PRE callbacks), for the synchronous copies and memsets such an abort stops
+    /// ([`Self::stops_since`]).
+    task_aborts: AtomicU64,
+    /// Rung when an aclrtDeviceTaskAbort begins dropping the device's work.
+    pub(crate) task_abort_bell: Bell,
 }
 
 impl Device {
@@ -153,6 +159,8 @@ impl Device {
             next_notify_id: AtomicU32::new(0),
             last_fault: AtomicI32::new(0),
             aborting_tasks: AtomicBool::new(false),
+            task_aborts: AtomicU64::new(0),
+            task_abort_bell: Bell::new(),
         }
     }
 
@@ -393,6 +401,24 @@ impl Device {
     /// Whether an aclrtDeviceTaskAbort is running on the device.
     pub(crate) fn is_aborting_tasks(&self) -> bool {
         self.aborting_tasks.load(Ordering::Acquire)
+    }
+
+    /// Counts an aclrtDeviceTaskAbort that begins dropping the device's work and wakes the
+    /// synchronous copies and memsets it stops.
+    pub(crate) fn begin_task_abort(&self) {
+        self.task_aborts.fetch_add(1, Ordering::AcqRel);
+        self.task_abort_bell.ring();
+    }
+
+    /// The count of device task aborts begun, for [`Self::stops_since`].
+    pub(crate) fn task_abort_count(&self) -> u64 {
+        self.task_aborts.load(Ordering::Acquire)
+    }
+
+    /// Whether an aclrtDeviceTaskAbort has begun dropping the device's work since the count
+    /// was `count` ([`Self::task_abort_count`]).
+    pub(crate) fn stops_since(&self, count: u64) -> bool {
+        self.task_abort_count() != count
     }
 
     /// Forgets the latest task failure if it was `code` (the error was repaired).

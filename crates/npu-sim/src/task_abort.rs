@@ -55,6 +55,7 @@ fn abort_streams(sim: &Sim, device: &Arc<Device>, timeout_ms: u32) -> Res<()> {
              device {id}: nothing was aborted"
         );
     }
+    device.begin_task_abort();
     let deadline =
         (timeout_ms != 0).then(|| Instant::now() + Duration::from_millis(timeout_ms.into()));
     let aborting: Vec<_> = sim

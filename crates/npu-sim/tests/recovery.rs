@@ -13,11 +13,14 @@ use std::ffi::c_void;
 use std::ptr;
 use std::sync::Mutex;
 use std::sync::Once;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::thread;
 
 use common::cases::{case, run_table};
 use common::*;
 use npu_sim::abi::*;
+use npu_sim::control;
 use npu_sys::*;
 
 fn install() {
@@ -294,6 +297,162 @@ fn an_abort_whose_running_task_outlives_the_timeout_fails_and_its_stream_finishe
         vec![2; 64],
         "the queued memset was dropped"
     );
+    acl!(aclrtDestroyStream(stream));
+    acl!(aclrtFree(dev));
+}
+
+/// The code of the synchronous copy [`copy_inside_device_5s_abort`] made.
+static COPY_DURING_ABORT: AtomicI32 = AtomicI32::new(-1);
+
+/// A PRE callback making a synchronous copy on device 5 while its abort runs.
+unsafe extern "C" fn copy_inside_device_5s_abort(
+    device: i32,
+    stage: aclrtDeviceTaskAbortStage,
+    _: u32,
+    _: *mut c_void,
+) -> i32 {
+    if device == 5 && stage == ACL_RT_DEVICE_TASK_ABORT_PRE {
+        let (mut host, dev) = ([0u8; 8], HELD_COPY_SRC.load(Ordering::Acquire));
+        let code = code!(aclrtMemcpy(
+            host.as_mut_ptr().cast(),
+            8,
+            dev as *const c_void,
+            8,
+            ACL_MEMCPY_DEVICE_TO_HOST
+        ));
+        COPY_DURING_ABORT.store(code, Ordering::Release);
+    }
+    0
+}
+
+/// The device memory [`copy_inside_device_5s_abort`] copies from.
+static HELD_COPY_SRC: AtomicUsize = AtomicUsize::new(0);
+
+/// Host memory a synchronous copy writes while the test watches it: atomics, as it is read
+/// while written.
+fn watched(bytes: usize) -> &'static [AtomicU8] {
+    Vec::from_iter((0..bytes).map(|_| AtomicU8::new(0))).leak()
+}
+
+/// Starts `copy` on a thread of device 5 and returns once it has written `host` (its work is
+/// done, and its simulated duration holds it); `done` gets its code.
+fn start_held_copy(
+    name: &'static str,
+    host: &'static [AtomicU8],
+    copy: impl FnOnce() -> aclError + Send + 'static,
+    done: &mpsc::Sender<(&'static str, aclError)>,
+) {
+    let done_tx = done.clone();
+    thread::spawn(move || {
+        set_device(5);
+        done_tx.send((name, copy())).unwrap();
+    });
+    while host[host.len() - 1].load(Ordering::SeqCst) != 0xAB {
+        thread::yield_now();
+    }
+}
+
+/// Bounded only so that a copy the abort does not stop fails the test instead of holding it
+/// for the hour.
+fn held_copy_ends(done: &mpsc::Receiver<(&'static str, aclError)>) -> (&'static str, aclError) {
+    done.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("an abort stopped the synchronous copy held for its simulated duration")
+}
+
+/// A synchronous copy held for its simulated duration (an hour) is device work an abort
+/// stops: aclrtDeviceTaskAbort of its device ends aclrtMemcpy and aclrtMemcpy2d, and
+/// aclrtStreamAbort ends the synchronous fallback of an aclrtMemcpyAsync of pageable memory
+/// on the aborted stream, each with 107023, the code the reference gives a synchronous wait an
+/// abort ends (they slept the hour: only a loss woke them). A synchronous copy made while the
+/// device's abort runs (from its PRE callback) is refused with 107022, as submissions are.
+#[test]
+fn aborts_stop_synchronous_copies_held_for_their_simulated_duration() {
+    const BYTES: usize = 4096;
+    install();
+    register("recovery-copy-inside", Some(copy_inside_device_5s_abort));
+    set_device(5);
+    let stream = create_stream();
+    let dev = malloc(BYTES);
+    acl!(aclrtMemset(dev, BYTES, 0xAB, BYTES));
+    HELD_COPY_SRC.store(dev as usize, Ordering::Release);
+    let hour_ns = 3_600_000_000_000;
+    control::set_timing(
+        5,
+        Some(npu_sim::TimingModel::default().min_task_ns(hour_ns)),
+    )
+    .unwrap();
+    let (src, raw_stream) = (dev as usize, stream as usize);
+    let (done_tx, done) = mpsc::channel();
+
+    // The stream's abort stops the copy done synchronously for it.
+    let host = watched(BYTES);
+    let dst = host.as_ptr() as usize;
+    start_held_copy(
+        "aclrtMemcpyAsync of pageable memory",
+        host,
+        move || {
+            code!(aclrtMemcpyAsync(
+                dst as *mut c_void,
+                BYTES,
+                src as *const c_void,
+                BYTES,
+                ACL_MEMCPY_DEVICE_TO_HOST,
+                raw_stream as aclrtStream
+            ))
+        },
+        &done_tx,
+    );
+    acl!(aclrtStreamAbort(stream));
+    assert_eq!(held_copy_ends(&done).1, ACL_ERROR_RT_STREAM_ABORT);
+
+    // The device's abort stops the synchronous copies.
+    let hosts = [watched(BYTES), watched(BYTES)];
+    let dsts = hosts.map(|host| host.as_ptr() as usize);
+    start_held_copy(
+        "aclrtMemcpy",
+        hosts[0],
+        move || {
+            code!(aclrtMemcpy(
+                dsts[0] as *mut c_void,
+                BYTES,
+                src as *const c_void,
+                BYTES,
+                ACL_MEMCPY_DEVICE_TO_HOST
+            ))
+        },
+        &done_tx,
+    );
+    start_held_copy(
+        "aclrtMemcpy2d",
+        hosts[1],
+        move || {
+            code!(aclrtMemcpy2d(
+                dsts[1] as *mut c_void,
+                64,
+                src as *const c_void,
+                64,
+                64,
+                BYTES / 64,
+                ACL_MEMCPY_DEVICE_TO_HOST
+            ))
+        },
+        &done_tx,
+    );
+    acl!(aclrtDeviceTaskAbort(5, 0));
+    for _ in 0..2 {
+        let (name, code) = held_copy_ends(&done);
+        assert_eq!(code, ACL_ERROR_RT_STREAM_ABORT, "{name}");
+    }
+    assert_eq!(
+        COPY_DURING_ABORT.load(Ordering::Acquire),
+        ACL_ERROR_RT_DEVICE_TASK_ABORT,
+        "a synchronous copy made while the abort ran"
+    );
+    register("recovery-copy-inside", None);
+
+    // Without the model the device copies as before.
+    control::set_timing(5, None).unwrap();
+    assert_eq!(download::<u8>(dev, BYTES), vec![0xAB; BYTES]);
     acl!(aclrtDestroyStream(stream));
     acl!(aclrtFree(dev));
 }

@@ -12,7 +12,7 @@ use crate::error::{Res, SimError, ensure, fail, guard, non_null};
 use crate::memory::{Located, PtrClass};
 use crate::sim::{Sim, sim};
 use crate::stream::Stream;
-use crate::sync::wait_until;
+use crate::sync::{Bell, wait_until};
 use crate::task::{Direction, Extent, Op, Owned, Source, Task};
 use crate::trace;
 
@@ -57,7 +57,7 @@ impl On {
                     ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT,
                     "a synchronous copy or memset",
                 )?;
-                run_now(sim, device, task)
+                run_now(sim, device, None, task)
             }
             On::Stream(stream) if pageable => {
                 const WHAT: &str =
@@ -74,7 +74,7 @@ impl On {
                 }
                 capture::check_unsafe_call(ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC, WHAT)?;
                 stream.wait_idle(None)?;
-                run_now(sim, &stream.device, task)
+                run_now(sim, &stream.device, Some(stream), task)
             }
             On::Stream(stream) => stream.submit(task),
         }
@@ -82,10 +82,53 @@ impl On {
 }
 
 /// Runs a memory task on the calling thread, paced by the device's timing model: the caller is
-/// held until the task's simulated end, unless the device is lost before then (507010, as a
-/// stream's task the loss abandons: the caller cannot count on the copy it did not see end).
-fn run_now(sim: &Sim, device: &Device, task: Task) -> Res<()> {
+/// held until the task's simulated end. `stream` is the stream of an asynchronous call done
+/// synchronously (pageable memory, aclrtMemsetD32Async of pinned memory).
+///
+/// The call waits for device work twice (the device's fence, then its own simulated duration),
+/// and ends early, failing, when that work stops being the device's to finish: the device is
+/// lost (507010, as a stream's task the loss abandons: the caller cannot count on the copy it
+/// did not see end), an aclrtDeviceTaskAbort of the device begins dropping its work, which
+/// stops the running tasks and this one with them, or `stream` is aborted (107023, the code
+/// the reference gives a synchronous wait an abort ends; the memory may hold part of the work
+/// once the copy has begun, as on a device stopped mid-copy). A call made while a device task
+/// abort runs is refused (107022), as a submission is.
+fn run_now(sim: &Sim, device: &Device, stream: Option<&Stream>, task: Task) -> Res<()> {
+    // Read before the abort flag: an abort that begins after the flag was read counts.
+    let aborts = device.task_abort_count();
+    let stream_aborts = stream.map(|stream| stream.abort_count());
+    ensure!(
+        !device.is_aborting_tasks(),
+        ACL_ERROR_RT_DEVICE_TASK_ABORT,
+        "a synchronous copy or memset on device {} while an aclrtDeviceTaskAbort of it runs",
+        device.id
+    );
+    let stopped = || -> Option<SimError> {
+        if device.is_lost() {
+            return Some(device.loss_error());
+        }
+        if device.stops_since(aborts) {
+            return Some(SimError::new(
+                ACL_ERROR_RT_STREAM_ABORT,
+                format!(
+                    "a synchronous copy or memset on device {} was stopped by an \
+                     aclrtDeviceTaskAbort of the device",
+                    device.id
+                ),
+            ));
+        }
+        let stream = stream?;
+        if stream_aborts != Some(stream.abort_count()) {
+            return Some(stream.doom_error(ACL_ERROR_RT_STREAM_ABORT));
+        }
+        stream.discarding().map(|code| stream.doom_error(code))
+    };
     device.fence(sim);
+    // The fence waits for nothing an abort drops (an abort too lets the tasks taken and
+    // running finish), but this call is work not started yet, which an abort drops.
+    if let Some(error) = stopped() {
+        return Err(error);
+    }
     let start_ns = device.clock.now_ns();
     {
         let Some(_admitted) = device.admit() else {
@@ -99,11 +142,12 @@ fn run_now(sim: &Sim, device: &Device, task: Task) -> Res<()> {
         Some(model) => {
             let end_ns = start_ns.saturating_add(task.duration_ns(&model));
             let wake = device.clock.instant_of(end_ns);
-            let lost = wait_until(&[device.lost_bell.any()], Some(wake), || {
-                device.is_lost().then_some(())
-            });
-            if lost.is_some() {
-                return Err(device.loss_error());
+            let mut listens = vec![device.lost_bell.any(), device.task_abort_bell.any()];
+            if let Some(stream) = stream {
+                listens.extend(stream.listens(Bell::RING_ONLY));
+            }
+            if let Some(error) = wait_until(&listens, Some(wake), stopped) {
+                return Err(error);
             }
             end_ns
         }
@@ -682,9 +726,8 @@ fn fill(
     };
     let task = Task::new(op);
     match on {
-        On::Stream(_) if runtime_only && class == PtrClass::Host => {
-            let device = on.device().clone();
-            run_now(sim, &device, task)
+        On::Stream(stream) if runtime_only && class == PtrClass::Host => {
+            run_now(sim, &stream.device, Some(&stream), task)
         }
         _ => on.run(sim, task, class == PtrClass::Unregistered),
     }

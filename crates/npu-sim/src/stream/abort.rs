@@ -26,12 +26,19 @@ impl Stream {
         self.finish_abort(target, None);
     }
 
+    /// How many aborts have begun on the stream: one began since the count was `count` if it
+    /// differs.
+    pub(crate) fn abort_count(&self) -> u64 {
+        self.aborts.load(Ordering::Acquire)
+    }
+
     /// The first half of an abort: marks the stream aborting (submissions are refused, the
     /// worker drops what it takes) and returns the count of tasks to see finished or dropped.
     pub(crate) fn begin_abort(&self) -> u64 {
         // A task submitted to the idle stream before the abort is running: it finishes.
         self.await_taken();
         self.aborting.store(true, Ordering::SeqCst);
+        self.aborts.fetch_add(1, Ordering::AcqRel);
         self.bell.ring();
         self.nudge();
         self.submitted.load(Ordering::Acquire)

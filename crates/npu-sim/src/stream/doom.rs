@@ -37,7 +37,7 @@ impl Stream {
 
     /// Why the worker drops the tasks it has not run: the stream's doom, except a stop, which
     /// only pauses it.
-    pub(super) fn discarding(&self) -> Option<aclError> {
+    pub(crate) fn discarding(&self) -> Option<aclError> {
         if self.device.is_lost() {
             Some(ACL_ERROR_RT_LOST_HEARTBEAT)
         } else if let Some(code) = self.health.stopped() {

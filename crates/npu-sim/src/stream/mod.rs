@@ -137,6 +137,10 @@ pub(crate) struct Stream {
     aborted: AtomicBool,
     /// aclrtStreamAbort in progress: queued work is dropped, submissions are refused.
     aborting: AtomicBool,
+    /// Aborts begun on the stream (its own, its device's), which outlive `aborting`: a
+    /// synchronous copy done for the stream learns of one it slept through
+    /// ([`Self::abort_count`]).
+    aborts: AtomicU64,
     /// Whether a task that touches memory is in its work right now (see
     /// [`Stream::settled_doom`]).
     running: AtomicBool,
@@ -213,6 +217,7 @@ impl Stream {
             draining: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
             aborting: AtomicBool::new(false),
+            aborts: AtomicU64::new(0),
             running: AtomicBool::new(false),
             waiting: AtomicBool::new(false),
             waiting_bell: Bell::new(),
