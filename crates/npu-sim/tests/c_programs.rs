@@ -1441,8 +1441,17 @@ fn every_declared_function_survives_null_zero_and_bad_handle_arguments() {
         .collect();
     let mut defects = Vec::new();
     let mut done = 0;
+    let mut stale_kinds = std::collections::BTreeSet::new();
     for line in stdout.lines() {
         let words: Vec<&str> = line.split(' ').collect();
+        if let [name, mode, _] = words.as_slice()
+            && let Some((kind, index)) = mode.split_once('@')
+            && kind.starts_with("stale")
+            && let Some(function) = functions.iter().find(|f| f.name == *name)
+            && let Some(handle) = swept_handle(&function.params[index.parse::<usize>().unwrap()])
+        {
+            stale_kinds.insert(handle);
+        }
         match words.as_slice() {
             [_, "done"] => done += 1,
             ["swept", count, "functions"] => assert_eq!(*count, functions.len().to_string()),
@@ -1470,4 +1479,11 @@ fn every_declared_function_survives_null_zero_and_bad_handle_arguments() {
     }
     assert_eq!(defects, Vec::<String>::new(), "sweep output:\n{stdout}");
     assert_eq!(done, functions.len(), "sweep output:\n{stdout}");
+    // Every kind is swept stale but those the simulator never issues (counted notifies and
+    // group information, as an Atlas A2; shared buffers, reserved), whose creation fails.
+    let unmade: Vec<_> = SWEPT_HANDLES
+        .into_iter()
+        .filter(|kind| !stale_kinds.contains(kind))
+        .collect();
+    assert_eq!(unmade, ["aclrtCntNotify", "aclrtGroupInfo *", "aclrtMbuf"]);
 }

@@ -9,8 +9,10 @@
  *   valid-ones, valid-max pointers at zeroed scratch memory, integers 1, then all bits set;
  *   misaligned-ones       pointers one byte into the scratch memory, integers 1;
  *   stale, garbage, zeroed (each with -ones, -max and -min)  for each handle argument: a
- *                         handle created and destroyed, a value never issued (0x1234), a pointer
- *                         to zeroed memory; the other pointers at scratch memory;
+ *                         handle created and destroyed (a binary's functions, arguments and
+ *                         parameters by its unload, an instance's tasks and task groups by its
+ *                         destruction), a value never issued (0x1234), a pointer to zeroed
+ *                         memory; the other pointers at scratch memory;
  *   garbage-among-live    0x1234 with the function's other handles live (integers 1);
  *   other-kind            a live handle of another kind (an event; a stream for an event);
  *   reset, finalized      handles made before aclrtResetDeviceForce(0), then before aclFinalize;
@@ -45,6 +47,8 @@
 #include "acl/acl_rt_allocator.h"
 #include "acl/acl_rt_memory_soma.h"
 #include "memory_helpers.h"
+#include "npusim/control.h"
+#include "npusim/kernel.h"
 
 /* How a thunk fills an argument. */
 enum sweep_kind {
@@ -137,7 +141,8 @@ static void sweep_fill(void *arg, size_t size, enum sweep_kind kind, int index,
 
 /* A live handle of `type` (on device 0, in the current context), or NULL where the sweep makes
  * none: kernel, argument, task and task group handles need a loaded kernel or a capture to
- * exist at all, and get the never-issued values only. */
+ * exist at all, and are swept stale (stale()) and never issued, not live (a live function
+ * would run the swept arguments as a kernel's). */
 static void *create(enum sweep_handle type)
 {
     void *handle = NULL;
@@ -255,11 +260,93 @@ static aclError destroy(enum sweep_handle type, void *handle)
     }
 }
 
+/* A handle that lives only through a binary of the shipped kernel library (the binary, one
+ * of its functions, arguments initialised for it, a parameter appended to them), made stale by
+ * unloading the binary, which takes them along; NULL if a step failed. */
+static void *stale_of_binary(enum sweep_handle type)
+{
+    aclrtBinHandle bin = NULL;
+    aclrtFuncHandle func = NULL;
+    aclrtArgsHandle args = NULL;
+    aclrtParamHandle param = NULL;
+    npusimVectorAddArgs values;
+    memset(&values, 0, sizeof values);
+    void *handle = NULL;
+    if (aclrtBinaryLoadFromFile(npusimKernelLibraryPath(), NULL, &bin) != ACL_SUCCESS) {
+        return NULL;
+    }
+    if (aclrtBinaryGetFunction(bin, "vector_add_f32", &func) == ACL_SUCCESS &&
+        aclrtKernelArgsInit(func, &args) == ACL_SUCCESS &&
+        aclrtKernelArgsAppend(args, &values, sizeof values, &param) == ACL_SUCCESS) {
+        handle = type == HANDLE_aclrtBinHandle    ? (void *)bin
+                 : type == HANDLE_aclrtFuncHandle ? (void *)func
+                 : type == HANDLE_aclrtArgsHandle ? (void *)args
+                                                  : (void *)param;
+    }
+    return aclrtBinaryUnLoad(bin) == ACL_SUCCESS ? handle : NULL;
+}
+
+/* A task or task group of a captured instance (a kernel launch in a task group), made stale by
+ * destroying the instance; NULL if a step failed. */
+static void *stale_of_instance(enum sweep_handle type)
+{
+    aclrtBinHandle bin = NULL;
+    aclrtFuncHandle func = NULL;
+    aclrtStream stream = NULL;
+    aclrtTaskGrp group = NULL;
+    aclmdlRI model = NULL;
+    aclrtStream model_stream = NULL;
+    aclmdlRITask task = NULL;
+    uint32_t count = 1;
+    npusimVectorAddArgs values;
+    memset(&values, 0, sizeof values);
+    void *handle = NULL;
+    if (aclrtBinaryLoadFromFile(npusimKernelLibraryPath(), NULL, &bin) != ACL_SUCCESS) {
+        return NULL;
+    }
+    if (aclrtBinaryGetFunction(bin, "vector_add_f32", &func) == ACL_SUCCESS &&
+        aclrtCreateStream(&stream) == ACL_SUCCESS &&
+        aclmdlRICaptureBegin(stream, ACL_MODEL_RI_CAPTURE_MODE_RELAXED) == ACL_SUCCESS) {
+        aclError err = aclmdlRICaptureTaskGrpBegin(stream);
+        if (err == ACL_SUCCESS) {
+            err = aclrtLaunchKernelWithHostArgs(func, 1, stream, NULL, &values, sizeof values, NULL, 0);
+        }
+        if (err == ACL_SUCCESS) {
+            err = aclmdlRICaptureTaskGrpEnd(stream, &group);
+        }
+        if (aclmdlRICaptureEnd(stream, &model) == ACL_SUCCESS && err == ACL_SUCCESS &&
+            aclmdlRIGetStreams(model, &model_stream, &count) == ACL_SUCCESS && count == 1 &&
+            aclmdlRIGetTasksByStream(model_stream, &task, &count) == ACL_SUCCESS && count == 1) {
+            handle = type == HANDLE_aclmdlRITask ? (void *)task : (void *)group;
+        }
+        if (model == NULL || aclmdlRIDestroy(model) != ACL_SUCCESS) {
+            handle = NULL;
+        }
+    }
+    if (stream != NULL) {
+        (void)aclrtDestroyStream(stream);
+    }
+    (void)aclrtBinaryUnLoad(bin);
+    return handle;
+}
+
 /* A handle of `type` created and destroyed again, or NULL where the sweep makes none. */
 static void *stale(enum sweep_handle type)
 {
-    void *handle = create(type);
-    return handle != NULL && destroy(type, handle) == ACL_SUCCESS ? handle : NULL;
+    switch (type) {
+    case HANDLE_aclrtBinHandle:
+    case HANDLE_aclrtFuncHandle:
+    case HANDLE_aclrtArgsHandle:
+    case HANDLE_aclrtParamHandle:
+        return stale_of_binary(type);
+    case HANDLE_aclmdlRITask:
+    case HANDLE_aclrtTaskGrp:
+        return stale_of_instance(type);
+    default: {
+        void *handle = create(type);
+        return handle != NULL && destroy(type, handle) == ACL_SUCCESS ? handle : NULL;
+    }
+    }
 }
 
 static void report(const struct sweep_entry *entry, const char *mode, int arg, long long value)
