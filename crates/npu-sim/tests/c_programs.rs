@@ -272,6 +272,23 @@ fn the_runtime_samples_flows_in_c() {
     );
 }
 
+/// An inference server's threads, as a CANN application writes them: request threads sharing
+/// one explicit context, each with its own stream; one report thread looping on
+/// aclrtProcessReport for every stream's BLOCK callbacks; pinned buffers moved by
+/// aclrtMemcpy2dAsync host to device, device to device and device to host; weights uploaded once
+/// on a loader stream that every request stream waits for through an event; the device's free
+/// memory the same before and after.
+#[test]
+fn serving_threads_share_a_context_a_report_thread_and_the_weights_in_c() {
+    let stdout = run(&compile("serving_threads", &["-pthread"]));
+    assert_eq!(
+        stdout,
+        "requests: weights seen after the upload 3/3, rounds right 12/12, timed 12/12\n\
+         callbacks on the report thread: 15, elsewhere: 0, unexpected report codes: 0\n\
+         13 serving checks checked, 0 wrong\n"
+    );
+}
+
 /// Calls that wait for a whole context or device (its synchronisation, a free or pool
 /// destruction with device sync, the context's destruction or the device's reset, a device
 /// task abort), made from a host function, a blocking callback or the report thread a blocking
