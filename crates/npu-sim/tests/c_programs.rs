@@ -306,6 +306,21 @@ fn timed_waits_and_host_memory_across_threads_in_c() {
     );
 }
 
+/// aclrtResetDevice while other threads hold streams: resets that only drop a reference leave
+/// every stream working; the last one releases the default context and waits for its stream's
+/// held work (opened only once RESET_PRE announced the reset), whose stream is gone afterwards;
+/// an explicit context of the device is untouched throughout.
+#[test]
+fn resets_while_other_threads_hold_streams_in_c() {
+    let stdout = run(&compile("reset_threads", &["-pthread"]));
+    assert_eq!(
+        stdout,
+        "the reset waited for the held work: 1\n\
+         fills read back: shared 1, last 1, explicit context 3\n\
+         29 reset checks checked, 0 wrong\n"
+    );
+}
+
 /// Calls that wait for a whole context or device (its synchronisation, a free or pool
 /// destruction with device sync, the context's destruction or the device's reset, a device
 /// task abort), made from a host function, a blocking callback or the report thread a blocking
