@@ -321,6 +321,25 @@ fn resets_while_other_threads_hold_streams_in_c() {
     );
 }
 
+/// Cancelling requests of a serving process across threads: aclrtStreamAbort of one request
+/// stream, then aclrtDeviceTaskAbort of every one, while watcher threads wait on their
+/// completion records with no timeout and a report thread serves their BLOCK callbacks. The
+/// watchers get ACL_ERROR_RT_STREAM_ABORT, no dropped callback runs, every stream serves the
+/// next request, the upstream stream is untouched, and a synchronous copy made from the device
+/// task abort's PRE callback is refused with ACL_ERROR_RT_DEVICE_TASK_ABORT.
+#[test]
+fn cancelling_requests_across_threads_in_c() {
+    let stdout = run(&compile("cancel_threads", &["-pthread"]));
+    assert_eq!(
+        stdout,
+        "stream abort: the request served next 1, the upstream stream ran on\n\
+         device task abort: PRE 1, POST 1, watchers ended by the abort 2/2, requests served next \
+         2/2\n\
+         callbacks: dropped ones run 0, served ones run 3\n\
+         16 cancellation checks checked, 0 wrong\n"
+    );
+}
+
 /// Calls that wait for a whole context or device (its synchronisation, a free or pool
 /// destruction with device sync, the context's destruction or the device's reset, a device
 /// task abort), made from a host function, a blocking callback or the report thread a blocking
