@@ -93,7 +93,7 @@ impl On {
 /// the reference gives a synchronous wait an abort ends; the memory may hold part of the work
 /// once the copy has begun, as on a device stopped mid-copy). A call made while a device task
 /// abort runs is refused (107022), as a submission is.
-fn run_now(sim: &Sim, device: &Device, stream: Option<&Stream>, task: Task) -> Res<()> {
+pub(crate) fn run_now(sim: &Sim, device: &Device, stream: Option<&Stream>, task: Task) -> Res<()> {
     // Read before the abort flag: an abort that begins after the flag was read counts.
     let aborts = device.task_abort_count();
     let stream_aborts = stream.map(|stream| stream.abort_count());

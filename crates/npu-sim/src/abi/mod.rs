@@ -28,6 +28,8 @@ mod cond_task;
 mod context;
 mod control;
 mod copy;
+#[cfg(test)]
+pub(crate) use copy::run_now;
 mod copy_batch;
 mod copy_indirect;
 mod data_buffer;

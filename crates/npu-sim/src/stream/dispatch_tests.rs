@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use npu_sys::*;
 
+use crate::abi::run_now;
 use crate::context::Health;
 use crate::device::Device;
 use crate::sim::sim;
@@ -47,15 +48,13 @@ impl Rig {
     /// Submits a memset of its buffer to every (idle) stream.
     fn memset_all(&mut self) {
         for (stream, target) in self.streams.iter().zip(&mut self.targets) {
-            let op = Op::Memset {
-                dst: target.as_mut_ptr() as usize,
-                len: LEN,
-                value: u32::from(FILL),
-                width: 1,
-                owned: false,
-            };
-            stream.submit(Task::new(op)).unwrap();
+            stream.submit(fill(target)).unwrap();
         }
+    }
+
+    /// Whether a fence of the device waits for a task of one of its streams to be taken.
+    fn fence_waits(&self) -> bool {
+        self.streams.iter().any(|s| s.begun_bell.waiters() > 0)
     }
 
     /// Starts a fence of the device; returns once it waits for a task not taken yet.
@@ -64,7 +63,7 @@ impl Rig {
         scope: &'scope Scope<'scope, '_>,
     ) -> ScopedJoinHandle<'scope, ()> {
         let fence = scope.spawn(|| self.device.fence(sim().unwrap()));
-        while !self.streams.iter().any(|s| s.begun_bell.waiters() > 0) {
+        while !self.fence_waits() {
             std::thread::yield_now();
         }
         fence
@@ -84,6 +83,17 @@ impl Rig {
         }
         self.targets.iter().all(|t| t.iter().all(|&b| b == 0))
     }
+}
+
+/// A memset filling `target` with [`FILL`].
+fn fill(target: &mut [u8; LEN]) -> Task {
+    Task::new(Op::Memset {
+        dst: target.as_mut_ptr() as usize,
+        len: LEN,
+        value: u32::from(FILL),
+        width: 1,
+        owned: false,
+    })
 }
 
 impl Drop for Rig {
@@ -177,4 +187,33 @@ fn a_fence_and_a_stop_abort_or_forced_destruction_both_return_once_the_task_is_t
         });
         assert!(rig.all_filled(), "{name}: the taken task did not run");
     }
+}
+
+/// A synchronous memset waiting at the fence for a task an idle stream has not taken yet when
+/// an aclrtDeviceTaskAbort of the device begins dropping work is work not started, which the
+/// abort drops: it fails with 107023 and writes nothing, while the task it waited for, taken
+/// before the abort could drop it, runs.
+#[test]
+fn a_device_task_abort_begun_while_a_synchronous_memset_waits_at_the_fence_stops_it() {
+    let mut rig = Rig::new(1);
+    let device = rig.device.clone();
+    let stall = device.stall_admission();
+    rig.memset_all();
+    let mut target = [0; LEN];
+    let memset = fill(&mut target);
+    let result = std::thread::scope(|scope| {
+        let synchronous = scope.spawn(|| run_now(sim().unwrap(), &device, None, memset));
+        while !rig.fence_waits() {
+            std::thread::yield_now();
+        }
+        device.begin_task_abort();
+        drop(stall);
+        synchronous.join().unwrap()
+    });
+    assert_eq!(result.unwrap_err().code, ACL_ERROR_RT_STREAM_ABORT);
+    assert!(
+        rig.all_filled(),
+        "the task the fence waited for did not run"
+    );
+    assert_eq!(target, [0; LEN], "the stopped memset wrote");
 }
