@@ -2,7 +2,8 @@
 //! and [`Device::fence`] (every synchronous copy and memset), aclrtStreamStop and
 //! aclrtStreamAbort wait for the worker to take it instead. Each test holds its tasks between
 //! submission and being taken by stalling its device's admission, on a device of its own
-//! (outside the simulator's device list, so no other test shares or loses it).
+//! (outside the simulator's device list, so no other test shares or loses it). The rig also
+//! serves a test of a synchronisation an abort clears.
 
 use std::sync::{Arc, RwLockWriteGuard};
 use std::thread::{Scope, ScopedJoinHandle};
@@ -216,4 +217,23 @@ fn a_device_task_abort_begun_while_a_synchronous_memset_waits_at_the_fence_stops
         "the task the fence waited for did not run"
     );
     assert_eq!(target, [0; LEN], "the stopped memset wrote");
+}
+
+/// A synchronisation in progress when an abort clears its stream fails with 107023, also when
+/// it looks only once the abort is over and the stream, its work dropped, is idle again (it
+/// returned 0 then, as a waiter woken late did); one begun after the abort succeeds.
+#[test]
+fn a_wait_an_abort_cleared_fails_even_when_it_looks_after_the_abort() {
+    let mut rig = Rig::new(1);
+    // The memset waits at the closed hold gate: taken, not started, so the abort drops it.
+    rig.device.hold();
+    rig.memset_all();
+    let stream = &rig.streams[0];
+    let began = stream.abort_count();
+    stream.abort();
+    let error = stream.wait_idle_since(began, None).unwrap_err();
+    assert_eq!(error.code, ACL_ERROR_RT_STREAM_ABORT);
+    stream.wait_idle(None).unwrap();
+    rig.device.release();
+    assert!(rig.none_filled(), "the abort ran the memset it dropped");
 }

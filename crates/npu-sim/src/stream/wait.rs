@@ -20,6 +20,21 @@ impl Stream {
     /// Waits for every task submitted so far, leaving task errors in place. Fails if the
     /// stream is doomed, or with ACL_ERROR_RT_STREAM_SYNC_TIMEOUT at the deadline.
     pub(crate) fn wait_idle(&self, deadline: Option<Instant>) -> Res<()> {
+        self.wait_idle_since(self.abort_count(), deadline)
+    }
+
+    /// [`Self::wait_idle`] for a wait that began when the stream's abort count was `aborts`.
+    /// An abort begun since clears the stream while the wait is in progress, which fails the
+    /// wait with ACL_ERROR_RT_STREAM_ABORT, as the reference says of aclrtStreamAbort and a
+    /// synchronous wait: also when the waiter wakes only after the abort has finished, and the
+    /// stream, its work dropped, looks idle (it returned 0 then). Reported once no task of the
+    /// stream runs, as [`Self::settled_doom`] reports a doom.
+    pub(super) fn wait_idle_since(&self, aborts: u64, deadline: Option<Instant>) -> Res<()> {
+        let cleared = || {
+            // SeqCst: see `settled_doom`.
+            (self.abort_count() != aborts && !self.running.load(Ordering::SeqCst))
+                .then_some(ACL_ERROR_RT_STREAM_ABORT)
+        };
         if let Some(code) = self.settled_doom() {
             return Err(self.doom_error_by(code, deadline)?);
         }
@@ -29,7 +44,7 @@ impl Stream {
         let target = self.submitted.load(Ordering::Acquire);
         self.refuse_self_wait(target)?;
         let outcome = wait_until(&self.listens(target), deadline, || {
-            if let Some(code) = self.settled_doom() {
+            if let Some(code) = self.settled_doom().or_else(cleared) {
                 return Some(Err(code));
             }
             (self.finished.load(Ordering::Acquire) >= target).then_some(Ok(()))
