@@ -212,7 +212,7 @@ fn a_build_with_another_config_waits_for_the_teardown_a_waker_handed_off() {
         assert!(
             matches!(
                 running,
-                Err(npu::Error::TeardownsRunning { running: 1, .. })
+                Err(npu::Error::TeardownsRunning { running: 1.., .. })
             ),
             "{strategy:?}: the reset is held on its own thread: {running:?}"
         );
@@ -269,7 +269,7 @@ fn a_teardown_stuck_in_the_runtime_is_a_typed_error_and_then_waited_for() {
             still,
             npu::Error::TeardownsRunning {
                 api: "wait_for_teardowns",
-                running: 1,
+                running: 1..,
                 ..
             }
         ),
@@ -371,7 +371,7 @@ fn wait_for_teardowns_waits_for_a_pool_thread_holding_the_last_handle() {
     assert!(
         matches!(
             running,
-            Err(npu::Error::TeardownsRunning { running: 1, .. })
+            Err(npu::Error::TeardownsRunning { running: 1.., .. })
         ),
         "the pool's thread holds the last handle, its reset held: {running:?}"
     );
@@ -381,6 +381,37 @@ fn wait_for_teardowns_waits_for_a_pool_thread_holding_the_last_handle() {
         controls.stats(0).live_contexts,
         0,
         "the context was still alive when the wait returned"
+    );
+}
+
+/// Promise: `wait_for_teardowns` waits for a device's callback worker, which holds a handle of
+/// its runtime until about a report timeout after its last `CallbackThread` stream is gone:
+/// with every handle of a runtime of the program's own dropped on the program's thread after a
+/// `CallbackThread` stream ran work, the last drop, and ACL's finalisation, is the worker's
+/// when it retires, and the wait returns only after it (the finalize callback saw it). The
+/// break (the worker not counted): the wait returned at once, nothing finalised yet.
+#[test]
+fn wait_for_teardowns_waits_for_a_callback_worker_holding_the_last_handle() {
+    let (_guard, _d0) = devices_of(2, MEMORY);
+    let own = OwnRuntime::new("teardown-waits-callback");
+    let runtime = own.build();
+    hold_finalisation(&runtime);
+    let_finalisation_go();
+    let ctx = runtime.device(0).unwrap().primary_context().clone();
+    let s = stream(&ctx, Strategy::CallbackThread);
+    let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 7)).unwrap();
+    assert_eq!(buffer.to_vec_blocking().unwrap(), [7; 64]);
+    drop((buffer, s, ctx, runtime));
+    wait_for_teardowns(HANG).unwrap();
+    let finalised_on = let_finalisation_go();
+    assert_eq!(
+        finalised_on.len(),
+        1,
+        "ACL was finalised when the wait returned: {finalised_on:?}"
+    );
+    assert!(
+        finalised_on[0].starts_with("npu-callback"),
+        "the worker made the last drop: {finalised_on:?}"
     );
 }
 
@@ -397,6 +428,8 @@ fn round_trip(runtime: &npu::Runtime) -> Vec<u8> {
 #[test]
 fn last_drops_on_the_programs_own_thread_leave_nothing_to_wait_for() {
     let (_guard, _d0) = devices_of(2, MEMORY);
+    // A device's callback worker another test left counts until it retires.
+    wait_for_teardowns(HANG).unwrap();
     let own = OwnRuntime::new("teardown-waits-own-thread");
     let (first, second) = (Config::new("own-first"), Config::new("own-second"));
     let runtime = own.builder().acl_config(&first.0).build().unwrap();
@@ -511,11 +544,14 @@ fn a_subscriber_dropping_the_last_handles_in_a_completing_loop_hands_the_teardow
         assert!(
             matches!(
                 running,
-                Err(npu::Error::TeardownsRunning { running: 1, .. })
+                Err(npu::Error::TeardownsRunning { running: 1.., .. })
             ),
             "{strategy:?}: {running:?}"
         );
-        wait_for_teardowns(HANG).unwrap();
+        // A `CallbackThread` stream keeps device 0's callback worker, which counts until it
+        // retires: the wait comes after the last drop, as its docs ask.
         run(s.abort()).unwrap();
+        drop(s);
+        wait_for_teardowns(HANG).unwrap();
     }
 }

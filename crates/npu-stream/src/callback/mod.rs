@@ -136,22 +136,23 @@ fn worker_for(stream: &StreamShared) -> Result<Arc<Worker>> {
     }
     let (tx, rx) = mpsc::channel();
     let runtime = context.runtime().clone();
-    std::thread::Builder::new()
-        .name(format!("npu-callback-{}", key.1))
-        .spawn(move || {
-            // SAFETY: pthread_self has no preconditions.
-            let tid = unsafe { libc::pthread_self() } as u64;
-            let worker = Arc::new(Worker {
-                tid,
-                outstanding: Ledger::default(),
-            });
-            if tx.send(worker.clone()).is_ok() {
-                // Marked shared for its life: the last handle of a context may go here (a
-                // taken-back event's pool), and its teardown must not hold up the callbacks.
-                npu_core::reaper::as_shared_thread(|| worker.run(&runtime, key));
-            }
-        })
-        .map_err(|e| Error::invalid("Strategy::CallbackThread", "thread", e.to_string()))?;
+    // Counted as a teardown of the library for its life: it holds a handle of the runtime
+    // until about a report timeout after its last stream is gone, and the runtime's last drop
+    // (ACL's finalisation) may then be its own, so `wait_for_teardowns` must wait for it.
+    npu_core::reaper::spawn_counted(&format!("npu-callback-{}", key.1), key.0, move || {
+        // SAFETY: pthread_self has no preconditions.
+        let tid = unsafe { libc::pthread_self() } as u64;
+        let worker = Arc::new(Worker {
+            tid,
+            outstanding: Ledger::default(),
+        });
+        if tx.send(worker.clone()).is_ok() {
+            // Marked shared for its life: the last handle of a context may go here (a
+            // taken-back event's pool), and its teardown must not hold up the callbacks.
+            npu_core::reaper::as_shared_thread(|| worker.run(&runtime, key));
+        }
+    })
+    .map_err(|e| Error::invalid("Strategy::CallbackThread", "thread", e.to_string()))?;
     let worker = rx
         .recv()
         .map_err(|_| Error::invalid("Strategy::CallbackThread", "thread", "exited at start"))?;
