@@ -98,7 +98,8 @@ pub enum Error {
     TeardownsRunning {
         /// The npu-rs API that waited.
         api: &'static str,
-        /// How many were still running.
+        /// How many were still running: 0 when the wait ran out while npu-rs's reaper had
+        /// not yet run the releases queued before it (one of which may hand off another).
         running: usize,
         /// How long it waited.
         waited: std::time::Duration,

@@ -43,6 +43,11 @@ pub fn as_shared_thread<R>(body: impl FnOnce() -> R) -> R {
     body()
 }
 
+/// Releases handed to the reaper thread and not yet run (counted from before they are sent
+/// until their batch has run), so that a bounded look at the reaper ([`flush_until`]) needs no
+/// marker when nothing is queued: a wait with no time to spare then still succeeds.
+static QUEUED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 fn sender() -> Option<&'static Sender<Vec<Action>>> {
     static SENDER: OnceLock<Option<Sender<Vec<Action>>>> = OnceLock::new();
     SENDER
@@ -53,7 +58,9 @@ fn sender() -> Option<&'static Sender<Vec<Action>>> {
                 .spawn(move || {
                     ON_REAPER.with(|on| on.set(true));
                     for batch in rx {
+                        let ran = batch.len();
                         batch.into_iter().for_each(run);
+                        QUEUED.fetch_sub(ran, std::sync::atomic::Ordering::AcqRel);
                     }
                 });
             match spawned {
@@ -76,10 +83,17 @@ fn run(action: Action) {
 /// Queues actions for the reaper thread (or runs them here if it could not be started).
 pub(crate) fn run_later(actions: Vec<Action>) {
     let rejected = match sender() {
-        Some(tx) => match tx.send(actions) {
-            Ok(()) => return,
-            Err(err) => err.0,
-        },
+        Some(tx) => {
+            let count = actions.len();
+            QUEUED.fetch_add(count, std::sync::atomic::Ordering::AcqRel);
+            match tx.send(actions) {
+                Ok(()) => return,
+                Err(err) => {
+                    QUEUED.fetch_sub(count, std::sync::atomic::Ordering::AcqRel);
+                    err.0
+                }
+            }
+        }
         None => actions,
     };
     rejected.into_iter().for_each(run);
@@ -214,9 +228,33 @@ pub unsafe fn release_later(release: impl FnOnce() + Send + 'static) {
 /// deferred release of the process. In a process forked after npu-rs started a runtime
 /// ([`forked`](crate::forked)) it returns at once too: the reaper thread stayed in the parent.
 pub fn flush() {
-    // In a forked child the reaper thread is the parent's: nothing would ever run the wake-up.
+    if let Some(marker) = marker() {
+        let _ = marker.recv();
+    }
+}
+
+/// [`flush`], bounded: whether the reaper ran the releases queued before the call by
+/// `deadline` (at once, with `true`, when none is queued, and where `flush` returns at once).
+pub(crate) fn flush_until(deadline: std::time::Instant) -> bool {
+    if QUEUED.load(std::sync::atomic::Ordering::Acquire) == 0 {
+        return true;
+    }
+    marker().is_none_or(|marker| {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        !matches!(
+            marker.recv_timeout(left),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        )
+    })
+}
+
+/// A marker queued on the reaper behind every release handed to it so far: the receiver
+/// hears from it once they have run. `None` where no wait may be made for it: on the reaper
+/// itself, and in a forked child, whose reaper thread is the parent's (nothing would ever run
+/// the marker).
+fn marker() -> Option<std::sync::mpsc::Receiver<()>> {
     if ON_REAPER.with(std::cell::Cell::get) || crate::fork::forked() {
-        return;
+        return None;
     }
     let (tx, rx) = channel();
     // SAFETY: sending on an unbounded channel does not block.
@@ -225,7 +263,7 @@ pub fn flush() {
             let _ = tx.send(());
         })
     };
-    let _ = rx.recv();
+    Some(rx)
 }
 
 /// Resolves once the reaper has run every release handed to it before this call: the

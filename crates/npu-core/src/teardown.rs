@@ -124,7 +124,11 @@ pub(crate) fn wait_until_settled(
 ) -> std::result::Result<(), usize> {
     loop {
         wait_until_ended(library, deadline)?;
-        crate::reaper::flush();
+        // Bounded too: a release the reaper runs may be held up (one of a runtime without the
+        // calls that keep its destruction of a stopped stream from waiting, a program's own).
+        if !crate::reaper::flush_until(deadline) {
+            return Err(count(&running(), library));
+        }
         if count(&running(), library) == 0 {
             return Ok(());
         }

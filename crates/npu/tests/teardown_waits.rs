@@ -415,6 +415,33 @@ fn wait_for_teardowns_waits_for_a_callback_worker_holding_the_last_handle() {
     );
 }
 
+/// Promise: `wait_for_teardowns` is bounded by its timeout even while npu-rs's reaper is held
+/// up (a release it runs waits, as one of a runtime without `aclrtStreamQuery` destroying a
+/// stopped stream does): it fails typed once the timeout has passed, and succeeds once the
+/// reaper goes on. The break: its look at the reaper had no bound, and it never returned
+/// while the reaper was held (the watchdog's hang).
+#[test]
+fn wait_for_teardowns_is_bounded_while_the_reaper_is_held_up() {
+    let (_guard, _d0) = devices_of(2, MEMORY);
+    wait_for_teardowns(HANG).unwrap();
+    let held = hold_the_reaper();
+    let waited = watchdog("a wait for teardowns behind a held reaper", || {
+        wait_for_teardowns(Duration::from_millis(20))
+    });
+    assert!(
+        matches!(
+            waited,
+            Err(npu::Error::TeardownsRunning {
+                api: "wait_for_teardowns",
+                ..
+            })
+        ),
+        "{waited:?}"
+    );
+    held.open();
+    wait_for_teardowns(HANG).unwrap();
+}
+
 /// Eight bytes through device 0 of `runtime` and back, with synchronous copies (no stream).
 fn round_trip(runtime: &npu::Runtime) -> Vec<u8> {
     let ctx = runtime.device(0).unwrap().primary_context().clone();
