@@ -12,8 +12,10 @@ pub(crate) trait Runtime: Clone + Send + 'static {
 
     fn id(&self) -> Self::Id;
 
-    /// Runs `task` on a blocking thread of the runtime; false if the runtime refused it
-    /// (`task` is then dropped unrun).
+    /// Runs `task` on a blocking thread of the runtime; false if the runtime refused it.
+    /// (Tokio refuses by panicking when no thread can be started, after it queued the task,
+    /// which then stays queued; a runtime shutting down drops the task and returns true. The
+    /// model's refusal, dropping the task unrun, is the simpler case of the two.)
     fn spawn_blocking(&self, task: impl FnOnce() + Send + 'static) -> bool;
 }
 

@@ -154,8 +154,8 @@ impl Model {
 }
 
 /// Runs `model` under loom with a preemption bound: each chain task is a thread of its own,
-/// and unbounded the first model takes minutes where three preemptions take seconds (the
-/// breaks the models guard need two at most).
+/// and unbounded the first model takes minutes where two preemptions take seconds (three
+/// take over a minute and find nothing more; the breaks the models guard need two at most).
 fn check(model: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound.get_or_insert(PREEMPTIONS);
