@@ -30,6 +30,14 @@ impl<I> Default for Keepers<I> {
     }
 }
 
+#[cfg(test)]
+impl<I: Copy + PartialEq> Keepers<I> {
+    /// Whether no chain is kept: every one that ended was removed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.chains().is_empty()
+    }
+}
+
 /// One runtime's chain for one operation.
 #[derive(Debug)]
 struct Chain<I> {

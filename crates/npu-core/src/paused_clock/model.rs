@@ -145,6 +145,7 @@ impl Model {
     /// With every future and task gone, the chain was forgotten: a future now starts a new
     /// one (asks for its task, which the runtime refuses: loom models few threads).
     fn forgotten(&self, keepers: &Arc<Keepers<u8>>) {
+        assert!(keepers.is_empty(), "an ended chain was kept");
         self.inner.accepts.store(0, Ordering::Release);
         let before = self.inner.spawned.load(Ordering::Acquire);
         drop(self.join(keepers));
