@@ -35,8 +35,8 @@ struct Event {
 }
 
 /// What the model's operations share: their events (by index, which is the handle a look
-/// copies out of the table), how often each operation ended, and the order the worker
-/// settled them in.
+/// copies out of the table), how often each operation ended, and the order the worker ended
+/// them in (its callback ran, or a look settled it).
 struct World {
     events: Vec<Event>,
     ended: Vec<AtomicUsize>,
@@ -156,6 +156,7 @@ fn worker_turn(ledger: &Ledger<Op>, world: &World, fired: &[u64]) {
     ledger.bury_taken_back();
     for (id, op) in ledger.take_fired(fired) {
         assert!(world.query(op.index), "operation {id}'s callback ran");
+        world.settled.lock().unwrap().push(op.index as u64);
         world.end(op.index);
     }
     ledger.settle_lost_callbacks(
@@ -170,7 +171,8 @@ fn worker_turn(ledger: &Ledger<Op>, world: &World, fired: &[u64]) {
     );
 }
 
-/// Each operation ended once, the settled ones in submission order, and what was taken back
+/// Each operation ended once, those the worker ended in submission order (one whose callback
+/// ran after a later one was settled would show here), and what was taken back
 /// destroyed once the worker is between looks again.
 fn check(ledger: &Ledger<Op>, world: &World, taken_back: usize) {
     ledger.bury_taken_back();
@@ -180,7 +182,7 @@ fn check(ledger: &Ledger<Op>, world: &World, taken_back: usize) {
         assert_eq!(ended, 1, "operation {index} ended {ended} times");
     }
     let settled = world.settled.lock().unwrap().clone();
-    assert!(settled.is_sorted(), "settled out of order: {settled:?}");
+    assert!(settled.is_sorted(), "ended out of order: {settled:?}");
     let destroyed = world.events[taken_back].destroyed.load(Ordering::Acquire);
     let was_taken_back = !settled.contains(&(taken_back as u64));
     assert_eq!(destroyed, was_taken_back);
