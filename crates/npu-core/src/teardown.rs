@@ -159,9 +159,9 @@ pub(crate) fn wait_until_settled(
 /// npu-rs deferred until the device is done (a buffer whose operation's future was dropped):
 /// a runtime some of whose objects await their work is still alive, and its teardown has not
 /// begun. Nor does it see a handle a shared thread still holds for a moment after it
-/// completed the work (the reactor lets go of a stream just after waking the task that
-/// awaited the stream's last operation): such a teardown is counted only once that thread
-/// lets go. Drop every npu-rs object, let their work finish, then call this.
+/// completed the work (the reactor, a callback worker, a blocking waiter, the sentinel or an
+/// abort's thread lets go of a stream just after waking the task that awaited the stream's
+/// last operation): such a teardown is counted only once that thread lets go. Drop every npu-rs object, let their work finish, then call this.
 ///
 /// # Blocking
 ///
