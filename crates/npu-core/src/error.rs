@@ -93,7 +93,9 @@ pub enum Error {
     /// for them ran out: stuck in the runtime, or slower than the wait allowed.
     #[error(
         "{api}: {running} teardown(s) of npu-rs (aclrtResetDevice, aclrtDestroyContext or \
-         aclFinalize on an npu-teardown thread) still running after {waited:?}"
+         aclFinalize on a thread of npu-rs's own, or such a thread yet to let go of the last \
+         handle) still running after {waited:?}{}",
+        if *running == 0 { " (releases queued on npu-rs's reaper had not run yet)" } else { "" }
     )]
     TeardownsRunning {
         /// The npu-rs API that waited.

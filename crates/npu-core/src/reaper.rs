@@ -140,6 +140,21 @@ pub(crate) fn off_shared_threads(library: usize, teardown: impl FnOnce() + Send 
     }
 }
 
+/// A teardown of a library's that a thread of npu-rs's own will make later, counted from
+/// [`counted`] until dropped: [`wait_for_teardowns`](crate::wait_for_teardowns), and a runtime
+/// build waiting for its library's teardowns, wait for it. For a thread that holds a handle of
+/// a runtime it will let go of once it is no longer needed (a device's callback worker, once
+/// its last stream is gone), and may then make the last drop: the count starts where the
+/// program lets go, so a wait made after that sees it, and ends once the thread has let go.
+#[doc(hidden)]
+pub struct Counted(#[allow(dead_code, reason = "held for its drop")] crate::teardown::Running);
+
+/// Starts counting a teardown of library `library` (`Runtime::library_id`): see [`Counted`].
+#[doc(hidden)]
+pub fn counted(library: usize) -> Counted {
+    Counted(crate::teardown::Running::start(library))
+}
+
 /// Starts a thread of npu-rs's own, named `name`, for `job`, which holds a handle of a runtime
 /// of library `library` (`Runtime::library_id`): a context, a pool's memory. Such a thread may
 /// drop the last handle and tear the context or the runtime down where it runs, as its own

@@ -147,11 +147,11 @@ pub(crate) fn wait_until_settled(
 /// still queued) and ACL's finalisation (`aclFinalize`, up to 2 s on CANN) must not hold up
 /// the threads that complete every other operation. This waits for those threads, and for the
 /// threads of npu-rs's own that hold a context or a runtime and may drop the last handle: a
-/// `DevicePool`'s (destroying its runtime pool, examining blocks after a memory error) and each
-/// device's callback worker (which holds its runtime until about 50 ms after its last
-/// `CallbackThread` stream is gone, so a stream of that strategy still held keeps this
-/// waiting). Other drops made on the program's own thread tore down before they returned. A teardown handed off after
-/// this call started is waited for too, if it is under way before the wait ends.
+/// `DevicePool`'s (destroying its runtime pool, examining blocks after a memory error) and a
+/// device's callback worker once its last `CallbackThread` stream is gone (it holds its
+/// runtime until it retires, 50–100 ms later). Other drops made on the program's own thread
+/// tore down before they returned. A teardown handed off after this call started is waited
+/// for too, if it is under way before the wait ends.
 ///
 /// It also waits until npu-rs's reaper has run the releases queued before it looked (a
 /// completed operation's buffer, queued before the operation is seen complete), since one may

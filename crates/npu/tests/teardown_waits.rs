@@ -442,6 +442,41 @@ fn wait_for_teardowns_is_bounded_while_the_reaper_is_held_up() {
     wait_for_teardowns(HANG).unwrap();
 }
 
+/// Promise: a callback worker counts as a teardown only once its last stream is gone. While a
+/// program holds a `CallbackThread` stream of its runtime, a build of that library asking for
+/// another `acl_config` is refused at once (a runtime of the library is alive), not made to
+/// wait for the worker; once the stream goes, `wait_for_teardowns` waits for the worker's
+/// retirement. The break (the worker counted for its whole life): the build waited out its
+/// bound and failed `TeardownsRunning`, as if a teardown were stuck.
+#[test]
+fn a_held_callback_stream_leaves_a_build_with_another_config_refused_at_once() {
+    let (_guard, _d0) = devices_of(2, MEMORY);
+    let own = OwnRuntime::new("teardown-waits-held-callback");
+    let (first, second) = (Config::new("held-first"), Config::new("held-second"));
+    let runtime = own.builder().acl_config(&first.0).build().unwrap();
+    let ctx = runtime.device(0).unwrap().primary_context().clone();
+    let s = stream(&ctx, Strategy::CallbackThread);
+    let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 7)).unwrap();
+    let refused = watchdog("a build beside a held stream", || {
+        own.builder().acl_config(&second.0).build()
+    });
+    let err = refused.expect_err("a runtime of the library is alive");
+    assert!(
+        matches!(
+            err,
+            npu::Error::InvalidArgument {
+                argument: "acl_config",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    drop((buffer, s, ctx, runtime));
+    wait_for_teardowns(HANG).unwrap();
+    let applied = own.builder().acl_config(&second.0).build();
+    assert!(applied.is_ok(), "ACL was finalised: {applied:?}");
+}
+
 /// Eight bytes through device 0 of `runtime` and back, with synchronous copies (no stream).
 fn round_trip(runtime: &npu::Runtime) -> Vec<u8> {
     let ctx = runtime.device(0).unwrap().primary_context().clone();

@@ -33,6 +33,10 @@ impl<I> Default for Keepers<I> {
 #[cfg(test)]
 impl<I: Copy + PartialEq> Keepers<I> {
     /// Whether no chain is kept: every one that ended was removed.
+    #[allow(
+        dead_code,
+        reason = "for the loom model, which includes this file as its own module"
+    )]
     pub(crate) fn is_empty(&self) -> bool {
         self.chains().is_empty()
     }

@@ -56,6 +56,11 @@ pub(crate) struct Worker {
     tid: u64,
     /// The operations it waits on, and the events of those taken back ([`Ledger`]).
     outstanding: Ledger<Outstanding>,
+    /// Counted teardowns of the runtime, one per time its last subscribed stream went: the
+    /// worker holds a handle of the runtime until it retires, about a report timeout later,
+    /// and may then make the last drop, which `wait_for_teardowns` must see. Let go once the
+    /// worker's handle is gone, or when a stream subscribes again (its own going counts then).
+    retiring: Mutex<Vec<npu_core::reaper::Counted>>,
 }
 
 /// The key of `stream`'s entries in a [`Table`].
@@ -132,27 +137,33 @@ fn worker_for(stream: &StreamShared) -> Result<Arc<Worker>> {
     let key = (context.runtime().library_id(), context.device_id());
     let mut workers = workers().lock().unwrap_or_else(|e| e.into_inner());
     if let Some(worker) = workers.get(&key) {
+        // Serving a stream again: it will not retire before that stream goes.
+        worker.retiring().clear();
         return Ok(worker.clone());
     }
     let (tx, rx) = mpsc::channel();
     let runtime = context.runtime().clone();
-    // Counted as a teardown of the library for its life: it holds a handle of the runtime
-    // until about a report timeout after its last stream is gone, and the runtime's last drop
-    // (ACL's finalisation) may then be its own, so `wait_for_teardowns` must wait for it.
-    npu_core::reaper::spawn_counted(&format!("npu-callback-{}", key.1), key.0, move || {
-        // SAFETY: pthread_self has no preconditions.
-        let tid = unsafe { libc::pthread_self() } as u64;
-        let worker = Arc::new(Worker {
-            tid,
-            outstanding: Ledger::default(),
-        });
-        if tx.send(worker.clone()).is_ok() {
-            // Marked shared for its life: the last handle of a context may go here (a
-            // taken-back event's pool), and its teardown must not hold up the callbacks.
-            npu_core::reaper::as_shared_thread(|| worker.run(&runtime, key));
-        }
-    })
-    .map_err(|e| Error::invalid("Strategy::CallbackThread", "thread", e.to_string()))?;
+    std::thread::Builder::new()
+        .name(format!("npu-callback-{}", key.1))
+        .spawn(move || {
+            // SAFETY: pthread_self has no preconditions.
+            let tid = unsafe { libc::pthread_self() } as u64;
+            let worker = Arc::new(Worker {
+                tid,
+                outstanding: Ledger::default(),
+                retiring: Mutex::default(),
+            });
+            if tx.send(worker.clone()).is_ok() {
+                // Marked shared for its life: the last handle of a context may go here (a
+                // taken-back event's pool), and its teardown must not hold up the callbacks.
+                npu_core::reaper::as_shared_thread(|| worker.run(&runtime, key));
+            }
+            // The runtime's last handle may be this one (ACL's finalisation, here: the
+            // thread serves nothing any more); counted until it is gone.
+            drop(runtime);
+            drop(std::mem::take(&mut *worker.retiring()));
+        })
+        .map_err(|e| Error::invalid("Strategy::CallbackThread", "thread", e.to_string()))?;
     let worker = rx
         .recv()
         .map_err(|_| Error::invalid("Strategy::CallbackThread", "thread", "exited at start"))?;
@@ -244,6 +255,10 @@ impl Worker {
 
     fn lock(&self) -> MutexGuard<'_, Table<Outstanding>> {
         self.outstanding.lock()
+    }
+
+    fn retiring(&self) -> MutexGuard<'_, Vec<npu_core::reaper::Counted>> {
+        self.retiring.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// [`Ledger::take_back`], for a submitter whose callback launch failed.
@@ -502,8 +517,13 @@ impl CompletionStrategy for CallbackStrategy {
 
 /// Unsubscribes a stream being destroyed from its callback worker, if it ever subscribed
 /// (only `Strategy::CallbackThread` streams do, on their first operation).
-pub(crate) fn release(stream: &StreamShared) {
-    let Some(Ok(worker)) = stream.strategy_state.subscription.get() else {
+///
+/// The last stream of a worker to go starts counting the worker's retirement as a teardown of
+/// the runtime (see `Worker::retiring`): decided, and this stream's hold on the worker let go,
+/// under the workers' lock, so that of two last streams going at once the second sees itself
+/// last.
+pub(crate) fn release(stream: &mut StreamShared) {
+    let Some(Ok(worker)) = stream.strategy_state.subscription.take() else {
         return;
     };
     let tid = worker.tid;
@@ -515,6 +535,14 @@ pub(crate) fn release(stream: &StreamShared) {
     if let Err(err) = result {
         npu_core::log!(warn, %err, stream = stream.id, "unsubscribing the callback thread failed");
     }
+    let workers = workers().lock().unwrap_or_else(|e| e.into_inner());
+    // The workers' table, the worker's thread and this stream: no other stream keeps it.
+    if Arc::strong_count(&worker) == 3 {
+        let counted = npu_core::reaper::counted(runtime.library_id());
+        worker.retiring().push(counted);
+    }
+    drop(worker);
+    drop(workers);
 }
 
 #[cfg(test)]
@@ -549,6 +577,7 @@ mod tests {
         Worker {
             tid: 0,
             outstanding: Ledger::default(),
+            retiring: Mutex::default(),
         }
     }
 
