@@ -38,6 +38,9 @@ impl Stream {
         // A task submitted to the idle stream before the abort is running: it finishes.
         self.await_taken();
         self.aborting.store(true, Ordering::SeqCst);
+        // Before the count moves: whoever sees the count moved sees this too.
+        let finished = self.finished.load(Ordering::Acquire);
+        self.finished_at_abort.store(finished, Ordering::Release);
         self.aborts.fetch_add(1, Ordering::AcqRel);
         self.bell.ring();
         self.nudge();

@@ -222,6 +222,19 @@ fn a_device_task_abort_begun_while_a_synchronous_memset_waits_at_the_fence_stops
 /// A synchronisation in progress when an abort clears its stream fails with 107023, also when
 /// it looks only once the abort is over and the stream, its work dropped, is idle again (it
 /// returned 0 then, as a waiter woken late did); one begun after the abort succeeds.
+/// A wait whose work had all finished when an abort began was not cleared by it: it succeeds
+/// however late it looks, also with work submitted after the abort still to run.
+#[test]
+fn a_wait_whose_work_finished_before_an_abort_succeeds_when_it_looks_after_it() {
+    let mut rig = Rig::new(1);
+    rig.memset_all();
+    assert!(rig.all_filled());
+    let stream = &rig.streams[0];
+    let began = stream.abort_count();
+    stream.abort();
+    stream.wait_idle_since(began, None).unwrap();
+}
+
 #[test]
 fn a_wait_an_abort_cleared_fails_even_when_it_looks_after_the_abort() {
     let mut rig = Rig::new(1);

@@ -141,6 +141,9 @@ pub(crate) struct Stream {
     /// synchronous copy done for the stream learns of one it slept through
     /// ([`Self::abort_count`]).
     aborts: AtomicU64,
+    /// The stream's finished count when its latest abort began: a wait whose work had all
+    /// finished by then was not cleared by it.
+    finished_at_abort: AtomicU64,
     /// Whether a task that touches memory is in its work right now (see
     /// [`Stream::settled_doom`]).
     running: AtomicBool,
@@ -218,6 +221,7 @@ impl Stream {
             aborted: AtomicBool::new(false),
             aborting: AtomicBool::new(false),
             aborts: AtomicU64::new(0),
+            finished_at_abort: AtomicU64::new(0),
             running: AtomicBool::new(false),
             waiting: AtomicBool::new(false),
             waiting_bell: Bell::new(),

@@ -24,17 +24,15 @@ impl Stream {
     }
 
     /// [`Self::wait_idle`] for a wait that began when the stream's abort count was `aborts`.
-    /// An abort begun since clears the stream while the wait is in progress, which fails the
-    /// wait with ACL_ERROR_RT_STREAM_ABORT, as the reference says of aclrtStreamAbort and a
-    /// synchronous wait: also when the waiter wakes only after the abort has finished, and the
-    /// stream, its work dropped, looks idle (it returned 0 then). Reported once no task of the
-    /// stream runs, as [`Self::settled_doom`] reports a doom.
+    /// An abort begun since, while some of the waited-for work was unfinished, clears the
+    /// stream while the wait is in progress, which fails the wait with
+    /// ACL_ERROR_RT_STREAM_ABORT, as the reference says of aclrtStreamAbort and a synchronous
+    /// wait: also when the waiter wakes only after the abort has finished, and the stream, its
+    /// work dropped, looks idle (it returned 0 then). Reported once every waited-for task has
+    /// finished or been dropped (what the abort lets run to its end included), whatever was
+    /// submitted after. A wait whose work had all finished when the abort began succeeds.
+    /// (Of several aborts begun since, the latest decides.)
     pub(super) fn wait_idle_since(&self, aborts: u64, deadline: Option<Instant>) -> Res<()> {
-        let cleared = || {
-            // SeqCst: see `settled_doom`.
-            (self.abort_count() != aborts && !self.running.load(Ordering::SeqCst))
-                .then_some(ACL_ERROR_RT_STREAM_ABORT)
-        };
         if let Some(code) = self.settled_doom() {
             return Err(self.doom_error_by(code, deadline)?);
         }
@@ -44,10 +42,18 @@ impl Stream {
         let target = self.submitted.load(Ordering::Acquire);
         self.refuse_self_wait(target)?;
         let outcome = wait_until(&self.listens(target), deadline, || {
-            if let Some(code) = self.settled_doom().or_else(cleared) {
+            if let Some(code) = self.settled_doom() {
                 return Some(Err(code));
             }
-            (self.finished.load(Ordering::Acquire) >= target).then_some(Ok(()))
+            if self.finished.load(Ordering::Acquire) < target {
+                return None;
+            }
+            let cleared = self.abort_count() != aborts
+                && self.finished_at_abort.load(Ordering::Acquire) < target;
+            Some(match cleared {
+                true => Err(ACL_ERROR_RT_STREAM_ABORT),
+                false => Ok(()),
+            })
         });
         match outcome {
             None => Err(self.sync_timeout()),
