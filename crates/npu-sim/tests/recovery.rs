@@ -464,22 +464,6 @@ fn error_verbose(device: i32) -> aclrtErrorInfo {
     info
 }
 
-fn uce_ranges(device: i32) -> Vec<(usize, usize)> {
-    // SAFETY: aclrtMemUceInfo is plain integers and pointers.
-    let mut infos: [aclrtMemUceInfo; 4] = unsafe { std::mem::zeroed() };
-    let mut count = usize::MAX;
-    acl!(aclrtGetMemUceInfo(
-        device,
-        infos.as_mut_ptr(),
-        infos.len(),
-        &mut count
-    ));
-    infos[..count]
-        .iter()
-        .map(|info| (info.addr as usize, info.len))
-        .collect()
-}
-
 fn inject_uce(ptr: *mut c_void, len: usize) {
     acl!(npusimInjectMemUce(ptr, len));
 }

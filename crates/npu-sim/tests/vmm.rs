@@ -1096,23 +1096,6 @@ fn access_descriptors_are_readwrite_with_rsv_zero() {
     acl!(aclrtReleaseMemAddress(va));
 }
 
-/// The uncorrectable memory error ranges of `device` (aclrtGetMemUceInfo).
-fn uce_ranges(device: i32) -> Vec<(usize, usize)> {
-    // SAFETY: aclrtMemUceInfo is plain integers and pointers.
-    let mut infos: [aclrtMemUceInfo; 4] = unsafe { std::mem::zeroed() };
-    let mut count = 0;
-    acl!(aclrtGetMemUceInfo(
-        device,
-        infos.as_mut_ptr(),
-        infos.len(),
-        &mut count
-    ));
-    infos[..count]
-        .iter()
-        .map(|info| (info.addr as usize, info.len))
-        .collect()
-}
-
 /// An uncorrectable error in mapped memory goes with its mapping: once unmapped, the device
 /// lists no such range, and physical memory mapped at the same addresses again works (the
 /// error was in the first allocation's pages, not in the addresses).

@@ -13,7 +13,7 @@
 mod common;
 
 use std::future::Future;
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -38,20 +38,7 @@ const FILL: &str = "npu_attack_session32_fill";
 
 /// The fill kernel `{uint8_t *x, uint64_t n}`: writes [`FILLED`] over the `n` bytes at `x`.
 fn fill(ctx: &Context) -> npu::Function {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        sim::kernel::register_with_args_size(FILL, 16, |block, _, args| {
-            // SAFETY: launched with {uint8_t *x, uint64_t n}: 16 bytes.
-            let (x, n) = unsafe { fill_args(args) };
-            if block == 0 {
-                // SAFETY: x holds n bytes, kept allocated by the launch until it completes.
-                unsafe { std::ptr::write_bytes(x, FILLED, n) };
-            }
-            0
-        })
-        .unwrap();
-    });
-    in_process(ctx, FILL)
+    fill_kernel(ctx, FILL, FILLED)
 }
 
 /// A zeroed pinned buffer of 4096 bytes to read device memory back into.

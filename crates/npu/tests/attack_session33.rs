@@ -16,7 +16,7 @@
 mod common;
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -42,20 +42,7 @@ fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
 
 /// The fill kernel `{uint8_t *x, uint64_t n}`: writes [`FILLED`] over the `n` bytes at `x`.
 fn fill(ctx: &Context) -> npu::Function {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        sim::kernel::register_with_args_size(FILL, 16, |block, _, args| {
-            // SAFETY: launched with {uint8_t *x, uint64_t n}: 16 bytes.
-            let (x, n) = unsafe { fill_args(args) };
-            if block == 0 {
-                // SAFETY: x holds n bytes, kept allocated by the launch until it completes.
-                unsafe { std::ptr::write_bytes(x, FILLED, n) };
-            }
-            0
-        })
-        .unwrap();
-    });
-    in_process(ctx, FILL)
+    fill_kernel(ctx, FILL, FILLED)
 }
 
 /// The addresses of the futures [`poll_once_and_forget`] forgot: kept so that a leak checker

@@ -544,3 +544,21 @@ pub fn random_at(addr: *mut c_void) -> aclrtRandomParaInfo {
         rsv: [0; 6],
     }
 }
+
+/// The uncorrectable memory error ranges of `device`, in address order (aclrtGetMemUceInfo;
+/// at most four).
+pub fn uce_ranges(device: i32) -> Vec<(usize, usize)> {
+    // SAFETY: aclrtMemUceInfo is plain integers and pointers.
+    let mut infos: [aclrtMemUceInfo; 4] = unsafe { std::mem::zeroed() };
+    let mut count = usize::MAX;
+    acl!(aclrtGetMemUceInfo(
+        device,
+        infos.as_mut_ptr(),
+        infos.len(),
+        &mut count
+    ));
+    infos[..count]
+        .iter()
+        .map(|info| (info.addr as usize, info.len))
+        .collect()
+}

@@ -2,6 +2,7 @@
 //! the attacks register.
 
 use std::ffi::c_void;
+use std::sync::Mutex;
 
 use npu::prelude::*;
 use npu::sim;
@@ -30,4 +31,26 @@ pub(crate) unsafe fn fill_args(args: *mut c_void) -> (*mut u8, usize) {
             words.add(1).read_unaligned() as usize,
         )
     }
+}
+
+/// The fill kernel `{uint8_t *x, uint64_t n}` registered (once per process) as `name`, whose
+/// block 0 writes `byte` over the `n` bytes at `x`, loaded in `ctx`.
+pub(crate) fn fill_kernel(ctx: &Context, name: &'static str, byte: u8) -> Function {
+    static REGISTERED: Mutex<Vec<&str>> = Mutex::new(Vec::new());
+    let mut registered = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
+    if !registered.contains(&name) {
+        sim::kernel::register_with_args_size(name, 16, move |block, _, args| {
+            // SAFETY: launched with {uint8_t *x, uint64_t n}: 16 bytes.
+            let (x, n) = unsafe { fill_args(args) };
+            if block == 0 {
+                // SAFETY: x holds n bytes, kept allocated by the launch until it completes.
+                unsafe { std::ptr::write_bytes(x, byte, n) };
+            }
+            0
+        })
+        .unwrap();
+        registered.push(name);
+    }
+    drop(registered);
+    in_process(ctx, name)
 }

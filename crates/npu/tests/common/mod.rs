@@ -46,7 +46,7 @@ pub(crate) use drained::{
 pub(crate) use every_callsite::see_every_callsite;
 pub(crate) use gate::{set_gate, wait_gate};
 pub(crate) use gated_fill::{RETURNED, a_held_fill_and_behind_it, gated_fill};
-pub(crate) use kernels::{fill_args, in_process};
+pub(crate) use kernels::{fill_args, fill_kernel, in_process};
 pub(crate) use op_spans::{Fields, Mark, OpSpan, OpSpans, mark, record_op_spans, since};
 pub(crate) use own_runtime::{
     CdylibControls, CdylibDeviceStats, FinalisationHeld, OwnRuntime, hold_finalisation,
