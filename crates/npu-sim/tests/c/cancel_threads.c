@@ -26,32 +26,18 @@
 
 #include "check.h"
 #include "expect.h"
+#include "host_gate.h"
 
 enum { BYTES = 256, REQUESTS = 2 };
 
 static aclrtContext g_ctx;
 static pthread_t g_report_thread;
 static atomic_int g_stop_reporting;
-static atomic_int g_gate_open;
 static atomic_int g_dropped_ran;
 static atomic_int g_served;
 static atomic_int g_pre_calls, g_post_calls;
 static aclError g_copy_in_abort = -1;
 static void *g_probe_dev;
-
-static void pause_ms(void)
-{
-    struct timespec ms = {0, 1000000L};
-    nanosleep(&ms, NULL);
-}
-
-static void gate(void *arg)
-{
-    (void)arg;
-    while (!atomic_load(&g_gate_open)) {
-        pause_ms();
-    }
-}
 
 static void dropped(void *arg)
 {

@@ -22,26 +22,12 @@
 
 #include "check.h"
 #include "expect.h"
+#include "host_gate.h"
 
 enum { BYTES = 1024 };
 
-static atomic_int g_gate_open;
 static atomic_int g_reset_announced;
 static atomic_int g_ran_before_release;
-
-static void pause_ms(void)
-{
-    struct timespec ms = {0, 1000000L};
-    nanosleep(&ms, NULL);
-}
-
-static void gate(void *arg)
-{
-    (void)arg;
-    while (!atomic_load(&g_gate_open)) {
-        pause_ms();
-    }
-}
 
 static void mark(void *arg)
 {
