@@ -387,9 +387,9 @@ fn wait_for_teardowns_waits_for_a_pool_thread_holding_the_last_handle() {
 /// Promise: `wait_for_teardowns` waits for a device's callback worker, which holds a handle of
 /// its runtime until about a report timeout after its last `CallbackThread` stream is gone:
 /// with every handle of a runtime of the program's own dropped on the program's thread after a
-/// `CallbackThread` stream ran work, the last drop, and ACL's finalisation, is the worker's
-/// when it retires, and the wait returns only after it (the finalize callback saw it). The
-/// break (the worker not counted): the wait returned at once, nothing finalised yet.
+/// `CallbackThread` stream ran work, the last drop, and ACL's finalisation, is usually the
+/// worker's when it retires, and the wait returns only after it (the finalize callback saw
+/// it). The break (the worker not counted): the wait returned at once, nothing finalised yet.
 #[test]
 fn wait_for_teardowns_waits_for_a_callback_worker_holding_the_last_handle() {
     let (_guard, _d0) = devices_of(2, MEMORY);
@@ -397,11 +397,14 @@ fn wait_for_teardowns_waits_for_a_callback_worker_holding_the_last_handle() {
     let runtime = own.build();
     hold_finalisation(&runtime);
     let_finalisation_go();
+    let controls = CdylibControls::of_the_loaded_library();
     let ctx = runtime.device(0).unwrap().primary_context().clone();
+    let streams = controls.stats(0).live_streams;
     let s = stream(&ctx, Strategy::CallbackThread);
     let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 7)).unwrap();
     assert_eq!(buffer.to_vec_blocking().unwrap(), [7; 64]);
     drop((buffer, s, ctx, runtime));
+    until_the_completing_thread_lets_go(&controls, streams);
     wait_for_teardowns(HANG).unwrap();
     let finalised_on = let_finalisation_go();
     assert_eq!(
@@ -409,10 +412,9 @@ fn wait_for_teardowns_waits_for_a_callback_worker_holding_the_last_handle() {
         1,
         "ACL was finalised when the wait returned: {finalised_on:?}"
     );
-    assert!(
-        finalised_on[0].starts_with("npu-callback"),
-        "the worker made the last drop: {finalised_on:?}"
-    );
+    // Which thread made the last drop is the race's: usually the worker, about a report
+    // timeout on; the context's release on `npu-teardown` when the stream went on the reaper
+    // and that ended later; this thread when the worker retired between its drops.
 }
 
 /// Promise: `wait_for_teardowns` is bounded by its timeout even while npu-rs's reaper is held
@@ -442,6 +444,16 @@ fn wait_for_teardowns_is_bounded_while_the_reaper_is_held_up() {
     wait_for_teardowns(HANG).unwrap();
 }
 
+/// Until the cdylib's device 0 has no more streams than `streams`: the thread that completed
+/// a dropped stream's last operation (here the callback worker) keeps its reference for a
+/// moment after waking the task, and the stream goes (and its worker's retirement starts to
+/// count) only once it lets go, a window `wait_for_teardowns` documents it does not see.
+fn until_the_completing_thread_lets_go(controls: &CdylibControls, streams: u64) {
+    until("the completing thread let go of the stream", || {
+        controls.stats(0).live_streams <= streams
+    });
+}
+
 /// Promise: a callback worker counts as a teardown only once its last stream is gone. While a
 /// program holds a `CallbackThread` stream of its runtime, a build of that library asking for
 /// another `acl_config` is refused at once (a runtime of the library is alive), not made to
@@ -454,7 +466,9 @@ fn a_held_callback_stream_leaves_a_build_with_another_config_refused_at_once() {
     let own = OwnRuntime::new("teardown-waits-held-callback");
     let (first, second) = (Config::new("held-first"), Config::new("held-second"));
     let runtime = own.builder().acl_config(&first.0).build().unwrap();
+    let controls = CdylibControls::of_the_loaded_library();
     let ctx = runtime.device(0).unwrap().primary_context().clone();
+    let streams = controls.stats(0).live_streams;
     let s = stream(&ctx, Strategy::CallbackThread);
     let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 7)).unwrap();
     let refused = watchdog("a build beside a held stream", || {
@@ -472,6 +486,7 @@ fn a_held_callback_stream_leaves_a_build_with_another_config_refused_at_once() {
         "{err:?}"
     );
     drop((buffer, s, ctx, runtime));
+    until_the_completing_thread_lets_go(&controls, streams);
     wait_for_teardowns(HANG).unwrap();
     let applied = own.builder().acl_config(&second.0).build();
     assert!(applied.is_ok(), "ACL was finalised: {applied:?}");
