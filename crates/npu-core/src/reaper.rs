@@ -169,7 +169,7 @@ pub fn spawn_counted(
     library: usize,
     job: impl FnOnce() + Send + 'static,
 ) -> std::io::Result<()> {
-    let running = crate::teardown::Running::start(library);
+    let running = counted(library);
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {

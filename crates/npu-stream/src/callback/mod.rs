@@ -56,11 +56,11 @@ pub(crate) struct Worker {
     tid: u64,
     /// The operations it waits on, and the events of those taken back ([`Ledger`]).
     outstanding: Ledger<Outstanding>,
-    /// Counted teardowns of the runtime, one per time its last subscribed stream went: the
+    /// The counted teardown of the runtime started when its last subscribed stream went: the
     /// worker holds a handle of the runtime until it retires, about a report timeout later,
     /// and may then make the last drop, which `wait_for_teardowns` must see. Let go once the
     /// worker's handle is gone, or when a stream subscribes again (its own going counts then).
-    retiring: Mutex<Vec<npu_core::reaper::Counted>>,
+    retiring: Mutex<Option<npu_core::reaper::Counted>>,
 }
 
 /// The key of `stream`'s entries in a [`Table`].
@@ -138,7 +138,7 @@ fn worker_for(stream: &StreamShared) -> Result<Arc<Worker>> {
     let mut workers = workers().lock().unwrap_or_else(|e| e.into_inner());
     if let Some(worker) = workers.get(&key) {
         // Serving a stream again: it will not retire before that stream goes.
-        worker.retiring().clear();
+        worker.retiring().take();
         return Ok(worker.clone());
     }
     let (tx, rx) = mpsc::channel();
@@ -161,7 +161,7 @@ fn worker_for(stream: &StreamShared) -> Result<Arc<Worker>> {
             // The runtime's last handle may be this one (ACL's finalisation, here: the
             // thread serves nothing any more); counted until it is gone.
             drop(runtime);
-            drop(std::mem::take(&mut *worker.retiring()));
+            drop(worker.retiring().take());
         })
         .map_err(|e| Error::invalid("Strategy::CallbackThread", "thread", e.to_string()))?;
     let worker = rx
@@ -257,7 +257,7 @@ impl Worker {
         self.outstanding.lock()
     }
 
-    fn retiring(&self) -> MutexGuard<'_, Vec<npu_core::reaper::Counted>> {
+    fn retiring(&self) -> MutexGuard<'_, Option<npu_core::reaper::Counted>> {
         self.retiring.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -539,7 +539,7 @@ pub(crate) fn release(stream: &mut StreamShared) {
     // The workers' table, the worker's thread and this stream: no other stream keeps it.
     if Arc::strong_count(&worker) == 3 {
         let counted = npu_core::reaper::counted(runtime.library_id());
-        worker.retiring().push(counted);
+        *worker.retiring() = Some(counted);
     }
     drop(worker);
     drop(workers);
