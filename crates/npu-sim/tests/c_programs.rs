@@ -546,7 +546,9 @@ fn headers_compile_warning_free_and_errors_are_reported_once() {
     let stdout = run(&compile("header_check", &["-pedantic"]));
     assert_eq!(
         stdout,
-        "soc Ascend910B3, mode 1, devices 2\nerror 100000, peek 100000, last 100000, message set, then 0, NULL\n"
+        "soc Ascend910B3, mode 1, devices 2\n\
+         error 100000, peek 100000, last 100000, message set, then 0, NULL\n\
+         page type 2, memory type 3, mapping 1 0 0 13, 20 addresses per device\n"
     );
 }
 

@@ -192,6 +192,7 @@ pub const ACL_DEVICE_FORM_FACTOR_POD: u32 = 0;
 pub const ACL_DEVICE_FORM_FACTOR_A_K: u32 = 1;
 pub const ACL_DEVICE_FORM_FACTOR_A_X: u32 = 2;
 pub const ACL_DEVICE_FORM_FACTOR_PCIE_CARD: u32 = 3;
+pub const ACL_RT_MAX_RECORD_PA_NUM_PER_DEV: u32 = 20;
 pub const ACL_IPC_EVENT_HANDLE_SIZE: u32 = 64;
 pub const ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_SIO: u32 = 0;
 pub const ACL_RT_IPC_MEM_ATTR_ACCESS_LINK_HCCS: u32 = 1;
@@ -513,6 +514,45 @@ pub const ACL_MEM_P2P_NORMAL: aclrtMemAttr = 15;
 pub const ACL_MEM_P2P_HUGE: aclrtMemAttr = 16;
 pub const ACL_MEM_P2P_HUGE1G: aclrtMemAttr = 17;
 pub type aclrtMemAttr = core::ffi::c_uint;
+pub const NORMAL_PAGE_TYPE: aclrtMemPgType = 0;
+pub const HUGE_PAGE_TYPE: aclrtMemPgType = 1;
+pub const HUGE1G_PAGE_TYPE: aclrtMemPgType = 2;
+pub type aclrtMemPgType = core::ffi::c_uint;
+pub const HBM_TYPE: aclrtMemType = 0;
+pub const DDR_TYPE: aclrtMemType = 1;
+pub const P2P_HBM_TYPE: aclrtMemType = 2;
+pub const P2P_DDR_TYPE: aclrtMemType = 3;
+pub type aclrtMemType = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct MemAttrMapping {
+    pub pgType: u32,
+    pub memType: u32,
+    pub isHostAlloc: bool,
+    pub memAttr: aclrtMemAttr,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of MemAttrMapping"][::std::mem::size_of::<MemAttrMapping>() - 16usize];
+    ["Alignment of MemAttrMapping"][::std::mem::align_of::<MemAttrMapping>() - 4usize];
+    ["Offset of field: MemAttrMapping::pgType"]
+        [::std::mem::offset_of!(MemAttrMapping, pgType) - 0usize];
+    ["Offset of field: MemAttrMapping::memType"]
+        [::std::mem::offset_of!(MemAttrMapping, memType) - 4usize];
+    ["Offset of field: MemAttrMapping::isHostAlloc"]
+        [::std::mem::offset_of!(MemAttrMapping, isHostAlloc) - 8usize];
+    ["Offset of field: MemAttrMapping::memAttr"]
+        [::std::mem::offset_of!(MemAttrMapping, memAttr) - 12usize];
+};
+impl Default for MemAttrMapping {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 pub const ACL_DEV_ATTR_AICPU_CORE_NUM: aclrtDevAttr = 1;
 pub const ACL_DEV_ATTR_AICORE_CORE_NUM: aclrtDevAttr = 101;
 pub const ACL_DEV_ATTR_CUBE_CORE_NUM: aclrtDevAttr = 102;

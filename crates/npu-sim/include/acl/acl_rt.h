@@ -168,6 +168,30 @@ typedef enum aclrtMemAttr {
     ACL_MEM_P2P_HUGE1G = 17,
 } aclrtMemAttr;
 
+/* The page size and memory kind an aclrtMemAttr stands for, as MemAttrMapping relates them;
+ * no function takes these, but CANN declares them for programs to use. */
+enum aclrtMemPgType {
+    NORMAL_PAGE_TYPE = 0U,
+    HUGE_PAGE_TYPE,
+    HUGE1G_PAGE_TYPE,
+};
+
+enum aclrtMemType {
+    HBM_TYPE = 0U,
+    DDR_TYPE,
+    P2P_HBM_TYPE,
+    P2P_DDR_TYPE,
+};
+
+/* One row of the table relating page type (aclrtMemPgType), memory type (aclrtMemType) and
+ * host allocation to an aclrtMemAttr. */
+struct MemAttrMapping {
+    uint32_t pgType;
+    uint32_t memType;
+    bool isHostAlloc;
+    aclrtMemAttr memAttr;
+};
+
 typedef enum {
     ACL_DEV_ATTR_AICPU_CORE_NUM = 1,
     ACL_DEV_ATTR_AICORE_CORE_NUM = 101,
@@ -333,6 +357,9 @@ typedef struct {
     aclrtMallocAttribute *attrs;
     size_t numAttrs;
 } aclrtMallocConfig;
+
+/* The most physical addresses recorded per device (no function of this subset takes it). */
+#define ACL_RT_MAX_RECORD_PA_NUM_PER_DEV 20U
 
 /* Bytes of an IPC event handle (aclrtIpcGetEventHandle). */
 #define ACL_IPC_EVENT_HANDLE_SIZE 64U

@@ -24,5 +24,12 @@ int main(void)
     printf("soc %s, mode %d, devices %u\n", aclrtGetSocName(), (int)mode, count);
     printf("error %d, peek %d, last %d, message %s, then %d, %s\n", first, peek, last,
            message != NULL ? "set" : "NULL", again, none != NULL ? "set" : "NULL");
+    /* Names acl_rt.h declares that no function takes: they must still be there to use. */
+    enum aclrtMemPgType page = HUGE1G_PAGE_TYPE;
+    enum aclrtMemType memory = P2P_DDR_TYPE;
+    struct MemAttrMapping mapping = {HUGE_PAGE_TYPE, HBM_TYPE, false, ACL_MEM_HUGE};
+    printf("page type %d, memory type %d, mapping %u %u %d %d, %u addresses per device\n",
+           (int)page, (int)memory, mapping.pgType, mapping.memType, (int)mapping.isHostAlloc,
+           (int)mapping.memAttr, ACL_RT_MAX_RECORD_PA_NUM_PER_DEV);
     return 0;
 }
