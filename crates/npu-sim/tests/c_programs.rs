@@ -272,6 +272,25 @@ fn the_runtime_samples_flows_in_c() {
     );
 }
 
+/// A sample's flow on every device at once, a thread per device: each device's copies,
+/// memset and BLOCK callback (on a report thread of that device's own) give the bytes expected;
+/// device 0 copies device 1's results once peer access is on (207006 before), waits for its
+/// event and synchronises its stream from its own context but queues nothing on it (107003);
+/// under `"err_msg_mode": "1"` the main thread reads both device threads' messages once, while
+/// each last error stays its thread's; the teardown in the samples' order succeeds.
+#[test]
+fn a_sample_on_every_device_with_a_thread_each_in_c() {
+    let stdout = run(&compile("sample_devices", &["-pthread"]));
+    assert_eq!(
+        stdout,
+        "device 0: 0 wrong bytes, callbacks on its report thread 1, elsewhere 0\n\
+         device 1: 0 wrong bytes, callbacks on its report thread 1, elsewhere 0\n\
+         device 1's results on device 0: 0 wrong bytes\n\
+         refused copies read from the main thread: 2\n\
+         23 sample checks checked, 0 wrong\n"
+    );
+}
+
 /// An inference server's threads, as a CANN application writes them: request threads sharing
 /// one explicit context, each with its own stream; one report thread looping on
 /// aclrtProcessReport for every stream's BLOCK callbacks; pinned buffers moved by
