@@ -690,7 +690,7 @@ fn the_device_context_stream_and_event_chapters_documented_edge_cases_in_c() {
 }
 
 /// `tests/c/config_chapter_edges.c`: the initialisation chapter (aclInit's file and its
-/// nesting limits, init callbacks at aclInit or at once, finalize callbacks, one aclFinalize
+/// nesting limits, the operator cache's queue length as a positive count in a string, init callbacks at aclInit or at once, finalize callbacks, one aclFinalize
 /// for many aclInit calls, aclFinalizeReference's count), runtime parameters and resource
 /// limits, cache operations, IPC memory across two processes (whitelisted, unvalidated, closed
 /// and freed keys, the import flags), custom allocators, device variable copies, compute
@@ -707,7 +707,7 @@ fn the_configuration_chapters_documented_edge_cases_in_c() {
         &[("NPUSIM_GLOBALS_SO", &library)],
     );
     let _ = std::fs::remove_file(&library);
-    assert_eq!(stdout, "527 documented edges checked, 0 wrong\n");
+    assert_eq!(stdout, "531 documented edges checked, 0 wrong\n");
 }
 
 /// `tests/c/exception_and_memory_ext_edges.c`: the chapters no other edges program walks

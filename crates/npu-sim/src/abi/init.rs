@@ -87,6 +87,27 @@ fn limit_value(
     }
 }
 
+/// Checks `"max_opqueue_num"`, the length of the single-operator model cache's queue: the
+/// simulator runs no single-operator models, so it keeps nothing, but a value that is not a
+/// positive count in a string (the reference's form, `"10000"`) is refused as CANN refuses an
+/// invalid cache ageing configuration, with ACL_ERROR_INVALID_MAX_OPQUEUE_NUM_CONFIG.
+fn check_opqueue_num(value: Option<&serde_json::Value>) -> Res<()> {
+    let Some(value) = value else {
+        return Ok(());
+    };
+    let count = value
+        .as_str()
+        .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|text| text.parse::<u64>().ok());
+    ensure!(
+        count.is_some_and(|count| count > 0),
+        ACL_ERROR_INVALID_MAX_OPQUEUE_NUM_CONFIG,
+        "\"max_opqueue_num\" is {value}, not a positive count of single-operator models in a \
+         string (\"20000\")"
+    );
+    Ok(())
+}
+
 fn parse_config(text: &str) -> Res<InitConfig> {
     let json = dump::parse_json(text)?;
     let dump = dump::parse_section(&json)?;
@@ -155,6 +176,7 @@ fn parse_config(text: &str) -> Res<InitConfig> {
         json.get("simd_printf_fifo_size_per_core"),
         &PRINTF_FIFO_LIMIT,
     )?;
+    check_opqueue_num(json.get("max_opqueue_num"))?;
     Ok(InitConfig {
         sim,
         process_messages,
@@ -267,7 +289,8 @@ fn flush_trace() {
 /// aclmdlSetDump validates one, → 100009; while it turns a dump on, aclmdlInitDump → 100044),
 /// the SIMD device resource limits aclrtDeviceSetLimit also sets (`"StackSize":
 /// {"aicore_stack_size": N}`, `"simd_printf_fifo_size_per_core": N`, rounded and bounded as
-/// there) and the simulator's configuration under `"npu_sim"`. A file of no bytes is no
+/// there), the single-operator cache's `"max_opqueue_num"` (checked only: a positive count in a
+/// string, else 148048) and the simulator's configuration under `"npu_sim"`. A file of no bytes is no
 /// configuration (as NULL is); not JSON, or nested deeper than 10 → 100006; a value of the
 /// wrong form → 100000; a default device that does not exist → 107001. The registered
 /// init callbacks then run in registration order; the first that fails stops the others, undoes

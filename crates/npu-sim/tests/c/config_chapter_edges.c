@@ -129,6 +129,14 @@ static void initialisation(void)
     FAILS(aclInit(deep_arrays));
     FAILS(aclInit(not_json));
     FAILS(aclInit("/nonexistent/npusim-config-edges.json"));
+    /* The operator cache's queue length: a positive count written as a string. */
+    static const char *const bad_queues[] = {"\"many\"", "\"0\"", "\"-5\"", "10000"};
+    for (size_t i = 0; i < sizeof bad_queues / sizeof bad_queues[0]; ++i) {
+        snprintf(json, sizeof json, "{\"max_opqueue_num\": %s}", bad_queues[i]);
+        write_file(path, sizeof path, "queue", json);
+        EXPECT(aclInit(path), ACL_ERROR_INVALID_MAX_OPQUEUE_NUM_CONFIG);
+        remove(path);
+    }
     /* A failed aclInit initialised nothing: the dump functions need aclInit. */
     EXPECT(aclmdlInitDump(), ACL_ERROR_UNINITIALIZE);
 
@@ -142,6 +150,7 @@ static void initialisation(void)
              " \"StackSize\": {\"aicore_stack_size\": 20000},\n"
              " \"simd_printf_fifo_size_per_core\": 1025,\n"
              " \"err_msg_mode\": \"0\",\n"
+             " \"max_opqueue_num\": \"10000\",\n"
              " \"dump\": {\"dump_list\": [{\"model_name\": \"m\"}], \"dump_path\": \"output\"},\n"
              " \"nested\": %s}\n",
              json);
