@@ -2,8 +2,7 @@
 //! completes the operations whose events have completed.
 
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, MutexGuard, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -16,6 +15,7 @@ use crate::strategy::{self, CompletionStrategy, OpInfo, Unwatched};
 use crate::stream::{Queue, StreamShared};
 
 mod pace;
+mod roster;
 mod stats;
 mod wakeup;
 
@@ -26,13 +26,15 @@ mod tests;
 
 pub(crate) use pace::Pace;
 use pace::Plan;
+use roster::{Joined, Member, Queued, Roster};
 use stats::Counters;
 pub use stats::ReactorStats;
 use wakeup::Wakeup;
 
-/// Std-backed primitives for [`wakeup`]; the loom model supplies loom's instead.
+/// Std-backed primitives for [`wakeup`] and [`roster`]; the loom model supplies loom's instead.
 mod sync {
-    pub(crate) use std::sync::atomic::{AtomicU8, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+    pub(crate) use std::sync::{Mutex, MutexGuard};
 }
 
 /// A stream without progress for this long is health-checked by the sentinel.
@@ -205,12 +207,10 @@ static REACTOR: OnceLock<&'static Reactor> = OnceLock::new();
 
 /// The process-wide reactor.
 pub(crate) struct Reactor {
-    /// Streams that went from no pending operation to one, not yet picked up by the thread.
-    inbox: Mutex<Vec<Arc<StreamShared>>>,
+    /// The streams activated for the thread to pick up, and whether it stopped.
+    roster: Roster<Arc<StreamShared>>,
     wakeup: Wakeup,
     thread: OnceLock<Thread>,
-    /// Set if the reactor thread ever stops: registrations are then refused.
-    stopped: AtomicBool,
     counters: Counters,
 }
 
@@ -257,10 +257,9 @@ impl Reactor {
     /// A reactor whose thread has not started.
     fn unstarted() -> Reactor {
         Reactor {
-            inbox: Mutex::new(Vec::new()),
+            roster: Roster::new(),
             wakeup: Wakeup::new(),
             thread: OnceLock::new(),
-            stopped: AtomicBool::new(false),
             counters: Counters::default(),
         }
     }
@@ -269,14 +268,10 @@ impl Reactor {
     /// done or failed are completed, and every operation queued on its streams (active or in
     /// the inbox) goes to the sentinel, which waits for each on its own event.
     ///
-    /// Nothing is stranded: [`register`](Reactor::register) checks `stopped` under the queue
-    /// lock before queuing, so an operation is either queued before its stream is handed over
-    /// here or refused; and a stream it activates is pushed to the inbox under the inbox lock
-    /// only if the reactor has not stopped, so the inbox taken here holds every activated
-    /// stream but those whose registrant hands them over itself. (Modelled in `model.rs`.)
+    /// Nothing is stranded: see [`Roster::register`] (the protocol, in `roster.rs`, is
+    /// modelled in `model.rs`).
     fn stop(&self, watched: Watched) {
-        self.stopped.store(true, sync::Ordering::SeqCst);
-        let inboxed = std::mem::take(&mut *self.inbox.lock().unwrap_or_else(|e| e.into_inner()));
+        let inboxed = self.roster.stop();
         let Watched {
             active,
             finished,
@@ -310,27 +305,13 @@ impl Reactor {
         // from then would teach the stream's pace the other strategy's wait. Read before the
         // queue lock, which the reactor takes on every query.
         pending.registered = Instant::now();
-        let activate = {
-            let mut queue = lock_queue(stream);
-            // Under the queue lock: `stop` sets the flag before it drains each queue.
-            if self.stopped.load(sync::Ordering::SeqCst) {
-                return Err(pending);
-            }
-            self.counters.registered();
-            queue.pending.push_back(pending);
-            !std::mem::replace(&mut queue.in_reactor, true)
-        };
-        if activate {
-            let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
-            if self.stopped.load(sync::Ordering::SeqCst) {
-                // `stop` has taken the inbox already: nobody else will look at this stream.
-                drop(inbox);
-                hand_over(stream.clone());
-                return Ok(());
-            }
-            inbox.push(stream.clone());
-            drop(inbox);
-            self.nudge();
+        match self
+            .roster
+            .register(stream, pending, || self.counters.registered())?
+        {
+            Joined::Queued => {}
+            Joined::Activated => self.nudge(),
+            Joined::Orphaned => hand_over(stream.clone()),
         }
         Ok(())
     }
@@ -431,10 +412,7 @@ impl Reactor {
     }
 
     fn adopt(&self, active: &mut Vec<Active>) {
-        let streams: Vec<Arc<StreamShared>> = {
-            let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
-            inbox.drain(..).collect()
-        };
+        let streams = self.roster.adopt();
         let now = Instant::now();
         active.extend(streams.into_iter().map(|stream| {
             let plan = {
@@ -698,11 +676,7 @@ impl Health {
 /// Hands every operation queued on `stream` to the sentinel, and the stream out of the
 /// reactor, for a reactor that has stopped.
 fn hand_over(stream: Arc<StreamShared>) {
-    let drained: Vec<Pending> = {
-        let mut queue = lock_queue(&stream);
-        queue.in_reactor = false;
-        queue.pending.drain(..).collect()
-    };
+    let drained = roster::evict(&mut *lock_queue(&stream));
     for pending in drained {
         sentinel::watch(stream.clone(), pending);
     }
@@ -713,14 +687,30 @@ fn lock_queue(stream: &StreamShared) -> MutexGuard<'_, Queue> {
     stream.queue.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The event of the oldest pending operation; with none, the stream leaves the reactor (under
-/// the same lock, so a registration after it re-activates the stream).
-fn head(queue: &mut Queue) -> Option<npu_core::ffi::aclrtEvent> {
-    let head = queue.pending.front().map(|pending| pending.event.handle());
-    if head.is_none() {
-        queue.in_reactor = false;
+impl Queued for Queue {
+    type Op = Pending;
+
+    fn pending(&mut self) -> &mut VecDeque<Pending> {
+        &mut self.pending
     }
-    head
+
+    fn in_reactor(&mut self) -> &mut bool {
+        &mut self.in_reactor
+    }
+}
+
+impl Member for Arc<StreamShared> {
+    type Queue = Queue;
+
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        lock_queue(self)
+    }
+}
+
+/// The event of the oldest pending operation; with none, the stream leaves the reactor
+/// ([`roster::head`]).
+fn head(queue: &mut Queue) -> Option<npu_core::ffi::aclrtEvent> {
+    roster::head(queue).map(|pending| pending.event.handle())
 }
 
 /// Takes the oldest pending operation, found done, and returns it with the next head, under

@@ -1,19 +1,26 @@
 //! Loom model of the reactor's registration and wake-up protocol, on the reactor's own
 //! `wakeup.rs`: a submitter publishes work and notifies; the reactor drains or sleeps. Also the
-//! flag-then-notify paths (a fault notice, an abort's discard mark), the stop path, which
-//! hands what a stopped reactor watched to the sentinel, and a stream leaving the reactor
-//! while registrations race it.
+//! flag-then-notify paths (a fault notice, an abort's discard mark), and, on the reactor's
+//! `roster.rs`, the stop path, which hands what a stopped reactor watched to the sentinel,
+//! and a stream leaving the reactor while registrations race it.
 
 mod sync {
-    pub(crate) use loom::sync::atomic::{AtomicU8, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+    pub(crate) use loom::sync::{Mutex, MutexGuard};
 }
 
-// The point of the model is to check the very file the reactor compiles, under loom.
+// The point of the model is to check the very files the reactor compiles, under loom.
+#[allow(clippy::duplicate_mod)]
+#[path = "roster.rs"]
+mod roster;
 #[allow(clippy::duplicate_mod)]
 #[path = "wakeup.rs"]
 mod wakeup;
 
-use loom::sync::{Arc, Mutex};
+use std::collections::VecDeque;
+
+use loom::sync::{Arc, Mutex, MutexGuard};
+use roster::{Joined, Member, Queued, Roster};
 use wakeup::Wakeup;
 
 /// The reactor side: runs passes until it has seen `expected` items, sleeping (parking) when
@@ -198,65 +205,89 @@ fn an_abort_mark_always_reaches_the_reactor() {
     }
 }
 
-/// The stop path against registrations (`Reactor::stop`, `Reactor::register`, `hand_over`):
-/// a stream's queue and `in_reactor` flag, the inbox, the `stopped` flag, and the operations
-/// handed to the sentinel.
-mod stop {
-    use loom::sync::atomic::{AtomicBool, Ordering};
-    use loom::sync::{Arc, Mutex};
+/// A modelled stream: its queue of operations (numbers) under its lock.
+#[derive(Default)]
+struct Stream {
+    queue: Mutex<Queue>,
+}
 
-    #[derive(Default)]
-    struct Queue {
-        pending: Vec<u32>,
-        in_reactor: bool,
+#[derive(Default)]
+struct Queue {
+    pending: VecDeque<u32>,
+    in_reactor: bool,
+}
+
+impl Queued for Queue {
+    type Op = u32;
+
+    fn pending(&mut self) -> &mut VecDeque<u32> {
+        &mut self.pending
     }
 
-    #[derive(Default)]
+    fn in_reactor(&mut self) -> &mut bool {
+        &mut self.in_reactor
+    }
+}
+
+impl Member for Arc<Stream> {
+    type Queue = Queue;
+
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap()
+    }
+}
+
+impl Stream {
+    /// A stream the reactor watches, with `ops` queued.
+    fn watched(ops: impl IntoIterator<Item = u32>) -> Arc<Self> {
+        let stream = Arc::new(Stream::default());
+        {
+            let mut queue = stream.queue();
+            queue.pending.extend(ops);
+            queue.in_reactor = true;
+        }
+        stream
+    }
+}
+
+/// The stop path against registrations (`Reactor::stop`, `Reactor::register`, `hand_over`),
+/// on `roster.rs`: what a stopped reactor held, and what a registrant told its stream was
+/// orphaned, is handed over.
+mod stop {
+    use super::*;
+
+    /// What the modelled reactor and its registrants share: the roster, and the operations
+    /// handed to the sentinel.
     struct Shared {
-        queue: Mutex<Queue>,
-        /// Holds the one stream's id when it is in the inbox.
-        inbox: Mutex<Vec<()>>,
-        stopped: AtomicBool,
+        roster: Roster<Arc<Stream>>,
         handed: Mutex<Vec<u32>>,
     }
 
     impl Shared {
-        fn register(&self, item: u32) -> bool {
-            let activate = {
-                let mut queue = self.queue.lock().unwrap();
-                if self.stopped.load(Ordering::SeqCst) {
-                    return false;
+        /// `Reactor::register`: whether the operation was accepted.
+        fn register(&self, stream: &Arc<Stream>, item: u32) -> bool {
+            match self.roster.register(stream, item, || ()) {
+                Err(_) => false,
+                Ok(Joined::Orphaned) => {
+                    self.hand_over(stream);
+                    true
                 }
-                queue.pending.push(item);
-                !std::mem::replace(&mut queue.in_reactor, true)
-            };
-            if activate {
-                let mut inbox = self.inbox.lock().unwrap();
-                if self.stopped.load(Ordering::SeqCst) {
-                    drop(inbox);
-                    self.hand_over();
-                    return true;
-                }
-                inbox.push(());
+                Ok(Joined::Queued | Joined::Activated) => true,
             }
-            true
         }
 
-        fn stop(&self, active: bool) {
-            self.stopped.store(true, Ordering::SeqCst);
-            let inboxed = std::mem::take(&mut *self.inbox.lock().unwrap());
-            if active {
-                self.hand_over();
-            }
-            inboxed.iter().for_each(|_| self.hand_over());
+        /// `Reactor::stop`, with the reactor's active streams.
+        fn stop(&self, active: Vec<Arc<Stream>>) {
+            let inboxed = self.roster.stop();
+            active
+                .iter()
+                .chain(&inboxed)
+                .for_each(|s| self.hand_over(s));
         }
 
-        fn hand_over(&self) {
-            let drained: Vec<u32> = {
-                let mut queue = self.queue.lock().unwrap();
-                queue.in_reactor = false;
-                queue.pending.drain(..).collect()
-            };
+        /// `hand_over`: the stream's operations go to the sentinel.
+        fn hand_over(&self, stream: &Arc<Stream>) {
+            let drained = roster::evict(&mut *stream.queue());
             self.handed.lock().unwrap().extend(drained);
         }
     }
@@ -268,18 +299,20 @@ mod stop {
     fn a_stop_strands_no_registered_operation() {
         for active in [false, true] {
             loom::model(move || {
-                let shared = Arc::new(Shared::default());
-                if active {
-                    let mut queue = shared.queue.lock().unwrap();
-                    queue.pending.push(0);
-                    queue.in_reactor = true;
-                }
+                let shared = Arc::new(Shared {
+                    roster: Roster::new(),
+                    handed: Mutex::new(Vec::new()),
+                });
+                let stream = match active {
+                    true => Stream::watched([0]),
+                    false => Arc::new(Stream::default()),
+                };
                 let registrant = |item| {
-                    let shared = shared.clone();
-                    loom::thread::spawn(move || shared.register(item).then_some(item))
+                    let (shared, stream) = (shared.clone(), stream.clone());
+                    loom::thread::spawn(move || shared.register(&stream, item).then_some(item))
                 };
                 let (one, two) = (registrant(1), registrant(2));
-                shared.stop(active);
+                shared.stop(active.then(|| stream.clone()).into_iter().collect());
                 let mut accepted: Vec<u32> = [one, two]
                     .into_iter()
                     .filter_map(|thread| thread.join().unwrap())
@@ -291,71 +324,47 @@ mod stop {
                 let mut handed = shared.handed.lock().unwrap().clone();
                 handed.sort();
                 assert_eq!(handed, accepted);
-                assert!(shared.queue.lock().unwrap().pending.is_empty());
+                assert!(stream.queue().pending.is_empty());
             });
         }
     }
 }
 
 /// A stream leaving the reactor against a registration (`head`, `advance`, `Reactor::register`,
-/// `Reactor::adopt`): the reactor finds the stream's queue empty and clears `in_reactor` under
-/// the queue lock, dropping the stream from its active list; a registration pushes under the
-/// same lock and, if it found `in_reactor` clear, puts the stream in the inbox and notifies.
-/// The registration must never land in a queue no one watches.
+/// `Reactor::adopt`), on `roster.rs`: the reactor finds the stream's queue empty and clears
+/// `in_reactor` under the queue lock, dropping the stream from its active list; a registration
+/// pushes under the same lock and, if it found `in_reactor` clear, puts the stream in the
+/// inbox and notifies. The registration must never land in a queue no one watches.
 mod leave {
-    use std::collections::VecDeque;
+    use super::*;
 
-    use loom::sync::{Arc, Mutex};
-
-    use super::{Idle, LINGERS, wakeup::Wakeup};
-
-    #[derive(Default)]
-    struct Queue {
-        pending: VecDeque<u32>,
-        in_reactor: bool,
-    }
-
-    #[derive(Default)]
+    /// The modelled reactor's roster and wake-up, and its one stream.
     struct Shared {
-        queue: Mutex<Queue>,
-        /// Holds the one stream when it is in the inbox.
-        inbox: Mutex<Vec<()>>,
+        roster: Roster<Arc<Stream>>,
         wakeup: Wakeup,
-    }
-
-    impl Default for Wakeup {
-        fn default() -> Self {
-            Wakeup::new()
-        }
+        stream: Arc<Stream>,
     }
 
     impl Shared {
+        /// `Reactor::register` and its nudge.
         fn register(&self, item: u32, reactor: &loom::thread::Thread) {
-            let activate = {
-                let mut queue = self.queue.lock().unwrap();
-                queue.pending.push_back(item);
-                !std::mem::replace(&mut queue.in_reactor, true)
-            };
-            if activate {
-                self.inbox.lock().unwrap().push(());
-                if self.wakeup.notify() {
-                    reactor.unpark();
+            let joined = self.roster.register(&self.stream, item, || ());
+            match joined {
+                Ok(Joined::Activated) => {
+                    if self.wakeup.notify() {
+                        reactor.unpark();
+                    }
                 }
+                Ok(Joined::Queued) => {}
+                Ok(Joined::Orphaned) | Err(_) => unreachable!("the reactor never stops"),
             }
-        }
-
-        /// `head`: the oldest operation, or the stream leaves (same lock).
-        fn head(queue: &mut Queue) -> Option<u32> {
-            let head = queue.pending.front().copied();
-            if head.is_none() {
-                queue.in_reactor = false;
-            }
-            head
         }
 
         /// `adopt`: whether the inbox held the stream.
         fn adopt(&self) -> bool {
-            !std::mem::take(&mut *self.inbox.lock().unwrap()).is_empty()
+            let adopted = self.roster.adopt();
+            assert!(adopted.len() <= 1, "a stream is in the inbox once");
+            !adopted.is_empty()
         }
 
         /// The reactor until it has completed `expected` operations; the stream starts active.
@@ -369,11 +378,12 @@ mod leave {
                 }
                 if active {
                     // The query runs with no lock held; every head is found done.
-                    let mut next = Self::head(&mut self.queue.lock().unwrap());
-                    while next.is_some() {
-                        let mut queue = self.queue.lock().unwrap();
+                    let mut next = roster::head(&mut *self.stream.queue()).is_some();
+                    while next {
+                        // `advance`: the head taken off, the next one found, under one lock.
+                        let mut queue = self.stream.queue();
                         seen.extend(queue.pending.pop_front());
-                        next = Self::head(&mut queue);
+                        next = roster::head(&mut *queue).is_some();
                     }
                     active = false;
                 }
@@ -394,12 +404,11 @@ mod leave {
         for linger in LINGERS {
             for (queued, registrants) in [(0, 1), (1, 1), (1, 2)] {
                 loom::model(move || {
-                    let shared = Arc::new(Shared::default());
-                    {
-                        let mut queue = shared.queue.lock().unwrap();
-                        queue.pending.extend((0..queued).map(|i| 100 + i));
-                        queue.in_reactor = true;
-                    }
+                    let shared = Arc::new(Shared {
+                        roster: Roster::new(),
+                        wakeup: Wakeup::new(),
+                        stream: Stream::watched((0..queued).map(|i| 100 + i)),
+                    });
                     let expected = (queued + registrants) as usize;
                     let reactor = {
                         let shared = shared.clone();
@@ -420,7 +429,7 @@ mod leave {
                         .collect();
                     want.sort();
                     assert_eq!(seen, want);
-                    assert!(shared.queue.lock().unwrap().pending.is_empty());
+                    assert!(shared.stream.queue().pending.is_empty());
                 });
             }
         }
