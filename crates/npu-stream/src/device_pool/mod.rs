@@ -9,21 +9,37 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
-use npu_core::contain::{Rank, lock_here};
-use npu_core::{Completion, Context, Error, Result, UseList};
+use npu_core::{Context, Error, Result, UseList};
 use npu_mem::PoolStats;
 use npu_mem::pool_cache::{Cache, Granted, Reserving, byte_size};
 
-use crate::op::Op;
 use crate::stream::Stream;
 
 mod buffer;
+#[cfg(test)]
+mod model;
+mod returns;
 mod source;
+
+/// Std-backed primitives for [`returns`]; the loom model supplies loom's instead.
+mod sync {
+    pub(crate) use std::sync::Mutex;
+    pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// The drain lock, ranked (`contain::lock_here`, `Rank::Drain`): `None`, not waited for,
+    /// on a thread that holds it already or holds a lock ranked above it.
+    pub(crate) fn lock_drain<T>(
+        mutex: &Mutex<T>,
+    ) -> Option<impl std::ops::DerefMut<Target = T> + '_> {
+        npu_core::contain::lock_here(mutex, npu_core::contain::Rank::Drain)
+    }
+}
 
 pub use buffer::PooledDeviceBuffer;
 pub use source::RuntimePoolUsage;
 
-use source::{DeviceBlock, DeviceSource, Drained};
+use returns::Drain;
+use source::{DeviceBlock, DeviceSource};
 
 /// Which allocator a [`DevicePool`] builds on.
 ///
@@ -649,7 +665,7 @@ impl DevicePool {
     /// [`malloc_again`](DevicePool::malloc_again).
     fn malloc_counting(&self, class: usize) -> (u64, Result<DeviceBlock>) {
         let source = self.cache.source();
-        let queued = source.frees_queued();
+        let queued = source.returns.frees_queued();
         // The caching backend ignores the stream.
         (queued, source.malloc(class, std::ptr::null_mut()))
     }
@@ -675,9 +691,8 @@ impl DevicePool {
     /// frees in progress on other threads are made (the drain lock, refused on this thread as
     /// for a drain, is then not waited for).
     fn freed_since(&self, keep: Option<usize>, queued: u64) -> bool {
-        let source = self.cache.source();
-        let _draining = lock_here(&source.draining, Rank::Drain);
-        self.free_cache(keep) > 0 || source.frees_queued() != queued
+        let returns = &self.cache.source().returns;
+        returns.freed_since(|| self.free_cache(keep) > 0, queued)
     }
 
     /// Fills granted room with a new block: on the runtime pool a stream-ordered allocation
@@ -798,50 +813,25 @@ impl DevicePool {
     /// request failed out of memory at once: a `trim` followed by a request for the memory it
     /// gave back, or a bounded pool evicting its cache for a request, on a device they filled.
     async fn drain_cache(&self, release: &Stream, keep: Option<usize>) -> bool {
-        let source = self.cache.source();
-        let drain = {
-            // Held across the frees and the synchronisation's submission, which make only the
-            // runtime's immediate calls: the cache's lock is released before the frees, and
-            // the release stream's submission lock ranks above this one. Taken again on this
-            // thread (a tracing subscriber called back from inside those calls that runs a
-            // request out of memory) or against the lock order, it is not waited for: the
-            // drain then goes ahead unlocked, as before the lock, and a request that finds the
-            // cache emptied meanwhile fails out of memory rather than deadlock.
-            let mut locked = lock_here(&source.draining, Rank::Drain);
-            let freed = self.free_cache(keep) > 0;
-            // Read after this request's own frees, before the synchronisation is recorded:
-            // every batch counted is on the stream ahead of the record.
-            let queued = source.frees_queued();
-            let latest = match &locked {
-                Some(draining) => (**draining).clone(),
-                None => source.latest_drain(),
-            };
-            match latest {
-                // One that completed may have done so after this request's attempt failed:
-                // the retry costs one more attempt, and finds the memory if it came back.
-                Some(latest) if !freed && latest.covers >= queued => {
-                    Drain::Theirs(latest.completion)
-                }
-                // Nothing was ever given back: no memory is on its way.
-                None if !freed && queued == 0 => return false,
-                _ => {
-                    let own = release.synchronize();
-                    let drained = Drained {
-                        completion: own.completion().clone(),
-                        covers: queued,
-                    };
-                    match &mut locked {
-                        Some(draining) => **draining = Some(drained),
-                        None => source.publish_drain(drained),
-                    }
-                    Drain::Own(own)
-                }
-            }
-        };
+        // The drain lock is held across the frees and the synchronisation's submission, which
+        // make only the runtime's immediate calls: the cache's lock is released before the
+        // frees, and the release stream's submission lock ranks above the drain lock. Taken
+        // again on this thread (a tracing subscriber called back from inside those calls that
+        // runs a request out of memory), it is not waited for (`Returns::drain`).
+        let drain = self.cache.source().returns.drain(
+            || self.free_cache(keep) > 0,
+            || {
+                let own = release.synchronize();
+                let completion = own.completion().clone();
+                (own, completion)
+            },
+        );
         // Failed or not, the retry says whether the memory came back.
         match drain {
-            Drain::Own(own) => drop(own.await),
-            Drain::Theirs(theirs) => drop(theirs.wait().await),
+            // Nothing was ever given back: no memory is on its way.
+            None => return false,
+            Some(Drain::Own(own)) => drop(own.await),
+            Some(Drain::Theirs(theirs)) => drop(theirs.wait().await),
         }
         true
     }
@@ -887,14 +877,6 @@ impl DevicePool {
             _elements: PhantomData,
         }
     }
-}
-
-/// The out-of-memory drain a request waits for: the synchronisation of the release stream it
-/// submitted itself, or the latest one another request submitted (see
-/// [`DevicePool::drain_cache`]).
-enum Drain {
-    Own(Op<()>),
-    Theirs(Completion),
 }
 
 /// Granted room an awaited allocation is filling, shared by the `alloc` future and the

@@ -3,14 +3,13 @@
 
 use std::ffi::c_void;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use npu_core::contain::{Rank, lock_here};
 use npu_core::ffi::{self, AclApi};
 use npu_core::{Context, Error, Result, acl_call, acl_call_opt};
 use npu_mem::pool_cache::{Repair, Seal, Source};
 
 use super::DevicePoolBackend;
+use super::returns::Returns;
 use crate::stream::Stream;
 
 /// One device allocation the pool caches. Owning it means owning the memory; it goes back
@@ -142,32 +141,10 @@ pub(crate) struct DeviceSource {
     backend: Backend,
     /// Why this backend was chosen.
     pub(crate) reason: String,
-    /// The latest out-of-memory drain of the release stream (`DevicePool::drain_cache`): the
-    /// completion of its synchronisation, and the frees it covers. A request out of memory
-    /// that finds the cache already freed by another waits for it before its retry, as the
-    /// memory is on its way back. Taken with `contain::lock_here` (`Rank::Drain`) by the
-    /// drain, which holds it from freeing the cache to publishing its synchronisation, and by
-    /// every other way blocks are given back, from taking them to counting their frees
-    /// ([`giving_back`](Source::giving_back)). The caching backend has no drain: a request
-    /// out of memory there takes the lock to wait for frees in progress, and it stays `None`.
-    pub(crate) draining: std::sync::Mutex<Option<Drained>>,
-    /// How many times blocks were given back (`free`), counted once the frees are queued on
-    /// the release stream (or, on the caching backend, made): by a trim, an eviction, a
-    /// drain, an unclaimed allocation. A drain covers those counted before its
-    /// synchronisation was recorded; a request out of memory that finds more counted than the
-    /// latest drain covers has memory on its way back that no drain waits for, and
-    /// synchronises the stream itself. On the caching backend a request out of memory that
-    /// finds more counted than before its attempt retries: memory came back meanwhile.
-    queued: AtomicU64,
-}
-
-/// An out-of-memory drain of the release stream: the completion of its synchronisation, and
-/// how many batches of frees had been queued before it ([`DeviceSource::frees_queued`]), which
-/// it covers.
-#[derive(Clone)]
-pub(crate) struct Drained {
-    pub(crate) completion: npu_core::Completion,
-    pub(crate) covers: u64,
+    /// The frees it queued and the latest out-of-memory drain of the release stream
+    /// (`DevicePool::drain_cache`): a request out of memory that finds the cache already freed
+    /// by another waits for that drain before its retry, as the memory is on its way back.
+    pub(crate) returns: Returns<npu_core::Completion>,
 }
 
 impl DeviceSource {
@@ -178,8 +155,7 @@ impl DeviceSource {
             context: context.clone(),
             backend: Backend::Caching,
             reason: format!("{reason}: aclrtMalloc with completion-tracked reuse"),
-            draining: std::sync::Mutex::new(None),
-            queued: AtomicU64::new(0),
+            returns: Returns::new(),
         };
         let force = match plan(context.runtime().api(), forced)? {
             Plan::Caching(reason) => return Ok(caching(reason)),
@@ -194,8 +170,7 @@ impl DeviceSource {
                 },
                 context,
                 backend: Backend::Runtime(pool),
-                draining: std::sync::Mutex::new(None),
-                queued: AtomicU64::new(0),
+                returns: Returns::new(),
             }),
             Err(err) if !force => Ok(caching(format!("creating a runtime pool failed ({err})"))),
             Err(err) => Err(err),
@@ -244,34 +219,6 @@ impl DeviceSource {
             }
         }
         Ok(DeviceBlock { ptr, bytes })
-    }
-
-    /// The latest drain (see `draining`), for a drain that could not take the drain lock
-    /// (`contain::lock_here` refused): only if it is free, since this thread may hold it
-    /// already, or hold a lock ranked above it.
-    pub(crate) fn latest_drain(&self) -> Option<Drained> {
-        match self.draining.try_lock() {
-            Ok(latest) => latest.clone(),
-            Err(std::sync::TryLockError::Poisoned(latest)) => latest.into_inner().clone(),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
-    }
-
-    /// Makes `drain` the latest drain, for a drain that could not take the drain lock: only
-    /// if it is free, as for [`latest_drain`](DeviceSource::latest_drain).
-    pub(crate) fn publish_drain(&self, drain: Drained) {
-        match self.draining.try_lock() {
-            Ok(mut latest) => *latest = Some(drain),
-            Err(std::sync::TryLockError::Poisoned(latest)) => *latest.into_inner() = Some(drain),
-            Err(std::sync::TryLockError::WouldBlock) => {}
-        }
-    }
-
-    /// How many batches of blocks have been queued for freeing on the release stream (freed,
-    /// on the caching backend) so far: each counted one is on the stream before anything
-    /// recorded on it after this read.
-    pub(crate) fn frees_queued(&self) -> u64 {
-        self.queued.load(Ordering::Acquire)
     }
 
     /// The runtime pool's release stream, where its frees are queued; `None` on the caching
@@ -364,7 +311,7 @@ unsafe impl Source for DeviceSource {
                         unsafe { acl_call!(runtime, aclrtFree(block.ptr)) }
                     })
                 });
-                self.queued.fetch_add(1, Ordering::AcqRel);
+                self.returns.counted();
                 freed
             }
             Backend::Runtime(pool) => {
@@ -391,7 +338,7 @@ unsafe impl Source for DeviceSource {
                 });
                 // Counted after the calls, failed or not (one that failed only costs a
                 // request out of memory a synchronisation it did not need).
-                self.queued.fetch_add(1, Ordering::AcqRel);
+                self.returns.counted();
                 freed
             }
         };
@@ -409,8 +356,7 @@ unsafe impl Source for DeviceSource {
     /// (`DevicePool::freed_since`, from `malloc_again`). Refused on this thread (held already, as by a drain freeing
     /// the cache, or against the lock order), it goes ahead unlocked.
     fn giving_back<R>(&self, give_back: impl FnOnce() -> R) -> R {
-        let _draining = lock_here(&self.draining, Rank::Drain);
-        give_back()
+        self.returns.giving_back(give_back)
     }
 
     const MEMORY_ERRORS: bool = true;
