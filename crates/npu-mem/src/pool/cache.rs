@@ -23,6 +23,7 @@ use std::time::Instant;
 use npu_core::{Error, MemoryErrorKind, Result, UseList};
 use tokio::sync::oneshot;
 
+use super::repairs::Repairs;
 use super::size_class::size_class;
 use super::state::State;
 use super::stats::{PoolStats, Timing};
@@ -139,13 +140,7 @@ pub struct Cache<S: Source> {
     state: Mutex<State<S::Block, Reply<S::Block>>>,
     timing: Timing,
     /// Blocks waiting for [`Source::repair`], and whether a repair thread is serving them.
-    repairs: Mutex<Repairs<S::Block>>,
-}
-
-/// The repair thread's queue.
-struct Repairs<B> {
-    queue: Vec<B>,
-    running: bool,
+    repairs: Repairs<S::Block>,
 }
 
 impl<S: Source> Cache<S> {
@@ -156,10 +151,7 @@ impl<S: Source> Cache<S> {
             capacity,
             state: Mutex::new(State::new(capacity)),
             timing: Timing::default(),
-            repairs: Mutex::new(Repairs {
-                queue: Vec::new(),
-                running: false,
-            }),
+            repairs: Repairs::new(),
         }
     }
 
@@ -377,12 +369,7 @@ impl<S: Source> Cache<S> {
             self.settle(block, Repair::Unrepairable(why));
             return;
         }
-        let start = {
-            let mut repairs = self.repairs();
-            repairs.queue.push(block);
-            !std::mem::replace(&mut repairs.running, true)
-        };
-        if !start {
+        if !self.repairs.queue(block) {
             return;
         }
         let cache = self.clone();
@@ -397,12 +384,7 @@ impl<S: Source> Cache<S> {
         if let Err(err) = spawned {
             npu_core::log!(warn, pool = S::NAME, %err, "no thread to examine pooled blocks after a memory error");
             // Nothing will look at the queued blocks, and none may be cached unexamined.
-            let blocks = {
-                let mut repairs = self.repairs();
-                repairs.running = false;
-                std::mem::take(&mut repairs.queue)
-            };
-            for block in blocks {
+            for block in self.repairs.unserved() {
                 let why = format!("no thread to examine it ({err})");
                 self.settle(block, Repair::Unrepairable(why));
             }
@@ -412,17 +394,7 @@ impl<S: Source> Cache<S> {
     /// The repair thread: examines the queued blocks until none is left. It holds the cache,
     /// so a pool dropped meanwhile ends here, once the last block is settled.
     fn repair_queued(self: Arc<Self>) {
-        loop {
-            let block = {
-                let mut repairs = self.repairs();
-                match repairs.queue.pop() {
-                    Some(block) => block,
-                    None => {
-                        repairs.running = false;
-                        return;
-                    }
-                }
-            };
+        while let Some(block) = self.repairs.next() {
             // A source's panic is contained: the block is then quarantined, not lost.
             let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 self.source.repair(&block)
@@ -460,10 +432,6 @@ impl<S: Source> Cache<S> {
                 self.update(|state, _| state.quarantine(block, class));
             }
         }
-    }
-
-    fn repairs(&self) -> MutexGuard<'_, Repairs<S::Block>> {
-        self.repairs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Makes sure `count` blocks for requests of `bytes` bytes are cached, allocating the

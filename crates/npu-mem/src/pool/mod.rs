@@ -14,9 +14,17 @@ use crate::host_block::{HostAllocConfig, HostBlock, PAGE, check_host_align};
 
 mod buffer;
 pub mod cache;
+#[cfg(test)]
+mod model;
+mod repairs;
 mod size_class;
 mod state;
 mod stats;
+
+/// Std-backed primitives for [`repairs`]; the loom model supplies loom's instead.
+mod sync {
+    pub(crate) use std::sync::{Mutex, MutexGuard};
+}
 
 pub use buffer::PooledBuffer;
 pub use stats::PoolStats;
