@@ -1,9 +1,11 @@
-//! The one wake-up that every thread blocked on an operation shares. Written against
-//! `super::sync`, so that the loom model (`completion::model`) checks the very code blocked
+//! The one wake-up that every thread blocked on an operation shares: how it is armed on the
+//! operation's state and how a thread blocks on it. Written against `super::sync` and
+//! `super::state`, so that the loom model (`completion::model`) checks the very code blocked
 //! threads run.
 
 use std::time::{Duration, Instant};
 
+use super::state::{Deferred, State};
 use super::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Raised once, when the operation completes or is abandoned. Every [`BlockingWaiter`] of the
@@ -18,6 +20,29 @@ pub(crate) struct Signal {
 }
 
 impl Signal {
+    /// A signal raised when `state` completes or is abandoned: it defers the operation's one
+    /// notification, a drop guard raising the signal, which the completer runs and an
+    /// abandonment drops unrun (run here at once if the operation is done already).
+    pub(crate) fn armed<T: Clone>(state: &State<T>) -> Arc<Signal> {
+        let signal = Arc::new(Signal::default());
+        let raise = RaiseOnDrop(signal.clone());
+        if let Some(Deferred::Notify(notify)) = state.defer(Deferred::Notify(Box::new(move || {
+            drop(raise);
+        }))) {
+            notify();
+        }
+        signal
+    }
+
+    /// Blocks until the operation of `state`, which this signal was [armed](Signal::armed)
+    /// on, completes or is abandoned, giving up after `timeout` (`None`: no bound); returns
+    /// whether it did. A completer dropped without completing leaves the operation pending
+    /// for ever: its drop raises the signal, and `is_abandoned` covers a completer gone
+    /// before the signal was armed.
+    pub(crate) fn wait_on<T: Clone>(&self, state: &State<T>, timeout: Option<Duration>) -> bool {
+        state.is_abandoned() || self.wait(timeout)
+    }
+
     fn raised(&self) -> MutexGuard<'_, bool> {
         self.raised.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -29,7 +54,7 @@ impl Signal {
 
     /// Waits until the signal is raised, giving up after `timeout` (`None`: no bound);
     /// returns whether it was raised.
-    pub(crate) fn wait(&self, timeout: Option<Duration>) -> bool {
+    fn wait(&self, timeout: Option<Duration>) -> bool {
         // A timeout too long to represent is no bound.
         let deadline = timeout.and_then(|timeout| Instant::now().checked_add(timeout));
         let mut raised = self.raised();
@@ -52,7 +77,7 @@ impl Signal {
 
 /// Raises its signal when dropped: run by the completer as a deferred notification, or
 /// dropped unrun when the operation is abandoned, either way waking the blocked threads.
-pub(crate) struct RaiseOnDrop(pub(crate) Arc<Signal>);
+struct RaiseOnDrop(Arc<Signal>);
 
 impl Drop for RaiseOnDrop {
     fn drop(&mut self) {

@@ -9,8 +9,7 @@ use std::task::{Context as TaskContext, Poll};
 use crate::code::MemoryErrorKind;
 use crate::error::{Error, Result};
 use crate::paused_clock::{ClockHold, SLICE};
-use crate::reaper::Action;
-use blocked::{RaiseOnDrop, Signal};
+use blocked::Signal;
 use state::{Deferred, Registration};
 
 mod blocked;
@@ -409,15 +408,10 @@ impl Completion {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn blocking_waiter(&self) -> BlockingWaiter {
-        let signal = self.state.blocked.get_or_init(|| {
-            let signal = Arc::new(Signal::default());
-            let raise = RaiseOnDrop(signal.clone());
-            let notify: Action = Box::new(move || drop(raise));
-            if let Some(Deferred::Notify(notify)) = self.state.defer(Deferred::Notify(notify)) {
-                notify();
-            }
-            signal
-        });
+        let signal = self
+            .state
+            .blocked
+            .get_or_init(|| Signal::armed(&self.state));
         BlockingWaiter {
             completion: self.clone(),
             woken: signal.clone(),
@@ -661,9 +655,7 @@ impl BlockingWaiter {
         if self.completion.orphaned_by_fork() {
             return Some(Err(crate::fork::error(API)));
         }
-        // A completer dropped without completing leaves the operation pending for ever; its
-        // drop raises the signal, and `is_abandoned` covers a completer gone before.
-        if !self.completion.state.is_abandoned() && !self.woken.wait(Some(timeout)) {
+        if !self.woken.wait_on(&self.completion.state, Some(timeout)) {
             return None;
         }
         Some(self.completion.settled(API))
@@ -675,9 +667,7 @@ impl BlockingWaiter {
         if !self.completion.is_complete() && self.completion.orphaned_by_fork() {
             return Err(crate::fork::error(api));
         }
-        if !self.completion.state.is_abandoned() {
-            self.woken.wait(None);
-        }
+        self.woken.wait_on(&self.completion.state, None);
         self.completion.settled(api)
     }
 }

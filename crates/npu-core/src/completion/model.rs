@@ -16,7 +16,7 @@ mod blocked;
 #[path = "state.rs"]
 mod state;
 
-use blocked::{RaiseOnDrop, Signal};
+use blocked::Signal;
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use state::{Deferred, Registration, State};
@@ -241,18 +241,6 @@ fn a_release_deferred_during_completion_is_handed_on_before_the_completion_is_se
     });
 }
 
-/// What `Completion::blocking_waiter` does: defers the operation's one notification, a drop
-/// guard raising the signal blocked threads wait on (run in place if the operation is done).
-fn blocking_waiter(state: &State<u32>) -> Arc<Signal> {
-    let signal = Arc::new(Signal::default());
-    let raise = RaiseOnDrop(signal.clone());
-    let notify = Deferred::Notify(Box::new(move || drop(raise)));
-    if let Some(returned) = state.defer(notify) {
-        run(returned);
-    }
-    signal
-}
-
 /// A thread blocked on an operation (`BlockingWaiter::wait`, on `blocked.rs`'s signal) wakes
 /// once it completes, and finds the value there.
 #[test]
@@ -261,10 +249,9 @@ fn a_blocked_thread_wakes_to_the_value() {
         let state = Arc::new(State::<u32>::new());
         let completer = state.clone();
         let thread = loom::thread::spawn(move || assert!(complete(&completer, 5)));
-        let signal = blocking_waiter(&state);
-        if !state.is_abandoned() {
-            assert!(signal.wait(None));
-        }
+        // `Completion::blocking_waiter`, then `BlockingWaiter::wait`.
+        let signal = Signal::armed(&state);
+        assert!(signal.wait_on(&state, None));
         assert_eq!(state.value(), Some(5), "woken before the value was visible");
         thread.join().unwrap();
     });
@@ -282,10 +269,9 @@ fn a_blocked_waiter_is_woken_when_the_operation_is_abandoned() {
         let state = Arc::new(State::<u32>::new());
         let abandoner = state.clone();
         let thread = loom::thread::spawn(move || abandoner.abandon());
-        let signal = blocking_waiter(&state);
-        if !state.is_abandoned() {
-            assert!(signal.wait(None));
-        }
+        // `Completion::blocking_waiter`, then `BlockingWaiter::wait`.
+        let signal = Signal::armed(&state);
+        assert!(signal.wait_on(&state, None));
         thread.join().unwrap();
         assert!(!state.is_complete());
     });
