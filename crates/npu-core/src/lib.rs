@@ -36,6 +36,8 @@ mod error;
 mod fault;
 #[doc(hidden)]
 pub mod fork;
+#[doc(hidden)]
+pub mod holds;
 mod launch;
 mod module;
 mod op_error;

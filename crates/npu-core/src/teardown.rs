@@ -124,6 +124,11 @@ pub(crate) fn wait_until_settled(
 ) -> std::result::Result<(), usize> {
     loop {
         wait_until_ended(library, deadline)?;
+        // A completing thread's drops hand releases to the reaper and teardowns on: queued or
+        // counted once it lowers its hold.
+        if !crate::holds::wait_until_let_go(deadline) {
+            return Err(count(&running(), library));
+        }
         // Bounded too: a release the reaper runs may be held up (one of a runtime without the
         // calls that keep its destruction of a stopped stream from waiting, a program's own).
         if !crate::reaper::flush_until(deadline) {

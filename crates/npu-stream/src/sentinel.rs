@@ -24,6 +24,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use npu_core::holds::completing;
 use npu_core::{Error, Result, ffi};
 
 use crate::reactor::Pending;
@@ -238,7 +239,7 @@ fn spawn_fallback_on(builder: std::thread::Builder, job: Job) {
             // In slices where the runtime can bound its waits: a drain may end meanwhile,
             // through an operation submitted after it, which one unbounded wait would miss.
             let timeout = if job.timed() { SLICE_MS } else { -1 };
-            match step(job, timeout) {
+            match npu_core::holds::completing(|| step(job, timeout)) {
                 Some(again) => job = again,
                 None => return,
             }
@@ -339,11 +340,11 @@ fn round(waiting: &mut VecDeque<Job>) {
             _ => None,
         };
         let job = match draining {
-            Some(stream) if undrained.contains(&stream) => match end_if_ended(job) {
+            Some(stream) if undrained.contains(&stream) => match completing(|| end_if_ended(job)) {
                 Some(job) => job,
                 None => continue,
             },
-            _ => match step(job, SLICE_MS) {
+            _ => match completing(|| step(job, SLICE_MS)) {
                 Some(job) => {
                     behind.extend(watched);
                     undrained.extend(draining);

@@ -397,14 +397,11 @@ fn wait_for_teardowns_waits_for_a_callback_worker_holding_the_last_handle() {
     let runtime = own.build();
     hold_finalisation(&runtime);
     let_finalisation_go();
-    let controls = CdylibControls::of_the_loaded_library();
     let ctx = runtime.device(0).unwrap().primary_context().clone();
-    let streams = controls.stats(0).live_streams;
     let s = stream(&ctx, Strategy::CallbackThread);
     let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 7)).unwrap();
     assert_eq!(buffer.to_vec_blocking().unwrap(), [7; 64]);
     drop((buffer, s, ctx, runtime));
-    until_the_completing_thread_lets_go(&controls, streams);
     wait_for_teardowns(HANG).unwrap();
     let finalised_on = let_finalisation_go();
     assert_eq!(
@@ -444,16 +441,6 @@ fn wait_for_teardowns_is_bounded_while_the_reaper_is_held_up() {
     wait_for_teardowns(HANG).unwrap();
 }
 
-/// Until the cdylib's device 0 has no more streams than `streams`: the thread that completed
-/// a dropped stream's last operation (here the callback worker) keeps its reference for a
-/// moment after waking the task, and the stream goes (and its worker's retirement starts to
-/// count) only once it lets go, a window `wait_for_teardowns` documents it does not see.
-fn until_the_completing_thread_lets_go(controls: &CdylibControls, streams: u64) {
-    until("the completing thread let go of the stream", || {
-        controls.stats(0).live_streams <= streams
-    });
-}
-
 /// Promise: a callback worker counts as a teardown only once its last stream is gone. While a
 /// program holds a `CallbackThread` stream of its runtime, a build of that library asking for
 /// another `acl_config` is refused at once (a runtime of the library is alive), not made to
@@ -466,9 +453,7 @@ fn a_held_callback_stream_leaves_a_build_with_another_config_refused_at_once() {
     let own = OwnRuntime::new("teardown-waits-held-callback");
     let (first, second) = (Config::new("held-first"), Config::new("held-second"));
     let runtime = own.builder().acl_config(&first.0).build().unwrap();
-    let controls = CdylibControls::of_the_loaded_library();
     let ctx = runtime.device(0).unwrap().primary_context().clone();
-    let streams = controls.stats(0).live_streams;
     let s = stream(&ctx, Strategy::CallbackThread);
     let buffer = run(s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 7)).unwrap();
     let refused = watchdog("a build beside a held stream", || {
@@ -486,7 +471,6 @@ fn a_held_callback_stream_leaves_a_build_with_another_config_refused_at_once() {
         "{err:?}"
     );
     drop((buffer, s, ctx, runtime));
-    until_the_completing_thread_lets_go(&controls, streams);
     wait_for_teardowns(HANG).unwrap();
     let applied = own.builder().acl_config(&second.0).build();
     assert!(applied.is_ok(), "ACL was finalised: {applied:?}");
@@ -630,5 +614,144 @@ fn a_subscriber_dropping_the_last_handles_in_a_completing_loop_hands_the_teardow
         run(s.abort()).unwrap();
         drop(s);
         wait_for_teardowns(HANG).unwrap();
+    }
+}
+
+/// A waker that, when woken, says so, then keeps the completing thread inside the wake until
+/// the test lets it go (bounded): the moment a completing thread still holds the stream whose
+/// last operation it completed, stretched for as long as the test needs.
+struct HeldInTheWake {
+    /// Told the name of the thread the wake runs on.
+    woken: Mutex<Option<Sender<String>>>,
+    go: Mutex<Option<Receiver<()>>>,
+}
+
+impl Wake for HeldInTheWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let Some(woken) = self.woken.lock().unwrap().take() else {
+            return;
+        };
+        let go = self.go.lock().unwrap().take();
+        let _ = woken.send(std::thread::current().name().unwrap_or("").to_owned());
+        if let Some(go) = go {
+            let _ = go.recv_timeout(HANG);
+        }
+    }
+}
+
+/// Which thread completes the operation the program awaits last.
+#[derive(Clone, Copy, Debug)]
+enum Completing {
+    /// The stream's strategy's: the reactor, the device's callback worker or a blocking
+    /// waiter.
+    Strategy(Strategy),
+    /// The sentinel, draining a stream whose completion event could not be recorded (the
+    /// device out of events).
+    Sentinel,
+}
+
+/// Where `completing` completes: the thread's name starts with it.
+fn completing_thread(completing: Completing) -> &'static str {
+    match completing {
+        Completing::Strategy(Strategy::EventPoll) => "npu-reactor",
+        Completing::Strategy(Strategy::CallbackThread) => "npu-callback",
+        Completing::Strategy(_) => "npu-sync",
+        Completing::Sentinel => "npu-sentinel",
+    }
+}
+
+/// A program that drops every handle of a runtime of its own as soon as its await of the last
+/// operation of a stream (already dropped) returns, then calls `wait_for_teardowns`: the
+/// thread that completed that operation still holds the stream (so the context and the
+/// runtime) inside the wake, held there until the wait sleeps. Returns the threads ACL's
+/// finalisation ran on by the time the wait returned, and the wait's result.
+fn last_await_then_wait(
+    own: &OwnRuntime,
+    completing: Completing,
+) -> (npu::Result<()>, Vec<String>) {
+    let runtime = own.build();
+    hold_finalisation(&runtime);
+    let_finalisation_go();
+    let controls = CdylibControls::of_the_loaded_library();
+    let ctx = runtime.device(0).unwrap().primary_context().clone();
+    let strategy = match completing {
+        Completing::Strategy(strategy) => strategy,
+        Completing::Sentinel => Strategy::EventPoll,
+    };
+    let s = stream(&ctx, strategy);
+    let events = match completing {
+        Completing::Sentinel => take_every_event(&ctx),
+        _ => Vec::new(),
+    };
+    controls.hold(0);
+    let buffer = DeviceBuffer::<u8>::new(&ctx, 64).unwrap();
+    let mut op = s.memset(buffer, 7);
+    drop(s);
+    let (woken_tx, woken) = channel();
+    let (go, go_rx) = channel();
+    let waker = std::task::Waker::from(Arc::new(HeldInTheWake {
+        woken: Mutex::new(Some(woken_tx)),
+        go: Mutex::new(Some(go_rx)),
+    }));
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(
+        std::pin::Pin::new(&mut op).poll(&mut cx).is_pending(),
+        "{completing:?}: the device is held"
+    );
+    controls.release(0);
+    let woken_on = woken.recv_timeout(HANG).expect("woken");
+    assert!(
+        woken_on.starts_with(completing_thread(completing)),
+        "{completing:?}: woken on {woken_on}"
+    );
+    let result = match std::pin::Pin::new(&mut op).poll(&mut cx) {
+        std::task::Poll::Ready(result) => result.map(drop).map_err(npu::Error::from),
+        std::task::Poll::Pending => panic!("{completing:?}: woken, and still pending"),
+    };
+    drop((op, waker, events, ctx, runtime));
+    let waited = answer_while_asleep(
+        || {
+            let waited = wait_for_teardowns(HANG);
+            (waited, let_finalisation_go())
+        },
+        move || {
+            let _ = go.send(());
+        },
+    );
+    if let Completing::Sentinel = completing {
+        assert!(result.is_err(), "no completion event could be recorded");
+    } else {
+        assert!(result.is_ok(), "{completing:?}: {result:?}");
+    }
+    waited
+}
+
+/// Promise (the window closed): `wait_for_teardowns` called right after the program dropped
+/// everything once its last await returned waits for the thread that completed that await's
+/// operation, which still holds the stream (and through it the context and the runtime) in
+/// the wake: ACL was finalised by the time it returns, whichever thread completes the
+/// operation (the reactor, a device's callback worker, a blocking waiter, the sentinel). That
+/// thread is held in the wake until the wait sleeps. The break (the completing thread's hold
+/// not counted): the wait returned at once with nothing counted, ACL not finalised yet.
+#[test]
+fn wait_for_teardowns_waits_for_the_thread_that_completed_the_last_await() {
+    let (_guard, _d0) = devices_of(2, MEMORY);
+    let own = OwnRuntime::new("teardown-waits-last-await");
+    let every = STRATEGIES
+        .map(Completing::Strategy)
+        .into_iter()
+        .chain([Completing::Sentinel]);
+    for completing in every {
+        let (waited, finalised_on) = last_await_then_wait(&own, completing);
+        waited.unwrap_or_else(|e| panic!("{completing:?}: {e}"));
+        assert_eq!(
+            finalised_on.len(),
+            1,
+            "{completing:?}: ACL was finalised when the wait returned: {finalised_on:?}"
+        );
     }
 }

@@ -158,6 +158,9 @@ impl Completer {
         // this thread wait for its teardown (rule 5): marked as a shared thread until the
         // completer is gone, such a teardown goes to a thread of its own.
         crate::reaper::as_shared_thread(move || {
+            // Before the result is visible: the task it wakes may drop its last handles and
+            // wait for the teardowns while this thread still holds the stream.
+            crate::holds::raise_if_completing();
             // Noted before the result is visible, for the use lists of the memory it
             // touched: a pool must not hand out memory with an uncorrectable error again.
             if let Some(kind) = result.as_ref().err().and_then(Error::memory_error_kind) {

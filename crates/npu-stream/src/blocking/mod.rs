@@ -70,10 +70,10 @@ impl BlockingWait {
         };
         // Still running after the bound: the reactor takes over, so this thread returns in
         // bounded time.
-        match pending.wait_for(&stream, BLOCKING_WAIT_MS) {
+        npu_core::holds::completing(|| match pending.wait_for(&stream, BLOCKING_WAIT_MS) {
             Some(pending) => hand_over(pending, stream),
             None => strategy::release_stream(stream),
-        }
+        });
     }
 }
 

@@ -204,9 +204,11 @@ impl Worker {
                 // what was submitted after it completes.
                 done.sort_unstable_by_key(|(id, ..)| *id);
             }
-            for (_, entry, failure) in done {
-                entry.end(failure);
-            }
+            npu_core::holds::completing(|| {
+                for (_, entry, failure) in done {
+                    entry.end(failure);
+                }
+            });
             if let Err(err) = reported
                 && !matches!(
                     code,
@@ -222,7 +224,7 @@ impl Worker {
             // passed since the last.
             let now = Instant::now();
             if code != ffi::ACL_SUCCESS || now.duration_since(last_probe) >= PROBE_EVERY {
-                self.probe(&mut probes);
+                npu_core::holds::completing(|| self.probe(&mut probes));
                 last_probe = now;
             }
             if code != ffi::ACL_SUCCESS && self.retire_if_unused(key) {

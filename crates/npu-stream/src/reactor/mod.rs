@@ -277,14 +277,16 @@ impl Reactor {
             finished,
             retired,
         } = watched;
-        for (stream, pending, outcome) in finished {
-            // If completing panics again, the operation is abandoned: its memory leaks.
-            npu_core::contain::contained(|| outcome.apply(pending, &stream));
-            strategy::release_stream(stream);
-        }
-        let streams = active.into_iter().map(|active| active.stream);
-        streams.chain(inboxed).for_each(hand_over);
-        retired.into_iter().for_each(strategy::release_stream);
+        npu_core::holds::completing(|| {
+            for (stream, pending, outcome) in finished {
+                // If completing panics again, the operation is abandoned: its memory leaks.
+                npu_core::contain::contained(|| outcome.apply(pending, &stream));
+                strategy::release_stream(stream);
+            }
+            let streams = active.into_iter().map(|active| active.stream);
+            streams.chain(inboxed).for_each(hand_over);
+            retired.into_iter().for_each(strategy::release_stream);
+        });
     }
 
     /// A snapshot of the reactor's counters; all zero if it never started (asking does not
@@ -365,15 +367,18 @@ impl Reactor {
             });
             // Complete with no lock held; buffers are released on the reaper. Counted first,
             // so that a task woken by its completion sees it in the reactor's stats. Taken one
-            // at a time, so that a panic leaves the rest to `stop`.
-            while let Some((stream, pending, outcome)) = finished.pop_front() {
-                self.counters.completed();
-                outcome.apply(pending, &stream);
-                strategy::release_stream(stream);
-            }
-            while let Some(stream) = retired.pop() {
-                strategy::release_stream(stream);
-            }
+            // at a time, so that a panic leaves the rest to `stop`. One hold for the pass,
+            // until its streams are let go.
+            npu_core::holds::completing(|| {
+                while let Some((stream, pending, outcome)) = finished.pop_front() {
+                    self.counters.completed();
+                    outcome.apply(pending, &stream);
+                    strategy::release_stream(stream);
+                }
+                while let Some(stream) = retired.pop() {
+                    strategy::release_stream(stream);
+                }
+            });
             let now = Instant::now();
             // The linger runs from the last pass that had a stream to watch, including one
             // that found its only operation done at once: the reactor woken for that

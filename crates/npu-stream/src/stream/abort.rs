@@ -144,13 +144,15 @@ impl Stream {
         let started = std::thread::Builder::new()
             .name("npu-abort".into())
             .spawn(move || {
-                let completer = taken.lock().unwrap_or_else(|e| e.into_inner()).take();
-                if let Some(completer) = completer {
-                    let result = shared.abort_blocking(&completer.completion());
-                    completer.complete(result);
-                }
-                // The last reference destroys the stream, which belongs on the reaper.
-                strategy::release_stream(shared);
+                npu_core::holds::completing(move || {
+                    let completer = taken.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    if let Some(completer) = completer {
+                        let result = shared.abort_blocking(&completer.completion());
+                        completer.complete(result);
+                    }
+                    // The last reference destroys the stream, which belongs on the reaper.
+                    strategy::release_stream(shared);
+                })
             });
         if let Err(err) = started {
             let completer = slot.lock().unwrap_or_else(|e| e.into_inner()).take();

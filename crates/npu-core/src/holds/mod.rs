@@ -1,0 +1,78 @@
+//! The holds of npu-rs's completing threads: a thread that completes an operation (the
+//! reactor, a device's callback worker, a blocking waiter, the sentinel, an abort's thread)
+//! still holds the operation's stream, and through it the context and the runtime, for a
+//! moment after it wakes the task that awaited it. A program that drops its last handles as
+//! soon as its await returns leaves the last drop to that thread, which hands the stream to
+//! the reaper (and the context's teardown on to `npu-teardown`) after the program's own wait
+//! for the teardowns may have looked. So such a thread raises a hold before the operation's
+//! result is visible, and lowers it only once it has let go of everything it held for the
+//! completion: whatever its drops handed on is queued (on the reaper) or counted (as a
+//! teardown) by then. [`wait_for_teardowns`](crate::wait_for_teardowns) and a runtime build
+//! wait for the holds raised before they looked.
+
+use std::cell::Cell;
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use protocol::Holds;
+
+#[cfg(test)]
+mod model;
+mod protocol;
+
+/// Std-backed primitives for [`protocol`]; the loom model supplies loom's instead.
+mod sync {
+    pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
+    pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
+}
+
+static HOLDS: LazyLock<Holds> = LazyLock::new(Holds::new);
+
+thread_local! {
+    /// How many [`completing`] scopes this thread is in (nested).
+    static COMPLETING: Cell<u32> = const { Cell::new(0) };
+    /// The slot of the hold the outermost scope raised, once a completion in it raised one.
+    static RAISED: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// Runs `body`, a step of one of npu-rs's completing threads that may complete operations and
+/// then lets go of what it held for them (the operations' streams, their events): a completion
+/// made in it raises a hold ([`raise_if_completing`]), lowered when `body` returns (or
+/// unwinds), after those drops. Raised only by a completion, so a step that waits for the
+/// device first (a blocking waiter, an abort's thread) holds nothing while it waits.
+///
+/// For npu-rs's own crates, not for applications.
+#[doc(hidden)]
+pub fn completing<R>(body: impl FnOnce() -> R) -> R {
+    struct Scope;
+    impl Drop for Scope {
+        fn drop(&mut self) {
+            let depth = COMPLETING.with(|depth| {
+                depth.set(depth.get() - 1);
+                depth.get()
+            });
+            if depth == 0
+                && let Some(slot) = RAISED.with(Cell::take)
+            {
+                HOLDS.lower(slot);
+            }
+        }
+    }
+    COMPLETING.with(|depth| depth.set(depth.get() + 1));
+    let _scope = Scope;
+    body()
+}
+
+/// Raises this thread's hold, if it is in a [`completing`] scope that has not raised it yet:
+/// called as an operation completes, before its result is visible.
+pub(crate) fn raise_if_completing() {
+    if COMPLETING.with(Cell::get) > 0 && RAISED.with(Cell::get).is_none() {
+        RAISED.with(|raised| raised.set(Some(HOLDS.raise())));
+    }
+}
+
+/// Waits until every hold raised before the call is lowered, or until `deadline`: whether
+/// they were.
+pub(crate) fn wait_until_let_go(deadline: Instant) -> bool {
+    HOLDS.wait_for_earlier(Some(deadline))
+}

@@ -1,0 +1,128 @@
+//! The count of the holds of npu-rs's completing threads, and the wait for the holds raised
+//! before it. Written against `super::sync`, so that the loom model (`holds::model`) checks the
+//! very code the library runs.
+//!
+//! A hold is raised in the slot of the current generation (its parity) and lowered there. A
+//! wait moves the generation on, so that the holds raised after it go to the other slot and
+//! cannot keep it waiting: it waits for the previous generation's slot to empty (none is
+//! raised there while the generation it read is current), moves the generation on, and waits
+//! for the slot of the generation it read to empty. Either wait also ends once another wait
+//! has moved the generation past it (that one saw the slot empty first). So a wait returns
+//! once every hold raised before it began is lowered, however busy the completing threads
+//! are, and a hold costs two loads and two read-modify-writes of atomics.
+
+use std::time::Instant;
+
+use super::sync::{AtomicUsize, Condvar, Mutex, MutexGuard, Ordering::SeqCst};
+
+/// The holds and their waiters.
+pub(crate) struct Holds {
+    /// Holds are raised in slot `generation & 1`.
+    generation: AtomicUsize,
+    held: [AtomicUsize; 2],
+    /// Threads in [`Holds::wait_for_earlier`]: a lowering that empties a slot notifies only
+    /// when there is one.
+    waiters: AtomicUsize,
+    lock: Mutex<()>,
+    changed: Condvar,
+}
+
+/// Counts a waiter while it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
+    }
+}
+
+impl Holds {
+    pub(crate) fn new() -> Self {
+        Holds {
+            generation: AtomicUsize::new(0),
+            held: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            waiters: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Raises a hold; returns its slot, for [`Holds::lower`].
+    pub(crate) fn raise(&self) -> usize {
+        loop {
+            let generation = self.generation.load(SeqCst);
+            let slot = generation & 1;
+            self.held[slot].fetch_add(1, SeqCst);
+            // Unmoved since: the hold was counted before any wait moved the generation on,
+            // so every wait that begins later sees it. Moved: a wait may have found the slot
+            // empty already; raised again in the new generation's.
+            if self.generation.load(SeqCst) == generation {
+                return slot;
+            }
+            self.lower(slot);
+        }
+    }
+
+    /// Lowers a hold raised in `slot`.
+    pub(crate) fn lower(&self, slot: usize) {
+        // A waiter counts itself before it looks at the slots, under the lock: either it sees
+        // this lowering, or this sees it and notifies once it waits.
+        if self.held[slot].fetch_sub(1, SeqCst) == 1 && self.waiters.load(SeqCst) > 0 {
+            drop(self.locked());
+            self.changed.notify_all();
+        }
+    }
+
+    fn locked(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until every hold raised before the call has been lowered: `true`; `false` if
+    /// `deadline` (`None`: no bound) passed first.
+    pub(crate) fn wait_for_earlier(&self, deadline: Option<Instant>) -> bool {
+        let mut guard = self.locked();
+        self.waiters.fetch_add(1, SeqCst);
+        let _waiting = Waiting(&self.waiters);
+        let generation = self.generation.load(SeqCst);
+        // Holds raised in earlier generations of the other parity (a wait that ran out left
+        // them): none is raised there while `generation` is current.
+        let moved = || self.generation.load(SeqCst).wrapping_sub(generation);
+        while self.held[(generation & 1) ^ 1].load(SeqCst) != 0 && moved() == 0 {
+            guard = match self.wait(guard, deadline) {
+                Some(guard) => guard,
+                None => return false,
+            };
+        }
+        if self
+            .generation
+            .compare_exchange(generation, generation.wrapping_add(1), SeqCst, SeqCst)
+            .is_ok()
+        {
+            self.changed.notify_all();
+        }
+        while self.held[generation & 1].load(SeqCst) != 0 && moved() < 2 {
+            guard = match self.wait(guard, deadline) {
+                Some(guard) => guard,
+                None => return false,
+            };
+        }
+        true
+    }
+
+    /// One wait for a change, `None` once `deadline` has passed.
+    fn wait<'a>(
+        &'a self,
+        guard: MutexGuard<'a, ()>,
+        deadline: Option<Instant>,
+    ) -> Option<MutexGuard<'a, ()>> {
+        let Some(deadline) = deadline else {
+            return Some(self.changed.wait(guard).unwrap_or_else(|e| e.into_inner()));
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        let waited = self.changed.wait_timeout(guard, left);
+        Some(waited.unwrap_or_else(|e| e.into_inner()).0)
+    }
+}
