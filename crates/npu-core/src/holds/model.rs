@@ -16,26 +16,30 @@ use loom::sync::Arc;
 use loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use protocol::Holds;
 
-/// A completing thread: raises a hold, wakes its task (`woken`), lets go of what it held
-/// (`let_go`), then lowers the hold.
-fn complete(holds: &Holds, woken: &AtomicBool, let_go: &AtomicBool) {
+/// A completing thread: raises a hold, wakes the program's tasks (starts `waits` threads, each
+/// waiting for the holds as a program whose task woke does), lets go of what it held
+/// (`let_go`), then lowers the hold. Returns the waits, to join.
+fn complete_and_wake(
+    holds: &Arc<Holds>,
+    let_go: &Arc<AtomicBool>,
+    waits: usize,
+) -> Vec<loom::thread::JoinHandle<()>> {
     let slot = holds.raise();
-    woken.store(true, SeqCst);
+    let woken = (0..waits)
+        .map(|_| {
+            let (holds, let_go) = (holds.clone(), let_go.clone());
+            loom::thread::spawn(move || {
+                assert!(holds.wait_for_earlier(None));
+                assert!(
+                    let_go.load(SeqCst),
+                    "the wait returned before the thread let go"
+                );
+            })
+        })
+        .collect();
     let_go.store(true, SeqCst);
     holds.lower(slot);
-}
-
-/// The woken task's program: once woken, waits for the holds; the completing thread has let
-/// go by the time the wait returns.
-fn wait_once_woken(holds: &Holds, woken: &AtomicBool, let_go: &AtomicBool) {
-    while !woken.load(SeqCst) {
-        loom::thread::yield_now();
-    }
-    assert!(holds.wait_for_earlier(None));
-    assert!(
-        let_go.load(SeqCst),
-        "the wait returned before the thread let go"
-    );
+    woken
 }
 
 /// A wait made after the task was woken returns only once the completing thread let go; a
@@ -44,46 +48,31 @@ fn wait_once_woken(holds: &Holds, woken: &AtomicBool, let_go: &AtomicBool) {
 fn a_wait_after_the_wake_waits_for_the_completing_thread() {
     loom::model(|| {
         let holds = Arc::new(Holds::new());
-        let (woken, let_go) = (
-            Arc::new(AtomicBool::new(false)),
-            Arc::new(AtomicBool::new(false)),
-        );
-        let completer = {
-            let (holds, woken, let_go) = (holds.clone(), woken.clone(), let_go.clone());
-            loom::thread::spawn(move || complete(&holds, &woken, &let_go))
-        };
-        wait_once_woken(&holds, &woken, &let_go);
-        completer.join().unwrap();
+        let let_go = Arc::new(AtomicBool::new(false));
+        for wait in complete_and_wake(&holds, &let_go, 1) {
+            wait.join().unwrap();
+        }
     });
 }
 
 /// Two waits at once, each after the wake, around a completing thread whose hold came after
-/// another thread's: each returns only once the completing thread let go, and neither waits
-/// for the other's generation for ever.
+/// another thread's (raised and lowered while they may already wait): each returns only once
+/// the completing thread let go, and neither waits for ever on a generation the other moved.
 #[test]
 fn concurrent_waits_each_wait_for_the_holds_before_them() {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(3);
     builder.check(|| {
         let holds = Arc::new(Holds::new());
-        let (woken, let_go) = (
-            Arc::new(AtomicBool::new(false)),
-            Arc::new(AtomicBool::new(false)),
-        );
+        let let_go = Arc::new(AtomicBool::new(false));
         let completer = {
-            let (holds, woken, let_go) = (holds.clone(), woken.clone(), let_go.clone());
-            loom::thread::spawn(move || {
-                let earlier = holds.raise();
-                holds.lower(earlier);
-                complete(&holds, &woken, &let_go);
-            })
+            let (holds, let_go) = (holds.clone(), let_go.clone());
+            loom::thread::spawn(move || complete_and_wake(&holds, &let_go, 2))
         };
-        let other = {
-            let (holds, woken, let_go) = (holds.clone(), woken.clone(), let_go.clone());
-            loom::thread::spawn(move || wait_once_woken(&holds, &woken, &let_go))
-        };
-        wait_once_woken(&holds, &woken, &let_go);
-        completer.join().unwrap();
-        other.join().unwrap();
+        let later = holds.raise();
+        holds.lower(later);
+        for wait in completer.join().unwrap() {
+            wait.join().unwrap();
+        }
     });
 }

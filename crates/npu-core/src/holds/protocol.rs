@@ -9,7 +9,7 @@
 //! for the slot of the generation it read to empty. Either wait also ends once another wait
 //! has moved the generation past it (that one saw the slot empty first). So a wait returns
 //! once every hold raised before it began is lowered, however busy the completing threads
-//! are, and a hold costs two loads and two read-modify-writes of atomics.
+//! are, and a hold costs a load and four read-modify-writes of atomics.
 
 use std::time::Instant;
 
@@ -55,8 +55,11 @@ impl Holds {
             self.held[slot].fetch_add(1, SeqCst);
             // Unmoved since: the hold was counted before any wait moved the generation on,
             // so every wait that begins later sees it. Moved: a wait may have found the slot
-            // empty already; raised again in the new generation's.
-            if self.generation.load(SeqCst) == generation {
+            // empty already; raised again in the new generation's. Read by a
+            // read-modify-write, which reads the latest value: a wait's move is then either
+            // seen here or made after this, seeing the count (plain loads could each miss
+            // the other's write).
+            if self.generation.fetch_add(0, SeqCst) == generation {
                 return slot;
             }
             self.lower(slot);
@@ -66,8 +69,9 @@ impl Holds {
     /// Lowers a hold raised in `slot`.
     pub(crate) fn lower(&self, slot: usize) {
         // A waiter counts itself before it looks at the slots, under the lock: either it sees
-        // this lowering, or this sees it and notifies once it waits.
-        if self.held[slot].fetch_sub(1, SeqCst) == 1 && self.waiters.load(SeqCst) > 0 {
+        // this lowering, or this sees it and notifies once it waits (read by a
+        // read-modify-write, as in `raise`).
+        if self.held[slot].fetch_sub(1, SeqCst) == 1 && self.waiters.fetch_add(0, SeqCst) > 0 {
             drop(self.locked());
             self.changed.notify_all();
         }
