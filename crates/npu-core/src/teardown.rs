@@ -115,9 +115,10 @@ pub(crate) fn wait_until_ended(
     }
 }
 
-/// Waits as [`wait_until_ended`], then until the reaper has run the releases queued before
-/// (a completed operation's buffer, a stream: one may drop the last handle of a context and
-/// hand its teardown off), and again for any teardown that handed off.
+/// Waits as [`wait_until_ended`], then until the completing threads' holds raised before have
+/// been lowered (`holds`: their streams let go of), then until the reaper has run the releases
+/// queued before (a completed operation's buffer, a stream: one may drop the last handle of a
+/// context and hand its teardown off), and again for any teardown that handed off.
 pub(crate) fn wait_until_settled(
     library: Option<usize>,
     deadline: Instant,
@@ -163,10 +164,15 @@ pub(crate) fn wait_until_settled(
 /// drop a context's last handle and hand its teardown off. It does not wait for releases
 /// npu-rs deferred until the device is done (a buffer whose operation's future was dropped):
 /// a runtime some of whose objects await their work is still alive, and its teardown has not
-/// begun. Nor does it see a handle a shared thread still holds for a moment after it
-/// completed the work (the reactor, a callback worker, a blocking waiter, the sentinel or an
-/// abort's thread lets go of a stream just after waking the task that awaited the stream's
-/// last operation): such a teardown is counted only once that thread lets go. Drop every npu-rs object, let their work finish, then call this.
+/// begun. And it waits for the threads that completed operations to let go of what they held
+/// for them: the thread that completes an operation (the reactor, a callback worker, a
+/// blocking waiter, the sentinel or an abort's thread) still holds its stream, and through it
+/// the context and the runtime, for a moment after it wakes the task that awaited it; it
+/// raises a hold before the operation's result is visible and lowers it only once it has let
+/// go, by when the teardown its drop handed off is counted. So a program may drop its last
+/// npu-rs objects as soon as its last await returns and call this at once. Holds raised after
+/// the call began are not waited for. Drop every npu-rs object, let their work finish, then
+/// call this.
 ///
 /// # Blocking
 ///
