@@ -76,12 +76,15 @@ fn count(running: &Option<HashMap<usize, usize>>, library: Option<usize>) -> usi
 }
 
 /// Whether this thread may wait for teardowns: not a thread of npu-rs's that serves every
-/// stream (the reaper, a shared thread: rule 5), nor a teardown thread (which would wait for
-/// itself), nor one holding a lock a teardown or a release may take (a library's `aclInit`
+/// stream (the reaper, a shared thread: rule 5), nor one in a step that completes operations
+/// (a blocking waiter's, a drain's or an abort's thread, outside the completion itself too:
+/// its hold, once raised, would keep it waiting for itself), nor a teardown thread (which
+/// would wait for itself), nor one holding a lock a teardown or a release may take (a library's `aclInit`
 /// lock, one of npu-rs's ranked locks: a tracing subscriber called back from an ACL call
 /// made under it).
 pub(crate) fn may_wait_here() -> bool {
     !crate::reaper::on_shared_thread()
+        && !crate::holds::completing_here()
         && !ON_TEARDOWN.with(std::cell::Cell::get)
         && !crate::runtime::initialising_here()
         && !crate::contain::holds_a_lock()
@@ -190,7 +193,8 @@ pub(crate) fn wait_until_settled(
 ///   teardown stuck in the runtime): it says how many.
 /// - [`Error::InvalidArgument`] (argument `thread`) when called on one of npu-rs's own threads
 ///   (the reactor, the reaper, a callback worker, the sentinel, the overseer, a thread while it
-///   completes an operation, or a teardown thread, which would wait for itself), or on a
+///   completes an operation or runs a step that does, such as a blocking waiter's wait, a
+///   drain's or an abort's thread, or a teardown thread, which would wait for itself), or on a
 ///   thread inside an ACL call npu-rs makes under one of its locks (a tracing subscriber's
 ///   callback), which a teardown may need.
 ///
@@ -314,6 +318,23 @@ mod tests {
             ),
             "{waited:?}"
         );
+    }
+
+    /// A thread in a step that completes operations (a blocking waiter's wait, a drain's or an
+    /// abort's thread, where a tracing subscriber's callback may run outside the completion
+    /// itself) may not wait for teardowns, before its completion raised its hold as after: the
+    /// wait would wait for that hold, which is lowered only once the step returns. The break: the
+    /// wait ran out its timeout waiting for its own hold (`TeardownsRunning`).
+    #[test]
+    fn a_step_that_completes_operations_may_not_wait_for_teardowns() {
+        let (before, after) = crate::holds::completing(|| {
+            let before = wait_for_teardowns(Duration::from_millis(100));
+            crate::holds::raise_if_completing();
+            (before, wait_for_teardowns(Duration::from_millis(100)))
+        });
+        refused_on_this_thread(&before);
+        refused_on_this_thread(&after);
+        assert!(may_wait_here(), "once the step has returned");
     }
 
     /// A thread holding one of npu-rs's ranked locks (a tracing subscriber called back from an

@@ -239,7 +239,7 @@ fn spawn_fallback_on(builder: std::thread::Builder, job: Job) {
             // In slices where the runtime can bound its waits: a drain may end meanwhile,
             // through an operation submitted after it, which one unbounded wait would miss.
             let timeout = if job.timed() { SLICE_MS } else { -1 };
-            match npu_core::holds::completing(|| step(job, timeout)) {
+            match completing(|| step(job, timeout)) {
                 Some(again) => job = again,
                 None => return,
             }

@@ -71,6 +71,12 @@ pub(crate) fn raise_if_completing() {
     }
 }
 
+/// Whether this thread runs a [`completing`] step: it must not wait for the holds (its own, once
+/// raised, would keep it waiting) nor on device work.
+pub(crate) fn completing_here() -> bool {
+    COMPLETING.with(Cell::get) > 0
+}
+
 /// Waits until every hold raised before the call is lowered, or until `deadline`: whether
 /// they were.
 pub(crate) fn wait_until_let_go(deadline: Instant) -> bool {
