@@ -48,6 +48,12 @@ pub fn as_shared_thread<R>(body: impl FnOnce() -> R) -> R {
 /// marker when nothing is queued: a wait with no time to spare then still succeeds.
 static QUEUED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// Batches the reaper queued for itself so far (a release that hands on another release: a
+/// stream's drop, say, dropping a value whose release is deferred too): such a batch goes
+/// behind a marker queued meanwhile, so [`flush_until`] looks again when this moved while its
+/// marker was on its way.
+static REQUEUED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 fn sender() -> Option<&'static Sender<Vec<Action>>> {
     static SENDER: OnceLock<Option<Sender<Vec<Action>>>> = OnceLock::new();
     SENDER
@@ -86,6 +92,9 @@ pub(crate) fn run_later(actions: Vec<Action>) {
         Some(tx) => {
             let count = actions.len();
             QUEUED.fetch_add(count, std::sync::atomic::Ordering::AcqRel);
+            if ON_REAPER.with(std::cell::Cell::get) {
+                REQUEUED.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            }
             match tx.send(actions) {
                 Ok(()) => return,
                 Err(err) => {
@@ -248,26 +257,35 @@ pub fn flush() {
     }
 }
 
-/// [`flush`], bounded: whether the reaper ran the releases queued before the call by
-/// `deadline` (at once, with `true`, when none is queued, and where `flush` returns at once).
+/// [`flush`], bounded, and exhaustive: whether the reaper ran, by `deadline`, the releases
+/// queued before the call and every release those queued in turn, however deep (at once,
+/// with `true`, when none is queued, and where `flush` returns at once).
 pub(crate) fn flush_until(deadline: std::time::Instant) -> bool {
-    if QUEUED.load(std::sync::atomic::Ordering::Acquire) == 0 {
-        return true;
-    }
-    marker().is_none_or(|marker| {
+    use std::sync::atomic::Ordering::Acquire;
+    loop {
+        if QUEUED.load(Acquire) == 0 {
+            return true;
+        }
+        let requeued = REQUEUED.load(Acquire);
+        let Some(marker) = marker() else {
+            return true;
+        };
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        !matches!(
-            marker.recv_timeout(left),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
-        )
-    })
+        // The marker sends when it runs: what the reaper had queued for itself by then.
+        match marker.recv_timeout(left) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return false,
+            Ok(at_marker) if at_marker != requeued => continue,
+            _ => return true,
+        }
+    }
 }
 
 /// A marker queued on the reaper behind every release handed to it so far: the receiver
-/// hears from it once they have run. `None` where no wait may be made for it: on the reaper
+/// hears from it once they have run (with how many batches the reaper had queued for itself
+/// by then). `None` where no wait may be made for it: on the reaper
 /// itself, and in a forked child, whose reaper thread is the parent's (nothing would ever run
 /// the marker).
-fn marker() -> Option<std::sync::mpsc::Receiver<()>> {
+fn marker() -> Option<std::sync::mpsc::Receiver<usize>> {
     if ON_REAPER.with(std::cell::Cell::get) || crate::fork::forked() {
         return None;
     }
@@ -275,7 +293,7 @@ fn marker() -> Option<std::sync::mpsc::Receiver<()>> {
     // SAFETY: sending on an unbounded channel does not block.
     unsafe {
         release_later(move || {
-            let _ = tx.send(());
+            let _ = tx.send(REQUEUED.load(std::sync::atomic::Ordering::Acquire));
         })
     };
     Some(rx)

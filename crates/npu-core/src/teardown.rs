@@ -163,8 +163,9 @@ pub(crate) fn wait_until_settled(
 /// for too, if it is under way before the wait ends.
 ///
 /// It also waits until npu-rs's reaper has run the releases queued before it looked (a
-/// completed operation's buffer, queued before the operation is seen complete), since one may
-/// drop a context's last handle and hand its teardown off. It does not wait for releases
+/// completed operation's buffer, queued before the operation is seen complete), and those
+/// they queued in turn, however deep, since one may drop a context's last handle and hand its
+/// teardown off. It does not wait for releases
 /// npu-rs deferred until the device is done (a buffer whose operation's future was dropped):
 /// a runtime some of whose objects await their work is still alive, and its teardown has not
 /// begun. And it waits for the threads that completed operations to let go of what they held

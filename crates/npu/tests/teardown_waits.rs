@@ -309,6 +309,34 @@ fn wait_for_teardowns_is_refused_on_the_threads_that_complete_operations() {
     }
 }
 
+/// Queues on the reaper, held meanwhile, a release that queues another, `depth` releases deep,
+/// the last of which drops the last handles of a runtime of the program's own; then lets the
+/// reaper go once `wait_for_teardowns` sleeps. Returns the wait's result and how many contexts
+/// the runtime's device 0 still had when it returned.
+fn released_on_the_reaper(own: &OwnRuntime, depth: usize) -> (npu::Result<()>, u64) {
+    let runtime = own.build();
+    let controls = CdylibControls::of_the_loaded_library();
+    let ctx = runtime.device(0).unwrap().primary_context().clone();
+    let held = hold_the_reaper();
+    let last = (ctx, runtime);
+    let mut release: Box<dyn FnOnce() + Send> = Box::new(move || drop(last));
+    for _ in 1..depth {
+        let inner = release;
+        // SAFETY: queuing a release does not block.
+        release = Box::new(move || unsafe { npu::reaper::release_later(inner) });
+    }
+    // SAFETY: dropping the handles on the reaper hands their teardown to a thread of its own,
+    // and queuing a release does not block: no release here blocks.
+    unsafe { npu::reaper::release_later(release) };
+    answer_while_asleep(
+        move || {
+            let waited = wait_for_teardowns(HANG);
+            (waited, controls.stats(0).live_contexts)
+        },
+        || held.open(),
+    )
+}
+
 /// Promise (the brief's second point): `wait_for_teardowns` returns only once the releases
 /// already queued on the reaper have run, and the teardowns they handed off have ended: the
 /// last handles of a runtime of the program's own, dropped by a release the reaper holds
@@ -319,21 +347,24 @@ fn wait_for_teardowns_is_refused_on_the_threads_that_complete_operations() {
 fn wait_for_teardowns_waits_for_the_releases_queued_on_the_reaper() {
     let (_guard, _d0) = devices_of(2, MEMORY);
     let own = OwnRuntime::new("teardown-waits-reaper");
-    let runtime = own.build();
-    let controls = CdylibControls::of_the_loaded_library();
-    let ctx = runtime.device(0).unwrap().primary_context().clone();
-    let held = hold_the_reaper();
-    let last = (ctx, runtime);
-    // SAFETY: dropping the handles on the reaper hands their teardown to a thread of its own:
-    // the release does not block.
-    unsafe { npu::reaper::release_later(move || drop(last)) };
-    let (waited, contexts) = answer_while_asleep(
-        move || {
-            let waited = wait_for_teardowns(HANG);
-            (waited, controls.stats(0).live_contexts)
-        },
-        || held.open(),
+    let (waited, contexts) = released_on_the_reaper(&own, 1);
+    waited.unwrap();
+    assert_eq!(
+        contexts, 0,
+        "the context was still alive when the wait returned"
     );
+}
+
+/// Promise: the wait's look at the reaper is exhaustive: the last handles are dropped by the
+/// eighth of a chain of releases, each queued by the one before, the first held on the reaper
+/// (each queued behind the wait's marker, as a stream the reaper drops may defer a release of
+/// its own), and the context is gone by the time the wait returns. The break (one marker, one level deep): the wait
+/// returned once the first release ran, the context still alive.
+#[test]
+fn wait_for_teardowns_waits_for_releases_queued_by_releases() {
+    let (_guard, _d0) = devices_of(2, MEMORY);
+    let own = OwnRuntime::new("teardown-waits-reaper-nested");
+    let (waited, contexts) = released_on_the_reaper(&own, 8);
     waited.unwrap();
     assert_eq!(
         contexts, 0,
