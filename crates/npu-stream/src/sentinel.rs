@@ -339,6 +339,9 @@ fn round(waiting: &mut VecDeque<Job>) {
             Job::Drain { stream, .. } => Some(Arc::as_ptr(stream)),
             _ => None,
         };
+        // Each step a completing one (`holds::completing`): a job that completes its
+        // operation lets go of the stream before the step returns, and a wait for the
+        // teardowns waits for that, not for the slices the step waited before.
         let job = match draining {
             Some(stream) if undrained.contains(&stream) => match completing(|| end_if_ended(job)) {
                 Some(job) => job,

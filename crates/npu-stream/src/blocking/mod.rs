@@ -69,7 +69,8 @@ impl BlockingWait {
             return; // the overseer gave it to the reactor
         };
         // Still running after the bound: the reactor takes over, so this thread returns in
-        // bounded time.
+        // bounded time. A completing step: its hold, raised as the operation completes, is
+        // lowered once the stream is let go of.
         npu_core::holds::completing(|| match pending.wait_for(&stream, BLOCKING_WAIT_MS) {
             Some(pending) => hand_over(pending, stream),
             None => strategy::release_stream(stream),

@@ -204,6 +204,8 @@ impl Worker {
                 // what was submitted after it completes.
                 done.sort_unstable_by_key(|(id, ..)| *id);
             }
+            // The streams go with their entries: a wait for the teardowns made by a task
+            // woken here waits until they have (`holds::completing`).
             npu_core::holds::completing(|| {
                 for (_, entry, failure) in done {
                     entry.end(failure);
