@@ -696,14 +696,16 @@ fn completing_thread(completing: Completing) -> &'static str {
 }
 
 /// A program that drops every handle of a runtime of its own as soon as its await of the last
-/// operation of a stream (already dropped) returns, then calls `wait_for_teardowns`: the
-/// thread that completed that operation still holds the stream (so the context and the
-/// runtime) inside the wake, held there until the wait sleeps. Returns the threads ACL's
-/// finalisation ran on by the time the wait returned, and the wait's result.
-fn last_await_then_wait(
+/// operation of a stream (already dropped) returns, then runs `then` (a wait for the
+/// teardowns, a build of the library with another configuration): the thread that completed
+/// that operation still holds the stream (so the context and the runtime) inside the wake,
+/// held there until `then` sleeps. Returns what `then` returned, and the threads ACL's
+/// finalisation ran on by the time it returned.
+fn last_await_then<R: Send + 'static>(
     own: &OwnRuntime,
     completing: Completing,
-) -> (npu::Result<()>, Vec<String>) {
+    then: impl FnOnce() -> R + Send + 'static,
+) -> (R, Vec<String>) {
     let runtime = own.build();
     hold_finalisation(&runtime);
     let_finalisation_go();
@@ -746,7 +748,7 @@ fn last_await_then_wait(
     drop((op, waker, events, ctx, runtime));
     let waited = answer_while_asleep(
         || {
-            let waited = wait_for_teardowns(HANG);
+            let waited = then();
             (waited, let_finalisation_go())
         },
         move || {
@@ -777,12 +779,37 @@ fn wait_for_teardowns_waits_for_the_thread_that_completed_the_last_await() {
         .into_iter()
         .chain([Completing::Sentinel]);
     for completing in every {
-        let (waited, finalised_on) = last_await_then_wait(&own, completing);
+        let (waited, finalised_on) = last_await_then(&own, completing, || wait_for_teardowns(HANG));
         waited.unwrap_or_else(|e| panic!("{completing:?}: {e}"));
         assert_eq!(
             finalised_on.len(),
             1,
             "{completing:?}: ACL was finalised when the wait returned: {finalised_on:?}"
         );
+    }
+}
+
+/// Promise (the window closed, for a build): a build of the library asking for another
+/// `acl_config` right after the program dropped everything once its last await returned
+/// waits for the thread that completed that operation (still holding the runtime in the
+/// wake) and applies its configuration: ACL was finalised first; every strategy and the
+/// sentinel. The break (the hold not waited for): refused (`acl_config`), as if a runtime of
+/// the library were alive, since nothing was counted when the build looked.
+#[test]
+fn a_build_with_another_config_waits_for_the_thread_that_completed_the_last_await() {
+    let (_guard, _d0) = devices_of(2, MEMORY);
+    let own = OwnRuntime::new("teardown-waits-last-await-build");
+    let every = STRATEGIES
+        .map(Completing::Strategy)
+        .into_iter()
+        .chain([Completing::Sentinel]);
+    for completing in every {
+        let config = Config::new("last-await");
+        let builder = own.builder().acl_config(&config.0);
+        let (built, finalised_on) = last_await_then(&own, completing, move || builder.build());
+        let built = built.unwrap_or_else(|e| panic!("{completing:?}: {e}"));
+        assert_eq!(finalised_on.len(), 1, "{completing:?}: {finalised_on:?}");
+        drop(built);
+        wait_for_teardowns(HANG).unwrap();
     }
 }
