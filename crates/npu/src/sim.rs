@@ -486,9 +486,9 @@ pub fn now_ns(device: &Device) -> Result<u64> {
 /// is examined for the error, and repaired or quarantined, on a thread of the pool's own (the
 /// examination asks the runtime, which no release may wait for), and counts in
 /// `awaiting_blocks` until then, however long ago its operation was awaited. (A block whose
-/// error has no repair, an HBM multi-bit ECC error, is quarantined at once.) Wait for that
-/// count instead, bounded, with `flush_releases` between looks (a block dropped while its
-/// operation still ran comes back through the reaper before the repair sees it):
+/// error has no repair, an HBM multi-bit ECC error, is quarantined at once.) Await the pool's
+/// `settled()` instead, bounded: it resolves once every block is back, repairs included (and
+/// it is not the simulator's: it works the same on CANN):
 ///
 /// ```
 /// use npu::prelude::*;
@@ -499,12 +499,8 @@ pub fn now_ns(device: &Device) -> Result<u64> {
 /// let block = pool.alloc::<u8>(&stream, 4096).await?;
 /// npu::sim::inject_memory_error(&block, 0..16)?;
 /// drop(stream.memset(block, 0).await.unwrap_err()); // hands the block back to the pool
-/// let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-/// while pool.stats().cache.awaiting_blocks > 0 {
-///     assert!(std::time::Instant::now() < deadline, "the repair never ended");
-///     npu::sim::flush_releases();
-///     std::thread::yield_now();
-/// }
+/// let bound = std::time::Duration::from_secs(30);
+/// tokio::time::timeout(bound, pool.settled()).await.expect("the repair ended");
 /// assert_eq!(pool.stats().cache.repaired, 1, "repaired, and cached for reuse");
 /// # Ok::<(), npu::Error>(())
 /// # })?;

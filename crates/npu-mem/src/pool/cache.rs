@@ -16,6 +16,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Wake, Waker, ready};
 use std::time::Instant;
@@ -141,6 +142,18 @@ pub struct Cache<S: Source> {
     timing: Timing,
     /// Blocks waiting for [`Source::repair`], and whether a repair thread is serving them.
     repairs: Repairs<S::Block>,
+    /// The tasks waiting in [`settled`](Cache::settled).
+    settling: Mutex<Settling>,
+    /// Whether `settling` holds a waker: a change that settles the pool looks at the list only
+    /// then, so a block's return costs no second lock while nobody waits.
+    anyone_settling: AtomicBool,
+}
+
+/// The wakers of [`Settled`] futures, each under its future's id.
+#[derive(Default)]
+struct Settling {
+    next_id: u64,
+    wakers: Vec<(u64, Waker)>,
 }
 
 impl<S: Source> Cache<S> {
@@ -152,6 +165,8 @@ impl<S: Source> Cache<S> {
             state: Mutex::new(State::new(capacity)),
             timing: Timing::default(),
             repairs: Repairs::new(),
+            settling: Mutex::default(),
+            anyone_settling: AtomicBool::new(false),
         }
     }
 
@@ -638,11 +653,55 @@ impl<S: Source> Cache<S> {
             true => state.pump(&mut evicted),
             false => Vec::new(),
         };
+        let settled = state.settled();
         drop(state);
         if !evicted.is_empty() {
             self.free_blocks(evicted);
         }
+        if settled {
+            self.wake_settling();
+        }
         (result, served)
+    }
+
+    /// Resolves once every block of the pool is back: none handed out, none awaiting its
+    /// operations (a block dropped while the device still used it) or its examination after a
+    /// memory error, and no allocation for a grant under way. Blocks handed out after it
+    /// resolved are not waited for. Cancel-safe: dropping it only stops waiting.
+    pub fn settled(self: &Arc<Self>) -> Settled<S> {
+        Settled {
+            cache: self.clone(),
+            id: None,
+        }
+    }
+
+    fn settling(&self) -> MutexGuard<'_, Settling> {
+        self.settling.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes every task waiting in [`settled`](Cache::settled), after a change that left the
+    /// pool settled. Each wake-up (and the waker's drop: woken by value) is the waiting task's
+    /// user code, run on whichever thread returned the block (the reaper, a completion
+    /// thread): a panic there is that task's alone, so each is contained on its own and the
+    /// others are still woken.
+    fn wake_settling(&self) {
+        if !self.anyone_settling.load(Ordering::SeqCst) {
+            return;
+        }
+        let wakers = {
+            let mut settling = self.settling();
+            self.anyone_settling.store(false, Ordering::SeqCst);
+            std::mem::take(&mut settling.wakers)
+        };
+        for (_, waker) in wakers {
+            if npu_core::contain::contained(|| waker.wake()) {
+                npu_core::log!(
+                    error,
+                    pool = S::NAME,
+                    "a waker of a task waiting for the pool to settle panicked"
+                );
+            }
+        }
     }
 
     /// Sends a grant to its waiter. Sending wakes the waiter's task on this thread, and a
@@ -688,6 +747,64 @@ impl<S: Source> Drop for Cache<S> {
         let mut blocks = state.trim_to(0);
         blocks.append(&mut state.take_quarantined());
         self.free_blocks(blocks);
+    }
+}
+
+/// What [`Cache::settled`] returns.
+pub struct Settled<S: Source> {
+    cache: Arc<Cache<S>>,
+    /// Its entry among the cache's settling wakers, once polled.
+    id: Option<u64>,
+}
+
+impl<S: Source> Settled<S> {
+    /// Takes this future's waker out of the cache's list, to drop outside the lock.
+    fn unregister(&mut self) -> Option<Waker> {
+        let id = self.id.take()?;
+        let mut settling = self.cache.settling();
+        let at = settling.wakers.iter().position(|(known, _)| *known == id)?;
+        Some(settling.wakers.swap_remove(at).1)
+    }
+}
+
+impl<S: Source> Future for Settled<S> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<()> {
+        // A waker's clone and drop are user code, which may return a block and so take the
+        // settling lock on this thread: both run outside it.
+        let waker = cx.waker().clone();
+        let this = &mut *self;
+        let replaced = {
+            let mut settling = this.cache.settling();
+            let settling = &mut *settling;
+            let id = *this.id.get_or_insert_with(|| {
+                settling.next_id += 1;
+                settling.next_id
+            });
+            // Stored before the state is read below: a change that settles the pool after
+            // that read finds the flag set and wakes this task.
+            this.cache.anyone_settling.store(true, Ordering::SeqCst);
+            match settling.wakers.iter_mut().find(|(known, _)| *known == id) {
+                Some((_, slot)) => Some(std::mem::replace(slot, waker)),
+                None => {
+                    settling.wakers.push((id, waker));
+                    None
+                }
+            }
+        };
+        drop(replaced);
+        if this.cache.lock().settled() {
+            drop(this.unregister());
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}
+
+impl<S: Source> Drop for Settled<S> {
+    fn drop(&mut self) {
+        drop(self.unregister());
     }
 }
 

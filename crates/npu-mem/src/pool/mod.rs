@@ -419,6 +419,40 @@ impl PinnedPool {
         self.shared.trim_to(0)
     }
 
+    /// Resolves once every block of the pool is back: none handed out, none dropped while
+    /// the device still used it and awaiting its operations, none being pinned. Then
+    /// [`stats`](PinnedPool::stats) shows `allocated` and `awaiting_blocks` 0. What a
+    /// graceful shutdown, or a test checking that a cancelled pipeline lost no buffer, waits
+    /// for, instead of polling the counters. Blocks handed out after it resolved are not
+    /// waited for; while a task keeps one, it does not resolve (bound it with a timeout).
+    ///
+    /// A block dropped while an operation used it comes back once that operation completed
+    /// (docs/cancellation.md, rule 3), so this waits for the device, failed or aborted work
+    /// included. Under a paused Tokio clock it keeps nothing, as a queued
+    /// [`alloc`](PinnedPool::alloc) keeps nothing: await the operations first.
+    ///
+    /// Cancel safety: cancel-safe; dropping it only stops waiting.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_mem::{DeviceBuffer, PinnedPool};
+    /// use npu_stream::Stream;
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let (pool, stream) = (PinnedPool::new(&ctx), Stream::new(&ctx)?);
+    /// let block = pool.alloc::<u8>(4096).await?;
+    /// drop(stream.copy_h2d(block, DeviceBuffer::<u8>::new(&ctx, 4096)?)); // in flight
+    /// pool.settled().await; // the copy completed and its block came back
+    /// assert_eq!((pool.stats().allocated, pool.stats().awaiting_blocks), (0, 0));
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn settled(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
+        self.shared.settled()
+    }
+
     /// A snapshot of the pool's counters.
     ///
     /// ```

@@ -118,6 +118,13 @@ impl<B, W> State<B, W> {
         }
     }
 
+    /// Whether every block is back: none handed out, awaiting its operations or examination,
+    /// or being allocated for a grant.
+    pub(crate) fn settled(&self) -> bool {
+        let counts = &self.counts;
+        counts.allocated == 0 && counts.awaiting_blocks == 0 && counts.growing == 0
+    }
+
     pub(crate) fn counts(&self) -> Counts {
         Counts {
             waiters: self.waiters.len(),

@@ -572,6 +572,33 @@ impl DevicePool {
         Ok(freed)
     }
 
+    /// Resolves once every block of the pool is back: none handed out, none dropped while
+    /// the device still used it and awaiting its operations (or, after a memory error, its
+    /// examination), none being allocated. Then [`stats`](DevicePool::stats)`.cache` shows
+    /// `allocated` and `awaiting_blocks` 0. Blocks handed out after it resolved are not
+    /// waited for; while a task keeps one, it does not resolve (bound it with a timeout).
+    /// Under a paused Tokio clock it keeps nothing, as a queued [`alloc`](DevicePool::alloc)
+    /// keeps nothing. Cancel-safe: dropping it only stops waiting.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    /// use npu_stream::{DevicePool, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(0)?.primary_context().clone();
+    /// let (pool, stream) = (DevicePool::new(&ctx)?, Stream::new(&ctx)?);
+    /// let block = pool.alloc::<u8>(&stream, 4096).await?;
+    /// drop(stream.memset(block, 7)); // in flight: the block comes back after it
+    /// pool.settled().await;
+    /// assert_eq!(pool.stats().cache.awaiting_blocks, 0);
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    pub fn settled(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
+        self.cache.settled()
+    }
+
     /// A snapshot of the pool's counters.
     ///
     /// ```
