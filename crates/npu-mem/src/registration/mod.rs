@@ -39,7 +39,13 @@ use crate::host_block::PAGE;
 /// The rules ACL sets are checked before calling it, with an error naming the rule: the
 /// address must be 4 KiB aligned, and the registered size non-zero and whole pages (the
 /// runtime pins and maps whole pages, so a partial last page would drag in, and conflict
-/// with, neighbouring allocations). [`PageAlignedBuffer`] always qualifies. Registering a
+/// with, neighbouring allocations). [`PageAlignedBuffer`] always qualifies. A `Vec` qualifies
+/// only if its allocation happens to start on a page, which the global allocator does not
+/// promise and seldom does (glibc's `malloc` puts a header before every block, so its large
+/// blocks start 16 bytes past a page): expect a `Vec` to be refused, with the buffer handed
+/// back. Memory a program fills to stream should be a [`PageAlignedBuffer`] from the start;
+/// data that is already in a `Vec` goes through a pinned pool instead
+/// (`Stream::copy_from_slice_staged`, `Stream::upload`). Registering a
 /// range that is already registered fails with ACL's `ACL_ERROR_HOST_MEMORY_ALREADY_REGISTERED`
 /// (507910).
 ///

@@ -7,7 +7,9 @@ use bytemuck::Pod;
 /// [`HostRegistration`](crate::HostRegistration) takes ownership of, so the memory cannot be
 /// freed or moved while the device may access it.
 ///
-/// Implemented for `Vec<T>` and [`PageAlignedBuffer<T>`](crate::PageAlignedBuffer). The
+/// Implemented for `Vec<T>` and [`PageAlignedBuffer<T>`](crate::PageAlignedBuffer) (a `Vec`
+/// registers only if its allocation is page-aligned whole pages, which the global allocator
+/// seldom gives: see [`HostRegistration`](crate::HostRegistration)). The
 /// registration never resizes the buffer (it hands out `[T]`, not the `Vec`). Not for
 /// `Box<[T]>`: moving a `Box` asserts that nothing else reaches what it owns, while the
 /// registration and the device keep using the elements' address across every move; turn a

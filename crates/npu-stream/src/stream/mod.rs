@@ -354,8 +354,12 @@ impl Stream {
     /// `synchronize` (like `aclrtSynchronizeStream`), or when the stream's work can no longer
     /// complete (device lost, context stopped by `FailureMode::Stop`).
     ///
-    /// A failed operation's own future reports its failure too; `synchronize` is where the
-    /// failure of an operation whose future was dropped surfaces. The error names the failed
+    /// A failed operation's own future reports its failure, and the next `synchronize`
+    /// reports it again, awaited or not (the stream's failure record keeps the first failure
+    /// since the previous `synchronize`, as `aclrtSynchronizeStream` does): a pipeline that
+    /// handled a batch's fault and synchronises the stream sees it once more there.
+    /// `synchronize` is also where the failure of an operation whose future was dropped
+    /// surfaces. The error names the failed
     /// operation's ACL function. It is also where the failure of work the device ran without
     /// a completion event of its own surfaces (the device out of events: that operation fails
     /// with the runtime's refusal of its event, and the next submission to the stream records
