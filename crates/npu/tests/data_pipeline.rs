@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use npu::Stream;
+use npu::device::DeviceStatus;
 use npu::error::AclCode;
 use npu::memory::{HostRegistration, PageAlignedBuffer, RegisterFlags};
 use npu::prelude::*;
@@ -21,7 +22,7 @@ use tokio::sync::{Mutex, MutexGuard, watch};
 #[path = "../../../examples/support/batches.rs"]
 mod batches;
 
-use batches::{Batch, BatchError, H, OP, Pipeline, is_correct};
+use batches::{Batch, BatchError, H, OP, Pipeline, W, is_correct};
 
 /// A hang detector, not a synchronisation: everything awaited finishes long before.
 const HANG: Duration = Duration::from_secs(30);
@@ -136,7 +137,7 @@ async fn a_users_vec_registers_only_page_aligned_and_a_page_aligned_buffer_strea
     // A user's frame in a Vec: the global allocator does not align it to a page, so ACL's
     // rule (4 KiB aligned, whole pages) refuses it, by name, and hands it back.
     let frame: Vec<f32> = (0..1024).map(|k| k as f32).collect();
-    if frame.as_ptr() as usize % 4096 != 0 {
+    if !(frame.as_ptr() as usize).is_multiple_of(4096) {
         let refused = HostRegistration::new(&ctx, frame, RegisterFlags::PINNED).unwrap_err();
         let text = refused.error.to_string();
         assert!(
@@ -296,7 +297,64 @@ async fn a_kernel_fault_fails_its_batch_only_and_the_streams_go_on() {
         "{again}"
     );
     pipeline.compute.synchronize().await.unwrap();
+    // A failed operation hands its buffers back (`OpError::value`), as the docs promise: the
+    // block is ours again, and dropping it returns it to its pool.
+    sim::fail_task(&pipeline.compute, 1, AclCode(507015)).unwrap();
+    let block = pipeline
+        .memory
+        .alloc::<f32>(&pipeline.compute, H * W)
+        .await
+        .unwrap();
+    let failed = pipeline.compute.memset(block, 0).await.unwrap_err();
+    assert_eq!(failed.error.acl_code(), Some(AclCode(507015)));
+    let block = failed
+        .value
+        .expect("the failed memset's block, handed back");
+    assert_eq!(block.len(), H * W);
+    drop(block);
     settled(&pipeline).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_device_fails_its_batches_as_lost_and_another_device_serves() {
+    let _turn = turn().await;
+    // Device 1, which no other test of this file uses: a loss is final for the process.
+    let device = Device::open(1).unwrap();
+    let ctx = device.create_context().unwrap();
+    let pipeline = new_pipeline(&ctx, 2).await;
+    assert_eq!(consume(pipeline.run(0..2)).await.len(), 2);
+    // Batches in flight on the held device when it is lost.
+    let held = sim::hold(&device).unwrap();
+    let mut results = Box::pin(pipeline.run(2..10));
+    let since = pipeline.uploads.load(Ordering::SeqCst);
+    until_uploads(&pipeline, &mut results, since, 2).await;
+    // `lose` waits for the device's running tasks: not on a Tokio worker.
+    let losing = device.clone();
+    tokio::task::spawn_blocking(move || sim::lose(&losing))
+        .await
+        .unwrap()
+        .unwrap();
+    for outcome in consume(results).await {
+        let failed = outcome.expect_err("nothing runs on a lost device");
+        assert!(
+            failed.error.is_device_lost(),
+            "batch {}: {}",
+            failed.index,
+            failed.error
+        );
+    }
+    drop(held);
+    // The failed batches' blocks still come back: the device will never touch them again.
+    settled(&pipeline).await;
+    assert_eq!(device.status().unwrap(), DeviceStatus::Abnormal);
+    assert!(
+        Stream::new(&ctx).is_err(),
+        "no new stream on the lost device"
+    );
+    // Recovery is another device, not a new stream, context or open of this one.
+    let other = new_pipeline(&fresh_context().await, 2).await;
+    assert!(consume(other.run(0..4)).await.iter().all(Result::is_ok));
+    settled(&other).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -313,7 +371,7 @@ async fn a_fault_in_stop_mode_stops_the_context_and_a_new_context_recovers() {
     let results = consume(pipeline.run(0..5)).await;
     assert_eq!(*results[0].as_ref().unwrap(), 0);
     for result in &results[1..] {
-        let failed = result.as_ref().err().expect("the context stopped");
+        let failed = result.as_ref().expect_err("the context stopped");
         assert!(failed.error.acl_code().is_some(), "typed: {}", failed.error);
     }
     // Every stream of the context is stopped, a new one too: a new stream cannot recover.
