@@ -258,3 +258,36 @@ fn the_capacity_holds_after_a_hit_empties_the_largest_size() {
     assert_eq!(stats.evictions, 1, "{stats:?}");
     drop((large, third));
 }
+
+/// A waker that panics when woken: user code the pool's settled-wake must contain.
+struct PanickingWaker;
+
+impl std::task::Wake for PanickingWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        panic!("a hostile waker");
+    }
+}
+
+#[tokio::test]
+async fn settled_waits_for_every_block_and_a_panicking_waiter_harms_no_other() {
+    let pool = bounded(MIB);
+    let (first, second) = (block(&pool, 4096), block(&pool, 4096));
+    let mut hostile = Box::pin(pool.settled());
+    let waker = std::task::Waker::from(std::sync::Arc::new(PanickingWaker));
+    let polled = hostile
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(&waker));
+    assert!(polled.is_pending(), "two blocks are out");
+    let mut settled = spawn(pool.settled());
+    assert!(settled.poll().is_pending());
+    drop(first);
+    assert!(!settled.is_woken(), "one block is still out");
+    // The hostile wake-up runs on this thread, contained: the return completes and the
+    // other waiter is woken.
+    drop(second);
+    assert!(settled.is_woken());
+    assert_eq!(settled.poll(), Poll::Ready(()));
+    assert_eq!(pool.stats().allocated, 0);
+    // A wait begun once the pool is settled resolves at its first poll.
+    assert_eq!(spawn(pool.settled()).poll(), Poll::Ready(()));
+}
