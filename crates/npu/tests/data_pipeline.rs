@@ -21,15 +21,20 @@ use tokio::sync::{Mutex, MutexGuard, watch};
 
 #[path = "../../../examples/support/batches.rs"]
 mod batches;
+mod common;
 
 use batches::{Batch, BatchError, H, OP, Pipeline, W, is_correct};
+use common::{OpSpan, mark, record_op_spans, since};
 
 /// A hang detector, not a synchronisation: everything awaited finishes long before.
 const HANG: Duration = Duration::from_secs(30);
 
-/// One test at a time: the hold gate and the fault injections are per device.
+/// One test at a time: the hold gate and the fault injections are per device, and the
+/// reactor's counters and the recorded spans are the process's. The recording subscriber is
+/// installed before any test touches a device (docs/observability.md says why).
 async fn turn() -> MutexGuard<'static, ()> {
     static TURN: Mutex<()> = Mutex::const_new(());
+    record_op_spans();
     TURN.lock().await
 }
 
@@ -427,4 +432,64 @@ async fn what_a_user_can_count_for_the_pipeline() {
     }
     let stats = sim::device_stats(&ctx.device()).unwrap();
     assert!(!stats.lost);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_batch_is_a_trace_of_spans_on_its_three_streams() {
+    let _turn = turn().await;
+    let ctx = fresh_context().await;
+    let pipeline = new_pipeline(&ctx, 1).await;
+    let from = mark();
+    // Batch 1's kernel faults: its span carries the error, and the batch stops there.
+    sim::fail_task(&pipeline.compute, 2, AclCode(507015)).unwrap();
+    let outcomes = consume(pipeline.run(0..3)).await;
+    assert_eq!(outcomes.iter().filter(|o| o.is_err()).count(), 1);
+    settled(&pipeline).await;
+    let seen = since(from);
+    let on = |stream: &Stream, op: &str| -> Vec<OpSpan> {
+        let id = stream.id().to_string();
+        let of = |span: &&OpSpan| {
+            span.fields.get("stream") == Some(&id)
+                && span.fields.get("op").map(String::as_str) == Some(op)
+        };
+        seen.spans.iter().filter(of).cloned().collect()
+    };
+    let field = |span: &OpSpan, name: &str| span.fields.get(name).cloned().unwrap_or_default();
+    let image_bytes = (H * W * size_of::<f32>()).to_string();
+    let uploads = on(&pipeline.upload, "aclrtMemcpy2dAsync");
+    assert_eq!(uploads.len(), 3);
+    for span in &uploads {
+        assert_eq!(
+            (field(span, "direction"), field(span, "bytes")),
+            ("h2d".into(), image_bytes.clone())
+        );
+        assert_eq!(span.messages(), ["completed"], "{:?}", span.fields);
+    }
+    let kernels = on(&pipeline.compute, "aclrtLaunchKernelWithHostArgs");
+    assert_eq!(kernels.len(), 3);
+    for (index, span) in kernels.iter().enumerate() {
+        assert_eq!(field(span, "kernel"), "scale_f32");
+        match index {
+            1 => {
+                assert!(field(span, "error").contains("507015"), "{:?}", span.fields);
+                assert_eq!(span.messages(), ["failed"]);
+            }
+            _ => assert_eq!(span.messages(), ["completed"], "{:?}", span.fields),
+        }
+    }
+    assert_eq!(on(&pipeline.download, "aclrtMemsetAsync").len(), 3);
+    // The failed batch's pitched copy out was submitted, then dropped unawaited when its
+    // kernel's error ended the batch: a span with no outcome, closed all the same.
+    let pitched = on(&pipeline.download, "aclrtMemcpy2dAsync");
+    let outcomes: Vec<_> = pitched.iter().map(OpSpan::messages).collect();
+    assert_eq!(outcomes, [vec!["completed"], vec![], vec!["completed"]]);
+    assert_eq!(
+        on(&pipeline.download, "aclrtMemcpyAsync").len(),
+        2,
+        "no copy out for batch 1"
+    );
+    assert!(
+        seen.spans.iter().all(|span| span.closed),
+        "every span closed"
+    );
 }
