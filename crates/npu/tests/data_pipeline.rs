@@ -108,14 +108,15 @@ async fn consume(
         .expect("the run ended")
 }
 
-async fn fresh_context() -> Context {
+/// A context of its own on device 0, so that a stop or a fault of one test stays there.
+fn fresh_context() -> Context {
     Device::open(0).unwrap().create_context().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_come_back_byte_for_byte_with_bounded_depth() {
     let _turn = turn().await;
-    let ctx = fresh_context().await;
+    let ctx = fresh_context();
     let pipeline = new_pipeline(&ctx, 3).await;
     let indices: Vec<usize> = consume(pipeline.run(0..24))
         .await
@@ -137,7 +138,7 @@ async fn batches_come_back_byte_for_byte_with_bounded_depth() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_users_vec_registers_only_page_aligned_and_a_page_aligned_buffer_streams() {
     let _turn = turn().await;
-    let ctx = fresh_context().await;
+    let ctx = fresh_context();
     let stream = Stream::new(&ctx).unwrap();
     // A user's frame in a Vec: the global allocator does not align it to a page, so ACL's
     // rule (4 KiB aligned, whole pages) refuses it, by name, and hands it back.
@@ -167,7 +168,7 @@ async fn a_users_vec_registers_only_page_aligned_and_a_page_aligned_buffer_strea
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_that_stops_early_gets_every_buffer_back() {
     let _turn = turn().await;
-    let ctx = fresh_context().await;
+    let ctx = fresh_context();
     // One batch at a time: `buffered` starts the next batch only when the consumer asks for
     // it, so the one asked for after the hold is in flight behind it, deterministically.
     // (Deeper, batches started before the hold may or may not have run by then.)
@@ -199,7 +200,7 @@ async fn a_consumer_that_stops_early_gets_every_buffer_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stage_timing_out_keeps_its_memory_until_the_device_is_done() {
     let _turn = turn().await;
-    let ctx = fresh_context().await;
+    let ctx = fresh_context();
     let pipeline = new_pipeline(&ctx, 2).await;
     let held = sim::hold(&ctx.device()).unwrap();
     // The pools are warm, so the stage's first wait is its copy in, on the held device.
@@ -233,7 +234,7 @@ async fn a_stage_timing_out_keeps_its_memory_until_the_device_is_done() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_with_batches_in_flight_returns_every_buffer() {
     let _turn = turn().await;
-    let ctx = fresh_context().await;
+    let ctx = fresh_context();
     let pipeline = new_pipeline(&ctx, 3).await;
     let (shutdown, mut stop) = watch::channel(false);
     // The device is held from the start: every batch the worker starts stays in flight.
@@ -270,7 +271,7 @@ async fn a_shutdown_with_batches_in_flight_returns_every_buffer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kernel_fault_fails_its_batch_only_and_the_streams_go_on() {
     let _turn = turn().await;
-    let ctx = fresh_context().await;
+    let ctx = fresh_context();
     let pipeline = new_pipeline(&ctx, 1).await;
     // The compute stream runs one device task a batch: its third is batch 2's kernel.
     sim::fail_task(&pipeline.compute, 3, AclCode(507015)).unwrap();
@@ -357,7 +358,7 @@ async fn a_lost_device_fails_its_batches_as_lost_and_another_device_serves() {
         "no new stream on the lost device"
     );
     // Recovery is another device, not a new stream, context or open of this one.
-    let other = new_pipeline(&fresh_context().await, 2).await;
+    let other = new_pipeline(&fresh_context(), 2).await;
     assert!(consume(other.run(0..4)).await.iter().all(Result::is_ok));
     settled(&other).await;
 }
@@ -365,7 +366,7 @@ async fn a_lost_device_fails_its_batches_as_lost_and_another_device_serves() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fault_in_stop_mode_stops_the_context_and_a_new_context_recovers() {
     let _turn = turn().await;
-    let ctx = fresh_context().await;
+    let ctx = fresh_context();
     // One batch at a time: batch 0 is done before batch 1's kernel stops the context.
     let pipeline = new_pipeline(&ctx, 1).await;
     pipeline
@@ -391,7 +392,7 @@ async fn a_fault_in_stop_mode_stops_the_context_and_a_new_context_recovers() {
     // Its blocks still came back: the failed work is done with them.
     settled(&pipeline).await;
     // A new context on the same device does, without reopening it.
-    let recovered = new_pipeline(&fresh_context().await, 2).await;
+    let recovered = new_pipeline(&fresh_context(), 2).await;
     let results = consume(recovered.run(0..3)).await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     settled(&recovered).await;
@@ -400,7 +401,7 @@ async fn a_fault_in_stop_mode_stops_the_context_and_a_new_context_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_user_can_count_for_the_pipeline() {
     let _turn = turn().await;
-    let ctx = fresh_context().await;
+    let ctx = fresh_context();
     let pipeline = new_pipeline(&ctx, 2).await;
     let before = npu::stream::reactor_stats();
     let results = consume(pipeline.run(0..4)).await;
@@ -437,7 +438,7 @@ async fn what_a_user_can_count_for_the_pipeline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_batch_is_a_trace_of_spans_on_its_three_streams() {
     let _turn = turn().await;
-    let ctx = fresh_context().await;
+    let ctx = fresh_context();
     let pipeline = new_pipeline(&ctx, 1).await;
     let from = mark();
     // Batch 1's kernel faults: its span carries the error, and the batch stops there.
