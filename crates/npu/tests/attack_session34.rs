@@ -1,0 +1,591 @@
+//! Attacks of the thirty-fourth session through the `npu` facade: futures awaited by an
+//! executor that is not Tokio (`futures::executor::block_on`), futures moved from a runtime
+//! shut down under them to a paused one, a thousand operations per stream polled by hand
+//! (`tokio_test::task::spawn`) and dropped in reverse order, thousands of waits on one
+//! completion in `FuturesUnordered` sets dropped while pending, registered host memory handed
+//! to copies whose submission fails (another device's memory, a stopped stream, a lost
+//! device), and pitched copies at their edges (empty shapes, views ending where their
+//! allocation does, pitches that overflow).
+//!
+//! Each test names the promise it attacks. The simulator's hold gate and live counters are
+//! process-wide, so every test takes the file's device lock; every wait is bounded (`run`,
+//! `watchdog`), so a hang fails its test. Device 2 is lost for the rest of the process by the
+//! one test that loses it.
+
+mod common;
+
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+
+use common::*;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use npu::memory::{DevicePoolBackend, HostRegistration, Memory, PageAlignedBuffer, RegisterFlags};
+use npu::prelude::*;
+use npu::stream::Copy2d;
+use npu::{Error, sim};
+
+/// The memory of each of the three simulated devices.
+const MEMORY: u64 = 64 << 20;
+
+/// How many operations per stream the hand-polled attack queues.
+const MANY: usize = 1000;
+
+/// How many waits on one completion each `FuturesUnordered` set holds.
+const WAITERS: usize = 2000;
+
+/// The device lock and device 0's primary context, of this file's three-device simulator.
+fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
+    devices_of(3, MEMORY)
+}
+
+/// A zeroed device buffer of `n` bytes.
+fn dev(ctx: &Context, n: usize) -> DeviceBuffer<u8> {
+    DeviceBuffer::new(ctx, n).unwrap()
+}
+
+/// A device buffer of `n` bytes, each `byte`.
+fn dev_of(ctx: &Context, n: usize, byte: u8) -> DeviceBuffer<u8> {
+    DeviceBuffer::from_host_blocking(ctx, &vec![byte; n]).unwrap()
+}
+
+/// A pinned buffer of `n` bytes, each `byte`.
+fn pinned(ctx: &Context, n: usize, byte: u8) -> PinnedBuffer<u8> {
+    PinnedBuffer::from_slice(ctx, &vec![byte; n]).unwrap()
+}
+
+/// Polls `future` once in the current task and tells `polled` whether that poll left it
+/// pending, then awaits it to the end.
+async fn after_a_first_poll<F: Future>(future: F, polled: mpsc::Sender<bool>) -> F::Output {
+    let mut future = pin!(future);
+    match poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await {
+        Poll::Ready(output) => {
+            polled.send(false).unwrap();
+            output
+        }
+        Poll::Pending => {
+            polled.send(true).unwrap();
+            future.await
+        }
+    }
+}
+
+/// Rules 5 and 7 and "every future completes" under an executor that is not Tokio: a memset,
+/// a `Completion::wait` of it, an `Event::wait` of a record behind it and a `synchronize`,
+/// joined and driven by `futures::executor::block_on` on a plain thread (no Tokio runtime
+/// anywhere on it, so a `BlockingSync` wait has no blocking pool to run on), first polled
+/// while the device is held, then the device released; every strategy.
+///
+/// Outcome: held. Every future resolves, the memset writes its bytes.
+#[test]
+fn futures_driven_by_a_plain_executor_outside_tokio_complete_on_every_strategy() {
+    let (_guard, ctx) = devices();
+    for strategy in STRATEGIES {
+        let held = sim::hold(&ctx.device()).unwrap();
+        let s = stream(&ctx, strategy);
+        let event = Event::new(&ctx).unwrap();
+        let memset = s.memset(dev(&ctx, 64), 7);
+        let done = memset.completion().wait();
+        event.record(&s).unwrap();
+        let (recorded, synchronized) = (event.wait(), s.synchronize());
+        let (polled, first) = mpsc::channel();
+        let executor = std::thread::spawn(move || {
+            let all = async { futures::future::join4(memset, done, recorded, synchronized).await };
+            futures::executor::block_on(after_a_first_poll(all, polled))
+        });
+        assert!(first.recv().unwrap(), "{strategy:?}: pending while held");
+        held.release().unwrap();
+        let (memset, done, recorded, synchronized) =
+            watchdog("the plain executor's futures", || executor.join().unwrap());
+        let memset = memset.unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
+        assert_eq!(memset.to_vec_blocking().unwrap(), [7; 64], "{strategy:?}");
+        done.unwrap();
+        recorded.unwrap();
+        synchronized.unwrap();
+    }
+}
+
+/// Rules 5 and 7 for futures that outlive the runtime that first polled them: a memset, a
+/// `Completion::wait` of it, an `Event::wait` behind it and a `synchronize`, each polled once
+/// on a multi-thread runtime (a `BlockingSync` wait queued on its blocking pool) while the
+/// device is held; that runtime shut down in the background; the same futures then polled on
+/// a current-thread runtime whose clock is paused, the device released from inside it, and
+/// awaited there (a one-hour timeout: the paused clock must not jump past work the keepers
+/// hold it for); every strategy.
+///
+/// Outcome: held. Everything resolves on the second runtime before the paused clock moves.
+#[test]
+fn futures_moved_from_a_runtime_shut_down_under_them_to_a_paused_one_complete() {
+    let (_guard, ctx) = devices();
+    for strategy in STRATEGIES {
+        let held = sim::hold(&ctx.device()).unwrap();
+        let s = stream(&ctx, strategy);
+        let event = Event::new(&ctx).unwrap();
+        let mut memset = Box::pin(s.memset(dev(&ctx, 64), 9));
+        let mut done = Box::pin(memset.completion().wait());
+        event.record(&s).unwrap();
+        let mut recorded = Box::pin(event.wait());
+        let mut synchronized = Box::pin(s.synchronize());
+        let first = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        first.block_on(async {
+            assert!(poll_once(memset.as_mut()).await, "{strategy:?}");
+            assert!(poll_once(done.as_mut()).await, "{strategy:?}");
+            assert!(poll_once(recorded.as_mut()).await, "{strategy:?}");
+            assert!(poll_once(synchronized.as_mut()).await, "{strategy:?}");
+        });
+        first.shutdown_background();
+        let (memset, done, recorded, synchronized) = paused_runtime().block_on(async {
+            assert!(poll_once(memset.as_mut()).await, "{strategy:?}");
+            held.release().unwrap();
+            let start = tokio::time::Instant::now();
+            let all = tokio::time::timeout(std::time::Duration::from_secs(3600), async {
+                futures::future::join4(memset, done, recorded, synchronized).await
+            })
+            .await
+            .unwrap_or_else(|_| panic!("{strategy:?}: the paused clock ran past the work"));
+            assert_eq!(start.elapsed(), std::time::Duration::ZERO, "{strategy:?}");
+            all
+        });
+        let memset = memset.unwrap_or_else(|err| panic!("{strategy:?}: {err}"));
+        assert_eq!(memset.to_vec_blocking().unwrap(), [9; 64], "{strategy:?}");
+        done.unwrap();
+        recorded.unwrap();
+        synchronized.unwrap();
+    }
+}
+
+/// Polls `future` once in the current task: whether it was left pending.
+async fn poll_once<F: Future + ?Sized>(future: Pin<&mut F>) -> bool {
+    let mut future = future;
+    poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx).is_pending())).await
+}
+
+/// Rules 2, 5 and 7 at volume, polled by hand: a thousand memsets per stream, each in a task
+/// of its own (`tokio_test::task::spawn`) polled once while the device is held; every third
+/// dropped, from the last to the first; the device released. Then `WAITERS` waits on the last
+/// memset's completion in each of two `FuturesUnordered` sets, both polled once, one set
+/// dropped while pending, the other awaited; every strategy.
+///
+/// Outcome: held. Every kept task is woken and resolves with its own bytes, every waiter of
+/// the kept set resolves, and the dropped memsets' buffers are released (the device's
+/// allocations back to the baseline).
+#[test]
+fn a_thousand_hand_polled_operations_dropped_in_reverse_and_thousands_of_waiters_settle() {
+    let (_guard, ctx) = devices();
+    for strategy in STRATEGIES {
+        let baseline = live_allocations(&ctx);
+        let held = sim::hold(&ctx.device()).unwrap();
+        let s = stream(&ctx, strategy);
+        let mut completions = Vec::new();
+        let mut tasks: Vec<_> = (0..MANY)
+            .map(|i| {
+                let op = s.memset(dev(&ctx, 16), i as u8);
+                completions.push(op.completion().clone());
+                tokio_test::task::spawn(op)
+            })
+            .collect();
+        for task in &mut tasks {
+            assert!(task.poll().is_pending(), "{strategy:?}: pending while held");
+        }
+        let mut kept = Vec::new();
+        while let Some(task) = tasks.pop() {
+            let i = tasks.len();
+            if i % 3 == 0 {
+                drop(task);
+            } else {
+                kept.push((i, task));
+            }
+        }
+        let last = completions.last().unwrap().clone();
+        let mut dropped_set: FuturesUnordered<_> = (0..WAITERS).map(|_| last.wait()).collect();
+        let mut awaited_set: FuturesUnordered<_> = (0..WAITERS).map(|_| last.wait()).collect();
+        run(async {
+            assert!(poll_once(Pin::new(&mut dropped_set.next())).await);
+            assert!(poll_once(Pin::new(&mut awaited_set.next())).await);
+        });
+        drop(dropped_set);
+        held.release().unwrap();
+        all_completed(&completions);
+        let resolved = run(async {
+            let mut resolved = 0;
+            while let Some(result) = awaited_set.next().await {
+                result.unwrap();
+                resolved += 1;
+            }
+            resolved
+        });
+        assert_eq!(resolved, WAITERS, "{strategy:?}");
+        for (i, mut task) in kept {
+            assert!(task.is_woken(), "{strategy:?}: task {i} was woken");
+            let Poll::Ready(result) = task.poll() else {
+                panic!("{strategy:?}: task {i} still pending after its completion");
+            };
+            let bytes = result.unwrap().to_vec_blocking().unwrap();
+            assert_eq!(bytes, [i as u8; 16], "{strategy:?}: task {i}");
+        }
+        drop(s);
+        until_released("the dropped memsets' buffers", || {
+            live_allocations(&ctx) <= baseline
+        });
+    }
+}
+
+/// Page-aligned host memory of `n` bytes, each `byte`, registered (pinned) in `ctx`.
+fn registered(ctx: &Context, n: usize, byte: u8) -> HostRegistration<PageAlignedBuffer<u8>> {
+    let pages = PageAlignedBuffer::from_slice(&vec![byte; n]).unwrap();
+    HostRegistration::new(ctx, pages, RegisterFlags::PINNED).unwrap()
+}
+
+/// Whether `err` is an `InvalidArgument` of `api` naming `argument`.
+fn refused_by(err: &Error, api: &str, argument: &str) -> bool {
+    matches!(err, Error::InvalidArgument { .. }) && invalid(err) == (api, argument)
+}
+
+/// A registration handed to a copy whose submission fails comes back intact, and then
+/// unregisters (rule 3: a failed operation's memory is free to release), through three
+/// failures: a device buffer of another device (refused by npu-rs before the runtime), a
+/// stream a `FailureMode::Stop` fault stopped (refused by the runtime), and a device lost
+/// (device 2) with the registration made before the loss; both directions; every strategy.
+///
+/// Outcome: held. Each refusal is typed (npu-rs's names `Stream::copy_h2d`/`copy_d2h` and the
+/// argument; the runtime's carries its code), hands back the registration with its bytes
+/// unchanged, and `HostRegistration::into_inner` then returns the buffer (on the lost device
+/// the unregistration fails, and the buffer is kept rather than freed, as documented).
+#[test]
+fn registered_memory_handed_to_copies_whose_submission_fails_comes_back_intact() {
+    let (_guard, ctx) = devices();
+    let other = Device::open(1).unwrap().primary_context().clone();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        // Another device's memory: npu-rs refuses before the runtime sees anything.
+        let failed = run(s.copy_h2d(registered(&ctx, 4096, 1), dev(&other, 4096))).unwrap_err();
+        assert!(
+            refused_by(&failed.error, "Stream::copy_h2d", "dst"),
+            "{failed}"
+        );
+        let (host, _) = failed.value.expect("the buffers come back");
+        assert!(host.iter().all(|&b| b == 1));
+        let failed = run(s.copy_d2h(dev(&other, 4096), registered(&ctx, 4096, 2))).unwrap_err();
+        assert!(
+            refused_by(&failed.error, "Stream::copy_d2h", "src"),
+            "{failed}"
+        );
+        let (_, host) = failed.value.expect("the buffers come back");
+        assert!(host.iter().all(|&b| b == 2));
+        let back = run(host.into_inner()).unwrap();
+        assert!(back.iter().all(|&b| b == 2), "{strategy:?}");
+
+        // A stopped stream (of a context of its own: the stop is the context's): the runtime
+        // refuses the submission.
+        let own = ctx.device().create_context().unwrap();
+        let s = stream(&own, strategy);
+        s.set_failure_mode(npu::FailureMode::Stop).unwrap();
+        sim::fail_task(&s, 1, npu::AclCode(507015)).unwrap();
+        assert!(run(s.memset(dev(&own, 16), 1)).is_err(), "{strategy:?}");
+        let failed = run(s.copy_h2d(registered(&own, 4096, 3), dev(&own, 4096))).unwrap_err();
+        assert!(failed.error.acl_code().is_some(), "{strategy:?}: {failed}");
+        let (host, _) = failed
+            .value
+            .expect("a refused submission hands its buffers back");
+        assert!(host.iter().all(|&b| b == 3));
+        let back = run(host.into_inner()).unwrap();
+        assert!(back.iter().all(|&b| b == 3), "{strategy:?}");
+    }
+    // A lost device: every strategy's stream, made before the loss, with registrations made
+    // before it too.
+    let lost = Device::open(2).unwrap();
+    let lost_ctx = lost.primary_context().clone();
+    let streams = STRATEGIES.map(|strategy| stream(&lost_ctx, strategy));
+    let hosts: Vec<_> = streams
+        .iter()
+        .enumerate()
+        .map(|(i, _)| registered(&lost_ctx, 4096, 10 + i as u8))
+        .collect();
+    let devs: Vec<_> = streams.iter().map(|_| dev(&lost_ctx, 4096)).collect();
+    sim::lose(&lost).unwrap();
+    for ((i, s), (host, device)) in streams.iter().enumerate().zip(hosts.into_iter().zip(devs)) {
+        let failed = run(s.copy_h2d(host, device)).unwrap_err();
+        assert!(failed.error.is_device_lost(), "{failed}");
+        let (host, _) = failed
+            .value
+            .expect("a refused submission hands its buffers back");
+        assert!(host.iter().all(|&b| b == 10 + i as u8));
+        // Unregistering on a lost device fails: the buffer is kept, not freed under the
+        // runtime's mapping, and the error is typed.
+        let kept = run(host.into_inner());
+        if let Err(err) = kept {
+            assert!(err.acl_code().is_some(), "{err}");
+        }
+    }
+}
+
+/// Typed errors or exact copies for pitched copies at their edges, in every direction: empty
+/// shapes (no rows; rows of no elements, with and without a pitch) between empty views that
+/// end where their allocation does, one row ending exactly at a view's end, and pitches whose
+/// extent or byte count overflows; every strategy.
+///
+/// Outcome: held. Each copy resolves: an empty one with its buffers, unchanged, or a typed
+/// error handing them back; a refusal of npu-rs names the method and the argument; the bytes
+/// around each copy are untouched and a one-row copy ending at its view's end writes exactly
+/// that row.
+#[test]
+fn pitched_copies_at_their_edges_are_exact_or_refused_by_name() {
+    let (_guard, ctx) = devices();
+    let empty = |width, height, pitch| Copy2d {
+        width,
+        height,
+        src_pitch: pitch,
+        dst_pitch: pitch,
+    };
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        for shape in [empty(0, 0, 0), empty(5, 0, 8), empty(0, 3, 0)] {
+            let what = format!("{strategy:?} {shape:?}");
+            let src = pinned(&ctx, 64, 1).view(64..).unwrap();
+            let dst = dev_of(&ctx, 64, 2).view(64..).unwrap();
+            let (src, dst) = edge_outcome(run(s.copy_2d_h2d(src, dst, shape)), &what);
+            assert!(src.into_inner().iter().all(|&b| b == 1), "{what}");
+            assert_eq!(
+                dst.into_inner().to_vec_blocking().unwrap(),
+                [2; 64],
+                "{what}"
+            );
+            let src = dev_of(&ctx, 64, 3).view(64..).unwrap();
+            let dst = pinned(&ctx, 64, 4).view(64..).unwrap();
+            let (src, dst) = edge_outcome(run(s.copy_2d_d2h(src, dst, shape)), &what);
+            assert_eq!(
+                src.into_inner().to_vec_blocking().unwrap(),
+                [3; 64],
+                "{what}"
+            );
+            assert!(dst.into_inner().iter().all(|&b| b == 4), "{what}");
+            let src = dev_of(&ctx, 64, 5).view(64..).unwrap();
+            let dst = dev_of(&ctx, 64, 6).view(64..).unwrap();
+            let (_, dst) = edge_outcome(run(s.copy_2d_d2d(src, dst, shape)), &what);
+            assert_eq!(
+                dst.into_inner().to_vec_blocking().unwrap(),
+                [6; 64],
+                "{what}"
+            );
+        }
+        // One row ending exactly where the views, and their allocations, end; a pitch far
+        // past both, which a single row never steps over.
+        let row = Copy2d {
+            width: 8,
+            height: 1,
+            src_pitch: usize::MAX / 2,
+            dst_pitch: 8,
+        };
+        let src = dev_of(&ctx, 64, 7).view(56..).unwrap();
+        let dst = pinned(&ctx, 64, 0).view(56..).unwrap();
+        let what = format!("{strategy:?} {row:?}");
+        match run(s.copy_2d_d2h(src, dst, row)) {
+            Ok((_, dst)) => {
+                let dst = dst.into_inner();
+                assert!(dst[..56].iter().all(|&b| b == 0), "{what}");
+                assert!(dst[56..].iter().all(|&b| b == 7), "{what}");
+            }
+            Err(failed) => {
+                assert!(failed.value.is_some(), "{what}: {failed}");
+                assert_eq!(invalid(&failed.error).0, "Stream::copy_2d_d2h", "{what}");
+            }
+        }
+        // Two rows a pitch of half the address space apart overflow: refused by name.
+        for (pitch, argument) in [(usize::MAX / 2 + 1, "src"), (usize::MAX, "src")] {
+            let tall = Copy2d {
+                width: 1,
+                height: 2,
+                src_pitch: pitch,
+                dst_pitch: 1,
+            };
+            let src = dev(&ctx, 64).view(60..).unwrap().cast::<u32>().unwrap();
+            let dst = pinned(&ctx, 64, 0).cast::<u32>().unwrap();
+            let failed = run(s.copy_2d_d2h(src, dst, tall)).unwrap_err();
+            assert_eq!(
+                invalid(&failed.error),
+                ("Stream::copy_2d_d2h", argument),
+                "{strategy:?} {tall:?}"
+            );
+            assert!(failed.value.is_some(), "{strategy:?} {tall:?}");
+        }
+    }
+}
+
+/// An empty pitched copy's outcome: its buffers, whether it ran (and so touched nothing) or
+/// was refused with a typed error that hands them back.
+fn edge_outcome<T>(result: Result<T, npu::stream::OpError<T>>, what: &str) -> T {
+    match result {
+        Ok(value) => value,
+        Err(failed) => {
+            let named = matches!(&failed.error, Error::InvalidArgument { api, .. }
+                if api.starts_with("Stream::copy_2d_"));
+            assert!(
+                named || failed.error.acl_code().is_some(),
+                "{what}: {}",
+                failed.error
+            );
+            failed.value.expect("a refused copy hands its buffers back")
+        }
+    }
+}
+
+/// A task whose waker polls it again from inside `wake`, on whatever thread wakes it (the
+/// reactor, a callback worker, a blocking waiter, the reaper serving a pool's waiter): the
+/// most eager executor there is. Its future reports through a channel.
+struct Repolled {
+    future: Mutex<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>,
+    /// A wake that came while the future was being polled (its poll then runs again).
+    again: AtomicBool,
+}
+
+impl Repolled {
+    /// Starts `future`: polls it once on this thread.
+    fn start(future: impl Future<Output = ()> + Send + 'static) -> Arc<Repolled> {
+        let task = Arc::new(Repolled {
+            future: Mutex::new(Some(Box::pin(future))),
+            again: AtomicBool::new(false),
+        });
+        task.drive();
+        task
+    }
+
+    /// Polls the future until it is done or a poll leaves it pending with no wake meanwhile.
+    fn drive(self: &Arc<Self>) {
+        loop {
+            self.again.store(false, Ordering::SeqCst);
+            let Ok(mut slot) = self.future.try_lock() else {
+                // Polled right now (by this thread, inside the poll, or by another): that
+                // poll runs again when it sees the flag.
+                self.again.store(true, Ordering::SeqCst);
+                return;
+            };
+            if let Some(future) = slot.as_mut() {
+                let waker = Waker::from(self.clone());
+                if future
+                    .as_mut()
+                    .poll(&mut TaskContext::from_waker(&waker))
+                    .is_ready()
+                {
+                    *slot = None;
+                }
+            }
+            drop(slot);
+            if !self.again.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+}
+
+impl Wake for Repolled {
+    fn wake(self: Arc<Self>) {
+        self.drive();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.drive();
+    }
+}
+
+/// Rules 5, 6 and 7 for wakers that poll their task again from inside `wake`, and drop the
+/// last handles of what the task used there: a memset, a `Completion::wait` of it, an
+/// `Event::wait` behind it, a `PinnedPool::alloc` and a `DevicePool::alloc` waiting for room
+/// that held work's blocks give back, each in a task whose waker re-polls it on the thread that
+/// wakes it; each task owns the last handle of the stream, the event or the pool it used once
+/// the test has dropped its own, and drops them there; every strategy.
+///
+/// Outcome: held. Every task completes with what it awaited (the memset's bytes, a block of
+/// each pool), on the waking threads, without a deadlock between a completion and the poll it
+/// wakes.
+#[test]
+fn wakers_that_poll_their_task_again_inside_wake_and_drop_its_last_handles() {
+    let (_guard, ctx) = devices();
+    for strategy in STRATEGIES {
+        let held = sim::hold(&ctx.device()).unwrap();
+        let s = stream(&ctx, strategy);
+        let (done, results) = mpsc::channel::<&'static str>();
+        let mut tasks = Vec::new();
+        // The memset, and waits on it.
+        let memset = s.memset(dev(&ctx, 64), 0x5A);
+        let completion = memset.completion().clone();
+        let event = Event::new(&ctx).unwrap();
+        event.record(&s).unwrap();
+        let (sent, own) = (done.clone(), s.clone());
+        tasks.push(Repolled::start(async move {
+            let buffer = memset.await.unwrap();
+            drop(own);
+            // Checked on the test's thread: a synchronous read here would wait for the device.
+            KEPT_BUFFERS.lock().unwrap().push(buffer);
+            sent.send("memset").unwrap();
+        }));
+        let sent = done.clone();
+        tasks.push(Repolled::start(async move {
+            completion.wait().await.unwrap();
+            sent.send("completion").unwrap();
+        }));
+        let (sent, waited) = (done.clone(), event.wait());
+        tasks.push(Repolled::start(async move {
+            waited.await.unwrap();
+            drop(event);
+            sent.send("event").unwrap();
+        }));
+        // The pinned pool: its one block is the source of a held copy, dropped at once, so it
+        // comes back through the reaper once the copy has run, and serves the waiter there.
+        let pinned_pool = PinnedPool::builder(&ctx).capacity(4096).build().unwrap();
+        let mut block = pinned_pool.try_alloc::<u8>(4096).unwrap().unwrap();
+        block.fill(0x11);
+        drop(s.copy_h2d(block, dev(&ctx, 4096)));
+        let (sent, pool) = (done.clone(), pinned_pool.clone());
+        tasks.push(Repolled::start(async move {
+            let block = pool.alloc::<u8>(4096).await.unwrap();
+            drop(pool);
+            drop(block);
+            sent.send("pinned pool").unwrap();
+        }));
+        drop(pinned_pool);
+        // The device pool: its one block is the destination of a held memset, dropped.
+        let device_pool = device_pool(&ctx, DevicePoolBackend::Caching, Some(4096));
+        let block = run(device_pool.alloc::<u8>(&s, 4096)).unwrap();
+        drop(s.memset(block, 1));
+        let (sent, pool, own) = (done.clone(), device_pool.clone(), s.clone());
+        tasks.push(Repolled::start(async move {
+            let block = pool.alloc::<u8>(&own, 4096).await.unwrap();
+            drop((pool, own, block));
+            sent.send("device pool").unwrap();
+        }));
+        drop((device_pool, s, done));
+        held.release().unwrap();
+        let mut finished: Vec<_> = watchdog("the re-polled tasks", || results.iter().collect());
+        finished.sort_unstable();
+        assert_eq!(
+            finished,
+            [
+                "completion",
+                "device pool",
+                "event",
+                "memset",
+                "pinned pool"
+            ],
+            "{strategy:?}"
+        );
+        for task in &tasks {
+            assert!(task.future.lock().unwrap().is_none(), "{strategy:?}: done");
+        }
+        let buffer = KEPT_BUFFERS.lock().unwrap().pop().unwrap();
+        assert_eq!(
+            buffer.to_vec_blocking().unwrap(),
+            [0x5A; 64],
+            "{strategy:?}"
+        );
+    }
+}
+
+/// The memset buffers the re-polled tasks hand to the test's thread.
+static KEPT_BUFFERS: Mutex<Vec<DeviceBuffer<u8>>> = Mutex::new(Vec::new());
