@@ -9,8 +9,8 @@
 //!
 //! Each test names the promise it attacks. The simulator's hold gate and live counters are
 //! process-wide, so every test takes the file's device lock; every wait is bounded (`run`,
-//! `watchdog`), so a hang fails its test. Device 2 is lost for the rest of the process by the
-//! one test that loses it.
+//! `watchdog`), so a hang fails its test. Devices 2 and 3 are each lost for the rest of the
+//! process by one test.
 
 mod common;
 
@@ -23,12 +23,13 @@ use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use common::*;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use npu::Stream;
 use npu::memory::{DevicePoolBackend, HostRegistration, Memory, PageAlignedBuffer, RegisterFlags};
 use npu::prelude::*;
 use npu::stream::Copy2d;
 use npu::{Error, sim};
 
-/// The memory of each of the three simulated devices.
+/// The memory of each of the four simulated devices.
 const MEMORY: u64 = 64 << 20;
 
 /// How many operations per stream the hand-polled attack queues.
@@ -37,9 +38,9 @@ const MANY: usize = 1000;
 /// How many waits on one completion each `FuturesUnordered` set holds.
 const WAITERS: usize = 2000;
 
-/// The device lock and device 0's primary context, of this file's three-device simulator.
+/// The device lock and device 0's primary context, of this file's four-device simulator.
 fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
-    devices_of(3, MEMORY)
+    devices_of(4, MEMORY)
 }
 
 /// A zeroed device buffer of `n` bytes.
@@ -589,3 +590,160 @@ fn wakers_that_poll_their_task_again_inside_wake_and_drop_its_last_handles() {
 
 /// The memset buffers the re-polled tasks hand to the test's thread.
 static KEPT_BUFFERS: Mutex<Vec<DeviceBuffer<u8>>> = Mutex::new(Vec::new());
+
+/// One submitting thread's rounds on `ctx`'s device until the device refuses one: a memset,
+/// a copy in from pinned memory, a record waited on by a second stream (with a memset behind
+/// the wait), a device-pool block set and copied out into a pinned-pool block; after the first
+/// round it meets the test at `start`. Every outcome must be the work's own bytes or a typed
+/// error, and the refusal must come within `ROUNDS` rounds of the loss (which `lost` says
+/// has returned). How many rounds it ran.
+fn submit_until_refused(
+    ctx: &Context,
+    strategy: npu::stream::Strategy,
+    start: &std::sync::Barrier,
+    lost: &AtomicBool,
+) -> usize {
+    const ROUNDS: usize = 10_000;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let typed = |err: &Error, what: &str| {
+        assert!(
+            err.acl_code().is_some() || err.is_device_lost(),
+            "{strategy:?} {what}: {err:?}"
+        );
+    };
+    let pinned_pool = PinnedPool::new(ctx);
+    let device_pool = DevicePool::new(ctx).unwrap();
+    let mut rounds_after_the_loss = 0;
+    for round in 0.. {
+        if lost.load(Ordering::SeqCst) {
+            rounds_after_the_loss += 1;
+            assert!(
+                rounds_after_the_loss < ROUNDS,
+                "{strategy:?}: never refused"
+            );
+        }
+        let byte = (round % 250) as u8 + 1;
+        let made = (|| {
+            let s = Stream::builder(ctx).strategy(strategy).build()?;
+            let behind = Stream::builder(ctx).strategy(strategy).build()?;
+            let event = Event::new(ctx)?;
+            let target = DeviceBuffer::<u8>::new(ctx, 256)?;
+            let copied = DeviceBuffer::<u8>::new(ctx, 256)?;
+            let source = PinnedBuffer::from_slice(ctx, &[byte; 256])?;
+            Ok::<_, Error>((s, behind, event, target, copied, source))
+        })();
+        let (s, behind, event, target, copied, source) = match made {
+            Ok(made) => made,
+            Err(err) => {
+                typed(&err, "making the round's objects");
+                assert!(
+                    round > 0,
+                    "{strategy:?}: the first round is before the loss"
+                );
+                return round;
+            }
+        };
+        let refused = runtime.block_on(async {
+            tokio::time::timeout(HANG, async {
+                let set = s.memset(target, byte);
+                let copy = s.copy_h2d(source, copied);
+                let waited = event
+                    .record(&s)
+                    .and_then(|()| behind.wait_event(&event))
+                    .map(|()| behind.memset(DeviceBuffer::<u8>::new(ctx, 64).unwrap(), byte));
+                let pooled = async {
+                    let block = device_pool.alloc::<u8>(&s, 512).await?;
+                    let block = s.memset(block, byte).await.map_err(|e| e.error)?;
+                    let host = pinned_pool.alloc::<u8>(512).await?;
+                    let (_, host) = s.copy_d2h(block, host).await.map_err(|e| e.error)?;
+                    assert!(
+                        host.iter().all(|&b| b == byte),
+                        "{strategy:?}: pooled bytes"
+                    );
+                    Ok::<(), Error>(())
+                };
+                let (set, copy, pooled) = futures::future::join3(set, copy, pooled).await;
+                let mut refused = false;
+                match set {
+                    Ok(buffer) => assert_eq!(
+                        buffer.to_vec_blocking().unwrap_or(vec![byte; 256]),
+                        [byte; 256]
+                    ),
+                    Err(err) => {
+                        typed(&err.error, "memset");
+                        refused = true;
+                    }
+                }
+                if let Err(err) = copy {
+                    typed(&err.error, "copy");
+                    refused = true;
+                }
+                match waited {
+                    Ok(op) => {
+                        if let Err(err) = op.await {
+                            typed(&err.error, "the memset behind the wait");
+                            refused = true;
+                        }
+                    }
+                    Err(err) => {
+                        typed(&err, "record or wait");
+                        refused = true;
+                    }
+                }
+                if let Err(err) = pooled {
+                    typed(&err, "pooled");
+                    refused = true;
+                }
+                refused
+            })
+            .await
+            .expect("a round hung")
+        });
+        if round == 0 {
+            assert!(!refused, "{strategy:?}: the first round is before the loss");
+            start.wait();
+        } else if refused && lost.load(Ordering::SeqCst) {
+            return round;
+        }
+    }
+    unreachable!()
+}
+
+/// "Never a hang, never UB, typed errors" for a device lost while several threads submit to
+/// it (device 3): one thread per strategy, each making new streams, events and buffers every
+/// round and submitting memsets, copies in and out, a record waited on by a second stream and
+/// device-pool and pinned-pool blocks, until the device refuses; the test loses the device
+/// once every thread has run one round. Device 0 serves afterwards.
+///
+/// Outcome: held. `npu::sim::lose` returns, every round's work resolves with its bytes or a
+/// typed error, every thread sees the refusal and ends.
+#[test]
+fn a_device_lost_while_threads_of_every_strategy_submit_ends_every_thread_typed() {
+    let (_guard, d0) = devices();
+    let device = Device::open(3).unwrap();
+    let ctx = device.primary_context().clone();
+    let start = Arc::new(std::sync::Barrier::new(STRATEGIES.len() + 1));
+    let lost = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = STRATEGIES
+        .map(|strategy| {
+            let (ctx, start, lost) = (ctx.clone(), start.clone(), lost.clone());
+            std::thread::spawn(move || submit_until_refused(&ctx, strategy, &start, &lost))
+        })
+        .into_iter()
+        .collect();
+    start.wait();
+    watchdog("losing the device under the submitters", || {
+        sim::lose(&device).unwrap()
+    });
+    lost.store(true, Ordering::SeqCst);
+    for thread in threads {
+        let rounds = watchdog("a submitter", || thread.join().unwrap());
+        assert!(rounds >= 1);
+    }
+    for strategy in STRATEGIES {
+        a_memset_writes(&d0, &stream(&d0, strategy), 0x42, "device 0 after the loss");
+    }
+}
