@@ -747,3 +747,63 @@ fn a_device_lost_while_threads_of_every_strategy_submit_ends_every_thread_typed(
         a_memset_writes(&d0, &stream(&d0, strategy), 0x42, "device 0 after the loss");
     }
 }
+
+/// Rules 5 and 6 for pool waiters whose tasks run again inside `wake`, on whichever thread
+/// serves them, and call the pool back there: a `DevicePool` of one block's capacity whose
+/// block a memory error failed (so it comes back through the pool's repair thread), and
+/// three waiters for room, each polled again by its own waker: once served, each reads the
+/// pool's counters, trims it, asks it for more (`try_alloc`, which must find it full) and
+/// drops its block, which serves the next waiter from inside the previous one's wake. Both
+/// backends, every strategy.
+///
+/// Outcome: held. The three waiters are served in turn, all on the pool's repair thread (the
+/// first as it settled the repaired block, each next inside the previous wake), nothing
+/// deadlocks, the pool comes back to rest with the block
+/// repaired once.
+#[test]
+fn pool_waiters_run_inside_their_wake_call_the_pool_back_and_serve_each_other() {
+    let (_guard, ctx) = devices();
+    for backend in [DevicePoolBackend::Caching, DevicePoolBackend::RuntimePool] {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?} {strategy:?}");
+            let s = stream(&ctx, strategy);
+            let pool = device_pool(&ctx, backend, Some(4096));
+            let block = run(pool.alloc::<u8>(&s, 4096)).unwrap();
+            sim::inject_memory_error(&block, 0..16).unwrap();
+            let (done, served) = mpsc::channel::<(usize, String)>();
+            let waiters: Vec<_> = (0..3)
+                .map(|i| {
+                    let (pool, s, done) = (pool.clone(), s.clone(), done.clone());
+                    Repolled::start(async move {
+                        let block = pool.alloc::<u8>(&s, 4096).await.unwrap();
+                        assert_eq!(pool.stats().cache.allocated, 4096);
+                        pool.trim().unwrap();
+                        assert!(pool.try_alloc::<u8>(&s, 16).unwrap().is_none(), "full");
+                        let thread = std::thread::current().name().unwrap_or("").to_owned();
+                        // Before the drop, which serves the next waiter inside this wake.
+                        done.send((i, thread)).unwrap();
+                        drop(block);
+                    })
+                })
+                .collect();
+            drop(done);
+            assert_eq!(pool.stats().cache.waiters, 3, "{what}");
+            let failed = run(s.memset(block, 0)).unwrap_err();
+            assert!(failed.error.is_memory_error(), "{what}: {failed}");
+            drop(failed);
+            let order: Vec<_> = watchdog("the pool's waiters", || served.iter().collect());
+            let served: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
+            assert_eq!(served, [0, 1, 2], "{what}: served in turn: {order:?}");
+            assert!(
+                order.iter().all(|(_, thread)| thread == "npu-pool-repair"),
+                "{what}: each served inside the previous wake, from the repair: {order:?}"
+            );
+            for waiter in &waiters {
+                assert!(waiter.future.lock().unwrap().is_none(), "{what}");
+            }
+            let at_rest = settled(&pool, &what);
+            assert_eq!((at_rest.allocated, at_rest.waiters), (0, 0), "{what}");
+            assert_eq!(at_rest.repaired, 1, "{what}");
+        }
+    }
+}
