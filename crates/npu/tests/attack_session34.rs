@@ -807,3 +807,63 @@ fn pool_waiters_run_inside_their_wake_call_the_pool_back_and_serve_each_other() 
         }
     }
 }
+
+/// Cancel safety of `DevicePool::alloc` in a `select!` loop that polls and cancels it a
+/// hundred times per backend while the device is held, with a pool of two blocks' capacity:
+/// on the runtime-pool backend each cancelled request leaves a stream-ordered allocation
+/// queued behind held work; on the caching backend (which allocates at once) both blocks are
+/// out, so each request queues for room. Then the device released: every strategy.
+///
+/// Outcome: held. Every cancelled request gives its room back (once its allocation has
+/// completed, on the runtime pool), so both blocks of the capacity are served afterwards and
+/// the pool comes back to rest with nothing allocated and no waiter.
+#[test]
+fn device_pool_requests_cancelled_by_a_select_loop_behind_held_work_give_their_room_back() {
+    let (_guard, ctx) = devices();
+    for backend in [DevicePoolBackend::Caching, DevicePoolBackend::RuntimePool] {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?} {strategy:?}");
+            let s = stream(&ctx, strategy);
+            let pool = device_pool(&ctx, backend, Some(8192));
+            // The caching backend allocates at once: with its capacity taken, requests queue.
+            let filler: Vec<_> = match backend {
+                DevicePoolBackend::Caching => (0..2)
+                    .map(|_| run(pool.alloc::<u8>(&s, 4096)).unwrap())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let held = sim::hold(&ctx.device()).unwrap();
+            drop(s.memset(dev(&ctx, 64), 1));
+            let cancelled = run(async {
+                let mut cancelled = 0;
+                for _ in 0..100 {
+                    tokio::select! {
+                        biased;
+                        block = pool.alloc::<u8>(&s, 4096) => drop(block),
+                        () = std::future::ready(()) => cancelled += 1,
+                    }
+                }
+                cancelled
+            });
+            assert_eq!(cancelled, 100, "{what}: the ready branch wins after one poll");
+            assert_eq!(pool.stats().cache.waiters, 0, "{what}: every request left the queue");
+            drop(filler);
+            held.release().unwrap();
+            until_released(&what, || {
+                let stats = pool.stats().cache;
+                stats.awaiting_blocks == 0 && stats.allocated == 0
+            });
+            let (a, b) = run(async {
+                let a = pool.alloc::<u8>(&s, 4096).await;
+                let b = pool.alloc::<u8>(&s, 4096).await;
+                (a, b)
+            });
+            let (a, b) = (a.unwrap(), b.unwrap());
+            assert_eq!(pool.stats().cache.allocated, 8192, "{what}");
+            drop((a, b));
+            let at_rest = settled(&pool, &what);
+            assert_eq!((at_rest.allocated, at_rest.waiters), (0, 0), "{what}");
+            assert!(at_rest.reserved <= 8192, "{what}: {at_rest:?}");
+        }
+    }
+}
