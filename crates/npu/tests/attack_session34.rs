@@ -303,6 +303,7 @@ fn registered_memory_handed_to_copies_whose_submission_fails_comes_back_intact()
     // before it too.
     let lost = Device::open(2).unwrap();
     let lost_ctx = lost.primary_context().clone();
+    let baseline = live_objects(&lost_ctx)[3];
     let streams = STRATEGIES.map(|strategy| stream(&lost_ctx, strategy));
     let hosts: Vec<_> = streams
         .iter()
@@ -325,6 +326,10 @@ fn registered_memory_handed_to_copies_whose_submission_fails_comes_back_intact()
             assert!(err.acl_code().is_some(), "{err}");
         }
     }
+    drop(streams);
+    until_released("the lost device's streams", || {
+        live_objects(&lost_ctx)[3] <= baseline
+    });
 }
 
 /// Typed errors or exact copies for pitched copies at their edges, in every direction: empty
@@ -508,6 +513,8 @@ impl Wake for Repolled {
 #[test]
 fn wakers_that_poll_their_task_again_inside_wake_and_drop_its_last_handles() {
     let (_guard, ctx) = devices();
+    let streams = || live_objects(&ctx)[3];
+    let baseline = streams();
     for strategy in STRATEGIES {
         let held = sim::hold(&ctx.device()).unwrap();
         let s = stream(&ctx, strategy);
@@ -585,6 +592,10 @@ fn wakers_that_poll_their_task_again_inside_wake_and_drop_its_last_handles() {
             [0x5A; 64],
             "{strategy:?}"
         );
+        drop(tasks);
+        until_released("the stream whose last handles a wake dropped", || {
+            streams() <= baseline
+        });
     }
 }
 
@@ -725,6 +736,7 @@ fn a_device_lost_while_threads_of_every_strategy_submit_ends_every_thread_typed(
     let (_guard, d0) = devices();
     let device = Device::open(3).unwrap();
     let ctx = device.primary_context().clone();
+    let baseline = live_objects(&ctx);
     let start = Arc::new(std::sync::Barrier::new(STRATEGIES.len() + 1));
     let lost = Arc::new(AtomicBool::new(false));
     let threads: Vec<_> = STRATEGIES
@@ -743,6 +755,9 @@ fn a_device_lost_while_threads_of_every_strategy_submit_ends_every_thread_typed(
         let rounds = watchdog("a submitter", || thread.join().unwrap());
         assert!(rounds >= 1);
     }
+    until_released("the lost device's streams, events and memory", || {
+        within(live_objects(&ctx), baseline)
+    });
     for strategy in STRATEGIES {
         a_memset_writes(&d0, &stream(&d0, strategy), 0x42, "device 0 after the loss");
     }
@@ -845,8 +860,15 @@ fn device_pool_requests_cancelled_by_a_select_loop_behind_held_work_give_their_r
                 }
                 cancelled
             });
-            assert_eq!(cancelled, 100, "{what}: the ready branch wins after one poll");
-            assert_eq!(pool.stats().cache.waiters, 0, "{what}: every request left the queue");
+            assert_eq!(
+                cancelled, 100,
+                "{what}: the ready branch wins after one poll"
+            );
+            assert_eq!(
+                pool.stats().cache.waiters,
+                0,
+                "{what}: every request left the queue"
+            );
             drop(filler);
             held.release().unwrap();
             until_released(&what, || {
