@@ -302,6 +302,10 @@ impl Event {
     pub fn record(&self, stream: &Stream) -> Result<()> {
         stream.check_runtime("Event::record", "stream", self.context())?;
         let handle = self.inner.handle;
+        // In a forked child the recording lock may belong to a thread of the parent that was
+        // recording at the fork, which does not exist here: refused before the lock, as the
+        // submission would be.
+        npu_core::fork::refuse("aclrtRecordEvent")?;
         // Held across the record and the store: records on two streams at once must store
         // their completions in the order the device sees the records, or `wait` would watch
         // an older record than the one the event now stands for.

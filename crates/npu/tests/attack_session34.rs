@@ -988,3 +988,111 @@ fn devices_contexts_and_runtimes_interleaved_across_threads_keep_their_own_data(
         })
     });
 }
+
+/// The name of the thread whose submission [`HoldsInsideAclCalls`] holds.
+const HOLDER: &str = "npu34-holder";
+
+/// Whether the holder's submission is being held, and whether the test has let it go.
+#[derive(Default)]
+struct Holding {
+    held: bool,
+    go: bool,
+}
+
+static HOLDING: Mutex<Holding> = Mutex::new(Holding {
+    held: false,
+    go: false,
+});
+static HOLDING_CHANGED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// A tracing layer that, on the first event of the thread named [`HOLDER`] (npu-sim logging
+/// the refusal of a submission from inside the ACL call, under the locks npu-rs holds across
+/// it), holds that thread there (bounded) until the test lets it go: how a thread of a
+/// process that forks is caught in the middle of a submission, deterministically.
+struct HoldsInsideAclCalls;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for HoldsInsideAclCalls {
+    fn on_event(&self, _: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if std::thread::current().name() != Some(HOLDER) {
+            return;
+        }
+        let mut holding = HOLDING.lock().unwrap();
+        if holding.held {
+            return;
+        }
+        holding.held = true;
+        HOLDING_CHANGED.notify_all();
+        let waited = HOLDING_CHANGED.wait_timeout_while(holding, HANG, |h| !h.go);
+        drop(waited.unwrap());
+    }
+}
+
+/// "A forked child is refused with `Error::Forked`, never a hang" for a fork taken while
+/// another thread is inside a submission: a thread records an event on a stream (of a
+/// context a `FailureMode::Stop` fault stopped, so the runtime refuses the record and logs
+/// it from inside the call) and is held there by a tracing layer, holding the event's
+/// recording lock and the stream's submission lock; the test's thread forks. In the child,
+/// the stream's `abort`, a record of that event, a memset and a `synchronize` on the stream,
+/// and dropping everything must each return (bounded by the child's alarm); every strategy.
+///
+/// Outcome: **broke** before the fix: `Stream::abort` took the stream's submission lock,
+/// and `Event::record` the event's recording lock, before asking whether the process is a
+/// forked child, and in the child those locks belong to a thread that does not exist there:
+/// the child waited for ever (killed by its alarm). Both now refuse first.
+#[test]
+fn a_child_forked_while_another_thread_is_inside_a_submission_is_refused_not_hung() {
+    static SUBSCRIBED: std::sync::Once = std::sync::Once::new();
+    SUBSCRIBED.call_once(|| {
+        use tracing_subscriber::layer::SubscriberExt;
+        let subscriber = tracing_subscriber::registry().with(HoldsInsideAclCalls);
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    });
+    let (_guard, ctx) = devices();
+    for strategy in STRATEGIES {
+        *HOLDING.lock().unwrap() = Holding::default();
+        let own = ctx.device().create_context().unwrap();
+        let s = stream(&own, strategy);
+        s.set_failure_mode(npu::FailureMode::Stop).unwrap();
+        sim::fail_task(&s, 1, npu::AclCode(507015)).unwrap();
+        assert!(run(s.memset(dev(&own, 16), 1)).is_err(), "{strategy:?}");
+        let event = Event::new(&own).unwrap();
+        let (held_s, held_event) = (s.clone(), event.clone());
+        let holder = std::thread::Builder::new()
+            .name(HOLDER.into())
+            .spawn(move || held_event.record(&held_s))
+            .unwrap();
+        {
+            let holding = HOLDING.lock().unwrap();
+            let waited = HOLDING_CHANGED.wait_timeout_while(holding, HANG, |h| !h.held);
+            assert!(!waited.unwrap().1.timed_out(), "{strategy:?}: never held");
+        }
+        let spare = dev(&own, 16);
+        let (ok, status) = fork_and_check(|| {
+            let aborted = futures::executor::block_on(s.abort());
+            assert_forked(&aborted.unwrap_err());
+            assert_forked(&event.record(&s).unwrap_err());
+            let (err, back) = futures::executor::block_on(s.memset(spare, 1))
+                .unwrap_err()
+                .into_parts();
+            assert_forked(&err);
+            assert!(back.is_some(), "the refused memset hands its buffer back");
+            let synced = futures::executor::block_on(s.synchronize());
+            assert_forked(&synced.unwrap_err().error);
+            drop((s.clone(), event.clone()));
+        });
+        {
+            let mut holding = HOLDING.lock().unwrap();
+            holding.go = true;
+            HOLDING_CHANGED.notify_all();
+        }
+        let recorded = watchdog("the held record", || holder.join().unwrap());
+        assert!(
+            recorded.is_err(),
+            "{strategy:?}: a stopped stream refuses the record"
+        );
+        assert!(
+            ok,
+            "{strategy:?}: the child failed or hung (status {status:#x})"
+        );
+    }
+}

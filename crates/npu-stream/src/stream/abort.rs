@@ -10,6 +10,16 @@ use npu_core::{Completer, Completion, Error, Result, acl_call_opt};
 use super::{Stream, StreamShared, reentered};
 use crate::strategy;
 
+/// The wait of an abort refused before it began: its completion, already failed with `err`.
+fn refused(err: Error) -> npu_core::Wait {
+    // SAFETY: no memory is recorded against this completion and nothing is deferred on it; it
+    // completes here.
+    let completer = unsafe { Completer::new() };
+    let wait = completer.completion().wait();
+    completer.complete(Err(err));
+    wait
+}
+
 impl Stream {
     /// Discards the work queued on the stream (`aclrtStreamAbort`) and resolves once the
     /// device has confirmed it: the task running at that moment has finished, the others will
@@ -95,18 +105,19 @@ impl Stream {
     #[must_use = "the abort runs whether or not this is awaited; await it to learn its result"]
     pub fn abort(&self) -> impl Future<Output = Result<()>> + Send + Unpin + 'static + use<> {
         'wait: {
+            // In a forked child the submission lock may belong to a thread of the parent that
+            // was inside a submission at the fork, which does not exist here and would never
+            // let it go: refused before the lock, as the runtime call would be.
+            if let Err(err) = npu_core::fork::refuse("Stream::abort") {
+                break 'wait refused(err);
+            }
             let Some(mut aborting) =
                 npu_core::contain::lock_here(&self.shared.submit, Rank::Submission)
             else {
                 // This thread is submitting to the stream (a tracing subscriber called from
                 // inside the submission's ACL call), or would wait for another while holding a
                 // lock that ranks as high: refused, as a submission would be.
-                // SAFETY: no memory is recorded against this completion and nothing is
-                // deferred on it; it completes here.
-                let completer = unsafe { Completer::new() };
-                let wait = completer.completion().wait();
-                completer.complete(Err(reentered(("Stream::abort", "self"))));
-                break 'wait wait;
+                break 'wait refused(reentered(("Stream::abort", "self")));
             };
             let stops = self.shared.stops.load(Ordering::Acquire);
             match &aborting.shared {
