@@ -389,6 +389,12 @@ unsafe impl Send for Release {}
 
 impl Release {
     fn run(self) {
+        if crate::fork::forked() {
+            // The context is the parent's: ACL is not the child's to call, and the runtime's
+            // lock, which the tidying below takes, may belong to a thread of the parent that
+            // held it at the fork (it never lets it go here).
+            return;
+        }
         let runtime = &self.runtime;
         let result = match self.primary {
             None => {

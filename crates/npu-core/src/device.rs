@@ -494,6 +494,9 @@ impl Device {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn enable_peer_access(&self, peer: &Device) -> Result<PeerAccess> {
+        // Before the runtime's lock, which in a forked child may belong to a thread of the
+        // parent that held it across an ACL call at the fork (and never lets it go there).
+        crate::fork::refuse("aclrtDeviceEnablePeerAccess")?;
         self.check_peer("Device::enable_peer_access", peer)?;
         let key = (self.id() as i32, peer.id() as i32);
         let enabled = self.runtime().with_shared(|shared| {
@@ -533,7 +536,9 @@ impl Device {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn peer_access_to(&self, peer: &Device) -> Option<PeerAccess> {
-        if self.check_peer("Device::peer_access_to", peer).is_err() {
+        // No access is the child's to use in a forked child, whose runtime's lock may belong to
+        // a thread of the parent (see `enable_peer_access`).
+        if crate::fork::forked() || self.check_peer("Device::peer_access_to", peer).is_err() {
             return None;
         }
         self.runtime()
@@ -638,6 +643,11 @@ impl PeerAccess {
 
 impl Drop for PeerAccess {
     fn drop(&mut self) {
+        if crate::fork::forked() {
+            // The access is the parent's, and so is the runtime's lock, which a thread of the
+            // parent may have held at the fork (it never lets it go here): nothing to disable.
+            return;
+        }
         let key = (self.from.id() as i32, self.peer.id() as i32);
         let result = self.from.runtime().with_shared(|shared| {
             if let Some(users) = shared.peer_access.get_mut(&key) {

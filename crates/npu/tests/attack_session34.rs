@@ -9,8 +9,8 @@
 //!
 //! Each test names the promise it attacks. The simulator's hold gate and live counters are
 //! process-wide, so every test takes the file's device lock; every wait is bounded (`run`,
-//! `watchdog`), so a hang fails its test. Devices 2 and 3 are each lost for the rest of the
-//! process by one test.
+//! `watchdog`), so a hang fails its test. Devices 2, 3 and 4 are each lost for the rest of
+//! the process by one test.
 
 mod common;
 
@@ -29,7 +29,7 @@ use npu::prelude::*;
 use npu::stream::Copy2d;
 use npu::{Error, sim};
 
-/// The memory of each of the four simulated devices.
+/// The memory of each of the five simulated devices.
 const MEMORY: u64 = 64 << 20;
 
 /// How many operations per stream the hand-polled attack queues.
@@ -38,9 +38,9 @@ const MANY: usize = 1000;
 /// How many waits on one completion each `FuturesUnordered` set holds.
 const WAITERS: usize = 2000;
 
-/// The device lock and device 0's primary context, of this file's four-device simulator.
+/// The device lock and device 0's primary context, of this file's five-device simulator.
 fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
-    devices_of(4, MEMORY)
+    devices_of(5, MEMORY)
 }
 
 /// A zeroed device buffer of `n` bytes.
@@ -1012,8 +1012,11 @@ static HOLDING_CHANGED: std::sync::Condvar = std::sync::Condvar::new();
 struct HoldsInsideAclCalls;
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for HoldsInsideAclCalls {
-    fn on_event(&self, _: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        if std::thread::current().name() != Some(HOLDER) {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        // Only the simulator's own report of a failed call, made inside the call.
+        let target = event.metadata().target();
+        let simulator = target.starts_with("ascendcl") || target.starts_with("npu_sim");
+        if !simulator || std::thread::current().name() != Some(HOLDER) {
             return;
         }
         let mut holding = HOLDING.lock().unwrap();
@@ -1041,12 +1044,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for HoldsInsideAclCall
 /// the child waited for ever (killed by its alarm). Both now refuse first.
 #[test]
 fn a_child_forked_while_another_thread_is_inside_a_submission_is_refused_not_hung() {
-    static SUBSCRIBED: std::sync::Once = std::sync::Once::new();
-    SUBSCRIBED.call_once(|| {
-        use tracing_subscriber::layer::SubscriberExt;
-        let subscriber = tracing_subscriber::registry().with(HoldsInsideAclCalls);
-        tracing::subscriber::set_global_default(subscriber).unwrap();
-    });
+    subscribe_the_holding_layer();
     let (_guard, ctx) = devices();
     for strategy in STRATEGIES {
         *HOLDING.lock().unwrap() = Holding::default();
@@ -1057,15 +1055,7 @@ fn a_child_forked_while_another_thread_is_inside_a_submission_is_refused_not_hun
         assert!(run(s.memset(dev(&own, 16), 1)).is_err(), "{strategy:?}");
         let event = Event::new(&own).unwrap();
         let (held_s, held_event) = (s.clone(), event.clone());
-        let holder = std::thread::Builder::new()
-            .name(HOLDER.into())
-            .spawn(move || held_event.record(&held_s))
-            .unwrap();
-        {
-            let holding = HOLDING.lock().unwrap();
-            let waited = HOLDING_CHANGED.wait_timeout_while(holding, HANG, |h| !h.held);
-            assert!(!waited.unwrap().1.timed_out(), "{strategy:?}: never held");
-        }
+        let holder = held_inside_an_acl_call(move || held_event.record(&held_s));
         let spare = dev(&own, 16);
         let (ok, status) = fork_and_check(|| {
             let aborted = futures::executor::block_on(s.abort());
@@ -1080,12 +1070,7 @@ fn a_child_forked_while_another_thread_is_inside_a_submission_is_refused_not_hun
             assert_forked(&synced.unwrap_err().error);
             drop((s.clone(), event.clone()));
         });
-        {
-            let mut holding = HOLDING.lock().unwrap();
-            holding.go = true;
-            HOLDING_CHANGED.notify_all();
-        }
-        let recorded = watchdog("the held record", || holder.join().unwrap());
+        let recorded = let_the_holder_go(holder);
         assert!(
             recorded.is_err(),
             "{strategy:?}: a stopped stream refuses the record"
@@ -1095,4 +1080,80 @@ fn a_child_forked_while_another_thread_is_inside_a_submission_is_refused_not_hun
             "{strategy:?}: the child failed or hung (status {status:#x})"
         );
     }
+}
+
+/// Installs [`HoldsInsideAclCalls`] as the process's subscriber (once).
+fn subscribe_the_holding_layer() {
+    static SUBSCRIBED: std::sync::Once = std::sync::Once::new();
+    SUBSCRIBED.call_once(|| {
+        use tracing_subscriber::layer::SubscriberExt;
+        let subscriber = tracing_subscriber::registry().with(HoldsInsideAclCalls);
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    });
+}
+
+/// Runs `call` on a thread named [`HOLDER`] and returns once the layer holds it inside the
+/// ACL call whose failure the simulator reports.
+fn held_inside_an_acl_call<R: Send + 'static>(
+    call: impl FnOnce() -> R + Send + 'static,
+) -> std::thread::JoinHandle<R> {
+    *HOLDING.lock().unwrap() = Holding::default();
+    let holder = std::thread::Builder::new()
+        .name(HOLDER.into())
+        .spawn(call)
+        .unwrap();
+    let holding = HOLDING.lock().unwrap();
+    let waited = HOLDING_CHANGED.wait_timeout_while(holding, HANG, |h| !h.held);
+    assert!(!waited.unwrap().1.timed_out(), "never held inside the call");
+    holder
+}
+
+/// Lets the held thread go and returns what its call returned.
+fn let_the_holder_go<R>(holder: std::thread::JoinHandle<R>) -> R {
+    {
+        let mut holding = HOLDING.lock().unwrap();
+        holding.go = true;
+        HOLDING_CHANGED.notify_all();
+    }
+    watchdog("the held call", || holder.join().unwrap())
+}
+
+/// "A forked child is refused, never hung" for a fork taken while another thread holds the
+/// runtime's device and peer-access lock across an ACL call: that thread opens device 4,
+/// lost with every handle of it dropped, so that the runtime refuses its `aclrtSetDevice`
+/// (which the simulator logs, and a tracing layer holds it there). In the child, peer access
+/// from device 0 to device 1 enabled before the fork is dropped, looked up and enabled again,
+/// and the last handles of device 1 (an explicit context and the device) are dropped: each
+/// must return (bounded by the child's alarm).
+///
+/// Outcome: **broke** before the fix: the peer-access guard's drop, the look-up and the
+/// release of device 1's primary context took the runtime's lock, which in the child belongs
+/// to a thread that does not exist there: the child waited for ever. They now leave the lock
+/// alone in a forked child (ACL is not the child's to call, and the guard and the context
+/// only tidy the parent's bookkeeping there); enabling access is `Error::Forked`.
+#[test]
+fn a_child_forked_while_another_thread_holds_the_runtimes_lock_is_refused_not_hung() {
+    subscribe_the_holding_layer();
+    let (_guard, d0) = devices();
+    let lost = Device::open(4).unwrap();
+    sim::lose(&lost).unwrap();
+    drop(lost);
+    let (from, to) = (d0.device(), Device::open(1).unwrap());
+    let access = from.enable_peer_access(&to).unwrap();
+    let explicit = to.create_context().unwrap();
+    let holder = held_inside_an_acl_call(|| Device::open(4).map(drop));
+    // Borrowed by the child's body, so that the parent drops its own copies only once the
+    // holder has let go of the runtime's lock (a drop takes it).
+    let kept = std::cell::Cell::new(Some((access, explicit, to)));
+    let (ok, status) = fork_and_check(|| {
+        let (access, explicit, to) = kept.take().unwrap();
+        drop(access);
+        let _ = from.peer_access_to(&to);
+        assert_forked(&from.enable_peer_access(&to).unwrap_err());
+        drop((explicit, to));
+    });
+    let opened = let_the_holder_go(holder);
+    drop(kept);
+    assert!(opened.is_err(), "a lost device does not open");
+    assert!(ok, "the child failed or hung (status {status:#x})");
 }
