@@ -1188,3 +1188,50 @@ fn forked_under_the_runtimes_lock() {
     assert!(opened.is_err(), "a lost device does not open");
     assert!(ok, "the child failed or hung (status {status:#x})");
 }
+
+/// Rule 2 for kernel arguments shared and dropped: one `Arc<DeviceBuffer>` passed as both
+/// inputs of `vector_add_f32` to twenty launches on three streams (one per strategy) queued
+/// while the device is held, every other launch dropped, the `Module` and `Function` handles
+/// dropped, then the device released.
+///
+/// Outcome: held. Every kept launch writes twice the shared input, the dropped launches' own
+/// outputs are released, and the shared input's `Arc` is unique again once every launch has
+/// completed (each launch kept its clone, and its binary, until then).
+#[test]
+fn a_shared_kernel_argument_and_a_dropped_module_outlive_every_queued_launch() {
+    let (_guard, ctx) = devices();
+    let baseline = live_allocations(&ctx);
+    let n = 64;
+    let held = sim::hold(&ctx.device()).unwrap();
+    let input = Arc::new(DeviceBuffer::from_host_blocking(&ctx, &[1.5f32; 64]).unwrap());
+    // SAFETY: npu-sim's shipped kernel library, built for its kernel ABI.
+    let module = unsafe { Module::from_file(&ctx, sim::kernel::LIBRARY_PATH) }.unwrap();
+    let add = module.function("vector_add_f32").unwrap();
+    let streams = STRATEGIES.map(|strategy| stream(&ctx, strategy));
+    let mut kept = Vec::new();
+    for i in 0..20 {
+        let out = DeviceBuffer::<f32>::new(&ctx, n).unwrap();
+        let args = (input.clone(), input.clone(), out, n as u64);
+        // SAFETY: vector_add_f32(a, b, c, n) reads n elements of a and b and writes n of c;
+        // all hold n, and only c, the launch's own, is written.
+        let launch = unsafe { streams[i % 3].launch(&add, 2, args) };
+        if i % 2 == 0 {
+            kept.push(launch);
+        }
+    }
+    drop((add, module));
+    assert!(
+        Arc::strong_count(&input) > 1,
+        "the queued launches hold the input"
+    );
+    held.release().unwrap();
+    for launch in kept {
+        let (_, _, out, _) = run(launch).unwrap();
+        assert_eq!(out.to_vec_blocking().unwrap(), [3.0f32; 64]);
+    }
+    until_released("the dropped launches' values", || {
+        Arc::strong_count(&input) == 1
+    });
+    drop((input, streams));
+    until_released("every buffer", || live_allocations(&ctx) <= baseline);
+}
