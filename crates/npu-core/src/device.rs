@@ -480,7 +480,9 @@ impl Device {
     /// Lets this device access `peer`'s memory until the returned guard is dropped.
     ///
     /// Access is directional, as in ACL: enable it on both devices for copies both ways.
-    /// Guards nest: access stays enabled while any guard for the direction is alive.
+    /// Guards nest: access stays enabled while any guard for the direction is alive. In a
+    /// process forked from one that used npu-rs it is [`Error::Forked`], and a guard the child
+    /// inherited disables nothing when dropped there (the access is the parent's).
     ///
     /// ```
     /// use npu_core::Device;
@@ -517,7 +519,8 @@ impl Device {
     }
 
     /// Another guard on this device's access to `peer`'s memory, if a [`PeerAccess`] keeps it
-    /// enabled right now; `None` otherwise (nothing is enabled by asking).
+    /// enabled right now; `None` otherwise (nothing is enabled by asking), and in a forked
+    /// child.
     ///
     /// A cross-device copy holds one until it completes, so dropping the caller's guard while
     /// the copy is queued does not disable the access the device is about to use.

@@ -59,6 +59,9 @@ impl Stream {
     ///
     /// The future is `Unpin` (`select!` on `&mut abort` needs no `pin!`).
     ///
+    /// In a process forked from one that used npu-rs it resolves at once with
+    /// [`Error::Forked`](npu_core::Error::Forked): the stream's work is the parent's.
+    ///
     /// An `aclrtDeviceTaskAbort` of the stream's device made through the raw API ends the
     /// stream's discarded operations the same way (`Error::Aborted`, or the fault that had
     /// stopped the stream), where the runtime has `aclrtSetDeviceTaskAbortCallback`: npu-rs
