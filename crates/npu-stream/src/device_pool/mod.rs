@@ -38,7 +38,7 @@ mod sync {
 pub use buffer::PooledDeviceBuffer;
 pub use source::RuntimePoolUsage;
 
-use returns::Drain;
+use returns::{Attempted, Drain};
 use source::{DeviceBlock, DeviceSource};
 
 /// Which allocator a [`DevicePool`] builds on.
@@ -681,45 +681,45 @@ impl DevicePool {
     /// made, failed out of memory while the memory was on its way back.
     fn malloc_now(&self, class: usize, keep: Option<usize>) -> Result<DeviceBlock> {
         match self.malloc_counting(class) {
-            (queued, Err(err)) if err.is_out_of_memory() => {
-                self.malloc_again(class, keep, queued, err)
+            (attempted, Err(err)) if err.is_out_of_memory() => {
+                self.malloc_again(class, keep, attempted, err)
             }
             (_, allocated) => allocated,
         }
     }
 
-    /// `aclrtMalloc` of `class` bytes, and how many frees were counted before it, for
+    /// `aclrtMalloc` of `class` bytes, with the frees counted before it
+    /// ([`Returns::attempt`](returns::Returns::attempt)), for
     /// [`malloc_again`](DevicePool::malloc_again).
-    fn malloc_counting(&self, class: usize) -> (u64, Result<DeviceBlock>) {
+    fn malloc_counting(&self, class: usize) -> (Attempted, Result<DeviceBlock>) {
         let source = self.cache.source();
-        let queued = source.returns.frees_queued();
         // The caching backend ignores the stream.
-        (queued, source.malloc(class, std::ptr::null_mut()))
+        source
+            .returns
+            .attempt(|| source.malloc(class, std::ptr::null_mut()))
     }
 
-    /// After an `aclrtMalloc` that failed out of memory with `err` once `queued` frees were
-    /// counted: one more if memory came back ([`freed_since`](DevicePool::freed_since)),
-    /// else `err`.
+    /// After `attempted`, an `aclrtMalloc`, failed out of memory with `err`: one more if
+    /// memory came back since it began or freeing the cache (but `keep`'s class) gave some
+    /// back, after the frees in progress on other threads are made (the drain lock, refused
+    /// on this thread as for a drain, is then not waited for)
+    /// ([`Returns::retry`](returns::Returns::retry)); else `err`.
     fn malloc_again(
         &self,
         class: usize,
         keep: Option<usize>,
-        queued: u64,
+        attempted: Attempted,
         err: Error,
     ) -> Result<DeviceBlock> {
-        match self.freed_since(keep, queued) {
-            true => self.cache.source().malloc(class, std::ptr::null_mut()),
-            false => Err(err),
-        }
-    }
-
-    /// On the caching backend, out of memory: whether memory came back since `queued` frees
-    /// were counted, or freeing the cache (but `keep`'s class) gave some back; after the
-    /// frees in progress on other threads are made (the drain lock, refused on this thread as
-    /// for a drain, is then not waited for).
-    fn freed_since(&self, keep: Option<usize>, queued: u64) -> bool {
-        let returns = &self.cache.source().returns;
-        returns.freed_since(|| self.free_cache(keep) > 0, queued)
+        let source = self.cache.source();
+        source
+            .returns
+            .retry(
+                attempted,
+                || self.free_cache(keep) > 0,
+                || source.malloc(class, std::ptr::null_mut()),
+            )
+            .unwrap_or(Err(err))
     }
 
     /// Fills granted room with a new block: on the runtime pool a stream-ordered allocation
@@ -751,9 +751,9 @@ impl DevicePool {
         let block = match self.cache.source().release_stream() {
             Some(release) => self.malloc_on(api, stream, &room, release, keep).await,
             None => match self.malloc_counting(class) {
-                (queued, Err(err)) if err.is_out_of_memory() => {
+                (attempted, Err(err)) if err.is_out_of_memory() => {
                     self.returns_arrived(class).await;
-                    self.malloc_again(class, keep, queued, err)
+                    self.malloc_again(class, keep, attempted, err)
                 }
                 (_, allocated) => allocated,
             },

@@ -142,26 +142,33 @@ impl Pool {
     /// A request for one block (`DevicePool::new_block`): whether it got one, and whether it
     /// waited for the release stream.
     fn alloc(&self) -> (bool, bool) {
-        // `malloc_counting`: the frees counted before the attempt.
-        let queued = self.returns.frees_queued();
-        if self.malloc() {
-            return (true, false);
-        }
         match self.backend {
-            Backend::Caching => {
-                let retry = self.returns.freed_since(|| self.free_cache(), queued);
-                (retry && self.malloc(), false)
-            }
-            Backend::Runtime => match self
-                .returns
-                .drain(|| self.free_cache(), || self.synchronize())
-            {
-                None => (false, false),
-                Some(Drain::Own(sync) | Drain::Theirs(sync)) => {
-                    self.wait(sync);
-                    (self.malloc(), true)
+            // `malloc_counting`, then `malloc_again`.
+            Backend::Caching => match self.returns.attempt(|| self.malloc()) {
+                (_, true) => (true, false),
+                (attempted, false) => {
+                    let retried =
+                        self.returns
+                            .retry(attempted, || self.free_cache(), || self.malloc());
+                    (retried.unwrap_or(false), false)
                 }
             },
+            // `malloc_on`, then `drain_cache`.
+            Backend::Runtime => {
+                if self.malloc() {
+                    return (true, false);
+                }
+                match self
+                    .returns
+                    .drain(|| self.free_cache(), || self.synchronize())
+                {
+                    None => (false, false),
+                    Some(Drain::Own(sync) | Drain::Theirs(sync)) => {
+                        self.wait(sync);
+                        (self.malloc(), true)
+                    }
+                }
+            }
         }
     }
 }

@@ -3,7 +3,7 @@
 //! counted ([`giving_back`](Returns::giving_back)); a request out of memory takes the same
 //! lock, frees the cache and compares the frees counted with those the latest drain covers
 //! ([`drain`](Returns::drain), runtime pool) or with those counted before its attempt
-//! ([`freed_since`](Returns::freed_since), caching backend). Written against `super::sync`
+//! ([`attempt`](Returns::attempt) then [`retry`](Returns::retry), caching backend). Written against `super::sync`
 //! and generic over the completion a drain is awaited through, so that the loom model
 //! (`device_pool::model`) checks the very code the pool runs.
 
@@ -29,6 +29,11 @@ pub(crate) struct Returns<C> {
     /// before its attempt retries: memory came back meanwhile.
     queued: AtomicU64,
 }
+
+/// How many batches of frees had been counted when an attempt at an allocation began; only
+/// [`Returns::attempt`] makes one, so a retry compares with a count read before its attempt.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Attempted(u64);
 
 /// An out-of-memory drain of the release stream: the completion of its synchronisation, and
 /// how many batches of frees had been counted before it, which it covers.
@@ -73,14 +78,36 @@ impl<C: Clone> Returns<C> {
 
     /// How many batches of frees have been counted so far: each one is on the release stream
     /// before anything recorded on it after this read.
-    pub(crate) fn frees_queued(&self) -> u64 {
+    fn frees_queued(&self) -> u64 {
         self.queued.load(Ordering::Acquire)
     }
 
-    /// On the caching backend, out of memory: whether memory came back since `queued` frees
-    /// were counted, or freeing the cache (`free_cache`, whether it freed any) gave some
-    /// back; after the frees in progress on other threads are made.
-    pub(crate) fn freed_since(&self, free_cache: impl FnOnce() -> bool, queued: u64) -> bool {
+    /// On the caching backend: runs `allocate`, an attempt at an allocation, with the frees
+    /// counted before it, for [`retry`](Returns::retry) should it fail out of memory. The
+    /// count is read before the attempt: read after it, a trim that freed and counted
+    /// between the failed attempt and the read went unseen, and the request failed with the
+    /// memory back.
+    pub(crate) fn attempt<R>(&self, allocate: impl FnOnce() -> R) -> (Attempted, R) {
+        let queued = self.frees_queued();
+        (Attempted(queued), allocate())
+    }
+
+    /// On the caching backend, after `attempted` failed out of memory: `allocate` once more
+    /// if memory came back since the attempt began, or freeing the cache (`free_cache`,
+    /// whether it freed any) gave some back, asked after the frees in progress on other
+    /// threads are made; `None` (no retry) if neither.
+    pub(crate) fn retry<R>(
+        &self,
+        attempted: Attempted,
+        free_cache: impl FnOnce() -> bool,
+        allocate: impl FnOnce() -> R,
+    ) -> Option<R> {
+        self.freed_since(free_cache, attempted.0).then(allocate)
+    }
+
+    /// Whether memory came back since `queued` frees were counted, or `free_cache` gave some
+    /// back; under the drain lock, so after the frees in progress are counted.
+    fn freed_since(&self, free_cache: impl FnOnce() -> bool, queued: u64) -> bool {
         let _draining = lock_drain(&self.draining);
         free_cache() || self.frees_queued() != queued
     }

@@ -303,7 +303,7 @@ unsafe impl Source for DeviceSource {
             Backend::Caching => {
                 // Out of the cache and not yet freed, as for the runtime pool's frees below:
                 // every way here holds the drain lock across (`giving_back`), and a request
-                // out of memory takes it before it looks (`DevicePool::freed_since`).
+                // out of memory takes it before it looks (`Returns::retry`).
                 npu_core::log!(trace, blocks = blocks.len(), "freeing cached blocks");
                 let freed = self.context.bind().and_then(|()| {
                     blocks.into_iter().try_for_each(|block| {
@@ -352,9 +352,9 @@ unsafe impl Source for DeviceSource {
     /// frees counted, took no memory to be on its way back, and failed out of memory while it
     /// was. It now waits for these immediate calls, then counts the frees: on the runtime
     /// pool it synchronises the release stream (`DevicePool::drain_cache`), on the caching
-    /// backend, whose `aclrtFree` is done when `free` returns, it retries
-    /// (`DevicePool::freed_since`, from `malloc_again`). Refused on this thread (held already, as by a drain freeing
-    /// the cache, or against the lock order), it goes ahead unlocked.
+    /// backend, whose `aclrtFree` is done when `free` returns, it retries (`Returns::retry`,
+    /// from `DevicePool::malloc_again`). Refused on this thread (held already, as by a drain
+    /// freeing the cache, or against the lock order), it goes ahead unlocked.
     fn giving_back<R>(&self, give_back: impl FnOnce() -> R) -> R {
         self.returns.giving_back(give_back)
     }
