@@ -140,7 +140,8 @@ impl Pool {
     }
 
     /// A request for one block (`DevicePool::new_block`): whether it got one, and whether it
-    /// waited for the release stream.
+    /// waited for memory on its way back: drained the release stream (runtime pool), or tried
+    /// again (caching backend).
     fn alloc(&self) -> (bool, bool) {
         match self.backend {
             // `malloc_counting`, then `malloc_again`.
@@ -150,7 +151,7 @@ impl Pool {
                     let retried =
                         self.returns
                             .retry(attempted, || self.free_cache(), || self.malloc());
-                    (retried.unwrap_or(false), false)
+                    (retried.unwrap_or(false), retried.is_some())
                 }
             },
             // `malloc_on`, then `drain_cache`.
@@ -220,7 +221,7 @@ fn two_requests_out_of_memory_both_get_what_one_of_them_gave_back() {
 }
 
 /// Nothing cached and nothing given back (a trim finds the cache empty): two requests out
-/// of memory both fail, without waiting for the release stream.
+/// of memory both fail, without waiting for the release stream or trying again.
 #[test]
 fn a_request_never_waits_for_memory_not_on_its_way_back() {
     for backend in BACKENDS {
