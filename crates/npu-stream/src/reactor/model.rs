@@ -264,15 +264,16 @@ mod stop {
     }
 
     impl Shared {
-        /// `Reactor::register`: whether the operation was accepted.
-        fn register(&self, stream: &Arc<Stream>, item: u32) -> bool {
+        /// `Reactor::register`: `None` if the operation was refused, else whether the
+        /// registrant handed the stream over itself (orphaned).
+        fn register(&self, stream: &Arc<Stream>, item: u32) -> Option<bool> {
             match self.roster.register(stream, item, || ()) {
-                Err(_) => false,
+                Err(_) => None,
                 Ok(Joined::Orphaned) => {
                     self.hand_over(stream);
-                    true
+                    Some(true)
                 }
-                Ok(Joined::Queued | Joined::Activated) => true,
+                Ok(Joined::Queued | Joined::Activated) => Some(false),
             }
         }
 
@@ -294,7 +295,11 @@ mod stop {
 
     /// Two registrations race the stop; the stream is either idle or already watched (in the
     /// reactor's `active`, with one operation queued). Every accepted operation must reach the
-    /// sentinel, and none may stay queued.
+    /// sentinel, and none may stay queued. A watched stream is handed over by the stop alone:
+    /// a registration racing it is queued before the hand-over or refused, never left to its
+    /// registrant to hand over (which `stopped` read under the queue lock ensures; read
+    /// before it, a registration landed after the hand-over, and only its registrant's own
+    /// hand-over kept it from being stranded).
     #[test]
     fn a_stop_strands_no_registered_operation() {
         for active in [false, true] {
@@ -309,14 +314,25 @@ mod stop {
                 };
                 let registrant = |item| {
                     let (shared, stream) = (shared.clone(), stream.clone());
-                    loom::thread::spawn(move || shared.register(&stream, item).then_some(item))
+                    loom::thread::spawn(move || {
+                        shared
+                            .register(&stream, item)
+                            .map(|orphaned| (item, orphaned))
+                    })
                 };
                 let (one, two) = (registrant(1), registrant(2));
                 shared.stop(active.then(|| stream.clone()).into_iter().collect());
-                let mut accepted: Vec<u32> = [one, two]
+                let registered: Vec<(u32, bool)> = [one, two]
                     .into_iter()
                     .filter_map(|thread| thread.join().unwrap())
                     .collect();
+                if active {
+                    assert!(
+                        registered.iter().all(|&(_, orphaned)| !orphaned),
+                        "a registrant handed over a stream the stop held: {registered:?}"
+                    );
+                }
+                let mut accepted: Vec<u32> = registered.iter().map(|&(item, _)| item).collect();
                 if active {
                     accepted.push(0);
                 }

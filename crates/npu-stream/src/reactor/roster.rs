@@ -60,12 +60,17 @@ impl<S: Member> Roster<S> {
     /// Queues `op` on `stream` (calling `queued` under the queue lock once it is accepted);
     /// gives it back if the reactor has stopped.
     ///
-    /// `stopped` is read under the queue lock, and [`stop`](Roster::stop) sets it before it
-    /// takes the inbox, whose streams are then drained under their queue locks: so an
-    /// operation is either queued before its stream is handed over or refused. A stream it
-    /// activates is pushed to the inbox, under the inbox lock, only if the reactor has not
-    /// stopped: so the inbox `stop` takes holds every activated stream but those whose
-    /// registrant is told to hand them over itself.
+    /// A stream it activates is pushed to the inbox, under the inbox lock, only if the
+    /// reactor has not stopped: so the inbox `stop` takes holds every activated stream but
+    /// those whose registrant is told to hand them over itself. That re-check alone keeps an
+    /// operation from being stranded (the loom model: a registration after a stream was
+    /// handed over finds `in_reactor` cleared by [`evict`], activates it, and is orphaned).
+    ///
+    /// `stopped` is also read under the queue lock, and [`stop`](Roster::stop) sets it before
+    /// it takes the inbox, whose streams are then drained under their queue locks: so on a
+    /// stream the stop hands over, an operation is either queued before the hand-over, which
+    /// takes it, or refused; never accepted after it and handed over late by its registrant
+    /// (the model's watched stream checks this).
     pub(crate) fn register(
         &self,
         stream: &S,
@@ -115,7 +120,10 @@ pub(crate) fn head<Q: Queued>(queue: &mut Q) -> Option<&Q::Op> {
 }
 
 /// Takes the stream out of a stopped reactor: every operation queued on it, for the caller to
-/// hand to another watcher.
+/// hand to another watcher. No property needs `in_reactor` cleared here while `register` reads
+/// `stopped` under the queue lock (every registration after this is refused before it looks
+/// at the flag): it keeps the flag true to the stream's state, and it is what would make a
+/// registration after the hand-over orphaned rather than stranded, were that read moved.
 pub(crate) fn evict<Q: Queued>(queue: &mut Q) -> VecDeque<Q::Op> {
     *queue.in_reactor() = false;
     std::mem::take(queue.pending())
