@@ -384,32 +384,34 @@ impl<S: Source> Cache<S> {
             self.settle(block, Repair::Unrepairable(why));
             return;
         }
-        if !self.repairs.queue(block) {
-            return;
-        }
-        let cache = self.clone();
-        let repair = move || cache.repair_queued();
-        let spawned = match self.source.library() {
-            Some(library) => npu_core::reaper::spawn_counted("npu-pool-repair", library, repair),
-            None => std::thread::Builder::new()
-                .name("npu-pool-repair".into())
-                .spawn(repair)
-                .map(drop),
-        };
-        if let Err(err) = spawned {
-            npu_core::log!(warn, pool = S::NAME, %err, "no thread to examine pooled blocks after a memory error");
-            // Nothing will look at the queued blocks, and none may be cached unexamined.
-            for block in self.repairs.unserved() {
-                let why = format!("no thread to examine it ({err})");
-                self.settle(block, Repair::Unrepairable(why));
+        let start = || {
+            let cache = self.clone();
+            let repair = move || cache.repair_queued();
+            let spawned = match self.source.library() {
+                Some(library) => {
+                    npu_core::reaper::spawn_counted("npu-pool-repair", library, repair)
+                }
+                None => std::thread::Builder::new()
+                    .name("npu-pool-repair".into())
+                    .spawn(repair)
+                    .map(drop),
+            };
+            if let Err(err) = &spawned {
+                npu_core::log!(warn, pool = S::NAME, %err, "no thread to examine pooled blocks after a memory error");
             }
-        }
+            spawned
+        };
+        // Nothing will look at the queued blocks, and none may be cached unexamined.
+        self.repairs.suspect(block, start, |block, err| {
+            let why = format!("no thread to examine it ({err})");
+            self.settle(block, Repair::Unrepairable(why));
+        });
     }
 
     /// The repair thread: examines the queued blocks until none is left. It holds the cache,
     /// so a pool dropped meanwhile ends here, once the last block is settled.
     fn repair_queued(self: Arc<Self>) {
-        while let Some(block) = self.repairs.next() {
+        self.repairs.serve(|block| {
             // A source's panic is contained: the block is then quarantined, not lost.
             let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 self.source.repair(&block)
@@ -418,7 +420,7 @@ impl<S: Source> Cache<S> {
                 Repair::Unrepairable("examining it for memory errors panicked".into())
             });
             self.settle(block, found);
-        }
+        });
     }
 
     /// Caches an examined block, or quarantines it; logs either repair.

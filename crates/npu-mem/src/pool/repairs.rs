@@ -26,17 +26,46 @@ impl<B> Repairs<B> {
         }
     }
 
-    /// Queues `block`; returns whether the caller must start a repair thread (none was
-    /// serving the queue), which runs [`next`](Repairs::next) until it returns `None`.
-    pub(crate) fn queue(&self, block: B) -> bool {
+    /// Queues `block` (`Cache::suspect`); if no repair thread serves the queue, starts one
+    /// with `start`, whose thread runs [`serve`](Repairs::serve). One thread serves every
+    /// block queued while it runs: failing operations come in bursts. If it cannot start,
+    /// every block queued meanwhile, by this caller or others that found the queue served,
+    /// is handed to `unserved` with the error (nothing else will take them), and the next
+    /// block queued starts a thread again.
+    pub(crate) fn suspect<E>(
+        &self,
+        block: B,
+        start: impl FnOnce() -> Result<(), E>,
+        mut unserved: impl FnMut(B, &E),
+    ) {
+        if !self.queue(block) {
+            return;
+        }
+        if let Err(err) = start() {
+            for block in self.unserved() {
+                unserved(block, &err);
+            }
+        }
+    }
+
+    /// The repair thread (`Cache::repair_queued`): `repair`s the queued blocks until it finds
+    /// none left, and ends under the lock a block is queued under, so a block queued
+    /// meanwhile is either taken here or starts the next thread.
+    pub(crate) fn serve(&self, mut repair: impl FnMut(B)) {
+        while let Some(block) = self.next() {
+            repair(block);
+        }
+    }
+
+    /// Queues `block`; whether a repair thread must be started (none was serving the queue).
+    fn queue(&self, block: B) -> bool {
         let mut queue = self.lock();
         queue.blocks.push(block);
         !std::mem::replace(&mut queue.running, true)
     }
 
-    /// The repair thread's next block; with none left, the thread ends (under the lock a
-    /// block is queued under, so the next one queued starts a new thread).
-    pub(crate) fn next(&self) -> Option<B> {
+    /// The repair thread's next block; with none left, the thread ends.
+    fn next(&self) -> Option<B> {
         let mut queue = self.lock();
         let block = queue.blocks.pop();
         if block.is_none() {
@@ -45,9 +74,9 @@ impl<B> Repairs<B> {
         block
     }
 
-    /// For a caller told to start a thread that could not: the queue is left unserved (the
-    /// next block queued starts a thread again), and its blocks are the caller's to settle.
-    pub(crate) fn unserved(&self) -> Vec<B> {
+    /// For a thread that could not start: the queue is left unserved, and its blocks are the
+    /// caller's to settle.
+    fn unserved(&self) -> Vec<B> {
         let mut queue = self.lock();
         queue.running = false;
         std::mem::take(&mut queue.blocks)
