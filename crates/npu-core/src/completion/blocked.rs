@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::state::{Deferred, State};
+use super::state::State;
 use super::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Raised once, when the operation completes or is abandoned. Every [`BlockingWaiter`] of the
@@ -26,11 +26,7 @@ impl Signal {
     pub(crate) fn armed<T: Clone>(state: &State<T>) -> Arc<Signal> {
         let signal = Arc::new(Signal::default());
         let raise = RaiseOnDrop(signal.clone());
-        if let Some(Deferred::Notify(notify)) = state.defer(Deferred::Notify(Box::new(move || {
-            drop(raise);
-        }))) {
-            notify();
-        }
+        state.defer_notify(Box::new(move || drop(raise)));
         signal
     }
 

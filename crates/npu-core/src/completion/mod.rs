@@ -463,10 +463,7 @@ impl Completion {
     /// thread. npu-rs's own crates are the intended callers.
     #[doc(hidden)]
     pub unsafe fn on_complete(&self, action: impl FnOnce() + Send + 'static) {
-        if let Some(Deferred::Notify(action)) = self.state.defer(Deferred::Notify(Box::new(action)))
-        {
-            action();
-        }
+        self.state.defer_notify(Box::new(action));
     }
 
     /// Runs `action` after completion, on the reaper thread; at once on this thread if the

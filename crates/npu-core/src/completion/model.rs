@@ -110,15 +110,13 @@ fn a_blocked_waiter_is_notified_exactly_once() {
         let thread = loom::thread::spawn(move || assert!(complete(&completer, 3)));
         let counter = notified.clone();
         let seen = state.clone();
-        let notify = Deferred::Notify(Box::new(move || {
+        // `State::defer_notify`, as `Signal::armed` and `Completion::on_complete` call it.
+        state.defer_notify(Box::new(move || {
             // A blocked thread woken before the value is visible would take the operation
             // for abandoned.
             assert!(seen.is_complete(), "notified before the value was visible");
             counter.fetch_add(1, Ordering::SeqCst);
         }));
-        if let Some(returned) = state.defer(notify) {
-            run(returned);
-        }
         thread.join().unwrap();
         assert_eq!(notified.load(Ordering::SeqCst), 1);
         assert_eq!(state.value(), Some(3));

@@ -226,6 +226,15 @@ impl<T: Clone> State<T> {
         deferred.as_ref().map_or(0, Vec::len)
     }
 
+    /// Queues `notify` to run on the completing thread right after completion (dropped unrun
+    /// if the operation is abandoned); runs it at once, on this thread, if the operation
+    /// completed already.
+    pub(crate) fn defer_notify(&self, notify: Action) {
+        if let Some(Deferred::Notify(notify)) = self.defer(Deferred::Notify(notify)) {
+            notify();
+        }
+    }
+
     /// Queues `action` to run after completion; hands it back if completion already happened.
     pub(crate) fn defer(&self, action: Deferred) -> Option<Deferred> {
         let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
