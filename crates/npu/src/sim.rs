@@ -488,7 +488,10 @@ pub fn now_ns(device: &Device) -> Result<u64> {
 /// `awaiting_blocks` until then, however long ago its operation was awaited. (A block whose
 /// error has no repair, an HBM multi-bit ECC error, is quarantined at once.) Await the pool's
 /// `settled()` instead, bounded: it resolves once every block is back, repairs included (and
-/// it is not the simulator's: it works the same on CANN):
+/// it is not the simulator's: it works the same on CANN). Under a paused Tokio clock
+/// (`start_paused`), a `tokio::time::timeout` around it fires as soon as the runtime goes
+/// idle, since nothing keeps the clock while a repair runs: bound it there with a thread of
+/// your own (for example `spawn_blocking` and a channel's `recv_timeout`) instead.
 ///
 /// ```
 /// use npu::prelude::*;

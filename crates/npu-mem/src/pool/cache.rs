@@ -624,7 +624,7 @@ impl<S: Source> Cache<S> {
         let state = self.lock();
         // Only a bounded cache evicts.
         let giving_back = self.capacity.is_some() && (state.has_waiters() || evicts(&state));
-        let (result, served) = match giving_back {
+        let (result, served, settled) = match giving_back {
             true => {
                 drop(state);
                 self.source
@@ -632,6 +632,11 @@ impl<S: Source> Cache<S> {
             }
             false => self.change_and_evict(state, change),
         };
+        // Outside the source's step (a device pool's drain lock, which a request out of
+        // memory waits for): a waker is user code.
+        if settled {
+            self.wake_settling();
+        }
         if !served.is_empty() {
             for (reply, granted) in served {
                 self.deliver(reply, granted);
@@ -641,12 +646,16 @@ impl<S: Source> Cache<S> {
     }
 
     /// Runs `change` on `state` and serves the waiters it made servable; then, unlocked,
-    /// frees the blocks evicted on the way. The grants to send, and `change`'s result.
+    /// frees the blocks evicted on the way. `change`'s result, the grants to send, and
+    /// whether the change settled the pool (it was not settled before: a change that finds it
+    /// settled, such as a trim, has no settling task to wake, since each looked under this
+    /// lock after registering).
     fn change_and_evict<R>(
         &self,
         mut state: MutexGuard<'_, State<S::Block, Reply<S::Block>>>,
         change: impl FnOnce(&mut State<S::Block, Reply<S::Block>>, &mut Vec<S::Block>) -> R,
-    ) -> (R, Served<S::Block>) {
+    ) -> (R, Served<S::Block>, bool) {
+        let was_settled = state.settled();
         let mut evicted = Vec::new();
         let result = change(&mut state, &mut evicted);
         // Most changes find nobody waiting and evict nothing: that common case (a hit, an
@@ -655,15 +664,12 @@ impl<S: Source> Cache<S> {
             true => state.pump(&mut evicted),
             false => Vec::new(),
         };
-        let settled = state.settled();
+        let settled = !was_settled && state.settled();
         drop(state);
         if !evicted.is_empty() {
             self.free_blocks(evicted);
         }
-        if settled {
-            self.wake_settling();
-        }
-        (result, served)
+        (result, served, settled)
     }
 
     /// Resolves once every block of the pool is back: none handed out, none awaiting its

@@ -424,14 +424,19 @@ impl PinnedPool {
     /// [`stats`](PinnedPool::stats) shows `allocated` and `awaiting_blocks` 0. What a
     /// graceful shutdown, or a test checking that a cancelled pipeline lost no buffer, waits
     /// for, instead of polling the counters. Blocks handed out after it resolved are not
-    /// waited for; while a task keeps one, it does not resolve (bound it with a timeout).
+    /// waited for; while a task keeps one, it does not resolve (bound it with a timeout). A block that is never
+    /// given back keeps it pending for good: one `mem::forget`-ed, or owned by a forgotten
+    /// operation or allocation future. It resolves when a poll finds the pool settled, so stop
+    /// handing blocks out first: tasks that keep allocating may never leave it settled when it
+    /// looks. Quarantined blocks (after a memory error) do not count: they are not coming
+    /// back. A pending `settled()` keeps the pool's cache, and its cached memory, alive.
     ///
     /// A block dropped while an operation used it comes back once that operation completed
     /// (docs/cancellation.md, rule 3), so this waits for the device, failed or aborted work
     /// included. Under a paused Tokio clock it keeps nothing, as a queued
     /// [`alloc`](PinnedPool::alloc) keeps nothing: await the operations first.
     ///
-    /// Cancel safety: cancel-safe; dropping it only stops waiting.
+    /// Cancel-safe: dropping it only stops waiting.
     ///
     /// ```
     /// use npu_core::Device;
@@ -449,7 +454,7 @@ impl PinnedPool {
     /// # })?;
     /// # Ok::<(), npu_core::Error>(())
     /// ```
-    pub fn settled(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
+    pub fn settled(&self) -> impl Future<Output = ()> + Send + Unpin + 'static + use<> {
         self.shared.settled()
     }
 

@@ -576,7 +576,12 @@ impl DevicePool {
     /// the device still used it and awaiting its operations (or, after a memory error, its
     /// examination), none being allocated. Then [`stats`](DevicePool::stats)`.cache` shows
     /// `allocated` and `awaiting_blocks` 0. Blocks handed out after it resolved are not
-    /// waited for; while a task keeps one, it does not resolve (bound it with a timeout).
+    /// waited for; while a task keeps one, it does not resolve (bound it with a timeout). A block that is never
+    /// given back keeps it pending for good: one `mem::forget`-ed, or owned by a forgotten
+    /// operation or allocation future. It resolves when a poll finds the pool settled, so stop
+    /// handing blocks out first: tasks that keep allocating may never leave it settled when it
+    /// looks. Quarantined blocks (after a memory error) do not count: they are not coming
+    /// back. A pending `settled()` keeps the pool's cache, and its cached memory, alive.
     /// Under a paused Tokio clock it keeps nothing, as a queued [`alloc`](DevicePool::alloc)
     /// keeps nothing. Cancel-safe: dropping it only stops waiting.
     ///
@@ -595,7 +600,7 @@ impl DevicePool {
     /// # })?;
     /// # Ok::<(), npu_core::Error>(())
     /// ```
-    pub fn settled(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
+    pub fn settled(&self) -> impl Future<Output = ()> + Send + Unpin + 'static + use<> {
         self.cache.settled()
     }
 

@@ -182,7 +182,7 @@ pub(crate) fn all_completed(done: &[Completion]) {
 
 /// Waits (bounded) until `done` holds, flushing the deferred releases between looks: releases
 /// after held or faulted work run on the reaper once the device is done, which a test cannot
-/// await.
+/// await outside a pool (a pool's blocks can be awaited with its `settled()`).
 pub(crate) fn until_released(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + HANG;
     loop {
