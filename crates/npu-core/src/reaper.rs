@@ -5,7 +5,10 @@
 //! thread, inside a lock, or inside an ACL callback, so completions hand their deferred actions
 //! here.
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Sender, channel};
 
 /// Work to run once, after completion, off the completing thread's critical path.
@@ -46,27 +49,52 @@ pub fn as_shared_thread<R>(body: impl FnOnce() -> R) -> R {
 /// Releases handed to the reaper thread and not yet run (counted from before they are sent
 /// until their batch has run), so that a bounded look at the reaper ([`flush_until`]) needs no
 /// marker when nothing is queued: a wait with no time to spare then still succeeds.
-static QUEUED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static QUEUED: AtomicUsize = AtomicUsize::new(0);
 
-/// Batches the reaper queued for itself so far (a release that hands on another release: a
-/// stream's drop, say, dropping a value whose release is deferred too): such a batch goes
-/// behind a marker queued meanwhile, so [`flush_until`] looks again when this moved while its
-/// marker was on its way.
-static REQUEUED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// How many [`flush_until`] markers have been queued: a batch handed to the reaper from
+/// elsewhere is tagged with this count (its origin), a marker with its own new value, so that
+/// the batches tagged below a marker's origin are those handed on before it (and whatever
+/// those queue in turn). Read, not written, by a release's hand-off.
+static MARKERS: AtomicU64 = AtomicU64::new(0);
 
-fn sender() -> Option<&'static Sender<Vec<Action>>> {
-    static SENDER: OnceLock<Option<Sender<Vec<Action>>>> = OnceLock::new();
+/// A batch on its way to the reaper: its origin (see [`MARKERS`]), whether the reaper queued
+/// it for itself, its actions.
+type Batch = (u64, bool, Vec<Action>);
+
+/// The reaper thread's own bookkeeping of the batches it queued for itself (a release that
+/// hands on another release: a stream's drop, say, dropping a value whose release is deferred
+/// too), which go behind any marker queued meanwhile. Only the reaper thread touches it, and a
+/// marker reads it there, so a batch queued by a release is recorded before any marker behind
+/// that release runs.
+#[derive(Default)]
+struct Requeued {
+    /// The origin of the batch running now: a batch it queues inherits it.
+    running: u64,
+    /// Batches queued by the reaper for itself and not run yet, by origin.
+    waiting: BTreeMap<u64, usize>,
+}
+
+thread_local! {
+    static REQUEUED: RefCell<Requeued> = RefCell::new(Requeued::default());
+}
+
+fn sender() -> Option<&'static Sender<Batch>> {
+    static SENDER: OnceLock<Option<Sender<Batch>>> = OnceLock::new();
     SENDER
         .get_or_init(|| {
-            let (tx, rx) = channel::<Vec<Action>>();
+            let (tx, rx) = channel::<Batch>();
             let spawned = std::thread::Builder::new()
                 .name("npu-reaper".into())
                 .spawn(move || {
                     ON_REAPER.with(|on| on.set(true));
-                    for batch in rx {
+                    for (origin, requeued, batch) in rx {
+                        REQUEUED.with_borrow_mut(|r| r.running = origin);
                         let ran = batch.len();
                         batch.into_iter().for_each(run);
-                        QUEUED.fetch_sub(ran, std::sync::atomic::Ordering::AcqRel);
+                        if requeued {
+                            REQUEUED.with_borrow_mut(|r| r.ran(origin));
+                        }
+                        QUEUED.fetch_sub(ran, Ordering::AcqRel);
                     }
                 });
             match spawned {
@@ -80,6 +108,26 @@ fn sender() -> Option<&'static Sender<Vec<Action>>> {
         .as_ref()
 }
 
+impl Requeued {
+    fn ran(&mut self, origin: u64) {
+        if let Some(left) = self.waiting.get_mut(&origin) {
+            *left -= 1;
+            if *left == 0 {
+                self.waiting.remove(&origin);
+            }
+        }
+    }
+
+    /// Whether a batch the reaper queued for itself, from a batch handed on before the marker
+    /// of origin `marker`, has not run yet.
+    fn waiting_before(&self, marker: u64) -> bool {
+        self.waiting
+            .keys()
+            .next()
+            .is_some_and(|&origin| origin < marker)
+    }
+}
+
 fn run(action: Action) {
     if crate::contain::contained(action) {
         crate::log!(error, "a deferred release panicked; the reaper continues");
@@ -88,18 +136,35 @@ fn run(action: Action) {
 
 /// Queues actions for the reaper thread (or runs them here if it could not be started).
 pub(crate) fn run_later(actions: Vec<Action>) {
+    send(None, actions);
+}
+
+/// [`run_later`], tagged with `marker`'s origin for a [`flush_until`] marker, else with the
+/// current one (see [`MARKERS`]); on the reaper, with the origin of the batch it runs, and
+/// recorded as waiting (before it is sent, so that no marker behind the running batch misses
+/// it).
+fn send(marker: Option<u64>, actions: Vec<Action>) {
     let rejected = match sender() {
         Some(tx) => {
             let count = actions.len();
-            QUEUED.fetch_add(count, std::sync::atomic::Ordering::AcqRel);
-            if ON_REAPER.with(std::cell::Cell::get) {
-                REQUEUED.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            }
-            match tx.send(actions) {
+            QUEUED.fetch_add(count, Ordering::AcqRel);
+            let on_reaper = ON_REAPER.with(std::cell::Cell::get);
+            let origin = if on_reaper {
+                REQUEUED.with_borrow_mut(|r| {
+                    *r.waiting.entry(r.running).or_default() += 1;
+                    r.running
+                })
+            } else {
+                marker.unwrap_or_else(|| MARKERS.load(Ordering::Relaxed))
+            };
+            match tx.send((origin, on_reaper, actions)) {
                 Ok(()) => return,
                 Err(err) => {
-                    QUEUED.fetch_sub(count, std::sync::atomic::Ordering::AcqRel);
-                    err.0
+                    if on_reaper {
+                        REQUEUED.with_borrow_mut(|r| r.ran(origin));
+                    }
+                    QUEUED.fetch_sub(count, Ordering::AcqRel);
+                    err.0.2
                 }
             }
         }
@@ -252,50 +317,56 @@ pub unsafe fn release_later(release: impl FnOnce() + Send + 'static) {
 /// deferred release of the process. In a process forked after npu-rs started a runtime
 /// ([`forked`](crate::forked)) it returns at once too: the reaper thread stayed in the parent.
 pub fn flush() {
-    if let Some(marker) = marker() {
+    if let Some(marker) = marker(MARKERS.load(Ordering::Relaxed)) {
         let _ = marker.recv();
     }
 }
 
 /// [`flush`], bounded, and exhaustive: whether the reaper ran, by `deadline`, the releases
 /// queued before the call and every release those queued in turn, however deep (at once,
-/// with `true`, when none is queued, and where `flush` returns at once).
+/// with `true`, when none is queued, and where `flush` returns at once). Batches handed on
+/// after the call, and those they queue, are not waited for, so a reaper kept busy by them
+/// does not keep this looking.
 pub(crate) fn flush_until(deadline: std::time::Instant) -> bool {
-    use std::sync::atomic::Ordering::Acquire;
+    if QUEUED.load(Ordering::Acquire) == 0 {
+        return true;
+    }
+    flush_from(MARKERS.fetch_add(1, Ordering::Relaxed) + 1, deadline)
+}
+
+/// [`flush_until`] from its first marker's origin `first` (taken from [`MARKERS`]) on.
+fn flush_from(first: u64, deadline: std::time::Instant) -> bool {
     loop {
-        if QUEUED.load(Acquire) == 0 {
-            return true;
-        }
-        let requeued = REQUEUED.load(Acquire);
-        let Some(marker) = marker() else {
+        let Some(marker) = marker(first) else {
             return true;
         };
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        // The marker sends when it runs: what the reaper had queued for itself by then.
+        // The marker sends when it runs: whether a batch queued by one handed on before the
+        // first marker was still waiting behind it.
         match marker.recv_timeout(left) {
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return false,
-            Ok(at_marker) if at_marker != requeued => continue,
+            Ok(true) => continue,
             _ => return true,
         }
     }
 }
 
 /// A marker queued on the reaper behind every release handed to it so far: the receiver
-/// hears from it once they have run (with how many batches the reaper had queued for itself
-/// by then). `None` where no wait may be made for it: on the reaper
-/// itself, and in a forked child, whose reaper thread is the parent's (nothing would ever run
-/// the marker).
-fn marker() -> Option<std::sync::mpsc::Receiver<usize>> {
+/// hears from it once they have run (whether a batch the reaper queued for itself from one
+/// handed on before the marker of origin `origin` was still waiting then). `None` where no
+/// wait may be made for it: on the reaper itself, and in a forked child, whose reaper thread
+/// is the parent's (nothing would ever run the marker).
+fn marker(origin: u64) -> Option<std::sync::mpsc::Receiver<bool>> {
     if ON_REAPER.with(std::cell::Cell::get) || crate::fork::forked() {
         return None;
     }
     let (tx, rx) = channel();
-    // SAFETY: sending on an unbounded channel does not block.
-    unsafe {
-        release_later(move || {
-            let _ = tx.send(REQUEUED.load(std::sync::atomic::Ordering::Acquire));
-        })
-    };
+    send(
+        Some(origin),
+        vec![Box::new(move || {
+            let _ = tx.send(REQUEUED.with_borrow(|r| r.waiting_before(origin)));
+        })],
+    );
     Some(rx)
 }
 
@@ -379,8 +450,10 @@ impl std::future::Future for Passed {
 mod tests {
     use super::*;
     use std::future::Future;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
     use std::task::{Context, Waker};
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     /// Holds the reaper in a release until the returned sender sends (or drops), for at most
     /// 30 s: the window in which a release is queued and has not run. Returns once the
@@ -397,6 +470,37 @@ mod tests {
         };
         ran.recv().unwrap();
         open
+    }
+
+    /// A release that queues itself again until told to stop: a reaper kept busy by releases
+    /// that have nothing to do with a flush.
+    fn churn(stop: Arc<AtomicBool>) {
+        // SAFETY: the release loads a flag and queues itself: it does not block.
+        unsafe {
+            release_later(move || {
+                if !stop.load(Ordering::SeqCst) {
+                    churn(stop);
+                }
+            })
+        };
+    }
+
+    /// A flush waits only for what was handed on before it (and what that queues): releases
+    /// the reaper keeps queueing for itself from a batch handed on after the flush began do
+    /// not keep it looking until its deadline. The break (a flush that looked again whenever
+    /// the reaper had queued anything for itself meanwhile): `false` after 30 s.
+    #[test]
+    fn a_churning_reaper_does_not_starve_a_flush() {
+        let open = hold_the_reaper();
+        let first = MARKERS.fetch_add(1, Ordering::Relaxed) + 1;
+        let stop = Arc::new(AtomicBool::new(false));
+        churn(stop.clone());
+        let flusher =
+            std::thread::spawn(move || flush_from(first, Instant::now() + Duration::from_secs(30)));
+        open.send(()).unwrap();
+        let flushed = flusher.join().unwrap();
+        stop.store(true, Ordering::SeqCst);
+        assert!(flushed, "the flush ran out behind releases queued after it");
     }
 
     /// `passed` resolves only once the releases queued before it ran: pending while the
