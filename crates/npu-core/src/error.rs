@@ -90,22 +90,45 @@ pub enum Error {
     },
     /// Teardowns npu-rs handed to threads of their own (a device's reset, ACL's finalisation:
     /// see [`wait_for_teardowns`](crate::wait_for_teardowns)) were still running when a wait
-    /// for them ran out: stuck in the runtime, or slower than the wait allowed.
+    /// for them ran out: stuck in the runtime, or slower than the wait allowed; or the wait ran
+    /// out on something that may still hand one off (`waiting_for`).
     #[error(
         "{api}: {running} teardown(s) of npu-rs (aclrtResetDevice, aclrtDestroyContext or \
          aclFinalize on a thread of npu-rs's own, or such a thread yet to let go of the last \
          handle) still running after {waited:?}{}",
-        if *running == 0 { " (releases queued on npu-rs's reaper had not run yet)" } else { "" }
+        match waiting_for {
+            Unsettled::Teardowns => "",
+            Unsettled::CompletingThread =>
+                " (a thread of npu-rs's that completed an operation had not let go of its \
+                 stream yet)",
+            Unsettled::Reaper => " (releases queued on npu-rs's reaper had not run yet)",
+        }
     )]
     TeardownsRunning {
         /// The npu-rs API that waited.
         api: &'static str,
-        /// How many were still running: 0 when the wait ran out while npu-rs's reaper had
-        /// not yet run the releases queued before it (one of which may hand off another).
+        /// How many teardowns were still running when it ran out.
         running: usize,
+        /// What the wait was waiting for when it ran out.
+        waiting_for: Unsettled,
         /// How long it waited.
         waited: std::time::Duration,
     },
+}
+
+/// What a wait for teardowns ([`Error::TeardownsRunning`]) was waiting for when it ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unsettled {
+    /// Teardowns running on threads of npu-rs's own (`running` of them).
+    Teardowns,
+    /// A thread of npu-rs's that completed an operation (the reactor, a callback worker, a
+    /// blocking waiter, the sentinel, an abort's thread) had not let go of what it held for it
+    /// (its stream, through which a context or a runtime whose teardown it may hand off).
+    CompletingThread,
+    /// npu-rs's reaper had not run the releases queued before the wait (one may hand off a
+    /// teardown).
+    Reaper,
 }
 
 impl Error {

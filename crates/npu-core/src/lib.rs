@@ -52,7 +52,7 @@ pub use completion::{BlockingWaiter, Completer, Completion, UseList, Wait};
 pub use context::Context;
 pub use device::{Device, DeviceAttr, DeviceStatus, MemAttr, MemInfo, PeerAccess, PriorityRange};
 pub use device_abort::DeviceAbortWatch;
-pub use error::{AclError, Error, LoadAttempt, LoadError, LoadFailure, Result};
+pub use error::{AclError, Error, LoadAttempt, LoadError, LoadFailure, Result, Unsettled};
 pub use fault::{DeviceFault, FaultKind, FaultWatch};
 pub use fork::forked;
 pub use launch::{ArgPacker, Engine, LaunchConfig};

@@ -361,13 +361,14 @@ fn settled_users(
         // The teardown takes this lock to drop its reference.
         drop(users);
         settled = true;
-        crate::teardown::wait_until_settled(Some(loaded.id), deadline).map_err(|running| {
-            Error::TeardownsRunning {
+        crate::teardown::wait_until_settled(Some(loaded.id), deadline).map_err(
+            |(running, waiting_for)| Error::TeardownsRunning {
                 api: "RuntimeBuilder::build",
                 running,
+                waiting_for,
                 waited: crate::teardown::BUILD_WAITS,
-            }
-        })?;
+            },
+        )?;
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Unsettled};
 
 /// How long [`RuntimeBuilder::build`](crate::RuntimeBuilder::build) waits for teardowns of its
 /// library still running before it decides on its `acl_config`. CANN's `aclFinalize` takes up
@@ -121,22 +121,24 @@ pub(crate) fn wait_until_ended(
 /// Waits as [`wait_until_ended`], then until the completing threads' holds raised before have
 /// been lowered (`holds`: their streams let go of), then until the reaper has run the releases
 /// queued before (a completed operation's buffer, a stream: one may drop the last handle of a
-/// context and hand its teardown off), and again for any teardown that handed off.
+/// context and hand its teardown off), and again for any teardown that handed off. `Err` with
+/// how many teardowns still run and what it was waiting for when `deadline` passed.
 pub(crate) fn wait_until_settled(
     library: Option<usize>,
     deadline: Instant,
-) -> std::result::Result<(), usize> {
+) -> std::result::Result<(), (usize, Unsettled)> {
+    let ran_out = |waiting_for| (count(&running(), library), waiting_for);
     loop {
-        wait_until_ended(library, deadline)?;
+        wait_until_ended(library, deadline).map_err(|running| (running, Unsettled::Teardowns))?;
         // A completing thread's drops hand releases to the reaper and teardowns on: queued or
         // counted once it lowers its hold.
         if !crate::holds::wait_until_let_go(deadline) {
-            return Err(count(&running(), library));
+            return Err(ran_out(Unsettled::CompletingThread));
         }
         // Bounded too: a release the reaper runs may be held up (one of a runtime without the
         // calls that keep its destruction of a stopped stream from waiting, a program's own).
         if !crate::reaper::flush_until(deadline) {
-            return Err(count(&running(), library));
+            return Err(ran_out(Unsettled::Reaper));
         }
         if count(&running(), library) == 0 {
             return Ok(());
@@ -237,9 +239,10 @@ pub fn wait_for_teardowns(timeout: Duration) -> Result<()> {
     // Clamped so that the deadline can be added: a year is no bound either.
     let deadline = Instant::now() + timeout.min(Duration::from_secs(365 * 24 * 3600));
     let ended = wait_until_settled(None, deadline);
-    ended.map_err(|running| Error::TeardownsRunning {
+    ended.map_err(|(running, waiting_for)| Error::TeardownsRunning {
         api: API,
         running,
+        waiting_for,
         waited: timeout,
     })
 }
@@ -256,6 +259,7 @@ mod tests {
     const HELD: usize = usize::MAX;
     const INLINE: usize = usize::MAX - 1;
     const ON_ITS_THREAD: usize = usize::MAX - 2;
+    const UNTOUCHED: usize = usize::MAX - 3;
 
     fn now_and_later() -> (Instant, Instant) {
         let now = Instant::now();
@@ -336,6 +340,39 @@ mod tests {
         refused_on_this_thread(&before);
         refused_on_this_thread(&after);
         assert!(may_wait_here(), "once the step has returned");
+    }
+
+    /// A wait that runs out while a completing thread holds on says so, not that releases
+    /// queued on the reaper had not run: no teardown runs, so `running` alone (0) would point
+    /// at the reaper. The break: the reaper named.
+    #[test]
+    fn a_wait_run_out_on_a_completing_thread_says_so() {
+        let (raised, was_raised) = channel::<()>();
+        let (go, let_go) = channel::<()>();
+        let completing = std::thread::spawn(move || {
+            crate::holds::completing(|| {
+                crate::holds::raise_if_completing();
+                raised.send(()).unwrap();
+                let _ = let_go.recv_timeout(Duration::from_secs(30));
+            })
+        });
+        was_raised.recv().unwrap();
+        let waited = wait_until_settled(Some(UNTOUCHED), Instant::now());
+        go.send(()).unwrap();
+        completing.join().unwrap();
+        assert_eq!(waited, Err((0, Unsettled::CompletingThread)));
+        let message = Error::TeardownsRunning {
+            api: "wait_for_teardowns",
+            running: 0,
+            waiting_for: Unsettled::CompletingThread,
+            waited: Duration::ZERO,
+        }
+        .to_string();
+        assert!(
+            message.contains("completed an operation had not let go")
+                && !message.contains("reaper"),
+            "{message}"
+        );
     }
 
     /// A thread holding one of npu-rs's ranked locks (a tracing subscriber called back from an

@@ -149,7 +149,7 @@ pub use npu_core::reaper;
 pub use npu_core::{
     AclCode, AclError, ArgPacker, Backend, BackendChoice, BinaryMagic, Completer, Completion,
     DeviceAttr, DeviceStatus, Engine, ErrorClass, LaunchConfig, LoadAttempt, LoadError, MemAttr,
-    MemInfo, ModuleLoader, PeerAccess, PriorityRange, RuntimeBuilder, UseList, Wait,
+    MemInfo, ModuleLoader, PeerAccess, PriorityRange, RuntimeBuilder, Unsettled, UseList, Wait,
 };
 #[doc(hidden)]
 pub use npu_mem::{
