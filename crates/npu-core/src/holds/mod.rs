@@ -22,7 +22,7 @@ mod protocol;
 
 /// Std-backed primitives for [`protocol`]; the loom model supplies loom's instead.
 mod sync {
-    pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicUsize, Ordering, fence};
     pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 }
 
@@ -81,4 +81,53 @@ pub(crate) fn completing_here() -> bool {
 /// they were.
 pub(crate) fn wait_until_let_go(deadline: Instant) -> bool {
     HOLDS.wait_for_earlier(Some(deadline))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn raised_here() -> bool {
+        RAISED.with(Cell::get).is_some()
+    }
+
+    /// A hold raised in a nested scope stays raised until the outermost scope ends, since
+    /// the outer step still holds what it completed with: a wait made meanwhile (on another
+    /// thread) does not see it lowered; once the outer scope ends it is. The break: lowered
+    /// when the inner scope ended.
+    #[test]
+    fn a_nested_scope_leaves_the_hold_to_the_outermost() {
+        completing(|| {
+            completing(raise_if_completing);
+            assert!(
+                completing_here() && raised_here(),
+                "still raised after the inner scope"
+            );
+            let waited = std::thread::spawn(|| wait_until_let_go(Instant::now()));
+            assert!(
+                !waited.join().unwrap(),
+                "a wait does not see the hold lowered yet"
+            );
+        });
+        assert!(!completing_here() && !raised_here());
+        assert!(wait_until_let_go(Instant::now() + Duration::from_secs(30)));
+    }
+
+    /// A step that panics after its completion raised the hold lowers it as it unwinds, and
+    /// leaves the thread out of any scope: a wait made later returns. The break: a hold left
+    /// raised, which every later wait for teardowns runs out on.
+    #[test]
+    fn a_panic_in_a_scope_lowers_the_hold() {
+        let unwound = std::panic::catch_unwind(|| {
+            completing(|| {
+                raise_if_completing();
+                panic!("a completing step panics");
+            })
+        });
+        assert!(unwound.is_err());
+        assert!(!completing_here() && !raised_here());
+        assert!(wait_until_let_go(Instant::now() + Duration::from_secs(30)));
+    }
 }

@@ -3,7 +3,7 @@
 //! (`protocol.rs`).
 
 mod sync {
-    pub(crate) use loom::sync::atomic::{AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicUsize, Ordering, fence};
     pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
 }
 

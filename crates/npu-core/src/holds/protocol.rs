@@ -9,20 +9,41 @@
 //! for the slot of the generation it read to empty. Either wait also ends once another wait
 //! has moved the generation past it (that one saw the slot empty first). So a wait returns
 //! once every hold raised before it began is lowered, however busy the completing threads
-//! are, and a hold costs a load and four read-modify-writes of atomics.
+//! are, and a hold costs two read-modify-writes, two loads and two fences.
+//!
+//! Each side writes one atomic and then reads the other's (a raise writes its slot and reads
+//! the generation, a wait moves the generation and reads the slot; a lowering writes its slot
+//! and reads the waiters, a waiter counts itself and reads the slots): the store-buffering
+//! pattern, where two plain loads may each miss the other side's write. A `SeqCst` fence
+//! between the write and the read on both sides forbids that (the fences are totally ordered,
+//! so the side whose fence comes second sees the other's write). The loom model checks it,
+//! and finds the lost wake-up without the fences.
 
 use std::time::Instant;
 
-use super::sync::{AtomicUsize, Condvar, Mutex, MutexGuard, Ordering::SeqCst};
+use super::sync::{AtomicUsize, Condvar, Mutex, MutexGuard, Ordering::SeqCst, fence};
+
+/// Keeps an atomic on a cache line of its own: the slots are written by every completion,
+/// the generation read by every raise and the waiters by a lowering that empties a slot, so
+/// sharing a line would make each completion take the line from the others for writing.
+#[repr(align(64))]
+struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
 
 /// The holds and their waiters.
 pub(crate) struct Holds {
     /// Holds are raised in slot `generation & 1`.
-    generation: AtomicUsize,
-    held: [AtomicUsize; 2],
+    generation: Padded<AtomicUsize>,
+    held: [Padded<AtomicUsize>; 2],
     /// Threads in [`Holds::wait_for_earlier`]: a lowering that empties a slot notifies only
     /// when there is one.
-    waiters: AtomicUsize,
+    waiters: Padded<AtomicUsize>,
     lock: Mutex<()>,
     changed: Condvar,
 }
@@ -39,9 +60,9 @@ impl Drop for Waiting<'_> {
 impl Holds {
     pub(crate) fn new() -> Self {
         Holds {
-            generation: AtomicUsize::new(0),
-            held: [AtomicUsize::new(0), AtomicUsize::new(0)],
-            waiters: AtomicUsize::new(0),
+            generation: Padded(AtomicUsize::new(0)),
+            held: [Padded(AtomicUsize::new(0)), Padded(AtomicUsize::new(0))],
+            waiters: Padded(AtomicUsize::new(0)),
             lock: Mutex::new(()),
             changed: Condvar::new(),
         }
@@ -55,11 +76,10 @@ impl Holds {
             self.held[slot].fetch_add(1, SeqCst);
             // Unmoved since: the hold was counted before any wait moved the generation on,
             // so every wait that begins later sees it. Moved: a wait may have found the slot
-            // empty already; raised again in the new generation's. Read by a
-            // read-modify-write, which reads the latest value: a wait's move is then either
-            // seen here or made after this, seeing the count (plain loads could each miss
-            // the other's write).
-            if self.generation.fetch_add(0, SeqCst) == generation {
+            // empty already; raised again in the new generation's. The fence pairs with the
+            // wait's after its move (see the module's notes).
+            fence(SeqCst);
+            if self.generation.load(SeqCst) == generation {
                 return slot;
             }
             self.lower(slot);
@@ -69,11 +89,14 @@ impl Holds {
     /// Lowers a hold raised in `slot`.
     pub(crate) fn lower(&self, slot: usize) {
         // A waiter counts itself before it looks at the slots, under the lock: either it sees
-        // this lowering, or this sees it and notifies once it waits (read by a
-        // read-modify-write, as in `raise`).
-        if self.held[slot].fetch_sub(1, SeqCst) == 1 && self.waiters.fetch_add(0, SeqCst) > 0 {
-            drop(self.locked());
-            self.changed.notify_all();
+        // this lowering, or this sees it and notifies once it waits (the fence pairs with
+        // the waiter's after its count).
+        if self.held[slot].fetch_sub(1, SeqCst) == 1 {
+            fence(SeqCst);
+            if self.waiters.load(SeqCst) > 0 {
+                drop(self.locked());
+                self.changed.notify_all();
+            }
         }
     }
 
@@ -87,6 +110,7 @@ impl Holds {
         let mut guard = self.locked();
         self.waiters.fetch_add(1, SeqCst);
         let _waiting = Waiting(&self.waiters);
+        fence(SeqCst);
         let generation = self.generation.load(SeqCst);
         // Holds raised in earlier generations of the other parity (a wait that ran out left
         // them): none is raised there while `generation` is current.
@@ -104,6 +128,7 @@ impl Holds {
         {
             self.changed.notify_all();
         }
+        fence(SeqCst);
         while self.held[generation & 1].load(SeqCst) != 0 && moved() < 2 {
             guard = match self.wait(guard, deadline) {
                 Some(guard) => guard,
