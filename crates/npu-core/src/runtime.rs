@@ -131,8 +131,11 @@ impl RuntimeBuilder {
     /// [`wait_for_teardowns`](crate::wait_for_teardowns)): a build asking for another path
     /// waits for such teardowns of its library to end before it decides (on the caller's
     /// thread, which `aclInit` blocks anyway), and fails with
-    /// [`Error::TeardownsRunning`] if they have not within 10 s (stuck in the runtime). On
-    /// one of npu-rs's own threads it does not wait, and decides at once.
+    /// [`Error::TeardownsRunning`] if they have not within 10 s (stuck in the runtime). A
+    /// stream of the library whose last handle the program dropped counts among them until
+    /// npu-rs has released it (after the work in flight on it), so a build asking for another
+    /// path right after such a drop waits for that too. On one of npu-rs's own threads it does
+    /// not wait, and decides at once.
     /// If another component of the process initialised ACL itself, ACL keeps that
     /// component's configuration, and npu-rs logs a warning. A path naming something other
     /// than a regular file (a directory, a FIFO, a device) is refused too (argument

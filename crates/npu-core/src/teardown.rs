@@ -167,18 +167,26 @@ pub(crate) fn wait_until_settled(
 /// It also waits until npu-rs's reaper has run the releases queued before it looked (a
 /// completed operation's buffer, queued before the operation is seen complete), and those
 /// they queued in turn, however deep, since one may drop a context's last handle and hand its
-/// teardown off. It does not wait for releases
-/// npu-rs deferred until the device is done (a buffer whose operation's future was dropped):
-/// a runtime some of whose objects await their work is still alive, and its teardown has not
-/// begun. And it waits for the threads that completed operations to let go of what they held
-/// for them: the thread that completes an operation (the reactor, a callback worker, a
-/// blocking waiter, the sentinel or an abort's thread) still holds its stream, and through it
-/// the context and the runtime, for a moment after it wakes the task that awaited it; it
-/// raises a hold before the operation's result is visible and lowers it only once it has let
-/// go, by when the teardown its drop handed off is counted. So a program may drop its last
-/// npu-rs objects as soon as its last await returns and call this at once. Holds raised after
-/// the call began are not waited for. Drop every npu-rs object, let their work finish, then
-/// call this.
+/// teardown off (releases handed on after it looked, and those they queue, are not waited
+/// for, so a busy reaper cannot keep it looking). It does not wait for releases npu-rs
+/// deferred until the device is done (a buffer whose operation's future was dropped): a
+/// runtime some of whose objects await their work is still alive, and its teardown has not
+/// begun.
+///
+/// And it waits for npu-rs's threads to let go of the streams they hold. The thread that
+/// completes an operation (the reactor, a callback worker, a blocking waiter, the sentinel
+/// or an abort's thread) still holds its stream, and through it the context and the
+/// runtime, for a moment after it wakes the task that awaited it: it raises a hold before the
+/// operation's result is visible and lowers it only once it has let go, by when the teardown
+/// its drop handed off is counted. Other references of those threads outlive the step that
+/// completed the operation (a callback worker's probe of a stream whose operation waited
+/// long, kept until a later look; a sentinel job; the reactor's list after an abort): a
+/// stream whose last handle the program drops while npu-rs still holds it counts as a
+/// teardown of its library until npu-rs has let go of it and released it. So a program may
+/// drop its last npu-rs objects as soon as its last await returns and call this at once. A
+/// stream dropped with operations still in flight is counted until they end and it is
+/// released, so this waits for that work (up to `timeout`). Holds raised after the call began
+/// are not waited for. Drop every npu-rs object, let their work finish, then call this.
 ///
 /// # Blocking
 ///
@@ -193,7 +201,8 @@ pub(crate) fn wait_until_settled(
 /// - [`Error::Forked`] in a process forked after npu-rs started a runtime
 ///   ([`forked`](crate::forked)): the teardowns it would count are its parent's.
 /// - [`Error::TeardownsRunning`] if some are still running when `timeout` has passed (a
-///   teardown stuck in the runtime): it says how many.
+///   teardown stuck in the runtime, a dropped stream's work not done): it says how many, and
+///   what the wait was waiting for then ([`Unsettled`](crate::Unsettled)).
 /// - [`Error::InvalidArgument`] (argument `thread`) when called on one of npu-rs's own threads
 ///   (the reactor, the reaper, a callback worker, the sentinel, the overseer, a thread while it
 ///   completes an operation or runs a step that does, such as a blocking waiter's wait, a

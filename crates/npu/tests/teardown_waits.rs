@@ -813,3 +813,45 @@ fn a_build_with_another_config_waits_for_the_thread_that_completed_the_last_awai
         wait_for_teardowns(HANG).unwrap();
     }
 }
+
+/// Promise (every reference npu-rs's threads keep of a stream is waited for): an `EventPoll`
+/// stream whose held memset an abort discarded, the program dropping every handle of its
+/// runtime as soon as its await of the memset returned (`Error::Aborted`), and waiting for the
+/// teardowns at once: the reactor fails the discarded operation and may keep the stream in
+/// its list, its queue empty, until a later pass lets go of it (with no operation
+/// completing then). ACL was finalised by the time the wait returned. Whether the reactor
+/// still holds the stream when the wait looks depends on its plan, which no control
+/// reaches: the test holds either way, and did in 5 of 5 runs without the fix (the program's
+/// last handle counted until the stream is released); `npu-stream`'s unit test
+/// `a_reference_of_npu_rs_outliving_the_last_handle_is_waited_for` holds such a reference
+/// deterministically and fails without it.
+#[test]
+fn wait_for_teardowns_waits_for_the_reactor_keeping_an_aborted_stream() {
+    let (_guard, _d0) = devices_of(2, MEMORY);
+    let own = OwnRuntime::new("teardown-waits-aborted");
+    let runtime = own.build();
+    hold_finalisation(&runtime);
+    // Noted, not held.
+    let_finalisation_go();
+    let controls = CdylibControls::of_the_loaded_library();
+    let ctx = runtime.device(0).unwrap().primary_context().clone();
+    let s = stream(&ctx, Strategy::EventPoll);
+    controls.hold(0);
+    let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 7);
+    run(s.abort()).unwrap();
+    let result = run(op).map(drop).map_err(npu::Error::from);
+    drop((s, ctx, runtime));
+    let waited = wait_for_teardowns(HANG);
+    let finalised_on = let_finalisation_go();
+    controls.release(0);
+    assert!(
+        matches!(result, Err(npu::Error::Aborted { .. })),
+        "{result:?}"
+    );
+    waited.unwrap();
+    assert_eq!(
+        finalised_on.len(),
+        1,
+        "ACL was finalised when the wait returned: {finalised_on:?}"
+    );
+}

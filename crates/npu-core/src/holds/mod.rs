@@ -39,7 +39,11 @@ thread_local! {
 /// then lets go of what it held for them (the operations' streams, their events): a completion
 /// made in it raises a hold ([`raise_if_completing`]), lowered when `body` returns (or
 /// unwinds), after those drops. Raised only by a completion, so a step that waits for the
-/// device first (a blocking waiter, an abort's thread) holds nothing while it waits.
+/// device first (a blocking waiter, an abort's thread) holds nothing while it waits; a step
+/// that goes on after its first completion (a reactor pass, a callback worker's look) holds
+/// it through its further bounded waits (1 ms per operation it settles). References those
+/// threads keep past the step are covered by the stream's own count instead (npu-stream
+/// counts a stream whose last handle the program dropped until it is released).
 ///
 /// For npu-rs's own crates, not for applications.
 #[doc(hidden)]

@@ -1,7 +1,7 @@
 //! Creating a stream: its options, its id and the watch on its faults.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use npu_core::{Context, Error, Result, acl_call, acl_call_opt, ffi};
@@ -170,6 +170,8 @@ impl StreamBuilder {
             fault_noticed,
             _fault_watch: fault_watch,
             device_abort: Mutex::new(None),
+            users: AtomicUsize::new(1),
+            let_go: OnceLock::new(),
         });
         let watcher: Weak<dyn npu_core::DeviceAbortWatch> = Arc::downgrade(&shared) as _;
         let ctx = &shared.context;

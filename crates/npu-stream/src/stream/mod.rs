@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use npu_core::contain::Rank;
@@ -36,7 +36,9 @@ pub use failure::FailureMode;
 /// `Stream` is `Send + Sync` and cheap to clone; clones submit to the same ACL stream. The ACL
 /// stream is destroyed once the last clone is dropped and every operation npu-rs watched on it
 /// has completed: on the dropping thread if none is in flight by then, otherwise later, on
-/// npu-rs's reaper thread. Either way dropping never waits for the device.
+/// npu-rs's reaper thread. Either way dropping never waits for the device. A last clone
+/// dropped while npu-rs's threads still hold the stream counts as a teardown of its library
+/// until the stream is released (`npu_core::wait_for_teardowns` waits for it).
 ///
 /// Equality and hashing are by identity, as [`same`](Stream::same): clones are equal, two
 /// streams created apart are not, whatever their settings. A stream in a `HashMap` keeps
@@ -54,9 +56,34 @@ pub use failure::FailureMode;
 /// # })?;
 /// # Ok::<(), npu_core::Error>(())
 /// ```
-#[derive(Clone)]
 pub struct Stream {
     pub(crate) shared: Arc<StreamShared>,
+}
+
+impl Clone for Stream {
+    fn clone(&self) -> Stream {
+        // A clone is made from a live handle, so the count never comes back from 0.
+        self.shared.users.fetch_add(1, Ordering::Relaxed);
+        Stream {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl Drop for Stream {
+    /// The program's last handle of the stream going while npu-rs's threads still hold it
+    /// (its operations' entries, a probe, a sentinel job, the reactor's list, ...): from here
+    /// until the stream is released, it counts as a teardown of its library, so that a wait for
+    /// the teardowns made after the program dropped it waits for whichever of those threads
+    /// lets go of it last, wherever and whenever it does (`StreamShared::let_go`).
+    fn drop(&mut self) {
+        if self.shared.users.fetch_sub(1, Ordering::AcqRel) == 1
+            && Arc::strong_count(&self.shared) > 1
+        {
+            let library = self.shared.context.runtime().library_id();
+            let _ = self.shared.let_go.set(npu_core::reaper::counted(library));
+        }
+    }
 }
 
 /// What the stream, the reactor and the completion strategies share.
@@ -118,6 +145,14 @@ pub(crate) struct StreamShared {
     pub(crate) drains: drains::Drains,
     /// Keeps the exception callback telling this stream about its faults.
     _fault_watch: npu_core::FaultWatch,
+    /// How many [`Stream`] handles the program holds (npu-rs's own threads hold the shared
+    /// state, not a `Stream`).
+    users: AtomicUsize,
+    /// Counted as a teardown of the stream's library from the program's last handle going,
+    /// while npu-rs's threads held on, until this is dropped: the last field, so it ends
+    /// after the stream is destroyed and its context let go of (a teardown that hands off is
+    /// counted by then).
+    let_go: OnceLock<npu_core::reaper::Counted>,
 }
 
 /// How many faulted aborts a stream remembers. Each range is read only until the strategies
@@ -757,5 +792,51 @@ impl fmt::Debug for Stream {
             .field("device", &self.context().device_id())
             .field("strategy", &self.shared.strategy)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::test_support::sim_stream;
+
+    /// The program's last handle of a stream going while a thread of npu-rs's still holds the
+    /// stream (a reference such as a callback worker's probe, a sentinel job or the reactor's
+    /// list keeps) counts as a teardown of its library until that reference goes and the
+    /// stream is released: a wait for the teardowns made meanwhile runs out; once the
+    /// reference is let go of (handed to the reaper, as those threads do), the stream is
+    /// released and the count with it. A handle the program still holds counts nothing. The
+    /// count is read on the stream itself: the process's count is shared with the other
+    /// tests, whose streams may be counted too. The break (nothing counted): the wait
+    /// returned at once with the stream still alive.
+    #[test]
+    fn a_reference_of_npu_rs_outliving_the_last_handle_is_waited_for() {
+        let stream = sim_stream(0);
+        let internal = stream.shared.clone();
+        let kept = stream.clone();
+        drop(stream);
+        assert!(
+            internal.let_go.get().is_none(),
+            "the program still holds a handle"
+        );
+        drop(kept);
+        assert!(
+            internal.let_go.get().is_some(),
+            "counted once the last handle went"
+        );
+        let ran_out = npu_core::wait_for_teardowns(Duration::ZERO);
+        assert!(
+            matches!(ran_out, Err(Error::TeardownsRunning { running: 1.., .. })),
+            "{ran_out:?}"
+        );
+        let released = Arc::downgrade(&internal);
+        strategy::release_stream(internal);
+        npu_core::reaper::flush();
+        assert!(
+            released.upgrade().is_none(),
+            "released, and its count ended"
+        );
     }
 }
