@@ -39,7 +39,13 @@ fn both_devices() -> (std::sync::MutexGuard<'static, ()>, Context, Context) {
             .install()
             .unwrap()
     });
-    exclusive(None)
+    let taken = exclusive(None);
+    // A test before this one may have dropped a pool whose memory goes back on a thread of
+    // its own: every test starts with it back, or its baseline (and a pool filling the
+    // device) would count it.
+    npu::runtime::wait_for_teardowns(HANG).unwrap();
+    sim::flush_releases();
+    taken
 }
 
 /// The counters add up: the pool holds what is in use, awaiting and cached, and no more
