@@ -170,7 +170,9 @@ impl RuntimeBuilder {
     /// naming `aclInit`; `auto` in a build with the simulator falls back to it instead, and
     /// [`Runtime::backend_reason`] says why. An [`acl_config`](RuntimeBuilder::acl_config)
     /// other than the one ACL runs with waits for the library's teardowns still running (at
-    /// most 10 s, then [`Error::TeardownsRunning`]) before it is refused or applied.
+    /// most 10 s, then [`Error::TeardownsRunning`]) before it is refused or applied. In a
+    /// process forked from one that used npu-rs it is [`Error::Forked`] before anything is
+    /// loaded.
     ///
     /// ```
     /// use npu_core::{BackendChoice, Runtime};
@@ -183,6 +185,9 @@ impl RuntimeBuilder {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn build(self) -> Result<Runtime> {
+        // Before loading, whose lock a thread of the parent may have held at the fork (it is
+        // held across the library's load) and never lets go of in the child.
+        crate::fork::refuse("RuntimeBuilder::build")?;
         let choice = match self.choice {
             Some(choice) => choice,
             None => BackendChoice::from_env()?,
@@ -388,12 +393,16 @@ impl Drop for RuntimeInner {
 
 /// Drops one `aclInit` reference of `loaded`, finalising ACL with the last.
 fn release_reference(loaded: &'static Loaded) {
+    if crate::fork::forked() {
+        // In a forked child ACL is not ours to finalise: it was the parent's, and it does
+        // not survive the fork. Nor is the lock ours to take: a thread of the parent may have
+        // held it at the fork (building or dropping a runtime), and it never lets it go here.
+        return;
+    }
     let mut users = loaded.init_users.lock().unwrap_or_else(|e| e.into_inner());
     let _finalising = Raised::raise(&INITIALISING);
     users.count -= 1;
-    if users.count > 0 || crate::fork::forked() {
-        // In a forked child ACL is not ours to finalise: it was the parent's, and it does
-        // not survive the fork.
+    if users.count > 0 {
         return;
     }
     let api = &loaded.api;
@@ -467,7 +476,10 @@ impl Runtime {
     /// exists on a thread that is making it, or that is initialising or finalising AscendCL
     /// for another runtime (a tracing subscriber calling back from there), is refused with
     /// [`Error::InvalidArgument`] (argument `thread`) instead of waiting for itself; that
-    /// refusal is not kept as the runtime's result.
+    /// refusal is not kept as the runtime's result. In a process forked from one that used
+    /// npu-rs, a runtime made before the fork is returned (its every ACL call is then
+    /// refused), and otherwise the call is [`Error::Forked`] rather than a wait for a thread
+    /// of the parent that was making it.
     ///
     /// ```
     /// use npu_core::{Device, Runtime};
@@ -504,6 +516,9 @@ impl Runtime {
         // refusal kept as the process-wide runtime's result for ever; or it would wait here
         // for another thread making the runtime, which waits for the lock this one holds.
         refuse_while_initialising("Runtime::global")?;
+        // A thread of the parent may have been making it at the fork: the child would wait
+        // for it for ever. A child refuses ACL anyway, and gets one made before the fork.
+        crate::fork::refuse("Runtime::global")?;
         GLOBAL.get_or_init(|| Runtime::builder().build()).clone()
     }
 
@@ -866,5 +881,56 @@ impl fmt::Debug for Runtime {
             .field("backend", self.backend())
             .field("reason", self.backend_reason())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// "A forked child never waits on a lock a parent thread held", for the library's `aclInit`
+    /// lock: a thread holds it (as one building or dropping a runtime of the library does,
+    /// across `aclInit` or `aclFinalize`) while this thread forks, and the child drops the last
+    /// handle of a runtime of that library. No public control holds a thread there while a
+    /// runtime of the library lives (the lock is held across an ACL call only by the first
+    /// build and the last drop, and npu-sim logs nothing from either), so the test takes the
+    /// lock itself and forks for real.
+    ///
+    /// The break: the child's drop took the lock to count its reference down before asking
+    /// whether it is a forked child, and waited for ever (killed by its alarm).
+    #[test]
+    fn a_child_forked_while_another_thread_holds_the_init_lock_drops_its_runtime() {
+        let runtime = Runtime::builder()
+            .backend(BackendChoice::Sim)
+            .build()
+            .unwrap();
+        let loaded = runtime.inner.loaded;
+        let (held, is_held) = std::sync::mpsc::channel();
+        let (go, may_go) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let _users = loaded.init_users.lock().unwrap();
+            held.send(()).unwrap();
+            let _ = may_go.recv();
+        });
+        is_held.recv().unwrap();
+        // SAFETY: the child only drops the runtime, under an alarm, and ends with `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: an alarm turns a hang of the child into its death by SIGALRM.
+            unsafe { libc::alarm(10) };
+            drop(runtime);
+            // SAFETY: ends the child at once, running no destructor of the parent's state.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: `pid` is our child (bounded by its alarm); `status` a valid out-pointer.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        go.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child hung or failed dropping its runtime (status {status:#x})"
+        );
     }
 }
