@@ -1003,6 +1003,8 @@ fn child() {
     match case.as_str() {
         "submission" => forked_inside_a_submission(),
         "runtime lock" => forked_under_the_runtimes_lock(),
+        "drain lock" => forked_under_a_device_pools_drain_lock(),
+        "global runtime" => forked_while_another_thread_makes_the_global_runtime(),
         other => panic!("no child case {other}"),
     }
     println!("CHILD OK");
@@ -1011,35 +1013,44 @@ fn child() {
 /// The name of the thread whose submission [`HoldsInsideAclCalls`] holds.
 const HOLDER: &str = "npu34-holder";
 
-/// Whether the holder's submission is being held, and whether the test has let it go.
+/// The targets of the simulator's own reports of failed calls, made inside the call.
+const SIMULATOR: &[&str] = &["ascendcl", "npu_sim"];
+
+/// The target of the device pool's own events, among them its report of the frees it makes
+/// under the drain lock.
+const DEVICE_POOL: &[&str] = &["npu_stream::device_pool"];
+
+/// Whether the holder's call is being held, whether the test has let it go, and the targets
+/// of the events it is held at.
 #[derive(Default)]
 struct Holding {
     held: bool,
     go: bool,
+    targets: &'static [&'static str],
 }
 
 static HOLDING: Mutex<Holding> = Mutex::new(Holding {
     held: false,
     go: false,
+    targets: &[],
 });
 static HOLDING_CHANGED: std::sync::Condvar = std::sync::Condvar::new();
 
-/// A tracing layer that, on the first event of the thread named [`HOLDER`] (npu-sim logging
-/// the refusal of a submission from inside the ACL call, under the locks npu-rs holds across
-/// it), holds that thread there (bounded) until the test lets it go: how a thread of a
-/// process that forks is caught in the middle of a submission, deterministically.
+/// A tracing layer that, on the first event of the thread named [`HOLDER`] with one of the
+/// targets the test chose (npu-sim logging the refusal of a submission from inside the ACL
+/// call, under the locks npu-rs holds across it; the device pool logging its frees under its
+/// drain lock), holds that thread there (bounded) until the test lets it go: how a thread of
+/// a process that forks is caught in the middle of a submission, deterministically.
 struct HoldsInsideAclCalls;
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for HoldsInsideAclCalls {
     fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        // Only the simulator's own report of a failed call, made inside the call.
-        let target = event.metadata().target();
-        let simulator = target.starts_with("ascendcl") || target.starts_with("npu_sim");
-        if !simulator || std::thread::current().name() != Some(HOLDER) {
+        if std::thread::current().name() != Some(HOLDER) {
             return;
         }
+        let target = event.metadata().target();
         let mut holding = HOLDING.lock().unwrap();
-        if holding.held {
+        if holding.held || !holding.targets.iter().any(|held| target.starts_with(held)) {
             return;
         }
         holding.held = true;
@@ -1072,7 +1083,6 @@ fn forked_inside_a_submission() {
     subscribe_the_holding_layer();
     let (_guard, ctx) = devices();
     for strategy in STRATEGIES {
-        *HOLDING.lock().unwrap() = Holding::default();
         let own = ctx.device().create_context().unwrap();
         let s = stream(&own, strategy);
         s.set_failure_mode(npu::FailureMode::Stop).unwrap();
@@ -1122,7 +1132,19 @@ fn subscribe_the_holding_layer() {
 fn held_inside_an_acl_call<R: Send + 'static>(
     call: impl FnOnce() -> R + Send + 'static,
 ) -> std::thread::JoinHandle<R> {
-    *HOLDING.lock().unwrap() = Holding::default();
+    held_at(SIMULATOR, call)
+}
+
+/// Runs `call` on a thread named [`HOLDER`] and returns once the layer holds it at its first
+/// event of one of `targets`.
+fn held_at<R: Send + 'static>(
+    targets: &'static [&'static str],
+    call: impl FnOnce() -> R + Send + 'static,
+) -> std::thread::JoinHandle<R> {
+    *HOLDING.lock().unwrap() = Holding {
+        targets,
+        ..Holding::default()
+    };
     let holder = std::thread::Builder::new()
         .name(HOLDER.into())
         .spawn(call)
@@ -1187,6 +1209,107 @@ fn forked_under_the_runtimes_lock() {
     drop(kept);
     assert!(opened.is_err(), "a lost device does not open");
     assert!(ok, "the child failed or hung (status {status:#x})");
+}
+
+/// "A forked child is refused, never hung" for a fork taken while another thread holds a
+/// device pool's drain lock across the frees of an eviction: a pool of three 4 KiB blocks'
+/// capacity with two blocks out and two requests of 8 KiB queued; the holder drops one
+/// block, which the first request's room evicts (freed under the drain lock, where a tracing
+/// layer holds the thread at the pool's report of the frees). In the child, `trim` and
+/// `trim_to` are `Error::Forked`, and the other block and the queued requests are dropped
+/// (the block's return serves the queue, which takes the drain lock): each must return
+/// (bounded by the child's alarm). Both backends.
+///
+/// Outcome: **broke** before the fix: `trim` and the block's drop took the drain lock,
+/// which in the child belongs to a thread that does not exist there, and waited for ever
+/// (killed by the child's alarm). In a forked child the drain lock is now left alone (the
+/// frees made there are refused anyway), and a trim is `Error::Forked` before it gives any
+/// block back (it would report bytes given back that only leaked).
+#[test]
+fn a_child_forked_while_another_thread_holds_a_device_pools_drain_lock_is_refused_not_hung() {
+    in_child_test("child", CHILD_ENV, "drain lock");
+}
+
+/// "A forked child is refused, never hung" for a fork taken while another thread makes the
+/// process-wide runtime, after another runtime started: that thread's `Runtime::global`
+/// chooses its backend (`NPU_BACKEND=auto`, which finds no CANN here and logs that it falls
+/// back to the simulator, where a tracing layer holds it). In the child, `Runtime::global` and
+/// `Device::open` must be `Error::Forked` (bounded by the child's alarm), and the runtime
+/// built before the fork drops.
+///
+/// Outcome: **broke** before the fix: the child's `Runtime::global` waited for the
+/// process-wide runtime's making, which in the child belongs to a thread that does not exist
+/// there, for ever (killed by its alarm). It is now `Error::Forked` there unless the runtime
+/// was made before the fork.
+#[test]
+fn a_child_forked_while_another_thread_makes_the_global_runtime_is_refused_not_hung() {
+    in_child_test("child", CHILD_ENV, "global runtime");
+}
+
+/// The child process's case of
+/// [`a_child_forked_while_another_thread_makes_the_global_runtime_is_refused_not_hung`].
+fn forked_while_another_thread_makes_the_global_runtime() {
+    // SAFETY: this process runs this case alone, and none of its threads reads the
+    // environment meanwhile (the runtime is made below, on the holder's thread).
+    unsafe { std::env::set_var("NPU_BACKEND", "auto") };
+    subscribe_the_holding_layer();
+    let built = npu::Runtime::builder()
+        .backend(npu::BackendChoice::Sim)
+        .build()
+        .unwrap();
+    let holder = held_at(&["npu_core::backend::auto"], npu::Runtime::global);
+    let kept = std::cell::Cell::new(Some(built));
+    let (ok, status) = fork_and_check(|| {
+        assert_forked(&npu::Runtime::global().unwrap_err());
+        assert_forked(&Device::open(0).unwrap_err());
+        drop(kept.take());
+    });
+    let made = let_the_holder_go(holder);
+    drop(kept);
+    assert!(made.is_ok(), "the parent makes its runtime: {made:?}");
+    assert!(ok, "the child failed or hung (status {status:#x})");
+}
+
+/// The child process's case of
+/// [`a_child_forked_while_another_thread_holds_a_device_pools_drain_lock_is_refused_not_hung`].
+fn forked_under_a_device_pools_drain_lock() {
+    subscribe_the_holding_layer();
+    let (_guard, ctx) = devices();
+    for backend in [DevicePoolBackend::Caching, DevicePoolBackend::RuntimePool] {
+        let s = stream(&ctx, npu::Strategy::EventPoll);
+        let pool = device_pool(&ctx, backend, Some(3 * 4096));
+        let (evicted, kept) = run(async {
+            let evicted = pool.alloc::<u8>(&s, 4096).await.unwrap();
+            (evicted, pool.alloc::<u8>(&s, 4096).await.unwrap())
+        });
+        let mut queued = [0, 1].map(|_| Box::pin(pool.alloc::<u8>(&s, 8192)));
+        for request in &mut queued {
+            assert!(polled_once(request.as_mut()).is_pending(), "{backend:?}");
+        }
+        assert_eq!(pool.stats().cache.waiters, 2, "{backend:?}");
+        let holder = held_at(DEVICE_POOL, move || drop(evicted));
+        assert_eq!(
+            pool.stats().cache.waiters,
+            1,
+            "{backend:?}: the first request got the room the eviction made"
+        );
+        // Borrowed by the child's body, so that the parent drops its own copies only once the
+        // holder has let go of the drain lock (the block's drop takes it).
+        let kept = std::cell::Cell::new(Some((kept, queued)));
+        let (ok, status) = fork_and_check(|| {
+            let (kept, queued) = kept.take().unwrap();
+            assert_forked(&pool.trim().unwrap_err());
+            assert_forked(&pool.trim_to(0).unwrap_err());
+            drop(kept);
+            drop(queued);
+        });
+        let_the_holder_go(holder);
+        drop(kept);
+        assert!(
+            ok,
+            "{backend:?}: the child failed or hung (status {status:#x})"
+        );
+    }
 }
 
 /// Rule 2 for kernel arguments shared and dropped: one `Arc<DeviceBuffer>` passed as both

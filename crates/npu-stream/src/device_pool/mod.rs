@@ -27,10 +27,17 @@ mod sync {
     pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
 
     /// The drain lock, ranked (`contain::lock_here`, `Rank::Drain`): `None`, not waited for,
-    /// on a thread that holds it already or holds a lock ranked above it.
+    /// on a thread that holds it already or holds a lock ranked above it, and in a forked
+    /// child.
     pub(crate) fn lock_drain<T>(
         mutex: &Mutex<T>,
     ) -> Option<impl std::ops::DerefMut<Target = T> + '_> {
+        // A thread of the parent may have held it at the fork, across its frees, and that
+        // thread does not exist in the child: a block dropped there (which serves a waiter
+        // by evicting) would wait for ever. The frees made unlocked there are refused anyway.
+        if npu_core::forked() {
+            return None;
+        }
         npu_core::contain::lock_here(mutex, npu_core::contain::Rank::Drain)
     }
 }
@@ -523,7 +530,8 @@ impl DevicePool {
 
     /// Gives every cached block back to the runtime and reports the bytes freed; on the
     /// runtime pool, also asks it to release its idle memory (`aclrtMemPoolTrimTo(0)`).
-    /// Blocks in use, or awaiting their operations, are unaffected.
+    /// Blocks in use, or awaiting their operations, are unaffected. Fails as
+    /// [`trim_to`](DevicePool::trim_to) does.
     ///
     /// ```
     /// use npu_core::Device;
@@ -540,7 +548,7 @@ impl DevicePool {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn trim(&self) -> Result<usize> {
-        self.trim_to(0)
+        self.trim_named("DevicePool::trim", 0)
     }
 
     /// Gives cached blocks back to the runtime, largest first, until the pool holds at most
@@ -548,7 +556,9 @@ impl DevicePool {
     /// pool, then asks it to keep at most `bytes` (`aclrtMemPoolTrimTo`), which releases the
     /// idle memory whose frees have executed. Returns the bytes the pool gave back.
     ///
-    /// Fails only if `aclrtMemPoolTrimTo` does (the blocks are given back regardless).
+    /// Fails only if `aclrtMemPoolTrimTo` does (the blocks are given back regardless), and
+    /// in a process forked from one that used npu-rs ([`Error::Forked`], nothing given back:
+    /// the blocks are the parent's memory).
     ///
     /// ```
     /// use npu_core::Device;
@@ -565,6 +575,14 @@ impl DevicePool {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn trim_to(&self, bytes: usize) -> Result<usize> {
+        self.trim_named("DevicePool::trim_to", bytes)
+    }
+
+    /// [`trim_to`](DevicePool::trim_to), refused in a forked child as `api`: the blocks are
+    /// the parent's memory, which the child's frees (refused) would not give back, so it
+    /// would report bytes given back that were leaked.
+    fn trim_named(&self, api: &'static str, bytes: usize) -> Result<usize> {
+        npu_core::fork::refuse(api)?;
         // Under the drain lock from taking the blocks out of the cache until their frees are
         // queued and counted (`Source::giving_back`), as a drain frees the cache.
         let freed = self.cache.trim_to(bytes);

@@ -237,6 +237,9 @@ impl DeviceSource {
         let Backend::Runtime(pool) = &self.backend else {
             return Ok(());
         };
+        // Before the trims' lock, which a thread of the parent may have held at the fork
+        // across the call (and on the thread that forked the bind below answers `Ok`).
+        npu_core::fork::refuse("aclrtMemPoolTrimTo")?;
         // Bound although the reference states no context for the pool's calls, as for its
         // frees (docs/architecture.md).
         self.context.bind()?;
