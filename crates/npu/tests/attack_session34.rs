@@ -1254,7 +1254,7 @@ fn forked_while_another_thread_makes_the_global_runtime() {
     unsafe { std::env::set_var("NPU_BACKEND", "auto") };
     subscribe_the_holding_layer();
     let built = npu::Runtime::builder()
-        .backend(npu::BackendChoice::Sim)
+        .backend(npu::runtime::BackendChoice::Sim)
         .build()
         .unwrap();
     let holder = held_at(&["npu_core::backend::auto"], npu::Runtime::global);
