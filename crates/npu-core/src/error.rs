@@ -94,8 +94,9 @@ pub enum Error {
     /// out on something that may still hand one off (`waiting_for`).
     #[error(
         "{api}: {running} teardown(s) of npu-rs (aclrtResetDevice, aclrtDestroyContext or \
-         aclFinalize on a thread of npu-rs's own, or such a thread yet to let go of the last \
-         handle) still running after {waited:?}{}",
+         aclFinalize on a thread of npu-rs's own, such a thread yet to let go of the last \
+         handle, or a stream the program dropped with work still in flight) still running \
+         after {waited:?}{}",
         match waiting_for {
             Unsettled::Teardowns => "",
             Unsettled::CompletingThread =>
@@ -120,7 +121,9 @@ pub enum Error {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Unsettled {
-    /// Teardowns running on threads of npu-rs's own (`running` of them).
+    /// Teardowns running on threads of npu-rs's own, or streams the program dropped that
+    /// npu-rs still holds (their work in flight, or a thread of npu-rs's yet to let go of
+    /// them): `running` of them.
     Teardowns,
     /// A thread of npu-rs's that completed an operation (the reactor, a callback worker, a
     /// blocking waiter, the sentinel, an abort's thread) had not let go of what it held for it

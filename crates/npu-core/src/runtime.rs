@@ -134,8 +134,10 @@ impl RuntimeBuilder {
     /// [`Error::TeardownsRunning`] if they have not within 10 s (stuck in the runtime). A
     /// stream of the library whose last handle the program dropped counts among them until
     /// npu-rs has released it (after the work in flight on it), so a build asking for another
-    /// path right after such a drop waits for that too. On one of npu-rs's own threads it does
-    /// not wait, and decides at once.
+    /// path right after such a drop waits for that too, and ends with
+    /// [`Error::TeardownsRunning`] after 10 s if that work has not ended, even when a runtime
+    /// the program still holds would have it refused anyway. On one of npu-rs's own threads it
+    /// does not wait, and decides at once.
     /// If another component of the process initialised ACL itself, ACL keeps that
     /// component's configuration, and npu-rs logs a warning. A path naming something other
     /// than a regular file (a directory, a FIFO, a device) is refused too (argument

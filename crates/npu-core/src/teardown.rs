@@ -168,10 +168,12 @@ pub(crate) fn wait_until_settled(
 /// completed operation's buffer, queued before the operation is seen complete), and those
 /// they queued in turn, however deep, since one may drop a context's last handle and hand its
 /// teardown off (releases handed on after it looked, and those they queue, are not waited
-/// for, so a busy reaper cannot keep it looking). It does not wait for releases npu-rs
-/// deferred until the device is done (a buffer whose operation's future was dropped): a
-/// runtime some of whose objects await their work is still alive, and its teardown has not
-/// begun.
+/// for, so a reaper busy with later releases cannot keep it looking; one handed on before
+/// that keeps queuing more does, up to `timeout`). It does not wait for releases npu-rs
+/// deferred until the device is done (a buffer whose operation's future was dropped) while
+/// the program still holds their stream: a runtime some of whose objects await their work
+/// is still alive, and its teardown has not begun (once the stream's last handle is gone,
+/// the stream counts, below).
 ///
 /// And it waits for npu-rs's threads to let go of the streams they hold. The thread that
 /// completes an operation (the reactor, a callback worker, a blocking waiter, the sentinel

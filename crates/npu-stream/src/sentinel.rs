@@ -273,11 +273,11 @@ impl Drop for Unstarted {
                 stream.drains.remove(&drain);
                 let taken = drain.lock().unwrap_or_else(|e| e.into_inner()).take();
                 drop(taken);
-                std::mem::forget(stream);
+                StreamShared::leak(stream);
             }
             Some(Job::Watch { stream, pending }) => {
                 pending.abandon();
-                std::mem::forget(stream);
+                StreamShared::leak(stream);
             }
         }
     }

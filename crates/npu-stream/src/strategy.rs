@@ -305,7 +305,7 @@ fn complete_in_order(
             // and the stream is leaked, since the device may still run its work.
             let carried = Carried::new((completer, stream.clone()), |(completer, stream)| {
                 drop(completer);
-                std::mem::forget(stream);
+                StreamShared::leak(stream);
             });
             let finish = move || {
                 let (completer, stream) = carried.take();

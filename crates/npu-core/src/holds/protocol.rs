@@ -9,15 +9,18 @@
 //! for the slot of the generation it read to empty. Either wait also ends once another wait
 //! has moved the generation past it (that one saw the slot empty first). So a wait returns
 //! once every hold raised before it began is lowered, however busy the completing threads
-//! are, and a hold costs two read-modify-writes, two loads and two fences.
+//! are. A raise costs a read-modify-write, two loads and a fence; a lowering a
+//! read-modify-write, and a fence and a load when it empties a slot.
 //!
 //! Each side writes one atomic and then reads the other's (a raise writes its slot and reads
 //! the generation, a wait moves the generation and reads the slot; a lowering writes its slot
 //! and reads the waiters, a waiter counts itself and reads the slots): the store-buffering
-//! pattern, where two plain loads may each miss the other side's write. A `SeqCst` fence
-//! between the write and the read on both sides forbids that (the fences are totally ordered,
-//! so the side whose fence comes second sees the other's write). The loom model checks it,
-//! and finds the lost wake-up without the fences.
+//! pattern, where each read must not miss the other side's write. Every access here is
+//! `SeqCst`, which alone forbids that outcome under Rust's (C++20's) memory model. The `SeqCst`
+//! fence between the write and the read on each side is for the model checker: loom treats
+//! `SeqCst` accesses as `AcqRel` (and so reports this pattern as a lost wake-up without
+//! them) but models `SeqCst` fences exactly. They cost little next to the read-modify-write
+//! before each.
 
 use std::time::Instant;
 
@@ -77,7 +80,7 @@ impl Holds {
             // Unmoved since: the hold was counted before any wait moved the generation on,
             // so every wait that begins later sees it. Moved: a wait may have found the slot
             // empty already; raised again in the new generation's. The fence pairs with the
-            // wait's after its move (see the module's notes).
+            // wait's after its move (for loom: see the module's notes).
             fence(SeqCst);
             if self.generation.load(SeqCst) == generation {
                 return slot;
@@ -90,7 +93,7 @@ impl Holds {
     pub(crate) fn lower(&self, slot: usize) {
         // A waiter counts itself before it looks at the slots, under the lock: either it sees
         // this lowering, or this sees it and notifies once it waits (the fence pairs with
-        // the waiter's after its count).
+        // the waiter's after its count; for loom: see the module's notes).
         if self.held[slot].fetch_sub(1, SeqCst) == 1 {
             fence(SeqCst);
             if self.waiters.load(SeqCst) > 0 {

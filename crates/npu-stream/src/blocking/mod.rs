@@ -102,7 +102,7 @@ fn hand_over(pending: Pending, stream: Arc<StreamShared>) {
             // are leaked).
             let carried = Carried::new((pending, stream), |(pending, stream)| {
                 pending.abandon();
-                std::mem::forget(stream);
+                StreamShared::leak(stream);
             });
             let later = move || {
                 let (pending, stream) = carried.take();

@@ -171,7 +171,7 @@ impl StreamBuilder {
             _fault_watch: fault_watch,
             device_abort: Mutex::new(None),
             users: AtomicUsize::new(1),
-            let_go: OnceLock::new(),
+            let_go: Mutex::default(),
         });
         let watcher: Weak<dyn npu_core::DeviceAbortWatch> = Arc::downgrade(&shared) as _;
         let ctx = &shared.context;

@@ -76,12 +76,18 @@ impl Drop for Stream {
     /// until the stream is released, it counts as a teardown of its library, so that a wait for
     /// the teardowns made after the program dropped it waits for whichever of those threads
     /// lets go of it last, wherever and whenever it does (`StreamShared::let_go`).
+    ///
+    /// Counted whether or not another reference is left: one found gone here could come back
+    /// (a device abort's watch upgrades a weak one), and a count nobody needed ends with this
+    /// handle's own reference, inline. Not counted once npu-rs gave the stream up
+    /// ([`StreamShared::leak`]): it is never released, and would count for good.
     fn drop(&mut self) {
-        if self.shared.users.fetch_sub(1, Ordering::AcqRel) == 1
-            && Arc::strong_count(&self.shared) > 1
-        {
-            let library = self.shared.context.runtime().library_id();
-            let _ = self.shared.let_go.set(npu_core::reaper::counted(library));
+        if self.shared.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let counted = npu_core::reaper::counted(self.shared.context.runtime().library_id());
+            let mut let_go = self.shared.let_go();
+            if !let_go.leaked {
+                let_go.counted = Some(counted);
+            }
         }
     }
 }
@@ -148,11 +154,18 @@ pub(crate) struct StreamShared {
     /// How many [`Stream`] handles the program holds (npu-rs's own threads hold the shared
     /// state, not a `Stream`).
     users: AtomicUsize,
-    /// Counted as a teardown of the stream's library from the program's last handle going,
-    /// while npu-rs's threads held on, until this is dropped: the last field, so it ends
-    /// after the stream is destroyed and its context let go of (a teardown that hands off is
-    /// counted by then).
-    let_go: OnceLock<npu_core::reaper::Counted>,
+    /// Counted as a teardown of the stream's library from the program's last handle going
+    /// until this is dropped: the last field, so it ends after the stream is destroyed and its
+    /// context let go of (a teardown that hands off is counted by then).
+    let_go: Mutex<LetGo>,
+}
+
+/// The teardown count of a stream the program let go of, and whether npu-rs gave the stream
+/// up instead ([`StreamShared::leak`]).
+#[derive(Default)]
+pub(crate) struct LetGo {
+    counted: Option<npu_core::reaper::Counted>,
+    leaked: bool,
 }
 
 /// How many faulted aborts a stream remembers. Each range is read only until the strategies
@@ -730,6 +743,24 @@ fn reentered((api, stream): Caller) -> Error {
 }
 
 impl StreamShared {
+    fn let_go(&self) -> std::sync::MutexGuard<'_, LetGo> {
+        self.let_go.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gives `stream` up for good, where the device may still run its work and no thread is
+    /// left to see it end (a predecessor abandoned, a thread that could not start): never
+    /// released, so its teardown count (the program's last handle gone, or going later) ends
+    /// now instead of counting for the rest of the process.
+    pub(crate) fn leak(stream: Arc<StreamShared>) {
+        let counted = {
+            let mut let_go = stream.let_go();
+            let_go.leaked = true;
+            let_go.counted.take()
+        };
+        drop(counted);
+        std::mem::forget(stream);
+    }
+
     /// Makes `completion` the most recently watched operation; returns the previous one.
     pub(crate) fn replace_tail(&self, completion: &Completion) -> Option<Completion> {
         let mut tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
@@ -818,12 +849,12 @@ mod tests {
         let kept = stream.clone();
         drop(stream);
         assert!(
-            internal.let_go.get().is_none(),
+            internal.let_go().counted.is_none(),
             "the program still holds a handle"
         );
         drop(kept);
         assert!(
-            internal.let_go.get().is_some(),
+            internal.let_go().counted.is_some(),
             "counted once the last handle went"
         );
         let ran_out = npu_core::wait_for_teardowns(Duration::ZERO);
@@ -838,5 +869,33 @@ mod tests {
             released.upgrade().is_none(),
             "released, and its count ended"
         );
+    }
+
+    /// A stream npu-rs gives up (leaks: a predecessor abandoned, a thread that could not
+    /// start) is never released, so it must not count as a teardown for the rest of the
+    /// process, whether the program's last handle went before it was given up or after. The
+    /// break (`mem::forget` of the reference, as before): the count stayed, and every later
+    /// wait for the teardowns ran out.
+    #[test]
+    fn a_stream_given_up_counts_no_teardown_whenever_its_last_handle_goes() {
+        for handle_first in [true, false] {
+            let stream = sim_stream(0);
+            let given_up = stream.shared.clone();
+            // Kept to look at the state after the reference is given up (a leak of it too).
+            let look = Arc::downgrade(&given_up);
+            let mut stream = Some(stream);
+            if handle_first {
+                drop(stream.take());
+                assert!(look.upgrade().unwrap().let_go().counted.is_some());
+            }
+            StreamShared::leak(given_up);
+            drop(stream);
+            let state = look.upgrade().expect("given up, never released");
+            let let_go = state.let_go();
+            assert!(
+                let_go.leaked && let_go.counted.is_none(),
+                "handle first: {handle_first}"
+            );
+        }
     }
 }
