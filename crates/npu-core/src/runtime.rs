@@ -481,7 +481,10 @@ impl Runtime {
     /// refusal is not kept as the runtime's result. In a process forked from one that used
     /// npu-rs, a runtime made before the fork is returned (its every ACL call is then
     /// refused), and otherwise the call is [`Error::Forked`] rather than a wait for a thread
-    /// of the parent that was making it.
+    /// of the parent that was making it. (A process counts as forked once a runtime had
+    /// started or an `aclInit` had begun in its parent: a child forked while the parent's
+    /// first runtime was still loading its library waits for that loading, which never ends
+    /// there; fork before npu-rs's first use or after a runtime is up.)
     ///
     /// ```
     /// use npu_core::{Device, Runtime};

@@ -196,7 +196,10 @@ pub(crate) fn wait_until_settled(
 /// runtime is shut down) or from a thread of the program's own; inside an async task, wrap it
 /// in `tokio::task::spawn_blocking`. Never call it from a waker, a tracing subscriber's
 /// callback or anything else npu-rs runs on its own threads: those threads must not wait on
-/// device work (docs/cancellation.md, rule 5), so there it is refused.
+/// device work (docs/cancellation.md, rule 5), so there it is refused. A subscriber's
+/// callback on the program's own thread while npu-rs releases a stream there (an event npu-rs
+/// logs as it destroys the stream) is not refused, but the stream counts until that release
+/// ends, so the call waits out its `timeout`.
 ///
 /// # Errors
 ///
