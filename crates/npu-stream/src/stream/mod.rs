@@ -80,7 +80,7 @@ impl Drop for Stream {
     /// Counted whether or not another reference is left: one found gone here could come back
     /// (a device abort's watch upgrades a weak one), and a count nobody needed ends with this
     /// handle's own reference, inline. Not counted once npu-rs gave the stream up
-    /// ([`StreamShared::leak`]): it is never released, and would count for good.
+    /// (`StreamShared::leak`): it is never released, and would count for good.
     fn drop(&mut self) {
         if self.shared.users.fetch_sub(1, Ordering::AcqRel) == 1 {
             let counted = npu_core::reaper::counted(self.shared.context.runtime().library_id());
@@ -161,7 +161,7 @@ pub(crate) struct StreamShared {
 }
 
 /// The teardown count of a stream the program let go of, and whether npu-rs gave the stream
-/// up instead ([`StreamShared::leak`]).
+/// up instead (`StreamShared::leak`).
 #[derive(Default)]
 pub(crate) struct LetGo {
     counted: Option<npu_core::reaper::Counted>,
