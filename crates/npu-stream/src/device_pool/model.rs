@@ -176,6 +176,15 @@ impl Pool {
 
 const BACKENDS: [Backend; 2] = [Backend::Runtime, Backend::Caching];
 
+/// Runs `work` on `pool` on a thread of its own, racing the model's other threads.
+fn on_its_own_thread<T: 'static>(
+    pool: &Arc<Pool>,
+    work: fn(&Pool) -> T,
+) -> loom::thread::JoinHandle<T> {
+    let pool = pool.clone();
+    loom::thread::spawn(move || work(&pool))
+}
+
 /// A trim gives the only cached block back while a request is out of memory: the request
 /// gets it, whichever of them takes the block out of the cache.
 #[test]
@@ -183,10 +192,7 @@ fn a_request_out_of_memory_gets_what_a_trim_gives_back() {
     for backend in BACKENDS {
         loom::model(move || {
             let pool = Pool::new(backend, 1);
-            let trim = {
-                let pool = pool.clone();
-                loom::thread::spawn(move || pool.trim())
-            };
+            let trim = on_its_own_thread(&pool, Pool::trim);
             let (got, _) = pool.alloc();
             trim.join().unwrap();
             assert!(got, "{backend:?}: failed with the memory on its way back");
@@ -204,10 +210,7 @@ fn two_requests_out_of_memory_both_get_what_one_of_them_gave_back() {
     for backend in BACKENDS {
         loom::model(move || {
             let pool = Pool::new(backend, 2);
-            let other = {
-                let pool = pool.clone();
-                loom::thread::spawn(move || pool.alloc())
-            };
+            let other = on_its_own_thread(&pool, Pool::alloc);
             let (got, _) = pool.alloc();
             let (other_got, _) = other.join().unwrap();
             assert!(got && other_got, "{backend:?}: {got} / {other_got}");
@@ -227,14 +230,8 @@ fn a_request_never_waits_for_memory_not_on_its_way_back() {
     for backend in BACKENDS {
         loom::model(move || {
             let pool = Pool::new(backend, 0);
-            let trim = {
-                let pool = pool.clone();
-                loom::thread::spawn(move || pool.trim())
-            };
-            let other = {
-                let pool = pool.clone();
-                loom::thread::spawn(move || pool.alloc())
-            };
+            let trim = on_its_own_thread(&pool, Pool::trim);
+            let other = on_its_own_thread(&pool, Pool::alloc);
             let mine = pool.alloc();
             let theirs = other.join().unwrap();
             trim.join().unwrap();
@@ -258,10 +255,7 @@ fn a_request_waits_for_frees_the_latest_drain_does_not_cover() {
             assert!(pool.alloc().0, "the cached block, once drained");
             // The block handed out before the model began, returned.
             *pool.cached.lock().unwrap() += 1;
-            let trim = {
-                let pool = pool.clone();
-                loom::thread::spawn(move || pool.trim())
-            };
+            let trim = on_its_own_thread(&pool, Pool::trim);
             let (got, _) = pool.alloc();
             trim.join().unwrap();
             assert!(got, "{backend:?}: failed with the memory on its way back");
