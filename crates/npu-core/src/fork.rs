@@ -13,8 +13,8 @@
 //! may make only async-signal-safe calls and a waker takes locks. The program wakes or drops
 //! such tasks in the child itself.
 
-use std::sync::Once;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
 use crate::error::{Error, Result};
 
@@ -26,48 +26,97 @@ static GENERATION: AtomicU32 = AtomicU32::new(0);
 /// threads may run, and a child has none of them.
 static STARTED: AtomicBool = AtomicBool::new(false);
 
-/// How many `aclInit`s of npu-rs's are under way: a fork during one has the runtime half
-/// started in the parent.
-static STARTING: AtomicU32 = AtomicU32::new(0);
+/// How many [`Window`]s are open: threads of this process inside a lock or a one-time start
+/// that a child would wait for (a runtime's making, from its library's load to its `aclInit`;
+/// the start of one of npu-rs's threads). A child forked during one is a forked child: the
+/// thread that would end the wait does not exist there.
+static WINDOWS: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn in_child() {
     // Async-signal-safe: atomic loads and an atomic add, nothing else. A process whose every
-    // `aclInit` failed started no runtime: its child is free to start its own.
-    if STARTED.load(Ordering::SeqCst) || STARTING.load(Ordering::SeqCst) != 0 {
+    // `aclInit` failed started no runtime: its child, unless forked inside a window, is free
+    // to start its own.
+    if STARTED.load(Ordering::SeqCst) || WINDOWS.load(Ordering::SeqCst) != 0 {
         GENERATION.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// Runs `init` (an `aclInit`) as npu-rs's start of a runtime in this process: a child forked
-/// during or after it is a forked child; if `init` fails and no runtime started before, a
-/// child forked afterwards is not.
-pub(crate) fn starting<T, E>(
-    init: impl FnOnce() -> std::result::Result<T, E>,
-) -> std::result::Result<T, E> {
-    STARTING.fetch_add(1, Ordering::SeqCst);
-    let started = init();
-    if started.is_ok() {
-        STARTED.store(true, Ordering::SeqCst);
-    }
-    STARTING.fetch_sub(1, Ordering::SeqCst);
-    started
+/// Registers [`in_child`] as the program (or the library npu-core is linked into) is loaded,
+/// before any of its threads can use npu-rs. A registration made on first use would be a
+/// one-time start of its own, and a child forked inside it could not tell (its handler may
+/// not be registered yet), while its first use of npu-rs waited for that start for ever.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static WATCH_AT_LOAD: extern "C" fn() = watch_at_load;
+
+/// `pthread_atfork`'s code if registering [`in_child`] failed (0 if it did not), until
+/// [`report_unwatched`] reports it.
+static UNWATCHED: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn watch_at_load() {
+    // SAFETY: the handler is a plain function that only reads and adds to atomics, which is
+    // async-signal-safe, as a handler run in a forked child must be.
+    let code = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+    // Not logged here: before `main`, no subscriber is installed yet.
+    UNWATCHED.store(code, Ordering::Relaxed);
 }
 
-/// Registers the child handler, once per process; called before the first runtime starts.
-pub(crate) fn watch() {
-    static WATCHING: Once = Once::new();
-    WATCHING.call_once(|| {
-        // SAFETY: the handler is a plain function that only adds to an atomic, which is
-        // async-signal-safe, as a handler run in a forked child must be.
-        let code = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
-        if code != 0 {
-            crate::log!(
-                warn,
-                code,
-                "cannot watch for fork(): a forked child may hang"
-            );
-        }
-    });
+/// Logs, once, that forks are not watched (`pthread_atfork` failed at load); called as a
+/// runtime is made.
+pub(crate) fn report_unwatched() {
+    let code = UNWATCHED.swap(0, Ordering::Relaxed);
+    if code != 0 {
+        crate::log!(
+            warn,
+            code,
+            "cannot watch for fork(): a forked child may hang"
+        );
+    }
+}
+
+/// Records that an `aclInit` of npu-rs's succeeded: a child forked from now on is a forked
+/// child. (One under way is inside the [`Window`] of its runtime's making.)
+pub(crate) fn started() {
+    STARTED.store(true, Ordering::SeqCst);
+}
+
+/// A window (see [`WINDOWS`]), open until dropped. Open it before taking what a child would
+/// wait for, and drop it after letting go (a guard declared after it is dropped first).
+#[doc(hidden)]
+#[must_use = "the window closes when dropped"]
+pub struct Window(());
+
+impl Window {
+    /// Opens a window; shared with npu-rs's crates, not part of the API.
+    pub fn open() -> Window {
+        WINDOWS.fetch_add(1, Ordering::SeqCst);
+        Window(())
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        WINDOWS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// `cell`'s value, made by `init` on first use: a one-time start (of one of npu-rs's threads)
+/// that a fork may land in. `None` in a forked child if the value was not made before the
+/// fork: a thread of the parent may have been making it, and the child would wait for that
+/// thread for ever; it behaves as if the start had happened in the parent, whose threads the
+/// child has none of. Made in a [`Window`], so that a child forked meanwhile is a forked child.
+///
+/// Shared with npu-rs's crates, not part of the API.
+#[doc(hidden)]
+pub fn start_once<T>(cell: &OnceLock<T>, init: impl FnOnce() -> T) -> Option<&T> {
+    if let Some(made) = cell.get() {
+        return Some(made);
+    }
+    if forked() {
+        return None;
+    }
+    let _window = Window::open();
+    Some(cell.get_or_init(init))
 }
 
 /// The fork generation of this process (see [`GENERATION`]).
@@ -105,4 +154,87 @@ pub fn refuse(api: &'static str) -> Result<()> {
         return Err(error(api));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The environment variable that makes [`in_a_fresh_process`] run its case: the case
+    /// needs a process in which no runtime ever started (any would make every child a forked
+    /// child, whatever the windows), which this binary's other tests are not.
+    const CASE_ENV: &str = "NPU_CORE_FORK_CASE";
+
+    /// "A forked child is refused, never hung" for a one-time start: a thread is held inside
+    /// one (as a thread starting the reaper is, across its thread's spawn, in a process where
+    /// no runtime started yet) while this thread forks. In the child, [`start_once`] on the
+    /// same cell must return `None` at once (bounded by the child's alarm), and the child is a
+    /// forked child; the parent, once the holder lets go, has the holder's value and is none.
+    ///
+    /// The break (without the window's count, or without the refusal in a forked child): the
+    /// child waited on the cell, which the holder never completes there (killed by its alarm).
+    #[test]
+    fn a_child_forked_inside_a_one_time_start_is_refused_not_hung() {
+        let test = "fork::tests::a_child_forked_inside_a_one_time_start_is_refused_not_hung";
+        if std::env::var(CASE_ENV).is_ok() {
+            forked_inside_a_one_time_start();
+            println!("CHILD OK");
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(CASE_ENV, "1")
+            .output()
+            .unwrap();
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && printed.contains("CHILD OK"),
+            "{}: {printed}",
+            out.status
+        );
+    }
+
+    /// The case of [`a_child_forked_inside_a_one_time_start_is_refused_not_hung`], in a process
+    /// of its own.
+    fn forked_inside_a_one_time_start() {
+        static STARTED_ONCE: OnceLock<u32> = OnceLock::new();
+        assert!(
+            !forked() && !STARTED.load(Ordering::SeqCst),
+            "a fresh process"
+        );
+        let (held, is_held) = std::sync::mpsc::channel();
+        let (go, may_go) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            *start_once(&STARTED_ONCE, || {
+                held.send(()).unwrap();
+                let _ = may_go.recv();
+                1
+            })
+            .unwrap()
+        });
+        is_held.recv().unwrap();
+        // SAFETY: the child only reads atomics and a cell, under an alarm, and ends with
+        // `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: an alarm turns a hang of the child into its death by SIGALRM.
+            unsafe { libc::alarm(10) };
+            let refused = start_once(&STARTED_ONCE, || 2).is_none();
+            let code = if refused && forked() { 0 } else { 1 };
+            // SAFETY: ends the child at once, running no destructor of the parent's state.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: `pid` is our child (bounded by its alarm); `status` a valid out-pointer.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        go.send(()).unwrap();
+        assert_eq!(holder.join().unwrap(), 1);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child hung, or was not refused as a forked child (status {status:#x})"
+        );
+        assert_eq!(start_once(&STARTED_ONCE, || 3), Some(&1));
+        assert!(!forked(), "the parent is no forked child");
+    }
 }

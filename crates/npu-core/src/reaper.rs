@@ -78,34 +78,35 @@ thread_local! {
     static REQUEUED: RefCell<Requeued> = RefCell::new(Requeued::default());
 }
 
-fn sender() -> Option<&'static Sender<Batch>> {
+/// The reaper's queue, starting its thread on first use: `Some(None)` if it could not start
+/// (releases then run where they are handed on), `None` in a forked child whose parent had not
+/// started it (see [`crate::fork::start_once`]).
+fn sender() -> Option<&'static Option<Sender<Batch>>> {
     static SENDER: OnceLock<Option<Sender<Batch>>> = OnceLock::new();
-    SENDER
-        .get_or_init(|| {
-            let (tx, rx) = channel::<Batch>();
-            let spawned = std::thread::Builder::new()
-                .name("npu-reaper".into())
-                .spawn(move || {
-                    ON_REAPER.with(|on| on.set(true));
-                    for (origin, requeued, batch) in rx {
-                        REQUEUED.with_borrow_mut(|r| r.running = origin);
-                        let ran = batch.len();
-                        batch.into_iter().for_each(run);
-                        if requeued {
-                            REQUEUED.with_borrow_mut(|r| r.ran(origin));
-                        }
-                        QUEUED.fetch_sub(ran, Ordering::AcqRel);
+    crate::fork::start_once(&SENDER, || {
+        let (tx, rx) = channel::<Batch>();
+        let spawned = std::thread::Builder::new()
+            .name("npu-reaper".into())
+            .spawn(move || {
+                ON_REAPER.with(|on| on.set(true));
+                for (origin, requeued, batch) in rx {
+                    REQUEUED.with_borrow_mut(|r| r.running = origin);
+                    let ran = batch.len();
+                    batch.into_iter().for_each(run);
+                    if requeued {
+                        REQUEUED.with_borrow_mut(|r| r.ran(origin));
                     }
-                });
-            match spawned {
-                Ok(_) => Some(tx),
-                Err(err) => {
-                    crate::log!(error, %err, "cannot start the npu-reaper thread; releasing inline");
-                    None
+                    QUEUED.fetch_sub(ran, Ordering::AcqRel);
                 }
+            });
+        match spawned {
+            Ok(_) => Some(tx),
+            Err(err) => {
+                crate::log!(error, %err, "cannot start the npu-reaper thread; releasing inline");
+                None
             }
-        })
-        .as_ref()
+        }
+    })
 }
 
 impl Requeued {
@@ -145,7 +146,14 @@ pub(crate) fn run_later(actions: Vec<Action>) {
 /// it).
 fn send(marker: Option<u64>, actions: Vec<Action>) {
     let rejected = match sender() {
-        Some(tx) => {
+        // As a child whose reaper the parent started finds it: a thread it does not have, so
+        // the releases never run. Neither would they do anything the child needs: the runtime
+        // they release into is the parent's, refused here (`crate::fork`).
+        None => {
+            std::mem::forget(actions);
+            return;
+        }
+        Some(Some(tx)) => {
             let count = actions.len();
             QUEUED.fetch_add(count, Ordering::AcqRel);
             let on_reaper = ON_REAPER.with(std::cell::Cell::get);
@@ -168,7 +176,7 @@ fn send(marker: Option<u64>, actions: Vec<Action>) {
                 }
             }
         }
-        None => actions,
+        Some(None) => actions,
     };
     rejected.into_iter().for_each(run);
 }

@@ -190,6 +190,11 @@ impl RuntimeBuilder {
         // Before loading, whose lock a thread of the parent may have held at the fork (it is
         // held across the library's load) and never lets go of in the child.
         crate::fork::refuse("RuntimeBuilder::build")?;
+        crate::fork::report_unwatched();
+        // From the library's load (under the loaded-libraries lock, or the simulator's
+        // one-time making) to its `aclInit` (under the library's `aclInit` lock): a child
+        // forked meanwhile would wait for a thread it does not have, so it is a forked child.
+        let _window = crate::fork::Window::open();
         let choice = match self.choice {
             Some(choice) => choice,
             None => BackendChoice::from_env()?,
@@ -291,16 +296,14 @@ fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<
         let path = c_config.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
         // Another component of the process may have initialised ACL first; aclInit then
         // counts our reference and says so, which is success for us. A failed aclInit
-        // started nothing: a child forked after it is no forked child (`crate::fork`).
-        let code = crate::fork::starting(|| {
-            // SAFETY: `path` is NULL or a NUL-terminated string that outlives the call.
-            let code = unsafe { (loaded.api.aclInit)(path) };
-            if code != ffi::ACL_SUCCESS && code != ffi::ACL_ERROR_REPEAT_INITIALIZE {
-                return Err(code);
-            }
-            Ok(code)
-        })
-        .map_err(|code| AclError::new("aclInit", AclCode(code), recent_message(loaded)))?;
+        // started nothing: a child forked after it (outside any other making of a runtime)
+        // is no forked child (`crate::fork`).
+        // SAFETY: `path` is NULL or a NUL-terminated string that outlives the call.
+        let code = unsafe { (loaded.api.aclInit)(path) };
+        if code != ffi::ACL_SUCCESS && code != ffi::ACL_ERROR_REPEAT_INITIALIZE {
+            return Err(AclError::new("aclInit", AclCode(code), recent_message(loaded)).into());
+        }
+        crate::fork::started();
         users.borrowed = code == ffi::ACL_ERROR_REPEAT_INITIALIZE;
         if users.borrowed {
             // The runtime explains the repeat like a failure: taken off this thread, or the
@@ -451,8 +454,6 @@ impl Runtime {
         config: Option<&std::path::Path>,
         reason: BackendReason,
     ) -> Result<Runtime> {
-        // Before the first aclInit: a child forked from now on refuses ACL (`crate::fork`).
-        crate::fork::watch();
         acquire(loaded, config)?;
         Ok(Runtime {
             inner: Arc::new(RuntimeInner { loaded, reason }),
@@ -524,6 +525,8 @@ impl Runtime {
         // A thread of the parent may have been making it at the fork: the child would wait
         // for it for ever. A child refuses ACL anyway, and gets one made before the fork.
         crate::fork::refuse("Runtime::global")?;
+        // A child forked while a thread makes it (or waits for it) is a forked child.
+        let _window = crate::fork::Window::open();
         GLOBAL.get_or_init(|| Runtime::builder().build()).clone()
     }
 

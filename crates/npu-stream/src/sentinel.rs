@@ -149,9 +149,12 @@ impl Job {
     }
 }
 
-fn sender() -> &'static Mutex<Option<Sender<Job>>> {
+/// The sentinel's queue, starting its thread on first use (`None` inside if it could not
+/// start); `None` in a forked child whose parent had not started it (see
+/// `npu_core::fork::start_once`).
+fn sender() -> Option<&'static Mutex<Option<Sender<Job>>>> {
     static SENDER: OnceLock<Mutex<Option<Sender<Job>>>> = OnceLock::new();
-    SENDER.get_or_init(|| {
+    npu_core::fork::start_once(&SENDER, || {
         let (tx, rx) = channel();
         let spawned = std::thread::Builder::new()
             .name("npu-sentinel".into())
@@ -173,7 +176,14 @@ fn send(job: Job) -> std::result::Result<(), Job> {
     if !matches!(job, Job::Probe { .. }) && !job.timed() {
         return Err(job);
     }
-    let sender = sender().lock().unwrap_or_else(|e| e.into_inner());
+    let Some(sender) = sender() else {
+        // As a child whose sentinel the parent started finds it: a thread it does not have,
+        // so the job is never run (what it holds is leaked, as the rule for a forked child
+        // has it; a wait for its operation polled in the child is `Error::Forked`).
+        std::mem::forget(job);
+        return Ok(());
+    };
+    let sender = sender.lock().unwrap_or_else(|e| e.into_inner());
     match sender.as_ref() {
         Some(tx) => tx.send(job).map_err(|e| e.0),
         None => Err(job),

@@ -97,11 +97,13 @@ pub(crate) trait CompletionStrategy: Send + Sync {
 }
 
 impl Strategy {
-    fn implementation(self) -> &'static dyn CompletionStrategy {
+    /// `None` for `EventPoll` in a forked child whose parent had not started the reactor
+    /// (see `npu_core::fork::start_once`).
+    fn implementation(self) -> Option<&'static dyn CompletionStrategy> {
         match self {
-            Strategy::EventPoll => reactor::Reactor::get(),
-            Strategy::CallbackThread => &callback::CallbackStrategy,
-            Strategy::BlockingSync => &blocking::BlockingSync,
+            Strategy::EventPoll => reactor::Reactor::get().map(|r| r as _),
+            Strategy::CallbackThread => Some(&callback::CallbackStrategy),
+            Strategy::BlockingSync => Some(&blocking::BlockingSync),
         }
     }
 
@@ -128,7 +130,17 @@ impl Strategy {
         op: OpInfo,
         completer: Completer,
     ) -> std::result::Result<(), Unwatched> {
-        self.implementation().watch(stream, op, completer)
+        match self.implementation() {
+            Some(strategy) => strategy.watch(stream, op, completer),
+            // A forked child refuses a submission before making it, so this is for the
+            // record: the thread that would watch the operation cannot start there.
+            None => Err(Unwatched {
+                completer,
+                error: Error::Forked {
+                    api: "Strategy::EventPoll",
+                },
+            }),
+        }
     }
 }
 

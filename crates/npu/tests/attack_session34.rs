@@ -1005,6 +1005,14 @@ fn child() {
         "runtime lock" => forked_under_the_runtimes_lock(),
         "drain lock" => forked_under_a_device_pools_drain_lock(),
         "global runtime" => forked_while_another_thread_makes_the_global_runtime(),
+        "first global runtime" => {
+            forked_while_another_thread_loads_the_first_runtime(|| npu::Runtime::global())
+        }
+        "first built runtime" => forked_while_another_thread_loads_the_first_runtime(|| {
+            npu::Runtime::builder()
+                .backend(npu::runtime::BackendChoice::Auto)
+                .build()
+        }),
         other => panic!("no child case {other}"),
     }
     println!("CHILD OK");
@@ -1267,6 +1275,52 @@ fn forked_while_another_thread_makes_the_global_runtime() {
     let made = let_the_holder_go(holder);
     drop(kept);
     assert!(made.is_ok(), "the parent makes its runtime: {made:?}");
+    assert!(ok, "the child failed or hung (status {status:#x})");
+}
+
+/// "A forked child is refused, never hung" for a fork taken while another thread makes the
+/// process's first runtime, before any `aclInit`: that thread's `Runtime::global`, or its
+/// build with `BackendChoice::Auto`, chooses its backend (`auto` finds no CANN here and logs
+/// that it falls back to the simulator, where a tracing layer holds it), in a process where no
+/// runtime started yet. In the child, `Runtime::global`, a build of the simulator's runtime
+/// and `Device::open` must be `Error::Forked` (bounded by the child's alarm), and the child
+/// counts as forked.
+///
+/// Outcome: **broke** before the fix (the gap rule 8 left open): no runtime had started and
+/// no `aclInit` had begun at the fork, so the child was no forked child: under the held
+/// `Runtime::global` its `Runtime::global` waited for the parent's making of the runtime,
+/// which never ends there (killed by its alarm); under the held build it made a runtime of its
+/// own (its library's loading was done by chance, not waited for). The making of a runtime is
+/// now a window in which a fork makes a forked child.
+#[test]
+fn a_child_forked_while_another_thread_loads_the_first_runtime_is_refused_not_hung() {
+    in_child_test("child", CHILD_ENV, "first global runtime");
+    in_child_test("child", CHILD_ENV, "first built runtime");
+}
+
+/// The child process's cases of
+/// [`a_child_forked_while_another_thread_loads_the_first_runtime_is_refused_not_hung`]:
+/// `make` makes the first runtime.
+fn forked_while_another_thread_loads_the_first_runtime(
+    make: impl FnOnce() -> npu::Result<npu::Runtime> + Send + 'static,
+) {
+    // SAFETY: this process runs this case alone, and none of its threads reads the
+    // environment meanwhile (the runtime is made below, on the holder's thread).
+    unsafe { std::env::set_var("NPU_BACKEND", "auto") };
+    subscribe_the_holding_layer();
+    let holder = held_at(&["npu_core::backend::auto"], make);
+    let (ok, status) = fork_and_check(|| {
+        assert_forked(&npu::Runtime::global().unwrap_err());
+        let built = npu::Runtime::builder()
+            .backend(npu::runtime::BackendChoice::Sim)
+            .build();
+        assert_forked(&built.unwrap_err());
+        assert_forked(&Device::open(0).unwrap_err());
+        assert!(npu::runtime::forked(), "forked while a runtime was made");
+    });
+    let made = let_the_holder_go(holder);
+    assert!(made.is_ok(), "the parent makes its runtime: {made:?}");
+    assert!(!npu::runtime::forked(), "the parent is no forked child");
     assert!(ok, "the child failed or hung (status {status:#x})");
 }
 

@@ -115,7 +115,7 @@ fn hand_over(pending: Pending, stream: Arc<StreamShared>) {
             unsafe { previous.on_complete(later) }
         }
         None => {
-            reactor::Reactor::get().adopt_pending(&stream, pending);
+            reactor::Reactor::adopt_pending(&stream, pending);
             strategy::release_stream(stream);
         }
     }
@@ -137,7 +137,7 @@ impl CompletionStrategy for BlockingSync {
         // a blocking thread must never do: the reactor watches the operation instead.
         let api = stream.context.runtime().api();
         if api.aclrtSynchronizeEventWithTimeout.is_none() {
-            reactor::Reactor::get().adopt_pending(stream, pending);
+            reactor::Reactor::adopt_pending(stream, pending);
             return Ok(());
         }
         let wait = BlockingWait {
@@ -190,10 +190,13 @@ struct Overseer {
 }
 
 impl Overseer {
-    /// The overseer, starting its thread on first use; `None` if no thread can be started.
+    /// The overseer, starting its thread on first use; `None` if no thread can be started
+    /// (or in a forked child whose parent had not started it).
     fn get() -> Option<&'static Overseer> {
         static OVERSEER: OnceLock<Option<&'static Overseer>> = OnceLock::new();
-        *OVERSEER.get_or_init(|| {
+        // In a forked child whose parent had not started it, none: the wait goes to the
+        // reactor, as when no thread can start (see `npu_core::fork::start_once`).
+        let started = npu_core::fork::start_once(&OVERSEER, || {
             let overseer: &'static Overseer = Box::leak(Box::new(Overseer {
                 queue: Deadlines::new(),
                 thread: OnceLock::new(),
@@ -213,7 +216,8 @@ impl Overseer {
                     None
                 }
             }
-        })
+        });
+        started.copied().flatten()
     }
 
     /// Watches a wait about to be queued on the blocking pool.

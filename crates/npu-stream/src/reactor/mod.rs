@@ -215,9 +215,10 @@ pub(crate) struct Reactor {
 }
 
 impl Reactor {
-    /// The reactor, starting its thread on first use.
-    pub(crate) fn get() -> &'static Reactor {
-        REACTOR.get_or_init(|| {
+    /// The reactor, starting its thread on first use; `None` in a forked child whose parent
+    /// had not started it (see `npu_core::fork::start_once`).
+    pub(crate) fn get() -> Option<&'static Reactor> {
+        let started = npu_core::fork::start_once(&REACTOR, || {
             let reactor: &'static Reactor = Box::leak(Box::new(Reactor::unstarted()));
             match std::thread::Builder::new()
                 .name("npu-reactor".into())
@@ -251,7 +252,8 @@ impl Reactor {
                 }
             }
             reactor
-        })
+        });
+        started.copied()
     }
 
     /// A reactor whose thread has not started.
@@ -338,8 +340,16 @@ impl Reactor {
 
     /// Takes over an operation another strategy was waiting for (a blocking wait that ran out
     /// of time, or never ran); the sentinel waits for it if the reactor cannot.
-    pub(crate) fn adopt_pending(&self, stream: &Arc<StreamShared>, pending: Pending) {
-        if let Err(pending) = self.register(stream, pending) {
+    pub(crate) fn adopt_pending(stream: &Arc<StreamShared>, pending: Pending) {
+        let Some(reactor) = Reactor::get() else {
+            // As a child whose reactor the parent started finds it: a thread it does not
+            // have, so the operation is never watched (a wait for it polled in the child is
+            // `Error::Forked`, and what it holds is leaked, as the rule for a forked child
+            // has it).
+            std::mem::forget(pending);
+            return;
+        };
+        if let Err(pending) = reactor.register(stream, pending) {
             sentinel::watch(stream.clone(), pending);
         }
     }
