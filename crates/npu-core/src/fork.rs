@@ -1,4 +1,5 @@
-//! A process forked after npu-rs started a runtime.
+//! A process forked after npu-rs started a runtime, or while it made one or started one of
+//! its threads.
 //!
 //! `fork()` copies only the calling thread: the child has none of the runtime's threads (npu-sim's
 //! device workers, CANN's), nor npu-rs's reactor, reaper, sentinel or callback workers, while
@@ -12,6 +13,14 @@
 //! (whoever would wake it stayed in the parent), and the child handler cannot wake it, as it
 //! may make only async-signal-safe calls and a waker takes locks. The program wakes or drops
 //! such tasks in the child itself.
+//!
+//! A child forked while a thread of the parent was making a runtime (from its library's load
+//! to its `aclInit`) or starting one of npu-rs's threads ([`start_once`]) is a forked child
+//! too, even if no runtime had started yet: those hold locks and one-time initialisers that
+//! the child would wait on for ever (the thread that would let go stayed in the parent), so
+//! they are [`Window`]s the child handler counts. A child forked outside any window, of a
+//! process where no runtime started (every `aclInit` failed, or none was made), is no forked
+//! child and may start its own.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
@@ -125,7 +134,8 @@ pub(crate) fn generation() -> u32 {
 }
 
 /// Whether this process was forked from one in which npu-rs had started a runtime (one whose
-/// `aclInit` succeeded, or was under way at the fork).
+/// `aclInit` succeeded), or in which a thread was making one (from loading its library to its
+/// `aclInit`) or starting one of npu-rs's threads at the fork.
 ///
 /// In such a child every ACL call of npu-rs is refused with [`Error::Forked`], and a wait for
 /// an operation made before the fork ends with it when it is polled there. A task already

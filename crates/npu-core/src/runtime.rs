@@ -173,8 +173,12 @@ impl RuntimeBuilder {
     /// [`Runtime::backend_reason`] says why. An [`acl_config`](RuntimeBuilder::acl_config)
     /// other than the one ACL runs with waits for the library's teardowns still running (at
     /// most 10 s, then [`Error::TeardownsRunning`]) before it is refused or applied. In a
-    /// process forked from one that used npu-rs it is [`Error::Forked`] before anything is
-    /// loaded.
+    /// forked child ([`forked`](crate::forked): forked after a runtime started, or while
+    /// another thread of the parent was making one, this build or `Runtime::global`, from
+    /// loading its library to its `aclInit`) it is [`Error::Forked`] before anything is
+    /// loaded, rather than a wait for the parent's thread, which the child does not have. A
+    /// child forked outside those, of a process where no runtime started (every build failed,
+    /// or none was made), builds its own.
     ///
     /// ```
     /// use npu_core::{BackendChoice, Runtime};
@@ -479,13 +483,13 @@ impl Runtime {
     /// exists on a thread that is making it, or that is initialising or finalising AscendCL
     /// for another runtime (a tracing subscriber calling back from there), is refused with
     /// [`Error::InvalidArgument`] (argument `thread`) instead of waiting for itself; that
-    /// refusal is not kept as the runtime's result. In a process forked from one that used
-    /// npu-rs, a runtime made before the fork is returned (its every ACL call is then
-    /// refused), and otherwise the call is [`Error::Forked`] rather than a wait for a thread
-    /// of the parent that was making it. (A process counts as forked once a runtime had
-    /// started or an `aclInit` had begun in its parent: a child forked while the parent's
-    /// first runtime was still loading its library waits for that loading, which never ends
-    /// there; fork before npu-rs's first use or after a runtime is up.)
+    /// refusal is not kept as the runtime's result. In a forked child
+    /// ([`forked`](crate::forked): forked after a runtime started in its parent, or while a
+    /// thread of the parent was making one, from loading its library to its `aclInit`), a
+    /// runtime made before the fork is returned (its every ACL call is then refused), and
+    /// otherwise the call is [`Error::Forked`] at once rather than a wait for a thread of the
+    /// parent that was making it. A child forked outside those, of a process where no
+    /// runtime started, makes its own.
     ///
     /// ```
     /// use npu_core::{Device, Runtime};
