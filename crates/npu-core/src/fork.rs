@@ -89,7 +89,8 @@ pub(crate) fn started() {
     STARTED.store(true, Ordering::SeqCst);
 }
 
-/// A window (see [`WINDOWS`]), open until dropped. Open it before taking what a child would
+/// A window, open until dropped: a thread inside a lock or a one-time start that a child would
+/// wait for, during which a fork makes a forked child. Open it before taking what a child would
 /// wait for, and drop it after letting go (a guard declared after it is dropped first).
 #[doc(hidden)]
 #[must_use = "the window closes when dropped"]

@@ -1006,7 +1006,7 @@ fn child() {
         "drain lock" => forked_under_a_device_pools_drain_lock(),
         "global runtime" => forked_while_another_thread_makes_the_global_runtime(),
         "first global runtime" => {
-            forked_while_another_thread_loads_the_first_runtime(|| npu::Runtime::global())
+            forked_while_another_thread_loads_the_first_runtime(npu::Runtime::global)
         }
         "first built runtime" => forked_while_another_thread_loads_the_first_runtime(|| {
             npu::Runtime::builder()
