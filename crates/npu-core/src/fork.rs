@@ -168,84 +168,37 @@ pub fn refuse(api: &'static str) -> Result<()> {
 }
 
 #[cfg(test)]
+pub(crate) mod held;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The environment variable that makes [`in_a_fresh_process`] run its case: the case
-    /// needs a process in which no runtime ever started (any would make every child a forked
-    /// child, whatever the windows), which this binary's other tests are not.
-    const CASE_ENV: &str = "NPU_CORE_FORK_CASE";
-
     /// "A forked child is refused, never hung" for a one-time start: a thread is held inside
-    /// one (as a thread starting the reaper is, across its thread's spawn, in a process where
-    /// no runtime started yet) while this thread forks. In the child, [`start_once`] on the
-    /// same cell must return `None` at once (bounded by the child's alarm), and the child is a
-    /// forked child; the parent, once the holder lets go, has the holder's value and is none.
+    /// one, in a process where no runtime started yet, while this thread forks. In the child,
+    /// [`start_once`] on the same cell must return `None` at once (bounded by the child's
+    /// alarm), and the child is a forked child; the parent, once the holder lets go, has the
+    /// holder's value and is none.
     ///
     /// The break (without the window's count, or without the refusal in a forked child): the
     /// child waited on the cell, which the holder never completes there (killed by its alarm).
     #[test]
     fn a_child_forked_inside_a_one_time_start_is_refused_not_hung() {
-        let test = "fork::tests::a_child_forked_inside_a_one_time_start_is_refused_not_hung";
-        if std::env::var(CASE_ENV).is_ok() {
-            forked_inside_a_one_time_start();
-            println!("CHILD OK");
-            return;
-        }
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", test, "--nocapture", "--test-threads=1"])
-            .env(CASE_ENV, "1")
-            .output()
-            .unwrap();
-        let printed = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && printed.contains("CHILD OK"),
-            "{}: {printed}",
-            out.status
+        static CELL: OnceLock<u32> = OnceLock::new();
+        held::in_a_fresh_process(
+            "fork::tests::a_child_forked_inside_a_one_time_start_is_refused_not_hung",
+            || {
+                held::forked_inside_a_start(
+                    || {
+                        start_once(&CELL, || {
+                            held::here();
+                            1
+                        })
+                        .is_some()
+                    },
+                    forked,
+                )
+            },
         );
-    }
-
-    /// The case of [`a_child_forked_inside_a_one_time_start_is_refused_not_hung`], in a process
-    /// of its own.
-    fn forked_inside_a_one_time_start() {
-        static STARTED_ONCE: OnceLock<u32> = OnceLock::new();
-        assert!(
-            !forked() && !STARTED.load(Ordering::SeqCst),
-            "a fresh process"
-        );
-        let (held, is_held) = std::sync::mpsc::channel();
-        let (go, may_go) = std::sync::mpsc::channel::<()>();
-        let holder = std::thread::spawn(move || {
-            *start_once(&STARTED_ONCE, || {
-                held.send(()).unwrap();
-                let _ = may_go.recv();
-                1
-            })
-            .unwrap()
-        });
-        is_held.recv().unwrap();
-        // SAFETY: the child only reads atomics and a cell, under an alarm, and ends with
-        // `_exit`.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork failed");
-        if pid == 0 {
-            // SAFETY: an alarm turns a hang of the child into its death by SIGALRM.
-            unsafe { libc::alarm(10) };
-            let refused = start_once(&STARTED_ONCE, || 2).is_none();
-            let code = if refused && forked() { 0 } else { 1 };
-            // SAFETY: ends the child at once, running no destructor of the parent's state.
-            unsafe { libc::_exit(code) };
-        }
-        let mut status = 0;
-        // SAFETY: `pid` is our child (bounded by its alarm); `status` a valid out-pointer.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        go.send(()).unwrap();
-        assert_eq!(holder.join().unwrap(), 1);
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "the child hung, or was not refused as a forked child (status {status:#x})"
-        );
-        assert_eq!(start_once(&STARTED_ONCE, || 3), Some(&1));
-        assert!(!forked(), "the parent is no forked child");
     }
 }

@@ -84,6 +84,8 @@ thread_local! {
 fn sender() -> Option<&'static Option<Sender<Batch>>> {
     static SENDER: OnceLock<Option<Sender<Batch>>> = OnceLock::new();
     crate::fork::start_once(&SENDER, || {
+        #[cfg(test)]
+        crate::fork::held::here();
         let (tx, rx) = channel::<Batch>();
         let spawned = std::thread::Builder::new()
             .name("npu-reaper".into())
@@ -462,6 +464,29 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::task::{Context, Waker};
     use std::time::{Duration, Instant};
+
+    /// "A forked child is refused, never hung" for the reaper's start: a thread is held inside
+    /// it (across its thread's spawn), in a process where no runtime started yet, while this
+    /// thread forks. In the child, handing on a release returns at once (bounded by the
+    /// child's alarm), leaking it: the reaper is never started there.
+    ///
+    /// The break: the child's hand-off waited on the reaper's start, which the holder never
+    /// completes there (killed by its alarm).
+    #[test]
+    fn a_child_forked_inside_the_reapers_start_hands_releases_on_without_waiting() {
+        crate::fork::held::in_a_fresh_process(
+            "reaper::tests::a_child_forked_inside_the_reapers_start_hands_releases_on_without_waiting",
+            || {
+                crate::fork::held::forked_inside_a_start(
+                    || {
+                        run_later(vec![Box::new(|| {})]);
+                        sender().is_some()
+                    },
+                    crate::fork::forked,
+                )
+            },
+        );
+    }
 
     /// Holds the reaper in a release until the returned sender sends (or drops), for at most
     /// 30 s: the window in which a release is queued and has not run. Returns once the

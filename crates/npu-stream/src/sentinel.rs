@@ -155,6 +155,8 @@ impl Job {
 fn sender() -> Option<&'static Mutex<Option<Sender<Job>>>> {
     static SENDER: OnceLock<Mutex<Option<Sender<Job>>>> = OnceLock::new();
     npu_core::fork::start_once(&SENDER, || {
+        #[cfg(test)]
+        crate::test_support::held::here();
         let (tx, rx) = channel();
         let spawned = std::thread::Builder::new()
             .name("npu-sentinel".into())
@@ -566,6 +568,26 @@ mod tests {
     /// A thread no host can start: its stack does not fit in the address space.
     fn unstartable() -> std::thread::Builder {
         std::thread::Builder::new().stack_size(1 << 62)
+    }
+
+    /// "A forked child is refused, never hung" for the sentinel's start: a thread is held
+    /// inside it (across its thread's spawn), in a process where no runtime started yet, while
+    /// this thread forks. In the child, asking for the sentinel's queue returns none at once
+    /// (bounded by the child's alarm): it is never started there, and a job for it is leaked.
+    ///
+    /// The break: the child waited on the sentinel's start, which the holder never completes
+    /// there (killed by its alarm).
+    #[test]
+    fn a_child_forked_inside_the_sentinels_start_is_refused_not_hung() {
+        crate::test_support::held::in_a_fresh_process(
+            "sentinel::tests::a_child_forked_inside_the_sentinels_start_is_refused_not_hung",
+            || {
+                crate::test_support::held::forked_inside_a_start(
+                    || sender().is_some(),
+                    npu_core::forked,
+                )
+            },
+        );
     }
 
     /// Sets its flag when dropped: stands for memory an operation's completion releases.

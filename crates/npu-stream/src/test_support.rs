@@ -7,6 +7,10 @@ use npu_core::{BackendChoice, Completer, Runtime};
 use crate::Stream;
 use crate::event_pool::PooledEvent;
 
+/// Forks aimed inside the start of one of npu-stream's threads: npu-core's helper, shared.
+#[path = "../../npu-core/src/fork/held.rs"]
+pub(crate) mod held;
+
 /// A new stream of `device` of an in-process simulator (the stream keeps its context and the
 /// runtime alive).
 pub(crate) fn sim_stream(device: u32) -> Stream {

@@ -197,6 +197,8 @@ impl Overseer {
         // In a forked child whose parent had not started it, none: the wait goes to the
         // reactor, as when no thread can start (see `npu_core::fork::start_once`).
         let started = npu_core::fork::start_once(&OVERSEER, || {
+            #[cfg(test)]
+            crate::test_support::held::here();
             let overseer: &'static Overseer = Box::leak(Box::new(Overseer {
                 queue: Deadlines::new(),
                 thread: OnceLock::new(),
@@ -259,6 +261,27 @@ mod tests {
     use npu_core::Completer;
 
     use super::*;
+
+    /// "A forked child is refused, never hung" for the blocking overseer's start: a thread is
+    /// held inside it (across its thread's spawn), in a process where no runtime started yet,
+    /// while this thread forks. In the child, asking for the overseer returns none at once
+    /// (bounded by the child's alarm): it is never started there, and a wait goes to the
+    /// reactor instead.
+    ///
+    /// The break: the child waited on the overseer's start, which the holder never completes
+    /// there (killed by its alarm).
+    #[test]
+    fn a_child_forked_inside_the_overseers_start_is_refused_not_hung() {
+        crate::test_support::held::in_a_fresh_process(
+            "blocking::tests::a_child_forked_inside_the_overseers_start_is_refused_not_hung",
+            || {
+                crate::test_support::held::forked_inside_a_start(
+                    || Overseer::get().is_some(),
+                    npu_core::forked,
+                )
+            },
+        );
+    }
 
     /// A hand-over waiting for its predecessor, which is abandoned (it could never be
     /// watched): the operation is given up with it, its completion abandoned, and its stream

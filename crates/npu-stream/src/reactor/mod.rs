@@ -219,6 +219,8 @@ impl Reactor {
     /// had not started it (see `npu_core::fork::start_once`).
     pub(crate) fn get() -> Option<&'static Reactor> {
         let started = npu_core::fork::start_once(&REACTOR, || {
+            #[cfg(test)]
+            crate::test_support::held::here();
             let reactor: &'static Reactor = Box::leak(Box::new(Reactor::unstarted()));
             match std::thread::Builder::new()
                 .name("npu-reactor".into())

@@ -163,3 +163,24 @@ fn an_idle_verdict_fails_the_operations_recorded_before_it_whose_events_never_co
     held.release();
     finishes(&third);
 }
+
+/// "A forked child is refused, never hung" for the reactor's start: a thread is held inside
+/// it (across its thread's spawn), in a process where no runtime started yet, while this
+/// thread forks. In the child, asking for the reactor returns none at once (bounded by the
+/// child's alarm): it is never started there, an operation handed to it is leaked, and an
+/// `EventPoll` watch is `Error::Forked`.
+///
+/// The break: the child waited on the reactor's start, which the holder never completes there
+/// (killed by its alarm).
+#[test]
+fn a_child_forked_inside_the_reactors_start_is_refused_not_hung() {
+    crate::test_support::held::in_a_fresh_process(
+        "reactor::tests::a_child_forked_inside_the_reactors_start_is_refused_not_hung",
+        || {
+            crate::test_support::held::forked_inside_a_start(
+                || Reactor::get().is_some(),
+                npu_core::forked,
+            )
+        },
+    );
+}
