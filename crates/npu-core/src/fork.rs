@@ -18,7 +18,7 @@
 //! to its `aclInit`) or starting one of npu-rs's threads ([`start_once`]) is a forked child
 //! too, even if no runtime had started yet: those hold locks and one-time initialisers that
 //! the child would wait on for ever (the thread that would let go stayed in the parent), so
-//! they are [`Window`]s the child handler counts. A child forked outside any window, of a
+//! they are windows the child handler counts. A child forked outside any window, of a
 //! process where no runtime started (every `aclInit` failed, or none was made), is no forked
 //! child and may start its own.
 
@@ -92,13 +92,11 @@ pub(crate) fn started() {
 /// A window, open until dropped: a thread inside a lock or a one-time start that a child would
 /// wait for, during which a fork makes a forked child. Open it before taking what a child would
 /// wait for, and drop it after letting go (a guard declared after it is dropped first).
-#[doc(hidden)]
 #[must_use = "the window closes when dropped"]
-pub struct Window(());
+pub(crate) struct Window(());
 
 impl Window {
-    /// Opens a window; shared with npu-rs's crates, not part of the API.
-    pub fn open() -> Window {
+    pub(crate) fn open() -> Window {
         WINDOWS.fetch_add(1, Ordering::SeqCst);
         Window(())
     }
@@ -114,7 +112,8 @@ impl Drop for Window {
 /// that a fork may land in. `None` in a forked child if the value was not made before the
 /// fork: a thread of the parent may have been making it, and the child would wait for that
 /// thread for ever; it behaves as if the start had happened in the parent, whose threads the
-/// child has none of. Made in a [`Window`], so that a child forked meanwhile is a forked child.
+/// child has none of. Made in a window (see [`forked`]), so that a child forked meanwhile is a
+/// forked child.
 ///
 /// Shared with npu-rs's crates, not part of the API.
 #[doc(hidden)]
