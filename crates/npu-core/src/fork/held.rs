@@ -47,13 +47,21 @@ pub(crate) fn in_a_fresh_process(test: &str, case: impl FnOnce()) {
     );
 }
 
-/// Holds a thread inside `start` (a one-time start that calls [`here`]; it returns whether it
-/// has what the start makes) and forks. In the child, `start` must return `false` at once
-/// (bounded by an alarm), and `forked` (`npu_core::forked`) `true`; in the parent, once the
-/// holder is let go, the holder's and a later `start` return `true`, and `forked` `false`.
-/// For a process in which no runtime and no such start has been made ([`in_a_fresh_process`]).
+/// First forks outside any window: that child is no forked child, and makes the start itself.
+/// Then holds a thread inside `start` (a one-time start that calls [`here`]; it returns
+/// whether it has what the start makes) and forks again. In that child, `start` must return
+/// `false` at once, and `forked` (`npu_core::forked`) `true`; in the parent, once the holder
+/// is let go, the holder's and a later `start` return `true`, and `forked` `false`. Each
+/// child is bounded by an alarm. For a process in which no runtime and no such start has
+/// been made ([`in_a_fresh_process`]).
 pub(crate) fn forked_inside_a_start(start: fn() -> bool, forked: fn() -> bool) {
     assert!(!forked(), "a fresh process");
+    let status = in_a_forked_child(|| start() && !forked());
+    assert!(
+        exited_ok(status),
+        "a child forked outside any window did not make the start, or was refused as a \
+         forked child (status {status:#x})"
+    );
     let (held, is_held) = channel();
     let (go, may_go) = channel();
     let holder = std::thread::spawn(move || {
@@ -63,25 +71,37 @@ pub(crate) fn forked_inside_a_start(start: fn() -> bool, forked: fn() -> bool) {
     is_held
         .recv()
         .expect("the holder was never held inside the start");
-    // SAFETY: the child only calls `start` and `forked`, under an alarm, and ends with `_exit`.
+    let status = in_a_forked_child(|| !start() && forked());
+    go.send(()).unwrap();
+    assert!(holder.join().unwrap(), "the holder's start made nothing");
+    assert!(
+        exited_ok(status),
+        "the child hung, or was not refused as a forked child (status {status:#x})"
+    );
+    assert!(start(), "the parent's start made nothing");
+    assert!(!forked(), "the parent is no forked child");
+}
+
+/// Forks; the child checks `body` (bounded by an alarm) and `_exit`s with 0 if it held; the
+/// parent waits for the child and returns its raw status.
+fn in_a_forked_child(body: impl FnOnce() -> bool) -> i32 {
+    // SAFETY: the child only runs `body`, under an alarm, and ends with `_exit`.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
         // SAFETY: an alarm turns a hang of the child into its death by SIGALRM.
         unsafe { libc::alarm(10) };
-        let refused = !start() && forked();
+        let held = body();
         // SAFETY: ends the child at once, running no destructor of the parent's state.
-        unsafe { libc::_exit(if refused { 0 } else { 1 }) };
+        unsafe { libc::_exit(if held { 0 } else { 1 }) };
     }
     let mut status = 0;
     // SAFETY: `pid` is our child (bounded by its alarm); `status` a valid out-pointer.
     unsafe { libc::waitpid(pid, &mut status, 0) };
-    go.send(()).unwrap();
-    assert!(holder.join().unwrap(), "the holder's start made nothing");
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "the child hung, or was not refused as a forked child (status {status:#x})"
-    );
-    assert!(start(), "the parent's start made nothing");
-    assert!(!forked(), "the parent is no forked child");
+    status
+}
+
+/// Whether a child's raw status says it exited with 0.
+fn exited_ok(status: i32) -> bool {
+    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
 }
