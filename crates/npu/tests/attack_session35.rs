@@ -1,0 +1,531 @@
+//! Attacks of the thirty-fifth session through the `npu` facade, on the last session's new
+//! code first: the pools' `settled()` (many waiters of every shape, waiters dropped and polled
+//! again, the pool dropped or trimmed while they wait, blocks coming back on npu-rs's own
+//! threads, a lost device), `wait_for_teardowns` (from a pool's waker on whichever thread
+//! returns the block, from a task on a current-thread runtime whose only worker it blocks,
+//! from a blocking task that takes a runtime's only blocking thread) and the count of user
+//! `Stream` handles (clones dropped at once on racing threads while their work is in flight
+//! and aborted, a forgotten clone).
+//!
+//! Each test names the promise it attacks and its outcome. The simulator's hold gate, live
+//! counters and the process's teardown count are shared by every test of this process, so
+//! every test takes the file's device lock; every wait is bounded (`run`, `watchdog`), so a
+//! hang fails its test. Device 2 is lost for the rest of the process by one test.
+
+mod common;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Barrier, Mutex, mpsc};
+use std::task::{Context as TaskContext, Wake, Waker};
+use std::time::Duration;
+
+use common::*;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use npu::Stream;
+use npu::memory::{DevicePoolBackend, PinnedPool};
+use npu::prelude::*;
+use npu::runtime::wait_for_teardowns;
+use npu::{Error, sim};
+
+/// The memory of each of the five simulated devices.
+const MEMORY: u64 = 64 << 20;
+
+/// How many `settled()` waiters each `FuturesUnordered` set of a pool holds.
+const WAITERS: usize = 200;
+
+/// The device lock and device 0's primary context, of this file's five-device simulator.
+fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
+    devices_of(5, MEMORY)
+}
+
+/// A zeroed device buffer of `n` bytes.
+fn dev(ctx: &Context, n: usize) -> DeviceBuffer<u8> {
+    DeviceBuffer::new(ctx, n).unwrap()
+}
+
+/// The simulator's live streams, contexts and allocations of `device`, as they are now (no
+/// release flushed first: what a wait that returned has left).
+fn live_now(device: &Device) -> [u64; 3] {
+    let stats = sim::device_stats(device).unwrap();
+    [
+        stats.live_streams,
+        stats.live_contexts,
+        stats.live_allocations,
+    ]
+}
+
+/// Every `settled()` waiter of one pool, in every shape: a `FuturesUnordered` set, hand-polled
+/// tasks of which half are dropped and the rest polled again, and one whose pool handle is
+/// dropped after its first poll (`orphan`).
+struct Waiters {
+    set: FuturesUnordered<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    tasks: Vec<tokio_test::task::Spawn<Pin<Box<dyn Future<Output = ()> + Send>>>>,
+}
+
+impl Waiters {
+    /// Makes them from `settled` (a pool's `settled()`), polls each once, which must leave
+    /// it pending (blocks are out), drops half of the hand-polled ones and polls the rest
+    /// again.
+    fn pending(settled: impl Fn() -> Pin<Box<dyn Future<Output = ()> + Send>>, what: &str) -> Self {
+        let mut set: FuturesUnordered<_> = (0..WAITERS).map(|_| settled()).collect();
+        let polled = polled_once(Pin::new(&mut set.next()));
+        assert!(
+            polled.is_pending(),
+            "{what}: the set settled with blocks out"
+        );
+        let mut tasks: Vec<_> = (0..10)
+            .map(|_| tokio_test::task::spawn(settled()))
+            .collect();
+        for task in &mut tasks {
+            assert!(task.poll().is_pending(), "{what}: settled with blocks out");
+        }
+        tasks.truncate(5);
+        for task in &mut tasks {
+            assert!(task.poll().is_pending(), "{what}: polled again");
+        }
+        Waiters { set, tasks }
+    }
+
+    /// Awaits every one of them (bounded): each must resolve.
+    async fn settle(mut self, what: &str) {
+        let mut resolved = 0;
+        while self.set.next().await.is_some() {
+            resolved += 1;
+        }
+        assert_eq!(resolved, WAITERS, "{what}");
+        for task in &mut self.tasks {
+            assert!(
+                task.is_woken(),
+                "{what}: a hand-polled waiter was not woken"
+            );
+            assert!(task.poll().is_ready(), "{what}: woken but not settled");
+        }
+    }
+}
+
+/// Promise: `PinnedPool::settled()` and `DevicePool::settled()` (new in the thirty-third
+/// session) wake every waiter once the blocks are back, whatever shape the waiting takes and
+/// whatever happens to the pool meanwhile, and never resolve while a block is out (rules 2,
+/// 6, 7). A pinned pool and a device pool of each backend each have four blocks out in
+/// operations dropped in flight on the held device (so each block comes back on the thread
+/// that completes its operation or on the reaper); each has 200 waiters in a
+/// `FuturesUnordered` set and ten hand-polled tasks, half dropped after their first poll and
+/// the rest polled twice; a second pinned pool and a second device pool are dropped after
+/// their waiters' first poll; the pools are trimmed while they wait; every strategy.
+///
+/// Outcome: held. Nothing resolves while the device is held; once released every waiter
+/// resolves, the pools report nothing allocated or awaiting, and the dropped pools' memory is
+/// freed once their waiters are gone.
+#[test]
+fn settled_waiters_of_every_shape_wake_once_the_blocks_come_back() {
+    let (_guard, ctx) = devices();
+    let baseline = live_objects(&ctx);
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let pinned = [PinnedPool::new(&ctx), PinnedPool::new(&ctx)];
+        let device = [
+            device_pool(&ctx, DevicePoolBackend::Caching, Some(1 << 20)),
+            device_pool(&ctx, DevicePoolBackend::RuntimePool, None),
+            device_pool(&ctx, DevicePoolBackend::RuntimePool, Some(1 << 20)),
+        ];
+        // Allocated before the hold: a runtime-pool block is a stream-ordered allocation.
+        let pinned_blocks: Vec<Vec<_>> = pinned
+            .iter()
+            .map(|pool| {
+                (0..4)
+                    .map(|_| pool.try_alloc::<u8>(4096).unwrap().unwrap())
+                    .collect()
+            })
+            .collect();
+        let device_blocks: Vec<Vec<_>> = device
+            .iter()
+            .map(|pool| {
+                (0..4)
+                    .map(|_| run(pool.alloc::<u8>(&s, 4096)).unwrap())
+                    .collect()
+            })
+            .collect();
+        let held = sim::hold(&ctx.device()).unwrap();
+        for blocks in pinned_blocks {
+            for block in blocks {
+                drop(s.copy_h2d(block, dev(&ctx, 4096)));
+            }
+        }
+        for blocks in device_blocks {
+            for block in blocks {
+                drop(s.memset(block, 3));
+            }
+        }
+        let [kept_pinned, dropped_pinned] = pinned;
+        let [caching, runtime, dropped_device] = device;
+        let mut waiters = Vec::new();
+        for (pool, what) in [
+            (&kept_pinned, "pinned"),
+            (&dropped_pinned, "dropped pinned"),
+        ] {
+            let settled = || Box::pin(pool.settled()) as Pin<Box<dyn Future<Output = ()> + Send>>;
+            waiters.push((Waiters::pending(settled, what), what));
+        }
+        for (pool, what) in [
+            (&caching, "caching"),
+            (&runtime, "runtime"),
+            (&dropped_device, "dropped runtime"),
+        ] {
+            let settled = || Box::pin(pool.settled()) as Pin<Box<dyn Future<Output = ()> + Send>>;
+            waiters.push((Waiters::pending(settled, what), what));
+        }
+        drop((dropped_pinned, dropped_device));
+        assert_eq!(kept_pinned.trim(), 0, "{strategy:?}: nothing cached yet");
+        caching.trim().unwrap();
+        runtime.trim_to(0).unwrap();
+        held.release().unwrap();
+        run(async {
+            for (waiters, what) in waiters {
+                waiters.settle(what).await;
+            }
+        });
+        let pinned = kept_pinned.stats();
+        assert_eq!(
+            (pinned.allocated, pinned.awaiting_blocks),
+            (0, 0),
+            "{strategy:?}"
+        );
+        for pool in [&caching, &runtime] {
+            let stats = pool.stats().cache;
+            assert_eq!(
+                (stats.allocated, stats.awaiting_blocks),
+                (0, 0),
+                "{strategy:?}"
+            );
+            assert_eq!(stats.cached, 4 * 4096, "{strategy:?}: every block back");
+        }
+        drop((kept_pinned, caching, runtime, s));
+    }
+    until_released("the pools' memory", || within(live_objects(&ctx), baseline));
+}
+
+/// Promise: a pool's `settled()` resolves once a lost device has failed the operations its
+/// blocks were out in (rules 3 and 5: the loss ends them, never a hang), and the pool then
+/// refuses by name rather than hangs. Device 2 (lost for the rest of the process): a pinned
+/// pool's and both device pools' blocks out in operations dropped in flight on the held
+/// device, a waiter of each polled once; the device lost.
+///
+/// Outcome: held. Every waiter resolves, nothing is allocated or awaiting; a new request of
+/// each device pool fails typed.
+#[test]
+fn settled_resolves_once_a_lost_device_has_failed_the_blocks_operations() {
+    let (_guard, _ctx) = devices();
+    let device = Device::open(2).unwrap();
+    let ctx = device.primary_context().clone();
+    let streams: Vec<Stream> = STRATEGIES.iter().map(|&st| stream(&ctx, st)).collect();
+    let pinned = PinnedPool::new(&ctx);
+    let pools = [
+        device_pool(&ctx, DevicePoolBackend::Caching, None),
+        device_pool(&ctx, DevicePoolBackend::RuntimePool, None),
+    ];
+    let mut ops_blocks = Vec::new();
+    for s in &streams {
+        for pool in &pools {
+            ops_blocks.push(run(pool.alloc::<u8>(s, 4096)).unwrap());
+        }
+    }
+    let pinned_blocks: Vec<_> = (0..3)
+        .map(|_| pinned.try_alloc::<u8>(4096).unwrap().unwrap())
+        .collect();
+    let held = sim::hold(&device).unwrap();
+    for (i, block) in ops_blocks.into_iter().enumerate() {
+        drop(streams[i % streams.len()].memset(block, 1));
+    }
+    for (s, block) in streams.iter().zip(pinned_blocks) {
+        drop(s.copy_h2d(block, dev(&ctx, 4096)));
+    }
+    let mut waiting: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> =
+        vec![Box::pin(pinned.settled())];
+    waiting.extend(
+        pools
+            .iter()
+            .map(|pool| Box::pin(pool.settled()) as Pin<Box<_>>),
+    );
+    for settled in &mut waiting {
+        assert!(
+            polled_once(Pin::new(settled)).is_pending(),
+            "blocks are out"
+        );
+    }
+    watchdog("losing device 2", || sim::lose(&device).unwrap());
+    drop(held);
+    run(futures::future::join_all(waiting));
+    let stats = pinned.stats();
+    assert_eq!((stats.allocated, stats.awaiting_blocks), (0, 0));
+    for pool in &pools {
+        let stats = pool.stats().cache;
+        assert_eq!((stats.allocated, stats.awaiting_blocks), (0, 0));
+        let refused = run(pool.alloc::<u8>(&streams[0], 1 << 20));
+        let refused = refused.err().expect("a lost device serves no new block");
+        assert!(
+            refused.is_device_lost() || refused.acl_code().is_some(),
+            "{refused}"
+        );
+    }
+}
+
+/// What a waker calling `wait_for_teardowns` saw: the thread it was woken on and the answer.
+type Heard = (String, npu::Result<()>);
+
+/// A waker that calls `wait_for_teardowns` (with an hour's timeout) the first time it is
+/// woken, and tells which thread that was and what the call answered.
+struct WaitsWhenWoken(Mutex<Option<mpsc::Sender<Heard>>>);
+
+impl Wake for WaitsWhenWoken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let Some(told) = self.0.lock().unwrap().take() else {
+            return;
+        };
+        let answer = wait_for_teardowns(Duration::from_secs(3600));
+        let thread = std::thread::current().name().unwrap_or("").to_owned();
+        let _ = told.send((thread, answer));
+    }
+}
+
+/// Polls `settled` once with a [`WaitsWhenWoken`] waker; returns where its answer arrives.
+fn waiting_in_the_waker(
+    settled: &mut Pin<Box<dyn Future<Output = ()> + Send>>,
+) -> mpsc::Receiver<Heard> {
+    let (told, heard) = mpsc::channel();
+    let waker = Waker::from(Arc::new(WaitsWhenWoken(Mutex::new(Some(told)))));
+    let polled = settled.as_mut().poll(&mut TaskContext::from_waker(&waker));
+    assert!(polled.is_pending(), "a block is out");
+    heard
+}
+
+/// Checks that a [`WaitsWhenWoken`] waker was woken on one of npu-rs's threads and that its
+/// `wait_for_teardowns` was refused there by name (argument `thread`), not waited.
+fn refused_on_npu_rs_thread(heard: mpsc::Receiver<Heard>, what: &str) -> String {
+    let (thread, answer) = heard
+        .recv_timeout(HANG)
+        .unwrap_or_else(|_| panic!("{what}: the waker was not woken, or its wait hung"));
+    assert!(thread.starts_with("npu-"), "{what}: woken on {thread:?}");
+    match answer {
+        Err(Error::InvalidArgument { api, argument, .. }) => {
+            assert_eq!((api, argument), ("wait_for_teardowns", "thread"), "{what}");
+        }
+        other => panic!("{what}: on {thread}, {other:?}"),
+    }
+    thread
+}
+
+/// Promise: `wait_for_teardowns` is refused on every thread of npu-rs's that may run a
+/// pool's `settled()` waker (rule 5: a thread that returns a block is one that completes
+/// operations, the reaper or a pool's repair thread, and must not wait for teardowns, which
+/// may include its own), never waited there. A pinned pool's and a device pool's blocks come
+/// back after operations dropped in flight (on the completing thread or the reaper, every
+/// strategy), and a device pool's block with an uncorrectable memory error comes back
+/// through the repair thread (`npu-pool-repair`, which counts as a teardown itself); the
+/// waiter's waker calls `wait_for_teardowns` with an hour's timeout.
+///
+/// Outcome: held. Each call is refused at once with `InvalidArgument` (`wait_for_teardowns`,
+/// `thread`), on a thread of npu-rs's.
+#[test]
+fn wait_for_teardowns_in_a_settled_waker_is_refused_on_every_returning_thread() {
+    let (_guard, ctx) = devices();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let pinned = PinnedPool::new(&ctx);
+        let pool = device_pool(&ctx, DevicePoolBackend::Caching, None);
+        let pinned_block = pinned.try_alloc::<u8>(4096).unwrap().unwrap();
+        let device_block = run(pool.alloc::<u8>(&s, 4096)).unwrap();
+        let held = sim::hold(&ctx.device()).unwrap();
+        let mut pinned_settled: Pin<Box<dyn Future<Output = ()> + Send>> =
+            Box::pin(pinned.settled());
+        let mut device_settled: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(pool.settled());
+        let pinned_heard = waiting_in_the_waker(&mut pinned_settled);
+        let device_heard = waiting_in_the_waker(&mut device_settled);
+        drop(s.copy_h2d(pinned_block, dev(&ctx, 4096)));
+        drop(s.memset(device_block, 5));
+        held.release().unwrap();
+        refused_on_npu_rs_thread(pinned_heard, &format!("{strategy:?}, pinned"));
+        refused_on_npu_rs_thread(device_heard, &format!("{strategy:?}, device"));
+        run(async { futures::future::join(pinned_settled, device_settled).await });
+    }
+    let s = stream(&ctx, STRATEGIES[0]);
+    let pool = device_pool(&ctx, DevicePoolBackend::Caching, None);
+    let block = run(pool.alloc::<u8>(&s, 4096)).unwrap();
+    sim::inject_memory_error(&block, 0..16).unwrap();
+    let mut settled: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(pool.settled());
+    let heard = waiting_in_the_waker(&mut settled);
+    let failed = run(s.memset(block, 0)).unwrap_err();
+    assert!(failed.error.is_memory_error(), "{}", failed.error);
+    drop(failed);
+    let thread = refused_on_npu_rs_thread(heard, "the repair thread");
+    assert_eq!(thread, "npu-pool-repair");
+    run(settled);
+    assert_eq!(
+        pool.stats().cache.repaired + pool.stats().cache.quarantined,
+        1
+    );
+}
+
+/// Drops `stream`'s handles at once on `threads` threads, each of which first submits
+/// memsets (dropped in flight on the held device) and records an event (dropped) on its
+/// clone (refused `Aborted` if an abort is under way); the first also starts an abort of the
+/// stream and drops it. Returns once every
+/// thread has dropped its handle.
+fn drop_clones_at_once_with_work_in_flight(stream: Stream, threads: usize) {
+    let barrier = Arc::new(Barrier::new(threads));
+    let workers: Vec<_> = (0..threads)
+        .map(|i| {
+            let (clone, barrier) = (stream.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let ctx = clone.context().clone();
+                for value in 0..3 {
+                    drop(clone.memset(DeviceBuffer::<u8>::new(&ctx, 256).unwrap(), value));
+                }
+                let event = Event::new(&ctx).unwrap();
+                // An abort under way refuses it, typed.
+                let recorded = event.record(&clone);
+                assert!(
+                    matches!(recorded, Ok(()) | Err(Error::Aborted { .. })),
+                    "{recorded:?}"
+                );
+                if i == 0 {
+                    drop(clone.abort());
+                }
+                drop((event, ctx));
+                barrier.wait();
+                drop(clone);
+            })
+        })
+        .collect();
+    drop(stream);
+    for worker in workers {
+        watchdog("a thread dropping its clone", || worker.join().unwrap());
+    }
+}
+
+/// Promise: `wait_for_teardowns` returns only once every stream the program let go of has been
+/// released, and its explicit context destroyed (the last session's count of user `Stream`
+/// handles: the last one's drop starts a teardown count), however the last handles go. An
+/// explicit context of device 1, a stream of each strategy cloned to four threads; each
+/// thread submits memsets and an event record (dropped in flight on the held device), the
+/// first starts an abort and drops it; every thread drops its clone at once (a barrier), the
+/// test its handles and the context; the device is released and `wait_for_teardowns` called.
+///
+/// Outcome: held. It returns `Ok`, and at that moment (no release flushed after it) the
+/// device's live streams, contexts and allocations are back at their baseline.
+#[test]
+fn wait_for_teardowns_after_clones_dropped_at_once_on_racing_threads_leaves_nothing_alive() {
+    let (_guard, _ctx) = devices();
+    let device = Device::open(1).unwrap();
+    wait_for_teardowns(HANG).unwrap();
+    let baseline = live_now(&device);
+    for round in 0..3 {
+        let ctx = device.create_context().unwrap();
+        let held = sim::hold(&device).unwrap();
+        for strategy in STRATEGIES {
+            drop_clones_at_once_with_work_in_flight(stream(&ctx, strategy), 4);
+        }
+        drop(ctx);
+        held.release().unwrap();
+        watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
+        assert_eq!(
+            live_now(&device),
+            baseline,
+            "round {round}: left alive after the wait"
+        );
+    }
+}
+
+/// Promise: a forgotten `Stream` clone leaks its stream but keeps no wait for the teardowns
+/// waiting past its bound (the count of user handles never reaches zero, so no teardown is
+/// counted for good). A stream of each strategy with work in flight on the held device, one
+/// clone `mem::forget`-ed, every other handle dropped; the device released.
+///
+/// Outcome: held. `wait_for_teardowns` returns `Ok` (the stream counts as alive, not as a
+/// teardown), and the forgotten streams are the only ones left beyond the baseline.
+#[test]
+fn a_forgotten_stream_clone_leaks_but_keeps_no_wait_for_teardowns_waiting() {
+    let (_guard, _ctx) = devices();
+    let device = Device::open(1).unwrap();
+    let ctx = device.primary_context().clone();
+    wait_for_teardowns(HANG).unwrap();
+    let [streams, ..] = live_now(&device);
+    let held = sim::hold(&device).unwrap();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        drop(s.memset(dev(&ctx, 64), 1));
+        std::mem::forget(s.clone());
+        drop(s);
+    }
+    held.release().unwrap();
+    watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
+    assert_eq!(
+        live_now(&device)[0],
+        streams + 3,
+        "the forgotten streams alone"
+    );
+}
+
+/// Promise: `wait_for_teardowns` called where the docs allow it but a careless program would
+/// still returns once the work of the streams dropped there is done: no completion depends on
+/// the thread it blocks (rule 5: a `BlockingSync` wait the blocking pool cannot start goes to
+/// the reactor). Directly in a task on a current-thread runtime with a paused clock, whose
+/// only worker it blocks; and in `spawn_blocking` on a runtime of one blocking thread, which
+/// it takes before the `BlockingSync` wait of the dropped work is queued there. Streams of
+/// every strategy, each with a memset polled once (its wait queued) on the held device and
+/// dropped; the device released before the wait.
+///
+/// Outcome: held. Both waits return `Ok`, with the streams destroyed.
+#[test]
+fn wait_for_teardowns_on_a_runtimes_only_worker_or_blocking_thread_returns() {
+    let (_guard, _ctx) = devices();
+    let device = Device::open(1).unwrap();
+    let ctx = device.primary_context().clone();
+    wait_for_teardowns(HANG).unwrap();
+    let baseline = live_now(&device);
+    /// Submits a memset on a stream of each strategy, polls it once (a `BlockingSync` wait
+    /// queued on the current runtime's blocking pool) and drops it with its stream.
+    async fn dropped_in_flight(ctx: &Context) {
+        for strategy in STRATEGIES {
+            let s = stream(ctx, strategy);
+            let mut op = Box::pin(s.memset(dev(ctx, 64), 4));
+            assert!(polled_once(op.as_mut()).is_pending(), "{strategy:?}");
+            drop((op, s));
+        }
+    }
+    let held = sim::hold(&device).unwrap();
+    paused_runtime().block_on(async {
+        dropped_in_flight(&ctx).await;
+        held.release().unwrap();
+        wait_for_teardowns(HANG).unwrap();
+    });
+    assert_eq!(live_now(&device), baseline, "on the only worker");
+    let one_blocking_thread = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let held = sim::hold(&device).unwrap();
+    one_blocking_thread.block_on(async {
+        let (go, started) = (mpsc::channel::<()>(), mpsc::channel::<()>());
+        let (go_tx, go_rx) = go;
+        let (started_tx, started_rx) = started;
+        let waiter = tokio::task::spawn_blocking(move || {
+            started_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            wait_for_teardowns(HANG)
+        });
+        started_rx.recv().unwrap();
+        dropped_in_flight(&ctx).await;
+        held.release().unwrap();
+        go_tx.send(()).unwrap();
+        waiter.await.unwrap().unwrap();
+    });
+    assert_eq!(live_now(&device), baseline, "on the only blocking thread");
+}
