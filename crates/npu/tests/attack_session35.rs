@@ -46,7 +46,9 @@ fn dev(ctx: &Context, n: usize) -> DeviceBuffer<u8> {
 }
 
 /// The simulator's live streams, contexts and allocations of `device`, as they are now (no
-/// release flushed first: what a wait that returned has left).
+/// release flushed first: what a wait that returned has left). Compared with [`within`]: a
+/// buffer of an earlier test whose stream that test still held when it waited (the forgotten
+/// clone's) may come back later, which no wait for the teardowns covers.
 fn live_now(device: &Device) -> [u64; 3] {
     let stats = sim::device_stats(device).unwrap();
     [
@@ -95,11 +97,10 @@ impl Waiters {
             resolved += 1;
         }
         assert_eq!(resolved, WAITERS, "{what}");
+        // The thread that settled the pool may still be waking the waiters registered after
+        // the set's, which found the pool settled when polled.
         for task in &mut self.tasks {
-            assert!(
-                task.is_woken(),
-                "{what}: a hand-polled waiter was not woken"
-            );
+            until_released(what, || task.is_woken());
             assert!(task.poll().is_ready(), "{what}: woken but not settled");
         }
     }
@@ -433,10 +434,10 @@ fn wait_for_teardowns_after_clones_dropped_at_once_on_racing_threads_leaves_noth
         drop(ctx);
         held.release().unwrap();
         watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
-        assert_eq!(
-            live_now(&device),
-            baseline,
-            "round {round}: left alive after the wait"
+        let now = live_now(&device);
+        assert!(
+            within(now, baseline),
+            "round {round}: {now:?} left alive after the wait, from {baseline:?}"
         );
     }
 }
@@ -504,7 +505,7 @@ fn wait_for_teardowns_on_a_runtimes_only_worker_or_blocking_thread_returns() {
         held.release().unwrap();
         wait_for_teardowns(HANG).unwrap();
     });
-    assert_eq!(live_now(&device), baseline, "on the only worker");
+    assert!(within(live_now(&device), baseline), "on the only worker");
     let one_blocking_thread = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .max_blocking_threads(1)
@@ -527,5 +528,8 @@ fn wait_for_teardowns_on_a_runtimes_only_worker_or_blocking_thread_returns() {
         go_tx.send(()).unwrap();
         waiter.await.unwrap().unwrap();
     });
-    assert_eq!(live_now(&device), baseline, "on the only blocking thread");
+    assert!(
+        within(live_now(&device), baseline),
+        "on the only blocking thread"
+    );
 }
