@@ -533,3 +533,81 @@ fn wait_for_teardowns_on_a_runtimes_only_worker_or_blocking_thread_returns() {
         "on the only blocking thread"
     );
 }
+
+/// The environment variable that makes the `child` test run a case: the fork tests run in a
+/// process of their own, which forks (so that a leak checker following this process does not
+/// follow the forked child, whose memory `_exit` never frees).
+const CHILD_ENV: &str = "NPU_ATTACK35_CHILD";
+
+#[test]
+fn child() {
+    let Ok(case) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    match case.as_str() {
+        "settled" => settled_in_a_forked_child(),
+        other => panic!("no child case {other}"),
+    }
+    println!("CHILD OK");
+}
+
+/// Rule 8 ("a forked child is refused, never hung") for the pools' `settled()`: a pinned pool
+/// and a device pool of each backend each have a block out in an operation dropped in flight
+/// on the held device, and a `settled()` of each was polled before the fork; in the child
+/// that one is polled again and a new one awaited (under `futures::executor::block_on`, no
+/// Tokio there), then everything dropped. In the child no thread will ever complete the
+/// parent's operations, so those blocks never come back there.
+///
+/// Outcome: **broke** before the fix: both waits of the child waited for ever (killed by its
+/// alarm), where every other wait npu-rs offers for work made before the fork (an operation,
+/// a completion, a reaper flush, a queued allocation) is refused or returns at once there.
+/// `settled()` now resolves at once in a forked child, as a reaper flush does.
+#[test]
+fn settled_in_a_forked_child_resolves_instead_of_waiting_for_the_parents_work() {
+    in_child_test("child", CHILD_ENV, "settled");
+}
+
+/// The child process's case of
+/// [`settled_in_a_forked_child_resolves_instead_of_waiting_for_the_parents_work`].
+fn settled_in_a_forked_child() {
+    let (_guard, ctx) = devices();
+    let s = stream(&ctx, STRATEGIES[0]);
+    let pinned = PinnedPool::new(&ctx);
+    let pools = [
+        device_pool(&ctx, DevicePoolBackend::Caching, None),
+        device_pool(&ctx, DevicePoolBackend::RuntimePool, None),
+    ];
+    let pinned_block = pinned.try_alloc::<u8>(4096).unwrap().unwrap();
+    let device_blocks = pools
+        .each_ref()
+        .map(|pool| run(pool.alloc::<u8>(&s, 4096)).unwrap());
+    let held = sim::hold(&ctx.device()).unwrap();
+    drop(s.copy_h2d(pinned_block, dev(&ctx, 4096)));
+    for block in device_blocks {
+        drop(s.memset(block, 6));
+    }
+    let mut before: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> =
+        vec![Box::pin(pinned.settled())];
+    before.extend(
+        pools
+            .iter()
+            .map(|pool| Box::pin(pool.settled()) as Pin<Box<_>>),
+    );
+    for settled in &mut before {
+        assert!(
+            polled_once(Pin::new(settled)).is_pending(),
+            "blocks are out"
+        );
+    }
+    let before = std::cell::Cell::new(Some(before));
+    let (ok, status) = fork_and_check(|| {
+        futures::executor::block_on(futures::future::join_all(before.take().unwrap()));
+        futures::executor::block_on(pinned.settled());
+        for pool in &pools {
+            futures::executor::block_on(pool.settled());
+        }
+    });
+    held.release().unwrap();
+    run(futures::future::join_all(before.take().unwrap()));
+    assert!(ok, "the child failed or hung (status {status:#x})");
+}

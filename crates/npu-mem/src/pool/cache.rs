@@ -675,7 +675,8 @@ impl<S: Source> Cache<S> {
     /// Resolves once every block of the pool is back: none handed out, none awaiting its
     /// operations (a block dropped while the device still used it) or its examination after a
     /// memory error, and no allocation for a grant under way. Blocks handed out after it
-    /// resolved are not waited for. Cancel-safe: dropping it only stops waiting.
+    /// resolved are not waited for; in a forked child it resolves at once. Cancel-safe:
+    /// dropping it only stops waiting.
     pub fn settled(self: &Arc<Self>) -> Settled<S> {
         Settled {
             cache: self.clone(),
@@ -779,6 +780,13 @@ impl<S: Source> Future for Settled<S> {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<()> {
+        // In a forked child no thread will ever complete the parent's operations (nor finish
+        // an allocation a parent thread had under way), so blocks awaiting them never come
+        // back there: waiting would never end. It resolves at once, as a reaper flush does.
+        if npu_core::forked() {
+            drop(self.unregister());
+            return Poll::Ready(());
+        }
         // A waker's clone and drop are user code, which may return a block and so take the
         // settling lock on this thread: both run outside it.
         let waker = cx.waker().clone();
