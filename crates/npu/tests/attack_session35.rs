@@ -546,6 +546,7 @@ fn child() {
     };
     match case.as_str() {
         "settled" => settled_in_a_forked_child(),
+        "queued alloc" => a_queued_request_polled_in_a_forked_child(),
         other => panic!("no child case {other}"),
     }
     println!("CHILD OK");
@@ -609,5 +610,77 @@ fn settled_in_a_forked_child() {
     });
     held.release().unwrap();
     run(futures::future::join_all(before.take().unwrap()));
+    assert!(ok, "the child failed or hung (status {status:#x})");
+}
+
+/// Rule 8 for a pool request queued before the fork: a pinned pool and a device pool of each
+/// backend, each of one 4 KiB block's capacity, the block out in an operation dropped in
+/// flight on the held device, and an `alloc` of each queued behind it (polled once, pending);
+/// in the child each queued request is polled again (under `futures::executor::block_on`),
+/// then dropped. In the child no thread will ever complete the parent's operations, so the
+/// block never comes back to serve it there.
+///
+/// Outcome: **broke** before the fix: each request of the child waited for ever (killed by its
+/// alarm); a new `alloc` there was refused, a queued one polled there was not. It now ends
+/// with `Error::Forked` naming the pool's `alloc` (a grant sent before the fork is still
+/// handed over).
+#[test]
+fn a_pool_request_queued_before_a_fork_is_refused_in_the_child() {
+    in_child_test("child", CHILD_ENV, "queued alloc");
+}
+
+/// The child process's case of [`a_pool_request_queued_before_a_fork_is_refused_in_the_child`].
+fn a_queued_request_polled_in_a_forked_child() {
+    let (_guard, ctx) = devices();
+    let s = stream(&ctx, STRATEGIES[0]);
+    let pinned = PinnedPool::builder(&ctx).capacity(4096).build().unwrap();
+    let pools = [
+        device_pool(&ctx, DevicePoolBackend::Caching, Some(4096)),
+        device_pool(&ctx, DevicePoolBackend::RuntimePool, Some(4096)),
+    ];
+    let pinned_block = pinned.try_alloc::<u8>(4096).unwrap().unwrap();
+    let device_blocks = pools
+        .each_ref()
+        .map(|pool| run(pool.alloc::<u8>(&s, 4096)).unwrap());
+    let held = sim::hold(&ctx.device()).unwrap();
+    drop(s.copy_h2d(pinned_block, dev(&ctx, 4096)));
+    for block in device_blocks {
+        drop(s.memset(block, 6));
+    }
+    let mut pinned_request = Box::pin(pinned.alloc::<u8>(4096));
+    assert!(polled_once(pinned_request.as_mut()).is_pending(), "queued");
+    let mut device_requests = pools
+        .each_ref()
+        .map(|pool| Box::pin(pool.alloc::<u8>(&s, 4096)));
+    for request in &mut device_requests {
+        assert!(polled_once(request.as_mut()).is_pending(), "queued");
+    }
+    assert_eq!(pinned.stats().waiters, 1);
+    let requests = std::cell::Cell::new(Some((pinned_request, device_requests)));
+    let (ok, status) = fork_and_check(|| {
+        let (pinned_request, device_requests) = requests.take().unwrap();
+        let refused = futures::executor::block_on(pinned_request).unwrap_err();
+        assert_forked(&refused);
+        assert!(
+            refused.to_string().contains("PinnedPool::alloc"),
+            "{refused}"
+        );
+        for request in device_requests {
+            let refused = futures::executor::block_on(request).unwrap_err();
+            assert_forked(&refused);
+            assert!(
+                refused.to_string().contains("DevicePool::alloc"),
+                "{refused}"
+            );
+        }
+    });
+    held.release().unwrap();
+    let (pinned_request, device_requests) = requests.take().unwrap();
+    run(async {
+        pinned_request.await.unwrap();
+        for request in device_requests {
+            request.await.unwrap();
+        }
+    });
     assert!(ok, "the child failed or hung (status {status:#x})");
 }

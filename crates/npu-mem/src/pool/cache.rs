@@ -18,7 +18,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context as TaskContext, Poll, Wake, Waker, ready};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::Instant;
 
 use npu_core::{Error, MemoryErrorKind, Result, UseList};
@@ -891,7 +891,18 @@ impl<S: Source> Future for Waiting<S> {
         }
         let this = &mut *self;
         let mut channel_cx = TaskContext::from_waker(&this.channel_waker);
-        let received = ready!(Pin::new(&mut this.reply).poll(&mut channel_cx));
+        let received = match Pin::new(&mut this.reply).poll(&mut channel_cx) {
+            Poll::Ready(received) => received,
+            // Queued before the fork: in the child no thread completes the parent's
+            // operations, so the blocks they hold never come back to serve it, and a new
+            // request there is refused. Not `done`, so that dropping it leaves the queue.
+            Poll::Pending => {
+                return match npu_core::fork::refuse(S::NAME) {
+                    Ok(()) => Poll::Pending,
+                    Err(forked) => Poll::Ready(Err(forked)),
+                };
+            }
+        };
         self.done = true;
         Poll::Ready(
             received

@@ -304,7 +304,10 @@ impl PinnedPool {
     /// than 64 bytes, or a block larger than the capacity (it could never be served) are
     /// [`Error::InvalidArgument`]; a failed pinning is its ACL error, after which the room it
     /// was granted is given back: `allocated`, `reserved`, `hits` and `misses` are as before
-    /// the call (cached blocks evicted to make that room under the capacity stay freed).
+    /// the call (cached blocks evicted to make that room under the capacity stay freed). In
+    /// a process forked after npu-rs started a runtime it is [`Error::Forked`], and so is a
+    /// request queued before the fork once polled there (the blocks it waits for may be held
+    /// by the parent's operations, which never complete in the child).
     ///
     /// Cancel safety: cancel-safe. Dropping the future while it waits leaves the queue;
     /// a block or capacity already granted to it goes back to the pool, so nothing is lost

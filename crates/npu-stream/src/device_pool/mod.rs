@@ -374,6 +374,9 @@ impl DevicePool {
     /// than the capacity (it could never be served: it fails at once) and a stream of another
     /// context are [`Error::InvalidArgument`]; an allocation the device cannot serve is the
     /// ACL error ([`Error::is_out_of_memory`]), after which the pool's counters are as before.
+    /// In a process forked after npu-rs started a runtime it is [`Error::Forked`], and so is a
+    /// request queued before the fork once polled there (the blocks it waits for may be held
+    /// by the parent's operations, which never complete in the child).
     ///
     /// Cancel safety: cancel-safe. Dropping the future while it waits for capacity leaves the
     /// queue (a grant already on its way goes back to the pool); dropped during a new
