@@ -684,3 +684,125 @@ fn a_queued_request_polled_in_a_forked_child() {
     });
     assert!(ok, "the child failed or hung (status {status:#x})");
 }
+
+/// What [`WaitsInItsCallback`] heard: each event's target and what `wait_for_teardowns`
+/// called from its callback answered.
+static HEARD_IN_CALLBACKS: Mutex<Vec<(String, npu::Result<()>)>> = Mutex::new(Vec::new());
+
+/// The targets of the events from which [`WaitsInItsCallback`] calls `wait_for_teardowns`:
+/// none but around the calls a test makes (a stream's release on the program's thread, which
+/// a subscriber's wait would wait out, is not one of them), and only the reports made inside
+/// the call attacked (not an operation's outcome, logged where it is awaited).
+static WAIT_IN_CALLBACKS: Mutex<&[&str]> = Mutex::new(&[]);
+
+/// The targets of the simulator's own reports of failed calls, made inside the call.
+const SIMULATOR: &[&str] = &["ascendcl", "npu_sim"];
+
+/// The target of the device pool's own events, among them its report of the frees it makes
+/// under the drain lock.
+const DEVICE_POOL: &[&str] = &["npu_stream::device_pool"];
+
+/// A tracing layer whose event callbacks, for the targets armed, call `wait_for_teardowns`
+/// with an hour's timeout and record the answer.
+struct WaitsInItsCallback;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WaitsInItsCallback {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let target = event.metadata().target();
+        let armed = *WAIT_IN_CALLBACKS.lock().unwrap();
+        if !armed.iter().any(|armed| target.starts_with(armed)) {
+            return;
+        }
+        let answer = wait_for_teardowns(Duration::from_secs(3600));
+        HEARD_IN_CALLBACKS
+            .lock()
+            .unwrap()
+            .push((target.to_owned(), answer));
+    }
+}
+
+/// Runs `call` with [`WaitsInItsCallback`] armed for `targets` (under a watchdog: a wait that
+/// is not refused where it must be would wait an hour); returns what its callbacks heard.
+fn heard_in_callbacks(
+    targets: &'static [&'static str],
+    what: &str,
+    call: impl FnOnce(),
+) -> Vec<(String, npu::Result<()>)> {
+    *WAIT_IN_CALLBACKS.lock().unwrap() = targets;
+    watchdog(what, call);
+    *WAIT_IN_CALLBACKS.lock().unwrap() = &[];
+    std::mem::take(&mut *HEARD_IN_CALLBACKS.lock().unwrap())
+}
+
+/// Checks that every answer `heard` holds (at least one) is the refusal of
+/// `wait_for_teardowns` by name (argument `thread`).
+fn all_refused(heard: &[(String, npu::Result<()>)], what: &str) {
+    assert!(!heard.is_empty(), "{what}: no event reached the subscriber");
+    for (target, answer) in heard {
+        match answer {
+            Err(Error::InvalidArgument { api, argument, .. }) => {
+                assert_eq!(
+                    (*api, *argument),
+                    ("wait_for_teardowns", "thread"),
+                    "{what}"
+                );
+            }
+            other => panic!("{what}: the event of {target} got {other:?}"),
+        }
+    }
+}
+
+/// Promise: `wait_for_teardowns` from a tracing subscriber's callback on the program's own
+/// thread is refused while npu-rs holds one of its locks across the ACL call that logs (rule
+/// 5: a teardown may need that lock, and the wait would wait for itself), never waited: the
+/// simulator's report of a record and of a memset refused on a stream a `FailureMode::Stop`
+/// fault stopped (under the event's recording lock and the stream's submission lock), and a
+/// caching device pool's report of the frees of a trim (under its drain lock); every
+/// strategy. Outside such a lock it is not refused: the simulator's report of an allocation
+/// it refused (an injected failure) gets `Ok` at once, nothing being torn down.
+///
+/// Outcome: held. Each answer under a lock is `InvalidArgument` (`wait_for_teardowns`,
+/// `thread`); the one outside is `Ok`.
+#[test]
+fn wait_for_teardowns_in_a_subscriber_under_npu_rs_locks_is_refused() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let (_guard, ctx) = devices();
+    see_every_callsite();
+    let subscriber = tracing_subscriber::registry().with(WaitsInItsCallback);
+    tracing::subscriber::with_default(subscriber, || {
+        for strategy in STRATEGIES {
+            let own = ctx.device().create_context().unwrap();
+            let s = stream(&own, strategy);
+            s.set_failure_mode(npu::FailureMode::Stop).unwrap();
+            sim::fail_task(&s, 1, npu::AclCode(507015)).unwrap();
+            assert!(run(s.memset(dev(&own, 16), 1)).is_err(), "{strategy:?}");
+            let (event, spare) = (Event::new(&own).unwrap(), dev(&own, 16));
+            let heard = heard_in_callbacks(SIMULATOR, "a refused record", || {
+                assert!(event.record(&s).is_err(), "{strategy:?}: stopped");
+            });
+            all_refused(&heard, &format!("{strategy:?}: a refused record"));
+            let heard = heard_in_callbacks(SIMULATOR, "a refused memset", || {
+                assert!(run(s.memset(spare, 1)).is_err(), "{strategy:?}: stopped");
+            });
+            all_refused(&heard, &format!("{strategy:?}: a refused memset"));
+        }
+        let s = stream(&ctx, STRATEGIES[0]);
+        let pool = device_pool(&ctx, DevicePoolBackend::Caching, None);
+        drop(run(pool.alloc::<u8>(&s, 4096)).unwrap());
+        let heard = heard_in_callbacks(DEVICE_POOL, "a trim", || {
+            assert_eq!(pool.trim().unwrap(), 4096)
+        });
+        all_refused(&heard, "the trim's frees");
+        sim::fail_next_alloc(&ctx.device()).unwrap();
+        let heard = heard_in_callbacks(SIMULATOR, "a refused allocation", || {
+            assert!(DeviceBuffer::<u8>::new(&ctx, 64).is_err());
+        });
+        assert!(!heard.is_empty(), "the simulator reports the refusal");
+        for (target, answer) in heard {
+            assert!(
+                answer.is_ok(),
+                "outside npu-rs's locks, {target}: {answer:?}"
+            );
+        }
+    });
+}
