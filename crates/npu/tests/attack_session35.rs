@@ -806,3 +806,76 @@ fn wait_for_teardowns_in_a_subscriber_under_npu_rs_locks_is_refused() {
         }
     });
 }
+
+/// Promise: every handle's drop returns and `wait_for_teardowns` then finds every stream the
+/// program let go of released, when the last handles go on racing threads while the device is
+/// lost under their work (rules 3 and 5; the last session's count of user handles). Device 3
+/// (lost for the rest of the process), an explicit context, a stream of each strategy cloned
+/// to three threads; each thread submits memsets and an event record and drops them in flight
+/// on the held device, and the first starts an abort; the device is lost once all have
+/// submitted; then each thread submits and awaits one more memset (a typed error: lost, or
+/// refused) and drops its clone, the first at once.
+///
+/// Outcome: held. Every thread returns, every awaited memset fails typed, `wait_for_teardowns`
+/// returns `Ok`, and the device's live streams and contexts are back at their baseline when it
+/// does.
+#[test]
+fn clones_dropped_on_racing_threads_as_the_device_is_lost_leave_nothing_alive() {
+    let (_guard, _ctx) = devices();
+    let device = Device::open(3).unwrap();
+    wait_for_teardowns(HANG).unwrap();
+    let [streams, contexts, _] = live_now(&device);
+    let ctx = device.create_context().unwrap();
+    let held = sim::hold(&device).unwrap();
+    let submitted = Arc::new(Barrier::new(3 * STRATEGIES.len() + 1));
+    let lost = Arc::new(Barrier::new(3 * STRATEGIES.len() + 1));
+    let mut workers = Vec::new();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        for i in 0..3 {
+            let (clone, submitted, lost) = (s.clone(), submitted.clone(), lost.clone());
+            workers.push(std::thread::spawn(move || {
+                let ctx = clone.context().clone();
+                for value in 0..3 {
+                    drop(clone.memset(DeviceBuffer::<u8>::new(&ctx, 256).unwrap(), value));
+                }
+                let event = Event::new(&ctx).unwrap();
+                let recorded = event.record(&clone);
+                assert!(
+                    matches!(recorded, Ok(()) | Err(Error::Aborted { .. })),
+                    "{recorded:?}"
+                );
+                if i == 0 {
+                    drop(clone.abort());
+                }
+                submitted.wait();
+                lost.wait();
+                if i == 0 {
+                    drop(clone);
+                    return;
+                }
+                // Allocating on the lost device is refused too: either is a typed error.
+                let last = DeviceBuffer::<u8>::new(&ctx, 64)
+                    .map_err(|err| err.to_string())
+                    .and_then(|buf| run(clone.memset(buf, 9)).map_err(|err| err.to_string()));
+                assert!(last.is_err(), "{strategy:?}: ran on a lost device");
+                drop((event, clone, ctx));
+            }));
+        }
+    }
+    drop(ctx);
+    submitted.wait();
+    watchdog("losing device 3", || sim::lose(&device).unwrap());
+    lost.wait();
+    drop(held);
+    for worker in workers {
+        watchdog("a thread dropping its clone", || worker.join().unwrap());
+    }
+    watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
+    let now = live_now(&device);
+    assert!(
+        now[0] <= streams && now[1] <= contexts,
+        "{now:?} left alive after the wait, from {:?}",
+        [streams, contexts]
+    );
+}
