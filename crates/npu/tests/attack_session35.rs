@@ -879,3 +879,46 @@ fn clones_dropped_on_racing_threads_as_the_device_is_lost_leave_nothing_alive() 
         [streams, contexts]
     );
 }
+
+/// Promise: a device pool's `settled()` waits for room being allocated (a stream-ordered
+/// allocation still queued on the device) and resolves once that allocation completes, also
+/// when the request that asked for it was dropped meanwhile (rule 2: the block goes back to
+/// the runtime once its allocation completes, and its room with it). A runtime-pool device
+/// pool: an `alloc` and a `reserve` of two blocks each polled once while the device is held
+/// (their allocations queued), then dropped; a `settled()` polled; every strategy.
+///
+/// Outcome: held. `settled()` is pending while the allocations are queued and resolves once
+/// the device is released; nothing is then allocated or cached, and every block went back to
+/// the runtime.
+#[test]
+fn settled_waits_for_room_whose_request_was_dropped_mid_allocation() {
+    let (_guard, ctx) = devices();
+    let baseline = live_allocations(&ctx);
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let pool = device_pool(&ctx, DevicePoolBackend::RuntimePool, None);
+        let held = sim::hold(&ctx.device()).unwrap();
+        let mut alloc = Box::pin(pool.alloc::<u8>(&s, 4096));
+        let mut reserve = Box::pin(pool.reserve(&s, 2, 4096));
+        assert!(polled_once(alloc.as_mut()).is_pending(), "{strategy:?}");
+        assert!(polled_once(reserve.as_mut()).is_pending(), "{strategy:?}");
+        drop((alloc, reserve));
+        let mut settled = Box::pin(pool.settled());
+        assert!(
+            polled_once(settled.as_mut()).is_pending(),
+            "{strategy:?}: settled while room is being allocated"
+        );
+        held.release().unwrap();
+        run(settled);
+        let stats = pool.stats().cache;
+        assert_eq!(
+            (stats.allocated, stats.awaiting_blocks, stats.cached),
+            (0, 0, 0),
+            "{strategy:?}"
+        );
+        drop((pool, s));
+    }
+    until_released("the abandoned allocations' blocks", || {
+        live_allocations(&ctx) <= baseline
+    });
+}
