@@ -264,7 +264,7 @@ fn settled_resolves_once_a_lost_device_has_failed_the_blocks_operations() {
         let stats = pool.stats().cache;
         assert_eq!((stats.allocated, stats.awaiting_blocks), (0, 0));
         let refused = run(pool.alloc::<u8>(&streams[0], 1 << 20));
-        let refused = refused.err().expect("a lost device serves no new block");
+        let refused = refused.expect_err("a lost device serves no new block");
         assert!(
             refused.is_device_lost() || refused.acl_code().is_some(),
             "{refused}"
