@@ -922,3 +922,39 @@ fn settled_waits_for_room_whose_request_was_dropped_mid_allocation() {
         live_allocations(&ctx) <= baseline
     });
 }
+
+/// Promise: a device pool's `settled()` resolves once blocks whose operations failed with a
+/// memory error are settled, not handed out again: quarantined at once (an HBM multi-bit ECC
+/// error, which no repair reaches) or examined on the repair thread first (an uncorrectable
+/// error the runtime lists), and never counts them as out for good. Both backends, every
+/// strategy: two blocks out in memsets dropped in flight on the held device, one failing with
+/// each error, a `settled()` polled; the device released.
+///
+/// Outcome: held. `settled()` resolves; nothing is allocated or awaiting; the ECC block is
+/// quarantined and the other repaired (or quarantined), so two blocks are accounted for.
+#[test]
+fn settled_resolves_past_blocks_quarantined_or_repaired_after_dropped_operations() {
+    let (_guard, ctx) = devices();
+    for backend in [DevicePoolBackend::Caching, DevicePoolBackend::RuntimePool] {
+        for strategy in STRATEGIES {
+            let what = format!("{backend:?}, {strategy:?}");
+            let s = stream(&ctx, strategy);
+            let pool = device_pool(&ctx, backend, None);
+            let ecc = run(pool.alloc::<u8>(&s, 4096)).unwrap();
+            let listed = run(pool.alloc::<u8>(&s, 4096)).unwrap();
+            sim::inject_memory_error(&listed, 0..16).unwrap();
+            let held = sim::hold(&ctx.device()).unwrap();
+            sim::fail_task(&s, 1, npu::AclCode::HBM_MULTI_BIT_ECC_ERROR).unwrap();
+            drop(s.memset(ecc, 1));
+            drop(s.memset(listed, 2));
+            let mut settled = Box::pin(pool.settled());
+            assert!(polled_once(settled.as_mut()).is_pending(), "{what}");
+            held.release().unwrap();
+            run(settled);
+            let stats = pool.stats().cache;
+            assert_eq!((stats.allocated, stats.awaiting_blocks), (0, 0), "{what}");
+            assert!(stats.quarantined >= 1, "{what}: the ECC block");
+            assert_eq!(stats.quarantined + stats.repaired, 2, "{what}");
+        }
+    }
+}
