@@ -958,3 +958,83 @@ fn settled_resolves_past_blocks_quarantined_or_repaired_after_dropped_operations
         }
     }
 }
+
+/// Promise: no wake-up of a `settled()` waiter is lost while the pool churns (rule 7): four
+/// threads, one per strategy and one more, each take blocks of a bounded pinned pool and a
+/// bounded caching device pool 200 times, hand them to copies and memsets awaited or dropped
+/// in flight (chosen by a seeded generator), while a fifth thread keeps polling new
+/// `settled()` waiters once each (registering them while blocks are out) and keeps the first
+/// 200 left pending; once every worker is done, all of them must resolve.
+///
+/// Outcome: held. Every waiter resolves; the pools end with nothing allocated or awaiting.
+#[test]
+fn settled_waiters_registered_while_the_pool_churns_all_resolve() {
+    let (_guard, ctx) = devices();
+    let pinned = Arc::new(
+        PinnedPool::builder(&ctx)
+            .capacity(4 * 4096)
+            .build()
+            .unwrap(),
+    );
+    let device = Arc::new(device_pool(
+        &ctx,
+        DevicePoolBackend::Caching,
+        Some(4 * 4096),
+    ));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let waiters = {
+        let (pinned, device, done) = (pinned.clone(), device.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut waiting: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                for mut settled in [
+                    Box::pin(pinned.settled()) as Pin<Box<dyn Future<Output = ()> + Send>>,
+                    Box::pin(device.settled()),
+                ] {
+                    if polled_once(Pin::new(&mut settled)).is_pending() && waiting.len() < WAITERS {
+                        waiting.push(settled);
+                    }
+                }
+                std::thread::yield_now();
+            }
+            waiting
+        })
+    };
+    let workers: Vec<_> = [STRATEGIES.as_slice(), &STRATEGIES[..1]]
+        .concat()
+        .into_iter()
+        .enumerate()
+        .map(|(i, strategy)| {
+            let (pinned, device, ctx) = (pinned.clone(), device.clone(), ctx.clone());
+            std::thread::spawn(move || {
+                let s = stream(&ctx, strategy);
+                let mut rng = Rng(0x35 + i as u64);
+                for _ in 0..200 {
+                    let host = run(pinned.alloc::<u8>(4096)).unwrap();
+                    let block = run(device.alloc::<u8>(&s, 4096)).unwrap();
+                    let copy = s.copy_h2d(host, block);
+                    match rng.below(3) {
+                        0 => drop(copy),
+                        1 => drop(run(copy).unwrap()),
+                        _ => {
+                            let (host, block) = run(copy).unwrap();
+                            drop(host);
+                            drop(s.memset(block, 1));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        watchdog("a churning worker", || worker.join().unwrap());
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let waiting = watchdog("the waiters' thread", || waiters.join().unwrap());
+    assert!(!waiting.is_empty(), "no waiter registered while blocks were out");
+    run(futures::future::join_all(waiting));
+    let stats = pinned.stats();
+    assert_eq!((stats.allocated, stats.awaiting_blocks), (0, 0));
+    let stats = device.stats().cache;
+    assert_eq!((stats.allocated, stats.awaiting_blocks), (0, 0));
+}
