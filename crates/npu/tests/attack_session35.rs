@@ -1031,7 +1031,10 @@ fn settled_waiters_registered_while_the_pool_churns_all_resolve() {
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     let waiting = watchdog("the waiters' thread", || waiters.join().unwrap());
-    assert!(!waiting.is_empty(), "no waiter registered while blocks were out");
+    assert!(
+        !waiting.is_empty(),
+        "no waiter registered while blocks were out"
+    );
     run(futures::future::join_all(waiting));
     let stats = pinned.stats();
     assert_eq!((stats.allocated, stats.awaiting_blocks), (0, 0));
