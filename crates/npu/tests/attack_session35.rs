@@ -1041,3 +1041,54 @@ fn settled_waiters_registered_while_the_pool_churns_all_resolve() {
     let stats = device.stats().cache;
     assert_eq!((stats.allocated, stats.awaiting_blocks), (0, 0));
 }
+
+/// Promise: a pool whose last owner is a block that comes back on npu-rs's own thread (the
+/// program dropped the pool, its stream and its context with the block's operation in flight)
+/// is torn down there without waiting (rule 5), and `wait_for_teardowns` returns only once
+/// that is done: its memory given back, its runtime pool destroyed, the context destroyed.
+/// An explicit context of device 1 holding a pinned pool and a device pool of each backend,
+/// each with a block out in an operation dropped in flight on the held device; every handle
+/// dropped; the device released; every strategy.
+///
+/// Outcome: held. `wait_for_teardowns` returns `Ok`, and at that moment (no release flushed)
+/// the device's live allocations, streams and contexts and the live pinned allocations are
+/// back at their baseline.
+#[test]
+fn pools_whose_last_owner_comes_back_on_npu_rs_threads_are_torn_down_before_the_wait_returns() {
+    let (_guard, _ctx) = devices();
+    let device = Device::open(1).unwrap();
+    wait_for_teardowns(HANG).unwrap();
+    let baseline = live_now(&device);
+    let pinned_baseline = sim::host_stats().unwrap().pinned_allocations;
+    for strategy in STRATEGIES {
+        let ctx = device.create_context().unwrap();
+        let s = stream(&ctx, strategy);
+        let pinned = PinnedPool::new(&ctx);
+        let pools = [
+            device_pool(&ctx, DevicePoolBackend::Caching, None),
+            device_pool(&ctx, DevicePoolBackend::RuntimePool, None),
+        ];
+        let host = pinned.try_alloc::<u8>(4096).unwrap().unwrap();
+        let blocks = pools
+            .each_ref()
+            .map(|pool| run(pool.alloc::<u8>(&s, 4096)).unwrap());
+        let held = sim::hold(&device).unwrap();
+        drop(s.copy_h2d(host, dev(&ctx, 4096)));
+        for block in blocks {
+            drop(s.memset(block, 5));
+        }
+        drop((pinned, pools, s, ctx));
+        held.release().unwrap();
+        watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
+        let now = live_now(&device);
+        assert!(
+            within(now, baseline),
+            "{strategy:?}: {now:?} left after the wait, from {baseline:?}"
+        );
+        let pinned_now = sim::host_stats().unwrap().pinned_allocations;
+        assert!(
+            pinned_now <= pinned_baseline,
+            "{strategy:?}: the pinned block"
+        );
+    }
+}
