@@ -1092,3 +1092,34 @@ fn pools_whose_last_owner_comes_back_on_npu_rs_threads_are_torn_down_before_the_
         );
     }
 }
+
+/// Promise: `wait_for_teardowns` waits for every stream the program let go of, however many:
+/// three hundred streams of an explicit context of device 1 (a hundred per strategy), each
+/// with a memset and an event record dropped in flight on the held device, every handle
+/// dropped (the context first), the device released.
+///
+/// Outcome: held. It returns `Ok` with every stream, allocation and the context gone.
+#[test]
+fn wait_for_teardowns_after_hundreds_of_streams_dropped_in_flight_leaves_nothing_alive() {
+    let (_guard, _ctx) = devices();
+    let device = Device::open(1).unwrap();
+    wait_for_teardowns(HANG).unwrap();
+    let baseline = live_now(&device);
+    let ctx = device.create_context().unwrap();
+    let held = sim::hold(&device).unwrap();
+    let streams: Vec<Stream> = (0..300).map(|i| stream(&ctx, STRATEGIES[i % 3])).collect();
+    let event = Event::new(&ctx).unwrap();
+    for s in &streams {
+        drop(s.memset(dev(&ctx, 64), 3));
+        event.record(s).unwrap();
+    }
+    drop((ctx, event));
+    drop(streams);
+    held.release().unwrap();
+    watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
+    let now = live_now(&device);
+    assert!(
+        within(now, baseline),
+        "{now:?} left after the wait, from {baseline:?}"
+    );
+}
