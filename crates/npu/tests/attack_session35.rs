@@ -10,7 +10,8 @@
 //! Each test names the promise it attacks and its outcome. The simulator's hold gate, live
 //! counters and the process's teardown count are shared by every test of this process, so
 //! every test takes the file's device lock; every wait is bounded (`run`, `watchdog`), so a
-//! hang fails its test. Device 2 is lost for the rest of the process by one test.
+//! hang fails its test. Devices 2, 3 and 4 are each lost for the rest of the process by one
+//! test.
 
 mod common;
 
@@ -1122,4 +1123,56 @@ fn wait_for_teardowns_after_hundreds_of_streams_dropped_in_flight_leaves_nothing
         within(now, baseline),
         "{now:?} left after the wait, from {baseline:?}"
     );
+}
+
+/// Promise: blocks queued for examination after memory errors are settled whatever becomes of
+/// the device meanwhile (rules 3 and 5: the repair thread's calls fail typed on a lost device,
+/// and the block is then quarantined, never cached unexamined nor left out for good). Device
+/// 4 (lost for the rest of the process): eight blocks of each device-pool backend given
+/// uncorrectable memory errors, their memsets failing one after another while another thread
+/// loses the device; a `settled()` of each pool awaited.
+///
+/// Outcome: held. Both resolve; nothing is allocated or awaiting; every block is quarantined
+/// or back in the cache (repaired, or failed by the loss instead of its memory error); a new
+/// request fails typed.
+#[test]
+fn blocks_queued_for_repair_as_the_device_is_lost_are_all_settled() {
+    let (_guard, _ctx) = devices();
+    let device = Device::open(4).unwrap();
+    let ctx = device.primary_context().clone();
+    let s = stream(&ctx, STRATEGIES[0]);
+    let pools = [
+        device_pool(&ctx, DevicePoolBackend::Caching, None),
+        device_pool(&ctx, DevicePoolBackend::RuntimePool, None),
+    ];
+    let blocks: Vec<_> = pools
+        .iter()
+        .flat_map(|pool| (0..8).map(|_| run(pool.alloc::<u8>(&s, 4096)).unwrap()))
+        .collect();
+    for block in &blocks {
+        sim::inject_memory_error(block, 0..16).unwrap();
+    }
+    let losing = {
+        let device = device.clone();
+        std::thread::spawn(move || sim::lose(&device).unwrap())
+    };
+    for block in blocks {
+        // Failed by the memory error, or by the loss: either hands the block back.
+        drop(run(s.memset(block, 1)).unwrap_err());
+    }
+    watchdog("losing device 4", || losing.join().unwrap());
+    run(futures::future::join_all(
+        pools.iter().map(|pool| pool.settled()),
+    ));
+    for pool in &pools {
+        let stats = pool.stats().cache;
+        assert_eq!((stats.allocated, stats.awaiting_blocks), (0, 0));
+        // A repaired block is cached again, as is one whose memset the loss failed.
+        assert_eq!(
+            stats.quarantined + stats.cached as u64 / 4096,
+            8,
+            "{stats:?}"
+        );
+        assert!(run(pool.alloc::<u8>(&s, 1 << 20)).is_err(), "lost");
+    }
 }
