@@ -1,11 +1,14 @@
 //! Attacks of the thirty-fifth session through the `npu` facade, on the last session's new
 //! code first: the pools' `settled()` (many waiters of every shape, waiters dropped and polled
 //! again, the pool dropped or trimmed while they wait, blocks coming back on npu-rs's own
-//! threads, a lost device), `wait_for_teardowns` (from a pool's waker on whichever thread
-//! returns the block, from a task on a current-thread runtime whose only worker it blocks,
-//! from a blocking task that takes a runtime's only blocking thread) and the count of user
-//! `Stream` handles (clones dropped at once on racing threads while their work is in flight
-//! and aborted, a forgotten clone).
+//! threads, quarantined or repaired blocks, room whose request was dropped mid-allocation, a
+//! churning pool, a lost device, a forked child), pool requests queued before a fork,
+//! `wait_for_teardowns` (from a pool's waker on whichever thread returns the block, from a
+//! subscriber's callback under npu-rs's locks, from a task on a current-thread runtime whose
+//! only worker it blocks, from a blocking task that takes a runtime's only blocking thread)
+//! and the count of user `Stream` handles (clones dropped at once on racing threads while
+//! their work is in flight, aborted or on a device being lost; hundreds of streams; a
+//! forgotten clone).
 //!
 //! Each test names the promise it attacks and its outcome. The simulator's hold gate, live
 //! counters and the process's teardown count are shared by every test of this process, so
