@@ -434,7 +434,8 @@ impl PinnedPool {
     /// looks. Quarantined blocks (after a memory error) do not count: they are not coming
     /// back. A pending `settled()` keeps the pool's cache, and its cached memory, alive.
     /// In a process forked after npu-rs started a runtime (`npu_core::forked`) it resolves at
-    /// once: no thread there completes the parent's operations, so their blocks never come back.
+    /// once, whatever the counters show: no thread there completes the parent's operations, so
+    /// their blocks never come back.
     ///
     /// A block dropped while an operation used it comes back once that operation completed
     /// (docs/cancellation.md, rule 3), so this waits for the device, failed or aborted work

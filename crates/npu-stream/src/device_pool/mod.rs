@@ -604,7 +604,8 @@ impl DevicePool {
     /// looks. Quarantined blocks (after a memory error) do not count: they are not coming
     /// back. A pending `settled()` keeps the pool's cache, and its cached memory, alive.
     /// In a process forked after npu-rs started a runtime (`npu_core::forked`) it resolves at
-    /// once: no thread there completes the parent's operations, so their blocks never come back.
+    /// once, whatever the counters show: no thread there completes the parent's operations, so
+    /// their blocks never come back.
     /// Under a paused Tokio clock it keeps nothing, as a queued [`alloc`](DevicePool::alloc)
     /// keeps nothing. Cancel-safe: dropping it only stops waiting.
     ///
