@@ -1179,3 +1179,33 @@ fn blocks_queued_for_repair_as_the_device_is_lost_are_all_settled() {
         assert!(run(pool.alloc::<u8>(&s, 1 << 20)).is_err(), "lost");
     }
 }
+
+/// Promise: the marks that make `wait_for_teardowns` refuse npu-rs's own steps do not outlive
+/// them: a Tokio blocking thread that has run `BlockingSync` waits (a step that completes
+/// operations, where the wait is refused) and kept the paused clock still for them is the
+/// program's again afterwards, and `wait_for_teardowns` in a `spawn_blocking` task there
+/// waits as on any thread of the program's. A current-thread runtime with a paused clock and
+/// one blocking thread: memsets awaited on a `BlockingSync` stream (their waits, and the clock's
+/// keepers, on that thread), then `wait_for_teardowns` in `spawn_blocking`.
+///
+/// Outcome: held. `Ok` (not refused).
+#[test]
+fn a_blocking_thread_that_ran_npu_rs_waits_is_the_programs_again() {
+    let (_guard, ctx) = devices();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(1)
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let s = stream(&ctx, npu::Strategy::BlockingSync);
+        for value in 0..4 {
+            let buffer = s.memset(dev(&ctx, 64), value).await.unwrap();
+            assert_eq!(buffer.to_vec_blocking().unwrap(), [value; 64]);
+        }
+        drop(s);
+        let waited = tokio::task::spawn_blocking(|| wait_for_teardowns(HANG));
+        waited.await.unwrap().unwrap();
+    });
+}
