@@ -1209,3 +1209,55 @@ fn a_blocking_thread_that_ran_npu_rs_waits_is_the_programs_again() {
         waited.await.unwrap().unwrap();
     });
 }
+
+/// Promise: pool blocks handed to copies whose submission fails come back intact in the
+/// error, and go back to their pools (rules 2 and 3: nothing the device never ran keeps them
+/// out). A pinned pool's and both device-pool backends' blocks of device 0, filled with a
+/// pattern, handed to `copy_h2d` / `copy_d2h` on a stream of another context of the device
+/// that a `FailureMode::Stop` fault stopped (refused by the runtime) and on a stream of
+/// device 1 (refused by npu-rs: the memory is another device's); every strategy.
+///
+/// Outcome: held. Each error hands both blocks back with their bytes; dropped, they are back
+/// in their pools, which settle.
+#[test]
+fn pool_blocks_handed_to_copies_whose_submission_fails_come_back_intact() {
+    let (_guard, d0) = devices();
+    let other = stream(
+        &Device::open(1).unwrap().primary_context().clone(),
+        STRATEGIES[0],
+    );
+    for strategy in STRATEGIES {
+        let own = d0.device().create_context().unwrap();
+        let stopped = stream(&own, strategy);
+        stopped.set_failure_mode(npu::FailureMode::Stop).unwrap();
+        sim::fail_task(&stopped, 1, npu::AclCode(507015)).unwrap();
+        assert!(
+            run(stopped.memset(dev(&own, 16), 1)).is_err(),
+            "{strategy:?}"
+        );
+        // The stop is the context's: the pools and the stream that works are the primary's.
+        let live = stream(&d0, strategy);
+        let pinned = PinnedPool::new(&d0);
+        for backend in [DevicePoolBackend::Caching, DevicePoolBackend::RuntimePool] {
+            let pool = device_pool(&d0, backend, None);
+            let what = format!("{strategy:?}, {backend:?}");
+            for s in [&stopped, &other] {
+                let mut host = pinned.try_alloc::<u8>(4096).unwrap().unwrap();
+                host.fill(7);
+                let block = run(live.memset(run(pool.alloc::<u8>(&live, 4096)).unwrap(), 9));
+                let block = block.unwrap();
+                let failed = run(s.copy_h2d(host, block)).unwrap_err();
+                let (host, block) = failed.value.expect("both handed back");
+                assert!(host.iter().all(|&b| b == 7), "{what}");
+                let failed = run(s.copy_d2h(block, host)).unwrap_err();
+                let (block, host) = failed.value.expect("both handed back");
+                assert!(host.iter().all(|&b| b == 7), "{what}");
+                let (block, back) = run(live.copy_d2h(block, host)).unwrap();
+                assert!(back.iter().all(|&b| b == 9), "{what}: the block's bytes");
+                drop((block, back));
+            }
+            run(async { futures::future::join(pool.settled(), pinned.settled()).await });
+            assert_eq!(pool.stats().cache.cached, 4096, "{what}: back in the pool");
+        }
+    }
+}
