@@ -1261,3 +1261,56 @@ fn pool_blocks_handed_to_copies_whose_submission_fails_come_back_intact() {
         }
     }
 }
+
+/// Promise: a Tokio runtime shut down with work in flight drops its tasks safely (rule 2) and
+/// without waiting for the device (rule 5), and the streams those tasks held are then counted
+/// until released: a multi-thread runtime whose twenty tasks each await a memset on a stream
+/// of a `StreamPool` (four streams per strategy) of an explicit context of device 1, all
+/// submitted on the held device; the runtime shut down (its tasks dropped), the pool and the
+/// context dropped, the device released.
+///
+/// Outcome: held. The shutdown returns while the device is still held; `wait_for_teardowns`
+/// then returns `Ok` with every stream, allocation and the context gone.
+#[test]
+fn a_runtime_shut_down_under_stream_pool_tasks_leaves_nothing_alive_after_the_wait() {
+    let (_guard, _ctx) = devices();
+    let device = Device::open(1).unwrap();
+    wait_for_teardowns(HANG).unwrap();
+    let baseline = live_now(&device);
+    let ctx = device.create_context().unwrap();
+    let pools: Vec<npu::prelude::StreamPool> = STRATEGIES
+        .iter()
+        .map(|&strategy| {
+            let builder = Stream::builder(&ctx).strategy(strategy);
+            npu::prelude::StreamPool::with_builder(builder, 4).unwrap()
+        })
+        .collect();
+    let held = sim::hold(&device).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (submitted, heard) = mpsc::channel();
+    for i in 0..20 {
+        let s = pools[i % pools.len()].next();
+        let (ctx, submitted) = (ctx.clone(), submitted.clone());
+        runtime.spawn(async move {
+            let op = s.memset(DeviceBuffer::<u8>::new(&ctx, 64).unwrap(), 1);
+            submitted.send(()).unwrap();
+            op.await
+        });
+    }
+    for _ in 0..20 {
+        heard.recv_timeout(HANG).unwrap();
+    }
+    watchdog("the runtime's shutdown", || runtime.shutdown_timeout(HANG));
+    drop((pools, ctx));
+    held.release().unwrap();
+    watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
+    let now = live_now(&device);
+    assert!(
+        within(now, baseline),
+        "{now:?} left after the wait, from {baseline:?}"
+    );
+}
