@@ -1314,3 +1314,33 @@ fn a_runtime_shut_down_under_stream_pool_tasks_leaves_nothing_alive_after_the_wa
         "{now:?} left after the wait, from {baseline:?}"
     );
 }
+
+/// Promise: no drop waits for the device (rule 5), also the last handles of a device and its
+/// primary context while another context of the device has work queued on the held device.
+/// Device 1: an explicit context with a memset in flight on each strategy's stream (dropped),
+/// every handle of the device and its primary context dropped on this thread while held; the
+/// device released only after they returned.
+///
+/// Outcome: held. The drops return while the device is held; the memsets complete once it is
+/// released; `wait_for_teardowns` then returns `Ok`.
+#[test]
+fn the_last_device_handles_dropped_while_another_context_has_held_work_return() {
+    let (_guard, _ctx) = devices();
+    let device = Device::open(1).unwrap();
+    let explicit = device.create_context().unwrap();
+    let streams: Vec<Stream> = STRATEGIES.iter().map(|&st| stream(&explicit, st)).collect();
+    let held = sim::hold(&device).unwrap();
+    let done: Vec<_> = streams
+        .iter()
+        .map(|s| s.memset(dev(&explicit, 64), 2).completion().clone())
+        .collect();
+    let primary = device.primary_context().clone();
+    watchdog("dropping the device's last handles", || {
+        drop((device, primary))
+    });
+    assert!(done.iter().all(|d| !d.is_complete()), "held");
+    held.release().unwrap();
+    all_completed(&done);
+    drop((streams, explicit));
+    watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
+}
