@@ -1344,3 +1344,94 @@ fn the_last_device_handles_dropped_while_another_context_has_held_work_return() 
     drop((streams, explicit));
     watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
 }
+
+/// What a waker building a runtime saw: the thread it was woken on and the build's answer.
+type Built = (String, npu::Result<npu::Runtime>);
+
+/// A waker that, the first time it is woken, builds a runtime with `build` and tells which
+/// thread that was and what the build answered.
+struct BuildsWhenWoken {
+    build: Mutex<Option<Box<dyn FnOnce() -> npu::Result<npu::Runtime> + Send>>>,
+    told: Mutex<Option<mpsc::Sender<Built>>>,
+}
+
+impl Wake for BuildsWhenWoken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let Some(build) = self.build.lock().unwrap().take() else {
+            return;
+        };
+        let built = build();
+        let thread = std::thread::current().name().unwrap_or("").to_owned();
+        if let Some(told) = self.told.lock().unwrap().take() {
+            let _ = told.send((thread, built));
+        }
+    }
+}
+
+/// Promise: a runtime build asking for another `acl_config` decides at once on npu-rs's own
+/// threads, never waits there for the library's teardowns (rule 5; the build waits up to 10 s
+/// for them elsewhere). A runtime of npu-sim's cdylib lives, and a stream of it dropped with
+/// a memset in flight on its held device counts as a teardown of that library; a pinned
+/// pool's `settled()` waker builds a runtime of the cdylib with another configuration file,
+/// woken on the thread that returns the pool's block after an in-process copy completes
+/// (every strategy).
+///
+/// Outcome: held. Each build is refused at once, naming `acl_config` (the library's runtime
+/// lives), on a thread of npu-rs's, not `Error::TeardownsRunning` after waiting for the held
+/// stream.
+#[test]
+fn a_build_with_another_config_in_a_settled_waker_decides_at_once() {
+    let (_guard, ctx) = devices();
+    let own = OwnRuntime::new("attack35-build");
+    let runtime = own.build();
+    let controls = CdylibControls::of_the_loaded_library();
+    let theirs = runtime.device(0).unwrap().primary_context().clone();
+    controls.hold(0);
+    let counted = stream(&theirs, STRATEGIES[0]);
+    drop(counted.memset(dev(&theirs, 64), 1));
+    drop(counted);
+    let running = wait_for_teardowns(Duration::ZERO);
+    assert!(
+        matches!(running, Err(Error::TeardownsRunning { .. })),
+        "the held stream counts: {running:?}"
+    );
+    let config = std::env::temp_dir().join(format!("npu-attack35-{}.json", std::process::id()));
+    std::fs::write(&config, "{}").unwrap();
+    for strategy in STRATEGIES {
+        let s = stream(&ctx, strategy);
+        let pool = PinnedPool::new(&ctx);
+        let block = pool.try_alloc::<u8>(4096).unwrap().unwrap();
+        let held = sim::hold(&ctx.device()).unwrap();
+        let (told, heard) = mpsc::channel();
+        let builder = own.builder().acl_config(&config);
+        let waker = Waker::from(Arc::new(BuildsWhenWoken {
+            build: Mutex::new(Some(Box::new(move || builder.build()))),
+            told: Mutex::new(Some(told)),
+        }));
+        let mut settled = Box::pin(pool.settled());
+        let polled = settled.as_mut().poll(&mut TaskContext::from_waker(&waker));
+        assert!(polled.is_pending(), "{strategy:?}: a block is out");
+        drop(s.copy_h2d(block, dev(&ctx, 4096)));
+        held.release().unwrap();
+        let (thread, built) = heard.recv_timeout(HANG).unwrap();
+        assert!(
+            thread.starts_with("npu-"),
+            "{strategy:?}: woken on {thread:?}"
+        );
+        match built {
+            Err(Error::InvalidArgument { api, argument, .. }) => {
+                assert_eq!((api, argument), ("RuntimeBuilder::build", "acl_config"));
+            }
+            other => panic!("{strategy:?}: on {thread}, {:?}", other.map(drop)),
+        }
+        run(settled);
+    }
+    controls.release(0);
+    let _ = std::fs::remove_file(&config);
+    drop((theirs, runtime));
+    watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
+}
