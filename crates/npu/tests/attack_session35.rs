@@ -1348,10 +1348,13 @@ fn the_last_device_handles_dropped_while_another_context_has_held_work_return() 
 /// What a waker building a runtime saw: the thread it was woken on and the build's answer.
 type Built = (String, npu::Result<npu::Runtime>);
 
+/// The build a [`BuildsWhenWoken`] waker makes.
+type Build = Box<dyn FnOnce() -> npu::Result<npu::Runtime> + Send>;
+
 /// A waker that, the first time it is woken, builds a runtime with `build` and tells which
 /// thread that was and what the build answered.
 struct BuildsWhenWoken {
-    build: Mutex<Option<Box<dyn FnOnce() -> npu::Result<npu::Runtime> + Send>>>,
+    build: Mutex<Option<Build>>,
     told: Mutex<Option<mpsc::Sender<Built>>>,
 }
 
