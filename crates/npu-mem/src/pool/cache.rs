@@ -14,6 +14,7 @@
 //! cache never lent) only skew its counters, which stop at zero: no panic, and no cache that
 //! refuses every request afterwards.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -149,11 +150,12 @@ pub struct Cache<S: Source> {
     anyone_settling: AtomicBool,
 }
 
-/// The wakers of [`Settled`] futures, each under its future's id.
+/// The wakers of [`Settled`] futures, each under its future's id: keyed, so that a future's
+/// poll and drop find its entry at once however many tasks wait.
 #[derive(Default)]
 struct Settling {
     next_id: u64,
-    wakers: Vec<(u64, Waker)>,
+    wakers: HashMap<u64, Waker>,
 }
 
 impl<S: Source> Cache<S> {
@@ -702,7 +704,7 @@ impl<S: Source> Cache<S> {
             self.anyone_settling.store(false, Ordering::SeqCst);
             std::mem::take(&mut settling.wakers)
         };
-        for (_, waker) in wakers {
+        for waker in wakers.into_values() {
             if npu_core::contain::contained(|| waker.wake()) {
                 npu_core::log!(
                     error,
@@ -770,9 +772,7 @@ impl<S: Source> Settled<S> {
     /// Takes this future's waker out of the cache's list, to drop outside the lock.
     fn unregister(&mut self) -> Option<Waker> {
         let id = self.id.take()?;
-        let mut settling = self.cache.settling();
-        let at = settling.wakers.iter().position(|(known, _)| *known == id)?;
-        Some(settling.wakers.swap_remove(at).1)
+        self.cache.settling().wakers.remove(&id)
     }
 }
 
@@ -801,13 +801,7 @@ impl<S: Source> Future for Settled<S> {
             // Stored before the state is read below: a change that settles the pool after
             // that read finds the flag set and wakes this task.
             this.cache.anyone_settling.store(true, Ordering::SeqCst);
-            match settling.wakers.iter_mut().find(|(known, _)| *known == id) {
-                Some((_, slot)) => Some(std::mem::replace(slot, waker)),
-                None => {
-                    settling.wakers.push((id, waker));
-                    None
-                }
-            }
+            settling.wakers.insert(id, waker)
         };
         drop(replaced);
         if this.cache.lock().settled() {
