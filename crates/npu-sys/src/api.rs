@@ -3,7 +3,21 @@
 use std::fmt;
 
 /// The required symbols a library did not export, found by [`AclApi::from_library`].
+///
+/// Read, never built, by users: `#[non_exhaustive]`, so that a field can be added.
+///
+/// ```
+/// use npu_sys::AclApi;
+///
+/// // The C library is loaded in every process and exports none of ACL's functions.
+/// let libc = libloading::Library::from(libloading::os::unix::Library::this());
+/// // SAFETY: no symbol is found, so no pointer of a wrong type is ever produced.
+/// let missing = unsafe { AclApi::from_library(&libc) }.unwrap_err();
+/// assert_eq!(missing.missing.len(), AclApi::REQUIRED.len());
+/// assert!(missing.to_string().starts_with("missing required ACL symbols: "));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MissingSymbols {
     /// Names of the required ACL functions that could not be resolved.
     pub missing: Vec<&'static str>,
@@ -33,6 +47,20 @@ macro_rules! define_acl_api {
         /// CANN releases export, deprecated ones a later release removes, the model dump trio,
         /// and those npu-rs never calls) are `Option`s and `None` where the loaded runtime does
         /// not export them.
+        ///
+        /// ```no_run
+        /// use npu_sys::AclApi;
+        ///
+        /// // SAFETY: CANN's runtime library; loading it runs CANN's initialisers.
+        /// let library = unsafe { libloading::Library::new("libascendcl.so") }?;
+        /// // SAFETY: CANN's library exports ACL's functions with ACL's prototypes, and
+        /// // `library` outlives every use of `api` here.
+        /// let api = unsafe { AclApi::from_library(&library) }?;
+        /// // SAFETY: a NULL configuration path is allowed.
+        /// let code = unsafe { (api.aclInit)(std::ptr::null()) };
+        /// println!("aclInit: {code}; not exported: {:?}", api.unsupported());
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
         #[derive(Clone, Copy)]
         pub struct AclApi {
             $(
@@ -55,6 +83,16 @@ macro_rules! define_acl_api {
             ///
             /// Fails with the list of missing required symbols; absent optional symbols are
             /// left `None` (see [`AclApi::unsupported`]).
+            ///
+            /// ```
+            /// use npu_sys::AclApi;
+            ///
+            /// // This program's own symbols: the C library's, and none of ACL's.
+            /// let this = libloading::Library::from(libloading::os::unix::Library::this());
+            /// // SAFETY: no symbol is found, so no pointer of a wrong type is ever produced.
+            /// let missing = unsafe { AclApi::from_library(&this) }.unwrap_err();
+            /// assert!(missing.missing.contains(&"aclInit"));
+            /// ```
             ///
             /// # Safety
             ///
@@ -90,7 +128,8 @@ macro_rules! define_acl_api {
                 table.ok_or(MissingSymbols { missing })
             }
 
-            /// Names of the optional functions this runtime does not export.
+            /// Names of the optional functions this runtime does not export (see the
+            /// example of [`AclApi`]).
             pub fn unsupported(&self) -> Vec<&'static str> {
                 let mut names = Vec::new();
                 $(

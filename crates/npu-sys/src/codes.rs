@@ -12,6 +12,7 @@ use crate::aclError;
 /// assert_eq!(info.code, npu_sys::ACL_ERROR_RT_STREAM_CONTEXT);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AclCodeInfo {
     /// The value, e.g. 107003.
     pub code: aclError,
