@@ -119,6 +119,22 @@ pub enum Error {
 }
 
 /// What a wait for teardowns ([`Error::TeardownsRunning`]) was waiting for when it ran out.
+///
+/// ```
+/// use std::time::Duration;
+/// use npu_core::{Error, Unsettled};
+///
+/// fn held_up_by(result: Result<(), Error>) -> Option<Unsettled> {
+///     match result {
+///         Err(Error::TeardownsRunning { waiting_for, .. }) => Some(waiting_for),
+///         _ => None,
+///     }
+/// }
+/// drop(npu_core::Device::open(0)?);
+/// // Nothing of npu-rs's is torn down on a thread of its own here: nothing held it up.
+/// assert_eq!(held_up_by(npu_core::wait_for_teardowns(Duration::from_secs(10))), None);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Unsettled {

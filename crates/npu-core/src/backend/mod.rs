@@ -71,11 +71,27 @@ impl RuntimeLibrary {
     /// library's initialisers would run in this process, and its functions named like ACL's
     /// would be called with ACL's prototypes, which is undefined behaviour unless they have
     /// them. A path that does not exist, or does not load, is safe: it is an error.
+    ///
+    /// ```
+    /// use npu_core::RuntimeLibrary;
+    ///
+    /// // SAFETY: a bare name of CANN's runtime library, found by the dynamic loader if at all.
+    /// let library = unsafe { RuntimeLibrary::new("libacl_rt.so") };
+    /// assert_eq!(library.path(), std::path::Path::new("libacl_rt.so"));
+    /// ```
     pub unsafe fn new(path: impl Into<PathBuf>) -> Self {
         RuntimeLibrary { path: path.into() }
     }
 
     /// The path as given.
+    ///
+    /// ```
+    /// use npu_core::RuntimeLibrary;
+    ///
+    /// // SAFETY: CANN's runtime library, at its default install location.
+    /// let library = unsafe { RuntimeLibrary::new("/usr/local/Ascend/cann/lib64/libacl_rt.so") };
+    /// assert!(library.path().ends_with("lib64/libacl_rt.so"));
+    /// ```
     pub fn path(&self) -> &Path {
         &self.path
     }
