@@ -104,6 +104,7 @@ pub enum Rank {
 
 /// A lock taken with [`lock_here`]: the thread is marked as holding it until the guard goes.
 #[doc(hidden)]
+#[must_use = "if unused the lock is released at once"]
 pub struct HeldHere<'a, T> {
     guard: MutexGuard<'a, T>,
     address: usize,

@@ -231,6 +231,7 @@ pub(crate) fn off_shared_threads(library: usize, teardown: impl FnOnce() + Send 
 /// its last stream is gone), and may then make the last drop: the count starts where the
 /// program lets go, so a wait made after that sees it, and ends once the thread has let go.
 #[doc(hidden)]
+#[must_use = "the teardown is counted only while the `Counted` is held"]
 pub struct Counted(#[allow(dead_code, reason = "held for its drop")] crate::teardown::Running);
 
 /// Starts counting a teardown of library `library` (`Runtime::library_id`): see [`Counted`].
@@ -441,6 +442,11 @@ pub fn passed() -> Passed {
 
 /// The future of [`passed`]. Dropping it drops only the wait: the reaper's marker still runs
 /// (and does nothing).
+///
+/// ```
+/// let passed: npu_core::reaper::Passed = npu_core::reaper::passed();
+/// tokio_test::block_on(passed); // nothing was queued before it: the reaper passes at once
+/// ```
 #[derive(Debug)]
 #[must_use = "a future does nothing unless awaited"]
 pub struct Passed(crate::Wait);

@@ -1,10 +1,11 @@
 //! Misuse that must not compile: safe code cannot complete an operation (and so free its
 //! buffers while the device still uses them), create a completer, or run code on a completion;
 //! nor can it replace a stream's fault watch or claim its faults, implement the pool
-//! machinery's sealed `Source`, hand pageable memory to an
-//! async copy or a borrowed buffer to a kernel launch, reach one part of a split buffer from two operations, copy over a value word
-//! that another stream may be signalling through, or register a boxed slice; and a discarded
-//! builder or setting of a value type is flagged (`#[must_use]`). The expected
+//! machinery's sealed `Source`, name a runtime library without `unsafe`, build a record npu-sys
+//! reports (`#[non_exhaustive]`), hand pageable memory to an async copy or a borrowed buffer to
+//! a kernel launch, reach one part of a split buffer from two operations, copy over a value
+//! word that another stream may be signalling through, or register a boxed slice; and a
+//! discarded builder, setting of a value type or guard is flagged (`#[must_use]`). The expected
 //! compiler errors are in `tests/ui*/*.stderr`; `TRYBUILD=overwrite` regenerates them after a
 //! deliberate change.
 
@@ -21,7 +22,7 @@ fn aliasing_memory_or_copying_pageable_memory_does_not_compile() {
 }
 
 #[test]
-fn discarding_a_builder_or_a_changed_setting_is_flagged() {
+fn discarding_a_builder_a_changed_setting_or_a_guard_is_flagged() {
     let cases = trybuild::TestCases::new();
     cases.compile_fail("tests/ui_unused/*.rs");
 }
