@@ -311,8 +311,8 @@ pub fn fail_next_alloc(device: &Device) -> Result<()> {
 /// marked one does keeps the longer of the two.
 ///
 /// For testing what your code does with a memory error on memory it uses: the simulator's
-/// `inject_mem_uce` control, checked. An empty range, or one past the memory's end, is refused
-/// with [`Error::InvalidArgument`].
+/// `inject_mem_uce` control, checked. An empty range, or one past the memory's end (its
+/// `len()` elements, whatever its `byte_len` says), is refused with [`Error::InvalidArgument`].
 ///
 /// ```
 /// use npu::prelude::*;
@@ -334,14 +334,14 @@ pub fn fail_next_alloc(device: &Device) -> Result<()> {
 pub fn inject_memory_error<M: DeviceSlice>(memory: &M, bytes: Range<usize>) -> Result<()> {
     const API: &str = "npu::sim::inject_memory_error";
     simulated(API, "memory", &memory.context().device())?;
-    if bytes.is_empty() || bytes.end > memory.byte_len() {
+    // `len()` elements, never the implementation's own `byte_len` (which `Memory`'s contract
+    // does not cover): a range past them would mark memory another value owns.
+    let held = npu_mem::bytes_of(memory);
+    if bytes.is_empty() || bytes.end > held {
         return Err(Error::invalid(
             API,
             "bytes",
-            format!(
-                "{bytes:?} is not a non-empty range within the memory's {} bytes",
-                memory.byte_len()
-            ),
+            format!("{bytes:?} is not a non-empty range within the memory's {held} bytes"),
         ));
     }
     let start = memory.addr().cast_mut().wrapping_byte_add(bytes.start);

@@ -89,3 +89,67 @@ fn holds_nest_and_the_last_one_releases() {
     let buffer = tokio_test::block_on(op).unwrap();
     assert_eq!(buffer.to_vec_blocking().unwrap(), [5; 64]);
 }
+
+/// Device memory whose `byte_len` says more than its `len()` elements hold. `Memory`'s
+/// contract does not cover `byte_len` (a provided method any implementation may override),
+/// and npu-rs promises never to rely on it: ranges are checked against `len()` elements.
+struct Overstated(npu::memory::Split<DeviceBuffer<u8>>);
+
+// SAFETY: every method the contract covers forwards to the part, which upholds it; only
+// `byte_len`, which it does not cover, says more.
+unsafe impl npu::memory::Memory for Overstated {
+    type Elem = u8;
+
+    fn context(&self) -> &npu::Context {
+        self.0.context()
+    }
+
+    fn addr(&self) -> *const std::ffi::c_void {
+        self.0.addr()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn byte_len(&self) -> usize {
+        4096
+    }
+
+    fn record_use(&self, completion: &npu::stream::Completion) {
+        self.0.record_use(completion)
+    }
+}
+
+// SAFETY: the part is device memory.
+unsafe impl npu::memory::DeviceSlice for Overstated {}
+
+#[test]
+fn an_injected_memory_error_stays_within_the_memory_passed() {
+    use npu::memory::{Memory, MemoryMut};
+
+    let device = Device::open(0).unwrap();
+    let ctx = device.primary_context();
+    let stream = Stream::new(ctx).unwrap();
+    let buffer = DeviceBuffer::<u8>::new(ctx, 4096).unwrap();
+    let (head, tail) = buffer.into_halves(64).unwrap();
+    let head = Overstated(head);
+    // Bytes 64.. are the tail's, another value's memory: the head's `byte_len` is no licence
+    // to mark them.
+    let err = sim::inject_memory_error(&head, 64..65).unwrap_err();
+    match &err {
+        npu::Error::InvalidArgument { api, argument, .. } => {
+            assert_eq!((*api, *argument), ("npu::sim::inject_memory_error", "bytes"));
+        }
+        other => panic!("{other}"),
+    }
+    assert!(err.to_string().contains("the memory's 64 bytes"), "{err}");
+    // The tail is untouched: its memset runs, where a marked byte would fail it with
+    // ACL_ERROR_RT_DEVICE_MEM_ERROR.
+    let tail = tokio_test::block_on(stream.memset(tail, 7)).unwrap();
+    assert_eq!(tail.len(), 4032);
+    // Within the head's own 64 bytes the error lands, and fails an operation on the head.
+    sim::inject_memory_error(&head, 0..1).unwrap();
+    let err = tokio_test::block_on(stream.memset(head.0, 1)).unwrap_err();
+    assert!(err.error.is_memory_error(), "{err}");
+}
