@@ -102,6 +102,9 @@ pub unsafe trait Memory: Send + 'static {
 
     /// Whether there are no elements.
     ///
+    /// npu-rs never relies on an implementation's own `is_empty`, as it never does on its
+    /// `byte_len`: it asks `len()`, which the contract covers.
+    ///
     /// ```
     /// use npu_core::Device;
     /// use npu_mem::{DeviceBuffer, Memory};

@@ -125,3 +125,45 @@ fn a_stream_pool_spreads_work_over_its_streams() {
         }
     }
 }
+
+/// Device memory whose own `is_empty` says "empty" of its elements. `Memory`'s contract covers
+/// `len()`, not `is_empty` (a provided method an implementation may override), so npu-rs asks
+/// `len()`.
+struct SaysEmpty(DeviceBuffer<u32>);
+
+// SAFETY: every method the contract covers forwards to the buffer, which upholds it; only
+// `is_empty`, which it does not cover, is wrong.
+unsafe impl Memory for SaysEmpty {
+    type Elem = u32;
+
+    fn context(&self) -> &Context {
+        self.0.context()
+    }
+
+    fn addr(&self) -> *const std::ffi::c_void {
+        self.0.addr()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        true
+    }
+
+    fn record_use(&self, completion: &npu_core::Completion) {
+        self.0.record_use(completion)
+    }
+}
+
+// SAFETY: the buffer is device memory.
+unsafe impl npu_mem::DeviceSlice for SaysEmpty {}
+
+#[test]
+fn a_download_reads_the_len_elements_whatever_is_empty_says() {
+    let ctx = context();
+    let stream = stream(&ctx, STRATEGIES[0]);
+    let device = DeviceBuffer::from_host_blocking(&ctx, &[1u32, 2, 3]).unwrap();
+    assert_eq!(run(stream.download(SaysEmpty(device))).unwrap(), [1, 2, 3]);
+}
