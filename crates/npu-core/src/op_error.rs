@@ -168,6 +168,31 @@ impl<T> OpError<T> {
         self.error.is_timeout()
     }
 
+    /// As [`Error::is_memory_error`].
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, OpError};
+    ///
+    /// let err = OpError::new(AclError::new("aclrtMemsetAsync", AclCode::DEVICE_MEM_ERROR, None).into(), ());
+    /// assert!(err.is_memory_error());
+    /// ```
+    pub fn is_memory_error(&self) -> bool {
+        self.error.is_memory_error()
+    }
+
+    /// As [`Error::memory_error_kind`].
+    ///
+    /// ```
+    /// use npu_core::{AclCode, AclError, MemoryErrorKind, OpError};
+    ///
+    /// let code = AclCode::HBM_MULTI_BIT_ECC_ERROR;
+    /// let err = OpError::new(AclError::new("aclrtMemsetAsync", code, None).into(), ());
+    /// assert_eq!(err.memory_error_kind(), Some(MemoryErrorKind::Unrepairable));
+    /// ```
+    pub fn memory_error_kind(&self) -> Option<crate::MemoryErrorKind> {
+        self.error.memory_error_kind()
+    }
+
     /// As [`Error::is_aborted`].
     ///
     /// ```

@@ -151,5 +151,5 @@ fn an_injected_memory_error_stays_within_the_memory_passed() {
     // Within the head's own 64 bytes the error lands, and fails an operation on the head.
     sim::inject_memory_error(&head, 0..1).unwrap();
     let err = tokio_test::block_on(stream.memset(head.0, 1)).unwrap_err();
-    assert!(err.error.is_memory_error(), "{err}");
+    assert!(err.is_memory_error(), "{err}"); // an `OpError` answers as its `Error` does
 }
