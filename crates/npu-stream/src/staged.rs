@@ -129,7 +129,10 @@ impl Stream {
     {
         // `len()`, which `Memory`'s contract covers, not the implementation's own `is_empty`,
         // which it does not: one that said "empty" of a full buffer made a download of it empty.
-        #[allow(clippy::len_zero, reason = "is_empty may be overridden; len() is contracted")]
+        #[allow(
+            clippy::len_zero,
+            reason = "is_empty may be overridden; len() is contracted"
+        )]
         let empty = src.len() == 0;
         if empty {
             return Ok((src, Vec::new()));

@@ -139,7 +139,10 @@ fn an_injected_memory_error_stays_within_the_memory_passed() {
     let err = sim::inject_memory_error(&head, 64..65).unwrap_err();
     match &err {
         npu::Error::InvalidArgument { api, argument, .. } => {
-            assert_eq!((*api, *argument), ("npu::sim::inject_memory_error", "bytes"));
+            assert_eq!(
+                (*api, *argument),
+                ("npu::sim::inject_memory_error", "bytes")
+            );
         }
         other => panic!("{other}"),
     }
