@@ -1,7 +1,7 @@
 //! What an asynchronous device operation may touch: the traits every safe operation accepts.
 
 use std::ffi::c_void;
-use std::ops::{Bound, RangeBounds};
+use std::ops::{Bound, Deref, DerefMut, RangeBounds};
 use std::sync::Arc;
 
 use bytemuck::Pod;
@@ -638,3 +638,37 @@ unsafe impl<S: MemoryMut> MemoryMut for View<S> {
 unsafe impl<S: DeviceSlice> DeviceSlice for View<S> {}
 // SAFETY: part of page-locked host memory is page-locked host memory.
 unsafe impl<S: HostSlice> HostSlice for View<S> {}
+
+/// A view of host memory dereferences to its elements, as a host [`Cast`] or [`Split`] part
+/// does.
+///
+/// ```
+/// use npu_core::Device;
+/// use npu_mem::{Memory, PinnedBuffer};
+///
+/// let ctx = Device::open(0)?.primary_context().clone();
+/// let mut view = PinnedBuffer::from_slice(&ctx, &[1u16, 2, 3, 4])?.view(1..3)?;
+/// assert_eq!(view[..], [2, 3]);
+/// view[1] = 9;
+/// assert_eq!(view.into_inner()[..], [1, 2, 9, 4]);
+/// # Ok::<(), npu_core::Error>(())
+/// ```
+impl<S: HostSlice> Deref for View<S> {
+    type Target = [S::Elem];
+
+    fn deref(&self) -> &[S::Elem] {
+        // SAFETY: the view's `len` initialised elements at a host address, aligned and
+        // non-null (`HostSlice`), within the inner memory (checked at construction); while we
+        // hold the memory no device operation owns it, and nothing writes shared elements.
+        unsafe { std::slice::from_raw_parts(self.host_ptr(), self.len) }
+    }
+}
+
+impl<S: HostSlice + MemoryMut> DerefMut for View<S> {
+    fn deref_mut(&mut self) -> &mut [S::Elem] {
+        let len = self.len;
+        // SAFETY: as for `deref`; `&mut self` owns the inner memory exclusively (`MemoryMut`),
+        // so this is the only access to the view's elements.
+        unsafe { std::slice::from_raw_parts_mut(self.addr_mut().cast(), len) }
+    }
+}
