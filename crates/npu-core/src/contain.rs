@@ -176,6 +176,14 @@ impl<T> Drop for HeldHere<'_, T> {
     }
 }
 
+impl<T: std::fmt::Debug> std::fmt::Debug for HeldHere<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldHere")
+            .field("value", &*self.guard)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<T> std::ops::Deref for HeldHere<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {

@@ -234,6 +234,12 @@ pub(crate) fn off_shared_threads(library: usize, teardown: impl FnOnce() + Send 
 #[must_use = "the teardown is counted only while the `Counted` is held"]
 pub struct Counted(#[allow(dead_code, reason = "held for its drop")] crate::teardown::Running);
 
+impl std::fmt::Debug for Counted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Counted").finish_non_exhaustive()
+    }
+}
+
 /// Starts counting a teardown of library `library` (`Runtime::library_id`): see [`Counted`].
 #[doc(hidden)]
 pub fn counted(library: usize) -> Counted {

@@ -18,7 +18,13 @@
 
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
-#[allow(missing_docs, clippy::all, clippy::undocumented_unsafe_blocks)]
+// bindgen's mirrors of C structs: those holding a C union cannot derive `Debug`.
+#[allow(
+    missing_docs,
+    missing_debug_implementations,
+    clippy::all,
+    clippy::undocumented_unsafe_blocks
+)]
 mod bindings;
 
 pub use bindings::*;

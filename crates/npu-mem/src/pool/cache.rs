@@ -150,6 +150,18 @@ pub struct Cache<S: Source> {
     anyone_settling: AtomicBool,
 }
 
+// As the pools print themselves: the state's lock is never held across user code (see the
+// module's documentation), so a subscriber that prints a cache cannot wait for itself.
+impl<S: Source> std::fmt::Debug for Cache<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("source", &S::NAME)
+            .field("capacity", &self.capacity)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
 /// The wakers of [`Settled`] futures, each under its future's id: keyed, so that a future's
 /// poll and drop find its entry at once however many tasks wait.
 #[derive(Default)]
@@ -766,6 +778,15 @@ pub struct Settled<S: Source> {
     cache: Arc<Cache<S>>,
     /// Its entry among the cache's settling wakers, once polled.
     id: Option<u64>,
+}
+
+impl<S: Source> std::fmt::Debug for Settled<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settled")
+            .field("cache", &self.cache)
+            .field("polled", &self.id.is_some())
+            .finish()
+    }
 }
 
 impl<S: Source> Settled<S> {
