@@ -1,5 +1,5 @@
-//! A process forked after npu-rs started a runtime, or while it made one or started one of
-//! its threads.
+//! A process forked after npu-rs started a runtime or one of its threads, or while it made one
+//! or started one.
 //!
 //! `fork()` copies only the calling thread: the child has none of the runtime's threads (npu-sim's
 //! device workers, CANN's), nor npu-rs's reactor, reaper, sentinel or callback workers, while
@@ -14,26 +14,33 @@
 //! may make only async-signal-safe calls and a waker takes locks. The program wakes or drops
 //! such tasks in the child itself.
 //!
-//! A child forked while a thread of the parent was making a runtime (from its library's load
-//! to its `aclInit`) or starting one of npu-rs's threads ([`start_once`]) is a forked child
-//! too, even if no runtime had started yet: those hold locks and one-time initialisers that
-//! the child would wait on for ever (the thread that would let go stayed in the parent), so
-//! they are windows the child handler counts. A child forked outside any window, of a
-//! process where no runtime started (every `aclInit` failed, or none was made), is no forked
-//! child and may start its own.
+//! A child of a process that started one of npu-rs's threads ([`start_once`]: the reaper, say,
+//! started by `npu_core::reaper::flush` before any runtime) is a forked child too: the child
+//! finds that start made and would hand work to a thread it does not have, and wait for it.
+//! So is a child forked while a thread of the parent was making a runtime (from its library's
+//! load to its `aclInit`) or starting one of npu-rs's threads, even if no runtime had started
+//! yet: those hold locks and one-time initialisers that the child would wait on for ever (the
+//! thread that would let go stayed in the parent), so they are windows the child handler
+//! counts. A child forked outside any window, of a process where no runtime and none of
+//! npu-rs's threads started (every `aclInit` failed, or none was made), is no forked child and
+//! may start its own.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
 use crate::error::{Error, Result};
 
-/// How many forks separate this process from the one that started npu-rs's first runtime: 0
-/// there, raised in each child.
+/// How many forks separate this process from the first one in which npu-rs started a runtime
+/// or one of its threads, or had a window open at a fork: 0 there, raised in each child.
 static GENERATION: AtomicU32 = AtomicU32::new(0);
 
 /// Whether an `aclInit` of npu-rs's succeeded in this process: from then on the runtime's
 /// threads may run, and a child has none of them.
 static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether one of npu-rs's threads was started in this process ([`start_once`] made a start),
+/// with or without a runtime: a child finds the start made, and the thread absent.
+static THREADS: AtomicBool = AtomicBool::new(false);
 
 /// How many [`Window`]s are open: threads of this process inside a lock or a one-time start
 /// that a child would wait for (a runtime's making, from its library's load to its `aclInit`;
@@ -43,36 +50,62 @@ static WINDOWS: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn in_child() {
     // Async-signal-safe: atomic loads and an atomic add, nothing else. A process whose every
-    // `aclInit` failed started no runtime: its child, unless forked inside a window, is free
-    // to start its own.
-    if STARTED.load(Ordering::SeqCst) || WINDOWS.load(Ordering::SeqCst) != 0 {
+    // `aclInit` failed, and that started none of npu-rs's threads, started nothing a child
+    // would wait for: its child, unless forked inside a window, is free to start its own.
+    if STARTED.load(Ordering::SeqCst)
+        || THREADS.load(Ordering::SeqCst)
+        || WINDOWS.load(Ordering::SeqCst) != 0
+    {
         GENERATION.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// Registers [`in_child`] as the program (or the library npu-core is linked into) is loaded,
-/// before any of its threads can use npu-rs. A registration made on first use would be a
-/// one-time start of its own, and a child forked inside it could not tell (its handler may
-/// not be registered yet), while its first use of npu-rs waited for that start for ever.
-#[used]
-#[unsafe(link_section = ".init_array")]
-static WATCH_AT_LOAD: extern "C" fn() = watch_at_load;
+/// Whether [`in_child`]'s registration was made: as npu-core was loaded ([`watch_at_load`]),
+/// or else by the first runtime's making ([`report_unwatched`]).
+static WATCHED: AtomicBool = AtomicBool::new(false);
 
 /// `pthread_atfork`'s code if registering [`in_child`] failed (0 if it did not), until
 /// [`report_unwatched`] reports it.
 static UNWATCHED: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn watch_at_load() {
+/// Registers [`in_child`], recording a failure's code for [`report_unwatched`].
+fn watch() {
     // SAFETY: the handler is a plain function that only reads and adds to atomics, which is
     // async-signal-safe, as a handler run in a forked child must be.
     let code = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
-    // Not logged here: before `main`, no subscriber is installed yet.
     UNWATCHED.store(code, Ordering::Relaxed);
 }
 
-/// Logs, once, that forks are not watched (`pthread_atfork` failed at load); called as a
-/// runtime is made.
+// Registers [`in_child`] as the program (or the library npu-core is linked into) is loaded,
+// before any of its threads can use npu-rs. A registration made on first use would be a
+// one-time start of its own, and a child forked inside it could not tell (its handler may not
+// be registered yet), while its first use of npu-rs waited for that start for ever. `ctor`
+// places it in the platform's constructor section (`.init_array` on ELF, `__mod_init_func` on
+// Mach-O, ...).
+//
+// SAFETY (`ctor`'s `unsafe` marker: code run before `main`, or inside `dlopen`): it makes only
+// a `pthread_atfork` call and stores to atomics, and touches no state of Rust's runtime or
+// standard library (no allocation, no I/O, no thread-locals, no lock), which may not be set
+// up yet. Not logged here for that reason: [`report_unwatched`] logs a failure later.
+#[ctor::ctor(unsafe)]
+fn watch_at_load() {
+    WATCHED.store(true, Ordering::SeqCst);
+    watch();
+}
+
+/// Called as a runtime is made. If the registration at load never ran (a link setup that
+/// dropped npu-core's constructor), registers [`in_child`] now and warns, once: forks before
+/// this point went unwatched. Then logs, once, that forks are not watched if `pthread_atfork`
+/// failed. A plain atomic rather than a one-time initialiser, which would be a start of its
+/// own that a fork could land in.
 pub(crate) fn report_unwatched() {
+    if !WATCHED.swap(true, Ordering::SeqCst) {
+        watch();
+        crate::log!(
+            warn,
+            "npu-core's load-time fork watch did not run (its constructor was not linked in):              watching fork() from this runtime's making on; a child forked before may hang"
+        );
+    }
     let code = UNWATCHED.swap(0, Ordering::Relaxed);
     if code != 0 {
         crate::log!(
@@ -113,7 +146,8 @@ impl Drop for Window {
 /// fork: a thread of the parent may have been making it, and the child would wait for that
 /// thread for ever; it behaves as if the start had happened in the parent, whose threads the
 /// child has none of. Made in a window (see [`forked`]), so that a child forked meanwhile is a
-/// forked child.
+/// forked child; once made, every child is a forked child, as it finds the value made and the
+/// thread it names absent.
 ///
 /// Shared with npu-rs's crates, not part of the API.
 #[doc(hidden)]
@@ -125,7 +159,10 @@ pub fn start_once<T>(cell: &OnceLock<T>, init: impl FnOnce() -> T) -> Option<&T>
         return None;
     }
     let _window = Window::open();
-    Some(cell.get_or_init(init))
+    let made = cell.get_or_init(init);
+    // Inside the window: no fork lands between the value's making and this mark unseen.
+    THREADS.store(true, Ordering::SeqCst);
+    Some(made)
 }
 
 /// The fork generation of this process (see [`GENERATION`]).
@@ -134,8 +171,9 @@ pub(crate) fn generation() -> u32 {
 }
 
 /// Whether this process was forked from one in which npu-rs had started a runtime (one whose
-/// `aclInit` succeeded), or in which a thread was making one (from loading its library to its
-/// `aclInit`) or starting one of npu-rs's threads at the fork.
+/// `aclInit` succeeded) or one of its threads (the reaper, the reactor, the sentinel, the
+/// blocking overseer), or in which a thread was making a runtime (from loading its library to
+/// its `aclInit`) or starting one of npu-rs's threads at the fork.
 ///
 /// In such a child every ACL call of npu-rs is refused with [`Error::Forked`], and a wait for
 /// an operation made before the fork ends with it when it is polled there. A task already
@@ -156,7 +194,8 @@ pub(crate) fn error(api: &'static str) -> Error {
     Error::Forked { api }
 }
 
-/// Refuses `api` in a process forked from one in which npu-rs had started a runtime.
+/// Refuses `api` in a forked child ([`forked`]): one forked from a process in which npu-rs had
+/// started a runtime or one of its threads, or was making or starting one.
 /// Shared with the `acl_call!` macros; not part of the API.
 #[doc(hidden)]
 pub fn refuse(api: &'static str) -> Result<()> {
@@ -181,6 +220,28 @@ mod tests {
     ///
     /// The break (without the window's count, or without the refusal in a forked child): the
     /// child waited on the cell, which the holder never completes there (killed by its alarm).
+    /// The fork watch is registered as npu-core is loaded (its `ctor` constructor), not first
+    /// by a runtime's making: checked in a fresh process, where no runtime was made, so a
+    /// link setup that drops the constructor fails here rather than leaving forks before the
+    /// first runtime unwatched.
+    #[test]
+    fn the_fork_watch_is_registered_as_npu_core_is_loaded() {
+        held::in_a_fresh_process(
+            "fork::tests::the_fork_watch_is_registered_as_npu_core_is_loaded",
+            || {
+                assert!(
+                    WATCHED.load(Ordering::SeqCst),
+                    "npu-core's load-time constructor did not run"
+                );
+                assert_eq!(
+                    UNWATCHED.load(Ordering::Relaxed),
+                    0,
+                    "pthread_atfork failed"
+                );
+            },
+        );
+    }
+
     #[test]
     fn a_child_forked_inside_a_one_time_start_is_refused_not_hung() {
         static CELL: OnceLock<u32> = OnceLock::new();

@@ -500,6 +500,37 @@ mod tests {
         );
     }
 
+    /// "A forked child is refused, never hung" after a one-time start made with no runtime:
+    /// [`flush`], public, starts the reaper in a fresh process where no runtime was made; a
+    /// child forked then (outside any window) must be a forked child, and its `flush` and
+    /// `passed` return at once (bounded by the child's alarm), while the parent is none.
+    ///
+    /// The break: the child was no forked child (no runtime had started), found the reaper's
+    /// start made and its thread absent, and its `flush` waited for ever (killed by its
+    /// alarm).
+    #[test]
+    fn a_child_of_a_process_that_started_the_reaper_without_a_runtime_is_forked_and_flushes() {
+        use crate::fork::held;
+        held::in_a_fresh_process(
+            "reaper::tests::a_child_of_a_process_that_started_the_reaper_without_a_runtime_is_forked_and_flushes",
+            || {
+                flush();
+                assert!(!crate::fork::forked(), "the parent is no forked child");
+                let status = held::in_a_forked_child(|| {
+                    let forked = crate::fork::forked();
+                    flush();
+                    tokio_test::block_on(passed());
+                    forked
+                });
+                assert!(
+                    held::exited_ok(status),
+                    "the child hung, or was no forked child (status {status:#x})"
+                );
+                flush();
+            },
+        );
+    }
+
     /// Holds the reaper in a release until the returned sender sends (or drops), for at most
     /// 30 s: the window in which a release is queued and has not run. Returns once the
     /// reaper runs it.

@@ -83,8 +83,8 @@ pub(crate) fn forked_inside_a_start(start: fn() -> bool, forked: fn() -> bool) {
 }
 
 /// Forks; the child checks `body` (bounded by an alarm) and `_exit`s with 0 if it held; the
-/// parent waits for the child and returns its raw status.
-fn in_a_forked_child(body: impl FnOnce() -> bool) -> i32 {
+/// parent waits for the child and returns its raw status (see [`exited_ok`]).
+pub(crate) fn in_a_forked_child(body: impl FnOnce() -> bool) -> i32 {
     // SAFETY: the child only runs `body`, under an alarm, and ends with `_exit`.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
@@ -102,6 +102,6 @@ fn in_a_forked_child(body: impl FnOnce() -> bool) -> i32 {
 }
 
 /// Whether a child's raw status says it exited with 0.
-fn exited_ok(status: i32) -> bool {
+pub(crate) fn exited_ok(status: i32) -> bool {
     libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
 }
