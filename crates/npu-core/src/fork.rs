@@ -242,6 +242,27 @@ mod tests {
         );
     }
 
+    /// The fork tests' helper: a check that panics in the child fails it (the child exits
+    /// with 1), in a fresh process (one thread forks, none other is inside a lock the panic
+    /// takes).
+    ///
+    /// The break: the panic unwound into the child's copy of the test harness, which caught
+    /// it as a test's failure, and the child ended as the harness's test thread did, with 0:
+    /// the failed check passed.
+    #[test]
+    fn a_panic_in_a_forked_child_fails_its_check() {
+        held::in_a_fresh_process(
+            "fork::tests::a_panic_in_a_forked_child_fails_its_check",
+            || {
+                let status = held::in_a_forked_child(|| panic!("the child's check failed"));
+                assert!(
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 1,
+                    "the child did not fail its check (status {status:#x})"
+                );
+            },
+        );
+    }
+
     #[test]
     fn a_child_forked_inside_a_one_time_start_is_refused_not_hung() {
         static CELL: OnceLock<u32> = OnceLock::new();

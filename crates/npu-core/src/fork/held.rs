@@ -82,8 +82,9 @@ pub(crate) fn forked_inside_a_start(start: fn() -> bool, forked: fn() -> bool) {
     assert!(!forked(), "the parent is no forked child");
 }
 
-/// Forks; the child checks `body` (bounded by an alarm) and `_exit`s with 0 if it held; the
-/// parent waits for the child and returns its raw status (see [`exited_ok`]).
+/// Forks; the child checks `body` (bounded by an alarm) and `_exit`s with 0 if it held (1 if it
+/// did not, or panicked); the parent waits for the child and returns its raw status (see
+/// [`exited_ok`]).
 pub(crate) fn in_a_forked_child(body: impl FnOnce() -> bool) -> i32 {
     // SAFETY: the child only runs `body`, under an alarm, and ends with `_exit`.
     let pid = unsafe { libc::fork() };
@@ -91,7 +92,10 @@ pub(crate) fn in_a_forked_child(body: impl FnOnce() -> bool) -> i32 {
     if pid == 0 {
         // SAFETY: an alarm turns a hang of the child into its death by SIGALRM.
         unsafe { libc::alarm(10) };
-        let held = body();
+        // A panic (a failed check) must end the child here with 1, not unwind into its copy
+        // of the test harness: that reports the failure as the parent's test, and ends the
+        // child as the harness ends (with 0 when the last test thread returns).
+        let held = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(false);
         // SAFETY: ends the child at once, running no destructor of the parent's state.
         unsafe { libc::_exit(if held { 0 } else { 1 }) };
     }
