@@ -4,8 +4,9 @@
 /// result, producing an [`Error::Acl`](crate::Error::Acl) that names the function.
 ///
 /// The expansion calls a raw C function pointer, so it must be written inside an `unsafe`
-/// block whose `// SAFETY:` comment justifies the arguments. In a process forked after npu-rs
-/// started a runtime the function is not called and the result is
+/// block whose `// SAFETY:` comment justifies the arguments. In a forked child (forked after
+/// npu-rs started a runtime or one of its threads, or while it made or started one) the
+/// function is not called and the result is
 /// [`Error::Forked`](crate::Error::Forked) (see [`forked`](crate::forked)).
 ///
 /// ```

@@ -74,16 +74,17 @@ pub enum Error {
         /// The ACL function that submitted the operation.
         api: &'static str,
     },
-    /// Called in a process `fork()`ed from one in which npu-rs had started a runtime, or was
-    /// making one or starting one of its threads ([`forked`](crate::forked)). Neither ACL nor
+    /// Called in a process `fork()`ed from one in which npu-rs had started a runtime or one of
+    /// its threads, or was making or starting one ([`forked`](crate::forked)). Neither ACL nor
     /// the threads that run and watch device work survive a fork, so the child refuses every
     /// ACL call, and a wait for work submitted before the fork (which nothing in the child
     /// will ever complete) ends with this error.
     /// Start npu-rs in a fresh process instead (`exec` after the fork, or
     /// `std::process::Command`).
     #[error(
-        "{api} was called in a process forked after (or while) npu-rs started AscendCL, which \
-         does not survive fork(): use npu-rs in a fresh process (exec) instead"
+        "{api} was called in a process forked after (or while) npu-rs started AscendCL or one \
+         of its threads, which do not survive fork(): use npu-rs in a fresh process (exec) \
+         instead"
     )]
     Forked {
         /// The ACL function, or the npu-rs wait, that was refused.

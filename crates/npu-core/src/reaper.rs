@@ -331,8 +331,9 @@ pub unsafe fn release_later(release: impl FnOnce() + Send + 'static) {
 /// On the reaper thread itself (user code the reaper runs: a tracing subscriber's callback, a
 /// waker it wakes) it returns at once: the releases queued before the call run once the
 /// current one returns, and waiting for them there would never return, stopping every
-/// deferred release of the process. In a process forked after npu-rs started a runtime
-/// ([`forked`](crate::forked)) it returns at once too: the reaper thread stayed in the parent.
+/// deferred release of the process. In a forked child ([`forked`](crate::forked): forked
+/// after npu-rs started a runtime or one of its threads, this reaper included) it returns at
+/// once too: the reaper thread stayed in the parent.
 pub fn flush() {
     if let Some(marker) = marker(MARKERS.load(Ordering::Relaxed)) {
         let _ = marker.recv();
@@ -396,7 +397,7 @@ fn marker(origin: u64) -> Option<std::sync::mpsc::Receiver<bool>> {
 /// the reaper's own immediate calls, never device work. A device pool out of memory awaits it
 /// before it decides whether anything came back.
 ///
-/// In a process forked after npu-rs started a runtime it resolves at once, as [`flush`]
+/// In a forked child ([`forked`](crate::forked)) it resolves at once, as [`flush`]
 /// returns: the reaper thread stayed in the parent. Called on the reaper thread itself (from
 /// a release), it resolves at once too, as [`flush`] returns at once there: the marker would
 /// queue behind the release awaiting it. Without a reaper thread (it could not be started)

@@ -173,11 +173,12 @@ impl RuntimeBuilder {
     /// [`Runtime::backend_reason`] says why. An [`acl_config`](RuntimeBuilder::acl_config)
     /// other than the one ACL runs with waits for the library's teardowns still running (at
     /// most 10 s, then [`Error::TeardownsRunning`]) before it is refused or applied. In a
-    /// forked child ([`forked`](crate::forked): forked after a runtime started, or while
-    /// another thread of the parent was making one, this build or `Runtime::global`, from
-    /// loading its library to its `aclInit`) it is [`Error::Forked`] before anything is
-    /// loaded, rather than a wait for the parent's thread, which the child does not have. A
-    /// child forked outside those, of a process where no runtime started (every build failed,
+    /// forked child ([`forked`](crate::forked): forked after a runtime or one of npu-rs's
+    /// threads started, or while another thread of the parent was making one, this build or
+    /// `Runtime::global`, from loading its library to its `aclInit`, or starting one of
+    /// npu-rs's threads) it is [`Error::Forked`] before anything is loaded, rather than a wait
+    /// for the parent's thread, which the child does not have. A child forked outside those,
+    /// of a process where no runtime and none of npu-rs's threads started (every build failed,
     /// or none was made), builds its own.
     ///
     /// ```
@@ -484,12 +485,13 @@ impl Runtime {
     /// for another runtime (a tracing subscriber calling back from there), is refused with
     /// [`Error::InvalidArgument`] (argument `thread`) instead of waiting for itself; that
     /// refusal is not kept as the runtime's result. In a forked child
-    /// ([`forked`](crate::forked): forked after a runtime started in its parent, or while a
-    /// thread of the parent was making one, from loading its library to its `aclInit`), a
-    /// runtime made before the fork is returned (its every ACL call is then refused), and
-    /// otherwise the call is [`Error::Forked`] at once rather than a wait for a thread of the
-    /// parent that was making it. A child forked outside those, of a process where no
-    /// runtime started, makes its own.
+    /// ([`forked`](crate::forked): forked after a runtime or one of npu-rs's threads started
+    /// in its parent, or while a thread of the parent was making a runtime, from loading its
+    /// library to its `aclInit`, or starting one of npu-rs's threads), a runtime made before
+    /// the fork is returned (its every ACL call is then refused), and otherwise the call is
+    /// [`Error::Forked`] at once rather than a wait for a thread of the parent that was making
+    /// it. A child forked outside those, of a process where no runtime and none of npu-rs's
+    /// threads started, makes its own.
     ///
     /// ```
     /// use npu_core::{Device, Runtime};

@@ -203,8 +203,8 @@ pub(crate) fn wait_until_settled(
 ///
 /// # Errors
 ///
-/// - [`Error::Forked`] in a process forked after npu-rs started a runtime
-///   ([`forked`](crate::forked)): the teardowns it would count are its parent's.
+/// - [`Error::Forked`] in a forked child ([`forked`](crate::forked): forked after npu-rs
+///   started a runtime or one of its threads, or while it made or started one): the teardowns it would count are its parent's.
 /// - [`Error::TeardownsRunning`] if some are still running when `timeout` has passed (a
 ///   teardown stuck in the runtime, a dropped stream's work not done): it says how many, and
 ///   what the wait was waiting for then ([`Unsettled`](crate::Unsettled)).
