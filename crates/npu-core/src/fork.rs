@@ -103,7 +103,8 @@ pub(crate) fn report_unwatched() {
         watch();
         crate::log!(
             warn,
-            "npu-core's load-time fork watch did not run (its constructor was not linked in):              watching fork() from this runtime's making on; a child forked before may hang"
+            "npu-core's load-time fork watch did not run (its constructor was not linked in): \
+             fork() is watched from this runtime's making on; a child forked before may hang"
         );
     }
     let code = UNWATCHED.swap(0, Ordering::Relaxed);
