@@ -389,7 +389,7 @@ pub unsafe trait DeviceSlice: Memory {}
 ///
 /// `addr()` is a host pointer to memory that `context()`'s runtime pinned (`aclrtMallocHost`)
 /// or registered, for at least as long as [`Memory`] requires. npu-rs makes shared slices of
-/// the elements from it (`as_bytes`, the `Deref` of a [`Cast`] or [`Split`] part), so also:
+/// the elements from it (`as_bytes`, the `Deref` of a [`View`], [`Cast`] or [`Split`] part), so also:
 /// - `addr()` is non-null and aligned for `Elem`, even when `len()` is 0;
 /// - the elements are never written while the value (or a reference to it) is shared, except
 ///   by a device operation given the memory as a [`MemoryMut`] by value: no interior

@@ -18,7 +18,8 @@
 
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
-// bindgen's mirrors of C structs: those holding a C union cannot derive `Debug`.
+// bindgen's mirrors of C structs: those holding a C union cannot derive `Debug`, and the lint
+// is allowed for the whole generated module (whatever bindgen adds later is not flagged).
 #[allow(
     missing_docs,
     missing_debug_implementations,

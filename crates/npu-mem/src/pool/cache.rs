@@ -793,7 +793,20 @@ impl<S: Source> Settled<S> {
     /// Takes this future's waker out of the cache's list, to drop outside the lock.
     fn unregister(&mut self) -> Option<Waker> {
         let id = self.id.take()?;
-        self.cache.settling().wakers.remove(&id)
+        if npu_core::forked() {
+            // A parent thread may have held the settling lock at the fork, and in the child
+            // nothing would let go of it: the entry is left to the child's copy of the list.
+            return None;
+        }
+        let mut settling = self.cache.settling();
+        let waker = settling.wakers.remove(&id);
+        if settling.wakers.is_empty() {
+            // So that a change settling the pool skips the list again once the last waiter
+            // went away unwoken (a `select!` against a timeout). A later poll sets it again
+            // under this lock before it reads the state.
+            self.cache.anyone_settling.store(false, Ordering::SeqCst);
+        }
+        waker
     }
 }
 

@@ -305,7 +305,7 @@ impl PinnedPool {
     /// [`Error::InvalidArgument`]; a failed pinning is its ACL error, after which the room it
     /// was granted is given back: `allocated`, `reserved`, `hits` and `misses` are as before
     /// the call (cached blocks evicted to make that room under the capacity stay freed). In
-    /// a process forked after npu-rs started a runtime it is [`Error::Forked`], and so is a
+    /// a forked child (`npu_core::forked`) it is [`Error::Forked`], and so is a
     /// request queued before the fork once polled there (the blocks it waits for may be held
     /// by the parent's operations, which never complete in the child).
     ///
@@ -433,7 +433,7 @@ impl PinnedPool {
     /// handing blocks out first: tasks that keep allocating may never leave it settled when it
     /// looks. Quarantined blocks (after a memory error) do not count: they are not coming
     /// back. A pending `settled()` keeps the pool's cache, and its cached memory, alive.
-    /// In a process forked after npu-rs started a runtime (`npu_core::forked`) it resolves at
+    /// In a forked child (`npu_core::forked`) it resolves at
     /// once, whatever the counters show: no thread there completes the parent's operations, so
     /// their blocks never come back.
     ///

@@ -374,7 +374,7 @@ impl DevicePool {
     /// than the capacity (it could never be served: it fails at once) and a stream of another
     /// context are [`Error::InvalidArgument`]; an allocation the device cannot serve is the
     /// ACL error ([`Error::is_out_of_memory`]), after which the pool's counters are as before.
-    /// In a process forked after npu-rs started a runtime it is [`Error::Forked`], and so is a
+    /// In a forked child (`npu_core::forked`) it is [`Error::Forked`], and so is a
     /// request queued before the fork once polled there (the blocks it waits for may be held
     /// by the parent's operations, which never complete in the child).
     ///
@@ -603,7 +603,7 @@ impl DevicePool {
     /// handing blocks out first: tasks that keep allocating may never leave it settled when it
     /// looks. Quarantined blocks (after a memory error) do not count: they are not coming
     /// back. A pending `settled()` keeps the pool's cache, and its cached memory, alive.
-    /// In a process forked after npu-rs started a runtime (`npu_core::forked`) it resolves at
+    /// In a forked child (`npu_core::forked`) it resolves at
     /// once, whatever the counters show: no thread there completes the parent's operations, so
     /// their blocks never come back.
     /// Under a paused Tokio clock it keeps nothing, as a queued [`alloc`](DevicePool::alloc)
