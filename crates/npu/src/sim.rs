@@ -462,8 +462,10 @@ pub fn now_ns(device: &Device) -> Result<u64> {
 /// are gone, it gives its memory back to the runtime on a thread of its own (destroying a
 /// runtime pool synchronises the device, which no release may wait for), and this does not
 /// wait for that thread, so [`device_stats`] counts the pool's memory until the thread has
-/// run. Check code that allocates from a pool by the pool's own counters instead: once its
-/// work is awaited, nothing `allocated` and no block `awaiting_blocks`.
+/// run. Check code that allocates from a pool by the pool's own counters while the pool
+/// lives: once its work is awaited, nothing `allocated` and no block `awaiting_blocks`. Once
+/// it is dropped, [`wait_for_teardowns`](crate::runtime::wait_for_teardowns) waits for that
+/// thread (it counts as a teardown), and [`device_stats`] is back where it started then.
 ///
 /// ```
 /// use npu::prelude::*;
@@ -476,6 +478,30 @@ pub fn now_ns(device: &Device) -> Result<u64> {
 /// npu::sim::flush_releases();
 /// let at_rest = pool.stats().cache;
 /// assert_eq!((at_rest.allocated, at_rest.awaiting_blocks), (0, 0), "nothing leaked");
+/// # Ok::<(), npu::Error>(())
+/// # })?;
+/// # Ok::<(), npu::Error>(())
+/// ```
+///
+/// The device's own count, once the pool is gone (a program of its own, so that no other
+/// example allocates on the device meanwhile):
+///
+/// ```standalone_crate
+/// use std::time::Duration;
+/// use npu::prelude::*;
+///
+/// # tokio_test::block_on(async {
+/// let device = Device::open(0)?;
+/// let ctx = device.primary_context();
+/// let stream = NpuStream::new(ctx)?;
+/// npu::sim::flush_releases();
+/// let before = npu::sim::device_stats(&device)?.live_allocations;
+/// let pool = DevicePool::new(ctx)?;
+/// drop(stream.memset(pool.alloc::<u8>(&stream, 4096).await?, 0).await?);
+/// drop(pool);
+/// npu::runtime::wait_for_teardowns(Duration::from_secs(30))?; // the pool's own thread
+/// npu::sim::flush_releases();
+/// assert_eq!(npu::sim::device_stats(&device)?.live_allocations, before, "nothing leaked");
 /// # Ok::<(), npu::Error>(())
 /// # })?;
 /// # Ok::<(), npu::Error>(())

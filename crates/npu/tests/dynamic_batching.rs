@@ -645,11 +645,23 @@ fn assert_at_rest(metrics: &Metrics) {
     assert_eq!(metrics.requests.in_flight, 0);
 }
 
-/// Drops the test's `device` handle and waits (bounded) for npu-rs's own teardowns.
-fn no_teardowns_left(device: Device) {
-    drop(device);
+/// Live device allocations of `device` once every release has run: the leak check's
+/// baseline and result.
+fn live_allocations(device: &Device) -> u64 {
     sim::flush_releases();
+    sim::device_stats(device).unwrap().live_allocations
+}
+
+/// Waits (bounded) for npu-rs's own teardowns, a dropped `DevicePool`'s among them (it gives
+/// its memory back to the device on a thread of its own), and checks that `device` holds as
+/// many allocations as it did `before` the service started.
+fn assert_no_leak(device: &Device, before: u64) {
     npu::runtime::wait_for_teardowns(HANG).expect("npu-rs's teardowns ended");
+    assert_eq!(
+        live_allocations(device),
+        before,
+        "the service leaked device memory"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -963,6 +975,7 @@ async fn many_requesters_some_cancelled_each_get_their_own_answer() {
         ..Config::new("concurrency")
     };
     let device = device(1);
+    let before = live_allocations(&device);
     let service = Service::start(&device, config.clone()).await.unwrap();
     let held = sim::hold(&device).unwrap();
 
@@ -997,7 +1010,7 @@ async fn many_requesters_some_cancelled_each_get_their_own_answer() {
         (48, 16, 0)
     );
     assert_at_rest(&metrics);
-    no_teardowns_left(device);
+    assert_no_leak(&device, before);
 }
 
 /// A device lost with a batch in flight (held): the batch's requests fail with
@@ -1008,6 +1021,7 @@ async fn many_requesters_some_cancelled_each_get_their_own_answer() {
 async fn a_lost_device_fails_its_batch_with_a_typed_error_and_the_service_reports_it() {
     let _turn = turn().await;
     let lost = device(LOST);
+    let before = live_allocations(&lost);
     let service = Service::start(&lost, Config::new("lost")).await.unwrap();
     let client = service.client();
     let held = sim::hold(&lost).unwrap();
@@ -1041,6 +1055,7 @@ async fn a_lost_device_fails_its_batch_with_a_typed_error_and_the_service_report
     let metrics = watchdog("the shutdown", service.shutdown()).await;
     assert_eq!((metrics.requests.failed, metrics.requests.answered), (5, 0));
     assert_at_rest(&metrics);
+    assert_no_leak(&lost, before);
 }
 
 /// A graceful shutdown with batches held in flight and a request still queued: new requests
@@ -1053,6 +1068,7 @@ async fn a_shutdown_drains_the_batches_in_flight_and_returns_every_block() {
     let config = Config::new("shutdown");
     let device = device(0);
     let reactor_before = reactor_stats().pending();
+    let before = live_allocations(&device);
     let service = Service::start(&device, config.clone()).await.unwrap();
     let client = service.client();
     let held = sim::hold(&device).unwrap();
@@ -1094,7 +1110,7 @@ async fn a_shutdown_drains_the_batches_in_flight_and_returns_every_block() {
         metrics.staging.hits, 3,
         "every batch staged in a prewarmed block"
     );
-    no_teardowns_left(device);
+    assert_no_leak(&device, before);
 }
 
 /// Each batch is a `batch` span (its size and stream) around its three device operations,

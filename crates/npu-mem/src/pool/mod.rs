@@ -140,6 +140,11 @@ impl PinnedPoolBuilder {
     /// Caps the pinned bytes the pool holds (in use, awaiting events and cached). At the cap,
     /// [`PinnedPool::alloc`] waits for blocks to come back.
     ///
+    /// Blocks count at their size class ([`PinnedPool::size_class`]), not at the length
+    /// asked for: room for `n` requests of `bytes` at once is `n *
+    /// PinnedPool::size_class(bytes)`. A capacity of `n * bytes` holds fewer, and the request
+    /// that does not fit waits (a block larger than the whole capacity is refused at once).
+    ///
     /// ```
     /// use npu_core::Device;
     /// use npu_mem::PinnedPool;
@@ -147,6 +152,15 @@ impl PinnedPoolBuilder {
     /// let ctx = Device::open(0)?.primary_context().clone();
     /// let pool = PinnedPool::builder(&ctx).capacity(1 << 20).build()?;
     /// assert_eq!(pool.capacity(), Some(1 << 20));
+    ///
+    /// // Two requests of 3000 bytes at once: two 4 KiB blocks, not 6000 bytes.
+    /// let class = PinnedPool::size_class(3000).unwrap();
+    /// let pool = PinnedPool::builder(&ctx).capacity(2 * class).build()?;
+    /// let _a = pool.try_alloc::<u8>(3000)?.expect("room");
+    /// let _b = pool.try_alloc::<u8>(3000)?.expect("room for the second");
+    /// let short = PinnedPool::builder(&ctx).capacity(2 * 3000).build()?;
+    /// let _a = short.try_alloc::<u8>(3000)?.expect("room");
+    /// assert!(short.try_alloc::<u8>(3000)?.is_none(), "the second would wait");
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn capacity(mut self, bytes: usize) -> Self {

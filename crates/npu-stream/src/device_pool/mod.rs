@@ -127,6 +127,12 @@ impl DevicePoolBuilder {
     /// Caps the device bytes the pool holds (in use, awaiting operations and cached). At the
     /// cap, [`DevicePool::alloc`] waits for blocks to come back.
     ///
+    /// Blocks count at their size class ([`DevicePool::size_class`]), not at the length asked
+    /// for: room for `n` requests of `bytes` at once is `n * DevicePool::size_class(bytes)`.
+    /// A capacity of `n * bytes` holds fewer, and the request that does not fit waits (a
+    /// block larger than the whole capacity is refused at once; [`DevicePool::reserve`] of
+    /// `n` blocks says so at start-up).
+    ///
     /// ```
     /// use npu_core::Device;
     /// use npu_stream::DevicePool;
@@ -217,8 +223,9 @@ impl DevicePoolBuilder {
 /// The pool is `Clone + Send + Sync`; clones share the cache. The runtime pool is destroyed
 /// (on a thread of its own, as `aclrtMemPoolDestroy` synchronises the device) once the last
 /// clone and the last block are gone; `npu::sim::flush_releases` does not wait for that
-/// thread, so a leak check of code using a pool reads the pool's [`stats`](DevicePool::stats),
-/// not the simulated device's allocation count.
+/// thread, so a leak check of code using a pool reads the pool's [`stats`](DevicePool::stats)
+/// while the pool lives, or the simulated device's allocation count after
+/// [`npu_core::wait_for_teardowns`], which waits for that thread, once the pool is dropped.
 ///
 /// ```
 /// use npu_core::Device;
