@@ -20,6 +20,7 @@
 //! detector that works under a paused Tokio clock too; none is a sleep.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -93,6 +94,11 @@ impl Config {
     fn block_bytes(&self) -> usize {
         self.max_batch * ELEMS * size_of::<f32>()
     }
+
+    /// What the pools count such a block as: its size class, not the bytes asked for.
+    fn block_class(&self) -> usize {
+        DevicePool::size_class(self.block_bytes()).expect("a representable block")
+    }
 }
 
 /// Why a request got no answer.
@@ -131,6 +137,9 @@ impl From<npu::Error> for ServeError {
         // (npu::error, "Answering a failed request").
         if err.is_device_lost() {
             ServeError::DeviceLost(err)
+        } else if err.is_aborted() {
+            // The service aborts its streams only when a shutdown's drain runs out.
+            ServeError::ShuttingDown
         } else if err.fault().is_some() {
             ServeError::DeviceFault(err)
         } else {
@@ -260,6 +269,8 @@ struct Service {
     memory: DevicePool,
     staging: PinnedPool,
     lost: Arc<OnceLock<npu::Error>>,
+    /// Set when a shutdown's drain ran out: the batcher starts nothing more.
+    abandon: Arc<AtomicBool>,
 }
 
 impl Service {
@@ -268,10 +279,7 @@ impl Service {
         let ctx = device.primary_context();
         let streams = StreamPool::new(ctx, config.streams)?;
         let block = config.block_bytes();
-        // A pool's capacity counts whole blocks of the request's size class, not the bytes
-        // asked for: `in_flight` blocks need `in_flight` times the class.
-        let class = DevicePool::size_class(block).expect("a representable block");
-        let capacity = config.in_flight * class;
+        let capacity = config.in_flight * config.block_class();
         let memory = DevicePool::builder(ctx).capacity(capacity).build()?;
         memory
             .reserve(&streams.next(), config.in_flight, block)
@@ -285,6 +293,7 @@ impl Service {
         let (requests, queue) = mpsc::channel(config.queue);
         let counters = Arc::new(watch::Sender::new(Counters::default()));
         let lost = Arc::new(OnceLock::new());
+        let abandon = Arc::new(AtomicBool::new(false));
         let batcher = Batcher {
             queue,
             config,
@@ -294,6 +303,7 @@ impl Service {
             scale,
             counters: counters.clone(),
             lost: lost.clone(),
+            abandon: abandon.clone(),
             next_batch: 0,
         };
         Ok(Service {
@@ -308,6 +318,7 @@ impl Service {
             memory,
             staging,
             lost,
+            abandon,
         })
     }
 
@@ -316,14 +327,12 @@ impl Service {
         self.client.clone()
     }
 
-    /// Waits until the request counters satisfy `ready`, and returns them.
+    /// Waits until the request counters satisfy `ready`, and returns them (bounded by the
+    /// [`watchdog`], so under a paused clock it must not need the clock to move).
     async fn until(&self, ready: impl FnMut(&Counters) -> bool) -> Counters {
         let mut counters = self.client.counters.subscribe();
-        let seen = counters
-            .wait_for(ready)
-            .await
-            .expect("the service keeps its counters");
-        *seen
+        let seen = watchdog("the counters", counters.wait_for(ready)).await;
+        *seen.expect("the service keeps its counters")
     }
 
     /// The device's health, as a health endpoint reports it.
@@ -352,10 +361,39 @@ impl Service {
     /// Stops taking requests at once (when called, as npu-rs's operations start when
     /// called); the future answers the queued ones, waits for every batch in flight and for
     /// both pools to have every block back, and reports the final metrics.
-    fn shutdown(mut self) -> impl Future<Output = Metrics> + Send {
+    fn shutdown(self) -> impl Future<Output = Metrics> + Send {
+        self.stop(None)
+    }
+
+    /// [`shutdown`](Service::shutdown), giving the work `drain` to finish: past it, what is
+    /// still on the device is aborted and what is still queued is not started, and their
+    /// requests fail with `ShuttingDown`.
+    fn shutdown_within(self, drain: Duration) -> impl Future<Output = Metrics> + Send {
+        self.stop(Some(drain))
+    }
+
+    /// Closes the queue now; the future drains, within `drain` if given.
+    fn stop(mut self, drain: Option<Duration>) -> impl Future<Output = Metrics> + Send {
         drop(self.requests.take());
         async move {
-            (&mut self.batcher).await.expect("the batcher panicked");
+            let drained = match drain {
+                Some(drain) => tokio::time::timeout(drain, &mut self.batcher).await,
+                None => Ok((&mut self.batcher).await),
+            };
+            let finished = match drained {
+                Ok(finished) => finished,
+                Err(_) => {
+                    self.abandon.store(true, Ordering::Relaxed);
+                    for stream in self.streams.streams() {
+                        // Discards the stream's queued work: its operations fail with
+                        // `Error::Aborted`, handing their blocks back. An abort that fails
+                        // leaves the work to finish by itself, still waited for below.
+                        let _ = stream.abort().await;
+                    }
+                    (&mut self.batcher).await
+                }
+            };
+            finished.expect("the batcher panicked");
             self.staging.settled().await;
             self.memory.settled().await;
             self.metrics()
@@ -373,6 +411,7 @@ struct Batcher {
     scale: Function,
     counters: Arc<watch::Sender<Counters>>,
     lost: Arc<OnceLock<npu::Error>>,
+    abandon: Arc<AtomicBool>,
     next_batch: u64,
 }
 
@@ -399,6 +438,10 @@ impl Batcher {
             // Memory first, here rather than in the batch's task: while the pools are out of
             // blocks the batcher pulls no request, so the queue fills and `submit` refuses.
             let (staging, device) = match self.blocks(&stream).await {
+                Ok(_) if self.abandon.load(Ordering::Relaxed) => {
+                    fail_all(&self.counters, batch, ServeError::ShuttingDown);
+                    continue;
+                }
                 Ok(blocks) => blocks,
                 Err(err) => {
                     fail_all(&self.counters, batch, noticed(&self.lost, err));
@@ -926,7 +969,12 @@ async fn a_full_device_pool_stops_the_batcher_and_a_full_queue_refuses() {
 #[tokio::test(start_paused = true)]
 async fn a_requester_that_times_out_gives_up_and_its_batch_still_returns_its_memory() {
     let _turn = turn().await;
-    let config = Config::new("timeout");
+    // Batches of one leave at once: no linger for the paused clock to pass while the test
+    // waits for the batch, bounded by a watchdog that keeps the clock where it is.
+    let config = Config {
+        max_batch: 1,
+        ..Config::new("timeout")
+    };
     let device = device(1);
     let service = Service::start(&device, config.clone()).await.unwrap();
     let held = sim::hold(&device).unwrap();
@@ -944,7 +992,7 @@ async fn a_requester_that_times_out_gives_up_and_its_batch_still_returns_its_mem
     );
     assert_eq!(
         service.memory.stats().cache.allocated,
-        config.block_bytes(),
+        config.block_class(),
         "still in use"
     );
 
@@ -1034,7 +1082,7 @@ async fn a_lost_device_fails_its_batch_with_a_typed_error_and_the_service_report
         .await
         .unwrap()
         .unwrap();
-    drop(held);
+    held.release().unwrap();
 
     for answer in batch {
         match watchdog("a lost batch", answer).await.unwrap() {
@@ -1077,7 +1125,7 @@ async fn a_shutdown_drains_the_batches_in_flight_and_returns_every_block() {
     let answers: Vec<_> = (0..9).map(|i| client.submit(input(i)).unwrap()).collect();
     service.until(|c| c.in_flight == 2).await;
     let metrics = service.metrics();
-    assert_eq!(metrics.memory.cache.allocated, 2 * config.block_bytes());
+    assert_eq!(metrics.memory.cache.allocated, 2 * config.block_class());
     assert_eq!(metrics.health, Health::Serving);
 
     let mut shutdown = std::pin::pin!(service.shutdown());
@@ -1110,6 +1158,51 @@ async fn a_shutdown_drains_the_batches_in_flight_and_returns_every_block() {
         metrics.staging.hits, 3,
         "every batch staged in a prewarmed block"
     );
+    assert_no_leak(&device, before);
+}
+
+/// A shutdown whose drain runs out, in paused time: with two batches held on the device and a
+/// third waiting for their memory, the shutdown waits `drain`, then aborts the streams; the
+/// held batches fail, the waiting one is not started, every request is answered
+/// `ShuttingDown`, and every block comes back without the device ever running the work.
+///
+/// (The third batch waits for memory, not for its `linger`: under a paused clock, time stands
+/// still while device work is pending, so no batch deadline passes while the device is held.
+/// The drain deadline passes only because the test advances the clock by hand.)
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_past_its_drain_deadline_aborts_what_the_device_still_holds() {
+    let _turn = turn().await;
+    let config = Config::new("drain");
+    let device = device(0);
+    let before = live_allocations(&device);
+    let service = Service::start(&device, config.clone()).await.unwrap();
+    let client = service.client();
+    let held = sim::hold(&device).unwrap();
+
+    let answers: Vec<_> = (0..9).map(|i| client.submit(input(i)).unwrap()).collect();
+    // The ninth request lingers for company until the shutdown closes the queue.
+    service
+        .until(|c| c.in_flight == 2 && c.collected == 8)
+        .await;
+    let drain = Duration::from_secs(5);
+    let mut shutdown = std::pin::pin!(service.shutdown_within(drain));
+    assert!(
+        shutdown.as_mut().now_or_never().is_none(),
+        "it drains first"
+    );
+    tokio::time::advance(drain).await;
+    let metrics = watchdog("the shutdown", shutdown).await;
+
+    for answer in answers {
+        let answer = answer.await.unwrap();
+        assert!(
+            matches!(answer, Err(ServeError::ShuttingDown)),
+            "{answer:?}"
+        );
+    }
+    assert_eq!((metrics.requests.failed, metrics.requests.batches), (9, 2));
+    assert_at_rest(&metrics);
+    held.release().unwrap();
     assert_no_leak(&device, before);
 }
 
