@@ -858,16 +858,20 @@ async fn a_failed_kernel_fails_only_its_batch_and_the_service_keeps_serving() {
         streams: 1,
         ..Config::new("kernel-fault")
     };
+    let reactor_before = reactor_stats().pending();
     let service = Service::start(&device(0), config.clone()).await.unwrap();
     let client = service.client();
-    sim::fail_task(&service.streams.streams()[0], 2, AclCode::AICORE_EXCEPTION).unwrap();
+    let stream = service.streams.streams()[0].clone();
+    sim::fail_task(&stream, 2, AclCode::AICORE_EXCEPTION).unwrap();
 
     let batch: Vec<_> = (0..4).map(|i| client.submit(input(i)).unwrap()).collect();
     for answer in batch {
         match watchdog("the faulted batch", answer).await.unwrap() {
             Err(ServeError::DeviceFault(err)) => {
                 assert_eq!(err.acl_code(), Some(AclCode::AICORE_EXCEPTION), "{err}");
-                assert!(err.fault().is_some() && !err.is_device_lost(), "{err}");
+                assert!(!err.is_device_lost(), "{err}");
+                let fault = err.fault().expect("where the device failed");
+                assert_eq!(fault.stream_id, stream.id(), "{fault:?}");
             }
             other => panic!("expected a device fault, got {other:?}"),
         }
@@ -893,15 +897,23 @@ async fn a_failed_kernel_fails_only_its_batch_and_the_service_keeps_serving() {
         1,
         "only the first batch's span records an error: {spans:#?}"
     );
+    let error = &failed[0].0.fields["error"];
+    assert!(error.contains("507015"), "{error}");
+    let place = format!("of stream {} on device 0", stream.id());
     assert!(
-        failed[0].0.fields["error"].contains("507015"),
-        "{:?}",
-        failed[0].0
+        error.contains(&place),
+        "the span says where it failed: {error}"
     );
 
     let metrics = watchdog("the shutdown", service.shutdown()).await;
     assert_eq!((metrics.requests.failed, metrics.requests.answered), (4, 1));
     assert_at_rest(&metrics);
+    assert_eq!(
+        metrics.reactor.pending(),
+        reactor_before,
+        "{:?}",
+        metrics.reactor
+    );
 }
 
 /// Backpressure: with the device held, the batches in flight hold every device block; the
@@ -1174,6 +1186,7 @@ async fn a_shutdown_past_its_drain_deadline_aborts_what_the_device_still_holds()
     let _turn = turn().await;
     let config = Config::new("drain");
     let device = device(0);
+    let reactor_before = reactor_stats().pending();
     let before = live_allocations(&device);
     let service = Service::start(&device, config.clone()).await.unwrap();
     let client = service.client();
@@ -1202,6 +1215,11 @@ async fn a_shutdown_past_its_drain_deadline_aborts_what_the_device_still_holds()
     }
     assert_eq!((metrics.requests.failed, metrics.requests.batches), (9, 2));
     assert_at_rest(&metrics);
+    assert_eq!(
+        metrics.reactor.pending(),
+        reactor_before,
+        "aborted work is done work"
+    );
     held.release().unwrap();
     assert_no_leak(&device, before);
 }
