@@ -72,6 +72,12 @@ fn plan(api: &AclApi, forced: Option<DevicePoolBackend>) -> Result<Plan> {
 
 /// The runtime's counters for the pool (`aclrtMemPoolGetAttr`), in bytes.
 ///
+/// They are the runtime's own accounting, not the blocks' sizes that
+/// [`DevicePoolStats::cache`](crate::DevicePoolStats) counts: a runtime may count each block
+/// with its allocation padding (npu-sim counts a pool block as `aclrtMalloc` does, with 32
+/// bytes of padding, to a multiple of 32), so at rest `used` can exceed the cache's `cached`
+/// (two cached 4 KiB blocks are 8256 bytes `used` on npu-sim).
+///
 /// ```
 /// use npu_core::Device;
 /// use npu_stream::{DevicePool, Stream};
