@@ -13,11 +13,17 @@
 //! pulling requests, so the queue fills and new requests are refused. A requester that gives up
 //! (dropped, timed out) is skipped if its batch has not been staged yet, and its answer dropped
 //! otherwise. Shutting down stops new requests, runs the ones queued, waits for every batch in
-//! flight and for both pools to get every block back (`settled()`).
+//! flight and for both pools to get every block back (`settled()`); given a drain deadline, it
+//! aborts the streams' work once the deadline passes. Its counters are a `watch`, so a test
+//! waits for a state of the service instead of polling it; the metrics add the pools'
+//! `stats()`, `reactor_stats()` and the device's health; each batch is a `batch` span.
 //!
 //! The tests take turns (the hold gate is per device, and the reactor's counters and the
-//! recording subscriber are the process's). Every wait is bounded by [`watchdog`], a hang
-//! detector that works under a paused Tokio clock too; none is a sleep.
+//! recording subscriber are the process's). They synchronise on the service's counters and on
+//! the simulator's hold gate, never on a sleep, and bound their waits with [`watchdog`], a
+//! hang detector that works under a paused Tokio clock too (except the waits that need the
+//! paused clock to move, which it would keep still). docs/cancellation.md ("A new user's
+//! batching service") lists what writing them found.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
