@@ -1230,6 +1230,50 @@ async fn a_shutdown_past_its_drain_deadline_aborts_what_the_device_still_holds()
     assert_no_leak(&device, before);
 }
 
+/// A service whose tasks are dropped mid-flight (the batcher aborted, as a runtime shutting
+/// down or a supervisor killing it would): the batches' futures go with it while the device
+/// holds their work, every requester hears its request is gone, and no block comes back to a
+/// pool while the device may still use it; released, every block does (docs/cancellation.md,
+/// rule 2).
+#[tokio::test]
+async fn aborting_the_service_mid_flight_loses_no_block() {
+    let _turn = turn().await;
+    let config = Config::new("aborted");
+    let device = device(1);
+    let before = live_allocations(&device);
+    let service = Service::start(&device, config.clone()).await.unwrap();
+    let client = service.client();
+    let held = sim::hold(&device).unwrap();
+
+    let answers: Vec<_> = (0..8).map(|i| client.submit(input(i)).unwrap()).collect();
+    service.until(|c| c.in_flight == 2).await;
+    service.batcher.abort();
+    // A batch task's drop drops its requests (their senders) and its operations' futures
+    // together, so once every requester has heard, every batch future is gone.
+    for answer in answers {
+        assert!(
+            watchdog("a requester", answer).await.is_err(),
+            "no answer comes"
+        );
+    }
+    let out = |stats: &PoolStats| stats.allocated + stats.awaiting_bytes;
+    let memory = service.memory.stats().cache;
+    assert_eq!(out(&memory), 2 * config.block_class(), "{memory:?}");
+    assert_eq!(out(&service.staging.stats()), 2 * config.block_class());
+    let mut settled = service.memory.settled();
+    assert!(
+        (&mut settled).now_or_never().is_none(),
+        "the device still holds them"
+    );
+
+    held.release().unwrap();
+    watchdog("the blocks' return", settled).await;
+    watchdog("the staging blocks' return", service.staging.settled()).await;
+    assert_eq!(out(&service.memory.stats().cache), 0);
+    drop(service);
+    assert_no_leak(&device, before);
+}
+
 /// Each batch is a `batch` span (its size and stream) around its three device operations,
 /// which npu-rs makes `npu_op` spans inside it: the copy in, the `scale_f32` launch and the
 /// copy out, on the batch's stream, each with the bytes it moved.
