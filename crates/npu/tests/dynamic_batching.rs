@@ -1079,6 +1079,50 @@ async fn many_requesters_some_cancelled_each_get_their_own_answer() {
     assert_no_leak(&device, before);
 }
 
+/// Many requesters giving up at whatever moment their short timeouts pass, on a
+/// multi-threaded runtime with nothing held: whichever step each request is at when its
+/// requester goes (queued, batched, staged, on the device, answered), every answer that
+/// arrives is its own request's, every accepted request is counted exactly once, and every
+/// block comes back. The moments vary from run to run; what is checked holds in every one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requesters_giving_up_at_any_moment_leave_the_counts_whole_and_lose_no_block() {
+    let _turn = turn().await;
+    let config = Config {
+        queue: 1024,
+        ..Config::new("giving-up")
+    };
+    let device = device(1);
+    let before = live_allocations(&device);
+    let service = Service::start(&device, config.clone()).await.unwrap();
+
+    let requesters: Vec<_> = (0..600)
+        .map(|i| {
+            let client = service.client();
+            let limit = Duration::from_millis(i as u64 % 20 * 5);
+            tokio::spawn(async move { (i, client.infer_within(input(i), limit).await) })
+        })
+        .collect();
+    let mut timed_out = 0;
+    for requester in requesters {
+        match watchdog("a requester", requester).await.unwrap() {
+            (i, Ok(answer)) => check(&answer, i, config.alpha),
+            (_, Err(ServeError::TimedOut(_))) => timed_out += 1,
+            (_, Err(other)) => panic!("{other:?}"),
+        }
+    }
+    let metrics = watchdog("the shutdown", service.shutdown()).await;
+    let requests = metrics.requests;
+    assert_eq!(requests.accepted, 600);
+    assert_eq!(requests.answered + requests.cancelled, 600, "{requests:?}");
+    // A requester can time out just after its answer was sent: answered, yet gone.
+    assert!(
+        requests.cancelled <= timed_out,
+        "{requests:?}, {timed_out} timed out"
+    );
+    assert_at_rest(&metrics);
+    assert_no_leak(&device, before);
+}
+
 /// A device lost with a batch in flight (held): the batch's requests fail with
 /// `DeviceLost`, the health check reports the loss (the device says `Abnormal`), later
 /// requests fail the same way without touching the device, and shutting down still gets every
