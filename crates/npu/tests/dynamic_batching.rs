@@ -38,7 +38,7 @@ use npu::memory::{DevicePoolStats, PoolStats, PooledBuffer, PooledDeviceBuffer};
 use npu::prelude::*;
 use npu::runtime::BackendChoice;
 use npu::sim::{self, SimConfig};
-use npu::stream::{ReactorStats, reactor_stats};
+use npu::stream::{ReactorStats, Strategy, reactor_stats};
 use tokio::sync::{MutexGuard, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -76,6 +76,8 @@ struct Config {
     in_flight: usize,
     /// Streams the batches are spread over.
     streams: usize,
+    /// How those streams learn that their work is done.
+    strategy: Strategy,
     /// The model: `y = alpha * x`.
     alpha: f32,
     /// Names this service in its spans, so that a test finds its own.
@@ -91,6 +93,7 @@ impl Config {
             queue: 64,
             in_flight: 2,
             streams: 2,
+            strategy: Strategy::EventPoll,
             alpha: 0.5,
             name,
         }
@@ -283,7 +286,8 @@ impl Service {
     /// Starts a service on `device`, its pools prewarmed so that no request allocates.
     async fn start(device: &Device, config: Config) -> npu::Result<Service> {
         let ctx = device.primary_context();
-        let streams = StreamPool::new(ctx, config.streams)?;
+        let builder = Stream::builder(ctx).strategy(config.strategy);
+        let streams = StreamPool::with_builder(builder, config.streams)?;
         let block = config.block_bytes();
         let capacity = config.in_flight * config.block_class();
         let memory = DevicePool::builder(ctx).capacity(capacity).build()?;
@@ -1080,46 +1084,52 @@ async fn many_requesters_some_cancelled_each_get_their_own_answer() {
 }
 
 /// Many requesters giving up at whatever moment their short timeouts pass, on a
-/// multi-threaded runtime with nothing held: whichever step each request is at when its
-/// requester goes (queued, batched, staged, on the device, answered), every answer that
-/// arrives is its own request's, every accepted request is counted exactly once, and every
-/// block comes back. The moments vary from run to run; what is checked holds in every one.
+/// multi-threaded runtime with nothing held, under each completion strategy: whichever step
+/// each request is at when its requester goes (queued, batched, staged, on the device,
+/// answered), every answer that arrives is its own request's, every accepted request is
+/// counted exactly once, and every block comes back. The moments vary from run to run; what
+/// is checked holds in every one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn requesters_giving_up_at_any_moment_leave_the_counts_whole_and_lose_no_block() {
     let _turn = turn().await;
-    let config = Config {
-        queue: 1024,
-        ..Config::new("giving-up")
-    };
     let device = device(1);
     let before = live_allocations(&device);
-    let service = Service::start(&device, config.clone()).await.unwrap();
-
-    let requesters: Vec<_> = (0..600)
-        .map(|i| {
-            let client = service.client();
-            let limit = Duration::from_millis(i as u64 % 20 * 5);
-            tokio::spawn(async move { (i, client.infer_within(input(i), limit).await) })
-        })
-        .collect();
-    let mut timed_out = 0;
-    for requester in requesters {
-        match watchdog("a requester", requester).await.unwrap() {
-            (i, Ok(answer)) => check(&answer, i, config.alpha),
-            (_, Err(ServeError::TimedOut(_))) => timed_out += 1,
-            (_, Err(other)) => panic!("{other:?}"),
+    for strategy in [
+        Strategy::EventPoll,
+        Strategy::CallbackThread,
+        Strategy::BlockingSync,
+    ] {
+        let config = Config {
+            queue: 1024,
+            strategy,
+            ..Config::new("giving-up")
+        };
+        let service = Service::start(&device, config.clone()).await.unwrap();
+        let requesters: Vec<_> = (0..600)
+            .map(|i| {
+                let client = service.client();
+                let limit = Duration::from_millis(i as u64 % 20 * 5);
+                tokio::spawn(async move { (i, client.infer_within(input(i), limit).await) })
+            })
+            .collect();
+        let mut timed_out = 0;
+        for requester in requesters {
+            match watchdog("a requester", requester).await.unwrap() {
+                (i, Ok(answer)) => check(&answer, i, config.alpha),
+                (_, Err(ServeError::TimedOut(_))) => timed_out += 1,
+                (_, Err(other)) => panic!("{strategy:?}: {other:?}"),
+            }
         }
+        let metrics = watchdog("the shutdown", service.shutdown()).await;
+        let requests = metrics.requests;
+        assert_eq!(requests.accepted, 600, "{strategy:?}");
+        let counted = requests.answered + requests.cancelled;
+        assert_eq!(counted, 600, "{strategy:?}: {requests:?}");
+        // A requester can time out just after its answer was sent: answered, yet gone.
+        let note = format!("{strategy:?}: {requests:?}, {timed_out} timed out");
+        assert!(requests.cancelled <= timed_out, "{note}");
+        assert_at_rest(&metrics);
     }
-    let metrics = watchdog("the shutdown", service.shutdown()).await;
-    let requests = metrics.requests;
-    assert_eq!(requests.accepted, 600);
-    assert_eq!(requests.answered + requests.cancelled, 600, "{requests:?}");
-    // A requester can time out just after its answer was sent: answered, yet gone.
-    assert!(
-        requests.cancelled <= timed_out,
-        "{requests:?}, {timed_out} timed out"
-    );
-    assert_at_rest(&metrics);
     assert_no_leak(&device, before);
 }
 
