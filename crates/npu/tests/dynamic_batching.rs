@@ -1233,8 +1233,9 @@ async fn a_shutdown_drains_the_batches_in_flight_and_returns_every_block() {
     assert_no_leak(&device, before);
 }
 
-/// A shutdown whose drain runs out, in paused time: with two batches held on the device and a
-/// third waiting for their memory, the shutdown waits `drain`, then aborts the streams; the
+/// A shutdown whose drain runs out, in paused time, under each completion strategy: with two
+/// batches held on the device and a third waiting for their memory, the shutdown waits
+/// `drain`, then aborts the streams; the
 /// held batches fail, the waiting one is not started, every request is answered
 /// `ShuttingDown`, and every block comes back without the device ever running the work.
 ///
@@ -1244,43 +1245,51 @@ async fn a_shutdown_drains_the_batches_in_flight_and_returns_every_block() {
 #[tokio::test(start_paused = true)]
 async fn a_shutdown_past_its_drain_deadline_aborts_what_the_device_still_holds() {
     let _turn = turn().await;
-    let config = Config::new("drain");
     let device = device(0);
-    let reactor_before = reactor_stats().pending();
     let before = live_allocations(&device);
-    let service = Service::start(&device, config.clone()).await.unwrap();
-    let client = service.client();
-    let held = sim::hold(&device).unwrap();
+    for strategy in [
+        Strategy::EventPoll,
+        Strategy::CallbackThread,
+        Strategy::BlockingSync,
+    ] {
+        let config = Config {
+            strategy,
+            ..Config::new("drain")
+        };
+        let reactor_before = reactor_stats().pending();
+        let service = Service::start(&device, config.clone()).await.unwrap();
+        let client = service.client();
+        let held = sim::hold(&device).unwrap();
 
-    let answers: Vec<_> = (0..9).map(|i| client.submit(input(i)).unwrap()).collect();
-    // The ninth request lingers for company until the shutdown closes the queue.
-    service
-        .until(|c| c.in_flight == 2 && c.collected == 8)
-        .await;
-    let drain = Duration::from_secs(5);
-    let mut shutdown = std::pin::pin!(service.shutdown_within(drain));
-    assert!(
-        shutdown.as_mut().now_or_never().is_none(),
-        "it drains first"
-    );
-    tokio::time::advance(drain).await;
-    let metrics = watchdog("the shutdown", shutdown).await;
-
-    for answer in answers {
-        let answer = answer.await.unwrap();
+        let answers: Vec<_> = (0..9).map(|i| client.submit(input(i)).unwrap()).collect();
+        // The ninth request lingers for company until the shutdown closes the queue.
+        service
+            .until(|c| c.in_flight == 2 && c.collected == 8)
+            .await;
+        let drain = Duration::from_secs(5);
+        let mut shutdown = std::pin::pin!(service.shutdown_within(drain));
         assert!(
-            matches!(answer, Err(ServeError::ShuttingDown)),
-            "{answer:?}"
+            shutdown.as_mut().now_or_never().is_none(),
+            "it drains first"
         );
+        tokio::time::advance(drain).await;
+        let metrics = watchdog("the shutdown", shutdown).await;
+
+        for answer in answers {
+            let answer = answer.await.unwrap();
+            let refused = matches!(answer, Err(ServeError::ShuttingDown));
+            assert!(refused, "{strategy:?}: {answer:?}");
+        }
+        let requests = metrics.requests;
+        assert_eq!((requests.failed, requests.batches), (9, 2), "{strategy:?}");
+        assert_at_rest(&metrics);
+        let pending = metrics.reactor.pending();
+        assert_eq!(
+            pending, reactor_before,
+            "{strategy:?}: aborted work is done work"
+        );
+        held.release().unwrap();
     }
-    assert_eq!((metrics.requests.failed, metrics.requests.batches), (9, 2));
-    assert_at_rest(&metrics);
-    assert_eq!(
-        metrics.reactor.pending(),
-        reactor_before,
-        "aborted work is done work"
-    );
-    held.release().unwrap();
     assert_no_leak(&device, before);
 }
 
