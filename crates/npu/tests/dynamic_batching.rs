@@ -1337,6 +1337,44 @@ async fn aborting_the_service_mid_flight_loses_no_block() {
     assert_no_leak(&device, before);
 }
 
+/// The mistake this service's author made first: sizing a pool for two requests of 3000
+/// bytes as `2 * 3000` bytes. Blocks count at their size class (4096 bytes), so such a pool
+/// holds one; prewarming it with `reserve` says so at start-up, naming the block size and what
+/// the pool holds of its capacity, for the pinned pool and the device pool alike.
+#[tokio::test]
+async fn a_pool_sized_in_request_bytes_is_refused_at_start_up_naming_the_block_size() {
+    let _turn = turn().await;
+    let ctx = device(0).primary_context().clone();
+    let stream = Stream::new(&ctx).unwrap();
+    let expected = "room for 1 of 2 blocks of 3000 bytes: each is a 4096-byte block (its size \
+                    class), and the pool holds 4096 bytes of its 6000 bytes";
+
+    let staging = PinnedPool::builder(&ctx)
+        .capacity(2 * 3000)
+        .build()
+        .unwrap();
+    let err = staging.reserve(2, 3000).unwrap_err();
+    assert!(err.to_string().contains(expected), "{err}");
+
+    let memory = DevicePool::builder(&ctx)
+        .capacity(2 * 3000)
+        .build()
+        .unwrap();
+    let err = memory.reserve(&stream, 2, 3000).await.unwrap_err();
+    assert!(err.to_string().contains(expected), "{err}");
+    assert!(
+        matches!(
+            err,
+            npu::Error::InvalidArgument {
+                api: "DevicePool::reserve",
+                argument: "count",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
 /// Each batch is a `batch` span (its size and stream) around its three device operations,
 /// which npu-rs makes `npu_op` spans inside it: the copy in, the `scale_f32` launch and the
 /// copy out, on the batch's stream, each with the bytes it moved.

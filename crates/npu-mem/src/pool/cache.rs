@@ -486,7 +486,9 @@ impl<S: Source> Cache<S> {
         for _ in 0..count {
             match self.reserve_next(class, count) {
                 Reserving::Done => break,
-                Reserving::Full(cached) => return Err(Self::no_room(api, cached, count, bytes)),
+                Reserving::Full(cached) => {
+                    return Err(self.no_room(api, cached, count, (bytes, class)));
+                }
                 Reserving::Room => {
                     let started = Instant::now();
                     match alloc(class) {
@@ -552,10 +554,31 @@ impl<S: Source> Cache<S> {
         })
     }
 
-    /// The error of a `reserve` that found room for only `room` of `count` blocks.
-    pub fn no_room(api: &'static str, room: usize, count: usize, bytes: usize) -> Error {
-        let rule =
-            format!("the pool's capacity has room for {room} of {count} blocks of {bytes} bytes");
+    /// The error of a `reserve` that found room for only `room` of `count` blocks of `bytes`
+    /// bytes, each a block of `class` bytes. It names the class and what the pool holds of its
+    /// capacity: a capacity of `count * bytes` holds fewer blocks when `bytes` is not a class,
+    /// which the counts alone leave a puzzle.
+    pub fn no_room(
+        &self,
+        api: &'static str,
+        room: usize,
+        count: usize,
+        (bytes, class): (usize, usize),
+    ) -> Error {
+        let stats = self.stats();
+        let capacity = self
+            .capacity()
+            .map_or_else(|| "no capacity".to_owned(), |c| format!("{c} bytes"));
+        let queued = match stats.waiters {
+            0 => String::new(),
+            waiters => format!(", and {waiters} requests wait for room ahead of it"),
+        };
+        let rule = format!(
+            "the pool's capacity has room for {room} of {count} blocks of {bytes} bytes: each \
+             is a {class}-byte block (its size class), and the pool holds {} bytes of its \
+             {capacity}{queued}",
+            stats.reserved
+        );
         Error::invalid(api, "count", rule)
     }
 

@@ -521,7 +521,7 @@ impl DevicePool {
             match self.cache.reserve_next(class, count) {
                 Reserving::Done => break,
                 Reserving::Full(cached) => {
-                    return Err(Cache::<DeviceSource>::no_room(API, cached, count, bytes));
+                    return Err(self.cache.no_room(API, cached, count, (bytes, class)));
                 }
                 Reserving::Room => match self.new_block(API, stream, class, Some(class)).await {
                     Ok((block, took)) => {
