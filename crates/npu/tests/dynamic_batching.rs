@@ -698,23 +698,21 @@ fn assert_at_rest(metrics: &Metrics) {
     assert_eq!(metrics.requests.in_flight, 0);
 }
 
-/// Live device allocations of `device` once every release has run: the leak check's
-/// baseline and result.
+/// Live device allocations of `device` once every release and every teardown has run (a
+/// dropped `DevicePool`'s among them: it gives its memory back to the device on a thread of
+/// its own, which `wait_for_teardowns` waits for and `flush_releases` does not): the leak
+/// check's baseline, taken after the tests before this one gave their memory back, and its
+/// result.
 fn live_allocations(device: &Device) -> u64 {
+    npu::runtime::wait_for_teardowns(HANG).expect("npu-rs's teardowns ended");
     sim::flush_releases();
     sim::device_stats(device).unwrap().live_allocations
 }
 
-/// Waits (bounded) for npu-rs's own teardowns, a dropped `DevicePool`'s among them (it gives
-/// its memory back to the device on a thread of its own), and checks that `device` holds as
-/// many allocations as it did `before` the service started.
+/// Checks that `device` holds as many allocations as it did `before` the service started.
 fn assert_no_leak(device: &Device, before: u64) {
-    npu::runtime::wait_for_teardowns(HANG).expect("npu-rs's teardowns ended");
-    assert_eq!(
-        live_allocations(device),
-        before,
-        "the service leaked device memory"
-    );
+    let after = live_allocations(device);
+    assert_eq!(after, before, "the service leaked device memory");
 }
 
 // ---------------------------------------------------------------------------------------
