@@ -62,6 +62,17 @@ fn live_now(device: &Device) -> [u64; 3] {
     ]
 }
 
+/// Waits for every teardown (bounded by the watchdog), then asserts that `device` has no more
+/// streams, contexts or allocations alive than at `baseline` (`what` names the case).
+fn nothing_left_after_teardowns(device: &Device, baseline: [u64; 3], what: &str) {
+    watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
+    let now = live_now(device);
+    assert!(
+        within(now, baseline),
+        "{what}: {now:?} left after the wait, from {baseline:?}"
+    );
+}
+
 /// Every `settled()` waiter of one pool, in every shape: a `FuturesUnordered` set, hand-polled
 /// tasks of which half are dropped and the rest polled again, and one whose pool handle is
 /// dropped after its first poll (`orphan`).
@@ -437,12 +448,7 @@ fn wait_for_teardowns_after_clones_dropped_at_once_on_racing_threads_leaves_noth
         }
         drop(ctx);
         held.release().unwrap();
-        watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
-        let now = live_now(&device);
-        assert!(
-            within(now, baseline),
-            "round {round}: {now:?} left alive after the wait, from {baseline:?}"
-        );
+        nothing_left_after_teardowns(&device, baseline, &format!("round {round}"));
     }
 }
 
@@ -1083,12 +1089,7 @@ fn pools_whose_last_owner_comes_back_on_npu_rs_threads_are_torn_down_before_the_
         }
         drop((pinned, pools, s, ctx));
         held.release().unwrap();
-        watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
-        let now = live_now(&device);
-        assert!(
-            within(now, baseline),
-            "{strategy:?}: {now:?} left after the wait, from {baseline:?}"
-        );
+        nothing_left_after_teardowns(&device, baseline, &format!("{strategy:?}"));
         let pinned_now = sim::host_stats().unwrap().pinned_allocations;
         assert!(
             pinned_now <= pinned_baseline,
@@ -1120,12 +1121,7 @@ fn wait_for_teardowns_after_hundreds_of_streams_dropped_in_flight_leaves_nothing
     drop((ctx, event));
     drop(streams);
     held.release().unwrap();
-    watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
-    let now = live_now(&device);
-    assert!(
-        within(now, baseline),
-        "{now:?} left after the wait, from {baseline:?}"
-    );
+    nothing_left_after_teardowns(&device, baseline, "streams recording one event, dropped");
 }
 
 /// Promise: blocks queued for examination after memory errors are settled whatever becomes of
@@ -1307,12 +1303,7 @@ fn a_runtime_shut_down_under_stream_pool_tasks_leaves_nothing_alive_after_the_wa
     watchdog("the runtime's shutdown", || runtime.shutdown_timeout(HANG));
     drop((pools, ctx));
     held.release().unwrap();
-    watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
-    let now = live_now(&device);
-    assert!(
-        within(now, baseline),
-        "{now:?} left after the wait, from {baseline:?}"
-    );
+    nothing_left_after_teardowns(&device, baseline, "after the runtime's shutdown");
 }
 
 /// Promise: no drop waits for the device (rule 5), also the last handles of a device and its
