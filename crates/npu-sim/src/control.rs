@@ -167,20 +167,16 @@ pub(crate) fn set_kernel_ns_impl(device: i32, name: &str, ns: u64) -> Res<()> {
     Ok(())
 }
 
-pub(crate) fn fail_task_impl(stream: aclrtStream, nth: u64, code: aclError) -> Res<()> {
-    ensure!(
-        nth > 0,
-        ACL_ERROR_INVALID_PARAM,
-        "nth counts from 1 (the next task)"
-    );
+/// Refuses what no injected fault may fail a task with: success, and the codes a
+/// synchronisation returns when its wait runs out (a task's failure is what a wait on it
+/// returns: a task failed with one would tell every wait on it "still running", and a program
+/// such as npu-rs's own waits would wait for a task that has ended, for ever).
+pub(crate) fn fault_code_impl(code: aclError) -> Res<()> {
     ensure!(
         code != ACL_SUCCESS,
         ACL_ERROR_INVALID_PARAM,
         "the injected code must be an error"
     );
-    // A synchronisation whose wait ran out returns these, and a task's failure is what a wait
-    // on it returns: a task failed with one would tell every wait on it "still running", and a
-    // program (npu-rs's own waits) would wait for a task that has ended, for ever.
     ensure!(
         ![
             ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
@@ -191,8 +187,47 @@ pub(crate) fn fail_task_impl(stream: aclrtStream, nth: u64, code: aclError) -> R
         "code {code} is what a synchronisation returns when its wait runs out, not a task \
          failure"
     );
+    Ok(())
+}
+
+pub(crate) fn fail_task_impl(stream: aclrtStream, nth: u64, code: aclError) -> Res<()> {
+    ensure!(
+        nth > 0,
+        ACL_ERROR_INVALID_PARAM,
+        "nth counts from 1 (the next task)"
+    );
+    fault_code_impl(code)?;
     let stream = context::any_stream(sim()?, stream)?;
     stream.inject_failure(nth, code)
+}
+
+pub(crate) fn fail_kernel_impl(device: i32, name: &str, nth: u64, code: aclError) -> Res<()> {
+    let device = sim()?.device(device.into())?;
+    ensure!(
+        !name.is_empty(),
+        ACL_ERROR_INVALID_PARAM,
+        "the kernel name is empty"
+    );
+    ensure!(
+        nth > 0,
+        ACL_ERROR_INVALID_PARAM,
+        "nth counts from 1 (the next launch)"
+    );
+    fault_code_impl(code)?;
+    device.kernel_faults.arm(name, nth, code);
+    Ok(())
+}
+
+pub(crate) fn clear_faults_impl(device: i32) -> Res<u64> {
+    let sim = sim()?;
+    let id = sim.device(device.into())?.id;
+    let on_streams: usize = sim
+        .streams_of(id)
+        .iter()
+        .map(|stream| stream.clear_injections())
+        .sum();
+    let on_kernels = sim.device(device.into())?.kernel_faults.clear();
+    Ok((on_streams + on_kernels) as u64)
 }
 
 pub(crate) fn lose_device_impl(device: i32) -> Res<()> {
@@ -420,6 +455,105 @@ pub fn set_kernel_duration(
 /// ```
 pub fn fail_task(stream: aclrtStream, nth: u64, code: aclError) -> Result<(), ControlError> {
     Ok(fail_task_impl(stream, nth, code)?)
+}
+
+/// Whether the fault controls ([`fail_task`], [`fail_kernel`]) accept `code`: any error but
+/// the two a synchronisation returns when its wait runs out (ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+/// ACL_ERROR_RT_EVENT_SYNC_TIMEOUT). For wrappers that check their arguments before arming.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+/// use npu_sim::control;
+///
+/// assert!(control::check_fault_code(507015).is_ok()); // an AI Core trap
+/// assert_eq!(control::check_fault_code(0).unwrap_err().code, 100000);
+/// assert_eq!(control::check_fault_code(507046).unwrap_err().code, 100000); // a wait's code
+/// ```
+pub fn check_fault_code(code: aclError) -> Result<(), ControlError> {
+    Ok(fault_code_impl(code)?)
+}
+
+/// Makes the `nth` launch (1 = the next) of the kernel `name` queued on any stream of `device`
+/// from now on fail with `code` when it runs, instead of running, as a [`fail_task`] fault
+/// fails a task: the failure follows its stream's failure mode.
+///
+/// A launch counts when it is queued to run: one by any launch function
+/// (aclrtLaunchKernel, aclrtLaunchKernelV2, aclrtLaunchKernelWithConfig,
+/// aclrtLaunchKernelWithHostArgs, ...), and each kernel of a model runtime instance each time
+/// the instance's tasks are queued by an execution (aclmdlRIExecute / aclmdlRIExecuteAsync);
+/// capturing a launch into an instance is not one, nor is a kernel of an instance with
+/// branches (conditional or switch tasks), which runs as one program. Launches of one stream
+/// count in their order; launches racing on several streams count in the order they reach
+/// the device, so exactly one of them fails. A launch that a [`fail_task`] fault also targets
+/// fails with that fault's code and uses this one up all the same; two faults on one launch
+/// both fire on it.
+///
+/// The name is matched when a launch is queued, so a fault may be armed before the binary
+/// holding the kernel is loaded: a name no launch uses is armed anyway and never fires
+/// ([`clear_faults`] reports it). An empty name, `nth` = 0 and the codes [`check_fault_code`]
+/// refuses are refused with 100000; an unknown device with 107001.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ptr;
+/// use npu_sim::{abi::*, control, kernel::{SCALE_F32, ScaleArgs, registry_image}};
+///
+/// // SAFETY: every pointer passed is valid for the call's contract.
+/// unsafe {
+/// #   assert_eq!(aclrtSetDevice(1), 0);
+/// #   let image = registry_image(&[SCALE_F32]);
+/// #   let (mut bin, mut scale) = (ptr::null_mut(), ptr::null_mut());
+/// #   assert_eq!(aclrtBinaryLoadFromData(image.as_ptr().cast(), image.len(), ptr::null(), &mut bin), 0);
+/// #   assert_eq!(aclrtBinaryGetFunction(bin, c"scale_f32".as_ptr(), &mut scale), 0);
+///     let (mut first, mut second) = (ptr::null_mut(), ptr::null_mut());
+///     assert_eq!(aclrtCreateStream(&mut first), 0);
+///     assert_eq!(aclrtCreateStream(&mut second), 0);
+///     control::fail_kernel(1, SCALE_F32, 2, 507015).unwrap(); // the second launch from now
+///     let mut args = ScaleArgs { x: 0, n: 0, alpha: 1.0, reserved: 0 }; // over no elements
+///     for stream in [first, second] {
+///         let (bytes, size) = ((&raw mut args).cast(), size_of::<ScaleArgs>());
+///         let (cfg, holders) = (ptr::null_mut(), ptr::null_mut());
+///         let code =
+///             aclrtLaunchKernelWithHostArgs(scale, 1, stream, cfg, bytes, size, holders, 0);
+///         assert_eq!(code, 0);
+///     }
+///     assert_eq!(aclrtSynchronizeStream(first), 0);
+///     assert_eq!(aclrtSynchronizeStream(second), 507015, "the second launch, on another stream");
+///     assert_eq!(control::fail_kernel(1, "", 1, 507015).unwrap_err().code, 100000);
+/// }
+/// ```
+pub fn fail_kernel(device: i32, name: &str, nth: u64, code: aclError) -> Result<(), ControlError> {
+    Ok(fail_kernel_impl(device, name, nth, code)?)
+}
+
+/// Disarms every fault armed on `device` that has not fired: those [`fail_task`] armed on any
+/// live stream of it and those [`fail_kernel`] armed on it. Returns how many it disarmed, so a
+/// test that expected every fault to fire can check for 0. Faults of other devices stay armed.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+///
+/// use std::ptr;
+/// use npu_sim::{abi::*, control};
+///
+/// // SAFETY: every pointer passed is valid for the call's contract.
+/// unsafe {
+/// #   assert_eq!(aclrtSetDevice(1), 0);
+/// #   let (mut stream, mut dev) = (ptr::null_mut(), ptr::null_mut());
+/// #   assert_eq!(aclrtCreateStream(&mut stream), 0);
+/// #   assert_eq!(aclrtMalloc(&mut dev, 64, 0), 0);
+/// #   control::clear_faults(1).unwrap();
+///     control::fail_task(stream, 1, 507015).unwrap();
+///     control::fail_kernel(1, "scale_f32", 1, 507015).unwrap();
+///     assert_eq!(control::clear_faults(1).unwrap(), 2);
+///     assert_eq!(aclrtMemsetAsync(dev, 64, 0, 64, stream), 0);
+///     assert_eq!(aclrtSynchronizeStream(stream), 0, "disarmed: the memset runs");
+///     assert_eq!(control::clear_faults(1).unwrap(), 0);
+/// }
+/// ```
+pub fn clear_faults(device: i32) -> Result<u64, ControlError> {
+    Ok(clear_faults_impl(device)?)
 }
 
 /// Loses a device: queued work is abandoned (a task already touching memory finishes first)

@@ -11,6 +11,7 @@ use crate::clock::Clock;
 use crate::config::TimingModel;
 use crate::error::{Res, SimError, ensure, fail};
 use crate::handle::Handle;
+use crate::kernel_fault::KernelFaults;
 use crate::res_limit::ResLimits;
 use crate::sim::Sim;
 use crate::sync::{Bell, OwnedGate, lock, read, wait_until, write};
@@ -68,6 +69,8 @@ pub(crate) struct Device {
     peak: AtomicU64,
     live_allocations: AtomicU64,
     fail_next_alloc: AtomicBool,
+    /// Armed by npusimFailKernel; counted as launches are queued on the device's streams.
+    pub(crate) kernel_faults: KernelFaults,
     lost: AtomicBool,
     /// Rung when the device is lost.
     pub(crate) lost_bell: Bell,
@@ -134,6 +137,7 @@ impl Device {
             peak: AtomicU64::new(0),
             live_allocations: AtomicU64::new(0),
             fail_next_alloc: AtomicBool::new(false),
+            kernel_faults: KernelFaults::default(),
             lost: AtomicBool::new(false),
             lost_bell: Bell::new(),
             exec_gate: RwLock::new(()),

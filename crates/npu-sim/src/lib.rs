@@ -72,6 +72,7 @@ mod hardware;
 mod host_task;
 mod indirect;
 mod ipc;
+mod kernel_fault;
 mod lifecycle;
 mod memory;
 mod model_ri;

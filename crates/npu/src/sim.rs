@@ -13,7 +13,9 @@
 //!   install it before the first device call, and give tests that need their own
 //!   configuration a process of their own (a separate test file); `NPU_SIM_CONFIG` sets the
 //!   same options from the environment.
-//! - Faults: [`fail_task`] (the nth device task of a stream fails with a code), [`lose`] (a device
+//! - Faults: [`fail_task`] (the nth device task of a stream fails with a code), [`fail_kernel`]
+//!   (the nth launch of a kernel on a device, on any stream, fails), [`clear_faults`] (disarms
+//!   what those two armed and has not fired), [`lose`] (a device
 //!   is lost), [`inject_memory_error`] (memory gets an uncorrectable error), [`fail_next_alloc`]
 //!   and [`fail_next_host_alloc`].
 //! - Ordering: [`hold`] keeps a device from starting work until the returned [`Hold`] is
@@ -237,6 +239,97 @@ fn unhold(device: i32) -> std::result::Result<(), ControlError> {
 pub fn fail_task(stream: &Stream, nth: u64, code: AclCode) -> Result<()> {
     simulated("npu::sim::fail_task", "stream", &stream.context().device())?;
     Ok(control::fail_task(stream.as_raw(), nth, code.0)?)
+}
+
+/// Makes the `nth` launch (1 = the next) of the kernel `name` on `device`, on whichever of its
+/// streams, fail with `code` instead of running, as [`fail_task`] fails a task: the operation
+/// the launch belongs to fails with an [`AclError`](crate::AclError) of that code, and the
+/// stream's failure mode decides what happens to the rest of its work. For code whose streams
+/// the test does not choose, a service taking them from a
+/// [`StreamPool`](crate::StreamPool) say.
+///
+/// A launch counts when it is queued to run on a stream of `device`: every launch npu-rs
+/// makes ([`Stream::launch`] and the rest, whatever the launch function), and each kernel of
+/// a captured model each time an execution of it queues its tasks (capturing a launch is not
+/// one; a model with branches, conditional or switch tasks, runs as one program whose kernels
+/// do not count). Launches of one stream count in their order; launches racing on several
+/// streams count in the order they reach the device, so exactly one of them fails. Faults
+/// count on their own: two armed for the same launch both fire with it, and a launch a
+/// [`fail_task`] fault also targets fails with that fault's code and uses this one up too.
+///
+/// The name is matched as launches are queued, not looked up now: a fault may be armed before
+/// the module holding the kernel is loaded, and a misspelt name is armed anyway and never
+/// fires. [`clear_faults`] says how many faults had not fired, so a test expecting every fault
+/// to fire can check it returns 0. An empty `name`, an `nth` of 0 and the codes [`fail_task`]
+/// refuses are refused with [`Error::InvalidArgument`] naming `npu::sim::fail_kernel`.
+///
+/// ```
+/// use npu::prelude::*;
+/// use npu::Stream;
+/// use npu::{error::AclCode, sim};
+///
+/// # tokio_test::block_on(async {
+/// let device = Device::open(0)?;
+/// let ctx = device.primary_context();
+/// // SAFETY: npu-sim's shipped kernel library, built for its kernel ABI.
+/// let module = unsafe { Module::from_file(ctx, sim::kernel::LIBRARY_PATH) }?;
+/// let scale = module.function(sim::kernel::SCALE_F32)?;
+/// let (first, second) = (Stream::new(ctx)?, Stream::new(ctx)?);
+/// sim::fail_kernel(&device, sim::kernel::SCALE_F32, 2, AclCode(507015))?; // the second launch
+/// let x = DeviceBuffer::<f32>::new(ctx, 4)?;
+/// // SAFETY: scale_f32(float *x, uint64_t n, float alpha) scales n elements of x; x holds 4.
+/// let (x, _, _) = unsafe { first.launch(&scale, 1, (x, 4u64, 2.0f32)) }.await?;
+/// // SAFETY: as above.
+/// let err = unsafe { second.launch(&scale, 1, (x, 4u64, 2.0f32)) }.await.unwrap_err();
+/// assert_eq!(err.acl_code(), Some(AclCode(507015)), "on another stream: counted on the device");
+/// let refused = sim::fail_kernel(&device, sim::kernel::SCALE_F32, 0, AclCode(507015));
+/// assert!(matches!(refused, Err(npu::Error::InvalidArgument { argument: "nth", .. })));
+/// # Ok::<(), npu::Error>(())
+/// # })?;
+/// # Ok::<(), npu::Error>(())
+/// ```
+pub fn fail_kernel(device: &Device, name: &str, nth: u64, code: AclCode) -> Result<()> {
+    const API: &str = "npu::sim::fail_kernel";
+    let id = simulated(API, "device", device)?;
+    if name.is_empty() || name.contains('\0') {
+        return Err(Error::invalid(API, "name", "is not a kernel name (empty, or holds a NUL)"));
+    }
+    if nth == 0 {
+        return Err(Error::invalid(API, "nth", "counts from 1 (the next launch)"));
+    }
+    control::check_fault_code(code.0).map_err(|err| Error::invalid(API, "code", err.message))?;
+    Ok(control::fail_kernel(id, name, nth, code.0)?)
+}
+
+/// Disarms every fault armed on `device` that has not fired: those [`fail_task`] armed on any
+/// stream of it, and those [`fail_kernel`] armed on it. Returns how many it disarmed (0: every
+/// fault armed before fired, or was cleared already). Faults of other devices stay armed.
+///
+/// For a test that arms a fault for work that may not come (a batch the service never
+/// launches) and must not leave it to the tests after it, or that checks every fault it armed
+/// was hit.
+///
+/// ```
+/// use npu::prelude::*;
+/// use npu::Stream;
+/// use npu::{error::AclCode, sim};
+///
+/// # tokio_test::block_on(async {
+/// let device = Device::open(1)?;
+/// let ctx = device.primary_context();
+/// let stream = Stream::new(ctx)?;
+/// sim::fail_task(&stream, 1, AclCode(507015))?;
+/// sim::fail_kernel(&device, "a kernel never launched", 1, AclCode(507015))?;
+/// assert_eq!(sim::clear_faults(&device)?, 2);
+/// stream.memset(DeviceBuffer::<u8>::new(ctx, 8)?, 1).await?; // disarmed: it runs
+/// assert_eq!(sim::clear_faults(&device)?, 0);
+/// # Ok::<(), npu::Error>(())
+/// # })?;
+/// # Ok::<(), npu::Error>(())
+/// ```
+pub fn clear_faults(device: &Device) -> Result<u64> {
+    let id = simulated("npu::sim::clear_faults", "device", device)?;
+    Ok(control::clear_faults(id)?)
 }
 
 /// Loses `device`, as if it had failed: running and queued work fails, and every later call

@@ -56,6 +56,15 @@ aclError npusimSetKernelDuration(int32_t deviceId, const char *kernelName, uint6
  * codes a synchronisation returns when its wait runs out (507046, 507047) are no task's:
  * refused with 100000, as is an nth past the last task number the stream can count to. */
 aclError npusimFailTask(aclrtStream stream, uint64_t nth, aclError code);
+/* The nth launch of the kernel kernelName queued on any stream of the device from now on
+ * (1 = the next; every launch function counts, and each kernel of a model runtime instance
+ * each time an execution queues it, not a capture, nor an instance with branches) fails with
+ * code when it runs, as npusimFailTask's task does. The name is matched at launch, so an
+ * unknown one is armed anyway. An empty name, nth 0 or a code npusimFailTask refuses: 100000. */
+aclError npusimFailKernel(int32_t deviceId, const char *kernelName, uint64_t nth, aclError code);
+/* Disarms the device's npusimFailTask (any live stream of it) and npusimFailKernel faults that
+ * have not fired; *cleared (unless NULL) receives how many. */
+aclError npusimClearFaults(int32_t deviceId, uint64_t *cleared);
 /* Loses a device: queued work is abandoned; later calls on it fail with 507010. */
 aclError npusimLoseDevice(int32_t deviceId);
 /* The next device allocation on the device fails with 207001. */

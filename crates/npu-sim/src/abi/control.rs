@@ -198,6 +198,39 @@ pub unsafe extern "C" fn npusimFailTask(stream: aclrtStream, nth: u64, code: acl
     guard("npusimFailTask", || fail_task_impl(stream, nth, code))
 }
 
+/// Makes the `nth` launch of the kernel `kernelName` queued on any stream of a device from now
+/// on (1 = the next) fail with `code` ([`crate::control::fail_kernel`]).
+///
+/// # Safety
+/// `kernelName` must be NULL or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimFailKernel(
+    deviceId: i32,
+    kernelName: *const c_char,
+    nth: u64,
+    code: aclError,
+) -> aclError {
+    guard("npusimFailKernel", || {
+        fail_kernel_impl(deviceId, c_str(kernelName, "kernelName")?, nth, code)
+    })
+}
+
+/// Disarms the faults npusimFailTask and npusimFailKernel armed on a device that have not
+/// fired ([`crate::control::clear_faults`]); `*cleared` (if not NULL) receives how many.
+///
+/// # Safety
+/// `cleared` must be NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npusimClearFaults(deviceId: i32, cleared: *mut u64) -> aclError {
+    guard("npusimClearFaults", || {
+        let count = clear_faults_impl(deviceId)?;
+        match cleared.is_null() {
+            true => Ok(()),
+            false => write_out(cleared, "cleared", count),
+        }
+    })
+}
+
 /// Loses a device (every later call on it fails with 507010).
 ///
 /// # Safety

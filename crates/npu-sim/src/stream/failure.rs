@@ -54,4 +54,12 @@ impl Stream {
         state.injections.push((target, code));
         Ok(())
     }
+
+    /// Disarms the failures injected that have not fired; returns how many there were.
+    pub(crate) fn clear_injections(&self) -> usize {
+        let mut state = lock(&self.state);
+        let cleared = state.injections.len();
+        state.injections.clear();
+        cleared
+    }
 }

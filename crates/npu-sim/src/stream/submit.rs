@@ -95,6 +95,12 @@ impl Stream {
             if let Some(at) = state.injections.iter().position(|&(n, _)| n == seq) {
                 task.inject = Some(state.injections.swap_remove(at).1);
             }
+            // Counted even when the stream's own fault fails the task: the launch was made.
+            if let Op::Kernel(launch) = &task.op
+                && let Some(code) = self.device.kernel_faults.launch(launch.name())
+            {
+                task.inject.get_or_insert(code);
+            }
         }
         if self.is_persistent() {
             state.persistent.push(task);
