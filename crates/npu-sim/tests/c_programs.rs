@@ -169,6 +169,26 @@ fn kernels_load_from_the_shipped_shared_object_in_c() {
     );
 }
 
+/// `tests/c/kernel_fault_flow.c`: npusimFailKernel counts a kernel's launches across streams
+/// and at each execution of a captured instance, and npusimClearFaults disarms what has not
+/// fired (npusimFailTask's faults too).
+#[test]
+fn kernel_faults_fire_on_any_stream_and_clear_in_c() {
+    let stdout = run(&compile("kernel_fault_flow", &[]));
+    assert_eq!(
+        stdout,
+        "refused: NULL name 100000, empty name 100000, nth 0 100000, success 100000, a wait's \
+         code 100000, device 99 107001, clearing device 99 107001\n\
+         nothing armed by the refusals: 0\n\
+         first scale_f32 0, vector_add_f32 0\n\
+         second scale_f32, on the other stream: 507015\n\
+         executions: 0, then 507015\n\
+         cleared 3, then scale_f32 0, cleared again (NULL count) 0\n\
+         left armed: 0\n\
+         kernel fault flow ok\n"
+    );
+}
+
 #[test]
 fn kernels_load_through_the_older_binary_path_in_c() {
     let stdout = run(&compile("binary_flow", &[]));
