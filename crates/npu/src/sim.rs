@@ -246,7 +246,7 @@ pub fn fail_task(stream: &Stream, nth: u64, code: AclCode) -> Result<()> {
 /// the launch belongs to fails with an [`AclError`](crate::AclError) of that code, and the
 /// stream's failure mode decides what happens to the rest of its work. For code whose streams
 /// the test does not choose, a service taking them from a
-/// [`StreamPool`](crate::StreamPool) say.
+/// [`StreamPool`](crate::stream::StreamPool) say.
 ///
 /// A launch counts when it is queued to run on a stream of `device`: every launch npu-rs
 /// makes ([`Stream::launch`] and the rest, whatever the launch function), and each kernel of
@@ -292,10 +292,18 @@ pub fn fail_kernel(device: &Device, name: &str, nth: u64, code: AclCode) -> Resu
     const API: &str = "npu::sim::fail_kernel";
     let id = simulated(API, "device", device)?;
     if name.is_empty() || name.contains('\0') {
-        return Err(Error::invalid(API, "name", "is not a kernel name (empty, or holds a NUL)"));
+        return Err(Error::invalid(
+            API,
+            "name",
+            "is not a kernel name (empty, or holds a NUL)",
+        ));
     }
     if nth == 0 {
-        return Err(Error::invalid(API, "nth", "counts from 1 (the next launch)"));
+        return Err(Error::invalid(
+            API,
+            "nth",
+            "counts from 1 (the next launch)",
+        ));
     }
     control::check_fault_code(code.0).map_err(|err| Error::invalid(API, "code", err.message))?;
     Ok(control::fail_kernel(id, name, nth, code.0)?)

@@ -21,6 +21,14 @@ fn a_device_of_another_backend_is_refused() {
             "npu::sim::fail_task",
             sim::fail_task(&stream, 1, AclCode(507015)),
         ),
+        (
+            "npu::sim::fail_kernel",
+            sim::fail_kernel(&device, "scale_f32", 1, AclCode(507015)),
+        ),
+        (
+            "npu::sim::clear_faults",
+            sim::clear_faults(&device).map(drop),
+        ),
         ("npu::sim::fail_next_alloc", sim::fail_next_alloc(&device)),
         ("npu::sim::set_timing", sim::set_timing(&device, None)),
         (
