@@ -856,34 +856,41 @@ async fn a_full_batch_leaves_at_once_and_a_partial_one_at_its_deadline() {
 }
 
 /// A kernel that traps fails its own batch only, with a typed device fault that says where it
-/// happened; the device stays healthy and the next batch, on the same stream, is served.
+/// happened; the device stays healthy and the next batch is served. The service runs with its
+/// usual streams: the fault is on the kernel, whichever stream the pool gives the batch.
 #[tokio::test]
 async fn a_failed_kernel_fails_only_its_batch_and_the_service_keeps_serving() {
     let _turn = turn().await;
-    // One stream, so the test knows where the batch runs: its copy in is the stream's next
-    // task, its kernel the one after.
-    let config = Config {
-        streams: 1,
-        ..Config::new("kernel-fault")
-    };
+    let config = Config::new("kernel-fault");
     let reactor_before = reactor_stats().pending();
-    let service = Service::start(&device(0), config.clone()).await.unwrap();
+    let device = device(0);
+    let service = Service::start(&device, config.clone()).await.unwrap();
     let client = service.client();
-    let stream = service.streams.streams()[0].clone();
-    sim::fail_task(&stream, 2, AclCode::AICORE_EXCEPTION).unwrap();
+    sim::fail_kernel(
+        &device,
+        sim::kernel::SCALE_F32,
+        1,
+        AclCode::AICORE_EXCEPTION,
+    )
+    .unwrap();
+    let streams: Vec<u64> = service.streams.streams().iter().map(Stream::id).collect();
 
     let batch: Vec<_> = (0..4).map(|i| client.submit(input(i)).unwrap()).collect();
+    let mut faulted = None;
     for answer in batch {
         match watchdog("the faulted batch", answer).await.unwrap() {
             Err(ServeError::DeviceFault(err)) => {
                 assert_eq!(err.acl_code(), Some(AclCode::AICORE_EXCEPTION), "{err}");
                 assert!(!err.is_device_lost(), "{err}");
                 let fault = err.fault().expect("where the device failed");
-                assert_eq!(fault.stream_id, stream.id(), "{fault:?}");
+                assert!(streams.contains(&fault.stream_id), "{fault:?}");
+                faulted.get_or_insert(fault.stream_id);
+                assert_eq!(faulted, Some(fault.stream_id), "one batch, on one stream");
             }
             other => panic!("expected a device fault, got {other:?}"),
         }
     }
+    let faulted = faulted.expect("the batch failed");
     assert_eq!(
         service.health(),
         Health::Serving,
@@ -907,7 +914,7 @@ async fn a_failed_kernel_fails_only_its_batch_and_the_service_keeps_serving() {
     );
     let error = &failed[0].0.fields["error"];
     assert!(error.contains("507015"), "{error}");
-    let place = format!("of stream {} on device 0", stream.id());
+    let place = format!("of stream {faulted} on device 0");
     assert!(
         error.contains(&place),
         "the span says where it failed: {error}"
@@ -922,6 +929,7 @@ async fn a_failed_kernel_fails_only_its_batch_and_the_service_keeps_serving() {
         "{:?}",
         metrics.reactor
     );
+    assert_eq!(sim::clear_faults(&device).unwrap(), 0, "the fault fired");
 }
 
 /// Backpressure: with the device held, the batches in flight hold every device block; the
