@@ -8,10 +8,11 @@
 //!   process-wide and fixed at first use, which is why tests like these belong in a test
 //!   binary of their own (an example, or a separate file under `tests/`), never next to tests
 //!   that want another configuration;
-//! - **inject faults** with `npu::sim` (`fail_task` on a stream, `fail_next_alloc` and `lose`
-//!   on a device, running out of device memory) and assert that your code returns them as
-//!   errors; the controls take npu-rs's own `Device` and `Stream` and return `npu::Result`,
-//!   so `?` works in tests;
+//! - **inject faults** with `npu::sim` (`fail_task` on a stream, `fail_kernel` on a kernel's
+//!   launches whichever stream runs them, `fail_next_alloc` and `lose` on a device, running
+//!   out of device memory) and assert that your code returns them as errors; `clear_faults`
+//!   disarms those that never fired; the controls take npu-rs's own `Device` and `Stream` and
+//!   return `npu::Result`, so `?` works in tests;
 //! - **check for leaks**: the simulator counts live allocations; after
 //!   `npu::sim::flush_releases()` (which waits for deferred frees) they must be back to where
 //!   the test started;
@@ -222,6 +223,25 @@ mod tests {
         // The stream is still usable.
         let out = scale_on_device(&stream, &scale, &[1.0; 8], 3.0).await;
         assert_eq!(out.unwrap(), [3.0; 8]);
+    }
+
+    #[tokio::test]
+    async fn a_kernel_fault_needs_no_stream_and_an_unfired_one_is_disarmed() {
+        let _turn = serial().await;
+        let zero = device(0);
+        // Code that picks its own stream (from a `StreamPool`, say): arm the fault on the
+        // kernel's name instead, for its next launch on any stream of the device.
+        let trap = |_: &Stream| sim::fail_kernel(&zero, "scale_f32", 1, AclCode(507015));
+        let (stream, scale) = fails_cleanly(&zero, &[1.0; 64], trap, 507015).await;
+        // A fault armed for work that never comes must not wait for the tests after this one.
+        sim::fail_kernel(&zero, "scale_f32", 2, AclCode(507015)).unwrap();
+        let out = scale_on_device(&stream, &scale, &[1.0; 8], 3.0).await;
+        assert_eq!(out.unwrap(), [3.0; 8], "the first launch runs");
+        assert_eq!(
+            sim::clear_faults(&zero).unwrap(),
+            1,
+            "one fault disarmed unfired"
+        );
     }
 
     #[tokio::test]
