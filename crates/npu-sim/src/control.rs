@@ -493,7 +493,10 @@ pub fn check_fault_code(code: aclError) -> Result<(), ControlError> {
 /// ([`clear_faults`] reports it). An empty name, `nth` = 0 and the codes [`check_fault_code`]
 /// refuses are refused with 100000; an unknown device with 107001.
 ///
-/// ```
+/// A device's faults are shared by every example in the process (another launching the same
+/// kernel, or arming a fault, on the device), so this one runs as a program of its own:
+///
+/// ```standalone_crate
 /// # extern crate ascendcl as npu_sim;
 ///
 /// use std::ptr;
@@ -531,7 +534,10 @@ pub fn fail_kernel(device: i32, name: &str, nth: u64, code: aclError) -> Result<
 /// live stream of it and those [`fail_kernel`] armed on it. Returns how many it disarmed, so a
 /// test that expected every fault to fire can check for 0. Faults of other devices stay armed.
 ///
-/// ```
+/// A device's faults are shared by every example in the process (another launching the same
+/// kernel, or arming a fault, on the device), so this one runs as a program of its own:
+///
+/// ```standalone_crate
 /// # extern crate ascendcl as npu_sim;
 ///
 /// use std::ptr;
@@ -543,7 +549,6 @@ pub fn fail_kernel(device: i32, name: &str, nth: u64, code: aclError) -> Result<
 /// #   let (mut stream, mut dev) = (ptr::null_mut(), ptr::null_mut());
 /// #   assert_eq!(aclrtCreateStream(&mut stream), 0);
 /// #   assert_eq!(aclrtMalloc(&mut dev, 64, 0), 0);
-/// #   control::clear_faults(1).unwrap();
 ///     control::fail_task(stream, 1, 507015).unwrap();
 ///     control::fail_kernel(1, "scale_f32", 1, 507015).unwrap();
 ///     assert_eq!(control::clear_faults(1).unwrap(), 2);

@@ -263,7 +263,10 @@ pub fn fail_task(stream: &Stream, nth: u64, code: AclCode) -> Result<()> {
 /// to fire can check it returns 0. An empty `name`, an `nth` of 0 and the codes [`fail_task`]
 /// refuses are refused with [`Error::InvalidArgument`] naming `npu::sim::fail_kernel`.
 ///
-/// ```
+/// A device's faults are shared by every example in the process (another launching the same
+/// kernel, or arming a fault, on the device), so this one runs as a program of its own:
+///
+/// ```standalone_crate
 /// use npu::prelude::*;
 /// use npu::Stream;
 /// use npu::{error::AclCode, sim};
@@ -317,7 +320,10 @@ pub fn fail_kernel(device: &Device, name: &str, nth: u64, code: AclCode) -> Resu
 /// launches) and must not leave it to the tests after it, or that checks every fault it armed
 /// was hit.
 ///
-/// ```
+/// A device's faults are shared by every example in the process (another launching the same
+/// kernel, or arming a fault, on the device), so this one runs as a program of its own:
+///
+/// ```standalone_crate
 /// use npu::prelude::*;
 /// use npu::Stream;
 /// use npu::{error::AclCode, sim};
