@@ -3,18 +3,27 @@
 //!
 //! A file of its own: `clear_faults` disarms every fault of a device, which tests of another
 //! file sharing the device would notice. The tests here take turns on devices 0 and 1
-//! (`exclusive`) for the same reason.
+//! (`TURN`) for the same reason.
 
 mod common;
 
 use std::sync::Arc;
 
-use common::{HANG, exclusive, fill_kernel, in_process, invalid};
+use common::{HANG, fill_kernel, in_process, invalid};
 use npu::error::AclCode;
 use npu::prelude::*;
 use npu::{Stream, sim};
 
 const TRAP: AclCode = AclCode::AICORE_EXCEPTION;
+
+/// One test at a time: `clear_faults` disarms every fault of a device, the other tests' too.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The primary contexts of devices 0 and 1.
+fn contexts() -> (Context, Context) {
+    let context = |id| Device::open(id).unwrap().primary_context().clone();
+    (context(0), context(1))
+}
 
 /// A fill kernel of this file's own: the second kernel name, which a `scale_f32` fault spares.
 const FILL: &str = "kernel_faults_fill";
@@ -40,7 +49,8 @@ fn ones(ctx: &Context) -> DeviceBuffer<f32> {
 
 #[tokio::test]
 async fn a_kernel_fault_fires_on_the_stream_a_pool_hands_out_after_several_were_used() {
-    let (_turn, ctx, _) = exclusive(None);
+    let _turn = TURN.lock().await;
+    let (ctx, _) = contexts();
     let device = ctx.device();
     let function = in_process(&ctx, sim::kernel::SCALE_F32);
     let pool = StreamPool::new(&ctx, 4).unwrap();
@@ -64,7 +74,8 @@ async fn a_kernel_fault_fires_on_the_stream_a_pool_hands_out_after_several_were_
 
 #[tokio::test]
 async fn nth_counts_the_kernels_launches_across_streams_and_spares_other_kernels() {
-    let (_turn, ctx, _) = exclusive(None);
+    let _turn = TURN.lock().await;
+    let (ctx, _) = contexts();
     let device = ctx.device();
     let scale_f32 = in_process(&ctx, sim::kernel::SCALE_F32);
     let fill = fill_kernel(&ctx, FILL, 7);
@@ -97,7 +108,8 @@ async fn nth_counts_the_kernels_launches_across_streams_and_spares_other_kernels
 
 #[tokio::test]
 async fn cleared_faults_never_fire_and_another_devices_stay_armed() {
-    let (_turn, ctx, other) = exclusive(None);
+    let _turn = TURN.lock().await;
+    let (ctx, other) = contexts();
     let device = ctx.device();
     let function = in_process(&ctx, sim::kernel::SCALE_F32);
     let stream = Stream::new(&ctx).unwrap();
@@ -125,7 +137,8 @@ async fn cleared_faults_never_fire_and_another_devices_stay_armed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn of_launches_racing_from_several_tasks_exactly_one_fails() {
     const TASKS: usize = 8;
-    let (_turn, ctx, _) = exclusive(None);
+    let _turn = TURN.lock().await;
+    let (ctx, _) = contexts();
     let device = ctx.device();
     let function = Arc::new(in_process(&ctx, sim::kernel::SCALE_F32));
     let mut inputs = Vec::new();
@@ -157,7 +170,8 @@ async fn of_launches_racing_from_several_tasks_exactly_one_fails() {
 
 #[test]
 fn invalid_arguments_are_refused_naming_the_api_and_arm_nothing() {
-    let (_turn, ctx, _) = exclusive(None);
+    let _turn = TURN.blocking_lock();
+    let (ctx, _) = contexts();
     let device = ctx.device();
     let name = sim::kernel::SCALE_F32;
     let refusals = [
@@ -183,7 +197,8 @@ fn invalid_arguments_are_refused_naming_the_api_and_arm_nothing() {
 
 #[tokio::test]
 async fn a_name_no_launch_uses_is_armed_and_reported_by_clear_faults() {
-    let (_turn, ctx, _) = exclusive(None);
+    let _turn = TURN.lock().await;
+    let (ctx, _) = contexts();
     let device = ctx.device();
     let function = in_process(&ctx, sim::kernel::SCALE_F32);
     let stream = Stream::new(&ctx).unwrap();
