@@ -94,6 +94,55 @@ fn bad_arguments_are_refused() {
             || code!(npusimFailTask(ptr::null_mut(), 1, ACL_SUCCESS)),
         ),
         case(
+            "fail a kernel of no name",
+            "npusimFailKernel",
+            100000,
+            0,
+            || code!(npusimFailKernel(0, ptr::null(), 1, 507899)),
+        ),
+        case(
+            "fail a kernel of an empty name",
+            "npusimFailKernel",
+            100000,
+            0,
+            || code!(npusimFailKernel(0, c"".as_ptr(), 1, 507899)),
+        ),
+        case(
+            "fail a kernel's launch 0",
+            "npusimFailKernel",
+            100000,
+            0,
+            || code!(npusimFailKernel(0, c"scale_f32".as_ptr(), 0, 507899)),
+        ),
+        case(
+            "fail a kernel with a wait's timeout",
+            "npusimFailKernel",
+            100000,
+            0,
+            || {
+                code!(npusimFailKernel(
+                    0,
+                    c"scale_f32".as_ptr(),
+                    1,
+                    ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+                ))
+            },
+        ),
+        case(
+            "fail a kernel of device 99",
+            "npusimFailKernel",
+            107001,
+            0,
+            || code!(npusimFailKernel(99, c"scale_f32".as_ptr(), 1, 507899)),
+        ),
+        case(
+            "clear the faults of device 99",
+            "npusimClearFaults",
+            107001,
+            0,
+            || code!(npusimClearFaults(99, ptr::null_mut())),
+        ),
+        case(
             "flush a trace never enabled",
             "npusimTraceFlush",
             107000,
