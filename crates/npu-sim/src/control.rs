@@ -481,8 +481,9 @@ pub fn check_fault_code(code: aclError) -> Result<(), ControlError> {
 /// (aclrtLaunchKernel, aclrtLaunchKernelV2, aclrtLaunchKernelWithConfig,
 /// aclrtLaunchKernelWithHostArgs, ...), and each kernel of a model runtime instance each time
 /// the instance's tasks are queued by an execution (aclmdlRIExecute / aclmdlRIExecuteAsync);
-/// capturing a launch into an instance is not one, nor is a kernel of an instance with
-/// branches (conditional or switch tasks), which runs as one program. Launches of one stream
+/// capturing a launch into an instance is not one, nor is a launch a PERSISTENT stream keeps
+/// (it never runs), nor a kernel of an instance with branches (conditional or switch tasks),
+/// which runs as one program. Launches of one stream
 /// count in their order; launches racing on several streams count in the order they reach
 /// the device, so exactly one of them fails. A launch that a [`fail_task`] fault also targets
 /// fails with that fault's code and uses this one up all the same; two faults on one launch

@@ -170,7 +170,8 @@ fn kernels_load_from_the_shipped_shared_object_in_c() {
 }
 
 /// `tests/c/kernel_fault_flow.c`: npusimFailKernel counts a kernel's launches across streams
-/// and at each execution of a captured instance, and npusimClearFaults disarms what has not
+/// and at each execution of a captured instance (a PERSISTENT stream's kept launches do not
+/// count), and npusimClearFaults disarms what has not
 /// fired (npusimFailTask's faults too).
 #[test]
 fn kernel_faults_fire_on_any_stream_and_clear_in_c() {
@@ -183,6 +184,7 @@ fn kernel_faults_fire_on_any_stream_and_clear_in_c() {
          first scale_f32 0, vector_add_f32 0\n\
          second scale_f32, on the other stream: 507015\n\
          executions: 0, then 507015\n\
+         after a kept launch, the next one: 507015\n\
          cleared 3, then scale_f32 0, cleared again (NULL count) 0\n\
          left armed: 0\n\
          kernel fault flow ok\n"

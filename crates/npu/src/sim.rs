@@ -251,8 +251,9 @@ pub fn fail_task(stream: &Stream, nth: u64, code: AclCode) -> Result<()> {
 /// A launch counts when it is queued to run on a stream of `device`: every launch npu-rs
 /// makes ([`Stream::launch`] and the rest, whatever the launch function), and each kernel of
 /// a captured model each time an execution of it queues its tasks (capturing a launch is not
-/// one; a model with branches, conditional or switch tasks, runs as one program whose kernels
-/// do not count). Launches of one stream count in their order; launches racing on several
+/// one, nor is a launch on a stream that keeps its tasks for a model and runs none, and a
+/// model with branches, conditional or switch tasks, runs as one program whose kernels do not
+/// count). Launches of one stream count in their order; launches racing on several
 /// streams count in the order they reach the device, so exactly one of them fails. Faults
 /// count on their own: two armed for the same launch both fire with it, and a launch a
 /// [`fail_task`] fault also targets fails with that fault's code and uses this one up too.

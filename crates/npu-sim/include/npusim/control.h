@@ -58,7 +58,8 @@ aclError npusimSetKernelDuration(int32_t deviceId, const char *kernelName, uint6
 aclError npusimFailTask(aclrtStream stream, uint64_t nth, aclError code);
 /* The nth launch of the kernel kernelName queued on any stream of the device from now on
  * (1 = the next; every launch function counts, and each kernel of a model runtime instance
- * each time an execution queues it, not a capture, nor an instance with branches) fails with
+ * each time an execution queues it, not a capture, a PERSISTENT stream's kept launch, nor a
+ * kernel of an instance with branches) fails with
  * code when it runs, as npusimFailTask's task does. The name is matched at launch, so an
  * unknown one is armed anyway. An empty name, nth 0 or a code npusimFailTask refuses: 100000. */
 aclError npusimFailKernel(int32_t deviceId, const char *kernelName, uint64_t nth, aclError code);

@@ -1,8 +1,9 @@
 /*
  * npusimFailKernel and npusimClearFaults as a C test suite uses them: a fault on a kernel name
  * fires on whichever stream launches it, counting launches across streams and leaving other
- * kernels alone; kernels of a captured instance count at each execution, not at the capture;
- * a cleared fault never fires; refused arguments get their codes.
+ * kernels alone; kernels of a captured instance count at each execution, not at the capture,
+ * and a PERSISTENT stream's kept launches not at all; a cleared fault never fires; refused
+ * arguments get their codes.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@ static aclError launch(aclrtFuncHandle func, void *args, size_t size, aclrtStrea
 int main(void)
 {
     void *x = NULL;
-    aclrtStream first = NULL, second = NULL, replaying = NULL;
+    aclrtStream first = NULL, second = NULL, replaying = NULL, kept = NULL;
     aclrtBinHandle bin = NULL;
     aclrtFuncHandle scale = NULL, add = NULL;
     aclmdlRI model = NULL;
@@ -33,6 +34,7 @@ int main(void)
     CHECK(aclrtCreateStream(&first));
     CHECK(aclrtCreateStream(&second));
     CHECK(aclrtCreateStream(&replaying));
+    CHECK(aclrtCreateStreamWithConfig(&kept, 0, ACL_STREAM_PERSISTENT));
     CHECK(aclrtBinaryLoadFromFile(npusimKernelLibraryPath(), NULL, &bin));
     CHECK(aclrtBinaryGetFunction(bin, "scale_f32", &scale));
     CHECK(aclrtBinaryGetFunction(bin, "vector_add_f32", &add));
@@ -69,6 +71,12 @@ int main(void)
     CHECK(aclmdlRIExecuteAsync(model, replaying));
     printf("executions: %d, then %d\n", (int)once, (int)aclrtSynchronizeStream(replaying));
 
+    /* A PERSISTENT stream keeps its launches for an instance and runs none: not one to fail. */
+    CHECK(npusimFailKernel(0, "scale_f32", 1, TRAP));
+    CHECK(launch(scale, &scaled, sizeof scaled, kept));
+    CHECK(launch(scale, &scaled, sizeof scaled, second));
+    printf("after a kept launch, the next one: %d\n", (int)aclrtSynchronizeStream(second));
+
     /* Cleared: a stream's fault and a kernel's, neither fires. */
     CHECK(npusimFailTask(first, 1, TRAP));
     CHECK(npusimFailKernel(0, "scale_f32", 1, TRAP));
@@ -87,6 +95,7 @@ int main(void)
     CHECK(aclrtDestroyStream(first));
     CHECK(aclrtDestroyStream(second));
     CHECK(aclrtDestroyStream(replaying));
+    CHECK(aclrtDestroyStream(kept));
     CHECK(aclrtResetDevice(0));
     CHECK(aclFinalize());
     printf("kernel fault flow ok\n");
