@@ -326,14 +326,15 @@ mod tests {
     #[tokio::test]
     async fn control_errors_convert_into_npu_errors() {
         let _turn = serial().await;
-        // A refused control is an ACL error, so `?` carries it out of a test helper.
+        // A refused control is an npu error (a typed invalid argument here), so `?` carries it
+        // out of a test helper.
         fn fail_task_zero(stream: &Stream) -> npu::Result<()> {
             sim::fail_task(stream, 0, AclCode(507015))?;
             Ok(())
         }
         let (stream, _) = setup(&device(0));
         let err = fail_task_zero(&stream).unwrap_err();
-        assert!(matches!(err, npu::Error::Acl(_)), "{err}");
+        assert!(matches!(err, npu::Error::InvalidArgument { .. }), "{err}");
         let raw = sim::raw_control::lose_device(99).unwrap_err();
         let err = npu::Error::from(raw);
         assert_eq!(err.acl_code(), Some(AclCode(107001)), "{err}");

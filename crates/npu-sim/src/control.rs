@@ -204,9 +204,9 @@ pub(crate) fn fail_task_impl(stream: aclrtStream, nth: u64, code: aclError) -> R
 pub(crate) fn fail_kernel_impl(device: i32, name: &str, nth: u64, code: aclError) -> Res<()> {
     let device = sim()?.device(device.into())?;
     ensure!(
-        !name.is_empty(),
+        !name.is_empty() && !name.contains('\0'),
         ACL_ERROR_INVALID_PARAM,
-        "the kernel name is empty"
+        "the kernel name is empty or holds a NUL (no kernel is named so)"
     );
     ensure!(
         nth > 0,
@@ -220,14 +220,15 @@ pub(crate) fn fail_kernel_impl(device: i32, name: &str, nth: u64, code: aclError
 
 pub(crate) fn clear_faults_impl(device: i32) -> Res<u64> {
     let sim = sim()?;
-    let id = sim.device(device.into())?.id;
+    let device = sim.device(device.into())?;
     let on_streams: usize = sim
-        .streams_of(id)
+        .streams_of(device.id)
         .iter()
         .map(|stream| stream.clear_injections())
         .sum();
-    let on_kernels = sim.device(device.into())?.kernel_faults.clear();
-    Ok((on_streams + on_kernels) as u64)
+    let on_kernels = device.kernel_faults.clear();
+    let on_alloc = usize::from(device.clear_fail_next_alloc());
+    Ok((on_streams + on_kernels + on_alloc) as u64)
 }
 
 pub(crate) fn lose_device_impl(device: i32) -> Res<()> {
@@ -532,8 +533,11 @@ pub fn fail_kernel(device: i32, name: &str, nth: u64, code: aclError) -> Result<
 }
 
 /// Disarms every fault armed on `device` that has not fired: those [`fail_task`] armed on any
-/// live stream of it and those [`fail_kernel`] armed on it. Returns how many it disarmed, so a
-/// test that expected every fault to fire can check for 0. Faults of other devices stay armed.
+/// live stream of it, those [`fail_kernel`] armed on it and a [`fail_next_alloc`] not yet
+/// used. Returns how many it disarmed, so a test that expected every fault to fire can check
+/// for 0. A fault fires when its task is queued, not when it runs. Faults of other devices
+/// stay armed, and a device's last for the process (across `aclrtResetDevice`, `aclFinalize`
+/// and a new `aclInit`) until they fire or are cleared.
 ///
 /// A device's faults are shared by every example in the process (another launching the same
 /// kernel, or arming a fault, on the device), so this one runs as a program of its own:

@@ -238,6 +238,11 @@ impl Device {
         self.fail_next_alloc.store(true, Ordering::Release);
     }
 
+    /// Disarms an armed [`fail_next_alloc`](Device::fail_next_alloc); whether one was armed.
+    pub(crate) fn clear_fail_next_alloc(&self) -> bool {
+        self.fail_next_alloc.swap(false, Ordering::AcqRel)
+    }
+
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
     }

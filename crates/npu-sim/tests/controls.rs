@@ -108,6 +108,13 @@ fn bad_arguments_are_refused() {
             || code!(npusimFailKernel(0, c"".as_ptr(), 1, 507899)),
         ),
         case(
+            "fail a kernel whose name is not UTF-8",
+            "npusimFailKernel",
+            100000,
+            0,
+            || code!(npusimFailKernel(0, c"scale\xfff32".as_ptr(), 1, 507899)),
+        ),
+        case(
             "fail a kernel's launch 0",
             "npusimFailKernel",
             100000,

@@ -209,12 +209,14 @@ fn unhold(device: i32) -> std::result::Result<(), ControlError> {
 /// Makes the `nth` device task (1 = the next one) submitted to `stream` from now on fail with
 /// `code` instead of running. Device tasks are the copies, memsets and kernels operations
 /// queue; the events and host callbacks npu-rs queues around them do not count, so under
-/// every [`Strategy`](crate::Strategy) a memset or a single copy is one task. The operation that task belongs to fails with an
-/// [`AclError`](crate::AclError) of that code; the stream's failure mode decides what happens
-/// to the rest of its work. The codes a synchronisation returns when its wait runs out
-/// ([`AclCode::STREAM_SYNC_TIMEOUT`], [`AclCode::EVENT_SYNC_TIMEOUT`]) are refused: no task
-/// fails with them, and every wait on a task failed with one would take it for a task still
-/// running. So is an `nth` that counts past the last task number the stream can give (its
+/// every [`Strategy`](crate::Strategy) a memset or a single copy is one task. The operation
+/// that task belongs to fails with an [`AclError`](crate::AclError) of that code; the stream's
+/// failure mode decides what happens to the rest of its work. The codes a synchronisation
+/// returns when its wait runs out ([`AclCode::STREAM_SYNC_TIMEOUT`],
+/// [`AclCode::EVENT_SYNC_TIMEOUT`]) are refused, as an `nth` of 0 is, with
+/// [`Error::InvalidArgument`] naming `npu::sim::fail_task` and the argument: no task fails
+/// with them, and every wait on a task failed with one would take it for a task still
+/// running. So is (as an ACL error) an `nth` that counts past the last task number the stream can give (its
 /// tasks are numbered by a `u64`).
 ///
 /// ```
@@ -230,33 +232,50 @@ fn unhold(device: i32) -> std::result::Result<(), ControlError> {
 /// let second = stream.memset(DeviceBuffer::<u8>::new(&ctx, 8)?, 2);
 /// assert!(first.await.is_ok());
 /// assert_eq!(second.await.unwrap_err().acl_code(), Some(AclCode(507015)));
-/// assert!(sim::fail_task(&stream, 0, AclCode(507015)).is_err(), "tasks count from 1");
-/// assert!(sim::fail_task(&stream, 1, AclCode::EVENT_SYNC_TIMEOUT).is_err(), "a wait's code");
+/// let from_zero = sim::fail_task(&stream, 0, AclCode(507015));
+/// assert!(matches!(from_zero, Err(npu::Error::InvalidArgument { argument: "nth", .. })));
+/// let a_waits_code = sim::fail_task(&stream, 1, AclCode::EVENT_SYNC_TIMEOUT);
+/// assert!(matches!(a_waits_code, Err(npu::Error::InvalidArgument { argument: "code", .. })));
 /// # Ok::<(), npu::Error>(())
 /// # })?;
 /// # Ok::<(), npu::Error>(())
 /// ```
 pub fn fail_task(stream: &Stream, nth: u64, code: AclCode) -> Result<()> {
-    simulated("npu::sim::fail_task", "stream", &stream.context().device())?;
+    const API: &str = "npu::sim::fail_task";
+    simulated(API, "stream", &stream.context().device())?;
+    check_nth_and_code(API, nth, code)?;
     Ok(control::fail_task(stream.as_raw(), nth, code.0)?)
+}
+
+/// The checks [`fail_task`] and [`fail_kernel`] share, named after `api`: `nth` counts from 1,
+/// and `code` is one a task may fail with.
+fn check_nth_and_code(api: &'static str, nth: u64, code: AclCode) -> Result<()> {
+    if nth == 0 {
+        return Err(Error::invalid(api, "nth", "counts from 1 (the next one)"));
+    }
+    control::check_fault_code(code.0).map_err(|err| Error::invalid(api, "code", err.message))
 }
 
 /// Makes the `nth` launch (1 = the next) of the kernel `name` on `device`, on whichever of its
 /// streams, fail with `code` instead of running, as [`fail_task`] fails a task: the operation
 /// the launch belongs to fails with an [`AclError`](crate::AclError) of that code, and the
-/// stream's failure mode decides what happens to the rest of its work. For code whose streams
-/// the test does not choose, a service taking them from a
-/// [`StreamPool`](crate::stream::StreamPool) say.
+/// stream's failure mode decides what happens to the rest of its work. It serves code whose
+/// streams the test does not choose, such as a service taking them from a
+/// [`StreamPool`](crate::stream::StreamPool).
 ///
 /// A launch counts when it is queued to run on a stream of `device`: every launch npu-rs
 /// makes ([`Stream::launch`] and the rest, whatever the launch function), and each kernel of
-/// a captured model each time an execution of it queues its tasks (capturing a launch is not
-/// one, nor is a launch on a stream that keeps its tasks for a model and runs none, and a
-/// model with branches, conditional or switch tasks, runs as one program whose kernels do not
-/// count). Launches of one stream count in their order; launches racing on several
-/// streams count in the order they reach the device, so exactly one of them fails. Faults
-/// count on their own: two armed for the same launch both fire with it, and a launch a
-/// [`fail_task`] fault also targets fails with that fault's code and uses this one up too.
+/// a captured model each time an execution of it queues its tasks, under the name it was
+/// captured with (a task update that changes its function takes effect only as it runs).
+/// Capturing a launch is not one, nor is a launch on a stream that keeps its tasks for a model
+/// and runs none, on a stream bound to a model instance being built, or staged by a task
+/// group's update; a model with branches (conditional or switch tasks) runs as one program
+/// whose kernels do not count. A fault fires when its launch is queued, not when it runs: a
+/// launch queued behind held work, or later aborted, has used it up. Launches of one stream
+/// count in their order; launches racing on several streams count in the order they reach
+/// the device, so exactly one of them fails. Faults count on their own: two armed for the same
+/// launch both fire with it, and a launch a [`fail_task`] fault also targets fails with that
+/// fault's code and uses this one up too.
 ///
 /// The name is matched as launches are queued, not looked up now: a fault may be armed before
 /// the module holding the kernel is loaded, and a misspelt name is armed anyway and never
@@ -302,20 +321,16 @@ pub fn fail_kernel(device: &Device, name: &str, nth: u64, code: AclCode) -> Resu
             "is not a kernel name (empty, or holds a NUL)",
         ));
     }
-    if nth == 0 {
-        return Err(Error::invalid(
-            API,
-            "nth",
-            "counts from 1 (the next launch)",
-        ));
-    }
-    control::check_fault_code(code.0).map_err(|err| Error::invalid(API, "code", err.message))?;
+    check_nth_and_code(API, nth, code)?;
     Ok(control::fail_kernel(id, name, nth, code.0)?)
 }
 
 /// Disarms every fault armed on `device` that has not fired: those [`fail_task`] armed on any
-/// stream of it, and those [`fail_kernel`] armed on it. Returns how many it disarmed (0: every
-/// fault armed before fired, or was cleared already). Faults of other devices stay armed.
+/// live stream of it, those [`fail_kernel`] armed on it, and a [`fail_next_alloc`] not yet
+/// used. Returns how many it disarmed (0: every fault armed before fired, or was cleared
+/// already). A fault fires when its task is queued (not when it runs). Faults of other devices
+/// stay armed, and a device's last for the process, across `aclrtResetDevice` and a new
+/// runtime, until they fire or are cleared: a suite clears them between cases.
 ///
 /// For a test that arms a fault for work that may not come (a batch the service never
 /// launches) and must not leave it to the tests after it, or that checks every fault it armed

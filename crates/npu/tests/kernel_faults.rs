@@ -19,9 +19,14 @@ const TRAP: AclCode = AclCode::AICORE_EXCEPTION;
 /// One test at a time: `clear_faults` disarms every fault of a device, the other tests' too.
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The primary contexts of devices 0 and 1.
+/// The primary contexts of devices 0 and 1, with no fault armed on either: a test that failed
+/// before its fault fired would otherwise fail the tests after it too.
 fn contexts() -> (Context, Context) {
-    let context = |id| Device::open(id).unwrap().primary_context().clone();
+    let context = |id| {
+        let device = Device::open(id).unwrap();
+        sim::clear_faults(&device).unwrap();
+        device.primary_context().clone()
+    };
     (context(0), context(1))
 }
 
@@ -104,6 +109,20 @@ async fn nth_counts_the_kernels_launches_across_streams_and_spares_other_kernels
         [None, None, Some(TRAP)],
         "the third launch, on the third stream"
     );
+    assert_eq!(sim::clear_faults(&device).unwrap(), 0, "nothing left armed");
+}
+
+/// `clear_faults` disarms every fault of the device, an unused `fail_next_alloc` too: the
+/// allocation after it succeeds.
+#[test]
+fn an_unused_failed_allocation_is_disarmed_too() {
+    let _turn = TURN.blocking_lock();
+    let (ctx, _) = contexts();
+    let device = ctx.device();
+    sim::fail_next_alloc(&device).unwrap();
+    assert_eq!(sim::clear_faults(&device).unwrap(), 1);
+    assert!(DeviceBuffer::<u8>::new(&ctx, 64).is_ok(), "disarmed");
+    assert_eq!(sim::clear_faults(&device).unwrap(), 0);
 }
 
 #[tokio::test]

@@ -58,16 +58,27 @@ fn a_device_of_another_backend_is_refused() {
     }
 }
 
+/// A fault the simulator would refuse is refused by the control first, naming it and the
+/// argument, as `fail_kernel` does (it was the simulator's bare ACL code, "npu-sim control").
 #[test]
-fn a_refused_control_is_an_acl_error() {
+fn a_refused_fault_names_the_control_and_the_argument() {
     let device = Device::open(0).unwrap();
     let stream = Stream::new(device.primary_context()).unwrap();
-    let err = sim::fail_task(&stream, 0, AclCode(507015)).unwrap_err();
-    let npu::Error::Acl(acl) = &err else {
-        panic!("{err}");
-    };
-    assert_eq!(acl.api, "npu-sim control");
-    assert_eq!(acl.code, AclCode(100000), "{err}"); // ACL_ERROR_INVALID_PARAM
+    for (nth, code, argument) in [
+        (0, AclCode(507015), "nth"),
+        (1, AclCode::STREAM_SYNC_TIMEOUT, "code"),
+    ] {
+        let err = sim::fail_task(&stream, nth, code).unwrap_err();
+        let npu::Error::InvalidArgument {
+            api,
+            argument: named,
+            ..
+        } = &err
+        else {
+            panic!("{err}");
+        };
+        assert_eq!((*api, *named), ("npu::sim::fail_task", argument), "{err}");
+    }
 }
 
 #[test]

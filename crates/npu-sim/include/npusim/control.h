@@ -58,13 +58,17 @@ aclError npusimSetKernelDuration(int32_t deviceId, const char *kernelName, uint6
 aclError npusimFailTask(aclrtStream stream, uint64_t nth, aclError code);
 /* The nth launch of the kernel kernelName queued on any stream of the device from now on
  * (1 = the next; every launch function counts, and each kernel of a model runtime instance
- * each time an execution queues it, not a capture, a PERSISTENT stream's kept launch, nor a
- * kernel of an instance with branches) fails with
- * code when it runs, as npusimFailTask's task does. The name is matched at launch, so an
- * unknown one is armed anyway. An empty name, nth 0 or a code npusimFailTask refuses: 100000. */
+ * each time an execution queues it, under its captured name; not a capture, a PERSISTENT
+ * stream's kept launch, a launch on a stream bound to an instance being built or staged by a
+ * task group's update, nor a kernel of an instance with branches) fails with code when it
+ * runs, as npusimFailTask's task does. The fault is used up when the launch is queued. The
+ * name is matched at launch, so an unknown one is armed anyway. An empty or non-UTF-8 name,
+ * nth 0 or a code npusimFailTask refuses: 100000. */
 aclError npusimFailKernel(int32_t deviceId, const char *kernelName, uint64_t nth, aclError code);
-/* Disarms the device's npusimFailTask (any live stream of it) and npusimFailKernel faults that
- * have not fired; *cleared (unless NULL) receives how many. */
+/* Disarms the device's npusimFailTask (any live stream of it), npusimFailKernel and
+ * npusimFailNextAlloc faults that have not fired; *cleared (unless NULL) receives how many.
+ * A device's faults outlive aclrtResetDevice and aclFinalize: they last until they fire or
+ * are cleared. */
 aclError npusimClearFaults(int32_t deviceId, uint64_t *cleared);
 /* Loses a device: queued work is abandoned; later calls on it fail with 507010. */
 aclError npusimLoseDevice(int32_t deviceId);

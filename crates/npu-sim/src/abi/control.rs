@@ -6,7 +6,7 @@ use std::ffi::c_char;
 
 use npu_sys::*;
 
-use super::check::{c_str, optional};
+use super::check::{c_str, c_str_or, optional};
 use crate::config::{SimConfig, TimingModel};
 use crate::control::*;
 use crate::error::{Res, fail, guard, non_null, write_out};
@@ -211,12 +211,13 @@ pub unsafe extern "C" fn npusimFailKernel(
     code: aclError,
 ) -> aclError {
     guard("npusimFailKernel", || {
-        fail_kernel_impl(deviceId, c_str(kernelName, "kernelName")?, nth, code)
+        let name = c_str_or(kernelName, "kernelName", ACL_ERROR_INVALID_PARAM)?;
+        fail_kernel_impl(deviceId, name, nth, code)
     })
 }
 
-/// Disarms the faults npusimFailTask and npusimFailKernel armed on a device that have not
-/// fired ([`crate::control::clear_faults`]); `*cleared` (if not NULL) receives how many.
+/// Disarms the faults npusimFailTask, npusimFailKernel and npusimFailNextAlloc armed on a
+/// device that have not fired ([`crate::control::clear_faults`]); `*cleared` (if not NULL) receives how many.
 ///
 /// # Safety
 /// `cleared` must be NULL or valid for a write.
@@ -224,10 +225,10 @@ pub unsafe extern "C" fn npusimFailKernel(
 pub unsafe extern "C" fn npusimClearFaults(deviceId: i32, cleared: *mut u64) -> aclError {
     guard("npusimClearFaults", || {
         let count = clear_faults_impl(deviceId)?;
-        match cleared.is_null() {
-            true => Ok(()),
-            false => write_out(cleared, "cleared", count),
+        if !cleared.is_null() {
+            write_out(cleared, "cleared", count)?;
         }
+        Ok(())
     })
 }
 
