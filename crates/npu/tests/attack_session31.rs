@@ -506,10 +506,10 @@ fn a_record_on_a_stopped_stream_ends_event_waits_and_its_abort_frees_the_waiting
 
 /// `npu::sim::fail_task` with the codes ACL reserves for a synchronisation whose wait ran out
 /// (`ACL_ERROR_RT_STREAM_SYNC_TIMEOUT`, `ACL_ERROR_RT_EVENT_SYNC_TIMEOUT`) is refused by the
-/// simulator with a typed error naming the code, and fails no task: no task of a real device
-/// fails with them, and a task failed with one made every wait on its completion event answer
-/// "still running", so its operation stayed pending for ever under every strategy (the
-/// `EVENT_SYNC_TIMEOUT` case hung; a drained operation's next `synchronize` lost the fault and
+/// control with a typed error (`Error::InvalidArgument` naming it, the argument and the code),
+/// and fails no task: no task of a real device fails with them, and a task failed with one
+/// made every wait on its completion event answer "still running", so its operation stayed
+/// pending for ever under every strategy (the `EVENT_SYNC_TIMEOUT` case hung; a drained operation's next `synchronize` lost the fault and
 /// its context's events were never given back). Any other code is still injected: the next
 /// memset fails with it, and the one after runs.
 #[test]
@@ -520,10 +520,16 @@ fn a_wait_timeout_code_is_refused_as_an_injected_task_failure() {
         for code in [AclCode::STREAM_SYNC_TIMEOUT, AclCode::EVENT_SYNC_TIMEOUT] {
             let what = format!("{strategy:?} {code}");
             let err = sim::fail_task(&s, 1, code).expect_err(&what);
-            assert_eq!(
-                err.acl_code(),
-                Some(AclCode(ffi::ACL_ERROR_INVALID_PARAM)),
-                "{what}"
+            assert!(
+                matches!(
+                    err,
+                    npu::Error::InvalidArgument {
+                        api: "npu::sim::fail_task",
+                        argument: "code",
+                        ..
+                    }
+                ),
+                "{what}: {err}"
             );
             let shown = err.to_string();
             assert!(shown.contains(&code.0.to_string()), "{what}: {shown}");
