@@ -34,13 +34,10 @@ use crate::error::{Error, Result};
 /// or one of its threads, or had a window open at a fork: 0 there, raised in each child.
 static GENERATION: AtomicU32 = AtomicU32::new(0);
 
-/// Whether an `aclInit` of npu-rs's succeeded in this process: from then on the runtime's
-/// threads may run, and a child has none of them.
+/// Whether this process started something a child would find made and absent: a runtime (an
+/// `aclInit` of npu-rs's succeeded: the runtime's threads may run) or one of npu-rs's threads
+/// ([`start_once`] made a start, with or without a runtime).
 static STARTED: AtomicBool = AtomicBool::new(false);
-
-/// Whether one of npu-rs's threads was started in this process ([`start_once`] made a start),
-/// with or without a runtime: a child finds the start made, and the thread absent.
-static THREADS: AtomicBool = AtomicBool::new(false);
 
 /// How many [`Window`]s are open: threads of this process inside a lock or a one-time start
 /// that a child would wait for (a runtime's making, from its library's load to its `aclInit`;
@@ -52,10 +49,7 @@ extern "C" fn in_child() {
     // Async-signal-safe: atomic loads and an atomic add, nothing else. A process whose every
     // `aclInit` failed, and that started none of npu-rs's threads, started nothing a child
     // would wait for: its child, unless forked inside a window, is free to start its own.
-    if STARTED.load(Ordering::SeqCst)
-        || THREADS.load(Ordering::SeqCst)
-        || WINDOWS.load(Ordering::SeqCst) != 0
-    {
+    if STARTED.load(Ordering::SeqCst) || WINDOWS.load(Ordering::SeqCst) != 0 {
         GENERATION.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -162,7 +156,7 @@ pub fn start_once<T>(cell: &OnceLock<T>, init: impl FnOnce() -> T) -> Option<&T>
     let _window = Window::open();
     let made = cell.get_or_init(init);
     // Inside the window: no fork lands between the value's making and this mark unseen.
-    THREADS.store(true, Ordering::SeqCst);
+    STARTED.store(true, Ordering::SeqCst);
     Some(made)
 }
 
