@@ -190,13 +190,19 @@ pub(crate) fn fault_code_impl(code: aclError) -> Res<()> {
     Ok(())
 }
 
-pub(crate) fn fail_task_impl(stream: aclrtStream, nth: u64, code: aclError) -> Res<()> {
+/// The checks every counted fault shares: `nth` counts from 1 (the next of what `counts`
+/// names), and `code` is one a task may fail with.
+fn counted_fault_impl(nth: u64, code: aclError, counts: &str) -> Res<()> {
     ensure!(
         nth > 0,
         ACL_ERROR_INVALID_PARAM,
-        "nth counts from 1 (the next task)"
+        "nth counts from 1 (the next {counts})"
     );
-    fault_code_impl(code)?;
+    fault_code_impl(code)
+}
+
+pub(crate) fn fail_task_impl(stream: aclrtStream, nth: u64, code: aclError) -> Res<()> {
+    counted_fault_impl(nth, code, "task")?;
     let stream = context::any_stream(sim()?, stream)?;
     stream.inject_failure(nth, code)
 }
@@ -208,12 +214,7 @@ pub(crate) fn fail_kernel_impl(device: i32, name: &str, nth: u64, code: aclError
         ACL_ERROR_INVALID_PARAM,
         "the kernel name is empty or holds a NUL (no kernel is named so)"
     );
-    ensure!(
-        nth > 0,
-        ACL_ERROR_INVALID_PARAM,
-        "nth counts from 1 (the next launch)"
-    );
-    fault_code_impl(code)?;
+    counted_fault_impl(nth, code, "launch")?;
     device.kernel_faults.arm(name, nth, code);
     Ok(())
 }
