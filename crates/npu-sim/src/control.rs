@@ -425,9 +425,10 @@ pub fn set_kernel_duration(
 
 /// Makes the `nth` device task (copy, memset, kernel, reduction, random numbers, task update;
 /// event, notify and value operations do not count, nor do callbacks and host functions,
-/// which run on a host thread) submitted to `stream` from now on fail with `code` when it
-/// runs, without touching memory. `nth` = 1 is the next one; NULL is the calling thread's current
-/// default stream. The failure then follows the stream's failure mode. `code` is any error but
+/// which run on a host thread, nor the tasks a PERSISTENT stream keeps, which never run)
+/// submitted to `stream` from now on fail with `code` when it runs, without touching memory.
+/// `nth` = 1 is the next one; NULL is the calling thread's current default stream. The
+/// failure then follows the stream's failure mode. `code` is any error but
 /// the two a synchronisation returns when its wait runs out (ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
 /// ACL_ERROR_RT_EVENT_SYNC_TIMEOUT), which are refused with 100000: no task fails with them,
 /// and a wait on a task failed with one would take it for a task still running. An `nth` that

@@ -171,7 +171,7 @@ fn kernels_load_from_the_shipped_shared_object_in_c() {
 
 /// `tests/c/kernel_fault_flow.c`: npusimFailKernel counts a kernel's launches across streams
 /// and at each execution of a captured instance (a PERSISTENT stream's kept launches do not
-/// count), and npusimClearFaults disarms what has not
+/// count, for its own npusimFailTask faults either), and npusimClearFaults disarms what has not
 /// fired (npusimFailTask's faults too).
 #[test]
 fn kernel_faults_fire_on_any_stream_and_clear_in_c() {
@@ -185,6 +185,7 @@ fn kernel_faults_fire_on_any_stream_and_clear_in_c() {
          second scale_f32, on the other stream: 507015\n\
          executions: 0, then 507015\n\
          after a kept launch, the next one: 507015\n\
+         a PERSISTENT stream's fault, after a kept launch: 1 armed\n\
          cleared 3, then scale_f32 0, cleared again (NULL count) 0\n\
          left armed: 0\n\
          kernel fault flow ok\n"

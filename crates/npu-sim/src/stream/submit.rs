@@ -89,16 +89,15 @@ impl Stream {
             }));
             return Ok(());
         }
-        if task.is_device_work() {
+        // A PERSISTENT stream's task is kept, never run, so it is no task (or launch) to fail.
+        if task.is_device_work() && !self.is_persistent() {
             state.device_seq += 1;
             let seq = state.device_seq;
             if let Some(at) = state.injections.iter().position(|&(n, _)| n == seq) {
                 task.inject = Some(state.injections.swap_remove(at).1);
             }
-            // Counted even when the stream's own fault fails the task: the launch was made. A
-            // PERSISTENT stream's launch is kept, never run, so it is not one to fail.
-            if !self.is_persistent()
-                && let Op::Kernel(launch) = &task.op
+            // Counted even when the stream's own fault fails the task: the launch was made.
+            if let Op::Kernel(launch) = &task.op
                 && let Some(code) = self.device.kernel_faults.launch(launch.name())
             {
                 task.inject.get_or_insert(code);

@@ -2,8 +2,8 @@
  * npusimFailKernel and npusimClearFaults as a C test suite uses them: a fault on a kernel name
  * fires on whichever stream launches it, counting launches across streams and leaving other
  * kernels alone; kernels of a captured instance count at each execution, not at the capture,
- * and a PERSISTENT stream's kept launches not at all; a cleared fault never fires; refused
- * arguments get their codes.
+ * and a PERSISTENT stream's kept launches not at all (for its own task faults either); a
+ * cleared fault never fires; refused arguments get their codes.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -76,6 +76,12 @@ int main(void)
     CHECK(launch(scale, &scaled, sizeof scaled, kept));
     CHECK(launch(scale, &scaled, sizeof scaled, second));
     printf("after a kept launch, the next one: %d\n", (int)aclrtSynchronizeStream(second));
+    /* Nor a task to fail: a stream's fault on it stays armed past a kept launch. */
+    CHECK(npusimFailTask(kept, 1, TRAP));
+    CHECK(launch(scale, &scaled, sizeof scaled, kept));
+    CHECK(npusimClearFaults(0, &cleared));
+    printf("a PERSISTENT stream's fault, after a kept launch: %llu armed\n",
+           (unsigned long long)cleared);
 
     /* Cleared: a stream's fault and a kernel's, neither fires. */
     CHECK(npusimFailTask(first, 1, TRAP));
