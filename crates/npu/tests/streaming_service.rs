@@ -58,6 +58,8 @@ const TRAP: AclCode = AclCode(507015);
 /// The device `a_lost_device_is_routed_around` loses; no other test uses it (a loss is final
 /// for the process).
 const LOST: u32 = 3;
+/// The device `a_device_lost_while_held_fails_the_queued_step` loses.
+const LOST_HELD: u32 = 4;
 
 // ---------------------------------------------------------------------------------------------
 // The service
@@ -499,13 +501,13 @@ async fn metrics(State(service): State<Arc<Service>>) -> axum::Json<Value> {
 // Test support
 // ---------------------------------------------------------------------------------------------
 
-/// Installs this binary's simulator (four devices) once and returns a runtime on it.
+/// Installs this binary's simulator (five devices) once and returns a runtime on it.
 fn simulator() -> Runtime {
     static RUNTIME: OnceLock<Runtime> = OnceLock::new();
     RUNTIME
         .get_or_init(|| {
             SimConfig::default()
-                .devices(4)
+                .devices(5)
                 .memory_per_device(256 << 20)
                 .install()
                 .expect("the simulator was already initialised with another configuration");
@@ -897,7 +899,7 @@ async fn a_lost_device_is_routed_around() {
     let _watchdog = watchdog("a_lost_device_is_routed_around");
     let _turn = turn().await;
     let lost = device(LOST);
-    let before = baseline(&[2]);
+    let before = baseline(&[2, LOST]);
     let service = Service::start(&[2, LOST], 1, Duration::from_secs(3600)).await;
     let router = service.router();
     let (_, mut on_two) = generate_in_process(&router, &[0.0], 4).await;
@@ -1086,5 +1088,122 @@ async fn over_tcp_a_closed_connection_cancels_and_shutdown_drains() {
         json!({"received": 2, "completed": 0, "cancelled": 1, "deadline_exceeded": 0,
                "failed": 0, "shut_down": 1, "active": 0})
     );
+    assert_nothing_left(service, router, before).await;
+}
+
+/// A device that makes no progress (held) under real time: the request's deadline bounds the
+/// upload (a 504) or the step in flight (an error event), and the abandoned work's memory comes
+/// back once the device runs again. (Under paused time a pending operation keeps the clock
+/// still, so no deadline can fire while the device is held: this needs real time.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_bounds_work_on_a_stuck_device() {
+    let _watchdog = watchdog("a_deadline_bounds_work_on_a_stuck_device");
+    let _turn = turn().await;
+    let one = device(1);
+    let before = baseline(&[1]);
+    let service = Service::start(&[1], 1, Duration::from_secs(2)).await;
+    let router = service.router();
+
+    let held = sim::hold(&one).unwrap();
+    let response = router
+        .clone()
+        .oneshot(generate_request(&[3.0], 1000))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT, "the upload never ran");
+    held.release().unwrap();
+
+    let (status, mut events) = generate_in_process(&router, &[3.0], 1000).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(events.next().await, Some(Event::Token(4.0)));
+    let held = sim::hold(&one).unwrap();
+    let events = events.rest().await;
+    let (last, tokens) = events.split_last().unwrap();
+    assert_eq!(last, &Event::Error("deadline_exceeded".into()));
+    assert_eq!(tokens, expected_tokens(4.0, tokens.len() as u32));
+    assert_eq!(requests(&router).await["deadline_exceeded"], 2);
+    held.release().unwrap();
+    assert_nothing_left(service, router, before).await;
+}
+
+/// A graceful shutdown while a step waits for a held device: the stream ends with
+/// `shutting_down` at once (the step is dropped, not waited for), and its memory comes back
+/// once the device runs.
+#[tokio::test(start_paused = true)]
+async fn shutdown_ends_a_stream_stuck_on_a_held_device() {
+    let _watchdog = watchdog("shutdown_ends_a_stream_stuck_on_a_held_device");
+    let _turn = turn().await;
+    let zero = device(0);
+    let before = baseline(&[0]);
+    let service = Service::start(&[0], 1, Duration::from_secs(3600)).await;
+    let router = service.router();
+    let (_, mut events) = generate_in_process(&router, &[8.0], 1000).await;
+    assert_eq!(events.next().await, Some(Event::Token(9.0)));
+    let held = sim::hold(&zero).unwrap();
+    assert!(events.next().now_or_never().is_none(), "held");
+    service.shut_down();
+    assert_eq!(events.rest().await, [Event::Error("shutting_down".into())]);
+    let refused = router.clone().oneshot(generate_request(&[1.0], 1)).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(requests(&router).await["shut_down"], 1);
+    held.release().unwrap();
+    assert_nothing_left(service, router, before).await;
+}
+
+/// A device lost while it is held, with a step queued on it: the step fails as the loss
+/// fails queued work, the only device is unhealthy so new requests are refused, and nothing
+/// is left once the hold is dropped.
+#[tokio::test(start_paused = true)]
+async fn a_device_lost_while_held_fails_the_queued_step() {
+    let _watchdog = watchdog("a_device_lost_while_held_fails_the_queued_step");
+    let _turn = turn().await;
+    let lost = device(LOST_HELD);
+    let before = baseline(&[LOST_HELD]);
+    let service = Service::start(&[LOST_HELD], 1, Duration::from_secs(3600)).await;
+    let router = service.router();
+    let (_, mut events) = generate_in_process(&router, &[20.0], 1000).await;
+    assert_eq!(events.next().await, Some(Event::Token(21.0)));
+    let held = sim::hold(&lost).unwrap();
+    assert!(events.next().now_or_never().is_none(), "held");
+    let to_lose = lost.clone();
+    tokio::task::spawn_blocking(move || sim::lose(&to_lose))
+        .await
+        .unwrap()
+        .unwrap();
+    match events.rest().await.as_slice() {
+        [Event::Error(message)] => assert!(message.starts_with("device_lost: "), "{message}"),
+        other => panic!("expected one device_lost event, got {other:?}"),
+    }
+    let refused = router.clone().oneshot(generate_request(&[1.0], 1)).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    drop(held);
+    assert_nothing_left(service, router, before).await;
+}
+
+/// Every client goes away while its step waits for a held device: each dropped step keeps its
+/// blocks until the device has run it, and all come back.
+#[tokio::test(start_paused = true)]
+async fn many_clients_gone_while_the_device_is_held() {
+    let _watchdog = watchdog("many_clients_gone_while_the_device_is_held");
+    let _turn = turn().await;
+    let zero = device(0);
+    let before = baseline(&[0]);
+    let service = Service::start(&[0], 3, Duration::from_secs(3600)).await;
+    let router = service.router();
+    let mut clients = Vec::new();
+    for i in 0..24 {
+        let (_, mut events) = generate_in_process(&router, &[i as f32], 50).await;
+        assert_eq!(events.next().await, Some(Event::Token(i as f32 + 1.0)));
+        clients.push(events);
+    }
+    let held = sim::hold(&zero).unwrap();
+    for events in &mut clients {
+        assert!(events.next().now_or_never().is_none(), "held");
+    }
+    drop(clients);
+    let block = DevicePool::size_class(WIDTH * size_of::<f32>()).unwrap();
+    assert_eq!(service.shards[0].memory.stats().cache.allocated, 24 * 2 * block);
+    assert_eq!(requests(&router).await["cancelled"], 24);
+    held.release().unwrap();
     assert_nothing_left(service, router, before).await;
 }
