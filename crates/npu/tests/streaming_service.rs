@@ -39,11 +39,11 @@ use http_body_util::BodyExt;
 use npu::Stream;
 use npu::device::DeviceStatus;
 use npu::error::AclCode;
-use npu::memory::{PooledDeviceBuffer, PooledBuffer};
+use npu::memory::{PooledBuffer, PooledDeviceBuffer, Split};
 use npu::prelude::*;
 use npu::runtime::BackendChoice;
 use npu::sim::{self, SimConfig};
-use npu::stream::StreamPool;
+use npu::stream::{Strategy, StreamPool};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -65,6 +65,37 @@ const LOST_HELD: u32 = 4;
 // The service
 // ---------------------------------------------------------------------------------------------
 
+/// How the service is set up.
+#[derive(Clone, Copy)]
+struct Setup {
+    /// Streams per device.
+    streams: usize,
+    /// How long a request may take, from its arrival to its last event.
+    deadline: Duration,
+    strategy: Strategy,
+    /// The requests each device has memory for at once (`None`: no limit); a request over it
+    /// waits for memory in its handler.
+    requests_per_device: Option<usize>,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            streams: 1,
+            deadline: Duration::from_secs(3600),
+            strategy: Strategy::EventPoll,
+            requests_per_device: None,
+        }
+    }
+}
+
+/// The device pool's block for a request: its state and next state, halves of one block, so
+/// that a request never holds one half while it waits for the other (two requests doing so
+/// in a full pool would wait for each other for ever).
+fn request_block() -> usize {
+    DevicePool::size_class(2 * WIDTH * size_of::<f32>()).unwrap()
+}
+
 /// One device's share of the service: its streams, memory pools and kernel.
 struct Shard {
     device: Device,
@@ -77,15 +108,20 @@ struct Shard {
 }
 
 impl Shard {
-    async fn open(device: Device, streams: usize) -> npu::Result<Shard> {
+    async fn open(device: Device, setup: &Setup) -> npu::Result<Shard> {
         let ctx = device.primary_context().clone();
         // SAFETY: npu-sim's shipped kernel library, built for its kernel ABI.
         let module = unsafe { Module::from_file(&ctx, sim::kernel::LIBRARY_PATH) }?;
         let add = module.function(sim::kernel::VECTOR_ADD_F32)?;
-        let streams = StreamPool::new(&ctx, streams)?;
+        let builder = Stream::builder(&ctx).strategy(setup.strategy);
+        let streams = StreamPool::with_builder(builder, setup.streams)?;
         let ones = streams.next().upload(&[1.0f32; WIDTH]).await?;
+        let mut memory = DevicePool::builder(&ctx);
+        if let Some(requests) = setup.requests_per_device {
+            memory = memory.capacity(requests * request_block());
+        }
         Ok(Shard {
-            memory: DevicePool::new(&ctx)?,
+            memory: memory.build()?,
             staging: PinnedPool::new(&ctx),
             device,
             streams,
@@ -145,15 +181,15 @@ struct Service {
 }
 
 impl Service {
-    async fn start(devices: &[u32], streams: usize, deadline: Duration) -> Arc<Service> {
+    async fn start(devices: &[u32], setup: Setup) -> Arc<Service> {
         let mut shards = Vec::new();
         for &id in devices {
-            shards.push(Shard::open(device(id), streams).await.unwrap());
+            shards.push(Shard::open(device(id), &setup).await.unwrap());
         }
         Arc::new(Service {
             shards,
             next: AtomicUsize::new(0),
-            deadline,
+            deadline: setup.deadline,
             counters: Counters::default(),
             ended: watch::channel(0).0,
             shutdown: watch::channel(false).0,
@@ -277,8 +313,8 @@ struct Decode {
     stream: Stream,
     add: Function,
     ones: Arc<DeviceBuffer<f32>>,
-    state: PooledDeviceBuffer<f32>,
-    next: PooledDeviceBuffer<f32>,
+    state: Split<PooledDeviceBuffer<f32>>,
+    next: Split<PooledDeviceBuffer<f32>>,
     host: PooledBuffer<f32>,
 }
 
@@ -289,8 +325,8 @@ impl Decode {
         let mut host = shard.staging.alloc::<f32>(WIDTH).await?;
         host.fill(0.0);
         host[..prompt.len()].copy_from_slice(prompt);
-        let state = shard.memory.alloc::<f32>(&stream, WIDTH).await?;
-        let next = shard.memory.alloc::<f32>(&stream, WIDTH).await?;
+        let block = shard.memory.alloc::<f32>(&stream, 2 * WIDTH).await?;
+        let (state, next) = block.into_halves(WIDTH)?;
         let (host, state) = stream.copy_h2d(host, state).await?;
         Ok(Decode {
             stream,
@@ -367,21 +403,25 @@ async fn generate(
     let deadline = Instant::now() + service.deadline;
     let Some(shard) = service.pick() else {
         admission.end(Outcome::Failed);
-        return json_error(StatusCode::SERVICE_UNAVAILABLE, "no_device", "no healthy device");
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no_device",
+            "no healthy device",
+        );
     };
-    let decode = match tokio::time::timeout_at(deadline, Decode::start(shard, &request.prompt)).await
-    {
-        Ok(Ok(decode)) => decode,
-        Ok(Err(err)) => {
-            admission.end(Outcome::Failed);
-            let status = StatusCode::INTERNAL_SERVER_ERROR;
-            return json_error(status, device_error_code(&err), err);
-        }
-        Err(_) => {
-            admission.end(Outcome::DeadlineExceeded);
-            return json_error(StatusCode::GATEWAY_TIMEOUT, "deadline_exceeded", "");
-        }
-    };
+    let decode =
+        match tokio::time::timeout_at(deadline, Decode::start(shard, &request.prompt)).await {
+            Ok(Ok(decode)) => decode,
+            Ok(Err(err)) => {
+                admission.end(Outcome::Failed);
+                let status = StatusCode::INTERNAL_SERVER_ERROR;
+                return json_error(status, device_error_code(&err), err);
+            }
+            Err(_) => {
+                admission.end(Outcome::DeadlineExceeded);
+                return json_error(StatusCode::GATEWAY_TIMEOUT, "deadline_exceeded", "");
+            }
+        };
     let generation = Generation {
         admission,
         decode,
@@ -427,15 +467,27 @@ impl Generation {
             (event, None)
         };
         if left == 0 {
-            return end(admission, Outcome::Completed, format!("event: done\ndata: {produced}\n\n"));
+            return end(
+                admission,
+                Outcome::Completed,
+                format!("event: done\ndata: {produced}\n\n"),
+            );
         }
         if *shutdown.borrow() {
-            return end(admission, Outcome::ShutDown, error_event("shutting_down", ""));
+            return end(
+                admission,
+                Outcome::ShutDown,
+                error_event("shutting_down", ""),
+            );
         }
         // Checked before the step, not only as its timeout: a timeout polls the step first,
         // and a step the device finished at once would go past the deadline.
         if Instant::now() >= deadline {
-            return end(admission, Outcome::DeadlineExceeded, error_event("deadline_exceeded", ""));
+            return end(
+                admission,
+                Outcome::DeadlineExceeded,
+                error_event("deadline_exceeded", ""),
+            );
         }
         let step = tokio::select! {
             step = tokio::time::timeout_at(deadline, decode.step()) => step,
@@ -539,8 +591,7 @@ struct Watchdog {
 fn watchdog(test: &'static str) -> Watchdog {
     let (disarm, armed) = mpsc::channel::<()>();
     std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = armed.recv_timeout(Duration::from_secs(60))
-        {
+        if let Err(mpsc::RecvTimeoutError::Timeout) = armed.recv_timeout(Duration::from_secs(60)) {
             eprintln!("{test} hung for a minute");
             std::process::abort();
         }
@@ -573,8 +624,7 @@ fn baseline(ids: &[u32]) -> Baseline {
 async fn assert_nothing_left(service: Arc<Service>, router: Router, before: Baseline) {
     assert_eq!(service.active(), 0, "{}", service.metrics());
     for shard in service.shards.iter().filter(|shard| shard.healthy()) {
-        for _ in 0..shard.streams.len() {
-            let stream = shard.streams.next();
+        for stream in shard.streams.streams() {
             // The first synchronize after a fault reports it again, though the request it
             // failed already did (as aclrtSynchronizeStream does); the second waits for the
             // rest.
@@ -609,7 +659,10 @@ async fn assert_nothing_left(service: Arc<Service>, router: Router, before: Base
     let pinned = sim::host_stats().unwrap().pinned_allocations;
     assert_eq!(pinned, before.pinned_allocations, "pinned allocations");
     let pending = npu::stream::reactor_stats().pending();
-    assert_eq!(pending, before.reactor_pending, "reactor operations pending");
+    assert_eq!(
+        pending, before.reactor_pending,
+        "reactor operations pending"
+    );
 }
 
 /// A server-sent event as the client sees it.
@@ -684,7 +737,9 @@ fn parse_event(raw: &str) -> Event {
 
 /// The tokens a prompt starting with `first` streams: `first + 1`, `first + 2`, ...
 fn expected_tokens(first: f32, count: u32) -> Vec<Event> {
-    (1..=count).map(|k| Event::Token(first + k as f32)).collect()
+    (1..=count)
+        .map(|k| Event::Token(first + k as f32))
+        .collect()
 }
 
 fn generate_request(prompt: &[f32], max_tokens: u32) -> Request<Body> {
@@ -730,7 +785,14 @@ async fn streams_each_token_and_leaves_nothing_behind() {
     let _watchdog = watchdog("streams_each_token_and_leaves_nothing_behind");
     let _turn = turn().await;
     let before = baseline(&[0, 1]);
-    let service = Service::start(&[0, 1], 2, Duration::from_secs(3600)).await;
+    let service = Service::start(
+        &[0, 1],
+        Setup {
+            streams: 2,
+            ..Setup::default()
+        },
+    )
+    .await;
     let router = service.router();
     let (healthy, _) = get_json(&router, "/healthz").await;
     assert_eq!(healthy, StatusCode::OK);
@@ -774,7 +836,7 @@ async fn a_client_gone_mid_step_stops_its_device_work() {
     let _turn = turn().await;
     let zero = device(0);
     let before = baseline(&[0]);
-    let service = Service::start(&[0], 1, Duration::from_secs(3600)).await;
+    let service = Service::start(&[0], Setup::default()).await;
     let router = service.router();
     let (status, mut events) = generate_in_process(&router, &[5.0], 1000).await;
     assert_eq!(status, StatusCode::OK);
@@ -793,10 +855,9 @@ async fn a_client_gone_mid_step_stops_its_device_work() {
                "failed": 0, "shut_down": 0, "active": 0})
     );
     let memory = service.shards[0].memory.stats().cache;
-    let block = DevicePool::size_class(WIDTH * size_of::<f32>()).unwrap();
     assert_eq!(
         (memory.allocated, memory.awaiting_blocks),
-        (2 * block, 0),
+        (request_block(), 0),
         "the held launch owns both state blocks until the device is done with them"
     );
     // Any further launch of the kernel on the device would use this fault up.
@@ -816,7 +877,14 @@ async fn a_request_past_its_deadline_ends_with_an_error_event() {
     let _watchdog = watchdog("a_request_past_its_deadline_ends_with_an_error_event");
     let _turn = turn().await;
     let before = baseline(&[1]);
-    let service = Service::start(&[1], 1, Duration::from_secs(10)).await;
+    let service = Service::start(
+        &[1],
+        Setup {
+            deadline: Duration::from_secs(10),
+            ..Setup::default()
+        },
+    )
+    .await;
     let router = service.router();
     let (_, mut events) = generate_in_process(&router, &[0.5], 100).await;
     assert_eq!(events.next().await, Some(Event::Token(1.5)));
@@ -839,7 +907,7 @@ async fn a_kernel_fault_fails_only_its_request() {
     let _turn = turn().await;
     let zero = device(0);
     let before = baseline(&[0]);
-    let service = Service::start(&[0], 1, Duration::from_secs(3600)).await;
+    let service = Service::start(&[0], Setup::default()).await;
     let router = service.router();
     sim::fail_kernel(&zero, sim::kernel::VECTOR_ADD_F32, 3, TRAP).unwrap();
     let (_, mut events) = generate_in_process(&router, &[1.0], 5).await;
@@ -859,7 +927,10 @@ async fn a_kernel_fault_fails_only_its_request() {
     want.push(Event::Done(2));
     assert_eq!(events.rest().await, want);
     let counts = requests(&router).await;
-    assert_eq!((&counts["failed"], &counts["completed"]), (&json!(1), &json!(1)));
+    assert_eq!(
+        (&counts["failed"], &counts["completed"]),
+        (&json!(1), &json!(1))
+    );
     assert_nothing_left(service, router, before).await;
 }
 
@@ -869,7 +940,7 @@ async fn a_failed_upload_is_a_500() {
     let _watchdog = watchdog("a_failed_upload_is_a_500");
     let _turn = turn().await;
     let before = baseline(&[1]);
-    let service = Service::start(&[1], 1, Duration::from_secs(3600)).await;
+    let service = Service::start(&[1], Setup::default()).await;
     let router = service.router();
     // The shard has one stream: the request will be given this one.
     sim::fail_task(&service.shards[0].streams.next(), 1, TRAP).unwrap();
@@ -883,7 +954,10 @@ async fn a_failed_upload_is_a_500() {
     let body: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(body["error"]["code"], "device_error", "{body}");
     assert!(
-        body["error"]["message"].as_str().unwrap().contains("507015"),
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("507015"),
         "{body}"
     );
     assert_eq!(sim::clear_faults(&device(1)).unwrap(), 0, "the fault fired");
@@ -900,7 +974,7 @@ async fn a_lost_device_is_routed_around() {
     let _turn = turn().await;
     let lost = device(LOST);
     let before = baseline(&[2, LOST]);
-    let service = Service::start(&[2, LOST], 1, Duration::from_secs(3600)).await;
+    let service = Service::start(&[2, LOST], Setup::default()).await;
     let router = service.router();
     let (_, mut on_two) = generate_in_process(&router, &[0.0], 4).await;
     let (_, mut on_lost) = generate_in_process(&router, &[100.0], 4).await;
@@ -930,7 +1004,10 @@ async fn a_lost_device_is_routed_around() {
         assert_eq!(events.rest().await, want, "routed to device 2");
     }
     let counts = requests(&router).await;
-    assert_eq!((&counts["failed"], &counts["completed"]), (&json!(1), &json!(4)));
+    assert_eq!(
+        (&counts["failed"], &counts["completed"]),
+        (&json!(1), &json!(4))
+    );
     assert_nothing_left(service, router, before).await;
 }
 
@@ -946,60 +1023,82 @@ impl Rng {
     }
 }
 
-/// Many clients at once on two devices with two streams each; some read every token, some
-/// go away after a few, some while a step is in flight. Every request ends under the outcome
-/// its client chose, every token read is right, and nothing is left once they are done.
+/// Runs 40 clients at once, made from `seed`: some read every token, some go away after a
+/// few, some while a step is in flight. Returns how many read every token.
+async fn random_clients(router: &Router, seed: u64) -> u64 {
+    let mut rng = Rng(seed);
+    let mut clients = Vec::new();
+    let mut complete = 0;
+    for i in 0..40u32 {
+        let max_tokens = 1 + rng.below(12) as u32;
+        let read = rng.below(u64::from(max_tokens) + 4) as u32;
+        let mid_step = rng.below(2) == 1;
+        complete += u64::from(read >= max_tokens);
+        let router = router.clone();
+        clients.push(tokio::spawn(async move {
+            let first = (i * 100) as f32;
+            let (status, mut events) = generate_in_process(&router, &[first], max_tokens).await;
+            assert_eq!(status, StatusCode::OK);
+            if read >= max_tokens {
+                let mut want = expected_tokens(first, max_tokens);
+                want.push(Event::Done(max_tokens));
+                assert_eq!(events.rest().await, want, "client {i}");
+                return;
+            }
+            for k in 1..=read {
+                assert_eq!(events.next().await, Some(Event::Token(first + k as f32)));
+            }
+            if mid_step {
+                // Starts the next step (unless the device finishes it within this poll) and
+                // goes away.
+                let _ = events.next().now_or_never();
+            }
+        }));
+    }
+    for client in clients {
+        client.await.unwrap();
+    }
+    complete
+}
+
+/// Many clients at once on two devices with two streams each, under each completion
+/// strategy, with and without a limit on the requests each device has memory for: every
+/// request ends under the outcome its client chose, every token read is right, and nothing
+/// is left once they are done.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_clients_with_random_disconnects() {
     let _watchdog = watchdog("many_clients_with_random_disconnects");
     let _turn = turn().await;
-    let before = baseline(&[0, 1]);
-    let service = Service::start(&[0, 1], 2, Duration::from_secs(3600)).await;
-    let router = service.router();
-    let (mut completed_before, mut cancelled_before) = (0, 0);
-    for seed in [1, 7, 42] {
-        let mut rng = Rng(seed);
-        let mut clients = Vec::new();
-        let mut expect_completed = 0;
-        for i in 0..40u32 {
-            let max_tokens = 1 + rng.below(12) as u32;
-            let read = rng.below(u64::from(max_tokens) + 4) as u32;
-            let mid_step = rng.below(2) == 1;
-            expect_completed += u64::from(read >= max_tokens);
-            let router = router.clone();
-            clients.push(tokio::spawn(async move {
-                let first = (i * 100) as f32;
-                let (status, mut events) = generate_in_process(&router, &[first], max_tokens).await;
-                assert_eq!(status, StatusCode::OK);
-                if read >= max_tokens {
-                    let mut want = expected_tokens(first, max_tokens);
-                    want.push(Event::Done(max_tokens));
-                    assert_eq!(events.rest().await, want, "client {i}");
-                    return;
-                }
-                for k in 1..=read {
-                    assert_eq!(events.next().await, Some(Event::Token(first + k as f32)));
-                }
-                if mid_step {
-                    // Starts the next step (unless the device is quick enough to finish it in
-                    // this poll) and goes away.
-                    let _ = events.next().now_or_never();
-                }
-            }));
+    let setups = [
+        (Strategy::EventPoll, None),
+        (Strategy::EventPoll, Some(3)),
+        (Strategy::CallbackThread, Some(2)),
+        (Strategy::BlockingSync, None),
+    ];
+    for (strategy, requests_per_device) in setups {
+        let before = baseline(&[0, 1]);
+        let setup = Setup {
+            streams: 2,
+            strategy,
+            requests_per_device,
+            ..Setup::default()
+        };
+        let service = Service::start(&[0, 1], setup).await;
+        let router = service.router();
+        let (mut completed, mut cancelled) = (0, 0);
+        for seed in [1, 7, 42] {
+            let complete = random_clients(&router, seed).await;
+            let counts = requests(&router).await;
+            let count = |name: &str| counts[name].as_u64().unwrap();
+            let context = format!("{strategy:?}, {requests_per_device:?}, seed {seed}: {counts}");
+            assert_eq!((count("active"), count("failed")), (0, 0), "{context}");
+            // A client that stopped before the last token never sees its request complete.
+            assert_eq!(count("completed") - completed, complete, "{context}");
+            assert_eq!(count("cancelled") - cancelled, 40 - complete, "{context}");
+            (completed, cancelled) = (count("completed"), count("cancelled"));
         }
-        for client in clients {
-            client.await.unwrap();
-        }
-        let counts = requests(&router).await;
-        let count = |name: &str| counts[name].as_u64().unwrap();
-        assert_eq!(count("active"), 0, "{counts}");
-        assert_eq!(count("failed"), 0, "{counts}");
-        // A client that stopped before the last token never sees the request complete.
-        assert_eq!(count("completed") - completed_before, expect_completed, "seed {seed}");
-        assert_eq!(count("cancelled") - cancelled_before, 40 - expect_completed, "seed {seed}");
-        (completed_before, cancelled_before) = (count("completed"), count("cancelled"));
+        assert_nothing_left(service, router, before).await;
     }
-    assert_nothing_left(service, router, before).await;
 }
 
 /// Serves `router` on a loopback port until the service shuts down: the server task ends once
@@ -1058,7 +1157,14 @@ async fn over_tcp_a_closed_connection_cancels_and_shutdown_drains() {
     let _watchdog = watchdog("over_tcp_a_closed_connection_cancels_and_shutdown_drains");
     let _turn = turn().await;
     let before = baseline(&[0, 1]);
-    let service = Service::start(&[0, 1], 2, Duration::from_secs(3600)).await;
+    let service = Service::start(
+        &[0, 1],
+        Setup {
+            streams: 2,
+            ..Setup::default()
+        },
+    )
+    .await;
     let router = service.router();
     let (address, server) = serve_tcp(&service, router.clone()).await;
     let mut ended = service.ended.subscribe();
@@ -1101,7 +1207,14 @@ async fn a_deadline_bounds_work_on_a_stuck_device() {
     let _turn = turn().await;
     let one = device(1);
     let before = baseline(&[1]);
-    let service = Service::start(&[1], 1, Duration::from_secs(2)).await;
+    let service = Service::start(
+        &[1],
+        Setup {
+            deadline: Duration::from_secs(2),
+            ..Setup::default()
+        },
+    )
+    .await;
     let router = service.router();
 
     let held = sim::hold(&one).unwrap();
@@ -1110,7 +1223,11 @@ async fn a_deadline_bounds_work_on_a_stuck_device() {
         .oneshot(generate_request(&[3.0], 1000))
         .await
         .unwrap();
-    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT, "the upload never ran");
+    assert_eq!(
+        response.status(),
+        StatusCode::GATEWAY_TIMEOUT,
+        "the upload never ran"
+    );
     held.release().unwrap();
 
     let (status, mut events) = generate_in_process(&router, &[3.0], 1000).await;
@@ -1135,7 +1252,7 @@ async fn shutdown_ends_a_stream_stuck_on_a_held_device() {
     let _turn = turn().await;
     let zero = device(0);
     let before = baseline(&[0]);
-    let service = Service::start(&[0], 1, Duration::from_secs(3600)).await;
+    let service = Service::start(&[0], Setup::default()).await;
     let router = service.router();
     let (_, mut events) = generate_in_process(&router, &[8.0], 1000).await;
     assert_eq!(events.next().await, Some(Event::Token(9.0)));
@@ -1143,7 +1260,11 @@ async fn shutdown_ends_a_stream_stuck_on_a_held_device() {
     assert!(events.next().now_or_never().is_none(), "held");
     service.shut_down();
     assert_eq!(events.rest().await, [Event::Error("shutting_down".into())]);
-    let refused = router.clone().oneshot(generate_request(&[1.0], 1)).await.unwrap();
+    let refused = router
+        .clone()
+        .oneshot(generate_request(&[1.0], 1))
+        .await
+        .unwrap();
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(requests(&router).await["shut_down"], 1);
     held.release().unwrap();
@@ -1159,7 +1280,7 @@ async fn a_device_lost_while_held_fails_the_queued_step() {
     let _turn = turn().await;
     let lost = device(LOST_HELD);
     let before = baseline(&[LOST_HELD]);
-    let service = Service::start(&[LOST_HELD], 1, Duration::from_secs(3600)).await;
+    let service = Service::start(&[LOST_HELD], Setup::default()).await;
     let router = service.router();
     let (_, mut events) = generate_in_process(&router, &[20.0], 1000).await;
     assert_eq!(events.next().await, Some(Event::Token(21.0)));
@@ -1174,36 +1295,83 @@ async fn a_device_lost_while_held_fails_the_queued_step() {
         [Event::Error(message)] => assert!(message.starts_with("device_lost: "), "{message}"),
         other => panic!("expected one device_lost event, got {other:?}"),
     }
-    let refused = router.clone().oneshot(generate_request(&[1.0], 1)).await.unwrap();
+    let refused = router
+        .clone()
+        .oneshot(generate_request(&[1.0], 1))
+        .await
+        .unwrap();
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     drop(held);
     assert_nothing_left(service, router, before).await;
 }
 
-/// Every client goes away while its step waits for a held device: each dropped step keeps its
-/// blocks until the device has run it, and all come back.
+/// Every client goes away while its step waits for a held device, under each completion
+/// strategy: each dropped step keeps its block until the device has run it, and all come
+/// back.
 #[tokio::test(start_paused = true)]
 async fn many_clients_gone_while_the_device_is_held() {
     let _watchdog = watchdog("many_clients_gone_while_the_device_is_held");
     let _turn = turn().await;
     let zero = device(0);
-    let before = baseline(&[0]);
-    let service = Service::start(&[0], 3, Duration::from_secs(3600)).await;
+    for strategy in [
+        Strategy::EventPoll,
+        Strategy::CallbackThread,
+        Strategy::BlockingSync,
+    ] {
+        let before = baseline(&[0]);
+        let setup = Setup {
+            streams: 3,
+            strategy,
+            ..Setup::default()
+        };
+        let service = Service::start(&[0], setup).await;
+        let router = service.router();
+        let mut clients = Vec::new();
+        for i in 0..24 {
+            let (_, mut events) = generate_in_process(&router, &[i as f32], 50).await;
+            assert_eq!(events.next().await, Some(Event::Token(i as f32 + 1.0)));
+            clients.push(events);
+        }
+        let held = sim::hold(&zero).unwrap();
+        for events in &mut clients {
+            assert!(events.next().now_or_never().is_none(), "held, {strategy:?}");
+        }
+        drop(clients);
+        let allocated = service.shards[0].memory.stats().cache.allocated;
+        assert_eq!(allocated, 24 * request_block(), "{strategy:?}");
+        assert_eq!(requests(&router).await["cancelled"], 24, "{strategy:?}");
+        held.release().unwrap();
+        assert_nothing_left(service, router, before).await;
+    }
+}
+
+/// A request waiting for device memory (the device's one request's worth taken by a client
+/// that reads slowly) whose client goes away leaves the pool's queue, and the next request
+/// gets the memory once the first is done.
+#[tokio::test(start_paused = true)]
+async fn a_client_gone_while_waiting_for_memory_leaves_the_queue() {
+    let _watchdog = watchdog("a_client_gone_while_waiting_for_memory_leaves_the_queue");
+    let _turn = turn().await;
+    let before = baseline(&[1]);
+    let setup = Setup {
+        requests_per_device: Some(1),
+        ..Setup::default()
+    };
+    let service = Service::start(&[1], setup).await;
     let router = service.router();
-    let mut clients = Vec::new();
-    for i in 0..24 {
-        let (_, mut events) = generate_in_process(&router, &[i as f32], 50).await;
-        assert_eq!(events.next().await, Some(Event::Token(i as f32 + 1.0)));
-        clients.push(events);
-    }
-    let held = sim::hold(&zero).unwrap();
-    for events in &mut clients {
-        assert!(events.next().now_or_never().is_none(), "held");
-    }
-    drop(clients);
-    let block = DevicePool::size_class(WIDTH * size_of::<f32>()).unwrap();
-    assert_eq!(service.shards[0].memory.stats().cache.allocated, 24 * 2 * block);
-    assert_eq!(requests(&router).await["cancelled"], 24);
-    held.release().unwrap();
+    let (_, mut first) = generate_in_process(&router, &[1.0], 3).await;
+    assert_eq!(first.next().await, Some(Event::Token(2.0)));
+
+    let mut waiting = Box::pin(router.clone().oneshot(generate_request(&[5.0], 1)));
+    assert!((&mut waiting).now_or_never().is_none(), "no memory for it");
+    assert_eq!(service.shards[0].memory.stats().cache.waiters, 1);
+    drop(waiting); // its client goes away
+    assert_eq!(service.shards[0].memory.stats().cache.waiters, 0);
+    assert_eq!(requests(&router).await["cancelled"], 1);
+
+    let mut rest = first.rest().await;
+    assert_eq!(rest.pop(), Some(Event::Done(3)));
+    let (_, mut next) = generate_in_process(&router, &[5.0], 1).await;
+    assert_eq!(next.rest().await, [Event::Token(6.0), Event::Done(1)]);
     assert_nothing_left(service, router, before).await;
 }
