@@ -1375,3 +1375,42 @@ async fn a_client_gone_while_waiting_for_memory_leaves_the_queue() {
     assert_eq!(next.rest().await, [Event::Token(6.0), Event::Done(1)]);
     assert_nothing_left(service, router, before).await;
 }
+
+/// Under paused time, a step waiting for a held device keeps the clock still under every
+/// completion strategy, so the request's deadline (an hour) does not fire however long the
+/// device takes in real time; a thread of the test's releases the device once the step is
+/// queued.
+#[tokio::test(start_paused = true)]
+async fn paused_time_waits_for_a_held_step_under_every_strategy() {
+    let _watchdog = watchdog("paused_time_waits_for_a_held_step_under_every_strategy");
+    let _turn = turn().await;
+    let zero = device(0);
+    for strategy in [
+        Strategy::EventPoll,
+        Strategy::CallbackThread,
+        Strategy::BlockingSync,
+    ] {
+        let before = baseline(&[0]);
+        let setup = Setup {
+            strategy,
+            ..Setup::default()
+        };
+        let service = Service::start(&[0], setup).await;
+        let router = service.router();
+        let (_, mut events) = generate_in_process(&router, &[30.0], 2).await;
+        let held = sim::hold(&zero).unwrap();
+        let mut next = Box::pin(events.next());
+        assert!((&mut next).now_or_never().is_none(), "held, {strategy:?}");
+        let (queued, release) = mpsc::channel::<()>();
+        let releaser = std::thread::spawn(move || {
+            release.recv().unwrap();
+            held.release().unwrap();
+        });
+        queued.send(()).unwrap();
+        assert_eq!(next.await, Some(Event::Token(31.0)), "{strategy:?}");
+        releaser.join().unwrap();
+        let want = [Event::Token(32.0), Event::Done(2)];
+        assert_eq!(events.rest().await, want, "{strategy:?}");
+        assert_nothing_left(service, router, before).await;
+    }
+}
