@@ -1414,3 +1414,88 @@ async fn paused_time_waits_for_a_held_step_under_every_strategy() {
         assert_nothing_left(service, router, before).await;
     }
 }
+
+/// How a client saw its request end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    Done,
+    Error,
+    Left,
+}
+
+/// Clients with random disconnects while random kernel and task faults fire on both devices:
+/// each request ends under the outcome its client saw (a fault is an error event or a 500,
+/// a client that left before its last event is cancelled), and nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn random_faults_and_disconnects_are_each_accounted_once() {
+    let _watchdog = watchdog("random_faults_and_disconnects_are_each_accounted_once");
+    let _turn = turn().await;
+    let ids = [0, 1];
+    let before = baseline(&ids);
+    let setup = Setup {
+        streams: 2,
+        ..Setup::default()
+    };
+    let service = Service::start(&ids, setup).await;
+    let router = service.router();
+    let mut seen = Vec::new();
+    for seed in [3, 5, 11, 13] {
+        let mut rng = Rng(seed);
+        for shard in &service.shards {
+            let nth = 1 + rng.below(40);
+            sim::fail_kernel(&shard.device, sim::kernel::VECTOR_ADD_F32, nth, TRAP).unwrap();
+            let stream = &shard.streams.streams()[rng.below(2) as usize];
+            sim::fail_task(stream, 1 + rng.below(60), TRAP).unwrap();
+        }
+        let mut clients = Vec::new();
+        for i in 0..32u32 {
+            let max_tokens = 1 + rng.below(10) as u32;
+            let read = rng.below(u64::from(max_tokens) + 4) as u32;
+            let router = router.clone();
+            clients.push(tokio::spawn(async move {
+                let first = (i * 50) as f32;
+                let (status, mut events) = generate_in_process(&router, &[first], max_tokens).await;
+                if status != StatusCode::OK {
+                    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+                    return Seen::Error;
+                }
+                for k in 1..=max_tokens + 1 {
+                    if k > read {
+                        return Seen::Left;
+                    }
+                    match events.next().await {
+                        Some(Event::Token(token)) => assert_eq!(token, first + k as f32),
+                        Some(Event::Done(n)) => {
+                            assert_eq!(n, max_tokens);
+                            assert_eq!(events.next().await, None);
+                            return Seen::Done;
+                        }
+                        Some(Event::Error(message)) => {
+                            assert!(message.starts_with("device_error: "), "{message}");
+                            assert_eq!(events.next().await, None);
+                            return Seen::Error;
+                        }
+                        None => panic!("the stream ended without a last event"),
+                    }
+                }
+                unreachable!("max_tokens tokens and a last event at most")
+            }));
+        }
+        for client in clients {
+            seen.push(client.await.unwrap());
+        }
+        for shard in &service.shards {
+            sim::clear_faults(&shard.device).unwrap();
+        }
+        let counts = requests(&router).await;
+        let count = |name: &str| counts[name].as_u64().unwrap();
+        let saw = |what| seen.iter().filter(|s| **s == what).count() as u64;
+        let context = format!("seed {seed}: {counts}");
+        assert_eq!(count("completed"), saw(Seen::Done), "{context}");
+        assert_eq!(count("failed"), saw(Seen::Error), "{context}");
+        assert_eq!(count("cancelled"), saw(Seen::Left), "{context}");
+        assert_eq!(count("active"), 0, "{context}");
+    }
+    assert!(seen.contains(&Seen::Error), "some fault fired");
+    assert_nothing_left(service, router, before).await;
+}
