@@ -20,6 +20,11 @@ use crate::stream::{Stream, StreamBuilder};
 /// request's device work short, not only stop awaiting it, gives that request a stream of its
 /// own ([`Stream::new`]) instead of one from the pool.
 ///
+/// Failures are per stream as well: [`Stream::synchronize`] on a pooled stream fails with the
+/// first failure on that stream since its previous `synchronize`, which may be another
+/// request's, already reported to that request by its own operation. A request learns of its
+/// own failures from its operations' futures, not from synchronising a shared stream.
+///
 /// ```
 /// use npu_core::Device;
 /// use npu_stream::StreamPool;
