@@ -1587,3 +1587,42 @@ async fn a_client_gone_has_its_queued_work_discarded_on_its_own_stream() {
         assert_nothing_left(service, router, before).await;
     }
 }
+
+/// Over a real socket, a client that closes its connection while its request's step waits
+/// for a held device: hyper sees the close while the body is pending and drops it, which
+/// ends the request at once; with a stream per request its step is discarded and its memory
+/// back before the device runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tcp_a_connection_closed_while_the_device_is_held_ends_its_request() {
+    let _watchdog =
+        watchdog("over_tcp_a_connection_closed_while_the_device_is_held_ends_its_request");
+    let _turn = turn().await;
+    let zero = device(0);
+    for stream_per_request in [false, true] {
+        let before = baseline(&[0]);
+        let setup = Setup {
+            stream_per_request,
+            ..Setup::default()
+        };
+        let service = Service::start(&[0], setup).await;
+        let router = service.router();
+        let (address, server) = serve_tcp(&service, router.clone()).await;
+        let mut ended = service.ended.subscribe();
+        let (_, mut gone, connection) = generate_over_tcp(address, &[1.0], u32::MAX).await;
+        assert_eq!(gone.next().await, Some(Event::Token(2.0)));
+        let held = sim::hold(&zero).unwrap();
+        drop(gone);
+        connection.abort();
+        let _ = connection.await;
+        ended.wait_for(|ended| *ended == 1).await.unwrap();
+        assert_eq!(requests(&router).await["cancelled"], 1);
+        if stream_per_request {
+            service.shards[0].memory.settled().await;
+            assert_eq!(service.shards[0].memory.stats().cache.allocated, 0);
+        }
+        held.release().unwrap();
+        service.shut_down();
+        server.await.unwrap().unwrap();
+        assert_nothing_left(service, router, before).await;
+    }
+}
