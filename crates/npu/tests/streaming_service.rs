@@ -58,8 +58,10 @@ const TRAP: AclCode = AclCode(507015);
 /// The device `a_lost_device_is_routed_around` loses; no other test uses it (a loss is final
 /// for the process).
 const LOST: u32 = 3;
-/// The device `a_device_lost_while_held_fails_the_queued_step` loses.
+/// The device `a_device_lost_while_held_fails_the_queued_step` loses with the pool's streams.
 const LOST_HELD: u32 = 4;
+/// The device it loses with a stream per request.
+const LOST_HELD_OWN_STREAMS: u32 = 5;
 
 // ---------------------------------------------------------------------------------------------
 // The service
@@ -597,13 +599,13 @@ async fn metrics(State(service): State<Arc<Service>>) -> axum::Json<Value> {
 // Test support
 // ---------------------------------------------------------------------------------------------
 
-/// Installs this binary's simulator (five devices) once and returns a runtime on it.
+/// Installs this binary's simulator (six devices) once and returns a runtime on it.
 fn simulator() -> Runtime {
     static RUNTIME: OnceLock<Runtime> = OnceLock::new();
     RUNTIME
         .get_or_init(|| {
             SimConfig::default()
-                .devices(5)
+                .devices(6)
                 .memory_per_device(256 << 20)
                 .install()
                 .expect("the simulator was already initialised with another configuration");
@@ -1320,36 +1322,43 @@ async fn shutdown_ends_a_stream_stuck_on_a_held_device() {
 
 /// A device lost while it is held, with a step queued on it: the step fails as the loss
 /// fails queued work, the only device is unhealthy so new requests are refused, and nothing
-/// is left once the hold is dropped.
+/// is left once the hold is dropped; with the pool's streams (device 4) or a stream per
+/// request, which the request's end aborts on the lost device (device 5).
 #[tokio::test(start_paused = true)]
 async fn a_device_lost_while_held_fails_the_queued_step() {
     let _watchdog = watchdog("a_device_lost_while_held_fails_the_queued_step");
     let _turn = turn().await;
-    let lost = device(LOST_HELD);
-    let before = baseline(&[LOST_HELD]);
-    let service = Service::start(&[LOST_HELD], Setup::default()).await;
-    let router = service.router();
-    let (_, mut events) = generate_in_process(&router, &[20.0], 1000).await;
-    assert_eq!(events.next().await, Some(Event::Token(21.0)));
-    let held = sim::hold(&lost).unwrap();
-    assert!(events.next().now_or_never().is_none(), "held");
-    let to_lose = lost.clone();
-    tokio::task::spawn_blocking(move || sim::lose(&to_lose))
-        .await
-        .unwrap()
-        .unwrap();
-    match events.rest().await.as_slice() {
-        [Event::Error(message)] => assert!(message.starts_with("device_lost: "), "{message}"),
-        other => panic!("expected one device_lost event, got {other:?}"),
+    for (id, stream_per_request) in [(LOST_HELD, false), (LOST_HELD_OWN_STREAMS, true)] {
+        let lost = device(id);
+        let before = baseline(&[id]);
+        let setup = Setup {
+            stream_per_request,
+            ..Setup::default()
+        };
+        let service = Service::start(&[id], setup).await;
+        let router = service.router();
+        let (_, mut events) = generate_in_process(&router, &[20.0], 1000).await;
+        assert_eq!(events.next().await, Some(Event::Token(21.0)));
+        let held = sim::hold(&lost).unwrap();
+        assert!(events.next().now_or_never().is_none(), "held");
+        let to_lose = lost.clone();
+        tokio::task::spawn_blocking(move || sim::lose(&to_lose))
+            .await
+            .unwrap()
+            .unwrap();
+        match events.rest().await.as_slice() {
+            [Event::Error(message)] => assert!(message.starts_with("device_lost: "), "{message}"),
+            other => panic!("expected one device_lost event, got {other:?}"),
+        }
+        let refused = router
+            .clone()
+            .oneshot(generate_request(&[1.0], 1))
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        drop(held);
+        assert_nothing_left(service, router, before).await;
     }
-    let refused = router
-        .clone()
-        .oneshot(generate_request(&[1.0], 1))
-        .await
-        .unwrap();
-    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
-    drop(held);
-    assert_nothing_left(service, router, before).await;
 }
 
 /// Every client goes away while its step waits for a held device, under each completion
