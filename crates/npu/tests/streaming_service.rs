@@ -722,6 +722,8 @@ enum Event {
 struct Events<B> {
     body: B,
     buffered: Vec<u8>,
+    /// The body ended: it is not polled again (an axum body from a stream must not be).
+    ended: bool,
 }
 
 impl<B> Events<B>
@@ -733,6 +735,7 @@ where
         Events {
             body,
             buffered: Vec::new(),
+            ended: false,
         }
     }
 
@@ -742,9 +745,13 @@ where
                 let raw: Vec<u8> = self.buffered.drain(..end + 2).collect();
                 return Some(parse_event(std::str::from_utf8(&raw).unwrap()));
             }
+            if self.ended {
+                return None;
+            }
             match self.body.frame().await {
                 None => {
                     assert!(self.buffered.is_empty(), "a partial event at the end");
+                    self.ended = true;
                     return None;
                 }
                 Some(frame) => {
