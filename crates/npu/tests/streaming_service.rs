@@ -1642,3 +1642,43 @@ async fn over_tcp_a_connection_closed_while_the_device_is_held_ends_its_request(
         assert_nothing_left(service, router, before).await;
     }
 }
+
+/// A client gone while its request is still in the handler, its device memory being made on
+/// a held device (a new block of the runtime's pool, stream-ordered) and its upload not yet
+/// queued: with the pool's streams the allocation completes once the device runs and the
+/// block goes to the pool's cache; with a stream per request the abort discards the
+/// allocation, and the pool is at rest again while the device is still held.
+#[tokio::test(start_paused = true)]
+async fn a_client_gone_while_its_memory_is_made_on_a_held_device() {
+    let _watchdog = watchdog("a_client_gone_while_its_memory_is_made_on_a_held_device");
+    let _turn = turn().await;
+    let one = device(1);
+    for stream_per_request in [false, true] {
+        let before = baseline(&[1]);
+        let setup = Setup {
+            stream_per_request,
+            ..Setup::default()
+        };
+        let service = Service::start(&[1], setup).await;
+        let router = service.router();
+        let held = sim::hold(&one).unwrap();
+        let pending = npu::stream::reactor_stats().pending();
+        let mut handler = Box::pin(router.clone().oneshot(generate_request(&[5.0], 1)));
+        assert!((&mut handler).now_or_never().is_none(), "held");
+        // The new block's stream-ordered allocation is on the device.
+        let making = npu::stream::reactor_stats().pending();
+        assert_eq!(making, pending + 1, "the allocation is on its way");
+        drop(handler); // the client goes away before the answer's head
+        assert_eq!(requests(&router).await["cancelled"], 1);
+        if stream_per_request {
+            service.shards[0].memory.settled().await;
+            service.shards[0].staging.settled().await;
+            let memory = service.shards[0].memory.stats().cache;
+            assert_eq!((memory.allocated, memory.awaiting_blocks), (0, 0));
+        }
+        held.release().unwrap();
+        let (_, mut next) = generate_in_process(&router, &[1.0], 1).await;
+        assert_eq!(next.rest().await, [Event::Token(2.0), Event::Done(1)]);
+        assert_nothing_left(service, router, before).await;
+    }
+}
