@@ -255,6 +255,7 @@ impl Service {
                     "healthy": shard.healthy(),
                     "device_memory": {
                         "allocated": memory.allocated,
+                        "allocating": memory.allocating,
                         "awaiting_blocks": memory.awaiting_blocks,
                         "reserved": memory.reserved,
                     },
@@ -1668,13 +1669,20 @@ async fn a_client_gone_while_its_memory_is_made_on_a_held_device() {
         // The new block's stream-ordered allocation is on the device.
         let making = npu::stream::reactor_stats().pending();
         assert_eq!(making, pending + 1, "the allocation is on its way");
+        let memory = service.shards[0].memory.stats().cache;
+        assert_eq!((memory.allocating, memory.reserved), (request_block(), 0));
         drop(handler); // the client goes away before the answer's head
         assert_eq!(requests(&router).await["cancelled"], 1);
         if stream_per_request {
             service.shards[0].memory.settled().await;
             service.shards[0].staging.settled().await;
             let memory = service.shards[0].memory.stats().cache;
-            assert_eq!((memory.allocated, memory.awaiting_blocks), (0, 0));
+            let at_rest = (memory.allocated, memory.awaiting_blocks, memory.allocating);
+            assert_eq!(
+                at_rest,
+                (0, 0, 0),
+                "the discarded allocation gave its room back"
+            );
         }
         held.release().unwrap();
         let (_, mut next) = generate_in_process(&router, &[1.0], 1).await;

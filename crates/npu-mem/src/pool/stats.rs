@@ -54,6 +54,13 @@ pub struct PoolStats {
     pub evictions: u64,
     /// Requests waiting for capacity.
     pub waiters: usize,
+    /// Bytes of new blocks being made for allocations in progress: room granted under the
+    /// capacity for a block the runtime has not delivered yet. Not part of `reserved`, and
+    /// not yet a miss. A device pool's stream-ordered allocation (`aclrtMemPoolMallocAsync`)
+    /// stays here until its stream has run it, so a device that makes no progress shows as
+    /// requests stuck in it; a pinned pool's `aclrtMallocHost` only while the allocating
+    /// thread is in that call.
+    pub allocating: usize,
     /// Blocks returned after one of their operations failed with an uncorrectable memory
     /// error (UCE, `ACL_ERROR_RT_DEVICE_MEM_ERROR`) in their own range, whose error ranges the
     /// pool repaired (`aclrtMemUceRepair`) before caching them again. A repaired block's
@@ -112,6 +119,7 @@ impl Timing {
             misses: counts.misses,
             evictions: counts.evictions,
             waiters: counts.waiters,
+            allocating: counts.growing,
             repaired: counts.repaired,
             quarantined: counts.quarantined,
             quarantined_bytes: counts.quarantined_bytes,

@@ -650,6 +650,34 @@ impl DevicePool {
     /// # })?;
     /// # Ok::<(), npu_core::Error>(())
     /// ```
+    ///
+    /// A new block of the runtime's pool is made on the allocating stream, and counts in
+    /// `allocating` until the stream has run its allocation (here, until the held device
+    /// runs again; a program of its own, since holding the device would hold other examples'
+    /// work on it):
+    ///
+    /// ```standalone_crate
+    /// use futures::FutureExt;
+    /// use npu_core::Device;
+    /// use npu_stream::{DevicePool, DevicePoolBackend, Stream};
+    ///
+    /// # tokio_test::block_on(async {
+    /// let ctx = Device::open(1)?.primary_context().clone();
+    /// let stream = Stream::new(&ctx)?;
+    /// let pool = DevicePool::builder(&ctx).backend(DevicePoolBackend::RuntimePool).build()?;
+    /// npu_sim::control::hold(1).unwrap(); // npu-sim: nothing on device 1 starts until release
+    /// let mut alloc = Box::pin(pool.alloc::<u8>(&stream, 4096));
+    /// assert!((&mut alloc).now_or_never().is_none());
+    /// let making = pool.stats().cache;
+    /// assert_eq!((making.allocating, making.reserved, making.misses), (4096, 0, 0));
+    /// npu_sim::control::release(1).unwrap();
+    /// let _block = alloc.await?;
+    /// let made = pool.stats().cache;
+    /// assert_eq!((made.allocating, made.allocated, made.misses), (0, 4096, 1));
+    /// # Ok::<(), npu_core::Error>(())
+    /// # })?;
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
     pub fn stats(&self) -> DevicePoolStats {
         let source = self.cache.source();
         DevicePoolStats {
