@@ -2,8 +2,9 @@
 //! one (axum, Tokio), and the CI tests such a user runs against it on the simulator.
 //!
 //! The service: `POST /v1/generate` with `{"prompt": [f32...], "max_tokens": n}` uploads the
-//! prompt into a decode state on a device (a pinned staging block and two device blocks from
-//! the shard's pools, one stream of its `StreamPool`), then streams one Server-Sent Event per
+//! prompt into a decode state on a device (a pinned staging block and a device block split in
+//! two halves, from the shard's pools; a stream of its `StreamPool`, or one of the request's
+//! own that is aborted when the request ends), then streams one Server-Sent Event per
 //! token: each decode step is a `vector_add_f32` launch (`next = state + 1`) and a copy of the
 //! new state's first element back to the host. The stream ends with `event: done` or
 //! `event: error` (`deadline_exceeded`, `device_error`, `device_lost`, `shutting_down`).
@@ -106,6 +107,8 @@ fn request_block() -> usize {
 /// One device's share of the service: its streams, memory pools and kernel.
 struct Shard {
     device: Device,
+    /// The completion strategy of its streams, the requests' own ones too.
+    strategy: Strategy,
     stream_per_request: bool,
     streams: StreamPool,
     memory: DevicePool,
@@ -129,6 +132,7 @@ impl Shard {
             memory = memory.capacity(requests * request_block());
         }
         Ok(Shard {
+            strategy: setup.strategy,
             stream_per_request: setup.stream_per_request,
             memory: memory.build()?,
             staging: PinnedPool::new(&ctx),
@@ -329,9 +333,8 @@ impl Lane {
     fn of(shard: &Shard) -> npu::Result<Lane> {
         Ok(if shard.stream_per_request {
             let ctx = shard.device.primary_context();
-            let strategy = shard.streams.next().strategy();
             Lane {
-                stream: Stream::builder(ctx).strategy(strategy).build()?,
+                stream: Stream::builder(ctx).strategy(shard.strategy).build()?,
                 own: true,
             }
         } else {
