@@ -154,6 +154,149 @@ fn kernel_faults_armed_and_cleared_while_launches_race_fail_only_their_launches(
     watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
 }
 
+/// Promise: a failed operation's error says where the device failed: its own stream, device
+/// and code (`OpError::fault`), when kernel faults fire on launches racing on many streams of
+/// two devices and their contexts at once (rule 1's typed errors; `fail_kernel` firing on
+/// whichever stream). Devices 0 and 1, a primary and an explicit context of each, a stream of
+/// every strategy in each context (twelve), a thread per stream; every launch of the round
+/// armed to fail (one fault per launch on each device, with its own code), each thread
+/// launching once per round after a barrier, twenty rounds; memsets behind each launch.
+///
+/// Outcome: held. Every launch fails with one of the armed codes and a fault whose stream is
+/// its own and whose device is its stream's, the memset behind it runs, and no fault is left
+/// armed after a round.
+#[test]
+fn racing_kernel_faults_are_each_reported_on_their_own_stream() {
+    const ROUNDS: usize = 20;
+    let (_guard, ctx) = devices();
+    let devices = [Device::open(0).unwrap(), Device::open(1).unwrap()];
+    let contexts: Vec<Context> = devices
+        .iter()
+        .flat_map(|d| [d.primary_context().clone(), d.create_context().unwrap()])
+        .collect();
+    let per_device = 2 * STRATEGIES.len();
+    let codes = [
+        TRAP,
+        AclCode(507011),
+        AclCode(507899),
+        AclCode(507035),
+        AclCode(507015),
+        AclCode(507014),
+    ];
+    let round_start = Arc::new(Barrier::new(contexts.len() * STRATEGIES.len() + 1));
+    let round_end = Arc::new(Barrier::new(contexts.len() * STRATEGIES.len() + 1));
+    let mut threads = Vec::new();
+    for context in &contexts {
+        for strategy in STRATEGIES {
+            let (context, start, end) = (context.clone(), round_start.clone(), round_end.clone());
+            threads.push(std::thread::spawn(move || {
+                let s = stream(&context, strategy);
+                let function = in_process(&context, sim::kernel::SCALE_F32);
+                for round in 0..ROUNDS {
+                    let what = format!(
+                        "{strategy:?} on device {}, round {round}",
+                        context.device_id()
+                    );
+                    let x = ones(&context);
+                    start.wait();
+                    let launch = scale(&s, &function, x);
+                    let behind = s.memset(dev(&context, 64), 4);
+                    let err = run(launch).map(drop).expect_err(&what);
+                    let code = err.error.acl_code().expect("an ACL error");
+                    assert!(codes.contains(&code), "{what}: {}", err.error);
+                    let fault = err
+                        .error
+                        .fault()
+                        .unwrap_or_else(|| panic!("{what}: no fault: {}", err.error));
+                    assert_eq!(fault.stream_id, s.id(), "{what}: {fault:?}");
+                    assert_eq!(fault.device_id, context.device_id(), "{what}: {fault:?}");
+                    assert_eq!(fault.code, code, "{what}: {fault:?}");
+                    assert_eq!(
+                        run(behind).unwrap().to_vec_blocking().unwrap(),
+                        [4; 64],
+                        "{what}"
+                    );
+                    end.wait();
+                }
+            }));
+        }
+    }
+    for _ in 0..ROUNDS {
+        for device in &devices {
+            for (nth, code) in (1..=per_device as u64).zip(codes) {
+                sim::fail_kernel(device, sim::kernel::SCALE_F32, nth, code).unwrap();
+            }
+        }
+        round_start.wait();
+        watchdog("a round of racing faults", || round_end.wait());
+        for device in &devices {
+            assert_eq!(sim::clear_faults(device).unwrap(), 0, "every fault fired");
+        }
+    }
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    drop(ctx);
+}
+
+/// Promise: a launch keeps its kernel's binary until it completes, whatever fault fires on
+/// it, and a kernel fault is matched by name when a launch is queued, across the unloading and
+/// reloading of the module that holds the kernel (rules 2 and 3; `fail_kernel`'s name
+/// matching). Every strategy, on the held device: a launch of `scale_f32` whose fault is
+/// armed, the `Function` and its `Module` dropped while it is queued; then a fault armed with
+/// no module holding the kernel loaded, fired by a launch of the module loaded again; and a
+/// fault armed on device 3, whose every handle is then dropped (the device reset), fired by
+/// a launch after it is opened again.
+///
+/// Outcome: held. The queued launch fails with the armed code once released, its buffer
+/// handed back untouched, and the stream runs the next launch of a new module; the fault
+/// armed between modules fires on the reloaded one; the fault outlives the reset and fires
+/// after it; no fault is left armed.
+#[test]
+fn kernel_faults_fire_across_unloaded_modules_and_device_resets() {
+    let (_guard, ctx) = devices();
+    let device = ctx.device();
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let s = stream(&ctx, strategy);
+        let function = in_process(&ctx, sim::kernel::SCALE_F32);
+        let held = sim::hold(&device).unwrap();
+        sim::fail_kernel(&device, sim::kernel::SCALE_F32, 1, TRAP).unwrap();
+        let queued = scale(&s, &function, ones(&ctx));
+        drop(function);
+        held.release().unwrap();
+        let err = run(queued).map(drop).unwrap_err();
+        assert_eq!(err.error.acl_code(), Some(TRAP), "{what}: {}", err.error);
+        let (x, _, _) = err.value.expect("the buffer handed back");
+        assert_eq!(x.to_vec_blocking().unwrap(), [1.0; 16], "{what}: ran");
+        sim::fail_kernel(&device, sim::kernel::SCALE_F32, 2, TRAP).unwrap();
+        let function = in_process(&ctx, sim::kernel::SCALE_F32);
+        let (x, _, _) = run(scale(&s, &function, x)).unwrap();
+        assert_eq!(x.to_vec_blocking().unwrap(), [2.0; 16], "{what}");
+        let err = run(scale(&s, &function, x)).map(drop).unwrap_err();
+        assert_eq!(err.error.acl_code(), Some(TRAP), "{what}: {}", err.error);
+        assert_eq!(sim::clear_faults(&device).unwrap(), 0, "{what}");
+    }
+    let reset = Device::open(3).unwrap();
+    sim::fail_kernel(&reset, sim::kernel::SCALE_F32, 1, TRAP).unwrap();
+    drop(reset);
+    watchdog("wait_for_teardowns", || wait_for_teardowns(HANG)).unwrap();
+    let reopened = Device::open(3).unwrap();
+    let again = reopened.primary_context().clone();
+    let function = in_process(&again, sim::kernel::SCALE_F32);
+    let s = stream(&again, STRATEGIES[0]);
+    let err = run(scale(&s, &function, ones(&again)))
+        .map(drop)
+        .unwrap_err();
+    assert_eq!(
+        err.error.acl_code(),
+        Some(TRAP),
+        "after the reset: {}",
+        err.error
+    );
+    assert_eq!(sim::clear_faults(&reopened).unwrap(), 0);
+}
+
 /// Promise: every operation of a stream whose kernel fault stops it ends, typed, with its
 /// own value, and every drop returns, when aborts and the loss of the device race the faults
 /// (rules 2, 3 and 5). Device 2 (lost for the rest of the process), an explicit context; a
