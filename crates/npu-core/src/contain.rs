@@ -82,7 +82,9 @@ thread_local! {
 /// Whether this thread holds a [`lock_here`] lock: a wait for work another thread does (a
 /// teardown, the reaper), which may need that lock, must not be made here.
 pub(crate) fn holds_a_lock() -> bool {
-    HELD.with(|held| !held.borrow().is_empty())
+    // As `lock_here` does, a thread whose locals are gone holds none it tracks.
+    HELD.try_with(|held| !held.borrow().is_empty())
+        .unwrap_or(false)
 }
 
 /// Where a lock taken with [`lock_here`] stands in the order npu-rs takes them in: a thread

@@ -333,7 +333,12 @@ pub unsafe fn release_later(release: impl FnOnce() + Send + 'static) {
 /// current one returns, and waiting for them there would never return, stopping every
 /// deferred release of the process. In a forked child ([`forked`](crate::forked): forked
 /// after npu-rs started a runtime or one of its threads, this reaper included) it returns at
-/// once too: the reaper thread stayed in the parent.
+/// once too: the reaper thread stayed in the parent. So it does on a thread that holds one of
+/// npu-rs's locks (a tracing subscriber's callback from an ACL call npu-rs makes under its
+/// stream's submission lock, an event's recording lock, the runtime's device and
+/// peer-access lock or a device pool's drain lock): a release queued before the call may
+/// take that lock (a peer-access guard's drop, a pooled block's return), and the reaper would
+/// wait for this thread while it waited for the reaper.
 pub fn flush() {
     if let Some(marker) = marker(MARKERS.load(Ordering::Relaxed)) {
         let _ = marker.recv();
@@ -369,13 +374,26 @@ fn flush_from(first: u64, deadline: std::time::Instant) -> bool {
     }
 }
 
+/// Whether this thread may wait for the reaper to pass a marker. Not on the reaper itself
+/// (the marker would queue behind the release waiting for it), nor in a forked child (the
+/// reaper thread is the parent's: nothing would ever run the marker), nor while it holds one
+/// of npu-rs's ranked locks (user code npu-rs calls under one: a tracing subscriber's
+/// callback from an ACL call made under it). A release queued before the marker may take
+/// that lock (a peer-access guard's drop takes the runtime's, a pooled block's return a
+/// device pool's drain lock), and the reaper would wait for this thread while this thread
+/// waited for the reaper, for ever, holding up every deferred release of the process.
+fn may_wait_for_the_reaper() -> bool {
+    !ON_REAPER.with(std::cell::Cell::get)
+        && !crate::fork::forked()
+        && !crate::contain::holds_a_lock()
+}
+
 /// A marker queued on the reaper behind every release handed to it so far: the receiver
 /// hears from it once they have run (whether a batch the reaper queued for itself from one
 /// handed on before the marker of origin `origin` was still waiting then). `None` where no
-/// wait may be made for it: on the reaper itself, and in a forked child, whose reaper thread
-/// is the parent's (nothing would ever run the marker).
+/// wait may be made for it ([`may_wait_for_the_reaper`]).
 fn marker(origin: u64) -> Option<std::sync::mpsc::Receiver<bool>> {
-    if ON_REAPER.with(std::cell::Cell::get) || crate::fork::forked() {
+    if !may_wait_for_the_reaper() {
         return None;
     }
     let (tx, rx) = channel();
@@ -400,7 +418,8 @@ fn marker(origin: u64) -> Option<std::sync::mpsc::Receiver<bool>> {
 /// In a forked child ([`forked`](crate::forked)) it resolves at once, as [`flush`]
 /// returns: the reaper thread stayed in the parent. Called on the reaper thread itself (from
 /// a release), it resolves at once too, as [`flush`] returns at once there: the marker would
-/// queue behind the release awaiting it. Without a reaper thread (it could not be started)
+/// queue behind the release awaiting it; and so it does called on a thread that holds one of
+/// npu-rs's locks, where [`flush`] returns at once too. Without a reaper thread (it could not be started)
 /// releases run where they are handed on, so it resolves at once too.
 ///
 /// Under a paused Tokio clock it keeps the clock still until the reaper has passed, as every
@@ -438,7 +457,7 @@ pub fn passed() -> Passed {
     // the reaper reached the marker.
     let marker = unsafe { crate::Completer::new() };
     let pass = marker.completion().wait();
-    if ON_REAPER.with(std::cell::Cell::get) || crate::fork::forked() {
+    if !may_wait_for_the_reaper() {
         marker.complete(Ok(()));
     } else {
         // A marker dropped unrun abandons the completion, which ends the wait too.

@@ -575,7 +575,10 @@ pub fn now_ns(device: &Device) -> Result<u64> {
 /// For tests that count live allocations: after dropping buffers, call this before reading
 /// [`device_stats`] or [`host_stats`]. It waits for npu-rs's own reaper, so it works on every
 /// backend. Called on the reaper thread itself (from a tracing subscriber or a waker that the
-/// reaper runs), it returns at once instead of waiting for itself.
+/// reaper runs), it returns at once instead of waiting for itself; so it does from code
+/// npu-rs runs under one of its locks (a tracing subscriber's callback from an ACL call made
+/// under a stream's submission lock, say), since a release queued before it may need that
+/// lock.
 ///
 /// ```
 /// npu::sim::flush_releases(); // nothing deferred: returns at once

@@ -629,6 +629,7 @@ fn child() {
     match case.as_str() {
         "subscriber" => forked_while_a_subscriber_blocks_under_npu_rs_locks(),
         "teardowns" => forked_while_another_thread_waits_for_the_teardowns(),
+        "flush under a lock" => a_flush_from_a_subscriber_under_the_runtimes_lock(),
         other => panic!("no child case {other}"),
     }
     println!("CHILD OK");
@@ -812,4 +813,85 @@ fn forked_while_another_thread_waits_for_the_teardowns() {
     let answer = watchdog("the waiting thread", || waiting.join().unwrap());
     assert!(answer.is_ok(), "{answer:?}");
     assert!(ok, "the child failed or hung (status {status:#x})");
+}
+
+/// The reaper held by the test, for [`FlushesInItsCallback`] to let go of.
+static HELD_REAPER: Mutex<Option<ReaperHeld>> = Mutex::new(None);
+
+/// Whether [`FlushesInItsCallback`] flushed (armed while `false`; set once its flush returned).
+static FLUSHED: AtomicBool = AtomicBool::new(true);
+
+/// A tracing layer whose callback, once armed, lets the held reaper go and flushes the
+/// releases (`npu::sim::flush_releases`) from the simulator's next event, on whichever thread
+/// emits it.
+struct FlushesInItsCallback;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for FlushesInItsCallback {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let target = event.metadata().target();
+        if FLUSHED.load(Ordering::SeqCst)
+            || !["ascendcl", "npu_sim"]
+                .iter()
+                .any(|t| target.starts_with(t))
+        {
+            return;
+        }
+        drop(HELD_REAPER.lock().unwrap().take());
+        sim::flush_releases();
+        FLUSHED.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Promise: no npu-rs wait called back from code npu-rs runs under one of its locks waits for
+/// a thread that needs that lock (rules 5 and 6: a subscriber may call npu-rs back, and a call
+/// that would wait for itself is refused or returns instead). A cross-device copy (device 0
+/// to device 1, peer access enabled) completes while the reaper is held, so the release of
+/// its peer-access guard (which takes the runtime's device and peer-access lock) is queued on
+/// the reaper; then, with the reaper let go, a tracing subscriber's callback flushes the
+/// releases (`npu::sim::flush_releases`) from the simulator's report of an
+/// `aclrtDeviceEnablePeerAccess` refused (the peer, device 3, lost), which npu-rs calls under
+/// that lock.
+///
+/// Outcome: **broke** before the fix: the flush waited for the reaper, and the reaper for the
+/// lock the flushing thread held, for ever (the child process hung; every later deferred
+/// release of the process would have waited too). A flush on a thread that holds one of
+/// npu-rs's ranked locks now returns at once, as one on the reaper does; the refusal then
+/// returns, the reaper runs the guard's release, and the access is disabled.
+#[test]
+fn a_flush_from_a_subscriber_under_the_runtimes_lock_does_not_deadlock_the_reaper() {
+    in_child_test("child", CHILD_ENV, "flush under a lock");
+}
+
+/// The child process's case of
+/// [`a_flush_from_a_subscriber_under_the_runtimes_lock_does_not_deadlock_the_reaper`].
+fn a_flush_from_a_subscriber_under_the_runtimes_lock() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let (_guard, ctx) = devices();
+    see_every_callsite();
+    let (device, peer, lost) = (
+        ctx.device(),
+        Device::open(1).unwrap(),
+        Device::open(3).unwrap(),
+    );
+    sim::lose(&lost).unwrap();
+    let peer_ctx = peer.primary_context().clone();
+    let s = stream(&ctx, STRATEGIES[0]);
+    let access = device.enable_peer_access(&peer).unwrap();
+    let held = sim::hold(&device).unwrap();
+    let copy = s.copy_d2d(dev(&ctx, 4096), dev(&peer_ctx, 4096));
+    let done = copy.completion().clone();
+    drop((copy, access));
+    assert!(device.peer_access_to(&peer).is_some(), "the copy keeps it");
+    *HELD_REAPER.lock().unwrap() = Some(hold_the_reaper());
+    held.release().unwrap();
+    until("the copy completes", || done.is_complete());
+    FLUSHED.store(false, Ordering::SeqCst);
+    let subscriber = tracing_subscriber::registry().with(FlushesInItsCallback);
+    let refused =
+        tracing::subscriber::with_default(subscriber, || device.enable_peer_access(&lost));
+    assert!(refused.unwrap_err().is_device_lost());
+    assert!(FLUSHED.load(Ordering::SeqCst), "the callback flushed");
+    until_released("the copy's peer access is released", || {
+        device.peer_access_to(&peer).is_none()
+    });
 }
