@@ -629,7 +629,7 @@ fn child() {
     match case.as_str() {
         "subscriber" => forked_while_a_subscriber_blocks_under_npu_rs_locks(),
         "teardowns" => forked_while_another_thread_waits_for_the_teardowns(),
-        "flush under a lock" => a_flush_from_a_subscriber_under_the_runtimes_lock(),
+        "flush under a lock" => a_flush_from_a_subscriber_under_npu_rs_locks(),
         other => panic!("no child case {other}"),
     }
     println!("CHILD OK");
@@ -821,19 +821,18 @@ static HELD_REAPER: Mutex<Option<ReaperHeld>> = Mutex::new(None);
 /// Whether [`FlushesInItsCallback`] flushed (armed while `false`; set once its flush returned).
 static FLUSHED: AtomicBool = AtomicBool::new(true);
 
+/// The targets whose next event [`FlushesInItsCallback`] flushes from.
+static FLUSH_ON: Mutex<&[&str]> = Mutex::new(&[]);
+
 /// A tracing layer whose callback, once armed, lets the held reaper go and flushes the
-/// releases (`npu::sim::flush_releases`) from the simulator's next event, on whichever thread
-/// emits it.
+/// releases (`npu::sim::flush_releases`) from the next event of the targets armed.
 struct FlushesInItsCallback;
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for FlushesInItsCallback {
     fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
         let target = event.metadata().target();
-        if FLUSHED.load(Ordering::SeqCst)
-            || !["ascendcl", "npu_sim"]
-                .iter()
-                .any(|t| target.starts_with(t))
-        {
+        let armed = *FLUSH_ON.lock().unwrap();
+        if FLUSHED.load(Ordering::SeqCst) || !armed.iter().any(|t| target.starts_with(t)) {
             return;
         }
         drop(HELD_REAPER.lock().unwrap().take());
@@ -844,28 +843,33 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for FlushesInItsCallba
 
 /// Promise: no npu-rs wait called back from code npu-rs runs under one of its locks waits for
 /// a thread that needs that lock (rules 5 and 6: a subscriber may call npu-rs back, and a call
-/// that would wait for itself is refused or returns instead). A cross-device copy (device 0
-/// to device 1, peer access enabled) completes while the reaper is held, so the release of
-/// its peer-access guard (which takes the runtime's device and peer-access lock) is queued on
-/// the reaper; then, with the reaper let go, a tracing subscriber's callback flushes the
-/// releases (`npu::sim::flush_releases`) from the simulator's report of an
-/// `aclrtDeviceEnablePeerAccess` refused (the peer, device 3, lost), which npu-rs calls under
-/// that lock.
+/// that would wait for itself is refused or returns instead). Two cases, each with a release
+/// queued on the held reaper that takes a lock, then a tracing subscriber's callback, called
+/// under that lock, that lets the reaper go and flushes the releases
+/// (`npu::sim::flush_releases`):
+/// - the runtime's device and peer-access lock: a cross-device copy (device 0 to device 1,
+///   peer access enabled) completed, so the release of its peer-access guard is queued; the
+///   callback is the simulator's report of an `aclrtDeviceEnablePeerAccess` refused (the
+///   peer, device 3, lost), which npu-rs calls under that lock;
+/// - a device pool's drain lock: a block of a bounded caching pool with a request queued for
+///   room, its memset dropped in flight and completed, so its return (which serves the queue
+///   as one step with the frees, under the drain lock) is queued; the callback is the pool's
+///   report of a trim's frees, made under that lock.
 ///
 /// Outcome: **broke** before the fix: the flush waited for the reaper, and the reaper for the
 /// lock the flushing thread held, for ever (the child process hung; every later deferred
 /// release of the process would have waited too). A flush on a thread that holds one of
-/// npu-rs's ranked locks now returns at once, as one on the reaper does; the refusal then
-/// returns, the reaper runs the guard's release, and the access is disabled.
+/// npu-rs's ranked locks now returns at once, as one on the reaper does; the call then
+/// returns, the reaper runs the release, the access is disabled and the block serves the
+/// queued request.
 #[test]
-fn a_flush_from_a_subscriber_under_the_runtimes_lock_does_not_deadlock_the_reaper() {
+fn a_flush_from_a_subscriber_under_npu_rs_locks_does_not_deadlock_the_reaper() {
     in_child_test("child", CHILD_ENV, "flush under a lock");
 }
 
 /// The child process's case of
-/// [`a_flush_from_a_subscriber_under_the_runtimes_lock_does_not_deadlock_the_reaper`].
-fn a_flush_from_a_subscriber_under_the_runtimes_lock() {
-    use tracing_subscriber::layer::SubscriberExt;
+/// [`a_flush_from_a_subscriber_under_npu_rs_locks_does_not_deadlock_the_reaper`].
+fn a_flush_from_a_subscriber_under_npu_rs_locks() {
     let (_guard, ctx) = devices();
     see_every_callsite();
     let (device, peer, lost) = (
@@ -885,13 +889,40 @@ fn a_flush_from_a_subscriber_under_the_runtimes_lock() {
     *HELD_REAPER.lock().unwrap() = Some(hold_the_reaper());
     held.release().unwrap();
     until("the copy completes", || done.is_complete());
-    FLUSHED.store(false, Ordering::SeqCst);
-    let subscriber = tracing_subscriber::registry().with(FlushesInItsCallback);
-    let refused =
-        tracing::subscriber::with_default(subscriber, || device.enable_peer_access(&lost));
+    let refused = flushed_in_a_callback(&["ascendcl", "npu_sim"], || {
+        device.enable_peer_access(&lost)
+    });
     assert!(refused.unwrap_err().is_device_lost());
-    assert!(FLUSHED.load(Ordering::SeqCst), "the callback flushed");
     until_released("the copy's peer access is released", || {
         device.peer_access_to(&peer).is_none()
     });
+    // A bounded pool: blocks `a` and `b` out, `c` cached, and a request for twice their size
+    // queued for room.
+    let pool = device_pool(&ctx, DevicePoolBackend::Caching, Some(3 * 4096));
+    let [a, _b, c] = [0; 3].map(|_| run(pool.alloc::<u8>(&s, 4096)).unwrap());
+    drop(c);
+    let mut queued = Box::pin(pool.alloc::<u8>(&s, 2 * 4096));
+    assert!(polled_once(queued.as_mut()).is_pending(), "no room");
+    let held = sim::hold(&device).unwrap();
+    let memset = s.memset(a, 1);
+    let done = memset.completion().clone();
+    drop(memset);
+    *HELD_REAPER.lock().unwrap() = Some(hold_the_reaper());
+    held.release().unwrap();
+    until("the memset completes", || done.is_complete());
+    let trimmed = flushed_in_a_callback(&["npu_stream::device_pool"], || pool.trim());
+    assert_eq!(trimmed.unwrap(), 4096, "the cached block");
+    drop(run(queued).unwrap());
+}
+
+/// Runs `call` with [`FlushesInItsCallback`] armed for `targets`; checks that the callback
+/// flushed and returned.
+fn flushed_in_a_callback<R>(targets: &'static [&'static str], call: impl FnOnce() -> R) -> R {
+    use tracing_subscriber::layer::SubscriberExt;
+    *FLUSH_ON.lock().unwrap() = targets;
+    FLUSHED.store(false, Ordering::SeqCst);
+    let subscriber = tracing_subscriber::registry().with(FlushesInItsCallback);
+    let result = tracing::subscriber::with_default(subscriber, call);
+    assert!(FLUSHED.load(Ordering::SeqCst), "the callback flushed");
+    result
 }
