@@ -1,18 +1,20 @@
 //! Attacks of the thirty-sixth session through the `npu` facade, on the last session's new
 //! code first: kernel-name faults (`npu::sim::fail_kernel`, `clear_faults`) armed and cleared
-//! while launches race on many streams, on a stopping stream racing an abort and the loss of
-//! its device, and with a memory-error code on launches whose arguments are pool blocks (one
-//! shared as an `Arc` with a launch that succeeds); host `View`s dereferenced beside copies in
+//! while launches race on many streams, firing on every launch of twelve streams at once,
+//! across a module unloaded under a queued launch and a device reset, on stopping streams
+//! racing aborts and the loss of their device, and with a memory-error code on launches whose
+//! arguments are pool blocks (one shared as an `Arc` with a launch that succeeds); host `View`s dereferenced beside copies in
 //! flight into the other half of their buffer, handed back by failed copies, and given to 2D
 //! copies at the edges of their shapes; and forks taken while another thread is blocked in a
 //! tracing subscriber under a stream's submission lock and an event's recording lock, or is
-//! inside `wait_for_teardowns`.
+//! inside `wait_for_teardowns`; and a flush of the reaper (`npu::sim::flush_releases`) from a
+//! subscriber's callback under npu-rs's locks, with a release queued that takes the lock.
 //!
 //! Each test names the promise it attacks and its outcome. The simulator's hold gate, its
 //! fault tables and the process's teardown count are shared by every test of this process, so
 //! every test takes the file's device lock and starts with no fault armed; every wait is
-//! bounded (`run`, `watchdog`), so a hang fails its test. Device 2 is lost for the rest of the
-//! process by one test.
+//! bounded (`run`, `watchdog`, a child process's bound), so a hang fails its test. Device 2 is
+//! lost for the rest of the process by one test, and device 3 reset by another.
 
 mod common;
 
