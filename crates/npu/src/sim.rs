@@ -471,7 +471,9 @@ pub fn inject_memory_error<M: DeviceSlice>(memory: &M, bytes: Range<usize>) -> R
     Ok(control::inject_mem_uce(start, bytes.len())?)
 }
 
-/// Makes the next pinned host allocation in the process fail with `code`.
+/// Makes the next pinned host allocation in the process fail with `code`. Code 0, which is
+/// success and no failure, is refused with [`Error::InvalidArgument`] naming
+/// `npu::sim::fail_next_host_alloc` and `code`, and arms nothing.
 ///
 /// ```
 /// use npu::prelude::*;
@@ -480,9 +482,18 @@ pub fn inject_memory_error<M: DeviceSlice>(memory: &M, bytes: Range<usize>) -> R
 /// npu::sim::fail_next_host_alloc(npu::error::AclCode(207001))?;
 /// let err = PinnedBuffer::<u8>::new(&ctx, 64).unwrap_err();
 /// assert_eq!(err.acl_code(), Some(npu::error::AclCode(207001)));
+/// let refused = npu::sim::fail_next_host_alloc(npu::error::AclCode(0));
+/// assert!(matches!(refused, Err(npu::Error::InvalidArgument { argument: "code", .. })));
 /// # Ok::<(), npu::Error>(())
 /// ```
 pub fn fail_next_host_alloc(code: AclCode) -> Result<()> {
+    if code.0 == 0 {
+        return Err(Error::invalid(
+            "npu::sim::fail_next_host_alloc",
+            "code",
+            "is 0, success: an allocation fails with an error code",
+        ));
+    }
     Ok(control::fail_next_host_alloc(code.0)?)
 }
 

@@ -621,6 +621,30 @@ fn two_d_copies_of_views_at_the_edges_of_their_shapes_are_refused_typed() {
     a_memset_writes(&ctx, &s, 4, "after the refusals");
 }
 
+/// Promise: bad input to the facade's simulator controls is refused with
+/// `Error::InvalidArgument` naming the API and the argument (the API conventions, as the last
+/// session made `fail_task`'s and `fail_kernel`'s refusals): `npu::sim::fail_next_host_alloc`
+/// with code 0, which is success and no failure; then a pinned allocation.
+///
+/// Outcome: **broke** before the fix: the refusal was the simulator's own, an `AclError` of
+/// `npu-sim control` (100000) that named neither `npu::sim::fail_next_host_alloc` nor `code`.
+/// It is now `InvalidArgument` naming both, and arms nothing: the next pinned allocation
+/// succeeds.
+#[test]
+fn a_host_allocation_fault_of_code_zero_is_refused_naming_the_api() {
+    let (_guard, ctx) = devices();
+    let err = sim::fail_next_host_alloc(AclCode(0)).unwrap_err();
+    assert_eq!(
+        invalid(&err),
+        ("npu::sim::fail_next_host_alloc", "code"),
+        "{err}"
+    );
+    assert_eq!(
+        PinnedBuffer::from_slice(&ctx, &[5u8; 64]).unwrap()[..],
+        [5; 64]
+    );
+}
+
 /// The environment variable that makes the `child` test run a case: the fork tests run in a
 /// process of their own, which forks.
 const CHILD_ENV: &str = "NPU_ATTACK36_CHILD";
